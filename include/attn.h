@@ -1,0 +1,379 @@
+/*
+ * attn.h — the public API of libattn: the attention mechanisms of transformer
+ * language models in C11, number for number with PyTorch.
+ *
+ * Conventions
+ *   - Every function that can fail returns an attn_status. On failure a
+ *     message naming the offending values is kept in the attn_ctx the object
+ *     was made from: read it with attn_ctx_last_error(). The library never
+ *     aborts, exits or prints.
+ *   - Tensors are flat, row-major float32 arrays with their sizes passed
+ *     explicitly. Shapes are given in comments as (B, T, C): batch, tokens,
+ *     channels. Outputs are written into buffers the caller owns.
+ *   - Weights follow PyTorch: an nn.Linear weight is (out_features,
+ *     in_features) and y = x W^T + b. Parameters are found by their PyTorch
+ *     state_dict names ("W_query.weight", "c_attn.bias", ...).
+ *   - No global mutable state. An attn_ctx holds the thread count, the last
+ *     error message and an optional trace hook; use one ctx (and the objects
+ *     made from it) from one thread at a time.
+ */
+#ifndef ATTN_H
+#define ATTN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define ATTN_VERSION_MAJOR 0
+#define ATTN_VERSION_MINOR 1
+#define ATTN_VERSION_PATCH 0
+#define ATTN_VERSION_STRING "0.1.0"
+
+/* The version of the library linked in, e.g. "0.1.0". */
+const char *attn_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Status and context                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef enum attn_status {
+    ATTN_OK = 0,
+    ATTN_ERR_NULL,      /* a required pointer was NULL                        */
+    ATTN_ERR_INVALID,   /* a value out of range (zero size, bad probability)  */
+    ATTN_ERR_SHAPE,     /* sizes that do not fit together                      */
+    ATTN_ERR_OVERFLOW,  /* a size whose product overflows size_t               */
+    ATTN_ERR_NO_MEMORY, /* an allocation failed                               */
+    ATTN_ERR_NOT_FOUND, /* no parameter, preset or module of that name        */
+    ATTN_ERR_IO,        /* a file could not be opened, read or written        */
+    ATTN_ERR_FORMAT     /* a file is not in the format it claims              */
+} attn_status;
+
+/* A short name for a status: "ATTN_ERR_SHAPE". Never NULL. */
+const char *attn_status_name(attn_status status);
+
+/*
+ * Called by modules for every intermediate tensor of a forward pass (when
+ * set), in the order they are computed: name ("queries", "attn_weights",
+ * ...), rank, shape, and the data in row-major order. Tracing makes modules
+ * keep their intermediates, so it is for inspection, not for speed.
+ */
+typedef void (*attn_trace_fn)(void *user, const char *module, const char *name,
+                              size_t ndim, const size_t *shape, const float *data);
+
+typedef struct attn_ctx_config {
+    size_t num_threads;  /* 0 or 1: single-threaded                        */
+    attn_trace_fn trace; /* optional                                       */
+    void *trace_user;    /* passed to trace                                */
+} attn_ctx_config;
+
+typedef struct attn_ctx attn_ctx;
+
+/* cfg may be NULL for the defaults. */
+attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out);
+void attn_ctx_free(attn_ctx *ctx);
+/* The message of the last failed call made through ctx ("" if none). */
+const char *attn_ctx_last_error(const attn_ctx *ctx);
+size_t attn_ctx_num_threads(const attn_ctx *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* PyTorch-compatible random numbers                                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * attn_rng reproduces PyTorch's CPU generator (mt19937): with the same seed
+ * and the same sequence of calls, rand, uniform and the nn.Linear init give
+ * bit-identical floats to torch.manual_seed + torch.rand / nn.Linear.
+ *
+ * Bernoulli draws (dropout masks) differ between PyTorch builds:
+ *   ATTN_BERNOULLI_MT19937   builds without MKL (Debian's python3-torch) and
+ *                            PyPI builds on non-Intel CPUs: per element a
+ *                            53-bit double from two mt19937 draws (the first
+ *                            is the high word); keep when u < 1 - p.
+ *   ATTN_BERNOULLI_MKL_MCG31 builds with MKL on Intel CPUs (the seeds'
+ *                            printed dropout example): one 32-bit mt19937
+ *                            draw seeds an MCG31m1 stream, element k keeps
+ *                            when its k-th uniform u < 1 - p (ICDF method).
+ */
+typedef enum attn_bernoulli_method {
+    ATTN_BERNOULLI_MT19937 = 0,
+    ATTN_BERNOULLI_MKL_MCG31 = 1
+} attn_bernoulli_method;
+
+typedef struct attn_rng attn_rng;
+
+attn_status attn_rng_new(attn_ctx *ctx, uint64_t seed, attn_rng **out);
+void attn_rng_free(attn_rng *rng);
+/* torch.manual_seed(seed) */
+attn_status attn_rng_manual_seed(attn_rng *rng, uint64_t seed);
+attn_status attn_rng_set_bernoulli_method(attn_rng *rng, attn_bernoulli_method method);
+/* The next raw 32-bit mt19937 output (the generator's random()). */
+attn_status attn_rng_next_u32(attn_rng *rng, uint32_t *out);
+/* torch.rand(n): uniform [0, 1), bit-identical. */
+attn_status attn_rng_rand(attn_rng *rng, float *out, size_t n);
+/* tensor.uniform_(from, to) on a float32 tensor of n elements, bit-identical. */
+attn_status attn_rng_uniform(attn_rng *rng, float *out, size_t n, double from, double to);
+/* torch.randn(n): standard normal. Same draws and Box-Muller order as
+ * PyTorch; values agree to a few float ulps (libm vs PyTorch's vector math). */
+attn_status attn_rng_randn(attn_rng *rng, float *out, size_t n);
+/* nn.Linear(in_features, out_features).reset_parameters(): weight
+ * (out_features, in_features) ~ U(-1/sqrt(in), 1/sqrt(in)) via
+ * kaiming_uniform_(a=sqrt(5)), then bias (out_features) if non-NULL. */
+attn_status attn_rng_linear_init(attn_rng *rng, float *weight, float *bias,
+                                 size_t out_features, size_t in_features);
+/* F.dropout(x, p, training=True) on n elements: y = x * mask / (1 - p).
+ * y may equal x. keep_mask (optional) receives 1 or 0 per element. */
+attn_status attn_rng_dropout(attn_rng *rng, const float *x, float *y, size_t n, double p,
+                             uint8_t *keep_mask);
+
+/* ------------------------------------------------------------------------ */
+/* Operations: the seeds' tensor steps as functions                          */
+/* ------------------------------------------------------------------------ */
+
+/* c (m, n) = a (m, k) @ b, where b is (k, n), or (n, k) when b_transposed. */
+attn_status attn_matmul(attn_ctx *ctx, const float *a, const float *b, float *c, size_t m,
+                        size_t k, size_t n, bool b_transposed);
+/* torch.softmax(x, dim=-1) over rows of length cols; y may equal x. */
+attn_status attn_softmax(attn_ctx *ctx, const float *x, float *y, size_t rows, size_t cols);
+/* y (rows, out) = x (rows, in) @ weight^T (+ bias); weight is (out, in). */
+attn_status attn_linear(attn_ctx *ctx, const float *x, const float *weight, const float *bias,
+                        float *y, size_t rows, size_t in_features, size_t out_features);
+/* scores (T, T) in place: masked_fill(triu(ones, diagonal=1), -inf). */
+attn_status attn_mask_causal_neg_inf(attn_ctx *ctx, float *scores, size_t tokens);
+/* weights (T, T) in place: multiply by tril(ones), divide rows by their sums. */
+attn_status attn_mask_causal_renormalize(attn_ctx *ctx, float *weights, size_t tokens);
+
+/* ------------------------------------------------------------------------ */
+/* Modules                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * How a causal module hides the future:
+ *   ATTN_MASK_NEG_INF      scores.masked_fill_(triu, -inf), then softmax (default)
+ *   ATTN_MASK_RENORMALIZE  softmax, multiply by tril, divide by row sums
+ *   ATTN_MASK_NONE         no mask (what seed 000's out-of-place masked_fill does)
+ */
+typedef enum attn_mask_method {
+    ATTN_MASK_NEG_INF = 0,
+    ATTN_MASK_RENORMALIZE = 1,
+    ATTN_MASK_NONE = 2
+} attn_mask_method;
+
+/* A parameter tensor of a module, named as in the PyTorch state_dict. */
+typedef struct attn_param {
+    const char *name;
+    float *data;
+    size_t ndim;
+    size_t shape[2];
+    size_t numel;
+} attn_param;
+
+/* Every module can be used through this generic view. */
+typedef struct attn_module attn_module;
+
+typedef enum attn_module_kind {
+    ATTN_MODULE_SIMPLE,      /* simplified self-attention, no weights     */
+    ATTN_MODULE_SA_V1,       /* SelfAttention_v1                          */
+    ATTN_MODULE_SA_V2,       /* SelfAttention_v2                          */
+    ATTN_MODULE_CAUSAL,      /* CausalAttention                           */
+    ATTN_MODULE_MHA_WRAPPER, /* MultiHeadAttentionWrapper                 */
+    ATTN_MODULE_MHA,         /* MultiHeadAttention                        */
+    ATTN_MODULE_GPT2         /* GPT-2 CausalSelfAttention (fused c_attn)  */
+} attn_module_kind;
+
+attn_module_kind attn_module_get_kind(const attn_module *m);
+/* The PyTorch class name: "MultiHeadAttention". */
+const char *attn_module_class_name(const attn_module *m);
+size_t attn_module_d_in(const attn_module *m);
+size_t attn_module_d_out(const attn_module *m);
+/* Number of parameter tensors, and the total number of scalars. */
+size_t attn_module_param_count(const attn_module *m);
+size_t attn_module_num_scalars(const attn_module *m);
+/* Parameters in state_dict order. */
+attn_status attn_module_param_at(attn_module *m, size_t index, attn_param *out);
+attn_status attn_module_param(attn_module *m, const char *name, attn_param *out);
+/* module.train() / module.eval(); modules start in training mode like
+ * PyTorch, which matters only where dropout > 0. */
+attn_status attn_module_set_training(attn_module *m, bool training);
+bool attn_module_training(const attn_module *m);
+/*
+ * y (B, T, d_out) = module(x (B, T, d_in)). rng supplies dropout draws and
+ * is needed only in training mode with dropout > 0 (else may be NULL).
+ */
+attn_status attn_module_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
+                                float *y, attn_rng *rng);
+void attn_module_free(attn_module *m);
+
+/*
+ * Scale: every weighted module takes an optional scale for the scores; 0
+ * means the seeds' default 1/sqrt(head_dim) (head_dim = d_out for the single
+ * head modules).
+ *
+ * Construction draws the weights from init_rng in the order the seeds' class
+ * constructors do, so torch.manual_seed(s); Module(...) and
+ * attn_rng_manual_seed(rng, s); attn_X_new(...) hold equal weights.
+ */
+
+/* 1. Simplified self-attention: context = softmax(x x^T) x, no weights. */
+typedef struct attn_simple_config {
+    size_t d_in;
+} attn_simple_config;
+typedef struct attn_simple attn_simple;
+attn_status attn_simple_new(attn_ctx *ctx, const attn_simple_config *cfg, attn_simple **out);
+/* y (B, T, d_in) */
+attn_status attn_simple_forward(attn_simple *m, const float *x, size_t batch, size_t tokens,
+                                float *y);
+/* The seeds' one-query steps for x (T, d_in) and query row q:
+ * scores (T) = x[q] . x[i], weights (T) = softmax(scores), context (d_in). */
+attn_status attn_simple_forward_query(attn_simple *m, const float *x, size_t tokens,
+                                      size_t query_index, float *scores, float *weights,
+                                      float *context);
+attn_module *attn_simple_module(attn_simple *m);
+void attn_simple_free(attn_simple *m);
+
+/* 2. SelfAttention_v1: W_query, W_key, W_value are (d_in, d_out), x @ W,
+ *    initialised with torch.rand. */
+typedef struct attn_sa_v1_config {
+    size_t d_in, d_out;
+    float scale;
+} attn_sa_v1_config;
+typedef struct attn_sa_v1 attn_sa_v1;
+attn_status attn_sa_v1_new(attn_ctx *ctx, const attn_sa_v1_config *cfg, attn_rng *init_rng,
+                           attn_sa_v1 **out);
+attn_status attn_sa_v1_forward(attn_sa_v1 *m, const float *x, size_t batch, size_t tokens,
+                               float *y);
+attn_module *attn_sa_v1_module(attn_sa_v1 *m);
+void attn_sa_v1_free(attn_sa_v1 *m);
+
+/* 3. SelfAttention_v2: nn.Linear projections (optional qkv_bias). */
+typedef struct attn_sa_v2_config {
+    size_t d_in, d_out;
+    bool qkv_bias;
+    float scale;
+} attn_sa_v2_config;
+typedef struct attn_sa_v2 attn_sa_v2;
+attn_status attn_sa_v2_new(attn_ctx *ctx, const attn_sa_v2_config *cfg, attn_rng *init_rng,
+                           attn_sa_v2 **out);
+attn_status attn_sa_v2_forward(attn_sa_v2 *m, const float *x, size_t batch, size_t tokens,
+                               float *y);
+attn_module *attn_sa_v2_module(attn_sa_v2 *m);
+void attn_sa_v2_free(attn_sa_v2 *m);
+
+/* 4. CausalAttention: causal mask and dropout on the attention weights. */
+typedef struct attn_causal_config {
+    size_t d_in, d_out, context_length;
+    double dropout; /* probability of dropping an attention weight */
+    bool qkv_bias;
+    float scale;
+    attn_mask_method mask;
+} attn_causal_config;
+typedef struct attn_causal attn_causal;
+attn_status attn_causal_new(attn_ctx *ctx, const attn_causal_config *cfg, attn_rng *init_rng,
+                            attn_causal **out);
+attn_status attn_causal_forward(attn_causal *m, const float *x, size_t batch, size_t tokens,
+                                float *y, attn_rng *dropout_rng);
+attn_module *attn_causal_module(attn_causal *m);
+void attn_causal_free(attn_causal *m);
+
+/* 5. MultiHeadAttentionWrapper: num_heads CausalAttention heads of width
+ *    d_out each, outputs concatenated to (B, T, num_heads * d_out). */
+typedef struct attn_mha_wrapper_config {
+    size_t d_in, d_out, context_length, num_heads;
+    double dropout;
+    bool qkv_bias;
+    float scale;
+    attn_mask_method mask;
+} attn_mha_wrapper_config;
+typedef struct attn_mha_wrapper attn_mha_wrapper;
+attn_status attn_mha_wrapper_new(attn_ctx *ctx, const attn_mha_wrapper_config *cfg,
+                                 attn_rng *init_rng, attn_mha_wrapper **out);
+attn_status attn_mha_wrapper_forward(attn_mha_wrapper *m, const float *x, size_t batch,
+                                     size_t tokens, float *y, attn_rng *dropout_rng);
+attn_module *attn_mha_wrapper_module(attn_mha_wrapper *m);
+void attn_mha_wrapper_free(attn_mha_wrapper *m);
+
+/* 6. MultiHeadAttention: one projection split into num_heads heads of
+ *    head_dim = d_out / num_heads, then out_proj (with bias). */
+typedef struct attn_mha_config {
+    size_t d_in, d_out, context_length, num_heads;
+    double dropout;
+    bool qkv_bias;
+    float scale;
+    attn_mask_method mask;
+} attn_mha_config;
+typedef struct attn_mha attn_mha;
+attn_status attn_mha_new(attn_ctx *ctx, const attn_mha_config *cfg, attn_rng *init_rng,
+                         attn_mha **out);
+attn_status attn_mha_forward(attn_mha *m, const float *x, size_t batch, size_t tokens,
+                             float *y, attn_rng *dropout_rng);
+attn_module *attn_mha_module(attn_mha *m);
+void attn_mha_free(attn_mha *m);
+
+/* 7. GPT-2 CausalSelfAttention: c_attn (3C, C) with bias gives q, k, v;
+ *    c_proj (C, C) with bias. Parameter names as in GPT-2 checkpoints
+ *    (c_attn.weight, c_attn.bias, c_proj.weight, c_proj.bias), stored in
+ *    nn.Linear layout (out, in); Hugging Face's Conv1D stores the transpose.
+ *    dropout, when > 0, is applied to the attention weights and to the
+ *    output, as GPT-2's attn_pdrop and resid_pdrop (the seed has none). */
+typedef struct attn_gpt2_config {
+    size_t n_embd, n_head, block_size;
+    double dropout;
+    float scale;
+} attn_gpt2_config;
+typedef struct attn_gpt2 attn_gpt2;
+attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *init_rng,
+                          attn_gpt2 **out);
+attn_status attn_gpt2_forward(attn_gpt2 *m, const float *x, size_t batch, size_t tokens,
+                              float *y, attn_rng *dropout_rng);
+attn_module *attn_gpt2_module(attn_gpt2 *m);
+void attn_gpt2_free(attn_gpt2 *m);
+
+/* ------------------------------------------------------------------------ */
+/* GPT-2 presets and parameter counting                                      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct attn_gpt2_preset {
+    const char *name; /* "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl" */
+    size_t vocab_size, context_length, n_embd, n_head, n_layer;
+    double dropout;
+    bool qkv_bias; /* true: GPT-2's c_attn has a bias */
+} attn_gpt2_preset;
+
+size_t attn_gpt2_preset_count(void);
+attn_status attn_gpt2_preset_at(size_t index, attn_gpt2_preset *out);
+/* By name; "small" and "gpt2-small" both work. */
+attn_status attn_gpt2_preset_find(attn_ctx *ctx, const char *name, attn_gpt2_preset *out);
+/* Scalars in a whole GPT-2 model of this preset (tied token embedding and
+ * output head, as in the released checkpoints): 124,439,808 for small. */
+attn_status attn_gpt2_preset_model_params(attn_ctx *ctx, const attn_gpt2_preset *preset,
+                                          size_t *out);
+
+/* ------------------------------------------------------------------------ */
+/* NumPy .npy files (float32, C order)                                       */
+/* ------------------------------------------------------------------------ */
+
+#define ATTN_NPY_MAX_DIMS 8
+
+typedef struct attn_npy {
+    size_t ndim;
+    size_t shape[ATTN_NPY_MAX_DIMS];
+    size_t numel;
+    float *data; /* owned: release with attn_npy_free */
+} attn_npy;
+
+/* Reads a little- or big-endian float32 (or float64, converted) array. */
+attn_status attn_npy_read(attn_ctx *ctx, const char *path, attn_npy *out);
+/* Parses an in-memory .npy image (for fuzzing and embedded use). */
+attn_status attn_npy_parse(attn_ctx *ctx, const void *bytes, size_t size, attn_npy *out);
+attn_status attn_npy_write(attn_ctx *ctx, const char *path, const float *data, size_t ndim,
+                           const size_t *shape);
+void attn_npy_free(attn_npy *npy);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTN_H */

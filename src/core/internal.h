@@ -1,0 +1,53 @@
+/*
+ * internal.h — what every part of the library shares and users never see:
+ * the context, error reporting and checked size arithmetic.
+ */
+#ifndef ATTN_INTERNAL_H
+#define ATTN_INTERNAL_H
+
+#include "attn.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#define ATTN_ERROR_CAPACITY 512
+
+struct attn_ctx {
+    size_t num_threads;
+    attn_trace_fn trace;
+    void *trace_user;
+    char error[ATTN_ERROR_CAPACITY];
+};
+
+/* Records a formatted message in ctx (if any) and returns status, so that
+ * failures read: return attn_fail(ctx, ATTN_ERR_SHAPE, "x (%zu) ...", n); */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+attn_status attn_fail(attn_ctx *ctx, attn_status status, const char *fmt, ...);
+
+/* Clears the last error; called at the start of public entry points. */
+void attn_clear_error(attn_ctx *ctx);
+
+/* a * b, or false when the product overflows size_t. */
+static inline bool attn_mul_size(size_t a, size_t b, size_t *out) {
+    if (a != 0 && b > (size_t)-1 / a) return false;
+    *out = a * b;
+    return true;
+}
+
+/* a * b * c, or false on overflow. */
+static inline bool attn_mul3_size(size_t a, size_t b, size_t c, size_t *out) {
+    size_t ab;
+    return attn_mul_size(a, b, &ab) && attn_mul_size(ab, c, out);
+}
+
+/* Allocation of n floats (zeroed), NULL on overflow or failure. */
+float *attn_alloc_floats(size_t n);
+
+/* Reports an intermediate tensor to the ctx's trace hook, if one is set. */
+void attn_trace(attn_ctx *ctx, const char *module, const char *name, size_t ndim,
+                const size_t *shape, const float *data);
+
+#endif /* ATTN_INTERNAL_H */

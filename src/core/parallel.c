@@ -1,0 +1,46 @@
+/* parallel.c — attn_parallel_for on POSIX threads. */
+#include "parallel.h"
+
+#include <pthread.h>
+
+#define ATTN_PARALLEL_MAX 64
+
+typedef struct range_job {
+    attn_range_fn body;
+    void *arg;
+    size_t begin, end;
+} range_job;
+
+static void *run_range(void *p) {
+    range_job *job = p;
+    job->body(job->arg, job->begin, job->end);
+    return NULL;
+}
+
+void attn_parallel_for(size_t num_threads, size_t n, size_t min_per_thread, attn_range_fn body,
+                       void *arg) {
+    if (n == 0) return;
+    size_t parts = num_threads > ATTN_PARALLEL_MAX ? ATTN_PARALLEL_MAX : num_threads;
+    if (min_per_thread == 0) min_per_thread = 1;
+    if (parts > n / min_per_thread) parts = n / min_per_thread;
+    if (parts <= 1) {
+        body(arg, 0, n);
+        return;
+    }
+    range_job jobs[ATTN_PARALLEL_MAX];
+    pthread_t threads[ATTN_PARALLEL_MAX];
+    int started[ATTN_PARALLEL_MAX] = {0};
+    for (size_t i = 0; i < parts; i++) {
+        jobs[i] = (range_job){body, arg, n * i / parts, n * (i + 1) / parts};
+    }
+    for (size_t i = 1; i < parts; i++)
+        started[i] = pthread_create(&threads[i], NULL, run_range, &jobs[i]) == 0;
+    run_range(&jobs[0]);
+    /* A range whose thread did not start runs here, so the work is done. */
+    for (size_t i = 1; i < parts; i++) {
+        if (started[i])
+            pthread_join(threads[i], NULL);
+        else
+            run_range(&jobs[i]);
+    }
+}

@@ -1,0 +1,84 @@
+/*
+ * causal.c — CausalAttention (seeds, section 3.5): SelfAttention_v2 plus a
+ * causal mask for T <= context_length and dropout on the attention weights.
+ *   queries, keys, values (B, T, d_out) = W_*(x)
+ *   attn_scores  (B, T, T) = queries @ keys^T, future masked
+ *   attn_weights (B, T, T) = dropout(softmax(attn_scores * scale))
+ *   context      (B, T, d_out) = attn_weights @ values
+ */
+#include "modules/module.h"
+
+#include <stdlib.h>
+
+struct attn_causal {
+    attn_module base;
+    attn_causal_config cfg;
+    float scale;
+};
+
+static attn_status causal_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
+                                  float *y, attn_rng *rng) {
+    attn_causal *ca = (attn_causal *)m;
+    double p = m->training ? ca->cfg.dropout : 0.0;
+    attn_status st = attn_check_forward(m, x, batch, tokens, y, ca->cfg.context_length,
+                                        attn_max_size(m->d_in, 3 * m->d_out), p > 0.0, rng);
+    if (st != ATTN_OK) return st;
+    attn_qkv_weights w = attn_qkv_linear_weights(m, 0, ca->cfg.qkv_bias);
+    attn_head_spec spec = {.d_out = m->d_out, .scale = ca->scale, .causal = true,
+                           .mask = ca->cfg.mask, .dropout_p = p};
+    st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, y, m->d_out, rng);
+    if (st == ATTN_OK) attn_trace_btc(m, "context_vec", batch, tokens, m->d_out, y);
+    return st;
+}
+
+static const attn_module_ops causal_ops = {ATTN_MODULE_CAUSAL, "CausalAttention", causal_forward};
+
+attn_status attn_check_causal_config(attn_ctx *ctx, const char *name, size_t d_in, size_t d_out,
+                                     size_t context_length, double dropout, float scale,
+                                     attn_mask_method mask) {
+    attn_status st;
+    if ((st = attn_check_width(ctx, name, "d_in", d_in)) != ATTN_OK ||
+        (st = attn_check_width(ctx, name, "d_out", d_out)) != ATTN_OK ||
+        (st = attn_check_width(ctx, name, "context_length", context_length)) != ATTN_OK ||
+        (st = attn_check_dropout(ctx, name, dropout)) != ATTN_OK ||
+        (st = attn_check_scale(ctx, name, scale)) != ATTN_OK ||
+        (st = attn_check_mask(ctx, name, mask)) != ATTN_OK)
+        return st;
+    return ATTN_OK;
+}
+
+attn_status attn_causal_new(attn_ctx *ctx, const attn_causal_config *cfg, attn_rng *init_rng,
+                            attn_causal **out) {
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (!cfg || !init_rng || !out)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_causal_new: %s is NULL",
+                         !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
+    *out = NULL;
+    attn_status st = attn_check_causal_config(ctx, "CausalAttention", cfg->d_in, cfg->d_out,
+                                              cfg->context_length, cfg->dropout, cfg->scale,
+                                              cfg->mask);
+    if (st != ATTN_OK) return st;
+    attn_causal *m = calloc(1, sizeof *m);
+    if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_causal_new: out of memory");
+    attn_module_init(&m->base, &causal_ops, ctx, cfg->d_in, cfg->d_out);
+    m->cfg = *cfg;
+    m->scale = attn_default_scale(cfg->scale, cfg->d_out);
+    if ((st = attn_qkv_declare(&m->base, "", cfg->d_in, cfg->d_out, cfg->qkv_bias)) != ATTN_OK ||
+        (st = attn_module_alloc(&m->base)) != ATTN_OK) {
+        attn_module_free(&m->base);
+        return st;
+    }
+    attn_qkv_init(&m->base, 0, cfg->d_in, cfg->d_out, cfg->qkv_bias, init_rng);
+    *out = m;
+    return ATTN_OK;
+}
+
+attn_status attn_causal_forward(attn_causal *m, const float *x, size_t batch, size_t tokens,
+                                float *y, attn_rng *dropout_rng) {
+    if (!m) return ATTN_ERR_NULL;
+    return causal_forward(&m->base, x, batch, tokens, y, dropout_rng);
+}
+
+attn_module *attn_causal_module(attn_causal *m) { return m ? &m->base : NULL; }
+void attn_causal_free(attn_causal *m) { attn_module_free(attn_causal_module(m)); }

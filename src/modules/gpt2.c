@@ -1,0 +1,117 @@
+/*
+ * gpt2.c — GPT-2's CausalSelfAttention (seed 004): one fused projection.
+ *   qkv (B, T, 3C) = c_attn(x); q, k, v = qkv.split(C, dim=2)
+ *     each viewed as (B, T, nh, hs), transposed to (B, nh, T, hs)
+ *   att (B, nh, T, T) = attn_dropout(softmax(mask(q k^T * hs^-0.5)))
+ *   y   (B, nh, T, hs) = att @ v, back to (B, T, C)
+ *   out (B, T, C) = resid_dropout(c_proj(y))
+ * The seed has no dropout; with dropout > 0 both GPT-2 dropouts apply.
+ */
+#include "modules/module.h"
+
+#include <stdlib.h>
+
+enum { C_ATTN_WEIGHT, C_ATTN_BIAS, C_PROJ_WEIGHT, C_PROJ_BIAS };
+
+struct attn_gpt2 {
+    attn_module base;
+    attn_gpt2_config cfg;
+    size_t head_dim;
+    float scale;
+};
+
+static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
+                                float *y, attn_rng *rng) {
+    attn_gpt2 *g = (attn_gpt2 *)m;
+    double p = m->training ? g->cfg.dropout : 0.0;
+    size_t C = g->cfg.n_embd, nh = g->cfg.n_head, rows = batch * tokens;
+    attn_status st = attn_check_forward(m, x, batch, tokens, y, g->cfg.block_size, 4 * C, p > 0.0,
+                                        rng);
+    if (st != ATTN_OK) return st;
+    float *buf = attn_scratch(m, 4 * rows * C, &st);
+    if (!buf) return st;
+    float *qkv = buf, *context = buf + 3 * rows * C;
+
+    attn_ref_linear(m->ctx->num_threads, x, attn_module_data(m, C_ATTN_WEIGHT),
+                    attn_module_data(m, C_ATTN_BIAS), qkv, rows, C, 3 * C);
+    attn_trace_btc(m, "qkv = c_attn(x)", batch, tokens, 3 * C, qkv);
+    size_t split[4] = {batch, nh, tokens, g->head_dim};
+    attn_trace(m->ctx, m->ops->class_name, "q, k, v (split, view, transpose)", 4, split, NULL);
+
+    /* q, k, v are column blocks of qkv: (b, t, h, d) at b*T*3C + t*3C + {0,C,2C} + h*hs + d. */
+    attn_sdpa_args args = {
+        .batch = batch, .heads = nh, .tokens = tokens, .head_dim = g->head_dim,
+        .q = qkv, .k = qkv + C, .v = qkv + 2 * C,
+        .b_stride = tokens * 3 * C, .t_stride = 3 * C, .h_stride = g->head_dim,
+        .out = context, .out_b_stride = tokens * C, .out_t_stride = C, .out_h_stride = g->head_dim,
+        .scale = g->scale, .causal = true, .mask = ATTN_MASK_NEG_INF,
+    };
+    attn_dropout_stream attn_dropout;
+    if (p > 0.0) attn_dropout_stream_begin(&attn_dropout, rng, p, batch * nh * tokens * tokens);
+    st = attn_run_sdpa(m, &args, p > 0.0 ? &attn_dropout : NULL);
+    if (st == ATTN_OK) {
+        attn_trace_btc(m, "y (heads joined)", batch, tokens, C, context);
+        attn_ref_linear(m->ctx->num_threads, context, attn_module_data(m, C_PROJ_WEIGHT),
+                        attn_module_data(m, C_PROJ_BIAS), y, rows, C, C);
+        if (p > 0.0) {
+            attn_dropout_stream resid_dropout;
+            attn_dropout_stream_begin(&resid_dropout, rng, p, rows * C);
+            attn_dropout_stream_apply(&resid_dropout, y, y, rows * C, NULL);
+        }
+        attn_trace_btc(m, "c_proj(y)", batch, tokens, C, y);
+    }
+    free(buf);
+    return st;
+}
+
+static const attn_module_ops gpt2_ops = {ATTN_MODULE_GPT2, "CausalSelfAttention", gpt2_forward};
+
+attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *init_rng,
+                          attn_gpt2 **out) {
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (!cfg || !init_rng || !out)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_gpt2_new: %s is NULL",
+                         !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
+    *out = NULL;
+    const char *name = "CausalSelfAttention";
+    attn_status st;
+    if ((st = attn_check_width(ctx, name, "n_embd", cfg->n_embd)) != ATTN_OK ||
+        (st = attn_check_width(ctx, name, "block_size", cfg->block_size)) != ATTN_OK ||
+        (st = attn_check_dropout(ctx, name, cfg->dropout)) != ATTN_OK ||
+        (st = attn_check_scale(ctx, name, cfg->scale)) != ATTN_OK)
+        return st;
+    if (cfg->n_head == 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: n_head must be positive, got 0", name);
+    if (cfg->n_embd % cfg->n_head != 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: n_embd (%zu) must be divisible by n_head (%zu)",
+                         name, cfg->n_embd, cfg->n_head);
+    if (cfg->n_embd > (size_t)-1 / 16)
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: n_embd (%zu) is too large", name, cfg->n_embd);
+    attn_gpt2 *m = calloc(1, sizeof *m);
+    if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_gpt2_new: out of memory");
+    attn_module_init(&m->base, &gpt2_ops, ctx, cfg->n_embd, cfg->n_embd);
+    m->cfg = *cfg;
+    m->head_dim = cfg->n_embd / cfg->n_head;
+    m->scale = attn_default_scale(cfg->scale, m->head_dim);
+    size_t C = cfg->n_embd;
+    if ((st = attn_module_declare_linear(&m->base, "c_attn", C, 3 * C, true)) != ATTN_OK ||
+        (st = attn_module_declare_linear(&m->base, "c_proj", C, C, true)) != ATTN_OK ||
+        (st = attn_module_alloc(&m->base)) != ATTN_OK) {
+        attn_module_free(&m->base);
+        return st;
+    }
+    size_t index = attn_module_init_linear(&m->base, init_rng, C_ATTN_WEIGHT, true, C, 3 * C);
+    attn_module_init_linear(&m->base, init_rng, index, true, C, C);
+    *out = m;
+    return ATTN_OK;
+}
+
+attn_status attn_gpt2_forward(attn_gpt2 *m, const float *x, size_t batch, size_t tokens,
+                              float *y, attn_rng *dropout_rng) {
+    if (!m) return ATTN_ERR_NULL;
+    return gpt2_forward(&m->base, x, batch, tokens, y, dropout_rng);
+}
+
+attn_module *attn_gpt2_module(attn_gpt2 *m) { return m ? &m->base : NULL; }
+void attn_gpt2_free(attn_gpt2 *m) { attn_module_free(attn_gpt2_module(m)); }

@@ -1,0 +1,312 @@
+/* module.c — the generic attn_module: parameters by name, training mode,
+ * dispatch, and the checks every variant shares. */
+#include "modules/module.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void attn_module_init(attn_module *m, const attn_module_ops *ops, attn_ctx *ctx, size_t d_in,
+                      size_t d_out) {
+    memset(m, 0, sizeof *m);
+    m->ops = ops;
+    m->ctx = ctx;
+    m->d_in = d_in;
+    m->d_out = d_out;
+    m->training = true; /* nn.Module starts in training mode */
+}
+
+attn_status attn_module_declare(attn_module *m, size_t ndim, const size_t shape[2],
+                                const char *name_fmt, ...) {
+    if (m->num_params == m->capacity) {
+        size_t capacity = m->capacity ? 2 * m->capacity : 8;
+        attn_param_slot *grown = realloc(m->params, capacity * sizeof *grown);
+        if (!grown) return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "out of memory for parameters");
+        m->params = grown;
+        m->capacity = capacity;
+    }
+    attn_param_slot *slot = &m->params[m->num_params];
+    memset(slot, 0, sizeof *slot);
+    va_list args;
+    va_start(args, name_fmt);
+    vsnprintf(slot->name, sizeof slot->name, name_fmt, args);
+    va_end(args);
+    slot->ndim = ndim;
+    slot->shape[0] = shape[0];
+    slot->shape[1] = ndim == 2 ? shape[1] : 0;
+    size_t numel = shape[0];
+    if (ndim == 2 && !attn_mul_size(shape[0], shape[1], &numel))
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW, "%s: %s (%zu x %zu) overflows size_t",
+                         m->ops->class_name, slot->name, shape[0], shape[1]);
+    if (m->num_scalars > (size_t)-1 - numel)
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW, "%s: parameter count overflows size_t",
+                         m->ops->class_name);
+    slot->numel = numel;
+    slot->offset = m->num_scalars;
+    m->num_scalars += numel;
+    m->num_params++;
+    return ATTN_OK;
+}
+
+attn_status attn_module_declare_linear(attn_module *m, const char *prefix, size_t in, size_t out,
+                                       bool bias) {
+    attn_status st = attn_module_declare(m, 2, (size_t[2]){out, in}, "%s.weight", prefix);
+    if (st == ATTN_OK && bias) st = attn_module_declare(m, 1, (size_t[2]){out, 0}, "%s.bias", prefix);
+    return st;
+}
+
+attn_status attn_module_alloc(attn_module *m) {
+    m->storage = attn_alloc_floats(m->num_scalars);
+    if (!m->storage)
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu parameters",
+                         m->ops->class_name, m->num_scalars);
+    return ATTN_OK;
+}
+
+float *attn_module_data(attn_module *m, size_t index) {
+    return m->storage + m->params[index].offset;
+}
+
+size_t attn_module_init_linear(attn_module *m, attn_rng *rng, size_t weight_index, bool bias,
+                               size_t in, size_t out) {
+    float *w = attn_module_data(m, weight_index);
+    float *b = bias ? attn_module_data(m, weight_index + 1) : NULL;
+    attn_rng_linear_init(rng, w, b, out, in);
+    return weight_index + (bias ? 2 : 1);
+}
+
+void attn_module_release(attn_module *m) {
+    free(m->params);
+    free(m->storage);
+    m->params = NULL;
+    m->storage = NULL;
+}
+
+/* ---- the generic view ---------------------------------------------------- */
+
+attn_module_kind attn_module_get_kind(const attn_module *m) {
+    return m ? m->ops->kind : ATTN_MODULE_SIMPLE;
+}
+const char *attn_module_class_name(const attn_module *m) { return m ? m->ops->class_name : ""; }
+size_t attn_module_d_in(const attn_module *m) { return m ? m->d_in : 0; }
+size_t attn_module_d_out(const attn_module *m) { return m ? m->d_out : 0; }
+size_t attn_module_param_count(const attn_module *m) { return m ? m->num_params : 0; }
+size_t attn_module_num_scalars(const attn_module *m) { return m ? m->num_scalars : 0; }
+bool attn_module_training(const attn_module *m) { return m && m->training; }
+
+static void fill_param(attn_module *m, size_t index, attn_param *out) {
+    const attn_param_slot *slot = &m->params[index];
+    *out = (attn_param){.name = slot->name,
+                        .data = attn_module_data(m, index),
+                        .ndim = slot->ndim,
+                        .shape = {slot->shape[0], slot->shape[1]},
+                        .numel = slot->numel};
+}
+
+attn_status attn_module_param_at(attn_module *m, size_t index, attn_param *out) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (!out) return attn_fail(m->ctx, ATTN_ERR_NULL, "attn_module_param_at: out is NULL");
+    if (index >= m->num_params)
+        return attn_fail(m->ctx, ATTN_ERR_NOT_FOUND, "%s has %zu parameters; index %zu is out of range",
+                         m->ops->class_name, m->num_params, index);
+    fill_param(m, index, out);
+    return ATTN_OK;
+}
+
+attn_status attn_module_param(attn_module *m, const char *name, attn_param *out) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (!name || !out)
+        return attn_fail(m->ctx, ATTN_ERR_NULL, "attn_module_param: %s is NULL",
+                         !name ? "name" : "out");
+    for (size_t i = 0; i < m->num_params; i++) {
+        if (strcmp(m->params[i].name, name) == 0) {
+            fill_param(m, i, out);
+            return ATTN_OK;
+        }
+    }
+    return attn_fail(m->ctx, ATTN_ERR_NOT_FOUND, "%s has no parameter named '%s'",
+                     m->ops->class_name, name);
+}
+
+attn_status attn_module_set_training(attn_module *m, bool training) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    m->training = training;
+    return ATTN_OK;
+}
+
+attn_status attn_module_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
+                                float *y, attn_rng *rng) {
+    if (!m) return ATTN_ERR_NULL;
+    return m->ops->forward(m, x, batch, tokens, y, rng);
+}
+
+void attn_module_free(attn_module *m) {
+    if (!m) return;
+    attn_module_release(m);
+    free(m); /* the base is the first member of every variant */
+}
+
+/* ---- shared checks --------------------------------------------------------- */
+
+attn_status attn_check_width(attn_ctx *ctx, const char *module, const char *name, size_t value) {
+    if (value == 0) return attn_fail(ctx, ATTN_ERR_INVALID, "%s: %s must be positive, got 0", module, name);
+    return ATTN_OK;
+}
+
+attn_status attn_check_dropout(attn_ctx *ctx, const char *module, double p) {
+    if (!(p >= 0.0 && p <= 1.0))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: dropout (%g) must be in [0, 1]", module, p);
+    return ATTN_OK;
+}
+
+attn_status attn_check_scale(attn_ctx *ctx, const char *module, float scale) {
+    if (!isfinite(scale))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: scale (%g) must be finite", module,
+                         (double)scale);
+    return ATTN_OK;
+}
+
+attn_status attn_check_mask(attn_ctx *ctx, const char *module, attn_mask_method mask) {
+    if (mask != ATTN_MASK_NEG_INF && mask != ATTN_MASK_RENORMALIZE && mask != ATTN_MASK_NONE)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: unknown mask method %d", module, (int)mask);
+    return ATTN_OK;
+}
+
+attn_status attn_check_heads(attn_ctx *ctx, const char *module, size_t d_out, size_t num_heads) {
+    if (num_heads == 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: num_heads must be positive, got 0", module);
+    if (d_out % num_heads != 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: d_out (%zu) must be divisible by num_heads (%zu)",
+                         module, d_out, num_heads);
+    return ATTN_OK;
+}
+
+float attn_default_scale(float cfg_scale, size_t head_dim) {
+    return cfg_scale != 0.0f ? cfg_scale : (float)(1.0 / sqrt((double)head_dim));
+}
+
+attn_status attn_check_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
+                               const float *y, size_t context_length, size_t max_width,
+                               bool needs_rng, const attn_rng *rng) {
+    attn_clear_error(m->ctx);
+    const char *name = m->ops->class_name;
+    if (!x || !y)
+        return attn_fail(m->ctx, ATTN_ERR_NULL, "%s forward: %s is NULL", name, !x ? "x" : "y");
+    if (batch == 0 || tokens == 0)
+        return attn_fail(m->ctx, ATTN_ERR_SHAPE, "%s forward: batch (%zu) and tokens (%zu) must be positive",
+                         name, batch, tokens);
+    if (context_length && tokens > context_length)
+        return attn_fail(m->ctx, ATTN_ERR_SHAPE,
+                         "%s forward: sequence length (%zu) exceeds context_length (%zu)", name,
+                         tokens, context_length);
+    size_t n;
+    if (!attn_mul3_size(batch, tokens, max_width, &n) || !attn_mul3_size(batch, tokens, tokens, &n) ||
+        n > (size_t)-1 / sizeof(float))
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
+                         "%s forward: batch (%zu) x tokens (%zu) x width (%zu) overflows size_t",
+                         name, batch, tokens, max_width);
+    if (needs_rng && !rng)
+        return attn_fail(m->ctx, ATTN_ERR_NULL,
+                         "%s forward: training mode with dropout needs an rng (or set eval mode)",
+                         name);
+    return ATTN_OK;
+}
+
+float *attn_scratch(attn_module *m, size_t n, attn_status *status) {
+    float *p = attn_alloc_floats(n);
+    *status = p ? ATTN_OK
+                : attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s forward: cannot allocate %zu floats",
+                            m->ops->class_name, n);
+    return p;
+}
+
+attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_stream *dropout) {
+    size_t T = args->tokens;
+    attn_status st;
+    float *scratch = attn_scratch(m, T * T, &st);
+    if (!scratch) return st;
+    args->dropout = dropout;
+    float *traces = NULL;
+    size_t bhtt = args->batch * args->heads * T * T;
+    if (m->ctx->trace) {
+        traces = attn_scratch(m, 3 * bhtt, &st);
+        if (!traces) {
+            free(scratch);
+            return st;
+        }
+        args->trace_scores = traces;
+        args->trace_weights = traces + bhtt;
+        args->trace_dropped = dropout ? traces + 2 * bhtt : NULL;
+    }
+    attn_ref_sdpa(args, scratch);
+    if (traces) {
+        const char *name = m->ops->class_name;
+        size_t shape[4] = {args->batch, args->heads, T, T};
+        attn_trace(m->ctx, name, "attn_scores", 4, shape, args->trace_scores);
+        attn_trace(m->ctx, name, "attn_weights", 4, shape, args->trace_weights);
+        if (dropout) attn_trace(m->ctx, name, "attn_weights (dropout)", 4, shape, args->trace_dropped);
+    }
+    free(traces);
+    free(scratch);
+    return ATTN_OK;
+}
+
+void attn_trace_btc(attn_module *m, const char *name, size_t batch, size_t tokens, size_t width,
+                    const float *data) {
+    size_t shape[3] = {batch, tokens, width};
+    attn_trace(m->ctx, m->ops->class_name, name, 3, shape, data);
+}
+
+void attn_project_qkv(attn_module *m, const attn_qkv_weights *w, const float *x, size_t batch,
+                      size_t tokens, size_t d_out, float *q, float *k, float *v) {
+    size_t rows = batch * tokens, d_in = m->d_in, threads = m->ctx->num_threads;
+    if (w->linear) {
+        attn_ref_linear(threads, x, w->wq, w->bq, q, rows, d_in, d_out);
+        attn_ref_linear(threads, x, w->wk, w->bk, k, rows, d_in, d_out);
+        attn_ref_linear(threads, x, w->wv, w->bv, v, rows, d_in, d_out);
+    } else {
+        attn_ref_matmul(threads, x, w->wq, q, rows, d_in, d_out, false);
+        attn_ref_matmul(threads, x, w->wk, k, rows, d_in, d_out, false);
+        attn_ref_matmul(threads, x, w->wv, v, rows, d_in, d_out, false);
+    }
+    attn_trace_btc(m, "queries", batch, tokens, d_out, q);
+    attn_trace_btc(m, "keys", batch, tokens, d_out, k);
+    attn_trace_btc(m, "values", batch, tokens, d_out, v);
+}
+
+attn_status attn_qkv_declare(attn_module *m, const char *prefix, size_t d_in, size_t d_out,
+                             bool bias) {
+    static const char *const names[3] = {"W_query", "W_key", "W_value"};
+    char full[ATTN_PARAM_NAME_MAX];
+    for (int i = 0; i < 3; i++) {
+        snprintf(full, sizeof full, "%s%s", prefix, names[i]);
+        attn_status st = attn_module_declare_linear(m, full, d_in, d_out, bias);
+        if (st != ATTN_OK) return st;
+    }
+    return ATTN_OK;
+}
+
+size_t attn_qkv_init(attn_module *m, size_t first, size_t d_in, size_t d_out, bool bias,
+                     attn_rng *rng) {
+    size_t index = first;
+    for (int i = 0; i < 3; i++) index = attn_module_init_linear(m, rng, index, bias, d_in, d_out);
+    return index;
+}
+
+attn_qkv_weights attn_qkv_linear_weights(attn_module *m, size_t first, bool bias) {
+    size_t stride = bias ? 2 : 1;
+    attn_qkv_weights w = {.linear = true};
+    w.wq = attn_module_data(m, first);
+    w.wk = attn_module_data(m, first + stride);
+    w.wv = attn_module_data(m, first + 2 * stride);
+    if (bias) {
+        w.bq = attn_module_data(m, first + 1);
+        w.bk = attn_module_data(m, first + stride + 1);
+        w.bv = attn_module_data(m, first + 2 * stride + 1);
+    }
+    return w;
+}

@@ -1,0 +1,137 @@
+/*
+ * module.h — what every module shares: the generic attn_module (kind,
+ * sizes, training flag, parameters in state_dict order, one allocation for
+ * all weights) and the checks and attention core the variants have in
+ * common. Each variant file embeds an attn_module as its first member.
+ */
+#ifndef ATTN_MODULE_H
+#define ATTN_MODULE_H
+
+#include "internal.h"
+#include "kernels/kernels.h"
+#include "rng/dropout.h"
+
+#define ATTN_PARAM_NAME_MAX 64
+
+typedef struct attn_module_ops {
+    attn_module_kind kind;
+    const char *class_name;
+    attn_status (*forward)(attn_module *m, const float *x, size_t batch, size_t tokens,
+                           float *y, attn_rng *rng);
+} attn_module_ops;
+
+typedef struct attn_param_slot {
+    char name[ATTN_PARAM_NAME_MAX];
+    size_t ndim;
+    size_t shape[2];
+    size_t numel;
+    size_t offset; /* into storage */
+} attn_param_slot;
+
+struct attn_module {
+    const attn_module_ops *ops;
+    attn_ctx *ctx;
+    size_t d_in, d_out;
+    bool training;
+    size_t num_params, capacity;
+    attn_param_slot *params;
+    size_t num_scalars;
+    float *storage; /* every parameter, in state_dict order */
+};
+
+/* Sets up the base; free it with attn_module_release. */
+void attn_module_init(attn_module *m, const attn_module_ops *ops, attn_ctx *ctx, size_t d_in,
+                      size_t d_out);
+/* Declares a parameter; shape[1] is ignored for ndim 1. Call before
+ * attn_module_alloc. The name is printf-formatted. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 4, 5)))
+#endif
+attn_status attn_module_declare(attn_module *m, size_t ndim, const size_t shape[2],
+                                const char *name_fmt, ...);
+/* Allocates storage for every declared parameter (zeroed). */
+attn_status attn_module_alloc(attn_module *m);
+/* The data of parameter i. */
+float *attn_module_data(attn_module *m, size_t index);
+/* Frees what the base owns (not the module struct itself). */
+void attn_module_release(attn_module *m);
+
+/* Declares an nn.Linear prefix.weight (out, in) and optional prefix.bias. */
+attn_status attn_module_declare_linear(attn_module *m, const char *prefix, size_t in, size_t out,
+                                       bool bias);
+/* nn.Linear init of the linear whose weight is parameter index (bias, if
+ * any, follows it); returns the index after it. */
+size_t attn_module_init_linear(attn_module *m, attn_rng *rng, size_t weight_index, bool bias,
+                               size_t in, size_t out);
+
+static inline size_t attn_max_size(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Config checks shared by the variants; each names the offending values. */
+attn_status attn_check_width(attn_ctx *ctx, const char *module, const char *name, size_t value);
+attn_status attn_check_dropout(attn_ctx *ctx, const char *module, double p);
+attn_status attn_check_scale(attn_ctx *ctx, const char *module, float scale);
+attn_status attn_check_mask(attn_ctx *ctx, const char *module, attn_mask_method mask);
+attn_status attn_check_heads(attn_ctx *ctx, const char *module, size_t d_out, size_t num_heads);
+/* The checks of CausalAttention's config, shared by the wrapper. */
+attn_status attn_check_causal_config(attn_ctx *ctx, const char *name, size_t d_in, size_t d_out,
+                                     size_t context_length, double dropout, float scale,
+                                     attn_mask_method mask);
+/* The score scale: cfg_scale, or 1/sqrt(head_dim) when it is 0. */
+float attn_default_scale(float cfg_scale, size_t head_dim);
+
+/* Forward-call checks: NULLs, batch and tokens >= 1, tokens <= context
+ * (context 0: unlimited), sizes that fit size_t for widths up to max_width,
+ * and an rng when dropout will draw. */
+attn_status attn_check_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
+                               const float *y, size_t context_length, size_t max_width,
+                               bool needs_rng, const attn_rng *rng);
+
+/* Scratch for one forward: n floats, freed with attn_scratch_free. */
+float *attn_scratch(attn_module *m, size_t n, attn_status *status);
+
+/* Runs the attention core for (B, H) heads and reports its trace. dropout
+ * is NULL when no dropout applies. */
+attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_stream *dropout);
+
+/* The three projections of x (rows, d_in) into q, k, v, each (rows, d_out):
+ * x @ W for SelfAttention_v1 weights (d_in, d_out) when linear is false,
+ * nn.Linear (weight (d_out, d_in), optional bias) when true. Traced as
+ * "queries", "keys", "values" with shape (B, T, d_out). */
+typedef struct attn_qkv_weights {
+    const float *wq, *bq, *wk, *bk, *wv, *bv;
+    bool linear;
+} attn_qkv_weights;
+void attn_project_qkv(attn_module *m, const attn_qkv_weights *w, const float *x, size_t batch,
+                      size_t tokens, size_t d_out, float *q, float *k, float *v);
+
+/* Traces a (B, T, C) tensor. */
+void attn_trace_btc(attn_module *m, const char *name, size_t batch, size_t tokens, size_t width,
+                    const float *data);
+
+/* Declares the nn.Linear projections <prefix>W_query, W_key, W_value
+ * (d_in -> d_out, bias if asked), in the seeds' registration order. */
+attn_status attn_qkv_declare(attn_module *m, const char *prefix, size_t d_in, size_t d_out,
+                             bool bias);
+/* Initialises them as PyTorch's constructor does; first is the index of
+ * W_query.weight. Returns the index after the last. */
+size_t attn_qkv_init(attn_module *m, size_t first, size_t d_in, size_t d_out, bool bias,
+                     attn_rng *rng);
+/* Pointers to them. */
+attn_qkv_weights attn_qkv_linear_weights(attn_module *m, size_t first, bool bias);
+
+/* One head over projected q, k, v — the forward of SelfAttention_v1/v2 and
+ * CausalAttention, and of each MultiHeadAttentionWrapper head:
+ *   y (B, T, d_out) at row stride y_stride = dropout(softmax(mask(q k^T
+ *   * scale))) v. dropout_p > 0 with rng draws one dropout call. */
+typedef struct attn_head_spec {
+    size_t d_out;
+    float scale;
+    bool causal;
+    attn_mask_method mask;
+    double dropout_p; /* 0 unless training */
+} attn_head_spec;
+attn_status attn_single_head_forward(attn_module *m, const attn_qkv_weights *w,
+                                     const attn_head_spec *spec, const float *x, size_t batch,
+                                     size_t tokens, float *y, size_t y_stride, attn_rng *rng);
+
+#endif /* ATTN_MODULE_H */

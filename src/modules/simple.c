@@ -1,0 +1,87 @@
+/*
+ * simple.c — simplified self-attention (seeds, section 3.3): no weights.
+ *   attn_scores  (B, T, T) = x @ x^T
+ *   attn_weights (B, T, T) = softmax(attn_scores, dim=-1)
+ *   context      (B, T, C) = attn_weights @ x
+ */
+#include "modules/module.h"
+
+#include <stdlib.h>
+
+struct attn_simple {
+    attn_module base;
+};
+
+static attn_status simple_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
+                                  float *y, attn_rng *rng) {
+    (void)rng;
+    attn_status st = attn_check_forward(m, x, batch, tokens, y, 0, m->d_in, false, NULL);
+    if (st != ATTN_OK) return st;
+    /* x serves as query, key and value of one head, unscaled, unmasked. */
+    attn_sdpa_args args = {
+        .batch = batch, .heads = 1, .tokens = tokens, .head_dim = m->d_in,
+        .q = x, .k = x, .v = x,
+        .b_stride = tokens * m->d_in, .t_stride = m->d_in,
+        .out = y, .out_b_stride = tokens * m->d_in, .out_t_stride = m->d_in,
+        .scale = 1.0f,
+    };
+    st = attn_run_sdpa(m, &args, NULL);
+    if (st == ATTN_OK) attn_trace_btc(m, "context_vecs", batch, tokens, m->d_in, y);
+    return st;
+}
+
+static const attn_module_ops simple_ops = {ATTN_MODULE_SIMPLE, "SimplifiedSelfAttention",
+                                           simple_forward};
+
+attn_status attn_simple_new(attn_ctx *ctx, const attn_simple_config *cfg, attn_simple **out) {
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (!cfg || !out)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_simple_new: %s is NULL", !cfg ? "cfg" : "out");
+    *out = NULL;
+    attn_status st = attn_check_width(ctx, "SimplifiedSelfAttention", "d_in", cfg->d_in);
+    if (st != ATTN_OK) return st;
+    attn_simple *m = calloc(1, sizeof *m);
+    if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_simple_new: out of memory");
+    attn_module_init(&m->base, &simple_ops, ctx, cfg->d_in, cfg->d_in);
+    *out = m;
+    return ATTN_OK;
+}
+
+attn_status attn_simple_forward(attn_simple *m, const float *x, size_t batch, size_t tokens,
+                                float *y) {
+    if (!m) return ATTN_ERR_NULL;
+    return simple_forward(&m->base, x, batch, tokens, y, NULL);
+}
+
+attn_status attn_simple_forward_query(attn_simple *m, const float *x, size_t tokens,
+                                      size_t query_index, float *scores, float *weights,
+                                      float *context) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_ctx *ctx = m->base.ctx;
+    attn_clear_error(ctx);
+    if (!x || !scores || !weights || !context)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_simple_forward_query: %s is NULL",
+                         !x ? "x" : !scores ? "scores" : !weights ? "weights" : "context");
+    if (tokens == 0)
+        return attn_fail(ctx, ATTN_ERR_SHAPE, "attn_simple_forward_query: tokens must be positive");
+    if (query_index >= tokens)
+        return attn_fail(ctx, ATTN_ERR_SHAPE,
+                         "attn_simple_forward_query: query_index (%zu) must be below tokens (%zu)",
+                         query_index, tokens);
+    size_t d = m->base.d_in, n;
+    if (!attn_mul_size(tokens, d, &n))
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                         "attn_simple_forward_query: tokens (%zu) x d_in (%zu) overflows", tokens, d);
+    const float *query = x + query_index * d;
+    /* scores (T) = x @ query: the seeds' loop of torch.dot(x_i, query) */
+    attn_ref_matmul(1, x, query, scores, tokens, d, 1, false);
+    /* weights (T) = softmax(scores, dim=0) */
+    attn_ref_softmax(scores, weights, 1, tokens);
+    /* context (C) = sum_i weights[i] * x_i */
+    attn_ref_matmul(1, weights, x, context, 1, tokens, d, false);
+    return ATTN_OK;
+}
+
+attn_module *attn_simple_module(attn_simple *m) { return m ? &m->base : NULL; }
+void attn_simple_free(attn_simple *m) { attn_module_free(attn_simple_module(m)); }

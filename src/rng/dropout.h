@@ -1,0 +1,34 @@
+/*
+ * dropout.h — one PyTorch dropout call, applied piece by piece.
+ *
+ * F.dropout draws its whole mask in one bernoulli_ call over the tensor in
+ * row-major order. A stream begun for a tensor hands out that mask in
+ * order, so kernels that walk the tensor in pieces draw exactly what
+ * PyTorch draws for the whole.
+ */
+#ifndef ATTN_DROPOUT_H
+#define ATTN_DROPOUT_H
+
+#include "attn.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct attn_dropout_stream {
+    attn_rng *rng;
+    attn_bernoulli_method method;
+    double keep;       /* 1 - p */
+    float kept_scale;  /* float(1 / (1 - p)) as PyTorch's noise.div_ gives */
+    bool passthrough;  /* p == 0: PyTorch returns the input, drawing nothing */
+    bool drop_all;     /* p == 1: PyTorch multiplies by zero, drawing nothing */
+    uint32_t mcg_state;
+} attn_dropout_stream;
+
+/* Begins the dropout of a tensor of n elements with probability p. */
+void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, size_t n);
+/* Applies the next n mask entries: y = x * mask * scale (y may alias x). */
+void attn_dropout_stream_apply(attn_dropout_stream *s, const float *x, float *y, size_t n,
+                               uint8_t *keep_mask);
+
+#endif /* ATTN_DROPOUT_H */

@@ -1,0 +1,277 @@
+/*
+ * rng.c — PyTorch's CPU generator, draw for draw.
+ *
+ * torch.manual_seed(s) seeds a standard mt19937 (Matsumoto & Nishimura's
+ * init_genrand with the low 32 bits of s). From that one stream:
+ *   rand / uniform_  float32: one 32-bit draw per element, its low 24 bits
+ *                    scaled by 2^-24, then x * (to - from) + from in float.
+ *   randn            fills uniforms first, then Box-Muller over blocks of 16
+ *                    (tensors of >= 16 elements) or the scalar double path.
+ *   bernoulli_(p)    per element a 53-bit double from two draws (mt19937
+ *                    builds), or an MKL MCG31m1 stream seeded by one draw.
+ * PyTorch's kaiming_uniform_ bound is computed in Python doubles; we repeat
+ * the same double arithmetic so the float bound is the same bit pattern.
+ */
+#include "internal.h"
+#include "rng/dropout.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#define MT_N 624
+#define MT_M 397
+
+struct attn_rng {
+    attn_ctx *ctx;
+    uint32_t state[MT_N];
+    int next; /* index of the next word to temper; MT_N: regenerate first */
+    attn_bernoulli_method bernoulli;
+    /* PyTorch caches the second Box-Muller value of the scalar double path. */
+    bool has_next_double_normal;
+    double next_double_normal;
+};
+
+static void mt_seed(attn_rng *rng, uint64_t seed) {
+    rng->state[0] = (uint32_t)(seed & 0xffffffffu);
+    for (int i = 1; i < MT_N; i++) {
+        uint32_t prev = rng->state[i - 1];
+        rng->state[i] = 1812433253u * (prev ^ (prev >> 30)) + (uint32_t)i;
+    }
+    rng->next = MT_N;
+    rng->has_next_double_normal = false;
+}
+
+static void mt_regenerate(attn_rng *rng) {
+    uint32_t *s = rng->state;
+    for (int i = 0; i < MT_N; i++) {
+        uint32_t y = (s[i] & 0x80000000u) | (s[(i + 1) % MT_N] & 0x7fffffffu);
+        uint32_t v = s[(i + MT_M) % MT_N] ^ (y >> 1);
+        if (y & 1u) v ^= 0x9908b0dfu;
+        s[i] = v;
+    }
+    rng->next = 0;
+}
+
+static uint32_t mt_next(attn_rng *rng) {
+    if (rng->next >= MT_N) mt_regenerate(rng);
+    uint32_t y = rng->state[rng->next++];
+    y ^= y >> 11;
+    y ^= (y << 7) & 0x9d2c5680u;
+    y ^= (y << 15) & 0xefc60000u;
+    y ^= y >> 18;
+    return y;
+}
+
+/* The generator's random64(): the first draw is the high word. */
+static uint64_t mt_next64(attn_rng *rng) {
+    uint64_t hi = mt_next(rng);
+    uint64_t lo = mt_next(rng);
+    return (hi << 32) | lo;
+}
+
+/* uniform_real_distribution<float>: 24 random bits, arithmetic in float. */
+static float uniform_float(attn_rng *rng, float from, float to) {
+    float x = (float)(mt_next(rng) & 0xffffffu) * (1.0f / 16777216.0f);
+    return fmaf(x, to - from, from);
+}
+
+/* uniform_real_distribution<double> on [0, 1): 53 random bits. */
+static double uniform_double(attn_rng *rng) {
+    return (double)(mt_next64(rng) & ((UINT64_C(1) << 53) - 1)) *
+           (1.0 / 9007199254740992.0);
+}
+
+attn_status attn_rng_new(attn_ctx *ctx, uint64_t seed, attn_rng **out) {
+    attn_clear_error(ctx);
+    if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_rng_new: out is NULL");
+    *out = NULL;
+    attn_rng *rng = calloc(1, sizeof *rng);
+    if (!rng) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_rng_new: out of memory");
+    rng->ctx = ctx;
+    rng->bernoulli = ATTN_BERNOULLI_MT19937;
+    mt_seed(rng, seed);
+    *out = rng;
+    return ATTN_OK;
+}
+
+void attn_rng_free(attn_rng *rng) { free(rng); }
+
+attn_status attn_rng_manual_seed(attn_rng *rng, uint64_t seed) {
+    if (!rng) return ATTN_ERR_NULL;
+    attn_clear_error(rng->ctx);
+    mt_seed(rng, seed);
+    return ATTN_OK;
+}
+
+attn_status attn_rng_set_bernoulli_method(attn_rng *rng, attn_bernoulli_method method) {
+    if (!rng) return ATTN_ERR_NULL;
+    attn_clear_error(rng->ctx);
+    if (method != ATTN_BERNOULLI_MT19937 && method != ATTN_BERNOULLI_MKL_MCG31)
+        return attn_fail(rng->ctx, ATTN_ERR_INVALID,
+                         "attn_rng_set_bernoulli_method: unknown method %d", (int)method);
+    rng->bernoulli = method;
+    return ATTN_OK;
+}
+
+attn_status attn_rng_next_u32(attn_rng *rng, uint32_t *out) {
+    if (!rng) return ATTN_ERR_NULL;
+    attn_clear_error(rng->ctx);
+    if (!out) return attn_fail(rng->ctx, ATTN_ERR_NULL, "attn_rng_next_u32: out is NULL");
+    *out = mt_next(rng);
+    return ATTN_OK;
+}
+
+static attn_status check_output(attn_rng *rng, const char *fn, const void *out, size_t n) {
+    if (!rng) return ATTN_ERR_NULL;
+    attn_clear_error(rng->ctx);
+    if (!out && n > 0) return attn_fail(rng->ctx, ATTN_ERR_NULL, "%s: out is NULL", fn);
+    return ATTN_OK;
+}
+
+attn_status attn_rng_rand(attn_rng *rng, float *out, size_t n) {
+    return attn_rng_uniform(rng, out, n, 0.0, 1.0);
+}
+
+attn_status attn_rng_uniform(attn_rng *rng, float *out, size_t n, double from, double to) {
+    attn_status st = check_output(rng, "attn_rng_uniform", out, n);
+    if (st != ATTN_OK) return st;
+    if (!(from <= to) || !isfinite(from) || !isfinite(to))
+        return attn_fail(rng->ctx, ATTN_ERR_INVALID,
+                         "attn_rng_uniform: need finite from <= to, got from=%g to=%g", from, to);
+    /* PyTorch casts the double bounds to the tensor's type first. */
+    float f_from = (float)from, f_to = (float)to;
+    for (size_t i = 0; i < n; i++) out[i] = uniform_float(rng, f_from, f_to);
+    return ATTN_OK;
+}
+
+/* normal_fill_16: Box-Muller on 16 uniforms, pairs (j, j + 8), in float. */
+static void normal_fill_16(float *data) {
+    const double pi = 3.14159265358979323846;
+    for (int j = 0; j < 8; j++) {
+        float u1 = 1.0f - data[j];
+        float u2 = data[j + 8];
+        float radius = sqrtf(-2.0f * logf(u1));
+        float theta = (float)(2.0 * pi * (double)u2);
+        data[j] = radius * cosf(theta);
+        data[j + 8] = radius * sinf(theta);
+    }
+}
+
+/* normal_distribution<double> with PyTorch's one-value cache. */
+static double normal_double(attn_rng *rng) {
+    const double pi = 3.14159265358979323846;
+    if (rng->has_next_double_normal) {
+        rng->has_next_double_normal = false;
+        return rng->next_double_normal;
+    }
+    double u1 = uniform_double(rng);
+    double u2 = uniform_double(rng);
+    double r = sqrt(-2.0 * log1p(-u2));
+    double theta = 2.0 * pi * u1;
+    rng->next_double_normal = r * sin(theta);
+    rng->has_next_double_normal = true;
+    return r * cos(theta);
+}
+
+attn_status attn_rng_randn(attn_rng *rng, float *out, size_t n) {
+    attn_status st = check_output(rng, "attn_rng_randn", out, n);
+    if (st != ATTN_OK) return st;
+    if (n < 16) {
+        for (size_t i = 0; i < n; i++) out[i] = (float)normal_double(rng);
+        return ATTN_OK;
+    }
+    for (size_t i = 0; i < n; i++) out[i] = uniform_float(rng, 0.0f, 1.0f);
+    for (size_t i = 0; i + 16 <= n; i += 16) normal_fill_16(out + i);
+    if (n % 16 != 0) {
+        /* PyTorch redraws the last 16 values as one more block. */
+        float *tail = out + n - 16;
+        for (int i = 0; i < 16; i++) tail[i] = uniform_float(rng, 0.0f, 1.0f);
+        normal_fill_16(tail);
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_rng_linear_init(attn_rng *rng, float *weight, float *bias,
+                                 size_t out_features, size_t in_features) {
+    if (!rng) return ATTN_ERR_NULL;
+    attn_clear_error(rng->ctx);
+    if (!weight)
+        return attn_fail(rng->ctx, ATTN_ERR_NULL, "attn_rng_linear_init: weight is NULL");
+    size_t n;
+    if (!attn_mul_size(out_features, in_features, &n))
+        return attn_fail(rng->ctx, ATTN_ERR_OVERFLOW,
+                         "attn_rng_linear_init: out_features (%zu) * in_features (%zu) overflows",
+                         out_features, in_features);
+    /* kaiming_uniform_(w, a=sqrt(5)): gain = sqrt(2 / (1 + a^2)),
+     * std = gain / sqrt(fan_in), bound = sqrt(3) * std, all in double.
+     * fan_in 0 makes PyTorch divide by zero; it warns and leaves w empty. */
+    if (in_features == 0 && n > 0)
+        return attn_fail(rng->ctx, ATTN_ERR_INVALID,
+                         "attn_rng_linear_init: in_features is 0 (fan_in must be positive)");
+    if (n > 0) {
+        double a = sqrt(5.0);
+        double gain = sqrt(2.0 / (1.0 + a * a));
+        double std = gain / sqrt((double)in_features);
+        double bound = sqrt(3.0) * std;
+        attn_rng_uniform(rng, weight, n, -bound, bound);
+    }
+    if (bias) {
+        double bound = in_features > 0 ? 1.0 / sqrt((double)in_features) : 0.0;
+        attn_rng_uniform(rng, bias, out_features, -bound, bound);
+    }
+    return ATTN_OK;
+}
+
+/* MCG31m1: x <- a x mod (2^31 - 1), u = x / m. */
+#define MCG31_A 1132489760u
+#define MCG31_M 2147483647u
+
+void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, size_t n) {
+    *s = (attn_dropout_stream){.rng = rng, .method = rng->bernoulli, .keep = 1.0 - p};
+    s->passthrough = p == 0.0 || n == 0;
+    s->drop_all = p == 1.0;
+    s->kept_scale = p < 1.0 ? 1.0f / (float)(1.0 - p) : 0.0f;
+    if (s->passthrough || s->drop_all) return;
+    if (s->method == ATTN_BERNOULLI_MKL_MCG31) {
+        /* One 32-bit draw seeds the stream; MKL maps seed 0 to 1. */
+        uint32_t seed = mt_next(rng);
+        s->mcg_state = seed % MCG31_M;
+        if (s->mcg_state == 0) s->mcg_state = 1;
+    }
+}
+
+static bool dropout_keeps(attn_dropout_stream *s) {
+    if (s->method == ATTN_BERNOULLI_MKL_MCG31) {
+        /* The stream's first uniform is the seed itself: u_0 = x_0 / m. */
+        double u = (double)s->mcg_state / (double)MCG31_M;
+        s->mcg_state = (uint32_t)(((uint64_t)s->mcg_state * MCG31_A) % MCG31_M);
+        return u < s->keep;
+    }
+    return uniform_double(s->rng) < s->keep;
+}
+
+void attn_dropout_stream_apply(attn_dropout_stream *s, const float *x, float *y, size_t n,
+                               uint8_t *keep_mask) {
+    for (size_t i = 0; i < n; i++) {
+        bool kept = s->passthrough || (!s->drop_all && dropout_keeps(s));
+        float factor = s->passthrough ? 1.0f : kept ? s->kept_scale : 0.0f;
+        y[i] = s->passthrough ? x[i] : x[i] * factor;
+        if (keep_mask) keep_mask[i] = (uint8_t)kept;
+    }
+}
+
+attn_status attn_rng_dropout(attn_rng *rng, const float *x, float *y, size_t n, double p,
+                             uint8_t *keep_mask) {
+    if (!rng) return ATTN_ERR_NULL;
+    attn_clear_error(rng->ctx);
+    if ((!x || !y) && n > 0)
+        return attn_fail(rng->ctx, ATTN_ERR_NULL, "attn_rng_dropout: %s is NULL",
+                         !x ? "x" : "y");
+    if (!(p >= 0.0 && p <= 1.0))
+        return attn_fail(rng->ctx, ATTN_ERR_INVALID,
+                         "attn_rng_dropout: p (%g) must be in [0, 1]", p);
+    attn_dropout_stream stream;
+    attn_dropout_stream_begin(&stream, rng, p, n);
+    attn_dropout_stream_apply(&stream, x, y, n, keep_mask);
+    return ATTN_OK;
+}
