@@ -87,14 +87,16 @@ static bool known_module(const char *name) {
     return false;
 }
 
-/* Prints sizes as "1,234,567". */
-static void print_grouped(size_t n) {
-    char digits[32];
-    int len = snprintf(digits, sizeof digits, "%zu", n);
+/* Formats n as "1,234,567" into buf (at least 32 bytes). */
+static const char *grouped(size_t n, char *buf) {
+    char digits[24];
+    int len = snprintf(digits, sizeof digits, "%zu", n), out = 0;
     for (int i = 0; i < len; i++) {
-        putchar(digits[i]);
-        if ((len - i - 1) % 3 == 0 && i != len - 1) putchar(',');
+        buf[out++] = digits[i];
+        if ((len - i - 1) % 3 == 0 && i != len - 1) buf[out++] = ',';
     }
+    buf[out] = '\0';
+    return buf;
 }
 
 static void print_shape(size_t ndim, const size_t *shape) {
@@ -231,17 +233,15 @@ static int print_params(attn_ctx *ctx, const attn_gpt2_preset *p, const char *mo
     for (size_t i = 0; i < attn_module_param_count(m); i++) {
         attn_param param;
         attn_module_param_at(m, i, &param);
-        printf("  %-16s ", param.name);
-        print_shape(param.ndim, param.shape);
-        printf("%*s", param.ndim == 1 ? 12 : 6, "");
-        print_grouped(param.numel);
-        putchar('\n');
+        char shape[48], count[32];
+        if (param.ndim == 1) snprintf(shape, sizeof shape, "[%zu]", param.shape[0]);
+        else snprintf(shape, sizeof shape, "[%zu, %zu]", param.shape[0], param.shape[1]);
+        printf("  %-18s %-14s %13s\n", param.name, shape, grouped(param.numel, count));
     }
-    printf("  total                          ");
-    print_grouped(attn_module_num_scalars(m));
-    printf("\nwhole GPT-2 model (%zu layers, tied embeddings): ", p->n_layer);
-    print_grouped(model_total);
-    printf("\n");
+    char count[32];
+    printf("  %-33s %13s\n", "total", grouped(attn_module_num_scalars(m), count));
+    printf("whole GPT-2 model (%zu layers, tied embeddings): %s\n", p->n_layer,
+           grouped(model_total, count));
     attn_module_free(m);
     attn_rng_free(rng);
     return CLI_OK;

@@ -1,0 +1,36 @@
+# The two commands of the README, and a few more for development.
+#   make demo   build, then run the seeds' walk-through (attn demo)
+#   make test   install what the tests need, build, run the whole suite
+BUILD ?= build
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
+.PHONY: all demo test deps build sanitize clean install
+
+all: build
+
+build:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	./$(BUILD)/attn demo
+
+deps:
+	./scripts/install-deps.sh
+
+test: deps build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The suite under AddressSanitizer and UndefinedBehaviorSanitizer. The
+# ctypes suite loads the library into Python, which ASan cannot join late,
+# so it runs in the plain build only.
+sanitize: deps
+	cmake -S . -B $(BUILD)-sanitize -DCMAKE_BUILD_TYPE=Debug -DATTN_SANITIZE=ON
+	cmake --build $(BUILD)-sanitize -j $(JOBS)
+	cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS) -E conformance_vs_torch
+
+install: build
+	cmake --install $(BUILD)
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-sanitize
