@@ -13,7 +13,8 @@
  *
  * The parser treats its input as hostile: it never reads outside the bytes it
  * is given, checks every size product for overflow and checks that the data
- * is present before it allocates for it.
+ * is present before it allocates for it. Messages start with the path, or
+ * "<memory>" for attn_npy_parse. On failure *out is left zeroed.
  *
  * Writing produces version 1.0, '<f4', fortran_order False, with the header
  * padded so the data starts on a 64-byte boundary, as current NumPy does.

@@ -64,12 +64,11 @@ attn_status attn_causal_new(attn_ctx *ctx, const attn_causal_config *cfg, attn_r
     attn_module_init(&m->base, &causal_ops, ctx, cfg->d_in, cfg->d_out);
     m->cfg = *cfg;
     m->scale = attn_default_scale(cfg->scale, cfg->d_out);
-    if ((st = attn_qkv_declare(&m->base, "", cfg->d_in, cfg->d_out, cfg->qkv_bias)) != ATTN_OK ||
-        (st = attn_module_alloc(&m->base)) != ATTN_OK) {
+    st = attn_qkv_build(&m->base, cfg->d_in, cfg->d_out, cfg->qkv_bias, init_rng);
+    if (st != ATTN_OK) {
         attn_module_free(&m->base);
         return st;
     }
-    attn_qkv_init(&m->base, 0, cfg->d_in, cfg->d_out, cfg->qkv_bias, init_rng);
     *out = m;
     return ATTN_OK;
 }

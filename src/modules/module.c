@@ -310,3 +310,10 @@ attn_qkv_weights attn_qkv_linear_weights(attn_module *m, size_t first, bool bias
     }
     return w;
 }
+
+attn_status attn_qkv_build(attn_module *m, size_t d_in, size_t d_out, bool bias, attn_rng *rng) {
+    attn_status st = attn_qkv_declare(m, "", d_in, d_out, bias);
+    if (st == ATTN_OK) st = attn_module_alloc(m);
+    if (st == ATTN_OK) attn_qkv_init(m, 0, d_in, d_out, bias, rng);
+    return st;
+}

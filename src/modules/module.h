@@ -116,6 +116,9 @@ attn_status attn_qkv_declare(attn_module *m, const char *prefix, size_t d_in, si
  * W_query.weight. Returns the index after the last. */
 size_t attn_qkv_init(attn_module *m, size_t first, size_t d_in, size_t d_out, bool bias,
                      attn_rng *rng);
+/* Declares, allocates and initialises W_query, W_key, W_value as a
+ * module's only parameters (SelfAttention_v2, CausalAttention). */
+attn_status attn_qkv_build(attn_module *m, size_t d_in, size_t d_out, bool bias, attn_rng *rng);
 /* Pointers to them. */
 attn_qkv_weights attn_qkv_linear_weights(attn_module *m, size_t first, bool bias);
 

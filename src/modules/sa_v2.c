@@ -49,12 +49,11 @@ attn_status attn_sa_v2_new(attn_ctx *ctx, const attn_sa_v2_config *cfg, attn_rng
     attn_module_init(&m->base, &sa_v2_ops, ctx, cfg->d_in, cfg->d_out);
     m->qkv_bias = cfg->qkv_bias;
     m->scale = attn_default_scale(cfg->scale, cfg->d_out);
-    if ((st = attn_qkv_declare(&m->base, "", cfg->d_in, cfg->d_out, cfg->qkv_bias)) != ATTN_OK ||
-        (st = attn_module_alloc(&m->base)) != ATTN_OK) {
+    st = attn_qkv_build(&m->base, cfg->d_in, cfg->d_out, cfg->qkv_bias, init_rng);
+    if (st != ATTN_OK) {
         attn_module_free(&m->base);
         return st;
     }
-    attn_qkv_init(&m->base, 0, cfg->d_in, cfg->d_out, cfg->qkv_bias, init_rng);
     *out = m;
     return ATTN_OK;
 }
