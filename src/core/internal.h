@@ -43,6 +43,16 @@ static inline bool attn_mul3_size(size_t a, size_t b, size_t c, size_t *out) {
     return attn_mul_size(a, b, &ab) && attn_mul_size(ab, c, out);
 }
 
+/* a + b, or false on overflow. */
+static inline bool attn_add_size(size_t a, size_t b, size_t *out) {
+    if (b > (size_t)-1 - a) return false;
+    *out = a + b;
+    return true;
+}
+
+/* True when n floats fit in memory's address arithmetic (n * 4 bytes). */
+static inline bool attn_floats_fit(size_t n) { return n <= (size_t)-1 / sizeof(float); }
+
 /* Allocation of n floats (zeroed), NULL on overflow or failure. */
 float *attn_alloc_floats(size_t n);
 

@@ -59,6 +59,15 @@ attn_status attn_mha_wrapper_new(attn_ctx *ctx, const attn_mha_wrapper_config *c
     if (!attn_mul_size(cfg->num_heads, cfg->d_out, &total_width) || total_width > (size_t)-1 / 4)
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: num_heads (%zu) x d_out (%zu) overflows",
                          name, cfg->num_heads, cfg->d_out);
+    /* Every head holds 3 weights (d_out, d_in) and maybe 3 biases: check the
+     * total before declaring num_heads heads one by one. */
+    size_t per_head, all_heads;
+    if (!attn_mul_size(cfg->d_in, cfg->d_out, &per_head) ||
+        !attn_add_size(per_head, cfg->qkv_bias ? cfg->d_out : 0, &per_head) ||
+        !attn_mul3_size(per_head, 3, cfg->num_heads, &all_heads) || !attn_floats_fit(all_heads))
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                         "%s: num_heads (%zu) x 3 x d_in (%zu) x d_out (%zu) parameters overflow",
+                         name, cfg->num_heads, cfg->d_in, cfg->d_out);
     attn_mha_wrapper *m = calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_mha_wrapper_new: out of memory");
     attn_module_init(&m->base, &wrapper_ops, ctx, cfg->d_in, total_width);
@@ -66,6 +75,7 @@ attn_status attn_mha_wrapper_new(attn_ctx *ctx, const attn_mha_wrapper_config *c
     m->scale = attn_default_scale(cfg->scale, cfg->d_out);
     m->params_per_head = cfg->qkv_bias ? 6 : 3;
     char prefix[32];
+    st = attn_module_reserve(&m->base, m->params_per_head * cfg->num_heads);
     for (size_t h = 0; h < cfg->num_heads && st == ATTN_OK; h++) {
         snprintf(prefix, sizeof prefix, "heads.%zu.", h);
         st = attn_qkv_declare(&m->base, prefix, cfg->d_in, cfg->d_out, cfg->qkv_bias);

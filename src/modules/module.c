@@ -17,6 +17,18 @@ void attn_module_init(attn_module *m, const attn_module_ops *ops, attn_ctx *ctx,
     m->training = true; /* nn.Module starts in training mode */
 }
 
+attn_status attn_module_reserve(attn_module *m, size_t count) {
+    if (count <= m->capacity) return ATTN_OK;
+    attn_param_slot *grown =
+        count > (size_t)-1 / sizeof *grown ? NULL : realloc(m->params, count * sizeof *grown);
+    if (!grown)
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu parameter tensors",
+                         m->ops->class_name, count);
+    m->params = grown;
+    m->capacity = count;
+    return ATTN_OK;
+}
+
 attn_status attn_module_declare(attn_module *m, size_t ndim, const size_t shape[2],
                                 const char *name_fmt, ...) {
     if (m->num_params == m->capacity) {
@@ -203,9 +215,11 @@ attn_status attn_check_forward(attn_module *m, const float *x, size_t batch, siz
         return attn_fail(m->ctx, ATTN_ERR_SHAPE,
                          "%s forward: sequence length (%zu) exceeds context_length (%zu)", name,
                          tokens, context_length);
-    size_t n;
-    if (!attn_mul3_size(batch, tokens, max_width, &n) || !attn_mul3_size(batch, tokens, tokens, &n) ||
-        n > (size_t)-1 / sizeof(float))
+    /* Activations (B, T, width) and the traced (B, H, T, T) scores must fit. */
+    size_t activations, scores;
+    if (!attn_mul3_size(batch, tokens, max_width, &activations) ||
+        !attn_mul3_size(batch, tokens, tokens, &scores) || !attn_floats_fit(activations) ||
+        !attn_floats_fit(scores) || !attn_floats_fit(4 * attn_max_size(activations, scores)))
         return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
                          "%s forward: batch (%zu) x tokens (%zu) x width (%zu) overflows size_t",
                          name, batch, tokens, max_width);
@@ -231,8 +245,14 @@ attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_str
     if (!scratch) return st;
     args->dropout = dropout;
     float *traces = NULL;
-    size_t bhtt = args->batch * args->heads * T * T;
+    size_t bhtt = 0;
     if (m->ctx->trace) {
+        if (!attn_mul3_size(args->batch * args->heads, T, T, &bhtt) || bhtt > (size_t)-1 / 12) {
+            free(scratch);
+            return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
+                             "%s forward: tracing (%zu, %zu, %zu, %zu) scores overflows size_t",
+                             m->ops->class_name, args->batch, args->heads, T, T);
+        }
         traces = attn_scratch(m, 3 * bhtt, &st);
         if (!traces) {
             free(scratch);

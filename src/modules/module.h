@@ -42,6 +42,8 @@ struct attn_module {
 /* Sets up the base; free it with attn_module_release. */
 void attn_module_init(attn_module *m, const attn_module_ops *ops, attn_ctx *ctx, size_t d_in,
                       size_t d_out);
+/* Makes room for count parameter tensors up front. */
+attn_status attn_module_reserve(attn_module *m, size_t count);
 /* Declares a parameter; shape[1] is ignored for ndim 1. Call before
  * attn_module_alloc. The name is printf-formatted. */
 #if defined(__GNUC__)

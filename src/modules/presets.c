@@ -52,14 +52,17 @@ attn_status attn_gpt2_preset_model_params(attn_ctx *ctx, const attn_gpt2_preset 
     /* wte + wpe + n_layer blocks + ln_f; the output head shares wte.
      * A block: ln_1 (2C) + c_attn (3C^2 + 3C) + c_proj (C^2 + C) + ln_2 (2C)
      *          + mlp.c_fc (4C^2 + 4C) + mlp.c_proj (4C^2 + C) = 12C^2 + 13C. */
-    size_t C = p->n_embd, total = 0, term;
-    bool ok = attn_mul_size(p->vocab_size, C, &term) && (total += term, true) &&
-              attn_mul_size(p->context_length, C, &term) && (total += term, true) &&
-              attn_mul3_size(12, C, C, &term) && attn_mul_size(p->n_layer, term + 13 * C, &term) &&
-              (total += term, true);
+    size_t C = p->n_embd, embeddings, positions, per_layer, layers, total;
+    bool ok = attn_mul_size(p->vocab_size, C, &embeddings) &&
+              attn_mul_size(p->context_length, C, &positions) &&
+              attn_mul3_size(12, C, C, &per_layer) && C <= (size_t)-1 / 13 &&
+              attn_add_size(per_layer, 13 * C, &per_layer) &&
+              attn_mul_size(p->n_layer, per_layer, &layers) &&
+              attn_add_size(embeddings, positions, &total) && attn_add_size(total, layers, &total) &&
+              C <= (size_t)-1 / 2 && attn_add_size(total, 2 * C, &total);
     if (!ok)
-        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "preset %s: parameter count overflows size_t",
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "preset %s: parameter count overflows size_t (sum of terms)",
                          p->name ? p->name : "(unnamed)");
-    *out = total + 2 * C;
+    *out = total;
     return ATTN_OK;
 }

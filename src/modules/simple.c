@@ -70,7 +70,7 @@ attn_status attn_simple_forward_query(attn_simple *m, const float *x, size_t tok
                          "attn_simple_forward_query: query_index (%zu) must be below tokens (%zu)",
                          query_index, tokens);
     size_t d = m->base.d_in, n;
-    if (!attn_mul_size(tokens, d, &n))
+    if (!attn_mul_size(tokens, d, &n) || !attn_floats_fit(n))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                          "attn_simple_forward_query: tokens (%zu) x d_in (%zu) overflows", tokens, d);
     const float *query = x + query_index * d;

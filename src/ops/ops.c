@@ -5,11 +5,11 @@
 
 #include <math.h>
 
-/* Validates that m * k, k * n and m * n fit in size_t. */
+/* Validates that the m * k, k * n and m * n float arrays fit in size_t bytes. */
 static attn_status check_sizes(attn_ctx *ctx, const char *fn, size_t m, size_t k, size_t n) {
-    size_t product;
-    if (!attn_mul_size(m, k, &product) || !attn_mul_size(k, n, &product) ||
-        !attn_mul_size(m, n, &product))
+    size_t mk, kn, mn;
+    if (!attn_mul_size(m, k, &mk) || !attn_mul_size(k, n, &kn) || !attn_mul_size(m, n, &mn) ||
+        !attn_floats_fit(mk) || !attn_floats_fit(kn) || !attn_floats_fit(mn))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: sizes m=%zu k=%zu n=%zu overflow size_t",
                          fn, m, k, n);
     return ATTN_OK;
