@@ -28,8 +28,9 @@ bool cli_parse_u64(const char *text, uint64_t *out);
 bool cli_parse_double(const char *text, double *out);
 
 /* "--name value" options: the value after argv[*i] (advancing *i), or NULL
- * with an error printed when it is missing. */
-const char *cli_option_value(int argc, char **argv, int *i);
+ * with an error printed when the option is not in the NULL-terminated
+ * known list or its value is missing. argv[0] is the command's name. */
+const char *cli_option_value(int argc, char **argv, int *i, const char *const *known);
 
 /* True when argv holds -h or --help. */
 bool cli_wants_help(int argc, char **argv);

@@ -136,8 +136,10 @@ int cli_trace(int argc, char **argv) {
     const char *preset_name = "gpt2-small", *module = "mha";
     size_t batch = 2, tokens = 6;
     uint64_t seed = 123;
+    static const char *const options[] = {"--preset", "--module", "--batch", "--tokens", "--seed",
+                                           NULL};
     for (int i = 1; i < argc; i++) {
-        const char *opt = argv[i], *value = cli_option_value(argc, argv, &i);
+        const char *opt = argv[i], *value = cli_option_value(argc, argv, &i, options);
         if (!value) return CLI_USAGE;
         if (strcmp(opt, "--preset") == 0) preset_name = value;
         else if (strcmp(opt, "--module") == 0) module = value;
@@ -150,7 +152,7 @@ int cli_trace(int argc, char **argv) {
         } else if (strcmp(opt, "--seed") == 0) {
             if (!cli_parse_u64(value, &seed))
                 return cli_usage_error("--seed: expected a non-negative integer, got '%s'", value);
-        } else return cli_usage_error("trace: unknown option '%s' (try 'attn trace --help')", opt);
+        }
     }
     if (!known_module(module))
         return cli_usage_error("--module: expected one of %s, got '%s'", module_names, module);
@@ -180,8 +182,10 @@ int cli_trace(int argc, char **argv) {
     }
     attn_module_set_training(m, false);
     size_t d_in = attn_module_d_in(m), d_out = attn_module_d_out(m);
-    x = malloc(batch * tokens * d_in * sizeof *x);
-    y = malloc(batch * tokens * d_out * sizeof *y);
+    size_t rows = batch * tokens;
+    bool fits = rows / batch == tokens && rows <= (size_t)-1 / sizeof(float) / (d_in + d_out);
+    x = fits ? calloc(rows * d_in, sizeof *x) : NULL;
+    y = fits ? calloc(rows * d_out, sizeof *y) : NULL;
     if (!x || !y) {
         rc = cli_usage_error("out of memory for batch %zu x tokens %zu", batch, tokens);
         goto done;
@@ -260,11 +264,11 @@ int cli_params(int argc, char **argv) {
             qkv_bias = true;
             continue;
         }
-        const char *value = cli_option_value(argc, argv, &i);
+        static const char *const options[] = {"--preset", "--module", NULL};
+        const char *value = cli_option_value(argc, argv, &i, options);
         if (!value) return CLI_USAGE;
         if (strcmp(opt, "--preset") == 0) preset_name = value;
-        else if (strcmp(opt, "--module") == 0) module = value;
-        else return cli_usage_error("params: unknown option '%s' (try 'attn params --help')", opt);
+        else module = value;
     }
     if (!preset_name) return cli_usage_error("params: --preset is required (try 'attn params --help')");
     if (strcmp(module, "mha") != 0 && strcmp(module, "gpt2") != 0)
@@ -335,7 +339,10 @@ int cli_forward(int argc, char **argv) {
             train = true;
             continue;
         }
-        const char *value = cli_option_value(argc, argv, &i);
+        static const char *const options[] = {
+            "--module", "--input",   "--output", "--seed", "--d-in",      "--d-out",   "--heads",
+            "--context", "--threads", "--dropout", "--scale", "--mask", "--bernoulli", NULL};
+        const char *value = cli_option_value(argc, argv, &i, options);
         if (!value) return CLI_USAGE;
         size_t *size_target = strcmp(opt, "--d-in") == 0      ? &o.d_in
                               : strcmp(opt, "--d-out") == 0   ? &o.d_out
@@ -370,7 +377,7 @@ int cli_forward(int argc, char **argv) {
             if (strcmp(value, "mt19937") == 0) bernoulli = ATTN_BERNOULLI_MT19937;
             else if (strcmp(value, "mkl") == 0) bernoulli = ATTN_BERNOULLI_MKL_MCG31;
             else return cli_usage_error("--bernoulli: expected mt19937 or mkl, got '%s'", value);
-        } else return cli_usage_error("forward: unknown option '%s' (try 'attn forward --help')", opt);
+        }
     }
     if (!o.module) return cli_usage_error("forward: --module is required (try 'attn forward --help')");
     if (!input || !output) return cli_usage_error("forward: --input and --output are required");
@@ -413,6 +420,10 @@ int cli_forward(int argc, char **argv) {
         rc = cli_usage_error("forward: --d-out is required for --module %s", o.module);
         goto done;
     }
+    if (batch == 0 || tokens == 0) {
+        rc = cli_usage_error("--input: empty shape (batch %zu, tokens %zu)", batch, tokens);
+        goto done;
+    }
     if (o.context == 0) o.context = tokens;
     if (attn_rng_new(ctx, seed, &rng) != ATTN_OK ||
         attn_rng_set_bernoulli_method(rng, bernoulli) != ATTN_OK ||
@@ -422,10 +433,6 @@ int cli_forward(int argc, char **argv) {
     }
     attn_module_set_training(m, train);
     size_t d_out = attn_module_d_out(m);
-    if (batch == 0 || tokens == 0) {
-        rc = cli_usage_error("--input: empty shape (batch %zu, tokens %zu)", batch, tokens);
-        goto done;
-    }
     size_t y_count = batch * tokens; /* overflow is checked by the forward below */
     y = calloc(y_count, d_out * sizeof *y);
     if (!y) {

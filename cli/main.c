@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -41,7 +42,8 @@ int cli_library_error(const attn_ctx *ctx, const char *what) {
 }
 
 bool cli_parse_u64(const char *text, uint64_t *out) {
-    if (!text || !*text || *text == '-' || *text == '+') return false;
+    /* strtoull would skip blanks and accept a sign: " -1" is not a size. */
+    if (!text || !isdigit((unsigned char)*text)) return false;
     errno = 0;
     char *end;
     unsigned long long value = strtoull(text, &end, 10);
@@ -58,7 +60,7 @@ bool cli_parse_size(const char *text, size_t *out) {
 }
 
 bool cli_parse_double(const char *text, double *out) {
-    if (!text || !*text) return false;
+    if (!text || !*text || isspace((unsigned char)*text)) return false;
     errno = 0;
     char *end;
     double value = strtod(text, &end);
@@ -67,7 +69,13 @@ bool cli_parse_double(const char *text, double *out) {
     return true;
 }
 
-const char *cli_option_value(int argc, char **argv, int *i) {
+const char *cli_option_value(int argc, char **argv, int *i, const char *const *known) {
+    bool is_known = false;
+    for (size_t k = 0; known[k]; k++) is_known = is_known || strcmp(argv[*i], known[k]) == 0;
+    if (!is_known) {
+        cli_usage_error("%s: unknown option '%s' (try 'attn %s --help')", argv[0], argv[*i], argv[0]);
+        return NULL;
+    }
     if (*i + 1 >= argc) {
         cli_usage_error("%s needs a value", argv[*i]);
         return NULL;

@@ -121,7 +121,7 @@ void attn_ref_sdpa(const attn_sdpa_args *a, float *scratch) {
                     double dot = 0.0;
                     for (size_t d = 0; d < D; d++)
                         dot += (double)q[i * a->t_stride + d] * k[j * a->t_stride + d];
-                    w[i * T + j] = (float)dot * a->scale;
+                    w[i * T + j] = (float)(dot * a->scale); /* one rounding */
                 }
             }
             bool causal_neg_inf = a->causal && a->mask == ATTN_MASK_NEG_INF;

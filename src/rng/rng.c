@@ -129,7 +129,10 @@ static attn_status check_output(attn_rng *rng, const char *fn, const void *out, 
 }
 
 attn_status attn_rng_rand(attn_rng *rng, float *out, size_t n) {
-    return attn_rng_uniform(rng, out, n, 0.0, 1.0);
+    attn_status st = check_output(rng, "attn_rng_rand", out, n);
+    if (st != ATTN_OK) return st;
+    for (size_t i = 0; i < n; i++) out[i] = uniform_float(rng, 0.0f, 1.0f);
+    return ATTN_OK;
 }
 
 attn_status attn_rng_uniform(attn_rng *rng, float *out, size_t n, double from, double to) {
@@ -144,14 +147,16 @@ attn_status attn_rng_uniform(attn_rng *rng, float *out, size_t n, double from, d
     return ATTN_OK;
 }
 
-/* normal_fill_16: Box-Muller on 16 uniforms, pairs (j, j + 8), in float. */
+/* normal_fill_16: Box-Muller on 16 uniforms, pairs (j, j + 8), in float as
+ * PyTorch's AVX2 kernel does it (the angle is float(2 pi) * u2). Its vector
+ * log/sin/cos differ from libm's in the last bits, hence "within ulps". */
 static void normal_fill_16(float *data) {
-    const double pi = 3.14159265358979323846;
+    const float two_pi = (float)(2.0 * 3.14159265358979323846);
     for (int j = 0; j < 8; j++) {
         float u1 = 1.0f - data[j];
         float u2 = data[j + 8];
         float radius = sqrtf(-2.0f * logf(u1));
-        float theta = (float)(2.0 * pi * (double)u2);
+        float theta = two_pi * u2;
         data[j] = radius * cosf(theta);
         data[j + 8] = radius * sinf(theta);
     }

@@ -1,0 +1,869 @@
+#!/usr/bin/python3
+"""End-to-end tests of the attn command against PyTorch and its own contract.
+
+    /usr/bin/python3 tests/conformance/test_cli.py path/to/attn [--seed N] [--cases K]
+
+Run with Debian's /usr/bin/python3 (torch 1.13 built without MKL, numpy).
+Every run draws fresh random shapes, options and inputs; the run seed is
+printed first and --seed replays a run exactly.
+
+  a. `attn forward` for every --module against the seeds' PyTorch classes
+     built after torch.manual_seed(S): 2-D and 3-D .npy inputs, --qkv-bias,
+     --scale, --context > T, --mask renormalize/none, --threads, and
+     --dropout P --train (dropout draws continue after the init draws; this
+     torch draws Bernoulli with mt19937, the CLI's default --bernoulli).
+     Pass: max |attn - torch| <= 1e-6 (relative L2 <= 1e-6 for width >= 256);
+     with --dropout P --train the bound is 1e-6 / (1 - P), as the kept
+     weights (and float32 torch's rounding errors) grow by 1 / (1 - P).
+  b. Bad arguments: exit code 2 (usage) or 1 (the library refused), exactly
+     one stderr line starting "attn: ", nothing on stdout, no output file.
+  c. --help for attn and each command; `attn version`.
+  d. `attn params` counts (per module, whole model, all presets).
+  e. `attn trace` shapes in the seeds' order, and its failures.
+
+Ends with "N passed, N failed"; exits 1 on any failure.
+"""
+import argparse
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import types
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+TOL = 1e-6
+TIMEOUT = 60
+VERBOSE = False
+
+passed = 0
+failed = 0
+
+
+def check(ok, what, detail=""):
+    global passed, failed
+    if ok:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL: %s%s" % (what, ("\n      " + detail) if detail else ""))
+    return ok
+
+
+# ---------------------------------------------------------------------------
+# The seeds' classes (seed 001, section 3.3-3.6; seed 004's GPT-2 attention).
+# Additions for the CLI's options are marked "test:"; with their defaults the
+# forward passes are the seeds' own.
+# ---------------------------------------------------------------------------
+
+def scaled(attn_scores, keys, scale):
+    # seeds: attn_scores / keys.shape[-1]**0.5; test: --scale S multiplies
+    if scale is None:
+        return attn_scores / keys.shape[-1] ** 0.5
+    return attn_scores * scale
+
+
+class SimplifiedSelfAttention(nn.Module):
+    """Section 3.3: attn_scores = inputs @ inputs.T; softmax; @ inputs."""
+
+    def forward(self, inputs):
+        attn_scores = inputs @ inputs.T
+        attn_weights = torch.softmax(attn_scores, dim=-1)
+        return attn_weights @ inputs
+
+
+class SelfAttention_v1(nn.Module):
+
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_key = nn.Parameter(torch.rand(d_in, d_out))
+        self.W_value = nn.Parameter(torch.rand(d_in, d_out))
+        self.scale = None  # test:
+
+    def forward(self, x):
+        keys = x @ self.W_key
+        queries = x @ self.W_query
+        values = x @ self.W_value
+
+        attn_scores = queries @ keys.T  # omega
+        attn_weights = torch.softmax(scaled(attn_scores, keys, self.scale), dim=-1)
+
+        context_vec = attn_weights @ values
+        return context_vec
+
+
+class SelfAttention_v2(nn.Module):
+
+    def __init__(self, d_in, d_out, qkv_bias=False):
+        super().__init__()
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.scale = None  # test:
+
+    def forward(self, x):
+        keys = self.W_key(x)
+        queries = self.W_query(x)
+        values = self.W_value(x)
+
+        attn_scores = queries @ keys.T
+        attn_weights = torch.softmax(scaled(attn_scores, keys, self.scale), dim=-1)
+
+        context_vec = attn_weights @ values
+        return context_vec
+
+
+class CausalAttention(nn.Module):
+
+    def __init__(self, d_in, d_out, context_length,
+                 dropout, qkv_bias=False):
+        super().__init__()
+        self.d_out = d_out
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.dropout = nn.Dropout(dropout)  # New
+        self.register_buffer('mask', torch.triu(torch.ones(context_length, context_length), diagonal=1))  # New
+        self.scale = None  # test:
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape  # New batch dimension b
+        keys = self.W_key(x)
+        queries = self.W_query(x)
+        values = self.W_value(x)
+
+        attn_scores = queries @ keys.transpose(1, 2)  # Changed transpose
+        attn_scores.masked_fill_(  # New, _ ops are in-place
+            self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
+        attn_weights = torch.softmax(scaled(attn_scores, keys, self.scale), dim=-1)
+        attn_weights = self.dropout(attn_weights)  # New
+
+        context_vec = attn_weights @ values
+        return context_vec
+
+
+class MultiHeadAttentionWrapper(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        self.heads = nn.ModuleList([
+            CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)
+            for _ in range(num_heads)
+        ])
+
+    def forward(self, x):
+        return torch.cat([head(x) for head in self.heads], dim=-1)
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
+        super().__init__()
+        assert (d_out % num_heads == 0), \
+            "d_out must be divisible by num_heads"
+
+        self.d_out = d_out
+        self.num_heads = num_heads
+        self.head_dim = d_out // num_heads
+
+        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
+        self.out_proj = nn.Linear(d_out, d_out)  # Linear layer to combine head outputs
+        self.dropout = nn.Dropout(dropout)
+        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
+        self.scale = None  # test:
+
+    def forward(self, x):
+        b, num_tokens, d_in = x.shape
+
+        keys = self.W_key(x)  # Shape: (b, num_tokens, d_out)
+        queries = self.W_query(x)
+        values = self.W_value(x)
+
+        keys = keys.view(b, num_tokens, self.num_heads, self.head_dim)
+        values = values.view(b, num_tokens, self.num_heads, self.head_dim)
+        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim)
+
+        keys = keys.transpose(1, 2)
+        queries = queries.transpose(1, 2)
+        values = values.transpose(1, 2)
+
+        attn_scores = queries @ keys.transpose(2, 3)
+
+        mask_bool = self.mask.bool()[:num_tokens, :num_tokens]
+
+        attn_scores.masked_fill_(mask_bool, -torch.inf)
+
+        # The seed divides by the global `key`'s width (2 in its example);
+        # the scale meant, and the CLI's, is the head_dim: keys.shape[-1].
+        attn_weights = torch.softmax(scaled(attn_scores, keys, self.scale), dim=-1)
+        attn_weights = self.dropout(attn_weights)
+
+        context_vec = (attn_weights @ values).transpose(1, 2)
+
+        context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)
+        context_vec = self.out_proj(context_vec)
+
+        return context_vec
+
+
+class CausalSelfAttention(nn.Module):
+    """Seed 004 (GPT-2)."""
+
+    def __init__(self, config):
+        super().__init__()
+        assert config.n_embd % config.n_head == 0
+        self.c_attn = nn.Linear(config.n_embd, config.n_embd * 3)
+        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
+        self.n_head = config.n_head
+        self.n_embd = config.n_embd
+        self.register_buffer('bias',
+                             torch.tril(torch.ones(config.block_size, config.block_size)).view(
+                                 1, 1,
+                                 config.block_size,
+                                 config.block_size))
+        self.scale = None  # test:
+
+    def forward(self, x):
+        B, T, C = x.size()
+        qkv = self.c_attn(x)
+        q, k, v = qkv.split(C, dim=2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        factor = (k.size(-1) ** -0.5) if self.scale is None else self.scale  # test: --scale
+        att = (q @ k.transpose(-2, -1)) * factor
+        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))
+        att = nn.functional.softmax(att, dim=-1)
+        y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        y = self.c_proj(y)
+        return y
+
+
+MODULES = ["simple", "sa1", "sa2", "causal", "mha-wrapper", "mha", "gpt2"]
+
+
+def build_torch(case):
+    """The seed's class for case, after torch.manual_seed(case.seed)."""
+    torch.manual_seed(case.seed)
+    m = case.module
+    if m == "simple":
+        mod = SimplifiedSelfAttention()
+    elif m == "sa1":
+        mod = SelfAttention_v1(case.d_in, case.d_out)
+    elif m == "sa2":
+        mod = SelfAttention_v2(case.d_in, case.d_out, qkv_bias=case.qkv_bias)
+    elif m == "causal":
+        mod = CausalAttention(case.d_in, case.d_out, case.context, case.dropout, case.qkv_bias)
+    elif m == "mha-wrapper":
+        mod = MultiHeadAttentionWrapper(case.d_in, case.d_out, case.context, case.dropout,
+                                        case.heads, case.qkv_bias)
+    elif m == "mha":
+        mod = MultiHeadAttention(case.d_in, case.d_out, case.context, case.dropout, case.heads,
+                                 case.qkv_bias)
+    else:
+        cfg = types.SimpleNamespace(n_embd=case.d_in, n_head=case.heads, block_size=case.context)
+        mod = CausalSelfAttention(cfg)
+    if case.scale is not None:
+        for sub in mod.modules():
+            if hasattr(sub, "scale"):
+                sub.scale = case.scale
+    if case.mask == "none":
+        for sub in mod.modules():
+            if isinstance(sub, (CausalAttention, MultiHeadAttention)):
+                sub.mask.zero_()  # an all-False mask: nothing hidden
+    return mod
+
+
+def torch_forward(case, x):
+    """The torch output for the numpy input x (2-D or 3-D)."""
+    mod = build_torch(case)
+    if case.train:
+        mod.train()
+    else:
+        mod.eval()
+    with torch.no_grad():
+        t = torch.from_numpy(x)
+        if case.module in ("simple", "sa1", "sa2"):
+            # The seeds' 2-D classes (x @ W, keys.T): one sequence at a time.
+            if t.dim() == 2:
+                return mod(t).numpy()
+            return torch.stack([mod(t[b]) for b in range(t.shape[0])]).numpy()
+        if t.dim() == 2:
+            return mod(t.unsqueeze(0)).squeeze(0).numpy()
+        return mod(t).numpy()
+
+
+# ---------------------------------------------------------------------------
+# Running the CLI
+# ---------------------------------------------------------------------------
+
+class Runner:
+    def __init__(self, attn, tmp):
+        self.attn = attn
+        self.tmp = tmp
+        self.count = 0
+
+    def path(self, name):
+        self.count += 1
+        return os.path.join(self.tmp, "%d_%s" % (self.count, name))
+
+    def run(self, args, timeout=TIMEOUT):
+        try:
+            p = subprocess.run([self.attn] + [str(a) for a in args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, timeout=timeout)
+            return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+        except subprocess.TimeoutExpired:
+            return None, "", "(timed out after %ss)" % timeout
+
+
+def show(args):
+    return "attn " + " ".join(str(a) for a in args)
+
+
+# ---------------------------------------------------------------------------
+# a. forward vs torch
+# ---------------------------------------------------------------------------
+
+class Case(types.SimpleNamespace):
+    pass
+
+
+def random_case(rng, module):
+    c = Case(module=module, qkv_bias=False, scale=None, mask=None, dropout=0.0, train=False,
+             heads=1, threads=None, explicit_d_in=False, explicit_context=False)
+    c.seed = rng.getrandbits(64) if rng.random() < 0.2 else rng.randrange(0, 2 ** 31)
+    c.rank = rng.choice([2, 3])
+    c.batch = rng.randint(1, 3) if c.rank == 3 else 1
+    c.tokens = rng.randint(1, 12)
+    if module == "simple":
+        c.d_in = rng.randint(1, 64)
+        c.d_out = c.d_in
+    elif module in ("sa1", "sa2", "causal"):
+        c.d_in = rng.randint(1, 64)
+        c.d_out = rng.randint(1, 64)
+    elif module == "mha-wrapper":
+        c.d_in = rng.randint(1, 64)
+        c.heads = rng.randint(1, 4)
+        c.d_out = rng.randint(1, 16)  # per head
+    elif module == "mha":
+        c.d_in = rng.randint(1, 64)
+        c.heads = rng.choice([1, 1, 2, 3, 4, 8])
+        c.d_out = c.heads * rng.randint(1, 64 // c.heads)
+    else:
+        c.heads = rng.choice([1, 1, 2, 3, 4, 8])
+        c.d_in = c.heads * rng.randint(1, 64 // c.heads)
+        c.d_out = c.d_in
+    c.context = c.tokens
+    if module in ("causal", "mha-wrapper", "mha", "gpt2") and rng.random() < 0.5:
+        c.context = c.tokens + rng.randint(0, 8)
+        c.explicit_context = True
+    if module in ("sa2", "causal", "mha-wrapper", "mha"):
+        c.qkv_bias = rng.random() < 0.5
+    if rng.random() < 0.3:
+        c.threads = rng.randint(1, 4)
+    c.explicit_d_in = rng.random() < 0.3
+    return c
+
+
+def cli_args(c, inp, out):
+    args = ["forward", "--module", c.module, "--input", inp, "--output", out, "--seed", c.seed]
+    if c.module not in ("simple", "gpt2"):
+        args += ["--d-out", c.d_out]
+    if c.module in ("mha-wrapper", "mha", "gpt2"):
+        args += ["--heads", c.heads]
+    if c.explicit_context:
+        args += ["--context", c.context]
+    if c.explicit_d_in:
+        args += ["--d-in", c.d_in]
+    if c.qkv_bias:
+        args.append("--qkv-bias")
+    if c.scale is not None:
+        args += ["--scale", repr(c.scale)]
+    if c.mask is not None:
+        args += ["--mask", c.mask]
+    if c.dropout:
+        args += ["--dropout", repr(c.dropout)]
+    if c.train:
+        args.append("--train")
+    if c.threads:
+        args += ["--threads", c.threads]
+    return args
+
+
+def describe(c):
+    keys = ["module", "seed", "rank", "batch", "tokens", "d_in", "d_out", "heads", "context",
+            "qkv_bias", "scale", "mask", "dropout", "train", "threads"]
+    return ", ".join("%s=%s" % (k, getattr(c, k)) for k in keys)
+
+
+def random_input(rng, c):
+    shape = (c.batch, c.tokens, c.d_in) if c.rank == 3 else (c.tokens, c.d_in)
+    nprng = np.random.default_rng(rng.getrandbits(32))
+    # Inputs of unit size; for SelfAttention_v1 (torch.rand weights, all
+    # positive) scaled so projections stay O(1) as in the seeds' example.
+    x = nprng.uniform(-1.0, 1.0, size=shape)
+    if c.module == "sa1":
+        x = nprng.uniform(0.0, 1.0, size=shape) / c.d_in
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+def compare(got, want, tol=TOL):
+    """(ok, detail): max-abs diff <= tol, or relative L2 <= tol for width >= 256."""
+    if got.shape != want.shape:
+        return False, "shape %s, torch %s" % (got.shape, want.shape)
+    if not np.all(np.isfinite(got)) and not np.array_equal(np.isnan(got), np.isnan(want)):
+        return False, "non-finite values where torch has none"
+    diff = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64)))) if got.size else 0.0
+    if want.shape[-1] >= 256:
+        norm = float(np.linalg.norm(want.astype(np.float64)))
+        rel = float(np.linalg.norm(got.astype(np.float64) - want.astype(np.float64))) / max(norm, 1e-30)
+        return rel <= tol, "relative L2 %.3g (max-abs %.3g)" % (rel, diff)
+    return diff <= tol, "max-abs diff %.3g" % diff
+
+
+def forward_case(r, c, x, want=None, what=None):
+    inp = r.path("x.npy")
+    out = r.path("y.npy")
+    np.save(inp, x)
+    args = cli_args(c, inp, out)
+    rc, so, se = r.run(args)
+    label = what or describe(c)
+    if not check(rc == 0, "forward exits 0: " + label,
+                 "%s\n      rc=%s stderr=%r" % (show(args), rc, se.strip()[:400])):
+        return None
+    note_ok = se == "" or (c.dropout and not c.train and se.startswith("attn: note:")
+                           and se.count("\n") == 1)
+    check(note_ok and so == "", "forward prints nothing: " + label,
+          "stdout=%r stderr=%r" % (so[:200], se[:200]))
+    try:
+        got = np.load(out)
+    except Exception as e:  # noqa: BLE001
+        check(False, "forward output loads: " + label, repr(e))
+        return None
+    check(got.dtype == np.float32, "output is float32: " + label, str(got.dtype))
+    check(got.ndim == x.ndim, "output rank equals input rank: " + label,
+          "input %s, output %s" % (x.shape, got.shape))
+    if want is None:
+        want = torch_forward(c, x)
+    # Dropout multiplies the kept weights by 1/(1-p), and float32 torch's
+    # rounding with them; a wrong mask is off by O(0.1), far above this.
+    tol = TOL / (1.0 - c.dropout) if c.train and c.dropout < 1.0 else TOL
+    ok, detail = compare(got, want, tol)
+    check(ok, "forward matches torch: " + label, "%s\n      %s" % (show(args), detail))
+    if VERBOSE:
+        print("  %s: %s" % (detail, label))
+    return got
+
+
+def test_forward(r, rng, cases):
+    # Random shapes for every module.
+    for module in MODULES:
+        for _ in range(cases):
+            c = random_case(rng, module)
+            forward_case(r, c, random_input(rng, c))
+
+    # Fixed edges: T = 1, d_out = 1, head_dim 1, context == T.
+    edges = [
+        dict(module="causal", tokens=1, d_in=1, d_out=1),
+        dict(module="mha", tokens=1, d_in=5, d_out=4, heads=4),
+        dict(module="mha", tokens=7, d_in=3, d_out=6, heads=6, explicit_context=True),
+        dict(module="gpt2", tokens=5, d_in=8, heads=8),
+        dict(module="mha-wrapper", tokens=1, d_in=2, d_out=1, heads=3),
+        dict(module="sa1", tokens=1, d_in=1, d_out=1),
+        dict(module="simple", tokens=1, d_in=1, d_out=1),
+    ]
+    for e in edges:
+        c = random_case(rng, e["module"])
+        for k, v in e.items():
+            setattr(c, k, v)
+        if e["module"] == "gpt2":
+            c.d_out = c.d_in
+        c.context = c.tokens
+        forward_case(r, c, random_input(rng, c), what="edge " + describe(c))
+
+    # Wide: relative L2 for width >= 256.
+    for module in ("mha", "gpt2"):
+        c = random_case(rng, module)
+        c.d_in, c.heads, c.tokens, c.rank, c.batch = 256, 4, 5, 3, 2
+        c.d_out = 256
+        c.context = c.tokens
+        forward_case(r, c, random_input(rng, c), what="wide " + describe(c))
+
+    # --qkv-bias and --scale, every weighted module.
+    for module in MODULES[1:]:
+        c = random_case(rng, module)
+        if module in ("sa2", "causal", "mha-wrapper", "mha"):
+            c.qkv_bias = True
+        c.scale = float(np.float32(rng.uniform(0.05, 2.0)))
+        forward_case(r, c, random_input(rng, c), what="--scale " + describe(c))
+
+    # --mask renormalize gives the neg-inf result; --mask none the unmasked one.
+    for module in ("causal", "mha-wrapper", "mha"):
+        c = random_case(rng, module)
+        c.tokens = max(c.tokens, 3)
+        c.context = c.tokens + (rng.randint(0, 4) if c.explicit_context else 0)
+        x = random_input(rng, c)
+        c.mask = None
+        want = torch_forward(c, x)
+        c.mask = "renormalize"
+        forward_case(r, c, x, want=want, what="--mask renormalize == neg-inf torch: " + describe(c))
+        c.mask = "none"
+        forward_case(r, c, x, what="--mask none == unmasked torch: " + describe(c))
+        c.mask = "neg-inf"
+        forward_case(r, c, x, want=want, what="--mask neg-inf: " + describe(c))
+
+    # Dropout in training mode: torch.manual_seed(S); build; train(); forward.
+    for module in ("causal", "mha", "mha-wrapper", "causal", "mha"):
+        c = random_case(rng, module)
+        c.tokens = max(c.tokens, 4)
+        c.context = c.tokens + (rng.randint(0, 4) if c.explicit_context else 0)
+        c.dropout = rng.choice([0.1, 0.25, 0.5, 0.9, float(np.float32(rng.uniform(0.01, 0.99)))])
+        c.train = True
+        forward_case(r, c, random_input(rng, c), what="--dropout --train " + describe(c))
+    # dropout 1.0 and 0.0 in training; dropout without --train is eval (with a note).
+    for module, p in (("causal", 1.0), ("mha", 1.0), ("mha", 0.0)):
+        c = random_case(rng, module)
+        c.dropout, c.train = p, True
+        forward_case(r, c, random_input(rng, c), what="--dropout %g --train %s" % (p, describe(c)))
+    c = random_case(rng, "mha")
+    c.dropout = 0.5
+    forward_case(r, c, random_input(rng, c), what="--dropout without --train is eval: " + describe(c))
+
+    # float64 input is read and narrowed (the reference sees the same floats).
+    c = random_case(rng, "causal")
+    x = random_input(rng, c)
+    inp = r.path("x64.npy")
+    out = r.path("y64.npy")
+    np.save(inp, x.astype(np.float64))
+    rc, so, se = r.run(cli_args(c, inp, out))
+    if check(rc == 0, "forward reads float64 .npy", se.strip()):
+        ok, detail = compare(np.load(out), torch_forward(c, x))
+        check(ok, "float64 input matches torch", detail)
+
+
+# ---------------------------------------------------------------------------
+# b. bad arguments
+# ---------------------------------------------------------------------------
+
+def expect_error(r, args, codes, fragments=(), out=None, what=None):
+    if out is not None and os.path.exists(out):
+        os.remove(out)  # left by an earlier case that wrongly succeeded
+    rc, so, se = r.run(args)
+    label = what or show(args)
+    lines = se.splitlines()
+    ok_rc = rc in codes
+    check(ok_rc, "exit code %s: %s" % ("/".join(map(str, codes)), label), "rc=%s stderr=%r" % (rc, se[:500]))
+    check(len(lines) == 1 and se.endswith("\n") and lines[0].startswith("attn: "),
+          "exactly one stderr line starting 'attn: ': " + label, "stderr=%r" % se[:500])
+    check(so == "", "nothing on stdout: " + label, "stdout=%r" % so[:300])
+    for frag in fragments:
+        check(frag in se, "stderr mentions %r: %s" % (frag, label), "stderr=%r" % se[:500])
+    if out is not None:
+        check(not os.path.exists(out), "no output file after failure: " + label)
+
+
+def save(r, name, arr):
+    p = r.path(name)
+    np.save(p, np.asarray(arr))
+    return p
+
+
+def test_bad_args(r, rng):
+    x = save(r, "x.npy", np.random.default_rng(1).uniform(-1, 1, (2, 5, 6)).astype(np.float32))
+    out = r.path("never.npy")
+    base = ["forward", "--input", x, "--output", out]
+    mha = base + ["--module", "mha", "--d-out", 6, "--heads", 2]
+
+    expect_error(r, ["frobnicate"], [2], ["frobnicate"])
+    expect_error(r, ["--frobnicate"], [2], ["frobnicate"])
+    expect_error(r, mha + ["--frobnicate", "3"], [2], ["unknown option", "--frobnicate"], out)
+    # An unknown option at the end must still be called unknown, not "needs a value".
+    expect_error(r, mha + ["--frobnicate"], [2], ["unknown option", "--frobnicate"], out)
+    expect_error(r, ["trace", "--frobnicate"], [2], ["unknown option", "--frobnicate"])
+    expect_error(r, ["trace", "--frobnicate", "1"], [2], ["unknown option", "--frobnicate"])
+    expect_error(r, ["params", "--preset", "small", "--frobnicate", "1"], [2],
+                 ["unknown option", "--frobnicate"])
+    expect_error(r, ["demo", "extra"], [2], ["extra"])
+    expect_error(r, base, [2], ["--module"], out)
+    expect_error(r, ["forward", "--module", "mha", "--d-out", 6, "--output", out], [2], ["--input"], out)
+    expect_error(r, ["forward", "--module", "mha", "--d-out", 6, "--input", x], [2], ["--output"])
+    expect_error(r, base + ["--module", "bogus"], [2], ["bogus", "mha-wrapper"], out)
+    expect_error(r, base + ["--module", "mha"], [2], ["--d-out"], out)
+    for bad in ["x", "-1", "0", "1.5", "", "2x", "99999999999999999999999", "0x2", " 2", " -1", "\t-2"]:
+        expect_error(r, mha + ["--heads", bad], [2], ["--heads", "'%s'" % bad], out)
+    # A leading blank must not smuggle a negative number in as 2^64 - n.
+    for opt in ["--seed", "--context", "--d-out", "--threads"]:
+        expect_error(r, mha + [opt, " -1"], [2], [opt, "' -1'"], out)
+    for opt in ["--d-in", "--d-out", "--context", "--threads"]:
+        expect_error(r, mha + [opt, "0"], [2], [opt], out)
+    for bad in ["1.5", "-0.1", "nan", "inf", "x", ""]:
+        expect_error(r, mha + ["--dropout", bad], [2], ["--dropout", "'%s'" % bad], out)
+    for bad in ["nan", "inf", "-inf", "x", "1e999"]:
+        expect_error(r, mha + ["--scale", bad], [2], ["--scale", "'%s'" % bad], out)
+    expect_error(r, mha + ["--mask", "bogus"], [2], ["--mask", "bogus"], out)
+    expect_error(r, mha + ["--bernoulli", "bogus"], [2], ["--bernoulli", "bogus"], out)
+    expect_error(r, mha + ["--seed", "-1"], [2], ["--seed"], out)
+    expect_error(r, mha + ["--threads", "100000"], [2], ["--threads"], out)
+    for opt in ["--module", "--input", "--output", "--heads", "--seed", "--dropout", "--mask"]:
+        expect_error(r, ["forward", opt], [2], [opt, "needs a value"])
+    expect_error(r, ["trace", "--preset"], [2], ["--preset", "needs a value"])
+    expect_error(r, ["params", "--preset"], [2], ["--preset", "needs a value"])
+
+    missing = os.path.join(r.tmp, "does_not_exist.npy")
+    expect_error(r, ["forward", "--module", "mha", "--d-out", 6, "--input", missing, "--output", out],
+                 [1], [missing, "cannot open"], out)
+    expect_error(r, mha + ["--d-in", 7], [2], ["(6)", "(7)", "--d-in"], out)
+    expect_error(r, base + ["--module", "mha", "--d-out", 6, "--heads", 4], [1],
+                 ["must be divisible", "(6)", "(4)"], out)
+    expect_error(r, base + ["--module", "gpt2", "--heads", 4], [1], ["must be divisible", "(6)", "(4)"], out)
+    expect_error(r, base + ["--module", "simple", "--d-out", 3], [2], ["--d-out"], out)
+    for module in ("causal", "mha-wrapper", "mha", "gpt2"):
+        expect_error(r, base + ["--module", module, "--d-out", 6, "--heads", 2, "--context", 4],
+                     [1], ["sequence length (5)", "exceeds context_length (4)"], out)
+    x4 = save(r, "x4.npy", np.zeros((1, 2, 3, 6), np.float32))
+    expect_error(r, ["forward", "--module", "mha", "--d-out", 6, "--input", x4, "--output", out],
+                 [2], ["4 dimensions"], out)
+    x1 = save(r, "x1.npy", np.zeros((6,), np.float32))
+    expect_error(r, ["forward", "--module", "mha", "--d-out", 6, "--input", x1, "--output", out],
+                 [2], ["1 dimensions"], out)
+    # An empty sequence is an input problem, whatever the module.
+    for module in ("sa1", "mha", "gpt2"):
+        x0 = save(r, "x0.npy", np.zeros((1, 0, 6), np.float32))
+        expect_error(r, ["forward", "--module", module, "--d-out", 6, "--input", x0, "--output", out],
+                     [1, 2], ["empty"], out, what="empty (1, 0, 6) input, --module " + module)
+
+    corrupt = r.path("corrupt.npy")
+    with open(corrupt, "wb") as f:
+        f.write(bytes(rng.getrandbits(8) for _ in range(200)))
+    expect_error(r, ["forward", "--module", "mha", "--d-out", 6, "--input", corrupt, "--output", out],
+                 [1], [corrupt], out)
+    good = open(x, "rb").read()
+    truncated = r.path("truncated.npy")
+    with open(truncated, "wb") as f:
+        f.write(good[:-7])
+    expect_error(r, ["forward", "--module", "mha", "--d-out", 6, "--input", truncated, "--output", out],
+                 [1], ["truncated"], out)
+    ints = save(r, "ints.npy", np.zeros((2, 3, 6), np.int32))
+    expect_error(r, ["forward", "--module", "mha", "--d-out", 6, "--input", ints, "--output", out],
+                 [1], ["<i4"], out)
+    expect_error(r, mha + ["--output", os.path.join(r.tmp, "no_dir", "y.npy")], [1], ["no_dir"])
+
+
+# ---------------------------------------------------------------------------
+# c. help and version
+# ---------------------------------------------------------------------------
+
+def header_version():
+    here = os.path.dirname(os.path.abspath(__file__))
+    header = os.path.join(here, "..", "..", "include", "attn.h")
+    try:
+        m = re.search(r'#define ATTN_VERSION_STRING "([^"]+)"', open(header).read())
+        return m.group(1) if m else None
+    except OSError:
+        return None
+
+
+def test_help(r):
+    for args in (["--help"], ["-h"], ["help"]):
+        rc, so, se = r.run(args)
+        check(rc == 0 and so.startswith("usage: attn") and se == "", "%s prints usage" % show(args),
+              "rc=%s stdout=%r stderr=%r" % (rc, so[:200], se[:200]))
+        for cmd in ("demo", "trace", "params", "forward", "version"):
+            check(cmd in so, "%s lists %s" % (show(args), cmd))
+    rc, so, se = r.run([])
+    check(rc == 2 and so == "" and se.startswith("usage: attn"), "attn without a command: usage on stderr, exit 2",
+          "rc=%s stdout=%r" % (rc, so[:200]))
+    for cmd in ("demo", "trace", "params", "forward"):
+        for flag in ("--help", "-h"):
+            rc, so, se = r.run([cmd, flag])
+            check(rc == 0 and so.startswith("usage: attn " + cmd) and se == "",
+                  "attn %s %s prints its usage" % (cmd, flag), "rc=%s stdout=%r stderr=%r" % (rc, so[:200], se[:200]))
+    rc, so, _ = r.run(["forward", "--help"])
+    for opt in ("--module", "--input", "--output", "--seed", "--d-in", "--d-out", "--heads", "--context",
+                "--qkv-bias", "--dropout", "--train", "--scale", "--mask", "--bernoulli", "--threads"):
+        check(opt in so, "attn forward --help mentions " + opt)
+    want = header_version()
+    for args in (["version"], ["--version"]):
+        rc, so, se = r.run(args)
+        check(rc == 0 and se == "" and re.fullmatch(r"attn \d+\.\d+\.\d+\n", so) is not None,
+              "%s prints 'attn X.Y.Z'" % show(args), "rc=%s stdout=%r" % (rc, so))
+        if want:
+            check(so == "attn %s\n" % want, "%s matches attn.h (%s)" % (show(args), want), repr(so))
+
+
+# ---------------------------------------------------------------------------
+# d. params
+# ---------------------------------------------------------------------------
+
+PRESETS = {  # name: (n_embd, n_head, n_layer, whole model)
+    "gpt2-small": (768, 12, 12, 124439808),
+    "gpt2-medium": (1024, 16, 24, 354823168),
+    "gpt2-large": (1280, 20, 36, 774030080),
+    "gpt2-xl": (1600, 25, 48, 1557611200),
+}
+
+
+def grouped(n):
+    return "{:,}".format(n)
+
+
+def total_of(text):
+    m = re.search(r"^\s*total\s+([\d,]+)\s*$", text, re.M)
+    return int(m.group(1).replace(",", "")) if m else None
+
+
+def model_of(text):
+    m = re.search(r"whole GPT-2 model.*?:\s+([\d,]+)", text)
+    return int(m.group(1).replace(",", "")) if m else None
+
+
+def test_params(r):
+    rc, so, se = r.run(["params", "--preset", "gpt2-small", "--module", "mha"])
+    check(rc == 0 and se == "", "params gpt2-small mha runs", se)
+    check(total_of(so) == 2360064, "MultiHeadAttention at gpt2-small: 2,360,064", so)
+    check("2,360,064" in so, "the total is printed grouped")
+    check(model_of(so) == 124439808, "whole gpt2-small model: 124,439,808", so)
+    rc, so, se = r.run(["params", "--preset", "gpt2-small", "--module", "mha", "--qkv-bias"])
+    check(total_of(so) == 2360064 + 3 * 768, "MultiHeadAttention --qkv-bias: 2,362,368", so)
+    rc, so, se = r.run(["params", "--preset", "gpt2-small", "--module", "gpt2"])
+    check(rc == 0 and total_of(so) == 2362368, "CausalSelfAttention at gpt2-small: 2,362,368", so)
+    check(re.search(r"c_attn\.weight\s+\[2304, 768\]\s+1,769,472", so) is not None,
+          "c_attn.weight [2304, 768] 1,769,472 listed", so)
+    rc, so2, se = r.run(["params", "--preset", "small"])
+    check(rc == 0 and so2 == so, "params defaults to --module gpt2 and 'small' means gpt2-small")
+
+    # Against the seeds' torch classes (cheap: 4 C^2 floats).
+    for name, (C, H, L, whole) in PRESETS.items():
+        rc, so, se = r.run(["params", "--preset", name, "--module", "mha"])
+        check(rc == 0, "params %s runs" % name, se)
+        check(re.search(r"n_head %d\b" % H, so) is not None, "%s has %d heads" % (name, H), so[:200])
+        check(model_of(so) == whole, "%s whole model %s" % (name, grouped(whole)), so)
+        torch.manual_seed(0)
+        n = sum(p.numel() for p in MultiHeadAttention(C, C, 8, 0.0, H).parameters())
+        check(total_of(so) == n == 4 * C * C + C, "%s MultiHeadAttention = torch's %s" % (name, grouped(n)), so)
+        rc, so, se = r.run(["params", "--preset", name, "--module", "gpt2"])
+        cfg = types.SimpleNamespace(n_embd=C, n_head=H, block_size=8)
+        n = sum(p.numel() for p in CausalSelfAttention(cfg).parameters())
+        check(total_of(so) == n == 4 * C * C + 4 * C, "%s CausalSelfAttention = torch's %s" % (name, grouped(n)), so)
+
+    rc, so, se = r.run(["params", "--preset", "all"])
+    check(rc == 0 and se == "", "params --preset all runs", se)
+    for name, (_, _, _, whole) in PRESETS.items():
+        check(name in so and grouped(whole) in so, "params --preset all shows %s (%s)" % (name, grouped(whole)))
+    expect_error(r, ["params", "--preset", "gpt2-tiny"], [2],
+                 ["gpt2-tiny", "gpt2-small", "gpt2-medium", "gpt2-large", "gpt2-xl"])
+    expect_error(r, ["params"], [2], ["--preset"])
+    expect_error(r, ["params", "--preset", "small", "--module", "sa1"], [2], ["sa1"])
+
+
+# ---------------------------------------------------------------------------
+# e. trace
+# ---------------------------------------------------------------------------
+
+ROW = re.compile(r"^\s*(\d+)\s+(\S+)\s+(.*?)\s+\[([\d, ]*)\](\s+\(view\))?\s*$")
+
+
+def trace_rows(text):
+    rows = []
+    for line in text.splitlines():
+        m = ROW.match(line)
+        if m:
+            shape = [int(v) for v in m.group(4).split(",") if v.strip()]
+            rows.append((m.group(3).strip(), shape))
+    return rows
+
+
+def in_order(rows, expected):
+    """expected [(name prefix, shape)] occur in rows in this order."""
+    i = 0
+    for name, shape in rows:
+        if i < len(expected) and name.startswith(expected[i][0]) and shape == expected[i][1]:
+            i += 1
+    return i == len(expected)
+
+
+def test_trace(r):
+    args = ["trace", "--preset", "gpt2-small", "--batch", 2, "--tokens", 6]
+    rc, so, se = r.run(args)
+    check(rc == 0 and se == "", "trace gpt2-small runs", se)
+    rows = trace_rows(so)
+    shapes = [s for _, s in rows]
+    for s in ([2, 6, 768], [2, 12, 6, 64], [2, 12, 6, 6]):
+        check(s in shapes, "trace lists %s" % s, so)
+    want = [("x", [2, 6, 768]), ("queries", [2, 6, 768]), ("keys", [2, 6, 768]), ("values", [2, 6, 768]),
+            ("heads", [2, 12, 6, 64]), ("attn_scores", [2, 12, 6, 6]), ("attn_weights", [2, 12, 6, 6]),
+            ("context_vec", [2, 6, 768]), ("out_proj", [2, 6, 768])]
+    check(in_order(rows, want), "trace (mha) lists the seeds' steps in order", so)
+    check("MultiHeadAttention" in so, "trace defaults to --module mha")
+
+    rc, so, se = r.run(args + ["--module", "gpt2"])
+    check(rc == 0 and se == "", "trace --module gpt2 runs", se)
+    rows = trace_rows(so)
+    want = [("x", [2, 6, 768]), ("qkv", [2, 6, 2304]), ("q, k, v", [2, 12, 6, 64]),
+            ("attn_scores", [2, 12, 6, 6]), ("attn_weights", [2, 12, 6, 6]), ("y", [2, 6, 768]),
+            ("c_proj", [2, 6, 768])]
+    check(in_order(rows, want), "trace --module gpt2 shows [2, 6, 2304] and the steps in order", so)
+
+    for module in ("simple", "sa1", "sa2", "causal", "mha-wrapper"):
+        rc, so, se = r.run(["trace", "--module", module, "--batch", 1, "--tokens", 3])
+        rows = trace_rows(so)
+        check(rc == 0 and se == "" and rows and rows[-1][1] == [1, 3, 768],
+              "trace --module %s ends with [1, 3, 768]" % module, "rc=%s %s %s" % (rc, so[-300:], se))
+    rc, so, se = r.run(["trace", "--preset", "medium", "--tokens", 1, "--batch", 1])
+    check(rc == 0 and [1, 16, 1, 64] in [s for _, s in trace_rows(so)], "trace medium: 16 heads of 64", so)
+
+    rc, so, se = r.run(["trace", "--preset", "gpt2-small", "--tokens", 2000])
+    lines = se.splitlines()
+    check(rc == 1 and len(lines) == 1 and lines[0].startswith("attn: ") and "exceeds context_length" in se,
+          "trace --tokens 2000 fails with 'exceeds context_length'", "rc=%s stderr=%r" % (rc, se[:300]))
+    expect_error(r, ["trace", "--tokens", 0], [2], ["--tokens"])
+    expect_error(r, ["trace", "--batch", "-2"], [2], ["--batch"])
+    expect_error(r, ["trace", "--preset", "gpt2-tiny"], [2], ["gpt2-tiny", "gpt2-small"])
+    expect_error(r, ["trace", "--module", "bogus"], [2], ["bogus"])
+    # batch x tokens x n_embd x 4 bytes overflows size_t: refused, not a crash.
+    expect_error(r, ["trace", "--batch", 2 ** 54, "--tokens", 1], [1, 2], ["18014398509481984"],
+                 what="trace --batch 2^54 (x's bytes overflow size_t)")
+
+
+# ---------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("attn", help="the attn executable")
+    ap.add_argument("--seed", type=int, help="replay a run")
+    ap.add_argument("--cases", type=int, default=6, help="random forward cases per module")
+    ap.add_argument("--verbose", action="store_true", help="print every forward comparison")
+    opts = ap.parse_args()
+    global VERBOSE
+    VERBOSE = opts.verbose
+    seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2 ** 32)
+    print("run seed: %d (replay: %s %s %s --seed %d)" % (seed, sys.executable, sys.argv[0], opts.attn, seed))
+    sys.stdout.flush()
+    rng = random.Random(seed)
+    torch.set_num_threads(1)
+    if torch.backends.mkl.is_available():
+        print("note: this torch has MKL; its dropout draws may differ from --bernoulli mt19937")
+    attn = os.path.abspath(opts.attn)
+    tmp = tempfile.mkdtemp(prefix="attn_test_cli_")
+    try:
+        r = Runner(attn, tmp)
+        test_forward(r, rng, opts.cases)
+        test_bad_args(r, rng)
+        test_help(r)
+        test_params(r)
+        test_trace(r)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d passed, %d failed" % (passed, failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
