@@ -33,8 +33,9 @@ int main(void) {
            w.shape[1], y[0], y[1], y[2]);
 
     /* Errors are values, with a message naming what was wrong. */
+    attn_mha *bad;
     cfg.num_heads = 7;
-    if (attn_mha_new(ctx, &cfg, rng, &mha) != ATTN_OK)
+    if (attn_mha_new(ctx, &cfg, rng, &bad) != ATTN_OK)
         printf("num_heads 7: %s\n", attn_ctx_last_error(ctx));
 
     attn_mha_free(mha);
