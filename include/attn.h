@@ -105,6 +105,7 @@ typedef enum attn_bernoulli_method {
 
 typedef struct attn_rng attn_rng;
 
+/* ctx receives the rng's error messages; it may be NULL (statuses only). */
 attn_status attn_rng_new(attn_ctx *ctx, uint64_t seed, attn_rng **out);
 void attn_rng_free(attn_rng *rng);
 /* torch.manual_seed(seed) */
@@ -116,8 +117,10 @@ attn_status attn_rng_next_u32(attn_rng *rng, uint32_t *out);
 attn_status attn_rng_rand(attn_rng *rng, float *out, size_t n);
 /* tensor.uniform_(from, to) on a float32 tensor of n elements, bit-identical. */
 attn_status attn_rng_uniform(attn_rng *rng, float *out, size_t n, double from, double to);
-/* torch.randn(n): standard normal. Same draws and Box-Muller order as
- * PyTorch; values agree to a few float ulps (libm vs PyTorch's vector math). */
+/* torch.randn(n): standard normal. Bit-identical for n < 16; for n >= 16
+ * the same draws, Box-Muller order and float arithmetic as PyTorch's AVX2
+ * kernel, with libm's log/sin/cos in place of its vector ones: most values
+ * are bit-identical, the rest within a few float ulps. */
 attn_status attn_rng_randn(attn_rng *rng, float *out, size_t n);
 /* nn.Linear(in_features, out_features).reset_parameters(): weight
  * (out_features, in_features) ~ U(-1/sqrt(in), 1/sqrt(in)) via
