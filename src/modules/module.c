@@ -32,11 +32,8 @@ attn_status attn_module_reserve(attn_module *m, size_t count) {
 attn_status attn_module_declare(attn_module *m, size_t ndim, const size_t shape[2],
                                 const char *name_fmt, ...) {
     if (m->num_params == m->capacity) {
-        size_t capacity = m->capacity ? 2 * m->capacity : 8;
-        attn_param_slot *grown = realloc(m->params, capacity * sizeof *grown);
-        if (!grown) return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "out of memory for parameters");
-        m->params = grown;
-        m->capacity = capacity;
+        attn_status st = attn_module_reserve(m, m->capacity ? 2 * m->capacity : 8);
+        if (st != ATTN_OK) return st;
     }
     attn_param_slot *slot = &m->params[m->num_params];
     memset(slot, 0, sizeof *slot);
