@@ -35,7 +35,17 @@ import types
 
 import numpy as np
 import torch
-import torch.nn as nn
+
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from seed_modules import (  # noqa: E402
+    SimplifiedSelfAttention,
+    SelfAttention_v1,
+    SelfAttention_v2,
+    CausalAttention,
+    MultiHeadAttentionWrapper,
+    MultiHeadAttention,
+    CausalSelfAttention)
 
 TOL = 1e-6
 TIMEOUT = 60
@@ -53,197 +63,6 @@ def check(ok, what, detail=""):
         failed += 1
         print("FAIL: %s%s" % (what, ("\n      " + detail) if detail else ""))
     return ok
-
-
-# ---------------------------------------------------------------------------
-# The seeds' classes (seed 001, section 3.3-3.6; seed 004's GPT-2 attention).
-# Additions for the CLI's options are marked "test:"; with their defaults the
-# forward passes are the seeds' own.
-# ---------------------------------------------------------------------------
-
-def scaled(attn_scores, keys, scale):
-    # seeds: attn_scores / keys.shape[-1]**0.5; test: --scale S multiplies
-    if scale is None:
-        return attn_scores / keys.shape[-1] ** 0.5
-    return attn_scores * scale
-
-
-class SimplifiedSelfAttention(nn.Module):
-    """Section 3.3: attn_scores = inputs @ inputs.T; softmax; @ inputs."""
-
-    def forward(self, inputs):
-        attn_scores = inputs @ inputs.T
-        attn_weights = torch.softmax(attn_scores, dim=-1)
-        return attn_weights @ inputs
-
-
-class SelfAttention_v1(nn.Module):
-
-    def __init__(self, d_in, d_out):
-        super().__init__()
-        self.W_query = nn.Parameter(torch.rand(d_in, d_out))
-        self.W_key = nn.Parameter(torch.rand(d_in, d_out))
-        self.W_value = nn.Parameter(torch.rand(d_in, d_out))
-        self.scale = None  # test:
-
-    def forward(self, x):
-        keys = x @ self.W_key
-        queries = x @ self.W_query
-        values = x @ self.W_value
-
-        attn_scores = queries @ keys.T  # omega
-        attn_weights = torch.softmax(scaled(attn_scores, keys, self.scale), dim=-1)
-
-        context_vec = attn_weights @ values
-        return context_vec
-
-
-class SelfAttention_v2(nn.Module):
-
-    def __init__(self, d_in, d_out, qkv_bias=False):
-        super().__init__()
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.scale = None  # test:
-
-    def forward(self, x):
-        keys = self.W_key(x)
-        queries = self.W_query(x)
-        values = self.W_value(x)
-
-        attn_scores = queries @ keys.T
-        attn_weights = torch.softmax(scaled(attn_scores, keys, self.scale), dim=-1)
-
-        context_vec = attn_weights @ values
-        return context_vec
-
-
-class CausalAttention(nn.Module):
-
-    def __init__(self, d_in, d_out, context_length,
-                 dropout, qkv_bias=False):
-        super().__init__()
-        self.d_out = d_out
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.dropout = nn.Dropout(dropout)  # New
-        self.register_buffer('mask', torch.triu(torch.ones(context_length, context_length), diagonal=1))  # New
-        self.scale = None  # test:
-
-    def forward(self, x):
-        b, num_tokens, d_in = x.shape  # New batch dimension b
-        keys = self.W_key(x)
-        queries = self.W_query(x)
-        values = self.W_value(x)
-
-        attn_scores = queries @ keys.transpose(1, 2)  # Changed transpose
-        attn_scores.masked_fill_(  # New, _ ops are in-place
-            self.mask.bool()[:num_tokens, :num_tokens], -torch.inf)
-        attn_weights = torch.softmax(scaled(attn_scores, keys, self.scale), dim=-1)
-        attn_weights = self.dropout(attn_weights)  # New
-
-        context_vec = attn_weights @ values
-        return context_vec
-
-
-class MultiHeadAttentionWrapper(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
-        super().__init__()
-        self.heads = nn.ModuleList([
-            CausalAttention(d_in, d_out, context_length, dropout, qkv_bias)
-            for _ in range(num_heads)
-        ])
-
-    def forward(self, x):
-        return torch.cat([head(x) for head in self.heads], dim=-1)
-
-
-class MultiHeadAttention(nn.Module):
-    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False):
-        super().__init__()
-        assert (d_out % num_heads == 0), \
-            "d_out must be divisible by num_heads"
-
-        self.d_out = d_out
-        self.num_heads = num_heads
-        self.head_dim = d_out // num_heads
-
-        self.W_query = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_key = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.W_value = nn.Linear(d_in, d_out, bias=qkv_bias)
-        self.out_proj = nn.Linear(d_out, d_out)  # Linear layer to combine head outputs
-        self.dropout = nn.Dropout(dropout)
-        self.register_buffer("mask", torch.triu(torch.ones(context_length, context_length), diagonal=1))
-        self.scale = None  # test:
-
-    def forward(self, x):
-        b, num_tokens, d_in = x.shape
-
-        keys = self.W_key(x)  # Shape: (b, num_tokens, d_out)
-        queries = self.W_query(x)
-        values = self.W_value(x)
-
-        keys = keys.view(b, num_tokens, self.num_heads, self.head_dim)
-        values = values.view(b, num_tokens, self.num_heads, self.head_dim)
-        queries = queries.view(b, num_tokens, self.num_heads, self.head_dim)
-
-        keys = keys.transpose(1, 2)
-        queries = queries.transpose(1, 2)
-        values = values.transpose(1, 2)
-
-        attn_scores = queries @ keys.transpose(2, 3)
-
-        mask_bool = self.mask.bool()[:num_tokens, :num_tokens]
-
-        attn_scores.masked_fill_(mask_bool, -torch.inf)
-
-        # The seed divides by the global `key`'s width (2 in its example);
-        # the scale meant, and the CLI's, is the head_dim: keys.shape[-1].
-        attn_weights = torch.softmax(scaled(attn_scores, keys, self.scale), dim=-1)
-        attn_weights = self.dropout(attn_weights)
-
-        context_vec = (attn_weights @ values).transpose(1, 2)
-
-        context_vec = context_vec.contiguous().view(b, num_tokens, self.d_out)
-        context_vec = self.out_proj(context_vec)
-
-        return context_vec
-
-
-class CausalSelfAttention(nn.Module):
-    """Seed 004 (GPT-2)."""
-
-    def __init__(self, config):
-        super().__init__()
-        assert config.n_embd % config.n_head == 0
-        self.c_attn = nn.Linear(config.n_embd, config.n_embd * 3)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd)
-        self.n_head = config.n_head
-        self.n_embd = config.n_embd
-        self.register_buffer('bias',
-                             torch.tril(torch.ones(config.block_size, config.block_size)).view(
-                                 1, 1,
-                                 config.block_size,
-                                 config.block_size))
-        self.scale = None  # test:
-
-    def forward(self, x):
-        B, T, C = x.size()
-        qkv = self.c_attn(x)
-        q, k, v = qkv.split(C, dim=2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        factor = (k.size(-1) ** -0.5) if self.scale is None else self.scale  # test: --scale
-        att = (q @ k.transpose(-2, -1)) * factor
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float('-inf'))
-        att = nn.functional.softmax(att, dim=-1)
-        y = att @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        y = self.c_proj(y)
-        return y
 
 
 MODULES = ["simple", "sa1", "sa2", "causal", "mha-wrapper", "mha", "gpt2"]
