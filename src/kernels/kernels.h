@@ -36,9 +36,9 @@ void attn_ref_mask_neg_inf(float *scores, size_t tokens);
 void attn_ref_mask_renormalize(float *weights, size_t tokens);
 
 /*
- * Scaled dot-product attention over (B, H) heads, materialising one (T, T)
- * score matrix at a time: out = dropout(softmax(mask(q k^T * scale))) v.
- * Element (b, t, h, d) of q, k, v lives at b*b_stride + t*t_stride +
+ * Scaled dot-product attention over (B, H) heads, one query row at a time:
+ * out = dropout(softmax(mask(q k^T * scale))) v, scores and weights held in
+ * double. Element (b, t, h, d) of q, k, v lives at b*b_stride + t*t_stride +
  * h*h_stride + d; out uses its own strides. Dropout (when dropout is
  * non-NULL) is drawn over the (B, H, T, T) weights in row-major order, as
  * one PyTorch dropout call would.
@@ -58,7 +58,7 @@ typedef struct attn_sdpa_args {
     float *trace_scores, *trace_weights, *trace_dropped;
 } attn_sdpa_args;
 
-/* scratch holds at least tokens * tokens floats. */
-void attn_ref_sdpa(const attn_sdpa_args *args, float *scratch);
+/* row holds at least tokens doubles. */
+void attn_ref_sdpa(const attn_sdpa_args *args, double *row);
 
 #endif /* ATTN_KERNELS_H */

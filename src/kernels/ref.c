@@ -106,44 +106,49 @@ void attn_ref_mask_renormalize(float *weights, size_t tokens) {
     }
 }
 
-void attn_ref_sdpa(const attn_sdpa_args *a, float *scratch) {
+void attn_ref_sdpa(const attn_sdpa_args *a, double *row) {
     size_t T = a->tokens, D = a->head_dim;
-    float *w = scratch; /* (T, T) for the current (b, h) */
+    bool neg_inf = a->causal && a->mask == ATTN_MASK_NEG_INF;
+    bool renormalize = a->causal && a->mask == ATTN_MASK_RENORMALIZE;
     for (size_t b = 0; b < a->batch; b++) {
         for (size_t h = 0; h < a->heads; h++) {
             size_t base = b * a->b_stride + h * a->h_stride;
             const float *q = a->q + base, *k = a->k + base, *v = a->v + base;
-            size_t trace_offset = (b * a->heads + h) * T * T;
-
-            /* scores (T, T) = q k^T * scale, with the -inf mask if asked */
+            float *out = a->out + b * a->out_b_stride + h * a->out_h_stride;
+            /* One query row at a time, in double: scores, softmax and weights
+             * never round to float, so the oracle stays near the exact result
+             * even where large scores make float32 softmax ill-conditioned. */
             for (size_t i = 0; i < T; i++) {
+                size_t trace_row = ((b * a->heads + h) * T + i) * T;
+                /* row (T) = q_i . k_j * scale, future masked with -inf */
+                double max = -INFINITY;
                 for (size_t j = 0; j < T; j++) {
                     double dot = 0.0;
                     for (size_t d = 0; d < D; d++)
                         dot += (double)q[i * a->t_stride + d] * k[j * a->t_stride + d];
-                    w[i * T + j] = (float)(dot * a->scale); /* one rounding */
+                    row[j] = neg_inf && j > i ? -INFINITY : dot * a->scale;
+                    if (row[j] > max || isnan(row[j])) max = row[j];
+                    if (a->trace_scores) a->trace_scores[trace_row + j] = (float)row[j];
                 }
-            }
-            bool causal_neg_inf = a->causal && a->mask == ATTN_MASK_NEG_INF;
-            bool causal_renorm = a->causal && a->mask == ATTN_MASK_RENORMALIZE;
-            if (causal_neg_inf) attn_ref_mask_neg_inf(w, T);
-            if (a->trace_scores) memcpy(a->trace_scores + trace_offset, w, T * T * sizeof *w);
-
-            attn_ref_softmax(w, w, T, T);
-            if (causal_renorm) attn_ref_mask_renormalize(w, T);
-            if (a->trace_weights) memcpy(a->trace_weights + trace_offset, w, T * T * sizeof *w);
-
-            if (a->dropout) attn_dropout_stream_apply(a->dropout, w, w, T * T, NULL);
-            if (a->trace_dropped) memcpy(a->trace_dropped + trace_offset, w, T * T * sizeof *w);
-
-            /* out (T, D) = weights (T, T) @ v (T, D) */
-            float *out = a->out + b * a->out_b_stride + h * a->out_h_stride;
-            for (size_t i = 0; i < T; i++) {
+                /* softmax; the renormalising mask then keeps j <= i */
+                double sum = 0.0, kept_sum = 0.0;
+                for (size_t j = 0; j < T; j++) {
+                    row[j] = exp(row[j] - max);
+                    sum += row[j];
+                    if (j <= i) kept_sum += row[j];
+                }
+                double norm = renormalize ? kept_sum : sum;
+                for (size_t j = 0; j < T; j++) {
+                    row[j] = renormalize && j > i ? 0.0 : row[j] / norm;
+                    if (a->trace_weights) a->trace_weights[trace_row + j] = (float)row[j];
+                    if (a->dropout) row[j] *= attn_dropout_stream_next(a->dropout);
+                    if (a->trace_dropped) a->trace_dropped[trace_row + j] = (float)row[j];
+                }
+                /* out_i (D) = row (T) @ v (T, D) */
                 for (size_t d = 0; d < D; d++) {
-                    double sum = 0.0;
-                    for (size_t j = 0; j < T; j++)
-                        sum += (double)w[i * T + j] * v[j * a->t_stride + d];
-                    out[i * a->out_t_stride + d] = (float)sum;
+                    double acc = 0.0;
+                    for (size_t j = 0; j < T; j++) acc += row[j] * v[j * a->t_stride + d];
+                    out[i * a->out_t_stride + d] = (float)acc;
                 }
             }
         }

@@ -238,28 +238,31 @@ float *attn_scratch(attn_module *m, size_t n, attn_status *status) {
 attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_stream *dropout) {
     size_t T = args->tokens;
     attn_status st;
-    float *scratch = attn_scratch(m, T * T, &st);
-    if (!scratch) return st;
+    /* one row of scores in double (T was checked with the activations) */
+    double *row = calloc(T, sizeof *row);
+    if (!row)
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s forward: cannot allocate %zu scores",
+                         m->ops->class_name, T);
     args->dropout = dropout;
     float *traces = NULL;
     size_t bhtt = 0;
     if (m->ctx->trace) {
         if (!attn_mul3_size(args->batch * args->heads, T, T, &bhtt) || bhtt > (size_t)-1 / 12) {
-            free(scratch);
+            free(row);
             return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
                              "%s forward: tracing (%zu, %zu, %zu, %zu) scores overflows size_t",
                              m->ops->class_name, args->batch, args->heads, T, T);
         }
         traces = attn_scratch(m, 3 * bhtt, &st);
         if (!traces) {
-            free(scratch);
+            free(row);
             return st;
         }
         args->trace_scores = traces;
         args->trace_weights = traces + bhtt;
         args->trace_dropped = dropout ? traces + 2 * bhtt : NULL;
     }
-    attn_ref_sdpa(args, scratch);
+    attn_ref_sdpa(args, row);
     if (traces) {
         const char *name = m->ops->class_name;
         size_t shape[4] = {args->batch, args->heads, T, T};
@@ -268,7 +271,7 @@ attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_str
         if (dropout) attn_trace(m->ctx, name, "attn_weights (dropout)", 4, shape, args->trace_dropped);
     }
     free(traces);
-    free(scratch);
+    free(row);
     return ATTN_OK;
 }
 

@@ -27,6 +27,8 @@ typedef struct attn_dropout_stream {
 
 /* Begins the dropout of a tensor of n elements with probability p. */
 void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, size_t n);
+/* The factor of the next mask entry: kept_scale or 0 (1 when p == 0). */
+float attn_dropout_stream_next(attn_dropout_stream *s);
 /* Applies the next n mask entries: y = x * mask * scale (y may alias x). */
 void attn_dropout_stream_apply(attn_dropout_stream *s, const float *x, float *y, size_t n,
                                uint8_t *keep_mask);

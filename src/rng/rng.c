@@ -255,13 +255,17 @@ static bool dropout_keeps(attn_dropout_stream *s) {
     return uniform_double(s->rng) < s->keep;
 }
 
+float attn_dropout_stream_next(attn_dropout_stream *s) {
+    if (s->passthrough) return 1.0f;
+    return !s->drop_all && dropout_keeps(s) ? s->kept_scale : 0.0f;
+}
+
 void attn_dropout_stream_apply(attn_dropout_stream *s, const float *x, float *y, size_t n,
                                uint8_t *keep_mask) {
     for (size_t i = 0; i < n; i++) {
-        bool kept = s->passthrough || (!s->drop_all && dropout_keeps(s));
-        float factor = s->passthrough ? 1.0f : kept ? s->kept_scale : 0.0f;
+        float factor = attn_dropout_stream_next(s);
         y[i] = s->passthrough ? x[i] : x[i] * factor;
-        if (keep_mask) keep_mask[i] = (uint8_t)kept;
+        if (keep_mask) keep_mask[i] = (uint8_t)(factor != 0.0f);
     }
 }
 
