@@ -1,6 +1,7 @@
 /*
- * cli.h — what the attn command's parts share: argument parsing that turns
- * every bad value into a one-line error, and the commands themselves.
+ * cli.h — what the attn command's parts share: the argument helpers of
+ * args.c, which turn every bad value into a one-line error, and the
+ * commands (cmd_<name>.c each), dispatched by the table in main.c.
  */
 #ifndef ATTN_CLI_H
 #define ATTN_CLI_H

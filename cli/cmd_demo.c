@@ -1,5 +1,5 @@
 /*
- * demo.c — attn demo: the seeds' walk-through of chapter 3 on "Your journey
+ * cmd_demo.c — attn demo: the seeds' walk-through of chapter 3 on "Your journey
  * starts with one step", step by step, every tensor printed as PyTorch
  * prints it. Each step shows the PyTorch line it reproduces.
  */

@@ -1,0 +1,103 @@
+/* cmd_params.c — attn params: parameter counts of a GPT-2 preset. */
+#include "cli.h"
+#include "module_options.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Formats n as "1,234,567" into buf (at least 32 bytes). */
+static const char *grouped(size_t n, char *buf) {
+    char digits[24];
+    int len = snprintf(digits, sizeof digits, "%zu", n), out = 0;
+    for (int i = 0; i < len; i++) {
+        buf[out++] = digits[i];
+        if ((len - i - 1) % 3 == 0 && i != len - 1) buf[out++] = ',';
+    }
+    buf[out] = '\0';
+    return buf;
+}
+
+static const char params_help[] =
+    "usage: attn params --preset NAME [--module mha|gpt2] [--qkv-bias]\n"
+    "\n"
+    "Parameter counts per tensor and in total of one attention module at a\n"
+    "GPT-2 preset's size (gpt2-small, gpt2-medium, gpt2-large, gpt2-xl; 'all'\n"
+    "for every one), and of the whole GPT-2 model of that size. mha is the\n"
+    "seeds' MultiHeadAttention (qkv_bias off unless --qkv-bias); gpt2 is\n"
+    "GPT-2's fused CausalSelfAttention (default).\n";
+
+static int print_params(attn_ctx *ctx, const attn_gpt2_preset *p, const char *module,
+                        bool qkv_bias) {
+    attn_rng *rng = NULL;
+    attn_module *m = NULL;
+    cli_module_options o = {.module = module, .d_in = p->n_embd, .d_out = p->n_embd,
+                        .heads = p->n_head, .context = p->context_length, .qkv_bias = qkv_bias};
+    size_t model_total;
+    if (attn_rng_new(ctx, 0, &rng) != ATTN_OK || cli_build_module(ctx, rng, &o, &m) != ATTN_OK ||
+        attn_gpt2_preset_model_params(ctx, p, &model_total) != ATTN_OK) {
+        attn_rng_free(rng);
+        return cli_library_error(ctx, "params");
+    }
+    printf("%s: n_embd %zu, n_head %zu (head_dim %zu), n_layer %zu, context %zu\n", p->name,
+           p->n_embd, p->n_head, p->n_embd / p->n_head, p->n_layer, p->context_length);
+    printf("%s:\n", attn_module_class_name(m));
+    for (size_t i = 0; i < attn_module_param_count(m); i++) {
+        attn_param param;
+        attn_module_param_at(m, i, &param);
+        char shape[48], count[32];
+        if (param.ndim == 1) snprintf(shape, sizeof shape, "[%zu]", param.shape[0]);
+        else snprintf(shape, sizeof shape, "[%zu, %zu]", param.shape[0], param.shape[1]);
+        printf("  %-18s %-14s %13s\n", param.name, shape, grouped(param.numel, count));
+    }
+    char count[32];
+    printf("  %-33s %13s\n", "total", grouped(attn_module_num_scalars(m), count));
+    printf("whole GPT-2 model (%zu layers, tied embeddings): %s\n", p->n_layer,
+           grouped(model_total, count));
+    attn_module_free(m);
+    attn_rng_free(rng);
+    return CLI_OK;
+}
+
+int cli_params(int argc, char **argv) {
+    if (cli_wants_help(argc, argv)) {
+        fputs(params_help, stdout);
+        return CLI_OK;
+    }
+    const char *preset_name = NULL, *module = "gpt2";
+    bool qkv_bias = false;
+    for (int i = 1; i < argc; i++) {
+        const char *opt = argv[i];
+        if (strcmp(opt, "--qkv-bias") == 0) {
+            qkv_bias = true;
+            continue;
+        }
+        static const char *const options[] = {"--preset", "--module", NULL};
+        const char *value = cli_option_value(argc, argv, &i, options);
+        if (!value) return CLI_USAGE;
+        if (strcmp(opt, "--preset") == 0) preset_name = value;
+        else module = value;
+    }
+    if (!preset_name) return cli_usage_error("params: --preset is required (try 'attn params --help')");
+    if (strcmp(module, "mha") != 0 && strcmp(module, "gpt2") != 0)
+        return cli_usage_error("--module: expected mha or gpt2, got '%s'", module);
+    attn_ctx *ctx;
+    if (attn_ctx_new(NULL, &ctx) != ATTN_OK) return cli_usage_error("cannot create a context");
+    int rc = CLI_OK;
+    if (strcmp(preset_name, "all") == 0) {
+        for (size_t i = 0; i < attn_gpt2_preset_count() && rc == CLI_OK; i++) {
+            attn_gpt2_preset p;
+            attn_gpt2_preset_at(i, &p);
+            if (i) putchar('\n');
+            rc = print_params(ctx, &p, module, qkv_bias);
+        }
+    } else {
+        attn_gpt2_preset p;
+        if (attn_gpt2_preset_find(ctx, preset_name, &p) != ATTN_OK)
+            rc = cli_usage_error("--preset: %s", attn_ctx_last_error(ctx));
+        else
+            rc = print_params(ctx, &p, module, qkv_bias);
+    }
+    attn_ctx_free(ctx);
+    return rc;
+}
