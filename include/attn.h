@@ -165,10 +165,13 @@ typedef enum attn_mask_method {
     ATTN_MASK_NONE = 2
 } attn_mask_method;
 
-/* A parameter tensor of a module, named as in the PyTorch state_dict. */
+/* A parameter tensor of a module, named as in the PyTorch state_dict. grad
+ * has the shape of data and holds what backward passes accumulated into it
+ * (PyTorch's .grad); it exists, zeroed, from construction. */
 typedef struct attn_param {
     const char *name;
     float *data;
+    float *grad;
     size_t ndim;
     size_t shape[2];
     size_t numel;
@@ -208,12 +211,35 @@ bool attn_module_training(const attn_module *m);
  */
 attn_status attn_module_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
                                 float *y, attn_rng *rng);
+/*
+ * Training. With gradients enabled (the default, as PyTorch parameters
+ * require grad) a forward keeps what its backward needs: a copy of x, the
+ * projections, and the dropout masks it drew, one bit per element (so the
+ * backward uses the very mask the forward drew). Disabled, a forward keeps
+ * nothing (torch.no_grad()) and backward fails.
+ */
+attn_status attn_module_set_grad_enabled(attn_module *m, bool enabled);
+bool attn_module_grad_enabled(const attn_module *m);
+/* Every parameter's grad set to zero: optimizer.zero_grad(set_to_none=False). */
+attn_status attn_module_zero_grad(attn_module *m);
+/*
+ * The backward of the last forward. dy (B, T, d_out) is dL/dy; dx (B, T,
+ * d_in) receives dL/dx (overwritten; NULL when not wanted), and every
+ * parameter's dL/dW is added to its grad (+=). batch and tokens must be
+ * those of the last forward. Calling it again adds the same gradients
+ * again (as retain_graph=True would). Fails with ATTN_ERR_INVALID before
+ * any forward or when gradients were disabled for it.
+ */
+attn_status attn_module_backward(attn_module *m, const float *dy, size_t batch, size_t tokens,
+                                 float *dx);
 void attn_module_free(attn_module *m);
 
 /*
  * Scale: every weighted module takes an optional scale for the scores; 0
  * means the seeds' default 1/sqrt(head_dim) (head_dim = d_out for the single
  * head modules).
+ *
+ * Each variant's _backward is attn_module_backward on its module.
  *
  * Construction draws the weights from init_rng in the order the seeds' class
  * constructors do, so torch.manual_seed(s); Module(...) and
@@ -229,6 +255,8 @@ attn_status attn_simple_new(attn_ctx *ctx, const attn_simple_config *cfg, attn_s
 /* y (B, T, d_in) */
 attn_status attn_simple_forward(attn_simple *m, const float *x, size_t batch, size_t tokens,
                                 float *y);
+attn_status attn_simple_backward(attn_simple *m, const float *dy, size_t batch, size_t tokens,
+                                 float *dx);
 /* The seeds' one-query steps for x (T, d_in) and query row q:
  * scores (T) = x[q] . x[i], weights (T) = softmax(scores), context (d_in). */
 attn_status attn_simple_forward_query(attn_simple *m, const float *x, size_t tokens,
@@ -248,6 +276,8 @@ attn_status attn_sa_v1_new(attn_ctx *ctx, const attn_sa_v1_config *cfg, attn_rng
                            attn_sa_v1 **out);
 attn_status attn_sa_v1_forward(attn_sa_v1 *m, const float *x, size_t batch, size_t tokens,
                                float *y);
+attn_status attn_sa_v1_backward(attn_sa_v1 *m, const float *dy, size_t batch, size_t tokens,
+                                float *dx);
 attn_module *attn_sa_v1_module(attn_sa_v1 *m);
 void attn_sa_v1_free(attn_sa_v1 *m);
 
@@ -262,6 +292,8 @@ attn_status attn_sa_v2_new(attn_ctx *ctx, const attn_sa_v2_config *cfg, attn_rng
                            attn_sa_v2 **out);
 attn_status attn_sa_v2_forward(attn_sa_v2 *m, const float *x, size_t batch, size_t tokens,
                                float *y);
+attn_status attn_sa_v2_backward(attn_sa_v2 *m, const float *dy, size_t batch, size_t tokens,
+                                float *dx);
 attn_module *attn_sa_v2_module(attn_sa_v2 *m);
 void attn_sa_v2_free(attn_sa_v2 *m);
 
@@ -278,6 +310,8 @@ attn_status attn_causal_new(attn_ctx *ctx, const attn_causal_config *cfg, attn_r
                             attn_causal **out);
 attn_status attn_causal_forward(attn_causal *m, const float *x, size_t batch, size_t tokens,
                                 float *y, attn_rng *dropout_rng);
+attn_status attn_causal_backward(attn_causal *m, const float *dy, size_t batch, size_t tokens,
+                                 float *dx);
 attn_module *attn_causal_module(attn_causal *m);
 void attn_causal_free(attn_causal *m);
 
@@ -295,6 +329,8 @@ attn_status attn_mha_wrapper_new(attn_ctx *ctx, const attn_mha_wrapper_config *c
                                  attn_rng *init_rng, attn_mha_wrapper **out);
 attn_status attn_mha_wrapper_forward(attn_mha_wrapper *m, const float *x, size_t batch,
                                      size_t tokens, float *y, attn_rng *dropout_rng);
+attn_status attn_mha_wrapper_backward(attn_mha_wrapper *m, const float *dy, size_t batch, size_t tokens,
+                                      float *dx);
 attn_module *attn_mha_wrapper_module(attn_mha_wrapper *m);
 void attn_mha_wrapper_free(attn_mha_wrapper *m);
 
@@ -312,6 +348,8 @@ attn_status attn_mha_new(attn_ctx *ctx, const attn_mha_config *cfg, attn_rng *in
                          attn_mha **out);
 attn_status attn_mha_forward(attn_mha *m, const float *x, size_t batch, size_t tokens,
                              float *y, attn_rng *dropout_rng);
+attn_status attn_mha_backward(attn_mha *m, const float *dy, size_t batch, size_t tokens,
+                              float *dx);
 attn_module *attn_mha_module(attn_mha *m);
 void attn_mha_free(attn_mha *m);
 
@@ -331,6 +369,8 @@ attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *
                           attn_gpt2 **out);
 attn_status attn_gpt2_forward(attn_gpt2 *m, const float *x, size_t batch, size_t tokens,
                               float *y, attn_rng *dropout_rng);
+attn_status attn_gpt2_backward(attn_gpt2 *m, const float *dy, size_t batch, size_t tokens,
+                               float *dx);
 attn_module *attn_gpt2_module(attn_gpt2 *m);
 void attn_gpt2_free(attn_gpt2 *m);
 
