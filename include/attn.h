@@ -28,6 +28,12 @@
 extern "C" {
 #endif
 
+/* The library is compiled with hidden visibility: what this header declares
+ * is all that libattn.so exports. */
+#if defined(__GNUC__)
+#pragma GCC visibility push(default)
+#endif
+
 #define ATTN_VERSION_MAJOR 0
 #define ATTN_VERSION_MINOR 1
 #define ATTN_VERSION_PATCH 0
@@ -414,6 +420,10 @@ attn_status attn_npy_parse(attn_ctx *ctx, const void *bytes, size_t size, attn_n
 attn_status attn_npy_write(attn_ctx *ctx, const char *path, const float *data, size_t ndim,
                            const size_t *shape);
 void attn_npy_free(attn_npy *npy);
+
+#if defined(__GNUC__)
+#pragma GCC visibility pop
+#endif
 
 #ifdef __cplusplus
 }

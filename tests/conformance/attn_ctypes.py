@@ -48,7 +48,7 @@ class CtxConfig(Structure):
 
 
 class Param(Structure):
-    _fields_ = [("name", c_char_p), ("data", F32P), ("ndim", c_size_t),
+    _fields_ = [("name", c_char_p), ("data", F32P), ("grad", F32P), ("ndim", c_size_t),
                 ("shape", c_size_t * 2), ("numel", c_size_t)]
 
 

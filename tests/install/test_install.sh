@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs the build into a fresh temporary prefix with
+# `cmake --install BUILD --prefix P` and builds a consumer against it both
+# ways the README gives: pkg-config (shared, and --static) and
+# find_package(attn) (attn::attn_static and attn::attn_shared).
+#   test_install.sh BUILD_DIR CONSUMER_DIR
+set -euo pipefail
+build=$1
+consumer=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+prefix="$work/prefix with space"
+cc=${CC:-cc}
+
+cmake --install "$build" --prefix "$prefix" >/dev/null
+pc=$(find "$prefix" -name attn.pc)
+[ -n "$pc" ] || { echo "FAIL: no attn.pc under $prefix"; exit 1; }
+libdir=$(dirname "$(dirname "$pc")")
+
+# pkg-config: the paths it gives must point into the prefix just used.
+export PKG_CONFIG_PATH=$(dirname "$pc")
+eval "got_prefix=$(pkg-config --variable=prefix attn)"
+if [ "$(cd "$got_prefix" 2>/dev/null && pwd -P)" != "$(cd "$prefix" && pwd -P)" ]; then
+  echo "FAIL: pkg-config says prefix=$got_prefix, installed to $prefix"
+  exit 1
+fi
+# pkg-config escapes the space in the prefix; eval reads its output as the
+# shell words it is.
+eval "cflags=($(pkg-config --cflags attn))"
+eval "libs=($(pkg-config --libs attn))"
+"$cc" -o "$work/pc_shared" "$consumer/consumer.c" "${cflags[@]}" "${libs[@]}"
+LD_LIBRARY_PATH="$libdir" "$work/pc_shared" | grep -q "^attn .* ok$" \
+  || { echo "FAIL: pkg-config consumer"; exit 1; }
+echo "pkg-config: ok (prefix $got_prefix)"
+
+# find_package(attn) from the same prefix.
+cmake -S "$consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
+  >/dev/null
+cmake --build "$work/build" >/dev/null
+"$work/build/consumer_static" | grep -q "^attn .* ok$" \
+  || { echo "FAIL: find_package consumer (attn::attn_static)"; exit 1; }
+"$work/build/consumer_shared" | grep -q "^attn .* ok$" \
+  || { echo "FAIL: find_package consumer (attn::attn_shared)"; exit 1; }
+echo "find_package: ok"
