@@ -15,6 +15,7 @@
 #include "internal.h"
 #include "rng/dropout.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -138,9 +139,25 @@ attn_status attn_rng_rand(attn_rng *rng, float *out, size_t n) {
 attn_status attn_rng_uniform(attn_rng *rng, float *out, size_t n, double from, double to) {
     attn_status st = check_output(rng, "attn_rng_uniform", out, n);
     if (st != ATTN_OK) return st;
-    if (!(from <= to) || !isfinite(from) || !isfinite(to))
+    /* PyTorch's uniform_ checks, in its order: each bound within float's
+     * range, from <= to, and the width to - from (in double) at most FLT_MAX. */
+    const double lo = -FLT_MAX, hi = FLT_MAX;
+    if (!(from >= lo && from <= hi))
         return attn_fail(rng->ctx, ATTN_ERR_INVALID,
-                         "attn_rng_uniform: need finite from <= to, got from=%g to=%g", from, to);
+                         "attn_rng_uniform: from=%g is out of bounds for float32 [%g, %g]", from,
+                         lo, hi);
+    if (!(to >= lo && to <= hi))
+        return attn_fail(rng->ctx, ATTN_ERR_INVALID,
+                         "attn_rng_uniform: to=%g is out of bounds for float32 [%g, %g]", to, lo,
+                         hi);
+    if (!(from <= to))
+        return attn_fail(rng->ctx, ATTN_ERR_INVALID,
+                         "attn_rng_uniform: need from <= to, got from=%g to=%g", from, to);
+    if (!(to - from <= hi))
+        return attn_fail(rng->ctx, ATTN_ERR_INVALID,
+                         "attn_rng_uniform: to - from (%g) exceeds float32's max (%g), from=%g "
+                         "to=%g",
+                         to - from, hi, from, to);
     /* PyTorch casts the double bounds to the tensor's type first. */
     float f_from = (float)from, f_to = (float)to;
     for (size_t i = 0; i < n; i++) out[i] = uniform_float(rng, f_from, f_to);

@@ -211,6 +211,26 @@ def rng_checks(A, ctx, R, res, r, quick):
                   "rng.uniform       seed=%d n=%d [%.17g, %.17g)" % (s, n, a, b),
                   "" if same_bits(o, t.numpy()) else first_diff(o, t.numpy()))
 
+    # --- uniform_ bounds: refused where torch refuses, drawn where it draws ---
+    fmax = float(np.finfo(np.float32).max)
+    for a, b in [(-1e300, 1e300), (-3.4e38, 3.4e38), (0.0, 1e300), (-1e39, 0.0),
+                 (float("nan"), 1.0), (0.0, float("inf")), (2.0, 1.0), (-fmax, 0.0),
+                 (0.0, fmax), (-fmax / 2, fmax / 2), (-fmax / 2, fmax / 2 * 1.0000001),
+                 (-fmax, -fmax), (fmax, fmax)]:
+        try:
+            torch.manual_seed(1)
+            t = torch.empty(8).uniform_(a, b).numpy()
+        except RuntimeError:
+            t = None
+        try:
+            A.rng_manual_seed(ctx, rng, 1)
+            o = A.rng_uniform(ctx, rng, 8, a, b)
+        except AttnError:
+            o = None
+        same = (t is None) == (o is None) and (t is None or same_bits(o, t))
+        res.check(same, "rng.uniform bounds [%g, %g): torch %s, attn %s" %
+                  (a, b, "refuses" if t is None else "draws", "refuses" if o is None else "draws"))
+
     # --- nn.Linear init ---
     for i in range(reps + 2):
         s = rand_seed(r)

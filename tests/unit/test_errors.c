@@ -21,6 +21,7 @@
 #include "check.h"
 
 #include <fcntl.h>
+#include <float.h>
 #include <math.h>
 #include <signal.h>
 #include <stdint.h>
@@ -414,6 +415,29 @@ static void test_ctx(void) {
 
 /* ---- rng ----------------------------------------------------------------- */
 
+/* Issue 8, defect 3: bounds beyond float32, and widths beyond FLT_MAX, are
+ * refused as PyTorch's uniform_ refuses them ("from is out of bounds for
+ * float", "to - from ... max"), and the output is not touched. */
+static void test_rng_uniform_bounds(void) {
+    float buf[4] = {7, 7, 7, 7};
+    EXPECT_FAIL2(attn_rng_uniform(g_rng, buf, 4, -1e300, 1e300), ATTN_ERR_INVALID, "from=-1e+300",
+                 "out of bounds for float32");
+    EXPECT_FAIL2(attn_rng_uniform(g_rng, buf, 4, 0.0, 1e300), ATTN_ERR_INVALID, "to=1e+300",
+                 "out of bounds for float32");
+    EXPECT_FAIL2(attn_rng_uniform(g_rng, buf, 4, -3.4e38, 3.4e38), ATTN_ERR_INVALID, "to - from",
+                 "exceeds float32's max");
+    EXPECT_FAIL(attn_rng_uniform(g_rng, buf, 4, -(double)FLT_MAX * 1.0000001, 0.0),
+                ATTN_ERR_INVALID, "out of bounds");
+    CHECK(buf[0] == 7 && buf[1] == 7 && buf[2] == 7 && buf[3] == 7);
+    /* The widest intervals PyTorch accepts still give finite values. */
+    CHECK_STATUS(attn_rng_uniform(g_rng, buf, 4, -(double)FLT_MAX / 2, (double)FLT_MAX / 2), ATTN_OK);
+    CHECK(all_finite(buf, 4));
+    CHECK_STATUS(attn_rng_uniform(g_rng, buf, 4, 0.0, (double)FLT_MAX), ATTN_OK);
+    CHECK(all_finite(buf, 4));
+    CHECK_STATUS(attn_rng_uniform(g_rng, buf, 4, -(double)FLT_MAX, -(double)FLT_MAX), ATTN_OK);
+    CHECK(buf[0] == -FLT_MAX);
+}
+
 static void test_rng_errors(void) {
     float buf[8] = {0}, w[6], b[2];
     uint32_t u;
@@ -451,6 +475,7 @@ static void test_rng_errors(void) {
     EXPECT_FAIL(attn_rng_uniform(g_rng, buf, 3, NAN, 1.0), ATTN_ERR_INVALID, "from=nan");
     EXPECT_FAIL(attn_rng_uniform(g_rng, buf, 3, 0.0, INFINITY), ATTN_ERR_INVALID, "to=inf");
     EXPECT_FAIL(attn_rng_uniform(g_rng, buf, 3, -INFINITY, 0.0), ATTN_ERR_INVALID, "from=-inf");
+    test_rng_uniform_bounds();
     EXPECT_FAIL(attn_rng_dropout(g_rng, buf, buf, 4, 1.5, NULL), ATTN_ERR_INVALID, "p (1.5)");
     EXPECT_FAIL(attn_rng_dropout(g_rng, buf, buf, 4, -0.25, NULL), ATTN_ERR_INVALID, "p (-0.25)");
     EXPECT_FAIL(attn_rng_dropout(g_rng, buf, buf, 4, NAN, NULL), ATTN_ERR_INVALID, "p (nan)");
