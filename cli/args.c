@@ -1,29 +1,95 @@
 /* args.c — the argument helpers every command shares: strict number
- * parsing, "--name value" options, and one-line usage errors. */
+ * parsing, "--name value" options, help requests, and one-line usage
+ * errors that cannot carry terminal control sequences. */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+/* The length of the UTF-8 sequence at s (n bytes left) when it is well
+ * formed and encodes a printable character (not a C1 control), else 0. */
+static size_t utf8_printable(const unsigned char *s, size_t n) {
+    size_t len;
+    unsigned long cp;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf) len = 2, cp = s[0] & 0x1fu;
+    else if (s[0] >= 0xe0 && s[0] <= 0xef) len = 3, cp = s[0] & 0x0fu;
+    else if (s[0] >= 0xf0 && s[0] <= 0xf4) len = 4, cp = s[0] & 0x07u;
+    else return 0;
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3fu);
+    }
+    bool overlong = (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
+    if (overlong || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || cp < 0xa0) return 0;
+    return len;
+}
+
+/* Writes text with every byte a terminal could act on escaped. */
+static void put_escaped(FILE *out, const char *text) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t n = strlen(text);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = s[i];
+        size_t len = c >= 0x80 ? utf8_printable(s + i, n - i) : 0;
+        if (len) {
+            fwrite(s + i, 1, len, out);
+            i += len;
+            continue;
+        }
+        if (c == '\n') fputs("\\n", out);
+        else if (c == '\t') fputs("\\t", out);
+        else if (c == '\r') fputs("\\r", out);
+        else if (c < 0x20 || c >= 0x7f) fprintf(out, "\\x%02x", (unsigned)c);
+        else fputc(c, out);
+        i++;
+    }
+}
+
+/* "attn: " + the formatted message, escaped, + newline, on stderr. */
+static void print_error(const char *fmt, va_list args) {
+    va_list again;
+    va_copy(again, args);
+    char small[512];
+    int len = vsnprintf(small, sizeof small, fmt, args);
+    char *text = small;
+    if (len >= (int)sizeof small) {
+        text = malloc((size_t)len + 1);
+        if (text) vsnprintf(text, (size_t)len + 1, fmt, again);
+        else text = small; /* cut, but still one line */
+    }
+    va_end(again);
+    fputs("attn: ", stderr);
+    put_escaped(stderr, len < 0 ? "(unprintable message)" : text);
+    fputc('\n', stderr);
+    if (text != small) free(text);
+}
+
 int cli_usage_error(const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);
-    fputs("attn: ", stderr);
-    vfprintf(stderr, fmt, args);
-    fputc('\n', stderr);
+    print_error(fmt, args);
     va_end(args);
     return CLI_USAGE;
 }
 
-int cli_library_error(const attn_ctx *ctx, const char *what) {
-    fprintf(stderr, "attn: %s: %s\n", what, attn_ctx_last_error(ctx));
+int cli_failure(const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    print_error(fmt, args);
+    va_end(args);
     return CLI_FAILED;
+}
+
+int cli_library_error(const attn_ctx *ctx, const char *what) {
+    return cli_failure("%s: %s", what, attn_ctx_last_error(ctx));
 }
 
 bool cli_parse_u64(const char *text, uint64_t *out) {
@@ -44,14 +110,29 @@ bool cli_parse_size(const char *text, size_t *out) {
     return true;
 }
 
-bool cli_parse_double(const char *text, double *out) {
-    if (!text || !*text || isspace((unsigned char)*text)) return false;
+/* strtod over the whole text: 1 parsed, 0 not a number, -1 out of range. */
+static int parse_double(const char *text, double *out) {
+    if (!text || !*text || isspace((unsigned char)*text)) return 0;
     errno = 0;
     char *end;
     double value = strtod(text, &end);
-    if (errno || *end) return false;
+    if (end == text || *end) return 0;
+    /* ERANGE also flags a subnormal result, which is a number we keep; an
+     * overflow (HUGE_VAL) or an underflow to zero is out of range. */
+    if (errno == ERANGE && (isinf(value) || value == 0.0)) return -1;
     *out = value;
-    return true;
+    return 1;
+}
+
+bool cli_parse_double(const char *text, double *out) { return parse_double(text, out) == 1; }
+
+int cli_bad_number(const char *opt, const char *text, const char *expected) {
+    double ignored;
+    if (parse_double(text, &ignored) == -1)
+        return cli_usage_error("%s: '%s' is beyond the range of a double (about 4.9e-324 to "
+                               "1.8e308 in magnitude)",
+                               opt, text);
+    return cli_usage_error("%s: expected %s, got '%s'", opt, expected, text);
 }
 
 const char *cli_option_value(int argc, char **argv, int *i, const char *const *known) {
@@ -68,9 +149,16 @@ const char *cli_option_value(int argc, char **argv, int *i, const char *const *k
     return argv[++*i];
 }
 
-bool cli_wants_help(int argc, char **argv) {
-    for (int i = 0; i < argc; i++)
+bool cli_wants_help(int argc, char **argv, const char *const *value_options) {
+    for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return true;
+        for (size_t k = 0; value_options && value_options[k]; k++) {
+            if (strcmp(argv[i], value_options[k]) == 0) {
+                i++; /* its value, whatever it reads */
+                break;
+            }
+        }
+    }
     return false;
 }
 

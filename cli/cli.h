@@ -11,37 +11,77 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Exit codes: 0 ok, 1 the library failed, 2 bad usage. */
+/* Exit codes: 0 ok, 1 the library failed (or writing stdout did), 2 bad usage. */
 enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
 
-/* Prints "attn: <message>" to stderr and returns CLI_USAGE. */
+/*
+ * A command. main.c handles what every command shares, so a command never
+ * sees it: -h/--help anywhere an option may stand (not as the value of an
+ * option: "--output -h" names a file), and the check that everything written
+ * to stdout got there (exit 1 when it did not).
+ */
+typedef struct cli_command {
+    const char *name;
+    const char *summary;               /* one line for 'attn --help'          */
+    const char *help;                  /* 'attn <name> --help', on stdout     */
+    const char *const *value_options;  /* options that take a value, NULL-terminated */
+    /* Parses and checks the arguments without doing anything (the fuzz
+     * target's entry): CLI_OK, or CLI_USAGE after printing the error. */
+    int (*parse)(int argc, char **argv);
+    int (*run)(int argc, char **argv); /* argv[0] is the command's name */
+} cli_command;
+
+extern const cli_command cli_demo_command, cli_trace_command, cli_params_command,
+    cli_forward_command, cli_version_command;
+
+/* The whole command line (argv[0] is the program): dispatch, help, and with
+ * parse_only the commands' parse instead of run. Returns the exit code
+ * before the stdout check, which main() adds (cli_finish). */
+int cli_main(int argc, char **argv, bool parse_only);
+/* Flushes stdout; on a write error prints it and returns CLI_FAILED (or rc
+ * if rc already says failure), else rc. */
+int cli_finish(int rc);
+
+/* Prints "attn: <message>" to stderr and returns CLI_USAGE. Control
+ * characters (and bytes that are not UTF-8) from the values it quotes are
+ * written as \n, \t, \xNN, so no argument can move the cursor or recolour
+ * the terminal. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 1, 2)))
 #endif
 int cli_usage_error(const char *fmt, ...);
 
-/* Prints "attn: <what>: <ctx's last error>" and returns CLI_FAILED. */
+/* Prints "attn: <what>: <ctx's last error>" (escaped likewise) and returns
+ * CLI_FAILED. */
 int cli_library_error(const attn_ctx *ctx, const char *what);
 
-/* Strict parsers: the whole string must be the number. */
+/* Prints "attn: <message>" (escaped likewise) and returns CLI_FAILED: for
+ * failures that are not the user's (out of memory). */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+int cli_failure(const char *fmt, ...);
+
+/* Strict parsers: the whole string must be the number. cli_parse_double
+ * keeps subnormal values (1e-310) and refuses text beyond double's range
+ * (1e400, 1e-400), which cli_bad_number then names. */
 bool cli_parse_size(const char *text, size_t *out);
 bool cli_parse_u64(const char *text, uint64_t *out);
 bool cli_parse_double(const char *text, double *out);
+/* The usage error for a value of opt that did not parse as a double:
+ * "<opt>: expected <expected>, got '<text>'", or that it is out of range. */
+int cli_bad_number(const char *opt, const char *text, const char *expected);
 
 /* "--name value" options: the value after argv[*i] (advancing *i), or NULL
  * with an error printed when the option is not in the NULL-terminated
  * known list or its value is missing. argv[0] is the command's name. */
 const char *cli_option_value(int argc, char **argv, int *i, const char *const *known);
 
-/* True when argv holds -h or --help. */
-bool cli_wants_help(int argc, char **argv);
+/* True when argv[1..] asks for help: -h or --help where an option may
+ * stand, skipping the value that follows each of value_options. */
+bool cli_wants_help(int argc, char **argv, const char *const *value_options);
 
 /* The number of online CPUs, at least 1. */
 size_t cli_default_threads(void);
-
-int cli_demo(int argc, char **argv);
-int cli_trace(int argc, char **argv);
-int cli_params(int argc, char **argv);
-int cli_forward(int argc, char **argv);
 
 #endif /* ATTN_CLI_H */

@@ -206,18 +206,20 @@ static void causal_and_multi_head(attn_ctx *ctx, attn_rng *rng) {
     attn_mha_free(mha);
 }
 
-int cli_demo(int argc, char **argv) {
-    if (cli_wants_help(argc, argv)) {
-        printf("usage: attn demo\n\nThe seeds' chapter 3 walk-through, every tensor printed as PyTorch does.\n");
-        return CLI_OK;
-    }
+static int parse_demo(int argc, char **argv) {
     if (argc > 1) return cli_usage_error("demo: unexpected argument '%s'", argv[1]);
+    return CLI_OK;
+}
+
+static int run_demo(int argc, char **argv) {
+    int rc = parse_demo(argc, argv);
+    if (rc != CLI_OK) return rc;
     attn_ctx *ctx;
     attn_rng *rng;
-    if (attn_ctx_new(NULL, &ctx) != ATTN_OK) return cli_usage_error("cannot create a context");
+    if (attn_ctx_new(NULL, &ctx) != ATTN_OK) return cli_failure("cannot create a context");
     if (attn_rng_new(ctx, 123, &rng) != ATTN_OK) {
         attn_ctx_free(ctx);
-        return cli_usage_error("cannot create an rng");
+        return cli_failure("cannot create an rng");
     }
     printf("attn %s: chapter 3 of the seeds, computed in C\n", attn_version());
     simplified(ctx);
@@ -227,3 +229,15 @@ int cli_demo(int argc, char **argv) {
     attn_ctx_free(ctx);
     return CLI_OK;
 }
+
+static const char *const no_options[] = {NULL};
+
+const cli_command cli_demo_command = {
+    .name = "demo",
+    .summary = "the seeds' walk-through on \"Your journey starts with one step\"",
+    .help = "usage: attn demo\n\nThe seeds' chapter 3 walk-through, every tensor printed as "
+            "PyTorch does.\n",
+    .value_options = no_options,
+    .parse = parse_demo,
+    .run = run_demo,
+};

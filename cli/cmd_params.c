@@ -59,45 +59,67 @@ static int print_params(attn_ctx *ctx, const attn_gpt2_preset *p, const char *mo
     return CLI_OK;
 }
 
-int cli_params(int argc, char **argv) {
-    if (cli_wants_help(argc, argv)) {
-        fputs(params_help, stdout);
-        return CLI_OK;
-    }
-    const char *preset_name = NULL, *module = "gpt2";
-    bool qkv_bias = false;
+typedef struct params_args {
+    const char *preset, *module;
+    bool qkv_bias;
+} params_args;
+
+static const char *const params_options[] = {"--preset", "--module", NULL};
+
+static int parse_args(int argc, char **argv, params_args *a) {
+    *a = (params_args){.module = "gpt2"};
     for (int i = 1; i < argc; i++) {
         const char *opt = argv[i];
         if (strcmp(opt, "--qkv-bias") == 0) {
-            qkv_bias = true;
+            a->qkv_bias = true;
             continue;
         }
-        static const char *const options[] = {"--preset", "--module", NULL};
-        const char *value = cli_option_value(argc, argv, &i, options);
+        const char *value = cli_option_value(argc, argv, &i, params_options);
         if (!value) return CLI_USAGE;
-        if (strcmp(opt, "--preset") == 0) preset_name = value;
-        else module = value;
+        if (strcmp(opt, "--preset") == 0) a->preset = value;
+        else a->module = value;
     }
-    if (!preset_name) return cli_usage_error("params: --preset is required (try 'attn params --help')");
-    if (strcmp(module, "mha") != 0 && strcmp(module, "gpt2") != 0)
-        return cli_usage_error("--module: expected mha or gpt2, got '%s'", module);
+    if (!a->preset) return cli_usage_error("params: --preset is required (try 'attn params --help')");
+    if (strcmp(a->module, "mha") != 0 && strcmp(a->module, "gpt2") != 0)
+        return cli_usage_error("--module: expected mha or gpt2, got '%s'", a->module);
+    cli_module_options o = {.module = a->module, .given = a->qkv_bias ? CLI_GIVEN_QKV_BIAS : 0};
+    return cli_module_check(&o);
+}
+
+static int parse_params(int argc, char **argv) {
+    params_args a;
+    return parse_args(argc, argv, &a);
+}
+
+static int run_params(int argc, char **argv) {
+    params_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc != CLI_OK) return rc;
     attn_ctx *ctx;
-    if (attn_ctx_new(NULL, &ctx) != ATTN_OK) return cli_usage_error("cannot create a context");
-    int rc = CLI_OK;
-    if (strcmp(preset_name, "all") == 0) {
+    if (attn_ctx_new(NULL, &ctx) != ATTN_OK) return cli_failure("cannot create a context");
+    if (strcmp(a.preset, "all") == 0) {
         for (size_t i = 0; i < attn_gpt2_preset_count() && rc == CLI_OK; i++) {
             attn_gpt2_preset p;
             attn_gpt2_preset_at(i, &p);
             if (i) putchar('\n');
-            rc = print_params(ctx, &p, module, qkv_bias);
+            rc = print_params(ctx, &p, a.module, a.qkv_bias);
         }
     } else {
         attn_gpt2_preset p;
-        if (attn_gpt2_preset_find(ctx, preset_name, &p) != ATTN_OK)
+        if (attn_gpt2_preset_find(ctx, a.preset, &p) != ATTN_OK)
             rc = cli_usage_error("--preset: %s", attn_ctx_last_error(ctx));
         else
-            rc = print_params(ctx, &p, module, qkv_bias);
+            rc = print_params(ctx, &p, a.module, a.qkv_bias);
     }
     attn_ctx_free(ctx);
     return rc;
 }
+
+const cli_command cli_params_command = {
+    .name = "params",
+    .summary = "parameter counts per tensor and in total for a GPT-2 preset",
+    .help = params_help,
+    .value_options = params_options,
+    .parse = parse_params,
+    .run = run_params,
+};

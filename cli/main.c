@@ -1,21 +1,16 @@
-/* main.c — the attn command: a table of subcommands and the dispatch. */
+/* main.c — the attn command: a table of subcommands, the dispatch, and
+ * what every command shares (help, the stdout write check). */
 #include "cli.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
-typedef struct cli_command {
-    const char *name;
-    const char *summary;
-    int (*run)(int argc, char **argv); /* argv[0] is the command's name */
-} cli_command;
-
-static const cli_command commands[] = {
-    {"demo", "the seeds' walk-through on \"Your journey starts with one step\"", cli_demo},
-    {"trace", "the shape of every intermediate of a module's forward pass", cli_trace},
-    {"params", "parameter counts per tensor and in total for a GPT-2 preset", cli_params},
-    {"forward", "run any attention variant on a .npy input", cli_forward},
+static const cli_command *const commands[] = {
+    &cli_demo_command, &cli_trace_command, &cli_params_command, &cli_forward_command,
+    &cli_version_command,
 };
+#define NUM_COMMANDS (sizeof commands / sizeof commands[0])
 
 static void print_usage(FILE *out) {
     fputs("usage: attn <command> [options]\n"
@@ -25,30 +20,61 @@ static void print_usage(FILE *out) {
           "\n"
           "commands:\n",
           out);
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
-    fputs("  version   print the library version\n"
-          "\n"
-          "Run 'attn <command> --help' for a command's options.\n",
+    for (size_t i = 0; i < NUM_COMMANDS; i++)
+        fprintf(out, "  %-9s %s\n", commands[i]->name, commands[i]->summary);
+    fputs("\n"
+          "Run 'attn <command> --help' (or 'attn help <command>') for a command's options.\n",
           out);
 }
 
-int main(int argc, char **argv) {
+static const cli_command *find_command(const char *name) {
+    for (size_t i = 0; i < NUM_COMMANDS; i++)
+        if (strcmp(name, commands[i]->name) == 0) return commands[i];
+    return NULL;
+}
+
+/* attn help [command] */
+static int help(int argc, char **argv) {
+    if (argc > 3) return cli_usage_error("help: unexpected argument '%s'", argv[3]);
+    if (argc == 2) {
+        print_usage(stdout);
+        return CLI_OK;
+    }
+    const cli_command *cmd = find_command(argv[2]);
+    if (!cmd) return cli_usage_error("help: unknown command '%s' (try 'attn --help')", argv[2]);
+    fputs(cmd->help, stdout);
+    return CLI_OK;
+}
+
+int cli_main(int argc, char **argv, bool parse_only) {
     if (argc < 2) {
         print_usage(stderr);
         return CLI_USAGE;
     }
-    const char *command = argv[1];
-    if (strcmp(command, "-h") == 0 || strcmp(command, "--help") == 0 ||
-        strcmp(command, "help") == 0) {
-        print_usage(stdout);
+    const char *name = argv[1];
+    if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0)
+        return help(argc, argv);
+    if (strcmp(name, "--version") == 0) name = "version";
+    const cli_command *cmd = find_command(name);
+    if (!cmd) return cli_usage_error("unknown command '%s' (try 'attn --help')", name);
+    if (cli_wants_help(argc - 1, argv + 1, cmd->value_options)) {
+        fputs(cmd->help, stdout);
         return CLI_OK;
     }
-    if (strcmp(command, "version") == 0 || strcmp(command, "--version") == 0) {
-        printf("attn %s\n", attn_version());
-        return CLI_OK;
-    }
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (strcmp(command, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
-    return cli_usage_error("unknown command '%s' (try 'attn --help')", command);
+    return (parse_only ? cmd->parse : cmd->run)(argc - 1, argv + 1);
 }
+
+int cli_finish(int rc) {
+    errno = 0;
+    bool flushed = fflush(stdout) == 0;
+    if (flushed && !ferror(stdout)) return rc;
+    if (!flushed && errno)
+        fprintf(stderr, "attn: error writing to standard output: %s\n", strerror(errno));
+    else
+        fputs("attn: error writing to standard output\n", stderr);
+    return rc == CLI_OK ? CLI_FAILED : rc;
+}
+
+#ifndef ATTN_CLI_NO_MAIN
+int main(int argc, char **argv) { return cli_finish(cli_main(argc, argv, false)); }
+#endif

@@ -3,16 +3,48 @@
 
 #include "cli.h"
 
+#include <float.h>
 #include <math.h>
 #include <string.h>
 
 const char cli_module_names[] = "simple|sa1|sa2|causal|mha-wrapper|mha|gpt2";
 
-bool cli_known_module(const char *name) {
-    const char *names[] = {"simple", "sa1", "sa2", "causal", "mha-wrapper", "mha", "gpt2"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (strcmp(name, names[i]) == 0) return true;
-    return false;
+/* What each module's PyTorch class takes; any other option given is refused. */
+typedef struct module_info {
+    const char *name, *class_name;
+    unsigned takes; /* CLI_GIVEN_* */
+} module_info;
+
+enum {
+    TAKES_SIZES = CLI_GIVEN_D_IN | CLI_GIVEN_D_OUT,
+    TAKES_CAUSAL = CLI_GIVEN_CONTEXT | CLI_GIVEN_DROPOUT | CLI_GIVEN_TRAIN | CLI_GIVEN_MASK,
+};
+
+static const module_info modules[] = {
+    {"simple", "SimplifiedSelfAttention", TAKES_SIZES},
+    {"sa1", "SelfAttention_v1", TAKES_SIZES | CLI_GIVEN_SCALE},
+    {"sa2", "SelfAttention_v2", TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_QKV_BIAS},
+    {"causal", "CausalAttention", TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_QKV_BIAS | TAKES_CAUSAL},
+    {"mha-wrapper", "MultiHeadAttentionWrapper",
+     TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_QKV_BIAS | TAKES_CAUSAL | CLI_GIVEN_HEADS},
+    {"mha", "MultiHeadAttention",
+     TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_QKV_BIAS | TAKES_CAUSAL | CLI_GIVEN_HEADS},
+    /* GPT-2 masks with -inf only, and its c_attn always has a bias. */
+    {"gpt2", "CausalSelfAttention",
+     TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_HEADS | CLI_GIVEN_CONTEXT | CLI_GIVEN_DROPOUT |
+         CLI_GIVEN_TRAIN},
+};
+
+static const module_info *find_module(const char *name) {
+    for (size_t i = 0; name && i < sizeof modules / sizeof modules[0]; i++)
+        if (strcmp(name, modules[i].name) == 0) return &modules[i];
+    return NULL;
+}
+
+bool cli_known_module(const char *name) { return find_module(name) != NULL; }
+
+bool cli_module_flag(const char *opt) {
+    return strcmp(opt, "--qkv-bias") == 0 || strcmp(opt, "--train") == 0;
 }
 
 static bool parse_mask(const char *text, attn_mask_method *out) {
@@ -26,13 +58,20 @@ static bool parse_mask(const char *text, attn_mask_method *out) {
 int cli_module_option(const char *opt, const char *value, cli_module_options *o) {
     if (strcmp(opt, "--qkv-bias") == 0) {
         o->qkv_bias = true;
+        o->given |= CLI_GIVEN_QKV_BIAS;
         return 1;
     }
-    size_t *size_target = strcmp(opt, "--d-in") == 0      ? &o->d_in
-                          : strcmp(opt, "--d-out") == 0   ? &o->d_out
-                          : strcmp(opt, "--heads") == 0   ? &o->heads
-                          : strcmp(opt, "--context") == 0 ? &o->context
-                                                          : NULL;
+    if (strcmp(opt, "--train") == 0) {
+        o->train = true;
+        o->given |= CLI_GIVEN_TRAIN;
+        return 1;
+    }
+    size_t *size_target = NULL;
+    unsigned bit = 0;
+    if (strcmp(opt, "--d-in") == 0) size_target = &o->d_in, bit = CLI_GIVEN_D_IN;
+    else if (strcmp(opt, "--d-out") == 0) size_target = &o->d_out, bit = CLI_GIVEN_D_OUT;
+    else if (strcmp(opt, "--heads") == 0) size_target = &o->heads, bit = CLI_GIVEN_HEADS;
+    else if (strcmp(opt, "--context") == 0) size_target = &o->context, bit = CLI_GIVEN_CONTEXT;
     if (size_target) {
         if (!cli_parse_size(value, size_target) || *size_target == 0)
             return cli_usage_error("%s: expected a positive integer, got '%s'", opt, value);
@@ -42,23 +81,65 @@ int cli_module_option(const char *opt, const char *value, cli_module_options *o)
                                    value);
         o->module = value;
     } else if (strcmp(opt, "--dropout") == 0) {
-        if (!cli_parse_double(value, &o->dropout) || !(o->dropout >= 0.0 && o->dropout <= 1.0))
+        bit = CLI_GIVEN_DROPOUT;
+        if (!cli_parse_double(value, &o->dropout))
+            return cli_bad_number(opt, value, "a probability in [0, 1]");
+        if (!(o->dropout >= 0.0 && o->dropout <= 1.0))
             return cli_usage_error("--dropout: expected a probability in [0, 1], got '%s'", value);
     } else if (strcmp(opt, "--scale") == 0) {
-        double scale;
-        if (!cli_parse_double(value, &scale) || !isfinite(scale))
+        bit = CLI_GIVEN_SCALE;
+        if (!cli_parse_double(value, &o->scale))
+            return cli_bad_number(opt, value, "a finite number");
+        if (!isfinite(o->scale))
             return cli_usage_error("--scale: expected a finite number, got '%s'", value);
-        o->scale = (float)scale;
+        /* The scores are multiplied by the scale rounded to float32, as in
+         * PyTorch: from FLT_MAX plus half an ulp on that is infinity. */
+        if (fabs(o->scale) >= 0x1.ffffffp127)
+            return cli_usage_error("--scale: %s is beyond float32's range (largest %.9g)", value,
+                                   (double)FLT_MAX);
     } else if (strcmp(opt, "--mask") == 0) {
+        bit = CLI_GIVEN_MASK;
         if (!parse_mask(value, &o->mask))
             return cli_usage_error("--mask: expected neg-inf, renormalize or none, got '%s'", value);
     } else {
         return 0;
     }
+    o->given |= bit;
     return 1;
 }
 
+int cli_module_check(const cli_module_options *o) {
+    static const struct {
+        unsigned bit;
+        const char *option, *parameter;
+    } options[] = {
+        {CLI_GIVEN_HEADS, "--heads", "num_heads"},
+        {CLI_GIVEN_CONTEXT, "--context", "context_length"},
+        {CLI_GIVEN_QKV_BIAS, "--qkv-bias", "qkv_bias"},
+        {CLI_GIVEN_DROPOUT, "--dropout", "dropout"},
+        {CLI_GIVEN_TRAIN, "--train", "dropout to train"},
+        {CLI_GIVEN_SCALE, "--scale", "scale"},
+        {CLI_GIVEN_MASK, "--mask", "mask"},
+    };
+    const module_info *info = find_module(o->module);
+    if (!info) return CLI_OK; /* no module yet: the command says it is required */
+    for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
+        if (!(o->given & options[i].bit) || (info->takes & options[i].bit)) continue;
+        const char *why = "";
+        if (strcmp(info->name, "gpt2") == 0 && options[i].bit == CLI_GIVEN_QKV_BIAS)
+            why = "; its c_attn always has a bias";
+        else if (strcmp(info->name, "gpt2") == 0 && options[i].bit == CLI_GIVEN_MASK)
+            why = "; it always masks the future with -inf";
+        return cli_usage_error("%s does not apply to --module %s (%s takes no %s%s)",
+                               options[i].option, info->name, info->class_name,
+                               options[i].parameter, why);
+    }
+    return CLI_OK;
+}
+
 int cli_module_resolve(cli_module_options *o, size_t width, size_t tokens) {
+    int rc = cli_module_check(o);
+    if (rc != CLI_OK) return rc;
     if (o->d_in == 0) o->d_in = width;
     if (o->d_in != width)
         return cli_usage_error("input width (%zu) does not match --d-in (%zu)", width, o->d_in);

@@ -10,23 +10,52 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* Bits of cli_module_options.given: which options the command line set. */
+enum {
+    CLI_GIVEN_D_IN = 1u << 0,
+    CLI_GIVEN_D_OUT = 1u << 1,
+    CLI_GIVEN_HEADS = 1u << 2,
+    CLI_GIVEN_CONTEXT = 1u << 3,
+    CLI_GIVEN_QKV_BIAS = 1u << 4,
+    CLI_GIVEN_DROPOUT = 1u << 5,
+    CLI_GIVEN_TRAIN = 1u << 6,
+    CLI_GIVEN_SCALE = 1u << 7,
+    CLI_GIVEN_MASK = 1u << 8,
+};
+
 typedef struct cli_module_options {
     const char *module; /* simple|sa1|sa2|causal|mha-wrapper|mha|gpt2 */
     size_t d_in, d_out, heads, context;
     bool qkv_bias;
+    bool train; /* training mode: dropout draws */
     double dropout;
-    float scale;
+    double scale; /* 0: the module's default, 1/sqrt(head_dim) */
     attn_mask_method mask;
+    unsigned given; /* CLI_GIVEN_* */
 } cli_module_options;
 
 /* "simple|sa1|sa2|causal|mha-wrapper|mha|gpt2", for messages. */
 extern const char cli_module_names[];
 bool cli_known_module(const char *name);
 
-/* Applies one module option to o (--qkv-bias is a flag: value unused). Returns 1 when opt is a module option
- * and value is good, 0 when opt is not a module option, and CLI_USAGE
- * (after printing the error) when value is bad. */
+/* The module options that take a value ("--module", "--d-in", ...),
+ * NULL-terminated, for a command's list of value options. */
+#define CLI_MODULE_VALUE_OPTIONS                                                              \
+    "--module", "--d-in", "--d-out", "--heads", "--context", "--dropout", "--scale", "--mask"
+
+/* True for the module options that take no value: --qkv-bias, --train. */
+bool cli_module_flag(const char *opt);
+
+/* Applies one module option to o (value is unused for flags). Returns 1
+ * when opt is a module option and value is good, 0 when opt is not a
+ * module option, and CLI_USAGE (after printing the error) when value is
+ * bad. */
 int cli_module_option(const char *opt, const char *value, cli_module_options *o);
+
+/* Refuses an option given on the command line that the chosen module does
+ * not take ("--heads does not apply to --module sa1 ..."): CLI_OK or
+ * CLI_USAGE (after printing the error). cli_module_resolve calls it too. */
+int cli_module_check(const cli_module_options *o);
 
 /* Fills the defaults that depend on the input, (B, T, width): d_in from
  * width, d_out for simple and gpt2, context from T. Returns CLI_OK or

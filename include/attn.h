@@ -13,6 +13,12 @@
  *   - Weights follow PyTorch: an nn.Linear weight is (out_features,
  *     in_features) and y = x W^T + b. Parameters are found by their PyTorch
  *     state_dict names ("W_query.weight", "c_attn.bias", ...).
+ *   - Functions that give an object through an out pointer (the _new
+ *     constructors, attn_npy_read and attn_npy_parse) set *out to NULL (an
+ *     attn_npy to all zeros) on every failure, whenever out itself is not
+ *     NULL, so a failed call leaves nothing to free and nothing stale.
+ *   - Messages quote values as given, with control characters and bytes
+ *     that are not UTF-8 written as \n, \t, \xNN: safe to print.
  *   - No global mutable state. An attn_ctx holds the thread count, the last
  *     error message and an optional trace hook; use one ctx (and the objects
  *     made from it) from one thread at a time.
@@ -64,8 +70,11 @@ const char *attn_status_name(attn_status status);
 /*
  * Called by modules for every intermediate tensor of a forward pass (when
  * set), in the order they are computed: name ("queries", "attn_weights",
- * ...), rank, shape, and the data in row-major order. Tracing makes modules
- * keep their intermediates, so it is for inspection, not for speed.
+ * ...), rank, shape (the batch first), and the data in row-major order, or
+ * NULL for a view. Tracing makes modules keep their intermediates (the
+ * (B, H, T, T) attention weights too), so it is for inspection, not for
+ * speed. With trace_shapes_only the data is always NULL and modules keep
+ * nothing for the trace: shapes at any size for the memory of a forward.
  */
 typedef void (*attn_trace_fn)(void *user, const char *module, const char *name,
                               size_t ndim, const size_t *shape, const float *data);
@@ -74,6 +83,7 @@ typedef struct attn_ctx_config {
     size_t num_threads;  /* 0 or 1: single-threaded                        */
     attn_trace_fn trace; /* optional                                       */
     void *trace_user;    /* passed to trace                                */
+    bool trace_shapes_only; /* trace gets shapes, data NULL (see above)    */
 } attn_ctx_config;
 
 typedef struct attn_ctx attn_ctx;
@@ -243,7 +253,11 @@ void attn_module_free(attn_module *m);
 /*
  * Scale: every weighted module takes an optional scale for the scores; 0
  * means the seeds' default 1/sqrt(head_dim) (head_dim = d_out for the single
- * head modules).
+ * head modules). Any other value is used: it must be finite and round to a
+ * finite float32 (|scale| < FLT_MAX plus half an ulp), or the constructor
+ * fails with ATTN_ERR_INVALID. The scores are multiplied by scale rounded to
+ * float32, as PyTorch's scores * scale does, so a scale below float32's
+ * range (1e-50) multiplies by 0 and gives uniform attention, as there.
  *
  * Each variant's _backward is attn_module_backward on its module.
  *
@@ -275,7 +289,7 @@ void attn_simple_free(attn_simple *m);
  *    initialised with torch.rand. */
 typedef struct attn_sa_v1_config {
     size_t d_in, d_out;
-    float scale;
+    double scale; /* 0: the default, 1/sqrt(head_dim) */
 } attn_sa_v1_config;
 typedef struct attn_sa_v1 attn_sa_v1;
 attn_status attn_sa_v1_new(attn_ctx *ctx, const attn_sa_v1_config *cfg, attn_rng *init_rng,
@@ -291,7 +305,7 @@ void attn_sa_v1_free(attn_sa_v1 *m);
 typedef struct attn_sa_v2_config {
     size_t d_in, d_out;
     bool qkv_bias;
-    float scale;
+    double scale; /* 0: the default, 1/sqrt(head_dim) */
 } attn_sa_v2_config;
 typedef struct attn_sa_v2 attn_sa_v2;
 attn_status attn_sa_v2_new(attn_ctx *ctx, const attn_sa_v2_config *cfg, attn_rng *init_rng,
@@ -308,7 +322,7 @@ typedef struct attn_causal_config {
     size_t d_in, d_out, context_length;
     double dropout; /* probability of dropping an attention weight */
     bool qkv_bias;
-    float scale;
+    double scale; /* 0: the default, 1/sqrt(head_dim) */
     attn_mask_method mask;
 } attn_causal_config;
 typedef struct attn_causal attn_causal;
@@ -327,7 +341,7 @@ typedef struct attn_mha_wrapper_config {
     size_t d_in, d_out, context_length, num_heads;
     double dropout;
     bool qkv_bias;
-    float scale;
+    double scale; /* 0: the default, 1/sqrt(head_dim) */
     attn_mask_method mask;
 } attn_mha_wrapper_config;
 typedef struct attn_mha_wrapper attn_mha_wrapper;
@@ -346,7 +360,7 @@ typedef struct attn_mha_config {
     size_t d_in, d_out, context_length, num_heads;
     double dropout;
     bool qkv_bias;
-    float scale;
+    double scale; /* 0: the default, 1/sqrt(head_dim) */
     attn_mask_method mask;
 } attn_mha_config;
 typedef struct attn_mha attn_mha;
@@ -368,7 +382,7 @@ void attn_mha_free(attn_mha *m);
 typedef struct attn_gpt2_config {
     size_t n_embd, n_head, block_size;
     double dropout;
-    float scale;
+    double scale; /* 0: the default, 1/sqrt(head_dim) */
 } attn_gpt2_config;
 typedef struct attn_gpt2 attn_gpt2;
 attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *init_rng,

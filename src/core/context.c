@@ -36,6 +36,7 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
     ctx->num_threads = cfg->num_threads ? cfg->num_threads : 1;
     ctx->trace = cfg->trace;
     ctx->trace_user = cfg->trace_user;
+    ctx->trace_shapes_only = cfg->trace_shapes_only;
     *out = ctx;
     return ATTN_OK;
 }
@@ -46,12 +47,65 @@ const char *attn_ctx_last_error(const attn_ctx *ctx) { return ctx ? ctx->error :
 
 size_t attn_ctx_num_threads(const attn_ctx *ctx) { return ctx ? ctx->num_threads : 0; }
 
+/* The length of the UTF-8 sequence at s (n bytes left) when it is well
+ * formed and encodes a printable character (not a C1 control), else 0. */
+static size_t utf8_printable(const unsigned char *s, size_t n) {
+    size_t len;
+    unsigned long cp;
+    if (s[0] >= 0xc2 && s[0] <= 0xdf) len = 2, cp = s[0] & 0x1fu;
+    else if (s[0] >= 0xe0 && s[0] <= 0xef) len = 3, cp = s[0] & 0x0fu;
+    else if (s[0] >= 0xf0 && s[0] <= 0xf4) len = 4, cp = s[0] & 0x07u;
+    else return 0;
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (s[i] & 0x3fu);
+    }
+    bool overlong = (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
+    if (overlong || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || cp < 0xa0) return 0;
+    return len;
+}
+
+/* Copies text into dst (cap bytes, NUL-terminated) with control characters
+ * and bytes that are not UTF-8 written as \n, \t, \r or \xNN: messages
+ * quote paths and names from callers, and must be safe to print. An escape
+ * that does not fit is left out whole. */
+static void copy_escaped(char *dst, size_t cap, const char *text) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t n = strlen(text), out = 0;
+    for (size_t i = 0; i < n;) {
+        char esc[8];
+        const char *piece = esc;
+        size_t len = s[i] >= 0x80 ? utf8_printable(s + i, n - i) : 0, advance = 1;
+        if (len) {
+            piece = (const char *)s + i;
+            advance = len;
+        } else if (s[i] == '\n' || s[i] == '\t' || s[i] == '\r') {
+            snprintf(esc, sizeof esc, "\\%c", s[i] == '\n' ? 'n' : s[i] == '\t' ? 't' : 'r');
+            len = 2;
+        } else if (s[i] < 0x20 || s[i] >= 0x7f) {
+            snprintf(esc, sizeof esc, "\\x%02x", (unsigned)s[i]);
+            len = 4;
+        } else {
+            piece = (const char *)s + i;
+            len = 1;
+        }
+        if (out + len >= cap) break;
+        memcpy(dst + out, piece, len);
+        out += len;
+        i += advance;
+    }
+    dst[out] = '\0';
+}
+
 attn_status attn_fail(attn_ctx *ctx, attn_status status, const char *fmt, ...) {
     if (ctx) {
+        char text[ATTN_ERROR_CAPACITY];
         va_list args;
         va_start(args, fmt);
-        vsnprintf(ctx->error, sizeof ctx->error, fmt, args);
+        vsnprintf(text, sizeof text, fmt, args);
         va_end(args);
+        copy_escaped(ctx->error, sizeof ctx->error, text);
     }
     return status;
 }
@@ -68,5 +122,6 @@ float *attn_alloc_floats(size_t n) {
 
 void attn_trace(attn_ctx *ctx, const char *module, const char *name, size_t ndim,
                 const size_t *shape, const float *data) {
-    if (ctx && ctx->trace) ctx->trace(ctx->trace_user, module, name, ndim, shape, data);
+    if (ctx && ctx->trace)
+        ctx->trace(ctx->trace_user, module, name, ndim, shape, ctx->trace_shapes_only ? NULL : data);
 }

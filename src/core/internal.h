@@ -17,6 +17,7 @@ struct attn_ctx {
     size_t num_threads;
     attn_trace_fn trace;
     void *trace_user;
+    bool trace_shapes_only;
     char error[ATTN_ERROR_CAPACITY];
 };
 
@@ -56,7 +57,14 @@ static inline bool attn_floats_fit(size_t n) { return n <= (size_t)-1 / sizeof(f
 /* Allocation of n floats (zeroed), NULL on overflow or failure. */
 float *attn_alloc_floats(size_t n);
 
-/* Reports an intermediate tensor to the ctx's trace hook, if one is set. */
+/* True when the ctx's trace hook wants the data of traced tensors (a hook
+ * is set, not trace_shapes_only): only then keep copies for it. */
+static inline bool attn_trace_wants_data(const attn_ctx *ctx) {
+    return ctx && ctx->trace && !ctx->trace_shapes_only;
+}
+
+/* Reports an intermediate tensor to the ctx's trace hook, if one is set
+ * (with data NULL under trace_shapes_only). */
 void attn_trace(attn_ctx *ctx, const char *module, const char *name, size_t ndim,
                 const size_t *shape, const float *data);
 

@@ -34,7 +34,7 @@ static attn_status causal_forward(attn_module *m, const float *x, size_t batch, 
 static const attn_module_ops causal_ops = {ATTN_MODULE_CAUSAL, "CausalAttention", causal_forward};
 
 attn_status attn_check_causal_config(attn_ctx *ctx, const char *name, size_t d_in, size_t d_out,
-                                     size_t context_length, double dropout, float scale,
+                                     size_t context_length, double dropout, double scale,
                                      attn_mask_method mask) {
     attn_status st;
     if ((st = attn_check_width(ctx, name, "d_in", d_in)) != ATTN_OK ||
@@ -49,12 +49,12 @@ attn_status attn_check_causal_config(attn_ctx *ctx, const char *name, size_t d_i
 
 attn_status attn_causal_new(attn_ctx *ctx, const attn_causal_config *cfg, attn_rng *init_rng,
                             attn_causal **out) {
+    if (out) *out = NULL; /* on any failure, as attn.h promises */
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
     if (!cfg || !init_rng || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_causal_new: %s is NULL",
                          !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
-    *out = NULL;
     attn_status st = attn_check_causal_config(ctx, "CausalAttention", cfg->d_in, cfg->d_out,
                                               cfg->context_length, cfg->dropout, cfg->scale,
                                               cfg->mask);

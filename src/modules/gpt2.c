@@ -68,12 +68,12 @@ static const attn_module_ops gpt2_ops = {ATTN_MODULE_GPT2, "CausalSelfAttention"
 
 attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *init_rng,
                           attn_gpt2 **out) {
+    if (out) *out = NULL; /* on any failure, as attn.h promises */
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
     if (!cfg || !init_rng || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_gpt2_new: %s is NULL",
                          !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
-    *out = NULL;
     const char *name = "CausalSelfAttention";
     attn_status st;
     if ((st = attn_check_width(ctx, name, "n_embd", cfg->n_embd)) != ATTN_OK ||

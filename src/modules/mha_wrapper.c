@@ -43,12 +43,12 @@ static const attn_module_ops wrapper_ops = {ATTN_MODULE_MHA_WRAPPER, "MultiHeadA
 
 attn_status attn_mha_wrapper_new(attn_ctx *ctx, const attn_mha_wrapper_config *cfg,
                                  attn_rng *init_rng, attn_mha_wrapper **out) {
+    if (out) *out = NULL; /* on any failure, as attn.h promises */
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
     if (!cfg || !init_rng || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_mha_wrapper_new: %s is NULL",
                          !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
-    *out = NULL;
     const char *name = "MultiHeadAttentionWrapper";
     attn_status st = attn_check_causal_config(ctx, name, cfg->d_in, cfg->d_out,
                                               cfg->context_length, cfg->dropout, cfg->scale,

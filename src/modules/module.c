@@ -2,6 +2,7 @@
  * dispatch, and the checks every variant shares. */
 #include "modules/module.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,10 +173,14 @@ attn_status attn_check_dropout(attn_ctx *ctx, const char *module, double p) {
     return ATTN_OK;
 }
 
-attn_status attn_check_scale(attn_ctx *ctx, const char *module, float scale) {
+attn_status attn_check_scale(attn_ctx *ctx, const char *module, double scale) {
     if (!isfinite(scale))
-        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: scale (%g) must be finite", module,
-                         (double)scale);
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: scale (%g) must be finite", module, scale);
+    /* At FLT_MAX plus half an ulp, rounding to float gives infinity. */
+    if (fabs(scale) >= 0x1.ffffffp127)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: scale (%.9g) is beyond float32's range (largest %.9g)", module,
+                         scale, (double)FLT_MAX);
     return ATTN_OK;
 }
 
@@ -194,8 +199,8 @@ attn_status attn_check_heads(attn_ctx *ctx, const char *module, size_t d_out, si
     return ATTN_OK;
 }
 
-float attn_default_scale(float cfg_scale, size_t head_dim) {
-    return cfg_scale != 0.0f ? cfg_scale : (float)(1.0 / sqrt((double)head_dim));
+float attn_default_scale(double cfg_scale, size_t head_dim) {
+    return cfg_scale != 0.0 ? (float)cfg_scale : (float)(1.0 / sqrt((double)head_dim));
 }
 
 attn_status attn_check_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
@@ -246,7 +251,7 @@ attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_str
     args->dropout = dropout;
     float *traces = NULL;
     size_t bhtt = 0;
-    if (m->ctx->trace) {
+    if (attn_trace_wants_data(m->ctx)) {
         if (!attn_mul3_size(args->batch * args->heads, T, T, &bhtt) || bhtt > (size_t)-1 / 12) {
             free(row);
             return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
@@ -263,7 +268,7 @@ attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_str
         args->trace_dropped = dropout ? traces + 2 * bhtt : NULL;
     }
     attn_ref_sdpa(args, row);
-    if (traces) {
+    if (m->ctx->trace) {
         const char *name = m->ops->class_name;
         size_t shape[4] = {args->batch, args->heads, T, T};
         attn_trace(m->ctx, name, "attn_scores", 4, shape, args->trace_scores);

@@ -71,15 +71,16 @@ static inline size_t attn_max_size(size_t a, size_t b) { return a > b ? a : b; }
 /* Config checks shared by the variants; each names the offending values. */
 attn_status attn_check_width(attn_ctx *ctx, const char *module, const char *name, size_t value);
 attn_status attn_check_dropout(attn_ctx *ctx, const char *module, double p);
-attn_status attn_check_scale(attn_ctx *ctx, const char *module, float scale);
+attn_status attn_check_scale(attn_ctx *ctx, const char *module, double scale);
 attn_status attn_check_mask(attn_ctx *ctx, const char *module, attn_mask_method mask);
 attn_status attn_check_heads(attn_ctx *ctx, const char *module, size_t d_out, size_t num_heads);
 /* The checks of CausalAttention's config, shared by the wrapper. */
 attn_status attn_check_causal_config(attn_ctx *ctx, const char *name, size_t d_in, size_t d_out,
-                                     size_t context_length, double dropout, float scale,
+                                     size_t context_length, double dropout, double scale,
                                      attn_mask_method mask);
-/* The score scale: cfg_scale, or 1/sqrt(head_dim) when it is 0. */
-float attn_default_scale(float cfg_scale, size_t head_dim);
+/* The score scale: cfg_scale rounded to float (checked by attn_check_scale),
+ * or 1/sqrt(head_dim) when it is 0. */
+float attn_default_scale(double cfg_scale, size_t head_dim);
 
 /* Forward-call checks: NULLs, batch and tokens >= 1, tokens <= context
  * (context 0: unlimited), sizes that fit size_t for widths up to max_width,

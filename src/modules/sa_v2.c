@@ -32,12 +32,12 @@ static const attn_module_ops sa_v2_ops = {ATTN_MODULE_SA_V2, "SelfAttention_v2",
 
 attn_status attn_sa_v2_new(attn_ctx *ctx, const attn_sa_v2_config *cfg, attn_rng *init_rng,
                            attn_sa_v2 **out) {
+    if (out) *out = NULL; /* on any failure, as attn.h promises */
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
     if (!cfg || !init_rng || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_sa_v2_new: %s is NULL",
                          !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
-    *out = NULL;
     const char *name = "SelfAttention_v2";
     attn_status st;
     if ((st = attn_check_width(ctx, name, "d_in", cfg->d_in)) != ATTN_OK ||

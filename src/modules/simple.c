@@ -34,11 +34,11 @@ static const attn_module_ops simple_ops = {ATTN_MODULE_SIMPLE, "SimplifiedSelfAt
                                            simple_forward};
 
 attn_status attn_simple_new(attn_ctx *ctx, const attn_simple_config *cfg, attn_simple **out) {
+    if (out) *out = NULL; /* on any failure, as attn.h promises */
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
     if (!cfg || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_simple_new: %s is NULL", !cfg ? "cfg" : "out");
-    *out = NULL;
     attn_status st = attn_check_width(ctx, "SimplifiedSelfAttention", "d_in", cfg->d_in);
     if (st != ATTN_OK) return st;
     attn_simple *m = calloc(1, sizeof *m);

@@ -44,7 +44,8 @@ TRACE_FN = ctypes.CFUNCTYPE(None, c_void_p, c_char_p, c_char_p, c_size_t, POINTE
 
 
 class CtxConfig(Structure):
-    _fields_ = [("num_threads", c_size_t), ("trace", TRACE_FN), ("trace_user", c_void_p)]
+    _fields_ = [("num_threads", c_size_t), ("trace", TRACE_FN), ("trace_user", c_void_p),
+                ("trace_shapes_only", c_bool)]
 
 
 class Param(Structure):
@@ -53,35 +54,35 @@ class Param(Structure):
 
 
 class SaV1Config(Structure):
-    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("scale", c_float)]
+    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("scale", c_double)]
 
 
 class SaV2Config(Structure):
     _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("qkv_bias", c_bool),
-                ("scale", c_float)]
+                ("scale", c_double)]
 
 
 class CausalConfig(Structure):
     _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("context_length", c_size_t),
-                ("dropout", c_double), ("qkv_bias", c_bool), ("scale", c_float),
+                ("dropout", c_double), ("qkv_bias", c_bool), ("scale", c_double),
                 ("mask", c_int)]
 
 
 class MhaWrapperConfig(Structure):
     _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("context_length", c_size_t),
                 ("num_heads", c_size_t), ("dropout", c_double), ("qkv_bias", c_bool),
-                ("scale", c_float), ("mask", c_int)]
+                ("scale", c_double), ("mask", c_int)]
 
 
 class MhaConfig(Structure):
     _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("context_length", c_size_t),
                 ("num_heads", c_size_t), ("dropout", c_double), ("qkv_bias", c_bool),
-                ("scale", c_float), ("mask", c_int)]
+                ("scale", c_double), ("mask", c_int)]
 
 
 class Gpt2Config(Structure):
     _fields_ = [("n_embd", c_size_t), ("n_head", c_size_t), ("block_size", c_size_t),
-                ("dropout", c_double), ("scale", c_float)]
+                ("dropout", c_double), ("scale", c_double)]
 
 
 # module short name -> (config struct, C prefix)

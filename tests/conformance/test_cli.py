@@ -124,20 +124,28 @@ def torch_forward(case, x):
 # ---------------------------------------------------------------------------
 
 class Runner:
-    def __init__(self, attn, tmp):
+    def __init__(self, attn, tmp, wrapper=()):
         self.attn = attn
         self.tmp = tmp
         self.count = 0
+        self.wrapper = list(wrapper)  # e.g. valgrind and its options
 
     def path(self, name):
         self.count += 1
         return os.path.join(self.tmp, "%d_%s" % (self.count, name))
 
-    def run(self, args, timeout=TIMEOUT):
+    def command(self, args):
+        return self.wrapper + [self.attn] + [str(a) for a in args]
+
+    def run(self, args, timeout=TIMEOUT, stdout=subprocess.PIPE):
+        if self.wrapper:
+            timeout *= 20
         try:
-            p = subprocess.run([self.attn] + [str(a) for a in args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, timeout=timeout)
-            return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+            # In the temporary directory: a wrongly taken "--output -h" lands there.
+            p = subprocess.run(self.command(args), stdout=stdout, stderr=subprocess.PIPE,
+                               timeout=timeout, cwd=self.tmp)
+            out = p.stdout.decode(errors="replace") if p.stdout is not None else ""
+            return p.returncode, out, p.stderr.decode(errors="replace")
         except subprocess.TimeoutExpired:
             return None, "", "(timed out after %ss)" % timeout
 
@@ -416,7 +424,8 @@ def test_bad_args(r, rng):
     expect_error(r, base + ["--module", "bogus"], [2], ["bogus", "mha-wrapper"], out)
     expect_error(r, base + ["--module", "mha"], [2], ["--d-out"], out)
     for bad in ["x", "-1", "0", "1.5", "", "2x", "99999999999999999999999", "0x2", " 2", " -1", "\t-2"]:
-        expect_error(r, mha + ["--heads", bad], [2], ["--heads", "'%s'" % bad], out)
+        # Control characters come back escaped (\t), never raw.
+        expect_error(r, mha + ["--heads", bad], [2], ["--heads", "'%s'" % bad.replace("\t", "\\t")], out)
     # A leading blank must not smuggle a negative number in as 2^64 - n.
     for opt in ["--seed", "--context", "--d-out", "--threads"]:
         expect_error(r, mha + [opt, " -1"], [2], [opt, "' -1'"], out)
@@ -444,7 +453,8 @@ def test_bad_args(r, rng):
     expect_error(r, base + ["--module", "gpt2", "--heads", 4], [1], ["must be divisible", "(6)", "(4)"], out)
     expect_error(r, base + ["--module", "simple", "--d-out", 3], [2], ["--d-out"], out)
     for module in ("causal", "mha-wrapper", "mha", "gpt2"):
-        expect_error(r, base + ["--module", module, "--d-out", 6, "--heads", 2, "--context", 4],
+        heads = [] if module == "causal" else ["--heads", 2]
+        expect_error(r, base + ["--module", module, "--d-out", 6, "--context", 4] + heads,
                      [1], ["sequence length (5)", "exceeds context_length (4)"], out)
     x4 = save(r, "x4.npy", np.zeros((1, 2, 3, 6), np.float32))
     expect_error(r, ["forward", "--module", "mha", "--d-out", 6, "--input", x4, "--output", out],
@@ -652,6 +662,175 @@ def test_trace(r):
 
 
 # ---------------------------------------------------------------------------
+# f. issue 8: the defects a hostile test found, one regression each
+# ---------------------------------------------------------------------------
+
+def test_scale_edges(r, rng):
+    """Defect 1: every finite --scale is honoured, or refused naming it."""
+    def case(module, scale):
+        c = Case(module=module, qkv_bias=False, scale=scale, mask=None, dropout=0.0, train=False,
+                 heads=2 if module == "mha" else 1, threads=None, explicit_d_in=False,
+                 explicit_context=False, seed=77, rank=3, batch=2, tokens=6, d_in=4, d_out=4,
+                 context=6)
+        return c
+
+    x = np.random.default_rng(8).uniform(-3, 3, (2, 6, 4)).astype(np.float32)
+    # SelfAttention_v2 has no mask: torch multiplies by float32(scale) (0 for
+    # 1e-50 and 1e-310), which is uniform attention.
+    default = forward_case(r, case("sa2", None), x, what="--scale edges: sa2, default scale")
+    for scale in (1e-30, 1e-50, 1e-310, -1e-50, -2.5, 1e-44):
+        got = forward_case(r, case("sa2", scale), x, what="--scale %r: sa2 matches torch" % scale)
+        if got is not None and default is not None:
+            check(not np.array_equal(got, default), "--scale %r is not the default scale" % scale)
+    # The masked modules mask after scaling (the seeds' classes scale after
+    # masked_fill, so -inf * 0 is NaN there): 1e-50 is uniform over the causal
+    # window, as 1e-30 is in torch.
+    want = torch_forward(case("mha", 1e-30), x)
+    default = forward_case(r, case("mha", None), x, what="--scale edges: mha, default scale")
+    for scale in (1e-30, 1e-50, 1e-310):
+        got = forward_case(r, case("mha", scale), x, want=want,
+                           what="--scale %r: mha is uniform over the causal window" % scale)
+        if got is not None and default is not None:
+            check(not np.array_equal(got, default), "--scale %r on mha is not the default" % scale)
+    forward_case(r, case("mha", 0.0), x, want=default, what="--scale 0 is the default scale")
+    # The largest scales are honoured too (float32 torch overflows its scores there).
+    y = r.path("big_scale.npy")
+    inp = save(r, "scale_x.npy", x)
+    rc, _, se = r.run(["forward", "--module", "mha", "--d-out", 4, "--heads", 2, "--input", inp,
+                       "--output", y, "--scale", "3.4e38"])
+    check(rc == 0 and np.all(np.isfinite(np.load(y))), "--scale 3.4e38 is honoured (finite output)", se)
+    out = r.path("never.npy")
+    args = ["forward", "--module", "mha", "--d-out", 4, "--heads", 2, "--input", inp, "--output", out]
+    expect_error(r, args + ["--scale", "3.5e38"], [2], ["--scale", "3.5e38", "float32"], out)
+    expect_error(r, args + ["--scale", "-3.5e38"], [2], ["--scale", "-3.5e38"], out)
+    expect_error(r, args + ["--scale", "1e-400"], [2], ["--scale", "'1e-400'", "range"], out)
+    rc, so, _ = r.run(["forward", "--help"])
+    check(rc == 0 and "0 or absent: 1/sqrt(head_dim)" in so, "forward --help says what --scale 0 means")
+
+
+def copy_case(c):
+    return Case(**vars(c))
+
+
+INAPPLICABLE = [  # (module, option args): PyTorch's class has no such argument
+    ("gpt2", ["--mask", "renormalize"]), ("gpt2", ["--mask", "neg-inf"]),
+    ("gpt2", ["--qkv-bias"]),
+    ("simple", ["--scale", "0.5"]), ("simple", ["--heads", "2"]), ("simple", ["--context", "9"]),
+    ("simple", ["--dropout", "0.1"]), ("simple", ["--qkv-bias"]), ("simple", ["--mask", "none"]),
+    ("sa1", ["--qkv-bias"]), ("sa1", ["--heads", "1"]), ("sa1", ["--dropout", "0"]),
+    ("sa1", ["--train"]), ("sa1", ["--context", "5"]), ("sa1", ["--mask", "neg-inf"]),
+    ("sa2", ["--dropout", "0.1"]), ("sa2", ["--train"]), ("sa2", ["--heads", "2"]),
+    ("sa2", ["--mask", "none"]), ("sa2", ["--context", "5"]),
+    ("causal", ["--heads", "2"]), ("causal", ["--heads", "1"]),
+]
+
+
+def test_inapplicable_options(r, rng):
+    """Defect 2: an option the module's class does not take is a usage error."""
+    x = save(r, "x6.npy", np.random.default_rng(2).uniform(-1, 1, (1, 5, 6)).astype(np.float32))
+    out = r.path("never.npy")
+    for module, opt in INAPPLICABLE:
+        args = ["forward", "--module", module, "--input", x, "--output", out] + opt
+        if module not in ("simple", "gpt2"):
+            args += ["--d-out", 6]
+        expect_error(r, args, [2], [opt[0], "does not apply", "--module " + module], out)
+    # ... and every option a class does take still works.
+    for module, opt in [("gpt2", ["--scale", "0.5", "--dropout", "0.1", "--train", "--context", 7]),
+                        ("causal", ["--mask", "renormalize", "--qkv-bias", "--dropout", "0.2"]),
+                        ("sa2", ["--qkv-bias", "--scale", "2"]), ("sa1", ["--scale", "0.1"]),
+                        ("mha-wrapper", ["--heads", 2, "--mask", "none", "--train"])]:
+        args = ["forward", "--module", module, "--input", x, "--output", r.path("y.npy")] + opt
+        if module not in ("simple", "gpt2"):
+            args += ["--d-out", 6]
+        rc, so, se = r.run(args)
+        check(rc == 0, "forward --module %s %s works" % (module, " ".join(map(str, opt))), se)
+    expect_error(r, ["params", "--preset", "small", "--qkv-bias"], [2],
+                 ["--qkv-bias", "does not apply", "gpt2"])
+
+
+def test_stdout_write_errors(r):
+    """Defect 4: a failed write to stdout is an error (exit 1), for every command."""
+    if not os.path.exists("/dev/full"):
+        return
+    for args in (["params", "--preset", "all"], ["demo"], ["trace"], ["version"], ["--version"],
+                 ["--help"], ["help"], ["help", "forward"], ["forward", "--help"], ["trace", "-h"]):
+        with open("/dev/full", "w") as full:
+            rc, _, se = r.run(args, stdout=full)
+        check(rc == 1 and "error writing to standard output" in se,
+              "%s > /dev/full exits 1 with a message" % show(args), "rc=%s stderr=%r" % (rc, se[:300]))
+
+
+# Measured from a small python without torch: a child's peak RSS counts the
+# memory of the process it was forked from, and this one holds torch.
+PEAK_RSS = """
+import os, subprocess, sys
+p = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+_, status, usage = os.wait4(p.pid, 0)
+print(os.waitstatus_to_exitcode(status), usage.ru_maxrss)
+"""
+
+
+def peak_rss_kib(cmd, cwd):
+    """Runs cmd; returns (exit code, peak RSS in KiB) of that process."""
+    out = subprocess.run([sys.executable, "-S", "-c", PEAK_RSS] + cmd, stdout=subprocess.PIPE,
+                         cwd=cwd, check=True).stdout.split()
+    return int(out[0]), int(out[1])
+
+
+def test_trace_memory(r):
+    """Defect 5: trace keeps no B*H*T*T weights; gpt2-small at batch 8 x 1024 tokens fits in 64 MiB."""
+    if r.wrapper:
+        return  # the wrapper's own memory would be measured
+    for module in ("mha", "gpt2"):
+        args = ["trace", "--batch", 8, "--tokens", 1024, "--module", module]
+        rc, kib = peak_rss_kib(r.command(args), r.tmp)
+        check(rc == 0 and kib < 64 * 1024, "%s: peak RSS %d KiB < 64 MiB" % (show(args), kib))
+    rc, so, se = r.run(["trace", "--batch", 8, "--tokens", 1024])
+    check(rc == 0 and "[8, 12, 1024, 1024]" in so, "trace at batch 8 prints the batch's shapes", so[-400:])
+
+
+def test_small_defects(r):
+    """Defect 8: escaping, trace output on failure, subnormals, -h as a value, version args."""
+    x = save(r, "x8.npy", np.random.default_rng(3).uniform(-1, 1, (1, 5, 6)).astype(np.float32))
+    out = r.path("never.npy")
+    mha = ["forward", "--module", "mha", "--d-out", 6, "--heads", 2]
+    # Values are echoed escaped: no raw newline, ESC or invalid UTF-8 reaches the terminal.
+    hostile = "evil\x1b[31m\nname\r\x07\x9b.npy"
+    for args in (mha + ["--input", hostile, "--output", out],
+                 ["forward", "--module", "\x1b[2J", "--input", x, "--output", out],
+                 mha + ["--input", x, "--output", out, "--seed", "1\n2"],
+                 ["trace", "--preset", "\x1b]0;title\x07"]):
+        rc, so, se = r.run(args)
+        raw = any(ch in se[:-1] for ch in "\x1b\n\r\x07\x9b\ufffd")
+        check(rc in (1, 2) and not raw and se.count("\n") == 1 and ("\\x1b" in se or "\\n" in se),
+              "control characters escaped: " + repr(args[-1]), "stderr=%r" % se)
+    # trace fails before printing anything.
+    expect_error(r, ["trace", "--tokens", 1025], [1], ["exceeds context_length (1024)"])
+    # Subnormal values are numbers: --dropout 1e-310 works (keeps everything).
+    c = Case(module="causal", qkv_bias=False, scale=None, mask=None, dropout=1e-310, train=True,
+             heads=1, threads=None, explicit_d_in=False, explicit_context=False, seed=5, rank=3,
+             batch=1, tokens=5, d_in=6, d_out=3, context=5)
+    forward_case(r, c, np.load(x), what="--dropout 1e-310 --train is a probability")
+    expect_error(r, mha + ["--input", x, "--output", out, "--dropout", "1e-400"], [2],
+                 ["--dropout", "'1e-400'", "range"], out)
+    # -h and --help as the values of options are values, not help requests.
+    missing = os.path.join(r.tmp, "missing.npy")
+    for args in (mha + ["--input", missing, "--output", "-h"],
+                 mha + ["--input", "-h", "--output", out],
+                 mha + ["--input", "--help", "--output", out]):
+        expect_error(r, args, [1], ["cannot open"], what="option value read as help: " + show(args))
+    check(not os.path.exists(os.path.join(r.tmp, "-h")), "no file named -h was written")
+    rc, so, se = r.run(mha + ["--input", missing, "--help"])
+    check(rc == 0 and so.startswith("usage: attn forward"), "--help after options still prints help")
+    # version takes no arguments; help takes a command name.
+    expect_error(r, ["version", "--bogus"], [2], ["--bogus"])
+    expect_error(r, ["--version", "extra"], [2], ["extra"])
+    expect_error(r, ["help", "bogus"], [2], ["bogus"])
+    rc, so, se = r.run(["help", "trace"])
+    check(rc == 0 and so.startswith("usage: attn trace"), "attn help trace prints trace's usage")
+
+
+# ---------------------------------------------------------------------------
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -659,6 +838,8 @@ def main():
     ap.add_argument("--seed", type=int, help="replay a run")
     ap.add_argument("--cases", type=int, default=6, help="random forward cases per module")
     ap.add_argument("--verbose", action="store_true", help="print every forward comparison")
+    ap.add_argument("--wrapper", default="",
+                    help="run attn under this command, e.g. 'valgrind --error-exitcode=99 -q'")
     opts = ap.parse_args()
     global VERBOSE
     VERBOSE = opts.verbose
@@ -672,12 +853,17 @@ def main():
     attn = os.path.abspath(opts.attn)
     tmp = tempfile.mkdtemp(prefix="attn_test_cli_")
     try:
-        r = Runner(attn, tmp)
+        r = Runner(attn, tmp, opts.wrapper.split())
         test_forward(r, rng, opts.cases)
         test_bad_args(r, rng)
         test_help(r)
         test_params(r)
         test_trace(r)
+        test_scale_edges(r, rng)
+        test_inapplicable_options(r, rng)
+        test_stdout_write_errors(r)
+        test_trace_memory(r)
+        test_small_defects(r)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d passed, %d failed" % (passed, failed))

@@ -132,7 +132,7 @@ typedef struct spec {
     size_t d_in, d_out, context, heads;
     double dropout;
     bool bias;
-    float scale;
+    double scale;
     attn_mask_method mask;
 } spec;
 
@@ -657,6 +657,181 @@ static void test_ops_byte_overflow(void) {
 }
 
 /* ---- constructors -------------------------------------------------------- */
+
+/* Issue 8, defect 8: one rule for *out. Every constructor sets it to NULL on
+ * every failure when out is not NULL: NULL ctx, NULL cfg, NULL rng, bad
+ * values alike (before the fix, a NULL argument left it unchanged). */
+static void test_out_null_on_every_failure(void) {
+    attn_module *stale = (attn_module *)&g_ctx; /* any non-NULL pointer */
+    for (size_t k = 0; k < NUM_KINDS; k++) {
+        spec s = small_spec(all_kinds[k]);
+        for (int how = 0; how < 3; how++) {
+            /* how 0: NULL ctx; 1: NULL init_rng; 2: a bad value */
+            spec bad = s;
+            if (how == 2) bad.d_in = 0;
+            attn_module *m = stale;
+            attn_status st;
+            switch (all_kinds[k]) {
+            case ATTN_MODULE_SIMPLE: {
+                attn_simple *p = (attn_simple *)stale;
+                st = attn_simple_new(how == 0 ? NULL : g_ctx,
+                                     how == 1 ? NULL : &(attn_simple_config){.d_in = bad.d_in}, &p);
+                m = (attn_module *)p;
+                break;
+            }
+            default:
+                st = build(how == 0 ? NULL : g_ctx, how == 1 ? NULL : g_rng, &bad, &m);
+                break;
+            }
+            CHECK(st != ATTN_OK);
+            if (m) fprintf(stderr, "  %s, failure %d: *out not NULL\n", kind_class(all_kinds[k]), how);
+            CHECK(m == NULL);
+        }
+    }
+    /* The typed constructors directly (build() clears *out itself). */
+    attn_sa_v1 *sa1 = (attn_sa_v1 *)stale;
+    CHECK_STATUS(attn_sa_v1_new(NULL, &(attn_sa_v1_config){.d_in = 2, .d_out = 2}, g_rng, &sa1),
+                 ATTN_ERR_NULL);
+    CHECK(sa1 == NULL);
+    attn_mha *mha = (attn_mha *)stale;
+    CHECK_STATUS(attn_mha_new(g_ctx, NULL, g_rng, &mha), ATTN_ERR_NULL);
+    CHECK(mha == NULL);
+    attn_gpt2 *gpt2 = (attn_gpt2 *)stale;
+    CHECK_STATUS(attn_gpt2_new(g_ctx, &(attn_gpt2_config){.n_embd = 4, .n_head = 2, .block_size = 2},
+                               NULL, &gpt2),
+                 ATTN_ERR_NULL);
+    CHECK(gpt2 == NULL);
+    attn_causal *causal = (attn_causal *)stale;
+    CHECK_STATUS(attn_causal_new(NULL, NULL, NULL, &causal), ATTN_ERR_NULL);
+    CHECK(causal == NULL);
+    attn_mha_wrapper *wrapper = (attn_mha_wrapper *)stale;
+    CHECK_STATUS(attn_mha_wrapper_new(NULL, NULL, NULL, &wrapper), ATTN_ERR_NULL);
+    CHECK(wrapper == NULL);
+    attn_sa_v2 *sa2 = (attn_sa_v2 *)stale;
+    CHECK_STATUS(attn_sa_v2_new(NULL, NULL, NULL, &sa2), ATTN_ERR_NULL);
+    CHECK(sa2 == NULL);
+    attn_simple *simple = (attn_simple *)stale;
+    CHECK_STATUS(attn_simple_new(NULL, NULL, &simple), ATTN_ERR_NULL);
+    CHECK(simple == NULL);
+    attn_ctx *ctx = (attn_ctx *)stale;
+    CHECK_STATUS(attn_ctx_new(&(attn_ctx_config){.num_threads = (size_t)1 << 40}, &ctx),
+                 ATTN_ERR_INVALID);
+    CHECK(ctx == NULL);
+    attn_rng *rng = (attn_rng *)stale;
+    CHECK_STATUS(attn_rng_new(NULL, 1, &rng), ATTN_OK);
+    attn_rng_free(rng);
+}
+
+/* Issue 8, defect 1: the scale is a double, 0 is the default and every other
+ * finite value is used or refused by name. 1e-50 (0 in float32) gives
+ * uniform attention, as PyTorch's scores * 1e-50 does; 3.5e38 (beyond
+ * float32) is refused naming it; subnormal doubles are scales too. */
+static void test_scale_range(void) {
+    enum { B = 1, T = 4, C = 4 };
+    float x[B * T * C], y_default[B * T * C], y[B * T * C], y_uniform[B * T * C];
+    fill(x, B * T * C, 2.0f);
+    for (size_t k = 1; k < NUM_KINDS; k++) { /* every module that takes a scale */
+        spec s = small_spec(all_kinds[k]);
+        attn_module *m = build_ok(&s, 11);
+        CHECK_STATUS(attn_module_set_training(m, false), ATTN_OK);
+        CHECK_STATUS(attn_module_forward(m, x, B, T, y_default, NULL), ATTN_OK);
+        attn_module_free(m);
+        s.scale = 1e-30; /* a float32 scale small enough for uniform weights */
+        m = build_ok(&s, 11);
+        CHECK_STATUS(attn_module_set_training(m, false), ATTN_OK);
+        CHECK_STATUS(attn_module_forward(m, x, B, T, y_uniform, NULL), ATTN_OK);
+        attn_module_free(m);
+        const double tiny[] = {1e-50, -1e-50, 1e-310, 4.9e-324};
+        for (size_t i = 0; i < sizeof tiny / sizeof tiny[0]; i++) {
+            s.scale = tiny[i];
+            m = build_ok(&s, 11);
+            CHECK(m != NULL);
+            if (!m) continue;
+            CHECK_STATUS(attn_module_set_training(m, false), ATTN_OK);
+            CHECK_STATUS(attn_module_forward(m, x, B, T, y, NULL), ATTN_OK);
+            CHECK(memcmp(y, y_default, sizeof y) != 0); /* not silently the default */
+            CHECK(memcmp(y, y_uniform, sizeof y) == 0); /* uniform, like 1e-30 */
+            attn_module_free(m);
+        }
+        const double huge[] = {3.5e38, -3.5e38, 0x1.ffffffp127, 1e300};
+        for (size_t i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+            s.scale = huge[i];
+            attn_module *none = NULL;
+            attn_rng_manual_seed(g_rng, 11);
+            CHECK_STATUS(build(g_ctx, g_rng, &s, &none), ATTN_ERR_INVALID);
+            CHECK_MESSAGE(g_ctx, "beyond float32's range");
+            CHECK(none == NULL);
+        }
+        s.scale = 3.5e38;
+        attn_module *none = NULL;
+        attn_rng_manual_seed(g_rng, 11);
+        EXPECT_FAIL2(build(g_ctx, g_rng, &s, &none), ATTN_ERR_INVALID, "scale (3.5e+38)",
+                     kind_class(all_kinds[k]));
+        s.scale = (double)FLT_MAX; /* the largest float32 is a scale */
+        m = build_ok(&s, 11);
+        CHECK(m != NULL);
+        attn_module_free(m);
+    }
+}
+
+/* Issue 8, defect 8: messages quote caller text with its control characters
+ * escaped (a path with a newline and an ANSI escape, a parameter name). */
+static void test_messages_escaped(void) {
+    attn_npy npy;
+    CHECK_STATUS(attn_npy_read(g_ctx, "no\nsuch\x1b[31mfile\x9b.npy", &npy), ATTN_ERR_IO);
+    const char *msg = attn_ctx_last_error(g_ctx);
+    CHECK(strchr(msg, '\n') == NULL && strchr(msg, '\x1b') == NULL && strchr(msg, '\x9b') == NULL);
+    CHECK_MESSAGE(g_ctx, "no\\nsuch\\x1b[31mfile\\x9b.npy");
+    spec s = small_spec(ATTN_MODULE_MHA);
+    attn_module *m = build_ok(&s, 1);
+    attn_param p;
+    CHECK_STATUS(attn_module_param(m, "W_\tquery\r", &p), ATTN_ERR_NOT_FOUND);
+    CHECK_MESSAGE(g_ctx, "'W_\\tquery\\r'");
+    /* Valid UTF-8 passes as it is. */
+    CHECK_STATUS(attn_module_param(m, "W_qu\xc3\xa9ry", &p), ATTN_ERR_NOT_FOUND);
+    CHECK_MESSAGE(g_ctx, "'W_qu\xc3\xa9ry'");
+    attn_module_free(m);
+}
+
+typedef struct shape_trace {
+    int calls, with_data;
+} shape_trace;
+
+static void count_trace(void *user, const char *module, const char *name, size_t ndim,
+                        const size_t *shape, const float *data) {
+    (void)module, (void)name, (void)ndim, (void)shape;
+    shape_trace *t = user;
+    t->calls++;
+    t->with_data += data != NULL;
+}
+
+/* Issue 8, defect 5: trace_shapes_only reports every tensor with data NULL. */
+static void test_trace_shapes_only(void) {
+    for (int shapes_only = 0; shapes_only < 2; shapes_only++) {
+        shape_trace t = {0};
+        attn_ctx *c;
+        attn_ctx_config cfg = {.trace = count_trace, .trace_user = &t,
+                               .trace_shapes_only = shapes_only};
+        CHECK_STATUS(attn_ctx_new(&cfg, &c), ATTN_OK);
+        attn_rng *rng;
+        CHECK_STATUS(attn_rng_new(c, 3, &rng), ATTN_OK);
+        for (size_t k = 0; k < NUM_KINDS; k++) {
+            spec s = small_spec(all_kinds[k]);
+            s.dropout = 0.5;
+            attn_module *m = NULL;
+            CHECK_STATUS(build(c, rng, &s, &m), ATTN_OK);
+            float x[2 * 4 * 4], y[2 * 4 * 4];
+            fill(x, sizeof x / sizeof x[0], 0.5f);
+            CHECK_STATUS(attn_module_forward(m, x, 2, 4, y, rng), ATTN_OK);
+            attn_module_free(m);
+        }
+        CHECK(t.calls > 20);
+        if (shapes_only) CHECK(t.with_data == 0);
+        else CHECK(t.with_data > 0);
+        attn_rng_free(rng);
+        attn_ctx_free(c);
+    }
+}
 
 static void test_constructor_nulls(void) {
     attn_simple *simple = NULL;
@@ -1620,6 +1795,10 @@ int main(void) {
     test_ops_errors();
     test_ops_byte_overflow();
     test_constructor_nulls();
+    test_out_null_on_every_failure();
+    test_scale_range();
+    test_messages_escaped();
+    test_trace_shapes_only();
     test_constructor_values();
     test_constructor_overflow();
     test_constructor_no_memory();
