@@ -10,6 +10,8 @@
  */
 #include "modules/module.h"
 
+#include "kernels/dispatch.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,7 +64,7 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
     if ((st = attn_forward_prepare(m, 4 * rows * C, bits, &buf, &keep_bits)) != ATTN_OK) return st;
     float *qkv = buf, *context = buf + 3 * rows * C;
 
-    attn_ref_linear(m->ctx->num_threads, x, attn_module_data(m, C_ATTN_WEIGHT),
+    attn_k_linear(m->ctx, x, attn_module_data(m, C_ATTN_WEIGHT),
                     attn_module_data(m, C_ATTN_BIAS), qkv, rows, C, 3 * C);
     attn_trace_btc(m, "qkv = c_attn(x)", batch, tokens, 3 * C, qkv);
     size_t split[4] = {batch, nh, tokens, g->head_dim};
@@ -75,7 +77,7 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
     st = attn_run_sdpa(m, &args, p > 0.0 ? &attn_dropout : NULL);
     if (st == ATTN_OK) {
         attn_trace_btc(m, "y (heads joined)", batch, tokens, C, context);
-        attn_ref_linear(m->ctx->num_threads, context, attn_module_data(m, C_PROJ_WEIGHT),
+        attn_k_linear(m->ctx, context, attn_module_data(m, C_PROJ_WEIGHT),
                         attn_module_data(m, C_PROJ_BIAS), y, rows, C, C);
         if (p > 0.0) {
             attn_dropout_stream resid_dropout;
@@ -100,7 +102,6 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
     attn_gpt2 *g = (attn_gpt2 *)m;
     const attn_saved *s = &m->saved;
     size_t C = g->cfg.n_embd, nh = g->cfg.n_head, rows = s->batch * s->tokens;
-    size_t threads = m->ctx->num_threads;
     const float *qkv = s->acts, *context = s->acts + 3 * rows * C;
     const uint8_t *mask = attn_saved_mask(s);
     attn_status st;
@@ -116,7 +117,7 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
     } else {
         memcpy(dy_proj, dy, rows * C * sizeof *dy);
     }
-    attn_ref_linear_backward(threads, context, attn_module_data(m, C_PROJ_WEIGHT), dy_proj,
+    attn_k_linear_backward(m->ctx, context, attn_module_data(m, C_PROJ_WEIGHT), dy_proj,
                              dcontext, false, attn_module_grad(m, C_PROJ_WEIGHT),
                              attn_module_grad(m, C_PROJ_BIAS), rows, C, C);
     /* forward: y (B, T, nh, hs) = attn_dropout(softmax(mask(q k^T * scale))) v */
@@ -127,7 +128,7 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
     st = attn_run_sdpa_backward(m, &grad);
     /* forward: qkv = c_attn(x) */
     if (st == ATTN_OK)
-        attn_ref_linear_backward(threads, s->x, attn_module_data(m, C_ATTN_WEIGHT), dqkv, dx,
+        attn_k_linear_backward(m->ctx, s->x, attn_module_data(m, C_ATTN_WEIGHT), dqkv, dx,
                                  false, attn_module_grad(m, C_ATTN_WEIGHT),
                                  attn_module_grad(m, C_ATTN_BIAS), rows, C, 3 * C);
     free(buf);
