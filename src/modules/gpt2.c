@@ -34,13 +34,15 @@ static size_t attention_mask_bytes(size_t batch, size_t heads, size_t tokens) {
 static attn_sdpa_args gpt2_heads(const attn_gpt2 *g, size_t batch, size_t tokens,
                                  const float *qkv, float *context) {
     size_t C = g->cfg.n_embd;
-    return (attn_sdpa_args){
+    attn_sdpa_args args = {
         .batch = batch, .heads = g->cfg.n_head, .tokens = tokens, .head_dim = g->head_dim,
         .q = qkv, .k = qkv + C, .v = qkv + 2 * C,
         .b_stride = tokens * 3 * C, .t_stride = 3 * C, .h_stride = g->head_dim,
         .out = context, .out_b_stride = tokens * C, .out_t_stride = C, .out_h_stride = g->head_dim,
         .scale = g->scale, .causal = true, .mask = ATTN_MASK_NEG_INF,
     };
+    attn_sdpa_self(&args);
+    return args;
 }
 
 static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, size_t tokens,

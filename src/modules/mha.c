@@ -30,7 +30,7 @@ struct attn_mha {
 static attn_sdpa_args mha_heads(const attn_mha *mha, size_t batch, size_t tokens, const float *q,
                                 const float *k, const float *v, float *context) {
     size_t d_out = mha->base.d_out;
-    return (attn_sdpa_args){
+    attn_sdpa_args args = {
         .batch = batch, .heads = mha->cfg.num_heads, .tokens = tokens, .head_dim = mha->head_dim,
         .q = q, .k = k, .v = v,
         .b_stride = tokens * d_out, .t_stride = d_out, .h_stride = mha->head_dim,
@@ -38,6 +38,8 @@ static attn_sdpa_args mha_heads(const attn_mha *mha, size_t batch, size_t tokens
         .out_h_stride = mha->head_dim,
         .scale = mha->scale, .causal = true, .mask = mha->cfg.mask,
     };
+    attn_sdpa_self(&args);
+    return args;
 }
 
 static attn_status mha_forward(attn_module *m, const float *x, size_t batch, size_t tokens,

@@ -354,7 +354,7 @@ attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g) {
     const attn_sdpa_args *a = g->fwd;
     size_t threads = m->ctx->num_threads;
     size_t rows = a->batch * a->heads * a->tokens; /* fits: checked by the forward */
-    size_t per_part = attn_sdpa_grad_workspace(a->tokens, a->head_dim);
+    size_t per_part = attn_sdpa_grad_workspace(a->kv_tokens, a->head_dim);
     size_t parts = attn_parallel_parts(threads);
     double *stats = calloc(2 * rows, sizeof *stats);
     double *workspace = calloc(parts * per_part, sizeof *workspace);
