@@ -8,7 +8,7 @@
 
 static const cli_command *const commands[] = {
     &cli_demo_command, &cli_trace_command, &cli_params_command, &cli_forward_command,
-    &cli_version_command,
+    &cli_grad_command, &cli_version_command,
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -33,6 +33,11 @@ static const cli_command *find_command(const char *name) {
     return NULL;
 }
 
+static void print_help(const cli_command *cmd) {
+    fputs(cmd->help, stdout);
+    if (cmd->help_tail) fputs(cmd->help_tail, stdout);
+}
+
 /* attn help [command] */
 static int help(int argc, char **argv) {
     if (argc > 3) return cli_usage_error("help: unexpected argument '%s'", argv[3]);
@@ -42,7 +47,7 @@ static int help(int argc, char **argv) {
     }
     const cli_command *cmd = find_command(argv[2]);
     if (!cmd) return cli_usage_error("help: unknown command '%s' (try 'attn --help')", argv[2]);
-    fputs(cmd->help, stdout);
+    print_help(cmd);
     return CLI_OK;
 }
 
@@ -58,7 +63,7 @@ int cli_main(int argc, char **argv, bool parse_only) {
     const cli_command *cmd = find_command(name);
     if (!cmd) return cli_usage_error("unknown command '%s' (try 'attn --help')", name);
     if (cli_wants_help(argc - 1, argv + 1, cmd->value_options)) {
-        fputs(cmd->help, stdout);
+        print_help(cmd);
         return CLI_OK;
     }
     return (parse_only ? cmd->parse : cmd->run)(argc - 1, argv + 1);
