@@ -21,11 +21,14 @@ deps:
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# The suite under AddressSanitizer and UndefinedBehaviorSanitizer. The
+# The suite under AddressSanitizer and UndefinedBehaviorSanitizer, with the
+# allocation-failure hook built in, so that the sweep that fails every
+# allocation in turn (test_alloc_failure) runs under the leak checker. The
 # ctypes suites load the library into Python, which ASan cannot join late,
 # so they run in the plain build only.
 sanitize: deps
-	cmake -S . -B $(BUILD)-sanitize -DCMAKE_BUILD_TYPE=Debug -DATTN_SANITIZE=ON
+	cmake -S . -B $(BUILD)-sanitize -DCMAKE_BUILD_TYPE=Debug -DATTN_SANITIZE=ON \
+	  -DATTN_ALLOC_FAILURE_INJECTION=ON
 	cmake --build $(BUILD)-sanitize -j $(JOBS)
 	cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS) -E "conformance_vs_torch|grad_vs_torch"
 

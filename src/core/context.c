@@ -32,12 +32,12 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
     attn_ctx_config defaults = {0};
     if (!cfg) cfg = &defaults;
     if (cfg->num_threads > ATTN_MAX_THREADS) return ATTN_ERR_INVALID;
-    attn_ctx *ctx = calloc(1, sizeof *ctx);
+    attn_ctx *ctx = attn_calloc(1, sizeof *ctx);
     if (!ctx) return ATTN_ERR_NO_MEMORY;
     attn_kernels kernels;
     attn_status st = attn_kernels_resolve(cfg->kernels, &kernels);
     if (st != ATTN_OK) {
-        free(ctx);
+        attn_free(ctx);
         return st;
     }
     ctx->kernels = kernels;
@@ -49,7 +49,7 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
     return ATTN_OK;
 }
 
-void attn_ctx_free(attn_ctx *ctx) { free(ctx); }
+void attn_ctx_free(attn_ctx *ctx) { attn_free(ctx); }
 
 const char *attn_ctx_last_error(const attn_ctx *ctx) { return ctx ? ctx->error : ""; }
 
@@ -126,11 +126,6 @@ void attn_clear_error(attn_ctx *ctx) {
     if (ctx) ctx->error[0] = '\0';
 }
 
-float *attn_alloc_floats(size_t n) {
-    if (n == 0) n = 1;
-    if (n > (size_t)-1 / sizeof(float)) return NULL;
-    return calloc(n, sizeof(float));
-}
 
 void attn_trace(attn_ctx *ctx, const char *module, const char *name, size_t ndim,
                 const size_t *shape, const float *data) {

@@ -55,6 +55,23 @@ static inline bool attn_add_size(size_t a, size_t b, size_t *out) {
 /* True when n floats fit in memory's address arithmetic (n * 4 bytes). */
 static inline bool attn_floats_fit(size_t n) { return n <= (size_t)-1 / sizeof(float); }
 
+/*
+ * The library's allocator (alloc.c): malloc, calloc, realloc and free by
+ * other names, which every allocation in src/ goes through. Sizes of 0 are
+ * allocated as 1, so NULL always means failure; attn_calloc checks
+ * count * size. In a build with ATTN_ALLOC_FAILURE_INJECTION, a test can
+ * make the n-th call from now fail (n = 1: the next one; 0: none) and read
+ * how many calls there were since.
+ */
+void *attn_malloc(size_t size);
+void *attn_calloc(size_t count, size_t size);
+void *attn_realloc(void *p, size_t size);
+void attn_free(void *p);
+#ifdef ATTN_ALLOC_FAILURE_INJECTION
+void attn_alloc_fail_at(size_t n);
+size_t attn_alloc_calls(void);
+#endif
+
 /* Allocation of n floats (zeroed), NULL on overflow or failure. */
 float *attn_alloc_floats(size_t n);
 

@@ -118,8 +118,8 @@ attn_status attn_gpt2_load_hf_from(attn_safetensors *st, attn_gpt2 *g, size_t la
         if (s == ATTN_OK && weight) transpose(raw, dst, want[t][0], want[t][1]);
     }
     if (s == ATTN_OK) memcpy(m->storage, staged, m->num_scalars * sizeof *staged);
-    free(raw);
-    free(staged);
+    attn_free(raw);
+    attn_free(staged);
     return s;
 }
 
@@ -139,8 +139,8 @@ attn_status attn_gpt2_save_hf(attn_ctx *ctx, attn_gpt2 *g, const char *path, siz
     const size_t C = m->d_in;
     float *c_attn = attn_alloc_floats(3 * C * C), *c_proj = attn_alloc_floats(C * C);
     if (!c_attn || !c_proj) {
-        free(c_attn);
-        free(c_proj);
+        attn_free(c_attn);
+        attn_free(c_proj);
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_gpt2_save_hf: out of memory for n_embd %zu",
                          C);
     }
@@ -157,7 +157,7 @@ attn_status attn_gpt2_save_hf(attn_ctx *ctx, attn_gpt2 *g, const char *path, siz
     };
     attn_metadata_entry format = {"format", "pt"};
     attn_status s = attn_safetensors_write(ctx, path, tensors, NUM_TENSORS, &format, 1);
-    free(c_attn);
-    free(c_proj);
+    attn_free(c_attn);
+    attn_free(c_proj);
     return s;
 }

@@ -516,7 +516,7 @@ static attn_status read_stream(attn_ctx *ctx, const char *path, FILE *f, attn_np
         return st;
     if ((st = header_length(ctx, path, prefix + 8, len_field, &header_len)) != ATTN_OK) return st;
 
-    unsigned char *text = malloc(header_len ? header_len : 1);
+    unsigned char *text = attn_malloc(header_len ? header_len : 1);
     if (!text)
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu header bytes", path,
                          header_len);
@@ -524,7 +524,7 @@ static attn_status read_stream(attn_ctx *ctx, const char *path, FILE *f, attn_np
     npy_header h = {0};
     st = read_exact(ctx, path, f, text, header_len, offset + header_len, offset, "header");
     if (st == ATTN_OK) st = parse_header(ctx, path, text, header_len, offset, &h);
-    free(text);
+    attn_free(text);
     if (st != ATTN_OK) return st;
 
     size_t left = remaining_bytes(f);
@@ -547,7 +547,7 @@ static attn_status read_stream(attn_ctx *ctx, const char *path, FILE *f, attn_np
         }
     }
     if (st != ATTN_OK) {
-        free(data);
+        attn_free(data);
         return st;
     }
     fill_result(&h, data, out);
@@ -652,6 +652,6 @@ attn_status attn_npy_write(attn_ctx *ctx, const char *path, const float *data, s
 
 void attn_npy_free(attn_npy *npy) {
     if (!npy) return;
-    free(npy->data);
+    attn_free(npy->data);
     memset(npy, 0, sizeof *npy);
 }

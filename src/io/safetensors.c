@@ -237,7 +237,7 @@ static attn_status json_string(json_cursor *c, char **out, const char *expected)
     c->p++;
     /* Decoding never makes text longer: escapes shrink, the rest is copied. */
     size_t cap = (size_t)(c->end - c->p) + 1;
-    unsigned char *buf = malloc(cap);
+    unsigned char *buf = attn_malloc(cap);
     if (!buf)
         return attn_fail(c->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for a header string",
                          c->label);
@@ -321,7 +321,7 @@ static attn_status json_string(json_cursor *c, char **out, const char *expected)
         len += utf8_encode(cp, buf + len);
     }
     if (st != ATTN_OK) {
-        free(buf);
+        attn_free(buf);
         return st;
     }
     buf[len] = '\0';
@@ -399,7 +399,7 @@ static attn_status grow(attn_ctx *ctx, const char *label, void **items, size_t *
                         size_t count, size_t item_size) {
     if (count < *capacity) return ATTN_OK;
     size_t cap = *capacity ? 2 * *capacity : 16;
-    void *grown = cap > (size_t)-1 / item_size ? NULL : realloc(*items, cap * item_size);
+    void *grown = cap > (size_t)-1 / item_size ? NULL : attn_realloc(*items, cap * item_size);
     if (!grown) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for the header", label);
     *items = grown;
     *capacity = cap;
@@ -413,14 +413,14 @@ static attn_status parse_dtype(json_cursor *c, const char *tensor, attn_dtype *o
     for (size_t i = 0; i < NUM_DTYPES; i++) {
         if (strcmp(text, dtypes[i].name) == 0) {
             *out = dtypes[i].dtype;
-            free(text);
+            attn_free(text);
             return ATTN_OK;
         }
     }
     char name[ST_TEXT_MAX], dtype[ST_TEXT_MAX];
     printable(name, sizeof name, tensor);
     printable(dtype, sizeof dtype, text);
-    free(text);
+    attn_free(text);
     return attn_fail(c->ctx, ATTN_ERR_FORMAT,
                      "%s: tensor '%s': unknown dtype '%s' (safetensors dtypes: F64, F32, F16, "
                      "BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2)",
@@ -450,7 +450,7 @@ static attn_status parse_tensor(json_cursor *c, st_tensor *t) {
             char *key;
             if ((st = json_string(c, &key, "a quoted key")) != ATTN_OK) return st;
             if ((st = json_expect(c, ':', "':' after a key")) != ATTN_OK) {
-                free(key);
+                attn_free(key);
                 return st;
             }
             bool *seen = strcmp(key, "dtype") == 0          ? &have_dtype
@@ -460,14 +460,14 @@ static attn_status parse_tensor(json_cursor *c, st_tensor *t) {
             if (!seen || *seen) {
                 char k[ST_TEXT_MAX];
                 printable(k, sizeof k, key);
-                free(key);
+                attn_free(key);
                 return attn_fail(c->ctx, ATTN_ERR_FORMAT,
                                  seen ? "%s: tensor '%s': duplicate key '%s'"
                                       : "%s: tensor '%s': unknown key '%s' (expected dtype, shape, "
                                         "data_offsets)",
                                  c->label, name, k);
             }
-            free(key);
+            attn_free(key);
             *seen = true;
             if (seen == &have_dtype) {
                 st = parse_dtype(c, t->name, &t->dtype);
@@ -542,8 +542,8 @@ static attn_status parse_metadata(json_cursor *c, attn_safetensors *st) {
             }
         }
         if (s != ATTN_OK) {
-            free(key);
-            free(value);
+            attn_free(key);
+            attn_free(value);
             return s;
         }
         e->key = key;
@@ -576,11 +576,11 @@ static attn_status parse_header(attn_safetensors *st, const unsigned char *text,
             char *key;
             if ((s = json_string(c, &key, "a quoted tensor name or '}'")) != ATTN_OK) return s;
             if ((s = json_expect(c, ':', "':' after a key")) != ATTN_OK) {
-                free(key);
+                attn_free(key);
                 return s;
             }
             if (strcmp(key, "__metadata__") == 0) {
-                free(key);
+                attn_free(key);
                 if (have_metadata)
                     return attn_fail(st->ctx, ATTN_ERR_FORMAT, "%s: duplicate key '__metadata__'",
                                      st->label);
@@ -589,7 +589,7 @@ static attn_status parse_header(attn_safetensors *st, const unsigned char *text,
             } else {
                 if ((s = grow(st->ctx, st->label, (void **)&st->tensors, &st->capacity, st->count,
                               sizeof *st->tensors)) != ATTN_OK) {
-                    free(key);
+                    attn_free(key);
                     return s;
                 }
                 st_tensor *t = &st->tensors[st->count++];
@@ -701,10 +701,10 @@ static attn_status check_tensors(attn_safetensors *st) {
                          st->label, st->data_size, covered, st->data_size - covered);
 
     /* Names: sorted for lookup, duplicates rejected. */
-    name_index *idx = st->count ? malloc(st->count * sizeof *idx) : NULL;
-    st->by_name = st->count ? malloc(st->count * sizeof *st->by_name) : NULL;
+    name_index *idx = st->count ? attn_malloc(st->count * sizeof *idx) : NULL;
+    st->by_name = st->count ? attn_malloc(st->count * sizeof *st->by_name) : NULL;
     if (st->count && (!idx || !st->by_name)) {
-        free(idx);
+        attn_free(idx);
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu names", st->label,
                          st->count);
     }
@@ -720,20 +720,20 @@ static attn_status check_tensors(attn_safetensors *st) {
             s = attn_fail(ctx, ATTN_ERR_FORMAT, "%s: duplicate tensor name '%s'", st->label, name);
         }
     }
-    free(idx);
+    attn_free(idx);
     return s;
 }
 
 /* ---- opening ------------------------------------------------------------- */
 
 static attn_safetensors *new_file(attn_ctx *ctx, const char *label) {
-    attn_safetensors *st = calloc(1, sizeof *st);
+    attn_safetensors *st = attn_calloc(1, sizeof *st);
     if (!st) return NULL;
     st->ctx = ctx;
     size_t n = strlen(label) + 1;
-    st->label = malloc(n);
+    st->label = attn_malloc(n);
     if (!st->label) {
-        free(st);
+        attn_free(st);
         return NULL;
     }
     memcpy(st->label, label, n);
@@ -742,18 +742,18 @@ static attn_safetensors *new_file(attn_ctx *ctx, const char *label) {
 
 void attn_safetensors_free(attn_safetensors *st) {
     if (!st) return;
-    for (size_t i = 0; i < st->count; i++) free(st->tensors[i].name);
+    for (size_t i = 0; i < st->count; i++) attn_free(st->tensors[i].name);
     for (size_t i = 0; i < st->meta_count; i++) {
-        free((char *)st->meta[i].key);
-        free((char *)st->meta[i].value);
+        attn_free((char *)st->meta[i].key);
+        attn_free((char *)st->meta[i].value);
     }
-    free(st->tensors);
-    free(st->by_name);
-    free(st->meta);
-    free(st->image);
-    free(st->label);
+    attn_free(st->tensors);
+    attn_free(st->by_name);
+    attn_free(st->meta);
+    attn_free(st->image);
+    attn_free(st->label);
     if (st->file) fclose(st->file);
-    free(st);
+    attn_free(st);
 }
 
 static uint64_t read_u64_le(const unsigned char *p) {
@@ -799,7 +799,7 @@ attn_status attn_safetensors_parse(attn_ctx *ctx, const void *bytes, size_t size
     if (s == ATTN_OK) s = parse_header(st, p + 8, len);
     if (s == ATTN_OK) s = check_tensors(st);
     if (s == ATTN_OK) {
-        st->image = malloc(st->data_size ? st->data_size : 1);
+        st->image = attn_malloc(st->data_size ? st->data_size : 1);
         if (!st->image) s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu data bytes",
                                       st->label, st->data_size);
         else if (st->data_size) memcpy(st->image, p + st->data_start, st->data_size);
@@ -837,14 +837,14 @@ attn_status attn_safetensors_open(attn_ctx *ctx, const char *path, attn_safetens
         else s = header_size(st, read_u64_le(prefix), total, &len);
     }
     if (s == ATTN_OK) {
-        text = malloc(len ? len : 1);
+        text = attn_malloc(len ? len : 1);
         if (!text) s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for a %zu-byte header",
                                  path, len);
         else if (fread(text, 1, len, st->file) != len)
             s = attn_fail(ctx, ATTN_ERR_IO, "%s: read failed in the header", path);
     }
     if (s == ATTN_OK) s = parse_header(st, text, len);
-    free(text);
+    attn_free(text);
     if (s == ATTN_OK) s = check_tensors(st);
     if (s != ATTN_OK) {
         attn_safetensors_free(st);
@@ -1048,7 +1048,7 @@ static void buf_put(text_buf *b, const char *s, size_t n) {
     if (b->len + n + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;
         while (cap < b->len + n + 1) cap = cap > (size_t)-1 / 2 ? b->len + n + 1 : cap * 2;
-        char *grown = realloc(b->data, cap);
+        char *grown = attn_realloc(b->data, cap);
         if (!grown) {
             b->failed = true;
             return;
@@ -1177,7 +1177,7 @@ attn_status attn_safetensors_write(attn_ctx *ctx, const char *path,
                              path, name, numel);
     }
 
-    const attn_named_tensor **order = malloc((count ? count : 1) * sizeof *order);
+    const attn_named_tensor **order = attn_malloc((count ? count : 1) * sizeof *order);
     if (!order) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", path);
     for (size_t i = 0; i < count; i++) order[i] = &tensors[i];
     if (count) qsort(order, count, sizeof *order, compare_tensor_names);
@@ -1185,7 +1185,7 @@ attn_status attn_safetensors_write(attn_ctx *ctx, const char *path,
         if (strcmp(order[i]->name, order[i - 1]->name) == 0) {
             char name[ST_TEXT_MAX];
             printable(name, sizeof name, order[i]->name);
-            free(order);
+            attn_free(order);
             return attn_fail(ctx, ATTN_ERR_INVALID, "%s: duplicate tensor name '%s'", path, name);
         }
 
@@ -1222,15 +1222,15 @@ attn_status attn_safetensors_write(attn_ctx *ctx, const char *path,
     buf_str(&h, "}");
     while (!h.failed && h.len % 8 != 0) buf_str(&h, " ");
     if (h.failed) {
-        free(h.data);
-        free(order);
+        attn_free(h.data);
+        attn_free(order);
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for the header", path);
     }
 
     FILE *f = fopen(path, "wb");
     if (!f) {
-        free(h.data);
-        free(order);
+        attn_free(h.data);
+        attn_free(order);
         return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", path,
                          strerror(errno));
     }
@@ -1247,8 +1247,8 @@ attn_status attn_safetensors_write(attn_ctx *ctx, const char *path,
         ok = false;
         saved = errno;
     }
-    free(h.data);
-    free(order);
+    attn_free(h.data);
+    attn_free(order);
     if (!ok)
         return attn_fail(ctx, ATTN_ERR_IO, "%s: write failed (%zu data bytes): %s", path,
                          total_bytes, strerror(saved));
@@ -1263,8 +1263,8 @@ attn_status attn_safetensors_write_params(attn_ctx *ctx, const char *path,
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_write_params: params is NULL");
     if (!prefix) prefix = "";
     size_t prefix_len = strlen(prefix);
-    attn_named_tensor *t = calloc(count ? count : 1, sizeof *t);
-    char **names = calloc(count ? count : 1, sizeof *names);
+    attn_named_tensor *t = attn_calloc(count ? count : 1, sizeof *t);
+    char **names = attn_calloc(count ? count : 1, sizeof *names);
     attn_status s = (t && names) ? ATTN_OK
                                  : attn_fail(ctx, ATTN_ERR_NO_MEMORY,
                                              "attn_safetensors_write_params: out of memory");
@@ -1281,7 +1281,7 @@ attn_status attn_safetensors_write_params(attn_ctx *ctx, const char *path,
             break;
         }
         size_t n = strlen(p->name);
-        names[i] = malloc(prefix_len + n + 1);
+        names[i] = attn_malloc(prefix_len + n + 1);
         if (!names[i]) {
             s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_safetensors_write_params: out of memory");
             break;
@@ -1297,9 +1297,9 @@ attn_status attn_safetensors_write_params(attn_ctx *ctx, const char *path,
         attn_metadata_entry format = {"format", "pt"};
         s = attn_safetensors_write(ctx, path, t, count, &format, 1);
     }
-    for (size_t i = 0; names && i < count; i++) free(names[i]);
-    free(names);
-    free(t);
+    for (size_t i = 0; names && i < count; i++) attn_free(names[i]);
+    attn_free(names);
+    attn_free(t);
     return s;
 }
 
@@ -1308,7 +1308,7 @@ attn_status attn_safetensors_write_params(attn_ctx *ctx, const char *path,
 attn_status attn_safetensors_save_module(attn_ctx *ctx, attn_module *m, const char *path) {
     attn_clear_error(ctx);
     if (!m) return attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_save_module: module is NULL");
-    attn_param *params = calloc(m->num_params ? m->num_params : 1, sizeof *params);
+    attn_param *params = attn_calloc(m->num_params ? m->num_params : 1, sizeof *params);
     if (!params) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_safetensors_save_module: out of memory");
     for (size_t i = 0; i < m->num_params; i++) {
         const attn_param_slot *slot = &m->params[i];
@@ -1317,7 +1317,7 @@ attn_status attn_safetensors_save_module(attn_ctx *ctx, attn_module *m, const ch
                                  .numel = slot->numel};
     }
     attn_status s = attn_safetensors_write_params(ctx, path, params, m->num_params, NULL);
-    free(params);
+    attn_free(params);
     return s;
 }
 
@@ -1363,7 +1363,7 @@ attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module 
                          "%s: %zu tensor%s not in %s: %s", st->label, unexpected,
                          unexpected == 1 ? " is" : "s are", cls, list);
     /* Every parameter must be there, with its shape and a float dtype. */
-    size_t *index = calloc(m->num_params ? m->num_params : 1, sizeof *index);
+    size_t *index = attn_calloc(m->num_params ? m->num_params : 1, sizeof *index);
     if (!index) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", st->label);
     char *full = NULL;
     size_t missing = 0;
@@ -1371,7 +1371,7 @@ attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module 
     for (size_t j = 0; j < m->num_params && s == ATTN_OK; j++) {
         const attn_param_slot *slot = &m->params[j];
         size_t n = plen + strlen(slot->name) + 1;
-        char *grown = realloc(full, n);
+        char *grown = attn_realloc(full, n);
         if (!grown) {
             s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", st->label);
             break;
@@ -1409,7 +1409,7 @@ attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module 
                           st->label, name, attn_dtype_name(t->dtype));
         }
     }
-    free(full);
+    attn_free(full);
     /* Read everything before changing anything. */
     float *staged = NULL;
     if (s == ATTN_OK) {
@@ -1421,8 +1421,8 @@ attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module 
         s = attn_safetensors_load(st, index[j], staged + m->params[j].offset, m->params[j].numel);
     if (s == ATTN_OK && m->num_scalars)
         memcpy(m->storage, staged, m->num_scalars * sizeof *staged);
-    free(staged);
-    free(index);
+    attn_free(staged);
+    attn_free(index);
     return s;
 }
 

@@ -31,7 +31,7 @@ static attn_status causal_forward(attn_module *m, const float *x, size_t batch, 
                            .mask = ca->cfg.mask, .dropout_p = p};
     float *qkv; /* (3, B, T, d_out) */
     uint8_t *keep_bits; /* (B, T, T) when dropout draws */
-    st = attn_forward_prepare(m, 3 * batch * tokens * m->d_out,
+    st = attn_forward_prepare(m, batch, tokens, 3 * batch * tokens * m->d_out,
                               p > 0.0 ? batch * tokens * tokens : 0, &qkv, &keep_bits);
     if (st != ATTN_OK) return st;
     st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, qkv, keep_bits, y, m->d_out,
@@ -47,14 +47,11 @@ static attn_status causal_forward(attn_module *m, const float *x, size_t batch, 
  * mask and the dropout the forward drew. */
 static attn_status causal_backward(attn_module *m, const float *dy, float *dx) {
     attn_causal *ca = (attn_causal *)m;
-    const attn_saved *s = &m->saved;
     attn_qkv_weights w = attn_qkv_linear_weights(m, 0, ca->cfg.qkv_bias);
     attn_qkv_grads grad = attn_qkv_linear_grads(m, 0, ca->cfg.qkv_bias);
     attn_head_spec spec = {.d_out = m->d_out, .scale = ca->scale, .causal = true,
                            .mask = ca->cfg.mask};
-    if (dx) memset(dx, 0, s->batch * s->tokens * m->d_in * sizeof *dx);
-    return attn_single_head_backward(m, &w, &grad, &spec, s->x, s->batch, s->tokens, s->acts,
-                                     attn_saved_mask(s), s->kept_scale, dy, m->d_out, dx);
+    return attn_one_head_backward(m, &w, &grad, &spec, dy, dx);
 }
 
 static const attn_module_ops causal_ops = {ATTN_MODULE_CAUSAL, "CausalAttention", causal_forward,
@@ -86,7 +83,7 @@ attn_status attn_causal_new(attn_ctx *ctx, const attn_causal_config *cfg, attn_r
                                               cfg->context_length, cfg->dropout, cfg->scale,
                                               cfg->mask);
     if (st != ATTN_OK) return st;
-    attn_causal *m = calloc(1, sizeof *m);
+    attn_causal *m = attn_calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_causal_new: out of memory");
     attn_module_init(&m->base, &causal_ops, ctx, cfg->d_in, cfg->d_out);
     m->cfg = *cfg;

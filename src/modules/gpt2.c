@@ -63,8 +63,15 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
     if (p > 0.0) bits = attn_bytes * 8 + rows * C;
     float *buf;         /* qkv (B, T, 3C), then y (B, T, C) */
     uint8_t *keep_bits;
-    if ((st = attn_forward_prepare(m, 4 * rows * C, bits, &buf, &keep_bits)) != ATTN_OK) return st;
+    if ((st = attn_forward_prepare(m, batch, tokens, 4 * rows * C, bits, &buf, &keep_bits)) !=
+        ATTN_OK)
+        return st;
     float *qkv = buf, *context = buf + 3 * rows * C;
+    attn_sdpa_args args = gpt2_heads(g, batch, tokens, qkv, context);
+    if ((st = attn_sdpa_reserve(m, &args, false)) != ATTN_OK) {
+        attn_forward_release(m, buf);
+        return st;
+    }
 
     attn_k_linear(m->ctx, x, attn_module_data(m, C_ATTN_WEIGHT),
                     attn_module_data(m, C_ATTN_BIAS), qkv, rows, C, 3 * C);
@@ -72,7 +79,6 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
     size_t split[4] = {batch, nh, tokens, g->head_dim};
     attn_trace(m->ctx, m->ops->class_name, "q, k, v (split, view, transpose)", 4, split, NULL);
 
-    attn_sdpa_args args = gpt2_heads(g, batch, tokens, qkv, context);
     args.keep_bits = keep_bits;
     attn_dropout_stream attn_dropout;
     if (p > 0.0) attn_dropout_stream_begin(&attn_dropout, rng, p, batch * nh * tokens * tokens);
@@ -110,6 +116,11 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
     float *buf = attn_scratch(m, 5 * rows * C, &st); /* dqkv (B, T, 3C), dy', dcontext */
     if (!buf) return st;
     float *dqkv = buf, *dy_proj = buf + 3 * rows * C, *dcontext = buf + 4 * rows * C;
+    attn_sdpa_args fwd = gpt2_heads(g, s->batch, s->tokens, qkv, NULL);
+    if ((st = attn_sdpa_reserve(m, &fwd, true)) != ATTN_OK) { /* before any gradient */
+        attn_free(buf);
+        return st;
+    }
 
     /* forward: out = resid_dropout(c_proj(y)) */
     if (mask) {
@@ -123,7 +134,6 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
                              dcontext, false, attn_module_grad(m, C_PROJ_WEIGHT),
                              attn_module_grad(m, C_PROJ_BIAS), rows, C, C);
     /* forward: y (B, T, nh, hs) = attn_dropout(softmax(mask(q k^T * scale))) v */
-    attn_sdpa_args fwd = gpt2_heads(g, s->batch, s->tokens, qkv, NULL);
     attn_sdpa_grad_args grad = {.fwd = &fwd, .dout = dcontext,
                                 .dq = dqkv, .dk = dqkv + C, .dv = dqkv + 2 * C,
                                 .keep_bits = mask, .kept_scale = s->kept_scale};
@@ -133,7 +143,8 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
         attn_k_linear_backward(m->ctx, s->x, attn_module_data(m, C_ATTN_WEIGHT), dqkv, dx,
                                  false, attn_module_grad(m, C_ATTN_WEIGHT),
                                  attn_module_grad(m, C_ATTN_BIAS), rows, C, 3 * C);
-    free(buf);
+    attn_free(buf);
+    attn_sdpa_release(m);
     return st;
 }
 
@@ -162,7 +173,7 @@ attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *
                          name, cfg->n_embd, cfg->n_head);
     if (cfg->n_embd > (size_t)-1 / 16)
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: n_embd (%zu) is too large", name, cfg->n_embd);
-    attn_gpt2 *m = calloc(1, sizeof *m);
+    attn_gpt2 *m = attn_calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_gpt2_new: out of memory");
     attn_module_init(&m->base, &gpt2_ops, ctx, cfg->n_embd, cfg->n_embd);
     m->cfg = *cfg;

@@ -56,17 +56,22 @@ static attn_status mha_forward(attn_module *m, const float *x, size_t batch, siz
                          m->ops->class_name, batch, H, tokens, tokens);
     float *buf;         /* q, k, v, context: (B, T, d_out) each */
     uint8_t *keep_bits; /* (B, H, T, T) when dropout draws */
-    if ((st = attn_forward_prepare(m, 4 * rows * d_out, bits, &buf, &keep_bits)) != ATTN_OK)
+    if ((st = attn_forward_prepare(m, batch, tokens, 4 * rows * d_out, bits, &buf, &keep_bits)) !=
+        ATTN_OK)
         return st;
     float *q = buf, *k = buf + rows * d_out, *v = buf + 2 * rows * d_out;
     float *context = buf + 3 * rows * d_out;
+    attn_sdpa_args args = mha_heads(mha, batch, tokens, q, k, v, context);
+    if ((st = attn_sdpa_reserve(m, &args, false)) != ATTN_OK) {
+        attn_forward_release(m, buf);
+        return st;
+    }
 
     attn_qkv_weights w = attn_qkv_linear_weights(m, 0, mha->cfg.qkv_bias);
     attn_project_qkv(m, &w, x, batch, tokens, d_out, q, k, v);
     size_t split[4] = {batch, H, tokens, mha->head_dim};
     attn_trace(m->ctx, m->ops->class_name, "heads (view + transpose)", 4, split, NULL);
 
-    attn_sdpa_args args = mha_heads(mha, batch, tokens, q, k, v, context);
     args.keep_bits = keep_bits;
     attn_dropout_stream dropout;
     if (p > 0.0) attn_dropout_stream_begin(&dropout, rng, p, batch * H * tokens * tokens);
@@ -96,6 +101,11 @@ static attn_status mha_backward(attn_module *m, const float *dy, float *dx) {
     if (!buf) return st;
     float *dq = buf, *dk = buf + rows * d_out, *dv = buf + 2 * rows * d_out;
     float *dcontext = buf + 3 * rows * d_out;
+    attn_sdpa_args fwd = mha_heads(mha, s->batch, s->tokens, q, k, v, NULL);
+    if ((st = attn_sdpa_reserve(m, &fwd, true)) != ATTN_OK) { /* before any gradient */
+        attn_free(buf);
+        return st;
+    }
 
     /* forward: y = context @ W_out^T + b_out */
     size_t out = mha->out_proj_index;
@@ -103,7 +113,6 @@ static attn_status mha_backward(attn_module *m, const float *dy, float *dx) {
                              attn_module_grad(m, out), attn_module_grad(m, out + 1), rows, d_out,
                              d_out);
     /* forward: context (B, T, H, hd) = dropout(softmax(mask(q k^T * scale))) v, per head */
-    attn_sdpa_args fwd = mha_heads(mha, s->batch, s->tokens, q, k, v, NULL);
     attn_sdpa_grad_args g = {.fwd = &fwd, .dout = dcontext, .dq = dq, .dk = dk, .dv = dv,
                              .keep_bits = attn_saved_mask(s), .kept_scale = s->kept_scale};
     st = attn_run_sdpa_backward(m, &g);
@@ -114,7 +123,8 @@ static attn_status mha_backward(attn_module *m, const float *dy, float *dx) {
         attn_qkv_grads grad = attn_qkv_linear_grads(m, 0, mha->cfg.qkv_bias);
         attn_project_qkv_backward(m, &w, &grad, s->x, rows, d_out, dq, dk, dv, dx);
     }
-    free(buf);
+    attn_free(buf);
+    attn_sdpa_release(m);
     return st;
 }
 
@@ -135,7 +145,7 @@ attn_status attn_mha_new(attn_ctx *ctx, const attn_mha_config *cfg, attn_rng *in
                                               cfg->mask);
     if (st != ATTN_OK) return st;
     if ((st = attn_check_heads(ctx, name, cfg->d_out, cfg->num_heads)) != ATTN_OK) return st;
-    attn_mha *m = calloc(1, sizeof *m);
+    attn_mha *m = attn_calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_mha_new: out of memory");
     attn_module_init(&m->base, &mha_ops, ctx, cfg->d_in, cfg->d_out);
     m->cfg = *cfg;

@@ -35,10 +35,16 @@ static attn_status wrapper_forward(attn_module *m, const float *x, size_t batch,
                          m->ops->class_name, H, batch, tokens, tokens);
     float *qkv; /* (H, 3, B, T, d_out) */
     uint8_t *keep_bits; /* (H, B, T, T) when dropout draws */
-    if ((st = attn_forward_prepare(m, 3 * rows * m->d_out, all_bits, &qkv, &keep_bits)) != ATTN_OK)
+    if ((st = attn_forward_prepare(m, batch, tokens, 3 * rows * m->d_out, all_bits, &qkv,
+                                   &keep_bits)) != ATTN_OK)
         return st;
     attn_head_spec spec = {.d_out = head_width, .scale = mw->scale, .causal = true,
                            .mask = mw->cfg.mask, .dropout_p = p};
+    /* One workspace for every head, before head 0 writes y or draws. */
+    if ((st = attn_single_head_reserve(m, &spec, batch, tokens, false)) != ATTN_OK) {
+        attn_forward_release(m, qkv);
+        return st;
+    }
     for (size_t h = 0; h < H && st == ATTN_OK; h++) {
         attn_qkv_weights w =
             attn_qkv_linear_weights(m, h * mw->params_per_head, mw->cfg.qkv_bias);
@@ -63,8 +69,16 @@ static attn_status wrapper_backward(attn_module *m, const float *dy, float *dx) 
     size_t head_bytes = (s->batch * s->tokens * s->tokens + 7) / 8;
     attn_head_spec spec = {.d_out = head_width, .scale = mw->scale, .causal = true,
                            .mask = mw->cfg.mask};
+    /* Scratch and workspace for one head, shared by all, before dx and the
+     * gradients are touched. */
+    attn_status st;
+    float *dqkv = attn_scratch(m, 3 * rows * head_width, &st);
+    if (!dqkv) return st;
+    if ((st = attn_single_head_reserve(m, &spec, s->batch, s->tokens, true)) != ATTN_OK) {
+        attn_free(dqkv);
+        return st;
+    }
     if (dx) memset(dx, 0, rows * m->d_in * sizeof *dx);
-    attn_status st = ATTN_OK;
     for (size_t h = 0; h < mw->cfg.num_heads && st == ATTN_OK; h++) {
         size_t first = h * mw->params_per_head;
         attn_qkv_weights w = attn_qkv_linear_weights(m, first, mw->cfg.qkv_bias);
@@ -72,8 +86,10 @@ static attn_status wrapper_backward(attn_module *m, const float *dy, float *dx) 
         st = attn_single_head_backward(m, &w, &grad, &spec, s->x, s->batch, s->tokens,
                                        s->acts + h * 3 * rows * head_width,
                                        attn_saved_mask(s) ? attn_saved_mask(s) + h * head_bytes : NULL,
-                                       s->kept_scale, dy + h * head_width, m->d_out, dx);
+                                       s->kept_scale, dy + h * head_width, m->d_out, dqkv, dx);
     }
+    attn_free(dqkv);
+    attn_sdpa_release(m);
     return st;
 }
 
@@ -107,7 +123,7 @@ attn_status attn_mha_wrapper_new(attn_ctx *ctx, const attn_mha_wrapper_config *c
         return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                          "%s: num_heads (%zu) x 3 x d_in (%zu) x d_out (%zu) parameters overflow",
                          name, cfg->num_heads, cfg->d_in, cfg->d_out);
-    attn_mha_wrapper *m = calloc(1, sizeof *m);
+    attn_mha_wrapper *m = attn_calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_mha_wrapper_new: out of memory");
     attn_module_init(&m->base, &wrapper_ops, ctx, cfg->d_in, total_width);
     m->cfg = *cfg;

@@ -26,7 +26,7 @@ void attn_module_init(attn_module *m, const attn_module_ops *ops, attn_ctx *ctx,
 attn_status attn_module_reserve(attn_module *m, size_t count) {
     if (count <= m->capacity) return ATTN_OK;
     attn_param_slot *grown =
-        count > (size_t)-1 / sizeof *grown ? NULL : realloc(m->params, count * sizeof *grown);
+        count > (size_t)-1 / sizeof *grown ? NULL : attn_realloc(m->params, count * sizeof *grown);
     if (!grown)
         return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu parameter tensors",
                          m->ops->class_name, count);
@@ -99,11 +99,12 @@ size_t attn_module_init_linear(attn_module *m, attn_rng *rng, size_t weight_inde
 }
 
 void attn_module_release(attn_module *m) {
-    free(m->params);
-    free(m->storage);
-    free(m->saved.x);
-    free(m->saved.acts);
-    free(m->saved.keep_bits);
+    attn_free(m->params);
+    attn_free(m->storage);
+    attn_free(m->saved.x);
+    attn_free(m->saved.acts);
+    attn_free(m->saved.keep_bits);
+    attn_sdpa_release(m);
     m->params = NULL;
     m->storage = NULL;
     memset(&m->saved, 0, sizeof m->saved);
@@ -209,7 +210,7 @@ attn_status attn_module_backward(attn_module *m, const float *dy, size_t batch, 
 void attn_module_free(attn_module *m) {
     if (!m) return;
     attn_module_release(m);
-    free(m); /* the base is the first member of every variant */
+    attn_free(m); /* the base is the first member of every variant */
 }
 
 /* ---- shared checks --------------------------------------------------------- */
@@ -297,35 +298,40 @@ static bool reserve_floats(float **buf, size_t *cap, size_t n) {
     if (n <= *cap && *buf) return true;
     float *grown = attn_alloc_floats(n ? n : 1);
     if (!grown) return false;
-    free(*buf);
+    attn_free(*buf);
     *buf = grown;
     *cap = n;
     return true;
 }
 
-attn_status attn_forward_prepare(attn_module *m, size_t n_acts, size_t n_bits, float **acts,
-                                 uint8_t **keep_bits) {
+attn_status attn_forward_prepare(attn_module *m, size_t batch, size_t tokens, size_t n_acts,
+                                 size_t n_bits, float **acts, uint8_t **keep_bits) {
     attn_saved *s = &m->saved;
     s->valid = false;
     s->has_mask = false;
+    *acts = NULL;
     *keep_bits = NULL;
     if (!m->grad_enabled) {
-        attn_status st;
-        *acts = attn_scratch(m, n_acts, &st);
+        attn_status st = ATTN_OK;
+        if (n_acts) *acts = attn_scratch(m, n_acts, &st);
         return st;
     }
-    if (!reserve_floats(&s->acts, &s->acts_cap, n_acts))
+    size_t n_x = batch * tokens * m->d_in; /* checked by attn_check_forward */
+    if (!reserve_floats(&s->x, &s->x_cap, n_x))
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: cannot keep the input (%zu floats)",
+                         m->ops->class_name, n_x);
+    if (n_acts && !reserve_floats(&s->acts, &s->acts_cap, n_acts))
         return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: cannot keep %zu activations",
                          m->ops->class_name, n_acts);
-    *acts = s->acts;
+    *acts = n_acts ? s->acts : NULL;
     if (n_bits) {
         size_t bytes = n_bits / 8 + 1;
         if (bytes > s->bits_cap) {
-            uint8_t *grown = calloc(bytes, 1);
+            uint8_t *grown = attn_calloc(bytes, 1);
             if (!grown)
                 return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: cannot keep a dropout mask of %zu bits",
                                  m->ops->class_name, n_bits);
-            free(s->keep_bits);
+            attn_free(s->keep_bits);
             s->keep_bits = grown;
             s->bits_cap = bytes;
         }
@@ -340,6 +346,7 @@ attn_status attn_forward_keep(attn_module *m, const float *x, size_t batch, size
                               float kept_scale) {
     attn_saved *s = &m->saved;
     size_t n = batch * tokens * m->d_in; /* checked by attn_check_forward */
+    /* attn_forward_prepare made the room: nothing to allocate here */
     if (!reserve_floats(&s->x, &s->x_cap, n))
         return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: cannot keep the input (%zu floats)",
                          m->ops->class_name, n);
@@ -352,69 +359,102 @@ attn_status attn_forward_keep(attn_module *m, const float *x, size_t batch, size
 }
 
 void attn_forward_release(attn_module *m, float *acts) {
-    if (acts != m->saved.acts) free(acts);
+    if (acts != m->saved.acts) attn_free(acts);
+    attn_sdpa_release(m);
+}
+
+/* ---- the attention workspace ------------------------------------------- */
+
+/* Doubles the forward needs: one row of scores (S), then, when the trace
+ * wants data, 3 (B, H, T, S) float copies. */
+static attn_status forward_work(attn_module *m, const attn_sdpa_args *a, size_t *doubles,
+                                size_t *bhts) {
+    *bhts = 0;
+    *doubles = a->kv_tokens ? a->kv_tokens : 1;
+    if (!attn_trace_wants_data(m->ctx)) return ATTN_OK;
+    if (!attn_mul3_size(a->batch * a->heads, a->tokens, a->kv_tokens, bhts) ||
+        *bhts > (size_t)-1 / 12)
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
+                         "%s forward: tracing (%zu, %zu, %zu, %zu) scores overflows size_t",
+                         m->ops->class_name, a->batch, a->heads, a->tokens, a->kv_tokens);
+    *doubles += (3 * *bhts + 1) / 2;
+    return ATTN_OK;
+}
+
+/* Doubles the backward needs: per query row two statistics, then each
+ * parallel part's workspace. */
+static size_t backward_work(const attn_module *m, const attn_sdpa_args *a) {
+    size_t rows = a->batch * a->heads * a->tokens; /* fits: checked by the forward */
+    size_t parts = attn_parallel_parts(m->ctx->num_threads);
+    return 2 * rows + parts * attn_sdpa_grad_workspace(a->kv_tokens, a->head_dim);
+}
+
+static attn_status grow_work(attn_module *m, size_t doubles, const char *pass) {
+    if (doubles <= m->work_cap) return ATTN_OK;
+    double *grown = attn_calloc(doubles, sizeof *grown);
+    if (!grown)
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
+                         "%s %s: cannot allocate the attention workspace (%zu doubles)",
+                         m->ops->class_name, pass, doubles);
+    attn_free(m->work);
+    m->work = grown;
+    m->work_cap = doubles;
+    return ATTN_OK;
+}
+
+attn_status attn_sdpa_reserve(attn_module *m, const attn_sdpa_args *args, bool backward) {
+    if (backward) return grow_work(m, backward_work(m, args), "backward");
+    size_t doubles, bhts;
+    attn_status st = forward_work(m, args, &doubles, &bhts);
+    return st == ATTN_OK ? grow_work(m, doubles, "forward") : st;
+}
+
+void attn_sdpa_release(attn_module *m) {
+    attn_free(m->work);
+    m->work = NULL;
+    m->work_cap = 0;
 }
 
 attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g) {
     const attn_sdpa_args *a = g->fwd;
     size_t threads = m->ctx->num_threads;
     size_t rows = a->batch * a->heads * a->tokens; /* fits: checked by the forward */
-    size_t per_part = attn_sdpa_grad_workspace(a->kv_tokens, a->head_dim);
-    size_t parts = attn_parallel_parts(threads);
-    double *stats = calloc(2 * rows, sizeof *stats);
-    double *workspace = calloc(parts * per_part, sizeof *workspace);
-    if (!stats || !workspace) {
-        free(stats);
-        free(workspace);
-        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
-                         "%s backward: cannot allocate the attention workspace (%zu rows)",
-                         m->ops->class_name, rows);
+    bool reserved = m->work_cap >= backward_work(m, a);
+    if (!reserved) {
+        attn_status st = attn_sdpa_reserve(m, a, true);
+        if (st != ATTN_OK) return st;
     }
-    g->row_stats = stats;
-    g->workspace = workspace;
+    memset(m->work, 0, backward_work(m, a) * sizeof *m->work);
+    g->row_stats = m->work;
+    g->workspace = m->work + 2 * rows;
     attn_ref_sdpa_backward(threads, g);
-    free(stats);
-    free(workspace);
+    if (!reserved) attn_sdpa_release(m);
     return ATTN_OK;
 }
 
 attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_stream *dropout) {
-    size_t T = args->tokens;
-    attn_status st;
-    /* one row of scores in double (T was checked with the activations) */
-    double *row = calloc(T, sizeof *row);
-    if (!row)
-        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s forward: cannot allocate %zu scores",
-                         m->ops->class_name, T);
+    size_t doubles, bhts;
+    attn_status st = forward_work(m, args, &doubles, &bhts);
+    if (st != ATTN_OK) return st;
+    bool reserved = m->work_cap >= doubles;
+    if (!reserved && (st = grow_work(m, doubles, "forward")) != ATTN_OK) return st;
+    double *row = m->work; /* one row of scores in double */
     args->dropout = dropout;
-    float *traces = NULL;
-    size_t bhtt = 0;
-    if (attn_trace_wants_data(m->ctx)) {
-        if (!attn_mul3_size(args->batch * args->heads, T, T, &bhtt) || bhtt > (size_t)-1 / 12) {
-            free(row);
-            return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
-                             "%s forward: tracing (%zu, %zu, %zu, %zu) scores overflows size_t",
-                             m->ops->class_name, args->batch, args->heads, T, T);
-        }
-        traces = attn_scratch(m, 3 * bhtt, &st);
-        if (!traces) {
-            free(row);
-            return st;
-        }
+    if (bhts) {
+        float *traces = (float *)(m->work + (args->kv_tokens ? args->kv_tokens : 1));
         args->trace_scores = traces;
-        args->trace_weights = traces + bhtt;
-        args->trace_dropped = dropout ? traces + 2 * bhtt : NULL;
+        args->trace_weights = traces + bhts;
+        args->trace_dropped = dropout ? traces + 2 * bhts : NULL;
     }
     attn_ref_sdpa(args, row);
     if (m->ctx->trace) {
         const char *name = m->ops->class_name;
-        size_t shape[4] = {args->batch, args->heads, T, T};
+        size_t shape[4] = {args->batch, args->heads, args->tokens, args->kv_tokens};
         attn_trace(m->ctx, name, "attn_scores", 4, shape, args->trace_scores);
         attn_trace(m->ctx, name, "attn_weights", 4, shape, args->trace_weights);
         if (dropout) attn_trace(m->ctx, name, "attn_weights (dropout)", 4, shape, args->trace_dropped);
     }
-    free(traces);
-    free(row);
+    if (!reserved) attn_sdpa_release(m);
     return ATTN_OK;
 }
 

@@ -54,6 +54,8 @@ struct attn_module {
     size_t num_scalars;
     float *storage; /* every parameter in state_dict order, then every gradient */
     attn_saved saved;
+    double *work;     /* the attention workspace of the pass under way */
+    size_t work_cap;  /* doubles allocated */
 };
 
 /* Sets up the base; free it with attn_module_release. */
@@ -107,19 +109,28 @@ attn_status attn_check_forward(attn_module *m, const float *x, size_t batch, siz
                                const float *y, size_t context_length, size_t max_width,
                                bool needs_rng, const attn_rng *rng);
 
-/* Scratch for one forward or backward: n floats (zeroed), freed with free(). */
+/* Scratch for one forward or backward: n floats (zeroed), freed with attn_free(). */
 float *attn_scratch(attn_module *m, size_t n, attn_status *status);
 
 /*
+ * Failure leaves no trace: every forward and backward allocates all it
+ * needs (activations, scratch, the attention workspace) before it writes
+ * anything its caller sees (y, dx, the gradients) or draws from the rng,
+ * so a pass that fails (ATTN_ERR_NO_MEMORY) leaves them as they were.
+ * tests/unit/test_alloc_failure.c fails each allocation in turn to hold
+ * every pass to this.
+ *
  * A forward's activations. attn_forward_prepare forgets the last saved
- * forward and gives acts (n_acts floats) and, when dropout draws, keep_bits
- * (n_bits bits, zeroed): the module's saved buffers when gradients are
- * enabled, else scratch acts and no bits. attn_forward_keep, after a
- * successful forward, copies x (B, T, d_in) and marks the forward saved;
- * attn_forward_release frees acts unless they are the saved ones.
+ * forward and gives acts (n_acts floats; NULL when 0) and, when dropout
+ * draws, keep_bits (n_bits bits, zeroed): the module's saved buffers when
+ * gradients are enabled (with room for the copy of x (B, T, d_in) that
+ * attn_forward_keep makes), else scratch acts and no bits.
+ * attn_forward_keep, after a successful forward, copies x and marks the
+ * forward saved; attn_forward_release frees acts unless they are the saved
+ * ones, and the attention workspace.
  */
-attn_status attn_forward_prepare(attn_module *m, size_t n_acts, size_t n_bits, float **acts,
-                                 uint8_t **keep_bits);
+attn_status attn_forward_prepare(attn_module *m, size_t batch, size_t tokens, size_t n_acts,
+                                 size_t n_bits, float **acts, uint8_t **keep_bits);
 attn_status attn_forward_keep(attn_module *m, const float *x, size_t batch, size_t tokens,
                               float kept_scale);
 void attn_forward_release(attn_module *m, float *acts);
@@ -129,12 +140,21 @@ static inline const uint8_t *attn_saved_mask(const attn_saved *s) {
     return s->has_mask ? s->keep_bits : NULL;
 }
 
+/* Allocates the workspace attn_run_sdpa (backward false) or
+ * attn_run_sdpa_backward (true) needs for args (its sizes; the pointers may
+ * be NULL), kept until attn_sdpa_release: a pass reserves it before it
+ * touches its outputs, for its largest attention call. */
+attn_status attn_sdpa_reserve(attn_module *m, const attn_sdpa_args *args, bool backward);
+void attn_sdpa_release(attn_module *m);
+
 /* Runs the attention backward over the forward's args (see kernels.h),
- * with its workspace; g->fwd, dout, dq, dk, dv and the dropout mask set. */
+ * with its workspace; g->fwd, dout, dq, dk, dv and the dropout mask set.
+ * Allocates only when the workspace was not reserved. */
 attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g);
 
 /* Runs the attention core for (B, H) heads and reports its trace. dropout
- * is NULL when no dropout applies. */
+ * is NULL when no dropout applies. Allocates only when the workspace was
+ * not reserved. */
 attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_stream *dropout);
 
 /* The three projections of x (rows, d_in) into q, k, v, each (rows, d_out):
@@ -195,14 +215,26 @@ attn_status attn_single_head_forward(attn_module *m, const attn_qkv_weights *w,
                                      const attn_head_spec *spec, const float *x, size_t batch,
                                      size_t tokens, float *qkv, uint8_t *keep_bits, float *y,
                                      size_t y_stride, attn_rng *rng);
+/* Reserves the attention workspace of one such head's forward or backward
+ * (attn_sdpa_reserve), for passes that run several heads. */
+attn_status attn_single_head_reserve(attn_module *m, const attn_head_spec *spec, size_t batch,
+                                     size_t tokens, bool backward);
 /* Its backward from dy (B, T, d_out) at row stride dy_stride, given the
  * forward's x, qkv and keep_bits: dx (B, T, d_in) += and the projections'
- * gradients (pointers in grad) +=. */
+ * gradients (pointers in grad) +=. dqkv is scratch of 3 (B, T, d_out), and
+ * the workspace must be reserved (attn_single_head_reserve): this writes
+ * from its first step on. */
 attn_status attn_single_head_backward(attn_module *m, const attn_qkv_weights *w,
                                       const attn_qkv_grads *grad, const attn_head_spec *spec,
                                       const float *x, size_t batch, size_t tokens,
                                       const float *qkv, const uint8_t *keep_bits,
                                       float kept_scale, const float *dy, size_t dy_stride,
-                                      float *dx);
+                                      float *dqkv, float *dx);
+/* The whole backward of a module that is one such head over its saved
+ * forward (SelfAttention_v1/v2, CausalAttention): allocates, then sets dx
+ * (B, T, d_in) and adds the projections' gradients. */
+attn_status attn_one_head_backward(attn_module *m, const attn_qkv_weights *w,
+                                   const attn_qkv_grads *grad, const attn_head_spec *spec,
+                                   const float *dy, float *dx);
 
 #endif /* ATTN_MODULE_H */

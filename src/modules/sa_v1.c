@@ -36,7 +36,8 @@ static attn_status sa_v1_forward(attn_module *m, const float *x, size_t batch, s
     attn_head_spec spec = {.d_out = m->d_out, .scale = sa->scale};
     float *qkv; /* (3, B, T, d_out) */
     uint8_t *no_bits;
-    if ((st = attn_forward_prepare(m, 3 * batch * tokens * m->d_out, 0, &qkv, &no_bits)) != ATTN_OK)
+    if ((st = attn_forward_prepare(m, batch, tokens, 3 * batch * tokens * m->d_out, 0, &qkv,
+                                   &no_bits)) != ATTN_OK)
         return st;
     st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, qkv, NULL, y, m->d_out, NULL);
     if (st == ATTN_OK) attn_trace_btc(m, "context_vec", batch, tokens, m->d_out, y);
@@ -48,15 +49,12 @@ static attn_status sa_v1_forward(attn_module *m, const float *x, size_t batch, s
 /* dx (B, T, d_in) and dW_* (d_in, d_out) += from dy (B, T, d_out). */
 static attn_status sa_v1_backward(attn_module *m, const float *dy, float *dx) {
     attn_sa_v1 *sa = (attn_sa_v1 *)m;
-    const attn_saved *s = &m->saved;
     attn_qkv_weights w = sa_v1_weights(m);
     attn_qkv_grads grad = {.wq = attn_module_grad(m, SA1_W_QUERY),
                            .wk = attn_module_grad(m, SA1_W_KEY),
                            .wv = attn_module_grad(m, SA1_W_VALUE)};
     attn_head_spec spec = {.d_out = m->d_out, .scale = sa->scale};
-    if (dx) memset(dx, 0, s->batch * s->tokens * m->d_in * sizeof *dx);
-    return attn_single_head_backward(m, &w, &grad, &spec, s->x, s->batch, s->tokens, s->acts,
-                                     NULL, 1.0f, dy, m->d_out, dx);
+    return attn_one_head_backward(m, &w, &grad, &spec, dy, dx);
 }
 
 static const attn_module_ops sa_v1_ops = {ATTN_MODULE_SA_V1, "SelfAttention_v1", sa_v1_forward,
@@ -76,7 +74,7 @@ attn_status attn_sa_v1_new(attn_ctx *ctx, const attn_sa_v1_config *cfg, attn_rng
         (st = attn_check_width(ctx, name, "d_out", cfg->d_out)) != ATTN_OK ||
         (st = attn_check_scale(ctx, name, cfg->scale)) != ATTN_OK)
         return st;
-    attn_sa_v1 *m = calloc(1, sizeof *m);
+    attn_sa_v1 *m = attn_calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_sa_v1_new: out of memory");
     attn_module_init(&m->base, &sa_v1_ops, ctx, cfg->d_in, cfg->d_out);
     m->scale = attn_default_scale(cfg->scale, cfg->d_out);

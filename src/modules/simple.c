@@ -33,11 +33,16 @@ static attn_status simple_forward(attn_module *m, const float *x, size_t batch, 
     (void)rng;
     attn_status st = attn_check_forward(m, x, batch, tokens, y, 0, m->d_in, false, NULL);
     if (st != ATTN_OK) return st;
-    m->saved.valid = false;
+    float *no_acts;
+    uint8_t *no_bits;
+    if ((st = attn_forward_prepare(m, batch, tokens, 0, 0, &no_acts, &no_bits)) != ATTN_OK)
+        return st;
     attn_sdpa_args args = simple_heads(m, batch, tokens, x, y);
-    st = attn_run_sdpa(m, &args, NULL);
+    st = attn_sdpa_reserve(m, &args, false);
+    if (st == ATTN_OK) st = attn_run_sdpa(m, &args, NULL);
     if (st == ATTN_OK) attn_trace_btc(m, "context_vecs", batch, tokens, m->d_in, y);
     if (st == ATTN_OK && m->grad_enabled) st = attn_forward_keep(m, x, batch, tokens, 1.0f);
+    attn_forward_release(m, no_acts);
     return st;
 }
 
@@ -54,7 +59,8 @@ static attn_status simple_backward(attn_module *m, const float *dy, float *dx) {
     st = attn_run_sdpa_backward(m, &g);
     if (st == ATTN_OK && dx)
         for (size_t i = 0; i < n; i++) dx[i] = grads[i] + grads[n + i] + grads[2 * n + i];
-    free(grads);
+    attn_free(grads);
+    attn_sdpa_release(m);
     return st;
 }
 
@@ -69,7 +75,7 @@ attn_status attn_simple_new(attn_ctx *ctx, const attn_simple_config *cfg, attn_s
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_simple_new: %s is NULL", !cfg ? "cfg" : "out");
     attn_status st = attn_check_width(ctx, "SimplifiedSelfAttention", "d_in", cfg->d_in);
     if (st != ATTN_OK) return st;
-    attn_simple *m = calloc(1, sizeof *m);
+    attn_simple *m = attn_calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_simple_new: out of memory");
     attn_module_init(&m->base, &simple_ops, ctx, cfg->d_in, cfg->d_in);
     *out = m;

@@ -4,6 +4,7 @@
 #include "modules/module.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* The one head over q, k, v (B, T, d_out) writing y at row stride y_stride. */
 static attn_sdpa_args head_args(const attn_head_spec *spec, size_t batch, size_t tokens,
@@ -32,10 +33,20 @@ attn_status attn_single_head_forward(attn_module *m, const attn_qkv_weights *w,
 
     attn_sdpa_args args = head_args(spec, batch, tokens, q, k, v, y, y_stride);
     args.keep_bits = keep_bits;
+    /* The workspace before the first draw and the first write of y (a
+     * no-op when the pass reserved it). */
+    attn_status st = attn_sdpa_reserve(m, &args, false);
+    if (st != ATTN_OK) return st;
     attn_dropout_stream dropout;
     bool drops = spec->dropout_p > 0.0;
     if (drops) attn_dropout_stream_begin(&dropout, rng, spec->dropout_p, batch * tokens * tokens);
     return attn_run_sdpa(m, &args, drops ? &dropout : NULL);
+}
+
+attn_status attn_single_head_reserve(attn_module *m, const attn_head_spec *spec, size_t batch,
+                                     size_t tokens, bool backward) {
+    attn_sdpa_args args = head_args(spec, batch, tokens, NULL, NULL, NULL, NULL, spec->d_out);
+    return attn_sdpa_reserve(m, &args, backward);
 }
 
 attn_status attn_single_head_backward(attn_module *m, const attn_qkv_weights *w,
@@ -43,11 +54,8 @@ attn_status attn_single_head_backward(attn_module *m, const attn_qkv_weights *w,
                                       const float *x, size_t batch, size_t tokens,
                                       const float *qkv, const uint8_t *keep_bits,
                                       float kept_scale, const float *dy, size_t dy_stride,
-                                      float *dx) {
+                                      float *dqkv, float *dx) {
     size_t rows = batch * tokens, d_out = spec->d_out;
-    attn_status st;
-    float *dqkv = attn_scratch(m, 3 * rows * d_out, &st); /* dq, dk, dv: (B, T, d_out) each */
-    if (!dqkv) return st;
     float *dq = dqkv, *dk = dqkv + rows * d_out, *dv = dqkv + 2 * rows * d_out;
     const float *q = qkv, *k = qkv + rows * d_out, *v = qkv + 2 * rows * d_out;
 
@@ -55,9 +63,27 @@ attn_status attn_single_head_backward(attn_module *m, const attn_qkv_weights *w,
     attn_sdpa_args fwd = head_args(spec, batch, tokens, q, k, v, NULL, dy_stride);
     attn_sdpa_grad_args g = {.fwd = &fwd, .dout = dy, .dq = dq, .dk = dk, .dv = dv,
                              .keep_bits = keep_bits, .kept_scale = kept_scale};
-    st = attn_run_sdpa_backward(m, &g);
+    attn_status st = attn_run_sdpa_backward(m, &g);
     /* forward: q, k, v = x W_q, x W_k, x W_v */
     if (st == ATTN_OK) attn_project_qkv_backward(m, w, grad, x, rows, d_out, dq, dk, dv, dx);
-    free(dqkv);
+    return st;
+}
+
+attn_status attn_one_head_backward(attn_module *m, const attn_qkv_weights *w,
+                                   const attn_qkv_grads *grad, const attn_head_spec *spec,
+                                   const float *dy, float *dx) {
+    const attn_saved *s = &m->saved;
+    size_t rows = s->batch * s->tokens;
+    attn_status st;
+    float *dqkv = attn_scratch(m, 3 * rows * spec->d_out, &st); /* dq, dk, dv: (B, T, d_out) */
+    if (!dqkv) return st;
+    if ((st = attn_single_head_reserve(m, spec, s->batch, s->tokens, true)) == ATTN_OK) {
+        if (dx) memset(dx, 0, rows * m->d_in * sizeof *dx);
+        st = attn_single_head_backward(m, w, grad, spec, s->x, s->batch, s->tokens, s->acts,
+                                       attn_saved_mask(s), s->kept_scale, dy, spec->d_out, dqkv,
+                                       dx);
+    }
+    attn_free(dqkv);
+    attn_sdpa_release(m);
     return st;
 }

@@ -86,7 +86,7 @@ attn_status attn_rng_new(attn_ctx *ctx, uint64_t seed, attn_rng **out) {
     attn_clear_error(ctx);
     if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_rng_new: out is NULL");
     *out = NULL;
-    attn_rng *rng = calloc(1, sizeof *rng);
+    attn_rng *rng = attn_calloc(1, sizeof *rng);
     if (!rng) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_rng_new: out of memory");
     rng->ctx = ctx;
     rng->bernoulli = ATTN_BERNOULLI_MT19937;
@@ -95,7 +95,7 @@ attn_status attn_rng_new(attn_ctx *ctx, uint64_t seed, attn_rng **out) {
     return ATTN_OK;
 }
 
-void attn_rng_free(attn_rng *rng) { free(rng); }
+void attn_rng_free(attn_rng *rng) { attn_free(rng); }
 
 attn_status attn_rng_manual_seed(attn_rng *rng, uint64_t seed) {
     if (!rng) return ATTN_ERR_NULL;

@@ -1,0 +1,59 @@
+/*
+ * alloc.c — the library's one allocator. Every allocation in src/ goes
+ * through here (tests/lint/check_alloc.py keeps it so), which gives one
+ * place for the size checks and, in a build configured with
+ * -DATTN_ALLOC_FAILURE_INJECTION=ON, a test hook that fails the n-th call.
+ *
+ * The hook's counter is the only mutable state outside an attn_ctx, and it
+ * exists only in that build: a normal build compiles none of it. It is
+ * atomic, so threads that allocate do not race on it, but the tests that set
+ * it run one operation at a time and count that operation's calls.
+ */
+#include "internal.h"
+
+#include <stdlib.h>
+
+#ifdef ATTN_ALLOC_FAILURE_INJECTION
+#include <stdatomic.h>
+
+static atomic_size_t calls;   /* allocator calls since attn_alloc_fail_at */
+static atomic_size_t fail_at; /* the call that fails (1-based); 0: none */
+
+void attn_alloc_fail_at(size_t n) {
+    atomic_store(&fail_at, n);
+    atomic_store(&calls, 0);
+}
+
+size_t attn_alloc_calls(void) { return atomic_load(&calls); }
+
+/* True when this call is the one chosen to fail. */
+static bool injected_failure(void) {
+    size_t n = atomic_fetch_add(&calls, 1) + 1;
+    return n == atomic_load(&fail_at);
+}
+#else
+static bool injected_failure(void) { return false; }
+#endif
+
+void *attn_malloc(size_t size) {
+    if (injected_failure()) return NULL;
+    return malloc(size ? size : 1);
+}
+
+void *attn_calloc(size_t count, size_t size) {
+    if (injected_failure()) return NULL;
+    if (count == 0 || size == 0) count = size = 1;
+    return calloc(count, size); /* calloc checks count * size itself */
+}
+
+void *attn_realloc(void *p, size_t size) {
+    if (injected_failure()) return NULL;
+    return realloc(p, size ? size : 1);
+}
+
+void attn_free(void *p) { free(p); }
+
+float *attn_alloc_floats(size_t n) {
+    if (!attn_floats_fit(n)) return NULL;
+    return attn_calloc(n ? n : 1, sizeof(float));
+}

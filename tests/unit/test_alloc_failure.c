@@ -1,0 +1,732 @@
+/*
+ * test_alloc_failure.c — every allocation the library makes, failed in turn.
+ *
+ * Built only with -DATTN_ALLOC_FAILURE_INJECTION=ON (make sanitize builds it
+ * so, under ASan + UBSan, whose leak checker runs at exit). For each
+ * operation below, the sweep runs it with the allocator's n-th call failing,
+ * for n = 1, 2, ... until a run makes fewer than n calls and succeeds. Every
+ * failed run must:
+ *   - return ATTN_ERR_NO_MEMORY with a message that says what could not be
+ *     allocated (and a constructor must set *out to NULL);
+ *   - leave what the caller sees as it was: y, dx and every gradient
+ *     bit for bit, the rng's position (the next draws are those of an rng
+ *     that was never passed), a module's weights, an attn_npy zeroed;
+ *   - leave the object usable: the same call without a failure then gives
+ *     the results of a fresh object;
+ *   - leak nothing (LeakSanitizer, at exit).
+ * The operations: constructing every module, its forward (eval without
+ * gradients; training with dropout and gradients; traced), its backward, the
+ * .npy and safetensors readers and writers, attn_ctx_new and attn_rng_new.
+ * The closing table gives the allocations swept per operation.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "attn.h"
+#include "check.h"
+#include "internal.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef ATTN_ALLOC_FAILURE_INJECTION
+#error "build with -DATTN_ALLOC_FAILURE_INJECTION=ON"
+#endif
+
+#define SENTINEL 1234.5f
+#define MAX_CALLS 10000 /* a runaway sweep is a failure, not a hang */
+
+static attn_ctx *g_ctx;
+static char g_dir[64];
+
+/* ---- the sweep ------------------------------------------------------------ */
+
+/* One operation under test: setup (not counted), run (swept), verify after a
+ * failed run, teardown. state is the operation's own. */
+typedef struct sweep_op {
+    const char *name;
+    void (*setup)(void *state);
+    attn_status (*run)(void *state);
+    void (*verify_failed)(void *state); /* outputs untouched, object usable */
+    void (*verify_ok)(void *state);     /* the run that succeeded */
+    void (*teardown)(void *state);
+    void *state;
+    attn_ctx *ctx; /* where the message goes; NULL: g_ctx. */
+    bool no_ctx;   /* the operation has no ctx to report in (attn_ctx_new) */
+} sweep_op;
+
+typedef struct sweep_row {
+    char name[80];
+    size_t calls;
+} sweep_row;
+
+static sweep_row g_rows[256];
+static size_t g_num_rows;
+
+static bool message_says_memory(const char *msg) {
+    return strstr(msg, "memory") || strstr(msg, "allocate") || strstr(msg, "cannot keep");
+}
+
+static void sweep(const sweep_op *op) {
+    attn_ctx *ctx = op->ctx ? op->ctx : g_ctx;
+    size_t n = 1, calls = 0;
+    for (; n < MAX_CALLS; n++) {
+        if (op->setup) op->setup(op->state);
+        attn_alloc_fail_at(n);
+        attn_status st = op->run(op->state);
+        calls = attn_alloc_calls();
+        attn_alloc_fail_at(0);
+        if (calls < n) {
+            /* no call failed: the operation is done, and must have succeeded */
+            CHECK_STATUS(st, ATTN_OK);
+            if (st != ATTN_OK)
+                fprintf(stderr, "  %s: %s with no allocation failed: %s\n", op->name,
+                        attn_status_name(st), attn_ctx_last_error(ctx));
+            if (op->verify_ok) op->verify_ok(op->state);
+            if (op->teardown) op->teardown(op->state);
+            break;
+        }
+        const char *msg = op->no_ctx ? "(no ctx: memory)" : attn_ctx_last_error(ctx);
+        if (st != ATTN_ERR_NO_MEMORY || !message_says_memory(msg))
+            fprintf(stderr, "  %s: allocation %zu failed: %s \"%s\"\n", op->name, n,
+                    attn_status_name(st), msg);
+        CHECK_STATUS(st, ATTN_ERR_NO_MEMORY);
+        CHECK(message_says_memory(msg));
+        if (op->verify_failed) op->verify_failed(op->state);
+        if (op->teardown) op->teardown(op->state);
+    }
+    CHECK(n < MAX_CALLS);
+    CHECK(calls > 0); /* every operation here allocates */
+    if (g_num_rows < sizeof g_rows / sizeof g_rows[0]) {
+        sweep_row *row = &g_rows[g_num_rows++];
+        snprintf(row->name, sizeof row->name, "%s", op->name);
+        row->calls = calls;
+    }
+}
+
+/* ---- modules ------------------------------------------------------------- */
+
+typedef struct spec {
+    attn_module_kind kind;
+    const char *label;
+    size_t d_in, d_out, context, heads;
+    double dropout;
+    bool bias;
+    attn_mask_method mask;
+} spec;
+
+static const spec specs[] = {
+    {ATTN_MODULE_SIMPLE, "simple", 4, 4, 0, 0, 0.0, false, ATTN_MASK_NEG_INF},
+    {ATTN_MODULE_SA_V1, "sa_v1", 4, 3, 0, 0, 0.0, false, ATTN_MASK_NEG_INF},
+    {ATTN_MODULE_SA_V2, "sa_v2", 4, 3, 0, 0, 0.0, true, ATTN_MASK_NEG_INF},
+    {ATTN_MODULE_CAUSAL, "causal", 4, 3, 5, 0, 0.25, true, ATTN_MASK_RENORMALIZE},
+    {ATTN_MODULE_MHA_WRAPPER, "mha_wrapper", 4, 2, 5, 3, 0.25, true, ATTN_MASK_NEG_INF},
+    {ATTN_MODULE_MHA, "mha", 4, 6, 5, 2, 0.25, false, ATTN_MASK_NEG_INF},
+    {ATTN_MODULE_GPT2, "gpt2", 6, 6, 5, 3, 0.25, true, ATTN_MASK_NEG_INF},
+};
+#define NUM_SPECS (sizeof specs / sizeof specs[0])
+
+static attn_status build(attn_ctx *ctx, attn_rng *rng, const spec *s, attn_module **out) {
+    attn_status st = ATTN_ERR_INVALID;
+    switch (s->kind) {
+    case ATTN_MODULE_SIMPLE: {
+        attn_simple *m = (attn_simple *)&g_ctx; /* stale: the constructor must clear it */
+        st = attn_simple_new(ctx, &(attn_simple_config){.d_in = s->d_in}, &m);
+        *out = attn_simple_module(m);
+        break;
+    }
+    case ATTN_MODULE_SA_V1: {
+        attn_sa_v1 *m = (attn_sa_v1 *)&g_ctx;
+        st = attn_sa_v1_new(ctx, &(attn_sa_v1_config){.d_in = s->d_in, .d_out = s->d_out}, rng, &m);
+        *out = attn_sa_v1_module(m);
+        break;
+    }
+    case ATTN_MODULE_SA_V2: {
+        attn_sa_v2 *m = (attn_sa_v2 *)&g_ctx;
+        attn_sa_v2_config cfg = {.d_in = s->d_in, .d_out = s->d_out, .qkv_bias = s->bias};
+        st = attn_sa_v2_new(ctx, &cfg, rng, &m);
+        *out = attn_sa_v2_module(m);
+        break;
+    }
+    case ATTN_MODULE_CAUSAL: {
+        attn_causal *m = (attn_causal *)&g_ctx;
+        attn_causal_config cfg = {.d_in = s->d_in, .d_out = s->d_out, .context_length = s->context,
+                                  .dropout = s->dropout, .qkv_bias = s->bias, .mask = s->mask};
+        st = attn_causal_new(ctx, &cfg, rng, &m);
+        *out = attn_causal_module(m);
+        break;
+    }
+    case ATTN_MODULE_MHA_WRAPPER: {
+        attn_mha_wrapper *m = (attn_mha_wrapper *)&g_ctx;
+        attn_mha_wrapper_config cfg = {.d_in = s->d_in, .d_out = s->d_out,
+                                       .context_length = s->context, .num_heads = s->heads,
+                                       .dropout = s->dropout, .qkv_bias = s->bias,
+                                       .mask = s->mask};
+        st = attn_mha_wrapper_new(ctx, &cfg, rng, &m);
+        *out = attn_mha_wrapper_module(m);
+        break;
+    }
+    case ATTN_MODULE_MHA: {
+        attn_mha *m = (attn_mha *)&g_ctx;
+        attn_mha_config cfg = {.d_in = s->d_in, .d_out = s->d_out, .context_length = s->context,
+                               .num_heads = s->heads, .dropout = s->dropout,
+                               .qkv_bias = s->bias, .mask = s->mask};
+        st = attn_mha_new(ctx, &cfg, rng, &m);
+        *out = attn_mha_module(m);
+        break;
+    }
+    case ATTN_MODULE_GPT2: {
+        attn_gpt2 *m = (attn_gpt2 *)&g_ctx;
+        attn_gpt2_config cfg = {.n_embd = s->d_in, .n_head = s->heads, .block_size = s->context,
+                                .dropout = s->dropout};
+        st = attn_gpt2_new(ctx, &cfg, rng, &m);
+        *out = attn_gpt2_module(m);
+        break;
+    }
+    }
+    return st;
+}
+
+enum { B = 2, T = 4, MAX_W = 8 };
+
+typedef enum pass_mode {
+    MODE_EVAL,  /* eval mode, gradients disabled: nothing kept */
+    MODE_TRAIN, /* training mode with dropout, gradients enabled */
+    MODE_TRACE, /* training mode, traced with data */
+} pass_mode;
+
+typedef struct module_state {
+    const spec *s;
+    pass_mode mode;
+    attn_ctx *ctx;   /* g_ctx, or the tracing ctx */
+    attn_rng *rng;   /* init and dropout draws */
+    attn_module *m;  /* under test */
+    attn_module *ref; /* built and run the same way, never failed */
+    float x[B * T * MAX_W], y[B * T * MAX_W], dy[B * T * MAX_W], dx[B * T * MAX_W];
+    float want_y[B * T * MAX_W], want_dx[B * T * MAX_W];
+    float *grads_before; /* every gradient, before the swept backward */
+    attn_status built;
+} module_state;
+
+static size_t out_width(const module_state *st) { return attn_module_d_out(st->m); }
+
+static void fill(float *v, size_t n, float base) {
+    for (size_t i = 0; i < n; i++) v[i] = base + 0.37f * (float)(i % 7) - 0.11f * (float)(i % 3);
+}
+
+/* The rng's next draws equal those of a fresh rng seeded with seed that drew
+ * `drawn` values: it is where it should be. */
+static bool rng_at(attn_rng *rng, uint64_t seed, size_t drawn) {
+    attn_rng *fresh;
+    if (attn_rng_new(NULL, seed, &fresh) != ATTN_OK) return false;
+    uint32_t a = 0, b = 0;
+    for (size_t i = 0; i < drawn; i++) attn_rng_next_u32(fresh, &b);
+    bool same = true;
+    for (int i = 0; i < 4; i++) {
+        attn_rng_next_u32(rng, &a);
+        attn_rng_next_u32(fresh, &b);
+        same = same && a == b;
+    }
+    attn_rng_free(fresh);
+    return same;
+}
+
+static void set_mode(attn_module *m, pass_mode mode) {
+    attn_module_set_training(m, mode != MODE_EVAL);
+    attn_module_set_grad_enabled(m, mode != MODE_EVAL);
+}
+
+static size_t all_grads(attn_module *m, float *out) {
+    size_t n = 0;
+    for (size_t i = 0; i < attn_module_param_count(m); i++) {
+        attn_param p;
+        attn_module_param_at(m, i, &p);
+        if (out) memcpy(out + n, p.grad, p.numel * sizeof *out);
+        n += p.numel;
+    }
+    return n;
+}
+
+static bool same_weights(attn_module *a, attn_module *b) {
+    for (size_t i = 0; i < attn_module_param_count(a); i++) {
+        attn_param p, q;
+        attn_module_param_at(a, i, &p);
+        attn_module_param_at(b, i, &q);
+        if (p.numel != q.numel || memcmp(p.data, q.data, p.numel * sizeof *p.data) != 0) return false;
+    }
+    return true;
+}
+
+static void trace_sink(void *user, const char *module, const char *name, size_t ndim,
+                       const size_t *shape, const float *data) {
+    (void)user, (void)module, (void)name, (void)ndim, (void)shape, (void)data;
+}
+
+/* -- construction -- */
+
+static void construct_setup(void *p) {
+    module_state *st = p;
+    attn_rng_manual_seed(st->rng, 5);
+    st->m = NULL;
+}
+
+static attn_status construct_run(void *p) {
+    module_state *st = p;
+    return build(g_ctx, st->rng, st->s, &st->m);
+}
+
+static void construct_failed(void *p) {
+    module_state *st = p;
+    CHECK(st->m == NULL);
+    CHECK(rng_at(st->rng, 5, 0)); /* no weight drawn */
+}
+
+static void construct_ok(void *p) {
+    module_state *st = p;
+    attn_module *fresh = NULL;
+    attn_rng *rng;
+    attn_rng_new(NULL, 5, &rng);
+    CHECK_STATUS(build(g_ctx, rng, st->s, &fresh), ATTN_OK);
+    CHECK(st->m && fresh && same_weights(st->m, fresh));
+    attn_module_free(fresh);
+    attn_rng_free(rng);
+}
+
+static void module_teardown(void *p) {
+    module_state *st = p;
+    attn_module_free(st->m);
+    attn_module_free(st->ref);
+    free(st->grads_before);
+    st->m = st->ref = NULL;
+    st->grads_before = NULL;
+}
+
+/* -- forward -- */
+
+static void forward_setup(void *p) {
+    module_state *st = p;
+    attn_rng_manual_seed(st->rng, 9);
+    CHECK_STATUS(build(st->ctx, st->rng, st->s, &st->m), ATTN_OK);
+    attn_rng_manual_seed(st->rng, 9);
+    CHECK_STATUS(build(st->ctx, st->rng, st->s, &st->ref), ATTN_OK);
+    set_mode(st->m, st->mode);
+    set_mode(st->ref, st->mode);
+    fill(st->x, B * T * st->s->d_in, 0.2f);
+    for (size_t i = 0; i < B * T * MAX_W; i++) st->y[i] = SENTINEL;
+    attn_rng_manual_seed(st->rng, 77); /* dropout draws from here */
+}
+
+static attn_status forward_run(void *p) {
+    module_state *st = p;
+    return attn_module_forward(st->m, st->x, B, T, st->y, st->rng);
+}
+
+/* The reference forward: the result a forward must give from seed 77. */
+static void reference_forward(module_state *st) {
+    attn_rng *rng;
+    attn_rng_new(NULL, 77, &rng);
+    CHECK_STATUS(attn_module_forward(st->ref, st->x, B, T, st->want_y, rng), ATTN_OK);
+    attn_rng_free(rng);
+}
+
+static void forward_failed(void *p) {
+    module_state *st = p;
+    bool untouched = true;
+    for (size_t i = 0; i < B * T * MAX_W; i++) untouched = untouched && st->y[i] == SENTINEL;
+    CHECK(untouched);
+    CHECK(rng_at(st->rng, 77, 0)); /* no dropout drawn */
+    /* A failed forward leaves nothing to differentiate. */
+    if (st->mode != MODE_EVAL)
+        CHECK_STATUS(attn_module_backward(st->m, st->dy, B, T, NULL), ATTN_ERR_INVALID);
+    /* The module works afterwards, as a fresh one does. */
+    attn_rng_manual_seed(st->rng, 77);
+    CHECK_STATUS(attn_module_forward(st->m, st->x, B, T, st->y, st->rng), ATTN_OK);
+    reference_forward(st);
+    CHECK(memcmp(st->y, st->want_y, B * T * out_width(st) * sizeof(float)) == 0);
+}
+
+static void forward_ok(void *p) {
+    module_state *st = p;
+    reference_forward(st);
+    CHECK(memcmp(st->y, st->want_y, B * T * out_width(st) * sizeof(float)) == 0);
+}
+
+/* -- backward -- */
+
+static void backward_setup(void *p) {
+    module_state *st = p;
+    forward_setup(p);
+    CHECK_STATUS(attn_module_forward(st->m, st->x, B, T, st->y, st->rng), ATTN_OK);
+    fill(st->dy, B * T * out_width(st), -0.3f);
+    for (size_t i = 0; i < B * T * MAX_W; i++) st->dx[i] = SENTINEL;
+    /* gradients that a backward adds to: not zero, to see any partial sum */
+    for (size_t i = 0; i < attn_module_param_count(st->m); i++) {
+        attn_param q;
+        attn_module_param_at(st->m, i, &q);
+        for (size_t j = 0; j < q.numel; j++) q.grad[j] = 0.5f + (float)j;
+    }
+    size_t n = all_grads(st->m, NULL);
+    st->grads_before = malloc((n ? n : 1) * sizeof(float));
+    all_grads(st->m, st->grads_before);
+}
+
+static attn_status backward_run(void *p) {
+    module_state *st = p;
+    return attn_module_backward(st->m, st->dy, B, T, st->dx);
+}
+
+static bool grads_unchanged(module_state *st) {
+    size_t n = all_grads(st->m, NULL);
+    float *now = malloc((n ? n : 1) * sizeof *now);
+    if (!now) return false;
+    all_grads(st->m, now);
+    bool same = memcmp(now, st->grads_before, n * sizeof *now) == 0;
+    free(now);
+    return same;
+}
+
+/* The reference backward: what a backward adds, from the same forward. */
+static void reference_backward(module_state *st, float *ref_grads) {
+    attn_rng *rng;
+    attn_rng_new(NULL, 77, &rng);
+    CHECK_STATUS(attn_module_forward(st->ref, st->x, B, T, st->want_y, rng), ATTN_OK);
+    attn_rng_free(rng);
+    for (size_t i = 0; i < attn_module_param_count(st->ref); i++) {
+        attn_param q;
+        attn_module_param_at(st->ref, i, &q);
+        for (size_t j = 0; j < q.numel; j++) q.grad[j] = 0.5f + (float)j;
+    }
+    CHECK_STATUS(attn_module_backward(st->ref, st->dy, B, T, st->want_dx), ATTN_OK);
+    all_grads(st->ref, ref_grads);
+}
+
+static void backward_compare(module_state *st) {
+    size_t n = all_grads(st->m, NULL);
+    float *got = malloc((n ? n : 1) * sizeof *got), *want = malloc((n ? n : 1) * sizeof *want);
+    if (!got || !want) {
+        CHECK(false);
+    } else {
+        reference_backward(st, want);
+        all_grads(st->m, got);
+        CHECK(memcmp(got, want, n * sizeof *got) == 0);
+        CHECK(memcmp(st->dx, st->want_dx, B * T * st->s->d_in * sizeof(float)) == 0);
+    }
+    free(got);
+    free(want);
+}
+
+static void backward_failed(void *p) {
+    module_state *st = p;
+    bool untouched = true;
+    for (size_t i = 0; i < B * T * MAX_W; i++) untouched = untouched && st->dx[i] == SENTINEL;
+    CHECK(untouched);
+    CHECK(grads_unchanged(st));
+    /* The saved forward is still there: the backward runs now, and adds
+     * what a fresh module's backward adds. */
+    CHECK_STATUS(attn_module_backward(st->m, st->dy, B, T, st->dx), ATTN_OK);
+    backward_compare(st);
+}
+
+static void backward_ok(void *p) { backward_compare(p); }
+
+static void sweep_modules(void) {
+    attn_ctx *trace_ctx;
+    attn_ctx_config cfg = {.trace = trace_sink};
+    if (attn_ctx_new(&cfg, &trace_ctx) != ATTN_OK) {
+        CHECK(false);
+        return;
+    }
+    for (size_t k = 0; k < NUM_SPECS; k++) {
+        module_state *st = calloc(1, sizeof *st);
+        st->s = &specs[k];
+        st->ctx = g_ctx;
+        attn_rng_new(g_ctx, 1, &st->rng);
+        char name[80];
+
+        snprintf(name, sizeof name, "%s: construct", st->s->label);
+        sweep(&(sweep_op){.name = name, .setup = construct_setup, .run = construct_run, .verify_failed = construct_failed, .verify_ok = construct_ok, .teardown = module_teardown, .state = st});
+
+        static const char *const mode_names[] = {"forward (eval, no grad)",
+                                                 "forward (train, dropout, grad)",
+                                                 "forward (traced)"};
+        for (pass_mode mode = MODE_EVAL; mode <= MODE_TRACE; mode++) {
+            st->mode = mode;
+            st->ctx = mode == MODE_TRACE ? trace_ctx : g_ctx;
+            snprintf(name, sizeof name, "%s: %s", st->s->label, mode_names[mode]);
+            sweep(&(sweep_op){.name = name, .setup = forward_setup, .run = forward_run, .verify_failed = forward_failed, .verify_ok = forward_ok, .teardown = module_teardown, .state = st, .ctx = st->ctx});
+        }
+        st->mode = MODE_TRAIN;
+        st->ctx = g_ctx;
+        snprintf(name, sizeof name, "%s: backward (after a training forward)", st->s->label);
+        sweep(&(sweep_op){.name = name, .setup = backward_setup, .run = backward_run, .verify_failed = backward_failed, .verify_ok = backward_ok, .teardown = module_teardown, .state = st});
+        attn_rng_free(st->rng);
+        free(st);
+    }
+    attn_ctx_free(trace_ctx);
+}
+
+/* ---- files ---------------------------------------------------------------- */
+
+typedef struct file_state {
+    char path[128];
+    unsigned char *bytes;
+    size_t size;
+    attn_npy npy;
+    attn_safetensors *st;
+    attn_module *m, *other; /* m receives a load; other was saved */
+    attn_gpt2 *gpt2;
+    float *weights_before;
+} file_state;
+
+static unsigned char *read_all(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    unsigned char *buf = malloc(1 << 20);
+    *size = buf ? fread(buf, 1, 1 << 20, f) : 0;
+    fclose(f);
+    return buf;
+}
+
+static attn_status npy_read_run(void *p) {
+    file_state *fs = p;
+    return attn_npy_read(g_ctx, fs->path, &fs->npy);
+}
+
+static attn_status npy_parse_run(void *p) {
+    file_state *fs = p;
+    return attn_npy_parse(g_ctx, fs->bytes, fs->size, &fs->npy);
+}
+
+static void npy_failed(void *p) {
+    file_state *fs = p;
+    attn_npy zero = {0};
+    CHECK(memcmp(&fs->npy, &zero, sizeof zero) == 0);
+}
+
+static void npy_ok(void *p) {
+    file_state *fs = p;
+    CHECK(fs->npy.ndim == 3 && fs->npy.numel == 24 && fs->npy.data && fs->npy.data[5] == 5.0f);
+    attn_npy_free(&fs->npy);
+}
+
+static void npy_prepare(void *p) {
+    file_state *fs = p;
+    memset(&fs->npy, 0x5a, sizeof fs->npy); /* stale: a failure must zero it */
+}
+
+static attn_status npy_write_run(void *p) {
+    file_state *fs = p;
+    float data[6] = {0, 1, 2, 3, 4, 5};
+    char out[160];
+    snprintf(out, sizeof out, "%s.out.npy", fs->path);
+    return attn_npy_write(g_ctx, out, data, 2, (size_t[]){2, 3});
+}
+
+static attn_status st_parse_run(void *p) {
+    file_state *fs = p;
+    return attn_safetensors_parse(g_ctx, fs->bytes, fs->size, &fs->st);
+}
+
+static attn_status st_open_run(void *p) {
+    file_state *fs = p;
+    return attn_safetensors_open(g_ctx, fs->path, &fs->st);
+}
+
+static void st_prepare(void *p) {
+    file_state *fs = p;
+    fs->st = (attn_safetensors *)&g_ctx; /* stale: a failure must clear it */
+}
+
+static void st_failed(void *p) {
+    file_state *fs = p;
+    CHECK(fs->st == NULL);
+}
+
+static void st_ok(void *p) {
+    file_state *fs = p;
+    CHECK(fs->st && attn_safetensors_count(fs->st) == attn_module_param_count(fs->other));
+    attn_safetensors_free(fs->st);
+    fs->st = NULL;
+}
+
+static void weights_snapshot(file_state *fs) {
+    size_t n = attn_module_num_scalars(fs->m), at = 0;
+    free(fs->weights_before);
+    fs->weights_before = malloc(n * sizeof(float));
+    for (size_t i = 0; i < attn_module_param_count(fs->m); i++) {
+        attn_param q;
+        attn_module_param_at(fs->m, i, &q);
+        memcpy(fs->weights_before + at, q.data, q.numel * sizeof(float));
+        at += q.numel;
+    }
+}
+
+static bool weights_unchanged(file_state *fs) {
+    size_t at = 0;
+    bool same = true;
+    for (size_t i = 0; i < attn_module_param_count(fs->m); i++) {
+        attn_param q;
+        attn_module_param_at(fs->m, i, &q);
+        same = same && memcmp(fs->weights_before + at, q.data, q.numel * sizeof(float)) == 0;
+        at += q.numel;
+    }
+    return same;
+}
+
+static attn_status load_module_run(void *p) {
+    file_state *fs = p;
+    return attn_safetensors_load_module(g_ctx, fs->m, fs->path, NULL);
+}
+
+static void load_failed(void *p) {
+    file_state *fs = p;
+    CHECK(weights_unchanged(fs));
+}
+
+static void load_ok(void *p) {
+    file_state *fs = p;
+    CHECK(same_weights(fs->m, fs->other));
+    /* back to the weights it had, for the next sweep step */
+    size_t at = 0;
+    for (size_t i = 0; i < attn_module_param_count(fs->m); i++) {
+        attn_param q;
+        attn_module_param_at(fs->m, i, &q);
+        memcpy(q.data, fs->weights_before + at, q.numel * sizeof(float));
+        at += q.numel;
+    }
+}
+
+static attn_status save_module_run(void *p) {
+    file_state *fs = p;
+    char out[160];
+    snprintf(out, sizeof out, "%s.out.safetensors", fs->path);
+    return attn_safetensors_save_module(g_ctx, fs->other, out);
+}
+
+static attn_status save_hf_run(void *p) {
+    file_state *fs = p;
+    return attn_gpt2_save_hf(g_ctx, fs->gpt2, fs->path, 1);
+}
+
+static attn_status load_hf_run(void *p) {
+    file_state *fs = p;
+    return attn_gpt2_load_hf(g_ctx, fs->gpt2, fs->path, 1);
+}
+
+static void sweep_files(void) {
+    file_state *fs = calloc(1, sizeof *fs);
+    /* .npy */
+    snprintf(fs->path, sizeof fs->path, "%s/x.npy", g_dir);
+    float data[24];
+    for (int i = 0; i < 24; i++) data[i] = (float)i;
+    CHECK_STATUS(attn_npy_write(g_ctx, fs->path, data, 3, (size_t[]){2, 3, 4}), ATTN_OK);
+    fs->bytes = read_all(fs->path, &fs->size);
+    sweep(&(sweep_op){.name = "npy: attn_npy_read", .setup = npy_prepare, .run = npy_read_run, .verify_failed = npy_failed, .verify_ok = npy_ok, .teardown = NULL, .state = fs});
+    sweep(&(sweep_op){.name = "npy: attn_npy_parse", .setup = npy_prepare, .run = npy_parse_run, .verify_failed = npy_failed, .verify_ok = npy_ok, .teardown = NULL, .state = fs});
+    /* attn_npy_write allocates nothing of ours: it must still succeed under the sweep */
+    attn_alloc_fail_at(1);
+    CHECK_STATUS(npy_write_run(fs), ATTN_OK);
+    size_t npy_write_calls = attn_alloc_calls();
+    attn_alloc_fail_at(0);
+    CHECK(npy_write_calls == 0);
+    free(fs->bytes);
+
+    /* safetensors: a MultiHeadAttention saved, then parsed, opened, loaded */
+    attn_rng *rng;
+    attn_rng_new(g_ctx, 3, &rng);
+    CHECK_STATUS(build(g_ctx, rng, &specs[5], &fs->other), ATTN_OK);
+    CHECK_STATUS(build(g_ctx, rng, &specs[5], &fs->m), ATTN_OK);
+    snprintf(fs->path, sizeof fs->path, "%s/mha.safetensors", g_dir);
+    CHECK_STATUS(attn_safetensors_save_module(g_ctx, fs->other, fs->path), ATTN_OK);
+    fs->bytes = read_all(fs->path, &fs->size);
+    sweep(&(sweep_op){.name = "safetensors: attn_safetensors_parse", .setup = st_prepare, .run = st_parse_run, .verify_failed = st_failed, .verify_ok = st_ok, .teardown = NULL, .state = fs});
+    sweep(&(sweep_op){.name = "safetensors: attn_safetensors_open", .setup = st_prepare, .run = st_open_run, .verify_failed = st_failed, .verify_ok = st_ok, .teardown = NULL, .state = fs});
+    weights_snapshot(fs);
+    sweep(&(sweep_op){.name = "safetensors: attn_safetensors_load_module", .setup = NULL, .run = load_module_run, .verify_failed = load_failed, .verify_ok = load_ok, .teardown = NULL, .state = fs});
+    sweep(&(sweep_op){.name = "safetensors: attn_safetensors_save_module", .setup = NULL, .run = save_module_run, .verify_failed = NULL, .verify_ok = NULL, .teardown = NULL, .state = fs});
+    free(fs->bytes);
+
+    /* Hugging Face GPT-2 layers */
+    attn_gpt2 *saved_layer;
+    attn_gpt2_config gcfg = {.n_embd = 6, .n_head = 3, .block_size = 5};
+    CHECK_STATUS(attn_gpt2_new(g_ctx, &gcfg, rng, &saved_layer), ATTN_OK);
+    CHECK_STATUS(attn_gpt2_new(g_ctx, &gcfg, rng, &fs->gpt2), ATTN_OK);
+    snprintf(fs->path, sizeof fs->path, "%s/gpt2.safetensors", g_dir);
+    attn_gpt2 *keep = fs->gpt2;
+    fs->gpt2 = saved_layer;
+    sweep(&(sweep_op){.name = "safetensors: attn_gpt2_save_hf", .setup = NULL, .run = save_hf_run, .verify_failed = NULL, .verify_ok = NULL, .teardown = NULL, .state = fs});
+    fs->gpt2 = keep;
+    attn_module_free(fs->m);
+    attn_module_free(fs->other);
+    fs->m = attn_gpt2_module(fs->gpt2);
+    fs->other = attn_gpt2_module(saved_layer);
+    weights_snapshot(fs);
+    sweep(&(sweep_op){.name = "safetensors: attn_gpt2_load_hf", .setup = NULL, .run = load_hf_run, .verify_failed = load_failed, .verify_ok = load_ok, .teardown = NULL, .state = fs});
+    attn_gpt2_free(fs->gpt2);
+    attn_gpt2_free(saved_layer);
+    attn_rng_free(rng);
+    free(fs->weights_before);
+    free(fs);
+}
+
+/* ---- ctx and rng ----------------------------------------------------------- */
+
+static attn_ctx *g_new_ctx;
+static attn_rng *g_new_rng;
+
+static attn_status ctx_new_run(void *p) {
+    (void)p;
+    g_new_ctx = (attn_ctx *)&g_ctx;
+    attn_status st = attn_ctx_new(NULL, &g_new_ctx);
+    if (st != ATTN_OK) CHECK(g_new_ctx == NULL);
+    return st;
+}
+
+static void ctx_teardown(void *p) {
+    (void)p;
+    attn_ctx_free(g_new_ctx);
+    g_new_ctx = NULL;
+}
+
+static attn_status rng_new_run(void *p) {
+    (void)p;
+    g_new_rng = (attn_rng *)&g_ctx;
+    return attn_rng_new(g_ctx, 1, &g_new_rng);
+}
+
+static void rng_failed(void *p) {
+    (void)p;
+    CHECK(g_new_rng == NULL);
+}
+
+static void rng_teardown(void *p) {
+    (void)p;
+    attn_rng_free(g_new_rng);
+    g_new_rng = NULL;
+}
+
+int main(void) {
+    if (attn_ctx_new(NULL, &g_ctx) != ATTN_OK) return 1;
+    snprintf(g_dir, sizeof g_dir, "/tmp/attn_alloc_XXXXXX");
+    if (!mkdtemp(g_dir)) return 1;
+
+    sweep(&(sweep_op){.name = "attn_ctx_new", .setup = NULL, .run = ctx_new_run, .verify_failed = NULL, .verify_ok = NULL, .teardown = ctx_teardown, .state = NULL, .no_ctx = true});
+    sweep(&(sweep_op){.name = "attn_rng_new", .setup = NULL, .run = rng_new_run, .verify_failed = rng_failed, .verify_ok = NULL, .teardown = rng_teardown, .state = NULL});
+    sweep_modules();
+    sweep_files();
+
+    size_t total = 0;
+    printf("allocations failed in turn, per operation:\n");
+    for (size_t i = 0; i < g_num_rows; i++) {
+        printf("  %-52s %4zu\n", g_rows[i].name, g_rows[i].calls);
+        total += g_rows[i].calls;
+    }
+    printf("  %-52s %4zu\n", "total", total);
+
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+    attn_ctx_free(g_ctx);
+    return check_summary();
+}
