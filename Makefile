@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all demo test deps build sanitize clean install
+.PHONY: all demo test deps build sanitize fuzz clean install
 
 all: build
 
@@ -32,8 +32,14 @@ sanitize: deps
 	cmake --build $(BUILD)-sanitize -j $(JOBS)
 	cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS) -E "conformance_vs_torch|grad_vs_torch"
 
+# The libFuzzer targets (clang, ASan + UBSan), FUZZ_SECONDS each (CI runs
+# them for 45 s): scripts/fuzz.sh prints executions and coverage.
+FUZZ_SECONDS ?= 600
+fuzz: deps
+	nice -n 19 ./scripts/fuzz.sh $(FUZZ_SECONDS)
+
 install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-sanitize
+	rm -rf $(BUILD) $(BUILD)-sanitize build-clang build-fuzz build-tsan

@@ -4,7 +4,11 @@
 # tests. Idempotent: does nothing when everything is already there.
 set -euo pipefail
 
-packages=(build-essential cmake clang python3 python3-torch python3-numpy)
+# clang with libclang-rt-14-dev: libFuzzer and the sanitizer runtimes
+# (scripts/fuzz.sh); valgrind and pkg-config for CI's memcheck pass and the
+# install test.
+packages=(build-essential cmake clang libclang-rt-14-dev python3 python3-torch python3-numpy
+          valgrind pkg-config)
 
 missing=()
 for p in "${packages[@]}"; do

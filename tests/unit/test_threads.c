@@ -1,0 +1,165 @@
+/*
+ * test_threads.c — every module on 1 and on 4 threads: the same forward
+ * (training, with dropout), the same backward, bit for bit, and contexts
+ * used from several threads at once (one ctx per thread, as attn.h allows).
+ * Sized so that the kernels really split their work. Run under
+ * ThreadSanitizer by CI (-DATTN_TSAN=ON), where a data race fails it.
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "attn.h"
+#include "check.h"
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { B = 4, T = 32, C = 128, HEADS = 4 }; /* rows 128 > 4 x the 17 a thread needs */
+
+static attn_status build(attn_ctx *ctx, attn_rng *rng, attn_module_kind kind, attn_module **out) {
+    attn_status st = ATTN_ERR_INVALID;
+    *out = NULL;
+    switch (kind) {
+    case ATTN_MODULE_SIMPLE: {
+        attn_simple *m;
+        st = attn_simple_new(ctx, &(attn_simple_config){.d_in = C}, &m);
+        *out = attn_simple_module(m);
+        break;
+    }
+    case ATTN_MODULE_SA_V1: {
+        attn_sa_v1 *m;
+        st = attn_sa_v1_new(ctx, &(attn_sa_v1_config){.d_in = C, .d_out = C}, rng, &m);
+        *out = attn_sa_v1_module(m);
+        break;
+    }
+    case ATTN_MODULE_SA_V2: {
+        attn_sa_v2 *m;
+        st = attn_sa_v2_new(ctx, &(attn_sa_v2_config){.d_in = C, .d_out = C, .qkv_bias = true},
+                            rng, &m);
+        *out = attn_sa_v2_module(m);
+        break;
+    }
+    case ATTN_MODULE_CAUSAL: {
+        attn_causal *m;
+        attn_causal_config cfg = {.d_in = C, .d_out = C, .context_length = T, .dropout = 0.2};
+        st = attn_causal_new(ctx, &cfg, rng, &m);
+        *out = attn_causal_module(m);
+        break;
+    }
+    case ATTN_MODULE_MHA_WRAPPER: {
+        attn_mha_wrapper *m;
+        attn_mha_wrapper_config cfg = {.d_in = C, .d_out = C / HEADS, .context_length = T,
+                                       .num_heads = HEADS, .dropout = 0.2};
+        st = attn_mha_wrapper_new(ctx, &cfg, rng, &m);
+        *out = attn_mha_wrapper_module(m);
+        break;
+    }
+    case ATTN_MODULE_MHA: {
+        attn_mha *m;
+        attn_mha_config cfg = {.d_in = C, .d_out = C, .context_length = T, .num_heads = HEADS,
+                               .dropout = 0.2, .mask = ATTN_MASK_RENORMALIZE};
+        st = attn_mha_new(ctx, &cfg, rng, &m);
+        *out = attn_mha_module(m);
+        break;
+    }
+    case ATTN_MODULE_GPT2: {
+        attn_gpt2 *m;
+        attn_gpt2_config cfg = {.n_embd = C, .n_head = HEADS, .block_size = T, .dropout = 0.2};
+        st = attn_gpt2_new(ctx, &cfg, rng, &m);
+        *out = attn_gpt2_module(m);
+        break;
+    }
+    }
+    return st;
+}
+
+/* One module's forward and backward on a ctx of `threads` threads: y, dx and
+ * every gradient, concatenated into out (allocated); NULL on any failure.
+ * Touches no shared state (it runs on several threads at once). */
+static float *run(attn_module_kind kind, size_t threads, size_t *n_out) {
+    attn_ctx *ctx;
+    attn_rng *rng;
+    attn_module *m;
+    if (attn_ctx_new(&(attn_ctx_config){.num_threads = threads}, &ctx) != ATTN_OK) return NULL;
+    attn_rng_new(ctx, 42, &rng);
+    if (build(ctx, rng, kind, &m) != ATTN_OK) {
+        fprintf(stderr, "build: %s\n", attn_ctx_last_error(ctx));
+        return NULL;
+    }
+    float *x = malloc(B * T * C * sizeof *x), *dy = malloc(B * T * C * sizeof *dy);
+    if (!x || !dy) abort();
+    for (size_t i = 0; i < B * T * C; i++) {
+        x[i] = 0.01f * (float)(i % 101) - 0.5f;
+        dy[i] = 0.02f * (float)(i % 37) - 0.3f;
+    }
+    size_t scalars = attn_module_num_scalars(m);
+    size_t n = 2 * B * T * C + scalars;
+    float *out = calloc(n, sizeof *out);
+    if (!out || attn_module_forward(m, x, B, T, out, rng) != ATTN_OK ||
+        attn_module_backward(m, dy, B, T, out + B * T * C) != ATTN_OK) {
+        fprintf(stderr, "kind %d: %s\n", (int)kind, attn_ctx_last_error(ctx));
+        free(out);
+        out = NULL;
+    }
+    free(x);
+    free(dy);
+    size_t at = 2 * B * T * C;
+    for (size_t i = 0; out && i < attn_module_param_count(m); i++) {
+        attn_param p;
+        attn_module_param_at(m, i, &p);
+        memcpy(out + at, p.grad, p.numel * sizeof *out);
+        at += p.numel;
+    }
+    attn_module_free(m);
+    attn_rng_free(rng);
+    attn_ctx_free(ctx);
+    *n_out = n;
+    return out;
+}
+
+static const attn_module_kind kinds[] = {ATTN_MODULE_SIMPLE, ATTN_MODULE_SA_V1, ATTN_MODULE_SA_V2,
+                                         ATTN_MODULE_CAUSAL, ATTN_MODULE_MHA_WRAPPER,
+                                         ATTN_MODULE_MHA, ATTN_MODULE_GPT2};
+#define NUM_KINDS (sizeof kinds / sizeof kinds[0])
+
+/* Two application threads, each with its own ctx of 2 worker threads. */
+typedef struct job {
+    attn_module_kind kind;
+    float *result;
+    size_t n;
+} job;
+
+static void *run_job(void *p) {
+    job *j = p;
+    j->result = run(j->kind, 2, &j->n);
+    return NULL;
+}
+
+int main(void) {
+    for (size_t k = 0; k < NUM_KINDS; k++) {
+        size_t n1 = 0, n4 = 0;
+        float *one = run(kinds[k], 1, &n1), *four = run(kinds[k], 4, &n4);
+        CHECK(one && four && n1 == n4);
+        if (one && four && n1 == n4) {
+            bool same = memcmp(one, four, n1 * sizeof *one) == 0;
+            if (!same) fprintf(stderr, "kind %d: 1 and 4 threads differ\n", (int)kinds[k]);
+            CHECK(same);
+        }
+        free(one);
+        free(four);
+    }
+    job jobs[2] = {{.kind = ATTN_MODULE_MHA}, {.kind = ATTN_MODULE_GPT2}};
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++) CHECK(pthread_create(&threads[i], NULL, run_job, &jobs[i]) == 0);
+    for (int i = 0; i < 2; i++) pthread_join(threads[i], NULL);
+    for (int i = 0; i < 2; i++) {
+        size_t n = 0;
+        float *alone = run(jobs[i].kind, 1, &n);
+        CHECK(alone && jobs[i].result && n == jobs[i].n &&
+              memcmp(alone, jobs[i].result, n * sizeof *alone) == 0);
+        free(alone);
+        free(jobs[i].result);
+    }
+    return check_summary();
+}
