@@ -209,17 +209,24 @@ void attn_ref_sdpa(const attn_sdpa_args *a, double *row) {
             for (size_t i = 0; i < T; i++) {
                 size_t flat_row = (b * a->heads + h) * T + i, trace_row = flat_row * S;
                 bool sees_none = masking && attn_causal_hides(i, 0, T, S);
-                /* row (S) = q_i . k_j * scale, future masked with -inf */
-                double max = -INFINITY;
+                /* row (S) = q_i . k_j * scale, future masked with -inf. The
+                 * renormalising mask (softmax, then zero the future and divide
+                 * by the kept sum) is a softmax over the kept scores, so the
+                 * shift is their max: a far larger future score cannot make
+                 * the kept weights underflow to 0 / 0. A NaN or +inf future
+                 * score still makes the row NaN, as it does in PyTorch. */
+                double max = -INFINITY, future_max = -INFINITY;
                 for (size_t j = 0; j < S; j++) {
                     double dot = 0.0;
                     for (size_t d = 0; d < D; d++)
                         dot += (double)q[i * a->t_stride + d] * k[j * a->kv_t_stride + d];
-                    bool hidden = masking && !renormalize && attn_causal_hides(i, j, T, S);
-                    row[j] = hidden ? -INFINITY : dot * a->scale;
-                    if (row[j] > max || isnan(row[j])) max = row[j];
+                    bool hides = masking && attn_causal_hides(i, j, T, S);
+                    row[j] = hides && !renormalize ? -INFINITY : dot * a->scale;
+                    double *top = hides && renormalize ? &future_max : &max;
+                    if (row[j] > *top || isnan(row[j])) *top = row[j];
                     if (a->trace_scores) a->trace_scores[trace_row + j] = (float)row[j];
                 }
+                if (isnan(future_max) || future_max == INFINITY) max = future_max;
                 /* softmax; the renormalising mask then keeps the visible keys */
                 double sum = 0.0, kept_sum = 0.0;
                 for (size_t j = 0; j < S; j++) {

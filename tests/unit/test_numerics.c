@@ -1,0 +1,142 @@
+/*
+ * test_numerics.c — numerics at the edges that need no PyTorch to check
+ * (tests/conformance/test_numerics.py holds the comparisons with it):
+ *   - a query row that sees no key (causal with more queries than keys,
+ *     as masks and windows make) outputs zeros, not NaN, in the forward
+ *     and sends no gradient back, for both causal masks;
+ *   - finite inputs whose intermediates overflow float32 (inputs at 3e19,
+ *     rows near 1e38) give finite outputs from every module;
+ *   - the renormalising mask equals the neg-inf mask even where a future
+ *     score dwarfs the kept ones beyond float64's exp range.
+ */
+#include "attn.h"
+#include "check.h"
+#include "kernels/kernels.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool all_finite(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return false;
+    return true;
+}
+
+/* T = 5 queries over S = 2 keys, causal bottom-right: queries 0, 1 and 2
+ * see no key. */
+static void test_rows_that_see_no_key(void) {
+    enum { T = 5, S = 2, D = 3 };
+    float q[T * D], k[S * D], v[S * D], out[T * D], lse[T];
+    for (int i = 0; i < T * D; i++) q[i] = 0.1f * (float)(i % 7) - 0.2f;
+    for (int i = 0; i < S * D; i++) {
+        k[i] = 0.3f * (float)(i % 5) - 0.5f;
+        v[i] = 0.7f - 0.1f * (float)i;
+    }
+    for (int m = 0; m < 2; m++) {
+        attn_mask_method mask = m ? ATTN_MASK_RENORMALIZE : ATTN_MASK_NEG_INF;
+        attn_sdpa_args a = {
+            .batch = 1, .heads = 1, .tokens = T, .head_dim = D, .kv_tokens = S,
+            .q = q, .k = k, .v = v, .b_stride = T * D, .t_stride = D,
+            .kv_b_stride = S * D, .kv_t_stride = D,
+            .out = out, .out_b_stride = T * D, .out_t_stride = D,
+            .lse = lse, .scale = 0.5f, .mask = mask, .causal = true,
+        };
+        double row[S];
+        for (int i = 0; i < T * D; i++) out[i] = NAN;
+        attn_ref_sdpa(&a, row);
+        for (int i = 0; i < T - S; i++) {
+            for (int d = 0; d < D; d++) CHECK(out[i * D + d] == 0.0f); /* zeros, not NaN */
+            CHECK(isinf(lse[i]) && lse[i] < 0);
+        }
+        CHECK(all_finite(out, T * D));
+        /* The last row sees every key: a weighted mean of v. */
+        CHECK(out[(T - 1) * D] > -1.0f && out[(T - 1) * D] < 1.0f);
+
+        /* Backward: no gradient flows through a row that saw nothing. */
+        float dout[T * D], dq[T * D], dk[S * D], dv[S * D];
+        for (int i = 0; i < T * D; i++) dout[i] = 1.0f;
+        double stats[2 * T], work[2 * (2 * S + 2 * D)];
+        attn_sdpa_grad_args g = {.fwd = &a, .dout = dout, .dq = dq, .dk = dk, .dv = dv,
+                                 .row_stats = stats, .workspace = work};
+        attn_ref_sdpa_backward(1, &g);
+        for (int i = 0; i < (T - S) * D; i++) CHECK(dq[i] == 0.0f);
+        CHECK(all_finite(dq, T * D) && all_finite(dk, S * D) && all_finite(dv, S * D));
+    }
+}
+
+static attn_module *build_mha(attn_ctx *ctx, attn_rng *rng, size_t d, attn_mask_method mask) {
+    attn_mha *m = NULL;
+    attn_mha_config cfg = {.d_in = d, .d_out = d, .context_length = 8, .num_heads = 2,
+                           .qkv_bias = true, .mask = mask};
+    attn_rng_manual_seed(rng, 5);
+    CHECK_STATUS(attn_mha_new(ctx, &cfg, rng, &m), ATTN_OK);
+    return attn_mha_module(m);
+}
+
+/* Finite inputs at 3e19 (scores past float32's range) and rows near 1e38
+ * (SimplifiedSelfAttention's x x^T is 1e76): finite outputs. */
+static void test_overflowing_intermediates(attn_ctx *ctx, attn_rng *rng) {
+    enum { B = 2, T = 6, C = 8 };
+    float x[B * T * C], y[B * T * C];
+    for (int i = 0; i < B * T * C; i++) x[i] = (float)(3e19 * sin(1.0 + i));
+    attn_module *m = build_mha(ctx, rng, C, ATTN_MASK_NEG_INF);
+    attn_module_set_training(m, false);
+    CHECK_STATUS(attn_module_forward(m, x, B, T, y, NULL), ATTN_OK);
+    CHECK(all_finite(y, B * T * C));
+    attn_module_free(m);
+
+    attn_gpt2 *g;
+    attn_gpt2_config gcfg = {.n_embd = C, .n_head = 2, .block_size = T};
+    CHECK_STATUS(attn_gpt2_new(ctx, &gcfg, rng, &g), ATTN_OK);
+    CHECK_STATUS(attn_gpt2_forward(g, x, B, T, y, NULL), ATTN_OK);
+    CHECK(all_finite(y, B * T * C));
+    attn_gpt2_free(g);
+
+    attn_simple *s;
+    CHECK_STATUS(attn_simple_new(ctx, &(attn_simple_config){.d_in = C}, &s), ATTN_OK);
+    for (int i = 0; i < B * T * C; i++) x[i] = (float)(1e38 * (0.5 + 0.5 * fabs(sin(2.0 + i))));
+    CHECK_STATUS(attn_simple_forward(s, x, B, T, y), ATTN_OK);
+    CHECK(all_finite(y, B * T * C));
+    attn_simple_free(s);
+}
+
+/* Inputs scaled so that future scores exceed the kept ones by far more than
+ * 745 (exp underflows even in double): renormalising still equals neg-inf. */
+static void test_renormalize_without_underflow(attn_ctx *ctx, attn_rng *rng) {
+    enum { B = 2, T = 6, C = 8 };
+    float x[B * T * C], y_renorm[B * T * C], y_neg_inf[B * T * C];
+    attn_module *renorm = build_mha(ctx, rng, C, ATTN_MASK_RENORMALIZE);
+    attn_module *neg_inf = build_mha(ctx, rng, C, ATTN_MASK_NEG_INF);
+    attn_module_set_training(renorm, false);
+    attn_module_set_training(neg_inf, false);
+    for (double factor = 1.0; factor <= 1e4; factor *= 10.0) {
+        for (int i = 0; i < B * T * C; i++) x[i] = (float)(factor * sin(0.7 * i + 0.3));
+        CHECK_STATUS(attn_module_forward(renorm, x, B, T, y_renorm, NULL), ATTN_OK);
+        CHECK_STATUS(attn_module_forward(neg_inf, x, B, T, y_neg_inf, NULL), ATTN_OK);
+        double diff = 0.0, norm = 0.0;
+        for (int i = 0; i < B * T * C; i++) {
+            diff += ((double)y_renorm[i] - y_neg_inf[i]) * ((double)y_renorm[i] - y_neg_inf[i]);
+            norm += (double)y_neg_inf[i] * y_neg_inf[i];
+        }
+        CHECK(all_finite(y_renorm, B * T * C));
+        if (!(sqrt(diff) <= 1e-6 * sqrt(norm)))
+            fprintf(stderr, "  factor %g: renormalize vs neg-inf rel %g\n", factor,
+                    sqrt(diff / norm));
+        CHECK(sqrt(diff) <= 1e-6 * sqrt(norm));
+    }
+    attn_module_free(renorm);
+    attn_module_free(neg_inf);
+}
+
+int main(void) {
+    attn_ctx *ctx;
+    attn_rng *rng;
+    if (attn_ctx_new(NULL, &ctx) != ATTN_OK || attn_rng_new(ctx, 1, &rng) != ATTN_OK) return 1;
+    test_rows_that_see_no_key();
+    test_overflowing_intermediates(ctx, rng);
+    test_renormalize_without_underflow(ctx, rng);
+    attn_rng_free(rng);
+    attn_ctx_free(ctx);
+    return check_summary();
+}
