@@ -291,9 +291,8 @@ static bool grad_hides(const sdpa_grad_view *v, size_t i, size_t j) {
 static double drop_factor(const attn_sdpa_grad_args *g, size_t e) {
     if (g->keep_bits) return attn_bit(g->keep_bits, e) ? (double)g->kept_scale : 0.0;
     if (!g->philox) return 1.0;
-    uint32_t words[4];
-    attn_philox_dropout_block(g->philox_seed, g->philox_offset, e >> 2, words);
-    return words[e & 3] < g->keep_threshold ? (double)g->kept_scale : 0.0;
+    uint32_t word = attn_philox_dropout_word(g->philox_seed, g->philox_offset, e);
+    return word < g->keep_threshold ? (double)g->kept_scale : 0.0;
 }
 
 /* Pass 1, query rows [begin, end) of the flattened (B, H, T). */

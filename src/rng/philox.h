@@ -5,11 +5,14 @@
  * (key, counter), so a kernel can draw the dropout mask of any tile in any
  * order, on any thread, and its backward can draw it again.
  *
- * attn's dropout counter: the flat index e of the element in the (B, H, T,
- * S) weights of one dropout call; block e / 4 gives four words, lane e % 4
- * is the element's. Counter words: (e/4 low, e/4 high, offset low, offset
- * high); key: the rng's seed (low, high). An element is kept when its
- * word < keep_threshold = floor((1 - p) * 2^32).
+ * attn's dropout counter: e is the flat index of the element in the (B, H,
+ * T, S) weights of one dropout call. Elements go by groups of 64: group
+ * g = e / 64 draws the 16 blocks 16 g .. 16 g + 15, and element e takes word
+ * (e / 16) % 4 of block 16 g + e % 16 — so 16 consecutive elements take the
+ * same word of 16 consecutive blocks, one vector lane each. Counter words:
+ * (block low, block high, offset low, offset high); key: the rng's seed
+ * (low, high). An element is kept when its word < keep_threshold =
+ * floor((1 - p) * 2^32).
  */
 #ifndef ATTN_PHILOX_H
 #define ATTN_PHILOX_H
@@ -45,13 +48,31 @@ static inline void attn_philox4x32_10(const uint32_t counter[4], const uint32_t 
     out[3] = c3;
 }
 
-/* The four draws of dropout block `block` (elements 4*block .. 4*block+3). */
+/* The four words of dropout block `block`. */
 static inline void attn_philox_dropout_block(uint64_t seed, uint64_t offset, uint64_t block,
                                              uint32_t out[4]) {
     uint32_t counter[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)offset,
                            (uint32_t)(offset >> 32)};
     uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
     attn_philox4x32_10(counter, key, out);
+}
+
+/* The 64 draws of group g, element by element: words[e % 64] for e in the
+ * group. */
+static inline void attn_philox_dropout_group(uint64_t seed, uint64_t offset, uint64_t group,
+                                             uint32_t words[64]) {
+    for (uint32_t lane = 0; lane < 16; lane++) {
+        uint32_t w[4];
+        attn_philox_dropout_block(seed, offset, group * 16 + lane, w);
+        for (int k = 0; k < 4; k++) words[16 * k + lane] = w[k];
+    }
+}
+
+/* The draw of element e alone. */
+static inline uint32_t attn_philox_dropout_word(uint64_t seed, uint64_t offset, uint64_t e) {
+    uint32_t w[4];
+    attn_philox_dropout_block(seed, offset, (e >> 6) * 16 + (e & 15), w);
+    return w[(e >> 4) & 3];
 }
 
 /* floor((1 - p) * 2^32), for 0 < p < 1: keep when draw < threshold. */

@@ -262,8 +262,8 @@ void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, 
 static bool dropout_keeps(attn_dropout_stream *s) {
     if (s->method == ATTN_BERNOULLI_PHILOX) {
         uint64_t e = s->index++;
-        if ((e & 3) == 0) attn_philox_dropout_block(s->philox_seed, s->philox_offset, e >> 2, s->block);
-        return s->block[e & 3] < s->keep_threshold;
+        if ((e & 63) == 0) attn_philox_dropout_group(s->philox_seed, s->philox_offset, e >> 6, s->group);
+        return s->group[e & 63] < s->keep_threshold;
     }
     if (s->method == ATTN_BERNOULLI_MKL_MCG31) {
         /* The stream's first uniform is the seed itself: u_0 = x_0 / m. */

@@ -207,11 +207,8 @@ static void one_case(const attn_flash_kernels *fk, uint64_t *seed, int index) {
     /* the drop = 1 case's bits: the Philox mask, drawn here */
     c.bits = calloc(n_w / 8 + 1, 1);
     uint64_t threshold = attn_philox_keep_threshold(c.p);
-    for (size_t e = 0; e < n_w; e++) {
-        uint32_t w[4];
-        attn_philox_dropout_block(c.seed, c.offset, e >> 2, w);
-        if (w[e & 3] < threshold) attn_set_bit(c.bits, e);
-    }
+    for (size_t e = 0; e < n_w; e++)
+        if (attn_philox_dropout_word(c.seed, c.offset, e) < threshold) attn_set_bit(c.bits, e);
 
     results ref = alloc_results(&c), fused[3];
     run_reference(&c, &ref);

@@ -67,22 +67,25 @@ static size_t visible_keys(const flash_shape *f, size_t i0, size_t rows) {
 }
 
 /* The dropout factors of n consecutive weights from flat index e0 of the
- * (B, H, T, S) weights: 0 or kept_scale. */
+ * (B, H, T, S) weights: 0 or kept_scale. Philox groups of 64 (rng/philox.h)
+ * come from the includer's philox_group when it has a vector one. */
 static void drop_factors(const attn_flash_dropout *drop, uint64_t e0, size_t n, float *factor) {
     if (drop->kind == ATTN_FLASH_DROP_BITS) {
         for (size_t j = 0; j < n; j++)
             factor[j] = attn_bit(drop->keep_bits, e0 + j) ? drop->kept_scale : 0.0f;
         return;
     }
-    uint32_t words[4];
-    uint64_t block = UINT64_MAX;
-    for (size_t j = 0; j < n; j++) {
-        uint64_t e = e0 + j;
-        if (e >> 2 != block) {
-            block = e >> 2;
-            attn_philox_dropout_block(drop->seed, drop->offset, block, words);
-        }
-        factor[j] = words[e & 3] < drop->keep_threshold ? drop->kept_scale : 0.0f;
+    uint32_t words[64];
+    for (uint64_t group = e0 >> 6; group << 6 < e0 + n; group++) {
+#if defined(HAVE_PHILOX_GROUP)
+        philox_group(drop->seed, drop->offset, group, words);
+#else
+        attn_philox_dropout_group(drop->seed, drop->offset, group, words);
+#endif
+        uint64_t lo = group << 6 > e0 ? group << 6 : e0;
+        uint64_t hi = (group + 1) << 6 < e0 + n ? (group + 1) << 6 : e0 + n;
+        for (uint64_t e = lo; e < hi; e++)
+            factor[e - e0] = words[e & 63] < drop->keep_threshold ? drop->kept_scale : 0.0f;
     }
 }
 
