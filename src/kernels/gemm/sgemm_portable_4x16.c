@@ -1,0 +1,34 @@
+/*
+ * sgemm_portable_4x16.c — the portable kernel set: a 4 x 16 tile of C in
+ * plain C, written so that compilers keep the tile in vector registers
+ * (four rows of 16 floats: 16 SSE or NEON registers) with the build's
+ * baseline instruction set. Multiply, then add: no fused multiply-add is
+ * assumed, so the rounding is the same wherever it runs.
+ */
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm_pack.h"
+
+#define MR 4
+#define NR 16
+
+void attn_sgemm_portable_4x16(size_t k, const float *a, const float *b, float *c, size_t ldc,
+                              float alpha, float beta) {
+    float acc[MR][NR] = {{0}};
+    for (size_t p = 0; p < k; p++) {
+        for (int i = 0; i < MR; i++) {
+            float a_i = a[i];
+            for (int j = 0; j < NR; j++) acc[i][j] += a_i * b[j];
+        }
+        a += MR;
+        b += NR;
+    }
+    for (int i = 0; i < MR; i++) {
+        float *c_i = c + (size_t)i * ldc;
+        if (beta == 0.0f)
+            for (int j = 0; j < NR; j++) c_i[j] = alpha * acc[i][j];
+        else
+            for (int j = 0; j < NR; j++) c_i[j] = beta * c_i[j] + alpha * acc[i][j];
+    }
+}
+
+ATTN_GEMM_DEFINE_PACK(attn_sgemm_portable_4x16, MR, NR)
