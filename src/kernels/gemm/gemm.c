@@ -55,6 +55,11 @@ static gemm_plan make_plan(const attn_gemm_kernel *uk, size_t threads, size_t m,
     return plan;
 }
 
+size_t attn_sgemm_parts(const attn_gemm_kernel *uk, size_t threads, size_t m, size_t n,
+                        size_t k) {
+    return make_plan(uk, threads, m, n, k).parts;
+}
+
 /* Floats of one part's buffers: the A block, the B block, an edge tile. */
 typedef struct part_layout {
     size_t a_floats, b_floats, tile_floats, total;
@@ -113,32 +118,36 @@ static void edge_tile(const attn_gemm_kernel *uk, size_t kc, const float *pa, co
     for (size_t i = 0; i < rows; i++) memcpy(c + i * ldc, tile + i * nr, cols * sizeof *c);
 }
 
+/* Blocks of at most block (a multiple of unit) covering n, as even as the
+ * unit allows: no thin last block that would pay for a whole repacking. */
+static size_t even_block(size_t n, size_t block, size_t unit) {
+    size_t blocks = ceil_div(n, block);
+    return min_size(block, round_up(ceil_div(n, blocks), unit));
+}
+
 /* The loops over one part: C (m, n) of the call's sizes, a, b, c already
- * offset to the part. */
+ * offset to the part. The kc blocks depend on k alone, so every part sums
+ * in the same order. */
 static void gemm_part(const gemm_call *g, size_t m, size_t n, const float *a, const float *b,
                       float *c, float *ws) {
     const attn_gemm_kernel *uk = g->uk;
     size_t mr = uk->mr, nr = uk->nr, k = g->k;
     size_t lda = g->lda, ldb = g->ldb, ldc = g->ldc;
+    size_t mc = even_block(m, uk->mc, mr), kc = even_block(k, uk->kc, 1);
+    size_t nc = even_block(n, uk->nc, nr);
     float *pa = ws, *pb = ws + g->layout.a_floats, *tile = pb + g->layout.b_floats;
-    for (size_t ic = 0; ic < m; ic += uk->mc) {
-        size_t mcb = min_size(uk->mc, m - ic);
-        for (size_t pc = 0; pc < k; pc += uk->kc) {
-            size_t kcb = min_size(uk->kc, k - pc);
+    for (size_t ic = 0; ic < m; ic += mc) {
+        size_t mcb = min_size(mc, m - ic);
+        for (size_t pc = 0; pc < k; pc += kc) {
+            size_t kcb = min_size(kc, k - pc);
             /* The first kc block applies beta, the later ones add to c. */
             float beta = pc == 0 ? g->beta : 1.0f;
-            for (size_t ir = 0; ir < mcb; ir += mr) {
-                size_t row = ic + ir;
-                const float *src = g->trans_a ? a + pc * lda + row : a + row * lda + pc;
-                uk->pack_a(kcb, min_size(mr, mcb - ir), src, lda, g->trans_a, pa + ir * kcb);
-            }
-            for (size_t jc = 0; jc < n; jc += uk->nc) {
-                size_t ncb = min_size(uk->nc, n - jc);
-                for (size_t jr = 0; jr < ncb; jr += nr) {
-                    size_t col = jc + jr;
-                    const float *src = g->trans_b ? b + col * ldb + pc : b + pc * ldb + col;
-                    uk->pack_b(kcb, min_size(nr, ncb - jr), src, ldb, g->trans_b, pb + jr * kcb);
-                }
+            uk->pack_a(kcb, mcb, g->trans_a ? a + pc * lda + ic : a + ic * lda + pc, lda,
+                       g->trans_a, pa);
+            for (size_t jc = 0; jc < n; jc += nc) {
+                size_t ncb = min_size(nc, n - jc);
+                uk->pack_b(kcb, ncb, g->trans_b ? b + jc * ldb + pc : b + pc * ldb + jc, ldb,
+                           g->trans_b, pb);
                 for (size_t ir = 0; ir < mcb; ir += mr) {
                     size_t rows = min_size(mr, mcb - ir);
                     const float *pa_ir = pa + ir * kcb;

@@ -47,11 +47,13 @@ typedef void attn_sgemm_micro_fn(size_t k, const float *a, const float *b, float
                                  float alpha, float beta);
 
 /*
- * Packing of one micro-panel, kc deep, zero-padded to the full tile:
- *   pack_a: dst[p*MR + i] = op(A)(i, p) for i < rows (<= MR), 0 beyond
- *   pack_b: dst[p*NR + j] = op(B)(p, j) for j < cols (<= NR), 0 beyond
- * src points at op(A)(0, 0) (op(B)(0, 0)) of the panel, ld its stored row
- * stride; trans says the panel is stored transposed.
+ * Packing of a block, kc deep, into micro-panels zero-padded to the tile:
+ *   pack_a: rows (<= mc) rows of op(A) into ceil(rows / MR) panels, row
+ *           q*MR + i at dst[q*kc*MR + p*MR + i]
+ *   pack_b: cols (<= nc) columns of op(B) into ceil(cols / NR) panels,
+ *           column q*NR + j at dst[q*kc*NR + p*NR + j]
+ * src points at op(A)(0, 0) (op(B)(0, 0)) of the block, ld its stored row
+ * stride; trans says the operand is stored transposed.
  */
 typedef void attn_sgemm_pack_fn(size_t kc, size_t len, const float *src, size_t ld, bool trans,
                                 float *dst);
@@ -69,6 +71,10 @@ typedef struct attn_gemm_kernel {
 /* The kernel set of kernels (PORTABLE, AVX2, AVX512), or NULL (REFERENCE,
  * AUTO, or an instruction set this build lacks). Does not check the CPU. */
 const attn_gemm_kernel *attn_gemm_kernel_for(attn_kernels kernels);
+
+/* The threads (parts) a call of these sizes runs on: at most threads, and
+ * fewer when the work would not pay for starting them. */
+size_t attn_sgemm_parts(const attn_gemm_kernel *uk, size_t threads, size_t m, size_t n, size_t k);
 
 /*
  * Floats of workspace attn_sgemm_run needs for these sizes and threads
@@ -92,8 +98,8 @@ bool attn_sgemm(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool t
                 size_t ldb, float beta, float *c, size_t ldc);
 
 /* The kernel sets, defined in one file each (sgemm_<isa>_<MR>x<NR>.c). */
-attn_sgemm_micro_fn attn_sgemm_portable_4x16, attn_sgemm_avx2_6x16, attn_sgemm_avx512_14x32;
-attn_sgemm_pack_fn attn_sgemm_portable_4x16_pack_a, attn_sgemm_portable_4x16_pack_b;
+attn_sgemm_micro_fn attn_sgemm_portable_4x8, attn_sgemm_avx2_6x16, attn_sgemm_avx512_14x32;
+attn_sgemm_pack_fn attn_sgemm_portable_4x8_pack_a, attn_sgemm_portable_4x8_pack_b;
 attn_sgemm_pack_fn attn_sgemm_avx2_6x16_pack_a, attn_sgemm_avx2_6x16_pack_b;
 attn_sgemm_pack_fn attn_sgemm_avx512_14x32_pack_a, attn_sgemm_avx512_14x32_pack_b;
 

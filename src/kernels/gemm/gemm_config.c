@@ -12,10 +12,10 @@
 #include "kernels/gemm/gemm.h"
 
 static const attn_gemm_kernel portable_kernel = {
-    .name = "sgemm_portable_4x16", .isa = ATTN_KERNELS_PORTABLE,
-    .mr = 4, .nr = 16, .mc = 1024, .kc = 256, .nc = 512,
-    .micro = attn_sgemm_portable_4x16,
-    .pack_a = attn_sgemm_portable_4x16_pack_a, .pack_b = attn_sgemm_portable_4x16_pack_b,
+    .name = "sgemm_portable_4x8", .isa = ATTN_KERNELS_PORTABLE,
+    .mr = 4, .nr = 8, .mc = 1024, .kc = 256, .nc = 512,
+    .micro = attn_sgemm_portable_4x8,
+    .pack_a = attn_sgemm_portable_4x8_pack_a, .pack_b = attn_sgemm_portable_4x8_pack_b,
 };
 
 #if defined(ATTN_HAVE_X86_KERNELS)
