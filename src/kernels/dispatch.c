@@ -78,6 +78,17 @@ static const attn_gemm_kernel *fast(const attn_ctx *ctx) {
  * also when the SGEMM cannot allocate its pack buffers: the reference needs
  * no memory, so a call never fails. */
 
+void attn_k_gemm(const attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                 float alpha, const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                 float *c, size_t ldc) {
+    const attn_gemm_kernel *uk = fast(ctx);
+    if (uk && attn_sgemm(uk, ctx->num_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                         beta, c, ldc))
+        return;
+    attn_ref_gemm(ctx->num_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                  ldc);
+}
+
 void attn_k_matmul(const attn_ctx *ctx, const float *a, const float *b, float *c, size_t m,
                    size_t k, size_t n, bool b_transposed, bool accumulate) {
     const attn_gemm_kernel *uk = fast(ctx);

@@ -10,7 +10,9 @@
  *   - relative L2 error <= 1e-5 against the double-precision result;
  *   - 1, 2 and 3 threads give bitwise identical results (and the large
  *     cases do run on more than one thread);
- *   - the caller-workspace entry point agrees bitwise with the allocating one.
+ *   - the caller-workspace entry point agrees bitwise with the allocating one;
+ *   - the public attn_gemm on every kernel set, the reference included, and
+ *     its errors.
  *
  * Fresh random inputs each run: the seed is printed; pass it as argv[1] to
  * replay.
@@ -332,6 +334,76 @@ static void kernel_calls(attn_kernels kernels, call_sizes s, uint64_t *seed) {
     attn_ctx_free(ref_ctx);
 }
 
+/* ---- the public attn_gemm ------------------------------------------------ */
+
+static void public_gemm(attn_kernels kernels, uint64_t *seed) {
+    attn_ctx *ctx;
+    CHECK_STATUS(attn_ctx_new(&(attn_ctx_config){.num_threads = 2, .kernels = kernels}, &ctx),
+                 ATTN_OK);
+    for (int t = 0; t < 8; t++) {
+        gemm_case g = make_case(t & 1, (t >> 1) & 1, 1 + below(seed, 120), 1 + below(seed, 120),
+                                1 + below(seed, 120), t < 4 ? 1.0f : -1.25f,
+                                t & 4 ? 0.5f : 0.0f, below(seed, 4));
+        size_t na = (g.trans_a ? g.k : g.m) * g.lda, nb = (g.trans_b ? g.n : g.k) * g.ldb;
+        size_t nc = g.m * g.ldc;
+        float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b), *c = malloc(nc * sizeof *c);
+        float *c0 = malloc(nc * sizeof *c0), *dense = malloc(g.m * g.n * sizeof *dense);
+        double *want = malloc(g.m * g.n * sizeof *want);
+        fill(a, na, seed);
+        fill(b, nb, seed);
+        fill(c0, nc, seed);
+        memcpy(c, c0, nc * sizeof *c);
+        reference(&g, a, b, c0, want);
+        CHECK_STATUS(attn_gemm(ctx, g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a, g.lda, b,
+                               g.ldb, g.beta, c, g.ldc),
+                     ATTN_OK);
+        for (size_t i = 0; i < g.m; i++) memcpy(dense + i * g.n, c + i * g.ldc, g.n * sizeof *c);
+        double err = rel_l2(dense, want, g.m * g.n);
+        /* the reference sums in double and rounds once */
+        double tolerance = kernels == ATTN_KERNELS_REFERENCE ? 1e-7 : TOLERANCE;
+        if (!(err <= tolerance))
+            fprintf(stderr, "attn_gemm %s: m=%zu n=%zu k=%zu: rel L2 %.3g\n",
+                    attn_kernels_name(kernels), g.m, g.n, g.k, err);
+        CHECK(err <= tolerance);
+        free(a);
+        free(b);
+        free(c);
+        free(c0);
+        free(dense);
+        free(want);
+    }
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 0, 0, 1, 1, 1}, c[4] = {NAN, NAN, NAN, NAN};
+    /* (2, 3) @ (3, 2) */
+    CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2), ATTN_OK);
+    CHECK(c[0] == 4.0f && c[1] == 5.0f && c[2] == 10.0f && c[3] == 11.0f);
+    /* k = 0: a and b unread, c = beta c */
+    CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 0, 1.0f, NULL, 0, NULL, 0, 0.5f, c, 2), ATTN_OK);
+    CHECK(c[0] == 2.0f && c[3] == 5.5f);
+    CHECK_STATUS(attn_gemm(NULL, false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2),
+                 ATTN_ERR_NULL);
+    CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 3, 1.0f, NULL, 3, b, 2, 0.0f, c, 2),
+                 ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "a is NULL");
+    CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, NULL, 2),
+                 ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "c is NULL");
+    CHECK_STATUS(attn_gemm(ctx, true, false, 2, 2, 3, 1.0f, a, 1, b, 2, 0.0f, c, 2),
+                 ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "lda (1) is less than a's row (2)");
+    CHECK_STATUS(attn_gemm(ctx, false, true, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2),
+                 ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "ldb (2) is less than b's row (3)");
+    CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 1),
+                 ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "ldc (1) is less than n (2)");
+    CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 3, 1.0f, a, (size_t)-1 / 2, b, 2, 0.0f, c, 2),
+                 ATTN_ERR_OVERFLOW);
+    CHECK_MESSAGE(ctx, "overflow");
+    CHECK_STATUS(attn_gemm(ctx, false, false, 0, 2, 3, 1.0f, NULL, 3, NULL, 2, 0.0f, NULL, 2),
+                 ATTN_OK);
+    attn_ctx_free(ctx);
+}
+
 int main(int argc, char **argv) {
     struct timespec now;
     timespec_get(&now, TIME_UTC);
@@ -359,6 +431,9 @@ int main(int argc, char **argv) {
         printf("%s (%s): %s\n", attn_kernels_name(sets[s]), uk->name,
                check_failed == before ? "ok" : "FAILED");
     }
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++)
+        if (attn_kernels_supported(sets[s])) public_gemm(sets[s], &seed);
+    public_gemm(ATTN_KERNELS_REFERENCE, &seed);
     CHECK(attn_gemm_kernel_for(ATTN_KERNELS_REFERENCE) == NULL);
     CHECK(attn_gemm_kernel_for(ATTN_KERNELS_AUTO) == NULL);
     return check_summary();
