@@ -183,6 +183,18 @@ attn_status attn_softmax(attn_ctx *ctx, const float *x, float *y, size_t rows, s
 /* y (rows, out) = x (rows, in) @ weight^T (+ bias); weight is (out, in). */
 attn_status attn_linear(attn_ctx *ctx, const float *x, const float *weight, const float *bias,
                         float *y, size_t rows, size_t in_features, size_t out_features);
+/*
+ * BLAS's sgemm, row-major: c (m, n) = alpha * op(a) @ op(b) + beta * c,
+ * where op(a) (m, k) is a, or with trans_a the transpose of a stored
+ * (k, m); op(b) (k, n) is b, or with trans_b the transpose of b stored
+ * (n, k). lda, ldb, ldc are the stored row strides (at least the stored
+ * row lengths). beta == 0 never reads c. Runs on the ctx's kernels and
+ * threads: the reference sums in double; the fast kernels in float, with
+ * results bitwise the same for any thread count.
+ */
+attn_status attn_gemm(attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                      float alpha, const float *a, size_t lda, const float *b, size_t ldb,
+                      float beta, float *c, size_t ldc);
 /* scores (T, T) in place: masked_fill(triu(ones, diagonal=1), -inf). */
 attn_status attn_mask_causal_neg_inf(attn_ctx *ctx, float *scores, size_t tokens);
 /* weights (T, T) in place: multiply by tril(ones), divide rows by their sums. */
