@@ -210,27 +210,32 @@ static void forward_block(void *arg, size_t part, size_t item) {
             vec s[RG][NV];
             score_tile(qs + r0 * D, D, D, kt, s);
             mask_tile(f, s, i0 + r0, j0, cols);
-            float alpha[RG];
+            /* online softmax: m_new = max(m, rowmax); the running sums and
+             * outputs rescale by 2^(m - m_new), one vector exp2 for the rows */
+            float m_new[RG], shift[VW > RG ? VW : RG], alpha[VW > RG ? VW : RG];
             for (int r = 0; r < RG; r++) {
-                /* online softmax: m_new = max(m, rowmax), rescale by 2^(m - m_new) */
                 vec mx = s[r][0];
                 for (int v = 1; v < NV; v++) mx = v_max(mx, s[r][v]);
-                float m_old = m[r0 + r], m_new = fmaxf(m_old, v_hmax(mx));
+                m_new[r] = fmaxf(m[r0 + r], v_hmax(mx));
+            }
+            for (int r = 0; r < (VW > RG ? VW : RG); r++)
+                shift[r] = r < RG && m_new[r] != -INFINITY ? m[r0 + r] - m_new[r] : 0.0f;
+            for (int r = 0; r < RG; r += VW < RG ? VW : RG) v_store(alpha + r, v_exp2(v_load(shift + r)));
+            for (int r = 0; r < RG; r++) {
                 float *p_r = p + r * BC;
-                if (m_new == -INFINITY) { /* nothing visible yet */
+                if (m_new[r] == -INFINITY) { /* nothing visible yet */
                     alpha[r] = 1.0f;
                     memset(p_r, 0, BC * sizeof *p_r);
                     continue;
                 }
-                alpha[r] = (float)exp2((double)(m_old - m_new));
-                vec sum = v_zero(), shift = v_set1(m_new);
+                vec sum = v_zero(), row_max = v_set1(m_new[r]);
                 for (int v = 0; v < NV; v++) {
-                    vec e = v_exp2(v_sub(s[r][v], shift));
+                    vec e = v_exp2(v_sub(s[r][v], row_max));
                     sum = v_fma(e, v_set1(1.0f), sum);
                     v_store(p_r + v * VW, e);
                 }
                 l[r0 + r] = l[r0 + r] * alpha[r] + v_hsum(sum);
-                m[r0 + r] = m_new;
+                m[r0 + r] = m_new[r];
                 if (f->drop->kind != ATTN_FLASH_DROP_NONE && r0 + r < rows) {
                     drop_factors(f->drop, row_e0 + (r0 + r) * f->S + j0, cols, factor);
                     for (size_t jj = 0; jj < cols; jj++) p_r[jj] *= factor[jj];
