@@ -10,6 +10,7 @@
  *   v_mul(a, b) v_sub(a, b) v_max(a, b)
  *   v_exp2(x)          2^x for x <= 0, exactly 0 for x = -inf
  *   v_hmax(v) v_hsum(v)
+ *   v_keep(w, t, k)    per lane: k where the 32-bit word w[lane] < t, else 0
  *   FLASH_KERNELS      the name of the attn_flash_kernels table to define
  *   FLASH_ISA_NAME     "avx512", ...
  *
@@ -84,9 +85,21 @@ static void drop_factors(const attn_flash_dropout *drop, uint64_t e0, size_t n, 
 #endif
         uint64_t lo = group << 6 > e0 ? group << 6 : e0;
         uint64_t hi = (group + 1) << 6 < e0 + n ? (group + 1) << 6 : e0 + n;
+        if (hi - lo == 64) { /* a whole group: a vector of words at a time */
+            for (int v = 0; v < 64; v += VW)
+                v_store(factor + (lo - e0) + v, v_keep(words + v, drop->keep_threshold, drop->kept_scale));
+            continue;
+        }
         for (uint64_t e = lo; e < hi; e++)
             factor[e - e0] = words[e & 63] < drop->keep_threshold ? drop->kept_scale : 0.0f;
     }
+}
+
+/* x[0, n) *= factor[0, n), a vector at a time. */
+static void scale_by(float *x, const float *factor, size_t n) {
+    size_t j = 0;
+    for (; j + VW <= n; j += VW) v_store(x + j, v_mul(v_load(x + j), v_load(factor + j)));
+    for (; j < n; j++) x[j] *= factor[j];
 }
 
 /* k^T (D, BC) and v (BC, Dp) of keys [j0, j0 + cols), zero beyond. */
@@ -238,7 +251,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
                 m[r0 + r] = m_new[r];
                 if (f->drop->kind != ATTN_FLASH_DROP_NONE && r0 + r < rows) {
                     drop_factors(f->drop, row_e0 + (r0 + r) * f->S + j0, cols, factor);
-                    for (size_t jj = 0; jj < cols; jj++) p_r[jj] *= factor[jj];
+                    scale_by(p_r, factor, cols);
                 }
             }
             apply_values(o + r0 * Dp, Dp, alpha, p, cols, vp);
@@ -402,10 +415,8 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
         }
         if (f->drop->kind != ATTN_FLASH_DROP_NONE) {
             drop_factors(f->drop, (uint64_t)(bh * f->T + i0 + row) * f->S + j0, cols, t->factor);
-            for (size_t jj = 0; jj < cols; jj++) {
-                A[jj] *= t->factor[jj];
-                dS[jj] *= t->factor[jj];
-            }
+            scale_by(A, t->factor, cols);
+            scale_by(dS, t->factor, cols);
         }
         /* a softmax over one key is constant: its dS is exactly zero (in
          * float, dP - delta would leave rounding residue) */
