@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all demo test deps build sanitize fuzz clean install
+.PHONY: bench-peers all demo test deps build sanitize fuzz clean install bench bench-deps
 
 all: build
 
@@ -21,6 +21,15 @@ deps:
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# attn bench: our kernels against OpenBLAS (loaded at run time, installed by
+# scripts/install-bench-deps.sh). BENCH_ARGS passes options, e.g.
+#   make bench BENCH_ARGS="--quick --threads 1"
+bench-deps:
+	./scripts/install-bench-deps.sh
+
+bench: bench-deps build
+	./$(BUILD)/attn bench $(BENCH_ARGS)
+
 # The suite under AddressSanitizer and UndefinedBehaviorSanitizer, with the
 # allocation-failure hook built in, so that the sweep that fails every
 # allocation in turn (test_alloc_failure) runs under the leak checker. The
@@ -30,7 +39,8 @@ sanitize: deps
 	cmake -S . -B $(BUILD)-sanitize -DCMAKE_BUILD_TYPE=Debug -DATTN_SANITIZE=ON \
 	  -DATTN_ALLOC_FAILURE_INJECTION=ON
 	cmake --build $(BUILD)-sanitize -j $(JOBS)
-	cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS) -E "conformance_vs_torch|grad_vs_torch|numerics_vs_torch"
+	cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS) \
+	  -E "conformance_vs_torch|grad_vs_torch|fast_vs_reference|numerics_vs_torch"
 
 # The libFuzzer targets (clang, ASan + UBSan), FUZZ_SECONDS each (CI runs
 # them for 45 s): scripts/fuzz.sh prints executions and coverage.
@@ -43,3 +53,10 @@ install: build
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-sanitize build-clang build-fuzz build-tsan
+
+# attn next to PyTorch 2.15 (PyPI, its CPU flash attention) in one run; sets
+# up the peer in .venv-peers first (scripts/setup-bench-peers.sh: ~2.7 GB).
+bench-peers: build
+	./scripts/install-bench-deps.sh
+	./scripts/setup-bench-peers.sh
+	.venv-peers/bin/python bench/peers.py ./$(BUILD)/attn $(PEERS_ARGS)

@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 /* Exit codes: 0 ok, 1 the library failed (or writing stdout did), 2 bad usage. */
 enum { CLI_OK = 0, CLI_FAILED = 1, CLI_USAGE = 2 };
@@ -24,7 +25,7 @@ typedef struct cli_command {
     const char *name;
     const char *summary;               /* one line for 'attn --help'          */
     const char *help;                  /* 'attn <name> --help', on stdout     */
-    const char *help_tail;             /* printed after help (NULL: nothing)  */
+    void (*more_help)(FILE *out);      /* prints more after help (optional)   */
     const char *const *value_options;  /* options that take a value, NULL-terminated */
     /* Parses and checks the arguments without doing anything (the fuzz
      * target's entry): CLI_OK, or CLI_USAGE after printing the error. */
@@ -33,7 +34,7 @@ typedef struct cli_command {
 } cli_command;
 
 extern const cli_command cli_demo_command, cli_trace_command, cli_params_command,
-    cli_forward_command, cli_grad_command, cli_version_command;
+    cli_forward_command, cli_grad_command, cli_bench_command, cli_version_command;
 
 /* The whole command line (argv[0] is the program): dispatch, help, and with
  * parse_only the commands' parse instead of run. Returns the exit code

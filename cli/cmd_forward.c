@@ -11,7 +11,7 @@ static const char forward_help[] =
     "                    --input x.npy --output y.npy [--seed S] [--d-in N] [--d-out N]\n"
     "                    [--heads N] [--context N] [--qkv-bias] [--dropout P --train]\n"
     "                    [--scale S] [--mask neg-inf|renormalize|none]\n"
-    "                    [--bernoulli mt19937|mkl] [--threads N]\n"
+    "                    [--bernoulli mt19937|mkl|philox] [--threads N]\n"
     "\n"
     "Runs one attention variant on a float32 .npy input of shape (B, T, d_in) or\n"
     "(T, d_in) and writes the output with the same rank. The weights are those\n"
@@ -86,7 +86,7 @@ const cli_command cli_forward_command = {
     .name = "forward",
     .summary = "run any attention variant on a .npy input",
     .help = forward_help,
-    .help_tail = cli_run_options_help,
+    .more_help = cli_print_run_options_help,
     .value_options = forward_options,
     .parse = parse_forward,
     .run = run_forward,

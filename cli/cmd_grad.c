@@ -15,7 +15,7 @@ static const char grad_help_head[] =
     "                 --input x.npy --grad-output dy.npy --out DIR [--seed S]\n"
     "                 [--d-in N] [--d-out N] [--heads N] [--context N] [--qkv-bias]\n"
     "                 [--dropout P --train] [--scale S] [--mask neg-inf|renormalize|none]\n"
-    "                 [--bernoulli mt19937|mkl] [--threads N]\n"
+    "                 [--bernoulli mt19937|mkl|philox] [--threads N]\n"
     "\n"
     "Builds the module as 'attn forward' does (same options, same weights), runs\n"
     "its forward on x (in training mode with --train, drawing dropout), then its\n"
@@ -158,7 +158,7 @@ const cli_command cli_grad_command = {
     .name = "grad",
     .summary = "forward and backward of any variant: every gradient as .npy",
     .help = grad_help_head,
-    .help_tail = cli_run_options_help,
+    .more_help = cli_print_run_options_help,
     .value_options = grad_options,
     .parse = parse_grad,
     .run = run_grad,

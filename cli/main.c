@@ -8,7 +8,7 @@
 
 static const cli_command *const commands[] = {
     &cli_demo_command, &cli_trace_command, &cli_params_command, &cli_forward_command,
-    &cli_grad_command, &cli_version_command,
+    &cli_grad_command, &cli_bench_command, &cli_version_command,
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -35,7 +35,7 @@ static const cli_command *find_command(const char *name) {
 
 static void print_help(const cli_command *cmd) {
     fputs(cmd->help, stdout);
-    if (cmd->help_tail) fputs(cmd->help_tail, stdout);
+    if (cmd->more_help) cmd->more_help(stdout);
 }
 
 /* attn help [command] */

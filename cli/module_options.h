@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 /* Bits of cli_module_options.given: which options the command line set. */
 enum {
@@ -82,6 +83,7 @@ typedef struct cli_run_options {
 cli_run_options cli_run_defaults(void);
 /* The help lines of those options, for a command's --help. */
 extern const char cli_run_options_help[];
+void cli_print_run_options_help(FILE *out);
 /* The run options that take a value (the module's and --input, --seed,
  * --threads, --bernoulli), for a command's list of value options. */
 #define CLI_RUN_VALUE_OPTIONS CLI_MODULE_VALUE_OPTIONS, "--input", "--seed", "--threads", "--bernoulli"

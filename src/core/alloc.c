@@ -8,6 +8,11 @@
  * exists only in that build: a normal build compiles none of it. It is
  * atomic, so threads that allocate do not race on it, but the tests that set
  * it run one operation at a time and count that operation's calls.
+ *
+ * One kind of allocation may fail without failing the call that makes it:
+ * the SGEMM's pack buffers (attn_aligned_alloc_or_fallback), whose caller
+ * then runs the reference kernel, which needs no memory. The hook records
+ * when it failed one of those, and the sweep then expects success.
  */
 #include "internal.h"
 
@@ -16,39 +21,58 @@
 #ifdef ATTN_ALLOC_FAILURE_INJECTION
 #include <stdatomic.h>
 
-static atomic_size_t calls;   /* allocator calls since attn_alloc_fail_at */
-static atomic_size_t fail_at; /* the call that fails (1-based); 0: none */
+static atomic_size_t calls;      /* allocator calls since attn_alloc_fail_at */
+static atomic_size_t fail_at;    /* the call that fails (1-based); 0: none */
+static atomic_bool fell_back;    /* the failed call was one with a fallback */
 
 void attn_alloc_fail_at(size_t n) {
     atomic_store(&fail_at, n);
     atomic_store(&calls, 0);
+    atomic_store(&fell_back, false);
 }
 
 size_t attn_alloc_calls(void) { return atomic_load(&calls); }
 
+bool attn_alloc_failed_with_fallback(void) { return atomic_load(&fell_back); }
+
 /* True when this call is the one chosen to fail. */
-static bool injected_failure(void) {
+static bool injected_failure(bool has_fallback) {
     size_t n = atomic_fetch_add(&calls, 1) + 1;
-    return n == atomic_load(&fail_at);
+    bool fail = n == atomic_load(&fail_at);
+    if (fail && has_fallback) atomic_store(&fell_back, true);
+    return fail;
 }
 #else
-static bool injected_failure(void) { return false; }
+static bool injected_failure(bool has_fallback) {
+    (void)has_fallback;
+    return false;
+}
 #endif
 
 void *attn_malloc(size_t size) {
-    if (injected_failure()) return NULL;
+    if (injected_failure(false)) return NULL;
     return malloc(size ? size : 1);
 }
 
 void *attn_calloc(size_t count, size_t size) {
-    if (injected_failure()) return NULL;
+    if (injected_failure(false)) return NULL;
     if (count == 0 || size == 0) count = size = 1;
     return calloc(count, size); /* calloc checks count * size itself */
 }
 
 void *attn_realloc(void *p, size_t size) {
-    if (injected_failure()) return NULL;
+    if (injected_failure(false)) return NULL;
     return realloc(p, size ? size : 1);
+}
+
+void *attn_aligned_alloc_or_fallback(size_t alignment, size_t size) {
+    if (injected_failure(true)) return NULL;
+    if (size == 0) size = alignment;
+    if (size % alignment) {
+        if (size > (size_t)-1 - alignment) return NULL;
+        size += alignment - size % alignment;
+    }
+    return aligned_alloc(alignment, size);
 }
 
 void attn_free(void *p) { free(p); }

@@ -67,13 +67,22 @@ void *attn_malloc(size_t size);
 void *attn_calloc(size_t count, size_t size);
 void *attn_realloc(void *p, size_t size);
 void attn_free(void *p);
+/* alignment-aligned memory (a power of two; size rounded up to it) for a
+ * caller that falls back to a path needing no memory when it gets NULL
+ * (the SGEMM's pack buffers); freed with attn_free. */
+void *attn_aligned_alloc_or_fallback(size_t alignment, size_t size);
 #ifdef ATTN_ALLOC_FAILURE_INJECTION
 void attn_alloc_fail_at(size_t n);
 size_t attn_alloc_calls(void);
+/* Whether the failed call was an attn_aligned_alloc_or_fallback. */
+bool attn_alloc_failed_with_fallback(void);
 #endif
 
 /* Allocation of n floats (zeroed), NULL on overflow or failure. */
 float *attn_alloc_floats(size_t n);
+
+/* The Bernoulli method of an rng (the rng's own, opaque elsewhere). */
+attn_bernoulli_method attn_rng_bernoulli(const attn_rng *rng);
 
 /* True when the ctx's trace hook wants the data of traced tensors (a hook
  * is set, not trace_shapes_only): only then keep copies for it. */

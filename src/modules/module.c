@@ -309,21 +309,21 @@ attn_status attn_forward_prepare(attn_module *m, size_t batch, size_t tokens, si
     attn_saved *s = &m->saved;
     s->valid = false;
     s->has_mask = false;
-    *acts = NULL;
+    s->philox = false;
     *keep_bits = NULL;
     if (!m->grad_enabled) {
-        attn_status st = ATTN_OK;
-        if (n_acts) *acts = attn_scratch(m, n_acts, &st);
+        attn_status st;
+        *acts = attn_scratch(m, n_acts, &st);
         return st;
     }
     size_t n_x = batch * tokens * m->d_in; /* checked by attn_check_forward */
     if (!reserve_floats(&s->x, &s->x_cap, n_x))
         return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: cannot keep the input (%zu floats)",
                          m->ops->class_name, n_x);
-    if (n_acts && !reserve_floats(&s->acts, &s->acts_cap, n_acts))
+    if (!reserve_floats(&s->acts, &s->acts_cap, n_acts))
         return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: cannot keep %zu activations",
                          m->ops->class_name, n_acts);
-    *acts = n_acts ? s->acts : NULL;
+    *acts = s->acts;
     if (n_bits) {
         size_t bytes = n_bits / 8 + 1;
         if (bytes > s->bits_cap) {
@@ -365,97 +365,127 @@ void attn_forward_release(attn_module *m, float *acts) {
 
 /* ---- the attention workspace ------------------------------------------- */
 
-/* Doubles the forward needs: one row of scores (S), then, when the trace
- * wants data, 3 (B, H, T, S) float copies. */
-static attn_status forward_work(attn_module *m, const attn_sdpa_args *a, size_t *doubles,
-                                size_t *bhts) {
-    *bhts = 0;
-    *doubles = a->kv_tokens ? a->kv_tokens : 1;
+/* Bytes the reference forward needs: one row of S doubles, then, when the
+ * trace wants data, 3 (B, H, T, S) float copies (*traced of them each). */
+static attn_status reference_forward_bytes(attn_module *m, const attn_sdpa_args *a,
+                                           size_t *bytes, size_t *traced) {
+    size_t S = a->kv_tokens ? a->kv_tokens : 1;
+    *traced = 0;
+    *bytes = S * sizeof(double);
     if (!attn_trace_wants_data(m->ctx)) return ATTN_OK;
-    if (!attn_mul3_size(a->batch * a->heads, a->tokens, a->kv_tokens, bhts) ||
-        *bhts > (size_t)-1 / 12)
+    if (!attn_mul3_size(a->batch * a->heads, a->tokens, a->kv_tokens, traced) ||
+        *traced > ((size_t)-1 - *bytes) / 12)
         return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
                          "%s forward: tracing (%zu, %zu, %zu, %zu) scores overflows size_t",
                          m->ops->class_name, a->batch, a->heads, a->tokens, a->kv_tokens);
-    *doubles += (3 * *bhts + 1) / 2;
+    *bytes += 3 * *traced * sizeof(float);
     return ATTN_OK;
 }
 
-/* Doubles the backward needs: per query row two statistics, then each
- * parallel part's workspace. */
-static size_t backward_work(const attn_module *m, const attn_sdpa_args *a) {
-    size_t rows = a->batch * a->heads * a->tokens; /* fits: checked by the forward */
-    size_t parts = attn_parallel_parts(m->ctx->num_threads);
-    return 2 * rows + parts * attn_sdpa_grad_workspace(a->kv_tokens, a->head_dim);
+/* Whether the forward runs on the fused kernels (not when tracing: the
+ * trace needs the (B, H, T, S) weights). */
+static bool runs_fused(const attn_module *m) {
+    return attn_k_fused_attention(m->ctx) && !m->ctx->trace;
 }
 
-static attn_status grow_work(attn_module *m, size_t doubles, const char *pass) {
-    if (doubles <= m->work_cap) return ATTN_OK;
-    double *grown = attn_calloc(doubles, sizeof *grown);
+/* Bytes the forward over a needs, on whichever kernels it runs. */
+static attn_status forward_bytes(attn_module *m, const attn_sdpa_args *a, bool serial_dropout,
+                                 size_t *bytes, size_t *traced) {
+    *traced = 0;
+    if (runs_fused(m)) {
+        *bytes = attn_k_sdpa_fused_bytes(m->ctx, a, serial_dropout);
+        return ATTN_OK;
+    }
+    return reference_forward_bytes(m, a, bytes, traced);
+}
+
+static attn_status grow_work(attn_module *m, size_t bytes, const char *pass) {
+    if (bytes <= m->work_bytes && m->work) return ATTN_OK;
+    void *grown = attn_calloc(1, bytes);
     if (!grown)
         return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
-                         "%s %s: cannot allocate the attention workspace (%zu doubles)",
-                         m->ops->class_name, pass, doubles);
+                         "%s %s: cannot allocate %zu bytes of attention workspace",
+                         m->ops->class_name, pass, bytes);
     attn_free(m->work);
     m->work = grown;
-    m->work_cap = doubles;
+    m->work_bytes = bytes;
     return ATTN_OK;
 }
 
-attn_status attn_sdpa_reserve(attn_module *m, const attn_sdpa_args *args, bool backward) {
-    if (backward) return grow_work(m, backward_work(m, args), "backward");
-    size_t doubles, bhts;
-    attn_status st = forward_work(m, args, &doubles, &bhts);
-    return st == ATTN_OK ? grow_work(m, doubles, "forward") : st;
+attn_status attn_sdpa_reserve(attn_module *m, const attn_sdpa_args *args, bool backward,
+                              const attn_rng *dropout_rng) {
+    if (backward) return grow_work(m, attn_k_sdpa_backward_bytes(m->ctx, args), "backward");
+    bool serial = dropout_rng && attn_rng_bernoulli(dropout_rng) != ATTN_BERNOULLI_PHILOX;
+    size_t bytes, traced;
+    attn_status st = forward_bytes(m, args, serial, &bytes, &traced);
+    return st == ATTN_OK ? grow_work(m, bytes, "forward") : st;
 }
 
 void attn_sdpa_release(attn_module *m) {
     attn_free(m->work);
     m->work = NULL;
-    m->work_cap = 0;
+    m->work_bytes = 0;
 }
 
-attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g) {
-    const attn_sdpa_args *a = g->fwd;
-    size_t threads = m->ctx->num_threads;
-    size_t rows = a->batch * a->heads * a->tokens; /* fits: checked by the forward */
-    bool reserved = m->work_cap >= backward_work(m, a);
-    if (!reserved) {
-        attn_status st = attn_sdpa_reserve(m, a, true);
-        if (st != ATTN_OK) return st;
-    }
-    memset(m->work, 0, backward_work(m, a) * sizeof *m->work);
-    g->row_stats = m->work;
-    g->workspace = m->work + 2 * rows;
-    attn_ref_sdpa_backward(threads, g);
-    if (!reserved) attn_sdpa_release(m);
-    return ATTN_OK;
+attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g, size_t call,
+                                   const uint8_t *keep_bits) {
+    const attn_saved *s = &m->saved;
+    g->kept_scale = s->kept_scale;
+    g->keep_bits = keep_bits;
+    g->philox = !keep_bits && s->philox;
+    g->philox_seed = s->philox_seed;
+    g->philox_offset = s->philox_offset + call;
+    g->keep_threshold = s->keep_threshold;
+    bool reserved = m->work && m->work_bytes >= attn_k_sdpa_backward_bytes(m->ctx, g->fwd);
+    return attn_k_sdpa_backward(m->ctx, m->ops->class_name, g, reserved ? m->work : NULL);
+}
+bool attn_keeps_attention_mask(const attn_module *m, const attn_rng *rng) {
+    bool fused_philox = attn_k_fused_attention(m->ctx) && !m->ctx->trace && rng &&
+                        attn_rng_bernoulli(rng) == ATTN_BERNOULLI_PHILOX;
+    return m->grad_enabled && !fused_philox;
 }
 
 attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_stream *dropout) {
-    size_t doubles, bhts;
-    attn_status st = forward_work(m, args, &doubles, &bhts);
+    attn_saved *s = &m->saved;
+    bool serial = dropout && !dropout->passthrough && !dropout->drop_all &&
+                  dropout->method != ATTN_BERNOULLI_PHILOX;
+    size_t bytes, traced;
+    attn_status st = forward_bytes(m, args, serial, &bytes, &traced);
     if (st != ATTN_OK) return st;
-    bool reserved = m->work_cap >= doubles;
-    if (!reserved && (st = grow_work(m, doubles, "forward")) != ATTN_OK) return st;
-    double *row = m->work; /* one row of scores in double */
-    args->dropout = dropout;
-    if (bhts) {
-        float *traces = (float *)(m->work + (args->kv_tokens ? args->kv_tokens : 1));
-        args->trace_scores = traces;
-        args->trace_weights = traces + bhts;
-        args->trace_dropped = dropout ? traces + 2 * bhts : NULL;
+    /* the pass reserved the workspace, or it is allocated here, before the
+     * stream is drawn from and before out is written */
+    bool reserved = m->work && m->work_bytes >= bytes;
+    if (!reserved && (st = grow_work(m, bytes, "forward")) != ATTN_OK) return st;
+    if (dropout && dropout->method == ATTN_BERNOULLI_PHILOX && !dropout->passthrough &&
+        !dropout->drop_all && !s->philox) {
+        s->philox = true; /* the forward's first Philox call */
+        s->philox_seed = dropout->philox_seed;
+        s->philox_offset = dropout->philox_offset;
+        s->keep_threshold = dropout->keep_threshold;
     }
-    attn_ref_sdpa(args, row);
-    if (m->ctx->trace) {
-        const char *name = m->ops->class_name;
-        size_t shape[4] = {args->batch, args->heads, args->tokens, args->kv_tokens};
-        attn_trace(m->ctx, name, "attn_scores", 4, shape, args->trace_scores);
-        attn_trace(m->ctx, name, "attn_weights", 4, shape, args->trace_weights);
-        if (dropout) attn_trace(m->ctx, name, "attn_weights (dropout)", 4, shape, args->trace_dropped);
+    if (runs_fused(m)) {
+        st = attn_k_sdpa_fused(m->ctx, m->ops->class_name, args, dropout, m->work);
+    } else {
+        double *row = m->work; /* one row of scores in double */
+        args->dropout = dropout;
+        if (traced) {
+            float *traces = (float *)(row + (args->kv_tokens ? args->kv_tokens : 1));
+            args->trace_scores = traces;
+            args->trace_weights = traces + traced;
+            args->trace_dropped = dropout ? traces + 2 * traced : NULL;
+        }
+        attn_ref_sdpa(args, row);
+        if (m->ctx->trace) {
+            const char *name = m->ops->class_name;
+            size_t shape[4] = {args->batch, args->heads, args->tokens, args->kv_tokens};
+            attn_trace(m->ctx, name, "attn_scores", 4, shape, args->trace_scores);
+            attn_trace(m->ctx, name, "attn_weights", 4, shape, args->trace_weights);
+            if (dropout)
+                attn_trace(m->ctx, name, "attn_weights (dropout)", 4, shape, args->trace_dropped);
+        }
     }
     if (!reserved) attn_sdpa_release(m);
-    return ATTN_OK;
+    return st;
 }
 
 void attn_trace_btc(attn_module *m, const char *name, size_t batch, size_t tokens, size_t width,

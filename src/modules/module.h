@@ -40,6 +40,10 @@ typedef struct attn_saved {
     uint8_t *keep_bits; /* dropout masks drawn, one bit per element */
     bool has_mask;      /* the saved forward drew dropout (keep_bits is its) */
     float kept_scale;   /* 1/(1-p) as the forward's dropout applied it */
+    /* Philox dropout: the key and the offset of the forward's first dropout
+     * call (later calls of the same forward take the next offsets) */
+    bool philox;
+    uint64_t philox_seed, philox_offset, keep_threshold;
     size_t x_cap, acts_cap, bits_cap; /* floats, floats, bytes allocated */
 } attn_saved;
 
@@ -54,8 +58,8 @@ struct attn_module {
     size_t num_scalars;
     float *storage; /* every parameter in state_dict order, then every gradient */
     attn_saved saved;
-    double *work;     /* the attention workspace of the pass under way */
-    size_t work_cap;  /* doubles allocated */
+    void *work;        /* the attention workspace of the pass under way */
+    size_t work_bytes; /* allocated */
 };
 
 /* Sets up the base; free it with attn_module_release. */
@@ -121,13 +125,13 @@ float *attn_scratch(attn_module *m, size_t n, attn_status *status);
  * every pass to this.
  *
  * A forward's activations. attn_forward_prepare forgets the last saved
- * forward and gives acts (n_acts floats; NULL when 0) and, when dropout
- * draws, keep_bits (n_bits bits, zeroed): the module's saved buffers when
- * gradients are enabled (with room for the copy of x (B, T, d_in) that
- * attn_forward_keep makes), else scratch acts and no bits.
- * attn_forward_keep, after a successful forward, copies x and marks the
- * forward saved; attn_forward_release frees acts unless they are the saved
- * ones, and the attention workspace.
+ * forward and gives acts (n_acts floats) and, when dropout draws, keep_bits
+ * (n_bits bits, zeroed): the module's saved buffers when gradients are
+ * enabled (with room for the copy of x (B, T, d_in) that attn_forward_keep
+ * makes), else scratch acts and no bits. attn_forward_keep, after a
+ * successful forward, copies x and marks the forward saved;
+ * attn_forward_release frees acts unless they are the saved ones, and the
+ * attention workspace.
  */
 attn_status attn_forward_prepare(attn_module *m, size_t batch, size_t tokens, size_t n_acts,
                                  size_t n_bits, float **acts, uint8_t **keep_bits);
@@ -140,22 +144,30 @@ static inline const uint8_t *attn_saved_mask(const attn_saved *s) {
     return s->has_mask ? s->keep_bits : NULL;
 }
 
-/* Allocates the workspace attn_run_sdpa (backward false) or
- * attn_run_sdpa_backward (true) needs for args (its sizes; the pointers may
- * be NULL), kept until attn_sdpa_release: a pass reserves it before it
- * touches its outputs, for its largest attention call. */
-attn_status attn_sdpa_reserve(attn_module *m, const attn_sdpa_args *args, bool backward);
+/* Allocates, before a pass touches its outputs, the workspace its
+ * attention call (the largest, when it makes several alike) needs: for the
+ * forward (backward false) over args, whose dropout draws from dropout_rng
+ * (NULL: none), or for the backward. Kept until attn_sdpa_release; the
+ * attn_run_sdpa calls of the pass then allocate nothing. */
+attn_status attn_sdpa_reserve(attn_module *m, const attn_sdpa_args *args, bool backward,
+                              const attn_rng *dropout_rng);
 void attn_sdpa_release(attn_module *m);
 
-/* Runs the attention backward over the forward's args (see kernels.h),
- * with its workspace; g->fwd, dout, dq, dk, dv and the dropout mask set.
- * Allocates only when the workspace was not reserved. */
-attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g);
+/* Runs the attention backward over the forward's args (see kernels.h);
+ * g->fwd, dout, dq, dk, dv, out and lse set. The dropout of the saved
+ * forward's call number `call` (0: its first dropout call) comes from
+ * keep_bits when non-NULL, else from its Philox key. */
+attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g, size_t call,
+                                   const uint8_t *keep_bits);
 
-/* Runs the attention core for (B, H) heads and reports its trace. dropout
- * is NULL when no dropout applies. Allocates only when the workspace was
- * not reserved. */
+/* Runs the attention core for (B, H) heads: the fused kernels, or the
+ * reference ones when the ctx asks for them or traces (the trace needs the
+ * (B, H, T, T) weights). dropout is NULL when no dropout applies. */
 attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_stream *dropout);
+/* Whether a forward with dropout drawn from rng must keep its attention
+ * mask as bits for the backward: not when the fused kernels draw Philox,
+ * which the backward draws again. */
+bool attn_keeps_attention_mask(const attn_module *m, const attn_rng *rng);
 
 /* The three projections of x (rows, d_in) into q, k, v, each (rows, d_out):
  * x @ W for SelfAttention_v1 weights (d_in, d_out) when linear is false,
@@ -200,7 +212,8 @@ attn_qkv_grads attn_qkv_linear_grads(attn_module *m, size_t first, bool bias);
 
 /* One head over projected q, k, v — the forward of SelfAttention_v1/v2 and
  * CausalAttention, and of each MultiHeadAttentionWrapper head:
- *   qkv (3, B, T, d_out) = the projections of x, kept for the backward
+ *   acts (attn_single_head_acts floats) receive q, k, v, the output and
+ *   each row's log-sum-exp, kept for the backward;
  *   y (B, T, d_out) at row stride y_stride = dropout(softmax(mask(q k^T
  *   * scale))) v. dropout_p > 0 with rng draws one dropout call, its mask
  *   set in keep_bits (B, T, T) when that is non-NULL. */
@@ -211,25 +224,26 @@ typedef struct attn_head_spec {
     attn_mask_method mask;
     double dropout_p; /* 0 unless training */
 } attn_head_spec;
+size_t attn_single_head_acts(size_t batch, size_t tokens, size_t d_out);
 attn_status attn_single_head_forward(attn_module *m, const attn_qkv_weights *w,
                                      const attn_head_spec *spec, const float *x, size_t batch,
-                                     size_t tokens, float *qkv, uint8_t *keep_bits, float *y,
+                                     size_t tokens, float *acts, uint8_t *keep_bits, float *y,
                                      size_t y_stride, attn_rng *rng);
 /* Reserves the attention workspace of one such head's forward or backward
- * (attn_sdpa_reserve), for passes that run several heads. */
+ * (attn_sdpa_reserve), for passes that run several alike. */
 attn_status attn_single_head_reserve(attn_module *m, const attn_head_spec *spec, size_t batch,
-                                     size_t tokens, bool backward);
+                                     size_t tokens, bool backward, const attn_rng *dropout_rng);
 /* Its backward from dy (B, T, d_out) at row stride dy_stride, given the
- * forward's x, qkv and keep_bits: dx (B, T, d_in) += and the projections'
- * gradients (pointers in grad) +=. dqkv is scratch of 3 (B, T, d_out), and
- * the workspace must be reserved (attn_single_head_reserve): this writes
+ * forward's x, acts and dropout (keep_bits, or else the saved forward's
+ * Philox call number `call`): dx (B, T, d_in) += and the projections'
+ * gradients (pointers in grad) +=. scratch holds 4 (B, T, d_out) floats,
+ * and the workspace is reserved (attn_single_head_reserve): this writes
  * from its first step on. */
 attn_status attn_single_head_backward(attn_module *m, const attn_qkv_weights *w,
                                       const attn_qkv_grads *grad, const attn_head_spec *spec,
-                                      const float *x, size_t batch, size_t tokens,
-                                      const float *qkv, const uint8_t *keep_bits,
-                                      float kept_scale, const float *dy, size_t dy_stride,
-                                      float *dqkv, float *dx);
+                                      const float *x, size_t batch, size_t tokens, float *acts,
+                                      const uint8_t *keep_bits, size_t call, const float *dy,
+                                      size_t dy_stride, float *scratch, float *dx);
 /* The whole backward of a module that is one such head over its saved
  * forward (SelfAttention_v1/v2, CausalAttention): allocates, then sets dx
  * (B, T, d_in) and adds the projections' gradients. */

@@ -25,15 +25,15 @@ static attn_status sa_v2_forward(attn_module *m, const float *x, size_t batch, s
     if (st != ATTN_OK) return st;
     attn_qkv_weights w = attn_qkv_linear_weights(m, 0, sa->qkv_bias);
     attn_head_spec spec = {.d_out = m->d_out, .scale = sa->scale};
-    float *qkv; /* (3, B, T, d_out) */
+    float *acts; /* q, k, v, out (B, T, d_out), lse (B, T) */
     uint8_t *no_bits;
-    if ((st = attn_forward_prepare(m, batch, tokens, 3 * batch * tokens * m->d_out, 0, &qkv,
-                                   &no_bits)) != ATTN_OK)
-        return st;
-    st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, qkv, NULL, y, m->d_out, NULL);
+    st = attn_forward_prepare(m, batch, tokens, attn_single_head_acts(batch, tokens, m->d_out), 0,
+                              &acts, &no_bits);
+    if (st != ATTN_OK) return st;
+    st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, acts, NULL, y, m->d_out, NULL);
     if (st == ATTN_OK) attn_trace_btc(m, "context_vec", batch, tokens, m->d_out, y);
     if (st == ATTN_OK && m->grad_enabled) st = attn_forward_keep(m, x, batch, tokens, 1.0f);
-    attn_forward_release(m, qkv);
+    attn_forward_release(m, acts);
     return st;
 }
 

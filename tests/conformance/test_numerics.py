@@ -3,6 +3,8 @@
 
     /usr/bin/python3 tests/conformance/test_numerics.py LIBATTN_SO
 
+Each check runs on the reference kernels and on the fast ones (a ctx's
+default), on 1 and 3 threads.
   1. NaN and inf inputs: every module (and both causal masks) on inputs
      holding NaN, +inf or -inf in eight placements. The NaN, +inf and -inf
      positions of attn's output must be those of PyTorch float32's, exactly.
@@ -28,7 +30,8 @@ import torch
 
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from attn_ctypes import ATTN_MASK_NEG_INF, ATTN_MASK_RENORMALIZE, Attn  # noqa: E402
+from attn_ctypes import (ATTN_KERNELS_AUTO, ATTN_KERNELS_REFERENCE, ATTN_MASK_NEG_INF,  # noqa: E402
+                         ATTN_MASK_RENORMALIZE, Attn)
 from seed_modules import (  # noqa: E402
     Batched2D, CausalAttention, CausalAttentionRenorm, CausalSelfAttention, GPTConfig,
     MultiHeadAttention, MultiHeadAttentionWrapper, SelfAttention_v1, SelfAttention_v2,
@@ -219,13 +222,18 @@ def main():
         print(__doc__)
         return 2
     A = Attn(sys.argv[1])
-    ctx = A.ctx_new(1)
     torch.set_num_threads(1)
     print("torch %s, numpy %s" % (torch.__version__, np.__version__))
-    test_nonfinite(A, ctx)
-    test_overflow(A, ctx)
-    test_renormalize_underflow(A, ctx)
-    A.ctx_free(ctx)
+    # The reference kernels, and the fast ones a ctx gets by default (which
+    # hand such inputs to the reference: dispatch.c, needs_reference).
+    for kernels, label in ((ATTN_KERNELS_REFERENCE, "reference"), (ATTN_KERNELS_AUTO, "auto")):
+        print("--- kernels: %s" % label)
+        for threads in (1, 3):
+            ctx = A.ctx_new(threads, kernels)
+            test_nonfinite(A, ctx)
+            test_overflow(A, ctx)
+            test_renormalize_underflow(A, ctx)
+            A.ctx_free(ctx)
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
