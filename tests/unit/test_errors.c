@@ -774,6 +774,23 @@ static void test_scale_range(void) {
     }
 }
 
+/* The same rule for attn_sdpa_forward's config: 1e-50 is uniform attention
+ * (not the default), 3.5e38 is refused by name. */
+static void test_sdpa_scale_range(void) {
+    enum { T = 3, D = 2 };
+    float q[T * D] = {1, 2, -3, 0.5f, 2, -1}, k[T * D] = {0.3f, -2, 1, 1, 4, 0};
+    float v[T * D] = {1, 0, 0, 1, 2, 2}, out[T * D], out_default[T * D];
+    attn_sdpa_config cfg = {.batch = 1, .heads = 1, .q_tokens = T, .kv_tokens = T, .head_dim = D};
+    CHECK_STATUS(attn_sdpa_forward(g_ctx, &cfg, q, k, v, out_default, NULL, NULL, NULL), ATTN_OK);
+    cfg.scale = 1e-50;
+    CHECK_STATUS(attn_sdpa_forward(g_ctx, &cfg, q, k, v, out, NULL, NULL, NULL), ATTN_OK);
+    CHECK(memcmp(out, out_default, sizeof out) != 0);
+    for (int i = 0; i < T; i++) CHECK_NEAR(out[i * D], 1.0f, 1e-6); /* the mean of v */
+    cfg.scale = 3.5e38;
+    EXPECT_FAIL2(attn_sdpa_forward(g_ctx, &cfg, q, k, v, out, NULL, NULL, NULL), ATTN_ERR_INVALID,
+                 "scale (3.5e+38)", "beyond float32's range");
+}
+
 /* Issue 8, defect 8: messages quote caller text with its control characters
  * escaped (a path with a newline and an ANSI escape, a parameter name). */
 static void test_messages_escaped(void) {
@@ -1797,6 +1814,7 @@ int main(void) {
     test_constructor_nulls();
     test_out_null_on_every_failure();
     test_scale_range();
+    test_sdpa_scale_range();
     test_messages_escaped();
     test_trace_shapes_only();
     test_constructor_values();
