@@ -12,6 +12,7 @@ static const char forward_help[] =
     "                    [--heads N] [--context N] [--qkv-bias] [--dropout P --train]\n"
     "                    [--scale S] [--mask neg-inf|renormalize|none]\n"
     "                    [--bernoulli mt19937|mkl] [--threads N]\n"
+    "                    [--weights FILE.safetensors [--layer N]]\n"
     "\n"
     "Runs one attention variant on a float32 .npy input of shape (B, T, d_in) or\n"
     "(T, d_in) and writes the output with the same rank. The weights are those\n"
@@ -26,7 +27,33 @@ static const char forward_help[] =
     "  --mask       how causal modules mask the future (default neg-inf)\n"
     "  --bernoulli  dropout draws of PyTorch builds without MKL (mt19937,\n"
     "               default) or with MKL on Intel CPUs (mkl)\n"
-    "  --threads    worker threads (default: all online CPUs)\n";
+    "  --threads    worker threads (default: all online CPUs)\n"
+    "  --weights    load the weights from a safetensors file instead: the module's\n"
+    "               state_dict names (as attn or safetensors.torch.save_file write\n"
+    "               them), or, for gpt2, a Hugging Face GPT-2 checkpoint\n"
+    "               (h.N.attn.c_attn.weight, ...; --heads must be the model's\n"
+    "               n_head, 12 for GPT-2 small)\n"
+    "  --layer N    the checkpoint's layer to load (gpt2; default 0)\n";
+
+/* --weights: the module's state_dict names, or a Hugging Face GPT-2
+ * checkpoint's layer (gpt2 with --layer, or a file without c_attn.weight). */
+static int load_weights(attn_ctx *ctx, attn_module *m, const cli_module_options *o,
+                        const char *path, bool have_layer, size_t layer, bool have_heads) {
+    attn_safetensors *st;
+    if (attn_safetensors_open(ctx, path, &st) != ATTN_OK) return cli_library_error(ctx, "--weights");
+    attn_safetensors_info info;
+    bool hf = strcmp(o->module, "gpt2") == 0 &&
+              (have_layer || attn_safetensors_find(st, "c_attn.weight", &info) != ATTN_OK);
+    int rc = CLI_OK;
+    if (hf && !have_heads)
+        rc = cli_usage_error("forward: a Hugging Face GPT-2 checkpoint does not record n_head: give "
+                             "--heads (12 for GPT-2 small, 16 medium, 20 large, 25 xl)");
+    else if ((hf ? attn_gpt2_load_hf_from(st, m, layer)
+                 : attn_safetensors_load_module_from(st, m, NULL)) != ATTN_OK)
+        rc = cli_library_error(ctx, "--weights");
+    attn_safetensors_free(st);
+    return rc;
+}
 
 int cli_forward(int argc, char **argv) {
     if (cli_wants_help(argc, argv)) {
@@ -42,7 +69,10 @@ int cli_forward(int argc, char **argv) {
     static const char *const options[] = {"--module", "--d-in",    "--d-out",   "--heads",
                                            "--context", "--dropout", "--scale",   "--mask",
                                            "--input",  "--output",  "--seed",    "--threads",
-                                           "--bernoulli", NULL};
+                                           "--bernoulli", "--weights", "--layer", NULL};
+    const char *weights = NULL;
+    size_t layer = 0;
+    bool have_layer = false, have_heads = false;
     for (int i = 1; i < argc; i++) {
         const char *opt = argv[i];
         if (strcmp(opt, "--qkv-bias") == 0) {
@@ -55,10 +85,17 @@ int cli_forward(int argc, char **argv) {
         }
         const char *value = cli_option_value(argc, argv, &i, options);
         if (!value) return CLI_USAGE;
+        if (strcmp(opt, "--heads") == 0) have_heads = true;
         int handled = cli_module_option(opt, value, &o);
         if (handled == CLI_USAGE) return CLI_USAGE;
         if (handled) continue;
         if (strcmp(opt, "--input") == 0) input = value;
+        else if (strcmp(opt, "--weights") == 0) weights = value;
+        else if (strcmp(opt, "--layer") == 0) {
+            if (!cli_parse_size(value, &layer))
+                return cli_usage_error("--layer: expected a non-negative integer, got '%s'", value);
+            have_layer = true;
+        }
         else if (strcmp(opt, "--output") == 0) output = value;
         else if (strcmp(opt, "--seed") == 0) {
             if (!cli_parse_u64(value, &seed))
@@ -74,6 +111,10 @@ int cli_forward(int argc, char **argv) {
     }
     if (!o.module) return cli_usage_error("forward: --module is required (try 'attn forward --help')");
     if (!input || !output) return cli_usage_error("forward: --input and --output are required");
+    if (have_layer && !weights) return cli_usage_error("forward: --layer needs --weights");
+    if (have_layer && strcmp(o.module, "gpt2") != 0)
+        return cli_usage_error("forward: --layer applies to --module gpt2 (Hugging Face GPT-2 "
+                               "checkpoints), not %s", o.module);
     if (o.dropout > 0.0 && !train)
         fprintf(stderr, "attn: note: --dropout has no effect without --train (eval mode)\n");
 
@@ -107,6 +148,8 @@ int cli_forward(int argc, char **argv) {
         rc = cli_library_error(ctx, "forward");
         goto done;
     }
+    if (weights && (rc = load_weights(ctx, m, &o, weights, have_layer, layer, have_heads)) != CLI_OK)
+        goto done;
     attn_module_set_training(m, train);
     size_t d_out = attn_module_d_out(m);
     size_t y_count = batch * tokens; /* overflow is checked by the forward below */

@@ -537,14 +537,20 @@ attn_status attn_safetensors_metadata_at(attn_safetensors *st, size_t index,
 const char *attn_safetensors_metadata_get(const attn_safetensors *st, const char *key);
 
 /*
- * A module's parameters under their state_dict names ("W_query.weight",
- * "out_proj.bias", ...), float32, metadata {"format": "pt"}: what
- * safetensors.torch.save_file(module.state_dict(), path) writes.
+ * A module's state_dict: its parameters under their PyTorch names
+ * ("W_query.weight", "out_proj.bias", ...) and the seeds' causal-mask
+ * buffers ("mask" (T, T) = triu(ones, 1) for CausalAttention and
+ * MultiHeadAttention, "heads.N.mask" for the wrapper, GPT-2's "bias"
+ * (1, 1, T, T) = tril(ones)), float32, metadata {"format": "pt"}: what
+ * safetensors.torch.save_file(module.state_dict(), path) writes for the
+ * seeds' PyTorch class.
  */
 attn_status attn_safetensors_save_module(attn_ctx *ctx, attn_module *m, const char *path);
 /*
  * module.load_state_dict(load_file(path), strict=True): every parameter
- * must be in the file with its shape, and the file may hold nothing else.
+ * must be in the file with its shape, and the file may hold nothing else
+ * but the module's mask buffers, which may be absent and, when present,
+ * must be those masks.
  * With a prefix (e.g. "encoder.layer0."), only tensors whose names start
  * with it are considered, the prefix stripped; the rest of the file is
  * ignored. Nothing is changed unless every parameter loads. Errors name the
@@ -570,15 +576,17 @@ attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module 
  * the transpose of nn.Linear's weight (in, out); the loader transposes it
  * into the module's (out, in). The checkpoint does not record n_head: the
  * module's n_head must be the model's (config.json's n_head, 12 for GPT-2
- * small). Errors: ATTN_ERR_NOT_FOUND naming the missing tensor (and how many
- * layers the file has), ATTN_ERR_SHAPE when n_embd differs.
+ * small). m is the module of an attn_gpt2 (attn_gpt2_module). Errors:
+ * ATTN_ERR_INVALID for another kind of module, ATTN_ERR_NOT_FOUND naming
+ * the missing tensor (and how many layers the file has), ATTN_ERR_SHAPE
+ * when n_embd differs. Nothing changes unless all four tensors load.
  */
-attn_status attn_gpt2_load_hf(attn_ctx *ctx, attn_gpt2 *m, const char *path, size_t layer);
-attn_status attn_gpt2_load_hf_from(attn_safetensors *st, attn_gpt2 *m, size_t layer);
+attn_status attn_gpt2_load_hf(attn_ctx *ctx, attn_module *m, const char *path, size_t layer);
+attn_status attn_gpt2_load_hf_from(attn_safetensors *st, attn_module *m, size_t layer);
 /* The reverse: writes the module as layer `layer` of a Hugging Face
  * checkpoint (h.N.attn.c_attn.weight in Conv1D layout, ...), no prefix,
  * metadata {"format": "pt"}. */
-attn_status attn_gpt2_save_hf(attn_ctx *ctx, attn_gpt2 *m, const char *path, size_t layer);
+attn_status attn_gpt2_save_hf(attn_ctx *ctx, attn_module *m, const char *path, size_t layer);
 
 #ifdef __cplusplus
 }
