@@ -100,6 +100,7 @@ class Module:
     state_dict / load_state_dict, backward and gradients, safetensors."""
 
     _prefix = None
+    _buffers = ()  # (name, array): the seeds' causal masks, as in torch's state_dict
 
     def _build(self, cfg, uses_rng=True):
         self._ctx = Context(_num_threads)
@@ -207,9 +208,29 @@ class Module:
         return np.ctypeslib.as_array(ptr, shape=shape)
 
     def state_dict(self):
-        """name -> a float32 copy of the parameter, in PyTorch's order."""
-        return OrderedDict((p.name.decode(), self._view(p.data, p).copy())
-                           for p in self._params())
+        """name -> a float32 copy, in PyTorch's order: the parameters and the
+        seeds' causal-mask buffers ("mask", "heads.N.mask", GPT-2's "bias"),
+        each buffer before its module's parameters, as torch lists them."""
+        params = [(p.name.decode(), self._view(p.data, p).copy()) for p in self._params()]
+        out = OrderedDict()
+        pending = list(self._buffers)
+        for name, value in params:
+            for b in list(pending):
+                owner = b[0].rpartition(".")[0]
+                if not owner or name.startswith(owner + "."):
+                    out[b[0]] = b[1].copy()
+                    pending.remove(b)
+            out[name] = value
+        for name, value in pending:
+            out[name] = value.copy()
+        return out
+
+    def _set_mask_buffers(self, names, side, lower):
+        mask = (np.tril(np.ones((side, side), np.float32)) if lower
+                else np.triu(np.ones((side, side), np.float32), 1))
+        if lower:
+            mask = mask.reshape(1, 1, side, side)
+        self._buffers = tuple((n, mask) for n in names)
 
     def grads(self):
         """name -> a copy of the parameter's gradient (PyTorch's .grad)."""
@@ -222,8 +243,13 @@ class Module:
         exactly (else RuntimeError naming them, as PyTorch); shapes always
         must. Nothing changes unless everything fits."""
         params = {p.name.decode(): p for p in self._params()}
+        buffers = dict(self._buffers)
         missing = [k for k in params if k not in state_dict]
-        unexpected = [k for k in state_dict if k not in params]
+        unexpected = [k for k in state_dict if k not in params and k not in buffers]
+        for k, mask in buffers.items():  # optional, but when given, the mask
+            if k in state_dict and not np.array_equal(np.asarray(state_dict[k]), mask):
+                raise RuntimeError(f"{k}: not the causal mask of this {type(self).__name__} "
+                                   f"(shape {mask.shape})")
         if strict and (missing or unexpected):
             parts = []
             if missing:
@@ -295,6 +321,7 @@ class CausalAttention(Module):
         self._build(CausalConfig(d_in=d_in, d_out=d_out, context_length=context_length,
                                  dropout=dropout, qkv_bias=qkv_bias, scale=_scale(scale),
                                  mask=_mask(mask)))
+        self._set_mask_buffers(["mask"], context_length, False)
 
 
 class MultiHeadAttentionWrapper(Module):
@@ -307,6 +334,8 @@ class MultiHeadAttentionWrapper(Module):
         self._build(HeadsConfig(d_in=d_in, d_out=d_out, context_length=context_length,
                                 num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias,
                                 scale=_scale(scale), mask=_mask(mask)))
+        self._set_mask_buffers([f"heads.{i}.mask" for i in range(num_heads)], context_length,
+                               False)
 
 
 class MultiHeadAttention(Module):
@@ -319,6 +348,7 @@ class MultiHeadAttention(Module):
         self._build(HeadsConfig(d_in=d_in, d_out=d_out, context_length=context_length,
                                 num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias,
                                 scale=_scale(scale), mask=_mask(mask)))
+        self._set_mask_buffers(["mask"], context_length, False)
 
 
 class CausalSelfAttention(Module):
@@ -337,6 +367,7 @@ class CausalSelfAttention(Module):
             raise TypeError("CausalSelfAttention: n_head and block_size are required")
         self._build(Gpt2Config(n_embd=n_embd, n_head=n_head, block_size=block_size,
                                dropout=dropout, scale=_scale(scale)))
+        self._set_mask_buffers(["bias"], block_size, True)
 
     def load_hf(self, path, layer=0):
         """Loads layer `layer`'s attention from a Hugging Face GPT-2
