@@ -64,10 +64,32 @@ const char *attn_status_name(attn_status status);
 typedef void (*attn_trace_fn)(void *user, const char *module, const char *name,
                               size_t ndim, const size_t *shape, const float *data);
 
+/*
+ * The kernels a ctx runs. The reference kernels are plain loops that
+ * accumulate in double: the oracle every fast kernel is tested against,
+ * and the closest to exact. The fast kernels (packed, register-tiled GEMM;
+ * fused, tiled attention) accumulate in float, per instruction set.
+ */
+typedef enum attn_kernels {
+    ATTN_KERNELS_AUTO = 0,  /* the fastest this CPU runs; the environment
+                               variable ATTN_KERNELS (reference, portable,
+                               avx2, avx512) chooses instead when set      */
+    ATTN_KERNELS_REFERENCE, /* double-accumulating loops: the oracle       */
+    ATTN_KERNELS_PORTABLE,  /* the fast algorithms in portable C           */
+    ATTN_KERNELS_AVX2,      /* AVX2 + FMA                                  */
+    ATTN_KERNELS_AVX512     /* AVX-512F                                    */
+} attn_kernels;
+
+/* "auto", "reference", "portable", "avx2", "avx512" ("?" if unknown). */
+const char *attn_kernels_name(attn_kernels kernels);
+/* Whether this CPU (and build) runs them; AUTO and REFERENCE always do. */
+bool attn_kernels_supported(attn_kernels kernels);
+
 typedef struct attn_ctx_config {
     size_t num_threads;  /* 0 or 1: single-threaded                        */
     attn_trace_fn trace; /* optional                                       */
     void *trace_user;    /* passed to trace                                */
+    attn_kernels kernels; /* 0: AUTO                                        */
 } attn_ctx_config;
 
 typedef struct attn_ctx attn_ctx;
@@ -78,6 +100,10 @@ void attn_ctx_free(attn_ctx *ctx);
 /* The message of the last failed call made through ctx ("" if none). */
 const char *attn_ctx_last_error(const attn_ctx *ctx);
 size_t attn_ctx_num_threads(const attn_ctx *ctx);
+/* The kernels the ctx runs: never AUTO (resolved at attn_ctx_new, which
+ * fails with ATTN_ERR_INVALID when asked for kernels the CPU cannot run or
+ * when ATTN_KERNELS holds an unknown name). */
+attn_kernels attn_ctx_kernels(const attn_ctx *ctx);
 
 /* ------------------------------------------------------------------------ */
 /* PyTorch-compatible random numbers                                         */

@@ -10,6 +10,8 @@
  */
 #include "modules/module.h"
 
+#include "kernels/dispatch.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,13 +34,15 @@ static size_t attention_mask_bytes(size_t batch, size_t heads, size_t tokens) {
 static attn_sdpa_args gpt2_heads(const attn_gpt2 *g, size_t batch, size_t tokens,
                                  const float *qkv, float *context) {
     size_t C = g->cfg.n_embd;
-    return (attn_sdpa_args){
+    attn_sdpa_args args = {
         .batch = batch, .heads = g->cfg.n_head, .tokens = tokens, .head_dim = g->head_dim,
         .q = qkv, .k = qkv + C, .v = qkv + 2 * C,
         .b_stride = tokens * 3 * C, .t_stride = 3 * C, .h_stride = g->head_dim,
         .out = context, .out_b_stride = tokens * C, .out_t_stride = C, .out_h_stride = g->head_dim,
         .scale = g->scale, .causal = true, .mask = ATTN_MASK_NEG_INF,
     };
+    attn_sdpa_self(&args);
+    return args;
 }
 
 static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
@@ -62,7 +66,7 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
     if ((st = attn_forward_prepare(m, 4 * rows * C, bits, &buf, &keep_bits)) != ATTN_OK) return st;
     float *qkv = buf, *context = buf + 3 * rows * C;
 
-    attn_ref_linear(m->ctx->num_threads, x, attn_module_data(m, C_ATTN_WEIGHT),
+    attn_k_linear(m->ctx, x, attn_module_data(m, C_ATTN_WEIGHT),
                     attn_module_data(m, C_ATTN_BIAS), qkv, rows, C, 3 * C);
     attn_trace_btc(m, "qkv = c_attn(x)", batch, tokens, 3 * C, qkv);
     size_t split[4] = {batch, nh, tokens, g->head_dim};
@@ -75,7 +79,7 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
     st = attn_run_sdpa(m, &args, p > 0.0 ? &attn_dropout : NULL);
     if (st == ATTN_OK) {
         attn_trace_btc(m, "y (heads joined)", batch, tokens, C, context);
-        attn_ref_linear(m->ctx->num_threads, context, attn_module_data(m, C_PROJ_WEIGHT),
+        attn_k_linear(m->ctx, context, attn_module_data(m, C_PROJ_WEIGHT),
                         attn_module_data(m, C_PROJ_BIAS), y, rows, C, C);
         if (p > 0.0) {
             attn_dropout_stream resid_dropout;
@@ -100,7 +104,6 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
     attn_gpt2 *g = (attn_gpt2 *)m;
     const attn_saved *s = &m->saved;
     size_t C = g->cfg.n_embd, nh = g->cfg.n_head, rows = s->batch * s->tokens;
-    size_t threads = m->ctx->num_threads;
     const float *qkv = s->acts, *context = s->acts + 3 * rows * C;
     const uint8_t *mask = attn_saved_mask(s);
     attn_status st;
@@ -116,7 +119,7 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
     } else {
         memcpy(dy_proj, dy, rows * C * sizeof *dy);
     }
-    attn_ref_linear_backward(threads, context, attn_module_data(m, C_PROJ_WEIGHT), dy_proj,
+    attn_k_linear_backward(m->ctx, context, attn_module_data(m, C_PROJ_WEIGHT), dy_proj,
                              dcontext, false, attn_module_grad(m, C_PROJ_WEIGHT),
                              attn_module_grad(m, C_PROJ_BIAS), rows, C, C);
     /* forward: y (B, T, nh, hs) = attn_dropout(softmax(mask(q k^T * scale))) v */
@@ -127,7 +130,7 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
     st = attn_run_sdpa_backward(m, &grad);
     /* forward: qkv = c_attn(x) */
     if (st == ATTN_OK)
-        attn_ref_linear_backward(threads, s->x, attn_module_data(m, C_ATTN_WEIGHT), dqkv, dx,
+        attn_k_linear_backward(m->ctx, s->x, attn_module_data(m, C_ATTN_WEIGHT), dqkv, dx,
                                  false, attn_module_grad(m, C_ATTN_WEIGHT),
                                  attn_module_grad(m, C_ATTN_BIAS), rows, C, 3 * C);
     free(buf);

@@ -12,6 +12,8 @@
  */
 #include "modules/module.h"
 
+#include "kernels/dispatch.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,7 +30,7 @@ struct attn_mha {
 static attn_sdpa_args mha_heads(const attn_mha *mha, size_t batch, size_t tokens, const float *q,
                                 const float *k, const float *v, float *context) {
     size_t d_out = mha->base.d_out;
-    return (attn_sdpa_args){
+    attn_sdpa_args args = {
         .batch = batch, .heads = mha->cfg.num_heads, .tokens = tokens, .head_dim = mha->head_dim,
         .q = q, .k = k, .v = v,
         .b_stride = tokens * d_out, .t_stride = d_out, .h_stride = mha->head_dim,
@@ -36,6 +38,8 @@ static attn_sdpa_args mha_heads(const attn_mha *mha, size_t batch, size_t tokens
         .out_h_stride = mha->head_dim,
         .scale = mha->scale, .causal = true, .mask = mha->cfg.mask,
     };
+    attn_sdpa_self(&args);
+    return args;
 }
 
 static attn_status mha_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
@@ -71,7 +75,7 @@ static attn_status mha_forward(attn_module *m, const float *x, size_t batch, siz
         attn_trace_btc(m, "context_vec", batch, tokens, d_out, context);
         const float *w_out = attn_module_data(m, mha->out_proj_index);
         const float *b_out = attn_module_data(m, mha->out_proj_index + 1);
-        attn_ref_linear(m->ctx->num_threads, context, w_out, b_out, y, rows, d_out, d_out);
+        attn_k_linear(m->ctx, context, w_out, b_out, y, rows, d_out, d_out);
         attn_trace_btc(m, "out_proj", batch, tokens, d_out, y);
     }
     if (st == ATTN_OK && m->grad_enabled)
@@ -84,7 +88,7 @@ static attn_status mha_forward(attn_module *m, const float *x, size_t batch, siz
 static attn_status mha_backward(attn_module *m, const float *dy, float *dx) {
     attn_mha *mha = (attn_mha *)m;
     const attn_saved *s = &m->saved;
-    size_t d_out = m->d_out, rows = s->batch * s->tokens, threads = m->ctx->num_threads;
+    size_t d_out = m->d_out, rows = s->batch * s->tokens;
     const float *q = s->acts, *k = s->acts + rows * d_out, *v = s->acts + 2 * rows * d_out;
     const float *context = s->acts + 3 * rows * d_out;
     attn_status st;
@@ -95,7 +99,7 @@ static attn_status mha_backward(attn_module *m, const float *dy, float *dx) {
 
     /* forward: y = context @ W_out^T + b_out */
     size_t out = mha->out_proj_index;
-    attn_ref_linear_backward(threads, context, attn_module_data(m, out), dy, dcontext, false,
+    attn_k_linear_backward(m->ctx, context, attn_module_data(m, out), dy, dcontext, false,
                              attn_module_grad(m, out), attn_module_grad(m, out + 1), rows, d_out,
                              d_out);
     /* forward: context (B, T, H, hd) = dropout(softmax(mask(q k^T * scale))) v, per head */

@@ -2,6 +2,8 @@
  * dispatch, and the checks every variant shares. */
 #include "modules/module.h"
 
+#include "kernels/dispatch.h"
+
 #include "parallel.h"
 
 #include <math.h>
@@ -352,7 +354,7 @@ attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g) {
     const attn_sdpa_args *a = g->fwd;
     size_t threads = m->ctx->num_threads;
     size_t rows = a->batch * a->heads * a->tokens; /* fits: checked by the forward */
-    size_t per_part = attn_sdpa_grad_workspace(a->tokens, a->head_dim);
+    size_t per_part = attn_sdpa_grad_workspace(a->kv_tokens, a->head_dim);
     size_t parts = attn_parallel_parts(threads);
     double *stats = calloc(2 * rows, sizeof *stats);
     double *workspace = calloc(parts * per_part, sizeof *workspace);
@@ -419,15 +421,15 @@ void attn_trace_btc(attn_module *m, const char *name, size_t batch, size_t token
 
 void attn_project_qkv(attn_module *m, const attn_qkv_weights *w, const float *x, size_t batch,
                       size_t tokens, size_t d_out, float *q, float *k, float *v) {
-    size_t rows = batch * tokens, d_in = m->d_in, threads = m->ctx->num_threads;
+    size_t rows = batch * tokens, d_in = m->d_in;
     if (w->linear) {
-        attn_ref_linear(threads, x, w->wq, w->bq, q, rows, d_in, d_out);
-        attn_ref_linear(threads, x, w->wk, w->bk, k, rows, d_in, d_out);
-        attn_ref_linear(threads, x, w->wv, w->bv, v, rows, d_in, d_out);
+        attn_k_linear(m->ctx, x, w->wq, w->bq, q, rows, d_in, d_out);
+        attn_k_linear(m->ctx, x, w->wk, w->bk, k, rows, d_in, d_out);
+        attn_k_linear(m->ctx, x, w->wv, w->bv, v, rows, d_in, d_out);
     } else {
-        attn_ref_matmul(threads, x, w->wq, q, rows, d_in, d_out, false);
-        attn_ref_matmul(threads, x, w->wk, k, rows, d_in, d_out, false);
-        attn_ref_matmul(threads, x, w->wv, v, rows, d_in, d_out, false);
+        attn_k_matmul(m->ctx, x, w->wq, q, rows, d_in, d_out, false, false);
+        attn_k_matmul(m->ctx, x, w->wk, k, rows, d_in, d_out, false, false);
+        attn_k_matmul(m->ctx, x, w->wv, v, rows, d_in, d_out, false, false);
     }
     attn_trace_btc(m, "queries", batch, tokens, d_out, q);
     attn_trace_btc(m, "keys", batch, tokens, d_out, k);
@@ -438,20 +440,20 @@ void attn_project_qkv_backward(attn_module *m, const attn_qkv_weights *w,
                                const attn_qkv_grads *grad, const float *x, size_t rows,
                                size_t d_out, const float *dq, const float *dk, const float *dv,
                                float *dx) {
-    size_t d_in = m->d_in, threads = m->ctx->num_threads;
+    size_t d_in = m->d_in;
     const float *weights[3] = {w->wq, w->wk, w->wv}, *biases[3] = {w->bq, w->bk, w->bv};
     float *dweights[3] = {grad->wq, grad->wk, grad->wv}, *dbiases[3] = {grad->bq, grad->bk, grad->bv};
     const float *dys[3] = {dq, dk, dv};
     for (int p = 0; p < 3; p++) {
         if (w->linear) {
             /* forward: q (rows, d_out) = x @ W^T + b, W (d_out, d_in) */
-            attn_ref_linear_backward(threads, x, weights[p], dys[p], dx, true, dweights[p],
+            attn_k_linear_backward(m->ctx, x, weights[p], dys[p], dx, true, dweights[p],
                                      biases[p] ? dbiases[p] : NULL, rows, d_in, d_out);
         } else {
             /* forward: q (rows, d_out) = x @ W, W (d_in, d_out):
              * dx += dq @ W^T, dW += x^T @ dq */
-            if (dx) attn_ref_matmul_acc(threads, dys[p], weights[p], dx, rows, d_out, d_in, true);
-            attn_ref_matmul_tn_acc(threads, x, dys[p], dweights[p], rows, d_in, d_out);
+            if (dx) attn_k_matmul(m->ctx, dys[p], weights[p], dx, rows, d_out, d_in, true, true);
+            attn_k_matmul_tn_acc(m->ctx, x, dys[p], dweights[p], rows, d_in, d_out);
         }
     }
 }

@@ -16,13 +16,15 @@ struct attn_simple {
 /* x serves as query, key and value of one head, unscaled, unmasked. */
 static attn_sdpa_args simple_heads(const attn_module *m, size_t batch, size_t tokens,
                                    const float *x, float *y) {
-    return (attn_sdpa_args){
+    attn_sdpa_args args = {
         .batch = batch, .heads = 1, .tokens = tokens, .head_dim = m->d_in,
         .q = x, .k = x, .v = x,
         .b_stride = tokens * m->d_in, .t_stride = m->d_in,
         .out = y, .out_b_stride = tokens * m->d_in, .out_t_stride = m->d_in,
         .scale = 1.0f,
     };
+    attn_sdpa_self(&args);
+    return args;
 }
 
 /* y (B, T, C) = softmax(x x^T) x */

@@ -10,13 +10,15 @@ static attn_sdpa_args head_args(const attn_head_spec *spec, size_t batch, size_t
                                 const float *q, const float *k, const float *v, float *y,
                                 size_t y_stride) {
     size_t d_out = spec->d_out;
-    return (attn_sdpa_args){
+    attn_sdpa_args args = {
         .batch = batch, .heads = 1, .tokens = tokens, .head_dim = d_out,
         .q = q, .k = k, .v = v,
         .b_stride = tokens * d_out, .t_stride = d_out, .h_stride = 0,
         .out = y, .out_b_stride = tokens * y_stride, .out_t_stride = y_stride, .out_h_stride = 0,
         .scale = spec->scale, .causal = spec->causal, .mask = spec->mask,
     };
+    attn_sdpa_self(&args);
+    return args;
 }
 
 attn_status attn_single_head_forward(attn_module *m, const attn_qkv_weights *w,

@@ -43,8 +43,13 @@ TRACE_FN = ctypes.CFUNCTYPE(None, c_void_p, c_char_p, c_char_p, c_size_t, POINTE
                             F32P)
 
 
+(ATTN_KERNELS_AUTO, ATTN_KERNELS_REFERENCE, ATTN_KERNELS_PORTABLE, ATTN_KERNELS_AVX2,
+ ATTN_KERNELS_AVX512) = range(5)
+
+
 class CtxConfig(Structure):
-    _fields_ = [("num_threads", c_size_t), ("trace", TRACE_FN), ("trace_user", c_void_p)]
+    _fields_ = [("num_threads", c_size_t), ("trace", TRACE_FN), ("trace_user", c_void_p),
+                ("kernels", c_int)]
 
 
 class Param(Structure):
@@ -177,8 +182,9 @@ class Attn:
 
     # ---- context and rng ----
 
-    def ctx_new(self, num_threads=1):
-        cfg = CtxConfig(num_threads, TRACE_FN(), None)
+    def ctx_new(self, num_threads=1, kernels=ATTN_KERNELS_REFERENCE):
+        """A ctx; the exactness suites run the reference kernels, the oracle."""
+        cfg = CtxConfig(num_threads, TRACE_FN(), None, kernels)
         ctx = c_void_p()
         st = self.lib.attn_ctx_new(ctypes.byref(cfg), ctypes.byref(ctx))
         if st != ATTN_OK:
