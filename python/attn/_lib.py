@@ -25,7 +25,8 @@ class AttnError(RuntimeError):
 
 
 class CtxConfig(Structure):
-    _fields_ = [("num_threads", c_size_t), ("trace", c_void_p), ("trace_user", c_void_p)]
+    _fields_ = [("num_threads", c_size_t), ("trace", c_void_p), ("trace_user", c_void_p),
+                ("kernels", c_int)]
 
 
 class Param(Structure):
