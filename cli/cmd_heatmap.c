@@ -28,10 +28,10 @@ static const char heatmap_help_head[] =
     "\n"
     "Draws the attention weights of one forward pass: one panel per head (all\n"
     "heads unless --head N), row i the weights query i gives to every key, a\n"
-    "colour scale from 0 to the largest weight drawn, token labels on both axes\n"
-    "(positions for .npy input), and the masked future of causal modules hatched\n"
-    "in grey. --output writes a PNG (through libpng; docs/cli.md gives its size),\n"
-    "--terminal prints the same with 24-bit ANSI colours.\n"
+    "colour scale from the smallest to the largest weight drawn, token labels on\n"
+    "both axes (positions for .npy input), and the masked future of causal\n"
+    "modules hatched in grey. --output writes a PNG (through libpng; docs/cli.md\n"
+    "gives its size), --terminal prints the same with 24-bit ANSI colours.\n"
     "  --text T     whitespace-separated words. When every word is one of the\n"
     "               seeds' sentence \"Your journey starts with one step\" (any case)\n"
     "               and --d-in is 3 or not given, the seeds' 3-d embeddings are\n"
@@ -400,9 +400,10 @@ int cli_heatmap(int argc, char **argv) {
             goto done;
         }
         if (!h.terminal)
-            printf("wrote %s: %zu panel%s, %zu x %zu pixels, cell %zu, colour scale 0 to %.4f\n",
+            printf("wrote %s: %zu panel%s, %zu x %zu pixels, cell %zu, colour scale %.4f to "
+                   "%.4f\n",
                    h.output, count, count == 1 ? "" : "s", layout.width, layout.height,
-                   layout.cell, (double)layout.vmax);
+                   layout.cell, (double)layout.vmin, (double)layout.vmax);
     }
 done:
     for (size_t i = 0; labels && i < col.tokens; i++) free(labels[i]);

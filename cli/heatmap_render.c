@@ -32,16 +32,25 @@ static size_t label_len(const char *s) {
     return n > HM_MAX_LABEL ? HM_MAX_LABEL : n;
 }
 
-static float max_weight(const hm_spec *spec) {
-    float vmax = 0.0f;
+/* The smallest and largest weight drawn (the masked future left out). */
+static void weight_range(const hm_spec *spec, float *vmin, float *vmax) {
     size_t T = spec->tokens;
+    *vmin = INFINITY;
+    *vmax = -INFINITY;
     for (size_t p = 0; p < spec->panels; p++)
         for (size_t i = 0; i < T; i++)
             for (size_t j = 0; j < T; j++) {
                 float w = spec->weights[(p * T + i) * T + j];
-                if (w > vmax && !(spec->causal && j > i)) vmax = w;
+                if (spec->causal && j > i) continue;
+                if (w < *vmin) *vmin = w;
+                if (w > *vmax) *vmax = w;
             }
-    return vmax > 0.0f ? vmax : 1.0f;
+    if (!(*vmin <= *vmax)) *vmin = 0.0f, *vmax = 1.0f; /* nothing finite drawn */
+}
+
+/* Where w sits on the scale: 0 at vmin, 1 at vmax (0.5 for a flat map). */
+static float scale_position(float w, float vmin, float vmax) {
+    return vmax > vmin ? (w - vmin) / (vmax - vmin) : 0.5f;
 }
 
 bool hm_compute_layout(const hm_spec *spec, hm_layout *out) {
@@ -64,7 +73,7 @@ bool hm_compute_layout(const hm_spec *spec, hm_layout *out) {
     out->bar_x = MARGIN + out->cols * out->panel_w + GAP * (out->cols - 1) + BAR_GAP;
     out->width = out->bar_x + BAR_W + BAR_TEXT_GAP + 30 * out->scale + MARGIN;
     out->height = MARGIN + out->caption_h + out->rows * out->panel_h + GAP * (out->rows - 1) + MARGIN;
-    out->vmax = max_weight(spec);
+    weight_range(spec, &out->vmin, &out->vmax);
     return out->width <= 32768 && out->height <= 32768;
 }
 
@@ -137,7 +146,9 @@ void hm_render(const hm_spec *spec, const hm_layout *L, unsigned char *rgb) {
                             put(&cv, cx + xx, cy + yy, ((xx + yy) / 3) % 2 ? hatch_a : hatch_b);
                 } else {
                     unsigned char colour[3];
-                    hm_colour(spec->weights[(p * T + i) * T + j] / L->vmax, colour);
+                    hm_colour(scale_position(spec->weights[(p * T + i) * T + j], L->vmin,
+                                             L->vmax),
+                              colour);
                     fill(&cv, cx, cy, inner, inner, colour);
                 }
             }
@@ -152,14 +163,16 @@ void hm_render(const hm_spec *spec, const hm_layout *L, unsigned char *rgb) {
     char value[16];
     snprintf(value, sizeof value, "%.3f", (double)L->vmax);
     text(&cv, L->bar_x + BAR_W + BAR_TEXT_GAP, top, value, 5, s, false);
-    text(&cv, L->bar_x + BAR_W + BAR_TEXT_GAP, top + h - 7 * s, "0", 5, s, false);
+    snprintf(value, sizeof value, "%.3f", (double)L->vmin);
+    text(&cv, L->bar_x + BAR_W + BAR_TEXT_GAP, top + h - 7 * s, value, 5, s, false);
 }
 
 bool hm_print_terminal(FILE *out, const hm_spec *spec) {
     size_t T = spec->tokens, n = 1;
     for (size_t i = 0; i < T; i++)
         if (label_len(spec->labels[i]) > n) n = label_len(spec->labels[i]);
-    float vmax = max_weight(spec);
+    float vmin, vmax;
+    weight_range(spec, &vmin, &vmax);
     if (spec->title) fprintf(out, "%s\n", spec->title);
     for (size_t p = 0; p < spec->panels; p++) {
         fprintf(out, "head %zu\n%*s ", spec->heads[p], (int)n, "");
@@ -172,14 +185,15 @@ bool hm_print_terminal(FILE *out, const hm_spec *spec) {
                     fputs("\x1b[48;2;70;70;70m\x1b[38;2;140;140;140m//", out);
                 } else {
                     unsigned char rgb[3];
-                    hm_colour(spec->weights[(p * T + i) * T + j] / vmax, rgb);
+                    hm_colour(scale_position(spec->weights[(p * T + i) * T + j], vmin, vmax),
+                              rgb);
                     fprintf(out, "\x1b[48;2;%u;%u;%um  ", rgb[0], rgb[1], rgb[2]);
                 }
             }
             fprintf(out, "\x1b[0m %2zu\n", i);
         }
     }
-    fputs("scale: 0 ", out);
+    fprintf(out, "scale: %.3f ", (double)vmin);
     for (int k = 0; k <= 16; k++) {
         unsigned char rgb[3];
         hm_colour((float)k / 16.0f, rgb);

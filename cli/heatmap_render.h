@@ -34,11 +34,13 @@ typedef struct hm_spec {
  * Cell (i, j) of panel p fills [gx + j c, gx + (j+1) c) x [gy + i c, ...),
  * with gx = 10 + col (L + T c + 16) + L and gy = 10 + C + row (A + L + T c
  * + 16) + A + L; when c >= 12 its last row and column are white grid lines.
+ * Colours run from the smallest weight drawn (dark) to the largest (pale);
+ * the masked future is not drawn as a weight but hatched grey.
  */
 typedef struct hm_layout {
     size_t cell, scale, label_w, title_h, caption_h, cols, rows, panel_w, panel_h;
     size_t width, height, bar_x;
-    float vmax; /* the colour scale runs from 0 to vmax */
+    float vmin, vmax; /* the colour scale: the smallest and largest weight drawn */
 } hm_layout;
 
 /* Fills the layout; false when the image would be absurdly large. */
