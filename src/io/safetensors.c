@@ -767,8 +767,9 @@ static uint64_t read_u64_le(const unsigned char *p) {
 static attn_status header_size(attn_safetensors *st, uint64_t n, size_t total, size_t *len) {
     if (n > ATTN_SAFETENSORS_MAX_HEADER)
         return attn_fail(st->ctx, ATTN_ERR_FORMAT,
-                         "%s: header length %llu exceeds the limit of %zu bytes", st->label,
-                         (unsigned long long)n, ATTN_SAFETENSORS_MAX_HEADER);
+                         "%s: header length %llu exceeds the limit of %zu bytes (not a "
+                         "safetensors file?)",
+                         st->label, (unsigned long long)n, ATTN_SAFETENSORS_MAX_HEADER);
     if (n > total - 8)
         return attn_fail(st->ctx, ATTN_ERR_FORMAT,
                          "%s: header length %llu exceeds the %zu bytes after the length field",
@@ -833,7 +834,7 @@ attn_status attn_safetensors_open(attn_ctx *ctx, const char *path, attn_safetens
     if (s == ATTN_OK) {
         if (total < 8) s = too_short(st, total);
         else if (fread(prefix, 1, 8, st->file) != 8)
-            s = attn_fail(ctx, ATTN_ERR_IO, "%s: read failed", path);
+            s = attn_fail(ctx, ATTN_ERR_IO, "%s: read failed: %s", path, strerror(errno));
         else s = header_size(st, read_u64_le(prefix), total, &len);
     }
     if (s == ATTN_OK) {
@@ -841,7 +842,8 @@ attn_status attn_safetensors_open(attn_ctx *ctx, const char *path, attn_safetens
         if (!text) s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for a %zu-byte header",
                                  path, len);
         else if (fread(text, 1, len, st->file) != len)
-            s = attn_fail(ctx, ATTN_ERR_IO, "%s: read failed in the header", path);
+            s = attn_fail(ctx, ATTN_ERR_IO, "%s: read failed in the header: %s", path,
+                          strerror(errno));
     }
     if (s == ATTN_OK) s = parse_header(st, text, len);
     free(text);

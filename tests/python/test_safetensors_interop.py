@@ -5,9 +5,11 @@ installed by scripts/install-python-deps.sh):
   - files attn writes it reads bit for bit, and they are byte-identical to
     the files it writes for the same arrays and metadata;
   - hostile files it rejects attn rejects too.
-usage: test_safetensors_interop.py LIBATTN_SO
+  - `attn forward --weights` runs a PyTorch module saved by safetensors.torch.
+usage: test_safetensors_interop.py LIBATTN_SO ATTN_CLI
 """
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -139,6 +141,28 @@ for make_attn, make_torch in cases:
         check(f1.read() == f2.read(), f"{type(ours).__name__}: attn's file == safetensors.torch's")
 print("modules: attn <-> safetensors.torch <-> the seeds' torch classes (strict load_state_dict), "
       "files byte-identical")
+
+# The CLI on a PyTorch module's file: the same outputs as the module.
+torch.manual_seed(11)
+ref3 = seed_modules.MultiHeadAttention(6, 4, 5, 0.0, num_heads=2).eval()
+stt.save_file(ref3.state_dict(), p_ref)
+x3 = torch.rand(3, 5, 6)
+np.save(os.path.join(tmp, "x.npy"), x3.numpy())
+r = subprocess.run([sys.argv[2], "forward", "--module", "mha", "--heads", "2", "--d-out", "4",
+                    "--weights", p_ref, "--input", os.path.join(tmp, "x.npy"),
+                    "--output", os.path.join(tmp, "y.npy")], capture_output=True, text=True)
+check(r.returncode == 0, f"attn forward --weights: {r.stderr}")
+if r.returncode == 0:
+    with torch.no_grad():
+        want = ref3(x3).numpy()
+    check(np.abs(np.load(os.path.join(tmp, "y.npy")) - want).max() <= 1e-6,
+          "attn forward --weights on safetensors.torch's file")
+r = subprocess.run([sys.argv[2], "forward", "--module", "mha", "--heads", "2", "--d-out", "6",
+                    "--weights", p_ref, "--input", os.path.join(tmp, "x.npy"),
+                    "--output", os.path.join(tmp, "y.npy")], capture_output=True, text=True)
+check(r.returncode == 1 and "has shape [4, 6]; MultiHeadAttention's W_query.weight is [6, 6]"
+      in r.stderr, f"a mis-shaped module: {r.stderr}")
+print("CLI: attn forward --weights on a torch module's file matches it")
 
 # 4. Hostile files: what the package rejects, attn rejects.
 def image(header, data=b""):
