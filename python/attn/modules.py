@@ -12,7 +12,7 @@ from ._lib import (F32P, AttnError, CausalConfig, Context, Gpt2Config, HeadsConf
                    SaV1Config, SaV2Config, SimpleConfig, encode_path, lib)
 
 _MASKS = {"neg-inf": 0, "renormalize": 1, "none": 2}
-_BERNOULLI = {"mt19937": 0, "mkl": 1}
+_BERNOULLI = {"mt19937": 0, "mkl": 1, "philox": 2}
 _num_threads = os.cpu_count() or 1
 
 
@@ -44,9 +44,10 @@ def manual_seed(seed):
 
 def set_bernoulli(method):
     """Dropout draws as PyTorch builds without MKL make them ("mt19937", the
-    default) or as builds with MKL on Intel CPUs ("mkl")."""
+    default), as builds with MKL on Intel CPUs ("mkl"), or Philox4x32-10
+    ("philox", see attn.h)."""
     if method not in _BERNOULLI:
-        raise ValueError(f"set_bernoulli: expected 'mt19937' or 'mkl', got {method!r}")
+        raise ValueError(f"set_bernoulli: expected one of {', '.join(_BERNOULLI)}, got {method!r}")
     default_generator.ctx.check(
         lib.attn_rng_set_bernoulli_method(default_generator.handle, _BERNOULLI[method]))
 

@@ -118,8 +118,15 @@ void attn_ref_sdpa(const attn_sdpa_args *args, double *row);
 typedef struct attn_sdpa_grad_args {
     const attn_sdpa_args *fwd; /* q, k, v, sizes, strides, scale, mask */
     const float *dout;         /* with fwd's out strides */
-    float *dq, *dk, *dv;       /* with fwd's q/k/v strides */
-    const uint8_t *keep_bits;  /* NULL: no dropout */
+    float *dq, *dk, *dv;       /* dq with fwd's q strides, dk and dv with its kv strides */
+    /* the forward's output (its out strides) and lse (B, H, T): read by the
+     * fused backward, which rebuilds the weights from them */
+    const float *out, *lse;
+    /* The forward's dropout, if any: its mask as keep bits, or else its
+     * Philox key (rng/philox.h). kept_scale = 1/(1-p). */
+    const uint8_t *keep_bits;
+    bool philox;
+    uint64_t philox_seed, philox_offset, keep_threshold;
     float kept_scale;
     double *row_stats;         /* 2 * B * H * T doubles: lse and delta */
     double *workspace;         /* attn_sdpa_grad_workspace(S, hd) per part */

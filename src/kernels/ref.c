@@ -6,6 +6,7 @@
 
 #include "parallel.h"
 #include "rng/dropout.h"
+#include "rng/philox.h"
 
 #include <math.h>
 #include <string.h>
@@ -286,10 +287,12 @@ static bool grad_hides(const sdpa_grad_view *v, size_t i, size_t j) {
     return v->masking && attn_causal_hides(i, j, v->T, v->S);
 }
 
-/* The dropout factor the forward applied to weight `bit` of (B, H, T, S). */
-static double drop_factor(const attn_sdpa_grad_args *g, size_t bit) {
-    if (!g->keep_bits) return 1.0;
-    return attn_bit(g->keep_bits, bit) ? (double)g->kept_scale : 0.0;
+/* The dropout factor the forward applied to weight e of (B, H, T, S). */
+static double drop_factor(const attn_sdpa_grad_args *g, size_t e) {
+    if (g->keep_bits) return attn_bit(g->keep_bits, e) ? (double)g->kept_scale : 0.0;
+    if (!g->philox) return 1.0;
+    uint32_t word = attn_philox_dropout_word(g->philox_seed, g->philox_offset, e);
+    return word < g->keep_threshold ? (double)g->kept_scale : 0.0;
 }
 
 /* Pass 1, query rows [begin, end) of the flattened (B, H, T). */
