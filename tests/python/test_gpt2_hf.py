@@ -2,8 +2,10 @@
 from `transformers` (pinned in scripts/requirements-test.txt), saved with
 save_pretrained(safe_serialization=True), gives, layer by layer, the same
 attention outputs in attn (library and `attn forward --weights`) as
-transformers' own GPT2Attention; attn's writer gives a file transformers
-loads. Tolerance: relative L2 error 1e-5.
+transformers' own GPT2Attention, and `attn heatmap --weights` draws the
+attention weights GPT2Attention returns (output_attentions, max error 1e-5);
+attn's writer gives a file transformers loads. Tolerance: relative L2 error
+1e-5.
 usage: test_gpt2_hf.py LIBATTN_SO ATTN_CLI
 """
 import os
@@ -82,6 +84,17 @@ for model_cls, name in ((GPT2Model, "GPT2Model"), (GPT2LMHeadModel, "GPT2LMHeadM
         cli_err = rel_l2(np.load(yout), want) if run.returncode == 0 else float("inf")
         check(cli_err <= TOL, f"{name} layer {layer}: CLI rel L2 {cli_err:.3g}")
         print(f"{name} layer {layer}: relative L2 error library {err:.2e}, CLI {cli_err:.2e}")
+        # attn heatmap draws the attention weights transformers computes.
+        with torch.no_grad():
+            hf_weights = blocks[layer].attn(x, output_attentions=True)[2][1].numpy()  # batch 1
+        wout = os.path.join(tmp, "w.npy")
+        run = subprocess.run([cli, "heatmap", "--module", "gpt2", "--heads", str(H), "--context",
+                              str(P), "--weights", path, "--layer", str(layer), "--input", xin,
+                              "--batch", "1", "--terminal", "--save-weights", wout],
+                             capture_output=True, text=True)
+        check(run.returncode == 0, f"attn heatmap --weights: {run.stderr}")
+        w_err = float(np.abs(np.load(wout) - hf_weights).max()) if run.returncode == 0 else 1.0
+        check(w_err <= 1e-5, f"{name} layer {layer}: heatmap weights max error {w_err:.3g}")
 
     # The reverse: attn writes layer 1, transformers loads it.
     attn.manual_seed(seed % 1000)
