@@ -235,8 +235,11 @@ static attn_status json_string(json_cursor *c, char **out, const char *expected)
     if (c->p >= c->end || *c->p != '"') return json_error(c, expected);
     size_t start_offset = json_offset(c);
     c->p++;
-    /* Decoding never makes text longer: escapes shrink, the rest is copied. */
-    size_t cap = (size_t)(c->end - c->p) + 1;
+    /* Decoding never makes text longer (escapes shrink, the rest is copied),
+     * so the raw length up to the closing quote bounds the decoded one. */
+    const unsigned char *q = c->p;
+    while (q < c->end && *q != '"') q += (*q == '\\' && q + 1 < c->end) ? 2 : 1;
+    size_t cap = (size_t)(q - c->p) + 1;
     unsigned char *buf = malloc(cap);
     if (!buf)
         return attn_fail(c->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for a header string",

@@ -342,6 +342,25 @@ static void test_rejections(attn_ctx *ctx) {
     attn_safetensors_free(st);
     free(img);
 
+    /* Many names in a large header: each costs its own length, not the rest
+     * of the header (20,000 names in 1.3 MB). */
+    size_t many = 20000, cap = many * 80 + 16, len = 0;
+    char *many_header = malloc(cap);
+    len += (size_t)snprintf(many_header + len, cap - len, "{");
+    for (size_t i = 0; i < many; i++)
+        len += (size_t)snprintf(many_header + len, cap - len,
+                                "%s\"tensor.%06zu\":{%s,\"shape\":[0],\"data_offsets\":[0,0]}",
+                                i ? "," : "", i, f32);
+    snprintf(many_header + len, cap - len, "}");
+    img = image(many_header, nothing, 0, &size);
+    CHECK_STATUS(attn_safetensors_parse(ctx, img, size, &st), ATTN_OK);
+    CHECK(attn_safetensors_count(st) == many);
+    attn_safetensors_info last;
+    CHECK_STATUS(attn_safetensors_find(st, "tensor.019999", &last), ATTN_OK);
+    attn_safetensors_free(st);
+    free(img);
+    free(many_header);
+
     /* Files: missing, directory-free errors, truncated after opening. */
     CHECK_STATUS(attn_safetensors_open(ctx, "/nonexistent/x.safetensors", &st), ATTN_ERR_IO);
     CHECK_MESSAGE(ctx, "/nonexistent/x.safetensors: cannot open");
