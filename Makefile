@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all demo test deps build sanitize clean install
+.PHONY: bench-peers all demo test deps build sanitize clean install bench bench-deps
 
 all: build
 
@@ -21,6 +21,15 @@ deps:
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# attn bench: our kernels against OpenBLAS (loaded at run time, installed by
+# scripts/install-bench-deps.sh). BENCH_ARGS passes options, e.g.
+#   make bench BENCH_ARGS="--quick --threads 1"
+bench-deps:
+	./scripts/install-bench-deps.sh
+
+bench: bench-deps build
+	./$(BUILD)/attn bench $(BENCH_ARGS)
+
 # The suite under AddressSanitizer and UndefinedBehaviorSanitizer. The
 # ctypes suites load the library into Python, which ASan cannot join late,
 # so they run in the plain build only.
@@ -34,3 +43,10 @@ install: build
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-sanitize
+
+# attn next to PyTorch 2.15 (PyPI, its CPU flash attention) in one run; sets
+# up the peer in .venv-peers first (scripts/setup-bench-peers.sh: ~2.7 GB).
+bench-peers: build
+	./scripts/install-bench-deps.sh
+	./scripts/setup-bench-peers.sh
+	.venv-peers/bin/python bench/peers.py ./$(BUILD)/attn $(PEERS_ARGS)

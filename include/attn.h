@@ -188,10 +188,58 @@ attn_status attn_softmax(attn_ctx *ctx, const float *x, float *y, size_t rows, s
 /* y (rows, out) = x (rows, in) @ weight^T (+ bias); weight is (out, in). */
 attn_status attn_linear(attn_ctx *ctx, const float *x, const float *weight, const float *bias,
                         float *y, size_t rows, size_t in_features, size_t out_features);
+/*
+ * BLAS's sgemm, row-major: c (m, n) = alpha * op(a) @ op(b) + beta * c,
+ * where op(a) (m, k) is a, or with trans_a the transpose of a stored
+ * (k, m); op(b) (k, n) is b, or with trans_b the transpose of b stored
+ * (n, k). lda, ldb, ldc are the stored row strides (at least the stored
+ * row lengths). beta == 0 never reads c. Runs on the ctx's kernels and
+ * threads: the reference sums in double; the fast kernels in float, with
+ * results bitwise the same for any thread count.
+ */
+attn_status attn_gemm(attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                      float alpha, const float *a, size_t lda, const float *b, size_t ldb,
+                      float beta, float *c, size_t ldc);
 /* scores (T, T) in place: masked_fill(triu(ones, diagonal=1), -inf). */
 attn_status attn_mask_causal_neg_inf(attn_ctx *ctx, float *scores, size_t tokens);
 /* weights (T, T) in place: multiply by tril(ones), divide rows by their sums. */
 attn_status attn_mask_causal_renormalize(attn_ctx *ctx, float *weights, size_t tokens);
+
+/*
+ * Scaled dot-product attention on the caller's tensors, forward and
+ * backward: out = dropout(softmax(mask(q k^T * scale))) v, on the fused
+ * kernels (online softmax, no (T, S) buffer) unless the ctx runs the
+ * reference ones. q, out are (B, H, T, hd) and k, v (B, H, S, hd), each
+ * addressed through (b, t, h) element strides (zeros: the contiguous
+ * (B, T, H, hd) layout of a module's projections); the head's hd values are
+ * contiguous. causal hides key j from query i when j > i + S - T (the last
+ * query sees every key); a query that sees no key outputs zeros.
+ */
+typedef struct attn_sdpa_config {
+    size_t batch, heads, q_tokens, kv_tokens, head_dim;
+    size_t q_strides[3], kv_strides[3], out_strides[3]; /* (b, t, h); 0, 0, 0: contiguous */
+    float scale;    /* 0: 1/sqrt(head_dim) */
+    bool causal;
+    double dropout; /* probability; > 0 needs an rng in ATTN_BERNOULLI_PHILOX mode */
+} attn_sdpa_config;
+
+/* What a forward's dropout drew from, for its backward. */
+typedef struct attn_sdpa_dropout {
+    uint64_t seed, offset;
+} attn_sdpa_dropout;
+
+/* out and lse (B, H, T: each row's log-sum-exp, the backward's input; may
+ * be NULL for inference). rng and drawn are needed only with dropout: the
+ * mask is Philox's (see attn_bernoulli_method), drawn inside the kernel. */
+attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
+                              const float *k, const float *v, float *out, float *lse,
+                              attn_rng *rng, attn_sdpa_dropout *drawn);
+/* dq (q's layout), dk, dv (k's) from dout (out's layout), given the
+ * forward's out and lse and, with dropout, what it drew. */
+attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
+                               const float *k, const float *v, const float *out,
+                               const float *lse, const float *dout, float *dq, float *dk,
+                               float *dv, const attn_sdpa_dropout *drawn);
 
 /* ------------------------------------------------------------------------ */
 /* Modules                                                                   */

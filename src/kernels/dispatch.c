@@ -3,6 +3,7 @@
 #include "kernels/dispatch.h"
 
 #include "kernels/flash/flash.h"
+#include "kernels/gemm/gemm.h"
 #include "parallel.h"
 #include "rng/dropout.h"
 #include "rng/philox.h"
@@ -71,8 +72,32 @@ attn_status attn_kernels_resolve(attn_kernels requested, attn_kernels *out) {
 
 /* ---- the calls ---------------------------------------------------------- */
 
+/* The fast kernel set of the ctx, or NULL for the reference loops. */
+static const attn_gemm_kernel *fast(const attn_ctx *ctx) {
+    return attn_gemm_kernel_for(ctx->kernels);
+}
+
+/* Each call below runs the reference kernel when the ctx asks for it, and
+ * also when the SGEMM cannot allocate its pack buffers: the reference needs
+ * no memory, so a call never fails. */
+
+void attn_k_gemm(const attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                 float alpha, const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                 float *c, size_t ldc) {
+    const attn_gemm_kernel *uk = fast(ctx);
+    if (uk && attn_sgemm(uk, ctx->num_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                         beta, c, ldc))
+        return;
+    attn_ref_gemm(ctx->num_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                  ldc);
+}
+
 void attn_k_matmul(const attn_ctx *ctx, const float *a, const float *b, float *c, size_t m,
                    size_t k, size_t n, bool b_transposed, bool accumulate) {
+    const attn_gemm_kernel *uk = fast(ctx);
+    if (uk && attn_sgemm(uk, ctx->num_threads, false, b_transposed, m, n, k, 1.0f, a, k, b,
+                         b_transposed ? k : n, accumulate ? 1.0f : 0.0f, c, n))
+        return;
     if (accumulate)
         attn_ref_matmul_acc(ctx->num_threads, a, b, c, m, k, n, b_transposed);
     else
@@ -81,19 +106,70 @@ void attn_k_matmul(const attn_ctx *ctx, const float *a, const float *b, float *c
 
 void attn_k_matmul_tn_acc(const attn_ctx *ctx, const float *a, const float *b, float *c,
                           size_t k, size_t m, size_t n) {
+    const attn_gemm_kernel *uk = fast(ctx);
+    if (uk && attn_sgemm(uk, ctx->num_threads, true, false, m, n, k, 1.0f, a, m, b, n, 1.0f, c, n))
+        return;
     attn_ref_matmul_tn_acc(ctx->num_threads, a, b, c, k, m, n);
 }
 
 void attn_k_linear(const attn_ctx *ctx, const float *x, const float *w, const float *bias,
                    float *y, size_t rows, size_t in, size_t out) {
+    const attn_gemm_kernel *uk = fast(ctx);
+    if (uk) {
+        /* y = x w^T + bias: y starts as the bias in every row, then the
+         * SGEMM adds x w^T to it. */
+        if (bias)
+            for (size_t r = 0; r < rows; r++) memcpy(y + r * out, bias, out * sizeof *y);
+        if (attn_sgemm(uk, ctx->num_threads, false, true, rows, out, in, 1.0f, x, in, w, in,
+                       bias ? 1.0f : 0.0f, y, out))
+            return;
+    }
     attn_ref_linear(ctx->num_threads, x, w, bias, y, rows, in, out);
+}
+
+typedef struct colsum_job {
+    const float *dy;
+    float *dbias;
+    size_t rows, out;
+} colsum_job;
+
+/* dbias[o] += sum over rows of dy[r, o], for o in [begin, end): summed in
+ * double, a block of columns at a time, reading dy row by row. */
+static void colsum_columns(void *arg, size_t begin, size_t end) {
+    const colsum_job *job = arg;
+    enum { BLOCK = 256 };
+    double acc[BLOCK];
+    for (size_t o0 = begin; o0 < end; o0 += BLOCK) {
+        size_t width = end - o0 < BLOCK ? end - o0 : BLOCK;
+        for (size_t o = 0; o < width; o++) acc[o] = 0.0;
+        for (size_t r = 0; r < job->rows; r++) {
+            const float *row = job->dy + r * job->out + o0;
+            for (size_t o = 0; o < width; o++) acc[o] += row[o];
+        }
+        for (size_t o = 0; o < width; o++)
+            job->dbias[o0 + o] = (float)(job->dbias[o0 + o] + acc[o]);
+    }
 }
 
 void attn_k_linear_backward(const attn_ctx *ctx, const float *x, const float *w, const float *dy,
                             float *dx, bool accumulate_dx, float *dw, float *dbias, size_t rows,
                             size_t in, size_t out) {
-    attn_ref_linear_backward(ctx->num_threads, x, w, dy, dx, accumulate_dx, dw, dbias, rows, in,
-                             out);
+    const attn_gemm_kernel *uk = fast(ctx);
+    size_t threads = ctx->num_threads;
+    /* forward: y (rows, out) = x (rows, in) @ w^T + bias, w (out, in):
+     *   dx (rows, in) = dy @ w; dw (out, in) += dy^T @ x; dbias += colsum(dy) */
+    if (!uk || (dx && !attn_sgemm(uk, threads, false, false, rows, in, out, 1.0f, dy, out, w, in,
+                                  accumulate_dx ? 1.0f : 0.0f, dx, in))) {
+        attn_ref_linear_backward(threads, x, w, dy, dx, accumulate_dx, dw, dbias, rows, in, out);
+        return;
+    }
+    if (!attn_sgemm(uk, threads, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in))
+        attn_ref_matmul_tn_acc(threads, dy, x, dw, rows, out, in);
+    if (dbias) {
+        colsum_job job = {dy, dbias, rows, out};
+        size_t min_cols = ((size_t)1 << 18) / (rows + 1) + 1;
+        attn_parallel_for(threads, out, min_cols, colsum_columns, &job);
+    }
 }
 
 /* ---- attention ------------------------------------------------------------ */

@@ -14,6 +14,10 @@
  * best the CPU runs) into kernels this CPU runs, or ATTN_ERR_INVALID. */
 attn_status attn_kernels_resolve(attn_kernels requested, attn_kernels *out);
 
+/* c (m, n) = alpha op(a) @ op(b) + beta c (attn_gemm's contract). */
+void attn_k_gemm(const attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                 float alpha, const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                 float *c, size_t ldc);
 /* c (m, n) = a @ b (+ c when accumulate); b is (k, n), or (n, k) transposed. */
 void attn_k_matmul(const attn_ctx *ctx, const float *a, const float *b, float *c, size_t m,
                    size_t k, size_t n, bool b_transposed, bool accumulate);

@@ -30,6 +30,13 @@ void attn_ref_matmul_acc(size_t num_threads, const float *a, const float *b, flo
 void attn_ref_matmul_tn_acc(size_t num_threads, const float *a, const float *b, float *c,
                             size_t k, size_t m, size_t n);
 
+/* c (m, n) = alpha op(a) @ op(b) + beta c with row strides lda, ldb, ldc
+ * (op: transposed when trans_a / trans_b), summed in double and rounded
+ * once; beta == 0 never reads c. Rows of c are split over num_threads. */
+void attn_ref_gemm(size_t num_threads, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                   float alpha, const float *a, size_t lda, const float *b, size_t ldb,
+                   float beta, float *c, size_t ldc);
+
 /* y (rows, out) = x (rows, in) @ w^T (+ bias), w is (out, in). */
 void attn_ref_linear(size_t num_threads, const float *x, const float *w, const float *bias,
                      float *y, size_t rows, size_t in, size_t out);

@@ -10,6 +10,7 @@
  *   v_mul(a, b) v_sub(a, b) v_max(a, b)
  *   v_exp2(x)          2^x for x <= 0, exactly 0 for x = -inf
  *   v_hmax(v) v_hsum(v)
+ *   v_keep(w, t, k)    per lane: k where the 32-bit word w[lane] < t, else 0
  *   FLASH_KERNELS      the name of the attn_flash_kernels table to define
  *   FLASH_ISA_NAME     "avx512", ...
  *
@@ -84,9 +85,21 @@ static void drop_factors(const attn_flash_dropout *drop, uint64_t e0, size_t n, 
 #endif
         uint64_t lo = group << 6 > e0 ? group << 6 : e0;
         uint64_t hi = (group + 1) << 6 < e0 + n ? (group + 1) << 6 : e0 + n;
+        if (hi - lo == 64) { /* a whole group: a vector of words at a time */
+            for (int v = 0; v < 64; v += VW)
+                v_store(factor + (lo - e0) + v, v_keep(words + v, drop->keep_threshold, drop->kept_scale));
+            continue;
+        }
         for (uint64_t e = lo; e < hi; e++)
             factor[e - e0] = words[e & 63] < drop->keep_threshold ? drop->kept_scale : 0.0f;
     }
+}
+
+/* x[0, n) *= factor[0, n), a vector at a time. */
+static void scale_by(float *x, const float *factor, size_t n) {
+    size_t j = 0;
+    for (; j + VW <= n; j += VW) v_store(x + j, v_mul(v_load(x + j), v_load(factor + j)));
+    for (; j < n; j++) x[j] *= factor[j];
 }
 
 /* k^T (D, BC) and v (BC, Dp) of keys [j0, j0 + cols), zero beyond. */
@@ -115,37 +128,36 @@ static void score_tile(const float *qs, size_t ld, size_t D, const float *kt, ve
     }
 }
 
-/* o (RG, Dp) = o * alpha + p (RG, cols) @ vp (cols, Dp), NV vectors of a
- * row at a time. */
+/* o (RG, Dp) = o * alpha + p (RG, cols) @ vp (cols, Dp): W vectors of each
+ * row from column c0 (W = NV in the body, 1 at the tail), accumulated in
+ * registers (constant bounds, so the compiler keeps acc out of memory). */
+#define APPLY_VALUES(NAME, W)                                                                   \
+    static void apply_values_##NAME(float *o, size_t Dp, const float *alpha, const float *p,  \
+                                 size_t cols, const float *vp, size_t c0) {               \
+        vec acc[RG][W];                                                                   \
+        for (int r = 0; r < RG; r++) {                                                    \
+            vec scale = v_set1(alpha[r]);                                                 \
+            for (int v = 0; v < W; v++) acc[r][v] = v_mul(v_load(o + r * Dp + c0 + v * VW), scale); \
+        }                                                                                 \
+        for (size_t jj = 0; jj < cols; jj++) {                                            \
+            vec val[W];                                                                   \
+            for (int v = 0; v < W; v++) val[v] = v_load(vp + jj * Dp + c0 + v * VW);      \
+            for (int r = 0; r < RG; r++) {                                                \
+                vec w = v_set1(p[r * BC + jj]);                                           \
+                for (int v = 0; v < W; v++) acc[r][v] = v_fma(w, val[v], acc[r][v]);      \
+            }                                                                             \
+        }                                                                                 \
+        for (int r = 0; r < RG; r++)                                                      \
+            for (int v = 0; v < W; v++) v_store(o + r * Dp + c0 + v * VW, acc[r][v]);     \
+    }
+APPLY_VALUES(body, NV)
+APPLY_VALUES(tail, 1)
+
 static void apply_values(float *o, size_t Dp, const float *alpha, const float *p, size_t cols,
                          const float *vp) {
-    for (size_t c0 = 0; c0 < Dp; c0 += NV * VW) {
-        int nv = Dp - c0 >= NV * VW ? NV : (int)((Dp - c0) / VW);
-        vec acc[RG][NV];
-        for (int r = 0; r < RG; r++) {
-            vec scale = v_set1(alpha[r]);
-            for (int v = 0; v < nv; v++) acc[r][v] = v_mul(v_load(o + r * Dp + c0 + v * VW), scale);
-        }
-        if (nv == NV) {
-            for (size_t jj = 0; jj < cols; jj++) {
-                vec val[NV];
-                for (int v = 0; v < NV; v++) val[v] = v_load(vp + jj * Dp + c0 + v * VW);
-                for (int r = 0; r < RG; r++) {
-                    vec w = v_set1(p[r * BC + jj]);
-                    for (int v = 0; v < NV; v++) acc[r][v] = v_fma(w, val[v], acc[r][v]);
-                }
-            }
-        } else {
-            for (size_t jj = 0; jj < cols; jj++)
-                for (int r = 0; r < RG; r++) {
-                    vec w = v_set1(p[r * BC + jj]);
-                    for (int v = 0; v < nv; v++)
-                        acc[r][v] = v_fma(w, v_load(vp + jj * Dp + c0 + v * VW), acc[r][v]);
-                }
-        }
-        for (int r = 0; r < RG; r++)
-            for (int v = 0; v < nv; v++) v_store(o + r * Dp + c0 + v * VW, acc[r][v]);
-    }
+    size_t c0 = 0;
+    for (; c0 + NV * VW <= Dp; c0 += NV * VW) apply_values_body(o, Dp, alpha, p, cols, vp, c0);
+    for (; c0 < Dp; c0 += VW) apply_values_tail(o, Dp, alpha, p, cols, vp, c0);
 }
 
 /* Sets masked scores (keys past cols, or hidden by the causal mask from
@@ -211,30 +223,35 @@ static void forward_block(void *arg, size_t part, size_t item) {
             vec s[RG][NV];
             score_tile(qs + r0 * D, D, D, kt, s);
             mask_tile(f, s, i0 + r0, j0, cols);
-            float alpha[RG];
+            /* online softmax: m_new = max(m, rowmax); the running sums and
+             * outputs rescale by 2^(m - m_new), one vector exp2 for the rows */
+            float m_new[RG], shift[VW > RG ? VW : RG], alpha[VW > RG ? VW : RG];
             for (int r = 0; r < RG; r++) {
-                /* online softmax: m_new = max(m, rowmax), rescale by 2^(m - m_new) */
                 vec mx = s[r][0];
                 for (int v = 1; v < NV; v++) mx = v_max(mx, s[r][v]);
-                float m_old = m[r0 + r], m_new = fmaxf(m_old, v_hmax(mx));
+                m_new[r] = fmaxf(m[r0 + r], v_hmax(mx));
+            }
+            for (int r = 0; r < (VW > RG ? VW : RG); r++)
+                shift[r] = r < RG && m_new[r] != -INFINITY ? m[r0 + r] - m_new[r] : 0.0f;
+            for (int r = 0; r < RG; r += VW < RG ? VW : RG) v_store(alpha + r, v_exp2(v_load(shift + r)));
+            for (int r = 0; r < RG; r++) {
                 float *p_r = p + r * BC;
-                if (m_new == -INFINITY) { /* nothing visible yet */
+                if (m_new[r] == -INFINITY) { /* nothing visible yet */
                     alpha[r] = 1.0f;
                     memset(p_r, 0, BC * sizeof *p_r);
                     continue;
                 }
-                alpha[r] = (float)exp2((double)(m_old - m_new));
-                vec sum = v_zero(), shift = v_set1(m_new);
+                vec sum = v_zero(), row_max = v_set1(m_new[r]);
                 for (int v = 0; v < NV; v++) {
-                    vec e = v_exp2(v_sub(s[r][v], shift));
+                    vec e = v_exp2(v_sub(s[r][v], row_max));
                     sum = v_fma(e, v_set1(1.0f), sum);
                     v_store(p_r + v * VW, e);
                 }
                 l[r0 + r] = l[r0 + r] * alpha[r] + v_hsum(sum);
-                m[r0 + r] = m_new;
+                m[r0 + r] = m_new[r];
                 if (f->drop->kind != ATTN_FLASH_DROP_NONE && r0 + r < rows) {
                     drop_factors(f->drop, row_e0 + (r0 + r) * f->S + j0, cols, factor);
-                    for (size_t jj = 0; jj < cols; jj++) p_r[jj] *= factor[jj];
+                    scale_by(p_r, factor, cols);
                 }
             }
             apply_values(o + r0 * Dp, Dp, alpha, p, cols, vp);
@@ -270,28 +287,37 @@ static void pack_rows(const float *x, size_t ld, size_t count, size_t n, size_t 
 }
 
 /* acc (BC, Dp) += tile^T (BC, rows) @ x (rows, Dp), tile (rows, BC): the
- * key-side products dv += A^T dO and dk += dS^T q, 4 keys at a time. */
+ * key-side products dv += A^T dO and dk += dS^T q, for 4 keys from j and W
+ * vectors from column c0 at a time, in registers. */
+#define ACCUMULATE_KEYS(NAME, W)                                                                  \
+    static void accumulate_keys_##NAME(float *acc, size_t Dp, const float *tile, const float *x, \
+                                    size_t rows, size_t j, size_t c0) {                     \
+        vec sum[4][W];                                                                      \
+        for (int jj = 0; jj < 4; jj++)                                                      \
+            for (int v = 0; v < W; v++) sum[jj][v] = v_load(acc + (j + jj) * Dp + c0 + v * VW); \
+        for (size_t r = 0; r < rows; r++) {                                                 \
+            vec xv[W];                                                                      \
+            for (int v = 0; v < W; v++) xv[v] = v_load(x + r * Dp + c0 + v * VW);           \
+            for (int jj = 0; jj < 4; jj++) {                                                \
+                vec w = v_set1(tile[r * BC + j + jj]);                                      \
+                for (int v = 0; v < W; v++) sum[jj][v] = v_fma(w, xv[v], sum[jj][v]);       \
+            }                                                                               \
+        }                                                                                   \
+        for (int jj = 0; jj < 4; jj++)                                                      \
+            for (int v = 0; v < W; v++) v_store(acc + (j + jj) * Dp + c0 + v * VW, sum[jj][v]); \
+    }
+ACCUMULATE_KEYS(body, NV)
+ACCUMULATE_KEYS(tail, 1)
+
+/* Keys past cols hold zero weight in tile and are accumulated (as zeros)
+ * into acc's padding rows, which are never read: BC is a multiple of 4. */
 static void accumulate_keys(float *acc, size_t Dp, const float *tile, const float *x, size_t rows,
                             size_t cols) {
     for (size_t j = 0; j < cols; j += 4) {
-        size_t nj = cols - j < 4 ? cols - j : 4;
-        for (size_t c0 = 0; c0 < Dp; c0 += NV * VW) {
-            int nv = Dp - c0 >= NV * VW ? NV : (int)((Dp - c0) / VW);
-            vec sum[4][NV];
-            for (size_t jj = 0; jj < 4; jj++)
-                for (int v = 0; v < nv; v++)
-                    sum[jj][v] = jj < nj ? v_load(acc + (j + jj) * Dp + c0 + v * VW) : v_zero();
-            for (size_t r = 0; r < rows; r++) {
-                vec xv[NV];
-                for (int v = 0; v < nv; v++) xv[v] = v_load(x + r * Dp + c0 + v * VW);
-                for (size_t jj = 0; jj < 4; jj++) {
-                    vec w = v_set1(tile[r * BC + j + (jj < nj ? jj : 0)]);
-                    for (int v = 0; v < nv; v++) sum[jj][v] = v_fma(w, xv[v], sum[jj][v]);
-                }
-            }
-            for (size_t jj = 0; jj < nj; jj++)
-                for (int v = 0; v < nv; v++) v_store(acc + (j + jj) * Dp + c0 + v * VW, sum[jj][v]);
-        }
+        size_t c0 = 0;
+        for (; c0 + NV * VW <= Dp; c0 += NV * VW)
+            accumulate_keys_body(acc, Dp, tile, x, rows, j, c0);
+        for (; c0 < Dp; c0 += VW) accumulate_keys_tail(acc, Dp, tile, x, rows, j, c0);
     }
 }
 
@@ -389,10 +415,8 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
         }
         if (f->drop->kind != ATTN_FLASH_DROP_NONE) {
             drop_factors(f->drop, (uint64_t)(bh * f->T + i0 + row) * f->S + j0, cols, t->factor);
-            for (size_t jj = 0; jj < cols; jj++) {
-                A[jj] *= t->factor[jj];
-                dS[jj] *= t->factor[jj];
-            }
+            scale_by(A, t->factor, cols);
+            scale_by(dS, t->factor, cols);
         }
         /* a softmax over one key is constant: its dS is exactly zero (in
          * float, dP - delta would leave rounding residue) */
