@@ -40,7 +40,7 @@ sanitize: deps
 	  -DATTN_ALLOC_FAILURE_INJECTION=ON
 	cmake --build $(BUILD)-sanitize -j $(JOBS)
 	cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS) \
-	  -E "conformance_vs_torch|grad_vs_torch|fast_vs_reference|numerics_vs_torch"
+	  -E "conformance_vs_torch|grad_vs_torch|fast_vs_reference|numerics_vs_torch" -LE python_ctypes
 
 # The libFuzzer targets (clang, ASan + UBSan), FUZZ_SECONDS each (CI runs
 # them for 45 s): scripts/fuzz.sh prints executions and coverage.

@@ -1,57 +1,72 @@
 /* cmd_forward.c — attn forward: any attention variant on a .npy input. */
 #include "cli.h"
 #include "module_options.h"
+#include "weights.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static const char forward_help[] =
+static const char forward_help_head[] =
     "usage: attn forward --module simple|sa1|sa2|causal|mha-wrapper|mha|gpt2\n"
     "                    --input x.npy --output y.npy [--seed S] [--d-in N] [--d-out N]\n"
     "                    [--heads N] [--context N] [--qkv-bias] [--dropout P --train]\n"
     "                    [--scale S] [--mask neg-inf|renormalize|none]\n"
     "                    [--bernoulli mt19937|mkl|philox] [--threads N]\n"
+    "                    [--weights FILE.safetensors [--layer N]]\n"
     "\n"
     "Runs one attention variant on a float32 .npy input of shape (B, T, d_in) or\n"
     "(T, d_in) and writes the output with the same rank. The weights are those\n"
-    "the seeds' PyTorch class holds after torch.manual_seed(S) (default 123).\n";
+    "the seeds' PyTorch class holds after torch.manual_seed(S) (default 123),\n"
+    "or those of a safetensors file (--weights).\n";
 
-static const char *const forward_options[] = {CLI_RUN_VALUE_OPTIONS, "--output", NULL};
+static void print_more_help(FILE *out) {
+    fputs(cli_run_options_help, out);
+    fputs(cli_weights_help, out);
+}
 
-typedef struct forward_args {
+static const char *const forward_value_options[] = {CLI_RUN_VALUE_OPTIONS, "--output",
+                                                    "--weights", "--layer", NULL};
+
+typedef struct forward_options {
     cli_run_options run;
     const char *output;
-} forward_args;
+    cli_weights_options weights;
+} forward_options;
 
-static int take_output(void *user, const char *opt, const char *value) {
-    (void)opt;
-    *(const char **)user = value;
+static int take_option(void *user, const char *opt, const char *value) {
+    forward_options *f = user;
+    int taken = cli_weights_option(opt, value, &f->weights);
+    if (taken == CLI_USAGE) return CLI_USAGE;
+    if (!taken) f->output = value; /* --output */
     return CLI_OK;
 }
 
-static int parse_args(int argc, char **argv, forward_args *a) {
-    *a = (forward_args){.run = cli_run_defaults()};
-    static const char *const own[] = {"--output", NULL};
-    cli_extra_options extra = {.options = own, .take = take_output, .user = &a->output};
-    if (cli_parse_run_options(argc, argv, &a->run, &extra) != CLI_OK) return CLI_USAGE;
-    if (!a->run.module.module)
+static int parse_args(int argc, char **argv, forward_options *f) {
+    *f = (forward_options){.run = cli_run_defaults()};
+    static const char *const own[] = {"--output", "--weights", "--layer", NULL};
+    cli_extra_options extra = {.options = own, .take = take_option, .user = f};
+    if (cli_parse_run_options(argc, argv, &f->run, &extra) != CLI_OK) return CLI_USAGE;
+    for (int i = 1; i < argc; i++)
+        f->weights.have_heads = f->weights.have_heads || strcmp(argv[i], "--heads") == 0;
+    if (!f->run.module.module)
         return cli_usage_error("forward: --module is required (try 'attn forward --help')");
-    if (!a->run.input || !a->output)
+    if (!f->run.input || !f->output)
         return cli_usage_error("forward: --input and --output are required");
+    if (cli_weights_check(&f->weights, f->run.module.module) != CLI_OK) return CLI_USAGE;
     return CLI_OK;
 }
 
 static int parse_forward(int argc, char **argv) {
-    forward_args a;
-    return parse_args(argc, argv, &a);
+    forward_options f;
+    return parse_args(argc, argv, &f);
 }
 
 static int run_forward(int argc, char **argv) {
-    forward_args a;
-    int rc = parse_args(argc, argv, &a);
+    forward_options f;
+    int rc = parse_args(argc, argv, &f);
     if (rc != CLI_OK) return rc;
-    cli_run_options *o = &a.run;
+    cli_run_options *o = &f.run;
     if (o->module.dropout > 0.0 && !o->train)
         fprintf(stderr, "attn: note: --dropout has no effect without --train (eval mode)\n");
 
@@ -59,6 +74,8 @@ static int run_forward(int argc, char **argv) {
     float *y = NULL;
     rc = cli_run_open(&run, o);
     if (rc != CLI_OK) goto done;
+    if ((rc = cli_load_weights(run.ctx, run.module, o->module.module, &f.weights)) != CLI_OK)
+        goto done;
     /* inference only: nothing to keep for a backward */
     attn_module_set_grad_enabled(run.module, false);
     size_t d_out = attn_module_d_out(run.module);
@@ -74,7 +91,7 @@ static int run_forward(int argc, char **argv) {
     }
     size_t shape[3];
     size_t rank = cli_run_shape(&run, d_out, shape);
-    if (attn_npy_write(run.ctx, a.output, y, rank, shape) != ATTN_OK)
+    if (attn_npy_write(run.ctx, f.output, y, rank, shape) != ATTN_OK)
         rc = cli_library_error(run.ctx, "--output");
 done:
     free(y);
@@ -85,9 +102,9 @@ done:
 const cli_command cli_forward_command = {
     .name = "forward",
     .summary = "run any attention variant on a .npy input",
-    .help = forward_help,
-    .more_help = cli_print_run_options_help,
-    .value_options = forward_options,
+    .help = forward_help_head,
+    .more_help = print_more_help,
+    .value_options = forward_value_options,
     .parse = parse_forward,
     .run = run_forward,
 };
