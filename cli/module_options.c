@@ -124,3 +124,117 @@ attn_status cli_build_module(attn_ctx *ctx, attn_rng *rng, const cli_module_opti
     }
     return st;
 }
+
+/* ---- running a module on an .npy input ---------------------------------- */
+
+cli_run_options cli_run_defaults(void) {
+    return (cli_run_options){.module = {.heads = 1}, .seed = 123,
+                             .threads = cli_default_threads(),
+                             .bernoulli = ATTN_BERNOULLI_MT19937};
+}
+
+const char cli_run_options_help[] =
+    "  --d-in       defaults to the input's last dimension\n"
+    "  --d-out      output width; for mha-wrapper the width of each head; simple\n"
+    "               and gpt2 keep d_in (gpt2: n_embd)\n"
+    "  --heads      num_heads (mha-wrapper, mha) or n_head (gpt2); default 1\n"
+    "  --context    context_length / block_size; default T\n"
+    "  --dropout P  dropout probability; draws only with --train\n"
+    "  --scale S    score scale; default 1/sqrt(head_dim)\n"
+    "  --mask       how causal modules mask the future (default neg-inf)\n"
+    "  --bernoulli  dropout draws of PyTorch builds without MKL (mt19937,\n"
+    "               default) or with MKL on Intel CPUs (mkl)\n"
+    "  --threads    worker threads (default: all online CPUs)\n";
+
+static bool listed(const char *opt, const char *const *list) {
+    for (size_t i = 0; list && list[i]; i++)
+        if (strcmp(opt, list[i]) == 0) return true;
+    return false;
+}
+
+int cli_parse_run_options(int argc, char **argv, cli_run_options *o, const cli_extra_options *extra) {
+    static const char *const run_options[] = {"--module", "--d-in",    "--d-out", "--heads",
+                                              "--context", "--dropout", "--scale", "--mask",
+                                              "--input",  "--seed",    "--threads",
+                                              "--bernoulli"};
+    enum { RUN_OPTIONS = sizeof run_options / sizeof run_options[0], MAX_OPTIONS = 32 };
+    const char *known[MAX_OPTIONS + 1];
+    size_t n = 0;
+    for (; n < RUN_OPTIONS; n++) known[n] = run_options[n];
+    for (size_t i = 0; extra->options && extra->options[i] && n < MAX_OPTIONS; i++)
+        known[n++] = extra->options[i];
+    known[n] = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *opt = argv[i];
+        if (strcmp(opt, "--qkv-bias") == 0) {
+            o->module.qkv_bias = true;
+        } else if (strcmp(opt, "--train") == 0) {
+            o->train = true;
+        } else if (listed(opt, extra->flags)) {
+            if (extra->take(extra->user, opt, NULL) != CLI_OK) return CLI_USAGE;
+        } else {
+            const char *value = cli_option_value(argc, argv, &i, known);
+            if (!value) return CLI_USAGE;
+            int handled = cli_module_option(opt, value, &o->module);
+            if (handled == CLI_USAGE) return CLI_USAGE;
+            if (handled) continue;
+            if (strcmp(opt, "--input") == 0) {
+                o->input = value;
+            } else if (strcmp(opt, "--seed") == 0) {
+                if (!cli_parse_u64(value, &o->seed))
+                    return cli_usage_error("--seed: expected a non-negative integer, got '%s'", value);
+            } else if (strcmp(opt, "--threads") == 0) {
+                if (!cli_parse_size(value, &o->threads) || o->threads == 0)
+                    return cli_usage_error("--threads: expected a positive integer, got '%s'", value);
+            } else if (strcmp(opt, "--bernoulli") == 0) {
+                if (strcmp(value, "mt19937") == 0) o->bernoulli = ATTN_BERNOULLI_MT19937;
+                else if (strcmp(value, "mkl") == 0) o->bernoulli = ATTN_BERNOULLI_MKL_MCG31;
+                else return cli_usage_error("--bernoulli: expected mt19937 or mkl, got '%s'", value);
+            } else if (extra->take(extra->user, opt, value) != CLI_OK) {
+                return CLI_USAGE;
+            }
+        }
+    }
+    return CLI_OK;
+}
+
+int cli_run_open(cli_run *run, cli_run_options *o) {
+    *run = (cli_run){0};
+    if (attn_ctx_new(&(attn_ctx_config){.num_threads = o->threads}, &run->ctx) != ATTN_OK)
+        return cli_usage_error("--threads: %zu is too many", o->threads);
+    if (attn_npy_read(run->ctx, o->input, &run->x) != ATTN_OK)
+        return cli_library_error(run->ctx, "--input");
+    const attn_npy *x = &run->x;
+    if (x->ndim != 2 && x->ndim != 3)
+        return cli_usage_error("--input: expected shape (B, T, d_in) or (T, d_in), got %zu dimensions",
+                               x->ndim);
+    run->batch = x->ndim == 3 ? x->shape[0] : 1;
+    run->tokens = x->shape[x->ndim - 2];
+    if (run->batch == 0 || run->tokens == 0)
+        return cli_usage_error("--input: empty shape (batch %zu, tokens %zu)", run->batch,
+                               run->tokens);
+    int rc = cli_module_resolve(&o->module, x->shape[x->ndim - 1], run->tokens);
+    if (rc != CLI_OK) return rc;
+    if (attn_rng_new(run->ctx, o->seed, &run->rng) != ATTN_OK ||
+        attn_rng_set_bernoulli_method(run->rng, o->bernoulli) != ATTN_OK ||
+        cli_build_module(run->ctx, run->rng, &o->module, &run->module) != ATTN_OK)
+        return cli_library_error(run->ctx, o->module.module);
+    attn_module_set_training(run->module, o->train);
+    return CLI_OK;
+}
+
+void cli_run_close(cli_run *run) {
+    attn_module_free(run->module);
+    attn_rng_free(run->rng);
+    attn_npy_free(&run->x);
+    attn_ctx_free(run->ctx);
+    *run = (cli_run){0};
+}
+
+size_t cli_run_shape(const cli_run *run, size_t width, size_t shape[3]) {
+    size_t rank = run->x.ndim;
+    shape[0] = rank == 3 ? run->batch : run->tokens;
+    shape[1] = rank == 3 ? run->tokens : width;
+    shape[2] = width;
+    return rank;
+}

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct cli_module_options {
     const char *module; /* simple|sa1|sa2|causal|mha-wrapper|mha|gpt2 */
@@ -36,5 +37,50 @@ int cli_module_resolve(cli_module_options *o, size_t width, size_t tokens);
 /* Builds the module o describes, drawing its weights from rng. */
 attn_status cli_build_module(attn_ctx *ctx, attn_rng *rng, const cli_module_options *o,
                              attn_module **out);
+
+/* The options of a command that runs a module on an .npy input (forward,
+ * grad): the module options, --input, --seed, --threads, --bernoulli and
+ * --train. */
+typedef struct cli_run_options {
+    cli_module_options module;
+    const char *input;
+    uint64_t seed;
+    size_t threads;
+    attn_bernoulli_method bernoulli;
+    bool train;
+} cli_run_options;
+
+/* The defaults: seed 123, all online CPUs, mt19937, eval mode. */
+cli_run_options cli_run_defaults(void);
+/* The help lines of those options, for a command's --help. */
+extern const char cli_run_options_help[];
+/* A command's own options: value-taking ones and flags (NULL-terminated
+ * lists, either may be NULL), handed to take(user, opt, value-or-NULL),
+ * which returns CLI_OK or CLI_USAGE after printing the error. */
+typedef struct cli_extra_options {
+    const char *const *options;
+    const char *const *flags;
+    int (*take)(void *user, const char *opt, const char *value);
+    void *user;
+} cli_extra_options;
+/* Parses argv[1..] into o and the command's own options. Returns CLI_OK or
+ * CLI_USAGE (after printing). */
+int cli_parse_run_options(int argc, char **argv, cli_run_options *o, const cli_extra_options *extra);
+
+/* A module built and ready to run on its input. */
+typedef struct cli_run {
+    attn_ctx *ctx;
+    attn_rng *rng; /* the module's init rng, then its dropout draws */
+    attn_module *module;
+    attn_npy x;    /* (B, T, d_in) or (T, d_in) */
+    size_t batch, tokens;
+} cli_run;
+
+/* Reads the input, sizes and builds the module, sets train/eval. Returns
+ * CLI_OK, CLI_USAGE or CLI_FAILED (after printing); close run either way. */
+int cli_run_open(cli_run *run, cli_run_options *o);
+void cli_run_close(cli_run *run);
+/* The shape (B, T, width), or (T, width) when the input had rank 2. */
+size_t cli_run_shape(const cli_run *run, size_t width, size_t shape[3]);
 
 #endif /* ATTN_CLI_MODULE_OPTIONS_H */

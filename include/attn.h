@@ -64,10 +64,32 @@ const char *attn_status_name(attn_status status);
 typedef void (*attn_trace_fn)(void *user, const char *module, const char *name,
                               size_t ndim, const size_t *shape, const float *data);
 
+/*
+ * The kernels a ctx runs. The reference kernels are plain loops that
+ * accumulate in double: the oracle every fast kernel is tested against,
+ * and the closest to exact. The fast kernels (packed, register-tiled GEMM;
+ * fused, tiled attention) accumulate in float, per instruction set.
+ */
+typedef enum attn_kernels {
+    ATTN_KERNELS_AUTO = 0,  /* the fastest this CPU runs; the environment
+                               variable ATTN_KERNELS (reference, portable,
+                               avx2, avx512) chooses instead when set      */
+    ATTN_KERNELS_REFERENCE, /* double-accumulating loops: the oracle       */
+    ATTN_KERNELS_PORTABLE,  /* the fast algorithms in portable C           */
+    ATTN_KERNELS_AVX2,      /* AVX2 + FMA                                  */
+    ATTN_KERNELS_AVX512     /* AVX-512F                                    */
+} attn_kernels;
+
+/* "auto", "reference", "portable", "avx2", "avx512" ("?" if unknown). */
+const char *attn_kernels_name(attn_kernels kernels);
+/* Whether this CPU (and build) runs them; AUTO and REFERENCE always do. */
+bool attn_kernels_supported(attn_kernels kernels);
+
 typedef struct attn_ctx_config {
     size_t num_threads;  /* 0 or 1: single-threaded                        */
     attn_trace_fn trace; /* optional                                       */
     void *trace_user;    /* passed to trace                                */
+    attn_kernels kernels; /* 0: AUTO                                        */
 } attn_ctx_config;
 
 typedef struct attn_ctx attn_ctx;
@@ -78,6 +100,10 @@ void attn_ctx_free(attn_ctx *ctx);
 /* The message of the last failed call made through ctx ("" if none). */
 const char *attn_ctx_last_error(const attn_ctx *ctx);
 size_t attn_ctx_num_threads(const attn_ctx *ctx);
+/* The kernels the ctx runs: never AUTO (resolved at attn_ctx_new, which
+ * fails with ATTN_ERR_INVALID when asked for kernels the CPU cannot run or
+ * when ATTN_KERNELS holds an unknown name). */
+attn_kernels attn_ctx_kernels(const attn_ctx *ctx);
 
 /* ------------------------------------------------------------------------ */
 /* PyTorch-compatible random numbers                                         */
@@ -416,6 +442,171 @@ attn_status attn_npy_write(attn_ctx *ctx, const char *path, const float *data, s
 void attn_npy_free(attn_npy *npy);
 
 /* ------------------------------------------------------------------------ */
+/* safetensors files                                                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The safetensors format (Hugging Face): an 8-byte little-endian header
+ * length N, N bytes of JSON, then the raw little-endian data. The JSON maps
+ * each tensor name to {"dtype", "shape", "data_offsets": [begin, end]}
+ * (offsets relative to the data section) and may hold "__metadata__", a map
+ * of strings to strings.
+ *
+ * Reading is strict, as the reference implementation is: the header must be
+ * UTF-8 JSON of that shape, at most ATTN_SAFETENSORS_MAX_HEADER bytes; every
+ * tensor's byte range must match its dtype and shape, and the ranges must
+ * tile the data section exactly (no overlap, no gap, nothing after).
+ * Failures are ATTN_ERR_FORMAT (or ATTN_ERR_OVERFLOW for sizes past size_t)
+ * with a message naming the file, the tensor and the values at fault.
+ * Tensors of any safetensors dtype are listed; F32, F16, BF16 and F64 ones
+ * can be loaded as float32: F16 and BF16 exactly, F64 rounded to nearest
+ * (as torch's .float()).
+ *
+ * Writing produces F32 tensors sorted by name with the JSON padded by spaces
+ * to a multiple of 8 bytes: byte for byte what the safetensors package's
+ * save_file writes for the same float32 arrays and metadata (one metadata
+ * entry; with several, the package's own order is unspecified).
+ */
+
+#define ATTN_SAFETENSORS_MAX_DIMS 8
+/* The reference implementation's cap on the JSON header (100 MB). */
+#define ATTN_SAFETENSORS_MAX_HEADER ((size_t)100000000)
+
+typedef enum attn_dtype {
+    ATTN_DTYPE_F32 = 0, /* loadable */
+    ATTN_DTYPE_F16,     /* loadable, exact */
+    ATTN_DTYPE_BF16,    /* loadable, exact */
+    ATTN_DTYPE_F64,     /* loadable, rounded to nearest float */
+    ATTN_DTYPE_BOOL,    /* listed only, from here on */
+    ATTN_DTYPE_U8,
+    ATTN_DTYPE_I8,
+    ATTN_DTYPE_I16,
+    ATTN_DTYPE_U16,
+    ATTN_DTYPE_I32,
+    ATTN_DTYPE_U32,
+    ATTN_DTYPE_I64,
+    ATTN_DTYPE_U64,
+    ATTN_DTYPE_F8_E4M3,
+    ATTN_DTYPE_F8_E5M2
+} attn_dtype;
+
+/* The safetensors spelling of a dtype: "F32", "BF16", ... ("?" if unknown). */
+const char *attn_dtype_name(attn_dtype dtype);
+
+/* A float32 tensor to write: name, data (numel floats, row-major) and shape. */
+typedef struct attn_named_tensor {
+    const char *name;
+    const float *data;
+    size_t ndim; /* 0 (a scalar) to ATTN_SAFETENSORS_MAX_DIMS */
+    size_t shape[ATTN_SAFETENSORS_MAX_DIMS];
+} attn_named_tensor;
+
+/* One "__metadata__" entry. */
+typedef struct attn_metadata_entry {
+    const char *key, *value;
+} attn_metadata_entry;
+
+/*
+ * Writes count float32 tensors (and metadata_count metadata entries; the
+ * metadata may be NULL when the count is 0) to path. Names must be unique,
+ * non-empty, valid UTF-8 and not "__metadata__". Errors: ATTN_ERR_NULL,
+ * ATTN_ERR_INVALID (a bad or duplicate name, ndim too large),
+ * ATTN_ERR_OVERFLOW, ATTN_ERR_IO.
+ */
+attn_status attn_safetensors_write(attn_ctx *ctx, const char *path,
+                                   const attn_named_tensor *tensors, size_t count,
+                                   const attn_metadata_entry *metadata, size_t metadata_count);
+
+/* Writes count parameters (attn_param, e.g. from attn_module_param_at) under
+ * prefix + name (prefix may be NULL), with metadata {"format": "pt"}. */
+attn_status attn_safetensors_write_params(attn_ctx *ctx, const char *path,
+                                          const attn_param *params, size_t count,
+                                          const char *prefix);
+
+/* An opened safetensors file: its header, parsed and checked; tensor data
+ * is read (and converted) when asked for. */
+typedef struct attn_safetensors attn_safetensors;
+
+typedef struct attn_safetensors_info {
+    const char *name; /* owned by the attn_safetensors */
+    attn_dtype dtype;
+    size_t ndim;
+    size_t shape[ATTN_SAFETENSORS_MAX_DIMS];
+    size_t numel;
+    size_t data_begin, data_end; /* byte offsets into the data section */
+    size_t index;                /* for attn_safetensors_load */
+} attn_safetensors_info;
+
+/* Opens path and checks its header against the file's size. */
+attn_status attn_safetensors_open(attn_ctx *ctx, const char *path, attn_safetensors **out);
+/* The same for an in-memory image (copied: bytes need not outlive the
+ * result). Messages name "<memory>". For fuzzing and embedded use. */
+attn_status attn_safetensors_parse(attn_ctx *ctx, const void *bytes, size_t size,
+                                   attn_safetensors **out);
+void attn_safetensors_free(attn_safetensors *st);
+/* Tensors in file order of their data (by data_offsets). */
+size_t attn_safetensors_count(const attn_safetensors *st);
+attn_status attn_safetensors_info_at(attn_safetensors *st, size_t index,
+                                     attn_safetensors_info *out);
+/* ATTN_ERR_NOT_FOUND when no tensor has that name. */
+attn_status attn_safetensors_find(attn_safetensors *st, const char *name,
+                                  attn_safetensors_info *out);
+/* Tensor index's data as float32 into dst, which holds numel floats
+ * (numel must equal the tensor's). ATTN_ERR_FORMAT for dtypes other than
+ * F32, F16, BF16 and F64, ATTN_ERR_SHAPE for a wrong numel, ATTN_ERR_IO
+ * when the file cannot be read. */
+attn_status attn_safetensors_load(attn_safetensors *st, size_t index, float *dst, size_t numel);
+/* "__metadata__" entries, in file order; the value for key, or NULL. */
+size_t attn_safetensors_metadata_count(const attn_safetensors *st);
+attn_status attn_safetensors_metadata_at(attn_safetensors *st, size_t index,
+                                         attn_metadata_entry *out);
+const char *attn_safetensors_metadata_get(const attn_safetensors *st, const char *key);
+
+/*
+ * A module's parameters under their state_dict names ("W_query.weight",
+ * "out_proj.bias", ...), float32, metadata {"format": "pt"}: what
+ * safetensors.torch.save_file(module.state_dict(), path) writes.
+ */
+attn_status attn_safetensors_save_module(attn_ctx *ctx, attn_module *m, const char *path);
+/*
+ * module.load_state_dict(load_file(path), strict=True): every parameter
+ * must be in the file with its shape, and the file may hold nothing else.
+ * With a prefix (e.g. "encoder.layer0."), only tensors whose names start
+ * with it are considered, the prefix stripped; the rest of the file is
+ * ignored. Nothing is changed unless every parameter loads. Errors name the
+ * missing, unexpected or mis-shaped tensors: ATTN_ERR_NOT_FOUND,
+ * ATTN_ERR_SHAPE, ATTN_ERR_FORMAT, ATTN_ERR_IO.
+ */
+attn_status attn_safetensors_load_module(attn_ctx *ctx, attn_module *m, const char *path,
+                                         const char *prefix);
+/* The same from an already opened file. */
+attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module *m,
+                                              const char *prefix);
+
+/* ------------------------------------------------------------------------ */
+/* Hugging Face GPT-2 checkpoints                                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Layer `layer`'s attention of a Hugging Face GPT-2 checkpoint in
+ * safetensors (model.safetensors of GPT2Model or GPT2LMHeadModel):
+ *   h.N.attn.c_attn.weight (C, 3C)  h.N.attn.c_attn.bias (3C)
+ *   h.N.attn.c_proj.weight (C, C)   h.N.attn.c_proj.bias (C)
+ * with or without the "transformer." prefix. Hugging Face's Conv1D stores
+ * the transpose of nn.Linear's weight (in, out); the loader transposes it
+ * into the module's (out, in). The checkpoint does not record n_head: the
+ * module's n_head must be the model's (config.json's n_head, 12 for GPT-2
+ * small). Errors: ATTN_ERR_NOT_FOUND naming the missing tensor (and how many
+ * layers the file has), ATTN_ERR_SHAPE when n_embd differs.
+ */
+attn_status attn_gpt2_load_hf(attn_ctx *ctx, attn_gpt2 *m, const char *path, size_t layer);
+attn_status attn_gpt2_load_hf_from(attn_safetensors *st, attn_gpt2 *m, size_t layer);
+/* The reverse: writes the module as layer `layer` of a Hugging Face
+ * checkpoint (h.N.attn.c_attn.weight in Conv1D layout, ...), no prefix,
+ * metadata {"format": "pt"}. */
+attn_status attn_gpt2_save_hf(attn_ctx *ctx, attn_gpt2 *m, const char *path, size_t layer);
+
+/* ------------------------------------------------------------------------ */
 /* Optimizers                                                                */
 /* ------------------------------------------------------------------------ */
 
@@ -570,14 +761,19 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
  * enabled): every parameter's dloss/dW is added to its grad. */
 attn_status attn_model_backward(attn_model *m);
 /*
- * Writes every parameter to path as a safetensors file: an 8-byte
- * little-endian header length, a JSON header (per tensor: "dtype": "F32",
- * "shape", "data_offsets"; "__metadata__" holds the config as strings:
- * format "attn-lm", vocab_size, context_length, d_model, n_layers, n_heads,
- * attention "mha"|"gpt2", mlp, qkv_bias, dropout), padded with spaces to a
- * multiple of 8, then the little-endian float32 data in state_dict order.
+ * Saves every parameter to path as a safetensors file (see "safetensors
+ * files"): float32 tensors under their state_dict names, and "__metadata__"
+ * holding the config as strings: "format": "attn-lm", vocab_size,
+ * context_length, d_model, n_layers, n_heads, attention ("mha" or "gpt2"),
+ * mlp, qkv_bias, dropout. safetensors.torch.load_file and the PyTorch
+ * model's load_state_dict read it.
  */
 attn_status attn_model_save(attn_model *m, const char *path);
+/* load_state_dict(strict=True) from such a file into a model of the same
+ * config: every parameter with its shape and nothing else (an "attn-lm"
+ * file's metadata must also agree). Nothing changes unless all of it
+ * loads. */
+attn_status attn_model_load(attn_model *m, const char *path);
 
 /* ------------------------------------------------------------------------ */
 /* Synthetic tasks                                                           */

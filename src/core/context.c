@@ -1,5 +1,6 @@
 /* context.c — the attn_ctx, status names, error messages and the version. */
 #include "internal.h"
+#include "kernels/dispatch.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,13 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
     if (cfg->num_threads > ATTN_MAX_THREADS) return ATTN_ERR_INVALID;
     attn_ctx *ctx = calloc(1, sizeof *ctx);
     if (!ctx) return ATTN_ERR_NO_MEMORY;
+    attn_kernels kernels;
+    attn_status st = attn_kernels_resolve(cfg->kernels, &kernels);
+    if (st != ATTN_OK) {
+        free(ctx);
+        return st;
+    }
+    ctx->kernels = kernels;
     ctx->num_threads = cfg->num_threads ? cfg->num_threads : 1;
     ctx->trace = cfg->trace;
     ctx->trace_user = cfg->trace_user;
@@ -43,6 +51,10 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
 void attn_ctx_free(attn_ctx *ctx) { free(ctx); }
 
 const char *attn_ctx_last_error(const attn_ctx *ctx) { return ctx ? ctx->error : ""; }
+
+attn_kernels attn_ctx_kernels(const attn_ctx *ctx) {
+    return ctx ? ctx->kernels : ATTN_KERNELS_REFERENCE;
+}
 
 size_t attn_ctx_num_threads(const attn_ctx *ctx) { return ctx ? ctx->num_threads : 0; }
 

@@ -15,6 +15,7 @@
 
 struct attn_ctx {
     size_t num_threads;
+    attn_kernels kernels; /* resolved: never AUTO */
     attn_trace_fn trace;
     void *trace_user;
     char error[ATTN_ERROR_CAPACITY];

@@ -5,11 +5,22 @@
 
 #include <stddef.h>
 
+/* At most this many parts run at once, whatever the thread count. */
+#define ATTN_PARALLEL_MAX 64
+
 /* Runs body(arg, begin, end) over [0, n) cut into at most num_threads
  * contiguous ranges; the calling thread runs the first. Falls back to one
  * range when n is small or a thread cannot be started. */
 typedef void (*attn_range_fn)(void *arg, size_t begin, size_t end);
 void attn_parallel_for(size_t num_threads, size_t n, size_t min_per_thread, attn_range_fn body,
                        void *arg);
+
+/* The same, telling each range its part index in [0, attn_parallel_parts(
+ * num_threads)), so that it can use a per-part workspace. */
+typedef void (*attn_part_fn)(void *arg, size_t part, size_t begin, size_t end);
+void attn_parallel_for_parts(size_t num_threads, size_t n, size_t min_per_thread,
+                             attn_part_fn body, void *arg);
+/* The most parts attn_parallel_for_parts uses for num_threads (>= 1). */
+size_t attn_parallel_parts(size_t num_threads);
 
 #endif /* ATTN_PARALLEL_H */

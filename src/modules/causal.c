@@ -5,10 +5,13 @@
  *   attn_scores  (B, T, T) = queries @ keys^T, future masked
  *   attn_weights (B, T, T) = dropout(softmax(attn_scores * scale))
  *   context      (B, T, d_out) = attn_weights @ values
+ * A training forward with dropout keeps its mask, one bit per weight, for
+ * the backward (single_head.c).
  */
 #include "modules/module.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct attn_causal {
     attn_module base;
@@ -26,12 +29,36 @@ static attn_status causal_forward(attn_module *m, const float *x, size_t batch, 
     attn_qkv_weights w = attn_qkv_linear_weights(m, 0, ca->cfg.qkv_bias);
     attn_head_spec spec = {.d_out = m->d_out, .scale = ca->scale, .causal = true,
                            .mask = ca->cfg.mask, .dropout_p = p};
-    st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, y, m->d_out, rng);
+    float *qkv; /* (3, B, T, d_out) */
+    uint8_t *keep_bits; /* (B, T, T) when dropout draws */
+    st = attn_forward_prepare(m, 3 * batch * tokens * m->d_out,
+                              p > 0.0 ? batch * tokens * tokens : 0, &qkv, &keep_bits);
+    if (st != ATTN_OK) return st;
+    st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, qkv, keep_bits, y, m->d_out,
+                                  rng);
     if (st == ATTN_OK) attn_trace_btc(m, "context_vec", batch, tokens, m->d_out, y);
+    if (st == ATTN_OK && m->grad_enabled)
+        st = attn_forward_keep(m, x, batch, tokens, attn_dropout_kept_scale(p));
+    attn_forward_release(m, qkv);
     return st;
 }
 
-static const attn_module_ops causal_ops = {ATTN_MODULE_CAUSAL, "CausalAttention", causal_forward};
+/* dx (B, T, d_in) and the W_* gradients from dy (B, T, d_out), through the
+ * mask and the dropout the forward drew. */
+static attn_status causal_backward(attn_module *m, const float *dy, float *dx) {
+    attn_causal *ca = (attn_causal *)m;
+    const attn_saved *s = &m->saved;
+    attn_qkv_weights w = attn_qkv_linear_weights(m, 0, ca->cfg.qkv_bias);
+    attn_qkv_grads grad = attn_qkv_linear_grads(m, 0, ca->cfg.qkv_bias);
+    attn_head_spec spec = {.d_out = m->d_out, .scale = ca->scale, .causal = true,
+                           .mask = ca->cfg.mask};
+    if (dx) memset(dx, 0, s->batch * s->tokens * m->d_in * sizeof *dx);
+    return attn_single_head_backward(m, &w, &grad, &spec, s->x, s->batch, s->tokens, s->acts,
+                                     attn_saved_mask(s), s->kept_scale, dy, m->d_out, dx);
+}
+
+static const attn_module_ops causal_ops = {ATTN_MODULE_CAUSAL, "CausalAttention", causal_forward,
+                                           causal_backward};
 
 attn_status attn_check_causal_config(attn_ctx *ctx, const char *name, size_t d_in, size_t d_out,
                                      size_t context_length, double dropout, float scale,
@@ -77,6 +104,11 @@ attn_status attn_causal_forward(attn_causal *m, const float *x, size_t batch, si
                                 float *y, attn_rng *dropout_rng) {
     if (!m) return ATTN_ERR_NULL;
     return causal_forward(&m->base, x, batch, tokens, y, dropout_rng);
+}
+
+attn_status attn_causal_backward(attn_causal *m, const float *dy, size_t batch, size_t tokens,
+                                 float *dx) {
+    return attn_module_backward(attn_causal_module(m), dy, batch, tokens, dx);
 }
 
 attn_module *attn_causal_module(attn_causal *m) { return m ? &m->base : NULL; }

@@ -6,10 +6,14 @@
  *   y   (B, nh, T, hs) = att @ v, back to (B, T, C)
  *   out (B, T, C) = resid_dropout(c_proj(y))
  * The seed has no dropout; with dropout > 0 both GPT-2 dropouts apply.
+ * The backward walks these steps in reverse from the kept qkv, y and masks.
  */
 #include "modules/module.h"
 
+#include "kernels/dispatch.h"
+
 #include <stdlib.h>
+#include <string.h>
 
 enum { C_ATTN_WEIGHT, C_ATTN_BIAS, C_PROJ_WEIGHT, C_PROJ_BIAS };
 
@@ -20,6 +24,27 @@ struct attn_gpt2 {
     float scale;
 };
 
+/* Bytes of the attention dropout mask; the residual mask follows it. */
+static size_t attention_mask_bytes(size_t batch, size_t heads, size_t tokens) {
+    return batch * heads * tokens * tokens / 8 + 1;
+}
+
+/* q, k, v are column blocks of qkv (B, T, 3C): (b, t, h, d) at
+ * b*T*3C + t*3C + {0, C, 2C} + h*hs + d; heads join in y (B, T, C). */
+static attn_sdpa_args gpt2_heads(const attn_gpt2 *g, size_t batch, size_t tokens,
+                                 const float *qkv, float *context) {
+    size_t C = g->cfg.n_embd;
+    attn_sdpa_args args = {
+        .batch = batch, .heads = g->cfg.n_head, .tokens = tokens, .head_dim = g->head_dim,
+        .q = qkv, .k = qkv + C, .v = qkv + 2 * C,
+        .b_stride = tokens * 3 * C, .t_stride = 3 * C, .h_stride = g->head_dim,
+        .out = context, .out_b_stride = tokens * C, .out_t_stride = C, .out_h_stride = g->head_dim,
+        .scale = g->scale, .causal = true, .mask = ATTN_MASK_NEG_INF,
+    };
+    attn_sdpa_self(&args);
+    return args;
+}
+
 static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
                                 float *y, attn_rng *rng) {
     attn_gpt2 *g = (attn_gpt2 *)m;
@@ -28,43 +53,92 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
     attn_status st = attn_check_forward(m, x, batch, tokens, y, g->cfg.block_size, 4 * C, p > 0.0,
                                         rng);
     if (st != ATTN_OK) return st;
-    float *buf = attn_scratch(m, 4 * rows * C, &st);
-    if (!buf) return st;
+    /* masks: attention (B, nh, T, T) from a byte boundary, then residual (B, T, C) */
+    size_t attn_bits = 0, attn_bytes = 0, bits = 0;
+    if (p > 0.0 && (!attn_mul3_size(batch * tokens, tokens, nh, &attn_bits) ||
+                    (attn_bytes = attention_mask_bytes(batch, nh, tokens)) >
+                        ((size_t)-1 - rows * C) / 8))
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW, "%s forward: the (%zu, %zu, %zu, %zu) dropout mask overflows",
+                         m->ops->class_name, batch, nh, tokens, tokens);
+    if (p > 0.0) bits = attn_bytes * 8 + rows * C;
+    float *buf;         /* qkv (B, T, 3C), then y (B, T, C) */
+    uint8_t *keep_bits;
+    if ((st = attn_forward_prepare(m, 4 * rows * C, bits, &buf, &keep_bits)) != ATTN_OK) return st;
     float *qkv = buf, *context = buf + 3 * rows * C;
 
-    attn_ref_linear(m->ctx->num_threads, x, attn_module_data(m, C_ATTN_WEIGHT),
+    attn_k_linear(m->ctx, x, attn_module_data(m, C_ATTN_WEIGHT),
                     attn_module_data(m, C_ATTN_BIAS), qkv, rows, C, 3 * C);
     attn_trace_btc(m, "qkv = c_attn(x)", batch, tokens, 3 * C, qkv);
     size_t split[4] = {batch, nh, tokens, g->head_dim};
     attn_trace(m->ctx, m->ops->class_name, "q, k, v (split, view, transpose)", 4, split, NULL);
 
-    /* q, k, v are column blocks of qkv: (b, t, h, d) at b*T*3C + t*3C + {0,C,2C} + h*hs + d. */
-    attn_sdpa_args args = {
-        .batch = batch, .heads = nh, .tokens = tokens, .head_dim = g->head_dim,
-        .q = qkv, .k = qkv + C, .v = qkv + 2 * C,
-        .b_stride = tokens * 3 * C, .t_stride = 3 * C, .h_stride = g->head_dim,
-        .out = context, .out_b_stride = tokens * C, .out_t_stride = C, .out_h_stride = g->head_dim,
-        .scale = g->scale, .causal = true, .mask = ATTN_MASK_NEG_INF,
-    };
+    attn_sdpa_args args = gpt2_heads(g, batch, tokens, qkv, context);
+    args.keep_bits = keep_bits;
     attn_dropout_stream attn_dropout;
     if (p > 0.0) attn_dropout_stream_begin(&attn_dropout, rng, p, batch * nh * tokens * tokens);
     st = attn_run_sdpa(m, &args, p > 0.0 ? &attn_dropout : NULL);
     if (st == ATTN_OK) {
         attn_trace_btc(m, "y (heads joined)", batch, tokens, C, context);
-        attn_ref_linear(m->ctx->num_threads, context, attn_module_data(m, C_PROJ_WEIGHT),
+        attn_k_linear(m->ctx, context, attn_module_data(m, C_PROJ_WEIGHT),
                         attn_module_data(m, C_PROJ_BIAS), y, rows, C, C);
         if (p > 0.0) {
             attn_dropout_stream resid_dropout;
             attn_dropout_stream_begin(&resid_dropout, rng, p, rows * C);
-            attn_dropout_stream_apply(&resid_dropout, y, y, rows * C, NULL);
+            uint8_t *resid_bits = keep_bits ? keep_bits + attn_bytes : NULL;
+            for (size_t i = 0; i < rows * C; i++) {
+                float factor = attn_dropout_stream_next(&resid_dropout);
+                y[i] *= factor;
+                if (resid_bits && factor != 0.0f) attn_set_bit(resid_bits, i);
+            }
         }
         attn_trace_btc(m, "c_proj(y)", batch, tokens, C, y);
     }
+    if (st == ATTN_OK && m->grad_enabled)
+        st = attn_forward_keep(m, x, batch, tokens, attn_dropout_kept_scale(p));
+    attn_forward_release(m, buf);
+    return st;
+}
+
+/* dx (B, T, C) and the c_attn, c_proj gradients from dy (B, T, C). */
+static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
+    attn_gpt2 *g = (attn_gpt2 *)m;
+    const attn_saved *s = &m->saved;
+    size_t C = g->cfg.n_embd, nh = g->cfg.n_head, rows = s->batch * s->tokens;
+    const float *qkv = s->acts, *context = s->acts + 3 * rows * C;
+    const uint8_t *mask = attn_saved_mask(s);
+    attn_status st;
+    float *buf = attn_scratch(m, 5 * rows * C, &st); /* dqkv (B, T, 3C), dy', dcontext */
+    if (!buf) return st;
+    float *dqkv = buf, *dy_proj = buf + 3 * rows * C, *dcontext = buf + 4 * rows * C;
+
+    /* forward: out = resid_dropout(c_proj(y)) */
+    if (mask) {
+        const uint8_t *resid_bits = mask + attention_mask_bytes(s->batch, nh, s->tokens);
+        for (size_t i = 0; i < rows * C; i++)
+            dy_proj[i] = attn_bit(resid_bits, i) ? dy[i] * s->kept_scale : dy[i] * 0.0f;
+    } else {
+        memcpy(dy_proj, dy, rows * C * sizeof *dy);
+    }
+    attn_k_linear_backward(m->ctx, context, attn_module_data(m, C_PROJ_WEIGHT), dy_proj,
+                             dcontext, false, attn_module_grad(m, C_PROJ_WEIGHT),
+                             attn_module_grad(m, C_PROJ_BIAS), rows, C, C);
+    /* forward: y (B, T, nh, hs) = attn_dropout(softmax(mask(q k^T * scale))) v */
+    attn_sdpa_args fwd = gpt2_heads(g, s->batch, s->tokens, qkv, NULL);
+    attn_sdpa_grad_args grad = {.fwd = &fwd, .dout = dcontext,
+                                .dq = dqkv, .dk = dqkv + C, .dv = dqkv + 2 * C,
+                                .keep_bits = mask, .kept_scale = s->kept_scale};
+    st = attn_run_sdpa_backward(m, &grad);
+    /* forward: qkv = c_attn(x) */
+    if (st == ATTN_OK)
+        attn_k_linear_backward(m->ctx, s->x, attn_module_data(m, C_ATTN_WEIGHT), dqkv, dx,
+                                 false, attn_module_grad(m, C_ATTN_WEIGHT),
+                                 attn_module_grad(m, C_ATTN_BIAS), rows, C, 3 * C);
     free(buf);
     return st;
 }
 
-static const attn_module_ops gpt2_ops = {ATTN_MODULE_GPT2, "CausalSelfAttention", gpt2_forward};
+static const attn_module_ops gpt2_ops = {ATTN_MODULE_GPT2, "CausalSelfAttention", gpt2_forward,
+                                         gpt2_backward};
 
 attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *init_rng,
                           attn_gpt2 **out) {
@@ -111,6 +185,11 @@ attn_status attn_gpt2_forward(attn_gpt2 *m, const float *x, size_t batch, size_t
                               float *y, attn_rng *dropout_rng) {
     if (!m) return ATTN_ERR_NULL;
     return gpt2_forward(&m->base, x, batch, tokens, y, dropout_rng);
+}
+
+attn_status attn_gpt2_backward(attn_gpt2 *m, const float *dy, size_t batch, size_t tokens,
+                               float *dx) {
+    return attn_module_backward(attn_gpt2_module(m), dy, batch, tokens, dx);
 }
 
 attn_module *attn_gpt2_module(attn_gpt2 *m) { return m ? &m->base : NULL; }

@@ -7,10 +7,15 @@
  *   context_vec  (B, H, T, hd) = attn_weights @ values
  *     transposed back and flattened to (B, T, d_out)
  *   y (B, T, d_out) = out_proj(context_vec)
+ * The backward walks these steps in reverse, reading q, k, v and context_vec
+ * (and the dropout mask) the forward kept.
  */
 #include "modules/module.h"
 
+#include "kernels/dispatch.h"
+
 #include <stdlib.h>
+#include <string.h>
 
 struct attn_mha {
     attn_module base;
@@ -20,6 +25,23 @@ struct attn_mha {
     size_t out_proj_index;
 };
 
+/* The heads as views of q, k, v and context (B, T, d_out): element
+ * (b, t, h, d) sits at b*T*d_out + t*d_out + h*hd + d. */
+static attn_sdpa_args mha_heads(const attn_mha *mha, size_t batch, size_t tokens, const float *q,
+                                const float *k, const float *v, float *context) {
+    size_t d_out = mha->base.d_out;
+    attn_sdpa_args args = {
+        .batch = batch, .heads = mha->cfg.num_heads, .tokens = tokens, .head_dim = mha->head_dim,
+        .q = q, .k = k, .v = v,
+        .b_stride = tokens * d_out, .t_stride = d_out, .h_stride = mha->head_dim,
+        .out = context, .out_b_stride = tokens * d_out, .out_t_stride = d_out,
+        .out_h_stride = mha->head_dim,
+        .scale = mha->scale, .causal = true, .mask = mha->cfg.mask,
+    };
+    attn_sdpa_self(&args);
+    return args;
+}
+
 static attn_status mha_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
                                float *y, attn_rng *rng) {
     attn_mha *mha = (attn_mha *)m;
@@ -28,8 +50,14 @@ static attn_status mha_forward(attn_module *m, const float *x, size_t batch, siz
     attn_status st = attn_check_forward(m, x, batch, tokens, y, mha->cfg.context_length,
                                         attn_max_size(m->d_in, 4 * d_out), p > 0.0, rng);
     if (st != ATTN_OK) return st;
-    float *buf = attn_scratch(m, 4 * rows * d_out, &st);
-    if (!buf) return st;
+    size_t bits = 0;
+    if (p > 0.0 && !attn_mul3_size(batch * tokens, tokens, H, &bits))
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW, "%s forward: the (%zu, %zu, %zu, %zu) dropout mask overflows",
+                         m->ops->class_name, batch, H, tokens, tokens);
+    float *buf;         /* q, k, v, context: (B, T, d_out) each */
+    uint8_t *keep_bits; /* (B, H, T, T) when dropout draws */
+    if ((st = attn_forward_prepare(m, 4 * rows * d_out, bits, &buf, &keep_bits)) != ATTN_OK)
+        return st;
     float *q = buf, *k = buf + rows * d_out, *v = buf + 2 * rows * d_out;
     float *context = buf + 3 * rows * d_out;
 
@@ -38,15 +66,8 @@ static attn_status mha_forward(attn_module *m, const float *x, size_t batch, siz
     size_t split[4] = {batch, H, tokens, mha->head_dim};
     attn_trace(m->ctx, m->ops->class_name, "heads (view + transpose)", 4, split, NULL);
 
-    /* Heads are views: element (b, t, h, d) sits at b*T*d_out + t*d_out + h*hd + d. */
-    attn_sdpa_args args = {
-        .batch = batch, .heads = H, .tokens = tokens, .head_dim = mha->head_dim,
-        .q = q, .k = k, .v = v,
-        .b_stride = tokens * d_out, .t_stride = d_out, .h_stride = mha->head_dim,
-        .out = context, .out_b_stride = tokens * d_out, .out_t_stride = d_out,
-        .out_h_stride = mha->head_dim,
-        .scale = mha->scale, .causal = true, .mask = mha->cfg.mask,
-    };
+    attn_sdpa_args args = mha_heads(mha, batch, tokens, q, k, v, context);
+    args.keep_bits = keep_bits;
     attn_dropout_stream dropout;
     if (p > 0.0) attn_dropout_stream_begin(&dropout, rng, p, batch * H * tokens * tokens);
     st = attn_run_sdpa(m, &args, p > 0.0 ? &dropout : NULL);
@@ -54,14 +75,51 @@ static attn_status mha_forward(attn_module *m, const float *x, size_t batch, siz
         attn_trace_btc(m, "context_vec", batch, tokens, d_out, context);
         const float *w_out = attn_module_data(m, mha->out_proj_index);
         const float *b_out = attn_module_data(m, mha->out_proj_index + 1);
-        attn_ref_linear(m->ctx->num_threads, context, w_out, b_out, y, rows, d_out, d_out);
+        attn_k_linear(m->ctx, context, w_out, b_out, y, rows, d_out, d_out);
         attn_trace_btc(m, "out_proj", batch, tokens, d_out, y);
+    }
+    if (st == ATTN_OK && m->grad_enabled)
+        st = attn_forward_keep(m, x, batch, tokens, attn_dropout_kept_scale(p));
+    attn_forward_release(m, buf);
+    return st;
+}
+
+/* dx (B, T, d_in) and every parameter's gradient from dy (B, T, d_out). */
+static attn_status mha_backward(attn_module *m, const float *dy, float *dx) {
+    attn_mha *mha = (attn_mha *)m;
+    const attn_saved *s = &m->saved;
+    size_t d_out = m->d_out, rows = s->batch * s->tokens;
+    const float *q = s->acts, *k = s->acts + rows * d_out, *v = s->acts + 2 * rows * d_out;
+    const float *context = s->acts + 3 * rows * d_out;
+    attn_status st;
+    float *buf = attn_scratch(m, 4 * rows * d_out, &st); /* dq, dk, dv, dcontext */
+    if (!buf) return st;
+    float *dq = buf, *dk = buf + rows * d_out, *dv = buf + 2 * rows * d_out;
+    float *dcontext = buf + 3 * rows * d_out;
+
+    /* forward: y = context @ W_out^T + b_out */
+    size_t out = mha->out_proj_index;
+    attn_k_linear_backward(m->ctx, context, attn_module_data(m, out), dy, dcontext, false,
+                             attn_module_grad(m, out), attn_module_grad(m, out + 1), rows, d_out,
+                             d_out);
+    /* forward: context (B, T, H, hd) = dropout(softmax(mask(q k^T * scale))) v, per head */
+    attn_sdpa_args fwd = mha_heads(mha, s->batch, s->tokens, q, k, v, NULL);
+    attn_sdpa_grad_args g = {.fwd = &fwd, .dout = dcontext, .dq = dq, .dk = dk, .dv = dv,
+                             .keep_bits = attn_saved_mask(s), .kept_scale = s->kept_scale};
+    st = attn_run_sdpa_backward(m, &g);
+    if (st == ATTN_OK) {
+        /* forward: q, k, v = W_query(x), W_key(x), W_value(x) */
+        if (dx) memset(dx, 0, rows * m->d_in * sizeof *dx);
+        attn_qkv_weights w = attn_qkv_linear_weights(m, 0, mha->cfg.qkv_bias);
+        attn_qkv_grads grad = attn_qkv_linear_grads(m, 0, mha->cfg.qkv_bias);
+        attn_project_qkv_backward(m, &w, &grad, s->x, rows, d_out, dq, dk, dv, dx);
     }
     free(buf);
     return st;
 }
 
-static const attn_module_ops mha_ops = {ATTN_MODULE_MHA, "MultiHeadAttention", mha_forward};
+static const attn_module_ops mha_ops = {ATTN_MODULE_MHA, "MultiHeadAttention", mha_forward,
+                                        mha_backward};
 
 attn_status attn_mha_new(attn_ctx *ctx, const attn_mha_config *cfg, attn_rng *init_rng,
                          attn_mha **out) {
@@ -101,6 +159,11 @@ attn_status attn_mha_forward(attn_mha *m, const float *x, size_t batch, size_t t
                              attn_rng *dropout_rng) {
     if (!m) return ATTN_ERR_NULL;
     return mha_forward(&m->base, x, batch, tokens, y, dropout_rng);
+}
+
+attn_status attn_mha_backward(attn_mha *m, const float *dy, size_t batch, size_t tokens,
+                              float *dx) {
+    return attn_module_backward(attn_mha_module(m), dy, batch, tokens, dx);
 }
 
 attn_module *attn_mha_module(attn_mha *m) { return m ? &m->base : NULL; }

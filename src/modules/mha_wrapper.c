@@ -4,11 +4,14 @@
  * run in order (each its own dropout call), outputs concatenated.
  *   head h: y[:, :, h*d_out:(h+1)*d_out] = CausalAttention_h(x)
  *   y (B, T, num_heads * d_out)
+ * Backward: head h takes columns [h*d_out, (h+1)*d_out) of dy, and the
+ * heads' input gradients add up in dx.
  */
 #include "modules/module.h"
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct attn_mha_wrapper {
     attn_module base;
@@ -24,22 +27,58 @@ static attn_status wrapper_forward(attn_module *m, const float *x, size_t batch,
     attn_status st = attn_check_forward(m, x, batch, tokens, y, mw->cfg.context_length,
                                         attn_max_size(m->d_in, 3 * m->d_out), p > 0.0, rng);
     if (st != ATTN_OK) return st;
-    size_t head_width = mw->cfg.d_out;
+    size_t head_width = mw->cfg.d_out, rows = batch * tokens, H = mw->cfg.num_heads;
+    /* each head's mask starts on a byte */
+    size_t head_bytes = p > 0.0 ? (batch * tokens * tokens + 7) / 8 : 0, all_bits;
+    if (!attn_mul3_size(head_bytes, 8, H, &all_bits))
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW, "%s forward: %zu heads of (%zu, %zu, %zu) dropout masks overflow",
+                         m->ops->class_name, H, batch, tokens, tokens);
+    float *qkv; /* (H, 3, B, T, d_out) */
+    uint8_t *keep_bits; /* (H, B, T, T) when dropout draws */
+    if ((st = attn_forward_prepare(m, 3 * rows * m->d_out, all_bits, &qkv, &keep_bits)) != ATTN_OK)
+        return st;
     attn_head_spec spec = {.d_out = head_width, .scale = mw->scale, .causal = true,
                            .mask = mw->cfg.mask, .dropout_p = p};
-    for (size_t h = 0; h < mw->cfg.num_heads && st == ATTN_OK; h++) {
+    for (size_t h = 0; h < H && st == ATTN_OK; h++) {
         attn_qkv_weights w =
             attn_qkv_linear_weights(m, h * mw->params_per_head, mw->cfg.qkv_bias);
         /* torch.cat(dim=-1): head h fills columns [h*d_out, (h+1)*d_out). */
-        st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, y + h * head_width,
-                                      m->d_out, rng);
+        st = attn_single_head_forward(m, &w, &spec, x, batch, tokens,
+                                      qkv + h * 3 * rows * head_width,
+                                      keep_bits ? keep_bits + h * head_bytes : NULL,
+                                      y + h * head_width, m->d_out, rng);
     }
     if (st == ATTN_OK) attn_trace_btc(m, "context_vecs", batch, tokens, m->d_out, y);
+    if (st == ATTN_OK && m->grad_enabled)
+        st = attn_forward_keep(m, x, batch, tokens, attn_dropout_kept_scale(p));
+    attn_forward_release(m, qkv);
+    return st;
+}
+
+/* dx (B, T, d_in) = the sum over heads of each head's input gradient. */
+static attn_status wrapper_backward(attn_module *m, const float *dy, float *dx) {
+    attn_mha_wrapper *mw = (attn_mha_wrapper *)m;
+    const attn_saved *s = &m->saved;
+    size_t head_width = mw->cfg.d_out, rows = s->batch * s->tokens;
+    size_t head_bytes = (s->batch * s->tokens * s->tokens + 7) / 8;
+    attn_head_spec spec = {.d_out = head_width, .scale = mw->scale, .causal = true,
+                           .mask = mw->cfg.mask};
+    if (dx) memset(dx, 0, rows * m->d_in * sizeof *dx);
+    attn_status st = ATTN_OK;
+    for (size_t h = 0; h < mw->cfg.num_heads && st == ATTN_OK; h++) {
+        size_t first = h * mw->params_per_head;
+        attn_qkv_weights w = attn_qkv_linear_weights(m, first, mw->cfg.qkv_bias);
+        attn_qkv_grads grad = attn_qkv_linear_grads(m, first, mw->cfg.qkv_bias);
+        st = attn_single_head_backward(m, &w, &grad, &spec, s->x, s->batch, s->tokens,
+                                       s->acts + h * 3 * rows * head_width,
+                                       attn_saved_mask(s) ? attn_saved_mask(s) + h * head_bytes : NULL,
+                                       s->kept_scale, dy + h * head_width, m->d_out, dx);
+    }
     return st;
 }
 
 static const attn_module_ops wrapper_ops = {ATTN_MODULE_MHA_WRAPPER, "MultiHeadAttentionWrapper",
-                                            wrapper_forward};
+                                            wrapper_forward, wrapper_backward};
 
 attn_status attn_mha_wrapper_new(attn_ctx *ctx, const attn_mha_wrapper_config *cfg,
                                  attn_rng *init_rng, attn_mha_wrapper **out) {
@@ -96,6 +135,11 @@ attn_status attn_mha_wrapper_forward(attn_mha_wrapper *m, const float *x, size_t
                                      size_t tokens, float *y, attn_rng *dropout_rng) {
     if (!m) return ATTN_ERR_NULL;
     return wrapper_forward(&m->base, x, batch, tokens, y, dropout_rng);
+}
+
+attn_status attn_mha_wrapper_backward(attn_mha_wrapper *m, const float *dy, size_t batch,
+                                      size_t tokens, float *dx) {
+    return attn_module_backward(attn_mha_wrapper_module(m), dy, batch, tokens, dx);
 }
 
 attn_module *attn_mha_wrapper_module(attn_mha_wrapper *m) { return m ? &m->base : NULL; }

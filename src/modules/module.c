@@ -2,6 +2,10 @@
  * dispatch, and the checks every variant shares. */
 #include "modules/module.h"
 
+#include "kernels/dispatch.h"
+
+#include "parallel.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +18,8 @@ void attn_module_init(attn_module *m, const attn_module_ops *ops, attn_ctx *ctx,
     m->ctx = ctx;
     m->d_in = d_in;
     m->d_out = d_out;
-    m->training = true; /* nn.Module starts in training mode */
+    m->training = true;     /* nn.Module starts in training mode */
+    m->grad_enabled = true; /* parameters require grad */
 }
 
 attn_status attn_module_reserve(attn_module *m, size_t count) {
@@ -66,15 +71,22 @@ attn_status attn_module_declare_linear(attn_module *m, const char *prefix, size_
 }
 
 attn_status attn_module_alloc(attn_module *m) {
-    m->storage = attn_alloc_floats(m->num_scalars);
+    /* data and grad for every scalar: the declarations checked num_scalars
+     * against size_t, the doubling is checked here. */
+    m->storage = m->num_scalars <= (size_t)-1 / 2 ? attn_alloc_floats(2 * m->num_scalars) : NULL;
     if (!m->storage)
-        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu parameters",
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
+                         "%s: cannot allocate %zu parameters and their gradients",
                          m->ops->class_name, m->num_scalars);
     return ATTN_OK;
 }
 
 float *attn_module_data(attn_module *m, size_t index) {
     return m->storage + m->params[index].offset;
+}
+
+float *attn_module_grad(attn_module *m, size_t index) {
+    return m->storage + m->num_scalars + m->params[index].offset;
 }
 
 size_t attn_module_init_linear(attn_module *m, attn_rng *rng, size_t weight_index, bool bias,
@@ -88,8 +100,12 @@ size_t attn_module_init_linear(attn_module *m, attn_rng *rng, size_t weight_inde
 void attn_module_release(attn_module *m) {
     free(m->params);
     free(m->storage);
+    free(m->saved.x);
+    free(m->saved.acts);
+    free(m->saved.keep_bits);
     m->params = NULL;
     m->storage = NULL;
+    memset(&m->saved, 0, sizeof m->saved);
 }
 
 /* ---- the generic view ---------------------------------------------------- */
@@ -108,6 +124,7 @@ static void fill_param(attn_module *m, size_t index, attn_param *out) {
     const attn_param_slot *slot = &m->params[index];
     *out = (attn_param){.name = slot->name,
                         .data = attn_module_data(m, index),
+                        .grad = attn_module_grad(m, index),
                         .ndim = slot->ndim,
                         .shape = {slot->shape[0], slot->shape[1]},
                         .numel = slot->numel};
@@ -151,6 +168,41 @@ attn_status attn_module_forward(attn_module *m, const float *x, size_t batch, si
                                 float *y, attn_rng *rng) {
     if (!m) return ATTN_ERR_NULL;
     return m->ops->forward(m, x, batch, tokens, y, rng);
+}
+
+attn_status attn_module_set_grad_enabled(attn_module *m, bool enabled) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    m->grad_enabled = enabled;
+    return ATTN_OK;
+}
+
+bool attn_module_grad_enabled(const attn_module *m) { return m && m->grad_enabled; }
+
+attn_status attn_module_zero_grad(attn_module *m) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (m->num_scalars) memset(m->storage + m->num_scalars, 0, m->num_scalars * sizeof(float));
+    return ATTN_OK;
+}
+
+attn_status attn_module_backward(attn_module *m, const float *dy, size_t batch, size_t tokens,
+                                 float *dx) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    const char *name = m->ops->class_name;
+    if (!dy) return attn_fail(m->ctx, ATTN_ERR_NULL, "%s backward: dy is NULL", name);
+    if (!m->saved.valid)
+        return attn_fail(m->ctx, ATTN_ERR_INVALID,
+                         "%s backward: no forward to differentiate (call forward first, with "
+                         "gradients enabled)",
+                         name);
+    if (batch != m->saved.batch || tokens != m->saved.tokens)
+        return attn_fail(m->ctx, ATTN_ERR_SHAPE,
+                         "%s backward: dy is (%zu, %zu, %zu) but the forward's output was "
+                         "(%zu, %zu, %zu)",
+                         name, batch, tokens, m->d_out, m->saved.batch, m->saved.tokens, m->d_out);
+    return m->ops->backward(m, dy, dx);
 }
 
 void attn_module_free(attn_module *m) {
@@ -230,9 +282,95 @@ attn_status attn_check_forward(attn_module *m, const float *x, size_t batch, siz
 float *attn_scratch(attn_module *m, size_t n, attn_status *status) {
     float *p = attn_alloc_floats(n);
     *status = p ? ATTN_OK
-                : attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s forward: cannot allocate %zu floats",
+                : attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu floats",
                             m->ops->class_name, n);
     return p;
+}
+
+/* Grows *buf to hold n floats (contents not kept). */
+static bool reserve_floats(float **buf, size_t *cap, size_t n) {
+    if (n <= *cap && *buf) return true;
+    float *grown = attn_alloc_floats(n ? n : 1);
+    if (!grown) return false;
+    free(*buf);
+    *buf = grown;
+    *cap = n;
+    return true;
+}
+
+attn_status attn_forward_prepare(attn_module *m, size_t n_acts, size_t n_bits, float **acts,
+                                 uint8_t **keep_bits) {
+    attn_saved *s = &m->saved;
+    s->valid = false;
+    s->has_mask = false;
+    *keep_bits = NULL;
+    if (!m->grad_enabled) {
+        attn_status st;
+        *acts = attn_scratch(m, n_acts, &st);
+        return st;
+    }
+    if (!reserve_floats(&s->acts, &s->acts_cap, n_acts))
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: cannot keep %zu activations",
+                         m->ops->class_name, n_acts);
+    *acts = s->acts;
+    if (n_bits) {
+        size_t bytes = n_bits / 8 + 1;
+        if (bytes > s->bits_cap) {
+            uint8_t *grown = calloc(bytes, 1);
+            if (!grown)
+                return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: cannot keep a dropout mask of %zu bits",
+                                 m->ops->class_name, n_bits);
+            free(s->keep_bits);
+            s->keep_bits = grown;
+            s->bits_cap = bytes;
+        }
+        memset(s->keep_bits, 0, bytes);
+        *keep_bits = s->keep_bits;
+        s->has_mask = true;
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_forward_keep(attn_module *m, const float *x, size_t batch, size_t tokens,
+                              float kept_scale) {
+    attn_saved *s = &m->saved;
+    size_t n = batch * tokens * m->d_in; /* checked by attn_check_forward */
+    if (!reserve_floats(&s->x, &s->x_cap, n))
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: cannot keep the input (%zu floats)",
+                         m->ops->class_name, n);
+    memcpy(s->x, x, n * sizeof *x);
+    s->batch = batch;
+    s->tokens = tokens;
+    s->kept_scale = kept_scale;
+    s->valid = true;
+    return ATTN_OK;
+}
+
+void attn_forward_release(attn_module *m, float *acts) {
+    if (acts != m->saved.acts) free(acts);
+}
+
+attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g) {
+    const attn_sdpa_args *a = g->fwd;
+    size_t threads = m->ctx->num_threads;
+    size_t rows = a->batch * a->heads * a->tokens; /* fits: checked by the forward */
+    size_t per_part = attn_sdpa_grad_workspace(a->kv_tokens, a->head_dim);
+    size_t parts = attn_parallel_parts(threads);
+    double *stats = calloc(2 * rows, sizeof *stats);
+    double *workspace = calloc(parts * per_part, sizeof *workspace);
+    if (!stats || !workspace) {
+        free(stats);
+        free(workspace);
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
+                         "%s backward: cannot allocate the attention workspace (%zu rows)",
+                         m->ops->class_name, rows);
+    }
+    g->row_stats = stats;
+    g->workspace = workspace;
+    attn_ref_sdpa_backward(threads, g);
+    free(stats);
+    free(workspace);
+    return ATTN_OK;
 }
 
 attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_stream *dropout) {
@@ -283,19 +421,41 @@ void attn_trace_btc(attn_module *m, const char *name, size_t batch, size_t token
 
 void attn_project_qkv(attn_module *m, const attn_qkv_weights *w, const float *x, size_t batch,
                       size_t tokens, size_t d_out, float *q, float *k, float *v) {
-    size_t rows = batch * tokens, d_in = m->d_in, threads = m->ctx->num_threads;
+    size_t rows = batch * tokens, d_in = m->d_in;
     if (w->linear) {
-        attn_ref_linear(threads, x, w->wq, w->bq, q, rows, d_in, d_out);
-        attn_ref_linear(threads, x, w->wk, w->bk, k, rows, d_in, d_out);
-        attn_ref_linear(threads, x, w->wv, w->bv, v, rows, d_in, d_out);
+        attn_k_linear(m->ctx, x, w->wq, w->bq, q, rows, d_in, d_out);
+        attn_k_linear(m->ctx, x, w->wk, w->bk, k, rows, d_in, d_out);
+        attn_k_linear(m->ctx, x, w->wv, w->bv, v, rows, d_in, d_out);
     } else {
-        attn_ref_matmul(threads, x, w->wq, q, rows, d_in, d_out, false);
-        attn_ref_matmul(threads, x, w->wk, k, rows, d_in, d_out, false);
-        attn_ref_matmul(threads, x, w->wv, v, rows, d_in, d_out, false);
+        attn_k_matmul(m->ctx, x, w->wq, q, rows, d_in, d_out, false, false);
+        attn_k_matmul(m->ctx, x, w->wk, k, rows, d_in, d_out, false, false);
+        attn_k_matmul(m->ctx, x, w->wv, v, rows, d_in, d_out, false, false);
     }
     attn_trace_btc(m, "queries", batch, tokens, d_out, q);
     attn_trace_btc(m, "keys", batch, tokens, d_out, k);
     attn_trace_btc(m, "values", batch, tokens, d_out, v);
+}
+
+void attn_project_qkv_backward(attn_module *m, const attn_qkv_weights *w,
+                               const attn_qkv_grads *grad, const float *x, size_t rows,
+                               size_t d_out, const float *dq, const float *dk, const float *dv,
+                               float *dx) {
+    size_t d_in = m->d_in;
+    const float *weights[3] = {w->wq, w->wk, w->wv}, *biases[3] = {w->bq, w->bk, w->bv};
+    float *dweights[3] = {grad->wq, grad->wk, grad->wv}, *dbiases[3] = {grad->bq, grad->bk, grad->bv};
+    const float *dys[3] = {dq, dk, dv};
+    for (int p = 0; p < 3; p++) {
+        if (w->linear) {
+            /* forward: q (rows, d_out) = x @ W^T + b, W (d_out, d_in) */
+            attn_k_linear_backward(m->ctx, x, weights[p], dys[p], dx, true, dweights[p],
+                                     biases[p] ? dbiases[p] : NULL, rows, d_in, d_out);
+        } else {
+            /* forward: q (rows, d_out) = x @ W, W (d_in, d_out):
+             * dx += dq @ W^T, dW += x^T @ dq */
+            if (dx) attn_k_matmul(m->ctx, dys[p], weights[p], dx, rows, d_out, d_in, true, true);
+            attn_k_matmul_tn_acc(m->ctx, x, dys[p], dweights[p], rows, d_in, d_out);
+        }
+    }
 }
 
 attn_status attn_qkv_declare(attn_module *m, const char *prefix, size_t d_in, size_t d_out,
@@ -315,6 +475,20 @@ size_t attn_qkv_init(attn_module *m, size_t first, size_t d_in, size_t d_out, bo
     size_t index = first;
     for (int i = 0; i < 3; i++) index = attn_module_init_linear(m, rng, index, bias, d_in, d_out);
     return index;
+}
+
+attn_qkv_grads attn_qkv_linear_grads(attn_module *m, size_t first, bool bias) {
+    size_t stride = bias ? 2 : 1;
+    attn_qkv_grads g = {0};
+    g.wq = attn_module_grad(m, first);
+    g.wk = attn_module_grad(m, first + stride);
+    g.wv = attn_module_grad(m, first + 2 * stride);
+    if (bias) {
+        g.bq = attn_module_grad(m, first + 1);
+        g.bk = attn_module_grad(m, first + stride + 1);
+        g.bv = attn_module_grad(m, first + 2 * stride + 1);
+    }
+    return g;
 }
 
 attn_qkv_weights attn_qkv_linear_weights(attn_module *m, size_t first, bool bias) {

@@ -18,6 +18,9 @@ typedef struct attn_module_ops {
     const char *class_name;
     attn_status (*forward)(attn_module *m, const float *x, size_t batch, size_t tokens,
                            float *y, attn_rng *rng);
+    /* dy (B, T, d_out) -> dx (B, T, d_in) (may be NULL) and grads +=, for
+     * the saved forward; called after attn_module_backward's checks. */
+    attn_status (*backward)(attn_module *m, const float *dy, float *dx);
 } attn_module_ops;
 
 typedef struct attn_param_slot {
@@ -28,15 +31,29 @@ typedef struct attn_param_slot {
     size_t offset; /* into storage */
 } attn_param_slot;
 
+/* What a forward keeps for its backward while gradients are enabled. */
+typedef struct attn_saved {
+    bool valid; /* the last forward succeeded and kept what follows */
+    size_t batch, tokens;
+    float *x;    /* (B, T, d_in): a copy of the input */
+    float *acts; /* activations, laid out by each module */
+    uint8_t *keep_bits; /* dropout masks drawn, one bit per element */
+    bool has_mask;      /* the saved forward drew dropout (keep_bits is its) */
+    float kept_scale;   /* 1/(1-p) as the forward's dropout applied it */
+    size_t x_cap, acts_cap, bits_cap; /* floats, floats, bytes allocated */
+} attn_saved;
+
 struct attn_module {
     const attn_module_ops *ops;
     attn_ctx *ctx;
     size_t d_in, d_out;
     bool training;
+    bool grad_enabled;
     size_t num_params, capacity;
     attn_param_slot *params;
     size_t num_scalars;
-    float *storage; /* every parameter, in state_dict order */
+    float *storage; /* every parameter in state_dict order, then every gradient */
+    attn_saved saved;
 };
 
 /* Sets up the base; free it with attn_module_release. */
@@ -53,8 +70,9 @@ attn_status attn_module_declare(attn_module *m, size_t ndim, const size_t shape[
                                 const char *name_fmt, ...);
 /* Allocates storage for every declared parameter (zeroed). */
 attn_status attn_module_alloc(attn_module *m);
-/* The data of parameter i. */
+/* The data of parameter i, and its gradient. */
 float *attn_module_data(attn_module *m, size_t index);
+float *attn_module_grad(attn_module *m, size_t index);
 /* Frees what the base owns (not the module struct itself). */
 void attn_module_release(attn_module *m);
 
@@ -88,8 +106,31 @@ attn_status attn_check_forward(attn_module *m, const float *x, size_t batch, siz
                                const float *y, size_t context_length, size_t max_width,
                                bool needs_rng, const attn_rng *rng);
 
-/* Scratch for one forward: n floats, freed with attn_scratch_free. */
+/* Scratch for one forward or backward: n floats (zeroed), freed with free(). */
 float *attn_scratch(attn_module *m, size_t n, attn_status *status);
+
+/*
+ * A forward's activations. attn_forward_prepare forgets the last saved
+ * forward and gives acts (n_acts floats) and, when dropout draws, keep_bits
+ * (n_bits bits, zeroed): the module's saved buffers when gradients are
+ * enabled, else scratch acts and no bits. attn_forward_keep, after a
+ * successful forward, copies x (B, T, d_in) and marks the forward saved;
+ * attn_forward_release frees acts unless they are the saved ones.
+ */
+attn_status attn_forward_prepare(attn_module *m, size_t n_acts, size_t n_bits, float **acts,
+                                 uint8_t **keep_bits);
+attn_status attn_forward_keep(attn_module *m, const float *x, size_t batch, size_t tokens,
+                              float kept_scale);
+void attn_forward_release(attn_module *m, float *acts);
+
+/* The saved forward's dropout mask, or NULL when it drew none. */
+static inline const uint8_t *attn_saved_mask(const attn_saved *s) {
+    return s->has_mask ? s->keep_bits : NULL;
+}
+
+/* Runs the attention backward over the forward's args (see kernels.h),
+ * with its workspace; g->fwd, dout, dq, dk, dv and the dropout mask set. */
+attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g);
 
 /* Runs the attention core for (B, H) heads and reports its trace. dropout
  * is NULL when no dropout applies. */
@@ -103,8 +144,19 @@ typedef struct attn_qkv_weights {
     const float *wq, *bq, *wk, *bk, *wv, *bv;
     bool linear;
 } attn_qkv_weights;
+/* The gradients of those weights, pointer for pointer. */
+typedef struct attn_qkv_grads {
+    float *wq, *bq, *wk, *bk, *wv, *bv;
+} attn_qkv_grads;
 void attn_project_qkv(attn_module *m, const attn_qkv_weights *w, const float *x, size_t batch,
                       size_t tokens, size_t d_out, float *q, float *k, float *v);
+/* Its backward: dx (rows, d_in) += dq W_q + dk W_k + dv W_v (the transposes
+ * for SelfAttention_v1 weights), and each weight's (and bias's) gradient +=.
+ * The gradient pointers mirror w's. */
+void attn_project_qkv_backward(attn_module *m, const attn_qkv_weights *w,
+                               const attn_qkv_grads *grad, const float *x, size_t rows,
+                               size_t d_out, const float *dq, const float *dk, const float *dv,
+                               float *dx);
 
 /* Traces a (B, T, C) tensor. */
 void attn_trace_btc(attn_module *m, const char *name, size_t batch, size_t tokens, size_t width,
@@ -121,13 +173,16 @@ size_t attn_qkv_init(attn_module *m, size_t first, size_t d_in, size_t d_out, bo
 /* Declares, allocates and initialises W_query, W_key, W_value as a
  * module's only parameters (SelfAttention_v2, CausalAttention). */
 attn_status attn_qkv_build(attn_module *m, size_t d_in, size_t d_out, bool bias, attn_rng *rng);
-/* Pointers to them. */
+/* Pointers to them, and to their gradients. */
 attn_qkv_weights attn_qkv_linear_weights(attn_module *m, size_t first, bool bias);
+attn_qkv_grads attn_qkv_linear_grads(attn_module *m, size_t first, bool bias);
 
 /* One head over projected q, k, v — the forward of SelfAttention_v1/v2 and
  * CausalAttention, and of each MultiHeadAttentionWrapper head:
+ *   qkv (3, B, T, d_out) = the projections of x, kept for the backward
  *   y (B, T, d_out) at row stride y_stride = dropout(softmax(mask(q k^T
- *   * scale))) v. dropout_p > 0 with rng draws one dropout call. */
+ *   * scale))) v. dropout_p > 0 with rng draws one dropout call, its mask
+ *   set in keep_bits (B, T, T) when that is non-NULL. */
 typedef struct attn_head_spec {
     size_t d_out;
     float scale;
@@ -137,6 +192,16 @@ typedef struct attn_head_spec {
 } attn_head_spec;
 attn_status attn_single_head_forward(attn_module *m, const attn_qkv_weights *w,
                                      const attn_head_spec *spec, const float *x, size_t batch,
-                                     size_t tokens, float *y, size_t y_stride, attn_rng *rng);
+                                     size_t tokens, float *qkv, uint8_t *keep_bits, float *y,
+                                     size_t y_stride, attn_rng *rng);
+/* Its backward from dy (B, T, d_out) at row stride dy_stride, given the
+ * forward's x, qkv and keep_bits: dx (B, T, d_in) += and the projections'
+ * gradients (pointers in grad) +=. */
+attn_status attn_single_head_backward(attn_module *m, const attn_qkv_weights *w,
+                                      const attn_qkv_grads *grad, const attn_head_spec *spec,
+                                      const float *x, size_t batch, size_t tokens,
+                                      const float *qkv, const uint8_t *keep_bits,
+                                      float kept_scale, const float *dy, size_t dy_stride,
+                                      float *dx);
 
 #endif /* ATTN_MODULE_H */

@@ -4,10 +4,12 @@
  * W_value.
  *   queries, keys, values (B, T, d_out) = x @ W_*
  *   context (B, T, d_out) = softmax(queries @ keys^T * scale) @ values
+ * The backward runs the same steps in reverse (single_head.c).
  */
 #include "modules/module.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 enum { SA1_W_QUERY, SA1_W_KEY, SA1_W_VALUE };
 
@@ -16,6 +18,13 @@ struct attn_sa_v1 {
     float scale;
 };
 
+static attn_qkv_weights sa_v1_weights(attn_module *m) {
+    return (attn_qkv_weights){.wq = attn_module_data(m, SA1_W_QUERY),
+                              .wk = attn_module_data(m, SA1_W_KEY),
+                              .wv = attn_module_data(m, SA1_W_VALUE)};
+}
+
+/* y (B, T, d_out) = SelfAttention_v1(x (B, T, d_in)) */
 static attn_status sa_v1_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
                                  float *y, attn_rng *rng) {
     (void)rng;
@@ -23,16 +32,35 @@ static attn_status sa_v1_forward(attn_module *m, const float *x, size_t batch, s
     size_t width = attn_max_size(m->d_in, 3 * m->d_out);
     attn_status st = attn_check_forward(m, x, batch, tokens, y, 0, width, false, NULL);
     if (st != ATTN_OK) return st;
-    attn_qkv_weights w = {.wq = attn_module_data(m, SA1_W_QUERY),
-                          .wk = attn_module_data(m, SA1_W_KEY),
-                          .wv = attn_module_data(m, SA1_W_VALUE)};
+    attn_qkv_weights w = sa_v1_weights(m);
     attn_head_spec spec = {.d_out = m->d_out, .scale = sa->scale};
-    st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, y, m->d_out, NULL);
+    float *qkv; /* (3, B, T, d_out) */
+    uint8_t *no_bits;
+    if ((st = attn_forward_prepare(m, 3 * batch * tokens * m->d_out, 0, &qkv, &no_bits)) != ATTN_OK)
+        return st;
+    st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, qkv, NULL, y, m->d_out, NULL);
     if (st == ATTN_OK) attn_trace_btc(m, "context_vec", batch, tokens, m->d_out, y);
+    if (st == ATTN_OK && m->grad_enabled) st = attn_forward_keep(m, x, batch, tokens, 1.0f);
+    attn_forward_release(m, qkv);
     return st;
 }
 
-static const attn_module_ops sa_v1_ops = {ATTN_MODULE_SA_V1, "SelfAttention_v1", sa_v1_forward};
+/* dx (B, T, d_in) and dW_* (d_in, d_out) += from dy (B, T, d_out). */
+static attn_status sa_v1_backward(attn_module *m, const float *dy, float *dx) {
+    attn_sa_v1 *sa = (attn_sa_v1 *)m;
+    const attn_saved *s = &m->saved;
+    attn_qkv_weights w = sa_v1_weights(m);
+    attn_qkv_grads grad = {.wq = attn_module_grad(m, SA1_W_QUERY),
+                           .wk = attn_module_grad(m, SA1_W_KEY),
+                           .wv = attn_module_grad(m, SA1_W_VALUE)};
+    attn_head_spec spec = {.d_out = m->d_out, .scale = sa->scale};
+    if (dx) memset(dx, 0, s->batch * s->tokens * m->d_in * sizeof *dx);
+    return attn_single_head_backward(m, &w, &grad, &spec, s->x, s->batch, s->tokens, s->acts,
+                                     NULL, 1.0f, dy, m->d_out, dx);
+}
+
+static const attn_module_ops sa_v1_ops = {ATTN_MODULE_SA_V1, "SelfAttention_v1", sa_v1_forward,
+                                          sa_v1_backward};
 
 attn_status attn_sa_v1_new(attn_ctx *ctx, const attn_sa_v1_config *cfg, attn_rng *init_rng,
                            attn_sa_v1 **out) {
@@ -71,6 +99,11 @@ attn_status attn_sa_v1_forward(attn_sa_v1 *m, const float *x, size_t batch, size
                                float *y) {
     if (!m) return ATTN_ERR_NULL;
     return sa_v1_forward(&m->base, x, batch, tokens, y, NULL);
+}
+
+attn_status attn_sa_v1_backward(attn_sa_v1 *m, const float *dy, size_t batch, size_t tokens,
+                                float *dx) {
+    return attn_module_backward(attn_sa_v1_module(m), dy, batch, tokens, dx);
 }
 
 attn_module *attn_sa_v1_module(attn_sa_v1 *m) { return m ? &m->base : NULL; }

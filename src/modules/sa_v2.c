@@ -7,6 +7,7 @@
 #include "modules/module.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct attn_sa_v2 {
     attn_module base;
@@ -14,6 +15,7 @@ struct attn_sa_v2 {
     float scale;
 };
 
+/* y (B, T, d_out) = SelfAttention_v2(x (B, T, d_in)) */
 static attn_status sa_v2_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
                                  float *y, attn_rng *rng) {
     (void)rng;
@@ -23,12 +25,32 @@ static attn_status sa_v2_forward(attn_module *m, const float *x, size_t batch, s
     if (st != ATTN_OK) return st;
     attn_qkv_weights w = attn_qkv_linear_weights(m, 0, sa->qkv_bias);
     attn_head_spec spec = {.d_out = m->d_out, .scale = sa->scale};
-    st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, y, m->d_out, NULL);
+    float *qkv; /* (3, B, T, d_out) */
+    uint8_t *no_bits;
+    if ((st = attn_forward_prepare(m, 3 * batch * tokens * m->d_out, 0, &qkv, &no_bits)) != ATTN_OK)
+        return st;
+    st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, qkv, NULL, y, m->d_out, NULL);
     if (st == ATTN_OK) attn_trace_btc(m, "context_vec", batch, tokens, m->d_out, y);
+    if (st == ATTN_OK && m->grad_enabled) st = attn_forward_keep(m, x, batch, tokens, 1.0f);
+    attn_forward_release(m, qkv);
     return st;
 }
 
-static const attn_module_ops sa_v2_ops = {ATTN_MODULE_SA_V2, "SelfAttention_v2", sa_v2_forward};
+/* dx (B, T, d_in), W_*.weight (d_out, d_in) and W_*.bias (d_out) grads
+ * from dy (B, T, d_out). */
+static attn_status sa_v2_backward(attn_module *m, const float *dy, float *dx) {
+    attn_sa_v2 *sa = (attn_sa_v2 *)m;
+    const attn_saved *s = &m->saved;
+    attn_qkv_weights w = attn_qkv_linear_weights(m, 0, sa->qkv_bias);
+    attn_qkv_grads grad = attn_qkv_linear_grads(m, 0, sa->qkv_bias);
+    attn_head_spec spec = {.d_out = m->d_out, .scale = sa->scale};
+    if (dx) memset(dx, 0, s->batch * s->tokens * m->d_in * sizeof *dx);
+    return attn_single_head_backward(m, &w, &grad, &spec, s->x, s->batch, s->tokens, s->acts,
+                                     NULL, 1.0f, dy, m->d_out, dx);
+}
+
+static const attn_module_ops sa_v2_ops = {ATTN_MODULE_SA_V2, "SelfAttention_v2", sa_v2_forward,
+                                          sa_v2_backward};
 
 attn_status attn_sa_v2_new(attn_ctx *ctx, const attn_sa_v2_config *cfg, attn_rng *init_rng,
                            attn_sa_v2 **out) {
@@ -62,6 +84,11 @@ attn_status attn_sa_v2_forward(attn_sa_v2 *m, const float *x, size_t batch, size
                                float *y) {
     if (!m) return ATTN_ERR_NULL;
     return sa_v2_forward(&m->base, x, batch, tokens, y, NULL);
+}
+
+attn_status attn_sa_v2_backward(attn_sa_v2 *m, const float *dy, size_t batch, size_t tokens,
+                                float *dx) {
+    return attn_module_backward(attn_sa_v2_module(m), dy, batch, tokens, dx);
 }
 
 attn_module *attn_sa_v2_module(attn_sa_v2 *m) { return m ? &m->base : NULL; }

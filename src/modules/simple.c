@@ -3,6 +3,7 @@
  *   attn_scores  (B, T, T) = x @ x^T
  *   attn_weights (B, T, T) = softmax(attn_scores, dim=-1)
  *   context      (B, T, C) = attn_weights @ x
+ * x plays query, key and value, so its gradient is the sum of all three.
  */
 #include "modules/module.h"
 
@@ -12,12 +13,9 @@ struct attn_simple {
     attn_module base;
 };
 
-static attn_status simple_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
-                                  float *y, attn_rng *rng) {
-    (void)rng;
-    attn_status st = attn_check_forward(m, x, batch, tokens, y, 0, m->d_in, false, NULL);
-    if (st != ATTN_OK) return st;
-    /* x serves as query, key and value of one head, unscaled, unmasked. */
+/* x serves as query, key and value of one head, unscaled, unmasked. */
+static attn_sdpa_args simple_heads(const attn_module *m, size_t batch, size_t tokens,
+                                   const float *x, float *y) {
     attn_sdpa_args args = {
         .batch = batch, .heads = 1, .tokens = tokens, .head_dim = m->d_in,
         .q = x, .k = x, .v = x,
@@ -25,13 +23,43 @@ static attn_status simple_forward(attn_module *m, const float *x, size_t batch, 
         .out = y, .out_b_stride = tokens * m->d_in, .out_t_stride = m->d_in,
         .scale = 1.0f,
     };
+    attn_sdpa_self(&args);
+    return args;
+}
+
+/* y (B, T, C) = softmax(x x^T) x */
+static attn_status simple_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
+                                  float *y, attn_rng *rng) {
+    (void)rng;
+    attn_status st = attn_check_forward(m, x, batch, tokens, y, 0, m->d_in, false, NULL);
+    if (st != ATTN_OK) return st;
+    m->saved.valid = false;
+    attn_sdpa_args args = simple_heads(m, batch, tokens, x, y);
     st = attn_run_sdpa(m, &args, NULL);
     if (st == ATTN_OK) attn_trace_btc(m, "context_vecs", batch, tokens, m->d_in, y);
+    if (st == ATTN_OK && m->grad_enabled) st = attn_forward_keep(m, x, batch, tokens, 1.0f);
+    return st;
+}
+
+/* dx (B, T, C) = dq + dk + dv from dy (B, T, C). */
+static attn_status simple_backward(attn_module *m, const float *dy, float *dx) {
+    const attn_saved *s = &m->saved;
+    size_t n = s->batch * s->tokens * m->d_in;
+    attn_status st;
+    float *grads = attn_scratch(m, 3 * n, &st); /* dq, dk, dv: (B, T, C) each */
+    if (!grads) return st;
+    attn_sdpa_args fwd = simple_heads(m, s->batch, s->tokens, s->x, NULL);
+    attn_sdpa_grad_args g = {.fwd = &fwd, .dout = dy, .dq = grads, .dk = grads + n,
+                             .dv = grads + 2 * n};
+    st = attn_run_sdpa_backward(m, &g);
+    if (st == ATTN_OK && dx)
+        for (size_t i = 0; i < n; i++) dx[i] = grads[i] + grads[n + i] + grads[2 * n + i];
+    free(grads);
     return st;
 }
 
 static const attn_module_ops simple_ops = {ATTN_MODULE_SIMPLE, "SimplifiedSelfAttention",
-                                           simple_forward};
+                                           simple_forward, simple_backward};
 
 attn_status attn_simple_new(attn_ctx *ctx, const attn_simple_config *cfg, attn_simple **out) {
     if (!ctx) return ATTN_ERR_NULL;
@@ -81,6 +109,11 @@ attn_status attn_simple_forward_query(attn_simple *m, const float *x, size_t tok
     /* context (C) = sum_i weights[i] * x_i */
     attn_ref_matmul(1, weights, x, context, 1, tokens, d, false);
     return ATTN_OK;
+}
+
+attn_status attn_simple_backward(attn_simple *m, const float *dy, size_t batch, size_t tokens,
+                                 float *dx) {
+    return attn_module_backward(attn_simple_module(m), dy, batch, tokens, dx);
 }
 
 attn_module *attn_simple_module(attn_simple *m) { return m ? &m->base : NULL; }

@@ -1,7 +1,7 @@
 /* ops.c — the seeds' tensor steps as public functions, checked, over the
  * reference kernels. */
 #include "internal.h"
-#include "kernels/kernels.h"
+#include "kernels/dispatch.h"
 
 #include <math.h>
 
@@ -24,7 +24,7 @@ attn_status attn_matmul(attn_ctx *ctx, const float *a, const float *b, float *c,
                          !a ? "a" : !b ? "b" : "c");
     attn_status st = check_sizes(ctx, "attn_matmul", m, k, n);
     if (st != ATTN_OK) return st;
-    attn_ref_matmul(ctx->num_threads, a, b, c, m, k, n, b_transposed);
+    attn_k_matmul(ctx, a, b, c, m, k, n, b_transposed, false);
     return ATTN_OK;
 }
 
@@ -47,7 +47,7 @@ attn_status attn_linear(attn_ctx *ctx, const float *x, const float *weight, cons
                          !x ? "x" : !weight ? "weight" : "y");
     attn_status st = check_sizes(ctx, "attn_linear", rows, in_features, out_features);
     if (st != ATTN_OK) return st;
-    attn_ref_linear(ctx->num_threads, x, weight, bias, y, rows, in_features, out_features);
+    attn_k_linear(ctx, x, weight, bias, y, rows, in_features, out_features);
     return ATTN_OK;
 }
 

@@ -25,6 +25,11 @@ typedef struct attn_dropout_stream {
     uint32_t mcg_state;
 } attn_dropout_stream;
 
+/* The factor kept elements are multiplied by: float(1 / (1 - p)), 0 for p = 1. */
+static inline float attn_dropout_kept_scale(double p) {
+    return p < 1.0 ? 1.0f / (float)(1.0 - p) : 0.0f;
+}
+
 /* Begins the dropout of a tensor of n elements with probability p. */
 void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, size_t n);
 /* The factor of the next mask entry: kept_scale or 0 (1 when p == 0). */

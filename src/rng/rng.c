@@ -235,7 +235,7 @@ void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, 
     *s = (attn_dropout_stream){.rng = rng, .method = rng->bernoulli, .keep = 1.0 - p};
     s->passthrough = p == 0.0 || n == 0;
     s->drop_all = p == 1.0;
-    s->kept_scale = p < 1.0 ? 1.0f / (float)(1.0 - p) : 0.0f;
+    s->kept_scale = attn_dropout_kept_scale(p);
     if (s->passthrough || s->drop_all) return;
     if (s->method == ATTN_BERNOULLI_MKL_MCG31) {
         /* One 32-bit draw seeds the stream; MKL maps seed 0 to 1. */

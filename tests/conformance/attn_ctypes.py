@@ -43,13 +43,22 @@ TRACE_FN = ctypes.CFUNCTYPE(None, c_void_p, c_char_p, c_char_p, c_size_t, POINTE
                             F32P)
 
 
+(ATTN_KERNELS_AUTO, ATTN_KERNELS_REFERENCE, ATTN_KERNELS_PORTABLE, ATTN_KERNELS_AVX2,
+ ATTN_KERNELS_AVX512) = range(5)
+
+
 class CtxConfig(Structure):
-    _fields_ = [("num_threads", c_size_t), ("trace", TRACE_FN), ("trace_user", c_void_p)]
+    _fields_ = [("num_threads", c_size_t), ("trace", TRACE_FN), ("trace_user", c_void_p),
+                ("kernels", c_int)]
 
 
 class Param(Structure):
-    _fields_ = [("name", c_char_p), ("data", F32P), ("ndim", c_size_t),
+    _fields_ = [("name", c_char_p), ("data", F32P), ("grad", F32P), ("ndim", c_size_t),
                 ("shape", c_size_t * 2), ("numel", c_size_t)]
+
+
+class SimpleConfig(Structure):
+    _fields_ = [("d_in", c_size_t)]
 
 
 class SaV1Config(Structure):
@@ -141,6 +150,12 @@ class Attn:
         fn("attn_module_set_training", c_int, c_void_p, c_bool)
         fn("attn_module_training", c_bool, c_void_p)
         fn("attn_module_forward", c_int, c_void_p, F32P, c_size_t, c_size_t, F32P, c_void_p)
+        fn("attn_module_backward", c_int, c_void_p, F32P, c_size_t, c_size_t, F32P)
+        fn("attn_module_zero_grad", c_int, c_void_p)
+        fn("attn_module_set_grad_enabled", c_int, c_void_p, c_bool)
+        fn("attn_module_grad_enabled", c_bool, c_void_p)
+        fn("attn_simple_new", c_int, c_void_p, POINTER(SimpleConfig), POINTER(c_void_p))
+        fn("attn_simple_module", c_void_p, c_void_p)
         fn("attn_module_free", None, c_void_p)
 
         for cfg_type, prefix in MODULES.values():
@@ -151,6 +166,8 @@ class Attn:
         fn("attn_sa_v2_forward", c_int, c_void_p, F32P, c_size_t, c_size_t, F32P)
         for prefix in ("attn_causal", "attn_mha_wrapper", "attn_mha", "attn_gpt2"):
             fn(prefix + "_forward", c_int, c_void_p, F32P, c_size_t, c_size_t, F32P, c_void_p)
+        for prefix in ["attn_simple"] + [p for _, p in MODULES.values()]:
+            fn(prefix + "_backward", c_int, c_void_p, F32P, c_size_t, c_size_t, F32P)
 
     # ---- status ----
 
@@ -165,8 +182,9 @@ class Attn:
 
     # ---- context and rng ----
 
-    def ctx_new(self, num_threads=1):
-        cfg = CtxConfig(num_threads, TRACE_FN(), None)
+    def ctx_new(self, num_threads=1, kernels=ATTN_KERNELS_REFERENCE):
+        """A ctx; the exactness suites run the reference kernels, the oracle."""
+        cfg = CtxConfig(num_threads, TRACE_FN(), None, kernels)
         ctx = c_void_p()
         st = self.lib.attn_ctx_new(ctypes.byref(cfg), ctypes.byref(ctx))
         if st != ATTN_OK:
@@ -235,6 +253,13 @@ class Attn:
             raise AttnError("%s_module returned NULL" % prefix)
         return h, c_void_p(m)
 
+    def simple_new(self, ctx, d_in):
+        """Returns (handle, attn_module*) of a SimplifiedSelfAttention."""
+        h = c_void_p()
+        self.check(self.lib.attn_simple_new(ctx, ctypes.byref(SimpleConfig(d_in)),
+                                            ctypes.byref(h)), ctx, "attn_simple_new")
+        return h, c_void_p(self.lib.attn_simple_module(h))
+
     def module_free(self, m):
         self.lib.attn_module_free(m)
 
@@ -254,13 +279,40 @@ class Attn:
                    "attn_module_param(%r)" % name)
         return self._param_array(p)
 
+    def module_grads(self, ctx, m):
+        """[(name, ndarray copy of its grad)] in state_dict order."""
+        out = []
+        for i in range(self.lib.attn_module_param_count(m)):
+            p = Param()
+            self.check(self.lib.attn_module_param_at(m, i, ctypes.byref(p)), ctx,
+                       "attn_module_param_at(%d)" % i)
+            out.append((p.name.decode(), self._param_array(p, grad=True)))
+        return out
+
+    def module_zero_grad(self, ctx, m):
+        self.check(self.lib.attn_module_zero_grad(m), ctx, "attn_module_zero_grad")
+
+    def module_backward(self, ctx, m, dy, typed=None):
+        """dy (B, T, d_out) -> dx (B, T, d_in) through attn_module_backward, or
+        through attn_X_backward of typed = (prefix, handle)."""
+        dy, dyp = f32(dy)
+        b, t, _ = dy.shape
+        dx, dxp = f32(np.empty((b, t, self.lib.attn_module_d_in(m)), dtype=np.float32))
+        if typed:
+            st = getattr(self.lib, typed[0] + "_backward")(typed[1], dyp, b, t, dxp)
+        else:
+            st = self.lib.attn_module_backward(m, dyp, b, t, dxp)
+        self.check(st, ctx, "attn_module_backward")
+        return dx
+
     @staticmethod
-    def _param_array(p):
+    def _param_array(p, grad=False):
         shape = tuple(p.shape[i] for i in range(p.ndim))
         n = int(np.prod(shape)) if shape else 1
         if n != p.numel:
             raise AttnError("param %s: shape %s but numel %d" % (p.name, shape, p.numel))
-        return np.ctypeslib.as_array(p.data, shape=(p.numel,)).copy().reshape(shape)
+        src = p.grad if grad else p.data
+        return np.ctypeslib.as_array(src, shape=(p.numel,)).copy().reshape(shape)
 
     def module_set_training(self, ctx, m, training):
         self.check(self.lib.attn_module_set_training(m, training), ctx,

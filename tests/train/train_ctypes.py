@@ -20,19 +20,14 @@ from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_float, c_i
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "conformance"))
-from attn_ctypes import ATTN_MODULE_GPT2, ATTN_MODULE_MHA, F32P, Attn, AttnError, f32  # noqa: E402,F401
+from attn_ctypes import (ATTN_MODULE_GPT2, ATTN_MODULE_MHA, F32P, Attn, AttnError, Param,  # noqa: E402,F401
+                         f32)
 
 ATTN_OPTIMIZER_SGD = 0
 ATTN_OPTIMIZER_ADAMW = 1
 ATTN_IGNORE_INDEX = -100
 TASKS = {"copy": 0, "reverse": 1, "sort": 2, "induction": 3}
 I32P = POINTER(c_int32)
-
-
-class Param(Structure):
-    """attn_param as attn.h has it: grad follows data."""
-    _fields_ = [("name", c_char_p), ("data", F32P), ("grad", F32P), ("ndim", c_size_t),
-                ("shape", c_size_t * 2), ("numel", c_size_t)]
 
 
 class OptimizerConfig(Structure):
@@ -85,6 +80,7 @@ class AttnTrain(Attn):
            POINTER(c_float), c_void_p)
         fn("attn_model_backward", c_int, c_void_p)
         fn("attn_model_save", c_int, c_void_p, c_char_p)
+        fn("attn_model_load", c_int, c_void_p, c_char_p)
         fn("attn_task_batch", c_int, c_void_p, c_int, c_size_t, c_size_t, c_void_p, c_size_t,
            I32P, I32P, POINTER(c_size_t))
 

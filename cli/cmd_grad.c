@@ -1,0 +1,139 @@
+/* cmd_grad.c — attn grad: forward, then backward from a given dL/dy, every
+ * gradient written as .npy, to check against any autograd. */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+#include "module_options.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char grad_help_head[] =
+    "usage: attn grad --module simple|sa1|sa2|causal|mha-wrapper|mha|gpt2\n"
+    "                 --input x.npy --grad-output dy.npy --out DIR [--seed S]\n"
+    "                 [--d-in N] [--d-out N] [--heads N] [--context N] [--qkv-bias]\n"
+    "                 [--dropout P --train] [--scale S] [--mask neg-inf|renormalize|none]\n"
+    "                 [--bernoulli mt19937|mkl] [--threads N]\n"
+    "\n"
+    "Builds the module as 'attn forward' does (same options, same weights), runs\n"
+    "its forward on x (in training mode with --train, drawing dropout), then its\n"
+    "backward with dy = dL/dy, shaped as the output. Writes into DIR (created if\n"
+    "missing):\n"
+    "  output.npy          the forward's output y\n"
+    "  input.npy           dL/dx, shaped as the input\n"
+    "  <name>.npy          dL/dW for every parameter, by its PyTorch state_dict\n"
+    "                      name: W_query.weight.npy, heads.0.W_key.bias.npy,\n"
+    "                      c_attn.weight.npy, ...\n"
+    "With PyTorch: y = module(x); y.backward(dy) gives x.grad and each p.grad.\n";
+
+typedef struct grad_paths {
+    const char *grad_output, *out_dir;
+} grad_paths;
+
+static int take_path(void *user, const char *opt, const char *value) {
+    grad_paths *p = user;
+    if (strcmp(opt, "--grad-output") == 0) p->grad_output = value;
+    else p->out_dir = value;
+    return CLI_OK;
+}
+
+/* Writes data as DIR/name.npy. */
+static int write_in_dir(attn_ctx *ctx, const char *dir, const char *name, const float *data,
+                        size_t rank, const size_t *shape) {
+    size_t len = strlen(dir) + strlen(name) + 6;
+    char *path = malloc(len);
+    if (!path) return cli_usage_error("out of memory for a path");
+    snprintf(path, len, "%s/%s.npy", dir, name);
+    int rc = attn_npy_write(ctx, path, data, rank, shape) == ATTN_OK
+                 ? CLI_OK
+                 : cli_library_error(ctx, "--out");
+    free(path);
+    return rc;
+}
+
+static bool same_shape(const attn_npy *a, size_t rank, const size_t *shape) {
+    if (a->ndim != rank) return false;
+    for (size_t i = 0; i < rank; i++)
+        if (a->shape[i] != shape[i]) return false;
+    return true;
+}
+
+static void format_shape(char *buf, size_t size, size_t rank, const size_t *shape) {
+    size_t used = (size_t)snprintf(buf, size, "(");
+    for (size_t i = 0; i < rank && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, i ? ", %zu" : "%zu", shape[i]);
+    if (used < size) snprintf(buf + used, size - used, ")");
+}
+
+int cli_grad(int argc, char **argv) {
+    if (cli_wants_help(argc, argv)) {
+        fputs(grad_help_head, stdout);
+        fputs(cli_run_options_help, stdout);
+        return CLI_OK;
+    }
+    cli_run_options o = cli_run_defaults();
+    grad_paths paths = {0};
+    static const char *const own[] = {"--grad-output", "--out", NULL};
+    cli_extra_options extra = {.options = own, .take = take_path, .user = &paths};
+    if (cli_parse_run_options(argc, argv, &o, &extra) != CLI_OK) return CLI_USAGE;
+    if (!o.module.module) return cli_usage_error("grad: --module is required (try 'attn grad --help')");
+    if (!o.input || !paths.grad_output || !paths.out_dir)
+        return cli_usage_error("grad: --input, --grad-output and --out are required");
+
+    cli_run run;
+    attn_npy dy = {0};
+    float *y = NULL, *dx = NULL;
+    int rc = cli_run_open(&run, &o);
+    if (rc != CLI_OK) goto done;
+    attn_module *m = run.module;
+    size_t d_in = attn_module_d_in(m), d_out = attn_module_d_out(m);
+    size_t rows = run.batch * run.tokens; /* overflow is checked by the forward below */
+    y = calloc(rows, d_out * sizeof *y);
+    dx = calloc(rows, d_in * sizeof *dx);
+    if (!y || !dx) {
+        rc = cli_usage_error("out of memory for %zu x %zu activations", rows, d_out + d_in);
+        goto done;
+    }
+    if (attn_module_forward(m, run.x.data, run.batch, run.tokens, y, run.rng) != ATTN_OK) {
+        rc = cli_library_error(run.ctx, "forward");
+        goto done;
+    }
+    size_t y_shape[3], x_shape[3];
+    size_t rank = cli_run_shape(&run, d_out, y_shape);
+    cli_run_shape(&run, d_in, x_shape);
+    if (attn_npy_read(run.ctx, paths.grad_output, &dy) != ATTN_OK) {
+        rc = cli_library_error(run.ctx, "--grad-output");
+        goto done;
+    }
+    if (!same_shape(&dy, rank, y_shape)) {
+        char want[96], got[96];
+        format_shape(want, sizeof want, rank, y_shape);
+        format_shape(got, sizeof got, dy.ndim, dy.shape);
+        rc = cli_usage_error("--grad-output: shape %s does not match the output's %s", got, want);
+        goto done;
+    }
+    if (attn_module_backward(m, dy.data, run.batch, run.tokens, dx) != ATTN_OK) {
+        rc = cli_library_error(run.ctx, "backward");
+        goto done;
+    }
+    if (mkdir(paths.out_dir, 0777) != 0 && errno != EEXIST) {
+        rc = cli_usage_error("--out: cannot create directory '%s': %s", paths.out_dir,
+                             strerror(errno));
+        goto done;
+    }
+    rc = write_in_dir(run.ctx, paths.out_dir, "output", y, rank, y_shape);
+    if (rc == CLI_OK) rc = write_in_dir(run.ctx, paths.out_dir, "input", dx, rank, x_shape);
+    for (size_t i = 0; i < attn_module_param_count(m) && rc == CLI_OK; i++) {
+        attn_param p;
+        attn_module_param_at(m, i, &p);
+        rc = write_in_dir(run.ctx, paths.out_dir, p.name, p.grad, p.ndim, p.shape);
+    }
+done:
+    free(y);
+    free(dx);
+    attn_npy_free(&dy);
+    cli_run_close(&run);
+    return rc;
+}

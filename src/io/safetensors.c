@@ -1,0 +1,1437 @@
+/*
+ * safetensors.c — Hugging Face's safetensors format, read and written.
+ *
+ *   bytes [0, 8)        N, the header length, u64 little-endian
+ *   bytes [8, 8 + N)    JSON: {"__metadata__": {"k": "v", ...},
+ *                              "name": {"dtype": "F32", "shape": [2, 3],
+ *                                       "data_offsets": [begin, end]}, ...}
+ *   bytes [8 + N, ...)  the data section; a tensor's bytes are
+ *                       [begin, end) of it, row-major, little-endian
+ *
+ * The reader treats its input as hostile. The header is parsed by a small
+ * JSON reader that accepts exactly that schema (UTF-8 checked, escapes
+ * decoded, integers without sign, fraction or exponent), and then checked
+ * as the reference implementation checks it: each tensor's byte count is
+ * its shape's element count times its dtype's size, and the tensors' ranges,
+ * in offset order, tile the data section with no overlap, gap or remainder.
+ * Every size product and sum is checked for overflow. No tensor data is read
+ * until it is asked for, so opening a 500 MB checkpoint reads its header.
+ *
+ * The writer produces what the reference writer produces for F32 tensors:
+ * the tensors sorted by name, "__metadata__" first, serde_json's compact
+ * spelling and escapes, the header padded with spaces to a multiple of 8.
+ */
+#include "internal.h"
+
+#include "io/safetensors_internal.h"
+#include "modules/module.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(sizeof(float) == 4, "float must be IEEE binary32");
+_Static_assert(sizeof(double) == 8, "double must be IEEE binary64");
+
+#define ST_TEXT_MAX 64     /* a name as quoted in a message */
+#define ST_CHUNK 16384     /* bytes read per step when converting */
+
+static const char *const memory_label = "<memory>";
+
+/* ---- dtypes -------------------------------------------------------------- */
+
+typedef struct dtype_desc {
+    const char *name;
+    attn_dtype dtype;
+    size_t size;
+} dtype_desc;
+
+static const dtype_desc dtypes[] = {
+    {"F32", ATTN_DTYPE_F32, 4},         {"F16", ATTN_DTYPE_F16, 2},
+    {"BF16", ATTN_DTYPE_BF16, 2},       {"F64", ATTN_DTYPE_F64, 8},
+    {"BOOL", ATTN_DTYPE_BOOL, 1},       {"U8", ATTN_DTYPE_U8, 1},
+    {"I8", ATTN_DTYPE_I8, 1},           {"I16", ATTN_DTYPE_I16, 2},
+    {"U16", ATTN_DTYPE_U16, 2},         {"I32", ATTN_DTYPE_I32, 4},
+    {"U32", ATTN_DTYPE_U32, 4},         {"I64", ATTN_DTYPE_I64, 8},
+    {"U64", ATTN_DTYPE_U64, 8},         {"F8_E4M3", ATTN_DTYPE_F8_E4M3, 1},
+    {"F8_E5M2", ATTN_DTYPE_F8_E5M2, 1},
+};
+#define NUM_DTYPES (sizeof dtypes / sizeof dtypes[0])
+
+const char *attn_dtype_name(attn_dtype dtype) {
+    for (size_t i = 0; i < NUM_DTYPES; i++)
+        if (dtypes[i].dtype == dtype) return dtypes[i].name;
+    return "?";
+}
+
+static size_t dtype_size(attn_dtype dtype) {
+    for (size_t i = 0; i < NUM_DTYPES; i++)
+        if (dtypes[i].dtype == dtype) return dtypes[i].size;
+    return 0;
+}
+
+static bool dtype_loadable(attn_dtype d) {
+    return d == ATTN_DTYPE_F32 || d == ATTN_DTYPE_F16 || d == ATTN_DTYPE_BF16 ||
+           d == ATTN_DTYPE_F64;
+}
+
+/* ---- the parsed file ----------------------------------------------------- */
+
+typedef struct st_tensor {
+    char *name;
+    attn_dtype dtype;
+    size_t ndim;
+    size_t shape[ATTN_SAFETENSORS_MAX_DIMS];
+    size_t numel;
+    size_t begin, end;
+} st_tensor;
+
+struct attn_safetensors {
+    attn_ctx *ctx;
+    char *label;                /* the path, or "<memory>" */
+    FILE *file;                 /* when opened from a path */
+    unsigned char *image;       /* when parsed from memory: the data section */
+    size_t data_start;          /* 8 + N: where the data section starts */
+    size_t data_size;
+    st_tensor *tensors;         /* sorted by data offsets */
+    size_t count, capacity;
+    size_t *by_name;            /* indices into tensors, sorted by name */
+    attn_metadata_entry *meta;  /* strings owned here */
+    size_t meta_count, meta_capacity;
+};
+
+/* Copies untrusted text for a message, replacing what is not printable
+ * ASCII so that a hostile file cannot put control bytes into it. */
+static void printable(char *dst, size_t cap, const char *src) {
+    size_t n = strlen(src), i = 0;
+    bool cut = n > cap - 4;
+    if (cut) n = cap - 4;
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)src[i];
+        dst[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
+    }
+    if (cut) {
+        memcpy(dst + i, "...", 3);
+        i += 3;
+    }
+    dst[i] = '\0';
+}
+
+/* Writes "[2, 3]" for a shape into buf. */
+static void format_shape(char *buf, size_t cap, size_t ndim, const size_t *shape) {
+    size_t len = 0;
+    len += (size_t)snprintf(buf + len, cap - len, "[");
+    for (size_t i = 0; i < ndim && len < cap; i++)
+        len += (size_t)snprintf(buf + len, cap - len, i ? ", %zu" : "%zu", shape[i]);
+    if (len < cap) snprintf(buf + len, cap - len, "]");
+}
+
+/* ---- a JSON reader for the header ---------------------------------------- */
+
+typedef struct json_cursor {
+    attn_ctx *ctx;
+    const char *label;
+    const unsigned char *begin, *p, *end;
+} json_cursor;
+
+/* File offset of the cursor: the header starts at byte 8. */
+static size_t json_offset(const json_cursor *c) { return 8 + (size_t)(c->p - c->begin); }
+
+static void json_skip_space(json_cursor *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
+        c->p++;
+}
+
+static attn_status json_error(json_cursor *c, const char *expected) {
+    if (c->p >= c->end)
+        return attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                         "%s: header is not valid JSON: it ends where %s was expected", c->label,
+                         expected);
+    unsigned char ch = *c->p;
+    if (ch >= 0x20 && ch < 0x7f)
+        return attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                         "%s: header is not valid JSON at byte %zu: expected %s, found '%c'",
+                         c->label, json_offset(c), expected, (char)ch);
+    return attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                     "%s: header is not valid JSON at byte %zu: expected %s, found byte 0x%02x",
+                     c->label, json_offset(c), expected, (unsigned)ch);
+}
+
+static attn_status json_expect(json_cursor *c, char ch, const char *expected) {
+    json_skip_space(c);
+    if (c->p >= c->end || *c->p != (unsigned char)ch) return json_error(c, expected);
+    c->p++;
+    return ATTN_OK;
+}
+
+/* The length of the UTF-8 sequence at p (at most avail bytes), or 0 when it
+ * is not well-formed: no overlong forms, surrogates or values past U+10FFFF. */
+static size_t utf8_length(const unsigned char *p, size_t avail) {
+    unsigned char b = p[0];
+    if (b < 0x80) return 1;
+    size_t n;
+    uint32_t cp, min;
+    if (b >= 0xc2 && b <= 0xdf) n = 2, cp = b & 0x1fu, min = 0x80;
+    else if (b >= 0xe0 && b <= 0xef) n = 3, cp = b & 0x0fu, min = 0x800;
+    else if (b >= 0xf0 && b <= 0xf4) n = 4, cp = b & 0x07u, min = 0x10000;
+    else return 0;
+    if (avail < n) return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (p[i] & 0x3fu);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n;
+}
+
+static size_t utf8_encode(uint32_t cp, unsigned char out[4]) {
+    if (cp < 0x80) {
+        out[0] = (unsigned char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (unsigned char)(0xc0 | cp >> 6);
+        out[1] = (unsigned char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (unsigned char)(0xe0 | cp >> 12);
+        out[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+        out[2] = (unsigned char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    out[0] = (unsigned char)(0xf0 | cp >> 18);
+    out[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3f));
+    out[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
+    out[3] = (unsigned char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+static bool hex4(const unsigned char *p, const unsigned char *end, uint32_t *out) {
+    if (end - p < 4) return false;
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char h = p[i];
+        uint32_t d = h >= '0' && h <= '9'   ? (uint32_t)(h - '0')
+                     : h >= 'a' && h <= 'f' ? (uint32_t)(h - 'a' + 10)
+                     : h >= 'A' && h <= 'F' ? (uint32_t)(h - 'A' + 10)
+                                            : 16u;
+        if (d == 16) return false;
+        v = v << 4 | d;
+    }
+    *out = v;
+    return true;
+}
+
+/* A JSON string, decoded into a malloc'd NUL-terminated UTF-8 string. A
+ * decoded NUL is rejected: names and metadata are C strings here. */
+static attn_status json_string(json_cursor *c, char **out, const char *expected) {
+    *out = NULL;
+    json_skip_space(c);
+    if (c->p >= c->end || *c->p != '"') return json_error(c, expected);
+    size_t start_offset = json_offset(c);
+    c->p++;
+    /* Decoding never makes text longer: escapes shrink, the rest is copied. */
+    size_t cap = (size_t)(c->end - c->p) + 1;
+    unsigned char *buf = malloc(cap);
+    if (!buf)
+        return attn_fail(c->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for a header string",
+                         c->label);
+    size_t len = 0;
+    attn_status st = ATTN_OK;
+    for (;;) {
+        if (c->p >= c->end) {
+            st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                           "%s: header is not valid JSON: the string at byte %zu is not closed",
+                           c->label, start_offset);
+            break;
+        }
+        unsigned char ch = *c->p;
+        if (ch == '"') {
+            c->p++;
+            break;
+        }
+        if (ch < 0x20) {
+            st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                           "%s: header is not valid JSON at byte %zu: control byte 0x%02x in a "
+                           "string",
+                           c->label, json_offset(c), (unsigned)ch);
+            break;
+        }
+        if (ch != '\\') {
+            size_t n = utf8_length(c->p, (size_t)(c->end - c->p));
+            if (n == 0) {
+                st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                               "%s: header is not UTF-8: bad byte 0x%02x at byte %zu", c->label,
+                               (unsigned)ch, json_offset(c));
+                break;
+            }
+            memcpy(buf + len, c->p, n);
+            len += n;
+            c->p += n;
+            continue;
+        }
+        size_t escape_at = json_offset(c);
+        if (c->end - c->p < 2) {
+            st = json_error(c, "an escape sequence");
+            break;
+        }
+        unsigned char e = c->p[1];
+        c->p += 2;
+        const char *simple = strchr("\"\\/bfnrt", e);
+        if (e && simple) {
+            static const char decoded[] = "\"\\/\b\f\n\r\t";
+            buf[len++] = (unsigned char)decoded[simple - "\"\\/bfnrt"];
+            continue;
+        }
+        uint32_t cp;
+        if (e != 'u' || !hex4(c->p, c->end, &cp)) {
+            st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                           "%s: header is not valid JSON: bad escape sequence at byte %zu",
+                           c->label, escape_at);
+            break;
+        }
+        c->p += 4;
+        if (cp >= 0xd800 && cp <= 0xdbff) {
+            uint32_t low;
+            if (c->end - c->p >= 6 && c->p[0] == '\\' && c->p[1] == 'u' &&
+                hex4(c->p + 2, c->end, &low) && low >= 0xdc00 && low <= 0xdfff) {
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
+                c->p += 6;
+            } else {
+                cp = 0xd800; /* reported below */
+            }
+        }
+        if (cp >= 0xd800 && cp <= 0xdfff) {
+            st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                           "%s: header has an unpaired UTF-16 surrogate escape at byte %zu",
+                           c->label, escape_at);
+            break;
+        }
+        if (cp == 0) {
+            st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                           "%s: header string has a NUL character (\\u0000) at byte %zu",
+                           c->label, escape_at);
+            break;
+        }
+        len += utf8_encode(cp, buf + len);
+    }
+    if (st != ATTN_OK) {
+        free(buf);
+        return st;
+    }
+    buf[len] = '\0';
+    *out = (char *)buf;
+    return ATTN_OK;
+}
+
+/* A non-negative JSON integer: digits only, no leading zero, no fraction or
+ * exponent (a size is an integer). what names it in messages. */
+static attn_status json_size(json_cursor *c, size_t *out, const char *what, const char *tensor) {
+    json_skip_space(c);
+    char name[ST_TEXT_MAX];
+    printable(name, sizeof name, tensor);
+    if (c->p < c->end && *c->p == '-')
+        return attn_fail(c->ctx, ATTN_ERR_FORMAT, "%s: tensor '%s': negative value in %s at byte %zu",
+                         c->label, name, what, json_offset(c));
+    if (c->p >= c->end || *c->p < '0' || *c->p > '9') return json_error(c, "an integer");
+    const unsigned char *start = c->p;
+    size_t value = 0;
+    bool overflow = false;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
+        size_t digit = (size_t)(*c->p - '0');
+        if (value > ((size_t)-1 - digit) / 10) overflow = true;
+        else value = value * 10 + digit;
+        c->p++;
+    }
+    if (c->p < c->end && (*c->p == '.' || *c->p == 'e' || *c->p == 'E'))
+        return attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                         "%s: tensor '%s': %s holds a number that is not an integer at byte %zu",
+                         c->label, name, what, 8 + (size_t)(start - c->begin));
+    if (c->p - start > 1 && *start == '0')
+        return attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                         "%s: header is not valid JSON at byte %zu: a number with a leading zero",
+                         c->label, 8 + (size_t)(start - c->begin));
+    if (overflow)
+        return attn_fail(c->ctx, ATTN_ERR_OVERFLOW, "%s: tensor '%s': a value in %s overflows size_t",
+                         c->label, name, what);
+    *out = value;
+    return ATTN_OK;
+}
+
+/* [a, b, ...] of sizes; at most max of them. */
+static attn_status json_size_array(json_cursor *c, size_t *values, size_t max, size_t *count,
+                                   const char *what, const char *tensor) {
+    attn_status st = json_expect(c, '[', "'['");
+    if (st != ATTN_OK) return st;
+    *count = 0;
+    json_skip_space(c);
+    if (c->p < c->end && *c->p == ']') {
+        c->p++;
+        return ATTN_OK;
+    }
+    for (;;) {
+        size_t v = 0;
+        if ((st = json_size(c, &v, what, tensor)) != ATTN_OK) return st;
+        if (*count == max) {
+            char name[ST_TEXT_MAX];
+            printable(name, sizeof name, tensor);
+            return attn_fail(c->ctx, ATTN_ERR_FORMAT, "%s: tensor '%s': %s has more than %zu entries",
+                             c->label, name, what, max);
+        }
+        values[(*count)++] = v;
+        json_skip_space(c);
+        if (c->p < c->end && *c->p == ',') {
+            c->p++;
+            continue;
+        }
+        return json_expect(c, ']', "',' or ']'");
+    }
+}
+
+/* ---- building the parsed file ------------------------------------------- */
+
+static attn_status grow(attn_ctx *ctx, const char *label, void **items, size_t *capacity,
+                        size_t count, size_t item_size) {
+    if (count < *capacity) return ATTN_OK;
+    size_t cap = *capacity ? 2 * *capacity : 16;
+    void *grown = cap > (size_t)-1 / item_size ? NULL : realloc(*items, cap * item_size);
+    if (!grown) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for the header", label);
+    *items = grown;
+    *capacity = cap;
+    return ATTN_OK;
+}
+
+static attn_status parse_dtype(json_cursor *c, const char *tensor, attn_dtype *out) {
+    char *text;
+    attn_status st = json_string(c, &text, "a dtype string");
+    if (st != ATTN_OK) return st;
+    for (size_t i = 0; i < NUM_DTYPES; i++) {
+        if (strcmp(text, dtypes[i].name) == 0) {
+            *out = dtypes[i].dtype;
+            free(text);
+            return ATTN_OK;
+        }
+    }
+    char name[ST_TEXT_MAX], dtype[ST_TEXT_MAX];
+    printable(name, sizeof name, tensor);
+    printable(dtype, sizeof dtype, text);
+    free(text);
+    return attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                     "%s: tensor '%s': unknown dtype '%s' (safetensors dtypes: F64, F32, F16, "
+                     "BF16, I64, I32, I16, I8, U64, U32, U16, U8, BOOL, F8_E4M3, F8_E5M2)",
+                     c->label, name, dtype);
+}
+
+/* {"dtype": ..., "shape": [...], "data_offsets": [b, e]} */
+static attn_status parse_tensor(json_cursor *c, st_tensor *t) {
+    char name[ST_TEXT_MAX];
+    printable(name, sizeof name, t->name);
+    json_skip_space(c);
+    if (c->p >= c->end || *c->p != '{') {
+        attn_status st = json_error(c, "'{' starting a tensor's entry");
+        return c->p >= c->end ? st
+                              : attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                                          "%s: tensor '%s': its entry at byte %zu is not an "
+                                          "object {\"dtype\", \"shape\", \"data_offsets\"}",
+                                          c->label, name, json_offset(c));
+    }
+    c->p++;
+    bool have_dtype = false, have_shape = false, have_offsets = false;
+    attn_status st;
+    json_skip_space(c);
+    if (c->p < c->end && *c->p == '}') c->p++;
+    else {
+        for (;;) {
+            char *key;
+            if ((st = json_string(c, &key, "a quoted key")) != ATTN_OK) return st;
+            if ((st = json_expect(c, ':', "':' after a key")) != ATTN_OK) {
+                free(key);
+                return st;
+            }
+            bool *seen = strcmp(key, "dtype") == 0          ? &have_dtype
+                         : strcmp(key, "shape") == 0        ? &have_shape
+                         : strcmp(key, "data_offsets") == 0 ? &have_offsets
+                                                            : NULL;
+            if (!seen || *seen) {
+                char k[ST_TEXT_MAX];
+                printable(k, sizeof k, key);
+                free(key);
+                return attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                                 seen ? "%s: tensor '%s': duplicate key '%s'"
+                                      : "%s: tensor '%s': unknown key '%s' (expected dtype, shape, "
+                                        "data_offsets)",
+                                 c->label, name, k);
+            }
+            free(key);
+            *seen = true;
+            if (seen == &have_dtype) {
+                st = parse_dtype(c, t->name, &t->dtype);
+            } else if (seen == &have_shape) {
+                st = json_size_array(c, t->shape, ATTN_SAFETENSORS_MAX_DIMS, &t->ndim, "shape",
+                                     t->name);
+            } else {
+                size_t offsets[2] = {0, 0}, n = 0;
+                st = json_size_array(c, offsets, 2, &n, "data_offsets", t->name);
+                if (st == ATTN_OK && n != 2)
+                    st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                                   "%s: tensor '%s': data_offsets has %zu entries, expected 2 "
+                                   "[begin, end]",
+                                   c->label, name, n);
+                t->begin = offsets[0];
+                t->end = n == 2 ? offsets[1] : 0;
+            }
+            if (st != ATTN_OK) return st;
+            json_skip_space(c);
+            if (c->p < c->end && *c->p == ',') {
+                c->p++;
+                continue;
+            }
+            if ((st = json_expect(c, '}', "',' or '}'")) != ATTN_OK) return st;
+            break;
+        }
+    }
+    const char *missing = !have_dtype ? "dtype" : !have_shape ? "shape" : !have_offsets ? "data_offsets" : NULL;
+    if (missing)
+        return attn_fail(c->ctx, ATTN_ERR_FORMAT, "%s: tensor '%s' lacks '%s'", c->label, name,
+                         missing);
+    return ATTN_OK;
+}
+
+/* "__metadata__": {"key": "value", ...} */
+static attn_status parse_metadata(json_cursor *c, attn_safetensors *st) {
+    attn_status s = json_expect(c, '{', "'{' starting __metadata__");
+    if (s != ATTN_OK) return s;
+    json_skip_space(c);
+    if (c->p < c->end && *c->p == '}') {
+        c->p++;
+        return ATTN_OK;
+    }
+    for (;;) {
+        if ((s = grow(st->ctx, st->label, (void **)&st->meta, &st->meta_capacity, st->meta_count,
+                      sizeof *st->meta)) != ATTN_OK)
+            return s;
+        attn_metadata_entry *e = &st->meta[st->meta_count];
+        char *key = NULL, *value = NULL;
+        if ((s = json_string(c, &key, "a quoted key in __metadata__")) != ATTN_OK) return s;
+        if ((s = json_expect(c, ':', "':' after a key")) == ATTN_OK) {
+            json_skip_space(c);
+            if (c->p < c->end && *c->p != '"') {
+                char k[ST_TEXT_MAX];
+                printable(k, sizeof k, key);
+                s = attn_fail(st->ctx, ATTN_ERR_FORMAT,
+                              "%s: __metadata__ value of '%s' is not a string (byte %zu)",
+                              st->label, k, json_offset(c));
+            } else {
+                s = json_string(c, &value, "a string value in __metadata__");
+            }
+        }
+        if (s == ATTN_OK) {
+            for (size_t i = 0; i < st->meta_count; i++) {
+                if (strcmp(st->meta[i].key, key) == 0) {
+                    char k[ST_TEXT_MAX];
+                    printable(k, sizeof k, key);
+                    s = attn_fail(st->ctx, ATTN_ERR_FORMAT,
+                                  "%s: duplicate key '%s' in __metadata__", st->label, k);
+                    break;
+                }
+            }
+        }
+        if (s != ATTN_OK) {
+            free(key);
+            free(value);
+            return s;
+        }
+        e->key = key;
+        e->value = value;
+        st->meta_count++;
+        json_skip_space(c);
+        if (c->p < c->end && *c->p == ',') {
+            c->p++;
+            continue;
+        }
+        return json_expect(c, '}', "',' or '}' in __metadata__");
+    }
+}
+
+static attn_status parse_header(attn_safetensors *st, const unsigned char *text, size_t len) {
+    json_cursor cur = {st->ctx, st->label, text, text, text + len};
+    json_cursor *c = &cur;
+    attn_status s;
+    bool have_metadata = false;
+    json_skip_space(c);
+    if (c->p >= c->end || *c->p != '{')
+        return attn_fail(st->ctx, ATTN_ERR_FORMAT,
+                         "%s: header is not a JSON object: it must start with '{'%s", st->label,
+                         len == 0 ? " (the header is empty)" : "");
+    c->p++;
+    json_skip_space(c);
+    if (c->p < c->end && *c->p == '}') c->p++;
+    else {
+        for (;;) {
+            char *key;
+            if ((s = json_string(c, &key, "a quoted tensor name or '}'")) != ATTN_OK) return s;
+            if ((s = json_expect(c, ':', "':' after a key")) != ATTN_OK) {
+                free(key);
+                return s;
+            }
+            if (strcmp(key, "__metadata__") == 0) {
+                free(key);
+                if (have_metadata)
+                    return attn_fail(st->ctx, ATTN_ERR_FORMAT, "%s: duplicate key '__metadata__'",
+                                     st->label);
+                have_metadata = true;
+                if ((s = parse_metadata(c, st)) != ATTN_OK) return s;
+            } else {
+                if ((s = grow(st->ctx, st->label, (void **)&st->tensors, &st->capacity, st->count,
+                              sizeof *st->tensors)) != ATTN_OK) {
+                    free(key);
+                    return s;
+                }
+                st_tensor *t = &st->tensors[st->count++];
+                memset(t, 0, sizeof *t);
+                t->name = key;
+                if (key[0] == '\0')
+                    return attn_fail(st->ctx, ATTN_ERR_FORMAT, "%s: a tensor has an empty name",
+                                     st->label);
+                if ((s = parse_tensor(c, t)) != ATTN_OK) return s;
+            }
+            json_skip_space(c);
+            if (c->p < c->end && *c->p == ',') {
+                c->p++;
+                continue;
+            }
+            if ((s = json_expect(c, '}', "',' or '}'")) != ATTN_OK) return s;
+            break;
+        }
+    }
+    json_skip_space(c);
+    if (c->p < c->end)
+        return attn_fail(st->ctx, ATTN_ERR_FORMAT,
+                         "%s: header is not valid JSON: unexpected text after the object at byte "
+                         "%zu",
+                         st->label, json_offset(c));
+    return ATTN_OK;
+}
+
+/* ---- checks of the parsed header ----------------------------------------- */
+
+static int compare_offsets(const void *a, const void *b) {
+    const st_tensor *x = a, *y = b;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    if (x->end != y->end) return x->end < y->end ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+/* qsort has no user pointer, so each index carries the tensor array. */
+typedef struct name_index {
+    const st_tensor *tensors;
+    size_t index;
+} name_index;
+
+static int compare_names(const void *a, const void *b) {
+    const name_index *x = a, *y = b;
+    return strcmp(x->tensors[x->index].name, y->tensors[y->index].name);
+}
+
+static attn_status check_tensors(attn_safetensors *st) {
+    attn_ctx *ctx = st->ctx;
+    for (size_t i = 0; i < st->count; i++) {
+        st_tensor *t = &st->tensors[i];
+        char name[ST_TEXT_MAX], shape[160];
+        printable(name, sizeof name, t->name);
+        format_shape(shape, sizeof shape, t->ndim, t->shape);
+        size_t numel = 1;
+        for (size_t d = 0; d < t->ndim; d++)
+            if (!attn_mul_size(numel, t->shape[d], &numel))
+                return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                                 "%s: tensor '%s': shape %s overflows size_t", st->label, name,
+                                 shape);
+        size_t bytes;
+        if (!attn_mul_size(numel, dtype_size(t->dtype), &bytes))
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                             "%s: tensor '%s': %s shape %s overflows size_t in bytes", st->label,
+                             name, attn_dtype_name(t->dtype), shape);
+        t->numel = numel;
+        if (t->end < t->begin)
+            return attn_fail(ctx, ATTN_ERR_FORMAT,
+                             "%s: tensor '%s': data_offsets [%zu, %zu] end before they begin",
+                             st->label, name, t->begin, t->end);
+        if (t->end - t->begin != bytes)
+            return attn_fail(ctx, ATTN_ERR_FORMAT,
+                             "%s: tensor '%s': data_offsets [%zu, %zu] hold %zu bytes, but %s "
+                             "shape %s needs %zu",
+                             st->label, name, t->begin, t->end, t->end - t->begin,
+                             attn_dtype_name(t->dtype), shape, bytes);
+        if (t->end > st->data_size)
+            return attn_fail(ctx, ATTN_ERR_FORMAT,
+                             "%s: tensor '%s': data_offsets [%zu, %zu] reach past the end of the "
+                             "data section (%zu bytes)",
+                             st->label, name, t->begin, t->end, st->data_size);
+    }
+    if (st->count) qsort(st->tensors, st->count, sizeof *st->tensors, compare_offsets);
+    size_t covered = 0;
+    for (size_t i = 0; i < st->count; i++) {
+        const st_tensor *t = &st->tensors[i];
+        char name[ST_TEXT_MAX];
+        printable(name, sizeof name, t->name);
+        if (t->begin < covered) {
+            const st_tensor *prev = &st->tensors[i - 1];
+            char other[ST_TEXT_MAX];
+            printable(other, sizeof other, prev->name);
+            return attn_fail(ctx, ATTN_ERR_FORMAT,
+                             "%s: tensor '%s' data_offsets [%zu, %zu] overlap tensor '%s' [%zu, %zu]",
+                             st->label, name, t->begin, t->end, other, prev->begin, prev->end);
+        }
+        if (t->begin > covered)
+            return attn_fail(ctx, ATTN_ERR_FORMAT,
+                             "%s: gap in the data section: bytes [%zu, %zu) belong to no tensor "
+                             "(tensor '%s' begins at %zu)",
+                             st->label, covered, t->begin, name, t->begin);
+        covered = t->end;
+    }
+    if (covered != st->data_size)
+        return attn_fail(ctx, ATTN_ERR_FORMAT,
+                         "%s: the data section has %zu bytes, but the tensors cover %zu (%zu "
+                         "bytes belong to no tensor)",
+                         st->label, st->data_size, covered, st->data_size - covered);
+
+    /* Names: sorted for lookup, duplicates rejected. */
+    name_index *idx = st->count ? malloc(st->count * sizeof *idx) : NULL;
+    st->by_name = st->count ? malloc(st->count * sizeof *st->by_name) : NULL;
+    if (st->count && (!idx || !st->by_name)) {
+        free(idx);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu names", st->label,
+                         st->count);
+    }
+    for (size_t i = 0; i < st->count; i++) idx[i] = (name_index){st->tensors, i};
+    if (st->count) qsort(idx, st->count, sizeof *idx, compare_names);
+    attn_status s = ATTN_OK;
+    for (size_t i = 0; i < st->count; i++) {
+        st->by_name[i] = idx[i].index;
+        if (i > 0 && strcmp(st->tensors[idx[i].index].name, st->tensors[idx[i - 1].index].name) == 0 &&
+            s == ATTN_OK) {
+            char name[ST_TEXT_MAX];
+            printable(name, sizeof name, st->tensors[idx[i].index].name);
+            s = attn_fail(ctx, ATTN_ERR_FORMAT, "%s: duplicate tensor name '%s'", st->label, name);
+        }
+    }
+    free(idx);
+    return s;
+}
+
+/* ---- opening ------------------------------------------------------------- */
+
+static attn_safetensors *new_file(attn_ctx *ctx, const char *label) {
+    attn_safetensors *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    st->ctx = ctx;
+    size_t n = strlen(label) + 1;
+    st->label = malloc(n);
+    if (!st->label) {
+        free(st);
+        return NULL;
+    }
+    memcpy(st->label, label, n);
+    return st;
+}
+
+void attn_safetensors_free(attn_safetensors *st) {
+    if (!st) return;
+    for (size_t i = 0; i < st->count; i++) free(st->tensors[i].name);
+    for (size_t i = 0; i < st->meta_count; i++) {
+        free((char *)st->meta[i].key);
+        free((char *)st->meta[i].value);
+    }
+    free(st->tensors);
+    free(st->by_name);
+    free(st->meta);
+    free(st->image);
+    free(st->label);
+    if (st->file) fclose(st->file);
+    free(st);
+}
+
+static uint64_t read_u64_le(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+/* Checks N against the limit and the bytes available after the 8-byte
+ * prefix, and sets the data section's place and size. */
+static attn_status header_size(attn_safetensors *st, uint64_t n, size_t total, size_t *len) {
+    if (n > ATTN_SAFETENSORS_MAX_HEADER)
+        return attn_fail(st->ctx, ATTN_ERR_FORMAT,
+                         "%s: header length %llu exceeds the limit of %zu bytes", st->label,
+                         (unsigned long long)n, ATTN_SAFETENSORS_MAX_HEADER);
+    if (n > total - 8)
+        return attn_fail(st->ctx, ATTN_ERR_FORMAT,
+                         "%s: header length %llu exceeds the %zu bytes after the length field",
+                         st->label, (unsigned long long)n, total - 8);
+    *len = (size_t)n;
+    st->data_start = 8 + (size_t)n;
+    st->data_size = total - st->data_start;
+    return ATTN_OK;
+}
+
+static attn_status too_short(attn_safetensors *st, size_t total) {
+    return attn_fail(st->ctx, ATTN_ERR_FORMAT,
+                     "%s: not a safetensors file: %zu bytes, fewer than the 8-byte header length",
+                     st->label, total);
+}
+
+attn_status attn_safetensors_parse(attn_ctx *ctx, const void *bytes, size_t size,
+                                   attn_safetensors **out) {
+    attn_clear_error(ctx);
+    if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_parse: out is NULL");
+    *out = NULL;
+    if (!bytes && size) return attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_parse: bytes is NULL");
+    attn_safetensors *st = new_file(ctx, memory_label);
+    if (!st) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_safetensors_parse: out of memory");
+    const unsigned char *p = bytes;
+    size_t len = 0;
+    attn_status s = size < 8 ? too_short(st, size) : header_size(st, read_u64_le(p), size, &len);
+    if (s == ATTN_OK) s = parse_header(st, p + 8, len);
+    if (s == ATTN_OK) s = check_tensors(st);
+    if (s == ATTN_OK) {
+        st->image = malloc(st->data_size ? st->data_size : 1);
+        if (!st->image) s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu data bytes",
+                                      st->label, st->data_size);
+        else if (st->data_size) memcpy(st->image, p + st->data_start, st->data_size);
+    }
+    if (s != ATTN_OK) {
+        attn_safetensors_free(st);
+        return s;
+    }
+    *out = st;
+    return ATTN_OK;
+}
+
+attn_status attn_safetensors_open(attn_ctx *ctx, const char *path, attn_safetensors **out) {
+    attn_clear_error(ctx);
+    if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_open: out is NULL");
+    *out = NULL;
+    if (!path) return attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_open: path is NULL");
+    attn_safetensors *st = new_file(ctx, path);
+    if (!st) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_safetensors_open: out of memory");
+    attn_status s = ATTN_OK;
+    unsigned char *text = NULL;
+    st->file = fopen(path, "rb");
+    if (!st->file) s = attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    long end = -1;
+    if (s == ATTN_OK && (fseek(st->file, 0, SEEK_END) != 0 || (end = ftell(st->file)) < 0 ||
+                         fseek(st->file, 0, SEEK_SET) != 0))
+        s = attn_fail(ctx, ATTN_ERR_IO, "%s: cannot find the file's size (not a regular file?)",
+                      path);
+    unsigned char prefix[8];
+    size_t total = end < 0 ? 0 : (size_t)end, len = 0;
+    if (s == ATTN_OK) {
+        if (total < 8) s = too_short(st, total);
+        else if (fread(prefix, 1, 8, st->file) != 8)
+            s = attn_fail(ctx, ATTN_ERR_IO, "%s: read failed", path);
+        else s = header_size(st, read_u64_le(prefix), total, &len);
+    }
+    if (s == ATTN_OK) {
+        text = malloc(len ? len : 1);
+        if (!text) s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for a %zu-byte header",
+                                 path, len);
+        else if (fread(text, 1, len, st->file) != len)
+            s = attn_fail(ctx, ATTN_ERR_IO, "%s: read failed in the header", path);
+    }
+    if (s == ATTN_OK) s = parse_header(st, text, len);
+    free(text);
+    if (s == ATTN_OK) s = check_tensors(st);
+    if (s != ATTN_OK) {
+        attn_safetensors_free(st);
+        return s;
+    }
+    *out = st;
+    return ATTN_OK;
+}
+
+/* ---- queries ------------------------------------------------------------- */
+
+attn_ctx *attn_safetensors_ctx(const attn_safetensors *st) { return st ? st->ctx : NULL; }
+
+size_t attn_safetensors_count(const attn_safetensors *st) { return st ? st->count : 0; }
+
+static void fill_info(const attn_safetensors *st, size_t index, attn_safetensors_info *out) {
+    const st_tensor *t = &st->tensors[index];
+    memset(out, 0, sizeof *out);
+    out->index = index;
+    out->name = t->name;
+    out->dtype = t->dtype;
+    out->ndim = t->ndim;
+    memcpy(out->shape, t->shape, sizeof out->shape);
+    out->numel = t->numel;
+    out->data_begin = t->begin;
+    out->data_end = t->end;
+}
+
+attn_status attn_safetensors_info_at(attn_safetensors *st, size_t index,
+                                     attn_safetensors_info *out) {
+    if (!st) return ATTN_ERR_NULL;
+    attn_clear_error(st->ctx);
+    if (!out) return attn_fail(st->ctx, ATTN_ERR_NULL, "attn_safetensors_info_at: out is NULL");
+    if (index >= st->count)
+        return attn_fail(st->ctx, ATTN_ERR_NOT_FOUND, "%s has %zu tensors; index %zu is out of range",
+                         st->label, st->count, index);
+    fill_info(st, index, out);
+    return ATTN_OK;
+}
+
+/* The index of name, or st->count. */
+static size_t find_index(const attn_safetensors *st, const char *name) {
+    size_t lo = 0, hi = st->count;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(st->tensors[st->by_name[mid]].name, name);
+        if (c == 0) return st->by_name[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return st->count;
+}
+
+attn_status attn_safetensors_find(attn_safetensors *st, const char *name,
+                                  attn_safetensors_info *out) {
+    if (!st) return ATTN_ERR_NULL;
+    attn_clear_error(st->ctx);
+    if (!name || !out)
+        return attn_fail(st->ctx, ATTN_ERR_NULL, "attn_safetensors_find: %s is NULL",
+                         !name ? "name" : "out");
+    size_t i = find_index(st, name);
+    if (i == st->count) {
+        char text[ST_TEXT_MAX];
+        printable(text, sizeof text, name);
+        return attn_fail(st->ctx, ATTN_ERR_NOT_FOUND, "%s has no tensor named '%s'", st->label, text);
+    }
+    fill_info(st, i, out);
+    return ATTN_OK;
+}
+
+size_t attn_safetensors_metadata_count(const attn_safetensors *st) {
+    return st ? st->meta_count : 0;
+}
+
+attn_status attn_safetensors_metadata_at(attn_safetensors *st, size_t index,
+                                         attn_metadata_entry *out) {
+    if (!st) return ATTN_ERR_NULL;
+    attn_clear_error(st->ctx);
+    if (!out) return attn_fail(st->ctx, ATTN_ERR_NULL, "attn_safetensors_metadata_at: out is NULL");
+    if (index >= st->meta_count)
+        return attn_fail(st->ctx, ATTN_ERR_NOT_FOUND,
+                         "%s has %zu metadata entries; index %zu is out of range", st->label,
+                         st->meta_count, index);
+    *out = st->meta[index];
+    return ATTN_OK;
+}
+
+const char *attn_safetensors_metadata_get(const attn_safetensors *st, const char *key) {
+    if (!st || !key) return NULL;
+    for (size_t i = 0; i < st->meta_count; i++)
+        if (strcmp(st->meta[i].key, key) == 0) return st->meta[i].value;
+    return NULL;
+}
+
+/* ---- loading data -------------------------------------------------------- */
+
+/* IEEE binary16 to binary32, exactly: subnormals, infinities, NaN payloads. */
+static float half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = h >> 10 & 0x1fu, mant = h & 0x3ffu;
+    uint32_t bits;
+    if (exp == 0x1f) {
+        bits = sign | 0x7f800000u | mant << 13;
+    } else if (exp != 0) {
+        bits = sign | (exp + 112u) << 23 | mant << 13;
+    } else {
+        /* 0 or subnormal: mant * 2^-24, exact in binary32. */
+        float f = (float)mant * 0x1p-24f;
+        memcpy(&bits, &f, sizeof bits);
+        bits |= sign;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* Round to nearest, without the undefined behaviour ISO C gives a double
+ * outside float's range: from FLT_MAX + half an ulp it is infinity. */
+static float narrow_double(double d) {
+    const double limit = 0x1.ffffffp127;
+    if (d >= limit) return INFINITY;
+    if (d <= -limit) return -INFINITY;
+    return (float)d;
+}
+
+static void convert(attn_dtype dtype, const unsigned char *src, size_t count, float *dst) {
+    for (size_t i = 0; i < count; i++) {
+        if (dtype == ATTN_DTYPE_F32) {
+            const unsigned char *e = src + 4 * i;
+            uint32_t u = (uint32_t)e[0] | (uint32_t)e[1] << 8 | (uint32_t)e[2] << 16 |
+                         (uint32_t)e[3] << 24;
+            memcpy(&dst[i], &u, 4);
+        } else if (dtype == ATTN_DTYPE_F16) {
+            dst[i] = half_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
+        } else if (dtype == ATTN_DTYPE_BF16) {
+            uint32_t u = (uint32_t)(src[2 * i] | src[2 * i + 1] << 8) << 16;
+            memcpy(&dst[i], &u, 4);
+        } else {
+            uint64_t u = 0;
+            for (int k = 7; k >= 0; k--) u = u << 8 | src[8 * i + (size_t)k];
+            double d;
+            memcpy(&d, &u, sizeof d);
+            dst[i] = narrow_double(d);
+        }
+    }
+}
+
+attn_status attn_safetensors_load(attn_safetensors *st, size_t index, float *dst, size_t numel) {
+    if (!st) return ATTN_ERR_NULL;
+    attn_clear_error(st->ctx);
+    if (index >= st->count)
+        return attn_fail(st->ctx, ATTN_ERR_NOT_FOUND, "%s has %zu tensors; index %zu is out of range",
+                         st->label, st->count, index);
+    const st_tensor *t = &st->tensors[index];
+    char name[ST_TEXT_MAX];
+    printable(name, sizeof name, t->name);
+    if (!dtype_loadable(t->dtype))
+        return attn_fail(st->ctx, ATTN_ERR_FORMAT,
+                         "%s: tensor '%s' has dtype %s; only F32, F16, BF16 and F64 load as "
+                         "float32",
+                         st->label, name, attn_dtype_name(t->dtype));
+    if (numel != t->numel)
+        return attn_fail(st->ctx, ATTN_ERR_SHAPE,
+                         "%s: tensor '%s' has %zu elements; the destination holds %zu", st->label,
+                         name, t->numel, numel);
+    if (numel && !dst) return attn_fail(st->ctx, ATTN_ERR_NULL, "attn_safetensors_load: dst is NULL");
+    size_t size = dtype_size(t->dtype);
+    if (st->image) {
+        convert(t->dtype, st->image + t->begin, numel, dst);
+        return ATTN_OK;
+    }
+    size_t at = st->data_start + t->begin;
+    if (at > (size_t)LONG_MAX || fseek(st->file, (long)at, SEEK_SET) != 0)
+        return attn_fail(st->ctx, ATTN_ERR_IO, "%s: cannot seek to byte %zu", st->label, at);
+    unsigned char chunk[ST_CHUNK];
+    size_t per_chunk = sizeof chunk / size;
+    for (size_t done = 0; done < numel;) {
+        size_t n = numel - done < per_chunk ? numel - done : per_chunk;
+        if (fread(chunk, size, n, st->file) != n)
+            return attn_fail(st->ctx, ATTN_ERR_IO, "%s: read failed in tensor '%s'%s", st->label,
+                             name, feof(st->file) ? " (the file shrank after it was opened)" : "");
+        convert(t->dtype, chunk, n, dst + done);
+        done += n;
+    }
+    return ATTN_OK;
+}
+
+/* ---- writing ------------------------------------------------------------- */
+
+typedef struct text_buf {
+    char *data;
+    size_t len, cap;
+    bool failed;
+} text_buf;
+
+static void buf_put(text_buf *b, const char *s, size_t n) {
+    if (b->failed) return;
+    if (n > (size_t)-1 - b->len - 1) {
+        b->failed = true;
+        return;
+    }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap = cap > (size_t)-1 / 2 ? b->len + n + 1 : cap * 2;
+        char *grown = realloc(b->data, cap);
+        if (!grown) {
+            b->failed = true;
+            return;
+        }
+        b->data = grown;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+static void buf_str(text_buf *b, const char *s) { buf_put(b, s, strlen(s)); }
+
+/* A JSON string as serde_json writes it: '"' and '\\' escaped, the control
+ * characters with short escapes where JSON has them, else \u00xx. */
+static void buf_json_string(text_buf *b, const char *s) {
+    buf_put(b, "\"", 1);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        char esc[8];
+        switch (*p) {
+        case '"': buf_put(b, "\\\"", 2); break;
+        case '\\': buf_put(b, "\\\\", 2); break;
+        case '\b': buf_put(b, "\\b", 2); break;
+        case '\f': buf_put(b, "\\f", 2); break;
+        case '\n': buf_put(b, "\\n", 2); break;
+        case '\r': buf_put(b, "\\r", 2); break;
+        case '\t': buf_put(b, "\\t", 2); break;
+        default:
+            if (*p < 0x20) {
+                snprintf(esc, sizeof esc, "\\u%04x", (unsigned)*p);
+                buf_put(b, esc, 6);
+            } else {
+                buf_put(b, (const char *)p, 1);
+            }
+        }
+    }
+    buf_put(b, "\"", 1);
+}
+
+static bool valid_utf8(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    size_t left = strlen(s);
+    while (left) {
+        size_t n = utf8_length(p, left);
+        if (!n) return false;
+        p += n;
+        left -= n;
+    }
+    return true;
+}
+
+static int compare_tensor_names(const void *a, const void *b) {
+    const attn_named_tensor *const *x = a, *const *y = b;
+    return strcmp((*x)->name, (*y)->name);
+}
+
+static bool write_floats(FILE *f, const float *data, size_t numel) {
+    unsigned char chunk[ST_CHUNK];
+    const size_t per_chunk = sizeof chunk / 4;
+    for (size_t done = 0; done < numel;) {
+        size_t n = numel - done < per_chunk ? numel - done : per_chunk;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &data[done + i], sizeof u);
+            for (int k = 0; k < 4; k++) chunk[4 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
+        }
+        if (fwrite(chunk, 4, n, f) != n) return false;
+        done += n;
+    }
+    return true;
+}
+
+attn_status attn_safetensors_write(attn_ctx *ctx, const char *path,
+                                   const attn_named_tensor *tensors, size_t count,
+                                   const attn_metadata_entry *metadata, size_t metadata_count) {
+    attn_clear_error(ctx);
+    if (!path) return attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_write: path is NULL");
+    if (count && !tensors)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: tensors is NULL for %zu tensors", path, count);
+    if (metadata_count && !metadata)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: metadata is NULL for %zu entries", path,
+                         metadata_count);
+    if (count > (size_t)-1 / sizeof(attn_named_tensor *))
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: %zu tensors overflow size_t", path, count);
+    for (size_t i = 0; i < metadata_count; i++) {
+        const attn_metadata_entry *e = &metadata[i];
+        if (!e->key || !e->value)
+            return attn_fail(ctx, ATTN_ERR_NULL, "%s: metadata entry %zu has a NULL %s", path, i,
+                             !e->key ? "key" : "value");
+        if (!valid_utf8(e->key) || !valid_utf8(e->value))
+            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: metadata entry %zu is not valid UTF-8",
+                             path, i);
+        for (size_t j = 0; j < i; j++)
+            if (strcmp(metadata[j].key, e->key) == 0) {
+                char k[ST_TEXT_MAX];
+                printable(k, sizeof k, e->key);
+                return attn_fail(ctx, ATTN_ERR_INVALID, "%s: duplicate metadata key '%s'", path, k);
+            }
+    }
+    size_t total_bytes = 0;
+    for (size_t i = 0; i < count; i++) {
+        const attn_named_tensor *t = &tensors[i];
+        if (!t->name) return attn_fail(ctx, ATTN_ERR_NULL, "%s: tensor %zu has a NULL name", path, i);
+        char name[ST_TEXT_MAX];
+        printable(name, sizeof name, t->name);
+        if (!t->name[0] || strcmp(t->name, "__metadata__") == 0 || !valid_utf8(t->name))
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "%s: tensor %zu: '%s' is not a usable name (empty, \"__metadata__\" "
+                             "or not UTF-8)",
+                             path, i, name);
+        if (t->ndim > ATTN_SAFETENSORS_MAX_DIMS)
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "%s: tensor '%s': ndim %zu exceeds ATTN_SAFETENSORS_MAX_DIMS (%d)",
+                             path, name, t->ndim, ATTN_SAFETENSORS_MAX_DIMS);
+        size_t numel = 1, bytes;
+        for (size_t d = 0; d < t->ndim; d++)
+            if (!attn_mul_size(numel, t->shape[d], &numel))
+                return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: tensor '%s': shape overflows size_t",
+                                 path, name);
+        if (!attn_mul_size(numel, 4, &bytes) || !attn_add_size(total_bytes, bytes, &total_bytes))
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: tensor '%s': byte size overflows size_t",
+                             path, name);
+        if (numel && !t->data)
+            return attn_fail(ctx, ATTN_ERR_NULL, "%s: tensor '%s': data is NULL for %zu elements",
+                             path, name, numel);
+    }
+
+    const attn_named_tensor **order = malloc((count ? count : 1) * sizeof *order);
+    if (!order) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", path);
+    for (size_t i = 0; i < count; i++) order[i] = &tensors[i];
+    if (count) qsort(order, count, sizeof *order, compare_tensor_names);
+    for (size_t i = 1; i < count; i++)
+        if (strcmp(order[i]->name, order[i - 1]->name) == 0) {
+            char name[ST_TEXT_MAX];
+            printable(name, sizeof name, order[i]->name);
+            free(order);
+            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: duplicate tensor name '%s'", path, name);
+        }
+
+    text_buf h = {0};
+    buf_str(&h, "{");
+    if (metadata_count) {
+        buf_str(&h, "\"__metadata__\":{");
+        for (size_t i = 0; i < metadata_count; i++) {
+            if (i) buf_str(&h, ",");
+            buf_json_string(&h, metadata[i].key);
+            buf_str(&h, ":");
+            buf_json_string(&h, metadata[i].value);
+        }
+        buf_str(&h, "}");
+    }
+    size_t offset = 0;
+    for (size_t i = 0; i < count; i++) {
+        const attn_named_tensor *t = order[i];
+        if (i || metadata_count) buf_str(&h, ",");
+        buf_json_string(&h, t->name);
+        buf_str(&h, ":{\"dtype\":\"F32\",\"shape\":[");
+        size_t numel = 1;
+        for (size_t d = 0; d < t->ndim; d++) {
+            char num[32];
+            snprintf(num, sizeof num, d ? ",%zu" : "%zu", t->shape[d]);
+            buf_str(&h, num);
+            numel *= t->shape[d];
+        }
+        char offsets[80];
+        snprintf(offsets, sizeof offsets, "],\"data_offsets\":[%zu,%zu]}", offset, offset + 4 * numel);
+        buf_str(&h, offsets);
+        offset += 4 * numel;
+    }
+    buf_str(&h, "}");
+    while (!h.failed && h.len % 8 != 0) buf_str(&h, " ");
+    if (h.failed) {
+        free(h.data);
+        free(order);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for the header", path);
+    }
+
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(h.data);
+        free(order);
+        return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", path,
+                         strerror(errno));
+    }
+    unsigned char prefix[8];
+    for (int k = 0; k < 8; k++) prefix[k] = (unsigned char)((uint64_t)h.len >> (8 * k));
+    bool ok = fwrite(prefix, 1, 8, f) == 8 && fwrite(h.data, 1, h.len, f) == h.len;
+    for (size_t i = 0; ok && i < count; i++) {
+        size_t numel = 1;
+        for (size_t d = 0; d < order[i]->ndim; d++) numel *= order[i]->shape[d];
+        ok = write_floats(f, order[i]->data, numel);
+    }
+    int saved = errno;
+    if (fclose(f) != 0 && ok) {
+        ok = false;
+        saved = errno;
+    }
+    free(h.data);
+    free(order);
+    if (!ok)
+        return attn_fail(ctx, ATTN_ERR_IO, "%s: write failed (%zu data bytes): %s", path,
+                         total_bytes, strerror(saved));
+    return ATTN_OK;
+}
+
+attn_status attn_safetensors_write_params(attn_ctx *ctx, const char *path,
+                                          const attn_param *params, size_t count,
+                                          const char *prefix) {
+    attn_clear_error(ctx);
+    if (count && !params)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_write_params: params is NULL");
+    if (!prefix) prefix = "";
+    size_t prefix_len = strlen(prefix);
+    attn_named_tensor *t = calloc(count ? count : 1, sizeof *t);
+    char **names = calloc(count ? count : 1, sizeof *names);
+    attn_status s = (t && names) ? ATTN_OK
+                                 : attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                                             "attn_safetensors_write_params: out of memory");
+    for (size_t i = 0; s == ATTN_OK && i < count; i++) {
+        const attn_param *p = &params[i];
+        if (!p->name) {
+            s = attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_write_params: parameter %zu has a "
+                                              "NULL name", i);
+            break;
+        }
+        if (p->ndim > 2) {
+            s = attn_fail(ctx, ATTN_ERR_INVALID, "attn_safetensors_write_params: parameter '%s' "
+                                                 "has ndim %zu (at most 2)", p->name, p->ndim);
+            break;
+        }
+        size_t n = strlen(p->name);
+        names[i] = malloc(prefix_len + n + 1);
+        if (!names[i]) {
+            s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_safetensors_write_params: out of memory");
+            break;
+        }
+        memcpy(names[i], prefix, prefix_len);
+        memcpy(names[i] + prefix_len, p->name, n + 1);
+        t[i].name = names[i];
+        t[i].data = p->data;
+        t[i].ndim = p->ndim;
+        for (size_t d = 0; d < p->ndim; d++) t[i].shape[d] = p->shape[d];
+    }
+    if (s == ATTN_OK) {
+        attn_metadata_entry format = {"format", "pt"};
+        s = attn_safetensors_write(ctx, path, t, count, &format, 1);
+    }
+    for (size_t i = 0; names && i < count; i++) free(names[i]);
+    free(names);
+    free(t);
+    return s;
+}
+
+/* ---- modules ------------------------------------------------------------- */
+
+attn_status attn_safetensors_save_module(attn_ctx *ctx, attn_module *m, const char *path) {
+    attn_clear_error(ctx);
+    if (!m) return attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_save_module: module is NULL");
+    attn_param *params = calloc(m->num_params ? m->num_params : 1, sizeof *params);
+    if (!params) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_safetensors_save_module: out of memory");
+    for (size_t i = 0; i < m->num_params; i++) {
+        const attn_param_slot *slot = &m->params[i];
+        params[i] = (attn_param){.name = slot->name, .data = attn_module_data(m, i),
+                                 .ndim = slot->ndim, .shape = {slot->shape[0], slot->shape[1]},
+                                 .numel = slot->numel};
+    }
+    attn_status s = attn_safetensors_write_params(ctx, path, params, m->num_params, NULL);
+    free(params);
+    return s;
+}
+
+/* Appends ", name" (or "name") to a message list, ending it with "..." when
+ * it no longer fits. */
+static void list_append(char *list, size_t cap, const char *name) {
+    size_t len = strlen(list);
+    if (len >= 3 && strcmp(list + len - 3, "...") == 0) return;
+    char text[ST_TEXT_MAX];
+    printable(text, sizeof text, name);
+    size_t need = strlen(text) + (len ? 2 : 0);
+    if (len + need + 4 >= cap) {
+        snprintf(list + len, cap - len, "%s...", len ? ", " : "");
+        return;
+    }
+    snprintf(list + len, cap - len, "%s%s", len ? ", " : "", text);
+}
+
+attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module *m,
+                                              const char *prefix) {
+    if (!st) return ATTN_ERR_NULL;
+    attn_ctx *ctx = st->ctx;
+    attn_clear_error(ctx);
+    if (!m) return attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_load_module: module is NULL");
+    const char *cls = m->ops->class_name;
+    size_t plen = prefix ? strlen(prefix) : 0;
+    char list[200] = "";
+    size_t unexpected = 0;
+    /* Every tensor (under the prefix) must be a parameter. */
+    for (size_t i = 0; i < st->count; i++) {
+        const char *name = st->tensors[i].name;
+        if (plen && strncmp(name, prefix, plen) != 0) continue;
+        bool known = false;
+        for (size_t j = 0; j < m->num_params && !known; j++)
+            known = strcmp(name + plen, m->params[j].name) == 0;
+        if (!known) {
+            unexpected++;
+            list_append(list, sizeof list, name);
+        }
+    }
+    if (unexpected)
+        return attn_fail(ctx, ATTN_ERR_NOT_FOUND,
+                         "%s: %zu tensor%s not in %s: %s", st->label, unexpected,
+                         unexpected == 1 ? " is" : "s are", cls, list);
+    /* Every parameter must be there, with its shape and a float dtype. */
+    size_t *index = calloc(m->num_params ? m->num_params : 1, sizeof *index);
+    if (!index) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", st->label);
+    char *full = NULL;
+    size_t missing = 0;
+    attn_status s = ATTN_OK;
+    for (size_t j = 0; j < m->num_params && s == ATTN_OK; j++) {
+        const attn_param_slot *slot = &m->params[j];
+        size_t n = plen + strlen(slot->name) + 1;
+        char *grown = realloc(full, n);
+        if (!grown) {
+            s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", st->label);
+            break;
+        }
+        full = grown;
+        snprintf(full, n, "%s%s", plen ? prefix : "", slot->name);
+        size_t i = find_index(st, full);
+        index[j] = i;
+        if (i == st->count) {
+            missing++;
+            list_append(list, sizeof list, full);
+        }
+    }
+    if (s == ATTN_OK && missing)
+        s = attn_fail(ctx, ATTN_ERR_NOT_FOUND, "%s: %zu parameter%s of %s %s missing: %s",
+                      st->label, missing, missing == 1 ? "" : "s", cls,
+                      missing == 1 ? "is" : "are", list);
+    for (size_t j = 0; j < m->num_params && s == ATTN_OK; j++) {
+        const attn_param_slot *slot = &m->params[j];
+        const st_tensor *t = &st->tensors[index[j]];
+        bool same = t->ndim == slot->ndim;
+        for (size_t d = 0; same && d < t->ndim; d++) same = t->shape[d] == slot->shape[d];
+        char name[ST_TEXT_MAX];
+        printable(name, sizeof name, t->name);
+        if (!same) {
+            char got[160], want[40];
+            format_shape(got, sizeof got, t->ndim, t->shape);
+            format_shape(want, sizeof want, slot->ndim, slot->shape);
+            s = attn_fail(ctx, ATTN_ERR_SHAPE, "%s: tensor '%s' has shape %s; %s's %s is %s",
+                          st->label, name, got, cls, slot->name, want);
+        } else if (!dtype_loadable(t->dtype)) {
+            s = attn_fail(ctx, ATTN_ERR_FORMAT,
+                          "%s: tensor '%s' has dtype %s; only F32, F16, BF16 and F64 load as "
+                          "float32",
+                          st->label, name, attn_dtype_name(t->dtype));
+        }
+    }
+    free(full);
+    /* Read everything before changing anything. */
+    float *staged = NULL;
+    if (s == ATTN_OK) {
+        staged = attn_alloc_floats(m->num_scalars);
+        if (!staged) s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu floats",
+                                   st->label, m->num_scalars);
+    }
+    for (size_t j = 0; j < m->num_params && s == ATTN_OK; j++)
+        s = attn_safetensors_load(st, index[j], staged + m->params[j].offset, m->params[j].numel);
+    if (s == ATTN_OK && m->num_scalars)
+        memcpy(m->storage, staged, m->num_scalars * sizeof *staged);
+    free(staged);
+    free(index);
+    return s;
+}
+
+attn_status attn_safetensors_load_module(attn_ctx *ctx, attn_module *m, const char *path,
+                                         const char *prefix) {
+    attn_safetensors *st;
+    attn_status s = attn_safetensors_open(ctx, path, &st);
+    if (s != ATTN_OK) return s;
+    s = attn_safetensors_load_module_from(st, m, prefix);
+    attn_safetensors_free(st);
+    return s;
+}

@@ -1,0 +1,231 @@
+/*
+ * test_backward.c — every module's backward against central finite
+ * differences, and the backward's errors as values.
+ *
+ * The loss is L = sum(y * dy) accumulated in double, so dL/dx = backward(dy).
+ * For a sample of coordinates of x and of every parameter, the analytic
+ * gradient must match (L(v + h) - L(v - h)) / (2h), h = 1e-2 (the float
+ * step actually taken), within 1% of the gradient's scale. Dropout modules
+ * run in training mode with the rng reseeded before every forward, so each
+ * evaluation draws the same mask. Fresh random inputs each run (the seed is
+ * printed; pass it as argv[1] to replay).
+ */
+#include "attn.h"
+#include "check.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+enum { B = 2, T = 5, D_IN = 6, HEADS = 2, SAMPLES = 12 };
+
+typedef struct fd_case {
+    const char *label;
+    attn_module *m;
+    attn_rng *rng; /* NULL: no dropout draws */
+    uint64_t dropout_seed;
+} fd_case;
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static double uniform(uint64_t *s) { return (double)(splitmix(s) >> 11) / 9007199254740992.0; }
+
+/* L = sum(module(x) * dy) in double. */
+static double loss(fd_case *c, const float *x, const float *dy, float *y) {
+    if (c->rng) attn_rng_manual_seed(c->rng, c->dropout_seed);
+    if (attn_module_forward(c->m, x, B, T, y, c->rng) != ATTN_OK) return NAN;
+    size_t n = (size_t)B * T * attn_module_d_out(c->m);
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += (double)y[i] * dy[i];
+    return sum;
+}
+
+static double rms(const float *v, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)v[i] * v[i];
+    return sqrt(s / (double)(n ? n : 1));
+}
+
+/* Central difference of the loss in coordinate *v, restoring it. */
+static double central_difference(fd_case *c, float *v, const float *x, const float *dy, float *y) {
+    float saved = *v;
+    float up = saved + 1e-2f, down = saved - 1e-2f;
+    *v = up;
+    double l_up = loss(c, x, dy, y);
+    *v = down;
+    double l_down = loss(c, x, dy, y);
+    *v = saved;
+    return (l_up - l_down) / ((double)up - (double)down);
+}
+
+static void check_tensor(fd_case *c, const char *name, float *values, const float *grads, size_t n,
+                         const float *x, const float *dy, float *y, uint64_t *seed) {
+    double scale = rms(grads, n) + 1e-3;
+    int bad = 0;
+    for (int s = 0; s < SAMPLES && s < (int)n; s++) {
+        size_t i = (size_t)(uniform(seed) * (double)n) % n;
+        double fd = central_difference(c, &values[i], x, dy, y);
+        if (!(fabs(fd - grads[i]) <= 1e-2 * scale + 1e-2 * fabs(grads[i]))) {
+            if (bad++ < 3)
+                fprintf(stderr, "%s %s[%zu]: backward %.7g, finite difference %.7g\n", c->label,
+                        name, i, (double)grads[i], fd);
+        }
+    }
+    CHECK(bad == 0);
+}
+
+static void finite_differences(fd_case *c, uint64_t *seed) {
+    size_t d_in = attn_module_d_in(c->m), d_out = attn_module_d_out(c->m);
+    size_t nx = (size_t)B * T * d_in, ny = (size_t)B * T * d_out;
+    float *x = malloc(nx * sizeof *x), *dx = malloc(nx * sizeof *dx);
+    float *y = malloc(ny * sizeof *y), *dy = malloc(ny * sizeof *dy);
+    for (size_t i = 0; i < nx; i++) x[i] = (float)(2.0 * uniform(seed) - 1.0);
+    for (size_t i = 0; i < ny; i++) dy[i] = (float)(2.0 * uniform(seed) - 1.0);
+
+    CHECK(!isnan(loss(c, x, dy, y)));
+    CHECK_STATUS(attn_module_zero_grad(c->m), ATTN_OK);
+    CHECK_STATUS(attn_module_backward(c->m, dy, B, T, dx), ATTN_OK);
+    check_tensor(c, "input", x, dx, nx, x, dy, y, seed);
+    for (size_t p = 0; p < attn_module_param_count(c->m); p++) {
+        attn_param param;
+        attn_module_param_at(c->m, p, &param);
+        check_tensor(c, param.name, param.data, param.grad, param.numel, x, dy, y, seed);
+    }
+    free(x);
+    free(dx);
+    free(y);
+    free(dy);
+}
+
+static void fd_all_modules(attn_ctx *ctx, uint64_t *seed) {
+    attn_rng *init, *drop;
+    attn_rng_new(ctx, splitmix(seed), &init);
+    attn_rng_new(ctx, 0, &drop);
+    const attn_mask_method masks[] = {ATTN_MASK_NEG_INF, ATTN_MASK_RENORMALIZE, ATTN_MASK_NONE};
+    const char *mask_names[] = {"neg-inf", "renormalize", "none"};
+
+    attn_simple *simple;
+    attn_simple_new(ctx, &(attn_simple_config){.d_in = D_IN}, &simple);
+    finite_differences(&(fd_case){"simple", attn_simple_module(simple), NULL, 0}, seed);
+    attn_simple_free(simple);
+
+    attn_sa_v1 *sa1;
+    attn_sa_v1_new(ctx, &(attn_sa_v1_config){.d_in = D_IN, .d_out = 4, .scale = 0.3f}, init, &sa1);
+    finite_differences(&(fd_case){"sa_v1", attn_sa_v1_module(sa1), NULL, 0}, seed);
+    attn_sa_v1_free(sa1);
+
+    attn_sa_v2 *sa2;
+    attn_sa_v2_new(ctx, &(attn_sa_v2_config){.d_in = D_IN, .d_out = 4, .qkv_bias = true}, init, &sa2);
+    finite_differences(&(fd_case){"sa_v2", attn_sa_v2_module(sa2), NULL, 0}, seed);
+    attn_sa_v2_free(sa2);
+
+    for (int k = 0; k < 3; k++) {
+        char label[64];
+        attn_causal *causal;
+        attn_causal_config cc = {.d_in = D_IN, .d_out = 4, .context_length = T + 2,
+                                 .dropout = 0.3, .qkv_bias = k != 1, .mask = masks[k]};
+        attn_causal_new(ctx, &cc, init, &causal);
+        snprintf(label, sizeof label, "causal[%s, dropout]", mask_names[k]);
+        finite_differences(&(fd_case){label, attn_causal_module(causal), drop, splitmix(seed)}, seed);
+        attn_causal_free(causal);
+
+        attn_mha_wrapper *wrapper;
+        attn_mha_wrapper_config wc = {.d_in = D_IN, .d_out = 3, .context_length = T,
+                                      .num_heads = HEADS, .dropout = 0.2, .qkv_bias = true,
+                                      .mask = masks[k]};
+        attn_mha_wrapper_new(ctx, &wc, init, &wrapper);
+        snprintf(label, sizeof label, "mha_wrapper[%s, dropout]", mask_names[k]);
+        finite_differences(&(fd_case){label, attn_mha_wrapper_module(wrapper), drop, splitmix(seed)},
+                           seed);
+        attn_mha_wrapper_free(wrapper);
+
+        attn_mha *mha;
+        attn_mha_config mc = {.d_in = D_IN, .d_out = 4, .context_length = T, .num_heads = HEADS,
+                              .dropout = k == 2 ? 0.0 : 0.25, .qkv_bias = k == 0, .mask = masks[k]};
+        attn_mha_new(ctx, &mc, init, &mha);
+        snprintf(label, sizeof label, "mha[%s]", mask_names[k]);
+        finite_differences(&(fd_case){label, attn_mha_module(mha), drop, splitmix(seed)}, seed);
+        attn_mha_free(mha);
+    }
+
+    attn_gpt2 *gpt2;
+    attn_gpt2_new(ctx, &(attn_gpt2_config){.n_embd = D_IN, .n_head = HEADS, .block_size = T,
+                                           .dropout = 0.2},
+                  init, &gpt2);
+    finite_differences(&(fd_case){"gpt2[dropout]", attn_gpt2_module(gpt2), drop, splitmix(seed)}, seed);
+    attn_module_set_training(attn_gpt2_module(gpt2), false);
+    finite_differences(&(fd_case){"gpt2[eval]", attn_gpt2_module(gpt2), NULL, 0}, seed);
+    attn_gpt2_free(gpt2);
+
+    attn_rng_free(init);
+    attn_rng_free(drop);
+}
+
+/* The backward's failures: statuses and messages that name the values. */
+static void errors(attn_ctx *ctx) {
+    attn_rng *rng;
+    attn_rng_new(ctx, 7, &rng);
+    attn_mha *mha;
+    attn_mha_config cfg = {.d_in = 4, .d_out = 4, .context_length = 8, .num_heads = 2};
+    CHECK_STATUS(attn_mha_new(ctx, &cfg, rng, &mha), ATTN_OK);
+    attn_module *m = attn_mha_module(mha);
+    float x[2 * 3 * 4], y[2 * 3 * 4], dy[2 * 3 * 4], dx[2 * 3 * 4];
+    for (int i = 0; i < 24; i++) x[i] = dy[i] = (float)(i % 7) * 0.25f - 0.5f;
+
+    CHECK_STATUS(attn_module_backward(NULL, dy, 2, 3, dx), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_mha_backward(NULL, dy, 2, 3, dx), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_module_backward(m, dy, 2, 3, dx), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "no forward to differentiate");
+
+    CHECK_STATUS(attn_module_forward(m, x, 2, 3, y, NULL), ATTN_OK);
+    CHECK_STATUS(attn_module_backward(m, NULL, 2, 3, dx), ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "dy is NULL");
+    CHECK_STATUS(attn_module_backward(m, dy, 3, 2, dx), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "dy is (3, 2, 4) but the forward's output was (2, 3, 4)");
+    CHECK_STATUS(attn_module_backward(m, dy, 2, 4, dx), ATTN_ERR_SHAPE);
+
+    /* dx NULL: parameter gradients only */
+    attn_param w;
+    attn_module_param(m, "out_proj.weight", &w);
+    CHECK_STATUS(attn_module_zero_grad(m), ATTN_OK);
+    CHECK_STATUS(attn_module_backward(m, dy, 2, 3, NULL), ATTN_OK);
+    double norm = 0.0;
+    for (size_t i = 0; i < w.numel; i++) norm += fabs(w.grad[i]);
+    CHECK(norm > 0.0);
+
+    /* a failed forward forgets the last one: no stale backward */
+    CHECK_STATUS(attn_module_forward(m, x, 2, 9, y, NULL), ATTN_ERR_SHAPE);
+    CHECK_STATUS(attn_module_forward(m, x, 2, 3, y, NULL), ATTN_OK);
+    CHECK_STATUS(attn_module_backward(m, dy, 2, 3, dx), ATTN_OK);
+
+    /* gradients disabled: forward keeps nothing, backward refuses */
+    CHECK(attn_module_grad_enabled(m));
+    CHECK_STATUS(attn_module_set_grad_enabled(m, false), ATTN_OK);
+    CHECK(!attn_module_grad_enabled(m));
+    CHECK_STATUS(attn_module_forward(m, x, 2, 3, y, NULL), ATTN_OK);
+    CHECK_STATUS(attn_module_backward(m, dy, 2, 3, dx), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "gradients enabled");
+    CHECK_STATUS(attn_module_set_grad_enabled(NULL, true), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_module_zero_grad(NULL), ATTN_ERR_NULL);
+    attn_mha_free(mha);
+    attn_rng_free(rng);
+}
+
+int main(int argc, char **argv) {
+    struct timespec now;
+    timespec_get(&now, TIME_UTC);
+    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10)
+                             : (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    printf("seed %llu\n", (unsigned long long)seed);
+    attn_ctx *ctx;
+    attn_ctx_new(&(attn_ctx_config){.num_threads = 2}, &ctx);
+    fd_all_modules(ctx, &seed);
+    errors(ctx);
+    attn_ctx_free(ctx);
+    return check_summary();
+}
