@@ -111,21 +111,24 @@ class AttnTrain(Attn):
 
     # ---- optimizers ----
 
-    def optimizer_new(self, ctx, params, kind, **overrides):
+    def optimizer_new(self, ctx, params, kind, count=None, **overrides):
+        """params: a Param array (count: its length), or a POINTER(Param) and count."""
+        count = len(params) if count is None else count
         cfg = self.lib.attn_optimizer_defaults(kind)
         for k, v in overrides.items():
             setattr(cfg, k, v)
         opt = c_void_p()
-        self.check(self.lib.attn_optimizer_new(ctx, ctypes.byref(cfg), params, len(params),
+        self.check(self.lib.attn_optimizer_new(ctx, ctypes.byref(cfg), params, count,
                                                ctypes.byref(opt)), ctx, "attn_optimizer_new")
         return opt
 
     def optimizer_step(self, ctx, opt):
         self.check(self.lib.attn_optimizer_step(opt), ctx, "attn_optimizer_step")
 
-    def clip_grad_norm(self, ctx, params, max_norm):
+    def clip_grad_norm(self, ctx, params, max_norm, count=None):
+        count = len(params) if count is None else count
         total = c_float()
-        self.check(self.lib.attn_clip_grad_norm(ctx, params, len(params), max_norm,
+        self.check(self.lib.attn_clip_grad_norm(ctx, params, count, max_norm,
                                                 ctypes.byref(total)), ctx, "attn_clip_grad_norm")
         return total.value
 
