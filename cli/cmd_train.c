@@ -21,7 +21,7 @@
 #define DEFAULT_BATCH 32
 #define DEFAULT_STEPS 600
 #define DEFAULT_ADAMW_LR 1e-2
-#define DEFAULT_SGD_LR 0.1
+#define DEFAULT_SGD_LR 0.5
 #define DEFAULT_SGD_MOMENTUM 0.9
 #define DEFAULT_CLIP 1.0
 #define DEFAULT_EVAL_SEQUENCES 512
@@ -62,7 +62,7 @@ static const char train_help[] =
     "Optimization:\n"
     "  --steps N       optimizer steps (default 600)\n"
     "  --optimizer K   adamw (default; betas 0.9, 0.999, eps 1e-8) or sgd\n"
-    "  --lr X          peak learning rate (adamw 1e-2, sgd 0.1)\n"
+    "  --lr X          peak learning rate (adamw 1e-2, sgd 0.5)\n"
     "  --momentum X    sgd momentum (default 0.9)\n"
     "  --weight-decay X  adamw 0.01 (decoupled), sgd 0\n"
     "  --warmup N      linear warmup steps (default steps/10), then cosine decay to 0\n"

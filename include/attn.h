@@ -713,13 +713,15 @@ attn_status attn_clip_grad_norm(attn_ctx *ctx, const attn_param *params, size_t 
  *   ln_f.weight, ln_f.bias (C)
  *   head.weight (V, C)                               nn.Linear, bias=False
  * Dropout draws from the forward's rng in the order of the forward above.
+ * tests/train/torch_lm.py is the same model in PyTorch.
  */
 typedef struct attn_model_config {
     size_t vocab_size, context_length, d_model, n_layers, n_heads;
     attn_module_kind attention; /* ATTN_MODULE_MHA or ATTN_MODULE_GPT2 */
     bool mlp;                   /* add the MLP half of each block */
     double dropout;             /* every dropout of the model, in [0, 1] */
-    bool qkv_bias;              /* MultiHeadAttention's qkv_bias (GPT-2 has it) */
+    bool qkv_bias;              /* MultiHeadAttention's qkv_bias; ignored for
+                                   GPT-2, whose c_attn always has a bias */
 } attn_model_config;
 
 /* Targets equal to this are not scored (F.cross_entropy's ignore_index). */
@@ -750,7 +752,8 @@ attn_status attn_model_zero_grad(attn_model *m);
  * tokens (B, T) are ids in [0, V); T <= context_length. logits (B, T, V)
  * is optional. With targets (B, T) (ids in [0, V) or ATTN_IGNORE_INDEX),
  * *loss receives the mean cross-entropy over the targets that are not
- * ignored (NaN when all are, as PyTorch gives); without targets, loss must
+ * ignored (NaN when all are, as PyTorch gives, and a backward then adds
+ * nothing); without targets, loss must
  * be NULL and logits given. dropout_rng is needed only in training mode
  * with dropout > 0.
  */

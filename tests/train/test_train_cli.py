@@ -58,6 +58,26 @@ def main():
     rc3, out3, _ = attn(cli, "train", "--task", "copy", "--log-every", "2", "--seed", "9", *TINY)
     expect(losses(out3) != steps, "another seed gives other losses")
 
+    # on a terminal: one live line, rewritten with carriage returns
+    master, slave = os.openpty()
+    p = subprocess.Popen([cli, "train", "--task", "copy", *TINY], stdout=slave,
+                         stderr=subprocess.PIPE)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO once the child has exited
+            break
+        if not data:
+            break
+        chunks.append(data)
+    p.wait()
+    os.close(master)
+    tty = b"".join(chunks).decode()
+    expect(p.returncode == 0 and tty.count("\rstep ") == 6 and "held-out accuracy:" in tty,
+           "a terminal gets a live line: %r" % tty[-300:])
+
     # every option combination that changes the path through the code
     for extra in (["--optimizer", "sgd", "--momentum", "0.5"], ["--attention", "gpt2", "--mlp"],
                   ["--dropout", "0.1", "--mlp"], ["--clip", "0", "--warmup", "0"],
