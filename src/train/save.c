@@ -93,10 +93,12 @@ attn_status attn_model_load(attn_model *m, const char *path) {
         const char *got = attn_safetensors_metadata_get(file, want[i].key);
         if (strcmp(want[i].key, "dropout") == 0) continue; /* not part of the weights */
         if (got && strcmp(got, want[i].value) != 0) {
+            /* the message first: got belongs to the file */
+            st = attn_fail(ctx, ATTN_ERR_SHAPE,
+                           "attn_model_load: '%s' holds a model with %s %s, this model has %s",
+                           path, want[i].key, got, want[i].value);
             attn_safetensors_free(file);
-            return attn_fail(ctx, ATTN_ERR_SHAPE,
-                             "attn_model_load: '%s' holds a model with %s %s, this model has %s",
-                             path, want[i].key, got, want[i].value);
+            return st;
         }
     }
     /* load_state_dict(strict=True): every parameter, with its shape, and
