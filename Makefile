@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all demo test deps build sanitize clean install
+.PHONY: all demo test deps build sanitize clean install bench bench-deps
 
 all: build
 
@@ -21,6 +21,15 @@ deps:
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# attn bench: our kernels against OpenBLAS (loaded at run time, installed by
+# scripts/install-bench-deps.sh). BENCH_ARGS passes options, e.g.
+#   make bench BENCH_ARGS="--quick --threads 1"
+bench-deps:
+	./scripts/install-bench-deps.sh
+
+bench: bench-deps build
+	./$(BUILD)/attn bench $(BENCH_ARGS)
+
 # The suite under AddressSanitizer and UndefinedBehaviorSanitizer. The
 # ctypes suites (by name, or labelled ctypes) load the library into Python,
 # which ASan cannot join late, so they run in the plain build only; so do
@@ -28,7 +37,7 @@ test: deps build
 sanitize: deps
 	cmake -S . -B $(BUILD)-sanitize -DCMAKE_BUILD_TYPE=Debug -DATTN_SANITIZE=ON
 	cmake --build $(BUILD)-sanitize -j $(JOBS)
-	cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS) -E "conformance_vs_torch|grad_vs_torch" -LE "slow|ctypes"
+	cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS) -E "conformance_vs_torch|grad_vs_torch|fast_vs_reference" -LE "slow|ctypes"
 
 install: build
 	cmake --install $(BUILD)

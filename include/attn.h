@@ -123,10 +123,23 @@ attn_kernels attn_ctx_kernels(const attn_ctx *ctx);
  *                            printed dropout example): one 32-bit mt19937
  *                            draw seeds an MCG31m1 stream, element k keeps
  *                            when its k-th uniform u < 1 - p (ICDF method).
+ * Those two are serial streams: a dropout call must draw its mask element
+ * by element, in order. The third is not PyTorch's CPU mask, but a
+ * counter-based one the fused kernels draw inside the kernel:
+ *   ATTN_BERNOULLI_PHILOX    Philox4x32-10 (PyTorch's CUDA generator) keyed
+ *                            by the rng's seed; each dropout call takes the
+ *                            next offset, and element e of the call (its
+ *                            flat index in the (B, H, T, S) weights) keeps
+ *                            when word e % 4 of the block at counter
+ *                            (e / 4, offset) is < floor((1 - p) * 2^32).
+ *                            Any tile draws its own mask on any thread, and
+ *                            the backward draws it again instead of keeping
+ *                            it; mt19937 draws are not consumed.
  */
 typedef enum attn_bernoulli_method {
     ATTN_BERNOULLI_MT19937 = 0,
-    ATTN_BERNOULLI_MKL_MCG31 = 1
+    ATTN_BERNOULLI_MKL_MCG31 = 1,
+    ATTN_BERNOULLI_PHILOX = 2
 } attn_bernoulli_method;
 
 typedef struct attn_rng attn_rng;
@@ -170,6 +183,18 @@ attn_status attn_softmax(attn_ctx *ctx, const float *x, float *y, size_t rows, s
 /* y (rows, out) = x (rows, in) @ weight^T (+ bias); weight is (out, in). */
 attn_status attn_linear(attn_ctx *ctx, const float *x, const float *weight, const float *bias,
                         float *y, size_t rows, size_t in_features, size_t out_features);
+/*
+ * BLAS's sgemm, row-major: c (m, n) = alpha * op(a) @ op(b) + beta * c,
+ * where op(a) (m, k) is a, or with trans_a the transpose of a stored
+ * (k, m); op(b) (k, n) is b, or with trans_b the transpose of b stored
+ * (n, k). lda, ldb, ldc are the stored row strides (at least the stored
+ * row lengths). beta == 0 never reads c. Runs on the ctx's kernels and
+ * threads: the reference sums in double; the fast kernels in float, with
+ * results bitwise the same for any thread count.
+ */
+attn_status attn_gemm(attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                      float alpha, const float *a, size_t lda, const float *b, size_t ldb,
+                      float beta, float *c, size_t ldc);
 /* scores (T, T) in place: masked_fill(triu(ones, diagonal=1), -inf). */
 attn_status attn_mask_causal_neg_inf(attn_ctx *ctx, float *scores, size_t tokens);
 /* weights (T, T) in place: multiply by tril(ones), divide rows by their sums. */

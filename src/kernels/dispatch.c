@@ -2,6 +2,12 @@
  * choice, and the calls modules make. */
 #include "kernels/dispatch.h"
 
+#include "kernels/flash/flash.h"
+#include "kernels/gemm/gemm.h"
+#include "parallel.h"
+#include "rng/dropout.h"
+#include "rng/philox.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -66,8 +72,32 @@ attn_status attn_kernels_resolve(attn_kernels requested, attn_kernels *out) {
 
 /* ---- the calls ---------------------------------------------------------- */
 
+/* The fast kernel set of the ctx, or NULL for the reference loops. */
+static const attn_gemm_kernel *fast(const attn_ctx *ctx) {
+    return attn_gemm_kernel_for(ctx->kernels);
+}
+
+/* Each call below runs the reference kernel when the ctx asks for it, and
+ * also when the SGEMM cannot allocate its pack buffers: the reference needs
+ * no memory, so a call never fails. */
+
+void attn_k_gemm(const attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                 float alpha, const float *a, size_t lda, const float *b, size_t ldb, float beta,
+                 float *c, size_t ldc) {
+    const attn_gemm_kernel *uk = fast(ctx);
+    if (uk && attn_sgemm(uk, ctx->num_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                         beta, c, ldc))
+        return;
+    attn_ref_gemm(ctx->num_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                  ldc);
+}
+
 void attn_k_matmul(const attn_ctx *ctx, const float *a, const float *b, float *c, size_t m,
                    size_t k, size_t n, bool b_transposed, bool accumulate) {
+    const attn_gemm_kernel *uk = fast(ctx);
+    if (uk && attn_sgemm(uk, ctx->num_threads, false, b_transposed, m, n, k, 1.0f, a, k, b,
+                         b_transposed ? k : n, accumulate ? 1.0f : 0.0f, c, n))
+        return;
     if (accumulate)
         attn_ref_matmul_acc(ctx->num_threads, a, b, c, m, k, n, b_transposed);
     else
@@ -76,17 +106,177 @@ void attn_k_matmul(const attn_ctx *ctx, const float *a, const float *b, float *c
 
 void attn_k_matmul_tn_acc(const attn_ctx *ctx, const float *a, const float *b, float *c,
                           size_t k, size_t m, size_t n) {
+    const attn_gemm_kernel *uk = fast(ctx);
+    if (uk && attn_sgemm(uk, ctx->num_threads, true, false, m, n, k, 1.0f, a, m, b, n, 1.0f, c, n))
+        return;
     attn_ref_matmul_tn_acc(ctx->num_threads, a, b, c, k, m, n);
 }
 
 void attn_k_linear(const attn_ctx *ctx, const float *x, const float *w, const float *bias,
                    float *y, size_t rows, size_t in, size_t out) {
+    const attn_gemm_kernel *uk = fast(ctx);
+    if (uk) {
+        /* y = x w^T + bias: y starts as the bias in every row, then the
+         * SGEMM adds x w^T to it. */
+        if (bias)
+            for (size_t r = 0; r < rows; r++) memcpy(y + r * out, bias, out * sizeof *y);
+        if (attn_sgemm(uk, ctx->num_threads, false, true, rows, out, in, 1.0f, x, in, w, in,
+                       bias ? 1.0f : 0.0f, y, out))
+            return;
+    }
     attn_ref_linear(ctx->num_threads, x, w, bias, y, rows, in, out);
+}
+
+typedef struct colsum_job {
+    const float *dy;
+    float *dbias;
+    size_t rows, out;
+} colsum_job;
+
+/* dbias[o] += sum over rows of dy[r, o], for o in [begin, end): summed in
+ * double, a block of columns at a time, reading dy row by row. */
+static void colsum_columns(void *arg, size_t begin, size_t end) {
+    const colsum_job *job = arg;
+    enum { BLOCK = 256 };
+    double acc[BLOCK];
+    for (size_t o0 = begin; o0 < end; o0 += BLOCK) {
+        size_t width = end - o0 < BLOCK ? end - o0 : BLOCK;
+        for (size_t o = 0; o < width; o++) acc[o] = 0.0;
+        for (size_t r = 0; r < job->rows; r++) {
+            const float *row = job->dy + r * job->out + o0;
+            for (size_t o = 0; o < width; o++) acc[o] += row[o];
+        }
+        for (size_t o = 0; o < width; o++)
+            job->dbias[o0 + o] = (float)(job->dbias[o0 + o] + acc[o]);
+    }
 }
 
 void attn_k_linear_backward(const attn_ctx *ctx, const float *x, const float *w, const float *dy,
                             float *dx, bool accumulate_dx, float *dw, float *dbias, size_t rows,
                             size_t in, size_t out) {
-    attn_ref_linear_backward(ctx->num_threads, x, w, dy, dx, accumulate_dx, dw, dbias, rows, in,
-                             out);
+    const attn_gemm_kernel *uk = fast(ctx);
+    size_t threads = ctx->num_threads;
+    /* forward: y (rows, out) = x (rows, in) @ w^T + bias, w (out, in):
+     *   dx (rows, in) = dy @ w; dw (out, in) += dy^T @ x; dbias += colsum(dy) */
+    if (!uk || (dx && !attn_sgemm(uk, threads, false, false, rows, in, out, 1.0f, dy, out, w, in,
+                                  accumulate_dx ? 1.0f : 0.0f, dx, in))) {
+        attn_ref_linear_backward(threads, x, w, dy, dx, accumulate_dx, dw, dbias, rows, in, out);
+        return;
+    }
+    if (!attn_sgemm(uk, threads, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in))
+        attn_ref_matmul_tn_acc(threads, dy, x, dw, rows, out, in);
+    if (dbias) {
+        colsum_job job = {dy, dbias, rows, out};
+        size_t min_cols = ((size_t)1 << 18) / (rows + 1) + 1;
+        attn_parallel_for(threads, out, min_cols, colsum_columns, &job);
+    }
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+static const attn_flash_kernels *flash_kernels(const attn_ctx *ctx) {
+    switch (ctx->kernels) {
+#if defined(ATTN_HAVE_X86_KERNELS)
+    case ATTN_KERNELS_AVX512: return &attn_flash_avx512;
+    case ATTN_KERNELS_AVX2: return &attn_flash_avx2;
+#endif
+    default: return &attn_flash_portable;
+    }
+}
+
+bool attn_k_fused_attention(const attn_ctx *ctx) { return ctx->kernels != ATTN_KERNELS_REFERENCE; }
+
+/* Per-part float workspace for a kernel of the ctx. */
+static float *flash_workspace(attn_ctx *ctx, const char *who, size_t per_part, attn_status *st) {
+    size_t parts = attn_parallel_parts(ctx->num_threads), n;
+    float *ws = attn_mul_size(parts, per_part, &n) ? attn_alloc_floats(n) : NULL;
+    *st = ws ? ATTN_OK
+             : attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu x %zu floats of attention tiles",
+                         who, parts, per_part);
+    return ws;
+}
+
+attn_status attn_k_sdpa_fused(attn_ctx *ctx, const char *who, attn_sdpa_args *args,
+                              attn_dropout_stream *dropout) {
+    attn_flash_dropout drop = {.kind = ATTN_FLASH_DROP_NONE};
+    uint8_t *scratch_bits = NULL;
+    attn_status st;
+    if (dropout && !dropout->passthrough) {
+        drop.kept_scale = dropout->kept_scale;
+        if (dropout->drop_all) {
+            /* p = 1: every weight dropped, nothing drawn */
+            drop = (attn_flash_dropout){.kind = ATTN_FLASH_DROP_PHILOX, .keep_threshold = 0};
+        } else if (dropout->method == ATTN_BERNOULLI_PHILOX) {
+            drop.kind = ATTN_FLASH_DROP_PHILOX;
+            drop.seed = dropout->philox_seed;
+            drop.offset = dropout->philox_offset;
+            drop.keep_threshold = dropout->keep_threshold;
+        } else {
+            /* a serial stream: PyTorch's mask, drawn in its order first */
+            size_t n = args->batch * args->heads * args->tokens * args->kv_tokens;
+            uint8_t *bits = args->keep_bits;
+            if (!bits) {
+                bits = scratch_bits = calloc(n / 8 + 1, 1);
+                if (!bits)
+                    return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate a dropout mask of %zu bits",
+                                     who, n);
+            }
+            for (size_t e = 0; e < n; e++)
+                if (attn_dropout_stream_next(dropout) != 0.0f) attn_set_bit(bits, e);
+            drop.kind = ATTN_FLASH_DROP_BITS;
+            drop.keep_bits = bits;
+        }
+    }
+    const attn_flash_kernels *fk = flash_kernels(ctx);
+    float *ws = flash_workspace(ctx, who, fk->forward_workspace(args->head_dim), &st);
+    if (ws) fk->forward(ctx->num_threads, args, &drop, ws);
+    free(ws);
+    free(scratch_bits);
+    return st;
+}
+
+attn_status attn_k_sdpa_backward(attn_ctx *ctx, const char *who, attn_sdpa_grad_args *g) {
+    const attn_sdpa_args *a = g->fwd;
+    size_t rows = a->batch * a->heads * a->tokens; /* fits: checked by the forward */
+    attn_status st;
+    if (!attn_k_fused_attention(ctx)) {
+        size_t per_part = attn_sdpa_grad_workspace(a->kv_tokens, a->head_dim);
+        size_t parts = attn_parallel_parts(ctx->num_threads);
+        double *stats = calloc(2 * rows, sizeof *stats);
+        double *workspace = calloc(parts * per_part, sizeof *workspace);
+        if (!stats || !workspace) {
+            free(stats);
+            free(workspace);
+            return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                             "%s backward: cannot allocate the attention workspace (%zu rows)", who,
+                             rows);
+        }
+        g->row_stats = stats;
+        g->workspace = workspace;
+        attn_ref_sdpa_backward(ctx->num_threads, g);
+        free(stats);
+        free(workspace);
+        return ATTN_OK;
+    }
+    attn_flash_dropout drop = {.kind = ATTN_FLASH_DROP_NONE, .kept_scale = g->kept_scale};
+    if (g->keep_bits) {
+        drop.kind = ATTN_FLASH_DROP_BITS;
+        drop.keep_bits = g->keep_bits;
+    } else if (g->philox) {
+        drop.kind = ATTN_FLASH_DROP_PHILOX;
+        drop.seed = g->philox_seed;
+        drop.offset = g->philox_offset;
+        drop.keep_threshold = g->keep_threshold;
+    }
+    const attn_flash_kernels *fk = flash_kernels(ctx);
+    float *ws = flash_workspace(ctx, who, fk->backward_workspace(a->head_dim), &st);
+    float *delta = ws ? attn_alloc_floats(rows) : NULL;
+    if (ws && !delta)
+        st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s backward: cannot allocate %zu row sums", who, rows);
+    if (delta)
+        fk->backward(ctx->num_threads, a, &drop, g->out, g->lse, g->dout, g->dq, g->dk, g->dv,
+                     delta, ws);
+    free(delta);
+    free(ws);
+    return st;
 }

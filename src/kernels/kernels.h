@@ -30,6 +30,13 @@ void attn_ref_matmul_acc(size_t num_threads, const float *a, const float *b, flo
 void attn_ref_matmul_tn_acc(size_t num_threads, const float *a, const float *b, float *c,
                             size_t k, size_t m, size_t n);
 
+/* c (m, n) = alpha op(a) @ op(b) + beta c with row strides lda, ldb, ldc
+ * (op: transposed when trans_a / trans_b), summed in double and rounded
+ * once; beta == 0 never reads c. Rows of c are split over num_threads. */
+void attn_ref_gemm(size_t num_threads, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                   float alpha, const float *a, size_t lda, const float *b, size_t ldb,
+                   float beta, float *c, size_t ldc);
+
 /* y (rows, out) = x (rows, in) @ w^T (+ bias), w is (out, in). */
 void attn_ref_linear(size_t num_threads, const float *x, const float *w, const float *bias,
                      float *y, size_t rows, size_t in, size_t out);
@@ -118,8 +125,15 @@ void attn_ref_sdpa(const attn_sdpa_args *args, double *row);
 typedef struct attn_sdpa_grad_args {
     const attn_sdpa_args *fwd; /* q, k, v, sizes, strides, scale, mask */
     const float *dout;         /* with fwd's out strides */
-    float *dq, *dk, *dv;       /* with fwd's q/k/v strides */
-    const uint8_t *keep_bits;  /* NULL: no dropout */
+    float *dq, *dk, *dv;       /* dq with fwd's q strides, dk and dv with its kv strides */
+    /* the forward's output (its out strides) and lse (B, H, T): read by the
+     * fused backward, which rebuilds the weights from them */
+    const float *out, *lse;
+    /* The forward's dropout, if any: its mask as keep bits, or else its
+     * Philox key (rng/philox.h). kept_scale = 1/(1-p). */
+    const uint8_t *keep_bits;
+    bool philox;
+    uint64_t philox_seed, philox_offset, keep_threshold;
     float kept_scale;
     double *row_stats;         /* 2 * B * H * T doubles: lse and delta */
     double *workspace;         /* attn_sdpa_grad_workspace(S, hd) per part */

@@ -6,6 +6,7 @@
 
 #include "parallel.h"
 #include "rng/dropout.h"
+#include "rng/philox.h"
 
 #include <math.h>
 #include <string.h>
@@ -104,6 +105,57 @@ void attn_ref_matmul_tn_acc(size_t num_threads, const float *a, const float *b, 
     matmul_tn_job job = {a, b, c, k, m, n};
     size_t min_rows = MATMUL_MIN_FLOPS_PER_THREAD / (k * n + 1) + 1;
     attn_parallel_for(num_threads, m, min_rows, matmul_tn_rows, &job);
+}
+
+typedef struct gemm_job {
+    bool trans_a, trans_b;
+    size_t n, k, lda, ldb, ldc;
+    double alpha, beta;
+    const float *a, *b;
+    float *c;
+} gemm_job;
+
+/* Rows of c: c_ij = alpha sum_p op(a)_ip op(b)_pj + beta c_ij, p ascending. */
+static void gemm_rows(void *arg, size_t row_begin, size_t row_end) {
+    const gemm_job *g = arg;
+    double acc[ROW_CHUNK];
+    for (size_t i = row_begin; i < row_end; i++) {
+        float *c_row = g->c + i * g->ldc;
+        for (size_t j0 = 0; j0 < g->n; j0 += ROW_CHUNK) {
+            size_t width = g->n - j0 < ROW_CHUNK ? g->n - j0 : ROW_CHUNK;
+            if (g->trans_b) {
+                /* op(b)_pj = b[j][p]: a dot product along a row of b */
+                for (size_t j = 0; j < width; j++) {
+                    const float *b_row = g->b + (j0 + j) * g->ldb;
+                    double sum = 0.0;
+                    for (size_t p = 0; p < g->k; p++) {
+                        double a_ip = g->trans_a ? g->a[p * g->lda + i] : g->a[i * g->lda + p];
+                        sum += a_ip * b_row[p];
+                    }
+                    acc[j] = sum;
+                }
+            } else {
+                for (size_t j = 0; j < width; j++) acc[j] = 0.0;
+                for (size_t p = 0; p < g->k; p++) {
+                    double a_ip = g->trans_a ? g->a[p * g->lda + i] : g->a[i * g->lda + p];
+                    const float *b_row = g->b + p * g->ldb + j0;
+                    for (size_t j = 0; j < width; j++) acc[j] += a_ip * b_row[j];
+                }
+            }
+            for (size_t j = 0; j < width; j++) {
+                double prior = g->beta == 0.0 ? 0.0 : g->beta * c_row[j0 + j];
+                c_row[j0 + j] = (float)(g->alpha * acc[j] + prior);
+            }
+        }
+    }
+}
+
+void attn_ref_gemm(size_t num_threads, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                   float alpha, const float *a, size_t lda, const float *b, size_t ldb,
+                   float beta, float *c, size_t ldc) {
+    gemm_job job = {trans_a, trans_b, n, k, lda, ldb, ldc, alpha, beta, a, b, c};
+    size_t min_rows = MATMUL_MIN_FLOPS_PER_THREAD / (k * n + 1) + 1;
+    attn_parallel_for(num_threads, m, min_rows, gemm_rows, &job);
 }
 
 typedef struct linear_job {
@@ -286,10 +338,12 @@ static bool grad_hides(const sdpa_grad_view *v, size_t i, size_t j) {
     return v->masking && attn_causal_hides(i, j, v->T, v->S);
 }
 
-/* The dropout factor the forward applied to weight `bit` of (B, H, T, S). */
-static double drop_factor(const attn_sdpa_grad_args *g, size_t bit) {
-    if (!g->keep_bits) return 1.0;
-    return attn_bit(g->keep_bits, bit) ? (double)g->kept_scale : 0.0;
+/* The dropout factor the forward applied to weight e of (B, H, T, S). */
+static double drop_factor(const attn_sdpa_grad_args *g, size_t e) {
+    if (g->keep_bits) return attn_bit(g->keep_bits, e) ? (double)g->kept_scale : 0.0;
+    if (!g->philox) return 1.0;
+    uint32_t word = attn_philox_dropout_word(g->philox_seed, g->philox_offset, e);
+    return word < g->keep_threshold ? (double)g->kept_scale : 0.0;
 }
 
 /* Pass 1, query rows [begin, end) of the flattened (B, H, T). */

@@ -51,6 +51,42 @@ attn_status attn_linear(attn_ctx *ctx, const float *x, const float *weight, cons
     return ATTN_OK;
 }
 
+attn_status attn_gemm(attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                      float alpha, const float *a, size_t lda, const float *b, size_t ldb,
+                      float beta, float *c, size_t ldc) {
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (m == 0 || n == 0) return ATTN_OK;
+    /* a and b are read only when there is something to sum */
+    if ((k > 0 && (!a || !b)) || !c)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_gemm: %s is NULL",
+                         !c ? "c" : !a ? "a" : "b");
+    size_t a_rows = trans_a ? k : m, a_cols = trans_a ? m : k;
+    size_t b_rows = trans_b ? n : k, b_cols = trans_b ? k : n;
+    if (k > 0 && lda < a_cols)
+        return attn_fail(ctx, ATTN_ERR_SHAPE, "attn_gemm: lda (%zu) is less than a's row (%zu)",
+                         lda, a_cols);
+    if (k > 0 && ldb < b_cols)
+        return attn_fail(ctx, ATTN_ERR_SHAPE, "attn_gemm: ldb (%zu) is less than b's row (%zu)",
+                         ldb, b_cols);
+    if (ldc < n)
+        return attn_fail(ctx, ATTN_ERR_SHAPE, "attn_gemm: ldc (%zu) is less than n (%zu)", ldc, n);
+    /* the last element of each operand must be addressable */
+    size_t end_a = 0, end_b = 0, end_c;
+    if (k > 0 && (!attn_mul_size(a_rows - 1, lda, &end_a) || !attn_add_size(end_a, a_cols, &end_a) ||
+                  !attn_floats_fit(end_a) || !attn_mul_size(b_rows - 1, ldb, &end_b) ||
+                  !attn_add_size(end_b, b_cols, &end_b) || !attn_floats_fit(end_b)))
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                         "attn_gemm: sizes m=%zu n=%zu k=%zu with lda=%zu ldb=%zu overflow size_t",
+                         m, n, k, lda, ldb);
+    if (!attn_mul_size(m - 1, ldc, &end_c) || !attn_add_size(end_c, n, &end_c) ||
+        !attn_floats_fit(end_c))
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                         "attn_gemm: sizes m=%zu n=%zu with ldc=%zu overflow size_t", m, n, ldc);
+    attn_k_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return ATTN_OK;
+}
+
 attn_status attn_mask_causal_neg_inf(attn_ctx *ctx, float *scores, size_t tokens) {
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);

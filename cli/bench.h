@@ -1,0 +1,63 @@
+/*
+ * bench.h — what the sections of `attn bench` share: the options, the
+ * timer and median, the machine's description, and OpenBLAS, found at run
+ * time (dlopen) as the practical peak to compare with. OpenBLAS is never a
+ * link dependency: without it a section reports our kernels alone.
+ *
+ * A section is a function in a file of its own (bench_<name>.c), listed in
+ * the table of cmd_bench.c.
+ */
+#ifndef ATTN_CLI_BENCH_H
+#define ATTN_CLI_BENCH_H
+
+#include "attn.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define BENCH_MAX_THREAD_COUNTS 8
+#define BENCH_MAX_KERNELS 4
+
+typedef struct bench_options {
+    size_t threads[BENCH_MAX_THREAD_COUNTS]; /* thread counts, in the order given */
+    size_t thread_counts;
+    attn_kernels kernels[BENCH_MAX_KERNELS]; /* resolved: never AUTO */
+    size_t kernel_counts;
+    size_t runs; /* timed runs per measurement (after one warm-up): the median is reported */
+    bool quick;  /* fewer shapes and runs */
+} bench_options;
+
+/* cblas_sgemm and the OpenBLAS calls around it, when found. */
+typedef void bench_cblas_sgemm_fn(int order, int trans_a, int trans_b, int m, int n, int k,
+                                  float alpha, const float *a, int lda, const float *b, int ldb,
+                                  float beta, float *c, int ldc);
+typedef struct bench_blas {
+    void *handle;                     /* NULL: not found */
+    const char *library;              /* the file that was loaded */
+    bench_cblas_sgemm_fn *sgemm;
+    void (*set_num_threads)(int);
+    const char *core;                 /* openblas_get_corename(), or "?" */
+    const char *config;               /* openblas_get_config(), or "?" */
+} bench_blas;
+
+/* Row-major c (m, n) = alpha op(a) op(b) + beta c through OpenBLAS on
+ * threads threads. Sizes must fit in int. */
+void bench_blas_sgemm(const bench_blas *blas, size_t threads, bool trans_a, bool trans_b,
+                      size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
+                      const float *b, size_t ldb, float beta, float *c, size_t ldc);
+
+/* Seconds on a monotonic clock. */
+double bench_now(void);
+/* The median of n values (sorts them). */
+double bench_median(double *values, size_t n);
+/* n floats uniform in [-1, 1) from a fixed seed; NULL when out of memory. */
+float *bench_random(size_t n, unsigned seed);
+/* ||a - b|| / ||b|| over n values. */
+double bench_rel_l2(const float *a, const float *b, size_t n);
+/* The 1, 5 and 15 minute load averages ("?" where unknown), into buf. */
+const char *bench_load(char *buf, size_t size);
+
+/* The sections. Each prints its own table and returns CLI_OK or CLI_FAILED. */
+int bench_sgemm(const bench_options *o, const bench_blas *blas);
+
+#endif /* ATTN_CLI_BENCH_H */

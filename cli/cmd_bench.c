@@ -1,0 +1,304 @@
+/*
+ * cmd_bench.c — attn bench: timings of the library's kernels, each next to
+ * the machine's practical peak (OpenBLAS, loaded at run time when present).
+ *
+ * The command parses the shared options, describes the machine, finds
+ * OpenBLAS, and runs the sections of the table below in order; each
+ * section lives in a file of its own (bench_<name>.c, see bench.h).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "bench.h"
+#include "cli.h"
+
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct bench_section {
+    const char *name;
+    const char *summary;
+    int (*run)(const bench_options *o, const bench_blas *blas);
+} bench_section;
+
+static const bench_section sections[] = {
+    {"sgemm", "2048^3 and the GPT-2 projection shapes, every transpose case the modules use",
+     bench_sgemm},
+};
+enum { SECTIONS = sizeof sections / sizeof sections[0] };
+
+static const char bench_help[] =
+    "usage: attn bench [--threads LIST] [--runs N] [--quick] [--kernels LIST]\n"
+    "                  [--section NAME]\n"
+    "\n"
+    "Times the library's kernels and, in the same run, OpenBLAS's on the same\n"
+    "work: the machine's practical peak. Each line gives the median of N timed\n"
+    "runs (after one warm-up), GFLOP/s, and the ratio to OpenBLAS. OpenBLAS is\n"
+    "loaded at run time if installed (apt install libopenblas0-pthread, or\n"
+    "scripts/install-bench-deps.sh); the library never links it.\n"
+    "\n"
+    "  --threads LIST   comma-separated thread counts, 'all' for every online\n"
+    "                   CPU (default 1,all)\n"
+    "  --runs N         timed runs per measurement (default 5; --quick: 3)\n"
+    "  --quick          fewer shapes and runs\n"
+    "  --kernels LIST   kernel sets to time: auto (default), all (every set\n"
+    "                   this CPU runs), or a list of portable, avx2, avx512\n"
+    "  --section NAME   run one section only\n"
+    "\n"
+    "sections:\n";
+
+/* ---- shared helpers (bench.h) ---------------------------------------------- */
+
+double bench_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int compare_doubles(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_median(double *values, size_t n) {
+    if (n == 0) return NAN;
+    qsort(values, n, sizeof *values, compare_doubles);
+    return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+float *bench_random(size_t n, unsigned seed) {
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    if (!x) return NULL;
+    unsigned long long s = 0x9E3779B97F4A7C15ull ^ seed;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(s >> 40) / 8388608.0 - 1.0);
+    }
+    return x;
+}
+
+double bench_rel_l2(const float *a, const float *b, size_t n) {
+    double err = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)a[i] - b[i];
+        err += d * d;
+        norm += (double)b[i] * b[i];
+    }
+    return norm > 0.0 ? sqrt(err / norm) : sqrt(err);
+}
+
+const char *bench_load(char *buf, size_t size) {
+    FILE *f = fopen("/proc/loadavg", "r");
+    double l1, l5, l15;
+    if (f && fscanf(f, "%lf %lf %lf", &l1, &l5, &l15) == 3)
+        snprintf(buf, size, "%.2f %.2f %.2f", l1, l5, l15);
+    else
+        snprintf(buf, size, "?");
+    if (f) fclose(f);
+    return buf;
+}
+
+enum { CBLAS_ROW_MAJOR = 101, CBLAS_NO_TRANS = 111, CBLAS_TRANS = 112 };
+
+void bench_blas_sgemm(const bench_blas *blas, size_t threads, bool trans_a, bool trans_b,
+                      size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
+                      const float *b, size_t ldb, float beta, float *c, size_t ldc) {
+    if (blas->set_num_threads) blas->set_num_threads((int)threads);
+    blas->sgemm(CBLAS_ROW_MAJOR, trans_a ? CBLAS_TRANS : CBLAS_NO_TRANS,
+                trans_b ? CBLAS_TRANS : CBLAS_NO_TRANS, (int)m, (int)n, (int)k, alpha, a,
+                (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+
+/* ---- finding OpenBLAS ----------------------------------------------------- */
+
+/* dlsym's object pointer as a function pointer, the way POSIX allows. */
+static void *symbol(void *handle, const char *name) { return dlsym(handle, name); }
+
+static bench_blas find_openblas(void) {
+    /* libblas.so.3 counts only when it is OpenBLAS (has openblas_* calls):
+     * the reference BLAS would be no peak at all. */
+    static const char *const names[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
+    bench_blas blas = {0};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        if (!h) continue;
+        void *sgemm = symbol(h, "cblas_sgemm"), *threads = symbol(h, "openblas_set_num_threads");
+        if (!sgemm || !threads) {
+            dlclose(h);
+            continue;
+        }
+        blas.handle = h;
+        blas.library = names[i];
+        memcpy(&blas.sgemm, &sgemm, sizeof sgemm);
+        memcpy(&blas.set_num_threads, &threads, sizeof threads);
+        void *core = symbol(h, "openblas_get_corename"), *config = symbol(h, "openblas_get_config");
+        char *(*get)(void);
+        blas.core = "?";
+        blas.config = "?";
+        if (core) {
+            memcpy(&get, &core, sizeof core);
+            blas.core = get();
+        }
+        if (config) {
+            memcpy(&get, &config, sizeof config);
+            blas.config = get();
+        }
+        break;
+    }
+    return blas;
+}
+
+/* ---- options ---------------------------------------------------------------- */
+
+static int parse_threads(const char *text, bench_options *o) {
+    o->thread_counts = 0;
+    const char *p = text;
+    while (*p) {
+        char item[32];
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof item || o->thread_counts == BENCH_MAX_THREAD_COUNTS)
+            return cli_usage_error("--threads: expected up to %d positive counts or 'all', got '%s'",
+                                   BENCH_MAX_THREAD_COUNTS, text);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        size_t t;
+        if (strcmp(item, "all") == 0) t = cli_default_threads();
+        else if (!cli_parse_size(item, &t) || t == 0 || t > 4096)
+            return cli_usage_error("--threads: expected positive counts or 'all', got '%s'", item);
+        bool seen = false;
+        for (size_t i = 0; i < o->thread_counts; i++) seen = seen || o->threads[i] == t;
+        if (!seen) o->threads[o->thread_counts++] = t;
+        p += len;
+        if (*p == ',') p++;
+    }
+    if (o->thread_counts == 0) return cli_usage_error("--threads: empty list");
+    return CLI_OK;
+}
+
+static int parse_kernels(const char *text, bench_options *o) {
+    static const attn_kernels fast[] = {ATTN_KERNELS_AVX512, ATTN_KERNELS_AVX2,
+                                        ATTN_KERNELS_PORTABLE};
+    o->kernel_counts = 0;
+    if (strcmp(text, "all") == 0) {
+        for (size_t i = 0; i < sizeof fast / sizeof fast[0]; i++)
+            if (attn_kernels_supported(fast[i])) o->kernels[o->kernel_counts++] = fast[i];
+        return CLI_OK;
+    }
+    const char *p = text;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        attn_kernels k = ATTN_KERNELS_AUTO;
+        bool known = false;
+        for (attn_kernels c = ATTN_KERNELS_AUTO; c <= ATTN_KERNELS_AVX512; c++) {
+            const char *name = attn_kernels_name(c);
+            if (strlen(name) == len && strncmp(p, name, len) == 0) {
+                k = c;
+                known = true;
+            }
+        }
+        if (!known || k == ATTN_KERNELS_REFERENCE)
+            return cli_usage_error("--kernels: expected auto, all, or a list of portable, avx2, "
+                                   "avx512, got '%.*s'", (int)len, p);
+        if (k == ATTN_KERNELS_AUTO) {
+            attn_ctx *ctx;
+            if (attn_ctx_new(NULL, &ctx) != ATTN_OK)
+                return cli_usage_error("--kernels auto: the ATTN_KERNELS environment variable "
+                                       "names no kernels this CPU runs");
+            k = attn_ctx_kernels(ctx);
+            attn_ctx_free(ctx);
+        } else if (!attn_kernels_supported(k)) {
+            return cli_usage_error("--kernels: this CPU (or build) does not run %s",
+                                   attn_kernels_name(k));
+        }
+        bool seen = false;
+        for (size_t i = 0; i < o->kernel_counts; i++) seen = seen || o->kernels[i] == k;
+        if (!seen && o->kernel_counts < BENCH_MAX_KERNELS) o->kernels[o->kernel_counts++] = k;
+        p += len;
+        if (*p == ',') p++;
+    }
+    if (o->kernel_counts == 0) return cli_usage_error("--kernels: empty list");
+    return CLI_OK;
+}
+
+/* "model name" of /proc/cpuinfo, or "?" */
+static const char *cpu_model(char *buf, size_t size) {
+    snprintf(buf, size, "?");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return buf;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) == 0) {
+            const char *v = strchr(line, ':');
+            if (v) {
+                v++;
+                while (*v == ' ' || *v == '\t') v++;
+                snprintf(buf, size, "%.*s", (int)strcspn(v, "\n"), v);
+            }
+            break;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+int cli_bench(int argc, char **argv) {
+    if (cli_wants_help(argc, argv)) {
+        fputs(bench_help, stdout);
+        for (size_t i = 0; i < SECTIONS; i++)
+            printf("  %-9s %s\n", sections[i].name, sections[i].summary);
+        return CLI_OK;
+    }
+    static const char *const known[] = {"--threads", "--runs", "--kernels", "--section", NULL};
+    bench_options o = {.runs = 0};
+    const char *threads = "1,all", *kernels = "auto", *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            o.quick = true;
+            continue;
+        }
+        const char *opt = argv[i], *value = cli_option_value(argc, argv, &i, known);
+        if (!value) return CLI_USAGE;
+        if (strcmp(opt, "--threads") == 0) {
+            threads = value;
+        } else if (strcmp(opt, "--kernels") == 0) {
+            kernels = value;
+        } else if (strcmp(opt, "--section") == 0) {
+            only = value;
+        } else if (!cli_parse_size(value, &o.runs) || o.runs == 0 || o.runs > 1000) {
+            return cli_usage_error("--runs: expected a count from 1 to 1000, got '%s'", value);
+        }
+    }
+    if (parse_threads(threads, &o) != CLI_OK || parse_kernels(kernels, &o) != CLI_OK)
+        return CLI_USAGE;
+    if (o.runs == 0) o.runs = o.quick ? 3 : 5;
+    if (only) {
+        bool found = false;
+        for (size_t i = 0; i < SECTIONS; i++) found = found || strcmp(only, sections[i].name) == 0;
+        if (!found) return cli_usage_error("--section: no section '%s' (try 'attn bench --help')", only);
+    }
+
+    char model[256], load[64];
+    printf("attn %s bench: %s, %zu online CPUs; load average %s\n", attn_version(),
+           cpu_model(model, sizeof model), cli_default_threads(), bench_load(load, sizeof load));
+    bench_blas blas = find_openblas();
+    if (blas.handle)
+        printf("OpenBLAS: %s (core %s; %s)\n", blas.library, blas.core, blas.config);
+    else
+        printf("OpenBLAS: not found, so no comparison (apt install libopenblas0-pthread, or\n"
+               "          scripts/install-bench-deps.sh)\n");
+    printf("median of %zu runs after a warm-up; threads:", o.runs);
+    for (size_t i = 0; i < o.thread_counts; i++) printf(" %zu", o.threads[i]);
+    printf("\n");
+
+    int rc = CLI_OK;
+    for (size_t i = 0; i < SECTIONS && rc == CLI_OK; i++) {
+        if (only && strcmp(only, sections[i].name) != 0) continue;
+        printf("\n");
+        rc = sections[i].run(&o, &blas);
+    }
+    printf("\nload average at the end: %s\n", bench_load(load, sizeof load));
+    if (blas.handle) dlclose(blas.handle);
+    return rc;
+}

@@ -1,0 +1,53 @@
+/*
+ * gemm_config.c — the kernel sets and their cache blocks, all in one place
+ * (BLIS's config/<arch>/): which microkernel and packing each instruction
+ * set runs, and the block sizes that fit its tiles to the caches.
+ *
+ * Blocks (see gemm.h for the loops): kc * MR * 4 bytes of A micro-panel
+ * stay in L1 while the B micro-panels (kc * NR * 4 bytes each) stream past
+ * them; the B block kc * nc * 4 bytes stays in L2; the A block mc * kc * 4
+ * bytes in L3. Sized for Zen 4/5 (48 KiB L1d, 1 MiB L2 a core, 32 MiB L3)
+ * and not harmful on Intel's 32-48 KiB L1d, 1-2 MiB L2.
+ */
+#include "kernels/gemm/gemm.h"
+
+static const attn_gemm_kernel portable_kernel = {
+    .name = "sgemm_portable_4x8", .isa = ATTN_KERNELS_PORTABLE,
+    .mr = 4, .nr = 8, .mc = 1024, .kc = 256, .nc = 512,
+    .micro = attn_sgemm_portable_4x8,
+    .pack_a = attn_sgemm_portable_4x8_pack_a, .pack_b = attn_sgemm_portable_4x8_pack_b,
+};
+
+#if defined(ATTN_HAVE_X86_KERNELS)
+static const attn_gemm_kernel avx2_kernel = {
+    .name = "sgemm_avx2_6x16", .isa = ATTN_KERNELS_AVX2,
+    .mr = 6, .nr = 16, .mc = 1020, .kc = 384, .nc = 512,
+    .micro = attn_sgemm_avx2_6x16,
+    .pack_a = attn_sgemm_avx2_6x16_pack_a, .pack_b = attn_sgemm_avx2_6x16_pack_b,
+};
+
+static const attn_gemm_kernel avx512_kernel = {
+    .name = "sgemm_avx512_14x32", .isa = ATTN_KERNELS_AVX512,
+    .mr = 14, .nr = 32, .mc = 1008, .kc = 384, .nc = 512,
+    .micro = attn_sgemm_avx512_14x32,
+    .pack_a = attn_sgemm_avx512_14x32_pack_a, .pack_b = attn_sgemm_avx512_14x32_pack_b,
+};
+#endif
+
+const attn_gemm_kernel *attn_gemm_kernel_for(attn_kernels kernels) {
+    switch (kernels) {
+    case ATTN_KERNELS_PORTABLE: return &portable_kernel;
+#if defined(ATTN_HAVE_X86_KERNELS)
+    case ATTN_KERNELS_AVX2: return &avx2_kernel;
+    case ATTN_KERNELS_AVX512: return &avx512_kernel;
+#else
+    case ATTN_KERNELS_AVX2:
+    case ATTN_KERNELS_AVX512:
+        return NULL;
+#endif
+    case ATTN_KERNELS_AUTO:
+    case ATTN_KERNELS_REFERENCE:
+        return NULL;
+    }
+    return NULL;
+}

@@ -1,0 +1,71 @@
+/*
+ * gemm_pack.h — packing of blocks into micro-panels, included by each
+ * kernel file so that the compiler specialises it for the tile width and
+ * the file's instruction set.
+ *
+ * A block of len vectors, kc deep, becomes ceil(len / width) micro-panels,
+ * one after the other, each kc steps of width floats: vector v = q*width + i
+ * lands at dst[q*kc*width + p*width + i], zero-padded beyond len. The
+ * source holds element (v, p) at
+ *   src[p*ld + v]  when contiguous (A transposed, B as is), or
+ *   src[v*ld + p]  otherwise (A as is, B transposed).
+ */
+#ifndef ATTN_GEMM_PACK_H
+#define ATTN_GEMM_PACK_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Steps of p transposed at once in the strided case: each source vector is
+ * read a cache line at a time. */
+#define ATTN_PACK_STEP 16
+
+static inline void attn_gemm_pack_block(size_t kc, size_t len, const float *src, size_t ld,
+                                        bool contiguous, size_t width, float *dst) {
+    size_t panels = (len + width - 1) / width, full = len / width;
+    if (contiguous) {
+        /* Row p of the source is read once, left to right, and dealt out
+         * to the panels: sequential reads, one page at a time. */
+        for (size_t p = 0; p < kc; p++) {
+            const float *s = src + p * ld;
+            float *d = dst + p * width;
+            for (size_t q = 0; q < full; q++)
+                for (size_t i = 0; i < width; i++) d[q * kc * width + i] = s[q * width + i];
+            if (full < panels) {
+                size_t rest = len - full * width;
+                float *dq = d + full * kc * width;
+                for (size_t i = 0; i < rest; i++) dq[i] = s[full * width + i];
+                for (size_t i = rest; i < width; i++) dq[i] = 0.0f;
+            }
+        }
+        return;
+    }
+    for (size_t q = 0; q < panels; q++) {
+        size_t rows = len - q * width < width ? len - q * width : width;
+        const float *sq = src + q * width * ld;
+        float *dq = dst + q * kc * width;
+        for (size_t p0 = 0; p0 < kc; p0 += ATTN_PACK_STEP) {
+            size_t steps = kc - p0 < ATTN_PACK_STEP ? kc - p0 : ATTN_PACK_STEP;
+            float *d = dq + p0 * width;
+            for (size_t i = 0; i < rows; i++) {
+                const float *s = sq + i * ld + p0;
+                for (size_t p = 0; p < steps; p++) d[p * width + i] = s[p];
+            }
+            for (size_t i = rows; i < width; i++)
+                for (size_t p = 0; p < steps; p++) d[p * width + i] = 0.0f;
+        }
+    }
+}
+
+/* The pack_a and pack_b functions of a kernel set of tile MR x NR. */
+#define ATTN_GEMM_DEFINE_PACK(prefix, MR, NR)                                                  \
+    void prefix##_pack_a(size_t kc, size_t rows, const float *src, size_t ld, bool trans,    \
+                         float *dst) {                                                         \
+        attn_gemm_pack_block(kc, rows, src, ld, trans, MR, dst);                               \
+    }                                                                                          \
+    void prefix##_pack_b(size_t kc, size_t cols, const float *src, size_t ld, bool trans,    \
+                         float *dst) {                                                         \
+        attn_gemm_pack_block(kc, cols, src, ld, !trans, NR, dst);                              \
+    }
+
+#endif /* ATTN_GEMM_PACK_H */
