@@ -20,11 +20,6 @@ void attn_layer_layernorm_forward(float *out, double *mean, double *rstd, const 
 void attn_layer_layernorm_backward(size_t threads, float *dinp, float *dweight, float *dbias,
                                    const float *dout, const float *inp, const float *weight,
                                    const double *mean, const double *rstd, size_t N, size_t C);
-void attn_layer_linear_forward(size_t threads, float *out, const float *inp, const float *weight,
-                               const float *bias, size_t N, size_t C, size_t OC);
-void attn_layer_linear_backward(size_t threads, float *dinp, float *dweight, float *dbias,
-                                const float *dout, const float *inp, const float *weight,
-                                size_t N, size_t C, size_t OC);
 void attn_layer_gelu_forward(float *out, const float *inp, size_t n);
 void attn_layer_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 void attn_layer_residual_forward(float *out, const float *a, const float *b, size_t n);

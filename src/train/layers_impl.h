@@ -16,6 +16,9 @@
  * meet (the residual stream) simply accumulate. Sums run in double. Kernels
  * never allocate and never fail: the model checks every argument first.
  *
+ * The linear layers are the library's own kernels (kernels/dispatch.h:
+ * attn_k_linear and its backward, reference or fast as the ctx chooses).
+ *
  * The residual connection, out = a + b, needs no kernel of its own
  * backward: both inputs receive dout unchanged, which the model gets by
  * keeping a single dresidual buffer that every branch adds into.
@@ -188,90 +191,6 @@ LAYER_API void LAYER(layernorm_backward)(size_t threads, REAL *dinp, REAL *dweig
     LAYER(layernorm_job) job = {dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C};
     attn_parallel_for(threads, N, layer_min_items(4 * C), LAYER(layernorm_dinp_rows), &job);
     attn_parallel_for(threads, C, layer_min_items(2 * N), LAYER(layernorm_dparam_cols), &job);
-}
-
-/* ---- linear (nn.Linear) --------------------------------------------------- */
-
-typedef struct LAYER(linear_job) {
-    REAL *out, *dinp, *dweight, *dbias;
-    const REAL *inp, *weight, *bias, *dout;
-    size_t N, C, OC;
-} LAYER(linear_job);
-
-static void LAYER(linear_forward_rows)(void *arg, size_t begin, size_t end) {
-    const LAYER(linear_job) *j = arg;
-    size_t C = j->C, OC = j->OC;
-    for (size_t n = begin; n < end; n++) {
-        const REAL *x = j->inp + n * C;
-        for (size_t o = 0; o < OC; o++) {
-            const REAL *w = j->weight + o * C;
-            double sum = j->bias ? (double)j->bias[o] : 0.0;
-            for (size_t c = 0; c < C; c++) sum += (double)x[c] * w[c];
-            j->out[n * OC + o] = (REAL)sum;
-        }
-    }
-}
-
-/* out (N, OC) = inp (N, C) @ weight^T (+ bias); weight is (OC, C), bias
- * (OC) or NULL. */
-LAYER_API void LAYER(linear_forward)(size_t threads, REAL *out, const REAL *inp,
-                                     const REAL *weight, const REAL *bias, size_t N, size_t C,
-                                     size_t OC) {
-    LAYER(linear_job) job = {.out = out, .inp = inp, .weight = weight, .bias = bias,
-                             .N = N, .C = C, .OC = OC};
-    attn_parallel_for(threads, N, layer_min_items(C * OC), LAYER(linear_forward_rows), &job);
-}
-
-/* in the forward pass this was: out[n, o] = sum_c inp[n, c] * weight[o, c], so
- * dinp[n, c] += sum_o dout[n, o] * weight[o, c]. */
-static void LAYER(linear_dinp_rows)(void *arg, size_t begin, size_t end) {
-    const LAYER(linear_job) *j = arg;
-    size_t C = j->C, OC = j->OC;
-    for (size_t n = begin; n < end; n++) {
-        const REAL *dy = j->dout + n * OC;
-        REAL *dx = j->dinp + n * C;
-        for (size_t c = 0; c < C; c++) {
-            double sum = 0.0;
-            for (size_t o = 0; o < OC; o++) sum += (double)dy[o] * j->weight[o * C + c];
-            dx[c] = (REAL)(dx[c] + sum);
-        }
-    }
-}
-
-/* dweight[o, c] += sum_n dout[n, o] * inp[n, c]; dbias[o] += sum_n dout[n, o]. */
-static void LAYER(linear_dweight_rows)(void *arg, size_t begin, size_t end) {
-    const LAYER(linear_job) *j = arg;
-    size_t C = j->C, OC = j->OC;
-    for (size_t o = begin; o < end; o++) {
-        for (size_t c0 = 0; c0 < C; c0 += LAYER_COLUMN_CHUNK) {
-            size_t c1 = c0 + LAYER_COLUMN_CHUNK < C ? c0 + LAYER_COLUMN_CHUNK : C;
-            double acc[LAYER_COLUMN_CHUNK] = {0};
-            for (size_t n = 0; n < j->N; n++) {
-                double dy = j->dout[n * OC + o];
-                const REAL *x = j->inp + n * C;
-                for (size_t c = c0; c < c1; c++) acc[c - c0] += dy * x[c];
-            }
-            REAL *dw = j->dweight + o * C;
-            for (size_t c = c0; c < c1; c++) dw[c] = (REAL)(dw[c] + acc[c - c0]);
-        }
-        if (j->dbias) {
-            double sum = 0.0;
-            for (size_t n = 0; n < j->N; n++) sum += j->dout[n * OC + o];
-            j->dbias[o] = (REAL)(j->dbias[o] + sum);
-        }
-    }
-}
-
-/* dinp (N, C; NULL: not wanted), dweight (OC, C), dbias (OC; NULL when the
- * layer has none) += from dout (N, OC). */
-LAYER_API void LAYER(linear_backward)(size_t threads, REAL *dinp, REAL *dweight, REAL *dbias,
-                                      const REAL *dout, const REAL *inp, const REAL *weight,
-                                      size_t N, size_t C, size_t OC) {
-    LAYER(linear_job) job = {.dinp = dinp, .dweight = dweight, .dbias = dbias, .inp = inp,
-                             .weight = weight, .dout = dout, .N = N, .C = C, .OC = OC};
-    if (dinp)
-        attn_parallel_for(threads, N, layer_min_items(C * OC), LAYER(linear_dinp_rows), &job);
-    attn_parallel_for(threads, OC, layer_min_items(N * C), LAYER(linear_dweight_rows), &job);
 }
 
 /* ---- GELU (exact, nn.GELU() with approximate='none') -------------------- */

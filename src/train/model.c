@@ -19,10 +19,13 @@
  *   logits (B, T, V) = lnf @ head.weight^T
  *   loss             = cross_entropy(logits, targets, ignore_index=-100)
  *
- * The forward keeps every activation the backward needs, in buffers sized
+ * The linear layers (mlp.fc, mlp.proj, head) run on the library's kernels
+ * (dispatch.h: the ctx's choice, reference or fast); the other layers are
+ * layers_impl.h's. The forward keeps every activation the backward needs, in buffers sized
  * for the largest B * T seen; the backward walks the same steps in reverse
  * with one dresidual buffer (B, T, C) that each branch adds into.
  */
+#include "kernels/dispatch.h"
 #include "modules/module.h"
 #include "train/layers.h"
 #include "train/model.h"
@@ -562,7 +565,7 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
     if (st == ATTN_OK) st = ensure_rows(m, N);
     if (st != ATTN_OK) return st;
 
-    size_t C = c->d_model, V = c->vocab_size, threads = m->ctx->num_threads;
+    size_t C = c->d_model, V = c->vocab_size;
     memcpy(m->tokens, tokens, N * sizeof *tokens);
     attn_layer_embedding_forward(m->emb, tokens, pdata(m, m->tok_emb), pdata(m, m->pos_emb),
                                  batch, seq, C);
@@ -581,18 +584,17 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
         attn_layer_layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->resid_mid,
                                      pdata(m, b->ln2_w), pdata(m, b->ln2_b), N, C,
                                      ATTN_LAYERNORM_EPS);
-        attn_layer_linear_forward(threads, b->fc, b->ln2, pdata(m, b->fc_w), pdata(m, b->fc_b), N,
-                                  C, 4 * C);
+        attn_k_linear(m->ctx, b->ln2, pdata(m, b->fc_w), pdata(m, b->fc_b), b->fc, N, C, 4 * C);
         attn_layer_gelu_forward(b->gelu, b->fc, N * 4 * C);
-        attn_layer_linear_forward(threads, b->mlp_out, b->gelu, pdata(m, b->proj_w),
-                                  pdata(m, b->proj_b), N, 4 * C, C);
+        attn_k_linear(m->ctx, b->gelu, pdata(m, b->proj_w), pdata(m, b->proj_b), b->mlp_out, N,
+                      4 * C, C);
         if (p > 0.0) dropout_forward(dropout_rng, p, b->mlp_out, b->mlp_keep, N * C);
         attn_layer_residual_forward(b->resid_out, b->resid_mid, b->mlp_out, N * C);
     }
     const float *x = m->blocks[c->n_layers - 1].resid_out;
     attn_layer_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, pdata(m, m->lnf_w),
                                  pdata(m, m->lnf_b), N, C, ATTN_LAYERNORM_EPS);
-    attn_layer_linear_forward(threads, m->logits, m->lnf, pdata(m, m->head), NULL, N, C, V);
+    attn_k_linear(m->ctx, m->lnf, pdata(m, m->head), NULL, m->logits, N, C, V);
     if (logits) memcpy(logits, m->logits, N * V * sizeof *logits);
     if (targets) {
         size_t scored;
@@ -626,10 +628,9 @@ attn_status attn_model_backward(attn_model *m) {
     memset(m->dlogits, 0, N * V * sizeof(float));
     attn_layer_crossentropy_backward(m->dlogits, m->logits, m->targets, N, V, ATTN_IGNORE_INDEX,
                                      1.0);
-    /* logits = lnf @ head^T */
-    memset(m->dtmp, 0, N * C * sizeof(float));
-    attn_layer_linear_backward(threads, m->dtmp, pgrad(m, m->head), NULL, m->dlogits, m->lnf,
-                               pdata(m, m->head), N, C, V);
+    /* logits = lnf @ head^T: dtmp = dlogits @ head, dhead += dlogits^T @ lnf */
+    attn_k_linear_backward(m->ctx, m->lnf, pdata(m, m->head), m->dlogits, m->dtmp, false,
+                           pgrad(m, m->head), NULL, N, C, V);
     /* lnf = LayerNorm(x): dres becomes dL/dx of the last residual */
     memset(m->dres, 0, N * C * sizeof(float));
     attn_layer_layernorm_backward(threads, m->dres, pgrad(m, m->lnf_w), pgrad(m, m->lnf_b),
@@ -644,14 +645,12 @@ attn_status attn_model_backward(attn_model *m) {
                 dropout_backward(m->dbranch, m->dres, b->mlp_keep, p, N * C);
                 dmlp = m->dbranch;
             }
-            memset(m->d4a, 0, N * 4 * C * sizeof(float));
-            attn_layer_linear_backward(threads, m->d4a, pgrad(m, b->proj_w), pgrad(m, b->proj_b),
-                                       dmlp, b->gelu, pdata(m, b->proj_w), N, 4 * C, C);
+            attn_k_linear_backward(m->ctx, b->gelu, pdata(m, b->proj_w), dmlp, m->d4a, false,
+                                   pgrad(m, b->proj_w), pgrad(m, b->proj_b), N, 4 * C, C);
             memset(m->d4b, 0, N * 4 * C * sizeof(float));
             attn_layer_gelu_backward(m->d4b, b->fc, m->d4a, N * 4 * C);
-            memset(m->dtmp, 0, N * C * sizeof(float));
-            attn_layer_linear_backward(threads, m->dtmp, pgrad(m, b->fc_w), pgrad(m, b->fc_b),
-                                       m->d4b, b->ln2, pdata(m, b->fc_w), N, C, 4 * C);
+            attn_k_linear_backward(m->ctx, b->ln2, pdata(m, b->fc_w), m->d4b, m->dtmp, false,
+                                   pgrad(m, b->fc_w), pgrad(m, b->fc_b), N, C, 4 * C);
             attn_layer_layernorm_backward(threads, m->dres, pgrad(m, b->ln2_w),
                                           pgrad(m, b->ln2_b), m->dtmp, b->resid_mid,
                                           pdata(m, b->ln2_w), b->ln2_mean, b->ln2_rstd, N, C);

@@ -6,11 +6,15 @@
  * source as float). For each layer, a random scalar loss
  *   L = sum_i r_i * out_i    (r fixed random weights, so dL/dout = r)
  * is differentiated by the layer's backward and by central differences
- *   (L(x + h) - L(x - h)) / 2h,  h = 1e-6,
+ *   (L(x + h) - L(x - h)) / 2h,  h = 1e-5,
  * for every input and parameter element. In double, the differences are
- * good to about 1e-9 here, so the tolerance (1e-7, relative to the larger of
+ * good to a few 1e-9 here, so the tolerance (1e-7, relative to the larger of
  * 1 and the gradient) catches any wrong term, factor or index. The float
  * instantiation is then checked against the double one on the same inputs.
+ *
+ * (The linear layers are the library's kernels, checked by test_backward and
+ * fast_vs_reference; the whole model's gradients are checked against
+ * autograd by model_vs_torch.)
  *
  * The seed is printed; pass one as argv[1] to replay a run.
  */
@@ -27,7 +31,7 @@
 #define LAYER_API static
 #include "train/layers_impl.h"
 
-#define FD_STEP 1e-6
+#define FD_STEP 1e-5
 #define FD_TOL 1e-7
 
 /* xorshift64*: test data only. */
@@ -76,7 +80,7 @@ static double fd_check(const char *what, double *x, size_t n, const double *anal
                     analytic[i], numeric);
         }
     }
-    printf("  %-28s %4zu elements, worst relative error %.2e\n", what, n, worst);
+    printf("  %-32s %4zu elements, worst relative error %.2e\n", what, n, worst);
     CHECK(worst <= FD_TOL);
     return worst;
 }
@@ -95,25 +99,32 @@ static double emb_loss(void *p) {
     return dot(s->out, s->r, s->B * s->T * s->C);
 }
 
-static void test_embedding(void) {
-    emb_state s = {.B = 3, .T = 5, .C = 4, .V = 6};
-    size_t N = s.B * s.T, context = 7; /* wpe rows past T get no gradient */
-    int32_t tokens[15];
-    for (size_t i = 0; i < N; i++) tokens[i] = (int32_t)below(s.V - 1); /* V-1 never used */
+/* C above the kernels' 64-column chunk crosses a chunk edge. */
+static void test_embedding(size_t C) {
+    enum { B = 3, T = 5, V = 6, CONTEXT = 7 }; /* wpe rows past T get no gradient */
+    emb_state s = {.B = B, .T = T, .C = C, .V = V};
+    int32_t tokens[B * T];
+    for (size_t i = 0; i < B * T; i++) tokens[i] = (int32_t)below(V - 1); /* V-1 never used */
     tokens[0] = tokens[7] = tokens[14] = 2;                               /* repeats add up */
     s.tokens = tokens;
-    double wte[24], wpe[28], out[60], r[60], dwte[24] = {0}, dwpe[28] = {0};
-    fill_randn(wte, 24, 1.0);
-    fill_randn(wpe, context * s.C, 1.0);
-    fill_randn(r, 60, 1.0);
+    double *wte = calloc(V * C, sizeof *wte), *wpe = calloc(CONTEXT * C, sizeof *wpe);
+    double *out = calloc(B * T * C, sizeof *out), *r = calloc(B * T * C, sizeof *r);
+    double *dwte = calloc(V * C, sizeof *dwte), *dwpe = calloc(CONTEXT * C, sizeof *dwpe);
+    fill_randn(wte, V * C, 1.0);
+    fill_randn(wpe, CONTEXT * C, 1.0);
+    fill_randn(r, B * T * C, 1.0);
     s.wte = wte, s.wpe = wpe, s.out = out, s.r = r;
     emb_loss(&s);
-    dbl_embedding_backward(2, dwte, dwpe, r, tokens, s.B, s.T, s.C, s.V);
-    fd_check("embedding dwte", wte, 24, dwte, emb_loss, &s);
-    fd_check("embedding dwpe", wpe, context * s.C, dwpe, emb_loss, &s);
+    dbl_embedding_backward(2, dwte, dwpe, r, tokens, B, T, C, V);
+    char what[64];
+    snprintf(what, sizeof what, "embedding dwte (C %zu)", C);
+    fd_check(what, wte, V * C, dwte, emb_loss, &s);
+    snprintf(what, sizeof what, "embedding dwpe (C %zu)", C);
+    fd_check(what, wpe, CONTEXT * C, dwpe, emb_loss, &s);
     /* the unused token's row and the rows past T stay zero */
-    for (size_t c = 0; c < s.C; c++) CHECK(dwte[(s.V - 1) * s.C + c] == 0.0);
-    for (size_t i = s.T * s.C; i < context * s.C; i++) CHECK(dwpe[i] == 0.0);
+    for (size_t c = 0; c < C; c++) CHECK(dwte[(V - 1) * C + c] == 0.0);
+    for (size_t i = T * C; i < CONTEXT * C; i++) CHECK(dwpe[i] == 0.0);
+    free(wte), free(wpe), free(out), free(r), free(dwte), free(dwpe);
 }
 
 /* ---- LayerNorm ---- */
@@ -129,73 +140,39 @@ static double ln_loss(void *p) {
     return dot(s->out, s->r, s->N * s->C);
 }
 
-static void test_layernorm(void) {
-    enum { N = 6, C = 9 };
-    double x[N * C], w[C], b[C], out[N * C], mean[N], rstd[N], r[N * C];
-    double dx[N * C] = {0}, dw[C] = {0}, db[C] = {0};
+static void test_layernorm(size_t N, size_t C) {
+    double *x = calloc(N * C, sizeof *x), *w = calloc(C, sizeof *w), *b = calloc(C, sizeof *b);
+    double *out = calloc(N * C, sizeof *out), *r = calloc(N * C, sizeof *r);
+    double *mean = calloc(N, sizeof *mean), *rstd = calloc(N, sizeof *rstd);
+    double *dx = calloc(N * C, sizeof *dx), *dw = calloc(C, sizeof *dw), *db = calloc(C, sizeof *db);
     fill_randn(x, N * C, 2.0);
-    for (size_t c = 0; c < C; c++) x[c] += 5.0; /* an offset row */
+    for (size_t c = 0; c < C; c++) x[c] += 5.0; /* a row far from zero mean */
     fill_randn(w, C, 1.0);
     fill_randn(b, C, 1.0);
     fill_randn(r, N * C, 1.0);
     ln_state s = {N, C, x, w, b, out, mean, rstd, r};
     ln_loss(&s);
-    /* forward: each row has mean b-weighted... check the normalisation itself */
+    /* the forward against its definition, row by row */
     for (size_t n = 0; n < N; n++) {
         double m = 0.0, v = 0.0;
-        for (size_t c = 0; c < C; c++) m += x[n * C + c] / C;
-        for (size_t c = 0; c < C; c++) v += (x[n * C + c] - m) * (x[n * C + c] - m) / C;
+        for (size_t c = 0; c < C; c++) m += x[n * C + c] / (double)C;
+        for (size_t c = 0; c < C; c++) v += (x[n * C + c] - m) * (x[n * C + c] - m) / (double)C;
         CHECK_NEAR(mean[n], m, 1e-12);
         CHECK_NEAR(rstd[n], 1.0 / sqrt(v + 1e-5), 1e-9);
         CHECK_NEAR(out[n * C + 3], (x[n * C + 3] - m) / sqrt(v + 1e-5) * w[3] + b[3], 1e-12);
     }
-    double dx_acc[N * C];
-    for (size_t i = 0; i < N * C; i++) dx_acc[i] = dx[i] = 0.5; /* backward adds */
+    for (size_t i = 0; i < N * C; i++) dx[i] = 0.5; /* the backward adds to what is there */
     dbl_layernorm_backward(2, dx, dw, db, r, x, w, mean, rstd, N, C);
-    for (size_t i = 0; i < N * C; i++) dx[i] -= dx_acc[i];
-    fd_check("layernorm dinp", x, N * C, dx, ln_loss, &s);
-    fd_check("layernorm dweight", w, C, dw, ln_loss, &s);
-    fd_check("layernorm dbias", b, C, db, ln_loss, &s);
-}
-
-/* ---- linear ---- */
-
-typedef struct lin_state {
-    size_t N, C, OC;
-    double *x, *w, *b, *out, *r;
-} lin_state;
-
-static double lin_loss(void *p) {
-    lin_state *s = p;
-    dbl_linear_forward(2, s->out, s->x, s->w, s->b, s->N, s->C, s->OC);
-    return dot(s->out, s->r, s->N * s->OC);
-}
-
-static void test_linear(bool bias) {
-    /* C > the kernels' 64-column chunk, so chunk edges are crossed */
-    enum { N = 5, C = 70, OC = 6 };
-    static double x[N * C], w[OC * C], b[OC], out[N * OC], r[N * OC];
-    static double dx[N * C], dw[OC * C], db[OC];
-    memset(dx, 0, sizeof dx);
-    memset(dw, 0, sizeof dw);
-    memset(db, 0, sizeof db);
-    fill_randn(x, N * C, 1.0);
-    fill_randn(w, OC * C, 0.2);
-    fill_randn(b, OC, 1.0);
-    fill_randn(r, N * OC, 1.0);
-    lin_state s = {N, C, OC, x, w, bias ? b : NULL, out, r};
-    lin_loss(&s);
-    dbl_linear_backward(2, dx, dw, bias ? db : NULL, r, x, w, N, C, OC);
-    fd_check(bias ? "linear dinp" : "linear (no bias) dinp", x, N * C, dx, lin_loss, &s);
-    fd_check(bias ? "linear dweight" : "linear (no bias) dweight", w, OC * C, dw, lin_loss, &s);
-    if (bias) fd_check("linear dbias", b, OC, db, lin_loss, &s);
-    /* dinp NULL: the weights' gradients alone, the same again */
-    static double dw2[OC * C];
-    memset(dw2, 0, sizeof dw2);
-    dbl_linear_backward(1, NULL, dw2, NULL, r, x, w, N, C, OC);
-    double worst = 0.0;
-    for (size_t i = 0; i < OC * C; i++) worst = fmax(worst, fabs(dw2[i] - dw[i]));
-    CHECK(worst == 0.0);
+    for (size_t i = 0; i < N * C; i++) dx[i] -= 0.5;
+    char what[64];
+    snprintf(what, sizeof what, "layernorm dinp (C %zu)", C);
+    fd_check(what, x, N * C, dx, ln_loss, &s);
+    snprintf(what, sizeof what, "layernorm dweight (C %zu)", C);
+    fd_check(what, w, C, dw, ln_loss, &s);
+    snprintf(what, sizeof what, "layernorm dbias (C %zu)", C);
+    fd_check(what, b, C, db, ln_loss, &s);
+    free(x), free(w), free(b), free(out), free(r), free(mean), free(rstd), free(dx), free(dw),
+        free(db);
 }
 
 /* ---- GELU ---- */
@@ -303,7 +280,7 @@ static double max_rel_diff(const float *f, const double *d, size_t n) {
 }
 
 static void test_float_matches_double(void) {
-    enum { N = 6, C = 12, OC = 10 };
+    enum { N = 6, C = 12 };
     float xf[N * C], wf[C], bf[C], outf[N * C], rf[N * C], dxf[N * C] = {0}, dwf[C] = {0},
         dbf[C] = {0};
     double x[N * C], w[C], b[C], out[N * C], r[N * C], dx[N * C] = {0}, dw[C] = {0}, db[C] = {0};
@@ -321,21 +298,6 @@ static void test_float_matches_double(void) {
     double worst = fmax(max_rel_diff(outf, out, N * C), max_rel_diff(dxf, dx, N * C));
     worst = fmax(worst, fmax(max_rel_diff(dwf, dw, C), max_rel_diff(dbf, db, C)));
     printf("  float vs double, layernorm: worst relative difference %.2e\n", worst);
-    CHECK(worst < 1e-6);
-
-    float lwf[OC * C], loutf[N * OC], lrf[N * OC], ldwf[OC * C] = {0}, ldxf[N * C] = {0};
-    double lw[OC * C], lout[N * OC], lr[N * OC], ldw[OC * C] = {0}, ldx[N * C] = {0};
-    fill_randn(lw, OC * C, 0.3);
-    fill_randn(lr, N * OC, 1.0);
-    to_float(lwf, lw, OC * C), to_float(lrf, lr, N * OC);
-    to_double(lw, lwf, OC * C), to_double(lr, lrf, N * OC);
-    attn_layer_linear_forward(2, loutf, xf, lwf, NULL, N, C, OC);
-    dbl_linear_forward(2, lout, x, lw, NULL, N, C, OC);
-    attn_layer_linear_backward(2, ldxf, ldwf, NULL, lrf, xf, lwf, N, C, OC);
-    dbl_linear_backward(2, ldx, ldw, NULL, lr, x, lw, N, C, OC);
-    worst = fmax(max_rel_diff(loutf, lout, N * OC),
-                 fmax(max_rel_diff(ldxf, ldx, N * C), max_rel_diff(ldwf, ldw, OC * C)));
-    printf("  float vs double, linear: worst relative difference %.2e\n", worst);
     CHECK(worst < 1e-6);
 
     int32_t targets[N] = {0, 3, -100, 11, 5, 7};
@@ -357,10 +319,10 @@ int main(int argc, char **argv) {
     printf("test_layers seed %llu (replay: test_layers %llu)\n", (unsigned long long)seed,
            (unsigned long long)seed);
     rng_state = seed * 0x9E3779B97F4A7C15ull + 1;
-    test_embedding();
-    test_layernorm();
-    test_linear(true);
-    test_linear(false);
+    test_embedding(4);
+    test_embedding(70);
+    test_layernorm(6, 9);
+    test_layernorm(3, 70);
     test_gelu();
     test_crossentropy();
     test_residual();
