@@ -1,7 +1,8 @@
 """attn's small language model against its PyTorch twin (torch_lm.py).
 
 For mha and gpt2 attention, with and without the MLP, qkv_bias on and off,
-on fresh random sizes every run:
+on fresh random sizes every run, on the reference kernels and on the fast
+ones (AUTO):
   - construction: the same state_dict names, shapes and order; with the same
     seed the same weights (bit-identical, except nn.Embedding's normal_
     draws, within attn's documented randn closeness);
@@ -26,7 +27,7 @@ import numpy as np
 import torch
 
 from torch_lm import TinyLM, attn_config, load_from_attn
-from train_ctypes import AttnError, AttnTrain
+from train_ctypes import ATTN_KERNELS_AUTO, ATTN_KERNELS_REFERENCE, AttnError, AttnTrain
 
 LOGIT_TOL = 2e-5      # max |attn - torch| / max(1, max |torch|)
 LOSS_RTOL = 1e-5
@@ -238,24 +239,26 @@ def main():
     np_rng = np.random.default_rng(seed)
     torch.set_num_threads(1)
     lib = AttnTrain(args.lib)
-    ctx = lib.ctx_new(num_threads=2)
-    try:
-        for attention in ("mha", "gpt2"):
-            for mlp in (False, True):
-                for _ in range(3):
-                    cfg = random_config(rng, attention, mlp)
-                    s = rng.randrange(2 ** 31)
-                    logit_err, grad_err, emb_err = check_case(lib, ctx, cfg, s, rng, np_rng)
-                    print("  %-4s mlp=%d qkv_bias=%d V=%-2d T=%-2d C=%-2d L=%d H=%d: logits %.1e, "
-                          "grads %.1e, embedding init %.1e" % (
-                              attention, mlp, cfg["qkv_bias"], cfg["vocab_size"],
-                              cfg["context_length"], cfg["d_model"], cfg["n_layers"],
-                              cfg["n_heads"], logit_err, grad_err, emb_err))
-        for attention in ("mha", "gpt2"):
-            check_dropout(lib, ctx, attention, True, rng.randrange(2 ** 31), rng, np_rng)
-        check_save(lib, ctx, rng.randrange(2 ** 31), rng, np_rng)
-    finally:
-        lib.ctx_free(ctx)
+    for kernels in (ATTN_KERNELS_REFERENCE, ATTN_KERNELS_AUTO):
+        ctx = lib.ctx_new(num_threads=2, kernels=kernels)
+        print("%s kernels:" % lib.lib.attn_kernels_name(lib.lib.attn_ctx_kernels(ctx)).decode())
+        try:
+            for attention in ("mha", "gpt2"):
+                for mlp in (False, True):
+                    for _ in range(2):
+                        cfg = random_config(rng, attention, mlp)
+                        s = rng.randrange(2 ** 31)
+                        logit_err, grad_err, emb_err = check_case(lib, ctx, cfg, s, rng, np_rng)
+                        print("  %-4s mlp=%d qkv_bias=%d V=%-2d T=%-2d C=%-2d L=%d H=%d: logits "
+                              "%.1e, grads %.1e, embedding init %.1e" % (
+                                  attention, mlp, cfg["qkv_bias"], cfg["vocab_size"],
+                                  cfg["context_length"], cfg["d_model"], cfg["n_layers"],
+                                  cfg["n_heads"], logit_err, grad_err, emb_err))
+            for attention in ("mha", "gpt2"):
+                check_dropout(lib, ctx, attention, True, rng.randrange(2 ** 31), rng, np_rng)
+            check_save(lib, ctx, rng.randrange(2 ** 31), rng, np_rng)
+        finally:
+            lib.ctx_free(ctx)
     print("model vs torch: all cases pass")
     return 0
 

@@ -4,8 +4,10 @@ the same batches (attn_task_batch, induction) with the same
 hyper-parameters, and must report the same loss at every one of the first 50
 steps (relative 1e-4):
   - SGD with momentum 0.9 (torch.optim.SGD, foreach=False);
-  - AdamW with its defaults but lr, and clip_grad_norm_(1.0) before each step.
-Prints the table (step, PyTorch loss, attn loss, relative difference).
+  - AdamW with its defaults but lr, and clip_grad_norm_(1.0) before each step;
+each on the reference kernels (the oracle) and on the kernels `attn train`
+runs (AUTO: the fastest this CPU has). Prints the tables (step, PyTorch
+loss, attn loss, relative difference).
 
 Usage: test_train_parity.py LIBATTN.so [--seed N] [--steps N]
 """
@@ -17,7 +19,8 @@ import numpy as np
 import torch
 
 from torch_lm import TinyLM, attn_config, load_from_attn
-from train_ctypes import ATTN_OPTIMIZER_ADAMW, ATTN_OPTIMIZER_SGD, AttnTrain
+from train_ctypes import (ATTN_KERNELS_AUTO, ATTN_KERNELS_REFERENCE, ATTN_OPTIMIZER_ADAMW,
+                          ATTN_OPTIMIZER_SGD, AttnTrain)
 
 LOSS_RTOL = 1e-4
 CONFIG = dict(vocab_size=16, context_length=16, d_model=32, n_layers=2, n_heads=4,
@@ -46,7 +49,8 @@ def run(lib, ctx, title, kind, opts, clip, seed, steps):
         else:
             topt = torch.optim.AdamW(tm.parameters(), foreach=False, **opts)
         rows = []
-        print("%s, %d steps (batch %d, induction, %s)" % (title, steps, BATCH, CONFIG))
+        print("%s, %s kernels, %d steps (batch %d, induction, %s)" % (
+            title, kernels_name(lib, ctx), steps, BATCH, CONFIG))
         print("  step  PyTorch loss   attn loss      relative diff")
         for step in range(1, steps + 1):
             tokens, targets, _ = lib.task_batch(ctx, "induction", CONFIG["vocab_size"],
@@ -87,6 +91,10 @@ def run(lib, ctx, title, kind, opts, clip, seed, steps):
         lib.rng_free(data)
 
 
+def kernels_name(lib, ctx):
+    return lib.lib.attn_kernels_name(lib.lib.attn_ctx_kernels(ctx)).decode()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("lib")
@@ -97,12 +105,13 @@ def main():
     print("test_train_parity seed %d (replay with --seed %d)" % (seed, seed))
     torch.set_num_threads(1)
     lib = AttnTrain(args.lib)
-    ctx = lib.ctx_new(num_threads=2)
-    try:
-        for title, kind, opts, clip in RUNS:
-            run(lib, ctx, title, kind, opts, clip, seed, args.steps)
-    finally:
-        lib.ctx_free(ctx)
+    for kernels in (ATTN_KERNELS_REFERENCE, ATTN_KERNELS_AUTO):
+        ctx = lib.ctx_new(num_threads=2, kernels=kernels)
+        try:
+            for title, kind, opts, clip in RUNS:
+                run(lib, ctx, title, kind, opts, clip, seed, args.steps)
+        finally:
+            lib.ctx_free(ctx)
     print("optimizer parity through the model: every step within %g" % LOSS_RTOL)
     return 0
 

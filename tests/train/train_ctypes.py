@@ -20,8 +20,8 @@ from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_float, c_i
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "conformance"))
-from attn_ctypes import (ATTN_MODULE_GPT2, ATTN_MODULE_MHA, F32P, Attn, AttnError, Param,  # noqa: E402,F401
-                         f32)
+from attn_ctypes import (ATTN_KERNELS_AUTO, ATTN_KERNELS_REFERENCE, ATTN_MODULE_GPT2,  # noqa: E402,F401
+                         ATTN_MODULE_MHA, F32P, Attn, AttnError, Param, f32)
 
 ATTN_OPTIMIZER_SGD = 0
 ATTN_OPTIMIZER_ADAMW = 1
@@ -58,6 +58,8 @@ class AttnTrain(Attn):
             f.restype = restype
             f.argtypes = list(argtypes)
 
+        fn("attn_ctx_kernels", c_int, c_void_p)
+        fn("attn_kernels_name", c_char_p, c_int)
         fn("attn_optimizer_defaults", OptimizerConfig, c_int)
         fn("attn_optimizer_new", c_int, c_void_p, POINTER(OptimizerConfig), POINTER(Param),
            c_size_t, POINTER(c_void_p))
