@@ -511,7 +511,7 @@ static void dropout_forward(attn_rng *rng, double p, float *x, uint8_t *keep, si
  * dx (n) = dy * keep / (1 - p), the scale as PyTorch's float. */
 static void dropout_backward(float *dx, const float *dy, const uint8_t *keep, double p,
                              size_t n) {
-    float scale = p < 1.0 ? 1.0f / (float)(1.0 - p) : 0.0f;
+    float scale = attn_dropout_kept_scale(p);
     for (size_t i = 0; i < n; i++) dx[i] = keep[i] ? dy[i] * scale : 0.0f;
 }
 
