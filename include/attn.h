@@ -857,9 +857,11 @@ void attn_optimizer_free(attn_optimizer *opt);
 /*
  * torch.nn.utils.clip_grad_norm_(params, max_norm) (norm_type 2): the L2
  * norm of all gradients together, total = ||(||g_1||, ..., ||g_n||)||, then
- * every gradient multiplied by min(1, max_norm / (total + 1e-6)) in float32
- * as PyTorch computes it. total_norm (optional) receives the norm before
- * clipping. max_norm must be finite and >= 0.
+ * every gradient multiplied by min(1, max_norm / (total + 1e-6)), that
+ * factor in float32 as PyTorch computes it. The squares are summed in
+ * double (PyTorch sums in float32), so total can differ from PyTorch's in
+ * its last bit. total_norm (optional) receives the norm before clipping.
+ * max_norm must be finite and >= 0.
  */
 attn_status attn_clip_grad_norm(attn_ctx *ctx, const attn_param *params, size_t count,
                                 double max_norm, float *total_norm);

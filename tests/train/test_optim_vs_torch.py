@@ -6,7 +6,7 @@ parameters and the same random gradients at every step go to torch.optim
 (foreach=False, PyTorch 1.13's single-tensor path) and to attn_optimizer_step;
 after every step the parameters must agree to MAX_ULPS units in the last place
 (on this project's machines they are bit-identical; the count is printed).
-clip_grad_norm_ likewise: the total norm and the clipped gradients.
+clip_grad_norm_: the total norm and the clipped gradients (see test_clip).
 
 Usage: test_optim_vs_torch.py LIBATTN.so [--seed N]
 """
@@ -21,6 +21,7 @@ from train_ctypes import ATTN_OPTIMIZER_ADAMW, ATTN_OPTIMIZER_SGD, AttnTrain
 
 MAX_ULPS = 2
 STEPS = 25
+CLIP_RTOL = 1e-6
 
 SGD_CASES = [
     dict(lr=0.1),
@@ -106,6 +107,11 @@ def describe(kind, opts):
 
 
 def test_clip(lib, ctx, rng, np_rng):
+    """clip_grad_norm_: the total norm agrees with PyTorch's within CLIP_RTOL
+    (attn sums the squares in double, PyTorch in float32 in its own order, so
+    the last bits can differ), and the gradients are exactly g * coef with
+    PyTorch's formula applied to attn's total, hence within CLIP_RTOL of
+    PyTorch's too."""
     from torch.nn.utils import clip_grad_norm_
     for factor in (0.3, 1.0, 3.0, 0.0):
         shapes = random_shapes(rng)
@@ -118,18 +124,27 @@ def test_clip(lib, ctx, rng, np_rng):
             tp.grad = torch.tensor(g.copy())
         true_norm = float(np.sqrt(sum((g.astype(np.float64) ** 2).sum() for g in grads)))
         max_norm = factor * true_norm
-        ttotal = clip_grad_norm_(tparams, max_norm)
+        ttotal = clip_grad_norm_(tparams, max_norm).item()
         total = lib.clip_grad_norm(ctx, table, max_norm)
-        d_total = ulps(np.float32(total), np.float32(ttotal.item()))
-        assert d_total <= MAX_ULPS, "clip total norm: attn %r, torch %r" % (total, ttotal.item())
-        worst = 0
+        assert abs(total - ttotal) <= CLIP_RTOL * ttotal, "clip total norm: attn %r, torch %r" % (
+            total, ttotal)
+        # PyTorch's formula on attn's total: (1 / (total + 1e-6)) * max_norm, clamped at 1
+        coef = np.float32(1.0) / (np.float32(total) + np.float32(1e-6)) * np.float32(max_norm)
+        coef = min(coef, np.float32(1.0))
+        worst_formula = max(int(ulps(g, orig * coef).max()) for (_, _, g), orig in zip(arrays, grads))
+        assert worst_formula == 0, "clip: grads are not g * coef (%d ulps)" % worst_formula
+        worst = 0.0
         for (_, _, g), tp in zip(arrays, tparams):
-            d = ulps(g, tp.grad.numpy())
-            worst = max(worst, int(d.max()))
-        assert worst <= MAX_ULPS, "clip_grad_norm_(max_norm=%r): grads differ by %d ulps" % (
+            tg = tp.grad.numpy()
+            scale = float(np.max(np.abs(tg)))
+            err = float(np.max(np.abs(g - tg))) / scale if scale > 0 else float(np.max(np.abs(g)))
+            worst = max(worst, err)
+        assert worst <= CLIP_RTOL, "clip_grad_norm_(max_norm=%r): grads differ by %g" % (
             max_norm, worst)
-        print("  clip_grad_norm_(max_norm = %.2f x norm): total %.6g (torch %.6g), grads worst "
-              "%d ulps" % (factor, total, ttotal.item(), worst))
+        print("  clip_grad_norm_(max_norm = %.2f x norm): total %.7g (torch %.7g, %d ulps), "
+              "grads within %.1e of torch's" % (factor, total, ttotal,
+                                                 int(ulps(np.float32(total), np.float32(ttotal))),
+                                                 worst))
 
 
 def main():
