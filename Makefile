@@ -33,14 +33,16 @@ bench: bench-deps build
 # The suite under AddressSanitizer and UndefinedBehaviorSanitizer, with the
 # allocation-failure hook built in, so that the sweep that fails every
 # allocation in turn (test_alloc_failure) runs under the leak checker. The
-# ctypes suites load the library into Python, which ASan cannot join late,
-# so they run in the plain build only.
+# ctypes suites (by name, or labelled python_ctypes) load the library into
+# Python, which ASan cannot join late, so they run in the plain build only;
+# so do the learning runs (label slow), minutes long under the sanitizers.
 sanitize: deps
 	cmake -S . -B $(BUILD)-sanitize -DCMAKE_BUILD_TYPE=Debug -DATTN_SANITIZE=ON \
 	  -DATTN_ALLOC_FAILURE_INJECTION=ON
 	cmake --build $(BUILD)-sanitize -j $(JOBS)
 	cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS) \
-	  -E "conformance_vs_torch|grad_vs_torch|fast_vs_reference|numerics_vs_torch" -LE python_ctypes
+	  -E "conformance_vs_torch|grad_vs_torch|fast_vs_reference|numerics_vs_torch" \
+	  -LE "python_ctypes|slow"
 
 # The libFuzzer targets (clang, ASan + UBSan), FUZZ_SECONDS each (CI runs
 # them for 45 s): scripts/fuzz.sh prints executions and coverage.
