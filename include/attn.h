@@ -962,7 +962,10 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
                                size_t batch, size_t tokens_per_row, float *logits, float *loss,
                                attn_rng *dropout_rng);
 /* loss.backward() for the last forward (which had targets and gradients
- * enabled): every parameter's dloss/dW is added to its grad. */
+ * enabled): every parameter's dloss/dW is added to its grad. Unlike a
+ * module's backward, a failure here (ATTN_ERR_NO_MEMORY in a layer's
+ * attention) may leave the later layers' gradients added: zero them before
+ * trying again. */
 attn_status attn_model_backward(attn_model *m);
 /*
  * Saves every parameter to path as a safetensors file (see "safetensors

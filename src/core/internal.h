@@ -83,6 +83,11 @@ float *attn_alloc_floats(size_t n);
 
 /* The Bernoulli method of an rng (the rng's own, opaque elsewhere). */
 attn_bernoulli_method attn_rng_bernoulli(const attn_rng *rng);
+/* A copy of rng's whole state (NULL when out of memory; free it with
+ * attn_rng_free), and putting it back: for operations that draw and then
+ * may fail, so that a failure leaves the rng where it was. */
+attn_rng *attn_rng_snapshot(const attn_rng *rng);
+void attn_rng_restore(attn_rng *rng, const attn_rng *snapshot);
 
 /* True when the ctx's trace hook wants the data of traced tensors (a hook
  * is set, not trace_shapes_only): only then keep copies for it. */

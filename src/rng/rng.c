@@ -122,6 +122,14 @@ attn_status attn_rng_set_bernoulli_method(attn_rng *rng, attn_bernoulli_method m
 
 attn_bernoulli_method attn_rng_bernoulli(const attn_rng *rng) { return rng->bernoulli; }
 
+attn_rng *attn_rng_snapshot(const attn_rng *rng) {
+    attn_rng *copy = attn_malloc(sizeof *copy);
+    if (copy) *copy = *rng;
+    return copy;
+}
+
+void attn_rng_restore(attn_rng *rng, const attn_rng *snapshot) { *rng = *snapshot; }
+
 attn_status attn_rng_next_u32(attn_rng *rng, uint32_t *out) {
     if (!rng) return ATTN_ERR_NULL;
     attn_clear_error(rng->ctx);

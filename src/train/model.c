@@ -233,8 +233,14 @@ attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng
                          !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
     attn_status st = check_config(ctx, cfg);
     if (st != ATTN_OK) return st;
-    attn_model *m = attn_calloc(1, sizeof *m);
-    if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_new: out of memory");
+    /* The attention modules allocate between draws: a failure puts the rng
+     * back where it was. */
+    attn_rng *rng_before = attn_rng_snapshot(init_rng);
+    attn_model *m = rng_before ? attn_calloc(1, sizeof *m) : NULL;
+    if (!m) {
+        attn_rng_free(rng_before);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_new: out of memory");
+    }
     m->ctx = ctx;
     m->cfg = *cfg;
     m->training = true;
@@ -246,6 +252,7 @@ attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng
     m->own = attn_calloc(n, sizeof *m->own);
     if (!m->blocks || !m->params || !m->names || !m->own) {
         attn_model_free(m);
+        attn_rng_free(rng_before);
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_new: out of memory for %zu "
                          "parameter tensors", n);
     }
@@ -296,10 +303,13 @@ attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng
     fill(pdata(m, m->lnf_w), C, 1.0f);
     attn_rng_linear_init(init_rng, pdata(m, m->head), NULL, V, C);
     for (size_t i = 0; i < m->count; i++) m->num_scalars += m->params[i].numel;
+    attn_rng_free(rng_before);
     *out = m;
     return ATTN_OK;
 fail:
     attn_model_free(m);
+    attn_rng_restore(init_rng, rng_before);
+    attn_rng_free(rng_before);
     return st;
 }
 
@@ -564,6 +574,11 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
     if (st == ATTN_OK && targets) st = check_ids(m, "targets", targets, batch, seq, true);
     if (st == ATTN_OK) st = ensure_rows(m, N);
     if (st != ATTN_OK) return st;
+    /* The attention modules allocate between dropout draws: a failure puts
+     * the dropout rng back where it was (logits and loss are written last). */
+    attn_rng *rng_before = NULL;
+    if (p > 0.0 && !(rng_before = attn_rng_snapshot(dropout_rng)))
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "attn_model_forward: out of memory");
 
     size_t C = c->d_model, V = c->vocab_size;
     memcpy(m->tokens, tokens, N * sizeof *tokens);
@@ -576,7 +591,11 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
                                      pdata(m, b->ln1_w), pdata(m, b->ln1_b), N, C,
                                      ATTN_LAYERNORM_EPS);
         st = attn_module_forward(b->attn, b->ln1, batch, seq, b->attn_out, dropout_rng);
-        if (st != ATTN_OK) return st;
+        if (st != ATTN_OK) {
+            if (rng_before) attn_rng_restore(dropout_rng, rng_before);
+            attn_rng_free(rng_before);
+            return st;
+        }
         if (p > 0.0 && c->attention == ATTN_MODULE_MHA)
             dropout_forward(dropout_rng, p, b->attn_out, b->attn_keep, N * C);
         attn_layer_residual_forward(b->resid_mid, b->resid_in, b->attn_out, N * C);
@@ -607,6 +626,7 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
     m->seq = seq;
     m->dropout_p = p;
     m->backward_ready = targets && m->grad_enabled;
+    attn_rng_free(rng_before);
     return ATTN_OK;
 }
 

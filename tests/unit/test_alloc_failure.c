@@ -16,7 +16,8 @@
  *   - leak nothing (LeakSanitizer, at exit).
  * The operations: constructing every module, its forward (eval without
  * gradients; training with dropout and gradients; traced), its backward, the
- * .npy and safetensors readers and writers, attn_ctx_new and attn_rng_new.
+ * .npy and safetensors readers and writers, attn_ctx_new and attn_rng_new,
+ * and the training model (construction, forward, backward) and optimizer.
  * The closing table gives the allocations swept per operation.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -583,7 +584,8 @@ static void st_failed(void *p) {
 
 static void st_ok(void *p) {
     file_state *fs = p;
-    CHECK(fs->st && attn_safetensors_count(fs->st) == attn_module_param_count(fs->other));
+    /* every parameter, and the module files' causal-mask buffers */
+    CHECK(fs->st && attn_safetensors_count(fs->st) >= attn_module_param_count(fs->other));
     attn_safetensors_free(fs->st);
     fs->st = NULL;
 }
@@ -644,12 +646,12 @@ static attn_status save_module_run(void *p) {
 
 static attn_status save_hf_run(void *p) {
     file_state *fs = p;
-    return attn_gpt2_save_hf(g_ctx, fs->gpt2, fs->path, 1);
+    return attn_gpt2_save_hf(g_ctx, attn_gpt2_module(fs->gpt2), fs->path, 1);
 }
 
 static attn_status load_hf_run(void *p) {
     file_state *fs = p;
-    return attn_gpt2_load_hf(g_ctx, fs->gpt2, fs->path, 1);
+    return attn_gpt2_load_hf(g_ctx, attn_gpt2_module(fs->gpt2), fs->path, 1);
 }
 
 static void sweep_files(void) {
@@ -708,6 +710,166 @@ static void sweep_files(void) {
     free(fs);
 }
 
+/* ---- the training model ------------------------------------------------- */
+
+typedef struct model_state {
+    attn_model_config cfg;
+    attn_rng *rng;
+    attn_model *m;
+    attn_optimizer *opt;
+    int32_t tokens[2 * 6], targets[2 * 6];
+    float logits[2 * 6 * 11], loss;
+    float *grads_before, *weights_before;
+    size_t scalars;
+} model_state;
+
+enum { MB = 2, MT = 6 };
+
+static void model_snapshot(model_state *ms, float *grads, float *weights) {
+    const attn_param *p;
+    size_t count, at = 0;
+    attn_model_params(ms->m, &p, &count);
+    for (size_t i = 0; i < count; i++) {
+        if (grads) memcpy(grads + at, p[i].grad, p[i].numel * sizeof(float));
+        if (weights) memcpy(weights + at, p[i].data, p[i].numel * sizeof(float));
+        at += p[i].numel;
+    }
+}
+
+static void model_build(model_state *ms) {
+    attn_rng_manual_seed(ms->rng, 4);
+    CHECK_STATUS(attn_model_new(g_ctx, &ms->cfg, ms->rng, &ms->m), ATTN_OK);
+    for (int i = 0; i < MB * MT; i++) {
+        ms->tokens[i] = (int32_t)((i * 7 + 3) % 11);
+        ms->targets[i] = (int32_t)((i * 5 + 1) % 11);
+    }
+    ms->scalars = attn_model_num_scalars(ms->m);
+    free(ms->grads_before);
+    free(ms->weights_before);
+    ms->grads_before = calloc(ms->scalars, sizeof(float));
+    ms->weights_before = calloc(ms->scalars, sizeof(float));
+}
+
+static void model_construct_setup(void *p) {
+    model_state *ms = p;
+    attn_rng_manual_seed(ms->rng, 4);
+    ms->m = NULL;
+}
+
+static attn_status model_construct_run(void *p) {
+    model_state *ms = p;
+    ms->m = (attn_model *)&g_ctx; /* stale: the constructor must clear it */
+    return attn_model_new(g_ctx, &ms->cfg, ms->rng, &ms->m);
+}
+
+static void model_construct_failed(void *p) {
+    model_state *ms = p;
+    CHECK(ms->m == NULL);
+    CHECK(rng_at(ms->rng, 4, 0));
+}
+
+static void model_teardown(void *p) {
+    model_state *ms = p;
+    attn_optimizer_free(ms->opt);
+    attn_model_free(ms->m);
+    ms->opt = NULL;
+    ms->m = NULL;
+}
+
+static void model_forward_setup(void *p) {
+    model_state *ms = p;
+    model_build(ms);
+    attn_model_set_training(ms->m, true);
+    for (size_t i = 0; i < sizeof ms->logits / sizeof ms->logits[0]; i++) ms->logits[i] = SENTINEL;
+    ms->loss = SENTINEL;
+    attn_rng_manual_seed(ms->rng, 77);
+}
+
+static attn_status model_forward_run(void *p) {
+    model_state *ms = p;
+    return attn_model_forward(ms->m, ms->tokens, ms->targets, MB, MT, ms->logits, &ms->loss,
+                              ms->rng);
+}
+
+static void model_forward_failed(void *p) {
+    model_state *ms = p;
+    bool untouched = ms->loss == SENTINEL;
+    for (size_t i = 0; i < sizeof ms->logits / sizeof ms->logits[0]; i++)
+        untouched = untouched && ms->logits[i] == SENTINEL;
+    CHECK(untouched);
+    CHECK(rng_at(ms->rng, 77, 0));
+    CHECK_STATUS(attn_model_backward(ms->m), ATTN_ERR_INVALID); /* nothing to differentiate */
+}
+
+static void model_backward_setup(void *p) {
+    model_state *ms = p;
+    model_forward_setup(p);
+    CHECK_STATUS(model_forward_run(p), ATTN_OK);
+    model_snapshot(ms, ms->grads_before, NULL);
+}
+
+static attn_status model_backward_run(void *p) { return attn_model_backward(((model_state *)p)->m); }
+
+/* The model's backward may leave later layers' gradients added (attn.h):
+ * after zero_grad the same backward runs, from the forward still kept. */
+static void model_backward_failed(void *p) {
+    model_state *ms = p;
+    CHECK_STATUS(attn_model_zero_grad(ms->m), ATTN_OK);
+    CHECK_STATUS(attn_model_backward(ms->m), ATTN_OK);
+}
+
+static void model_optimizer_setup(void *p) {
+    model_state *ms = p;
+    model_build(ms);
+    ms->opt = NULL;
+}
+
+static attn_status model_optimizer_run(void *p) {
+    model_state *ms = p;
+    const attn_param *params;
+    size_t count;
+    attn_model_params(ms->m, &params, &count);
+    attn_optimizer_config oc = attn_optimizer_defaults(ATTN_OPTIMIZER_SGD);
+    oc.lr = 0.1;
+    oc.momentum = 0.9;
+    ms->opt = (attn_optimizer *)&g_ctx;
+    return attn_optimizer_new(g_ctx, &oc, params, count, &ms->opt);
+}
+
+static void model_optimizer_failed(void *p) { CHECK(((model_state *)p)->opt == NULL); }
+
+static void sweep_model(void) {
+    for (int a = 0; a < 2; a++) {
+        model_state *ms = calloc(1, sizeof *ms);
+        ms->cfg = (attn_model_config){.vocab_size = 11, .context_length = MT, .d_model = 8,
+                                      .n_layers = 2, .n_heads = 2, .mlp = true, .dropout = 0.1,
+                                      .attention = a ? ATTN_MODULE_GPT2 : ATTN_MODULE_MHA};
+        attn_rng_new(g_ctx, 1, &ms->rng);
+        const char *kind = a ? "model (gpt2 blocks)" : "model (mha blocks)";
+        char name[96];
+        snprintf(name, sizeof name, "%s: construct", kind);
+        sweep(&(sweep_op){.name = name, .setup = model_construct_setup,
+                          .run = model_construct_run, .verify_failed = model_construct_failed,
+                          .teardown = model_teardown, .state = ms});
+        snprintf(name, sizeof name, "%s: forward with targets (train)", kind);
+        sweep(&(sweep_op){.name = name, .setup = model_forward_setup, .run = model_forward_run,
+                          .verify_failed = model_forward_failed, .teardown = model_teardown,
+                          .state = ms});
+        snprintf(name, sizeof name, "%s: backward", kind);
+        sweep(&(sweep_op){.name = name, .setup = model_backward_setup, .run = model_backward_run,
+                          .verify_failed = model_backward_failed, .teardown = model_teardown,
+                          .state = ms});
+        snprintf(name, sizeof name, "%s: attn_optimizer_new (sgd)", kind);
+        sweep(&(sweep_op){.name = name, .setup = model_optimizer_setup,
+                          .run = model_optimizer_run, .verify_failed = model_optimizer_failed,
+                          .teardown = model_teardown, .state = ms});
+        free(ms->grads_before);
+        free(ms->weights_before);
+        attn_rng_free(ms->rng);
+        free(ms);
+    }
+}
+
 /* ---- ctx and rng ----------------------------------------------------------- */
 
 static attn_ctx *g_new_ctx;
@@ -753,6 +915,7 @@ int main(void) {
     sweep(&(sweep_op){.name = "attn_rng_new", .setup = NULL, .run = rng_new_run, .verify_failed = rng_failed, .verify_ok = NULL, .teardown = rng_teardown, .state = NULL});
     sweep_modules();
     sweep_files();
+    sweep_model();
 
     size_t total = 0;
     printf("allocations failed in turn, per operation:\n");
