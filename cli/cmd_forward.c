@@ -11,7 +11,7 @@ static const char forward_help_head[] =
     "                    --input x.npy --output y.npy [--seed S] [--d-in N] [--d-out N]\n"
     "                    [--heads N] [--context N] [--qkv-bias] [--dropout P --train]\n"
     "                    [--scale S] [--mask neg-inf|renormalize|none]\n"
-    "                    [--bernoulli mt19937|mkl] [--threads N]\n"
+    "                    [--bernoulli mt19937|mkl|philox] [--threads N]\n"
     "\n"
     "Runs one attention variant on a float32 .npy input of shape (B, T, d_in) or\n"
     "(T, d_in) and writes the output with the same rank. The weights are those\n"

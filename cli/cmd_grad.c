@@ -15,7 +15,7 @@ static const char grad_help_head[] =
     "                 --input x.npy --grad-output dy.npy --out DIR [--seed S]\n"
     "                 [--d-in N] [--d-out N] [--heads N] [--context N] [--qkv-bias]\n"
     "                 [--dropout P --train] [--scale S] [--mask neg-inf|renormalize|none]\n"
-    "                 [--bernoulli mt19937|mkl] [--threads N]\n"
+    "                 [--bernoulli mt19937|mkl|philox] [--threads N]\n"
     "\n"
     "Builds the module as 'attn forward' does (same options, same weights), runs\n"
     "its forward on x (in training mode with --train, drawing dropout), then its\n"

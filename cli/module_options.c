@@ -143,7 +143,8 @@ const char cli_run_options_help[] =
     "  --scale S    score scale; default 1/sqrt(head_dim)\n"
     "  --mask       how causal modules mask the future (default neg-inf)\n"
     "  --bernoulli  dropout draws of PyTorch builds without MKL (mt19937,\n"
-    "               default) or with MKL on Intel CPUs (mkl)\n"
+    "               default) or with MKL on Intel CPUs (mkl), or counter-based\n"
+    "               Philox drawn inside the fused kernels (philox)\n"
     "  --threads    worker threads (default: all online CPUs)\n";
 
 static bool listed(const char *opt, const char *const *list) {
@@ -189,7 +190,9 @@ int cli_parse_run_options(int argc, char **argv, cli_run_options *o, const cli_e
             } else if (strcmp(opt, "--bernoulli") == 0) {
                 if (strcmp(value, "mt19937") == 0) o->bernoulli = ATTN_BERNOULLI_MT19937;
                 else if (strcmp(value, "mkl") == 0) o->bernoulli = ATTN_BERNOULLI_MKL_MCG31;
-                else return cli_usage_error("--bernoulli: expected mt19937 or mkl, got '%s'", value);
+                else if (strcmp(value, "philox") == 0) o->bernoulli = ATTN_BERNOULLI_PHILOX;
+                else return cli_usage_error("--bernoulli: expected mt19937, mkl or philox, got '%s'",
+                                            value);
             } else if (extra->take(extra->user, opt, value) != CLI_OK) {
                 return CLI_USAGE;
             }

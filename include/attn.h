@@ -123,10 +123,23 @@ attn_kernels attn_ctx_kernels(const attn_ctx *ctx);
  *                            printed dropout example): one 32-bit mt19937
  *                            draw seeds an MCG31m1 stream, element k keeps
  *                            when its k-th uniform u < 1 - p (ICDF method).
+ * Those two are serial streams: a dropout call must draw its mask element
+ * by element, in order. The third is not PyTorch's CPU mask, but a
+ * counter-based one the fused kernels draw inside the kernel:
+ *   ATTN_BERNOULLI_PHILOX    Philox4x32-10 (PyTorch's CUDA generator) keyed
+ *                            by the rng's seed; each dropout call takes the
+ *                            next offset, and element e of the call (its
+ *                            flat index in the (B, H, T, S) weights) keeps
+ *                            when word e % 4 of the block at counter
+ *                            (e / 4, offset) is < floor((1 - p) * 2^32).
+ *                            Any tile draws its own mask on any thread, and
+ *                            the backward draws it again instead of keeping
+ *                            it; mt19937 draws are not consumed.
  */
 typedef enum attn_bernoulli_method {
     ATTN_BERNOULLI_MT19937 = 0,
-    ATTN_BERNOULLI_MKL_MCG31 = 1
+    ATTN_BERNOULLI_MKL_MCG31 = 1,
+    ATTN_BERNOULLI_PHILOX = 2
 } attn_bernoulli_method;
 
 typedef struct attn_rng attn_rng;

@@ -57,6 +57,9 @@ static inline bool attn_floats_fit(size_t n) { return n <= (size_t)-1 / sizeof(f
 /* Allocation of n floats (zeroed), NULL on overflow or failure. */
 float *attn_alloc_floats(size_t n);
 
+/* The Bernoulli method of an rng (the rng's own, opaque elsewhere). */
+attn_bernoulli_method attn_rng_bernoulli(const attn_rng *rng);
+
 /* Reports an intermediate tensor to the ctx's trace hook, if one is set. */
 void attn_trace(attn_ctx *ctx, const char *module, const char *name, size_t ndim,
                 const size_t *shape, const float *data);

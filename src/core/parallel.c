@@ -2,6 +2,7 @@
 #include "parallel.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 typedef struct range_job {
     attn_part_fn body;
@@ -62,4 +63,31 @@ void attn_parallel_for(size_t num_threads, size_t n, size_t min_per_thread, attn
                        void *arg) {
     range_adapter adapter = {body, arg};
     attn_parallel_for_parts(num_threads, n, min_per_thread, run_without_part, &adapter);
+}
+
+typedef struct dynamic_job {
+    attn_item_fn body;
+    void *arg;
+    size_t n;
+    atomic_size_t next;
+} dynamic_job;
+
+static void run_items(void *arg, size_t part, size_t begin, size_t end) {
+    (void)begin;
+    (void)end;
+    dynamic_job *job = arg;
+    for (;;) {
+        size_t item = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+        if (item >= job->n) return;
+        job->body(job->arg, part, item);
+    }
+}
+
+void attn_parallel_dynamic(size_t num_threads, size_t n, attn_item_fn body, void *arg) {
+    if (n == 0) return;
+    dynamic_job job = {body, arg, n, 0};
+    size_t parts = attn_parallel_parts(num_threads);
+    if (parts > n) parts = n;
+    /* one "range" per part; each part then takes items until none are left */
+    attn_parallel_for_parts(parts, parts, 1, run_items, &job);
 }

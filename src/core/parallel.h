@@ -23,4 +23,11 @@ void attn_parallel_for_parts(size_t num_threads, size_t n, size_t min_per_thread
 /* The most parts attn_parallel_for_parts uses for num_threads (>= 1). */
 size_t attn_parallel_parts(size_t num_threads);
 
+/* Runs body(arg, part, item) for every item in [0, n), handed out one at
+ * a time to whichever of up to num_threads parts is free: for items of
+ * uneven cost. Each item runs once, whole, on one part; which part runs it
+ * varies, so items must not depend on it beyond per-part scratch. */
+typedef void (*attn_item_fn)(void *arg, size_t part, size_t item);
+void attn_parallel_dynamic(size_t num_threads, size_t n, attn_item_fn body, void *arg);
+
 #endif /* ATTN_PARALLEL_H */

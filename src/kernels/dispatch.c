@@ -2,8 +2,11 @@
  * choice, and the calls modules make. */
 #include "kernels/dispatch.h"
 
+#include "kernels/flash/flash.h"
 #include "kernels/gemm/gemm.h"
 #include "parallel.h"
+#include "rng/dropout.h"
+#include "rng/philox.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -167,4 +170,113 @@ void attn_k_linear_backward(const attn_ctx *ctx, const float *x, const float *w,
         size_t min_cols = ((size_t)1 << 18) / (rows + 1) + 1;
         attn_parallel_for(threads, out, min_cols, colsum_columns, &job);
     }
+}
+
+/* ---- attention ------------------------------------------------------------ */
+
+static const attn_flash_kernels *flash_kernels(const attn_ctx *ctx) {
+    switch (ctx->kernels) {
+#if defined(ATTN_HAVE_X86_KERNELS)
+    case ATTN_KERNELS_AVX512: return &attn_flash_avx512;
+    case ATTN_KERNELS_AVX2: return &attn_flash_avx2;
+#endif
+    default: return &attn_flash_portable;
+    }
+}
+
+bool attn_k_fused_attention(const attn_ctx *ctx) { return ctx->kernels != ATTN_KERNELS_REFERENCE; }
+
+/* Per-part float workspace for a kernel of the ctx. */
+static float *flash_workspace(attn_ctx *ctx, const char *who, size_t per_part, attn_status *st) {
+    size_t parts = attn_parallel_parts(ctx->num_threads), n;
+    float *ws = attn_mul_size(parts, per_part, &n) ? attn_alloc_floats(n) : NULL;
+    *st = ws ? ATTN_OK
+             : attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu x %zu floats of attention tiles",
+                         who, parts, per_part);
+    return ws;
+}
+
+attn_status attn_k_sdpa_fused(attn_ctx *ctx, const char *who, attn_sdpa_args *args,
+                              attn_dropout_stream *dropout) {
+    attn_flash_dropout drop = {.kind = ATTN_FLASH_DROP_NONE};
+    uint8_t *scratch_bits = NULL;
+    attn_status st;
+    if (dropout && !dropout->passthrough) {
+        drop.kept_scale = dropout->kept_scale;
+        if (dropout->drop_all) {
+            /* p = 1: every weight dropped, nothing drawn */
+            drop = (attn_flash_dropout){.kind = ATTN_FLASH_DROP_PHILOX, .keep_threshold = 0};
+        } else if (dropout->method == ATTN_BERNOULLI_PHILOX) {
+            drop.kind = ATTN_FLASH_DROP_PHILOX;
+            drop.seed = dropout->philox_seed;
+            drop.offset = dropout->philox_offset;
+            drop.keep_threshold = dropout->keep_threshold;
+        } else {
+            /* a serial stream: PyTorch's mask, drawn in its order first */
+            size_t n = args->batch * args->heads * args->tokens * args->kv_tokens;
+            uint8_t *bits = args->keep_bits;
+            if (!bits) {
+                bits = scratch_bits = calloc(n / 8 + 1, 1);
+                if (!bits)
+                    return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate a dropout mask of %zu bits",
+                                     who, n);
+            }
+            for (size_t e = 0; e < n; e++)
+                if (attn_dropout_stream_next(dropout) != 0.0f) attn_set_bit(bits, e);
+            drop.kind = ATTN_FLASH_DROP_BITS;
+            drop.keep_bits = bits;
+        }
+    }
+    const attn_flash_kernels *fk = flash_kernels(ctx);
+    float *ws = flash_workspace(ctx, who, fk->forward_workspace(args->head_dim), &st);
+    if (ws) fk->forward(ctx->num_threads, args, &drop, ws);
+    free(ws);
+    free(scratch_bits);
+    return st;
+}
+
+attn_status attn_k_sdpa_backward(attn_ctx *ctx, const char *who, attn_sdpa_grad_args *g) {
+    const attn_sdpa_args *a = g->fwd;
+    size_t rows = a->batch * a->heads * a->tokens; /* fits: checked by the forward */
+    attn_status st;
+    if (!attn_k_fused_attention(ctx)) {
+        size_t per_part = attn_sdpa_grad_workspace(a->kv_tokens, a->head_dim);
+        size_t parts = attn_parallel_parts(ctx->num_threads);
+        double *stats = calloc(2 * rows, sizeof *stats);
+        double *workspace = calloc(parts * per_part, sizeof *workspace);
+        if (!stats || !workspace) {
+            free(stats);
+            free(workspace);
+            return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                             "%s backward: cannot allocate the attention workspace (%zu rows)", who,
+                             rows);
+        }
+        g->row_stats = stats;
+        g->workspace = workspace;
+        attn_ref_sdpa_backward(ctx->num_threads, g);
+        free(stats);
+        free(workspace);
+        return ATTN_OK;
+    }
+    attn_flash_dropout drop = {.kind = ATTN_FLASH_DROP_NONE, .kept_scale = g->kept_scale};
+    if (g->keep_bits) {
+        drop.kind = ATTN_FLASH_DROP_BITS;
+        drop.keep_bits = g->keep_bits;
+    } else if (g->philox) {
+        drop.kind = ATTN_FLASH_DROP_PHILOX;
+        drop.seed = g->philox_seed;
+        drop.offset = g->philox_offset;
+        drop.keep_threshold = g->keep_threshold;
+    }
+    const attn_flash_kernels *fk = flash_kernels(ctx);
+    float *ws = flash_workspace(ctx, who, fk->backward_workspace(a->head_dim), &st);
+    float *delta = ws ? attn_alloc_floats(rows) : NULL;
+    if (ws && !delta)
+        st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s backward: cannot allocate %zu row sums", who, rows);
+    if (delta)
+        fk->backward(ctx->num_threads, a, &drop, g->out, g->lse, g->dout, g->dq, g->dk, g->dv,
+                     delta, ws);
+    free(delta);
+    free(ws);
+    return st;
 }

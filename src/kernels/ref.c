@@ -6,6 +6,7 @@
 
 #include "parallel.h"
 #include "rng/dropout.h"
+#include "rng/philox.h"
 
 #include <math.h>
 #include <string.h>
@@ -245,39 +246,44 @@ void attn_ref_mask_renormalize(float *weights, size_t tokens) {
 }
 
 void attn_ref_sdpa(const attn_sdpa_args *a, double *row) {
-    size_t T = a->tokens, D = a->head_dim;
-    bool neg_inf = a->causal && a->mask == ATTN_MASK_NEG_INF;
+    size_t T = a->tokens, S = a->kv_tokens, D = a->head_dim;
+    bool masking = a->causal && a->mask != ATTN_MASK_NONE;
     bool renormalize = a->causal && a->mask == ATTN_MASK_RENORMALIZE;
     for (size_t b = 0; b < a->batch; b++) {
         for (size_t h = 0; h < a->heads; h++) {
-            size_t base = b * a->b_stride + h * a->h_stride;
-            const float *q = a->q + base, *k = a->k + base, *v = a->v + base;
+            const float *q = a->q + b * a->b_stride + h * a->h_stride;
+            size_t kv_base = b * a->kv_b_stride + h * a->kv_h_stride;
+            const float *k = a->k + kv_base, *v = a->v + kv_base;
             float *out = a->out + b * a->out_b_stride + h * a->out_h_stride;
             /* One query row at a time, in double: scores, softmax and weights
              * never round to float, so the oracle stays near the exact result
              * even where large scores make float32 softmax ill-conditioned. */
             for (size_t i = 0; i < T; i++) {
-                size_t trace_row = ((b * a->heads + h) * T + i) * T;
-                /* row (T) = q_i . k_j * scale, future masked with -inf */
+                size_t flat_row = (b * a->heads + h) * T + i, trace_row = flat_row * S;
+                bool sees_none = masking && attn_causal_hides(i, 0, T, S);
+                /* row (S) = q_i . k_j * scale, future masked with -inf */
                 double max = -INFINITY;
-                for (size_t j = 0; j < T; j++) {
+                for (size_t j = 0; j < S; j++) {
                     double dot = 0.0;
                     for (size_t d = 0; d < D; d++)
-                        dot += (double)q[i * a->t_stride + d] * k[j * a->t_stride + d];
-                    row[j] = neg_inf && j > i ? -INFINITY : dot * a->scale;
+                        dot += (double)q[i * a->t_stride + d] * k[j * a->kv_t_stride + d];
+                    bool hidden = masking && !renormalize && attn_causal_hides(i, j, T, S);
+                    row[j] = hidden ? -INFINITY : dot * a->scale;
                     if (row[j] > max || isnan(row[j])) max = row[j];
                     if (a->trace_scores) a->trace_scores[trace_row + j] = (float)row[j];
                 }
-                /* softmax; the renormalising mask then keeps j <= i */
+                /* softmax; the renormalising mask then keeps the visible keys */
                 double sum = 0.0, kept_sum = 0.0;
-                for (size_t j = 0; j < T; j++) {
+                for (size_t j = 0; j < S; j++) {
                     row[j] = exp(row[j] - max);
                     sum += row[j];
-                    if (j <= i) kept_sum += row[j];
+                    if (!masking || !attn_causal_hides(i, j, T, S)) kept_sum += row[j];
                 }
                 double norm = renormalize ? kept_sum : sum;
-                for (size_t j = 0; j < T; j++) {
-                    row[j] = renormalize && j > i ? 0.0 : row[j] / norm;
+                if (a->lse) a->lse[flat_row] = sees_none ? -INFINITY : (float)(max + log(norm));
+                for (size_t j = 0; j < S; j++) {
+                    bool zero = sees_none || (renormalize && attn_causal_hides(i, j, T, S));
+                    row[j] = zero ? 0.0 : row[j] / norm;
                     if (a->trace_weights) a->trace_weights[trace_row + j] = (float)row[j];
                     if (a->dropout) {
                         float factor = attn_dropout_stream_next(a->dropout);
@@ -286,10 +292,10 @@ void attn_ref_sdpa(const attn_sdpa_args *a, double *row) {
                     }
                     if (a->trace_dropped) a->trace_dropped[trace_row + j] = (float)row[j];
                 }
-                /* out_i (D) = row (T) @ v (T, D) */
+                /* out_i (D) = row (S) @ v (S, D) */
                 for (size_t d = 0; d < D; d++) {
                     double acc = 0.0;
-                    for (size_t j = 0; j < T; j++) acc += row[j] * v[j * a->t_stride + d];
+                    for (size_t j = 0; j < S; j++) acc += row[j] * v[j * a->kv_t_stride + d];
                     out[i * a->out_t_stride + d] = (float)acc;
                 }
             }
@@ -299,8 +305,8 @@ void attn_ref_sdpa(const attn_sdpa_args *a, double *row) {
 
 /* ---- attention backward -------------------------------------------------- */
 
-size_t attn_sdpa_grad_workspace(size_t tokens, size_t head_dim) {
-    return 2 * tokens + 2 * head_dim;
+size_t attn_sdpa_grad_workspace(size_t kv_tokens, size_t head_dim) {
+    return 2 * kv_tokens + 2 * head_dim;
 }
 
 static double dot_double(const float *a, const float *b, size_t n) {
@@ -312,22 +318,32 @@ static double dot_double(const float *a, const float *b, size_t n) {
 typedef struct sdpa_grad_view {
     const attn_sdpa_grad_args *g;
     const attn_sdpa_args *a;
-    size_t T, D, H;
+    size_t T, S, D, H;
     bool masking, renormalize;
 } sdpa_grad_view;
 
-static size_t qkv_offset(const attn_sdpa_args *a, size_t b, size_t h, size_t t) {
+static size_t q_offset(const attn_sdpa_args *a, size_t b, size_t h, size_t t) {
     return b * a->b_stride + h * a->h_stride + t * a->t_stride;
+}
+
+static size_t kv_offset(const attn_sdpa_args *a, size_t b, size_t h, size_t s) {
+    return b * a->kv_b_stride + h * a->kv_h_stride + s * a->kv_t_stride;
 }
 
 static size_t out_offset(const attn_sdpa_args *a, size_t b, size_t h, size_t t) {
     return b * a->out_b_stride + h * a->out_h_stride + t * a->out_t_stride;
 }
 
-/* The dropout factor the forward applied to weight (b, h, i, j). */
-static double drop_factor(const attn_sdpa_grad_args *g, size_t bit) {
-    if (!g->keep_bits) return 1.0;
-    return attn_bit(g->keep_bits, bit) ? (double)g->kept_scale : 0.0;
+static bool grad_hides(const sdpa_grad_view *v, size_t i, size_t j) {
+    return v->masking && attn_causal_hides(i, j, v->T, v->S);
+}
+
+/* The dropout factor the forward applied to weight e of (B, H, T, S). */
+static double drop_factor(const attn_sdpa_grad_args *g, size_t e) {
+    if (g->keep_bits) return attn_bit(g->keep_bits, e) ? (double)g->kept_scale : 0.0;
+    if (!g->philox) return 1.0;
+    uint32_t word = attn_philox_dropout_word(g->philox_seed, g->philox_offset, e);
+    return word < g->keep_threshold ? (double)g->kept_scale : 0.0;
 }
 
 /* Pass 1, query rows [begin, end) of the flattened (B, H, T). */
@@ -335,75 +351,82 @@ static void sdpa_grad_query_rows(void *arg, size_t part, size_t begin, size_t en
     const sdpa_grad_view *v = arg;
     const attn_sdpa_grad_args *g = v->g;
     const attn_sdpa_args *a = v->a;
-    size_t T = v->T, D = v->D, H = v->H, BHT = a->batch * H * T;
-    double *P = g->workspace + part * attn_sdpa_grad_workspace(T, D);
-    double *dP = P + T, *acc = P + 2 * T;
+    size_t T = v->T, S = v->S, D = v->D, H = v->H, BHT = a->batch * H * T;
+    double *P = g->workspace + part * attn_sdpa_grad_workspace(S, D);
+    double *dP = P + S, *acc = P + 2 * S;
     for (size_t r = begin; r < end; r++) {
         size_t b = r / (H * T), h = (r / T) % H, i = r % T;
-        const float *q_i = a->q + qkv_offset(a, b, h, i);
+        const float *q_i = a->q + q_offset(a, b, h, i);
         const float *dout_i = g->dout + out_offset(a, b, h, i);
+        float *dq_i = g->dq + q_offset(a, b, h, i);
+        if (grad_hides(v, i, 0)) {
+            /* a row that sees no key output zeros: nothing flows back */
+            for (size_t d = 0; d < D; d++) dq_i[d] = 0.0f;
+            g->row_stats[r] = -INFINITY;
+            g->row_stats[BHT + r] = 0.0;
+            continue;
+        }
         /* forward: P_i = softmax(mask(q_i k^T * scale)), recomputed in double */
         double max = -INFINITY;
-        for (size_t j = 0; j < T; j++) {
-            bool masked = v->masking && j > i;
-            P[j] = masked ? -INFINITY : dot_double(q_i, a->k + qkv_offset(a, b, h, j), D) * a->scale;
+        for (size_t j = 0; j < S; j++) {
+            P[j] = grad_hides(v, i, j) ? -INFINITY
+                                       : dot_double(q_i, a->k + kv_offset(a, b, h, j), D) * a->scale;
             if (P[j] > max || isnan(P[j])) max = P[j];
         }
         double sum = 0.0;
-        for (size_t j = 0; j < T; j++) {
+        for (size_t j = 0; j < S; j++) {
             P[j] = exp(P[j] - max);
             sum += P[j];
         }
-        for (size_t j = 0; j < T; j++) P[j] /= sum;
+        for (size_t j = 0; j < S; j++) P[j] /= sum;
         /* dP_ij = (dO_i . v_j) * drop_ij; masked entries hold 0 * dO_i, which
          * is NaN exactly when dO_i is not finite, as PyTorch's full matmul. */
         double poison = 0.0;
         for (size_t d = 0; d < D; d++) poison += 0.0 * dout_i[d];
         double delta = 0.0;
-        for (size_t j = 0; j < T; j++) {
-            if (v->masking && j > i) {
+        for (size_t j = 0; j < S; j++) {
+            if (grad_hides(v, i, j)) {
                 dP[j] = poison;
             } else {
-                double dA = dot_double(dout_i, a->v + qkv_offset(a, b, h, j), D);
-                dP[j] = dA * drop_factor(g, r * T + j);
+                double dA = dot_double(dout_i, a->v + kv_offset(a, b, h, j), D);
+                dP[j] = dA * drop_factor(g, r * S + j);
             }
             delta += P[j] * dP[j];
         }
         /* dS_ij = P_ij (dP_ij - delta_i); masked_fill's backward zeroes the
          * masked entries, the renormalising product keeps them (0 or NaN). */
         for (size_t d = 0; d < D; d++) acc[d] = 0.0;
-        for (size_t j = 0; j < T; j++) {
-            if (v->masking && j > i) continue; /* dS is 0 (or NaN, then so is the row) */
+        for (size_t j = 0; j < S; j++) {
+            if (grad_hides(v, i, j)) continue; /* dS is 0 (or NaN, then so is the row) */
             double dS = P[j] * (dP[j] - delta);
-            const float *k_j = a->k + qkv_offset(a, b, h, j);
+            const float *k_j = a->k + kv_offset(a, b, h, j);
             for (size_t d = 0; d < D; d++) acc[d] += dS * k_j[d];
         }
         /* dq_i = scale * sum_j dS_ij k_j */
-        float *dq_i = g->dq + qkv_offset(a, b, h, i);
         for (size_t d = 0; d < D; d++) dq_i[d] = (float)(acc[d] * a->scale);
         g->row_stats[r] = max + log(sum);
         g->row_stats[BHT + r] = delta;
     }
 }
 
-/* Pass 2, key rows [begin, end) of the flattened (B, H, T). */
+/* Pass 2, key rows [begin, end) of the flattened (B, H, S). */
 static void sdpa_grad_key_rows(void *arg, size_t part, size_t begin, size_t end) {
     const sdpa_grad_view *v = arg;
     const attn_sdpa_grad_args *g = v->g;
     const attn_sdpa_args *a = v->a;
-    size_t T = v->T, D = v->D, H = v->H, BHT = a->batch * H * T;
-    double *acc_v = g->workspace + part * attn_sdpa_grad_workspace(T, D) + 2 * T;
+    size_t T = v->T, S = v->S, D = v->D, H = v->H, BHT = a->batch * H * T;
+    double *acc_v = g->workspace + part * attn_sdpa_grad_workspace(S, D) + 2 * S;
     double *acc_k = acc_v + D;
     for (size_t r = begin; r < end; r++) {
-        size_t b = r / (H * T), h = (r / T) % H, j = r % T;
-        size_t row0 = r - j; /* flattened index of query row 0 of this head */
-        const float *k_j = a->k + qkv_offset(a, b, h, j), *v_j = a->v + qkv_offset(a, b, h, j);
+        size_t b = r / (H * S), h = (r / S) % H, j = r % S;
+        size_t row0 = (b * H + h) * T; /* flattened index of query row 0 of this head */
+        const float *k_j = a->k + kv_offset(a, b, h, j), *v_j = a->v + kv_offset(a, b, h, j);
         for (size_t d = 0; d < D; d++) acc_v[d] = acc_k[d] = 0.0;
         for (size_t i = 0; i < T; i++) {
-            const float *q_i = a->q + qkv_offset(a, b, h, i);
+            const float *q_i = a->q + q_offset(a, b, h, i);
             const float *dout_i = g->dout + out_offset(a, b, h, i);
             double lse = g->row_stats[row0 + i], delta = g->row_stats[BHT + row0 + i];
-            if (v->masking && j > i) {
+            if (grad_hides(v, i, j)) {
                 /* weight 0: dv_j += 0 * dO_i, as the matmul A^T dO does */
                 for (size_t d = 0; d < D; d++) acc_v[d] += 0.0 * dout_i[d];
                 double dS = v->renormalize ? 0.0 * delta : 0.0;
@@ -413,7 +436,7 @@ static void sdpa_grad_key_rows(void *arg, size_t part, size_t begin, size_t end)
             }
             /* forward: P_ij = exp(q_i . k_j * scale - lse_i), A_ij = P_ij * drop_ij */
             double P = exp(dot_double(q_i, k_j, D) * a->scale - lse);
-            double drop = drop_factor(g, (row0 + i) * T + j);
+            double drop = drop_factor(g, (row0 + i) * S + j);
             double A = P * drop;
             double dP = dot_double(dout_i, v_j, D) * drop;
             double dS = P * (dP - delta);
@@ -423,7 +446,7 @@ static void sdpa_grad_key_rows(void *arg, size_t part, size_t begin, size_t end)
             }
         }
         /* dv_j = sum_i A_ij dO_i;  dk_j = scale * sum_i dS_ij q_i */
-        float *dv_j = g->dv + qkv_offset(a, b, h, j), *dk_j = g->dk + qkv_offset(a, b, h, j);
+        float *dv_j = g->dv + kv_offset(a, b, h, j), *dk_j = g->dk + kv_offset(a, b, h, j);
         for (size_t d = 0; d < D; d++) {
             dv_j[d] = (float)acc_v[d];
             dk_j[d] = (float)(acc_k[d] * a->scale);
@@ -434,13 +457,13 @@ static void sdpa_grad_key_rows(void *arg, size_t part, size_t begin, size_t end)
 void attn_ref_sdpa_backward(size_t num_threads, const attn_sdpa_grad_args *g) {
     const attn_sdpa_args *a = g->fwd;
     sdpa_grad_view v = {
-        .g = g, .a = a, .T = a->tokens, .D = a->head_dim, .H = a->heads,
+        .g = g, .a = a, .T = a->tokens, .S = a->kv_tokens, .D = a->head_dim, .H = a->heads,
         .masking = a->causal && a->mask != ATTN_MASK_NONE,
         .renormalize = a->causal && a->mask == ATTN_MASK_RENORMALIZE,
     };
-    size_t rows = a->batch * a->heads * a->tokens;
-    size_t min_rows = MATMUL_MIN_FLOPS_PER_THREAD / (4 * a->tokens * a->head_dim + 1) + 1;
+    size_t BH = a->batch * a->heads;
+    size_t min_rows = MATMUL_MIN_FLOPS_PER_THREAD / (4 * (v.T + v.S) * v.D + 1) + 1;
     /* Pass 2 reads every row's lse and delta: pass 1 finishes first. */
-    attn_parallel_for_parts(num_threads, rows, min_rows, sdpa_grad_query_rows, &v);
-    attn_parallel_for_parts(num_threads, rows, min_rows, sdpa_grad_key_rows, &v);
+    attn_parallel_for_parts(num_threads, BH * v.T, min_rows, sdpa_grad_query_rows, &v);
+    attn_parallel_for_parts(num_threads, BH * v.S, min_rows, sdpa_grad_key_rows, &v);
 }

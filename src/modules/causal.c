@@ -29,17 +29,18 @@ static attn_status causal_forward(attn_module *m, const float *x, size_t batch, 
     attn_qkv_weights w = attn_qkv_linear_weights(m, 0, ca->cfg.qkv_bias);
     attn_head_spec spec = {.d_out = m->d_out, .scale = ca->scale, .causal = true,
                            .mask = ca->cfg.mask, .dropout_p = p};
-    float *qkv; /* (3, B, T, d_out) */
-    uint8_t *keep_bits; /* (B, T, T) when dropout draws */
-    st = attn_forward_prepare(m, 3 * batch * tokens * m->d_out,
-                              p > 0.0 ? batch * tokens * tokens : 0, &qkv, &keep_bits);
+    float *acts;        /* q, k, v, out (B, T, d_out), lse (B, T) */
+    uint8_t *keep_bits; /* (B, T, T) when dropout draws and the backward needs it */
+    size_t bits = p > 0.0 && attn_keeps_attention_mask(m, rng) ? batch * tokens * tokens : 0;
+    st = attn_forward_prepare(m, attn_single_head_acts(batch, tokens, m->d_out), bits, &acts,
+                              &keep_bits);
     if (st != ATTN_OK) return st;
-    st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, qkv, keep_bits, y, m->d_out,
+    st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, acts, keep_bits, y, m->d_out,
                                   rng);
     if (st == ATTN_OK) attn_trace_btc(m, "context_vec", batch, tokens, m->d_out, y);
     if (st == ATTN_OK && m->grad_enabled)
         st = attn_forward_keep(m, x, batch, tokens, attn_dropout_kept_scale(p));
-    attn_forward_release(m, qkv);
+    attn_forward_release(m, acts);
     return st;
 }
 
@@ -54,7 +55,7 @@ static attn_status causal_backward(attn_module *m, const float *dy, float *dx) {
                            .mask = ca->cfg.mask};
     if (dx) memset(dx, 0, s->batch * s->tokens * m->d_in * sizeof *dx);
     return attn_single_head_backward(m, &w, &grad, &spec, s->x, s->batch, s->tokens, s->acts,
-                                     attn_saved_mask(s), s->kept_scale, dy, m->d_out, dx);
+                                     attn_saved_mask(s), 0, dy, m->d_out, dx);
 }
 
 static const attn_module_ops causal_ops = {ATTN_MODULE_CAUSAL, "CausalAttention", causal_forward,

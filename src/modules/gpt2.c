@@ -22,6 +22,7 @@ struct attn_gpt2 {
     attn_gpt2_config cfg;
     size_t head_dim;
     float scale;
+    size_t kept_attention_mask_bytes; /* of the saved forward's mask: 0 if not kept */
 };
 
 /* Bytes of the attention dropout mask; the residual mask follows it. */
@@ -34,13 +35,15 @@ static size_t attention_mask_bytes(size_t batch, size_t heads, size_t tokens) {
 static attn_sdpa_args gpt2_heads(const attn_gpt2 *g, size_t batch, size_t tokens,
                                  const float *qkv, float *context) {
     size_t C = g->cfg.n_embd;
-    return (attn_sdpa_args){
+    attn_sdpa_args args = {
         .batch = batch, .heads = g->cfg.n_head, .tokens = tokens, .head_dim = g->head_dim,
         .q = qkv, .k = qkv + C, .v = qkv + 2 * C,
         .b_stride = tokens * 3 * C, .t_stride = 3 * C, .h_stride = g->head_dim,
         .out = context, .out_b_stride = tokens * C, .out_t_stride = C, .out_h_stride = g->head_dim,
         .scale = g->scale, .causal = true, .mask = ATTN_MASK_NEG_INF,
     };
+    attn_sdpa_self(&args);
+    return args;
 }
 
 static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
@@ -52,17 +55,20 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
                                         rng);
     if (st != ATTN_OK) return st;
     /* masks: attention (B, nh, T, T) from a byte boundary, then residual (B, T, C) */
+    bool keep_attention_mask = p > 0.0 && attn_keeps_attention_mask(m, rng);
     size_t attn_bits = 0, attn_bytes = 0, bits = 0;
-    if (p > 0.0 && (!attn_mul3_size(batch * tokens, tokens, nh, &attn_bits) ||
-                    (attn_bytes = attention_mask_bytes(batch, nh, tokens)) >
-                        ((size_t)-1 - rows * C) / 8))
+    if (keep_attention_mask && (!attn_mul3_size(batch * tokens, tokens, nh, &attn_bits) ||
+                                (attn_bytes = attention_mask_bytes(batch, nh, tokens)) >
+                                    ((size_t)-1 - rows * C) / 8))
         return attn_fail(m->ctx, ATTN_ERR_OVERFLOW, "%s forward: the (%zu, %zu, %zu, %zu) dropout mask overflows",
                          m->ops->class_name, batch, nh, tokens, tokens);
     if (p > 0.0) bits = attn_bytes * 8 + rows * C;
-    float *buf;         /* qkv (B, T, 3C), then y (B, T, C) */
-    uint8_t *keep_bits;
-    if ((st = attn_forward_prepare(m, 4 * rows * C, bits, &buf, &keep_bits)) != ATTN_OK) return st;
-    float *qkv = buf, *context = buf + 3 * rows * C;
+    g->kept_attention_mask_bytes = attn_bytes;
+    float *buf;         /* qkv (B, T, 3C), y (B, T, C), lse (B, nh, T) */
+    uint8_t *keep_bits; /* [attention (B, nh, T, T) if kept,] residual (B, T, C) */
+    if ((st = attn_forward_prepare(m, 4 * rows * C + rows * nh, bits, &buf, &keep_bits)) != ATTN_OK)
+        return st;
+    float *qkv = buf, *context = buf + 3 * rows * C, *lse = buf + 4 * rows * C;
 
     attn_k_linear(m->ctx, x, attn_module_data(m, C_ATTN_WEIGHT),
                     attn_module_data(m, C_ATTN_BIAS), qkv, rows, C, 3 * C);
@@ -71,7 +77,8 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
     attn_trace(m->ctx, m->ops->class_name, "q, k, v (split, view, transpose)", 4, split, NULL);
 
     attn_sdpa_args args = gpt2_heads(g, batch, tokens, qkv, context);
-    args.keep_bits = keep_bits;
+    args.keep_bits = keep_attention_mask ? keep_bits : NULL;
+    args.lse = lse;
     attn_dropout_stream attn_dropout;
     if (p > 0.0) attn_dropout_stream_begin(&attn_dropout, rng, p, batch * nh * tokens * tokens);
     st = attn_run_sdpa(m, &args, p > 0.0 ? &attn_dropout : NULL);
@@ -101,9 +108,12 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
 static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
     attn_gpt2 *g = (attn_gpt2 *)m;
     const attn_saved *s = &m->saved;
-    size_t C = g->cfg.n_embd, nh = g->cfg.n_head, rows = s->batch * s->tokens;
-    const float *qkv = s->acts, *context = s->acts + 3 * rows * C;
-    const uint8_t *mask = attn_saved_mask(s);
+    size_t C = g->cfg.n_embd, rows = s->batch * s->tokens;
+    const float *qkv = s->acts;
+    float *context = s->acts + 3 * rows * C;
+    const float *lse = s->acts + 4 * rows * C;
+    const uint8_t *mask = attn_saved_mask(s); /* [attention,] residual */
+    size_t attention_bytes = mask ? g->kept_attention_mask_bytes : 0;
     attn_status st;
     float *buf = attn_scratch(m, 5 * rows * C, &st); /* dqkv (B, T, 3C), dy', dcontext */
     if (!buf) return st;
@@ -111,7 +121,7 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
 
     /* forward: out = resid_dropout(c_proj(y)) */
     if (mask) {
-        const uint8_t *resid_bits = mask + attention_mask_bytes(s->batch, nh, s->tokens);
+        const uint8_t *resid_bits = mask + attention_bytes;
         for (size_t i = 0; i < rows * C; i++)
             dy_proj[i] = attn_bit(resid_bits, i) ? dy[i] * s->kept_scale : dy[i] * 0.0f;
     } else {
@@ -121,11 +131,11 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
                              dcontext, false, attn_module_grad(m, C_PROJ_WEIGHT),
                              attn_module_grad(m, C_PROJ_BIAS), rows, C, C);
     /* forward: y (B, T, nh, hs) = attn_dropout(softmax(mask(q k^T * scale))) v */
-    attn_sdpa_args fwd = gpt2_heads(g, s->batch, s->tokens, qkv, NULL);
+    attn_sdpa_args fwd = gpt2_heads(g, s->batch, s->tokens, qkv, context);
     attn_sdpa_grad_args grad = {.fwd = &fwd, .dout = dcontext,
                                 .dq = dqkv, .dk = dqkv + C, .dv = dqkv + 2 * C,
-                                .keep_bits = mask, .kept_scale = s->kept_scale};
-    st = attn_run_sdpa_backward(m, &grad);
+                                .out = context, .lse = lse};
+    st = attn_run_sdpa_backward(m, &grad, 0, attention_bytes ? mask : NULL);
     /* forward: qkv = c_attn(x) */
     if (st == ATTN_OK)
         attn_k_linear_backward(m->ctx, s->x, attn_module_data(m, C_ATTN_WEIGHT), dqkv, dx,

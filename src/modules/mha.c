@@ -30,7 +30,7 @@ struct attn_mha {
 static attn_sdpa_args mha_heads(const attn_mha *mha, size_t batch, size_t tokens, const float *q,
                                 const float *k, const float *v, float *context) {
     size_t d_out = mha->base.d_out;
-    return (attn_sdpa_args){
+    attn_sdpa_args args = {
         .batch = batch, .heads = mha->cfg.num_heads, .tokens = tokens, .head_dim = mha->head_dim,
         .q = q, .k = k, .v = v,
         .b_stride = tokens * d_out, .t_stride = d_out, .h_stride = mha->head_dim,
@@ -38,6 +38,8 @@ static attn_sdpa_args mha_heads(const attn_mha *mha, size_t batch, size_t tokens
         .out_h_stride = mha->head_dim,
         .scale = mha->scale, .causal = true, .mask = mha->cfg.mask,
     };
+    attn_sdpa_self(&args);
+    return args;
 }
 
 static attn_status mha_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
@@ -49,15 +51,16 @@ static attn_status mha_forward(attn_module *m, const float *x, size_t batch, siz
                                         attn_max_size(m->d_in, 4 * d_out), p > 0.0, rng);
     if (st != ATTN_OK) return st;
     size_t bits = 0;
-    if (p > 0.0 && !attn_mul3_size(batch * tokens, tokens, H, &bits))
+    if (p > 0.0 && attn_keeps_attention_mask(m, rng) &&
+        !attn_mul3_size(batch * tokens, tokens, H, &bits))
         return attn_fail(m->ctx, ATTN_ERR_OVERFLOW, "%s forward: the (%zu, %zu, %zu, %zu) dropout mask overflows",
                          m->ops->class_name, batch, H, tokens, tokens);
-    float *buf;         /* q, k, v, context: (B, T, d_out) each */
-    uint8_t *keep_bits; /* (B, H, T, T) when dropout draws */
-    if ((st = attn_forward_prepare(m, 4 * rows * d_out, bits, &buf, &keep_bits)) != ATTN_OK)
+    float *buf;         /* q, k, v, context: (B, T, d_out) each, lse (B, H, T) */
+    uint8_t *keep_bits; /* (B, H, T, T) when dropout draws and the backward needs it */
+    if ((st = attn_forward_prepare(m, 4 * rows * d_out + rows * H, bits, &buf, &keep_bits)) != ATTN_OK)
         return st;
     float *q = buf, *k = buf + rows * d_out, *v = buf + 2 * rows * d_out;
-    float *context = buf + 3 * rows * d_out;
+    float *context = buf + 3 * rows * d_out, *lse = buf + 4 * rows * d_out;
 
     attn_qkv_weights w = attn_qkv_linear_weights(m, 0, mha->cfg.qkv_bias);
     attn_project_qkv(m, &w, x, batch, tokens, d_out, q, k, v);
@@ -66,6 +69,7 @@ static attn_status mha_forward(attn_module *m, const float *x, size_t batch, siz
 
     attn_sdpa_args args = mha_heads(mha, batch, tokens, q, k, v, context);
     args.keep_bits = keep_bits;
+    args.lse = lse;
     attn_dropout_stream dropout;
     if (p > 0.0) attn_dropout_stream_begin(&dropout, rng, p, batch * H * tokens * tokens);
     st = attn_run_sdpa(m, &args, p > 0.0 ? &dropout : NULL);
@@ -88,7 +92,8 @@ static attn_status mha_backward(attn_module *m, const float *dy, float *dx) {
     const attn_saved *s = &m->saved;
     size_t d_out = m->d_out, rows = s->batch * s->tokens;
     const float *q = s->acts, *k = s->acts + rows * d_out, *v = s->acts + 2 * rows * d_out;
-    const float *context = s->acts + 3 * rows * d_out;
+    float *context = s->acts + 3 * rows * d_out;
+    const float *lse = s->acts + 4 * rows * d_out;
     attn_status st;
     float *buf = attn_scratch(m, 4 * rows * d_out, &st); /* dq, dk, dv, dcontext */
     if (!buf) return st;
@@ -101,10 +106,10 @@ static attn_status mha_backward(attn_module *m, const float *dy, float *dx) {
                              attn_module_grad(m, out), attn_module_grad(m, out + 1), rows, d_out,
                              d_out);
     /* forward: context (B, T, H, hd) = dropout(softmax(mask(q k^T * scale))) v, per head */
-    attn_sdpa_args fwd = mha_heads(mha, s->batch, s->tokens, q, k, v, NULL);
+    attn_sdpa_args fwd = mha_heads(mha, s->batch, s->tokens, q, k, v, context);
     attn_sdpa_grad_args g = {.fwd = &fwd, .dout = dcontext, .dq = dq, .dk = dk, .dv = dv,
-                             .keep_bits = attn_saved_mask(s), .kept_scale = s->kept_scale};
-    st = attn_run_sdpa_backward(m, &g);
+                             .out = context, .lse = lse};
+    st = attn_run_sdpa_backward(m, &g, 0, attn_saved_mask(s));
     if (st == ATTN_OK) {
         /* forward: q, k, v = W_query(x), W_key(x), W_value(x) */
         if (dx) memset(dx, 0, rows * m->d_in * sizeof *dx);

@@ -27,15 +27,17 @@ static attn_status wrapper_forward(attn_module *m, const float *x, size_t batch,
     attn_status st = attn_check_forward(m, x, batch, tokens, y, mw->cfg.context_length,
                                         attn_max_size(m->d_in, 3 * m->d_out), p > 0.0, rng);
     if (st != ATTN_OK) return st;
-    size_t head_width = mw->cfg.d_out, rows = batch * tokens, H = mw->cfg.num_heads;
+    size_t head_width = mw->cfg.d_out, H = mw->cfg.num_heads;
     /* each head's mask starts on a byte */
-    size_t head_bytes = p > 0.0 ? (batch * tokens * tokens + 7) / 8 : 0, all_bits;
+    bool keep_mask = p > 0.0 && attn_keeps_attention_mask(m, rng);
+    size_t head_bytes = keep_mask ? (batch * tokens * tokens + 7) / 8 : 0, all_bits;
     if (!attn_mul3_size(head_bytes, 8, H, &all_bits))
         return attn_fail(m->ctx, ATTN_ERR_OVERFLOW, "%s forward: %zu heads of (%zu, %zu, %zu) dropout masks overflow",
                          m->ops->class_name, H, batch, tokens, tokens);
-    float *qkv; /* (H, 3, B, T, d_out) */
-    uint8_t *keep_bits; /* (H, B, T, T) when dropout draws */
-    if ((st = attn_forward_prepare(m, 3 * rows * m->d_out, all_bits, &qkv, &keep_bits)) != ATTN_OK)
+    size_t head_acts = attn_single_head_acts(batch, tokens, head_width);
+    float *acts;        /* per head: q, k, v, out (B, T, d_out), lse (B, T) */
+    uint8_t *keep_bits; /* (H, B, T, T) when dropout draws and the backward needs it */
+    if ((st = attn_forward_prepare(m, H * head_acts, all_bits, &acts, &keep_bits)) != ATTN_OK)
         return st;
     attn_head_spec spec = {.d_out = head_width, .scale = mw->scale, .causal = true,
                            .mask = mw->cfg.mask, .dropout_p = p};
@@ -44,14 +46,14 @@ static attn_status wrapper_forward(attn_module *m, const float *x, size_t batch,
             attn_qkv_linear_weights(m, h * mw->params_per_head, mw->cfg.qkv_bias);
         /* torch.cat(dim=-1): head h fills columns [h*d_out, (h+1)*d_out). */
         st = attn_single_head_forward(m, &w, &spec, x, batch, tokens,
-                                      qkv + h * 3 * rows * head_width,
+                                      acts + h * head_acts,
                                       keep_bits ? keep_bits + h * head_bytes : NULL,
                                       y + h * head_width, m->d_out, rng);
     }
     if (st == ATTN_OK) attn_trace_btc(m, "context_vecs", batch, tokens, m->d_out, y);
     if (st == ATTN_OK && m->grad_enabled)
         st = attn_forward_keep(m, x, batch, tokens, attn_dropout_kept_scale(p));
-    attn_forward_release(m, qkv);
+    attn_forward_release(m, acts);
     return st;
 }
 
@@ -60,6 +62,7 @@ static attn_status wrapper_backward(attn_module *m, const float *dy, float *dx) 
     attn_mha_wrapper *mw = (attn_mha_wrapper *)m;
     const attn_saved *s = &m->saved;
     size_t head_width = mw->cfg.d_out, rows = s->batch * s->tokens;
+    size_t head_acts = attn_single_head_acts(s->batch, s->tokens, head_width);
     size_t head_bytes = (s->batch * s->tokens * s->tokens + 7) / 8;
     attn_head_spec spec = {.d_out = head_width, .scale = mw->scale, .causal = true,
                            .mask = mw->cfg.mask};
@@ -70,9 +73,9 @@ static attn_status wrapper_backward(attn_module *m, const float *dy, float *dx) 
         attn_qkv_weights w = attn_qkv_linear_weights(m, first, mw->cfg.qkv_bias);
         attn_qkv_grads grad = attn_qkv_linear_grads(m, first, mw->cfg.qkv_bias);
         st = attn_single_head_backward(m, &w, &grad, &spec, s->x, s->batch, s->tokens,
-                                       s->acts + h * 3 * rows * head_width,
+                                       s->acts + h * head_acts,
                                        attn_saved_mask(s) ? attn_saved_mask(s) + h * head_bytes : NULL,
-                                       s->kept_scale, dy + h * head_width, m->d_out, dx);
+                                       h, dy + h * head_width, m->d_out, dx);
     }
     return st;
 }

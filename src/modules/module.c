@@ -303,6 +303,7 @@ attn_status attn_forward_prepare(attn_module *m, size_t n_acts, size_t n_bits, f
     attn_saved *s = &m->saved;
     s->valid = false;
     s->has_mask = false;
+    s->philox = false;
     *keep_bits = NULL;
     if (!m->grad_enabled) {
         attn_status st;
@@ -350,30 +351,41 @@ void attn_forward_release(attn_module *m, float *acts) {
     if (acts != m->saved.acts) free(acts);
 }
 
-attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g) {
-    const attn_sdpa_args *a = g->fwd;
-    size_t threads = m->ctx->num_threads;
-    size_t rows = a->batch * a->heads * a->tokens; /* fits: checked by the forward */
-    size_t per_part = attn_sdpa_grad_workspace(a->tokens, a->head_dim);
-    size_t parts = attn_parallel_parts(threads);
-    double *stats = calloc(2 * rows, sizeof *stats);
-    double *workspace = calloc(parts * per_part, sizeof *workspace);
-    if (!stats || !workspace) {
-        free(stats);
-        free(workspace);
-        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
-                         "%s backward: cannot allocate the attention workspace (%zu rows)",
-                         m->ops->class_name, rows);
-    }
-    g->row_stats = stats;
-    g->workspace = workspace;
-    attn_ref_sdpa_backward(threads, g);
-    free(stats);
-    free(workspace);
-    return ATTN_OK;
+attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g, size_t call,
+                                   const uint8_t *keep_bits) {
+    const attn_saved *s = &m->saved;
+    g->kept_scale = s->kept_scale;
+    g->keep_bits = keep_bits;
+    g->philox = !keep_bits && s->philox;
+    g->philox_seed = s->philox_seed;
+    g->philox_offset = s->philox_offset + call;
+    g->keep_threshold = s->keep_threshold;
+    return attn_k_sdpa_backward(m->ctx, m->ops->class_name, g);
+}
+bool attn_keeps_attention_mask(const attn_module *m, const attn_rng *rng) {
+    bool fused_philox = attn_k_fused_attention(m->ctx) && !m->ctx->trace && rng &&
+                        attn_rng_bernoulli(rng) == ATTN_BERNOULLI_PHILOX;
+    return m->grad_enabled && !fused_philox;
 }
 
+static attn_status run_reference_sdpa(attn_module *m, attn_sdpa_args *args,
+                                      attn_dropout_stream *dropout);
+
 attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_stream *dropout) {
+    attn_saved *s = &m->saved;
+    if (dropout && dropout->method == ATTN_BERNOULLI_PHILOX && !dropout->passthrough &&
+        !dropout->drop_all && !s->philox) {
+        s->philox = true; /* the forward's first Philox call */
+        s->philox_seed = dropout->philox_seed;
+        s->philox_offset = dropout->philox_offset;
+        s->keep_threshold = dropout->keep_threshold;
+    }
+    if (!attn_k_fused_attention(m->ctx) || m->ctx->trace) return run_reference_sdpa(m, args, dropout);
+    return attn_k_sdpa_fused(m->ctx, m->ops->class_name, args, dropout);
+}
+
+static attn_status run_reference_sdpa(attn_module *m, attn_sdpa_args *args,
+                                      attn_dropout_stream *dropout) {
     size_t T = args->tokens;
     attn_status st;
     /* one row of scores in double (T was checked with the activations) */

@@ -40,6 +40,10 @@ typedef struct attn_saved {
     uint8_t *keep_bits; /* dropout masks drawn, one bit per element */
     bool has_mask;      /* the saved forward drew dropout (keep_bits is its) */
     float kept_scale;   /* 1/(1-p) as the forward's dropout applied it */
+    /* Philox dropout: the key and the offset of the forward's first dropout
+     * call (later calls of the same forward take the next offsets) */
+    bool philox;
+    uint64_t philox_seed, philox_offset, keep_threshold;
     size_t x_cap, acts_cap, bits_cap; /* floats, floats, bytes allocated */
 } attn_saved;
 
@@ -128,13 +132,21 @@ static inline const uint8_t *attn_saved_mask(const attn_saved *s) {
     return s->has_mask ? s->keep_bits : NULL;
 }
 
-/* Runs the attention backward over the forward's args (see kernels.h),
- * with its workspace; g->fwd, dout, dq, dk, dv and the dropout mask set. */
-attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g);
+/* Runs the attention backward over the forward's args (see kernels.h);
+ * g->fwd, dout, dq, dk, dv, out and lse set. The dropout of the saved
+ * forward's call number `call` (0: its first dropout call) comes from
+ * keep_bits when non-NULL, else from its Philox key. */
+attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g, size_t call,
+                                   const uint8_t *keep_bits);
 
-/* Runs the attention core for (B, H) heads and reports its trace. dropout
- * is NULL when no dropout applies. */
+/* Runs the attention core for (B, H) heads: the fused kernels, or the
+ * reference ones when the ctx asks for them or traces (the trace needs the
+ * (B, H, T, T) weights). dropout is NULL when no dropout applies. */
 attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_stream *dropout);
+/* Whether a forward with dropout drawn from rng must keep its attention
+ * mask as bits for the backward: not when the fused kernels draw Philox,
+ * which the backward draws again. */
+bool attn_keeps_attention_mask(const attn_module *m, const attn_rng *rng);
 
 /* The three projections of x (rows, d_in) into q, k, v, each (rows, d_out):
  * x @ W for SelfAttention_v1 weights (d_in, d_out) when linear is false,
@@ -179,7 +191,8 @@ attn_qkv_grads attn_qkv_linear_grads(attn_module *m, size_t first, bool bias);
 
 /* One head over projected q, k, v — the forward of SelfAttention_v1/v2 and
  * CausalAttention, and of each MultiHeadAttentionWrapper head:
- *   qkv (3, B, T, d_out) = the projections of x, kept for the backward
+ *   acts (attn_single_head_acts floats) receive q, k, v, the output and
+ *   each row's log-sum-exp, kept for the backward;
  *   y (B, T, d_out) at row stride y_stride = dropout(softmax(mask(q k^T
  *   * scale))) v. dropout_p > 0 with rng draws one dropout call, its mask
  *   set in keep_bits (B, T, T) when that is non-NULL. */
@@ -190,18 +203,19 @@ typedef struct attn_head_spec {
     attn_mask_method mask;
     double dropout_p; /* 0 unless training */
 } attn_head_spec;
+size_t attn_single_head_acts(size_t batch, size_t tokens, size_t d_out);
 attn_status attn_single_head_forward(attn_module *m, const attn_qkv_weights *w,
                                      const attn_head_spec *spec, const float *x, size_t batch,
-                                     size_t tokens, float *qkv, uint8_t *keep_bits, float *y,
+                                     size_t tokens, float *acts, uint8_t *keep_bits, float *y,
                                      size_t y_stride, attn_rng *rng);
 /* Its backward from dy (B, T, d_out) at row stride dy_stride, given the
- * forward's x, qkv and keep_bits: dx (B, T, d_in) += and the projections'
+ * forward's x, acts and dropout (keep_bits, or else the saved forward's
+ * Philox call number `call`): dx (B, T, d_in) += and the projections'
  * gradients (pointers in grad) +=. */
 attn_status attn_single_head_backward(attn_module *m, const attn_qkv_weights *w,
                                       const attn_qkv_grads *grad, const attn_head_spec *spec,
-                                      const float *x, size_t batch, size_t tokens,
-                                      const float *qkv, const uint8_t *keep_bits,
-                                      float kept_scale, const float *dy, size_t dy_stride,
-                                      float *dx);
+                                      const float *x, size_t batch, size_t tokens, float *acts,
+                                      const uint8_t *keep_bits, size_t call, const float *dy,
+                                      size_t dy_stride, float *dx);
 
 #endif /* ATTN_MODULE_H */

@@ -25,14 +25,14 @@ static attn_status sa_v2_forward(attn_module *m, const float *x, size_t batch, s
     if (st != ATTN_OK) return st;
     attn_qkv_weights w = attn_qkv_linear_weights(m, 0, sa->qkv_bias);
     attn_head_spec spec = {.d_out = m->d_out, .scale = sa->scale};
-    float *qkv; /* (3, B, T, d_out) */
+    float *acts; /* q, k, v, out (B, T, d_out), lse (B, T) */
     uint8_t *no_bits;
-    if ((st = attn_forward_prepare(m, 3 * batch * tokens * m->d_out, 0, &qkv, &no_bits)) != ATTN_OK)
-        return st;
-    st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, qkv, NULL, y, m->d_out, NULL);
+    st = attn_forward_prepare(m, attn_single_head_acts(batch, tokens, m->d_out), 0, &acts, &no_bits);
+    if (st != ATTN_OK) return st;
+    st = attn_single_head_forward(m, &w, &spec, x, batch, tokens, acts, NULL, y, m->d_out, NULL);
     if (st == ATTN_OK) attn_trace_btc(m, "context_vec", batch, tokens, m->d_out, y);
     if (st == ATTN_OK && m->grad_enabled) st = attn_forward_keep(m, x, batch, tokens, 1.0f);
-    attn_forward_release(m, qkv);
+    attn_forward_release(m, acts);
     return st;
 }
 
@@ -46,7 +46,7 @@ static attn_status sa_v2_backward(attn_module *m, const float *dy, float *dx) {
     attn_head_spec spec = {.d_out = m->d_out, .scale = sa->scale};
     if (dx) memset(dx, 0, s->batch * s->tokens * m->d_in * sizeof *dx);
     return attn_single_head_backward(m, &w, &grad, &spec, s->x, s->batch, s->tokens, s->acts,
-                                     NULL, 1.0f, dy, m->d_out, dx);
+                                     NULL, 0, dy, m->d_out, dx);
 }
 
 static const attn_module_ops sa_v2_ops = {ATTN_MODULE_SA_V2, "SelfAttention_v2", sa_v2_forward,

@@ -8,6 +8,7 @@
 #include "modules/module.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 struct attn_simple {
     attn_module base;
@@ -16,13 +17,15 @@ struct attn_simple {
 /* x serves as query, key and value of one head, unscaled, unmasked. */
 static attn_sdpa_args simple_heads(const attn_module *m, size_t batch, size_t tokens,
                                    const float *x, float *y) {
-    return (attn_sdpa_args){
+    attn_sdpa_args args = {
         .batch = batch, .heads = 1, .tokens = tokens, .head_dim = m->d_in,
         .q = x, .k = x, .v = x,
         .b_stride = tokens * m->d_in, .t_stride = m->d_in,
         .out = y, .out_b_stride = tokens * m->d_in, .out_t_stride = m->d_in,
         .scale = 1.0f,
     };
+    attn_sdpa_self(&args);
+    return args;
 }
 
 /* y (B, T, C) = softmax(x x^T) x */
@@ -31,11 +34,19 @@ static attn_status simple_forward(attn_module *m, const float *x, size_t batch, 
     (void)rng;
     attn_status st = attn_check_forward(m, x, batch, tokens, y, 0, m->d_in, false, NULL);
     if (st != ATTN_OK) return st;
-    m->saved.valid = false;
+    size_t n = batch * tokens * m->d_in;
+    float *acts; /* out (B, T, C), lse (B, T), for the backward */
+    uint8_t *no_bits;
+    if ((st = attn_forward_prepare(m, n + batch * tokens, 0, &acts, &no_bits)) != ATTN_OK) return st;
     attn_sdpa_args args = simple_heads(m, batch, tokens, x, y);
+    args.lse = acts + n;
     st = attn_run_sdpa(m, &args, NULL);
-    if (st == ATTN_OK) attn_trace_btc(m, "context_vecs", batch, tokens, m->d_in, y);
+    if (st == ATTN_OK) {
+        attn_trace_btc(m, "context_vecs", batch, tokens, m->d_in, y);
+        memcpy(acts, y, n * sizeof *y);
+    }
     if (st == ATTN_OK && m->grad_enabled) st = attn_forward_keep(m, x, batch, tokens, 1.0f);
+    attn_forward_release(m, acts);
     return st;
 }
 
@@ -46,10 +57,10 @@ static attn_status simple_backward(attn_module *m, const float *dy, float *dx) {
     attn_status st;
     float *grads = attn_scratch(m, 3 * n, &st); /* dq, dk, dv: (B, T, C) each */
     if (!grads) return st;
-    attn_sdpa_args fwd = simple_heads(m, s->batch, s->tokens, s->x, NULL);
+    attn_sdpa_args fwd = simple_heads(m, s->batch, s->tokens, s->x, s->acts);
     attn_sdpa_grad_args g = {.fwd = &fwd, .dout = dy, .dq = grads, .dk = grads + n,
-                             .dv = grads + 2 * n};
-    st = attn_run_sdpa_backward(m, &g);
+                             .dv = grads + 2 * n, .out = s->acts, .lse = s->acts + n};
+    st = attn_run_sdpa_backward(m, &g, 0, NULL);
     if (st == ATTN_OK && dx)
         for (size_t i = 0; i < n; i++) dx[i] = grads[i] + grads[n + i] + grads[2 * n + i];
     free(grads);

@@ -23,6 +23,10 @@ typedef struct attn_dropout_stream {
     bool passthrough;  /* p == 0: PyTorch returns the input, drawing nothing */
     bool drop_all;     /* p == 1: PyTorch multiplies by zero, drawing nothing */
     uint32_t mcg_state;
+    /* ATTN_BERNOULLI_PHILOX: the call's key and offset, and where it is */
+    uint64_t philox_seed, philox_offset, keep_threshold;
+    uint64_t index;     /* the next element's flat index */
+    uint32_t group[64]; /* the draws of group index / 64 */
 } attn_dropout_stream;
 
 /* The factor kept elements are multiplied by: float(1 / (1 - p)), 0 for p = 1. */

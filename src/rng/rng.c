@@ -14,6 +14,7 @@
  */
 #include "internal.h"
 #include "rng/dropout.h"
+#include "rng/philox.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -26,12 +27,16 @@ struct attn_rng {
     uint32_t state[MT_N];
     int next; /* index of the next word to temper; MT_N: regenerate first */
     attn_bernoulli_method bernoulli;
+    uint64_t seed;           /* the last manual seed: the Philox key */
+    uint64_t philox_offset;  /* the next Philox dropout call's offset */
     /* PyTorch caches the second Box-Muller value of the scalar double path. */
     bool has_next_double_normal;
     double next_double_normal;
 };
 
 static void mt_seed(attn_rng *rng, uint64_t seed) {
+    rng->seed = seed;
+    rng->philox_offset = 0;
     rng->state[0] = (uint32_t)(seed & 0xffffffffu);
     for (int i = 1; i < MT_N; i++) {
         uint32_t prev = rng->state[i - 1];
@@ -106,12 +111,15 @@ attn_status attn_rng_manual_seed(attn_rng *rng, uint64_t seed) {
 attn_status attn_rng_set_bernoulli_method(attn_rng *rng, attn_bernoulli_method method) {
     if (!rng) return ATTN_ERR_NULL;
     attn_clear_error(rng->ctx);
-    if (method != ATTN_BERNOULLI_MT19937 && method != ATTN_BERNOULLI_MKL_MCG31)
+    if (method != ATTN_BERNOULLI_MT19937 && method != ATTN_BERNOULLI_MKL_MCG31 &&
+        method != ATTN_BERNOULLI_PHILOX)
         return attn_fail(rng->ctx, ATTN_ERR_INVALID,
                          "attn_rng_set_bernoulli_method: unknown method %d", (int)method);
     rng->bernoulli = method;
     return ATTN_OK;
 }
+
+attn_bernoulli_method attn_rng_bernoulli(const attn_rng *rng) { return rng->bernoulli; }
 
 attn_status attn_rng_next_u32(attn_rng *rng, uint32_t *out) {
     if (!rng) return ATTN_ERR_NULL;
@@ -237,6 +245,12 @@ void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, 
     s->drop_all = p == 1.0;
     s->kept_scale = attn_dropout_kept_scale(p);
     if (s->passthrough || s->drop_all) return;
+    if (s->method == ATTN_BERNOULLI_PHILOX) {
+        s->philox_seed = rng->seed;
+        s->philox_offset = rng->philox_offset++;
+        s->keep_threshold = attn_philox_keep_threshold(p);
+        return;
+    }
     if (s->method == ATTN_BERNOULLI_MKL_MCG31) {
         /* One 32-bit draw seeds the stream; MKL maps seed 0 to 1. */
         uint32_t seed = mt_next(rng);
@@ -246,6 +260,11 @@ void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, 
 }
 
 static bool dropout_keeps(attn_dropout_stream *s) {
+    if (s->method == ATTN_BERNOULLI_PHILOX) {
+        uint64_t e = s->index++;
+        if ((e & 63) == 0) attn_philox_dropout_group(s->philox_seed, s->philox_offset, e >> 6, s->group);
+        return s->group[e & 63] < s->keep_threshold;
+    }
     if (s->method == ATTN_BERNOULLI_MKL_MCG31) {
         /* The stream's first uniform is the seed itself: u_0 = x_0 / m. */
         double u = (double)s->mcg_state / (double)MCG31_M;

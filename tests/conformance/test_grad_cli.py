@@ -10,7 +10,8 @@ input.npy and one <state_dict name>.npy per parameter. The seeds' PyTorch
 class, built after torch.manual_seed(S) and run in float64 (with the same
 dropout draws), gives y, x.grad and every p.grad: each file must be within
 relative L2 1e-5 of it (the key bias against its weight's gradient norm: see
-test_grad_vs_torch.py). Then the usage errors: a dy of the wrong shape, a
+test_grad_vs_torch.py), on the reference kernels (ATTN_KERNELS=reference; the
+fast ones are held to those by test_fast_vs_reference.py). Then the usage errors: a dy of the wrong shape, a
 missing --grad-output or --out. Ends with "N passed, N failed".
 """
 import argparse
@@ -125,6 +126,8 @@ def main():
     print("run seed: %d (replay with --seed %d)" % (seed, seed), flush=True)
     rng = random.Random(seed)
     torch.set_num_threads(1)
+    # the oracle's kernels: the fast ones are held to them in test_fast_vs_reference.py
+    os.environ["ATTN_KERNELS"] = "reference"
     tmp = tempfile.mkdtemp(prefix="attn_test_grad_cli_")
     try:
         r = Runner(os.path.abspath(opts.attn), tmp)

@@ -1,0 +1,92 @@
+/* flash_avx2.c — the fused attention kernels on AVX2 + FMA: 8 floats a
+ * vector, score tiles of 4 rows x 16 keys (8 of the 16 registers). */
+#include <immintrin.h>
+#include <stdint.h>
+
+#define VW 8
+#define NV 2
+#define FLASH_KERNELS attn_flash_avx2
+#define FLASH_ISA_NAME "avx2"
+
+typedef __m256 vec;
+
+static inline vec v_zero(void) { return _mm256_setzero_ps(); }
+static inline vec v_set1(float x) { return _mm256_set1_ps(x); }
+static inline vec v_load(const float *p) { return _mm256_loadu_ps(p); }
+static inline void v_store(float *p, vec v) { _mm256_storeu_ps(p, v); }
+static inline vec v_fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+static inline vec v_mul(vec a, vec b) { return _mm256_mul_ps(a, b); }
+static inline vec v_sub(vec a, vec b) { return _mm256_sub_ps(a, b); }
+static inline vec v_max(vec a, vec b) { return _mm256_max_ps(a, b); }
+
+static inline float v_hmax(vec v) {
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    return _mm_cvtss_f32(m);
+}
+
+static inline float v_hsum(vec v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+    return _mm_cvtss_f32(s);
+}
+
+/* 2^x as in flash_avx512.c; 2^n built in the exponent bits, and inputs
+ * below -126 (-inf included) give exactly 0. */
+static inline vec v_exp2(vec x) {
+    vec live = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+    vec n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vec f = _mm256_sub_ps(x, n);
+    vec p = _mm256_set1_ps(1.5252733804e-5f);
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.5403530393e-4f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.3333558146e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(9.6181291076e-3f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(5.5504108665e-2f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(2.4022650696e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(6.9314718056e-1f));
+    p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), live);
+}
+
+/* Philox4x32-10 on the 16 blocks of group g, 8 lanes at a time, as in
+ * flash_avx512.c. */
+#define HAVE_PHILOX_GROUP
+static void philox_half(uint64_t seed, uint64_t offset, uint64_t first, uint32_t *words) {
+    const __m256i m0 = _mm256_set1_epi32((int)0xD2511F53u), m1 = _mm256_set1_epi32((int)0xCD9E8D57u);
+    __m256i c0 = _mm256_add_epi32(_mm256_set1_epi32((int)(uint32_t)first),
+                                  _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i c1 = _mm256_set1_epi32((int)(uint32_t)(first >> 32));
+    __m256i c2 = _mm256_set1_epi32((int)(uint32_t)offset);
+    __m256i c3 = _mm256_set1_epi32((int)(uint32_t)(offset >> 32));
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        __m256i p0e = _mm256_mul_epu32(c0, m0), p0o = _mm256_mul_epu32(_mm256_srli_epi64(c0, 32), m0);
+        __m256i p1e = _mm256_mul_epu32(c2, m1), p1o = _mm256_mul_epu32(_mm256_srli_epi64(c2, 32), m1);
+        __m256i hi0 = _mm256_blend_epi32(_mm256_srli_epi64(p0e, 32), p0o, 0xAA);
+        __m256i hi1 = _mm256_blend_epi32(_mm256_srli_epi64(p1e, 32), p1o, 0xAA);
+        __m256i lo0 = _mm256_mullo_epi32(c0, m0), lo1 = _mm256_mullo_epi32(c2, m1);
+        c0 = _mm256_xor_si256(_mm256_xor_si256(hi1, c1), _mm256_set1_epi32((int)k0));
+        c1 = lo1;
+        c2 = _mm256_xor_si256(_mm256_xor_si256(hi0, c3), _mm256_set1_epi32((int)k1));
+        c3 = lo0;
+    }
+    _mm256_storeu_si256((__m256i *)words, c0);
+    _mm256_storeu_si256((__m256i *)(words + 16), c1);
+    _mm256_storeu_si256((__m256i *)(words + 32), c2);
+    _mm256_storeu_si256((__m256i *)(words + 48), c3);
+}
+
+static void philox_group(uint64_t seed, uint64_t offset, uint64_t group, uint32_t words[64]) {
+    philox_half(seed, offset, group * 16, words);
+    philox_half(seed, offset, group * 16 + 8, words + 8);
+}
+
+#include "kernels/flash/flash_kernel.h"

@@ -1,0 +1,76 @@
+/* flash_avx512.c — the fused attention kernels on AVX-512F: 16 floats a
+ * vector, score tiles of 4 rows x 64 keys (16 accumulators). */
+#include <immintrin.h>
+#include <stdint.h>
+
+#define VW 16
+#define NV 4
+#define FLASH_KERNELS attn_flash_avx512
+#define FLASH_ISA_NAME "avx512"
+
+typedef __m512 vec;
+
+static inline vec v_zero(void) { return _mm512_setzero_ps(); }
+static inline vec v_set1(float x) { return _mm512_set1_ps(x); }
+static inline vec v_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline void v_store(float *p, vec v) { _mm512_storeu_ps(p, v); }
+static inline vec v_fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vec v_mul(vec a, vec b) { return _mm512_mul_ps(a, b); }
+static inline vec v_sub(vec a, vec b) { return _mm512_sub_ps(a, b); }
+static inline vec v_max(vec a, vec b) { return _mm512_max_ps(a, b); }
+static inline float v_hmax(vec v) { return _mm512_reduce_max_ps(v); }
+static inline float v_hsum(vec v) { return _mm512_reduce_add_ps(v); }
+
+/* 2^x = 2^n * 2^f, n = round(x), |f| <= 1/2, 2^f by its Taylor series in
+ * f ln 2 to degree 7 (relative error below 1e-8); -inf (and anything below
+ * -160) gives 0 through scalef's underflow. */
+static inline vec v_exp2(vec x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-160.0f));
+    vec n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vec f = _mm512_sub_ps(x, n);
+    vec p = _mm512_set1_ps(1.5252733804e-5f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393e-4f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108665e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650696e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718056e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* Philox4x32-10 on the 16 blocks of group g at once, one per lane: the
+ * words of its 64 elements in order (rng/philox.h's layout). */
+#define HAVE_PHILOX_GROUP
+static void philox_group(uint64_t seed, uint64_t offset, uint64_t group, uint32_t words[64]) {
+    uint64_t first = group * 16; /* a multiple of 16: lanes never carry */
+    const __m512i m0 = _mm512_set1_epi32((int)0xD2511F53u), m1 = _mm512_set1_epi32((int)0xCD9E8D57u);
+    __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)first),
+                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    __m512i c1 = _mm512_set1_epi32((int)(uint32_t)(first >> 32));
+    __m512i c2 = _mm512_set1_epi32((int)(uint32_t)offset);
+    __m512i c3 = _mm512_set1_epi32((int)(uint32_t)(offset >> 32));
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        /* 32 x 32 -> 64-bit products of even and odd lanes, then hi and lo */
+        __m512i p0e = _mm512_mul_epu32(c0, m0), p0o = _mm512_mul_epu32(_mm512_srli_epi64(c0, 32), m0);
+        __m512i p1e = _mm512_mul_epu32(c2, m1), p1o = _mm512_mul_epu32(_mm512_srli_epi64(c2, 32), m1);
+        __m512i hi0 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(p0e, 32), p0o);
+        __m512i hi1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(p1e, 32), p1o);
+        __m512i lo0 = _mm512_mullo_epi32(c0, m0), lo1 = _mm512_mullo_epi32(c2, m1);
+        c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32((int)k0));
+        c1 = lo1;
+        c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32((int)k1));
+        c3 = lo0;
+    }
+    _mm512_storeu_si512(words, c0);
+    _mm512_storeu_si512(words + 16, c1);
+    _mm512_storeu_si512(words + 32, c2);
+    _mm512_storeu_si512(words + 48, c3);
+}
+
+#include "kernels/flash/flash_kernel.h"
