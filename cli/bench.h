@@ -59,5 +59,7 @@ const char *bench_load(char *buf, size_t size);
 
 /* The sections. Each prints its own table and returns CLI_OK or CLI_FAILED. */
 int bench_sgemm(const bench_options *o, const bench_blas *blas);
+int bench_attention(const bench_options *o, const bench_blas *blas);
+int bench_layer(const bench_options *o, const bench_blas *blas);
 
 #endif /* ATTN_CLI_BENCH_H */

@@ -26,6 +26,10 @@ typedef struct bench_section {
 static const bench_section sections[] = {
     {"sgemm", "2048^3 and the GPT-2 projection shapes, every transpose case the modules use",
      bench_sgemm},
+    {"attention", "fused attention forward and backward, B=1 H=12 hd=64, T up to 16384",
+     bench_attention},
+    {"layer", "the whole GPT-2-small attention layer, forward and forward+backward",
+     bench_layer},
 };
 enum { SECTIONS = sizeof sections / sizeof sections[0] };
 

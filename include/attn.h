@@ -200,6 +200,42 @@ attn_status attn_mask_causal_neg_inf(attn_ctx *ctx, float *scores, size_t tokens
 /* weights (T, T) in place: multiply by tril(ones), divide rows by their sums. */
 attn_status attn_mask_causal_renormalize(attn_ctx *ctx, float *weights, size_t tokens);
 
+/*
+ * Scaled dot-product attention on the caller's tensors, forward and
+ * backward: out = dropout(softmax(mask(q k^T * scale))) v, on the fused
+ * kernels (online softmax, no (T, S) buffer) unless the ctx runs the
+ * reference ones. q, out are (B, H, T, hd) and k, v (B, H, S, hd), each
+ * addressed through (b, t, h) element strides (zeros: the contiguous
+ * (B, T, H, hd) layout of a module's projections); the head's hd values are
+ * contiguous. causal hides key j from query i when j > i + S - T (the last
+ * query sees every key); a query that sees no key outputs zeros.
+ */
+typedef struct attn_sdpa_config {
+    size_t batch, heads, q_tokens, kv_tokens, head_dim;
+    size_t q_strides[3], kv_strides[3], out_strides[3]; /* (b, t, h); 0, 0, 0: contiguous */
+    float scale;    /* 0: 1/sqrt(head_dim) */
+    bool causal;
+    double dropout; /* probability; > 0 needs an rng in ATTN_BERNOULLI_PHILOX mode */
+} attn_sdpa_config;
+
+/* What a forward's dropout drew from, for its backward. */
+typedef struct attn_sdpa_dropout {
+    uint64_t seed, offset;
+} attn_sdpa_dropout;
+
+/* out and lse (B, H, T: each row's log-sum-exp, the backward's input; may
+ * be NULL for inference). rng and drawn are needed only with dropout: the
+ * mask is Philox's (see attn_bernoulli_method), drawn inside the kernel. */
+attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
+                              const float *k, const float *v, float *out, float *lse,
+                              attn_rng *rng, attn_sdpa_dropout *drawn);
+/* dq (q's layout), dk, dv (k's) from dout (out's layout), given the
+ * forward's out and lse and, with dropout, what it drew. */
+attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
+                               const float *k, const float *v, const float *out,
+                               const float *lse, const float *dout, float *dq, float *dk,
+                               float *dv, const attn_sdpa_dropout *drawn);
+
 /* ------------------------------------------------------------------------ */
 /* Modules                                                                   */
 /* ------------------------------------------------------------------------ */

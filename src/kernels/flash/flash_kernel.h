@@ -115,37 +115,36 @@ static void score_tile(const float *qs, size_t ld, size_t D, const float *kt, ve
     }
 }
 
-/* o (RG, Dp) = o * alpha + p (RG, cols) @ vp (cols, Dp), NV vectors of a
- * row at a time. */
+/* o (RG, Dp) = o * alpha + p (RG, cols) @ vp (cols, Dp): W vectors of each
+ * row from column c0 (W = NV in the body, 1 at the tail), accumulated in
+ * registers (constant bounds, so the compiler keeps acc out of memory). */
+#define APPLY_VALUES(NAME, W)                                                                   \
+    static void apply_values_##NAME(float *o, size_t Dp, const float *alpha, const float *p,  \
+                                 size_t cols, const float *vp, size_t c0) {               \
+        vec acc[RG][W];                                                                   \
+        for (int r = 0; r < RG; r++) {                                                    \
+            vec scale = v_set1(alpha[r]);                                                 \
+            for (int v = 0; v < W; v++) acc[r][v] = v_mul(v_load(o + r * Dp + c0 + v * VW), scale); \
+        }                                                                                 \
+        for (size_t jj = 0; jj < cols; jj++) {                                            \
+            vec val[W];                                                                   \
+            for (int v = 0; v < W; v++) val[v] = v_load(vp + jj * Dp + c0 + v * VW);      \
+            for (int r = 0; r < RG; r++) {                                                \
+                vec w = v_set1(p[r * BC + jj]);                                           \
+                for (int v = 0; v < W; v++) acc[r][v] = v_fma(w, val[v], acc[r][v]);      \
+            }                                                                             \
+        }                                                                                 \
+        for (int r = 0; r < RG; r++)                                                      \
+            for (int v = 0; v < W; v++) v_store(o + r * Dp + c0 + v * VW, acc[r][v]);     \
+    }
+APPLY_VALUES(body, NV)
+APPLY_VALUES(tail, 1)
+
 static void apply_values(float *o, size_t Dp, const float *alpha, const float *p, size_t cols,
                          const float *vp) {
-    for (size_t c0 = 0; c0 < Dp; c0 += NV * VW) {
-        int nv = Dp - c0 >= NV * VW ? NV : (int)((Dp - c0) / VW);
-        vec acc[RG][NV];
-        for (int r = 0; r < RG; r++) {
-            vec scale = v_set1(alpha[r]);
-            for (int v = 0; v < nv; v++) acc[r][v] = v_mul(v_load(o + r * Dp + c0 + v * VW), scale);
-        }
-        if (nv == NV) {
-            for (size_t jj = 0; jj < cols; jj++) {
-                vec val[NV];
-                for (int v = 0; v < NV; v++) val[v] = v_load(vp + jj * Dp + c0 + v * VW);
-                for (int r = 0; r < RG; r++) {
-                    vec w = v_set1(p[r * BC + jj]);
-                    for (int v = 0; v < NV; v++) acc[r][v] = v_fma(w, val[v], acc[r][v]);
-                }
-            }
-        } else {
-            for (size_t jj = 0; jj < cols; jj++)
-                for (int r = 0; r < RG; r++) {
-                    vec w = v_set1(p[r * BC + jj]);
-                    for (int v = 0; v < nv; v++)
-                        acc[r][v] = v_fma(w, v_load(vp + jj * Dp + c0 + v * VW), acc[r][v]);
-                }
-        }
-        for (int r = 0; r < RG; r++)
-            for (int v = 0; v < nv; v++) v_store(o + r * Dp + c0 + v * VW, acc[r][v]);
-    }
+    size_t c0 = 0;
+    for (; c0 + NV * VW <= Dp; c0 += NV * VW) apply_values_body(o, Dp, alpha, p, cols, vp, c0);
+    for (; c0 < Dp; c0 += VW) apply_values_tail(o, Dp, alpha, p, cols, vp, c0);
 }
 
 /* Sets masked scores (keys past cols, or hidden by the causal mask from
@@ -270,28 +269,37 @@ static void pack_rows(const float *x, size_t ld, size_t count, size_t n, size_t 
 }
 
 /* acc (BC, Dp) += tile^T (BC, rows) @ x (rows, Dp), tile (rows, BC): the
- * key-side products dv += A^T dO and dk += dS^T q, 4 keys at a time. */
+ * key-side products dv += A^T dO and dk += dS^T q, for 4 keys from j and W
+ * vectors from column c0 at a time, in registers. */
+#define ACCUMULATE_KEYS(NAME, W)                                                                  \
+    static void accumulate_keys_##NAME(float *acc, size_t Dp, const float *tile, const float *x, \
+                                    size_t rows, size_t j, size_t c0) {                     \
+        vec sum[4][W];                                                                      \
+        for (int jj = 0; jj < 4; jj++)                                                      \
+            for (int v = 0; v < W; v++) sum[jj][v] = v_load(acc + (j + jj) * Dp + c0 + v * VW); \
+        for (size_t r = 0; r < rows; r++) {                                                 \
+            vec xv[W];                                                                      \
+            for (int v = 0; v < W; v++) xv[v] = v_load(x + r * Dp + c0 + v * VW);           \
+            for (int jj = 0; jj < 4; jj++) {                                                \
+                vec w = v_set1(tile[r * BC + j + jj]);                                      \
+                for (int v = 0; v < W; v++) sum[jj][v] = v_fma(w, xv[v], sum[jj][v]);       \
+            }                                                                               \
+        }                                                                                   \
+        for (int jj = 0; jj < 4; jj++)                                                      \
+            for (int v = 0; v < W; v++) v_store(acc + (j + jj) * Dp + c0 + v * VW, sum[jj][v]); \
+    }
+ACCUMULATE_KEYS(body, NV)
+ACCUMULATE_KEYS(tail, 1)
+
+/* Keys past cols hold zero weight in tile and are accumulated (as zeros)
+ * into acc's padding rows, which are never read: BC is a multiple of 4. */
 static void accumulate_keys(float *acc, size_t Dp, const float *tile, const float *x, size_t rows,
                             size_t cols) {
     for (size_t j = 0; j < cols; j += 4) {
-        size_t nj = cols - j < 4 ? cols - j : 4;
-        for (size_t c0 = 0; c0 < Dp; c0 += NV * VW) {
-            int nv = Dp - c0 >= NV * VW ? NV : (int)((Dp - c0) / VW);
-            vec sum[4][NV];
-            for (size_t jj = 0; jj < 4; jj++)
-                for (int v = 0; v < nv; v++)
-                    sum[jj][v] = jj < nj ? v_load(acc + (j + jj) * Dp + c0 + v * VW) : v_zero();
-            for (size_t r = 0; r < rows; r++) {
-                vec xv[NV];
-                for (int v = 0; v < nv; v++) xv[v] = v_load(x + r * Dp + c0 + v * VW);
-                for (size_t jj = 0; jj < 4; jj++) {
-                    vec w = v_set1(tile[r * BC + j + (jj < nj ? jj : 0)]);
-                    for (int v = 0; v < nv; v++) sum[jj][v] = v_fma(w, xv[v], sum[jj][v]);
-                }
-            }
-            for (size_t jj = 0; jj < nj; jj++)
-                for (int v = 0; v < nv; v++) v_store(acc + (j + jj) * Dp + c0 + v * VW, sum[jj][v]);
-        }
+        size_t c0 = 0;
+        for (; c0 + NV * VW <= Dp; c0 += NV * VW)
+            accumulate_keys_body(acc, Dp, tile, x, rows, j, c0);
+        for (; c0 < Dp; c0 += VW) accumulate_keys_tail(acc, Dp, tile, x, rows, j, c0);
     }
 }
 
