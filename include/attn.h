@@ -100,6 +100,9 @@ void attn_ctx_free(attn_ctx *ctx);
 /* The message of the last failed call made through ctx ("" if none). */
 const char *attn_ctx_last_error(const attn_ctx *ctx);
 size_t attn_ctx_num_threads(const attn_ctx *ctx);
+/* A ctx also keeps its kernels' scratch memory (the SGEMM's packed panels)
+ * from call to call, as much as its largest call needed; attn_ctx_free
+ * frees it. */
 /* The kernels the ctx runs: never AUTO (resolved at attn_ctx_new, which
  * fails with ATTN_ERR_INVALID when asked for kernels the CPU cannot run or
  * when ATTN_KERNELS holds an unknown name). */

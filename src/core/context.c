@@ -48,7 +48,23 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
     return ATTN_OK;
 }
 
-void attn_ctx_free(attn_ctx *ctx) { free(ctx); }
+void attn_ctx_free(attn_ctx *ctx) {
+    if (ctx) free(ctx->scratch.data);
+    free(ctx);
+}
+
+void *attn_ctx_scratch(attn_ctx *ctx, size_t bytes) {
+    if (bytes <= ctx->scratch.bytes) return ctx->scratch.data;
+    /* aligned_alloc wants a multiple of the alignment */
+    size_t rounded = bytes + 63;
+    if (rounded < bytes) return NULL;
+    rounded -= rounded % 64;
+    void *data = aligned_alloc(64, rounded);
+    if (!data) return NULL;
+    free(ctx->scratch.data);
+    ctx->scratch = (attn_ctx_buffer){data, rounded};
+    return data;
+}
 
 const char *attn_ctx_last_error(const attn_ctx *ctx) { return ctx ? ctx->error : ""; }
 
