@@ -12,7 +12,10 @@
  *     cases do run on more than one thread);
  *   - the caller-workspace entry point agrees bitwise with the allocating one;
  *   - the public attn_gemm on every kernel set, the reference included, and
- *     its errors.
+ *     its errors;
+ *   - when the SGEMM cannot get its workspace (address space limited with
+ *     setrlimit), the calls fall back to the reference kernels: same result
+ *     as the reference, bit for bit, and no crash.
  *
  * Fresh random inputs each run: the seed is printed; pass it as argv[1] to
  * replay.
@@ -26,6 +29,18 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
+#if defined(__linux__)
+#include <sys/resource.h>
+#endif
+
+/* AddressSanitizer reserves terabytes of address space: no limit fits. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
 
 #define TOLERANCE 1e-5
 #define MAX_SIZE 300
@@ -334,6 +349,74 @@ static void kernel_calls(attn_kernels kernels, call_sizes s, uint64_t *seed) {
     attn_ctx_free(ref_ctx);
 }
 
+/* ---- allocation failure --------------------------------------------------- */
+
+#if defined(__linux__) && !defined(UNDER_ASAN)
+/* Bytes of address space this process maps now (/proc/self/statm), or 0. */
+static size_t mapped_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (f) {
+        if (fscanf(f, "%lu", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    return (size_t)pages * 4096u;
+}
+#endif
+
+/* Run first, on a fresh heap: the workspace (about in x out floats) must be
+ * new address space, which the limit refuses. */
+static void allocation_failure(attn_kernels kernels, uint64_t *seed) {
+#if defined(__linux__) && !defined(UNDER_ASAN)
+    enum { ROWS = 300, IN = 1024, OUT = 2048 };
+    float *x = malloc(sizeof(float) * ROWS * IN), *w = malloc(sizeof(float) * OUT * IN);
+    float *bias = malloc(sizeof(float) * OUT), *y = malloc(sizeof(float) * ROWS * OUT);
+    float *want = malloc(sizeof(float) * ROWS * OUT);
+    fill(x, (size_t)ROWS * IN, seed);
+    fill(w, (size_t)OUT * IN, seed);
+    fill(bias, OUT, seed);
+    attn_ctx *fast, *ref;
+    attn_ctx_new(&(attn_ctx_config){.num_threads = 2, .kernels = kernels}, &fast);
+    attn_ctx_new(&(attn_ctx_config){.num_threads = 2, .kernels = ATTN_KERNELS_REFERENCE}, &ref);
+    attn_k_linear(ref, x, w, bias, want, ROWS, IN, OUT);
+    struct rlimit old, tight;
+    size_t now = mapped_bytes();
+    if (now == 0 || getrlimit(RLIMIT_AS, &old) != 0) {
+        printf("allocation failure: cannot limit address space here, skipped\n");
+    } else {
+        tight = old;
+        tight.rlim_cur = (rlim_t)(now + ((size_t)1 << 20)); /* 1 MiB more: less than 8 MiB asked */
+        if (setrlimit(RLIMIT_AS, &tight) == 0) {
+            attn_k_linear(fast, x, w, bias, y, ROWS, IN, OUT);
+            setrlimit(RLIMIT_AS, &old);
+            /* the SGEMM got no workspace, so the reference computed y */
+            CHECK(fast->scratch.data == NULL);
+            CHECK(memcmp(y, want, sizeof(float) * ROWS * OUT) == 0);
+            /* with memory back, the same ctx runs the SGEMM */
+            attn_k_linear(fast, x, w, bias, y, ROWS, IN, OUT);
+            CHECK(fast->scratch.data != NULL);
+            double *wide = malloc(sizeof(double) * ROWS * OUT);
+            for (size_t i = 0; i < (size_t)ROWS * OUT; i++) wide[i] = want[i];
+            CHECK(rel_l2(y, wide, (size_t)ROWS * OUT) <= TOLERANCE);
+            free(wide);
+        } else {
+            printf("allocation failure: setrlimit refused, skipped\n");
+        }
+    }
+    attn_ctx_free(fast);
+    attn_ctx_free(ref);
+    free(x);
+    free(w);
+    free(bias);
+    free(y);
+    free(want);
+#else
+    (void)kernels;
+    (void)seed;
+    printf("allocation failure: not tested in this build\n");
+#endif
+}
+
 /* ---- the public attn_gemm ------------------------------------------------ */
 
 static void public_gemm(attn_kernels kernels, uint64_t *seed) {
@@ -410,6 +493,7 @@ int main(int argc, char **argv) {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10)
                              : (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
     printf("seed %llu\n", (unsigned long long)seed);
+    allocation_failure(ATTN_KERNELS_PORTABLE, &seed);
     const attn_kernels sets[] = {ATTN_KERNELS_PORTABLE, ATTN_KERNELS_AVX2, ATTN_KERNELS_AVX512};
     for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
         if (!attn_kernels_supported(sets[s])) {
