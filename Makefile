@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: all demo test deps build sanitize clean install bench bench-deps
+.PHONY: bench-peers all demo test deps build sanitize clean install bench bench-deps
 
 all: build
 
@@ -43,3 +43,10 @@ install: build
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-sanitize
+
+# attn next to PyTorch 2.15 (PyPI, its CPU flash attention) in one run; sets
+# up the peer in .venv-peers first (scripts/setup-bench-peers.sh: ~2.7 GB).
+bench-peers: build
+	./scripts/install-bench-deps.sh
+	./scripts/setup-bench-peers.sh
+	.venv-peers/bin/python bench/peers.py ./$(BUILD)/attn $(PEERS_ARGS)

@@ -168,6 +168,7 @@ static void one_case(const attn_flash_kernels *fk, uint64_t *seed, int index) {
     c.H = 1 + below(seed, 3);
     c.T = 1 + below(seed, index % 3 == 0 ? 150 : 70);
     c.S = uniform(seed) < 0.3 ? 1 + below(seed, 150) : c.T;
+    if (index % 6 == 5) c.T = c.S = 128; /* rows of whole 64-element dropout groups */
     c.D = index % 4 == 0 ? 64 : 1 + below(seed, 80);
     c.causal = uniform(seed) < 0.7;
     c.mask = uniform(seed) < 0.5 ? ATTN_MASK_NEG_INF : ATTN_MASK_RENORMALIZE;

@@ -33,6 +33,15 @@ static inline float v_hsum(vec v) {
     return _mm_cvtss_f32(s);
 }
 
+static inline vec v_keep(const uint32_t *w, uint64_t threshold, float kept) {
+    if (threshold > UINT32_MAX) return _mm256_set1_ps(kept);
+    /* unsigned w < t as signed compare of both with the sign bit flipped */
+    const __m256i flip = _mm256_set1_epi32((int)0x80000000u);
+    __m256i words = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w), flip);
+    __m256i t = _mm256_xor_si256(_mm256_set1_epi32((int)(uint32_t)threshold), flip);
+    return _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(t, words)), _mm256_set1_ps(kept));
+}
+
 /* 2^x as in flash_avx512.c; 2^n built in the exponent bits, and inputs
  * below -126 (-inf included) give exactly 0. */
 static inline vec v_exp2(vec x) {

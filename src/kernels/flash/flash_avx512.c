@@ -20,6 +20,12 @@ static inline vec v_sub(vec a, vec b) { return _mm512_sub_ps(a, b); }
 static inline vec v_max(vec a, vec b) { return _mm512_max_ps(a, b); }
 static inline float v_hmax(vec v) { return _mm512_reduce_max_ps(v); }
 static inline float v_hsum(vec v) { return _mm512_reduce_add_ps(v); }
+static inline vec v_keep(const uint32_t *w, uint64_t threshold, float kept) {
+    /* threshold <= 2^32; 2^32 keeps everything */
+    if (threshold > UINT32_MAX) return _mm512_set1_ps(kept);
+    __mmask16 keep = _mm512_cmplt_epu32_mask(_mm512_loadu_si512(w), _mm512_set1_epi32((int)threshold));
+    return _mm512_maskz_mov_ps(keep, _mm512_set1_ps(kept));
+}
 
 /* 2^x = 2^n * 2^f, n = round(x), |f| <= 1/2, 2^f by its Taylor series in
  * f ln 2 to degree 7 (relative error below 1e-8); -inf (and anything below

@@ -10,6 +10,7 @@
  *   v_mul(a, b) v_sub(a, b) v_max(a, b)
  *   v_exp2(x)          2^x for x <= 0, exactly 0 for x = -inf
  *   v_hmax(v) v_hsum(v)
+ *   v_keep(w, t, k)    per lane: k where the 32-bit word w[lane] < t, else 0
  *   FLASH_KERNELS      the name of the attn_flash_kernels table to define
  *   FLASH_ISA_NAME     "avx512", ...
  *
@@ -84,9 +85,21 @@ static void drop_factors(const attn_flash_dropout *drop, uint64_t e0, size_t n, 
 #endif
         uint64_t lo = group << 6 > e0 ? group << 6 : e0;
         uint64_t hi = (group + 1) << 6 < e0 + n ? (group + 1) << 6 : e0 + n;
+        if (hi - lo == 64) { /* a whole group: a vector of words at a time */
+            for (int v = 0; v < 64; v += VW)
+                v_store(factor + (lo - e0) + v, v_keep(words + v, drop->keep_threshold, drop->kept_scale));
+            continue;
+        }
         for (uint64_t e = lo; e < hi; e++)
             factor[e - e0] = words[e & 63] < drop->keep_threshold ? drop->kept_scale : 0.0f;
     }
+}
+
+/* x[0, n) *= factor[0, n), a vector at a time. */
+static void scale_by(float *x, const float *factor, size_t n) {
+    size_t j = 0;
+    for (; j + VW <= n; j += VW) v_store(x + j, v_mul(v_load(x + j), v_load(factor + j)));
+    for (; j < n; j++) x[j] *= factor[j];
 }
 
 /* k^T (D, BC) and v (BC, Dp) of keys [j0, j0 + cols), zero beyond. */
@@ -210,30 +223,35 @@ static void forward_block(void *arg, size_t part, size_t item) {
             vec s[RG][NV];
             score_tile(qs + r0 * D, D, D, kt, s);
             mask_tile(f, s, i0 + r0, j0, cols);
-            float alpha[RG];
+            /* online softmax: m_new = max(m, rowmax); the running sums and
+             * outputs rescale by 2^(m - m_new), one vector exp2 for the rows */
+            float m_new[RG], shift[VW > RG ? VW : RG], alpha[VW > RG ? VW : RG];
             for (int r = 0; r < RG; r++) {
-                /* online softmax: m_new = max(m, rowmax), rescale by 2^(m - m_new) */
                 vec mx = s[r][0];
                 for (int v = 1; v < NV; v++) mx = v_max(mx, s[r][v]);
-                float m_old = m[r0 + r], m_new = fmaxf(m_old, v_hmax(mx));
+                m_new[r] = fmaxf(m[r0 + r], v_hmax(mx));
+            }
+            for (int r = 0; r < (VW > RG ? VW : RG); r++)
+                shift[r] = r < RG && m_new[r] != -INFINITY ? m[r0 + r] - m_new[r] : 0.0f;
+            for (int r = 0; r < RG; r += VW < RG ? VW : RG) v_store(alpha + r, v_exp2(v_load(shift + r)));
+            for (int r = 0; r < RG; r++) {
                 float *p_r = p + r * BC;
-                if (m_new == -INFINITY) { /* nothing visible yet */
+                if (m_new[r] == -INFINITY) { /* nothing visible yet */
                     alpha[r] = 1.0f;
                     memset(p_r, 0, BC * sizeof *p_r);
                     continue;
                 }
-                alpha[r] = (float)exp2((double)(m_old - m_new));
-                vec sum = v_zero(), shift = v_set1(m_new);
+                vec sum = v_zero(), row_max = v_set1(m_new[r]);
                 for (int v = 0; v < NV; v++) {
-                    vec e = v_exp2(v_sub(s[r][v], shift));
+                    vec e = v_exp2(v_sub(s[r][v], row_max));
                     sum = v_fma(e, v_set1(1.0f), sum);
                     v_store(p_r + v * VW, e);
                 }
                 l[r0 + r] = l[r0 + r] * alpha[r] + v_hsum(sum);
-                m[r0 + r] = m_new;
+                m[r0 + r] = m_new[r];
                 if (f->drop->kind != ATTN_FLASH_DROP_NONE && r0 + r < rows) {
                     drop_factors(f->drop, row_e0 + (r0 + r) * f->S + j0, cols, factor);
-                    for (size_t jj = 0; jj < cols; jj++) p_r[jj] *= factor[jj];
+                    scale_by(p_r, factor, cols);
                 }
             }
             apply_values(o + r0 * Dp, Dp, alpha, p, cols, vp);
@@ -397,10 +415,8 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
         }
         if (f->drop->kind != ATTN_FLASH_DROP_NONE) {
             drop_factors(f->drop, (uint64_t)(bh * f->T + i0 + row) * f->S + j0, cols, t->factor);
-            for (size_t jj = 0; jj < cols; jj++) {
-                A[jj] *= t->factor[jj];
-                dS[jj] *= t->factor[jj];
-            }
+            scale_by(A, t->factor, cols);
+            scale_by(dS, t->factor, cols);
         }
         /* a softmax over one key is constant: its dS is exactly zero (in
          * float, dP - delta would leave rounding residue) */

@@ -1,6 +1,7 @@
 /* flash_portable.c — the fused attention kernels in portable C: a "vector"
  * is 4 floats, left to the compiler to map onto what the target has. */
 #include <math.h>
+#include <stdint.h>
 
 #define VW 4
 #define NV 2
@@ -36,6 +37,11 @@ static inline vec v_max(vec a, vec b) {
 static inline vec v_exp2(vec a) {
     for (int i = 0; i < VW; i++) a.x[i] = exp2f(a.x[i]);
     return a;
+}
+static inline vec v_keep(const uint32_t *w, uint64_t threshold, float kept) {
+    vec f;
+    for (int i = 0; i < VW; i++) f.x[i] = w[i] < threshold ? kept : 0.0f;
+    return f;
 }
 static inline float v_hmax(vec v) { return fmaxf(fmaxf(v.x[0], v.x[1]), fmaxf(v.x[2], v.x[3])); }
 static inline float v_hsum(vec v) { return (v.x[0] + v.x[1]) + (v.x[2] + v.x[3]); }
