@@ -163,8 +163,9 @@ static int parse_threads(const char *text, bench_options *o) {
         char item[32];
         size_t len = strcspn(p, ",");
         if (len == 0 || len >= sizeof item || o->thread_counts == BENCH_MAX_THREAD_COUNTS)
-            return cli_usage_error("--threads: expected up to %d positive counts or 'all', got '%s'",
-                                   BENCH_MAX_THREAD_COUNTS, text);
+            return cli_usage_error(
+                "--threads: expected up to %d positive counts or 'all', got '%s'",
+                BENCH_MAX_THREAD_COUNTS, text);
         memcpy(item, p, len);
         item[len] = '\0';
         size_t t;
@@ -280,7 +281,8 @@ int cli_bench(int argc, char **argv) {
     if (only) {
         bool found = false;
         for (size_t i = 0; i < SECTIONS; i++) found = found || strcmp(only, sections[i].name) == 0;
-        if (!found) return cli_usage_error("--section: no section '%s' (try 'attn bench --help')", only);
+        if (!found)
+            return cli_usage_error("--section: no section '%s' (try 'attn bench --help')", only);
     }
 
     char model[256], load[64];

@@ -129,14 +129,16 @@ static size_t run_case(const attn_gemm_kernel *uk, const gemm_case *g, uint64_t 
         CHECK(attn_sgemm(uk, threads, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, a,
                          g->lda, b, g->ldb, g->beta, c[t], g->ldc));
     }
-    for (size_t i = 0; i < g->m; i++) memcpy(dense + i * g->n, c[0] + i * g->ldc, g->n * sizeof *dense);
+    for (size_t i = 0; i < g->m; i++)
+        memcpy(dense + i * g->n, c[0] + i * g->ldc, g->n * sizeof *dense);
     double err = rel_l2(dense, want, g->m * g->n);
     bool padding_kept = true;
     for (size_t i = 0; i < g->m; i++)
         for (size_t j = g->n; j < g->ldc; j++)
             if (memcmp(&c[0][i * g->ldc + j], &c0[i * g->ldc + j], sizeof(float)) != 0)
                 padding_kept = false;
-    bool same = memcmp(c[0], c[1], nc * sizeof *c0) == 0 && memcmp(c[0], c[2], nc * sizeof *c0) == 0;
+    bool same =
+        memcmp(c[0], c[1], nc * sizeof *c0) == 0 && memcmp(c[0], c[2], nc * sizeof *c0) == 0;
 
     /* The caller-workspace entry point, 2 threads. */
     memcpy(c_ws, c0, nc * sizeof *c0);
@@ -460,7 +462,8 @@ static void public_gemm(attn_kernels kernels, uint64_t *seed) {
     CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2), ATTN_OK);
     CHECK(c[0] == 4.0f && c[1] == 5.0f && c[2] == 10.0f && c[3] == 11.0f);
     /* k = 0: a and b unread, c = beta c */
-    CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 0, 1.0f, NULL, 0, NULL, 0, 0.5f, c, 2), ATTN_OK);
+    CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 0, 1.0f, NULL, 0, NULL, 0, 0.5f, c, 2),
+                 ATTN_OK);
     CHECK(c[0] == 2.0f && c[3] == 5.5f);
     CHECK_STATUS(attn_gemm(NULL, false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2),
                  ATTN_ERR_NULL);
@@ -507,7 +510,8 @@ int main(int argc, char **argv) {
         int before = check_failed;
         gemm_kernel_set(uk, &seed);
         for (int c = 0; c < 6; c++) {
-            call_sizes sizes = {1 + below(&seed, 150), 1 + below(&seed, 150), 1 + below(&seed, 150)};
+            call_sizes sizes = {1 + below(&seed, 150), 1 + below(&seed, 150),
+                                1 + below(&seed, 150)};
             kernel_calls(sets[s], sizes, &seed);
         }
         kernel_calls(sets[s], (call_sizes){1, 1, 1}, &seed);

@@ -1,6 +1,6 @@
 /*
- * gemm.c — the portable SGEMM framework: the five loops around a kernel
- * set's microkernel (see gemm.h), edge tiles, threads and the workspace.
+ * gemm.c — the portable SGEMM framework: the loops around a kernel set's
+ * microkernel (see gemm.h), edge tiles, threads and the workspace.
  * Nothing here depends on the instruction set; the kernel set brings its
  * microkernel, its packing and its block sizes (gemm_config.c).
  */
@@ -77,8 +77,8 @@ static bool make_plan(const attn_gemm_kernel *uk, size_t threads, size_t m, size
     plan->kc = even_block(k ? k : 1, uk->kc, 1);
     /* One thread: the cache block. More: GEMM_CHUNKS_PER_THREAD chunks a
      * thread, no larger than the cache block. */
-    size_t chunk = parts == 1 ? block
-                              : round_up(ceil_div(split ? split : 1, parts * GEMM_CHUNKS_PER_THREAD), unit);
+    size_t per_chunk = ceil_div(split ? split : 1, parts * GEMM_CHUNKS_PER_THREAD);
+    size_t chunk = parts == 1 ? block : round_up(per_chunk, unit);
     plan->chunk = even_block(split ? split : 1, min_size(chunk, block), unit);
     plan->chunks = ceil_div(split ? split : 1, plan->chunk);
     size_t other = plan->split_rows ? n : m, other_unit = plan->split_rows ? uk->nr : uk->mr;
