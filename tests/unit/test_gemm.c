@@ -11,6 +11,8 @@
  *   - 1, 2 and 3 threads give bitwise identical results (and the large
  *     cases do run on more than one thread);
  *   - the caller-workspace entry point agrees bitwise with the allocating one;
+ *   - k taken in super-blocks (the shared operand packed a part at a time)
+ *     gives bitwise the result of one pass;
  *   - the public attn_gemm on every kernel set, the reference included, and
  *     its errors;
  *   - when the SGEMM cannot get its workspace (address space limited with
@@ -212,6 +214,39 @@ static void gemm_kernel_set(const attn_gemm_kernel *uk, uint64_t *seed) {
         gemm_case cols = make_case(ta, tb, 137, 300, 293, 0.5f, -0.75f, 2);
         CHECK(run_case(uk, &rows, seed) >= 3);
         CHECK(run_case(uk, &cols, seed) >= 2);
+    }
+}
+
+/* The shared operand packed a kc block at a time (small kc, so that small
+ * sizes make many blocks): bitwise the result of packing it whole. */
+static void super_blocks(const attn_gemm_kernel *uk, uint64_t *seed) {
+    attn_gemm_kernel whole = *uk, parts = *uk;
+    whole.kc = parts.kc = 16;
+    parts.shared_max = 1; /* one kc block per super-block */
+    for (int t = 0; t < 4; t++) {
+        gemm_case g = make_case(t & 1, t >> 1, 20 + below(seed, 200), 20 + below(seed, 200),
+                                100 + below(seed, 200), 1.5f, t == 3 ? 0.0f : 1.0f, below(seed, 3));
+        run_case(&parts, &g, seed); /* against double, and 1, 2, 3 threads */
+        size_t a_rows = g.trans_a ? g.k : g.m, b_rows = g.trans_b ? g.n : g.k;
+        size_t na = a_rows * g.lda, nb = b_rows * g.ldb, nc = g.m * g.ldc;
+        float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b);
+        float *c1 = malloc(nc * sizeof *c1), *c2 = malloc(nc * sizeof *c2);
+        fill(a, na, seed);
+        fill(b, nb, seed);
+        fill(c1, nc, seed);
+        memcpy(c2, c1, nc * sizeof *c1);
+        CHECK(attn_sgemm(&whole, 2, g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a, g.lda, b,
+                         g.ldb, g.beta, c1, g.ldc));
+        CHECK(attn_sgemm(&parts, 2, g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a, g.lda, b,
+                         g.ldb, g.beta, c2, g.ldc));
+        CHECK(memcmp(c1, c2, nc * sizeof *c1) == 0);
+        /* and the workspace is bounded by the super-block, not by k */
+        CHECK(attn_sgemm_workspace(&parts, 1, g.m, g.n, g.k) <
+              attn_sgemm_workspace(&whole, 1, g.m, g.n, g.k));
+        free(a);
+        free(b);
+        free(c1);
+        free(c2);
     }
 }
 
@@ -509,6 +544,7 @@ int main(int argc, char **argv) {
         CHECK(uk->isa == sets[s]);
         int before = check_failed;
         gemm_kernel_set(uk, &seed);
+        super_blocks(uk, &seed);
         for (int c = 0; c < 6; c++) {
             call_sizes sizes = {1 + below(&seed, 150), 1 + below(&seed, 150),
                                 1 + below(&seed, 150)};

@@ -47,12 +47,15 @@ static size_t even_block(size_t n, size_t block, size_t unit) {
  * divided among the threads. Phase 2 hands out the chunks: a thread takes
  * the next one, packs its own slice of the other operand, and runs the
  * microkernel over it. Which thread computes a chunk changes nothing in
- * the arithmetic, so the result is the same for any thread count.
+ * the arithmetic, so the result is the same for any thread count. When
+ * the shared operand is large (k large), both phases run per super-block
+ * of k, in order.
  */
 typedef struct gemm_plan {
     bool split_rows;
     size_t parts;          /* threads */
     size_t kc;             /* the k blocks: they depend on k alone */
+    size_t super_k;        /* k per super-block: a multiple of kc */
     size_t chunk, chunks;  /* rows (split_rows) or columns per chunk, and how many */
     size_t shared_width;   /* rows of A (or columns of B) packed, padded to the tile */
     size_t shared_floats;  /* the packed shared operand */
@@ -84,8 +87,13 @@ static bool make_plan(const attn_gemm_kernel *uk, size_t threads, size_t m, size
     size_t other = plan->split_rows ? n : m, other_unit = plan->split_rows ? uk->nr : uk->mr;
     plan->shared_width = round_up(other ? other : 1, other_unit);
     plan->tile_floats = round_up(uk->mr * uk->nr, GEMM_ALIGN_FLOATS);
+    /* At most uk->shared_max floats of the shared operand are packed at a
+     * time: beyond it, k is taken in super-blocks of whole kc blocks, each
+     * packed and then computed, so the workspace stays bounded for any k. */
+    size_t kc_per_super = uk->shared_max / plan->shared_width / plan->kc;
+    plan->super_k = (kc_per_super ? kc_per_super : 1) * plan->kc;
     size_t shared, slice;
-    if (!attn_mul_size(plan->shared_width, k ? k : 1, &shared) ||
+    if (!attn_mul_size(plan->shared_width, min_size(k ? k : 1, plan->super_k), &shared) ||
         !attn_mul_size(plan->chunk, plan->kc, &slice) || !attn_floats_fit(shared) ||
         !attn_floats_fit(slice))
         return false;
@@ -122,7 +130,8 @@ typedef struct gemm_call {
     float *c;
     size_t ldc;
     gemm_plan plan;
-    float *shared;           /* the packed shared operand: kc block after kc block */
+    size_t k0, k1;           /* the super-block of k at work */
+    float *shared;           /* its packed shared operand: kc block after kc block */
     float *part_buffers;     /* per part: chunk slice, then edge tile */
     size_t pack_groups;      /* phase 1 tasks */
     atomic_size_t next_chunk;
@@ -130,7 +139,7 @@ typedef struct gemm_call {
 
 /* The shared operand's packed kc block that starts at pc. */
 static float *shared_block(const gemm_call *g, size_t pc) {
-    return g->shared + pc * g->plan.shared_width;
+    return g->shared + (pc - g->k0) * g->plan.shared_width;
 }
 
 /* Phase 1: panels [begin, end) of the pack groups, every kc block. */
@@ -142,8 +151,8 @@ static void pack_shared(void *arg, size_t begin, size_t end) {
     size_t first = panels * begin / g->pack_groups, last = panels * end / g->pack_groups;
     size_t v0 = first * width, len = min_size(last * width, total) - v0;
     if (len == 0) return;
-    for (size_t pc = 0; pc < g->k; pc += g->plan.kc) {
-        size_t kcb = min_size(g->plan.kc, g->k - pc);
+    for (size_t pc = g->k0; pc < g->k1; pc += g->plan.kc) {
+        size_t kcb = min_size(g->plan.kc, g->k1 - pc);
         float *dst = shared_block(g, pc) + v0 * kcb;
         if (g->plan.split_rows)
             uk->pack_b(kcb, len, g->trans_b ? g->b + v0 * g->ldb + pc : g->b + pc * g->ldb + v0,
@@ -192,8 +201,8 @@ static void macro_kernel(const gemm_call *g, size_t kcb, float beta, const float
 /* Phase 2, one chunk: rows (split_rows) or columns [s0, s1) of C. */
 static void run_chunk(const gemm_call *g, size_t s0, size_t s1, float *slice, float *tile) {
     const attn_gemm_kernel *uk = g->uk;
-    for (size_t pc = 0; pc < g->k; pc += g->plan.kc) {
-        size_t kcb = min_size(g->plan.kc, g->k - pc);
+    for (size_t pc = g->k0; pc < g->k1; pc += g->plan.kc) {
+        size_t kcb = min_size(g->plan.kc, g->k1 - pc);
         /* The first kc block applies beta, the later ones add to c. */
         float beta = pc == 0 ? g->beta : 1.0f;
         const float *shared = shared_block(g, pc);
@@ -253,17 +262,21 @@ void attn_sgemm_run(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bo
                    .alpha = alpha, .beta = beta, .a = a, .b = b, .lda = lda, .ldb = ldb,
                    .c = c, .ldc = ldc};
     if (!make_plan(uk, threads, m, n, k, &g.plan)) return;
-    atomic_init(&g.next_chunk, 0);
     g.shared = workspace;
     g.part_buffers = workspace + g.plan.shared_floats;
-    /* Phase 1: the shared operand, in groups of panels. */
+    atomic_init(&g.next_chunk, 0);
     size_t width = g.plan.split_rows ? uk->nr : uk->mr;
     size_t panels = ceil_div(g.plan.split_rows ? n : m, width);
-    size_t per_group = ceil_div(GEMM_PACK_FLOATS_PER_TASK, width * k);
-    g.pack_groups = ceil_div(panels, per_group);
-    attn_parallel_for(g.plan.parts, g.pack_groups, 1, pack_shared, &g);
-    /* Phase 2: the chunks, taken by whichever thread is free. */
-    attn_parallel_for_parts(g.plan.parts, g.plan.parts, 1, run_chunks, &g);
+    for (g.k0 = 0; g.k0 < k; g.k0 = g.k1) {
+        g.k1 = min_size(k, g.k0 + g.plan.super_k);
+        /* Phase 1: the shared operand, in groups of panels. */
+        size_t per_group = ceil_div(GEMM_PACK_FLOATS_PER_TASK, width * (g.k1 - g.k0));
+        g.pack_groups = ceil_div(panels, per_group);
+        attn_parallel_for(g.plan.parts, g.pack_groups, 1, pack_shared, &g);
+        /* Phase 2: the chunks, taken by whichever thread is free. */
+        atomic_store(&g.next_chunk, 0);
+        attn_parallel_for_parts(g.plan.parts, g.plan.parts, 1, run_chunks, &g);
+    }
 }
 
 bool attn_sgemm(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool trans_b, size_t m,

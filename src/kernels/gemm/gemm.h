@@ -68,6 +68,7 @@ typedef struct attn_gemm_kernel {
     attn_kernels isa;   /* the instruction set it needs               */
     size_t mr, nr;      /* the microkernel's tile                      */
     size_t mc, kc, nc;  /* cache blocks: mc % mr == 0, nc % nr == 0   */
+    size_t shared_max;  /* floats of the shared operand packed at once */
     attn_sgemm_micro_fn *micro;
     attn_sgemm_pack_fn *pack_a, *pack_b;
 } attn_gemm_kernel;

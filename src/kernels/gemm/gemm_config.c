@@ -14,9 +14,14 @@
  */
 #include "kernels/gemm/gemm.h"
 
+/* The operand every thread reads (B when rows of C are split, A when
+ * columns are) is packed at most 16 MiB at a time: the workspace stays
+ * bounded however large k is (see gemm.c). */
+#define SHARED_MAX ((size_t)1 << 22)
+
 static const attn_gemm_kernel portable_kernel = {
     .name = "sgemm_portable_4x8", .isa = ATTN_KERNELS_PORTABLE,
-    .mr = 4, .nr = 8, .mc = 1024, .kc = 256, .nc = 512,
+    .mr = 4, .nr = 8, .mc = 1024, .kc = 256, .nc = 512, .shared_max = SHARED_MAX,
     .micro = attn_sgemm_portable_4x8,
     .pack_a = attn_sgemm_portable_4x8_pack_a, .pack_b = attn_sgemm_portable_4x8_pack_b,
 };
@@ -24,14 +29,14 @@ static const attn_gemm_kernel portable_kernel = {
 #if defined(ATTN_HAVE_X86_KERNELS)
 static const attn_gemm_kernel avx2_kernel = {
     .name = "sgemm_avx2_6x16", .isa = ATTN_KERNELS_AVX2,
-    .mr = 6, .nr = 16, .mc = 1020, .kc = 384, .nc = 512,
+    .mr = 6, .nr = 16, .mc = 1020, .kc = 384, .nc = 512, .shared_max = SHARED_MAX,
     .micro = attn_sgemm_avx2_6x16,
     .pack_a = attn_sgemm_avx2_6x16_pack_a, .pack_b = attn_sgemm_avx2_6x16_pack_b,
 };
 
 static const attn_gemm_kernel avx512_kernel = {
     .name = "sgemm_avx512_14x32", .isa = ATTN_KERNELS_AVX512,
-    .mr = 14, .nr = 32, .mc = 1008, .kc = 384, .nc = 512,
+    .mr = 14, .nr = 32, .mc = 1008, .kc = 384, .nc = 512, .shared_max = SHARED_MAX,
     .micro = attn_sgemm_avx512_14x32,
     .pack_a = attn_sgemm_avx512_14x32_pack_a, .pack_b = attn_sgemm_avx512_14x32_pack_b,
 };
