@@ -44,6 +44,7 @@ int cli_trace(int argc, char **argv);
 int cli_params(int argc, char **argv);
 int cli_forward(int argc, char **argv);
 int cli_grad(int argc, char **argv);
+int cli_heatmap(int argc, char **argv);
 int cli_bench(int argc, char **argv);
 
 #endif /* ATTN_CLI_H */

@@ -96,9 +96,11 @@ typedef struct attn_ctx attn_ctx;
 
 /* cfg may be NULL for the defaults. */
 attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out);
+/* Frees ctx (NULL is fine). Free the objects made from it first. */
 void attn_ctx_free(attn_ctx *ctx);
 /* The message of the last failed call made through ctx ("" if none). */
 const char *attn_ctx_last_error(const attn_ctx *ctx);
+/* The worker threads the ctx runs with (at least 1); 0 for a NULL ctx. */
 size_t attn_ctx_num_threads(const attn_ctx *ctx);
 /* A ctx also keeps its kernels' scratch memory (the SGEMM's packed panels)
  * from call to call, as much as its largest call needed; attn_ctx_free
@@ -149,9 +151,12 @@ typedef struct attn_rng attn_rng;
 
 /* ctx receives the rng's error messages; it may be NULL (statuses only). */
 attn_status attn_rng_new(attn_ctx *ctx, uint64_t seed, attn_rng **out);
+/* Frees rng (NULL is fine). */
 void attn_rng_free(attn_rng *rng);
 /* torch.manual_seed(seed) */
 attn_status attn_rng_manual_seed(attn_rng *rng, uint64_t seed);
+/* Chooses how dropout masks are drawn (see above); ATTN_ERR_INVALID for
+ * an unknown method. */
 attn_status attn_rng_set_bernoulli_method(attn_rng *rng, attn_bernoulli_method method);
 /* The next raw 32-bit mt19937 output (the generator's random()). */
 attn_status attn_rng_next_u32(attn_rng *rng, uint32_t *out);
@@ -280,20 +285,29 @@ typedef enum attn_module_kind {
     ATTN_MODULE_GPT2         /* GPT-2 CausalSelfAttention (fused c_attn)  */
 } attn_module_kind;
 
+/* Which of the seven variants m is. */
 attn_module_kind attn_module_get_kind(const attn_module *m);
 /* The PyTorch class name: "MultiHeadAttention". */
 const char *attn_module_class_name(const attn_module *m);
+/* The input width: x is (B, T, d_in). */
 size_t attn_module_d_in(const attn_module *m);
+/* The output width: y is (B, T, d_out) (num_heads * d_out for the
+ * wrapper). */
 size_t attn_module_d_out(const attn_module *m);
 /* Number of parameter tensors, and the total number of scalars. */
 size_t attn_module_param_count(const attn_module *m);
+/* The number of scalars in all parameters together (numel summed). */
 size_t attn_module_num_scalars(const attn_module *m);
 /* Parameters in state_dict order. */
 attn_status attn_module_param_at(attn_module *m, size_t index, attn_param *out);
+/* The parameter of that state_dict name ("out_proj.weight"): its data
+ * and grad pointers stay valid until the module is freed.
+ * ATTN_ERR_NOT_FOUND naming the module and the name when there is none. */
 attn_status attn_module_param(attn_module *m, const char *name, attn_param *out);
 /* module.train() / module.eval(); modules start in training mode like
  * PyTorch, which matters only where dropout > 0. */
 attn_status attn_module_set_training(attn_module *m, bool training);
+/* True in training mode (module.training). */
 bool attn_module_training(const attn_module *m);
 /*
  * y (B, T, d_out) = module(x (B, T, d_in)). rng supplies dropout draws and
@@ -309,6 +323,7 @@ attn_status attn_module_forward(attn_module *m, const float *x, size_t batch, si
  * nothing (torch.no_grad()) and backward fails.
  */
 attn_status attn_module_set_grad_enabled(attn_module *m, bool enabled);
+/* Whether forwards keep what backward needs (default true). */
 bool attn_module_grad_enabled(const attn_module *m);
 /* Every parameter's grad set to zero: optimizer.zero_grad(set_to_none=False). */
 attn_status attn_module_zero_grad(attn_module *m);
@@ -322,6 +337,8 @@ attn_status attn_module_zero_grad(attn_module *m);
  */
 attn_status attn_module_backward(attn_module *m, const float *dy, size_t batch, size_t tokens,
                                  float *dx);
+/* Frees any module through its generic view (NULL is fine); the same as
+ * the variant's _free. */
 void attn_module_free(attn_module *m);
 
 /*
@@ -341,10 +358,15 @@ typedef struct attn_simple_config {
     size_t d_in;
 } attn_simple_config;
 typedef struct attn_simple attn_simple;
+/* Builds a SimplifiedSelfAttention for width cfg->d_in (no weights) into
+ * *out. ATTN_ERR_NULL, ATTN_ERR_INVALID (d_in 0), ATTN_ERR_NO_MEMORY. */
 attn_status attn_simple_new(attn_ctx *ctx, const attn_simple_config *cfg, attn_simple **out);
-/* y (B, T, d_in) */
+/* y (B, T, d_in) = softmax(x x^T) x for x (B, T, d_in), B = batch, T =
+ * tokens. ATTN_ERR_NULL, ATTN_ERR_INVALID (zero sizes), ATTN_ERR_OVERFLOW. */
 attn_status attn_simple_forward(attn_simple *m, const float *x, size_t batch, size_t tokens,
                                 float *y);
+/* attn_module_backward on this module: dy (B, T, d_in) in, dx (B, T, d_in)
+ * out (the module has no parameters). */
 attn_status attn_simple_backward(attn_simple *m, const float *dy, size_t batch, size_t tokens,
                                  float *dx);
 /* The seeds' one-query steps for x (T, d_in) and query row q:
@@ -352,7 +374,10 @@ attn_status attn_simple_backward(attn_simple *m, const float *dy, size_t batch, 
 attn_status attn_simple_forward_query(attn_simple *m, const float *x, size_t tokens,
                                       size_t query_index, float *scores, float *weights,
                                       float *context);
+/* The generic view of the module (NULL for NULL): parameters, train/eval,
+ * forward, backward, safetensors. */
 attn_module *attn_simple_module(attn_simple *m);
+/* Frees the module (NULL is fine). */
 void attn_simple_free(attn_simple *m);
 
 /* 2. SelfAttention_v1: W_query, W_key, W_value are (d_in, d_out), x @ W,
@@ -362,13 +387,23 @@ typedef struct attn_sa_v1_config {
     float scale;
 } attn_sa_v1_config;
 typedef struct attn_sa_v1 attn_sa_v1;
+/* Builds a SelfAttention_v1 from cfg, drawing its weights from init_rng into
+ * *out. Errors name the values: ATTN_ERR_NULL, ATTN_ERR_INVALID (a zero
+ * width, a bad scale), ATTN_ERR_OVERFLOW, ATTN_ERR_NO_MEMORY. */
 attn_status attn_sa_v1_new(attn_ctx *ctx, const attn_sa_v1_config *cfg, attn_rng *init_rng,
                            attn_sa_v1 **out);
+/* y (B, T, d_out) = module(x (B, T, d_in)), B = batch, T = tokens.
+ * ATTN_ERR_NULL, ATTN_ERR_INVALID (zero or too many tokens), ATTN_ERR_OVERFLOW. */
 attn_status attn_sa_v1_forward(attn_sa_v1 *m, const float *x, size_t batch, size_t tokens,
                                float *y);
+/* attn_module_backward on this module: dy (B, T, d_out) in, dx (B, T, d_in)
+ * out, parameter gradients accumulated. */
 attn_status attn_sa_v1_backward(attn_sa_v1 *m, const float *dy, size_t batch, size_t tokens,
                                 float *dx);
+/* The generic view of the module (NULL for NULL): parameters, train/eval,
+ * forward, backward, safetensors. */
 attn_module *attn_sa_v1_module(attn_sa_v1 *m);
+/* Frees the module (NULL is fine). */
 void attn_sa_v1_free(attn_sa_v1 *m);
 
 /* 3. SelfAttention_v2: nn.Linear projections (optional qkv_bias). */
@@ -378,13 +413,23 @@ typedef struct attn_sa_v2_config {
     float scale;
 } attn_sa_v2_config;
 typedef struct attn_sa_v2 attn_sa_v2;
+/* Builds a SelfAttention_v2 from cfg, drawing its weights from init_rng into
+ * *out. Errors name the values: ATTN_ERR_NULL, ATTN_ERR_INVALID (a zero
+ * width, a bad scale), ATTN_ERR_OVERFLOW, ATTN_ERR_NO_MEMORY. */
 attn_status attn_sa_v2_new(attn_ctx *ctx, const attn_sa_v2_config *cfg, attn_rng *init_rng,
                            attn_sa_v2 **out);
+/* y (B, T, d_out) = module(x (B, T, d_in)), B = batch, T = tokens.
+ * ATTN_ERR_NULL, ATTN_ERR_INVALID (zero or too many tokens), ATTN_ERR_OVERFLOW. */
 attn_status attn_sa_v2_forward(attn_sa_v2 *m, const float *x, size_t batch, size_t tokens,
                                float *y);
+/* attn_module_backward on this module: dy (B, T, d_out) in, dx (B, T, d_in)
+ * out, parameter gradients accumulated. */
 attn_status attn_sa_v2_backward(attn_sa_v2 *m, const float *dy, size_t batch, size_t tokens,
                                 float *dx);
+/* The generic view of the module (NULL for NULL): parameters, train/eval,
+ * forward, backward, safetensors. */
 attn_module *attn_sa_v2_module(attn_sa_v2 *m);
+/* Frees the module (NULL is fine). */
 void attn_sa_v2_free(attn_sa_v2 *m);
 
 /* 4. CausalAttention: causal mask and dropout on the attention weights. */
@@ -396,13 +441,26 @@ typedef struct attn_causal_config {
     attn_mask_method mask;
 } attn_causal_config;
 typedef struct attn_causal attn_causal;
+/* Builds a CausalAttention from cfg, drawing its weights from init_rng into
+ * *out. Errors name the values: ATTN_ERR_NULL, ATTN_ERR_INVALID (a zero
+ * width, a bad dropout, scale, mask or head count), ATTN_ERR_OVERFLOW,
+ * ATTN_ERR_NO_MEMORY. */
 attn_status attn_causal_new(attn_ctx *ctx, const attn_causal_config *cfg, attn_rng *init_rng,
                             attn_causal **out);
+/* y (B, T, d_out) = module(x (B, T, d_in)), B = batch, T = tokens (T at most
+ * the context length). dropout_rng draws the dropout masks in training
+ * mode with dropout > 0 (else it may be NULL).
+ * ATTN_ERR_NULL, ATTN_ERR_INVALID (zero or too many tokens), ATTN_ERR_OVERFLOW. */
 attn_status attn_causal_forward(attn_causal *m, const float *x, size_t batch, size_t tokens,
                                 float *y, attn_rng *dropout_rng);
+/* attn_module_backward on this module: dy (B, T, d_out) in, dx (B, T, d_in)
+ * out, parameter gradients accumulated. */
 attn_status attn_causal_backward(attn_causal *m, const float *dy, size_t batch, size_t tokens,
                                  float *dx);
+/* The generic view of the module (NULL for NULL): parameters, train/eval,
+ * forward, backward, safetensors. */
 attn_module *attn_causal_module(attn_causal *m);
+/* Frees the module (NULL is fine). */
 void attn_causal_free(attn_causal *m);
 
 /* 5. MultiHeadAttentionWrapper: num_heads CausalAttention heads of width
@@ -415,13 +473,26 @@ typedef struct attn_mha_wrapper_config {
     attn_mask_method mask;
 } attn_mha_wrapper_config;
 typedef struct attn_mha_wrapper attn_mha_wrapper;
+/* Builds a MultiHeadAttentionWrapper from cfg, drawing its weights from init_rng into
+ * *out. Errors name the values: ATTN_ERR_NULL, ATTN_ERR_INVALID (a zero
+ * width, a bad dropout, scale, mask or head count), ATTN_ERR_OVERFLOW,
+ * ATTN_ERR_NO_MEMORY. */
 attn_status attn_mha_wrapper_new(attn_ctx *ctx, const attn_mha_wrapper_config *cfg,
                                  attn_rng *init_rng, attn_mha_wrapper **out);
+/* y (B, T, num_heads * d_out) = module(x (B, T, d_in)), B = batch, T = tokens (T at most
+ * the context length). dropout_rng draws the dropout masks in training
+ * mode with dropout > 0 (else it may be NULL).
+ * ATTN_ERR_NULL, ATTN_ERR_INVALID (zero or too many tokens), ATTN_ERR_OVERFLOW. */
 attn_status attn_mha_wrapper_forward(attn_mha_wrapper *m, const float *x, size_t batch,
                                      size_t tokens, float *y, attn_rng *dropout_rng);
+/* attn_module_backward on this module: dy (B, T, num_heads * d_out) in, dx (B, T, d_in)
+ * out, parameter gradients accumulated. */
 attn_status attn_mha_wrapper_backward(attn_mha_wrapper *m, const float *dy, size_t batch, size_t tokens,
                                       float *dx);
+/* The generic view of the module (NULL for NULL): parameters, train/eval,
+ * forward, backward, safetensors. */
 attn_module *attn_mha_wrapper_module(attn_mha_wrapper *m);
+/* Frees the module (NULL is fine). */
 void attn_mha_wrapper_free(attn_mha_wrapper *m);
 
 /* 6. MultiHeadAttention: one projection split into num_heads heads of
@@ -434,13 +505,26 @@ typedef struct attn_mha_config {
     attn_mask_method mask;
 } attn_mha_config;
 typedef struct attn_mha attn_mha;
+/* Builds a MultiHeadAttention from cfg, drawing its weights from init_rng into
+ * *out. Errors name the values: ATTN_ERR_NULL, ATTN_ERR_INVALID (a zero
+ * width, a bad dropout, scale, mask or head count), ATTN_ERR_OVERFLOW,
+ * ATTN_ERR_NO_MEMORY. */
 attn_status attn_mha_new(attn_ctx *ctx, const attn_mha_config *cfg, attn_rng *init_rng,
                          attn_mha **out);
+/* y (B, T, d_out) = module(x (B, T, d_in)), B = batch, T = tokens (T at most
+ * the context length). dropout_rng draws the dropout masks in training
+ * mode with dropout > 0 (else it may be NULL).
+ * ATTN_ERR_NULL, ATTN_ERR_INVALID (zero or too many tokens), ATTN_ERR_OVERFLOW. */
 attn_status attn_mha_forward(attn_mha *m, const float *x, size_t batch, size_t tokens,
                              float *y, attn_rng *dropout_rng);
+/* attn_module_backward on this module: dy (B, T, d_out) in, dx (B, T, d_in)
+ * out, parameter gradients accumulated. */
 attn_status attn_mha_backward(attn_mha *m, const float *dy, size_t batch, size_t tokens,
                               float *dx);
+/* The generic view of the module (NULL for NULL): parameters, train/eval,
+ * forward, backward, safetensors. */
 attn_module *attn_mha_module(attn_mha *m);
+/* Frees the module (NULL is fine). */
 void attn_mha_free(attn_mha *m);
 
 /* 7. GPT-2 CausalSelfAttention: c_attn (3C, C) with bias gives q, k, v;
@@ -455,13 +539,26 @@ typedef struct attn_gpt2_config {
     float scale;
 } attn_gpt2_config;
 typedef struct attn_gpt2 attn_gpt2;
+/* Builds a CausalSelfAttention from cfg, drawing its weights from init_rng into
+ * *out. Errors name the values: ATTN_ERR_NULL, ATTN_ERR_INVALID (a zero
+ * width, a bad dropout, scale, mask or head count), ATTN_ERR_OVERFLOW,
+ * ATTN_ERR_NO_MEMORY. */
 attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *init_rng,
                           attn_gpt2 **out);
+/* y (B, T, n_embd) = module(x (B, T, n_embd)), B = batch, T = tokens (T at most
+ * the context length). dropout_rng draws the dropout masks in training
+ * mode with dropout > 0 (else it may be NULL).
+ * ATTN_ERR_NULL, ATTN_ERR_INVALID (zero or too many tokens), ATTN_ERR_OVERFLOW. */
 attn_status attn_gpt2_forward(attn_gpt2 *m, const float *x, size_t batch, size_t tokens,
                               float *y, attn_rng *dropout_rng);
+/* attn_module_backward on this module: dy (B, T, n_embd) in, dx (B, T, n_embd)
+ * out, parameter gradients accumulated. */
 attn_status attn_gpt2_backward(attn_gpt2 *m, const float *dy, size_t batch, size_t tokens,
                                float *dx);
+/* The generic view of the module (NULL for NULL): parameters, train/eval,
+ * forward, backward, safetensors. */
 attn_module *attn_gpt2_module(attn_gpt2 *m);
+/* Frees the module (NULL is fine). */
 void attn_gpt2_free(attn_gpt2 *m);
 
 /* ------------------------------------------------------------------------ */
@@ -475,7 +572,9 @@ typedef struct attn_gpt2_preset {
     bool qkv_bias; /* true: GPT-2's c_attn has a bias */
 } attn_gpt2_preset;
 
+/* The number of GPT-2 presets (4: small, medium, large, xl). */
 size_t attn_gpt2_preset_count(void);
+/* Preset index (0 .. count - 1) into *out; ATTN_ERR_NOT_FOUND past the end. */
 attn_status attn_gpt2_preset_at(size_t index, attn_gpt2_preset *out);
 /* By name; "small" and "gpt2-small" both work. */
 attn_status attn_gpt2_preset_find(attn_ctx *ctx, const char *name, attn_gpt2_preset *out);
@@ -501,8 +600,12 @@ typedef struct attn_npy {
 attn_status attn_npy_read(attn_ctx *ctx, const char *path, attn_npy *out);
 /* Parses an in-memory .npy image (for fuzzing and embedded use). */
 attn_status attn_npy_parse(attn_ctx *ctx, const void *bytes, size_t size, attn_npy *out);
+/* Writes data (shape[0] x ... x shape[ndim-1] floats) as a version 1.0
+ * '<f4' C-order .npy. ATTN_ERR_NULL, ATTN_ERR_INVALID (ndim > 8),
+ * ATTN_ERR_OVERFLOW, ATTN_ERR_IO naming the path and the system's reason. */
 attn_status attn_npy_write(attn_ctx *ctx, const char *path, const float *data, size_t ndim,
                            const size_t *shape);
+/* Frees the data of a read or parsed array and zeroes it (NULL is fine). */
 void attn_npy_free(attn_npy *npy);
 
 /* ------------------------------------------------------------------------ */
@@ -607,9 +710,12 @@ attn_status attn_safetensors_open(attn_ctx *ctx, const char *path, attn_safetens
  * result). Messages name "<memory>". For fuzzing and embedded use. */
 attn_status attn_safetensors_parse(attn_ctx *ctx, const void *bytes, size_t size,
                                    attn_safetensors **out);
+/* Closes the file and frees st (NULL is fine). */
 void attn_safetensors_free(attn_safetensors *st);
 /* Tensors in file order of their data (by data_offsets). */
 size_t attn_safetensors_count(const attn_safetensors *st);
+/* Tensor index's name, dtype, shape, numel, data offsets and index.
+ * ATTN_ERR_NOT_FOUND past the end, ATTN_ERR_NULL for a NULL out. */
 attn_status attn_safetensors_info_at(attn_safetensors *st, size_t index,
                                      attn_safetensors_info *out);
 /* ATTN_ERR_NOT_FOUND when no tensor has that name. */
@@ -622,19 +728,28 @@ attn_status attn_safetensors_find(attn_safetensors *st, const char *name,
 attn_status attn_safetensors_load(attn_safetensors *st, size_t index, float *dst, size_t numel);
 /* "__metadata__" entries, in file order; the value for key, or NULL. */
 size_t attn_safetensors_metadata_count(const attn_safetensors *st);
+/* Metadata entry index (key and value stay owned by st);
+ * ATTN_ERR_NOT_FOUND past the end. */
 attn_status attn_safetensors_metadata_at(attn_safetensors *st, size_t index,
                                          attn_metadata_entry *out);
+/* The value for key, or NULL when the file has no such entry. */
 const char *attn_safetensors_metadata_get(const attn_safetensors *st, const char *key);
 
 /*
- * A module's parameters under their state_dict names ("W_query.weight",
- * "out_proj.bias", ...), float32, metadata {"format": "pt"}: what
- * safetensors.torch.save_file(module.state_dict(), path) writes.
+ * A module's state_dict: its parameters under their PyTorch names
+ * ("W_query.weight", "out_proj.bias", ...) and the seeds' causal-mask
+ * buffers ("mask" (T, T) = triu(ones, 1) for CausalAttention and
+ * MultiHeadAttention, "heads.N.mask" for the wrapper, GPT-2's "bias"
+ * (1, 1, T, T) = tril(ones)), float32, metadata {"format": "pt"}: what
+ * safetensors.torch.save_file(module.state_dict(), path) writes for the
+ * seeds' PyTorch class.
  */
 attn_status attn_safetensors_save_module(attn_ctx *ctx, attn_module *m, const char *path);
 /*
  * module.load_state_dict(load_file(path), strict=True): every parameter
- * must be in the file with its shape, and the file may hold nothing else.
+ * must be in the file with its shape, and the file may hold nothing else
+ * but the module's mask buffers, which may be absent and, when present,
+ * must be those masks.
  * With a prefix (e.g. "encoder.layer0."), only tensors whose names start
  * with it are considered, the prefix stripped; the rest of the file is
  * ignored. Nothing is changed unless every parameter loads. Errors name the
@@ -660,15 +775,18 @@ attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module 
  * the transpose of nn.Linear's weight (in, out); the loader transposes it
  * into the module's (out, in). The checkpoint does not record n_head: the
  * module's n_head must be the model's (config.json's n_head, 12 for GPT-2
- * small). Errors: ATTN_ERR_NOT_FOUND naming the missing tensor (and how many
- * layers the file has), ATTN_ERR_SHAPE when n_embd differs.
+ * small). m is the module of an attn_gpt2 (attn_gpt2_module). Errors:
+ * ATTN_ERR_INVALID for another kind of module, ATTN_ERR_NOT_FOUND naming
+ * the missing tensor (and how many layers the file has), ATTN_ERR_SHAPE
+ * when n_embd differs. Nothing changes unless all four tensors load.
  */
-attn_status attn_gpt2_load_hf(attn_ctx *ctx, attn_gpt2 *m, const char *path, size_t layer);
-attn_status attn_gpt2_load_hf_from(attn_safetensors *st, attn_gpt2 *m, size_t layer);
+attn_status attn_gpt2_load_hf(attn_ctx *ctx, attn_module *m, const char *path, size_t layer);
+/* The same from an already opened file (messages go to its ctx). */
+attn_status attn_gpt2_load_hf_from(attn_safetensors *st, attn_module *m, size_t layer);
 /* The reverse: writes the module as layer `layer` of a Hugging Face
  * checkpoint (h.N.attn.c_attn.weight in Conv1D layout, ...), no prefix,
  * metadata {"format": "pt"}. */
-attn_status attn_gpt2_save_hf(attn_ctx *ctx, attn_gpt2 *m, const char *path, size_t layer);
+attn_status attn_gpt2_save_hf(attn_ctx *ctx, attn_module *m, const char *path, size_t layer);
 
 #ifdef __cplusplus
 }

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Installs what building and testing attn needs, from Debian's packages:
-# a C toolchain, CMake, and python3-torch + numpy for the PyTorch conformance
-# tests. Idempotent: does nothing when everything is already there.
+# a C toolchain, CMake, python3-torch + numpy for the PyTorch conformance
+# tests, libpng-dev for `attn heatmap`, python3-venv for the project
+# virtualenv; then (install-python-deps.sh) the PyPI packages some tests
+# use, into .venv. Idempotent: does nothing when everything is already there.
 set -euo pipefail
 
-packages=(build-essential cmake clang python3 python3-torch python3-numpy)
+packages=(build-essential cmake clang python3 python3-torch python3-numpy libpng-dev pkg-config
+          python3-venv)
 
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
-  exit 0
+  exec "$(dirname "$0")/install-python-deps.sh"
 fi
 
 echo "install-deps: installing ${missing[*]}"
@@ -23,3 +26,4 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+exec "$(dirname "$0")/install-python-deps.sh"

@@ -54,12 +54,21 @@ static size_t count_layers(attn_safetensors *st) {
     return layers;
 }
 
-attn_status attn_gpt2_load_hf_from(attn_safetensors *st, attn_gpt2 *g, size_t layer) {
+static attn_status check_kind(attn_ctx *ctx, const attn_module *m, const char *what) {
+    if (!m) return attn_fail(ctx, ATTN_ERR_NULL, "%s: module is NULL", what);
+    if (m->ops->kind != ATTN_MODULE_GPT2)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: the module is a %s; GPT-2 checkpoints load into CausalSelfAttention",
+                         what, m->ops->class_name);
+    return ATTN_OK;
+}
+
+attn_status attn_gpt2_load_hf_from(attn_safetensors *st, attn_module *m, size_t layer) {
     if (!st) return ATTN_ERR_NULL;
     attn_ctx *ctx = attn_safetensors_ctx(st);
     attn_clear_error(ctx);
-    attn_module *m = attn_gpt2_module(g);
-    if (!m) return attn_fail(ctx, ATTN_ERR_NULL, "attn_gpt2_load_hf: module is NULL");
+    attn_status s = check_kind(ctx, m, "attn_gpt2_load_hf");
+    if (s != ATTN_OK) return s;
     const size_t C = m->d_in;
     char prefix[64], name[NUM_TENSORS][96];
     attn_safetensors_info info[NUM_TENSORS];
@@ -108,8 +117,8 @@ attn_status attn_gpt2_load_hf_from(attn_safetensors *st, attn_gpt2 *g, size_t la
     /* Stage all four, transposing the weights, then commit. */
     float *raw = attn_alloc_floats(3 * C * C);
     float *staged = attn_alloc_floats(m->num_scalars);
-    attn_status s = (raw && staged) ? ATTN_OK
-                                    : attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+    s = (raw && staged) ? ATTN_OK
+                        : attn_fail(ctx, ATTN_ERR_NO_MEMORY,
                                                 "GPT-2 checkpoint: out of memory for n_embd %zu", C);
     for (size_t t = 0; t < NUM_TENSORS && s == ATTN_OK; t++) {
         float *dst = staged + m->params[t].offset;
@@ -123,7 +132,7 @@ attn_status attn_gpt2_load_hf_from(attn_safetensors *st, attn_gpt2 *g, size_t la
     return s;
 }
 
-attn_status attn_gpt2_load_hf(attn_ctx *ctx, attn_gpt2 *m, const char *path, size_t layer) {
+attn_status attn_gpt2_load_hf(attn_ctx *ctx, attn_module *m, const char *path, size_t layer) {
     attn_safetensors *st;
     attn_status s = attn_safetensors_open(ctx, path, &st);
     if (s != ATTN_OK) return s;
@@ -132,10 +141,10 @@ attn_status attn_gpt2_load_hf(attn_ctx *ctx, attn_gpt2 *m, const char *path, siz
     return s;
 }
 
-attn_status attn_gpt2_save_hf(attn_ctx *ctx, attn_gpt2 *g, const char *path, size_t layer) {
+attn_status attn_gpt2_save_hf(attn_ctx *ctx, attn_module *m, const char *path, size_t layer) {
     attn_clear_error(ctx);
-    attn_module *m = attn_gpt2_module(g);
-    if (!m) return attn_fail(ctx, ATTN_ERR_NULL, "attn_gpt2_save_hf: module is NULL");
+    attn_status s = check_kind(ctx, m, "attn_gpt2_save_hf");
+    if (s != ATTN_OK) return s;
     const size_t C = m->d_in;
     float *c_attn = attn_alloc_floats(3 * C * C), *c_proj = attn_alloc_floats(C * C);
     if (!c_attn || !c_proj) {
@@ -156,7 +165,7 @@ attn_status attn_gpt2_save_hf(attn_ctx *ctx, attn_gpt2 *g, const char *path, siz
         {.name = name[3], .data = attn_module_data(m, C_PROJ_BIAS), .ndim = 1, .shape = {C}},
     };
     attn_metadata_entry format = {"format", "pt"};
-    attn_status s = attn_safetensors_write(ctx, path, tensors, NUM_TENSORS, &format, 1);
+    s = attn_safetensors_write(ctx, path, tensors, NUM_TENSORS, &format, 1);
     free(c_attn);
     free(c_proj);
     return s;

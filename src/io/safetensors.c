@@ -235,8 +235,11 @@ static attn_status json_string(json_cursor *c, char **out, const char *expected)
     if (c->p >= c->end || *c->p != '"') return json_error(c, expected);
     size_t start_offset = json_offset(c);
     c->p++;
-    /* Decoding never makes text longer: escapes shrink, the rest is copied. */
-    size_t cap = (size_t)(c->end - c->p) + 1;
+    /* Decoding never makes text longer (escapes shrink, the rest is copied),
+     * so the raw length up to the closing quote bounds the decoded one. */
+    const unsigned char *q = c->p;
+    while (q < c->end && *q != '"') q += (*q == '\\' && q + 1 < c->end) ? 2 : 1;
+    size_t cap = (size_t)(q - c->p) + 1;
     unsigned char *buf = malloc(cap);
     if (!buf)
         return attn_fail(c->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for a header string",
@@ -767,8 +770,9 @@ static uint64_t read_u64_le(const unsigned char *p) {
 static attn_status header_size(attn_safetensors *st, uint64_t n, size_t total, size_t *len) {
     if (n > ATTN_SAFETENSORS_MAX_HEADER)
         return attn_fail(st->ctx, ATTN_ERR_FORMAT,
-                         "%s: header length %llu exceeds the limit of %zu bytes", st->label,
-                         (unsigned long long)n, ATTN_SAFETENSORS_MAX_HEADER);
+                         "%s: header length %llu exceeds the limit of %zu bytes (not a "
+                         "safetensors file?)",
+                         st->label, (unsigned long long)n, ATTN_SAFETENSORS_MAX_HEADER);
     if (n > total - 8)
         return attn_fail(st->ctx, ATTN_ERR_FORMAT,
                          "%s: header length %llu exceeds the %zu bytes after the length field",
@@ -833,7 +837,7 @@ attn_status attn_safetensors_open(attn_ctx *ctx, const char *path, attn_safetens
     if (s == ATTN_OK) {
         if (total < 8) s = too_short(st, total);
         else if (fread(prefix, 1, 8, st->file) != 8)
-            s = attn_fail(ctx, ATTN_ERR_IO, "%s: read failed", path);
+            s = attn_fail(ctx, ATTN_ERR_IO, "%s: read failed: %s", path, strerror(errno));
         else s = header_size(st, read_u64_le(prefix), total, &len);
     }
     if (s == ATTN_OK) {
@@ -841,7 +845,8 @@ attn_status attn_safetensors_open(attn_ctx *ctx, const char *path, attn_safetens
         if (!text) s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for a %zu-byte header",
                                  path, len);
         else if (fread(text, 1, len, st->file) != len)
-            s = attn_fail(ctx, ATTN_ERR_IO, "%s: read failed in the header", path);
+            s = attn_fail(ctx, ATTN_ERR_IO, "%s: read failed in the header: %s", path,
+                          strerror(errno));
     }
     if (s == ATTN_OK) s = parse_header(st, text, len);
     free(text);
@@ -1305,19 +1310,135 @@ attn_status attn_safetensors_write_params(attn_ctx *ctx, const char *path,
 
 /* ---- modules ------------------------------------------------------------- */
 
+/*
+ * PyTorch's state_dict holds the seeds' causal masks as buffers next to the
+ * parameters: "mask" (T, T) = triu(ones, diagonal=1) in CausalAttention and
+ * MultiHeadAttention, "heads.N.mask" in MultiHeadAttentionWrapper, and
+ * "bias" (1, 1, T, T) = tril(ones) in GPT-2's CausalSelfAttention. Saving
+ * writes them, so PyTorch's load_state_dict(strict=True) takes attn's files;
+ * loading accepts them when present and checks they are those masks.
+ */
+typedef struct mask_buffers {
+    size_t count;                /* buffers */
+    size_t side;                 /* T */
+    bool lower;                  /* tril (GPT-2) rather than triu(diagonal=1) */
+    size_t ndim, shape[4];
+    char (*names)[ATTN_PARAM_NAME_MAX];
+    float *data;                 /* the mask, shared by every buffer */
+} mask_buffers;
+
+static void free_mask_buffers(mask_buffers *b) {
+    free(b->names);
+    free(b->data);
+    memset(b, 0, sizeof *b);
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+static attn_status mask_buffers_of(attn_ctx *ctx, const attn_module *m, bool with_data,
+                                   mask_buffers *b) {
+    memset(b, 0, sizeof *b);
+    size_t T = m->mask_buffer;
+    if (T == 0) return ATTN_OK;
+    attn_module_kind kind = m->ops->kind;
+    b->side = T;
+    b->lower = kind == ATTN_MODULE_GPT2;
+    b->ndim = b->lower ? 4 : 2;
+    size_t shape4[4] = {1, 1, T, T}, shape2[2] = {T, T};
+    memcpy(b->shape, b->lower ? shape4 : shape2, b->ndim * sizeof(size_t));
+    if (kind == ATTN_MODULE_MHA_WRAPPER) {
+        for (size_t i = 0; i < m->num_params; i++)
+            if (ends_with(m->params[i].name, ".W_query.weight")) b->count++;
+    } else {
+        b->count = 1;
+    }
+    size_t area;
+    b->names = calloc(b->count ? b->count : 1, sizeof *b->names);
+    if (!b->names || !attn_mul_size(T, T, &area) ||
+        (with_data && !(b->data = attn_alloc_floats(area)))) {
+        free_mask_buffers(b);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for the %zu x %zu mask",
+                         m->ops->class_name, T, T);
+    }
+    for (size_t i = 0; i < b->count; i++) {
+        if (kind == ATTN_MODULE_MHA_WRAPPER)
+            snprintf(b->names[i], sizeof b->names[i], "heads.%zu.mask", i);
+        else
+            snprintf(b->names[i], sizeof b->names[i], "%s", b->lower ? "bias" : "mask");
+    }
+    if (with_data)
+        for (size_t r = 0; r < T; r++)
+            for (size_t c = 0; c < T; c++)
+                b->data[r * T + c] = (b->lower ? c <= r : c > r) ? 1.0f : 0.0f;
+    return ATTN_OK;
+}
+
+static bool is_mask_buffer(const mask_buffers *b, const char *name) {
+    for (size_t i = 0; i < b->count; i++)
+        if (strcmp(b->names[i], name) == 0) return true;
+    return false;
+}
+
 attn_status attn_safetensors_save_module(attn_ctx *ctx, attn_module *m, const char *path) {
     attn_clear_error(ctx);
     if (!m) return attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_save_module: module is NULL");
-    attn_param *params = calloc(m->num_params ? m->num_params : 1, sizeof *params);
-    if (!params) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_safetensors_save_module: out of memory");
+    mask_buffers b;
+    attn_status s = mask_buffers_of(ctx, m, true, &b);
+    if (s != ATTN_OK) return s;
+    size_t count = m->num_params + b.count;
+    attn_named_tensor *t = calloc(count ? count : 1, sizeof *t);
+    if (!t) {
+        free_mask_buffers(&b);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_safetensors_save_module: out of memory");
+    }
     for (size_t i = 0; i < m->num_params; i++) {
         const attn_param_slot *slot = &m->params[i];
-        params[i] = (attn_param){.name = slot->name, .data = attn_module_data(m, i),
-                                 .ndim = slot->ndim, .shape = {slot->shape[0], slot->shape[1]},
-                                 .numel = slot->numel};
+        t[i] = (attn_named_tensor){.name = slot->name, .data = attn_module_data(m, i),
+                                   .ndim = slot->ndim, .shape = {slot->shape[0], slot->shape[1]}};
     }
-    attn_status s = attn_safetensors_write_params(ctx, path, params, m->num_params, NULL);
-    free(params);
+    for (size_t i = 0; i < b.count; i++) {
+        attn_named_tensor *e = &t[m->num_params + i];
+        *e = (attn_named_tensor){.name = b.names[i], .data = b.data, .ndim = b.ndim};
+        memcpy(e->shape, b.shape, b.ndim * sizeof(size_t));
+    }
+    attn_metadata_entry format = {"format", "pt"};
+    s = attn_safetensors_write(ctx, path, t, count, &format, 1);
+    free(t);
+    free_mask_buffers(&b);
+    return s;
+}
+
+/* Checks a mask buffer found in the file: its shape and its ones and zeros. */
+static attn_status check_mask_buffer(attn_safetensors *st, const attn_module *m,
+                                     const mask_buffers *b, size_t index) {
+    const st_tensor *t = &st->tensors[index];
+    char name[ST_TEXT_MAX], got[160], want[80];
+    printable(name, sizeof name, t->name);
+    bool same = t->ndim == b->ndim;
+    for (size_t d = 0; same && d < b->ndim; d++) same = t->shape[d] == b->shape[d];
+    if (!same) {
+        format_shape(got, sizeof got, t->ndim, t->shape);
+        format_shape(want, sizeof want, b->ndim, b->shape);
+        return attn_fail(st->ctx, ATTN_ERR_SHAPE,
+                         "%s: tensor '%s' has shape %s; %s's causal mask buffer is %s", st->label,
+                         name, got, m->ops->class_name, want);
+    }
+    float *data = attn_alloc_floats(t->numel);
+    if (!data) return attn_fail(st->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", st->label);
+    attn_status s = attn_safetensors_load(st, index, data, t->numel);
+    for (size_t i = 0; s == ATTN_OK && i < t->numel; i++) {
+        size_t r = i / b->side, c = i % b->side;
+        if (data[i] != ((b->lower ? c <= r : c > r) ? 1.0f : 0.0f))
+            s = attn_fail(st->ctx, ATTN_ERR_FORMAT,
+                          "%s: tensor '%s' is not the causal mask %s(ones(%zu, %zu)%s): element "
+                          "(%zu, %zu) is %g",
+                          st->label, name, b->lower ? "tril" : "triu", b->side, b->side,
+                          b->lower ? "" : ", diagonal=1", r, c, (double)data[i]);
+    }
+    free(data);
     return s;
 }
 
@@ -1344,13 +1465,16 @@ attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module 
     if (!m) return attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_load_module: module is NULL");
     const char *cls = m->ops->class_name;
     size_t plen = prefix ? strlen(prefix) : 0;
+    mask_buffers b;
+    attn_status s = mask_buffers_of(ctx, m, false, &b);
+    if (s != ATTN_OK) return s;
     char list[200] = "";
     size_t unexpected = 0;
     /* Every tensor (under the prefix) must be a parameter. */
     for (size_t i = 0; i < st->count; i++) {
         const char *name = st->tensors[i].name;
         if (plen && strncmp(name, prefix, plen) != 0) continue;
-        bool known = false;
+        bool known = is_mask_buffer(&b, name + plen);
         for (size_t j = 0; j < m->num_params && !known; j++)
             known = strcmp(name + plen, m->params[j].name) == 0;
         if (!known) {
@@ -1358,16 +1482,20 @@ attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module 
             list_append(list, sizeof list, name);
         }
     }
-    if (unexpected)
+    if (unexpected) {
+        free_mask_buffers(&b);
         return attn_fail(ctx, ATTN_ERR_NOT_FOUND,
                          "%s: %zu tensor%s not in %s: %s", st->label, unexpected,
                          unexpected == 1 ? " is" : "s are", cls, list);
+    }
     /* Every parameter must be there, with its shape and a float dtype. */
     size_t *index = calloc(m->num_params ? m->num_params : 1, sizeof *index);
-    if (!index) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", st->label);
+    if (!index) {
+        free_mask_buffers(&b);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", st->label);
+    }
     char *full = NULL;
     size_t missing = 0;
-    attn_status s = ATTN_OK;
     for (size_t j = 0; j < m->num_params && s == ATTN_OK; j++) {
         const attn_param_slot *slot = &m->params[j];
         size_t n = plen + strlen(slot->name) + 1;
@@ -1409,7 +1537,21 @@ attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module 
                           st->label, name, attn_dtype_name(t->dtype));
         }
     }
+    /* Mask buffers, when the file has them, must be the masks. */
+    for (size_t i = 0; i < b.count && s == ATTN_OK; i++) {
+        size_t n = plen + strlen(b.names[i]) + 1;
+        char *grown = realloc(full, n);
+        if (!grown) {
+            s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", st->label);
+            break;
+        }
+        full = grown;
+        snprintf(full, n, "%s%s", plen ? prefix : "", b.names[i]);
+        size_t at = find_index(st, full);
+        if (at != st->count) s = check_mask_buffer(st, m, &b, at);
+    }
     free(full);
+    free_mask_buffers(&b);
     /* Read everything before changing anything. */
     float *staged = NULL;
     if (s == ATTN_OK) {

@@ -90,6 +90,7 @@ attn_status attn_causal_new(attn_ctx *ctx, const attn_causal_config *cfg, attn_r
     attn_causal *m = calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_causal_new: out of memory");
     attn_module_init(&m->base, &causal_ops, ctx, cfg->d_in, cfg->d_out);
+    m->base.mask_buffer = cfg->context_length;
     m->cfg = *cfg;
     m->scale = attn_default_scale(cfg->scale, cfg->d_out);
     st = attn_qkv_build(&m->base, cfg->d_in, cfg->d_out, cfg->qkv_bias, init_rng);

@@ -173,6 +173,7 @@ attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *
     attn_gpt2 *m = calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_gpt2_new: out of memory");
     attn_module_init(&m->base, &gpt2_ops, ctx, cfg->n_embd, cfg->n_embd);
+    m->base.mask_buffer = cfg->block_size;
     m->cfg = *cfg;
     m->head_dim = cfg->n_embd / cfg->n_head;
     m->scale = attn_default_scale(cfg->scale, m->head_dim);

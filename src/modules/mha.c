@@ -141,6 +141,7 @@ attn_status attn_mha_new(attn_ctx *ctx, const attn_mha_config *cfg, attn_rng *in
     attn_mha *m = calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_mha_new: out of memory");
     attn_module_init(&m->base, &mha_ops, ctx, cfg->d_in, cfg->d_out);
+    m->base.mask_buffer = cfg->context_length;
     m->cfg = *cfg;
     m->head_dim = cfg->d_out / cfg->num_heads;
     m->scale = attn_default_scale(cfg->scale, m->head_dim);

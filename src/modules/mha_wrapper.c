@@ -113,6 +113,7 @@ attn_status attn_mha_wrapper_new(attn_ctx *ctx, const attn_mha_wrapper_config *c
     attn_mha_wrapper *m = calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_mha_wrapper_new: out of memory");
     attn_module_init(&m->base, &wrapper_ops, ctx, cfg->d_in, total_width);
+    m->base.mask_buffer = cfg->context_length;
     m->cfg = *cfg;
     m->scale = attn_default_scale(cfg->scale, cfg->d_out);
     m->params_per_head = cfg->qkv_bias ? 6 : 3;

@@ -51,6 +51,10 @@ struct attn_module {
     const attn_module_ops *ops;
     attn_ctx *ctx;
     size_t d_in, d_out;
+    /* The side of the causal-mask buffer PyTorch keeps in this module's
+     * state_dict ("mask", "heads.N.mask" or GPT-2's "bias"); 0: none.
+     * safetensors files carry it as torch's state_dict does. */
+    size_t mask_buffer;
     bool training;
     bool grad_enabled;
     size_t num_params, capacity;

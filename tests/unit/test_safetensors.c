@@ -342,6 +342,25 @@ static void test_rejections(attn_ctx *ctx) {
     attn_safetensors_free(st);
     free(img);
 
+    /* Many names in a large header: each costs its own length, not the rest
+     * of the header (20,000 names in 1.3 MB). */
+    size_t many = 20000, cap = many * 80 + 16, len = 0;
+    char *many_header = malloc(cap);
+    len += (size_t)snprintf(many_header + len, cap - len, "{");
+    for (size_t i = 0; i < many; i++)
+        len += (size_t)snprintf(many_header + len, cap - len,
+                                "%s\"tensor.%06zu\":{%s,\"shape\":[0],\"data_offsets\":[0,0]}",
+                                i ? "," : "", i, f32);
+    snprintf(many_header + len, cap - len, "}");
+    img = image(many_header, nothing, 0, &size);
+    CHECK_STATUS(attn_safetensors_parse(ctx, img, size, &st), ATTN_OK);
+    CHECK(attn_safetensors_count(st) == many);
+    attn_safetensors_info last;
+    CHECK_STATUS(attn_safetensors_find(st, "tensor.019999", &last), ATTN_OK);
+    attn_safetensors_free(st);
+    free(img);
+    free(many_header);
+
     /* Files: missing, directory-free errors, truncated after opening. */
     CHECK_STATUS(attn_safetensors_open(ctx, "/nonexistent/x.safetensors", &st), ATTN_ERR_IO);
     CHECK_MESSAGE(ctx, "/nonexistent/x.safetensors: cannot open");
@@ -395,7 +414,10 @@ static void test_modules(attn_ctx *ctx) {
     CHECK_STATUS(attn_safetensors_save_module(ctx, ma, path), ATTN_OK);
     attn_safetensors *st;
     CHECK_STATUS(attn_safetensors_open(ctx, path, &st), ATTN_OK);
-    CHECK(attn_safetensors_count(st) == attn_module_param_count(ma));
+    CHECK(attn_safetensors_count(st) == attn_module_param_count(ma) + 1); /* + "mask" */
+    attn_safetensors_info mask;
+    CHECK_STATUS(attn_safetensors_find(st, "mask", &mask), ATTN_OK);
+    CHECK(mask.ndim == 2 && mask.shape[0] == 5 && mask.shape[1] == 5);
     CHECK(strcmp(attn_safetensors_metadata_get(st, "format"), "pt") == 0);
     attn_safetensors_free(st);
     CHECK_STATUS(attn_safetensors_load_module(ctx, mb, path, NULL), ATTN_OK);
@@ -424,6 +446,40 @@ static void test_modules(attn_ctx *ctx) {
     CHECK_STATUS(attn_mha_new(ctx, &wider, rng, &d), ATTN_OK);
     CHECK_STATUS(attn_safetensors_load_module(ctx, attn_mha_module(d), path, NULL), ATTN_ERR_SHAPE);
     CHECK_MESSAGE(ctx, "has shape [4, 6]; MultiHeadAttention's W_query.weight is [4, 7]");
+
+    /* A mask buffer that is not the mask. */
+    float wrong_mask[25] = {0};
+    attn_param q;
+    attn_module_param(ma, "W_query.weight", &q);
+    attn_named_tensor masked[2] = {{.name = "mask", .data = wrong_mask, .ndim = 2, .shape = {5, 5}},
+                                   {.name = "W_query.weight", .data = q.data, .ndim = 2, .shape = {4, 6}}};
+    CHECK_STATUS(attn_safetensors_write(ctx, path, masked, 2, NULL, 0), ATTN_OK);
+    CHECK_STATUS(attn_safetensors_load_module(ctx, mb, path, NULL), ATTN_ERR_NOT_FOUND);
+    CHECK_MESSAGE(ctx, "7 parameters of MultiHeadAttention are missing: W_query.bias, W_key.weight");
+    CHECK_STATUS(attn_safetensors_save_module(ctx, ma, path), ATTN_OK);
+    attn_safetensors *full;
+    CHECK_STATUS(attn_safetensors_open(ctx, path, &full), ATTN_OK);
+    size_t n_full = attn_safetensors_count(full);
+    attn_named_tensor *copy = calloc(n_full, sizeof *copy);
+    float *bufs[16] = {0};
+    for (size_t i = 0; i < n_full && i < 16; i++) {
+        attn_safetensors_info info;
+        attn_safetensors_info_at(full, i, &info);
+        bufs[i] = calloc(info.numel, sizeof(float));
+        attn_safetensors_load(full, i, bufs[i], info.numel);
+        if (strcmp(info.name, "mask") == 0) bufs[i][3] = 0.5f;
+        copy[i] = (attn_named_tensor){.name = info.name, .data = bufs[i], .ndim = info.ndim,
+                                      .shape = {info.shape[0], info.shape[1]}};
+    }
+    char path2[256];
+    temp_path(path2, sizeof path2, "mask.safetensors");
+    CHECK_STATUS(attn_safetensors_write(ctx, path2, copy, n_full, NULL, 0), ATTN_OK);
+    CHECK_STATUS(attn_safetensors_load_module(ctx, mb, path2, NULL), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "tensor 'mask' is not the causal mask triu(ones(5, 5), diagonal=1): element (0, 3) is 0.5");
+    for (size_t i = 0; i < n_full && i < 16; i++) free(bufs[i]);
+    free(copy);
+    attn_safetensors_free(full);
+    remove(path2);
 
     /* Missing parameters, and a prefix. */
     attn_param p;
@@ -469,7 +525,7 @@ static void test_gpt2_hf(attn_ctx *ctx) {
     CHECK_STATUS(attn_gpt2_new(ctx, &cfg, rng, &b), ATTN_OK);
     char path[256];
     temp_path(path, sizeof path, "gpt2.safetensors");
-    CHECK_STATUS(attn_gpt2_save_hf(ctx, a, path, 3), ATTN_OK);
+    CHECK_STATUS(attn_gpt2_save_hf(ctx, attn_gpt2_module(a), path, 3), ATTN_OK);
 
     /* Conv1D layout: c_attn.weight (C, 3C) is the transpose. */
     attn_safetensors *st;
@@ -487,20 +543,20 @@ static void test_gpt2_hf(attn_ctx *ctx) {
     CHECK(transposed);
     attn_safetensors_free(st);
 
-    CHECK_STATUS(attn_gpt2_load_hf(ctx, b, path, 3), ATTN_OK);
+    CHECK_STATUS(attn_gpt2_load_hf(ctx, attn_gpt2_module(b), path, 3), ATTN_OK);
     for (size_t i = 0; i < 4; i++) {
         attn_param pa, pb;
         attn_module_param_at(attn_gpt2_module(a), i, &pa);
         attn_module_param_at(attn_gpt2_module(b), i, &pb);
         CHECK(same_bits(pa.data, pb.data, pa.numel));
     }
-    CHECK_STATUS(attn_gpt2_load_hf(ctx, b, path, 0), ATTN_ERR_NOT_FOUND);
+    CHECK_STATUS(attn_gpt2_load_hf(ctx, attn_gpt2_module(b), path, 0), ATTN_ERR_NOT_FOUND);
     CHECK_MESSAGE(ctx, "no layer 0: neither h.0.attn.c_attn.weight nor transformer.h.0.attn.c_attn.weight");
     CHECK_MESSAGE(ctx, "it has layers 0 to 3");
     attn_gpt2_config wide = {.n_embd = 12, .n_head = 2, .block_size = 4};
     attn_gpt2 *c;
     CHECK_STATUS(attn_gpt2_new(ctx, &wide, rng, &c), ATTN_OK);
-    CHECK_STATUS(attn_gpt2_load_hf(ctx, c, path, 3), ATTN_ERR_SHAPE);
+    CHECK_STATUS(attn_gpt2_load_hf(ctx, attn_gpt2_module(c), path, 3), ATTN_ERR_SHAPE);
     CHECK_MESSAGE(ctx, "h.3.attn.c_attn.weight has shape [8, 24]; a CausalSelfAttention with n_embd 12 needs [12, 36]");
 
     /* The transformer. prefix of GPT2LMHeadModel checkpoints. */
@@ -519,19 +575,25 @@ static void test_gpt2_hf(attn_ctx *ctx) {
         {.name = "transformer.wte.weight", .data = t_proj, .ndim = 2, .shape = {8, 8}},
     };
     CHECK_STATUS(attn_safetensors_write(ctx, path, lm, 5, NULL, 0), ATTN_OK);
-    CHECK_STATUS(attn_gpt2_load_hf(ctx, c, path, 0), ATTN_ERR_SHAPE);
+    CHECK_STATUS(attn_gpt2_load_hf(ctx, attn_gpt2_module(c), path, 0), ATTN_ERR_SHAPE);
     attn_gpt2 *d;
     CHECK_STATUS(attn_gpt2_new(ctx, &cfg, rng, &d), ATTN_OK);
-    CHECK_STATUS(attn_gpt2_load_hf(ctx, d, path, 0), ATTN_OK);
+    CHECK_STATUS(attn_gpt2_load_hf(ctx, attn_gpt2_module(d), path, 0), ATTN_OK);
     for (size_t i = 0; i < 4; i++) {
         attn_param pd;
         attn_module_param_at(attn_gpt2_module(d), i, &pd);
         CHECK(same_bits(pd.data, params[i].data, pd.numel));
     }
     CHECK_STATUS(attn_safetensors_write(ctx, path, lm, 3, NULL, 0), ATTN_OK);
-    CHECK_STATUS(attn_gpt2_load_hf(ctx, d, path, 0), ATTN_ERR_NOT_FOUND);
+    CHECK_STATUS(attn_gpt2_load_hf(ctx, attn_gpt2_module(d), path, 0), ATTN_ERR_NOT_FOUND);
     CHECK_MESSAGE(ctx, "transformer.h.0.attn.c_proj.bias is not in the file");
 
+    CHECK_STATUS(attn_gpt2_load_hf(ctx, NULL, path, 0), ATTN_ERR_NULL);
+    attn_simple *s;
+    attn_simple_new(ctx, &(attn_simple_config){.d_in = 8}, &s);
+    CHECK_STATUS(attn_gpt2_save_hf(ctx, attn_simple_module(s), path, 0), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "the module is a SimplifiedSelfAttention; GPT-2 checkpoints load into CausalSelfAttention");
+    attn_simple_free(s);
     attn_gpt2_free(a);
     attn_gpt2_free(b);
     attn_gpt2_free(c);

@@ -1,0 +1,28 @@
+"""attn: the attention mechanisms of transformer language models, number for
+number with PyTorch, as NumPy-in, NumPy-out modules over the C library libattn.
+
+    import numpy as np, attn
+    attn.manual_seed(123)                               # torch.manual_seed(123)
+    mha = attn.MultiHeadAttention(3, 2, 6, 0.0, num_heads=2)
+    y = mha(np.ones((2, 6, 3), np.float32))             # (2, 6, 2) float32
+    mha.state_dict()["out_proj.weight"]                 # a NumPy copy
+    mha.save("mha.safetensors")                         # safetensors, state_dict names
+
+Every library failure raises attn.AttnError carrying the library's message.
+"""
+from ._lib import AttnError
+from .modules import (CausalAttention, CausalSelfAttention, Module, MultiHeadAttention,
+                      MultiHeadAttentionWrapper, SelfAttention_v1, SelfAttention_v2,
+                      SimpleSelfAttention, get_num_threads, manual_seed, rand, randn,
+                      set_bernoulli, set_num_threads)
+from .safetensors import load_file, save_file
+from ._lib import lib as _clib
+
+__version__ = _clib.attn_version().decode()
+
+__all__ = [
+    "AttnError", "Module", "SimpleSelfAttention", "SelfAttention_v1", "SelfAttention_v2",
+    "CausalAttention", "MultiHeadAttentionWrapper", "MultiHeadAttention",
+    "CausalSelfAttention", "manual_seed", "rand", "randn", "set_bernoulli", "set_num_threads",
+    "get_num_threads", "save_file", "load_file", "__version__",
+]

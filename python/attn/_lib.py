@@ -1,0 +1,211 @@
+"""Loading libattn and declaring its C API (include/attn.h) for ctypes.
+
+The library is looked for, in order:
+  1. the path in the ATTN_LIBRARY environment variable;
+  2. libattn.so bundled in this package (what `pip install ./python` builds);
+  3. the system's libattn (ctypes.util.find_library, after `cmake --install`).
+"""
+import ctypes
+import ctypes.util
+import os
+from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_float, c_int, c_size_t,
+                    c_uint64, c_void_p)
+
+F32P = POINTER(c_float)
+MAX_DIMS = 8  # ATTN_SAFETENSORS_MAX_DIMS
+
+
+class AttnError(RuntimeError):
+    """A libattn call failed. .status is the attn_status name ("ATTN_ERR_SHAPE")
+    and str(err) the library's message, which names the values at fault."""
+
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+class CtxConfig(Structure):
+    _fields_ = [("num_threads", c_size_t), ("trace", c_void_p), ("trace_user", c_void_p),
+                ("kernels", c_int)]
+
+
+class Param(Structure):
+    _fields_ = [("name", c_char_p), ("data", F32P), ("grad", F32P), ("ndim", c_size_t),
+                ("shape", c_size_t * 2), ("numel", c_size_t)]
+
+
+class SimpleConfig(Structure):
+    _fields_ = [("d_in", c_size_t)]
+
+
+class SaV1Config(Structure):
+    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("scale", c_float)]
+
+
+class SaV2Config(Structure):
+    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("qkv_bias", c_bool),
+                ("scale", c_float)]
+
+
+class CausalConfig(Structure):
+    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("context_length", c_size_t),
+                ("dropout", c_double), ("qkv_bias", c_bool), ("scale", c_float),
+                ("mask", c_int)]
+
+
+class HeadsConfig(Structure):  # attn_mha_wrapper_config and attn_mha_config
+    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("context_length", c_size_t),
+                ("num_heads", c_size_t), ("dropout", c_double), ("qkv_bias", c_bool),
+                ("scale", c_float), ("mask", c_int)]
+
+
+class Gpt2Config(Structure):
+    _fields_ = [("n_embd", c_size_t), ("n_head", c_size_t), ("block_size", c_size_t),
+                ("dropout", c_double), ("scale", c_float)]
+
+
+class NamedTensor(Structure):
+    _fields_ = [("name", c_char_p), ("data", F32P), ("ndim", c_size_t),
+                ("shape", c_size_t * MAX_DIMS)]
+
+
+class MetadataEntry(Structure):
+    _fields_ = [("key", c_char_p), ("value", c_char_p)]
+
+
+class SafetensorsInfo(Structure):
+    _fields_ = [("name", c_char_p), ("dtype", c_int), ("ndim", c_size_t),
+                ("shape", c_size_t * MAX_DIMS), ("numel", c_size_t), ("data_begin", c_size_t),
+                ("data_end", c_size_t), ("index", c_size_t)]
+
+
+def _candidates():
+    env = os.environ.get("ATTN_LIBRARY")
+    if env:
+        yield env
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.startswith("libattn.so") or name in ("libattn.dylib", "attn.dll"):
+            yield os.path.join(here, name)
+    found = ctypes.util.find_library("attn")
+    if found:
+        yield found
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as err:
+            tried.append(f"{path}: {err}")
+    raise ImportError(
+        "attn: cannot find libattn. Build it with `pip install ./python` from the attn "
+        "repository, install it with `cmake --install build`, or set ATTN_LIBRARY to the "
+        "path of libattn.so" + ("; tried " + "; ".join(tried) if tried else ""))
+
+
+lib, path = _load()
+
+_SIGNATURES = {
+    "attn_version": (c_char_p,),
+    "attn_status_name": (c_char_p, c_int),
+    "attn_ctx_new": (c_int, POINTER(CtxConfig), POINTER(c_void_p)),
+    "attn_ctx_free": (None, c_void_p),
+    "attn_ctx_last_error": (c_char_p, c_void_p),
+    "attn_rng_new": (c_int, c_void_p, c_uint64, POINTER(c_void_p)),
+    "attn_rng_free": (None, c_void_p),
+    "attn_rng_manual_seed": (c_int, c_void_p, c_uint64),
+    "attn_rng_set_bernoulli_method": (c_int, c_void_p, c_int),
+    "attn_rng_rand": (c_int, c_void_p, F32P, c_size_t),
+    "attn_rng_randn": (c_int, c_void_p, F32P, c_size_t),
+    "attn_simple_new": (c_int, c_void_p, POINTER(SimpleConfig), POINTER(c_void_p)),
+    "attn_simple_module": (c_void_p, c_void_p),
+    "attn_sa_v1_new": (c_int, c_void_p, POINTER(SaV1Config), c_void_p, POINTER(c_void_p)),
+    "attn_sa_v1_module": (c_void_p, c_void_p),
+    "attn_sa_v2_new": (c_int, c_void_p, POINTER(SaV2Config), c_void_p, POINTER(c_void_p)),
+    "attn_sa_v2_module": (c_void_p, c_void_p),
+    "attn_causal_new": (c_int, c_void_p, POINTER(CausalConfig), c_void_p, POINTER(c_void_p)),
+    "attn_causal_module": (c_void_p, c_void_p),
+    "attn_mha_wrapper_new": (c_int, c_void_p, POINTER(HeadsConfig), c_void_p,
+                             POINTER(c_void_p)),
+    "attn_mha_wrapper_module": (c_void_p, c_void_p),
+    "attn_mha_new": (c_int, c_void_p, POINTER(HeadsConfig), c_void_p, POINTER(c_void_p)),
+    "attn_mha_module": (c_void_p, c_void_p),
+    "attn_gpt2_new": (c_int, c_void_p, POINTER(Gpt2Config), c_void_p, POINTER(c_void_p)),
+    "attn_gpt2_module": (c_void_p, c_void_p),
+    "attn_module_class_name": (c_char_p, c_void_p),
+    "attn_module_d_in": (c_size_t, c_void_p),
+    "attn_module_d_out": (c_size_t, c_void_p),
+    "attn_module_param_count": (c_size_t, c_void_p),
+    "attn_module_num_scalars": (c_size_t, c_void_p),
+    "attn_module_param_at": (c_int, c_void_p, c_size_t, POINTER(Param)),
+    "attn_module_set_training": (c_int, c_void_p, c_bool),
+    "attn_module_training": (c_bool, c_void_p),
+    "attn_module_forward": (c_int, c_void_p, F32P, c_size_t, c_size_t, F32P, c_void_p),
+    "attn_module_free": (None, c_void_p),
+    # Training (present once the library implements backward).
+    "attn_module_backward": (c_int, c_void_p, F32P, c_size_t, c_size_t, F32P),
+    "attn_module_zero_grad": (c_int, c_void_p),
+    "attn_module_set_grad_enabled": (c_int, c_void_p, c_bool),
+    "attn_module_grad_enabled": (c_bool, c_void_p),
+    # safetensors
+    "attn_dtype_name": (c_char_p, c_int),
+    "attn_safetensors_write": (c_int, c_void_p, c_char_p, POINTER(NamedTensor), c_size_t,
+                               POINTER(MetadataEntry), c_size_t),
+    "attn_safetensors_open": (c_int, c_void_p, c_char_p, POINTER(c_void_p)),
+    "attn_safetensors_free": (None, c_void_p),
+    "attn_safetensors_count": (c_size_t, c_void_p),
+    "attn_safetensors_info_at": (c_int, c_void_p, c_size_t, POINTER(SafetensorsInfo)),
+    "attn_safetensors_load": (c_int, c_void_p, c_size_t, F32P, c_size_t),
+    "attn_safetensors_metadata_count": (c_size_t, c_void_p),
+    "attn_safetensors_metadata_at": (c_int, c_void_p, c_size_t, POINTER(MetadataEntry)),
+    "attn_safetensors_save_module": (c_int, c_void_p, c_void_p, c_char_p),
+    "attn_safetensors_load_module": (c_int, c_void_p, c_void_p, c_char_p, c_char_p),
+    "attn_gpt2_load_hf": (c_int, c_void_p, c_void_p, c_char_p, c_size_t),
+    "attn_gpt2_save_hf": (c_int, c_void_p, c_void_p, c_char_p, c_size_t),
+}
+
+for _name, (_restype, *_argtypes) in _SIGNATURES.items():
+    _fn = getattr(lib, _name, None)
+    if _fn is not None:
+        _fn.restype = _restype
+        _fn.argtypes = _argtypes
+
+
+def has(name):
+    """True when the loaded libattn exports name (e.g. attn_module_backward)."""
+    return getattr(lib, name, None) is not None
+
+
+def status_name(status):
+    return lib.attn_status_name(status).decode()
+
+
+class Context:
+    """An attn_ctx: thread count and the last error message."""
+
+    def __init__(self, num_threads=1):
+        handle = c_void_p()
+        status = lib.attn_ctx_new(CtxConfig(num_threads=num_threads), ctypes.byref(handle))
+        if status != 0:
+            raise AttnError(status_name(status),
+                            f"attn_ctx_new: num_threads {num_threads} is not accepted")
+        self.handle = handle
+
+    def check(self, status, what=None):
+        if status != 0:
+            message = lib.attn_ctx_last_error(self.handle).decode(errors="replace")
+            if not message:
+                message = f"{what or 'attn'} failed with {status_name(status)}"
+            raise AttnError(status_name(status), message)
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            lib.attn_ctx_free(self.handle)
+            self.handle = None
+
+
+def encode_path(path):
+    return os.fsencode(path)

@@ -1,0 +1,387 @@
+"""The seven attention modules with PyTorch-like constructors, and the
+default generator (torch.manual_seed and friends)."""
+import ctypes
+import math
+import os
+from collections import OrderedDict
+
+import numpy as np
+
+from . import _lib
+from ._lib import (F32P, AttnError, CausalConfig, Context, Gpt2Config, HeadsConfig, Param,
+                   SaV1Config, SaV2Config, SimpleConfig, encode_path, lib)
+
+_MASKS = {"neg-inf": 0, "renormalize": 1, "none": 2}
+_BERNOULLI = {"mt19937": 0, "mkl": 1, "philox": 2}
+_num_threads = os.cpu_count() or 1
+
+
+class _Generator:
+    """PyTorch's default CPU generator: seeds construction and dropout."""
+
+    def __init__(self, seed):
+        self.ctx = Context()
+        self.handle = ctypes.c_void_p()
+        self.ctx.check(lib.attn_rng_new(self.ctx.handle, seed, ctypes.byref(self.handle)))
+
+    def __del__(self):
+        if getattr(self, "handle", None):
+            lib.attn_rng_free(self.handle)
+            self.handle = None
+
+
+# torch's default generator starts from seed 67280421310721; manual_seed resets it.
+default_generator = _Generator(67280421310721)
+
+
+def manual_seed(seed):
+    """torch.manual_seed(seed): module weights and dropout masks drawn after it
+    equal PyTorch's."""
+    if not isinstance(seed, (int, np.integer)) or seed < 0 or seed >= 2**64:
+        raise ValueError(f"manual_seed: expected an integer in [0, 2**64), got {seed!r}")
+    default_generator.ctx.check(lib.attn_rng_manual_seed(default_generator.handle, int(seed)))
+
+
+def set_bernoulli(method):
+    """Dropout draws as PyTorch builds without MKL make them ("mt19937", the
+    default), as builds with MKL on Intel CPUs ("mkl"), or Philox4x32-10
+    ("philox", see attn.h)."""
+    if method not in _BERNOULLI:
+        raise ValueError(f"set_bernoulli: expected one of {', '.join(_BERNOULLI)}, got {method!r}")
+    default_generator.ctx.check(
+        lib.attn_rng_set_bernoulli_method(default_generator.handle, _BERNOULLI[method]))
+
+
+def set_num_threads(n):
+    """Threads used by modules created from now on (torch.set_num_threads)."""
+    global _num_threads
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"set_num_threads: expected a positive integer, got {n!r}")
+    _num_threads = n
+
+
+def get_num_threads():
+    return _num_threads
+
+
+def _draw(fn, size):
+    shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+    out = np.empty(shape, dtype=np.float32)
+    default_generator.ctx.check(fn(default_generator.handle, out.ctypes.data_as(F32P), out.size))
+    return out
+
+
+def rand(*size):
+    """torch.rand(*size) from the default generator, bit for bit."""
+    return _draw(lib.attn_rng_rand, size)
+
+
+def randn(*size):
+    """torch.randn(*size) from the default generator (see the README's
+    exactness notes)."""
+    return _draw(lib.attn_rng_randn, size)
+
+
+def _scale(scale):
+    if scale is None:
+        return 0.0
+    if not math.isfinite(scale) or scale <= 0:
+        raise ValueError(f"scale: expected a positive finite number, got {scale!r}")
+    return float(scale)
+
+
+def _mask(mask):
+    if mask not in _MASKS:
+        raise ValueError(f"mask: expected one of {', '.join(_MASKS)}, got {mask!r}")
+    return _MASKS[mask]
+
+
+class Module:
+    """What every module shares: forward (NumPy in, NumPy out), train/eval,
+    state_dict / load_state_dict, backward and gradients, safetensors."""
+
+    _prefix = None
+    _buffers = ()  # (name, array): the seeds' causal masks, as in torch's state_dict
+
+    def _build(self, cfg, uses_rng=True):
+        self._ctx = Context(_num_threads)
+        handle = ctypes.c_void_p()
+        new = getattr(lib, self._prefix + "_new")
+        if uses_rng:
+            status = new(self._ctx.handle, ctypes.byref(cfg), default_generator.handle,
+                         ctypes.byref(handle))
+        else:
+            status = new(self._ctx.handle, ctypes.byref(cfg), ctypes.byref(handle))
+        self._ctx.check(status)
+        self._handle = handle  # the variant (attn_mha *, ...)
+        self._module = getattr(lib, self._prefix + "_module")(handle)
+        self._last_shape = None
+
+    def __del__(self):
+        if getattr(self, "_module", None):
+            lib.attn_module_free(self._module)
+            self._module = None
+
+    # ---- sizes and mode ----
+    @property
+    def d_in(self):
+        return lib.attn_module_d_in(self._module)
+
+    @property
+    def d_out(self):
+        return lib.attn_module_d_out(self._module)
+
+    @property
+    def training(self):
+        return bool(lib.attn_module_training(self._module))
+
+    def train(self, mode=True):
+        """module.train(): dropout draws from the default generator."""
+        self._ctx.check(lib.attn_module_set_training(self._module, bool(mode)))
+        return self
+
+    def eval(self):
+        return self.train(False)
+
+    def num_parameters(self):
+        return lib.attn_module_num_scalars(self._module)
+
+    def __repr__(self):
+        return f"{type(self).__name__}(d_in={self.d_in}, d_out={self.d_out})"
+
+    # ---- forward and backward ----
+    def forward(self, x):
+        """y = module(x) for x (B, T, d_in) or (T, d_in); y has the same rank."""
+        x = np.ascontiguousarray(x, dtype=np.float32)
+        if x.ndim not in (2, 3):
+            raise ValueError(f"{type(self).__name__}: expected x of shape (B, T, d_in) or "
+                             f"(T, d_in), got {x.shape}")
+        batch, tokens = (x.shape[0], x.shape[1]) if x.ndim == 3 else (1, x.shape[0])
+        y = np.empty((batch, tokens, self.d_out), dtype=np.float32)
+        self._ctx.check(lib.attn_module_forward(self._module, x.ctypes.data_as(F32P), batch,
+                                                tokens, y.ctypes.data_as(F32P),
+                                                default_generator.handle))
+        self._last_shape = x.shape
+        return y if x.ndim == 3 else y[0]
+
+    __call__ = forward
+
+    def _need_training(self, what):
+        if not _lib.has("attn_module_backward"):
+            raise NotImplementedError(f"{what}: this libattn ({_lib.path}) has no backward")
+
+    def backward(self, dy):
+        """The backward of the last forward: dy = dL/dy of y's shape; returns
+        dL/dx and adds every parameter's dL/dW to its gradient (grads())."""
+        self._need_training("backward")
+        if self._last_shape is None:
+            raise RuntimeError(f"{type(self).__name__}.backward: no forward to differentiate")
+        dy = np.ascontiguousarray(dy, dtype=np.float32)
+        shape = self._last_shape
+        batch, tokens = (shape[0], shape[1]) if len(shape) == 3 else (1, shape[0])
+        want = shape[:-1] + (self.d_out,)
+        if dy.shape != want:
+            raise ValueError(f"{type(self).__name__}.backward: dy has shape {dy.shape}, "
+                             f"the last forward's output has {want}")
+        dx = np.empty(shape, dtype=np.float32)
+        self._ctx.check(lib.attn_module_backward(self._module, dy.ctypes.data_as(F32P), batch,
+                                                 tokens, dx.ctypes.data_as(F32P)))
+        return dx
+
+    def zero_grad(self):
+        self._need_training("zero_grad")
+        self._ctx.check(lib.attn_module_zero_grad(self._module))
+
+    def set_grad_enabled(self, enabled):
+        self._need_training("set_grad_enabled")
+        self._ctx.check(lib.attn_module_set_grad_enabled(self._module, bool(enabled)))
+
+    # ---- parameters ----
+    def _params(self):
+        for i in range(lib.attn_module_param_count(self._module)):
+            p = Param()
+            self._ctx.check(lib.attn_module_param_at(self._module, i, ctypes.byref(p)))
+            yield p
+
+    @staticmethod
+    def _view(ptr, p):
+        shape = tuple(p.shape[:p.ndim])
+        return np.ctypeslib.as_array(ptr, shape=shape)
+
+    def state_dict(self):
+        """name -> a float32 copy, in PyTorch's order: the parameters and the
+        seeds' causal-mask buffers ("mask", "heads.N.mask", GPT-2's "bias"),
+        each buffer before its module's parameters, as torch lists them."""
+        params = [(p.name.decode(), self._view(p.data, p).copy()) for p in self._params()]
+        out = OrderedDict()
+        pending = list(self._buffers)
+        for name, value in params:
+            for b in list(pending):
+                owner = b[0].rpartition(".")[0]
+                if not owner or name.startswith(owner + "."):
+                    out[b[0]] = b[1].copy()
+                    pending.remove(b)
+            out[name] = value
+        for name, value in pending:
+            out[name] = value.copy()
+        return out
+
+    def _set_mask_buffers(self, names, side, lower):
+        mask = (np.tril(np.ones((side, side), np.float32)) if lower
+                else np.triu(np.ones((side, side), np.float32), 1))
+        if lower:
+            mask = mask.reshape(1, 1, side, side)
+        self._buffers = tuple((n, mask) for n in names)
+
+    def grads(self):
+        """name -> a copy of the parameter's gradient (PyTorch's .grad)."""
+        self._need_training("grads")
+        return OrderedDict((p.name.decode(), self._view(p.grad, p).copy())
+                           for p in self._params() if p.grad)
+
+    def load_state_dict(self, state_dict, strict=True):
+        """Copies arrays into the parameters. strict: the keys must match
+        exactly (else RuntimeError naming them, as PyTorch); shapes always
+        must. Nothing changes unless everything fits."""
+        params = {p.name.decode(): p for p in self._params()}
+        buffers = dict(self._buffers)
+        missing = [k for k in params if k not in state_dict]
+        unexpected = [k for k in state_dict if k not in params and k not in buffers]
+        for k, mask in buffers.items():  # optional, but when given, the mask
+            if k in state_dict and not np.array_equal(np.asarray(state_dict[k]), mask):
+                raise RuntimeError(f"{k}: not the causal mask of this {type(self).__name__} "
+                                   f"(shape {mask.shape})")
+        if strict and (missing or unexpected):
+            parts = []
+            if missing:
+                parts.append("Missing key(s): " + ", ".join(f'"{k}"' for k in missing))
+            if unexpected:
+                parts.append("Unexpected key(s): " + ", ".join(f'"{k}"' for k in unexpected))
+            raise RuntimeError(f"Error(s) in loading state_dict for {type(self).__name__}: "
+                               + ". ".join(parts))
+        staged = {}
+        for name, p in params.items():
+            if name not in state_dict:
+                continue
+            value = np.asarray(state_dict[name], dtype=np.float32)
+            want = tuple(p.shape[:p.ndim])
+            if value.shape != want:
+                raise RuntimeError(f"size mismatch for {name}: copying a param with shape "
+                                   f"{value.shape}, the shape in the current model is {want}")
+            staged[name] = value
+        for name, value in staged.items():
+            np.copyto(self._view(params[name].data, params[name]), value)
+        return self
+
+    # ---- safetensors ----
+    def save(self, path):
+        """Writes the parameters to a safetensors file under their state_dict
+        names (what safetensors.torch.save_file(module.state_dict()) writes)."""
+        self._ctx.check(lib.attn_safetensors_save_module(self._ctx.handle, self._module,
+                                                         encode_path(path)))
+
+    def load(self, path, prefix=None):
+        """Loads the parameters from a safetensors file: every parameter must be
+        there with its shape, and nothing else (under prefix, when given)."""
+        self._ctx.check(lib.attn_safetensors_load_module(
+            self._ctx.handle, self._module, encode_path(path),
+            prefix.encode() if prefix else None))
+        return self
+
+
+class SimpleSelfAttention(Module):
+    """The seeds' simplified self-attention: softmax(x x^T) x, no weights."""
+    _prefix = "attn_simple"
+
+    def __init__(self, d_in):
+        self._build(SimpleConfig(d_in=d_in), uses_rng=False)
+
+
+class SelfAttention_v1(Module):
+    """SelfAttention_v1(d_in, d_out): x @ W, weights from torch.rand."""
+    _prefix = "attn_sa_v1"
+
+    def __init__(self, d_in, d_out, scale=None):
+        self._build(SaV1Config(d_in=d_in, d_out=d_out, scale=_scale(scale)))
+
+
+class SelfAttention_v2(Module):
+    """SelfAttention_v2(d_in, d_out, qkv_bias=False): nn.Linear projections."""
+    _prefix = "attn_sa_v2"
+
+    def __init__(self, d_in, d_out, qkv_bias=False, scale=None):
+        self._build(SaV2Config(d_in=d_in, d_out=d_out, qkv_bias=qkv_bias, scale=_scale(scale)))
+
+
+class CausalAttention(Module):
+    """CausalAttention(d_in, d_out, context_length, dropout, qkv_bias=False)."""
+    _prefix = "attn_causal"
+
+    def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False, scale=None,
+                 mask="neg-inf"):
+        self._build(CausalConfig(d_in=d_in, d_out=d_out, context_length=context_length,
+                                 dropout=dropout, qkv_bias=qkv_bias, scale=_scale(scale),
+                                 mask=_mask(mask)))
+        self._set_mask_buffers(["mask"], context_length, False)
+
+
+class MultiHeadAttentionWrapper(Module):
+    """MultiHeadAttentionWrapper(d_in, d_out, context_length, dropout, num_heads,
+    qkv_bias=False): num_heads CausalAttention heads of width d_out each."""
+    _prefix = "attn_mha_wrapper"
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False,
+                 scale=None, mask="neg-inf"):
+        self._build(HeadsConfig(d_in=d_in, d_out=d_out, context_length=context_length,
+                                num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias,
+                                scale=_scale(scale), mask=_mask(mask)))
+        self._set_mask_buffers([f"heads.{i}.mask" for i in range(num_heads)], context_length,
+                               False)
+
+
+class MultiHeadAttention(Module):
+    """MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads,
+    qkv_bias=False)."""
+    _prefix = "attn_mha"
+
+    def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False,
+                 scale=None, mask="neg-inf"):
+        self._build(HeadsConfig(d_in=d_in, d_out=d_out, context_length=context_length,
+                                num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias,
+                                scale=_scale(scale), mask=_mask(mask)))
+        self._set_mask_buffers(["mask"], context_length, False)
+
+
+class CausalSelfAttention(Module):
+    """GPT-2's CausalSelfAttention: CausalSelfAttention(config) with a config
+    holding n_embd, n_head, block_size (and optionally dropout), or
+    CausalSelfAttention(n_embd, n_head, block_size, dropout=0.0)."""
+    _prefix = "attn_gpt2"
+
+    def __init__(self, n_embd, n_head=None, block_size=None, dropout=0.0, scale=None):
+        if hasattr(n_embd, "n_embd"):
+            config = n_embd
+            n_embd, n_head = config.n_embd, config.n_head
+            block_size = getattr(config, "block_size", None) or getattr(config, "n_positions")
+            dropout = getattr(config, "dropout", 0.0)
+        if n_head is None or block_size is None:
+            raise TypeError("CausalSelfAttention: n_head and block_size are required")
+        self._build(Gpt2Config(n_embd=n_embd, n_head=n_head, block_size=block_size,
+                               dropout=dropout, scale=_scale(scale)))
+        self._set_mask_buffers(["bias"], block_size, True)
+
+    def load_hf(self, path, layer=0):
+        """Loads layer `layer`'s attention from a Hugging Face GPT-2
+        model.safetensors (Conv1D weights transposed)."""
+        self._ctx.check(lib.attn_gpt2_load_hf(self._ctx.handle, self._handle,
+                                              encode_path(path), layer))
+        return self
+
+    def save_hf(self, path, layer=0):
+        """Writes the module as layer `layer` of a Hugging Face checkpoint."""
+        self._ctx.check(lib.attn_gpt2_save_hf(self._ctx.handle, self._handle,
+                                              encode_path(path), layer))
+
+
+__all__ = ["AttnError", "Module", "manual_seed", "set_bernoulli", "set_num_threads", "rand",
+           "randn"]

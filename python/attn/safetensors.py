@@ -1,0 +1,60 @@
+"""safetensors files through libattn: dicts of NumPy float32 arrays, like
+safetensors.numpy's save_file / load_file (F16, BF16 and F64 tensors load
+as float32)."""
+import ctypes
+from collections import OrderedDict
+
+import numpy as np
+
+from ._lib import (F32P, MAX_DIMS, Context, MetadataEntry, NamedTensor, SafetensorsInfo,
+                   encode_path, lib)
+
+
+def save_file(tensors, path, metadata=None):
+    """Writes a dict name -> array (converted to float32) to path."""
+    ctx = Context()
+    keep = []
+    items = list(tensors.items())
+    arr = (NamedTensor * max(1, len(items)))()
+    for i, (name, value) in enumerate(items):
+        a = np.require(np.asarray(value, dtype=np.float32), requirements='C')
+        if a.ndim > MAX_DIMS:
+            raise ValueError(f"save_file: tensor '{name}' has {a.ndim} dimensions, at most "
+                             f"{MAX_DIMS}")
+        keep.append(a)
+        arr[i].name = name.encode()
+        arr[i].data = a.ctypes.data_as(F32P)
+        arr[i].ndim = a.ndim
+        for d, size in enumerate(a.shape):
+            arr[i].shape[d] = size
+    meta = list((metadata or {}).items())
+    marr = (MetadataEntry * max(1, len(meta)))()
+    for i, (k, v) in enumerate(meta):
+        marr[i].key, marr[i].value = str(k).encode(), str(v).encode()
+    ctx.check(lib.attn_safetensors_write(ctx.handle, encode_path(path), arr, len(items), marr,
+                                         len(meta)))
+
+
+def load_file(path, with_metadata=False):
+    """Reads every tensor of path as a float32 array, in data order. With
+    with_metadata, returns (tensors, metadata)."""
+    ctx = Context()
+    st = ctypes.c_void_p()
+    ctx.check(lib.attn_safetensors_open(ctx.handle, encode_path(path), ctypes.byref(st)))
+    try:
+        out = OrderedDict()
+        for i in range(lib.attn_safetensors_count(st)):
+            info = SafetensorsInfo()
+            ctx.check(lib.attn_safetensors_info_at(st, i, ctypes.byref(info)))
+            a = np.empty(tuple(info.shape[:info.ndim]), dtype=np.float32)
+            ctx.check(lib.attn_safetensors_load(st, info.index, a.ctypes.data_as(F32P),
+                                                info.numel))
+            out[info.name.decode()] = a
+        meta = {}
+        for i in range(lib.attn_safetensors_metadata_count(st)):
+            e = MetadataEntry()
+            ctx.check(lib.attn_safetensors_metadata_at(st, i, ctypes.byref(e)))
+            meta[e.key.decode()] = e.value.decode()
+    finally:
+        lib.attn_safetensors_free(st)
+    return (out, meta) if with_metadata else out

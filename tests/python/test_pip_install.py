@@ -1,0 +1,68 @@
+"""`pip install ./python` into a fresh virtualenv builds libattn with CMake
+into the package; the installed package, imported from elsewhere with no
+ATTN_LIBRARY, finds its own libattn and matches PyTorch.
+
+The venv is made with --system-site-packages (Debian's numpy satisfies the
+package's one dependency) and pip runs with --no-build-isolation --no-index,
+so the test needs no network; a plain `python3 -m venv` + `pip install
+./python` fetches setuptools and numpy from PyPI instead (docs/python.md).
+usage: test_pip_install.py REPO_ROOT
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+root = os.path.abspath(sys.argv[1])
+tmp = tempfile.mkdtemp(prefix="attn_pip_")
+venv = os.path.join(tmp, "venv")
+env = {k: v for k, v in os.environ.items() if k not in ("ATTN_LIBRARY", "PYTHONPATH")}
+env["ATTN_BUILD_JOBS"] = "2"
+passed = failed = 0
+
+
+def run(cmd, **kw):
+    print("$", " ".join(cmd), flush=True)
+    return subprocess.run(cmd, env=env, text=True, capture_output=True, **kw)
+
+
+start = time.time()
+steps = [
+    ["/usr/bin/python3", "-m", "venv", "--system-site-packages", venv],
+    [os.path.join(venv, "bin", "pip"), "install", "--no-build-isolation", "--no-index",
+     "--disable-pip-version-check", "--quiet", os.path.join(root, "python")],
+]
+for cmd in steps:
+    r = run(cmd)
+    if r.returncode != 0:
+        print(r.stdout[-3000:], r.stderr[-3000:])
+        print("0 passed, 1 failed")
+        sys.exit(1)
+print(f"installed in {time.time() - start:.1f} s")
+
+script = r'''
+import numpy as np, torch, attn, os, sys
+sys.path.insert(0, sys.argv[1])
+import seed_modules as S
+assert os.path.dirname(attn._lib.path) == os.path.dirname(attn.__file__), attn._lib.path
+torch.manual_seed(123); ref = S.MultiHeadAttention(3, 2, 6, 0.0, num_heads=2).eval()
+attn.manual_seed(123); mha = attn.MultiHeadAttention(3, 2, 6, 0.0, num_heads=2).eval()
+x = torch.rand(2, 6, 3)
+with torch.no_grad():
+    want = ref(x).numpy()
+err = float(np.abs(mha(x.numpy()) - want).max())
+print(f"attn {attn.__version__} from {attn._lib.path}: max abs error vs torch {err:.2e}")
+sys.exit(0 if err <= 1e-6 else 1)
+'''
+r = run([os.path.join(venv, "bin", "python"), "-W", "ignore", "-c", script,
+         os.path.join(root, "tests", "conformance")], cwd=tmp)
+print(r.stdout, r.stderr[-2000:])
+if r.returncode == 0:
+    passed += 1
+else:
+    failed += 1
+shutil.rmtree(tmp)
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
