@@ -31,12 +31,13 @@ bench: bench-deps build
 	./$(BUILD)/attn bench $(BENCH_ARGS)
 
 # The suite under AddressSanitizer and UndefinedBehaviorSanitizer. The
-# ctypes suites load the library into Python, which ASan cannot join late,
-# so they run in the plain build only.
+# ctypes suites (by name, or labelled python_ctypes) load the library into
+# Python, which ASan cannot join late, so they run in the plain build only;
+# so do the learning runs (label slow), minutes long under the sanitizers.
 sanitize: deps
 	cmake -S . -B $(BUILD)-sanitize -DCMAKE_BUILD_TYPE=Debug -DATTN_SANITIZE=ON
 	cmake --build $(BUILD)-sanitize -j $(JOBS)
-	cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS) -E "conformance_vs_torch|grad_vs_torch|fast_vs_reference" -LE python_ctypes
+	cd $(BUILD)-sanitize && ctest --output-on-failure -j $(JOBS) -E "conformance_vs_torch|grad_vs_torch|fast_vs_reference" -LE "python_ctypes|slow"
 
 install: build
 	cmake --install $(BUILD)

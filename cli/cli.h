@@ -46,5 +46,6 @@ int cli_forward(int argc, char **argv);
 int cli_grad(int argc, char **argv);
 int cli_heatmap(int argc, char **argv);
 int cli_bench(int argc, char **argv);
+int cli_train(int argc, char **argv);
 
 #endif /* ATTN_CLI_H */

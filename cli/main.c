@@ -15,6 +15,7 @@ static const cli_command commands[] = {
     {"trace", "the shape of every intermediate of a module's forward pass", cli_trace},
     {"params", "parameter counts per tensor and in total for a GPT-2 preset", cli_params},
     {"forward", "run any attention variant on a .npy input", cli_forward},
+    {"train", "train a small language model on copy, reverse, sort or induction", cli_train},
     {"grad", "forward and backward of any variant: every gradient as .npy", cli_grad},
     {"heatmap", "attention weights as a PNG heat map or in the terminal", cli_heatmap},
     {"bench", "time the kernels against the machine's peak (OpenBLAS, if installed)", cli_bench},

@@ -788,6 +788,221 @@ attn_status attn_gpt2_load_hf_from(attn_safetensors *st, attn_module *m, size_t 
  * metadata {"format": "pt"}. */
 attn_status attn_gpt2_save_hf(attn_ctx *ctx, attn_module *m, const char *path, size_t layer);
 
+/* ------------------------------------------------------------------------ */
+/* Optimizers                                                                */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * torch.optim.SGD and torch.optim.AdamW (PyTorch 1.13, the single-tensor
+ * path, foreach=False), with the same update order and float32 arithmetic,
+ * fused multiply-adds where PyTorch's CPU kernels fuse them:
+ *
+ * SGD, per parameter p with gradient g:
+ *   g = g + weight_decay * p                          (if weight_decay != 0)
+ *   buf = g on the first step, else buf = momentum * buf + (1 - dampening) * g
+ *                                                     (if momentum != 0)
+ *   g = nesterov ? g + momentum * buf : buf           (if momentum != 0)
+ *   p = p - lr * g
+ * AdamW, at step t (1, 2, ...):
+ *   p = p * (1 - lr * weight_decay)
+ *   m = beta1 * m + (1 - beta1) * g
+ *   v = beta2 * v + (1 - beta2) * g * g
+ *   vmax = max(vmax, v)                               (amsgrad)
+ *   denom = sqrt(amsgrad ? vmax : v) / sqrt(1 - beta2^t) + eps
+ *   p = p - (lr / (1 - beta1^t)) * m / denom
+ *
+ * The optimizer keeps pointers to the parameters' data and grad: they must
+ * outlive it. Gradients are read, never cleared: zero them between steps
+ * (attn_optimizer_zero_grad, or the model's zero_grad).
+ */
+typedef enum attn_optimizer_kind {
+    ATTN_OPTIMIZER_SGD = 0,
+    ATTN_OPTIMIZER_ADAMW = 1
+} attn_optimizer_kind;
+
+typedef struct attn_optimizer_config {
+    attn_optimizer_kind kind;
+    double lr;
+    double weight_decay; /* SGD: L2 added to the gradient; AdamW: decoupled */
+    /* SGD */
+    double momentum, dampening;
+    bool nesterov; /* needs momentum > 0 and dampening == 0, as in PyTorch */
+    /* AdamW */
+    double beta1, beta2, eps;
+    bool amsgrad;
+} attn_optimizer_config;
+
+/* PyTorch's defaults. SGD: momentum 0, dampening 0, weight_decay 0, no
+ * nesterov, and lr NAN: PyTorch has no default lr for SGD, so
+ * attn_optimizer_new fails until one is set. AdamW: lr 1e-3, betas (0.9,
+ * 0.999), eps 1e-8, weight_decay 0.01, amsgrad off. An unknown kind gives
+ * the SGD defaults with that kind (attn_optimizer_new then rejects it). */
+attn_optimizer_config attn_optimizer_defaults(attn_optimizer_kind kind);
+
+typedef struct attn_optimizer attn_optimizer;
+
+/* An optimizer over count parameters (every one needs data and grad, and a
+ * numel that agrees with its shape). The configuration is checked as
+ * PyTorch checks it, plus finiteness. Errors go to ctx. */
+attn_status attn_optimizer_new(attn_ctx *ctx, const attn_optimizer_config *cfg,
+                               const attn_param *params, size_t count, attn_optimizer **out);
+/* optimizer.step(): one update of every parameter from its grad. */
+attn_status attn_optimizer_step(attn_optimizer *opt);
+/* optimizer.zero_grad(set_to_none=False): every parameter's grad to 0. */
+attn_status attn_optimizer_zero_grad(attn_optimizer *opt);
+/* param_group["lr"] = lr, for schedules; lr must be finite and >= 0. */
+attn_status attn_optimizer_set_lr(attn_optimizer *opt, double lr);
+double attn_optimizer_lr(const attn_optimizer *opt);
+/* Steps taken so far. */
+size_t attn_optimizer_steps(const attn_optimizer *opt);
+void attn_optimizer_free(attn_optimizer *opt);
+
+/*
+ * torch.nn.utils.clip_grad_norm_(params, max_norm) (norm_type 2): the L2
+ * norm of all gradients together, total = ||(||g_1||, ..., ||g_n||)||, then
+ * every gradient multiplied by min(1, max_norm / (total + 1e-6)), that
+ * factor in float32 as PyTorch computes it. The squares are summed in
+ * double (PyTorch sums in float32), so total can differ from PyTorch's in
+ * its last bit. total_norm (optional) receives the norm before clipping.
+ * max_norm must be finite and >= 0.
+ */
+attn_status attn_clip_grad_norm(attn_ctx *ctx, const attn_param *params, size_t count,
+                                double max_norm, float *total_norm);
+
+/* ------------------------------------------------------------------------ */
+/* A small language model                                                    */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A GPT-style model to train around the attention modules:
+ *   x (B, T, C) = dropout(tok_emb[tokens] + pos_emb[0..T-1])
+ *   per block:  x = x + [shortcut dropout] attn(ln1(x))
+ *               x = x + dropout(mlp.proj(gelu(mlp.fc(ln2(x)))))   (if mlp)
+ *   logits (B, T, V) = head(ln_f(x))                              (no bias)
+ *   loss = cross_entropy(logits, targets, ignore_index=-100)      (the mean)
+ * attn is the library's MultiHeadAttention (ATTN_MODULE_MHA, C -> C,
+ * n_heads heads) or GPT-2's CausalSelfAttention (ATTN_MODULE_GPT2). The
+ * shortcut dropout follows mha only (as the book's TransformerBlock does):
+ * CausalSelfAttention applies its own resid_dropout. LayerNorm has eps
+ * 1e-5; GELU is the exact erf form (nn.GELU()); mlp.fc is C -> 4C.
+ *
+ * Parameters, in state_dict order and initialised from init_rng in this
+ * order, as the PyTorch constructors would:
+ *   tok_emb.weight (V, C), pos_emb.weight (T, C)     N(0, 1) (nn.Embedding)
+ *   blocks.<i>.ln1.weight, .ln1.bias (C)             ones, zeros (no draws)
+ *   blocks.<i>.attn.<module parameter>               the module's constructor
+ *   blocks.<i>.ln2.weight, .ln2.bias (C)             (if mlp)
+ *   blocks.<i>.mlp.fc.weight (4C, C), .bias (4C)     nn.Linear (if mlp)
+ *   blocks.<i>.mlp.proj.weight (C, 4C), .bias (C)    nn.Linear (if mlp)
+ *   ln_f.weight, ln_f.bias (C)
+ *   head.weight (V, C)                               nn.Linear, bias=False
+ * Dropout draws from the forward's rng in the order of the forward above.
+ * tests/train/torch_lm.py is the same model in PyTorch.
+ */
+typedef struct attn_model_config {
+    size_t vocab_size, context_length, d_model, n_layers, n_heads;
+    attn_module_kind attention; /* ATTN_MODULE_MHA or ATTN_MODULE_GPT2 */
+    bool mlp;                   /* add the MLP half of each block */
+    double dropout;             /* every dropout of the model, in [0, 1] */
+    bool qkv_bias;              /* MultiHeadAttention's qkv_bias; ignored for
+                                   GPT-2, whose c_attn always has a bias */
+} attn_model_config;
+
+/* Targets equal to this are not scored (F.cross_entropy's ignore_index). */
+#define ATTN_IGNORE_INDEX (-100)
+
+typedef struct attn_model attn_model;
+
+attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng *init_rng,
+                           attn_model **out);
+void attn_model_free(attn_model *m);
+attn_model_config attn_model_get_config(const attn_model *m);
+/* Number of parameter tensors, and of scalars. */
+size_t attn_model_param_count(const attn_model *m);
+size_t attn_model_num_scalars(const attn_model *m);
+attn_status attn_model_param_at(attn_model *m, size_t index, attn_param *out);
+attn_status attn_model_param(attn_model *m, const char *name, attn_param *out);
+/* Every parameter, in state_dict order: the array attn_optimizer_new
+ * takes. It stays valid until the model is freed. */
+attn_status attn_model_params(attn_model *m, const attn_param **params, size_t *count);
+/* model.train() / model.eval(): dropout on or off, in every module. */
+attn_status attn_model_set_training(attn_model *m, bool training);
+/* With gradients disabled (torch.no_grad()) a forward keeps nothing for
+ * backward; evaluation is then cheaper. Enabled by default. */
+attn_status attn_model_set_grad_enabled(attn_model *m, bool enabled);
+/* Every parameter's grad to 0. */
+attn_status attn_model_zero_grad(attn_model *m);
+/*
+ * tokens (B, T) are ids in [0, V); T <= context_length. logits (B, T, V)
+ * is optional. With targets (B, T) (ids in [0, V) or ATTN_IGNORE_INDEX),
+ * *loss receives the mean cross-entropy over the targets that are not
+ * ignored (NaN when all are, as PyTorch gives, and a backward then adds
+ * nothing); without targets, loss must
+ * be NULL and logits given. dropout_rng is needed only in training mode
+ * with dropout > 0.
+ */
+attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32_t *targets,
+                               size_t batch, size_t tokens_per_row, float *logits, float *loss,
+                               attn_rng *dropout_rng);
+/* loss.backward() for the last forward (which had targets and gradients
+ * enabled): every parameter's dloss/dW is added to its grad. */
+attn_status attn_model_backward(attn_model *m);
+/*
+ * Saves every parameter to path as a safetensors file (see "safetensors
+ * files"): float32 tensors under their state_dict names, and "__metadata__"
+ * holding the config as strings: "format": "attn-lm", vocab_size,
+ * context_length, d_model, n_layers, n_heads, attention ("mha" or "gpt2"),
+ * mlp, qkv_bias, dropout. safetensors.torch.load_file and the PyTorch
+ * model's load_state_dict read it.
+ */
+attn_status attn_model_save(attn_model *m, const char *path);
+/* load_state_dict(strict=True) from such a file into a model of the same
+ * config: every parameter with its shape and nothing else (an "attn-lm"
+ * file's metadata must also agree). Nothing changes unless all of it
+ * loads. */
+attn_status attn_model_load(attn_model *m, const char *path);
+
+/* ------------------------------------------------------------------------ */
+/* Synthetic tasks                                                           */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Sequences to learn, drawn from an attn_rng (so runs are reproducible).
+ * Token 0 is a separator; data tokens are 1 .. V-1. Each row is a sequence
+ * s of T + 1 tokens: tokens = s[0 .. T-1], and targets[t] = s[t+1] on the
+ * answer tokens, ATTN_IGNORE_INDEX elsewhere. With n = T / 2:
+ *   copy       s = x_1 .. x_n, 0, x_1 .. x_n           (x uniform in 1..V-1)
+ *   reverse    s = x_1 .. x_n, 0, x_n .. x_1
+ *   sort       s = x_1 .. x_n, 0, sorted(x)
+ *              answers: the n tokens after the separator (a 0 pads odd T)
+ *   induction  s = 0, p_1 .. p_L, 0, p_1 .. p_L, 0, p_1 ... (repeated to
+ *              fill T + 1) with L uniform in [max(1, Lmax / 2), Lmax],
+ *              Lmax = (T - 1) / 2, and p distinct tokens (so V - 1 >= Lmax);
+ *              answers: every token after the second separator. Each is
+ *              the token that followed the current one the time before
+ *              (an induction head's rule); the varying L keeps position
+ *              from telling it.
+ */
+typedef enum attn_task_kind {
+    ATTN_TASK_COPY = 0,
+    ATTN_TASK_REVERSE = 1,
+    ATTN_TASK_SORT = 2,
+    ATTN_TASK_INDUCTION = 3
+} attn_task_kind;
+
+/* "copy", "reverse", "sort", "induction"; "" for an unknown kind. */
+const char *attn_task_name(attn_task_kind kind);
+attn_status attn_task_find(attn_ctx *ctx, const char *name, attn_task_kind *out);
+/* Whether the task fits vocab_size and context_length (the message says
+ * why not). */
+attn_status attn_task_check(attn_ctx *ctx, attn_task_kind kind, size_t vocab_size,
+                            size_t context_length);
+/* tokens and targets (batch, context_length); answers (optional) receives
+ * the number of answer tokens. */
+attn_status attn_task_batch(attn_ctx *ctx, attn_task_kind kind, size_t vocab_size,
+                            size_t context_length, attn_rng *rng, size_t batch, int32_t *tokens,
+                            int32_t *targets, size_t *answers);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,31 @@
+/*
+ * layers.h — the small model's layers in float32 (layers_impl.h, where each
+ * forward sits beside its backward with the shape of every buffer).
+ */
+#ifndef ATTN_TRAIN_LAYERS_H
+#define ATTN_TRAIN_LAYERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define ATTN_LAYERNORM_EPS 1e-5
+
+void attn_layer_embedding_forward(float *out, const int32_t *tokens, const float *wte,
+                                  const float *wpe, size_t B, size_t T, size_t C);
+void attn_layer_embedding_backward(size_t threads, float *dwte, float *dwpe, const float *dout,
+                                   const int32_t *tokens, size_t B, size_t T, size_t C, size_t V);
+void attn_layer_layernorm_forward(float *out, double *mean, double *rstd, const float *inp,
+                                  const float *weight, const float *bias, size_t N, size_t C,
+                                  double eps);
+void attn_layer_layernorm_backward(size_t threads, float *dinp, float *dweight, float *dbias,
+                                   const float *dout, const float *inp, const float *weight,
+                                   const double *mean, const double *rstd, size_t N, size_t C);
+void attn_layer_gelu_forward(float *out, const float *inp, size_t n);
+void attn_layer_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+void attn_layer_residual_forward(float *out, const float *a, const float *b, size_t n);
+double attn_layer_crossentropy_forward(const float *logits, const int32_t *targets, size_t N,
+                                       size_t V, int32_t ignore_index, size_t *scored);
+void attn_layer_crossentropy_backward(float *dlogits, const float *logits, const int32_t *targets,
+                                      size_t N, size_t V, int32_t ignore_index, double dloss);
+
+#endif /* ATTN_TRAIN_LAYERS_H */

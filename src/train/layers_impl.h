@@ -1,0 +1,277 @@
+/*
+ * layers_impl.h — the small model's layers, forward and backward side by
+ * side, written once over a scalar type.
+ *
+ * Before including this file, define
+ *   REAL       the tensor element type (float in the library)
+ *   LAYER(n)   the name of layer function n (attn_layer_##n in the library)
+ *   LAYER_API  the linkage of the layer functions (empty, or static)
+ * src/train/layers.c instantiates it for float; the finite-difference test
+ * instantiates it for double, so the gradients are checked in double
+ * precision on the very code the model runs.
+ *
+ * Conventions (llm.c's): flat row-major arrays with explicit sizes, N = B * T
+ * rows; every backward adds (+=) into the gradients it produces, of inputs
+ * and of parameters alike, so the caller zeroes them once and branches that
+ * meet (the residual stream) simply accumulate. Sums run in double. Kernels
+ * never allocate and never fail: the model checks every argument first.
+ *
+ * The linear layers are the library's own kernels (kernels/dispatch.h:
+ * attn_k_linear and its backward, reference or fast as the ctx chooses).
+ *
+ * The residual connection, out = a + b, needs no kernel of its own
+ * backward: both inputs receive dout unchanged, which the model gets by
+ * keeping a single dresidual buffer that every branch adds into.
+ */
+#include "parallel.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifndef ATTN_LAYERS_IMPL_COMMON
+#define ATTN_LAYERS_IMPL_COMMON
+/* Work below which starting a thread costs more than it saves. */
+#define LAYER_MIN_WORK_PER_THREAD ((size_t)1 << 16)
+#define LAYER_SQRT1_2 0.70710678118654752440 /* 1 / sqrt(2) */
+/* Columns summed at once in the parameter-gradient loops (a stack buffer). */
+#define LAYER_COLUMN_CHUNK 64
+/* The number of items per thread so that each gets at least the minimum
+ * work, when one item costs cost. */
+static inline size_t layer_min_items(size_t cost) {
+    return LAYER_MIN_WORK_PER_THREAD / (cost ? cost : 1) + 1;
+}
+#endif
+
+/* ---- embedding ------------------------------------------------------------ */
+
+/* out (B, T, C) = wte[tokens[b, t]] + wpe[t]; tokens (B, T) lie in [0, V),
+ * wte is (V, C), wpe is (context, C). */
+LAYER_API void LAYER(embedding_forward)(REAL *out, const int32_t *tokens, const REAL *wte,
+                                        const REAL *wpe, size_t B, size_t T, size_t C) {
+    for (size_t b = 0; b < B; b++) {
+        for (size_t t = 0; t < T; t++) {
+            const REAL *tok_row = wte + (size_t)tokens[b * T + t] * C;
+            const REAL *pos_row = wpe + t * C;
+            REAL *out_row = out + (b * T + t) * C;
+            for (size_t c = 0; c < C; c++) out_row[c] = (REAL)((double)tok_row[c] + pos_row[c]);
+        }
+    }
+}
+
+typedef struct LAYER(embedding_job) {
+    REAL *dwte, *dwpe;
+    const REAL *dout;
+    const int32_t *tokens;
+    size_t B, T, C, V;
+} LAYER(embedding_job);
+
+/* Rows [begin, end) of dwte and, past V, of dwpe: each gradient row is one
+ * thread's, summed in double over every (b, t) that used it. */
+static void LAYER(embedding_backward_rows)(void *arg, size_t begin, size_t end) {
+    const LAYER(embedding_job) *j = arg;
+    size_t C = j->C;
+    for (size_t r = begin; r < end; r++) {
+        for (size_t c0 = 0; c0 < C; c0 += LAYER_COLUMN_CHUNK) {
+            size_t c1 = c0 + LAYER_COLUMN_CHUNK < C ? c0 + LAYER_COLUMN_CHUNK : C;
+            double acc[LAYER_COLUMN_CHUNK] = {0};
+            REAL *grad_row;
+            if (r < j->V) {
+                /* in the forward pass this was: out[b, t] = wte[tokens[b, t]] + ... */
+                grad_row = j->dwte + r * C;
+                for (size_t n = 0; n < j->B * j->T; n++) {
+                    if ((size_t)j->tokens[n] != r) continue;
+                    for (size_t c = c0; c < c1; c++) acc[c - c0] += j->dout[n * C + c];
+                }
+            } else {
+                /* in the forward pass this was: out[b, t] = ... + wpe[t] */
+                size_t t = r - j->V;
+                grad_row = j->dwpe + t * C;
+                for (size_t b = 0; b < j->B; b++)
+                    for (size_t c = c0; c < c1; c++) acc[c - c0] += j->dout[(b * j->T + t) * C + c];
+            }
+            for (size_t c = c0; c < c1; c++) grad_row[c] = (REAL)(grad_row[c] + acc[c - c0]);
+        }
+    }
+}
+
+/* dwte (V, C) and dwpe (context, C; rows 0..T-1 touched) += from dout (B, T, C). */
+LAYER_API void LAYER(embedding_backward)(size_t threads, REAL *dwte, REAL *dwpe,
+                                         const REAL *dout, const int32_t *tokens, size_t B,
+                                         size_t T, size_t C, size_t V) {
+    LAYER(embedding_job) job = {dwte, dwpe, dout, tokens, B, T, C, V};
+    attn_parallel_for(threads, V + T, layer_min_items(B * T * C), LAYER(embedding_backward_rows),
+                      &job);
+}
+
+/* ---- LayerNorm -------------------------------------------------------------- */
+
+/* nn.LayerNorm(C, eps): per row of inp (N, C), with the biased variance,
+ *   out (N, C) = (inp - mean) * rstd * weight + bias,  rstd = 1 / sqrt(var + eps)
+ * mean and rstd (N) are kept, in double, for the backward. */
+LAYER_API void LAYER(layernorm_forward)(REAL *out, double *mean, double *rstd, const REAL *inp,
+                                        const REAL *weight, const REAL *bias, size_t N, size_t C,
+                                        double eps) {
+    for (size_t n = 0; n < N; n++) {
+        const REAL *x = inp + n * C;
+        double m = 0.0;
+        for (size_t c = 0; c < C; c++) m += x[c];
+        m /= (double)C;
+        double v = 0.0;
+        for (size_t c = 0; c < C; c++) v += ((double)x[c] - m) * ((double)x[c] - m);
+        v /= (double)C;
+        double s = 1.0 / sqrt(v + eps);
+        REAL *y = out + n * C;
+        for (size_t c = 0; c < C; c++) y[c] = (REAL)(((double)x[c] - m) * s * weight[c] + bias[c]);
+        mean[n] = m;
+        rstd[n] = s;
+    }
+}
+
+typedef struct LAYER(layernorm_job) {
+    REAL *dinp, *dweight, *dbias;
+    const REAL *dout, *inp, *weight;
+    const double *mean, *rstd;
+    size_t N, C;
+} LAYER(layernorm_job);
+
+/* dinp rows [begin, end). With xhat = (x - mean) * rstd and g = dout * weight,
+ * in the forward pass this was: out = xhat * weight + bias, so
+ *   dinp += rstd * (g - mean(g) - xhat * mean(g * xhat)). */
+static void LAYER(layernorm_dinp_rows)(void *arg, size_t begin, size_t end) {
+    const LAYER(layernorm_job) *j = arg;
+    size_t C = j->C;
+    for (size_t n = begin; n < end; n++) {
+        const REAL *x = j->inp + n * C, *dy = j->dout + n * C;
+        double m = j->mean[n], s = j->rstd[n];
+        double g_mean = 0.0, gx_mean = 0.0;
+        for (size_t c = 0; c < C; c++) {
+            double g = (double)dy[c] * j->weight[c];
+            g_mean += g;
+            gx_mean += g * ((double)x[c] - m) * s;
+        }
+        g_mean /= (double)C;
+        gx_mean /= (double)C;
+        REAL *dx = j->dinp + n * C;
+        for (size_t c = 0; c < C; c++) {
+            double g = (double)dy[c] * j->weight[c];
+            double xhat = ((double)x[c] - m) * s;
+            dx[c] = (REAL)(dx[c] + (g - g_mean - xhat * gx_mean) * s);
+        }
+    }
+}
+
+/* dweight and dbias columns [begin, end): dweight += sum_n dout * xhat,
+ * dbias += sum_n dout. */
+static void LAYER(layernorm_dparam_cols)(void *arg, size_t begin, size_t end) {
+    const LAYER(layernorm_job) *j = arg;
+    size_t C = j->C;
+    for (size_t c0 = begin; c0 < end; c0 += LAYER_COLUMN_CHUNK) {
+        size_t c1 = c0 + LAYER_COLUMN_CHUNK < end ? c0 + LAYER_COLUMN_CHUNK : end;
+        double dw[LAYER_COLUMN_CHUNK] = {0}, db[LAYER_COLUMN_CHUNK] = {0};
+        for (size_t n = 0; n < j->N; n++) {
+            const REAL *x = j->inp + n * C, *dy = j->dout + n * C;
+            for (size_t c = c0; c < c1; c++) {
+                dw[c - c0] += (double)dy[c] * (((double)x[c] - j->mean[n]) * j->rstd[n]);
+                db[c - c0] += dy[c];
+            }
+        }
+        for (size_t c = c0; c < c1; c++) {
+            j->dweight[c] = (REAL)(j->dweight[c] + dw[c - c0]);
+            j->dbias[c] = (REAL)(j->dbias[c] + db[c - c0]);
+        }
+    }
+}
+
+/* dinp (N, C), dweight (C), dbias (C) += from dout (N, C). */
+LAYER_API void LAYER(layernorm_backward)(size_t threads, REAL *dinp, REAL *dweight, REAL *dbias,
+                                         const REAL *dout, const REAL *inp, const REAL *weight,
+                                         const double *mean, const double *rstd, size_t N,
+                                         size_t C) {
+    LAYER(layernorm_job) job = {dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C};
+    attn_parallel_for(threads, N, layer_min_items(4 * C), LAYER(layernorm_dinp_rows), &job);
+    attn_parallel_for(threads, C, layer_min_items(2 * N), LAYER(layernorm_dparam_cols), &job);
+}
+
+/* ---- GELU (exact, nn.GELU() with approximate='none') -------------------- */
+
+/* out (n) = 0.5 * x * (1 + erf(x / sqrt(2))) */
+LAYER_API void LAYER(gelu_forward)(REAL *out, const REAL *inp, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        double x = inp[i];
+        out[i] = (REAL)(0.5 * x * (1.0 + erf(x * LAYER_SQRT1_2)));
+    }
+}
+
+/* dinp (n) += dout * gelu'(x), gelu'(x) = Phi(x) + x * phi(x): the normal
+ * CDF and density. */
+LAYER_API void LAYER(gelu_backward)(REAL *dinp, const REAL *inp, const REAL *dout, size_t n) {
+    const double inv_sqrt_2pi = 0.3989422804014327; /* 1 / sqrt(2 pi) */
+    for (size_t i = 0; i < n; i++) {
+        double x = inp[i];
+        double cdf = 0.5 * (1.0 + erf(x * LAYER_SQRT1_2));
+        double pdf = inv_sqrt_2pi * exp(-0.5 * x * x);
+        dinp[i] = (REAL)(dinp[i] + (double)dout[i] * (cdf + x * pdf));
+    }
+}
+
+/* ---- residual ------------------------------------------------------------ */
+
+/* out (n) = a + b (out may alias either). Its backward: see the top. */
+LAYER_API void LAYER(residual_forward)(REAL *out, const REAL *a, const REAL *b, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = (REAL)((double)a[i] + b[i]);
+}
+
+/* ---- cross-entropy (F.cross_entropy, ignore_index, reduction='mean') ---- */
+
+/* loss = mean over the rows n whose target is not ignore_index of
+ *   logsumexp(logits[n]) - logits[n, targets[n]]
+ * logits (N, V); targets (N) lie in [0, V) or equal ignore_index. Returns
+ * the mean (NaN when every row is ignored: 0 / 0, as PyTorch); *scored
+ * receives the number of rows that count. */
+LAYER_API double LAYER(crossentropy_forward)(const REAL *logits, const int32_t *targets,
+                                             size_t N, size_t V, int32_t ignore_index,
+                                             size_t *scored) {
+    double total = 0.0;
+    size_t count = 0;
+    for (size_t n = 0; n < N; n++) {
+        if (targets[n] == ignore_index) continue;
+        const REAL *z = logits + n * V;
+        double max = -INFINITY;
+        for (size_t v = 0; v < V; v++)
+            if (z[v] > max) max = z[v];
+        double sum = 0.0;
+        for (size_t v = 0; v < V; v++) sum += exp((double)z[v] - max);
+        total += max + log(sum) - (double)z[targets[n]];
+        count++;
+    }
+    *scored = count;
+    return total / (double)count;
+}
+
+/* in the forward pass this was: loss = mean_n (logsumexp(z_n) - z_n[target_n]), so
+ *   dlogits[n, v] += dloss * (softmax(z_n)[v] - [v == target_n]) / scored
+ * for the scored rows; ignored rows get nothing. */
+LAYER_API void LAYER(crossentropy_backward)(REAL *dlogits, const REAL *logits,
+                                            const int32_t *targets, size_t N, size_t V,
+                                            int32_t ignore_index, double dloss) {
+    size_t count = 0;
+    for (size_t n = 0; n < N; n++) count += targets[n] != ignore_index;
+    if (count == 0) return;
+    double scale = dloss / (double)count;
+    for (size_t n = 0; n < N; n++) {
+        if (targets[n] == ignore_index) continue;
+        const REAL *z = logits + n * V;
+        REAL *dz = dlogits + n * V;
+        double max = -INFINITY;
+        for (size_t v = 0; v < V; v++)
+            if (z[v] > max) max = z[v];
+        double sum = 0.0;
+        for (size_t v = 0; v < V; v++) sum += exp((double)z[v] - max);
+        for (size_t v = 0; v < V; v++) {
+            double p = exp((double)z[v] - max) / sum;
+            double indicator = (int32_t)v == targets[n] ? 1.0 : 0.0;
+            dz[v] = (REAL)(dz[v] + scale * (p - indicator));
+        }
+    }
+}

@@ -1,0 +1,679 @@
+/*
+ * model.c — a small GPT-style language model around the library's attention
+ * modules (include/attn.h, "A small language model"):
+ *
+ *   x (B, T, C)      = dropout(tok_emb[tokens] + pos_emb[t])
+ *   per block l:
+ *     ln1 (B, T, C)  = LayerNorm(x)
+ *     a   (B, T, C)  = attn(ln1)            MultiHeadAttention or GPT-2's
+ *                                           CausalSelfAttention, via
+ *                                           attn_module_forward / _backward
+ *     x              = x + shortcut_dropout(a)    (the dropout: mha only)
+ *     if mlp:
+ *       ln2 (B, T, C)  = LayerNorm(x)
+ *       fc  (B, T, 4C) = ln2 @ fc.weight^T + fc.bias
+ *       h   (B, T, 4C) = GELU(fc)
+ *       m   (B, T, C)  = dropout(h @ proj.weight^T + proj.bias)
+ *       x              = x + m
+ *   lnf (B, T, C)    = LayerNorm(x)
+ *   logits (B, T, V) = lnf @ head.weight^T
+ *   loss             = cross_entropy(logits, targets, ignore_index=-100)
+ *
+ * The linear layers (mlp.fc, mlp.proj, head) run on the library's kernels
+ * (dispatch.h: the ctx's choice, reference or fast); the other layers are
+ * layers_impl.h's. The forward keeps every activation the backward needs, in buffers sized
+ * for the largest B * T seen; the backward walks the same steps in reverse
+ * with one dresidual buffer (B, T, C) that each branch adds into.
+ */
+#include "kernels/dispatch.h"
+#include "modules/module.h"
+#include "train/layers.h"
+#include "train/model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MODEL_NAME_MAX 96
+
+/* Parameter indices of one block's own tensors (the attention module's are
+ * listed between ln1 and ln2). */
+typedef struct block {
+    attn_module *attn;
+    size_t ln1_w, ln1_b, attn_first, ln2_w, ln2_b, fc_w, fc_b, proj_w, proj_b;
+    /* activations, capacity rows each */
+    float *ln1;                  /* (N, C) */
+    double *ln1_mean, *ln1_rstd; /* (N) */
+    float *attn_out;             /* (N, C) after the shortcut dropout */
+    uint8_t *attn_keep;          /* (N, C) the shortcut dropout's mask */
+    float *ln2;                  /* (N, C) */
+    double *ln2_mean, *ln2_rstd; /* (N) */
+    float *fc, *gelu;            /* (N, 4C) */
+    float *mlp_out;              /* (N, C) after the dropout */
+    uint8_t *mlp_keep;           /* (N, C) */
+    float *resid_in, *resid_mid, *resid_out; /* (N, C) each; mid == out without mlp */
+} block;
+
+struct attn_model {
+    attn_ctx *ctx;
+    attn_model_config cfg;
+    bool training, grad_enabled;
+
+    /* parameters in state_dict order; the model's own tensors live in
+     * storage (data) and grad_storage, the modules' in the modules */
+    size_t count;
+    attn_param *params;
+    char (*names)[MODEL_NAME_MAX];
+    bool *own; /* params[i] lives in storage */
+    size_t own_scalars, num_scalars;
+    float *storage, *grad_storage;
+    size_t tok_emb, pos_emb, lnf_w, lnf_b, head;
+    block *blocks;
+
+    /* activations, for up to `rows` = B * T rows */
+    size_t rows;
+    float *farena;
+    double *darena;
+    uint8_t *barena;
+    int32_t *tokens, *targets; /* (N) copies of the last forward's */
+    float *emb;                /* (N, C) the first residual slot */
+    uint8_t *emb_keep;         /* (N, C) */
+    float *lnf;                /* (N, C) */
+    double *lnf_mean, *lnf_rstd;
+    float *logits;             /* (N, V) */
+    /* backward scratch */
+    float *dres, *dtmp, *dbranch; /* (N, C) */
+    float *d4a, *d4b;             /* (N, 4C) */
+    float *dlogits;               /* (N, V) */
+
+    /* the last forward */
+    size_t batch, seq;
+    double dropout_p; /* the dropout it applied (0 in eval mode) */
+    bool backward_ready;
+};
+
+/* ---- construction ---------------------------------------------------------- */
+
+static attn_status check_config(attn_ctx *ctx, const attn_model_config *c) {
+    const char *who = "attn_model";
+    if (c->vocab_size == 0 || c->vocab_size > (size_t)INT32_MAX)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: vocab_size (%zu) must be in [1, %d]", who,
+                         c->vocab_size, INT32_MAX);
+    if (c->context_length == 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: context_length must be positive, got 0", who);
+    if (c->d_model == 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: d_model must be positive, got 0", who);
+    if (c->n_layers == 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: n_layers must be positive, got 0", who);
+    if (c->n_heads == 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: n_heads must be positive, got 0", who);
+    if (c->d_model % c->n_heads != 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: d_model (%zu) must be divisible by n_heads (%zu)",
+                         who, c->d_model, c->n_heads);
+    if (c->attention != ATTN_MODULE_MHA && c->attention != ATTN_MODULE_GPT2)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: attention must be ATTN_MODULE_MHA or ATTN_MODULE_GPT2, got %d", who,
+                         (int)c->attention);
+    if (!(c->dropout >= 0.0 && c->dropout <= 1.0))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: dropout (%g) must be in [0, 1]", who,
+                         c->dropout);
+    /* Every size below is at most a small multiple of these products. */
+    size_t vc, tc, cc, layers_cc;
+    if (!attn_mul_size(c->vocab_size, c->d_model, &vc) ||
+        !attn_mul_size(c->context_length, c->d_model, &tc) ||
+        !attn_mul_size(c->d_model, c->d_model, &cc) ||
+        !attn_mul_size(c->n_layers, cc, &layers_cc) || layers_cc > (size_t)-1 / 64 ||
+        vc > (size_t)-1 / 64 || tc > (size_t)-1 / 64 || c->n_layers > (size_t)-1 / 64)
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                         "%s: vocab_size %zu, context_length %zu, d_model %zu, n_layers %zu "
+                         "overflow size_t",
+                         who, c->vocab_size, c->context_length, c->d_model, c->n_layers);
+    return ATTN_OK;
+}
+
+/* The number of parameter tensors of one attention module. */
+static size_t attention_params(const attn_model_config *c) {
+    if (c->attention == ATTN_MODULE_GPT2) return 4;  /* c_attn, c_proj: weight, bias */
+    return (c->qkv_bias ? 6 : 3) + 2;                /* W_query, W_key, W_value, out_proj */
+}
+
+static size_t expected_params(const attn_model_config *c) {
+    size_t per_block = 2 + attention_params(c) + (c->mlp ? 6 : 0);
+    return 2 + c->n_layers * per_block + 3;
+}
+
+/* Declares one of the model's own tensors at the next index (name printf'd
+ * with the layer); its data and grad come from place_own_params. */
+static size_t declare(attn_model *m, size_t ndim, size_t rows, size_t cols, const char *fmt,
+                      size_t layer) {
+    size_t index = m->count++;
+    attn_param *p = &m->params[index];
+    snprintf(m->names[index], MODEL_NAME_MAX, fmt, layer);
+    p->name = m->names[index];
+    p->ndim = ndim;
+    p->shape[0] = rows;
+    p->shape[1] = ndim == 2 ? cols : 0;
+    p->numel = ndim == 2 ? rows * cols : rows;
+    m->own[index] = true;
+    m->own_scalars += p->numel;
+    return index;
+}
+
+/* Every own tensor gets its slice of storage and grad_storage. */
+static attn_status place_own_params(attn_model *m) {
+    m->storage = attn_alloc_floats(m->own_scalars);
+    m->grad_storage = attn_alloc_floats(m->own_scalars);
+    if (!m->storage || !m->grad_storage)
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "attn_model_new: cannot allocate %zu "
+                         "parameters", m->own_scalars);
+    size_t offset = 0;
+    for (size_t i = 0; i < m->count; i++) {
+        if (!m->own[i]) continue;
+        m->params[i].data = m->storage + offset;
+        m->params[i].grad = m->grad_storage + offset;
+        offset += m->params[i].numel;
+    }
+    return ATTN_OK;
+}
+
+/* Fills the slots [first, first + count) with the module's parameters,
+ * named blocks.<layer>.attn.<name>. */
+static attn_status adopt_module_params(attn_model *m, attn_module *mod, size_t layer,
+                                       size_t first, size_t count) {
+    if (attn_module_param_count(mod) != count)
+        return attn_fail(m->ctx, ATTN_ERR_INVALID,
+                         "attn_model_new: %s has %zu parameter tensors, the model expected %zu",
+                         attn_module_class_name(mod), attn_module_param_count(mod), count);
+    for (size_t i = 0; i < count; i++) {
+        attn_param p;
+        attn_status st = attn_module_param_at(mod, i, &p);
+        if (st != ATTN_OK) return st;
+        snprintf(m->names[first + i], MODEL_NAME_MAX, "blocks.%zu.attn.%s", layer, p.name);
+        p.name = m->names[first + i];
+        m->params[first + i] = p;
+    }
+    return ATTN_OK;
+}
+
+static float *pdata(attn_model *m, size_t index) { return m->params[index].data; }
+static float *pgrad(attn_model *m, size_t index) { return m->params[index].grad; }
+
+static void fill(float *x, size_t n, float value) {
+    for (size_t i = 0; i < n; i++) x[i] = value;
+}
+
+static attn_status new_attention(attn_model *m, attn_rng *rng, attn_module **out) {
+    const attn_model_config *c = &m->cfg;
+    attn_status st;
+    if (c->attention == ATTN_MODULE_MHA) {
+        attn_mha *mha;
+        attn_mha_config mc = {.d_in = c->d_model, .d_out = c->d_model,
+                              .context_length = c->context_length, .num_heads = c->n_heads,
+                              .dropout = c->dropout, .qkv_bias = c->qkv_bias};
+        st = attn_mha_new(m->ctx, &mc, rng, &mha);
+        *out = st == ATTN_OK ? attn_mha_module(mha) : NULL;
+    } else {
+        attn_gpt2 *g;
+        attn_gpt2_config gc = {.n_embd = c->d_model, .n_head = c->n_heads,
+                               .block_size = c->context_length, .dropout = c->dropout};
+        st = attn_gpt2_new(m->ctx, &gc, rng, &g);
+        *out = st == ATTN_OK ? attn_gpt2_module(g) : NULL;
+    }
+    return st;
+}
+
+attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng *init_rng,
+                           attn_model **out) {
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (!cfg || !init_rng || !out)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_model_new: %s is NULL",
+                         !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
+    *out = NULL;
+    attn_status st = check_config(ctx, cfg);
+    if (st != ATTN_OK) return st;
+    attn_model *m = calloc(1, sizeof *m);
+    if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_new: out of memory");
+    m->ctx = ctx;
+    m->cfg = *cfg;
+    m->training = true;
+    m->grad_enabled = true;
+    size_t n = expected_params(cfg);
+    m->blocks = calloc(cfg->n_layers, sizeof *m->blocks);
+    m->params = calloc(n, sizeof *m->params);
+    m->names = calloc(n, sizeof *m->names);
+    m->own = calloc(n, sizeof *m->own);
+    if (!m->blocks || !m->params || !m->names || !m->own) {
+        attn_model_free(m);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_new: out of memory for %zu "
+                         "parameter tensors", n);
+    }
+    size_t V = cfg->vocab_size, T = cfg->context_length, C = cfg->d_model;
+    size_t n_attn = attention_params(cfg);
+
+    /* 1. The state_dict: the model's own tensors, with a slot for each of
+     *    the attention modules' (filled when the module is made). */
+    m->tok_emb = declare(m, 2, V, C, "tok_emb.weight", 0);
+    m->pos_emb = declare(m, 2, T, C, "pos_emb.weight", 0);
+    for (size_t l = 0; l < cfg->n_layers; l++) {
+        block *b = &m->blocks[l];
+        b->ln1_w = declare(m, 1, C, 0, "blocks.%zu.ln1.weight", l);
+        b->ln1_b = declare(m, 1, C, 0, "blocks.%zu.ln1.bias", l);
+        b->attn_first = m->count;
+        m->count += n_attn;
+        if (cfg->mlp) {
+            b->ln2_w = declare(m, 1, C, 0, "blocks.%zu.ln2.weight", l);
+            b->ln2_b = declare(m, 1, C, 0, "blocks.%zu.ln2.bias", l);
+            b->fc_w = declare(m, 2, 4 * C, C, "blocks.%zu.mlp.fc.weight", l);
+            b->fc_b = declare(m, 1, 4 * C, 0, "blocks.%zu.mlp.fc.bias", l);
+            b->proj_w = declare(m, 2, C, 4 * C, "blocks.%zu.mlp.proj.weight", l);
+            b->proj_b = declare(m, 1, C, 0, "blocks.%zu.mlp.proj.bias", l);
+        }
+    }
+    m->lnf_w = declare(m, 1, C, 0, "ln_f.weight", 0);
+    m->lnf_b = declare(m, 1, C, 0, "ln_f.bias", 0);
+    m->head = declare(m, 2, V, C, "head.weight", 0);
+    if ((st = place_own_params(m)) != ATTN_OK) goto fail;
+
+    /* 2. The draws, in the PyTorch constructor's order. nn.Embedding:
+     *    normal_(0, 1); LayerNorm: ones and zeros, no draws; the attention
+     *    module: its own constructor; nn.Linear: kaiming_uniform_ + bias. */
+    attn_rng_randn(init_rng, pdata(m, m->tok_emb), V * C);
+    attn_rng_randn(init_rng, pdata(m, m->pos_emb), T * C);
+    for (size_t l = 0; l < cfg->n_layers; l++) {
+        block *b = &m->blocks[l];
+        fill(pdata(m, b->ln1_w), C, 1.0f);
+        if ((st = new_attention(m, init_rng, &b->attn)) != ATTN_OK ||
+            (st = adopt_module_params(m, b->attn, l, b->attn_first, n_attn)) != ATTN_OK)
+            goto fail;
+        if (cfg->mlp) {
+            fill(pdata(m, b->ln2_w), C, 1.0f);
+            attn_rng_linear_init(init_rng, pdata(m, b->fc_w), pdata(m, b->fc_b), 4 * C, C);
+            attn_rng_linear_init(init_rng, pdata(m, b->proj_w), pdata(m, b->proj_b), C, 4 * C);
+        }
+    }
+    fill(pdata(m, m->lnf_w), C, 1.0f);
+    attn_rng_linear_init(init_rng, pdata(m, m->head), NULL, V, C);
+    for (size_t i = 0; i < m->count; i++) m->num_scalars += m->params[i].numel;
+    *out = m;
+    return ATTN_OK;
+fail:
+    attn_model_free(m);
+    return st;
+}
+
+static void free_activations(attn_model *m) {
+    free(m->farena);
+    free(m->darena);
+    free(m->barena);
+    free(m->tokens);
+    free(m->targets);
+    m->farena = NULL;
+    m->darena = NULL;
+    m->barena = NULL;
+    m->tokens = m->targets = NULL;
+    m->rows = 0;
+}
+
+void attn_model_free(attn_model *m) {
+    if (!m) return;
+    if (m->blocks)
+        for (size_t l = 0; l < m->cfg.n_layers; l++) attn_module_free(m->blocks[l].attn);
+    free_activations(m);
+    free(m->blocks);
+    free(m->params);
+    free(m->names);
+    free(m->own);
+    free(m->storage);
+    free(m->grad_storage);
+    free(m);
+}
+
+/* ---- the generic view ------------------------------------------------------ */
+
+attn_ctx *attn_model_ctx(const attn_model *m) { return m ? m->ctx : NULL; }
+
+attn_model_config attn_model_get_config(const attn_model *m) {
+    attn_model_config none = {0};
+    return m ? m->cfg : none;
+}
+size_t attn_model_param_count(const attn_model *m) { return m ? m->count : 0; }
+size_t attn_model_num_scalars(const attn_model *m) { return m ? m->num_scalars : 0; }
+
+attn_status attn_model_param_at(attn_model *m, size_t index, attn_param *out) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (!out) return attn_fail(m->ctx, ATTN_ERR_NULL, "attn_model_param_at: out is NULL");
+    if (index >= m->count)
+        return attn_fail(m->ctx, ATTN_ERR_NOT_FOUND,
+                         "the model has %zu parameters; index %zu is out of range", m->count,
+                         index);
+    *out = m->params[index];
+    return ATTN_OK;
+}
+
+attn_status attn_model_param(attn_model *m, const char *name, attn_param *out) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (!name || !out)
+        return attn_fail(m->ctx, ATTN_ERR_NULL, "attn_model_param: %s is NULL",
+                         !name ? "name" : "out");
+    for (size_t i = 0; i < m->count; i++) {
+        if (strcmp(m->params[i].name, name) == 0) {
+            *out = m->params[i];
+            return ATTN_OK;
+        }
+    }
+    return attn_fail(m->ctx, ATTN_ERR_NOT_FOUND, "the model has no parameter named '%s'", name);
+}
+
+attn_status attn_model_params(attn_model *m, const attn_param **params, size_t *count) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (!params || !count)
+        return attn_fail(m->ctx, ATTN_ERR_NULL, "attn_model_params: %s is NULL",
+                         !params ? "params" : "count");
+    *params = m->params;
+    *count = m->count;
+    return ATTN_OK;
+}
+
+attn_status attn_model_set_training(attn_model *m, bool training) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    for (size_t l = 0; l < m->cfg.n_layers; l++) {
+        attn_status st = attn_module_set_training(m->blocks[l].attn, training);
+        if (st != ATTN_OK) return st;
+    }
+    m->training = training;
+    return ATTN_OK;
+}
+
+attn_status attn_model_set_grad_enabled(attn_model *m, bool enabled) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    for (size_t l = 0; l < m->cfg.n_layers; l++) {
+        attn_status st = attn_module_set_grad_enabled(m->blocks[l].attn, enabled);
+        if (st != ATTN_OK) return st;
+    }
+    m->grad_enabled = enabled;
+    m->backward_ready = false;
+    return ATTN_OK;
+}
+
+attn_status attn_model_zero_grad(attn_model *m) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    memset(m->grad_storage, 0, m->own_scalars * sizeof(float));
+    for (size_t l = 0; l < m->cfg.n_layers; l++) {
+        attn_status st = attn_module_zero_grad(m->blocks[l].attn);
+        if (st != ATTN_OK) return st;
+    }
+    return ATTN_OK;
+}
+
+/* ---- activations ------------------------------------------------------------ */
+
+/* Carves the arenas into every activation buffer for N rows; with arenas
+ * NULL it only counts (floats, doubles, bytes). */
+static void layout_activations(attn_model *m, size_t N, size_t *nf, size_t *nd, size_t *nb) {
+    size_t C = m->cfg.d_model, V = m->cfg.vocab_size, L = m->cfg.n_layers;
+    bool mlp = m->cfg.mlp;
+    size_t f = 0, d = 0, b = 0;
+#define TAKE_F(ptr, count) ((ptr) = m->farena ? m->farena + f : NULL, f += (count))
+#define TAKE_D(ptr, count) ((ptr) = m->darena ? m->darena + d : NULL, d += (count))
+#define TAKE_B(ptr, count) ((ptr) = m->barena ? m->barena + b : NULL, b += (count))
+    TAKE_F(m->emb, N * C);
+    TAKE_B(m->emb_keep, N * C);
+    float *resid = m->emb;
+    for (size_t l = 0; l < L; l++) {
+        block *k = &m->blocks[l];
+        k->resid_in = resid;
+        TAKE_F(k->ln1, N * C);
+        TAKE_D(k->ln1_mean, N);
+        TAKE_D(k->ln1_rstd, N);
+        TAKE_F(k->attn_out, N * C);
+        TAKE_B(k->attn_keep, N * C);
+        TAKE_F(k->resid_mid, N * C);
+        k->resid_out = k->resid_mid;
+        if (mlp) {
+            TAKE_F(k->ln2, N * C);
+            TAKE_D(k->ln2_mean, N);
+            TAKE_D(k->ln2_rstd, N);
+            TAKE_F(k->fc, N * 4 * C);
+            TAKE_F(k->gelu, N * 4 * C);
+            TAKE_F(k->mlp_out, N * C);
+            TAKE_B(k->mlp_keep, N * C);
+            TAKE_F(k->resid_out, N * C);
+        }
+        resid = k->resid_out;
+    }
+    TAKE_F(m->lnf, N * C);
+    TAKE_D(m->lnf_mean, N);
+    TAKE_D(m->lnf_rstd, N);
+    TAKE_F(m->logits, N * V);
+    TAKE_F(m->dres, N * C);
+    TAKE_F(m->dtmp, N * C);
+    TAKE_F(m->dbranch, N * C);
+    TAKE_F(m->d4a, mlp ? N * 4 * C : 0);
+    TAKE_F(m->d4b, mlp ? N * 4 * C : 0);
+    TAKE_F(m->dlogits, N * V);
+#undef TAKE_F
+#undef TAKE_D
+#undef TAKE_B
+    *nf = f;
+    *nd = d;
+    *nb = b;
+}
+
+/* Buffers for N rows: kept when they are big enough. */
+static attn_status ensure_rows(attn_model *m, size_t N) {
+    if (N <= m->rows) return ATTN_OK;
+    size_t C = m->cfg.d_model, V = m->cfg.vocab_size, L = m->cfg.n_layers;
+    /* Per row at most 14 C floats per block, 13 C + 2 V besides, 4 L + 2
+     * doubles and (2 L + 1) C bytes (layout_activations). */
+    size_t per_row, total, doubles, bytes;
+    if (!attn_mul3_size(L, 14, C, &per_row) || !attn_add_size(per_row, 13 * C, &per_row) ||
+        !attn_add_size(per_row, 2 * V, &per_row) || !attn_mul_size(N, per_row, &total) ||
+        !attn_floats_fit(total) || !attn_mul_size(N, 4 * L + 2, &doubles) ||
+        doubles > (size_t)-1 / sizeof(double) || !attn_mul3_size(N, 2 * L + 1, C, &bytes))
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
+                         "attn_model forward: activations for %zu rows overflow size_t", N);
+    free_activations(m);
+    size_t nf, nd, nb;
+    layout_activations(m, N, &nf, &nd, &nb);
+    m->farena = attn_alloc_floats(nf);
+    m->darena = calloc(nd ? nd : 1, sizeof(double));
+    m->barena = calloc(nb ? nb : 1, 1);
+    m->tokens = calloc(N, sizeof *m->tokens);
+    m->targets = calloc(N, sizeof *m->targets);
+    if (!m->farena || !m->darena || !m->barena || !m->tokens || !m->targets) {
+        free_activations(m);
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
+                         "attn_model forward: cannot allocate activations for %zu rows", N);
+    }
+    layout_activations(m, N, &nf, &nd, &nb);
+    m->rows = N;
+    return ATTN_OK;
+}
+
+/* ---- dropout ------------------------------------------------------------------ */
+
+/* x (n) = dropout(x) in place, the mask kept for the backward. */
+static void dropout_forward(attn_rng *rng, double p, float *x, uint8_t *keep, size_t n) {
+    attn_dropout_stream s;
+    attn_dropout_stream_begin(&s, rng, p, n);
+    attn_dropout_stream_apply(&s, x, x, n, keep);
+}
+
+/* in the forward pass this was: y = x * keep / (1 - p), so
+ * dx (n) = dy * keep / (1 - p), the scale as PyTorch's float. */
+static void dropout_backward(float *dx, const float *dy, const uint8_t *keep, double p,
+                             size_t n) {
+    float scale = attn_dropout_kept_scale(p);
+    for (size_t i = 0; i < n; i++) dx[i] = keep[i] ? dy[i] * scale : 0.0f;
+}
+
+/* ---- forward -------------------------------------------------------------------- */
+
+static attn_status check_ids(attn_model *m, const char *what, const int32_t *ids, size_t batch,
+                             size_t seq, bool allow_ignore) {
+    int32_t V = (int32_t)m->cfg.vocab_size;
+    for (size_t n = 0; n < batch * seq; n++) {
+        int32_t id = ids[n];
+        if ((id >= 0 && id < V) || (allow_ignore && id == ATTN_IGNORE_INDEX)) continue;
+        return attn_fail(m->ctx, ATTN_ERR_INVALID, "attn_model_forward: %s[%zu, %zu] = %d is "
+                         "outside [0, %d)%s",
+                         what, n / seq, n % seq, (int)id, (int)V,
+                         allow_ignore ? " and is not the ignore_index -100" : "");
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32_t *targets,
+                               size_t batch, size_t seq, float *logits, float *loss,
+                               attn_rng *dropout_rng) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    m->backward_ready = false;
+    const attn_model_config *c = &m->cfg;
+    if (!tokens) return attn_fail(m->ctx, ATTN_ERR_NULL, "attn_model_forward: tokens is NULL");
+    if (!targets && loss)
+        return attn_fail(m->ctx, ATTN_ERR_INVALID, "attn_model_forward: a loss needs targets");
+    if (!targets && !logits)
+        return attn_fail(m->ctx, ATTN_ERR_INVALID,
+                         "attn_model_forward: neither targets nor logits: nothing to compute");
+    if (batch == 0 || seq == 0)
+        return attn_fail(m->ctx, ATTN_ERR_INVALID,
+                         "attn_model_forward: batch (%zu) and sequence length (%zu) must be positive",
+                         batch, seq);
+    if (seq > c->context_length)
+        return attn_fail(m->ctx, ATTN_ERR_SHAPE,
+                         "attn_model_forward: sequence length (%zu) exceeds context_length (%zu)",
+                         seq, c->context_length);
+    double p = m->training ? c->dropout : 0.0;
+    if (p > 0.0 && !dropout_rng)
+        return attn_fail(m->ctx, ATTN_ERR_NULL,
+                         "attn_model_forward: dropout %g in training mode needs dropout_rng", p);
+    size_t N;
+    if (!attn_mul_size(batch, seq, &N))
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW, "attn_model_forward: (%zu, %zu) overflows",
+                         batch, seq);
+    attn_status st = check_ids(m, "tokens", tokens, batch, seq, false);
+    if (st == ATTN_OK && targets) st = check_ids(m, "targets", targets, batch, seq, true);
+    if (st == ATTN_OK) st = ensure_rows(m, N);
+    if (st != ATTN_OK) return st;
+
+    size_t C = c->d_model, V = c->vocab_size;
+    memcpy(m->tokens, tokens, N * sizeof *tokens);
+    attn_layer_embedding_forward(m->emb, tokens, pdata(m, m->tok_emb), pdata(m, m->pos_emb),
+                                 batch, seq, C);
+    if (p > 0.0) dropout_forward(dropout_rng, p, m->emb, m->emb_keep, N * C);
+    for (size_t l = 0; l < c->n_layers; l++) {
+        block *b = &m->blocks[l];
+        attn_layer_layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, b->resid_in,
+                                     pdata(m, b->ln1_w), pdata(m, b->ln1_b), N, C,
+                                     ATTN_LAYERNORM_EPS);
+        st = attn_module_forward(b->attn, b->ln1, batch, seq, b->attn_out, dropout_rng);
+        if (st != ATTN_OK) return st;
+        if (p > 0.0 && c->attention == ATTN_MODULE_MHA)
+            dropout_forward(dropout_rng, p, b->attn_out, b->attn_keep, N * C);
+        attn_layer_residual_forward(b->resid_mid, b->resid_in, b->attn_out, N * C);
+        if (!c->mlp) continue;
+        attn_layer_layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->resid_mid,
+                                     pdata(m, b->ln2_w), pdata(m, b->ln2_b), N, C,
+                                     ATTN_LAYERNORM_EPS);
+        attn_k_linear(m->ctx, b->ln2, pdata(m, b->fc_w), pdata(m, b->fc_b), b->fc, N, C, 4 * C);
+        attn_layer_gelu_forward(b->gelu, b->fc, N * 4 * C);
+        attn_k_linear(m->ctx, b->gelu, pdata(m, b->proj_w), pdata(m, b->proj_b), b->mlp_out, N,
+                      4 * C, C);
+        if (p > 0.0) dropout_forward(dropout_rng, p, b->mlp_out, b->mlp_keep, N * C);
+        attn_layer_residual_forward(b->resid_out, b->resid_mid, b->mlp_out, N * C);
+    }
+    const float *x = m->blocks[c->n_layers - 1].resid_out;
+    attn_layer_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, pdata(m, m->lnf_w),
+                                 pdata(m, m->lnf_b), N, C, ATTN_LAYERNORM_EPS);
+    attn_k_linear(m->ctx, m->lnf, pdata(m, m->head), NULL, m->logits, N, C, V);
+    if (logits) memcpy(logits, m->logits, N * V * sizeof *logits);
+    if (targets) {
+        size_t scored;
+        double mean = attn_layer_crossentropy_forward(m->logits, targets, N, V, ATTN_IGNORE_INDEX,
+                                                      &scored);
+        if (loss) *loss = (float)mean;
+        memcpy(m->targets, targets, N * sizeof *targets);
+    }
+    m->batch = batch;
+    m->seq = seq;
+    m->dropout_p = p;
+    m->backward_ready = targets && m->grad_enabled;
+    return ATTN_OK;
+}
+
+/* ---- backward ------------------------------------------------------------------- */
+
+attn_status attn_model_backward(attn_model *m) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (!m->backward_ready)
+        return attn_fail(m->ctx, ATTN_ERR_INVALID,
+                         "attn_model_backward: needs a forward with targets and gradients enabled "
+                         "first");
+    const attn_model_config *c = &m->cfg;
+    size_t B = m->batch, T = m->seq, N = B * T, C = c->d_model, V = c->vocab_size;
+    size_t threads = m->ctx->num_threads;
+    double p = m->dropout_p;
+
+    /* loss = cross_entropy(logits, targets): dloss = 1 */
+    memset(m->dlogits, 0, N * V * sizeof(float));
+    attn_layer_crossentropy_backward(m->dlogits, m->logits, m->targets, N, V, ATTN_IGNORE_INDEX,
+                                     1.0);
+    /* logits = lnf @ head^T: dtmp = dlogits @ head, dhead += dlogits^T @ lnf */
+    attn_k_linear_backward(m->ctx, m->lnf, pdata(m, m->head), m->dlogits, m->dtmp, false,
+                           pgrad(m, m->head), NULL, N, C, V);
+    /* lnf = LayerNorm(x): dres becomes dL/dx of the last residual */
+    memset(m->dres, 0, N * C * sizeof(float));
+    attn_layer_layernorm_backward(threads, m->dres, pgrad(m, m->lnf_w), pgrad(m, m->lnf_b),
+                                  m->dtmp, m->blocks[c->n_layers - 1].resid_out,
+                                  pdata(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
+    for (size_t l = c->n_layers; l-- > 0;) {
+        block *b = &m->blocks[l];
+        if (c->mlp) {
+            /* resid_out = resid_mid + dropout(proj(gelu(fc(ln2(resid_mid))))) */
+            const float *dmlp = m->dres;
+            if (p > 0.0) {
+                dropout_backward(m->dbranch, m->dres, b->mlp_keep, p, N * C);
+                dmlp = m->dbranch;
+            }
+            attn_k_linear_backward(m->ctx, b->gelu, pdata(m, b->proj_w), dmlp, m->d4a, false,
+                                   pgrad(m, b->proj_w), pgrad(m, b->proj_b), N, 4 * C, C);
+            memset(m->d4b, 0, N * 4 * C * sizeof(float));
+            attn_layer_gelu_backward(m->d4b, b->fc, m->d4a, N * 4 * C);
+            attn_k_linear_backward(m->ctx, b->ln2, pdata(m, b->fc_w), m->d4b, m->dtmp, false,
+                                   pgrad(m, b->fc_w), pgrad(m, b->fc_b), N, C, 4 * C);
+            attn_layer_layernorm_backward(threads, m->dres, pgrad(m, b->ln2_w),
+                                          pgrad(m, b->ln2_b), m->dtmp, b->resid_mid,
+                                          pdata(m, b->ln2_w), b->ln2_mean, b->ln2_rstd, N, C);
+        }
+        /* resid_mid = resid_in + shortcut_dropout(attn(ln1(resid_in))) */
+        const float *dattn = m->dres;
+        if (p > 0.0 && c->attention == ATTN_MODULE_MHA) {
+            dropout_backward(m->dbranch, m->dres, b->attn_keep, p, N * C);
+            dattn = m->dbranch;
+        }
+        attn_status st = attn_module_backward(b->attn, dattn, B, T, m->dtmp);
+        if (st != ATTN_OK) return st;
+        attn_layer_layernorm_backward(threads, m->dres, pgrad(m, b->ln1_w), pgrad(m, b->ln1_b),
+                                      m->dtmp, b->resid_in, pdata(m, b->ln1_w), b->ln1_mean,
+                                      b->ln1_rstd, N, C);
+    }
+    /* emb = dropout(tok_emb[tokens] + pos_emb[t]) */
+    const float *demb = m->dres;
+    if (p > 0.0) {
+        dropout_backward(m->dbranch, m->dres, m->emb_keep, p, N * C);
+        demb = m->dbranch;
+    }
+    attn_layer_embedding_backward(threads, pgrad(m, m->tok_emb), pgrad(m, m->pos_emb), demb,
+                                  m->tokens, B, T, C, V);
+    return ATTN_OK;
+}

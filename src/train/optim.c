@@ -1,0 +1,344 @@
+/*
+ * optim.c — torch.optim.SGD, torch.optim.AdamW and clip_grad_norm_, as
+ * PyTorch 1.13 computes them on the CPU (torch/optim/sgd.py and adamw.py,
+ * the single-tensor path).
+ *
+ * Every update is float32 arithmetic in PyTorch's order. Python scalars
+ * (lr, betas, ...) become float when they meet a float tensor; a.add(b,
+ * alpha=s) and a.addcmul_(b, c, value=s) are fused multiply-adds in
+ * PyTorch's CPU kernels (fma(b, s, a) and fma(s * b, c, a)), while
+ * a.addcdiv_(b, c, value=s) is a + (s * b) / c, unfused. The suite checks
+ * every formula bit for bit against torch.optim.
+ */
+#include "internal.h"
+#include "parallel.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Elements per thread below which one thread does the whole tensor. */
+#define OPTIM_MIN_PER_THREAD ((size_t)1 << 15)
+
+struct attn_optimizer {
+    attn_ctx *ctx;
+    attn_optimizer_config cfg;
+    size_t count;
+    attn_param *params; /* copies of the caller's descriptors */
+    /* Per parameter, numel floats each: SGD the momentum buffer; AdamW
+     * exp_avg, exp_avg_sq and (amsgrad) max_exp_avg_sq. */
+    float **state;
+    float *state_storage;
+    size_t steps;
+};
+
+attn_optimizer_config attn_optimizer_defaults(attn_optimizer_kind kind) {
+    if (kind == ATTN_OPTIMIZER_ADAMW)
+        return (attn_optimizer_config){.kind = kind, .lr = 1e-3, .weight_decay = 1e-2,
+                                       .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-8};
+    /* torch.optim.SGD's lr is `required`: no default. */
+    return (attn_optimizer_config){.kind = kind, .lr = NAN};
+}
+
+static const char *kind_name(attn_optimizer_kind kind) {
+    return kind == ATTN_OPTIMIZER_ADAMW ? "AdamW" : "SGD";
+}
+
+/* PyTorch's checks (ValueError in the constructors), plus finiteness. */
+static attn_status check_config(attn_ctx *ctx, const attn_optimizer_config *c) {
+    if (c->kind != ATTN_OPTIMIZER_SGD && c->kind != ATTN_OPTIMIZER_ADAMW)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "optimizer: unknown kind %d", (int)c->kind);
+    const char *name = kind_name(c->kind);
+    if (isnan(c->lr) && c->kind == ATTN_OPTIMIZER_SGD)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "SGD: lr is required (PyTorch has no default); got nan");
+    if (!(c->lr >= 0.0) || !isfinite(c->lr))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: lr (%g) must be finite and >= 0", name, c->lr);
+    if (!(c->weight_decay >= 0.0) || !isfinite(c->weight_decay))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: weight_decay (%g) must be finite and >= 0",
+                         name, c->weight_decay);
+    if (c->kind == ATTN_OPTIMIZER_SGD) {
+        if (!(c->momentum >= 0.0) || !isfinite(c->momentum))
+            return attn_fail(ctx, ATTN_ERR_INVALID, "SGD: momentum (%g) must be finite and >= 0",
+                             c->momentum);
+        if (!isfinite(c->dampening))
+            return attn_fail(ctx, ATTN_ERR_INVALID, "SGD: dampening (%g) must be finite",
+                             c->dampening);
+        if (c->nesterov && (c->momentum <= 0.0 || c->dampening != 0.0))
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "SGD: nesterov needs momentum > 0 and dampening 0 (got momentum %g, "
+                             "dampening %g)",
+                             c->momentum, c->dampening);
+        return ATTN_OK;
+    }
+    if (!(c->eps >= 0.0) || !isfinite(c->eps))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "AdamW: eps (%g) must be finite and >= 0", c->eps);
+    if (!(c->beta1 >= 0.0 && c->beta1 < 1.0))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "AdamW: beta1 (%g) must be in [0, 1)", c->beta1);
+    if (!(c->beta2 >= 0.0 && c->beta2 < 1.0))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "AdamW: beta2 (%g) must be in [0, 1)", c->beta2);
+    return ATTN_OK;
+}
+
+/* A parameter descriptor the optimizer can use: data and grad, and a numel
+ * that its shape gives. */
+static attn_status check_param(attn_ctx *ctx, const char *what, const attn_param *p,
+                               size_t index) {
+    const char *name = p->name ? p->name : "(unnamed)";
+    if (!p->data || !p->grad)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: parameter %zu (%s) has no %s", what, index, name,
+                         !p->data ? "data" : "grad");
+    size_t numel = 0;
+    bool ok = p->ndim == 1   ? (numel = p->shape[0], true)
+              : p->ndim == 2 ? attn_mul_size(p->shape[0], p->shape[1], &numel)
+                             : false;
+    if (!ok)
+        return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: parameter %zu (%s) has ndim %zu (want 1 or 2)",
+                         what, index, name, p->ndim);
+    if (numel != p->numel)
+        return attn_fail(ctx, ATTN_ERR_SHAPE,
+                         "%s: parameter %zu (%s) has numel %zu but its shape holds %zu", what,
+                         index, name, p->numel, numel);
+    return ATTN_OK;
+}
+
+static attn_status check_params(attn_ctx *ctx, const char *what, const attn_param *params,
+                                size_t count) {
+    if (count == 0) return attn_fail(ctx, ATTN_ERR_INVALID, "%s: got an empty parameter list", what);
+    if (!params) return attn_fail(ctx, ATTN_ERR_NULL, "%s: params is NULL (count %zu)", what, count);
+    for (size_t i = 0; i < count; i++) {
+        attn_status st = check_param(ctx, what, &params[i], i);
+        if (st != ATTN_OK) return st;
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_optimizer_new(attn_ctx *ctx, const attn_optimizer_config *cfg,
+                               const attn_param *params, size_t count, attn_optimizer **out) {
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (!cfg || !out)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_optimizer_new: %s is NULL", !cfg ? "cfg" : "out");
+    *out = NULL;
+    attn_status st = check_config(ctx, cfg);
+    if (st == ATTN_OK) st = check_params(ctx, "attn_optimizer_new", params, count);
+    if (st != ATTN_OK) return st;
+    for (size_t i = 0; i < count; i++)
+        for (size_t k = 0; k < i; k++)
+            if (params[i].data == params[k].data)
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "attn_optimizer_new: parameters %zu and %zu (%s) are the same "
+                                 "tensor",
+                                 k, i, params[i].name ? params[i].name : "(unnamed)");
+
+    size_t per_param = cfg->kind == ATTN_OPTIMIZER_SGD ? (cfg->momentum != 0.0 ? 1 : 0)
+                                                       : (cfg->amsgrad ? 3 : 2);
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++) {
+        size_t n;
+        if (!attn_mul_size(params[i].numel, per_param, &n) || !attn_add_size(total, n, &total) ||
+            !attn_floats_fit(total))
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW, "attn_optimizer_new: optimizer state overflows");
+    }
+    attn_optimizer *opt = calloc(1, sizeof *opt);
+    if (opt) {
+        opt->params = calloc(count, sizeof *opt->params);
+        opt->state = calloc(count * 3, sizeof *opt->state);
+        opt->state_storage = attn_alloc_floats(total);
+    }
+    if (!opt || !opt->params || !opt->state || !opt->state_storage) {
+        attn_optimizer_free(opt);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_optimizer_new: cannot allocate state for "
+                         "%zu parameters (%zu floats)", count, total);
+    }
+    opt->ctx = ctx;
+    opt->cfg = *cfg;
+    opt->count = count;
+    memcpy(opt->params, params, count * sizeof *params);
+    float *next = opt->state_storage;
+    for (size_t i = 0; i < count; i++) {
+        for (size_t s = 0; s < per_param; s++) {
+            opt->state[i * 3 + s] = next;
+            next += params[i].numel;
+        }
+    }
+    *out = opt;
+    return ATTN_OK;
+}
+
+void attn_optimizer_free(attn_optimizer *opt) {
+    if (!opt) return;
+    free(opt->params);
+    free(opt->state);
+    free(opt->state_storage);
+    free(opt);
+}
+
+/* ---- the updates, one tensor at a time, split over threads -------------- */
+
+typedef struct update_job {
+    float *p;
+    const float *g;
+    float *s0, *s1, *s2; /* the parameter's state buffers */
+    /* scalars, already float as PyTorch makes them */
+    float weight_decay, momentum, one_minus_dampening, neg_lr;
+    bool use_weight_decay, use_momentum, first_step, nesterov;
+    float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, eps,
+        neg_step_size;
+    bool amsgrad;
+} update_job;
+
+/* SGD (sgd.py, _single_tensor_sgd) on elements [begin, end). */
+static void sgd_range(void *arg, size_t begin, size_t end) {
+    const update_job *j = arg;
+    for (size_t i = begin; i < end; i++) {
+        float d = j->g[i];
+        /* d_p = d_p.add(param, alpha=weight_decay) */
+        if (j->use_weight_decay) d = fmaf(j->p[i], j->weight_decay, d);
+        if (j->use_momentum) {
+            float *buf = j->s0;
+            /* buf = clone(d_p), or buf.mul_(momentum).add_(d_p, alpha=1 - dampening) */
+            buf[i] = j->first_step ? d : fmaf(d, j->one_minus_dampening, buf[i] * j->momentum);
+            /* d_p = d_p.add(buf, alpha=momentum) if nesterov else buf */
+            d = j->nesterov ? fmaf(buf[i], j->momentum, d) : buf[i];
+        }
+        /* param.add_(d_p, alpha=-lr) */
+        j->p[i] = fmaf(d, j->neg_lr, j->p[i]);
+    }
+}
+
+/* torch.maximum: NaN if either is NaN. */
+static float maximum_nan(float a, float b) {
+    if (isnan(a) || isnan(b)) return NAN;
+    return a > b ? a : b;
+}
+
+/* AdamW (adamw.py, _single_tensor_adamw, capturable=False) on [begin, end). */
+static void adamw_range(void *arg, size_t begin, size_t end) {
+    const update_job *j = arg;
+    float *exp_avg = j->s0, *exp_avg_sq = j->s1, *max_exp_avg_sq = j->s2;
+    for (size_t i = begin; i < end; i++) {
+        float g = j->g[i];
+        /* param.mul_(1 - lr * weight_decay) */
+        float p = j->p[i] * j->decay;
+        /* exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1) */
+        exp_avg[i] = fmaf(g, j->one_minus_beta1, exp_avg[i] * j->beta1);
+        /* exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2) */
+        exp_avg_sq[i] = fmaf(j->one_minus_beta2 * g, g, exp_avg_sq[i] * j->beta2);
+        float second = exp_avg_sq[i];
+        if (j->amsgrad) {
+            /* torch.maximum(max_exp_avg_sqs[i], exp_avg_sq, out=max_exp_avg_sqs[i]) */
+            max_exp_avg_sq[i] = maximum_nan(max_exp_avg_sq[i], exp_avg_sq[i]);
+            second = max_exp_avg_sq[i];
+        }
+        /* denom = (second.sqrt() / bias_correction2_sqrt).add_(eps) */
+        float denom = sqrtf(second) / j->bias_correction2_sqrt + j->eps;
+        /* param.addcdiv_(exp_avg, denom, value=-step_size) */
+        j->p[i] = p + (j->neg_step_size * exp_avg[i]) / denom;
+    }
+}
+
+attn_status attn_optimizer_step(attn_optimizer *opt) {
+    if (!opt) return ATTN_ERR_NULL;
+    attn_clear_error(opt->ctx);
+    const attn_optimizer_config *c = &opt->cfg;
+    update_job base = {0};
+    attn_range_fn body;
+    if (c->kind == ATTN_OPTIMIZER_SGD) {
+        base.use_weight_decay = c->weight_decay != 0.0;
+        base.weight_decay = (float)c->weight_decay;
+        base.use_momentum = c->momentum != 0.0;
+        base.momentum = (float)c->momentum;
+        base.one_minus_dampening = (float)(1.0 - c->dampening);
+        base.nesterov = c->nesterov;
+        base.first_step = opt->steps == 0;
+        base.neg_lr = (float)-c->lr;
+        body = sgd_range;
+    } else {
+        /* step_t += 1; step = step_t.item() */
+        double step = (double)(opt->steps + 1);
+        double bias_correction1 = 1.0 - pow(c->beta1, step);
+        double bias_correction2 = 1.0 - pow(c->beta2, step);
+        double step_size = c->lr / bias_correction1;
+        base.decay = (float)(1.0 - c->lr * c->weight_decay);
+        base.beta1 = (float)c->beta1;
+        base.one_minus_beta1 = (float)(1.0 - c->beta1);
+        base.beta2 = (float)c->beta2;
+        base.one_minus_beta2 = (float)(1.0 - c->beta2);
+        base.bias_correction2_sqrt = (float)sqrt(bias_correction2);
+        base.eps = (float)c->eps;
+        base.neg_step_size = (float)-step_size;
+        base.amsgrad = c->amsgrad;
+        body = adamw_range;
+    }
+    for (size_t i = 0; i < opt->count; i++) {
+        update_job job = base;
+        job.p = opt->params[i].data;
+        job.g = opt->params[i].grad;
+        job.s0 = opt->state[i * 3];
+        job.s1 = opt->state[i * 3 + 1];
+        job.s2 = opt->state[i * 3 + 2];
+        attn_parallel_for(opt->ctx->num_threads, opt->params[i].numel, OPTIM_MIN_PER_THREAD, body,
+                          &job);
+    }
+    opt->steps++;
+    return ATTN_OK;
+}
+
+attn_status attn_optimizer_zero_grad(attn_optimizer *opt) {
+    if (!opt) return ATTN_ERR_NULL;
+    attn_clear_error(opt->ctx);
+    for (size_t i = 0; i < opt->count; i++)
+        memset(opt->params[i].grad, 0, opt->params[i].numel * sizeof(float));
+    return ATTN_OK;
+}
+
+attn_status attn_optimizer_set_lr(attn_optimizer *opt, double lr) {
+    if (!opt) return ATTN_ERR_NULL;
+    attn_clear_error(opt->ctx);
+    if (!(lr >= 0.0) || !isfinite(lr))
+        return attn_fail(opt->ctx, ATTN_ERR_INVALID, "%s: lr (%g) must be finite and >= 0",
+                         kind_name(opt->cfg.kind), lr);
+    opt->cfg.lr = lr;
+    return ATTN_OK;
+}
+
+double attn_optimizer_lr(const attn_optimizer *opt) { return opt ? opt->cfg.lr : NAN; }
+
+size_t attn_optimizer_steps(const attn_optimizer *opt) { return opt ? opt->steps : 0; }
+
+/* ---- clip_grad_norm_ ------------------------------------------------------ */
+
+attn_status attn_clip_grad_norm(attn_ctx *ctx, const attn_param *params, size_t count,
+                                double max_norm, float *total_norm) {
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    attn_status st = check_params(ctx, "attn_clip_grad_norm", params, count);
+    if (st != ATTN_OK) return st;
+    if (!(max_norm >= 0.0) || !isfinite(max_norm))
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "attn_clip_grad_norm: max_norm (%g) must be finite and >= 0", max_norm);
+    /* total_norm = torch.norm(torch.stack([torch.norm(g) for g in grads])):
+     * each norm a float32 result, the sums of squares in double here. */
+    double sum_of_norms = 0.0;
+    for (size_t i = 0; i < count; i++) {
+        double sum = 0.0;
+        const float *g = params[i].grad;
+        for (size_t k = 0; k < params[i].numel; k++) sum += (double)g[k] * g[k];
+        float norm = (float)sqrt(sum);
+        sum_of_norms += (double)norm * norm;
+    }
+    float total = (float)sqrt(sum_of_norms);
+    if (total_norm) *total_norm = total;
+    /* clip_coef = max_norm / (total_norm + 1e-6): a float tensor, and a
+     * Python number divided by a tensor is tensor.reciprocal() * number */
+    float clip_coef = (1.0f / (total + (float)1e-6)) * (float)max_norm;
+    /* torch.clamp(clip_coef, max=1.0) keeps NaN */
+    if (clip_coef > 1.0f) clip_coef = 1.0f;
+    /* g.mul_(clip_coef_clamped), for every gradient */
+    for (size_t i = 0; i < count; i++) {
+        float *g = params[i].grad;
+        for (size_t k = 0; k < params[i].numel; k++) g[k] *= clip_coef;
+    }
+    return ATTN_OK;
+}

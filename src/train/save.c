@@ -1,0 +1,149 @@
+/*
+ * save.c — the small model's parameters in a safetensors file, through the
+ * library's safetensors writer and reader (src/io/safetensors.c):
+ *   tensors   every parameter under its state_dict name, float32, in the
+ *             layout safetensors.torch.save_file gives (sorted by name);
+ *   metadata  "format": "attn-lm" and the attn_model_config, as strings
+ *             (vocab_size, context_length, d_model, n_layers, n_heads,
+ *             attention "mha"|"gpt2", mlp, qkv_bias, dropout).
+ * PyTorch reads it with safetensors.torch.load_file and load_state_dict.
+ */
+#include "internal.h"
+#include "train/model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { META_COUNT = 10 };
+
+typedef struct meta_values {
+    char vocab_size[24], context_length[24], d_model[24], n_layers[24], n_heads[24];
+    char dropout[32];
+} meta_values;
+
+/* The metadata entries of cfg; their strings live in v. */
+static void describe(const attn_model_config *c, meta_values *v, attn_metadata_entry *out) {
+    snprintf(v->vocab_size, sizeof v->vocab_size, "%zu", c->vocab_size);
+    snprintf(v->context_length, sizeof v->context_length, "%zu", c->context_length);
+    snprintf(v->d_model, sizeof v->d_model, "%zu", c->d_model);
+    snprintf(v->n_layers, sizeof v->n_layers, "%zu", c->n_layers);
+    snprintf(v->n_heads, sizeof v->n_heads, "%zu", c->n_heads);
+    snprintf(v->dropout, sizeof v->dropout, "%.17g", c->dropout);
+    attn_metadata_entry entries[META_COUNT] = {
+        {"format", "attn-lm"},
+        {"vocab_size", v->vocab_size},
+        {"context_length", v->context_length},
+        {"d_model", v->d_model},
+        {"n_layers", v->n_layers},
+        {"n_heads", v->n_heads},
+        {"attention", c->attention == ATTN_MODULE_GPT2 ? "gpt2" : "mha"},
+        {"mlp", c->mlp ? "true" : "false"},
+        {"qkv_bias", c->qkv_bias ? "true" : "false"},
+        {"dropout", v->dropout},
+    };
+    memcpy(out, entries, sizeof entries);
+}
+
+attn_status attn_model_save(attn_model *m, const char *path) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_ctx *ctx = attn_model_ctx(m);
+    attn_clear_error(ctx);
+    if (!path) return attn_fail(ctx, ATTN_ERR_NULL, "attn_model_save: path is NULL");
+    const attn_param *params;
+    size_t count;
+    attn_status st = attn_model_params(m, &params, &count);
+    if (st != ATTN_OK) return st;
+    attn_named_tensor *tensors = calloc(count, sizeof *tensors);
+    if (!tensors) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_save: out of memory");
+    for (size_t i = 0; i < count; i++) {
+        tensors[i] = (attn_named_tensor){.name = params[i].name, .data = params[i].data,
+                                         .ndim = params[i].ndim};
+        for (size_t d = 0; d < params[i].ndim; d++) tensors[i].shape[d] = params[i].shape[d];
+    }
+    attn_model_config cfg = attn_model_get_config(m);
+    meta_values values;
+    attn_metadata_entry meta[META_COUNT];
+    describe(&cfg, &values, meta);
+    st = attn_safetensors_write(ctx, path, tensors, count, meta, META_COUNT);
+    free(tensors);
+    return st;
+}
+
+attn_status attn_model_load(attn_model *m, const char *path) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_ctx *ctx = attn_model_ctx(m);
+    attn_clear_error(ctx);
+    if (!path) return attn_fail(ctx, ATTN_ERR_NULL, "attn_model_load: path is NULL");
+    const attn_param *params;
+    size_t count;
+    attn_status st = attn_model_params(m, &params, &count);
+    if (st != ATTN_OK) return st;
+    attn_safetensors *file;
+    if ((st = attn_safetensors_open(ctx, path, &file)) != ATTN_OK) return st;
+
+    /* A file that says it is an attn model must describe this one: shapes
+     * alone do not tell n_heads or the attention kind apart. */
+    attn_model_config cfg = attn_model_get_config(m);
+    meta_values values;
+    attn_metadata_entry want[META_COUNT];
+    describe(&cfg, &values, want);
+    const char *format = attn_safetensors_metadata_get(file, "format");
+    for (size_t i = 1; format && strcmp(format, "attn-lm") == 0 && i < META_COUNT; i++) {
+        const char *got = attn_safetensors_metadata_get(file, want[i].key);
+        if (strcmp(want[i].key, "dropout") == 0) continue; /* not part of the weights */
+        if (got && strcmp(got, want[i].value) != 0) {
+            /* the message first: got belongs to the file */
+            st = attn_fail(ctx, ATTN_ERR_SHAPE,
+                           "attn_model_load: '%s' holds a model with %s %s, this model has %s",
+                           path, want[i].key, got, want[i].value);
+            attn_safetensors_free(file);
+            return st;
+        }
+    }
+    /* load_state_dict(strict=True): every parameter, with its shape, and
+     * nothing else; nothing changes unless all of it loads. */
+    size_t total = attn_model_num_scalars(m);
+    float *staged = attn_alloc_floats(total);
+    if (!staged) {
+        attn_safetensors_free(file);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_load: out of memory");
+    }
+    if (attn_safetensors_count(file) != count) {
+        st = attn_fail(ctx, ATTN_ERR_SHAPE,
+                       "attn_model_load: '%s' holds %zu tensors, the model has %zu parameters",
+                       path, attn_safetensors_count(file), count);
+    }
+    size_t offset = 0;
+    for (size_t i = 0; st == ATTN_OK && i < count; i++) {
+        const attn_param *p = &params[i];
+        attn_safetensors_info info;
+        if ((st = attn_safetensors_find(file, p->name, &info)) != ATTN_OK) {
+            st = attn_fail(ctx, ATTN_ERR_NOT_FOUND, "attn_model_load: '%s' has no tensor '%s'",
+                           path, p->name);
+            break;
+        }
+        bool same = info.ndim == p->ndim;
+        for (size_t d = 0; same && d < p->ndim; d++) same = info.shape[d] == p->shape[d];
+        if (!same) {
+            st = attn_fail(ctx, ATTN_ERR_SHAPE,
+                           "attn_model_load: '%s': %s has %zu dimensions (first %zu), the model's "
+                           "is (%zu, %zu)",
+                           path, p->name, info.ndim, info.ndim ? info.shape[0] : 0, p->shape[0],
+                           p->ndim == 2 ? p->shape[1] : 1);
+            break;
+        }
+        st = attn_safetensors_load(file, info.index, staged + offset, p->numel);
+        offset += p->numel;
+    }
+    if (st == ATTN_OK) {
+        offset = 0;
+        for (size_t i = 0; i < count; i++) {
+            memcpy(params[i].data, staged + offset, params[i].numel * sizeof(float));
+            offset += params[i].numel;
+        }
+    }
+    free(staged);
+    attn_safetensors_free(file);
+    return st;
+}

@@ -1,0 +1,440 @@
+/*
+ * test_train.c — the training API's contracts in C: the tasks' layouts,
+ * and every error as a value (bad configs, mismatched shapes, wrong
+ * parameter counts, calls out of order), each with a message that names the
+ * values at fault.
+ */
+#include "attn.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- tasks ------------------------------------------------------------------ */
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The copy-like layouts: x (n tokens), 0, f(x); answers exactly f(x). */
+static void check_copy_like(attn_ctx *ctx, attn_task_kind kind, size_t V, size_t T) {
+    enum { B = 6 };
+    int32_t tokens[B * 40], targets[B * 40];
+    attn_rng *rng;
+    attn_rng_new(ctx, 7, &rng);
+    size_t answers = 0;
+    CHECK_STATUS(attn_task_batch(ctx, kind, V, T, rng, B, tokens, targets, &answers), ATTN_OK);
+    size_t n = T / 2;
+    CHECK(answers == B * n);
+    for (size_t b = 0; b < B; b++) {
+        const int32_t *s = tokens + b * T, *y = targets + b * T;
+        int32_t want[40];
+        for (size_t i = 0; i < n; i++) {
+            CHECK(s[i] >= 1 && (size_t)s[i] < V);
+            want[i] = kind == ATTN_TASK_REVERSE ? s[n - 1 - i] : s[i];
+        }
+        if (kind == ATTN_TASK_SORT) qsort(want, n, sizeof *want, cmp_i32);
+        CHECK(s[n] == 0);
+        for (size_t t = 0; t < T; t++) {
+            bool answer = t >= n && t < 2 * n;
+            CHECK(answer ? y[t] == want[t - n] : y[t] == ATTN_IGNORE_INDEX);
+            /* the next input is the target: teacher forcing */
+            if (answer && t + 1 < T) CHECK(s[t + 1] == y[t]);
+        }
+    }
+    attn_rng_free(rng);
+}
+
+static void test_tasks(attn_ctx *ctx) {
+    for (attn_task_kind k = ATTN_TASK_COPY; k <= ATTN_TASK_SORT; k++) {
+        check_copy_like(ctx, k, 10, 16);
+        check_copy_like(ctx, k, 3, 9); /* odd T: a pad at the end */
+    }
+    /* induction: 0, p (distinct, L in [Lmax/2, Lmax]), repeated; answers after the second 0 */
+    enum { B = 200, T = 32, V = 20 };
+    static int32_t tokens[B * T], targets[B * T];
+    attn_rng *rng;
+    attn_rng_new(ctx, 11, &rng);
+    size_t answers = 0, seen_l[T] = {0};
+    CHECK_STATUS(attn_task_batch(ctx, ATTN_TASK_INDUCTION, V, T, rng, B, tokens, targets, &answers),
+                 ATTN_OK);
+    size_t counted = 0;
+    for (size_t b = 0; b < B; b++) {
+        const int32_t *s = tokens + b * T, *y = targets + b * T;
+        CHECK(s[0] == 0);
+        size_t L = 1;
+        while (L < T && s[L] != 0) L++;
+        L -= 1; /* s[L + 1] is the second separator */
+        CHECK(L >= 7 && L <= 15);
+        seen_l[L]++;
+        for (size_t i = 1; i <= L; i++)
+            for (size_t k = 1; k < i; k++) CHECK(s[i] != s[k]);
+        for (size_t t = 0; t < T; t++) {
+            CHECK(s[t] == s[t % (L + 1)]);
+            if (t >= L + 1) {
+                /* the token that followed s[t] one period earlier */
+                CHECK(y[t] == s[t - L]);
+                counted++;
+            } else {
+                CHECK(y[t] == ATTN_IGNORE_INDEX);
+            }
+        }
+    }
+    CHECK(answers == counted);
+    CHECK(seen_l[7] > 0 && seen_l[15] > 0);
+    /* reproducible: the same seed draws the same batch, another seed another */
+    static int32_t again[B * T], again_targets[B * T];
+    attn_rng_manual_seed(rng, 11);
+    attn_task_batch(ctx, ATTN_TASK_INDUCTION, V, T, rng, B, again, again_targets, NULL);
+    CHECK(memcmp(again, tokens, sizeof tokens) == 0);
+    attn_rng_manual_seed(rng, 12);
+    attn_task_batch(ctx, ATTN_TASK_INDUCTION, V, T, rng, B, again, again_targets, NULL);
+    CHECK(memcmp(again, tokens, sizeof tokens) != 0);
+
+    /* errors */
+    attn_task_kind kind;
+    CHECK_STATUS(attn_task_find(ctx, "induction", &kind), ATTN_OK);
+    CHECK(kind == ATTN_TASK_INDUCTION && strcmp(attn_task_name(kind), "induction") == 0);
+    CHECK_STATUS(attn_task_find(ctx, "copies", &kind), ATTN_ERR_NOT_FOUND);
+    CHECK_MESSAGE(ctx, "'copies'");
+    CHECK(strcmp(attn_task_name((attn_task_kind)9), "") == 0);
+    CHECK_STATUS(attn_task_check(ctx, ATTN_TASK_COPY, 1, 8), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "vocab_size (1)");
+    CHECK_STATUS(attn_task_check(ctx, ATTN_TASK_SORT, 8, 1), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "context_length (1)");
+    CHECK_STATUS(attn_task_check(ctx, ATTN_TASK_INDUCTION, 10, 32), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "up to 15 distinct tokens, but vocab_size 10 has 9");
+    CHECK_STATUS(attn_task_check(ctx, (attn_task_kind)7, 10, 32), ATTN_ERR_INVALID);
+    CHECK_STATUS(attn_task_batch(ctx, ATTN_TASK_COPY, 10, 8, NULL, 1, tokens, targets, NULL),
+                 ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "rng is NULL");
+    CHECK_STATUS(attn_task_batch(ctx, ATTN_TASK_COPY, 10, 8, rng, 0, tokens, targets, NULL),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "batch must be positive");
+    attn_rng_free(rng);
+}
+
+/* ---- optimizers --------------------------------------------------------------- */
+
+static void test_optimizer_errors(attn_ctx *ctx) {
+    float w[6] = {1, 2, 3, 4, 5, 6}, gw[6] = {0}, b[3] = {0}, gb[3] = {0};
+    attn_param params[2] = {
+        {.name = "w", .data = w, .grad = gw, .ndim = 2, .shape = {2, 3}, .numel = 6},
+        {.name = "b", .data = b, .grad = gb, .ndim = 1, .shape = {3, 0}, .numel = 3},
+    };
+    attn_optimizer *opt = NULL;
+    attn_optimizer_config sgd = attn_optimizer_defaults(ATTN_OPTIMIZER_SGD);
+    attn_optimizer_config adamw = attn_optimizer_defaults(ATTN_OPTIMIZER_ADAMW);
+    /* PyTorch's defaults */
+    CHECK(isnan(sgd.lr) && sgd.momentum == 0.0 && sgd.dampening == 0.0 &&
+          sgd.weight_decay == 0.0 && !sgd.nesterov);
+    CHECK(adamw.lr == 1e-3 && adamw.beta1 == 0.9 && adamw.beta2 == 0.999 && adamw.eps == 1e-8 &&
+          adamw.weight_decay == 1e-2 && !adamw.amsgrad);
+
+    CHECK_STATUS(attn_optimizer_new(NULL, &adamw, params, 2, &opt), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_optimizer_new(ctx, NULL, params, 2, &opt), ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "cfg is NULL");
+    CHECK_STATUS(attn_optimizer_new(ctx, &sgd, params, 2, &opt), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "SGD: lr is required");
+    CHECK(opt == NULL);
+
+    struct {
+        attn_optimizer_config cfg;
+        const char *message;
+    } bad[] = {
+        {{.kind = ATTN_OPTIMIZER_SGD, .lr = -0.1}, "lr (-0.1) must be finite and >= 0"},
+        {{.kind = ATTN_OPTIMIZER_SGD, .lr = INFINITY}, "lr (inf)"},
+        {{.kind = ATTN_OPTIMIZER_SGD, .lr = 0.1, .momentum = -0.5}, "momentum (-0.5)"},
+        {{.kind = ATTN_OPTIMIZER_SGD, .lr = 0.1, .weight_decay = -1}, "weight_decay (-1)"},
+        {{.kind = ATTN_OPTIMIZER_SGD, .lr = 0.1, .momentum = 0.9, .dampening = 0.1, .nesterov = true},
+         "nesterov needs momentum > 0 and dampening 0 (got momentum 0.9, dampening 0.1)"},
+        {{.kind = ATTN_OPTIMIZER_SGD, .lr = 0.1, .nesterov = true}, "got momentum 0,"},
+        {{.kind = ATTN_OPTIMIZER_ADAMW, .lr = 1e-3, .beta1 = 1.0, .beta2 = 0.9}, "beta1 (1) must be in [0, 1)"},
+        {{.kind = ATTN_OPTIMIZER_ADAMW, .lr = 1e-3, .beta1 = 0.9, .beta2 = -0.1}, "beta2 (-0.1)"},
+        {{.kind = ATTN_OPTIMIZER_ADAMW, .lr = 1e-3, .beta1 = 0.9, .beta2 = 0.9, .eps = -1e-8}, "eps (-1e-08)"},
+        {{.kind = (attn_optimizer_kind)5, .lr = 1e-3}, "unknown kind 5"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_STATUS(attn_optimizer_new(ctx, &bad[i].cfg, params, 2, &opt), ATTN_ERR_INVALID);
+        CHECK_MESSAGE(ctx, bad[i].message);
+    }
+    /* the parameter list */
+    CHECK_STATUS(attn_optimizer_new(ctx, &adamw, params, 0, &opt), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "empty parameter list");
+    CHECK_STATUS(attn_optimizer_new(ctx, &adamw, NULL, 2, &opt), ATTN_ERR_NULL);
+    attn_param broken[2] = {params[0], params[1]};
+    broken[1].grad = NULL;
+    CHECK_STATUS(attn_optimizer_new(ctx, &adamw, broken, 2, &opt), ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "parameter 1 (b) has no grad");
+    broken[1] = params[1];
+    broken[0].numel = 7; /* a wrong count */
+    CHECK_STATUS(attn_optimizer_new(ctx, &adamw, broken, 2, &opt), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "parameter 0 (w) has numel 7 but its shape holds 6");
+    broken[0] = params[0];
+    broken[0].ndim = 3;
+    CHECK_STATUS(attn_optimizer_new(ctx, &adamw, broken, 2, &opt), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "ndim 3");
+    broken[0] = params[0];
+    broken[1] = params[0];
+    CHECK_STATUS(attn_optimizer_new(ctx, &adamw, broken, 2, &opt), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "parameters 0 and 1 (w) are the same tensor");
+
+    /* a good one: steps, lr, zero_grad */
+    sgd.lr = 0.5;
+    CHECK_STATUS(attn_optimizer_new(ctx, &sgd, params, 2, &opt), ATTN_OK);
+    gw[0] = 2.0f;
+    CHECK_STATUS(attn_optimizer_step(opt), ATTN_OK);
+    CHECK(w[0] == 0.0f && w[1] == 2.0f && attn_optimizer_steps(opt) == 1);
+    CHECK_STATUS(attn_optimizer_set_lr(opt, -1.0), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "SGD: lr (-1)");
+    CHECK_STATUS(attn_optimizer_set_lr(opt, 0.25), ATTN_OK);
+    CHECK(attn_optimizer_lr(opt) == 0.25);
+    CHECK_STATUS(attn_optimizer_zero_grad(opt), ATTN_OK);
+    CHECK(gw[0] == 0.0f);
+    attn_optimizer_free(opt);
+    CHECK_STATUS(attn_optimizer_step(NULL), ATTN_ERR_NULL);
+    CHECK(isnan(attn_optimizer_lr(NULL)) && attn_optimizer_steps(NULL) == 0);
+
+    /* clip_grad_norm_: |(3, 4)| = 5 clipped to 1 */
+    float total = 0.0f;
+    gw[0] = 3.0f;
+    gb[2] = 4.0f;
+    CHECK_STATUS(attn_clip_grad_norm(ctx, params, 2, 1.0, &total), ATTN_OK);
+    CHECK(total == 5.0f);
+    CHECK_NEAR(gw[0], 0.6, 1e-6);
+    CHECK_NEAR(gb[2], 0.8, 1e-6);
+    CHECK_STATUS(attn_clip_grad_norm(ctx, params, 2, 10.0, &total), ATTN_OK); /* no clip */
+    CHECK_NEAR(gw[0], 0.6, 1e-6);
+    CHECK_STATUS(attn_clip_grad_norm(ctx, params, 2, -1.0, &total), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "max_norm (-1)");
+    CHECK_STATUS(attn_clip_grad_norm(ctx, params, 2, NAN, &total), ATTN_ERR_INVALID);
+    CHECK_STATUS(attn_clip_grad_norm(ctx, params, 0, 1.0, &total), ATTN_ERR_INVALID);
+    CHECK_STATUS(attn_clip_grad_norm(NULL, params, 2, 1.0, &total), ATTN_ERR_NULL);
+}
+
+/* ---- the model -------------------------------------------------------------- */
+
+static attn_model_config small_config(void) {
+    return (attn_model_config){.vocab_size = 11, .context_length = 8, .d_model = 8,
+                               .n_layers = 2, .n_heads = 2, .attention = ATTN_MODULE_MHA,
+                               .mlp = true};
+}
+
+static void test_model_config_errors(attn_ctx *ctx, attn_rng *rng) {
+    attn_model *m = NULL;
+    attn_model_config c = small_config();
+    CHECK_STATUS(attn_model_new(NULL, &c, rng, &m), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_model_new(ctx, &c, NULL, &m), ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "init_rng is NULL");
+    attn_model_config bad;
+    bad = c, bad.vocab_size = 0;
+    CHECK_STATUS(attn_model_new(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "vocab_size (0)");
+    bad = c, bad.context_length = 0;
+    CHECK_STATUS(attn_model_new(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "context_length must be positive");
+    bad = c, bad.d_model = 0;
+    CHECK_STATUS(attn_model_new(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "d_model must be positive");
+    bad = c, bad.n_layers = 0;
+    CHECK_STATUS(attn_model_new(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "n_layers must be positive");
+    bad = c, bad.n_heads = 0;
+    CHECK_STATUS(attn_model_new(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "n_heads must be positive");
+    bad = c, bad.n_heads = 3;
+    CHECK_STATUS(attn_model_new(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "d_model (8) must be divisible by n_heads (3)");
+    bad = c, bad.attention = ATTN_MODULE_SA_V1;
+    CHECK_STATUS(attn_model_new(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "attention must be ATTN_MODULE_MHA or ATTN_MODULE_GPT2, got 1");
+    bad = c, bad.dropout = 1.5;
+    CHECK_STATUS(attn_model_new(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "dropout (1.5)");
+    bad = c, bad.vocab_size = (size_t)1 << 30, bad.d_model = (size_t)1 << 40;
+    bad.n_heads = 1;
+    CHECK_STATUS(attn_model_new(ctx, &bad, rng, &m), ATTN_ERR_OVERFLOW);
+    CHECK(m == NULL);
+}
+
+/* Parameter counts: the names and numbers PyTorch's state_dict has. */
+static void test_model_params(attn_ctx *ctx, attn_rng *rng) {
+    attn_model_config c = small_config();
+    attn_model *m;
+    CHECK_STATUS(attn_model_new(ctx, &c, rng, &m), ATTN_OK);
+    /* 2 embeddings + 2 x (ln1 2 + mha 5 + ln2 2 + mlp 4) + ln_f 2 + head */
+    CHECK(attn_model_param_count(m) == 2 + 2 * 13 + 3);
+    size_t C = 8, V = 11, T = 8;
+    size_t per_block = 2 * C + (3 * C * C + C * C + C) + 2 * C + (4 * C * C + 4 * C) + (4 * C * C + C);
+    CHECK(attn_model_num_scalars(m) == V * C + T * C + 2 * per_block + 2 * C + V * C);
+    attn_param p;
+    CHECK_STATUS(attn_model_param_at(m, 0, &p), ATTN_OK);
+    CHECK(strcmp(p.name, "tok_emb.weight") == 0 && p.shape[0] == V && p.shape[1] == C);
+    CHECK_STATUS(attn_model_param(m, "blocks.1.attn.out_proj.bias", &p), ATTN_OK);
+    CHECK(p.ndim == 1 && p.numel == C && p.grad != NULL);
+    CHECK_STATUS(attn_model_param(m, "blocks.0.mlp.fc.weight", &p), ATTN_OK);
+    CHECK(p.shape[0] == 4 * C && p.shape[1] == C);
+    CHECK_STATUS(attn_model_param(m, "head.weight", &p), ATTN_OK);
+    CHECK_STATUS(attn_model_param(m, "head.bias", &p), ATTN_ERR_NOT_FOUND);
+    CHECK_MESSAGE(ctx, "no parameter named 'head.bias'");
+    CHECK_STATUS(attn_model_param_at(m, 99, &p), ATTN_ERR_NOT_FOUND);
+    CHECK_MESSAGE(ctx, "index 99 is out of range");
+    CHECK_STATUS(attn_model_param_at(m, 0, NULL), ATTN_ERR_NULL);
+    attn_model_free(m);
+
+    c.attention = ATTN_MODULE_GPT2;
+    c.mlp = false;
+    CHECK_STATUS(attn_model_new(ctx, &c, rng, &m), ATTN_OK);
+    CHECK(attn_model_param_count(m) == 2 + 2 * 6 + 3);
+    CHECK_STATUS(attn_model_param(m, "blocks.0.attn.c_attn.weight", &p), ATTN_OK);
+    CHECK(p.shape[0] == 3 * C && p.shape[1] == C);
+    attn_model_free(m);
+}
+
+static void test_model_calls(attn_ctx *ctx, attn_rng *rng) {
+    attn_model_config c = small_config();
+    c.dropout = 0.1;
+    attn_model *m;
+    CHECK_STATUS(attn_model_new(ctx, &c, rng, &m), ATTN_OK);
+    enum { B = 2, T = 6, V = 11 };
+    int32_t tokens[B * T], targets[B * T];
+    for (int i = 0; i < B * T; i++) tokens[i] = i % V, targets[i] = i % 3 ? (i + 1) % V : -100;
+    float logits[B * T * V], loss;
+
+    CHECK_STATUS(attn_model_backward(m), ATTN_ERR_INVALID); /* before any forward */
+    CHECK_MESSAGE(ctx, "needs a forward with targets");
+    CHECK_STATUS(attn_model_forward(m, NULL, targets, B, T, logits, &loss, rng), ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "tokens is NULL");
+    CHECK_STATUS(attn_model_forward(m, tokens, NULL, B, T, logits, &loss, rng), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "a loss needs targets");
+    CHECK_STATUS(attn_model_forward(m, tokens, NULL, B, T, NULL, NULL, rng), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "nothing to compute");
+    CHECK_STATUS(attn_model_forward(m, tokens, targets, 0, T, logits, &loss, rng), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "batch (0)");
+    CHECK_STATUS(attn_model_forward(m, tokens, targets, 1, 9, logits, &loss, rng), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "sequence length (9) exceeds context_length (8)");
+    tokens[7] = 11;
+    CHECK_STATUS(attn_model_forward(m, tokens, targets, B, T, logits, &loss, rng), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "tokens[1, 1] = 11 is outside [0, 11)");
+    tokens[7] = 7;
+    targets[3] = -1;
+    CHECK_STATUS(attn_model_forward(m, tokens, targets, B, T, logits, &loss, rng), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "targets[0, 3] = -1 is outside [0, 11) and is not the ignore_index -100");
+    targets[3] = 4;
+    CHECK_STATUS(attn_model_forward(m, tokens, targets, B, T, logits, &loss, NULL), ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "needs dropout_rng");
+
+    /* training: backward adds; twice gives twice */
+    CHECK_STATUS(attn_model_zero_grad(m), ATTN_OK);
+    CHECK_STATUS(attn_model_forward(m, tokens, targets, B, T, logits, &loss, rng), ATTN_OK);
+    CHECK(isfinite(loss) && loss > 0.0f);
+    CHECK_STATUS(attn_model_backward(m), ATTN_OK);
+    attn_param head, wq;
+    attn_model_param(m, "head.weight", &head);
+    attn_model_param(m, "blocks.0.attn.W_query.weight", &wq);
+    float once_head = head.grad[5], once_wq = wq.grad[3];
+    CHECK(once_head != 0.0f && once_wq != 0.0f);
+    CHECK_STATUS(attn_model_backward(m), ATTN_OK);
+    CHECK_NEAR(head.grad[5], 2.0 * once_head, 1e-6 * fabs(once_head));
+    CHECK_NEAR(wq.grad[3], 2.0 * once_wq, 1e-6 * fabs(once_wq) + 1e-12);
+    CHECK_STATUS(attn_model_zero_grad(m), ATTN_OK);
+    CHECK(head.grad[5] == 0.0f && wq.grad[3] == 0.0f);
+
+    /* eval mode: no rng needed, deterministic; no grad: no backward */
+    CHECK_STATUS(attn_model_set_training(m, false), ATTN_OK);
+    CHECK_STATUS(attn_model_set_grad_enabled(m, false), ATTN_OK);
+    float again[B * T * V];
+    CHECK_STATUS(attn_model_forward(m, tokens, targets, B, T, logits, &loss, NULL), ATTN_OK);
+    CHECK_STATUS(attn_model_forward(m, tokens, NULL, B, T, again, NULL, NULL), ATTN_OK);
+    CHECK(memcmp(logits, again, sizeof logits) == 0);
+    CHECK_STATUS(attn_model_backward(m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "gradients enabled");
+    CHECK_STATUS(attn_model_set_grad_enabled(m, true), ATTN_OK);
+
+    /* every target ignored: NaN loss (0 / 0, as PyTorch), zero gradients */
+    int32_t ignored[B * T];
+    for (int i = 0; i < B * T; i++) ignored[i] = ATTN_IGNORE_INDEX;
+    CHECK_STATUS(attn_model_forward(m, tokens, ignored, B, T, NULL, &loss, NULL), ATTN_OK);
+    CHECK(isnan(loss));
+    CHECK_STATUS(attn_model_backward(m), ATTN_OK);
+    CHECK(head.grad[5] == 0.0f);
+
+    /* a larger batch after a smaller one regrows the buffers */
+    int32_t big[6 * 8];
+    for (int i = 0; i < 48; i++) big[i] = (i * 7) % V;
+    float big_logits[6 * 8 * V];
+    CHECK_STATUS(attn_model_forward(m, big, NULL, 6, 8, big_logits, NULL, NULL), ATTN_OK);
+    CHECK_STATUS(attn_model_forward(m, big, NULL, 2, 6, big_logits, NULL, NULL), ATTN_OK);
+
+    /* save and load */
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/attn_test_train_%ld.safetensors", (long)getpid());
+    CHECK_STATUS(attn_model_save(m, NULL), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_model_save(m, "/nonexistent-dir/x.safetensors"), ATTN_ERR_IO);
+    CHECK_STATUS(attn_model_save(m, path), ATTN_OK);
+    attn_model *twin;
+    CHECK_STATUS(attn_model_new(ctx, &c, rng, &twin), ATTN_OK); /* other weights */
+    CHECK_STATUS(attn_model_load(twin, path), ATTN_OK);
+    attn_param a, b;
+    for (size_t i = 0; i < attn_model_param_count(m); i++) {
+        attn_model_param_at(m, i, &a);
+        attn_model_param_at(twin, i, &b);
+        CHECK(memcmp(a.data, b.data, a.numel * sizeof(float)) == 0);
+    }
+    attn_model_free(twin);
+    attn_model_config other = c;
+    other.n_heads = 4; /* same shapes: the metadata tells */
+    CHECK_STATUS(attn_model_new(ctx, &other, rng, &twin), ATTN_OK);
+    CHECK_STATUS(attn_model_load(twin, path), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "n_heads 2, this model has 4");
+    attn_model_free(twin);
+    other = c;
+    other.d_model = 16;
+    CHECK_STATUS(attn_model_new(ctx, &other, rng, &twin), ATTN_OK);
+    CHECK_STATUS(attn_model_load(twin, path), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "d_model 8, this model has 16");
+    attn_model_free(twin);
+    other = c;
+    other.mlp = false;
+    CHECK_STATUS(attn_model_new(ctx, &other, rng, &twin), ATTN_OK);
+    CHECK_STATUS(attn_model_load(twin, path), ATTN_ERR_SHAPE);
+    attn_model_free(twin);
+    CHECK_STATUS(attn_model_load(m, "/nonexistent-dir/x.safetensors"), ATTN_ERR_IO);
+    remove(path);
+
+    /* the optimizer over the model's parameters */
+    const attn_param *params;
+    size_t count;
+    CHECK_STATUS(attn_model_params(m, &params, &count), ATTN_OK);
+    CHECK_STATUS(attn_model_params(m, NULL, &count), ATTN_ERR_NULL);
+    attn_optimizer_config oc = attn_optimizer_defaults(ATTN_OPTIMIZER_ADAMW);
+    attn_optimizer *opt;
+    CHECK_STATUS(attn_optimizer_new(ctx, &oc, params, count, &opt), ATTN_OK);
+    attn_optimizer_free(opt);
+    attn_model_free(m);
+    CHECK_STATUS(attn_model_forward(NULL, tokens, targets, B, T, logits, &loss, rng), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_model_backward(NULL), ATTN_ERR_NULL);
+    CHECK(attn_model_param_count(NULL) == 0);
+}
+
+int main(void) {
+    attn_ctx *ctx;
+    attn_rng *rng;
+    if (attn_ctx_new(&(attn_ctx_config){.num_threads = 2}, &ctx) != ATTN_OK ||
+        attn_rng_new(ctx, 5, &rng) != ATTN_OK)
+        return 1;
+    test_tasks(ctx);
+    test_optimizer_errors(ctx);
+    test_model_config_errors(ctx, rng);
+    test_model_params(ctx, rng);
+    test_model_calls(ctx, rng);
+    attn_rng_free(rng);
+    attn_ctx_free(ctx);
+    return check_summary();
+}
