@@ -163,8 +163,9 @@ static int parse_threads(const char *text, bench_options *o) {
         char item[32];
         size_t len = strcspn(p, ",");
         if (len == 0 || len >= sizeof item || o->thread_counts == BENCH_MAX_THREAD_COUNTS)
-            return cli_usage_error("--threads: expected up to %d positive counts or 'all', got '%s'",
-                                   BENCH_MAX_THREAD_COUNTS, text);
+            return cli_usage_error(
+                "--threads: expected up to %d positive counts or 'all', got '%s'",
+                BENCH_MAX_THREAD_COUNTS, text);
         memcpy(item, p, len);
         item[len] = '\0';
         size_t t;

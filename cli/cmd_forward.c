@@ -13,6 +13,7 @@ static const char forward_help_head[] =
     "                    [--heads N] [--context N] [--qkv-bias] [--dropout P --train]\n"
     "                    [--scale S] [--mask neg-inf|renormalize|none]\n"
     "                    [--bernoulli mt19937|mkl|philox] [--threads N]\n"
+    "                    [--kernels auto|reference|portable|avx2|avx512]\n"
     "                    [--weights FILE.safetensors [--layer N]]\n"
     "\n"
     "Runs one attention variant on a float32 .npy input of shape (B, T, d_in) or\n"

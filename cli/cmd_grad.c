@@ -16,6 +16,7 @@ static const char grad_help_head[] =
     "                 [--d-in N] [--d-out N] [--heads N] [--context N] [--qkv-bias]\n"
     "                 [--dropout P --train] [--scale S] [--mask neg-inf|renormalize|none]\n"
     "                 [--bernoulli mt19937|mkl|philox] [--threads N]\n"
+    "                 [--kernels auto|reference|portable|avx2|avx512]\n"
     "\n"
     "Builds the module as 'attn forward' does (same options, same weights), runs\n"
     "its forward on x (in training mode with --train, drawing dropout), then its\n"

@@ -5,6 +5,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char cli_module_names[] = "simple|sa1|sa2|causal|mha-wrapper|mha|gpt2";
@@ -204,7 +205,7 @@ attn_status cli_build_module(attn_ctx *ctx, attn_rng *rng, const cli_module_opti
 cli_run_options cli_run_defaults(void) {
     return (cli_run_options){.module = {.heads = 1}, .seed = 123,
                              .threads = cli_default_threads(),
-                             .bernoulli = ATTN_BERNOULLI_MT19937};
+                             .bernoulli = ATTN_BERNOULLI_MT19937, .kernels = ATTN_KERNELS_AUTO};
 }
 
 const char cli_run_options_help[] =
@@ -226,6 +227,9 @@ const char cli_run_options_help[] =
     "               default) or with MKL on Intel CPUs (mkl), or counter-based\n"
     "               Philox drawn inside the fused kernels (philox)\n"
     "  --threads    worker threads (default: all online CPUs)\n"
+    "  --kernels    auto (default: the fastest this CPU runs, or the ATTN_KERNELS\n"
+    "               environment variable), reference (the double-accumulating\n"
+    "               loops, closest to exact), portable, avx2 or avx512\n"
     "An option the module's PyTorch class does not take is an error.\n";
 
 void cli_print_run_options_help(FILE *out) { fputs(cli_run_options_help, out); }
@@ -234,6 +238,19 @@ static bool listed(const char *opt, const char *const *list) {
     for (size_t i = 0; list && list[i]; i++)
         if (strcmp(opt, list[i]) == 0) return true;
     return false;
+}
+
+/* --kernels NAME: one of attn_kernels_name's names, run by this CPU. */
+static int parse_kernels(const char *value, attn_kernels *out) {
+    for (attn_kernels k = ATTN_KERNELS_AUTO; k <= ATTN_KERNELS_AVX512; k++) {
+        if (strcmp(value, attn_kernels_name(k)) != 0) continue;
+        if (!attn_kernels_supported(k))
+            return cli_usage_error("--kernels: this CPU (or build) does not run %s", value);
+        *out = k;
+        return CLI_OK;
+    }
+    return cli_usage_error("--kernels: expected auto, reference, portable, avx2 or avx512, got '%s'",
+                           value);
 }
 
 int cli_parse_run_options(int argc, char **argv, cli_run_options *o, const cli_extra_options *extra) {
@@ -274,6 +291,9 @@ int cli_parse_run_options(int argc, char **argv, cli_run_options *o, const cli_e
                 else if (strcmp(value, "philox") == 0) o->bernoulli = ATTN_BERNOULLI_PHILOX;
                 else return cli_usage_error("--bernoulli: expected mt19937, mkl or philox, got '%s'",
                                             value);
+            } else if (strcmp(opt, "--kernels") == 0) {
+                int rc = parse_kernels(value, &o->kernels);
+                if (rc != CLI_OK) return rc;
             } else if (extra->take(extra->user, opt, value) != CLI_OK) {
                 return CLI_USAGE;
             }
@@ -284,8 +304,14 @@ int cli_parse_run_options(int argc, char **argv, cli_run_options *o, const cli_e
 
 int cli_run_open(cli_run *run, cli_run_options *o) {
     *run = (cli_run){0};
-    if (attn_ctx_new(&(attn_ctx_config){.num_threads = o->threads}, &run->ctx) != ATTN_OK)
+    if (attn_ctx_new(&(attn_ctx_config){.num_threads = o->threads, .kernels = o->kernels},
+                     &run->ctx) != ATTN_OK) {
+        const char *env = getenv("ATTN_KERNELS");
+        if (o->kernels == ATTN_KERNELS_AUTO && env && *env)
+            return cli_usage_error("the ATTN_KERNELS environment variable ('%s') names no kernels "
+                                   "this CPU runs (reference, portable, avx2, avx512)", env);
         return cli_usage_error("--threads: %zu is too many", o->threads);
+    }
     if (attn_npy_read(run->ctx, o->input, &run->x) != ATTN_OK)
         return cli_library_error(run->ctx, "--input");
     const attn_npy *x = &run->x;

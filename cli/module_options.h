@@ -68,25 +68,27 @@ attn_status cli_build_module(attn_ctx *ctx, attn_rng *rng, const cli_module_opti
                              attn_module **out);
 
 /* The options of a command that runs a module on an .npy input (forward,
- * grad): the module options, --input, --seed, --threads, --bernoulli and
- * --train. */
+ * grad): the module options, --input, --seed, --threads, --bernoulli,
+ * --kernels and --train. */
 typedef struct cli_run_options {
     cli_module_options module;
     const char *input;
     uint64_t seed;
     size_t threads;
     attn_bernoulli_method bernoulli;
+    attn_kernels kernels;
     bool train;
 } cli_run_options;
 
-/* The defaults: seed 123, all online CPUs, mt19937, eval mode. */
+/* The defaults: seed 123, all online CPUs, mt19937, auto kernels, eval mode. */
 cli_run_options cli_run_defaults(void);
 /* The help lines of those options, for a command's --help. */
 extern const char cli_run_options_help[];
 void cli_print_run_options_help(FILE *out);
 /* The run options that take a value (the module's and --input, --seed,
- * --threads, --bernoulli), for a command's list of value options. */
-#define CLI_RUN_VALUE_OPTIONS CLI_MODULE_VALUE_OPTIONS, "--input", "--seed", "--threads", "--bernoulli"
+ * --threads, --bernoulli, --kernels), for a command's list of value options. */
+#define CLI_RUN_VALUE_OPTIONS                                                                 \
+    CLI_MODULE_VALUE_OPTIONS, "--input", "--seed", "--threads", "--bernoulli", "--kernels"
 /* A command's own options: value-taking ones and flags (NULL-terminated
  * lists, either may be NULL), handed to take(user, opt, value-or-NULL),
  * which returns CLI_OK or CLI_USAGE after printing the error. */

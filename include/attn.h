@@ -118,6 +118,9 @@ void attn_ctx_free(attn_ctx *ctx);
 const char *attn_ctx_last_error(const attn_ctx *ctx);
 /* The worker threads the ctx runs with (at least 1); 0 for a NULL ctx. */
 size_t attn_ctx_num_threads(const attn_ctx *ctx);
+/* A ctx also keeps its kernels' scratch memory (the SGEMM's packed panels)
+ * from call to call, as much as its largest call needed; attn_ctx_free
+ * frees it. */
 /* The kernels the ctx runs: never AUTO (resolved at attn_ctx_new, which
  * fails with ATTN_ERR_INVALID when asked for kernels the CPU cannot run or
  * when ATTN_KERNELS holds an unknown name). */

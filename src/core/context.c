@@ -49,7 +49,20 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
     return ATTN_OK;
 }
 
-void attn_ctx_free(attn_ctx *ctx) { attn_free(ctx); }
+void attn_ctx_free(attn_ctx *ctx) {
+    if (ctx) attn_free(ctx->scratch.data);
+    attn_free(ctx);
+}
+
+void *attn_ctx_scratch(attn_ctx *ctx, size_t bytes) {
+    if (bytes <= ctx->scratch.bytes) return ctx->scratch.data;
+    /* its one caller, the SGEMM, runs the reference kernel without it */
+    void *data = attn_aligned_alloc_or_fallback(64, bytes);
+    if (!data) return NULL;
+    attn_free(ctx->scratch.data);
+    ctx->scratch = (attn_ctx_buffer){data, bytes};
+    return data;
+}
 
 const char *attn_ctx_last_error(const attn_ctx *ctx) { return ctx ? ctx->error : ""; }
 

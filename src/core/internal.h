@@ -13,6 +13,14 @@
 
 #define ATTN_ERROR_CAPACITY 512
 
+/* Memory a ctx lends its kernels from call to call (the SGEMM's packed
+ * panels), so that a call does not map and fault in fresh pages each time:
+ * 64-byte aligned, grown on demand, freed with the ctx. */
+typedef struct attn_ctx_buffer {
+    void *data;
+    size_t bytes;
+} attn_ctx_buffer;
+
 struct attn_ctx {
     size_t num_threads;
     attn_kernels kernels; /* resolved: never AUTO */
@@ -20,7 +28,12 @@ struct attn_ctx {
     void *trace_user;
     bool trace_shapes_only;
     char error[ATTN_ERROR_CAPACITY];
+    attn_ctx_buffer scratch;
 };
+
+/* At least bytes of ctx's scratch (its earlier contents lost), or NULL
+ * when it cannot grow; valid until the next call or attn_ctx_free. */
+void *attn_ctx_scratch(attn_ctx *ctx, size_t bytes);
 
 /* Records a formatted message in ctx (if any) and returns status, so that
  * failures read: return attn_fail(ctx, ATTN_ERR_SHAPE, "x (%zu) ...", n); */

@@ -83,25 +83,38 @@ static const attn_gemm_kernel *fast(const attn_ctx *ctx) {
     return attn_gemm_kernel_for(ctx->kernels);
 }
 
-/* Each call below runs the reference kernel when the ctx asks for it, and
- * also when the SGEMM cannot allocate its pack buffers: the reference needs
- * no memory, so a call never fails. */
+/* The SGEMM on the ctx's scratch memory (kept from call to call); false,
+ * having written nothing, when the scratch cannot grow to its workspace. */
+static bool sgemm(attn_ctx *ctx, const attn_gemm_kernel *uk, bool trans_a, bool trans_b, size_t m,
+                  size_t n, size_t k, float alpha, const float *a, size_t lda, const float *b,
+                  size_t ldb, float beta, float *c, size_t ldc) {
+    size_t floats = attn_sgemm_workspace(uk, ctx->num_threads, m, n, k);
+    float *ws = floats ? attn_ctx_scratch(ctx, floats * sizeof(float)) : NULL;
+    if (!ws) return false;
+    attn_sgemm_run(uk, ctx->num_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                   ldc, ws);
+    return true;
+}
 
-void attn_k_gemm(const attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+/* Each call below runs the reference kernel when the ctx asks for it, and
+ * also when the SGEMM cannot have its pack buffers: the reference needs no
+ * memory, so a call never fails. */
+
+void attn_k_gemm(attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                  float alpha, const float *a, size_t lda, const float *b, size_t ldb, float beta,
                  float *c, size_t ldc) {
     const attn_gemm_kernel *uk = fast(ctx);
-    if (uk && attn_sgemm(uk, ctx->num_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+    if (uk && sgemm(ctx, uk, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
                          beta, c, ldc))
         return;
     attn_ref_gemm(ctx->num_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
                   ldc);
 }
 
-void attn_k_matmul(const attn_ctx *ctx, const float *a, const float *b, float *c, size_t m,
+void attn_k_matmul(attn_ctx *ctx, const float *a, const float *b, float *c, size_t m,
                    size_t k, size_t n, bool b_transposed, bool accumulate) {
     const attn_gemm_kernel *uk = fast(ctx);
-    if (uk && attn_sgemm(uk, ctx->num_threads, false, b_transposed, m, n, k, 1.0f, a, k, b,
+    if (uk && sgemm(ctx, uk, false, b_transposed, m, n, k, 1.0f, a, k, b,
                          b_transposed ? k : n, accumulate ? 1.0f : 0.0f, c, n))
         return;
     if (accumulate)
@@ -110,15 +123,15 @@ void attn_k_matmul(const attn_ctx *ctx, const float *a, const float *b, float *c
         attn_ref_matmul(ctx->num_threads, a, b, c, m, k, n, b_transposed);
 }
 
-void attn_k_matmul_tn_acc(const attn_ctx *ctx, const float *a, const float *b, float *c,
+void attn_k_matmul_tn_acc(attn_ctx *ctx, const float *a, const float *b, float *c,
                           size_t k, size_t m, size_t n) {
     const attn_gemm_kernel *uk = fast(ctx);
-    if (uk && attn_sgemm(uk, ctx->num_threads, true, false, m, n, k, 1.0f, a, m, b, n, 1.0f, c, n))
+    if (uk && sgemm(ctx, uk, true, false, m, n, k, 1.0f, a, m, b, n, 1.0f, c, n))
         return;
     attn_ref_matmul_tn_acc(ctx->num_threads, a, b, c, k, m, n);
 }
 
-void attn_k_linear(const attn_ctx *ctx, const float *x, const float *w, const float *bias,
+void attn_k_linear(attn_ctx *ctx, const float *x, const float *w, const float *bias,
                    float *y, size_t rows, size_t in, size_t out) {
     const attn_gemm_kernel *uk = fast(ctx);
     if (uk) {
@@ -126,7 +139,7 @@ void attn_k_linear(const attn_ctx *ctx, const float *x, const float *w, const fl
          * SGEMM adds x w^T to it. */
         if (bias)
             for (size_t r = 0; r < rows; r++) memcpy(y + r * out, bias, out * sizeof *y);
-        if (attn_sgemm(uk, ctx->num_threads, false, true, rows, out, in, 1.0f, x, in, w, in,
+        if (sgemm(ctx, uk, false, true, rows, out, in, 1.0f, x, in, w, in,
                        bias ? 1.0f : 0.0f, y, out))
             return;
     }
@@ -157,19 +170,19 @@ static void colsum_columns(void *arg, size_t begin, size_t end) {
     }
 }
 
-void attn_k_linear_backward(const attn_ctx *ctx, const float *x, const float *w, const float *dy,
+void attn_k_linear_backward(attn_ctx *ctx, const float *x, const float *w, const float *dy,
                             float *dx, bool accumulate_dx, float *dw, float *dbias, size_t rows,
                             size_t in, size_t out) {
     const attn_gemm_kernel *uk = fast(ctx);
     size_t threads = ctx->num_threads;
     /* forward: y (rows, out) = x (rows, in) @ w^T + bias, w (out, in):
      *   dx (rows, in) = dy @ w; dw (out, in) += dy^T @ x; dbias += colsum(dy) */
-    if (!uk || (dx && !attn_sgemm(uk, threads, false, false, rows, in, out, 1.0f, dy, out, w, in,
+    if (!uk || (dx && !sgemm(ctx, uk, false, false, rows, in, out, 1.0f, dy, out, w, in,
                                   accumulate_dx ? 1.0f : 0.0f, dx, in))) {
         attn_ref_linear_backward(threads, x, w, dy, dx, accumulate_dx, dw, dbias, rows, in, out);
         return;
     }
-    if (!attn_sgemm(uk, threads, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in))
+    if (!sgemm(ctx, uk, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in))
         attn_ref_matmul_tn_acc(threads, dy, x, dw, rows, out, in);
     if (dbias) {
         colsum_job job = {dy, dbias, rows, out};

@@ -15,19 +15,19 @@
 attn_status attn_kernels_resolve(attn_kernels requested, attn_kernels *out);
 
 /* c (m, n) = alpha op(a) @ op(b) + beta c (attn_gemm's contract). */
-void attn_k_gemm(const attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+void attn_k_gemm(attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                  float alpha, const float *a, size_t lda, const float *b, size_t ldb, float beta,
                  float *c, size_t ldc);
 /* c (m, n) = a @ b (+ c when accumulate); b is (k, n), or (n, k) transposed. */
-void attn_k_matmul(const attn_ctx *ctx, const float *a, const float *b, float *c, size_t m,
+void attn_k_matmul(attn_ctx *ctx, const float *a, const float *b, float *c, size_t m,
                    size_t k, size_t n, bool b_transposed, bool accumulate);
 /* c (m, n) += a^T @ b, a (k, m), b (k, n). */
-void attn_k_matmul_tn_acc(const attn_ctx *ctx, const float *a, const float *b, float *c,
+void attn_k_matmul_tn_acc(attn_ctx *ctx, const float *a, const float *b, float *c,
                           size_t k, size_t m, size_t n);
 /* y (rows, out) = x @ w^T (+ bias), and its backward (see kernels.h). */
-void attn_k_linear(const attn_ctx *ctx, const float *x, const float *w, const float *bias,
+void attn_k_linear(attn_ctx *ctx, const float *x, const float *w, const float *bias,
                    float *y, size_t rows, size_t in, size_t out);
-void attn_k_linear_backward(const attn_ctx *ctx, const float *x, const float *w, const float *dy,
+void attn_k_linear_backward(attn_ctx *ctx, const float *x, const float *w, const float *dy,
                             float *dx, bool accumulate_dx, float *dw, float *dbias, size_t rows,
                             size_t in, size_t out);
 

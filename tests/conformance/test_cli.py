@@ -20,6 +20,10 @@ printed first and --seed replays a run exactly.
   c. --help for attn and each command; `attn version`.
   d. `attn params` counts (per module, whole model, all presets).
   e. `attn trace` shapes in the seeds' order, and its failures.
+  f. --kernels: every module with --kernels reference matches torch as in a;
+     the default (auto: the fast kernels) and every kernel set this CPU
+     runs agree with the reference within relative L2 1e-5, forward and
+     `attn grad`; unknown names (option or ATTN_KERNELS) are usage errors.
 
 Ends with "N passed, N failed"; exits 1 on any failure.
 """
@@ -486,6 +490,110 @@ def test_bad_args(r, rng):
 
 
 # ---------------------------------------------------------------------------
+# f. --kernels
+# ---------------------------------------------------------------------------
+
+KERNEL_SETS = ["portable", "avx2", "avx512"]
+KERNELS_TOL = 1e-5
+
+
+def rel_l2(got, want):
+    got = got.astype(np.float64)
+    want = want.astype(np.float64)
+    norm = float(np.linalg.norm(want))
+    err = float(np.linalg.norm(got - want))
+    return err / norm if norm > 0 else err
+
+
+def run_kernels(r, args, kernels, label):
+    """Runs args with --kernels kernels (None: the default); the output, or
+    None where this CPU does not run that set (usage error naming it)."""
+    out = r.path("y.npy")
+    full = args + ["--output", out] + (["--kernels", kernels] if kernels else [])
+    rc, so, se = r.run(full)
+    if kernels in KERNEL_SETS and rc == 2 and "does not run" in se:
+        return None
+    if not check(rc == 0, "forward --kernels %s exits 0: %s" % (kernels, label),
+                 "%s\n      rc=%s stderr=%r" % (show(full), rc, se.strip()[:400])):
+        return None
+    return np.load(out)
+
+
+def test_kernels(r, rng):
+    for module in MODULES:
+        c = random_case(rng, module)
+        c.tokens = max(c.tokens, 4)
+        c.context = c.tokens
+        x = random_input(rng, c)
+        inp = r.path("x.npy")
+        np.save(inp, x)
+        args = [a for a in cli_args(c, inp, "unused")]
+        i = args.index("--output")
+        del args[i:i + 2]
+        label = describe(c)
+        ref = run_kernels(r, args, "reference", label)
+        if ref is None:
+            continue
+        ok, detail = compare(ref, torch_forward(c, x),
+                             TOL / (1.0 - c.dropout) if c.train and c.dropout < 1.0 else TOL)
+        check(ok, "--kernels reference matches torch: " + label, detail)
+        for kernels in [None] + KERNEL_SETS:
+            got = run_kernels(r, args, kernels, label)
+            if got is None:
+                continue
+            e = rel_l2(got, ref)
+            check(e <= KERNELS_TOL, "--kernels %s agrees with reference: %s" % (kernels or "(default)", label),
+                  "relative L2 %.3g" % e)
+            if VERBOSE:
+                print("  --kernels %s vs reference: relative L2 %.3g: %s" % (kernels or "(default)", e, label))
+
+    # attn grad: every gradient, default kernels against the reference.
+    c = random_case(rng, "mha")
+    c.tokens = max(c.tokens, 4)
+    c.context = c.tokens
+    x = random_input(rng, c)
+    shape = x.shape[:-1] + (c.d_out,)
+    dy = np.random.default_rng(rng.getrandbits(32)).uniform(-1, 1, shape).astype(np.float32)
+    inp, dyp = save(r, "x.npy", x), save(r, "dy.npy", dy)
+    base = ["grad", "--module", "mha", "--d-out", c.d_out, "--heads", c.heads, "--seed", c.seed,
+            "--input", inp, "--grad-output", dyp, "--threads", 2]
+    grads = {}
+    for kernels in ["reference", None]:
+        out_dir = r.path("grads_%s" % (kernels or "default"))
+        full = base + ["--out", out_dir] + (["--kernels", kernels] if kernels else [])
+        rc, so, se = r.run(full)
+        if check(rc == 0, "grad --kernels %s exits 0" % kernels, "%s\n      stderr=%r" % (show(full), se[:300])):
+            grads[kernels] = {f: np.load(os.path.join(out_dir, f)) for f in sorted(os.listdir(out_dir))}
+    if len(grads) == 2:
+        check(sorted(grads["reference"]) == sorted(grads[None]), "grad writes the same files for every --kernels")
+        for f, want in grads["reference"].items():
+            if f in grads[None]:
+                e = rel_l2(grads[None][f], want)
+                # the key bias's gradient is analytically zero: rounding noise only
+                if "W_key.bias" in f:
+                    e = float(np.linalg.norm(grads[None][f] - want))
+                check(e <= KERNELS_TOL, "grad %s: default kernels agree with reference" % f,
+                      "relative L2 %.3g" % e)
+
+    # Unknown names: the option and the environment variable.
+    out = r.path("never.npy")
+    x6 = save(r, "x6.npy", np.zeros((1, 3, 6), np.float32))
+    mha = ["forward", "--module", "mha", "--d-out", 6, "--heads", 2, "--input", x6, "--output", out]
+    for bad in ["bogus", "", "AVX512", "auto,avx2"]:
+        expect_error(r, mha + ["--kernels", bad], [2], ["--kernels"], out)
+    env = dict(os.environ, ATTN_KERNELS="bogus")
+    p = subprocess.run([r.attn] + [str(a) for a in mha], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=env, timeout=TIMEOUT)
+    se = p.stderr.decode(errors="replace")
+    check(p.returncode == 2 and "ATTN_KERNELS" in se and "bogus" in se and se.count("\n") == 1,
+          "ATTN_KERNELS=bogus: exit 2 naming it", "rc=%s stderr=%r" % (p.returncode, se))
+    env["ATTN_KERNELS"] = "reference"
+    p = subprocess.run([r.attn] + [str(a) for a in mha], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, env=env, timeout=TIMEOUT)
+    check(p.returncode == 0, "ATTN_KERNELS=reference runs", "stderr=%r" % p.stderr[:300])
+
+
+# ---------------------------------------------------------------------------
 # c. help and version
 # ---------------------------------------------------------------------------
 
@@ -875,6 +983,7 @@ def main():
         test_stdout_write_errors(r)
         test_trace_memory(r, opts.sanitized)
         test_small_defects(r)
+        test_kernels(r, rng)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d passed, %d failed" % (passed, failed))

@@ -53,7 +53,7 @@ typedef struct sweep_op {
     void (*verify_ok)(void *state);     /* the run that succeeded */
     void (*teardown)(void *state);
     void *state;
-    attn_ctx *ctx; /* where the message goes; NULL: g_ctx. */
+    attn_ctx **ctx; /* where the message goes (read after the run); NULL: g_ctx */
     bool no_ctx;   /* the operation has no ctx to report in (attn_ctx_new) */
 } sweep_op;
 
@@ -76,12 +76,12 @@ static bool g_fell_back;
 static size_t g_fallbacks;
 
 static void sweep(const sweep_op *op) {
-    attn_ctx *ctx = op->ctx ? op->ctx : g_ctx;
     size_t n = 1, calls = 0;
     for (; n < MAX_CALLS; n++) {
         if (op->setup) op->setup(op->state);
         attn_alloc_fail_at(n);
         attn_status st = op->run(op->state);
+        attn_ctx *ctx = op->ctx ? *op->ctx : g_ctx;
         calls = attn_alloc_calls();
         g_fell_back = attn_alloc_failed_with_fallback();
         attn_alloc_fail_at(0);
@@ -212,7 +212,9 @@ typedef enum pass_mode {
 typedef struct module_state {
     const spec *s;
     pass_mode mode;
-    attn_ctx *ctx;   /* g_ctx, or the tracing ctx */
+    attn_ctx_config ctx_cfg; /* each run gets a fresh ctx of this config, so
+                              * the ctx's SGEMM scratch is allocated in it */
+    attn_ctx *ctx;
     attn_rng *rng;   /* init and dropout draws */
     attn_module *m;  /* under test */
     attn_module *ref; /* built and run the same way, never failed */
@@ -321,6 +323,8 @@ static void module_teardown(void *p) {
     module_state *st = p;
     attn_module_free(st->m);
     attn_module_free(st->ref);
+    if (st->ctx != g_ctx) attn_ctx_free(st->ctx);
+    st->ctx = g_ctx;
     free(st->grads_before);
     st->m = st->ref = NULL;
     st->grads_before = NULL;
@@ -330,6 +334,7 @@ static void module_teardown(void *p) {
 
 static void forward_setup(void *p) {
     module_state *st = p;
+    CHECK_STATUS(attn_ctx_new(&st->ctx_cfg, &st->ctx), ATTN_OK);
     attn_rng_manual_seed(st->rng, 9);
     CHECK_STATUS(build(st->ctx, st->rng, st->s, &st->m), ATTN_OK);
     attn_rng_manual_seed(st->rng, 9);
@@ -455,13 +460,6 @@ static void backward_failed(void *p) {
 static void backward_ok(void *p) { backward_compare(p); }
 
 static void sweep_modules(void) {
-    attn_ctx *trace_ctx, *reference_ctx;
-    if (attn_ctx_new(&(attn_ctx_config){.trace = trace_sink}, &trace_ctx) != ATTN_OK ||
-        attn_ctx_new(&(attn_ctx_config){.kernels = ATTN_KERNELS_REFERENCE}, &reference_ctx) !=
-            ATTN_OK) {
-        CHECK(false);
-        return;
-    }
     for (size_t k = 0; k < NUM_SPECS; k++) {
         module_state *st = calloc(1, sizeof *st);
         st->s = &specs[k];
@@ -476,7 +474,7 @@ static void sweep_modules(void) {
 
         /* the fast kernels (a ctx's default) and the reference ones */
         for (int kernels = 0; kernels < 2; kernels++) {
-            attn_ctx *ctx = kernels ? reference_ctx : g_ctx;
+            attn_ctx_config cfg = {.kernels = kernels ? ATTN_KERNELS_REFERENCE : ATTN_KERNELS_AUTO};
             const char *set = kernels ? "reference" : "fast";
             static const char *const mode_names[] = {"forward (eval, no grad)",
                                                      "forward (train, dropout, grad)",
@@ -484,25 +482,24 @@ static void sweep_modules(void) {
             for (pass_mode mode = MODE_EVAL; mode <= MODE_TRACE; mode++) {
                 if (mode == MODE_TRACE && kernels) continue; /* tracing runs the reference */
                 st->mode = mode;
-                st->ctx = mode == MODE_TRACE ? trace_ctx : ctx;
+                st->ctx_cfg = cfg;
+                if (mode == MODE_TRACE) st->ctx_cfg.trace = trace_sink;
                 snprintf(name, sizeof name, "%s: %s%s%s", st->s->label, mode_names[mode],
                          mode == MODE_TRACE ? "" : ", ", mode == MODE_TRACE ? "" : set);
                 sweep(&(sweep_op){.name = name, .setup = forward_setup, .run = forward_run,
                                   .verify_failed = forward_failed, .verify_ok = forward_ok,
-                                  .teardown = module_teardown, .state = st, .ctx = st->ctx});
+                                  .teardown = module_teardown, .state = st, .ctx = &st->ctx});
             }
             st->mode = MODE_TRAIN;
-            st->ctx = ctx;
+            st->ctx_cfg = cfg;
             snprintf(name, sizeof name, "%s: backward, %s", st->s->label, set);
             sweep(&(sweep_op){.name = name, .setup = backward_setup, .run = backward_run,
                               .verify_failed = backward_failed, .verify_ok = backward_ok,
-                              .teardown = module_teardown, .state = st, .ctx = ctx});
+                              .teardown = module_teardown, .state = st, .ctx = &st->ctx});
         }
         attn_rng_free(st->rng);
         free(st);
     }
-    attn_ctx_free(trace_ctx);
-    attn_ctx_free(reference_ctx);
 }
 
 /* ---- files ---------------------------------------------------------------- */

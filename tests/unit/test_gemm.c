@@ -11,8 +11,13 @@
  *   - 1, 2 and 3 threads give bitwise identical results (and the large
  *     cases do run on more than one thread);
  *   - the caller-workspace entry point agrees bitwise with the allocating one;
+ *   - k taken in super-blocks (the shared operand packed a part at a time)
+ *     gives bitwise the result of one pass;
  *   - the public attn_gemm on every kernel set, the reference included, and
- *     its errors.
+ *     its errors;
+ *   - when the SGEMM cannot get its workspace (address space limited with
+ *     setrlimit), the calls fall back to the reference kernels: same result
+ *     as the reference, bit for bit, and no crash.
  *
  * Fresh random inputs each run: the seed is printed; pass it as argv[1] to
  * replay.
@@ -26,6 +31,18 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
+#if defined(__linux__)
+#include <sys/resource.h>
+#endif
+
+/* AddressSanitizer reserves terabytes of address space: no limit fits. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
 
 #define TOLERANCE 1e-5
 #define MAX_SIZE 300
@@ -114,14 +131,16 @@ static size_t run_case(const attn_gemm_kernel *uk, const gemm_case *g, uint64_t 
         CHECK(attn_sgemm(uk, threads, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, a,
                          g->lda, b, g->ldb, g->beta, c[t], g->ldc));
     }
-    for (size_t i = 0; i < g->m; i++) memcpy(dense + i * g->n, c[0] + i * g->ldc, g->n * sizeof *dense);
+    for (size_t i = 0; i < g->m; i++)
+        memcpy(dense + i * g->n, c[0] + i * g->ldc, g->n * sizeof *dense);
     double err = rel_l2(dense, want, g->m * g->n);
     bool padding_kept = true;
     for (size_t i = 0; i < g->m; i++)
         for (size_t j = g->n; j < g->ldc; j++)
             if (memcmp(&c[0][i * g->ldc + j], &c0[i * g->ldc + j], sizeof(float)) != 0)
                 padding_kept = false;
-    bool same = memcmp(c[0], c[1], nc * sizeof *c0) == 0 && memcmp(c[0], c[2], nc * sizeof *c0) == 0;
+    bool same =
+        memcmp(c[0], c[1], nc * sizeof *c0) == 0 && memcmp(c[0], c[2], nc * sizeof *c0) == 0;
 
     /* The caller-workspace entry point, 2 threads. */
     memcpy(c_ws, c0, nc * sizeof *c0);
@@ -195,6 +214,39 @@ static void gemm_kernel_set(const attn_gemm_kernel *uk, uint64_t *seed) {
         gemm_case cols = make_case(ta, tb, 137, 300, 293, 0.5f, -0.75f, 2);
         CHECK(run_case(uk, &rows, seed) >= 3);
         CHECK(run_case(uk, &cols, seed) >= 2);
+    }
+}
+
+/* The shared operand packed a kc block at a time (small kc, so that small
+ * sizes make many blocks): bitwise the result of packing it whole. */
+static void super_blocks(const attn_gemm_kernel *uk, uint64_t *seed) {
+    attn_gemm_kernel whole = *uk, parts = *uk;
+    whole.kc = parts.kc = 16;
+    parts.shared_max = 1; /* one kc block per super-block */
+    for (int t = 0; t < 4; t++) {
+        gemm_case g = make_case(t & 1, t >> 1, 20 + below(seed, 200), 20 + below(seed, 200),
+                                100 + below(seed, 200), 1.5f, t == 3 ? 0.0f : 1.0f, below(seed, 3));
+        run_case(&parts, &g, seed); /* against double, and 1, 2, 3 threads */
+        size_t a_rows = g.trans_a ? g.k : g.m, b_rows = g.trans_b ? g.n : g.k;
+        size_t na = a_rows * g.lda, nb = b_rows * g.ldb, nc = g.m * g.ldc;
+        float *a = malloc(na * sizeof *a), *b = malloc(nb * sizeof *b);
+        float *c1 = malloc(nc * sizeof *c1), *c2 = malloc(nc * sizeof *c2);
+        fill(a, na, seed);
+        fill(b, nb, seed);
+        fill(c1, nc, seed);
+        memcpy(c2, c1, nc * sizeof *c1);
+        CHECK(attn_sgemm(&whole, 2, g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a, g.lda, b,
+                         g.ldb, g.beta, c1, g.ldc));
+        CHECK(attn_sgemm(&parts, 2, g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a, g.lda, b,
+                         g.ldb, g.beta, c2, g.ldc));
+        CHECK(memcmp(c1, c2, nc * sizeof *c1) == 0);
+        /* and the workspace is bounded by the super-block, not by k */
+        CHECK(attn_sgemm_workspace(&parts, 1, g.m, g.n, g.k) <
+              attn_sgemm_workspace(&whole, 1, g.m, g.n, g.k));
+        free(a);
+        free(b);
+        free(c1);
+        free(c2);
     }
 }
 
@@ -334,6 +386,74 @@ static void kernel_calls(attn_kernels kernels, call_sizes s, uint64_t *seed) {
     attn_ctx_free(ref_ctx);
 }
 
+/* ---- allocation failure --------------------------------------------------- */
+
+#if defined(__linux__) && !defined(UNDER_ASAN)
+/* Bytes of address space this process maps now (/proc/self/statm), or 0. */
+static size_t mapped_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (f) {
+        if (fscanf(f, "%lu", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    return (size_t)pages * 4096u;
+}
+#endif
+
+/* Run first, on a fresh heap: the workspace (about in x out floats) must be
+ * new address space, which the limit refuses. */
+static void allocation_failure(attn_kernels kernels, uint64_t *seed) {
+#if defined(__linux__) && !defined(UNDER_ASAN)
+    enum { ROWS = 300, IN = 1024, OUT = 2048 };
+    float *x = malloc(sizeof(float) * ROWS * IN), *w = malloc(sizeof(float) * OUT * IN);
+    float *bias = malloc(sizeof(float) * OUT), *y = malloc(sizeof(float) * ROWS * OUT);
+    float *want = malloc(sizeof(float) * ROWS * OUT);
+    fill(x, (size_t)ROWS * IN, seed);
+    fill(w, (size_t)OUT * IN, seed);
+    fill(bias, OUT, seed);
+    attn_ctx *fast, *ref;
+    attn_ctx_new(&(attn_ctx_config){.num_threads = 2, .kernels = kernels}, &fast);
+    attn_ctx_new(&(attn_ctx_config){.num_threads = 2, .kernels = ATTN_KERNELS_REFERENCE}, &ref);
+    attn_k_linear(ref, x, w, bias, want, ROWS, IN, OUT);
+    struct rlimit old, tight;
+    size_t now = mapped_bytes();
+    if (now == 0 || getrlimit(RLIMIT_AS, &old) != 0) {
+        printf("allocation failure: cannot limit address space here, skipped\n");
+    } else {
+        tight = old;
+        tight.rlim_cur = (rlim_t)(now + ((size_t)1 << 20)); /* 1 MiB more: less than 8 MiB asked */
+        if (setrlimit(RLIMIT_AS, &tight) == 0) {
+            attn_k_linear(fast, x, w, bias, y, ROWS, IN, OUT);
+            setrlimit(RLIMIT_AS, &old);
+            /* the SGEMM got no workspace, so the reference computed y */
+            CHECK(fast->scratch.data == NULL);
+            CHECK(memcmp(y, want, sizeof(float) * ROWS * OUT) == 0);
+            /* with memory back, the same ctx runs the SGEMM */
+            attn_k_linear(fast, x, w, bias, y, ROWS, IN, OUT);
+            CHECK(fast->scratch.data != NULL);
+            double *wide = malloc(sizeof(double) * ROWS * OUT);
+            for (size_t i = 0; i < (size_t)ROWS * OUT; i++) wide[i] = want[i];
+            CHECK(rel_l2(y, wide, (size_t)ROWS * OUT) <= TOLERANCE);
+            free(wide);
+        } else {
+            printf("allocation failure: setrlimit refused, skipped\n");
+        }
+    }
+    attn_ctx_free(fast);
+    attn_ctx_free(ref);
+    free(x);
+    free(w);
+    free(bias);
+    free(y);
+    free(want);
+#else
+    (void)kernels;
+    (void)seed;
+    printf("allocation failure: not tested in this build\n");
+#endif
+}
+
 /* ---- the public attn_gemm ------------------------------------------------ */
 
 static void public_gemm(attn_kernels kernels, uint64_t *seed) {
@@ -377,7 +497,8 @@ static void public_gemm(attn_kernels kernels, uint64_t *seed) {
     CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2), ATTN_OK);
     CHECK(c[0] == 4.0f && c[1] == 5.0f && c[2] == 10.0f && c[3] == 11.0f);
     /* k = 0: a and b unread, c = beta c */
-    CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 0, 1.0f, NULL, 0, NULL, 0, 0.5f, c, 2), ATTN_OK);
+    CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 0, 1.0f, NULL, 0, NULL, 0, 0.5f, c, 2),
+                 ATTN_OK);
     CHECK(c[0] == 2.0f && c[3] == 5.5f);
     CHECK_STATUS(attn_gemm(NULL, false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2),
                  ATTN_ERR_NULL);
@@ -410,6 +531,7 @@ int main(int argc, char **argv) {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10)
                              : (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
     printf("seed %llu\n", (unsigned long long)seed);
+    allocation_failure(ATTN_KERNELS_PORTABLE, &seed);
     const attn_kernels sets[] = {ATTN_KERNELS_PORTABLE, ATTN_KERNELS_AVX2, ATTN_KERNELS_AVX512};
     for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
         if (!attn_kernels_supported(sets[s])) {
@@ -422,8 +544,10 @@ int main(int argc, char **argv) {
         CHECK(uk->isa == sets[s]);
         int before = check_failed;
         gemm_kernel_set(uk, &seed);
+        super_blocks(uk, &seed);
         for (int c = 0; c < 6; c++) {
-            call_sizes sizes = {1 + below(&seed, 150), 1 + below(&seed, 150), 1 + below(&seed, 150)};
+            call_sizes sizes = {1 + below(&seed, 150), 1 + below(&seed, 150),
+                                1 + below(&seed, 150)};
             kernel_calls(sets[s], sizes, &seed);
         }
         kernel_calls(sets[s], (call_sizes){1, 1, 1}, &seed);

@@ -114,18 +114,24 @@ static void pack_keys(const flash_shape *f, const float *k, const float *v, size
     }
 }
 
-/* s (RG, BC) = qs (RG rows of D, row stride ld) @ kt (D, BC): a score tile. */
+/* s (RG, BC) = qs (RG rows of D, row stride ld) @ kt (D, BC): a score tile.
+ * The sums live in a local array written to s once at the end: vector
+ * types may alias floats, so sums kept in s itself would be stored back on
+ * every step. */
 static void score_tile(const float *qs, size_t ld, size_t D, const float *kt, vec s[RG][NV]) {
+    vec acc[RG][NV];
     for (int r = 0; r < RG; r++)
-        for (int v = 0; v < NV; v++) s[r][v] = v_zero();
+        for (int v = 0; v < NV; v++) acc[r][v] = v_zero();
     for (size_t d = 0; d < D; d++) {
         vec k[NV];
         for (int v = 0; v < NV; v++) k[v] = v_load(kt + d * BC + v * VW);
         for (int r = 0; r < RG; r++) {
             vec q = v_set1(qs[r * ld + d]);
-            for (int v = 0; v < NV; v++) s[r][v] = v_fma(q, k[v], s[r][v]);
+            for (int v = 0; v < NV; v++) acc[r][v] = v_fma(q, k[v], acc[r][v]);
         }
     }
+    for (int r = 0; r < RG; r++)
+        for (int v = 0; v < NV; v++) s[r][v] = acc[r][v];
 }
 
 /* o (RG, Dp) = o * alpha + p (RG, cols) @ vp (cols, Dp): W vectors of each
@@ -282,8 +288,13 @@ static void flash_forward(size_t threads, const attn_sdpa_args *a, const attn_fl
  * count are zero. */
 static void pack_rows(const float *x, size_t ld, size_t count, size_t n, size_t D, size_t Dp,
                       float c, float *dst) {
-    for (size_t r = 0; r < n; r++)
-        for (size_t d = 0; d < Dp; d++) dst[r * Dp + d] = r < count && d < D ? x[r * ld + d] * c : 0.0f;
+    for (size_t r = 0; r < count && r < n; r++) {
+        const float *src = x + r * ld;
+        float *row = dst + r * Dp;
+        for (size_t d = 0; d < D; d++) row[d] = src[d] * c;
+        for (size_t d = D; d < Dp; d++) row[d] = 0.0f;
+    }
+    if (count < n) memset(dst + count * Dp, 0, (n - count) * Dp * sizeof *dst);
 }
 
 /* acc (BC, Dp) += tile^T (BC, rows) @ x (rows, Dp), tile (rows, BC): the

@@ -1,6 +1,6 @@
 /*
- * gemm.c — the portable SGEMM framework: the five loops around a kernel
- * set's microkernel (see gemm.h), edge tiles, threads and the workspace.
+ * gemm.c — the portable SGEMM framework: the loops around a kernel set's
+ * microkernel (see gemm.h), edge tiles, threads and the workspace.
  * Nothing here depends on the instruction set; the kernel set brings its
  * microkernel, its packing and its block sizes (gemm_config.c).
  */
@@ -9,6 +9,7 @@
 #include "internal.h"
 #include "parallel.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +19,13 @@
  * core does some 4-8 Mflop. */
 #define GEMM_MIN_FLOPS_PER_THREAD ((size_t)1 << 23)
 
+/* Chunks per thread the split side is cut into, so that a thread slowed
+ * down (by the machine's other work) leaves its chunks to the others. */
+#define GEMM_CHUNKS_PER_THREAD 4
+
+/* Floats of the shared operand packed per task of the first phase. */
+#define GEMM_PACK_FLOATS_PER_TASK ((size_t)1 << 16)
+
 /* Buffers within the workspace start on 64-byte lines (16 floats). */
 #define GEMM_ALIGN_FLOATS 16
 
@@ -25,68 +33,89 @@ static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 static size_t ceil_div(size_t a, size_t b) { return (a + b - 1) / b; }
 static size_t round_up(size_t a, size_t b) { return ceil_div(a, b) * b; }
 
-/* How a call is cut among threads: parts over units of mr rows of C
- * (split_rows) or of nr columns. */
+/* Blocks of at most block (a multiple of unit) covering n, as even as the
+ * unit allows: no thin last block. */
+static size_t even_block(size_t n, size_t block, size_t unit) {
+    size_t blocks = ceil_div(n, block);
+    return min_size(block, round_up(ceil_div(n, blocks), unit));
+}
+
+/*
+ * How a call runs. The larger side of C (rows, or columns) is split into
+ * chunks; the other operand is shared: B when rows are split, A when
+ * columns are. Phase 1 packs the shared operand whole, once, its panels
+ * divided among the threads. Phase 2 hands out the chunks: a thread takes
+ * the next one, packs its own slice of the other operand, and runs the
+ * microkernel over it. Which thread computes a chunk changes nothing in
+ * the arithmetic, so the result is the same for any thread count. When
+ * the shared operand is large (k large), both phases run per super-block
+ * of k, in order.
+ */
 typedef struct gemm_plan {
     bool split_rows;
-    size_t units, unit, parts;
-    size_t part_m, part_n; /* the largest part's sizes */
+    size_t parts;          /* threads */
+    size_t kc;             /* the k blocks: they depend on k alone */
+    size_t super_k;        /* k per super-block: a multiple of kc */
+    size_t chunk, chunks;  /* rows (split_rows) or columns per chunk, and how many */
+    size_t shared_width;   /* rows of A (or columns of B) packed, padded to the tile */
+    size_t shared_floats;  /* the packed shared operand */
+    size_t chunk_floats;   /* one thread's slice of the other operand */
+    size_t tile_floats;    /* one thread's edge tile */
 } gemm_plan;
 
-static gemm_plan make_plan(const attn_gemm_kernel *uk, size_t threads, size_t m, size_t n,
-                           size_t k) {
-    gemm_plan plan;
-    /* Split the larger side: each thread packs all of the other operand,
-     * so duplicating the smaller one costs least. */
-    plan.split_rows = m >= n;
-    plan.unit = plan.split_rows ? uk->mr : uk->nr;
-    plan.units = ceil_div(plan.split_rows ? m : n, plan.unit);
+static bool make_plan(const attn_gemm_kernel *uk, size_t threads, size_t m, size_t n, size_t k,
+                      gemm_plan *plan) {
+    plan->split_rows = m >= n;
+    size_t split = plan->split_rows ? m : n, unit = plan->split_rows ? uk->mr : uk->nr;
+    size_t block = plan->split_rows ? uk->mc : uk->nc;
+    size_t units = ceil_div(split ? split : 1, unit);
     size_t parts = threads > 1 ? attn_parallel_parts(threads) : 1;
     /* 2mnk in double: no overflow for any size that fits in memory. */
     double flops = 2.0 * (double)m * (double)n * (double)k;
     double by_work = flops / (double)GEMM_MIN_FLOPS_PER_THREAD;
     if ((double)parts > by_work) parts = by_work < 1.0 ? 1 : (size_t)by_work;
-    if (parts > plan.units) parts = plan.units;
+    if (parts > units) parts = units;
     if (parts == 0) parts = 1;
-    plan.parts = parts;
-    size_t part_units = ceil_div(plan.units, parts);
-    plan.part_m = plan.split_rows ? min_size(m, part_units * uk->mr) : m;
-    plan.part_n = plan.split_rows ? n : min_size(n, part_units * uk->nr);
-    return plan;
+    plan->parts = parts;
+    plan->kc = even_block(k ? k : 1, uk->kc, 1);
+    /* One thread: the cache block. More: GEMM_CHUNKS_PER_THREAD chunks a
+     * thread, no larger than the cache block. */
+    size_t per_chunk = ceil_div(split ? split : 1, parts * GEMM_CHUNKS_PER_THREAD);
+    size_t chunk = parts == 1 ? block : round_up(per_chunk, unit);
+    plan->chunk = even_block(split ? split : 1, min_size(chunk, block), unit);
+    plan->chunks = ceil_div(split ? split : 1, plan->chunk);
+    size_t other = plan->split_rows ? n : m, other_unit = plan->split_rows ? uk->nr : uk->mr;
+    plan->shared_width = round_up(other ? other : 1, other_unit);
+    plan->tile_floats = round_up(uk->mr * uk->nr, GEMM_ALIGN_FLOATS);
+    /* At most uk->shared_max floats of the shared operand are packed at a
+     * time: beyond it, k is taken in super-blocks of whole kc blocks, each
+     * packed and then computed, so the workspace stays bounded for any k. */
+    size_t kc_per_super = uk->shared_max / plan->shared_width / plan->kc;
+    plan->super_k = (kc_per_super ? kc_per_super : 1) * plan->kc;
+    size_t shared, slice;
+    if (!attn_mul_size(plan->shared_width, min_size(k ? k : 1, plan->super_k), &shared) ||
+        !attn_mul_size(plan->chunk, plan->kc, &slice) || !attn_floats_fit(shared) ||
+        !attn_floats_fit(slice))
+        return false;
+    plan->shared_floats = round_up(shared, GEMM_ALIGN_FLOATS);
+    plan->chunk_floats = round_up(slice, GEMM_ALIGN_FLOATS);
+    return true;
 }
 
 size_t attn_sgemm_parts(const attn_gemm_kernel *uk, size_t threads, size_t m, size_t n,
                         size_t k) {
-    return make_plan(uk, threads, m, n, k).parts;
-}
-
-/* Floats of one part's buffers: the A block, the B block, an edge tile. */
-typedef struct part_layout {
-    size_t a_floats, b_floats, tile_floats, total;
-} part_layout;
-
-static bool part_layout_for(const attn_gemm_kernel *uk, size_t part_m, size_t part_n, size_t k,
-                            part_layout *out) {
-    size_t kc = min_size(uk->kc, k ? k : 1);
-    size_t mc = min_size(uk->mc, round_up(part_m ? part_m : 1, uk->mr));
-    size_t nc = min_size(uk->nc, round_up(part_n ? part_n : 1, uk->nr));
-    size_t a, b, tile = round_up(uk->mr * uk->nr, GEMM_ALIGN_FLOATS);
-    if (!attn_mul_size(mc, kc, &a) || !attn_mul_size(nc, kc, &b)) return false;
-    a = round_up(a, GEMM_ALIGN_FLOATS);
-    b = round_up(b, GEMM_ALIGN_FLOATS);
-    out->a_floats = a;
-    out->b_floats = b;
-    out->tile_floats = tile;
-    return attn_add_size(a, b, &out->total) && attn_add_size(out->total, tile, &out->total);
+    gemm_plan plan;
+    return make_plan(uk, threads, m, n, k, &plan) ? plan.parts : 1;
 }
 
 size_t attn_sgemm_workspace(const attn_gemm_kernel *uk, size_t threads, size_t m, size_t n,
                             size_t k) {
-    gemm_plan plan = make_plan(uk, threads, m, n, k);
-    part_layout layout;
-    size_t total;
-    if (!part_layout_for(uk, plan.part_m, plan.part_n, k, &layout) ||
-        !attn_mul_size(layout.total, plan.parts, &total) || !attn_floats_fit(total))
+    gemm_plan plan;
+    size_t per_part, all_parts, total;
+    if (!make_plan(uk, threads, m, n, k, &plan) ||
+        !attn_add_size(plan.chunk_floats, plan.tile_floats, &per_part) ||
+        !attn_mul_size(per_part, plan.parts, &all_parts) ||
+        !attn_add_size(all_parts, plan.shared_floats, &total) || !attn_floats_fit(total))
         return 0;
     return total;
 }
@@ -100,10 +129,39 @@ typedef struct gemm_call {
     size_t lda, ldb;
     float *c;
     size_t ldc;
-    float *workspace;
-    part_layout layout;
     gemm_plan plan;
+    size_t k0, k1;           /* the super-block of k at work */
+    float *shared;           /* its packed shared operand: kc block after kc block */
+    float *part_buffers;     /* per part: chunk slice, then edge tile */
+    size_t pack_groups;      /* phase 1 tasks */
+    atomic_size_t next_chunk;
 } gemm_call;
+
+/* The shared operand's packed kc block that starts at pc. */
+static float *shared_block(const gemm_call *g, size_t pc) {
+    return g->shared + (pc - g->k0) * g->plan.shared_width;
+}
+
+/* Phase 1: panels [begin, end) of the pack groups, every kc block. */
+static void pack_shared(void *arg, size_t begin, size_t end) {
+    const gemm_call *g = arg;
+    const attn_gemm_kernel *uk = g->uk;
+    size_t width = g->plan.split_rows ? uk->nr : uk->mr;
+    size_t total = g->plan.split_rows ? g->n : g->m, panels = ceil_div(total, width);
+    size_t first = panels * begin / g->pack_groups, last = panels * end / g->pack_groups;
+    size_t v0 = first * width, len = min_size(last * width, total) - v0;
+    if (len == 0) return;
+    for (size_t pc = g->k0; pc < g->k1; pc += g->plan.kc) {
+        size_t kcb = min_size(g->plan.kc, g->k1 - pc);
+        float *dst = shared_block(g, pc) + v0 * kcb;
+        if (g->plan.split_rows)
+            uk->pack_b(kcb, len, g->trans_b ? g->b + v0 * g->ldb + pc : g->b + pc * g->ldb + v0,
+                       g->ldb, g->trans_b, dst);
+        else
+            uk->pack_a(kcb, len, g->trans_a ? g->a + pc * g->lda + v0 : g->a + v0 * g->lda + pc,
+                       g->lda, g->trans_a, dst);
+    }
+}
 
 /* An edge tile (rows x cols of c, short of MR x NR): the microkernel runs on
  * a scratch tile holding c's values, so it rounds as a full tile would. */
@@ -118,65 +176,70 @@ static void edge_tile(const attn_gemm_kernel *uk, size_t kc, const float *pa, co
     for (size_t i = 0; i < rows; i++) memcpy(c + i * ldc, tile + i * nr, cols * sizeof *c);
 }
 
-/* Blocks of at most block (a multiple of unit) covering n, as even as the
- * unit allows: no thin last block that would pay for a whole repacking. */
-static size_t even_block(size_t n, size_t block, size_t unit) {
-    size_t blocks = ceil_div(n, block);
-    return min_size(block, round_up(ceil_div(n, blocks), unit));
-}
-
-/* The loops over one part: C (m, n) of the call's sizes, a, b, c already
- * offset to the part. The kc blocks depend on k alone, so every part sums
- * in the same order. */
-static void gemm_part(const gemm_call *g, size_t m, size_t n, const float *a, const float *b,
-                      float *c, float *ws) {
+/* The microkernel over rows [i0, i1) x columns [j0, j1) of C, both packed
+ * (pa: panels from row i0; pb: panels from column j0), kcb deep. A micro-
+ * panel of A stays in L1 while the B micro-panels stream past it. */
+static void macro_kernel(const gemm_call *g, size_t kcb, float beta, const float *pa,
+                         const float *pb, size_t i0, size_t i1, size_t j0, size_t j1, float *tile) {
     const attn_gemm_kernel *uk = g->uk;
-    size_t mr = uk->mr, nr = uk->nr, k = g->k;
-    size_t lda = g->lda, ldb = g->ldb, ldc = g->ldc;
-    size_t mc = even_block(m, uk->mc, mr), kc = even_block(k, uk->kc, 1);
-    size_t nc = even_block(n, uk->nc, nr);
-    float *pa = ws, *pb = ws + g->layout.a_floats, *tile = pb + g->layout.b_floats;
-    for (size_t ic = 0; ic < m; ic += mc) {
-        size_t mcb = min_size(mc, m - ic);
-        for (size_t pc = 0; pc < k; pc += kc) {
-            size_t kcb = min_size(kc, k - pc);
-            /* The first kc block applies beta, the later ones add to c. */
-            float beta = pc == 0 ? g->beta : 1.0f;
-            uk->pack_a(kcb, mcb, g->trans_a ? a + pc * lda + ic : a + ic * lda + pc, lda,
-                       g->trans_a, pa);
-            for (size_t jc = 0; jc < n; jc += nc) {
-                size_t ncb = min_size(nc, n - jc);
-                uk->pack_b(kcb, ncb, g->trans_b ? b + jc * ldb + pc : b + pc * ldb + jc, ldb,
-                           g->trans_b, pb);
-                for (size_t ir = 0; ir < mcb; ir += mr) {
-                    size_t rows = min_size(mr, mcb - ir);
-                    const float *pa_ir = pa + ir * kcb;
-                    float *c_row = c + (ic + ir) * ldc + jc;
-                    for (size_t jr = 0; jr < ncb; jr += nr) {
-                        size_t cols = min_size(nr, ncb - jr);
-                        if (rows == mr && cols == nr)
-                            uk->micro(kcb, pa_ir, pb + jr * kcb, c_row + jr, ldc, g->alpha, beta);
-                        else
-                            edge_tile(uk, kcb, pa_ir, pb + jr * kcb, c_row + jr, ldc, rows, cols,
-                                      g->alpha, beta, tile);
-                    }
-                }
-            }
+    size_t mr = uk->mr, nr = uk->nr, ldc = g->ldc;
+    for (size_t i = i0; i < i1; i += mr) {
+        size_t rows = min_size(mr, i1 - i);
+        const float *pa_i = pa + (i - i0) * kcb;
+        float *c_row = g->c + i * ldc;
+        for (size_t j = j0; j < j1; j += nr) {
+            size_t cols = min_size(nr, j1 - j);
+            const float *pb_j = pb + (j - j0) * kcb;
+            if (rows == mr && cols == nr)
+                uk->micro(kcb, pa_i, pb_j, c_row + j, ldc, g->alpha, beta);
+            else
+                edge_tile(uk, kcb, pa_i, pb_j, c_row + j, ldc, rows, cols, g->alpha, beta, tile);
         }
     }
 }
 
-static void gemm_range(void *arg, size_t part, size_t begin, size_t end) {
-    const gemm_call *g = arg;
-    float *ws = g->workspace + part * g->layout.total;
-    if (g->plan.split_rows) {
-        size_t row0 = begin * g->uk->mr, rows = min_size(end * g->uk->mr, g->m) - row0;
-        const float *a = g->trans_a ? g->a + row0 : g->a + row0 * g->lda;
-        gemm_part(g, rows, g->n, a, g->b, g->c + row0 * g->ldc, ws);
-    } else {
-        size_t col0 = begin * g->uk->nr, cols = min_size(end * g->uk->nr, g->n) - col0;
-        const float *b = g->trans_b ? g->b + col0 * g->ldb : g->b + col0;
-        gemm_part(g, g->m, cols, g->a, b, g->c + col0, ws);
+/* Phase 2, one chunk: rows (split_rows) or columns [s0, s1) of C. */
+static void run_chunk(const gemm_call *g, size_t s0, size_t s1, float *slice, float *tile) {
+    const attn_gemm_kernel *uk = g->uk;
+    for (size_t pc = g->k0; pc < g->k1; pc += g->plan.kc) {
+        size_t kcb = min_size(g->plan.kc, g->k1 - pc);
+        /* The first kc block applies beta, the later ones add to c. */
+        float beta = pc == 0 ? g->beta : 1.0f;
+        const float *shared = shared_block(g, pc);
+        if (g->plan.split_rows) {
+            /* A slice (rows s0..s1) in L3; B in nc-column blocks from L2 */
+            uk->pack_a(kcb, s1 - s0, g->trans_a ? g->a + pc * g->lda + s0 : g->a + s0 * g->lda + pc,
+                       g->lda, g->trans_a, slice);
+            size_t nc = even_block(g->n, uk->nc, uk->nr);
+            for (size_t jc = 0; jc < g->n; jc += nc)
+                macro_kernel(g, kcb, beta, slice, shared + jc * kcb, s0, s1, jc,
+                             min_size(jc + nc, g->n), tile);
+        } else {
+            /* B slice (columns s0..s1, at most nc) in L2; A micro-panels
+             * from the shared block, in mc-row blocks */
+            uk->pack_b(kcb, s1 - s0, g->trans_b ? g->b + s0 * g->ldb + pc : g->b + pc * g->ldb + s0,
+                       g->ldb, g->trans_b, slice);
+            size_t mc = even_block(g->m, uk->mc, uk->mr);
+            for (size_t ic = 0; ic < g->m; ic += mc)
+                macro_kernel(g, kcb, beta, shared + ic * kcb, slice, ic, min_size(ic + mc, g->m),
+                             s0, s1, tile);
+        }
+    }
+}
+
+/* Phase 2: part takes chunks until none is left. */
+static void run_chunks(void *arg, size_t part, size_t begin, size_t end) {
+    (void)begin;
+    (void)end;
+    gemm_call *g = arg;
+    float *slice = g->part_buffers + part * (g->plan.chunk_floats + g->plan.tile_floats);
+    float *tile = slice + g->plan.chunk_floats;
+    size_t split = g->plan.split_rows ? g->m : g->n;
+    for (;;) {
+        size_t chunk = atomic_fetch_add(&g->next_chunk, 1);
+        if (chunk >= g->plan.chunks) break;
+        size_t s0 = chunk * g->plan.chunk;
+        run_chunk(g, s0, min_size(s0 + g->plan.chunk, split), slice, tile);
     }
 }
 
@@ -197,10 +260,23 @@ void attn_sgemm_run(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bo
     }
     gemm_call g = {.uk = uk, .trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
                    .alpha = alpha, .beta = beta, .a = a, .b = b, .lda = lda, .ldb = ldb,
-                   .c = c, .ldc = ldc, .workspace = workspace};
-    g.plan = make_plan(uk, threads, m, n, k);
-    if (!part_layout_for(uk, g.plan.part_m, g.plan.part_n, k, &g.layout)) return;
-    attn_parallel_for_parts(g.plan.parts, g.plan.units, 1, gemm_range, &g);
+                   .c = c, .ldc = ldc};
+    if (!make_plan(uk, threads, m, n, k, &g.plan)) return;
+    g.shared = workspace;
+    g.part_buffers = workspace + g.plan.shared_floats;
+    atomic_init(&g.next_chunk, 0);
+    size_t width = g.plan.split_rows ? uk->nr : uk->mr;
+    size_t panels = ceil_div(g.plan.split_rows ? n : m, width);
+    for (g.k0 = 0; g.k0 < k; g.k0 = g.k1) {
+        g.k1 = min_size(k, g.k0 + g.plan.super_k);
+        /* Phase 1: the shared operand, in groups of panels. */
+        size_t per_group = ceil_div(GEMM_PACK_FLOATS_PER_TASK, width * (g.k1 - g.k0));
+        g.pack_groups = ceil_div(panels, per_group);
+        attn_parallel_for(g.plan.parts, g.pack_groups, 1, pack_shared, &g);
+        /* Phase 2: the chunks, taken by whichever thread is free. */
+        atomic_store(&g.next_chunk, 0);
+        attn_parallel_for_parts(g.plan.parts, g.plan.parts, 1, run_chunks, &g);
+    }
 }
 
 bool attn_sgemm(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool trans_b, size_t m,

@@ -11,22 +11,26 @@
  * op(B) is B (k, n), or, with trans_b, the transpose of B stored (n, k).
  * beta == 0 never reads C (NaN there does not spread), as in BLAS.
  *
- * The loops, outermost first (mirrored from BLIS's column-major ones so that
- * the vector loads of the microkernel run along the rows of C):
- *   ic  rows of C, by mc:        A block (mc, kc) packed into MR-row
- *                                micro-panels (lives in L3)
- *   pc  the inner dimension, by kc
- *   jc  columns of C, by nc:     B block (kc, nc) packed into NR-column
- *                                micro-panels (lives in L2)
- *   ir  MR rows:                 one A micro-panel, reused from L1
- *   jr  NR columns:              B micro-panels stream from L2
- *       microkernel: an MR x NR tile of C += A micro-panel @ B micro-panel
+ * The loops (mirrored from BLIS's column-major ones so that the vector
+ * loads of the microkernel run along the rows of C), for rows of C split
+ * into chunks (the larger side; columns are split symmetrically):
+ *   phase 1  B packed whole, once, into NR-column micro-panels, kc block
+ *            after kc block (the threads share the panels out)
+ *   phase 2  each thread takes the next chunk of rows (at most mc):
+ *     pc  the inner dimension, by kc: the chunk's A rows packed into
+ *         MR-row micro-panels (in L2/L3)
+ *     jc  columns of C by nc: a B block of kc x nc (in L2)
+ *     ir  MR rows:     one A micro-panel, reused from L1
+ *     jr  NR columns:  B micro-panels stream from L2
+ *         microkernel: an MR x NR tile of C += A micro-panel @ B micro-panel
  *
- * Threads split the rows or the columns of C, never k: every element of C
- * is summed in the same order, kc block after kc block, whatever the thread
- * count, so results are bitwise identical for any number of threads. Edge
- * tiles run the same microkernel on zero-padded panels into a scratch tile,
- * so they round exactly as full tiles do.
+ * Threads split the rows or the columns of C, never k; the kc blocks
+ * depend on k alone. Every element of C is summed in the same order, kc
+ * block after kc block, whichever thread computes it, so results are
+ * bitwise identical for any thread count; chunks go to whichever thread is
+ * free, so a thread slowed down by other work holds no one up. Edge tiles
+ * run the same microkernel on zero-padded panels into a scratch tile, so
+ * they round exactly as full tiles do.
  */
 #ifndef ATTN_GEMM_H
 #define ATTN_GEMM_H
@@ -64,6 +68,7 @@ typedef struct attn_gemm_kernel {
     attn_kernels isa;   /* the instruction set it needs               */
     size_t mr, nr;      /* the microkernel's tile                      */
     size_t mc, kc, nc;  /* cache blocks: mc % mr == 0, nc % nr == 0   */
+    size_t shared_max;  /* floats of the shared operand packed at once */
     attn_sgemm_micro_fn *micro;
     attn_sgemm_pack_fn *pack_a, *pack_b;
 } attn_gemm_kernel;

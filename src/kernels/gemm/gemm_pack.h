@@ -15,6 +15,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <string.h>
 
 /* Steps of p transposed at once in the strided case: each source vector is
  * read a cache line at a time. */
@@ -24,18 +25,30 @@ static inline void attn_gemm_pack_block(size_t kc, size_t len, const float *src,
                                         bool contiguous, size_t width, float *dst) {
     size_t panels = (len + width - 1) / width, full = len / width;
     if (contiguous) {
-        /* Row p of the source is read once, left to right, and dealt out
-         * to the panels: sequential reads, one page at a time. */
-        for (size_t p = 0; p < kc; p++) {
-            const float *s = src + p * ld;
-            float *d = dst + p * width;
-            for (size_t q = 0; q < full; q++)
-                for (size_t i = 0; i < width; i++) d[q * kc * width + i] = s[q * width + i];
-            if (full < panels) {
-                size_t rest = len - full * width;
-                float *dq = d + full * kc * width;
-                for (size_t i = 0; i < rest; i++) dq[i] = s[full * width + i];
-                for (size_t i = rest; i < width; i++) dq[i] = 0.0f;
+        /* A group of panels about 64 floats wide at a time: each source row
+         * is read 64 floats (four cache lines) at a stretch and dealt out to
+         * the group's panels, written sequentially. Wider stretches would
+         * write to too many pages at once; narrower ones would reread the
+         * rows' lines. */
+        size_t group = (64 + width - 1) / width;
+        for (size_t q0 = 0; q0 < full; q0 += group) {
+            size_t qn = full - q0 < group ? full - q0 : group;
+            for (size_t p = 0; p < kc; p++) {
+                const float *s = src + p * ld + q0 * width;
+                float *d = dst + q0 * kc * width + p * width;
+                /* width is a constant where this is inlined: fixed-size
+                 * copies the compiler turns into vector moves */
+                for (size_t q = 0; q < qn; q++)
+                    memcpy(d + q * kc * width, s + q * width, width * sizeof(float));
+            }
+        }
+        if (full < panels) {
+            size_t rest = len - full * width;
+            for (size_t p = 0; p < kc; p++) {
+                const float *s = src + p * ld + full * width;
+                float *d = dst + full * kc * width + p * width;
+                for (size_t i = 0; i < rest; i++) d[i] = s[i];
+                for (size_t i = rest; i < width; i++) d[i] = 0.0f;
             }
         }
         return;

@@ -58,4 +58,97 @@ void attn_sgemm_avx2_6x16(size_t k, const float *a, const float *b, float *c, si
     ALL_ROWS_STMT(ROW_STORE);
 }
 
-ATTN_GEMM_DEFINE_PACK(attn_sgemm_avx2_6x16, MR, NR)
+/* ---- packing ------------------------------------------------------------ */
+
+/* r[0..7] = the 8 x 8 transpose of r[0..7]. */
+static inline void transpose8(__m256 r[8]) {
+    __m256 t[8], u[8];
+    for (int i = 0; i < 4; i++) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    /* t[0] = r0,r1 columns 0,1 (and 4,5); t[1] columns 2,3 (6,7); likewise
+     * t[2], t[3] for rows 2,3. */
+    for (int i = 0; i < 2; i++) {
+        u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    /* u[j] (j < 4) holds column j of rows 0-3 (low lane) and column j + 4
+     * (high lane); u[4 + j] the same for rows 4-7. */
+    for (int j = 0; j < 4; j++) {
+        r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+        r[j + 4] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+    }
+}
+
+/* The first n (< 8) lanes set. */
+static inline __m256i first_lanes(size_t n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+/* Strided packing, 8 steps of p at a time: vectors v < rows (<= 8) are
+ * read 8 floats each and transposed; step p holds them at dst[p*width +
+ * offset], width floats per step, store(dst, vector) writing the lanes. */
+static void transpose_rows(size_t kc, size_t rows, const float *src, size_t ld, size_t p0,
+                           __m256 r[8]) {
+    size_t steps = kc - p0 < 8 ? kc - p0 : 8;
+    __m256i lanes = first_lanes(steps);
+    for (size_t i = 0; i < 8; i++) {
+        if (i >= rows)
+            r[i] = _mm256_setzero_ps();
+        else if (steps == 8)
+            r[i] = _mm256_loadu_ps(src + i * ld + p0);
+        else
+            r[i] = _mm256_maskload_ps(src + i * ld + p0, lanes);
+    }
+    transpose8(r);
+}
+
+static size_t min_len(size_t a, size_t b) { return a < b ? a : b; }
+
+void attn_sgemm_avx2_6x16_pack_a(size_t kc, size_t rows, const float *src, size_t ld, bool trans,
+                                 float *dst) {
+    if (trans) {
+        attn_gemm_pack_block(kc, rows, src, ld, true, MR, dst);
+        return;
+    }
+    for (size_t q = 0; q * MR < rows; q++) {
+        const float *sq = src + q * MR * ld;
+        float *dq = dst + q * kc * MR;
+        size_t panel = min_len(MR, rows - q * MR);
+        for (size_t p0 = 0; p0 < kc; p0 += 8) {
+            __m256 r[8];
+            transpose_rows(kc, panel, sq, ld, p0, r);
+            for (size_t p = 0; p < 8 && p0 + p < kc; p++) {
+                /* the 6 lanes of a step: four, then two */
+                float *d = dq + (p0 + p) * MR;
+                _mm_storeu_ps(d, _mm256_castps256_ps128(r[p]));
+                _mm_storel_pi((__m64 *)(void *)(d + 4), _mm256_extractf128_ps(r[p], 1));
+            }
+        }
+    }
+}
+
+void attn_sgemm_avx2_6x16_pack_b(size_t kc, size_t cols, const float *src, size_t ld, bool trans,
+                                 float *dst) {
+    if (!trans) {
+        attn_gemm_pack_block(kc, cols, src, ld, true, NR, dst);
+        return;
+    }
+    for (size_t q = 0; q * NR < cols; q++) {
+        size_t panel = min_len(NR, cols - q * NR);
+        float *dq = dst + q * kc * NR;
+        for (size_t half = 0; half < 2; half++) {
+            size_t v0 = half * 8, n = panel > v0 ? min_len(8, panel - v0) : 0;
+            const float *sq = src + (q * NR + v0) * ld;
+            for (size_t p0 = 0; p0 < kc; p0 += 8) {
+                __m256 r[8];
+                transpose_rows(kc, n, sq, ld, p0, r);
+                for (size_t p = 0; p < 8 && p0 + p < kc; p++)
+                    _mm256_storeu_ps(dq + (p0 + p) * NR + v0, r[p]);
+            }
+        }
+    }
+}
