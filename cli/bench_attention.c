@@ -285,8 +285,9 @@ int bench_layer(const bench_options *o, const bench_blas *blas) {
                 attn_module_set_grad_enabled(m, true);
                 double mib;
                 double t_fb = time_median(layer_forward_backward, &c, runs, &mib);
-                /* kept by the module for its backward: x, qkv, y, lse; and dx */
-                double kept = (double)(n * 5 + c.T * HEADS) * sizeof(float) / 1048576.0;
+                /* kept by the module for its backward: x, qkv, y, lse; and dx,
+                 * whose pages the first backward touches */
+                double kept = (double)(n * 6 + c.T * HEADS) * sizeof(float) / 1048576.0;
                 if (c.failed) rc = cli_library_error(c.ctx, "bench layer");
                 printf("%6zu %3zu | %9.1f | %9.1f | %.1f (peak growth %.1f, of which activations %.1f)\n",
                        c.T, o->threads[ti], 1e3 * t_f, 1e3 * t_fb, mib - kept, mib, kept);

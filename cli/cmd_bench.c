@@ -16,6 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 typedef struct bench_section {
     const char *name;
@@ -305,6 +308,13 @@ static int run_bench(int argc, char **argv) {
     if (rc != CLI_OK) return rc;
     bench_options o = a.o;
     const char *only = a.only;
+#if defined(__GLIBC__)
+    /* Blocks of 1 MiB and more straight from the system and back, so that
+     * each case's resident peak counts its own allocations: after the first
+     * large free glibc would raise this threshold and keep later blocks in
+     * its heap, resident from one case to the next. */
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+#endif
 
     char model[256], load[64];
     printf("attn %s bench: %s, %zu online CPUs; load average %s\n", attn_version(),

@@ -23,6 +23,7 @@ struct attn_gpt2 {
     size_t head_dim;
     float scale;
     size_t kept_attention_mask_bytes; /* of the saved forward's mask: 0 if not kept */
+    size_t backward_scratch_floats;   /* the budget that sizes the backward's head groups */
 };
 
 /* Bytes of the attention dropout mask; the residual mask follows it. */
@@ -110,48 +111,144 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
     return st;
 }
 
-/* dx (B, T, C) and the c_attn, c_proj gradients from dy (B, T, C). */
-static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
+/*
+ * The backward's scratch. All heads at once read the kept qkv and y in
+ * place and need dqkv (B, T, 3C) and dy_heads (B, T, C): 4 (B, T, C)
+ * buffers, 256 MiB for GPT-2 small at T = 16384. So without attention
+ * dropout the heads go in groups, each group's q, k, v and y copied out of
+ * the interleaved buffers next to its gradients, 8 (B, T, G hs) slices,
+ * and the group size keeps those within the module's scratch budget. The
+ * group size depends on the shapes alone, so the result is the same for
+ * any thread count. With attention dropout all heads go at once: its keep
+ * bits and its Philox counters are laid out over all heads.
+ */
+#define GPT2_BACKWARD_SCRATCH_FLOATS ((size_t)8 << 20) /* 32 MiB */
+
+static size_t backward_heads_per_group(const attn_gpt2 *g, size_t rows) {
+    size_t nh = g->cfg.n_head, hs = g->head_dim;
+    for (size_t heads = nh; heads > 1; heads--)
+        if (nh % heads == 0 && rows * hs * heads <= g->backward_scratch_floats / 8) return heads;
+    return 1;
+}
+
+void attn_gpt2_set_backward_scratch(attn_gpt2 *g, size_t floats) {
+    g->backward_scratch_floats = floats;
+}
+
+/* All heads at once, from the kept buffers: dcontext (B, T, C) is dL/dy,
+ * dqkv (B, T, 3C) scratch. */
+static attn_status backward_all_heads(attn_module *m, const float *dcontext, float *dx,
+                                      float *dqkv) {
     attn_gpt2 *g = (attn_gpt2 *)m;
     const attn_saved *s = &m->saved;
     size_t C = g->cfg.n_embd, rows = s->batch * s->tokens;
     const float *qkv = s->acts;
     float *context = s->acts + 3 * rows * C;
-    const float *lse = s->acts + 4 * rows * C;
-    const uint8_t *mask = attn_saved_mask(s); /* [attention,] residual */
-    size_t attention_bytes = mask ? g->kept_attention_mask_bytes : 0;
-    attn_status st;
-    float *buf = attn_scratch(m, 5 * rows * C, &st); /* dqkv (B, T, 3C), dy', dcontext */
-    if (!buf) return st;
-    float *dqkv = buf, *dy_proj = buf + 3 * rows * C, *dcontext = buf + 4 * rows * C;
+    const uint8_t *keep_bits = attn_saved_mask(s); /* [attention,] residual */
     attn_sdpa_args fwd = gpt2_heads(g, s->batch, s->tokens, qkv, context);
-    if ((st = attn_sdpa_reserve(m, &fwd, true, NULL)) != ATTN_OK) { /* before any gradient */
-        attn_free(buf);
-        return st;
-    }
-
-    /* forward: out = resid_dropout(c_proj(y)) */
-    if (mask) {
-        const uint8_t *resid_bits = mask + attention_bytes;
-        for (size_t i = 0; i < rows * C; i++)
-            dy_proj[i] = attn_bit(resid_bits, i) ? dy[i] * s->kept_scale : dy[i] * 0.0f;
-    } else {
-        memcpy(dy_proj, dy, rows * C * sizeof *dy);
-    }
-    attn_k_linear_backward(m->ctx, context, attn_module_data(m, C_PROJ_WEIGHT), dy_proj,
-                             dcontext, false, attn_module_grad(m, C_PROJ_WEIGHT),
-                             attn_module_grad(m, C_PROJ_BIAS), rows, C, C);
     /* forward: y (B, T, nh, hs) = attn_dropout(softmax(mask(q k^T * scale))) v */
     attn_sdpa_grad_args grad = {.fwd = &fwd, .dout = dcontext,
                                 .dq = dqkv, .dk = dqkv + C, .dv = dqkv + 2 * C,
-                                .out = context, .lse = lse};
-    st = attn_run_sdpa_backward(m, &grad, 0, attention_bytes ? mask : NULL);
-    /* forward: qkv = c_attn(x) */
+                                .out = context, .lse = s->acts + 4 * rows * C};
+    attn_status st = attn_run_sdpa_backward(m, &grad, 0, keep_bits && g->kept_attention_mask_bytes
+                                                             ? keep_bits : NULL);
+    /* forward: qkv (B, T, 3C) = c_attn(x) */
     if (st == ATTN_OK)
         attn_k_linear_backward(m->ctx, s->x, attn_module_data(m, C_ATTN_WEIGHT), dqkv, dx,
-                                 false, attn_module_grad(m, C_ATTN_WEIGHT),
-                                 attn_module_grad(m, C_ATTN_BIAS), rows, C, 3 * C);
-    attn_free(buf);
+                               false, attn_module_grad(m, C_ATTN_WEIGHT),
+                               attn_module_grad(m, C_ATTN_BIAS), rows, C, 3 * C);
+    return st;
+}
+
+/* Heads [h0, h0 + heads) from copies, without dropout; scratch holds
+ * 8 (B, T, heads hs) slices. dx is overwritten by the first group's first
+ * part and accumulated into after. */
+static attn_status backward_head_group(attn_module *m, const float *dy_proj, float *dx,
+                                       size_t h0, size_t heads, float *scratch) {
+    attn_gpt2 *g = (attn_gpt2 *)m;
+    const attn_saved *s = &m->saved;
+    size_t C = g->cfg.n_embd, nh = g->cfg.n_head, hs = g->head_dim;
+    size_t B = s->batch, T = s->tokens, rows = B * T, w = heads * hs, slice = rows * w;
+    const float *qkv = s->acts, *context = s->acts + 3 * rows * C, *lse = s->acts + 4 * rows * C;
+    /* q, k, v, y, dy, dq, dk, dv: each (B, T, heads, hs); then lse (B, heads, T) */
+    float *q = scratch, *y = scratch + 3 * slice, *dy = scratch + 4 * slice;
+    float *dq = scratch + 5 * slice, *group_lse = scratch + 8 * slice;
+    for (size_t r = 0; r < rows; r++) {
+        for (size_t part = 0; part < 3; part++)
+            memcpy(q + part * slice + r * w, qkv + r * 3 * C + part * C + h0 * hs, w * sizeof *q);
+        memcpy(y + r * w, context + r * C + h0 * hs, w * sizeof *y);
+    }
+    for (size_t b = 0; b < B; b++)
+        memcpy(group_lse + b * heads * T, lse + (b * nh + h0) * T, heads * T * sizeof *lse);
+    attn_sdpa_args fwd = {
+        .batch = B, .heads = heads, .tokens = T, .head_dim = hs,
+        .q = q, .k = q + slice, .v = q + 2 * slice,
+        .b_stride = T * w, .t_stride = w, .h_stride = hs,
+        .out = y, .out_b_stride = T * w, .out_t_stride = w, .out_h_stride = hs,
+        .scale = g->scale, .causal = true, .mask = ATTN_MASK_NEG_INF,
+    };
+    attn_sdpa_self(&fwd);
+    /* forward: y' = y @ W_proj^T + b_proj; the group's columns of dy = dy' @ W_proj */
+    attn_k_gemm(m->ctx, false, false, rows, w, C, 1.0f, dy_proj, C,
+                attn_module_data(m, C_PROJ_WEIGHT) + h0 * hs, C, 0.0f, dy, w);
+    attn_sdpa_grad_args grad = {.fwd = &fwd, .dout = dy, .dq = dq, .dk = dq + slice,
+                                .dv = dq + 2 * slice, .out = y, .lse = group_lse};
+    attn_status st = attn_run_sdpa_backward(m, &grad, 0, NULL);
+    /* forward: q, k, v = c_attn(x) restricted to the group's rows of c_attn */
+    for (size_t part = 0; part < 3 && st == ATTN_OK; part++) {
+        size_t row0 = part * C + h0 * hs;
+        attn_k_linear_backward(m->ctx, s->x, attn_module_data(m, C_ATTN_WEIGHT) + row0 * C,
+                               dq + part * slice, dx, h0 > 0 || part > 0,
+                               attn_module_grad(m, C_ATTN_WEIGHT) + row0 * C,
+                               attn_module_grad(m, C_ATTN_BIAS) + row0, rows, C, w);
+    }
+    return st;
+}
+
+/* dx (B, T, C) and the c_attn, c_proj gradients from dy (B, T, C). */
+static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
+    attn_gpt2 *g = (attn_gpt2 *)m;
+    const attn_saved *s = &m->saved;
+    size_t C = g->cfg.n_embd, nh = g->cfg.n_head, rows = s->batch * s->tokens;
+    float *context = s->acts + 3 * rows * C;
+    const uint8_t *mask = attn_saved_mask(s); /* [attention,] residual */
+    bool attention_dropout = mask || s->philox;
+    size_t heads = attention_dropout ? nh : backward_heads_per_group(g, rows);
+    size_t slice = rows * heads * g->head_dim;
+    /* all heads: dqkv (B, T, 3C) and dcontext (B, T, C), and dy' when
+     * masked, in dqkv's room; groups: 8 slices and lse (dy' is dy: no dropout) */
+    size_t floats = heads == nh ? 4 * rows * C : 8 * slice + s->batch * heads * s->tokens;
+    attn_status st;
+    float *scratch = attn_scratch(m, floats, &st);
+    if (!scratch) return st;
+    attn_sdpa_args fwd = gpt2_heads(g, s->batch, s->tokens, s->acts, context);
+    fwd.heads = heads;
+    if ((st = attn_sdpa_reserve(m, &fwd, true, NULL)) != ATTN_OK) { /* before any gradient */
+        attn_free(scratch);
+        return st;
+    }
+
+    /* forward: out = resid_dropout(y'), y' = c_proj(y) */
+    const float *dy_proj = dy;
+    if (mask) {
+        const uint8_t *resid_bits = mask + g->kept_attention_mask_bytes;
+        float *masked = scratch; /* dqkv's room, free until the attention's backward */
+        for (size_t i = 0; i < rows * C; i++)
+            masked[i] = attn_bit(resid_bits, i) ? dy[i] * s->kept_scale : dy[i] * 0.0f;
+        dy_proj = masked;
+    }
+    /* all heads: dcontext = dy' @ W_proj here; groups take their columns */
+    float *dcontext = heads == nh ? scratch + 3 * rows * C : NULL;
+    attn_k_linear_backward(m->ctx, context, attn_module_data(m, C_PROJ_WEIGHT), dy_proj,
+                           dcontext, false, attn_module_grad(m, C_PROJ_WEIGHT),
+                           attn_module_grad(m, C_PROJ_BIAS), rows, C, C);
+    if (heads == nh) {
+        st = backward_all_heads(m, dcontext, dx, scratch);
+    } else {
+        for (size_t h0 = 0; h0 < nh && st == ATTN_OK; h0 += heads)
+            st = backward_head_group(m, dy_proj, dx, h0, heads, scratch);
+    }
+    attn_free(scratch);
     attn_sdpa_release(m);
     return st;
 }
@@ -188,6 +285,7 @@ attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *
     m->cfg = *cfg;
     m->head_dim = cfg->n_embd / cfg->n_head;
     m->scale = attn_default_scale(cfg->scale, m->head_dim);
+    m->backward_scratch_floats = GPT2_BACKWARD_SCRATCH_FLOATS;
     size_t C = cfg->n_embd;
     if ((st = attn_module_declare_linear(&m->base, "c_attn", C, 3 * C, true)) != ATTN_OK ||
         (st = attn_module_declare_linear(&m->base, "c_proj", C, C, true)) != ATTN_OK ||

@@ -439,6 +439,7 @@ attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g, size_
     bool reserved = m->work && m->work_bytes >= attn_k_sdpa_backward_bytes(m->ctx, g->fwd);
     return attn_k_sdpa_backward(m->ctx, m->ops->class_name, g, reserved ? m->work : NULL);
 }
+
 bool attn_keeps_attention_mask(const attn_module *m, const attn_rng *rng) {
     bool fused_philox = attn_k_fused_attention(m->ctx) && !m->ctx->trace && rng &&
                         attn_rng_bernoulli(rng) == ATTN_BERNOULLI_PHILOX;

@@ -255,4 +255,10 @@ attn_status attn_one_head_backward(attn_module *m, const attn_qkv_weights *w,
                                    const attn_qkv_grads *grad, const attn_head_spec *spec,
                                    const float *dy, float *dx);
 
+/* The scratch budget (floats) that sizes the GPT-2 backward's head groups
+ * (default 8 Mi, 32 MiB): a smaller one gives smaller groups, down to one
+ * head. Internal: the tests set it to take the grouped path on small
+ * shapes. */
+void attn_gpt2_set_backward_scratch(attn_gpt2 *m, size_t floats);
+
 #endif /* ATTN_MODULE_H */
