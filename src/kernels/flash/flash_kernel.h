@@ -105,13 +105,18 @@ static void scale_by(float *x, const float *factor, size_t n) {
 /* k^T (D, BC) and v (BC, Dp) of keys [j0, j0 + cols), zero beyond. */
 static void pack_keys(const flash_shape *f, const float *k, const float *v, size_t j0, size_t cols,
                       float *kt, float *vp) {
-    const attn_sdpa_args *a = f->a;
-    for (size_t jj = 0; jj < BC; jj++) {
-        const float *k_j = jj < cols ? k + (j0 + jj) * a->kv_t_stride : NULL;
-        const float *v_j = jj < cols ? v + (j0 + jj) * a->kv_t_stride : NULL;
-        for (size_t d = 0; d < f->D; d++) kt[d * BC + jj] = k_j ? k_j[d] : 0.0f;
-        for (size_t d = 0; d < f->Dp; d++) vp[jj * f->Dp + d] = v_j && d < f->D ? v_j[d] : 0.0f;
+    size_t ld = f->a->kv_t_stride, D = f->D, Dp = f->Dp;
+    /* no test inside the copy loops: this runs once per (query block, key
+     * block), and a per-element branch made it a fifth of the forward */
+    for (size_t jj = 0; jj < cols; jj++) {
+        const float *k_j = k + (j0 + jj) * ld;
+        for (size_t d = 0; d < D; d++) kt[d * BC + jj] = k_j[d];
+        memcpy(vp + jj * Dp, v + (j0 + jj) * ld, D * sizeof *vp);
+        memset(vp + jj * Dp + D, 0, (Dp - D) * sizeof *vp);
     }
+    for (size_t jj = cols; jj < BC; jj++)
+        for (size_t d = 0; d < D; d++) kt[d * BC + jj] = 0.0f;
+    memset(vp + cols * Dp, 0, (BC - cols) * Dp * sizeof *vp);
 }
 
 /* s (RG, BC) = qs (RG rows of D, row stride ld) @ kt (D, BC): a score tile.
@@ -211,9 +216,9 @@ static void forward_block(void *arg, size_t part, size_t item) {
 
     /* qs = q * scale * log2(e); rows past T are zero (computed, never written) */
     const float *q = a->q + b * a->b_stride + h * a->h_stride;
-    for (size_t r = 0; r < BR; r++)
-        for (size_t d = 0; d < D; d++)
-            qs[r * D + d] = r < rows ? q[(i0 + r) * a->t_stride + d] * f->log2_scale : 0.0f;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t d = 0; d < D; d++) qs[r * D + d] = q[(i0 + r) * a->t_stride + d] * f->log2_scale;
+    memset(qs + rows * D, 0, (BR - rows) * D * sizeof *qs);
     memset(o, 0, BR * Dp * sizeof *o);
     for (size_t r = 0; r < BR; r++) {
         m[r] = -INFINITY;
@@ -375,11 +380,15 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
 static void pack_keys_transposed(const flash_shape *f, const float *k, const float *v, size_t j0,
                                  size_t cols, float *kt, float *vt) {
     size_t ld = f->a->kv_t_stride;
-    for (size_t jj = 0; jj < BC; jj++)
+    for (size_t jj = 0; jj < cols; jj++) {
+        const float *k_j = k + (j0 + jj) * ld, *v_j = v + (j0 + jj) * ld;
         for (size_t d = 0; d < f->D; d++) {
-            kt[d * BC + jj] = jj < cols ? k[(j0 + jj) * ld + d] : 0.0f;
-            vt[d * BC + jj] = jj < cols ? v[(j0 + jj) * ld + d] : 0.0f;
+            kt[d * BC + jj] = k_j[d];
+            vt[d * BC + jj] = v_j[d];
         }
+    }
+    for (size_t jj = cols; jj < BC; jj++)
+        for (size_t d = 0; d < f->D; d++) kt[d * BC + jj] = vt[d * BC + jj] = 0.0f;
 }
 
 /* The query block's rows: qs (scaled by scale log2 e), dO, and per row
