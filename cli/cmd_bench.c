@@ -128,6 +128,11 @@ static bench_blas find_openblas(void) {
      * the reference BLAS would be no peak at all. */
     static const char *const names[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
     bench_blas blas = {0};
+    /* OpenBLAS's idle threads spin for 2^28 cycles (~70 ms) after each call
+     * before they sleep, on the cores our kernel is about to be timed on: the
+     * first cases after an OpenBLAS run ran at one thread's speed on two.
+     * It reads this at load; a value the user set stays. */
+    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
         if (!h) continue;
