@@ -102,20 +102,38 @@ static void scale_by(float *x, const float *factor, size_t n) {
     for (; j < n; j++) x[j] *= factor[j];
 }
 
+/* xt (D, BC) = rows [j0, j0 + cols) of x (row stride ld) transposed, zero
+ * beyond cols. No test inside the copy loops: this runs once per (query
+ * block, key block), and a per-element branch made it a fifth of the
+ * forward. */
+static void transpose_keys(const flash_shape *f, const float *x, size_t j0, size_t cols, float *xt) {
+    size_t ld = f->a->kv_t_stride, D = f->D, jj = 0;
+#if defined(HAVE_TRANSPOSE_BLOCK)
+    size_t whole = D / VW * VW; /* dims in whole VW x VW blocks */
+    for (; jj + VW <= cols; jj += VW) {
+        const float *x_j = x + (j0 + jj) * ld;
+        for (size_t d = 0; d < whole; d += VW) transpose_block(x_j + d, ld, xt + d * BC + jj, BC);
+        for (size_t r = 0; r < VW; r++)
+            for (size_t d = whole; d < D; d++) xt[d * BC + jj + r] = x_j[r * ld + d];
+    }
+#endif
+    for (; jj < cols; jj++) {
+        const float *x_j = x + (j0 + jj) * ld;
+        for (size_t d = 0; d < D; d++) xt[d * BC + jj] = x_j[d];
+    }
+    for (jj = cols; jj < BC; jj++)
+        for (size_t d = 0; d < D; d++) xt[d * BC + jj] = 0.0f;
+}
+
 /* k^T (D, BC) and v (BC, Dp) of keys [j0, j0 + cols), zero beyond. */
 static void pack_keys(const flash_shape *f, const float *k, const float *v, size_t j0, size_t cols,
                       float *kt, float *vp) {
     size_t ld = f->a->kv_t_stride, D = f->D, Dp = f->Dp;
-    /* no test inside the copy loops: this runs once per (query block, key
-     * block), and a per-element branch made it a fifth of the forward */
+    transpose_keys(f, k, j0, cols, kt);
     for (size_t jj = 0; jj < cols; jj++) {
-        const float *k_j = k + (j0 + jj) * ld;
-        for (size_t d = 0; d < D; d++) kt[d * BC + jj] = k_j[d];
         memcpy(vp + jj * Dp, v + (j0 + jj) * ld, D * sizeof *vp);
         memset(vp + jj * Dp + D, 0, (Dp - D) * sizeof *vp);
     }
-    for (size_t jj = cols; jj < BC; jj++)
-        for (size_t d = 0; d < D; d++) kt[d * BC + jj] = 0.0f;
     memset(vp + cols * Dp, 0, (BC - cols) * Dp * sizeof *vp);
 }
 
@@ -379,16 +397,8 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
 /* k^T and v^T (D, BC) of keys [j0, j0 + cols), zero beyond. */
 static void pack_keys_transposed(const flash_shape *f, const float *k, const float *v, size_t j0,
                                  size_t cols, float *kt, float *vt) {
-    size_t ld = f->a->kv_t_stride;
-    for (size_t jj = 0; jj < cols; jj++) {
-        const float *k_j = k + (j0 + jj) * ld, *v_j = v + (j0 + jj) * ld;
-        for (size_t d = 0; d < f->D; d++) {
-            kt[d * BC + jj] = k_j[d];
-            vt[d * BC + jj] = v_j[d];
-        }
-    }
-    for (size_t jj = cols; jj < BC; jj++)
-        for (size_t d = 0; d < f->D; d++) kt[d * BC + jj] = vt[d * BC + jj] = 0.0f;
+    transpose_keys(f, k, j0, cols, kt);
+    transpose_keys(f, v, j0, cols, vt);
 }
 
 /* The query block's rows: qs (scaled by scale log2 e), dO, and per row
