@@ -245,63 +245,46 @@ static size_t mask_bytes(const attn_sdpa_args *a) {
 typedef struct magnitude_scan {
     const attn_sdpa_args *a;
     const float *dout; /* NULL in the forward */
-    uint32_t part_max[ATTN_SCAN_PARTS][4]; /* |bits| max of q, k, v, dout per part */
+    float (*max_abs)(const float *x, size_t n, float top); /* the kernels' own, vectorised */
+    float part_max[ATTN_SCAN_PARTS][4]; /* max |x| of q, k, v, dout per part; inf: not finite */
 } magnitude_scan;
-
-/* The largest |x| of n floats as its bit pattern: at 0x7f800000 or above
- * some x is inf or NaN; below it, the pattern orders as the value. */
-static uint32_t max_magnitude_bits(const float *x, size_t n, uint32_t top) {
-    for (size_t i = 0; i < n; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], sizeof u);
-        u &= 0x7fffffffu;
-        top = u > top ? u : top;
-    }
-    return top;
-}
 
 static void scan_heads(void *arg, size_t part, size_t begin, size_t end) {
     magnitude_scan *job = arg;
     const attn_sdpa_args *a = job->a;
-    uint32_t *top = job->part_max[part];
+    float *top = job->part_max[part];
     for (size_t bh = begin; bh < end; bh++) {
         size_t b = bh / a->heads, h = bh % a->heads;
         for (size_t t = 0; t < a->tokens; t++) {
             size_t qo = b * a->b_stride + h * a->h_stride + t * a->t_stride;
-            top[0] = max_magnitude_bits(a->q + qo, a->head_dim, top[0]);
+            top[0] = job->max_abs(a->q + qo, a->head_dim, top[0]);
             if (job->dout)
-                top[3] = max_magnitude_bits(job->dout + b * a->out_b_stride + h * a->out_h_stride +
-                                                t * a->out_t_stride,
-                                            a->head_dim, top[3]);
+                top[3] = job->max_abs(job->dout + b * a->out_b_stride + h * a->out_h_stride +
+                                          t * a->out_t_stride,
+                                      a->head_dim, top[3]);
         }
         for (size_t s = 0; s < a->kv_tokens; s++) {
             size_t ko = b * a->kv_b_stride + h * a->kv_h_stride + s * a->kv_t_stride;
-            top[1] = max_magnitude_bits(a->k + ko, a->head_dim, top[1]);
-            top[2] = max_magnitude_bits(a->v + ko, a->head_dim, top[2]);
+            top[1] = job->max_abs(a->k + ko, a->head_dim, top[1]);
+            top[2] = job->max_abs(a->v + ko, a->head_dim, top[2]);
         }
     }
-}
-
-static float from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
 }
 
 /* Whether the reference kernel must run these tensors (dout: the
  * backward's, or NULL). */
 static bool needs_reference(const attn_ctx *ctx, const attn_sdpa_args *a, const float *dout) {
-    magnitude_scan job = {.a = a, .dout = dout};
+    magnitude_scan job = {.a = a, .dout = dout, .max_abs = flash_kernels(ctx)->max_abs};
     size_t min_heads = ((size_t)1 << 16) / ((a->tokens + 2 * a->kv_tokens) * a->head_dim + 1) + 1;
     size_t threads = ctx->num_threads < ATTN_SCAN_PARTS ? ctx->num_threads : ATTN_SCAN_PARTS;
     attn_parallel_for_parts(threads, a->batch * a->heads, min_heads, scan_heads, &job);
-    uint32_t top[4] = {0, 0, 0, 0};
+    float top[4] = {0, 0, 0, 0};
     for (size_t p = 0; p < ATTN_SCAN_PARTS; p++)
         for (int t = 0; t < 4; t++) top[t] = job.part_max[p][t] > top[t] ? job.part_max[p][t] : top[t];
     for (int t = 0; t < 4; t++)
-        if (top[t] >= 0x7f800000u) return true; /* inf or NaN */
-    double q = from_bits(top[0]), k = from_bits(top[1]), v = from_bits(top[2]);
-    double d_o = from_bits(top[3]), D = (double)a->head_dim, S = (double)a->kv_tokens;
+        if (isinf(top[t])) return true; /* inf or NaN */
+    double q = top[0], k = top[1], v = top[2];
+    double d_o = top[3], D = (double)a->head_dim, S = (double)a->kv_tokens;
     double limit = FLT_MAX / 16.0;
     /* scores (times log2 e), the output's running sums, and dP = dO . v */
     return 1.4426950408889634 * fabs((double)a->scale) * D * q * k >= limit || S * v >= limit ||

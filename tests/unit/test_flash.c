@@ -16,6 +16,7 @@
 #include "rng/dropout.h"
 #include "rng/philox.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,6 +254,28 @@ static void one_case(const attn_flash_kernels *fk, uint64_t *seed, int index) {
     free(c.bits);
 }
 
+/* The scan that sends non-finite inputs to the reference: the largest |x|
+ * at every length (whole vectors and tails), and inf for an inf or NaN
+ * anywhere. */
+static void max_abs_cases(const attn_flash_kernels *fk, uint64_t *seed) {
+    float x[80];
+    const float poisons[3] = {INFINITY, -INFINITY, NAN};
+    for (size_t n = 1; n <= 80; n++) {
+        float want = 0.0f;
+        for (size_t i = 0; i < n; i++) {
+            x[i] = (float)((uniform(seed) - 0.5) * 1e4 * uniform(seed));
+            want = fabsf(x[i]) > want ? fabsf(x[i]) : want;
+        }
+        CHECK(fk->max_abs(x, n, 0.0f) == want);
+        CHECK(fk->max_abs(x, n, 2e4f) == 2e4f); /* top when larger */
+        size_t at = below(seed, n);
+        float kept = x[at];
+        x[at] = poisons[n % 3];
+        CHECK(isinf(fk->max_abs(x, n, 0.0f)));
+        x[at] = kept;
+    }
+}
+
 int main(int argc, char **argv) {
     struct timespec now;
     timespec_get(&now, TIME_UTC);
@@ -268,6 +291,7 @@ int main(int argc, char **argv) {
     for (int s = 0; s < 3; s++) {
         if (!sets[s]) continue;
         printf("%s\n", sets[s]->name);
+        max_abs_cases(sets[s], &seed);
         for (int i = 0; i < 24; i++) one_case(sets[s], &seed, i);
     }
     return check_summary();

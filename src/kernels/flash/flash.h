@@ -48,6 +48,9 @@ typedef struct attn_flash_dropout {
  * (attn_parallel_for_parts), sized by the matching _workspace function. */
 typedef struct attn_flash_kernels {
     const char *name;
+    /* The largest |x[i]| of n floats, or top if larger; inf when some x[i]
+     * is inf or NaN (the scan that sends such inputs to the reference) */
+    float (*max_abs)(const float *x, size_t n, float top);
     size_t (*forward_workspace)(size_t head_dim);
     /* out and lse (B, H, T) from a's q, k, v */
     void (*forward)(size_t threads, const attn_sdpa_args *a, const attn_flash_dropout *drop,
