@@ -9,8 +9,9 @@ modules), a random dy is saved as .npy and `attn grad` writes output.npy,
 input.npy and one <state_dict name>.npy per parameter. The seeds' PyTorch
 class, built after torch.manual_seed(S) and run in float64 (with the same
 dropout draws), gives y, x.grad and every p.grad: each file must be within
-relative L2 1e-5 of it (the key bias against its weight's gradient norm: see
-test_grad_vs_torch.py), on the reference kernels (ATTN_KERNELS=reference; the
+relative L2 1e-5 of it, or of twice PyTorch float32's own error where the case
+is ill-conditioned (this and the key bias against its weight's gradient norm:
+see test_grad_vs_torch.py), on the reference kernels (ATTN_KERNELS=reference; the
 fast ones are held to those by test_fast_vs_reference.py). Then the usage errors: a dy of the wrong shape, a
 missing --grad-output or --out. Ends with "N passed, N failed".
 """
@@ -34,12 +35,12 @@ from test_grad_vs_torch import rel_l2, vanishing_floor  # noqa: E402
 TOL = 1e-5
 
 
-def torch_grads64(c, x, dy):
-    """y, x.grad and {name: grad} of the seed's class in float64."""
+def torch_grads(c, x, dy, dtype):
+    """y, x.grad and {name: grad} of the seed's class in dtype."""
     mod = build_torch(c)  # torch.manual_seed(c.seed), then the constructor's draws
     mod.train(c.train)
-    mod = copy.deepcopy(mod).double()
-    xt = torch.from_numpy(x).double().requires_grad_(True)
+    mod = copy.deepcopy(mod).to(dtype)
+    xt = torch.from_numpy(x).to(dtype).requires_grad_(True)
     if c.module in ("simple", "sa1", "sa2"):
         xs = xt if xt.dim() == 3 else xt.unsqueeze(0)
         y = torch.stack([mod(xs[b]) for b in range(xs.shape[0])])
@@ -47,7 +48,7 @@ def torch_grads64(c, x, dy):
     else:
         y = mod(xt if xt.dim() == 3 else xt.unsqueeze(0))
         y = y if xt.dim() == 3 else y.squeeze(0)
-    y.backward(torch.from_numpy(dy).double())
+    y.backward(torch.from_numpy(dy).to(dtype))
     grads = {n: p.grad.numpy() for n, p in mod.named_parameters()}
     return y.detach().numpy(), xt.grad.numpy(), grads
 
@@ -73,8 +74,10 @@ def grad_case(r, rng, c):
     if not check(rc == 0 and so == "", "grad exits 0 silently: " + label,
                  "%s\n      rc=%s stderr=%r" % (show(args), rc, se.strip()[:400])):
         return
-    y64, dx64, g64 = torch_grads64(c, x, dy)
+    y64, dx64, g64 = torch_grads(c, x, dy, torch.float64)
     ref = dict(g64, input=dx64, output=y64)
+    y32, dx32, g32 = torch_grads(c, x, dy, torch.float32)  # the same dropout draws
+    t32 = dict(g32, input=dx32, output=y32)
     problems = []
     files = sorted(f[:-4] for f in os.listdir(out_dir))
     if files != sorted(ref):
@@ -87,8 +90,11 @@ def grad_case(r, rng, c):
         if got.shape != want.shape or got.dtype != np.float32:
             problems.append("%s: %s %s, want %s float32" % (name, got.shape, got.dtype, want.shape))
             continue
-        e = rel_l2(got, want, vanishing_floor(name, ref) if name != "output" else 0.0)
-        if not e <= TOL:
+        floor = vanishing_floor(name, ref) if name != "output" else 0.0
+        e = rel_l2(got, want, floor)
+        # twice PyTorch float32's own error where the case is ill-conditioned
+        # (see test_grad_vs_torch.py)
+        if not e <= max(TOL, 2 * rel_l2(t32[name], want, floor)):
             problems.append("%s: rel L2 %.3g" % (name, e))
     check(not problems, "grad matches float64 autograd: " + label,
           "%s\n      %s" % (show(args), "; ".join(problems)))

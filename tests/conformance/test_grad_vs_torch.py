@@ -23,6 +23,15 @@ The relative L2 is ||ours - f64|| / ||f64||, with one exception: the key
 bias's gradient is zero in exact arithmetic (softmax is blind to a shift
 shared by every key), so what both float32 runs hold there is rounding
 residue; it is measured against the norm of the key weight's gradient.
+
+The bound is 1e-5, or twice PyTorch float32's own error on the same case
+where that is larger. Some random cases are ill-conditioned: a gradient
+that is a small difference of large terms (d_in = 1 makes W_query's grad
+one sum over tokens of softmax-gradient rows that sum to zero) loses digits
+in any float32 computation, PyTorch's too (1.5e-4 against float64 in
+such a case, ours 6e-5). No float32 kernel can meet 1e-5 there, so the
+test asks for no worse than twice what PyTorch float32 reaches. Such cases
+are printed.
 """
 import argparse
 import copy
@@ -168,8 +177,12 @@ def check_case(A, ctxs, res, r, kind, train):
         e32 = rel_l2(t32[n], ref[n], floor)
         worst = max(worst, e)
         res.note(kind + (" train" if train else ""), n=1, **{"rel_l2": e, "torch_f32_rel": e32})
-        if not e <= TOL:
+        bound = max(TOL, 2 * e32)
+        if not e <= bound:
             problems.append("%s: rel L2 %.3g vs float64 (torch float32: %.3g)" % (n, e, e32))
+        elif e > TOL:
+            print("ill-conditioned: %s %s: rel L2 %.3g vs float64, torch float32 %.3g"
+                  % (name, n, e, e32))
     # the forward the gradients belong to
     fe = rel_l2(oy, ty64.numpy())
     if not fe <= TOL:
