@@ -5,7 +5,11 @@
  * The loss is L = sum(y * dy) accumulated in double, so dL/dx = backward(dy).
  * For a sample of coordinates of x and of every parameter, the analytic
  * gradient must match (L(v + h) - L(v - h)) / (2h), h = 1e-2 (the float
- * step actually taken), within 1% of the gradient's scale. Dropout modules
+ * step actually taken), within 1% of the gradient's scale plus what the
+ * difference cannot resolve: L is a float32 forward, rounded to a few ulps
+ * of sum |y * dy|, and that rounding divided by 2h is the difference's
+ * noise (the key bias's gradient is analytically zero, and a difference of
+ * 2e-5 there was that noise, not a wrong gradient). Dropout modules
  * run in training mode with the rng reseeded before every forward, so each
  * evaluation draws the same mask. Fresh random inputs each run (the seed is
  * printed; pass it as argv[1] to replay).
@@ -13,6 +17,7 @@
 #include "attn.h"
 #include "check.h"
 
+#include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
@@ -64,13 +69,14 @@ static double central_difference(fd_case *c, float *v, const float *x, const flo
 }
 
 static void check_tensor(fd_case *c, const char *name, float *values, const float *grads, size_t n,
-                         const float *x, const float *dy, float *y, uint64_t *seed) {
+                         const float *x, const float *dy, float *y, double fd_noise,
+                         uint64_t *seed) {
     double scale = rms(grads, n) + 1e-3;
     int bad = 0;
     for (int s = 0; s < SAMPLES && s < (int)n; s++) {
         size_t i = (size_t)(uniform(seed) * (double)n) % n;
         double fd = central_difference(c, &values[i], x, dy, y);
-        if (!(fabs(fd - grads[i]) <= 1e-2 * scale + 1e-2 * fabs(grads[i]))) {
+        if (!(fabs(fd - grads[i]) <= 1e-2 * scale + 1e-2 * fabs(grads[i]) + fd_noise)) {
             if (bad++ < 3)
                 fprintf(stderr, "%s %s[%zu]: backward %.7g, finite difference %.7g\n", c->label,
                         name, i, (double)grads[i], fd);
@@ -88,13 +94,16 @@ static void finite_differences(fd_case *c, uint64_t *seed) {
     for (size_t i = 0; i < ny; i++) dy[i] = (float)(2.0 * uniform(seed) - 1.0);
 
     CHECK(!isnan(loss(c, x, dy, y)));
+    double magnitude = 0.0; /* sum |y * dy|: the scale of L's rounding */
+    for (size_t i = 0; i < ny; i++) magnitude += fabs((double)y[i] * dy[i]);
+    double fd_noise = 2.0 * FLT_EPSILON * magnitude / 2e-2;
     CHECK_STATUS(attn_module_zero_grad(c->m), ATTN_OK);
     CHECK_STATUS(attn_module_backward(c->m, dy, B, T, dx), ATTN_OK);
-    check_tensor(c, "input", x, dx, nx, x, dy, y, seed);
+    check_tensor(c, "input", x, dx, nx, x, dy, y, fd_noise, seed);
     for (size_t p = 0; p < attn_module_param_count(c->m); p++) {
         attn_param param;
         attn_module_param_at(c->m, p, &param);
-        check_tensor(c, param.name, param.data, param.grad, param.numel, x, dy, y, seed);
+        check_tensor(c, param.name, param.data, param.grad, param.numel, x, dy, y, fd_noise, seed);
     }
     free(x);
     free(dx);
