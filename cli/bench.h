@@ -61,5 +61,6 @@ const char *bench_load(char *buf, size_t size);
 int bench_sgemm(const bench_options *o, const bench_blas *blas);
 int bench_attention(const bench_options *o, const bench_blas *blas);
 int bench_layer(const bench_options *o, const bench_blas *blas);
+int bench_dropout(const bench_options *o, const bench_blas *blas);
 
 #endif /* ATTN_CLI_BENCH_H */

@@ -15,6 +15,9 @@
  *   projections included) forward in eval mode and forward + backward,
  *   with the memory beyond its inputs, weights, kept activations and
  *   gradients.
+ * dropout: the mha module (C = 768, 12 heads, causal, B = 1) in training
+ *   mode with attention dropout 0.1, under each mask the rng can draw
+ *   (attn_bernoulli_method), next to the same module without dropout.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
@@ -308,4 +311,97 @@ int bench_layer(const bench_options *o, const bench_blas *blas) {
         }
     }
     return rc;
+}
+
+/* ---- dropout: what each mask costs in a module ------------------------------- */
+
+typedef struct mha_case {
+    attn_mha *m;
+    attn_rng *drop; /* NULL: no dropout */
+    size_t T;
+    float *x, *y, *dy, *dx;
+    bool failed;
+} mha_case;
+
+static void mha_forward(void *arg) {
+    mha_case *c = arg;
+    if (attn_mha_forward(c->m, c->x, 1, c->T, c->y, c->drop) != ATTN_OK) c->failed = true;
+}
+
+static void mha_forward_backward(void *arg) {
+    mha_case *c = arg;
+    mha_forward(c);
+    if (attn_mha_backward(c->m, c->dy, 1, c->T, c->dx) != ATTN_OK) c->failed = true;
+}
+
+/* Median forward and forward+backward seconds of the mha module at T tokens,
+ * with dropout p drawn by method (p = 0: none); false when it cannot run. */
+static bool time_mha(const bench_options *o, size_t threads, size_t T, double p,
+                     attn_bernoulli_method method, double *t_f, double *t_fb) {
+    const size_t C = 768;
+    mha_case c = {.T = T};
+    attn_ctx *ctx = NULL;
+    attn_rng *init = NULL;
+    c.x = bench_random(T * C, 31);
+    c.dy = bench_random(T * C, 32);
+    c.y = resident(T * C, 33);
+    c.dx = resident(T * C, 34);
+    attn_mha_config cfg = {.d_in = C, .d_out = C, .context_length = T, .num_heads = HEADS,
+                           .dropout = p, .mask = ATTN_MASK_NEG_INF};
+    bool ok = c.x && c.dy && c.y && c.dx &&
+              attn_ctx_new(&(attn_ctx_config){.num_threads = threads, .kernels = o->kernels[0]},
+                           &ctx) == ATTN_OK &&
+              attn_rng_new(ctx, 123, &init) == ATTN_OK &&
+              attn_mha_new(ctx, &cfg, init, &c.m) == ATTN_OK &&
+              attn_module_set_training(attn_mha_module(c.m), true) == ATTN_OK &&
+              (p == 0.0 || (attn_rng_new(ctx, 7, &c.drop) == ATTN_OK &&
+                            attn_rng_set_bernoulli_method(c.drop, method) == ATTN_OK));
+    if (ok) {
+        *t_f = time_median(mha_forward, &c, o->runs, NULL);
+        *t_fb = time_median(mha_forward_backward, &c, o->runs, NULL);
+        ok = !c.failed;
+    }
+    attn_mha_free(c.m);
+    attn_rng_free(c.drop);
+    attn_rng_free(init);
+    attn_ctx_free(ctx);
+    free(c.x);
+    free(c.dy);
+    free(c.y);
+    free(c.dx);
+    return ok;
+}
+
+int bench_dropout(const bench_options *o, const bench_blas *blas) {
+    (void)blas;
+    static const size_t all_tokens[] = {1024, 4096};
+    static const struct {
+        const char *name;
+        attn_bernoulli_method method;
+    } masks[] = {{"philox", ATTN_BERNOULLI_PHILOX},
+                 {"mt19937", ATTN_BERNOULLI_MT19937},
+                 {"mkl-mcg31", ATTN_BERNOULLI_MKL_MCG31}};
+    size_t token_counts = o->quick ? 1 : 2;
+    printf("dropout: the mha module, C=768, %d heads, causal, B=1, training mode, "
+           "attention dropout 0.1 (ms: fwd / f+b)\n", HEADS);
+    printf("%6s %3s | %17s | %17s | %17s | %17s\n", "T", "thr", "no dropout", masks[0].name,
+           masks[1].name, masks[2].name);
+    for (size_t ti = 0; ti < o->thread_counts; ti++) {
+        for (size_t i = 0; i < token_counts; i++) {
+            size_t T = all_tokens[i], threads = o->threads[ti];
+            double t_f, t_fb;
+            if (!time_mha(o, threads, T, 0.0, ATTN_BERNOULLI_PHILOX, &t_f, &t_fb))
+                return cli_usage_error("bench: cannot run the mha module at T = %zu", T);
+            printf("%6zu %3zu | %7.1f / %7.1f", T, threads, 1e3 * t_f, 1e3 * t_fb);
+            for (size_t k = 0; k < sizeof masks / sizeof masks[0]; k++) {
+                if (!time_mha(o, threads, T, 0.1, masks[k].method, &t_f, &t_fb))
+                    return cli_usage_error("bench: cannot run the mha module with %s dropout",
+                                           masks[k].name);
+                printf(" | %7.1f / %7.1f", 1e3 * t_f, 1e3 * t_fb);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+    return CLI_OK;
 }

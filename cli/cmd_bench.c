@@ -33,6 +33,8 @@ static const bench_section sections[] = {
      bench_attention},
     {"layer", "the whole GPT-2-small attention layer, forward and forward+backward",
      bench_layer},
+    {"dropout", "the mha module in training mode under each dropout mask, and without",
+     bench_dropout},
 };
 enum { SECTIONS = sizeof sections / sizeof sections[0] };
 
