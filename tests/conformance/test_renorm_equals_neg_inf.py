@@ -15,6 +15,11 @@ weights, inputs and shapes each run:
   2. attn's CausalAttention with mask RENORMALIZE and with NEG_INF, on its
      default kernels (the fused ones), is within relative 1e-5 of PyTorch's
      renormalising class in float64, forward and input gradient.
+Some random shapes are ill-conditioned (d_in = d_out = 1: dx is a small
+difference of large terms), and float32 rounding alone moves dx by more
+than those bounds there: PyTorch's -inf class in float32 was 3e-6 off
+float64. So each float32 bound is the one above or twice that class's own
+float32 error against float64, whichever is larger.
 """
 import argparse
 import os
@@ -67,10 +72,14 @@ def main():
         shape = "B=%d T=%d d_in=%d d_out=%d qkv_bias=%s" % (B, T, d_in, d_out, bias)
 
         ref = {}
+        rounding = 0.0  # PyTorch's -inf class in float32 against float64
         for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-6)):
             renorm = torch_run(CausalAttentionRenorm, seed, d_in, d_out, T, bias, x, dy, dtype)
             neg_inf = torch_run(CausalAttention, seed, d_in, d_out, T, bias, x, dy, dtype)
             errs = [rel(renorm[i], neg_inf[i]) for i in range(2)]
+            if dtype == torch.float32:
+                rounding = max(rel(neg_inf[i], ref[i]) for i in range(2))
+                tol = max(tol, 2 * rounding)
             ok = max(errs) <= tol
             failures += not ok
             print("%s torch %s: renorm vs -inf  y %.2g  dx %.2g  (<= %g)" % (
@@ -89,7 +98,7 @@ def main():
                 A.module_free(m)
                 A.rng_free(rng)
             errs = [rel(y, ref[0]), rel(dx, ref[1])]
-            ok = max(errs) <= 1e-5
+            ok = max(errs) <= max(1e-5, 2 * rounding)
             failures += not ok
             print("%s attn %-11s vs torch float64 renorm  y %.2g  dx %.2g  (%s)" % (
                 "ok  " if ok else "FAIL", name, errs[0], errs[1], shape))
