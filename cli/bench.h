@@ -62,5 +62,6 @@ int bench_sgemm(const bench_options *o, const bench_blas *blas);
 int bench_attention(const bench_options *o, const bench_blas *blas);
 int bench_layer(const bench_options *o, const bench_blas *blas);
 int bench_dropout(const bench_options *o, const bench_blas *blas);
+int bench_variants(const bench_options *o, const bench_blas *blas);
 
 #endif /* ATTN_CLI_BENCH_H */

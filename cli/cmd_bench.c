@@ -35,6 +35,8 @@ static const bench_section sections[] = {
      bench_layer},
     {"dropout", "the mha module in training mode under each dropout mask, and without",
      bench_dropout},
+    {"variants", "window, GQA/MQA, softcap, ALiBi, sinks and varlen against plain attention",
+     bench_variants},
 };
 enum { SECTIONS = sizeof sections / sizeof sections[0] };
 

@@ -8,17 +8,21 @@
 #include <string.h>
 
 static const char forward_help_head[] =
-    "usage: attn forward --module simple|sa1|sa2|causal|mha-wrapper|mha|gpt2\n"
+    "usage: attn forward --module simple|sa1|sa2|causal|mha-wrapper|mha|gpt2|\n"
+    "                             gqa|mla|swa\n"
     "                    --input x.npy --output y.npy [--seed S] [--d-in N] [--d-out N]\n"
     "                    [--heads N] [--context N] [--qkv-bias] [--dropout P --train]\n"
     "                    [--scale S] [--mask neg-inf|renormalize|none]\n"
+    "                    [--kv-groups N (gqa)] [--latent-dim N (mla)] [--window W (swa)]\n"
     "                    [--bernoulli mt19937|mkl|philox] [--threads N]\n"
     "                    [--kernels auto|reference|portable|avx2|avx512]\n"
     "                    [--weights FILE.safetensors [--layer N]]\n"
     "\n"
     "Runs one attention variant on a float32 .npy input of shape (B, T, d_in) or\n"
     "(T, d_in) and writes the output with the same rank. The weights are those\n"
-    "the seeds' PyTorch class holds after torch.manual_seed(S) (default 123),\n"
+    "the seeds' PyTorch class (for gqa, mla, swa: the book's chapter-4\n"
+    "GroupedQueryAttention, MultiHeadLatentAttention, MultiHeadAttentionWithSWA)\n"
+    "holds after torch.manual_seed(S) (default 123),\n"
     "or those of a safetensors file (--weights).\n";
 
 static void print_more_help(FILE *out) {

@@ -11,10 +11,12 @@
 #include <sys/stat.h>
 
 static const char grad_help_head[] =
-    "usage: attn grad --module simple|sa1|sa2|causal|mha-wrapper|mha|gpt2\n"
+    "usage: attn grad --module simple|sa1|sa2|causal|mha-wrapper|mha|gpt2|\n"
+    "                          gqa|mla|swa\n"
     "                 --input x.npy --grad-output dy.npy --out DIR [--seed S]\n"
     "                 [--d-in N] [--d-out N] [--heads N] [--context N] [--qkv-bias]\n"
     "                 [--dropout P --train] [--scale S] [--mask neg-inf|renormalize|none]\n"
+    "                 [--kv-groups N (gqa)] [--latent-dim N (mla)] [--window W (swa)]\n"
     "                 [--bernoulli mt19937|mkl|philox] [--threads N]\n"
     "                 [--kernels auto|reference|portable|avx2|avx512]\n"
     "\n"

@@ -20,7 +20,8 @@
 #include <string.h>
 
 static const char heatmap_help_head[] =
-    "usage: attn heatmap --module simple|sa1|sa2|causal|mha-wrapper|mha|gpt2\n"
+    "usage: attn heatmap --module simple|sa1|sa2|causal|mha-wrapper|mha|gpt2|\n"
+    "                             gqa|mla|swa\n"
     "                    (--input x.npy | --text \"...\") [--head N | --all-heads]\n"
     "                    (--output weights.png | --terminal) [--batch N]\n"
     "                    [--save-weights w.npy] [module options as for forward]\n"
@@ -207,7 +208,10 @@ static int embed_words(attn_ctx *ctx, const words *w, size_t *d_in, float **x) {
 static bool is_causal(const cli_module_options *m) {
     bool causal_kind = strcmp(m->module, "causal") == 0 || strcmp(m->module, "mha-wrapper") == 0 ||
                        strcmp(m->module, "mha") == 0 || strcmp(m->module, "gpt2") == 0;
-    return causal_kind && (strcmp(m->module, "gpt2") == 0 || m->mask != ATTN_MASK_NONE);
+    /* the book's chapter-4 modules always mask the future with -inf */
+    bool book = strcmp(m->module, "gqa") == 0 || strcmp(m->module, "mla") == 0 ||
+                strcmp(m->module, "swa") == 0;
+    return book || (causal_kind && (strcmp(m->module, "gpt2") == 0 || m->mask != ATTN_MASK_NONE));
 }
 
 static void print_more_help(FILE *out) {

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char cli_module_names[] = "simple|sa1|sa2|causal|mha-wrapper|mha|gpt2";
+const char cli_module_names[] = "simple|sa1|sa2|causal|mha-wrapper|mha|gpt2|gqa|mla|swa";
 
 /* What each module's PyTorch class takes; any other option given is refused. */
 typedef struct module_info {
@@ -19,6 +19,9 @@ typedef struct module_info {
 enum {
     TAKES_SIZES = CLI_GIVEN_D_IN | CLI_GIVEN_D_OUT,
     TAKES_CAUSAL = CLI_GIVEN_CONTEXT | CLI_GIVEN_DROPOUT | CLI_GIVEN_TRAIN | CLI_GIVEN_MASK,
+    /* the book's chapter-4 classes: no context_length, always the -inf mask */
+    TAKES_BOOK = TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_QKV_BIAS | CLI_GIVEN_HEADS |
+                 CLI_GIVEN_DROPOUT | CLI_GIVEN_TRAIN,
 };
 
 static const module_info modules[] = {
@@ -34,6 +37,9 @@ static const module_info modules[] = {
     {"gpt2", "CausalSelfAttention",
      TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_HEADS | CLI_GIVEN_CONTEXT | CLI_GIVEN_DROPOUT |
          CLI_GIVEN_TRAIN},
+    {"gqa", "GroupedQueryAttention", TAKES_BOOK | CLI_GIVEN_KV_GROUPS},
+    {"mla", "MultiHeadLatentAttention", TAKES_BOOK | CLI_GIVEN_LATENT_DIM},
+    {"swa", "MultiHeadAttentionWithSWA", TAKES_BOOK | CLI_GIVEN_WINDOW},
 };
 
 static const module_info *find_module(const char *name) {
@@ -66,6 +72,9 @@ int cli_module_option(const char *opt, const char *value, cli_module_options *o)
     else if (strcmp(opt, "--d-out") == 0) size_target = &o->d_out, bit = CLI_GIVEN_D_OUT;
     else if (strcmp(opt, "--heads") == 0) size_target = &o->heads, bit = CLI_GIVEN_HEADS;
     else if (strcmp(opt, "--context") == 0) size_target = &o->context, bit = CLI_GIVEN_CONTEXT;
+    else if (strcmp(opt, "--kv-groups") == 0) size_target = &o->kv_groups, bit = CLI_GIVEN_KV_GROUPS;
+    else if (strcmp(opt, "--latent-dim") == 0) size_target = &o->latent_dim, bit = CLI_GIVEN_LATENT_DIM;
+    else if (strcmp(opt, "--window") == 0) size_target = &o->window, bit = CLI_GIVEN_WINDOW;
     if (size_target) {
         if (!cli_parse_size(value, size_target) || *size_target == 0)
             return cli_usage_error("%s: expected a positive integer, got '%s'", opt, value);
@@ -114,9 +123,13 @@ int cli_module_check(const cli_module_options *o) {
         {CLI_GIVEN_TRAIN, "--train", "dropout to train"},
         {CLI_GIVEN_SCALE, "--scale", "scale"},
         {CLI_GIVEN_MASK, "--mask", "mask"},
+        {CLI_GIVEN_KV_GROUPS, "--kv-groups", "num_kv_groups"},
+        {CLI_GIVEN_LATENT_DIM, "--latent-dim", "latent_dim"},
+        {CLI_GIVEN_WINDOW, "--window", "sliding_window_size"},
     };
     const module_info *info = find_module(o->module);
     if (!info) return CLI_OK; /* no module yet: the command says it is required */
+    bool book = info->takes & (CLI_GIVEN_KV_GROUPS | CLI_GIVEN_LATENT_DIM | CLI_GIVEN_WINDOW);
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
         if (!(o->given & options[i].bit) || (info->takes & options[i].bit)) continue;
         const char *why = "";
@@ -124,6 +137,10 @@ int cli_module_check(const cli_module_options *o) {
             why = "; its c_attn always has a bias";
         else if (strcmp(info->name, "gpt2") == 0 && options[i].bit == CLI_GIVEN_MASK)
             why = "; it always masks the future with -inf";
+        else if (book && options[i].bit == CLI_GIVEN_MASK)
+            why = "; it always masks with -inf";
+        else if (book && options[i].bit == CLI_GIVEN_CONTEXT)
+            why = "; it runs any sequence length";
         return cli_usage_error("%s does not apply to --module %s (%s takes no %s%s)",
                                options[i].option, info->name, info->class_name,
                                options[i].parameter, why);
@@ -190,6 +207,28 @@ attn_status cli_build_module(attn_ctx *ctx, attn_rng *rng, const cli_module_opti
                                .qkv_bias = o->qkv_bias, .scale = o->scale, .mask = o->mask};
         st = attn_mha_new(ctx, &cfg, rng, &m);
         *out = attn_mha_module(m);
+    } else if (strcmp(name, "gqa") == 0) {
+        attn_gqa *m = NULL;
+        attn_gqa_config cfg = {.d_in = o->d_in, .d_out = o->d_out, .num_heads = o->heads,
+                               .num_kv_groups = o->kv_groups ? o->kv_groups : o->heads,
+                               .dropout = o->dropout, .qkv_bias = o->qkv_bias,
+                               .scale = o->scale};
+        st = attn_gqa_new(ctx, &cfg, rng, &m);
+        *out = attn_gqa_module(m);
+    } else if (strcmp(name, "mla") == 0) {
+        attn_mla *m = NULL;
+        attn_mla_config cfg = {.d_in = o->d_in, .d_out = o->d_out, .num_heads = o->heads,
+                               .latent_dim = o->latent_dim, .dropout = o->dropout,
+                               .qkv_bias = o->qkv_bias, .scale = o->scale};
+        st = attn_mla_new(ctx, &cfg, rng, &m);
+        *out = attn_mla_module(m);
+    } else if (strcmp(name, "swa") == 0) {
+        attn_swa *m = NULL;
+        attn_swa_config cfg = {.d_in = o->d_in, .d_out = o->d_out, .num_heads = o->heads,
+                               .sliding_window_size = o->window, .dropout = o->dropout,
+                               .qkv_bias = o->qkv_bias, .scale = o->scale};
+        st = attn_swa_new(ctx, &cfg, rng, &m);
+        *out = attn_swa_module(m);
     } else {
         attn_gpt2 *m = NULL;
         attn_gpt2_config cfg = {.n_embd = o->d_in, .n_head = o->heads, .block_size = o->context,
@@ -212,17 +251,25 @@ const char cli_run_options_help[] =
     "  --d-in       defaults to the input's last dimension\n"
     "  --d-out      output width; for mha-wrapper the width of each head; simple\n"
     "               and gpt2 keep d_in (gpt2: n_embd)\n"
-    "  --heads      num_heads (mha-wrapper, mha) or n_head (gpt2); default 1\n"
+    "  --heads      num_heads (mha-wrapper, mha, gqa, mla, swa) or n_head (gpt2);\n"
+    "               default 1\n"
     "  --context    context_length (causal, mha-wrapper, mha) or block_size\n"
     "               (gpt2); default T\n"
     "  --qkv-bias   biases in W_query, W_key, W_value (sa2, causal, mha-wrapper,\n"
-    "               mha; gpt2's c_attn always has one)\n"
-    "  --dropout P  dropout probability (causal, mha-wrapper, mha, gpt2); draws\n"
-    "               only with --train (training mode)\n"
+    "               mha, gqa, swa; mla: W_query, W_DKV, W_UK, W_UV; gpt2's c_attn\n"
+    "               always has one)\n"
+    "  --dropout P  dropout probability (causal, mha-wrapper, mha, gpt2, gqa, mla,\n"
+    "               swa); draws only with --train (training mode)\n"
+    "  --kv-groups N  gqa's num_kv_groups: key/value heads, each shared by\n"
+    "               heads / N query heads (1: multi-query); default --heads\n"
+    "  --latent-dim N  mla's latent_dim, the width keys and values are\n"
+    "               up-projected from; default max(16, d_out / 8)\n"
+    "  --window W   swa's sliding_window_size: query i sees keys i-W+1 .. i;\n"
+    "               default none (plain causal)\n"
     "  --scale S    multiplies the scores (every module but simple), rounded to\n"
     "               float32 as in PyTorch; 0 or absent: 1/sqrt(head_dim)\n"
     "  --mask       how causal, mha-wrapper and mha mask the future (default\n"
-    "               neg-inf; gpt2 always uses neg-inf)\n"
+    "               neg-inf; gpt2, gqa, mla and swa always use neg-inf)\n"
     "  --bernoulli  dropout draws of PyTorch builds without MKL (mt19937,\n"
     "               default) or with MKL on Intel CPUs (mkl), or counter-based\n"
     "               Philox drawn inside the fused kernels (philox)\n"

@@ -23,11 +23,17 @@ enum {
     CLI_GIVEN_TRAIN = 1u << 6,
     CLI_GIVEN_SCALE = 1u << 7,
     CLI_GIVEN_MASK = 1u << 8,
+    CLI_GIVEN_KV_GROUPS = 1u << 9,
+    CLI_GIVEN_LATENT_DIM = 1u << 10,
+    CLI_GIVEN_WINDOW = 1u << 11,
 };
 
 typedef struct cli_module_options {
-    const char *module; /* simple|sa1|sa2|causal|mha-wrapper|mha|gpt2 */
+    const char *module; /* simple|sa1|sa2|causal|mha-wrapper|mha|gpt2|gqa|mla|swa */
     size_t d_in, d_out, heads, context;
+    size_t kv_groups;  /* gqa's num_kv_groups; 0: --heads (no sharing) */
+    size_t latent_dim; /* mla's; 0: the book's max(16, d_out / 8) */
+    size_t window;     /* swa's sliding_window_size; 0: None (plain causal) */
     bool qkv_bias;
     double dropout;
     double scale; /* 0: the module's default, 1/sqrt(head_dim) */
@@ -35,14 +41,15 @@ typedef struct cli_module_options {
     unsigned given; /* CLI_GIVEN_* (--train too, which cli_run_options holds) */
 } cli_module_options;
 
-/* "simple|sa1|sa2|causal|mha-wrapper|mha|gpt2", for messages. */
+/* "simple|sa1|sa2|causal|mha-wrapper|mha|gpt2|gqa|mla|swa", for messages. */
 extern const char cli_module_names[];
 bool cli_known_module(const char *name);
 
 /* The module options that take a value ("--module", "--d-in", ...),
  * NULL-terminated, for a command's list of value options. */
 #define CLI_MODULE_VALUE_OPTIONS                                                              \
-    "--module", "--d-in", "--d-out", "--heads", "--context", "--dropout", "--scale", "--mask"
+    "--module", "--d-in", "--d-out", "--heads", "--context", "--dropout", "--scale", "--mask", \
+        "--kv-groups", "--latent-dim", "--window"
 
 /* True for the module options that take no value (--qkv-bias). */
 bool cli_module_flag(const char *opt);

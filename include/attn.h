@@ -226,20 +226,66 @@ attn_status attn_mask_causal_renormalize(attn_ctx *ctx, float *weights, size_t t
 
 /*
  * Scaled dot-product attention on the caller's tensors, forward and
- * backward: out = dropout(softmax(mask(q k^T * scale))) v, on the fused
- * kernels (online softmax, no (T, S) buffer) unless the ctx runs the
- * reference ones. q, out are (B, H, T, hd) and k, v (B, H, S, hd), each
- * addressed through (b, t, h) element strides (zeros: the contiguous
- * (B, T, H, hd) layout of a module's projections); the head's hd values are
- * contiguous. causal hides key j from query i when j > i + S - T (the last
- * query sees every key); a query that sees no key outputs zeros.
+ * backward, for every variant the modules use:
+ *
+ *   out[b, h, i] = sum_j dropout(P[b, h, i, j]) v[b, h / G, j]
+ *   P[b, h, i, :] = softmax over the keys j query i sees (and the head's sink) of
+ *       s_ij = softcap(q_i . k_j * scale) - alibi_slope_h * |pos_i - j|
+ *
+ * on the fused kernels (online softmax, no (T, S) buffer) unless the ctx
+ * runs the reference ones. q, out are (B, H, T, hd) and k, v (B, H_kv, S,
+ * hd), each addressed through (b, t, h) element strides (zeros: the
+ * contiguous (B, T, H, hd) layout of a module's projections); each head's
+ * hd values are contiguous. Every field added since 0.1 is off when zero,
+ * so a config written for 0.1 means what it meant:
+ *   - GQA/MQA: kv_heads (0: heads) divides heads; query heads h*G..h*G+G-1
+ *     share KV head h (PyTorch's enable_gqa, repeat_interleave).
+ *   - Positions: query i sits at key position pos_i = i + S - T
+ *     (ATTN_ALIGN_BOTTOM_RIGHT, the default: the last query sees every
+ *     key, as FlashAttention and a KV cache need), pos_i = i
+ *     (ATTN_ALIGN_TOP_LEFT: PyTorch's is_causal) or i + q_offset.
+ *   - causal hides key j from query i when j > pos_i.
+ *   - window: query i sees keys pos_i - window_left <= j <= pos_i +
+ *     window_right, a bound of -1 unbounded (FlashAttention-2's
+ *     window_size; the book's sliding_window_size W is (W - 1, 0) with
+ *     causal).
+ *   - softcap > 0: s = softcap * tanh(s / softcap) (Gemma 2), after scale.
+ *   - alibi_slopes (heads floats): s -= slope_h * |pos_i - j|.
+ *   - sinks (heads floats): a logit in each row's softmax denominator with
+ *     no value (gpt-oss); the backward writes its gradient to sinks_grad.
+ *   - cu_seqlens_q, cu_seqlens_kv (batch + 1 int32 each): packed variable-
+ *     length batches. q, out are (total_q, H, hd) and k, v (total_kv, H_kv,
+ *     hd), sequence b being rows [cu[b], cu[b + 1]); q_tokens and kv_tokens
+ *     are then the longest lengths, the b strides are ignored, and lse is
+ *     (H, total_q).
+ * A query that sees no key outputs zeros and lse -inf (with a sink: the
+ * sink), never NaN.
  */
+typedef enum attn_align {
+    ATTN_ALIGN_BOTTOM_RIGHT = 0,
+    ATTN_ALIGN_TOP_LEFT = 1,
+    ATTN_ALIGN_OFFSET = 2
+} attn_align;
+
 typedef struct attn_sdpa_config {
     size_t batch, heads, q_tokens, kv_tokens, head_dim;
     size_t q_strides[3], kv_strides[3], out_strides[3]; /* (b, t, h); 0, 0, 0: contiguous */
     double scale;   /* 0: 1/sqrt(head_dim); else as the modules' scale */
     bool causal;
     double dropout; /* probability; > 0 needs an rng in ATTN_BERNOULLI_PHILOX mode */
+    /* ---- since 0.2 (zero: off) ---- */
+    size_t kv_heads;             /* 0: heads */
+    size_t v_head_dim;           /* 0: head_dim; v and out have v_head_dim features */
+    size_t v_strides[3];         /* 0, 0, 0: kv_strides */
+    attn_align align;
+    long long q_offset;          /* with ATTN_ALIGN_OFFSET */
+    bool window;
+    long long window_left, window_right; /* -1: unbounded */
+    double softcap;
+    const float *alibi_slopes;   /* (heads) */
+    const float *sinks;          /* (heads) */
+    float *sinks_grad;           /* (heads): written by attn_sdpa_backward when sinks is set */
+    const int32_t *cu_seqlens_q, *cu_seqlens_kv; /* (batch + 1) */
 } attn_sdpa_config;
 
 /* What a forward's dropout drew from, for its backward. */
@@ -253,8 +299,10 @@ typedef struct attn_sdpa_dropout {
 attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
                               const float *k, const float *v, float *out, float *lse,
                               attn_rng *rng, attn_sdpa_dropout *drawn);
-/* dq (q's layout), dk, dv (k's) from dout (out's layout), given the
- * forward's out and lse and, with dropout, what it drew. */
+/* dq (q's layout), dk, dv (k's and v's) from dout (out's layout), given the
+ * forward's out and lse and, with dropout, what it drew. With GQA, dk and dv
+ * sum their query heads' gradients in a fixed order: the same bits for any
+ * thread count. */
 attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
                                const float *k, const float *v, const float *out,
                                const float *lse, const float *dout, float *dq, float *dk,
@@ -298,7 +346,10 @@ typedef enum attn_module_kind {
     ATTN_MODULE_CAUSAL,      /* CausalAttention                           */
     ATTN_MODULE_MHA_WRAPPER, /* MultiHeadAttentionWrapper                 */
     ATTN_MODULE_MHA,         /* MultiHeadAttention                        */
-    ATTN_MODULE_GPT2         /* GPT-2 CausalSelfAttention (fused c_attn)  */
+    ATTN_MODULE_GPT2,        /* GPT-2 CausalSelfAttention (fused c_attn)  */
+    ATTN_MODULE_GQA,         /* GroupedQueryAttention (the book's ch04)   */
+    ATTN_MODULE_MLA,         /* MultiHeadLatentAttention (ch04)           */
+    ATTN_MODULE_SWA          /* MultiHeadAttentionWithSWA (ch04)          */
 } attn_module_kind;
 
 /* Which of the seven variants m is. */
@@ -580,6 +631,73 @@ attn_status attn_gpt2_backward(attn_gpt2 *m, const float *dy, size_t batch, size
 attn_module *attn_gpt2_module(attn_gpt2 *m);
 /* Frees the module (NULL is fine). */
 void attn_gpt2_free(attn_gpt2 *m);
+
+/*
+ * The book's chapter-4 attention (rasbt/LLMs-from-scratch ch04: 04_gqa,
+ * 05_mla, 06_swa), causal, without a KV cache: same parameter names,
+ * registration order and initialisation as its classes, so the same seed
+ * gives the same weights. Each module's _forward, _backward, _module and
+ * _free work as MultiHeadAttention's; tokens are unlimited (the classes
+ * have no context_length).
+ */
+
+/* 8. GroupedQueryAttention(d_in, d_out, dropout, num_heads, num_kv_groups,
+ *    qkv_bias): W_query (d_out), W_key and W_value (num_kv_groups *
+ *    head_dim), out_proj (with bias); num_heads / num_kv_groups query heads
+ *    share each key/value head. */
+typedef struct attn_gqa_config {
+    size_t d_in, d_out, num_heads, num_kv_groups;
+    double dropout;
+    bool qkv_bias;
+    double scale; /* 0: the default, 1/sqrt(head_dim) */
+} attn_gqa_config;
+typedef struct attn_gqa attn_gqa;
+attn_status attn_gqa_new(attn_ctx *ctx, const attn_gqa_config *cfg, attn_rng *init_rng,
+                         attn_gqa **out);
+attn_status attn_gqa_forward(attn_gqa *m, const float *x, size_t batch, size_t tokens,
+                             float *y, attn_rng *dropout_rng);
+attn_status attn_gqa_backward(attn_gqa *m, const float *dy, size_t batch, size_t tokens,
+                              float *dx);
+attn_module *attn_gqa_module(attn_gqa *m);
+void attn_gqa_free(attn_gqa *m);
+
+/* 9. MultiHeadLatentAttention(d_in, d_out, dropout, num_heads, qkv_bias,
+ *    latent_dim): W_query (d_out); W_DKV down to latent_dim (0: the
+ *    book's default max(16, d_out / 8)); W_UK, W_UV up to d_out; out_proj. */
+typedef struct attn_mla_config {
+    size_t d_in, d_out, num_heads, latent_dim;
+    double dropout;
+    bool qkv_bias;
+    double scale; /* 0: the default, 1/sqrt(head_dim) */
+} attn_mla_config;
+typedef struct attn_mla attn_mla;
+attn_status attn_mla_new(attn_ctx *ctx, const attn_mla_config *cfg, attn_rng *init_rng,
+                         attn_mla **out);
+attn_status attn_mla_forward(attn_mla *m, const float *x, size_t batch, size_t tokens,
+                             float *y, attn_rng *dropout_rng);
+attn_status attn_mla_backward(attn_mla *m, const float *dy, size_t batch, size_t tokens,
+                              float *dx);
+attn_module *attn_mla_module(attn_mla *m);
+void attn_mla_free(attn_mla *m);
+
+/* 10. MultiHeadAttentionWithSWA(d_in, d_out, dropout, num_heads, qkv_bias,
+ *     sliding_window_size): MultiHeadAttention's parameters; query i sees
+ *     keys i - W + 1 .. i (0: no window, plain causal). */
+typedef struct attn_swa_config {
+    size_t d_in, d_out, num_heads, sliding_window_size;
+    double dropout;
+    bool qkv_bias;
+    double scale; /* 0: the default, 1/sqrt(head_dim) */
+} attn_swa_config;
+typedef struct attn_swa attn_swa;
+attn_status attn_swa_new(attn_ctx *ctx, const attn_swa_config *cfg, attn_rng *init_rng,
+                         attn_swa **out);
+attn_status attn_swa_forward(attn_swa *m, const float *x, size_t batch, size_t tokens,
+                             float *y, attn_rng *dropout_rng);
+attn_status attn_swa_backward(attn_swa *m, const float *dy, size_t batch, size_t tokens,
+                              float *dx);
+attn_module *attn_swa_module(attn_swa *m);
+void attn_swa_free(attn_swa *m);
 
 /* ------------------------------------------------------------------------ */
 /* GPT-2 presets and parameter counting                                      */

@@ -11,8 +11,9 @@ number with PyTorch, as NumPy-in, NumPy-out modules over the C library libattn.
 Every library failure raises attn.AttnError carrying the library's message.
 """
 from ._lib import AttnError
-from .modules import (CausalAttention, CausalSelfAttention, Module, MultiHeadAttention,
-                      MultiHeadAttentionWrapper, SelfAttention_v1, SelfAttention_v2,
+from .modules import (CausalAttention, CausalSelfAttention, GroupedQueryAttention, Module,
+                      MultiHeadAttention, MultiHeadAttentionWithSWA, MultiHeadAttentionWrapper,
+                      MultiHeadLatentAttention, SelfAttention_v1, SelfAttention_v2,
                       SimpleSelfAttention, get_num_threads, manual_seed, rand, randn,
                       set_bernoulli, set_num_threads)
 from .safetensors import load_file, save_file
@@ -23,6 +24,7 @@ __version__ = _clib.attn_version().decode()
 __all__ = [
     "AttnError", "Module", "SimpleSelfAttention", "SelfAttention_v1", "SelfAttention_v2",
     "CausalAttention", "MultiHeadAttentionWrapper", "MultiHeadAttention",
-    "CausalSelfAttention", "manual_seed", "rand", "randn", "set_bernoulli", "set_num_threads",
+    "CausalSelfAttention", "GroupedQueryAttention", "MultiHeadLatentAttention",
+    "MultiHeadAttentionWithSWA", "manual_seed", "rand", "randn", "set_bernoulli", "set_num_threads",
     "get_num_threads", "save_file", "load_file", "__version__",
 ]

@@ -64,6 +64,24 @@ class Gpt2Config(Structure):
                 ("dropout", c_double), ("scale", c_double)]
 
 
+class GqaConfig(Structure):
+    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("num_heads", c_size_t),
+                ("num_kv_groups", c_size_t), ("dropout", c_double), ("qkv_bias", c_bool),
+                ("scale", c_double)]
+
+
+class MlaConfig(Structure):
+    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("num_heads", c_size_t),
+                ("latent_dim", c_size_t), ("dropout", c_double), ("qkv_bias", c_bool),
+                ("scale", c_double)]
+
+
+class SwaConfig(Structure):
+    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("num_heads", c_size_t),
+                ("sliding_window_size", c_size_t), ("dropout", c_double), ("qkv_bias", c_bool),
+                ("scale", c_double)]
+
+
 class NamedTensor(Structure):
     _fields_ = [("name", c_char_p), ("data", F32P), ("ndim", c_size_t),
                 ("shape", c_size_t * MAX_DIMS)]
@@ -135,6 +153,12 @@ _SIGNATURES = {
     "attn_mha_module": (c_void_p, c_void_p),
     "attn_gpt2_new": (c_int, c_void_p, POINTER(Gpt2Config), c_void_p, POINTER(c_void_p)),
     "attn_gpt2_module": (c_void_p, c_void_p),
+    "attn_gqa_new": (c_int, c_void_p, POINTER(GqaConfig), c_void_p, POINTER(c_void_p)),
+    "attn_gqa_module": (c_void_p, c_void_p),
+    "attn_mla_new": (c_int, c_void_p, POINTER(MlaConfig), c_void_p, POINTER(c_void_p)),
+    "attn_mla_module": (c_void_p, c_void_p),
+    "attn_swa_new": (c_int, c_void_p, POINTER(SwaConfig), c_void_p, POINTER(c_void_p)),
+    "attn_swa_module": (c_void_p, c_void_p),
     "attn_module_class_name": (c_char_p, c_void_p),
     "attn_module_d_in": (c_size_t, c_void_p),
     "attn_module_d_out": (c_size_t, c_void_p),

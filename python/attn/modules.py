@@ -1,5 +1,7 @@
-"""The seven attention modules with PyTorch-like constructors, and the
-default generator (torch.manual_seed and friends)."""
+"""The seeds' seven attention modules and the book's three chapter-4 ones
+(GroupedQueryAttention, MultiHeadLatentAttention, MultiHeadAttentionWithSWA)
+with PyTorch-like constructors, and the default generator (torch.manual_seed
+and friends)."""
 import ctypes
 import math
 import os
@@ -8,8 +10,9 @@ from collections import OrderedDict
 import numpy as np
 
 from . import _lib
-from ._lib import (F32P, AttnError, CausalConfig, Context, Gpt2Config, HeadsConfig, Param,
-                   SaV1Config, SaV2Config, SimpleConfig, encode_path, lib)
+from ._lib import (F32P, AttnError, CausalConfig, Context, Gpt2Config, GqaConfig, HeadsConfig,
+                   MlaConfig, Param, SaV1Config, SaV2Config, SimpleConfig, SwaConfig,
+                   encode_path, lib)
 
 _MASKS = {"neg-inf": 0, "renormalize": 1, "none": 2}
 _BERNOULLI = {"mt19937": 0, "mkl": 1, "philox": 2}
@@ -381,6 +384,54 @@ class CausalSelfAttention(Module):
         """Writes the module as layer `layer` of a Hugging Face checkpoint."""
         self._ctx.check(lib.attn_gpt2_save_hf(self._ctx.handle, self._handle,
                                               encode_path(path), layer))
+
+
+def _positive(what, value):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{what}: expected a positive integer, got {value!r}")
+    return int(value)
+
+
+class GroupedQueryAttention(Module):
+    """GroupedQueryAttention(d_in, d_out, dropout, num_heads, num_kv_groups,
+    qkv_bias=False), the book's ch04/04_gqa without its KV cache: num_kv_groups
+    key/value heads, each shared by num_heads / num_kv_groups query heads."""
+    _prefix = "attn_gqa"
+
+    def __init__(self, d_in, d_out, dropout, num_heads, num_kv_groups, qkv_bias=False,
+                 scale=None):
+        self._build(GqaConfig(d_in=d_in, d_out=d_out, num_heads=num_heads,
+                              num_kv_groups=num_kv_groups, dropout=dropout, qkv_bias=qkv_bias,
+                              scale=_scale(scale)))
+
+
+class MultiHeadLatentAttention(Module):
+    """MultiHeadLatentAttention(d_in, d_out, dropout, num_heads, qkv_bias=False,
+    latent_dim=None), the book's ch04/05_mla without its latent cache; latent_dim
+    None is the book's max(16, d_out // 8)."""
+    _prefix = "attn_mla"
+
+    def __init__(self, d_in, d_out, dropout, num_heads, qkv_bias=False, latent_dim=None,
+                 scale=None):
+        latent = 0 if latent_dim is None else _positive("latent_dim", latent_dim)
+        self._build(MlaConfig(d_in=d_in, d_out=d_out, num_heads=num_heads, latent_dim=latent,
+                              dropout=dropout, qkv_bias=qkv_bias, scale=_scale(scale)))
+
+
+class MultiHeadAttentionWithSWA(Module):
+    """MultiHeadAttentionWithSWA(d_in, d_out, dropout, num_heads, qkv_bias=False,
+    sliding_window_size=None), the book's ch04/06_swa without its KV cache:
+    query i sees keys i - W + 1 .. i; None is plain causal attention."""
+    _prefix = "attn_swa"
+
+    def __init__(self, d_in, d_out, dropout, num_heads, qkv_bias=False,
+                 sliding_window_size=None, scale=None):
+        # the class's W = 0 would hide every key (NaN rows); attn's 0 means None
+        window = (0 if sliding_window_size is None
+                  else _positive("sliding_window_size", sliding_window_size))
+        self._build(SwaConfig(d_in=d_in, d_out=d_out, num_heads=num_heads,
+                              sliding_window_size=window, dropout=dropout, qkv_bias=qkv_bias,
+                              scale=_scale(scale)))
 
 
 __all__ = ["AttnError", "Module", "manual_seed", "set_bernoulli", "set_num_threads", "rand",

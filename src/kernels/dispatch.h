@@ -31,28 +31,4 @@ void attn_k_linear_backward(attn_ctx *ctx, const float *x, const float *w, const
                             float *dx, bool accumulate_dx, float *dw, float *dbias, size_t rows,
                             size_t in, size_t out);
 
-struct attn_dropout_stream;
-
-/* Whether attention runs on the fused kernels (else the reference ones). */
-bool attn_k_fused_attention(const attn_ctx *ctx);
-/* The attention forward on the fused kernels of the ctx's instruction set:
- * out and (when args->lse is set) lse. dropout as for attn_ref_sdpa (NULL:
- * none): a Philox stream is drawn in the kernel; a serial one (mt19937,
- * MKL) is drawn first, in PyTorch's order, into args->keep_bits (or into
- * scratch when that is NULL). who names the caller in messages.
- * workspace holds attn_k_sdpa_fused_bytes(ctx, args, serial) bytes, serial
- * telling whether a serial stream will draw; NULL: allocated here. Either
- * way all memory is in hand before the stream is drawn from or out
- * written, so a failure (ATTN_ERR_NO_MEMORY) changes neither. */
-size_t attn_k_sdpa_fused_bytes(const attn_ctx *ctx, const attn_sdpa_args *args, bool serial);
-attn_status attn_k_sdpa_fused(attn_ctx *ctx, const char *who, attn_sdpa_args *args,
-                              struct attn_dropout_stream *dropout, void *workspace);
-/* The attention backward: the reference kernel (with its workspace) when the
- * ctx runs the reference kernels, else the fused one (which needs g->out
- * and g->lse). workspace holds attn_k_sdpa_backward_bytes(ctx, g->fwd)
- * bytes, or is NULL (allocated here, before anything is written). */
-size_t attn_k_sdpa_backward_bytes(const attn_ctx *ctx, const attn_sdpa_args *args);
-attn_status attn_k_sdpa_backward(attn_ctx *ctx, const char *who, attn_sdpa_grad_args *g,
-                                 void *workspace);
-
 #endif /* ATTN_DISPATCH_H */

@@ -33,18 +33,15 @@ static size_t attention_mask_bytes(size_t batch, size_t heads, size_t tokens) {
 
 /* q, k, v are column blocks of qkv (B, T, 3C): (b, t, h, d) at
  * b*T*3C + t*3C + {0, C, 2C} + h*hs + d; heads join in y (B, T, C). */
-static attn_sdpa_args gpt2_heads(const attn_gpt2 *g, size_t batch, size_t tokens,
-                                 const float *qkv, float *context) {
-    size_t C = g->cfg.n_embd;
-    attn_sdpa_args args = {
-        .batch = batch, .heads = g->cfg.n_head, .tokens = tokens, .head_dim = g->head_dim,
-        .q = qkv, .k = qkv + C, .v = qkv + 2 * C,
-        .b_stride = tokens * 3 * C, .t_stride = 3 * C, .h_stride = g->head_dim,
-        .out = context, .out_b_stride = tokens * C, .out_t_stride = C, .out_h_stride = g->head_dim,
-        .scale = g->scale, .causal = true, .mask = ATTN_MASK_NEG_INF,
-    };
-    attn_sdpa_self(&args);
-    return args;
+static attn_attention_problem gpt2_heads(const attn_gpt2 *g, size_t batch, size_t tokens,
+                                         const float *qkv, float *context, float *lse) {
+    size_t C = g->cfg.n_embd, nh = g->cfg.n_head;
+    attn_attention_problem p = attn_heads_problem(batch, tokens, nh, nh, g->head_dim, qkv,
+                                                  qkv + C, qkv + 2 * C, context, lse, g->scale,
+                                                  true, ATTN_MASK_NEG_INF);
+    attn_view_strides in = {tokens * 3 * C, 3 * C, g->head_dim};
+    p.q_strides = p.k_strides = p.v_strides = in;
+    return p;
 }
 
 static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
@@ -71,11 +68,9 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
                                    &keep_bits)) != ATTN_OK)
         return st;
     float *qkv = buf, *context = buf + 3 * rows * C, *lse = buf + 4 * rows * C;
-    attn_sdpa_args args = gpt2_heads(g, batch, tokens, qkv, context);
-    args.keep_bits = keep_attention_mask ? keep_bits : NULL;
-    args.lse = lse;
+    attn_attention_problem heads = gpt2_heads(g, batch, tokens, qkv, context, lse);
     /* the attention's workspace before anything is drawn or written */
-    if ((st = attn_sdpa_reserve(m, &args, false, p > 0.0 ? rng : NULL)) != ATTN_OK) {
+    if ((st = attn_attention_reserve(m, &heads, false, p > 0.0 ? rng : NULL)) != ATTN_OK) {
         attn_forward_release(m, buf);
         return st;
     }
@@ -88,7 +83,8 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
 
     attn_dropout_stream attn_dropout;
     if (p > 0.0) attn_dropout_stream_begin(&attn_dropout, rng, p, batch * nh * tokens * tokens);
-    st = attn_run_sdpa(m, &args, p > 0.0 ? &attn_dropout : NULL);
+    st = attn_run_attention(m, &heads, p > 0.0 ? &attn_dropout : NULL,
+                            keep_attention_mask ? keep_bits : NULL);
     if (st == ATTN_OK) {
         attn_trace_btc(m, "y (heads joined)", batch, tokens, C, context);
         attn_k_linear(m->ctx, context, attn_module_data(m, C_PROJ_WEIGHT),
@@ -145,13 +141,13 @@ static attn_status backward_all_heads(attn_module *m, const float *dcontext, flo
     const float *qkv = s->acts;
     float *context = s->acts + 3 * rows * C;
     const uint8_t *keep_bits = attn_saved_mask(s); /* [attention,] residual */
-    attn_sdpa_args fwd = gpt2_heads(g, s->batch, s->tokens, qkv, context);
+    attn_attention_problem fwd = gpt2_heads(g, s->batch, s->tokens, qkv, context,
+                                            s->acts + 4 * rows * C);
     /* forward: y (B, T, nh, hs) = attn_dropout(softmax(mask(q k^T * scale))) v */
-    attn_sdpa_grad_args grad = {.fwd = &fwd, .dout = dcontext,
-                                .dq = dqkv, .dk = dqkv + C, .dv = dqkv + 2 * C,
-                                .out = context, .lse = s->acts + 4 * rows * C};
-    attn_status st = attn_run_sdpa_backward(m, &grad, 0, keep_bits && g->kept_attention_mask_bytes
-                                                             ? keep_bits : NULL);
+    attn_attention_grads grad = {.dout = dcontext, .dq = dqkv, .dk = dqkv + C,
+                                 .dv = dqkv + 2 * C};
+    attn_status st = attn_run_attention_backward(
+        m, &fwd, &grad, 0, keep_bits && g->kept_attention_mask_bytes ? keep_bits : NULL);
     /* forward: qkv (B, T, 3C) = c_attn(x) */
     if (st == ATTN_OK)
         attn_k_linear_backward(m->ctx, s->x, attn_module_data(m, C_ATTN_WEIGHT), dqkv, dx,
@@ -180,20 +176,14 @@ static attn_status backward_head_group(attn_module *m, const float *dy_proj, flo
     }
     for (size_t b = 0; b < B; b++)
         memcpy(group_lse + b * heads * T, lse + (b * nh + h0) * T, heads * T * sizeof *lse);
-    attn_sdpa_args fwd = {
-        .batch = B, .heads = heads, .tokens = T, .head_dim = hs,
-        .q = q, .k = q + slice, .v = q + 2 * slice,
-        .b_stride = T * w, .t_stride = w, .h_stride = hs,
-        .out = y, .out_b_stride = T * w, .out_t_stride = w, .out_h_stride = hs,
-        .scale = g->scale, .causal = true, .mask = ATTN_MASK_NEG_INF,
-    };
-    attn_sdpa_self(&fwd);
+    attn_attention_problem fwd = attn_heads_problem(B, T, heads, heads, hs, q, q + slice,
+                                                    q + 2 * slice, y, group_lse, g->scale, true,
+                                                    ATTN_MASK_NEG_INF);
     /* forward: y' = y @ W_proj^T + b_proj; the group's columns of dy = dy' @ W_proj */
     attn_k_gemm(m->ctx, false, false, rows, w, C, 1.0f, dy_proj, C,
                 attn_module_data(m, C_PROJ_WEIGHT) + h0 * hs, C, 0.0f, dy, w);
-    attn_sdpa_grad_args grad = {.fwd = &fwd, .dout = dy, .dq = dq, .dk = dq + slice,
-                                .dv = dq + 2 * slice, .out = y, .lse = group_lse};
-    attn_status st = attn_run_sdpa_backward(m, &grad, 0, NULL);
+    attn_attention_grads grad = {.dout = dy, .dq = dq, .dk = dq + slice, .dv = dq + 2 * slice};
+    attn_status st = attn_run_attention_backward(m, &fwd, &grad, 0, NULL);
     /* forward: q, k, v = c_attn(x) restricted to the group's rows of c_attn */
     for (size_t part = 0; part < 3 && st == ATTN_OK; part++) {
         size_t row0 = part * C + h0 * hs;
@@ -221,9 +211,9 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
     attn_status st;
     float *scratch = attn_scratch(m, floats, &st);
     if (!scratch) return st;
-    attn_sdpa_args fwd = gpt2_heads(g, s->batch, s->tokens, s->acts, context);
-    fwd.heads = heads;
-    if ((st = attn_sdpa_reserve(m, &fwd, true, NULL)) != ATTN_OK) { /* before any gradient */
+    attn_attention_problem fwd = gpt2_heads(g, s->batch, s->tokens, s->acts, context, NULL);
+    fwd.q_heads = fwd.kv_heads = heads;
+    if ((st = attn_attention_reserve(m, &fwd, true, NULL)) != ATTN_OK) { /* before any gradient */
         attn_free(scratch);
         return st;
     }
@@ -249,7 +239,7 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
             st = backward_head_group(m, dy_proj, dx, h0, heads, scratch);
     }
     attn_free(scratch);
-    attn_sdpa_release(m);
+    attn_attention_release(m);
     return st;
 }
 

@@ -27,19 +27,12 @@ struct attn_mha {
 
 /* The heads as views of q, k, v and context (B, T, d_out): element
  * (b, t, h, d) sits at b*T*d_out + t*d_out + h*hd + d. */
-static attn_sdpa_args mha_heads(const attn_mha *mha, size_t batch, size_t tokens, const float *q,
-                                const float *k, const float *v, float *context) {
-    size_t d_out = mha->base.d_out;
-    attn_sdpa_args args = {
-        .batch = batch, .heads = mha->cfg.num_heads, .tokens = tokens, .head_dim = mha->head_dim,
-        .q = q, .k = k, .v = v,
-        .b_stride = tokens * d_out, .t_stride = d_out, .h_stride = mha->head_dim,
-        .out = context, .out_b_stride = tokens * d_out, .out_t_stride = d_out,
-        .out_h_stride = mha->head_dim,
-        .scale = mha->scale, .causal = true, .mask = mha->cfg.mask,
-    };
-    attn_sdpa_self(&args);
-    return args;
+static attn_attention_problem mha_heads(const attn_mha *mha, size_t batch, size_t tokens,
+                                        const float *q, const float *k, const float *v,
+                                        float *context, float *lse) {
+    size_t H = mha->cfg.num_heads;
+    return attn_heads_problem(batch, tokens, H, H, mha->head_dim, q, k, v, context, lse,
+                              mha->scale, true, mha->cfg.mask);
 }
 
 static attn_status mha_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
@@ -62,11 +55,9 @@ static attn_status mha_forward(attn_module *m, const float *x, size_t batch, siz
         return st;
     float *q = buf, *k = buf + rows * d_out, *v = buf + 2 * rows * d_out;
     float *context = buf + 3 * rows * d_out, *lse = buf + 4 * rows * d_out;
-    attn_sdpa_args args = mha_heads(mha, batch, tokens, q, k, v, context);
-    args.keep_bits = keep_bits;
-    args.lse = lse;
+    attn_attention_problem heads = mha_heads(mha, batch, tokens, q, k, v, context, lse);
     /* the attention's workspace before anything is drawn or written */
-    if ((st = attn_sdpa_reserve(m, &args, false, p > 0.0 ? rng : NULL)) != ATTN_OK) {
+    if ((st = attn_attention_reserve(m, &heads, false, p > 0.0 ? rng : NULL)) != ATTN_OK) {
         attn_forward_release(m, buf);
         return st;
     }
@@ -78,7 +69,7 @@ static attn_status mha_forward(attn_module *m, const float *x, size_t batch, siz
 
     attn_dropout_stream dropout;
     if (p > 0.0) attn_dropout_stream_begin(&dropout, rng, p, batch * H * tokens * tokens);
-    st = attn_run_sdpa(m, &args, p > 0.0 ? &dropout : NULL);
+    st = attn_run_attention(m, &heads, p > 0.0 ? &dropout : NULL, keep_bits);
     if (st == ATTN_OK) {
         attn_trace_btc(m, "context_vec", batch, tokens, d_out, context);
         const float *w_out = attn_module_data(m, mha->out_proj_index);
@@ -105,8 +96,9 @@ static attn_status mha_backward(attn_module *m, const float *dy, float *dx) {
     if (!buf) return st;
     float *dq = buf, *dk = buf + rows * d_out, *dv = buf + 2 * rows * d_out;
     float *dcontext = buf + 3 * rows * d_out;
-    attn_sdpa_args fwd = mha_heads(mha, s->batch, s->tokens, q, k, v, context);
-    if ((st = attn_sdpa_reserve(m, &fwd, true, NULL)) != ATTN_OK) { /* before any gradient */
+    attn_attention_problem fwd = mha_heads(mha, s->batch, s->tokens, q, k, v, context,
+                                           (float *)lse);
+    if ((st = attn_attention_reserve(m, &fwd, true, NULL)) != ATTN_OK) { /* before any gradient */
         attn_free(buf);
         return st;
     }
@@ -117,9 +109,8 @@ static attn_status mha_backward(attn_module *m, const float *dy, float *dx) {
                              attn_module_grad(m, out), attn_module_grad(m, out + 1), rows, d_out,
                              d_out);
     /* forward: context (B, T, H, hd) = dropout(softmax(mask(q k^T * scale))) v, per head */
-    attn_sdpa_grad_args g = {.fwd = &fwd, .dout = dcontext, .dq = dq, .dk = dk, .dv = dv,
-                             .out = context, .lse = lse};
-    st = attn_run_sdpa_backward(m, &g, 0, attn_saved_mask(s));
+    attn_attention_grads g = {.dout = dcontext, .dq = dq, .dk = dk, .dv = dv};
+    st = attn_run_attention_backward(m, &fwd, &g, 0, attn_saved_mask(s));
     if (st == ATTN_OK) {
         /* forward: q, k, v = W_query(x), W_key(x), W_value(x) */
         if (dx) memset(dx, 0, rows * m->d_in * sizeof *dx);
@@ -128,7 +119,7 @@ static attn_status mha_backward(attn_module *m, const float *dy, float *dx) {
         attn_project_qkv_backward(m, &w, &grad, s->x, rows, d_out, dq, dk, dv, dx);
     }
     attn_free(buf);
-    attn_sdpa_release(m);
+    attn_attention_release(m);
     return st;
 }
 

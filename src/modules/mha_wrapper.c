@@ -94,7 +94,7 @@ static attn_status wrapper_backward(attn_module *m, const float *dy, float *dx) 
                                        h, dy + h * head_width, m->d_out, scratch, dx);
     }
     attn_free(scratch);
-    attn_sdpa_release(m);
+    attn_attention_release(m);
     return st;
 }
 

@@ -104,7 +104,7 @@ void attn_module_release(attn_module *m) {
     attn_free(m->saved.x);
     attn_free(m->saved.acts);
     attn_free(m->saved.keep_bits);
-    attn_sdpa_release(m);
+    attn_attention_release(m);
     m->params = NULL;
     m->storage = NULL;
     memset(&m->saved, 0, sizeof m->saved);
@@ -360,43 +360,52 @@ attn_status attn_forward_keep(attn_module *m, const float *x, size_t batch, size
 
 void attn_forward_release(attn_module *m, float *acts) {
     if (acts != m->saved.acts) attn_free(acts);
-    attn_sdpa_release(m);
+    attn_attention_release(m);
 }
 
-/* ---- the attention workspace ------------------------------------------- */
+/* ---- the attention ------------------------------------------------------ */
 
-/* Bytes the reference forward needs: one row of S doubles, then, when the
- * trace wants data, 3 (B, H, T, S) float copies (*traced of them each). */
-static attn_status reference_forward_bytes(attn_module *m, const attn_sdpa_args *a,
-                                           size_t *bytes, size_t *traced) {
-    size_t S = a->kv_tokens ? a->kv_tokens : 1;
-    *traced = 0;
-    *bytes = S * sizeof(double);
-    if (!attn_trace_wants_data(m->ctx)) return ATTN_OK;
-    if (!attn_mul3_size(a->batch * a->heads, a->tokens, a->kv_tokens, traced) ||
-        *traced > ((size_t)-1 - *bytes) / 12)
+attn_attention_problem attn_heads_problem(size_t batch, size_t tokens, size_t q_heads,
+                                          size_t kv_heads, size_t head_dim, const float *q,
+                                          const float *k, const float *v, float *out,
+                                          float *lse, float scale, bool causal,
+                                          attn_mask_method mask) {
+    size_t q_width = q_heads * head_dim, kv_width = kv_heads * head_dim;
+    attn_view_strides qs = {tokens * q_width, q_width, head_dim};
+    attn_view_strides kvs = {tokens * kv_width, kv_width, head_dim};
+    return (attn_attention_problem){
+        .batch = batch, .q_heads = q_heads, .kv_heads = kv_heads, .q_len = tokens,
+        .kv_len = tokens, .head_dim = head_dim, .v_head_dim = head_dim,
+        .q = q, .k = k, .v = v, .out = out, .lse = lse,
+        .q_strides = qs, .k_strides = kvs, .v_strides = kvs, .out_strides = qs,
+        .scale = scale, .causal = causal && mask != ATTN_MASK_NONE,
+        .renormalize = causal && mask == ATTN_MASK_RENORMALIZE,
+    };
+}
+
+/* The trace wants the (B, Hq, T, S) scores, weights and dropped weights:
+ * their floats each (0: no trace), or false when they overflow. */
+static bool traced_floats(const attn_module *m, const attn_attention_problem *p, size_t *n) {
+    *n = 0;
+    if (!attn_trace_wants_data(m->ctx)) return true;
+    return attn_mul3_size(p->batch * p->q_heads, p->q_len, p->kv_len, n) &&
+           *n <= ((size_t)-1 / 4) / sizeof(float);
+}
+
+/* Bytes of a forward's workspace: the runner's, then the trace's copies. */
+static attn_status forward_bytes(attn_module *m, const attn_attention_problem *p,
+                                 bool mask_in_workspace, size_t *bytes, size_t *traced) {
+    if (!traced_floats(m, p, traced))
         return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
                          "%s forward: tracing (%zu, %zu, %zu, %zu) scores overflows size_t",
-                         m->ops->class_name, a->batch, a->heads, a->tokens, a->kv_tokens);
-    *bytes += 3 * *traced * sizeof(float);
+                         m->ops->class_name, p->batch, p->q_heads, p->q_len, p->kv_len);
+    size_t runner = attn_attention_forward_bytes(m->ctx, p, mask_in_workspace, *traced != 0);
+    runner = (runner + 7) / 8 * 8; /* the trace's floats start aligned */
+    if (runner > (size_t)-1 - 3 * *traced * sizeof(float))
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW, "%s forward: the attention workspace overflows",
+                         m->ops->class_name);
+    *bytes = runner + 3 * *traced * sizeof(float);
     return ATTN_OK;
-}
-
-/* Whether the forward runs on the fused kernels (not when tracing: the
- * trace needs the (B, H, T, S) weights). */
-static bool runs_fused(const attn_module *m) {
-    return attn_k_fused_attention(m->ctx) && !m->ctx->trace;
-}
-
-/* Bytes the forward over a needs, on whichever kernels it runs. */
-static attn_status forward_bytes(attn_module *m, const attn_sdpa_args *a, bool serial_dropout,
-                                 size_t *bytes, size_t *traced) {
-    *traced = 0;
-    if (runs_fused(m)) {
-        *bytes = attn_k_sdpa_fused_bytes(m->ctx, a, serial_dropout);
-        return ATTN_OK;
-    }
-    return reference_forward_bytes(m, a, bytes, traced);
 }
 
 static attn_status grow_work(attn_module *m, size_t bytes, const char *pass) {
@@ -412,80 +421,84 @@ static attn_status grow_work(attn_module *m, size_t bytes, const char *pass) {
     return ATTN_OK;
 }
 
-attn_status attn_sdpa_reserve(attn_module *m, const attn_sdpa_args *args, bool backward,
-                              const attn_rng *dropout_rng) {
-    if (backward) return grow_work(m, attn_k_sdpa_backward_bytes(m->ctx, args), "backward");
-    bool serial = dropout_rng && attn_rng_bernoulli(dropout_rng) != ATTN_BERNOULLI_PHILOX;
-    size_t bytes, traced;
-    attn_status st = forward_bytes(m, args, serial, &bytes, &traced);
+/* Whether a forward whose dropout draws from rng draws a serial
+ * (PyTorch-ordered) mask, which lives as bits; Philox is redrawn. */
+static bool serial_dropout(const attn_rng *rng) {
+    return rng && attn_rng_bernoulli(rng) != ATTN_BERNOULLI_PHILOX;
+}
+
+bool attn_keeps_attention_mask(const attn_module *m, const attn_rng *rng) {
+    return m->grad_enabled && serial_dropout(rng);
+}
+
+attn_status attn_attention_reserve(attn_module *m, const attn_attention_problem *p,
+                                   bool backward, const attn_rng *dropout_rng) {
+    if (backward) return grow_work(m, attn_attention_backward_bytes(m->ctx, p), "backward");
+    /* without gradients a serial mask is drawn into the workspace */
+    bool mask_in_workspace = serial_dropout(dropout_rng) && !m->grad_enabled;
+    size_t bytes = 0, traced = 0;
+    attn_status st = forward_bytes(m, p, mask_in_workspace, &bytes, &traced);
     return st == ATTN_OK ? grow_work(m, bytes, "forward") : st;
 }
 
-void attn_sdpa_release(attn_module *m) {
+void attn_attention_release(attn_module *m) {
     attn_free(m->work);
     m->work = NULL;
     m->work_bytes = 0;
 }
 
-attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g, size_t call,
-                                   const uint8_t *keep_bits) {
+attn_status attn_run_attention_backward(attn_module *m, const attn_attention_problem *p,
+                                        const attn_attention_grads *g, size_t call,
+                                        const uint8_t *keep_bits) {
     const attn_saved *s = &m->saved;
-    g->kept_scale = s->kept_scale;
-    g->keep_bits = keep_bits;
-    g->philox = !keep_bits && s->philox;
-    g->philox_seed = s->philox_seed;
-    g->philox_offset = s->philox_offset + call;
-    g->keep_threshold = s->keep_threshold;
-    bool reserved = m->work && m->work_bytes >= attn_k_sdpa_backward_bytes(m->ctx, g->fwd);
-    return attn_k_sdpa_backward(m->ctx, m->ops->class_name, g, reserved ? m->work : NULL);
+    attn_attention_dropout drop = {.kind = ATTN_DROP_NONE, .kept_scale = s->kept_scale};
+    if (keep_bits) {
+        drop.kind = ATTN_DROP_BITS;
+        drop.keep_bits = keep_bits;
+    } else if (s->philox) {
+        drop.kind = ATTN_DROP_PHILOX;
+        drop.seed = s->philox_seed;
+        drop.offset = s->philox_offset + call;
+        drop.keep_threshold = s->keep_threshold;
+    }
+    bool reserved = m->work && m->work_bytes >= attn_attention_backward_bytes(m->ctx, p);
+    return attn_attention_backward(m->ctx, m->ops->class_name, p, &drop, g,
+                                   reserved ? m->work : NULL);
 }
 
-bool attn_keeps_attention_mask(const attn_module *m, const attn_rng *rng) {
-    bool fused_philox = attn_k_fused_attention(m->ctx) && !m->ctx->trace && rng &&
-                        attn_rng_bernoulli(rng) == ATTN_BERNOULLI_PHILOX;
-    return m->grad_enabled && !fused_philox;
-}
-
-attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_stream *dropout) {
+attn_status attn_run_attention(attn_module *m, const attn_attention_problem *p,
+                               attn_dropout_stream *dropout, uint8_t *keep_bits) {
     attn_saved *s = &m->saved;
-    bool serial = dropout && !dropout->passthrough && !dropout->drop_all &&
-                  dropout->method != ATTN_BERNOULLI_PHILOX;
-    size_t bytes, traced;
-    attn_status st = forward_bytes(m, args, serial, &bytes, &traced);
+    bool drawn = dropout && !dropout->passthrough && !dropout->drop_all;
+    bool serial = drawn && dropout->method != ATTN_BERNOULLI_PHILOX;
+    size_t bytes = 0, traced = 0;
+    attn_status st = forward_bytes(m, p, serial && !keep_bits, &bytes, &traced);
     if (st != ATTN_OK) return st;
     /* the pass reserved the workspace, or it is allocated here, before the
      * stream is drawn from and before out is written */
     bool reserved = m->work && m->work_bytes >= bytes;
     if (!reserved && (st = grow_work(m, bytes, "forward")) != ATTN_OK) return st;
-    if (dropout && dropout->method == ATTN_BERNOULLI_PHILOX && !dropout->passthrough &&
-        !dropout->drop_all && !s->philox) {
+    if (drawn && !serial && !s->philox) {
         s->philox = true; /* the forward's first Philox call */
         s->philox_seed = dropout->philox_seed;
         s->philox_offset = dropout->philox_offset;
         s->keep_threshold = dropout->keep_threshold;
     }
-    if (runs_fused(m)) {
-        st = attn_k_sdpa_fused(m->ctx, m->ops->class_name, args, dropout, m->work);
-    } else {
-        double *row = m->work; /* one row of scores in double */
-        args->dropout = dropout;
-        if (traced) {
-            float *traces = (float *)(row + (args->kv_tokens ? args->kv_tokens : 1));
-            args->trace_scores = traces;
-            args->trace_weights = traces + traced;
-            args->trace_dropped = dropout ? traces + 2 * traced : NULL;
-        }
-        attn_ref_sdpa(args, row);
-        if (m->ctx->trace) {
-            const char *name = m->ops->class_name;
-            size_t shape[4] = {args->batch, args->heads, args->tokens, args->kv_tokens};
-            attn_trace(m->ctx, name, "attn_scores", 4, shape, args->trace_scores);
-            attn_trace(m->ctx, name, "attn_weights", 4, shape, args->trace_weights);
-            if (dropout)
-                attn_trace(m->ctx, name, "attn_weights (dropout)", 4, shape, args->trace_dropped);
-        }
+    attn_attention_trace trace = {0};
+    if (traced) {
+        float *copies = (float *)((char *)m->work + (bytes - 3 * traced * sizeof(float)));
+        trace = (attn_attention_trace){copies, copies + traced, dropout ? copies + 2 * traced : NULL};
     }
-    if (!reserved) attn_sdpa_release(m);
+    st = attn_attention_forward(m->ctx, m->ops->class_name, p, dropout, keep_bits, &trace, NULL,
+                                m->work);
+    if (st == ATTN_OK && m->ctx->trace) {
+        const char *name = m->ops->class_name;
+        size_t shape[4] = {p->batch, p->q_heads, p->q_len, p->kv_len};
+        attn_trace(m->ctx, name, "attn_scores", 4, shape, trace.scores);
+        attn_trace(m->ctx, name, "attn_weights", 4, shape, trace.weights);
+        if (dropout) attn_trace(m->ctx, name, "attn_weights (dropout)", 4, shape, trace.dropped);
+    }
+    if (!reserved) attn_attention_release(m);
     return st;
 }
 

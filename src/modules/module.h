@@ -8,6 +8,7 @@
 #define ATTN_MODULE_H
 
 #include "internal.h"
+#include "attention/attention.h"
 #include "kernels/kernels.h"
 #include "rng/dropout.h"
 
@@ -148,26 +149,40 @@ static inline const uint8_t *attn_saved_mask(const attn_saved *s) {
     return s->has_mask ? s->keep_bits : NULL;
 }
 
+/* The heads of (B, T, width) projection buffers as an attention problem:
+ * q and out hold q_heads heads of head_dim, k and v kv_heads (element
+ * (b, t, h, d) at b*T*width + t*width + h*head_dim + d); self-attention
+ * (S = T), causal by mask unless that is ATTN_MASK_NONE. Callers add the
+ * modifiers they use (window, ...). */
+attn_attention_problem attn_heads_problem(size_t batch, size_t tokens, size_t q_heads,
+                                          size_t kv_heads, size_t head_dim, const float *q,
+                                          const float *k, const float *v, float *out,
+                                          float *lse, float scale, bool causal,
+                                          attn_mask_method mask);
+
 /* Allocates, before a pass touches its outputs, the workspace its
  * attention call (the largest, when it makes several alike) needs: for the
- * forward (backward false) over args, whose dropout draws from dropout_rng
- * (NULL: none), or for the backward. Kept until attn_sdpa_release; the
- * attn_run_sdpa calls of the pass then allocate nothing. */
-attn_status attn_sdpa_reserve(attn_module *m, const attn_sdpa_args *args, bool backward,
-                              const attn_rng *dropout_rng);
-void attn_sdpa_release(attn_module *m);
+ * forward (backward false) over p, whose dropout draws from dropout_rng
+ * (NULL: none), or for the backward. Kept until attn_attention_release; the
+ * attn_run_attention calls of the pass then allocate nothing. */
+attn_status attn_attention_reserve(attn_module *m, const attn_attention_problem *p,
+                                   bool backward, const attn_rng *dropout_rng);
+void attn_attention_release(attn_module *m);
 
-/* Runs the attention backward over the forward's args (see kernels.h);
- * g->fwd, dout, dq, dk, dv, out and lse set. The dropout of the saved
+/* Runs the attention backward of the forward over p (its out and lse set):
+ * g's dout in, dq, dk, dv (and dsinks) out. The dropout of the saved
  * forward's call number `call` (0: its first dropout call) comes from
  * keep_bits when non-NULL, else from its Philox key. */
-attn_status attn_run_sdpa_backward(attn_module *m, attn_sdpa_grad_args *g, size_t call,
-                                   const uint8_t *keep_bits);
+attn_status attn_run_attention_backward(attn_module *m, const attn_attention_problem *p,
+                                        const attn_attention_grads *g, size_t call,
+                                        const uint8_t *keep_bits);
 
-/* Runs the attention core for (B, H) heads: the fused kernels, or the
- * reference ones when the ctx asks for them or traces (the trace needs the
- * (B, H, T, T) weights). dropout is NULL when no dropout applies. */
-attn_status attn_run_sdpa(attn_module *m, attn_sdpa_args *args, attn_dropout_stream *dropout);
+/* Runs the attention forward over p (attention/attention.h's runner), with
+ * the ctx's trace. dropout is NULL when no dropout applies; keep_bits
+ * (zeroed, (B, Hq, T, S) bits) receives a serial stream's mask when the
+ * backward needs it, else NULL. */
+attn_status attn_run_attention(attn_module *m, const attn_attention_problem *p,
+                               attn_dropout_stream *dropout, uint8_t *keep_bits);
 /* Whether a forward with dropout drawn from rng must keep its attention
  * mask as bits for the backward: not when the fused kernels draw Philox,
  * which the backward draws again. */
@@ -234,7 +249,7 @@ attn_status attn_single_head_forward(attn_module *m, const attn_qkv_weights *w,
                                      size_t tokens, float *acts, uint8_t *keep_bits, float *y,
                                      size_t y_stride, attn_rng *rng);
 /* Reserves the attention workspace of one such head's forward or backward
- * (attn_sdpa_reserve), for passes that run several alike. */
+ * (attn_attention_reserve), for passes that run several alike. */
 attn_status attn_single_head_reserve(attn_module *m, const attn_head_spec *spec, size_t batch,
                                      size_t tokens, bool backward, const attn_rng *dropout_rng);
 /* Its backward from dy (B, T, d_out) at row stride dy_stride, given the

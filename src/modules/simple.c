@@ -14,18 +14,12 @@ struct attn_simple {
     attn_module base;
 };
 
-/* x serves as query, key and value of one head, unscaled, unmasked. */
-static attn_sdpa_args simple_heads(const attn_module *m, size_t batch, size_t tokens,
-                                   const float *x, float *y) {
-    attn_sdpa_args args = {
-        .batch = batch, .heads = 1, .tokens = tokens, .head_dim = m->d_in,
-        .q = x, .k = x, .v = x,
-        .b_stride = tokens * m->d_in, .t_stride = m->d_in,
-        .out = y, .out_b_stride = tokens * m->d_in, .out_t_stride = m->d_in,
-        .scale = 1.0f,
-    };
-    attn_sdpa_self(&args);
-    return args;
+/* x serves as query, key and value of one head, unscaled, unmasked; out
+ * is y (the backward's copy of it), lse (B, T). */
+static attn_attention_problem simple_heads(const attn_module *m, size_t batch, size_t tokens,
+                                           const float *x, float *y, float *lse) {
+    return attn_heads_problem(batch, tokens, 1, 1, m->d_in, x, x, x, y, lse, 1.0f, false,
+                              ATTN_MASK_NONE);
 }
 
 /* y (B, T, C) = softmax(x x^T) x */
@@ -40,10 +34,9 @@ static attn_status simple_forward(attn_module *m, const float *x, size_t batch, 
     if ((st = attn_forward_prepare(m, batch, tokens, n + batch * tokens, 0, &acts, &no_bits)) !=
         ATTN_OK)
         return st;
-    attn_sdpa_args args = simple_heads(m, batch, tokens, x, y);
-    args.lse = acts + n;
-    st = attn_sdpa_reserve(m, &args, false, NULL);
-    if (st == ATTN_OK) st = attn_run_sdpa(m, &args, NULL);
+    attn_attention_problem p = simple_heads(m, batch, tokens, x, y, acts + n);
+    st = attn_attention_reserve(m, &p, false, NULL);
+    if (st == ATTN_OK) st = attn_run_attention(m, &p, NULL, NULL);
     if (st == ATTN_OK) {
         attn_trace_btc(m, "context_vecs", batch, tokens, m->d_in, y);
         memcpy(acts, y, n * sizeof *y);
@@ -60,15 +53,14 @@ static attn_status simple_backward(attn_module *m, const float *dy, float *dx) {
     attn_status st;
     float *grads = attn_scratch(m, 3 * n, &st); /* dq, dk, dv: (B, T, C) each */
     if (!grads) return st;
-    attn_sdpa_args fwd = simple_heads(m, s->batch, s->tokens, s->x, s->acts);
-    attn_sdpa_grad_args g = {.fwd = &fwd, .dout = dy, .dq = grads, .dk = grads + n,
-                             .dv = grads + 2 * n, .out = s->acts, .lse = s->acts + n};
-    if ((st = attn_sdpa_reserve(m, &fwd, true, NULL)) == ATTN_OK)
-        st = attn_run_sdpa_backward(m, &g, 0, NULL);
+    attn_attention_problem fwd = simple_heads(m, s->batch, s->tokens, s->x, s->acts, s->acts + n);
+    attn_attention_grads g = {.dout = dy, .dq = grads, .dk = grads + n, .dv = grads + 2 * n};
+    if ((st = attn_attention_reserve(m, &fwd, true, NULL)) == ATTN_OK)
+        st = attn_run_attention_backward(m, &fwd, &g, 0, NULL);
     if (st == ATTN_OK && dx)
         for (size_t i = 0; i < n; i++) dx[i] = grads[i] + grads[n + i] + grads[2 * n + i];
     attn_free(grads);
-    attn_sdpa_release(m);
+    attn_attention_release(m);
     return st;
 }
 

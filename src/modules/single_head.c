@@ -21,19 +21,10 @@ static head_acts head_acts_of(float *acts, size_t rows, size_t d_out) {
 }
 
 /* The one head over q, k, v (B, T, d_out), its output contiguous in out. */
-static attn_sdpa_args head_args(const attn_head_spec *spec, size_t batch, size_t tokens,
-                                const head_acts *h) {
-    size_t d_out = spec->d_out;
-    attn_sdpa_args args = {
-        .batch = batch, .heads = 1, .tokens = tokens, .head_dim = d_out,
-        .q = h->q, .k = h->k, .v = h->v,
-        .b_stride = tokens * d_out, .t_stride = d_out, .h_stride = 0,
-        .out = h->out, .out_b_stride = tokens * d_out, .out_t_stride = d_out, .out_h_stride = 0,
-        .lse = h->lse,
-        .scale = spec->scale, .causal = spec->causal, .mask = spec->mask,
-    };
-    attn_sdpa_self(&args);
-    return args;
+static attn_attention_problem head_problem(const attn_head_spec *spec, size_t batch,
+                                           size_t tokens, const head_acts *h) {
+    return attn_heads_problem(batch, tokens, 1, 1, spec->d_out, h->q, h->k, h->v, h->out, h->lse,
+                              spec->scale, spec->causal, spec->mask);
 }
 
 attn_status attn_single_head_forward(attn_module *m, const attn_qkv_weights *w,
@@ -44,16 +35,15 @@ attn_status attn_single_head_forward(attn_module *m, const attn_qkv_weights *w,
     head_acts h = head_acts_of(acts, rows, d_out);
     attn_project_qkv(m, w, x, batch, tokens, d_out, h.q, h.k, h.v);
 
-    attn_sdpa_args args = head_args(spec, batch, tokens, &h);
-    args.keep_bits = keep_bits;
+    attn_attention_problem p = head_problem(spec, batch, tokens, &h);
     bool drops = spec->dropout_p > 0.0;
     /* The workspace before the first draw and the first write of y (a
      * no-op when the pass reserved it). */
-    attn_status st = attn_sdpa_reserve(m, &args, false, drops ? rng : NULL);
+    attn_status st = attn_attention_reserve(m, &p, false, drops ? rng : NULL);
     if (st != ATTN_OK) return st;
     attn_dropout_stream dropout;
     if (drops) attn_dropout_stream_begin(&dropout, rng, spec->dropout_p, batch * tokens * tokens);
-    st = attn_run_sdpa(m, &args, drops ? &dropout : NULL);
+    st = attn_run_attention(m, &p, drops ? &dropout : NULL, keep_bits);
     /* y's rows may be strided (a wrapper head's columns) */
     if (st == ATTN_OK)
         for (size_t r = 0; r < rows; r++)
@@ -64,8 +54,8 @@ attn_status attn_single_head_forward(attn_module *m, const attn_qkv_weights *w,
 attn_status attn_single_head_reserve(attn_module *m, const attn_head_spec *spec, size_t batch,
                                      size_t tokens, bool backward, const attn_rng *dropout_rng) {
     head_acts none = {0};
-    attn_sdpa_args args = head_args(spec, batch, tokens, &none);
-    return attn_sdpa_reserve(m, &args, backward, dropout_rng);
+    attn_attention_problem p = head_problem(spec, batch, tokens, &none);
+    return attn_attention_reserve(m, &p, backward, dropout_rng);
 }
 
 attn_status attn_single_head_backward(attn_module *m, const attn_qkv_weights *w,
@@ -81,10 +71,9 @@ attn_status attn_single_head_backward(attn_module *m, const attn_qkv_weights *w,
     head_acts h = head_acts_of(acts, rows, d_out);
 
     /* forward: y = dropout(softmax(mask(q k^T * scale))) v */
-    attn_sdpa_args fwd = head_args(spec, batch, tokens, &h);
-    attn_sdpa_grad_args g = {.fwd = &fwd, .dout = dout, .dq = dq, .dk = dk, .dv = dv,
-                             .out = h.out, .lse = h.lse};
-    attn_status st = attn_run_sdpa_backward(m, &g, call, keep_bits);
+    attn_attention_problem fwd = head_problem(spec, batch, tokens, &h);
+    attn_attention_grads g = {.dout = dout, .dq = dq, .dk = dk, .dv = dv};
+    attn_status st = attn_run_attention_backward(m, &fwd, &g, call, keep_bits);
     /* forward: q, k, v = x W_q, x W_k, x W_v */
     if (st == ATTN_OK) attn_project_qkv_backward(m, w, grad, x, rows, d_out, dq, dk, dv, dx);
     return st;
@@ -104,6 +93,6 @@ attn_status attn_one_head_backward(attn_module *m, const attn_qkv_weights *w,
                                        attn_saved_mask(s), 0, dy, spec->d_out, scratch, dx);
     }
     attn_free(scratch);
-    attn_sdpa_release(m);
+    attn_attention_release(m);
     return st;
 }

@@ -1,7 +1,8 @@
-/* sdpa.c — scaled dot-product attention on the caller's tensors: checks,
- * then the fused (or reference) kernels through dispatch. */
+/* sdpa.c — scaled dot-product attention on the caller's tensors: the
+ * public attn_sdpa_config read into the attention contract's problem, then
+ * the runner. */
+#include "attention/attention.h"
 #include "internal.h"
-#include "kernels/dispatch.h"
 #include "rng/dropout.h"
 #include "rng/philox.h"
 
@@ -9,41 +10,49 @@
 #include <math.h>
 #include <stdlib.h>
 
-/* The kernels' description of cfg; strides filled in for zeros. */
-static attn_sdpa_args args_of(const attn_sdpa_config *c, const float *q, const float *k,
-                              const float *v, float *out, float *lse) {
-    size_t HD = c->heads * c->head_dim;
-    const size_t *qs = c->q_strides, *ks = c->kv_strides, *os = c->out_strides;
-    bool q0 = !qs[0] && !qs[1] && !qs[2], k0 = !ks[0] && !ks[1] && !ks[2];
-    bool o0 = !os[0] && !os[1] && !os[2];
-    attn_sdpa_args a = {
-        .batch = c->batch, .heads = c->heads, .tokens = c->q_tokens, .head_dim = c->head_dim,
-        .kv_tokens = c->kv_tokens, .q = q, .k = k, .v = v, .out = out, .lse = lse,
-        .b_stride = q0 ? c->q_tokens * HD : qs[0], .t_stride = q0 ? HD : qs[1],
-        .h_stride = q0 ? c->head_dim : qs[2],
-        .kv_b_stride = k0 ? c->kv_tokens * HD : ks[0], .kv_t_stride = k0 ? HD : ks[1],
-        .kv_h_stride = k0 ? c->head_dim : ks[2],
-        .out_b_stride = o0 ? c->q_tokens * HD : os[0], .out_t_stride = o0 ? HD : os[1],
-        .out_h_stride = o0 ? c->head_dim : os[2],
-        .scale = c->scale != 0.0 ? (float)c->scale : (float)(1.0 / sqrt((double)c->head_dim)),
-        .causal = c->causal, .mask = ATTN_MASK_NEG_INF,
-    };
-    return a;
+static bool zeros(const size_t s[3]) { return !s[0] && !s[1] && !s[2]; }
+
+/* Strides s, or the contiguous (B, T, H, width) layout when all are zero;
+ * packed batches (cu_seqlens) have no batch stride. */
+static attn_view_strides strides_of(const size_t s[3], size_t tokens, size_t heads, size_t width,
+                                    bool packed) {
+    attn_view_strides v = zeros(s) ? (attn_view_strides){tokens * heads * width, heads * width, width}
+                                   : (attn_view_strides){s[0], s[1], s[2]};
+    if (packed) v.b = 0;
+    return v;
 }
 
+static attn_attention_problem problem_of(const attn_sdpa_config *c, const float *q,
+                                         const float *k, const float *v, float *out, float *lse) {
+    size_t Hkv = c->kv_heads ? c->kv_heads : c->heads;
+    size_t Dv = c->v_head_dim ? c->v_head_dim : c->head_dim;
+    bool packed = c->cu_seqlens_q != NULL;
+    const size_t *vs = zeros(c->v_strides) ? c->kv_strides : c->v_strides;
+    attn_attention_problem p = {
+        .batch = c->batch, .q_heads = c->heads, .kv_heads = Hkv, .q_len = c->q_tokens,
+        .kv_len = c->kv_tokens, .head_dim = c->head_dim, .v_head_dim = Dv,
+        .q = q, .k = k, .v = v, .out = out, .lse = lse,
+        .q_strides = strides_of(c->q_strides, c->q_tokens, c->heads, c->head_dim, packed),
+        .k_strides = strides_of(c->kv_strides, c->kv_tokens, Hkv, c->head_dim, packed),
+        .v_strides = strides_of(vs, c->kv_tokens, Hkv, Dv, packed),
+        .out_strides = strides_of(c->out_strides, c->q_tokens, c->heads, Dv, packed),
+        .scale = c->scale != 0.0 ? (float)c->scale : (float)(1.0 / sqrt((double)c->head_dim)),
+        .causal = c->causal,
+        .diagonal = c->align == ATTN_ALIGN_TOP_LEFT ? ATTN_DIAGONAL_TOP_LEFT
+                    : c->align == ATTN_ALIGN_OFFSET ? ATTN_DIAGONAL_OFFSET
+                                                    : ATTN_DIAGONAL_BOTTOM_RIGHT,
+        .q_offset = c->q_offset,
+        .window = c->window, .window_left = c->window_left, .window_right = c->window_right,
+        .softcap = (float)c->softcap, .alibi_slopes = c->alibi_slopes, .sinks = c->sinks,
+        .cu_seqlens_q = c->cu_seqlens_q, .cu_seqlens_kv = c->cu_seqlens_kv,
+    };
+    if (packed) p.total_q = (size_t)c->cu_seqlens_q[c->batch];
+    return p;
+}
+
+/* What the contract does not check: the public config's own fields. */
 static attn_status check_config(attn_ctx *ctx, const char *fn, const attn_sdpa_config *c) {
     if (!c) return attn_fail(ctx, ATTN_ERR_NULL, "%s: cfg is NULL", fn);
-    if (!c->batch || !c->heads || !c->q_tokens || !c->kv_tokens || !c->head_dim)
-        return attn_fail(ctx, ATTN_ERR_SHAPE,
-                         "%s: batch (%zu), heads (%zu), q_tokens (%zu), kv_tokens (%zu) and "
-                         "head_dim (%zu) must be positive",
-                         fn, c->batch, c->heads, c->q_tokens, c->kv_tokens, c->head_dim);
-    size_t bh, rows, cols;
-    if (!attn_mul_size(c->batch, c->heads, &bh) || !attn_mul3_size(bh, c->q_tokens, c->head_dim, &rows) ||
-        !attn_mul3_size(bh, c->kv_tokens, c->head_dim, &cols) || !attn_floats_fit(rows) ||
-        !attn_floats_fit(cols))
-        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: (%zu, %zu, %zu|%zu, %zu) overflows size_t", fn,
-                         c->batch, c->heads, c->q_tokens, c->kv_tokens, c->head_dim);
     if (!isfinite(c->scale))
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: scale (%g) must be finite", fn, c->scale);
     /* At FLT_MAX plus half an ulp, rounding to float gives infinity. */
@@ -51,8 +60,18 @@ static attn_status check_config(attn_ctx *ctx, const char *fn, const attn_sdpa_c
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: scale (%.9g) is beyond float32's range (largest %.9g)", fn, c->scale,
                          (double)FLT_MAX);
+    if (!(c->softcap >= 0.0) || c->softcap >= 0x1.ffffffp127)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: softcap (%g) must be finite and >= 0", fn,
+                         c->softcap);
+    if (c->align != ATTN_ALIGN_BOTTOM_RIGHT && c->align != ATTN_ALIGN_TOP_LEFT &&
+        c->align != ATTN_ALIGN_OFFSET)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: align (%d) is not an attn_align", fn,
+                         (int)c->align);
     if (!(c->dropout >= 0.0 && c->dropout < 1.0))
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: dropout (%g) must be in [0, 1)", fn, c->dropout);
+    if (c->cu_seqlens_q && c->batch && (!c->cu_seqlens_kv || c->cu_seqlens_q[c->batch] < 0))
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: cu_seqlens_q needs cu_seqlens_kv, and offsets >= 0", fn);
     return ATTN_OK;
 }
 
@@ -77,15 +96,14 @@ attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const 
                              "ATTN_BERNOULLI_PHILOX (the modules offer PyTorch's serial masks)",
                              fn);
     }
-    attn_sdpa_args a = args_of(cfg, q, k, v, out, lse);
+    attn_attention_problem p = problem_of(cfg, q, k, v, out, lse);
+    if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
     /* Memory first: a failure must not have advanced the rng. */
-    bool fused = attn_k_fused_attention(ctx);
-    size_t bytes = fused ? attn_k_sdpa_fused_bytes(ctx, &a, false)
-                         : cfg->kv_tokens * sizeof(double);
+    size_t bytes = attn_attention_forward_bytes(ctx, &p, false, false);
     void *workspace = attn_calloc(1, bytes);
     if (!workspace)
-        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of attention workspace",
-                         fn, bytes);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                         "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
     attn_dropout_stream stream, *dropout = NULL;
     if (cfg->dropout > 0.0) {
         attn_dropout_stream_begin(&stream, rng, cfg->dropout,
@@ -93,12 +111,7 @@ attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const 
         *drawn = (attn_sdpa_dropout){stream.philox_seed, stream.philox_offset};
         dropout = &stream;
     }
-    if (fused) {
-        st = attn_k_sdpa_fused(ctx, fn, &a, dropout, workspace);
-    } else {
-        a.dropout = dropout;
-        attn_ref_sdpa(&a, workspace); /* one row of kv_tokens doubles */
-    }
+    st = attn_attention_forward(ctx, fn, &p, dropout, NULL, NULL, NULL, workspace);
     attn_free(workspace);
     return st;
 }
@@ -116,18 +129,19 @@ attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", fn,
                          !q ? "q" : !k ? "k" : !v ? "v" : !out ? "out" : !lse ? "lse"
                          : !dout ? "dout" : !dq ? "dq" : !dk ? "dk" : "dv");
+    if (cfg->sinks && !cfg->sinks_grad)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: sinks are set but sinks_grad is NULL", fn);
     if (cfg->dropout > 0.0 && !drawn)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: dropout (%g) needs the forward's drawn record", fn,
                          cfg->dropout);
-    attn_sdpa_args a = args_of(cfg, q, k, v, (float *)out, (float *)lse);
-    attn_sdpa_grad_args g = {.fwd = &a, .dout = dout, .dq = dq, .dk = dk, .dv = dv, .out = out,
-                             .lse = lse};
-    if (cfg->dropout > 0.0) {
-        g.philox = true;
-        g.philox_seed = drawn->seed;
-        g.philox_offset = drawn->offset;
-        g.keep_threshold = attn_philox_keep_threshold(cfg->dropout);
-        g.kept_scale = attn_dropout_kept_scale(cfg->dropout);
-    }
-    return attn_k_sdpa_backward(ctx, fn, &g, NULL);
+    attn_attention_problem p = problem_of(cfg, q, k, v, (float *)out, (float *)lse);
+    attn_attention_dropout drop = {.kind = ATTN_DROP_NONE};
+    if (cfg->dropout > 0.0)
+        drop = (attn_attention_dropout){.kind = ATTN_DROP_PHILOX, .seed = drawn->seed,
+                                        .offset = drawn->offset,
+                                        .keep_threshold = attn_philox_keep_threshold(cfg->dropout),
+                                        .kept_scale = attn_dropout_kept_scale(cfg->dropout)};
+    attn_attention_grads g = {.dout = dout, .dq = dq, .dk = dk, .dv = dv,
+                              .dsinks = cfg->sinks ? cfg->sinks_grad : NULL};
+    return attn_attention_backward(ctx, fn, &p, &drop, &g, NULL);
 }

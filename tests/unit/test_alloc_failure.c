@@ -137,6 +137,9 @@ static const spec specs[] = {
     {ATTN_MODULE_MHA_WRAPPER, "mha_wrapper", 4, 2, 5, 3, 0.25, true, ATTN_MASK_NEG_INF},
     {ATTN_MODULE_MHA, "mha", 4, 6, 5, 2, 0.25, false, ATTN_MASK_NEG_INF},
     {ATTN_MODULE_GPT2, "gpt2", 6, 6, 5, 3, 0.25, true, ATTN_MASK_NEG_INF},
+    {ATTN_MODULE_GQA, "gqa", 4, 8, 0, 4, 0.25, true, ATTN_MASK_NEG_INF},
+    {ATTN_MODULE_MLA, "mla", 4, 6, 0, 2, 0.25, true, ATTN_MASK_NEG_INF},
+    {ATTN_MODULE_SWA, "swa", 4, 6, 0, 3, 0.25, false, ATTN_MASK_NEG_INF},
 };
 #define NUM_SPECS (sizeof specs / sizeof specs[0])
 
@@ -195,6 +198,32 @@ static attn_status build(attn_ctx *ctx, attn_rng *rng, const spec *s, attn_modul
                                 .dropout = s->dropout};
         st = attn_gpt2_new(ctx, &cfg, rng, &m);
         *out = attn_gpt2_module(m);
+        break;
+    }
+    case ATTN_MODULE_GQA: { /* two query heads per KV head */
+        attn_gqa *m = (attn_gqa *)&g_ctx;
+        attn_gqa_config cfg = {.d_in = s->d_in, .d_out = s->d_out, .num_heads = s->heads,
+                               .num_kv_groups = s->heads / 2, .dropout = s->dropout,
+                               .qkv_bias = s->bias};
+        st = attn_gqa_new(ctx, &cfg, rng, &m);
+        *out = attn_gqa_module(m);
+        break;
+    }
+    case ATTN_MODULE_MLA: { /* the default latent_dim, 16 */
+        attn_mla *m = (attn_mla *)&g_ctx;
+        attn_mla_config cfg = {.d_in = s->d_in, .d_out = s->d_out, .num_heads = s->heads,
+                               .dropout = s->dropout, .qkv_bias = s->bias};
+        st = attn_mla_new(ctx, &cfg, rng, &m);
+        *out = attn_mla_module(m);
+        break;
+    }
+    case ATTN_MODULE_SWA: { /* a window of 2 of the 4 tokens */
+        attn_swa *m = (attn_swa *)&g_ctx;
+        attn_swa_config cfg = {.d_in = s->d_in, .d_out = s->d_out, .num_heads = s->heads,
+                               .sliding_window_size = 2, .dropout = s->dropout,
+                               .qkv_bias = s->bias};
+        st = attn_swa_new(ctx, &cfg, rng, &m);
+        *out = attn_swa_module(m);
         break;
     }
     }

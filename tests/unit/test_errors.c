@@ -104,7 +104,8 @@ static void fill(float *x, size_t n, float base) {
 static const attn_module_kind all_kinds[] = {ATTN_MODULE_SIMPLE, ATTN_MODULE_SA_V1,
                                              ATTN_MODULE_SA_V2,  ATTN_MODULE_CAUSAL,
                                              ATTN_MODULE_MHA_WRAPPER, ATTN_MODULE_MHA,
-                                             ATTN_MODULE_GPT2};
+                                             ATTN_MODULE_GPT2, ATTN_MODULE_GQA,
+                                             ATTN_MODULE_MLA, ATTN_MODULE_SWA};
 #define NUM_KINDS (sizeof all_kinds / sizeof all_kinds[0])
 
 static const char *kind_class(attn_module_kind kind) {
@@ -116,6 +117,9 @@ static const char *kind_class(attn_module_kind kind) {
     case ATTN_MODULE_MHA_WRAPPER: return "MultiHeadAttentionWrapper";
     case ATTN_MODULE_MHA: return "MultiHeadAttention";
     case ATTN_MODULE_GPT2: return "CausalSelfAttention";
+    case ATTN_MODULE_GQA: return "GroupedQueryAttention";
+    case ATTN_MODULE_MLA: return "MultiHeadLatentAttention";
+    case ATTN_MODULE_SWA: return "MultiHeadAttentionWithSWA";
     }
     return "?";
 }
@@ -195,6 +199,34 @@ static attn_status build(attn_ctx *c, attn_rng *rng, const spec *s, attn_module 
                                 .dropout = s->dropout, .scale = s->scale};
         st = attn_gpt2_new(c, &cfg, rng, &m);
         *out = attn_gpt2_module(m);
+        break;
+    }
+    /* the book's chapter-4 modules: no context; one KV head (divides any
+     * heads), the default latent, a window of 2 */
+    case ATTN_MODULE_GQA: {
+        attn_gqa *m = NULL;
+        attn_gqa_config cfg = {.d_in = s->d_in, .d_out = s->d_out, .num_heads = s->heads,
+                               .num_kv_groups = 1, .dropout = s->dropout, .qkv_bias = s->bias,
+                               .scale = s->scale};
+        st = attn_gqa_new(c, &cfg, rng, &m);
+        *out = attn_gqa_module(m);
+        break;
+    }
+    case ATTN_MODULE_MLA: {
+        attn_mla *m = NULL;
+        attn_mla_config cfg = {.d_in = s->d_in, .d_out = s->d_out, .num_heads = s->heads,
+                               .dropout = s->dropout, .qkv_bias = s->bias, .scale = s->scale};
+        st = attn_mla_new(c, &cfg, rng, &m);
+        *out = attn_mla_module(m);
+        break;
+    }
+    case ATTN_MODULE_SWA: {
+        attn_swa *m = NULL;
+        attn_swa_config cfg = {.d_in = s->d_in, .d_out = s->d_out, .num_heads = s->heads,
+                               .sliding_window_size = 2, .dropout = s->dropout,
+                               .qkv_bias = s->bias, .scale = s->scale};
+        st = attn_swa_new(c, &cfg, rng, &m);
+        *out = attn_swa_module(m);
         break;
     }
     }

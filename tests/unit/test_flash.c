@@ -1,19 +1,23 @@
 /*
- * test_flash.c — the fused attention kernels against the reference ones.
+ * test_flash.c — the fused attention backend against the reference one.
  *
  * For every instruction set this CPU runs (portable, AVX2, AVX-512) and
- * random shapes (T queries, S keys with S != T too, odd head dims, packed
- * q/k/v strides like GPT-2's), causal or not, both mask methods, with no
- * dropout, a bit mask, or Philox: out, lse, dq, dk, dv within relative L2
- * 1e-5 of the double-accumulating reference; bitwise the same on 1, 2 and
- * 3 threads; and Philox's known-answer vectors. Fresh random inputs each
- * run (the seed is printed; argv[1] replays it).
+ * random problems covering every feature of the attention contract and
+ * their combinations — GQA (MQA too), causal and sliding windows (one-sided
+ * and (0, 0)), the three diagonals with T != S, softcap, ALiBi, sinks,
+ * packed variable-length batches with empty and one-token sequences, no
+ * dropout, keep bits or Philox, odd head dims and lengths around the tile
+ * edges, padded row strides — attn_attention_fused's out, lse, dq, dk, dv
+ * and dsinks are within relative L2 1e-5 of attn_attention_reference's
+ * (double-accumulating), and bitwise the same on 1, 2 and 3 threads. Also
+ * Philox's known-answer vectors, the kernels' max_abs scan and what
+ * takes_values sends to the reference. Fresh random inputs each run (the
+ * seed is printed; argv[1] replays it).
  */
 #include "attn.h"
+#include "attention/attention.h"
 #include "check.h"
 #include "kernels/flash/flash.h"
-#include "kernels/kernels.h"
-#include "rng/dropout.h"
 #include "rng/philox.h"
 
 #include <math.h>
@@ -30,6 +34,7 @@ static uint64_t splitmix(uint64_t *s) {
 }
 static double uniform(uint64_t *s) { return (double)(splitmix(s) >> 11) / 9007199254740992.0; }
 static size_t below(uint64_t *s, size_t n) { return (size_t)(uniform(s) * (double)n) % n; }
+static bool chance(uint64_t *s, double p) { return uniform(s) < p; }
 
 static double rel_l2(const float *got, const float *want, size_t n) {
     double diff = 0.0, norm = 0.0;
@@ -57,201 +62,295 @@ static void philox_known_answers(void) {
     }
 }
 
+/* A random problem with its inputs, and the buffers both backends write. */
 typedef struct flash_case {
-    size_t B, H, T, S, D;
-    bool causal, packed;
-    attn_mask_method mask;
-    int drop; /* 0 none, 1 bits, 2 philox */
-    float *q, *k, *v, *dout;
-    size_t q_b, q_t, q_h, kv_b, kv_t, kv_h;
+    attn_attention_problem p;
+    attn_attention_dropout drop;
+    bool keep_lse;               /* the backward gets the forward's lse (else recomputes it) */
+    size_t q_rows, kv_rows;      /* token rows of the q/out and k/v buffers */
+    size_t n_q, n_k, n_v, n_lse; /* floats of each buffer */
+    float *q, *k, *v, *dout, *slopes, *sinks;
+    int32_t cu_q[8], cu_kv[8];
     uint8_t *bits;
-    uint64_t seed, offset;
-    double p;
 } flash_case;
 
-static attn_sdpa_args case_args(const flash_case *c, float *out, float *lse) {
-    attn_sdpa_args a = {
-        .batch = c->B, .heads = c->H, .tokens = c->T, .head_dim = c->D, .kv_tokens = c->S,
-        .q = c->q, .k = c->k, .v = c->v,
-        .b_stride = c->q_b, .t_stride = c->q_t, .h_stride = c->q_h,
-        .kv_b_stride = c->kv_b, .kv_t_stride = c->kv_t, .kv_h_stride = c->kv_h,
-        .out = out, .out_b_stride = c->T * c->H * c->D, .out_t_stride = c->H * c->D,
-        .out_h_stride = c->D, .lse = lse,
-        .scale = 1.0f / sqrtf((float)c->D), .causal = c->causal, .mask = c->mask,
-    };
-    return a;
-}
-
-static attn_flash_dropout case_dropout(const flash_case *c) {
-    attn_flash_dropout d = {.kind = ATTN_FLASH_DROP_NONE, .kept_scale = attn_dropout_kept_scale(c->p)};
-    if (c->drop == 1) {
-        d.kind = ATTN_FLASH_DROP_BITS;
-        d.keep_bits = c->bits;
-    } else if (c->drop == 2) {
-        d.kind = ATTN_FLASH_DROP_PHILOX;
-        d.seed = c->seed;
-        d.offset = c->offset;
-        d.keep_threshold = attn_philox_keep_threshold(c->p);
-    }
-    return d;
-}
-
-/* A case's outputs; the gradients share the inputs' layout: one packed
- * buffer (dq, dk, dv interleaved as q, k, v are) or three. */
 typedef struct results {
-    float *out, *lse, *grads;
-    float *dq, *dk, *dv;
-    size_t n_grads;
+    float *out, *lse, *dq, *dk, *dv, *dsinks;
 } results;
 
+static float *random_floats(uint64_t *seed, size_t n, double lo, double hi) {
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(lo + (hi - lo) * uniform(seed));
+    return x;
+}
+
+/* Lengths near the tile edges (BR = 64 rows, BC = 16, 32 or 64 keys). */
+static size_t random_len(uint64_t *seed, size_t most) {
+    static const size_t edges[] = {1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129};
+    if (chance(seed, 0.4)) {
+        size_t n = edges[below(seed, sizeof edges / sizeof *edges)];
+        return n <= most ? n : most;
+    }
+    return 1 + below(seed, most);
+}
+
+static int64_t random_bound(uint64_t *seed) {
+    switch (below(seed, 4)) {
+    case 0: return -1;
+    case 1: return 0;
+    case 2: return (int64_t)below(seed, 8);
+    default: return (int64_t)below(seed, 80);
+    }
+}
+
+/* c points into itself (cu_seqlens): filled in place. */
+static void make_case(flash_case *c, uint64_t *seed, int index) {
+    *c = (flash_case){0};
+    attn_attention_problem *p = &c->p;
+    p->batch = 1 + below(seed, 3);
+    p->kv_heads = 1 + below(seed, 3);
+    size_t groups[] = {1, 1, 2, 3, 4, 6};
+    p->q_heads = p->kv_heads * groups[below(seed, 6)];
+    if (index % 7 == 3) { /* MQA */
+        p->kv_heads = 1;
+        p->q_heads = 2 + below(seed, 7);
+    }
+    p->head_dim = index % 4 == 0 ? 64 : 1 + below(seed, 80);
+    p->v_head_dim = p->head_dim;
+    bool varlen = chance(seed, 0.25);
+    p->q_len = random_len(seed, index % 3 == 0 ? 150 : 90);
+    p->kv_len = chance(seed, 0.5) ? random_len(seed, 150) : p->q_len;
+    if (index % 6 == 5) p->q_len = p->kv_len = 128; /* rows of whole 64-element dropout groups */
+    p->scale = (float)(chance(seed, 0.8) ? 1.0 / sqrt((double)p->head_dim) : 0.05 + uniform(seed));
+    p->causal = chance(seed, 0.5);
+    p->renormalize = p->causal && chance(seed, 0.2);
+    p->diagonal = (attn_diagonal)below(seed, 3);
+    p->q_offset = (int64_t)below(seed, 60) - 20;
+    if (chance(seed, 0.35)) {
+        p->window = true;
+        p->window_left = random_bound(seed);
+        p->window_right = random_bound(seed);
+    }
+    if (chance(seed, 0.3)) p->softcap = (float)(2.0 + 30.0 * uniform(seed));
+    if (chance(seed, 0.3)) c->slopes = random_floats(seed, p->q_heads, 0.0, 0.25);
+    if (chance(seed, 0.3)) c->sinks = random_floats(seed, p->q_heads, -2.0, 2.0);
+    p->alibi_slopes = c->slopes;
+    p->sinks = c->sinks;
+
+    size_t Hq = p->q_heads, Hkv = p->kv_heads, D = p->head_dim;
+    /* row strides: dense, or padded (a token's heads inside a wider row) */
+    size_t q_row = Hq * D + (chance(seed, 0.3) ? below(seed, 9) : 0);
+    size_t kv_row = Hkv * D + (chance(seed, 0.3) ? below(seed, 9) : 0);
+    if (varlen) {
+        /* lengths up to the longest, some empty or of one token; the
+         * longest is some sequence's */
+        size_t B = p->batch, tq = 0, tk = 0, T = 0, S = 0;
+        c->cu_q[0] = c->cu_kv[0] = 0;
+        for (size_t b = 0; b < B; b++) {
+            size_t lq = chance(seed, 0.15) ? below(seed, 2) : random_len(seed, p->q_len);
+            size_t lk = chance(seed, 0.15) ? below(seed, 2) : random_len(seed, p->kv_len);
+            if (chance(seed, 0.3)) lk = lq; /* self-attention lengths */
+            tq += lq;
+            tk += lk;
+            T = lq > T ? lq : T;
+            S = lk > S ? lk : S;
+            c->cu_q[b + 1] = (int32_t)tq;
+            c->cu_kv[b + 1] = (int32_t)tk;
+        }
+        p->q_len = T ? T : 1;
+        p->kv_len = S ? S : 1;
+        p->cu_seqlens_q = c->cu_q;
+        p->cu_seqlens_kv = c->cu_kv;
+        p->total_q = tq;
+        c->q_rows = tq;
+        c->kv_rows = tk;
+        p->q_strides = (attn_view_strides){0, q_row, D};
+        p->k_strides = p->v_strides = (attn_view_strides){0, kv_row, D};
+        p->out_strides = (attn_view_strides){0, Hq * D, D};
+        c->n_lse = Hq * tq;
+    } else {
+        c->q_rows = p->batch * p->q_len;
+        c->kv_rows = p->batch * p->kv_len;
+        p->q_strides = (attn_view_strides){p->q_len * q_row, q_row, D};
+        p->k_strides = p->v_strides = (attn_view_strides){p->kv_len * kv_row, kv_row, D};
+        p->out_strides = (attn_view_strides){p->q_len * Hq * D, Hq * D, D};
+        c->n_lse = p->batch * Hq * p->q_len;
+    }
+    c->n_q = c->q_rows * q_row;
+    c->n_k = c->n_v = c->kv_rows * kv_row;
+    c->q = random_floats(seed, c->n_q, -1.0, 1.0);
+    c->k = random_floats(seed, c->n_k, -1.0, 1.0);
+    c->v = random_floats(seed, c->n_v, -1.0, 1.0);
+    c->dout = random_floats(seed, c->q_rows * Hq * D, -1.0, 1.0);
+    p->q = c->q;
+    p->k = c->k;
+    p->v = c->v;
+
+    /* dropout: none, keep bits (a Philox mask drawn here), or Philox */
+    int drop = (int)below(seed, 3);
+    double prob = 0.05 + 0.5 * uniform(seed);
+    c->drop.kept_scale = (float)(1.0 / (1.0 - prob));
+    c->drop.seed = splitmix(seed);
+    c->drop.offset = below(seed, 1000);
+    c->drop.keep_threshold = attn_philox_keep_threshold(prob);
+    size_t n_w = p->batch * Hq * p->q_len * p->kv_len;
+    if (drop == 1) {
+        c->bits = calloc(n_w / 8 + 1, 1);
+        for (size_t e = 0; e < n_w; e++)
+            if (attn_philox_dropout_word(c->drop.seed, c->drop.offset, e) < c->drop.keep_threshold)
+                c->bits[e >> 3] |= (uint8_t)(1u << (e & 7));
+        c->drop.kind = ATTN_DROP_BITS;
+        c->drop.keep_bits = c->bits;
+    } else {
+        c->drop.kind = drop == 2 ? ATTN_DROP_PHILOX : ATTN_DROP_NONE;
+    }
+    c->keep_lse = chance(seed, 0.7);
+}
+
+static void free_case(flash_case *c) {
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    free(c->dout);
+    free(c->slopes);
+    free(c->sinks);
+    free(c->bits);
+}
+
 static results alloc_results(const flash_case *c) {
-    size_t HD = c->H * c->D, nq = c->B * c->T * HD, nkv = c->B * c->S * HD;
-    results r = {.out = calloc(nq, 4), .lse = calloc(c->B * c->H * c->T, 4)};
-    r.n_grads = c->packed ? 3 * nq : nq + 2 * nkv;
-    r.grads = calloc(r.n_grads, 4);
-    r.dq = r.grads;
-    r.dk = c->packed ? r.grads + HD : r.grads + nq;
-    r.dv = c->packed ? r.grads + 2 * HD : r.grads + nq + nkv;
+    size_t Hq = c->p.q_heads, D = c->p.head_dim;
+    results r = {
+        .out = calloc(c->q_rows * Hq * D + 1, 4), .lse = calloc(c->n_lse + 1, 4),
+        .dq = calloc(c->n_q + 1, 4), .dk = calloc(c->n_k + 1, 4), .dv = calloc(c->n_v + 1, 4),
+        .dsinks = calloc(Hq, 4),
+    };
     return r;
 }
 
 static void free_results(results *r) {
     free(r->out);
     free(r->lse);
-    free(r->grads);
+    free(r->dq);
+    free(r->dk);
+    free(r->dv);
+    free(r->dsinks);
 }
 
-/* The reference forward (its Philox stream draws the case's mask, which
- * is also the bit mask of drop = 1 cases) and backward. */
-static void run_reference(const flash_case *c, results *r) {
-    attn_sdpa_args a = case_args(c, r->out, r->lse);
-    size_t n = c->B * c->H * c->T * c->S;
-    uint8_t *bits = c->drop ? calloc(n / 8 + 1, 1) : NULL;
-    attn_dropout_stream stream = {
-        .method = ATTN_BERNOULLI_PHILOX, .keep = 1.0 - c->p,
-        .kept_scale = attn_dropout_kept_scale(c->p), .philox_seed = c->seed,
-        .philox_offset = c->offset, .keep_threshold = attn_philox_keep_threshold(c->p)};
-    a.dropout = c->drop ? &stream : NULL;
-    a.keep_bits = bits;
-    double *row = calloc(c->S + 1, sizeof *row);
-    attn_ref_sdpa(&a, row);
-    free(row);
-    attn_sdpa_grad_args g = {.fwd = &a, .dout = c->dout, .dq = r->dq, .dk = r->dk, .dv = r->dv,
-                             .keep_bits = bits, .kept_scale = attn_dropout_kept_scale(c->p)};
-    size_t parts = 3;
-    g.row_stats = calloc(2 * c->B * c->H * c->T, sizeof(double));
-    g.workspace = calloc(parts * attn_sdpa_grad_workspace(c->S, c->D), sizeof(double));
-    attn_ref_sdpa_backward(parts, &g);
-    free(g.row_stats);
-    free(g.workspace);
-    free(bits);
-}
-
-static void run_fused(const attn_flash_kernels *fk, size_t threads, const flash_case *c,
-                      results *r) {
-    attn_sdpa_args a = case_args(c, r->out, r->lse);
-    attn_flash_dropout drop = case_dropout(c);
-    float *ws = calloc(threads * fk->forward_workspace(c->D), 4);
-    fk->forward(threads, &a, &drop, ws);
+/* One backend's forward then backward on c, into r. */
+static void run(const attn_attention_backend *be, const attn_ctx *ctx, const flash_case *c,
+                results *r) {
+    attn_attention_problem p = c->p;
+    p.out = r->out;
+    p.lse = r->lse;
+    attn_attention_trace none = {0};
+    void *ws = calloc(1, be->forward_bytes(ctx, &p, &none));
+    be->forward(ctx, &p, &c->drop, NULL, ws);
     free(ws);
-    float *delta = calloc(c->B * c->H * c->T, 4);
-    ws = calloc(threads * fk->backward_workspace(c->D), 4);
-    fk->backward(threads, &a, &drop, r->out, r->lse, c->dout, r->dq, r->dk, r->dv, delta, ws);
+    if (!c->keep_lse && be == &attn_attention_fused) p.lse = NULL;
+    attn_attention_grads g = {.dout = c->dout, .dq = r->dq, .dk = r->dk, .dv = r->dv,
+                              .dsinks = p.sinks ? r->dsinks : NULL};
+    ws = malloc(be->backward_bytes(ctx, &p));
+    memset(ws, 0xff, be->backward_bytes(ctx, &p)); /* NaN: the backend zeroes what it needs */
+    be->backward(ctx, &p, &c->drop, &g, ws);
     free(ws);
-    free(delta);
 }
 
 static bool same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * 4) == 0; }
 
-static void one_case(const attn_flash_kernels *fk, uint64_t *seed, int index) {
-    flash_case c = {0};
-    c.B = 1 + below(seed, 2);
-    c.H = 1 + below(seed, 3);
-    c.T = 1 + below(seed, index % 3 == 0 ? 150 : 70);
-    c.S = uniform(seed) < 0.3 ? 1 + below(seed, 150) : c.T;
-    if (index % 6 == 5) c.T = c.S = 128; /* rows of whole 64-element dropout groups */
-    c.D = index % 4 == 0 ? 64 : 1 + below(seed, 80);
-    c.causal = uniform(seed) < 0.7;
-    c.mask = uniform(seed) < 0.5 ? ATTN_MASK_NEG_INF : ATTN_MASK_RENORMALIZE;
-    c.drop = (int)below(seed, 3);
-    c.p = 0.05 + 0.5 * uniform(seed);
-    c.packed = uniform(seed) < 0.5;
-    c.seed = splitmix(seed);
-    c.offset = below(seed, 1000);
-    /* q, k, v: packed as GPT-2's (B, T, 3, H, D) when packed and S == T, else
-     * (B, T|S, H, D) buffers of their own */
-    size_t HD = c.H * c.D;
-    c.packed = c.packed && c.S == c.T;
-    bool pack = c.packed;
-    size_t nq = c.B * c.T * HD * (pack ? 3 : 1), nkv = c.B * c.S * HD;
-    float *qbuf = malloc(nq * 4), *kbuf = pack ? NULL : malloc(nkv * 4), *vbuf = pack ? NULL : malloc(nkv * 4);
-    for (size_t i = 0; i < nq; i++) qbuf[i] = (float)(2.0 * uniform(seed) - 1.0);
-    for (size_t i = 0; i < (pack ? 0 : nkv); i++) kbuf[i] = (float)(2.0 * uniform(seed) - 1.0);
-    for (size_t i = 0; i < (pack ? 0 : nkv); i++) vbuf[i] = (float)(2.0 * uniform(seed) - 1.0);
-    if (pack) {
-        c.q = qbuf;
-        c.k = qbuf + HD;
-        c.v = qbuf + 2 * HD;
-        c.q_b = c.kv_b = c.T * 3 * HD;
-        c.q_t = c.kv_t = 3 * HD;
-    } else {
-        c.q = qbuf;
-        c.k = kbuf;
-        c.v = vbuf;
-        c.q_b = c.T * HD;
-        c.kv_b = c.S * HD;
-        c.q_t = c.kv_t = HD;
-    }
-    c.q_h = c.kv_h = c.D;
-    size_t n_out = c.B * c.T * HD, n_w = c.B * c.H * c.T * c.S;
-    c.dout = malloc(n_out * 4);
-    for (size_t i = 0; i < n_out; i++) c.dout[i] = (float)(2.0 * uniform(seed) - 1.0);
-    /* the drop = 1 case's bits: the Philox mask, drawn here */
-    c.bits = calloc(n_w / 8 + 1, 1);
-    uint64_t threshold = attn_philox_keep_threshold(c.p);
-    for (size_t e = 0; e < n_w; e++)
-        if (attn_philox_dropout_word(c.seed, c.offset, e) < threshold) attn_set_bit(c.bits, e);
+static void describe(const char *isa, const flash_case *c) {
+    const attn_attention_problem *p = &c->p;
+    fprintf(stderr,
+            "%s: B=%zu Hq=%zu Hkv=%zu T=%zu S=%zu D=%zu varlen=%d causal=%d renorm=%d diag=%d "
+            "off=%lld window=%d(%lld,%lld) softcap=%g alibi=%d sinks=%d drop=%d lse=%d\n",
+            isa, p->batch, p->q_heads, p->kv_heads, p->q_len, p->kv_len, p->head_dim,
+            p->cu_seqlens_q != NULL, p->causal, p->renormalize, (int)p->diagonal,
+            (long long)p->q_offset, p->window, (long long)p->window_left,
+            (long long)p->window_right, (double)p->softcap, p->alibi_slopes != NULL,
+            p->sinks != NULL, (int)c->drop.kind, c->keep_lse);
+}
 
-    results ref = alloc_results(&c), fused[3];
-    run_reference(&c, &ref);
-    for (size_t t = 0; t < 3; t++) {
-        fused[t] = alloc_results(&c);
-        run_fused(fk, t + 1, &c, &fused[t]);
+/* dsinks_h = -sum_(b, i) exp(sink_h - lse_i) delta_i sums terms of both
+ * signs: its error, relative to the sum of their magnitudes (delta_i =
+ * dO_i . out_i from the reference's out and lse), the largest over h. */
+static double sink_error(const flash_case *c, const results *ref, const float *dsinks) {
+    const attn_attention_problem *p = &c->p;
+    double worst = 0.0;
+    for (size_t h = 0; h < p->q_heads; h++) {
+        double size = 0.0;
+        for (size_t b = 0; b < p->batch; b++) {
+            attn_attention_seq s = attn_attention_seq_of(p, b);
+            for (size_t i = 0; i < s.q_len; i++) {
+                size_t at = attn_view_offset(p->out_strides, b, s.q_start, h, i);
+                double delta = 0.0;
+                for (size_t d = 0; d < p->head_dim; d++)
+                    delta += (double)c->dout[at + d] * ref->out[at + d];
+                size += exp((double)p->sinks[h] - ref->lse[attn_lse_index(p, b, h, i)]) * fabs(delta);
+            }
+        }
+        double err = fabs((double)dsinks[h] - ref->dsinks[h]) / (size + 1e-30);
+        worst = err > worst ? err : worst;
     }
+    return worst;
+}
+
+/* One random problem: the fused backend on 1, 2 and 3 threads against the
+ * reference. Whole buffers are compared: the holes padded strides leave are
+ * written by neither backend (zero in both). */
+static void one_case(const char *isa, attn_kernels kernels, uint64_t *seed, int index) {
+    flash_case c;
+    make_case(&c, seed, index);
+    attn_ctx ctx_ref = {.num_threads = 3, .kernels = ATTN_KERNELS_REFERENCE};
+    if (getenv("TEST_FLASH_VERBOSE")) describe(isa, &c);
+    results ref = alloc_results(&c), fused[3];
+    run(&attn_attention_reference, &ctx_ref, &c, &ref);
+    for (size_t t = 0; t < 3; t++) {
+        attn_ctx ctx = {.num_threads = t + 1, .kernels = kernels};
+        fused[t] = alloc_results(&c);
+        CHECK(attn_attention_fused.declines(&ctx, &c.p, true) == NULL);
+        CHECK(attn_attention_fused.takes_values(&ctx, &c.p, c.dout));
+        run(&attn_attention_fused, &ctx, &c, &fused[t]);
+    }
+    size_t n_out = c.q_rows * c.p.q_heads * c.p.head_dim, Hq = c.p.q_heads;
     double e_out = rel_l2(fused[0].out, ref.out, n_out);
-    double e_grads = rel_l2(fused[0].grads, ref.grads, ref.n_grads);
-    /* lse where finite (rows that see no key hold -inf in both) */
+    double e_dq = rel_l2(fused[0].dq, ref.dq, c.n_q);
+    double e_dk = rel_l2(fused[0].dk, ref.dk, c.n_k);
+    double e_dv = rel_l2(fused[0].dv, ref.dv, c.n_v);
+    double e_sink = c.p.sinks ? sink_error(&c, &ref, fused[0].dsinks) : 0.0;
+    /* lse where finite (rows that see no key hold -inf, or the sink, in both) */
     double e_lse = 0.0;
     bool lse_inf_same = true;
-    for (size_t i = 0; i < c.B * c.H * c.T; i++) {
+    for (size_t i = 0; i < c.n_lse; i++) {
         if (isinf(ref.lse[i]) || isinf(fused[0].lse[i])) {
             lse_inf_same = lse_inf_same && ref.lse[i] == fused[0].lse[i];
             continue;
         }
         e_lse = fmax(e_lse, fabs((double)fused[0].lse[i] - ref.lse[i]) / fmax(1.0, fabs(ref.lse[i])));
     }
-    bool ok = e_out <= 1e-5 && e_grads <= 1e-5 && e_lse <= 1e-5 && lse_inf_same;
+    double tol = 1e-5;
+    bool ok = e_out <= tol && e_dq <= tol && e_dk <= tol && e_dv <= tol && e_sink <= tol &&
+              e_lse <= tol && lse_inf_same;
     CHECK(ok);
-    if (!ok)
-        fprintf(stderr,
-                "%s: B=%zu H=%zu T=%zu S=%zu D=%zu causal=%d mask=%d drop=%d packed=%d: rel L2 "
-                "out %.3g grads %.3g, lse %.3g (inf rows same: %d)\n",
-                fk->name, c.B, c.H, c.T, c.S, c.D, c.causal, (int)c.mask, c.drop, pack, e_out,
-                e_grads, e_lse, lse_inf_same);
+    if (!ok) {
+        describe(isa, &c);
+        fprintf(stderr, "  rel L2 out %.3g dq %.3g dk %.3g dv %.3g dsinks %.3g, lse %.3g (inf rows same: %d)\n",
+                e_out, e_dq, e_dk, e_dv, e_sink, e_lse, lse_inf_same);
+    }
     for (size_t t = 1; t < 3; t++) {
         bool same = same_bits(fused[t].out, fused[0].out, n_out) &&
-                    same_bits(fused[t].lse, fused[0].lse, c.B * c.H * c.T) &&
-                    same_bits(fused[t].grads, fused[0].grads, ref.n_grads);
+                    same_bits(fused[t].lse, fused[0].lse, c.n_lse) &&
+                    same_bits(fused[t].dq, fused[0].dq, c.n_q) &&
+                    same_bits(fused[t].dk, fused[0].dk, c.n_k) &&
+                    same_bits(fused[t].dv, fused[0].dv, c.n_v) &&
+                    same_bits(fused[t].dsinks, fused[0].dsinks, Hq);
         CHECK(same);
-        if (!same) fprintf(stderr, "%s: %zu threads differ from 1 thread (T=%zu S=%zu)\n", fk->name, t + 1, c.T, c.S);
+        if (!same) {
+            describe(isa, &c);
+            fprintf(stderr, "  %zu threads differ from 1 thread\n", t + 1);
+        }
     }
     free_results(&ref);
     for (size_t t = 0; t < 3; t++) free_results(&fused[t]);
-    free(qbuf);
-    free(kbuf);
-    free(vbuf);
-    free(c.dout);
-    free(c.bits);
+    free_case(&c);
 }
 
 /* The scan that sends non-finite inputs to the reference: the largest |x|
@@ -276,14 +375,56 @@ static void max_abs_cases(const attn_flash_kernels *fk, uint64_t *seed) {
     }
 }
 
+/* takes_values: ordinary values yes; NaN or inf in any input, a sink or a
+ * slope, or magnitudes past float32's range in the tiles, no. */
+static void takes_values_cases(attn_kernels kernels, uint64_t *seed) {
+    attn_ctx ctx = {.num_threads = 2, .kernels = kernels};
+    for (int index = 0; index < 8; index++) {
+        flash_case c;
+    make_case(&c, seed, index);
+        if (c.p.cu_seqlens_q) { /* row 0 may be no sequence's */
+            free_case(&c);
+            continue;
+        }
+        CHECK(attn_attention_fused.takes_values(&ctx, &c.p, NULL));
+        CHECK(attn_attention_fused.takes_values(&ctx, &c.p, c.dout));
+        float *targets[4] = {c.q, c.k, c.v, c.dout};
+        size_t rows[4] = {0, 0, 0, 0}; /* the first row of each is the problem's */
+        for (int t = 0; t < 4; t++) {
+            float kept = targets[t][rows[t]];
+            targets[t][rows[t]] = index % 2 ? NAN : INFINITY;
+            CHECK(!attn_attention_fused.takes_values(&ctx, &c.p, c.dout));
+            targets[t][rows[t]] = 3e19f; /* q . k past float32 */
+            if (t < 2 && c.p.head_dim > 0) {
+                float kept_other = targets[1 - t][0];
+                targets[1 - t][0] = 3e19f;
+                CHECK(!attn_attention_fused.takes_values(&ctx, &c.p, c.dout));
+                targets[1 - t][0] = kept_other;
+            }
+            targets[t][rows[t]] = kept;
+        }
+        if (c.sinks) {
+            c.sinks[0] = NAN;
+            CHECK(!attn_attention_fused.takes_values(&ctx, &c.p, NULL));
+        }
+        if (c.slopes) {
+            c.slopes[0] = 1e37f; /* ALiBi's bias past float32 */
+            CHECK(!attn_attention_fused.takes_values(&ctx, &c.p, NULL));
+        }
+        free_case(&c);
+    }
+}
+
 int main(int argc, char **argv) {
     struct timespec now;
     timespec_get(&now, TIME_UTC);
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10)
                              : (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
+    int cases = argc > 2 ? atoi(argv[2]) : 60;
     printf("seed %llu\n", (unsigned long long)seed);
     philox_known_answers();
     const attn_flash_kernels *sets[3] = {&attn_flash_portable, NULL, NULL};
+    attn_kernels kinds[3] = {ATTN_KERNELS_PORTABLE, ATTN_KERNELS_AVX2, ATTN_KERNELS_AVX512};
 #if defined(ATTN_HAVE_X86_KERNELS)
     if (attn_kernels_supported(ATTN_KERNELS_AVX2)) sets[1] = &attn_flash_avx2;
     if (attn_kernels_supported(ATTN_KERNELS_AVX512)) sets[2] = &attn_flash_avx512;
@@ -292,7 +433,8 @@ int main(int argc, char **argv) {
         if (!sets[s]) continue;
         printf("%s\n", sets[s]->name);
         max_abs_cases(sets[s], &seed);
-        for (int i = 0; i < 24; i++) one_case(sets[s], &seed, i);
+        takes_values_cases(kinds[s], &seed);
+        for (int i = 0; i < cases; i++) one_case(sets[s]->name, kinds[s], &seed, i);
     }
     return check_summary();
 }

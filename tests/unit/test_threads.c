@@ -70,6 +70,29 @@ static attn_status build(attn_ctx *ctx, attn_rng *rng, attn_module_kind kind, at
         *out = attn_gpt2_module(m);
         break;
     }
+    case ATTN_MODULE_GQA: {
+        attn_gqa *m;
+        attn_gqa_config cfg = {.d_in = C, .d_out = C, .num_heads = HEADS, .num_kv_groups = 2,
+                               .dropout = 0.2, .qkv_bias = true};
+        st = attn_gqa_new(ctx, &cfg, rng, &m);
+        *out = attn_gqa_module(m);
+        break;
+    }
+    case ATTN_MODULE_MLA: {
+        attn_mla *m;
+        attn_mla_config cfg = {.d_in = C, .d_out = C, .num_heads = HEADS, .dropout = 0.2};
+        st = attn_mla_new(ctx, &cfg, rng, &m);
+        *out = attn_mla_module(m);
+        break;
+    }
+    case ATTN_MODULE_SWA: {
+        attn_swa *m;
+        attn_swa_config cfg = {.d_in = C, .d_out = C, .num_heads = HEADS,
+                               .sliding_window_size = 5, .dropout = 0.2};
+        st = attn_swa_new(ctx, &cfg, rng, &m);
+        *out = attn_swa_module(m);
+        break;
+    }
     }
     return st;
 }
@@ -120,7 +143,8 @@ static float *run(attn_module_kind kind, size_t threads, size_t *n_out) {
 
 static const attn_module_kind kinds[] = {ATTN_MODULE_SIMPLE, ATTN_MODULE_SA_V1, ATTN_MODULE_SA_V2,
                                          ATTN_MODULE_CAUSAL, ATTN_MODULE_MHA_WRAPPER,
-                                         ATTN_MODULE_MHA, ATTN_MODULE_GPT2};
+                                         ATTN_MODULE_MHA, ATTN_MODULE_GPT2, ATTN_MODULE_GQA,
+                                         ATTN_MODULE_MLA, ATTN_MODULE_SWA};
 #define NUM_KINDS (sizeof kinds / sizeof kinds[0])
 
 /* Two application threads, each with its own ctx of 2 worker threads. */

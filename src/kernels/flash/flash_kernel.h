@@ -19,6 +19,11 @@
  * VW keys is packed as k^T (hd, BC) and v (BC, hd padded to VW). The score
  * tile is RG rows x BC keys in registers: each step broadcasts RG query
  * values and loads NV vectors of k^T for RG * NV fused multiply-adds.
+ *
+ * Scores in the tiles are base-2 logits: s2 = s * log2(e). ALiBi's bias of
+ * row i is taken relative to its nearest visible key (a constant per row,
+ * added back to lse), so that the scores the softmax weighs stay small
+ * where float32 resolves them even when every key is far from pos_i.
  */
 #include "kernels/flash/flash.h"
 
@@ -33,47 +38,105 @@
 #define RG 4
 #define BC (NV * VW)
 #define LOG2E 1.4426950408889634
+/* Floats of one work item's per-head query tiles (heads x BR x Dp) at
+ * most: a GQA item runs this many of its group's heads against each packed
+ * key block (8 heads at hd 64: 128 KiB, within L2). */
+#define GROUP_TILE_FLOATS 32768
 
 static size_t padded(size_t head_dim) { return (head_dim + VW - 1) / VW * VW; }
+
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Query heads per work item: the whole group of a KV head where its tiles
+ * fit GROUP_TILE_FLOATS, else the group in even chunks that do. */
+static size_t heads_per_item(const attn_attention_problem *p) {
+    size_t G = p->q_heads / p->kv_heads, fit = GROUP_TILE_FLOATS / (BR * padded(p->head_dim));
+    if (fit < 1) fit = 1;
+    if (fit >= G) return G;
+    size_t chunks = (G + fit - 1) / fit;
+    return (G + chunks - 1) / chunks;
+}
 
 /* ---- shared pieces -------------------------------------------------------- */
 
 /* The geometry of one call. */
 typedef struct flash_shape {
-    const attn_sdpa_args *a;
-    const attn_flash_dropout *drop;
-    size_t T, S, D, Dp, H, q_blocks, k_blocks;
-    bool causal;
-    float log2_scale; /* scale * log2(e) */
+    const attn_attention_problem *p;
+    const attn_attention_dropout *drop;
+    size_t D, Dp, G, hc, chunks, q_blocks, k_blocks;
+    float log2_scale;     /* scale * log2(e) */
+    float cap2, inv_cap2; /* softcap * log2(e) and its inverse; 0: no softcap */
+    bool modified;        /* softcap or ALiBi: every tile goes through modify_tile */
 } flash_shape;
 
-static flash_shape flash_shape_of(const attn_sdpa_args *a, const attn_flash_dropout *drop) {
-    flash_shape f = {.a = a, .drop = drop, .T = a->tokens, .S = a->kv_tokens, .D = a->head_dim,
-                     .H = a->heads};
+static flash_shape flash_shape_of(const attn_attention_problem *p,
+                                  const attn_attention_dropout *drop) {
+    flash_shape f = {.p = p, .drop = drop, .D = p->head_dim};
     f.Dp = padded(f.D);
-    f.q_blocks = (f.T + BR - 1) / BR;
-    f.k_blocks = (f.S + BC - 1) / BC;
-    f.causal = a->causal && a->mask != ATTN_MASK_NONE;
-    f.log2_scale = (float)(a->scale * LOG2E);
+    f.G = p->q_heads / p->kv_heads;
+    f.hc = heads_per_item(p);
+    f.chunks = (f.G + f.hc - 1) / f.hc;
+    f.q_blocks = (p->q_len + BR - 1) / BR;
+    f.k_blocks = (p->kv_len + BC - 1) / BC;
+    f.log2_scale = (float)(p->scale * LOG2E);
+    if (p->softcap > 0.0f) {
+        f.cap2 = (float)(p->softcap * LOG2E);
+        f.inv_cap2 = (float)(1.0 / (p->softcap * LOG2E));
+    }
+    f.modified = f.cap2 != 0.0f || p->alibi_slopes;
     return f;
 }
 
-/* Keys [0, end) are the only ones rows [i0, i0 + rows) may see. */
-static size_t visible_keys(const flash_shape *f, size_t i0, size_t rows) {
-    if (!f->causal) return f->S;
-    size_t last_row = i0 + rows - 1; /* sees keys j <= last_row + S - T */
-    if (last_row + f->S < f->T) return 0;
-    size_t end = last_row + f->S - f->T + 1;
-    return end < f->S ? end : f->S;
+/* ALiBi's slope of head h in base-2 units (0: none). */
+static float slope2_of(const flash_shape *f, size_t h) {
+    return f->p->alibi_slopes ? (float)(f->p->alibi_slopes[h] * LOG2E) : 0.0f;
 }
 
+/* The rows [i0, i0 + rows) of a query block of one sequence: the keys
+ * [begin, end) each sees (0, 0 when none, and past rows), and the distance
+ * from pos_i to its nearest visible key (ALiBi's row shift). */
+typedef struct block_rows {
+    size_t i0, rows;
+    int64_t pos0; /* pos of row i0 */
+    size_t begin[BR], end[BR];
+    int64_t near[BR];
+    size_t first, last; /* the union of the rows' keys: [first, last) */
+} block_rows;
+
+static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0, size_t rows,
+                    block_rows *br) {
+    br->i0 = i0;
+    br->rows = rows;
+    br->pos0 = (int64_t)i0 + s->diagonal;
+    br->first = s->kv_len;
+    br->last = 0;
+    for (size_t r = 0; r < BR; r++) {
+        size_t lo = 0, hi = 0;
+        if (r < rows) attn_visible_keys(f->p, s, i0 + r, &lo, &hi);
+        if (lo >= hi) lo = hi = 0;
+        br->begin[r] = lo;
+        br->end[r] = hi;
+        int64_t pos = br->pos0 + (int64_t)r;
+        br->near[r] = lo >= hi ? 0 : pos < (int64_t)lo ? (int64_t)lo - pos
+                                    : pos >= (int64_t)hi ? pos - (int64_t)hi + 1 : 0;
+        if (lo < hi) {
+            if (lo < br->first) br->first = lo;
+            if (hi > br->last) br->last = hi;
+        }
+    }
+    if (br->first >= br->last) br->first = br->last = 0;
+}
+
+/* Bit i of a mask. */
+static inline bool flash_bit(const uint8_t *bits, uint64_t i) { return (bits[i >> 3] >> (i & 7)) & 1u; }
+
 /* The dropout factors of n consecutive weights from flat index e0 of the
- * (B, H, T, S) weights: 0 or kept_scale. Philox groups of 64 (rng/philox.h)
+ * (B, Hq, T, S) weights: 0 or kept_scale. Philox groups of 64 (rng/philox.h)
  * come from the includer's philox_group when it has a vector one. */
-static void drop_factors(const attn_flash_dropout *drop, uint64_t e0, size_t n, float *factor) {
-    if (drop->kind == ATTN_FLASH_DROP_BITS) {
+static void drop_factors(const attn_attention_dropout *drop, uint64_t e0, size_t n, float *factor) {
+    if (drop->kind == ATTN_DROP_BITS) {
         for (size_t j = 0; j < n; j++)
-            factor[j] = attn_bit(drop->keep_bits, e0 + j) ? drop->kept_scale : 0.0f;
+            factor[j] = flash_bit(drop->keep_bits, e0 + j) ? drop->kept_scale : 0.0f;
         return;
     }
     uint32_t words[64];
@@ -102,43 +165,39 @@ static void scale_by(float *x, const float *factor, size_t n) {
     for (; j < n; j++) x[j] *= factor[j];
 }
 
-/* xt (D, BC) = rows [j0, j0 + cols) of x (row stride ld) transposed, zero
- * beyond cols. No test inside the copy loops: this runs once per (query
- * block, key block), and a per-element branch made it a fifth of the
- * forward. */
-static void transpose_keys(const flash_shape *f, const float *x, size_t j0, size_t cols, float *xt) {
-    size_t ld = f->a->kv_t_stride, D = f->D, jj = 0;
+/* xt (D, BC) = rows [0, cols) of x (row stride ld) transposed, zero beyond
+ * cols. No test inside the copy loops: this runs once per (query block,
+ * key block), and a per-element branch made it a fifth of the forward. */
+static void transpose_keys(const float *x, size_t ld, size_t D, size_t cols, float *xt) {
+    size_t jj = 0;
 #if defined(HAVE_TRANSPOSE_BLOCK)
     size_t whole = D / VW * VW; /* dims in whole VW x VW blocks */
     for (; jj + VW <= cols; jj += VW) {
-        const float *x_j = x + (j0 + jj) * ld;
+        const float *x_j = x + jj * ld;
         for (size_t d = 0; d < whole; d += VW) transpose_block(x_j + d, ld, xt + d * BC + jj, BC);
         for (size_t r = 0; r < VW; r++)
             for (size_t d = whole; d < D; d++) xt[d * BC + jj + r] = x_j[r * ld + d];
     }
 #endif
     for (; jj < cols; jj++) {
-        const float *x_j = x + (j0 + jj) * ld;
+        const float *x_j = x + jj * ld;
         for (size_t d = 0; d < D; d++) xt[d * BC + jj] = x_j[d];
     }
     for (jj = cols; jj < BC; jj++)
         for (size_t d = 0; d < D; d++) xt[d * BC + jj] = 0.0f;
 }
 
-/* k^T (D, BC) and v (BC, Dp) of keys [j0, j0 + cols), zero beyond. v is
- * copied even where its rows could be read in place: apply_values reading
- * them with the tensor's row stride measured 3-5% slower than the copy
- * (T = 1024 and 4096, causal, 1 thread), likely because the strided rows,
- * read 16 times per block, compete for a few L1 sets. */
-static void pack_keys(const flash_shape *f, const float *k, const float *v, size_t j0, size_t cols,
-                      float *kt, float *vp) {
-    size_t ld = f->a->kv_t_stride, D = f->D, Dp = f->Dp;
-    transpose_keys(f, k, j0, cols, kt);
-    for (size_t jj = 0; jj < cols; jj++) {
-        memcpy(vp + jj * Dp, v + (j0 + jj) * ld, D * sizeof *vp);
-        memset(vp + jj * Dp + D, 0, (Dp - D) * sizeof *vp);
+/* rows (n, Dp) of x (row stride ld, D wide) times c, zero-padded; rows past
+ * count are zero. */
+static void pack_rows(const float *x, size_t ld, size_t count, size_t n, size_t D, size_t Dp,
+                      float c, float *dst) {
+    for (size_t r = 0; r < count && r < n; r++) {
+        const float *src = x + r * ld;
+        float *row = dst + r * Dp;
+        for (size_t d = 0; d < D; d++) row[d] = src[d] * c;
+        for (size_t d = D; d < Dp; d++) row[d] = 0.0f;
     }
-    memset(vp + cols * Dp, 0, (BC - cols) * Dp * sizeof *vp);
+    if (count < n) memset(dst + count * Dp, 0, (n - count) * Dp * sizeof *dst);
 }
 
 /* s (RG, BC) = qs (RG rows of D, row stride ld) @ kt (D, BC): a score tile.
@@ -193,27 +252,59 @@ static void apply_values(float *o, size_t Dp, const float *alpha, const float *p
     for (; c0 < Dp; c0 += VW) apply_values_tail(o, Dp, alpha, p, cols, vp, c0);
 }
 
-/* Sets masked scores (keys past cols, or hidden by the causal mask from
- * query row i) to -inf. */
-static void mask_tile(const flash_shape *f, vec s[RG][NV], size_t i_first, size_t j0, size_t cols) {
-    bool causal_edge = f->causal && j0 + BC + f->T > i_first + f->S + 1;
-    if (cols == BC && !causal_edge) return;
+/* Rows [r0, r0 + RG) of block br against keys [j0, j0 + BC): softcap,
+ * ALiBi (slope2, base 2, relative to each row's nearest key), and -inf
+ * outside each row's visible keys (keys past cols are outside them all).
+ * th (RG, BC), when not NULL, receives tanh(s / softcap) for the backward. */
+static void modify_tile(const flash_shape *f, const block_rows *br, float slope2, vec s[RG][NV],
+                        size_t r0, size_t j0, float *th) {
+    if (!f->modified) { /* the common tile: every row sees every key */
+        bool full = true;
+        for (size_t r = r0; r < r0 + RG && r < br->rows; r++)
+            full = full && br->begin[r] <= j0 && br->end[r] >= j0 + BC;
+        if (full) return;
+    }
     float row[BC];
     for (int r = 0; r < RG; r++) {
+        size_t i = r0 + (size_t)r;
         for (int v = 0; v < NV; v++) v_store(row + v * VW, s[r][v]);
-        for (size_t jj = 0; jj < BC; jj++)
-            if (jj >= cols || (f->causal && attn_causal_hides(i_first + r, j0 + jj, f->T, f->S)))
-                row[jj] = -INFINITY;
+        if (f->cap2 != 0.0f)
+            for (size_t jj = 0; jj < BC; jj++) {
+                float t = tanhf(row[jj] * f->inv_cap2);
+                row[jj] = f->cap2 * t;
+                if (th) th[r * BC + jj] = t;
+            }
+        if (slope2 != 0.0f && i < br->rows) {
+            int64_t pos = br->pos0 + (int64_t)i;
+            for (size_t jj = 0; jj < BC; jj++) {
+                int64_t d = pos - (int64_t)(j0 + jj);
+                d = d < 0 ? -d : d;
+                row[jj] -= slope2 * (float)(d - br->near[i]);
+            }
+        }
+        /* masked: [0, a) and [z, BC) of the tile */
+        size_t lo = i < br->rows ? br->begin[i] : 0, hi = i < br->rows ? br->end[i] : 0;
+        size_t a = lo > j0 ? min_size(lo - j0, BC) : 0, z = hi > j0 ? min_size(hi - j0, BC) : 0;
+        if (z < a) z = a;
+        for (size_t jj = 0; jj < a; jj++) row[jj] = -INFINITY;
+        for (size_t jj = z; jj < BC; jj++) row[jj] = -INFINITY;
         for (int v = 0; v < NV; v++) s[r][v] = v_load(row + v * VW);
     }
 }
 
+/* Row i of head h of sequence seq of batch b in a (B, T, H, D) view. */
+static size_t row_at(attn_view_strides st, size_t b, const attn_attention_seq *seq, bool keys,
+                     size_t h, size_t i) {
+    return attn_view_offset(st, b, keys ? seq->kv_start : seq->q_start, h, i);
+}
+
 /* ---- forward -------------------------------------------------------------- */
 
-static size_t forward_workspace(size_t head_dim) {
-    size_t D = head_dim, Dp = padded(head_dim);
-    /* qs (BR, D), kt (D, BC), vp (BC, Dp), o (BR, Dp), m, l (BR), p (RG, BC), factors (BC) */
-    return BR * D + D * BC + BC * Dp + BR * Dp + 2 * BR + RG * BC + BC + 2 * VW;
+static size_t forward_workspace(const attn_attention_problem *p) {
+    size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p);
+    /* per head: qs (BR, D), o (BR, Dp), m, l (BR); kt (D, BC), vp (BC, Dp),
+     * p, th (RG, BC), factors (BC) */
+    return hc * (BR * D + BR * Dp + 2 * BR) + D * BC + BC * Dp + 2 * RG * BC + BC + 2 * VW;
 }
 
 typedef struct forward_job {
@@ -222,107 +313,155 @@ typedef struct forward_job {
     size_t per_part;
 } forward_job;
 
-/* One (batch, head, query block): FlashAttention-2's forward. */
+/* The work item's (batch, KV head, chunk of its heads, query block), heavy
+ * query blocks first (causal: item 0 is the last query block). */
+typedef struct query_item {
+    size_t b, kvh, h0, heads, qb;
+} query_item;
+
+static query_item query_item_of(const flash_shape *f, size_t item) {
+    query_item it;
+    it.qb = f->q_blocks - 1 - item % f->q_blocks;
+    item /= f->q_blocks;
+    size_t chunk = item % f->chunks;
+    item /= f->chunks;
+    it.kvh = item % f->p->kv_heads;
+    it.b = item / f->p->kv_heads;
+    it.h0 = it.kvh * f->G + chunk * f->hc;
+    it.heads = chunk * f->hc < f->G ? min_size(f->hc, f->G - chunk * f->hc) : 0;
+    return it;
+}
+
+/* One (batch, KV head, chunk of heads, query block): FlashAttention-2's
+ * forward for each head, each key block packed once for all of them. */
 static void forward_block(void *arg, size_t part, size_t item) {
     const forward_job *job = arg;
     const flash_shape *f = &job->f;
-    const attn_sdpa_args *a = f->a;
+    const attn_attention_problem *p = f->p;
     size_t D = f->D, Dp = f->Dp;
-    /* heavy blocks first: item 0 is the last query block (causal) */
-    size_t qb = f->q_blocks - 1 - item % f->q_blocks, bh = item / f->q_blocks;
-    size_t b = bh / f->H, h = bh % f->H;
-    size_t i0 = qb * BR, rows = f->T - i0 < BR ? f->T - i0 : BR;
-    float *qs = job->workspace + part * job->per_part;
-    float *kt = qs + BR * D, *vp = kt + D * BC, *o = vp + BC * Dp;
-    float *m = o + BR * Dp, *l = m + BR, *p = l + BR, *factor = p + RG * BC;
+    query_item it = query_item_of(f, item);
+    attn_attention_seq seq = attn_attention_seq_of(p, it.b);
+    size_t i0 = it.qb * BR;
+    if (i0 >= seq.q_len || it.heads == 0) return; /* past this sequence's rows */
+    size_t rows = min_size(seq.q_len - i0, BR), nh = it.heads, b = it.b;
+    bool values = p->out != NULL, dropout = values && f->drop->kind != ATTN_DROP_NONE;
+    float *qs = job->workspace + part * job->per_part; /* (nh, BR, D) */
+    float *o = qs + f->hc * BR * D;                    /* (nh, BR, Dp) */
+    float *m = o + f->hc * BR * Dp, *l = m + f->hc * BR;
+    float *kt = l + f->hc * BR, *vp = kt + D * BC, *pt = vp + BC * Dp, *th = pt + RG * BC;
+    float *factor = th + RG * BC;
+    block_rows br;
+    rows_of(f, &seq, i0, rows, &br);
 
-    /* qs = q * scale * log2(e); rows past T are zero (computed, never written) */
-    const float *q = a->q + b * a->b_stride + h * a->h_stride;
-    for (size_t r = 0; r < rows; r++)
-        for (size_t d = 0; d < D; d++) qs[r * D + d] = q[(i0 + r) * a->t_stride + d] * f->log2_scale;
-    memset(qs + rows * D, 0, (BR - rows) * D * sizeof *qs);
-    memset(o, 0, BR * Dp * sizeof *o);
-    for (size_t r = 0; r < BR; r++) {
-        m[r] = -INFINITY;
-        l[r] = 0.0f;
-    }
-    size_t kv_base = b * a->kv_b_stride + h * a->kv_h_stride;
-    size_t keys = visible_keys(f, i0, rows);
-    uint64_t row_e0 = (uint64_t)(bh * f->T + i0) * f->S; /* flat index of (b, h, i0, 0) */
-    for (size_t j0 = 0; j0 < keys; j0 += BC) {
-        size_t cols = f->S - j0 < BC ? f->S - j0 : BC;
-        pack_keys(f, a->k + kv_base, a->v + kv_base, j0, cols, kt, vp);
-        for (size_t r0 = 0; r0 < rows; r0 += RG) {
-            vec s[RG][NV];
-            score_tile(qs + r0 * D, D, D, kt, s);
-            mask_tile(f, s, i0 + r0, j0, cols);
-            /* online softmax: m_new = max(m, rowmax); the running sums and
-             * outputs rescale by 2^(m - m_new), one vector exp2 for the rows */
-            float m_new[RG], shift[VW > RG ? VW : RG], alpha[VW > RG ? VW : RG];
-            for (int r = 0; r < RG; r++) {
-                vec mx = s[r][0];
-                for (int v = 1; v < NV; v++) mx = v_max(mx, s[r][v]);
-                m_new[r] = fmaxf(m[r0 + r], v_hmax(mx));
-            }
-            for (int r = 0; r < (VW > RG ? VW : RG); r++)
-                shift[r] = r < RG && m_new[r] != -INFINITY ? m[r0 + r] - m_new[r] : 0.0f;
-            for (int r = 0; r < RG; r += VW < RG ? VW : RG) v_store(alpha + r, v_exp2(v_load(shift + r)));
-            for (int r = 0; r < RG; r++) {
-                float *p_r = p + r * BC;
-                if (m_new[r] == -INFINITY) { /* nothing visible yet */
-                    alpha[r] = 1.0f;
-                    memset(p_r, 0, BC * sizeof *p_r);
-                    continue;
-                }
-                vec sum = v_zero(), row_max = v_set1(m_new[r]);
-                for (int v = 0; v < NV; v++) {
-                    vec e = v_exp2(v_sub(s[r][v], row_max));
-                    sum = v_fma(e, v_set1(1.0f), sum);
-                    v_store(p_r + v * VW, e);
-                }
-                l[r0 + r] = l[r0 + r] * alpha[r] + v_hsum(sum);
-                m[r0 + r] = m_new[r];
-                if (f->drop->kind != ATTN_FLASH_DROP_NONE && r0 + r < rows) {
-                    drop_factors(f->drop, row_e0 + (r0 + r) * f->S + j0, cols, factor);
-                    scale_by(p_r, factor, cols);
-                }
-            }
-            apply_values(o + r0 * Dp, Dp, alpha, p, cols, vp);
+    for (size_t g = 0; g < nh; g++) {
+        size_t h = it.h0 + g;
+        /* qs = q * scale * log2(e); rows past the block are zero (computed,
+         * never written) */
+        const float *q = p->q + row_at(p->q_strides, b, &seq, false, h, i0);
+        float *qs_g = qs + g * BR * D;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t d = 0; d < D; d++) qs_g[r * D + d] = q[r * p->q_strides.t + d] * f->log2_scale;
+        memset(qs_g + rows * D, 0, (BR - rows) * D * sizeof *qs_g);
+        memset(o + g * BR * Dp, 0, BR * Dp * sizeof *o);
+        /* the sink starts each row's sum: max = sink, sum = 2^0 */
+        for (size_t r = 0; r < BR; r++) {
+            bool sink = p->sinks && r < rows;
+            double shift = p->alibi_slopes ? (double)p->alibi_slopes[h] * br.near[r] : 0.0;
+            m[g * BR + r] = sink ? (float)((p->sinks[h] + shift) * LOG2E) : -INFINITY;
+            l[g * BR + r] = sink ? 1.0f : 0.0f;
         }
     }
-    /* out = o / l; lse = ln(sum exp(s)) = (m + log2 l) / log2(e) */
-    float *out = a->out + b * a->out_b_stride + h * a->out_h_stride;
-    for (size_t r = 0; r < rows; r++) {
-        float *out_r = out + (i0 + r) * a->out_t_stride;
-        float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
-        for (size_t d = 0; d < D; d++) out_r[d] = o[r * Dp + d] * inv;
-        if (a->lse)
-            a->lse[bh * f->T + i0 + r] =
-                l[r] > 0.0f ? (float)(((double)m[r] + log2((double)l[r])) / LOG2E) : -INFINITY;
+    size_t k_at = row_at(p->k_strides, b, &seq, true, it.kvh, 0);
+    size_t v_at = row_at(p->v_strides, b, &seq, true, it.kvh, 0);
+    for (size_t j0 = br.first; j0 < br.last; j0 += BC) {
+        size_t cols = min_size(br.last - j0, BC);
+        /* k^T (D, BC) and v (BC, Dp) of keys [j0, j0 + cols), zero beyond. v
+         * is copied even where its rows could be read in place: reading them
+         * with the tensor's row stride measured 3-5% slower (T = 1024 and
+         * 4096, causal, 1 thread), likely as the strided rows, read 16 times
+         * per block, compete for a few L1 sets. */
+        transpose_keys(p->k + k_at + j0 * p->k_strides.t, p->k_strides.t, D, cols, kt);
+        if (values) {
+            for (size_t jj = 0; jj < cols; jj++) {
+                memcpy(vp + jj * Dp, p->v + v_at + (j0 + jj) * p->v_strides.t, D * sizeof *vp);
+                memset(vp + jj * Dp + D, 0, (Dp - D) * sizeof *vp);
+            }
+            memset(vp + cols * Dp, 0, (BC - cols) * Dp * sizeof *vp);
+        }
+        for (size_t g = 0; g < nh; g++) {
+            size_t h = it.h0 + g;
+            float slope2 = slope2_of(f, h), *m_g = m + g * BR, *l_g = l + g * BR;
+            for (size_t r0 = 0; r0 < rows; r0 += RG) {
+                vec s[RG][NV];
+                score_tile(qs + g * BR * D + r0 * D, D, D, kt, s);
+                modify_tile(f, &br, slope2, s, r0, j0, NULL);
+                /* online softmax: m_new = max(m, rowmax); the running sums and
+                 * outputs rescale by 2^(m - m_new), one vector exp2 for the rows */
+                float m_new[RG], shift[VW > RG ? VW : RG], alpha[VW > RG ? VW : RG];
+                for (int r = 0; r < RG; r++) {
+                    vec mx = s[r][0];
+                    for (int v = 1; v < NV; v++) mx = v_max(mx, s[r][v]);
+                    m_new[r] = fmaxf(m_g[r0 + r], v_hmax(mx));
+                }
+                for (int r = 0; r < (VW > RG ? VW : RG); r++)
+                    shift[r] = r < RG && m_new[r] != -INFINITY ? m_g[r0 + r] - m_new[r] : 0.0f;
+                for (int r = 0; r < RG; r += VW < RG ? VW : RG) v_store(alpha + r, v_exp2(v_load(shift + r)));
+                for (int r = 0; r < RG; r++) {
+                    float *p_r = pt + r * BC;
+                    if (m_new[r] == -INFINITY) { /* nothing visible yet */
+                        alpha[r] = 1.0f;
+                        memset(p_r, 0, BC * sizeof *p_r);
+                        continue;
+                    }
+                    vec sum = v_zero(), row_max = v_set1(m_new[r]);
+                    for (int v = 0; v < NV; v++) {
+                        vec e = v_exp2(v_sub(s[r][v], row_max));
+                        sum = v_fma(e, v_set1(1.0f), sum);
+                        v_store(p_r + v * VW, e);
+                    }
+                    l_g[r0 + r] = l_g[r0 + r] * alpha[r] + v_hsum(sum);
+                    m_g[r0 + r] = m_new[r];
+                    if (dropout && r0 + r < rows) {
+                        drop_factors(f->drop, attn_drop_index(p, b, h, i0 + r0 + r, j0), cols, factor);
+                        scale_by(p_r, factor, cols);
+                    }
+                }
+                if (values) apply_values(o + g * BR * Dp + r0 * Dp, Dp, alpha, pt, cols, vp);
+            }
+        }
+    }
+    /* out = o / l; lse = ln(sum exp(s)) = (m + log2 l) / log2(e), less the
+     * ALiBi row shift; a row that sees no key: 0, and lse = sink or -inf */
+    for (size_t g = 0; g < nh; g++) {
+        size_t h = it.h0 + g;
+        double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
+        for (size_t r = 0; r < rows; r++) {
+            size_t gr = g * BR + r;
+            bool seen = br.begin[r] < br.end[r];
+            if (values) {
+                float *out_r = p->out + row_at(p->out_strides, b, &seq, false, h, i0 + r);
+                float inv = seen && l[gr] > 0.0f ? 1.0f / l[gr] : 0.0f;
+                for (size_t d = 0; d < D; d++) out_r[d] = o[gr * Dp + d] * inv;
+            }
+            if (p->lse) {
+                float lse = p->sinks ? p->sinks[h] : -INFINITY;
+                if (seen && l[gr] > 0.0f)
+                    lse = (float)(((double)m[gr] + log2((double)l[gr])) / LOG2E - slope * br.near[r]);
+                p->lse[attn_lse_index(p, b, h, i0 + r)] = lse;
+            }
+        }
     }
 }
 
-static void flash_forward(size_t threads, const attn_sdpa_args *a, const attn_flash_dropout *drop,
-                          float *workspace) {
-    forward_job job = {.f = flash_shape_of(a, drop), .workspace = workspace,
-                       .per_part = forward_workspace(a->head_dim)};
-    attn_parallel_dynamic(threads, a->batch * a->heads * job.f.q_blocks, forward_block, &job);
+static void flash_forward(size_t threads, const attn_attention_problem *p,
+                          const attn_attention_dropout *drop, float *workspace) {
+    forward_job job = {.f = flash_shape_of(p, drop), .workspace = workspace,
+                       .per_part = forward_workspace(p)};
+    size_t items = p->batch * p->kv_heads * job.f.chunks * job.f.q_blocks;
+    attn_parallel_dynamic(threads, items, forward_block, &job);
 }
 
 /* ---- backward ------------------------------------------------------------- */
-
-/* rows (n, Dp) of x (row stride ld, D wide) times c, zero-padded; rows past
- * count are zero. */
-static void pack_rows(const float *x, size_t ld, size_t count, size_t n, size_t D, size_t Dp,
-                      float c, float *dst) {
-    for (size_t r = 0; r < count && r < n; r++) {
-        const float *src = x + r * ld;
-        float *row = dst + r * Dp;
-        for (size_t d = 0; d < D; d++) row[d] = src[d] * c;
-        for (size_t d = D; d < Dp; d++) row[d] = 0.0f;
-    }
-    if (count < n) memset(dst + count * Dp, 0, (n - count) * Dp * sizeof *dst);
-}
 
 /* acc (BC, Dp) += tile^T (BC, rows) @ x (rows, Dp), tile (rows, BC): the
  * key-side products dv += A^T dO and dk += dS^T q, for 4 keys from j and W
@@ -360,101 +499,119 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 }
 
 /* The per-part scratch of the backward. */
-static size_t backward_workspace(size_t head_dim) {
-    size_t D = head_dim, Dp = padded(head_dim);
-    /* qs, q, dO (BR, Dp); A, dS (BR, BC); kt, vt (D, BC); k or dk, dv (BC, Dp);
-     * dq (BR, Dp); lse2, delta (BR); factors (BC) */
-    return 4 * BR * Dp + 2 * BR * BC + 2 * D * BC + 2 * BC * Dp + 2 * BR + BC + 2 * VW;
+static size_t backward_workspace(const attn_attention_problem *p) {
+    size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p);
+    /* per head: qs, dO, dq (BR, Dp), lse2, delta (BR); q (BR, Dp); A, dS
+     * (BR, BC); th (RG, BC); kt, vt (D, BC); kv0, kv1 (BC, Dp); factors (BC) */
+    return hc * (3 * BR * Dp + 2 * BR) + BR * Dp + 2 * BR * BC + RG * BC + 2 * D * BC +
+           2 * BC * Dp + BC + 2 * VW;
 }
 
 typedef struct backward_job {
     flash_shape f;
-    const float *out, *lse, *dout;
-    float *dq, *dk, *dv, *delta;
+    const attn_attention_grads *g;
+    const float *lse;
+    float *delta;
     float *workspace;
     size_t per_part;
 } backward_job;
 
 typedef struct backward_tiles {
-    float *qs, *q, *dO, *A, *dS, *kt, *vt, *kv0, *kv1, *dq, *lse2, *delta, *factor;
+    float *qs, *dO, *dq, *lse2, *delta; /* per head of the item */
+    float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *factor;
 } backward_tiles;
 
 static backward_tiles tiles_of(const backward_job *job, size_t part) {
-    size_t D = job->f.D, Dp = job->f.Dp;
+    size_t D = job->f.D, Dp = job->f.Dp, hc = job->f.hc;
     backward_tiles t;
     t.qs = job->workspace + part * job->per_part;
-    t.q = t.qs + BR * Dp;
-    t.dO = t.q + BR * Dp;
-    t.dq = t.dO + BR * Dp;
-    t.A = t.dq + BR * Dp;
+    t.dO = t.qs + hc * BR * Dp;
+    t.dq = t.dO + hc * BR * Dp;
+    t.lse2 = t.dq + hc * BR * Dp;
+    t.delta = t.lse2 + hc * BR;
+    t.q = t.delta + hc * BR;
+    t.A = t.q + BR * Dp;
     t.dS = t.A + BR * BC;
-    t.kt = t.dS + BR * BC;
+    t.th = t.dS + BR * BC;
+    t.kt = t.th + RG * BC;
     t.vt = t.kt + D * BC;
     t.kv0 = t.vt + D * BC;
     t.kv1 = t.kv0 + BC * Dp;
-    t.lse2 = t.kv1 + BC * Dp;
-    t.delta = t.lse2 + BR;
-    t.factor = t.delta + BR;
+    t.factor = t.kv1 + BC * Dp;
     return t;
 }
 
-/* k^T and v^T (D, BC) of keys [j0, j0 + cols), zero beyond. */
-static void pack_keys_transposed(const flash_shape *f, const float *k, const float *v, size_t j0,
-                                 size_t cols, float *kt, float *vt) {
-    transpose_keys(f, k, j0, cols, kt);
-    transpose_keys(f, v, j0, cols, vt);
+/* k^T and v^T (D, BC) of keys [j0, j0 + cols) of (b, kvh), zero beyond. */
+static void pack_keys_transposed(const flash_shape *f, size_t b, const attn_attention_seq *seq,
+                                 size_t kvh, size_t j0, size_t cols, float *kt, float *vt) {
+    const attn_attention_problem *p = f->p;
+    transpose_keys(p->k + row_at(p->k_strides, b, seq, true, kvh, j0), p->k_strides.t, f->D, cols, kt);
+    transpose_keys(p->v + row_at(p->v_strides, b, seq, true, kvh, j0), p->v_strides.t, f->D, cols, vt);
 }
 
-/* The query block's rows: qs (scaled by scale log2 e), dO, and per row
- * lse in base 2 and delta; q unscaled when want_q. */
-static void pack_queries(const backward_job *job, const backward_tiles *t, size_t b, size_t h,
-                         size_t i0, size_t rows, bool want_q) {
+/* Head slot g of the tiles for head h, rows of block br: qs (scaled by
+ * scale log2 e), dO, and per row lse in base 2 (with ALiBi's row shift)
+ * and delta; q unscaled into t->q when want_q. */
+static void pack_queries(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
+                         const attn_attention_seq *seq, size_t h, const block_rows *br,
+                         bool want_q) {
     const flash_shape *f = &job->f;
-    const attn_sdpa_args *a = f->a;
-    size_t bh = b * f->H + h;
-    const float *q = a->q + b * a->b_stride + h * a->h_stride + i0 * a->t_stride;
-    const float *dO = job->dout + b * a->out_b_stride + h * a->out_h_stride + i0 * a->out_t_stride;
-    pack_rows(q, a->t_stride, rows, BR, f->D, f->Dp, f->log2_scale, t->qs);
-    if (want_q) pack_rows(q, a->t_stride, rows, BR, f->D, f->Dp, 1.0f, t->q);
-    pack_rows(dO, a->out_t_stride, rows, BR, f->D, f->Dp, 1.0f, t->dO);
+    const attn_attention_problem *p = f->p;
+    size_t Dp = f->Dp, i0 = br->i0, rows = br->rows;
+    const float *q = p->q + row_at(p->q_strides, b, seq, false, h, i0);
+    const float *dO = job->g->dout + row_at(p->out_strides, b, seq, false, h, i0);
+    pack_rows(q, p->q_strides.t, rows, BR, f->D, Dp, f->log2_scale, t->qs + g * BR * Dp);
+    if (want_q) pack_rows(q, p->q_strides.t, rows, BR, f->D, Dp, 1.0f, t->q);
+    pack_rows(dO, p->out_strides.t, rows, BR, f->D, Dp, 1.0f, t->dO + g * BR * Dp);
+    double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
     for (size_t r = 0; r < BR; r++) {
-        t->lse2[r] = r < rows ? (float)(job->lse[bh * f->T + i0 + r] * LOG2E) : -INFINITY;
-        t->delta[r] = r < rows ? job->delta[bh * f->T + i0 + r] : 0.0f;
+        float *lse2 = t->lse2 + g * BR + r, *delta = t->delta + g * BR + r;
+        if (r >= rows) {
+            *lse2 = -INFINITY;
+            *delta = 0.0f;
+            continue;
+        }
+        size_t at = attn_lse_index(p, b, h, i0 + r);
+        *lse2 = (float)(((double)job->lse[at] + slope * br->near[r]) * LOG2E);
+        *delta = job->delta[at];
     }
 }
 
-/* A = P * drop and dS = P * (dP * drop - delta) for rows [r0, r0 + RG) of
- * the query block at i0 against keys [j0, j0 + cols): P = 2^(s - lse2),
- * zero where masked, for rows past `rows` and for rows that saw no key. */
-static void gradient_tile(const backward_job *job, const backward_tiles *t, size_t bh, size_t i0,
-                          size_t rows, size_t r0, size_t j0, size_t cols) {
+/* A = P * drop and dS = P * (dP * drop - delta) (times softcap's 1 - t^2)
+ * for rows [r0, r0 + RG) of head slot g (head h) of block br against keys
+ * [j0, j0 + cols): P = 2^(s - lse2), zero where masked, for rows past the
+ * block and for rows that saw no key. */
+static void gradient_tile(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
+                          size_t h, const block_rows *br, size_t r0, size_t j0, size_t cols) {
     const flash_shape *f = &job->f;
+    const attn_attention_problem *p = f->p;
     vec s[RG][NV], dp[RG][NV];
-    score_tile(t->qs + r0 * f->Dp, f->Dp, f->D, t->kt, s);
-    mask_tile(f, s, i0 + r0, j0, cols);
-    score_tile(t->dO + r0 * f->Dp, f->Dp, f->D, t->vt, dp);
+    const float *lse2 = t->lse2 + g * BR, *delta_g = t->delta + g * BR;
+    score_tile(t->qs + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->kt, s);
+    modify_tile(f, br, slope2_of(f, h), s, r0, j0, t->th);
+    score_tile(t->dO + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->vt, dp);
     for (int r = 0; r < RG; r++) {
-        size_t row = r0 + r;
+        size_t row = r0 + (size_t)r;
         float *A = t->A + row * BC, *dS = t->dS + row * BC;
-        if (row >= rows || t->lse2[row] == -INFINITY) {
+        if (row >= br->rows || lse2[row] == -INFINITY) {
             memset(A, 0, BC * sizeof *A);
             memset(dS, 0, BC * sizeof *dS);
             continue;
         }
-        vec shift = v_set1(t->lse2[row]), delta = v_set1(t->delta[row]);
+        vec shift = v_set1(lse2[row]), delta = v_set1(delta_g[row]);
         for (int v = 0; v < NV; v++) {
             vec P = v_exp2(v_sub(s[r][v], shift));
             v_store(A + v * VW, P);
             v_store(dS + v * VW, dp[r][v]);
         }
-        if (f->drop->kind != ATTN_FLASH_DROP_NONE) {
-            drop_factors(f->drop, (uint64_t)(bh * f->T + i0 + row) * f->S + j0, cols, t->factor);
+        if (f->drop->kind != ATTN_DROP_NONE) {
+            drop_factors(f->drop, attn_drop_index(p, b, h, br->i0 + row, j0), cols, t->factor);
             scale_by(A, t->factor, cols);
             scale_by(dS, t->factor, cols);
         }
-        /* a softmax over one key is constant: its dS is exactly zero (in
-         * float, dP - delta would leave rounding residue) */
-        if (visible_keys(f, i0 + row, 1) == 1) {
+        /* a softmax over one key (and no sink) is constant: its dS is
+         * exactly zero (in float, dP - delta would leave rounding residue) */
+        if (!p->sinks && br->end[row] - br->begin[row] == 1) {
             memset(dS, 0, BC * sizeof *dS);
             continue;
         }
@@ -463,101 +620,168 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
             vec P = v_exp2(v_sub(s[r][v], shift));
             v_store(dS + v * VW, v_mul(P, v_sub(v_load(dS + v * VW), delta)));
         }
+        /* s = cap tanh(x / cap): ds/dx = 1 - tanh^2 */
+        if (f->cap2 != 0.0f)
+            for (int v = 0; v < NV; v++) {
+                vec tv = v_load(t->th + r * BC + v * VW);
+                vec dx = v_sub(v_set1(1.0f), v_mul(tv, tv));
+                v_store(dS + v * VW, v_mul(v_load(dS + v * VW), dx));
+            }
     }
 }
 
-/* Pass A: one (batch, head, key block): dk, dv over every query block. */
+/* The query rows [*lo, *hi) of a sequence that see some key of [j0, j1):
+ * both ends of every row's keys grow with i, so a binary search on each. */
+static void rows_seeing(const flash_shape *f, const attn_attention_seq *seq, size_t j0, size_t j1,
+                        size_t *lo, size_t *hi) {
+    size_t a = 0, z = seq->q_len; /* first row whose keys end past j0 */
+    while (a < z) {
+        size_t mid = a + (z - a) / 2, kb, ke;
+        attn_visible_keys(f->p, seq, mid, &kb, &ke);
+        (void)kb;
+        if (ke > j0) z = mid; /* (an empty row past the keys ends there: the next search drops it) */
+        else a = mid + 1;
+    }
+    *lo = a;
+    z = seq->q_len; /* first row whose keys begin at j1 or later */
+    while (a < z) {
+        size_t mid = a + (z - a) / 2, kb, ke;
+        attn_visible_keys(f->p, seq, mid, &kb, &ke);
+        if (kb >= j1) z = mid;
+        else a = mid + 1;
+    }
+    *hi = a;
+}
+
+/* Pass A: one (batch, KV head, key block): dk, dv summed over the group's
+ * query heads and the query blocks that see the keys, in a fixed order. */
 static void backward_keys(void *arg, size_t part, size_t item) {
     const backward_job *job = arg;
     const flash_shape *f = &job->f;
-    const attn_sdpa_args *a = f->a;
+    const attn_attention_problem *p = f->p;
     size_t D = f->D, Dp = f->Dp;
-    size_t kb = item % f->k_blocks, bh = item / f->k_blocks, b = bh / f->H, h = bh % f->H;
-    size_t j0 = kb * BC, cols = f->S - j0 < BC ? f->S - j0 : BC;
+    size_t kb = item % f->k_blocks, rest = item / f->k_blocks;
+    size_t kvh = rest % p->kv_heads, b = rest / p->kv_heads;
+    attn_attention_seq seq = attn_attention_seq_of(p, b);
+    size_t j0 = kb * BC;
+    if (j0 >= seq.kv_len) return; /* past this sequence's keys */
+    size_t cols = min_size(seq.kv_len - j0, BC);
     backward_tiles t = tiles_of(job, part);
     float *dk = t.kv0, *dv = t.kv1;
-    size_t kv_base = b * a->kv_b_stride + h * a->kv_h_stride;
-    pack_keys_transposed(f, a->k + kv_base, a->v + kv_base, j0, cols, t.kt, t.vt);
+    pack_keys_transposed(f, b, &seq, kvh, j0, cols, t.kt, t.vt);
     memset(dk, 0, BC * Dp * sizeof *dk);
     memset(dv, 0, BC * Dp * sizeof *dv);
-    /* the first query row that sees key j0 */
-    size_t i_first = f->causal && j0 + f->T > f->S ? j0 + f->T - f->S : 0;
-    for (size_t i0 = i_first / BR * BR; i0 < f->T; i0 += BR) {
-        size_t rows = f->T - i0 < BR ? f->T - i0 : BR;
-        pack_queries(job, &t, b, h, i0, rows, true);
-        for (size_t r0 = 0; r0 < BR; r0 += RG) gradient_tile(job, &t, bh, i0, rows, r0, j0, cols);
-        accumulate_keys(dv, Dp, t.A, t.dO, BR, cols);  /* dv += A^T dO */
-        accumulate_keys(dk, Dp, t.dS, t.q, BR, cols);  /* dk += dS^T q  */
+    size_t i_lo, i_hi;
+    rows_seeing(f, &seq, j0, j0 + cols, &i_lo, &i_hi);
+    block_rows br;
+    for (size_t i0 = i_lo; i0 < i_hi; i0 += BR) {
+        size_t rows = min_size(i_hi - i0, BR), R = (rows + RG - 1) / RG * RG;
+        rows_of(f, &seq, i0, rows, &br);
+        for (size_t g = 0; g < f->G; g++) {
+            size_t h = kvh * f->G + g;
+            pack_queries(job, &t, 0, b, &seq, h, &br, true);
+            for (size_t r0 = 0; r0 < R; r0 += RG) gradient_tile(job, &t, 0, b, h, &br, r0, j0, cols);
+            accumulate_keys(dv, Dp, t.A, t.dO, R, cols); /* dv += A^T dO */
+            accumulate_keys(dk, Dp, t.dS, t.q, R, cols); /* dk += dS^T q  */
+        }
     }
-    float *dk_out = job->dk + kv_base, *dv_out = job->dv + kv_base;
+    float *dk_out = job->g->dk + row_at(p->k_strides, b, &seq, true, kvh, j0);
+    float *dv_out = job->g->dv + row_at(p->v_strides, b, &seq, true, kvh, j0);
     for (size_t jj = 0; jj < cols; jj++)
         for (size_t d = 0; d < D; d++) {
-            dk_out[(j0 + jj) * a->kv_t_stride + d] = dk[jj * Dp + d] * a->scale;
-            dv_out[(j0 + jj) * a->kv_t_stride + d] = dv[jj * Dp + d];
+            dk_out[jj * p->k_strides.t + d] = dk[jj * Dp + d] * p->scale;
+            dv_out[jj * p->v_strides.t + d] = dv[jj * Dp + d];
         }
 }
 
-/* Pass B: one (batch, head, query block): dq over every key block. */
+/* Pass B: one (batch, KV head, chunk of heads, query block): dq of each
+ * head over the key blocks its rows see, each packed once for the heads. */
 static void backward_queries(void *arg, size_t part, size_t item) {
     const backward_job *job = arg;
     const flash_shape *f = &job->f;
-    const attn_sdpa_args *a = f->a;
+    const attn_attention_problem *p = f->p;
     size_t D = f->D, Dp = f->Dp;
-    size_t qb = f->q_blocks - 1 - item % f->q_blocks, bh = item / f->q_blocks;
-    size_t b = bh / f->H, h = bh % f->H;
-    size_t i0 = qb * BR, rows = f->T - i0 < BR ? f->T - i0 : BR;
+    query_item it = query_item_of(f, item);
+    attn_attention_seq seq = attn_attention_seq_of(p, it.b);
+    size_t i0 = it.qb * BR, b = it.b;
+    if (i0 >= seq.q_len || it.heads == 0) return;
+    size_t rows = min_size(seq.q_len - i0, BR);
     backward_tiles t = tiles_of(job, part);
     float *kp = t.kv0;
-    pack_queries(job, &t, b, h, i0, rows, false);
-    memset(t.dq, 0, BR * Dp * sizeof *t.dq);
-    size_t kv_base = b * a->kv_b_stride + h * a->kv_h_stride;
-    size_t keys = visible_keys(f, i0, rows);
-    const float ones[RG] = {1.0f, 1.0f, 1.0f, 1.0f};
-    for (size_t j0 = 0; j0 < keys; j0 += BC) {
-        size_t cols = f->S - j0 < BC ? f->S - j0 : BC;
-        pack_keys_transposed(f, a->k + kv_base, a->v + kv_base, j0, cols, t.kt, t.vt);
-        pack_rows(a->k + kv_base + j0 * a->kv_t_stride, a->kv_t_stride, cols, BC, D, Dp, 1.0f, kp);
-        for (size_t r0 = 0; r0 < rows; r0 += RG) {
-            gradient_tile(job, &t, bh, i0, rows, r0, j0, cols);
-            apply_values(t.dq + r0 * Dp, Dp, ones, t.dS + r0 * BC, cols, kp); /* dq += dS k */
-        }
+    block_rows br;
+    rows_of(f, &seq, i0, rows, &br);
+    for (size_t g = 0; g < it.heads; g++) {
+        pack_queries(job, &t, g, b, &seq, it.h0 + g, &br, false);
+        memset(t.dq + g * BR * Dp, 0, BR * Dp * sizeof *t.dq);
     }
-    float *dq = job->dq + b * a->b_stride + h * a->h_stride;
-    for (size_t r = 0; r < rows; r++)
-        for (size_t d = 0; d < D; d++) dq[(i0 + r) * a->t_stride + d] = t.dq[r * Dp + d] * a->scale;
+    const float ones[RG] = {1.0f, 1.0f, 1.0f, 1.0f};
+    size_t k_at = row_at(p->k_strides, b, &seq, true, it.kvh, 0);
+    for (size_t j0 = br.first; j0 < br.last; j0 += BC) {
+        size_t cols = min_size(br.last - j0, BC);
+        pack_keys_transposed(f, b, &seq, it.kvh, j0, cols, t.kt, t.vt);
+        pack_rows(p->k + k_at + j0 * p->k_strides.t, p->k_strides.t, cols, BC, D, Dp, 1.0f, kp);
+        for (size_t g = 0; g < it.heads; g++)
+            for (size_t r0 = 0; r0 < rows; r0 += RG) {
+                gradient_tile(job, &t, g, b, it.h0 + g, &br, r0, j0, cols);
+                apply_values(t.dq + g * BR * Dp + r0 * Dp, Dp, ones, t.dS + r0 * BC, cols, kp); /* dq += dS k */
+            }
+    }
+    for (size_t g = 0; g < it.heads; g++) {
+        float *dq = job->g->dq + row_at(p->q_strides, b, &seq, false, it.h0 + g, i0);
+        for (size_t r = 0; r < rows; r++)
+            for (size_t d = 0; d < D; d++)
+                dq[r * p->q_strides.t + d] = t.dq[g * BR * Dp + r * Dp + d] * p->scale;
+    }
 }
 
 typedef struct delta_job {
     const flash_shape *f;
-    const float *out, *dout;
+    const float *dout;
     float *delta;
 } delta_job;
 
-/* delta_i = dO_i . O_i for rows [begin, end) of the flattened (B, H, T). */
+/* delta_i = dO_i . O_i for the rows of (batch, head)s [begin, end). */
 static void delta_rows(void *arg, size_t begin, size_t end) {
     const delta_job *job = arg;
-    const attn_sdpa_args *a = job->f->a;
-    size_t T = job->f->T, H = job->f->H;
-    for (size_t r = begin; r < end; r++) {
-        size_t b = r / (H * T), h = (r / T) % H, i = r % T;
-        size_t off = b * a->out_b_stride + h * a->out_h_stride + i * a->out_t_stride;
-        double sum = 0.0;
-        for (size_t d = 0; d < job->f->D; d++) sum += (double)job->dout[off + d] * job->out[off + d];
-        job->delta[r] = (float)sum;
+    const attn_attention_problem *p = job->f->p;
+    for (size_t bh = begin; bh < end; bh++) {
+        size_t b = bh / p->q_heads, h = bh % p->q_heads;
+        attn_attention_seq seq = attn_attention_seq_of(p, b);
+        for (size_t i = 0; i < seq.q_len; i++) {
+            size_t off = row_at(p->out_strides, b, &seq, false, h, i);
+            double sum = 0.0;
+            for (size_t d = 0; d < job->f->D; d++) sum += (double)job->dout[off + d] * p->out[off + d];
+            job->delta[attn_lse_index(p, b, h, i)] = (float)sum;
+        }
     }
 }
 
-static void flash_backward(size_t threads, const attn_sdpa_args *a, const attn_flash_dropout *drop,
-                           const float *out, const float *lse, const float *dout, float *dq,
-                           float *dk, float *dv, float *delta, float *workspace) {
-    backward_job job = {.f = flash_shape_of(a, drop), .out = out, .lse = lse, .dout = dout,
-                        .dq = dq, .dk = dk, .dv = dv, .delta = delta, .workspace = workspace,
-                        .per_part = backward_workspace(a->head_dim)};
-    size_t BH = a->batch * a->heads;
-    delta_job dj = {&job.f, out, dout, delta};
-    attn_parallel_for(threads, BH * job.f.T, 1024, delta_rows, &dj);
-    attn_parallel_dynamic(threads, BH * job.f.k_blocks, backward_keys, &job);
-    attn_parallel_dynamic(threads, BH * job.f.q_blocks, backward_queries, &job);
+static void flash_backward(size_t threads, const attn_attention_problem *p,
+                           const attn_attention_dropout *drop, const attn_attention_grads *g,
+                           const float *lse, float *delta, float *workspace) {
+    backward_job job = {.f = flash_shape_of(p, drop), .g = g, .lse = lse, .delta = delta,
+                        .workspace = workspace, .per_part = backward_workspace(p)};
+    size_t BH = p->batch * p->q_heads;
+    delta_job dj = {&job.f, g->dout, delta};
+    size_t min_heads = 1024 / (p->q_len + 1) + 1;
+    attn_parallel_for(threads, BH, min_heads, delta_rows, &dj);
+    /* dsinks[h] = -sum_{b,i} exp(sink_h - lse) delta: the sink's weight
+     * times (its dP = 0) - delta, in a fixed order */
+    if (p->sinks && g->dsinks)
+        for (size_t h = 0; h < p->q_heads; h++) {
+            double sum = 0.0;
+            for (size_t b = 0; b < p->batch; b++) {
+                attn_attention_seq seq = attn_attention_seq_of(p, b);
+                for (size_t i = 0; i < seq.q_len; i++) {
+                    size_t at = attn_lse_index(p, b, h, i);
+                    sum += exp((double)p->sinks[h] - lse[at]) * delta[at];
+                }
+            }
+            g->dsinks[h] = (float)-sum;
+        }
+    attn_parallel_dynamic(threads, p->batch * p->kv_heads * job.f.k_blocks, backward_keys, &job);
+    attn_parallel_dynamic(threads, p->batch * p->kv_heads * job.f.chunks * job.f.q_blocks,
+                          backward_queries, &job);
 }
 
 /* ---- the scan for inputs the fast path must not take ---------------------- */

@@ -1,0 +1,639 @@
+/* cmd_sdpa.c — attn sdpa: scaled dot-product attention on .npy tensors,
+ * every feature of attn_sdpa_config (GQA, alignment, sliding window,
+ * softcap, ALiBi, sinks, packed variable-length batches, Philox dropout),
+ * forward and, given dL/dout, backward. */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static const char sdpa_help[] =
+    "usage: attn sdpa --q q.npy --k k.npy --v v.npy --output o.npy [--lse lse.npy]\n"
+    "                 [--causal] [--align bottom-right|top-left] [--q-offset N]\n"
+    "                 [--scale S] [--window L,R] [--softcap C] [--alibi slopes.npy]\n"
+    "                 [--sinks s.npy] [--cu-seqlens-q a.npy --cu-seqlens-kv b.npy]\n"
+    "                 [--dropout P [--seed S]] [--grad-output do.npy --grad-dir DIR]\n"
+    "                 [--threads N] [--kernels auto|reference|portable|avx2|avx512]\n"
+    "\n"
+    "Scaled dot-product attention on .npy tensors (attn_sdpa_forward; with\n"
+    "--grad-output also attn_sdpa_backward):\n"
+    "  out[b, h, i] = sum_j dropout(P[b, h, i, j]) v[b, h / G, j]\n"
+    "  P[b, h, i, :] = softmax over the keys j query i sees (and the head's sink)\n"
+    "                  of softcap(q_i . k_j * scale) - slope_h * |pos_i - j|\n"
+    "Inputs are float32 (or float64) .npy files:\n"
+    "  q (B, H, T, D), k (B, H_kv, S, D), v (B, H_kv, S, Dv): H_kv divides H, and\n"
+    "  query heads h*G .. h*G+G-1 (G = H / H_kv) share KV head h (GQA, MQA);\n"
+    "  with --cu-seqlens-q/-kv, packed: q (total_q, H, D), k (total_kv, H_kv, D),\n"
+    "  v (total_kv, H_kv, Dv), sequence b being rows cu[b] .. cu[b + 1] - 1.\n"
+    "--output is written in q's layout with Dv features, (B, H, T, Dv) or\n"
+    "(total_q, H, Dv); --lse, each row's log-sum-exp, (B, H, T) or (H, total_q).\n"
+    "A query that sees no key outputs zeros and lse -inf (with a sink: the sink).\n"
+    "\n"
+    "  --causal        hides key j from query i when j > pos_i\n"
+    "  --align A       where query i sits among the keys: bottom-right (default,\n"
+    "                  pos_i = i + S - T: the last query sees every key, as in\n"
+    "                  FlashAttention and a KV cache) or top-left (pos_i = i, as\n"
+    "                  PyTorch's is_causal)\n"
+    "  --q-offset N    pos_i = i + N instead (N may be negative)\n"
+    "  --scale S       multiplies q . k, rounded to float32; 0 or absent: 1/sqrt(D)\n"
+    "  --window L,R    query i sees keys pos_i - L .. pos_i + R, -1 unbounded\n"
+    "                  (FlashAttention-2's window_size; the book's sliding window\n"
+    "                  of W tokens is --window W-1,0 --causal)\n"
+    "  --softcap C     s = C * tanh(s / C) after the scale (Gemma 2); 0: off\n"
+    "  --alibi F.npy   ALiBi slopes, (H) floats: s -= slope_h * |pos_i - j|\n"
+    "  --sinks F.npy   one logit per head, (H) floats, in each row's softmax\n"
+    "                  denominator, with no value (gpt-oss)\n"
+    "  --cu-seqlens-q F.npy, --cu-seqlens-kv F.npy\n"
+    "                  a packed variable-length batch: B + 1 cumulative offsets\n"
+    "                  each (int32 or int64 .npy), rising from 0 to the rows of\n"
+    "                  q, and of k and v\n"
+    "  --dropout P     drops each weight with probability P and scales the rest\n"
+    "                  by 1 / (1 - P), by the Philox mask drawn inside the kernels\n"
+    "                  (the same for any kernels and thread count)\n"
+    "  --seed S        the Philox key of the mask (default 123)\n"
+    "  --grad-output F.npy  dL/dout, shaped as the output: runs the backward and\n"
+    "                  writes dq.npy, dk.npy, dv.npy (and dsinks.npy with --sinks)\n"
+    "  --grad-dir DIR  where the gradients go (created if missing)\n"
+    "  --threads N     worker threads (default: all online CPUs)\n"
+    "  --kernels K     auto (default: the fastest this CPU runs, or the\n"
+    "                  ATTN_KERNELS environment variable), reference (the\n"
+    "                  double-accumulating loops, closest to exact), portable,\n"
+    "                  avx2 or avx512\n"
+    "With PyTorch (top-left, no window, sinks or ALiBi): out =\n"
+    "F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale).\n";
+
+static const char *const sdpa_value_options[] = {
+    "--q",        "--k",         "--v",       "--output",        "--lse",
+    "--align",    "--q-offset",  "--scale",   "--window",        "--softcap",
+    "--alibi",    "--sinks",     "--cu-seqlens-q", "--cu-seqlens-kv", "--dropout",
+    "--seed",     "--grad-output", "--grad-dir", "--threads",    "--kernels",
+    NULL};
+
+typedef struct sdpa_options {
+    const char *q, *k, *v, *output, *lse, *alibi, *sinks, *cu_q, *cu_kv;
+    const char *grad_output, *grad_dir;
+    bool causal, align_given, offset_given, seed_given;
+    attn_align align;
+    long long q_offset;
+    double scale;
+    bool window;
+    long long window_left, window_right;
+    double softcap, dropout;
+    uint64_t seed;
+    size_t threads;
+    attn_kernels kernels;
+} sdpa_options;
+
+/* ---- argument parsing ---------------------------------------------------- */
+
+/* A signed decimal integer, the whole text. */
+static bool parse_ll(const char *text, long long *out) {
+    const char *digits = text[0] == '-' ? text + 1 : text;
+    if (*digits < '0' || *digits > '9') return false;
+    errno = 0;
+    char *end;
+    long long value = strtoll(text, &end, 10);
+    if (errno || *end) return false;
+    *out = value;
+    return true;
+}
+
+/* --window L,R: two integers, each -1 (unbounded) or more. */
+static int parse_window(const char *text, sdpa_options *o) {
+    const char *comma = strchr(text, ',');
+    char left[32];
+    size_t n = comma ? (size_t)(comma - text) : 0;
+    if (!comma || n == 0 || n >= sizeof left || !parse_ll(comma + 1, &o->window_right))
+        return cli_usage_error("--window: expected L,R (two integers, -1 unbounded), got '%s'",
+                               text);
+    memcpy(left, text, n);
+    left[n] = '\0';
+    if (!parse_ll(left, &o->window_left))
+        return cli_usage_error("--window: expected L,R (two integers, -1 unbounded), got '%s'",
+                               text);
+    if (o->window_left < -1 || o->window_right < -1)
+        return cli_usage_error("--window: bounds (%lld, %lld) must be -1 (unbounded) or more",
+                               o->window_left, o->window_right);
+    o->window = true;
+    return CLI_OK;
+}
+
+static int parse_kernels(const char *value, attn_kernels *out) {
+    for (attn_kernels k = ATTN_KERNELS_AUTO; k <= ATTN_KERNELS_AVX512; k++) {
+        if (strcmp(value, attn_kernels_name(k)) != 0) continue;
+        if (!attn_kernels_supported(k))
+            return cli_usage_error("--kernels: this CPU (or build) does not run %s", value);
+        *out = k;
+        return CLI_OK;
+    }
+    return cli_usage_error("--kernels: expected auto, reference, portable, avx2 or avx512, got '%s'",
+                           value);
+}
+
+/* One value option. */
+static int take_value(sdpa_options *o, const char *opt, const char *value) {
+    const char **path = strcmp(opt, "--q") == 0               ? &o->q
+                        : strcmp(opt, "--k") == 0             ? &o->k
+                        : strcmp(opt, "--v") == 0             ? &o->v
+                        : strcmp(opt, "--output") == 0        ? &o->output
+                        : strcmp(opt, "--lse") == 0           ? &o->lse
+                        : strcmp(opt, "--alibi") == 0         ? &o->alibi
+                        : strcmp(opt, "--sinks") == 0         ? &o->sinks
+                        : strcmp(opt, "--cu-seqlens-q") == 0  ? &o->cu_q
+                        : strcmp(opt, "--cu-seqlens-kv") == 0 ? &o->cu_kv
+                        : strcmp(opt, "--grad-output") == 0   ? &o->grad_output
+                        : strcmp(opt, "--grad-dir") == 0      ? &o->grad_dir
+                                                              : NULL;
+    if (path) {
+        *path = value;
+        return CLI_OK;
+    }
+    if (strcmp(opt, "--align") == 0) {
+        if (strcmp(value, "bottom-right") == 0) o->align = ATTN_ALIGN_BOTTOM_RIGHT;
+        else if (strcmp(value, "top-left") == 0) o->align = ATTN_ALIGN_TOP_LEFT;
+        else return cli_usage_error("--align: expected bottom-right or top-left, got '%s'", value);
+        o->align_given = true;
+    } else if (strcmp(opt, "--q-offset") == 0) {
+        if (!parse_ll(value, &o->q_offset))
+            return cli_usage_error("--q-offset: expected an integer, got '%s'", value);
+        o->offset_given = true;
+    } else if (strcmp(opt, "--scale") == 0) {
+        if (!cli_parse_double(value, &o->scale)) return cli_bad_number(opt, value, "a number");
+    } else if (strcmp(opt, "--window") == 0) {
+        return parse_window(value, o);
+    } else if (strcmp(opt, "--softcap") == 0) {
+        if (!cli_parse_double(value, &o->softcap)) return cli_bad_number(opt, value, "a number");
+        if (!(o->softcap >= 0.0) || isinf(o->softcap))
+            return cli_usage_error("--softcap: expected a finite number >= 0 (0: off), got '%s'",
+                                   value);
+    } else if (strcmp(opt, "--dropout") == 0) {
+        if (!cli_parse_double(value, &o->dropout))
+            return cli_bad_number(opt, value, "a probability in [0, 1)");
+        if (!(o->dropout >= 0.0 && o->dropout < 1.0))
+            return cli_usage_error("--dropout: expected a probability in [0, 1), got '%s'", value);
+    } else if (strcmp(opt, "--seed") == 0) {
+        if (!cli_parse_u64(value, &o->seed))
+            return cli_usage_error("--seed: expected a non-negative integer, got '%s'", value);
+        o->seed_given = true;
+    } else if (strcmp(opt, "--threads") == 0) {
+        if (!cli_parse_size(value, &o->threads) || o->threads == 0)
+            return cli_usage_error("--threads: expected a positive integer, got '%s'", value);
+    } else { /* --kernels */
+        return parse_kernels(value, &o->kernels);
+    }
+    return CLI_OK;
+}
+
+static int parse_args(int argc, char **argv, sdpa_options *o) {
+    *o = (sdpa_options){.seed = 123, .threads = cli_default_threads(),
+                        .kernels = ATTN_KERNELS_AUTO};
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--causal") == 0) {
+            o->causal = true;
+            continue;
+        }
+        const char *value = cli_option_value(argc, argv, &i, sdpa_value_options);
+        if (!value || take_value(o, argv[i - 1], value) != CLI_OK) return CLI_USAGE;
+    }
+    if (!o->q || !o->k || !o->v || !o->output)
+        return cli_usage_error("sdpa: --q, --k, --v and --output are required (try 'attn sdpa "
+                               "--help')");
+    if (o->align_given && o->offset_given)
+        return cli_usage_error("sdpa: --q-offset places the queries itself: drop --align");
+    if (o->offset_given) o->align = ATTN_ALIGN_OFFSET;
+    if (!o->cu_q != !o->cu_kv)
+        return cli_usage_error("sdpa: --cu-seqlens-q and --cu-seqlens-kv go together");
+    if (!o->grad_output != !o->grad_dir)
+        return cli_usage_error("sdpa: --grad-output and --grad-dir go together");
+    return CLI_OK;
+}
+
+static int parse_sdpa(int argc, char **argv) {
+    sdpa_options o;
+    return parse_args(argc, argv, &o);
+}
+
+/* ---- cu_seqlens: a 1-D int32 or int64 .npy ------------------------------- */
+
+/* The value of key in a .npy header dict: a pointer just past "'key':". */
+static const char *header_value(const char *header, const char *key) {
+    char quoted[32];
+    snprintf(quoted, sizeof quoted, "'%s'", key);
+    const char *at = strstr(header, quoted);
+    if (!at) return NULL;
+    at += strlen(quoted);
+    while (*at == ' ') at++;
+    if (*at != ':') return NULL;
+    at++;
+    while (*at == ' ') at++;
+    return at;
+}
+
+/* Reads path, a 1-D '<i4', '>i4', '<i8' or '>i8' .npy (C or Fortran order
+ * are the same in 1-D) of values that fit int32, into *out (*n values). */
+static int read_offsets(const char *opt, const char *path, int32_t **out, size_t *n) {
+    *out = NULL;
+    *n = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return cli_failure("%s: cannot open '%s': %s", opt, path, strerror(errno));
+    int rc = CLI_FAILED;
+    unsigned char *bytes = NULL;
+    char *header = NULL;
+    long size = -1;
+    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
+    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        rc = cli_failure("%s: cannot read '%s': %s", opt, path, strerror(errno));
+        goto done;
+    }
+    bytes = malloc(size ? (size_t)size : 1);
+    if (!bytes) {
+        rc = cli_failure("%s: out of memory for '%s' (%ld bytes)", opt, path, size);
+        goto done;
+    }
+    if (fread(bytes, 1, (size_t)size, f) != (size_t)size) {
+        rc = cli_failure("%s: cannot read '%s'", opt, path);
+        goto done;
+    }
+    size_t len = (size_t)size, at;
+    if (len < 10 || memcmp(bytes, "\x93NUMPY", 6) != 0 || bytes[6] < 1 || bytes[6] > 3) {
+        rc = cli_failure("%s: '%s' is not a .npy file", opt, path);
+        goto done;
+    }
+    size_t header_len = (size_t)bytes[8] | (size_t)bytes[9] << 8;
+    at = 10;
+    if (bytes[6] >= 2) {
+        if (len < 12) {
+            rc = cli_failure("%s: '%s' is truncated in its header", opt, path);
+            goto done;
+        }
+        header_len |= (size_t)bytes[10] << 16 | (size_t)bytes[11] << 24;
+        at = 12;
+    }
+    if (header_len > len - at) {
+        rc = cli_failure("%s: '%s' is truncated in its header", opt, path);
+        goto done;
+    }
+    header = malloc(header_len + 1);
+    if (!header) {
+        rc = cli_failure("%s: out of memory for the header of '%s'", opt, path);
+        goto done;
+    }
+    memcpy(header, bytes + at, header_len);
+    header[header_len] = '\0';
+    at += header_len;
+    const char *descr = header_value(header, "descr");
+    const char *shape = header_value(header, "shape");
+    size_t itemsize = 0;
+    bool big = false;
+    if (descr && (descr[0] == '\'' || descr[0] == '"') && strchr("<>=|", descr[1]) &&
+        descr[2] == 'i' && (descr[3] == '4' || descr[3] == '8') && descr[4] == descr[0]) {
+        itemsize = descr[3] == '4' ? 4 : 8;
+        big = descr[1] == '>';
+    }
+    if (!itemsize) {
+        rc = cli_failure("%s: '%s' must hold int32 or int64 offsets (descr '<i4' or '<i8'); "
+                         "its header says: %s",
+                         opt, path, header);
+        goto done;
+    }
+    unsigned long long count = 0;
+    char *end = NULL;
+    if (shape && shape[0] == '(') {
+        errno = 0;
+        count = strtoull(shape + 1, &end, 10);
+        while (end && *end == ' ') end++;
+    }
+    if (!end || end == shape + 1 || errno || *end != ',' || end[1 + strspn(end + 1, " ")] != ')') {
+        rc = cli_usage_error("%s: '%s' must be one-dimensional, (B + 1,); its header says: %s",
+                             opt, path, header);
+        goto done;
+    }
+    if (count > (len - at) / itemsize || (len - at) != count * itemsize) {
+        rc = cli_failure("%s: '%s' holds %zu bytes of data, not the %llu x %zu its shape needs",
+                         opt, path, len - at, count, itemsize);
+        goto done;
+    }
+    *out = malloc(count ? count * sizeof **out : 1);
+    if (!*out) {
+        rc = cli_failure("%s: out of memory for %llu offsets", opt, count);
+        goto done;
+    }
+    for (size_t e = 0; e < count; e++) {
+        const unsigned char *p = bytes + at + e * itemsize;
+        unsigned long long u = 0;
+        for (size_t b = 0; b < itemsize; b++)
+            u |= (unsigned long long)p[big ? itemsize - 1 - b : b] << (8 * b);
+        long long value = itemsize == 4 ? (long long)(int32_t)(uint32_t)u : (long long)u;
+        if (value < INT32_MIN || value > INT32_MAX) {
+            free(*out);
+            *out = NULL;
+            rc = cli_usage_error("%s: offset %zu (%lld) of '%s' does not fit int32", opt, e,
+                                 value, path);
+            goto done;
+        }
+        (*out)[e] = (int32_t)value;
+    }
+    *n = (size_t)count;
+    rc = CLI_OK;
+done:
+    free(header);
+    free(bytes);
+    fclose(f);
+    return rc;
+}
+
+/* Offsets 0 = cu[0] <= cu[1] <= ... <= cu[B] = rows; the longest length. */
+static int check_offsets(const char *opt, const int32_t *cu, size_t n, size_t rows,
+                         size_t *longest) {
+    if (cu[0] != 0)
+        return cli_usage_error("%s: the offsets must start at 0, not %d", opt, (int)cu[0]);
+    *longest = 0;
+    for (size_t b = 0; b + 1 < n; b++) {
+        if (cu[b + 1] < cu[b])
+            return cli_usage_error("%s: offsets must not decrease: cu[%zu] = %d > cu[%zu] = %d",
+                                   opt, b, (int)cu[b], b + 1, (int)cu[b + 1]);
+        size_t length = (size_t)(cu[b + 1] - cu[b]);
+        if (length > *longest) *longest = length;
+    }
+    if ((size_t)cu[n - 1] != rows)
+        return cli_usage_error("%s: the last offset (%d) must be the number of rows (%zu)", opt,
+                               (int)cu[n - 1], rows);
+    return CLI_OK;
+}
+
+/* ---- running -------------------------------------------------------------- */
+
+static void format_shape(char *buf, size_t size, size_t rank, const size_t *shape) {
+    size_t used = (size_t)snprintf(buf, size, "(");
+    for (size_t i = 0; i < rank && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, i ? ", %zu" : "%zu", shape[i]);
+    if (used < size) snprintf(buf + used, size - used, rank == 1 ? ",)" : ")");
+}
+
+/* a * b * c * d, false on overflow. */
+static bool product(const size_t *dims, size_t n, size_t *out) {
+    size_t p = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (dims[i] && p > (size_t)-1 / sizeof(float) / dims[i]) return false;
+        p *= dims[i];
+    }
+    *out = p;
+    return true;
+}
+
+static int write_npy(attn_ctx *ctx, const char *opt, const char *path, const float *data,
+                     size_t rank, const size_t *shape) {
+    return attn_npy_write(ctx, path, data, rank, shape) == ATTN_OK ? CLI_OK
+                                                                   : cli_library_error(ctx, opt);
+}
+
+/* Writes data as DIR/name.npy. */
+static int write_in_dir(attn_ctx *ctx, const char *dir, const char *name, const float *data,
+                        size_t rank, const size_t *shape) {
+    size_t len = strlen(dir) + strlen(name) + 6;
+    char *path = malloc(len);
+    if (!path) return cli_failure("out of memory for a path");
+    snprintf(path, len, "%s/%s.npy", dir, name);
+    int rc = write_npy(ctx, "--grad-dir", path, data, rank, shape);
+    free(path);
+    return rc;
+}
+
+/* Reads a float .npy of exactly want's shape (or any, for the tensors). */
+static int read_floats(attn_ctx *ctx, const char *opt, const char *path, attn_npy *out) {
+    return attn_npy_read(ctx, path, out) == ATTN_OK ? CLI_OK : cli_library_error(ctx, opt);
+}
+
+static int want_shape(const char *opt, const attn_npy *a, size_t rank, const size_t *shape,
+                      const char *what) {
+    bool same = a->ndim == rank;
+    for (size_t i = 0; same && i < rank; i++) same = a->shape[i] == shape[i];
+    if (same) return CLI_OK;
+    char want[128], got[128];
+    format_shape(want, sizeof want, rank, shape);
+    format_shape(got, sizeof got, a->ndim, a->shape);
+    return cli_usage_error("%s: shape %s does not match %s %s", opt, got, what, want);
+}
+
+typedef struct sdpa_run {
+    attn_ctx *ctx;
+    attn_rng *rng;
+    attn_npy q, k, v, alibi, sinks, dout;
+    int32_t *cu_q, *cu_kv;
+    float *out, *lse, *dq, *dk, *dv, *dsinks;
+} sdpa_run;
+
+static void sdpa_run_close(sdpa_run *r) {
+    attn_npy *arrays[] = {&r->q, &r->k, &r->v, &r->alibi, &r->sinks, &r->dout};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) attn_npy_free(arrays[i]);
+    float *buffers[] = {r->out, r->lse, r->dq, r->dk, r->dv, r->dsinks};
+    for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
+    free(r->cu_q);
+    free(r->cu_kv);
+    attn_rng_free(r->rng);
+    attn_ctx_free(r->ctx);
+}
+
+/* Reads the tensors and fills cfg's shape and strides; out_shape, lse_shape
+ * get the output's shapes (ranks in *out_rank, *lse_rank). */
+static int read_inputs(sdpa_run *r, const sdpa_options *o, attn_sdpa_config *cfg,
+                       size_t out_shape[4], size_t *out_rank, size_t lse_shape[3],
+                       size_t *lse_rank) {
+    int rc;
+    if ((rc = read_floats(r->ctx, "--q", o->q, &r->q)) != CLI_OK ||
+        (rc = read_floats(r->ctx, "--k", o->k, &r->k)) != CLI_OK ||
+        (rc = read_floats(r->ctx, "--v", o->v, &r->v)) != CLI_OK)
+        return rc;
+    const attn_npy *q = &r->q, *k = &r->k, *v = &r->v;
+    bool packed = o->cu_q != NULL;
+    size_t rank = packed ? 3 : 4;
+    const char *layout = packed ? "(total, H, D)" : "(B, H, T, D)";
+    const attn_npy *tensors[] = {q, k, v};
+    const char *names[] = {"--q", "--k", "--v"};
+    for (size_t i = 0; i < 3; i++) {
+        if (tensors[i]->ndim != rank)
+            return cli_usage_error("%s: expected %zu dimensions %s%s, got %zu", names[i], rank,
+                                   layout, packed ? " with --cu-seqlens" : "", tensors[i]->ndim);
+        for (size_t d = 0; d < rank; d++)
+            if (!tensors[i]->shape[d]) {
+                char got[128];
+                format_shape(got, sizeof got, rank, tensors[i]->shape);
+                return cli_usage_error("%s: empty shape %s", names[i], got);
+            }
+    }
+    /* dims from the end: D, then T (dense) or H (packed) */
+    size_t D = q->shape[rank - 1], Dv = v->shape[rank - 1];
+    size_t H = q->shape[rank - 3 + (packed ? 1 : 0)];
+    size_t Hkv = k->shape[rank - 3 + (packed ? 1 : 0)];
+    if (k->shape[rank - 1] != D)
+        return cli_usage_error("--k: head_dim %zu does not match q's %zu", k->shape[rank - 1], D);
+    for (size_t d = 0; d + 1 < rank; d++)
+        if (v->shape[d] != k->shape[d]) {
+            char ks[128], vs[128];
+            format_shape(ks, sizeof ks, rank, k->shape);
+            format_shape(vs, sizeof vs, rank, v->shape);
+            return cli_usage_error("--v: shape %s must match k's %s in all but the last dimension",
+                                   vs, ks);
+        }
+    cfg->heads = H;
+    cfg->kv_heads = Hkv;
+    cfg->head_dim = D;
+    cfg->v_head_dim = Dv;
+    if (packed) {
+        size_t nq, nkv, Tq, Tk;
+        if ((rc = read_offsets("--cu-seqlens-q", o->cu_q, &r->cu_q, &nq)) != CLI_OK ||
+            (rc = read_offsets("--cu-seqlens-kv", o->cu_kv, &r->cu_kv, &nkv)) != CLI_OK)
+            return rc;
+        if (nq < 2 || nq != nkv)
+            return cli_usage_error("--cu-seqlens-q and --cu-seqlens-kv: expected B + 1 >= 2 "
+                                   "offsets each, got %zu and %zu",
+                                   nq, nkv);
+        if ((rc = check_offsets("--cu-seqlens-q", r->cu_q, nq, q->shape[0], &Tq)) != CLI_OK ||
+            (rc = check_offsets("--cu-seqlens-kv", r->cu_kv, nkv, k->shape[0], &Tk)) != CLI_OK)
+            return rc;
+        cfg->batch = nq - 1;
+        cfg->q_tokens = Tq;
+        cfg->kv_tokens = Tk;
+        cfg->cu_seqlens_q = r->cu_q;
+        cfg->cu_seqlens_kv = r->cu_kv;
+        /* (total, H, D): b strides ignored */
+        cfg->q_strides[1] = H * D, cfg->q_strides[2] = D;
+        cfg->kv_strides[1] = Hkv * D, cfg->kv_strides[2] = D;
+        cfg->v_strides[1] = Hkv * Dv, cfg->v_strides[2] = Dv;
+        cfg->out_strides[1] = H * Dv, cfg->out_strides[2] = Dv;
+        out_shape[0] = q->shape[0], out_shape[1] = H, out_shape[2] = Dv;
+        *out_rank = 3;
+        lse_shape[0] = H, lse_shape[1] = q->shape[0];
+        *lse_rank = 2;
+    } else {
+        size_t B = q->shape[0], T = q->shape[2], S = k->shape[2];
+        if (k->shape[0] != B)
+            return cli_usage_error("--k: batch %zu does not match q's %zu", k->shape[0], B);
+        cfg->batch = B;
+        cfg->q_tokens = T;
+        cfg->kv_tokens = S;
+        /* (B, H, T, D) as (b, t, h) strides */
+        cfg->q_strides[0] = H * T * D, cfg->q_strides[1] = D, cfg->q_strides[2] = T * D;
+        cfg->kv_strides[0] = Hkv * S * D, cfg->kv_strides[1] = D, cfg->kv_strides[2] = S * D;
+        cfg->v_strides[0] = Hkv * S * Dv, cfg->v_strides[1] = Dv, cfg->v_strides[2] = S * Dv;
+        cfg->out_strides[0] = H * T * Dv, cfg->out_strides[1] = Dv, cfg->out_strides[2] = T * Dv;
+        out_shape[0] = B, out_shape[1] = H, out_shape[2] = T, out_shape[3] = Dv;
+        *out_rank = 4;
+        lse_shape[0] = B, lse_shape[1] = H, lse_shape[2] = T;
+        *lse_rank = 3;
+    }
+    size_t per_head[1] = {H};
+    if (o->alibi) {
+        if ((rc = read_floats(r->ctx, "--alibi", o->alibi, &r->alibi)) != CLI_OK ||
+            (rc = want_shape("--alibi", &r->alibi, 1, per_head, "one slope per query head")) != CLI_OK)
+            return rc;
+        cfg->alibi_slopes = r->alibi.data;
+    }
+    if (o->sinks) {
+        if ((rc = read_floats(r->ctx, "--sinks", o->sinks, &r->sinks)) != CLI_OK ||
+            (rc = want_shape("--sinks", &r->sinks, 1, per_head, "one sink per query head")) != CLI_OK)
+            return rc;
+        cfg->sinks = r->sinks.data;
+    }
+    return CLI_OK;
+}
+
+static int run_sdpa(int argc, char **argv) {
+    sdpa_options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != CLI_OK) return rc;
+    sdpa_run r = {0};
+    if (attn_ctx_new(&(attn_ctx_config){.num_threads = o.threads, .kernels = o.kernels}, &r.ctx) !=
+        ATTN_OK) {
+        const char *env = getenv("ATTN_KERNELS");
+        if (o.kernels == ATTN_KERNELS_AUTO && env && *env)
+            return cli_usage_error("the ATTN_KERNELS environment variable ('%s') names no kernels "
+                                   "this CPU runs (reference, portable, avx2, avx512)",
+                                   env);
+        return cli_usage_error("--threads: %zu is too many", o.threads);
+    }
+    attn_sdpa_config cfg = {.scale = o.scale, .causal = o.causal, .dropout = o.dropout,
+                            .align = o.align, .q_offset = o.q_offset, .window = o.window,
+                            .window_left = o.window_left, .window_right = o.window_right,
+                            .softcap = o.softcap};
+    size_t out_shape[4] = {0}, lse_shape[3] = {0}, out_rank = 0, lse_rank = 0, out_n, lse_n;
+    rc = read_inputs(&r, &o, &cfg, out_shape, &out_rank, lse_shape, &lse_rank);
+    if (rc != CLI_OK) goto done;
+    if (!product(out_shape, out_rank, &out_n) || !product(lse_shape, lse_rank, &lse_n)) {
+        rc = cli_failure("the output's size overflows");
+        goto done;
+    }
+    r.out = malloc(out_n * sizeof *r.out);
+    r.lse = malloc(lse_n * sizeof *r.lse);
+    if (!r.out || !r.lse) {
+        rc = cli_failure("out of memory for the output (%zu floats)", out_n + lse_n);
+        goto done;
+    }
+    attn_sdpa_dropout drawn = {0};
+    if (o.dropout > 0.0) {
+        if (attn_rng_new(r.ctx, o.seed, &r.rng) != ATTN_OK ||
+            attn_rng_set_bernoulli_method(r.rng, ATTN_BERNOULLI_PHILOX) != ATTN_OK) {
+            rc = cli_library_error(r.ctx, "--seed");
+            goto done;
+        }
+    } else if (o.seed_given) {
+        fprintf(stderr, "attn: note: --seed has no effect without --dropout\n");
+    }
+    if (attn_sdpa_forward(r.ctx, &cfg, r.q.data, r.k.data, r.v.data, r.out, r.lse, r.rng,
+                          &drawn) != ATTN_OK) {
+        rc = cli_library_error(r.ctx, "sdpa forward");
+        goto done;
+    }
+    if ((rc = write_npy(r.ctx, "--output", o.output, r.out, out_rank, out_shape)) != CLI_OK)
+        goto done;
+    if (o.lse && (rc = write_npy(r.ctx, "--lse", o.lse, r.lse, lse_rank, lse_shape)) != CLI_OK)
+        goto done;
+    if (!o.grad_output) goto done;
+
+    if ((rc = read_floats(r.ctx, "--grad-output", o.grad_output, &r.dout)) != CLI_OK ||
+        (rc = want_shape("--grad-output", &r.dout, out_rank, out_shape, "the output's")) != CLI_OK)
+        goto done;
+    size_t H = cfg.heads;
+    r.dq = malloc(r.q.numel * sizeof *r.dq);
+    r.dk = malloc(r.k.numel * sizeof *r.dk);
+    r.dv = malloc(r.v.numel * sizeof *r.dv);
+    r.dsinks = cfg.sinks ? malloc(H * sizeof *r.dsinks) : NULL;
+    if (!r.dq || !r.dk || !r.dv || (cfg.sinks && !r.dsinks)) {
+        rc = cli_failure("out of memory for the gradients (%zu floats)",
+                         r.q.numel + r.k.numel + r.v.numel);
+        goto done;
+    }
+    cfg.sinks_grad = r.dsinks;
+    if (attn_sdpa_backward(r.ctx, &cfg, r.q.data, r.k.data, r.v.data, r.out, r.lse, r.dout.data,
+                           r.dq, r.dk, r.dv, o.dropout > 0.0 ? &drawn : NULL) != ATTN_OK) {
+        rc = cli_library_error(r.ctx, "sdpa backward");
+        goto done;
+    }
+    if (mkdir(o.grad_dir, 0777) != 0 && errno != EEXIST) {
+        rc = cli_usage_error("--grad-dir: cannot create directory '%s': %s", o.grad_dir,
+                             strerror(errno));
+        goto done;
+    }
+    if ((rc = write_in_dir(r.ctx, o.grad_dir, "dq", r.dq, r.q.ndim, r.q.shape)) != CLI_OK ||
+        (rc = write_in_dir(r.ctx, o.grad_dir, "dk", r.dk, r.k.ndim, r.k.shape)) != CLI_OK ||
+        (rc = write_in_dir(r.ctx, o.grad_dir, "dv", r.dv, r.v.ndim, r.v.shape)) != CLI_OK)
+        goto done;
+    if (cfg.sinks) rc = write_in_dir(r.ctx, o.grad_dir, "dsinks", r.dsinks, 1, &H);
+done:
+    sdpa_run_close(&r);
+    return rc;
+}
+
+const cli_command cli_sdpa_command = {
+    .name = "sdpa",
+    .summary = "attention on .npy q, k, v (GQA, window, sinks, varlen...), gradients",
+    .help = sdpa_help,
+    .value_options = sdpa_value_options,
+    .parse = parse_sdpa,
+    .run = run_sdpa,
+};

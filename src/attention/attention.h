@@ -1,0 +1,235 @@
+/*
+ * attention.h — the one attention contract: every module, op and public
+ * entry point describes its attention as an attn_attention_problem and runs
+ * it through attn_attention_forward / attn_attention_backward, which pick a
+ * backend from the table (reference loops, fused CPU kernels) that supports
+ * the problem.
+ *
+ *   out[b, h, i] = sum_j dropout(P[b, h, i, j]) v[b, h / G, j]
+ *   P[b, h, i, :] = softmax over visible keys j (and the head's sink) of
+ *       s_ij = softcap(q_i . k_j * scale) - alibi_h |pos_i - j|
+ *
+ * with G = q_heads / kv_heads consecutive query heads per KV head (GQA,
+ * PyTorch's repeat_interleave), query i of a sequence sitting at key
+ * position pos_i = i + diagonal, and key j visible to it when
+ *   causal:          j <= pos_i
+ *   sliding window:  pos_i - left <= j <= pos_i + right  (FlashAttention-2's
+ *                    (left, right); a bound of -1 is unbounded; causal caps
+ *                    right at 0)
+ * A row that sees no key (and has no sink) outputs zeros and lse = -inf,
+ * never NaN; with a sink it outputs zeros and lse = the sink.
+ */
+#ifndef ATTN_ATTENTION_H
+#define ATTN_ATTENTION_H
+
+#include "internal.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct attn_dropout_stream;
+
+/* Element strides of a (batch, token, head) tensor view; each head's
+ * features are contiguous. With cu_seqlens the batch stride is 0 and
+ * sequence b's rows start at token cu_seqlens[b]. */
+typedef struct attn_view_strides {
+    size_t b, t, h;
+} attn_view_strides;
+
+/* Where query rows sit relative to the keys. */
+typedef enum attn_diagonal {
+    ATTN_DIAGONAL_BOTTOM_RIGHT = 0, /* pos_i = i + S - T: the last query sees every key */
+    ATTN_DIAGONAL_TOP_LEFT = 1,     /* pos_i = i (PyTorch's is_causal when T != S) */
+    ATTN_DIAGONAL_OFFSET = 2        /* pos_i = i + q_offset (decode, ring blocks) */
+} attn_diagonal;
+
+typedef struct attn_attention_problem {
+    /* ---- shape (T, S: the longest sequence's lengths with cu_seqlens) */
+    size_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, v_head_dim;
+    /* ---- tensors: q, out (B, Hq, T, D|Dv); k (B, Hkv, S, D), v (B, Hkv, S, Dv) */
+    const float *q, *k, *v;
+    float *out;
+    attn_view_strides q_strides, k_strides, v_strides, out_strides;
+    /* optional (B, Hq, T), or (Hq, total_q) with cu_seqlens: see attn_lse_index */
+    float *lse;
+    /* ---- score modifiers: zero (false, NULL) is off */
+    float scale;                  /* applied first: q . k * scale */
+    bool causal;
+    bool renormalize;             /* causal by the seeds' renormalising mask (reference only;
+                                     equal to -inf masking where both are finite) */
+    attn_diagonal diagonal;
+    int64_t q_offset;             /* with ATTN_DIAGONAL_OFFSET */
+    bool window;                  /* sliding window (window_left, window_right) */
+    int64_t window_left, window_right; /* -1: unbounded on that side */
+    float softcap;                /* s = softcap * tanh(s / softcap) */
+    const float *alibi_slopes;    /* (Hq): s -= slope_h * |pos_i - j| */
+    const float *sinks;           /* (Hq): a logit in each row's softmax denominator */
+    /* packed variable-length batches: (batch + 1) offsets into the tokens of
+     * q/out and of k/v; q_len and kv_len are then the longest lengths */
+    const int32_t *cu_seqlens_q, *cu_seqlens_kv;
+    size_t total_q; /* cu_seqlens_q[batch] (the lse layout with cu_seqlens) */
+} attn_attention_problem;
+
+/* The dropout of the weights, as every backend applies it: factor 0 or
+ * kept_scale per weight, from keep bits (one per (b, h, i, j), see
+ * attn_drop_index; set where kept) or from Philox counters keyed by
+ * (seed, offset) at the same index (rng/philox.h). */
+typedef enum attn_drop_kind {
+    ATTN_DROP_NONE = 0,
+    ATTN_DROP_BITS,
+    ATTN_DROP_PHILOX
+} attn_drop_kind;
+
+typedef struct attn_attention_dropout {
+    attn_drop_kind kind;
+    const uint8_t *keep_bits;
+    uint64_t seed, offset, keep_threshold; /* a keep_threshold of 0 drops every weight */
+    float kept_scale;                      /* 1 / (1 - p) */
+} attn_attention_dropout;
+
+/* The backward's tensors: dout with out's strides; dq with q's, dk with
+ * k's, dv with v's (at kv_heads: the group's gradients summed in a fixed
+ * order); dsinks (Hq) written when the problem has sinks. */
+typedef struct attn_attention_grads {
+    const float *dout;
+    float *dq, *dk, *dv, *dsinks;
+} attn_attention_grads;
+
+/* Optional (B, Hq, T, S) copies the reference forward writes for tracing:
+ * scores after modifiers and mask, weights, weights after dropout. */
+typedef struct attn_attention_trace {
+    float *scores, *weights, *dropped;
+} attn_attention_trace;
+
+/* ---- the geometry every backend shares ---------------------------------- */
+
+/* One sequence of the batch. */
+typedef struct attn_attention_seq {
+    size_t q_len, kv_len;     /* this sequence's T and S */
+    size_t q_start, kv_start; /* its first token in the packed tensors (0 unless varlen) */
+    int64_t diagonal;         /* pos_i = i + diagonal */
+} attn_attention_seq;
+
+static inline attn_attention_seq attn_attention_seq_of(const attn_attention_problem *p,
+                                                       size_t b) {
+    attn_attention_seq s = {p->q_len, p->kv_len, 0, 0, 0};
+    if (p->cu_seqlens_q) {
+        s.q_start = (size_t)p->cu_seqlens_q[b];
+        s.q_len = (size_t)p->cu_seqlens_q[b + 1] - s.q_start;
+        s.kv_start = (size_t)p->cu_seqlens_kv[b];
+        s.kv_len = (size_t)p->cu_seqlens_kv[b + 1] - s.kv_start;
+    }
+    s.diagonal = p->diagonal == ATTN_DIAGONAL_TOP_LEFT ? 0
+                 : p->diagonal == ATTN_DIAGONAL_OFFSET ? p->q_offset
+                 : (int64_t)s.kv_len - (int64_t)s.q_len;
+    return s;
+}
+
+/* Element offset of row i of head h of sequence b (start: the sequence's
+ * first packed token, see attn_attention_seq). */
+static inline size_t attn_view_offset(attn_view_strides s, size_t b, size_t start, size_t h,
+                                      size_t i) {
+    return b * s.b + (start + i) * s.t + h * s.h;
+}
+
+/* The KV head query head h reads. */
+static inline size_t attn_kv_head(const attn_attention_problem *p, size_t h) {
+    return h / (p->q_heads / p->kv_heads);
+}
+
+/* Keys [*begin, *end) of query i are the only ones it may see (clipped to
+ * the sequence); begin >= end when it sees none. */
+static inline void attn_visible_keys(const attn_attention_problem *p,
+                                     const attn_attention_seq *s, size_t i, size_t *begin,
+                                     size_t *end) {
+    int64_t pos = (int64_t)i + s->diagonal, lo = 0, hi = (int64_t)s->kv_len; /* [lo, hi) */
+    if (p->window && p->window_left >= 0 && pos - p->window_left > lo) lo = pos - p->window_left;
+    int64_t right = -1;
+    if (p->window && p->window_right >= 0) right = p->window_right;
+    if (p->causal && (right < 0 || right > 0)) right = 0;
+    if (right >= 0 && pos + right + 1 < hi) hi = pos + right + 1;
+    if (hi < lo) hi = lo;
+    *begin = (size_t)lo;
+    *end = (size_t)(hi < lo ? lo : hi);
+}
+
+/* The flat index of weight (b, h, i, j) in the dropout mask (the (B, Hq,
+ * T, S) row-major order of PyTorch's dropout over the weights; with
+ * cu_seqlens T and S are the longest lengths). */
+static inline uint64_t attn_drop_index(const attn_attention_problem *p, size_t b, size_t h,
+                                       size_t i, size_t j) {
+    return (((uint64_t)b * p->q_heads + h) * p->q_len + i) * p->kv_len + j;
+}
+
+/* The index of row (b, h, i) in lse: (B, Hq, T), or (Hq, total_q) packed. */
+static inline size_t attn_lse_index(const attn_attention_problem *p, size_t b, size_t h,
+                                    size_t i) {
+    if (p->cu_seqlens_q) return h * p->total_q + (size_t)p->cu_seqlens_q[b] + i;
+    return (b * p->q_heads + h) * p->q_len + i;
+}
+
+/* ---- backends ------------------------------------------------------------ */
+
+typedef struct attn_attention_backend {
+    const char *name;
+    /* NULL when the backend runs the problem (backward: its backward too),
+     * else why not, e.g. "v_head_dim != head_dim" */
+    const char *(*declines)(const attn_ctx *ctx, const attn_attention_problem *p,
+                            bool backward);
+    /* Whether it runs these values (NULL: any): the fused kernels send
+     * non-finite inputs and float32-overflowing magnitudes to the
+     * reference. dout is the backward's, or NULL. */
+    bool (*takes_values)(const attn_ctx *ctx, const attn_attention_problem *p,
+                         const float *dout);
+    /* Bytes of workspace a pass needs. */
+    size_t (*forward_bytes)(const attn_ctx *ctx, const attn_attention_problem *p,
+                            const attn_attention_trace *trace);
+    size_t (*backward_bytes)(const attn_ctx *ctx, const attn_attention_problem *p);
+    /* The passes, on workspace of the size asked (zeroed or not): they
+     * cannot fail. */
+    void (*forward)(const attn_ctx *ctx, const attn_attention_problem *p,
+                    const attn_attention_dropout *drop, const attn_attention_trace *trace,
+                    void *workspace);
+    void (*backward)(const attn_ctx *ctx, const attn_attention_problem *p,
+                     const attn_attention_dropout *drop, const attn_attention_grads *g,
+                     void *workspace);
+} attn_attention_backend;
+
+extern const attn_attention_backend attn_attention_reference;
+extern const attn_attention_backend attn_attention_fused;
+
+/* ---- the runner ----------------------------------------------------------- */
+
+/*
+ * Checks p (a message naming who and the values at fault), then runs it on
+ * the first backend of the ctx's choice that takes it: the fused kernels
+ * unless the ctx runs the reference ones, a trace is wanted, or they
+ * decline. workspace: bytes from attn_attention_*_bytes, or NULL to
+ * allocate here; either way all memory is in hand before anything is drawn
+ * or written, so a failure changes nothing.
+ *
+ * Dropout in the forward: stream (NULL: none) draws the mask. A Philox
+ * stream is drawn inside the kernels (drop_out receives its record for the
+ * backward); a serial one (PyTorch's mt19937/MKL order) is drawn first
+ * into keep_bits ((B, Hq, T, S) bits, zeroed by the caller; NULL: into the
+ * workspace), and drop_out records those bits.
+ */
+attn_status attn_attention_check(attn_ctx *ctx, const char *who,
+                                 const attn_attention_problem *p);
+/* mask_in_workspace: a serial stream will draw with keep_bits NULL (its
+ * bits then live in the workspace); traced: the trace is wanted. */
+size_t attn_attention_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p,
+                                    bool mask_in_workspace, bool traced);
+attn_status attn_attention_forward(attn_ctx *ctx, const char *who,
+                                   const attn_attention_problem *p,
+                                   struct attn_dropout_stream *stream, uint8_t *keep_bits,
+                                   const attn_attention_trace *trace,
+                                   attn_attention_dropout *drop_out, void *workspace);
+size_t attn_attention_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p);
+attn_status attn_attention_backward(attn_ctx *ctx, const char *who,
+                                    const attn_attention_problem *p,
+                                    const attn_attention_dropout *drop,
+                                    const attn_attention_grads *g, void *workspace);
+
+#endif /* ATTN_ATTENTION_H */

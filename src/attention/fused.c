@@ -1,0 +1,208 @@
+/*
+ * fused.c — the fused CPU backend of the attention contract: the tiled
+ * FlashAttention-2 kernels of kernels/flash (flash.h), in the instruction
+ * set the ctx runs, with every feature of attention.h forward and backward.
+ * It declines only v_head_dim != head_dim, and hands inputs it would get
+ * wrong (non-finite, or magnitudes past float32's range in its tiles) to
+ * the reference through takes_values.
+ */
+#include "attention/attention.h"
+
+#include "kernels/flash/flash.h"
+#include "parallel.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+/* Parts of the magnitude scan (its threads, at most). */
+#define SCAN_PARTS 64
+
+static const attn_flash_kernels *flash_kernels(const attn_ctx *ctx) {
+    switch (ctx->kernels) {
+#if defined(ATTN_HAVE_X86_KERNELS)
+    case ATTN_KERNELS_AVX512: return &attn_flash_avx512;
+    case ATTN_KERNELS_AVX2: return &attn_flash_avx2;
+#endif
+    default: return &attn_flash_portable; /* portable, and the reference's (never sent here) */
+    }
+}
+
+static const char *fused_declines(const attn_ctx *ctx, const attn_attention_problem *p,
+                                  bool backward) {
+    (void)ctx;
+    (void)backward;
+    if (p->v_head_dim != p->head_dim) return "v_head_dim != head_dim";
+    if (p->kv_heads == 0 || p->q_heads % p->kv_heads != 0)
+        return "q_heads is not a multiple of kv_heads";
+    return NULL;
+}
+
+/* ---- where the fused kernels hand over to the reference -------------------
+ *
+ * The fused kernels keep scores in float32 and their exp2 maps NaN to 0: fed
+ * NaN or inf, or magnitudes whose scores pass float32's range, they would
+ * give other numbers than the reference (which spreads NaN and inf exactly
+ * as PyTorch does, and holds scores in double). A scan of q, k, v (and dO)
+ * finds those inputs, O((T + S) D) against the attention's O(T S D). */
+
+typedef struct magnitude_scan {
+    const attn_attention_problem *p;
+    const float *dout; /* NULL in the forward */
+    float (*max_abs)(const float *x, size_t n, float top); /* the kernels' own, vectorised */
+    float part_max[SCAN_PARTS][4]; /* max |x| of q, k, v, dout per part; inf: not finite */
+} magnitude_scan;
+
+/* (batch, query head)s [begin, end): their q and dout rows, and the k and v
+ * rows of their KV head at the group's first head. */
+static void scan_heads(void *arg, size_t part, size_t begin, size_t end) {
+    magnitude_scan *job = arg;
+    const attn_attention_problem *p = job->p;
+    size_t D = p->head_dim, G = p->q_heads / p->kv_heads;
+    float *top = job->part_max[part];
+    for (size_t bh = begin; bh < end; bh++) {
+        size_t b = bh / p->q_heads, h = bh % p->q_heads;
+        attn_attention_seq s = attn_attention_seq_of(p, b);
+        for (size_t i = 0; i < s.q_len; i++) {
+            top[0] = job->max_abs(p->q + attn_view_offset(p->q_strides, b, s.q_start, h, i), D,
+                                  top[0]);
+            if (job->dout)
+                top[3] = job->max_abs(
+                    job->dout + attn_view_offset(p->out_strides, b, s.q_start, h, i), D, top[3]);
+        }
+        if (h % G) continue;
+        for (size_t j = 0; j < s.kv_len; j++) {
+            top[1] = job->max_abs(p->k + attn_view_offset(p->k_strides, b, s.kv_start, h / G, j),
+                                  D, top[1]);
+            top[2] = job->max_abs(p->v + attn_view_offset(p->v_strides, b, s.kv_start, h / G, j),
+                                  D, top[2]);
+        }
+    }
+}
+
+static bool fused_takes_values(const attn_ctx *ctx, const attn_attention_problem *p,
+                               const float *dout) {
+    const attn_flash_kernels *fk = flash_kernels(ctx);
+    magnitude_scan job = {.p = p, .dout = dout, .max_abs = fk->max_abs};
+    size_t min_heads = ((size_t)1 << 16) / ((p->q_len + 2 * p->kv_len) * p->head_dim + 1) + 1;
+    size_t threads = ctx->num_threads < SCAN_PARTS ? ctx->num_threads : SCAN_PARTS;
+    attn_parallel_for_parts(threads, p->batch * p->q_heads, min_heads, scan_heads, &job);
+    float top[4] = {0, 0, 0, 0};
+    for (size_t part = 0; part < SCAN_PARTS; part++)
+        for (int t = 0; t < 4; t++)
+            top[t] = job.part_max[part][t] > top[t] ? job.part_max[part][t] : top[t];
+    float slope = p->alibi_slopes ? fk->max_abs(p->alibi_slopes, p->q_heads, 0.0f) : 0.0f;
+    float sink = p->sinks ? fk->max_abs(p->sinks, p->q_heads, 0.0f) : 0.0f;
+    for (int t = 0; t < 4; t++)
+        if (isinf(top[t])) return false; /* inf or NaN */
+    if (isinf(slope) || isinf(sink) || !isfinite(p->softcap)) return false;
+    double q = top[0], k = top[1], v = top[2], d_o = top[3];
+    double D = (double)p->head_dim, S = (double)p->kv_len, limit = FLT_MAX / 16.0;
+    /* the raw scores q . k * scale (times log2 e) the tiles sum; softcap
+     * then bounds them, ALiBi adds up to slope * |pos_i - j| (the kernels
+     * subtract each row's nearest distance, but a bound is enough), and
+     * the sink starts each row's running max */
+    double raw = 1.4426950408889634 * fabs((double)p->scale) * D * q * k;
+    double cap = 1.4426950408889634 * p->softcap;
+    double score = p->softcap > 0.0f && cap < raw ? cap : raw;
+    double reach = (double)p->q_len + S + fabs((double)p->q_offset);
+    score += 1.4426950408889634 * ((double)slope * reach + sink);
+    /* and the output's running sums, and dP = dO . v */
+    return !(raw >= limit || score >= limit || S * v >= limit || D * d_o * v >= limit ||
+             S * d_o >= limit);
+}
+
+/* ---- workspaces ------------------------------------------------------------ */
+
+/* a * b, or SIZE_MAX when it overflows (an allocation that then fails). */
+static size_t mul_or_max(size_t a, size_t b) {
+    size_t n;
+    return attn_mul_size(a, b, &n) ? n : (size_t)-1;
+}
+
+static size_t add_or_max(size_t a, size_t b) {
+    size_t n;
+    return attn_add_size(a, b, &n) ? n : (size_t)-1;
+}
+
+/* Byte counts rounded up to 64, so every piece stays aligned to a line. */
+static size_t lines_bytes(size_t bytes) {
+    return bytes > (size_t)-1 - 63 ? (size_t)-1 : (bytes + 63) / 64 * 64;
+}
+
+/* Bytes of the kernels' per-part tiles (floats per part). */
+static size_t tiles_bytes(const attn_ctx *ctx, size_t per_part) {
+    size_t parts = attn_parallel_parts(ctx->num_threads);
+    return lines_bytes(mul_or_max(mul_or_max(parts, per_part), sizeof(float)));
+}
+
+/* Bytes of a float per lse row: (B, Hq, T), or (Hq, total_q) packed. */
+static size_t rows_bytes(const attn_attention_problem *p) {
+    size_t rows = p->cu_seqlens_q ? mul_or_max(p->q_heads, p->total_q)
+                                  : mul_or_max(mul_or_max(p->batch, p->q_heads), p->q_len);
+    return lines_bytes(mul_or_max(rows, sizeof(float)));
+}
+
+static size_t fused_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p,
+                                  const attn_attention_trace *trace) {
+    (void)trace;
+    return tiles_bytes(ctx, flash_kernels(ctx)->forward_workspace(p));
+}
+
+/* The backward's tiles (also the forward's, for the lse it recomputes when
+ * p has none), then delta, then that lse. */
+static size_t backward_tiles_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
+    const attn_flash_kernels *fk = flash_kernels(ctx);
+    size_t bwd = fk->backward_workspace(p), fwd = fk->forward_workspace(p);
+    return tiles_bytes(ctx, !p->lse && fwd > bwd ? fwd : bwd);
+}
+
+static size_t fused_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
+    size_t bytes = add_or_max(backward_tiles_bytes(ctx, p), rows_bytes(p));
+    return p->lse ? bytes : add_or_max(bytes, rows_bytes(p));
+}
+
+/* ---- the passes ------------------------------------------------------------ */
+
+static const attn_attention_dropout no_dropout = {.kind = ATTN_DROP_NONE};
+
+static void fused_forward(const attn_ctx *ctx, const attn_attention_problem *p,
+                          const attn_attention_dropout *drop, const attn_attention_trace *trace,
+                          void *workspace) {
+    (void)trace;
+    const attn_flash_kernels *fk = flash_kernels(ctx);
+    /* as freshly allocated, also when reused: no stale NaN in a tile's pad */
+    memset(workspace, 0, fused_forward_bytes(ctx, p, NULL));
+    fk->forward(ctx->num_threads, p, drop ? drop : &no_dropout, workspace);
+}
+
+static void fused_backward(const attn_ctx *ctx, const attn_attention_problem *p,
+                           const attn_attention_dropout *drop, const attn_attention_grads *g,
+                           void *workspace) {
+    const attn_flash_kernels *fk = flash_kernels(ctx);
+    size_t tiles = backward_tiles_bytes(ctx, p);
+    float *ws = workspace, *delta = (float *)((char *)workspace + tiles);
+    memset(workspace, 0, tiles);
+    const float *lse = p->lse;
+    if (!lse) {
+        /* the forward kept no statistics: its lse again, without values */
+        float *own = (float *)((char *)delta + rows_bytes(p));
+        attn_attention_problem stats = *p;
+        stats.out = NULL;
+        stats.lse = own;
+        fk->forward(ctx->num_threads, &stats, &no_dropout, ws);
+        memset(workspace, 0, tiles);
+        lse = own;
+    }
+    fk->backward(ctx->num_threads, p, drop ? drop : &no_dropout, g, lse, delta, ws);
+}
+
+const attn_attention_backend attn_attention_fused = {
+    .name = "fused",
+    .declines = fused_declines,
+    .takes_values = fused_takes_values,
+    .forward_bytes = fused_forward_bytes,
+    .backward_bytes = fused_backward_bytes,
+    .forward = fused_forward,
+    .backward = fused_backward,
+};
