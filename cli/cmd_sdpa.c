@@ -64,8 +64,9 @@ static const char sdpa_help[] =
     "                  ATTN_KERNELS environment variable), reference (the\n"
     "                  double-accumulating loops, closest to exact), portable,\n"
     "                  avx2 or avx512\n"
-    "With PyTorch (top-left, no window, sinks or ALiBi): out =\n"
-    "F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale).\n";
+    "With --align top-left and no window, softcap, ALiBi, sinks or dropout, out is\n"
+    "PyTorch's F.scaled_dot_product_attention(q, k, v, is_causal=causal,\n"
+    "scale=scale).\n";
 
 static const char *const sdpa_value_options[] = {
     "--q",        "--k",         "--v",       "--output",        "--lse",
@@ -131,8 +132,8 @@ static int parse_kernels(const char *value, attn_kernels *out) {
         *out = k;
         return CLI_OK;
     }
-    return cli_usage_error("--kernels: expected auto, reference, portable, avx2 or avx512, got '%s'",
-                           value);
+    return cli_usage_error(
+        "--kernels: expected auto, reference, portable, avx2 or avx512, got '%s'", value);
 }
 
 /* One value option. */
@@ -284,13 +285,15 @@ static int read_offsets(const char *opt, const char *path, int32_t **out, size_t
         goto done;
     }
     memcpy(header, bytes + at, header_len);
-    header[header_len] = '\0';
     at += header_len;
+    while (header_len && (header[header_len - 1] == ' ' || header[header_len - 1] == '\n'))
+        header_len--; /* the padding, for messages */
+    header[header_len] = '\0';
     const char *descr = header_value(header, "descr");
     const char *shape = header_value(header, "shape");
     size_t itemsize = 0;
     bool big = false;
-    if (descr && (descr[0] == '\'' || descr[0] == '"') && strchr("<>=|", descr[1]) &&
+    if (descr && (descr[0] == '\'' || descr[0] == '"') && descr[1] && strchr("<>=|", descr[1]) &&
         descr[2] == 'i' && (descr[3] == '4' || descr[3] == '8') && descr[4] == descr[0]) {
         itemsize = descr[3] == '4' ? 4 : 8;
         big = descr[1] == '>';
@@ -404,20 +407,22 @@ static int write_in_dir(attn_ctx *ctx, const char *dir, const char *name, const 
     return rc;
 }
 
-/* Reads a float .npy of exactly want's shape (or any, for the tensors). */
+/* Reads a float32 (or float64) .npy; a failure is the library's message. */
 static int read_floats(attn_ctx *ctx, const char *opt, const char *path, attn_npy *out) {
     return attn_npy_read(ctx, path, out) == ATTN_OK ? CLI_OK : cli_library_error(ctx, opt);
 }
 
+/* CLI_OK when a has the given shape, else a usage error: "--sinks: shape
+ * (3,) must be (4,): one per query head". */
 static int want_shape(const char *opt, const attn_npy *a, size_t rank, const size_t *shape,
-                      const char *what) {
+                      const char *why) {
     bool same = a->ndim == rank;
     for (size_t i = 0; same && i < rank; i++) same = a->shape[i] == shape[i];
     if (same) return CLI_OK;
     char want[128], got[128];
     format_shape(want, sizeof want, rank, shape);
     format_shape(got, sizeof got, a->ndim, a->shape);
-    return cli_usage_error("%s: shape %s does not match %s %s", opt, got, what, want);
+    return cli_usage_error("%s: shape %s must be %s: %s", opt, got, want, why);
 }
 
 typedef struct sdpa_run {
@@ -527,16 +532,16 @@ static int read_inputs(sdpa_run *r, const sdpa_options *o, attn_sdpa_config *cfg
         lse_shape[0] = B, lse_shape[1] = H, lse_shape[2] = T;
         *lse_rank = 3;
     }
-    size_t per_head[1] = {H};
+    size_t heads[1] = {H};
     if (o->alibi) {
         if ((rc = read_floats(r->ctx, "--alibi", o->alibi, &r->alibi)) != CLI_OK ||
-            (rc = want_shape("--alibi", &r->alibi, 1, per_head, "one slope per query head")) != CLI_OK)
+            (rc = want_shape("--alibi", &r->alibi, 1, heads, "one per query head")) != CLI_OK)
             return rc;
         cfg->alibi_slopes = r->alibi.data;
     }
     if (o->sinks) {
         if ((rc = read_floats(r->ctx, "--sinks", o->sinks, &r->sinks)) != CLI_OK ||
-            (rc = want_shape("--sinks", &r->sinks, 1, per_head, "one sink per query head")) != CLI_OK)
+            (rc = want_shape("--sinks", &r->sinks, 1, heads, "one per query head")) != CLI_OK)
             return rc;
         cfg->sinks = r->sinks.data;
     }
@@ -596,7 +601,8 @@ static int run_sdpa(int argc, char **argv) {
     if (!o.grad_output) goto done;
 
     if ((rc = read_floats(r.ctx, "--grad-output", o.grad_output, &r.dout)) != CLI_OK ||
-        (rc = want_shape("--grad-output", &r.dout, out_rank, out_shape, "the output's")) != CLI_OK)
+        (rc = want_shape("--grad-output", &r.dout, out_rank, out_shape, "the output's shape")) !=
+            CLI_OK)
         goto done;
     size_t H = cfg.heads;
     r.dq = malloc(r.q.numel * sizeof *r.dq);

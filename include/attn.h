@@ -41,9 +41,9 @@ extern "C" {
 #endif
 
 #define ATTN_VERSION_MAJOR 0
-#define ATTN_VERSION_MINOR 1
+#define ATTN_VERSION_MINOR 2
 #define ATTN_VERSION_PATCH 0
-#define ATTN_VERSION_STRING "0.1.0"
+#define ATTN_VERSION_STRING "0.2.0"
 
 /* The version of the library linked in, e.g. "0.1.0". */
 const char *attn_version(void);
@@ -151,8 +151,10 @@ attn_kernels attn_ctx_kernels(const attn_ctx *ctx);
  *                            by the rng's seed; each dropout call takes the
  *                            next offset, and element e of the call (its
  *                            flat index in the (B, H, T, S) weights) keeps
- *                            when word e % 4 of the block at counter
- *                            (e / 4, offset) is < floor((1 - p) * 2^32).
+ *                            when word (e / 16) % 4 of the block at counter
+ *                            (16 (e / 64) + e % 16, offset) is
+ *                            < floor((1 - p) * 2^32) (16 neighbours take
+ *                            one word of 16 blocks: a vector lane each).
  *                            Any tile draws its own mask on any thread, and
  *                            the backward draws it again instead of keeping
  *                            it; mt19937 draws are not consumed.

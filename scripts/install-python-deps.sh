@@ -29,7 +29,7 @@ sys.exit(not all(have(*p.split("==")) for p in sys.argv[1:]))'
 if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "$check" "${pins[@]}" 2>/dev/null; then
   exit 0
 fi
-echo "install-python-deps: creating $venv with ${pins[*]}"
+echo "install-python-deps: installing ${pins[*]} into $venv"
 [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv --system-site-packages "$venv"
 pip=("$venv/bin/python" -m pip install --quiet --disable-pip-version-check)
 "${pip[@]}" -r "$req"

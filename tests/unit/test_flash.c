@@ -269,9 +269,10 @@ static void describe(const char *isa, const flash_case *c) {
             p->sinks != NULL, (int)c->drop.kind, c->keep_lse);
 }
 
-/* dsinks_h = -sum_(b, i) exp(sink_h - lse_i) delta_i sums terms of both
- * signs: its error, relative to the sum of their magnitudes (delta_i =
- * dO_i . out_i from the reference's out and lse), the largest over h. */
+/* dsinks_h = -sum_(b, i) exp(sink_h - lse_i) delta_i, delta_i = dO_i .
+ * out_i, sums terms of both signs: its error relative to the sum of their
+ * magnitudes (|dO_i| . |out_i| from the reference's out and lse), the
+ * largest over h. */
 static double sink_error(const flash_case *c, const results *ref, const float *dsinks) {
     const attn_attention_problem *p = &c->p;
     double worst = 0.0;
@@ -283,8 +284,8 @@ static double sink_error(const flash_case *c, const results *ref, const float *d
                 size_t at = attn_view_offset(p->out_strides, b, s.q_start, h, i);
                 double delta = 0.0;
                 for (size_t d = 0; d < p->head_dim; d++)
-                    delta += (double)c->dout[at + d] * ref->out[at + d];
-                size += exp((double)p->sinks[h] - ref->lse[attn_lse_index(p, b, h, i)]) * fabs(delta);
+                    delta += fabs((double)c->dout[at + d] * ref->out[at + d]);
+                size += exp((double)p->sinks[h] - ref->lse[attn_lse_index(p, b, h, i)]) * delta;
             }
         }
         double err = fabs((double)dsinks[h] - ref->dsinks[h]) / (size + 1e-30);
