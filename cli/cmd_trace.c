@@ -7,7 +7,8 @@
 #include <string.h>
 
 static const char trace_help[] =
-    "usage: attn trace [--preset NAME] [--module mha|gpt2|causal|mha-wrapper|sa2|sa1|simple]\n"
+    "usage: attn trace [--preset NAME] [--module mha|gpt2|causal|mha-wrapper|sa2|sa1|simple|\n"
+    "                                            gqa|mla|swa]\n"
     "                  [--batch N] [--tokens N] [--seed S]\n"
     "\n"
     "Runs one forward pass of the module at the preset's size on random input\n"

@@ -20,8 +20,11 @@ covering num_kv_groups 1 (multi-query), between, and == num_heads; window 1,
      within relative L2 1e-5, or twice PyTorch float32's own error on the
      same case where that is larger (an ill-conditioned case: printed). A
      key bias's gradient is zero in exact arithmetic (softmax ignores a shift
-     shared by every key: W_key.bias, MLA's W_UK.bias), so it is measured
-     against the norm of its weight's gradient;
+     shared by every key: W_key.bias, MLA's W_UK.bias): what float32 leaves
+     there is rounding residue, measured against the norm of the largest
+     gradient. A gradient below 1% of the largest one's norm (a near-cancellation:
+     out_proj.weight with d_out 1) that misses the bound is measured
+     against 1% of that norm instead (see compare(); printed);
   3. all of it on the reference kernels and on the fused ones (the ctx's
      auto kernels), at 1 and 2 threads, whose results must be bitwise equal;
   4. training mode with dropout: the class's nn.Dropout draws from PyTorch's
@@ -59,6 +62,7 @@ from attn_ctypes import (ATTN_BERNOULLI_MT19937, ATTN_KERNELS_AUTO,  # noqa: E40
 from conformance import Results, first_diff, same_bits  # noqa: E402
 
 TOL = 1e-5
+SMALL = 1e-2  # a gradient below this of the largest is a near-cancellation
 ATTN_BERNOULLI_PHILOX = 2
 BOOK = os.environ.get("ATTN_BOOK_REFERENCE",
                       os.path.join(ROOT, "..", "shared", "reference", "llms-from-scratch"))
@@ -200,9 +204,10 @@ class Case:
         return args
 
 
-def torch_run(case, weights, dtype, scale_query=None):
+def torch_run(case, weights, dtype, scale_query=None, jitter=None):
     """The class's (y, dx, {name: grad}) in dtype, holding attn's weights;
-    dropout draws restart where attn's do (after the constructor's)."""
+    dropout draws restart where attn's do (after the constructor's).
+    jitter (a seed): x and dy each moved by one float32 ulp, up or down."""
     torch.manual_seed(case.seed)
     m = case.ctor()
     with torch.no_grad():
@@ -215,9 +220,15 @@ def torch_run(case, weights, dtype, scale_query=None):
                 if n.startswith("W_query."):
                     p.mul_(scale_query)
     m.train(case.train)
-    x = case.x.to(dtype).clone().requires_grad_(True)
+    x, dy = case.x, case.dy
+    if jitter is not None:
+        g = np.random.default_rng(jitter)
+        nudge = lambda a: torch.from_numpy(np.nextafter(
+            a.numpy(), np.where(g.random(a.shape) < 0.5, -np.inf, np.inf).astype(np.float32)))
+        x, dy = nudge(x), nudge(dy)
+    x = x.to(dtype).clone().requires_grad_(True)
     y = m(x)
-    y.backward(case.dy.to(dtype))
+    y.backward(dy.to(dtype))
     grads = {n: p.grad.detach().numpy().copy() for n, p in m.named_parameters()}
     return y.detach().numpy(), x.grad.detach().numpy(), grads
 
@@ -267,27 +278,64 @@ class Lib:
         return dict(weights=weights, names=names, y=y, dx=dx, grads=grads, kind=kind, cls=cls)
 
 
-def compare(res, group, label, ours, ref64, ref32, vanishing):
+def torch_f32(case, weights):
+    """PyTorch float32's runs: on x and dy, then twice on x and dy each
+    moved by one ulp (see compare)."""
+    return [torch_run(case, weights, torch.float32, jitter=j)
+            for j in (None, case.seed % 2 ** 32, case.seed % 2 ** 32 + 1)]
+
+
+def compare(res, group, label, ours, ref64, ref32s, vanishing):
     """Checks y, dx and every gradient of ours against float64; returns the
-    problems found."""
+    problems found.
+
+    The bound is TOL, or twice PyTorch float32's own error where that is
+    larger: on an ill-conditioned tensor, one run's error is partly luck (a
+    sum whose terms cancel keeps or loses a digit by the rounding of the
+    last term), so the error that counts is the largest of three float32
+    runs: on x and dy, and on x and dy moved by one ulp each (inputs within
+    float32's own rounding of them, on which PyTorch is just as right). The
+    table quotes the first.
+
+    A gradient that is a near-cancellation (out_proj.weight with d_out 1: one
+    sum over the rows of dy times context; W_query's with one head of width
+    1: sums of softmax-gradient rows that sum to zero) is small against the
+    float32 rounding of the terms it sums, in any float32 implementation:
+    PyTorch's own error there is luck, and twice it is no bound. Such a
+    tensor (float64 norm below SMALL of the largest gradient's) that misses
+    the bound is measured against SMALL times that largest norm, its error
+    in the units of the whole backward (the fused kernels' bound in
+    test_fast_vs_reference.py). Printed when it happens."""
     problems = []
-    pairs = [("y", ours["y"], ref64[0], ref32[0], 0.0),
-             ("dx", ours["dx"], ref64[1], ref32[1], 0.0)]
+    largest = max(np.linalg.norm(ref64[1]), max((np.linalg.norm(g) for g in ref64[2].values()),
+                                                 default=0.0))
+    pairs = [("y", ours["y"], ref64[0], [r[0] for r in ref32s], 0.0),
+             ("dx", ours["dx"], ref64[1], [r[1] for r in ref32s], 0.0)]
     for n in ref64[2]:
-        floor = 0.0
-        if n == vanishing:
-            floor = np.linalg.norm(ref64[2][n[:-len("bias")] + "weight"])
-        pairs.append((n, ours["grads"].get(n), ref64[2][n], ref32[2][n], floor))
+        # zero in exact arithmetic: its rounding residue, in units of the
+        # whole backward
+        floor = largest if n == vanishing else 0.0
+        pairs.append((n, ours["grads"].get(n), ref64[2][n], [r[2][n] for r in ref32s], floor))
     res.note(group, n=1)
     if sorted(ours["grads"]) != sorted(ref64[2]):
         problems.append("gradient names: ours %s torch %s" % (sorted(ours["grads"]),
                                                               sorted(ref64[2])))
-    for n, o, r64, r32, floor in pairs:
+    for n, o, r64, r32s, floor in pairs:
         if o is None:
             continue
-        e, e32 = rel_l2(o, r64, floor), rel_l2(r32, r64, floor)
+        e, e32 = rel_l2(o, r64, floor), max(rel_l2(r32, r64, floor) for r32 in r32s)
+        first32 = rel_l2(r32s[0], r64, floor)
+        if n != "y" and not e <= max(TOL, 2 * e32):
+            small = max(SMALL * largest, floor)
+            if max(np.linalg.norm(r64), floor) < small:
+                print("near-cancelling gradient: %s %s (norm %.3g, largest %.3g): rel L2 %.3g, "
+                      "torch float32 %.3g; against %g of the largest: %.3g" % (
+                          label, n, np.linalg.norm(r64), largest, e, e32, SMALL,
+                          rel_l2(o, r64, small)))
+                e, e32 = rel_l2(o, r64, small), max(rel_l2(r32, r64, small) for r32 in r32s)
+                first32 = rel_l2(r32s[0], r64, small)
         key = "fwd" if n == "y" else "grad"
-        res.note(group, **{key: e, key + "_torch32": e32})
+        res.note(group, **{key: e, key + "_torch32": first32})
         if not e <= max(TOL, 2 * e32):
             problems.append("%s: rel L2 %.3g vs float64 (torch float32 %.3g)" % (n, e, e32))
         elif e > TOL:
@@ -312,7 +360,7 @@ def check_case(lib, res, r, case):
     res.check(ref["kind"] == MODULES[case.kind][4] and ref["cls"] == MODULES[case.kind][1],
               "%s kind %d, class name %s" % (case.kind, ref["kind"], ref["cls"]))
     t64 = torch_run(case, ref["weights"], torch.float64)
-    t32 = torch_run(case, ref["weights"], torch.float32)
+    t32 = torch_f32(case, ref["weights"])
     vanishing = MODULES[case.kind][5] if case.bias else None
     # 2, 3. both kernel sets at 1 and 2 threads; the thread counts agree bitwise
     for kernels in KERNELS:
@@ -444,7 +492,7 @@ def check_cli(res, book, cli, r):
             torch.manual_seed(case.seed)
             weights = {n: p.detach().numpy() for n, p in case.ctor().state_dict().items()}
             t64 = torch_run(case, weights, torch.float64)
-            t32 = torch_run(case, weights, torch.float32)
+            t32 = torch_f32(case, weights)
             ours = {"y": npy_load(yp), "dx": npy_load(os.path.join(out, "input.npy")),
                     "grads": {n: npy_load(os.path.join(out, n + ".npy")) for n in weights}}
             problems = compare(res, "%s cli" % kind, "cli " + kind, ours, t64, t32,
@@ -492,7 +540,7 @@ def check_python(res, book, libpath, r):
         m.eval()
         ours = {"y": m(case.x.numpy()), "dx": m.backward(case.dy.numpy()), "grads": m.grads()}
         t64 = torch_run(case, tw, torch.float64)
-        t32 = torch_run(case, tw, torch.float32)
+        t32 = torch_f32(case, tw)
         problems = compare(res, "%s python" % kind, "python " + kind, ours, t64, t32,
                            MODULES[kind][5] if case.bias else None)
         res.check(same and not problems, "attn.%s %s" % (type(m).__name__, case.desc()),

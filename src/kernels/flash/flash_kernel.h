@@ -101,6 +101,7 @@ typedef struct block_rows {
     size_t begin[BR], end[BR];
     int64_t near[BR];
     size_t first, last; /* the union of the rows' keys: [first, last) */
+    size_t all_from, all_to; /* keys [all_from, all_to) every row sees (empty: 0, 0) */
 } block_rows;
 
 static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0, size_t rows,
@@ -125,6 +126,11 @@ static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0
         }
     }
     if (br->first >= br->last) br->first = br->last = 0;
+    /* both ends grow with the row: the last row's begin, the first's end */
+    br->all_from = br->begin[rows - 1];
+    br->all_to = br->end[0];
+    for (size_t r = 0; r < rows; r++)
+        if (br->begin[r] >= br->end[r]) br->all_from = br->all_to = 0;
 }
 
 /* Bit i of a mask. */
@@ -259,6 +265,7 @@ static void apply_values(float *o, size_t Dp, const float *alpha, const float *p
 static void modify_tile(const flash_shape *f, const block_rows *br, float slope2, vec s[RG][NV],
                         size_t r0, size_t j0, float *th) {
     if (!f->modified) { /* the common tile: every row sees every key */
+        if (j0 >= br->all_from && j0 + BC <= br->all_to) return;
         bool full = true;
         for (size_t r = r0; r < r0 + RG && r < br->rows; r++)
             full = full && br->begin[r] <= j0 && br->end[r] >= j0 + BC;
@@ -401,7 +408,8 @@ static void forward_block(void *arg, size_t part, size_t item) {
                 for (int r = 0; r < RG; r++) {
                     vec mx = s[r][0];
                     for (int v = 1; v < NV; v++) mx = v_max(mx, s[r][v]);
-                    m_new[r] = fmaxf(m_g[r0 + r], v_hmax(mx));
+                    float top = v_hmax(mx); /* (fmaxf: a libm call at -O3) */
+                    m_new[r] = top > m_g[r0 + r] ? top : m_g[r0 + r];
                 }
                 for (int r = 0; r < (VW > RG ? VW : RG); r++)
                     shift[r] = r < RG && m_new[r] != -INFINITY ? m_g[r0 + r] - m_new[r] : 0.0f;
