@@ -43,10 +43,11 @@ static inline vec v_keep(const uint32_t *w, uint64_t threshold, float kept) {
 }
 
 /* 2^x as in flash_avx512.c; 2^n built in the exponent bits, and inputs
- * below -126 (-inf included) give exactly 0. */
+ * below -125 (-inf included) give exactly 0, never a subnormal (whose
+ * arithmetic takes microcode assists). */
 static inline vec v_exp2(vec x) {
-    vec live = _mm256_cmp_ps(x, _mm256_set1_ps(-126.0f), _CMP_GE_OQ);
-    x = _mm256_max_ps(x, _mm256_set1_ps(-126.0f));
+    vec live = _mm256_cmp_ps(x, _mm256_set1_ps(-125.0f), _CMP_GE_OQ);
+    x = _mm256_max_ps(x, _mm256_set1_ps(-125.0f));
     vec n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vec f = _mm256_sub_ps(x, n);
     vec p = _mm256_set1_ps(1.5252733804e-5f);

@@ -111,6 +111,21 @@ static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0
     br->pos0 = (int64_t)i0 + s->diagonal;
     br->first = s->kv_len;
     br->last = 0;
+    size_t lo0, hi0, lo1, hi1;
+    attn_visible_keys(f->p, s, i0, &lo0, &hi0);
+    attn_visible_keys(f->p, s, i0 + rows - 1, &lo1, &hi1);
+    if (lo0 == 0 && hi1 == s->kv_len && lo1 == 0 && hi0 == s->kv_len && hi0 > 0) {
+        /* every row sees every key (no mask, or none reaching this block):
+         * both ends grow with the row, so the first and last rows tell */
+        for (size_t r = 0; r < BR; r++) {
+            br->begin[r] = 0;
+            br->end[r] = r < rows ? s->kv_len : 0;
+            br->near[r] = 0;
+        }
+        br->first = br->all_from = 0;
+        br->last = br->all_to = s->kv_len;
+        return;
+    }
     for (size_t r = 0; r < BR; r++) {
         size_t lo = 0, hi = 0;
         if (r < rows) attn_visible_keys(f->p, s, i0 + r, &lo, &hi);
@@ -226,18 +241,70 @@ static void score_tile(const float *qs, size_t ld, size_t D, const float *kt, ve
         for (int v = 0; v < NV; v++) s[r][v] = acc[r][v];
 }
 
+/* The score tile's vectors [v0, v0 + W) only (W < NV, at run time v0),
+ * the others set to fill: for the edge tiles of the causal/window band,
+ * whose row groups see a few of the keys. */
+#define SCORE_PART(W)                                                                      \
+    static void score_part_##W(const float *qs, size_t ld, size_t D, const float *kt,      \
+                               size_t v0, vec fill, vec s[RG][NV]) {                       \
+        vec acc[RG][W];                                                                    \
+        for (int r = 0; r < RG; r++)                                                       \
+            for (int v = 0; v < W; v++) acc[r][v] = v_zero();                              \
+        const float *k0 = kt + v0 * VW;                                                    \
+        for (size_t d = 0; d < D; d++) {                                                   \
+            vec k[W];                                                                      \
+            for (int v = 0; v < W; v++) k[v] = v_load(k0 + d * BC + v * VW);               \
+            for (int r = 0; r < RG; r++) {                                                 \
+                vec q = v_set1(qs[r * ld + d]);                                            \
+                for (int v = 0; v < W; v++) acc[r][v] = v_fma(q, k[v], acc[r][v]);         \
+            }                                                                              \
+        }                                                                                  \
+        for (int r = 0; r < RG; r++) {                                                     \
+            for (int v = 0; v < NV; v++) s[r][v] = fill;                                   \
+            for (int v = 0; v < W; v++) s[r][v0 + v] = acc[r][v];                          \
+        }                                                                                  \
+    }
+#if NV > 1
+SCORE_PART(1)
+#endif
+#if NV > 2
+SCORE_PART(2)
+#endif
+#if NV > 3
+SCORE_PART(3)
+#endif
+
+/* The score tile of the columns [c0, c1) (whole vectors around them), the
+ * other vectors set to fill. */
+static void score_cols(const float *qs, size_t ld, size_t D, const float *kt, size_t c0,
+                       size_t c1, vec fill, vec s[RG][NV]) {
+    size_t v0 = c0 / VW, v1 = (c1 + VW - 1) / VW;
+    switch (v1 - v0) {
+#if NV > 1
+    case 1: score_part_1(qs, ld, D, kt, v0, fill, s); return;
+#endif
+#if NV > 2
+    case 2: score_part_2(qs, ld, D, kt, v0, fill, s); return;
+#endif
+#if NV > 3
+    case 3: score_part_3(qs, ld, D, kt, v0, fill, s); return;
+#endif
+    default: score_tile(qs, ld, D, kt, s); return;
+    }
+}
+
 /* o (RG, Dp) = o * alpha + p (RG, cols) @ vp (cols, Dp): W vectors of each
  * row from column c0 (W = NV in the body, 1 at the tail), accumulated in
  * registers (constant bounds, so the compiler keeps acc out of memory). */
 #define APPLY_VALUES(NAME, W)                                                                   \
     static void apply_values_##NAME(float *o, size_t Dp, const float *alpha, const float *p,  \
-                                 size_t cols, const float *vp, size_t c0) {               \
+                                 size_t j0, size_t j1, const float *vp, size_t c0) {      \
         vec acc[RG][W];                                                                   \
         for (int r = 0; r < RG; r++) {                                                    \
             vec scale = v_set1(alpha[r]);                                                 \
             for (int v = 0; v < W; v++) acc[r][v] = v_mul(v_load(o + r * Dp + c0 + v * VW), scale); \
         }                                                                                 \
-        for (size_t jj = 0; jj < cols; jj++) {                                            \
+        for (size_t jj = j0; jj < j1; jj++) {                                             \
             vec val[W];                                                                   \
             for (int v = 0; v < W; v++) val[v] = v_load(vp + jj * Dp + c0 + v * VW);      \
             for (int r = 0; r < RG; r++) {                                                \
@@ -251,11 +318,12 @@ static void score_tile(const float *qs, size_t ld, size_t D, const float *kt, ve
 APPLY_VALUES(body, NV)
 APPLY_VALUES(tail, 1)
 
-static void apply_values(float *o, size_t Dp, const float *alpha, const float *p, size_t cols,
-                         const float *vp) {
+/* The same over the weights' columns [j0, j1) (the others are zero). */
+static void apply_values(float *o, size_t Dp, const float *alpha, const float *p, size_t j0,
+                         size_t j1, const float *vp) {
     size_t c0 = 0;
-    for (; c0 + NV * VW <= Dp; c0 += NV * VW) apply_values_body(o, Dp, alpha, p, cols, vp, c0);
-    for (; c0 < Dp; c0 += VW) apply_values_tail(o, Dp, alpha, p, cols, vp, c0);
+    for (; c0 + NV * VW <= Dp; c0 += NV * VW) apply_values_body(o, Dp, alpha, p, j0, j1, vp, c0);
+    for (; c0 < Dp; c0 += VW) apply_values_tail(o, Dp, alpha, p, j0, j1, vp, c0);
 }
 
 /* Rows [r0, r0 + RG) of block br against keys [j0, j0 + BC): softcap,
@@ -297,6 +365,43 @@ static void modify_tile(const flash_shape *f, const block_rows *br, float slope2
         for (size_t jj = z; jj < BC; jj++) row[jj] = -INFINITY;
         for (int v = 0; v < NV; v++) s[r][v] = v_load(row + v * VW);
     }
+}
+
+/* The columns [*c0, *c1) of the tile at j0 (cols wide) that rows [r0, r0 +
+ * RG) of br see; c0 == c1 when they see none of it. */
+static void group_cols(const block_rows *br, size_t r0, size_t j0, size_t cols, size_t *c0,
+                       size_t *c1) {
+    if (j0 >= br->all_from && j0 + cols <= br->all_to) { /* the common tile */
+        *c0 = 0;
+        *c1 = cols;
+        return;
+    }
+    size_t lo = (size_t)-1, hi = 0;
+    for (size_t r = r0; r < r0 + RG && r < br->rows; r++)
+        if (br->begin[r] < br->end[r]) {
+            lo = br->begin[r] < lo ? br->begin[r] : lo;
+            hi = br->end[r] > hi ? br->end[r] : hi;
+        }
+    *c0 = lo > j0 ? lo - j0 : 0;
+    *c1 = hi > j0 ? min_size(hi - j0, cols) : 0;
+    if (*c0 >= *c1) *c0 = *c1 = 0;
+}
+
+/* Rows [*lo, *hi) of br that see some key of [k0, k1) (both ends of the
+ * rows' keys grow with the row, so they are consecutive). */
+static void key_rows(const block_rows *br, size_t k0, size_t k1, size_t *lo, size_t *hi) {
+    size_t a = 0, z = br->rows;
+    if (k0 >= br->all_from && k1 <= br->all_to) { /* every row sees them */
+        *lo = a;
+        *hi = z;
+        return;
+    }
+    while (a < z && !(br->begin[a] < br->end[a] && br->end[a] > k0 && br->begin[a] < k1)) a++;
+    while (z > a && !(br->begin[z - 1] < br->end[z - 1] && br->end[z - 1] > k0 &&
+                      br->begin[z - 1] < k1))
+        z--;
+    *lo = a;
+    *hi = z;
 }
 
 /* Row i of head h of sequence seq of batch b in a (B, T, H, D) view. */
@@ -400,7 +505,10 @@ static void forward_block(void *arg, size_t part, size_t item) {
             float slope2 = slope2_of(f, h), *m_g = m + g * BR, *l_g = l + g * BR;
             for (size_t r0 = 0; r0 < rows; r0 += RG) {
                 vec s[RG][NV];
-                score_tile(qs + g * BR * D + r0 * D, D, D, kt, s);
+                size_t c0, c1;
+                group_cols(&br, r0, j0, cols, &c0, &c1);
+                if (c0 == c1) continue; /* all -inf: m, l and o stay as they are */
+                score_cols(qs + g * BR * D + r0 * D, D, D, kt, c0, c1, v_set1(-INFINITY), s);
                 modify_tile(f, &br, slope2, s, r0, j0, NULL);
                 /* online softmax: m_new = max(m, rowmax); the running sums and
                  * outputs rescale by 2^(m - m_new), one vector exp2 for the rows */
@@ -434,7 +542,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
                         scale_by(p_r, factor, cols);
                     }
                 }
-                if (values) apply_values(o + g * BR * Dp + r0 * Dp, Dp, alpha, pt, cols, vp);
+                if (values) apply_values(o + g * BR * Dp + r0 * Dp, Dp, alpha, pt, c0, c1, vp);
             }
         }
     }
@@ -494,15 +602,19 @@ static void flash_forward(size_t threads, const attn_attention_problem *p,
 ACCUMULATE_KEYS(body, NV)
 ACCUMULATE_KEYS(tail, 1)
 
-/* Keys past cols hold zero weight in tile and are accumulated (as zeros)
+/* Over the rows of br that see each 4 keys (the tile is zero elsewhere).
+ * Keys past cols hold zero weight in tile and are accumulated (as zeros)
  * into acc's padding rows, which are never read: BC is a multiple of 4. */
-static void accumulate_keys(float *acc, size_t Dp, const float *tile, const float *x, size_t rows,
-                            size_t cols) {
+static void accumulate_keys(float *acc, size_t Dp, const float *tile, const float *x,
+                            const block_rows *br, size_t j0, size_t cols) {
     for (size_t j = 0; j < cols; j += 4) {
-        size_t c0 = 0;
+        size_t lo, hi, c0 = 0;
+        key_rows(br, j0 + j, j0 + j + 4, &lo, &hi);
+        if (lo >= hi) continue;
+        const float *tile_lo = tile + lo * BC, *x_lo = x + lo * Dp;
         for (; c0 + NV * VW <= Dp; c0 += NV * VW)
-            accumulate_keys_body(acc, Dp, tile, x, rows, j, c0);
-        for (; c0 < Dp; c0 += VW) accumulate_keys_tail(acc, Dp, tile, x, rows, j, c0);
+            accumulate_keys_body(acc, Dp, tile_lo, x_lo, hi - lo, j, c0);
+        for (; c0 < Dp; c0 += VW) accumulate_keys_tail(acc, Dp, tile_lo, x_lo, hi - lo, j, c0);
     }
 }
 
@@ -587,17 +699,20 @@ static void pack_queries(const backward_job *job, const backward_tiles *t, size_
 
 /* A = P * drop and dS = P * (dP * drop - delta) (times softcap's 1 - t^2)
  * for rows [r0, r0 + RG) of head slot g (head h) of block br against keys
- * [j0, j0 + cols): P = 2^(s - lse2), zero where masked, for rows past the
- * block and for rows that saw no key. */
+ * [j0, j0 + cols), which they see in columns [c0, c1) of it: P = 2^(s -
+ * lse2), zero where masked, for rows past the block and for rows that saw
+ * no key. */
 static void gradient_tile(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
-                          size_t h, const block_rows *br, size_t r0, size_t j0, size_t cols) {
+                          size_t h, const block_rows *br, size_t r0, size_t j0, size_t cols,
+                          size_t c0, size_t c1) {
     const flash_shape *f = &job->f;
     const attn_attention_problem *p = f->p;
     vec s[RG][NV], dp[RG][NV];
     const float *lse2 = t->lse2 + g * BR, *delta_g = t->delta + g * BR;
-    score_tile(t->qs + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->kt, s);
+    /* outside [c0, c1): s = -inf, so P = 0, and dP = 0, so dS = 0 */
+    score_cols(t->qs + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->kt, c0, c1, v_set1(-INFINITY), s);
     modify_tile(f, br, slope2_of(f, h), s, r0, j0, t->th);
-    score_tile(t->dO + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->vt, dp);
+    score_cols(t->dO + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->vt, c0, c1, v_zero(), dp);
     for (int r = 0; r < RG; r++) {
         size_t row = r0 + (size_t)r;
         float *A = t->A + row * BC, *dS = t->dS + row * BC;
@@ -688,9 +803,14 @@ static void backward_keys(void *arg, size_t part, size_t item) {
         for (size_t g = 0; g < f->G; g++) {
             size_t h = kvh * f->G + g;
             pack_queries(job, &t, 0, b, &seq, h, &br, true);
-            for (size_t r0 = 0; r0 < R; r0 += RG) gradient_tile(job, &t, 0, b, h, &br, r0, j0, cols);
-            accumulate_keys(dv, Dp, t.A, t.dO, R, cols); /* dv += A^T dO */
-            accumulate_keys(dk, Dp, t.dS, t.q, R, cols); /* dk += dS^T q  */
+            /* row groups that see none of the keys are never read */
+            for (size_t r0 = 0; r0 < R; r0 += RG) {
+                size_t c0, c1;
+                group_cols(&br, r0, j0, cols, &c0, &c1);
+                if (c0 < c1) gradient_tile(job, &t, 0, b, h, &br, r0, j0, cols, c0, c1);
+            }
+            accumulate_keys(dv, Dp, t.A, t.dO, &br, j0, cols); /* dv += A^T dO */
+            accumulate_keys(dk, Dp, t.dS, t.q, &br, j0, cols); /* dk += dS^T q  */
         }
     }
     float *dk_out = job->g->dk + row_at(p->k_strides, b, &seq, true, kvh, j0);
@@ -730,8 +850,12 @@ static void backward_queries(void *arg, size_t part, size_t item) {
         pack_rows(p->k + k_at + j0 * p->k_strides.t, p->k_strides.t, cols, BC, D, Dp, 1.0f, kp);
         for (size_t g = 0; g < it.heads; g++)
             for (size_t r0 = 0; r0 < rows; r0 += RG) {
-                gradient_tile(job, &t, g, b, it.h0 + g, &br, r0, j0, cols);
-                apply_values(t.dq + g * BR * Dp + r0 * Dp, Dp, ones, t.dS + r0 * BC, cols, kp); /* dq += dS k */
+                size_t c0, c1;
+                group_cols(&br, r0, j0, cols, &c0, &c1);
+                if (c0 == c1) continue;
+                gradient_tile(job, &t, g, b, it.h0 + g, &br, r0, j0, cols, c0, c1);
+                /* dq += dS k */
+                apply_values(t.dq + g * BR * Dp + r0 * Dp, Dp, ones, t.dS + r0 * BC, c0, c1, kp);
             }
     }
     for (size_t g = 0; g < it.heads; g++) {
