@@ -1,6 +1,5 @@
 /* context.c — the attn_ctx, status names, error messages and the version. */
 #include "internal.h"
-#include "kernels/dispatch.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -31,6 +31,11 @@ struct attn_ctx {
     attn_ctx_buffer scratch;
 };
 
+/* Resolves requested (AUTO: the ATTN_KERNELS environment variable, else the
+ * best the CPU runs) into kernels this CPU runs, or ATTN_ERR_INVALID
+ * (core/cpu.c). */
+attn_status attn_kernels_resolve(attn_kernels requested, attn_kernels *out);
+
 /* At least bytes of ctx's scratch (its earlier contents lost), or NULL
  * when it cannot grow; valid until the next call or attn_ctx_free. */
 void *attn_ctx_scratch(attn_ctx *ctx, size_t bytes);

@@ -10,10 +10,6 @@
 #include "internal.h"
 #include "kernels/kernels.h"
 
-/* Resolves requested (AUTO: the ATTN_KERNELS environment variable, else the
- * best the CPU runs) into kernels this CPU runs, or ATTN_ERR_INVALID. */
-attn_status attn_kernels_resolve(attn_kernels requested, attn_kernels *out);
-
 /* c (m, n) = alpha op(a) @ op(b) + beta c (attn_gemm's contract). */
 void attn_k_gemm(attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                  float alpha, const float *a, size_t lda, const float *b, size_t ldb, float beta,
