@@ -69,6 +69,12 @@ typedef struct attn_attention_problem {
      * q/out and of k/v; q_len and kv_len are then the longest lengths */
     const int32_t *cu_seqlens_q, *cu_seqlens_kv;
     size_t total_q; /* cu_seqlens_q[batch] (the lse layout with cu_seqlens) */
+    /* The backward takes P = exp(s - lse) from the given lse and delta =
+     * dout . out from the given out, instead of what these keys alone give:
+     * the gradients of one block of keys of a longer row (ring attention,
+     * split KV), whose lse and out are the whole row's. The fused backend
+     * always works this way; the reference recomputes unless this is set. */
+    bool backward_from_lse;
 } attn_attention_problem;
 
 /* The dropout of the weights, as every backend applies it: factor 0 or
