@@ -302,3 +302,11 @@ attn_status attn_gpt2_backward(attn_gpt2 *m, const float *dy, size_t batch, size
 
 attn_module *attn_gpt2_module(attn_gpt2 *m) { return m ? &m->base : NULL; }
 void attn_gpt2_free(attn_gpt2 *m) { attn_module_free(attn_gpt2_module(m)); }
+
+bool attn_gpt2_attention(const attn_module *m, attn_module_attention *out) {
+    if (!m || m->ops != &gpt2_ops) return false;
+    const attn_gpt2 *g = (const attn_gpt2 *)m;
+    *out = (attn_module_attention){g->cfg.n_head, g->head_dim, g->scale, true, g->cfg.dropout,
+                                   false};
+    return true;
+}

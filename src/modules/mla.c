@@ -11,181 +11,70 @@
  * The book divides the masked scores by sqrt(hd); scaling before the -inf
  * mask gives the same weights. The backward walks these steps in reverse:
  * the latent's gradient gathers both up-projections' before W_DKV's.
+ * heads.c runs both; the projections (mla_project, _backward) are here.
  */
 #include "modules/module.h"
 
 #include "kernels/dispatch.h"
 
-#include <string.h>
-
-/* Weight indices in state_dict order (the book's registration order). */
-typedef struct mla_index {
-    size_t query, dkv, uk, uv, out;
-} mla_index;
-
+/* heads.c's forward and backward, around MLA's own K/V path: the latent
+ * (rows, L) is the spec's extra activations. */
 struct attn_mla {
-    attn_module base;
-    attn_mla_config cfg; /* latent_dim resolved */
-    size_t head_dim;
-    float scale;
-    mla_index at;
+    attn_heads_module heads;
+    size_t latent_dim; /* resolved */
+    size_t dkv_index;  /* W_DKV's weight (W_UK's, W_UV's: the spec's key, value) */
 };
 
-/* The layout of a forward's activations. */
-typedef struct mla_acts {
-    float *q, *latent, *k, *v, *context, *lse;
-} mla_acts;
-
-static size_t mla_acts_floats(const attn_mla *a, size_t rows) {
-    /* q, k, v, context (rows, d_out); latent (rows, L); lse (rows, H) */
-    return rows * (4 * a->base.d_out + a->cfg.latent_dim + a->cfg.num_heads);
-}
-
-static mla_acts mla_acts_at(const attn_mla *a, float *buf, size_t rows) {
-    size_t d_out = a->base.d_out;
-    mla_acts s;
-    s.q = buf;
-    s.latent = s.q + rows * d_out;
-    s.k = s.latent + rows * a->cfg.latent_dim;
-    s.v = s.k + rows * d_out;
-    s.context = s.v + rows * d_out;
-    s.lse = s.context + rows * d_out;
-    return s;
-}
-
-static attn_attention_problem mla_problem(const attn_mla *a, size_t batch, size_t tokens,
-                                          const mla_acts *s) {
-    size_t H = a->cfg.num_heads;
-    return attn_heads_problem(batch, tokens, H, H, a->head_dim, s->q, s->k, s->v, s->context,
-                              s->lse, a->scale, true, ATTN_MASK_NEG_INF);
-}
-
-static const float *bias_of(attn_module *m, size_t weight_index, bool bias) {
-    return bias ? attn_module_data(m, weight_index + 1) : NULL;
-}
-
-static float *bias_grad_of(attn_module *m, size_t weight_index, bool bias) {
-    return bias ? attn_module_grad(m, weight_index + 1) : NULL;
-}
-
-static attn_status mla_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
-                               float *y, attn_rng *rng) {
-    attn_mla *a = (attn_mla *)m;
-    double p = m->training ? a->cfg.dropout : 0.0;
-    size_t d_in = m->d_in, d_out = m->d_out, L = a->cfg.latent_dim, H = a->cfg.num_heads;
-    size_t rows = batch * tokens;
-    bool bias = a->cfg.qkv_bias;
-    /* the widest row of activations: 4 d_out + L + H (the constructor
-     * bounded each by what its weights hold) */
-    attn_status st = attn_check_forward(m, x, batch, tokens, y, 0,
-                                        attn_max_size(d_in, 4 * d_out + L + H), p > 0.0, rng);
-    if (st != ATTN_OK) return st;
-    size_t weights = 0; /* B*H*T*T, the dropout's draws */
-    if (p > 0.0 && !attn_mul3_size(batch * tokens, tokens, H, &weights))
-        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
-                         "%s forward: the (%zu, %zu, %zu, %zu) dropout mask overflows",
-                         m->ops->class_name, batch, H, tokens, tokens);
-    size_t bits = p > 0.0 && attn_keeps_attention_mask(m, rng) ? weights : 0;
-    float *buf;         /* mla_acts */
-    uint8_t *keep_bits; /* (B, H, T, T) when dropout draws and the backward needs it */
-    if ((st = attn_forward_prepare(m, batch, tokens, mla_acts_floats(a, rows), bits, &buf,
-                                   &keep_bits)) != ATTN_OK)
-        return st;
-    mla_acts s = mla_acts_at(a, buf, rows);
-    attn_attention_problem prob = mla_problem(a, batch, tokens, &s);
-    /* the attention's workspace before anything is drawn or written */
-    if ((st = attn_attention_reserve(m, &prob, false, p > 0.0 ? rng : NULL)) != ATTN_OK) {
-        attn_forward_release(m, buf);
-        return st;
-    }
-
+static void mla_project(attn_module *m, const float *x, size_t batch, size_t tokens,
+                        const attn_heads_acts *a) {
+    const attn_mla *mla = (const attn_mla *)m;
+    const attn_heads_spec *h = &mla->heads.spec;
+    size_t d_in = m->d_in, d_out = m->d_out, L = mla->latent_dim, rows = batch * tokens;
+    bool bias = h->qkv_bias;
     /* queries (B, T, d_out) = W_query(x); latent (B, T, L) = W_DKV(x) */
-    const mla_index *at = &a->at;
-    attn_k_linear(m->ctx, x, attn_module_data(m, at->query), bias_of(m, at->query, bias), s.q,
-                  rows, d_in, d_out);
-    attn_k_linear(m->ctx, x, attn_module_data(m, at->dkv), bias_of(m, at->dkv, bias), s.latent,
-                  rows, d_in, L);
+    attn_k_linear(m->ctx, x, attn_module_data(m, h->query_index),
+                  attn_module_bias(m, h->query_index, bias), a->q, rows, d_in, d_out);
+    attn_k_linear(m->ctx, x, attn_module_data(m, mla->dkv_index),
+                  attn_module_bias(m, mla->dkv_index, bias), a->extra, rows, d_in, L);
     /* keys, values (B, T, d_out) = W_UK(latent), W_UV(latent) */
-    attn_k_linear(m->ctx, s.latent, attn_module_data(m, at->uk), bias_of(m, at->uk, bias), s.k,
-                  rows, L, d_out);
-    attn_k_linear(m->ctx, s.latent, attn_module_data(m, at->uv), bias_of(m, at->uv, bias), s.v,
-                  rows, L, d_out);
-    attn_trace_btc(m, "queries", batch, tokens, d_out, s.q);
-    attn_trace_btc(m, "latent", batch, tokens, L, s.latent);
-    attn_trace_btc(m, "keys", batch, tokens, d_out, s.k);
-    attn_trace_btc(m, "values", batch, tokens, d_out, s.v);
-    size_t split[4] = {batch, H, tokens, a->head_dim};
-    attn_trace(m->ctx, m->ops->class_name, "heads (view + transpose)", 4, split, NULL);
-
-    /* dropout over the (B, H, T, T) weights, as nn.Dropout draws them */
-    attn_dropout_stream dropout;
-    if (p > 0.0) attn_dropout_stream_begin(&dropout, rng, p, weights);
-    st = attn_run_attention(m, &prob, p > 0.0 ? &dropout : NULL, keep_bits);
-    if (st == ATTN_OK) {
-        attn_trace_btc(m, "context_vec", batch, tokens, d_out, s.context);
-        /* y (B, T, d_out) = context_vec @ W_out^T + b_out */
-        attn_k_linear(m->ctx, s.context, attn_module_data(m, at->out),
-                      attn_module_data(m, at->out + 1), y, rows, d_out, d_out);
-        attn_trace_btc(m, "out_proj", batch, tokens, d_out, y);
-    }
-    if (st == ATTN_OK && m->grad_enabled)
-        st = attn_forward_keep(m, x, batch, tokens, attn_dropout_kept_scale(p));
-    attn_forward_release(m, buf);
-    return st;
+    attn_k_linear(m->ctx, a->extra, attn_module_data(m, h->key_index),
+                  attn_module_bias(m, h->key_index, bias), a->k, rows, L, d_out);
+    attn_k_linear(m->ctx, a->extra, attn_module_data(m, h->value_index),
+                  attn_module_bias(m, h->value_index, bias), a->v, rows, L, d_out);
+    attn_trace_btc(m, "queries", batch, tokens, d_out, a->q);
+    attn_trace_btc(m, "latent", batch, tokens, L, a->extra);
+    attn_trace_btc(m, "keys", batch, tokens, d_out, a->k);
+    attn_trace_btc(m, "values", batch, tokens, d_out, a->v);
 }
 
-/* dx (B, T, d_in) and every parameter's gradient from dy (B, T, d_out). */
-static attn_status mla_backward(attn_module *m, const float *dy, float *dx) {
-    attn_mla *a = (attn_mla *)m;
-    const attn_saved *sv = &m->saved;
-    size_t d_in = m->d_in, d_out = m->d_out, L = a->cfg.latent_dim;
-    size_t rows = sv->batch * sv->tokens;
-    bool bias = a->cfg.qkv_bias;
-    const mla_index *at = &a->at;
-    mla_acts s = mla_acts_at(a, sv->acts, rows);
-    attn_status st;
-    /* dq, dk, dv, dcontext (rows, d_out); dlatent (rows, L) */
-    float *buf = attn_scratch(m, rows * (4 * d_out + L), &st);
-    if (!buf) return st;
-    float *dq = buf, *dk = buf + rows * d_out, *dv = buf + 2 * rows * d_out;
-    float *dcontext = buf + 3 * rows * d_out, *dlatent = buf + 4 * rows * d_out;
-    attn_attention_problem prob = mla_problem(a, sv->batch, sv->tokens, &s);
-    if ((st = attn_attention_reserve(m, &prob, true, NULL)) != ATTN_OK) { /* before any gradient */
-        attn_free(buf);
-        return st;
-    }
-
-    /* forward: y = context @ W_out^T + b_out */
-    attn_k_linear_backward(m->ctx, s.context, attn_module_data(m, at->out), dy, dcontext, false,
-                           attn_module_grad(m, at->out), attn_module_grad(m, at->out + 1), rows,
-                           d_out, d_out);
-    /* forward: context (B, T, H, hd) = dropout(softmax(mask(q k^T * scale))) v */
-    attn_attention_grads grads = {.dout = dcontext, .dq = dq, .dk = dk, .dv = dv};
-    st = attn_run_attention_backward(m, &prob, &grads, 0, attn_saved_mask(sv));
-    if (st == ATTN_OK) {
-        /* forward: k = W_UK(latent), v = W_UV(latent): dlatent (rows, L) =
-         * dk W_UK + dv W_UV */
-        attn_k_linear_backward(m->ctx, s.latent, attn_module_data(m, at->uk), dk, dlatent, false,
-                               attn_module_grad(m, at->uk), bias_grad_of(m, at->uk, bias), rows,
-                               L, d_out);
-        attn_k_linear_backward(m->ctx, s.latent, attn_module_data(m, at->uv), dv, dlatent, true,
-                               attn_module_grad(m, at->uv), bias_grad_of(m, at->uv, bias), rows,
-                               L, d_out);
-        /* forward: q = W_query(x), latent = W_DKV(x): dx = dq W_query + dlatent W_DKV */
-        attn_k_linear_backward(m->ctx, sv->x, attn_module_data(m, at->query), dq, dx, false,
-                               attn_module_grad(m, at->query), bias_grad_of(m, at->query, bias),
-                               rows, d_in, d_out);
-        attn_k_linear_backward(m->ctx, sv->x, attn_module_data(m, at->dkv), dlatent, dx, true,
-                               attn_module_grad(m, at->dkv), bias_grad_of(m, at->dkv, bias), rows,
-                               d_in, L);
-    }
-    attn_free(buf);
-    attn_attention_release(m);
-    return st;
+/* dlatent (rows, L) is the backward's scratch. */
+static void mla_project_backward(attn_module *m, const float *x, size_t rows,
+                                 const attn_heads_acts *a, const float *dq, const float *dk,
+                                 const float *dv, float *dlatent, float *dx) {
+    const attn_mla *mla = (const attn_mla *)m;
+    const attn_heads_spec *h = &mla->heads.spec;
+    size_t d_in = m->d_in, d_out = m->d_out, L = mla->latent_dim;
+    bool bias = h->qkv_bias;
+    size_t uk = h->key_index, uv = h->value_index, query = h->query_index, dkv = mla->dkv_index;
+    /* forward: k = W_UK(latent), v = W_UV(latent): dlatent (rows, L) =
+     * dk W_UK + dv W_UV */
+    attn_k_linear_backward(m->ctx, a->extra, attn_module_data(m, uk), dk, dlatent, false,
+                           attn_module_grad(m, uk), attn_module_bias_grad(m, uk, bias), rows, L,
+                           d_out);
+    attn_k_linear_backward(m->ctx, a->extra, attn_module_data(m, uv), dv, dlatent, true,
+                           attn_module_grad(m, uv), attn_module_bias_grad(m, uv, bias), rows, L,
+                           d_out);
+    /* forward: q = W_query(x), latent = W_DKV(x): dx = dq W_query + dlatent W_DKV */
+    attn_k_linear_backward(m->ctx, x, attn_module_data(m, query), dq, dx, false,
+                           attn_module_grad(m, query), attn_module_bias_grad(m, query, bias),
+                           rows, d_in, d_out);
+    attn_k_linear_backward(m->ctx, x, attn_module_data(m, dkv), dlatent, dx, true,
+                           attn_module_grad(m, dkv), attn_module_bias_grad(m, dkv, bias), rows,
+                           d_in, L);
 }
 
 static const attn_module_ops mla_ops = {ATTN_MODULE_MLA, "MultiHeadLatentAttention",
-                                        mla_forward, mla_backward};
+                                        attn_heads_forward, attn_heads_backward};
 
 attn_status attn_mla_new(attn_ctx *ctx, const attn_mla_config *cfg, attn_rng *init_rng,
                          attn_mla **out) {
@@ -195,26 +84,30 @@ attn_status attn_mla_new(attn_ctx *ctx, const attn_mla_config *cfg, attn_rng *in
     if (!cfg || !init_rng || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_mla_new: %s is NULL",
                          !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
-    const char *name = "MultiHeadLatentAttention";
-    attn_status st;
-    if ((st = attn_check_width(ctx, name, "d_in", cfg->d_in)) != ATTN_OK ||
-        (st = attn_check_width(ctx, name, "d_out", cfg->d_out)) != ATTN_OK ||
-        (st = attn_check_heads(ctx, name, cfg->d_out, cfg->num_heads)) != ATTN_OK ||
-        (st = attn_check_dropout(ctx, name, cfg->dropout)) != ATTN_OK ||
-        (st = attn_check_scale(ctx, name, cfg->scale)) != ATTN_OK)
-        return st;
-    attn_mla *a = attn_calloc(1, sizeof *a);
-    if (!a) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_mla_new: out of memory");
-    attn_module *m = &a->base;
-    attn_module_init(m, &mla_ops, ctx, cfg->d_in, cfg->d_out);
-    a->cfg = *cfg;
+    attn_status st = attn_check_heads_config(ctx, "MultiHeadLatentAttention", cfg->d_in,
+                                             cfg->d_out, cfg->num_heads, cfg->dropout, cfg->scale);
+    if (st != ATTN_OK) return st;
+    attn_heads_module *h =
+        attn_heads_alloc(ctx, &mla_ops, sizeof(attn_mla), cfg->d_in, cfg->d_out, "attn_mla_new");
+    if (!h) return ATTN_ERR_NO_MEMORY;
+    attn_mla *a = (attn_mla *)h;
+    attn_module *m = &h->base;
     /* the book's default: latent_dim if given, else max(16, d_out // 8) */
     size_t L = cfg->latent_dim ? cfg->latent_dim : attn_max_size(16, cfg->d_out / 8);
-    a->cfg.latent_dim = L;
-    a->head_dim = cfg->d_out / cfg->num_heads;
-    a->scale = attn_default_scale(cfg->scale, a->head_dim);
+    a->latent_dim = L;
+    size_t hd = cfg->d_out / cfg->num_heads;
     size_t per = cfg->qkv_bias ? 2 : 1; /* tensors per biased projection */
-    a->at = (mla_index){.query = 0, .dkv = per, .uk = 2 * per, .uv = 3 * per, .out = 4 * per};
+    a->dkv_index = per;
+    /* weights in state_dict order (the book's registration order): W_query,
+     * W_DKV, W_UK, W_UV, out_proj; the widest row of activations is
+     * 4 d_out + L + H (the constructor bounds each by what its weights hold) */
+    h->spec = (attn_heads_spec){
+        .q_heads = cfg->num_heads, .kv_heads = cfg->num_heads, .head_dim = hd,
+        .scale = attn_default_scale(cfg->scale, hd), .mask = ATTN_MASK_NEG_INF,
+        .check_width = 4 * cfg->d_out + L + cfg->num_heads, .dropout = cfg->dropout,
+        .qkv_bias = cfg->qkv_bias, .query_index = 0, .key_index = 2 * per,
+        .value_index = 3 * per, .out_index = 4 * per, .out_bias = true, .extra = L,
+        .project = mla_project, .project_backward = mla_project_backward};
     bool bias = cfg->qkv_bias;
     if ((st = attn_module_declare_linear(m, "W_query", cfg->d_in, cfg->d_out, bias)) != ATTN_OK ||
         (st = attn_module_declare_linear(m, "W_DKV", cfg->d_in, L, bias)) != ATTN_OK ||
@@ -238,8 +131,7 @@ attn_status attn_mla_new(attn_ctx *ctx, const attn_mla_config *cfg, attn_rng *in
 
 attn_status attn_mla_forward(attn_mla *m, const float *x, size_t batch, size_t tokens, float *y,
                              attn_rng *dropout_rng) {
-    if (!m) return ATTN_ERR_NULL;
-    return mla_forward(&m->base, x, batch, tokens, y, dropout_rng);
+    return attn_module_forward(attn_mla_module(m), x, batch, tokens, y, dropout_rng);
 }
 
 attn_status attn_mla_backward(attn_mla *m, const float *dy, size_t batch, size_t tokens,
@@ -247,5 +139,5 @@ attn_status attn_mla_backward(attn_mla *m, const float *dy, size_t batch, size_t
     return attn_module_backward(attn_mla_module(m), dy, batch, tokens, dx);
 }
 
-attn_module *attn_mla_module(attn_mla *m) { return m ? &m->base : NULL; }
+attn_module *attn_mla_module(attn_mla *m) { return m ? &m->heads.base : NULL; }
 void attn_mla_free(attn_mla *m) { attn_module_free(attn_mla_module(m)); }

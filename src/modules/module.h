@@ -84,6 +84,14 @@ attn_status attn_module_alloc(attn_module *m);
 /* The data of parameter i, and its gradient. */
 float *attn_module_data(attn_module *m, size_t index);
 float *attn_module_grad(attn_module *m, size_t index);
+/* The bias that follows weight index when there is one (bias), else NULL;
+ * and its gradient. */
+static inline const float *attn_module_bias(attn_module *m, size_t weight_index, bool bias) {
+    return bias ? attn_module_data(m, weight_index + 1) : NULL;
+}
+static inline float *attn_module_bias_grad(attn_module *m, size_t weight_index, bool bias) {
+    return bias ? attn_module_grad(m, weight_index + 1) : NULL;
+}
 /* Frees what the base owns (not the module struct itself). */
 void attn_module_release(attn_module *m);
 
@@ -270,10 +278,93 @@ attn_status attn_one_head_backward(attn_module *m, const attn_qkv_weights *w,
                                    const attn_qkv_grads *grad, const attn_head_spec *spec,
                                    const float *dy, float *dx);
 
+/*
+ * Projected multi-head attention (heads.c) — the path MultiHeadAttention
+ * (mha.c), MultiHeadAttentionWithSWA (swa.c), GroupedQueryAttention (gqa.c)
+ * and MultiHeadLatentAttention (mla.c) share:
+ *   q (B, T, d_out), k, v (B, T, kv_width) = the projections of x
+ *     viewed as (B, Hq, T, hd) and (B, Hkv, T, hd), kv_width = Hkv * hd
+ *   context (B, T, d_out) = dropout(softmax(mask(q k^T * scale))) v, per
+ *     head (attn_run_attention; query head h reads KV head h / (Hq / Hkv))
+ *   y (B, T, d_out) = context @ W_out^T (+ b_out)
+ * The backward walks these steps in reverse from the activations the
+ * forward kept: q, k, v, context, each row's log-sum-exp and the dropout.
+ */
+typedef struct attn_heads_acts {
+    float *q, *k, *v, *context; /* (rows, d_out), (rows, kv_width) x 2, (rows, d_out) */
+    float *lse;                 /* (rows, Hq) */
+    float *extra;               /* (rows, spec.extra): the projection's own (MLA's latent) */
+} attn_heads_acts;
+
+typedef struct attn_heads_spec {
+    size_t q_heads, kv_heads, head_dim; /* q_heads * head_dim = d_out */
+    float scale;
+    attn_mask_method mask;      /* causal by this method */
+    size_t window;              /* query i sees keys i - W + 1 .. i; 0: no window */
+    size_t context_length;      /* the longest sequence a forward takes; 0: unlimited */
+    size_t check_width;         /* the row width attn_check_forward bounds */
+    double dropout;             /* on the attention weights, in training mode */
+    /* weight indices in state_dict order (each bias, if any, follows) */
+    bool qkv_bias;
+    size_t query_index, key_index, value_index;
+    size_t out_index;
+    bool out_bias;
+    /* A K/V path of the module's own (MLA): extra floats per row kept with
+     * the activations (and as many of scratch for their gradient in the
+     * backward), and the projection and its backward; NULL: the nn.Linear
+     * W_query, W_key, W_value of x, traced as queries, keys, values. */
+    size_t extra;
+    void (*project)(attn_module *m, const float *x, size_t batch, size_t tokens,
+                    const attn_heads_acts *a);
+    /* dq, dk, dv (and dextra, scratch) in: dx (rows, d_in) set when non-NULL
+     * (not added to) and the projections' gradients +=. */
+    void (*project_backward)(attn_module *m, const float *x, size_t rows,
+                             const attn_heads_acts *a, const float *dq, const float *dk,
+                             const float *dv, float *dextra, float *dx);
+} attn_heads_spec;
+
+/* A module on this path: the variant's struct embeds it first. */
+typedef struct attn_heads_module {
+    attn_module base;
+    attn_heads_spec spec;
+} attn_heads_module;
+
+/* Allocates a variant's struct (bytes, zeroed), its base set up; NULL
+ * (ATTN_ERR_NO_MEMORY, "<fn>: out of memory") on failure. */
+attn_heads_module *attn_heads_alloc(attn_ctx *ctx, const attn_module_ops *ops, size_t bytes,
+                                    size_t d_in, size_t d_out, const char *fn);
+/* The config checks of the chapter-4 modules: d_in, d_out, num_heads,
+ * dropout, scale, in that order. */
+attn_status attn_check_heads_config(attn_ctx *ctx, const char *name, size_t d_in, size_t d_out,
+                                    size_t num_heads, double dropout, double scale);
+/* MultiHeadAttention's parameters — W_query, W_key, W_value (bias if
+ * qkv_bias), out_proj (with bias) — declared, allocated and initialised in
+ * its order; sets the spec's indices and biases. On failure it frees the
+ * module (attn_module_free). */
+attn_status attn_heads_build_mha(attn_heads_module *h, size_t d_in, size_t d_out, bool qkv_bias,
+                                 attn_rng *init_rng);
+/* The module ops' forward and backward of an attn_heads_module. */
+attn_status attn_heads_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
+                               float *y, attn_rng *rng);
+attn_status attn_heads_backward(attn_module *m, const float *dy, float *dx);
+
 /* The scratch budget (floats) that sizes the GPT-2 backward's head groups
  * (default 8 Mi, 32 MiB): a smaller one gives smaller groups, down to one
  * head. Internal: the tests set it to take the grouped path on small
  * shapes. */
 void attn_gpt2_set_backward_scratch(attn_gpt2 *m, size_t floats);
+
+/* The attention of a MultiHeadAttention or GPT-2 CausalSelfAttention, for
+ * the MPI layer (src/mpi), which runs it across ranks around the module's
+ * own weights: false (out untouched) for the other kinds. */
+typedef struct attn_module_attention {
+    size_t heads, head_dim;
+    float scale;
+    bool causal;   /* MultiHeadAttention with ATTN_MASK_NONE: false */
+    double dropout; /* the config's probability */
+    bool qkv_bias;  /* MultiHeadAttention's W_query/W_key/W_value biases */
+} attn_module_attention;
+bool attn_mha_attention(const attn_module *m, attn_module_attention *out);
+bool attn_gpt2_attention(const attn_module *m, attn_module_attention *out);
 
 #endif /* ATTN_MODULE_H */
