@@ -245,22 +245,30 @@ static int read_offsets(const char *opt, const char *path, int32_t **out, size_t
     int rc = CLI_FAILED;
     unsigned char *bytes = NULL;
     char *header = NULL;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
+    /* Read to the end in growing chunks, not by the size ftell reports: a
+     * directory's "size" on ext4 is LLONG_MAX (a malloc that size aborts
+     * under ASan), and a pipe has none. */
+    size_t size = 0, cap = 0;
+    for (;;) {
+        if (size == cap) {
+            size_t grown = cap ? 2 * cap : 4096;
+            unsigned char *more = grown > cap ? realloc(bytes, grown) : NULL;
+            if (!more) {
+                rc = cli_failure("%s: out of memory reading '%s'", opt, path);
+                goto done;
+            }
+            bytes = more;
+            cap = grown;
+        }
+        size_t got = fread(bytes + size, 1, cap - size, f);
+        size += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
         rc = cli_failure("%s: cannot read '%s': %s", opt, path, strerror(errno));
         goto done;
     }
-    bytes = malloc(size ? (size_t)size : 1);
-    if (!bytes) {
-        rc = cli_failure("%s: out of memory for '%s' (%ld bytes)", opt, path, size);
-        goto done;
-    }
-    if (fread(bytes, 1, (size_t)size, f) != (size_t)size) {
-        rc = cli_failure("%s: cannot read '%s'", opt, path);
-        goto done;
-    }
-    size_t len = (size_t)size, at;
+    size_t len = size, at;
     if (len < 10 || memcmp(bytes, "\x93NUMPY", 6) != 0 || bytes[6] < 1 || bytes[6] > 3) {
         rc = cli_failure("%s: '%s' is not a .npy file", opt, path);
         goto done;

@@ -149,12 +149,16 @@ static inline size_t attn_kv_head(const attn_attention_problem *p, size_t h) {
 static inline void attn_visible_keys(const attn_attention_problem *p,
                                      const attn_attention_seq *s, size_t i, size_t *begin,
                                      size_t *end) {
+    /* |diagonal| <= 2^62 (attn_attention_check) and lengths are far below,
+     * so pos fits; the bounds are compared before they are added, so a
+     * window of 2^63 - 1 (as good as unbounded) cannot overflow */
     int64_t pos = (int64_t)i + s->diagonal, lo = 0, hi = (int64_t)s->kv_len; /* [lo, hi) */
-    if (p->window && p->window_left >= 0 && pos - p->window_left > lo) lo = pos - p->window_left;
+    if (p->window && p->window_left >= 0 && pos > p->window_left) lo = pos - p->window_left;
     int64_t right = -1;
     if (p->window && p->window_right >= 0) right = p->window_right;
     if (p->causal && (right < 0 || right > 0)) right = 0;
-    if (right >= 0 && pos + right + 1 < hi) hi = pos + right + 1;
+    if (right >= 0 && pos < hi - 1 - right) hi = pos + right + 1;
+    if (lo > (int64_t)s->kv_len) lo = (int64_t)s->kv_len;
     if (hi < lo) hi = lo;
     *begin = (size_t)lo;
     *end = (size_t)(hi < lo ? lo : hi);

@@ -59,6 +59,11 @@ attn_status attn_attention_check(attn_ctx *ctx, const char *who, const attn_atte
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: window (%lld, %lld) bounds must be >= 0, or -1 for unbounded", who,
                          (long long)p->window_left, (long long)p->window_right);
+    /* positions stay far inside int64 (attn_visible_keys adds them) */
+    if (p->diagonal == ATTN_DIAGONAL_OFFSET &&
+        (p->q_offset > ((int64_t)1 << 62) || p->q_offset < -((int64_t)1 << 62)))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: q_offset (%lld) must be within +-2^62", who,
+                         (long long)p->q_offset);
     if (!p->cu_seqlens_q != !p->cu_seqlens_kv)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: cu_seqlens_q and cu_seqlens_kv go together (%s is NULL)",
                          who, p->cu_seqlens_q ? "cu_seqlens_kv" : "cu_seqlens_q");

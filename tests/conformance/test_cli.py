@@ -24,6 +24,10 @@ printed first and --seed replays a run exactly.
      the default (auto: the fast kernels) and every kernel set this CPU
      runs agree with the reference within relative L2 1e-5, forward and
      `attn grad`; unknown names (option or ATTN_KERNELS) are usage errors.
+  g. `attn sdpa`: one GQA case (window, softcap, sinks, Dv != D) against
+     float64 torch autograd (out, lse, dq, dk, dv, dsinks; relative L2 <=
+     1e-5); --dropout's default seed; every bad input (files, ranks, shapes,
+     heads, window, softcap, cu_seqlens, options) as in b.
 
 Ends with "N passed, N failed"; exits 1 on any failure.
 """
@@ -948,6 +952,178 @@ def test_small_defects(r):
 
 
 # ---------------------------------------------------------------------------
+# g. attn sdpa: one small case against float64, and every bad input
+# ---------------------------------------------------------------------------
+
+def sdpa_torch(q, k, v, dout, causal, window, softcap, sinks, scale):
+    """out, lse and the gradients of sum(out * dout) in float64 autograd, for
+    (B, H, T, D) q and (B, H_kv, S, D) k, v with bottom-right alignment."""
+    q, k, v = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (q, k, v))
+    s_t = torch.tensor(sinks, dtype=torch.float64, requires_grad=True)
+    B, H, T, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    kk = k.repeat_interleave(H // Hkv, dim=1)
+    vv = v.repeat_interleave(H // Hkv, dim=1)
+    s = torch.einsum("bhtd,bhsd->bhts", q, kk) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    pos = torch.arange(T).view(T, 1) + (S - T)
+    j = torch.arange(S).view(1, S)
+    hidden = torch.zeros(T, S, dtype=torch.bool)
+    if causal:
+        hidden |= j > pos
+    left, right = window
+    if left >= 0:
+        hidden |= j < pos - left
+    if right >= 0:
+        hidden |= j > pos + right
+    s = s.masked_fill(hidden, float("-inf"))
+    # the sink: one more logit per head in each row's denominator, no value
+    s = torch.cat([s, s_t.view(1, H, 1, 1).expand(B, H, T, 1)], dim=-1)
+    lse = torch.logsumexp(s, dim=-1)
+    p = torch.softmax(s, dim=-1)[..., :S]
+    out = torch.einsum("bhts,bhsd->bhtd", p, vv)
+    (out * torch.tensor(dout, dtype=torch.float64)).sum().backward()
+    return {"out": out.detach().numpy(), "lse": lse.detach().numpy(), "dq": q.grad.numpy(),
+            "dk": k.grad.numpy(), "dv": v.grad.numpy(), "dsinks": s_t.grad.numpy()}
+
+
+def test_sdpa(r, rng):
+    nprng = np.random.default_rng(rng.getrandbits(32))
+    B, H, Hkv, T, S, D, Dv = 2, 4, 2, 5, 7, 3, 2
+    t = {"q": (B, H, T, D), "k": (B, Hkv, S, D), "v": (B, Hkv, S, Dv), "dout": (B, H, T, Dv)}
+    data = {n: nprng.uniform(-1.5, 1.5, shape).astype(np.float32) for n, shape in t.items()}
+    data["sinks"] = nprng.uniform(-1, 1, (H,)).astype(np.float32)
+    f = {n: save(r, n + ".npy", a) for n, a in data.items()}
+    out, lse, gdir = r.path("sdpa_o.npy"), r.path("sdpa_lse.npy"), r.path("sdpa_grads")
+    window, softcap = (2, 1), 1.5
+    args = ["sdpa", "--q", f["q"], "--k", f["k"], "--v", f["v"], "--output", out, "--lse", lse,
+            "--causal", "--window", "%d,%d" % window, "--softcap", softcap, "--sinks", f["sinks"],
+            "--grad-output", f["dout"], "--grad-dir", gdir]
+    rc, so, se = r.run(args)
+    label = "attn sdpa GQA %d/%d, T %d, S %d, Dv %d, causal, window %s, softcap, sinks" % (
+        H, Hkv, T, S, Dv, window)
+    if check(rc == 0 and so == "" and se == "", label + ": exits 0 silently",
+             "%s\n      rc=%s stderr=%r" % (show(args), rc, se[:400])):
+        want = sdpa_torch(data["q"], data["k"], data["v"], data["dout"], True, window, softcap,
+                          data["sinks"], float(np.float32(1 / np.sqrt(D))))
+        got = {"out": np.load(out), "lse": np.load(lse)}
+        for n in ("dq", "dk", "dv", "dsinks"):
+            got[n] = np.load(os.path.join(gdir, n + ".npy"))
+        for n, w in want.items():
+            ok = got[n].shape == w.shape and got[n].dtype == np.float32
+            err = rel_l2(got[n], w) if ok else float("nan")
+            check(ok and err <= KERNELS_TOL, label + ": %s matches float64 torch" % n,
+                  "shape %s (want %s), relative L2 %.3g" % (got[n].shape, w.shape, err))
+
+    # --dropout without --seed is allowed: Philox keyed by the default seed 123.
+    base = ["sdpa", "--q", f["q"], "--k", f["k"], "--v", f["v"]]
+    outs = []
+    for extra in ([], ["--seed", "123"]):
+        o = r.path("sdpa_drop.npy")
+        rc, so, se = r.run(base + ["--output", o, "--dropout", "0.5"] + extra)
+        if check(rc == 0 and se == "", "attn sdpa --dropout 0.5 %s exits 0" % " ".join(extra), se):
+            outs.append(np.load(o))
+    if len(outs) == 2:
+        check(np.array_equal(outs[0], outs[1]), "attn sdpa --dropout: the default seed is 123")
+    rc, so, se = r.run(base + ["--output", r.path("sdpa_seed.npy"), "--seed", "5"])
+    check(rc == 0 and se.startswith("attn: note:") and se.count("\n") == 1,
+          "attn sdpa --seed without --dropout: one note, exit 0", "rc=%s stderr=%r" % (rc, se))
+
+    # Bad inputs: one line, exit 2 for usage (1 where the library refuses or a
+    # file cannot be read, as for every command), no output file.
+    never = r.path("never.npy")
+    ok_args = base + ["--output", never]
+    missing = os.path.join(r.tmp, "does_not_exist.npy")
+    q3 = save(r, "q3.npy", data["q"][0])  # (H, T, D): a packed layout without cu_seqlens
+    q_h3 = save(r, "q_h3.npy", data["q"][:, :3])  # 3 heads over 2 KV heads
+    k_d4 = save(r, "k_d4.npy", np.zeros((B, Hkv, S, 4), np.float32))
+    v_s6 = save(r, "v_s6.npy", np.zeros((B, Hkv, 6, Dv), np.float32))
+    k_b1 = save(r, "k_b1.npy", data["k"][:1])
+    v_b1 = save(r, "v_b1.npy", data["v"][:1])
+    empty = save(r, "empty.npy", np.zeros((B, H, 0, D), np.float32))
+    sinks3 = save(r, "sinks3.npy", data["sinks"][:3])
+    # packed: q (10, H, D), k (14, H_kv, D), v (14, H_kv, Dv)
+    pq = save(r, "pq.npy", data["q"].transpose(0, 2, 1, 3).reshape(B * T, H, D))
+    pk = save(r, "pk.npy", data["k"].transpose(0, 2, 1, 3).reshape(B * S, Hkv, D))
+    pv = save(r, "pv.npy", data["v"].transpose(0, 2, 1, 3).reshape(B * S, Hkv, Dv))
+    packed = ["sdpa", "--q", pq, "--k", pk, "--v", pv, "--output", never]
+
+    def cu(name, values, dtype=np.int32):
+        return save(r, name + ".npy", np.array(values, dtype))
+
+    cu_q, cu_kv = cu("cu_q", [0, 5, 10]), cu("cu_kv", [0, 7, 14])
+    rc, so, se = r.run(packed + ["--cu-seqlens-q", cu_q, "--cu-seqlens-kv", cu_kv, "--causal"])
+    check(rc == 0 and se == "", "attn sdpa packed (--cu-seqlens-q/-kv) runs", se)
+    bad = [
+        (["sdpa", "--q", missing, "--k", f["k"], "--v", f["v"], "--output", never], [1],
+         [missing, "cannot open"]),
+        (base + ["--output", never, "--sinks", missing], [1], [missing, "cannot open"]),
+        (packed + ["--cu-seqlens-q", missing, "--cu-seqlens-kv", cu_kv], [1],
+         ["--cu-seqlens-q", missing, "cannot open"]),
+        (packed + ["--cu-seqlens-q", r.tmp, "--cu-seqlens-kv", cu_kv], [1],
+         ["--cu-seqlens-q", "cannot read"]),
+        (["sdpa", "--q", q3, "--k", f["k"], "--v", f["v"], "--output", never], [2],
+         ["--q", "4 dimensions", "got 3"]),
+        (packed + ["--cu-seqlens-q", cu_q, "--cu-seqlens-kv", cu_kv, "--k", f["k"]], [2],
+         ["--k", "3 dimensions", "--cu-seqlens"]),
+        (["sdpa", "--q", f["q"], "--k", k_d4, "--v", f["v"], "--output", never], [2],
+         ["--k", "head_dim 4", "q's 3"]),
+        (["sdpa", "--q", f["q"], "--k", f["k"], "--v", v_s6, "--output", never], [2],
+         ["--v", "must match k's"]),
+        (["sdpa", "--q", f["q"], "--k", k_b1, "--v", v_b1, "--output", never], [2],
+         ["--k", "batch 1", "q's 2"]),
+        (["sdpa", "--q", empty, "--k", f["k"], "--v", f["v"], "--output", never], [2],
+         ["--q", "empty"]),
+        (["sdpa", "--q", q_h3, "--k", f["k"], "--v", f["v"], "--output", never], [1],
+         ["kv_heads (2) must divide heads (3)"]),
+        (ok_args + ["--sinks", sinks3], [2], ["--sinks", "(3,)", "(4,)"]),
+        (ok_args + ["--alibi", sinks3], [2], ["--alibi", "(3,)", "(4,)"]),
+        (ok_args + ["--window", "-2,3"], [2], ["--window", "(-2, 3)"]),
+        (ok_args + ["--window", "0,-5"], [2], ["--window", "(0, -5)"]),
+        (ok_args + ["--window", "3"], [2], ["--window", "'3'"]),
+        (ok_args + ["--window", "1,x"], [2], ["--window", "'1,x'"]),
+        (ok_args + ["--softcap", "-1"], [2], ["--softcap", "'-1'"]),
+        (ok_args + ["--softcap", "nan"], [2], ["--softcap", "'nan'"]),
+        (ok_args + ["--softcap", "inf"], [2], ["--softcap", "'inf'"]),
+        (packed + ["--cu-seqlens-q", cu_q], [2], ["--cu-seqlens-q", "--cu-seqlens-kv", "together"]),
+        (packed + ["--cu-seqlens-q", cu("cu_dec", [0, 6, 5, 10]),
+                   "--cu-seqlens-kv", cu("cu_kv3", [0, 7, 7, 14])], [2], ["must not decrease"]),
+        (packed + ["--cu-seqlens-q", cu("cu_start", [1, 5, 10]), "--cu-seqlens-kv", cu_kv], [2],
+         ["--cu-seqlens-q", "start at 0"]),
+        (packed + ["--cu-seqlens-q", cu("cu_end", [0, 5, 9]), "--cu-seqlens-kv", cu_kv], [2],
+         ["--cu-seqlens-q", "last offset (9)", "(10)"]),
+        (packed + ["--cu-seqlens-q", cu_q, "--cu-seqlens-kv", cu("cu_kv2", [0, 14])], [2],
+         ["3 and 2"]),
+        (packed + ["--cu-seqlens-q", cu("cu_2d", [[0, 5, 10]]), "--cu-seqlens-kv", cu_kv], [2],
+         ["--cu-seqlens-q", "one-dimensional"]),
+        (packed + ["--cu-seqlens-q", cu("cu_f", [0, 5, 10], np.float32), "--cu-seqlens-kv", cu_kv],
+         [1], ["--cu-seqlens-q", "int32 or int64"]),
+        (packed + ["--cu-seqlens-q", cu("cu_big", [0, 5, 2 ** 40], np.int64),
+                   "--cu-seqlens-kv", cu_kv], [2], ["does not fit int32"]),
+        (ok_args + ["--grad-output", f["dout"]], [2], ["--grad-output", "--grad-dir", "together"]),
+        (ok_args + ["--dropout", "1"], [2], ["--dropout", "'1'"]),
+        (ok_args + ["--dropout", "-0.1"], [2], ["--dropout", "'-0.1'"]),
+        (ok_args + ["--align", "middle"], [2], ["--align", "'middle'"]),
+        (ok_args + ["--align", "top-left", "--q-offset", "2"], [2], ["--q-offset", "--align"]),
+        (ok_args + ["--q-offset", "1.5"], [2], ["--q-offset", "'1.5'"]),
+        (ok_args + ["--threads", "0"], [2], ["--threads"]),
+        (ok_args + ["--kernels", "bogus"], [2], ["--kernels", "'bogus'"]),
+        (ok_args + ["--frobnicate", "1"], [2], ["unknown option", "--frobnicate"]),
+        (base + ["--causal"], [2], ["--output", "required"]),
+        (["sdpa", "--window"], [2], ["--window", "needs a value"]),
+    ]
+    for args, codes, fragments in bad:
+        expect_error(r, args, codes, fragments, never)
+    # A --grad-output of another shape: refused after the forward wrote --output.
+    expect_error(r, ok_args + ["--grad-output", f["q"], "--grad-dir", r.path("g")], [2],
+                 ["--grad-output", "(2, 4, 5, 3)", "(2, 4, 5, 2)"])
+    rc, so, se = r.run(["sdpa", "--help"])
+    check(rc == 0 and so.startswith("usage: attn sdpa") and "--cu-seqlens-q" in so,
+          "attn sdpa --help")
+
+
+# ---------------------------------------------------------------------------
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -984,6 +1160,7 @@ def main():
         test_trace_memory(r, opts.sanitized)
         test_small_defects(r)
         test_kernels(r, rng)
+        test_sdpa(r, rng)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d passed, %d failed" % (passed, failed))
