@@ -310,6 +310,22 @@ attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const
                                const float *lse, const float *dout, float *dq, float *dk,
                                float *dv, const attn_sdpa_dropout *drawn);
 
+/* The same two on float64 tensors (for gradient checks in double, e.g.
+ * torch.autograd.gradcheck): the same config and semantics, always on the
+ * reference kernels (plain loops, whatever the ctx's kernels; slow, meant
+ * for small shapes), every score, weight and sum in double. scale and
+ * softcap are used in double (the float calls round them to float);
+ * alibi_slopes, sinks and sinks_grad stay float; dropout keeps with the same
+ * Philox mask as the float calls and scales by float(1 / (1 - p)). The
+ * backward recomputes from q, k, v: out and lse are checked, not read. */
+attn_status attn_sdpa_forward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, const double *q,
+                                  const double *k, const double *v, double *out, double *lse,
+                                  attn_rng *rng, attn_sdpa_dropout *drawn);
+attn_status attn_sdpa_backward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, const double *q,
+                                   const double *k, const double *v, const double *out,
+                                   const double *lse, const double *dout, double *dq, double *dk,
+                                   double *dv, const attn_sdpa_dropout *drawn);
+
 /* ------------------------------------------------------------------------ */
 /* Modules                                                                   */
 /* ------------------------------------------------------------------------ */

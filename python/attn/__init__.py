@@ -9,6 +9,9 @@ number with PyTorch, as NumPy-in, NumPy-out modules over the C library libattn.
     mha.save("mha.safetensors")                         # safetensors, state_dict names
 
 Every library failure raises attn.AttnError carrying the library's message.
+
+attn.torch (imported on first use, and only then needs torch) is the PyTorch
+binding: scaled_dot_product_attention, flash_attn_func, patch().
 """
 from ._lib import AttnError
 from .modules import (CausalAttention, CausalSelfAttention, GroupedQueryAttention, Module,
@@ -28,3 +31,11 @@ __all__ = [
     "MultiHeadAttentionWithSWA", "manual_seed", "rand", "randn", "set_bernoulli", "set_num_threads",
     "get_num_threads", "save_file", "load_file", "__version__",
 ]
+
+
+def __getattr__(name):
+    # attn.torch loads torch: only when asked for (import attn.torch, or attn.torch.x)
+    if name == "torch":
+        import importlib
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,6 +2,7 @@
  * public attn_sdpa_config read into the attention contract's problem, then
  * the runner. */
 #include "attention/attention.h"
+#include "attention/reference_f64.h"
 #include "internal.h"
 #include "rng/dropout.h"
 #include "rng/philox.h"
@@ -75,6 +76,22 @@ static attn_status check_config(attn_ctx *ctx, const char *fn, const attn_sdpa_c
     return ATTN_OK;
 }
 
+/* A forward's dropout needs a Philox rng and a record of what it drew. */
+static attn_status check_forward_dropout(attn_ctx *ctx, const char *fn, const attn_sdpa_config *c,
+                                         attn_rng *rng, const attn_sdpa_dropout *drawn) {
+    if (c->dropout > 0.0) {
+        if (!rng || !drawn)
+            return attn_fail(ctx, ATTN_ERR_NULL, "%s: dropout (%g) needs an rng and a drawn record",
+                             fn, c->dropout);
+        if (attn_rng_bernoulli(rng) != ATTN_BERNOULLI_PHILOX)
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "%s: dropout draws Philox in the kernel: set the rng to "
+                             "ATTN_BERNOULLI_PHILOX (the modules offer PyTorch's serial masks)",
+                             fn);
+    }
+    return ATTN_OK;
+}
+
 attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
                               const float *k, const float *v, float *out, float *lse,
                               attn_rng *rng, attn_sdpa_dropout *drawn) {
@@ -86,16 +103,7 @@ attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const 
     if (!q || !k || !v || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", fn,
                          !q ? "q" : !k ? "k" : !v ? "v" : "out");
-    if (cfg->dropout > 0.0) {
-        if (!rng || !drawn)
-            return attn_fail(ctx, ATTN_ERR_NULL, "%s: dropout (%g) needs an rng and a drawn record",
-                             fn, cfg->dropout);
-        if (attn_rng_bernoulli(rng) != ATTN_BERNOULLI_PHILOX)
-            return attn_fail(ctx, ATTN_ERR_INVALID,
-                             "%s: dropout draws Philox in the kernel: set the rng to "
-                             "ATTN_BERNOULLI_PHILOX (the modules offer PyTorch's serial masks)",
-                             fn);
-    }
+    if ((st = check_forward_dropout(ctx, fn, cfg, rng, drawn)) != ATTN_OK) return st;
     attn_attention_problem p = problem_of(cfg, q, k, v, out, lse);
     if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
     /* Memory first: a failure must not have advanced the rng. */
@@ -114,6 +122,17 @@ attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const 
     st = attn_attention_forward(ctx, fn, &p, dropout, NULL, NULL, NULL, workspace);
     attn_free(workspace);
     return st;
+}
+
+/* The dropout a backward redraws: the forward's Philox record. */
+static attn_attention_dropout drop_of(const attn_sdpa_config *c, const attn_sdpa_dropout *drawn) {
+    attn_attention_dropout drop = {.kind = ATTN_DROP_NONE};
+    if (c->dropout > 0.0)
+        drop = (attn_attention_dropout){.kind = ATTN_DROP_PHILOX, .seed = drawn->seed,
+                                        .offset = drawn->offset,
+                                        .keep_threshold = attn_philox_keep_threshold(c->dropout),
+                                        .kept_scale = attn_dropout_kept_scale(c->dropout)};
+    return drop;
 }
 
 attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
@@ -135,13 +154,85 @@ attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: dropout (%g) needs the forward's drawn record", fn,
                          cfg->dropout);
     attn_attention_problem p = problem_of(cfg, q, k, v, (float *)out, (float *)lse);
-    attn_attention_dropout drop = {.kind = ATTN_DROP_NONE};
-    if (cfg->dropout > 0.0)
-        drop = (attn_attention_dropout){.kind = ATTN_DROP_PHILOX, .seed = drawn->seed,
-                                        .offset = drawn->offset,
-                                        .keep_threshold = attn_philox_keep_threshold(cfg->dropout),
-                                        .kept_scale = attn_dropout_kept_scale(cfg->dropout)};
+    attn_attention_dropout drop = drop_of(cfg, drawn);
     attn_attention_grads g = {.dout = dout, .dq = dq, .dk = dk, .dv = dv,
                               .dsinks = cfg->sinks ? cfg->sinks_grad : NULL};
     return attn_attention_backward(ctx, fn, &p, &drop, &g, NULL);
+}
+
+/* ---- float64: the reference kernels on double tensors ---------------------- */
+
+/* The scale in double: the config's, or 1/sqrt(head_dim). */
+static double scale_f64(const attn_sdpa_config *c) {
+    return c->scale != 0.0 ? c->scale : 1.0 / sqrt((double)c->head_dim);
+}
+
+attn_status attn_sdpa_forward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, const double *q,
+                                  const double *k, const double *v, double *out, double *lse,
+                                  attn_rng *rng, attn_sdpa_dropout *drawn) {
+    const char *fn = "attn_sdpa_forward_f64";
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    attn_status st = check_config(ctx, fn, cfg);
+    if (st != ATTN_OK) return st;
+    if (!q || !k || !v || !out)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", fn,
+                         !q ? "q" : !k ? "k" : !v ? "v" : "out");
+    if ((st = check_forward_dropout(ctx, fn, cfg, rng, drawn)) != ATTN_OK) return st;
+    attn_attention_problem p = problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
+    if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
+    /* Memory first: a failure must not have advanced the rng. */
+    size_t bytes = attn_reference_f64_forward_bytes(ctx, &p);
+    void *workspace = attn_calloc(1, bytes);
+    if (!workspace)
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                         "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
+    attn_attention_dropout drop = {.kind = ATTN_DROP_NONE};
+    if (cfg->dropout > 0.0) {
+        attn_dropout_stream stream;
+        attn_dropout_stream_begin(&stream, rng, cfg->dropout,
+                                  cfg->batch * cfg->heads * cfg->q_tokens * cfg->kv_tokens);
+        *drawn = (attn_sdpa_dropout){stream.philox_seed, stream.philox_offset};
+        drop = drop_of(cfg, drawn);
+    }
+    attn_reference_f64 t = {.q = q, .k = k, .v = v, .out = out, .lse = lse,
+                            .scale = scale_f64(cfg), .softcap = cfg->softcap};
+    attn_reference_f64_forward(ctx, &p, &t, &drop, workspace);
+    attn_free(workspace);
+    return ATTN_OK;
+}
+
+attn_status attn_sdpa_backward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, const double *q,
+                                   const double *k, const double *v, const double *out,
+                                   const double *lse, const double *dout, double *dq, double *dk,
+                                   double *dv, const attn_sdpa_dropout *drawn) {
+    const char *fn = "attn_sdpa_backward_f64";
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    attn_status st = check_config(ctx, fn, cfg);
+    if (st != ATTN_OK) return st;
+    if (!q || !k || !v || !out || !lse || !dout || !dq || !dk || !dv)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", fn,
+                         !q ? "q" : !k ? "k" : !v ? "v" : !out ? "out" : !lse ? "lse"
+                         : !dout ? "dout" : !dq ? "dq" : !dk ? "dk" : "dv");
+    if (cfg->sinks && !cfg->sinks_grad)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: sinks are set but sinks_grad is NULL", fn);
+    if (cfg->dropout > 0.0 && !drawn)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: dropout (%g) needs the forward's drawn record", fn,
+                         cfg->dropout);
+    attn_attention_problem p = problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
+    if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
+    size_t bytes = attn_reference_f64_backward_bytes(ctx, &p);
+    void *workspace = attn_calloc(1, bytes);
+    if (!workspace)
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                         "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
+    attn_attention_dropout drop = drop_of(cfg, drawn);
+    attn_reference_f64 t = {.q = q, .k = k, .v = v, .out = (double *)out, .lse = (double *)lse,
+                            .dout = dout, .dq = dq, .dk = dk, .dv = dv,
+                            .scale = scale_f64(cfg), .softcap = cfg->softcap};
+    attn_reference_f64_backward(ctx, &p, &t, &drop, cfg->sinks ? cfg->sinks_grad : NULL,
+                                workspace);
+    attn_free(workspace);
+    return ATTN_OK;
 }

@@ -15,7 +15,10 @@
  *     the results of a fresh object;
  *   - leak nothing (LeakSanitizer, at exit).
  * The operations: constructing every module, its forward (eval without
- * gradients; training with dropout and gradients; traced), its backward, the
+ * gradients; training with dropout and gradients; traced), its backward,
+ * attn_sdpa_forward/backward (and their float64 twins) over the attention
+ * contract's options (GQA/MQA, v_head_dim, alignments, window, softcap,
+ * ALiBi, sinks with sinks_grad, varlen, strides, Philox dropout), the
  * .npy and safetensors readers and writers, attn_ctx_new and attn_rng_new,
  * and the training model (construction, forward, backward) and optimizer.
  * The closing table gives the allocations swept per operation.
@@ -531,6 +534,397 @@ static void sweep_modules(void) {
     }
 }
 
+/* ---- attn_sdpa_forward / attn_sdpa_backward: the attention contract ------- */
+
+/* Three configs of the contract's options, each swept on the fused and the
+ * reference kernels, and through the float64 calls: forward (out, lse, the rng's Philox offset, the drawn
+ * record untouched by a failure) and backward (dq, dk, dv, sinks_grad). */
+enum { SDPA_MAX = 256, SDPA_HEADS = 4 };
+
+typedef struct sdpa_state {
+    int variant;
+    attn_ctx_config ctx_cfg;
+    attn_ctx *ctx;
+    attn_rng *rng; /* Philox: dropout draws */
+    attn_sdpa_config cfg;
+    int32_t cu_q[3], cu_kv[3];
+    size_t nq, nk, nv, nout, nlse; /* floats in each tensor */
+    float q[SDPA_MAX], k[SDPA_MAX], v[SDPA_MAX], dout[SDPA_MAX];
+    float alibi[SDPA_HEADS], sinks[SDPA_HEADS];
+    float out[SDPA_MAX], lse[SDPA_MAX], dq[SDPA_MAX], dk[SDPA_MAX], dv[SDPA_MAX];
+    float dsinks[SDPA_HEADS];
+    attn_sdpa_dropout drawn;
+    float want_out[SDPA_MAX], want_lse[SDPA_MAX], want_dq[SDPA_MAX], want_dk[SDPA_MAX],
+        want_dv[SDPA_MAX], want_dsinks[SDPA_HEADS];
+    attn_sdpa_dropout want_drawn;
+} sdpa_state;
+
+static const char *const sdpa_variant_names[] = {
+    "gqa+v_head_dim+window+softcap+alibi+sinks+dropout",
+    "varlen+mqa+q_offset+window+sinks+dropout",
+    "top-left+causal+softcap+alibi+strides",
+};
+#define SDPA_VARIANTS (sizeof sdpa_variant_names / sizeof sdpa_variant_names[0])
+static const attn_sdpa_dropout SDPA_DRAWN_SENTINEL = {0x5eed5eed5eedULL, 0x0ff5e70ff5e7ULL};
+
+static void sdpa_configure(sdpa_state *st) {
+    attn_sdpa_config *c = &st->cfg;
+    *c = (attn_sdpa_config){0};
+    size_t H = SDPA_HEADS, Hkv, D = 4, Dv, total_q, total_kv;
+    if (st->variant == 0) {
+        /* dense (B, T, H, hd) contiguous: zero strides */
+        Hkv = 2, Dv = 3;
+        *c = (attn_sdpa_config){.batch = 2, .heads = H, .kv_heads = Hkv, .q_tokens = 5,
+                                .kv_tokens = 7, .head_dim = D, .v_head_dim = Dv, .causal = true,
+                                .window = true, .window_left = 3, .window_right = 1,
+                                .softcap = 2.5, .alibi_slopes = st->alibi, .sinks = st->sinks,
+                                .dropout = 0.2};
+        total_q = 2 * 5, total_kv = 2 * 7;
+    } else if (st->variant == 1) {
+        /* packed: (total, H, hd), explicit strides */
+        Hkv = 1, Dv = D;
+        st->cu_q[0] = 0, st->cu_q[1] = 3, st->cu_q[2] = 8;
+        st->cu_kv[0] = 0, st->cu_kv[1] = 6, st->cu_kv[2] = 10;
+        *c = (attn_sdpa_config){.batch = 2, .heads = H, .kv_heads = Hkv, .q_tokens = 5,
+                                .kv_tokens = 6, .head_dim = D, .align = ATTN_ALIGN_OFFSET,
+                                .q_offset = 1, .window = true, .window_left = 2,
+                                .window_right = -1, .sinks = st->sinks, .dropout = 0.3,
+                                .cu_seqlens_q = st->cu_q, .cu_seqlens_kv = st->cu_kv};
+        c->q_strides[1] = H * D, c->q_strides[2] = D;
+        c->kv_strides[1] = Hkv * D, c->kv_strides[2] = D;
+        c->v_strides[1] = Hkv * Dv, c->v_strides[2] = Dv;
+        c->out_strides[1] = H * Dv, c->out_strides[2] = Dv;
+        total_q = 8, total_kv = 10;
+    } else {
+        /* (B, H, T, hd) as (b, t, h) strides, as attn sdpa passes them */
+        Hkv = H, Dv = D;
+        size_t nb = 2, nt = 4, ns = 6;
+        *c = (attn_sdpa_config){.batch = nb, .heads = H, .q_tokens = nt, .kv_tokens = ns,
+                                .head_dim = D, .align = ATTN_ALIGN_TOP_LEFT, .causal = true,
+                                .softcap = 1.5, .alibi_slopes = st->alibi, .scale = 0.7};
+        c->q_strides[0] = H * nt * D, c->q_strides[1] = D, c->q_strides[2] = nt * D;
+        c->kv_strides[0] = H * ns * D, c->kv_strides[1] = D, c->kv_strides[2] = ns * D;
+        c->out_strides[0] = H * nt * D, c->out_strides[1] = D, c->out_strides[2] = nt * D;
+        total_q = nb * nt, total_kv = nb * ns;
+    }
+    st->nq = total_q * H * D;
+    st->nk = total_kv * Hkv * D;
+    st->nv = total_kv * Hkv * Dv;
+    st->nout = total_q * H * Dv;
+    st->nlse = total_q * H;
+    CHECK(st->nq <= SDPA_MAX && st->nk <= SDPA_MAX && st->nout <= SDPA_MAX);
+    fill(st->q, st->nq, -0.4f);
+    fill(st->k, st->nk, -0.3f);
+    fill(st->v, st->nv, 0.1f);
+    fill(st->dout, st->nout, -0.2f);
+    for (size_t h = 0; h < H; h++) {
+        st->alibi[h] = 0.5f / (float)(1u << h);
+        st->sinks[h] = -0.5f + 0.4f * (float)h;
+    }
+}
+
+static void sentinels(float *v, size_t n) {
+    for (size_t i = 0; i < n; i++) v[i] = SENTINEL;
+}
+
+static bool all_sentinel(const float *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (v[i] != SENTINEL) return false;
+    return true;
+}
+
+static bool same_drawn(attn_sdpa_dropout a, attn_sdpa_dropout b) {
+    return a.seed == b.seed && a.offset == b.offset;
+}
+
+static attn_status sdpa_forward_into(sdpa_state *st, attn_rng *rng, float *out, float *lse,
+                                     attn_sdpa_dropout *drawn) {
+    return attn_sdpa_forward(st->ctx, &st->cfg, st->q, st->k, st->v, out, lse, rng, drawn);
+}
+
+static attn_status sdpa_backward_into(sdpa_state *st, const float *out, const float *lse,
+                                      const attn_sdpa_dropout *drawn, float *dq, float *dk,
+                                      float *dv, float *dsinks) {
+    attn_sdpa_config c = st->cfg;
+    c.sinks_grad = c.sinks ? dsinks : NULL;
+    return attn_sdpa_backward(st->ctx, &c, st->q, st->k, st->v, out, lse, st->dout, dq, dk, dv,
+                              c.dropout > 0.0 ? drawn : NULL);
+}
+
+/* What a forward (and backward) gives from a fresh Philox rng seeded 77:
+ * the want_* buffers, never failed. */
+static void sdpa_reference(sdpa_state *st, bool backward) {
+    attn_rng *rng;
+    CHECK_STATUS(attn_rng_new(NULL, 77, &rng), ATTN_OK);
+    attn_rng_set_bernoulli_method(rng, ATTN_BERNOULLI_PHILOX);
+    sentinels(st->want_out, SDPA_MAX);
+    sentinels(st->want_lse, SDPA_MAX);
+    st->want_drawn = SDPA_DRAWN_SENTINEL;
+    CHECK_STATUS(sdpa_forward_into(st, rng, st->want_out, st->want_lse, &st->want_drawn), ATTN_OK);
+    attn_rng_free(rng);
+    if (!backward) return;
+    sentinels(st->want_dq, SDPA_MAX);
+    sentinels(st->want_dk, SDPA_MAX);
+    sentinels(st->want_dv, SDPA_MAX);
+    sentinels(st->want_dsinks, SDPA_HEADS);
+    CHECK_STATUS(sdpa_backward_into(st, st->want_out, st->want_lse, &st->want_drawn, st->want_dq,
+                                    st->want_dk, st->want_dv, st->want_dsinks),
+                 ATTN_OK);
+}
+
+static void sdpa_forward_setup(void *p) {
+    sdpa_state *st = p;
+    CHECK_STATUS(attn_ctx_new(&st->ctx_cfg, &st->ctx), ATTN_OK);
+    sdpa_configure(st);
+    attn_rng_manual_seed(st->rng, 77); /* Philox offset 0 */
+    sentinels(st->out, SDPA_MAX);
+    sentinels(st->lse, SDPA_MAX);
+    st->drawn = SDPA_DRAWN_SENTINEL;
+}
+
+static attn_status sdpa_forward_run(void *p) {
+    sdpa_state *st = p;
+    return sdpa_forward_into(st, st->cfg.dropout > 0.0 ? st->rng : NULL, st->out, st->lse,
+                             &st->drawn);
+}
+
+static void sdpa_forward_compare(sdpa_state *st) {
+    sdpa_reference(st, false);
+    CHECK(same_floats(st->out, st->want_out, SDPA_MAX));
+    CHECK(same_floats(st->lse, st->want_lse, SDPA_MAX));
+    CHECK(same_drawn(st->drawn, st->want_drawn));
+}
+
+static void sdpa_forward_failed(void *p) {
+    sdpa_state *st = p;
+    CHECK(all_sentinel(st->out, SDPA_MAX));
+    CHECK(all_sentinel(st->lse, SDPA_MAX));
+    CHECK(same_drawn(st->drawn, SDPA_DRAWN_SENTINEL));
+    /* The rng did not move: the same call now draws what a fresh rng's
+     * first call draws (Philox offset 0), and gives its results. */
+    CHECK_STATUS(sdpa_forward_run(st), ATTN_OK);
+    sdpa_forward_compare(st);
+}
+
+static void sdpa_forward_ok(void *p) { sdpa_forward_compare(p); }
+
+static void sdpa_backward_setup(void *p) {
+    sdpa_state *st = p;
+    sdpa_forward_setup(p);
+    CHECK_STATUS(sdpa_forward_run(st), ATTN_OK);
+    sentinels(st->dq, SDPA_MAX);
+    sentinels(st->dk, SDPA_MAX);
+    sentinels(st->dv, SDPA_MAX);
+    sentinels(st->dsinks, SDPA_HEADS);
+}
+
+static attn_status sdpa_backward_run(void *p) {
+    sdpa_state *st = p;
+    return sdpa_backward_into(st, st->out, st->lse, &st->drawn, st->dq, st->dk, st->dv,
+                              st->dsinks);
+}
+
+static void sdpa_backward_compare(sdpa_state *st) {
+    sdpa_reference(st, true);
+    CHECK(same_floats(st->dq, st->want_dq, SDPA_MAX));
+    CHECK(same_floats(st->dk, st->want_dk, SDPA_MAX));
+    CHECK(same_floats(st->dv, st->want_dv, SDPA_MAX));
+    CHECK(same_floats(st->dsinks, st->want_dsinks, SDPA_HEADS));
+}
+
+static void sdpa_backward_failed(void *p) {
+    sdpa_state *st = p;
+    CHECK(all_sentinel(st->dq, SDPA_MAX));
+    CHECK(all_sentinel(st->dk, SDPA_MAX));
+    CHECK(all_sentinel(st->dv, SDPA_MAX));
+    CHECK(all_sentinel(st->dsinks, SDPA_HEADS));
+    /* The forward's out, lse and drawn record are inputs: untouched too. */
+    CHECK_STATUS(sdpa_backward_run(st), ATTN_OK);
+    sdpa_backward_compare(st);
+}
+
+static void sdpa_backward_ok(void *p) { sdpa_backward_compare(p); }
+
+static void sdpa_teardown(void *p) {
+    sdpa_state *st = p;
+    attn_ctx_free(st->ctx);
+    st->ctx = NULL;
+}
+
+/* The float64 calls (always the reference loops): the same configs on the
+ * same values widened, the same checks. */
+typedef struct sdpa64_state {
+    sdpa_state *s; /* the config and the float inputs */
+    double q[SDPA_MAX], k[SDPA_MAX], v[SDPA_MAX], dout[SDPA_MAX];
+    double out[SDPA_MAX], lse[SDPA_MAX], dq[SDPA_MAX], dk[SDPA_MAX], dv[SDPA_MAX];
+    float dsinks[SDPA_HEADS];
+    attn_sdpa_dropout drawn;
+    double want_out[SDPA_MAX], want_lse[SDPA_MAX], want_dq[SDPA_MAX], want_dk[SDPA_MAX],
+        want_dv[SDPA_MAX];
+    float want_dsinks[SDPA_HEADS];
+    attn_sdpa_dropout want_drawn;
+} sdpa64_state;
+
+#define SENTINEL64 1234.5
+
+static void sentinels64(double *v, size_t n) {
+    for (size_t i = 0; i < n; i++) v[i] = SENTINEL64;
+}
+
+static bool all_sentinel64(const double *v, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (v[i] != SENTINEL64) return false;
+    return true;
+}
+
+static attn_status sdpa64_forward_into(sdpa64_state *t, attn_rng *rng, double *out, double *lse,
+                                       attn_sdpa_dropout *drawn) {
+    sdpa_state *st = t->s;
+    return attn_sdpa_forward_f64(st->ctx, &st->cfg, t->q, t->k, t->v, out, lse,
+                                 st->cfg.dropout > 0.0 ? rng : NULL, drawn);
+}
+
+static attn_status sdpa64_backward_into(sdpa64_state *t, const double *out, const double *lse,
+                                        const attn_sdpa_dropout *drawn, double *dq, double *dk,
+                                        double *dv, float *dsinks) {
+    sdpa_state *st = t->s;
+    attn_sdpa_config c = st->cfg;
+    c.sinks_grad = c.sinks ? dsinks : NULL;
+    return attn_sdpa_backward_f64(st->ctx, &c, t->q, t->k, t->v, out, lse, t->dout, dq, dk, dv,
+                                  c.dropout > 0.0 ? drawn : NULL);
+}
+
+static void sdpa64_reference(sdpa64_state *t, bool backward) {
+    attn_rng *rng;
+    CHECK_STATUS(attn_rng_new(NULL, 77, &rng), ATTN_OK);
+    attn_rng_set_bernoulli_method(rng, ATTN_BERNOULLI_PHILOX);
+    sentinels64(t->want_out, SDPA_MAX);
+    sentinels64(t->want_lse, SDPA_MAX);
+    t->want_drawn = SDPA_DRAWN_SENTINEL;
+    CHECK_STATUS(sdpa64_forward_into(t, rng, t->want_out, t->want_lse, &t->want_drawn), ATTN_OK);
+    attn_rng_free(rng);
+    if (!backward) return;
+    sentinels64(t->want_dq, SDPA_MAX);
+    sentinels64(t->want_dk, SDPA_MAX);
+    sentinels64(t->want_dv, SDPA_MAX);
+    sentinels(t->want_dsinks, SDPA_HEADS);
+    CHECK_STATUS(sdpa64_backward_into(t, t->want_out, t->want_lse, &t->want_drawn, t->want_dq,
+                                      t->want_dk, t->want_dv, t->want_dsinks),
+                 ATTN_OK);
+}
+
+static void sdpa64_forward_setup(void *p) {
+    sdpa64_state *t = p;
+    sdpa_forward_setup(t->s);
+    const float *from[] = {t->s->q, t->s->k, t->s->v, t->s->dout};
+    double *to[] = {t->q, t->k, t->v, t->dout};
+    for (size_t a = 0; a < 4; a++)
+        for (size_t i = 0; i < SDPA_MAX; i++) to[a][i] = (double)from[a][i];
+    sentinels64(t->out, SDPA_MAX);
+    sentinels64(t->lse, SDPA_MAX);
+    t->drawn = SDPA_DRAWN_SENTINEL;
+}
+
+static attn_status sdpa64_forward_run(void *p) {
+    sdpa64_state *t = p;
+    return sdpa64_forward_into(t, t->s->rng, t->out, t->lse, &t->drawn);
+}
+
+static void sdpa64_forward_compare(sdpa64_state *t) {
+    sdpa64_reference(t, false);
+    CHECK(memcmp(t->out, t->want_out, sizeof t->out) == 0);
+    CHECK(memcmp(t->lse, t->want_lse, sizeof t->lse) == 0);
+    CHECK(same_drawn(t->drawn, t->want_drawn));
+}
+
+static void sdpa64_forward_failed(void *p) {
+    sdpa64_state *t = p;
+    CHECK(all_sentinel64(t->out, SDPA_MAX));
+    CHECK(all_sentinel64(t->lse, SDPA_MAX));
+    CHECK(same_drawn(t->drawn, SDPA_DRAWN_SENTINEL));
+    CHECK_STATUS(sdpa64_forward_run(t), ATTN_OK); /* the rng did not move */
+    sdpa64_forward_compare(t);
+}
+
+static void sdpa64_forward_ok(void *p) { sdpa64_forward_compare(p); }
+
+static void sdpa64_backward_setup(void *p) {
+    sdpa64_state *t = p;
+    sdpa64_forward_setup(p);
+    CHECK_STATUS(sdpa64_forward_run(t), ATTN_OK);
+    sentinels64(t->dq, SDPA_MAX);
+    sentinels64(t->dk, SDPA_MAX);
+    sentinels64(t->dv, SDPA_MAX);
+    sentinels(t->dsinks, SDPA_HEADS);
+}
+
+static attn_status sdpa64_backward_run(void *p) {
+    sdpa64_state *t = p;
+    return sdpa64_backward_into(t, t->out, t->lse, &t->drawn, t->dq, t->dk, t->dv, t->dsinks);
+}
+
+static void sdpa64_backward_compare(sdpa64_state *t) {
+    sdpa64_reference(t, true);
+    CHECK(memcmp(t->dq, t->want_dq, sizeof t->dq) == 0);
+    CHECK(memcmp(t->dk, t->want_dk, sizeof t->dk) == 0);
+    CHECK(memcmp(t->dv, t->want_dv, sizeof t->dv) == 0);
+    CHECK(memcmp(t->dsinks, t->want_dsinks, sizeof t->dsinks) == 0);
+}
+
+static void sdpa64_backward_failed(void *p) {
+    sdpa64_state *t = p;
+    CHECK(all_sentinel64(t->dq, SDPA_MAX));
+    CHECK(all_sentinel64(t->dk, SDPA_MAX));
+    CHECK(all_sentinel64(t->dv, SDPA_MAX));
+    CHECK(all_sentinel(t->dsinks, SDPA_HEADS));
+    CHECK_STATUS(sdpa64_backward_run(t), ATTN_OK);
+    sdpa64_backward_compare(t);
+}
+
+static void sdpa64_backward_ok(void *p) { sdpa64_backward_compare(p); }
+
+static void sdpa64_teardown(void *p) { sdpa_teardown(((sdpa64_state *)p)->s); }
+
+static void sweep_sdpa(void) {
+    sdpa_state *st = calloc(1, sizeof *st);
+    CHECK_STATUS(attn_rng_new(g_ctx, 77, &st->rng), ATTN_OK);
+    CHECK_STATUS(attn_rng_set_bernoulli_method(st->rng, ATTN_BERNOULLI_PHILOX), ATTN_OK);
+    for (int variant = 0; variant < (int)SDPA_VARIANTS; variant++) {
+        st->variant = variant;
+        for (int kernels = 0; kernels < 2; kernels++) {
+            st->ctx_cfg = (attn_ctx_config){
+                .kernels = kernels ? ATTN_KERNELS_REFERENCE : ATTN_KERNELS_AUTO};
+            const char *set = kernels ? "reference" : "fused";
+            char name[200];
+            snprintf(name, sizeof name, "sdpa forward, %s: %s", set, sdpa_variant_names[variant]);
+            sweep(&(sweep_op){.name = name, .setup = sdpa_forward_setup, .run = sdpa_forward_run,
+                              .verify_failed = sdpa_forward_failed, .verify_ok = sdpa_forward_ok,
+                              .teardown = sdpa_teardown, .state = st, .ctx = &st->ctx});
+            snprintf(name, sizeof name, "sdpa backward, %s: %s", set, sdpa_variant_names[variant]);
+            sweep(&(sweep_op){.name = name, .setup = sdpa_backward_setup,
+                              .run = sdpa_backward_run, .verify_failed = sdpa_backward_failed,
+                              .verify_ok = sdpa_backward_ok, .teardown = sdpa_teardown,
+                              .state = st, .ctx = &st->ctx});
+        }
+        sdpa64_state *t = calloc(1, sizeof *t);
+        t->s = st;
+        st->ctx_cfg = (attn_ctx_config){0};
+        char name[200];
+        snprintf(name, sizeof name, "sdpa forward f64: %s", sdpa_variant_names[variant]);
+        sweep(&(sweep_op){.name = name, .setup = sdpa64_forward_setup, .run = sdpa64_forward_run,
+                          .verify_failed = sdpa64_forward_failed, .verify_ok = sdpa64_forward_ok,
+                          .teardown = sdpa64_teardown, .state = t, .ctx = &st->ctx});
+        snprintf(name, sizeof name, "sdpa backward f64: %s", sdpa_variant_names[variant]);
+        sweep(&(sweep_op){.name = name, .setup = sdpa64_backward_setup,
+                          .run = sdpa64_backward_run, .verify_failed = sdpa64_backward_failed,
+                          .verify_ok = sdpa64_backward_ok, .teardown = sdpa64_teardown,
+                          .state = t, .ctx = &st->ctx});
+        free(t);
+    }
+    attn_rng_free(st->rng);
+    free(st);
+}
+
 /* ---- files ---------------------------------------------------------------- */
 
 typedef struct file_state {
@@ -940,6 +1334,7 @@ int main(void) {
     sweep(&(sweep_op){.name = "attn_ctx_new", .setup = NULL, .run = ctx_new_run, .verify_failed = NULL, .verify_ok = NULL, .teardown = ctx_teardown, .state = NULL, .no_ctx = true});
     sweep(&(sweep_op){.name = "attn_rng_new", .setup = NULL, .run = rng_new_run, .verify_failed = rng_failed, .verify_ok = NULL, .teardown = rng_teardown, .state = NULL});
     sweep_modules();
+    sweep_sdpa();
     sweep_files();
     sweep_model();
 

@@ -9,7 +9,9 @@
  * v_head_dim != head_dim, causal, windows, diagonals and offsets, softcap,
  * ALiBi, sinks and dsinks, packed varlen batches with empty sequences,
  * strided layouts, Philox and bit-mask dropout, the renormalising mask);
- * every case runs at 1, 2 and 3 threads and must give the same bits.
+ * every case runs at 1, 2 and 3 threads and must give the same bits. The
+ * backward of one block of keys given the whole rows' lse and out
+ * (backward_from_lse) sums to the whole problem's.
  */
 #include "attn.h"
 #include "attention/attention.h"
@@ -771,6 +773,84 @@ static void test_brute_backward_by_differences(void) {
     }
 }
 
+/* backward_from_lse: the keys of a problem split in two blocks, each block's
+ * backward given the whole rows' lse and out (ring attention, split KV).
+ * The blocks' dq sum to the whole problem's, their dk and dv rows are the
+ * whole's, and each block's dsinks is the whole's. Positions stay the
+ * whole problem's through ATTN_DIAGONAL_OFFSET. */
+static void test_backward_from_lse(void) {
+    const attn_attention_backend *ref = &attn_attention_reference;
+    for (int n = 0; n < 40; n++) {
+        tcase c = random_case(7, 4);
+        c.varlen = false, c.renormalize = false, c.drop = ATTN_DROP_NONE, c.drop_p = 0.0;
+        c.B = rnd_int(1, 2);
+        if (c.S < 2) c.S = 2 + rnd_int(0, 4);
+        if (n < 4) c.causal = true, c.alibi = true, c.softcap = 1.3, c.sinks = n % 2 == 0;
+        tcase_build(&c);
+        size_t threads = 1 + (size_t)(n % 3);
+        ref_result whole = ref_run(&c, threads, false); /* leaves out and lse in c */
+        int64_t diag = seq_diagonal(&c, 0);
+        size_t split = rnd_int(1, c.S - 1);
+        float *dq_sum = calloc(c.n[Q], sizeof(float)), *dsinks = nans(c.Hq);
+        for (size_t e = 0; e < c.n[K]; e++) c.dk[e] = NAN;
+        for (size_t e = 0; e < c.n[V]; e++) c.dv[e] = NAN;
+        bool sinks_ok = true;
+        for (int blk = 0; blk < 2; blk++) {
+            size_t lo = blk ? split : 0, len = blk ? c.S - split : split;
+            attn_attention_problem p = c.p;
+            p.kv_len = len;
+            p.k = c.t[K] + lo * c.st[K].t;
+            p.v = c.t[V] + lo * c.st[V].t;
+            p.diagonal = ATTN_DIAGONAL_OFFSET;
+            p.q_offset = diag - (int64_t)lo;
+            p.backward_from_lse = true;
+            for (size_t e = 0; e < c.n[Q]; e++) c.dq[e] = NAN;
+            attn_attention_grads g = {.dout = c.dout, .dq = c.dq, .dk = c.dk + lo * c.st[K].t,
+                                      .dv = c.dv + lo * c.st[V].t,
+                                      .dsinks = c.sinks ? dsinks : NULL};
+            void *work = malloc(ref->backward_bytes(ctxs[threads], &p));
+            ref->backward(ctxs[threads], &p, &c.dr, &g, work);
+            free(work);
+            for (size_t b = 0; b < c.B; b++)
+                for (size_t h = 0; h < c.Hq; h++)
+                    for (size_t i = 0; i < c.T; i++)
+                        for (size_t d = 0; d < c.D; d++) {
+                            size_t e = at(&c, Q, b, h, i) + d;
+                            dq_sum[e] += c.dq[e];
+                        }
+            if (c.sinks)
+                for (size_t h = 0; h < c.Hq; h++)
+                    sinks_ok = sinks_ok && fabsf(dsinks[h] - whole.dsinks[h]) <=
+                                               1e-5f * fmaxf(1.0f, fabsf(whole.dsinks[h]));
+        }
+        case_id++;
+        cmp dq = {0}, dk = {0}, dv = {0};
+        for (size_t b = 0; b < c.B; b++) {
+            for (size_t h = 0; h < c.Hq; h++)
+                for (size_t i = 0; i < c.T; i++)
+                    for (size_t d = 0; d < c.D; d++)
+                        cmp_add(&dq, dq_sum[at(&c, Q, b, h, i) + d], whole.dq[at(&c, Q, b, h, i) + d]);
+            for (size_t g = 0; g < c.Hkv; g++)
+                for (size_t j = 0; j < c.S; j++) {
+                    for (size_t d = 0; d < c.D; d++)
+                        cmp_add(&dk, c.dk[at(&c, K, b, g, j) + d], whole.dk[at(&c, K, b, g, j) + d]);
+                    for (size_t d = 0; d < c.Dv; d++)
+                        cmp_add(&dv, c.dv[at(&c, V, b, g, j) + d], whole.dv[at(&c, V, b, g, j) + d]);
+                }
+        }
+        cmp_check(&dq, "from_lse dq", 1e-5, __LINE__);
+        cmp_check(&dk, "from_lse dk", 1e-5, __LINE__);
+        cmp_check(&dv, "from_lse dv", 1e-5, __LINE__);
+        if (!sinks_ok && failures_reported++ < 40)
+            fprintf(stderr, "case %d: a block's dsinks differs from the whole's\n", case_id);
+        CHECK(sinks_ok);
+        free(dq_sum);
+        free(dsinks);
+        ref_free(&whole);
+        tcase_free(&c);
+    }
+}
+
 int main(void) {
     for (size_t n = 1; n <= 3; n++)
         if (attn_ctx_new(&(attn_ctx_config){.num_threads = n, .kernels = ATTN_KERNELS_REFERENCE},
@@ -786,6 +866,7 @@ int main(void) {
     test_random(300, 6, 4, false);
     test_random(40, 5, 3, true);
     test_threads_split();
+    test_backward_from_lse();
     for (size_t n = 1; n <= 3; n++) attn_ctx_free(ctxs[n]);
     return check_summary();
 }

@@ -1,0 +1,584 @@
+"""attn inside PyTorch: attn's fused CPU attention kernels as a drop-in
+`scaled_dot_product_attention` and FlashAttention's `flash_attn_func` /
+`flash_attn_varlen_func`, differentiable through torch.autograd.
+
+    import attn.torch
+    attn.torch.patch()      # F.scaled_dot_product_attention now runs attn where it can
+    # or, for one block:  with attn.torch.patched(): ...
+    # or, explicitly:     from attn.torch import scaled_dot_product_attention
+    # flash-attn code:    from attn.torch import flash_attn_func, flash_attn_varlen_func
+
+What runs on attn: CPU tensors of float32 (the fused kernels) or float64 (the
+reference kernels, all in double: for gradcheck), q, k, v of one dtype, no
+attn_mask. Everything else (an attn_mask, CUDA tensors, float16/bfloat16,
+ranks other than 3 and 4) goes to PyTorch's own SDPA (on torch < 2.0, which
+has none, to the same math written out in torch). supports(...) says which
+and why.
+
+Zero copies: the C library reads q, k, v through their data pointers and
+(batch, token, head) element strides, so transposed and sliced views are
+read in place, and the gradients are written with the inputs' strides. A
+tensor whose last axis is not contiguous, or whose elements overlap (an
+expand() along tokens, heads or batch), is copied once. The output is
+allocated (B, T, H, D) in memory and returned as the (B, H, T, D) view, as
+PyTorch's CPU flash kernel does, so y.transpose(1, 2).reshape(B, T, C)
+copies nothing; an incoming gradient with other strides is copied once.
+
+Dropout (dropout_p > 0) draws attn's counter-based Philox mask inside the
+kernels, keyed by a seed drawn from torch's default generator (so
+torch.manual_seed makes it reproducible); the backward redraws the same mask
+from the (seed, offset) the forward recorded. The mask is not PyTorch's (its
+CPU math path draws a different stream): same distribution, other bits.
+
+Threads: torch.get_num_threads() at the time of the call.
+"""
+import ctypes
+import math
+import threading
+from ctypes import POINTER, c_int, c_uint64, c_void_p
+
+import torch
+import torch.nn.functional as F
+from torch.autograd.function import once_differentiable
+
+from . import _lib
+from ._lib import AttnError, CtxConfig, lib, status_name
+from .functional import BERNOULLI_PHILOX, KERNELS, SdpaConfig, SdpaDropout
+
+__all__ = ["scaled_dot_product_attention", "flash_attn_func", "flash_attn_varlen_func",
+           "patch", "unpatch", "patched", "is_patched", "supports"]
+
+ALIGN_BOTTOM_RIGHT, ALIGN_TOP_LEFT = 0, 1
+_TORCH_VERSION = tuple(int(x) for x in torch.__version__.split("+")[0].split(".")[:2]
+                       if x.isdigit())
+
+# ---- the C entry points, with tensors as raw addresses ------------------------
+
+_P = c_void_p
+_CFG = POINTER(SdpaConfig)
+_DROP = POINTER(SdpaDropout)
+_FORWARD = ctypes.CFUNCTYPE(c_int, c_void_p, _CFG, _P, _P, _P, _P, _P, c_void_p, _DROP)
+_BACKWARD = ctypes.CFUNCTYPE(c_int, c_void_p, _CFG, _P, _P, _P, _P, _P, _P, _P, _P, _P, _DROP)
+
+
+def _bind(proto, name):
+    return proto((name, lib)) if _lib.has(name) else None
+
+
+_forward = {torch.float32: _bind(_FORWARD, "attn_sdpa_forward"),
+            torch.float64: _bind(_FORWARD, "attn_sdpa_forward_f64")}
+_backward = {torch.float32: _bind(_BACKWARD, "attn_sdpa_backward"),
+             torch.float64: _bind(_BACKWARD, "attn_sdpa_backward_f64")}
+_ctx_new = _bind(ctypes.CFUNCTYPE(c_int, POINTER(CtxConfig), POINTER(c_void_p)), "attn_ctx_new")
+_ctx_free = _bind(ctypes.CFUNCTYPE(None, c_void_p), "attn_ctx_free")
+_last_error = _bind(ctypes.CFUNCTYPE(ctypes.c_char_p, c_void_p), "attn_ctx_last_error")
+_rng_new = _bind(ctypes.CFUNCTYPE(c_int, c_void_p, c_uint64, POINTER(c_void_p)), "attn_rng_new")
+_rng_seed = _bind(ctypes.CFUNCTYPE(c_int, c_void_p, c_uint64), "attn_rng_manual_seed")
+_rng_set = _bind(ctypes.CFUNCTYPE(c_int, c_void_p, c_int), "attn_rng_set_bernoulli_method")
+_rng_free = _bind(ctypes.CFUNCTYPE(None, c_void_p), "attn_rng_free")
+
+_KERNELS = "auto"  # set_kernels()
+
+
+class _Ctx:
+    """An attn_ctx (and a Philox rng) for one thread count; one per Python
+    thread, since a ctx runs one call at a time."""
+
+    def __init__(self, threads, kernels):
+        self.handle = c_void_p()
+        self.rng = c_void_p()
+        cfg = CtxConfig(num_threads=threads, kernels=KERNELS[kernels])
+        status = _ctx_new(ctypes.byref(cfg), ctypes.byref(self.handle))
+        if status != 0:
+            raise AttnError(status_name(status), f"attn_ctx_new: num_threads {threads} with "
+                            f"kernels {kernels!r} is not accepted")
+        self.check(_rng_new(self.handle, 0, ctypes.byref(self.rng)), "attn_rng_new")
+        self.check(_rng_set(self.rng, BERNOULLI_PHILOX), "attn_rng_set_bernoulli_method")
+
+    def check(self, status, what):
+        if status != 0:
+            message = _last_error(self.handle).decode(errors="replace")
+            raise AttnError(status_name(status), message or f"{what} failed with "
+                            f"{status_name(status)}")
+
+    def __del__(self):
+        if getattr(self, "rng", None) and _rng_free:
+            _rng_free(self.rng)
+            self.rng = None
+        if getattr(self, "handle", None) and _ctx_free:
+            _ctx_free(self.handle)
+            self.handle = None
+
+
+_local = threading.local()
+
+
+def _context():
+    threads = torch.get_num_threads()
+    cache = getattr(_local, "ctxs", None)
+    if cache is None:
+        cache = _local.ctxs = {}
+    key = (threads, _KERNELS)
+    c = cache.get(key)
+    if c is None:
+        c = cache[key] = _Ctx(threads, _KERNELS)
+    return c
+
+
+def set_kernels(kernels):
+    """Which float32 kernels attn.torch runs: "auto" (the default: the
+    fastest this CPU has), "reference", "portable", "avx2", "avx512".
+    float64 always runs the reference kernels."""
+    global _KERNELS
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels: expected one of {', '.join(KERNELS)}, got {kernels!r}")
+    _KERNELS = kernels
+
+
+# ---- tensors as the C library reads them ------------------------------------------
+
+
+def _no_overlap(sizes, strides):
+    """True when no two elements share memory (dims of size 1 ignored)."""
+    dims = sorted((s, n) for n, s in zip(sizes, strides) if n > 1)
+    span = 1
+    for s, n in dims:
+        if s < span:
+            return False
+        span = s * n
+    return True
+
+
+def _readable(t):
+    """t itself when the C library can read it through strides (last axis
+    contiguous, no overlapping elements), else one contiguous copy."""
+    if (t.stride(-1) == 1 or t.size(-1) == 1) and _no_overlap(t.shape, t.stride()):
+        return t
+    return t.contiguous()
+
+
+def _bth(t, b, tok, h):
+    """(batch, token, head) element strides of dims b, tok, h of t (None: the
+    dim is absent). Dims of size 1 get stride 1: never stepped, and never
+    three zeros, which the library reads as 'contiguous'."""
+    out = []
+    for d in (b, tok, h):
+        out.append(1 if d is None or t.size(d) == 1 else t.stride(d))
+    return out
+
+
+class _Spec:
+    """Everything of a call but the tensors: the attn_sdpa_config without
+    its pointers, built once per call."""
+    __slots__ = ("layout", "causal", "align", "scale", "dropout", "window", "softcap",
+                 "alibi", "cu_q", "cu_kv", "max_q", "max_kv")
+
+    def __init__(self, layout, causal=False, align=ALIGN_BOTTOM_RIGHT, scale=None, dropout=0.0,
+                 window=None, softcap=0.0, alibi=None, cu_q=None, cu_kv=None, max_q=0,
+                 max_kv=0):
+        self.layout = layout  # "bhtd" (SDPA), "bthd" (flash), "varlen" (total, H, D)
+        self.causal, self.align, self.scale, self.dropout = causal, align, scale, dropout
+        self.window, self.softcap, self.alibi = window, softcap, alibi
+        self.cu_q, self.cu_kv, self.max_q, self.max_kv = cu_q, cu_kv, max_q, max_kv
+
+
+def _config(spec, q, k, v):
+    """The attn_sdpa_config of q, k, v (and of the out _alloc_out gives)."""
+    c = SdpaConfig()
+    if spec.layout == "bhtd":
+        B, H, T, D = q.shape
+        Hkv, S, Dv = k.size(1), k.size(2), v.size(3)
+        c.q_strides[:] = _bth(q, 0, 2, 1)
+        c.kv_strides[:] = _bth(k, 0, 2, 1)
+        c.v_strides[:] = _bth(v, 0, 2, 1)
+        c.out_strides[:] = [T * H * Dv, H * Dv, Dv]
+    elif spec.layout == "bthd":
+        B, T, H, D = q.shape
+        S, Hkv, Dv = k.size(1), k.size(2), v.size(3)
+        c.q_strides[:] = _bth(q, 0, 1, 2)
+        c.kv_strides[:] = _bth(k, 0, 1, 2)
+        c.v_strides[:] = _bth(v, 0, 1, 2)
+        c.out_strides[:] = [T * H * Dv, H * Dv, Dv]
+    else:  # varlen: (total, H, D), batch stride ignored
+        H, D, Hkv, Dv = q.size(1), q.size(2), k.size(1), v.size(2)
+        B, T, S = spec.cu_q.numel() - 1, spec.max_q, spec.max_kv
+        c.q_strides[:] = [0] + _bth(q, None, 0, 1)[1:]
+        c.kv_strides[:] = [0] + _bth(k, None, 0, 1)[1:]
+        c.v_strides[:] = [0] + _bth(v, None, 0, 1)[1:]
+        c.out_strides[:] = [0, H * Dv, Dv]
+        c.cu_seqlens_q = ctypes.cast(spec.cu_q.data_ptr(), c.cu_seqlens_q.__class__)
+        c.cu_seqlens_kv = ctypes.cast(spec.cu_kv.data_ptr(), c.cu_seqlens_kv.__class__)
+    c.batch, c.heads, c.kv_heads, c.q_tokens, c.kv_tokens = B, H, Hkv, T, S
+    c.head_dim, c.v_head_dim = D, Dv
+    if spec.scale is not None:
+        # 0 is the library's 'default'; PyTorch's scale=0.0 is a zero scale
+        c.scale = spec.scale if spec.scale != 0.0 else 5e-324
+    c.causal = spec.causal
+    c.align = spec.align
+    c.dropout = spec.dropout
+    if spec.window is not None:
+        c.window, c.window_left, c.window_right = True, spec.window[0], spec.window[1]
+    c.softcap = spec.softcap
+    if spec.alibi is not None:
+        c.alibi_slopes = ctypes.cast(spec.alibi.data_ptr(), c.alibi_slopes.__class__)
+    return c
+
+
+def _alloc_out(spec, q, v, dtype):
+    """out in the layout _config describes, as the caller sees it, and lse."""
+    if spec.layout == "bhtd":
+        B, H, T, _ = q.shape
+        out = torch.empty(B, T, H, v.size(3), dtype=dtype).transpose(1, 2)
+        lse = torch.empty(B, H, T, dtype=dtype)
+    elif spec.layout == "bthd":
+        B, T, H, _ = q.shape
+        out = torch.empty(B, T, H, v.size(3), dtype=dtype)
+        lse = torch.empty(B, H, T, dtype=dtype)
+    else:
+        total, H, _ = q.shape
+        out = torch.empty(total, H, v.size(2), dtype=dtype)
+        lse = torch.empty(H, total, dtype=dtype)
+    return out, lse
+
+
+def _run_forward(spec, q, k, v, want_lse):
+    """(out, lse or None, drawn or None) of attn on q, k, v."""
+    ctx = _context()
+    cfg = _config(spec, q, k, v)
+    out, lse = _alloc_out(spec, q, v, q.dtype)
+    if not want_lse:
+        lse = None
+    drawn, rng = None, None
+    if spec.dropout > 0.0:
+        drawn = SdpaDropout()
+        seed = int(torch.randint(0, 2 ** 62, (), dtype=torch.int64).item())
+        ctx.check(_rng_seed(ctx.rng, seed), "attn_rng_manual_seed")
+        rng = ctx.rng
+    fn = _forward[q.dtype]
+    if fn is None:
+        raise AttnError("ATTN_ERR_NOT_FOUND", f"this libattn ({_lib.path}) has no float "
+                        f"{'64' if q.dtype == torch.float64 else '32'} attn_sdpa_forward")
+    ctx.check(fn(ctx.handle, ctypes.byref(cfg), q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                 out.data_ptr(), lse.data_ptr() if lse is not None else None, rng,
+                 ctypes.byref(drawn) if drawn is not None else None), "attn_sdpa_forward")
+    return out, lse, drawn
+
+
+def _like(t):
+    """An uninitialised tensor with t's shape and strides (the gradient of t
+    is written with t's strides)."""
+    if t.is_contiguous():
+        return torch.empty(t.shape, dtype=t.dtype)
+    return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+
+
+class _Attention(torch.autograd.Function):
+    """out (and lse) = attn(q, k, v); the backward is attn_sdpa_backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, spec, return_lse):
+        out, lse, drawn = _run_forward(spec, q, k, v, True)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.spec, ctx.drawn = spec, drawn
+        if return_lse:
+            ctx.mark_non_differentiable(lse)
+            return out, lse
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout, *unused):
+        q, k, v, out, lse = ctx.saved_tensors
+        spec = ctx.spec
+        if dout is None:
+            dout = torch.zeros_like(out)
+        if dout.dtype != out.dtype:
+            dout = dout.to(out.dtype)
+        if dout.stride() != out.stride():
+            d = _like(out)
+            d.copy_(dout)
+            dout = d
+        dq, dk, dv = _like(q), _like(k), _like(v)
+        c = _context()
+        cfg = _config(spec, q, k, v)
+        drawn = ctx.drawn
+        c.check(_backward[q.dtype](c.handle, ctypes.byref(cfg), q.data_ptr(), k.data_ptr(),
+                                   v.data_ptr(), out.data_ptr(), lse.data_ptr(), dout.data_ptr(),
+                                   dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                                   ctypes.byref(drawn) if drawn is not None else None),
+                "attn_sdpa_backward")
+        return dq, dk, dv, None, None
+
+
+def _attend(spec, q, k, v, return_lse=False):
+    """Runs spec on q, k, v: through autograd when a gradient is wanted."""
+    q, k, v = _readable(q), _readable(k), _readable(v)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _Attention.apply(q, k, v, spec, return_lse)
+    out, lse, _ = _run_forward(spec, q, k, v, return_lse)
+    return (out, lse) if return_lse else out
+
+
+# ---- PyTorch's scaled_dot_product_attention ---------------------------------------
+
+_torch_sdpa = getattr(F, "scaled_dot_product_attention", None)  # PyTorch's own (>= 2.0)
+
+
+def _math_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+               enable_gqa=False):
+    """PyTorch's SDPA semantics written out in torch (its math path): the
+    fallback on torch < 2.0, which has no F.scaled_dot_product_attention."""
+    L, S = query.size(-2), key.size(-2)
+    scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
+    if enable_gqa and key.dim() >= 3 and key.size(-3) != query.size(-3):
+        g = query.size(-3) // key.size(-3)
+        key = key.repeat_interleave(g, -3)
+        value = value.repeat_interleave(g, -3)
+    scores = (query @ key.transpose(-2, -1)) * scale
+    if is_causal:
+        keep = torch.ones(L, S, dtype=torch.bool, device=query.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            scores = scores.masked_fill(~attn_mask, float("-inf"))
+        else:
+            scores = scores + attn_mask
+    weights = torch.softmax(scores, dim=-1)
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, dropout_p, training=True)
+    return weights @ value
+
+
+def _pytorch_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                  enable_gqa=False):
+    """PyTorch's own SDPA, with only the keywords this torch knows."""
+    if _torch_sdpa is None:
+        return _math_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    kw = {}
+    if scale is not None:
+        kw["scale"] = scale
+    if enable_gqa:
+        if _TORCH_VERSION < (2, 5):
+            return _math_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale, True)
+        kw["enable_gqa"] = True
+    return _torch_sdpa(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p,
+                       is_causal=is_causal, **kw)
+
+
+def supports(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+             enable_gqa=False):
+    """None when attn runs this scaled_dot_product_attention call, else why
+    it goes to PyTorch."""
+    ts = (query, key, value)
+    if not all(isinstance(t, torch.Tensor) for t in ts):
+        return "query, key and value are not all tensors"
+    if attn_mask is not None:
+        return "attn_mask is given (attn has no arbitrary mask)"
+    if any(t.device.type != "cpu" for t in ts):
+        return "not on the CPU"
+    if query.dtype not in (torch.float32, torch.float64):
+        return f"dtype {query.dtype} (attn runs float32, and float64 on its reference kernels)"
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        return "query, key and value differ in dtype"
+    if _forward[query.dtype] is None:
+        return f"this libattn has no {query.dtype} attention"
+    if query.dim() not in (3, 4) or key.dim() != query.dim() or value.dim() != query.dim():
+        return f"ranks {query.dim()}, {key.dim()}, {value.dim()} (attn takes 3 or 4)"
+    if any(t.numel() == 0 for t in ts):
+        return "an empty tensor"
+    if query.size(0) != key.size(0) or key.shape[:-1] != value.shape[:-1]:
+        return (f"shapes do not match: query {tuple(query.shape)}, key {tuple(key.shape)}, "
+                f"value {tuple(value.shape)}")
+    if query.size(-1) != key.size(-1):
+        return "query and key differ in head_dim"
+    if query.dim() == 4 and key.size(1) != query.size(1):
+        if not enable_gqa:
+            return "key has other heads than query and enable_gqa is off"
+        if query.size(1) % key.size(1):
+            return "key's heads do not divide query's"
+    if not 0.0 <= dropout_p < 1.0:
+        return f"dropout_p {dropout_p} is not in [0, 1)"
+    if scale is not None and not math.isfinite(scale):
+        return f"scale {scale} is not finite"
+    return None
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
+                                 is_causal=False, scale=None, enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention, on attn's kernels
+    where attn supports the call (see supports()), PyTorch's elsewhere.
+
+    query (B, H, T, E), key (B, H_kv, S, E), value (B, H_kv, S, Ev) (or
+    without the head axis) -> (B, H, T, Ev). is_causal: query i sees keys
+    j <= i (top-left, as PyTorch, when T != S). scale: None is 1/sqrt(E).
+    enable_gqa: H_kv divides H, query heads h*G .. h*G+G-1 read KV head h.
+    dropout_p > 0 drops weights (call it with 0 in eval mode, as
+    nn.Module code does with `self.dropout if self.training else 0`).
+    """
+    if supports(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+        return _pytorch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                             enable_gqa)
+    squeeze = query.dim() == 3
+    if squeeze:
+        query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+    spec = _Spec("bhtd", causal=bool(is_causal), align=ALIGN_TOP_LEFT,
+                 scale=None if scale is None else float(scale), dropout=float(dropout_p))
+    out = _attend(spec, query, key, value)
+    return out.squeeze(1) if squeeze else out
+
+
+# ---- flash-attn's interface --------------------------------------------------------
+
+
+def _flash_spec(layout, q, H, dropout_p, softmax_scale, causal, window_size, softcap,
+                alibi_slopes, **kw):
+    if window_size is None:
+        window_size = (-1, -1)
+    left, right = (int(x) for x in window_size)
+    window = None if (left < 0 and right < 0) else (max(left, -1), max(right, -1))
+    alibi = None
+    if alibi_slopes is not None:
+        a = alibi_slopes.detach()
+        if a.dim() == 2:
+            if not bool((a == a[:1]).all()):
+                raise ValueError("alibi_slopes: per-batch slopes (B, H) that differ between "
+                                 "batch elements are not supported; give (H,)")
+            a = a[0]
+        if a.shape != (H,):
+            raise ValueError(f"alibi_slopes: expected shape ({H},) or (B, {H}), got "
+                             f"{tuple(alibi_slopes.shape)}")
+        alibi = a.to(device="cpu", dtype=torch.float32).contiguous()
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p: {dropout_p} is not in [0, 1)")
+    if softcap < 0:
+        raise ValueError(f"softcap: {softcap} must be >= 0")
+    return _Spec(layout, causal=bool(causal), align=ALIGN_BOTTOM_RIGHT,
+                 scale=None if softmax_scale is None else float(softmax_scale),
+                 dropout=float(dropout_p), window=window, softcap=float(softcap), alibi=alibi,
+                 **kw)
+
+
+def _flash_tensors(q, k, v, rank):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != rank:
+            raise ValueError(f"{name}: expected a {rank}-D tensor, got "
+                             f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t)}")
+        if t.device.type != "cpu":
+            raise ValueError(f"{name}: attn runs on the CPU; {name} is on {t.device}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.size(-1) != k.size(-1) or k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+                         "do not match")
+    if q.size(-2) % k.size(-2):
+        raise ValueError(f"k's heads ({k.size(-2)}) must divide q's ({q.size(-2)})")
+    dtype = q.dtype
+    if dtype not in (torch.float32, torch.float64):
+        # float16 / bfloat16, flash-attn's dtypes: computed in float32 (a copy)
+        q, k, v = q.float(), k.float(), v.float()
+    return q, k, v, dtype
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
+                    window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=True,
+                    return_attn_probs=False):
+    """flash_attn.flash_attn_func on attn's CPU kernels.
+
+    q (B, T, H, D), k (B, S, H_kv, D), v (B, S, H_kv, Dv) -> out (B, T, H, Dv);
+    with return_attn_probs: (out, softmax_lse (B, H, T) float32, None).
+    causal is bottom-right (query i sits at key i + S - T), window_size
+    (left, right) with -1 unbounded, softcap > 0 caps the scores, alibi_slopes
+    (H,) or (B, H) with equal rows, float32. float16/bfloat16 inputs are
+    computed in float32 and returned in their dtype. Always deterministic.
+    """
+    q, k, v, dtype = _flash_tensors(q, k, v, 4)
+    spec = _flash_spec("bthd", q, q.size(2), dropout_p, softmax_scale, causal, window_size,
+                       softcap, alibi_slopes)
+    return _finish(_attend(spec, q, k, v, return_lse=return_attn_probs), dtype,
+                   return_attn_probs)
+
+
+def _finish(result, dtype, return_attn_probs):
+    if return_attn_probs:
+        out, lse = result
+        return out.to(dtype), lse.float(), None
+    return result.to(dtype)
+
+
+def _cu(name, cu, rows):
+    if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 2:
+        raise ValueError(f"{name}: expected a 1-D tensor of B + 1 >= 2 offsets")
+    cu = cu.detach().to(device="cpu", dtype=torch.int32).contiguous()
+    if int(cu[0]) != 0 or int(cu[-1]) != rows:
+        raise ValueError(f"{name}: offsets must run from 0 to the {rows} rows of the tensor, "
+                         f"got {int(cu[0])} .. {int(cu[-1])}")
+    return cu
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                           dropout_p=0.0, softmax_scale=None, causal=False,
+                           window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=True, return_attn_probs=False, block_table=None):
+    """flash_attn.flash_attn_varlen_func on attn's CPU kernels: packed
+    sequences, sequence b being rows cu_seqlens[b] .. cu_seqlens[b + 1] of
+    q (total_q, H, D), k (total_k, H_kv, D), v (total_k, H_kv, Dv) ->
+    out (total_q, H, Dv); with return_attn_probs (out, softmax_lse (H, total_q),
+    None). max_seqlen_q / _k must be at least the longest sequence. Options
+    as flash_attn_func; block_table (paged KV) is not supported.
+    """
+    if block_table is not None:
+        raise ValueError("block_table: paged KV caches are not supported by attn")
+    q, k, v, dtype = _flash_tensors(q, k, v, 3)
+    cu_q = _cu("cu_seqlens_q", cu_seqlens_q, q.size(0))
+    cu_kv = _cu("cu_seqlens_k", cu_seqlens_k, k.size(0))
+    if cu_q.numel() != cu_kv.numel():
+        raise ValueError(f"cu_seqlens_q ({cu_q.numel()}) and cu_seqlens_k ({cu_kv.numel()}) "
+                         "must have the same length, B + 1")
+    spec = _flash_spec("varlen", q, q.size(1), dropout_p, softmax_scale, causal, window_size,
+                       softcap, alibi_slopes, cu_q=cu_q, cu_kv=cu_kv,
+                       max_q=max(1, int(max_seqlen_q)), max_kv=max(1, int(max_seqlen_k)))
+    return _finish(_attend(spec, q, k, v, return_lse=return_attn_probs), dtype,
+                   return_attn_probs)
+
+
+# ---- patching torch.nn.functional ------------------------------------------------------
+
+_MISSING = object()
+_saved = []  # the attribute each patch() replaced, innermost last
+
+
+def is_patched():
+    """True while F.scaled_dot_product_attention is attn's."""
+    return getattr(F, "scaled_dot_product_attention", None) is scaled_dot_product_attention
+
+
+def patch():
+    """Routes torch.nn.functional.scaled_dot_product_attention to attn (on
+    torch < 2.0, which has none, adds it). Calls attn does not support go to
+    PyTorch's. Undo with unpatch(); patched() is the same as a context
+    manager."""
+    _saved.append(getattr(F, "scaled_dot_product_attention", _MISSING))
+    F.scaled_dot_product_attention = scaled_dot_product_attention
+
+
+def unpatch():
+    """Undoes the last patch(); without one, restores PyTorch's own."""
+    previous = _saved.pop() if _saved else (_torch_sdpa or _MISSING)
+    if previous is _MISSING:
+        if hasattr(F, "scaled_dot_product_attention"):
+            del F.scaled_dot_product_attention
+    else:
+        F.scaled_dot_product_attention = previous
+
+
+class patched:
+    """with attn.torch.patched(): ... runs F.scaled_dot_product_attention
+    on attn inside the block."""
+
+    def __enter__(self):
+        patch()
+        return self
+
+    def __exit__(self, *exc):
+        unpatch()
+        return False

@@ -1,0 +1,336 @@
+/*
+ * reference_impl.h — the reference backend's passes, written once over the
+ * tensors' scalar type (src/attention/reference.c instantiates it twice).
+ *
+ * Before including this file, define
+ *   REAL         the element type of the tensors (float, double)
+ *   REF_TENSORS  a struct type with the fields
+ *                  const REAL *q, *k, *v; REAL *out, *lse;
+ *                  const REAL *dout; REAL *dq, *dk, *dv;
+ *                  double scale, softcap;
+ *   REF(n)       the name of function n of this instantiation
+ * The problem gives the geometry (shape, strides, positions, masks, ALiBi
+ * slopes and sinks); its own tensor pointers are not read here. Everything
+ * is computed in double whatever REAL is; float tensors round once, where a
+ * result is stored, so the float instantiation is the float backend bit
+ * for bit. reference.c defines the helpers used here (dropout factors, row
+ * decoding, modified scores) before including it.
+ */
+
+typedef struct REF(forward_view) {
+    const attn_attention_problem *p;
+    const REF_TENSORS *t;
+    const attn_attention_dropout *drop;
+    const attn_attention_trace *trace;
+    double *workspace; /* p->kv_len + 1 doubles per part */
+} REF(forward_view);
+
+static double REF(dot)(const REAL *a, const REAL *b, size_t n) {
+    double sum = 0.0;
+    for (size_t d = 0; d < n; d++) sum += (double)a[d] * b[d];
+    return sum;
+}
+
+/* One query row (b, h, i), in double: scores, softmax and weights never
+ * round to REAL. row holds the sequence's S doubles. */
+static void REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, size_t i,
+                             double *row) {
+    const attn_attention_problem *p = fv->p;
+    const REF_TENSORS *t = fv->t;
+    const attn_attention_trace *tr = fv->trace;
+    attn_attention_seq seq = attn_attention_seq_of(p, b);
+    size_t S = seq.kv_len, D = p->head_dim, Dv = p->v_head_dim, g = attn_kv_head(p, h);
+    size_t begin, end;
+    attn_visible_keys(p, &seq, i, &begin, &end);
+    bool sees_none = begin >= end, renormalize = p->renormalize;
+    int64_t pos = (int64_t)i + seq.diagonal;
+    const REAL *q_i = t->q + attn_view_offset(p->q_strides, b, seq.q_start, h, i);
+    const REAL *k = t->k + attn_view_offset(p->k_strides, b, seq.kv_start, g, 0);
+    const REAL *v = t->v + attn_view_offset(p->v_strides, b, seq.kv_start, g, 0);
+    REAL *out_i = t->out + attn_view_offset(p->out_strides, b, seq.q_start, h, i);
+    uint64_t trace_row = attn_drop_index(p, b, h, i, 0);
+
+    /* row (S) = s_ij, hidden keys -inf. The renormalising mask (softmax,
+     * then zero the hidden keys and divide by the kept sum) is a softmax
+     * over the kept scores, so the shift is their max: a far larger hidden
+     * score cannot make the kept weights underflow to 0 / 0. A NaN or +inf
+     * hidden score still makes the row NaN, as it does in PyTorch. */
+    double max = -INFINITY, hidden_max = -INFINITY;
+    for (size_t j = 0; j < S; j++) {
+        bool hides = j < begin || j >= end;
+        if (hides && !renormalize) {
+            row[j] = -INFINITY;
+        } else {
+            double x = REF(dot)(q_i, k + j * p->k_strides.t, D) * t->scale;
+            row[j] = modified_score(p, t->softcap, h, pos, j, x, NULL);
+        }
+        double *top = hides && renormalize ? &hidden_max : &max;
+        if (row[j] > *top || isnan(row[j])) *top = row[j];
+        if (tr && tr->scores) tr->scores[trace_row + j] = (float)row[j];
+    }
+    if (isnan(hidden_max) || hidden_max == INFINITY) max = hidden_max;
+    double sink = p->sinks ? (double)p->sinks[h] : -INFINITY;
+    if (p->sinks && (sink > max || isnan(sink))) max = sink;
+
+    /* softmax; the renormalising mask then keeps the visible keys */
+    double sum = 0.0, kept_sum = 0.0;
+    for (size_t j = 0; j < S; j++) {
+        row[j] = exp(row[j] - max);
+        sum += row[j];
+        if (j >= begin && j < end) kept_sum += row[j];
+    }
+    if (p->sinks) {
+        double e = exp(sink - max); /* the sink's share: in the denominator, no value */
+        sum += e;
+        kept_sum += e;
+    }
+    double norm = renormalize ? kept_sum : sum;
+    if (t->lse) {
+        REAL lse = sees_none ? (p->sinks ? (REAL)p->sinks[h] : (REAL)-INFINITY)
+                             : (REAL)(max + log(norm));
+        t->lse[attn_lse_index(p, b, h, i)] = lse;
+    }
+    bool dropping = has_dropout(fv->drop);
+    for (size_t j = 0; j < S; j++) {
+        bool zero = sees_none || (renormalize && (j < begin || j >= end));
+        row[j] = zero ? 0.0 : row[j] / norm;
+        if (tr && tr->weights) tr->weights[trace_row + j] = (float)row[j];
+        if (dropping) row[j] *= drop_factor(fv->drop, trace_row + j);
+        if (tr && tr->dropped) tr->dropped[trace_row + j] = (float)row[j];
+    }
+    /* out_i (Dv) = row (S) @ v (S, Dv) */
+    for (size_t d = 0; d < Dv; d++) {
+        double acc = 0.0;
+        for (size_t j = 0; j < S; j++) acc += row[j] * v[j * p->v_strides.t + d];
+        out_i[d] = (REAL)acc;
+    }
+}
+
+static void REF(forward_rows)(void *arg, size_t part, size_t begin, size_t end) {
+    const REF(forward_view) *fv = arg;
+    const attn_attention_problem *p = fv->p;
+    double *row = fv->workspace + part * (p->kv_len + 1);
+    for (size_t r = begin; r < end; r++) {
+        size_t b, h, i;
+        decode_row(p, p->q_heads, false, r, &b, &h, &i);
+        REF(forward_row)(fv, b, h, i, row);
+    }
+}
+
+/* The forward on workspace of reference_forward_bytes. */
+static void REF(forward)(const attn_ctx *ctx, const attn_attention_problem *p,
+                         const REF_TENSORS *t, const attn_attention_dropout *drop,
+                         const attn_attention_trace *trace, void *workspace) {
+    REF(forward_view) fv = {p, t, drop, trace, workspace};
+    size_t row_cost = 2 * p->kv_len * (p->head_dim + p->v_head_dim) + 1;
+    attn_parallel_for_parts(ctx->num_threads, row_count(p, p->q_heads, false),
+                            MIN_FLOPS_PER_THREAD / row_cost + 1, REF(forward_rows), &fv);
+}
+
+/* ---- backward (see reference.c for the passes) ------------------------------ */
+
+typedef struct REF(backward_view) {
+    const attn_attention_problem *p;
+    const REF_TENSORS *t;
+    const attn_attention_dropout *drop;
+    float *dsinks;       /* NULL: not wanted */
+    double *lse, *delta; /* per row at attn_lse_index */
+    double *workspace;   /* part_doubles per part */
+    size_t part_doubles;
+} REF(backward_view);
+
+/* Pass 1, query rows [begin, end) of the flattened (b, h, i). */
+static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_t end) {
+    const REF(backward_view) *bv = arg;
+    const attn_attention_problem *p = bv->p;
+    const REF_TENSORS *t = bv->t;
+    size_t D = p->head_dim, Dv = p->v_head_dim;
+    double *P = bv->workspace + part * bv->part_doubles;
+    double *dP = P + p->kv_len, *th = dP + p->kv_len, *acc = th + p->kv_len;
+    bool softcap = t->softcap > 0.0, from_lse = p->backward_from_lse;
+    for (size_t r = begin; r < end; r++) {
+        size_t b, h, i;
+        decode_row(p, p->q_heads, false, r, &b, &h, &i);
+        attn_attention_seq seq = attn_attention_seq_of(p, b);
+        size_t S = seq.kv_len, kv_head = attn_kv_head(p, h), first, last;
+        attn_visible_keys(p, &seq, i, &first, &last);
+        int64_t pos = (int64_t)i + seq.diagonal;
+        size_t stat = attn_lse_index(p, b, h, i);
+        const REAL *q_i = t->q + attn_view_offset(p->q_strides, b, seq.q_start, h, i);
+        const REAL *dout_i = t->dout + attn_view_offset(p->out_strides, b, seq.q_start, h, i);
+        const REAL *k = t->k + attn_view_offset(p->k_strides, b, seq.kv_start, kv_head, 0);
+        const REAL *v = t->v + attn_view_offset(p->v_strides, b, seq.kv_start, kv_head, 0);
+        REAL *dq_i = t->dq + attn_view_offset(p->q_strides, b, seq.q_start, h, i);
+        if (from_lse) {
+            /* one block of the row's keys: the whole row's statistics are
+             * given, lse_i and delta_i = dO_i . O_i (= sum_j P_ij dP_ij over
+             * the row's keys, dropout included) */
+            const REAL *out_i = t->out + attn_view_offset(p->out_strides, b, seq.q_start, h, i);
+            bv->lse[stat] = (double)t->lse[stat];
+            bv->delta[stat] = REF(dot)(dout_i, out_i, Dv);
+        }
+        if (first >= last) {
+            /* a row that sees no key output zeros: nothing flows back */
+            for (size_t d = 0; d < D; d++) dq_i[d] = 0;
+            if (!from_lse) {
+                bv->lse[stat] = p->sinks ? (double)p->sinks[h] : -INFINITY;
+                bv->delta[stat] = 0.0;
+            }
+            continue;
+        }
+        double max = -INFINITY, sum = 0.0;
+        if (from_lse) {
+            /* P_ij = exp(s_ij - lse_i) over the visible keys, 0 elsewhere */
+            double lse = bv->lse[stat];
+            for (size_t j = 0; j < S; j++) {
+                if (j < first || j >= last) {
+                    P[j] = 0.0;
+                } else {
+                    double x = REF(dot)(q_i, k + j * p->k_strides.t, D) * t->scale;
+                    P[j] = exp(modified_score(p, t->softcap, h, pos, j, x, &th[j]) - lse);
+                }
+            }
+        } else {
+            /* forward: P_i = softmax(mask(s_i)) with the sink, recomputed in double */
+            for (size_t j = 0; j < S; j++) {
+                if (j < first || j >= last) {
+                    P[j] = -INFINITY;
+                } else {
+                    double x = REF(dot)(q_i, k + j * p->k_strides.t, D) * t->scale;
+                    P[j] = modified_score(p, t->softcap, h, pos, j, x, &th[j]);
+                }
+                if (P[j] > max || isnan(P[j])) max = P[j];
+            }
+            double sink = p->sinks ? (double)p->sinks[h] : -INFINITY;
+            if (p->sinks && (sink > max || isnan(sink))) max = sink;
+            for (size_t j = 0; j < S; j++) {
+                P[j] = exp(P[j] - max);
+                sum += P[j];
+            }
+            if (p->sinks) sum += exp(sink - max);
+            for (size_t j = 0; j < S; j++) P[j] /= sum;
+        }
+        /* dP_ij = (dO_i . v_j) * drop_ij; hidden entries hold 0 * dO_i, which
+         * is NaN exactly when dO_i is not finite, as PyTorch's full matmul. */
+        double poison = 0.0;
+        for (size_t d = 0; d < Dv; d++) poison += 0.0 * dout_i[d];
+        double delta = 0.0;
+        for (size_t j = 0; j < S; j++) {
+            if (j < first || j >= last) {
+                dP[j] = poison;
+            } else {
+                double dA = REF(dot)(dout_i, v + j * p->v_strides.t, Dv);
+                dP[j] = dA * drop_factor(bv->drop, attn_drop_index(p, b, h, i, j));
+            }
+            delta += P[j] * dP[j];
+        }
+        if (from_lse) delta = bv->delta[stat];
+        /* dS_ij = P_ij (dP_ij - delta_i); masked_fill's backward zeroes the
+         * hidden entries, the renormalising product keeps them (0 or NaN). */
+        for (size_t d = 0; d < D; d++) acc[d] = 0.0;
+        for (size_t j = first; j < last; j++) {
+            double dS = P[j] * (dP[j] - delta);
+            if (softcap) dS *= 1.0 - th[j] * th[j]; /* d(c tanh(x / c)) / dx */
+            const REAL *k_j = k + j * p->k_strides.t;
+            for (size_t d = 0; d < D; d++) acc[d] += dS * k_j[d];
+        }
+        /* dq_i = scale * sum_j dS_ij k_j */
+        for (size_t d = 0; d < D; d++) dq_i[d] = (REAL)(acc[d] * t->scale);
+        if (!from_lse) {
+            bv->lse[stat] = max + log(sum);
+            bv->delta[stat] = delta;
+        }
+    }
+}
+
+/* Pass 2, key rows [begin, end) of the flattened (b, kv head, j). */
+static void REF(backward_key_rows)(void *arg, size_t part, size_t begin, size_t end) {
+    const REF(backward_view) *bv = arg;
+    const attn_attention_problem *p = bv->p;
+    const REF_TENSORS *t = bv->t;
+    size_t D = p->head_dim, Dv = p->v_head_dim, G = p->q_heads / p->kv_heads;
+    double *acc_k = bv->workspace + part * bv->part_doubles + 3 * p->kv_len;
+    double *acc_v = acc_k + D;
+    bool softcap = t->softcap > 0.0;
+    for (size_t r = begin; r < end; r++) {
+        size_t b, kv_head, j;
+        decode_row(p, p->kv_heads, true, r, &b, &kv_head, &j);
+        attn_attention_seq seq = attn_attention_seq_of(p, b);
+        const REAL *k_j = t->k + attn_view_offset(p->k_strides, b, seq.kv_start, kv_head, j);
+        const REAL *v_j = t->v + attn_view_offset(p->v_strides, b, seq.kv_start, kv_head, j);
+        for (size_t d = 0; d < D; d++) acc_k[d] = 0.0;
+        for (size_t d = 0; d < Dv; d++) acc_v[d] = 0.0;
+        for (size_t h = kv_head * G; h < kv_head * G + G; h++) {
+            for (size_t i = 0; i < seq.q_len; i++) {
+                size_t first, last, stat = attn_lse_index(p, b, h, i);
+                attn_visible_keys(p, &seq, i, &first, &last);
+                const REAL *q_i = t->q + attn_view_offset(p->q_strides, b, seq.q_start, h, i);
+                const REAL *dout_i =
+                    t->dout + attn_view_offset(p->out_strides, b, seq.q_start, h, i);
+                double lse = bv->lse[stat], delta = bv->delta[stat];
+                if (j < first || j >= last) {
+                    /* weight 0: dv_j += 0 * dO_i, as the matmul A^T dO does */
+                    for (size_t d = 0; d < Dv; d++) acc_v[d] += 0.0 * dout_i[d];
+                    double dS = p->renormalize ? 0.0 * delta : 0.0;
+                    if (dS != 0.0 || isnan(dS))
+                        for (size_t d = 0; d < D; d++) acc_k[d] += dS * q_i[d];
+                    continue;
+                }
+                /* forward: P_ij = exp(s_ij - lse_i), A_ij = P_ij * drop_ij */
+                double th = 0.0, x = REF(dot)(q_i, k_j, D) * t->scale;
+                double P = exp(modified_score(p, t->softcap, h, (int64_t)i + seq.diagonal, j, x,
+                                              &th) -
+                               lse);
+                double drop = drop_factor(bv->drop, attn_drop_index(p, b, h, i, j));
+                double A = P * drop;
+                double dP = REF(dot)(dout_i, v_j, Dv) * drop;
+                double dS = P * (dP - delta);
+                if (softcap) dS *= 1.0 - th * th;
+                for (size_t d = 0; d < Dv; d++) acc_v[d] += A * dout_i[d];
+                for (size_t d = 0; d < D; d++) acc_k[d] += dS * q_i[d];
+            }
+        }
+        /* dv_j = sum_i A_ij dO_i;  dk_j = scale * sum_i dS_ij q_i */
+        REAL *dk_j = t->dk + attn_view_offset(p->k_strides, b, seq.kv_start, kv_head, j);
+        REAL *dv_j = t->dv + attn_view_offset(p->v_strides, b, seq.kv_start, kv_head, j);
+        for (size_t d = 0; d < Dv; d++) dv_j[d] = (REAL)acc_v[d];
+        for (size_t d = 0; d < D; d++) dk_j[d] = (REAL)(acc_k[d] * t->scale);
+    }
+}
+
+/* dsinks_h = -sum over (b, i) of P_sink delta_i, b then i ascending: the
+ * sink's logit s gets dP_sink = 0 (it has no value), so dS = P (0 - delta). */
+static void REF(sink_grads)(const REF(backward_view) *bv) {
+    const attn_attention_problem *p = bv->p;
+    for (size_t h = 0; h < p->q_heads; h++) {
+        double sink = p->sinks[h], sum = 0.0;
+        for (size_t b = 0; b < p->batch; b++) {
+            attn_attention_seq seq = attn_attention_seq_of(p, b);
+            for (size_t i = 0; i < seq.q_len; i++) {
+                size_t stat = attn_lse_index(p, b, h, i);
+                sum += exp(sink - bv->lse[stat]) * bv->delta[stat];
+            }
+        }
+        bv->dsinks[h] = (float)-sum;
+    }
+}
+
+/* The backward on workspace of reference_backward_bytes; dsinks (NULL: not
+ * wanted) is written when the problem has sinks. */
+static void REF(backward)(const attn_ctx *ctx, const attn_attention_problem *p,
+                          const REF_TENSORS *t, const attn_attention_dropout *drop,
+                          float *dsinks, void *workspace) {
+    size_t rows = stat_rows(p);
+    double *stats = workspace;
+    REF(backward_view) bv = {p,     t,         drop, dsinks, stats, stats + rows, stats + 2 * rows,
+                             part_doubles(p)};
+    size_t G = p->q_heads / p->kv_heads;
+    size_t q_cost = 4 * p->kv_len * (p->head_dim + p->v_head_dim) + 1;
+    size_t k_cost = 4 * G * p->q_len * (p->head_dim + p->v_head_dim) + 1;
+    /* Pass 2 reads every row's lse and delta: pass 1 finishes first. */
+    attn_parallel_for_parts(ctx->num_threads, row_count(p, p->q_heads, false),
+                            MIN_FLOPS_PER_THREAD / q_cost + 1, REF(backward_query_rows), &bv);
+    attn_parallel_for_parts(ctx->num_threads, row_count(p, p->kv_heads, true),
+                            MIN_FLOPS_PER_THREAD / k_cost + 1, REF(backward_key_rows), &bv);
+    if (p->sinks && dsinks) REF(sink_grads)(&bv);
+}
