@@ -1,5 +1,6 @@
 /* cmd_forward.c — attn forward: any attention variant on a .npy input. */
 #include "cli.h"
+#include "context_parallel.h"
 #include "module_options.h"
 #include "weights.h"
 
@@ -17,6 +18,7 @@ static const char forward_help_head[] =
     "                    [--bernoulli mt19937|mkl|philox] [--threads N]\n"
     "                    [--kernels auto|reference|portable|avx2|avx512]\n"
     "                    [--weights FILE.safetensors [--layer N]]\n"
+    "                    [--context-parallel ring|zigzag|ulysses (under mpirun)]\n"
     "\n"
     "Runs one attention variant on a float32 .npy input of shape (B, T, d_in) or\n"
     "(T, d_in) and writes the output with the same rank. The weights are those\n"
@@ -28,19 +30,26 @@ static const char forward_help_head[] =
 static void print_more_help(FILE *out) {
     fputs(cli_run_options_help, out);
     fputs(cli_weights_help, out);
+    fputs(CLI_CONTEXT_PARALLEL_HELP, out);
 }
 
 static const char *const forward_value_options[] = {CLI_RUN_VALUE_OPTIONS, "--output",
-                                                    "--weights", "--layer", NULL};
+                                                    "--weights", "--layer",
+                                                    "--context-parallel", NULL};
 
 typedef struct forward_options {
     cli_run_options run;
     const char *output;
     cli_weights_options weights;
+    const char *context_parallel; /* NULL: one process */
 } forward_options;
 
 static int take_option(void *user, const char *opt, const char *value) {
     forward_options *f = user;
+    if (strcmp(opt, "--context-parallel") == 0) {
+        f->context_parallel = value;
+        return cli_context_parallel_check(value);
+    }
     int taken = cli_weights_option(opt, value, &f->weights);
     if (taken == CLI_USAGE) return CLI_USAGE;
     if (!taken) f->output = value; /* --output */
@@ -49,7 +58,8 @@ static int take_option(void *user, const char *opt, const char *value) {
 
 static int parse_args(int argc, char **argv, forward_options *f) {
     *f = (forward_options){.run = cli_run_defaults()};
-    static const char *const own[] = {"--output", "--weights", "--layer", NULL};
+    static const char *const own[] = {"--output", "--weights", "--layer", "--context-parallel",
+                                      NULL};
     cli_extra_options extra = {.options = own, .take = take_option, .user = f};
     if (cli_parse_run_options(argc, argv, &f->run, &extra) != CLI_OK) return CLI_USAGE;
     for (int i = 1; i < argc; i++)
@@ -74,6 +84,14 @@ static int run_forward(int argc, char **argv) {
     cli_run_options *o = &f.run;
     if (o->module.dropout > 0.0 && !o->train)
         fprintf(stderr, "attn: note: --dropout has no effect without --train (eval mode)\n");
+    if (f.context_parallel) {
+#ifdef ATTN_HAVE_MPI
+        return cli_cp_forward(o, f.context_parallel, &f.weights, f.output);
+#else
+        return cli_usage_error("--context-parallel: this build has no MPI (install Open MPI, "
+                               "then configure with -DATTN_MPI=ON)");
+#endif
+    }
 
     cli_run run;
     float *y = NULL;

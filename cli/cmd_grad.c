@@ -2,6 +2,7 @@
  * gradient written as .npy, to check against any autograd. */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "context_parallel.h"
 #include "module_options.h"
 
 #include <errno.h>
@@ -19,6 +20,7 @@ static const char grad_help_head[] =
     "                 [--kv-groups N (gqa)] [--latent-dim N (mla)] [--window W (swa)]\n"
     "                 [--bernoulli mt19937|mkl|philox] [--threads N]\n"
     "                 [--kernels auto|reference|portable|avx2|avx512]\n"
+    "                 [--context-parallel ring|zigzag|ulysses (under mpirun)]\n"
     "\n"
     "Builds the module as 'attn forward' does (same options, same weights), runs\n"
     "its forward on x (in training mode with --train, drawing dropout), then its\n"
@@ -33,10 +35,15 @@ static const char grad_help_head[] =
 
 typedef struct grad_paths {
     const char *grad_output, *out_dir;
+    const char *context_parallel; /* NULL: one process */
 } grad_paths;
 
 static int take_path(void *user, const char *opt, const char *value) {
     grad_paths *p = user;
+    if (strcmp(opt, "--context-parallel") == 0) {
+        p->context_parallel = value;
+        return cli_context_parallel_check(value);
+    }
     if (strcmp(opt, "--grad-output") == 0) p->grad_output = value;
     else p->out_dir = value;
     return CLI_OK;
@@ -70,7 +77,13 @@ static void format_shape(char *buf, size_t size, size_t rank, const size_t *shap
     if (used < size) snprintf(buf + used, size - used, ")");
 }
 
-static const char *const grad_options[] = {CLI_RUN_VALUE_OPTIONS, "--grad-output", "--out", NULL};
+static const char *const grad_options[] = {CLI_RUN_VALUE_OPTIONS, "--grad-output", "--out",
+                                           "--context-parallel", NULL};
+
+static void print_more_help(FILE *out) {
+    cli_print_run_options_help(out);
+    fputs(CLI_CONTEXT_PARALLEL_HELP, out);
+}
 
 typedef struct grad_args {
     cli_run_options run;
@@ -79,7 +92,7 @@ typedef struct grad_args {
 
 static int parse_args(int argc, char **argv, grad_args *a) {
     *a = (grad_args){.run = cli_run_defaults()};
-    static const char *const own[] = {"--grad-output", "--out", NULL};
+    static const char *const own[] = {"--grad-output", "--out", "--context-parallel", NULL};
     cli_extra_options extra = {.options = own, .take = take_path, .user = &a->paths};
     if (cli_parse_run_options(argc, argv, &a->run, &extra) != CLI_OK) return CLI_USAGE;
     if (!a->run.module.module)
@@ -100,6 +113,14 @@ static int run_grad(int argc, char **argv) {
     if (rc != CLI_OK) return rc;
     cli_run_options o = a.run;
     grad_paths paths = a.paths;
+    if (paths.context_parallel) {
+#ifdef ATTN_HAVE_MPI
+        return cli_cp_grad(&o, paths.context_parallel, paths.grad_output, paths.out_dir);
+#else
+        return cli_usage_error("--context-parallel: this build has no MPI (install Open MPI, "
+                               "then configure with -DATTN_MPI=ON)");
+#endif
+    }
 
     cli_run run;
     attn_npy dy = {0};
@@ -161,7 +182,7 @@ const cli_command cli_grad_command = {
     .name = "grad",
     .summary = "forward and backward of any variant: every gradient as .npy",
     .help = grad_help_head,
-    .more_help = cli_print_run_options_help,
+    .more_help = print_more_help,
     .value_options = grad_options,
     .parse = parse_grad,
     .run = run_grad,

@@ -1,0 +1,269 @@
+/* context_parallel.c — attn forward|grad --context-parallel under mpirun
+ * (built with ATTN_MPI only): rank 0 reads the input, every rank builds
+ * the same module from the same seed, the tokens are scattered by the
+ * mode's layout, the module runs context-parallel, rank 0 gathers and
+ * writes. Every failure is agreed on, so every rank exits with it and none
+ * waits for a rank that gave up. */
+#define _POSIX_C_SOURCE 200809L
+#include "context_parallel.h"
+
+#include "attn_mpi.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static attn_mpi_mode mode_of(const char *name) {
+    return strcmp(name, "ulysses") == 0  ? ATTN_MPI_ULYSSES
+           : strcmp(name, "zigzag") == 0 ? ATTN_MPI_ZIGZAG
+                                         : ATTN_MPI_RING;
+}
+
+/* The worst exit code of any rank: a rank that failed on its own (and
+ * printed why) fails them all; the others say so. */
+static int agree_rc(int rc, int rank) {
+    int worst = rc;
+    if (MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return CLI_FAILED;
+    if (worst != CLI_OK && rc == CLI_OK)
+        fprintf(stderr, "attn: rank %d: stopping, another rank failed\n", rank);
+    return worst;
+}
+
+/* A run: the ctx, module and group every rank holds; the whole input on
+ * rank 0 only, its shape on every rank. */
+typedef struct cp_run {
+    int rank, size;
+    attn_ctx *ctx;
+    attn_rng *rng;
+    attn_module *module;
+    attn_mpi_group *group;
+    attn_npy x;                 /* rank 0 */
+    size_t ndim, batch, tokens, width, local;
+} cp_run;
+
+static void cp_close(cp_run *r) {
+    attn_mpi_group_free(r->group);
+    attn_module_free(r->module);
+    attn_rng_free(r->rng);
+    attn_npy_free(&r->x);
+    attn_ctx_free(r->ctx);
+}
+
+/* Library failures are collective: each rank prints its message. */
+static int lib_error(const cp_run *r, const char *what) {
+    char label[64];
+    snprintf(label, sizeof label, "rank %d: %s", r->rank, what);
+    return cli_library_error(r->ctx, label);
+}
+
+static int cp_open(cp_run *r, cli_run_options *o, const char *mode,
+                   const cli_weights_options *weights) {
+    *r = (cp_run){0};
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized && MPI_Init(NULL, NULL) != MPI_SUCCESS)
+        return cli_failure("--context-parallel: MPI_Init failed");
+    MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &r->size);
+    int rc = CLI_OK;
+    if (attn_ctx_new(&(attn_ctx_config){.num_threads = o->threads, .kernels = o->kernels},
+                     &r->ctx) != ATTN_OK)
+        rc = cli_usage_error("--threads: %zu is too many, or no such kernels", o->threads);
+    /* rank 0 reads the input; its shape goes to everyone */
+    unsigned long long shape[5] = {0};
+    if (r->rank == 0 && rc == CLI_OK) {
+        if (attn_npy_read(r->ctx, o->input, &r->x) != ATTN_OK)
+            rc = cli_library_error(r->ctx, "--input");
+        else if (r->x.ndim != 2 && r->x.ndim != 3)
+            rc = cli_usage_error("--input: expected shape (B, T, d_in) or (T, d_in), got %zu "
+                                 "dimensions", r->x.ndim);
+        if (rc == CLI_OK) {
+            const attn_npy *x = &r->x;
+            shape[0] = x->ndim;
+            shape[1] = x->ndim == 3 ? x->shape[0] : 1;
+            shape[2] = x->shape[x->ndim - 2];
+            shape[3] = x->shape[x->ndim - 1];
+        }
+        shape[4] = (unsigned long long)rc;
+    }
+    if (MPI_Bcast(shape, 5, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
+        return cli_failure("--context-parallel: MPI_Bcast failed");
+    if (shape[4] != CLI_OK) return (int)shape[4]; /* rank 0 said why */
+    if ((rc = agree_rc(rc, r->rank)) != CLI_OK) return rc;
+    r->ndim = shape[0];
+    r->batch = shape[1];
+    r->tokens = shape[2];
+    r->width = shape[3];
+    if (r->batch == 0 || r->tokens == 0)
+        rc = cli_usage_error("--input: empty shape (batch %zu, tokens %zu)", r->batch, r->tokens);
+    if (rc == CLI_OK) rc = cli_module_resolve(&o->module, r->width, r->tokens);
+    if (rc == CLI_OK && strcmp(o->module.module, "mha") != 0 &&
+        strcmp(o->module.module, "gpt2") != 0)
+        rc = cli_usage_error("--context-parallel: runs --module mha and gpt2, not '%s'",
+                             o->module.module);
+    if (rc == CLI_OK &&
+        (attn_rng_new(r->ctx, o->seed, &r->rng) != ATTN_OK ||
+         attn_rng_set_bernoulli_method(r->rng, o->bernoulli) != ATTN_OK ||
+         cli_build_module(r->ctx, r->rng, &o->module, &r->module) != ATTN_OK))
+        rc = cli_library_error(r->ctx, o->module.module);
+    if (rc == CLI_OK) attn_module_set_training(r->module, o->train);
+    if (rc == CLI_OK && weights && weights->path)
+        rc = cli_load_weights(r->ctx, r->module, o->module.module, weights);
+    if ((rc = agree_rc(rc, r->rank)) != CLI_OK) return rc;
+    if (attn_mpi_group_new(r->ctx, MPI_COMM_WORLD, mode_of(mode), &r->group) != ATTN_OK)
+        return lib_error(r, "--context-parallel");
+    size_t b[2], e[2];
+    attn_mpi_local_ranges(mode_of(mode), r->tokens, (size_t)r->size, (size_t)r->rank, b, e,
+                          &r->local);
+    return CLI_OK;
+}
+
+/* The output's shape, with the input's rank. */
+static size_t out_shape(const cp_run *r, size_t width, size_t shape[3]) {
+    shape[0] = r->ndim == 3 ? r->batch : r->tokens;
+    shape[1] = r->ndim == 3 ? r->tokens : width;
+    shape[2] = width;
+    return r->ndim;
+}
+
+/* Local buffers: n floats each, agreed on. */
+static int alloc_all(const cp_run *r, float **bufs, const size_t *n, size_t count) {
+    int rc = CLI_OK;
+    for (size_t i = 0; i < count; i++)
+        if (!(bufs[i] = calloc(n[i] ? n[i] : 1, sizeof *bufs[i])))
+            rc = cli_failure("rank %d: out of memory for %zu floats", r->rank, n[i]);
+    return agree_rc(rc, r->rank);
+}
+
+static int finish(int rc) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+    return rc;
+}
+
+int cli_cp_forward(cli_run_options *o, const char *mode, const cli_weights_options *weights,
+                   const char *output) {
+    cp_run r;
+    float *buf[3] = {NULL, NULL, NULL}; /* x_local, y_local, y (rank 0) */
+    int rc = cp_open(&r, o, mode, weights);
+    if (rc != CLI_OK) goto done;
+    attn_module_set_grad_enabled(r.module, false); /* inference only */
+    size_t d_out = attn_module_d_out(r.module);
+    size_t n[3] = {r.batch * r.local * r.width, r.batch * r.local * d_out,
+                   r.rank == 0 ? r.batch * r.tokens * d_out : 0};
+    if ((rc = alloc_all(&r, buf, n, 3)) != CLI_OK) goto done;
+    if (attn_mpi_scatter_tokens(r.group, 0, r.x.data, r.batch, r.tokens, r.width, buf[0]) !=
+        ATTN_OK) {
+        rc = lib_error(&r, "scatter");
+        goto done;
+    }
+    if (attn_mpi_module_forward(r.group, r.module, buf[0], r.batch, r.tokens, buf[1]) != ATTN_OK) {
+        rc = lib_error(&r, "forward");
+        goto done;
+    }
+    if (attn_mpi_gather_tokens(r.group, 0, buf[1], r.batch, r.tokens, d_out, buf[2]) !=
+        ATTN_OK) {
+        rc = lib_error(&r, "gather");
+        goto done;
+    }
+    if (r.rank == 0) {
+        size_t shape[3];
+        size_t rank = out_shape(&r, d_out, shape);
+        if (attn_npy_write(r.ctx, output, buf[2], rank, shape) != ATTN_OK)
+            rc = cli_library_error(r.ctx, "--output");
+    }
+done:
+    for (int i = 0; i < 3; i++) free(buf[i]);
+    cp_close(&r);
+    return finish(rc);
+}
+
+static int write_in_dir(attn_ctx *ctx, const char *dir, const char *name, const float *data,
+                        size_t rank, const size_t *shape) {
+    size_t len = strlen(dir) + strlen(name) + 6;
+    char *path = malloc(len);
+    if (!path) return cli_failure("out of memory for a path");
+    snprintf(path, len, "%s/%s.npy", dir, name);
+    int rc = attn_npy_write(ctx, path, data, rank, shape) == ATTN_OK
+                 ? CLI_OK
+                 : cli_library_error(ctx, "--out");
+    free(path);
+    return rc;
+}
+
+int cli_cp_grad(cli_run_options *o, const char *mode, const char *grad_output,
+                const char *out_dir) {
+    cp_run r;
+    attn_npy dy = {0};
+    /* x_local, dy_local, y_local, dx_local; y, dx (rank 0) */
+    float *buf[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    int rc = cp_open(&r, o, mode, NULL);
+    if (rc != CLI_OK) goto done;
+    size_t d_in = attn_module_d_in(r.module), d_out = attn_module_d_out(r.module);
+    size_t y_shape[3], x_shape[3];
+    size_t ndim = out_shape(&r, d_out, y_shape);
+    out_shape(&r, d_in, x_shape);
+    /* rank 0 reads dy and checks it against the output's shape */
+    if (r.rank == 0) {
+        if (attn_npy_read(r.ctx, grad_output, &dy) != ATTN_OK) {
+            rc = cli_library_error(r.ctx, "--grad-output");
+        } else {
+            bool same = dy.ndim == ndim;
+            for (size_t i = 0; same && i < ndim; i++) same = dy.shape[i] == y_shape[i];
+            if (!same)
+                rc = cli_usage_error("--grad-output: shape does not match the output's (%zu "
+                                     "dimensions, %zu tokens)",
+                                     ndim, r.tokens);
+        }
+    }
+    if ((rc = agree_rc(rc, r.rank)) != CLI_OK) goto done;
+    size_t rows = r.batch * r.local, all = r.batch * r.tokens;
+    size_t n[6] = {rows * d_in, rows * d_out, rows * d_out, rows * d_in,
+                   r.rank == 0 ? all * d_out : 0, r.rank == 0 ? all * d_in : 0};
+    if ((rc = alloc_all(&r, buf, n, 6)) != CLI_OK) goto done;
+    if (attn_mpi_scatter_tokens(r.group, 0, r.x.data, r.batch, r.tokens, d_in, buf[0]) !=
+            ATTN_OK ||
+        attn_mpi_scatter_tokens(r.group, 0, dy.data, r.batch, r.tokens, d_out, buf[1]) !=
+            ATTN_OK) {
+        rc = lib_error(&r, "scatter");
+        goto done;
+    }
+    if (attn_mpi_module_forward(r.group, r.module, buf[0], r.batch, r.tokens, buf[2]) != ATTN_OK) {
+        rc = lib_error(&r, "forward");
+        goto done;
+    }
+    if (attn_mpi_module_backward(r.group, r.module, buf[1], buf[3]) != ATTN_OK) {
+        rc = lib_error(&r, "backward");
+        goto done;
+    }
+    if (attn_mpi_gather_tokens(r.group, 0, buf[2], r.batch, r.tokens, d_out, buf[4]) !=
+            ATTN_OK ||
+        attn_mpi_gather_tokens(r.group, 0, buf[3], r.batch, r.tokens, d_in, buf[5]) != ATTN_OK) {
+        rc = lib_error(&r, "gather");
+        goto done;
+    }
+    /* every rank holds the summed parameter gradients; rank 0 writes */
+    if (r.rank == 0) {
+        if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
+            rc = cli_usage_error("--out: cannot create directory '%s': %s", out_dir,
+                                 strerror(errno));
+            goto done;
+        }
+        rc = write_in_dir(r.ctx, out_dir, "output", buf[4], ndim, y_shape);
+        if (rc == CLI_OK) rc = write_in_dir(r.ctx, out_dir, "input", buf[5], ndim, x_shape);
+        for (size_t i = 0; i < attn_module_param_count(r.module) && rc == CLI_OK; i++) {
+            attn_param p;
+            attn_module_param_at(r.module, i, &p);
+            rc = write_in_dir(r.ctx, out_dir, p.name, p.grad, p.ndim, p.shape);
+        }
+    }
+done:
+    for (int i = 0; i < 6; i++) free(buf[i]);
+    attn_npy_free(&dy);
+    cp_close(&r);
+    return finish(rc);
+}

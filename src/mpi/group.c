@@ -1,0 +1,476 @@
+/*
+ * group.c — the context-parallel group (a duplicated communicator, the
+ * mode, the timeline), the chunk layout, the status agreement that keeps a
+ * failing rank from leaving the others blocked, and the public SDPA,
+ * scatter and gather entry points.
+ */
+#include "mpi/mpi_internal.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *attn_mpi_mode_name(attn_mpi_mode mode) {
+    switch (mode) {
+    case ATTN_MPI_RING: return "ring";
+    case ATTN_MPI_ZIGZAG: return "zigzag";
+    case ATTN_MPI_ULYSSES: return "ulysses";
+    }
+    return "?";
+}
+
+/* ---- the layout ------------------------------------------------------------ */
+
+/* The first token of chunk c of n over tokens: sizes differ by at most 1. */
+static size_t chunk_start(size_t tokens, size_t n, size_t c) {
+    /* tokens * c / n, without overflow for any tokens (c <= n < 2^32) */
+    return tokens / n * c + tokens % n * c / n;
+}
+
+size_t attn_mpi_local_ranges(attn_mpi_mode mode, size_t tokens, size_t ranks, size_t rank,
+                             size_t begin[2], size_t end[2], size_t *local) {
+    if (local) *local = 0;
+    if (ranks == 0 || rank >= ranks || (unsigned)mode > ATTN_MPI_ULYSSES) return 0;
+    size_t count;
+    if (mode == ATTN_MPI_ZIGZAG) {
+        size_t n = 2 * ranks, other = n - 1 - rank;
+        begin[0] = chunk_start(tokens, n, rank);
+        end[0] = chunk_start(tokens, n, rank + 1);
+        begin[1] = chunk_start(tokens, n, other);
+        end[1] = chunk_start(tokens, n, other + 1);
+        count = 2;
+    } else {
+        begin[0] = chunk_start(tokens, ranks, rank);
+        end[0] = chunk_start(tokens, ranks, rank + 1);
+        count = 1;
+    }
+    if (local) {
+        *local = 0;
+        for (size_t i = 0; i < count; i++) *local += end[i] - begin[i];
+    }
+    return count;
+}
+
+size_t attn_mpi_local_count(attn_mpi_mode mode, size_t tokens, size_t ranks, size_t rank) {
+    size_t b[2], e[2], n = 0;
+    attn_mpi_local_ranges(mode, tokens, ranks, rank, b, e, &n);
+    return n;
+}
+
+/* ---- the group ---------------------------------------------------------------- */
+
+attn_status attn_mpi_group_new(attn_ctx *ctx, MPI_Comm comm, attn_mpi_mode mode,
+                               attn_mpi_group **out) {
+    if (out) *out = NULL;
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_mpi_group_new: out is NULL");
+    if ((unsigned)mode > ATTN_MPI_ULYSSES)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "attn_mpi_group_new: mode (%d) is not ring, zigzag or ulysses",
+                         (int)mode);
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "attn_mpi_group_new: MPI is not initialized (call MPI_Init first)");
+    if (comm == MPI_COMM_NULL)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_mpi_group_new: comm is MPI_COMM_NULL");
+    attn_mpi_group *g = attn_calloc(1, sizeof *g);
+    /* the duplicate is collective: every rank makes it even when its own
+     * allocation failed, then all free it together below */
+    MPI_Comm dup = MPI_COMM_NULL;
+    int rc = MPI_Comm_dup(comm, &dup);
+    if (rc != MPI_SUCCESS) {
+        attn_free(g);
+        char msg[MPI_MAX_ERROR_STRING];
+        int len = 0;
+        MPI_Error_string(rc, msg, &len);
+        return attn_fail(ctx, ATTN_ERR_IO, "attn_mpi_group_new: MPI_Comm_dup failed: %s", msg);
+    }
+    /* errors come back as codes, which we turn into statuses */
+    MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN);
+    attn_mpi_group tmp = {.ctx = ctx, .comm = dup, .mode = mode};
+    MPI_Comm_rank(dup, &tmp.rank);
+    MPI_Comm_size(dup, &tmp.size);
+    attn_status st = g ? ATTN_OK
+                       : attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_mpi_group_new: out of memory");
+    st = attn_mpi_agree(&tmp, "attn_mpi_group_new", st, NULL, NULL, 0);
+    if (st != ATTN_OK) {
+        MPI_Comm_free(&dup);
+        attn_free(g);
+        return st;
+    }
+    *g = tmp;
+    *out = g;
+    return ATTN_OK;
+}
+
+void attn_mpi_saved_free(attn_mpi_saved *s) {
+    attn_free(s->x);
+    attn_free(s->acts);
+    attn_free(s->lse);
+    *s = (attn_mpi_saved){0};
+}
+
+void attn_mpi_group_free(attn_mpi_group *g) {
+    if (!g) return;
+    attn_mpi_saved_free(&g->saved);
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized && g->comm != MPI_COMM_NULL) MPI_Comm_free(&g->comm);
+    attn_free(g->steps);
+    attn_free(g);
+}
+
+int attn_mpi_group_rank(const attn_mpi_group *g) { return g ? g->rank : -1; }
+int attn_mpi_group_size(const attn_mpi_group *g) { return g ? g->size : 0; }
+
+/* ---- agreement ------------------------------------------------------------------ */
+
+attn_status attn_mpi_error(attn_mpi_group *g, const char *who, const char *call, int code) {
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(code, msg, &len) != MPI_SUCCESS) snprintf(msg, sizeof msg, "code %d", code);
+    return attn_fail(g->ctx, ATTN_ERR_IO, "%s: %s failed on rank %d: %s", who, call, g->rank, msg);
+}
+
+#define AGREE_FIELDS_MAX 16
+
+attn_status attn_mpi_agree(attn_mpi_group *g, const char *who, attn_status st,
+                           const int64_t *fields, const char *const *names, size_t n) {
+    /* one MIN over [failing rank, fields, -fields]: the lowest failing
+     * rank, and each field's least and greatest value */
+    int64_t v[1 + 2 * AGREE_FIELDS_MAX];
+    if (n > AGREE_FIELDS_MAX) n = AGREE_FIELDS_MAX;
+    v[0] = st == ATTN_OK ? (int64_t)g->size : (int64_t)g->rank;
+    for (size_t i = 0; i < n; i++) {
+        /* a failed rank may not know its values: it leaves them out */
+        v[1 + i] = st == ATTN_OK ? fields[i] : INT64_MAX;
+        v[1 + n + i] = st == ATTN_OK ? -fields[i] : INT64_MAX;
+    }
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v, (int)(1 + 2 * n), MPI_INT64_T, MPI_MIN, g->comm);
+    if (rc != MPI_SUCCESS) return attn_mpi_error(g, who, "MPI_Allreduce", rc);
+    int failed = (int)v[0];
+    if (failed < g->size) {
+        /* the failing rank's status and message, to every rank */
+        struct {
+            int status;
+            char text[ATTN_ERROR_CAPACITY];
+        } msg = {0};
+        if (failed == g->rank) {
+            msg.status = (int)st;
+            snprintf(msg.text, sizeof msg.text, "%s", attn_ctx_last_error(g->ctx));
+        }
+        rc = MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, failed, g->comm);
+        if (rc != MPI_SUCCESS) return attn_mpi_error(g, who, "MPI_Bcast", rc);
+        if (failed == g->rank) return st;
+        msg.text[sizeof msg.text - 1] = '\0';
+        return attn_fail(g->ctx, (attn_status)msg.status, "rank %d: %s", failed, msg.text);
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t lo = v[1 + i], hi = -v[1 + n + i];
+        if (lo != hi)
+            return attn_fail(g->ctx, ATTN_ERR_SHAPE,
+                             "%s: the ranks disagree on %s (from %lld to %lld): every rank "
+                             "must pass the same",
+                             who, names[i], (long long)lo, (long long)hi);
+    }
+    return ATTN_OK;
+}
+
+int attn_mpi_row_type(size_t n, MPI_Datatype *type) {
+    *type = MPI_DATATYPE_NULL;
+    if (n > INT_MAX) return MPI_ERR_COUNT;
+    int rc = MPI_Type_contiguous((int)n, MPI_FLOAT, type);
+    if (rc == MPI_SUCCESS) rc = MPI_Type_commit(type);
+    if (rc != MPI_SUCCESS && *type != MPI_DATATYPE_NULL) MPI_Type_free(type);
+    return rc;
+}
+
+bool attn_mpi_timeline_reserve(attn_mpi_group *g, size_t n) {
+    g->n_steps = 0;
+    if (n <= g->steps_cap) return true;
+    attn_mpi_step *steps = attn_calloc(n, sizeof *steps);
+    if (!steps) return false;
+    attn_free(g->steps);
+    g->steps = steps;
+    g->steps_cap = n;
+    return true;
+}
+
+size_t attn_mpi_timeline(const attn_mpi_group *g, attn_mpi_step *steps, size_t cap) {
+    if (!g) return 0;
+    if (steps)
+        memcpy(steps, g->steps, (cap < g->n_steps ? cap : g->n_steps) * sizeof *steps);
+    return g->n_steps;
+}
+
+/* ---- packing ----------------------------------------------------------------------- */
+
+void attn_mpi_pack(float *dst, const float *src, attn_view_strides s, size_t batch,
+                   size_t heads, size_t n, size_t D) {
+    for (size_t b = 0; b < batch; b++)
+        for (size_t h = 0; h < heads; h++)
+            for (size_t t = 0; t < n; t++)
+                memcpy(dst + ((b * heads + h) * n + t) * D, src + b * s.b + t * s.t + h * s.h,
+                       D * sizeof *dst);
+}
+
+void attn_mpi_unpack(float *dst, attn_view_strides s, const float *src, size_t batch,
+                     size_t heads, size_t n, size_t D) {
+    for (size_t b = 0; b < batch; b++)
+        for (size_t h = 0; h < heads; h++)
+            for (size_t t = 0; t < n; t++)
+                memcpy(dst + b * s.b + t * s.t + h * s.h, src + ((b * heads + h) * n + t) * D,
+                       D * sizeof *dst);
+}
+
+/* ---- the attention ------------------------------------------------------------------- */
+
+attn_status attn_mpi_job_check(attn_mpi_group *g, const char *who, const attn_mpi_job *job) {
+    attn_ctx *ctx = g->ctx;
+    if (!job->batch || !job->heads || !job->kv_heads || !job->tokens || !job->head_dim)
+        return attn_fail(ctx, ATTN_ERR_SHAPE,
+                         "%s: batch (%zu), heads (%zu), kv_heads (%zu), tokens (%zu) and "
+                         "head_dim (%zu) must be positive",
+                         who, job->batch, job->heads, job->kv_heads, job->tokens, job->head_dim);
+    if (job->heads % job->kv_heads)
+        return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: kv_heads (%zu) must divide heads (%zu)", who,
+                         job->kv_heads, job->heads);
+    if (!isfinite(job->scale))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: scale (%g) must be finite", who,
+                         (double)job->scale);
+    size_t P = (size_t)g->size;
+    if (g->mode == ATTN_MPI_ULYSSES && (job->heads % P || job->kv_heads % P))
+        return attn_fail(ctx, ATTN_ERR_SHAPE,
+                         "%s: Ulysses splits the heads over the ranks: heads (%zu) and kv_heads "
+                         "(%zu) must be divisible by the %zu ranks (use ring or zigzag)",
+                         who, job->heads, job->kv_heads, P);
+    /* every element count of the largest buffer (the whole sequence's, for
+     * Ulysses) must fit size_t, and a chunk's rows int (MPI counts) */
+    size_t rows, n;
+    if (!attn_mul3_size(job->batch, job->heads + 2 * job->kv_heads, job->tokens, &rows) ||
+        !attn_mul_size(rows, job->head_dim, &n) || !attn_floats_fit(n) || rows > INT_MAX)
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                         "%s: (%zu, %zu|%zu, %zu, %zu) is too large for the exchange", who,
+                         job->batch, job->heads, job->kv_heads, job->tokens, job->head_dim);
+    return ATTN_OK;
+}
+
+attn_status attn_mpi_attention(attn_mpi_group *g, const char *who, const attn_mpi_job *job,
+                               bool backward) {
+    if (g->mode == ATTN_MPI_ULYSSES)
+        return backward ? attn_mpi_ulysses_backward(g, who, job)
+                        : attn_mpi_ulysses_forward(g, who, job);
+    return backward ? attn_mpi_ring_backward(g, who, job) : attn_mpi_ring_forward(g, who, job);
+}
+
+/* The job of the public SDPA calls: contiguous (B, H, T_local, D) chunks. */
+static attn_mpi_job sdpa_job(const attn_mpi_group *g, const attn_mpi_sdpa_config *cfg) {
+    size_t H = cfg->heads, Hkv = cfg->kv_heads ? cfg->kv_heads : cfg->heads, D = cfg->head_dim;
+    size_t Tl = attn_mpi_local_count(g->mode, cfg->tokens, (size_t)g->size, (size_t)g->rank);
+    attn_mpi_job job = {.batch = cfg->batch, .heads = H, .kv_heads = Hkv, .tokens = cfg->tokens,
+                        .head_dim = D, .local = Tl, .causal = cfg->causal};
+    job.scale = cfg->scale != 0.0 ? (float)cfg->scale : (float)(1.0 / sqrt((double)(D ? D : 1)));
+    job.q_s = job.out_s = (attn_view_strides){H * Tl * D, D, Tl * D};
+    job.k_s = job.v_s = (attn_view_strides){Hkv * Tl * D, D, Tl * D};
+    return job;
+}
+
+/* The checks of a public SDPA call, then agreement on them and the sizes. */
+static attn_status sdpa_begin(attn_mpi_group *g, const char *who,
+                              const attn_mpi_sdpa_config *cfg, const void *const *need,
+                              const char *const *need_names, size_t n_need, attn_mpi_job *job) {
+    attn_status st = ATTN_OK;
+    if (!cfg) st = attn_fail(g->ctx, ATTN_ERR_NULL, "%s: cfg is NULL", who);
+    for (size_t i = 0; i < n_need && st == ATTN_OK; i++)
+        if (!need[i]) st = attn_fail(g->ctx, ATTN_ERR_NULL, "%s: %s is NULL", who, need_names[i]);
+    if (st == ATTN_OK && !(isfinite(cfg->scale) && fabs(cfg->scale) <= 3.4028234663852886e38))
+        st = attn_fail(g->ctx, ATTN_ERR_INVALID, "%s: scale (%g) must be finite in float32", who,
+                       cfg->scale);
+    if (st == ATTN_OK) {
+        *job = sdpa_job(g, cfg);
+        st = attn_mpi_job_check(g, who, job);
+    }
+    int64_t f[6] = {0};
+    if (st == ATTN_OK) {
+        f[0] = (int64_t)job->batch;
+        f[1] = (int64_t)job->heads;
+        f[2] = (int64_t)job->kv_heads;
+        f[3] = (int64_t)job->tokens;
+        f[4] = (int64_t)job->head_dim;
+        f[5] = job->causal;
+    }
+    static const char *const names[6] = {"batch", "heads", "kv_heads", "tokens", "head_dim",
+                                         "causal"};
+    return attn_mpi_agree(g, who, st, f, names, 6);
+}
+
+attn_status attn_mpi_sdpa_forward(attn_mpi_group *g, const attn_mpi_sdpa_config *cfg,
+                                  const float *q, const float *k, const float *v, float *out,
+                                  float *lse) {
+    if (!g) return ATTN_ERR_NULL;
+    attn_clear_error(g->ctx);
+    const char *who = "attn_mpi_sdpa_forward";
+    const void *need[4] = {q, k, v, out};
+    static const char *const names[4] = {"q", "k", "v", "out"};
+    attn_mpi_job job;
+    attn_status st = sdpa_begin(g, who, cfg, need, names, 4, &job);
+    if (st != ATTN_OK) return st;
+    job.q = q;
+    job.k = k;
+    job.v = v;
+    job.out = out;
+    job.lse = lse;
+    return attn_mpi_attention(g, who, &job, false);
+}
+
+attn_status attn_mpi_sdpa_backward(attn_mpi_group *g, const attn_mpi_sdpa_config *cfg,
+                                   const float *q, const float *k, const float *v,
+                                   const float *out, const float *lse, const float *dout,
+                                   float *dq, float *dk, float *dv) {
+    if (!g) return ATTN_ERR_NULL;
+    attn_clear_error(g->ctx);
+    const char *who = "attn_mpi_sdpa_backward";
+    const void *need[9] = {q, k, v, out, lse, dout, dq, dk, dv};
+    static const char *const names[9] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
+    attn_mpi_job job;
+    attn_status st = sdpa_begin(g, who, cfg, need, names, 9, &job);
+    if (st != ATTN_OK) return st;
+    job.q = q;
+    job.k = k;
+    job.v = v;
+    job.out = (float *)out; /* read only in the backward */
+    job.lse = (float *)lse;
+    job.dout = dout;
+    job.dq = dq;
+    job.dk = dk;
+    job.dv = dv;
+    return attn_mpi_attention(g, who, &job, true);
+}
+
+/* ---- whole tensors ------------------------------------------------------------------------ */
+
+/* Counts and displacements (in rows of width floats) of each rank's part
+ * of a (B, tokens, width) tensor packed rank by rank, batch by batch. */
+static attn_status token_counts(attn_mpi_group *g, const char *who, size_t batch, size_t tokens,
+                                int **counts, int **displs) {
+    size_t P = (size_t)g->size, total = 0;
+    *counts = attn_calloc(P, sizeof **counts);
+    *displs = attn_calloc(P, sizeof **displs);
+    if (!*counts || !*displs)
+        return attn_fail(g->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", who);
+    for (size_t p = 0; p < P; p++) {
+        size_t rows = batch * attn_mpi_local_count(g->mode, tokens, P, p);
+        if (total > INT_MAX || rows > INT_MAX - total)
+            return attn_fail(g->ctx, ATTN_ERR_OVERFLOW,
+                             "%s: %zu x %zu rows are too many for one exchange", who, batch,
+                             tokens);
+        (*counts)[p] = (int)rows;
+        (*displs)[p] = (int)total;
+        total += rows;
+    }
+    return ATTN_OK;
+}
+
+/* whole (B, T, W) <-> packed [rank][b][its tokens][W]; to_packed picks the
+ * direction. */
+static void reorder_tokens(const attn_mpi_group *g, float *whole, float *packed, size_t batch,
+                           size_t tokens, size_t width, bool to_packed) {
+    size_t P = (size_t)g->size, at = 0;
+    for (size_t p = 0; p < P; p++) {
+        size_t b0[2], e0[2], n = attn_mpi_local_ranges(g->mode, tokens, P, p, b0, e0, NULL);
+        for (size_t b = 0; b < batch; b++)
+            for (size_t r = 0; r < n; r++) {
+                size_t len = (e0[r] - b0[r]) * width;
+                float *w = whole + (b * tokens + b0[r]) * width;
+                if (to_packed) memcpy(packed + at, w, len * sizeof *w);
+                else memcpy(w, packed + at, len * sizeof *w);
+                at += len;
+            }
+    }
+}
+
+static attn_status tokens_begin(attn_mpi_group *g, const char *who, int root, bool is_root_ok,
+                                const char *root_name, const float *local, const char *local_name,
+                                size_t batch, size_t tokens, size_t width, float **packed,
+                                int **counts, int **displs, MPI_Datatype *row) {
+    attn_status st = ATTN_OK;
+    size_t n = 0;
+    *packed = NULL;
+    *counts = *displs = NULL;
+    *row = MPI_DATATYPE_NULL;
+    if (root < 0 || root >= g->size)
+        st = attn_fail(g->ctx, ATTN_ERR_INVALID, "%s: root (%d) is not a rank of the %d", who,
+                       root, g->size);
+    else if (!batch || !tokens || !width)
+        st = attn_fail(g->ctx, ATTN_ERR_SHAPE,
+                       "%s: batch (%zu), tokens (%zu) and width (%zu) must be positive", who,
+                       batch, tokens, width);
+    else if (!attn_mul3_size(batch, tokens, width, &n) || !attn_floats_fit(n))
+        st = attn_fail(g->ctx, ATTN_ERR_OVERFLOW, "%s: (%zu, %zu, %zu) overflows", who, batch,
+                       tokens, width);
+    else if (!local)
+        st = attn_fail(g->ctx, ATTN_ERR_NULL, "%s: %s is NULL", who, local_name);
+    else if (g->rank == root && !is_root_ok)
+        st = attn_fail(g->ctx, ATTN_ERR_NULL, "%s: %s is NULL on the root", who, root_name);
+    if (st == ATTN_OK) st = token_counts(g, who, batch, tokens, counts, displs);
+    if (st == ATTN_OK && g->rank == root && !(*packed = attn_alloc_floats(n)))
+        st = attn_fail(g->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu floats", who, n);
+    if (st == ATTN_OK) {
+        int rc = attn_mpi_row_type(width, row);
+        if (rc != MPI_SUCCESS) st = attn_mpi_error(g, who, "MPI_Type_contiguous", rc);
+    }
+    int64_t f[4] = {root, (int64_t)batch, (int64_t)tokens, (int64_t)width};
+    static const char *const names[4] = {"root", "batch", "tokens", "width"};
+    return attn_mpi_agree(g, who, st, f, names, 4);
+}
+
+static void tokens_end(float *packed, int *counts, int *displs, MPI_Datatype *row) {
+    attn_free(packed);
+    attn_free(counts);
+    attn_free(displs);
+    if (*row != MPI_DATATYPE_NULL) MPI_Type_free(row);
+}
+
+attn_status attn_mpi_scatter_tokens(attn_mpi_group *g, int root, const float *x, size_t batch,
+                                    size_t tokens, size_t width, float *x_local) {
+    if (!g) return ATTN_ERR_NULL;
+    attn_clear_error(g->ctx);
+    const char *who = "attn_mpi_scatter_tokens";
+    float *packed;
+    int *counts, *displs;
+    MPI_Datatype row;
+    attn_status st = tokens_begin(g, who, root, x != NULL, "x", x_local, "x_local", batch, tokens,
+                                  width, &packed, &counts, &displs, &row);
+    if (st == ATTN_OK) {
+        if (g->rank == root) reorder_tokens(g, (float *)x, packed, batch, tokens, width, true);
+        int rc = MPI_Scatterv(packed, counts, displs, row, x_local, counts[g->rank], row, root,
+                              g->comm);
+        if (rc != MPI_SUCCESS) st = attn_mpi_error(g, who, "MPI_Scatterv", rc);
+    }
+    tokens_end(packed, counts, displs, &row);
+    return st;
+}
+
+attn_status attn_mpi_gather_tokens(attn_mpi_group *g, int root, const float *x_local,
+                                   size_t batch, size_t tokens, size_t width, float *x) {
+    if (!g) return ATTN_ERR_NULL;
+    attn_clear_error(g->ctx);
+    const char *who = "attn_mpi_gather_tokens";
+    float *packed;
+    int *counts, *displs;
+    MPI_Datatype row;
+    attn_status st = tokens_begin(g, who, root, x != NULL, "x", x_local, "x_local", batch, tokens,
+                                  width, &packed, &counts, &displs, &row);
+    if (st == ATTN_OK) {
+        int rc = MPI_Gatherv(x_local, counts[g->rank], row, packed, counts, displs, row, root,
+                             g->comm);
+        if (rc != MPI_SUCCESS) st = attn_mpi_error(g, who, "MPI_Gatherv", rc);
+        else if (g->rank == root) reorder_tokens(g, x, packed, batch, tokens, width, false);
+    }
+    tokens_end(packed, counts, displs, &row);
+    return st;
+}

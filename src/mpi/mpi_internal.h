@@ -1,0 +1,106 @@
+/*
+ * mpi_internal.h — what the MPI layer's files share: the group, the status
+ * agreement every collective call makes before it exchanges anything, the
+ * chunk layout, and the attention over chunks (ring.c, ulysses.c) in the
+ * strided views the SDPA entry points and the modules both hand it.
+ */
+#ifndef ATTN_MPI_INTERNAL_H
+#define ATTN_MPI_INTERNAL_H
+
+#include "attn_mpi.h"
+#include "internal.h"
+#include "attention/attention.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* What a module forward keeps for its backward (modules.c). */
+typedef struct attn_mpi_saved {
+    bool valid;
+    attn_module *module;
+    size_t batch, tokens, local;  /* B, global T, T_local */
+    float *x;                     /* (B, T_local, d_in) */
+    float *acts;                  /* projections (B, T_local, 3C), context (B, T_local, C) */
+    float *lse;                   /* (B, H, T_local) */
+} attn_mpi_saved;
+
+/* Frees what s holds and clears it. */
+void attn_mpi_saved_free(attn_mpi_saved *s);
+
+struct attn_mpi_group {
+    attn_ctx *ctx;
+    MPI_Comm comm; /* a duplicate: our tags meet no one else's */
+    int rank, size;
+    attn_mpi_mode mode;
+    attn_mpi_step *steps; /* the last pass's timeline */
+    size_t n_steps, steps_cap;
+    attn_mpi_saved saved;
+};
+
+/*
+ * Every rank's outcome of its local part (checks, allocations), agreed on
+ * before any exchange that could block: st is this rank's status (its
+ * message in the ctx). fields (n of them, may be 0) are values every rank
+ * must share (sizes); names names them for the message. Returns ATTN_OK on
+ * every rank, or on every rank the same failure: the lowest failing rank's
+ * status, its message prefixed with "rank R: " on the others.
+ */
+attn_status attn_mpi_agree(attn_mpi_group *g, const char *who, attn_status st,
+                           const int64_t *fields, const char *const *names, size_t n);
+
+/* A failed MPI call (the communicator returns errors): its message. */
+attn_status attn_mpi_error(attn_mpi_group *g, const char *who, const char *call, int code);
+
+/* The token count of rank's chunk. */
+size_t attn_mpi_local_count(attn_mpi_mode mode, size_t tokens, size_t ranks, size_t rank);
+
+/* Steps of the timeline: room for n (false when out of memory). */
+bool attn_mpi_timeline_reserve(attn_mpi_group *g, size_t n);
+
+/* An MPI type of n contiguous floats (a row): counts then fit int for
+ * far longer sequences. *type is MPI_DATATYPE_NULL on failure. */
+int attn_mpi_row_type(size_t n, MPI_Datatype *type);
+
+/*
+ * Attention over chunks: this rank's views, t the local token (T_local
+ * rows), every view (b, t, h)-strided with each head's D floats
+ * contiguous. Forward: q, k, v in, out out, lse (B, H, T_local) out when
+ * not NULL. Backward: q, k, v, out, lse (required), dout in; dq, dk, dv
+ * out (with q's, k's, v's strides).
+ */
+typedef struct attn_mpi_job {
+    size_t batch, heads, kv_heads, tokens, head_dim, local;
+    float scale;
+    bool causal;
+    const float *q, *k, *v;
+    attn_view_strides q_s, k_s, v_s, out_s; /* dout has out's strides */
+    float *out;
+    float *lse;
+    const float *dout;
+    float *dq, *dk, *dv;
+} attn_mpi_job;
+
+attn_status attn_mpi_ring_forward(attn_mpi_group *g, const char *who, const attn_mpi_job *job);
+attn_status attn_mpi_ring_backward(attn_mpi_group *g, const char *who, const attn_mpi_job *job);
+attn_status attn_mpi_ulysses_forward(attn_mpi_group *g, const char *who,
+                                     const attn_mpi_job *job);
+attn_status attn_mpi_ulysses_backward(attn_mpi_group *g, const char *who,
+                                      const attn_mpi_job *job);
+
+/* The job's checks every rank makes alike (heads, sizes): ATTN_OK or the
+ * failure, recorded in the ctx. */
+attn_status attn_mpi_job_check(attn_mpi_group *g, const char *who, const attn_mpi_job *job);
+
+/* Forward or backward by the group's mode. */
+attn_status attn_mpi_attention(attn_mpi_group *g, const char *who, const attn_mpi_job *job,
+                               bool backward);
+
+/* dst (B, Hx, n, D) contiguous <- the strided view src of n tokens, and
+ * back. */
+void attn_mpi_pack(float *dst, const float *src, attn_view_strides s, size_t batch,
+                   size_t heads, size_t n, size_t D);
+void attn_mpi_unpack(float *dst, attn_view_strides s, const float *src, size_t batch,
+                     size_t heads, size_t n, size_t D);
+
+#endif /* ATTN_MPI_INTERNAL_H */

@@ -1,0 +1,499 @@
+/*
+ * ring.c — ring attention (Liu et al., 2023) over MPI, plain and zigzag.
+ *
+ * Forward, rank r of P: K/V blocks travel r -> r + 1. At step t the rank
+ * holds the block of rank s = r - t (mod P), posts the block's send to the
+ * right and the next block's receive from the left, runs the fused kernel
+ * on every (query chunk, key chunk) pair of the block that any query sees
+ * (causal: key chunks wholly after a query chunk are skipped), with
+ *   diagonal = ATTN_DIAGONAL_OFFSET, q_offset = the query chunk's global
+ *   start - the key chunk's,
+ * and merges the pair's (out, lse) into the running ones (merge_rows), then
+ * waits for the next block: compute and transfer overlap.
+ *
+ * Backward: the K/V ring again, and dK/dV accumulators on a second ring,
+ * each travelling with its block: at step t the rank adds its block
+ * gradients (from the WHOLE rows' lse and out: backward_from_lse) to the
+ * accumulator the left rank sent after its step t - 1, and sends it on;
+ * after P steps every accumulator is one hop from its owner. dq sums
+ * locally.
+ *
+ * Every buffer is allocated, and every rank agrees it has them, before the
+ * first message: from then on nothing fails but MPI itself.
+ */
+#include "mpi/mpi_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+enum { TAG_KV = 11, TAG_DKV = 12 };
+
+/* A rank's chunks: global first token, length, and offset in its local
+ * tensors, in local order. */
+typedef struct chunks {
+    size_t n, local;
+    size_t start[2], len[2], at[2];
+} chunks;
+
+static chunks chunks_of(const attn_mpi_group *g, size_t tokens, int rank) {
+    chunks c = {0};
+    size_t b[2], e[2];
+    c.n = attn_mpi_local_ranges(g->mode, tokens, (size_t)g->size, (size_t)rank, b, e, &c.local);
+    for (size_t i = 0, at = 0; i < c.n; i++) {
+        c.start[i] = b[i];
+        c.len[i] = e[i] - b[i];
+        c.at[i] = at;
+        at += c.len[i];
+    }
+    return c;
+}
+
+/* The owner of the block a rank holds at step t. */
+static int owner_at(const attn_mpi_group *g, int rank, size_t t) {
+    return (int)(((size_t)rank + (size_t)g->size - t % (size_t)g->size) % (size_t)g->size);
+}
+
+/*
+ * The problem of query chunk a (of mine, in a packed (B, H, T_local, D)
+ * buffer) against key chunk c of a block (packed (B, Hkv, n, D), K then V):
+ * false when no query of the chunk sees a key of it. Pointers are the
+ * caller's.
+ */
+static bool pair_problem(const attn_mpi_job *job, const chunks *mine, size_t a,
+                         const chunks *blk, size_t c, attn_attention_problem *p) {
+    size_t la = mine->len[a], lc = blk->len[c];
+    if (!la || !lc) return false;
+    if (job->causal && blk->start[c] > mine->start[a] + la - 1) return false;
+    size_t H = job->heads, Hkv = job->kv_heads, D = job->head_dim;
+    size_t Tl = mine->local, n = blk->local;
+    *p = (attn_attention_problem){
+        .batch = job->batch, .q_heads = H, .kv_heads = Hkv, .q_len = la, .kv_len = lc,
+        .head_dim = D, .v_head_dim = D,
+        .q_strides = {H * Tl * D, D, Tl * D},
+        .k_strides = {Hkv * n * D, D, n * D},
+        .v_strides = {Hkv * n * D, D, n * D},
+        .out_strides = {H * Tl * D, D, Tl * D},
+        .scale = job->scale, .causal = job->causal,
+        .diagonal = ATTN_DIAGONAL_OFFSET,
+        .q_offset = (int64_t)mine->start[a] - (int64_t)blk->start[c]};
+    return true;
+}
+
+/* Workspace bytes for every pair of every step (the largest), after the
+ * runner's checks of each: ATTN_OK or the failure. */
+static attn_status pairs_workspace(attn_mpi_group *g, const char *who, const attn_mpi_job *job,
+                                   bool backward, size_t *bytes) {
+    chunks mine = chunks_of(g, job->tokens, g->rank);
+    *bytes = 0;
+    for (size_t t = 0; t < (size_t)g->size; t++) {
+        chunks blk = chunks_of(g, job->tokens, owner_at(g, g->rank, t));
+        for (size_t a = 0; a < mine.n; a++)
+            for (size_t c = 0; c < blk.n; c++) {
+                attn_attention_problem p;
+                if (!pair_problem(job, &mine, a, &blk, c, &p)) continue;
+                p.lse = backward ? (float *)job->lse : NULL;
+                p.backward_from_lse = backward;
+                attn_status st = attn_attention_check(g->ctx, who, &p);
+                if (st != ATTN_OK) return st;
+                size_t n = backward ? attn_attention_backward_bytes(g->ctx, &p)
+                                    : attn_attention_forward_bytes(g->ctx, &p, false, false);
+                if (n > *bytes) *bytes = n;
+            }
+    }
+    return ATTN_OK;
+}
+
+/* Rows of a pair's (out, lse) merged into the running ones by the
+ * log-sum-exp rule, in a numerically stable form:
+ *   lse = max + log1p(exp(min - max))
+ *   out = out - sigmoid(lse_blk - lse_acc) (out - out_blk)
+ * A block row that saw no key (lse -inf) changes nothing; the first one a
+ * row sees is copied. acc (B, H, T_local, D) at chunk offset `at`, blk
+ * (B, H, T_local, D) likewise, lse (B, H, T_local) both. */
+static void merge_rows(const attn_mpi_job *job, size_t Tl, size_t at, size_t len, float *acc_o,
+                       float *acc_l, const float *blk_o, const float *blk_l) {
+    size_t D = job->head_dim;
+    for (size_t bh = 0; bh < job->batch * job->heads; bh++)
+        for (size_t i = at; i < at + len; i++) {
+            size_t row = bh * Tl + i;
+            float lb = blk_l[row], la = acc_l[row];
+            float *o = acc_o + row * D;
+            const float *ob = blk_o + row * D;
+            if (lb == -INFINITY) continue;
+            if (la == -INFINITY) {
+                memcpy(o, ob, D * sizeof *o);
+                acc_l[row] = lb;
+                continue;
+            }
+            double hi = la > lb ? la : lb, lo = la > lb ? lb : la;
+            float w = (float)(1.0 / (1.0 + exp((double)la - (double)lb))); /* sigmoid(lb - la) */
+            for (size_t d = 0; d < D; d++) o[d] -= w * (o[d] - ob[d]);
+            acc_l[row] = (float)(hi + log1p(exp(lo - hi)));
+        }
+}
+
+/* Lets MPI move the messages of the step while the kernels run between
+ * pairs (a test completes nothing it should not). */
+static void progress(MPI_Request *reqs, int n) {
+    int done;
+    MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE);
+}
+
+static double now(void) { return MPI_Wtime(); }
+
+/* ---- forward ---------------------------------------------------------------- */
+
+attn_status attn_mpi_ring_forward(attn_mpi_group *g, const char *who, const attn_mpi_job *job) {
+    attn_ctx *ctx = g->ctx;
+    size_t P = (size_t)g->size, B = job->batch, H = job->heads, Hkv = job->kv_heads;
+    size_t D = job->head_dim, T = job->tokens;
+    chunks mine = chunks_of(g, T, g->rank);
+    size_t Tl = mine.local, nmax = 0;
+    for (size_t s = 0; s < P; s++) {
+        chunks c = chunks_of(g, T, (int)s);
+        if (c.local > nmax) nmax = c.local;
+    }
+    size_t rows = B * H * Tl, kv_floats = 2 * B * Hkv * nmax * D, ws_bytes = 0;
+    attn_status st = attn_mpi_job_check(g, who, job);
+    if (st == ATTN_OK) st = pairs_workspace(g, who, job, false, &ws_bytes);
+    /* q (B, H, Tl, D) packed; two K/V blocks; the running (out, lse), a
+     * pair's at the same layout, and the pair's lse as the kernel writes it */
+    float *qp = NULL, *kv[2] = {NULL, NULL}, *acc_o = NULL, *acc_l = NULL, *blk_o = NULL,
+          *blk_l = NULL, *pair_l = NULL;
+    void *ws = NULL;
+    MPI_Datatype row = MPI_DATATYPE_NULL;
+    if (st == ATTN_OK) {
+        qp = attn_alloc_floats(rows * D);
+        kv[0] = attn_alloc_floats(kv_floats);
+        kv[1] = attn_alloc_floats(kv_floats);
+        acc_o = attn_alloc_floats(rows * D);
+        blk_o = attn_alloc_floats(rows * D);
+        acc_l = attn_alloc_floats(rows);
+        blk_l = attn_alloc_floats(rows);
+        pair_l = attn_alloc_floats(rows);
+        ws = attn_malloc(ws_bytes);
+        if (!qp || !kv[0] || !kv[1] || !acc_o || !blk_o || !acc_l || !blk_l || !pair_l || !ws ||
+            !attn_mpi_timeline_reserve(g, P))
+            st = attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                           "%s: out of memory for the ring's buffers (%zu floats)", who,
+                           4 * rows * D + 2 * kv_floats);
+    }
+    if (st == ATTN_OK) {
+        int rc = attn_mpi_row_type(D, &row);
+        if (rc != MPI_SUCCESS) st = attn_mpi_error(g, who, "MPI_Type_contiguous", rc);
+    }
+    st = attn_mpi_agree(g, who, st, NULL, NULL, 0);
+    if (st != ATTN_OK) goto done;
+
+    /* from here on nothing fails but MPI */
+    attn_mpi_pack(qp, job->q, job->q_s, B, H, Tl, D);
+    attn_mpi_pack(kv[0], job->k, job->k_s, B, Hkv, Tl, D);
+    attn_mpi_pack(kv[0] + B * Hkv * Tl * D, job->v, job->v_s, B, Hkv, Tl, D);
+    for (size_t i = 0; i < rows; i++) acc_l[i] = -INFINITY;
+    int left = (int)(((size_t)g->rank + P - 1) % P), right = (int)(((size_t)g->rank + 1) % P);
+    MPI_Request req[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL}; /* send, receive */
+    int rc = MPI_SUCCESS;
+    for (size_t t = 0; t < P && rc == MPI_SUCCESS; t++) {
+        attn_mpi_step *step = &g->steps[t];
+        step->begin = now();
+        chunks blk = chunks_of(g, T, owner_at(g, g->rank, t));
+        float *cur = kv[t % 2];
+        if (t + 1 < P) {
+            /* the buffer the next block lands in was last step's send */
+            rc = MPI_Wait(&req[0], MPI_STATUS_IGNORE);
+            chunks next = chunks_of(g, T, owner_at(g, g->rank, t + 1));
+            if (rc == MPI_SUCCESS)
+                rc = MPI_Irecv(kv[(t + 1) % 2], (int)(2 * B * Hkv * next.local), row, left,
+                               TAG_KV, g->comm, &req[1]);
+            if (rc == MPI_SUCCESS)
+                rc = MPI_Isend(cur, (int)(2 * B * Hkv * blk.local), row, right, TAG_KV, g->comm,
+                               &req[0]);
+            if (rc != MPI_SUCCESS) break;
+        }
+        step->posted = now();
+        for (size_t a = 0; a < mine.n; a++)
+            for (size_t c = 0; c < blk.n; c++) {
+                attn_attention_problem p;
+                if (!pair_problem(job, &mine, a, &blk, c, &p)) continue;
+                size_t at = mine.at[a];
+                p.q = qp + at * D;
+                p.k = cur + blk.at[c] * D;
+                p.v = cur + B * Hkv * blk.local * D + blk.at[c] * D;
+                p.out = blk_o + at * D;
+                p.lse = pair_l; /* (B, H, la) */
+                /* cannot fail: checked and its workspace in hand */
+                attn_attention_forward(ctx, who, &p, NULL, NULL, NULL, NULL, ws);
+                size_t la = mine.len[a];
+                for (size_t bh = 0; bh < B * H; bh++)
+                    memcpy(blk_l + bh * Tl + at, pair_l + bh * la, la * sizeof *blk_l);
+                merge_rows(job, Tl, at, la, acc_o, acc_l, blk_o, blk_l);
+                if (t + 1 < P) progress(req, 2);
+            }
+        step->computed = now();
+        if (t + 1 < P) rc = MPI_Wait(&req[1], MPI_STATUS_IGNORE);
+        step->arrived = now();
+        g->n_steps = t + 1;
+    }
+    if (rc == MPI_SUCCESS) rc = MPI_Waitall(2, req, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) {
+        st = attn_mpi_error(g, who, "the K/V ring", rc);
+        goto done;
+    }
+    attn_mpi_unpack(job->out, job->out_s, acc_o, B, H, Tl, D);
+    if (job->lse) memcpy(job->lse, acc_l, rows * sizeof *acc_l);
+done:
+    if (row != MPI_DATATYPE_NULL) MPI_Type_free(&row);
+    attn_free(qp);
+    attn_free(kv[0]);
+    attn_free(kv[1]);
+    attn_free(acc_o);
+    attn_free(acc_l);
+    attn_free(blk_o);
+    attn_free(blk_l);
+    attn_free(pair_l);
+    attn_free(ws);
+    return st;
+}
+
+/* ---- backward ---------------------------------------------------------------- */
+
+/*
+ * Whether the backend takes a block row that sees a single key of the
+ * block for a row whose softmax is that key alone (dS = 0: exact for a
+ * whole row, not for one block of a longer row, which backward_from_lse
+ * describes): a 1 x 1 problem whose lse is not its score tells. Where it
+ * does, fix_one_key adds the missing dS terms. *known false: the probe
+ * could not run (out of memory).
+ */
+static bool one_key_shortcut(attn_ctx *ctx, const char *who, bool *known) {
+    float q = 1.0f, k = 1.0f, v = 1.0f, out = 0.5f, lse = 2.0f, dout = 1.0f;
+    float dq = 0.0f, dk = 0.0f, dv = 0.0f;
+    attn_attention_problem p = {.batch = 1, .q_heads = 1, .kv_heads = 1, .q_len = 1, .kv_len = 1,
+                                .head_dim = 1, .v_head_dim = 1, .q = &q, .k = &k, .v = &v,
+                                .out = &out, .lse = &lse, .q_strides = {1, 1, 1},
+                                .k_strides = {1, 1, 1}, .v_strides = {1, 1, 1},
+                                .out_strides = {1, 1, 1}, .scale = 1.0f,
+                                .backward_from_lse = true};
+    attn_attention_grads gr = {.dout = &dout, .dq = &dq, .dk = &dk, .dv = &dv};
+    *known = attn_attention_backward(ctx, who, &p, NULL, &gr, NULL) == ATTN_OK;
+    /* P = e^-1, dS = P (dO.v - dO.out) = e^-1 / 2: dq = dS k, not 0 */
+    return *known && dq == 0.0f;
+}
+
+/* Adds to a pair's dq and dk the dS terms of the rows that see one key of
+ * the block but more of the whole row (see one_key_shortcut). */
+static void fix_one_key(const attn_mpi_job *job, const attn_attention_problem *p,
+                        const attn_attention_grads *gr, size_t row_keys_from) {
+    size_t D = job->head_dim, G = job->heads / job->kv_heads;
+    for (size_t i = 0; i < p->q_len; i++) {
+        /* keys of the block row i sees: [0, n) (causal from the block's start) */
+        int64_t n = (int64_t)p->kv_len;
+        if (p->causal) {
+            int64_t last = (int64_t)i + p->q_offset; /* its last visible key */
+            n = last + 1 < n ? last + 1 : n;
+        }
+        /* the whole row sees more than one key: the chunk is not its start */
+        size_t whole = p->causal ? (size_t)((int64_t)i + p->q_offset) + row_keys_from + 1
+                                 : job->tokens;
+        if (n != 1 || whole <= 1) continue;
+        for (size_t b = 0; b < p->batch; b++)
+            for (size_t h = 0; h < p->q_heads; h++) {
+                size_t kvh = h / G;
+                const float *q = p->q + attn_view_offset(p->q_strides, b, 0, h, i);
+                const float *o = p->out + attn_view_offset(p->out_strides, b, 0, h, i);
+                const float *dO = gr->dout + attn_view_offset(p->out_strides, b, 0, h, i);
+                const float *k = p->k + attn_view_offset(p->k_strides, b, 0, kvh, 0);
+                const float *v = p->v + attn_view_offset(p->v_strides, b, 0, kvh, 0);
+                float *dq = gr->dq + attn_view_offset(p->q_strides, b, 0, h, i);
+                float *dk = gr->dk + attn_view_offset(p->k_strides, b, 0, kvh, 0);
+                double s = 0, dp = 0, delta = 0;
+                for (size_t d = 0; d < D; d++) {
+                    s += (double)q[d] * k[d];
+                    dp += (double)dO[d] * v[d];
+                    delta += (double)dO[d] * o[d];
+                }
+                double P = exp(s * p->scale - p->lse[attn_lse_index(p, b, h, i)]);
+                double ds = P * (dp - delta) * p->scale;
+                for (size_t d = 0; d < D; d++) {
+                    dq[d] += (float)(ds * k[d]);
+                    dk[d] += (float)(ds * q[d]);
+                }
+            }
+    }
+}
+
+/* dst (n floats) += src */
+static void add_floats(float *dst, const float *src, size_t n) {
+    for (size_t i = 0; i < n; i++) dst[i] += src[i];
+}
+
+/* dst rows [at, at + len) of a (BH, n, D) buffer += src's */
+static void add_rows(float *dst, const float *src, size_t bh, size_t n, size_t at, size_t len,
+                     size_t D) {
+    for (size_t x = 0; x < bh; x++)
+        add_floats(dst + (x * n + at) * D, src + (x * n + at) * D, len * D);
+}
+
+attn_status attn_mpi_ring_backward(attn_mpi_group *g, const char *who, const attn_mpi_job *job) {
+    attn_ctx *ctx = g->ctx;
+    size_t P = (size_t)g->size, B = job->batch, H = job->heads, Hkv = job->kv_heads;
+    size_t D = job->head_dim, T = job->tokens;
+    chunks mine = chunks_of(g, T, g->rank);
+    size_t Tl = mine.local, nmax = 0;
+    for (size_t s = 0; s < P; s++) {
+        chunks c = chunks_of(g, T, (int)s);
+        if (c.local > nmax) nmax = c.local;
+    }
+    size_t rows = B * H * Tl, kv_floats = 2 * B * Hkv * nmax * D, ws_bytes = 0;
+    attn_status st = attn_mpi_job_check(g, who, job);
+    if (st == ATTN_OK) st = pairs_workspace(g, who, job, true, &ws_bytes);
+    bool known = true, shortcut = false;
+    if (st == ATTN_OK) {
+        shortcut = one_key_shortcut(ctx, who, &known);
+        if (!known) st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", who);
+    }
+    /* q, out, dout, dq (the sum), dq (a pair's): (B, H, Tl, D) packed; lse
+     * per chunk (B, H, len) as the kernel reads it; K/V blocks, dK/dV
+     * accumulators (two of each: one in flight, one in use), a block's
+     * gradient and a pair's */
+    float *qp = NULL, *op = NULL, *dop = NULL, *dq = NULL, *dq_pair = NULL, *lse_c = NULL;
+    float *kv[2] = {NULL, NULL}, *dkv[2] = {NULL, NULL}, *dkv_blk = NULL, *dkv_pair = NULL;
+    void *ws = NULL;
+    MPI_Datatype row = MPI_DATATYPE_NULL;
+    if (st == ATTN_OK) {
+        qp = attn_alloc_floats(rows * D);
+        op = attn_alloc_floats(rows * D);
+        dop = attn_alloc_floats(rows * D);
+        dq = attn_alloc_floats(rows * D);
+        dq_pair = attn_alloc_floats(rows * D);
+        lse_c = attn_alloc_floats(rows);
+        for (int i = 0; i < 2; i++) {
+            kv[i] = attn_alloc_floats(kv_floats);
+            dkv[i] = attn_alloc_floats(kv_floats);
+        }
+        dkv_blk = attn_alloc_floats(kv_floats);
+        dkv_pair = attn_alloc_floats(kv_floats);
+        ws = attn_malloc(ws_bytes);
+        if (!qp || !op || !dop || !dq || !dq_pair || !lse_c || !kv[0] || !kv[1] || !dkv[0] ||
+            !dkv[1] || !dkv_blk || !dkv_pair || !ws || !attn_mpi_timeline_reserve(g, P))
+            st = attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                           "%s: out of memory for the ring's buffers (%zu floats)", who,
+                           5 * rows * D + 6 * kv_floats);
+    }
+    if (st == ATTN_OK) {
+        int rc = attn_mpi_row_type(D, &row);
+        if (rc != MPI_SUCCESS) st = attn_mpi_error(g, who, "MPI_Type_contiguous", rc);
+    }
+    st = attn_mpi_agree(g, who, st, NULL, NULL, 0);
+    if (st != ATTN_OK) goto done;
+
+    attn_mpi_pack(qp, job->q, job->q_s, B, H, Tl, D);
+    attn_mpi_pack(op, job->out, job->out_s, B, H, Tl, D);
+    attn_mpi_pack(dop, job->dout, job->out_s, B, H, Tl, D);
+    attn_mpi_pack(kv[0], job->k, job->k_s, B, Hkv, Tl, D);
+    attn_mpi_pack(kv[0] + B * Hkv * Tl * D, job->v, job->v_s, B, Hkv, Tl, D);
+    for (size_t a = 0; a < mine.n; a++)
+        for (size_t bh = 0; bh < B * H; bh++)
+            memcpy(lse_c + B * H * mine.at[a] + bh * mine.len[a], job->lse + bh * Tl + mine.at[a],
+                   mine.len[a] * sizeof *lse_c);
+    int left = (int)(((size_t)g->rank + P - 1) % P), right = (int)(((size_t)g->rank + 1) % P);
+    /* K/V send, K/V receive, dK/dV receive, and a dK/dV send per buffer
+     * (a buffer's send is two steps old when it receives again: no wait) */
+    enum { KV_SEND, KV_RECV, DKV_RECV, DKV_SEND };
+    MPI_Request req[5] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL,
+                          MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int rc = MPI_SUCCESS;
+    for (size_t t = 0; t < P && rc == MPI_SUCCESS; t++) {
+        attn_mpi_step *step = &g->steps[t];
+        step->begin = now();
+        chunks blk = chunks_of(g, T, owner_at(g, g->rank, t));
+        float *cur = kv[t % 2], *acc = dkv[t % 2];
+        size_t blk_floats = 2 * B * Hkv * blk.local * D;
+        if (t + 1 < P) {
+            rc = MPI_Wait(&req[KV_SEND], MPI_STATUS_IGNORE);
+            chunks next = chunks_of(g, T, owner_at(g, g->rank, t + 1));
+            if (rc == MPI_SUCCESS)
+                rc = MPI_Irecv(kv[(t + 1) % 2], (int)(2 * B * Hkv * next.local), row, left,
+                               TAG_KV, g->comm, &req[KV_RECV]);
+            if (rc == MPI_SUCCESS)
+                rc = MPI_Isend(cur, (int)(2 * B * Hkv * blk.local), row, right, TAG_KV, g->comm,
+                               &req[KV_SEND]);
+        }
+        if (t > 0 && rc == MPI_SUCCESS) {
+            /* this block's accumulator, from the left rank's last step */
+            rc = MPI_Wait(&req[DKV_SEND + t % 2], MPI_STATUS_IGNORE);
+            if (rc == MPI_SUCCESS)
+                rc = MPI_Irecv(acc, (int)(2 * B * Hkv * blk.local), row, left, TAG_DKV, g->comm,
+                               &req[DKV_RECV]);
+        }
+        if (rc != MPI_SUCCESS) break;
+        step->posted = now();
+        /* the block's gradient: straight into the accumulator at step 0 */
+        float *sum = t == 0 ? acc : dkv_blk;
+        memset(sum, 0, blk_floats * sizeof *sum);
+        for (size_t a = 0; a < mine.n; a++)
+            for (size_t c = 0; c < blk.n; c++) {
+                attn_attention_problem p;
+                if (!pair_problem(job, &mine, a, &blk, c, &p)) continue;
+                size_t at = mine.at[a], kat = blk.at[c], vat = B * Hkv * blk.local * D;
+                p.q = qp + at * D;
+                p.k = cur + kat * D;
+                p.v = cur + vat + kat * D;
+                p.out = op + at * D;
+                p.lse = lse_c + B * H * at;
+                p.backward_from_lse = true;
+                attn_attention_grads gr = {.dout = dop + at * D, .dq = dq_pair + at * D,
+                                           .dk = dkv_pair + kat * D,
+                                           .dv = dkv_pair + vat + kat * D};
+                attn_attention_backward(ctx, who, &p, NULL, &gr, ws); /* cannot fail */
+                if (shortcut) fix_one_key(job, &p, &gr, blk.start[c]);
+                add_rows(dq, dq_pair, B * H, Tl, at, mine.len[a], D);
+                add_rows(sum, dkv_pair, B * Hkv, blk.local, kat, blk.len[c], D);
+                add_rows(sum + vat, dkv_pair + vat, B * Hkv, blk.local, kat, blk.len[c], D);
+                progress(req, 5);
+            }
+        step->computed = now();
+        if (t > 0) {
+            rc = MPI_Wait(&req[DKV_RECV], MPI_STATUS_IGNORE);
+            if (rc == MPI_SUCCESS) add_floats(acc, dkv_blk, blk_floats);
+        }
+        /* on to the next rank: the last step's goes to the block's owner */
+        if (rc == MPI_SUCCESS)
+            rc = MPI_Isend(acc, (int)(2 * B * Hkv * blk.local), row, right, TAG_DKV, g->comm,
+                           &req[DKV_SEND + t % 2]);
+        if (rc == MPI_SUCCESS && t + 1 < P) rc = MPI_Wait(&req[KV_RECV], MPI_STATUS_IGNORE);
+        step->arrived = now();
+        g->n_steps = t + 1;
+    }
+    /* my own block's accumulator, from the left rank's last step (one rank:
+     * the one it just sent itself), into the buffer not in flight */
+    float *own = dkv[P % 2];
+    if (rc == MPI_SUCCESS) rc = MPI_Wait(&req[DKV_SEND + P % 2], MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Irecv(own, (int)(2 * B * Hkv * Tl), row, left, TAG_DKV, g->comm,
+                       &req[DKV_RECV]);
+    if (rc == MPI_SUCCESS) rc = MPI_Waitall(5, req, MPI_STATUSES_IGNORE);
+    if (rc != MPI_SUCCESS) {
+        st = attn_mpi_error(g, who, "the ring", rc);
+        goto done;
+    }
+    attn_mpi_unpack(job->dq, job->q_s, dq, B, H, Tl, D);
+    attn_mpi_unpack(job->dk, job->k_s, own, B, Hkv, Tl, D);
+    attn_mpi_unpack(job->dv, job->v_s, own + B * Hkv * Tl * D, B, Hkv, Tl, D);
+done:
+    if (row != MPI_DATATYPE_NULL) MPI_Type_free(&row);
+    attn_free(qp);
+    attn_free(op);
+    attn_free(dop);
+    attn_free(dq);
+    attn_free(dq_pair);
+    attn_free(lse_c);
+    for (int i = 0; i < 2; i++) {
+        attn_free(kv[i]);
+        attn_free(dkv[i]);
+    }
+    attn_free(dkv_blk);
+    attn_free(dkv_pair);
+    attn_free(ws);
+    return st;
+}

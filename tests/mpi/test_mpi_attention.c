@@ -1,0 +1,372 @@
+/*
+ * test_mpi_attention.c — context parallelism against the single-process
+ * run, under mpirun -np P (every rank computes the whole problem alone as
+ * the oracle, then its chunk across ranks):
+ *   sdpa    attn_mpi_sdpa_forward/backward in ring, zigzag and Ulysses mode:
+ *           causal and not, T not divisible by 2P (and T < 2P: empty
+ *           chunks), GQA and MQA: out and lse within relative L2 1e-6 of
+ *           attn_sdpa_forward's, dq, dk, dv within 1e-5 of its backward's.
+ *   modules MultiHeadAttention and GPT-2 (attn_mpi_module_forward/backward):
+ *           y, dx and every parameter's gradient.
+ *   failure a rank with a bad value: every rank fails with its message,
+ *           none hangs; the outputs are untouched.
+ * usage: test_mpi_attention [sdpa|modules|failure]... (default: all)
+ */
+#include "attn.h"
+#include "attn_mpi.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int rank, nranks, failures;
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float *random_floats(size_t n, uint64_t seed) {
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    if (!x) {
+        fprintf(stderr, "rank %d: out of memory\n", rank);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((double)(splitmix(&seed) >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    return x;
+}
+
+static float *zeros(size_t n) {
+    float *x = calloc(n ? n : 1, sizeof *x);
+    if (!x) MPI_Abort(MPI_COMM_WORLD, 2);
+    return x;
+}
+
+/* Relative L2 over every rank's part: sum (got - want)^2 / sum want^2. */
+static double rel_l2(const float *got, const float *want, size_t n) {
+    double s[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) {
+        double d = (double)got[i] - want[i];
+        if (isinf(want[i]) && got[i] == want[i]) continue; /* lse of a row with no key */
+        s[0] += d * d;
+        s[1] += (double)want[i] * want[i];
+    }
+    MPI_Allreduce(MPI_IN_PLACE, s, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    if (s[0] != s[0]) return INFINITY;
+    return s[1] > 0 ? sqrt(s[0] / s[1]) : sqrt(s[0]);
+}
+
+static void expect(bool ok, const char *what, double value, double bound) {
+    if (!ok) failures++;
+    if (rank == 0)
+        printf("  %-44s %.3g %s %.0e%s\n", what, value, ok ? "<=" : ">", bound,
+               ok ? "" : "   FAILED");
+}
+
+/* Rows [t0, t0 + n) of each (b, h) of a (B, H, T, W) tensor, appended to
+ * dst (B, H, local, W) at local offset at. */
+static void take_rows(float *dst, const float *src, size_t BH, size_t T, size_t local,
+                      size_t t0, size_t n, size_t at, size_t W) {
+    for (size_t x = 0; x < BH; x++)
+        memcpy(dst + (x * local + at) * W, src + (x * T + t0) * W, n * W * sizeof *dst);
+}
+
+/* This rank's chunk of a (B, H, T, W) tensor, by the mode's layout. */
+static float *local_of(attn_mpi_mode mode, const float *full, size_t BH, size_t T, size_t W) {
+    size_t b[2], e[2], local;
+    size_t n = attn_mpi_local_ranges(mode, T, (size_t)nranks, (size_t)rank, b, e, &local);
+    float *dst = zeros(BH * local * W);
+    for (size_t i = 0, at = 0; i < n; i++) {
+        take_rows(dst, full, BH, T, local, b[i], e[i] - b[i], at, W);
+        at += e[i] - b[i];
+    }
+    return dst;
+}
+
+static void sdpa_case(attn_ctx *ctx, attn_mpi_mode mode, size_t B, size_t H, size_t Hkv,
+                      size_t T, size_t D, bool causal) {
+    uint64_t seed = 1000 * T + 10 * H + Hkv + (causal ? 7 : 0);
+    size_t nq = B * H * T * D, nk = B * Hkv * T * D;
+    float *q = random_floats(nq, seed), *k = random_floats(nk, seed + 1);
+    float *v = random_floats(nk, seed + 2), *dout = random_floats(nq, seed + 3);
+    float *out = zeros(nq), *lse = zeros(B * H * T), *dq = zeros(nq), *dk = zeros(nk),
+          *dv = zeros(nk);
+    /* the single-process run, (B, H, T, D) contiguous: (b, t, h) strides */
+    attn_sdpa_config cfg = {.batch = B, .heads = H, .kv_heads = Hkv, .q_tokens = T,
+                            .kv_tokens = T, .head_dim = D, .causal = causal,
+                            .q_strides = {H * T * D, D, T * D},
+                            .kv_strides = {Hkv * T * D, D, T * D},
+                            .out_strides = {H * T * D, D, T * D}};
+    if (attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL) != ATTN_OK ||
+        attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, dout, dq, dk, dv, NULL) != ATTN_OK) {
+        fprintf(stderr, "rank %d: single-process run: %s\n", rank, attn_ctx_last_error(ctx));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    float *lq = local_of(mode, q, B * H, T, D), *lk = local_of(mode, k, B * Hkv, T, D);
+    float *lv = local_of(mode, v, B * Hkv, T, D), *ldo = local_of(mode, dout, B * H, T, D);
+    float *want_o = local_of(mode, out, B * H, T, D), *want_l = local_of(mode, lse, B * H, T, 1);
+    float *want_dq = local_of(mode, dq, B * H, T, D), *want_dk = local_of(mode, dk, B * Hkv, T, D);
+    float *want_dv = local_of(mode, dv, B * Hkv, T, D);
+    size_t Tl;
+    size_t bb[2], ee[2];
+    attn_mpi_local_ranges(mode, T, (size_t)nranks, (size_t)rank, bb, ee, &Tl);
+    float *o = zeros(B * H * Tl * D), *l = zeros(B * H * Tl), *gq = zeros(B * H * Tl * D);
+    float *gk = zeros(B * Hkv * Tl * D), *gv = zeros(B * Hkv * Tl * D);
+    attn_mpi_group *g = NULL;
+    attn_mpi_sdpa_config mc = {.batch = B, .heads = H, .kv_heads = Hkv, .tokens = T,
+                               .head_dim = D, .causal = causal};
+    if (attn_mpi_group_new(ctx, MPI_COMM_WORLD, mode, &g) != ATTN_OK ||
+        attn_mpi_sdpa_forward(g, &mc, lq, lk, lv, o, l) != ATTN_OK ||
+        attn_mpi_sdpa_backward(g, &mc, lq, lk, lv, o, l, ldo, gq, gk, gv) != ATTN_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, attn_ctx_last_error(ctx));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (rank == 0)
+        printf("%s P=%d B=%zu H=%zu Hkv=%zu T=%zu D=%zu %s\n", attn_mpi_mode_name(mode), nranks,
+               B, H, Hkv, T, D, causal ? "causal" : "full");
+    double e;
+    e = rel_l2(o, want_o, B * H * Tl * D);
+    expect(e <= 1e-6, "out  (relative L2)", e, 1e-6);
+    e = rel_l2(l, want_l, B * H * Tl);
+    expect(e <= 1e-6, "lse", e, 1e-6);
+    e = rel_l2(gq, want_dq, B * H * Tl * D);
+    expect(e <= 1e-5, "dq", e, 1e-5);
+    e = rel_l2(gk, want_dk, B * Hkv * Tl * D);
+    expect(e <= 1e-5, "dk", e, 1e-5);
+    e = rel_l2(gv, want_dv, B * Hkv * Tl * D);
+    expect(e <= 1e-5, "dv", e, 1e-5);
+    attn_mpi_group_free(g);
+    float *all[] = {q, k, v, dout, out, lse, dq, dk, dv, lq, lk, lv, ldo, want_o, want_l,
+                    want_dq, want_dk, want_dv, o, l, gq, gk, gv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+
+static void test_sdpa(attn_ctx *ctx) {
+    size_t P = (size_t)nranks, H = 2 * P;
+    const attn_mpi_mode modes[3] = {ATTN_MPI_RING, ATTN_MPI_ZIGZAG, ATTN_MPI_ULYSSES};
+    for (int m = 0; m < 3; m++) {
+        attn_mpi_mode mode = modes[m];
+        /* T = 2P * 24 + 3: not divisible by P or 2P */
+        size_t T = 2 * P * 24 + 3;
+        sdpa_case(ctx, mode, 2, H, H, T, 32, true);
+        sdpa_case(ctx, mode, 2, H, H, T, 32, false);
+        sdpa_case(ctx, mode, 1, H, P, T + 64, 64, true); /* GQA, groups of 2 */
+        if (mode != ATTN_MPI_ULYSSES) sdpa_case(ctx, mode, 1, H, 1, T, 16, true); /* MQA */
+        sdpa_case(ctx, mode, 1, H, H, P + 1, 16, true); /* tokens < 2P: empty chunks */
+        sdpa_case(ctx, mode, 1, H, H, 1, 8, false);     /* one token */
+    }
+}
+
+/* ---- modules ------------------------------------------------------------------ */
+
+static void module_case(attn_ctx *ctx, attn_mpi_mode mode, attn_module_kind kind, size_t B,
+                        size_t T) {
+    size_t P = (size_t)nranks, heads = 2 * P, C = heads * 8;
+    attn_module *m[2] = {NULL, NULL}; /* the single process's, the ranks' */
+    for (int i = 0; i < 2; i++) {
+        attn_rng *rng = NULL;
+        attn_status st = attn_rng_new(ctx, 123, &rng);
+        if (st == ATTN_OK && kind == ATTN_MODULE_MHA) {
+            attn_mha *mha;
+            attn_mha_config cfg = {.d_in = C + 3, .d_out = C, .context_length = T,
+                                   .num_heads = heads, .qkv_bias = true};
+            st = attn_mha_new(ctx, &cfg, rng, &mha);
+            m[i] = attn_mha_module(mha);
+        } else if (st == ATTN_OK) {
+            attn_gpt2 *g2;
+            attn_gpt2_config cfg = {.n_embd = C, .n_head = heads, .block_size = T};
+            st = attn_gpt2_new(ctx, &cfg, rng, &g2);
+            m[i] = attn_gpt2_module(g2);
+        }
+        attn_rng_free(rng);
+        if (st != ATTN_OK) {
+            fprintf(stderr, "rank %d: %s\n", rank, attn_ctx_last_error(ctx));
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+        attn_module_set_training(m[i], false);
+    }
+    size_t d_in = attn_module_d_in(m[0]), d_out = attn_module_d_out(m[0]);
+    float *x = random_floats(B * T * d_in, 77 + T), *dy = random_floats(B * T * d_out, 78 + T);
+    float *y = zeros(B * T * d_out), *dx = zeros(B * T * d_in);
+    if (attn_module_forward(m[0], x, B, T, y, NULL) != ATTN_OK ||
+        attn_module_backward(m[0], dy, B, T, dx) != ATTN_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, attn_ctx_last_error(ctx));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    size_t Tl = 0, bb[2], ee[2];
+    attn_mpi_local_ranges(mode, T, P, (size_t)rank, bb, ee, &Tl);
+    /* (B, T, W) is (B, 1, T, W) for local_of */
+    float *lx = local_of(mode, x, B, T, d_in), *ldy = local_of(mode, dy, B, T, d_out);
+    float *want_y = local_of(mode, y, B, T, d_out), *want_dx = local_of(mode, dx, B, T, d_in);
+    float *ly = zeros(B * Tl * d_out), *ldx = zeros(B * Tl * d_in);
+    attn_mpi_group *g = NULL;
+    if (attn_mpi_group_new(ctx, MPI_COMM_WORLD, mode, &g) != ATTN_OK ||
+        attn_mpi_module_forward(g, m[1], lx, B, T, ly) != ATTN_OK ||
+        attn_mpi_module_backward(g, m[1], ldy, ldx) != ATTN_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, attn_ctx_last_error(ctx));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    if (rank == 0)
+        printf("%s %s P=%d B=%zu T=%zu C=%zu heads=%zu\n", attn_module_class_name(m[0]),
+               attn_mpi_mode_name(mode), nranks, B, T, C, heads);
+    double e = rel_l2(ly, want_y, B * Tl * d_out);
+    expect(e <= 1e-6, "y", e, 1e-6);
+    e = rel_l2(ldx, want_dx, B * Tl * d_in);
+    expect(e <= 1e-5, "dx", e, 1e-5);
+    /* every rank holds the whole gradient: a rank-local comparison, then
+     * the worst over the ranks. A gradient that is zero in exact arithmetic
+     * (the key bias: softmax ignores a shift of a row's scores) is rounding
+     * residue on both sides, so its error is measured against the norm of
+     * all the gradients together */
+    double whole = 0.0;
+    for (size_t i = 0; i < attn_module_param_count(m[0]); i++) {
+        attn_param want;
+        attn_module_param_at(m[0], i, &want);
+        for (size_t j = 0; j < want.numel; j++) whole += (double)want.grad[j] * want.grad[j];
+    }
+    whole = sqrt(whole);
+    for (size_t i = 0; i < attn_module_param_count(m[0]); i++) {
+        attn_param want, got;
+        attn_module_param_at(m[0], i, &want);
+        attn_module_param_at(m[1], i, &got);
+        double s[2] = {0, 0};
+        for (size_t j = 0; j < want.numel; j++) {
+            double d = (double)got.grad[j] - want.grad[j];
+            s[0] += d * d;
+            s[1] += (double)want.grad[j] * want.grad[j];
+        }
+        bool zero = sqrt(s[1]) < 1e-4 * whole;
+        double r = sqrt(s[0]) / (zero ? whole : sqrt(s[1]));
+        MPI_Allreduce(MPI_IN_PLACE, &r, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        char what[96];
+        snprintf(what, sizeof what, "%s.grad%s", want.name, zero ? " (0: vs all grads)" : "");
+        expect(r <= 1e-5, what, r, 1e-5);
+    }
+    attn_mpi_group_free(g);
+    attn_module_free(m[0]);
+    attn_module_free(m[1]);
+    float *all[] = {x, dy, y, dx, lx, ldy, want_y, want_dx, ly, ldx};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+
+static void test_modules(attn_ctx *ctx) {
+    size_t P = (size_t)nranks;
+    const attn_mpi_mode modes[3] = {ATTN_MPI_RING, ATTN_MPI_ZIGZAG, ATTN_MPI_ULYSSES};
+    for (int i = 0; i < 3; i++) {
+        module_case(ctx, modes[i], ATTN_MODULE_MHA, 2, 2 * P * 10 + 1);
+        module_case(ctx, modes[i], ATTN_MODULE_GPT2, 1, 2 * P * 12 + 5);
+    }
+}
+
+/* ---- failures -------------------------------------------------------------------- */
+
+/* Every rank fails with st and a message naming the failing rank's fault;
+ * out untouched. */
+static void expect_failure(attn_ctx *ctx, const char *what, attn_status st, const char *needle,
+                           const float *out, size_t n) {
+    bool ok = st != ATTN_OK && strstr(attn_ctx_last_error(ctx), needle) != NULL;
+    for (size_t i = 0; i < n && ok; i++) ok = out[i] == 12345.0f;
+    int all = ok;
+    MPI_Allreduce(MPI_IN_PLACE, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (!ok)
+        fprintf(stderr, "rank %d: %s: status %s, message '%s'\n", rank, what,
+                attn_status_name(st), attn_ctx_last_error(ctx));
+    if (rank == 0) printf("  %-44s %s\n", what, all ? "every rank failed cleanly" : "FAILED");
+    if (!all) failures++;
+}
+
+static void test_failure(attn_ctx *ctx) {
+    if (rank == 0) printf("failure P=%d\n", nranks);
+    const attn_mpi_mode modes[3] = {ATTN_MPI_RING, ATTN_MPI_ZIGZAG, ATTN_MPI_ULYSSES};
+    size_t H = 2 * (size_t)nranks, T = 50, D = 8;
+    for (int m = 0; m < 3; m++) {
+        attn_mpi_group *g = NULL;
+        if (attn_mpi_group_new(ctx, MPI_COMM_WORLD, modes[m], &g) != ATTN_OK)
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        size_t Tl, bb[2], ee[2];
+        attn_mpi_local_ranges(modes[m], T, (size_t)nranks, (size_t)rank, bb, ee, &Tl);
+        size_t n = H * Tl * D;
+        float *q = random_floats(n, 1), *o = zeros(n), *l = zeros(H * Tl);
+        for (size_t i = 0; i < n; i++) o[i] = 12345.0f;
+        attn_mpi_sdpa_config mc = {.batch = 1, .heads = H, .tokens = T, .head_dim = D,
+                                   .causal = true};
+        int last = nranks - 1;
+        char what[96], needle[64];
+        /* the last rank passes NULL k */
+        attn_status st = attn_mpi_sdpa_forward(g, &mc, q, rank == last ? NULL : q, q, o, l);
+        snprintf(what, sizeof what, "%s: rank %d's k is NULL", attn_mpi_mode_name(modes[m]), last);
+        snprintf(needle, sizeof needle, "k is NULL");
+        expect_failure(ctx, what, st, needle, o, n);
+        /* the last rank disagrees on the sequence length */
+        attn_mpi_sdpa_config bad = mc;
+        if (rank == last) bad.tokens = T + 1;
+        st = attn_mpi_sdpa_forward(g, &bad, q, q, q, o, l);
+        snprintf(what, sizeof what, "%s: rank %d's tokens differ", attn_mpi_mode_name(modes[m]),
+                 last);
+        expect_failure(ctx, what, st, "disagree on tokens", o, n);
+        /* a size no rank can allocate, on the last rank only: out of memory
+         * (or overflow) there, a clean failure everywhere */
+        attn_mpi_sdpa_config huge = mc;
+        huge.batch = rank == last ? ((size_t)1 << 40) : 1;
+        st = attn_mpi_sdpa_forward(g, &huge, q, q, q, o, l);
+        snprintf(what, sizeof what, "%s: rank %d cannot hold its batch", attn_mpi_mode_name(modes[m]),
+                 last);
+        snprintf(needle, sizeof needle, "rank %d", last);
+        expect_failure(ctx, what, st, rank == last ? "" : needle, o, n);
+        /* a backward before any module forward */
+        attn_mha *mha = NULL;
+        attn_rng *rng = NULL;
+        attn_mha_config cfg = {.d_in = 8, .d_out = 8, .context_length = 64, .num_heads = 2};
+        if (attn_rng_new(ctx, 1, &rng) != ATTN_OK || attn_mha_new(ctx, &cfg, rng, &mha) != ATTN_OK)
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        st = attn_mpi_module_backward(g, attn_mha_module(mha), q, o);
+        expect_failure(ctx, "module backward before any forward", st, "no forward", o, 0);
+        /* dropout in training mode on one rank only */
+        cfg.dropout = rank == last ? 0.5 : 0.0;
+        attn_mha *drop = NULL;
+        if (attn_mha_new(ctx, &cfg, rng, &drop) != ATTN_OK) MPI_Abort(MPI_COMM_WORLD, 2);
+        size_t local;
+        attn_mpi_local_ranges(modes[m], 32, (size_t)nranks, (size_t)rank, bb, ee, &local);
+        float *x = random_floats(local * 8, 5), *y = zeros(local * 8);
+        for (size_t i = 0; i < local * 8; i++) y[i] = 12345.0f;
+        st = attn_mpi_module_forward(g, attn_mha_module(drop), x, 1, 32, y);
+        expect_failure(ctx, "module forward with dropout on one rank", st, "dropout", y,
+                       local * 8);
+        free(x);
+        free(y);
+        attn_mha_free(drop);
+        attn_mha_free(mha);
+        attn_rng_free(rng);
+        free(q);
+        free(o);
+        free(l);
+        attn_mpi_group_free(g);
+    }
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+    attn_ctx *ctx = NULL;
+    if (attn_ctx_new(&(attn_ctx_config){.num_threads = 1}, &ctx) != ATTN_OK)
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    bool all = argc < 2;
+    for (int i = 1; i < argc || all; i++) {
+        const char *what = all ? NULL : argv[i];
+        if (all || strcmp(what, "sdpa") == 0) test_sdpa(ctx);
+        if (all || strcmp(what, "modules") == 0) test_modules(ctx);
+        if (all || strcmp(what, "failure") == 0) test_failure(ctx);
+        if (all) break;
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (rank == 0) printf(failures ? "FAILED: %d checks\n" : "all checks passed\n", failures);
+    attn_ctx_free(ctx);
+    MPI_Finalize();
+    return failures ? 1 : 0;
+}
