@@ -49,7 +49,8 @@ static const char *fused_declines(const attn_ctx *ctx, const attn_attention_prob
 typedef struct magnitude_scan {
     const attn_attention_problem *p;
     const float *dout; /* NULL in the forward */
-    float (*max_abs)(const float *x, size_t n, float top); /* the kernels' own, vectorised */
+    /* the kernels' own, vectorised: max |x| over rows of D floats */
+    float (*max_abs_rows)(const float *x, size_t rows, size_t st, size_t n, float top);
     float part_max[SCAN_PARTS][4]; /* max |x| of q, k, v, dout per part; inf: not finite */
 } magnitude_scan;
 
@@ -63,27 +64,24 @@ static void scan_heads(void *arg, size_t part, size_t begin, size_t end) {
     for (size_t bh = begin; bh < end; bh++) {
         size_t b = bh / p->q_heads, h = bh % p->q_heads;
         attn_attention_seq s = attn_attention_seq_of(p, b);
-        for (size_t i = 0; i < s.q_len; i++) {
-            top[0] = job->max_abs(p->q + attn_view_offset(p->q_strides, b, s.q_start, h, i), D,
-                                  top[0]);
-            if (job->dout)
-                top[3] = job->max_abs(
-                    job->dout + attn_view_offset(p->out_strides, b, s.q_start, h, i), D, top[3]);
+        const float *q = p->q + attn_view_offset(p->q_strides, b, s.q_start, h, 0);
+        top[0] = job->max_abs_rows(q, s.q_len, p->q_strides.t, D, top[0]);
+        if (job->dout) {
+            const float *dout = job->dout + attn_view_offset(p->out_strides, b, s.q_start, h, 0);
+            top[3] = job->max_abs_rows(dout, s.q_len, p->out_strides.t, D, top[3]);
         }
         if (h % G) continue;
-        for (size_t j = 0; j < s.kv_len; j++) {
-            top[1] = job->max_abs(p->k + attn_view_offset(p->k_strides, b, s.kv_start, h / G, j),
-                                  D, top[1]);
-            top[2] = job->max_abs(p->v + attn_view_offset(p->v_strides, b, s.kv_start, h / G, j),
-                                  D, top[2]);
-        }
+        const float *k = p->k + attn_view_offset(p->k_strides, b, s.kv_start, h / G, 0);
+        const float *v = p->v + attn_view_offset(p->v_strides, b, s.kv_start, h / G, 0);
+        top[1] = job->max_abs_rows(k, s.kv_len, p->k_strides.t, D, top[1]);
+        top[2] = job->max_abs_rows(v, s.kv_len, p->v_strides.t, D, top[2]);
     }
 }
 
 static bool fused_takes_values(const attn_ctx *ctx, const attn_attention_problem *p,
                                const float *dout) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
-    magnitude_scan job = {.p = p, .dout = dout, .max_abs = fk->max_abs};
+    magnitude_scan job = {.p = p, .dout = dout, .max_abs_rows = fk->max_abs_rows};
     size_t min_heads = ((size_t)1 << 16) / ((p->q_len + 2 * p->kv_len) * p->head_dim + 1) + 1;
     size_t threads = ctx->num_threads < SCAN_PARTS ? ctx->num_threads : SCAN_PARTS;
     attn_parallel_for_parts(threads, p->batch * p->q_heads, min_heads, scan_heads, &job);

@@ -257,71 +257,6 @@ done:
 
 /* ---- backward ---------------------------------------------------------------- */
 
-/*
- * Whether the backend takes a block row that sees a single key of the
- * block for a row whose softmax is that key alone (dS = 0: exact for a
- * whole row, not for one block of a longer row, which backward_from_lse
- * describes): a 1 x 1 problem whose lse is not its score tells. Where it
- * does, fix_one_key adds the missing dS terms. *known false: the probe
- * could not run (out of memory).
- */
-static bool one_key_shortcut(attn_ctx *ctx, const char *who, bool *known) {
-    float q = 1.0f, k = 1.0f, v = 1.0f, out = 0.5f, lse = 2.0f, dout = 1.0f;
-    float dq = 0.0f, dk = 0.0f, dv = 0.0f;
-    attn_attention_problem p = {.batch = 1, .q_heads = 1, .kv_heads = 1, .q_len = 1, .kv_len = 1,
-                                .head_dim = 1, .v_head_dim = 1, .q = &q, .k = &k, .v = &v,
-                                .out = &out, .lse = &lse, .q_strides = {1, 1, 1},
-                                .k_strides = {1, 1, 1}, .v_strides = {1, 1, 1},
-                                .out_strides = {1, 1, 1}, .scale = 1.0f,
-                                .backward_from_lse = true};
-    attn_attention_grads gr = {.dout = &dout, .dq = &dq, .dk = &dk, .dv = &dv};
-    *known = attn_attention_backward(ctx, who, &p, NULL, &gr, NULL) == ATTN_OK;
-    /* P = e^-1, dS = P (dO.v - dO.out) = e^-1 / 2: dq = dS k, not 0 */
-    return *known && dq == 0.0f;
-}
-
-/* Adds to a pair's dq and dk the dS terms of the rows that see one key of
- * the block but more of the whole row (see one_key_shortcut). */
-static void fix_one_key(const attn_mpi_job *job, const attn_attention_problem *p,
-                        const attn_attention_grads *gr, size_t row_keys_from) {
-    size_t D = job->head_dim, G = job->heads / job->kv_heads;
-    for (size_t i = 0; i < p->q_len; i++) {
-        /* keys of the block row i sees: [0, n) (causal from the block's start) */
-        int64_t n = (int64_t)p->kv_len;
-        if (p->causal) {
-            int64_t last = (int64_t)i + p->q_offset; /* its last visible key */
-            n = last + 1 < n ? last + 1 : n;
-        }
-        /* the whole row sees more than one key: the chunk is not its start */
-        size_t whole = p->causal ? (size_t)((int64_t)i + p->q_offset) + row_keys_from + 1
-                                 : job->tokens;
-        if (n != 1 || whole <= 1) continue;
-        for (size_t b = 0; b < p->batch; b++)
-            for (size_t h = 0; h < p->q_heads; h++) {
-                size_t kvh = h / G;
-                const float *q = p->q + attn_view_offset(p->q_strides, b, 0, h, i);
-                const float *o = p->out + attn_view_offset(p->out_strides, b, 0, h, i);
-                const float *dO = gr->dout + attn_view_offset(p->out_strides, b, 0, h, i);
-                const float *k = p->k + attn_view_offset(p->k_strides, b, 0, kvh, 0);
-                const float *v = p->v + attn_view_offset(p->v_strides, b, 0, kvh, 0);
-                float *dq = gr->dq + attn_view_offset(p->q_strides, b, 0, h, i);
-                float *dk = gr->dk + attn_view_offset(p->k_strides, b, 0, kvh, 0);
-                double s = 0, dp = 0, delta = 0;
-                for (size_t d = 0; d < D; d++) {
-                    s += (double)q[d] * k[d];
-                    dp += (double)dO[d] * v[d];
-                    delta += (double)dO[d] * o[d];
-                }
-                double P = exp(s * p->scale - p->lse[attn_lse_index(p, b, h, i)]);
-                double ds = P * (dp - delta) * p->scale;
-                for (size_t d = 0; d < D; d++) {
-                    dq[d] += (float)(ds * k[d]);
-                    dk[d] += (float)(ds * q[d]);
-                }
-            }
-    }
-}
-
 /* dst (n floats) += src */
 static void add_floats(float *dst, const float *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] += src[i];
@@ -347,11 +282,6 @@ attn_status attn_mpi_ring_backward(attn_mpi_group *g, const char *who, const att
     size_t rows = B * H * Tl, kv_floats = 2 * B * Hkv * nmax * D, ws_bytes = 0;
     attn_status st = attn_mpi_job_check(g, who, job);
     if (st == ATTN_OK) st = pairs_workspace(g, who, job, true, &ws_bytes);
-    bool known = true, shortcut = false;
-    if (st == ATTN_OK) {
-        shortcut = one_key_shortcut(ctx, who, &known);
-        if (!known) st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", who);
-    }
     /* q, out, dout, dq (the sum), dq (a pair's): (B, H, Tl, D) packed; lse
      * per chunk (B, H, len) as the kernel reads it; K/V blocks, dK/dV
      * accumulators (two of each: one in flight, one in use), a block's
@@ -446,7 +376,6 @@ attn_status attn_mpi_ring_backward(attn_mpi_group *g, const char *who, const att
                                            .dk = dkv_pair + kat * D,
                                            .dv = dkv_pair + vat + kat * D};
                 attn_attention_backward(ctx, who, &p, NULL, &gr, ws); /* cannot fail */
-                if (shortcut) fix_one_key(job, &p, &gr, blk.start[c]);
                 add_rows(dq, dq_pair, B * H, Tl, at, mine.len[a], D);
                 add_rows(sum, dkv_pair, B * Hkv, blk.local, kat, blk.len[c], D);
                 add_rows(sum + vat, dkv_pair + vat, B * Hkv, blk.local, kat, blk.len[c], D);

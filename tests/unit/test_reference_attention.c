@@ -371,7 +371,8 @@ typedef struct ref_result {
     float *scores, *weights, *dropped;
 } ref_result;
 
-static attn_ctx *ctxs[4]; /* by thread count 1, 2, 3 */
+static attn_ctx *ctxs[4];      /* the reference kernels, by thread count 1, 2, 3 */
+static attn_ctx *fast_ctxs[4]; /* the ctx's default (fast) kernels, the same */
 
 static float *copy_floats(const float *x, size_t n) {
     float *y = malloc((n ? n : 1) * sizeof *y);
@@ -774,18 +775,23 @@ static void test_brute_backward_by_differences(void) {
 }
 
 /* backward_from_lse: the keys of a problem split in two blocks, each block's
- * backward given the whole rows' lse and out (ring attention, split KV).
+ * backward given the whole rows' lse and out (ring attention, split KV), on
+ * the reference and on the fused backend (a row that sees one key of a
+ * block may see more of the whole row: its dS is not zero).
  * The blocks' dq sum to the whole problem's, their dk and dv rows are the
  * whole's, and each block's dsinks is the whole's. Positions stay the
  * whole problem's through ATTN_DIAGONAL_OFFSET. */
 static void test_backward_from_lse(void) {
-    const attn_attention_backend *ref = &attn_attention_reference;
-    for (int n = 0; n < 40; n++) {
+    for (int n = 0; n < 80; n++) {
+        bool fused = n % 2 == 1;
+        const attn_attention_backend *ref = fused ? &attn_attention_fused
+                                                  : &attn_attention_reference;
         tcase c = random_case(7, 4);
         c.varlen = false, c.renormalize = false, c.drop = ATTN_DROP_NONE, c.drop_p = 0.0;
         c.B = rnd_int(1, 2);
         if (c.S < 2) c.S = 2 + rnd_int(0, 4);
         if (n < 4) c.causal = true, c.alibi = true, c.softcap = 1.3, c.sinks = n % 2 == 0;
+        if (fused) c.Dv = c.D; /* the one shape it declines */
         tcase_build(&c);
         size_t threads = 1 + (size_t)(n % 3);
         ref_result whole = ref_run(&c, threads, false); /* leaves out and lse in c */
@@ -808,8 +814,9 @@ static void test_backward_from_lse(void) {
             attn_attention_grads g = {.dout = c.dout, .dq = c.dq, .dk = c.dk + lo * c.st[K].t,
                                       .dv = c.dv + lo * c.st[V].t,
                                       .dsinks = c.sinks ? dsinks : NULL};
-            void *work = malloc(ref->backward_bytes(ctxs[threads], &p));
-            ref->backward(ctxs[threads], &p, &c.dr, &g, work);
+            attn_ctx *ctx = fused ? fast_ctxs[threads] : ctxs[threads];
+            void *work = calloc(1, ref->backward_bytes(ctx, &p));
+            ref->backward(ctx, &p, &c.dr, &g, work);
             free(work);
             for (size_t b = 0; b < c.B; b++)
                 for (size_t h = 0; h < c.Hq; h++)
@@ -838,9 +845,9 @@ static void test_backward_from_lse(void) {
                         cmp_add(&dv, c.dv[at(&c, V, b, g, j) + d], whole.dv[at(&c, V, b, g, j) + d]);
                 }
         }
-        cmp_check(&dq, "from_lse dq", 1e-5, __LINE__);
-        cmp_check(&dk, "from_lse dk", 1e-5, __LINE__);
-        cmp_check(&dv, "from_lse dv", 1e-5, __LINE__);
+        cmp_check(&dq, fused ? "from_lse fused dq" : "from_lse dq", 1e-5, __LINE__);
+        cmp_check(&dk, fused ? "from_lse fused dk" : "from_lse dk", 1e-5, __LINE__);
+        cmp_check(&dv, fused ? "from_lse fused dv" : "from_lse dv", 1e-5, __LINE__);
         if (!sinks_ok && failures_reported++ < 40)
             fprintf(stderr, "case %d: a block's dsinks differs from the whole's\n", case_id);
         CHECK(sinks_ok);
@@ -854,7 +861,8 @@ static void test_backward_from_lse(void) {
 int main(void) {
     for (size_t n = 1; n <= 3; n++)
         if (attn_ctx_new(&(attn_ctx_config){.num_threads = n, .kernels = ATTN_KERNELS_REFERENCE},
-                         &ctxs[n]) != ATTN_OK)
+                         &ctxs[n]) != ATTN_OK ||
+            attn_ctx_new(&(attn_ctx_config){.num_threads = n}, &fast_ctxs[n]) != ATTN_OK)
             return 1;
     CHECK(strcmp(attn_attention_reference.name, "reference") == 0);
     CHECK(attn_attention_reference.declines(ctxs[1], NULL, true) == NULL);
@@ -867,6 +875,9 @@ int main(void) {
     test_random(40, 5, 3, true);
     test_threads_split();
     test_backward_from_lse();
-    for (size_t n = 1; n <= 3; n++) attn_ctx_free(ctxs[n]);
+    for (size_t n = 1; n <= 3; n++) {
+        attn_ctx_free(ctxs[n]);
+        attn_ctx_free(fast_ctxs[n]);
+    }
     return check_summary();
 }

@@ -47,6 +47,8 @@ typedef struct attn_flash_kernels {
     /* The largest |x[i]| of n floats, or top if larger; inf when some x[i]
      * is inf or NaN (the scan that sends such inputs to the reference) */
     float (*max_abs)(const float *x, size_t n, float top);
+    /* The same over rows rows of n floats, row stride st */
+    float (*max_abs_rows)(const float *x, size_t rows, size_t st, size_t n, float top);
     size_t (*forward_workspace)(const attn_attention_problem *p);
     /* p->out and p->lse (when set) from p's q, k, v; with p->out NULL only
      * p->lse (the statistics a backward needs when its forward kept none) */

@@ -17,6 +17,8 @@ static inline void v_store(float *p, vec v) { _mm256_storeu_ps(p, v); }
 static inline vec v_fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vec v_mul(vec a, vec b) { return _mm256_mul_ps(a, b); }
 static inline vec v_sub(vec a, vec b) { return _mm256_sub_ps(a, b); }
+static inline vec v_add(vec a, vec b) { return _mm256_add_ps(a, b); }
+static inline vec v_abs(vec a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 static inline vec v_max(vec a, vec b) { return _mm256_max_ps(a, b); }
 
 static inline float v_hmax(vec v) {
@@ -60,6 +62,22 @@ static inline vec v_exp2(vec x) {
     p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(1.0f));
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), live);
+}
+
+/* tanh(x) as in flash_avx512.c, with a true division. */
+static inline vec v_tanh(vec x) {
+    vec a = v_abs(x), z = _mm256_mul_ps(a, a);
+    vec p = _mm256_set1_ps(-5.70498872745e-3f);
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954e-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531e-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036e-1f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422e-1f));
+    vec small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), a, a);
+    vec e = v_exp2(_mm256_mul_ps(a, _mm256_set1_ps(-2.8853900817779268f)));
+    vec one = _mm256_set1_ps(1.0f);
+    vec large = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+    vec t = _mm256_blendv_ps(large, small, _mm256_cmp_ps(a, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
+    return _mm256_or_ps(t, _mm256_and_ps(x, _mm256_set1_ps(-0.0f)));
 }
 
 /* Philox4x32-10 on the 16 blocks of group g, 8 lanes at a time, as in

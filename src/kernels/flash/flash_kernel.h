@@ -7,8 +7,9 @@
  *   VW                 floats per vector; NV vectors per register-tile row
  *   vec                the vector type
  *   v_zero() v_set1(x) v_load(p) v_store(p, v) v_fma(a, b, c) = a * b + c
- *   v_mul(a, b) v_sub(a, b) v_max(a, b)
+ *   v_mul(a, b) v_sub(a, b) v_add(a, b) v_max(a, b) v_abs(a)
  *   v_exp2(x)          2^x for x <= 0, exactly 0 for x = -inf
+ *   v_tanh(x)          tanh(x) to a few ulp, +-1 for +-inf
  *   v_hmax(v) v_hsum(v)
  *   v_keep(w, t, k)    per lane: k where the 32-bit word w[lane] < t, else 0
  *   FLASH_KERNELS      the name of the attn_flash_kernels table to define
@@ -37,6 +38,7 @@
 #define BR 64
 #define RG 4
 #define BC (NV * VW)
+_Static_assert(BC <= 64, "modify_tile's lane tables hold 64 keys");
 #define LOG2E 1.4426950408889634
 /* Floats of one work item's per-head query tiles (heads x BR x Dp) at
  * most: a GQA item runs this many of its group's heads against each packed
@@ -102,6 +104,7 @@ typedef struct block_rows {
     int64_t near[BR];
     size_t first, last; /* the union of the rows' keys: [first, last) */
     size_t all_from, all_to; /* keys [all_from, all_to) every row sees (empty: 0, 0) */
+    size_t seen_lo, seen_hi; /* the rows that see some key (consecutive) */
 } block_rows;
 
 static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0, size_t rows,
@@ -124,8 +127,11 @@ static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0
         }
         br->first = br->all_from = 0;
         br->last = br->all_to = s->kv_len;
+        br->seen_lo = 0;
+        br->seen_hi = rows;
         return;
     }
+    br->seen_lo = br->seen_hi = 0;
     for (size_t r = 0; r < BR; r++) {
         size_t lo = 0, hi = 0;
         if (r < rows) attn_visible_keys(f->p, s, i0 + r, &lo, &hi);
@@ -138,6 +144,8 @@ static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0
         if (lo < hi) {
             if (lo < br->first) br->first = lo;
             if (hi > br->last) br->last = hi;
+            if (br->seen_lo == br->seen_hi) br->seen_lo = r;
+            br->seen_hi = r + 1;
         }
     }
     if (br->first >= br->last) br->first = br->last = 0;
@@ -146,6 +154,16 @@ static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0
     br->all_to = br->end[0];
     for (size_t r = 0; r < rows; r++)
         if (br->begin[r] >= br->end[r]) br->all_from = br->all_to = 0;
+}
+
+/* The first key block of br's sweep: its first key rounded down to a
+ * multiple of BC where that visits no more blocks, so that a sliding
+ * window's tiles are whole (a tile of BC - 1 keys packed through the
+ * scalar tail) and its diagonal tile is causal's. */
+static size_t sweep_start(const block_rows *br) {
+    size_t aligned = br->first / BC * BC;
+    size_t blocks = (br->last - br->first + BC - 1) / BC;
+    return (br->last - aligned + BC - 1) / BC == blocks ? aligned : br->first;
 }
 
 /* Bit i of a mask. */
@@ -326,44 +344,66 @@ static void apply_values(float *o, size_t Dp, const float *alpha, const float *p
     for (; c0 < Dp; c0 += VW) apply_values_tail(o, Dp, alpha, p, j0, j1, vp, c0);
 }
 
+/* Lanes for the vector forms of modify_tile, up to BC = 64: key offsets
+ * 0, 1, ... of a tile, and the masks of its leading and trailing keys
+ * (+inf, subtracted from a score, masks it; 0 keeps it). */
+static const float lane_of[64] = {
+    0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21,
+    22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43,
+    44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63};
+#define INF8 INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY
+/* from 64 - a: +inf at the tile's keys [0, a) */
+static const float mask_lead[128] = {INF8, INF8, INF8, INF8, INF8, INF8, INF8, INF8};
+/* from 64 - z: +inf at the tile's keys [z, BC) */
+static const float mask_trail[128] = {[64] = INF8, INF8, INF8, INF8, INF8, INF8, INF8, INF8};
+#undef INF8
+
 /* Rows [r0, r0 + RG) of block br against keys [j0, j0 + BC): softcap,
  * ALiBi (slope2, base 2, relative to each row's nearest key), and -inf
- * outside each row's visible keys (keys past cols are outside them all).
- * th (RG, BC), when not NULL, receives tanh(s / softcap) for the backward. */
-static void modify_tile(const flash_shape *f, const block_rows *br, float slope2, vec s[RG][NV],
-                        size_t r0, size_t j0, float *th) {
-    if (!f->modified) { /* the common tile: every row sees every key */
-        if (j0 >= br->all_from && j0 + BC <= br->all_to) return;
-        bool full = true;
-        for (size_t r = r0; r < r0 + RG && r < br->rows; r++)
-            full = full && br->begin[r] <= j0 && br->end[r] >= j0 + BC;
-        if (full) return;
-    }
-    float row[BC];
-    for (int r = 0; r < RG; r++) {
-        size_t i = r0 + (size_t)r;
-        for (int v = 0; v < NV; v++) v_store(row + v * VW, s[r][v]);
-        if (f->cap2 != 0.0f)
-            for (size_t jj = 0; jj < BC; jj++) {
-                float t = tanhf(row[jj] * f->inv_cap2);
-                row[jj] = f->cap2 * t;
-                if (th) th[r * BC + jj] = t;
+ * outside each row's visible keys (keys past cols are outside them all),
+ * in vectors: a scalar pass over the tile cost softcap 4.5x and ALiBi 1.3x
+ * the plain time, and a sliding window's two edge tiles per block a few
+ * percent. th (RG, BC), when not NULL, receives tanh(s / softcap) for the
+ * backward. */
+static inline void modify_tile(const flash_shape *f, const block_rows *br, float slope2,
+                               vec s[RG][NV], size_t r0, size_t j0, float *th) {
+    bool all_seen = j0 >= br->all_from && j0 + BC <= br->all_to;
+    if (!f->modified && all_seen) return; /* the common tile */
+    if (f->cap2 != 0.0f) {
+        vec inv = v_set1(f->inv_cap2), cap = v_set1(f->cap2);
+        for (int r = 0; r < RG; r++)
+            for (int v = 0; v < NV; v++) {
+                vec t = v_tanh(v_mul(s[r][v], inv));
+                if (th) v_store(th + r * BC + v * VW, t);
+                s[r][v] = v_mul(cap, t);
             }
-        if (slope2 != 0.0f && i < br->rows) {
-            int64_t pos = br->pos0 + (int64_t)i;
-            for (size_t jj = 0; jj < BC; jj++) {
-                int64_t d = pos - (int64_t)(j0 + jj);
-                d = d < 0 ? -d : d;
-                row[jj] -= slope2 * (float)(d - br->near[i]);
+    }
+    if (slope2 != 0.0f) {
+        /* s -= slope2 (|pos - j| - near), the distance exact in float */
+        vec neg_slope = v_set1(-slope2);
+        for (int r = 0; r < RG; r++) {
+            size_t i = r0 + (size_t)r;
+            if (i >= br->rows) continue;
+            vec at = v_set1((float)(br->pos0 + (int64_t)i - (int64_t)j0));
+            vec near = v_set1((float)br->near[i]);
+            for (int v = 0; v < NV; v++) {
+                vec d = v_sub(v_abs(v_sub(at, v_load(lane_of + v * VW))), near);
+                s[r][v] = v_fma(neg_slope, d, s[r][v]);
             }
         }
-        /* masked: [0, a) and [z, BC) of the tile */
+    }
+    if (all_seen) return;
+    /* masked: [0, a) and [z, BC) of the tile */
+    for (int r = 0; r < RG; r++) {
+        size_t i = r0 + (size_t)r;
         size_t lo = i < br->rows ? br->begin[i] : 0, hi = i < br->rows ? br->end[i] : 0;
         size_t a = lo > j0 ? min_size(lo - j0, BC) : 0, z = hi > j0 ? min_size(hi - j0, BC) : 0;
         if (z < a) z = a;
-        for (size_t jj = 0; jj < a; jj++) row[jj] = -INFINITY;
-        for (size_t jj = z; jj < BC; jj++) row[jj] = -INFINITY;
-        for (int v = 0; v < NV; v++) s[r][v] = v_load(row + v * VW);
+        if (a == 0 && z == BC) continue;
+        for (int v = 0; v < NV; v++) {
+            vec cut = v_add(v_load(mask_lead + 64 - a + v * VW), v_load(mask_trail + 64 - z + v * VW));
+            s[r][v] = v_sub(s[r][v], cut);
+        }
     }
 }
 
@@ -387,21 +427,30 @@ static void group_cols(const block_rows *br, size_t r0, size_t j0, size_t cols, 
     if (*c0 >= *c1) *c0 = *c1 = 0;
 }
 
-/* Rows [*lo, *hi) of br that see some key of [k0, k1) (both ends of the
- * rows' keys grow with the row, so they are consecutive). */
+/* Rows [*lo, *hi) of br that see some key of [k0, k1): among the rows that
+ * see keys both ends grow with the row, so two binary searches (a linear
+ * scan per 4 keys cost the backward's edge tiles of a sliding window as
+ * much as their products). */
 static void key_rows(const block_rows *br, size_t k0, size_t k1, size_t *lo, size_t *hi) {
-    size_t a = 0, z = br->rows;
     if (k0 >= br->all_from && k1 <= br->all_to) { /* every row sees them */
-        *lo = a;
-        *hi = z;
+        *lo = 0;
+        *hi = br->rows;
         return;
     }
-    while (a < z && !(br->begin[a] < br->end[a] && br->end[a] > k0 && br->begin[a] < k1)) a++;
-    while (z > a && !(br->begin[z - 1] < br->end[z - 1] && br->end[z - 1] > k0 &&
-                      br->begin[z - 1] < k1))
-        z--;
+    size_t a = br->seen_lo, z = br->seen_hi; /* the first row whose keys end past k0 */
+    while (a < z) {
+        size_t mid = a + (z - a) / 2;
+        if (br->end[mid] > k0) z = mid;
+        else a = mid + 1;
+    }
     *lo = a;
-    *hi = z;
+    z = br->seen_hi; /* then the first whose keys begin at k1 or later */
+    while (a < z) {
+        size_t mid = a + (z - a) / 2;
+        if (br->begin[mid] >= k1) z = mid;
+        else a = mid + 1;
+    }
+    *hi = a;
 }
 
 /* Row i of head h of sequence seq of batch b in a (B, T, H, D) view. */
@@ -485,7 +534,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
     }
     size_t k_at = row_at(p->k_strides, b, &seq, true, it.kvh, 0);
     size_t v_at = row_at(p->v_strides, b, &seq, true, it.kvh, 0);
-    for (size_t j0 = br.first; j0 < br.last; j0 += BC) {
+    for (size_t j0 = sweep_start(&br); j0 < br.last; j0 += BC) {
         size_t cols = min_size(br.last - j0, BC);
         /* k^T (D, BC) and v (BC, Dp) of keys [j0, j0 + cols), zero beyond. v
          * is copied even where its rows could be read in place: reading them
@@ -513,9 +562,12 @@ static void forward_block(void *arg, size_t part, size_t item) {
                 /* online softmax: m_new = max(m, rowmax); the running sums and
                  * outputs rescale by 2^(m - m_new), one vector exp2 for the rows */
                 float m_new[RG], shift[VW > RG ? VW : RG], alpha[VW > RG ? VW : RG];
+                /* the vectors [vb, ve) that hold some visible key: an edge
+                 * tile's others are -inf, and apply_values reads [c0, c1) */
+                int vb = (int)(c0 / VW), ve = (int)((c1 + VW - 1) / VW);
                 for (int r = 0; r < RG; r++) {
-                    vec mx = s[r][0];
-                    for (int v = 1; v < NV; v++) mx = v_max(mx, s[r][v]);
+                    vec mx = s[r][vb];
+                    for (int v = vb + 1; v < ve; v++) mx = v_max(mx, s[r][v]);
                     float top = v_hmax(mx); /* (fmaxf: a libm call at -O3) */
                     m_new[r] = top > m_g[r0 + r] ? top : m_g[r0 + r];
                 }
@@ -530,7 +582,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
                         continue;
                     }
                     vec sum = v_zero(), row_max = v_set1(m_new[r]);
-                    for (int v = 0; v < NV; v++) {
+                    for (int v = vb; v < ve; v++) {
                         vec e = v_exp2(v_sub(s[r][v], row_max));
                         sum = v_fma(e, v_set1(1.0f), sum);
                         v_store(p_r + v * VW, e);
@@ -721,10 +773,10 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
             memset(dS, 0, BC * sizeof *dS);
             continue;
         }
-        vec shift = v_set1(lse2[row]), delta = v_set1(delta_g[row]);
+        vec shift = v_set1(lse2[row]), delta = v_set1(delta_g[row]), P[NV];
         for (int v = 0; v < NV; v++) {
-            vec P = v_exp2(v_sub(s[r][v], shift));
-            v_store(A + v * VW, P);
+            P[v] = v_exp2(v_sub(s[r][v], shift));
+            v_store(A + v * VW, P[v]);
             v_store(dS + v * VW, dp[r][v]);
         }
         if (f->drop->kind != ATTN_DROP_NONE) {
@@ -733,16 +785,15 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
             scale_by(dS, t->factor, cols);
         }
         /* a softmax over one key (and no sink) is constant: its dS is
-         * exactly zero (in float, dP - delta would leave rounding residue) */
-        if (!p->sinks && br->end[row] - br->begin[row] == 1) {
+         * exactly zero (in float, dP - delta would leave rounding residue);
+         * not for one block of a longer row (backward_from_lse) */
+        if (!p->sinks && !p->backward_from_lse && br->end[row] - br->begin[row] == 1) {
             memset(dS, 0, BC * sizeof *dS);
             continue;
         }
-        /* dS = P (dP - delta), with P = A / drop: recompute P from A's tile */
-        for (int v = 0; v < NV; v++) {
-            vec P = v_exp2(v_sub(s[r][v], shift));
-            v_store(dS + v * VW, v_mul(P, v_sub(v_load(dS + v * VW), delta)));
-        }
+        /* dS = P (dP - delta): P as before the dropout (A is P * drop) */
+        for (int v = 0; v < NV; v++)
+            v_store(dS + v * VW, v_mul(P[v], v_sub(v_load(dS + v * VW), delta)));
         /* s = cap tanh(x / cap): ds/dx = 1 - tanh^2 */
         if (f->cap2 != 0.0f)
             for (int v = 0; v < NV; v++) {
@@ -844,7 +895,7 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     }
     const float ones[RG] = {1.0f, 1.0f, 1.0f, 1.0f};
     size_t k_at = row_at(p->k_strides, b, &seq, true, it.kvh, 0);
-    for (size_t j0 = br.first; j0 < br.last; j0 += BC) {
+    for (size_t j0 = sweep_start(&br); j0 < br.last; j0 += BC) {
         size_t cols = min_size(br.last - j0, BC);
         pack_keys_transposed(f, b, &seq, it.kvh, j0, cols, t.kt, t.vt);
         pack_rows(p->k + k_at + j0 * p->k_strides.t, p->k_strides.t, cols, BC, D, Dp, 1.0f, kp);
@@ -881,9 +932,15 @@ static void delta_rows(void *arg, size_t begin, size_t end) {
         attn_attention_seq seq = attn_attention_seq_of(p, b);
         for (size_t i = 0; i < seq.q_len; i++) {
             size_t off = row_at(p->out_strides, b, &seq, false, h, i);
-            double sum = 0.0;
-            for (size_t d = 0; d < job->f->D; d++) sum += (double)job->dout[off + d] * p->out[off + d];
-            job->delta[attn_lse_index(p, b, h, i)] = (float)sum;
+            /* four sums in double: one chain was latency-bound, 1% of a
+             * sliding window's backward */
+            const float *dO = job->dout + off, *o = p->out + off;
+            double sum[4] = {0.0, 0.0, 0.0, 0.0};
+            size_t d = 0, D = job->f->D;
+            for (; d + 4 <= D; d += 4)
+                for (int k = 0; k < 4; k++) sum[k] += (double)dO[d + k] * o[d + k];
+            for (; d < D; d++) sum[0] += (double)dO[d] * o[d];
+            job->delta[attn_lse_index(p, b, h, i)] = (float)((sum[0] + sum[1]) + (sum[2] + sum[3]));
         }
     }
 }
@@ -918,31 +975,50 @@ static void flash_backward(size_t threads, const attn_attention_problem *p,
 
 /* ---- the scan for inputs the fast path must not take ---------------------- */
 
-/* max(top, |x[i]|) over n floats, inf when some x[i] is inf or NaN: x * 0
- * is NaN exactly then, and a sum of those is NaN if one is. */
-static float max_abs(const float *x, size_t n, float top) {
-    vec largest = v_zero(), poison = v_zero(), zero = v_zero();
-    size_t i = 0;
-    for (; i + VW <= n; i += VW) {
-        vec v = v_load(x + i);
-        largest = v_max(largest, v_max(v, v_sub(zero, v)));
-        poison = v_fma(v, zero, poison);
+/* max(top, |x|) over rows rows of n floats (row stride st), inf when some x
+ * is inf or NaN: x * 0 is NaN exactly then, and a sum of those is NaN if
+ * one is. Four chains of each, carried across the rows and reduced once:
+ * a reduction per row of one chain made the scan latency-bound, at a third
+ * of the memory's speed (4% of a sliding window's time). */
+static float max_abs_rows(const float *x, size_t rows, size_t st, size_t n, float top) {
+    vec largest[4], poison[4], zero = v_zero();
+    for (int c = 0; c < 4; c++) largest[c] = poison[c] = zero;
+    float m = 0.0f, bad = 0.0f;
+    for (size_t r = 0; r < rows; r++) {
+        const float *x_r = x + r * st;
+        size_t i = 0;
+        for (; i + 4 * VW <= n; i += 4 * VW)
+            for (int c = 0; c < 4; c++) {
+                vec v = v_load(x_r + i + c * VW);
+                largest[c] = v_max(largest[c], v_abs(v));
+                poison[c] = v_fma(v, zero, poison[c]);
+            }
+        for (; i + VW <= n; i += VW) {
+            vec v = v_load(x_r + i);
+            largest[0] = v_max(largest[0], v_abs(v));
+            poison[0] = v_fma(v, zero, poison[0]);
+        }
+        for (; i < n; i++) {
+            float a = fabsf(x_r[i]);
+            m = a > m ? a : m;
+            bad += x_r[i] * 0.0f;
+        }
     }
-    float m = v_hmax(largest), bad = v_hsum(poison);
-    for (; i < n; i++) {
-        float a = fabsf(x[i]);
-        m = a > m ? a : m;
-        bad += x[i] * 0.0f;
-    }
+    float lm = v_hmax(v_max(v_max(largest[0], largest[1]), v_max(largest[2], largest[3])));
+    bad += v_hsum(v_add(v_add(poison[0], poison[1]), v_add(poison[2], poison[3])));
+    m = lm > m ? lm : m;
     if (bad != bad) return INFINITY;
     return m > top ? m : top;
 }
+
+static float max_abs(const float *x, size_t n, float top) { return max_abs_rows(x, 1, n, n, top); }
 
 /* ---- the table ------------------------------------------------------------- */
 
 const attn_flash_kernels FLASH_KERNELS = {
     .name = FLASH_ISA_NAME,
     .max_abs = max_abs,
+    .max_abs_rows = max_abs_rows,
     .forward_workspace = forward_workspace,
     .forward = flash_forward,
     .backward_workspace = backward_workspace,

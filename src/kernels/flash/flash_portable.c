@@ -30,6 +30,18 @@ static inline vec v_sub(vec a, vec b) {
     for (int i = 0; i < VW; i++) a.x[i] -= b.x[i];
     return a;
 }
+static inline vec v_add(vec a, vec b) {
+    for (int i = 0; i < VW; i++) a.x[i] += b.x[i];
+    return a;
+}
+static inline vec v_abs(vec a) {
+    for (int i = 0; i < VW; i++) a.x[i] = fabsf(a.x[i]);
+    return a;
+}
+static inline vec v_tanh(vec a) {
+    for (int i = 0; i < VW; i++) a.x[i] = tanhf(a.x[i]);
+    return a;
+}
 static inline vec v_max(vec a, vec b) {
     for (int i = 0; i < VW; i++) a.x[i] = fmaxf(a.x[i], b.x[i]);
     return a;
