@@ -277,10 +277,13 @@ static void score_tile(const float *qs, size_t ld, size_t D, const float *kt, ve
                 for (int v = 0; v < W; v++) acc[r][v] = v_fma(q, k[v], acc[r][v]);         \
             }                                                                              \
         }                                                                                  \
-        for (int r = 0; r < RG; r++) {                                                     \
-            for (int v = 0; v < NV; v++) s[r][v] = fill;                                   \
-            for (int v = 0; v < W; v++) s[r][v0 + v] = acc[r][v];                          \
-        }                                                                                  \
+        /* constant indices only, so that s stays in registers in callers */               \
+        for (int r = 0; r < RG; r++)                                                       \
+            for (int v = 0; v < NV; v++) {                                                 \
+                s[r][v] = fill;                                                            \
+                for (int w = 0; w < W; w++)                                                \
+                    if (v0 + (size_t)w == (size_t)v) s[r][v] = acc[r][w];                  \
+            }                                                                              \
     }
 #if NV > 1
 SCORE_PART(1)
@@ -562,12 +565,12 @@ static void forward_block(void *arg, size_t part, size_t item) {
                 /* online softmax: m_new = max(m, rowmax); the running sums and
                  * outputs rescale by 2^(m - m_new), one vector exp2 for the rows */
                 float m_new[RG], shift[VW > RG ? VW : RG], alpha[VW > RG ? VW : RG];
-                /* the vectors [vb, ve) that hold some visible key: an edge
-                 * tile's others are -inf, and apply_values reads [c0, c1) */
-                int vb = (int)(c0 / VW), ve = (int)((c1 + VW - 1) / VW);
+                /* every vector, with constant indices (s stays in registers):
+                 * an edge tile's vectors outside [c0, c1) are -inf, adding
+                 * exact zeros, and apply_values reads [c0, c1) only */
                 for (int r = 0; r < RG; r++) {
-                    vec mx = s[r][vb];
-                    for (int v = vb + 1; v < ve; v++) mx = v_max(mx, s[r][v]);
+                    vec mx = s[r][0];
+                    for (int v = 1; v < NV; v++) mx = v_max(mx, s[r][v]);
                     float top = v_hmax(mx); /* (fmaxf: a libm call at -O3) */
                     m_new[r] = top > m_g[r0 + r] ? top : m_g[r0 + r];
                 }
@@ -582,7 +585,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
                         continue;
                     }
                     vec sum = v_zero(), row_max = v_set1(m_new[r]);
-                    for (int v = vb; v < ve; v++) {
+                    for (int v = 0; v < NV; v++) {
                         vec e = v_exp2(v_sub(s[r][v], row_max));
                         sum = v_fma(e, v_set1(1.0f), sum);
                         v_store(p_r + v * VW, e);
