@@ -58,6 +58,11 @@ int cli_usage_error(const char *fmt, ...);
  * CLI_FAILED. */
 int cli_library_error(const attn_ctx *ctx, const char *what);
 
+/* Writes data (rank, shape) as DIR/name.npy: CLI_OK, or the library's
+ * message under opt (the option that named dir) and CLI_FAILED. */
+int cli_write_in_dir(attn_ctx *ctx, const char *opt, const char *dir, const char *name,
+                     const float *data, size_t rank, const size_t *shape);
+
 /* Prints "attn: <message>" (escaped likewise) and returns CLI_FAILED: for
  * failures that are not the user's (out of memory). */
 #if defined(__GNUC__)

@@ -49,20 +49,6 @@ static int take_path(void *user, const char *opt, const char *value) {
     return CLI_OK;
 }
 
-/* Writes data as DIR/name.npy. */
-static int write_in_dir(attn_ctx *ctx, const char *dir, const char *name, const float *data,
-                        size_t rank, const size_t *shape) {
-    size_t len = strlen(dir) + strlen(name) + 6;
-    char *path = malloc(len);
-    if (!path) return cli_failure("out of memory for a path");
-    snprintf(path, len, "%s/%s.npy", dir, name);
-    int rc = attn_npy_write(ctx, path, data, rank, shape) == ATTN_OK
-                 ? CLI_OK
-                 : cli_library_error(ctx, "--out");
-    free(path);
-    return rc;
-}
-
 static bool same_shape(const attn_npy *a, size_t rank, const size_t *shape) {
     if (a->ndim != rank) return false;
     for (size_t i = 0; i < rank; i++)
@@ -163,12 +149,14 @@ static int run_grad(int argc, char **argv) {
                              strerror(errno));
         goto done;
     }
-    rc = write_in_dir(run.ctx, paths.out_dir, "output", y, rank, y_shape);
-    if (rc == CLI_OK) rc = write_in_dir(run.ctx, paths.out_dir, "input", dx, rank, x_shape);
+    rc = cli_write_in_dir(run.ctx, "--out", paths.out_dir, "output", y, rank, y_shape);
+    if (rc == CLI_OK)
+        rc = cli_write_in_dir(run.ctx, "--out", paths.out_dir, "input", dx, rank, x_shape);
     for (size_t i = 0; i < attn_module_param_count(m) && rc == CLI_OK; i++) {
         attn_param p;
         attn_module_param_at(m, i, &p);
-        rc = write_in_dir(run.ctx, paths.out_dir, p.name, p.grad, p.ndim, p.shape);
+        rc = cli_write_in_dir(run.ctx, "--out", paths.out_dir, p.name, p.grad, p.ndim,
+                              p.shape);
     }
 done:
     free(y);

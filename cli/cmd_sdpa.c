@@ -403,18 +403,6 @@ static int write_npy(attn_ctx *ctx, const char *opt, const char *path, const flo
                                                                    : cli_library_error(ctx, opt);
 }
 
-/* Writes data as DIR/name.npy. */
-static int write_in_dir(attn_ctx *ctx, const char *dir, const char *name, const float *data,
-                        size_t rank, const size_t *shape) {
-    size_t len = strlen(dir) + strlen(name) + 6;
-    char *path = malloc(len);
-    if (!path) return cli_failure("out of memory for a path");
-    snprintf(path, len, "%s/%s.npy", dir, name);
-    int rc = write_npy(ctx, "--grad-dir", path, data, rank, shape);
-    free(path);
-    return rc;
-}
-
 /* Reads a float32 (or float64) .npy; a failure is the library's message. */
 static int read_floats(attn_ctx *ctx, const char *opt, const char *path, attn_npy *out) {
     return attn_npy_read(ctx, path, out) == ATTN_OK ? CLI_OK : cli_library_error(ctx, opt);
@@ -633,11 +621,15 @@ static int run_sdpa(int argc, char **argv) {
                              strerror(errno));
         goto done;
     }
-    if ((rc = write_in_dir(r.ctx, o.grad_dir, "dq", r.dq, r.q.ndim, r.q.shape)) != CLI_OK ||
-        (rc = write_in_dir(r.ctx, o.grad_dir, "dk", r.dk, r.k.ndim, r.k.shape)) != CLI_OK ||
-        (rc = write_in_dir(r.ctx, o.grad_dir, "dv", r.dv, r.v.ndim, r.v.shape)) != CLI_OK)
+    const char *dir = o.grad_dir;
+    if ((rc = cli_write_in_dir(r.ctx, "--grad-dir", dir, "dq", r.dq, r.q.ndim, r.q.shape)) !=
+            CLI_OK ||
+        (rc = cli_write_in_dir(r.ctx, "--grad-dir", dir, "dk", r.dk, r.k.ndim, r.k.shape)) !=
+            CLI_OK ||
+        (rc = cli_write_in_dir(r.ctx, "--grad-dir", dir, "dv", r.dv, r.v.ndim, r.v.shape)) !=
+            CLI_OK)
         goto done;
-    if (cfg.sinks) rc = write_in_dir(r.ctx, o.grad_dir, "dsinks", r.dsinks, 1, &H);
+    if (cfg.sinks) rc = cli_write_in_dir(r.ctx, "--grad-dir", dir, "dsinks", r.dsinks, 1, &H);
 done:
     sdpa_run_close(&r);
     return rc;

@@ -182,19 +182,6 @@ done:
     return finish(rc);
 }
 
-static int write_in_dir(attn_ctx *ctx, const char *dir, const char *name, const float *data,
-                        size_t rank, const size_t *shape) {
-    size_t len = strlen(dir) + strlen(name) + 6;
-    char *path = malloc(len);
-    if (!path) return cli_failure("out of memory for a path");
-    snprintf(path, len, "%s/%s.npy", dir, name);
-    int rc = attn_npy_write(ctx, path, data, rank, shape) == ATTN_OK
-                 ? CLI_OK
-                 : cli_library_error(ctx, "--out");
-    free(path);
-    return rc;
-}
-
 int cli_cp_grad(cli_run_options *o, const char *mode, const char *grad_output,
                 const char *out_dir) {
     cp_run r;
@@ -253,12 +240,13 @@ int cli_cp_grad(cli_run_options *o, const char *mode, const char *grad_output,
                                  strerror(errno));
             goto done;
         }
-        rc = write_in_dir(r.ctx, out_dir, "output", buf[4], ndim, y_shape);
-        if (rc == CLI_OK) rc = write_in_dir(r.ctx, out_dir, "input", buf[5], ndim, x_shape);
+        rc = cli_write_in_dir(r.ctx, "--out", out_dir, "output", buf[4], ndim, y_shape);
+        if (rc == CLI_OK)
+            rc = cli_write_in_dir(r.ctx, "--out", out_dir, "input", buf[5], ndim, x_shape);
         for (size_t i = 0; i < attn_module_param_count(r.module) && rc == CLI_OK; i++) {
             attn_param p;
             attn_module_param_at(r.module, i, &p);
-            rc = write_in_dir(r.ctx, out_dir, p.name, p.grad, p.ndim, p.shape);
+            rc = cli_write_in_dir(r.ctx, "--out", out_dir, p.name, p.grad, p.ndim, p.shape);
         }
     }
 done:

@@ -141,6 +141,16 @@ static void progress(MPI_Request *reqs, int n) {
 
 static double now(void) { return MPI_Wtime(); }
 
+/* The most tokens any rank holds: the size of a K/V block in flight. */
+static size_t largest_local(const attn_mpi_group *g, size_t T) {
+    size_t most = 0;
+    for (int s = 0; s < g->size; s++) {
+        chunks c = chunks_of(g, T, s);
+        if (c.local > most) most = c.local;
+    }
+    return most;
+}
+
 /* ---- forward ---------------------------------------------------------------- */
 
 attn_status attn_mpi_ring_forward(attn_mpi_group *g, const char *who, const attn_mpi_job *job) {
@@ -148,11 +158,7 @@ attn_status attn_mpi_ring_forward(attn_mpi_group *g, const char *who, const attn
     size_t P = (size_t)g->size, B = job->batch, H = job->heads, Hkv = job->kv_heads;
     size_t D = job->head_dim, T = job->tokens;
     chunks mine = chunks_of(g, T, g->rank);
-    size_t Tl = mine.local, nmax = 0;
-    for (size_t s = 0; s < P; s++) {
-        chunks c = chunks_of(g, T, (int)s);
-        if (c.local > nmax) nmax = c.local;
-    }
+    size_t Tl = mine.local, nmax = largest_local(g, T);
     size_t rows = B * H * Tl, kv_floats = 2 * B * Hkv * nmax * D, ws_bytes = 0;
     attn_status st = attn_mpi_job_check(g, who, job);
     if (st == ATTN_OK) st = pairs_workspace(g, who, job, false, &ws_bytes);
@@ -274,11 +280,7 @@ attn_status attn_mpi_ring_backward(attn_mpi_group *g, const char *who, const att
     size_t P = (size_t)g->size, B = job->batch, H = job->heads, Hkv = job->kv_heads;
     size_t D = job->head_dim, T = job->tokens;
     chunks mine = chunks_of(g, T, g->rank);
-    size_t Tl = mine.local, nmax = 0;
-    for (size_t s = 0; s < P; s++) {
-        chunks c = chunks_of(g, T, (int)s);
-        if (c.local > nmax) nmax = c.local;
-    }
+    size_t Tl = mine.local, nmax = largest_local(g, T);
     size_t rows = B * H * Tl, kv_floats = 2 * B * Hkv * nmax * D, ws_bytes = 0;
     attn_status st = attn_mpi_job_check(g, who, job);
     if (st == ATTN_OK) st = pairs_workspace(g, who, job, true, &ws_bytes);

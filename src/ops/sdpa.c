@@ -124,6 +124,22 @@ attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const 
     return st;
 }
 
+/* The backward's tensors (q, k, v, out, lse, dout, dq, dk, dv, in that
+ * order), sinks_grad and the forward's dropout record, of either precision. */
+static attn_status check_backward_args(attn_ctx *ctx, const char *fn,
+                                       const attn_sdpa_config *cfg, const void *const tensors[9],
+                                       const attn_sdpa_dropout *drawn) {
+    static const char *const names[9] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
+    for (int i = 0; i < 9; i++)
+        if (!tensors[i]) return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", fn, names[i]);
+    if (cfg->sinks && !cfg->sinks_grad)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: sinks are set but sinks_grad is NULL", fn);
+    if (cfg->dropout > 0.0 && !drawn)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: dropout (%g) needs the forward's drawn record", fn,
+                         cfg->dropout);
+    return ATTN_OK;
+}
+
 /* The dropout a backward redraws: the forward's Philox record. */
 static attn_attention_dropout drop_of(const attn_sdpa_config *c, const attn_sdpa_dropout *drawn) {
     attn_attention_dropout drop = {.kind = ATTN_DROP_NONE};
@@ -144,15 +160,8 @@ attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const
     attn_clear_error(ctx);
     attn_status st = check_config(ctx, fn, cfg);
     if (st != ATTN_OK) return st;
-    if (!q || !k || !v || !out || !lse || !dout || !dq || !dk || !dv)
-        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", fn,
-                         !q ? "q" : !k ? "k" : !v ? "v" : !out ? "out" : !lse ? "lse"
-                         : !dout ? "dout" : !dq ? "dq" : !dk ? "dk" : "dv");
-    if (cfg->sinks && !cfg->sinks_grad)
-        return attn_fail(ctx, ATTN_ERR_NULL, "%s: sinks are set but sinks_grad is NULL", fn);
-    if (cfg->dropout > 0.0 && !drawn)
-        return attn_fail(ctx, ATTN_ERR_NULL, "%s: dropout (%g) needs the forward's drawn record", fn,
-                         cfg->dropout);
+    const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
+    if ((st = check_backward_args(ctx, fn, cfg, tensors, drawn)) != ATTN_OK) return st;
     attn_attention_problem p = problem_of(cfg, q, k, v, (float *)out, (float *)lse);
     attn_attention_dropout drop = drop_of(cfg, drawn);
     attn_attention_grads g = {.dout = dout, .dq = dq, .dk = dk, .dv = dv,
@@ -211,15 +220,8 @@ attn_status attn_sdpa_backward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, c
     attn_clear_error(ctx);
     attn_status st = check_config(ctx, fn, cfg);
     if (st != ATTN_OK) return st;
-    if (!q || !k || !v || !out || !lse || !dout || !dq || !dk || !dv)
-        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", fn,
-                         !q ? "q" : !k ? "k" : !v ? "v" : !out ? "out" : !lse ? "lse"
-                         : !dout ? "dout" : !dq ? "dq" : !dk ? "dk" : "dv");
-    if (cfg->sinks && !cfg->sinks_grad)
-        return attn_fail(ctx, ATTN_ERR_NULL, "%s: sinks are set but sinks_grad is NULL", fn);
-    if (cfg->dropout > 0.0 && !drawn)
-        return attn_fail(ctx, ATTN_ERR_NULL, "%s: dropout (%g) needs the forward's drawn record", fn,
-                         cfg->dropout);
+    const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
+    if ((st = check_backward_args(ctx, fn, cfg, tensors, drawn)) != ATTN_OK) return st;
     attn_attention_problem p = problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
     if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
     size_t bytes = attn_reference_f64_backward_bytes(ctx, &p);
