@@ -1122,6 +1122,267 @@ attn_status attn_model_save(attn_model *m, const char *path);
 attn_status attn_model_load(attn_model *m, const char *path);
 
 /* ------------------------------------------------------------------------ */
+/* Generation: the KV cache, decoding, and the book's GPT-2 and Llama 3      */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A KV cache holds, per layer and per sequence of a batch, the keys and
+ * values of the tokens seen so far, at the KV-head count (GQA keeps
+ * kv_heads, not q_heads): the book's KVCache (llms-from-scratch kv_cache/)
+ * preallocated as its optimized version, or paged as vLLM's block table.
+ *
+ *   ATTN_KV_CONTIGUOUS  per layer one (batch, capacity, kv_heads, head_dim)
+ *                       block each for K and V;
+ *   ATTN_KV_PAGED       per layer a pool of num_pages pages of page_size
+ *                       tokens, each (page_size, kv_heads, head_dim) for K
+ *                       and for V; a sequence's page table maps its logical
+ *                       page j to a pool page, taken from the layer's free
+ *                       list as the sequence grows and given back by reset.
+ *
+ * A layer with a sliding window W (windows[layer] > 0) keeps only its last
+ * W tokens, as the book's SWA cache (gpt_with_kv_swa.py) does: a ring of W
+ * slots per sequence (paged: ceil(W / page_size) + 1 pages). Other layers
+ * keep every token up to max_len.
+ *
+ * Each layer counts, per sequence, the tokens appended to it: its length,
+ * which is also the position of that sequence's next token.
+ */
+typedef enum attn_kv_layout { ATTN_KV_CONTIGUOUS = 0, ATTN_KV_PAGED = 1 } attn_kv_layout;
+
+typedef struct attn_kv_cache_config {
+    size_t num_layers, batch, kv_heads, head_dim;
+    size_t max_len;          /* the most tokens (positions) a sequence may reach */
+    attn_kv_layout layout;
+    size_t page_size;        /* paged: tokens per page; 0 means 16          */
+    size_t num_pages;        /* paged: pages per layer; 0 means enough for
+                                every sequence at max_len                   */
+    const size_t *windows;   /* num_layers entries, 0 = keep all; NULL = none */
+} attn_kv_cache_config;
+
+typedef struct attn_kv_cache attn_kv_cache;
+
+/* Errors name the values: ATTN_ERR_NULL, ATTN_ERR_INVALID (a zero size),
+ * ATTN_ERR_OVERFLOW, ATTN_ERR_NO_MEMORY. */
+attn_status attn_kv_cache_new(attn_ctx *ctx, const attn_kv_cache_config *cfg,
+                              attn_kv_cache **out);
+void attn_kv_cache_free(attn_kv_cache *cache);
+attn_kv_cache_config attn_kv_cache_get_config(const attn_kv_cache *cache);
+/* Every sequence of every layer back to length 0 (paged: pages freed). */
+attn_status attn_kv_cache_reset(attn_kv_cache *cache);
+/* Sequence seq of layer back to length 0 (the others keep theirs). */
+attn_status attn_kv_cache_reset_sequence(attn_kv_cache *cache, size_t seq);
+/* The tokens appended so far to sequence seq of layer. */
+attn_status attn_kv_cache_length(const attn_kv_cache *cache, size_t layer, size_t seq,
+                                 size_t *out);
+/* Bytes the cache holds for K and V (all layers, allocated pages). */
+size_t attn_kv_cache_bytes(const attn_kv_cache *cache);
+
+/*
+ * One attention step of a layer against its cache, new tokens included,
+ * then the new tokens appended (flash_attn_with_kvcache):
+ *
+ *   new_lens   batch entries: the new tokens of each sequence (0 allowed),
+ *              or NULL for new_tokens each. Rows are packed sequence after
+ *              sequence: row r of sequence s is at (sum of new_lens[< s]) + r.
+ *   q          (rows, q_heads, head_dim); q_heads a multiple of kv_heads,
+ *              query head h reading KV head h / (q_heads / kv_heads)
+ *   k_new, v_new  (rows, kv_heads, head_dim)
+ *   out        (rows, q_heads, head_dim)
+ *   scale      0 means 1 / sqrt(head_dim)
+ *
+ * New token r of sequence s has position p = length(s) + r and attends,
+ * causally, to the positions max(0, p - W + 1) .. p (W the layer's window,
+ * else all): the cached ones and the new ones before it and itself. The
+ * result does not depend on the layout or page size, bit for bit, and for a
+ * given thread count not on anything but the inputs. One token against a
+ * long cache is split over the KV length so that every thread has work
+ * (partial softmaxes merged by their log-sum-exp).
+ * Errors (nothing is written, nothing appended): ATTN_ERR_NULL,
+ * ATTN_ERR_SHAPE (q_heads not a multiple of kv_heads), ATTN_ERR_INVALID
+ * (layer or scale), ATTN_ERR_OVERFLOW (a sequence would pass max_len, or
+ * the pool is out of pages: the message names the sequence, its length,
+ * the new tokens and the limit), ATTN_ERR_NO_MEMORY.
+ */
+typedef struct attn_kv_attend_args {
+    size_t layer;
+    const size_t *new_lens; /* batch entries, or NULL */
+    size_t new_tokens;      /* per sequence when new_lens is NULL */
+    size_t q_heads;
+    double scale;
+    const float *q, *k_new, *v_new;
+    float *out;
+} attn_kv_attend_args;
+attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args *args);
+
+/*
+ * The book's two generating models (llms-from-scratch 1.0.19), inference
+ * only, with or without a KV cache:
+ *
+ * ATTN_LM_GPT2    ch04's GPTModel (kv_cache/gpt2.py): tok_emb + pos_emb,
+ *                 blocks of LayerNorm (eps 1e-5, scale/shift) ->
+ *                 MultiHeadAttention (W_query/W_key/W_value with qkv_bias,
+ *                 out_proj) -> residual -> LayerNorm -> FeedForward
+ *                 (emb -> 4 emb, GELU tanh form, -> emb) -> residual;
+ *                 final_norm, out_head (no bias).
+ * ATTN_LM_LLAMA3  kv_cache/llama3.py's Llama3Model: tok_emb, blocks of
+ *                 RMSNorm -> GroupedQueryAttention (n_kv_groups KV heads,
+ *                 no biases, RoPE on q and k: split halves, base rope_base,
+ *                 the Llama 3 frequency scaling when rope_factor > 0) ->
+ *                 residual -> RMSNorm -> SwiGLU FeedForward (fc1, fc2 emb
+ *                 -> hidden_dim, silu(fc1) * fc2, fc3 back) -> residual;
+ *                 final_norm (RMSNorm), out_head (no bias).
+ *
+ * Parameter names are the book's state_dict names:
+ *   gpt2:   tok_emb.weight, pos_emb.weight, trf_blocks.<i>.att.W_query.weight
+ *           (.bias), ...W_key, ...W_value, trf_blocks.<i>.att.out_proj.weight
+ *           and .bias, trf_blocks.<i>.ff.layers.0.weight/.bias,
+ *           trf_blocks.<i>.ff.layers.2.weight/.bias, trf_blocks.<i>.norm1.scale
+ *           /.shift, ...norm2..., final_norm.scale/.shift, out_head.weight
+ *   llama3: tok_emb.weight, trf_blocks.<i>.att.W_query.weight, W_key, W_value,
+ *           out_proj, trf_blocks.<i>.ff.fc1.weight, fc2, fc3,
+ *           trf_blocks.<i>.norm1.weight, norm2, final_norm.weight,
+ *           out_head.weight
+ * attn_lm_load also reads Hugging Face's names (GPT2LMHeadModel's
+ * [transformer.]wte/wpe/h.<i>.ln_1/attn.c_attn (Conv1D, split into
+ * q, k, v)/attn.c_proj/ln_2/mlp.c_fc/mlp.c_proj/ln_f, lm_head tied to wte;
+ * LlamaForCausalLM's model.embed_tokens, model.layers.<i>.self_attn.
+ * q_proj/k_proj/v_proj/o_proj, mlp.gate_proj/up_proj/down_proj,
+ * input_layernorm, post_attention_layernorm, model.norm, lm_head (or tied)).
+ */
+typedef enum attn_lm_arch { ATTN_LM_GPT2 = 1, ATTN_LM_LLAMA3 = 2 } attn_lm_arch;
+
+typedef struct attn_lm_config {
+    attn_lm_arch arch;
+    size_t vocab_size, context_length, emb_dim, n_heads, n_layers;
+    size_t n_kv_groups;     /* llama3: KV heads (0 means n_heads); gpt2: n_heads */
+    size_t hidden_dim;      /* llama3: FeedForward width; gpt2: 0 (4 emb_dim)  */
+    bool qkv_bias;          /* gpt2 */
+    bool tie_embeddings;    /* out_head is tok_emb (Hugging Face's tying)      */
+    double norm_eps;        /* 0 means 1e-5                                    */
+    double rope_base;       /* llama3: RoPE theta; 0 means 500000              */
+    double rope_factor;     /* llama3: Llama 3 frequency scaling, 0 = none     */
+    double rope_low_freq_factor, rope_high_freq_factor;
+    size_t rope_original_context_length;
+} attn_lm_config;
+
+typedef struct attn_lm attn_lm;
+
+/* A model of cfg with weights drawn from init_rng as the PyTorch
+ * constructors would (nn.Embedding N(0, 1), nn.Linear's uniform, norms ones
+ * and zeros), or all zeros when init_rng is NULL. */
+attn_status attn_lm_new(attn_ctx *ctx, const attn_lm_config *cfg, attn_rng *init_rng,
+                        attn_lm **out);
+/*
+ * A model from path: a safetensors file, or a directory holding
+ * model.safetensors and config.json (Hugging Face's save_pretrained: GPT-2's
+ * n_embd/n_layer/n_head/n_positions/vocab_size/layer_norm_epsilon, Llama's
+ * hidden_size/num_attention_heads/num_key_value_heads/intermediate_size/
+ * num_hidden_layers/max_position_embeddings/rope_theta/rope_scaling/
+ * rms_norm_eps/tie_word_embeddings; or the book's cfg dict keys). cfg, when
+ * given, is the config (config_json is then ignored); else config_json
+ * (a path) or the directory's config.json; else, for a file, the config
+ * the tensors' shapes give (n_heads = emb_dim / 64 for GPT-2; Llama needs a
+ * config). Every tensor must be there with its shape: ATTN_ERR_NOT_FOUND /
+ * ATTN_ERR_SHAPE / ATTN_ERR_FORMAT name it.
+ */
+attn_status attn_lm_load(attn_ctx *ctx, const char *path, const char *config_json,
+                         const attn_lm_config *cfg, attn_lm **out);
+/* The book's names, float32 (safetensors.torch.load_file + load_state_dict). */
+attn_status attn_lm_save(attn_lm *m, const char *path);
+void attn_lm_free(attn_lm *m);
+attn_lm_config attn_lm_get_config(const attn_lm *m);
+size_t attn_lm_param_count(const attn_lm *m);
+attn_status attn_lm_param_at(attn_lm *m, size_t index, attn_param *out);
+attn_status attn_lm_param(attn_lm *m, const char *name, attn_param *out);
+
+/* A cache fitting m: its layers, KV heads and head_dim, for batch sequences
+ * of up to max_len tokens (0: context_length). */
+attn_status attn_lm_cache_new(attn_lm *m, size_t batch, size_t max_len, attn_kv_layout layout,
+                              size_t page_size, attn_kv_cache **out);
+
+/*
+ * Logits of new tokens. tokens are packed rows as attn_kv_cache_attend's
+ * (lens: batch entries, or NULL for tokens_per_seq each).
+ *   cache NULL   every sequence starts at position 0 and attends causally
+ *                within its own tokens (the book's forward without cache).
+ *   cache given  sequence s continues at its cache length: the tokens are
+ *                appended, as the book's forward with cache.
+ * logits receive (rows, vocab_size), or with last_only (batch, vocab_size):
+ * each sequence's last new token (a sequence with no new tokens gets
+ * zeros). Positions past context_length are ATTN_ERR_OVERFLOW.
+ */
+typedef struct attn_lm_forward_args {
+    attn_kv_cache *cache;
+    const int32_t *tokens;
+    size_t batch;
+    const size_t *lens;
+    size_t tokens_per_seq;
+    bool last_only;
+    float *logits;
+} attn_lm_forward_args;
+attn_status attn_lm_forward(attn_lm *m, const attn_lm_forward_args *args);
+
+/*
+ * Choosing the next token from logits, as the book's generate (ch05):
+ * temperature 0 is greedy (argmax, the first of equal maxima); else the
+ * top_k largest logits are kept (0: all), divided by temperature, softmaxed,
+ * the smallest set of most likely tokens whose probability reaches top_p
+ * kept (0 or 1: all) and renormalised, and one drawn with rng.
+ */
+typedef struct attn_sampling {
+    double temperature;
+    size_t top_k;
+    double top_p;
+} attn_sampling;
+attn_status attn_sample(attn_ctx *ctx, const float *logits, size_t vocab_size,
+                        const attn_sampling *s, attn_rng *rng, int32_t *out);
+
+/*
+ * Token by token, as the book's generate_text_simple with its cache: the
+ * prompt (batch 1) is prefilled, then each step samples a token, stops at
+ * one of stop_tokens (not written) and feeds it back. out receives up to
+ * max_new_tokens ids, *count how many. cache NULL: one made for
+ * prompt_len + max_new_tokens and freed; a cache given is reset first.
+ * rng is needed when temperature > 0. on_token, when given, is called
+ * after each token (streaming); returning false stops.
+ */
+typedef bool (*attn_token_fn)(void *user, int32_t token);
+typedef struct attn_generate_args {
+    const int32_t *prompt;
+    size_t prompt_len, max_new_tokens;
+    attn_sampling sampling;
+    attn_rng *rng;
+    const int32_t *stop_tokens;
+    size_t num_stop_tokens;
+    attn_kv_cache *cache;
+    attn_token_fn on_token;
+    void *user;
+    int32_t *out;
+    size_t *count;
+} attn_generate_args;
+attn_status attn_lm_generate(attn_lm *m, const attn_generate_args *args);
+
+/*
+ * Byte-level BPE tokenizers, read from local files (nothing is fetched):
+ * GPT-2's (a directory or the pair encoder.json + vocab.bpe, or Hugging
+ * Face's vocab.json + merges.txt) or a tiktoken file (base64 token, rank
+ * per line; Llama 3's tokenizer.model, with its special tokens). Encoding
+ * splits text with the model's pre-tokenizer pattern, then merges by rank.
+ */
+typedef struct attn_tokenizer attn_tokenizer;
+attn_status attn_tokenizer_load(attn_ctx *ctx, const char *path, attn_tokenizer **out);
+void attn_tokenizer_free(attn_tokenizer *t);
+size_t attn_tokenizer_vocab_size(const attn_tokenizer *t);
+/* ids receive up to capacity ids; *count the number the text has (a
+ * larger count than capacity is ATTN_ERR_SHAPE, nothing lost: call again). */
+attn_status attn_tokenizer_encode(attn_tokenizer *t, const char *text, size_t length,
+                                  int32_t *ids, size_t capacity, size_t *count);
+/* The bytes of ids (UTF-8, possibly cut inside a character at the ends);
+ * same capacity rule; text is not NUL-terminated. */
+attn_status attn_tokenizer_decode(attn_tokenizer *t, const int32_t *ids, size_t n, char *text,
+                                  size_t capacity, size_t *length);
+
+/* ------------------------------------------------------------------------ */
 /* Synthetic tasks                                                           */
 /* ------------------------------------------------------------------------ */
 

@@ -1,0 +1,2 @@
+/* Placeholder until written. */
+typedef int attn_placeholder_src_kernels_gemv_gemv_avx512_c;
