@@ -13,14 +13,14 @@ jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 CC=clang cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_FUZZ=ON \
   -DATTN_WERROR=ON >/dev/null
-cmake --build "$build" -j "$jobs" --target fuzz_npy fuzz_safetensors fuzz_cli_args >/dev/null
+cmake --build "$build" -j "$jobs" --target fuzz_npy fuzz_safetensors fuzz_cli_args fuzz_tokenizer >/dev/null
 
 artifacts="$build/artifacts"
 mkdir -p "$artifacts"
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 status=0
-for target in npy safetensors cli_args; do
+for target in npy safetensors cli_args tokenizer; do
   corpus=${target%_args}
   mkdir -p "$scratch/$target"
   log="$build/fuzz_$target.log"
