@@ -25,6 +25,8 @@ typedef struct bench_options {
     size_t kernel_counts;
     size_t runs; /* timed runs per measurement (after one warm-up): the median is reported */
     bool quick;  /* fewer shapes and runs */
+    const char *peer_python; /* --peer-python: PyTorch 2.15's python for the decode
+                                section's peers (NULL: .venv-peers/bin/python if there) */
 } bench_options;
 
 /* cblas_sgemm and the OpenBLAS calls around it, when found. */
@@ -63,5 +65,9 @@ int bench_attention(const bench_options *o, const bench_blas *blas);
 int bench_layer(const bench_options *o, const bench_blas *blas);
 int bench_dropout(const bench_options *o, const bench_blas *blas);
 int bench_variants(const bench_options *o, const bench_blas *blas);
+int bench_decode(const bench_options *o, const bench_blas *blas);
+/* The decode section's whole-model rows (bench_lm.c): peer_python runs
+ * bench/lm_peer.py, or NULL to skip the PyTorch peer. */
+int bench_decode_model(const bench_options *o, const char *peer_python);
 
 #endif /* ATTN_CLI_BENCH_H */

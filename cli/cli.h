@@ -35,7 +35,7 @@ typedef struct cli_command {
 
 extern const cli_command cli_demo_command, cli_trace_command, cli_params_command,
     cli_forward_command, cli_train_command, cli_grad_command, cli_heatmap_command,
-    cli_bench_command, cli_version_command, cli_sdpa_command;
+    cli_bench_command, cli_version_command, cli_sdpa_command, cli_generate_command;
 
 /* The whole command line (argv[0] is the program): dispatch, help, and with
  * parse_only the commands' parse instead of run. Returns the exit code

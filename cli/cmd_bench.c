@@ -37,12 +37,14 @@ static const bench_section sections[] = {
      bench_dropout},
     {"variants", "window, GQA/MQA, softcap, ALiBi, sinks and varlen against plain attention",
      bench_variants},
+    {"decode", "one token against a KV cache (GB/s vs copy, vs PyTorch), then GPT-2 generating",
+     bench_decode},
 };
 enum { SECTIONS = sizeof sections / sizeof sections[0] };
 
 static const char bench_help[] =
     "usage: attn bench [--threads LIST] [--runs N] [--quick] [--kernels LIST]\n"
-    "                  [--section NAME]\n"
+    "                  [--section NAME] [--peer-python PATH]\n"
     "\n"
     "Times the library's kernels and, in the same run, OpenBLAS's on the same\n"
     "work: the machine's practical peak. Each line gives the median of N timed\n"
@@ -57,6 +59,8 @@ static const char bench_help[] =
     "  --kernels LIST   kernel sets to time: auto (default), all (every set\n"
     "                   this CPU runs), or a list of portable, avx2, avx512\n"
     "  --section NAME   run one section only\n"
+    "  --peer-python PATH  the python with PyTorch 2.15 for the decode section's\n"
+    "                   peers (default .venv-peers/bin/python where present)\n"
     "\n"
     "sections:\n";
 
@@ -266,7 +270,7 @@ static void print_sections(FILE *out) {
 }
 
 static const char *const bench_value_options[] = {"--threads", "--runs", "--kernels", "--section",
-                                                  NULL};
+                                                  "--peer-python", NULL};
 
 typedef struct bench_args {
     bench_options o;
@@ -290,6 +294,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             kernels = value;
         } else if (strcmp(opt, "--section") == 0) {
             a->only = value;
+        } else if (strcmp(opt, "--peer-python") == 0) {
+            o->peer_python = value;
         } else if (!cli_parse_size(value, &o->runs) || o->runs == 0 || o->runs > 1000) {
             return cli_usage_error("--runs: expected a count from 1 to 1000, got '%s'", value);
         }

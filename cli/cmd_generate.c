@@ -1,2 +1,530 @@
-/* Placeholder until written. */
-typedef int attn_placeholder_cli_cmd_generate_c;
+/* cmd_generate.c — attn generate: the book's GPT-2 or Llama 3 (or a Hugging
+ * Face checkpoint of either) writing tokens with its KV cache
+ * (attn_lm_generate): greedy or sampled, streamed or at the end, from token
+ * ids or from text through a tokenizer. */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char generate_help[] =
+    "usage: attn generate (--weights FILE|DIR [--config config.json] |\n"
+    "                      --random-init SEED (--preset NAME | --config config.json))\n"
+    "                     (--prompt-ids 1,2,3 | --prompt TEXT --tokenizer PATH)\n"
+    "                     --max-new-tokens N [--model gpt2|llama3]\n"
+    "                     [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
+    "                     [--stop-ids ID,...] [--cache contiguous|paged] [--page-size N]\n"
+    "                     [--tokenizer PATH] [--stream] [--stats] [--threads N]\n"
+    "                     [--kernels auto|reference|portable|avx2|avx512]\n"
+    "\n"
+    "Writes up to N new tokens after the prompt, one at a time, with a KV cache:\n"
+    "the prompt is prefilled (cut to its last context_length tokens, as the book's\n"
+    "generate_text_simple does), then each token is chosen from the last logits\n"
+    "and fed back. The prompt and every new token but the last must fit the\n"
+    "model's context_length: a longer run is refused before it starts.\n"
+    "\n"
+    "Output: the new token ids on the last line, comma separated; with\n"
+    "--tokenizer, the decoded new text first (then a newline). A stop token\n"
+    "ends the run and is not written.\n"
+    "\n"
+    "  --weights P     a safetensors file (the book's state_dict names or Hugging\n"
+    "                  Face's), or a directory from save_pretrained\n"
+    "                  (model.safetensors and config.json)\n"
+    "  --config F      the model's config.json (Hugging Face's keys or the book's\n"
+    "                  cfg dict); a file of GPT-2 weights without it takes its\n"
+    "                  sizes from the tensors (n_heads = emb_dim / 64)\n"
+    "  --model M       gpt2 or llama3: the architecture the weights must have\n"
+    "  --random-init S a model of --preset's (or --config's) shape with weights\n"
+    "                  drawn as PyTorch's constructors draw them, torch.manual_seed(S)\n"
+    "  --preset NAME   gpt2-small, gpt2-medium, gpt2-large, gpt2-xl, llama3.2-1b,\n"
+    "                  llama3.2-3b, or the 2-layer gpt2-tiny and llama3-tiny (the\n"
+    "                  real vocabularies, 64 wide)\n"
+    "  --prompt-ids L  the prompt as token ids, comma separated\n"
+    "  --prompt TEXT   the prompt as text, encoded with --tokenizer\n"
+    "  --tokenizer P   GPT-2's (a directory, encoder.json + vocab.bpe or vocab.json\n"
+    "                  + merges.txt) or a tiktoken file (Llama 3's\n"
+    "                  tokenizer.model): encodes --prompt, decodes the output\n"
+    "  --max-new-tokens N  the most tokens to write\n"
+    "  --temperature T 0 (default): greedy, the first of equal maxima; > 0:\n"
+    "                  sample from softmax(logits / T)\n"
+    "  --top-k K       sample among the K largest logits (0, default: all)\n"
+    "  --top-p P       then among the fewest most likely tokens reaching\n"
+    "                  probability P (0 or 1, default: all)\n"
+    "  --seed S        the sampler's torch.manual_seed (default 123)\n"
+    "  --stop-ids L    token ids that end the run (comma separated)\n"
+    "  --cache C       contiguous (default) or paged\n"
+    "  --page-size N   tokens per page of the paged cache (default 16)\n"
+    "  --stream        prints each token (or its text) as it comes\n"
+    "  --stats         prints the prefill and per-token times to stderr\n"
+    "  --threads N     worker threads (default: all online CPUs)\n"
+    "  --kernels K     auto (default), reference, portable, avx2 or avx512\n";
+
+static const char *const generate_value_options[] = {
+    "--weights", "--config",   "--model",   "--random-init", "--preset",   "--prompt-ids",
+    "--prompt",  "--tokenizer", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
+    "--seed",    "--stop-ids", "--cache",   "--page-size",   "--threads",  "--kernels",
+    NULL};
+
+typedef struct id_list {
+    int32_t *ids;
+    size_t n;
+} id_list;
+
+typedef struct generate_options {
+    const char *weights, *config, *preset, *prompt, *prompt_ids, *stop_ids, *tokenizer;
+    attn_lm_arch model; /* 0: any */
+    bool random_init, max_given, stream, stats;
+    uint64_t init_seed, seed;
+    size_t max_new_tokens, page_size, threads;
+    attn_sampling sampling;
+    attn_kv_layout layout;
+    attn_kernels kernels;
+} generate_options;
+
+/* ---- presets -------------------------------------------------------------- */
+
+typedef struct preset {
+    const char *name;
+    attn_lm_config cfg;
+} preset;
+
+#define GPT2(V, T, C, H, L)                                                              \
+    {.arch = ATTN_LM_GPT2, .vocab_size = V, .context_length = T, .emb_dim = C, .n_heads = H, \
+     .n_layers = L, .qkv_bias = true, .tie_embeddings = true}
+/* Llama 3.2's RoPE: theta 500000, scaled by 32 from 8192 positions */
+#define LLAMA32(T, C, H, KV, L, HID)                                                        \
+    {.arch = ATTN_LM_LLAMA3, .vocab_size = 128256, .context_length = T, .emb_dim = C,         \
+     .n_heads = H, .n_kv_groups = KV, .n_layers = L, .hidden_dim = HID, .tie_embeddings = true, \
+     .rope_base = 500000.0, .rope_factor = 32.0, .rope_low_freq_factor = 1.0,                 \
+     .rope_high_freq_factor = 4.0, .rope_original_context_length = 8192}
+
+/* the tiny ones untied: a random tied head mostly repeats the input token */
+#define GPT2_UNTIED(V, T, C, H, L) \
+    {.arch = ATTN_LM_GPT2, .vocab_size = V, .context_length = T, .emb_dim = C, .n_heads = H, \
+     .n_layers = L, .qkv_bias = true}
+#define LLAMA32_UNTIED(T, C, H, KV, L, HID)                                                  \
+    {.arch = ATTN_LM_LLAMA3, .vocab_size = 128256, .context_length = T, .emb_dim = C,          \
+     .n_heads = H, .n_kv_groups = KV, .n_layers = L, .hidden_dim = HID, .rope_base = 500000.0, \
+     .rope_factor = 32.0, .rope_low_freq_factor = 1.0, .rope_high_freq_factor = 4.0,           \
+     .rope_original_context_length = 8192}
+
+static const preset presets[] = {
+    {"gpt2-small", GPT2(50257, 1024, 768, 12, 12)},
+    {"gpt2-medium", GPT2(50257, 1024, 1024, 16, 24)},
+    {"gpt2-large", GPT2(50257, 1024, 1280, 20, 36)},
+    {"gpt2-xl", GPT2(50257, 1024, 1600, 25, 48)},
+    {"llama3.2-1b", LLAMA32(131072, 2048, 32, 8, 16, 8192)},
+    {"llama3.2-3b", LLAMA32(131072, 3072, 24, 8, 28, 8192)},
+    {"gpt2-tiny", GPT2_UNTIED(50257, 256, 64, 4, 2)},
+    {"llama3-tiny", LLAMA32_UNTIED(256, 64, 4, 2, 2, 128)},
+};
+#define NUM_PRESETS (sizeof presets / sizeof presets[0])
+
+static const preset *find_preset(const char *name) {
+    for (size_t i = 0; i < NUM_PRESETS; i++)
+        if (strcmp(name, presets[i].name) == 0) return &presets[i];
+    return NULL;
+}
+
+/* ---- argument parsing ---------------------------------------------------- */
+
+/* "1,2,3": token ids (0 .. INT32_MAX), at least one; NULL ids when text is
+ * only being checked. */
+static int parse_ids(const char *opt, const char *text, id_list *out) {
+    size_t n = 1;
+    for (const char *c = text; *c; c++) n += *c == ',';
+    int32_t *ids = out ? malloc(n * sizeof *ids) : NULL;
+    if (out && !ids) return cli_failure("%s: out of memory for %zu ids", opt, n);
+    const char *at = text;
+    for (size_t i = 0; i < n; i++) {
+        const char *comma = strchr(at, ',');
+        size_t len = comma ? (size_t)(comma - at) : strlen(at);
+        char digits[24];
+        uint64_t id;
+        bool ok = len > 0 && len < sizeof digits;
+        if (ok) {
+            memcpy(digits, at, len);
+            digits[len] = '\0';
+            ok = cli_parse_u64(digits, &id) && id <= INT32_MAX;
+        }
+        if (!ok) {
+            free(ids);
+            return cli_usage_error("%s: expected token ids (integers 0 .. %d) separated by "
+                                   "commas, got '%s'",
+                                   opt, INT32_MAX, text);
+        }
+        if (ids) ids[i] = (int32_t)id;
+        at += len + 1;
+    }
+    if (out) *out = (id_list){ids, n};
+    return CLI_OK;
+}
+
+static int parse_kernels(const char *value, attn_kernels *out) {
+    for (attn_kernels k = ATTN_KERNELS_AUTO; k <= ATTN_KERNELS_AVX512; k++) {
+        if (strcmp(value, attn_kernels_name(k)) != 0) continue;
+        if (!attn_kernels_supported(k))
+            return cli_usage_error("--kernels: this CPU (or build) does not run %s", value);
+        *out = k;
+        return CLI_OK;
+    }
+    return cli_usage_error(
+        "--kernels: expected auto, reference, portable, avx2 or avx512, got '%s'", value);
+}
+
+static int parse_count(const char *opt, const char *value, size_t *out, bool positive) {
+    if (!cli_parse_size(value, out) || (positive && *out == 0))
+        return cli_usage_error("%s: expected a %s integer, got '%s'", opt,
+                               positive ? "positive" : "non-negative", value);
+    return CLI_OK;
+}
+
+/* One value option. */
+static int take_value(generate_options *o, const char *opt, const char *value) {
+    const char **text = strcmp(opt, "--weights") == 0      ? &o->weights
+                        : strcmp(opt, "--config") == 0     ? &o->config
+                        : strcmp(opt, "--prompt") == 0     ? &o->prompt
+                        : strcmp(opt, "--tokenizer") == 0  ? &o->tokenizer
+                        : strcmp(opt, "--prompt-ids") == 0 ? &o->prompt_ids
+                        : strcmp(opt, "--stop-ids") == 0   ? &o->stop_ids
+                        : strcmp(opt, "--preset") == 0     ? &o->preset
+                                                           : NULL;
+    if (text) {
+        *text = value;
+        if (strcmp(opt, "--prompt-ids") == 0 || strcmp(opt, "--stop-ids") == 0)
+            return parse_ids(opt, value, NULL);
+        if (strcmp(opt, "--preset") == 0 && !find_preset(value))
+            return cli_usage_error("--preset: expected gpt2-small, gpt2-medium, gpt2-large, "
+                                   "gpt2-xl, llama3.2-1b, llama3.2-3b, gpt2-tiny or "
+                                   "llama3-tiny, got '%s'",
+                                   value);
+        return CLI_OK;
+    }
+    if (strcmp(opt, "--model") == 0) {
+        if (strcmp(value, "gpt2") == 0) o->model = ATTN_LM_GPT2;
+        else if (strcmp(value, "llama3") == 0) o->model = ATTN_LM_LLAMA3;
+        else return cli_usage_error("--model: expected gpt2 or llama3, got '%s'", value);
+    } else if (strcmp(opt, "--random-init") == 0 || strcmp(opt, "--seed") == 0) {
+        bool init = strcmp(opt, "--random-init") == 0;
+        if (!cli_parse_u64(value, init ? &o->init_seed : &o->seed))
+            return cli_usage_error("%s: expected a non-negative integer, got '%s'", opt, value);
+        o->random_init |= init;
+    } else if (strcmp(opt, "--max-new-tokens") == 0) {
+        o->max_given = true;
+        return parse_count(opt, value, &o->max_new_tokens, false);
+    } else if (strcmp(opt, "--top-k") == 0) {
+        return parse_count(opt, value, &o->sampling.top_k, false);
+    } else if (strcmp(opt, "--page-size") == 0) {
+        return parse_count(opt, value, &o->page_size, true);
+    } else if (strcmp(opt, "--threads") == 0) {
+        return parse_count(opt, value, &o->threads, true);
+    } else if (strcmp(opt, "--temperature") == 0) {
+        if (!cli_parse_double(value, &o->sampling.temperature))
+            return cli_bad_number(opt, value, "a number >= 0");
+        if (!(o->sampling.temperature >= 0.0) || isinf(o->sampling.temperature))
+            return cli_usage_error("--temperature: expected a finite number >= 0 (0: greedy), "
+                                   "got '%s'",
+                                   value);
+    } else if (strcmp(opt, "--top-p") == 0) {
+        if (!cli_parse_double(value, &o->sampling.top_p))
+            return cli_bad_number(opt, value, "a probability in [0, 1]");
+        if (!(o->sampling.top_p >= 0.0 && o->sampling.top_p <= 1.0))
+            return cli_usage_error("--top-p: expected a probability in [0, 1], got '%s'", value);
+    } else if (strcmp(opt, "--cache") == 0) {
+        if (strcmp(value, "contiguous") == 0) o->layout = ATTN_KV_CONTIGUOUS;
+        else if (strcmp(value, "paged") == 0) o->layout = ATTN_KV_PAGED;
+        else return cli_usage_error("--cache: expected contiguous or paged, got '%s'", value);
+    } else { /* --kernels */
+        return parse_kernels(value, &o->kernels);
+    }
+    return CLI_OK;
+}
+
+static int parse_args(int argc, char **argv, generate_options *o) {
+    *o = (generate_options){.seed = 123, .threads = cli_default_threads(),
+                            .kernels = ATTN_KERNELS_AUTO, .layout = ATTN_KV_CONTIGUOUS};
+    bool page_size_given = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--stream") == 0) {
+            o->stream = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--stats") == 0) {
+            o->stats = true;
+            continue;
+        }
+        const char *value = cli_option_value(argc, argv, &i, generate_value_options);
+        if (!value || take_value(o, argv[i - 1], value) != CLI_OK) return CLI_USAGE;
+        page_size_given |= strcmp(argv[i - 1], "--page-size") == 0;
+    }
+    if (!o->weights == !o->random_init)
+        return cli_usage_error("generate: give the model as --weights, or as --random-init "
+                               "SEED --preset NAME (try 'attn generate --help')");
+    if (o->random_init && !o->preset == !o->config)
+        return cli_usage_error("generate: --random-init needs the model's shape: --preset NAME "
+                               "or --config config.json (one of them)");
+    if (o->preset && !o->random_init)
+        return cli_usage_error("generate: --preset goes with --random-init");
+    if (!o->prompt == !o->prompt_ids)
+        return cli_usage_error("generate: give the prompt as --prompt-ids or as --prompt "
+                               "(one of them)");
+    if (o->prompt && !o->tokenizer)
+        return cli_usage_error("generate: --prompt needs --tokenizer to encode it");
+    if (o->prompt && !*o->prompt)
+        return cli_usage_error("generate: --prompt is empty: a prompt needs a token");
+    if (!o->max_given) return cli_usage_error("generate: --max-new-tokens N is required");
+    if (page_size_given && o->layout != ATTN_KV_PAGED)
+        return cli_usage_error("generate: --page-size sizes the paged cache: add --cache paged");
+    if (o->preset && o->model && find_preset(o->preset)->cfg.arch != o->model)
+        return cli_usage_error("generate: --preset %s is not a %s model", o->preset,
+                               o->model == ATTN_LM_GPT2 ? "gpt2" : "llama3");
+    return CLI_OK;
+}
+
+static int parse_generate(int argc, char **argv) {
+    generate_options o;
+    return parse_args(argc, argv, &o);
+}
+
+/* ---- running -------------------------------------------------------------- */
+
+static const char *arch_name(attn_lm_arch arch) {
+    return arch == ATTN_LM_GPT2 ? "gpt2" : arch == ATTN_LM_LLAMA3 ? "llama3" : "unknown";
+}
+
+static int load_model(attn_ctx *ctx, const generate_options *o, attn_lm **out) {
+    *out = NULL;
+    if (o->random_init) {
+        attn_rng *rng;
+        if (attn_rng_new(ctx, o->init_seed, &rng) != ATTN_OK)
+            return cli_library_error(ctx, "--random-init");
+        attn_lm_config cfg;
+        attn_status st = ATTN_OK;
+        if (o->preset)
+            cfg = find_preset(o->preset)->cfg;
+        else
+            st = attn_lm_config_read(ctx, o->config, &cfg);
+        if (st == ATTN_OK) st = attn_lm_new(ctx, &cfg, rng, out);
+        attn_rng_free(rng);
+        return st == ATTN_OK ? CLI_OK : cli_library_error(ctx, o->preset ? "--preset" : "--config");
+    }
+    if (attn_lm_load(ctx, o->weights, o->config, NULL, out) != ATTN_OK)
+        return cli_library_error(ctx, "--weights");
+    attn_lm_arch arch = attn_lm_get_config(*out).arch;
+    if (o->model && arch != o->model) {
+        attn_lm_free(*out);
+        *out = NULL;
+        return cli_failure("--model: the weights in '%s' are %s, not %s", o->weights,
+                           arch_name(arch), arch_name(o->model));
+    }
+    return CLI_OK;
+}
+
+/* The bytes of ids (*text, *length; freed by the caller). */
+static int decode(attn_ctx *ctx, attn_tokenizer *tok, const int32_t *ids, size_t n, char **text,
+                  size_t *length) {
+    size_t capacity = 16 * n + 16;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        char *buf = malloc(capacity ? capacity : 1);
+        if (!buf) return cli_failure("out of memory decoding %zu tokens", n);
+        attn_status st = attn_tokenizer_decode(tok, ids, n, buf, capacity, length);
+        if (st == ATTN_OK) {
+            *text = buf;
+            return CLI_OK;
+        }
+        free(buf);
+        if (st != ATTN_ERR_SHAPE) return cli_library_error(ctx, "--tokenizer");
+        capacity = *length; /* the length it needs */
+    }
+    return cli_library_error(ctx, "--tokenizer");
+}
+
+/* The prompt's ids, from --prompt-ids or --prompt through the tokenizer. */
+static int prompt_ids(attn_ctx *ctx, const generate_options *o, attn_tokenizer *tok,
+                      id_list *out) {
+    if (o->prompt_ids) return parse_ids("--prompt-ids", o->prompt_ids, out);
+    size_t len = strlen(o->prompt), capacity = len + 1, count = 0;
+    for (int attempt = 0; attempt < 2; attempt++) {
+        int32_t *ids = malloc(capacity * sizeof *ids);
+        if (!ids) return cli_failure("--prompt: out of memory for %zu tokens", capacity);
+        attn_status st = attn_tokenizer_encode(tok, o->prompt, len, ids, capacity, &count);
+        if (st == ATTN_OK) {
+            *out = (id_list){ids, count};
+            return count ? CLI_OK : cli_failure("--prompt: the text encodes to no tokens");
+        }
+        free(ids);
+        if (st != ATTN_ERR_SHAPE) return cli_library_error(ctx, "--prompt");
+        capacity = count;
+    }
+    return cli_library_error(ctx, "--prompt");
+}
+
+static double seconds_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* What the token callback needs: streaming and the clock. */
+typedef struct stream_state {
+    attn_ctx *ctx;
+    attn_tokenizer *tok; /* NULL: stream ids */
+    bool stream;
+    int32_t *ids;        /* the tokens so far (the run's out) */
+    size_t count, printed_bytes;
+    double start, first, last;
+    bool failed;
+} stream_state;
+
+static bool on_token(void *user, int32_t token) {
+    stream_state *s = user;
+    s->last = seconds_now();
+    if (s->count == 0) s->first = s->last;
+    s->count++; /* attn_lm_generate has written it to ids[count - 1] */
+    if (!s->stream) return true;
+    if (!s->tok) {
+        printf(s->count == 1 ? "%d" : ",%d", (int)token);
+    } else {
+        /* the text of everything so far, printed past what already was:
+         * a character cut between tokens comes out whole once both are in */
+        char *text;
+        size_t length;
+        if (decode(s->ctx, s->tok, s->ids, s->count, &text, &length) != CLI_OK) {
+            s->failed = true;
+            return false;
+        }
+        if (length > s->printed_bytes)
+            fwrite(text + s->printed_bytes, 1, length - s->printed_bytes, stdout);
+        s->printed_bytes = length;
+        free(text);
+    }
+    fflush(stdout);
+    return true;
+}
+
+static int print_ids(const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) printf(i ? ",%d" : "%d", (int)ids[i]);
+    putchar('\n');
+    return CLI_OK;
+}
+
+/* Prints the run's result (what streaming has not printed yet). */
+static int print_result(attn_ctx *ctx, const stream_state *s) {
+    if (s->tok) {
+        if (!s->stream) {
+            char *text;
+            size_t length;
+            int rc = decode(ctx, s->tok, s->ids, s->count, &text, &length);
+            if (rc != CLI_OK) return rc;
+            fwrite(text, 1, length, stdout);
+            free(text);
+        }
+        putchar('\n');
+        return print_ids(s->ids, s->count);
+    }
+    if (s->stream) putchar('\n');
+    else print_ids(s->ids, s->count);
+    return CLI_OK;
+}
+
+static void print_stats(const stream_state *s, size_t prompt_len) {
+    fprintf(stderr, "attn generate: prompt %zu tokens", prompt_len);
+    if (s->count == 0) {
+        fputs(", no new tokens\n", stderr);
+        return;
+    }
+    fprintf(stderr, ", prefill + first token %.1f ms, %zu new tokens", 1e3 * (s->first - s->start),
+            s->count);
+    if (s->count > 1)
+        fprintf(stderr, ", %.2f ms per token after (%.1f tokens/s)",
+                1e3 * (s->last - s->first) / (double)(s->count - 1),
+                (double)(s->count - 1) / (s->last - s->first));
+    fputc('\n', stderr);
+}
+
+/* The cache for the run: the prompt (cut to context_length) and all but
+ * the last new token; a run past context_length gets a full-size one and
+ * attn_lm_generate's refusal. */
+static int make_cache(attn_ctx *ctx, attn_lm *m, const generate_options *o, size_t prompt_len,
+                      attn_kv_cache **out) {
+    size_t context = attn_lm_get_config(m).context_length;
+    size_t kept = prompt_len < context ? prompt_len : context;
+    size_t positions = kept + (o->max_new_tokens ? o->max_new_tokens - 1 : 0);
+    if (positions > context || positions < kept) positions = 0;
+    if (attn_lm_cache_new(m, 1, positions, o->layout, o->page_size, out) != ATTN_OK)
+        return cli_library_error(ctx, "--cache");
+    return CLI_OK;
+}
+
+static int generate(attn_ctx *ctx, attn_lm *m, const generate_options *o, attn_tokenizer *tok,
+                    const id_list *prompt, const id_list *stops) {
+    attn_kv_cache *cache = NULL;
+    attn_rng *rng = NULL;
+    int rc = make_cache(ctx, m, o, prompt->n, &cache);
+    if (rc == CLI_OK && attn_rng_new(ctx, o->seed, &rng) != ATTN_OK)
+        rc = cli_library_error(ctx, "--seed");
+    int32_t *out = rc == CLI_OK ? malloc((o->max_new_tokens ? o->max_new_tokens : 1) *
+                                         sizeof *out)
+                                : NULL;
+    if (rc == CLI_OK && !out)
+        rc = cli_failure("--max-new-tokens: out of memory for %zu tokens", o->max_new_tokens);
+    if (rc == CLI_OK) {
+        stream_state s = {.ctx = ctx, .tok = tok, .stream = o->stream, .ids = out};
+        size_t count = 0;
+        attn_generate_args a = {.prompt = prompt->ids, .prompt_len = prompt->n,
+                                .max_new_tokens = o->max_new_tokens, .sampling = o->sampling,
+                                .rng = rng, .stop_tokens = stops->ids,
+                                .num_stop_tokens = stops->n, .cache = cache,
+                                .on_token = on_token, .user = &s, .out = out, .count = &count};
+        s.start = seconds_now();
+        attn_status st = attn_lm_generate(m, &a);
+        if (s.failed) rc = CLI_FAILED;
+        else if (st != ATTN_OK) rc = cli_library_error(ctx, "generate");
+        else rc = print_result(ctx, &s);
+        if (st == ATTN_OK && o->stats) print_stats(&s, prompt->n);
+    }
+    free(out);
+    attn_rng_free(rng);
+    attn_kv_cache_free(cache);
+    return rc;
+}
+
+static int run_generate(int argc, char **argv) {
+    generate_options o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != CLI_OK) return rc;
+    attn_ctx *ctx;
+    if (attn_ctx_new(&(attn_ctx_config){.num_threads = o.threads, .kernels = o.kernels}, &ctx) !=
+        ATTN_OK)
+        return cli_failure("cannot create a context with %zu threads", o.threads);
+    attn_lm *m = NULL;
+    attn_tokenizer *tok = NULL;
+    id_list prompt = {0}, stops = {0};
+    rc = load_model(ctx, &o, &m);
+    if (rc == CLI_OK && o.tokenizer && attn_tokenizer_load(ctx, o.tokenizer, &tok) != ATTN_OK)
+        rc = cli_library_error(ctx, "--tokenizer");
+    if (rc == CLI_OK) rc = prompt_ids(ctx, &o, tok, &prompt);
+    if (rc == CLI_OK && o.stop_ids) rc = parse_ids("--stop-ids", o.stop_ids, &stops);
+    if (rc == CLI_OK) rc = generate(ctx, m, &o, tok, &prompt, &stops);
+    free(prompt.ids);
+    free(stops.ids);
+    attn_tokenizer_free(tok);
+    attn_lm_free(m);
+    attn_ctx_free(ctx);
+    return rc;
+}
+
+const cli_command cli_generate_command = {
+    .name = "generate",
+    .summary = "writes tokens with the book's GPT-2 or Llama 3 and a KV cache",
+    .help = generate_help,
+    .value_options = generate_value_options,
+    .parse = parse_generate,
+    .run = run_generate,
+};

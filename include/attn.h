@@ -1213,6 +1213,13 @@ typedef struct attn_kv_attend_args {
     float *out;
 } attn_kv_attend_args;
 attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args *args);
+/* Appends keys and values to layer without attending: a prefix whose K and
+ * V were computed elsewhere (a saved prompt, a benchmark's long cache).
+ * new_lens, new_tokens and the (rows, kv_heads, head_dim) packing of k_new
+ * and v_new are attn_kv_cache_attend's, and so are the limits: ATTN_ERR_NULL,
+ * ATTN_ERR_INVALID (layer), ATTN_ERR_OVERFLOW (nothing appended). */
+attn_status attn_kv_cache_append(attn_kv_cache *cache, size_t layer, const size_t *new_lens,
+                                 size_t new_tokens, const float *k_new, const float *v_new);
 
 /*
  * The book's two generating models (llms-from-scratch 1.0.19), inference
@@ -1287,6 +1294,10 @@ attn_status attn_lm_new(attn_ctx *ctx, const attn_lm_config *cfg, attn_rng *init
  */
 attn_status attn_lm_load(attn_ctx *ctx, const char *path, const char *config_json,
                          const attn_lm_config *cfg, attn_lm **out);
+/* The config a config.json gives, read as attn_lm_load reads it (any of
+ * the three dialects; tie_embeddings as the file says, else false): for a
+ * model of random weights (attn_lm_new) of a published shape. */
+attn_status attn_lm_config_read(attn_ctx *ctx, const char *config_json, attn_lm_config *out);
 /* The book's names, float32 (safetensors.torch.load_file + load_state_dict). */
 attn_status attn_lm_save(attn_lm *m, const char *path);
 void attn_lm_free(attn_lm *m);
@@ -1368,6 +1379,25 @@ attn_status attn_lm_generate(attn_lm *m, const attn_generate_args *args);
  * Face's vocab.json + merges.txt) or a tiktoken file (base64 token, rank
  * per line; Llama 3's tokenizer.model, with its special tokens). Encoding
  * splits text with the model's pre-tokenizer pattern, then merges by rank.
+ *
+ * path: a directory holding encoder.json + vocab.bpe, vocab.json +
+ * merges.txt or tokenizer.model; one file of a GPT-2 pair (the other found
+ * beside it); or a tiktoken file. GPT-2's files use GPT-2's pattern and
+ * merge as transformers' GPT2Tokenizer; a tiktoken file uses Llama 3's
+ * pattern and merges as tiktoken, and gets the 256 special tokens of the
+ * book's Llama3Tokenizer after its ranks (with Meta's 128000 ranks:
+ * <|begin_of_text|> 128000, <|end_of_text|> 128001, <|start_header_id|>
+ * 128006, <|end_header_id|> 128007, <|eot_id|> 128009, <|reserved_i|>
+ * 128002 + i for the others up to 128255). Special tokens come only by id:
+ * text naming one is encoded as plain text (tiktoken's encode with
+ * disallowed_special=()); they decode to their names. vocab_size is the
+ * largest id + 1. Text need not be valid UTF-8: each invalid byte is a
+ * character of its own, so decode(encode(text)) is text. The Unicode classes
+ * are Unicode 14's (src/text/unicode_classes.c).
+ * Errors: ATTN_ERR_IO (a file missing or unreadable), ATTN_ERR_FORMAT (the
+ * message names the file and line, or line:column in JSON), ATTN_ERR_NULL,
+ * ATTN_ERR_NO_MEMORY; on failure *out is NULL. A tokenizer is read-only
+ * after loading; its errors go to the ctx it was loaded with.
  */
 typedef struct attn_tokenizer attn_tokenizer;
 attn_status attn_tokenizer_load(attn_ctx *ctx, const char *path, attn_tokenizer **out);
@@ -1378,7 +1408,8 @@ size_t attn_tokenizer_vocab_size(const attn_tokenizer *t);
 attn_status attn_tokenizer_encode(attn_tokenizer *t, const char *text, size_t length,
                                   int32_t *ids, size_t capacity, size_t *count);
 /* The bytes of ids (UTF-8, possibly cut inside a character at the ends);
- * same capacity rule; text is not NUL-terminated. */
+ * same capacity rule; text is not NUL-terminated. An id that is no token
+ * is ATTN_ERR_INVALID naming its index. */
 attn_status attn_tokenizer_decode(attn_tokenizer *t, const int32_t *ids, size_t n, char *text,
                                   size_t capacity, size_t *length);
 

@@ -20,6 +20,8 @@ from .modules import (CausalAttention, CausalSelfAttention, GroupedQueryAttentio
                       SimpleSelfAttention, get_num_threads, manual_seed, rand, randn,
                       set_bernoulli, set_num_threads)
 from .safetensors import load_file, save_file
+from .lm import KVCache, LanguageModel
+from .tokenizer import Tokenizer
 from ._lib import lib as _clib
 
 __version__ = _clib.attn_version().decode()
@@ -29,7 +31,8 @@ __all__ = [
     "CausalAttention", "MultiHeadAttentionWrapper", "MultiHeadAttention",
     "CausalSelfAttention", "GroupedQueryAttention", "MultiHeadLatentAttention",
     "MultiHeadAttentionWithSWA", "manual_seed", "rand", "randn", "set_bernoulli", "set_num_threads",
-    "get_num_threads", "save_file", "load_file", "__version__",
+    "get_num_threads", "save_file", "load_file", "LanguageModel", "KVCache", "Tokenizer",
+    "__version__",
 ]
 
 

@@ -4,6 +4,7 @@
 #include "kernels/dispatch.h"
 
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemv/gemv.h"
 #include "parallel.h"
 
 #include <stdint.h>
@@ -78,6 +79,58 @@ void attn_k_linear(attn_ctx *ctx, const float *x, const float *w, const float *b
             return;
     }
     attn_ref_linear(ctx->num_threads, x, w, bias, y, rows, in, out);
+}
+
+enum { GEMV_MAX_PARTS = 4 };
+
+typedef struct gemv_job {
+    const attn_gemv_kernel *kernel;
+    const float *x;
+    size_t rows, in, chunk; /* chunk: outputs per item, a multiple of 4 */
+    const attn_k_linear_part *parts;
+    size_t first_item[GEMV_MAX_PARTS + 1]; /* part i's items: [first_item[i], first_item[i + 1]) */
+    size_t n;
+} gemv_job;
+
+static void gemv_chunk(void *arg, size_t thread, size_t item) {
+    (void)thread;
+    const gemv_job *j = arg;
+    size_t i = 0;
+    while (item >= j->first_item[i + 1]) i++;
+    const attn_k_linear_part *p = &j->parts[i];
+    size_t begin = (item - j->first_item[i]) * j->chunk;
+    size_t end = begin + j->chunk < p->out ? begin + j->chunk : p->out;
+    j->kernel->run(j->rows, j->in, j->x, p->w, p->bias, p->y, p->out, begin, end);
+}
+
+void attn_k_linear_small_n(attn_ctx *ctx, const float *x, size_t rows, size_t in,
+                           const attn_k_linear_part *parts, size_t n) {
+    const attn_gemv_kernel *kernel = attn_gemv_kernel_for(ctx->kernels);
+    if (!kernel || rows == 0 || rows > ATTN_GEMV_MAX_ROWS || in == 0 || n > GEMV_MAX_PARTS) {
+        for (size_t i = 0; i < n; i++)
+            attn_k_linear(ctx, x, parts[i].w, parts[i].bias, parts[i].y, rows, in, parts[i].out);
+        return;
+    }
+    /* Items of about 64 KiB of w, taken by whichever thread is free: a
+     * thread the OS holds back (another process on its core) delays the
+     * call by one item, not by its share. Below about 256 KiB one thread
+     * reads w faster than threads can be started. */
+    gemv_job job = {.kernel = kernel, .x = x, .rows = rows, .in = in, .parts = parts, .n = n};
+    job.chunk = (((size_t)1 << 14) / in + 3) / 4 * 4;
+    if (job.chunk == 0) job.chunk = 4;
+    size_t floats = 0;
+    for (size_t i = 0; i < n; i++) {
+        job.first_item[i + 1] = job.first_item[i] + (parts[i].out + job.chunk - 1) / job.chunk;
+        floats += parts[i].out * in;
+    }
+    size_t threads = floats < ((size_t)1 << 16) ? 1 : ctx->num_threads;
+    attn_parallel_dynamic(threads, job.first_item[n], gemv_chunk, &job);
+}
+
+void attn_k_linear_small(attn_ctx *ctx, const float *x, const float *w, const float *bias,
+                         float *y, size_t rows, size_t in, size_t out) {
+    attn_k_linear_part part = {w, bias, y, out};
+    attn_k_linear_small_n(ctx, x, rows, in, &part, 1);
 }
 
 typedef struct colsum_job {

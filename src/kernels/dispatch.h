@@ -23,6 +23,21 @@ void attn_k_matmul_tn_acc(attn_ctx *ctx, const float *a, const float *b, float *
 /* y (rows, out) = x @ w^T (+ bias), and its backward (see kernels.h). */
 void attn_k_linear(attn_ctx *ctx, const float *x, const float *w, const float *bias,
                    float *y, size_t rows, size_t in, size_t out);
+/* The same for decoding: with fast kernels and at most ATTN_GEMV_MAX_ROWS
+ * rows, matrix-vector products that read w once for all rows, the outputs
+ * split over the ctx's threads (kernels/gemv/gemv.h); else attn_k_linear. */
+void attn_k_linear_small(attn_ctx *ctx, const float *x, const float *w, const float *bias,
+                         float *y, size_t rows, size_t in, size_t out);
+/* Several of them on the same x (rows, in), in one parallel pass when the
+ * matrix-vector kernels run them (Q, K and V; SwiGLU's fc1 and fc2): part
+ * i computes y_i (rows, out_i) = x @ w_i^T (+ bias_i). */
+typedef struct attn_k_linear_part {
+    const float *w, *bias;
+    float *y;
+    size_t out;
+} attn_k_linear_part;
+void attn_k_linear_small_n(attn_ctx *ctx, const float *x, size_t rows, size_t in,
+                           const attn_k_linear_part *parts, size_t n);
 void attn_k_linear_backward(attn_ctx *ctx, const float *x, const float *w, const float *dy,
                             float *dx, bool accumulate_dx, float *dw, float *dbias, size_t rows,
                             size_t in, size_t out);

@@ -1,2 +1,774 @@
-/* Placeholder until written. */
-typedef int attn_placeholder_src_lm_lm_c;
+/*
+ * lm.c — the book's GPT-2 (kv_cache/gpt2.py's GPTModel) and Llama 3
+ * (kv_cache/llama3.py's Llama3Model) for inference: the model's tensors,
+ * their initialisation, and the forward with and without a KV cache.
+ *
+ * Forward, for the packed rows of a batch (x is (rows, C)):
+ *   x = tok_emb[ids] (+ pos_emb[position], gpt2)
+ *   per block:
+ *     h = norm1(x)                         LayerNorm (gpt2) / RMSNorm (llama3)
+ *     q, k, v = h Wq^T (+bq), h Wk^T, h Wv^T  (rows, C), (rows, kv_heads * head_dim)
+ *     q, k = rope(q), rope(k)              llama3, at each row's position
+ *     a = attention(q, k, v)               causal within each sequence, or
+ *                                          against the cache (then appended)
+ *     x = x + a Wo^T (+bo)
+ *     h = norm2(x)
+ *     x = x + fc2(gelu(fc1(h)))            gpt2
+ *     x = x + fc3(silu(fc1(h)) * fc2(h))   llama3
+ *   logits = out_head(final_norm(x))       (only each sequence's last row
+ *                                           with last_only)
+ * Dropout is off (inference).
+ */
+#include "lm/lm_internal.h"
+
+#include "attention/attention.h"
+#include "kernels/dispatch.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* positions (size_t) share the activation buffer, two floats each */
+_Static_assert(sizeof(size_t) <= 2 * sizeof(float), "a size_t fits in two floats");
+
+/* ---- configuration ------------------------------------------------------ */
+
+attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,
+                                   attn_lm_config *out) {
+    attn_lm_config c = *cfg;
+    if (c.arch != ATTN_LM_GPT2 && c.arch != ATTN_LM_LLAMA3)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: arch (%d) is neither ATTN_LM_GPT2 (1) nor "
+                         "ATTN_LM_LLAMA3 (2)", who, (int)c.arch);
+    bool gpt2 = c.arch == ATTN_LM_GPT2;
+    if (!c.vocab_size || !c.context_length || !c.emb_dim || !c.n_heads || !c.n_layers)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: vocab_size (%zu), context_length (%zu), emb_dim (%zu), n_heads "
+                         "(%zu) and n_layers (%zu) must be positive",
+                         who, c.vocab_size, c.context_length, c.emb_dim, c.n_heads, c.n_layers);
+    if (c.emb_dim % c.n_heads != 0)
+        return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: n_heads (%zu) must divide emb_dim (%zu)", who,
+                         c.n_heads, c.emb_dim);
+    if (gpt2) {
+        if (c.n_kv_groups != 0 && c.n_kv_groups != c.n_heads)
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "%s: gpt2 has one KV head per head: n_kv_groups (%zu) must be 0 or "
+                             "n_heads (%zu)", who, c.n_kv_groups, c.n_heads);
+        c.n_kv_groups = c.n_heads;
+        if (c.hidden_dim == 0 && !attn_mul_size(4, c.emb_dim, &c.hidden_dim))
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: 4 emb_dim (%zu) overflows", who,
+                             c.emb_dim);
+        if (c.hidden_dim != 4 * c.emb_dim)
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "%s: gpt2's FeedForward is 4 emb_dim wide: hidden_dim (%zu) must be "
+                             "0 or %zu", who, c.hidden_dim, 4 * c.emb_dim);
+        c.rope_base = c.rope_factor = c.rope_low_freq_factor = c.rope_high_freq_factor = 0.0;
+        c.rope_original_context_length = 0;
+    } else {
+        if (c.n_kv_groups == 0) c.n_kv_groups = c.n_heads;
+        if (c.n_heads % c.n_kv_groups != 0)
+            return attn_fail(ctx, ATTN_ERR_SHAPE,
+                             "%s: n_kv_groups (%zu) must divide n_heads (%zu)", who,
+                             c.n_kv_groups, c.n_heads);
+        if ((c.emb_dim / c.n_heads) % 2 != 0)
+            return attn_fail(ctx, ATTN_ERR_SHAPE,
+                             "%s: RoPE needs an even head_dim: emb_dim (%zu) / n_heads (%zu) is "
+                             "%zu", who, c.emb_dim, c.n_heads, c.emb_dim / c.n_heads);
+        if (c.hidden_dim == 0)
+            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: llama3 needs hidden_dim (0 given)", who);
+        if (c.qkv_bias)
+            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: llama3 has no qkv_bias", who);
+        if (c.rope_base == 0.0) c.rope_base = 500000.0;
+        if (!(c.rope_base > 0.0) || !isfinite(c.rope_base))
+            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: rope_base (%g) must be positive", who,
+                             c.rope_base);
+        if (c.rope_factor != 0.0 &&
+            (!(c.rope_factor > 0.0) || !isfinite(c.rope_factor) ||
+             !(c.rope_low_freq_factor > 0.0) || !(c.rope_high_freq_factor > 0.0) ||
+             !isfinite(c.rope_low_freq_factor) || !isfinite(c.rope_high_freq_factor) ||
+             c.rope_high_freq_factor == c.rope_low_freq_factor ||
+             c.rope_original_context_length == 0))
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "%s: the Llama 3 RoPE scaling needs factor (%g) > 0, positive "
+                             "low_freq_factor (%g) and high_freq_factor (%g) that differ, and "
+                             "original_context_length (%zu) > 0",
+                             who, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
+                             c.rope_original_context_length);
+    }
+    if (c.norm_eps == 0.0) c.norm_eps = 1e-5;
+    if (!(c.norm_eps > 0.0) || !isfinite(c.norm_eps))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: norm_eps (%g) must be positive", who,
+                         c.norm_eps);
+    /* every tensor's size, and positions, fit in size_t and int32 rows */
+    size_t vc, hc, pc;
+    if (!attn_mul_size(c.vocab_size, c.emb_dim, &vc) || !attn_mul_size(c.hidden_dim, c.emb_dim, &hc) ||
+        !attn_mul_size(c.context_length, c.emb_dim, &pc) || !attn_floats_fit(vc) ||
+        !attn_floats_fit(hc) || !attn_floats_fit(pc) || c.context_length > INT32_MAX ||
+        c.vocab_size > INT32_MAX)
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                         "%s: vocab_size (%zu), context_length (%zu), emb_dim (%zu), hidden_dim "
+                         "(%zu) make tensors too large",
+                         who, c.vocab_size, c.context_length, c.emb_dim, c.hidden_dim);
+    *out = c;
+    return ATTN_OK;
+}
+
+/* ---- the tensors ---------------------------------------------------------- */
+
+/* Lists the model's tensors in state_dict order, twice: first counting
+ * (floats, names), then placing each in the weight block. */
+typedef struct param_builder {
+    attn_lm *m;
+    bool place;
+    bool overflow;
+    size_t count, floats, name_bytes;
+} param_builder;
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 6, 7)))
+#endif
+static void add_param(param_builder *b, float **slot, float *shared, size_t rows, size_t cols,
+                      const char *fmt, ...) {
+    char name[128];
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    size_t numel = cols ? rows * cols : rows; /* checked by attn_lm_config_resolve */
+    if (b->place) {
+        attn_lm *m = b->m;
+        char *dst = m->names + b->name_bytes;
+        memcpy(dst, name, (size_t)len + 1);
+        float *data = shared ? shared : m->weights + b->floats;
+        if (slot) *slot = data;
+        m->params[b->count] = (attn_param){.name = dst, .data = data, .grad = NULL,
+                                           .ndim = cols ? 2 : 1, .shape = {rows, cols},
+                                           .numel = numel};
+    }
+    b->count++;
+    b->name_bytes += (size_t)len + 1;
+    if (!shared && !attn_add_size(b->floats, numel, &b->floats)) b->overflow = true;
+}
+
+static void list_params(param_builder *b) {
+    attn_lm *m = b->m;
+    const attn_lm_config *c = &m->cfg;
+    size_t C = c->emb_dim, V = c->vocab_size, H = m->hidden, kvw = m->kv_heads * m->head_dim;
+    bool gpt2 = c->arch == ATTN_LM_GPT2;
+    add_param(b, &m->tok_emb, NULL, V, C, "tok_emb.weight");
+    if (gpt2) add_param(b, &m->pos_emb, NULL, c->context_length, C, "pos_emb.weight");
+    for (size_t i = 0; i < c->n_layers; i++) {
+        attn_lm_block *k = b->place ? &m->blocks[i] : &(attn_lm_block){0};
+        if (gpt2) {
+            add_param(b, &k->wq, NULL, C, C, "trf_blocks.%zu.att.W_query.weight", i);
+            if (c->qkv_bias) add_param(b, &k->bq, NULL, C, 0, "trf_blocks.%zu.att.W_query.bias", i);
+            add_param(b, &k->wk, NULL, C, C, "trf_blocks.%zu.att.W_key.weight", i);
+            if (c->qkv_bias) add_param(b, &k->bk, NULL, C, 0, "trf_blocks.%zu.att.W_key.bias", i);
+            add_param(b, &k->wv, NULL, C, C, "trf_blocks.%zu.att.W_value.weight", i);
+            if (c->qkv_bias) add_param(b, &k->bv, NULL, C, 0, "trf_blocks.%zu.att.W_value.bias", i);
+            add_param(b, &k->wo, NULL, C, C, "trf_blocks.%zu.att.out_proj.weight", i);
+            add_param(b, &k->bo, NULL, C, 0, "trf_blocks.%zu.att.out_proj.bias", i);
+            add_param(b, &k->fc1_w, NULL, H, C, "trf_blocks.%zu.ff.layers.0.weight", i);
+            add_param(b, &k->fc1_b, NULL, H, 0, "trf_blocks.%zu.ff.layers.0.bias", i);
+            add_param(b, &k->fc2_w, NULL, C, H, "trf_blocks.%zu.ff.layers.2.weight", i);
+            add_param(b, &k->fc2_b, NULL, C, 0, "trf_blocks.%zu.ff.layers.2.bias", i);
+            add_param(b, &k->norm1_w, NULL, C, 0, "trf_blocks.%zu.norm1.scale", i);
+            add_param(b, &k->norm1_b, NULL, C, 0, "trf_blocks.%zu.norm1.shift", i);
+            add_param(b, &k->norm2_w, NULL, C, 0, "trf_blocks.%zu.norm2.scale", i);
+            add_param(b, &k->norm2_b, NULL, C, 0, "trf_blocks.%zu.norm2.shift", i);
+        } else {
+            add_param(b, &k->wk, NULL, kvw, C, "trf_blocks.%zu.att.W_key.weight", i);
+            add_param(b, &k->wv, NULL, kvw, C, "trf_blocks.%zu.att.W_value.weight", i);
+            add_param(b, &k->wq, NULL, C, C, "trf_blocks.%zu.att.W_query.weight", i);
+            add_param(b, &k->wo, NULL, C, C, "trf_blocks.%zu.att.out_proj.weight", i);
+            add_param(b, &k->fc1_w, NULL, H, C, "trf_blocks.%zu.ff.fc1.weight", i);
+            add_param(b, &k->fc2_w, NULL, H, C, "trf_blocks.%zu.ff.fc2.weight", i);
+            add_param(b, &k->fc3_w, NULL, C, H, "trf_blocks.%zu.ff.fc3.weight", i);
+            add_param(b, &k->norm1_w, NULL, C, 0, "trf_blocks.%zu.norm1.weight", i);
+            add_param(b, &k->norm2_w, NULL, C, 0, "trf_blocks.%zu.norm2.weight", i);
+        }
+    }
+    if (gpt2) {
+        add_param(b, &m->final_w, NULL, C, 0, "final_norm.scale");
+        add_param(b, &m->final_b, NULL, C, 0, "final_norm.shift");
+    } else {
+        add_param(b, &m->final_w, NULL, C, 0, "final_norm.weight");
+    }
+    add_param(b, &m->out_head, c->tie_embeddings ? m->tok_emb : NULL, V, C, "out_head.weight");
+}
+
+/* RoPE's inverse frequencies as compute_rope_params makes them, in float32
+ * step by step (the comparisons with the wavelength bounds included). */
+static void rope_frequencies(const attn_lm_config *c, size_t head_dim, float *inv_freq) {
+    size_t half = head_dim / 2;
+    const float two_pi = (float)(2.0 * 3.14159265358979323846);
+    for (size_t i = 0; i < half; i++) {
+        /* 1.0 / (theta_base ** (arange(0, head_dim, 2) / head_dim)) */
+        float exponent = (float)(2 * i) / (float)head_dim;
+        float power = (float)pow((double)(float)c->rope_base, (double)exponent);
+        float inv = 1.0f / power;
+        if (c->rope_factor > 0.0) {
+            double orig = (double)c->rope_original_context_length;
+            float low_wavelen = (float)(orig / c->rope_low_freq_factor);
+            float high_wavelen = (float)(orig / c->rope_high_freq_factor);
+            /* 2 pi / inv_freq: PyTorch computes a scalar over a tensor as
+             * reciprocal(tensor) * scalar */
+            float wavelen = (1.0f / inv) * two_pi;
+            float factor = (float)c->rope_factor, low = (float)c->rope_low_freq_factor;
+            float scaled = wavelen > low_wavelen ? inv / factor : inv;
+            float smooth = ((1.0f / wavelen) * (float)orig - low) /
+                           (float)(c->rope_high_freq_factor - c->rope_low_freq_factor);
+            float smoothed = (1.0f - smooth) * (inv / factor) + smooth * inv;
+            bool medium = wavelen <= low_wavelen && wavelen >= high_wavelen;
+            inv = medium ? smoothed : scaled;
+        }
+        inv_freq[i] = inv;
+    }
+}
+
+attn_status attn_lm_create(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,
+                           attn_lm **out) {
+    attn_lm_config c;
+    attn_status st = attn_lm_config_resolve(ctx, who, cfg, &c);
+    if (st != ATTN_OK) return st;
+    attn_lm *m = attn_calloc(1, sizeof *m);
+    if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", who);
+    m->ctx = ctx;
+    m->cfg = c;
+    m->head_dim = c.emb_dim / c.n_heads;
+    m->kv_heads = c.n_kv_groups;
+    m->hidden = c.hidden_dim;
+    param_builder count = {.m = m};
+    list_params(&count);
+    if (count.overflow || !attn_floats_fit(count.floats)) {
+        attn_free(m);
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: the model's weights overflow size_t", who);
+    }
+    m->num_params = count.count;
+    m->num_weights = count.floats;
+    m->params = attn_calloc(count.count, sizeof *m->params);
+    m->names = attn_malloc(count.name_bytes);
+    m->blocks = attn_calloc(c.n_layers, sizeof *m->blocks);
+    m->weights = attn_alloc_floats(count.floats);
+    m->inv_freq = attn_alloc_floats(m->head_dim / 2 + 1);
+    if (!m->params || !m->names || !m->blocks || !m->weights || !m->inv_freq) {
+        attn_lm_free(m);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu weights", who,
+                         count.floats);
+    }
+    param_builder place = {.m = m, .place = true};
+    list_params(&place);
+    if (c.arch == ATTN_LM_LLAMA3) rope_frequencies(&m->cfg, m->head_dim, m->inv_freq);
+    *out = m;
+    return ATTN_OK;
+}
+
+static void fill(float *x, size_t n, float value) {
+    for (size_t i = 0; i < n; i++) x[i] = value;
+}
+
+/* The weights as the book's constructors draw them, in construction order
+ * (which is the state_dict's): nn.Embedding N(0, 1), nn.Linear's kaiming
+ * uniform weight then bias, norms ones (and zero shifts). */
+static attn_status init_weights(attn_lm *m, attn_rng *rng) {
+    const attn_lm_config *c = &m->cfg;
+    size_t C = c->emb_dim, V = c->vocab_size, H = m->hidden, kvw = m->kv_heads * m->head_dim;
+    attn_status st = attn_rng_randn(rng, m->tok_emb, V * C);
+    if (st == ATTN_OK && m->pos_emb) st = attn_rng_randn(rng, m->pos_emb, c->context_length * C);
+    for (size_t i = 0; i < c->n_layers && st == ATTN_OK; i++) {
+        attn_lm_block *k = &m->blocks[i];
+        if (c->arch == ATTN_LM_GPT2) {
+            const struct { float *w, *b; size_t out, in; } lin[] = {
+                {k->wq, k->bq, C, C}, {k->wk, k->bk, C, C}, {k->wv, k->bv, C, C},
+                {k->wo, k->bo, C, C}, {k->fc1_w, k->fc1_b, H, C}, {k->fc2_w, k->fc2_b, C, H}};
+            for (size_t j = 0; j < 6 && st == ATTN_OK; j++)
+                st = attn_rng_linear_init(rng, lin[j].w, lin[j].b, lin[j].out, lin[j].in);
+            fill(k->norm1_b, C, 0.0f);
+            fill(k->norm2_b, C, 0.0f);
+        } else {
+            const struct { float *w; size_t out, in; } lin[] = {
+                {k->wk, kvw, C}, {k->wv, kvw, C}, {k->wq, C, C}, {k->wo, C, C},
+                {k->fc1_w, H, C}, {k->fc2_w, H, C}, {k->fc3_w, C, H}};
+            for (size_t j = 0; j < 7 && st == ATTN_OK; j++)
+                st = attn_rng_linear_init(rng, lin[j].w, NULL, lin[j].out, lin[j].in);
+        }
+        fill(k->norm1_w, C, 1.0f);
+        fill(k->norm2_w, C, 1.0f);
+    }
+    fill(m->final_w, C, 1.0f);
+    if (m->final_b) fill(m->final_b, C, 0.0f);
+    if (st == ATTN_OK && !c->tie_embeddings)
+        st = attn_rng_linear_init(rng, m->out_head, NULL, V, C);
+    return st;
+}
+
+attn_status attn_lm_new(attn_ctx *ctx, const attn_lm_config *cfg, attn_rng *init_rng,
+                        attn_lm **out) {
+    if (!ctx || !cfg || !out)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_lm_new: %s is NULL",
+                         !ctx ? "ctx" : !cfg ? "cfg" : "out");
+    attn_clear_error(ctx);
+    *out = NULL;
+    attn_lm *m;
+    attn_status st = attn_lm_create(ctx, "attn_lm_new", cfg, &m);
+    if (st != ATTN_OK) return st;
+    if (init_rng && (st = init_weights(m, init_rng)) != ATTN_OK) {
+        attn_lm_free(m);
+        return st;
+    }
+    *out = m;
+    return ATTN_OK;
+}
+
+void attn_lm_free(attn_lm *m) {
+    if (!m) return;
+    attn_free(m->weights);
+    attn_free(m->params);
+    attn_free(m->names);
+    attn_free(m->blocks);
+    attn_free(m->inv_freq);
+    attn_free(m->buf.floats);
+    attn_free(m->buf.attention);
+    attn_free(m->buf.cu_seqlens);
+    attn_free(m->buf.starts);
+    attn_free(m);
+}
+
+attn_lm_config attn_lm_get_config(const attn_lm *m) {
+    return m ? m->cfg : (attn_lm_config){0};
+}
+
+size_t attn_lm_param_count(const attn_lm *m) { return m ? m->num_params : 0; }
+
+attn_status attn_lm_param_at(attn_lm *m, size_t index, attn_param *out) {
+    if (!m || !out) return m ? attn_fail(m->ctx, ATTN_ERR_NULL, "attn_lm_param_at: out is NULL")
+                             : ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (index >= m->num_params)
+        return attn_fail(m->ctx, ATTN_ERR_NOT_FOUND,
+                         "attn_lm_param_at: index %zu is past the model's %zu parameters", index,
+                         m->num_params);
+    *out = m->params[index];
+    return ATTN_OK;
+}
+
+attn_status attn_lm_param(attn_lm *m, const char *name, attn_param *out) {
+    if (!m || !name || !out)
+        return m ? attn_fail(m->ctx, ATTN_ERR_NULL, "attn_lm_param: %s is NULL",
+                             !name ? "name" : "out")
+                 : ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    for (size_t i = 0; i < m->num_params; i++)
+        if (strcmp(m->params[i].name, name) == 0) {
+            *out = m->params[i];
+            return ATTN_OK;
+        }
+    return attn_fail(m->ctx, ATTN_ERR_NOT_FOUND, "attn_lm_param: the %s model has no parameter "
+                     "'%s'", m->cfg.arch == ATTN_LM_GPT2 ? "gpt2" : "llama3", name);
+}
+
+attn_status attn_lm_cache_new(attn_lm *m, size_t batch, size_t max_len, attn_kv_layout layout,
+                              size_t page_size, attn_kv_cache **out) {
+    if (!m || !out)
+        return m ? attn_fail(m->ctx, ATTN_ERR_NULL, "attn_lm_cache_new: out is NULL")
+                 : ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    *out = NULL;
+    if (max_len == 0) max_len = m->cfg.context_length;
+    if (max_len > m->cfg.context_length)
+        return attn_fail(m->ctx, ATTN_ERR_INVALID,
+                         "attn_lm_cache_new: max_len (%zu) is past the model's context_length "
+                         "(%zu)", max_len, m->cfg.context_length);
+    attn_kv_cache_config c = {.num_layers = m->cfg.n_layers, .batch = batch,
+                              .kv_heads = m->kv_heads, .head_dim = m->head_dim,
+                              .max_len = max_len, .layout = layout, .page_size = page_size};
+    return attn_kv_cache_new(m->ctx, &c, out);
+}
+
+/* ---- the layers ----------------------------------------------------------- */
+
+/* y (rows, out) = x (rows, in) @ w^T (+ bias): matrix-vector products when
+ * rows are few (decoding), else the SGEMM. */
+static void linear(attn_lm *m, const float *x, const float *w, const float *bias, float *y,
+                   size_t rows, size_t in, size_t out) {
+    attn_k_linear_small(m->ctx, x, w, bias, y, rows, in, out);
+}
+
+/* out (rows, C) = LayerNorm(x): (x - mean) / sqrt(var + eps) * scale + shift,
+ * var biased; in double. */
+static void layer_norm(float *out, const float *x, const float *scale, const float *shift,
+                       size_t rows, size_t C, double eps) {
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * C;
+        double mean = 0.0, var = 0.0;
+        for (size_t i = 0; i < C; i++) mean += xr[i];
+        mean /= (double)C;
+        for (size_t i = 0; i < C; i++) var += ((double)xr[i] - mean) * ((double)xr[i] - mean);
+        double rstd = 1.0 / sqrt(var / (double)C + eps);
+        for (size_t i = 0; i < C; i++)
+            out[r * C + i] = (float)(((double)xr[i] - mean) * rstd * scale[i] + shift[i]);
+    }
+}
+
+/* out (rows, C) = x * rsqrt(mean(x^2) + eps) * weight (RMSNorm); in double. */
+static void rms_norm(float *out, const float *x, const float *weight, size_t rows, size_t C,
+                     double eps) {
+    for (size_t r = 0; r < rows; r++) {
+        const float *xr = x + r * C;
+        double ms = 0.0;
+        for (size_t i = 0; i < C; i++) ms += (double)xr[i] * xr[i];
+        double rs = 1.0 / sqrt(ms / (double)C + eps);
+        for (size_t i = 0; i < C; i++) out[r * C + i] = (float)((double)xr[i] * rs * weight[i]);
+    }
+}
+
+static void norm(const attn_lm *m, float *out, const float *x, const float *w, const float *b,
+                 size_t rows) {
+    if (m->cfg.arch == ATTN_LM_GPT2)
+        layer_norm(out, x, w, b, rows, m->cfg.emb_dim, m->cfg.norm_eps);
+    else
+        rms_norm(out, x, w, rows, m->cfg.emb_dim, m->cfg.norm_eps);
+}
+
+/* x = 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3))), the book's GELU
+ * (its sqrt(2 / pi) a float32 tensor) */
+static void gelu(float *x, size_t n) {
+    const double c = (double)sqrtf((float)(2.0 / 3.14159265358979323846));
+    for (size_t i = 0; i < n; i++) {
+        double v = x[i];
+        x[i] = (float)(0.5 * v * (1.0 + tanh(c * (v + 0.044715 * v * v * v))));
+    }
+}
+
+/* gate = silu(gate) * up */
+static void swiglu(float *gate, const float *up, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        double g = gate[i];
+        gate[i] = (float)(g / (1.0 + exp(-g)) * up[i]);
+    }
+}
+
+static void add_into(float *x, const float *a, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] += a[i];
+}
+
+/* cos, sin (rows, head_dim / 2) of each row's angles position * inv_freq,
+ * the angle rounded to float32 as the book's table is. */
+static void rope_tables(const attn_lm *m, const size_t *positions, size_t rows, float *cosines,
+                        float *sines) {
+    size_t half = m->head_dim / 2;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t i = 0; i < half; i++) {
+            float angle = (float)positions[r] * m->inv_freq[i];
+            cosines[r * half + i] = (float)cos((double)angle);
+            sines[r * half + i] = (float)sin((double)angle);
+        }
+}
+
+/* x (rows, heads, head_dim) rotated: for i < half, with x1 = x[i], x2 =
+ * x[i + half]: x[i] = x1 cos - x2 sin, x[i + half] = x2 cos + x1 sin
+ * (apply_rope: x * cos + cat(-x2, x1) * sin). */
+static void apply_rope(float *x, size_t rows, size_t heads, size_t head_dim, const float *cosines,
+                       const float *sines) {
+    size_t half = head_dim / 2;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t h = 0; h < heads; h++) {
+            float *v = x + (r * heads + h) * head_dim;
+            const float *c = cosines + r * half, *s = sines + r * half;
+            for (size_t i = 0; i < half; i++) {
+                float x1 = v[i], x2 = v[i + half];
+                v[i] = x1 * c[i] + -x2 * s[i];
+                v[i + half] = x2 * c[i] + x1 * s[i];
+            }
+        }
+}
+
+/* ---- the forward ------------------------------------------------------------ */
+
+/* The activations of one forward, carved from the model's buffer. */
+typedef struct lm_acts {
+    float *x, *h, *q, *k, *v, *att, *f1, *f2, *cosines, *sines, *last;
+    size_t *positions;
+} lm_acts;
+
+static size_t acts_floats(const attn_lm *m, size_t rows, size_t batch, bool *overflow) {
+    size_t C = m->cfg.emb_dim, kvw = m->kv_heads * m->head_dim;
+    /* per row: x, h, q, att (C each), k, v, f1, f2, cos, sin, a position */
+    size_t per_row = 4 * C + 2 * kvw + 2 * m->hidden + m->head_dim + 2;
+    size_t a = 0, b = 0, total = 0;
+    *overflow = !attn_mul_size(rows, per_row, &a) || !attn_mul_size(batch, C, &b) ||
+                !attn_add_size(a, b, &total) || !attn_floats_fit(total);
+    return total;
+}
+
+static lm_acts acts_at(const attn_lm *m, float *f, size_t rows) {
+    size_t C = m->cfg.emb_dim, kvw = m->kv_heads * m->head_dim, half = m->head_dim / 2;
+    lm_acts a;
+    a.positions = (size_t *)(void *)f; /* first, so aligned; 2 floats per size_t */
+    a.x = f + 2 * rows;
+    a.h = a.x + rows * C;
+    a.q = a.h + rows * C;
+    a.att = a.q + rows * C;
+    a.k = a.att + rows * C;
+    a.v = a.k + rows * kvw;
+    a.f1 = a.v + rows * kvw;
+    a.f2 = a.f1 + rows * m->hidden;
+    a.cosines = a.f2 + rows * m->hidden;
+    a.sines = a.cosines + rows * half;
+    a.last = a.sines + rows * half;
+    return a;
+}
+
+/* The activations for rows rows of a batch of batch. */
+static attn_status grow_floats(attn_lm *m, size_t rows, size_t batch) {
+    attn_lm_buffers *b = &m->buf;
+    bool overflow;
+    size_t floats = acts_floats(m, rows, batch, &overflow);
+    if (overflow)
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
+                         "attn_lm_forward: %zu rows of batch %zu overflow the activations", rows,
+                         batch);
+    if (floats <= b->capacity) return ATTN_OK;
+    float *grown = attn_alloc_floats(floats);
+    if (!grown)
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
+                         "attn_lm_forward: out of memory for %zu rows of activations", rows);
+    attn_free(b->floats);
+    b->floats = grown;
+    b->capacity = floats;
+    return ATTN_OK;
+}
+
+/* The per-sequence arrays (cu_seqlens, starts) for a batch of batch. */
+static attn_status grow_batch(attn_lm *m, size_t batch) {
+    attn_lm_buffers *b = &m->buf;
+    if (batch <= b->batch_capacity) return ATTN_OK;
+    int32_t *cu = attn_calloc(batch + 1, sizeof *cu);
+    size_t *starts = attn_calloc(batch, sizeof *starts);
+    if (!cu || !starts) {
+        attn_free(cu);
+        attn_free(starts);
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
+                         "attn_lm_forward: out of memory for a batch of %zu", batch);
+    }
+    attn_free(b->cu_seqlens);
+    attn_free(b->starts);
+    b->cu_seqlens = cu;
+    b->starts = starts;
+    b->batch_capacity = batch;
+    return ATTN_OK;
+}
+
+/* The new tokens of sequence s. */
+static size_t seq_len(const attn_lm_forward_args *a, size_t s) {
+    return a->lens ? a->lens[s] : a->tokens_per_seq;
+}
+
+/* Without a cache: each sequence attends causally within its own rows
+ * (packed, cu_seqlens), through the attention runner. */
+static attn_attention_problem within_problem(const attn_lm *m, const lm_acts *a, size_t batch,
+                                             size_t rows, size_t longest) {
+    size_t C = m->cfg.emb_dim, hd = m->head_dim, kvw = m->kv_heads * hd;
+    return (attn_attention_problem){
+        .batch = batch, .q_heads = m->cfg.n_heads, .kv_heads = m->kv_heads, .q_len = longest,
+        .kv_len = longest, .head_dim = hd, .v_head_dim = hd, .q = a->q, .k = a->k, .v = a->v,
+        .out = a->att, .q_strides = {0, C, hd}, .k_strides = {0, kvw, hd},
+        .v_strides = {0, kvw, hd}, .out_strides = {0, C, hd},
+        .scale = (float)(1.0 / sqrt((double)hd)), .causal = true,
+        .diagonal = ATTN_DIAGONAL_TOP_LEFT, .cu_seqlens_q = m->buf.cu_seqlens,
+        .cu_seqlens_kv = m->buf.cu_seqlens, .total_q = rows};
+}
+
+/* The attention's workspace, in hand before anything is computed (so that
+ * a failure changes nothing). */
+static attn_status reserve_attention(attn_lm *m, const attn_attention_problem *p) {
+    size_t bytes = attn_attention_forward_bytes(m->ctx, p, false, false);
+    attn_lm_buffers *b = &m->buf;
+    if (bytes <= b->attention_bytes && b->attention) return ATTN_OK;
+    void *grown = attn_malloc(bytes);
+    if (!grown)
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
+                         "attn_lm_forward: out of memory for %zu bytes of attention workspace",
+                         bytes);
+    attn_free(b->attention);
+    b->attention = grown;
+    b->attention_bytes = bytes;
+    return ATTN_OK;
+}
+
+/* One transformer block on x (rows, C), in place. */
+static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
+                                 const attn_lm_forward_args *args, size_t rows, size_t longest) {
+    const attn_lm_block *k = &m->blocks[layer];
+    size_t C = m->cfg.emb_dim, H = m->hidden, kvw = m->kv_heads * m->head_dim;
+    bool gpt2 = m->cfg.arch == ATTN_LM_GPT2;
+
+    norm(m, a->h, a->x, k->norm1_w, k->norm1_b, rows);
+    const attn_k_linear_part qkv[3] = {
+        {k->wq, k->bq, a->q, C}, {k->wk, k->bk, a->k, kvw}, {k->wv, k->bv, a->v, kvw}};
+    attn_k_linear_small_n(m->ctx, a->h, rows, C, qkv, 3);
+    if (!gpt2) {
+        apply_rope(a->q, rows, m->cfg.n_heads, m->head_dim, a->cosines, a->sines);
+        apply_rope(a->k, rows, m->kv_heads, m->head_dim, a->cosines, a->sines);
+    }
+    attn_status st;
+    if (args->cache) {
+        attn_kv_attend_args at = {.layer = layer, .new_lens = args->lens,
+                                  .new_tokens = args->tokens_per_seq,
+                                  .q_heads = m->cfg.n_heads, .scale = 0.0, .q = a->q,
+                                  .k_new = a->k, .v_new = a->v, .out = a->att};
+        st = attn_kv_cache_attend(args->cache, &at);
+    } else {
+        attn_attention_problem p = within_problem(m, a, args->batch, rows, longest);
+        st = attn_attention_forward(m->ctx, "attn_lm_forward", &p, NULL, NULL, NULL, NULL,
+                                    m->buf.attention);
+    }
+    if (st != ATTN_OK) return st;
+    linear(m, a->att, k->wo, k->bo, a->h, rows, C, C);
+    add_into(a->x, a->h, rows * C);
+
+    norm(m, a->h, a->x, k->norm2_w, k->norm2_b, rows);
+    if (gpt2) {
+        linear(m, a->h, k->fc1_w, k->fc1_b, a->f1, rows, C, H);
+        gelu(a->f1, rows * H);
+        linear(m, a->f1, k->fc2_w, k->fc2_b, a->h, rows, H, C);
+    } else {
+        const attn_k_linear_part gate_up[2] = {{k->fc1_w, NULL, a->f1, H},
+                                               {k->fc2_w, NULL, a->f2, H}};
+        attn_k_linear_small_n(m->ctx, a->h, rows, C, gate_up, 2);
+        swiglu(a->f1, a->f2, rows * H);
+        linear(m, a->f1, k->fc3_w, NULL, a->h, rows, H, C);
+    }
+    add_into(a->x, a->h, rows * C);
+    return ATTN_OK;
+}
+
+/* Checks args against the model (and its cache), and finds each sequence's
+ * first position (m->buf.starts) and the packed offsets (cu_seqlens). */
+static attn_status check_forward(attn_lm *m, const attn_lm_forward_args *a, size_t *rows,
+                                 size_t *longest) {
+    attn_ctx *ctx = m->ctx;
+    const char *who = "attn_lm_forward";
+    if (!a->logits || (!a->tokens && (a->lens || a->tokens_per_seq)))
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
+                         !a->logits ? "logits" : "tokens");
+    if (a->batch == 0) return attn_fail(ctx, ATTN_ERR_INVALID, "%s: batch is 0", who);
+    if (a->batch >= INT32_MAX)
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: batch (%zu) is too large", who, a->batch);
+    if (a->cache) {
+        attn_kv_cache_config c = attn_kv_cache_get_config(a->cache);
+        if (c.num_layers != m->cfg.n_layers || c.kv_heads != m->kv_heads ||
+            c.head_dim != m->head_dim || c.batch != a->batch)
+            return attn_fail(ctx, ATTN_ERR_SHAPE,
+                             "%s: the cache (layers %zu, batch %zu, kv_heads %zu, head_dim %zu) "
+                             "does not fit the model and call (layers %zu, batch %zu, kv_heads "
+                             "%zu, head_dim %zu)",
+                             who, c.num_layers, c.batch, c.kv_heads, c.head_dim, m->cfg.n_layers,
+                             a->batch, m->kv_heads, m->head_dim);
+    }
+    attn_status st = grow_batch(m, a->batch);
+    if (st != ATTN_OK) return st;
+    size_t total = 0, most = 0;
+    for (size_t s = 0; s < a->batch; s++) {
+        size_t n = seq_len(a, s), start = 0;
+        if (a->cache && (st = attn_kv_cache_length(a->cache, 0, s, &start)) != ATTN_OK) return st;
+        if (n > m->cfg.context_length || start > m->cfg.context_length - n)
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                             "%s: sequence %zu at position %zu with %zu new tokens would pass the "
+                             "context_length (%zu)", who, s, start, n, m->cfg.context_length);
+        if (a->cache) {
+            size_t max_len = attn_kv_cache_get_config(a->cache).max_len;
+            if (start + n > max_len)
+                return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                                 "%s: sequence %zu at position %zu with %zu new tokens would pass "
+                                 "the cache's max_len (%zu)", who, s, start, n, max_len);
+        }
+        if (!attn_add_size(total, n, &total) || total >= INT32_MAX)
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: too many tokens (past sequence %zu)",
+                             who, s);
+        m->buf.starts[s] = start;
+        m->buf.cu_seqlens[s + 1] = (int32_t)total;
+        if (n > most) most = n;
+    }
+    m->buf.cu_seqlens[0] = 0;
+    for (size_t r = 0; r < total; r++)
+        if (a->tokens[r] < 0 || (size_t)a->tokens[r] >= m->cfg.vocab_size)
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "%s: token %zu is %ld, outside the vocabulary [0, %zu)", who, r,
+                             (long)a->tokens[r], m->cfg.vocab_size);
+    *rows = total;
+    *longest = most;
+    return ATTN_OK;
+}
+
+/* x (rows, C) = tok_emb[tokens] (+ pos_emb[position]); positions filled. */
+static void embed(const attn_lm *m, const lm_acts *a, const attn_lm_forward_args *args) {
+    size_t C = m->cfg.emb_dim, r = 0;
+    for (size_t s = 0; s < args->batch; s++)
+        for (size_t i = 0; i < seq_len(args, s); i++, r++) a->positions[r] = m->buf.starts[s] + i;
+    for (r = 0; r < (size_t)m->buf.cu_seqlens[args->batch]; r++) {
+        const float *tok = m->tok_emb + (size_t)args->tokens[r] * C;
+        float *x = a->x + r * C;
+        if (m->pos_emb) {
+            const float *pos = m->pos_emb + a->positions[r] * C;
+            for (size_t i = 0; i < C; i++) x[i] = tok[i] + pos[i];
+        } else {
+            memcpy(x, tok, C * sizeof *x);
+        }
+    }
+}
+
+/* logits from the final rows: every row, or each sequence's last row
+ * ((batch, V), zeros for a sequence with no new tokens). */
+static void head(attn_lm *m, const lm_acts *a, const attn_lm_forward_args *args, size_t rows) {
+    size_t C = m->cfg.emb_dim, V = m->cfg.vocab_size;
+    if (!args->last_only) {
+        norm(m, a->h, a->x, m->final_w, m->final_b, rows);
+        linear(m, a->h, m->out_head, NULL, args->logits, rows, C, V);
+        return;
+    }
+    const int32_t *cu = m->buf.cu_seqlens;
+    size_t kept = 0;
+    for (size_t s = 0; s < args->batch; s++)
+        if (cu[s + 1] > cu[s])
+            memcpy(a->last + kept++ * C, a->x + (size_t)(cu[s + 1] - 1) * C, C * sizeof(float));
+    norm(m, a->h, a->last, m->final_w, m->final_b, kept);
+    linear(m, a->h, m->out_head, NULL, args->logits, kept, C, V);
+    /* spread the kept rows to their sequences, from the last (its slot is
+     * at or after its compact row) */
+    for (size_t s = args->batch; s-- > 0;) {
+        float *dst = args->logits + s * V;
+        if (cu[s + 1] > cu[s])
+            memmove(dst, args->logits + --kept * V, V * sizeof(float));
+        else
+            memset(dst, 0, V * sizeof(float));
+    }
+}
+
+attn_status attn_lm_forward(attn_lm *m, const attn_lm_forward_args *args) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (!args) return attn_fail(m->ctx, ATTN_ERR_NULL, "attn_lm_forward: args is NULL");
+    size_t rows = 0, longest = 0;
+    attn_status st = check_forward(m, args, &rows, &longest);
+    if (st == ATTN_OK) st = grow_floats(m, rows, args->batch);
+    if (st != ATTN_OK) return st;
+    if (rows == 0) {
+        memset(args->logits, 0, (args->last_only ? args->batch : 0) * m->cfg.vocab_size *
+                                    sizeof(float));
+        return ATTN_OK;
+    }
+    lm_acts a = acts_at(m, m->buf.floats, rows);
+    if (!args->cache) {
+        attn_attention_problem p = within_problem(m, &a, args->batch, rows, longest);
+        if ((st = attn_attention_check(m->ctx, "attn_lm_forward", &p)) != ATTN_OK ||
+            (st = reserve_attention(m, &p)) != ATTN_OK)
+            return st;
+    }
+    embed(m, &a, args);
+    if (m->cfg.arch == ATTN_LM_LLAMA3) rope_tables(m, a.positions, rows, a.cosines, a.sines);
+    for (size_t layer = 0; layer < m->cfg.n_layers; layer++)
+        if ((st = block_forward(m, layer, &a, args, rows, longest)) != ATTN_OK) return st;
+    head(m, &a, args, rows);
+    return ATTN_OK;
+}

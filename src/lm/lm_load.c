@@ -1,2 +1,606 @@
-/* Placeholder until written. */
-typedef int attn_placeholder_src_lm_lm_load_c;
+/*
+ * lm_load.c — the book's GPT-2 and Llama 3 from files: safetensors with the
+ * book's state_dict names or Hugging Face's, the config from config.json
+ * (Hugging Face's keys or the book's cfg dict) or from the tensors' shapes;
+ * and saving under the book's names.
+ *
+ * Hugging Face's names, mapped onto the book's (attn.h lists them):
+ *   GPT2LMHeadModel ([transformer.] prefix or none), Conv1D weights stored
+ *   (in, out), the transpose of nn.Linear's:
+ *     wte, wpe                   -> tok_emb, pos_emb
+ *     h.N.ln_1 / ln_2 weight,bias -> norm1 / norm2 scale,shift
+ *     h.N.attn.c_attn (C, 3C)    -> W_query | W_key | W_value (column thirds)
+ *     h.N.attn.c_proj (C, C)     -> out_proj
+ *     h.N.mlp.c_fc (C, 4C)       -> ff.layers.0;  h.N.mlp.c_proj -> ff.layers.2
+ *     ln_f                       -> final_norm;   lm_head (or wte: tied) -> out_head
+ *   LlamaForCausalLM, nn.Linear layout:
+ *     model.embed_tokens -> tok_emb; model.layers.N.self_attn.q_proj/k_proj/
+ *     v_proj/o_proj -> W_query/W_key/W_value/out_proj; mlp.gate_proj/up_proj/
+ *     down_proj -> fc1/fc2/fc3; input_layernorm/post_attention_layernorm ->
+ *     norm1/norm2; model.norm -> final_norm; lm_head (or tied) -> out_head
+ */
+#include "lm/lm_internal.h"
+
+#include "io/json.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+typedef enum lm_names { NAMES_BOOK, NAMES_HF_GPT2, NAMES_HF_LLAMA } lm_names;
+
+/* Where the tensors are and how they are named. */
+typedef struct lm_source {
+    attn_ctx *ctx;
+    attn_safetensors *st;
+    const char *path;
+    lm_names names;
+    const char *prefix; /* HF GPT-2: "" or "transformer." */
+    float *scratch;     /* a Conv1D tensor, transposed from */
+    size_t scratch_floats;
+} lm_source;
+
+/* ---- finding tensors -------------------------------------------------------- */
+
+static bool has(lm_source *s, const char *name) {
+    attn_safetensors_info info;
+    return attn_safetensors_find(s->st, name, &info) == ATTN_OK;
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static char *name_of(char *buf, size_t size, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, size, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+/* The tensor called name, which must have shape (rows, cols) (cols 0: a
+ * vector of rows). */
+static attn_status find_shaped(lm_source *s, const char *name, size_t rows, size_t cols,
+                               attn_safetensors_info *info) {
+    if (attn_safetensors_find(s->st, name, info) != ATTN_OK)
+        return attn_fail(s->ctx, ATTN_ERR_NOT_FOUND, "attn_lm_load: %s has no tensor '%s'",
+                         s->path, name);
+    bool ok = cols ? info->ndim == 2 && info->shape[0] == rows && info->shape[1] == cols
+                   : info->ndim == 1 && info->shape[0] == rows;
+    if (!ok) {
+        char got[96] = "(";
+        for (size_t d = 0; d < info->ndim && d < 4; d++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), d ? ", %zu" : "%zu",
+                     info->shape[d]);
+        snprintf(got + strlen(got), sizeof got - strlen(got), info->ndim > 4 ? ", ...)" : ")");
+        if (cols)
+            return attn_fail(s->ctx, ATTN_ERR_SHAPE,
+                             "attn_lm_load: %s: tensor '%s' is %s, the config needs (%zu, %zu)",
+                             s->path, name, got, rows, cols);
+        return attn_fail(s->ctx, ATTN_ERR_SHAPE,
+                         "attn_lm_load: %s: tensor '%s' is %s, the config needs (%zu)", s->path,
+                         name, got, rows);
+    }
+    return ATTN_OK;
+}
+
+/* dst (rows, cols) = the tensor name, as stored. */
+static attn_status load_plain(lm_source *s, const char *name, float *dst, size_t rows,
+                              size_t cols) {
+    attn_safetensors_info info;
+    attn_status st = find_shaped(s, name, rows, cols, &info);
+    return st == ATTN_OK ? attn_safetensors_load(s->st, info.index, dst, info.numel) : st;
+}
+
+/* dst (out, in) = columns [first, first + out) of the Conv1D weight name
+ * (in, total), transposed into nn.Linear's layout. */
+static attn_status load_conv1d(lm_source *s, const char *name, float *dst, size_t in,
+                               size_t total, size_t first, size_t out) {
+    attn_safetensors_info info;
+    attn_status st = find_shaped(s, name, in, total, &info);
+    if (st != ATTN_OK) return st;
+    if (info.numel > s->scratch_floats) {
+        float *grown = attn_alloc_floats(info.numel);
+        if (!grown)
+            return attn_fail(s->ctx, ATTN_ERR_NO_MEMORY,
+                             "attn_lm_load: out of memory for tensor '%s'", name);
+        attn_free(s->scratch);
+        s->scratch = grown;
+        s->scratch_floats = info.numel;
+    }
+    if ((st = attn_safetensors_load(s->st, info.index, s->scratch, info.numel)) != ATTN_OK)
+        return st;
+    for (size_t o = 0; o < out; o++)
+        for (size_t i = 0; i < in; i++) dst[o * in + i] = s->scratch[i * total + first + o];
+    return ATTN_OK;
+}
+
+/* dst (n) = entries [first, first + n) of the vector name (total). */
+static attn_status load_slice(lm_source *s, const char *name, float *dst, size_t total,
+                              size_t first, size_t n) {
+    if (first == 0 && n == total) return load_plain(s, name, dst, n, 0);
+    attn_safetensors_info info;
+    attn_status st = find_shaped(s, name, total, 0, &info);
+    if (st != ATTN_OK) return st;
+    if (total > s->scratch_floats) {
+        float *grown = attn_alloc_floats(total);
+        if (!grown)
+            return attn_fail(s->ctx, ATTN_ERR_NO_MEMORY,
+                             "attn_lm_load: out of memory for tensor '%s'", name);
+        attn_free(s->scratch);
+        s->scratch = grown;
+        s->scratch_floats = total;
+    }
+    if ((st = attn_safetensors_load(s->st, info.index, s->scratch, total)) != ATTN_OK) return st;
+    memcpy(dst, s->scratch + first, n * sizeof *dst);
+    return ATTN_OK;
+}
+
+/* ---- the weights, by naming scheme ------------------------------------------ */
+
+static attn_status load_book(lm_source *s, attn_lm *m) {
+    for (size_t i = 0; i < m->num_params; i++) {
+        attn_param *p = &m->params[i];
+        if (i > 0 && p->data == m->tok_emb) continue; /* a tied out_head */
+        attn_status st = load_plain(s, p->name, p->data, p->shape[0], p->ndim == 2 ? p->shape[1] : 0);
+        if (st != ATTN_OK) return st;
+    }
+    return ATTN_OK;
+}
+
+static attn_status load_hf_gpt2(lm_source *s, attn_lm *m) {
+    const attn_lm_config *c = &m->cfg;
+    size_t C = c->emb_dim, H = m->hidden;
+    const char *x = s->prefix;
+    char n[160];
+    attn_status st = load_plain(s, name_of(n, sizeof n, "%swte.weight", x), m->tok_emb,
+                                c->vocab_size, C);
+    if (st == ATTN_OK)
+        st = load_plain(s, name_of(n, sizeof n, "%swpe.weight", x), m->pos_emb, c->context_length, C);
+    for (size_t i = 0; i < c->n_layers && st == ATTN_OK; i++) {
+        attn_lm_block *k = &m->blocks[i];
+        float *w3[3] = {k->wq, k->wk, k->wv}, *b3[3] = {k->bq, k->bk, k->bv};
+        for (size_t j = 0; j < 3 && st == ATTN_OK; j++) {
+            st = load_conv1d(s, name_of(n, sizeof n, "%sh.%zu.attn.c_attn.weight", x, i), w3[j],
+                             C, 3 * C, j * C, C);
+            if (st == ATTN_OK && b3[j])
+                st = load_slice(s, name_of(n, sizeof n, "%sh.%zu.attn.c_attn.bias", x, i), b3[j],
+                                3 * C, j * C, C);
+        }
+        const struct { const char *name; float *dst; size_t rows, cols; bool conv; } t[] = {
+            {"attn.c_proj.weight", k->wo, C, C, true}, {"attn.c_proj.bias", k->bo, C, 0, false},
+            {"mlp.c_fc.weight", k->fc1_w, C, H, true}, {"mlp.c_fc.bias", k->fc1_b, H, 0, false},
+            {"mlp.c_proj.weight", k->fc2_w, H, C, true}, {"mlp.c_proj.bias", k->fc2_b, C, 0, false},
+            {"ln_1.weight", k->norm1_w, C, 0, false}, {"ln_1.bias", k->norm1_b, C, 0, false},
+            {"ln_2.weight", k->norm2_w, C, 0, false}, {"ln_2.bias", k->norm2_b, C, 0, false}};
+        for (size_t j = 0; j < sizeof t / sizeof t[0] && st == ATTN_OK; j++) {
+            name_of(n, sizeof n, "%sh.%zu.%s", x, i, t[j].name);
+            st = t[j].conv ? load_conv1d(s, n, t[j].dst, t[j].rows, t[j].cols, 0, t[j].cols)
+                           : load_plain(s, n, t[j].dst, t[j].rows, 0);
+        }
+    }
+    if (st == ATTN_OK)
+        st = load_plain(s, name_of(n, sizeof n, "%sln_f.weight", x), m->final_w, C, 0);
+    if (st == ATTN_OK)
+        st = load_plain(s, name_of(n, sizeof n, "%sln_f.bias", x), m->final_b, C, 0);
+    if (st == ATTN_OK && !c->tie_embeddings)
+        st = load_plain(s, "lm_head.weight", m->out_head, c->vocab_size, C);
+    return st;
+}
+
+static attn_status load_hf_llama(lm_source *s, attn_lm *m) {
+    const attn_lm_config *c = &m->cfg;
+    size_t C = c->emb_dim, H = m->hidden, kvw = m->kv_heads * m->head_dim;
+    char n[160];
+    attn_status st = load_plain(s, "model.embed_tokens.weight", m->tok_emb, c->vocab_size, C);
+    for (size_t i = 0; i < c->n_layers && st == ATTN_OK; i++) {
+        attn_lm_block *k = &m->blocks[i];
+        const struct { const char *name; float *dst; size_t rows, cols; } t[] = {
+            {"self_attn.q_proj.weight", k->wq, C, C}, {"self_attn.k_proj.weight", k->wk, kvw, C},
+            {"self_attn.v_proj.weight", k->wv, kvw, C}, {"self_attn.o_proj.weight", k->wo, C, C},
+            {"mlp.gate_proj.weight", k->fc1_w, H, C}, {"mlp.up_proj.weight", k->fc2_w, H, C},
+            {"mlp.down_proj.weight", k->fc3_w, C, H},
+            {"input_layernorm.weight", k->norm1_w, C, 0},
+            {"post_attention_layernorm.weight", k->norm2_w, C, 0}};
+        for (size_t j = 0; j < sizeof t / sizeof t[0] && st == ATTN_OK; j++)
+            st = load_plain(s, name_of(n, sizeof n, "model.layers.%zu.%s", i, t[j].name), t[j].dst,
+                            t[j].rows, t[j].cols);
+    }
+    if (st == ATTN_OK) st = load_plain(s, "model.norm.weight", m->final_w, C, 0);
+    if (st == ATTN_OK && !c->tie_embeddings)
+        st = load_plain(s, "lm_head.weight", m->out_head, c->vocab_size, C);
+    return st;
+}
+
+/* ---- the config --------------------------------------------------------------- */
+
+/* A config being read: tie is -1 until something says. */
+typedef struct lm_config_read {
+    attn_lm_config cfg;
+    int tie;
+} lm_config_read;
+
+static attn_status need_size(attn_ctx *ctx, const char *path, const attn_json *root,
+                             const char *key, size_t *out) {
+    const attn_json *v = attn_json_get(root, key);
+    if (!v)
+        return attn_fail(ctx, ATTN_ERR_FORMAT, "attn_lm_load: %s has no \"%s\"", path, key);
+    if (!attn_json_as_size(v, out))
+        return attn_fail(ctx, ATTN_ERR_FORMAT,
+                         "attn_lm_load: %s: \"%s\" must be a non-negative integer", path, key);
+    return ATTN_OK;
+}
+
+/* An optional number (kept as it is when absent). */
+static attn_status opt_double(attn_ctx *ctx, const char *path, const attn_json *obj,
+                              const char *key, double *out) {
+    const attn_json *v = attn_json_get(obj, key);
+    if (!v || v->type == ATTN_JSON_NULL) return ATTN_OK;
+    if (!attn_json_as_double(v, out))
+        return attn_fail(ctx, ATTN_ERR_FORMAT, "attn_lm_load: %s: \"%s\" must be a number", path,
+                         key);
+    return ATTN_OK;
+}
+
+static attn_status opt_size(attn_ctx *ctx, const char *path, const attn_json *obj,
+                            const char *key, size_t *out) {
+    const attn_json *v = attn_json_get(obj, key);
+    if (!v || v->type == ATTN_JSON_NULL) return ATTN_OK;
+    if (!attn_json_as_size(v, out))
+        return attn_fail(ctx, ATTN_ERR_FORMAT,
+                         "attn_lm_load: %s: \"%s\" must be a non-negative integer", path, key);
+    return ATTN_OK;
+}
+
+static attn_status opt_bool(attn_ctx *ctx, const char *path, const attn_json *obj,
+                            const char *key, int *out) {
+    const attn_json *v = attn_json_get(obj, key);
+    if (!v || v->type == ATTN_JSON_NULL) return ATTN_OK;
+    bool b;
+    if (!attn_json_as_bool(v, &b))
+        return attn_fail(ctx, ATTN_ERR_FORMAT, "attn_lm_load: %s: \"%s\" must be true or false",
+                         path, key);
+    *out = b;
+    return ATTN_OK;
+}
+
+/* Hugging Face's GPT2Config. */
+static attn_status read_hf_gpt2(attn_ctx *ctx, const char *path, const attn_json *j,
+                                lm_config_read *r) {
+    attn_lm_config *c = &r->cfg;
+    c->arch = ATTN_LM_GPT2;
+    c->qkv_bias = true;
+    r->tie = 1; /* GPT2LMHeadModel ties lm_head to wte unless told not to */
+    attn_status st = need_size(ctx, path, j, "n_embd", &c->emb_dim);
+    if (st == ATTN_OK) st = need_size(ctx, path, j, "n_layer", &c->n_layers);
+    if (st == ATTN_OK) st = need_size(ctx, path, j, "n_head", &c->n_heads);
+    if (st == ATTN_OK) st = need_size(ctx, path, j, "vocab_size", &c->vocab_size);
+    if (st == ATTN_OK) st = opt_size(ctx, path, j, "n_ctx", &c->context_length);
+    if (st == ATTN_OK) st = opt_size(ctx, path, j, "n_positions", &c->context_length);
+    if (st == ATTN_OK) st = opt_size(ctx, path, j, "n_inner", &c->hidden_dim);
+    if (st == ATTN_OK) st = opt_double(ctx, path, j, "layer_norm_epsilon", &c->norm_eps);
+    if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_word_embeddings", &r->tie);
+    if (st == ATTN_OK && c->context_length == 0)
+        st = attn_fail(ctx, ATTN_ERR_FORMAT, "attn_lm_load: %s has no \"n_positions\"", path);
+    const char *act = attn_json_as_string(attn_json_get(j, "activation_function"));
+    if (st == ATTN_OK && act && strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)
+        st = attn_fail(ctx, ATTN_ERR_INVALID,
+                       "attn_lm_load: %s: activation_function \"%s\" is not the book's GELU "
+                       "(tanh form: gelu_new)", path, act);
+    return st;
+}
+
+/* rope_scaling of Hugging Face's LlamaConfig: only "llama3" (or none). */
+static attn_status read_rope_scaling(attn_ctx *ctx, const char *path, const attn_json *j,
+                                     attn_lm_config *c) {
+    const attn_json *rs = attn_json_get(j, "rope_scaling");
+    if (!rs || rs->type == ATTN_JSON_NULL) return ATTN_OK;
+    const char *type = attn_json_as_string(attn_json_get(rs, "rope_type"));
+    if (!type) type = attn_json_as_string(attn_json_get(rs, "type"));
+    if (!type || strcmp(type, "llama3") != 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "attn_lm_load: %s: rope_scaling of type \"%s\" is not supported (only "
+                         "\"llama3\")", path, type ? type : "(none)");
+    attn_status st = opt_double(ctx, path, rs, "factor", &c->rope_factor);
+    if (st == ATTN_OK) st = opt_double(ctx, path, rs, "low_freq_factor", &c->rope_low_freq_factor);
+    if (st == ATTN_OK) st = opt_double(ctx, path, rs, "high_freq_factor", &c->rope_high_freq_factor);
+    if (st == ATTN_OK)
+        st = opt_size(ctx, path, rs, "original_max_position_embeddings",
+                      &c->rope_original_context_length);
+    return st;
+}
+
+/* Hugging Face's LlamaConfig. */
+static attn_status read_hf_llama(attn_ctx *ctx, const char *path, const attn_json *j,
+                                 lm_config_read *r) {
+    attn_lm_config *c = &r->cfg;
+    c->arch = ATTN_LM_LLAMA3;
+    r->tie = 0;               /* LlamaConfig's defaults */
+    c->rope_base = 10000.0;
+    c->norm_eps = 1e-6;
+    attn_status st = need_size(ctx, path, j, "hidden_size", &c->emb_dim);
+    if (st == ATTN_OK) st = need_size(ctx, path, j, "num_hidden_layers", &c->n_layers);
+    if (st == ATTN_OK) st = need_size(ctx, path, j, "num_attention_heads", &c->n_heads);
+    if (st == ATTN_OK) st = need_size(ctx, path, j, "vocab_size", &c->vocab_size);
+    if (st == ATTN_OK) st = need_size(ctx, path, j, "intermediate_size", &c->hidden_dim);
+    if (st == ATTN_OK) st = need_size(ctx, path, j, "max_position_embeddings", &c->context_length);
+    if (st == ATTN_OK) st = opt_size(ctx, path, j, "num_key_value_heads", &c->n_kv_groups);
+    if (st == ATTN_OK) st = opt_double(ctx, path, j, "rope_theta", &c->rope_base);
+    if (st == ATTN_OK) st = opt_double(ctx, path, j, "rms_norm_eps", &c->norm_eps);
+    if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_word_embeddings", &r->tie);
+    if (st == ATTN_OK) st = read_rope_scaling(ctx, path, j, c);
+    size_t head_dim = 0;
+    if (st == ATTN_OK) st = opt_size(ctx, path, j, "head_dim", &head_dim);
+    if (st == ATTN_OK && head_dim && c->n_heads && head_dim * c->n_heads != c->emb_dim)
+        st = attn_fail(ctx, ATTN_ERR_INVALID,
+                       "attn_lm_load: %s: head_dim %zu is not hidden_size (%zu) / "
+                       "num_attention_heads (%zu), which the book's model needs",
+                       path, head_dim, c->emb_dim, c->n_heads);
+    int bias = 0;
+    if (st == ATTN_OK) st = opt_bool(ctx, path, j, "attention_bias", &bias);
+    if (st == ATTN_OK) st = opt_bool(ctx, path, j, "mlp_bias", &bias);
+    if (st == ATTN_OK && bias)
+        st = attn_fail(ctx, ATTN_ERR_INVALID,
+                       "attn_lm_load: %s: attention_bias/mlp_bias are not in the book's Llama 3",
+                       path);
+    return st;
+}
+
+/* The book's cfg dict (GPT_CONFIG_124M, LLAMA32_CONFIG_1B, ...): Llama 3
+ * when it has hidden_dim, n_kv_groups or rope_base. */
+static attn_status read_book(attn_ctx *ctx, const char *path, const attn_json *j,
+                             lm_config_read *r) {
+    attn_lm_config *c = &r->cfg;
+    bool llama = attn_json_get(j, "hidden_dim") || attn_json_get(j, "n_kv_groups") ||
+                 attn_json_get(j, "rope_base");
+    c->arch = llama ? ATTN_LM_LLAMA3 : ATTN_LM_GPT2;
+    attn_status st = need_size(ctx, path, j, "vocab_size", &c->vocab_size);
+    if (st == ATTN_OK) st = need_size(ctx, path, j, "context_length", &c->context_length);
+    if (st == ATTN_OK) st = need_size(ctx, path, j, "emb_dim", &c->emb_dim);
+    if (st == ATTN_OK) st = need_size(ctx, path, j, "n_heads", &c->n_heads);
+    if (st == ATTN_OK) st = need_size(ctx, path, j, "n_layers", &c->n_layers);
+    int qkv_bias = 0;
+    if (st == ATTN_OK) st = opt_bool(ctx, path, j, "qkv_bias", &qkv_bias);
+    c->qkv_bias = qkv_bias;
+    if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_embeddings", &r->tie);
+    if (st == ATTN_OK) st = opt_double(ctx, path, j, "norm_eps", &c->norm_eps);
+    if (llama) {
+        if (st == ATTN_OK) st = need_size(ctx, path, j, "hidden_dim", &c->hidden_dim);
+        if (st == ATTN_OK) st = opt_size(ctx, path, j, "n_kv_groups", &c->n_kv_groups);
+        if (st == ATTN_OK) st = opt_double(ctx, path, j, "rope_base", &c->rope_base);
+        const attn_json *f = attn_json_get(j, "rope_freq");
+        if (st == ATTN_OK && f && f->type == ATTN_JSON_OBJECT) {
+            st = opt_double(ctx, path, f, "factor", &c->rope_factor);
+            if (st == ATTN_OK) st = opt_double(ctx, path, f, "low_freq_factor", &c->rope_low_freq_factor);
+            if (st == ATTN_OK)
+                st = opt_double(ctx, path, f, "high_freq_factor", &c->rope_high_freq_factor);
+            if (st == ATTN_OK)
+                st = opt_size(ctx, path, f, "original_context_length",
+                              &c->rope_original_context_length);
+        }
+    }
+    return st;
+}
+
+/* The config in the JSON file at path, in whichever dialect it is written. */
+static attn_status read_config(attn_ctx *ctx, const char *path, lm_config_read *r) {
+    attn_json *root;
+    attn_status st = attn_json_read_file(ctx, path, &root);
+    if (st != ATTN_OK) return st;
+    *r = (lm_config_read){.tie = -1};
+    if (root->type != ATTN_JSON_OBJECT)
+        st = attn_fail(ctx, ATTN_ERR_FORMAT, "attn_lm_load: %s is not a JSON object", path);
+    else if (attn_json_get(root, "emb_dim"))
+        st = read_book(ctx, path, root, r);
+    else if (attn_json_get(root, "n_embd"))
+        st = read_hf_gpt2(ctx, path, root, r);
+    else if (attn_json_get(root, "hidden_size"))
+        st = read_hf_llama(ctx, path, root, r);
+    else
+        st = attn_fail(ctx, ATTN_ERR_FORMAT,
+                       "attn_lm_load: %s has neither the book's cfg keys (emb_dim, ...) nor "
+                       "Hugging Face's GPT-2 (n_embd, ...) or Llama (hidden_size, ...) keys",
+                       path);
+    attn_json_free(root);
+    return st;
+}
+
+attn_status attn_lm_config_read(attn_ctx *ctx, const char *config_json, attn_lm_config *out) {
+    if (!ctx || !config_json || !out)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_lm_config_read: %s is NULL",
+                         !ctx ? "ctx" : !config_json ? "config_json" : "out");
+    attn_clear_error(ctx);
+    lm_config_read r;
+    attn_status st = read_config(ctx, config_json, &r);
+    if (st != ATTN_OK) return st;
+    r.cfg.tie_embeddings = r.tie == 1;
+    *out = r.cfg;
+    return ATTN_OK;
+}
+
+/* Which names the file uses, by its embedding's name. */
+static attn_status detect_names(lm_source *s) {
+    s->prefix = "";
+    if (has(s, "tok_emb.weight")) {
+        s->names = NAMES_BOOK;
+    } else if (has(s, "model.embed_tokens.weight")) {
+        s->names = NAMES_HF_LLAMA;
+    } else if (has(s, "wte.weight") || has(s, "transformer.wte.weight")) {
+        s->names = NAMES_HF_GPT2;
+        if (!has(s, "wte.weight")) s->prefix = "transformer.";
+    } else {
+        return attn_fail(s->ctx, ATTN_ERR_NOT_FOUND,
+                         "attn_lm_load: %s has no token embedding: neither the book's "
+                         "'tok_emb.weight' nor Hugging Face's 'wte.weight' "
+                         "('transformer.wte.weight') or 'model.embed_tokens.weight'",
+                         s->path);
+    }
+    return ATTN_OK;
+}
+
+/* The highest N + 1 of tensors named <before>N<after>. */
+static size_t count_layers(lm_source *s, const char *before, const char *after) {
+    size_t layers = 0, nb = strlen(before);
+    for (size_t i = 0; i < attn_safetensors_count(s->st); i++) {
+        attn_safetensors_info info;
+        if (attn_safetensors_info_at(s->st, i, &info) != ATTN_OK) continue;
+        if (strncmp(info.name, before, nb) != 0) continue;
+        const char *p = info.name + nb;
+        size_t n = 0, digits = 0;
+        for (; *p >= '0' && *p <= '9' && digits < 9; p++, digits++) n = n * 10 + (size_t)(*p - '0');
+        if (digits && strcmp(p, after) == 0 && n + 1 > layers) layers = n + 1;
+    }
+    return layers;
+}
+
+/* A GPT-2 config from the tensors alone: n_heads = emb_dim / 64 (GPT-2's
+ * head size); Llama cannot be guessed (heads, KV heads, RoPE base). */
+static attn_status infer_config(lm_source *s, lm_config_read *r) {
+    *r = (lm_config_read){.tie = -1};
+    attn_lm_config *c = &r->cfg;
+    if (s->names == NAMES_HF_LLAMA ||
+        (s->names == NAMES_BOOK && !has(s, "pos_emb.weight")))
+        return attn_fail(s->ctx, ATTN_ERR_INVALID,
+                         "attn_lm_load: %s holds a Llama model, whose config (n_heads, "
+                         "n_kv_groups, rope_base, ...) its tensors do not give: pass a config "
+                         "(config.json beside it, or a config path)", s->path);
+    c->arch = ATTN_LM_GPT2;
+    const char *x = s->names == NAMES_BOOK ? "" : s->prefix;
+    char tok[96], pos[96];
+    bool book = s->names == NAMES_BOOK;
+    name_of(tok, sizeof tok, book ? "%stok_emb.weight" : "%swte.weight", x);
+    name_of(pos, sizeof pos, book ? "%spos_emb.weight" : "%swpe.weight", x);
+    attn_safetensors_info ti, pi;
+    if (attn_safetensors_find(s->st, tok, &ti) != ATTN_OK ||
+        attn_safetensors_find(s->st, pos, &pi) != ATTN_OK || ti.ndim != 2 || pi.ndim != 2)
+        return attn_fail(s->ctx, ATTN_ERR_FORMAT,
+                         "attn_lm_load: %s: '%s' and '%s' must be matrices", s->path, tok, pos);
+    c->vocab_size = ti.shape[0];
+    c->emb_dim = ti.shape[1];
+    c->context_length = pi.shape[0];
+    if (book) {
+        c->n_layers = count_layers(s, "trf_blocks.", ".att.W_query.weight");
+        c->qkv_bias = has(s, "trf_blocks.0.att.W_query.bias");
+    } else {
+        char before[32];
+        c->n_layers = count_layers(s, name_of(before, sizeof before, "%sh.", x), ".attn.c_attn.weight");
+        c->qkv_bias = true;
+    }
+    r->tie = !has(s, book ? "out_head.weight" : "lm_head.weight");
+    if (c->emb_dim % 64 != 0)
+        return attn_fail(s->ctx, ATTN_ERR_INVALID,
+                         "attn_lm_load: %s: without a config n_heads is emb_dim / 64, but emb_dim "
+                         "is %zu: pass a config", s->path, c->emb_dim);
+    c->n_heads = c->emb_dim / 64;
+    return ATTN_OK;
+}
+
+/* The file's tensor names must be the config's architecture's. */
+static attn_status check_names(lm_source *s, const attn_lm_config *c) {
+    bool gpt2_names = s->names == NAMES_HF_GPT2 ||
+                      (s->names == NAMES_BOOK && has(s, "pos_emb.weight"));
+    if ((c->arch == ATTN_LM_GPT2) != gpt2_names)
+        return attn_fail(s->ctx, ATTN_ERR_FORMAT,
+                         "attn_lm_load: the config is %s's but %s holds a %s model", 
+                         c->arch == ATTN_LM_GPT2 ? "GPT-2" : "Llama 3", s->path,
+                         gpt2_names ? "GPT-2" : "Llama");
+    return ATTN_OK;
+}
+
+static bool is_directory(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
+}
+
+static bool is_file(const char *path) {
+    struct stat sb;
+    return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
+}
+
+/* path/name in a new string. */
+static char *join(const char *dir, const char *name) {
+    size_t nd = strlen(dir), nn = strlen(name);
+    char *out = attn_malloc(nd + nn + 2);
+    if (out) {
+        memcpy(out, dir, nd);
+        out[nd] = '/';
+        memcpy(out + nd + 1, name, nn + 1);
+    }
+    return out;
+}
+
+/* The config (cfg, else a JSON file, else the tensors' shapes) and whether
+ * out_head is tied; the file's naming known. */
+static attn_status choose_config(lm_source *s, const char *config_path, const attn_lm_config *cfg,
+                                 attn_lm_config *out) {
+    lm_config_read r = {.tie = -1};
+    attn_status st;
+    if (cfg) {
+        r.cfg = *cfg;
+        r.tie = cfg->tie_embeddings ? 1 : 0;
+        st = ATTN_OK;
+    } else if (config_path) {
+        st = read_config(s->ctx, config_path, &r);
+    } else {
+        st = infer_config(s, &r);
+    }
+    if (st != ATTN_OK) return st;
+    if ((st = check_names(s, &r.cfg)) != ATTN_OK) return st;
+    const char *head = s->names == NAMES_BOOK ? "out_head.weight" : "lm_head.weight";
+    if (r.tie < 0) r.tie = !has(s, head); /* no head stored: tied (save_pretrained drops it) */
+    r.cfg.tie_embeddings = r.tie == 1;
+    *out = r.cfg;
+    return ATTN_OK;
+}
+
+attn_status attn_lm_load(attn_ctx *ctx, const char *path, const char *config_json,
+                         const attn_lm_config *cfg, attn_lm **out) {
+    if (!ctx || !path || !out)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_lm_load: %s is NULL",
+                         !ctx ? "ctx" : !path ? "path" : "out");
+    attn_clear_error(ctx);
+    *out = NULL;
+    char *weights_path = NULL, *dir_config = NULL;
+    const char *weights = path, *config_path = cfg ? NULL : config_json;
+    if (is_directory(path)) {
+        weights_path = join(path, "model.safetensors");
+        dir_config = join(path, "config.json");
+        if (!weights_path || !dir_config) {
+            attn_free(weights_path);
+            attn_free(dir_config);
+            return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_lm_load: out of memory");
+        }
+        weights = weights_path;
+        if (!cfg && !config_path && is_file(dir_config)) config_path = dir_config;
+    }
+    lm_source s = {.ctx = ctx, .path = weights};
+    attn_lm *m = NULL;
+    attn_lm_config c;
+    attn_status st = attn_safetensors_open(ctx, weights, &s.st);
+    if (st == ATTN_OK) st = detect_names(&s);
+    if (st == ATTN_OK) st = choose_config(&s, config_path, cfg, &c);
+    if (st == ATTN_OK) st = attn_lm_create(ctx, "attn_lm_load", &c, &m);
+    if (st == ATTN_OK) {
+        st = s.names == NAMES_BOOK       ? load_book(&s, m)
+             : s.names == NAMES_HF_GPT2 ? load_hf_gpt2(&s, m)
+                                         : load_hf_llama(&s, m);
+    }
+    attn_safetensors_free(s.st);
+    attn_free(s.scratch);
+    attn_free(weights_path);
+    attn_free(dir_config);
+    if (st != ATTN_OK) {
+        attn_lm_free(m);
+        return st;
+    }
+    *out = m;
+    return ATTN_OK;
+}
+
+attn_status attn_lm_save(attn_lm *m, const char *path) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (!path) return attn_fail(m->ctx, ATTN_ERR_NULL, "attn_lm_save: path is NULL");
+    return attn_safetensors_write_params(m->ctx, path, m->params, m->num_params, NULL);
+}

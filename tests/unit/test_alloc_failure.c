@@ -1326,6 +1326,118 @@ static void rng_teardown(void *p) {
     g_new_rng = NULL;
 }
 
+/* ---- the KV cache ----------------------------------------------------------- */
+
+/* A paged cache with a window layer, two sequences with history; the run is
+ * one ragged attend (a decode token, a chunk) on 2 threads. */
+enum { KV_H = 4, KV_KH = 2, KV_D = 8, KV_ROWS = 6 };
+typedef struct kv_state {
+    attn_ctx *ctx;
+    attn_kv_cache *cache;
+    float q[KV_ROWS * KV_H * KV_D], k[KV_ROWS * KV_KH * KV_D], v[KV_ROWS * KV_KH * KV_D];
+    float out[KV_ROWS * KV_H * KV_D], want[KV_ROWS * KV_H * KV_D];
+    bool have_want;
+} kv_state;
+
+static const size_t kv_windows[2] = {0, 5};
+static const size_t kv_lens[2] = {1, 5};
+
+static attn_status kv_new(kv_state *st, attn_kv_cache **out) {
+    attn_kv_cache_config cfg = {.num_layers = 2, .batch = 2, .kv_heads = KV_KH,
+                                .head_dim = KV_D, .max_len = 600, .layout = ATTN_KV_PAGED,
+                                .page_size = 3, .windows = kv_windows};
+    *out = (attn_kv_cache *)st; /* must become NULL on failure */
+    attn_status status = attn_kv_cache_new(st->ctx, &cfg, out);
+    if (status != ATTN_OK) CHECK(*out == NULL);
+    return status;
+}
+
+/* The cache's history: 293 and 7 tokens in layer 1, appended (so that the
+ * run's attend grows the cache's working memory). */
+static void kv_fill(kv_state *st, attn_kv_cache *c) {
+    static float k[300 * KV_KH * KV_D];
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) k[i] = (float)((i * 11) % 19) / 19.0f;
+    size_t lens[2] = {293, 7};
+    CHECK_STATUS(attn_kv_cache_append(c, 1, lens, 0, k, k), ATTN_OK);
+    (void)st;
+}
+
+static attn_status kv_attend(kv_state *st, attn_kv_cache *c) {
+    attn_kv_attend_args a = {.layer = 1, .new_lens = kv_lens, .q_heads = KV_H, .q = st->q,
+                             .k_new = st->k, .v_new = st->v, .out = st->out};
+    return attn_kv_cache_attend(c, &a);
+}
+
+static void kv_new_setup(void *p) {
+    kv_state *st = p;
+    if (!st->ctx) attn_ctx_new(&(attn_ctx_config){.num_threads = 2}, &st->ctx);
+}
+
+static attn_status kv_new_run(void *p) {
+    kv_state *st = p;
+    return kv_new(st, &st->cache);
+}
+
+static void kv_teardown(void *p) {
+    kv_state *st = p;
+    attn_kv_cache_free(st->cache);
+    st->cache = NULL;
+}
+
+static void kv_attend_setup(void *p) {
+    kv_state *st = p;
+    kv_new_setup(p);
+    for (size_t i = 0; i < sizeof st->q / sizeof st->q[0]; i++) st->q[i] = (float)(i % 13) / 7.0f;
+    for (size_t i = 0; i < sizeof st->k / sizeof st->k[0]; i++) {
+        st->k[i] = (float)(i % 7) / 5.0f;
+        st->v[i] = (float)(i % 5) / 3.0f - 0.5f;
+    }
+    if (!st->have_want) {
+        attn_kv_cache *c;
+        CHECK_STATUS(kv_new(st, &c), ATTN_OK);
+        kv_fill(st, c);
+        CHECK_STATUS(kv_attend(st, c), ATTN_OK);
+        memcpy(st->want, st->out, sizeof st->out);
+        attn_kv_cache_free(c);
+        st->have_want = true;
+    }
+    CHECK_STATUS(kv_new(st, &st->cache), ATTN_OK);
+    kv_fill(st, st->cache);
+    for (size_t i = 0; i < sizeof st->out / sizeof st->out[0]; i++) st->out[i] = SENTINEL;
+}
+
+static attn_status kv_attend_run(void *p) {
+    kv_state *st = p;
+    return kv_attend(st, st->cache);
+}
+
+static void kv_attend_ok(void *p) {
+    kv_state *st = p;
+    CHECK(memcmp(st->out, st->want, sizeof st->out) == 0);
+}
+
+/* Nothing written, nothing appended; the same call then gives the results. */
+static void kv_attend_failed(void *p) {
+    kv_state *st = p;
+    bool untouched = true;
+    for (size_t i = 0; i < sizeof st->out / sizeof st->out[0]; i++)
+        untouched &= st->out[i] == SENTINEL;
+    CHECK(untouched);
+    size_t len0 = 0, len1 = 0;
+    CHECK_STATUS(attn_kv_cache_length(st->cache, 1, 0, &len0), ATTN_OK);
+    CHECK_STATUS(attn_kv_cache_length(st->cache, 1, 1, &len1), ATTN_OK);
+    CHECK(len0 == 293 && len1 == 7);
+    CHECK_STATUS(kv_attend(st, st->cache), ATTN_OK);
+    kv_attend_ok(p);
+}
+
+static void sweep_kv_cache(void) {
+    static kv_state st;
+    sweep(&(sweep_op){.name = "attn_kv_cache_new (paged, a window layer)", .setup = kv_new_setup, .run = kv_new_run, .verify_failed = NULL, .verify_ok = NULL, .teardown = kv_teardown, .state = &st, .ctx = &st.ctx});
+    sweep(&(sweep_op){.name = "attn_kv_cache_attend (paged, window, ragged)", .setup = kv_attend_setup, .run = kv_attend_run, .verify_failed = kv_attend_failed, .verify_ok = kv_attend_ok, .teardown = kv_teardown, .state = &st, .ctx = &st.ctx});
+    attn_ctx_free(st.ctx);
+}
+
 int main(void) {
     if (attn_ctx_new(NULL, &g_ctx) != ATTN_OK) return 1;
     snprintf(g_dir, sizeof g_dir, "/tmp/attn_alloc_XXXXXX");
@@ -1337,6 +1449,7 @@ int main(void) {
     sweep_sdpa();
     sweep_files();
     sweep_model();
+    sweep_kv_cache();
 
     size_t total = 0;
     printf("allocations failed in turn, per operation:\n");

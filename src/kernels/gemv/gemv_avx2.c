@@ -1,2 +1,97 @@
-/* Placeholder until written. */
-typedef int attn_placeholder_src_kernels_gemv_gemv_avx2_c;
+/*
+ * gemv_avx2.c — the matrix-vector kernel with AVX2 + FMA (gemv.h's
+ * contract). Four outputs (four streams of W) times two rows: 8 ymm
+ * accumulators, 4 loads of W and 2 of x per 8 FMAs. Each accumulator's 8
+ * lanes are summed in a fixed order, then the tail of in past a multiple of
+ * 8 in order. Compiled with -mavx2 -mfma (this file only); run only where
+ * the CPU has both (dispatch.c).
+ */
+#include "kernels/gemv/gemv.h"
+
+#include <immintrin.h>
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The scalar end of one dot product: the tail past body, then the bias. */
+static inline float finish(float s, size_t body, size_t in, const float *xr, const float *wo,
+                           const float *bias, size_t o) {
+    for (size_t i = body; i < in; i++) s += xr[i] * wo[i];
+    return bias ? s + bias[o] : s;
+}
+
+/* Outputs o .. o + 3 for rows 0 and 1 of x. */
+static void tile_4x2(size_t in, const float *x, const float *w, const float *bias, float *y,
+                     size_t ldy, size_t o) {
+    const float *w0 = w + o * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
+    const float *x0 = x, *x1 = x + in;
+    __m256 a00 = _mm256_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
+    __m256 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+    size_t body = in - in % 8;
+    for (size_t i = 0; i < body; i += 8) {
+        __m256 v0 = _mm256_loadu_ps(x0 + i), v1 = _mm256_loadu_ps(x1 + i);
+        __m256 b0 = _mm256_loadu_ps(w0 + i), b1 = _mm256_loadu_ps(w1 + i);
+        __m256 b2 = _mm256_loadu_ps(w2 + i), b3 = _mm256_loadu_ps(w3 + i);
+        a00 = _mm256_fmadd_ps(v0, b0, a00);
+        a01 = _mm256_fmadd_ps(v0, b1, a01);
+        a02 = _mm256_fmadd_ps(v0, b2, a02);
+        a03 = _mm256_fmadd_ps(v0, b3, a03);
+        a10 = _mm256_fmadd_ps(v1, b0, a10);
+        a11 = _mm256_fmadd_ps(v1, b1, a11);
+        a12 = _mm256_fmadd_ps(v1, b2, a12);
+        a13 = _mm256_fmadd_ps(v1, b3, a13);
+    }
+    y[o] = finish(hsum(a00), body, in, x0, w0, bias, o);
+    y[o + 1] = finish(hsum(a01), body, in, x0, w1, bias, o + 1);
+    y[o + 2] = finish(hsum(a02), body, in, x0, w2, bias, o + 2);
+    y[o + 3] = finish(hsum(a03), body, in, x0, w3, bias, o + 3);
+    y[ldy + o] = finish(hsum(a10), body, in, x1, w0, bias, o);
+    y[ldy + o + 1] = finish(hsum(a11), body, in, x1, w1, bias, o + 1);
+    y[ldy + o + 2] = finish(hsum(a12), body, in, x1, w2, bias, o + 2);
+    y[ldy + o + 3] = finish(hsum(a13), body, in, x1, w3, bias, o + 3);
+}
+
+/* Outputs o .. o + 3 for row 0 of x. */
+static void tile_4x1(size_t in, const float *x, const float *w, const float *bias, float *y,
+                     size_t o) {
+    const float *w0 = w + o * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    size_t body = in - in % 8;
+    for (size_t i = 0; i < body; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w0 + i), a0);
+        a1 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w1 + i), a1);
+        a2 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w2 + i), a2);
+        a3 = _mm256_fmadd_ps(v, _mm256_loadu_ps(w3 + i), a3);
+    }
+    y[o] = finish(hsum(a0), body, in, x, w0, bias, o);
+    y[o + 1] = finish(hsum(a1), body, in, x, w1, bias, o + 1);
+    y[o + 2] = finish(hsum(a2), body, in, x, w2, bias, o + 2);
+    y[o + 3] = finish(hsum(a3), body, in, x, w3, bias, o + 3);
+}
+
+/* One output for one row (the last outputs when out is not a multiple of 4). */
+static float dot1(size_t in, const float *x, const float *wo, const float *bias, size_t o) {
+    __m256 a = _mm256_setzero_ps();
+    size_t body = in - in % 8;
+    for (size_t i = 0; i < body; i += 8)
+        a = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(wo + i), a);
+    return finish(hsum(a), body, in, x, wo, bias, o);
+}
+
+void attn_gemv_avx2(size_t rows, size_t in, const float *x, const float *w, const float *bias,
+                    float *y, size_t ldy, size_t o_begin, size_t o_end) {
+    size_t o = o_begin;
+    for (; o + 4 <= o_end; o += 4) {
+        size_t r = 0;
+        for (; r + 2 <= rows; r += 2) tile_4x2(in, x + r * in, w, bias, y + r * ldy, ldy, o);
+        if (r < rows) tile_4x1(in, x + r * in, w, bias, y + r * ldy, o);
+    }
+    for (; o < o_end; o++)
+        for (size_t r = 0; r < rows; r++)
+            y[r * ldy + o] = dot1(in, x + r * in, w + o * in, bias, o);
+}

@@ -1,2 +1,85 @@
-/* Placeholder until written. */
-typedef int attn_placeholder_src_kernels_gemv_gemv_avx512_c;
+/*
+ * gemv_avx512.c — the matrix-vector kernel with AVX-512F (gemv.h's
+ * contract). Four outputs (four streams of W) times two rows: 8 zmm
+ * accumulators; the tail of in past a multiple of 16 is one masked step of
+ * the same loop, so every sum is 16 lanes reduced in a fixed order.
+ * Compiled with -mavx512f -mfma (this file only); run only where the CPU
+ * has AVX-512F (dispatch.c).
+ */
+#include "kernels/gemv/gemv.h"
+
+#include <immintrin.h>
+
+static inline float hsum(__m512 v) {
+    __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
+                             _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float with_bias(float s, const float *bias, size_t o) {
+    return bias ? s + bias[o] : s;
+}
+
+/* Outputs o .. o + 3 for rows 0 and 1 (two is false: row 0 only). */
+static inline void tile_4(size_t in, const float *x, const float *w, const float *bias, float *y,
+                   size_t ldy, size_t o, int two) {
+    const float *w0 = w + o * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
+    const float *x0 = x, *x1 = two ? x + in : x;
+    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
+    __m512 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
+    for (size_t i = 0; i < in; i += 16) {
+        __mmask16 k = in - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (in - i)) - 1);
+        __m512 b0 = _mm512_maskz_loadu_ps(k, w0 + i), b1 = _mm512_maskz_loadu_ps(k, w1 + i);
+        __m512 b2 = _mm512_maskz_loadu_ps(k, w2 + i), b3 = _mm512_maskz_loadu_ps(k, w3 + i);
+        __m512 v0 = _mm512_maskz_loadu_ps(k, x0 + i);
+        a00 = _mm512_fmadd_ps(v0, b0, a00);
+        a01 = _mm512_fmadd_ps(v0, b1, a01);
+        a02 = _mm512_fmadd_ps(v0, b2, a02);
+        a03 = _mm512_fmadd_ps(v0, b3, a03);
+        if (two) {
+            __m512 v1 = _mm512_maskz_loadu_ps(k, x1 + i);
+            a10 = _mm512_fmadd_ps(v1, b0, a10);
+            a11 = _mm512_fmadd_ps(v1, b1, a11);
+            a12 = _mm512_fmadd_ps(v1, b2, a12);
+            a13 = _mm512_fmadd_ps(v1, b3, a13);
+        }
+    }
+    y[o] = with_bias(hsum(a00), bias, o);
+    y[o + 1] = with_bias(hsum(a01), bias, o + 1);
+    y[o + 2] = with_bias(hsum(a02), bias, o + 2);
+    y[o + 3] = with_bias(hsum(a03), bias, o + 3);
+    if (two) {
+        y[ldy + o] = with_bias(hsum(a10), bias, o);
+        y[ldy + o + 1] = with_bias(hsum(a11), bias, o + 1);
+        y[ldy + o + 2] = with_bias(hsum(a12), bias, o + 2);
+        y[ldy + o + 3] = with_bias(hsum(a13), bias, o + 3);
+    }
+}
+
+static float dot1(size_t in, const float *x, const float *wo, const float *bias, size_t o) {
+    __m512 a = _mm512_setzero_ps();
+    for (size_t i = 0; i < in; i += 16) {
+        __mmask16 k = in - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (in - i)) - 1);
+        a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + i), _mm512_maskz_loadu_ps(k, wo + i), a);
+    }
+    return with_bias(hsum(a), bias, o);
+}
+
+void attn_gemv_avx512(size_t rows, size_t in, const float *x, const float *w, const float *bias,
+                      float *y, size_t ldy, size_t o_begin, size_t o_end) {
+    size_t o = o_begin;
+    for (; o + 4 <= o_end; o += 4)
+        for (size_t r = 0; r < rows; r += 2) {
+            /* constant arguments: the one-row tile is compiled apart */
+            if (r + 1 < rows)
+                tile_4(in, x + r * in, w, bias, y + r * ldy, ldy, o, 1);
+            else
+                tile_4(in, x + r * in, w, bias, y + r * ldy, ldy, o, 0);
+        }
+    for (; o < o_end; o++)
+        for (size_t r = 0; r < rows; r++)
+            y[r * ldy + o] = dot1(in, x + r * in, w + o * in, bias, o);
+}

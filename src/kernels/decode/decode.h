@@ -1,0 +1,124 @@
+/*
+ * decode.h — attention of a few new tokens against a KV cache (decoding):
+ * the kernels behind attn_kv_cache_attend, one table per instruction set.
+ *
+ * A sequence's keys live at positions 0 .. len + rows - 1: those below len
+ * in the cache (contiguous, a ring, or pages), the rest in the new rows.
+ * attn_decode_key_rows turns positions into row pointers, the same
+ * arithmetic for every layout, so a kernel reads the same numbers in the
+ * same order whatever the layout.
+ *
+ * The keys are cut into chunks of positions [c * C, (c + 1) * C) (C from
+ * the sequence's length alone); a kernel returns one chunk's partial
+ * softmax per (row, query head): its max m (base-2 logits), its sum l =
+ * sum 2^(s - m) and acc = sum 2^(s - m) v. The caller folds the chunks in
+ * order (attn_decode_fold), so the result depends on positions only, never
+ * on which thread ran which chunk. Within a chunk the keys go in blocks of
+ * ATTN_DECODE_BLOCK positions aligned to multiples of it (online softmax).
+ */
+#ifndef ATTN_DECODE_H
+#define ATTN_DECODE_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define ATTN_DECODE_BLOCK 16
+/* The most rows one chunk call takes. */
+#define ATTN_DECODE_ROWS 8
+/* A pool page index that holds nothing. */
+#define ATTN_DECODE_NO_PAGE UINT32_MAX
+
+/* Where one sequence's keys and values are. Rows are (kv_heads, head_dim). */
+typedef struct attn_decode_keys {
+    size_t row;                 /* floats of a row: kv_heads * head_dim */
+    size_t cached;              /* positions below this are in the cache */
+    const float *k_new, *v_new; /* position cached + r at row r */
+    /* contiguous: position p at slot p % capacity of k_cache / v_cache */
+    const float *k_cache, *v_cache;
+    size_t capacity;
+    /* paged (pages != NULL): logical page p / page_size at table entry
+     * (p / page_size) % table_len, an index into the pools */
+    const uint32_t *pages;
+    size_t page_size, table_len;
+    const float *k_pool, *v_pool;
+} attn_decode_keys;
+
+/* k[i], v[i] = the rows of positions first + i, i < n. */
+static inline void attn_decode_key_rows(const attn_decode_keys *m, size_t first, size_t n,
+                                        const float **k, const float **v) {
+    for (size_t i = 0; i < n; i++) {
+        size_t pos = first + i, at;
+        if (pos >= m->cached) {
+            at = (pos - m->cached) * m->row;
+            k[i] = m->k_new + at;
+            v[i] = m->v_new + at;
+            continue;
+        }
+        if (m->pages) {
+            size_t page = m->pages[(pos / m->page_size) % m->table_len];
+            at = (page * m->page_size + pos % m->page_size) * m->row;
+            k[i] = m->k_pool + at;
+            v[i] = m->v_pool + at;
+        } else {
+            at = (pos % m->capacity) * m->row;
+            k[i] = m->k_cache + at;
+            v[i] = m->v_cache + at;
+        }
+    }
+}
+
+/* The new rows of one sequence and what they see: row r sits at position
+ * first_pos + r and sees positions max(0, pos - window + 1) .. pos (window
+ * 0: from 0). */
+typedef struct attn_decode_seq {
+    size_t q_heads, kv_heads, head_dim;
+    float scale2;   /* scale * log2(e): scores in base-2 logits */
+    const float *q; /* (rows, q_heads, head_dim) */
+    size_t rows, first_pos, window;
+    attn_decode_keys keys;
+} attn_decode_seq;
+
+/* The keys [*lo, *hi) row r sees. */
+static inline void attn_decode_visible(const attn_decode_seq *s, size_t r, size_t *lo,
+                                       size_t *hi) {
+    size_t pos = s->first_pos + r;
+    *lo = s->window && pos + 1 > s->window ? pos + 1 - s->window : 0;
+    *hi = pos + 1;
+}
+
+typedef struct attn_decode_kernels {
+    const char *name;
+    /* Rows [row0, row0 + rows) (rows <= ATTN_DECODE_ROWS) of s against keys [begin, end): m, l
+     * (rows, q_heads) and acc (rows, q_heads, head_dim) receive the
+     * partial softmax (m = -inf, l = 0, acc = 0 where a row sees none). */
+    void (*chunk)(const attn_decode_seq *s, size_t row0, size_t rows, size_t begin, size_t end,
+                  float *m, float *l, float *acc, float *scratch);
+} attn_decode_kernels;
+
+extern const attn_decode_kernels attn_decode_portable;
+#if defined(ATTN_HAVE_X86_KERNELS)
+extern const attn_decode_kernels attn_decode_avx2;
+extern const attn_decode_kernels attn_decode_avx512;
+#endif
+
+/* (m, l, acc[D]) += the partial (m2, l2, acc2[D]): both rescaled to the
+ * larger max. One function for every caller, so that folding the same
+ * partials in the same order gives the same bits. */
+static inline void attn_decode_fold(float *m, float *l, float *acc, float m2, float l2,
+                                    const float *acc2, size_t D) {
+    if (m2 == -INFINITY) return;
+    if (*m == -INFINITY) {
+        *m = m2;
+        *l = l2;
+        for (size_t d = 0; d < D; d++) acc[d] = acc2[d];
+        return;
+    }
+    float mx = *m > m2 ? *m : m2;
+    float a1 = exp2f(*m - mx), a2 = exp2f(m2 - mx);
+    *m = mx;
+    *l = *l * a1 + l2 * a2;
+    for (size_t d = 0; d < D; d++) acc[d] = acc[d] * a1 + acc2[d] * a2;
+}
+
+#endif /* ATTN_DECODE_H */

@@ -1,0 +1,206 @@
+/*
+ * decode_kernel.h — the decode chunk kernel (decode.h), written once over a
+ * small vector vocabulary and compiled once per instruction set
+ * (decode_avx512.c, decode_avx2.c, decode_portable.c define it, then
+ * include this).
+ *
+ * The includer defines:
+ *   VW                 floats per vector (a divisor of ATTN_DECODE_BLOCK)
+ *   vec                the vector type
+ *   v_zero() v_set1(x) v_load(p) v_store(p, v) v_fma(a, b, c) = a * b + c
+ *   v_mul(a, b) v_sub(a, b) v_add(a, b) v_max(a, b)
+ *   v_exp2(x)          2^x for x <= 0, exactly 0 for x = -inf
+ *   v_hmax(v) v_hsum(v)
+ *   v_hsum_block(part, out)  out[j] = the sum of part[j]'s lanes, j < 16
+ *   DECODE_KERNELS     the name of the attn_decode_kernels table to define
+ *   DECODE_ISA_NAME    "avx512", ...
+ *
+ * Per block of keys (16 positions) and KV head: each query head of the
+ * group scores the block's 16 key slices (partial vectors, summed together
+ * by v_hsum_block), takes the block's max and weights (online softmax),
+ * and the group's heads then weigh the value slices together, each value
+ * vector loaded once for the whole group (GQA). The hardware prefetcher
+ * keeps up with this order; software prefetching of the next block was
+ * measured slower (it stalls on the fill buffers).
+ */
+#include "kernels/decode/decode.h"
+
+#include <math.h>
+#include <stdbool.h>
+
+#define BK ATTN_DECODE_BLOCK
+_Static_assert(BK % VW == 0, "a key block is whole vectors");
+_Static_assert(BK == 16, "v_hsum_block sums 16 vectors");
+
+/* a . b over the whole vectors of D floats, as one vector to be summed
+ * (two chains of fused multiply-adds). */
+static inline vec dot_part(const float *a, const float *b, size_t D) {
+    vec s0 = v_zero(), s1 = v_zero();
+    size_t d = 0;
+    for (; d + 2 * VW <= D; d += 2 * VW) {
+        s0 = v_fma(v_load(a + d), v_load(b + d), s0);
+        s1 = v_fma(v_load(a + d + VW), v_load(b + d + VW), s1);
+    }
+    if (d + VW <= D) s0 = v_fma(v_load(a + d), v_load(b + d), s0);
+    return v_add(s0, s1);
+}
+
+/* out[j] = base-2 scores of one query row q against keys k[j] + offset,
+ * j in [jlo, jhi) (the rest of the block 0): partial vectors summed all at
+ * once. */
+static inline void score_block(const float *q, const float *const *k, size_t offset, size_t jlo,
+                               size_t jhi, size_t D, float scale2, float *out) {
+    vec part[BK];
+    for (size_t j = 0; j < BK; j++)
+        part[j] = j >= jlo && j < jhi ? dot_part(q, k[j] + offset, D) : v_zero();
+    v_hsum_block(part, out);
+    for (size_t d = D / VW * VW; d < D; d++) /* the tail */
+        for (size_t j = jlo; j < jhi; j++) out[j] = fmaf(q[d], k[j][offset + d], out[j]);
+    vec s = v_set1(scale2);
+    for (size_t t = 0; t < BK; t += VW) v_store(out + t, v_mul(v_load(out + t), s));
+}
+
+/* 2^x of one float, by the vector exp2 (the same numbers as the lanes). */
+static inline float exp2_one(float x) {
+    float lanes[VW];
+    v_store(lanes, v_exp2(v_set1(x)));
+    return lanes[0];
+}
+
+/* sc[j] for j in [jlo, jhi) holds a row's base-2 scores; the others become
+ * -inf. Returns the block's max. */
+static inline float block_max(float *sc, size_t jlo, size_t jhi) {
+    for (size_t j = 0; j < jlo; j++) sc[j] = -INFINITY;
+    for (size_t j = jhi; j < BK; j++) sc[j] = -INFINITY;
+    vec mx = v_load(sc);
+    for (size_t t = VW; t < BK; t += VW) mx = v_max(mx, v_load(sc + t));
+    return v_hmax(mx);
+}
+
+/* Registers of accumulators per query head in weigh_heads. */
+#define WEIGH_VECS (VW == 16 ? 4 : 2)
+
+/*
+ * For NG query heads of one KV head (NG <= 4, a constant where inlined):
+ * acc_g (D) = acc_g * alpha_g + sum_j p_g[j] v[j] (+ offset), j in [jlo,
+ * jhi). Each value row is loaded once for the NG heads. Per head and
+ * element the operations are the same in the same order whatever NG.
+ */
+static inline void weigh_heads(size_t NG, float *const *acc, const float *alpha,
+                               const float *const *p, const float *const *v, size_t offset,
+                               size_t jlo, size_t jhi, size_t D) {
+    size_t d = 0;
+    for (; d + WEIGH_VECS * VW <= D; d += WEIGH_VECS * VW) {
+        vec a[4][WEIGH_VECS];
+        for (size_t g = 0; g < NG; g++)
+            for (size_t c = 0; c < WEIGH_VECS; c++)
+                a[g][c] = v_mul(v_load(acc[g] + d + c * VW), v_set1(alpha[g]));
+        for (size_t j = jlo; j < jhi; j++) {
+            vec pb[4];
+            for (size_t g = 0; g < NG; g++) pb[g] = v_set1(p[g][j]);
+            for (size_t c = 0; c < WEIGH_VECS; c++) {
+                vec x = v_load(v[j] + offset + d + c * VW);
+                for (size_t g = 0; g < NG; g++) a[g][c] = v_fma(pb[g], x, a[g][c]);
+            }
+        }
+        for (size_t g = 0; g < NG; g++)
+            for (size_t c = 0; c < WEIGH_VECS; c++) v_store(acc[g] + d + c * VW, a[g][c]);
+    }
+    for (; d + VW <= D; d += VW)
+        for (size_t g = 0; g < NG; g++) {
+            vec a = v_mul(v_load(acc[g] + d), v_set1(alpha[g]));
+            for (size_t j = jlo; j < jhi; j++)
+                a = v_fma(v_set1(p[g][j]), v_load(v[j] + offset + d), a);
+            v_store(acc[g] + d, a);
+        }
+    for (; d < D; d++)
+        for (size_t g = 0; g < NG; g++) {
+            float a = acc[g][d] * alpha[g];
+            for (size_t j = jlo; j < jhi; j++) a = fmaf(p[g][j], v[j][offset + d], a);
+            acc[g][d] = a;
+        }
+}
+
+/* weigh_heads with NG a constant, so that its loops unroll into registers. */
+static void weigh_group(size_t NG, float *const *acc, const float *alpha, const float *const *p,
+                        const float *const *v, size_t offset, size_t jlo, size_t jhi, size_t D) {
+    switch (NG) {
+    case 4: weigh_heads(4, acc, alpha, p, v, offset, jlo, jhi, D); break;
+    case 3: weigh_heads(3, acc, alpha, p, v, offset, jlo, jhi, D); break;
+    case 2: weigh_heads(2, acc, alpha, p, v, offset, jlo, jhi, D); break;
+    default: weigh_heads(1, acc, alpha, p, v, offset, jlo, jhi, D); break;
+    }
+}
+
+/* The online-softmax step of one (row, query head) for a block: the
+ * block's scores p (BK) become weights; returns alpha, the factor of the
+ * earlier sums. */
+static inline float softmax_step(float *p, size_t jlo, size_t jhi, float *m, float *l) {
+    float mx = block_max(p, jlo, jhi);
+    float mn = *m > mx ? *m : mx;
+    float alpha = exp2_one(*m - mn);
+    vec vm = v_set1(mn), sum = v_zero();
+    for (size_t t = 0; t < BK; t += VW) {
+        vec e = v_exp2(v_sub(v_load(p + t), vm));
+        v_store(p + t, e);
+        sum = v_add(sum, e);
+    }
+    *l = *l * alpha + v_hsum(sum);
+    *m = mn;
+    return alpha;
+}
+
+static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, size_t begin,
+                         size_t end, float *m, float *l, float *acc, float *scratch) {
+    const size_t H = s->q_heads, KH = s->kv_heads, D = s->head_dim, G = H / KH;
+    for (size_t i = 0; i < rows * H; i++) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+    }
+    for (size_t i = 0; i < rows * H * D; i++) acc[i] = 0.0f;
+    float *sc = scratch; /* (rows, H, BK) scores, then weights */
+    const float *kr[BK], *vr[BK]; /* the rows of a block's keys */
+    size_t row_lo[ATTN_DECODE_ROWS], row_hi[ATTN_DECODE_ROWS];
+    for (size_t r = 0; r < rows; r++) attn_decode_visible(s, row0 + r, &row_lo[r], &row_hi[r]);
+    /* no row sees a key before start (rows are in position order); blocks
+     * stay aligned to multiples of BK (begin is one), so that a key's lane
+     * is the same whoever runs the chunk */
+    size_t start = begin > row_lo[0] ? begin : row_lo[0];
+    if (start >= end) return;
+    for (size_t b0 = start / BK * BK; b0 < end;) {
+        size_t b1 = b0 + BK < end ? b0 + BK : end;
+        size_t from = b0 > start ? b0 : start; /* the first block: keys from start */
+        attn_decode_key_rows(&s->keys, from, b1 - from, kr + (from - b0), vr + (from - b0));
+        /* block-relative keys [jlo, jhi) of each row (empty: 0, 0) */
+        size_t jlo[ATTN_DECODE_ROWS], jhi[ATTN_DECODE_ROWS];
+        for (size_t r = 0; r < rows; r++) {
+            size_t lo = row_lo[r] > b0 ? row_lo[r] : b0, hi = row_hi[r] < b1 ? row_hi[r] : b1;
+            jlo[r] = lo < hi ? lo - b0 : 0;
+            jhi[r] = lo < hi ? hi - b0 : 0;
+        }
+        for (size_t kh = 0; kh < KH; kh++) {
+            for (size_t r = 0; r < rows; r++) {
+                if (jlo[r] == jhi[r]) continue;
+                size_t i0 = r * H + kh * G; /* the group's first (row, query head) */
+                float *acc_g[4], alpha[4];
+                const float *p_g[4];
+                for (size_t g0 = 0; g0 < G; g0 += 4) {
+                    size_t ng = G - g0 < 4 ? G - g0 : 4;
+                    for (size_t g = 0; g < ng; g++) {
+                        size_t i = i0 + g0 + g;
+                        float *p = sc + i * BK;
+                        score_block(s->q + ((row0 + r) * H + kh * G + g0 + g) * D, kr, kh * D,
+                                    jlo[r], jhi[r], D, s->scale2, p);
+                        alpha[g] = softmax_step(p, jlo[r], jhi[r], &m[i], &l[i]);
+                        acc_g[g] = acc + i * D;
+                        p_g[g] = p;
+                    }
+                    weigh_group(ng, acc_g, alpha, p_g, vr, kh * D, jlo[r], jhi[r], D);
+                }
+            }
+        }
+        b0 = b1;
+    }
+}
+
+const attn_decode_kernels DECODE_KERNELS = {DECODE_ISA_NAME, decode_chunk};

@@ -1,0 +1,40 @@
+/*
+ * gemv.h — matrix-vector products for decoding: y = x W^T + b with few rows
+ * of x (one token per sequence), where the time goes into reading W (GPT-2
+ * small: about 500 MB a token). W is streamed once for all rows; threads
+ * split the outputs (dispatch.c: attn_k_linear_small).
+ *
+ * Contract of a kernel, for r < rows (1 .. ATTN_GEMV_MAX_ROWS) and o in
+ * [o_begin, o_end):
+ *   y[r * ldy + o] = sum over i < in of x[r * in + i] * w[o * in + i]
+ *                    (+ bias[o] when bias is not NULL)
+ * w is (out, in), nn.Linear's layout. Each sum runs in a fixed order that
+ * depends on in alone: the result of a row does not depend on the other
+ * rows, o_begin/o_end or the thread count, bit for bit. Fast kernels agree
+ * with the reference linear within float32 rounding of a dot product.
+ */
+#ifndef ATTN_GEMV_H
+#define ATTN_GEMV_H
+
+#include "attn.h"
+
+#include <stddef.h>
+
+#define ATTN_GEMV_MAX_ROWS 8
+
+typedef void attn_gemv_fn(size_t rows, size_t in, const float *x, const float *w,
+                          const float *bias, float *y, size_t ldy, size_t o_begin, size_t o_end);
+
+typedef struct attn_gemv_kernel {
+    const char *name;
+    attn_kernels isa;
+    attn_gemv_fn *run;
+} attn_gemv_kernel;
+
+/* The kernel of kernels (PORTABLE, AVX2, AVX512), or NULL (REFERENCE, AUTO,
+ * or an instruction set this build lacks). Does not check the CPU. */
+const attn_gemv_kernel *attn_gemv_kernel_for(attn_kernels kernels);
+
+attn_gemv_fn attn_gemv_portable, attn_gemv_avx2, attn_gemv_avx512;
+
+#endif /* ATTN_GEMV_H */

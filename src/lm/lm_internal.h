@@ -1,0 +1,73 @@
+/*
+ * lm_internal.h — what lm.c (the model and its forward) and lm_load.c (files
+ * and configs) share: the model's layout.
+ *
+ * Weights live in one block, each tensor in nn.Linear layout (out, in) and
+ * listed in the book's state_dict order (attn_lm_param_at):
+ *   gpt2:   tok_emb, pos_emb, per block att.W_query (+bias), W_key, W_value,
+ *           out_proj (+bias), ff.layers.0 (+bias), ff.layers.2 (+bias),
+ *           norm1.scale/.shift, norm2.scale/.shift; final_norm.scale/.shift,
+ *           out_head
+ *   llama3: tok_emb, per block att.W_key, W_value, W_query, out_proj, ff.fc1,
+ *           fc2, fc3, norm1.weight, norm2.weight; final_norm.weight, out_head
+ * (GroupedQueryAttention registers W_key and W_value before W_query.) With
+ * tied embeddings out_head.weight is listed but is tok_emb's storage.
+ */
+#ifndef ATTN_LM_INTERNAL_H
+#define ATTN_LM_INTERNAL_H
+
+#include "internal.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+/* One transformer block's tensors (NULL where the architecture has none). */
+typedef struct attn_lm_block {
+    float *wq, *bq, *wk, *bk, *wv, *bv; /* (C, C) / (kv_width, C), biases (out) */
+    float *wo, *bo;                     /* out_proj (C, C) (+ bias: gpt2)       */
+    float *norm1_w, *norm1_b;           /* (C): LayerNorm scale/shift, RMSNorm weight */
+    float *norm2_w, *norm2_b;
+    float *fc1_w, *fc1_b;               /* gpt2 layers.0 (4C, C); llama fc1 (H, C) */
+    float *fc2_w, *fc2_b;               /* gpt2 layers.2 (C, 4C); llama fc2 (H, C) */
+    float *fc3_w;                       /* llama fc3 (C, H)                      */
+} attn_lm_block;
+
+/* Activations of one forward, grown to the largest call seen (so decoding
+ * allocates nothing per token). */
+typedef struct attn_lm_buffers {
+    float *floats;
+    size_t capacity;      /* floats */
+    void *attention;      /* the no-cache attention's workspace */
+    size_t attention_bytes;
+    int32_t *cu_seqlens;  /* (batch + 1) */
+    size_t *starts;       /* (batch) first position of each sequence */
+    size_t batch_capacity;
+} attn_lm_buffers;
+
+struct attn_lm {
+    attn_ctx *ctx;
+    attn_lm_config cfg;                 /* defaults filled in (attn_lm_config_resolve) */
+    size_t head_dim, kv_heads, hidden;  /* hidden: the FeedForward width        */
+    float *weights;                     /* every tensor but a tied out_head      */
+    size_t num_weights;                 /* floats */
+    attn_param *params;
+    size_t num_params;
+    char *names;                        /* the params' names, NUL-separated      */
+    attn_lm_block *blocks;
+    float *tok_emb, *pos_emb;           /* (V, C), gpt2 (context_length, C)      */
+    float *final_w, *final_b, *out_head;
+    float *inv_freq;                    /* llama3 (head_dim / 2): RoPE frequencies */
+    attn_lm_buffers buf;
+};
+
+/* cfg with its zero fields given their defaults, checked: a message names
+ * the wrong values (ATTN_ERR_INVALID, ATTN_ERR_SHAPE, ATTN_ERR_OVERFLOW). */
+attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,
+                                   attn_lm_config *out);
+
+/* A model of cfg with all weights zero (lm.c; used by attn_lm_new and the
+ * loader). */
+attn_status attn_lm_create(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,
+                           attn_lm **out);
+
+#endif /* ATTN_LM_INTERNAL_H */

@@ -1,0 +1,503 @@
+#!/usr/bin/env python3
+"""attn generate (the CLI and attn.LanguageModel.generate) token for token
+against the book's generating code and Hugging Face's, on random-weight
+models made fresh each run (the seed is printed):
+
+  1. the book's GPT-2: llms_from_scratch.kv_cache.gpt2.GPTModel with
+     kv_cache/generate.py's generate_text_simple (use_cache=False: that
+     model's cached decoding fails in PyTorch, see gpt2_book_generate) and,
+     on the same weights, ../shared/reference/llms-from-scratch/
+     gpt_with_kv_cache.py's GPTModel with its generate_text_simple_cached;
+  2. the book's Llama 3 (kv_cache.llama3.Llama3Model with kv_cache.generate.
+     generate_text_simple), with and without Llama 3's RoPE frequency scaling;
+  3. transformers' GPT2LMHeadModel and LlamaForCausalLM (save_pretrained,
+     then model.generate(do_sample=False)).
+Each writes 64 greedy tokens in float64; attn (float32, contiguous and paged
+caches) must write the same ones. Where float32 rounding meets a near-tie
+of the two best logits (a gap below TIE in the float64 logits), a different
+choice is accepted, provided every token attn wrote from there on is still
+the float64 model's argmax within TIE; the float32 book's agreement is
+reported beside it. Then: sampling is reproducible by --seed and differs
+across seeds, top_k 1 is greedy at any temperature, stop ids stop, the
+prompt is cut to context_length as the book cuts it, and a run past
+context_length is a clean error.
+
+    test_generate_vs_book.py ATTN_CLI LIBATTN [--seed N]
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+REFERENCE = os.path.join(os.path.dirname(ROOT), "shared", "reference", "llms-from-scratch",
+                         "gpt_with_kv_cache.py")
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import book_shim  # noqa: E402,F401  (nn.RMSNorm for torch < 2.4)
+import torch  # noqa: E402
+from safetensors.torch import save_file  # noqa: E402
+
+from llms_from_scratch.kv_cache import gpt2 as book_gpt2  # noqa: E402
+from llms_from_scratch.kv_cache import llama3 as book_llama3  # noqa: E402
+from llms_from_scratch.kv_cache.generate import generate_text_simple  # noqa: E402
+
+NEW_TOKENS = 64
+TIE = 2e-4  # float32's logits are within ~1e-5 of float64's on these models
+
+
+class Results:
+    def __init__(self):
+        self.passed, self.failures, self.notes = 0, [], []
+
+    def check(self, cond, what):
+        if cond:
+            self.passed += 1
+        else:
+            self.failures.append(what)
+            print("FAIL:", what, flush=True)
+
+
+R = Results()
+
+
+# ---- running attn --------------------------------------------------------------
+
+def run_cli(cli, args):
+    return subprocess.run([cli, "generate", *args], capture_output=True, text=True, timeout=300)
+
+
+def ids_of(stdout):
+    line = stdout.rstrip("\n").split("\n")[-1]
+    return [int(t) for t in line.split(",")] if line else []
+
+
+def cli_tokens(cli, label, args):
+    r = run_cli(cli, args)
+    if r.returncode != 0:
+        R.check(False, "%s: attn generate exited %d: %s" % (label, r.returncode, r.stderr.strip()))
+        return None
+    return ids_of(r.stdout)
+
+
+def python_tokens(label, weights, config, prompt, **kw):
+    """attn.LanguageModel (python/attn/lm.py), when it is there."""
+    try:
+        from attn.lm import LanguageModel
+    except ImportError as e:
+        R.check(False, "%s: attn.LanguageModel not importable: %s" % (label, e))
+        return None
+    try:
+        m = LanguageModel.load(weights, config=config)
+        return [int(t) for t in m.generate(prompt, max_new_tokens=NEW_TOKENS, **kw)]
+    except Exception as e:  # noqa: BLE001  (a failure of the wrapper is a test failure)
+        R.check(False, "%s: attn.LanguageModel: %s: %s" % (label, type(e).__name__, e))
+        return None
+
+
+# ---- comparing -------------------------------------------------------------------
+
+def compare(label, ours, want, prompt, logits64):
+    """ours against want (both new tokens), accepting a near-tie divergence.
+    logits64(seq) -> (len(seq), V) float64 logits of the reference model."""
+    if ours is None:
+        return
+    if ours == want:
+        R.check(True, label)
+        return
+    if len(ours) != len(want):
+        R.check(False, "%s: %d tokens, want %d\n  ours %s\n  want %s"
+                % (label, len(ours), len(want), ours, want))
+        return
+    j = next(i for i in range(len(ours)) if ours[i] != want[i])
+    rows = logits64(prompt + ours[:-1])[len(prompt) - 1:]
+    gaps = [float(rows[i].max() - rows[i][ours[i]]) for i in range(len(ours))]
+    first = float(rows[j][want[j]] - rows[j][ours[j]])
+    ok = abs(first) <= TIE and max(gaps[j:]) <= TIE
+    R.check(ok, "%s: token %d is %d, want %d (float64 logit gap %.3g; worst gap after %.3g)"
+            "\n  ours %s\n  want %s" % (label, j, ours[j], want[j], first, max(gaps[j:]), ours, want))
+    if ok:
+        R.notes.append("%s: near-tie at token %d (gap %.2g): accepted, the rest greedy" %
+                       (label, j, first))
+
+
+def prefix_agreement(a, b):
+    n = 0
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+# ---- the book's models -------------------------------------------------------------
+
+def book_gpt2_cfg(r):
+    heads = r.choice([2, 4])
+    return {"vocab_size": r.randrange(200, 1200), "context_length": 128,
+            "emb_dim": heads * r.choice([8, 16]), "n_heads": heads, "n_layers": r.choice([1, 2, 3]),
+            "drop_rate": 0.0, "qkv_bias": r.random() < 0.5}
+
+
+def book_llama3_cfg(r, scaled):
+    heads = r.choice([2, 4, 8])
+    cfg = {"vocab_size": r.randrange(200, 1200), "context_length": 128,
+           "emb_dim": heads * r.choice([8, 16]), "n_heads": heads,
+           "n_kv_groups": r.choice([g for g in (1, 2, heads) if heads % g == 0]),
+           "n_layers": r.choice([1, 2, 3]), "hidden_dim": r.choice([48, 96, 160]),
+           "rope_base": r.choice([10000.0, 500000.0]), "dtype": torch.float32,
+           "rope_freq": None}
+    if scaled:  # Llama 3.1/3.2's scaling, on a context the tiny model reaches
+        cfg["rope_freq"] = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_context_length": 32}
+    return cfg
+
+
+def save_book(model, cfg, dirname):
+    """model.safetensors (the book's names, float32) and config.json (its cfg)."""
+    tensors = {k: v.detach().float().contiguous() for k, v in model.named_parameters()}
+    weights = os.path.join(dirname, "model.safetensors")
+    save_file(tensors, weights)
+    config = os.path.join(dirname, "config.json")
+    with open(config, "w") as f:
+        json.dump({k: v for k, v in cfg.items() if k != "dtype"}, f)
+    return weights, config
+
+
+def gpt2_book_generate(model, prompt, n, context):
+    """kv_cache/generate.py's generate_text_simple on kv_cache.gpt2.GPTModel,
+    without the cache: that model's cached path cannot decode (its causal
+    mask keeps the last num_tokens columns, not rows, and masked_fill_
+    refuses the shape), so the cache is the reference file's to check."""
+    idx = torch.tensor([prompt])
+    out = generate_text_simple(model, idx, n, context_size=context, use_cache=False)
+    return out[0, len(prompt):].tolist()
+
+
+def reference_module():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("gpt_with_kv_cache", REFERENCE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def logits_fn(model, **kw):
+    def f(seq):
+        with torch.no_grad():
+            return model(torch.tensor([seq]), **kw)[0].double().numpy()
+    return f
+
+
+def llama_to_double(model, cfg):
+    """model.double(), with RoPE's tables recomputed at float64 positions."""
+    model.double()
+    cos, sin = book_llama3.compute_rope_params(
+        head_dim=cfg["emb_dim"] // cfg["n_heads"], theta_base=cfg["rope_base"],
+        context_length=cfg["context_length"], freq_config=cfg["rope_freq"], dtype=torch.float64)
+    model.cos, model.sin = cos.double(), sin.double()
+    model.cfg = dict(cfg, dtype=torch.float64)
+    return model
+
+
+def attn_runs(cli, label, weights, config, model, prompt, r, want, logits64):
+    """Our tokens, every way, against want."""
+    base = ["--weights", weights, "--max-new-tokens", str(NEW_TOKENS),
+            "--prompt-ids", ",".join(map(str, prompt)), "--model", model]
+    if config:
+        base += ["--config", config]
+    compare(label + " attn generate (contiguous)", cli_tokens(cli, label, base), want, prompt,
+            logits64)
+    page = r.choice([1, 3, 16, 64])
+    compare(label + " attn generate (paged, page %d)" % page,
+            cli_tokens(cli, label, base + ["--cache", "paged", "--page-size", str(page)]), want,
+            prompt, logits64)
+    compare(label + " attn generate --threads 1",
+            cli_tokens(cli, label, base + ["--threads", "1"]), want, prompt, logits64)
+    compare(label + " attn.LanguageModel.generate",
+            python_tokens(label, weights, config, prompt), want, prompt, logits64)
+
+
+def book_gpt2_case(cli, r, tmp, i):
+    cfg = book_gpt2_cfg(r)
+    seed = r.randrange(1 << 30)
+    label = "book GPT-2 %s seed %d" % ({k: cfg[k] for k in cfg if k != "drop_rate"}, seed)
+    torch.manual_seed(seed)
+    model = book_gpt2.GPTModel(cfg).eval()
+    d = os.path.join(tmp, "gpt2_%d" % i)
+    os.makedirs(d)
+    weights, config = save_book(model, cfg, d)
+    prompt = [r.randrange(cfg["vocab_size"]) for _ in range(r.randrange(1, 24))]
+    want32 = gpt2_book_generate(model, prompt, NEW_TOKENS, cfg["context_length"])
+    model.double()
+    want = gpt2_book_generate(model, prompt, NEW_TOKENS, cfg["context_length"])
+    # the chapter-4 bonus file's own model and generate_text_simple_cached
+    if os.path.exists(REFERENCE):
+        ref = reference_module()
+        other = ref.GPTModel(cfg)
+        other.load_state_dict(model.state_dict())
+        other.double().eval()
+        got = ref.generate_text_simple_cached(other, torch.tensor([prompt]), NEW_TOKENS)
+        compare(label + " gpt_with_kv_cache.generate_text_simple_cached",
+                got[0, len(prompt):].tolist(), want, prompt, logits_fn(model))
+    else:
+        R.notes.append("%s not there: its generate_text_simple_cached unchecked" % REFERENCE)
+    print("%s: prompt %d tokens; the book in float32 agrees with float64 on %d of %d tokens"
+          % (label, len(prompt), prefix_agreement(want32, want), NEW_TOKENS), flush=True)
+    logits64 = logits_fn(model)
+    attn_runs(cli, label, weights, config, "gpt2", prompt, r, want, logits64)
+    return weights, config, cfg, prompt, want, logits64
+
+
+def book_llama3_case(cli, r, tmp, i, scaled):
+    cfg = book_llama3_cfg(r, scaled)
+    seed = r.randrange(1 << 30)
+    label = "book Llama 3 %s seed %d" % ({k: cfg[k] for k in cfg if k != "dtype"}, seed)
+    torch.manual_seed(seed)
+    model = book_llama3.Llama3Model(cfg).eval()
+    d = os.path.join(tmp, "llama3_%d" % i)
+    os.makedirs(d)
+    weights, config = save_book(model, cfg, d)
+    prompt = [r.randrange(cfg["vocab_size"]) for _ in range(r.randrange(1, 24))]
+    idx = torch.tensor([prompt])
+    want32 = generate_text_simple(model, idx, NEW_TOKENS, cfg["context_length"])[0, len(prompt):]
+    llama_to_double(model, cfg)
+    want = generate_text_simple(model, idx, NEW_TOKENS, cfg["context_length"])[0, len(prompt):]
+    want, want32 = want.tolist(), want32.tolist()
+    print("%s: prompt %d tokens; the book in float32 agrees with float64 on %d of %d tokens"
+          % (label, len(prompt), prefix_agreement(want32, want), NEW_TOKENS), flush=True)
+    logits64 = logits_fn(model)
+    attn_runs(cli, label, weights, config, "llama3", prompt, r, want, logits64)
+
+
+# ---- transformers --------------------------------------------------------------------
+
+def hf_case(cli, r, tmp, arch):
+    import transformers
+    transformers.logging.set_verbosity_error()
+    seed = r.randrange(1 << 30)
+    torch.manual_seed(seed)
+    V = r.randrange(200, 1200)
+    if arch == "gpt2":
+        heads = r.choice([2, 4])
+        conf = transformers.GPT2Config(vocab_size=V, n_positions=128, n_embd=heads * 16,
+                                       n_layer=2, n_head=heads, resid_pdrop=0.0, embd_pdrop=0.0,
+                                       attn_pdrop=0.0, initializer_range=0.2)
+        model = transformers.GPT2LMHeadModel(conf)
+    else:
+        heads = r.choice([2, 4])
+        conf = transformers.LlamaConfig(vocab_size=V, hidden_size=heads * 16,
+                                        intermediate_size=96, num_hidden_layers=2,
+                                        num_attention_heads=heads, num_key_value_heads=heads // 2,
+                                        max_position_embeddings=128,
+                                        rope_theta=r.choice([10000.0, 500000.0]),
+                                        rms_norm_eps=1e-5, tie_word_embeddings=r.random() < 0.5,
+                                        initializer_range=0.2)
+        model = transformers.LlamaForCausalLM(conf)
+    model.eval()
+    label = "transformers %s (V %d, heads %d, seed %d)" % (type(model).__name__, V, heads, seed)
+    d = os.path.join(tmp, "hf_" + arch)
+    model.save_pretrained(d, safe_serialization=True)
+    prompt = [r.randrange(V) for _ in range(r.randrange(1, 24))]
+    model.double()
+    with torch.no_grad():
+        out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=NEW_TOKENS,
+                             eos_token_id=None, pad_token_id=0,
+                             attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
+    want = out[0, len(prompt):].tolist()
+
+    def logits64(seq):
+        with torch.no_grad():
+            return model(torch.tensor([seq])).logits[0].numpy()
+    attn_runs(cli, label, d, None, arch, prompt, r, want, logits64)
+
+
+# ---- text in, text out: a GPT-2 tokenizer ----------------------------------------------
+
+def byte_symbols():
+    """GPT-2's byte -> printable character table (bytes_to_unicode)."""
+    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+    table, extra = {}, 0
+    for b in range(256):
+        if b in keep:
+            table[b] = chr(b)
+        else:
+            table[b] = chr(256 + extra)
+            extra += 1
+    return table
+
+
+def write_tokenizer(directory, text):
+    """vocab.json + merges.txt: the 256 bytes, then merges of the text's most
+    frequent adjacent pairs (a few rounds of BPE training), <|endoftext|>."""
+    sym = byte_symbols()
+    words = [[sym[b] for b in (" " + w).encode()] for w in text.split()]
+    vocab = {sym[b]: b for b in range(256)}
+    merges = []
+    for _ in range(40):
+        counts = {}
+        for w in words:
+            for a, b in zip(w, w[1:]):
+                counts[(a, b)] = counts.get((a, b), 0) + 1
+        if not counts:
+            break
+        pair = max(counts, key=lambda p: (counts[p], p))
+        merges.append(pair)
+        vocab[pair[0] + pair[1]] = len(vocab)
+        for w in words:
+            i = 0
+            while i < len(w) - 1:
+                if (w[i], w[i + 1]) == pair:
+                    w[i:i + 2] = [pair[0] + pair[1]]
+                i += 1
+    vocab["<|endoftext|>"] = len(vocab)
+    with open(os.path.join(directory, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f)
+    with open(os.path.join(directory, "merges.txt"), "w", encoding="utf-8") as f:
+        f.write("#version: 0.2\n" + "".join("%s %s\n" % m for m in merges))
+    return vocab
+
+
+def text_case(cli, r, tmp):
+    import transformers
+    text = ("the attention of the model attends to the tokens that the cache keeps; "
+            "then the next token comes, and the next, token by token")
+    d = os.path.join(tmp, "tokenizer")
+    os.makedirs(d)
+    vocab = write_tokenizer(d, text)
+    hf = transformers.GPT2Tokenizer(os.path.join(d, "vocab.json"), os.path.join(d, "merges.txt"))
+    cfg = {"vocab_size": len(vocab), "context_length": 64, "emb_dim": 32, "n_heads": 2,
+           "n_layers": 2, "drop_rate": 0.0, "qkv_bias": True}
+    torch.manual_seed(r.randrange(1 << 30))
+    model = book_gpt2.GPTModel(cfg).eval()
+    weights, config = save_book(model, cfg, d)
+    prompt_text = r.choice(["the next token", "Attention, attends: the cache!", "tokens été"])
+    ids = hf.encode(prompt_text)
+    base = ["--weights", weights, "--config", config, "--max-new-tokens", "16"]
+    want = cli_tokens(cli, "text", base + ["--prompt-ids", ",".join(map(str, ids))])
+    byte_of = {c: b for b, c in byte_symbols().items()}
+    inv = {i: t for t, i in vocab.items()}
+    want_bytes = b"".join(bytes(byte_of[c] for c in inv[i]) if inv[i] != "<|endoftext|>"
+                          else b"<|endoftext|>" for i in (want or []))
+    for extra in ([], ["--stream"]):
+        r2 = subprocess.run([cli, "generate", *base, "--prompt", prompt_text, "--tokenizer", d,
+                             *extra], capture_output=True, timeout=300)
+        lines = r2.stdout.rsplit(b"\n", 2)
+        ok = r2.returncode == 0 and len(lines) == 3 and lines[2] == b""
+        got_ids = [int(t) for t in lines[1].split(b",")] if ok and lines[1] else None
+        R.check(ok and got_ids == want and lines[0] == want_bytes,
+                "--prompt %r --tokenizer %s: exit %d, ids %s (want %s), text %r (want %r) %s"
+                % (prompt_text, " ".join(extra), r2.returncode, got_ids, want,
+                   lines[0] if ok else r2.stdout, want_bytes, r2.stderr.decode(errors="replace")))
+    r2 = run_cli(cli, base + ["--prompt", prompt_text])
+    R.check(r2.returncode == 2 and "--tokenizer" in r2.stderr, "--prompt without --tokenizer")
+
+
+# ---- the rest: sampling, stop ids, limits ----------------------------------------------
+
+def behaviour(cli, weights, config, cfg, prompt, logits64):
+    base = ["--weights", weights, "--config", config, "--prompt-ids", ",".join(map(str, prompt))]
+    n = str(NEW_TOKENS)
+    greedy = cli_tokens(cli, "greedy", base + ["--max-new-tokens", n])  # checked above
+    if greedy is None:
+        return
+    sample = base + ["--max-new-tokens", n, "--temperature", "1.0", "--top-k", "0"]
+    a = cli_tokens(cli, "sampling", sample + ["--seed", "7"])
+    b = cli_tokens(cli, "sampling", sample + ["--seed", "7", "--cache", "paged"])
+    c = cli_tokens(cli, "sampling", sample + ["--seed", "8"])
+    R.check(a is not None and a == b, "same --seed, same tokens (contiguous vs paged)")
+    R.check(a is not None and a != c, "another --seed, other tokens: %s vs %s" % (a, c))
+    R.check(a is not None and a != greedy, "temperature 1 is not greedy on a random model")
+    # the draws spread over the vocabulary as a near-uniform softmax would
+    R.check(a is not None and len(set(a)) > NEW_TOKENS // 4, "sampled tokens vary: %s" % a)
+    hot = cli_tokens(cli, "top-k 1", base + ["--max-new-tokens", n, "--temperature", "5",
+                                             "--top-k", "1", "--seed", "3"])
+    R.check(hot == greedy, "top_k 1 at temperature 5 is greedy")
+    tiny_p = cli_tokens(cli, "top-p", base + ["--max-new-tokens", n, "--temperature", "2",
+                                              "--top-p", "1e-9", "--seed", "4"])
+    R.check(tiny_p == greedy, "a tiny top_p is greedy")
+    # streaming prints the same ids
+    r = run_cli(cli, base + ["--max-new-tokens", n, "--stream"])
+    R.check(r.returncode == 0 and ids_of(r.stdout) == greedy, "--stream prints the greedy ids")
+    # stop ids: the run ends before the first stop token, which is not written
+    j = len(greedy) // 2
+    stop = greedy[j]
+    first = greedy.index(stop)
+    got = cli_tokens(cli, "stop", base + ["--max-new-tokens", n, "--stop-ids",
+                                          "%d,%d" % (cfg["vocab_size"] + 5, stop)])
+    R.check(got == greedy[:first], "--stop-ids %d stops after %d tokens: %s" % (stop, first, got))
+    # the last position: prompt + max_new_tokens - 1 == context_length fits
+    ctx = cfg["context_length"]
+    fit = ctx - len(prompt) + 1
+    got = cli_tokens(cli, "fit", base + ["--max-new-tokens", str(fit)])
+    R.check(got is not None and len(got) == fit and got[:NEW_TOKENS] == greedy,
+            "max_new_tokens %d exactly fits context_length %d" % (fit, ctx))
+    # one more is refused, cleanly, before any work
+    for cache in ("contiguous", "paged"):
+        r = run_cli(cli, base + ["--max-new-tokens", str(fit + 1), "--cache", cache])
+        R.check(r.returncode == 1 and "context_length" in r.stderr and r.stdout == "",
+                "past context_length (%s): exit %d, %r" % (cache, r.returncode, r.stderr))
+    # a prompt longer than the context is cut to its last context_length tokens
+    long_prompt = [random.randrange(cfg["vocab_size"]) for _ in range(ctx + 9)]
+    got = cli_tokens(cli, "long prompt", ["--weights", weights, "--config", config,
+                                          "--prompt-ids", ",".join(map(str, long_prompt)),
+                                          "--max-new-tokens", "1"])
+    row = logits64(long_prompt[-ctx:])[-1]
+    R.check(got is not None and len(got) == 1 and row.max() - row[got[0]] <= TIE,
+            "a prompt of %d tokens is cut to the last %d (got %s, argmax %d)"
+            % (len(long_prompt), ctx, got, int(row.argmax())))
+    # bad input: clean errors
+    for args, words in (([*base, "--max-new-tokens", n, "--temperature", "-1"], "--temperature"),
+                        ([*base, "--max-new-tokens", n, "--top-p", "2"], "--top-p"),
+                        (["--weights", weights, "--config", config, "--max-new-tokens", n,
+                          "--prompt-ids", "1,x"], "--prompt-ids"),
+                        (["--weights", weights, "--config", config, "--max-new-tokens", n,
+                          "--prompt-ids", str(cfg["vocab_size"])], "vocabulary"),
+                        ([*base, "--max-new-tokens", n, "--top-k",
+                          str(cfg["vocab_size"] + 1)], "top_k"),
+                        ([*base, "--max-new-tokens", n, "--model", "llama3"], "gpt2"),
+                        (["--weights", os.path.join(os.path.dirname(weights), "missing"),
+                          "--max-new-tokens", n, "--prompt-ids", "1"], "missing")):
+        r = run_cli(cli, args)
+        R.check(r.returncode in (1, 2) and words in r.stderr,
+                "attn generate %s: exit %d, stderr %r (want %r)"
+                % (" ".join(args[-2:]), r.returncode, r.stderr.strip(), words))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cli")
+    ap.add_argument("libattn")
+    ap.add_argument("--seed", type=int, default=None)
+    a = ap.parse_args()
+    os.environ["ATTN_LIBRARY"] = os.path.abspath(a.libattn)
+    seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
+    print("test_generate_vs_book: seed", seed, flush=True)
+    r = random.Random(seed)
+    random.seed(seed)
+    torch.set_num_threads(4)
+    with tempfile.TemporaryDirectory() as tmp:
+        first = None
+        for i in range(2):
+            case = book_gpt2_case(a.cli, r, tmp, i)
+            first = first or case
+        book_llama3_case(a.cli, r, tmp, 0, scaled=False)
+        book_llama3_case(a.cli, r, tmp, 1, scaled=True)
+        hf_case(a.cli, r, tmp, "gpt2")
+        hf_case(a.cli, r, tmp, "llama3")
+        text_case(a.cli, r, tmp)
+        weights, config, cfg, prompt, _, logits64 = first
+        behaviour(a.cli, weights, config, cfg, prompt, logits64)
+    for note in R.notes:
+        print("note:", note)
+    print("%d passed, %d failed" % (R.passed, len(R.failures)))
+    sys.exit(1 if R.failures else 0)
+
+
+if __name__ == "__main__":
+    main()

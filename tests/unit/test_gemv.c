@@ -1,0 +1,207 @@
+/*
+ * test_gemv.c — the decoding matrix-vector kernels (kernels/gemv/) of every
+ * kernel set this CPU runs, and attn_k_linear_small, against a double
+ * reference:
+ *   - rows 1 .. ATTN_GEMV_MAX_ROWS, in and out across the tile edges
+ *     (in % 8, % 16 and out % 4 all covered), with and without bias;
+ *   - error <= 1e-5 of the L2 size of each dot product's terms;
+ *   - a row's result does not depend on the other rows, the output range
+ *     or the thread count, bit for bit;
+ *   - outputs outside [o_begin, o_end) are left untouched;
+ *   - attn_k_linear_small_n (several matrices, one pass) equals one call
+ *     per matrix;
+ *   - attn_k_linear_small with more rows than the kernels take, and on the
+ *     reference kernels, equals attn_k_linear.
+ * Fresh random inputs each run: the seed is printed; argv[1] replays it.
+ *
+ *   test_gemv --time IN OUT THREADS   times one (1, IN) x (OUT, IN)^T product
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime, mkstemp, fdopen, unlink */
+
+#include "attn.h"
+#include "check.h"
+#include "internal.h"
+#include "kernels/dispatch.h"
+#include "kernels/gemv/gemv.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+
+static uint64_t state;
+
+static float uniform(void) {
+    state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (float)((state >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static void fill(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = uniform();
+}
+
+static attn_ctx *ctx_for(attn_kernels kernels, size_t threads) {
+    attn_ctx *ctx = NULL;
+    attn_ctx_config cfg = {.num_threads = threads, .kernels = kernels};
+    if (attn_ctx_new(&cfg, &ctx) != ATTN_OK) return NULL;
+    return ctx;
+}
+
+/* One kernel on one size against the double reference, then its bitwise
+ * properties. */
+static void check_kernel(const attn_gemv_kernel *k, size_t rows, size_t in, size_t out,
+                         bool with_bias) {
+    float *x = malloc(rows * in * sizeof *x), *w = malloc(out * in * sizeof *w);
+    float *bias = malloc(out * sizeof *bias), *y = malloc(rows * out * sizeof *y);
+    float *y1 = malloc(out * sizeof *y1), *y2 = malloc(rows * out * sizeof *y2);
+    if (!x || !w || !bias || !y || !y1 || !y2) abort();
+    fill(x, rows * in);
+    fill(w, out * in);
+    fill(bias, out);
+    const float *b = with_bias ? bias : NULL;
+    k->run(rows, in, x, w, b, y, out, 0, out);
+    double worst = 0.0;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t o = 0; o < out; o++) {
+            double s = b ? b[o] : 0.0, size = b ? (double)b[o] * b[o] : 0.0;
+            for (size_t i = 0; i < in; i++) {
+                double t = (double)x[r * in + i] * w[o * in + i];
+                s += t;
+                size += t * t;
+            }
+            double err = fabs(y[r * out + o] - s) / (sqrt(size) + 1e-30);
+            if (err > worst) worst = err;
+        }
+    if (worst > 1e-5)
+        fprintf(stderr, "%s rows %zu in %zu out %zu: error %.3g\n", k->name, rows, in, out, worst);
+    CHECK(worst <= 1e-5);
+    /* the last row alone, as row 0 of its own call */
+    k->run(1, in, x + (rows - 1) * in, w, b, y1, out, 0, out);
+    CHECK(memcmp(y1, y + (rows - 1) * out, out * sizeof *y1) == 0);
+    /* the outputs in two ranges, the split off the tile; NaN outside */
+    for (size_t i = 0; i < rows * out; i++) y2[i] = NAN;
+    size_t split = out / 2 + (out > 2 ? 1 : 0);
+    k->run(rows, in, x, w, b, y2, out, split, out);
+    bool untouched = true;
+    for (size_t r = 0; r < rows; r++)
+        for (size_t o = 0; o < split; o++) untouched = untouched && isnan(y2[r * out + o]);
+    CHECK(untouched);
+    k->run(rows, in, x, w, b, y2, out, 0, split);
+    CHECK(memcmp(y2, y, rows * out * sizeof *y) == 0);
+    free(x), free(w), free(bias), free(y), free(y1), free(y2);
+}
+
+/* attn_k_linear_small on threads 1, 2, 3 is one result; past the kernels'
+ * rows, and on the reference kernels, it is attn_k_linear's. */
+static void check_dispatch(attn_kernels kernels, size_t rows, size_t in, size_t out) {
+    float *x = malloc(rows * in * sizeof *x), *w = malloc(out * in * sizeof *w);
+    float *bias = malloc(out * sizeof *bias), *y = malloc(rows * out * sizeof *y);
+    float *y2 = malloc(rows * out * sizeof *y2);
+    if (!x || !w || !bias || !y || !y2) abort();
+    fill(x, rows * in);
+    fill(w, out * in);
+    fill(bias, out);
+    attn_ctx *c1 = ctx_for(kernels, 1);
+    if (!c1) abort();
+    attn_k_linear_small(c1, x, w, bias, y, rows, in, out);
+    for (size_t threads = 2; threads <= 3; threads++) {
+        attn_ctx *c = ctx_for(kernels, threads);
+        if (!c) abort();
+        attn_k_linear_small(c, x, w, bias, y2, rows, in, out);
+        CHECK(memcmp(y, y2, rows * out * sizeof *y) == 0);
+        attn_ctx_free(c);
+    }
+    if (rows > ATTN_GEMV_MAX_ROWS || kernels == ATTN_KERNELS_REFERENCE) {
+        attn_k_linear(c1, x, w, bias, y2, rows, in, out);
+        CHECK(memcmp(y, y2, rows * out * sizeof *y) == 0);
+    }
+    attn_ctx_free(c1);
+    free(x), free(w), free(bias), free(y), free(y2);
+}
+
+/* attn_k_linear_small_n over three matrices (Q, K, V-like, unequal
+ * widths) equals three attn_k_linear_small calls, bit for bit. */
+static void check_parts(attn_kernels kernels, size_t rows, size_t in) {
+    const size_t outs[3] = {129, 33, 64};
+    float *x = malloc(rows * in * sizeof *x), *w[3], *b[3], *y[3], *y1[3];
+    if (!x) abort();
+    fill(x, rows * in);
+    attn_k_linear_part parts[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = malloc(outs[i] * in * sizeof(float));
+        b[i] = malloc(outs[i] * sizeof(float));
+        y[i] = malloc(rows * outs[i] * sizeof(float));
+        y1[i] = malloc(rows * outs[i] * sizeof(float));
+        if (!w[i] || !b[i] || !y[i] || !y1[i]) abort();
+        fill(w[i], outs[i] * in);
+        fill(b[i], outs[i]);
+        parts[i] = (attn_k_linear_part){w[i], i == 1 ? NULL : b[i], y[i], outs[i]};
+    }
+    attn_ctx *ctx = ctx_for(kernels, 2);
+    if (!ctx) abort();
+    attn_k_linear_small_n(ctx, x, rows, in, parts, 3);
+    for (int i = 0; i < 3; i++) {
+        attn_k_linear_small(ctx, x, w[i], parts[i].bias, y1[i], rows, in, outs[i]);
+        CHECK(memcmp(y[i], y1[i], rows * outs[i] * sizeof(float)) == 0);
+        free(w[i]), free(b[i]), free(y[i]), free(y1[i]);
+    }
+    attn_ctx_free(ctx);
+    free(x);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* GB/s of W read by attn_k_linear_small (best of several). */
+static int time_one(size_t in, size_t out, size_t threads) {
+    float *x = malloc(in * sizeof *x), *w = malloc(out * in * sizeof *w), *y = malloc(out * 4);
+    if (!x || !w || !y) return 1;
+    fill(x, in);
+    fill(w, out * in);
+    attn_ctx *ctx = ctx_for(ATTN_KERNELS_AUTO, threads);
+    if (!ctx) return 1;
+    double best = 1e30;
+    for (int rep = 0; rep < 20; rep++) {
+        double t0 = now();
+        attn_k_linear_small(ctx, x, w, NULL, y, 1, in, out);
+        double t = now() - t0;
+        if (t < best) best = t;
+    }
+    printf("gemv %s in %zu out %zu threads %zu: %.3f ms, %.1f GB/s\n",
+           attn_kernels_name(ATTN_KERNELS_AUTO), in, out, threads, best * 1e3,
+           (double)out * in * 4 / best / 1e9);
+    attn_ctx_free(ctx);
+    free(x), free(w), free(y);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 5 && strcmp(argv[1], "--time") == 0)
+        return time_one(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10),
+                        strtoul(argv[4], NULL, 10));
+    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
+    printf("seed %llu\n", (unsigned long long)seed);
+    state = seed;
+    const attn_kernels sets[] = {ATTN_KERNELS_PORTABLE, ATTN_KERNELS_AVX2, ATTN_KERNELS_AVX512};
+    const size_t ins[] = {1, 7, 8, 9, 15, 16, 17, 33, 100, 768};
+    const size_t outs[] = {1, 3, 4, 5, 9, 64, 131};
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
+        const attn_gemv_kernel *k = attn_gemv_kernel_for(sets[s]);
+        if (!k || !attn_kernels_supported(sets[s])) continue;
+        for (size_t rows = 1; rows <= ATTN_GEMV_MAX_ROWS; rows++)
+            for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
+                for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++)
+                    check_kernel(k, rows, ins[i], outs[o], (rows + i + o) % 2 == 0);
+        for (size_t rows = 1; rows <= ATTN_GEMV_MAX_ROWS + 2; rows += 3)
+            check_dispatch(sets[s], rows, 300, 1001);
+        check_parts(sets[s], 1, 2000);
+        check_parts(sets[s], 3, 100);
+        check_parts(sets[s], ATTN_GEMV_MAX_ROWS + 1, 64);
+    }
+    check_dispatch(ATTN_KERNELS_REFERENCE, 2, 300, 1001);
+    CHECK(attn_gemv_kernel_for(ATTN_KERNELS_REFERENCE) == NULL);
+    printf("%d passed, %d failed\n", check_passed, check_failed);
+    return check_failed ? 1 : 0;
+}

@@ -1,0 +1,332 @@
+/*
+ * test_lm.c — attn_lm (the book's GPT-2 and Llama 3) through its C API,
+ * beside the PyTorch conformance test (tests/conformance/test_lm_vs_book.py):
+ *   - config checks, each naming the wrong values; NULL arguments;
+ *   - the parameter list: counts, names in state_dict order, lookup;
+ *   - the no-cache forward gives the same bits on 1, 2 and 3 threads;
+ *   - decoding with a cache (matrix-vector kernels, split-KV attention)
+ *     agrees with the no-cache forward of the whole sequence (SGEMM, fused
+ *     attention) within 1e-5 relative L2, step after step, on every kernel
+ *     set; tied embeddings read tok_emb;
+ *   - attn_lm_save then attn_lm_load give back the same logits bit for
+ *     bit; GPT-2's config from the shapes; Llama's needs one;
+ *   - with -DATTN_ALLOC_FAILURE_INJECTION=ON: attn_lm_new, attn_lm_load and
+ *     attn_lm_forward with each allocation failed in turn return
+ *     ATTN_ERR_NO_MEMORY, set *out to NULL, and leave the model usable.
+ * Fresh random weights each run: the seed is printed; argv[1] replays it.
+ */
+#define _POSIX_C_SOURCE 200809L /* mkstemp, unlink */
+
+#include "attn.h"
+#include "check.h"
+#include "internal.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+static attn_lm_config gpt2_cfg(void) {
+    return (attn_lm_config){.arch = ATTN_LM_GPT2, .vocab_size = 61, .context_length = 40,
+                            .emb_dim = 64, .n_heads = 4, .n_layers = 2, .qkv_bias = true};
+}
+
+static attn_lm_config llama_cfg(void) {
+    return (attn_lm_config){.arch = ATTN_LM_LLAMA3, .vocab_size = 67, .context_length = 48,
+                            .emb_dim = 64, .n_heads = 8, .n_layers = 2, .n_kv_groups = 2,
+                            .hidden_dim = 80, .rope_base = 10000.0, .rope_factor = 8.0,
+                            .rope_low_freq_factor = 1.0, .rope_high_freq_factor = 4.0,
+                            .rope_original_context_length = 16};
+}
+
+static attn_ctx *new_ctx(size_t threads, attn_kernels kernels) {
+    attn_ctx *ctx = NULL;
+    attn_ctx_config c = {.num_threads = threads, .kernels = kernels};
+    return attn_ctx_new(&c, &ctx) == ATTN_OK ? ctx : NULL;
+}
+
+static attn_lm *new_model(attn_ctx *ctx, const attn_lm_config *cfg, uint64_t seed) {
+    attn_rng *rng = NULL;
+    attn_lm *m = NULL;
+    if (attn_rng_new(ctx, seed, &rng) != ATTN_OK) return NULL;
+    attn_status st = attn_lm_new(ctx, cfg, rng, &m);
+    attn_rng_free(rng);
+    return st == ATTN_OK ? m : NULL;
+}
+
+static double rel_l2(const float *a, const float *b, size_t n) {
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        s += (double)b[i] * b[i];
+    }
+    return sqrt(d / (s + 1e-300));
+}
+
+static attn_status forward(attn_lm *m, attn_kv_cache *cache, const int32_t *tokens, size_t batch,
+                           size_t n, bool last_only, float *logits) {
+    attn_lm_forward_args a = {.cache = cache, .tokens = tokens, .batch = batch,
+                              .tokens_per_seq = n, .last_only = last_only, .logits = logits};
+    return attn_lm_forward(m, &a);
+}
+
+static void check_config_errors(attn_ctx *ctx) {
+    attn_lm *m = (attn_lm *)1;
+    attn_lm_config c = gpt2_cfg();
+    c.arch = 0;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_INVALID);
+    CHECK(m == NULL);
+    CHECK_MESSAGE(ctx, "arch (0)");
+    c = gpt2_cfg();
+    c.n_heads = 5;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "n_heads (5) must divide emb_dim (64)");
+    c = gpt2_cfg();
+    c.hidden_dim = 100;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "hidden_dim (100)");
+    c = llama_cfg();
+    c.n_kv_groups = 3;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "n_kv_groups (3) must divide n_heads (8)");
+    c = llama_cfg();
+    c.emb_dim = 72; /* head_dim 9 */
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "even head_dim");
+    c = llama_cfg();
+    c.hidden_dim = 0;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_INVALID);
+    c = llama_cfg();
+    c.rope_high_freq_factor = c.rope_low_freq_factor;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "low_freq_factor (1)");
+    c = gpt2_cfg();
+    c.vocab_size = (size_t)1 << 40;
+    c.emb_dim = (size_t)1 << 40;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_OVERFLOW);
+    CHECK_STATUS(attn_lm_new(ctx, NULL, NULL, &m), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_lm_load(ctx, "/nonexistent/model.safetensors", NULL, NULL, &m), ATTN_ERR_IO);
+    CHECK(m == NULL);
+    CHECK_STATUS(attn_lm_forward(NULL, NULL), ATTN_ERR_NULL);
+    attn_lm_free(NULL);
+}
+
+static void check_params(attn_ctx *ctx) {
+    attn_lm_config g = gpt2_cfg(), l = llama_cfg();
+    attn_lm *mg = new_model(ctx, &g, 1), *ml = new_model(ctx, &l, 1);
+    CHECK(mg && ml);
+    if (!mg || !ml) return;
+    /* tok_emb, pos_emb, 16 a block, final_norm scale/shift, out_head */
+    CHECK(attn_lm_param_count(mg) == 2 + 16 * 2 + 3);
+    /* tok_emb, 9 a block, final_norm, out_head */
+    CHECK(attn_lm_param_count(ml) == 1 + 9 * 2 + 2);
+    attn_param p;
+    CHECK_STATUS(attn_lm_param_at(ml, 1, &p), ATTN_OK);
+    CHECK(strcmp(p.name, "trf_blocks.0.att.W_key.weight") == 0 && p.shape[0] == 16 &&
+          p.shape[1] == 64);
+    CHECK_STATUS(attn_lm_param(mg, "trf_blocks.1.ff.layers.2.weight", &p), ATTN_OK);
+    CHECK(p.ndim == 2 && p.shape[0] == 64 && p.shape[1] == 256);
+    CHECK_STATUS(attn_lm_param(mg, "trf_blocks.1.norm2.shift", &p), ATTN_OK);
+    CHECK(p.ndim == 1 && p.numel == 64 && p.data[0] == 0.0f);
+    CHECK_STATUS(attn_lm_param(ml, "trf_blocks.0.norm1.weight", &p), ATTN_OK);
+    CHECK(p.data[3] == 1.0f);
+    CHECK_STATUS(attn_lm_param(mg, "nope", &p), ATTN_ERR_NOT_FOUND);
+    CHECK_MESSAGE(ctx, "'nope'");
+    CHECK_STATUS(attn_lm_param_at(mg, 999, &p), ATTN_ERR_NOT_FOUND);
+    attn_lm_config got = attn_lm_get_config(ml);
+    CHECK(got.norm_eps == 1e-5 && got.n_kv_groups == 2 && got.rope_factor == 8.0);
+    /* tied: out_head is tok_emb's storage */
+    attn_lm_config t = l;
+    t.tie_embeddings = true;
+    attn_lm *mt = new_model(ctx, &t, 2);
+    attn_param head, tok;
+    CHECK(mt && attn_lm_param(mt, "out_head.weight", &head) == ATTN_OK &&
+          attn_lm_param(mt, "tok_emb.weight", &tok) == ATTN_OK && head.data == tok.data);
+    attn_lm_free(mt);
+    attn_lm_free(mg);
+    attn_lm_free(ml);
+}
+
+/* The no-cache forward on 1, 2, 3 threads; decoding against it. */
+static void check_forward(const attn_lm_config *cfg, attn_kernels kernels, uint64_t seed) {
+    enum { B = 2, T = 13, P = 5 };
+    size_t V = cfg->vocab_size;
+    int32_t tokens[B * T];
+    for (size_t i = 0; i < B * T; i++) tokens[i] = (int32_t)((seed + i * 7919) % V);
+    float *base = malloc(B * T * V * sizeof(float)), *other = malloc(B * T * V * sizeof(float));
+    float *step = malloc(B * 2 * V * sizeof(float));
+    if (!base || !other || !step) abort();
+    for (size_t threads = 1; threads <= 3; threads++) {
+        attn_ctx *ctx = new_ctx(threads, kernels);
+        attn_lm *m = ctx ? new_model(ctx, cfg, seed) : NULL;
+        CHECK(m != NULL);
+        if (!m) break;
+        CHECK_STATUS(forward(m, NULL, tokens, B, T, false, threads == 1 ? base : other), ATTN_OK);
+        if (threads > 1) CHECK(memcmp(base, other, B * T * V * sizeof(float)) == 0);
+        if (threads == 2) {
+            /* prefill P tokens, then one token a step, against base's rows */
+            attn_kv_cache *cache = NULL;
+            CHECK_STATUS(attn_lm_cache_new(m, B, T, ATTN_KV_PAGED, 4, &cache), ATTN_OK);
+            int32_t prompt[B * P];
+            for (size_t b = 0; b < B; b++) memcpy(prompt + b * P, tokens + b * T, P * 4);
+            CHECK_STATUS(forward(m, cache, prompt, B, P, true, step), ATTN_OK);
+            double worst = 0;
+            for (size_t b = 0; b < B; b++)
+                worst = fmax(worst, rel_l2(step + b * V, base + (b * T + P - 1) * V, V));
+            for (size_t t = P; t < T; t++) {
+                int32_t next[B] = {tokens[t], tokens[T + t]};
+                CHECK_STATUS(forward(m, cache, next, B, 1, false, step), ATTN_OK);
+                for (size_t b = 0; b < B; b++)
+                    worst = fmax(worst, rel_l2(step + b * V, base + (b * T + t) * V, V));
+            }
+            if (worst > 1e-5) fprintf(stderr, "%s: decode vs full: %.3g\n",
+                                      attn_kernels_name(kernels), worst);
+            CHECK(worst <= 1e-5);
+            /* past max_len (T): a clean error, nothing appended */
+            int32_t one[B] = {0, 0};
+            CHECK_STATUS(forward(m, cache, one, B, 1, true, step), ATTN_ERR_OVERFLOW);
+            size_t len = 0;
+            CHECK(attn_kv_cache_length(cache, 1, 0, &len) == ATTN_OK && len == T);
+            attn_kv_cache_free(cache);
+        }
+        attn_lm_free(m);
+        attn_ctx_free(ctx);
+    }
+    free(base), free(other), free(step);
+}
+
+/* Saved and loaded back: the same logits, bit for bit. */
+static void check_save_load(attn_ctx *ctx, const attn_lm_config *cfg, uint64_t seed,
+                            bool with_config) {
+    char path[] = "/tmp/attn_test_lm_XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    close(fd);
+    attn_lm *m = new_model(ctx, cfg, seed), *back = NULL;
+    CHECK(m != NULL);
+    if (!m) return;
+    CHECK_STATUS(attn_lm_save(m, path), ATTN_OK);
+    CHECK_STATUS(attn_lm_load(ctx, path, NULL, cfg, &back), ATTN_OK);
+    if (!with_config) {
+        /* GPT-2 from the shapes alone: n_heads = emb_dim / 64 */
+        attn_lm *guessed = NULL;
+        CHECK_STATUS(attn_lm_load(ctx, path, NULL, NULL, &guessed), ATTN_OK);
+        attn_lm_config c = attn_lm_get_config(guessed);
+        CHECK(c.n_heads == cfg->emb_dim / 64 && c.n_layers == cfg->n_layers &&
+              c.qkv_bias == cfg->qkv_bias && c.context_length == cfg->context_length &&
+              c.vocab_size == cfg->vocab_size && !c.tie_embeddings);
+        attn_lm_free(guessed);
+        attn_lm *none = (attn_lm *)1;
+        attn_lm_config l = llama_cfg();
+        /* a GPT-2 file with a Llama config */
+        CHECK_STATUS(attn_lm_load(ctx, path, NULL, &l, &none), ATTN_ERR_FORMAT);
+        CHECK(none == NULL);
+    }
+    int32_t tokens[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    size_t V = cfg->vocab_size;
+    float *a = malloc(9 * V * sizeof(float)), *b = malloc(9 * V * sizeof(float));
+    if (!a || !b) abort();
+    if (back) {
+        CHECK_STATUS(forward(m, NULL, tokens, 1, 9, false, a), ATTN_OK);
+        CHECK_STATUS(forward(back, NULL, tokens, 1, 9, false, b), ATTN_OK);
+        CHECK(memcmp(a, b, 9 * V * sizeof(float)) == 0);
+        attn_lm_config c = attn_lm_get_config(back);
+        CHECK(c.n_heads == cfg->n_heads && c.n_layers == cfg->n_layers);
+    }
+    if (cfg->arch == ATTN_LM_LLAMA3) {
+        attn_lm *none = (attn_lm *)1;
+        CHECK_STATUS(attn_lm_load(ctx, path, NULL, NULL, &none), ATTN_ERR_INVALID);
+        CHECK_MESSAGE(ctx, "pass a config");
+    }
+    free(a), free(b);
+    attn_lm_free(back);
+    attn_lm_free(m);
+    unlink(path);
+}
+
+#ifdef ATTN_ALLOC_FAILURE_INJECTION
+/* Each allocation of the call failed in turn, until the call succeeds. */
+static void sweep(attn_ctx *ctx, const attn_lm_config *cfg, uint64_t seed) {
+    char path[] = "/tmp/attn_test_lm_sweep_XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0) return;
+    close(fd);
+    attn_lm *m = new_model(ctx, cfg, seed);
+    CHECK(m && attn_lm_save(m, path) == ATTN_OK);
+    int32_t tokens[6] = {1, 2, 3, 4, 5, 6};
+    size_t V = cfg->vocab_size;
+    float *want = malloc(6 * V * sizeof(float)), *got = malloc(6 * V * sizeof(float));
+    if (!want || !got || !m) abort();
+    CHECK_STATUS(forward(m, NULL, tokens, 2, 3, false, want), ATTN_OK);
+    for (int op = 0; op < 3; op++) {
+        attn_status st = ATTN_ERR_NO_MEMORY;
+        size_t n;
+        for (n = 1; st != ATTN_OK && n < 5000; n++) {
+            attn_lm *fresh = (attn_lm *)1;
+            attn_alloc_fail_at(n);
+            if (op == 0) {
+                st = attn_lm_new(ctx, cfg, NULL, &fresh);
+            } else if (op == 1) {
+                st = attn_lm_load(ctx, path, NULL, cfg->arch == ATTN_LM_GPT2 ? NULL : cfg, &fresh);
+            } else {
+                attn_lm *cold = NULL;
+                attn_alloc_fail_at(0);
+                if (attn_lm_load(ctx, path, NULL, cfg, &cold) != ATTN_OK) abort();
+                attn_alloc_fail_at(n);
+                st = forward(cold, NULL, tokens, 2, 3, false, got);
+                attn_alloc_fail_at(0);
+                if (st != ATTN_OK) {
+                    /* usable after the failure */
+                    CHECK_STATUS(forward(cold, NULL, tokens, 2, 3, false, got), ATTN_OK);
+                }
+                CHECK(memcmp(got, want, 6 * V * sizeof(float)) == 0);
+                attn_lm_free(cold);
+                fresh = NULL;
+            }
+            attn_alloc_fail_at(0);
+            if (st != ATTN_OK) {
+                CHECK(st == ATTN_ERR_NO_MEMORY || st == ATTN_ERR_IO);
+                CHECK(fresh == NULL);
+            } else {
+                attn_lm_free(fresh);
+            }
+        }
+        CHECK(st == ATTN_OK);
+        printf("allocation sweep, op %d: %zu allocations\n", op, n - 1);
+    }
+    free(want), free(got);
+    attn_lm_free(m);
+    unlink(path);
+}
+#endif
+
+int main(int argc, char **argv) {
+    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
+    printf("seed %llu\n", (unsigned long long)seed);
+    attn_ctx *ctx = new_ctx(1, ATTN_KERNELS_AUTO);
+    if (!ctx) return 1;
+    check_config_errors(ctx);
+    check_params(ctx);
+    const attn_kernels sets[] = {ATTN_KERNELS_REFERENCE, ATTN_KERNELS_PORTABLE,
+                                 ATTN_KERNELS_AVX2, ATTN_KERNELS_AVX512};
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
+        if (!attn_kernels_supported(sets[s])) continue;
+        attn_lm_config g = gpt2_cfg(), l = llama_cfg();
+        check_forward(&g, sets[s], seed);
+        check_forward(&l, sets[s], seed + 1);
+        l.tie_embeddings = true;
+        l.n_kv_groups = 1;
+        check_forward(&l, sets[s], seed + 2);
+    }
+    attn_lm_config g = gpt2_cfg(), l = llama_cfg();
+    check_save_load(ctx, &g, seed, false);
+    check_save_load(ctx, &l, seed, true);
+#ifdef ATTN_ALLOC_FAILURE_INJECTION
+    sweep(ctx, &g, seed);
+    sweep(ctx, &l, seed);
+#endif
+    attn_ctx_free(ctx);
+    printf("%d passed, %d failed\n", check_passed, check_failed);
+    return check_failed ? 1 : 0;
+}
