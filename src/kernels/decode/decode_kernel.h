@@ -4,13 +4,10 @@
  * (decode_avx512.c, decode_avx2.c, decode_portable.c define it, then
  * include this).
  *
- * The includer defines:
- *   VW                 floats per vector (a divisor of ATTN_DECODE_BLOCK)
- *   vec                the vector type
- *   v_zero() v_set1(x) v_load(p) v_store(p, v) v_fma(a, b, c) = a * b + c
- *   v_mul(a, b) v_sub(a, b) v_add(a, b) v_max(a, b)
- *   v_exp2(x)          2^x for x <= 0, exactly 0 for x = -inf
- *   v_hmax(v) v_hsum(v)
+ * The includer includes its instruction set's vector vocabulary
+ * (kernels/vec/vec_*.h: VW, a divisor of ATTN_DECODE_BLOCK, vec, v_zero,
+ * v_set1, v_load, v_store, v_fma, v_mul, v_sub, v_add, v_max, v_exp2 for
+ * x <= 0 (exactly 0 at -inf), v_hmax, v_hsum), then defines:
  *   v_hsum_block(part, out)  out[j] = the sum of part[j]'s lanes, j < 16
  *   DECODE_KERNELS     the name of the attn_decode_kernels table to define
  *   DECODE_ISA_NAME    "avx512", ...

@@ -1,16 +1,14 @@
 /*
  * flash_kernel.h — the fused attention kernels, written once over a small
  * vector vocabulary and compiled once per instruction set (flash_avx512.c,
- * flash_avx2.c, flash_portable.c define the vocabulary, then include this).
+ * flash_avx2.c, flash_portable.c complete the vocabulary, then include this).
  *
- * The includer defines:
- *   VW                 floats per vector; NV vectors per register-tile row
- *   vec                the vector type
- *   v_zero() v_set1(x) v_load(p) v_store(p, v) v_fma(a, b, c) = a * b + c
- *   v_mul(a, b) v_sub(a, b) v_add(a, b) v_max(a, b) v_abs(a)
- *   v_exp2(x)          2^x for x <= 0, exactly 0 for x = -inf
+ * The includer includes its instruction set's vector vocabulary
+ * (kernels/vec/vec_*.h: VW floats per vector, vec, v_zero, v_set1, v_load,
+ * v_store, v_fma, v_mul, v_sub, v_add, v_max, v_abs, v_exp2 for x <= 0
+ * (exactly 0 at -inf), v_hmax, v_hsum), then defines:
+ *   NV                 vectors per register-tile row
  *   v_tanh(x)          tanh(x) to a few ulp, +-1 for +-inf
- *   v_hmax(v) v_hsum(v)
  *   v_keep(w, t, k)    per lane: k where the 32-bit word w[lane] < t, else 0
  *   FLASH_KERNELS      the name of the attn_flash_kernels table to define
  *   FLASH_ISA_NAME     "avx512", ...

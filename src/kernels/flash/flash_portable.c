@@ -3,51 +3,14 @@
 #include <math.h>
 #include <stdint.h>
 
-#define VW 4
+#include "kernels/vec/vec_portable.h"
+
 #define NV 2
 #define FLASH_KERNELS attn_flash_portable
 #define FLASH_ISA_NAME "portable"
 
-typedef struct vec {
-    float x[VW];
-} vec;
-
-static inline vec v_zero(void) { return (vec){{0.0f, 0.0f, 0.0f, 0.0f}}; }
-static inline vec v_set1(float x) { return (vec){{x, x, x, x}}; }
-static inline vec v_load(const float *p) { return (vec){{p[0], p[1], p[2], p[3]}}; }
-static inline void v_store(float *p, vec v) {
-    for (int i = 0; i < VW; i++) p[i] = v.x[i];
-}
-static inline vec v_fma(vec a, vec b, vec c) {
-    for (int i = 0; i < VW; i++) c.x[i] = fmaf(a.x[i], b.x[i], c.x[i]);
-    return c;
-}
-static inline vec v_mul(vec a, vec b) {
-    for (int i = 0; i < VW; i++) a.x[i] *= b.x[i];
-    return a;
-}
-static inline vec v_sub(vec a, vec b) {
-    for (int i = 0; i < VW; i++) a.x[i] -= b.x[i];
-    return a;
-}
-static inline vec v_add(vec a, vec b) {
-    for (int i = 0; i < VW; i++) a.x[i] += b.x[i];
-    return a;
-}
-static inline vec v_abs(vec a) {
-    for (int i = 0; i < VW; i++) a.x[i] = fabsf(a.x[i]);
-    return a;
-}
 static inline vec v_tanh(vec a) {
     for (int i = 0; i < VW; i++) a.x[i] = tanhf(a.x[i]);
-    return a;
-}
-static inline vec v_max(vec a, vec b) {
-    for (int i = 0; i < VW; i++) a.x[i] = fmaxf(a.x[i], b.x[i]);
-    return a;
-}
-static inline vec v_exp2(vec a) {
-    for (int i = 0; i < VW; i++) a.x[i] = exp2f(a.x[i]);
     return a;
 }
 static inline vec v_keep(const uint32_t *w, uint64_t threshold, float kept) {
@@ -55,7 +18,5 @@ static inline vec v_keep(const uint32_t *w, uint64_t threshold, float kept) {
     for (int i = 0; i < VW; i++) f.x[i] = w[i] < threshold ? kept : 0.0f;
     return f;
 }
-static inline float v_hmax(vec v) { return fmaxf(fmaxf(v.x[0], v.x[1]), fmaxf(v.x[2], v.x[3])); }
-static inline float v_hsum(vec v) { return (v.x[0] + v.x[1]) + (v.x[2] + v.x[3]); }
 
 #include "kernels/flash/flash_kernel.h"

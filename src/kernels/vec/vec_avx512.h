@@ -1,0 +1,47 @@
+/* vec_avx512.h — the vector vocabulary of the AVX-512F kernels (flash/,
+ * decode/): 16 floats a vector. Included by one .c file per kernel set,
+ * compiled with -mavx512f. */
+#ifndef ATTN_KERNELS_VEC_AVX512_H
+#define ATTN_KERNELS_VEC_AVX512_H
+
+#include <immintrin.h>
+
+#define VW 16
+
+typedef __m512 vec;
+
+static inline vec v_zero(void) { return _mm512_setzero_ps(); }
+static inline vec v_set1(float x) { return _mm512_set1_ps(x); }
+static inline vec v_load(const float *p) { return _mm512_loadu_ps(p); }
+static inline void v_store(float *p, vec v) { _mm512_storeu_ps(p, v); }
+static inline vec v_fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+static inline vec v_mul(vec a, vec b) { return _mm512_mul_ps(a, b); }
+static inline vec v_sub(vec a, vec b) { return _mm512_sub_ps(a, b); }
+static inline vec v_add(vec a, vec b) { return _mm512_add_ps(a, b); }
+static inline vec v_abs(vec a) { return _mm512_abs_ps(a); }
+static inline vec v_max(vec a, vec b) { return _mm512_max_ps(a, b); }
+static inline float v_hmax(vec v) { return _mm512_reduce_max_ps(v); }
+static inline float v_hsum(vec v) { return _mm512_reduce_add_ps(v); }
+
+/* 2^x = 2^n * 2^f, n = round(x), |f| <= 1/2, 2^f by its Taylor series in
+ * f ln 2 to degree 7 (relative error below 1e-8); -inf (and anything below
+ * -125, NaN too) gives exactly 0 by a mask, never by underflow: a scalef
+ * into the subnormals takes a microcode assist, and the masked keys of
+ * every edge tile of a sliding window made exp2 twice as slow there. */
+static inline vec v_exp2(vec x) {
+    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-125.0f));
+    vec n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    vec f = _mm512_sub_ps(x, n);
+    vec p = _mm512_set1_ps(1.5252733804e-5f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393e-4f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108665e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650696e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718056e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(live, p, n);
+}
+
+#endif /* ATTN_KERNELS_VEC_AVX512_H */
