@@ -178,3 +178,15 @@ size_t cli_default_threads(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (size_t)n : 1;
 }
+
+int cli_parse_kernels(const char *value, attn_kernels *out) {
+    for (attn_kernels k = ATTN_KERNELS_AUTO; k <= ATTN_KERNELS_AVX512; k++) {
+        if (strcmp(value, attn_kernels_name(k)) != 0) continue;
+        if (!attn_kernels_supported(k))
+            return cli_usage_error("--kernels: this CPU (or build) does not run %s", value);
+        *out = k;
+        return CLI_OK;
+    }
+    return cli_usage_error(
+        "--kernels: expected auto, reference, portable, avx2 or avx512, got '%s'", value);
+}

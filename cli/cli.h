@@ -58,6 +58,10 @@ int cli_usage_error(const char *fmt, ...);
  * CLI_FAILED. */
 int cli_library_error(const attn_ctx *ctx, const char *what);
 
+/* --kernels NAME: one of attn_kernels_name's names, run by this CPU (a
+ * usage error naming it otherwise). */
+int cli_parse_kernels(const char *value, attn_kernels *out);
+
 /* Writes data (rank, shape) as DIR/name.npy: CLI_OK, or the library's
  * message under opt (the option that named dir) and CLI_FAILED. */
 int cli_write_in_dir(attn_ctx *ctx, const char *opt, const char *dir, const char *name,

@@ -166,18 +166,6 @@ static int parse_ids(const char *opt, const char *text, id_list *out) {
     return CLI_OK;
 }
 
-static int parse_kernels(const char *value, attn_kernels *out) {
-    for (attn_kernels k = ATTN_KERNELS_AUTO; k <= ATTN_KERNELS_AVX512; k++) {
-        if (strcmp(value, attn_kernels_name(k)) != 0) continue;
-        if (!attn_kernels_supported(k))
-            return cli_usage_error("--kernels: this CPU (or build) does not run %s", value);
-        *out = k;
-        return CLI_OK;
-    }
-    return cli_usage_error(
-        "--kernels: expected auto, reference, portable, avx2 or avx512, got '%s'", value);
-}
-
 static int parse_count(const char *opt, const char *value, size_t *out, bool positive) {
     if (!cli_parse_size(value, out) || (positive && *out == 0))
         return cli_usage_error("%s: expected a %s integer, got '%s'", opt,
@@ -241,7 +229,7 @@ static int take_value(generate_options *o, const char *opt, const char *value) {
         else if (strcmp(value, "paged") == 0) o->layout = ATTN_KV_PAGED;
         else return cli_usage_error("--cache: expected contiguous or paged, got '%s'", value);
     } else { /* --kernels */
-        return parse_kernels(value, &o->kernels);
+        return cli_parse_kernels(value, &o->kernels);
     }
     return CLI_OK;
 }

@@ -124,18 +124,6 @@ static int parse_window(const char *text, sdpa_options *o) {
     return CLI_OK;
 }
 
-static int parse_kernels(const char *value, attn_kernels *out) {
-    for (attn_kernels k = ATTN_KERNELS_AUTO; k <= ATTN_KERNELS_AVX512; k++) {
-        if (strcmp(value, attn_kernels_name(k)) != 0) continue;
-        if (!attn_kernels_supported(k))
-            return cli_usage_error("--kernels: this CPU (or build) does not run %s", value);
-        *out = k;
-        return CLI_OK;
-    }
-    return cli_usage_error(
-        "--kernels: expected auto, reference, portable, avx2 or avx512, got '%s'", value);
-}
-
 /* One value option. */
 static int take_value(sdpa_options *o, const char *opt, const char *value) {
     const char **path = strcmp(opt, "--q") == 0               ? &o->q
@@ -185,7 +173,7 @@ static int take_value(sdpa_options *o, const char *opt, const char *value) {
         if (!cli_parse_size(value, &o->threads) || o->threads == 0)
             return cli_usage_error("--threads: expected a positive integer, got '%s'", value);
     } else { /* --kernels */
-        return parse_kernels(value, &o->kernels);
+        return cli_parse_kernels(value, &o->kernels);
     }
     return CLI_OK;
 }

@@ -287,19 +287,6 @@ static bool listed(const char *opt, const char *const *list) {
     return false;
 }
 
-/* --kernels NAME: one of attn_kernels_name's names, run by this CPU. */
-static int parse_kernels(const char *value, attn_kernels *out) {
-    for (attn_kernels k = ATTN_KERNELS_AUTO; k <= ATTN_KERNELS_AVX512; k++) {
-        if (strcmp(value, attn_kernels_name(k)) != 0) continue;
-        if (!attn_kernels_supported(k))
-            return cli_usage_error("--kernels: this CPU (or build) does not run %s", value);
-        *out = k;
-        return CLI_OK;
-    }
-    return cli_usage_error("--kernels: expected auto, reference, portable, avx2 or avx512, got '%s'",
-                           value);
-}
-
 int cli_parse_run_options(int argc, char **argv, cli_run_options *o, const cli_extra_options *extra) {
     static const char *const run_options[] = {CLI_RUN_VALUE_OPTIONS};
     enum { RUN_OPTIONS = sizeof run_options / sizeof run_options[0], MAX_OPTIONS = 32 };
@@ -339,7 +326,7 @@ int cli_parse_run_options(int argc, char **argv, cli_run_options *o, const cli_e
                 else return cli_usage_error("--bernoulli: expected mt19937, mkl or philox, got '%s'",
                                             value);
             } else if (strcmp(opt, "--kernels") == 0) {
-                int rc = parse_kernels(value, &o->kernels);
+                int rc = cli_parse_kernels(value, &o->kernels);
                 if (rc != CLI_OK) return rc;
             } else if (extra->take(extra->user, opt, value) != CLI_OK) {
                 return CLI_USAGE;
