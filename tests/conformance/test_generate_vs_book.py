@@ -469,6 +469,41 @@ def behaviour(cli, weights, config, cfg, prompt, logits64):
                 % (" ".join(args[-2:]), r.returncode, r.stderr.strip(), words))
 
 
+def pypi_gpt2_cache_is_broken(r):
+    """Where the book is wrong: llms-from-scratch 1.0.19's kv_cache/gpt2.py
+    slices its causal mask as causal_mask[:, -num_tokens:] (the last columns)
+    where the last rows are meant, so a one-token step after a prefill asks
+    masked_fill_ to broadcast (1, 1, T, 1) into (1, H, 1, T) and fails. attn
+    decodes (checked against the same weights without that cache above, and
+    against gpt_with_kv_cache.py's cache). If a later package fixes it, this
+    says so and the README's note must go."""
+    cfg = book_gpt2_cfg(r)
+    model = book_gpt2.GPTModel(cfg).eval()
+    cache = book_gpt2.KVCache(n_layers=cfg["n_layers"])
+    prompt = torch.tensor([[r.randrange(cfg["vocab_size"]) for _ in range(3)]])
+    with torch.no_grad():
+        logits = model(prompt, use_cache=True, cache=cache)
+        try:
+            model(logits[:, -1].argmax(dim=-1, keepdim=True), use_cache=True, cache=cache)
+            failed = None
+        except RuntimeError as e:
+            failed = str(e)
+    R.check(failed is not None and "broadcast" in failed,
+            "the PyPI book's GPT-2 cache fails on a one-token step (%s)" % failed)
+
+
+def random_init_from_config(cli, config, cfg, prompt):
+    """attn generate --random-init S --config F: the model attn.LanguageModel(cfg,
+    seed=S) holds, so the same tokens."""
+    from attn.lm import LanguageModel
+    args = ["--random-init", "11", "--config", config, "--max-new-tokens", "8",
+            "--prompt-ids", ",".join(map(str, prompt))]
+    ours = cli_tokens(cli, "--random-init --config", args)
+    want = [int(t) for t in LanguageModel(cfg, seed=11).generate(prompt, max_new_tokens=8)]
+    R.check(ours == want, "--random-init 11 --config: %s, LanguageModel(cfg, seed=11): %s"
+            % (ours, want))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("cli")
@@ -493,6 +528,8 @@ def main():
         text_case(a.cli, r, tmp)
         weights, config, cfg, prompt, _, logits64 = first
         behaviour(a.cli, weights, config, cfg, prompt, logits64)
+        random_init_from_config(a.cli, config, cfg, prompt)
+        pypi_gpt2_cache_is_broken(r)
     for note in R.notes:
         print("note:", note)
     print("%d passed, %d failed" % (R.passed, len(R.failures)))
