@@ -1438,6 +1438,73 @@ static void sweep_kv_cache(void) {
     attn_ctx_free(st.ctx);
 }
 
+/* ---- generation: attn_lm_generate ----------------------------------------- */
+
+/* A tiny Llama 3 (GQA, RoPE) generating with top-k/top-p sampling and a
+ * cache of its own: the cache, its pages of scratch and the sampler's are
+ * allocated inside the swept call (the model's buffers grew in the setup's
+ * first run). */
+#define GEN_NEW 6
+typedef struct gen_state {
+    attn_lm *lm;
+    attn_rng *rng;
+    int32_t want[GEN_NEW], out[GEN_NEW];
+    size_t want_count, count;
+} gen_state;
+
+static const int32_t gen_prompt[5] = {3, 1, 4, 1, 5};
+
+static attn_status gen_run_with(gen_state *st, int32_t *out, size_t *count) {
+    attn_rng_manual_seed(st->rng, 7);
+    attn_generate_args a = {.prompt = gen_prompt, .prompt_len = 5, .max_new_tokens = GEN_NEW,
+                            .sampling = {.temperature = 0.9, .top_k = 20, .top_p = 0.9},
+                            .rng = st->rng, .out = out, .count = count};
+    return attn_lm_generate(st->lm, &a);
+}
+
+static void gen_setup(void *p) {
+    gen_state *st = p;
+    if (st->lm) return;
+    attn_lm_config cfg = {.arch = ATTN_LM_LLAMA3, .vocab_size = 41, .context_length = 16,
+                          .emb_dim = 16, .n_heads = 4, .n_layers = 2, .n_kv_groups = 2,
+                          .hidden_dim = 24, .rope_base = 10000.0};
+    attn_rng *init;
+    CHECK_STATUS(attn_rng_new(g_ctx, 5, &init), ATTN_OK);
+    CHECK_STATUS(attn_lm_new(g_ctx, &cfg, init, &st->lm), ATTN_OK);
+    attn_rng_free(init);
+    CHECK_STATUS(attn_rng_new(g_ctx, 7, &st->rng), ATTN_OK);
+    CHECK_STATUS(gen_run_with(st, st->want, &st->want_count), ATTN_OK);
+    CHECK(st->want_count == GEN_NEW);
+}
+
+static attn_status gen_run(void *p) {
+    gen_state *st = p;
+    return gen_run_with(st, st->out, &st->count);
+}
+
+/* The same tokens as a run that never failed. */
+static void gen_ok(void *p) {
+    gen_state *st = p;
+    CHECK(st->count == st->want_count);
+    CHECK(memcmp(st->out, st->want, sizeof st->want) == 0);
+}
+
+/* *count says what was written; the model still generates the same tokens. */
+static void gen_failed(void *p) {
+    gen_state *st = p;
+    CHECK(st->count <= GEN_NEW);
+    CHECK(memcmp(st->out, st->want, st->count * sizeof *st->out) == 0);
+    CHECK_STATUS(gen_run(st), ATTN_OK);
+    gen_ok(st);
+}
+
+static void sweep_generate(void) {
+    static gen_state st;
+    sweep(&(sweep_op){.name = "attn_lm_generate (llama3, sampled, own cache)", .setup = gen_setup, .run = gen_run, .verify_failed = gen_failed, .verify_ok = gen_ok, .teardown = NULL, .state = &st});
+    attn_rng_free(st.rng);
+    attn_lm_free(st.lm);
+}
+
 int main(void) {
     if (attn_ctx_new(NULL, &g_ctx) != ATTN_OK) return 1;
     snprintf(g_dir, sizeof g_dir, "/tmp/attn_alloc_XXXXXX");
@@ -1450,6 +1517,7 @@ int main(void) {
     sweep_files();
     sweep_model();
     sweep_kv_cache();
+    sweep_generate();
 
     size_t total = 0;
     printf("allocations failed in turn, per operation:\n");
