@@ -1,5 +1,6 @@
 /* context.c — the attn_ctx, status names, error messages and the version. */
 #include "internal.h"
+#include "parallel.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,8 +50,20 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
 }
 
 void attn_ctx_free(attn_ctx *ctx) {
-    if (ctx) attn_free(ctx->scratch.data);
+    if (ctx) {
+        attn_pool_free(ctx->pool);
+        attn_free(ctx->scratch.data);
+    }
     attn_free(ctx);
+}
+
+attn_pool *attn_ctx_pool(attn_ctx *ctx) {
+    if (!ctx || ctx->num_threads <= 1) return NULL;
+    if (!ctx->pool_tried) {
+        ctx->pool_tried = true;
+        ctx->pool = attn_pool_new(ctx->num_threads - 1);
+    }
+    return ctx->pool;
 }
 
 void *attn_ctx_scratch(attn_ctx *ctx, size_t bytes) {

@@ -29,12 +29,19 @@ struct attn_ctx {
     bool trace_shapes_only;
     char error[ATTN_ERROR_CAPACITY];
     attn_ctx_buffer scratch;
+    struct attn_pool *pool; /* num_threads - 1 workers, from the first parallel call */
+    bool pool_tried;        /* made (or failed: threads then start per call) */
 };
 
 /* Resolves requested (AUTO: the ATTN_KERNELS environment variable, else the
  * best the CPU runs) into kernels this CPU runs, or ATTN_ERR_INVALID
  * (core/cpu.c). */
 attn_status attn_kernels_resolve(attn_kernels requested, attn_kernels *out);
+
+/* The ctx's worker threads for attn_pool_for_parts / attn_pool_dynamic
+ * (parallel.h), started on first use; NULL for one thread or when they
+ * cannot be had (callers then start threads per call). */
+struct attn_pool *attn_ctx_pool(attn_ctx *ctx);
 
 /* At least bytes of ctx's scratch (its earlier contents lost), or NULL
  * when it cannot grow; valid until the next call or attn_ctx_free. */

@@ -1,8 +1,14 @@
-/* parallel.c — attn_parallel_for on POSIX threads. */
+/* parallel.c — attn_parallel_for on POSIX threads, started per call or kept
+ * in a pool. */
 #include "parallel.h"
+
+#include "internal.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
 
 typedef struct range_job {
     attn_part_fn body;
@@ -21,21 +27,23 @@ size_t attn_parallel_parts(size_t num_threads) {
     return num_threads > ATTN_PARALLEL_MAX ? ATTN_PARALLEL_MAX : num_threads;
 }
 
-void attn_parallel_for_parts(size_t num_threads, size_t n, size_t min_per_thread,
-                             attn_part_fn body, void *arg) {
-    if (n == 0) return;
+/* How many parts a loop of n items takes (at least min_per_thread each). */
+static size_t parts_for(size_t num_threads, size_t n, size_t min_per_thread) {
     size_t parts = attn_parallel_parts(num_threads);
     if (min_per_thread == 0) min_per_thread = 1;
     if (parts > n / min_per_thread) parts = n / min_per_thread;
-    if (parts <= 1) {
-        body(arg, 0, 0, n);
-        return;
-    }
-    range_job jobs[ATTN_PARALLEL_MAX];
-    pthread_t threads[ATTN_PARALLEL_MAX];
-    int started[ATTN_PARALLEL_MAX] = {0};
+    return parts;
+}
+
+static void fill_jobs(range_job *jobs, size_t parts, size_t n, attn_part_fn body, void *arg) {
     for (size_t i = 0; i < parts; i++)
         jobs[i] = (range_job){body, arg, i, n * i / parts, n * (i + 1) / parts};
+}
+
+/* jobs[0 .. parts) on parts - 1 new threads and the caller's. */
+static void run_on_new_threads(range_job *jobs, size_t parts) {
+    pthread_t threads[ATTN_PARALLEL_MAX];
+    int started[ATTN_PARALLEL_MAX] = {0};
     for (size_t i = 1; i < parts; i++)
         started[i] = pthread_create(&threads[i], NULL, run_range, &jobs[i]) == 0;
     run_range(&jobs[0]);
@@ -46,6 +54,19 @@ void attn_parallel_for_parts(size_t num_threads, size_t n, size_t min_per_thread
         else
             run_range(&jobs[i]);
     }
+}
+
+void attn_parallel_for_parts(size_t num_threads, size_t n, size_t min_per_thread,
+                             attn_part_fn body, void *arg) {
+    if (n == 0) return;
+    size_t parts = parts_for(num_threads, n, min_per_thread);
+    if (parts <= 1) {
+        body(arg, 0, 0, n);
+        return;
+    }
+    range_job jobs[ATTN_PARALLEL_MAX];
+    fill_jobs(jobs, parts, n, body, arg);
+    run_on_new_threads(jobs, parts);
 }
 
 typedef struct range_adapter {
@@ -90,4 +111,131 @@ void attn_parallel_dynamic(size_t num_threads, size_t n, attn_item_fn body, void
     if (parts > n) parts = n;
     /* one "range" per part; each part then takes items until none are left */
     attn_parallel_for_parts(parts, parts, 1, run_items, &job);
+}
+
+/* ---- the pool -------------------------------------------------------------- */
+
+typedef struct pool_worker {
+    attn_pool *pool;
+    size_t index; /* the part it runs: 1 .. workers */
+} pool_worker;
+
+struct attn_pool {
+    pthread_mutex_t lock;
+    pthread_cond_t wake, done;
+    size_t workers;
+    pthread_t threads[ATTN_PARALLEL_MAX];
+    pool_worker worker[ATTN_PARALLEL_MAX];
+    atomic_bool busy; /* a caller holds the pool (nested calls start threads) */
+    /* the current job, under lock */
+    range_job jobs[ATTN_PARALLEL_MAX];
+    size_t parts;        /* the workers run jobs[1 .. parts) */
+    size_t pending;      /* of those, not finished */
+    uint64_t generation; /* one more per job */
+    bool stop;
+};
+
+static void *pool_main(void *p) {
+    pool_worker *w = p;
+    attn_pool *pool = w->pool;
+    uint64_t seen = 0;
+    pthread_mutex_lock(&pool->lock);
+    for (;;) {
+        while (!pool->stop && pool->generation == seen) pthread_cond_wait(&pool->wake, &pool->lock);
+        if (pool->stop) break;
+        seen = pool->generation;
+        if (w->index >= pool->parts) continue; /* a job of fewer parts */
+        range_job job = pool->jobs[w->index];
+        pthread_mutex_unlock(&pool->lock);
+        run_range(&job);
+        pthread_mutex_lock(&pool->lock);
+        if (--pool->pending == 0) pthread_cond_signal(&pool->done);
+    }
+    pthread_mutex_unlock(&pool->lock);
+    return NULL;
+}
+
+attn_pool *attn_pool_new(size_t workers) {
+    if (workers == 0) return NULL;
+    if (workers > ATTN_PARALLEL_MAX - 1) workers = ATTN_PARALLEL_MAX - 1;
+    /* an allocation with a fallback: without a pool, threads start per call */
+    attn_pool *pool = attn_aligned_alloc_or_fallback(64, sizeof *pool);
+    if (!pool) return NULL;
+    memset(pool, 0, sizeof *pool);
+    if (pthread_mutex_init(&pool->lock, NULL) != 0) {
+        attn_free(pool);
+        return NULL;
+    }
+    if (pthread_cond_init(&pool->wake, NULL) != 0) {
+        pthread_mutex_destroy(&pool->lock);
+        attn_free(pool);
+        return NULL;
+    }
+    if (pthread_cond_init(&pool->done, NULL) != 0) {
+        pthread_cond_destroy(&pool->wake);
+        pthread_mutex_destroy(&pool->lock);
+        attn_free(pool);
+        return NULL;
+    }
+    atomic_init(&pool->busy, false);
+    for (size_t i = 0; i < workers; i++) {
+        pool->worker[i] = (pool_worker){pool, i + 1};
+        if (pthread_create(&pool->threads[i], NULL, pool_main, &pool->worker[i]) != 0) break;
+        pool->workers = i + 1;
+    }
+    if (pool->workers == 0) {
+        attn_pool_free(pool);
+        return NULL;
+    }
+    return pool;
+}
+
+void attn_pool_free(attn_pool *pool) {
+    if (!pool) return;
+    pthread_mutex_lock(&pool->lock);
+    pool->stop = true;
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->lock);
+    for (size_t i = 0; i < pool->workers; i++) pthread_join(pool->threads[i], NULL);
+    pthread_cond_destroy(&pool->done);
+    pthread_cond_destroy(&pool->wake);
+    pthread_mutex_destroy(&pool->lock);
+    attn_free(pool);
+}
+
+void attn_pool_for_parts(attn_pool *pool, size_t num_threads, size_t n, size_t min_per_thread,
+                         attn_part_fn body, void *arg) {
+    if (n == 0) return;
+    size_t parts = parts_for(num_threads, n, min_per_thread);
+    if (parts <= 1) {
+        body(arg, 0, 0, n);
+        return;
+    }
+    if (!pool || parts - 1 > pool->workers || atomic_exchange(&pool->busy, true)) {
+        attn_parallel_for_parts(num_threads, n, min_per_thread, body, arg);
+        return;
+    }
+    range_job first;
+    pthread_mutex_lock(&pool->lock);
+    fill_jobs(pool->jobs, parts, n, body, arg);
+    first = pool->jobs[0];
+    pool->parts = parts;
+    pool->pending = parts - 1;
+    pool->generation++;
+    pthread_cond_broadcast(&pool->wake);
+    pthread_mutex_unlock(&pool->lock);
+    run_range(&first);
+    pthread_mutex_lock(&pool->lock);
+    while (pool->pending > 0) pthread_cond_wait(&pool->done, &pool->lock);
+    pthread_mutex_unlock(&pool->lock);
+    atomic_store(&pool->busy, false);
+}
+
+void attn_pool_dynamic(attn_pool *pool, size_t num_threads, size_t n, attn_item_fn body,
+                       void *arg) {
+    if (n == 0) return;
+    dynamic_job job = {body, arg, n, 0};
+    size_t parts = attn_parallel_parts(num_threads);
+    if (parts > n) parts = n;
+    attn_pool_for_parts(pool, parts, parts, 1, run_items, &job);
 }

@@ -1,5 +1,5 @@
-/* parallel.h — split a loop over the ctx's threads (no pool yet: threads
- * are started per call, so only loops worth more than that cost use it). */
+/* parallel.h — split a loop over the ctx's threads: started per call, or
+ * kept in a pool (below) by the callers that have a ctx. */
 #ifndef ATTN_PARALLEL_H
 #define ATTN_PARALLEL_H
 
@@ -29,5 +29,26 @@ size_t attn_parallel_parts(size_t num_threads);
  * varies, so items must not depend on it beyond per-part scratch. */
 typedef void (*attn_item_fn)(void *arg, size_t part, size_t item);
 void attn_parallel_dynamic(size_t num_threads, size_t n, attn_item_fn body, void *arg);
+
+/*
+ * A pool of worker threads that a ctx keeps (core/context.c): started on the
+ * ctx's first call through attn_ctx_parallel_*, asleep between calls, joined
+ * by attn_ctx_free. Starting threads costs tens of microseconds a call, as
+ * much as a whole matrix-vector product of a decoding step.
+ */
+typedef struct attn_pool attn_pool;
+/* A pool of workers threads beside the caller's, or NULL (out of memory, or
+ * no thread could start). */
+attn_pool *attn_pool_new(size_t workers);
+/* Wakes, stops and joins the workers; NULL is fine. */
+void attn_pool_free(attn_pool *pool);
+
+/* attn_parallel_for_parts and attn_parallel_dynamic on pool's workers (the
+ * same parts, the same ranges); they start threads as the plain ones do
+ * when pool is NULL or busy (a call from inside one of its own bodies). */
+void attn_pool_for_parts(attn_pool *pool, size_t num_threads, size_t n, size_t min_per_thread,
+                         attn_part_fn body, void *arg);
+void attn_pool_dynamic(attn_pool *pool, size_t num_threads, size_t n, attn_item_fn body,
+                       void *arg);
 
 #endif /* ATTN_PARALLEL_H */

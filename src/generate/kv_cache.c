@@ -730,7 +730,8 @@ static void run_fast(attn_kv_cache *c, const seq_plan *plans, const call_plan *c
         for (size_t i = 0; i < n; i++) list[k++] = (work_item){s, i};
     }
     /* threads only where the work pays for starting them */
-    attn_parallel_dynamic(cp->work < PARALLEL_WORK ? 1 : threads, k, run_item, &job);
+    attn_pool_dynamic(attn_ctx_pool(ctx), cp->work < PARALLEL_WORK ? 1 : threads, k, run_item,
+                      &job);
     fold_split(&job, B);
 }
 

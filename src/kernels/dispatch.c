@@ -114,7 +114,7 @@ void attn_k_linear_small_n(attn_ctx *ctx, const float *x, size_t rows, size_t in
     /* Items of about 64 KiB of w, taken by whichever thread is free: a
      * thread the OS holds back (another process on its core) delays the
      * call by one item, not by its share. Below about 256 KiB one thread
-     * reads w faster than threads can be started. */
+     * reads w faster than the ctx's workers can be woken. */
     gemv_job job = {.kernel = kernel, .x = x, .rows = rows, .in = in, .parts = parts, .n = n};
     job.chunk = (((size_t)1 << 14) / in + 3) / 4 * 4;
     if (job.chunk == 0) job.chunk = 4;
@@ -124,7 +124,7 @@ void attn_k_linear_small_n(attn_ctx *ctx, const float *x, size_t rows, size_t in
         floats += parts[i].out * in;
     }
     size_t threads = floats < ((size_t)1 << 16) ? 1 : ctx->num_threads;
-    attn_parallel_dynamic(threads, job.first_item[n], gemv_chunk, &job);
+    attn_pool_dynamic(attn_ctx_pool(ctx), threads, job.first_item[n], gemv_chunk, &job);
 }
 
 void attn_k_linear_small(attn_ctx *ctx, const float *x, const float *w, const float *bias,
