@@ -51,8 +51,8 @@
 /* Split mode's partials take at most this many floats per call (64 MiB);
  * sequences past it run in row mode. */
 #define SPLIT_BUDGET ((size_t)16 << 20)
-/* Multiply-adds below which one thread runs a call (starting threads
- * costs tens of microseconds). */
+/* Multiply-adds below which one thread runs a call (waking the ctx's
+ * workers and waiting for the last costs some microseconds). */
 #define PARALLEL_WORK 4e6
 
 typedef struct kv_layer {
