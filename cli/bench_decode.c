@@ -42,20 +42,54 @@ static void *copy_slice_run(void *p) {
     return NULL;
 }
 
-/* A read-only pass (dst NULL): the words of src summed, into dst's place
- * in the slice so that the loop is not optimised away. */
+/* A read-only pass: the 32-bit words of src summed in vectors of 16 (four
+ * of them, a cache line each), so that the loop is not optimised away.
+ * Wide loads matter: a loop of 8-byte loads keeps fewer cache-line misses
+ * in flight and read 20% less here, which would flatter the kernel. */
+typedef uint32_t words16 __attribute__((vector_size(64)));
+
+static inline __attribute__((always_inline)) uint64_t sum_words(const float *src, size_t n) {
+    words16 a = {0}, b = {0}, c = {0}, d = {0};
+    size_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        words16 x, y, z, t;
+        memcpy(&x, src + i, 64);
+        memcpy(&y, src + i + 16, 64);
+        memcpy(&z, src + i + 32, 64);
+        memcpy(&t, src + i + 48, 64);
+        a += x;
+        b += y;
+        c += z;
+        d += t;
+    }
+    words16 all = a + b + c + d;
+    uint64_t sum = 0;
+    for (int k = 0; k < 16; k++) sum += all[k];
+    return sum;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) static uint64_t sum_words_avx512(const float *src, size_t n) {
+    return sum_words(src, n);
+}
+__attribute__((target("avx2"))) static uint64_t sum_words_avx2(const float *src, size_t n) {
+    return sum_words(src, n);
+}
+#endif
+
 static void *read_slice_run(void *p) {
     copy_slice *s = p;
-    const uint64_t *w = (const uint64_t *)s->src;
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    size_t n = s->n / 2;
-    for (size_t i = 0; i + 4 <= n; i += 4) {
-        a += w[i];
-        b += w[i + 1];
-        c += w[i + 2];
-        d += w[i + 3];
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (__builtin_cpu_supports("avx512f")) {
+        s->sum = sum_words_avx512(s->src, s->n);
+        return NULL;
     }
-    s->sum = a + b + c + d;
+    if (__builtin_cpu_supports("avx2")) {
+        s->sum = sum_words_avx2(s->src, s->n);
+        return NULL;
+    }
+#endif
+    s->sum = sum_words(s->src, s->n);
     return NULL;
 }
 
