@@ -58,15 +58,7 @@ static void run_on_new_threads(range_job *jobs, size_t parts) {
 
 void attn_parallel_for_parts(size_t num_threads, size_t n, size_t min_per_thread,
                              attn_part_fn body, void *arg) {
-    if (n == 0) return;
-    size_t parts = parts_for(num_threads, n, min_per_thread);
-    if (parts <= 1) {
-        body(arg, 0, 0, n);
-        return;
-    }
-    range_job jobs[ATTN_PARALLEL_MAX];
-    fill_jobs(jobs, parts, n, body, arg);
-    run_on_new_threads(jobs, parts);
+    attn_pool_for_parts(NULL, num_threads, n, min_per_thread, body, arg);
 }
 
 typedef struct range_adapter {
@@ -105,12 +97,7 @@ static void run_items(void *arg, size_t part, size_t begin, size_t end) {
 }
 
 void attn_parallel_dynamic(size_t num_threads, size_t n, attn_item_fn body, void *arg) {
-    if (n == 0) return;
-    dynamic_job job = {body, arg, n, 0};
-    size_t parts = attn_parallel_parts(num_threads);
-    if (parts > n) parts = n;
-    /* one "range" per part; each part then takes items until none are left */
-    attn_parallel_for_parts(parts, parts, 1, run_items, &job);
+    attn_pool_dynamic(NULL, num_threads, n, body, arg);
 }
 
 /* ---- the pool -------------------------------------------------------------- */
@@ -212,7 +199,9 @@ void attn_pool_for_parts(attn_pool *pool, size_t num_threads, size_t n, size_t m
         return;
     }
     if (!pool || parts - 1 > pool->workers || atomic_exchange(&pool->busy, true)) {
-        attn_parallel_for_parts(num_threads, n, min_per_thread, body, arg);
+        range_job jobs[ATTN_PARALLEL_MAX];
+        fill_jobs(jobs, parts, n, body, arg);
+        run_on_new_threads(jobs, parts);
         return;
     }
     range_job first;
@@ -237,5 +226,6 @@ void attn_pool_dynamic(attn_pool *pool, size_t num_threads, size_t n, attn_item_
     dynamic_job job = {body, arg, n, 0};
     size_t parts = attn_parallel_parts(num_threads);
     if (parts > n) parts = n;
+    /* one "range" per part; each part then takes items until none are left */
     attn_pool_for_parts(pool, parts, parts, 1, run_items, &job);
 }
