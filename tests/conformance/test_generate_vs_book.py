@@ -305,6 +305,9 @@ def hf_case(cli, r, tmp, arch):
     model.save_pretrained(d, safe_serialization=True)
     prompt = [r.randrange(V) for _ in range(r.randrange(1, 24))]
     model.double()
+    # no end of text: generate's eos_token_id=None keeps the config's (Llama's
+    # 2), and min_new_tokens would mask it out of the argmax instead
+    model.generation_config.eos_token_id = None
     with torch.no_grad():
         out = model.generate(torch.tensor([prompt]), do_sample=False, max_new_tokens=NEW_TOKENS,
                              eos_token_id=None, pad_token_id=0,
