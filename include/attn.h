@@ -1323,7 +1323,10 @@ attn_status attn_lm_cache_new(attn_lm *m, size_t batch, size_t max_len, attn_kv_
  *                appended, as the book's forward with cache.
  * logits receive (rows, vocab_size), or with last_only (batch, vocab_size):
  * each sequence's last new token (a sequence with no new tokens gets
- * zeros). Positions past context_length are ATTN_ERR_OVERFLOW.
+ * zeros). Positions past context_length are ATTN_ERR_OVERFLOW. Such checks
+ * come before any work; a failure inside the layers (ATTN_ERR_NO_MEMORY in
+ * a layer's attention) may leave the earlier layers' caches appended:
+ * reset those sequences (attn_kv_cache_reset_sequence) before trying again.
  */
 typedef struct attn_lm_forward_args {
     attn_kv_cache *cache;
