@@ -92,10 +92,11 @@ static attn_status check_forward_dropout(attn_ctx *ctx, const char *fn, const at
     return ATTN_OK;
 }
 
-attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
-                              const float *k, const float *v, float *out, float *lse,
-                              attn_rng *rng, attn_sdpa_dropout *drawn) {
-    const char *fn = "attn_sdpa_forward";
+/* What both forwards check first: the config, the tensors, the dropout. */
+static attn_status check_forward_args(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
+                                      const void *q, const void *k, const void *v,
+                                      const void *out, attn_rng *rng,
+                                      const attn_sdpa_dropout *drawn) {
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
     attn_status st = check_config(ctx, fn, cfg);
@@ -103,7 +104,15 @@ attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const 
     if (!q || !k || !v || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", fn,
                          !q ? "q" : !k ? "k" : !v ? "v" : "out");
-    if ((st = check_forward_dropout(ctx, fn, cfg, rng, drawn)) != ATTN_OK) return st;
+    return check_forward_dropout(ctx, fn, cfg, rng, drawn);
+}
+
+attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
+                              const float *k, const float *v, float *out, float *lse,
+                              attn_rng *rng, attn_sdpa_dropout *drawn) {
+    const char *fn = "attn_sdpa_forward";
+    attn_status st = check_forward_args(ctx, fn, cfg, q, k, v, out, rng, drawn);
+    if (st != ATTN_OK) return st;
     attn_attention_problem p = problem_of(cfg, q, k, v, out, lse);
     if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
     /* Memory first: a failure must not have advanced the rng. */
@@ -180,14 +189,8 @@ attn_status attn_sdpa_forward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, co
                                   const double *k, const double *v, double *out, double *lse,
                                   attn_rng *rng, attn_sdpa_dropout *drawn) {
     const char *fn = "attn_sdpa_forward_f64";
-    if (!ctx) return ATTN_ERR_NULL;
-    attn_clear_error(ctx);
-    attn_status st = check_config(ctx, fn, cfg);
+    attn_status st = check_forward_args(ctx, fn, cfg, q, k, v, out, rng, drawn);
     if (st != ATTN_OK) return st;
-    if (!q || !k || !v || !out)
-        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", fn,
-                         !q ? "q" : !k ? "k" : !v ? "v" : "out");
-    if ((st = check_forward_dropout(ctx, fn, cfg, rng, drawn)) != ATTN_OK) return st;
     attn_attention_problem p = problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
     if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
     /* Memory first: a failure must not have advanced the rng. */
