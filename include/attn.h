@@ -200,6 +200,52 @@ attn_status attn_rng_linear_init(attn_rng *rng, float *weight, float *bias,
 attn_status attn_rng_dropout(attn_rng *rng, const float *x, float *y, size_t n, double p,
                              uint8_t *keep_mask);
 
+/*
+ * What the library knows of the CPU it runs on, read once from CPUID (and
+ * the OS for the caches): the kernels choose tiles, vector widths and
+ * blocks from it, and the benchmarks print it beside every figure.
+ */
+typedef struct attn_cpu_info {
+    char vendor[16];          /* "GenuineIntel", "AuthenticAMD", "" elsewhere */
+    char model_name[64];      /* the brand string ("AMD EPYC 9R14 ...")      */
+    unsigned family, model;   /* display family and model (Zen 4: 25, Zen 5: 26) */
+    const char *uarch;        /* "zen4", "zen5", "intel-avx512", "intel-avx2",
+                                 "generic": what the tuning keys on         */
+    bool avx2_fma, avx512f, avx512_bf16, avx512_fp16, amx_bf16; /* usable (OS too) */
+    unsigned fma_vector_bits; /* widest FMA datapath: 512 full width; 256
+                                 where 512-bit ops are split (Zen 4)        */
+    size_t l1d_bytes, l2_bytes, l3_bytes; /* per core; l3: per slice/CCX    */
+} attn_cpu_info;
+
+/* Fills *out (never fails on a valid pointer; unknown fields stay 0/""). */
+attn_status attn_cpu_info_get(attn_cpu_info *out);
+
+/*
+ * Element types, as safetensors names them. The 16-bit ones are also what
+ * attn_sdpa_forward_16 and attn_gemm_16 take: raw bits in uint16_t
+ * (bf16: the top half of a float32; f16: IEEE binary16).
+ */
+typedef enum attn_dtype {
+    ATTN_DTYPE_F32 = 0, /* loadable */
+    ATTN_DTYPE_F16,     /* loadable, exact */
+    ATTN_DTYPE_BF16,    /* loadable, exact */
+    ATTN_DTYPE_F64,     /* loadable, rounded to nearest float */
+    ATTN_DTYPE_BOOL,    /* listed only, from here on */
+    ATTN_DTYPE_U8,
+    ATTN_DTYPE_I8,
+    ATTN_DTYPE_I16,
+    ATTN_DTYPE_U16,
+    ATTN_DTYPE_I32,
+    ATTN_DTYPE_U32,
+    ATTN_DTYPE_I64,
+    ATTN_DTYPE_U64,
+    ATTN_DTYPE_F8_E4M3,
+    ATTN_DTYPE_F8_E5M2
+} attn_dtype;
+
+/* The safetensors spelling of a dtype: "F32", "BF16", ... ("?" if unknown). */
+const char *attn_dtype_name(attn_dtype dtype);
+
 /* ------------------------------------------------------------------------ */
 /* Operations: the seeds' tensor steps as functions                          */
 /* ------------------------------------------------------------------------ */
@@ -224,6 +270,17 @@ attn_status attn_linear(attn_ctx *ctx, const float *x, const float *weight, cons
 attn_status attn_gemm(attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                       float alpha, const float *a, size_t lda, const float *b, size_t ldb,
                       float beta, float *c, size_t ldc);
+/*
+ * The same on 16-bit a and b (dtype ATTN_DTYPE_BF16 or ATTN_DTYPE_F16, raw
+ * bits) with c in float, as OpenBLAS's sbgemm: every product exact in
+ * float, sums in float. bf16 runs on vdpbf16ps where the CPU has
+ * avx512_bf16 (pairs of products, each pair rounded once), else a and b
+ * are widened to float on packing and run on the float kernels. For the
+ * projections of a bf16 model: weights stored once in bf16, half the bytes.
+ */
+attn_status attn_gemm_16(attn_ctx *ctx, attn_dtype dtype, bool trans_a, bool trans_b, size_t m,
+                         size_t n, size_t k, float alpha, const void *a, size_t lda,
+                         const void *b, size_t ldb, float beta, float *c, size_t ldc);
 /* scores (T, T) in place: masked_fill(triu(ones, diagonal=1), -inf). */
 attn_status attn_mask_causal_neg_inf(attn_ctx *ctx, float *scores, size_t tokens);
 /* weights (T, T) in place: multiply by tril(ones), divide rows by their sums. */
@@ -328,6 +385,26 @@ attn_status attn_sdpa_backward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, c
                                    const double *k, const double *v, const double *out,
                                    const double *lse, const double *dout, double *dq, double *dk,
                                    double *dv, const attn_sdpa_dropout *drawn);
+
+/*
+ * The same two on 16-bit storage: q, k, v, out, dout, dq, dk, dv hold dtype
+ * elements (ATTN_DTYPE_BF16 or ATTN_DTYPE_F16, raw bits; ATTN_DTYPE_F32
+ * runs the float calls on them) in the config's layout; lse, alibi_slopes,
+ * sinks and sinks_grad stay float. Scores, the softmax and every sum are
+ * float; each output is rounded to dtype once. Where the CPU has
+ * avx512_bf16, bf16 products run on vdpbf16ps, and the weights P (the
+ * backward's dS too) are rounded to bf16 before they multiply V (K, Q), as
+ * PyTorch's bf16 SDPA does; elsewhere, and for f16, tiles are widened to
+ * float and run on the float kernels. Conformance: within PyTorch bf16's
+ * own error against float64 on the same inputs.
+ */
+attn_status attn_sdpa_forward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, attn_dtype dtype,
+                                 const void *q, const void *k, const void *v, void *out,
+                                 float *lse, attn_rng *rng, attn_sdpa_dropout *drawn);
+attn_status attn_sdpa_backward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, attn_dtype dtype,
+                                  const void *q, const void *k, const void *v, const void *out,
+                                  const float *lse, const void *dout, void *dq, void *dk,
+                                  void *dv, const attn_sdpa_dropout *drawn);
 
 /* ------------------------------------------------------------------------ */
 /* Modules                                                                   */
@@ -798,26 +875,7 @@ void attn_npy_free(attn_npy *npy);
 /* The reference implementation's cap on the JSON header (100 MB). */
 #define ATTN_SAFETENSORS_MAX_HEADER ((size_t)100000000)
 
-typedef enum attn_dtype {
-    ATTN_DTYPE_F32 = 0, /* loadable */
-    ATTN_DTYPE_F16,     /* loadable, exact */
-    ATTN_DTYPE_BF16,    /* loadable, exact */
-    ATTN_DTYPE_F64,     /* loadable, rounded to nearest float */
-    ATTN_DTYPE_BOOL,    /* listed only, from here on */
-    ATTN_DTYPE_U8,
-    ATTN_DTYPE_I8,
-    ATTN_DTYPE_I16,
-    ATTN_DTYPE_U16,
-    ATTN_DTYPE_I32,
-    ATTN_DTYPE_U32,
-    ATTN_DTYPE_I64,
-    ATTN_DTYPE_U64,
-    ATTN_DTYPE_F8_E4M3,
-    ATTN_DTYPE_F8_E5M2
-} attn_dtype;
 
-/* The safetensors spelling of a dtype: "F32", "BF16", ... ("?" if unknown). */
-const char *attn_dtype_name(attn_dtype dtype);
 
 /* A float32 tensor to write: name, data (numel floats, row-major) and shape. */
 typedef struct attn_named_tensor {
