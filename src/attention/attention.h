@@ -53,6 +53,12 @@ typedef struct attn_attention_problem {
     attn_view_strides q_strides, k_strides, v_strides, out_strides;
     /* optional (B, Hq, T), or (Hq, total_q) with cu_seqlens: see attn_lse_index */
     float *lse;
+    /* optional, lse's layout: lse's rounding error (the exact lse less the
+     * float one), written by the forward and read by the backward, whose
+     * weights exp(s - lse) then stay exact where lse is large: a float lse
+     * of 400 is off by up to 1.5e-5, and so is every weight of the row. The
+     * modules keep it; the public calls, like PyTorch, keep lse alone. */
+    float *lse_lo;
     /* ---- score modifiers: zero (false, NULL) is off */
     float scale;                  /* applied first: q . k * scale */
     bool causal;

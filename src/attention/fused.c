@@ -188,6 +188,7 @@ static void fused_backward(const attn_ctx *ctx, const attn_attention_problem *p,
         attn_attention_problem stats = *p;
         stats.out = NULL;
         stats.lse = own;
+        stats.lse_lo = NULL;
         fk->forward(ctx->num_threads, &stats, &no_dropout, ws);
         memset(workspace, 0, tiles);
         lse = own;

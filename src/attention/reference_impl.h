@@ -89,6 +89,9 @@ static void REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, si
         REAL lse = sees_none ? (p->sinks ? (REAL)p->sinks[h] : (REAL)-INFINITY)
                              : (REAL)(max + log(norm));
         t->lse[attn_lse_index(p, b, h, i)] = lse;
+        if (p->lse_lo)
+            p->lse_lo[attn_lse_index(p, b, h, i)] =
+                sees_none ? 0.0f : (float)((double)(max + log(norm)) - (double)lse);
     }
     bool dropping = has_dropout(fv->drop);
     for (size_t j = 0; j < S; j++) {

@@ -15,11 +15,13 @@ struct attn_simple {
 };
 
 /* x serves as query, key and value of one head, unscaled, unmasked; out
- * is y (the backward's copy of it), lse (B, T). */
+ * is y (the backward's copy of it), lse (B, T) followed by lse_lo (B, T). */
 static attn_attention_problem simple_heads(const attn_module *m, size_t batch, size_t tokens,
                                            const float *x, float *y, float *lse) {
-    return attn_heads_problem(batch, tokens, 1, 1, m->d_in, x, x, x, y, lse, 1.0f, false,
-                              ATTN_MASK_NONE);
+    attn_attention_problem p = attn_heads_problem(batch, tokens, 1, 1, m->d_in, x, x, x, y, lse,
+                                                  1.0f, false, ATTN_MASK_NONE);
+    p.lse_lo = lse ? lse + batch * tokens : NULL;
+    return p;
 }
 
 /* y (B, T, C) = softmax(x x^T) x */
@@ -29,9 +31,9 @@ static attn_status simple_forward(attn_module *m, const float *x, size_t batch, 
     attn_status st = attn_check_forward(m, x, batch, tokens, y, 0, m->d_in, false, NULL);
     if (st != ATTN_OK) return st;
     size_t n = batch * tokens * m->d_in;
-    float *acts; /* out (B, T, C), lse (B, T), for the backward */
+    float *acts; /* out (B, T, C), lse and lse_lo (B, T), for the backward */
     uint8_t *no_bits;
-    if ((st = attn_forward_prepare(m, batch, tokens, n + batch * tokens, 0, &acts, &no_bits)) !=
+    if ((st = attn_forward_prepare(m, batch, tokens, n + 2 * batch * tokens, 0, &acts, &no_bits)) !=
         ATTN_OK)
         return st;
     attn_attention_problem p = simple_heads(m, batch, tokens, x, y, acts + n);

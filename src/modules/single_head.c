@@ -7,24 +7,28 @@
 #include <string.h>
 
 size_t attn_single_head_acts(size_t batch, size_t tokens, size_t d_out) {
-    return 4 * batch * tokens * d_out + batch * tokens;
+    return 4 * batch * tokens * d_out + 2 * batch * tokens;
 }
 
-/* The head's kept tensors inside acts: q, k, v, out (B, T, d_out), lse (B, T). */
+/* The head's kept tensors inside acts: q, k, v, out (B, T, d_out), lse and
+ * its rounding error lse_lo (B, T). */
 typedef struct head_acts {
-    float *q, *k, *v, *out, *lse;
+    float *q, *k, *v, *out, *lse, *lse_lo;
 } head_acts;
 
 static head_acts head_acts_of(float *acts, size_t rows, size_t d_out) {
     return (head_acts){acts, acts + rows * d_out, acts + 2 * rows * d_out, acts + 3 * rows * d_out,
-                       acts + 4 * rows * d_out};
+                       acts + 4 * rows * d_out, acts + 4 * rows * d_out + rows};
 }
 
 /* The one head over q, k, v (B, T, d_out), its output contiguous in out. */
 static attn_attention_problem head_problem(const attn_head_spec *spec, size_t batch,
                                            size_t tokens, const head_acts *h) {
-    return attn_heads_problem(batch, tokens, 1, 1, spec->d_out, h->q, h->k, h->v, h->out, h->lse,
-                              spec->scale, spec->causal, spec->mask);
+    attn_attention_problem p =
+        attn_heads_problem(batch, tokens, 1, 1, spec->d_out, h->q, h->k, h->v, h->out, h->lse,
+                           spec->scale, spec->causal, spec->mask);
+    p.lse_lo = h->lse_lo;
+    return p;
 }
 
 attn_status attn_single_head_forward(attn_module *m, const attn_qkv_weights *w,

@@ -67,6 +67,19 @@ typedef struct flash_shape {
     float log2_scale;     /* scale * log2(e) */
     float cap2, inv_cap2; /* softcap * log2(e) and its inverse; 0: no softcap */
     bool modified;        /* softcap or ALiBi: every tile goes through modify_tile */
+    /* Where the scale goes. Plain scores stay raw (q . k, q unscaled) and
+     * the scale enters each exponent by one fma in natural units, the
+     * small difference then taken to base 2: 2^(fma(s, scale, -M) log2 e),
+     * M the row max times scale rounded once. Scaling q (or the score) by
+     * scale log2(e) first would round every score relative to its own
+     * size, and the rounding of that product would scale every score by
+     * 1 + 6e-8: errors that grow with the logits (scores of ~400 lost 7x
+     * PyTorch's accuracy in the backward). Softcap and ALiBi work on
+     * scaled base-2 scores, so their q is scaled (exp_scale = to_base2 = 1). */
+    bool raw;             /* raw scores (below) */
+    float q_scale;        /* q's factor in the tiles: log2_scale or 1 */
+    float exp_scale;      /* the tile scores' factor into the exponent: scale or 1 */
+    float to_base2;       /* the exponent's factor into base 2: log2(e) or 1 */
 } flash_shape;
 
 static flash_shape flash_shape_of(const attn_attention_problem *p,
@@ -84,6 +97,12 @@ static flash_shape flash_shape_of(const attn_attention_problem *p,
         f.inv_cap2 = (float)(1.0 / (p->softcap * LOG2E));
     }
     f.modified = f.cap2 != 0.0f || p->alibi_slopes;
+    /* raw scores need c > 0 (the row max must stay the max) and no sink
+     * (whose logit would be rounded into raw units) */
+    f.raw = !f.modified && !p->sinks && f.log2_scale > 0.0f;
+    f.q_scale = f.raw ? 1.0f : f.log2_scale;
+    f.exp_scale = f.raw ? p->scale : 1.0f;
+    f.to_base2 = f.raw ? (float)LOG2E : 1.0f;
     return f;
 }
 
@@ -237,24 +256,33 @@ static void pack_rows(const float *x, size_t ld, size_t count, size_t n, size_t 
     if (count < n) memset(dst + count * Dp, 0, (n - count) * Dp * sizeof *dst);
 }
 
-/* s (RG, BC) = qs (RG rows of D, row stride ld) @ kt (D, BC): a score tile.
- * The sums live in a local array written to s once at the end: vector
- * types may alias floats, so sums kept in s itself would be stored back on
- * every step. */
+/* Dims per partial sum of a score. One chain of fmas over all of D rounds
+ * every step relative to the running sum, which grows to the score: on
+ * large logits (q . k ~ 3000, D = 64) that was 5x the error of PyTorch's
+ * blocked SGEMM. Chains of 16 dims added at the end keep each rounding
+ * relative to a quarter of the sum. */
+#define SCORE_CHAIN 16
+
+/* s (RG, BC) = qs (RG rows of D, row stride ld) @ kt (D, BC): a score tile,
+ * summed SCORE_CHAIN dims at a time. The sums live in a local array added
+ * to s once per chain: vector types may alias floats, so sums kept in s
+ * itself would be stored back on every step. */
 static void score_tile(const float *qs, size_t ld, size_t D, const float *kt, vec s[RG][NV]) {
-    vec acc[RG][NV];
-    for (int r = 0; r < RG; r++)
-        for (int v = 0; v < NV; v++) acc[r][v] = v_zero();
-    for (size_t d = 0; d < D; d++) {
-        vec k[NV];
-        for (int v = 0; v < NV; v++) k[v] = v_load(kt + d * BC + v * VW);
-        for (int r = 0; r < RG; r++) {
-            vec q = v_set1(qs[r * ld + d]);
-            for (int v = 0; v < NV; v++) acc[r][v] = v_fma(q, k[v], acc[r][v]);
+    for (size_t d0 = 0; d0 < D; d0 += SCORE_CHAIN) {
+        vec acc[RG][NV];
+        for (int r = 0; r < RG; r++)
+            for (int v = 0; v < NV; v++) acc[r][v] = v_zero();
+        for (size_t d = d0; d < d0 + SCORE_CHAIN && d < D; d++) {
+            vec k[NV];
+            for (int v = 0; v < NV; v++) k[v] = v_load(kt + d * BC + v * VW);
+            for (int r = 0; r < RG; r++) {
+                vec q = v_set1(qs[r * ld + d]);
+                for (int v = 0; v < NV; v++) acc[r][v] = v_fma(q, k[v], acc[r][v]);
+            }
         }
+        for (int r = 0; r < RG; r++)
+            for (int v = 0; v < NV; v++) s[r][v] = d0 == 0 ? acc[r][v] : v_add(s[r][v], acc[r][v]);
     }
-    for (int r = 0; r < RG; r++)
-        for (int v = 0; v < NV; v++) s[r][v] = acc[r][v];
 }
 
 /* The score tile's vectors [v0, v0 + W) only (W < NV, at run time v0),
@@ -263,24 +291,29 @@ static void score_tile(const float *qs, size_t ld, size_t D, const float *kt, ve
 #define SCORE_PART(W)                                                                      \
     static void score_part_##W(const float *qs, size_t ld, size_t D, const float *kt,      \
                                size_t v0, vec fill, vec s[RG][NV]) {                       \
-        vec acc[RG][W];                                                                    \
-        for (int r = 0; r < RG; r++)                                                       \
-            for (int v = 0; v < W; v++) acc[r][v] = v_zero();                              \
+        vec acc[RG][W], sum[RG][W];                                                        \
         const float *k0 = kt + v0 * VW;                                                    \
-        for (size_t d = 0; d < D; d++) {                                                   \
-            vec k[W];                                                                      \
-            for (int v = 0; v < W; v++) k[v] = v_load(k0 + d * BC + v * VW);               \
-            for (int r = 0; r < RG; r++) {                                                 \
-                vec q = v_set1(qs[r * ld + d]);                                            \
-                for (int v = 0; v < W; v++) acc[r][v] = v_fma(q, k[v], acc[r][v]);         \
+        for (size_t d0 = 0; d0 < D; d0 += SCORE_CHAIN) {                                   \
+            for (int r = 0; r < RG; r++)                                                   \
+                for (int v = 0; v < W; v++) acc[r][v] = v_zero();                          \
+            for (size_t d = d0; d < d0 + SCORE_CHAIN && d < D; d++) {                      \
+                vec k[W];                                                                  \
+                for (int v = 0; v < W; v++) k[v] = v_load(k0 + d * BC + v * VW);           \
+                for (int r = 0; r < RG; r++) {                                             \
+                    vec q = v_set1(qs[r * ld + d]);                                        \
+                    for (int v = 0; v < W; v++) acc[r][v] = v_fma(q, k[v], acc[r][v]);     \
+                }                                                                          \
             }                                                                              \
+            for (int r = 0; r < RG; r++)                                                   \
+                for (int v = 0; v < W; v++)                                                \
+                    sum[r][v] = d0 == 0 ? acc[r][v] : v_add(sum[r][v], acc[r][v]);         \
         }                                                                                  \
         /* constant indices only, so that s stays in registers in callers */               \
         for (int r = 0; r < RG; r++)                                                       \
             for (int v = 0; v < NV; v++) {                                                 \
                 s[r][v] = fill;                                                            \
                 for (int w = 0; w < W; w++)                                                \
-                    if (v0 + (size_t)w == (size_t)v) s[r][v] = acc[r][w];                  \
+                    if (v0 + (size_t)w == (size_t)v) s[r][v] = sum[r][w];                  \
             }                                                                              \
     }
 #if NV > 1
@@ -517,12 +550,12 @@ static void forward_block(void *arg, size_t part, size_t item) {
 
     for (size_t g = 0; g < nh; g++) {
         size_t h = it.h0 + g;
-        /* qs = q * scale * log2(e); rows past the block are zero (computed,
-         * never written) */
+        /* qs = q * q_scale; rows past the block are zero (computed, never
+         * written) */
         const float *q = p->q + row_at(p->q_strides, b, &seq, false, h, i0);
         float *qs_g = qs + g * BR * D;
         for (size_t r = 0; r < rows; r++)
-            for (size_t d = 0; d < D; d++) qs_g[r * D + d] = q[r * p->q_strides.t + d] * f->log2_scale;
+            for (size_t d = 0; d < D; d++) qs_g[r * D + d] = q[r * p->q_strides.t + d] * f->q_scale;
         memset(qs_g + rows * D, 0, (BR - rows) * D * sizeof *qs_g);
         memset(o + g * BR * Dp, 0, BR * Dp * sizeof *o);
         /* the sink starts each row's sum: max = sink, sum = 2^0 */
@@ -560,8 +593,9 @@ static void forward_block(void *arg, size_t part, size_t item) {
                 if (c0 == c1) continue; /* all -inf: m, l and o stay as they are */
                 score_cols(qs + g * BR * D + r0 * D, D, D, kt, c0, c1, v_set1(-INFINITY), s);
                 modify_tile(f, &br, slope2, s, r0, j0, NULL);
-                /* online softmax: m_new = max(m, rowmax); the running sums and
-                 * outputs rescale by 2^(m - m_new), one vector exp2 for the rows */
+                /* online softmax in the tile's units: m_new = max(m, rowmax),
+                 * M = m exp_scale; the running sums and outputs rescale by
+                 * 2^((M - M_new) to_base2), one vector exp2 for the rows */
                 float m_new[RG], shift[VW > RG ? VW : RG], alpha[VW > RG ? VW : RG];
                 /* every vector, with constant indices (s stays in registers):
                  * an edge tile's vectors outside [c0, c1) are -inf, adding
@@ -573,7 +607,10 @@ static void forward_block(void *arg, size_t part, size_t item) {
                     m_new[r] = top > m_g[r0 + r] ? top : m_g[r0 + r];
                 }
                 for (int r = 0; r < (VW > RG ? VW : RG); r++)
-                    shift[r] = r < RG && m_new[r] != -INFINITY ? m_g[r0 + r] - m_new[r] : 0.0f;
+                    shift[r] = r < RG && m_new[r] != -INFINITY
+                                   ? (m_g[r0 + r] * f->exp_scale - m_new[r] * f->exp_scale) *
+                                         f->to_base2
+                                   : 0.0f;
                 for (int r = 0; r < RG; r += VW < RG ? VW : RG) v_store(alpha + r, v_exp2(v_load(shift + r)));
                 for (int r = 0; r < RG; r++) {
                     float *p_r = pt + r * BC;
@@ -582,9 +619,10 @@ static void forward_block(void *arg, size_t part, size_t item) {
                         memset(p_r, 0, BC * sizeof *p_r);
                         continue;
                     }
-                    vec sum = v_zero(), row_max = v_set1(m_new[r]);
+                    vec sum = v_zero(), c = v_set1(f->exp_scale), to_base2 = v_set1(f->to_base2);
+                    vec neg_max = v_set1(-(m_new[r] * f->exp_scale));
                     for (int v = 0; v < NV; v++) {
-                        vec e = v_exp2(v_sub(s[r][v], row_max));
+                        vec e = v_exp2(v_mul(v_fma(s[r][v], c, neg_max), to_base2));
                         sum = v_fma(e, v_set1(1.0f), sum);
                         v_store(p_r + v * VW, e);
                     }
@@ -599,8 +637,9 @@ static void forward_block(void *arg, size_t part, size_t item) {
             }
         }
     }
-    /* out = o / l; lse = ln(sum exp(s)) = (m + log2 l) / log2(e), less the
-     * ALiBi row shift; a row that sees no key: 0, and lse = sink or -inf */
+    /* out = o / l; lse = ln(sum exp(s)) = (M to_base2 + log2 l) / log2(e),
+     * M = m exp_scale as the exponents had it, less the ALiBi row shift; a
+     * row that sees no key: 0, and lse = sink or -inf */
     for (size_t g = 0; g < nh; g++) {
         size_t h = it.h0 + g;
         double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
@@ -609,14 +648,23 @@ static void forward_block(void *arg, size_t part, size_t item) {
             bool seen = br.begin[r] < br.end[r];
             if (values) {
                 float *out_r = p->out + row_at(p->out_strides, b, &seq, false, h, i0 + r);
-                float inv = seen && l[gr] > 0.0f ? 1.0f / l[gr] : 0.0f;
-                for (size_t d = 0; d < D; d++) out_r[d] = o[gr * Dp + d] * inv;
+                /* o / l rounded once (a reciprocal, then a product, rounds
+                 * twice; the backward's delta = dO . out feels it) */
+                bool live = seen && l[gr] > 0.0f;
+                for (size_t d = 0; d < D; d++) out_r[d] = live ? o[gr * Dp + d] / l[gr] : 0.0f;
             }
             if (p->lse) {
-                float lse = p->sinks ? p->sinks[h] : -INFINITY;
-                if (seen && l[gr] > 0.0f)
-                    lse = (float)(((double)m[gr] + log2((double)l[gr])) / LOG2E - slope * br.near[r]);
+                float lse = p->sinks ? p->sinks[h] : -INFINITY, lo = 0.0f;
+                if (seen && l[gr] > 0.0f) {
+                    double to_base2 = f->raw ? LOG2E : 1.0;
+                    double exact = ((double)(m[gr] * f->exp_scale) * to_base2 + log2((double)l[gr])) /
+                                       LOG2E -
+                                   slope * br.near[r];
+                    lse = (float)exact;
+                    lo = (float)(exact - (double)lse);
+                }
                 p->lse[attn_lse_index(p, b, h, i0 + r)] = lse;
+                if (p->lse_lo) p->lse_lo[attn_lse_index(p, b, h, i0 + r)] = lo;
             }
         }
     }
@@ -674,9 +722,9 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 /* The per-part scratch of the backward. */
 static size_t backward_workspace(const attn_attention_problem *p) {
     size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p);
-    /* per head: qs, dO, dq (BR, Dp), lse2, delta (BR); q (BR, Dp); A, dS
-     * (BR, BC); th (RG, BC); kt, vt (D, BC); kv0, kv1 (BC, Dp); factors (BC) */
-    return hc * (3 * BR * Dp + 2 * BR) + BR * Dp + 2 * BR * BC + RG * BC + 2 * D * BC +
+    /* per head: qs, dO, dq (BR, Dp), lse2, lse_lo, delta (BR); q (BR, Dp); A,
+     * dS (BR, BC); th (RG, BC); kt, vt (D, BC); kv0, kv1 (BC, Dp); factors (BC) */
+    return hc * (3 * BR * Dp + 3 * BR) + BR * Dp + 2 * BR * BC + RG * BC + 2 * D * BC +
            2 * BC * Dp + BC + 2 * VW;
 }
 
@@ -690,7 +738,7 @@ typedef struct backward_job {
 } backward_job;
 
 typedef struct backward_tiles {
-    float *qs, *dO, *dq, *lse2, *delta; /* per head of the item */
+    float *qs, *dO, *dq, *lse2, *lse_lo, *delta; /* per head of the item */
     float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *factor;
 } backward_tiles;
 
@@ -701,7 +749,8 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.dO = t.qs + hc * BR * Dp;
     t.dq = t.dO + hc * BR * Dp;
     t.lse2 = t.dq + hc * BR * Dp;
-    t.delta = t.lse2 + hc * BR;
+    t.lse_lo = t.lse2 + hc * BR;
+    t.delta = t.lse_lo + hc * BR;
     t.q = t.delta + hc * BR;
     t.A = t.q + BR * Dp;
     t.dS = t.A + BR * BC;
@@ -722,9 +771,9 @@ static void pack_keys_transposed(const flash_shape *f, size_t b, const attn_atte
     transpose_keys(p->v + row_at(p->v_strides, b, seq, true, kvh, j0), p->v_strides.t, f->D, cols, vt);
 }
 
-/* Head slot g of the tiles for head h, rows of block br: qs (scaled by
- * scale log2 e), dO, and per row lse in base 2 (with ALiBi's row shift)
- * and delta; q unscaled into t->q when want_q. */
+/* Head slot g of the tiles for head h, rows of block br: qs (q times
+ * q_scale), dO, and per row lse (raw scores: as given; else in base 2,
+ * with ALiBi's row shift) and delta; q unscaled into t->q when want_q. */
 static void pack_queries(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
                          const attn_attention_seq *seq, size_t h, const block_rows *br,
                          bool want_q) {
@@ -733,19 +782,26 @@ static void pack_queries(const backward_job *job, const backward_tiles *t, size_
     size_t Dp = f->Dp, i0 = br->i0, rows = br->rows;
     const float *q = p->q + row_at(p->q_strides, b, seq, false, h, i0);
     const float *dO = job->g->dout + row_at(p->out_strides, b, seq, false, h, i0);
-    pack_rows(q, p->q_strides.t, rows, BR, f->D, Dp, f->log2_scale, t->qs + g * BR * Dp);
+    pack_rows(q, p->q_strides.t, rows, BR, f->D, Dp, f->q_scale, t->qs + g * BR * Dp);
     if (want_q) pack_rows(q, p->q_strides.t, rows, BR, f->D, Dp, 1.0f, t->q);
     pack_rows(dO, p->out_strides.t, rows, BR, f->D, Dp, 1.0f, t->dO + g * BR * Dp);
     double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
     for (size_t r = 0; r < BR; r++) {
-        float *lse2 = t->lse2 + g * BR + r, *delta = t->delta + g * BR + r;
+        float *lse2 = t->lse2 + g * BR + r, *lo = t->lse_lo + g * BR + r;
+        float *delta = t->delta + g * BR + r;
         if (r >= rows) {
             *lse2 = -INFINITY;
-            *delta = 0.0f;
+            *lo = *delta = 0.0f;
             continue;
         }
         size_t at = attn_lse_index(p, b, h, i0 + r);
-        *lse2 = (float)(((double)job->lse[at] + slope * br->near[r]) * LOG2E);
+        /* the forward's rounding error of lse, where it kept one */
+        double lse_lo = job->lse == p->lse && p->lse_lo ? p->lse_lo[at] : 0.0;
+        /* raw scores: lse itself and its error, for e^(fma(s, scale, -lse)
+         * - lo) (a product lse log2(e) would round relative to lse's size) */
+        *lse2 = f->raw ? job->lse[at]
+                       : (float)(((double)job->lse[at] + lse_lo + slope * br->near[r]) * LOG2E);
+        *lo = f->raw ? (float)(lse_lo * LOG2E) : 0.0f;
         *delta = job->delta[at];
     }
 }
@@ -753,15 +809,15 @@ static void pack_queries(const backward_job *job, const backward_tiles *t, size_
 /* A = P * drop and dS = P * (dP * drop - delta) (times softcap's 1 - t^2)
  * for rows [r0, r0 + RG) of head slot g (head h) of block br against keys
  * [j0, j0 + cols), which they see in columns [c0, c1) of it: P = 2^(s -
- * lse2), zero where masked, for rows past the block and for rows that saw
- * no key. */
+ * lse2), or for raw scores e^(fma(s, scale, -lse) - lse_lo), zero where
+ * masked, for rows past the block and for rows that saw no key. */
 static void gradient_tile(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
                           size_t h, const block_rows *br, size_t r0, size_t j0, size_t cols,
                           size_t c0, size_t c1) {
     const flash_shape *f = &job->f;
     const attn_attention_problem *p = f->p;
     vec s[RG][NV], dp[RG][NV];
-    const float *lse2 = t->lse2 + g * BR, *delta_g = t->delta + g * BR;
+    const float *lse2 = t->lse2 + g * BR, *lo2 = t->lse_lo + g * BR, *delta_g = t->delta + g * BR;
     /* outside [c0, c1): s = -inf, so P = 0, and dP = 0, so dS = 0 */
     score_cols(t->qs + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->kt, c0, c1, v_set1(-INFINITY), s);
     modify_tile(f, br, slope2_of(f, h), s, r0, j0, t->th);
@@ -774,9 +830,11 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
             memset(dS, 0, BC * sizeof *dS);
             continue;
         }
-        vec shift = v_set1(lse2[row]), delta = v_set1(delta_g[row]), P[NV];
+        vec neg_lse = v_set1(-lse2[row]), neg_lo2 = v_set1(-lo2[row]);
+        vec delta = v_set1(delta_g[row]), P[NV];
+        vec scale = v_set1(f->raw ? p->scale : 1.0f), to_base2 = v_set1(f->raw ? (float)LOG2E : 1.0f);
         for (int v = 0; v < NV; v++) {
-            P[v] = v_exp2(v_sub(s[r][v], shift));
+            P[v] = v_exp2(v_fma(v_fma(s[r][v], scale, neg_lse), to_base2, neg_lo2));
             v_store(A + v * VW, P[v]);
             v_store(dS + v * VW, dp[r][v]);
         }
