@@ -58,9 +58,12 @@ install: build
 clean:
 	rm -rf $(BUILD) $(BUILD)-sanitize build-clang build-fuzz build-tsan
 
-# attn next to PyTorch 2.15 (PyPI, its CPU flash attention) in one run; sets
-# up the peer in .venv-peers first (scripts/setup-bench-peers.sh: ~2.7 GB).
+# attn next to PyTorch 2.15 (PyPI, its CPU flash attention) in one process,
+# on the same tensors (bench/peers.py); sets up the peer in .venv-peers first
+# (scripts/setup-bench-peers.sh: ~2.7 GB, once). Arguments of peers.py go in
+# PEERS_ARGS, e.g. make bench-peers PEERS_ARGS="--quick --runs 3"; to keep
+# the figures, see bench/results/README.md.
+PEERS_ARGS ?=
 bench-peers: build
-	./scripts/install-bench-deps.sh
 	./scripts/setup-bench-peers.sh
 	.venv-peers/bin/python bench/peers.py ./$(BUILD)/attn $(PEERS_ARGS)

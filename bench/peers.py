@@ -1,71 +1,392 @@
 #!/usr/bin/env python3
-"""attn next to PyTorch 2.15 (its CPU flash attention), in one run.
+"""attn next to PyTorch 2.15 on the same CPU, in one process, on the same tensors.
 
-    .venv-peers/bin/python bench/peers.py path/to/attn [--quick] [--runs N] [--threads LIST]
+    .venv-peers/bin/python bench/peers.py path/to/attn [--quick] [--runs N] [--threads 1,2]
+        [--tables attention,bf16,layer,dropout] [--tokens 1024,4096] [--long-runs N]
+        [--out bench/results/peers-<cpu-kind>-<ncpu>.txt]
 
-Run by `make bench-peers`, which first sets up PyTorch 2.15 from PyPI in a
-virtualenv of its own (scripts/setup-bench-peers.sh). For each case it runs
-`attn bench` (the attention and layer sections) and PyTorch on the same
-shapes and thread counts, one after the other, and prints both with the
-ratio attn / PyTorch (below 1: attn is faster):
-  - attention: F.scaled_dot_product_attention, B=1 H=12 hd=64, T=S in
-    {256, 1024, 4096, 16384} (--quick: up to 1024), causal and not; forward
-    and forward+backward; with dropout p = 0.1 in training mode too, where
-    PyTorch leaves its flash kernel for the math path;
-  - layer: PyTorch's GPT-2-small attention layer written the usual way
-    (one nn.Linear for q, k, v, SDPA, the output nn.Linear) next to attn's
-    gpt2 module;
-  - attn.torch: the attention cases through the PyTorch binding
-    (attn.torch.scaled_dot_product_attention, torch tensors in and out,
-    autograd for the backward) next to the same attn_sdpa_forward/_backward
-    calls made directly on the same tensors (preallocated outputs, no
-    autograd: the C API's own time), and PyTorch's SDPA with dropout 0.1:
-    the binding's overhead, and what it gains over PyTorch in training.
-    The two attn columns run alternately, run by run (--runs, at least 5).
-Times are medians of --runs runs after a warm-up.
+Run by `make bench-peers` (arguments through PEERS_ARGS="--quick ..."), which
+sets up PyTorch 2.15 in .venv-peers first (scripts/setup-bench-peers.sh).
+attn's public C API is called through ctypes on PyTorch's own tensors (their
+data pointers: no copies; attn's outputs are allocated once, before timing),
+PyTorch as its users call it. In each row attn and PyTorch run alternately,
+run by run, after one warm-up of each; the figures are medians of --runs
+runs (T >= 16384: --long-runs runs, 1 by default, without the warm-up).
+speedup = PyTorch ms / attn ms: above 1, attn is faster.
+
+Tables (B=1, H=12, hd=64, T=S; threads from --threads, 1 and 2 by default):
+  attention  fp32: attn_sdpa_forward (+ attn_sdpa_backward) against
+             F.scaled_dot_product_attention under no_grad (+ .backward()),
+             T in {1024, 4096, 16384} (--quick: 1024, 4096), causal and not;
+             '<' marks a speedup under issue 14's target, 1.2.
+  bf16       the same on torch.bfloat16 tensors: attn_sdpa_forward_16 /
+             attn_sdpa_backward_16 against PyTorch's bf16 SDPA, and attn's
+             bf16 speedup over its own fp32 (the attention table's times);
+             '<' marks PyTorch faster, or bf16 under 1.6x attn's fp32.
+             "not built" while libattn lacks the 16-bit functions.
+  layer      GPT-2-small's attention layer with its projections (c_attn,
+             attention, c_proj; C=768): attn_gpt2 through
+             attn_module_forward/_backward on torch tensors against the usual
+             nn.Linear + SDPA module; '<' marks PyTorch faster.
+  dropout    forward+backward in training with dropout 0.1, where PyTorch
+             leaves its flash kernel for the math path and attn draws its
+             mask inside the fused kernel; with attn.torch (the binding,
+             through autograd) beside the C API: the binding's overhead.
+The header names the CPU (/proc/cpuinfo), the PyTorch build and the load
+average: figures taken while other work runs on the machine are noisy.
 """
 import argparse
+import ctypes
 import os
-import re
+import platform
+import shlex
 import statistics
 import subprocess
 import sys
 import time
+from ctypes import POINTER, c_bool, c_int, c_size_t, c_void_p
 
 import torch
 import torch.nn.functional as F
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
-H, D, C = 12, 64, 768
+B, H, D, C = 1, 12, 64, 768
+LONG_T = 16384               # from here on: --long-runs runs, no warm-up
+TARGET_SPEEDUP = 1.2         # issue 14: attention at least 1.2x PyTorch
+TARGET_BF16_OVER_FP32 = 1.6  # issue 14: bf16 at least 1.6x attn's fp32
+FLAGS_OF_INTEREST = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16",
+                     "amx_tile")
 
 
-def median_time(fn, runs):
-    fn()
-    times = []
+# ---- the CPU, for the header of every results file -----------------------------------------
+
+
+def cpu_facts():
+    """(fields of /proc/cpuinfo's first processor, number of logical CPUs)."""
+    first, count = {}, 0
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key == "processor":
+                    count += 1
+                elif count == 1 and key and key not in first:
+                    first[key] = value
+    except OSError:
+        pass
+    return first, count or os.cpu_count()
+
+
+def cpu_kind(facts):
+    """The machine-kind part of a results file name (bench/results/README.md)."""
+    vendor, family = facts.get("vendor_id", ""), facts.get("cpu family", "")
+    if vendor == "AuthenticAMD":
+        return {"25": "zen4", "26": "zen5"}.get(family, "amd-family%s" % family)
+    if vendor == "GenuineIntel":
+        return "xeon" if "Xeon" in facts.get("model name", "") else "intel"
+    return platform.machine() or "cpu"
+
+
+class CpuInfo(ctypes.Structure):
+    """attn_cpu_info, field for field (include/attn.h)."""
+    _fields_ = [("vendor", ctypes.c_char * 16), ("model_name", ctypes.c_char * 64),
+                ("family", ctypes.c_uint), ("model", ctypes.c_uint), ("uarch", ctypes.c_char_p),
+                ("avx2_fma", c_bool), ("avx512f", c_bool), ("avx512_bf16", c_bool),
+                ("avx512_fp16", c_bool), ("amx_bf16", c_bool), ("fma_vector_bits", ctypes.c_uint),
+                ("l1d_bytes", c_size_t), ("l2_bytes", c_size_t), ("l3_bytes", c_size_t)]
+
+
+def attn_cpu_line(attn):
+    """What libattn's attn_cpu_info_get says (its tuning keys on it), or None
+    for a libattn without it."""
+    fn = attn._bind("attn_cpu_info_get", c_int, POINTER(CpuInfo))
+    info = CpuInfo()
+    if fn is None or fn(ctypes.byref(info)) != 0:
+        return None
+    isa = [n for n in ("avx2_fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16")
+           if getattr(info, n)]
+    return "%s family %u model %u: uarch %s, %s, FMA %u bits; L1d %d KiB, L2 %d KiB, L3 %d KiB" % (
+        info.vendor.decode(errors="replace") or "?", info.family, info.model,
+        (info.uarch or b"?").decode(), " ".join(isa) or "no SIMD", info.fma_vector_bits,
+        info.l1d_bytes >> 10, info.l2_bytes >> 10, info.l3_bytes >> 10)
+
+
+def print_header(attn_bin, attn, argv):
+    """The command, the CPU, attn's own view of it, PyTorch and the load."""
+    print("$ " + " ".join(shlex.quote(a) for a in argv))
+    facts, ncpu = cpu_facts()
+    flags = set(facts.get("flags", "").split())
+    print("CPU: %s; vendor %s, family %s model %s stepping %s; %d logical CPUs (%s usable), "
+          "%s cores per socket" % (
+              facts.get("model name", platform.processor() or "?"), facts.get("vendor_id", "?"),
+              facts.get("cpu family", "?"), facts.get("model", "?"), facts.get("stepping", "?"),
+              ncpu, len(os.sched_getaffinity(0)), facts.get("cpu cores", "?")))
+    print("CPU flags: " + " ".join("%s %s" % (f, "yes" if f in flags else "no")
+                                    for f in FLAGS_OF_INTEREST) +
+          "; hypervisor %s" % ("yes" if "hypervisor" in flags else "no"))
+    try:
+        version = subprocess.run([attn_bin, "version"], stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError) as err:
+        version = "attn version: %s" % err
+    lines = version.strip().splitlines()
+    cpu_lines = [l for l in lines[1:] if "cpu" in l.lower()]
+    for line in lines[:1] + cpu_lines:
+        print("attn version: " + line.strip())
+    cpu = None if cpu_lines else attn_cpu_line(attn)  # an attn version without its CPU lines
+    if cpu:
+        print("attn_cpu_info_get: " + cpu)
+    print("libattn: %s; 16-bit SDPA: %s" % (attn.path, "yes" if attn.has_16 else "not built"))
+    capability = (torch.backends.cpu.get_cpu_capability()
+                  if hasattr(torch.backends.cpu, "get_cpu_capability") else "?")
+    print("PyTorch %s (%s), CPU capability %s" % (
+        torch.__version__, torch.__file__.rsplit("/", 2)[0], capability))
+    print("results file name (bench/results/README.md): <what>-%s-%dvcpu.txt" % (
+        cpu_kind(facts), ncpu))
+    print("load average before: %.2f %.2f %.2f" % os.getloadavg())
+
+
+# ---- attn's C API on torch tensors ------------------------------------------------------------
+
+
+class Attn:
+    """libattn (the one beside the attn binary) through ctypes: its SDPA,
+    fp32 and 16-bit, and its GPT-2 layer, called on torch tensors' data
+    pointers. One attn_ctx (with a Philox rng for dropout) per thread count."""
+
+    def __init__(self, attn_bin):
+        self.path = os.path.join(os.path.dirname(os.path.abspath(attn_bin)), "libattn.so")
+        os.environ["ATTN_LIBRARY"] = self.path  # for the attn package (and attn.torch)
+        from attn import _lib
+        from attn.functional import BERNOULLI_PHILOX, KERNELS, SdpaConfig, SdpaDropout
+        self._lib, self.lib = _lib, _lib.lib
+        self.SdpaConfig, self.SdpaDropout = SdpaConfig, SdpaDropout
+        self._philox, self._auto = BERNOULLI_PHILOX, KERNELS["auto"]
+        P, CFG, DROP = c_void_p, POINTER(SdpaConfig), POINTER(SdpaDropout)
+        # own prototypes (void * for every tensor): the package's may say float *
+        self.forward = self._bind("attn_sdpa_forward", c_int, c_void_p, CFG, P, P, P, P, P, P, DROP)
+        self.backward = self._bind("attn_sdpa_backward", c_int, c_void_p, CFG, P, P, P, P, P, P,
+                                   P, P, P, DROP)
+        self.forward_16 = self._bind("attn_sdpa_forward_16", c_int, c_void_p, CFG, c_int, P, P, P,
+                                     P, P, P, DROP)
+        self.backward_16 = self._bind("attn_sdpa_backward_16", c_int, c_void_p, CFG, c_int, P, P,
+                                      P, P, P, P, P, P, P, DROP)
+        self.module_forward = self._bind("attn_module_forward", c_int, P, P, c_size_t, c_size_t,
+                                         P, P)
+        self.module_backward = self._bind("attn_module_backward", c_int, P, P, c_size_t,
+                                          c_size_t, P)
+        self.bf16 = self._dtype("BF16")
+        self._ctxs = {}
+
+    def _bind(self, name, restype, *argtypes):
+        if not self._lib.has(name):
+            return None
+        return ctypes.CFUNCTYPE(restype, *argtypes)((name, self.lib))
+
+    def _dtype(self, name):
+        """The attn_dtype value the library names name ("BF16"), or None."""
+        for value in range(32):
+            if self.lib.attn_dtype_name(value).decode() == name:
+                return value
+        return None
+
+    @property
+    def has_16(self):
+        return self.forward_16 is not None and self.backward_16 is not None
+
+    def ctx(self, threads):
+        """(attn_ctx, attn_rng in Philox mode) for threads, made once."""
+        if threads not in self._ctxs:
+            ctx, rng = c_void_p(), c_void_p()
+            cfg = self._lib.CtxConfig(num_threads=threads, kernels=self._auto)
+            if self.lib.attn_ctx_new(ctypes.byref(cfg), ctypes.byref(ctx)) != 0:
+                raise RuntimeError("attn_ctx_new: %d threads not accepted" % threads)
+            self.check(ctx, self.lib.attn_rng_new(ctx, 1234, ctypes.byref(rng)))
+            self.check(ctx, self.lib.attn_rng_set_bernoulli_method(rng, self._philox))
+            self._ctxs[threads] = (ctx, rng)
+        return self._ctxs[threads]
+
+    def check(self, ctx, status):
+        if status != 0:
+            raise RuntimeError("libattn: %s: %s" % (
+                self._lib.status_name(status),
+                self.lib.attn_ctx_last_error(ctx).decode(errors="replace")))
+
+    def sdpa_config(self, T, causal, dropout=0.0):
+        """attn_sdpa_config of q, k, v contiguous (B, H, T, D) and out in
+        PyTorch's (B, T, H, D) memory (what sdpa_out allocates); causal is
+        PyTorch's is_causal (top-left)."""
+        c = self.SdpaConfig()
+        c.batch, c.heads, c.q_tokens, c.kv_tokens, c.head_dim = B, H, T, T, D
+        c.q_strides[:] = c.kv_strides[:] = [H * T * D, D, T * D]  # (b, t, h)
+        c.out_strides[:] = [T * H * D, H * D, D]
+        c.causal, c.align, c.dropout = causal, 1, dropout  # ATTN_ALIGN_TOP_LEFT
+        return c
+
+
+def sdpa_out(T, dtype):
+    """out (B, H, T, D) as a view of (B, T, H, D) memory, touched once so
+    that timing sees no page faults; and lse (B, H, T) float32."""
+    out = torch.zeros(B, T, H, D, dtype=dtype).transpose(1, 2)
+    return out, torch.zeros(B, H, T)
+
+
+# ---- timing -----------------------------------------------------------------------------------
+
+
+def alternate(fns, runs, warm_up=True):
+    """Median wall seconds of each of fns over runs runs, run alternately
+    (fns[0], fns[1], ..., fns[0], ...), after one warm-up call of each."""
+    if warm_up:
+        for fn in fns:
+            fn()
+    times = [[] for _ in fns]
     for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for ts, fn in zip(times, fns):
+            t0 = time.perf_counter()
+            fn()
+            ts.append(time.perf_counter() - t0)
+    return [statistics.median(ts) for ts in times]
 
 
-def torch_attention(T, causal, dropout, runs):
-    q, k, v = (torch.randn(1, H, T, D) for _ in range(3))
-    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
-    dout = torch.randn(1, H, T, D)
+def runs_for(T, a):
+    return (a.long_runs, False) if T >= LONG_T else (a.runs, True)
 
-    def fwd():
+
+def cell(attn_s, torch_s, target):
+    """'attn ms  torch ms  speedup' with '<' under target."""
+    x = torch_s / attn_s
+    return "%9.1f %9.1f %5.2f%s" % (1e3 * attn_s, 1e3 * torch_s, x, "<" if x < target else " ")
+
+
+# ---- attention: fp32 and bf16 ---------------------------------------------------------------
+
+
+def time_attention(attn, threads, T, causal, dtype, runs, warm_up):
+    """(attn fwd, torch fwd, attn f+b, torch f+b) median seconds and the
+    largest |difference| of attn's out and dq from PyTorch's, on the same
+    q, k, v, dout: that both computed the same thing."""
+    ctx, _ = attn.ctx(threads)
+    q, k, v, dout = (torch.randn(B, H, T, D).to(dtype) for _ in range(4))
+    out, lse = sdpa_out(T, dtype)
+    dout_c = torch.empty_like(out).copy_(dout)  # attn reads dout in out's layout
+    dq, dk, dv = (torch.zeros_like(t) for t in (q, k, v))
+    cfg = ctypes.byref(attn.sdpa_config(T, causal))
+    if dtype == torch.float32:
+        fwd_c = lambda lse_p: attn.forward(ctx, cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                           out.data_ptr(), lse_p, None, None)
+        bwd_c = lambda: attn.backward(ctx, cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                      out.data_ptr(), lse.data_ptr(), dout_c.data_ptr(),
+                                      dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), None)
+    else:
+        fwd_c = lambda lse_p: attn.forward_16(ctx, cfg, attn.bf16, q.data_ptr(), k.data_ptr(),
+                                              v.data_ptr(), out.data_ptr(), lse_p, None, None)
+        bwd_c = lambda: attn.backward_16(ctx, cfg, attn.bf16, q.data_ptr(), k.data_ptr(),
+                                         v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                                         dout_c.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+                                         dv.data_ptr(), None)
+
+    def attn_fwd():
+        attn.check(ctx, fwd_c(None))
+
+    def attn_fwd_bwd():
+        attn.check(ctx, fwd_c(lse.data_ptr()))
+        attn.check(ctx, bwd_c())
+
+    last = {}
+
+    def torch_fwd():
         with torch.no_grad():
-            F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=dropout)
+            last["out"] = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-    def fwd_bwd():
+    qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
+
+    def torch_fwd_bwd():
         for t in (qg, kg, vg):
             t.grad = None
-        F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal, dropout_p=dropout).backward(dout)
+        F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal).backward(dout)
 
-    r = 1 if T >= 16384 else runs
-    return median_time(fwd, r), median_time(fwd_bwd, r)
+    torch.set_num_threads(threads)
+    af, tf = alternate([attn_fwd, torch_fwd], runs, warm_up)
+    diff_out = (out.float() - last.pop("out").float()).abs().max().item()
+    afb, tfb = alternate([attn_fwd_bwd, torch_fwd_bwd], runs, warm_up)
+    diff_dq = (dq.float() - qg.grad.float()).abs().max().item()
+    return af, tf, afb, tfb, (diff_out, diff_dq)
+
+
+def attention_rows(a):
+    for threads in a.threads:
+        for T in a.tokens:
+            for causal in (True, False):
+                yield threads, T, causal
+
+
+def attention_table(attn, a):
+    """fp32 attention in process; returns {(threads, T, causal): (fwd s, f+b s)} of attn."""
+    print("\nattention in process, fp32, B=%d H=%d hd=%d, T=S: median ms of %d runs "
+          "(T >= %d: %d, no warm-up), attn and PyTorch alternating" % (
+              B, H, D, a.runs, LONG_T, a.long_runs))
+    print("  attn: attn_sdpa_forward (+ attn_sdpa_backward) via ctypes on the torch tensors; "
+          "torch: F.scaled_dot_product_attention (no_grad; + .backward())")
+    print("  x = torch ms / attn ms (above 1: attn faster); '<' below the target %.1fx; "
+          "diff: max |attn - torch| of out, of dq" % TARGET_SPEEDUP)
+    print("%6s %-6s %3s | %9s %9s %6s | %9s %9s %6s | %15s" % (
+        "T", "mask", "thr", "fwd attn", "torch", "x", "f+b attn", "torch", "x", "diff out, dq"))
+    fp32 = {}
+    for threads, T, causal in attention_rows(a):
+        runs, warm = runs_for(T, a)
+        af, tf, afb, tfb, diff = time_attention(attn, threads, T, causal, torch.float32,
+                                                runs, warm)
+        fp32[(threads, T, causal)] = (af, afb)
+        print("%6d %-6s %3d | %s | %s | %7.1e %7.1e" % (
+            T, "causal" if causal else "none", threads, cell(af, tf, TARGET_SPEEDUP),
+            cell(afb, tfb, TARGET_SPEEDUP), *diff))
+        sys.stdout.flush()
+    return fp32
+
+
+def bf16_table(attn, a, fp32):
+    """bf16 attention in process, and attn's bf16 speedup over its fp32."""
+    print("\nattention in process, bf16 (fp32 accumulation), B=%d H=%d hd=%d, T=S: median ms "
+          "of %d runs (T >= %d: %d, no warm-up), attn and PyTorch alternating" % (
+              B, H, D, a.runs, LONG_T, a.long_runs))
+    print("  attn: attn_sdpa_forward_16 (+ attn_sdpa_backward_16), dtype BF16 = %s, on "
+          "torch.bfloat16 tensors; torch: its bf16 F.scaled_dot_product_attention" % attn.bf16)
+    print("  x = torch ms / attn ms, '<' below 1; bf16/fp32 = attn fp32 ms (attention table) / "
+          "attn bf16 ms, fwd and f+b, '<' below %.1f; diff: max |attn - torch| of out, of dq" %
+          TARGET_BF16_OVER_FP32)
+    print("%6s %-6s %3s | %9s %9s %6s | %9s %9s %6s | %11s | %15s" % (
+        "T", "mask", "thr", "fwd attn", "torch", "x", "f+b attn", "torch", "x",
+        "bf16/fp32", "diff out, dq"))
+    for threads, T, causal in attention_rows(a):
+        mask = "causal" if causal else "none"
+        if not attn.has_16 or attn.bf16 is None:
+            print("%6d %-6s %3d | not built: %s has no attn_sdpa_forward_16/_backward_16" % (
+                T, mask, threads, attn.path))
+            continue
+        runs, warm = runs_for(T, a)
+        try:
+            af, tf, afb, tfb, diff = time_attention(attn, threads, T, causal, torch.bfloat16,
+                                                    runs, warm)
+        except RuntimeError as err:  # a libattn whose 16-bit SDPA refuses the case
+            print("%6d %-6s %3d | failed: %s" % (T, mask, threads, err))
+            continue
+        if (threads, T, causal) in fp32:
+            f32, fb32 = fp32[(threads, T, causal)]
+            gain = "%4.2f%s %4.2f%s" % (f32 / af, "<" if f32 / af < TARGET_BF16_OVER_FP32 else " ",
+                                        fb32 / afb,
+                                        "<" if fb32 / afb < TARGET_BF16_OVER_FP32 else " ")
+        else:
+            gain = "%11s" % "-"
+        print("%6d %-6s %3d | %s | %s | %s | %7.1e %7.1e" % (
+            T, mask, threads, cell(af, tf, 1.0), cell(afb, tfb, 1.0), gain, *diff))
+        sys.stdout.flush()
+
+
+# ---- the GPT-2 attention layer ----------------------------------------------------------------
 
 
 class TorchLayer(torch.nn.Module):
@@ -77,221 +398,193 @@ class TorchLayer(torch.nn.Module):
         self.c_proj = torch.nn.Linear(C, C)
 
     def forward(self, x):
-        B, T, _ = x.shape
+        b, t, _ = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))
+        q, k, v = (u.view(b, t, H, D).transpose(1, 2) for u in (q, k, v))
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return self.c_proj(y.transpose(1, 2).reshape(b, t, C))
 
 
-def torch_layer(T, runs):
-    m = TorchLayer()
-    x = torch.randn(1, T, C)
-    xg = x.clone().requires_grad_(True)
-    dy = torch.randn(1, T, C)
+def time_layer(attn, threads, T, runs, warm_up):
+    """(attn fwd, torch fwd, attn f+b, torch f+b) median seconds of the
+    GPT-2-small attention layer on the same x and dy."""
+    from attn._lib import Gpt2Config
+    lib = attn.lib
+    ctx, rng = attn.ctx(threads)
+    gpt2 = c_void_p()
+    attn.check(ctx, lib.attn_gpt2_new(ctx, ctypes.byref(Gpt2Config(n_embd=C, n_head=H,
+                                                                   block_size=T)),
+                                      rng, ctypes.byref(gpt2)))
+    module = lib.attn_gpt2_module(gpt2)
+    try:
+        attn.check(ctx, lib.attn_module_set_training(module, False))
+        x, dy = torch.randn(B, T, C), torch.randn(B, T, C)
+        y, dx = torch.zeros(B, T, C), torch.zeros(B, T, C)
+        m = TorchLayer()
+        xg = x.clone().requires_grad_(True)
 
-    def fwd():
-        with torch.no_grad():
-            m(x)
+        def attn_fwd():
+            attn.check(ctx, attn.module_forward(module, x.data_ptr(), B, T, y.data_ptr(), None))
 
-    def fwd_bwd():
-        m.zero_grad()
-        xg.grad = None
-        m(xg).backward(dy)
+        def attn_fwd_bwd():
+            attn_fwd()
+            attn.check(ctx, attn.module_backward(module, dy.data_ptr(), B, T, dx.data_ptr()))
 
-    r = 1 if T >= 16384 else runs
-    return median_time(fwd, r), median_time(fwd_bwd, r)
+        def torch_fwd():
+            with torch.no_grad():
+                m(x)
 
+        def torch_fwd_bwd():
+            m.zero_grad()
+            xg.grad = None
+            m(xg).backward(dy)
 
-def attn_tables(attn, threads, quick, runs):
-    """{(section, T, mask, threads): (fwd_s, fwd_bwd_s)} parsed from attn bench."""
-    args = [attn, "bench", "--threads", threads, "--runs", str(runs)] + (["--quick"] if quick else [])
-    out = {}
-    for section in ("attention", "layer"):
-        p = subprocess.run(args + ["--section", section], stdout=subprocess.PIPE, text=True, check=True)
-        for line in p.stdout.splitlines():
-            if section == "attention":
-                m = re.match(r"\s*(\d+) (causal|none)\s+(\d+) \|\s+([\d.]+)\s+[\d.]+\s+[\d.]+ \|\s+([\d.]+)", line)
-                if m:
-                    out[(section, int(m[1]), m[2], int(m[3]))] = (float(m[4]) / 1e3, float(m[5]) / 1e3)
-                m = re.match(r"\s*(\d+) (causal|none)\s+(\d+) \|.*\|.*\|\s+([\d.]+)\s+([\d.]+) \|", line)
-                if m:
-                    f, fb = out[(section, int(m[1]), m[2], int(m[3]))]
-                    out[("dropout", int(m[1]), m[2], int(m[3]))] = (f * float(m[4]), fb * float(m[5]))
-            else:
-                m = re.match(r"\s*(\d+)\s+(\d+) \|\s+([\d.]+) \|\s+([\d.]+) \|", line)
-                if m:
-                    out[(section, int(m[1]), "causal", int(m[2]))] = (float(m[3]) / 1e3, float(m[4]) / 1e3)
-    return out
-
-
-def binding_setup(attn):
-    """Imports attn.torch on the libattn beside the attn binary."""
-    lib = os.path.join(os.path.dirname(os.path.abspath(attn)), "libattn.so")
-    os.environ.setdefault("ATTN_LIBRARY", lib)
-    import attn.torch as AT
-    return AT
+        torch.set_num_threads(threads)
+        attn.check(ctx, lib.attn_module_set_grad_enabled(module, False))
+        af, tf = alternate([attn_fwd, torch_fwd], runs, warm_up)
+        attn.check(ctx, lib.attn_module_set_grad_enabled(module, True))
+        afb, tfb = alternate([attn_fwd_bwd, torch_fwd_bwd], runs, warm_up)
+        return af, tf, afb, tfb
+    finally:
+        lib.attn_module_free(module)
 
 
-def alternate(fns, runs):
-    """Medians of runs runs of each of fns, run alternately after a warm-up:
-    [(wall seconds, process CPU seconds)] per fn. CPU time (all the
-    process's threads) is what the binding adds even on a loaded machine,
-    where wall times of single runs swing by tens of percent."""
-    for fn in fns:
-        fn()
-    wall = [[] for _ in fns]
-    cpu = [[] for _ in fns]
-    for _ in range(runs):
-        for w, c, fn in zip(wall, cpu, fns):
-            c0, t0 = time.process_time(), time.perf_counter()
-            fn()
-            w.append(time.perf_counter() - t0)
-            c.append(time.process_time() - c0)
-    return [(statistics.median(w), statistics.median(c)) for w, c in zip(wall, cpu)]
+def layer_table(attn, a):
+    print("\nGPT-2-small attention layer in process (c_attn, causal attention, c_proj; C=%d, "
+          "%d heads), B=%d: median ms of %d runs (T >= %d: %d, no warm-up)" % (
+              C, H, B, a.runs, LONG_T, a.long_runs))
+    print("  attn: attn_gpt2 via attn_module_forward (+ _backward: dx and the weights' "
+          "gradients) on torch tensors; torch: nn.Linear + SDPA + nn.Linear (no_grad; + "
+          ".backward())")
+    print("  x = torch ms / attn ms, '<' below 1 (the target: attn faster)")
+    print("%6s %3s | %9s %9s %6s | %9s %9s %6s" % (
+        "T", "thr", "fwd attn", "torch", "x", "f+b attn", "torch", "x"))
+    for threads in a.threads:
+        for T in a.tokens:
+            runs, warm = runs_for(T, a)
+            af, tf, afb, tfb = time_layer(attn, threads, T, runs, warm)
+            print("%6d %3d | %s | %s" % (T, threads, cell(af, tf, 1.0), cell(afb, tfb, 1.0)))
+            sys.stdout.flush()
 
 
-def binding_attention(AT, T, causal, dropout, runs):
-    """Medians (wall, CPU) of the C API and of attn.torch, forward and
-    forward+backward, and PyTorch's SDPA forward+backward (T <= 4096; None
-    beyond), all alternating: the C API called through ctypes on
-    preallocated torch tensors, the binding and PyTorch as a user calls them."""
-    import ctypes
-    q, k, v = (torch.randn(1, H, T, D) for _ in range(3))
-    dout = torch.randn(1, H, T, D)
-    spec = AT._Spec("bhtd", causal=causal, align=AT.ALIGN_TOP_LEFT, dropout=dropout)
-    c = AT._context()
-    cfg = AT._config(spec, q, k, v)
-    out, lse = AT._alloc_out(spec, q, v, torch.float32)
+# ---- dropout, and the binding ---------------------------------------------------------------
+
+
+def time_dropout(attn, AT, threads, T, causal, p, runs):
+    """(C API, attn.torch, PyTorch) median seconds of forward+backward with
+    dropout p in training, alternating."""
+    ctx, rng = attn.ctx(threads)
+    q, k, v, dout = (torch.randn(B, H, T, D) for _ in range(4))
+    out, lse = sdpa_out(T, torch.float32)
     dout_c = torch.empty_like(out).copy_(dout)
-    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
-    drawn = AT.SdpaDropout()
-    fwd_c, bwd_c = AT._forward[torch.float32], AT._backward[torch.float32]
-    rng = c.rng if dropout > 0 else None
-    dptr = ctypes.byref(drawn) if dropout > 0 else None
+    dq, dk, dv = (torch.zeros_like(t) for t in (q, k, v))
+    cfg = ctypes.byref(attn.sdpa_config(T, causal, p))
+    drawn = attn.SdpaDropout()
 
-    def c_fwd(lse_ptr):
-        c.check(fwd_c(c.handle, ctypes.byref(cfg), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                      out.data_ptr(), lse_ptr, rng, dptr), "forward")
-
-    def c_fwd_bwd():
-        c_fwd(lse.data_ptr())
-        c.check(bwd_c(c.handle, ctypes.byref(cfg), q.data_ptr(), k.data_ptr(), v.data_ptr(),
-                      out.data_ptr(), lse.data_ptr(), dout_c.data_ptr(), dq.data_ptr(),
-                      dk.data_ptr(), dv.data_ptr(), dptr), "backward")
-
-    def b_fwd():
-        with torch.no_grad():
-            AT.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=dropout)
+    def c_api():
+        attn.check(ctx, attn.forward(ctx, cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                     out.data_ptr(), lse.data_ptr(), rng, ctypes.byref(drawn)))
+        attn.check(ctx, attn.backward(ctx, cfg, q.data_ptr(), k.data_ptr(), v.data_ptr(),
+                                      out.data_ptr(), lse.data_ptr(), dout_c.data_ptr(),
+                                      dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
+                                      ctypes.byref(drawn)))
 
     qg, kg, vg = (t.clone().requires_grad_(True) for t in (q, k, v))
 
-    def b_fwd_bwd():
-        for t in (qg, kg, vg):
-            t.grad = None
-        AT.scaled_dot_product_attention(qg, kg, vg, is_causal=causal,
-                                        dropout_p=dropout).backward(dout)
+    def through(sdpa):
+        def fwd_bwd():
+            for t in (qg, kg, vg):
+                t.grad = None
+            sdpa(qg, kg, vg, is_causal=causal, dropout_p=p).backward(dout)
+        return fwd_bwd
 
-    def p_fwd_bwd():
-        for t in (qg, kg, vg):
-            t.grad = None
-        F.scaled_dot_product_attention(qg, kg, vg, is_causal=causal,
-                                       dropout_p=dropout).backward(dout)
-
-    r = max(1, runs if T < 16384 else 1)
-    fwd = alternate([lambda: c_fwd(None), b_fwd], r)
-    fb = alternate([c_fwd_bwd, b_fwd_bwd] + ([p_fwd_bwd] if T <= 4096 else []), r)
-    return fwd[0], fwd[1], fb[0], fb[1], (fb[2] if T <= 4096 else None)
+    torch.set_num_threads(threads)
+    return alternate([c_api, through(AT.scaled_dot_product_attention),
+                      through(F.scaled_dot_product_attention)], runs)
 
 
-def binding_tables(a, thread_counts, tokens):
-    AT = binding_setup(a.attn)
-    runs = max(5, a.runs)
-    print("\nattn.torch (the PyTorch binding), B=1 H=12 hd=64, fp32: median ms of %d runs, "
-          "the columns of a row alternating run by run" % runs)
-    print("  C: attn_sdpa_forward/_backward on the same torch tensors (ctypes, preallocated); "
-          "torch: attn.torch.scaled_dot_product_attention (+ .backward()); PyTorch: its "
-          "F.scaled_dot_product_attention (+ .backward())")
-    print("  +%: the binding over the C API in wall time / in process CPU time; "
-          "x: PyTorch / attn.torch, wall")
-    print("%6s %-6s %3s %4s | %31s | %31s | %15s" % (
-        "T", "mask", "thr", "drop", "forward: C   torch  +%wall +%cpu",
-        "fwd+bwd: C   torch  +%wall +%cpu", "PyTorch f+b   x"))
-    for threads in thread_counts:
-        torch.set_num_threads(threads)
+def dropout_table(attn, a):
+    import attn.torch as AT
+    p = 0.1
+    tokens = [T for T in a.tokens if T < LONG_T]
+    print("\ndropout %.1f in training, fp32 forward+backward, B=%d H=%d hd=%d: median ms of %d "
+          "runs (T >= 4096: %d), the three alternating" % (p, B, H, D, a.runs, min(a.runs, 3)))
+    print("  attn: the C API as in the attention table; attn.torch: "
+          "attn.torch.scaled_dot_product_attention + .backward() (the binding, autograd); "
+          "torch: F.scaled_dot_product_attention + .backward() (its math path)")
+    print("  x = torch ms / attn ms; binding: attn.torch ms / attn ms - 1")
+    print("%6s %-6s %3s | %9s %10s %9s %6s | %7s" % (
+        "T", "mask", "thr", "f+b attn", "attn.torch", "torch", "x", "binding"))
+    for threads in a.threads:
         for T in tokens:
             for causal in (True, False):
-                for dropout in (0.0, 0.1):
-                    cf, bf, cfb, bfb, pfb = binding_attention(AT, T, causal, dropout, runs)
-                    peer = ("%9.1f %5.2f" % (1e3 * pfb[0], pfb[0] / bfb[0])) if pfb else "%15s" % "-"
-                    print("%6d %-6s %3d %4.1f | %7.1f %7.1f %+6.1f %+6.1f | %7.1f %7.1f %+6.1f %+6.1f | %s" % (
-                        T, "causal" if causal else "none", threads, dropout,
-                        1e3 * cf[0], 1e3 * bf[0], 100 * (bf[0] / cf[0] - 1), 100 * (bf[1] / cf[1] - 1),
-                        1e3 * cfb[0], 1e3 * bfb[0], 100 * (bfb[0] / cfb[0] - 1),
-                        100 * (bfb[1] / cfb[1] - 1), peer))
-                    sys.stdout.flush()
+                runs = a.runs if T < 4096 else min(a.runs, 3)  # PyTorch's math path is slow
+                c, b, t = time_dropout(attn, AT, threads, T, causal, p, runs)
+                print("%6d %-6s %3d | %9.1f %10.1f %9.1f %5.2f%s | %+6.1f%%" % (
+                    T, "causal" if causal else "none", threads, 1e3 * c, 1e3 * b, 1e3 * t,
+                    t / c, "<" if t / c < TARGET_SPEEDUP else " ", 100 * (b / c - 1)))
+                sys.stdout.flush()
+
+
+# ---- main -------------------------------------------------------------------------------------
+
+TABLES = ("attention", "bf16", "layer", "dropout")
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("attn", help="the attn binary; its libattn.so (beside it) is measured")
+    ap.add_argument("--quick", action="store_true", help="T in {1024, 4096} only")
+    ap.add_argument("--runs", type=int, default=5, help="runs per case (default 5)")
+    ap.add_argument("--long-runs", type=int, default=1,
+                    help="runs per case at T >= %d, without a warm-up (default 1)" % LONG_T)
+    ap.add_argument("--threads", default="1,2", help="thread counts (default 1,2)")
+    ap.add_argument("--tokens", default=None,
+                    help="T values (default 1024,4096,16384; --quick: 1024,4096)")
+    ap.add_argument("--out", default=None,
+                    help="also write the output to this file (bench/results/README.md)")
+    ap.add_argument("--tables", default=",".join(TABLES),
+                    help="which tables, of %s (default: all)" % ",".join(TABLES))
+    a = ap.parse_args(argv)
+    a.threads = [int(t) for t in a.threads.split(",")]
+    a.tokens = [int(t) for t in (a.tokens or ("1024,4096" if a.quick else "1024,4096,16384"))
+                .split(",")]
+    a.tables = a.tables.split(",")
+    unknown = set(a.tables) - set(TABLES)
+    if unknown or a.runs < 1 or a.long_runs < 1:
+        ap.error("--tables: one of %s; --runs, --long-runs: at least 1" % ",".join(TABLES))
+    return a
+
+
+class Tee:
+    """stdout that also writes to a file, line by line as it comes."""
+
+    def __init__(self, stream, path):
+        self.stream, self.file = stream, open(path, "w")
+
+    def write(self, text):
+        self.stream.write(text)
+        self.file.write(text)
+
+    def flush(self):
+        self.stream.flush()
+        self.file.flush()
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("attn")
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--runs", type=int, default=3)
-    ap.add_argument("--threads", default="1,%d" % os.cpu_count())
-    ap.add_argument("--only-binding", action="store_true",
-                    help="run the attn.torch table only")
-    ap.add_argument("--tokens", default=None, help="T values of the attn.torch table")
-    a = ap.parse_args()
-    thread_counts = [int(t) for t in a.threads.split(",")]
-    print("PyTorch %s (%s), flash attention for CPU: %s" % (
-        torch.__version__, torch.__file__.rsplit("/", 2)[0],
-        torch.backends.cpu.get_cpu_capability() if hasattr(torch.backends.cpu, "get_cpu_capability") else "?"))
-    print("load average before: %.2f %.2f %.2f" % os.getloadavg())
-    if a.only_binding:
-        binding_tables(a, thread_counts, [int(t) for t in (a.tokens or "1024,4096").split(",")])
-        print("\nload average after: %.2f %.2f %.2f" % os.getloadavg())
-        return
-    ours = attn_tables(os.path.abspath(a.attn), a.threads, a.quick, a.runs)
-    tokens = [256, 1024] if a.quick else [256, 1024, 4096, 16384]
-    print("\nattention, B=1 H=12 hd=64: median ms (attn / PyTorch)")
-    print("%6s %-6s %3s | %22s | %22s | %26s" % ("T", "mask", "thr", "forward", "forward+backward",
-                                                 "dropout 0.1 fwd+bwd"))
-    for threads in thread_counts:
-        torch.set_num_threads(threads)
-        for T in tokens:
-            for causal in (True, False):
-                mask = "causal" if causal else "none"
-                key = ("attention", T, mask, threads)
-                if key not in ours:
-                    continue
-                tf, tfb = torch_attention(T, causal, 0.0, a.runs)
-                cells = []
-                for (of, ofb), (pf, pfb) in [(ours[key], (tf, tfb))]:
-                    cells.append("%8.1f %8.1f %4.2f" % (1e3 * of, 1e3 * pf, of / pf))
-                    cells.append("%8.1f %8.1f %4.2f" % (1e3 * ofb, 1e3 * pfb, ofb / pfb))
-                if T <= 4096:
-                    _, dfb = torch_attention(T, causal, 0.1, a.runs)
-                    odfb = ours[("dropout", T, mask, threads)][1]
-                    cells.append("%8.1f %8.1f %6.3f" % (1e3 * odfb, 1e3 * dfb, odfb / dfb))
-                else:
-                    cells.append("%26s" % "-")
-                print("%6d %-6s %3d | %s | %s | %s" % (T, mask, threads, cells[0], cells[1], cells[2]))
-                sys.stdout.flush()
-    print("\nGPT-2-small attention layer (projections included), B=1: median ms (attn / PyTorch)")
-    print("%6s %3s | %22s | %22s" % ("T", "thr", "forward", "forward+backward"))
-    for threads in thread_counts:
-        torch.set_num_threads(threads)
-        for T in ([1024] if a.quick else [1024, 4096, 16384]):
-            key = ("layer", T, "causal", threads)
-            if key not in ours:
-                continue
-            tf, tfb = torch_layer(T, a.runs)
-            of, ofb = ours[key]
-            print("%6d %3d | %8.1f %8.1f %4.2f | %8.1f %8.1f %4.2f" % (
-                T, threads, 1e3 * of, 1e3 * tf, of / tf, 1e3 * ofb, 1e3 * tfb, ofb / tfb))
-            sys.stdout.flush()
-    binding_tables(a, thread_counts, [int(t) for t in a.tokens.split(",")] if a.tokens else
-                   ([1024] if a.quick else [1024, 4096]))
+    a = parse_args(sys.argv[1:])
+    if a.out:
+        sys.stdout = Tee(sys.stdout, a.out)
+    attn = Attn(a.attn)
+    print_header(a.attn, attn, [os.path.relpath(sys.executable)] + sys.argv)
+    torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
+    fp32 = attention_table(attn, a) if "attention" in a.tables else {}
+    if "bf16" in a.tables:
+        bf16_table(attn, a, fp32)
+    if "layer" in a.tables:
+        layer_table(attn, a)
+    if "dropout" in a.tables:
+        dropout_table(attn, a)
     print("\nload average after: %.2f %.2f %.2f" % os.getloadavg())
 
 
