@@ -11,11 +11,25 @@
  *   dW   dW = dy^T x        TN  (rows, out)^T x (rows, 768)
  * GFLOP/s counts 2mnk; ratio is ours / OpenBLAS in GFLOP/s (>= 0.90 is the
  * target); diff is the relative L2 distance between the two results.
+ *
+ * Then the bf16 GEMM (attn_gemm_16) on the same shapes, against our SGEMM on
+ * the same values (the bf16 inputs widened) and OpenBLAS's cblas_sbgemm
+ * where the loaded OpenBLAS exports it (built with BUILD_BFLOAT16), all in
+ * the same run: speedup is bf16 / SGEMM in GFLOP/s. Where the CPU has AMX,
+ * the table runs again after asking Linux for it (the library uses AMX
+ * only in a process that has asked).
  */
+#define _GNU_SOURCE /* syscall() */
 #include "bench.h"
 #include "cli.h"
 
+#include <dlfcn.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <unistd.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,6 +135,189 @@ static int time_shape(const bench_options *o, const bench_blas *blas, attn_ctx *
     return CLI_OK;
 }
 
+/* ---- bf16 ------------------------------------------------------------------ */
+
+/* OpenBLAS's cblas_sbgemm (bfloat16 = uint16_t), row-major enums as cblas. */
+typedef void bench_cblas_sbgemm_fn(int order, int trans_a, int trans_b, int m, int n, int k,
+                                   float alpha, const uint16_t *a, int lda, const uint16_t *b,
+                                   int ldb, float beta, float *c, int ldc);
+enum { SB_ROW_MAJOR = 101, SB_NO_TRANS = 111, SB_TRANS = 112 };
+
+static bench_cblas_sbgemm_fn *find_sbgemm(const bench_blas *blas) {
+    bench_cblas_sbgemm_fn *fn = NULL;
+    void *sym = blas->handle ? dlsym(blas->handle, "cblas_sbgemm") : NULL;
+    if (sym) memcpy(&fn, &sym, sizeof sym); /* object to function pointer, as POSIX allows */
+    return fn;
+}
+
+/* x rounded to bf16, to nearest even (x finite). */
+static uint16_t to_bf16(float x) {
+    uint32_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    bits += 0x7fffu + ((bits >> 16) & 1u);
+    return (uint16_t)(bits >> 16);
+}
+
+typedef struct bgemm_data {
+    const uint16_t *a16, *b16; /* the inputs in bf16 */
+    const float *a32, *b32;    /* the same values in float, for the SGEMM */
+    float *c, *c_ref, *c_blas;
+} bgemm_data;
+
+/* One shape on one thread count: per kernel set the bf16 GEMM and the
+ * SGEMM, then cblas_sbgemm, interleaved run by run. */
+static int time_bgemm(const bench_options *o, const bench_blas *blas,
+                      bench_cblas_sbgemm_fn *sbgemm, attn_ctx *const *ctxs, const sgemm_shape *s,
+                      size_t threads, const bgemm_data *d) {
+    size_t lda = s->trans_a ? s->m : s->k, ldb = s->trans_b ? s->k : s->n;
+    double flops = 2.0 * (double)s->m * (double)s->n * (double)s->k;
+    size_t per = o->runs, sets = o->kernel_counts;
+    double *times = malloc((2 * sets + 1) * per * sizeof *times);
+    if (!times) {
+        fprintf(stderr, "attn: bench bf16: out of memory\n");
+        return CLI_FAILED;
+    }
+    for (size_t run = 0; run <= per; run++) {
+        for (size_t kk = 0; kk < sets; kk++) {
+            double t0 = bench_now();
+            attn_status st = attn_gemm_16(ctxs[kk], ATTN_DTYPE_BF16, s->trans_a, s->trans_b, s->m,
+                                          s->n, s->k, 1.0f, d->a16, lda, d->b16, ldb, 0.0f, d->c,
+                                          s->n);
+            double t1 = bench_now();
+            attn_status st32 = attn_gemm(ctxs[kk], s->trans_a, s->trans_b, s->m, s->n, s->k, 1.0f,
+                                         d->a32, lda, d->b32, ldb, 0.0f, d->c_ref, s->n);
+            double t2 = bench_now();
+            if (st != ATTN_OK || st32 != ATTN_OK) {
+                free(times);
+                return cli_library_error(ctxs[kk], "bench bf16");
+            }
+            if (run > 0) {
+                times[(2 * kk) * per + run - 1] = t1 - t0;
+                times[(2 * kk + 1) * per + run - 1] = t2 - t1;
+            }
+        }
+        if (sbgemm) {
+            blas->set_num_threads((int)threads);
+            double t0 = bench_now();
+            sbgemm(SB_ROW_MAJOR, s->trans_a ? SB_TRANS : SB_NO_TRANS,
+                   s->trans_b ? SB_TRANS : SB_NO_TRANS, (int)s->m, (int)s->n, (int)s->k, 1.0f,
+                   d->a16, (int)lda, d->b16, (int)ldb, 0.0f, d->c_blas, (int)s->n);
+            if (run > 0) times[2 * sets * per + run - 1] = bench_now() - t0;
+        }
+    }
+    double blas_s = sbgemm ? bench_median(times + 2 * sets * per, per) : 0.0;
+    for (size_t kk = 0; kk < sets; kk++) {
+        double ours = bench_median(times + 2 * kk * per, per);
+        double single = bench_median(times + (2 * kk + 1) * per, per);
+        char op[3] = {s->trans_a ? 'T' : 'N', s->trans_b ? 'T' : 'N', '\0'};
+        printf("%-22s %s %5zu %5zu %5zu %3zu  %-9s %9.2f %8.1f %8.1f %6.2f", kk == 0 ? s->name : "",
+               op, s->m, s->n, s->k, threads, attn_kernels_name(attn_ctx_kernels(ctxs[kk])),
+               1e3 * ours, flops / ours * 1e-9, flops / single * 1e-9, single / ours);
+        if (sbgemm && kk == 0)
+            printf(" %8.1f %6.2f", flops / blas_s * 1e-9, blas_s / ours);
+        else if (sbgemm)
+            printf(" %8s %6.2f", "", blas_s / ours);
+        /* the last run's results: ours against our SGEMM on the same values */
+        if (kk + 1 == sets) printf("  %8.1e", bench_rel_l2(d->c, d->c_ref, s->m * s->n));
+        printf("\n");
+    }
+    free(times);
+    return CLI_OK;
+}
+
+static int bgemm_table(const bench_options *o, const bench_blas *blas,
+                       bench_cblas_sbgemm_fn *sbgemm, const sgemm_shape *shapes, size_t count,
+                       const bgemm_data *d);
+
+/* Asks Linux for AMX's tile data for this process; true when given. */
+static bool request_amx(void) {
+#if defined(__linux__) && defined(__x86_64__) && defined(SYS_arch_prctl)
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
+#else
+    return false;
+#endif
+}
+
+static int bench_bgemm(const bench_options *o, const bench_blas *blas, const sgemm_shape *shapes,
+                       size_t count, const float *a, const float *b, size_t na, size_t nb,
+                       float *c, float *c_blas) {
+    bench_cblas_sbgemm_fn *sbgemm = find_sbgemm(blas);
+    uint16_t *a16 = malloc(na * sizeof *a16), *b16 = malloc(nb * sizeof *b16);
+    float *a32 = malloc(na * sizeof *a32), *b32 = malloc(nb * sizeof *b32);
+    size_t nc = 0;
+    for (size_t i = 0; i < count; i++) nc = shapes[i].m * shapes[i].n > nc ? shapes[i].m * shapes[i].n : nc;
+    float *c_ref = malloc(nc * sizeof *c_ref);
+    int rc = CLI_OK;
+    if (!a16 || !b16 || !a32 || !b32 || !c_ref) {
+        fprintf(stderr, "attn: bench bf16: out of memory\n");
+        rc = CLI_FAILED;
+    } else {
+        for (size_t i = 0; i < na; i++) a16[i] = to_bf16(a[i]);
+        for (size_t i = 0; i < nb; i++) b16[i] = to_bf16(b[i]);
+        /* the SGEMM's inputs: the bf16 values exactly */
+        for (size_t i = 0; i < na; i++) {
+            uint32_t bits = (uint32_t)a16[i] << 16;
+            memcpy(&a32[i], &bits, sizeof bits);
+        }
+        for (size_t i = 0; i < nb; i++) {
+            uint32_t bits = (uint32_t)b16[i] << 16;
+            memcpy(&b32[i], &bits, sizeof bits);
+        }
+        printf("\nbf16 GEMM (attn_gemm_16): C (float) = op(A) op(B), A and B bf16; SGEMM: "
+               "attn_gemm on the same values;\nspeedup = bf16 / SGEMM; ");
+        if (sbgemm)
+            printf("OpenBLAS: cblas_sbgemm, ratio = OpenBLAS time / ours\n");
+        else
+            printf("OpenBLAS: %s\n", blas->handle ? "this build exports no cblas_sbgemm (built "
+                                                    "without BUILD_BFLOAT16), so no comparison"
+                                                  : "not found");
+        printf("%-22s %-2s %5s %5s %5s %3s  %-9s %9s %8s %8s %6s", "shape", "op", "m", "n", "k",
+               "thr", "kernels", "ms", "GFLOP/s", "SGEMM", "speed");
+        if (sbgemm) printf(" %8s %6s", "OpenBLAS", "ratio");
+        printf("  %8s\n", "diff");
+    }
+    bgemm_data d = {a16, b16, a32, b32, c, c_ref, c_blas};
+    rc = rc == CLI_OK ? bgemm_table(o, blas, sbgemm, shapes, count, &d) : rc;
+    /* AMX runs once the process has asked Linux for it (the library never
+     * asks): where the CPU has it, ask, and time the table again */
+    attn_cpu_info cpu;
+    if (rc == CLI_OK && attn_cpu_info_get(&cpu) == ATTN_OK && !cpu.amx_bf16 && request_amx() &&
+        attn_cpu_info_get(&cpu) == ATTN_OK && cpu.amx_bf16) {
+        printf("\nbf16 GEMM with AMX (attn bench asked Linux for the tile data, "
+               "arch_prctl(ARCH_REQ_XCOMP_PERM)):\n");
+        rc = bgemm_table(o, blas, sbgemm, shapes, count, &d);
+    }
+    free(a16);
+    free(b16);
+    free(a32);
+    free(b32);
+    free(c_ref);
+    return rc;
+}
+
+/* The table's rows, every thread count. */
+static int bgemm_table(const bench_options *o, const bench_blas *blas,
+                       bench_cblas_sbgemm_fn *sbgemm, const sgemm_shape *shapes, size_t count,
+                       const bgemm_data *d) {
+    int rc = CLI_OK;
+    for (size_t t = 0; t < o->thread_counts && rc == CLI_OK; t++) {
+        attn_ctx *ctxs[BENCH_MAX_KERNELS] = {0};
+        for (size_t kk = 0; kk < o->kernel_counts && rc == CLI_OK; kk++) {
+            attn_ctx_config cfg = {.num_threads = o->threads[t], .kernels = o->kernels[kk]};
+            if (attn_ctx_new(&cfg, &ctxs[kk]) != ATTN_OK) {
+                fprintf(stderr, "attn: bench bf16: cannot make a ctx with %zu threads\n",
+                        o->threads[t]);
+                rc = CLI_FAILED;
+            }
+        }
+        for (size_t i = 0; i < count && rc == CLI_OK; i++)
+            rc = time_bgemm(o, blas, sbgemm, ctxs, &shapes[i], o->threads[t], d);
+        for (size_t kk = 0; kk < o->kernel_counts; kk++) attn_ctx_free(ctxs[kk]);
+    }
+    return rc;
+}
+
 int bench_sgemm(const bench_options *o, const bench_blas *blas) {
     sgemm_shape shapes[16];
     size_t count = shapes_for(o, shapes);
@@ -168,6 +365,7 @@ int bench_sgemm(const bench_options *o, const bench_blas *blas) {
                    worst[kk] >= TARGET_RATIO ? "target met" : "below target");
         for (size_t kk = 0; kk < o->kernel_counts; kk++) attn_ctx_free(ctxs[kk]);
     }
+    if (rc == CLI_OK) rc = bench_bgemm(o, blas, shapes, count, a, b, max_a, max_b, c, c_blas);
     free(a);
     free(b);
     free(c);

@@ -96,4 +96,8 @@ bool cli_wants_help(int argc, char **argv, const char *const *value_options);
 /* The number of online CPUs, at least 1. */
 size_t cli_default_threads(void);
 
+/* The CPU as attn_cpu_info_get sees it, on two lines after prefix (attn
+ * version, the header of attn bench): cmd_version.c. */
+void cli_print_cpu(FILE *out, const char *prefix);
+
 #endif /* ATTN_CLI_H */

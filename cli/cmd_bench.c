@@ -39,6 +39,7 @@ static const bench_section sections[] = {
      bench_variants},
     {"decode", "one token against a KV cache (GB/s vs copy, vs PyTorch), then GPT-2 generating",
      bench_decode},
+    {"bf16", "bf16 attention (vdpbf16ps) against fp32, forward and forward+backward", bench_bf16},
 };
 enum { SECTIONS = sizeof sections / sizeof sections[0] };
 
@@ -334,6 +335,7 @@ static int run_bench(int argc, char **argv) {
     char model[256], load[64];
     printf("attn %s bench: %s, %zu online CPUs; load average %s\n", attn_version(),
            cpu_model(model, sizeof model), cli_default_threads(), bench_load(load, sizeof load));
+    cli_print_cpu(stdout, "cpu: "); /* what the kernels are chosen and tuned for */
     bench_blas blas = find_openblas();
     if (blas.handle)
         printf("OpenBLAS: %s (core %s; %s)\n", blas.library, blas.core, blas.config);

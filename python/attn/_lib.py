@@ -13,6 +13,8 @@ from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_float, c_i
 
 F32P = POINTER(c_float)
 MAX_DIMS = 8  # ATTN_SAFETENSORS_MAX_DIMS
+# attn_dtype values of the 16-bit calls (attn_sdpa_forward_16, attn_gemm_16)
+DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
 
 
 class AttnError(RuntimeError):

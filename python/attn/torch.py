@@ -8,12 +8,14 @@
     # or, explicitly:     from attn.torch import scaled_dot_product_attention
     # flash-attn code:    from attn.torch import flash_attn_func, flash_attn_varlen_func
 
-What runs on attn: CPU tensors of float32 (the fused kernels) or float64 (the
-reference kernels, all in double: for gradcheck), q, k, v of one dtype, no
-attn_mask. Everything else (an attn_mask, CUDA tensors, float16/bfloat16,
-ranks other than 3 and 4) goes to PyTorch's own SDPA (on torch < 2.0, which
-has none, to the same math written out in torch). supports(...) says which
-and why.
+What runs on attn: CPU tensors of float32 (the fused kernels), float64 (the
+reference kernels, all in double: for gradcheck) or bfloat16/float16 (attn's
+16-bit calls, attn_sdpa_forward_16/backward_16: bf16 on vdpbf16ps where the
+CPU has avx512_bf16, else widened to float; out and the gradients in the
+inputs' dtype, lse in float32), q, k, v of one dtype, no attn_mask.
+Everything else (an attn_mask, CUDA tensors, ranks other than 3 and 4) goes
+to PyTorch's own SDPA (on torch < 2.0, which has none, to the same math
+written out in torch). supports(...) says which and why.
 
 Zero copies: the C library reads q, k, v through their data pointers and
 (batch, token, head) element strides, so transposed and sliced views are
@@ -42,7 +44,7 @@ import torch.nn.functional as F
 from torch.autograd.function import once_differentiable
 
 from . import _lib
-from ._lib import AttnError, CtxConfig, lib, status_name
+from ._lib import DTYPE_BF16, DTYPE_F16, AttnError, CtxConfig, lib, status_name
 from .functional import BERNOULLI_PHILOX, KERNELS, SdpaConfig, SdpaDropout
 
 __all__ = ["scaled_dot_product_attention", "flash_attn_func", "flash_attn_varlen_func",
@@ -59,6 +61,10 @@ _CFG = POINTER(SdpaConfig)
 _DROP = POINTER(SdpaDropout)
 _FORWARD = ctypes.CFUNCTYPE(c_int, c_void_p, _CFG, _P, _P, _P, _P, _P, c_void_p, _DROP)
 _BACKWARD = ctypes.CFUNCTYPE(c_int, c_void_p, _CFG, _P, _P, _P, _P, _P, _P, _P, _P, _P, _DROP)
+# the 16-bit calls: the same with an attn_dtype after the config
+_FORWARD16 = ctypes.CFUNCTYPE(c_int, c_void_p, _CFG, c_int, _P, _P, _P, _P, _P, c_void_p, _DROP)
+_BACKWARD16 = ctypes.CFUNCTYPE(c_int, c_void_p, _CFG, c_int, _P, _P, _P, _P, _P, _P, _P, _P, _P,
+                               _DROP)
 
 
 def _bind(proto, name):
@@ -69,6 +75,21 @@ _forward = {torch.float32: _bind(_FORWARD, "attn_sdpa_forward"),
             torch.float64: _bind(_FORWARD, "attn_sdpa_forward_f64")}
 _backward = {torch.float32: _bind(_BACKWARD, "attn_sdpa_backward"),
              torch.float64: _bind(_BACKWARD, "attn_sdpa_backward_f64")}
+# bfloat16 and float16 run the 16-bit calls with their attn_dtype
+_DTYPE16 = {torch.bfloat16: DTYPE_BF16, torch.float16: DTYPE_F16}
+_forward16 = _bind(_FORWARD16, "attn_sdpa_forward_16")
+_backward16 = _bind(_BACKWARD16, "attn_sdpa_backward_16")
+
+
+def _with_dtype(fn, code):
+    """A 16-bit call with its attn_dtype bound: called as the float ones."""
+    return lambda handle, cfg, *tensors: fn(handle, cfg, code, *tensors)
+
+
+if _forward16 is not None and _backward16 is not None:
+    for _dtype, _code in _DTYPE16.items():
+        _forward[_dtype] = _with_dtype(_forward16, _code)
+        _backward[_dtype] = _with_dtype(_backward16, _code)
 _ctx_new = _bind(ctypes.CFUNCTYPE(c_int, POINTER(CtxConfig), POINTER(c_void_p)), "attn_ctx_new")
 _ctx_free = _bind(ctypes.CFUNCTYPE(None, c_void_p), "attn_ctx_free")
 _last_error = _bind(ctypes.CFUNCTYPE(ctypes.c_char_p, c_void_p), "attn_ctx_last_error")
@@ -225,19 +246,21 @@ def _config(spec, q, k, v):
 
 
 def _alloc_out(spec, q, v, dtype):
-    """out in the layout _config describes, as the caller sees it, and lse."""
+    """out in the layout _config describes, as the caller sees it, and lse
+    (float32 for the 16-bit dtypes)."""
+    lse_dtype = torch.float32 if dtype in _DTYPE16 else dtype
     if spec.layout == "bhtd":
         B, H, T, _ = q.shape
         out = torch.empty(B, T, H, v.size(3), dtype=dtype).transpose(1, 2)
-        lse = torch.empty(B, H, T, dtype=dtype)
+        lse = torch.empty(B, H, T, dtype=lse_dtype)
     elif spec.layout == "bthd":
         B, T, H, _ = q.shape
         out = torch.empty(B, T, H, v.size(3), dtype=dtype)
-        lse = torch.empty(B, H, T, dtype=dtype)
+        lse = torch.empty(B, H, T, dtype=lse_dtype)
     else:
         total, H, _ = q.shape
         out = torch.empty(total, H, v.size(2), dtype=dtype)
-        lse = torch.empty(H, total, dtype=dtype)
+        lse = torch.empty(H, total, dtype=lse_dtype)
     return out, lse
 
 
@@ -254,10 +277,10 @@ def _run_forward(spec, q, k, v, want_lse):
         seed = int(torch.randint(0, 2 ** 62, (), dtype=torch.int64).item())
         ctx.check(_rng_seed(ctx.rng, seed), "attn_rng_manual_seed")
         rng = ctx.rng
-    fn = _forward[q.dtype]
+    fn = _forward.get(q.dtype)
     if fn is None:
-        raise AttnError("ATTN_ERR_NOT_FOUND", f"this libattn ({_lib.path}) has no float "
-                        f"{'64' if q.dtype == torch.float64 else '32'} attn_sdpa_forward")
+        raise AttnError("ATTN_ERR_NOT_FOUND", f"this libattn ({_lib.path}) has no {q.dtype} "
+                        "attn_sdpa_forward")
     ctx.check(fn(ctx.handle, ctypes.byref(cfg), q.data_ptr(), k.data_ptr(), v.data_ptr(),
                  out.data_ptr(), lse.data_ptr() if lse is not None else None, rng,
                  ctypes.byref(drawn) if drawn is not None else None), "attn_sdpa_forward")
@@ -376,11 +399,12 @@ def supports(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
         return "attn_mask is given (attn has no arbitrary mask)"
     if any(t.device.type != "cpu" for t in ts):
         return "not on the CPU"
-    if query.dtype not in (torch.float32, torch.float64):
-        return f"dtype {query.dtype} (attn runs float32, and float64 on its reference kernels)"
+    if query.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        return (f"dtype {query.dtype} (attn runs float32, bfloat16, float16, and float64 on "
+                "its reference kernels)")
     if key.dtype != query.dtype or value.dtype != query.dtype:
         return "query, key and value differ in dtype"
-    if _forward[query.dtype] is None:
+    if _forward.get(query.dtype) is None:
         return f"this libattn has no {query.dtype} attention"
     if query.dim() not in (3, 4) or key.dim() != query.dim() or value.dim() != query.dim():
         return f"ranks {query.dim()}, {key.dim()}, {value.dim()} (attn takes 3 or 4)"
@@ -473,8 +497,8 @@ def _flash_tensors(q, k, v, rank):
     if q.size(-2) % k.size(-2):
         raise ValueError(f"k's heads ({k.size(-2)}) must divide q's ({q.size(-2)})")
     dtype = q.dtype
-    if dtype not in (torch.float32, torch.float64):
-        # float16 / bfloat16, flash-attn's dtypes: computed in float32 (a copy)
+    if _forward.get(dtype) is None:
+        # a libattn without the 16-bit calls: computed in float32 (a copy)
         q, k, v = q.float(), k.float(), v.float()
     return q, k, v, dtype
 
@@ -488,8 +512,9 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     with return_attn_probs: (out, softmax_lse (B, H, T) float32, None).
     causal is bottom-right (query i sits at key i + S - T), window_size
     (left, right) with -1 unbounded, softcap > 0 caps the scores, alibi_slopes
-    (H,) or (B, H) with equal rows, float32. float16/bfloat16 inputs are
-    computed in float32 and returned in their dtype. Always deterministic.
+    (H,) or (B, H) with equal rows, float32. float16/bfloat16 inputs run
+    attn's 16-bit calls (float sums, out rounded once to their dtype).
+    Always deterministic.
     """
     q, k, v, dtype = _flash_tensors(q, k, v, 4)
     spec = _flash_spec("bthd", q, q.size(2), dropout_p, softmax_scale, causal, window_size,

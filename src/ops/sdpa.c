@@ -3,6 +3,7 @@
  * the runner. */
 #include "attention/attention.h"
 #include "attention/reference_f64.h"
+#include "ops/sdpa_internal.h"
 #include "internal.h"
 #include "rng/dropout.h"
 #include "rng/philox.h"
@@ -23,8 +24,9 @@ static attn_view_strides strides_of(const size_t s[3], size_t tokens, size_t hea
     return v;
 }
 
-static attn_attention_problem problem_of(const attn_sdpa_config *c, const float *q,
-                                         const float *k, const float *v, float *out, float *lse) {
+attn_attention_problem attn_sdpa_problem_of(const attn_sdpa_config *c, const float *q,
+                                            const float *k, const float *v, float *out,
+                                            float *lse) {
     size_t Hkv = c->kv_heads ? c->kv_heads : c->heads;
     size_t Dv = c->v_head_dim ? c->v_head_dim : c->head_dim;
     bool packed = c->cu_seqlens_q != NULL;
@@ -52,7 +54,7 @@ static attn_attention_problem problem_of(const attn_sdpa_config *c, const float 
 }
 
 /* What the contract does not check: the public config's own fields. */
-static attn_status check_config(attn_ctx *ctx, const char *fn, const attn_sdpa_config *c) {
+attn_status attn_sdpa_check_config(attn_ctx *ctx, const char *fn, const attn_sdpa_config *c) {
     if (!c) return attn_fail(ctx, ATTN_ERR_NULL, "%s: cfg is NULL", fn);
     if (!isfinite(c->scale))
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: scale (%g) must be finite", fn, c->scale);
@@ -93,13 +95,13 @@ static attn_status check_forward_dropout(attn_ctx *ctx, const char *fn, const at
 }
 
 /* What both forwards check first: the config, the tensors, the dropout. */
-static attn_status check_forward_args(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
-                                      const void *q, const void *k, const void *v,
-                                      const void *out, attn_rng *rng,
-                                      const attn_sdpa_dropout *drawn) {
+attn_status attn_sdpa_check_forward_args(attn_ctx *ctx, const char *fn,
+                                         const attn_sdpa_config *cfg, const void *q,
+                                         const void *k, const void *v, const void *out,
+                                         attn_rng *rng, const attn_sdpa_dropout *drawn) {
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
-    attn_status st = check_config(ctx, fn, cfg);
+    attn_status st = attn_sdpa_check_config(ctx, fn, cfg);
     if (st != ATTN_OK) return st;
     if (!q || !k || !v || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", fn,
@@ -111,9 +113,9 @@ attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const 
                               const float *k, const float *v, float *out, float *lse,
                               attn_rng *rng, attn_sdpa_dropout *drawn) {
     const char *fn = "attn_sdpa_forward";
-    attn_status st = check_forward_args(ctx, fn, cfg, q, k, v, out, rng, drawn);
+    attn_status st = attn_sdpa_check_forward_args(ctx, fn, cfg, q, k, v, out, rng, drawn);
     if (st != ATTN_OK) return st;
-    attn_attention_problem p = problem_of(cfg, q, k, v, out, lse);
+    attn_attention_problem p = attn_sdpa_problem_of(cfg, q, k, v, out, lse);
     if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
     /* Memory first: a failure must not have advanced the rng. */
     size_t bytes = attn_attention_forward_bytes(ctx, &p, false, false);
@@ -135,9 +137,10 @@ attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const 
 
 /* The backward's tensors (q, k, v, out, lse, dout, dq, dk, dv, in that
  * order), sinks_grad and the forward's dropout record, of either precision. */
-static attn_status check_backward_args(attn_ctx *ctx, const char *fn,
-                                       const attn_sdpa_config *cfg, const void *const tensors[9],
-                                       const attn_sdpa_dropout *drawn) {
+attn_status attn_sdpa_check_backward_args(attn_ctx *ctx, const char *fn,
+                                          const attn_sdpa_config *cfg,
+                                          const void *const tensors[9],
+                                          const attn_sdpa_dropout *drawn) {
     static const char *const names[9] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
     for (int i = 0; i < 9; i++)
         if (!tensors[i]) return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", fn, names[i]);
@@ -150,7 +153,8 @@ static attn_status check_backward_args(attn_ctx *ctx, const char *fn,
 }
 
 /* The dropout a backward redraws: the forward's Philox record. */
-static attn_attention_dropout drop_of(const attn_sdpa_config *c, const attn_sdpa_dropout *drawn) {
+attn_attention_dropout attn_sdpa_drop_of(const attn_sdpa_config *c,
+                                         const attn_sdpa_dropout *drawn) {
     attn_attention_dropout drop = {.kind = ATTN_DROP_NONE};
     if (c->dropout > 0.0)
         drop = (attn_attention_dropout){.kind = ATTN_DROP_PHILOX, .seed = drawn->seed,
@@ -167,12 +171,12 @@ attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const
     const char *fn = "attn_sdpa_backward";
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
-    attn_status st = check_config(ctx, fn, cfg);
+    attn_status st = attn_sdpa_check_config(ctx, fn, cfg);
     if (st != ATTN_OK) return st;
     const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
-    if ((st = check_backward_args(ctx, fn, cfg, tensors, drawn)) != ATTN_OK) return st;
-    attn_attention_problem p = problem_of(cfg, q, k, v, (float *)out, (float *)lse);
-    attn_attention_dropout drop = drop_of(cfg, drawn);
+    if ((st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn)) != ATTN_OK) return st;
+    attn_attention_problem p = attn_sdpa_problem_of(cfg, q, k, v, (float *)out, (float *)lse);
+    attn_attention_dropout drop = attn_sdpa_drop_of(cfg, drawn);
     attn_attention_grads g = {.dout = dout, .dq = dq, .dk = dk, .dv = dv,
                               .dsinks = cfg->sinks ? cfg->sinks_grad : NULL};
     return attn_attention_backward(ctx, fn, &p, &drop, &g, NULL);
@@ -189,9 +193,9 @@ attn_status attn_sdpa_forward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, co
                                   const double *k, const double *v, double *out, double *lse,
                                   attn_rng *rng, attn_sdpa_dropout *drawn) {
     const char *fn = "attn_sdpa_forward_f64";
-    attn_status st = check_forward_args(ctx, fn, cfg, q, k, v, out, rng, drawn);
+    attn_status st = attn_sdpa_check_forward_args(ctx, fn, cfg, q, k, v, out, rng, drawn);
     if (st != ATTN_OK) return st;
-    attn_attention_problem p = problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
+    attn_attention_problem p = attn_sdpa_problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
     if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
     /* Memory first: a failure must not have advanced the rng. */
     size_t bytes = attn_reference_f64_forward_bytes(ctx, &p);
@@ -205,7 +209,7 @@ attn_status attn_sdpa_forward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, co
         attn_dropout_stream_begin(&stream, rng, cfg->dropout,
                                   cfg->batch * cfg->heads * cfg->q_tokens * cfg->kv_tokens);
         *drawn = (attn_sdpa_dropout){stream.philox_seed, stream.philox_offset};
-        drop = drop_of(cfg, drawn);
+        drop = attn_sdpa_drop_of(cfg, drawn);
     }
     attn_reference_f64 t = {.q = q, .k = k, .v = v, .out = out, .lse = lse,
                             .scale = scale_f64(cfg), .softcap = cfg->softcap};
@@ -221,18 +225,18 @@ attn_status attn_sdpa_backward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, c
     const char *fn = "attn_sdpa_backward_f64";
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
-    attn_status st = check_config(ctx, fn, cfg);
+    attn_status st = attn_sdpa_check_config(ctx, fn, cfg);
     if (st != ATTN_OK) return st;
     const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
-    if ((st = check_backward_args(ctx, fn, cfg, tensors, drawn)) != ATTN_OK) return st;
-    attn_attention_problem p = problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
+    if ((st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn)) != ATTN_OK) return st;
+    attn_attention_problem p = attn_sdpa_problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
     if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
     size_t bytes = attn_reference_f64_backward_bytes(ctx, &p);
     void *workspace = attn_calloc(1, bytes);
     if (!workspace)
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
                          "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
-    attn_attention_dropout drop = drop_of(cfg, drawn);
+    attn_attention_dropout drop = attn_sdpa_drop_of(cfg, drawn);
     attn_reference_f64 t = {.q = q, .k = k, .v = v, .out = (double *)out, .lse = (double *)lse,
                             .dout = dout, .dq = dq, .dk = dk, .dv = dv,
                             .scale = scale_f64(cfg), .softcap = cfg->softcap};

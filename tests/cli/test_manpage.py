@@ -36,7 +36,11 @@ py = re.search(r'^version = "([^"]+)"', open(f"{src}/python/pyproject.toml").rea
 check(py == want, f"python/pyproject.toml version {py} vs attn.h {want}")
 for flag in ("--version", "version"):
     r = run(flag)
-    check(r.returncode == 0 and r.stdout == f"attn {want}\n", f"attn {flag}: {r.stdout!r}")
+    # attn version: the version, then the CPU in two lines "cpu: ..."
+    lines = r.stdout.split("\n") if flag == "version" else [r.stdout]
+    check(r.returncode == 0 and (r.stdout == f"attn {want}\n" if flag == "--version" else
+          lines[0] == f"attn {want}" and len(lines) == 4 and lines[3] == ""
+          and all(l.startswith("cpu: ") for l in lines[1:3])), f"attn {flag}: {r.stdout!r}")
 
 text = open(manpage).read()
 check(f'.TH ATTN 1 "" "attn {want}"' in text, "the .TH line carries the version")

@@ -334,7 +334,7 @@ def test_layouts_and_fallbacks():
     with torch.no_grad():
         o = AT.scaled_dot_product_attention(qf, qf, qf)
     check(o.grad_fn is None, "no_grad: plain tensor")
-    # fallbacks: attn_mask (bool, additive), float16, CUDA-less dtypes -> PyTorch
+    # fallbacks: attn_mask (bool, additive) -> PyTorch; float16 runs attn's 16-bit calls
     mask = torch.rand(T, T) > 0.3
     mask.fill_diagonal_(True)
     check(AT.supports(qf, qf, qf, attn_mask=mask) is not None, "attn_mask falls back")
@@ -342,12 +342,12 @@ def test_layouts_and_fallbacks():
         got = AT.scaled_dot_product_attention(qf, qf, qf, attn_mask=m)
         want = AT._pytorch_sdpa(qf, qf, qf, attn_mask=m)
         check(torch.equal(got, want), f"attn_mask {m.dtype}: PyTorch's result")
-    check(AT.supports(qf.half(), qf.half(), qf.half()) is not None, "float16 falls back")
+    check(AT.supports(qf.half(), qf.half(), qf.half()) is None, "float16 runs on attn")
     check(AT.supports(qf, qf, qf) is None, "float32 runs on attn")
     check(AT.supports(qf.double(), qf.double(), qf.double()) is None, "float64 runs on attn")
     check(AT.supports(qf, k1.detach(), k1.detach()) is not None, "other heads without enable_gqa")
     check(AT.supports(qf, qf[:1], qf[:1]) is not None, "batch sizes that differ go to PyTorch")
-    # bfloat16 through flash_attn_func: computed in float32, returned in bfloat16
+    # bfloat16 through flash_attn_func: attn_sdpa_forward_16, returned in bfloat16
     qb = torch.randn(1, 8, 2, 16).bfloat16()
     ob = AT.flash_attn_func(qb, qb, qb, causal=True)
     check(ob.dtype == torch.bfloat16 and err(ob.float(), AT.flash_attn_func(

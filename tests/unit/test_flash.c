@@ -70,7 +70,7 @@ typedef struct flash_case {
     size_t q_rows, kv_rows;      /* token rows of the q/out and k/v buffers */
     size_t n_q, n_k, n_v, n_lse; /* floats of each buffer */
     float *q, *k, *v, *dout, *slopes, *sinks;
-    int32_t cu_q[8], cu_kv[8];
+    int32_t cu_q[16], cu_kv[16]; /* batch + 1 <= 10 */
     uint8_t *bits;
 } flash_case;
 
@@ -115,6 +115,8 @@ static void make_case(flash_case *c, uint64_t *seed, int index) {
         p->kv_heads = 1;
         p->q_heads = 2 + below(seed, 7);
     }
+    if (index % 3 == 1) /* batch x KV heads >= 8: the one-pass backward */
+        p->batch = 8 / p->kv_heads + below(seed, 2);
     p->head_dim = index % 4 == 0 ? 64 : 1 + below(seed, 80);
     p->v_head_dim = p->head_dim;
     bool varlen = chance(seed, 0.25);

@@ -68,18 +68,18 @@ typedef struct flash_shape {
     float cap2, inv_cap2; /* softcap * log2(e) and its inverse; 0: no softcap */
     bool modified;        /* softcap or ALiBi: every tile goes through modify_tile */
     /* Where the scale goes. Plain scores stay raw (q . k, q unscaled) and
-     * the scale enters each exponent by one fma in natural units, the
-     * small difference then taken to base 2: 2^(fma(s, scale, -M) log2 e),
-     * M the row max times scale rounded once. Scaling q (or the score) by
-     * scale log2(e) first would round every score relative to its own
-     * size, and the rounding of that product would scale every score by
-     * 1 + 6e-8: errors that grow with the logits (scores of ~400 lost 7x
-     * PyTorch's accuracy in the backward). Softcap and ALiBi work on
-     * scaled base-2 scores, so their q is scaled (exp_scale = to_base2 = 1). */
-    bool raw;             /* raw scores (below) */
+     * the forward subtracts the row max before scaling: 2^((s - m) c), c =
+     * scale log2(e); lse = m scale + ln l in double. Scaling q (or the
+     * score) first would round every score relative to its own size, an
+     * error that grows with the logits (scores of ~400 lost 7x PyTorch's
+     * accuracy in the backward); here the rounding is relative to s - m,
+     * small where the weights are large. The backward has only lse, so it
+     * takes e^(fma(s, scale, -lse) - lse_lo): the product exact, one
+     * rounding of the small difference. Softcap and ALiBi work on scaled
+     * base-2 scores, so their q is scaled (exp_scale = 1). */
+    bool raw;             /* raw scores (above) */
     float q_scale;        /* q's factor in the tiles: log2_scale or 1 */
-    float exp_scale;      /* the tile scores' factor into the exponent: scale or 1 */
-    float to_base2;       /* the exponent's factor into base 2: log2(e) or 1 */
+    float exp_scale;      /* (s - m)'s factor into base 2: log2_scale or 1 */
 } flash_shape;
 
 static flash_shape flash_shape_of(const attn_attention_problem *p,
@@ -101,8 +101,7 @@ static flash_shape flash_shape_of(const attn_attention_problem *p,
      * (whose logit would be rounded into raw units) */
     f.raw = !f.modified && !p->sinks && f.log2_scale > 0.0f;
     f.q_scale = f.raw ? 1.0f : f.log2_scale;
-    f.exp_scale = f.raw ? p->scale : 1.0f;
-    f.to_base2 = f.raw ? (float)LOG2E : 1.0f;
+    f.exp_scale = f.raw ? f.log2_scale : 1.0f;
     return f;
 }
 
@@ -593,9 +592,9 @@ static void forward_block(void *arg, size_t part, size_t item) {
                 if (c0 == c1) continue; /* all -inf: m, l and o stay as they are */
                 score_cols(qs + g * BR * D + r0 * D, D, D, kt, c0, c1, v_set1(-INFINITY), s);
                 modify_tile(f, &br, slope2, s, r0, j0, NULL);
-                /* online softmax in the tile's units: m_new = max(m, rowmax),
-                 * M = m exp_scale; the running sums and outputs rescale by
-                 * 2^((M - M_new) to_base2), one vector exp2 for the rows */
+                /* online softmax in the tile's units: m_new = max(m, rowmax);
+                 * the running sums and outputs rescale by 2^((m - m_new)
+                 * exp_scale), one vector exp2 for the rows */
                 float m_new[RG], shift[VW > RG ? VW : RG], alpha[VW > RG ? VW : RG];
                 /* every vector, with constant indices (s stays in registers):
                  * an edge tile's vectors outside [c0, c1) are -inf, adding
@@ -608,8 +607,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
                 }
                 for (int r = 0; r < (VW > RG ? VW : RG); r++)
                     shift[r] = r < RG && m_new[r] != -INFINITY
-                                   ? (m_g[r0 + r] * f->exp_scale - m_new[r] * f->exp_scale) *
-                                         f->to_base2
+                                   ? (m_g[r0 + r] - m_new[r]) * f->exp_scale
                                    : 0.0f;
                 for (int r = 0; r < RG; r += VW < RG ? VW : RG) v_store(alpha + r, v_exp2(v_load(shift + r)));
                 for (int r = 0; r < RG; r++) {
@@ -619,10 +617,9 @@ static void forward_block(void *arg, size_t part, size_t item) {
                         memset(p_r, 0, BC * sizeof *p_r);
                         continue;
                     }
-                    vec sum = v_zero(), c = v_set1(f->exp_scale), to_base2 = v_set1(f->to_base2);
-                    vec neg_max = v_set1(-(m_new[r] * f->exp_scale));
+                    vec sum = v_zero(), c = v_set1(f->exp_scale), row_max = v_set1(m_new[r]);
                     for (int v = 0; v < NV; v++) {
-                        vec e = v_exp2(v_mul(v_fma(s[r][v], c, neg_max), to_base2));
+                        vec e = v_exp2(v_mul(v_sub(s[r][v], row_max), c));
                         sum = v_fma(e, v_set1(1.0f), sum);
                         v_store(p_r + v * VW, e);
                     }
@@ -637,9 +634,9 @@ static void forward_block(void *arg, size_t part, size_t item) {
             }
         }
     }
-    /* out = o / l; lse = ln(sum exp(s)) = (M to_base2 + log2 l) / log2(e),
-     * M = m exp_scale as the exponents had it, less the ALiBi row shift; a
-     * row that sees no key: 0, and lse = sink or -inf */
+    /* out = o / l; lse = ln(sum exp(s)): m scale + ln l for raw scores,
+     * else (m + log2 l) / log2(e) less the ALiBi row shift; a row that sees
+     * no key: 0, and lse = sink or -inf */
     for (size_t g = 0; g < nh; g++) {
         size_t h = it.h0 + g;
         double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
@@ -656,10 +653,9 @@ static void forward_block(void *arg, size_t part, size_t item) {
             if (p->lse) {
                 float lse = p->sinks ? p->sinks[h] : -INFINITY, lo = 0.0f;
                 if (seen && l[gr] > 0.0f) {
-                    double to_base2 = f->raw ? LOG2E : 1.0;
-                    double exact = ((double)(m[gr] * f->exp_scale) * to_base2 + log2((double)l[gr])) /
-                                       LOG2E -
-                                   slope * br.near[r];
+                    double exact = f->raw ? (double)m[gr] * p->scale + log((double)l[gr])
+                                          : ((double)m[gr] + log2((double)l[gr])) / LOG2E -
+                                                slope * br.near[r];
                     lse = (float)exact;
                     lo = (float)(exact - (double)lse);
                 }
@@ -719,13 +715,36 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
     }
 }
 
+/* Work items (batch x KV heads) from which the backward runs in one pass
+ * (below), and the most floats of dq a part may then hold. */
+#define ONE_PASS_ITEMS 8
+#define ONE_PASS_DQ_FLOATS ((size_t)1 << 24)
+
+/* Floats of one item's dq sums in the one-pass backward: the group's heads
+ * x its query blocks' rows x Dp; 0 when the two passes run. The choice
+ * depends on the problem alone, never on the threads, so that every
+ * thread count gives the same bits.
+ *   One pass, per (batch, KV head): for each key block, for each query
+ *     block that sees it: P, dP, dS once; dv, dk of the block, and dq of
+ *     the rows summed over the key blocks in order. Five products per tile
+ *     (S, dP, dv, dk, dq), as PyTorch's, but only batch x KV heads items.
+ *   Two passes (A: dk, dv per key block; B: dq per query block) recompute
+ *     S and dP in each: seven products per tile, any number of items. */
+static size_t one_pass_dq_floats(const attn_attention_problem *p) {
+    size_t G = p->q_heads / p->kv_heads, Dp = padded(p->head_dim);
+    size_t rows = (p->q_len + BR - 1) / BR * BR;
+    if (p->batch * p->kv_heads < ONE_PASS_ITEMS || rows > ONE_PASS_DQ_FLOATS / (G * Dp)) return 0;
+    return G * rows * Dp;
+}
+
 /* The per-part scratch of the backward. */
 static size_t backward_workspace(const attn_attention_problem *p) {
     size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p);
     /* per head: qs, dO, dq (BR, Dp), lse2, lse_lo, delta (BR); q (BR, Dp); A,
-     * dS (BR, BC); th (RG, BC); kt, vt (D, BC); kv0, kv1 (BC, Dp); factors (BC) */
+     * dS (BR, BC); th (RG, BC); kt, vt (D, BC); kv0, kv1, kv2 (BC, Dp);
+     * factors (BC); one pass: dq sums */
     return hc * (3 * BR * Dp + 3 * BR) + BR * Dp + 2 * BR * BC + RG * BC + 2 * D * BC +
-           2 * BC * Dp + BC + 2 * VW;
+           3 * BC * Dp + BC + 2 * VW + one_pass_dq_floats(p);
 }
 
 typedef struct backward_job {
@@ -739,7 +758,8 @@ typedef struct backward_job {
 
 typedef struct backward_tiles {
     float *qs, *dO, *dq, *lse2, *lse_lo, *delta; /* per head of the item */
-    float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *factor;
+    float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *kv2, *factor;
+    float *dq_sums; /* one pass: (G, rows, Dp) */
 } backward_tiles;
 
 static backward_tiles tiles_of(const backward_job *job, size_t part) {
@@ -759,7 +779,9 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.vt = t.kt + D * BC;
     t.kv0 = t.vt + D * BC;
     t.kv1 = t.kv0 + BC * Dp;
-    t.factor = t.kv1 + BC * Dp;
+    t.kv2 = t.kv1 + BC * Dp;
+    t.factor = t.kv2 + BC * Dp;
+    t.dq_sums = t.factor + BC + 2 * VW;
     return t;
 }
 
@@ -886,50 +908,88 @@ static void rows_seeing(const flash_shape *f, const attn_attention_seq *seq, siz
     *hi = a;
 }
 
-/* Pass A: one (batch, KV head, key block): dk, dv summed over the group's
- * query heads and the query blocks that see the keys, in a fixed order. */
-static void backward_keys(void *arg, size_t part, size_t item) {
-    const backward_job *job = arg;
+/* dk, dv of the keys [j0, j0 + cols) of (b, kvh), summed over the group's
+ * query heads and the query blocks that see the keys, in a fixed order;
+ * with dq_sums (one pass), also dq_sums[g][i] += dS k for those rows. */
+static void key_block_gradients(const backward_job *job, const backward_tiles *t, size_t b,
+                                size_t kvh, const attn_attention_seq *seq, size_t j0,
+                                float *dq_sums) {
     const flash_shape *f = &job->f;
     const attn_attention_problem *p = f->p;
-    size_t D = f->D, Dp = f->Dp;
-    size_t kb = item % f->k_blocks, rest = item / f->k_blocks;
-    size_t kvh = rest % p->kv_heads, b = rest / p->kv_heads;
-    attn_attention_seq seq = attn_attention_seq_of(p, b);
-    size_t j0 = kb * BC;
-    if (j0 >= seq.kv_len) return; /* past this sequence's keys */
-    size_t cols = min_size(seq.kv_len - j0, BC);
-    backward_tiles t = tiles_of(job, part);
-    float *dk = t.kv0, *dv = t.kv1;
-    pack_keys_transposed(f, b, &seq, kvh, j0, cols, t.kt, t.vt);
+    size_t D = f->D, Dp = f->Dp, cols = min_size(seq->kv_len - j0, BC);
+    size_t rows_pad = f->q_blocks * BR;
+    float *dk = t->kv0, *dv = t->kv1, *kp = t->kv2;
+    pack_keys_transposed(f, b, seq, kvh, j0, cols, t->kt, t->vt);
+    if (dq_sums)
+        pack_rows(p->k + row_at(p->k_strides, b, seq, true, kvh, j0), p->k_strides.t, cols, BC, D,
+                  Dp, 1.0f, kp);
     memset(dk, 0, BC * Dp * sizeof *dk);
     memset(dv, 0, BC * Dp * sizeof *dv);
+    const float ones[RG] = {1.0f, 1.0f, 1.0f, 1.0f};
     size_t i_lo, i_hi;
-    rows_seeing(f, &seq, j0, j0 + cols, &i_lo, &i_hi);
+    rows_seeing(f, seq, j0, j0 + cols, &i_lo, &i_hi);
     block_rows br;
-    for (size_t i0 = i_lo; i0 < i_hi; i0 += BR) {
+    /* query blocks on the grid of BR (one pass: dq_sums' rows) */
+    for (size_t i0 = dq_sums ? i_lo / BR * BR : i_lo; i0 < i_hi; i0 += BR) {
         size_t rows = min_size(i_hi - i0, BR), R = (rows + RG - 1) / RG * RG;
-        rows_of(f, &seq, i0, rows, &br);
+        rows_of(f, seq, i0, rows, &br);
         for (size_t g = 0; g < f->G; g++) {
             size_t h = kvh * f->G + g;
-            pack_queries(job, &t, 0, b, &seq, h, &br, true);
+            pack_queries(job, t, 0, b, seq, h, &br, true);
             /* row groups that see none of the keys are never read */
             for (size_t r0 = 0; r0 < R; r0 += RG) {
                 size_t c0, c1;
                 group_cols(&br, r0, j0, cols, &c0, &c1);
-                if (c0 < c1) gradient_tile(job, &t, 0, b, h, &br, r0, j0, cols, c0, c1);
+                if (c0 == c1) continue;
+                gradient_tile(job, t, 0, b, h, &br, r0, j0, cols, c0, c1);
+                if (dq_sums) /* dq += dS k */
+                    apply_values(dq_sums + (g * rows_pad + i0 + r0) * Dp, Dp, ones,
+                                 t->dS + r0 * BC, c0, c1, kp);
             }
-            accumulate_keys(dv, Dp, t.A, t.dO, &br, j0, cols); /* dv += A^T dO */
-            accumulate_keys(dk, Dp, t.dS, t.q, &br, j0, cols); /* dk += dS^T q  */
+            accumulate_keys(dv, Dp, t->A, t->dO, &br, j0, cols); /* dv += A^T dO */
+            accumulate_keys(dk, Dp, t->dS, t->q, &br, j0, cols); /* dk += dS^T q  */
         }
     }
-    float *dk_out = job->g->dk + row_at(p->k_strides, b, &seq, true, kvh, j0);
-    float *dv_out = job->g->dv + row_at(p->v_strides, b, &seq, true, kvh, j0);
+    float *dk_out = job->g->dk + row_at(p->k_strides, b, seq, true, kvh, j0);
+    float *dv_out = job->g->dv + row_at(p->v_strides, b, seq, true, kvh, j0);
     for (size_t jj = 0; jj < cols; jj++)
         for (size_t d = 0; d < D; d++) {
             dk_out[jj * p->k_strides.t + d] = dk[jj * Dp + d] * p->scale;
             dv_out[jj * p->v_strides.t + d] = dv[jj * Dp + d];
         }
+}
+
+/* Pass A: one (batch, KV head, key block): its dk, dv. */
+static void backward_keys(void *arg, size_t part, size_t item) {
+    const backward_job *job = arg;
+    const attn_attention_problem *p = job->f.p;
+    size_t kb = item % job->f.k_blocks, rest = item / job->f.k_blocks;
+    size_t kvh = rest % p->kv_heads, b = rest / p->kv_heads;
+    attn_attention_seq seq = attn_attention_seq_of(p, b);
+    if (kb * BC >= seq.kv_len) return; /* past this sequence's keys */
+    backward_tiles t = tiles_of(job, part);
+    key_block_gradients(job, &t, b, kvh, &seq, kb * BC, NULL);
+}
+
+/* One pass: one (batch, KV head): dk, dv key block after key block, and
+ * dq of the group's heads summed over them in order. */
+static void backward_heads(void *arg, size_t part, size_t item) {
+    const backward_job *job = arg;
+    const flash_shape *f = &job->f;
+    const attn_attention_problem *p = f->p;
+    size_t kvh = item % p->kv_heads, b = item / p->kv_heads, D = f->D, Dp = f->Dp;
+    size_t rows_pad = f->q_blocks * BR;
+    attn_attention_seq seq = attn_attention_seq_of(p, b);
+    backward_tiles t = tiles_of(job, part);
+    memset(t.dq_sums, 0, f->G * rows_pad * Dp * sizeof *t.dq_sums);
+    for (size_t j0 = 0; j0 < seq.kv_len; j0 += BC)
+        key_block_gradients(job, &t, b, kvh, &seq, j0, t.dq_sums);
+    for (size_t g = 0; g < f->G; g++) {
+        float *dq = job->g->dq + row_at(p->q_strides, b, &seq, false, kvh * f->G + g, 0);
+        for (size_t i = 0; i < seq.q_len; i++)
+            for (size_t d = 0; d < D; d++)
+                dq[i * p->q_strides.t + d] = t.dq_sums[(g * rows_pad + i) * Dp + d] * p->scale;
+    }
 }
 
 /* Pass B: one (batch, KV head, chunk of heads, query block): dq of each
@@ -1027,6 +1087,10 @@ static void flash_backward(size_t threads, const attn_attention_problem *p,
             }
             g->dsinks[h] = (float)-sum;
         }
+    if (one_pass_dq_floats(p)) {
+        attn_parallel_dynamic(threads, p->batch * p->kv_heads, backward_heads, &job);
+        return;
+    }
     attn_parallel_dynamic(threads, p->batch * p->kv_heads * job.f.k_blocks, backward_keys, &job);
     attn_parallel_dynamic(threads, p->batch * p->kv_heads * job.f.chunks * job.f.q_blocks,
                           backward_queries, &job);

@@ -1,0 +1,62 @@
+/*
+ * flash16.h — fused attention on bf16 storage with vdpbf16ps (avx512_bf16):
+ * FlashAttention-2's algorithm as in kernels/flash (flash.h), every product
+ * of two bf16 values summed in float by vdpbf16ps, which takes pairs of
+ * bf16 along the reduction in each 32-bit lane:
+ *
+ *   forward   S = Q K^T          pairs along d:    q rows as stored, K^T packed (D/2, BC)
+ *             O += P V           pairs along keys: P rounded to bf16, V two rows interleaved
+ *   backward  dP = dO V^T        pairs along d:    dO as stored, V^T packed (D/2, BC)
+ *             dV += P^T dO       pairs along rows: P and dO two rows interleaved
+ *             dK += dS^T Q       pairs along rows: dS and Q two rows interleaved
+ *             dQ += dS K         pairs along keys: dS rounded to bf16, K two rows interleaved
+ *
+ * The softmax runs in float on base-2 logits, its exponent an fma of the
+ * raw score: 2^fma(s, c, -M) with c = scale log2 e and M the row's running
+ * max times c, rounded once and used for the row's sum and lse alike, so
+ * that its rounding does not grow with the scores; the backward's P =
+ * 2^(fma(s, scale, -lse) log2 e). P and dS are rounded to bf16 (round to
+ * nearest even) before they multiply V, K, Q (as PyTorch's bf16 SDPA does);
+ * sums stay float; each output is rounded to bf16 once.
+ *
+ * The problem is attention.h's, without dropout, softcap, ALiBi and sinks,
+ * v_head_dim == head_dim and scale >= 0 (sdpa16.c sends the rest to the
+ * float kernels): GQA, every diagonal, sliding windows and packed
+ * variable-length batches are in. The backward is deterministic, as the
+ * float one: pass A per key block (dk, dv), pass B per query block (dq),
+ * each output written by one thread in a fixed order.
+ *
+ * Only call these where attn_flash16_bf16_usable(): this file is compiled
+ * for AVX-512 BF16 and the CPU must run it.
+ */
+#ifndef ATTN_FLASH16_H
+#define ATTN_FLASH16_H
+
+#include "attention/attention.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The 16-bit tensors of a pass, in the problem's strides (p's float
+ * pointers are unused). Forward: q, k, v in, out and lse (may be NULL)
+ * out. Backward: q, k, v, out, lse, dout in, dq, dk, dv out. */
+typedef struct attn_flash16_tensors {
+    const uint16_t *q, *k, *v;
+    uint16_t *out;
+    float *lse;
+    const uint16_t *saved_out, *dout;
+    const float *saved_lse;
+    uint16_t *dq, *dk, *dv;
+} attn_flash16_tensors;
+
+/* Bytes of workspace a pass needs at this thread count (SIZE_MAX when it
+ * overflows: an allocation that then fails). */
+size_t attn_flash16_forward_bytes(const attn_attention_problem *p, size_t threads);
+size_t attn_flash16_backward_bytes(const attn_attention_problem *p, size_t threads);
+/* The passes, on workspace of that size (contents any); they cannot fail. */
+void attn_flash16_forward(size_t threads, const attn_attention_problem *p,
+                          const attn_flash16_tensors *t, void *workspace);
+void attn_flash16_backward(size_t threads, const attn_attention_problem *p,
+                           const attn_flash16_tensors *t, void *workspace);
+
+#endif /* ATTN_FLASH16_H */

@@ -1,0 +1,140 @@
+/*
+ * gemm16.h — the GEMM on 16-bit operands (bf16 or f16, raw bits) with C in
+ * float: attn_gemm_16's kernels. The same loops as the SGEMM (gemm.h: cache
+ * blocks, packed panels, a microkernel, threads over rows or columns of C,
+ * never k), with packing that reads 16-bit elements:
+ *
+ *   - bf16 on AMX, where the process may use it: 32 x 32 tiles, k in steps
+ *     of 32 (bgemm_amx_32x32.c);
+ *   - bf16 on avx512_bf16 (where vdpbf16ps pays: gemm16_config.c): panels
+ *     of bf16 pairs, interleaved along k (bgemm_avx512bf16_14x32.c);
+ *   - otherwise (f16; bf16 elsewhere): elements widened to float while
+ *     packing, into the float panels of an SGEMM kernel set, and its
+ *     microkernel (gemm16_widen.c, gemm16_widen_avx512.c);
+ *   - the reference: widened, summed in double (gemm16_ref.c).
+ *
+ * Every product of two bf16 (8-bit significands) or two f16 (11-bit) is
+ * exact in float, so the fast kernels round only in their float sums.
+ * Results are bitwise identical for any thread count, as the SGEMM's.
+ *
+ * Packed layout of a block kc deep (kc elements of k, padded with zeros to
+ * kp, a multiple of k_unit), width W (MR or NR): panel q (vectors q*W ..
+ * q*W + W - 1) at element q*kp*W, then for step s (k_unit elements of k,
+ * k = s*k_unit + e) and vector i within the panel:
+ *     panel[s*W*k_unit + i*k_unit + e]
+ * k_unit 1 is the SGEMM's layout; k_unit 2 gives each vector a 32-bit pair
+ * (k even, k odd) per step, what vdpbf16ps multiplies.
+ */
+#ifndef ATTN_GEMM16_H
+#define ATTN_GEMM16_H
+
+#include "attn.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+/* c (MR, NR, row stride ldc) = alpha * acc + beta * c, acc the sum over
+ * steps packed steps of a and b (panels, 64-byte aligned), as the SGEMM's
+ * microkernel (gemm.h) does it: beta == 0 writes c without reading it. */
+typedef void attn_gemm16_micro_fn(size_t steps, const void *a, const void *b, float *c,
+                                  size_t ldc, float alpha, float beta);
+
+/* Packs a block kc deep of len vectors (rows of op(A) for pack_a, columns
+ * of op(B) for pack_b) into ceil(len / W) panels, zero-padded to the tile
+ * and along k to the step. src points at the block's op(X)(0, 0), ld its
+ * stored row stride, trans says X is stored transposed. */
+typedef void attn_gemm16_pack_fn(attn_dtype dtype, size_t kc, size_t len, const uint16_t *src,
+                                 size_t ld, bool trans, void *dst);
+
+/* A 16-bit kernel set: microkernel, packing, tile, cache blocks. */
+typedef struct attn_gemm16_kernel {
+    const char *name;    /* operation, architecture and tile */
+    attn_kernels isa;    /* the instruction set it needs (and see bf16_only) */
+    bool bf16_only;      /* takes bf16 alone and needs avx512_bf16 */
+    size_t mr, nr;       /* tile */
+    size_t mc, kc, nc;   /* cache blocks (elements of k): kc % k_unit == 0 */
+    size_t shared_max;   /* packed elements of the shared operand at once */
+    size_t k_unit;       /* elements of k per packed step: 2 (bf16 pairs) or 1 */
+    size_t packed_bytes; /* bytes of a packed element: 2 (bf16) or 4 (float) */
+    attn_gemm16_micro_fn *micro;
+    attn_gemm16_pack_fn *pack_a, *pack_b;
+} attn_gemm16_kernel;
+
+/* The fast kernel set for dtype on kernels (PORTABLE, AVX2, AVX512): on
+ * AVX512 for bf16, the vdpbf16ps one where the CPU runs it faster than the
+ * widened float kernel (gemm16_config.c); NULL for REFERENCE (and AUTO). */
+const attn_gemm16_kernel *attn_gemm16_kernel_for(attn_kernels kernels, attn_dtype dtype);
+
+/* The vdpbf16ps kernel set (bf16 only) wherever the CPU can run it, fast or
+ * not (for the tests and benchmarks); NULL elsewhere. */
+const attn_gemm16_kernel *attn_gemm16_bf16_dot_kernel(void);
+/* The AMX kernel set (bf16 only) where this process may use AMX now;
+ * NULL elsewhere. */
+const attn_gemm16_kernel *attn_gemm16_bf16_amx_kernel(void);
+
+/* Bytes of workspace attn_gemm16_run needs (64-byte aligned), 0 on
+ * overflow. */
+size_t attn_gemm16_workspace(const attn_gemm16_kernel *uk, size_t threads, size_t m, size_t n,
+                             size_t k);
+
+/* The threads a call of these sizes runs on (at most threads). */
+size_t attn_gemm16_parts(const attn_gemm16_kernel *uk, size_t threads, size_t m, size_t n,
+                         size_t k);
+
+/* C (m, n) = alpha op(A) op(B) + beta C on the caller's workspace (64-byte
+ * aligned, attn_gemm16_workspace bytes); threads 0 or 1: the caller only. */
+void attn_gemm16_run(const attn_gemm16_kernel *uk, size_t threads, attn_dtype dtype, bool trans_a,
+                     bool trans_b, size_t m, size_t n, size_t k, float alpha, const uint16_t *a,
+                     size_t lda, const uint16_t *b, size_t ldb, float beta, float *c, size_t ldc,
+                     void *workspace);
+
+/* The reference: widened to float, summed in double (k ascending), rounded
+ * once: c = (float)(alpha * sum + beta * c); beta == 0 never reads c. */
+void attn_gemm16_ref(size_t threads, attn_dtype dtype, bool trans_a, bool trans_b, size_t m,
+                     size_t n, size_t k, float alpha, const uint16_t *a, size_t lda,
+                     const uint16_t *b, size_t ldb, float beta, float *c, size_t ldc);
+
+/* ---- 16-bit to float, exactly ----------------------------------------------- */
+
+/* bf16 is the top half of a float32. */
+static inline float attn_bf16_to_float(uint16_t h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* IEEE binary16: subnormals, infinities and NaNs included. */
+static inline float attn_f16_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu,
+             mantissa = h & 0x3ffu, bits;
+    if (exponent == 0x1f) {
+        bits = sign | 0x7f800000u | (mantissa << 13);
+    } else if (exponent != 0) {
+        bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
+    } else {
+        /* zero or subnormal: mantissa * 2^-24, exact in float */
+        float v = (float)mantissa * 0x1p-24f;
+        memcpy(&bits, &v, sizeof bits);
+        bits |= sign;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+static inline float attn_half_to_float(attn_dtype dtype, uint16_t h) {
+    return dtype == ATTN_DTYPE_BF16 ? attn_bf16_to_float(h) : attn_f16_to_float(h);
+}
+
+/* The kernel sets' parts, defined in one file each. */
+attn_gemm16_pack_fn attn_gemm16_widen_4_pack_a, attn_gemm16_widen_8_pack_b;
+attn_gemm16_pack_fn attn_gemm16_widen_6_pack_a, attn_gemm16_widen_16_pack_b;
+attn_gemm16_pack_fn attn_gemm16_widen_avx512_14_pack_a, attn_gemm16_widen_avx512_32_pack_b;
+attn_gemm16_micro_fn attn_bgemm_avx512bf16_14x32, attn_bgemm_amx_32x32;
+attn_gemm16_pack_fn attn_bgemm_amx_32x32_pack_a, attn_bgemm_amx_32x32_pack_b;
+attn_gemm16_pack_fn attn_bgemm_avx512bf16_14x32_pack_a, attn_bgemm_avx512bf16_14x32_pack_b;
+
+#endif /* ATTN_GEMM16_H */

@@ -1,0 +1,138 @@
+/*
+ * gemm16_config.c — the 16-bit kernel sets (gemm16.h) and which one a call
+ * takes. For bf16 where the ctx runs AVX-512: AMX tiles where the process
+ * may use them (the application asked Linux for them), else vdpbf16ps
+ * where the CPU has it at a rate that pays (below); otherwise, and for
+ * f16, the SGEMM's kernel set of the ctx's instruction set on widened
+ * panels, with the SGEMM's blocks (gemm_config.c) counted in elements of k.
+ *
+ * The bf16 blocks hold half the bytes of the float ones at the same kc:
+ * at kc = 384 (192 pairs) the 14-row A micro-panel is 10.5 KiB, each
+ * 32-column B micro-panel 24 KiB (L1d), and a B block of nc = 1024 columns
+ * 768 KiB (L2).
+ */
+#include "cpu_info.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm16.h"
+
+#define SHARED_MAX ((size_t)1 << 22)
+
+/* The SGEMM microkernels, on widened float panels. */
+static void widened_portable(size_t steps, const void *a, const void *b, float *c, size_t ldc,
+                             float alpha, float beta) {
+    attn_sgemm_portable_4x8(steps, a, b, c, ldc, alpha, beta);
+}
+
+static const attn_gemm16_kernel widened_portable_kernel = {
+    .name = "gemm16_widened_portable_4x8", .isa = ATTN_KERNELS_PORTABLE,
+    .mr = 4, .nr = 8, .mc = 1024, .kc = 256, .nc = 512, .shared_max = SHARED_MAX,
+    .k_unit = 1, .packed_bytes = sizeof(float), .micro = widened_portable,
+    .pack_a = attn_gemm16_widen_4_pack_a, .pack_b = attn_gemm16_widen_8_pack_b,
+};
+
+#if defined(ATTN_HAVE_X86_KERNELS)
+static void widened_avx2(size_t steps, const void *a, const void *b, float *c, size_t ldc,
+                         float alpha, float beta) {
+    attn_sgemm_avx2_6x16(steps, a, b, c, ldc, alpha, beta);
+}
+
+static void widened_avx512(size_t steps, const void *a, const void *b, float *c, size_t ldc,
+                           float alpha, float beta) {
+    attn_sgemm_avx512_14x32(steps, a, b, c, ldc, alpha, beta);
+}
+
+static const attn_gemm16_kernel widened_avx2_kernel = {
+    .name = "gemm16_widened_avx2_6x16", .isa = ATTN_KERNELS_AVX2,
+    .mr = 6, .nr = 16, .mc = 1020, .kc = 384, .nc = 512, .shared_max = SHARED_MAX,
+    .k_unit = 1, .packed_bytes = sizeof(float), .micro = widened_avx2,
+    .pack_a = attn_gemm16_widen_6_pack_a, .pack_b = attn_gemm16_widen_16_pack_b,
+};
+
+static const attn_gemm16_kernel widened_avx512_kernel = {
+    .name = "gemm16_widened_avx512_14x32", .isa = ATTN_KERNELS_AVX512,
+    .mr = 14, .nr = 32, .mc = 1008, .kc = 384, .nc = 512, .shared_max = SHARED_MAX,
+    .k_unit = 1, .packed_bytes = sizeof(float), .micro = widened_avx512,
+    .pack_a = attn_gemm16_widen_avx512_14_pack_a, .pack_b = attn_gemm16_widen_avx512_32_pack_b,
+};
+
+static const attn_gemm16_kernel bf16_avx512_kernel = {
+    .name = "bgemm_avx512bf16_14x32", .isa = ATTN_KERNELS_AVX512, .bf16_only = true,
+    .mr = 14, .nr = 32, .mc = 1008, .kc = 384, .nc = 1024, .shared_max = SHARED_MAX,
+    .k_unit = 2, .packed_bytes = sizeof(uint16_t), .micro = attn_bgemm_avx512bf16_14x32,
+    .pack_a = attn_bgemm_avx512bf16_14x32_pack_a, .pack_b = attn_bgemm_avx512bf16_14x32_pack_b,
+};
+
+/* AMX: 32 x 32 tiles, k in steps of 32. kc = 1024 (micro-panels of 64
+ * KiB, which the tile loads stream from L2; a B block of 2 MiB): on the
+ * Sapphire Rapids-class Xeon, 1 thread, kc 256 / 512 / 1024 / 2048 gave
+ * 500 / 597 / 573 / 554 GFLOP/s at 2048^3 and 506 / 535 / 673 / 640 on
+ * GPT-2's c_attn (1024 x 2304 x 768): one C pass per 768-deep projection. */
+static const attn_gemm16_kernel bf16_amx_kernel = {
+    .name = "bgemm_amx_32x32", .isa = ATTN_KERNELS_AVX512, .bf16_only = true,
+    .mr = 32, .nr = 32, .mc = 1024, .kc = 1024, .nc = 1024, .shared_max = SHARED_MAX,
+    .k_unit = 32, .packed_bytes = sizeof(uint16_t), .micro = attn_bgemm_amx_32x32,
+    .pack_a = attn_bgemm_amx_32x32_pack_a, .pack_b = attn_bgemm_amx_32x32_pack_b,
+};
+
+/* The bf16 kernel needs vdpbf16ps and the 16-bit shuffles of AVX-512BW. */
+static bool cpu_has_avx512_bf16(void) {
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+}
+
+/*
+ * Whether vdpbf16ps outruns the float FMA here. On Zen 4 it issues at the
+ * FMA's rate with twice the products (2x the float kernel's peak); on the
+ * Sapphire Rapids-class Xeon of this project (KVM) it ran at 0.58x the
+ * float microkernel's GFLOP/s (59 vs 102, same panels in L1), and bf16 at
+ * 2048^3 ran 102-108 GFLOP/s on it against 153-165 widened (1 thread):
+ * there the widened path is the faster one (Intel's fast bf16 is AMX).
+ */
+static bool bf16_dot_pays(void) {
+    return cpu_has_avx512_bf16() && !__builtin_cpu_is("intel");
+}
+
+/* AMX also packs B with the vdpbf16ps kernel's AVX-512BW code. */
+static bool amx_usable(void) {
+    return attn_cpu_amx_bf16_usable() && cpu_has_avx512_bf16() &&
+           attn_kernels_supported(ATTN_KERNELS_AVX512);
+}
+#endif
+
+const attn_gemm16_kernel *attn_gemm16_bf16_amx_kernel(void) {
+#if defined(ATTN_HAVE_X86_KERNELS)
+    return amx_usable() ? &bf16_amx_kernel : NULL;
+#else
+    return NULL;
+#endif
+}
+
+const attn_gemm16_kernel *attn_gemm16_bf16_dot_kernel(void) {
+#if defined(ATTN_HAVE_X86_KERNELS)
+    return cpu_has_avx512_bf16() && attn_kernels_supported(ATTN_KERNELS_AVX512)
+               ? &bf16_avx512_kernel : NULL;
+#else
+    return NULL;
+#endif
+}
+
+const attn_gemm16_kernel *attn_gemm16_kernel_for(attn_kernels kernels, attn_dtype dtype) {
+    switch (kernels) {
+    case ATTN_KERNELS_PORTABLE: return &widened_portable_kernel;
+#if defined(ATTN_HAVE_X86_KERNELS)
+    case ATTN_KERNELS_AVX2: return &widened_avx2_kernel;
+    case ATTN_KERNELS_AVX512:
+        if (dtype != ATTN_DTYPE_BF16) return &widened_avx512_kernel;
+        return amx_usable() ? &bf16_amx_kernel
+               : bf16_dot_pays() ? &bf16_avx512_kernel : &widened_avx512_kernel;
+#else
+    case ATTN_KERNELS_AVX2:
+    case ATTN_KERNELS_AVX512:
+        return NULL;
+#endif
+    case ATTN_KERNELS_AUTO:
+    case ATTN_KERNELS_REFERENCE:
+        return NULL;
+    }
+    (void)dtype;
+    return NULL;
+}

@@ -1,0 +1,357 @@
+/* sdpa16.c — scaled dot-product attention on 16-bit storage (bf16, f16):
+ * attn_sdpa_forward_16 / attn_sdpa_backward_16.
+ *
+ * Two paths, one contract (attn.h):
+ *   - bf16 on a CPU with avx512_bf16 (and a ctx on the AVX-512 kernels):
+ *     the fused bf16 kernels (kernels/flash16), where the problem is theirs
+ *     (no dropout, softcap, ALiBi or sinks; v_head_dim == head_dim; scale
+ *     >= 0) and its values are finite and small enough for float tiles;
+ *   - everything else: the tensors widened to float (exactly), the float
+ *     attention of sdpa.c on them (every feature), each output rounded to
+ *     the dtype once (to nearest even; NaN stays NaN).
+ */
+#include "internal.h"
+#include "ops/sdpa_internal.h"
+#include "rng/dropout.h"
+#if defined(ATTN_HAVE_X86_KERNELS)
+#include "kernels/flash16/flash16.h"
+#endif
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+/* ---- element conversions ----------------------------------------------------- */
+
+static float bits_float(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+static uint32_t float_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+/* bf16: the top half of a float32. */
+static float bf16_to_float(uint16_t h) { return bits_float((uint32_t)h << 16); }
+
+/* Rounded to nearest even; NaN stays NaN (quieted), inf stays inf. */
+static uint16_t float_to_bf16(float x) {
+    uint32_t u = float_bits(x);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/* IEEE binary16: 1 sign, 5 exponent (bias 15), 10 fraction bits. */
+static float f16_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
+    if (e == 0) { /* zero or subnormal: m 2^-24, exact in float */
+        float x = (float)m * 0x1p-24f;
+        return sign ? -x : x;
+    }
+    if (e == 31) return bits_float(sign | 0x7F800000u | m << 13); /* inf, NaN */
+    return bits_float(sign | (e + 112) << 23 | m << 13);
+}
+
+static uint16_t float_to_f16(float x) {
+    uint32_t u = float_bits(x), sign = (u >> 16) & 0x8000u;
+    u &= 0x7FFFFFFFu;
+    if (u > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((u >> 13) & 0x3FFu)); /* NaN */
+    if (u >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* from 65520 (a tie to 2^16) up: inf */
+    if (u < 0x38800000u) { /* below 2^-14: a subnormal, n 2^-24, n rounded to even */
+        float scaled = bits_float(u) * 0x1p24f; /* exact, < 1024 */
+        uint32_t n = (uint32_t)scaled;
+        float rest = scaled - (float)n;
+        if (rest > 0.5f || (rest == 0.5f && (n & 1u))) n++;
+        return (uint16_t)(sign | n);
+    }
+    u += 0x0FFFu + ((u >> 13) & 1u); /* to nearest even at the 13 bits dropped */
+    return (uint16_t)(sign | (u - (112u << 23)) >> 13);
+}
+
+static float widen(attn_dtype dtype, uint16_t h) {
+    return dtype == ATTN_DTYPE_BF16 ? bf16_to_float(h) : f16_to_float(h);
+}
+
+static uint16_t narrow(attn_dtype dtype, float x) {
+    return dtype == ATTN_DTYPE_BF16 ? float_to_bf16(x) : float_to_f16(x);
+}
+
+/* ---- views: the (b, t, h) rows of a tensor ----------------------------------- */
+
+/* Which of a problem's views: q-side rows (q, out) or k-side (k, v). */
+typedef struct view16 {
+    attn_view_strides st;
+    bool keys;
+    size_t heads, width;
+} view16;
+
+/* Copies every row of view from (16-bit, strides from) to (float, to_st)
+ * widened, or back (float to 16-bit) rounded when !widening. */
+static void copy_view(const attn_attention_problem *p, attn_dtype dtype, view16 from,
+                      attn_view_strides to_st, const void *src, void *dst, bool widening) {
+    for (size_t b = 0; b < p->batch; b++) {
+        attn_attention_seq s = attn_attention_seq_of(p, b);
+        size_t start = from.keys ? s.kv_start : s.q_start, len = from.keys ? s.kv_len : s.q_len;
+        for (size_t i = 0; i < len; i++)
+            for (size_t h = 0; h < from.heads; h++) {
+                size_t a = attn_view_offset(from.st, b, start, h, i);
+                size_t z = attn_view_offset(to_st, b, start, h, i);
+                if (widening) {
+                    const uint16_t *x = (const uint16_t *)src + a;
+                    float *y = (float *)dst + z;
+                    for (size_t d = 0; d < from.width; d++) y[d] = widen(dtype, x[d]);
+                } else {
+                    const float *x = (const float *)src + z;
+                    uint16_t *y = (uint16_t *)dst + a;
+                    for (size_t d = 0; d < from.width; d++) y[d] = narrow(dtype, x[d]);
+                }
+            }
+    }
+}
+
+static view16 q_view(const attn_attention_problem *p) {
+    return (view16){p->q_strides, false, p->q_heads, p->head_dim};
+}
+static view16 k_view(const attn_attention_problem *p) {
+    return (view16){p->k_strides, true, p->kv_heads, p->head_dim};
+}
+static view16 v_view(const attn_attention_problem *p) {
+    return (view16){p->v_strides, true, p->kv_heads, p->v_head_dim};
+}
+static view16 out_view(const attn_attention_problem *p) {
+    return (view16){p->out_strides, false, p->q_heads, p->v_head_dim};
+}
+
+/* Elements of a contiguous copy of a view: (B, T, H, width), or (total,
+ * H, width) packed (the sizes attn_attention_check has bounded). */
+static size_t view_elements(const attn_attention_problem *p, view16 v) {
+    size_t tokens = v.keys ? p->kv_len : p->q_len;
+    if (p->cu_seqlens_q)
+        tokens = (size_t)(v.keys ? p->cu_seqlens_kv[p->batch] : p->cu_seqlens_q[p->batch]);
+    else
+        tokens *= p->batch;
+    return tokens * v.heads * v.width;
+}
+
+/* ---- the widened path ---------------------------------------------------------- */
+
+/* cfg with the contiguous layout: the float problem on widened copies. */
+static attn_sdpa_config contiguous(const attn_sdpa_config *cfg) {
+    attn_sdpa_config c = *cfg;
+    memset(c.q_strides, 0, sizeof c.q_strides);
+    memset(c.kv_strides, 0, sizeof c.kv_strides);
+    memset(c.v_strides, 0, sizeof c.v_strides);
+    memset(c.out_strides, 0, sizeof c.out_strides);
+    return c;
+}
+
+/* Float buffers of n[i] elements each, in one allocation; NULL (and a
+ * message) when out of memory. */
+static float *alloc_buffers(attn_ctx *ctx, const char *fn, const size_t *n, size_t count,
+                            float **bufs) {
+    size_t total = 0;
+    bool fits = true;
+    for (size_t i = 0; i < count; i++) fits = fits && attn_add_size(total, n[i], &total);
+    float *all = fits ? attn_alloc_floats(total) : NULL;
+    if (!all) {
+        attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu floats for the widened tensors",
+                  fn, total);
+        return NULL;
+    }
+    for (size_t i = 0, at = 0; i < count; at += n[i], i++) bufs[i] = all + at;
+    return all;
+}
+
+static attn_status forward_widened(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
+                                   attn_dtype dtype, const attn_attention_problem *p,
+                                   const void *q, const void *k, const void *v, void *out,
+                                   float *lse, attn_rng *rng, attn_sdpa_dropout *drawn) {
+    view16 views[4] = {q_view(p), k_view(p), v_view(p), out_view(p)};
+    size_t n[4];
+    float *f[4];
+    for (int i = 0; i < 4; i++) n[i] = view_elements(p, views[i]);
+    float *all = alloc_buffers(ctx, fn, n, 4, f);
+    if (!all) return ATTN_ERR_NO_MEMORY;
+    attn_sdpa_config c = contiguous(cfg);
+    attn_attention_problem pf = attn_sdpa_problem_of(&c, f[0], f[1], f[2], f[3], lse);
+    /* memory first: a failure must not have advanced the rng */
+    size_t bytes = attn_attention_forward_bytes(ctx, &pf, false, false);
+    void *workspace = attn_calloc(1, bytes);
+    if (!workspace) {
+        attn_free(all);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                         "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
+    }
+    copy_view(p, dtype, views[0], pf.q_strides, q, f[0], true);
+    copy_view(p, dtype, views[1], pf.k_strides, k, f[1], true);
+    copy_view(p, dtype, views[2], pf.v_strides, v, f[2], true);
+    attn_dropout_stream stream, *dropout = NULL;
+    if (cfg->dropout > 0.0) {
+        attn_dropout_stream_begin(&stream, rng, cfg->dropout,
+                                  cfg->batch * cfg->heads * cfg->q_tokens * cfg->kv_tokens);
+        *drawn = (attn_sdpa_dropout){stream.philox_seed, stream.philox_offset};
+        dropout = &stream;
+    }
+    attn_status st = attn_attention_forward(ctx, fn, &pf, dropout, NULL, NULL, NULL, workspace);
+    if (st == ATTN_OK) copy_view(p, dtype, views[3], pf.out_strides, f[3], out, false);
+    attn_free(workspace);
+    attn_free(all);
+    return st;
+}
+
+static attn_status backward_widened(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
+                                    attn_dtype dtype, const attn_attention_problem *p,
+                                    const void *const in[5], const float *lse, void *dq, void *dk,
+                                    void *dv, const attn_sdpa_dropout *drawn) {
+    /* q, k, v, out, dout; then dq, dk, dv */
+    view16 views[8] = {q_view(p), k_view(p), v_view(p), out_view(p), out_view(p),
+                       q_view(p), k_view(p), v_view(p)};
+    size_t n[8];
+    float *f[8];
+    for (int i = 0; i < 8; i++) n[i] = view_elements(p, views[i]);
+    float *all = alloc_buffers(ctx, fn, n, 8, f);
+    if (!all) return ATTN_ERR_NO_MEMORY;
+    attn_sdpa_config c = contiguous(cfg);
+    attn_attention_problem pf = attn_sdpa_problem_of(&c, f[0], f[1], f[2], f[3], (float *)lse);
+    attn_view_strides to[5] = {pf.q_strides, pf.k_strides, pf.v_strides, pf.out_strides,
+                               pf.out_strides};
+    for (int i = 0; i < 5; i++) copy_view(p, dtype, views[i], to[i], in[i], f[i], true);
+    attn_attention_dropout drop = attn_sdpa_drop_of(cfg, drawn);
+    attn_attention_grads g = {.dout = f[4], .dq = f[5], .dk = f[6], .dv = f[7],
+                              .dsinks = cfg->sinks ? cfg->sinks_grad : NULL};
+    attn_status st = attn_attention_backward(ctx, fn, &pf, &drop, &g, NULL);
+    if (st == ATTN_OK) {
+        copy_view(p, dtype, views[5], pf.q_strides, f[5], dq, false);
+        copy_view(p, dtype, views[6], pf.k_strides, f[6], dk, false);
+        copy_view(p, dtype, views[7], pf.v_strides, f[7], dv, false);
+    }
+    attn_free(all);
+    return st;
+}
+
+/* ---- the bf16 kernels: when they take a problem -------------------------------- */
+
+#if defined(ATTN_HAVE_X86_KERNELS)
+/* The CPU runs vdpbf16ps (and the AVX-512BW permutes beside it). */
+static bool bf16_kernels_usable(const attn_ctx *ctx) {
+    return ctx->kernels == ATTN_KERNELS_AVX512 && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+}
+
+/* The largest |x| over a view's rows (bf16 bits), or false when some
+ * element is inf or NaN. */
+static bool view_max_abs(const attn_attention_problem *p, view16 v, const uint16_t *x,
+                         float *top) {
+    uint16_t largest = 0;
+    for (size_t b = 0; b < p->batch; b++) {
+        attn_attention_seq s = attn_attention_seq_of(p, b);
+        size_t start = v.keys ? s.kv_start : s.q_start, len = v.keys ? s.kv_len : s.q_len;
+        for (size_t i = 0; i < len; i++)
+            for (size_t h = 0; h < v.heads; h++) {
+                const uint16_t *row = x + attn_view_offset(v.st, b, start, h, i);
+                uint16_t m = 0;
+                for (size_t d = 0; d < v.width; d++) {
+                    uint16_t a = row[d] & 0x7FFFu; /* magnitudes order as their bits */
+                    m = a > m ? a : m;
+                }
+                if (m >= 0x7F80u) return false;
+                largest = m > largest ? m : largest;
+            }
+    }
+    *top = bf16_to_float(largest);
+    return true;
+}
+
+/* Whether the bf16 kernels take p on these values (dout: the backward's,
+ * or NULL): the features they have, and scores, sums and dP that float
+ * tiles hold (as the float kernels' own scan, attention/fused.c). */
+static bool bf16_kernels_take(const attn_ctx *ctx, const attn_sdpa_config *cfg,
+                              const attn_attention_problem *p, const uint16_t *q,
+                              const uint16_t *k, const uint16_t *v, const uint16_t *dout) {
+    if (!bf16_kernels_usable(ctx) || cfg->dropout > 0.0 || p->softcap > 0.0f ||
+        p->alibi_slopes || p->sinks || p->v_head_dim != p->head_dim || !(p->scale >= 0.0f))
+        return false;
+    float qm, km, vm, dm = 0.0f;
+    if (!view_max_abs(p, q_view(p), q, &qm) || !view_max_abs(p, k_view(p), k, &km) ||
+        !view_max_abs(p, v_view(p), v, &vm) || (dout && !view_max_abs(p, out_view(p), dout, &dm)))
+        return false;
+    double D = (double)p->head_dim, S = (double)p->kv_len, limit = FLT_MAX / 16.0;
+    double raw = 1.4426950408889634 * (double)p->scale * D * qm * km;
+    return !(raw >= limit || S * vm >= limit || D * dm * vm >= limit || S * dm >= limit);
+}
+#endif
+
+/* ---- the entry points ------------------------------------------------------------ */
+
+static attn_status check_dtype(attn_ctx *ctx, const char *fn, attn_dtype dtype) {
+    if (dtype == ATTN_DTYPE_BF16 || dtype == ATTN_DTYPE_F16) return ATTN_OK;
+    return attn_fail(ctx, ATTN_ERR_INVALID, "%s: dtype (%s, %d) must be BF16, F16 or F32", fn,
+                     attn_dtype_name(dtype), (int)dtype);
+}
+
+attn_status attn_sdpa_forward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, attn_dtype dtype,
+                                 const void *q, const void *k, const void *v, void *out,
+                                 float *lse, attn_rng *rng, attn_sdpa_dropout *drawn) {
+    const char *fn = "attn_sdpa_forward_16";
+    if (!ctx) return ATTN_ERR_NULL;
+    if (dtype == ATTN_DTYPE_F32)
+        return attn_sdpa_forward(ctx, cfg, q, k, v, out, lse, rng, drawn);
+    attn_status st = attn_sdpa_check_forward_args(ctx, fn, cfg, q, k, v, out, rng, drawn);
+    if (st != ATTN_OK || (st = check_dtype(ctx, fn, dtype)) != ATTN_OK) return st;
+    attn_attention_problem p = attn_sdpa_problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
+    if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
+#if defined(ATTN_HAVE_X86_KERNELS)
+    if (dtype == ATTN_DTYPE_BF16 && bf16_kernels_take(ctx, cfg, &p, q, k, v, NULL)) {
+        size_t bytes = attn_flash16_forward_bytes(&p, ctx->num_threads);
+        void *workspace = attn_malloc(bytes);
+        if (!workspace)
+            return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                             "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
+        attn_flash16_tensors t = {.q = q, .k = k, .v = v, .out = out, .lse = lse};
+        attn_flash16_forward(ctx->num_threads, &p, &t, workspace);
+        attn_free(workspace);
+        return ATTN_OK;
+    }
+#endif
+    return forward_widened(ctx, fn, cfg, dtype, &p, q, k, v, out, lse, rng, drawn);
+}
+
+attn_status attn_sdpa_backward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, attn_dtype dtype,
+                                  const void *q, const void *k, const void *v, const void *out,
+                                  const float *lse, const void *dout, void *dq, void *dk,
+                                  void *dv, const attn_sdpa_dropout *drawn) {
+    const char *fn = "attn_sdpa_backward_16";
+    if (!ctx) return ATTN_ERR_NULL;
+    if (dtype == ATTN_DTYPE_F32)
+        return attn_sdpa_backward(ctx, cfg, q, k, v, out, lse, dout, dq, dk, dv, drawn);
+    attn_clear_error(ctx);
+    attn_status st = attn_sdpa_check_config(ctx, fn, cfg);
+    if (st != ATTN_OK) return st;
+    const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
+    if ((st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn)) != ATTN_OK ||
+        (st = check_dtype(ctx, fn, dtype)) != ATTN_OK)
+        return st;
+    attn_attention_problem p = attn_sdpa_problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
+    if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
+#if defined(ATTN_HAVE_X86_KERNELS)
+    if (dtype == ATTN_DTYPE_BF16 && bf16_kernels_take(ctx, cfg, &p, q, k, v, dout)) {
+        size_t bytes = attn_flash16_backward_bytes(&p, ctx->num_threads);
+        void *workspace = attn_malloc(bytes);
+        if (!workspace)
+            return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                             "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
+        attn_flash16_tensors t = {.q = q, .k = k, .v = v, .saved_out = out, .saved_lse = lse,
+                                  .dout = dout, .dq = dq, .dk = dk, .dv = dv};
+        attn_flash16_backward(ctx->num_threads, &p, &t, workspace);
+        attn_free(workspace);
+        return ATTN_OK;
+    }
+#endif
+    const void *in[5] = {q, k, v, out, dout};
+    return backward_widened(ctx, fn, cfg, dtype, &p, in, lse, dq, dk, dv, drawn);
+}

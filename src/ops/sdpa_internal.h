@@ -1,0 +1,35 @@
+/*
+ * sdpa_internal.h — what the float attn_sdpa_* calls (sdpa.c) share with
+ * their 16-bit storage variants (sdpa16.c): the public config read into the
+ * attention contract's problem, and the argument checks, so that both name
+ * the same wrong values the same way.
+ */
+#ifndef ATTN_OPS_SDPA_INTERNAL_H
+#define ATTN_OPS_SDPA_INTERNAL_H
+
+#include "attention/attention.h"
+
+/* The problem cfg describes, on these float tensors (NULL for a problem
+ * used for its geometry only). */
+attn_attention_problem attn_sdpa_problem_of(const attn_sdpa_config *c, const float *q,
+                                            const float *k, const float *v, float *out,
+                                            float *lse);
+/* The config's own fields (what attn_attention_check does not check). */
+attn_status attn_sdpa_check_config(attn_ctx *ctx, const char *fn, const attn_sdpa_config *c);
+/* A forward's first checks: ctx (clears its error), the config, the
+ * tensors, the dropout's rng and record. */
+attn_status attn_sdpa_check_forward_args(attn_ctx *ctx, const char *fn,
+                                         const attn_sdpa_config *cfg, const void *q,
+                                         const void *k, const void *v, const void *out,
+                                         attn_rng *rng, const attn_sdpa_dropout *drawn);
+/* A backward's tensors (q, k, v, out, lse, dout, dq, dk, dv, in that
+ * order), sinks_grad and the forward's dropout record. */
+attn_status attn_sdpa_check_backward_args(attn_ctx *ctx, const char *fn,
+                                          const attn_sdpa_config *cfg,
+                                          const void *const tensors[9],
+                                          const attn_sdpa_dropout *drawn);
+/* The dropout a backward redraws: the forward's Philox record. */
+attn_attention_dropout attn_sdpa_drop_of(const attn_sdpa_config *c,
+                                         const attn_sdpa_dropout *drawn);
+
+#endif /* ATTN_OPS_SDPA_INTERNAL_H */

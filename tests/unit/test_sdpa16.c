@@ -1,0 +1,511 @@
+/*
+ * test_sdpa16.c — attn_sdpa_forward_16 / attn_sdpa_backward_16 (bf16 and
+ * f16 storage) against the exact attention of their inputs.
+ *
+ * For each case, random bf16 q, k, v, dout (uniform in [-amp, amp], then
+ * rounded) are widened to double and run through attn_sdpa_*_f64: the
+ * float64 truth for these very inputs. Then
+ *   - the widened path (a ctx on the portable kernels: the tensors widened
+ *     to float, the float attention, each output rounded once) must equal,
+ *     bit for bit, the float calls on the widened tensors rounded by this
+ *     file's own round-to-nearest-even (the conversions);
+ *   - the fast path (a ctx on the AVX-512 kernels; vdpbf16ps where the CPU
+ *     has avx512_bf16) must be within 2.5x the widened path's error vs the
+ *     truth (relative L2 over each tensor: out, dq, dk, dv), plus 1e-4; its
+ *     lse within 2e-3 (1 + |lse|); on an avx512_bf16 CPU it must differ
+ *     from the widened path somewhere (else the kernel did not run);
+ *   - 1, 2 and 3 threads give the same bits;
+ * over shapes with odd lengths, head_dim 64/128/80/33, GQA, causal with
+ * every alignment, windows, packed varlen batches, padded strides and
+ * large scores (q, k up to 24: scaled scores in the hundreds). f16 and the
+ * features the bf16 kernels leave to the widened path (dropout, softcap,
+ * ALiBi, sinks, NaN inputs) are checked bitwise against the float calls.
+ * Then the argument errors, with the values named.
+ *
+ * Fresh random inputs each run: the seed is printed; argv[1] replays it.
+ */
+#include "attn.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double uniform(uint64_t *s) { return (double)(splitmix(s) >> 11) * 0x1p-53 * 2.0 - 1.0; }
+
+/* ---- this file's own conversions (independent of the library's) ---- */
+
+static float from_bits(uint32_t u) {
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+static uint32_t to_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return u;
+}
+static float bf16_value(uint16_t h) { return from_bits((uint32_t)h << 16); }
+static uint16_t bf16_round(float x) {
+    if (isnan(x)) return (uint16_t)((to_bits(x) >> 16) | 0x40u);
+    uint32_t u = to_bits(x);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+/* f16 through double: exact arithmetic on the value. */
+static float f16_value(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(1024 + m, e - 25);
+    return (float)((h & 0x8000) ? -v : v);
+}
+static uint16_t f16_round(float x) {
+    uint16_t sign = signbit(x) ? 0x8000 : 0;
+    double a = fabs((double)x);
+    if (isnan(x)) return (uint16_t)(sign | 0x7E00 | ((to_bits(x) >> 13) & 0x3FF));
+    if (a >= 65520.0) return (uint16_t)(sign | 0x7C00);
+    int e;
+    frexp(a, &e); /* a = f 2^e, f in [0.5, 1) */
+    int exp = e - 1 < -14 ? -14 : e - 1;      /* the binade's exponent, subnormals at -14 */
+    double units = nearbyint(ldexp(a, 10 - exp)); /* in ulps 2^(exp - 10), to even */
+    uint32_t bits = (uint32_t)units;             /* 1024.. for normals, may carry to 2048 */
+    if (a < ldexp(1.0, -14)) return (uint16_t)(sign | bits);
+    if (bits >= 2048) {
+        bits /= 2;
+        exp++;
+    }
+    return (uint16_t)(sign | (uint32_t)(exp + 15) << 10 | (bits - 1024));
+}
+
+static float value_of(attn_dtype dt, uint16_t h) { return dt == ATTN_DTYPE_BF16 ? bf16_value(h) : f16_value(h); }
+static uint16_t round_to(attn_dtype dt, float x) { return dt == ATTN_DTYPE_BF16 ? bf16_round(x) : f16_round(x); }
+
+/* ---- cases ---- */
+
+typedef struct case16 {
+    const char *name;
+    size_t B, H, Hkv, T, S, D;
+    bool causal;
+    attn_align align;
+    long long q_offset;
+    bool window;
+    long long left, right;
+    bool varlen, padded;
+    double amp, scale;
+} case16;
+
+/* A case's tensors: 16-bit inputs (q, k, v, dout) and the buffers' sizes,
+ * over a base that padded strides leave gaps in. */
+typedef struct tensors16 {
+    attn_sdpa_config cfg;
+    int32_t cu_q[4], cu_kv[4];
+    size_t nq, nk, rows_q; /* elements of q-side and k-side buffers; lse rows */
+    uint16_t *q, *k, *v, *dout;
+} tensors16;
+
+static size_t pad_of(const case16 *c) { return c->padded ? 3 : 0; }
+
+static void make_case(const case16 *c, attn_dtype dt, uint64_t *seed, tensors16 *t) {
+    memset(t, 0, sizeof *t);
+    attn_sdpa_config *cfg = &t->cfg;
+    *cfg = (attn_sdpa_config){.batch = c->B, .heads = c->H, .q_tokens = c->T,
+                              .kv_tokens = c->S, .head_dim = c->D, .scale = c->scale,
+                              .causal = c->causal, .kv_heads = c->Hkv, .align = c->align,
+                              .q_offset = c->q_offset, .window = c->window,
+                              .window_left = c->left, .window_right = c->right};
+    size_t tq = c->B * c->T, tk = c->B * c->S;
+    if (c->varlen) { /* sequences of T, T - 2, ... tokens (at least 1) */
+        t->cu_q[0] = t->cu_kv[0] = 0;
+        for (size_t b = 0; b < c->B; b++) {
+            size_t lq = c->T > 2 * b ? c->T - 2 * b : 1, lk = c->S > 3 * b ? c->S - 3 * b : 1;
+            t->cu_q[b + 1] = t->cu_q[b] + (int32_t)lq;
+            t->cu_kv[b + 1] = t->cu_kv[b] + (int32_t)lk;
+        }
+        cfg->cu_seqlens_q = t->cu_q;
+        cfg->cu_seqlens_kv = t->cu_kv;
+        tq = (size_t)t->cu_q[c->B];
+        tk = (size_t)t->cu_kv[c->B];
+    }
+    size_t pad = pad_of(c), wq = c->H * c->D + pad, wk = c->Hkv * c->D + pad;
+    if (c->padded) { /* (b, t, h) strides with gaps after each token's heads */
+        size_t sq[3] = {c->T * wq, wq, c->D}, sk[3] = {c->S * wk, wk, c->D};
+        memcpy(cfg->q_strides, sq, sizeof sq);
+        memcpy(cfg->out_strides, sq, sizeof sq);
+        memcpy(cfg->kv_strides, sk, sizeof sk);
+    }
+    t->nq = tq * wq;
+    t->nk = tk * wk;
+    t->rows_q = c->varlen ? c->H * tq : c->B * c->H * c->T;
+    uint16_t **bufs[4] = {&t->q, &t->k, &t->v, &t->dout};
+    size_t sizes[4] = {t->nq, t->nk, t->nk, t->nq};
+    for (int i = 0; i < 4; i++) {
+        *bufs[i] = malloc(sizes[i] * sizeof(uint16_t));
+        double amp = i == 2 || i == 3 ? 1.0 : c->amp;
+        for (size_t e = 0; e < sizes[i]; e++) (*bufs[i])[e] = round_to(dt, (float)(amp * uniform(seed)));
+    }
+}
+
+static void free_case(tensors16 *t) {
+    free(t->q);
+    free(t->k);
+    free(t->v);
+    free(t->dout);
+}
+
+/* What a pass gives: out, lse; dq, dk, dv. */
+typedef struct result16 {
+    uint16_t *out, *dq, *dk, *dv;
+    float *lse;
+} result16;
+
+static attn_status run16(attn_ctx *ctx, attn_dtype dt, const tensors16 *t, result16 *r) {
+    r->out = calloc(t->nq, 2);
+    r->dq = calloc(t->nq, 2);
+    r->dk = calloc(t->nk, 2);
+    r->dv = calloc(t->nk, 2);
+    r->lse = calloc(t->rows_q, sizeof(float));
+    attn_status st = attn_sdpa_forward_16(ctx, &t->cfg, dt, t->q, t->k, t->v, r->out, r->lse, NULL, NULL);
+    if (st != ATTN_OK) return st;
+    return attn_sdpa_backward_16(ctx, &t->cfg, dt, t->q, t->k, t->v, r->out, r->lse, t->dout,
+                                 r->dq, r->dk, r->dv, NULL);
+}
+
+static void free_result(result16 *r) {
+    free(r->out);
+    free(r->dq);
+    free(r->dk);
+    free(r->dv);
+    free(r->lse);
+}
+
+/* The float64 truth: (out, lse, dq, dk, dv) of the 16-bit inputs. The
+ * backward recomputes from q, k, v (out and lse are only checked). */
+typedef struct truth64 {
+    double *out, *lse, *dq, *dk, *dv;
+} truth64;
+
+static double *widened64(attn_dtype dt, const uint16_t *x, size_t n) {
+    double *y = malloc(n * sizeof *y);
+    for (size_t i = 0; i < n; i++) y[i] = value_of(dt, x[i]);
+    return y;
+}
+
+static void truth_of(attn_ctx *ctx, attn_dtype dt, const tensors16 *t, truth64 *w) {
+    double *q = widened64(dt, t->q, t->nq), *k = widened64(dt, t->k, t->nk);
+    double *v = widened64(dt, t->v, t->nk), *dout = widened64(dt, t->dout, t->nq);
+    w->out = calloc(t->nq, sizeof(double));
+    w->lse = calloc(t->rows_q, sizeof(double));
+    w->dq = calloc(t->nq, sizeof(double));
+    w->dk = calloc(t->nk, sizeof(double));
+    w->dv = calloc(t->nk, sizeof(double));
+    CHECK_STATUS(attn_sdpa_forward_f64(ctx, &t->cfg, q, k, v, w->out, w->lse, NULL, NULL), ATTN_OK);
+    CHECK_STATUS(attn_sdpa_backward_f64(ctx, &t->cfg, q, k, v, w->out, w->lse, dout, w->dq, w->dk,
+                                        w->dv, NULL),
+                 ATTN_OK);
+    free(q);
+    free(k);
+    free(v);
+    free(dout);
+}
+
+static void free_truth(truth64 *w) {
+    free(w->out);
+    free(w->lse);
+    free(w->dq);
+    free(w->dk);
+    free(w->dv);
+}
+
+/* Elements of a padded buffer that are the tensor's (not the gaps). */
+static bool in_view(const case16 *c, size_t e, size_t heads) {
+    size_t w = heads * c->D + pad_of(c);
+    return e % w < heads * c->D;
+}
+
+/* ||got - want|| / ||want|| over the view's elements. */
+static double rel_l2(const case16 *c, attn_dtype dt, const uint16_t *got, const double *want,
+                     size_t n, size_t heads) {
+    double num = 0.0, den = 0.0;
+    for (size_t e = 0; e < n; e++) {
+        if (!in_view(c, e, heads)) continue;
+        double d = value_of(dt, got[e]) - want[e];
+        num += d * d;
+        den += want[e] * want[e];
+    }
+    return den > 0.0 ? sqrt(num / den) : sqrt(num);
+}
+
+static bool same16(const uint16_t *a, const uint16_t *b, size_t n) { return memcmp(a, b, n * 2) == 0; }
+
+static bool same_lse(const float *a, const float *b, size_t n) {
+    return memcmp(a, b, n * sizeof *a) == 0;
+}
+
+static attn_ctx *make_ctx(size_t threads, attn_kernels kernels) {
+    attn_ctx *ctx = NULL;
+    attn_ctx_new(&(attn_ctx_config){.num_threads = threads, .kernels = kernels}, &ctx);
+    return ctx;
+}
+
+static bool cpu_has_bf16(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+#else
+    return false;
+#endif
+}
+
+/* The widened path bit for bit: the float calls on the widened tensors,
+ * rounded here. */
+static void check_widened_bitwise(attn_ctx *ctx, attn_dtype dt, const tensors16 *t,
+                                  const result16 *r, const char *name) {
+    size_t nq = t->nq, nk = t->nk;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dout = malloc(nq * 4);
+    float *out = calloc(nq, 4), *lse = calloc(t->rows_q, 4), *dq = calloc(nq, 4);
+    float *dk = calloc(nk, 4), *dv = calloc(nk, 4), *o16 = malloc(nq * 4);
+    for (size_t e = 0; e < nq; e++) {
+        q[e] = value_of(dt, t->q[e]);
+        dout[e] = value_of(dt, t->dout[e]);
+        o16[e] = value_of(dt, r->out[e]);
+    }
+    for (size_t e = 0; e < nk; e++) {
+        k[e] = value_of(dt, t->k[e]);
+        v[e] = value_of(dt, t->v[e]);
+    }
+    CHECK_STATUS(attn_sdpa_forward(ctx, &t->cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+    /* the backward as the 16-bit call runs it: on the rounded out */
+    CHECK_STATUS(attn_sdpa_backward(ctx, &t->cfg, q, k, v, o16, lse, dout, dq, dk, dv, NULL), ATTN_OK);
+    bool ok = same_lse(lse, r->lse, t->rows_q);
+    for (size_t e = 0; e < nq; e++)
+        ok = ok && r->out[e] == round_to(dt, out[e]) && r->dq[e] == round_to(dt, dq[e]);
+    for (size_t e = 0; e < nk; e++)
+        ok = ok && r->dk[e] == round_to(dt, dk[e]) && r->dv[e] == round_to(dt, dv[e]);
+    if (!ok) fprintf(stderr, "%s (%s): widened path != float calls rounded\n", name, attn_dtype_name(dt));
+    CHECK(ok);
+    free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv), free(o16);
+}
+
+static void check_case(const case16 *c, uint64_t *seed, attn_ctx *portable, attn_ctx *fast[3],
+                       attn_ctx *ref) {
+    attn_dtype dt = ATTN_DTYPE_BF16;
+    tensors16 t;
+    make_case(c, dt, seed, &t);
+    truth64 w;
+    truth_of(ref, dt, &t, &w);
+    result16 wide, f[3];
+    CHECK_STATUS(run16(portable, dt, &t, &wide), ATTN_OK);
+    check_widened_bitwise(portable, dt, &t, &wide, c->name);
+    for (int i = 0; i < 3; i++) CHECK_STATUS(run16(fast[i], dt, &t, &f[i]), ATTN_OK);
+    /* errors vs the truth */
+    const char *names[4] = {"out", "dq", "dk", "dv"};
+    uint16_t *wide_t[4] = {wide.out, wide.dq, wide.dk, wide.dv};
+    uint16_t *fast_t[4] = {f[0].out, f[0].dq, f[0].dk, f[0].dv};
+    double *truth[4] = {w.out, w.dq, w.dk, w.dv};
+    size_t n[4] = {t.nq, t.nq, t.nk, t.nk}, heads[4] = {c->H, c->H, c->Hkv, c->Hkv};
+    printf("  %-28s", c->name);
+    for (int i = 0; i < 4; i++) {
+        double ew = rel_l2(c, dt, wide_t[i], truth[i], n[i], heads[i]);
+        double ef = rel_l2(c, dt, fast_t[i], truth[i], n[i], heads[i]);
+        printf(" %s %.2e/%.2e", names[i], ef, ew);
+        if (!(ef <= 2.5 * ew + 1e-4)) {
+            fprintf(stderr, "%s: fast %s error %.3e > 2.5 x widened %.3e + 1e-4\n", c->name,
+                    names[i], ef, ew);
+            CHECK(ef <= 2.5 * ew + 1e-4);
+        } else {
+            check_passed++;
+        }
+    }
+    printf("\n");
+    double worst = 0.0;
+    for (size_t i = 0; i < t.rows_q; i++) {
+        double d = isinf(w.lse[i]) ? (f[0].lse[i] == w.lse[i] ? 0.0 : INFINITY)
+                                   : fabs(f[0].lse[i] - w.lse[i]) / (1.0 + fabs(w.lse[i]));
+        worst = d > worst ? d : worst;
+    }
+    if (worst > 2e-3) fprintf(stderr, "%s: lse off by %.3e (relative to 1 + |lse|)\n", c->name, worst);
+    CHECK(worst <= 2e-3);
+    /* the kernel ran: its P and dS rounding shows somewhere */
+    bool differs = !same16(f[0].out, wide.out, t.nq) || !same16(f[0].dq, wide.dq, t.nq);
+    if (cpu_has_bf16() && !differs) fprintf(stderr, "%s: fast path equals the widened one\n", c->name);
+    CHECK(!cpu_has_bf16() || differs);
+    /* any thread count, the same bits */
+    for (int i = 1; i < 3; i++) {
+        bool same = same16(f[0].out, f[i].out, t.nq) && same_lse(f[0].lse, f[i].lse, t.rows_q) &&
+                    same16(f[0].dq, f[i].dq, t.nq) && same16(f[0].dk, f[i].dk, t.nk) &&
+                    same16(f[0].dv, f[i].dv, t.nk);
+        if (!same) fprintf(stderr, "%s: %d threads differ from 1\n", c->name, i + 1);
+        CHECK(same);
+    }
+    /* outputs leave the gaps of padded strides alone (calloc'd: zero) */
+    if (c->padded) {
+        bool clean = true;
+        for (size_t e = 0; e < t.nq; e++)
+            if (!in_view(c, e, c->H)) clean = clean && f[0].out[e] == 0 && f[0].dq[e] == 0;
+        CHECK(clean);
+    }
+    free_result(&wide);
+    for (int i = 0; i < 3; i++) free_result(&f[i]);
+    free_truth(&w);
+    free_case(&t);
+}
+
+/* f16, and the features only the widened path has: bitwise the float calls. */
+static void check_widened_features(uint64_t *seed, attn_ctx *fast) {
+    float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f}, sinks[4] = {0.3f, -1.0f, 2.0f, 0.0f};
+    float sinks_grad[4];
+    case16 c = {"features", 2, 4, 2, 19, 23, 64, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0,
+                false, false, 1.0, 0.0};
+    for (int variant = 0; variant < 4; variant++) {
+        attn_dtype dt = variant == 0 ? ATTN_DTYPE_F16 : ATTN_DTYPE_BF16;
+        tensors16 t;
+        make_case(&c, dt, seed, &t);
+        const char *name = "f16";
+        if (variant == 1) {
+            name = "bf16 softcap + ALiBi + sinks";
+            t.cfg.softcap = 5.0;
+            t.cfg.alibi_slopes = slopes;
+            t.cfg.sinks = sinks;
+            t.cfg.sinks_grad = sinks_grad;
+        } else if (variant == 2) {
+            name = "bf16 NaN in q";
+            t.q[5] = 0x7FC0;
+        } else if (variant == 3) {
+            name = "bf16 head_dim 64, v_head_dim 32";
+            t.cfg.v_head_dim = 32;
+        }
+        result16 r;
+        CHECK_STATUS(run16(fast, dt, &t, &r), ATTN_OK);
+        check_widened_bitwise(fast, dt, &t, &r, name);
+        printf("  %-28s bitwise the float calls rounded\n", name);
+        free_result(&r);
+        free_case(&t);
+    }
+}
+
+/* Dropout through the 16-bit call: the float call's mask and values. */
+static void check_dropout(uint64_t *seed, attn_ctx *fast) {
+    case16 c = {"dropout", 1, 2, 2, 17, 17, 32, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0,
+                false, false, 1.0, 0.0};
+    tensors16 t;
+    make_case(&c, ATTN_DTYPE_BF16, seed, &t);
+    t.cfg.dropout = 0.25;
+    size_t nq = t.nq, nk = t.nk;
+    uint16_t *out = calloc(nq, 2);
+    float *lse = calloc(t.rows_q, 4), *qf = malloc(nq * 4), *kf = malloc(nk * 4), *vf = malloc(nk * 4);
+    float *outf = calloc(nq, 4), *lsef = calloc(t.rows_q, 4);
+    for (size_t e = 0; e < nq; e++) qf[e] = bf16_value(t.q[e]);
+    for (size_t e = 0; e < nk; e++) kf[e] = bf16_value(t.k[e]), vf[e] = bf16_value(t.v[e]);
+    attn_rng *r1, *r2;
+    attn_rng_new(fast, 77, &r1);
+    attn_rng_new(fast, 77, &r2);
+    attn_rng_set_bernoulli_method(r1, ATTN_BERNOULLI_PHILOX);
+    attn_rng_set_bernoulli_method(r2, ATTN_BERNOULLI_PHILOX);
+    attn_sdpa_dropout d1, d2;
+    CHECK_STATUS(attn_sdpa_forward_16(fast, &t.cfg, ATTN_DTYPE_BF16, t.q, t.k, t.v, out, lse, r1, &d1), ATTN_OK);
+    CHECK_STATUS(attn_sdpa_forward(fast, &t.cfg, qf, kf, vf, outf, lsef, r2, &d2), ATTN_OK);
+    bool same = d1.seed == d2.seed && d1.offset == d2.offset && same_lse(lse, lsef, t.rows_q);
+    for (size_t e = 0; e < nq; e++) same = same && out[e] == bf16_round(outf[e]);
+    CHECK(same);
+    printf("  %-28s bitwise the float call rounded\n", "bf16 dropout 0.25");
+    attn_rng_free(r1);
+    attn_rng_free(r2);
+    free(out), free(lse), free(qf), free(kf), free(vf), free(outf), free(lsef);
+    free_case(&t);
+}
+
+static void check_errors(attn_ctx *ctx) {
+    uint16_t q[64] = {0}, k[64] = {0}, v[64] = {0}, out[64], dq[64], dk[64], dv[64];
+    float lse[8];
+    attn_sdpa_config cfg = {.batch = 1, .heads = 1, .q_tokens = 2, .kv_tokens = 2, .head_dim = 4};
+    CHECK_STATUS(attn_sdpa_forward_16(NULL, &cfg, ATTN_DTYPE_BF16, q, k, v, out, lse, NULL, NULL),
+                 ATTN_ERR_NULL);
+    CHECK_STATUS(attn_sdpa_forward_16(ctx, NULL, ATTN_DTYPE_BF16, q, k, v, out, lse, NULL, NULL),
+                 ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "attn_sdpa_forward_16: cfg is NULL");
+    CHECK_STATUS(attn_sdpa_forward_16(ctx, &cfg, ATTN_DTYPE_BF16, q, NULL, v, out, lse, NULL, NULL),
+                 ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "attn_sdpa_forward_16: k is NULL");
+    CHECK_STATUS(attn_sdpa_forward_16(ctx, &cfg, ATTN_DTYPE_I32, q, k, v, out, lse, NULL, NULL),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "dtype (I32, 9) must be BF16, F16 or F32");
+    CHECK_STATUS(attn_sdpa_forward_16(ctx, &cfg, (attn_dtype)99, q, k, v, out, lse, NULL, NULL),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "(?, 99)");
+    attn_sdpa_config bad = cfg;
+    bad.heads = 3;
+    bad.kv_heads = 2;
+    CHECK_STATUS(attn_sdpa_forward_16(ctx, &bad, ATTN_DTYPE_BF16, q, k, v, out, lse, NULL, NULL),
+                 ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "attn_sdpa_forward_16: kv_heads (2) must divide heads (3)");
+    bad = cfg;
+    bad.dropout = 0.5;
+    CHECK_STATUS(attn_sdpa_forward_16(ctx, &bad, ATTN_DTYPE_F16, q, k, v, out, lse, NULL, NULL),
+                 ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "dropout (0.5) needs an rng");
+    bad = cfg;
+    bad.scale = INFINITY;
+    CHECK_STATUS(attn_sdpa_backward_16(ctx, &bad, ATTN_DTYPE_BF16, q, k, v, out, lse, q, dq, dk, dv, NULL),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "attn_sdpa_backward_16: scale (inf) must be finite");
+    CHECK_STATUS(attn_sdpa_backward_16(ctx, &cfg, ATTN_DTYPE_BF16, q, k, v, out, NULL, q, dq, dk, dv, NULL),
+                 ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "attn_sdpa_backward_16: lse is NULL");
+    CHECK_STATUS(attn_sdpa_backward_16(ctx, &cfg, ATTN_DTYPE_U8, q, k, v, out, lse, q, dq, dk, dv, NULL),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "attn_sdpa_backward_16: dtype (U8, 5) must be BF16, F16 or F32");
+    bad = cfg;
+    bad.q_tokens = 0;
+    CHECK_STATUS(attn_sdpa_backward_16(ctx, &bad, ATTN_DTYPE_BF16, q, k, v, out, lse, q, dq, dk, dv, NULL),
+                 ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "attn_sdpa_backward_16: batch (1), heads (1), kv_heads (1), q_tokens (0)");
+    /* F32 runs the float calls: their bits, their messages */
+    float qf[8], kf[8], vf[8], of[8], og[8], lf[2], lg[2];
+    for (int i = 0; i < 8; i++) qf[i] = (float)i * 0.3f - 1.0f, kf[i] = 0.5f - (float)i * 0.1f, vf[i] = (float)i;
+    CHECK_STATUS(attn_sdpa_forward_16(ctx, &cfg, ATTN_DTYPE_F32, qf, kf, vf, of, lf, NULL, NULL), ATTN_OK);
+    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, qf, kf, vf, og, lg, NULL, NULL), ATTN_OK);
+    CHECK(memcmp(of, og, sizeof of) == 0 && memcmp(lf, lg, sizeof lf) == 0);
+    CHECK_STATUS(attn_sdpa_forward_16(ctx, &cfg, ATTN_DTYPE_F32, qf, NULL, vf, of, lf, NULL, NULL),
+                 ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "attn_sdpa_forward: k is NULL");
+}
+
+int main(int argc, char **argv) {
+    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)clock();
+    printf("test_sdpa16: seed %llu (bf16 kernels: %s)\n", (unsigned long long)seed,
+           cpu_has_bf16() ? "vdpbf16ps" : "not on this CPU: the widened path");
+    attn_kernels best = attn_kernels_supported(ATTN_KERNELS_AVX512) ? ATTN_KERNELS_AVX512
+                                                                    : ATTN_KERNELS_PORTABLE;
+    attn_ctx *portable = make_ctx(1, ATTN_KERNELS_PORTABLE), *ref = make_ctx(1, ATTN_KERNELS_REFERENCE);
+    attn_ctx *fast[3] = {make_ctx(1, best), make_ctx(2, best), make_ctx(3, best)};
+    /* name, B, H, Hkv, T, S, D, causal, align, q_offset, window, left, right, varlen, padded, amp, scale */
+    const case16 cases[] = {
+        {"plain 1x2 T=77 d64", 1, 2, 2, 77, 77, 64, false, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0, false, false, 1, 0},
+        {"causal T=130 d64", 1, 2, 2, 130, 130, 64, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0, false, false, 1, 0},
+        {"causal d128 GQA 4:2", 2, 4, 2, 67, 67, 128, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0, false, false, 1, 0},
+        {"d80 T=45 S=150 br", 1, 3, 1, 45, 150, 80, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0, false, false, 1, 0},
+        {"d80 T=150 S=45 top-left", 1, 2, 1, 150, 45, 80, true, ATTN_ALIGN_TOP_LEFT, 0, false, 0, 0, false, false, 1, 0},
+        {"d33 offset -7 causal", 1, 2, 2, 40, 60, 33, true, ATTN_ALIGN_OFFSET, -7, false, 0, 0, false, false, 1, 0},
+        {"window (20, 5) d64", 1, 2, 2, 200, 200, 64, false, ATTN_ALIGN_BOTTOM_RIGHT, 0, true, 20, 5, false, false, 1, 0},
+        {"window causal (70, -) d64", 1, 2, 1, 190, 190, 64, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, true, 70, -1, false, false, 1, 0},
+        {"varlen 3 seqs d64 causal", 3, 2, 1, 70, 90, 64, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0, true, false, 1, 0},
+        {"padded strides d64", 2, 2, 2, 33, 41, 64, false, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0, false, true, 1, 0},
+        {"large scores (amp 24)", 1, 2, 2, 61, 61, 64, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0, false, false, 24, 0},
+        {"scale 0.7, T=1", 2, 2, 2, 1, 65, 64, false, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0, false, false, 1, 0.7},
+    };
+    printf("  case                         relative L2 error vs float64: fast/widened\n");
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i], &seed, portable, fast, ref);
+    check_widened_features(&seed, fast[1]);
+    check_dropout(&seed, fast[0]);
+    check_errors(fast[0]);
+    attn_ctx_free(portable);
+    attn_ctx_free(ref);
+    for (int i = 0; i < 3; i++) attn_ctx_free(fast[i]);
+    return check_summary();
+}
