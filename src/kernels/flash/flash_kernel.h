@@ -13,8 +13,10 @@
  *   FLASH_KERNELS      the name of the attn_flash_kernels table to define
  *   FLASH_ISA_NAME     "avx512", ...
  *
- * Tiles: a query block of BR rows (a multiple of RG) is held scaled by
- * scale * log2(e) (the softmax then runs on exp2); a key block of BC = NV *
+ * Tiles: a query block of FBR rows (forward) or BR rows (backward), a
+ * multiple of RG, is held raw, or scaled by scale * log2(e) where softcap
+ * or ALiBi need scaled scores (see flash_shape: raw); the softmax runs on
+ * exp2. A key block of BC = NV *
  * VW keys is packed as k^T (hd, BC) and v (BC, hd padded to VW). The score
  * tile is RG rows x BC keys in registers: each step broadcasts RG query
  * values and loads NV vectors of k^T for RG * NV fused multiply-adds.
@@ -34,23 +36,33 @@
 #include <string.h>
 
 #define BR 64
+/* The forward's query blocks: longer, so that each packed key block serves
+ * more rows. At T = 16384 the keys and values of a head (8 MiB) stream in
+ * from past L2 once per query block; 256 rows made the causal forward 15%
+ * faster there than 64, and 5-10% at T = 1024 and 4096 (a 2-vCPU Xeon;
+ * the backward's tiles stay at BR, whose A and dS tiles then fit L1). */
+#define FBR 256
+#define BR_MAX (FBR > BR ? FBR : BR)
 #define RG 4
 #define BC (NV * VW)
 _Static_assert(BC <= 64, "modify_tile's lane tables hold 64 keys");
 #define LOG2E 1.4426950408889634
-/* Floats of one work item's per-head query tiles (heads x BR x Dp) at
+/* Floats of one work item's per-head query tiles (heads x rows x Dp) at
  * most: a GQA item runs this many of its group's heads against each packed
- * key block (8 heads at hd 64: 128 KiB, within L2). */
+ * key block. The backward's (8 heads of BR rows at hd 64: 128 KiB) and the
+ * forward's (8 heads of FBR rows: 512 KiB), within L2. */
 #define GROUP_TILE_FLOATS 32768
+#define FORWARD_GROUP_TILE_FLOATS 131072
 
 static size_t padded(size_t head_dim) { return (head_dim + VW - 1) / VW * VW; }
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
-/* Query heads per work item: the whole group of a KV head where its tiles
- * fit GROUP_TILE_FLOATS, else the group in even chunks that do. */
-static size_t heads_per_item(const attn_attention_problem *p) {
-    size_t G = p->q_heads / p->kv_heads, fit = GROUP_TILE_FLOATS / (BR * padded(p->head_dim));
+/* Query heads per work item of blocks of rows rows: the whole group of a
+ * KV head where its tiles fit budget floats, else the group in even
+ * chunks that do. */
+static size_t heads_per_item(const attn_attention_problem *p, size_t rows, size_t budget) {
+    size_t G = p->q_heads / p->kv_heads, fit = budget / (rows * padded(p->head_dim));
     if (fit < 1) fit = 1;
     if (fit >= G) return G;
     size_t chunks = (G + fit - 1) / fit;
@@ -63,7 +75,10 @@ static size_t heads_per_item(const attn_attention_problem *p) {
 typedef struct flash_shape {
     const attn_attention_problem *p;
     const attn_attention_dropout *drop;
-    size_t D, Dp, G, hc, chunks, q_blocks, k_blocks;
+    size_t D, Dp, G, k_blocks;
+    /* heads per item, chunks of the group and query blocks: the backward's
+     * (rows BR) and the forward's (FBR) */
+    size_t hc, chunks, q_blocks, fhc, fchunks, fq_blocks;
     float log2_scale;     /* scale * log2(e) */
     float cap2, inv_cap2; /* softcap * log2(e) and its inverse; 0: no softcap */
     bool modified;        /* softcap or ALiBi: every tile goes through modify_tile */
@@ -87,9 +102,12 @@ static flash_shape flash_shape_of(const attn_attention_problem *p,
     flash_shape f = {.p = p, .drop = drop, .D = p->head_dim};
     f.Dp = padded(f.D);
     f.G = p->q_heads / p->kv_heads;
-    f.hc = heads_per_item(p);
+    f.hc = heads_per_item(p, BR, GROUP_TILE_FLOATS);
     f.chunks = (f.G + f.hc - 1) / f.hc;
     f.q_blocks = (p->q_len + BR - 1) / BR;
+    f.fhc = heads_per_item(p, FBR, FORWARD_GROUP_TILE_FLOATS);
+    f.fchunks = (f.G + f.fhc - 1) / f.fhc;
+    f.fq_blocks = (p->q_len + FBR - 1) / FBR;
     f.k_blocks = (p->kv_len + BC - 1) / BC;
     f.log2_scale = (float)(p->scale * LOG2E);
     if (p->softcap > 0.0f) {
@@ -116,8 +134,8 @@ static float slope2_of(const flash_shape *f, size_t h) {
 typedef struct block_rows {
     size_t i0, rows;
     int64_t pos0; /* pos of row i0 */
-    size_t begin[BR], end[BR];
-    int64_t near[BR];
+    size_t begin[BR_MAX], end[BR_MAX];
+    int64_t near[BR_MAX];
     size_t first, last; /* the union of the rows' keys: [first, last) */
     size_t all_from, all_to; /* keys [all_from, all_to) every row sees (empty: 0, 0) */
     size_t seen_lo, seen_hi; /* the rows that see some key (consecutive) */
@@ -125,6 +143,8 @@ typedef struct block_rows {
 
 static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0, size_t rows,
                     block_rows *br) {
+    /* the entries read: the rows' row groups */
+    size_t fill = min_size(BR_MAX, (rows + RG - 1) / RG * RG);
     br->i0 = i0;
     br->rows = rows;
     br->pos0 = (int64_t)i0 + s->diagonal;
@@ -136,7 +156,7 @@ static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0
     if (lo0 == 0 && hi1 == s->kv_len && lo1 == 0 && hi0 == s->kv_len && hi0 > 0) {
         /* every row sees every key (no mask, or none reaching this block):
          * both ends grow with the row, so the first and last rows tell */
-        for (size_t r = 0; r < BR; r++) {
+        for (size_t r = 0; r < fill; r++) {
             br->begin[r] = 0;
             br->end[r] = r < rows ? s->kv_len : 0;
             br->near[r] = 0;
@@ -148,7 +168,7 @@ static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0
         return;
     }
     br->seen_lo = br->seen_hi = 0;
-    for (size_t r = 0; r < BR; r++) {
+    for (size_t r = 0; r < fill; r++) {
         size_t lo = 0, hi = 0;
         if (r < rows) attn_visible_keys(f->p, s, i0 + r, &lo, &hi);
         if (lo >= hi) lo = hi = 0;
@@ -495,10 +515,10 @@ static size_t row_at(attn_view_strides st, size_t b, const attn_attention_seq *s
 /* ---- forward -------------------------------------------------------------- */
 
 static size_t forward_workspace(const attn_attention_problem *p) {
-    size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p);
-    /* per head: qs (BR, D), o (BR, Dp), m, l (BR); kt (D, BC), vp (BC, Dp),
+    size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p, FBR, FORWARD_GROUP_TILE_FLOATS);
+    /* per head: qs (FBR, D), o (FBR, Dp), m, l (FBR); kt (D, BC), vp (BC, Dp),
      * p, th (RG, BC), factors (BC) */
-    return hc * (BR * D + BR * Dp + 2 * BR) + D * BC + BC * Dp + 2 * RG * BC + BC + 2 * VW;
+    return hc * (FBR * D + FBR * Dp + 2 * FBR) + D * BC + BC * Dp + 2 * RG * BC + BC + 2 * VW;
 }
 
 typedef struct forward_job {
@@ -513,16 +533,18 @@ typedef struct query_item {
     size_t b, kvh, h0, heads, qb;
 } query_item;
 
-static query_item query_item_of(const flash_shape *f, size_t item) {
+static query_item query_item_of(const flash_shape *f, size_t item, bool forward) {
+    size_t q_blocks = forward ? f->fq_blocks : f->q_blocks, chunks = forward ? f->fchunks : f->chunks;
+    size_t hc = forward ? f->fhc : f->hc;
     query_item it;
-    it.qb = f->q_blocks - 1 - item % f->q_blocks;
-    item /= f->q_blocks;
-    size_t chunk = item % f->chunks;
-    item /= f->chunks;
+    it.qb = q_blocks - 1 - item % q_blocks;
+    item /= q_blocks;
+    size_t chunk = item % chunks;
+    item /= chunks;
     it.kvh = item % f->p->kv_heads;
     it.b = item / f->p->kv_heads;
-    it.h0 = it.kvh * f->G + chunk * f->hc;
-    it.heads = chunk * f->hc < f->G ? min_size(f->hc, f->G - chunk * f->hc) : 0;
+    it.h0 = it.kvh * f->G + chunk * hc;
+    it.heads = chunk * hc < f->G ? min_size(hc, f->G - chunk * hc) : 0;
     return it;
 }
 
@@ -533,16 +555,16 @@ static void forward_block(void *arg, size_t part, size_t item) {
     const flash_shape *f = &job->f;
     const attn_attention_problem *p = f->p;
     size_t D = f->D, Dp = f->Dp;
-    query_item it = query_item_of(f, item);
+    query_item it = query_item_of(f, item, true);
     attn_attention_seq seq = attn_attention_seq_of(p, it.b);
-    size_t i0 = it.qb * BR;
+    size_t i0 = it.qb * FBR;
     if (i0 >= seq.q_len || it.heads == 0) return; /* past this sequence's rows */
-    size_t rows = min_size(seq.q_len - i0, BR), nh = it.heads, b = it.b;
+    size_t rows = min_size(seq.q_len - i0, FBR), nh = it.heads, b = it.b;
     bool values = p->out != NULL, dropout = values && f->drop->kind != ATTN_DROP_NONE;
-    float *qs = job->workspace + part * job->per_part; /* (nh, BR, D) */
-    float *o = qs + f->hc * BR * D;                    /* (nh, BR, Dp) */
-    float *m = o + f->hc * BR * Dp, *l = m + f->hc * BR;
-    float *kt = l + f->hc * BR, *vp = kt + D * BC, *pt = vp + BC * Dp, *th = pt + RG * BC;
+    float *qs = job->workspace + part * job->per_part; /* (nh, FBR, D) */
+    float *o = qs + f->fhc * FBR * D;                    /* (nh, FBR, Dp) */
+    float *m = o + f->fhc * FBR * Dp, *l = m + f->fhc * FBR;
+    float *kt = l + f->fhc * FBR, *vp = kt + D * BC, *pt = vp + BC * Dp, *th = pt + RG * BC;
     float *factor = th + RG * BC;
     block_rows br;
     rows_of(f, &seq, i0, rows, &br);
@@ -552,17 +574,17 @@ static void forward_block(void *arg, size_t part, size_t item) {
         /* qs = q * q_scale; rows past the block are zero (computed, never
          * written) */
         const float *q = p->q + row_at(p->q_strides, b, &seq, false, h, i0);
-        float *qs_g = qs + g * BR * D;
+        float *qs_g = qs + g * FBR * D;
         for (size_t r = 0; r < rows; r++)
             for (size_t d = 0; d < D; d++) qs_g[r * D + d] = q[r * p->q_strides.t + d] * f->q_scale;
-        memset(qs_g + rows * D, 0, (BR - rows) * D * sizeof *qs_g);
-        memset(o + g * BR * Dp, 0, BR * Dp * sizeof *o);
+        memset(qs_g + rows * D, 0, (FBR - rows) * D * sizeof *qs_g);
+        memset(o + g * FBR * Dp, 0, FBR * Dp * sizeof *o);
         /* the sink starts each row's sum: max = sink, sum = 2^0 */
-        for (size_t r = 0; r < BR; r++) {
+        for (size_t r = 0; r < FBR; r++) {
             bool sink = p->sinks && r < rows;
             double shift = p->alibi_slopes ? (double)p->alibi_slopes[h] * br.near[r] : 0.0;
-            m[g * BR + r] = sink ? (float)((p->sinks[h] + shift) * LOG2E) : -INFINITY;
-            l[g * BR + r] = sink ? 1.0f : 0.0f;
+            m[g * FBR + r] = sink ? (float)((p->sinks[h] + shift) * LOG2E) : -INFINITY;
+            l[g * FBR + r] = sink ? 1.0f : 0.0f;
         }
     }
     size_t k_at = row_at(p->k_strides, b, &seq, true, it.kvh, 0);
@@ -584,13 +606,13 @@ static void forward_block(void *arg, size_t part, size_t item) {
         }
         for (size_t g = 0; g < nh; g++) {
             size_t h = it.h0 + g;
-            float slope2 = slope2_of(f, h), *m_g = m + g * BR, *l_g = l + g * BR;
+            float slope2 = slope2_of(f, h), *m_g = m + g * FBR, *l_g = l + g * FBR;
             for (size_t r0 = 0; r0 < rows; r0 += RG) {
                 vec s[RG][NV];
                 size_t c0, c1;
                 group_cols(&br, r0, j0, cols, &c0, &c1);
                 if (c0 == c1) continue; /* all -inf: m, l and o stay as they are */
-                score_cols(qs + g * BR * D + r0 * D, D, D, kt, c0, c1, v_set1(-INFINITY), s);
+                score_cols(qs + g * FBR * D + r0 * D, D, D, kt, c0, c1, v_set1(-INFINITY), s);
                 modify_tile(f, &br, slope2, s, r0, j0, NULL);
                 /* online softmax in the tile's units: m_new = max(m, rowmax);
                  * the running sums and outputs rescale by 2^((m - m_new)
@@ -630,7 +652,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
                         scale_by(p_r, factor, cols);
                     }
                 }
-                if (values) apply_values(o + g * BR * Dp + r0 * Dp, Dp, alpha, pt, c0, c1, vp);
+                if (values) apply_values(o + g * FBR * Dp + r0 * Dp, Dp, alpha, pt, c0, c1, vp);
             }
         }
     }
@@ -641,7 +663,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
         size_t h = it.h0 + g;
         double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
         for (size_t r = 0; r < rows; r++) {
-            size_t gr = g * BR + r;
+            size_t gr = g * FBR + r;
             bool seen = br.begin[r] < br.end[r];
             if (values) {
                 float *out_r = p->out + row_at(p->out_strides, b, &seq, false, h, i0 + r);
@@ -670,7 +692,7 @@ static void flash_forward(size_t threads, const attn_attention_problem *p,
                           const attn_attention_dropout *drop, float *workspace) {
     forward_job job = {.f = flash_shape_of(p, drop), .workspace = workspace,
                        .per_part = forward_workspace(p)};
-    size_t items = p->batch * p->kv_heads * job.f.chunks * job.f.q_blocks;
+    size_t items = p->batch * p->kv_heads * job.f.fchunks * job.f.fq_blocks;
     attn_parallel_dynamic(threads, items, forward_block, &job);
 }
 
@@ -716,12 +738,13 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 }
 
 /* Work items (batch x KV heads) from which the backward runs in one pass
- * (below), and the most floats of dq a part may then hold. */
+ * (below), and the most floats of one item's rows a part may then hold. */
 #define ONE_PASS_ITEMS 8
-#define ONE_PASS_DQ_FLOATS ((size_t)1 << 24)
+#define ONE_PASS_FLOATS ((size_t)1 << 24)
 
-/* Floats of one item's dq sums in the one-pass backward: the group's heads
- * x its query blocks' rows x Dp; 0 when the two passes run. The choice
+/* Floats of one item's rows in the one-pass backward: for the group's heads
+ * x its query blocks' rows, qs, q, dO and dq sums (Dp each) and lse, lse_lo,
+ * delta; 0 when the two passes run. The choice
  * depends on the problem alone, never on the threads, so that every
  * thread count gives the same bits.
  *   One pass, per (batch, KV head): for each key block, for each query
@@ -730,21 +753,22 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
  *     (S, dP, dv, dk, dq), as PyTorch's, but only batch x KV heads items.
  *   Two passes (A: dk, dv per key block; B: dq per query block) recompute
  *     S and dP in each: seven products per tile, any number of items. */
-static size_t one_pass_dq_floats(const attn_attention_problem *p) {
+static size_t one_pass_floats(const attn_attention_problem *p) {
     size_t G = p->q_heads / p->kv_heads, Dp = padded(p->head_dim);
     size_t rows = (p->q_len + BR - 1) / BR * BR;
-    if (p->batch * p->kv_heads < ONE_PASS_ITEMS || rows > ONE_PASS_DQ_FLOATS / (G * Dp)) return 0;
-    return G * rows * Dp;
+    if (p->batch * p->kv_heads < ONE_PASS_ITEMS || rows > ONE_PASS_FLOATS / (G * (4 * Dp + 3)))
+        return 0;
+    return G * rows * (4 * Dp + 3);
 }
 
 /* The per-part scratch of the backward. */
 static size_t backward_workspace(const attn_attention_problem *p) {
-    size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p);
+    size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p, BR, GROUP_TILE_FLOATS);
     /* per head: qs, dO, dq (BR, Dp), lse2, lse_lo, delta (BR); q (BR, Dp); A,
      * dS (BR, BC); th (RG, BC); kt, vt (D, BC); kv0, kv1, kv2 (BC, Dp);
-     * factors (BC); one pass: dq sums */
+     * factors (BC); one pass: the item's rows */
     return hc * (3 * BR * Dp + 3 * BR) + BR * Dp + 2 * BR * BC + RG * BC + 2 * D * BC +
-           3 * BC * Dp + BC + 2 * VW + one_pass_dq_floats(p);
+           3 * BC * Dp + BC + 2 * VW + one_pass_floats(p);
 }
 
 typedef struct backward_job {
@@ -759,7 +783,8 @@ typedef struct backward_job {
 typedef struct backward_tiles {
     float *qs, *dO, *dq, *lse2, *lse_lo, *delta; /* per head of the item */
     float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *kv2, *factor;
-    float *dq_sums; /* one pass: (G, rows, Dp) */
+    /* one pass: the item's rows packed once, (G, rows) of Dp (or 1) floats */
+    float *dq_sums, *qs_all, *q_all, *dO_all, *lse2_all, *lse_lo_all, *delta_all;
 } backward_tiles;
 
 static backward_tiles tiles_of(const backward_job *job, size_t part) {
@@ -781,7 +806,14 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.kv1 = t.kv0 + BC * Dp;
     t.kv2 = t.kv1 + BC * Dp;
     t.factor = t.kv2 + BC * Dp;
+    size_t rows = job->f.q_blocks * BR * job->f.G; /* one pass: every head of the group */
     t.dq_sums = t.factor + BC + 2 * VW;
+    t.qs_all = t.dq_sums + rows * Dp;
+    t.q_all = t.qs_all + rows * Dp;
+    t.dO_all = t.q_all + rows * Dp;
+    t.lse2_all = t.dO_all + rows * Dp;
+    t.lse_lo_all = t.lse2_all + rows;
+    t.delta_all = t.lse_lo_all + rows;
     return t;
 }
 
@@ -908,6 +940,18 @@ static void rows_seeing(const flash_shape *f, const attn_attention_seq *seq, siz
     *hi = a;
 }
 
+/* The tiles of the rows from row at of the one pass's packed rows (head
+ * slot 0 of rt): qs, q, dO, lse2, lse_lo and delta; the scratch as t's. */
+static void rows_tiles(const flash_shape *f, const backward_tiles *t, size_t at,
+                       backward_tiles *rt) {
+    rt->qs = t->qs_all + at * f->Dp;
+    rt->q = f->raw ? rt->qs : t->q_all + at * f->Dp; /* raw: q_scale = 1 */
+    rt->dO = t->dO_all + at * f->Dp;
+    rt->lse2 = t->lse2_all + at;
+    rt->lse_lo = t->lse_lo_all + at;
+    rt->delta = t->delta_all + at;
+}
+
 /* dk, dv of the keys [j0, j0 + cols) of (b, kvh), summed over the group's
  * query heads and the query blocks that see the keys, in a fixed order;
  * with dq_sums (one pass), also dq_sums[g][i] += dS k for those rows. */
@@ -935,19 +979,23 @@ static void key_block_gradients(const backward_job *job, const backward_tiles *t
         rows_of(f, seq, i0, rows, &br);
         for (size_t g = 0; g < f->G; g++) {
             size_t h = kvh * f->G + g;
-            pack_queries(job, t, 0, b, seq, h, &br, true);
+            backward_tiles rt = *t; /* the rows' tiles: packed now, or once for the item */
+            if (dq_sums)
+                rows_tiles(f, t, g * rows_pad + i0, &rt);
+            else
+                pack_queries(job, t, 0, b, seq, h, &br, true);
             /* row groups that see none of the keys are never read */
             for (size_t r0 = 0; r0 < R; r0 += RG) {
                 size_t c0, c1;
                 group_cols(&br, r0, j0, cols, &c0, &c1);
                 if (c0 == c1) continue;
-                gradient_tile(job, t, 0, b, h, &br, r0, j0, cols, c0, c1);
+                gradient_tile(job, &rt, 0, b, h, &br, r0, j0, cols, c0, c1);
                 if (dq_sums) /* dq += dS k */
                     apply_values(dq_sums + (g * rows_pad + i0 + r0) * Dp, Dp, ones,
                                  t->dS + r0 * BC, c0, c1, kp);
             }
-            accumulate_keys(dv, Dp, t->A, t->dO, &br, j0, cols); /* dv += A^T dO */
-            accumulate_keys(dk, Dp, t->dS, t->q, &br, j0, cols); /* dk += dS^T q  */
+            accumulate_keys(dv, Dp, t->A, rt.dO, &br, j0, cols); /* dv += A^T dO */
+            accumulate_keys(dk, Dp, t->dS, rt.q, &br, j0, cols); /* dk += dS^T q  */
         }
     }
     float *dk_out = job->g->dk + row_at(p->k_strides, b, seq, true, kvh, j0);
@@ -982,6 +1030,15 @@ static void backward_heads(void *arg, size_t part, size_t item) {
     attn_attention_seq seq = attn_attention_seq_of(p, b);
     backward_tiles t = tiles_of(job, part);
     memset(t.dq_sums, 0, f->G * rows_pad * Dp * sizeof *t.dq_sums);
+    /* every head's rows packed once (not once per key block) */
+    block_rows br;
+    for (size_t g = 0; g < f->G; g++)
+        for (size_t i0 = 0; i0 < seq.q_len; i0 += BR) {
+            backward_tiles rt = t;
+            rows_tiles(f, &t, g * rows_pad + i0, &rt);
+            rows_of(f, &seq, i0, min_size(seq.q_len - i0, BR), &br);
+            pack_queries(job, &rt, 0, b, &seq, kvh * f->G + g, &br, !f->raw);
+        }
     for (size_t j0 = 0; j0 < seq.kv_len; j0 += BC)
         key_block_gradients(job, &t, b, kvh, &seq, j0, t.dq_sums);
     for (size_t g = 0; g < f->G; g++) {
@@ -999,7 +1056,7 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     const flash_shape *f = &job->f;
     const attn_attention_problem *p = f->p;
     size_t D = f->D, Dp = f->Dp;
-    query_item it = query_item_of(f, item);
+    query_item it = query_item_of(f, item, false);
     attn_attention_seq seq = attn_attention_seq_of(p, it.b);
     size_t i0 = it.qb * BR, b = it.b;
     if (i0 >= seq.q_len || it.heads == 0) return;
@@ -1087,7 +1144,7 @@ static void flash_backward(size_t threads, const attn_attention_problem *p,
             }
             g->dsinks[h] = (float)-sum;
         }
-    if (one_pass_dq_floats(p)) {
+    if (one_pass_floats(p)) {
         attn_parallel_dynamic(threads, p->batch * p->kv_heads, backward_heads, &job);
         return;
     }
