@@ -229,15 +229,6 @@ static int bgemm_table(const bench_options *o, const bench_blas *blas,
                        bench_cblas_sbgemm_fn *sbgemm, const sgemm_shape *shapes, size_t count,
                        const bgemm_data *d);
 
-/* Asks Linux for AMX's tile data for this process; true when given. */
-static bool request_amx(void) {
-#if defined(__linux__) && defined(__x86_64__) && defined(SYS_arch_prctl)
-    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
-    return syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) == 0;
-#else
-    return false;
-#endif
-}
 
 static int bench_bgemm(const bench_options *o, const bench_blas *blas, const sgemm_shape *shapes,
                        size_t count, const float *a, const float *b, size_t na, size_t nb,
@@ -282,7 +273,7 @@ static int bench_bgemm(const bench_options *o, const bench_blas *blas, const sge
     /* AMX runs once the process has asked Linux for it (the library never
      * asks): where the CPU has it, ask, and time the table again */
     attn_cpu_info cpu;
-    if (rc == CLI_OK && attn_cpu_info_get(&cpu) == ATTN_OK && !cpu.amx_bf16 && request_amx() &&
+    if (rc == CLI_OK && attn_cpu_info_get(&cpu) == ATTN_OK && !cpu.amx_bf16 && attn_cpu_request_amx() == ATTN_OK &&
         attn_cpu_info_get(&cpu) == ATTN_OK && cpu.amx_bf16) {
         printf("\nbf16 GEMM with AMX (attn bench asked Linux for the tile data, "
                "arch_prctl(ARCH_REQ_XCOMP_PERM)):\n");

@@ -61,7 +61,8 @@ typedef enum attn_status {
     ATTN_ERR_NO_MEMORY, /* an allocation failed                               */
     ATTN_ERR_NOT_FOUND, /* no parameter, preset or module of that name        */
     ATTN_ERR_IO,        /* a file could not be opened, read or written        */
-    ATTN_ERR_FORMAT     /* a file is not in the format it claims              */
+    ATTN_ERR_FORMAT,    /* a file is not in the format it claims              */
+    ATTN_ERR_UNSUPPORTED /* the CPU or OS lacks what was asked for (since 0.4) */
 } attn_status;
 
 /* A short name for a status: "ATTN_ERR_SHAPE". Never NULL. */
@@ -221,6 +222,16 @@ typedef struct attn_cpu_info {
 attn_status attn_cpu_info_get(attn_cpu_info *out);
 
 /*
+ * Asks the OS for the AMX tile state for this process (Linux:
+ * arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA), as oneDNN and PyTorch do),
+ * so that the bf16 kernels may run on AMX tiles: ATTN_OK once given (also
+ * when it already was), ATTN_ERR_UNSUPPORTED where the CPU or OS has no
+ * AMX. The library never asks by itself, since the permission is the
+ * whole process's; without it, bf16 runs on AVX-512.
+ */
+attn_status attn_cpu_request_amx(void);
+
+/*
  * Element types, as safetensors names them. The 16-bit ones are also what
  * attn_sdpa_forward_16 and attn_gemm_16 take: raw bits in uint16_t
  * (bf16: the top half of a float32; f16: IEEE binary16).
@@ -273,10 +284,13 @@ attn_status attn_gemm(attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_
 /*
  * The same on 16-bit a and b (dtype ATTN_DTYPE_BF16 or ATTN_DTYPE_F16, raw
  * bits) with c in float, as OpenBLAS's sbgemm: every product exact in
- * float, sums in float. bf16 runs on vdpbf16ps where the CPU has
- * avx512_bf16 (pairs of products, each pair rounded once), else a and b
- * are widened to float on packing and run on the float kernels. For the
- * projections of a bf16 model: weights stored once in bf16, half the bytes.
+ * float, sums in float. bf16 runs on AMX tiles where the process may use
+ * them (attn_cpu_request_amx), on vdpbf16ps where that is faster than
+ * float (AMD's avx512_bf16; not Intel's, which issues it at half the rate
+ * of two float FMAs), else widened to float on packing and run on the
+ * float kernels, as f16 always is. AMX and vdpbf16ps read bf16 denormals
+ * as zero. For the projections of a bf16 model: weights stored once in
+ * bf16, half the bytes.
  */
 attn_status attn_gemm_16(attn_ctx *ctx, attn_dtype dtype, bool trans_a, bool trans_b, size_t m,
                          size_t n, size_t k, float alpha, const void *a, size_t lda,

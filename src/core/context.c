@@ -22,6 +22,7 @@ const char *attn_status_name(attn_status status) {
     case ATTN_ERR_NOT_FOUND: return "ATTN_ERR_NOT_FOUND";
     case ATTN_ERR_IO: return "ATTN_ERR_IO";
     case ATTN_ERR_FORMAT: return "ATTN_ERR_FORMAT";
+    case ATTN_ERR_UNSUPPORTED: return "ATTN_ERR_UNSUPPORTED";
     }
     return "ATTN_ERR_UNKNOWN";
 }

@@ -158,8 +158,8 @@ static uint64_t os_saved_state(void) {
 
 /* Whether Linux lets this process use the AMX tile data (the permission a
  * process must ask for with ARCH_REQ_XCOMP_PERM before its first tile
- * instruction). Only asked, never requested: that would change the
- * process. Elsewhere: XCR0 alone. */
+ * instruction). Only asked here; attn_cpu_request_amx requests it, when
+ * the application calls it. Elsewhere: XCR0 alone. */
 static bool amx_permitted(void) {
 #if defined(__linux__) && defined(SYS_arch_prctl)
     enum { ARCH_GET_XCOMP_PERM = 0x1022, XFEATURE_XTILEDATA = 18 };
@@ -269,6 +269,21 @@ static void x86_info(attn_cpu_info *info) {
 }
 
 #endif /* ATTN_CPUID */
+
+attn_status attn_cpu_request_amx(void) {
+#if defined(ATTN_CPUID) && defined(__linux__) && defined(SYS_arch_prctl)
+    enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+    if (cpuid(0, 0).eax < 7) return ATTN_ERR_UNSUPPORTED;
+    cpuid_regs r7 = cpuid(7, 0);
+    if (!bit(r7.edx, 22) || !bit(r7.edx, 24) || (os_saved_state() & XSTATE_AMX) != XSTATE_AMX)
+        return ATTN_ERR_UNSUPPORTED;
+    if (!amx_permitted() && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0)
+        return ATTN_ERR_UNSUPPORTED;
+    return amx_permitted() ? ATTN_OK : ATTN_ERR_UNSUPPORTED;
+#else
+    return ATTN_ERR_UNSUPPORTED;
+#endif
+}
 
 bool attn_cpu_amx_bf16_usable(void) {
 #if defined(ATTN_CPUID)

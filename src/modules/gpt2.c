@@ -120,7 +120,9 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
  * any thread count. With attention dropout all heads go at once: its keep
  * bits and its Philox counters are laid out over all heads.
  */
-#define GPT2_BACKWARD_SCRATCH_FLOATS ((size_t)8 << 20) /* 32 MiB */
+/* 128 MiB: GPT-2 small keeps groups of 4 heads up to T = 16384, as many
+ * items as the fused backward's one pass needs (kernels/flash) */
+#define GPT2_BACKWARD_SCRATCH_FLOATS ((size_t)32 << 20)
 
 static size_t backward_heads_per_group(const attn_gpt2 *g, size_t rows) {
     size_t nh = g->cfg.n_head, hs = g->head_dim;

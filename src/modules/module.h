@@ -349,7 +349,7 @@ attn_status attn_heads_forward(attn_module *m, const float *x, size_t batch, siz
 attn_status attn_heads_backward(attn_module *m, const float *dy, float *dx);
 
 /* The scratch budget (floats) that sizes the GPT-2 backward's head groups
- * (default 8 Mi, 32 MiB): a smaller one gives smaller groups, down to one
+ * (default 32 Mi, 128 MiB): a smaller one gives smaller groups, down to one
  * head. Internal: the tests set it to take the grouped path on small
  * shapes. */
 void attn_gpt2_set_backward_scratch(attn_gpt2 *m, size_t floats);

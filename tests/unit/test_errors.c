@@ -395,6 +395,7 @@ static void test_status_names(void) {
         {ATTN_ERR_NOT_FOUND, "ATTN_ERR_NOT_FOUND"},
         {ATTN_ERR_IO, "ATTN_ERR_IO"},
         {ATTN_ERR_FORMAT, "ATTN_ERR_FORMAT"},
+        {ATTN_ERR_UNSUPPORTED, "ATTN_ERR_UNSUPPORTED"},
     };
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const char *got = attn_status_name(names[i].status);

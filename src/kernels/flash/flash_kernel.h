@@ -738,8 +738,12 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 }
 
 /* Work items (batch x KV heads) from which the backward runs in one pass
- * (below), and the most floats of one item's rows a part may then hold. */
-#define ONE_PASS_ITEMS 8
+ * (below), and the most floats of one item's rows a part may then hold.
+ * One pass does 5/7 of the two passes' products but has only these items
+ * to share out: 4 keep the 2-4 cores of the machines here busy (on 16
+ * cores, 4 items leave most idle; the choice cannot look at the threads
+ * without giving other bits on other thread counts). */
+#define ONE_PASS_ITEMS 4
 #define ONE_PASS_FLOATS ((size_t)1 << 24)
 
 /* Floats of one item's rows in the one-pass backward: for the group's heads
