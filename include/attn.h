@@ -41,9 +41,9 @@ extern "C" {
 #endif
 
 #define ATTN_VERSION_MAJOR 0
-#define ATTN_VERSION_MINOR 3
+#define ATTN_VERSION_MINOR 4
 #define ATTN_VERSION_PATCH 0
-#define ATTN_VERSION_STRING "0.3.0"
+#define ATTN_VERSION_STRING "0.4.0"
 
 /* The version of the library linked in, e.g. "0.1.0". */
 const char *attn_version(void);

@@ -10,9 +10,11 @@
 
 What runs on attn: CPU tensors of float32 (the fused kernels), float64 (the
 reference kernels, all in double: for gradcheck) or bfloat16/float16 (attn's
-16-bit calls, attn_sdpa_forward_16/backward_16: bf16 on vdpbf16ps where the
-CPU has avx512_bf16, else widened to float; out and the gradients in the
-inputs' dtype, lse in float32), q, k, v of one dtype, no attn_mask.
+16-bit calls, attn_sdpa_forward_16/backward_16: bf16 on AMX tiles where the
+CPU has them, else on vdpbf16ps or widened to float; out and the gradients
+in the inputs' dtype, lse in float32), q, k, v of one dtype, no attn_mask.
+Importing this module asks the OS for AMX for the process
+(attn_cpu_request_amx), as PyTorch's oneDNN does on its first bf16 call.
 Everything else (an attn_mask, CUDA tensors, ranks other than 3 and 4) goes
 to PyTorch's own SDPA (on torch < 2.0, which has none, to the same math
 written out in torch). supports(...) says which and why.
@@ -79,6 +81,13 @@ _backward = {torch.float32: _bind(_BACKWARD, "attn_sdpa_backward"),
 _DTYPE16 = {torch.bfloat16: DTYPE_BF16, torch.float16: DTYPE_F16}
 _forward16 = _bind(_FORWARD16, "attn_sdpa_forward_16")
 _backward16 = _bind(_BACKWARD16, "attn_sdpa_backward_16")
+
+
+# AMX's tile state for this process (the bf16 kernels' fastest path on Intel):
+# what torch's own bf16 kernels ask for too; a no-op where there is no AMX.
+if _lib.has("attn_cpu_request_amx"):
+    lib.attn_cpu_request_amx.restype = c_int
+    lib.attn_cpu_request_amx()
 
 
 def _with_dtype(fn, code):
