@@ -516,9 +516,10 @@ static size_t row_at(attn_view_strides st, size_t b, const attn_attention_seq *s
 
 static size_t forward_workspace(const attn_attention_problem *p) {
     size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p, FBR, FORWARD_GROUP_TILE_FLOATS);
-    /* per head: qs (FBR, D), o (FBR, Dp), m, l (FBR); kt (D, BC), vp (BC, Dp),
-     * p, th (RG, BC), factors (BC) */
-    return hc * (FBR * D + FBR * Dp + 2 * FBR) + D * BC + BC * Dp + 2 * RG * BC + BC + 2 * VW;
+    /* per head: qs (FBR, D), o (FBR, Dp), m (FBR), l (FBR, VW); kt (D, BC),
+     * vp (BC, Dp), p, th (RG, BC), factors (BC) */
+    return hc * (FBR * D + FBR * Dp + FBR + FBR * VW) + D * BC + BC * Dp + 2 * RG * BC + BC +
+           2 * VW;
 }
 
 typedef struct forward_job {
@@ -563,8 +564,10 @@ static void forward_block(void *arg, size_t part, size_t item) {
     bool values = p->out != NULL, dropout = values && f->drop->kind != ATTN_DROP_NONE;
     float *qs = job->workspace + part * job->per_part; /* (nh, FBR, D) */
     float *o = qs + f->fhc * FBR * D;                    /* (nh, FBR, Dp) */
+    /* l: each row's running sum as a vector of partial sums, reduced once
+     * at the end (a reduction per row and tile was 2% of the forward) */
     float *m = o + f->fhc * FBR * Dp, *l = m + f->fhc * FBR;
-    float *kt = l + f->fhc * FBR, *vp = kt + D * BC, *pt = vp + BC * Dp, *th = pt + RG * BC;
+    float *kt = l + f->fhc * FBR * VW, *vp = kt + D * BC, *pt = vp + BC * Dp, *th = pt + RG * BC;
     float *factor = th + RG * BC;
     block_rows br;
     rows_of(f, &seq, i0, rows, &br);
@@ -584,7 +587,8 @@ static void forward_block(void *arg, size_t part, size_t item) {
             bool sink = p->sinks && r < rows;
             double shift = p->alibi_slopes ? (double)p->alibi_slopes[h] * br.near[r] : 0.0;
             m[g * FBR + r] = sink ? (float)((p->sinks[h] + shift) * LOG2E) : -INFINITY;
-            l[g * FBR + r] = sink ? 1.0f : 0.0f;
+            memset(l + (g * FBR + r) * VW, 0, VW * sizeof *l);
+            l[(g * FBR + r) * VW] = sink ? 1.0f : 0.0f;
         }
     }
     size_t k_at = row_at(p->k_strides, b, &seq, true, it.kvh, 0);
@@ -606,7 +610,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
         }
         for (size_t g = 0; g < nh; g++) {
             size_t h = it.h0 + g;
-            float slope2 = slope2_of(f, h), *m_g = m + g * FBR, *l_g = l + g * FBR;
+            float slope2 = slope2_of(f, h), *m_g = m + g * FBR, *l_g = l + g * FBR * VW;
             for (size_t r0 = 0; r0 < rows; r0 += RG) {
                 vec s[RG][NV];
                 size_t c0, c1;
@@ -645,7 +649,8 @@ static void forward_block(void *arg, size_t part, size_t item) {
                         sum = v_fma(e, v_set1(1.0f), sum);
                         v_store(p_r + v * VW, e);
                     }
-                    l_g[r0 + r] = l_g[r0 + r] * alpha[r] + v_hsum(sum);
+                    float *l_r = l_g + (r0 + r) * VW;
+                    v_store(l_r, v_fma(v_load(l_r), v_set1(alpha[r]), sum));
                     m_g[r0 + r] = m_new[r];
                     if (dropout && r0 + r < rows) {
                         drop_factors(f->drop, attn_drop_index(p, b, h, i0 + r0 + r, j0), cols, factor);
@@ -665,18 +670,19 @@ static void forward_block(void *arg, size_t part, size_t item) {
         for (size_t r = 0; r < rows; r++) {
             size_t gr = g * FBR + r;
             bool seen = br.begin[r] < br.end[r];
+            float l_gr = v_hsum(v_load(l + gr * VW));
             if (values) {
                 float *out_r = p->out + row_at(p->out_strides, b, &seq, false, h, i0 + r);
                 /* o / l rounded once (a reciprocal, then a product, rounds
                  * twice; the backward's delta = dO . out feels it) */
-                bool live = seen && l[gr] > 0.0f;
-                for (size_t d = 0; d < D; d++) out_r[d] = live ? o[gr * Dp + d] / l[gr] : 0.0f;
+                bool live = seen && l_gr > 0.0f;
+                for (size_t d = 0; d < D; d++) out_r[d] = live ? o[gr * Dp + d] / l_gr : 0.0f;
             }
             if (p->lse) {
                 float lse = p->sinks ? p->sinks[h] : -INFINITY, lo = 0.0f;
-                if (seen && l[gr] > 0.0f) {
-                    double exact = f->raw ? (double)m[gr] * p->scale + log((double)l[gr])
-                                          : ((double)m[gr] + log2((double)l[gr])) / LOG2E -
+                if (seen && l_gr > 0.0f) {
+                    double exact = f->raw ? (double)m[gr] * p->scale + log((double)l_gr)
+                                          : ((double)m[gr] + log2((double)l_gr)) / LOG2E -
                                                 slope * br.near[r];
                     lse = (float)exact;
                     lo = (float)(exact - (double)lse);
