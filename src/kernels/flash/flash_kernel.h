@@ -753,8 +753,8 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 #define ONE_PASS_FLOATS ((size_t)1 << 24)
 
 /* Floats of one item's rows in the one-pass backward: for the group's heads
- * x its query blocks' rows, qs, q, dO and dq sums (Dp each) and lse, lse_lo,
- * delta; 0 when the two passes run. The choice
+ * x its query blocks' rows, dq sums and (raw scores) q and dO (Dp each) and
+ * lse, lse_lo, delta; 0 when the two passes run. The choice
  * depends on the problem alone, never on the threads, so that every
  * thread count gives the same bits.
  *   One pass, per (batch, KV head): for each key block, for each query
@@ -766,9 +766,9 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 static size_t one_pass_floats(const attn_attention_problem *p) {
     size_t G = p->q_heads / p->kv_heads, Dp = padded(p->head_dim);
     size_t rows = (p->q_len + BR - 1) / BR * BR;
-    if (p->batch * p->kv_heads < ONE_PASS_ITEMS || rows > ONE_PASS_FLOATS / (G * (4 * Dp + 3)))
+    if (p->batch * p->kv_heads < ONE_PASS_ITEMS || rows > ONE_PASS_FLOATS / (G * (3 * Dp + 3)))
         return 0;
-    return G * rows * (4 * Dp + 3);
+    return G * rows * (3 * Dp + 3);
 }
 
 /* The per-part scratch of the backward. */
@@ -794,7 +794,7 @@ typedef struct backward_tiles {
     float *qs, *dO, *dq, *lse2, *lse_lo, *delta; /* per head of the item */
     float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *kv2, *factor;
     /* one pass: the item's rows packed once, (G, rows) of Dp (or 1) floats */
-    float *dq_sums, *qs_all, *q_all, *dO_all, *lse2_all, *lse_lo_all, *delta_all;
+    float *dq_sums, *qs_all, *dO_all, *lse2_all, *lse_lo_all, *delta_all;
 } backward_tiles;
 
 static backward_tiles tiles_of(const backward_job *job, size_t part) {
@@ -819,8 +819,7 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     size_t rows = job->f.q_blocks * BR * job->f.G; /* one pass: every head of the group */
     t.dq_sums = t.factor + BC + 2 * VW;
     t.qs_all = t.dq_sums + rows * Dp;
-    t.q_all = t.qs_all + rows * Dp;
-    t.dO_all = t.q_all + rows * Dp;
+    t.dO_all = t.qs_all + rows * Dp;
     t.lse2_all = t.dO_all + rows * Dp;
     t.lse_lo_all = t.lse2_all + rows;
     t.delta_all = t.lse_lo_all + rows;
@@ -955,7 +954,7 @@ static void rows_seeing(const flash_shape *f, const attn_attention_seq *seq, siz
 static void rows_tiles(const flash_shape *f, const backward_tiles *t, size_t at,
                        backward_tiles *rt) {
     rt->qs = t->qs_all + at * f->Dp;
-    rt->q = f->raw ? rt->qs : t->q_all + at * f->Dp; /* raw: q_scale = 1 */
+    rt->q = rt->qs; /* raw scores only: q_scale = 1 */
     rt->dO = t->dO_all + at * f->Dp;
     rt->lse2 = t->lse2_all + at;
     rt->lse_lo = t->lse_lo_all + at;
@@ -990,7 +989,7 @@ static void key_block_gradients(const backward_job *job, const backward_tiles *t
         for (size_t g = 0; g < f->G; g++) {
             size_t h = kvh * f->G + g;
             backward_tiles rt = *t; /* the rows' tiles: packed now, or once for the item */
-            if (dq_sums)
+            if (dq_sums && f->raw)
                 rows_tiles(f, t, g * rows_pad + i0, &rt);
             else
                 pack_queries(job, t, 0, b, seq, h, &br, true);
@@ -1040,14 +1039,17 @@ static void backward_heads(void *arg, size_t part, size_t item) {
     attn_attention_seq seq = attn_attention_seq_of(p, b);
     backward_tiles t = tiles_of(job, part);
     memset(t.dq_sums, 0, f->G * rows_pad * Dp * sizeof *t.dq_sums);
-    /* every head's rows packed once (not once per key block) */
+    /* raw scores: every head's rows packed once (not once per key block).
+     * Softcap and ALiBi pack per block: ALiBi's row shift (block_rows'
+     * near) depends on the block's rows, and the packed lse must use the
+     * shift the block's score tiles use. */
     block_rows br;
-    for (size_t g = 0; g < f->G; g++)
+    for (size_t g = 0; g < f->G && f->raw; g++)
         for (size_t i0 = 0; i0 < seq.q_len; i0 += BR) {
             backward_tiles rt = t;
             rows_tiles(f, &t, g * rows_pad + i0, &rt);
             rows_of(f, &seq, i0, min_size(seq.q_len - i0, BR), &br);
-            pack_queries(job, &rt, 0, b, &seq, kvh * f->G + g, &br, !f->raw);
+            pack_queries(job, &rt, 0, b, &seq, kvh * f->G + g, &br, false);
         }
     for (size_t j0 = 0; j0 < seq.kv_len; j0 += BC)
         key_block_gradients(job, &t, b, kvh, &seq, j0, t.dq_sums);
