@@ -108,7 +108,7 @@ static size_t sysfs_cache(unsigned want_level) {
 }
 
 #if defined(X86) && defined(__linux__) && defined(SYS_arch_prctl)
-enum { ARCH_GET_XCOMP_PERM = 0x1022, ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
+enum { ARCH_GET_XCOMP_PERM = 0x1022, XFEATURE_XTILEDATA = 18 };
 
 static bool amx_permitted(void) {
     uint64_t permitted = 0;
@@ -116,18 +116,23 @@ static bool amx_permitted(void) {
            ((permitted >> XFEATURE_XTILEDATA) & 1u);
 }
 
-/* Before and after this process asks Linux for the AMX tile data. */
+/* Before and after this process asks Linux for the AMX tile data, through
+ * attn_cpu_request_amx, whose answer must match what the OS then says. */
 static void amx(const proc_cpu *p) {
     attn_cpu_info info;
     CHECK_STATUS(attn_cpu_info_get(&info), ATTN_OK);
     bool before = amx_permitted();
     CHECK(info.amx_bf16 == (has_flag(p, "amx_bf16") && has_flag(p, "amx_tile") && before));
-    if (!has_flag(p, "amx_bf16") || before) return;
-    long rc = syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA);
+    attn_status st = attn_cpu_request_amx();
+    bool after = amx_permitted();
     CHECK_STATUS(attn_cpu_info_get(&info), ATTN_OK);
-    printf("amx_bf16: %s before asking, %s after (request %s)\n", before ? "usable" : "not usable",
-           info.amx_bf16 ? "usable" : "not usable", rc == 0 ? "granted" : "refused");
-    CHECK(info.amx_bf16 == (rc == 0));
+    printf("amx_bf16: %s before asking, %s after (attn_cpu_request_amx: %s)\n",
+           before ? "usable" : "not usable", info.amx_bf16 ? "usable" : "not usable",
+           attn_status_name(st));
+    CHECK((st == ATTN_OK) == (has_flag(p, "amx_bf16") && has_flag(p, "amx_tile") && after));
+    CHECK(st == ATTN_OK || st == ATTN_ERR_UNSUPPORTED);
+    CHECK(info.amx_bf16 == (st == ATTN_OK));
+    CHECK(attn_cpu_request_amx() == st); /* asking again changes nothing */
 }
 #else
 static void amx(const proc_cpu *p) {
