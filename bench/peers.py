@@ -139,6 +139,8 @@ def print_header(attn_bin, attn, argv):
     cpu = None if cpu_lines else attn_cpu_line(attn)  # an attn version without its CPU lines
     if cpu:
         print("attn_cpu_info_get: " + cpu)
+    print("AMX tile state for this process (attn_cpu_request_amx): %s" %
+          ("granted" if attn.amx else "not available"))
     print("libattn: %s; 16-bit SDPA: %s" % (attn.path, "yes" if attn.has_16 else "not built"))
     capability = (torch.backends.cpu.get_cpu_capability()
                   if hasattr(torch.backends.cpu, "get_cpu_capability") else "?")
@@ -180,6 +182,10 @@ class Attn:
                                           c_size_t, P)
         self.bf16 = self._dtype("BF16")
         self._ctxs = {}
+        # AMX for the bf16 kernels, as PyTorch's oneDNN asks for it on its
+        # first bf16 call: both sides then run on the same footing
+        request = self._bind("attn_cpu_request_amx", c_int)
+        self.amx = request is not None and request() == 0
 
     def _bind(self, name, restype, *argtypes):
         if not self._lib.has(name):
