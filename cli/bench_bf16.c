@@ -10,7 +10,10 @@
  * speedup; issue 14 asks for >= 1.6 on avx512_bf16 CPUs). "bf16 err" is
  * ||out_bf16 - out_fp32|| / ||out_fp32||, a check that the bf16 run
  * computed the same attention (bf16's precision: a few 1e-3). The kernel
- * line says whether the bf16 calls run on vdpbf16ps or widen to float.
+ * line says whether the bf16 calls run on AMX tiles, vdpbf16ps or widen to
+ * float. Where the CPU has AMX, the section first asks for the tile data
+ * (attn_cpu_request_amx), as an application that wants attn's AMX kernels
+ * does (the library never asks by itself).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
@@ -135,12 +138,15 @@ int bench_bf16(const bench_options *o, const bench_blas *blas) {
     static const size_t all_tokens[] = {1024, 4096, 16384};
     size_t token_counts = o->quick ? 2 : 3;
     attn_cpu_info cpu = {0};
+    attn_cpu_request_amx(); /* ATTN_ERR_UNSUPPORTED without AMX: amx_bf16 says */
     attn_cpu_info_get(&cpu);
     bool vdp = cpu.avx512_bf16 && o->kernels[0] == ATTN_KERNELS_AVX512;
     printf("bf16: attn_sdpa_*_16 on bf16 vs attn_sdpa_* on fp32 (same values), B=1 H=%d hd=%d, "
            "T=S\n  bf16 kernels: %s\n",
            HEADS, HEAD_DIM,
-           vdp ? "vdpbf16ps (avx512_bf16)" : "none here: bf16 widened to float, fp32 kernels");
+           !vdp ? "none here: bf16 widened to float, fp32 kernels"
+           : cpu.amx_bf16 ? "AMX tiles (amx_bf16; head_dim 64 here)"
+                          : "vdpbf16ps (avx512_bf16)");
     printf("%6s %-6s %3s | %9s %9s %6s | %9s %9s %6s | %8s\n", "T", "mask", "thr", "fp32 fwd",
            "bf16 fwd", "x", "fp32 f+b", "bf16 f+b", "x", "bf16 err");
     int rc = CLI_OK;

@@ -39,7 +39,7 @@ static const bench_section sections[] = {
      bench_variants},
     {"decode", "one token against a KV cache (GB/s vs copy, vs PyTorch), then GPT-2 generating",
      bench_decode},
-    {"bf16", "bf16 attention (vdpbf16ps) against fp32, forward and forward+backward", bench_bf16},
+    {"bf16", "bf16 attention (AMX tiles, vdpbf16ps) against fp32, forward and forward+backward", bench_bf16},
 };
 enum { SECTIONS = sizeof sections / sizeof sections[0] };
 

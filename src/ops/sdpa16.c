@@ -6,11 +6,14 @@
  *     the fused bf16 kernels (kernels/flash16), where the problem is theirs
  *     (no dropout, softcap, ALiBi or sinks; v_head_dim == head_dim; scale
  *     >= 0) and its values are finite and small enough for float tiles;
+ *     on AMX tiles where the process may use them and head_dim is a
+ *     multiple of 32, on vdpbf16ps otherwise;
  *   - everything else: the tensors widened to float (exactly), the float
  *     attention of sdpa.c on them (every feature), each output rounded to
  *     the dtype once (to nearest even; NaN stays NaN).
  */
 #include "internal.h"
+#include "ops/sdpa16.h"
 #include "ops/sdpa_internal.h"
 #include "rng/dropout.h"
 #if defined(ATTN_HAVE_X86_KERNELS)
@@ -244,27 +247,30 @@ static bool bf16_kernels_usable(const attn_ctx *ctx) {
 }
 
 /* The largest |x| over a view's rows (bf16 bits), or false when some
- * element is inf or NaN. */
+ * element is inf or NaN: each (sequence, head)'s rows at once, on the
+ * kernels' AVX-512. */
 static bool view_max_abs(const attn_attention_problem *p, view16 v, const uint16_t *x,
                          float *top) {
     uint16_t largest = 0;
     for (size_t b = 0; b < p->batch; b++) {
         attn_attention_seq s = attn_attention_seq_of(p, b);
         size_t start = v.keys ? s.kv_start : s.q_start, len = v.keys ? s.kv_len : s.q_len;
-        for (size_t i = 0; i < len; i++)
-            for (size_t h = 0; h < v.heads; h++) {
-                const uint16_t *row = x + attn_view_offset(v.st, b, start, h, i);
-                uint16_t m = 0;
-                for (size_t d = 0; d < v.width; d++) {
-                    uint16_t a = row[d] & 0x7FFFu; /* magnitudes order as their bits */
-                    m = a > m ? a : m;
-                }
-                if (m >= 0x7F80u) return false;
-                largest = m > largest ? m : largest;
-            }
+        for (size_t h = 0; h < v.heads && len > 0; h++) {
+            uint16_t m = attn_flash16_max_magnitude(x + attn_view_offset(v.st, b, start, h, 0),
+                                                    len, v.st.t, v.width);
+            largest = m > largest ? m : largest;
+        }
     }
+    if (largest >= 0x7F80u) return false; /* magnitudes order as their bits */
     *top = bf16_to_float(largest);
     return true;
+}
+
+/* Whether the bf16 kernels have p's features, on this CPU. */
+static bool bf16_kernels_have(const attn_ctx *ctx, const attn_sdpa_config *cfg,
+                              const attn_attention_problem *p) {
+    return bf16_kernels_usable(ctx) && !(cfg->dropout > 0.0) && !(p->softcap > 0.0f) &&
+           !p->alibi_slopes && !p->sinks && p->v_head_dim == p->head_dim && p->scale >= 0.0f;
 }
 
 /* Whether the bf16 kernels take p on these values (dout: the backward's,
@@ -273,9 +279,7 @@ static bool view_max_abs(const attn_attention_problem *p, view16 v, const uint16
 static bool bf16_kernels_take(const attn_ctx *ctx, const attn_sdpa_config *cfg,
                               const attn_attention_problem *p, const uint16_t *q,
                               const uint16_t *k, const uint16_t *v, const uint16_t *dout) {
-    if (!bf16_kernels_usable(ctx) || cfg->dropout > 0.0 || p->softcap > 0.0f ||
-        p->alibi_slopes || p->sinks || p->v_head_dim != p->head_dim || !(p->scale >= 0.0f))
-        return false;
+    if (!bf16_kernels_have(ctx, cfg, p)) return false;
     float qm, km, vm, dm = 0.0f;
     if (!view_max_abs(p, q_view(p), q, &qm) || !view_max_abs(p, k_view(p), k, &km) ||
         !view_max_abs(p, v_view(p), v, &vm) || (dout && !view_max_abs(p, out_view(p), dout, &dm)))
@@ -284,7 +288,58 @@ static bool bf16_kernels_take(const attn_ctx *ctx, const attn_sdpa_config *cfg,
     double raw = 1.4426950408889634 * (double)p->scale * D * qm * km;
     return !(raw >= limit || S * vm >= limit || D * dm * vm >= limit || S * dm >= limit);
 }
+
+/* The fused forward: on AMX tiles where they take p, else on vdpbf16ps. */
+static attn_status forward_bf16_kernels(attn_ctx *ctx, const char *fn,
+                                        const attn_attention_problem *p,
+                                        const attn_flash16_tensors *t) {
+    bool amx = attn_flash16_amx_takes(p);
+    size_t bytes = amx ? attn_flash16_amx_forward_bytes(p, ctx->num_threads)
+                       : attn_flash16_forward_bytes(p, ctx->num_threads);
+    /* the ctx's scratch: a call after the first one of its size faults in
+     * no fresh pages */
+    void *workspace = attn_ctx_scratch(ctx, bytes);
+    if (!workspace)
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                         "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
+    if (amx)
+        attn_flash16_amx_forward(ctx->num_threads, p, t, workspace);
+    else
+        attn_flash16_forward(ctx->num_threads, p, t, workspace);
+    return ATTN_OK;
+}
+
+/* The fused backward, chosen as the forward. */
+static attn_status backward_bf16_kernels(attn_ctx *ctx, const char *fn,
+                                         const attn_attention_problem *p,
+                                         const attn_flash16_tensors *t) {
+    bool amx = attn_flash16_amx_takes(p);
+    size_t bytes = amx ? attn_flash16_amx_backward_bytes(p, ctx->num_threads)
+                       : attn_flash16_backward_bytes(p, ctx->num_threads);
+    void *workspace = attn_ctx_scratch(ctx, bytes);
+    if (!workspace)
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                         "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
+    if (amx)
+        attn_flash16_amx_backward(ctx->num_threads, p, t, workspace);
+    else
+        attn_flash16_backward(ctx->num_threads, p, t, workspace);
+    return ATTN_OK;
+}
 #endif
+
+const char *attn_sdpa16_kernel(const attn_ctx *ctx, const attn_sdpa_config *cfg,
+                               attn_dtype dtype, bool backward) {
+#if defined(ATTN_HAVE_X86_KERNELS)
+    attn_attention_problem p = attn_sdpa_problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
+    if (dtype == ATTN_DTYPE_BF16 && bf16_kernels_have(ctx, cfg, &p))
+        return attn_flash16_amx_takes(&p) ? "amx" : "vdpbf16ps";
+#else
+    (void)ctx, (void)cfg, (void)dtype;
+#endif
+    (void)backward; /* both passes choose alike */
+    return "widened";
+}
 
 /* ---- the entry points ------------------------------------------------------------ */
 
@@ -307,15 +362,8 @@ attn_status attn_sdpa_forward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, att
     if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
 #if defined(ATTN_HAVE_X86_KERNELS)
     if (dtype == ATTN_DTYPE_BF16 && bf16_kernels_take(ctx, cfg, &p, q, k, v, NULL)) {
-        size_t bytes = attn_flash16_forward_bytes(&p, ctx->num_threads);
-        void *workspace = attn_malloc(bytes);
-        if (!workspace)
-            return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
-                             "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
         attn_flash16_tensors t = {.q = q, .k = k, .v = v, .out = out, .lse = lse};
-        attn_flash16_forward(ctx->num_threads, &p, &t, workspace);
-        attn_free(workspace);
-        return ATTN_OK;
+        return forward_bf16_kernels(ctx, fn, &p, &t);
     }
 #endif
     return forward_widened(ctx, fn, cfg, dtype, &p, q, k, v, out, lse, rng, drawn);
@@ -340,16 +388,9 @@ attn_status attn_sdpa_backward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, at
     if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
 #if defined(ATTN_HAVE_X86_KERNELS)
     if (dtype == ATTN_DTYPE_BF16 && bf16_kernels_take(ctx, cfg, &p, q, k, v, dout)) {
-        size_t bytes = attn_flash16_backward_bytes(&p, ctx->num_threads);
-        void *workspace = attn_malloc(bytes);
-        if (!workspace)
-            return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
-                             "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
         attn_flash16_tensors t = {.q = q, .k = k, .v = v, .saved_out = out, .saved_lse = lse,
                                   .dout = dout, .dq = dq, .dk = dk, .dv = dv};
-        attn_flash16_backward(ctx->num_threads, &p, &t, workspace);
-        attn_free(workspace);
-        return ATTN_OK;
+        return backward_bf16_kernels(ctx, fn, &p, &t);
     }
 #endif
     const void *in[5] = {q, k, v, out, dout};

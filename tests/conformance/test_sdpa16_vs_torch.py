@@ -16,8 +16,10 @@ For each case and dtype (bfloat16, float16):
            each gradient is rounded to half on its way back (as CUDA's half
            kernels do: fp32 accumulation, half storage).
   attn     attn_sdpa_forward_16 / _backward_16 (ctypes, on the dtype's raw
-           bits; bf16 runs vdpbf16ps where the CPU has avx512_bf16), out
-           and lse from the forward fed to the backward.
+           bits; bf16 runs vdpbf16ps where the CPU has avx512_bf16, and AMX
+           tiles for head_dim 64 and 128 where it has AMX: this script asks
+           for them first, attn_cpu_request_amx, as an application does),
+           out and lse from the forward fed to the backward.
 Checked, for out, dq, dk, dv: relative L2 error (||x - truth|| / ||truth||)
 of attn <= that of torch (plus 1e-5): "within PyTorch's own error" (attn.h).
 The table prints both errors.
@@ -175,12 +177,22 @@ def check_case(L, gen, dtype, case):
     return ok
 
 
+def request_amx(L):
+    """attn_cpu_request_amx: asks the OS for AMX's tile data for this process
+    (what an application that wants attn's AMX kernels does; the library
+    never asks by itself): what bf16 of head_dim 64 and 128 then runs on."""
+    if not hasattr(L.lib, "attn_cpu_request_amx"):
+        return "no attn_cpu_request_amx in this build"
+    return "AMX tiles" if L.lib.attn_cpu_request_amx() == 0 else "no AMX here: vdpbf16ps or widened"
+
+
 def main():
     if len(sys.argv) < 2:
         sys.exit("usage: test_sdpa16_vs_torch.py LIBATTN [SEED]")
     seed = int(sys.argv[2]) if len(sys.argv) > 2 else int.from_bytes(os.urandom(6), "little")
-    print(f"test_sdpa16_vs_torch: seed {seed} (torch {torch.__version__})")
     L = Lib(sys.argv[1])
+    print(f"test_sdpa16_vs_torch: seed {seed} (torch {torch.__version__}; bf16 head_dim 64, "
+          f"128: {request_amx(L)})")
     gen = torch.Generator().manual_seed(seed)
     cases = [  # name, B, H, Hkv, T, S, D, causal, amp (of q and k)
         ("causal T=128 d64", 1, 4, 4, 128, 128, 64, True, 1.0),

@@ -15,6 +15,13 @@
  *     lse within 2e-3 (1 + |lse|); on an avx512_bf16 CPU it must differ
  *     from the widened path somewhere (else the kernel did not run);
  *   - 1, 2 and 3 threads give the same bits;
+ *   - then, where the CPU has AMX, this process asks for the tiles
+ *     (attn_cpu_request_amx, as an application does) and the cases of
+ *     head_dim 64 and 128 run again on the same inputs, forward and
+ *     backward now on AMX (the internal query attn_sdpa16_kernel says so):
+ *     the same checks against the truth, and out, dq and dk must each
+ *     differ from the vdpbf16ps kernels' somewhere (else AMX did not run);
+ *     without AMX the test says that it skipped this part;
  * over shapes with odd lengths, head_dim 64/128/80/33, GQA, causal with
  * every alignment, windows, packed varlen batches, padded strides and
  * large scores (q, k up to 24: scaled scores in the hundreds). f16 and the
@@ -26,6 +33,7 @@
  */
 #include "attn.h"
 #include "check.h"
+#include "ops/sdpa16.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -292,11 +300,14 @@ static void check_widened_bitwise(attn_ctx *ctx, attn_dtype dt, const tensors16 
     free(q), free(k), free(v), free(dout), free(out), free(lse), free(dq), free(dk), free(dv), free(o16);
 }
 
-static void check_case(const case16 *c, uint64_t *seed, attn_ctx *portable, attn_ctx *fast[3],
-                       attn_ctx *ref) {
+/* The fast path on t (fresh or kept inputs of case c): its errors vs the
+ * float64 truth within 2.5x the widened path's, its lse, that it ran, the
+ * same bits on 1, 2, 3 threads, padded gaps untouched. *kept gets the
+ * outputs of 1 thread (the caller frees them). */
+static void check_tensors(const case16 *c, const tensors16 *tp, attn_ctx *portable,
+                          attn_ctx *fast[3], attn_ctx *ref, result16 *kept) {
     attn_dtype dt = ATTN_DTYPE_BF16;
-    tensors16 t;
-    make_case(c, dt, seed, &t);
+    const tensors16 t = *tp;
     truth64 w;
     truth_of(ref, dt, &t, &w);
     result16 wide, f[3];
@@ -351,9 +362,74 @@ static void check_case(const case16 *c, uint64_t *seed, attn_ctx *portable, attn
         CHECK(clean);
     }
     free_result(&wide);
-    for (int i = 0; i < 3; i++) free_result(&f[i]);
+    for (int i = 1; i < 3; i++) free_result(&f[i]);
+    *kept = f[0];
     free_truth(&w);
-    free_case(&t);
+}
+
+/* Whether the AMX forward can take case c (head_dim in whole tile steps). */
+static bool amx_shape(const case16 *c) { return c->D % 32 == 0; }
+
+/* A case on fresh inputs; those AMX may take are kept with their fast
+ * outputs (*kept_t, *kept_r) for the AMX pass, the rest freed. */
+static bool check_case(const case16 *c, uint64_t *seed, attn_ctx *portable, attn_ctx *fast[3],
+                       attn_ctx *ref, tensors16 *kept_t, result16 *kept_r) {
+    make_case(c, ATTN_DTYPE_BF16, seed, kept_t);
+    check_tensors(c, kept_t, portable, fast, ref, kept_r);
+    if (amx_shape(c)) return true;
+    free_result(kept_r);
+    free_case(kept_t);
+    return false;
+}
+
+/* Asks the OS for the AMX tile data, as an application that wants attn's
+ * AMX kernels does (the library never asks by itself); true when given. */
+static bool request_amx(void) {
+    attn_cpu_info cpu;
+    return attn_cpu_request_amx() == ATTN_OK && attn_cpu_info_get(&cpu) == ATTN_OK &&
+           cpu.amx_bf16;
+}
+
+/* Elements where two 16-bit tensors differ. */
+static size_t count_differing(const uint16_t *a, const uint16_t *b, size_t n) {
+    size_t count = 0;
+    for (size_t e = 0; e < n; e++) count += a[e] != b[e];
+    return count;
+}
+
+/* The kept cases again, on AMX now: the same checks, the query saying
+ * "amx" for both passes, and out, dq, dk that each differ from the
+ * vdpbf16ps kernels' somewhere over the cases (the order of their sums and
+ * the blocks of 32 keys round otherwise). */
+static void check_amx(const case16 *const cases[], tensors16 *t, result16 *vdp, size_t n,
+                      attn_ctx *portable, attn_ctx *fast[3], attn_ctx *ref, bool vdp_ran) {
+    size_t differing[4] = {0, 0, 0, 0}, elements[4] = {0, 0, 0, 0};
+    for (size_t i = 0; i < n; i++) {
+        for (int backward = 0; backward < 2; backward++) {
+            const char *kernel = attn_sdpa16_kernel(fast[0], &t[i].cfg, ATTN_DTYPE_BF16, backward);
+            if (strcmp(kernel, "amx") != 0)
+                fprintf(stderr, "%s: %s on %s, not amx\n", cases[i]->name,
+                        backward ? "backward" : "forward", kernel);
+            CHECK(strcmp(kernel, "amx") == 0);
+        }
+        result16 amx;
+        check_tensors(cases[i], &t[i], portable, fast, ref, &amx);
+        uint16_t *a[4] = {amx.out, amx.dq, amx.dk, amx.dv};
+        uint16_t *v[4] = {vdp[i].out, vdp[i].dq, vdp[i].dk, vdp[i].dv};
+        size_t sizes[4] = {t[i].nq, t[i].nq, t[i].nk, t[i].nk};
+        for (int x = 0; x < 4; x++) {
+            differing[x] += count_differing(a[x], v[x], sizes[x]);
+            elements[x] += sizes[x];
+        }
+        free_result(&amx);
+    }
+    printf("  amx vs vdpbf16ps, elements that differ: out %zu/%zu dq %zu/%zu dk %zu/%zu "
+           "dv %zu/%zu\n", differing[0], elements[0], differing[1], elements[1], differing[2],
+           elements[2], differing[3], elements[3]);
+    /* dv = P^T dO from the same P: only the order of its sums differs, which
+     * rarely shows in bf16; out, dq, dk carry the rounding of S and dP */
+    for (int x = 0; x < 3; x++)
+        if (vdp_ran) CHECK(differing[x] > 0);
 }
 
 /* f16, and the features only the widened path has: bitwise the float calls. */
@@ -498,9 +574,35 @@ int main(int argc, char **argv) {
         {"padded strides d64", 2, 2, 2, 33, 41, 64, false, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0, false, true, 1, 0},
         {"large scores (amp 24)", 1, 2, 2, 61, 61, 64, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0, false, false, 24, 0},
         {"scale 0.7, T=1", 2, 2, 2, 1, 65, 64, false, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0, false, false, 1, 0.7},
+        {"d64 T=45 S=150 br GQA 6:2", 1, 6, 2, 45, 150, 64, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0, false, false, 1, 0},
+        {"d128 T=100 S=37 top-left", 2, 2, 1, 100, 37, 128, true, ATTN_ALIGN_TOP_LEFT, 0, false, 0, 0, false, false, 1, 0},
+        {"d64 offset 13 causal", 1, 2, 2, 70, 50, 64, true, ATTN_ALIGN_OFFSET, 13, false, 0, 0, false, false, 1, 0},
     };
+    enum { CASES = sizeof cases / sizeof *cases };
+    /* the AMX pass reruns the cases of head_dim 64, 128 on their inputs */
+    tensors16 kept_t[CASES];
+    result16 kept_r[CASES];
+    const case16 *kept_c[CASES];
+    size_t kept = 0;
+    const char *first = "widened";
     printf("  case                         relative L2 error vs float64: fast/widened\n");
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_case(&cases[i], &seed, portable, fast, ref);
+    for (size_t i = 0; i < CASES; i++) {
+        if (check_case(&cases[i], &seed, portable, fast, ref, &kept_t[kept], &kept_r[kept])) {
+            if (kept == 0) first = attn_sdpa16_kernel(fast[0], &kept_t[0].cfg, ATTN_DTYPE_BF16, false);
+            kept_c[kept++] = &cases[i];
+        }
+    }
+    printf("  forward of those cases on: %s\n", first);
+    if (request_amx()) {
+        printf("  AMX granted: the cases of head_dim 64, 128 again, on AMX tiles\n");
+        check_amx(kept_c, kept_t, kept_r, kept, portable, fast, ref, strcmp(first, "vdpbf16ps") == 0);
+    } else {
+        printf("  AMX pass skipped: no AMX tiles for this process on this CPU/OS\n");
+    }
+    for (size_t i = 0; i < kept; i++) {
+        free_result(&kept_r[i]);
+        free_case(&kept_t[i]);
+    }
     check_widened_features(&seed, fast[1]);
     check_dropout(&seed, fast[0]);
     check_errors(fast[0]);

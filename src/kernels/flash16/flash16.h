@@ -1,5 +1,7 @@
 /*
- * flash16.h — fused attention on bf16 storage with vdpbf16ps (avx512_bf16):
+ * flash16.h — fused attention on bf16 storage, on AMX tiles where the
+ * process may use them (flash16_amx.c: the same products on 16 x 16 float
+ * tiles, declared at the end), else with vdpbf16ps (avx512_bf16):
  * FlashAttention-2's algorithm as in kernels/flash (flash.h), every product
  * of two bf16 values summed in float by vdpbf16ps, which takes pairs of
  * bf16 along the reduction in each 32-bit lane:
@@ -34,6 +36,7 @@
 
 #include "attention/attention.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -58,5 +61,24 @@ void attn_flash16_forward(size_t threads, const attn_attention_problem *p,
                           const attn_flash16_tensors *t, void *workspace);
 void attn_flash16_backward(size_t threads, const attn_attention_problem *p,
                            const attn_flash16_tensors *t, void *workspace);
+
+/* The largest magnitude (bf16 bits with the sign cleared: they order as
+ * the values; 0x7F80 and up: inf or NaN) of rows x width elements, rows
+ * stride elements apart. AVX-512BW, as the kernels. */
+uint16_t attn_flash16_max_magnitude(const uint16_t *x, size_t rows, size_t stride, size_t width);
+
+/* The passes on AMX tiles (flash16_amx.c), the same contract: where the
+ * process may use the tiles (the CPU has amx_bf16, the OS saves the tile
+ * state and Linux gave the permission, which the application asks for:
+ * attn_cpu_request_amx) and head_dim is a multiple of 32. Ask only where
+ * attn_flash16 runs (AVX-512 BF16): that file is compiled for AMX and
+ * AVX-512. */
+bool attn_flash16_amx_takes(const attn_attention_problem *p);
+size_t attn_flash16_amx_forward_bytes(const attn_attention_problem *p, size_t threads);
+size_t attn_flash16_amx_backward_bytes(const attn_attention_problem *p, size_t threads);
+void attn_flash16_amx_forward(size_t threads, const attn_attention_problem *p,
+                              const attn_flash16_tensors *t, void *workspace);
+void attn_flash16_amx_backward(size_t threads, const attn_attention_problem *p,
+                               const attn_flash16_tensors *t, void *workspace);
 
 #endif /* ATTN_FLASH16_H */

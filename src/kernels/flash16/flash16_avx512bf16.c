@@ -4,7 +4,7 @@
  * (flash_kernel.h), each step a pair of products per lane. */
 #include <immintrin.h>
 
-#include "kernels/flash16/flash16.h"
+#include "kernels/flash16/flash16_common.h"
 #include "parallel.h"
 
 #include <math.h>
@@ -15,11 +15,11 @@
 #define BC 64 /* keys of a block */
 #define VW 16 /* floats (or 32-bit pairs) per vector */
 #define NV (BC / VW)
-#define LOG2E 1.4426950408889634
+#define LOG2E FLASH16_LOG2E
 
 typedef __m512 vec;
 
-static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+_Static_assert(BR <= FLASH16_MAX_ROWS, "rows16 holds a query block");
 
 /* Two bf16 in one 32-bit lane: lo first (the lower half). */
 static inline uint32_t pair_of(uint16_t lo, uint16_t hi) { return (uint32_t)lo | (uint32_t)hi << 16; }
@@ -28,40 +28,6 @@ static inline uint32_t load_u32(const void *p) {
     uint32_t x;
     memcpy(&x, p, sizeof x);
     return x;
-}
-
-/* float to bf16, round to nearest even; NaN stays NaN (quieted). */
-static inline uint16_t bf16_of(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float float_of(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-/* 2^x for x <= 0 as the float kernels' (vec_avx512.h): Taylor series of
- * 2^f, |f| <= 1/2; below -125, -inf and NaN give exactly 0. */
-static inline vec v_exp2(vec x) {
-    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-125.0f));
-    vec n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    vec f = _mm512_sub_ps(x, n);
-    vec p = _mm512_set1_ps(1.5252733804e-5f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393e-4f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108665e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650696e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718056e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(live, p, n);
 }
 
 /* 32 bf16 (lo: 16 of a, hi: 16 of b), rounded to nearest even. */
@@ -103,48 +69,7 @@ static shape16 shape_of(const attn_attention_problem *p) {
     return f;
 }
 
-/* Row i of head h of a sequence in a (B, T, H, D) view. */
-static size_t row_at(attn_view_strides st, size_t b, const attn_attention_seq *seq, bool keys,
-                     size_t h, size_t i) {
-    return attn_view_offset(st, b, keys ? seq->kv_start : seq->q_start, h, i);
-}
-
-/* Rows [i0, i0 + rows) of a query block: the keys [begin, end) each sees
- * (0, 0 when none, and past rows), their union [first, last), and the keys
- * [all_from, all_to) every row sees. */
-typedef struct rows16 {
-    size_t rows;
-    size_t begin[BR], end[BR];
-    size_t first, last, all_from, all_to;
-} rows16;
-
-static void rows_of(const attn_attention_problem *p, const attn_attention_seq *s, size_t i0,
-                    size_t rows, rows16 *br) {
-    br->rows = rows;
-    br->first = s->kv_len;
-    br->last = 0;
-    for (size_t r = 0; r < BR; r++) {
-        size_t lo = 0, hi = 0;
-        if (r < rows) attn_visible_keys(p, s, i0 + r, &lo, &hi);
-        if (lo >= hi) lo = hi = 0;
-        br->begin[r] = lo;
-        br->end[r] = hi;
-        if (lo < hi) {
-            br->first = lo < br->first ? lo : br->first;
-            br->last = hi > br->last ? hi : br->last;
-        }
-    }
-    if (br->first >= br->last) br->first = br->last = 0;
-    /* both ends grow with the row: the last row's begin, the first's end */
-    br->all_from = br->begin[rows - 1];
-    br->all_to = br->end[0];
-    for (size_t r = 0; r < rows; r++)
-        if (br->begin[r] >= br->end[r]) br->all_from = br->all_to = 0;
-}
-
-static bool tile_seen_whole(const rows16 *br, size_t j0) {
-    return j0 >= br->all_from && j0 + BC <= br->all_to;
-}
+static bool tile_seen_whole(const rows16 *br, size_t j0) { return keys_seen_whole(br, j0, BC); }
 
 /* The columns [*c0, *c1) of the tile at j0 that rows [r0, r0 + RG) see. */
 static void group_cols(const rows16 *br, size_t r0, size_t j0, size_t *c0, size_t *c1) {
@@ -162,28 +87,6 @@ static void group_cols(const rows16 *br, size_t r0, size_t j0, size_t *c0, size_
     *c0 = lo > j0 ? lo - j0 : 0;
     *c1 = hi > j0 ? min_size(hi - j0, BC) : 0;
     if (*c0 >= *c1) *c0 = *c1 = 0;
-}
-
-/* The query rows [*lo, *hi) of a sequence that see some key of [j0, j1):
- * both ends of every row's keys grow with i, so a binary search on each. */
-static void rows_seeing(const attn_attention_problem *p, const attn_attention_seq *seq, size_t j0,
-                        size_t j1, size_t *lo, size_t *hi) {
-    size_t a = 0, z = seq->q_len, kb, ke;
-    while (a < z) {
-        size_t mid = a + (z - a) / 2;
-        attn_visible_keys(p, seq, mid, &kb, &ke);
-        if (ke > j0) z = mid;
-        else a = mid + 1;
-    }
-    *lo = a;
-    z = seq->q_len;
-    while (a < z) {
-        size_t mid = a + (z - a) / 2;
-        attn_visible_keys(p, seq, mid, &kb, &ke);
-        if (kb >= j1) z = mid;
-        else a = mid + 1;
-    }
-    *hi = a;
 }
 
 /* ---- packing (once per call, O((T + S) D)) ------------------------------- */
@@ -328,19 +231,6 @@ static void accumulate_keys(float *acc, size_t DV, const uint32_t *w, const uint
 }
 
 /* ---- workspace layout ---------------------------------------------------- */
-
-static size_t mul_or_max(size_t a, size_t b) {
-    size_t n;
-    return attn_mul_size(a, b, &n) ? n : (size_t)-1;
-}
-
-static size_t add_or_max(size_t a, size_t b) {
-    size_t n;
-    return attn_add_size(a, b, &n) ? n : (size_t)-1;
-}
-
-/* Bytes rounded up to whole cache lines. */
-static size_t lines(size_t bytes) { return bytes > (size_t)-1 - 63 ? (size_t)-1 : (bytes + 63) / 64 * 64; }
 
 /* Per (batch, KV head, key block): bytes of one packed K^T-like (D2, BC)
  * and of one interleaved (BC / 2, DV) block. */
@@ -753,4 +643,23 @@ void attn_flash16_backward(size_t threads, const attn_attention_problem *p,
     attn_parallel_for(threads, queries, 4, pack_backward_queries, &job);
     attn_parallel_dynamic(threads, keys, backward_keys, &job);
     attn_parallel_dynamic(threads, queries, backward_queries, &job);
+}
+
+/* ---- the values' scan (sdpa16.c) --------------------------------------------- */
+
+uint16_t attn_flash16_max_magnitude(const uint16_t *x, size_t rows, size_t stride, size_t width) {
+    const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+    __m512i top = _mm512_setzero_si512();
+    for (size_t r = 0; r < rows; r++)
+        for (size_t d0 = 0; d0 < width; d0 += 32) {
+            size_t n = min_size(width - d0, 32);
+            __mmask32 in = n == 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << n) - 1u);
+            __m512i v = _mm512_maskz_loadu_epi16(in, x + r * stride + d0);
+            top = _mm512_max_epu16(top, _mm512_and_si512(v, magnitude));
+        }
+    _Alignas(64) uint16_t lanes[32];
+    _mm512_store_si512(lanes, top);
+    uint16_t largest = 0;
+    for (int i = 0; i < 32; i++) largest = lanes[i] > largest ? lanes[i] : largest;
+    return largest;
 }

@@ -1,0 +1,141 @@
+/*
+ * flash16_common.h — what the bf16 fused kernels share, whatever their
+ * tiles (vdpbf16ps registers, flash16_avx512bf16.c; AMX tiles,
+ * flash16_amx.c): the exponent, the bf16 rounding, which keys each query
+ * row sees, and workspace arithmetic. Static inline, for files compiled
+ * with -mavx512f at least.
+ */
+#ifndef ATTN_FLASH16_COMMON_H
+#define ATTN_FLASH16_COMMON_H
+
+#include <immintrin.h>
+
+#include "kernels/flash16/flash16.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#define FLASH16_MAX_ROWS 64 /* query rows of the largest block */
+#define FLASH16_LOG2E 1.4426950408889634
+
+static inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* float to bf16, round to nearest even; NaN stays NaN (quieted). */
+static inline uint16_t bf16_of(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static inline float float_of(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* 2^x for x <= 0 as the float kernels' (vec_avx512.h): Taylor series of
+ * 2^f, |f| <= 1/2; below -125, -inf and NaN give exactly 0. */
+static inline __m512 v_exp2(__m512 x) {
+    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
+    x = _mm512_max_ps(x, _mm512_set1_ps(-125.0f));
+    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 f = _mm512_sub_ps(x, n);
+    __m512 p = _mm512_set1_ps(1.5252733804e-5f);
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393e-4f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076e-3f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108665e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650696e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718056e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_scalef_ps(live, p, n);
+}
+
+/* Row i of head h of a sequence in a (B, T, H, D) view. */
+static inline size_t row_at(attn_view_strides st, size_t b, const attn_attention_seq *seq,
+                            bool keys, size_t h, size_t i) {
+    return attn_view_offset(st, b, keys ? seq->kv_start : seq->q_start, h, i);
+}
+
+/* Rows [i0, i0 + rows) of a query block: the keys [begin, end) each sees
+ * (0, 0 when none, and past rows), their union [first, last), and the keys
+ * [all_from, all_to) every row sees. */
+typedef struct rows16 {
+    size_t rows;
+    size_t begin[FLASH16_MAX_ROWS], end[FLASH16_MAX_ROWS];
+    size_t first, last, all_from, all_to;
+} rows16;
+
+static inline void rows_of(const attn_attention_problem *p, const attn_attention_seq *s,
+                           size_t i0, size_t rows, rows16 *br) {
+    br->rows = rows;
+    br->first = s->kv_len;
+    br->last = 0;
+    for (size_t r = 0; r < FLASH16_MAX_ROWS; r++) {
+        size_t lo = 0, hi = 0;
+        if (r < rows) attn_visible_keys(p, s, i0 + r, &lo, &hi);
+        if (lo >= hi) lo = hi = 0;
+        br->begin[r] = lo;
+        br->end[r] = hi;
+        if (lo < hi) {
+            br->first = lo < br->first ? lo : br->first;
+            br->last = hi > br->last ? hi : br->last;
+        }
+    }
+    if (br->first >= br->last) br->first = br->last = 0;
+    /* both ends grow with the row: the last row's begin, the first's end */
+    br->all_from = br->begin[rows - 1];
+    br->all_to = br->end[0];
+    for (size_t r = 0; r < rows; r++)
+        if (br->begin[r] >= br->end[r]) br->all_from = br->all_to = 0;
+}
+
+/* Whether every row of br sees all keys [j0, j0 + width). */
+static inline bool keys_seen_whole(const rows16 *br, size_t j0, size_t width) {
+    return j0 >= br->all_from && j0 + width <= br->all_to;
+}
+
+/* The query rows [*lo, *hi) of a sequence that see some key of [j0, j1):
+ * both ends of every row's keys grow with i, so a binary search on each. */
+static inline void rows_seeing(const attn_attention_problem *p, const attn_attention_seq *seq,
+                               size_t j0, size_t j1, size_t *lo, size_t *hi) {
+    size_t a = 0, z = seq->q_len, kb, ke;
+    while (a < z) {
+        size_t mid = a + (z - a) / 2;
+        attn_visible_keys(p, seq, mid, &kb, &ke);
+        if (ke > j0) z = mid;
+        else a = mid + 1;
+    }
+    *lo = a;
+    z = seq->q_len;
+    while (a < z) {
+        size_t mid = a + (z - a) / 2;
+        attn_visible_keys(p, seq, mid, &kb, &ke);
+        if (kb >= j1) z = mid;
+        else a = mid + 1;
+    }
+    *hi = a;
+}
+
+/* ---- workspace arithmetic: SIZE_MAX on overflow (an allocation that fails) */
+
+static inline size_t mul_or_max(size_t a, size_t b) {
+    size_t n;
+    return attn_mul_size(a, b, &n) ? n : (size_t)-1;
+}
+
+static inline size_t add_or_max(size_t a, size_t b) {
+    size_t n;
+    return attn_add_size(a, b, &n) ? n : (size_t)-1;
+}
+
+/* Bytes rounded up to whole cache lines. */
+static inline size_t lines(size_t bytes) {
+    return bytes > (size_t)-1 - 63 ? (size_t)-1 : (bytes + 63) / 64 * 64;
+}
+
+#endif /* ATTN_FLASH16_COMMON_H */
