@@ -46,8 +46,14 @@ import sys
 import time
 from ctypes import POINTER, c_bool, c_int, c_size_t, c_void_p
 
-import torch
-import torch.nn.functional as F
+# PyTorch's OpenMP threads spin after each parallel region; with attn's own
+# threads running next, alternately on the same 2 cores, the spinning took
+# their time (attn's 2-thread calls ran at 1-thread speed). Passive waiting
+# lets both sides have the cores they ask for. Set before torch loads.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
@@ -141,6 +147,8 @@ def print_header(attn_bin, attn, argv):
         print("attn_cpu_info_get: " + cpu)
     print("AMX tile state for this process (attn_cpu_request_amx): %s" %
           ("granted" if attn.amx else "not available"))
+    print("OMP_WAIT_POLICY=%s (PyTorch's threads sleep between its calls, not spin)" %
+          os.environ.get("OMP_WAIT_POLICY"))
     print("libattn: %s; 16-bit SDPA: %s" % (attn.path, "yes" if attn.has_16 else "not built"))
     capability = (torch.backends.cpu.get_cpu_capability()
                   if hasattr(torch.backends.cpu, "get_cpu_capability") else "?")
