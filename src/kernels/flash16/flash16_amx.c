@@ -779,13 +779,7 @@ static void backward_keys(void *arg, size_t part, size_t item) {
         }
     }
     _tile_release();
-    uint16_t *dk_out = job->t->dk + row_at(p->k_strides, b, &seq, true, kvh, j0);
-    uint16_t *dv_out = job->t->dv + row_at(p->v_strides, b, &seq, true, kvh, j0);
-    for (size_t j = 0; j < cols; j++)
-        for (size_t d = 0; d < D; d++) {
-            dk_out[j * p->k_strides.t + d] = bf16_of(dk[j * D + d] * p->scale);
-            dv_out[j * p->v_strides.t + d] = bf16_of(dv[j * D + d]);
-        }
+    store_key_grads(p, job->t->dk, job->t->dv, b, &seq, kvh, j0, cols, dk, dv, D);
 }
 
 /* Pass B: one (batch, query head, query block). */

@@ -13,11 +13,8 @@
 #define BR 64 /* query rows of a block */
 #define RG 4  /* rows of a register tile (even: rows pair up) */
 #define BC 64 /* keys of a block */
-#define VW 16 /* floats (or 32-bit pairs) per vector */
 #define NV (BC / VW)
 #define LOG2E FLASH16_LOG2E
-
-typedef __m512 vec;
 
 _Static_assert(BR <= FLASH16_MAX_ROWS, "rows16 holds a query block");
 
@@ -580,13 +577,7 @@ static void backward_keys(void *arg, size_t part, size_t item) {
             accumulate_keys(dk, DV, dSi, qs.qi, lo / 2, (hi + 1) / 2, cols); /* dk += dS^T q */
         }
     }
-    uint16_t *dk_out = job->t->dk + row_at(p->k_strides, b, &seq, true, kvh, j0);
-    uint16_t *dv_out = job->t->dv + row_at(p->v_strides, b, &seq, true, kvh, j0);
-    for (size_t j = 0; j < cols; j++)
-        for (size_t d = 0; d < f->D; d++) {
-            dk_out[j * p->k_strides.t + d] = bf16_of(dk[j * DV + d] * p->scale);
-            dv_out[j * p->v_strides.t + d] = bf16_of(dv[j * DV + d]);
-        }
+    store_key_grads(p, job->t->dk, job->t->dv, b, &seq, kvh, j0, cols, dk, dv, DV);
 }
 
 /* Pass B: one (batch, query head, query block): dq over the key blocks its

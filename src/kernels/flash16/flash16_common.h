@@ -11,6 +11,7 @@
 #include <immintrin.h>
 
 #include "kernels/flash16/flash16.h"
+#include "kernels/vec/vec_avx512.h" /* v_exp2, as the float kernels' */
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -37,28 +38,25 @@ static inline float float_of(uint16_t h) {
     return x;
 }
 
-/* 2^x for x <= 0 as the float kernels' (vec_avx512.h): Taylor series of
- * 2^f, |f| <= 1/2; below -125, -inf and NaN give exactly 0. */
-static inline __m512 v_exp2(__m512 x) {
-    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
-    x = _mm512_max_ps(x, _mm512_set1_ps(-125.0f));
-    __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 f = _mm512_sub_ps(x, n);
-    __m512 p = _mm512_set1_ps(1.5252733804e-5f);
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.5403530393e-4f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.3333558146e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.6181291076e-3f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.5504108665e-2f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.4022650696e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.9314718056e-1f));
-    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_scalef_ps(live, p, n);
-}
-
 /* Row i of head h of a sequence in a (B, T, H, D) view. */
 static inline size_t row_at(attn_view_strides st, size_t b, const attn_attention_seq *seq,
                             bool keys, size_t h, size_t i) {
     return attn_view_offset(st, b, keys ? seq->kv_start : seq->q_start, h, i);
+}
+
+/* dk (times scale) and dv of the keys [j0, j0 + cols) of (b, kvh), from
+ * float sums with row stride ld, rounded to bf16 into the gradients. */
+static inline void store_key_grads(const attn_attention_problem *p, uint16_t *dk_all,
+                                   uint16_t *dv_all, size_t b, const attn_attention_seq *seq,
+                                   size_t kvh, size_t j0, size_t cols, const float *dk,
+                                   const float *dv, size_t ld) {
+    uint16_t *dk_out = dk_all + row_at(p->k_strides, b, seq, true, kvh, j0);
+    uint16_t *dv_out = dv_all + row_at(p->v_strides, b, seq, true, kvh, j0);
+    for (size_t j = 0; j < cols; j++)
+        for (size_t d = 0; d < p->head_dim; d++) {
+            dk_out[j * p->k_strides.t + d] = bf16_of(dk[j * ld + d] * p->scale);
+            dv_out[j * p->v_strides.t + d] = bf16_of(dv[j * ld + d]);
+        }
 }
 
 /* Rows [i0, i0 + rows) of a query block: the keys [begin, end) each sees
