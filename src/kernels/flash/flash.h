@@ -5,24 +5,29 @@
  * features: GQA, diagonals and sliding windows, softcap, ALiBi, sinks,
  * packed variable-length batches and dropout.
  *
- * Forward: per (batch, KV head, block of query rows), the keys a block's
- * rows may see are walked a block at a time (blocks wholly outside the
- * causal/window band are never visited); each key block is packed once and
- * run against the blocks of every query head of the group (GQA reads K and
- * V once per group). Scores S = q k^T * scale go into a register tile, are
- * folded into a running max and sum per row (online softmax, the sink
- * included from the start), and their weights applied to v at once. No
- * (T, S) buffer: the extra memory is a few tiles per thread. It writes out
- * and each row's log-sum-exp (lse), from which the backward recomputes the
- * weights.
+ * Forward: per (batch, KV head, block of 256 query rows), the keys a
+ * block's rows may see are walked a block at a time (blocks wholly outside
+ * the causal/window band are never visited); each key block is packed once
+ * and run against the blocks of every query head of the group (GQA reads K
+ * and V once per group). Scores S = q k^T (raw; the scale enters each
+ * exponent after the row max is subtracted, so rounding does not grow with
+ * the logits) go into a register tile, are folded into a running max and
+ * sum per row (online softmax, the sink included from the start), and
+ * their weights applied to v at once. No (T, S) buffer: the extra memory is
+ * a few tiles per thread. It writes out and each row's log-sum-exp (lse,
+ * and its rounding error where the caller keeps one), from which the
+ * backward recomputes the weights.
  *
- * Backward, deterministic by construction: two passes, each output written
- * by one thread in one fixed order, so any thread count gives the same bits.
+ * Backward, deterministic by construction: each output written by one
+ * thread in one fixed order, so any thread count gives the same bits. With
+ * at least 4 (batch, KV head) items, one pass per item: key block after key
+ * block, the query blocks that see it, dv and dk of the block and dq of the
+ * rows (five tile products). With fewer, two passes spread wider:
  *   A. per (batch, KV head, block of keys): dv, dk summed over the group's
  *      query heads in order, and over the query blocks that see the keys;
  *   B. per (batch, KV head, block of queries): dq of each of the group's
  *      heads over the key blocks its rows see.
- * Both recompute P = exp(S - lse) and dS = P (dP - delta), delta_i =
+ * Both recompute P = exp(s scale - lse) and dS = P (dP - delta), delta_i =
  * dO_i . O_i, for their tiles. dsinks[h] = -sum_i exp(sink_h - lse_i)
  * delta_i, summed in a fixed order.
  *
