@@ -52,6 +52,10 @@ void bench_blas_sgemm(const bench_blas *blas, size_t threads, bool trans_a, bool
 double bench_now(void);
 /* The median of n values (sorts them). */
 double bench_median(double *values, size_t n);
+/* Median seconds of runs calls of fn(arg) after one warm-up call (a single
+ * run: the warm-up itself). */
+typedef void (*bench_fn)(void *arg);
+double bench_time_median(bench_fn fn, void *arg, size_t runs);
 /* n floats uniform in [-1, 1) from a fixed seed; NULL when out of memory. */
 float *bench_random(size_t n, unsigned seed);
 /* ||a - b|| / ||b|| over n values. */

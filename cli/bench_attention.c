@@ -64,25 +64,13 @@ static double peak_growth_mib(long base) {
 
 /* ---- timing ------------------------------------------------------------------ */
 
-typedef void (*bench_fn)(void *arg);
-
-/* Median seconds of runs calls (after a warm-up; a single run is the
- * warm-up itself); the first call's peak resident growth in *mib. */
+/* bench_time_median, and the calls' peak resident growth in *mib (every
+ * call does the same work, so the peak is the first call's). */
 static double time_median(bench_fn fn, void *arg, size_t runs, double *mib) {
     long base = peak_reset();
-    double t0 = bench_now();
-    fn(arg);
-    double first = bench_now() - t0;
+    double t = bench_time_median(fn, arg, runs);
     if (mib) *mib = peak_growth_mib(base);
-    if (runs <= 1) return first;
-    double times[64];
-    if (runs > 64) runs = 64;
-    for (size_t r = 0; r < runs; r++) {
-        t0 = bench_now();
-        fn(arg);
-        times[r] = bench_now() - t0;
-    }
-    return bench_median(times, runs);
+    return t;
 }
 
 /* ---- attention ---------------------------------------------------------------- */

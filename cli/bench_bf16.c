@@ -79,22 +79,6 @@ static void bf16_forward_backward(void *arg) {
         c->failed = true;
 }
 
-/* Median seconds of runs calls after one warm-up (a single run: the
- * warm-up itself). */
-static double median_seconds(void (*fn)(void *), void *arg, size_t runs) {
-    double t0 = bench_now();
-    fn(arg);
-    double first = bench_now() - t0, times[64];
-    if (runs <= 1) return first;
-    if (runs > 64) runs = 64;
-    for (size_t r = 0; r < runs; r++) {
-        t0 = bench_now();
-        fn(arg);
-        times[r] = bench_now() - t0;
-    }
-    return bench_median(times, runs);
-}
-
 /* Inputs random in [-1, 1), rounded to bf16, and the fp32 copies of the
  * same values; outputs written once so that their pages are resident. */
 static bool alloc_case(bf16_case *c, size_t T) {
@@ -166,10 +150,10 @@ int bench_bf16(const bench_options *o, const bench_blas *blas) {
                     rc = cli_usage_error("bench: out of memory for T = %zu", T);
                 } else {
                     size_t runs = T >= 16384 ? 1 : o->runs;
-                    double f32_f = median_seconds(fp32_forward, &c, runs);
-                    double b16_f = median_seconds(bf16_forward, &c, runs);
-                    double f32_fb = median_seconds(fp32_forward_backward, &c, runs);
-                    double b16_fb = median_seconds(bf16_forward_backward, &c, runs);
+                    double f32_f = bench_time_median(fp32_forward, &c, runs);
+                    double b16_f = bench_time_median(bf16_forward, &c, runs);
+                    double f32_fb = bench_time_median(fp32_forward_backward, &c, runs);
+                    double b16_fb = bench_time_median(bf16_forward_backward, &c, runs);
                     if (c.failed) rc = cli_library_error(c.ctx, "bench bf16");
                     printf("%6zu %-6s %3zu | %9.2f %9.2f %6.2f | %9.2f %9.2f %6.2f | %8.1e\n", T,
                            causal ? "causal" : "none", threads, 1e3 * f32_f, 1e3 * b16_f,

@@ -84,6 +84,20 @@ double bench_median(double *values, size_t n) {
     return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
 }
 
+double bench_time_median(bench_fn fn, void *arg, size_t runs) {
+    double t0 = bench_now();
+    fn(arg);
+    double first = bench_now() - t0, times[64];
+    if (runs <= 1) return first;
+    if (runs > 64) runs = 64;
+    for (size_t r = 0; r < runs; r++) {
+        t0 = bench_now();
+        fn(arg);
+        times[r] = bench_now() - t0;
+    }
+    return bench_median(times, runs);
+}
+
 float *bench_random(size_t n, unsigned seed) {
     float *x = malloc((n ? n : 1) * sizeof *x);
     if (!x) return NULL;

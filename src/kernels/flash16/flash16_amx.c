@@ -29,6 +29,7 @@
 #include <immintrin.h>
 
 #include "cpu_info.h"
+#include "kernels/amx_tiles.h"
 #include "kernels/flash16/flash16_common.h"
 #include "kernels/gemm/transpose16_avx512.h"
 #include "parallel.h"
@@ -55,21 +56,6 @@ _Static_assert(BR <= FLASH16_MAX_ROWS, "rows16 holds a query block");
 #define B0 6
 #define B1 7
 
-/* LDTILECFG's 64 bytes, palette 1: every tile 16 rows x 64 bytes. */
-typedef struct tile_config {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
-
-static void load_tile_config(void) {
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) cfg.rows[t] = TR, cfg.colsb[t] = 64;
-    _tile_loadconfig(&cfg);
-}
 
 /* The four C tiles into c (32 x 32 floats, rows of 128 bytes). */
 static inline void store_product(float *c) {
@@ -460,7 +446,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
     rows_of(p, &seq, i0, rows, &br);
     size_t block0 = (b * p->kv_heads + kvh) * f->k_blocks;
     __m512 alpha[2];
-    load_tile_config();
+    attn_amx_load_tiles();
     /* S^T of the next block goes to the tiles before this block's output
      * rescale, so that the two overlap (the tiles run beside AVX-512) */
     size_t kb0 = br.first / BC;
@@ -763,7 +749,7 @@ static void backward_keys(void *arg, size_t part, size_t item) {
     rows_seeing(p, &seq, j0, j0 + cols, &i_lo, &i_hi);
     rows16 br;
     row_lanes rl;
-    load_tile_config();
+    attn_amx_load_tiles();
     for (size_t qb = i_lo / BR; qb * BR < i_hi; qb++) {
         size_t i0 = qb * BR;
         rows_of(p, &seq, i0, min_size(seq.q_len - i0, BR), &br);
@@ -802,7 +788,7 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     rows16 br;
     rows_of(p, &seq, i0, rows, &br);
     size_t block0 = (b * p->kv_heads + kvh) * f->k_blocks;
-    load_tile_config();
+    attn_amx_load_tiles();
     for (size_t kb = br.first / BC; kb * BC < br.last; kb++) {
         key_pieces ks = key_pieces_of(job, block0 + kb);
         score_tiles(D, qs.qn, D, ks.kt, s);   /* S = Q K^T */

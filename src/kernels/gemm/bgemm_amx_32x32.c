@@ -22,6 +22,7 @@
  * -mamx-bf16 (this file only).
  */
 #include "kernels/gemm/gemm16.h"
+#include "kernels/amx_tiles.h"
 #include "kernels/gemm/transpose16_avx512.h"
 
 #include <immintrin.h>
@@ -30,21 +31,9 @@
 #define NR 32
 #define KU 32 /* values of k a step */
 
-/* LDTILECFG's 64 bytes, palette 1. */
-typedef struct tile_config {
-    uint8_t palette, start_row;
-    uint8_t reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tile_config;
-
 void attn_bgemm_amx_32x32(size_t steps, const void *a_panel, const void *b_panel, float *c,
                           size_t ldc, float alpha, float beta) {
-    tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) cfg.rows[t] = 16, cfg.colsb[t] = 64;
-    _tile_loadconfig(&cfg);
+    attn_amx_load_tiles();
     _tile_zero(0);
     _tile_zero(1);
     _tile_zero(2);

@@ -10,6 +10,7 @@
  */
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_pack.h"
+#include "kernels/gemm/transpose16_avx512.h"
 
 #include <immintrin.h>
 
@@ -63,38 +64,6 @@ void attn_sgemm_avx512_14x32(size_t k, const float *a, const float *b, float *c,
 
 /* ---- packing ------------------------------------------------------------ */
 
-/* r[0..15] = the 16 x 16 transpose of r[0..15]: four rounds of shuffles. */
-static inline void transpose16(__m512 r[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        for (int j = 0; j < 2; j++) {
-            __m512 lo = t[4 * i + j], hi = t[4 * i + j + 2];
-            r[4 * i + j] = _mm512_shuffle_ps(lo, hi, 0x44);
-            r[4 * i + j + 2] = _mm512_shuffle_ps(lo, hi, 0xEE);
-        }
-    }
-    for (int i = 0; i < 2; i++) {
-        for (int j = 0; j < 4; j++) {
-            __m512 lo = r[8 * i + j], hi = r[8 * i + j + 4];
-            t[8 * i + j] = _mm512_shuffle_f32x4(lo, hi, 0x88);
-            t[8 * i + j + 4] = _mm512_shuffle_f32x4(lo, hi, 0xDD);
-        }
-    }
-    for (int j = 0; j < 8; j++) {
-        __m512 lo = t[j], hi = t[j + 8];
-        r[j] = _mm512_shuffle_f32x4(lo, hi, 0x88);
-        r[j + 8] = _mm512_shuffle_f32x4(lo, hi, 0xDD);
-    }
-}
-
-/* The shuffles above leave the rows in a permuted order: row p of the
- * transpose is r[order[p]]. */
-static const int transpose16_order[16] = {0, 2, 1, 3, 4, 6, 5, 7, 8, 10, 9, 11, 12, 14, 13, 15};
-
 /* Strided packing, 16 steps of p at a time: vectors v < rows (<= 16) of a
  * panel of width floats are read 16 floats each, transposed, and step p is
  * stored at dst[p*width + offset], lanes [0, lanes). */
@@ -106,10 +75,10 @@ static void pack_transposed(size_t kc, size_t rows, const float *src, size_t ld,
         __m512 r[16];
         for (size_t i = 0; i < 16; i++)
             r[i] = i < rows ? _mm512_maskz_loadu_ps(in, src + i * ld + p0) : _mm512_setzero_ps();
-        transpose16(r);
+        attn_transpose16(r);
         for (size_t p = 0; p < steps; p++)
             _mm512_mask_storeu_ps(dst + (p0 + p) * width + offset, lanes,
-                                  r[transpose16_order[p]]);
+                                  r[attn_transpose16_order[p]]);
     }
 }
 

@@ -1,7 +1,7 @@
 /*
  * transpose16_avx512.h — the 16 x 16 transpose of 32-bit elements in 16
- * zmm registers, for the 16-bit GEMM's packing (gemm16.h) in the files
- * compiled for AVX-512 that include it.
+ * zmm registers, for the SGEMM's and the 16-bit GEMM's packing, in the
+ * files compiled for AVX-512 that include it.
  */
 #ifndef ATTN_TRANSPOSE16_AVX512_H
 #define ATTN_TRANSPOSE16_AVX512_H
