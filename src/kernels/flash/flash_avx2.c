@@ -1,11 +1,14 @@
 /* flash_avx2.c — the fused attention kernels on AVX2 + FMA: 8 floats a
  * vector, score tiles of 4 rows x 16 keys (8 of the 16 registers). */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "kernels/vec/vec_avx2.h"
 
 #define NV 2
+#define LANE_QV 2 /* the lane forward's tiles: 4 keys x 16 rows (8 accumulators) */
+#define LANE_KT 4
 #define FLASH_KERNELS attn_flash_avx2
 #define FLASH_ISA_NAME "avx2"
 
@@ -16,6 +19,15 @@ static inline vec v_keep(const uint32_t *w, uint64_t threshold, float kept) {
     __m256i words = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)w), flip);
     __m256i t = _mm256_xor_si256(_mm256_set1_epi32((int)(uint32_t)threshold), flip);
     return _mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(t, words)), _mm256_set1_ps(kept));
+}
+
+/* s where begin[lane] <= key < end[lane], else -inf, as flash_avx512.c's. */
+static inline vec v_keep_keys(vec s, int32_t key, const int32_t *begin, const int32_t *end) {
+    __m256i k = _mm256_set1_epi32(key);
+    __m256i after = _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)begin), k);
+    __m256i before = _mm256_cmpgt_epi32(_mm256_loadu_si256((const __m256i *)end), k);
+    __m256 seen = _mm256_castsi256_ps(_mm256_andnot_si256(after, before));
+    return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, seen);
 }
 
 /* tanh(x) as in flash_avx512.c, with a true division. */

@@ -1,11 +1,14 @@
 /* flash_avx512.c — the fused attention kernels on AVX-512F: 16 floats a
  * vector, score tiles of 4 rows x 64 keys (16 accumulators). */
 #include <immintrin.h>
+#include <math.h>
 #include <stdint.h>
 
 #include "kernels/vec/vec_avx512.h"
 
 #define NV 4
+#define LANE_QV 2 /* the lane forward's tiles: 8 keys x 32 rows (16 accumulators) */
+#define LANE_KT 8
 #define FLASH_KERNELS attn_flash_avx512
 #define FLASH_ISA_NAME "avx512"
 
@@ -14,6 +17,15 @@ static inline vec v_keep(const uint32_t *w, uint64_t threshold, float kept) {
     if (threshold > UINT32_MAX) return _mm512_set1_ps(kept);
     __mmask16 keep = _mm512_cmplt_epu32_mask(_mm512_loadu_si512(w), _mm512_set1_epi32((int)threshold));
     return _mm512_maskz_mov_ps(keep, _mm512_set1_ps(kept));
+}
+
+/* s where begin[lane] <= key < end[lane] (the keys the lane's row sees),
+ * else -inf. */
+static inline vec v_keep_keys(vec s, int32_t key, const int32_t *begin, const int32_t *end) {
+    __m512i k = _mm512_set1_epi32(key);
+    __mmask16 seen = _mm512_cmple_epi32_mask(_mm512_loadu_si512(begin), k) &
+                     _mm512_cmplt_epi32_mask(k, _mm512_loadu_si512(end));
+    return _mm512_mask_blend_ps(seen, _mm512_set1_ps(-INFINITY), s);
 }
 
 /* tanh(x), as Cephes' tanhf: x + x^3 P(x^2) below |x| = 0.625, else

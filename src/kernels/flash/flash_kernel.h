@@ -31,6 +31,7 @@
 #include "parallel.h"
 #include "rng/philox.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdbool.h>
 #include <string.h>
@@ -514,7 +515,7 @@ static size_t row_at(attn_view_strides st, size_t b, const attn_attention_seq *s
 
 /* ---- forward -------------------------------------------------------------- */
 
-static size_t forward_workspace(const attn_attention_problem *p) {
+static size_t tiles_workspace(const attn_attention_problem *p) {
     size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p, FBR, FORWARD_GROUP_TILE_FLOATS);
     /* per head: qs (FBR, D), o (FBR, Dp), m (FBR), l (FBR, VW); kt (D, BC),
      * vp (BC, Dp), p, th (RG, BC), factors (BC) */
@@ -526,6 +527,7 @@ typedef struct forward_job {
     flash_shape f;
     float *workspace;
     size_t per_part;
+    bool lanes; /* the problem goes to forward_lanes */
 } forward_job;
 
 /* The work item's (batch, KV head, chunk of its heads, query block), heavy
@@ -549,8 +551,17 @@ static query_item query_item_of(const flash_shape *f, size_t item, bool forward)
     return it;
 }
 
+#include "kernels/flash/flash_lanes.h"
+
+static size_t forward_workspace(const attn_attention_problem *p) {
+    size_t tiles = tiles_workspace(p), lanes = lanes_workspace(p);
+    /* whole cache lines per part: each part's vectors stay line-aligned */
+    return ((tiles > lanes ? tiles : lanes) + 15) / 16 * 16;
+}
+
 /* One (batch, KV head, chunk of heads, query block): FlashAttention-2's
- * forward for each head, each key block packed once for all of them. */
+ * forward for each head, each key block packed once for all of them;
+ * plain problems go to forward_lanes. */
 static void forward_block(void *arg, size_t part, size_t item) {
     const forward_job *job = arg;
     const flash_shape *f = &job->f;
@@ -571,6 +582,10 @@ static void forward_block(void *arg, size_t part, size_t item) {
     float *factor = th + RG * BC;
     block_rows br;
     rows_of(f, &seq, i0, rows, &br);
+    if (job->lanes) {
+        forward_lanes(job, part, &it, &seq, &br);
+        return;
+    }
 
     for (size_t g = 0; g < nh; g++) {
         size_t h = it.h0 + g;
@@ -698,6 +713,7 @@ static void flash_forward(size_t threads, const attn_attention_problem *p,
                           const attn_attention_dropout *drop, float *workspace) {
     forward_job job = {.f = flash_shape_of(p, drop), .workspace = workspace,
                        .per_part = forward_workspace(p)};
+    job.lanes = lanes_take(&job.f);
     size_t items = p->batch * p->kv_heads * job.f.fchunks * job.f.fq_blocks;
     attn_parallel_dynamic(threads, items, forward_block, &job);
 }

@@ -6,12 +6,19 @@
 #include "kernels/vec/vec_portable.h"
 
 #define NV 2
+#define LANE_QV 2 /* the lane forward's tiles: 4 keys x 8 rows */
+#define LANE_KT 4
 #define FLASH_KERNELS attn_flash_portable
 #define FLASH_ISA_NAME "portable"
 
 static inline vec v_tanh(vec a) {
     for (int i = 0; i < VW; i++) a.x[i] = tanhf(a.x[i]);
     return a;
+}
+static inline vec v_keep_keys(vec s, int32_t key, const int32_t *begin, const int32_t *end) {
+    for (int i = 0; i < VW; i++)
+        if (key < begin[i] || key >= end[i]) s.x[i] = -INFINITY;
+    return s;
 }
 static inline vec v_keep(const uint32_t *w, uint64_t threshold, float kept) {
     vec f;
