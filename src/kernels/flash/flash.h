@@ -16,7 +16,10 @@
  * their weights applied to v at once. No (T, S) buffer: the extra memory is
  * a few tiles per thread. It writes out and each row's log-sum-exp (lse,
  * and its rounding error where the caller keeps one), from which the
- * backward recomputes the weights.
+ * backward recomputes the weights. Plain problems (raw scores: no softcap,
+ * ALiBi or sinks; no dropout) take the lane forward (flash_lanes.h): the
+ * same blocks and arithmetic with each query row in a vector lane, keys
+ * and values read in place, the row statistics one lane of a vector.
  *
  * Backward, deterministic by construction: each output written by one
  * thread in one fixed order, so any thread count gives the same bits. With
