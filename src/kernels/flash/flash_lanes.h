@@ -234,19 +234,25 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
     size_t v_at = row_at(p->v_strides, b, seq, true, it->kvh, 0);
     for (size_t j0 = lanes_sweep_start(br); j0 < br->last; j0 += LBC) {
         size_t cols = min_size(br->last - j0, LBC);
-        /* whole blocks are read in place; a partial one (or values with D
-         * not a multiple of LKT) is copied, zero beyond its keys and dims */
+        /* whole blocks of contiguous rows are read in place; a partial
+         * one, rows with a stride (the (B, T, H, D) layout: 64 rows 3 KiB
+         * apart at H = 12 fall in a few L1 sets, and the forward ran at
+         * 0.75x), or values with D not a multiple of LKT, are copied, zero
+         * beyond their keys and dims */
         const float *kb = p->k + k_at + j0 * p->k_strides.t, *vb = p->v + v_at + j0 * p->v_strides.t;
         size_t kld = p->k_strides.t, vld = p->v_strides.t;
-        if (cols < LBC) {
-            for (size_t j = 0; j < LBC; j++)
-                for (size_t d = 0; d < D; d++) kp[j * D + d] = j < cols ? kb[j * kld + d] : 0.0f;
+        if (cols < LBC || kld != D) {
+            for (size_t j = 0; j < cols; j++) memcpy(kp + j * D, kb + j * kld, D * sizeof *kp);
+            memset(kp + cols * D, 0, (LBC - cols) * D * sizeof *kp);
             kb = kp;
             kld = D;
         }
-        if (values && (cols < LBC || Dv != D)) {
-            for (size_t j = 0; j < LBC; j++)
-                for (size_t d = 0; d < Dv; d++) vp[j * Dv + d] = j < cols && d < D ? vb[j * vld + d] : 0.0f;
+        if (values && (cols < LBC || Dv != D || vld != D)) {
+            for (size_t j = 0; j < cols; j++) {
+                memcpy(vp + j * Dv, vb + j * vld, D * sizeof *vp);
+                memset(vp + j * Dv + D, 0, (Dv - D) * sizeof *vp);
+            }
+            memset(vp + cols * Dv, 0, (LBC - cols) * Dv * sizeof *vp);
             vb = vp;
             vld = Dv;
         }
