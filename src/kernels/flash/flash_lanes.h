@@ -145,6 +145,46 @@ lane_values(float *restrict oT, size_t Dv, const vec alpha[LANE_QV], const float
     }
 }
 
+/* xT (lane groups of LG rows: (rows / LG, D, LG)) = rows [0, n) of x (row
+ * stride ld, D wide), rows [rows, n) zero; 16 x 16 blocks in registers
+ * where the instruction set has them (the scalar copy, and its inverse
+ * below, were a fifth of the forward at T = 256). */
+static void lanes_to_columns(const float *x, size_t ld, size_t rows, size_t n, size_t D, float *xT) {
+    for (size_t r = 0; r < n; r++) {
+        float *col = xT + r / LG * D * LG + r % LG;
+        size_t d = 0;
+#if defined(HAVE_TRANSPOSE_BLOCK)
+        if (r % VW == 0 && r + VW <= rows) { /* VW whole rows: blocks of VW dims */
+            for (; d + VW <= D; d += VW) transpose_block(x + r * ld + d, ld, col + d * LG, LG);
+            for (size_t rr = r; rr < r + VW; rr++)
+                for (size_t dd = d; dd < D; dd++) xT[rr / LG * D * LG + dd * LG + rr % LG] = x[rr * ld + dd];
+            r += VW - 1;
+            continue;
+        }
+#endif
+        for (; d < D; d++) col[d * LG] = r < rows ? x[r * ld + d] : 0.0f;
+    }
+}
+
+/* Rows [0, rows) of y (row stride ld, D wide) = the lane groups of xT
+ * (Dv dims each): lanes_to_columns' inverse. */
+static void lanes_to_rows(const float *xT, size_t rows, size_t D, size_t Dv, float *y, size_t ld) {
+    for (size_t r = 0; r < rows; r++) {
+        const float *col = xT + r / LG * Dv * LG + r % LG;
+        size_t d = 0;
+#if defined(HAVE_TRANSPOSE_BLOCK)
+        if (r % VW == 0 && r + VW <= rows) {
+            for (; d + VW <= D; d += VW) transpose_block(col + d * LG, LG, y + r * ld + d, ld);
+            for (size_t rr = r; rr < r + VW; rr++)
+                for (size_t dd = d; dd < D; dd++) y[rr * ld + dd] = xT[rr / LG * Dv * LG + dd * LG + rr % LG];
+            r += VW - 1;
+            continue;
+        }
+#endif
+        for (; d < D; d++) y[r * ld + d] = col[d * LG];
+    }
+}
+
 /* One lane group's step against one key block, for each head. */
 typedef struct lane_step {
     const lane_group *lg;
@@ -214,9 +254,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
     for (size_t g = 0; g < nh; g++) {
         const float *q = p->q + row_at(p->q_strides, b, seq, false, it->h0 + g, i0);
         float *qT_g = qT + g * FBR * D;
-        for (size_t r = 0; r < groups * LG; r++)
-            for (size_t d = 0; d < D; d++)
-                qT_g[(r / LG * D + d) * LG + r % LG] = r < rows ? q[r * p->q_strides.t + d] : 0.0f;
+        lanes_to_columns(q, p->q_strides.t, rows, groups * LG, D, qT_g);
         memset(oT + g * FBR * Dv, 0, groups * LG * Dv * sizeof *oT);
         for (size_t r = 0; r < groups * LG; r++) {
             m[g * FBR + r] = -INFINITY;
@@ -281,14 +319,22 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
      * forward_block's raw rows); a row that sees no key: 0 and -inf */
     for (size_t g = 0; g < nh; g++) {
         size_t h = it->h0 + g;
+        if (values) {
+            /* o / l in place, then back to rows; a row that saw no key has
+             * o = 0 and l = 0, and any other l >= 1 (its max's weight is
+             * exactly 1): dividing by max(l, 1) gives both */
+            float *oT_g = oT + g * FBR * Dv, *l_g = l + g * FBR;
+            for (size_t r0 = 0; r0 < groups * LG; r0 += VW) {
+                vec l_r = v_max(v_load(l_g + r0), v_set1(1.0f));
+                float *o_r = oT_g + r0 / LG * Dv * LG + r0 % LG;
+                for (size_t d = 0; d < D; d++) v_store(o_r + d * LG, v_div(v_load(o_r + d * LG), l_r));
+            }
+            lanes_to_rows(oT_g, rows, D, Dv, p->out + row_at(p->out_strides, b, seq, false, h, i0),
+                          p->out_strides.t);
+        }
         for (size_t r = 0; r < rows; r++) {
             float l_r = l[g * FBR + r], m_r = m[g * FBR + r];
             bool live = br->begin[r] < br->end[r] && l_r > 0.0f;
-            if (values) {
-                float *out_r = p->out + row_at(p->out_strides, b, seq, false, h, i0 + r);
-                const float *o_r = oT + g * FBR * Dv + r / LG * Dv * LG + r % LG;
-                for (size_t d = 0; d < D; d++) out_r[d] = live ? o_r[d * LG] / l_r : 0.0f;
-            }
             if (p->lse) {
                 float lse = -INFINITY, lo = 0.0f;
                 if (live) {

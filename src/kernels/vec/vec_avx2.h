@@ -20,6 +20,7 @@ static inline vec v_sub(vec a, vec b) { return _mm256_sub_ps(a, b); }
 static inline vec v_add(vec a, vec b) { return _mm256_add_ps(a, b); }
 static inline vec v_abs(vec a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), a); }
 static inline vec v_max(vec a, vec b) { return _mm256_max_ps(a, b); }
+static inline vec v_div(vec a, vec b) { return _mm256_div_ps(a, b); }
 
 static inline float v_hmax(vec v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));

@@ -20,6 +20,7 @@ static inline vec v_sub(vec a, vec b) { return _mm512_sub_ps(a, b); }
 static inline vec v_add(vec a, vec b) { return _mm512_add_ps(a, b); }
 static inline vec v_abs(vec a) { return _mm512_abs_ps(a); }
 static inline vec v_max(vec a, vec b) { return _mm512_max_ps(a, b); }
+static inline vec v_div(vec a, vec b) { return _mm512_div_ps(a, b); }
 static inline float v_hmax(vec v) { return _mm512_reduce_max_ps(v); }
 static inline float v_hsum(vec v) { return _mm512_reduce_add_ps(v); }
 

@@ -50,6 +50,11 @@ static inline vec v_max(vec a, vec b) {
     return a;
 }
 
+static inline vec v_div(vec a, vec b) {
+    for (int i = 0; i < VW; i++) a.x[i] /= b.x[i];
+    return a;
+}
+
 static inline float v_hmax(vec v) { return fmaxf(fmaxf(v.x[0], v.x[1]), fmaxf(v.x[2], v.x[3])); }
 static inline float v_hsum(vec v) { return (v.x[0] + v.x[1]) + (v.x[2] + v.x[3]); }
 
