@@ -39,7 +39,7 @@ import attn  # noqa: E402
 import attn.functional as AF  # noqa: E402
 from seed_modules import SelfAttention_v1  # noqa: E402
 
-CASES = 16
+CASES = 40  # the median of 16 put dk past its bound about once in 30 runs
 SDPA_BOUNDS = {"out": 1.8, "lse": 1.8, "dq": 2.3, "dk": 2.3, "dv": 3.6}
 MODULE_BOUND = 2.0
 
@@ -111,7 +111,7 @@ def module_ratio(kernels):
 
 cases = []
 for c in range(CASES):
-    T, D = 11 + c, 64
+    T, D = 11 + c % 16, 64  # T = 11..26, each 2.5 times
     # a shared direction in q and k: scaled scores near 200
     q, k = ((torch.randn(1, 2, T, D) + 3) * 1.5 for _ in range(2))
     cases.append((q, k, torch.randn(1, 2, T, D), torch.randn(1, 2, T, D)))
