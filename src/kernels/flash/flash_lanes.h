@@ -27,12 +27,34 @@ _Static_assert(LBC % LKT == 0, "key blocks hold whole score tiles");
 /* Dims of o^T: D rounded up to whole output tiles. */
 static size_t lane_dims(size_t D) { return (D + LKT - 1) / LKT * LKT; }
 
+/* Floats of a part's packed keys and values of one (batch, KV head), (S +
+ * LBC, D) and (S + LBC, Dv), where the rows have a stride; 0 where they
+ * lie contiguous or would take more than LANES_PACK_FLOATS. In the
+ * (B, T, H, D) layout a head's rows are 3 KiB apart at H = 12 and use a
+ * quarter of L2's sets, so every query block read them from L3 again;
+ * packed once per part and head, they stay in L2. */
+#define LANES_PACK_FLOATS ((size_t)1 << 24)
+static size_t lanes_pack_floats(const attn_attention_problem *p) {
+    size_t D = p->head_dim, Dv = lane_dims(D);
+    if (p->k_strides.t == D && (p->v_strides.t == D || !p->out)) return 0;
+    if (p->kv_len > LANES_PACK_FLOATS / (D + Dv) - LBC) return 0;
+    return (p->kv_len + LBC) * (D + Dv);
+}
+
+/* Which head a part's packed rows hold: rows [0, rows) of (batch, KV
+ * head); the zeroed workspace starts it empty. Floats of its slot: */
+typedef struct lanes_pack {
+    size_t b, kvh, rows;
+} lanes_pack;
+#define LANES_PACK_SLOT ((sizeof(lanes_pack) + 63) / 64 * 16)
+
 static size_t lanes_workspace(const attn_attention_problem *p) {
     size_t D = p->head_dim, Dv = lane_dims(D), hc = heads_per_item(p, FBR, FORWARD_GROUP_TILE_FLOATS);
     /* per head: q^T (FBR, D), o^T (FBR, Dv), m, l (FBR); a copied key and
-     * value block (LBC, D), (LBC, Dv), and the rows' key bounds (2 FBR
-     * int32) */
-    return hc * (FBR * D + FBR * Dv + 2 * FBR) + LBC * D + LBC * Dv + 2 * FBR;
+     * value block (LBC, D), (LBC, Dv), the rows' key bounds (2 FBR
+     * int32), and the packed head with its slot */
+    return hc * (FBR * D + FBR * Dv + 2 * FBR) + LBC * D + LBC * Dv + 2 * FBR + LANES_PACK_SLOT +
+           lanes_pack_floats(p);
 }
 
 /* The lane forward takes raw scores without dropout (the lse-only call
@@ -247,6 +269,11 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
     float *m = oT + f->fhc * FBR * Dv, *l = m + f->fhc * FBR;
     float *kp = l + f->fhc * FBR, *vp = kp + LBC * D;
     int32_t *begin = (int32_t *)(vp + LBC * Dv), *end = begin + FBR;
+    lanes_pack *pack = (lanes_pack *)(void *)(vp + LBC * Dv + 2 * FBR);
+    float *k_pack = vp + LBC * Dv + 2 * FBR + LANES_PACK_SLOT;
+    float *v_pack = k_pack + (p->kv_len + LBC) * D;
+    bool packs = lanes_pack_floats(p) > 0;
+    if (packs && (pack->b != b || pack->kvh != it->kvh)) *pack = (lanes_pack){.b = b, .kvh = it->kvh};
     for (size_t r = 0; r < groups * LG; r++) {
         begin[r] = r < rows ? (int32_t)br->begin[r] : 0;
         end[r] = r < rows ? (int32_t)br->end[r] : 0;
@@ -279,6 +306,23 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
          * beyond their keys and dims */
         const float *kb = p->k + k_at + j0 * p->k_strides.t, *vb = p->v + v_at + j0 * p->v_strides.t;
         size_t kld = p->k_strides.t, vld = p->v_strides.t;
+        if (packs) {
+            /* rows up to the block's end, packed once per part and head;
+             * rows past them are zero or another head's, finite, and any
+             * tile reading them masks them (weight exactly 0) */
+            for (size_t j = pack->rows; j < j0 + cols; j++) {
+                memcpy(k_pack + j * D, p->k + k_at + j * kld, D * sizeof *k_pack);
+                if (values) {
+                    memcpy(v_pack + j * Dv, p->v + v_at + j * vld, D * sizeof *v_pack);
+                    memset(v_pack + j * Dv + D, 0, (Dv - D) * sizeof *v_pack);
+                }
+            }
+            if (j0 + cols > pack->rows) pack->rows = j0 + cols;
+            kb = k_pack + j0 * D;
+            kld = D;
+            vb = v_pack + j0 * Dv;
+            vld = Dv;
+        }
         if (cols < LBC || kld != D) {
             for (size_t j = 0; j < cols; j++) memcpy(kp + j * D, kb + j * kld, D * sizeof *kp);
             memset(kp + cols * D, 0, (LBC - cols) * D * sizeof *kp);
