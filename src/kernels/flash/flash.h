@@ -19,7 +19,8 @@
  * backward recomputes the weights. Plain problems (raw scores: no softcap,
  * ALiBi or sinks; no dropout) take the lane forward (flash_lanes.h): the
  * same blocks and arithmetic with each query row in a vector lane, keys
- * and values read in place, the row statistics one lane of a vector.
+ * and values read as rows (a strided head packed once per thread), the
+ * row statistics one lane of a vector.
  *
  * Backward, deterministic by construction: each output written by one
  * thread in one fixed order, so any thread count gives the same bits. With

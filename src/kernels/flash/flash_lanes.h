@@ -9,10 +9,11 @@
  * fused multiply-adds, and the output tile is LANE_KT dims x the same rows.
  * A row's statistics (max, sum, the rescaling) are then one lane of a
  * vector: no horizontal reduction, no scalar step per row, and the keys and
- * values are read as they lie (rows of the tensor, broadcast one value at a
- * time) instead of packed k^T per (query block, key block). On a 2-vCPU
- * Xeon (AVX-512) the forward ran 1.2x faster than the row-major tiles of
- * forward_block at T = 1024 and 4096.
+ * values are read as rows (broadcast one value at a time), where they lie
+ * or packed once per head (strided rows, below), instead of packed k^T per
+ * (query block, key block). On a 2-vCPU Xeon (AVX-512) the forward ran
+ * 1.06-1.16x faster than the row-major tiles of forward_block at T = 4096
+ * and 16384, and 1.11-1.21x with AVX2; level at T <= 1024.
  *
  * Layouts, per head of the work item: q^T and o^T in groups of LG rows,
  * (rows / LG, dims, LG); the block's scores, then weights, (keys, LG).
