@@ -38,7 +38,8 @@ static size_t lane_dims(size_t D) { return (D + LKT - 1) / LKT * LKT; }
 static size_t lanes_pack_floats(const attn_attention_problem *p) {
     size_t D = p->head_dim, Dv = lane_dims(D);
     if (p->k_strides.t == D && (p->v_strides.t == D || !p->out)) return 0;
-    if (p->kv_len > LANES_PACK_FLOATS / (D + Dv) - LBC) return 0;
+    if (D + Dv > LANES_PACK_FLOATS / (2 * LBC) || p->kv_len > LANES_PACK_FLOATS / (D + Dv) - LBC)
+        return 0;
     return (p->kv_len + LBC) * (D + Dv);
 }
 
