@@ -353,7 +353,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             for (size_t g = 0; g < nh; g++) {
                 float *qT_g = qT + g * FBR * D + r0 * D, *oT_g = oT + g * FBR * Dv + r0 * Dv;
                 float *m_g = m + g * FBR + r0, *l_g = l + g * FBR + r0;
-                switch (D) { /* whole dims known to the compiler: 1.2x at hd 64 */
+                switch (D) { /* dims known to the compiler (1.2x in the prototype) */
                 case 64: lane_step_64(&step, qT_g, oT_g, m_g, l_g); break;
                 case 128: lane_step_128(&step, qT_g, oT_g, m_g, l_g); break;
                 default: lane_step_any(&step, D, qT_g, oT_g, m_g, l_g); break;
