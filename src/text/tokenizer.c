@@ -878,6 +878,13 @@ static attn_status index_entries(attn_ctx *ctx, const char *path, const unsigned
     for (size_t i = 0; i < entries->count; i++)
         if (entries->at[i].id > max_id) max_id = entries->at[i].id;
     size_t count = (size_t)max_id + 1;
+    /* the table is laid out by id: ids far past the entries would make a
+     * few bytes of file ask for gigabytes (a fuzzer's find) */
+    size_t most = 2 * entries->count + 1024;
+    if (count > most)
+        return attn_fail(ctx, ATTN_ERR_FORMAT,
+                         "%s: token ids reach %d with %zu tokens (ids may reach %zu at most: the "
+                         "table is laid out by id)", path, (int)max_id, entries->count, most - 1);
     if (!byte_store_ids(store, count + LLAMA3_SPECIALS) || !id_table_init(table, entries->count))
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "no memory for %s's %zu tokens", path, count);
     store->count = count;

@@ -366,6 +366,10 @@ static void test_errors(attn_ctx *ctx) {
     check_load_fails(ctx, write_text("t6.model", "aGU= 256\n"), ATTN_ERR_FORMAT,
                      "no token for the byte 0x00");
     check_load_fails(ctx, write_text("t7.model", ""), ATTN_ERR_FORMAT, "t7.model: no tokens");
+    /* an id far past the tokens (the table is laid out by id: 2.8 GB asked
+     * for by a fuzzer's 40-byte file) */
+    check_load_fails(ctx, write_tiktoken("t8.model", "YWJj 355555556\n"), ATTN_ERR_FORMAT,
+                     "t8.model: token ids reach 355555556 with 261 tokens");
 }
 
 #ifdef ATTN_ALLOC_FAILURE_INJECTION
