@@ -197,14 +197,14 @@ static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0
         if (br->begin[r] >= br->end[r]) br->all_from = br->all_to = 0;
 }
 
-/* The first key block of br's sweep: its first key rounded down to a
- * multiple of BC where that visits no more blocks, so that a sliding
- * window's tiles are whole (a tile of BC - 1 keys packed through the
- * scalar tail) and its diagonal tile is causal's. */
-static size_t sweep_start(const block_rows *br) {
-    size_t aligned = br->first / BC * BC;
-    size_t blocks = (br->last - br->first + BC - 1) / BC;
-    return (br->last - aligned + BC - 1) / BC == blocks ? aligned : br->first;
+/* The first key block of br's sweep in blocks of width keys: its first key
+ * rounded down to a multiple of width where that visits no more blocks, so
+ * that a sliding window's tiles are whole (a tile of width - 1 keys packed
+ * through the scalar tail) and its diagonal tile is causal's. */
+static size_t sweep_start(const block_rows *br, size_t width) {
+    size_t aligned = br->first / width * width;
+    size_t blocks = (br->last - br->first + width - 1) / width;
+    return (br->last - aligned + width - 1) / width == blocks ? aligned : br->first;
 }
 
 /* Bit i of a mask. */
@@ -612,7 +612,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
     }
     size_t k_at = row_at(p->k_strides, b, &seq, true, it.kvh, 0);
     size_t v_at = row_at(p->v_strides, b, &seq, true, it.kvh, 0);
-    for (size_t j0 = sweep_start(&br); j0 < br.last; j0 += BC) {
+    for (size_t j0 = sweep_start(&br, BC); j0 < br.last; j0 += BC) {
         size_t cols = min_size(br.last - j0, BC);
         /* k^T (D, BC) and v (BC, Dp) of keys [j0, j0 + cols), zero beyond. v
          * is copied even where its rows could be read in place: reading them
@@ -1103,7 +1103,7 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     }
     const float ones[RG] = {1.0f, 1.0f, 1.0f, 1.0f};
     size_t k_at = row_at(p->k_strides, b, &seq, true, it.kvh, 0);
-    for (size_t j0 = sweep_start(&br); j0 < br.last; j0 += BC) {
+    for (size_t j0 = sweep_start(&br, BC); j0 < br.last; j0 += BC) {
         size_t cols = min_size(br.last - j0, BC);
         pack_keys_transposed(f, b, &seq, it.kvh, j0, cols, t.kt, t.vt);
         pack_rows(p->k + k_at + j0 * p->k_strides.t, p->k_strides.t, cols, BC, D, Dp, 1.0f, kp);

@@ -67,13 +67,6 @@ static bool lanes_take(const flash_shape *f) {
     return f->raw && !dropout && p->kv_len <= (size_t)INT32_MAX - LBC;
 }
 
-/* The first key of the sweep, as sweep_start, in blocks of LBC. */
-static size_t lanes_sweep_start(const block_rows *br) {
-    size_t aligned = br->first / LBC * LBC;
-    size_t blocks = (br->last - br->first + LBC - 1) / LBC;
-    return (br->last - aligned + LBC - 1) / LBC == blocks ? aligned : br->first;
-}
-
 /* One lane group's view of the keys: the union [lo, hi) of its rows' keys
  * and the keys [all_from, all_to) every row of it sees (empty: 0, 0). */
 typedef struct lane_group {
@@ -299,7 +292,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
 
     size_t k_at = row_at(p->k_strides, b, seq, true, it->kvh, 0);
     size_t v_at = row_at(p->v_strides, b, seq, true, it->kvh, 0);
-    for (size_t j0 = lanes_sweep_start(br); j0 < br->last; j0 += LBC) {
+    for (size_t j0 = sweep_start(br, LBC); j0 < br->last; j0 += LBC) {
         size_t cols = min_size(br->last - j0, LBC);
         /* whole blocks of contiguous rows are read in place; a partial
          * one, rows with a stride (the (B, T, H, D) layout: 64 rows 3 KiB

@@ -475,17 +475,7 @@ static void pack_backward_queries(void *arg, size_t begin, size_t end) {
         pack_rows(f, t->dout + o_at, p->out_strides.t, rows, qs.dOn);
         pack_pairs(f, t->q + q_at, p->q_strides.t, rows, BR, qs.qi);
         pack_pairs(f, t->dout + o_at, p->out_strides.t, rows, BR, qs.dOi);
-        for (size_t r = 0; r < BR; r++) {
-            qs.lse[r] = -INFINITY;
-            qs.delta[r] = 0.0f;
-            if (r >= rows) continue;
-            qs.lse[r] = t->saved_lse[attn_lse_index(p, b, h, i0 + r)];
-            const uint16_t *dO = t->dout + o_at + r * p->out_strides.t;
-            const uint16_t *o = t->saved_out + o_at + r * p->out_strides.t;
-            double sum = 0.0;
-            for (size_t d = 0; d < f->D; d++) sum += (double)float_of(dO[d]) * float_of(o[d]);
-            qs.delta[r] = (float)sum;
-        }
+        query_stats(p, t, b, h, i0, rows, BR, o_at, qs.lse, qs.delta);
     }
 }
 

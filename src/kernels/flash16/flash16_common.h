@@ -13,6 +13,7 @@
 #include "kernels/flash16/flash16.h"
 #include "kernels/vec/vec_avx512.h" /* v_exp2, as the float kernels' */
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
@@ -42,6 +43,25 @@ static inline float float_of(uint16_t h) {
 static inline size_t row_at(attn_view_strides st, size_t b, const attn_attention_seq *seq,
                             bool keys, size_t h, size_t i) {
     return attn_view_offset(st, b, keys ? seq->kv_start : seq->q_start, h, i);
+}
+
+/* lse and delta = dO . O (in double) of the rows [i0, i0 + rows) of (b, h),
+ * whose dO and saved O start at o_at; -inf and 0 for the rows of the
+ * block (n of them) past those. */
+static inline void query_stats(const attn_attention_problem *p, const attn_flash16_tensors *t,
+                               size_t b, size_t h, size_t i0, size_t rows, size_t n,
+                               size_t o_at, float *lse, float *delta) {
+    for (size_t r = 0; r < n; r++) {
+        lse[r] = -INFINITY;
+        delta[r] = 0.0f;
+        if (r >= rows) continue;
+        lse[r] = t->saved_lse[attn_lse_index(p, b, h, i0 + r)];
+        const uint16_t *dO = t->dout + o_at + r * p->out_strides.t;
+        const uint16_t *o = t->saved_out + o_at + r * p->out_strides.t;
+        double sum = 0.0;
+        for (size_t d = 0; d < p->head_dim; d++) sum += (double)float_of(dO[d]) * float_of(o[d]);
+        delta[r] = (float)sum;
+    }
 }
 
 /* dk (times scale) and dv of the keys [j0, j0 + cols) of (b, kvh), from
