@@ -7,13 +7,16 @@
  *   - finite inputs whose intermediates overflow float32 (inputs at 3e19,
  *     rows near 1e38) give finite outputs from every module;
  *   - the renormalising mask equals the neg-inf mask even where a future
- *     score dwarfs the kept ones beyond float64's exp range.
+ *     score dwarfs the kept ones beyond float64's exp range;
+ *   - the fused kernels' scan finds a NaN anywhere in q, k, v or dout, in
+ *     every layout, and hands the call to the reference.
  */
 #include "attn.h"
 #include "check.h"
 #include "attention/attention.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,6 +135,77 @@ static void test_renormalize_without_underflow(attn_ctx *ctx, attn_rng *rng) {
     attn_module_free(neg_inf);
 }
 
+/* One NaN at a time, first, middle or last in q, k, v or dout: the fused
+ * ctx (a scan of every input, then the reference for non-finite ones) must
+ * give the reference ctx's bits, NaNs included. The layouts: (B, T, H, D),
+ * where the scan reads blocks of 256 tokens with all their heads, (B, H, T,
+ * D), where it reads head by head, and packed sequences; T = 300 leaves a
+ * partial block, and GQA a KV head count of its own. */
+static void test_scan_finds_every_nan(void) {
+    enum { B = 2, T = 300, H = 4, HKV = 2, D = 8, NQ = B * T * H * D, NK = B * T * HKV * D };
+    attn_ctx *fused, *ref;
+    CHECK_STATUS(attn_ctx_new(&(attn_ctx_config){.num_threads = 2}, &fused), ATTN_OK);
+    CHECK_STATUS(attn_ctx_new(&(attn_ctx_config){.num_threads = 2, .kernels = ATTN_KERNELS_REFERENCE}, &ref),
+                 ATTN_OK);
+    float *in = malloc(sizeof(float) * (2 * NQ + 2 * NK)), *got = malloc(sizeof(float) * 2 * (2 * NQ + 2 * NK + B * H * T));
+    float *q = in, *k = q + NQ, *v = k + NK, *dout = v + NK;
+    float *outs[2][5];
+    for (int c = 0; c < 2; c++) {
+        float *at = got + c * (2 * NQ + 2 * NK + B * H * T);
+        outs[c][0] = at;                  /* out */
+        outs[c][1] = at + NQ;             /* dq */
+        outs[c][2] = at + 2 * NQ;         /* dk */
+        outs[c][3] = at + 2 * NQ + NK;    /* dv */
+        outs[c][4] = at + 2 * NQ + 2 * NK; /* lse */
+    }
+    static const int32_t cu[B + 1] = {0, 113, 2 * T};
+    for (int layout = 0; layout < 3; layout++) {
+        attn_sdpa_config cfg = {.batch = B, .heads = H, .kv_heads = HKV, .q_tokens = T,
+                                .kv_tokens = T, .head_dim = D};
+        if (layout == 1) { /* (B, H, T, D) */
+            size_t qs[3] = {H * T * D, D, T * D}, ks[3] = {HKV * T * D, D, T * D};
+            memcpy(cfg.q_strides, qs, sizeof qs);
+            memcpy(cfg.out_strides, qs, sizeof qs);
+            memcpy(cfg.kv_strides, ks, sizeof ks);
+        } else if (layout == 2) { /* sequences of 113 and 487 tokens */
+            cfg.cu_seqlens_q = cfg.cu_seqlens_kv = cu;
+            cfg.q_tokens = cfg.kv_tokens = 487;
+        }
+        for (int tensor = 0; tensor < 4; tensor++)
+            for (int where = 0; where < 3; where++) {
+                for (int i = 0; i < 2 * NQ + 2 * NK; i++) in[i] = (float)(0.5 * sin(0.37 * i + layout));
+                size_t n = tensor == 1 || tensor == 2 ? NK : NQ;
+                float *x = tensor == 0 ? q : tensor == 1 ? k : tensor == 2 ? v : dout;
+                x[where == 0 ? 0 : where == 1 ? n / 2 + 3 : n - 1] = NAN;
+                /* both backwards read the reference's out and lse (a NaN
+                 * in dout leaves the fused forward its own bits) */
+                for (int c = 1; c >= 0; c--) {
+                    attn_ctx *ctx = c == 0 ? fused : ref;
+                    float **o = outs[c];
+                    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, o[0], o[4], NULL, NULL), ATTN_OK);
+                    CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, outs[1][0], outs[1][4], dout, o[1],
+                                                    o[2], o[3], NULL),
+                                 ATTN_OK);
+                    if (tensor == 3 && c == 0) { /* and only the gradients compare */
+                        memcpy(o[0], outs[1][0], sizeof(float) * NQ);
+                        memcpy(o[4], outs[1][4], sizeof(float) * B * H * T);
+                    }
+                }
+                size_t nan = 0;
+                bool same = memcmp(outs[0][0], outs[1][0], sizeof(float) * (2 * NQ + 2 * NK + B * H * T)) == 0;
+                for (size_t i = 0; i < 2 * NQ + 2 * NK; i++) nan += isnan(outs[0][0][i]);
+                if (!same || nan == 0)
+                    fprintf(stderr, "layout %d, NaN in input %d at %d: fused %s the reference, %zu NaNs\n",
+                            layout, tensor, where, same ? "equals" : "differs from", nan);
+                CHECK(same && nan > 0);
+            }
+    }
+    free(in);
+    free(got);
+    attn_ctx_free(fused);
+    attn_ctx_free(ref);
+}
+
 int main(void) {
     attn_ctx *ctx;
     attn_rng *rng;
@@ -139,6 +213,7 @@ int main(void) {
     test_rows_that_see_no_key(ctx);
     test_overflowing_intermediates(ctx, rng);
     test_renormalize_without_underflow(ctx, rng);
+    test_scan_finds_every_nan();
     attn_rng_free(rng);
     attn_ctx_free(ctx);
     return check_summary();
