@@ -11,9 +11,10 @@
  * ||out_bf16 - out_fp32|| / ||out_fp32||, a check that the bf16 run
  * computed the same attention (bf16's precision: a few 1e-3). The kernel
  * line says whether the bf16 calls run on AMX tiles, vdpbf16ps or widen to
- * float. Where the CPU has AMX, the section first asks for the tile data
+ * float. The table runs first as the library does by itself (no AMX);
+ * then, where the CPU has AMX, the section asks for the tile data
  * (attn_cpu_request_amx), as an application that wants attn's AMX kernels
- * does (the library never asks by itself).
+ * does, and runs it again.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
@@ -117,20 +118,21 @@ static double out_error(const bf16_case *c, size_t n) {
     return den > 0.0 ? sqrt(num / den) : NAN;
 }
 
-int bench_bf16(const bench_options *o, const bench_blas *blas) {
-    (void)blas;
+/* The kernels the bf16 calls take on this CPU now (sdpa16.c's choice). */
+static const char *bf16_kernels_here(const bench_options *o, const attn_cpu_info *cpu) {
+    if (!cpu->avx512_bf16 || o->kernels[0] != ATTN_KERNELS_AVX512)
+        return "none here: bf16 widened to float, fp32 kernels";
+    if (cpu->amx_bf16) return "AMX tiles (amx_bf16; head_dim 64 here)";
+    if (strcmp(cpu->vendor, "GenuineIntel") == 0)
+        return "widened to float, fp32 kernels (vdpbf16ps issues at half the FMA's rate on "
+               "Intel's cores; their fast bf16 is AMX)";
+    return "vdpbf16ps (avx512_bf16)";
+}
+
+/* One table: every T, mask and thread count. */
+static int bf16_table(const bench_options *o) {
     static const size_t all_tokens[] = {1024, 4096, 16384};
     size_t token_counts = o->quick ? 2 : 3;
-    attn_cpu_info cpu = {0};
-    attn_cpu_request_amx(); /* ATTN_ERR_UNSUPPORTED without AMX: amx_bf16 says */
-    attn_cpu_info_get(&cpu);
-    bool vdp = cpu.avx512_bf16 && o->kernels[0] == ATTN_KERNELS_AVX512;
-    printf("bf16: attn_sdpa_*_16 on bf16 vs attn_sdpa_* on fp32 (same values), B=1 H=%d hd=%d, "
-           "T=S\n  bf16 kernels: %s\n",
-           HEADS, HEAD_DIM,
-           !vdp ? "none here: bf16 widened to float, fp32 kernels"
-           : cpu.amx_bf16 ? "AMX tiles (amx_bf16; head_dim 64 here)"
-                          : "vdpbf16ps (avx512_bf16)");
     printf("%6s %-6s %3s | %9s %9s %6s | %9s %9s %6s | %8s\n", "T", "mask", "thr", "fp32 fwd",
            "bf16 fwd", "x", "fp32 f+b", "bf16 f+b", "x", "bf16 err");
     int rc = CLI_OK;
@@ -167,4 +169,20 @@ int bench_bf16(const bench_options *o, const bench_blas *blas) {
         }
     }
     return rc;
+}
+
+int bench_bf16(const bench_options *o, const bench_blas *blas) {
+    (void)blas;
+    attn_cpu_info cpu = {0};
+    attn_cpu_info_get(&cpu);
+    printf("bf16: attn_sdpa_*_16 on bf16 vs attn_sdpa_* on fp32 (same values), B=1 H=%d hd=%d, "
+           "T=S\n  bf16 kernels: %s\n",
+           HEADS, HEAD_DIM, bf16_kernels_here(o, &cpu));
+    int rc = bf16_table(o);
+    /* then AMX, where the CPU has it: the tiles an application asks for */
+    if (rc != CLI_OK || attn_cpu_request_amx() != ATTN_OK) return rc;
+    attn_cpu_info_get(&cpu);
+    printf("  AMX tile data granted (attn_cpu_request_amx); bf16 kernels: %s\n",
+           bf16_kernels_here(o, &cpu));
+    return bf16_table(o);
 }

@@ -405,10 +405,12 @@ attn_status attn_sdpa_backward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, c
  * elements (ATTN_DTYPE_BF16 or ATTN_DTYPE_F16, raw bits; ATTN_DTYPE_F32
  * runs the float calls on them) in the config's layout; lse, alibi_slopes,
  * sinks and sinks_grad stay float. Scores, the softmax and every sum are
- * float; each output is rounded to dtype once. Where the CPU has
- * avx512_bf16, bf16 products run on vdpbf16ps, and the weights P (the
+ * float; each output is rounded to dtype once. bf16 products run on AMX
+ * tiles where the process may use them (attn_cpu_request_amx) and on
+ * vdpbf16ps on AMD's CPUs with avx512_bf16, and there the weights P (the
  * backward's dS too) are rounded to bf16 before they multiply V (K, Q), as
- * PyTorch's bf16 SDPA does; elsewhere, and for f16, tiles are widened to
+ * PyTorch's bf16 SDPA does; elsewhere (Intel's cores issue vdpbf16ps at
+ * half the float FMA's rate), and for f16, the tensors are widened to
  * float and run on the float kernels. Conformance: within PyTorch bf16's
  * own error against float64 on the same inputs.
  */

@@ -294,6 +294,15 @@ bool attn_cpu_amx_bf16_usable(void) {
 #endif
 }
 
+bool attn_cpu_bf16_dot_pays(void) {
+#if defined(ATTN_CPUID)
+    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+           !__builtin_cpu_is("intel");
+#else
+    return false;
+#endif
+}
+
 attn_status attn_cpu_info_get(attn_cpu_info *out) {
     if (!out) return ATTN_ERR_NULL;
     attn_cpu_info info;

@@ -14,4 +14,15 @@
  * leaves and one system call. */
 bool attn_cpu_amx_bf16_usable(void);
 
+/* Whether vdpbf16ps outruns the float FMA on this CPU, so that the bf16
+ * kernels (GEMM and attention) pay where AMX does not take the call: the
+ * CPU has avx512_bf16 (and the AVX-512BW shuffles beside it) and is not
+ * Intel's. On Zen 4 vdpbf16ps issues at the FMA's rate with twice the
+ * products. On the Sapphire Rapids-class Xeon of this project (KVM) it
+ * issued at half the FMA's rate (105-114 against 220 GFLOP/s, 16-24
+ * independent chains): the bf16 GEMM microkernel ran at 0.58x the float
+ * one, bf16 attention at 0.6-0.8x the float kernels, and the widened paths
+ * at 0.85-1.0x (Intel's fast bf16 is AMX). */
+bool attn_cpu_bf16_dot_pays(void);
+
 #endif /* ATTN_CPU_INFO_H */

@@ -31,6 +31,7 @@ struct attn_ctx {
     attn_ctx_buffer scratch;
     struct attn_pool *pool; /* num_threads - 1 workers, from the first parallel call */
     bool pool_tried;        /* made (or failed: threads then start per call) */
+    bool bf16_dot_forced;   /* bf16 on vdpbf16ps where it does not pay (tests) */
 };
 
 /* Resolves requested (AUTO: the ATTN_KERNELS environment variable, else the

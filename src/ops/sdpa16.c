@@ -7,7 +7,8 @@
  *     (no dropout, softcap, ALiBi or sinks; v_head_dim == head_dim; scale
  *     >= 0) and its values are finite and small enough for float tiles;
  *     on AMX tiles where the process may use them and head_dim is a
- *     multiple of 32, on vdpbf16ps otherwise;
+ *     multiple of 32, else on vdpbf16ps where that outruns the float FMA
+ *     (AMD's cores, not Intel's: core/cpu_info.h);
  *   - everything else: the tensors widened to float (exactly), the float
  *     attention of sdpa.c on them (every feature), each output rounded to
  *     the dtype once (to nearest even; NaN stays NaN).
@@ -17,6 +18,7 @@
 #include "ops/sdpa_internal.h"
 #include "rng/dropout.h"
 #if defined(ATTN_HAVE_X86_KERNELS)
+#include "cpu_info.h"
 #include "kernels/flash16/flash16.h"
 #endif
 
@@ -76,12 +78,20 @@ static uint16_t float_to_f16(float x) {
     return (uint16_t)(sign | (u - (112u << 23)) >> 13);
 }
 
-static float widen(attn_dtype dtype, uint16_t h) {
-    return dtype == ATTN_DTYPE_BF16 ? bf16_to_float(h) : f16_to_float(h);
+/* A row of n elements, the dtype chosen once per row (the bf16 loops, a
+ * shift and a rounding add, are then simple enough to vectorise). */
+static void widen_row(attn_dtype dtype, const uint16_t *x, float *y, size_t n) {
+    if (dtype == ATTN_DTYPE_BF16)
+        for (size_t d = 0; d < n; d++) y[d] = bf16_to_float(x[d]);
+    else
+        for (size_t d = 0; d < n; d++) y[d] = f16_to_float(x[d]);
 }
 
-static uint16_t narrow(attn_dtype dtype, float x) {
-    return dtype == ATTN_DTYPE_BF16 ? float_to_bf16(x) : float_to_f16(x);
+static void narrow_row(attn_dtype dtype, const float *x, uint16_t *y, size_t n) {
+    if (dtype == ATTN_DTYPE_BF16)
+        for (size_t d = 0; d < n; d++) y[d] = float_to_bf16(x[d]);
+    else
+        for (size_t d = 0; d < n; d++) y[d] = float_to_f16(x[d]);
 }
 
 /* ---- views: the (b, t, h) rows of a tensor ----------------------------------- */
@@ -104,15 +114,10 @@ static void copy_view(const attn_attention_problem *p, attn_dtype dtype, view16 
             for (size_t h = 0; h < from.heads; h++) {
                 size_t a = attn_view_offset(from.st, b, start, h, i);
                 size_t z = attn_view_offset(to_st, b, start, h, i);
-                if (widening) {
-                    const uint16_t *x = (const uint16_t *)src + a;
-                    float *y = (float *)dst + z;
-                    for (size_t d = 0; d < from.width; d++) y[d] = widen(dtype, x[d]);
-                } else {
-                    const float *x = (const float *)src + z;
-                    uint16_t *y = (uint16_t *)dst + a;
-                    for (size_t d = 0; d < from.width; d++) y[d] = narrow(dtype, x[d]);
-                }
+                if (widening)
+                    widen_row(dtype, (const uint16_t *)src + a, (float *)dst + z, from.width);
+                else
+                    narrow_row(dtype, (const float *)src + z, (uint16_t *)dst + a, from.width);
             }
     }
 }
@@ -266,11 +271,16 @@ static bool view_max_abs(const attn_attention_problem *p, view16 v, const uint16
     return true;
 }
 
-/* Whether the bf16 kernels have p's features, on this CPU. */
+/* Whether the bf16 kernels have p's features, on this CPU, and run it
+ * faster than the float kernels on its widened tensors: on AMX tiles, or
+ * on vdpbf16ps where that outruns the float FMA (attn_cpu_bf16_dot_pays;
+ * not on Intel's cores, where it issues at half the FMA's rate) or where
+ * a test asks for it (attn_sdpa16_force_dot). */
 static bool bf16_kernels_have(const attn_ctx *ctx, const attn_sdpa_config *cfg,
                               const attn_attention_problem *p) {
     return bf16_kernels_usable(ctx) && !(cfg->dropout > 0.0) && !(p->softcap > 0.0f) &&
-           !p->alibi_slopes && !p->sinks && p->v_head_dim == p->head_dim && p->scale >= 0.0f;
+           !p->alibi_slopes && !p->sinks && p->v_head_dim == p->head_dim && p->scale >= 0.0f &&
+           (attn_flash16_amx_takes(p) || attn_cpu_bf16_dot_pays() || ctx->bf16_dot_forced);
 }
 
 /* Whether the bf16 kernels take p on these values (dout: the backward's,
@@ -327,6 +337,8 @@ static attn_status backward_bf16_kernels(attn_ctx *ctx, const char *fn,
     return ATTN_OK;
 }
 #endif
+
+void attn_sdpa16_force_dot(attn_ctx *ctx) { ctx->bf16_dot_forced = true; }
 
 const char *attn_sdpa16_kernel(const attn_ctx *ctx, const attn_sdpa_config *cfg,
                                attn_dtype dtype, bool backward) {

@@ -16,4 +16,9 @@
 const char *attn_sdpa16_kernel(const attn_ctx *ctx, const attn_sdpa_config *cfg,
                                attn_dtype dtype, bool backward);
 
+/* For the tests: bf16 on ctx runs the vdpbf16ps kernels where the CPU has
+ * them even where they do not pay (Intel's cores widen otherwise), so that
+ * every CPU with avx512_bf16 checks them. */
+void attn_sdpa16_force_dot(attn_ctx *ctx);
+
 #endif /* ATTN_OPS_SDPA16_H */

@@ -16,9 +16,10 @@ For each case and dtype (bfloat16, float16):
            each gradient is rounded to half on its way back (as CUDA's half
            kernels do: fp32 accumulation, half storage).
   attn     attn_sdpa_forward_16 / _backward_16 (ctypes, on the dtype's raw
-           bits; bf16 runs vdpbf16ps where the CPU has avx512_bf16, and AMX
-           tiles for head_dim 64 and 128 where it has AMX: this script asks
-           for them first, attn_cpu_request_amx, as an application does),
+           bits; bf16 runs AMX tiles for head_dim 64 and 128 where the CPU
+           has AMX: this script asks for them first, attn_cpu_request_amx,
+           as an application does; else vdpbf16ps where the CPU has
+           avx512_bf16 and is not Intel's, whose cores widen to float),
            out and lse from the forward fed to the backward.
 Checked, for out, dq, dk, dv: relative L2 error (||x - truth|| / ||truth||)
 of attn <= that of torch (plus 1e-5): "within PyTorch's own error" (attn.h).

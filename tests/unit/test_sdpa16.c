@@ -15,6 +15,9 @@
  *     lse within 2e-3 (1 + |lse|); on an avx512_bf16 CPU it must differ
  *     from the widened path somewhere (else the kernel did not run);
  *   - 1, 2 and 3 threads give the same bits;
+ *   - those fast ctxs are forced onto vdpbf16ps; one that is not takes it
+ *     only where it outruns the float FMA (not on Intel's cores), else the
+ *     widened path, bit for bit;
  *   - then, where the CPU has AMX, this process asks for the tiles
  *     (attn_cpu_request_amx, as an application does) and the cases of
  *     head_dim 64 and 128 run again on the same inputs, forward and
@@ -367,6 +370,34 @@ static void check_tensors(const case16 *c, const tensors16 *tp, attn_ctx *portab
     free_truth(&w);
 }
 
+/* The choice on a ctx no test has forced, before any AMX request: the
+ * vdpbf16ps kernels where they outrun the float FMA (avx512_bf16 on a CPU
+ * not Intel's), else the widened path, which must then be bit for bit the
+ * float calls on the widened tensors (on Intel's cores vdpbf16ps issues at
+ * half the FMA's rate: core/cpu_info.h). */
+static void check_default_choice(const case16 *c, const tensors16 *t, attn_kernels best) {
+    attn_ctx *ctx = make_ctx(2, best);
+    attn_cpu_info cpu;
+    CHECK_STATUS(attn_cpu_info_get(&cpu), ATTN_OK);
+    bool intel = strcmp(cpu.vendor, "GenuineIntel") == 0;
+    const char *want = best == ATTN_KERNELS_AVX512 && cpu_has_bf16() && !intel ? "vdpbf16ps" : "widened";
+    for (int backward = 0; backward < 2; backward++) {
+        const char *got = attn_sdpa16_kernel(ctx, &t->cfg, ATTN_DTYPE_BF16, backward);
+        if (strcmp(got, want) != 0)
+            fprintf(stderr, "%s: the default %s runs on %s, not %s\n", c->name,
+                    backward ? "backward" : "forward", got, want);
+        CHECK(strcmp(got, want) == 0);
+    }
+    printf("  default choice (no AMX asked for, %s): %s\n", cpu.vendor[0] ? cpu.vendor : "?", want);
+    if (strcmp(want, "widened") == 0) {
+        result16 r;
+        CHECK_STATUS(run16(ctx, ATTN_DTYPE_BF16, t, &r), ATTN_OK);
+        check_widened_bitwise(ctx, ATTN_DTYPE_BF16, t, &r, c->name);
+        free_result(&r);
+    }
+    attn_ctx_free(ctx);
+}
+
 /* Whether the AMX forward can take case c (head_dim in whole tile steps). */
 static bool amx_shape(const case16 *c) { return c->D % 32 == 0; }
 
@@ -560,6 +591,9 @@ int main(int argc, char **argv) {
                                                                     : ATTN_KERNELS_PORTABLE;
     attn_ctx *portable = make_ctx(1, ATTN_KERNELS_PORTABLE), *ref = make_ctx(1, ATTN_KERNELS_REFERENCE);
     attn_ctx *fast[3] = {make_ctx(1, best), make_ctx(2, best), make_ctx(3, best)};
+    /* the vdpbf16ps kernels on every CPU that has them, also where the
+     * default widens (Intel's) */
+    for (int i = 0; i < 3; i++) attn_sdpa16_force_dot(fast[i]);
     /* name, B, H, Hkv, T, S, D, causal, align, q_offset, window, left, right, varlen, padded, amp, scale */
     const case16 cases[] = {
         {"plain 1x2 T=77 d64", 1, 2, 2, 77, 77, 64, false, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0, false, false, 1, 0},
@@ -593,6 +627,7 @@ int main(int argc, char **argv) {
         }
     }
     printf("  forward of those cases on: %s\n", first);
+    if (kept > 0) check_default_choice(kept_c[0], &kept_t[0], best);
     if (request_amx()) {
         printf("  AMX granted: the cases of head_dim 64, 128 again, on AMX tiles\n");
         check_amx(kept_c, kept_t, kept_r, kept, portable, fast, ref, strcmp(first, "vdpbf16ps") == 0);

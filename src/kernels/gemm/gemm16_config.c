@@ -79,18 +79,6 @@ static bool cpu_has_avx512_bf16(void) {
     return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
 }
 
-/*
- * Whether vdpbf16ps outruns the float FMA here. On Zen 4 it issues at the
- * FMA's rate with twice the products (2x the float kernel's peak); on the
- * Sapphire Rapids-class Xeon of this project (KVM) it ran at 0.58x the
- * float microkernel's GFLOP/s (59 vs 102, same panels in L1), and bf16 at
- * 2048^3 ran 102-108 GFLOP/s on it against 153-165 widened (1 thread):
- * there the widened path is the faster one (Intel's fast bf16 is AMX).
- */
-static bool bf16_dot_pays(void) {
-    return cpu_has_avx512_bf16() && !__builtin_cpu_is("intel");
-}
-
 /* AMX also packs B with the vdpbf16ps kernel's AVX-512BW code. */
 static bool amx_usable(void) {
     return attn_cpu_amx_bf16_usable() && cpu_has_avx512_bf16() &&
@@ -123,7 +111,7 @@ const attn_gemm16_kernel *attn_gemm16_kernel_for(attn_kernels kernels, attn_dtyp
     case ATTN_KERNELS_AVX512:
         if (dtype != ATTN_DTYPE_BF16) return &widened_avx512_kernel;
         return amx_usable() ? &bf16_amx_kernel
-               : bf16_dot_pays() ? &bf16_avx512_kernel : &widened_avx512_kernel;
+               : attn_cpu_bf16_dot_pays() ? &bf16_avx512_kernel : &widened_avx512_kernel;
 #else
     case ATTN_KERNELS_AVX2:
     case ATTN_KERNELS_AVX512:
