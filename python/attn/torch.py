@@ -11,8 +11,9 @@
 What runs on attn: CPU tensors of float32 (the fused kernels), float64 (the
 reference kernels, all in double: for gradcheck) or bfloat16/float16 (attn's
 16-bit calls, attn_sdpa_forward_16/backward_16: bf16 on AMX tiles where the
-CPU has them, else on vdpbf16ps or widened to float; out and the gradients
-in the inputs' dtype, lse in float32), q, k, v of one dtype, no attn_mask.
+CPU has them, else on vdpbf16ps on AMD's cores or widened to float; out and
+the gradients in the inputs' dtype, lse in float32), q, k, v of one dtype, no
+attn_mask.
 Importing this module asks the OS for AMX for the process
 (attn_cpu_request_amx), as PyTorch's oneDNN does on its first bf16 call.
 Everything else (an attn_mask, CUDA tensors, ranks other than 3 and 4) goes
