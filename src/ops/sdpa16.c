@@ -124,23 +124,27 @@ static void copy_tokens(void *arg, size_t begin, size_t end) {
     for (size_t bt = begin; bt < end; bt++) {
         size_t b = bt / longest, i = bt % longest;
         attn_attention_seq s = attn_attention_seq_of(p, b);
-        size_t start = c->from.keys ? s.kv_start : s.q_start, len = c->from.keys ? s.kv_len : s.q_len;
+        bool keys = c->from.keys;
+        size_t start = keys ? s.kv_start : s.q_start, len = keys ? s.kv_len : s.q_len;
         if (i >= len) continue;
         for (size_t h = 0; h < c->from.heads; h++) {
             size_t a = attn_view_offset(c->from.st, b, start, h, i);
             size_t z = attn_view_offset(c->to_st, b, start, h, i);
-            if (c->widening)
-                widen_row(c->dtype, (const uint16_t *)c->src + a, (float *)c->dst + z, c->from.width);
-            else
-                narrow_row(c->dtype, (const float *)c->src + z, (uint16_t *)c->dst + a, c->from.width);
+            if (c->widening) {
+                const uint16_t *x = (const uint16_t *)c->src + a;
+                widen_row(c->dtype, x, (float *)c->dst + z, c->from.width);
+            } else {
+                const float *x = (const float *)c->src + z;
+                narrow_row(c->dtype, x, (uint16_t *)c->dst + a, c->from.width);
+            }
         }
     }
 }
 
 /* Copies every row of view from (16-bit, strides from) to (float, to_st)
  * widened, or back (float to 16-bit) rounded when !widening, on the ctx's
- * threads (copied on one, the widened bf16 forward ran 0.64-0.69x the
- * float one at T = 1024 on two threads, 0.78-0.84x on one). */
+ * threads (on one, they left the others idle: 2-3% of the widened bf16
+ * forward at T = 1024 on two threads). */
 static void copy_view(const attn_ctx *ctx, const attn_attention_problem *p, attn_dtype dtype,
                       view16 from, attn_view_strides to_st, const void *src, void *dst,
                       bool widening) {

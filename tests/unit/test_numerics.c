@@ -145,18 +145,19 @@ static void test_scan_finds_every_nan(void) {
     enum { B = 2, T = 300, H = 4, HKV = 2, D = 8, NQ = B * T * H * D, NK = B * T * HKV * D };
     attn_ctx *fused, *ref;
     CHECK_STATUS(attn_ctx_new(&(attn_ctx_config){.num_threads = 2}, &fused), ATTN_OK);
-    CHECK_STATUS(attn_ctx_new(&(attn_ctx_config){.num_threads = 2, .kernels = ATTN_KERNELS_REFERENCE}, &ref),
-                 ATTN_OK);
-    float *in = malloc(sizeof(float) * (2 * NQ + 2 * NK)), *got = malloc(sizeof(float) * 2 * (2 * NQ + 2 * NK + B * H * T));
+    attn_ctx_config ref_config = {.num_threads = 2, .kernels = ATTN_KERNELS_REFERENCE};
+    CHECK_STATUS(attn_ctx_new(&ref_config, &ref), ATTN_OK);
+    enum { INPUTS = 2 * NQ + 2 * NK, OUTPUTS = 2 * NQ + 2 * NK + B * H * T };
+    float *in = malloc(sizeof(float) * INPUTS), *got = malloc(sizeof(float) * 2 * OUTPUTS);
     float *q = in, *k = q + NQ, *v = k + NK, *dout = v + NK;
-    float *outs[2][5];
+    float *outs[2][5]; /* per ctx: out, dq, dk, dv, lse */
     for (int c = 0; c < 2; c++) {
-        float *at = got + c * (2 * NQ + 2 * NK + B * H * T);
-        outs[c][0] = at;                  /* out */
-        outs[c][1] = at + NQ;             /* dq */
-        outs[c][2] = at + 2 * NQ;         /* dk */
-        outs[c][3] = at + 2 * NQ + NK;    /* dv */
-        outs[c][4] = at + 2 * NQ + 2 * NK; /* lse */
+        float *at = got + c * OUTPUTS;
+        outs[c][0] = at;
+        outs[c][1] = at + NQ;
+        outs[c][2] = at + 2 * NQ;
+        outs[c][3] = at + 2 * NQ + NK;
+        outs[c][4] = at + 2 * NQ + 2 * NK;
     }
     static const int32_t cu[B + 1] = {0, 113, 2 * T};
     for (int layout = 0; layout < 3; layout++) {
@@ -173,7 +174,7 @@ static void test_scan_finds_every_nan(void) {
         }
         for (int tensor = 0; tensor < 4; tensor++)
             for (int where = 0; where < 3; where++) {
-                for (int i = 0; i < 2 * NQ + 2 * NK; i++) in[i] = (float)(0.5 * sin(0.37 * i + layout));
+                for (int i = 0; i < INPUTS; i++) in[i] = (float)(0.5 * sin(0.37 * i + layout));
                 size_t n = tensor == 1 || tensor == 2 ? NK : NQ;
                 float *x = tensor == 0 ? q : tensor == 1 ? k : tensor == 2 ? v : dout;
                 x[where == 0 ? 0 : where == 1 ? n / 2 + 3 : n - 1] = NAN;
@@ -182,9 +183,10 @@ static void test_scan_finds_every_nan(void) {
                 for (int c = 1; c >= 0; c--) {
                     attn_ctx *ctx = c == 0 ? fused : ref;
                     float **o = outs[c];
-                    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, o[0], o[4], NULL, NULL), ATTN_OK);
-                    CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, outs[1][0], outs[1][4], dout, o[1],
-                                                    o[2], o[3], NULL),
+                    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, o[0], o[4], NULL, NULL),
+                                 ATTN_OK);
+                    CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, outs[1][0], outs[1][4],
+                                                    dout, o[1], o[2], o[3], NULL),
                                  ATTN_OK);
                     if (tensor == 3 && c == 0) { /* and only the gradients compare */
                         memcpy(o[0], outs[1][0], sizeof(float) * NQ);
@@ -192,11 +194,12 @@ static void test_scan_finds_every_nan(void) {
                     }
                 }
                 size_t nan = 0;
-                bool same = memcmp(outs[0][0], outs[1][0], sizeof(float) * (2 * NQ + 2 * NK + B * H * T)) == 0;
+                bool same = memcmp(outs[0][0], outs[1][0], sizeof(float) * OUTPUTS) == 0;
                 for (size_t i = 0; i < 2 * NQ + 2 * NK; i++) nan += isnan(outs[0][0][i]);
                 if (!same || nan == 0)
-                    fprintf(stderr, "layout %d, NaN in input %d at %d: fused %s the reference, %zu NaNs\n",
-                            layout, tensor, where, same ? "equals" : "differs from", nan);
+                    fprintf(stderr, "layout %d, NaN in input %d at %d: fused %s the reference, "
+                            "%zu NaNs\n", layout, tensor, where, same ? "equals" : "differs from",
+                            nan);
                 CHECK(same && nan > 0);
             }
     }

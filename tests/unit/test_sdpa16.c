@@ -380,7 +380,8 @@ static void check_default_choice(const case16 *c, const tensors16 *t, attn_kerne
     attn_cpu_info cpu;
     CHECK_STATUS(attn_cpu_info_get(&cpu), ATTN_OK);
     bool intel = strcmp(cpu.vendor, "GenuineIntel") == 0;
-    const char *want = best == ATTN_KERNELS_AVX512 && cpu_has_bf16() && !intel ? "vdpbf16ps" : "widened";
+    bool dot = best == ATTN_KERNELS_AVX512 && cpu_has_bf16() && !intel;
+    const char *want = dot ? "vdpbf16ps" : "widened";
     for (int backward = 0; backward < 2; backward++) {
         const char *got = attn_sdpa16_kernel(ctx, &t->cfg, ATTN_DTYPE_BF16, backward);
         if (strcmp(got, want) != 0)
@@ -388,7 +389,8 @@ static void check_default_choice(const case16 *c, const tensors16 *t, attn_kerne
                     backward ? "backward" : "forward", got, want);
         CHECK(strcmp(got, want) == 0);
     }
-    printf("  default choice (no AMX asked for, %s): %s\n", cpu.vendor[0] ? cpu.vendor : "?", want);
+    printf("  default choice (no AMX asked for, %s): %s\n", cpu.vendor[0] ? cpu.vendor : "?",
+           want);
     if (strcmp(want, "widened") == 0) {
         result16 r;
         CHECK_STATUS(run16(ctx, ATTN_DTYPE_BF16, t, &r), ATTN_OK);
