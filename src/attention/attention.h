@@ -198,6 +198,11 @@ typedef struct attn_attention_backend {
      * reference. dout is the backward's, or NULL. */
     bool (*takes_values)(const attn_ctx *ctx, const attn_attention_problem *p,
                          const float *dout);
+    /* Whether its forward checks p's values itself as it reads them, handing
+     * itself to the reference when takes_values would have said no, so that
+     * the runner asks nothing before (NULL: never) */
+    bool (*forward_checks_values)(const attn_ctx *ctx, const attn_attention_problem *p,
+                                  const attn_attention_dropout *drop);
     /* Bytes of workspace a pass needs. */
     size_t (*forward_bytes)(const attn_ctx *ctx, const attn_attention_problem *p,
                             const attn_attention_trace *trace);

@@ -4,7 +4,8 @@
  * set the ctx runs, with every feature of attention.h forward and backward.
  * It declines only v_head_dim != head_dim, and hands inputs it would get
  * wrong (non-finite, or magnitudes past float32's range in its tiles) to
- * the reference through takes_values.
+ * the reference: through takes_values, which scans them first, or, where
+ * the lane forward measures them as it reads them, after it.
  */
 #include "attention/attention.h"
 
@@ -105,6 +106,31 @@ static void scan_units(void *arg, size_t part, size_t begin, size_t end) {
     }
 }
 
+/* Whether the kernels take p with inputs of these magnitudes (max |x| of
+ * q, k, v, dout; inf where not finite). */
+static bool magnitudes_fit(const attn_flash_kernels *fk, const attn_attention_problem *p,
+                           const float top[4]) {
+    float slope = p->alibi_slopes ? fk->max_abs(p->alibi_slopes, p->q_heads, 0.0f) : 0.0f;
+    float sink = p->sinks ? fk->max_abs(p->sinks, p->q_heads, 0.0f) : 0.0f;
+    for (int t = 0; t < 4; t++)
+        if (isinf(top[t])) return false; /* inf or NaN */
+    if (isinf(slope) || isinf(sink) || !isfinite(p->softcap)) return false;
+    double q = top[0], k = top[1], v = top[2], d_o = top[3];
+    double D = (double)p->head_dim, S = (double)p->kv_len, limit = FLT_MAX / 16.0;
+    /* the raw scores q . k * scale (times log2 e) the tiles sum; softcap
+     * then bounds them, ALiBi adds up to slope * |pos_i - j| (the kernels
+     * subtract each row's nearest distance, but a bound is enough), and
+     * the sink starts each row's running max */
+    double raw = 1.4426950408889634 * fabs((double)p->scale) * D * q * k;
+    double cap = 1.4426950408889634 * p->softcap;
+    double score = p->softcap > 0.0f && cap < raw ? cap : raw;
+    double reach = (double)p->q_len + S + fabs((double)p->q_offset);
+    score += 1.4426950408889634 * ((double)slope * reach + sink);
+    /* and the output's running sums, and dP = dO . v */
+    return !(raw >= limit || score >= limit || S * v >= limit || D * d_o * v >= limit ||
+             S * d_o >= limit);
+}
+
 static bool fused_takes_values(const attn_ctx *ctx, const attn_attention_problem *p,
                                const float *dout) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
@@ -127,25 +153,15 @@ static bool fused_takes_values(const attn_ctx *ctx, const attn_attention_problem
     for (size_t part = 0; part < SCAN_PARTS; part++)
         for (int t = 0; t < 4; t++)
             top[t] = job.part_max[part][t] > top[t] ? job.part_max[part][t] : top[t];
-    float slope = p->alibi_slopes ? fk->max_abs(p->alibi_slopes, p->q_heads, 0.0f) : 0.0f;
-    float sink = p->sinks ? fk->max_abs(p->sinks, p->q_heads, 0.0f) : 0.0f;
-    for (int t = 0; t < 4; t++)
-        if (isinf(top[t])) return false; /* inf or NaN */
-    if (isinf(slope) || isinf(sink) || !isfinite(p->softcap)) return false;
-    double q = top[0], k = top[1], v = top[2], d_o = top[3];
-    double D = (double)p->head_dim, S = (double)p->kv_len, limit = FLT_MAX / 16.0;
-    /* the raw scores q . k * scale (times log2 e) the tiles sum; softcap
-     * then bounds them, ALiBi adds up to slope * |pos_i - j| (the kernels
-     * subtract each row's nearest distance, but a bound is enough), and
-     * the sink starts each row's running max */
-    double raw = 1.4426950408889634 * fabs((double)p->scale) * D * q * k;
-    double cap = 1.4426950408889634 * p->softcap;
-    double score = p->softcap > 0.0f && cap < raw ? cap : raw;
-    double reach = (double)p->q_len + S + fabs((double)p->q_offset);
-    score += 1.4426950408889634 * ((double)slope * reach + sink);
-    /* and the output's running sums, and dP = dO . v */
-    return !(raw >= limit || score >= limit || S * v >= limit || D * d_o * v >= limit ||
-             S * d_o >= limit);
+    return magnitudes_fit(fk, p, top);
+}
+
+/* The forward takes p's values unscanned where its kernel measures them as
+ * it reads them (the lane forward with packed keys and values: the scan
+ * was 2.4% of its time), and then checks them itself (fused_forward). */
+static bool fused_forward_checks_values(const attn_ctx *ctx, const attn_attention_problem *p,
+                                        const attn_attention_dropout *drop) {
+    return flash_kernels(ctx)->forward_measures(p, drop);
 }
 
 /* ---- workspaces ------------------------------------------------------------ */
@@ -205,11 +221,21 @@ static const attn_attention_dropout no_dropout = {.kind = ATTN_DROP_NONE};
 static void fused_forward(const attn_ctx *ctx, const attn_attention_problem *p,
                           const attn_attention_dropout *drop, const attn_attention_trace *trace,
                           void *workspace) {
-    (void)trace;
     const attn_flash_kernels *fk = flash_kernels(ctx);
+    drop = drop ? drop : &no_dropout;
     /* as freshly allocated, also when reused: no stale NaN in a tile's pad */
     memset(workspace, 0, fused_forward_bytes(ctx, p, NULL));
-    fk->forward(ctx->num_threads, p, drop ? drop : &no_dropout, workspace);
+    if (!fk->forward_measures(p, drop)) {
+        fk->forward(ctx->num_threads, p, drop, workspace, NULL);
+        return;
+    }
+    /* unscanned (fused_forward_checks_values): inputs the kernels would get
+     * wrong go to the reference now, over what the kernels wrote, on the
+     * same workspace (the runner sized it for both) */
+    float top[4] = {0, 0, 0, 0};
+    fk->forward(ctx->num_threads, p, drop, workspace, top);
+    if (!magnitudes_fit(fk, p, top))
+        attn_attention_reference.forward(ctx, p, drop, trace, workspace);
 }
 
 static void fused_backward(const attn_ctx *ctx, const attn_attention_problem *p,
@@ -227,7 +253,7 @@ static void fused_backward(const attn_ctx *ctx, const attn_attention_problem *p,
         stats.out = NULL;
         stats.lse = own;
         stats.lse_lo = NULL;
-        fk->forward(ctx->num_threads, &stats, &no_dropout, ws);
+        fk->forward(ctx->num_threads, &stats, &no_dropout, ws, NULL);
         memset(workspace, 0, tiles);
         lse = own;
     }
@@ -238,6 +264,7 @@ const attn_attention_backend attn_attention_fused = {
     .name = "fused",
     .declines = fused_declines,
     .takes_values = fused_takes_values,
+    .forward_checks_values = fused_forward_checks_values,
     .forward_bytes = fused_forward_bytes,
     .backward_bytes = fused_backward_bytes,
     .forward = fused_forward,

@@ -222,6 +222,7 @@ const attn_attention_backend attn_attention_reference = {
     .name = "reference",
     .declines = reference_declines,
     .takes_values = NULL,
+    .forward_checks_values = NULL,
     .forward_bytes = reference_forward_bytes,
     .backward_bytes = reference_backward_bytes,
     .forward = reference_forward,

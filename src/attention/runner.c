@@ -176,7 +176,10 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
         }
     }
     const attn_attention_backend *backend = fused_for(ctx, p, traced, false);
-    if (backend && backend->takes_values && !backend->takes_values(ctx, p, NULL)) backend = NULL;
+    bool checks = backend && backend->forward_checks_values &&
+                  backend->forward_checks_values(ctx, p, &drop);
+    if (backend && backend->takes_values && !checks && !backend->takes_values(ctx, p, NULL))
+        backend = NULL;
     if (!backend) backend = &attn_attention_reference;
     backend->forward(ctx, p, &drop, traced ? trace : NULL, workspace);
     if (drop_out) *drop_out = drop;

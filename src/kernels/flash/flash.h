@@ -59,10 +59,15 @@ typedef struct attn_flash_kernels {
     /* The same over rows rows of n floats, row stride st */
     float (*max_abs_rows)(const float *x, size_t rows, size_t st, size_t n, float top);
     size_t (*forward_workspace)(const attn_attention_problem *p);
+    /* Whether forward, given magnitudes, measures the inputs it reads
+     * itself (max |x| of q, k, v: every row the attention uses, inf for
+     * inf or NaN), so that the caller need not scan them first */
+    bool (*forward_measures)(const attn_attention_problem *p, const attn_attention_dropout *drop);
     /* p->out and p->lse (when set) from p's q, k, v; with p->out NULL only
-     * p->lse (the statistics a backward needs when its forward kept none) */
+     * p->lse (the statistics a backward needs when its forward kept none).
+     * magnitudes (or NULL): what it measured, all inf when it did not */
     void (*forward)(size_t threads, const attn_attention_problem *p,
-                    const attn_attention_dropout *drop, float *workspace);
+                    const attn_attention_dropout *drop, float *workspace, float magnitudes[3]);
     size_t (*backward_workspace)(const attn_attention_problem *p);
     /* g's dq, dk, dv (and dsinks) from g->dout, p->out and lse (p->lse's
      * layout, attn_lse_index); delta (the same layout) is scratch */

@@ -531,7 +531,8 @@ typedef struct forward_job {
     flash_shape f;
     float *workspace;
     size_t per_part;
-    bool lanes; /* the problem goes to forward_lanes */
+    bool lanes;   /* the problem goes to forward_lanes */
+    bool measure; /* forward_lanes keeps max |q|, |k|, |v| in each part's last line */
 } forward_job;
 
 /* The work item's (batch, KV head, chunk of its heads, query block), heavy
@@ -555,12 +556,23 @@ static query_item query_item_of(const flash_shape *f, size_t item, bool forward)
     return it;
 }
 
+static float max_abs_rows(const float *x, size_t rows, size_t st, size_t n, float top);
+
 #include "kernels/flash/flash_lanes.h"
 
 static size_t forward_workspace(const attn_attention_problem *p) {
     size_t tiles = tiles_workspace(p), lanes = lanes_workspace(p);
-    /* whole cache lines per part: each part's vectors stay line-aligned */
-    return ((tiles > lanes ? tiles : lanes) + 15) / 16 * 16;
+    /* whole cache lines per part: each part's vectors stay line-aligned;
+     * then a line for the magnitudes a measuring forward keeps */
+    return ((tiles > lanes ? tiles : lanes) + 15) / 16 * 16 + 16;
+}
+
+/* Whether flash_forward measures p's inputs itself (forward_measures):
+ * the lane forward with its keys and values packed reads every row of q,
+ * k and v that the attention uses once, where they are in cache. */
+static bool forward_measures(const attn_attention_problem *p, const attn_attention_dropout *drop) {
+    flash_shape f = flash_shape_of(p, drop);
+    return lanes_take(&f) && lanes_pack_floats(p) > 0;
 }
 
 /* One (batch, KV head, chunk of heads, query block): FlashAttention-2's
@@ -714,12 +726,20 @@ static void forward_block(void *arg, size_t part, size_t item) {
 }
 
 static void flash_forward(size_t threads, const attn_attention_problem *p,
-                          const attn_attention_dropout *drop, float *workspace) {
+                          const attn_attention_dropout *drop, float *workspace,
+                          float magnitudes[3]) {
     forward_job job = {.f = flash_shape_of(p, drop), .workspace = workspace,
                        .per_part = forward_workspace(p)};
     job.lanes = lanes_take(&job.f);
+    job.measure = magnitudes != NULL && forward_measures(p, drop);
     size_t items = p->batch * p->kv_heads * job.f.fchunks * job.f.fq_blocks;
     attn_parallel_dynamic(threads, items, forward_block, &job);
+    if (!magnitudes) return;
+    for (int t = 0; t < 3; t++) magnitudes[t] = job.measure ? 0.0f : INFINITY;
+    for (size_t part = 0; job.measure && part < attn_parallel_parts(threads); part++) {
+        const float *top = workspace + (part + 1) * job.per_part - 16; /* zeroed: 0 if unused */
+        for (int t = 0; t < 3; t++) magnitudes[t] = top[t] > magnitudes[t] ? top[t] : magnitudes[t];
+    }
 }
 
 /* ---- backward ------------------------------------------------------------- */
@@ -1232,6 +1252,7 @@ const attn_flash_kernels FLASH_KERNELS = {
     .max_abs = max_abs,
     .max_abs_rows = max_abs_rows,
     .forward_workspace = forward_workspace,
+    .forward_measures = forward_measures,
     .forward = flash_forward,
     .backward_workspace = backward_workspace,
     .backward = flash_backward,

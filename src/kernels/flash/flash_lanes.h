@@ -282,10 +282,13 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
         begin[r] = r < rows ? (int32_t)br->begin[r] : 0;
         end[r] = r < rows ? (int32_t)br->end[r] : 0;
     }
+    /* a measuring forward's max |q|, |k|, |v| (inf: not finite), this part's */
+    float *top = job->measure ? job->workspace + (part + 1) * job->per_part - 16 : NULL;
     for (size_t g = 0; g < nh; g++) {
         const float *q = p->q + row_at(p->q_strides, b, seq, false, it->h0 + g, i0);
         float *qT_g = qT + g * FBR * D;
         lanes_to_columns(q, p->q_strides.t, rows, groups * LG, D, qT_g);
+        if (top) top[0] = max_abs_rows(q, rows, p->q_strides.t, D, top[0]);
         memset(oT + g * FBR * Dv, 0, groups * LG * Dv * sizeof *oT);
         for (size_t r = 0; r < groups * LG; r++) {
             m[g * FBR + r] = -INFINITY;
@@ -324,6 +327,11 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
                     memcpy(v_pack + j * Dv, p->v + v_at + j * vld, D * sizeof *v_pack);
                     memset(v_pack + j * Dv + D, 0, (Dv - D) * sizeof *v_pack);
                 }
+            }
+            if (top && j0 + cols > pack->rows) { /* the rows just packed, in cache */
+                size_t from = pack->rows, n = j0 + cols - from;
+                top[1] = max_abs_rows(k_pack + from * D, n, D, D, top[1]);
+                if (values) top[2] = max_abs_rows(v_pack + from * Dv, n, Dv, D, top[2]);
             }
             if (j0 + cols > pack->rows) pack->rows = j0 + cols;
             kb = k_pack + j0 * D;
