@@ -558,6 +558,11 @@ static query_item query_item_of(const flash_shape *f, size_t item, bool forward)
 
 static float max_abs_rows(const float *x, size_t rows, size_t st, size_t n, float top);
 
+/* A part's max |q|, |k|, |v| in a measuring forward: its workspace's last line. */
+static float *part_magnitudes(const forward_job *job, size_t part) {
+    return job->workspace + (part + 1) * job->per_part - 16;
+}
+
 #include "kernels/flash/flash_lanes.h"
 
 static size_t forward_workspace(const attn_attention_problem *p) {
@@ -567,12 +572,16 @@ static size_t forward_workspace(const attn_attention_problem *p) {
     return ((tiles > lanes ? tiles : lanes) + 15) / 16 * 16 + 16;
 }
 
-/* Whether flash_forward measures p's inputs itself (forward_measures):
- * the lane forward with its keys and values packed reads every row of q,
- * k and v that the attention uses once, where they are in cache. */
+/* Whether the forward of f can measure its inputs itself: the lane
+ * forward with its keys and values packed reads every row of q, k and v
+ * that the attention uses once, where they are in cache. */
+static bool lanes_measure(const flash_shape *f) {
+    return lanes_take(f) && lanes_pack_floats(f->p) > 0;
+}
+
 static bool forward_measures(const attn_attention_problem *p, const attn_attention_dropout *drop) {
     flash_shape f = flash_shape_of(p, drop);
-    return lanes_take(&f) && lanes_pack_floats(p) > 0;
+    return lanes_measure(&f);
 }
 
 /* One (batch, KV head, chunk of heads, query block): FlashAttention-2's
@@ -731,13 +740,13 @@ static void flash_forward(size_t threads, const attn_attention_problem *p,
     forward_job job = {.f = flash_shape_of(p, drop), .workspace = workspace,
                        .per_part = forward_workspace(p)};
     job.lanes = lanes_take(&job.f);
-    job.measure = magnitudes != NULL && forward_measures(p, drop);
+    job.measure = magnitudes != NULL && lanes_measure(&job.f);
     size_t items = p->batch * p->kv_heads * job.f.fchunks * job.f.fq_blocks;
     attn_parallel_dynamic(threads, items, forward_block, &job);
     if (!magnitudes) return;
     for (int t = 0; t < 3; t++) magnitudes[t] = job.measure ? 0.0f : INFINITY;
     for (size_t part = 0; job.measure && part < attn_parallel_parts(threads); part++) {
-        const float *top = workspace + (part + 1) * job.per_part - 16; /* zeroed: 0 if unused */
+        const float *top = part_magnitudes(&job, part); /* zeroed: 0 if unused */
         for (int t = 0; t < 3; t++) magnitudes[t] = top[t] > magnitudes[t] ? top[t] : magnitudes[t];
     }
 }
