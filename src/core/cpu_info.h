@@ -22,7 +22,7 @@ bool attn_cpu_amx_bf16_usable(void);
  * issued at half the FMA's rate (105-114 against 220 GFLOP/s, 16-24
  * independent chains): the bf16 GEMM microkernel ran at 0.58x the float
  * one (bf16 at 2048^3: 102-108 GFLOP/s, widened 153-165) and the bf16
- * attention kernels at 0.53-0.78x the float ones, widened 0.63-1.00x
+ * attention kernels at 0.53-0.78x the float ones, widened 0.62-0.99x
  * (Intel's fast bf16 is AMX). */
 bool attn_cpu_bf16_dot_pays(void);
 
