@@ -83,6 +83,28 @@ typedef struct attn_attention_problem {
     bool backward_from_lse;
 } attn_attention_problem;
 
+/* A consistent delta where a row's weights are nearly one-hot, in every
+ * fused backward. They take delta_i = dO_i . O_i from the forward's out, as
+ * FlashAttention does, and it rounds differently from the tiles' dP_ij =
+ * dO_i . v_j. Where one weight P_ij* is near 1, dS_ij* = P (dP_ij* -
+ * delta_i) is a small difference of the two, so their mismatch (a few
+ * roundings of |dP|, or bf16's rounding of O) becomes its error, amplified
+ * by 1 / (1 - P_ij*): dx of SelfAttention_v1 at scores ~400 lost 3-30x
+ * PyTorch float32's accuracy, whose math path sums delta from its own P
+ * and dP. So a backward sums, per row, resid_i = sum_j dS_ij (zero in exact
+ * arithmetic, as sum_j P_ij = 1) and the largest weight; rows whose weight
+ * passes ATTN_ONE_HOT_WEIGHT then take delta_i + resid_i = sum_j P_ij dP_ij,
+ * the delta of the tiles' own P and dP, in one more sweep of their query
+ * blocks. Rows below it lose at most 2x delta's rounding; the sweep costs
+ * only where rows are nearly one-hot (a causal mask's first rows, large
+ * logits). Not with sinks (their weight is outside sum_j P_ij) or for one
+ * block of keys of a longer row (backward_from_lse: no row is whole). */
+#define ATTN_ONE_HOT_WEIGHT 0.5f
+
+static inline bool attn_consistent_delta(const attn_attention_problem *p) {
+    return !p->sinks && !p->backward_from_lse;
+}
+
 /* The dropout of the weights, as every backend applies it: factor 0 or
  * kept_scale per weight, from keep bits (one per (b, h, i, j), see
  * attn_drop_index; set where kept) or from Philox counters keyed by

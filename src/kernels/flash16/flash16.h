@@ -25,8 +25,10 @@
  * v_head_dim == head_dim and scale >= 0 (sdpa16.c sends the rest to the
  * float kernels): GQA, every diagonal, sliding windows and packed
  * variable-length batches are in. The backward is deterministic, as the
- * float one: pass A per key block (dk, dv), pass B per query block (dq),
- * each output written by one thread in a fixed order.
+ * float one: pass B per query block (dq), then pass A per key block (dk,
+ * dv), each output written by one thread in a fixed order. B runs first:
+ * its rows nearly one-hot take the delta of their own P and dP
+ * (attention.h), sweeping their block again, and leave it to A.
  *
  * Only call these where attn_flash16_bf16_usable(): this file is compiled
  * for AVX-512 BF16 and the CPU must run it.

@@ -64,6 +64,34 @@ static inline void query_stats(const attn_attention_problem *p, const attn_flash
     }
 }
 
+/* Add a row's sum of dS and largest P (n vectors each) to *resid and
+ * *peak: the consistent delta's sums (attention.h). */
+static inline void row_residue(const __m512 *P, const __m512 *dS, int n, float *resid,
+                               float *peak) {
+    __m512 sum = dS[0], top = P[0];
+    for (int v = 1; v < n; v++) {
+        sum = _mm512_add_ps(sum, dS[v]);
+        top = _mm512_max_ps(top, P[v]);
+    }
+    float most = _mm512_reduce_max_ps(top);
+    *resid += _mm512_reduce_add_ps(sum);
+    *peak = most > *peak ? most : *peak;
+}
+
+/* After pass B's sweep of a query block: its rows whose largest weight
+ * passes ATTN_ONE_HOT_WEIGHT take delta + resid in the packed delta (which
+ * the sweep again and pass A then read); whether any did. */
+static inline bool take_consistent_delta(float *delta, const float *resid, const float *peak,
+                                         size_t rows) {
+    bool any = false;
+    for (size_t r = 0; r < rows; r++)
+        if (peak[r] > ATTN_ONE_HOT_WEIGHT && resid[r] != 0.0f) {
+            delta[r] = (float)((double)delta[r] + resid[r]);
+            any = true;
+        }
+    return any;
+}
+
 /* dk (times scale) and dv of the keys [j0, j0 + cols) of (b, kvh), from
  * float sums with row stride ld, rounded to bf16 into the gradients. */
 static inline void store_key_grads(const attn_attention_problem *p, uint16_t *dk_all,
