@@ -9,7 +9,10 @@
  * dropout, keep bits or Philox, odd head dims and lengths around the tile
  * edges, padded row strides — attn_attention_fused's out, lse, dq, dk, dv
  * and dsinks are within relative L2 1e-5 of attn_attention_reference's
- * (double-accumulating), and bitwise the same on 1, 2 and 3 threads. Also
+ * (double-accumulating), and bitwise the same on 1, 2 and 3 threads. Rows
+ * exactly one-hot with each feature of the backward's tiles, in both of its
+ * passes' shapes: dq and dk zero to a rounding of a rounding (the
+ * consistent delta). Also
  * Philox's known-answer vectors, the kernels' max_abs scan and what
  * takes_values sends to the reference. Fresh random inputs each run (the
  * seed is printed; argv[1] replays it).
@@ -356,6 +359,91 @@ static void one_case(const char *isa, attn_kernels kernels, uint64_t *seed, int 
     free_case(&c);
 }
 
+/* The consistent delta (attention.h) on rows exactly one-hot: key j is
+ * 30 e_j (plus noise of 0.01) and query i is 30 e_pi(i) for a key pi(i) it
+ * sees, so that its scaled score leads the others by ~110 and their
+ * weights are 0 (or < 1e-30 with ALiBi) in float. Then dS = P (dP - delta)
+ * is 0 in exact arithmetic, and so are dq and dk. delta = dO . O alone
+ * left P (dP - delta) at a rounding of dP: max |dq|, |dk| 9e-7 to 7e-6 in
+ * every case (measured with the weight threshold out of reach); with the
+ * row's own delta what is left is a rounding of that rounding (dq < 2e-13,
+ * dk 0).
+ * Per feature of the backward's tiles (plain, causal, softcap, ALiBi, keep
+ * bits, Philox, GQA), in both shapes (batch x KV heads 2: two passes; 4:
+ * one pass), max |dq| and |dk| stay under 1e-9; dv (= P^T dO) matches the
+ * reference as everywhere. */
+static void one_hot_cases(const char *isa, attn_kernels kernels, uint64_t *seed) {
+    const char *features[7] = {"plain", "causal", "softcap", "alibi", "keep bits", "philox", "gqa"};
+    for (int feature = 0; feature < 7; feature++)
+        for (size_t items = 2; items <= 4; items += 2) {
+            flash_case c = {0};
+            attn_attention_problem *p = &c.p;
+            size_t T = 2 + below(seed, 63), D = 64; /* a key per basis vector */
+            p->batch = items / 2;
+            p->kv_heads = 2;
+            p->q_heads = feature == 6 ? 4 : 2;
+            p->head_dim = p->v_head_dim = D;
+            p->q_len = p->kv_len = T;
+            p->scale = 0.125f;
+            p->causal = feature == 1;
+            p->softcap = feature == 2 ? 1000.0f : 0.0f;
+            if (feature == 3) c.slopes = random_floats(seed, p->q_heads, 0.0, 0.25);
+            p->alibi_slopes = c.slopes;
+            size_t Hq = p->q_heads, Hkv = p->kv_heads;
+            c.q_rows = c.kv_rows = p->batch * T;
+            c.n_q = c.q_rows * Hq * D;
+            c.n_k = c.n_v = c.kv_rows * Hkv * D;
+            c.q = random_floats(seed, c.n_q, -0.01, 0.01);
+            c.k = random_floats(seed, c.n_k, -0.01, 0.01);
+            c.v = random_floats(seed, c.n_v, -1.0, 1.0);
+            c.dout = random_floats(seed, c.n_q, -1.0, 1.0);
+            for (size_t b = 0; b < p->batch; b++)
+                for (size_t i = 0; i < T; i++) { /* (B, T, H, D) */
+                    for (size_t h = 0; h < Hkv; h++) c.k[((b * T + i) * Hkv + h) * D + i] += 30.0f;
+                    for (size_t h = 0; h < Hq; h++)
+                        c.q[((b * T + i) * Hq + h) * D + below(seed, p->causal ? i + 1 : T)] += 30.0f;
+                }
+            p->q = c.q;
+            p->k = c.k;
+            p->v = c.v;
+            p->q_strides = p->out_strides = (attn_view_strides){T * Hq * D, Hq * D, D};
+            p->k_strides = p->v_strides = (attn_view_strides){T * Hkv * D, Hkv * D, D};
+            c.n_lse = p->batch * Hq * T;
+            c.keep_lse = true;
+            c.drop.kept_scale = 1.25f;
+            c.drop.seed = splitmix(seed);
+            c.drop.keep_threshold = attn_philox_keep_threshold(0.2);
+            size_t n_w = p->batch * Hq * T * T;
+            if (feature == 4) {
+                c.bits = calloc(n_w / 8 + 1, 1);
+                for (size_t e = 0; e < n_w; e++)
+                    if (attn_philox_dropout_word(c.drop.seed, 0, e) < c.drop.keep_threshold)
+                        c.bits[e >> 3] |= (uint8_t)(1u << (e & 7));
+                c.drop.kind = ATTN_DROP_BITS;
+                c.drop.keep_bits = c.bits;
+            }
+            if (feature == 5) c.drop.kind = ATTN_DROP_PHILOX;
+            attn_ctx ctx_ref = {.num_threads = 1, .kernels = ATTN_KERNELS_REFERENCE};
+            attn_ctx ctx = {.num_threads = 2, .kernels = kernels};
+            results ref = alloc_results(&c), fused = alloc_results(&c);
+            run(&attn_attention_reference, &ctx_ref, &c, &ref);
+            run(&attn_attention_fused, &ctx, &c, &fused);
+            float most_dq = 0.0f, most_dk = 0.0f;
+            for (size_t e = 0; e < c.n_q; e++) most_dq = fmaxf(most_dq, fabsf(fused.dq[e]));
+            for (size_t e = 0; e < c.n_k; e++) most_dk = fmaxf(most_dk, fabsf(fused.dk[e]));
+            double e_dv = rel_l2(fused.dv, ref.dv, c.n_v);
+            bool ok = most_dq <= 1e-9f && most_dk <= 1e-9f && e_dv <= 1e-5;
+            if (getenv("TEST_FLASH_VERBOSE") || !ok)
+                printf("  %s one-hot %-9s T=%zu %s: max |dq| %.3g |dk| %.3g, dv rel L2 %.3g\n", isa,
+                       features[feature], T, items == 2 ? "two passes" : "one pass", most_dq,
+                       most_dk, e_dv);
+            CHECK(ok);
+            free_results(&ref);
+            free_results(&fused);
+            free_case(&c);
+        }
+}
+
 /* The scan that sends non-finite inputs to the reference: the largest |x|
  * at every length (whole vectors and tails), and inf for an inf or NaN
  * anywhere. */
@@ -438,6 +526,7 @@ int main(int argc, char **argv) {
         max_abs_cases(sets[s], &seed);
         takes_values_cases(kinds[s], &seed);
         for (int i = 0; i < cases; i++) one_case(sets[s]->name, kinds[s], &seed, i);
+        one_hot_cases(sets[s]->name, kinds[s], &seed);
     }
     return check_summary();
 }
