@@ -92,17 +92,28 @@ typedef struct attn_attention_problem {
  * by 1 / (1 - P_ij*): dx of SelfAttention_v1 at scores ~400 lost 3-30x
  * PyTorch float32's accuracy, whose math path sums delta from its own P
  * and dP. So a backward sums, per row, resid_i = sum_j dS_ij (zero in exact
- * arithmetic, as sum_j P_ij = 1) and the largest weight; rows whose weight
- * passes ATTN_ONE_HOT_WEIGHT then take delta_i + resid_i = sum_j P_ij dP_ij,
- * the delta of the tiles' own P and dP, in one more sweep of their query
- * blocks. Rows below it lose at most 2x delta's rounding; the sweep costs
- * only where rows are nearly one-hot (a causal mask's first rows, large
- * logits). Not with sinks (their weight is outside sum_j P_ij) or for one
- * block of keys of a longer row (backward_from_lse: no row is whole). */
+ * arithmetic, as sum_j P_ij = 1) and finds the largest weight and its key
+ * (attn_row_peak). A row whose weight passes ATTN_ONE_HOT_WEIGHT then takes
+ * delta_i + resid_i = sum_j P_ij dP_ij, the delta of the tiles' own P and
+ * dP: its dS falls by P_ij resid_i, which to within a rounding only j*
+ * carries, so dq_i and dk_j* change by c k_j* and c q_i (c = P_ij* resid_i,
+ * times softcap's factor there), O(D) per row; a backward that has the
+ * row's sums before its key pass may take the new delta there instead.
+ * Rows below the weight lose at most 2x delta's rounding. Not with sinks
+ * (their weight is outside sum_j P_ij) or for one block of keys of a
+ * longer row (backward_from_lse: no row is whole). */
 #define ATTN_ONE_HOT_WEIGHT 0.5f
 
+/* A query row's sums for it: resid = sum_j dS_ij (before softcap's
+ * factor), the largest weight P_ij*, softcap's factor 1 - t^2 there (1
+ * without softcap) and the key j*. Four floats of a workspace. */
+typedef struct attn_row_peak {
+    float resid, weight, factor;
+    uint32_t key;
+} attn_row_peak;
+
 static inline bool attn_consistent_delta(const attn_attention_problem *p) {
-    return !p->sinks && !p->backward_from_lse;
+    return !p->sinks && !p->backward_from_lse && p->kv_len <= UINT32_MAX;
 }
 
 /* The dropout of the weights, as every backend applies it: factor 0 or

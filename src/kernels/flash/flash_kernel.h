@@ -803,7 +803,7 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 
 /* Floats of one item's rows in the one-pass backward: for the group's heads
  * x its query blocks' rows, dq sums and (raw scores) q and dO (Dp each) and
- * lse, lse_lo, delta, resid, peak; 0 when the two passes run. The choice
+ * lse, lse_lo, delta and an attn_row_peak; 0 when the two passes run. The choice
  * depends on the problem alone, never on the threads, so that every
  * thread count gives the same bits.
  *   One pass, per (batch, KV head): for each key block, for each query
@@ -815,19 +815,19 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 static size_t one_pass_floats(const attn_attention_problem *p) {
     size_t G = p->q_heads / p->kv_heads, Dp = padded(p->head_dim);
     size_t rows = (p->q_len + BR - 1) / BR * BR;
-    if (p->batch * p->kv_heads < ONE_PASS_ITEMS || rows > ONE_PASS_FLOATS / (G * (3 * Dp + 5)))
+    if (p->batch * p->kv_heads < ONE_PASS_ITEMS || rows > ONE_PASS_FLOATS / (G * (3 * Dp + 7)))
         return 0;
-    return G * rows * (3 * Dp + 5);
+    return G * rows * (3 * Dp + 7);
 }
 
 /* The per-part scratch of the backward. */
 static size_t backward_workspace(const attn_attention_problem *p) {
     size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p, BR, GROUP_TILE_FLOATS);
-    /* per head: qs, dO, dq (BR, Dp), lse2, lse_lo, delta, resid, peak (BR);
+    /* per head: qs, dO, dq (BR, Dp), lse2, lse_lo, delta (BR), peaks (BR x 4);
      * q (BR, Dp); A, dS (BR, BC); th (RG, BC); kt, vt (D, BC); kv0, kv1,
-     * kv2 (BC, Dp); factors (BC); one pass: the item's rows */
-    return hc * (3 * BR * Dp + 5 * BR) + BR * Dp + 2 * BR * BC + RG * BC + 2 * D * BC +
-           3 * BC * Dp + BC + 2 * VW + one_pass_floats(p);
+     * kv2 (BC, Dp); factors (BC); one pass: the item's rows; Pt (RG, BC) */
+    return hc * (3 * BR * Dp + 7 * BR) + BR * Dp + 2 * BR * BC + RG * BC + 2 * D * BC +
+           3 * BC * Dp + BC + 2 * VW + one_pass_floats(p) + RG * BC;
 }
 
 typedef struct backward_job {
@@ -840,15 +840,16 @@ typedef struct backward_job {
     bool consistent; /* rows nearly one-hot take a consistent delta (attention.h) */
 } backward_job;
 
+_Static_assert(sizeof(attn_row_peak) == 4 * sizeof(float), "an attn_row_peak is four floats");
+
 typedef struct backward_tiles {
     float *qs, *dO, *dq, *lse2, *lse_lo, *delta; /* per head of the item */
-    float *resid, *peak; /* per head: sum_j dS_ij and max_j P_ij; NULL: not summed */
+    attn_row_peak *peaks; /* per head; NULL: not summed */
     float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *kv2, *factor;
+    float *Pt; /* a row group's P, where dropout scales A */
     /* one pass: the item's rows packed once, (G, rows) of Dp (or 1) floats */
-    float *dq_sums, *qs_all, *dO_all, *lse2_all, *lse_lo_all, *delta_all, *resid_all, *peak_all;
-    /* the consistent delta's sweep: dS = -P delta, delta holding resid_i on
-     * the rows that take it and 0 elsewhere; no dP, no dv */
-    bool fixing;
+    float *dq_sums, *qs_all, *dO_all, *lse2_all, *lse_lo_all, *delta_all;
+    attn_row_peak *peaks_all;
 } backward_tiles;
 
 static backward_tiles tiles_of(const backward_job *job, size_t part) {
@@ -860,9 +861,8 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.lse2 = t.dq + hc * BR * Dp;
     t.lse_lo = t.lse2 + hc * BR;
     t.delta = t.lse_lo + hc * BR;
-    t.resid = t.delta + hc * BR;
-    t.peak = t.resid + hc * BR;
-    t.q = t.peak + hc * BR;
+    t.peaks = (attn_row_peak *)(void *)(t.delta + hc * BR);
+    t.q = t.delta + hc * BR + 4 * hc * BR;
     t.A = t.q + BR * Dp;
     t.dS = t.A + BR * BC;
     t.th = t.dS + BR * BC;
@@ -879,10 +879,9 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.lse2_all = t.dO_all + rows * Dp;
     t.lse_lo_all = t.lse2_all + rows;
     t.delta_all = t.lse_lo_all + rows;
-    t.resid_all = t.delta_all + rows;
-    t.peak_all = t.resid_all + rows;
-    if (!job->consistent) t.resid = t.peak = NULL;
-    t.fixing = false;
+    t.peaks_all = (attn_row_peak *)(void *)(t.delta_all + rows);
+    t.Pt = t.factor + BC + 2 * VW + one_pass_floats(job->f.p);
+    if (!job->consistent) t.peaks = NULL;
     return t;
 }
 
@@ -929,13 +928,32 @@ static void pack_queries(const backward_job *job, const backward_tiles *t, size_
     }
 }
 
+/* The keys of the rows (bits of risen) of the row group from r0 whose
+ * largest weight rose past ATTN_ONE_HOT_WEIGHT in its tile (keys from j0):
+ * the lane holding it, and softcap's factor there. The weights are A's
+ * rows, or Pt's where dropout scaled A. Out of gradient_tile's row loop, and
+ * only past the threshold: searched at every rise, the backward ran 3-5%
+ * slower at T = 1024. */
+static void note_peaks(const flash_shape *f, const backward_tiles *t, attn_row_peak *peaks,
+                       unsigned risen, size_t r0, size_t j0) {
+    for (int r = 0; r < RG; r++) {
+        if (!(risen >> r & 1u)) continue;
+        attn_row_peak *pk = peaks + r;
+        const float *P = f->drop->kind != ATTN_DROP_NONE ? t->Pt + r * BC : t->A + (r0 + r) * BC;
+        size_t c = 0;
+        while (c + 1 < BC && P[c] != pk->weight) c++;
+        float th = f->cap2 != 0.0f ? t->th[r * BC + c] : 0.0f;
+        pk->factor = 1.0f - th * th;
+        pk->key = (uint32_t)(j0 + c);
+    }
+}
+
 /* A = P * drop and dS = P * (dP * drop - delta) (times softcap's 1 - t^2)
  * for rows [r0, r0 + RG) of head slot g (head h) of block br against keys
  * [j0, j0 + cols), which they see in columns [c0, c1) of it: P = 2^(s -
  * lse2), or for raw scores e^(fma(s, scale, -lse) - lse_lo), zero where
  * masked, for rows past the block and for rows that saw no key. With
- * t->resid, each row's sum of dS (before softcap's factor) and its largest
- * P are added to resid and peak; when t->fixing, dS = -P delta alone. */
+ * t->peaks, each row's sums (attn_row_peak) take the tile's dS and P. */
 static void gradient_tile(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
                           size_t h, const block_rows *br, size_t r0, size_t j0, size_t cols,
                           size_t c0, size_t c1) {
@@ -946,11 +964,8 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
     /* outside [c0, c1): s = -inf, so P = 0, and dP = 0, so dS = 0 */
     score_cols(t->qs + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->kt, c0, c1, v_set1(-INFINITY), s);
     modify_tile(f, br, slope2_of(f, h), s, r0, j0, t->th);
-    if (t->fixing)
-        for (int r = 0; r < RG; r++)
-            for (int v = 0; v < NV; v++) dp[r][v] = v_zero();
-    else
-        score_cols(t->dO + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->vt, c0, c1, v_zero(), dp);
+    score_cols(t->dO + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->vt, c0, c1, v_zero(), dp);
+    unsigned risen = 0; /* rows whose largest weight rose here */
     for (int r = 0; r < RG; r++) {
         size_t row = r0 + (size_t)r;
         float *A = t->A + row * BC, *dS = t->dS + row * BC;
@@ -967,7 +982,7 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
             v_store(A + v * VW, P[v]);
             v_store(dS + v * VW, dp[r][v]);
         }
-        if (f->drop->kind != ATTN_DROP_NONE && !t->fixing) {
+        if (f->drop->kind != ATTN_DROP_NONE) {
             drop_factors(f->drop, attn_drop_index(p, b, h, br->i0 + row, j0), cols, t->factor);
             scale_by(A, t->factor, cols);
             scale_by(dS, t->factor, cols);
@@ -982,15 +997,20 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
         /* dS = P (dP - delta): P as before the dropout (A is P * drop) */
         for (int v = 0; v < NV; v++)
             v_store(dS + v * VW, v_mul(P[v], v_sub(v_load(dS + v * VW), delta)));
-        if (t->resid) {
+        if (t->peaks) { /* the row's sums; the largest weight's key after the loop */
+            attn_row_peak *pk = t->peaks + g * BR + row;
             vec sum = v_load(dS), top = P[0];
             for (int v = 1; v < NV; v++) {
                 sum = v_add(sum, v_load(dS + v * VW));
                 top = v_max(top, P[v]);
             }
-            float *peak = t->peak + g * BR + row, most = v_hmax(top);
-            t->resid[g * BR + row] += v_hsum(sum);
-            *peak = most > *peak ? most : *peak;
+            if (f->drop->kind != ATTN_DROP_NONE)
+                for (int v = 0; v < NV; v++) v_store(t->Pt + r * BC + v * VW, P[v]);
+            float most = v_hmax(top);
+            pk->resid += v_hsum(sum);
+            /* only a weight past the threshold may need its key */
+            risen |= (unsigned)(most > pk->weight && most > ATTN_ONE_HOT_WEIGHT) << r;
+            pk->weight = most > pk->weight ? most : pk->weight;
         }
         /* s = cap tanh(x / cap): ds/dx = 1 - tanh^2 */
         if (f->cap2 != 0.0f)
@@ -1000,6 +1020,7 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
                 v_store(dS + v * VW, v_mul(v_load(dS + v * VW), dx));
             }
     }
+    if (risen) note_peaks(f, t, t->peaks + g * BR + r0, risen, r0, j0);
 }
 
 /* The query rows [*lo, *hi) of a sequence that see some key of [j0, j1):
@@ -1037,19 +1058,10 @@ static void rows_tiles(const flash_shape *f, const backward_tiles *t, size_t at,
     rt->delta = t->delta_all + at;
 }
 
-/* Whether some row [i0, i0 + rows) of head h takes the consistent delta's
- * sweep: job->delta holds its resid there (nonzero), 0 elsewhere. */
-static bool rows_fixed(const backward_job *job, size_t b, size_t h, size_t i0, size_t rows) {
-    for (size_t i = i0; i < i0 + rows; i++)
-        if (job->delta[attn_lse_index(job->f.p, b, h, i)] != 0.0f) return true;
-    return false;
-}
-
 /* dk, dv of the keys [j0, j0 + cols) of (b, kvh), summed over the group's
  * query heads and the query blocks that see the keys, in a fixed order;
  * with dq_sums (one pass), also dq_sums[g][i] += dS k for those rows, and
- * each row's resid and peak. When t->fixing, the consistent delta's sweep
- * instead: dk and dq_sums gain -P resid's terms of the rows that take it. */
+ * their attn_row_peaks. */
 static void key_block_gradients(const backward_job *job, const backward_tiles *t, size_t b,
                                 size_t kvh, const attn_attention_seq *seq, size_t j0,
                                 float *dq_sums) {
@@ -1058,14 +1070,6 @@ static void key_block_gradients(const backward_job *job, const backward_tiles *t
     size_t D = f->D, Dp = f->Dp, cols = min_size(seq->kv_len - j0, BC);
     size_t rows_pad = f->q_blocks * BR;
     float *dk = t->kv0, *dv = t->kv1, *kp = t->kv2;
-    size_t i_lo, i_hi;
-    rows_seeing(f, seq, j0, j0 + cols, &i_lo, &i_hi);
-    if (t->fixing) {
-        bool any = false;
-        for (size_t g = 0; g < f->G && !any && i_lo < i_hi; g++)
-            any = rows_fixed(job, b, kvh * f->G + g, i_lo, i_hi - i_lo);
-        if (!any) return;
-    }
     pack_keys_transposed(f, b, seq, kvh, j0, cols, t->kt, t->vt);
     if (dq_sums)
         pack_rows(p->k + row_at(p->k_strides, b, seq, true, kvh, j0), p->k_strides.t, cols, BC, D,
@@ -1073,6 +1077,8 @@ static void key_block_gradients(const backward_job *job, const backward_tiles *t
     memset(dk, 0, BC * Dp * sizeof *dk);
     memset(dv, 0, BC * Dp * sizeof *dv);
     const float ones[RG] = {1.0f, 1.0f, 1.0f, 1.0f};
+    size_t i_lo, i_hi;
+    rows_seeing(f, seq, j0, j0 + cols, &i_lo, &i_hi);
     block_rows br;
     /* query blocks on the grid of BR (one pass: dq_sums' rows) */
     for (size_t i0 = dq_sums ? i_lo / BR * BR : i_lo; i0 < i_hi; i0 += BR) {
@@ -1080,15 +1086,13 @@ static void key_block_gradients(const backward_job *job, const backward_tiles *t
         rows_of(f, seq, i0, rows, &br);
         for (size_t g = 0; g < f->G; g++) {
             size_t h = kvh * f->G + g;
-            if (t->fixing && !rows_fixed(job, b, h, i0, rows)) continue;
             backward_tiles rt = *t; /* the rows' tiles: packed now, or once for the item */
             if (dq_sums && f->raw)
                 rows_tiles(f, t, g * rows_pad + i0, &rt);
             else
                 pack_queries(job, t, 0, b, seq, h, &br, true);
-            /* one pass sums resid and peak per row over the key blocks */
-            rt.resid = dq_sums && t->resid ? t->resid_all + g * rows_pad + i0 : NULL;
-            rt.peak = dq_sums && t->resid ? t->peak_all + g * rows_pad + i0 : NULL;
+            /* one pass: each row's sums over the key blocks */
+            rt.peaks = dq_sums && t->peaks ? t->peaks_all + g * rows_pad + i0 : NULL;
             /* row groups that see none of the keys are never read */
             for (size_t r0 = 0; r0 < R; r0 += RG) {
                 size_t c0, c1;
@@ -1099,7 +1103,7 @@ static void key_block_gradients(const backward_job *job, const backward_tiles *t
                     apply_values(dq_sums + (g * rows_pad + i0 + r0) * Dp, Dp, ones,
                                  t->dS + r0 * BC, c0, c1, kp);
             }
-            if (!t->fixing) accumulate_keys(dv, Dp, t->A, rt.dO, &br, j0, cols); /* dv += A^T dO */
+            accumulate_keys(dv, Dp, t->A, rt.dO, &br, j0, cols); /* dv += A^T dO */
             accumulate_keys(dk, Dp, t->dS, rt.q, &br, j0, cols); /* dk += dS^T q  */
         }
     }
@@ -1107,10 +1111,6 @@ static void key_block_gradients(const backward_job *job, const backward_tiles *t
     float *dv_out = job->g->dv + row_at(p->v_strides, b, seq, true, kvh, j0);
     for (size_t jj = 0; jj < cols; jj++)
         for (size_t d = 0; d < D; d++) {
-            if (t->fixing) {
-                dk_out[jj * p->k_strides.t + d] += dk[jj * Dp + d] * p->scale;
-                continue;
-            }
             dk_out[jj * p->k_strides.t + d] = dk[jj * Dp + d] * p->scale;
             dv_out[jj * p->v_strides.t + d] = dv[jj * Dp + d];
         }
@@ -1128,27 +1128,30 @@ static void backward_keys(void *arg, size_t part, size_t item) {
     key_block_gradients(job, &t, b, kvh, &seq, kb * BC, NULL);
 }
 
-/* After the one pass's sweep: each row of the item's heads that is nearly
- * one-hot gets its resid as delta (in job->delta and the packed rows), each
- * other row 0, for the consistent delta's sweep; whether any row did. */
-static bool one_hot_rows_of_item(const backward_job *job, backward_tiles *t, size_t b, size_t kvh,
-                                 const attn_attention_seq *seq) {
-    const flash_shape *f = &job->f;
-    size_t rows_pad = f->q_blocks * BR;
-    bool any = false;
-    for (size_t g = 0; g < f->G; g++)
-        for (size_t i = 0; i < seq->q_len; i++) {
-            size_t at = g * rows_pad + i;
-            float resid = t->peak_all[at] > ATTN_ONE_HOT_WEIGHT ? t->resid_all[at] : 0.0f;
-            job->delta[attn_lse_index(f->p, b, kvh * f->G + g, i)] = t->delta_all[at] = resid;
-            any |= resid != 0.0f;
-        }
-    return any;
+/* The consistent delta (attention.h) of a row whose largest weight passes
+ * ATTN_ONE_HOT_WEIGHT: with c = resid P_ij* (times softcap's factor),
+ * dq_i -= c k_j* (dq_row: dq's unscaled sums) and, with fix_dk, dk_j* -=
+ * scale c q_i. Whether the row takes it. */
+static bool take_consistent_delta(const backward_job *job, const attn_row_peak *pk, size_t b,
+                                  const attn_attention_seq *seq, size_t h, size_t i,
+                                  float *dq_row, bool fix_dk) {
+    const attn_attention_problem *p = job->f.p;
+    if (!(pk->weight > ATTN_ONE_HOT_WEIGHT) || pk->resid == 0.0f) return false;
+    size_t kvh = h / job->f.G, D = job->f.D;
+    float c = pk->resid * pk->weight * pk->factor;
+    const float *k = p->k + row_at(p->k_strides, b, seq, true, kvh, pk->key);
+    for (size_t d = 0; d < D; d++) dq_row[d] -= c * k[d];
+    if (fix_dk) {
+        const float *q = p->q + row_at(p->q_strides, b, seq, false, h, i);
+        float *dk = job->g->dk + row_at(p->k_strides, b, seq, true, kvh, pk->key);
+        for (size_t d = 0; d < D; d++) dk[d] -= p->scale * c * q[d];
+    }
+    return true;
 }
 
 /* One pass: one (batch, KV head): dk, dv key block after key block, and
  * dq of the group's heads summed over them in order; then the consistent
- * delta's sweep where rows are nearly one-hot. */
+ * delta of rows nearly one-hot. */
 static void backward_heads(void *arg, size_t part, size_t item) {
     const backward_job *job = arg;
     const flash_shape *f = &job->f;
@@ -1158,7 +1161,7 @@ static void backward_heads(void *arg, size_t part, size_t item) {
     attn_attention_seq seq = attn_attention_seq_of(p, b);
     backward_tiles t = tiles_of(job, part);
     memset(t.dq_sums, 0, f->G * rows_pad * Dp * sizeof *t.dq_sums);
-    memset(t.resid_all, 0, 2 * f->G * rows_pad * sizeof *t.resid_all); /* and peak_all */
+    memset(t.peaks_all, 0, f->G * rows_pad * sizeof *t.peaks_all);
     /* raw scores: every head's rows packed once (not once per key block).
      * Softcap and ALiBi pack per block: ALiBi's row shift (block_rows'
      * near) depends on the block's rows, and the packed lse must use the
@@ -1173,12 +1176,10 @@ static void backward_heads(void *arg, size_t part, size_t item) {
         }
     for (size_t j0 = 0; j0 < seq.kv_len; j0 += BC)
         key_block_gradients(job, &t, b, kvh, &seq, j0, t.dq_sums);
-    if (t.resid && one_hot_rows_of_item(job, &t, b, kvh, &seq)) {
-        t.fixing = true;
-        t.resid = t.peak = NULL;
-        for (size_t j0 = 0; j0 < seq.kv_len; j0 += BC)
-            key_block_gradients(job, &t, b, kvh, &seq, j0, t.dq_sums);
-    }
+    for (size_t g = 0; g < f->G && t.peaks; g++) /* rows in order: the same bits */
+        for (size_t i = 0; i < seq.q_len; i++)
+            take_consistent_delta(job, t.peaks_all + g * rows_pad + i, b, &seq, kvh * f->G + g, i,
+                                  t.dq_sums + (g * rows_pad + i) * Dp, true);
     for (size_t g = 0; g < f->G; g++) {
         float *dq = job->g->dq + row_at(p->q_strides, b, &seq, false, kvh * f->G + g, 0);
         for (size_t i = 0; i < seq.q_len; i++)
@@ -1187,56 +1188,9 @@ static void backward_heads(void *arg, size_t part, size_t item) {
     }
 }
 
-/* Pass B's sweep of one query block (br) over the key blocks its rows see:
- * dq += dS k for each head of the item. */
-static void query_block_sweep(const backward_job *job, const backward_tiles *t,
-                              const query_item *it, const attn_attention_seq *seq,
-                              const block_rows *br) {
-    const flash_shape *f = &job->f;
-    const attn_attention_problem *p = f->p;
-    size_t D = f->D, Dp = f->Dp, b = it->b, rows = br->rows;
-    float *kp = t->kv0;
-    const float ones[RG] = {1.0f, 1.0f, 1.0f, 1.0f};
-    size_t k_at = row_at(p->k_strides, b, seq, true, it->kvh, 0);
-    for (size_t j0 = sweep_start(br, BC); j0 < br->last; j0 += BC) {
-        size_t cols = min_size(br->last - j0, BC);
-        pack_keys_transposed(f, b, seq, it->kvh, j0, cols, t->kt, t->vt);
-        pack_rows(p->k + k_at + j0 * p->k_strides.t, p->k_strides.t, cols, BC, D, Dp, 1.0f, kp);
-        for (size_t g = 0; g < it->heads; g++)
-            for (size_t r0 = 0; r0 < rows; r0 += RG) {
-                size_t c0, c1;
-                group_cols(br, r0, j0, cols, &c0, &c1);
-                if (c0 == c1) continue;
-                gradient_tile(job, t, g, b, it->h0 + g, br, r0, j0, cols, c0, c1);
-                /* dq += dS k */
-                apply_values(t->dq + g * BR * Dp + r0 * Dp, Dp, ones, t->dS + r0 * BC, c0, c1, kp);
-            }
-    }
-}
-
-/* After pass B's sweep: each nearly one-hot row of the item takes delta +
- * resid in job->delta (pass A's delta) and resid in the packed delta (the
- * consistent delta's sweep), each other row 0 there; whether any did. */
-static bool one_hot_rows_of_block(const backward_job *job, backward_tiles *t,
-                                  const query_item *it, const block_rows *br) {
-    bool any = false;
-    for (size_t g = 0; g < it->heads; g++)
-        for (size_t r = 0; r < br->rows; r++) {
-            float *delta = t->delta + g * BR + r;
-            float resid = t->peak[g * BR + r] > ATTN_ONE_HOT_WEIGHT ? t->resid[g * BR + r] : 0.0f;
-            if (resid != 0.0f) {
-                size_t at = attn_lse_index(job->f.p, it->b, it->h0 + g, br->i0 + r);
-                job->delta[at] = (float)((double)*delta + resid);
-                any = true;
-            }
-            *delta = resid;
-        }
-    return any;
-}
-
 /* Pass B: one (batch, KV head, chunk of heads, query block): dq of each
  * head over the key blocks its rows see, each packed once for the heads;
- * then the consistent delta's sweep where rows are nearly one-hot. */
+ * rows nearly one-hot take the consistent delta, and leave it to pass A. */
 static void backward_queries(void *arg, size_t part, size_t item) {
     const backward_job *job = arg;
     const flash_shape *f = &job->f;
@@ -1248,22 +1202,37 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     if (i0 >= seq.q_len || it.heads == 0) return;
     size_t rows = min_size(seq.q_len - i0, BR);
     backward_tiles t = tiles_of(job, part);
+    float *kp = t.kv0;
     block_rows br;
     rows_of(f, &seq, i0, rows, &br);
     for (size_t g = 0; g < it.heads; g++) {
         pack_queries(job, &t, g, b, &seq, it.h0 + g, &br, false);
         memset(t.dq + g * BR * Dp, 0, BR * Dp * sizeof *t.dq);
     }
-    if (t.resid) {
-        memset(t.resid, 0, it.heads * BR * sizeof *t.resid);
-        memset(t.peak, 0, it.heads * BR * sizeof *t.peak);
+    if (t.peaks) memset(t.peaks, 0, it.heads * BR * sizeof *t.peaks);
+    const float ones[RG] = {1.0f, 1.0f, 1.0f, 1.0f};
+    size_t k_at = row_at(p->k_strides, b, &seq, true, it.kvh, 0);
+    for (size_t j0 = sweep_start(&br, BC); j0 < br.last; j0 += BC) {
+        size_t cols = min_size(br.last - j0, BC);
+        pack_keys_transposed(f, b, &seq, it.kvh, j0, cols, t.kt, t.vt);
+        pack_rows(p->k + k_at + j0 * p->k_strides.t, p->k_strides.t, cols, BC, D, Dp, 1.0f, kp);
+        for (size_t g = 0; g < it.heads; g++)
+            for (size_t r0 = 0; r0 < rows; r0 += RG) {
+                size_t c0, c1;
+                group_cols(&br, r0, j0, cols, &c0, &c1);
+                if (c0 == c1) continue;
+                gradient_tile(job, &t, g, b, it.h0 + g, &br, r0, j0, cols, c0, c1);
+                /* dq += dS k */
+                apply_values(t.dq + g * BR * Dp + r0 * Dp, Dp, ones, t.dS + r0 * BC, c0, c1, kp);
+            }
     }
-    query_block_sweep(job, &t, &it, &seq, &br);
-    if (t.resid && one_hot_rows_of_block(job, &t, &it, &br)) {
-        t.fixing = true;
-        t.resid = t.peak = NULL;
-        query_block_sweep(job, &t, &it, &seq, &br);
-    }
+    for (size_t g = 0; g < it.heads && t.peaks; g++)
+        for (size_t r = 0; r < rows; r++) {
+            const attn_row_peak *pk = t.peaks + g * BR + r;
+            if (take_consistent_delta(job, pk, b, &seq, it.h0 + g, i0 + r, t.dq + g * BR * Dp + r * Dp, false))
+                job->delta[attn_lse_index(p, b, it.h0 + g, i0 + r)] =
+                    (float)((double)t.delta[g * BR + r] + pk->resid);
+        }
     for (size_t g = 0; g < it.heads; g++) {
         float *dq = job->g->dq + row_at(p->q_strides, b, &seq, false, it.h0 + g, i0);
         for (size_t r = 0; r < rows; r++)

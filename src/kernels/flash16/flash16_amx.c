@@ -505,9 +505,9 @@ void attn_flash16_amx_forward(size_t threads, const attn_attention_problem *p,
  *     dQ += dS K                    A = dS (bf16); B = K in pairs of keys
  *
  * P = 2^(fma(s, scale, -lse) log2 e) and dS = P (dP - delta), delta = dO . O
- * (in double; for rows nearly one-hot, the sum of P dP that pass B leaves),
- * as the vdpbf16ps kernels compute them; P and dS rounded to bf16 before
- * they multiply.
+ * (in double; for rows nearly one-hot, what pass B leaves, attention.h), as
+ * the vdpbf16ps kernels compute them; P and dS rounded to bf16 before they
+ * multiply.
  *
  * Packed once per call, per key block (b, kvh, kb): K, V rows (BC, D), K^T,
  * V^T in pairs along d and K in pairs of keys; per query block (b, h, qb): Q,
@@ -697,12 +697,10 @@ static void gradients_by_key(const row_lanes *rl, float scale, const float *st,
 }
 
 /* Pass B's dS (rows x keys) from S and dP, rounded to bf16, the same
- * values as gradients_by_key's transposed; with resid, each row's sum of
- * dS and largest P added to resid and peak (the consistent delta,
- * attention.h). */
+ * values as gradients_by_key's transposed; with peaks, each row's sums for
+ * the consistent delta take the tile (attention.h). */
 static void gradients_by_row(const rows16 *br, size_t j0, const query_pieces *qs, float scale,
-                             const float *s, const float *dp, uint16_t *ds, float *resid,
-                             float *peak) {
+                             const float *s, const float *dp, uint16_t *ds, attn_row_peak *peaks) {
     __m512 vs = _mm512_set1_ps(scale), log2e = _mm512_set1_ps((float)FLASH16_LOG2E);
     for (size_t r = 0; r < BR; r++) {
         float lse = qs->lse[r];
@@ -717,7 +715,7 @@ static void gradients_by_row(const rows16 *br, size_t j0, const query_pieces *qs
             P[v] = v_exp2(_mm512_mul_ps(_mm512_fmadd_ps(x[v], vs, neg_lse), log2e));
             g[v] = _mm512_mul_ps(P[v], _mm512_sub_ps(_mm512_loadu_ps(dp + r * BC + 16 * v), delta));
         }
-        if (resid) row_residue(P, g, 2, resid + r, peak + r);
+        if (peaks) row_peak_add(P, g, 2, j0, peaks + r);
         _mm512_storeu_si512(ds + r * BC, (__m512i)_mm512_cvtne2ps_pbh(g[1], g[0]));
     }
 }
@@ -763,26 +761,8 @@ static void backward_keys(void *arg, size_t part, size_t item) {
     store_key_grads(p, job->t->dk, job->t->dv, b, &seq, kvh, j0, cols, dk, dv, D);
 }
 
-/* Pass B's sweep of one query block over the key blocks its rows see: dq
- * (BR, D) = sum of dS k, with each row's resid and peak where given. */
-static void query_block_sweep(const backward_job *job, const query_pieces *qs, const rows16 *br,
-                              size_t block0, float *dq, float *s, uint16_t *ds, float *resid,
-                              float *peak) {
-    const amx_shape *f = &job->f;
-    size_t D = f->D;
-    float *dp = s + BR * BC;
-    memset(dq, 0, BR * D * sizeof *dq);
-    for (size_t kb = br->first / BC; kb * BC < br->last; kb++) {
-        key_pieces ks = key_pieces_of(job, block0 + kb);
-        score_tiles(D, qs->qn, D, ks.kt, s);   /* S = Q K^T */
-        score_tiles(D, qs->dOn, D, ks.vt, dp); /* dP = dO V^T */
-        gradients_by_row(br, kb * BC, qs, f->p->scale, s, dp, ds, resid, peak);
-        accumulate_tiles(D, ds, ks.ki, dq);    /* dq += dS k */
-    }
-}
-
-/* Pass B: one (batch, query head, query block); swept again where rows
- * take the consistent delta, which pass A then reads from the packed rows. */
+/* Pass B: one (batch, query head, query block); rows nearly one-hot take
+ * the consistent delta, and leave it in the packed rows for pass A. */
 static void backward_queries(void *arg, size_t part, size_t item) {
     const backward_job *job = arg;
     const amx_shape *f = &job->f;
@@ -796,18 +776,25 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     query_pieces qs = query_pieces_of(job, (b * p->q_heads + h) * f->q_blocks + qb);
     uint8_t *at = job->parts + part * job->part_bytes;
     float *dq = (float *)at;
-    float *s = (float *)(at + 2 * lines(BC * D * 4));
-    uint16_t *ds = (uint16_t *)(s + 2 * BR * BC);
+    float *s = (float *)(at + 2 * lines(BC * D * 4)), *dp = s + BR * BC;
+    uint16_t *ds = (uint16_t *)(dp + BR * BC);
+    memset(dq, 0, BR * D * sizeof *dq);
     rows16 br;
     rows_of(p, &seq, i0, rows, &br);
     size_t block0 = (b * p->kv_heads + kvh) * f->k_blocks;
-    float resid[BR] = {0}, peak[BR] = {0};
+    attn_row_peak peaks[BR] = {{0}};
     bool consistent = attn_consistent_delta(p);
     attn_amx_load_tiles();
-    query_block_sweep(job, &qs, &br, block0, dq, s, ds, consistent ? resid : NULL, peak);
-    if (consistent && take_consistent_delta(qs.delta, resid, peak, rows))
-        query_block_sweep(job, &qs, &br, block0, dq, s, ds, NULL, NULL);
+    for (size_t kb = br.first / BC; kb * BC < br.last; kb++) {
+        key_pieces ks = key_pieces_of(job, block0 + kb);
+        score_tiles(D, qs.qn, D, ks.kt, s);   /* S = Q K^T */
+        score_tiles(D, qs.dOn, D, ks.vt, dp); /* dP = dO V^T */
+        gradients_by_row(&br, kb * BC, &qs, p->scale, s, dp, ds, consistent ? peaks : NULL);
+        accumulate_tiles(D, ds, ks.ki, dq);   /* dq += dS k */
+    }
     _tile_release();
+    for (size_t r = 0; r < rows && consistent; r++)
+        take_consistent_delta(p, job->t->k, b, &seq, kvh, peaks + r, qs.delta + r, dq + r * D);
     uint16_t *dq_out = job->t->dq + row_at(p->q_strides, b, &seq, false, h, i0);
     for (size_t r = 0; r < rows; r++)
         for (size_t d = 0; d < D; d++)

@@ -481,12 +481,11 @@ static void pack_backward_queries(void *arg, size_t begin, size_t end) {
 
 /* P = exp(s scale - lse) and dS = P (dP - delta) of rows [r0, r0 + RG) of
  * query block qs (rows br) against the key block ks at j0; zero where
- * masked and for rows past the block or that see no key. With resid, each
- * row's sum of dS and largest P are added to resid and peak (the
- * consistent delta, flash16_common.h). */
+ * masked and for rows past the block or that see no key. With peaks, each
+ * row's sums for the consistent delta take the tile (attention.h). */
 static inline void gradient_tile(const shape16 *f, const query_side *qs, const key_side *ks,
                                  const rows16 *br, size_t r0, size_t j0, vec P[RG][NV],
-                                 vec dS[RG][NV], float *resid, float *peak) {
+                                 vec dS[RG][NV], attn_row_peak *peaks) {
     score_tile(qs->qn + r0 * f->DQ, f->DQ, ks->kt, f->D2, P);
     if (!tile_seen_whole(br, j0)) mask_tile(br, r0, j0, P);
     score_tile(qs->dOn + r0 * f->DQ, f->DQ, ks->vt, f->D2, dS);
@@ -508,7 +507,7 @@ static inline void gradient_tile(const shape16 *f, const query_side *qs, const k
         for (int v = 0; v < NV; v++)
             dS[r][v] = single ? _mm512_setzero_ps()
                               : _mm512_mul_ps(P[r][v], _mm512_sub_ps(dS[r][v], delta));
-        if (resid) row_residue(P[r], dS[r], NV, resid + row, peak + row);
+        if (peaks) row_peak_add(P[r], dS[r], NV, j0, peaks + row);
     }
 }
 
@@ -559,7 +558,7 @@ static void backward_keys(void *arg, size_t part, size_t item) {
                     continue;
                 }
                 vec P[RG][NV], dS[RG][NV];
-                gradient_tile(f, &qs, &ks, &br, r0, j0, P, dS, NULL, NULL);
+                gradient_tile(f, &qs, &ks, &br, r0, j0, P, dS, NULL);
                 for (int r = 0; r < RG; r += 2)
                     for (int v = 0; v < NV; v++) {
                         _mm512_storeu_si512(A_r + r / 2 * BC + v * VW, bf16_interleave(P[r][v], P[r + 1][v]));
@@ -573,34 +572,9 @@ static void backward_keys(void *arg, size_t part, size_t item) {
     store_key_grads(p, job->t->dk, job->t->dv, b, &seq, kvh, j0, cols, dk, dv, DV);
 }
 
-/* Pass B's sweep of one query block over the key blocks its rows see: dq
- * (rows, DV) = sum of dS k, with each row's resid and peak where given. */
-static void query_block_sweep(const backward_job *job, const query_side *qs, const rows16 *br,
-                              size_t block0, uint32_t *dSn, float *dq, float *resid, float *peak) {
-    const shape16 *f = &job->f;
-    size_t rows = br->rows, DV = f->DV;
-    memset(dq, 0, BR * DV * sizeof *dq);
-    for (size_t kb = br->first / BC; kb * BC < br->last; kb++) {
-        size_t j0 = kb * BC;
-        key_side ks = key_side_of(job, block0 + kb);
-        for (size_t r0 = 0; r0 < rows; r0 += RG) {
-            size_t c0, c1;
-            group_cols(br, r0, j0, &c0, &c1);
-            if (c0 == c1) continue;
-            vec P[RG][NV], dS[RG][NV];
-            gradient_tile(f, qs, &ks, br, r0, j0, P, dS, resid, peak);
-            for (int r = 0; r < RG; r++) {
-                _mm512_storeu_si512(dSn + r * (BC / 2), bf16_pack(dS[r][0], dS[r][1]));
-                _mm512_storeu_si512(dSn + r * (BC / 2) + VW, bf16_pack(dS[r][2], dS[r][3]));
-            }
-            apply_pairs(dq + r0 * DV, DV, NULL, dSn, c0 / 2, (c1 + 1) / 2, ks.ki); /* dq += dS k */
-        }
-    }
-}
-
 /* Pass B: one (batch, query head, query block): dq over the key blocks its
- * rows see; swept again where rows take the consistent delta, which pass A
- * then reads from the packed rows. */
+ * rows see; rows nearly one-hot take the consistent delta, and leave it in
+ * the packed rows for pass A. */
 static void backward_queries(void *arg, size_t part, size_t item) {
     const backward_job *job = arg;
     const shape16 *f = &job->f;
@@ -615,14 +589,30 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     uint8_t *at = job->parts + part * job->part_bytes;
     float *dq = (float *)at;
     uint32_t *dSn = (uint32_t *)(at + lines(BR * DV * 4));
+    memset(dq, 0, BR * DV * sizeof *dq);
     rows16 br;
     rows_of(p, &seq, i0, rows, &br);
     size_t block0 = (b * p->kv_heads + kvh) * f->k_blocks;
-    float resid[BR] = {0}, peak[BR] = {0};
+    attn_row_peak peaks[BR] = {{0}};
     bool consistent = attn_consistent_delta(p);
-    query_block_sweep(job, &qs, &br, block0, dSn, dq, consistent ? resid : NULL, peak);
-    if (consistent && take_consistent_delta(qs.delta, resid, peak, rows))
-        query_block_sweep(job, &qs, &br, block0, dSn, dq, NULL, NULL);
+    for (size_t kb = br.first / BC; kb * BC < br.last; kb++) {
+        size_t j0 = kb * BC;
+        key_side ks = key_side_of(job, block0 + kb);
+        for (size_t r0 = 0; r0 < rows; r0 += RG) {
+            size_t c0, c1;
+            group_cols(&br, r0, j0, &c0, &c1);
+            if (c0 == c1) continue;
+            vec P[RG][NV], dS[RG][NV];
+            gradient_tile(f, &qs, &ks, &br, r0, j0, P, dS, consistent ? peaks : NULL);
+            for (int r = 0; r < RG; r++) {
+                _mm512_storeu_si512(dSn + r * (BC / 2), bf16_pack(dS[r][0], dS[r][1]));
+                _mm512_storeu_si512(dSn + r * (BC / 2) + VW, bf16_pack(dS[r][2], dS[r][3]));
+            }
+            apply_pairs(dq + r0 * DV, DV, NULL, dSn, c0 / 2, (c1 + 1) / 2, ks.ki); /* dq += dS k */
+        }
+    }
+    for (size_t r = 0; r < rows && consistent; r++)
+        take_consistent_delta(p, job->t->k, b, &seq, kvh, peaks + r, qs.delta + r, dq + r * DV);
     uint16_t *dq_out = job->t->dq + row_at(p->q_strides, b, &seq, false, h, i0);
     for (size_t r = 0; r < rows; r++)
         for (size_t d = 0; d < f->D; d++)
