@@ -104,11 +104,12 @@ typedef struct attn_attention_problem {
  * longer row (backward_from_lse: no row is whole). */
 #define ATTN_ONE_HOT_WEIGHT 0.5f
 
-/* A query row's sums for it: resid = sum_j dS_ij (before softcap's
- * factor), the largest weight P_ij*, softcap's factor 1 - t^2 there (1
- * without softcap) and the key j*. Four floats of a workspace. */
+/* A query row's largest weight P_ij* past ATTN_ONE_HOT_WEIGHT (0 while
+ * none is), softcap's factor 1 - t^2 there (1 without softcap) and the key
+ * j*; three floats of a workspace. resid_i is summed beside it, in a
+ * vector's lanes. */
 typedef struct attn_row_peak {
-    float resid, weight, factor;
+    float weight, factor;
     uint32_t key;
 } attn_row_peak;
 

@@ -803,7 +803,7 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 
 /* Floats of one item's rows in the one-pass backward: for the group's heads
  * x its query blocks' rows, dq sums and (raw scores) q and dO (Dp each) and
- * lse, lse_lo, delta and an attn_row_peak; 0 when the two passes run. The choice
+ * lse, lse_lo, delta, an attn_row_peak and VW resid lanes; 0 when the two passes run. The choice
  * depends on the problem alone, never on the threads, so that every
  * thread count gives the same bits.
  *   One pass, per (batch, KV head): for each key block, for each query
@@ -815,18 +815,20 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 static size_t one_pass_floats(const attn_attention_problem *p) {
     size_t G = p->q_heads / p->kv_heads, Dp = padded(p->head_dim);
     size_t rows = (p->q_len + BR - 1) / BR * BR;
-    if (p->batch * p->kv_heads < ONE_PASS_ITEMS || rows > ONE_PASS_FLOATS / (G * (3 * Dp + 7)))
+    if (p->batch * p->kv_heads < ONE_PASS_ITEMS ||
+        rows > ONE_PASS_FLOATS / (G * (3 * Dp + 6 + VW)))
         return 0;
-    return G * rows * (3 * Dp + 7);
+    return G * rows * (3 * Dp + 6 + VW);
 }
 
 /* The per-part scratch of the backward. */
 static size_t backward_workspace(const attn_attention_problem *p) {
     size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p, BR, GROUP_TILE_FLOATS);
-    /* per head: qs, dO, dq (BR, Dp), lse2, lse_lo, delta (BR), peaks (BR x 4);
-     * q (BR, Dp); A, dS (BR, BC); th (RG, BC); kt, vt (D, BC); kv0, kv1,
-     * kv2 (BC, Dp); factors (BC); one pass: the item's rows; Pt (RG, BC) */
-    return hc * (3 * BR * Dp + 7 * BR) + BR * Dp + 2 * BR * BC + RG * BC + 2 * D * BC +
+    /* per head: qs, dO, dq (BR, Dp), lse2, lse_lo, delta (BR), peaks (BR x 3),
+     * resid lanes (BR, VW); q (BR, Dp); A, dS (BR, BC); th (RG, BC); kt, vt
+     * (D, BC); kv0, kv1, kv2 (BC, Dp); factors (BC); one pass: the item's
+     * rows; Pt (RG, BC) */
+    return hc * (3 * BR * Dp + 6 * BR + BR * VW) + BR * Dp + 2 * BR * BC + RG * BC + 2 * D * BC +
            3 * BC * Dp + BC + 2 * VW + one_pass_floats(p) + RG * BC;
 }
 
@@ -840,15 +842,16 @@ typedef struct backward_job {
     bool consistent; /* rows nearly one-hot take a consistent delta (attention.h) */
 } backward_job;
 
-_Static_assert(sizeof(attn_row_peak) == 4 * sizeof(float), "an attn_row_peak is four floats");
+_Static_assert(sizeof(attn_row_peak) == 3 * sizeof(float), "an attn_row_peak is three floats");
 
 typedef struct backward_tiles {
     float *qs, *dO, *dq, *lse2, *lse_lo, *delta; /* per head of the item */
     attn_row_peak *peaks; /* per head; NULL: not summed */
+    float *resid_lanes;   /* per head: sum_j dS_ij in VW lanes, (BR, VW) */
     float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *kv2, *factor;
     float *Pt; /* a row group's P, where dropout scales A */
     /* one pass: the item's rows packed once, (G, rows) of Dp (or 1) floats */
-    float *dq_sums, *qs_all, *dO_all, *lse2_all, *lse_lo_all, *delta_all;
+    float *dq_sums, *qs_all, *dO_all, *lse2_all, *lse_lo_all, *delta_all, *resid_lanes_all;
     attn_row_peak *peaks_all;
 } backward_tiles;
 
@@ -862,7 +865,8 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.lse_lo = t.lse2 + hc * BR;
     t.delta = t.lse_lo + hc * BR;
     t.peaks = (attn_row_peak *)(void *)(t.delta + hc * BR);
-    t.q = t.delta + hc * BR + 4 * hc * BR;
+    t.resid_lanes = t.delta + hc * BR + 3 * hc * BR;
+    t.q = t.resid_lanes + hc * BR * VW;
     t.A = t.q + BR * Dp;
     t.dS = t.A + BR * BC;
     t.th = t.dS + BR * BC;
@@ -880,6 +884,7 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.lse_lo_all = t.lse2_all + rows;
     t.delta_all = t.lse_lo_all + rows;
     t.peaks_all = (attn_row_peak *)(void *)(t.delta_all + rows);
+    t.resid_lanes_all = t.delta_all + rows + 3 * rows;
     t.Pt = t.factor + BC + 2 * VW + one_pass_floats(job->f.p);
     if (!job->consistent) t.peaks = NULL;
     return t;
@@ -933,7 +938,8 @@ static void pack_queries(const backward_job *job, const backward_tiles *t, size_
  * the lane holding it, and softcap's factor there. The weights are A's
  * rows, or Pt's where dropout scaled A. Out of gradient_tile's row loop, and
  * only past the threshold: searched at every rise, the backward ran 3-5%
- * slower at T = 1024. */
+ * slower at T = 1024 (and a horizontal max and sum per row and tile cost
+ * 1-2% more than these lanes and one compare). */
 static void note_peaks(const flash_shape *f, const backward_tiles *t, attn_row_peak *peaks,
                        unsigned risen, size_t r0, size_t j0) {
     for (int r = 0; r < RG; r++) {
@@ -997,20 +1003,24 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
         /* dS = P (dP - delta): P as before the dropout (A is P * drop) */
         for (int v = 0; v < NV; v++)
             v_store(dS + v * VW, v_mul(P[v], v_sub(v_load(dS + v * VW), delta)));
-        if (t->peaks) { /* the row's sums; the largest weight's key after the loop */
+        if (t->peaks) { /* the row's sums, in lanes: no horizontal step per tile */
             attn_row_peak *pk = t->peaks + g * BR + row;
+            float *lanes = t->resid_lanes + (g * BR + row) * VW;
             vec sum = v_load(dS), top = P[0];
             for (int v = 1; v < NV; v++) {
                 sum = v_add(sum, v_load(dS + v * VW));
                 top = v_max(top, P[v]);
             }
-            if (f->drop->kind != ATTN_DROP_NONE)
-                for (int v = 0; v < NV; v++) v_store(t->Pt + r * BC + v * VW, P[v]);
-            float most = v_hmax(top);
-            pk->resid += v_hsum(sum);
-            /* only a weight past the threshold may need its key */
-            risen |= (unsigned)(most > pk->weight && most > ATTN_ONE_HOT_WEIGHT) << r;
-            pk->weight = most > pk->weight ? most : pk->weight;
+            v_store(lanes, v_add(v_load(lanes), sum));
+            /* a weight past the threshold and the row's largest: its key
+             * after the loop (no other weight's key is needed) */
+            float floor = pk->weight > ATTN_ONE_HOT_WEIGHT ? pk->weight : ATTN_ONE_HOT_WEIGHT;
+            if (v_any_greater(top, v_set1(floor))) {
+                if (f->drop->kind != ATTN_DROP_NONE)
+                    for (int v = 0; v < NV; v++) v_store(t->Pt + r * BC + v * VW, P[v]);
+                pk->weight = v_hmax(top);
+                risen |= 1u << r;
+            }
         }
         /* s = cap tanh(x / cap): ds/dx = 1 - tanh^2 */
         if (f->cap2 != 0.0f)
@@ -1093,6 +1103,7 @@ static void key_block_gradients(const backward_job *job, const backward_tiles *t
                 pack_queries(job, t, 0, b, seq, h, &br, true);
             /* one pass: each row's sums over the key blocks */
             rt.peaks = dq_sums && t->peaks ? t->peaks_all + g * rows_pad + i0 : NULL;
+            rt.resid_lanes = t->resid_lanes_all + (g * rows_pad + i0) * VW;
             /* row groups that see none of the keys are never read */
             for (size_t r0 = 0; r0 < R; r0 += RG) {
                 size_t c0, c1;
@@ -1129,16 +1140,19 @@ static void backward_keys(void *arg, size_t part, size_t item) {
 }
 
 /* The consistent delta (attention.h) of a row whose largest weight passes
- * ATTN_ONE_HOT_WEIGHT: with c = resid P_ij* (times softcap's factor),
- * dq_i -= c k_j* (dq_row: dq's unscaled sums) and, with fix_dk, dk_j* -=
- * scale c q_i. Whether the row takes it. */
-static bool take_consistent_delta(const backward_job *job, const attn_row_peak *pk, size_t b,
+ * ATTN_ONE_HOT_WEIGHT: *resid from its lanes, and with c = resid P_ij*
+ * (times softcap's factor), dq_i -= c k_j* (dq_row: dq's unscaled sums)
+ * and, with fix_dk, dk_j* -= scale c q_i. Whether the row takes it. */
+static bool take_consistent_delta(const backward_job *job, const attn_row_peak *pk,
+                                  const float *resid_lanes, size_t b,
                                   const attn_attention_seq *seq, size_t h, size_t i,
-                                  float *dq_row, bool fix_dk) {
+                                  float *dq_row, bool fix_dk, float *resid) {
     const attn_attention_problem *p = job->f.p;
-    if (!(pk->weight > ATTN_ONE_HOT_WEIGHT) || pk->resid == 0.0f) return false;
+    if (!(pk->weight > ATTN_ONE_HOT_WEIGHT)) return false;
+    *resid = v_hsum(v_load(resid_lanes));
+    if (*resid == 0.0f) return false;
     size_t kvh = h / job->f.G, D = job->f.D;
-    float c = pk->resid * pk->weight * pk->factor;
+    float c = *resid * pk->weight * pk->factor;
     const float *k = p->k + row_at(p->k_strides, b, seq, true, kvh, pk->key);
     for (size_t d = 0; d < D; d++) dq_row[d] -= c * k[d];
     if (fix_dk) {
@@ -1162,6 +1176,7 @@ static void backward_heads(void *arg, size_t part, size_t item) {
     backward_tiles t = tiles_of(job, part);
     memset(t.dq_sums, 0, f->G * rows_pad * Dp * sizeof *t.dq_sums);
     memset(t.peaks_all, 0, f->G * rows_pad * sizeof *t.peaks_all);
+    memset(t.resid_lanes_all, 0, f->G * rows_pad * VW * sizeof *t.resid_lanes_all);
     /* raw scores: every head's rows packed once (not once per key block).
      * Softcap and ALiBi pack per block: ALiBi's row shift (block_rows'
      * near) depends on the block's rows, and the packed lse must use the
@@ -1176,10 +1191,13 @@ static void backward_heads(void *arg, size_t part, size_t item) {
         }
     for (size_t j0 = 0; j0 < seq.kv_len; j0 += BC)
         key_block_gradients(job, &t, b, kvh, &seq, j0, t.dq_sums);
+    float resid;
     for (size_t g = 0; g < f->G && t.peaks; g++) /* rows in order: the same bits */
         for (size_t i = 0; i < seq.q_len; i++)
-            take_consistent_delta(job, t.peaks_all + g * rows_pad + i, b, &seq, kvh * f->G + g, i,
-                                  t.dq_sums + (g * rows_pad + i) * Dp, true);
+            take_consistent_delta(job, t.peaks_all + g * rows_pad + i,
+                                  t.resid_lanes_all + (g * rows_pad + i) * VW, b, &seq,
+                                  kvh * f->G + g, i, t.dq_sums + (g * rows_pad + i) * Dp, true,
+                                  &resid);
     for (size_t g = 0; g < f->G; g++) {
         float *dq = job->g->dq + row_at(p->q_strides, b, &seq, false, kvh * f->G + g, 0);
         for (size_t i = 0; i < seq.q_len; i++)
@@ -1209,7 +1227,10 @@ static void backward_queries(void *arg, size_t part, size_t item) {
         pack_queries(job, &t, g, b, &seq, it.h0 + g, &br, false);
         memset(t.dq + g * BR * Dp, 0, BR * Dp * sizeof *t.dq);
     }
-    if (t.peaks) memset(t.peaks, 0, it.heads * BR * sizeof *t.peaks);
+    if (t.peaks) {
+        memset(t.peaks, 0, it.heads * BR * sizeof *t.peaks);
+        memset(t.resid_lanes, 0, it.heads * BR * VW * sizeof *t.resid_lanes);
+    }
     const float ones[RG] = {1.0f, 1.0f, 1.0f, 1.0f};
     size_t k_at = row_at(p->k_strides, b, &seq, true, it.kvh, 0);
     for (size_t j0 = sweep_start(&br, BC); j0 < br.last; j0 += BC) {
@@ -1228,10 +1249,12 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     }
     for (size_t g = 0; g < it.heads && t.peaks; g++)
         for (size_t r = 0; r < rows; r++) {
-            const attn_row_peak *pk = t.peaks + g * BR + r;
-            if (take_consistent_delta(job, pk, b, &seq, it.h0 + g, i0 + r, t.dq + g * BR * Dp + r * Dp, false))
+            float resid;
+            if (take_consistent_delta(job, t.peaks + g * BR + r, t.resid_lanes + (g * BR + r) * VW,
+                                      b, &seq, it.h0 + g, i0 + r, t.dq + g * BR * Dp + r * Dp,
+                                      false, &resid))
                 job->delta[attn_lse_index(p, b, it.h0 + g, i0 + r)] =
-                    (float)((double)t.delta[g * BR + r] + pk->resid);
+                    (float)((double)t.delta[g * BR + r] + resid);
         }
     for (size_t g = 0; g < it.heads; g++) {
         float *dq = job->g->dq + row_at(p->q_strides, b, &seq, false, it.h0 + g, i0);

@@ -698,9 +698,10 @@ static void gradients_by_key(const row_lanes *rl, float scale, const float *st,
 
 /* Pass B's dS (rows x keys) from S and dP, rounded to bf16, the same
  * values as gradients_by_key's transposed; with peaks, each row's sums for
- * the consistent delta take the tile (attention.h). */
+ * the consistent delta (and resid's lanes) take the tile (attention.h). */
 static void gradients_by_row(const rows16 *br, size_t j0, const query_pieces *qs, float scale,
-                             const float *s, const float *dp, uint16_t *ds, attn_row_peak *peaks) {
+                             const float *s, const float *dp, uint16_t *ds, attn_row_peak *peaks,
+                             __m512 *resid) {
     __m512 vs = _mm512_set1_ps(scale), log2e = _mm512_set1_ps((float)FLASH16_LOG2E);
     for (size_t r = 0; r < BR; r++) {
         float lse = qs->lse[r];
@@ -715,7 +716,7 @@ static void gradients_by_row(const rows16 *br, size_t j0, const query_pieces *qs
             P[v] = v_exp2(_mm512_mul_ps(_mm512_fmadd_ps(x[v], vs, neg_lse), log2e));
             g[v] = _mm512_mul_ps(P[v], _mm512_sub_ps(_mm512_loadu_ps(dp + r * BC + 16 * v), delta));
         }
-        if (peaks) row_peak_add(P, g, 2, j0, peaks + r);
+        if (peaks) row_peak_add(P, g, 2, j0, peaks + r, resid + r);
         _mm512_storeu_si512(ds + r * BC, (__m512i)_mm512_cvtne2ps_pbh(g[1], g[0]));
     }
 }
@@ -783,18 +784,21 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     rows_of(p, &seq, i0, rows, &br);
     size_t block0 = (b * p->kv_heads + kvh) * f->k_blocks;
     attn_row_peak peaks[BR] = {{0}};
+    __m512 resid[BR]; /* each row's sum of dS, in lanes */
+    for (size_t r = 0; r < BR; r++) resid[r] = _mm512_setzero_ps();
     bool consistent = attn_consistent_delta(p);
     attn_amx_load_tiles();
     for (size_t kb = br.first / BC; kb * BC < br.last; kb++) {
         key_pieces ks = key_pieces_of(job, block0 + kb);
         score_tiles(D, qs.qn, D, ks.kt, s);   /* S = Q K^T */
         score_tiles(D, qs.dOn, D, ks.vt, dp); /* dP = dO V^T */
-        gradients_by_row(&br, kb * BC, &qs, p->scale, s, dp, ds, consistent ? peaks : NULL);
+        gradients_by_row(&br, kb * BC, &qs, p->scale, s, dp, ds, consistent ? peaks : NULL, resid);
         accumulate_tiles(D, ds, ks.ki, dq);   /* dq += dS k */
     }
     _tile_release();
     for (size_t r = 0; r < rows && consistent; r++)
-        take_consistent_delta(p, job->t->k, b, &seq, kvh, peaks + r, qs.delta + r, dq + r * D);
+        take_consistent_delta(p, job->t->k, b, &seq, kvh, peaks + r, resid[r], qs.delta + r,
+                              dq + r * D);
     uint16_t *dq_out = job->t->dq + row_at(p->q_strides, b, &seq, false, h, i0);
     for (size_t r = 0; r < rows; r++)
         for (size_t d = 0; d < D; d++)

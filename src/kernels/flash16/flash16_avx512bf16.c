@@ -482,10 +482,11 @@ static void pack_backward_queries(void *arg, size_t begin, size_t end) {
 /* P = exp(s scale - lse) and dS = P (dP - delta) of rows [r0, r0 + RG) of
  * query block qs (rows br) against the key block ks at j0; zero where
  * masked and for rows past the block or that see no key. With peaks, each
- * row's sums for the consistent delta take the tile (attention.h). */
+ * row's sums for the consistent delta (and resid's lanes) take the tile
+ * (attention.h). */
 static inline void gradient_tile(const shape16 *f, const query_side *qs, const key_side *ks,
                                  const rows16 *br, size_t r0, size_t j0, vec P[RG][NV],
-                                 vec dS[RG][NV], attn_row_peak *peaks) {
+                                 vec dS[RG][NV], attn_row_peak *peaks, __m512 *resid) {
     score_tile(qs->qn + r0 * f->DQ, f->DQ, ks->kt, f->D2, P);
     if (!tile_seen_whole(br, j0)) mask_tile(br, r0, j0, P);
     score_tile(qs->dOn + r0 * f->DQ, f->DQ, ks->vt, f->D2, dS);
@@ -507,7 +508,7 @@ static inline void gradient_tile(const shape16 *f, const query_side *qs, const k
         for (int v = 0; v < NV; v++)
             dS[r][v] = single ? _mm512_setzero_ps()
                               : _mm512_mul_ps(P[r][v], _mm512_sub_ps(dS[r][v], delta));
-        if (peaks) row_peak_add(P[r], dS[r], NV, j0, peaks + row);
+        if (peaks) row_peak_add(P[r], dS[r], NV, j0, peaks + row, resid + row);
     }
 }
 
@@ -558,7 +559,7 @@ static void backward_keys(void *arg, size_t part, size_t item) {
                     continue;
                 }
                 vec P[RG][NV], dS[RG][NV];
-                gradient_tile(f, &qs, &ks, &br, r0, j0, P, dS, NULL);
+                gradient_tile(f, &qs, &ks, &br, r0, j0, P, dS, NULL, NULL);
                 for (int r = 0; r < RG; r += 2)
                     for (int v = 0; v < NV; v++) {
                         _mm512_storeu_si512(A_r + r / 2 * BC + v * VW, bf16_interleave(P[r][v], P[r + 1][v]));
@@ -594,6 +595,8 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     rows_of(p, &seq, i0, rows, &br);
     size_t block0 = (b * p->kv_heads + kvh) * f->k_blocks;
     attn_row_peak peaks[BR] = {{0}};
+    __m512 resid[BR]; /* each row's sum of dS, in lanes */
+    for (size_t r = 0; r < BR; r++) resid[r] = _mm512_setzero_ps();
     bool consistent = attn_consistent_delta(p);
     for (size_t kb = br.first / BC; kb * BC < br.last; kb++) {
         size_t j0 = kb * BC;
@@ -603,7 +606,7 @@ static void backward_queries(void *arg, size_t part, size_t item) {
             group_cols(&br, r0, j0, &c0, &c1);
             if (c0 == c1) continue;
             vec P[RG][NV], dS[RG][NV];
-            gradient_tile(f, &qs, &ks, &br, r0, j0, P, dS, consistent ? peaks : NULL);
+            gradient_tile(f, &qs, &ks, &br, r0, j0, P, dS, consistent ? peaks : NULL, resid);
             for (int r = 0; r < RG; r++) {
                 _mm512_storeu_si512(dSn + r * (BC / 2), bf16_pack(dS[r][0], dS[r][1]));
                 _mm512_storeu_si512(dSn + r * (BC / 2) + VW, bf16_pack(dS[r][2], dS[r][3]));
@@ -612,7 +615,8 @@ static void backward_queries(void *arg, size_t part, size_t item) {
         }
     }
     for (size_t r = 0; r < rows && consistent; r++)
-        take_consistent_delta(p, job->t->k, b, &seq, kvh, peaks + r, qs.delta + r, dq + r * DV);
+        take_consistent_delta(p, job->t->k, b, &seq, kvh, peaks + r, resid[r], qs.delta + r,
+                              dq + r * DV);
     uint16_t *dq_out = job->t->dq + row_at(p->q_strides, b, &seq, false, h, i0);
     for (size_t r = 0; r < rows; r++)
         for (size_t d = 0; d < f->D; d++)

@@ -65,39 +65,43 @@ static inline void query_stats(const attn_attention_problem *p, const attn_flash
 }
 
 /* A row's tile of n vectors of P and dS (keys from j0) added to its sums
- * for the consistent delta (attention.h; no softcap here: factor 1). */
+ * for the consistent delta (attention.h; no softcap here: factor 1): sum_j
+ * dS_ij in the lanes of *resid (reduced once, take_consistent_delta), the
+ * largest weight and its key only once past ATTN_ONE_HOT_WEIGHT. */
 static inline void row_peak_add(const __m512 *P, const __m512 *dS, int n, size_t j0,
-                                attn_row_peak *pk) {
+                                attn_row_peak *pk, __m512 *resid) {
     __m512 sum = dS[0], top = P[0];
     for (int v = 1; v < n; v++) {
         sum = _mm512_add_ps(sum, dS[v]);
         top = _mm512_max_ps(top, P[v]);
     }
-    pk->resid += _mm512_reduce_add_ps(sum);
-    float most = _mm512_reduce_max_ps(top);
-    if (most > pk->weight && most > ATTN_ONE_HOT_WEIGHT) { /* only then its key */
+    *resid = _mm512_add_ps(*resid, sum);
+    float floor = pk->weight > ATTN_ONE_HOT_WEIGHT ? pk->weight : ATTN_ONE_HOT_WEIGHT;
+    if (_mm512_cmp_ps_mask(top, _mm512_set1_ps(floor), _CMP_GT_OQ)) {
+        float most = _mm512_reduce_max_ps(top);
         _Alignas(64) float lanes[FLASH16_MAX_ROWS];
         for (int v = 0; v < n; v++) _mm512_store_ps(lanes + 16 * v, P[v]);
         size_t c = 0;
         while (c + 1 < (size_t)(16 * n) && lanes[c] != most) c++;
-        pk->factor = 1.0f;
-        pk->key = (uint32_t)(j0 + c);
+        *pk = (attn_row_peak){most, 1.0f, (uint32_t)(j0 + c)};
     }
-    pk->weight = most > pk->weight ? most : pk->weight;
 }
 
 /* After pass B's sweep of a row of head kvh's group: where its largest
  * weight passes ATTN_ONE_HOT_WEIGHT, the consistent delta (attention.h):
- * dq_row (dq's unscaled float sums) -= c k_j*, c = resid P_ij*, and the
- * row's packed delta grows by resid, for pass A. */
+ * dq_row (dq's unscaled float sums) -= c k_j*, c = resid P_ij* (resid the
+ * sum of its lanes), and the row's packed delta grows by resid, for pass A. */
 static inline void take_consistent_delta(const attn_attention_problem *p, const uint16_t *k_all,
                                          size_t b, const attn_attention_seq *seq, size_t kvh,
-                                         const attn_row_peak *pk, float *delta, float *dq_row) {
-    if (!(pk->weight > ATTN_ONE_HOT_WEIGHT) || pk->resid == 0.0f) return;
-    float c = pk->resid * pk->weight;
+                                         const attn_row_peak *pk, __m512 resid_lanes, float *delta,
+                                         float *dq_row) {
+    if (!(pk->weight > ATTN_ONE_HOT_WEIGHT)) return;
+    float resid = _mm512_reduce_add_ps(resid_lanes);
+    if (resid == 0.0f) return;
+    float c = resid * pk->weight;
     const uint16_t *k = k_all + row_at(p->k_strides, b, seq, true, kvh, pk->key);
     for (size_t d = 0; d < p->head_dim; d++) dq_row[d] -= c * float_of(k[d]);
-    *delta = (float)((double)*delta + pk->resid);
+    *delta = (float)((double)*delta + resid);
 }
 
 /* dk (times scale) and dv of the keys [j0, j0 + cols) of (b, kvh), from

@@ -22,6 +22,10 @@ static inline vec v_abs(vec a) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), 
 static inline vec v_max(vec a, vec b) { return _mm256_max_ps(a, b); }
 static inline vec v_div(vec a, vec b) { return _mm256_div_ps(a, b); }
 
+/* whether some lane of a exceeds b's */
+static inline int v_any_greater(vec a, vec b) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ)) != 0;
+}
 static inline float v_hmax(vec v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));

@@ -56,6 +56,12 @@ static inline vec v_div(vec a, vec b) {
 }
 
 static inline float v_hmax(vec v) { return fmaxf(fmaxf(v.x[0], v.x[1]), fmaxf(v.x[2], v.x[3])); }
+/* whether some lane of a exceeds b's */
+static inline int v_any_greater(vec a, vec b) {
+    int any = 0;
+    for (int i = 0; i < VW; i++) any |= a.x[i] > b.x[i];
+    return any;
+}
 static inline float v_hsum(vec v) { return (v.x[0] + v.x[1]) + (v.x[2] + v.x[3]); }
 
 static inline vec v_exp2(vec a) {
