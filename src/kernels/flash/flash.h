@@ -33,10 +33,10 @@
  *      heads over the key blocks its rows see.
  * Both recompute P = exp(s scale - lse) and dS = P (dP - delta), delta_i =
  * dO_i . O_i, for their tiles; rows nearly one-hot then take the delta of
- * their own P and dP (attention.h): the one pass sweeps their query blocks
- * again, adding -P (its change) to dq and dk; B runs before A, sweeps
- * them again for dq and leaves A the new delta. dsinks[h] = -sum_i
- * exp(sink_h - lse_i) delta_i, summed in a fixed order.
+ * their own P and dP (attention.h): the one pass changes dq and dk at the
+ * largest weight's key after its sweep; B runs before A, changes dq so and
+ * leaves A the new delta. dsinks[h] = -sum_i exp(sink_h - lse_i) delta_i,
+ * summed in a fixed order.
  *
  * Dropout is applied inside: from keep bits (drawn beforehand) or from
  * Philox counters (drawn in the tile, again in the backward), at

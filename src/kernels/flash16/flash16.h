@@ -28,7 +28,7 @@
  * float one: pass B per query block (dq), then pass A per key block (dk,
  * dv), each output written by one thread in a fixed order. B runs first:
  * its rows nearly one-hot take the delta of their own P and dP
- * (attention.h), sweeping their block again, and leave it to A.
+ * (attention.h), and leave it to A.
  *
  * Only call these where attn_flash16_bf16_usable(): this file is compiled
  * for AVX-512 BF16 and the CPU must run it.

@@ -79,7 +79,7 @@ static inline void row_peak_add(const __m512 *P, const __m512 *dS, int n, size_t
     float floor = pk->weight > ATTN_ONE_HOT_WEIGHT ? pk->weight : ATTN_ONE_HOT_WEIGHT;
     if (_mm512_cmp_ps_mask(top, _mm512_set1_ps(floor), _CMP_GT_OQ)) {
         float most = _mm512_reduce_max_ps(top);
-        _Alignas(64) float lanes[FLASH16_MAX_ROWS];
+        _Alignas(64) float lanes[64]; /* n <= 4 vectors */
         for (int v = 0; v < n; v++) _mm512_store_ps(lanes + 16 * v, P[v]);
         size_t c = 0;
         while (c + 1 < (size_t)(16 * n) && lanes[c] != most) c++;
