@@ -803,9 +803,9 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 
 /* Floats of one item's rows in the one-pass backward: for the group's heads
  * x its query blocks' rows, dq sums and (raw scores) q and dO (Dp each) and
- * lse, lse_lo, delta, an attn_row_peak and VW resid lanes; 0 when the two passes run. The choice
- * depends on the problem alone, never on the threads, so that every
- * thread count gives the same bits.
+ * lse, lse_lo, delta, an attn_row_peak and VW resid lanes; 0 when the two
+ * passes run. The choice depends on the problem alone, never on the
+ * threads, so that every thread count gives the same bits.
  *   One pass, per (batch, KV head): for each key block, for each query
  *     block that sees it: P, dP, dS once; dv, dk of the block, and dq of
  *     the rows summed over the key blocks in order. Five products per tile
@@ -885,7 +885,7 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.delta_all = t.lse_lo_all + rows;
     t.peaks_all = (attn_row_peak *)(void *)(t.delta_all + rows);
     t.resid_lanes_all = t.delta_all + rows + 3 * rows;
-    t.Pt = t.factor + BC + 2 * VW + one_pass_floats(job->f.p);
+    t.Pt = t.dq_sums + one_pass_floats(job->f.p);
     if (!job->consistent) t.peaks = NULL;
     return t;
 }
