@@ -17,6 +17,7 @@
 
 #define BENCH_MAX_THREAD_COUNTS 8
 #define BENCH_MAX_KERNELS 4
+#define BENCH_MAX_TOKEN_COUNTS 8
 
 typedef struct bench_options {
     size_t threads[BENCH_MAX_THREAD_COUNTS]; /* thread counts, in the order given */
@@ -25,6 +26,9 @@ typedef struct bench_options {
     size_t kernel_counts;
     size_t runs; /* timed runs per measurement (after one warm-up): the median is reported */
     bool quick;  /* fewer shapes and runs */
+    size_t tokens[BENCH_MAX_TOKEN_COUNTS]; /* --tokens: sequence lengths for the attention,
+                                              layer, dropout and bf16 sections */
+    size_t token_counts;                   /* 0: each section's own lengths */
     const char *peer_python; /* --peer-python: PyTorch 2.15's python for the decode
                                 section's peers (NULL: .venv-peers/bin/python if there) */
 } bench_options;
@@ -40,6 +44,7 @@ typedef struct bench_blas {
     void (*set_num_threads)(int);
     const char *core;                 /* openblas_get_corename(), or "?" */
     const char *config;               /* openblas_get_config(), or "?" */
+    char core_note[96];               /* why the core was asked for, or "" */
 } bench_blas;
 
 /* Row-major c (m, n) = alpha op(a) op(b) + beta c through OpenBLAS on
@@ -52,6 +57,11 @@ void bench_blas_sgemm(const bench_blas *blas, size_t threads, bool trans_a, bool
 double bench_now(void);
 /* The median of n values (sorts them). */
 double bench_median(double *values, size_t n);
+/* The sequence lengths a section times: --tokens when given, else the
+ * section's own list (its first quick_count entries under --quick). */
+size_t bench_tokens(const bench_options *o, const size_t *own, size_t own_count,
+                    size_t quick_count, const size_t **tokens);
+
 /* Median seconds of runs calls of fn(arg) after one warm-up call (a single
  * run: the warm-up itself). */
 typedef void (*bench_fn)(void *arg);

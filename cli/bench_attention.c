@@ -159,8 +159,9 @@ static void free_case(sdpa_case *c) {
 }
 
 int bench_attention(const bench_options *o, const bench_blas *blas) {
-    static const size_t all_tokens[] = {256, 1024, 4096, 16384};
-    size_t token_counts = o->quick ? 2 : 4;
+    static const size_t own_tokens[] = {256, 1024, 4096, 16384};
+    const size_t *all_tokens;
+    size_t token_counts = bench_tokens(o, own_tokens, 4, 2, &all_tokens);
     printf("attention: fused scaled dot-product attention, B=1 H=%d hd=%d, T=S\n", HEADS, HEAD_DIM);
     printf("%6s %-6s %3s | %9s %7s %5s | %9s %7s %5s | %7s %7s | %11s | %10s\n", "T", "mask", "thr",
            "fwd ms", "GF/s", "sgemm", "f+b ms", "GF/s", "sgemm", "drop f", "drop fb",
@@ -249,8 +250,9 @@ static void layer_forward_backward(void *arg) {
 
 int bench_layer(const bench_options *o, const bench_blas *blas) {
     (void)blas;
-    static const size_t all_tokens[] = {1024, 4096, 16384};
-    size_t token_counts = o->quick ? 1 : 3, C = 768;
+    static const size_t own_tokens[] = {1024, 4096, 16384};
+    const size_t *all_tokens;
+    size_t token_counts = bench_tokens(o, own_tokens, 3, 1, &all_tokens), C = 768;
     printf("layer: GPT-2-small attention (CausalSelfAttention: c_attn, attention, c_proj), "
            "C=%zu, %d heads, B=1\n", C, HEADS);
     printf("%6s %3s | %9s | %9s | %s\n", "T", "thr", "fwd ms", "f+b ms",
@@ -362,14 +364,15 @@ static bool time_mha(const bench_options *o, size_t threads, size_t T, double p,
 
 int bench_dropout(const bench_options *o, const bench_blas *blas) {
     (void)blas;
-    static const size_t all_tokens[] = {1024, 4096};
+    static const size_t own_tokens[] = {1024, 4096};
     static const struct {
         const char *name;
         attn_bernoulli_method method;
     } masks[] = {{"philox", ATTN_BERNOULLI_PHILOX},
                  {"mt19937", ATTN_BERNOULLI_MT19937},
                  {"mkl-mcg31", ATTN_BERNOULLI_MKL_MCG31}};
-    size_t token_counts = o->quick ? 1 : 2;
+    const size_t *all_tokens;
+    size_t token_counts = bench_tokens(o, own_tokens, 2, 1, &all_tokens);
     printf("dropout: the mha module, C=768, %d heads, causal, B=1, training mode, "
            "attention dropout 0.1 (ms: fwd / f+b)\n", HEADS);
     printf("%6s %3s | %17s | %17s | %17s | %17s\n", "T", "thr", "no dropout", masks[0].name,

@@ -131,8 +131,9 @@ static const char *bf16_kernels_here(const bench_options *o, const attn_cpu_info
 
 /* One table: every T, mask and thread count. */
 static int bf16_table(const bench_options *o) {
-    static const size_t all_tokens[] = {1024, 4096, 16384};
-    size_t token_counts = o->quick ? 2 : 3;
+    static const size_t own_tokens[] = {1024, 4096, 16384};
+    const size_t *all_tokens;
+    size_t token_counts = bench_tokens(o, own_tokens, 3, 2, &all_tokens);
     printf("%6s %-6s %3s | %9s %9s %6s | %9s %9s %6s | %8s\n", "T", "mask", "thr", "fp32 fwd",
            "bf16 fwd", "x", "fp32 f+b", "bf16 f+b", "x", "bf16 err");
     int rc = CLI_OK;

@@ -45,7 +45,7 @@ enum { SECTIONS = sizeof sections / sizeof sections[0] };
 
 static const char bench_help[] =
     "usage: attn bench [--threads LIST] [--runs N] [--quick] [--kernels LIST]\n"
-    "                  [--section NAME] [--peer-python PATH]\n"
+    "                  [--section NAME] [--tokens LIST] [--peer-python PATH]\n"
     "\n"
     "Times the library's kernels and, in the same run, OpenBLAS's on the same\n"
     "work: the machine's practical peak. Each line gives the median of N timed\n"
@@ -60,6 +60,8 @@ static const char bench_help[] =
     "  --kernels LIST   kernel sets to time: auto (default), all (every set\n"
     "                   this CPU runs), or a list of portable, avx2, avx512\n"
     "  --section NAME   run one section only\n"
+    "  --tokens LIST    sequence lengths for the attention, layer, dropout and\n"
+    "                   bf16 sections (default: each section's own)\n"
     "  --peer-python PATH  the python with PyTorch 2.15 for the decode section's\n"
     "                   peers (default .venv-peers/bin/python where present)\n"
     "\n"
@@ -146,16 +148,12 @@ void bench_blas_sgemm(const bench_blas *blas, size_t threads, bool trans_a, bool
 /* dlsym's object pointer as a function pointer, the way POSIX allows. */
 static void *symbol(void *handle, const char *name) { return dlsym(handle, name); }
 
-static bench_blas find_openblas(void) {
+/* The first of names that loads and is OpenBLAS, or {0}. */
+static bench_blas load_openblas(void) {
     /* libblas.so.3 counts only when it is OpenBLAS (has openblas_* calls):
      * the reference BLAS would be no peak at all. */
     static const char *const names[] = {"libopenblas.so.0", "libopenblas.so", "libblas.so.3"};
     bench_blas blas = {0};
-    /* OpenBLAS's idle threads spin for 2^28 cycles (~70 ms) after each call
-     * before they sleep, on the cores our kernel is about to be timed on: the
-     * first cases after an OpenBLAS run ran at one thread's speed on two.
-     * It reads this at load; a value the user set stays. */
-    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         void *h = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
         if (!h) continue;
@@ -185,32 +183,82 @@ static bench_blas find_openblas(void) {
     return blas;
 }
 
+/* The OPENBLAS_CORETYPE to ask for when OpenBLAS chose kernels older than
+ * the CPU's vectors, or NULL. A DYNAMIC_ARCH OpenBLAS falls back to SSE3
+ * ("Prescott") on a core it does not know: Debian 12's 0.3.21 does so on
+ * Emerald Rapids (family 6, model 207), where its SGEMM ran at a fifth of
+ * its Skylake-X kernels' speed, no peak to compare with. */
+static const char *better_openblas_core(const char *core) {
+    static const char *const vector_cores[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
+                                               "SapphireRapids", "Excavator"};
+    for (size_t i = 0; i < sizeof vector_cores / sizeof vector_cores[0]; i++)
+        if (strcmp(core, vector_cores[i]) == 0) return NULL;
+    attn_cpu_info cpu;
+    if (strcmp(core, "?") == 0 || attn_cpu_info_get(&cpu) != ATTN_OK) return NULL;
+    if (cpu.avx512f) return "SkylakeX";
+    return cpu.avx2_fma ? "Haswell" : NULL;
+}
+
+static bench_blas find_openblas(void) {
+    /* OpenBLAS's idle threads spin for 2^28 cycles (~70 ms) after each call
+     * before they sleep, on the cores our kernel is about to be timed on: the
+     * first cases after an OpenBLAS run ran at one thread's speed on two.
+     * It reads this at load; a value the user set stays. */
+    setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
+    bench_blas blas = load_openblas();
+    if (!blas.handle || getenv("OPENBLAS_CORETYPE")) return blas; /* the user's choice stays */
+    const char *better = better_openblas_core(blas.core);
+    if (!better) return blas;
+    /* OpenBLAS reads OPENBLAS_CORETYPE when it loads: load it again */
+    char *chosen = strdup(blas.core);
+    dlclose(blas.handle);
+    setenv("OPENBLAS_CORETYPE", better, 1);
+    blas = load_openblas();
+    if (chosen) snprintf(blas.core_note, sizeof blas.core_note,
+                         "; it chose %s on this CPU, so OPENBLAS_CORETYPE=%s", chosen, better);
+    free(chosen);
+    return blas;
+}
+
 /* ---- options ---------------------------------------------------------------- */
 
-static int parse_threads(const char *text, bench_options *o) {
-    o->thread_counts = 0;
+/* A comma-separated list of counts from 1 to max, repeats dropped, into
+ * out[0 .. *count); 'all' means all_value where that is not 0. */
+static int parse_counts(const char *option, const char *text, size_t all_value, size_t max,
+                        size_t *out, size_t capacity, size_t *count) {
+    const char *what = all_value ? "positive counts or 'all'" : "positive counts";
+    *count = 0;
     const char *p = text;
     while (*p) {
         char item[32];
         size_t len = strcspn(p, ",");
-        if (len == 0 || len >= sizeof item || o->thread_counts == BENCH_MAX_THREAD_COUNTS)
-            return cli_usage_error(
-                "--threads: expected up to %d positive counts or 'all', got '%s'",
-                BENCH_MAX_THREAD_COUNTS, text);
+        if (len == 0 || len >= sizeof item || *count == capacity)
+            return cli_usage_error("%s: expected up to %zu %s, got '%s'", option, capacity, what,
+                                   text);
         memcpy(item, p, len);
         item[len] = '\0';
-        size_t t;
-        if (strcmp(item, "all") == 0) t = cli_default_threads();
-        else if (!cli_parse_size(item, &t) || t == 0 || t > 4096)
-            return cli_usage_error("--threads: expected positive counts or 'all', got '%s'", item);
+        size_t n;
+        if (all_value && strcmp(item, "all") == 0) n = all_value;
+        else if (!cli_parse_size(item, &n) || n == 0 || n > max)
+            return cli_usage_error("%s: expected %s up to %zu, got '%s'", option, what, max, item);
         bool seen = false;
-        for (size_t i = 0; i < o->thread_counts; i++) seen = seen || o->threads[i] == t;
-        if (!seen) o->threads[o->thread_counts++] = t;
+        for (size_t i = 0; i < *count; i++) seen = seen || out[i] == n;
+        if (!seen) out[(*count)++] = n;
         p += len;
         if (*p == ',') p++;
     }
-    if (o->thread_counts == 0) return cli_usage_error("--threads: empty list");
+    if (*count == 0) return cli_usage_error("%s: expected %s, got '%s'", option, what, text);
     return CLI_OK;
+}
+
+size_t bench_tokens(const bench_options *o, const size_t *own, size_t own_count,
+                    size_t quick_count, const size_t **tokens) {
+    if (o->token_counts) {
+        *tokens = o->tokens;
+        return o->token_counts;
+    }
+    *tokens = own;
+    return o->quick ? quick_count : own_count;
 }
 
 static int parse_kernels(const char *text, bench_options *o) {
@@ -285,7 +333,7 @@ static void print_sections(FILE *out) {
 }
 
 static const char *const bench_value_options[] = {"--threads", "--runs", "--kernels", "--section",
-                                                  "--peer-python", NULL};
+                                                  "--tokens", "--peer-python", NULL};
 
 typedef struct bench_args {
     bench_options o;
@@ -295,7 +343,7 @@ typedef struct bench_args {
 static int parse_args(int argc, char **argv, bench_args *a) {
     *a = (bench_args){.o = {.runs = 0}};
     bench_options *o = &a->o;
-    const char *threads = "1,all", *kernels = "auto";
+    const char *threads = "1,all", *kernels = "auto", *tokens = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             o->quick = true;
@@ -309,13 +357,19 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             kernels = value;
         } else if (strcmp(opt, "--section") == 0) {
             a->only = value;
+        } else if (strcmp(opt, "--tokens") == 0) {
+            tokens = value;
         } else if (strcmp(opt, "--peer-python") == 0) {
             o->peer_python = value;
         } else if (!cli_parse_size(value, &o->runs) || o->runs == 0 || o->runs > 1000) {
             return cli_usage_error("--runs: expected a count from 1 to 1000, got '%s'", value);
         }
     }
-    if (parse_threads(threads, o) != CLI_OK || parse_kernels(kernels, o) != CLI_OK)
+    if (parse_counts("--threads", threads, cli_default_threads(), 4096, o->threads,
+                     BENCH_MAX_THREAD_COUNTS, &o->thread_counts) != CLI_OK ||
+        (tokens && parse_counts("--tokens", tokens, 0, 65536, o->tokens, BENCH_MAX_TOKEN_COUNTS,
+                                &o->token_counts) != CLI_OK) ||
+        parse_kernels(kernels, o) != CLI_OK)
         return CLI_USAGE;
     if (o->runs == 0) o->runs = o->quick ? 3 : 5;
     if (a->only) {
@@ -352,7 +406,8 @@ static int run_bench(int argc, char **argv) {
     cli_print_cpu(stdout, "cpu: "); /* what the kernels are chosen and tuned for */
     bench_blas blas = find_openblas();
     if (blas.handle)
-        printf("OpenBLAS: %s (core %s; %s)\n", blas.library, blas.core, blas.config);
+        printf("OpenBLAS: %s (core %s%s; %s)\n", blas.library, blas.core, blas.core_note,
+               blas.config);
     else
         printf("OpenBLAS: not found, so no comparison (apt install libopenblas0-pthread, or\n"
                "          scripts/install-bench-deps.sh)\n");

@@ -1128,6 +1128,37 @@ def test_sdpa(r, rng):
 
 # ---------------------------------------------------------------------------
 
+def test_bench(r):
+    """attn bench: --tokens picks the sequence lengths; bad lists are usage
+    errors; OpenBLAS keeps a core type the user chose."""
+    for bad in ["0", "x", "", "70000", "1,2,3,4,5,6,7,8,9", "64,,128", "all"]:
+        expect_error(r, ["bench", "--section", "attention", "--tokens", bad], [2],
+                     ["--tokens", "'%s'" % bad if bad != "1,2,3,4,5,6,7,8,9" else "up to 8"])
+    expect_error(r, ["bench", "--tokens"], [2], ["--tokens", "needs a value"])
+    if r.wrapper:
+        return  # the SGEMM peak (2048^3 through OpenBLAS) would take minutes under valgrind
+    saved = os.environ.get("OPENBLAS_CORETYPE")
+    os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+    try:
+        rc, so, se = r.run(["bench", "--section", "attention", "--threads", 1, "--runs", 1,
+                            "--tokens", "128,64,128"], timeout=120)
+    finally:
+        if saved is None:
+            del os.environ["OPENBLAS_CORETYPE"]
+        else:
+            os.environ["OPENBLAS_CORETYPE"] = saved
+    rows = [line.split() for line in so.splitlines() if line[:6].strip().isdigit()]
+    check(rc == 0 and se == "", "attn bench --tokens 128,64,128 runs", "rc=%s stderr=%r" % (rc, se[:300]))
+    check([(w[0], w[1]) for w in rows] == [("128", "causal"), ("128", "none"), ("64", "causal"),
+                                           ("64", "none")],
+          "--tokens 128,64,128: T = 128 then 64, each causal and not, repeats dropped",
+          "rows=%r" % rows)
+    blas = [line for line in so.splitlines() if line.startswith("OpenBLAS: lib")]
+    if blas:  # OpenBLAS installed (make bench-deps): a core the user named stays
+        check("core Haswell;" in blas[0] and "OPENBLAS_CORETYPE=" not in blas[0],
+              "OPENBLAS_CORETYPE=Haswell set by the user stays", blas[0])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("attn", help="the attn executable")
@@ -1164,6 +1195,7 @@ def main():
         test_small_defects(r)
         test_kernels(r, rng)
         test_sdpa(r, rng)
+        test_bench(r)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d passed, %d failed" % (passed, failed))
