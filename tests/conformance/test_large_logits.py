@@ -20,7 +20,12 @@ median ratio over fresh random cases must stay under the bounds below.
      and dk, in the shapes (1, 1, 11, 64), which runs the fused backward's
      two passes, and (4, 1, 11, 64), its one pass (flash.h).
   3. The issue's module, SelfAttention_v1(d_in=128, d_out=64) on T=11 rows
-     uniform in [-1, 1] (scaled scores up to ~1000): W_value's gradient,
+     uniform in [-1, 1] (scaled scores up to ~1000): its output y, whose
+     error is the scores' rounding (q . k ~ 3000: a float's half ulp is
+     1.2e-4), in chains of 16 dims as PyTorch's SGEMM blocks its own, so
+     on one seed either may be the worse by several times (over 600 seeds
+     the median ratio of max-abs errors was 1.00, attn 3x worse on 7 and
+     PyTorch on 5; the issue's seed 373705 gives 1.4); W_value's gradient,
      x^T dv, where the module's kept lse_lo (the forward's rounding error
      of lse) makes the weights of the backward exact; and x's gradient,
      where most rows are nearly one-hot and take the consistent delta
@@ -50,7 +55,7 @@ from seed_modules import SelfAttention_v1  # noqa: E402
 CASES = 40  # the median of 16 put dk past its bound about once in 30 runs
 SDPA_BOUNDS = {"out": 1.8, "lse": 1.8, "dq": 2.3, "dk": 2.3, "dv": 3.6}
 ONE_HOT_BOUNDS = {"dq": 1.8, "dk": 1.8}
-MODULE_BOUNDS = {"W_value": 2.0, "x": 1.5}
+MODULE_BOUNDS = {"y": 1.5, "W_value": 2.0, "x": 1.5}
 
 seed = int.from_bytes(os.urandom(4), "little")
 print("seed", seed)
@@ -94,8 +99,8 @@ def sdpa_ratios(kernels, cases):
 
 
 def module_ratios(kernels):
-    """SelfAttention_v1's gradients of W_value and x: {name: [attn error /
-    torch float32 error]} over the cases."""
+    """SelfAttention_v1's output y and its gradients of W_value and x:
+    {name: [attn error / torch float32 error]} over the cases."""
     ratios = {name: [] for name in MODULE_BOUNDS}
     os.environ["ATTN_KERNELS"] = kernels
     for _ in range(CASES):
@@ -107,13 +112,15 @@ def module_ratios(kernels):
             m = SelfAttention_v1(128, 64).to(dtype)
             m.load_state_dict({n: p.to(dtype) for n, p in tm.state_dict().items()})
             xt = x.to(dtype).clone().requires_grad_(True)
-            m(xt).backward(dy.to(dtype))
-            grads[dtype] = {"W_value": m.W_value.grad.detach().double(),
+            y = m(xt)
+            y.backward(dy.to(dtype))
+            grads[dtype] = {"y": y.detach().double(), "W_value": m.W_value.grad.detach().double(),
                             "x": xt.grad.detach().double()}
         am = attn.SelfAttention_v1(128, 64)
         am.load_state_dict({n: p.detach().numpy() for n, p in tm.state_dict().items()})
-        am.forward(x.numpy()[None])
-        ours = {"x": np.asarray(am.backward(dy.numpy()[None]))[0], "W_value": am.grads()["W_value"]}
+        y = np.asarray(am.forward(x.numpy()[None]))[0]
+        ours = {"y": y, "x": np.asarray(am.backward(dy.numpy()[None]))[0],
+                "W_value": am.grads()["W_value"]}
         for name in MODULE_BOUNDS:
             ref = grads[torch.float64][name]
             ratios[name].append(rel(ours[name], ref) / max(rel(grads[torch.float32][name], ref), 1e-12))
@@ -160,7 +167,7 @@ sets = [("sdpa, shared direction", shared_direction_cases(), SDPA_BOUNDS),
 for kernels in kernel_sets():
     for label, cases, bounds in sets:
         check(kernels, label, sdpa_ratios(kernels, cases), bounds)
-    check(kernels, "SelfAttention_v1 .grad of", module_ratios(kernels), MODULE_BOUNDS)
+    check(kernels, "SelfAttention_v1 y, .grad of", module_ratios(kernels), MODULE_BOUNDS)
 
 print("%d failed" % failed)
 sys.exit(1 if failed else 0)
