@@ -44,7 +44,7 @@ typedef struct bench_blas {
     void (*set_num_threads)(int);
     const char *core;                 /* openblas_get_corename(), or "?" */
     const char *config;               /* openblas_get_config(), or "?" */
-    char core_note[96];               /* why the core was asked for, or "" */
+    char core_note[128];              /* why the core was asked for, or "" */
 } bench_blas;
 
 /* Row-major c (m, n) = alpha op(a) op(b) + beta c through OpenBLAS on

@@ -214,8 +214,12 @@ static bench_blas find_openblas(void) {
     dlclose(blas.handle);
     setenv("OPENBLAS_CORETYPE", better, 1);
     blas = load_openblas();
-    if (chosen) snprintf(blas.core_note, sizeof blas.core_note,
-                         "; it chose %s on this CPU, so OPENBLAS_CORETYPE=%s", chosen, better);
+    if (chosen && blas.handle)
+        snprintf(blas.core_note, sizeof blas.core_note,
+                 strcmp(blas.core, chosen) != 0 ? "; it chose %s on this CPU, so OPENBLAS_CORETYPE=%s"
+                                                : "; it chose %s on this CPU, and OPENBLAS_CORETYPE=%s "
+                                                  "did not take (it stayed loaded)",
+                 chosen, better);
     free(chosen);
     return blas;
 }
