@@ -32,8 +32,10 @@ Tables (B=1, H=12, hd=64, T=S; threads from --threads, 1 and 2 by default):
              leaves its flash kernel for the math path and attn draws its
              mask inside the fused kernel; with attn.torch (the binding,
              through autograd) beside the C API: the binding's overhead.
-The header names the CPU (/proc/cpuinfo), the PyTorch build and the load
-average: figures taken while other work runs on the machine are noisy.
+The header names the CPU (/proc/cpuinfo), the PyTorch build, the FMA peak
+(attn bench --section peak) and the load average: figures taken while other
+work runs on the machine are noisy. The attention table gives each side's
+GFLOP/s as a fraction of that peak: how far both are from the ceiling.
 """
 import argparse
 import ctypes
@@ -120,7 +122,28 @@ def attn_cpu_line(attn):
         info.l1d_bytes >> 10, info.l2_bytes >> 10, info.l3_bytes >> 10)
 
 
-def print_header(attn_bin, attn, argv):
+def fma_peaks(attn_bin, threads):
+    """{threads: GFLOP/s} of the widest float FMAs, from `attn bench
+    --section peak` (the ceiling both attn and PyTorch run under); {}
+    where it cannot be measured."""
+    try:
+        text = subprocess.run([attn_bin, "bench", "--section", "peak", "--runs", "3",
+                               "--threads", ",".join(str(t) for t in threads)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              timeout=120).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    peaks = {}
+    for line in text.splitlines():
+        cells = [c.split() for c in line.split("|")]
+        if len(cells) == 4 and len(cells[0]) == 1 and cells[0][0].isdigit():
+            widest = next((c[0] for c in cells[1:3] if c and c[0] != "-"), None)
+            if widest:
+                peaks[int(cells[0][0])] = float(widest)
+    return peaks
+
+
+def print_header(attn_bin, attn, argv, peaks):
     """The command, the CPU, attn's own view of it, PyTorch and the load."""
     print("$ " + " ".join(shlex.quote(a) for a in argv))
     facts, ncpu = cpu_facts()
@@ -156,6 +179,9 @@ def print_header(attn_bin, attn, argv):
         torch.__version__, torch.__file__.rsplit("/", 2)[0], capability))
     print("results file name (bench/results/README.md): <what>-%s-%dvcpu.txt" % (
         cpu_kind(facts), ncpu))
+    print("FMA peak (attn bench --section peak, widest vectors): %s" % (
+        ", ".join("%.1f GFLOP/s on %d thread%s" % (g, t, "" if t == 1 else "s")
+                  for t, g in sorted(peaks.items())) or "not measured"))
     print("load average before: %.2f %.2f %.2f" % os.getloadavg())
 
 
@@ -338,7 +364,12 @@ def attention_rows(a):
                 yield threads, T, causal
 
 
-def attention_table(attn, a):
+def of_peak(seconds, flops, peak):
+    """GFLOP/s of flops in seconds over peak GFLOP/s ('-' without one)."""
+    return "%5.2f" % (flops / seconds / 1e9 / peak) if peak else "%5s" % "-"
+
+
+def attention_table(attn, a, peaks):
     """fp32 attention in process; returns {(threads, T, causal): (fwd s, f+b s)} of attn."""
     print("\nattention in process, fp32, B=%d H=%d hd=%d, T=S: median ms of %d runs "
           "(T >= %d: %d, no warm-up), attn and PyTorch alternating" % (
@@ -347,17 +378,25 @@ def attention_table(attn, a):
           "torch: F.scaled_dot_product_attention (no_grad; + .backward())")
     print("  x = torch ms / attn ms (above 1: attn faster); '<' below the target %.1fx; "
           "diff: max |attn - torch| of out, of dq" % TARGET_SPEEDUP)
-    print("%6s %-6s %3s | %9s %9s %6s | %9s %9s %6s | %15s" % (
-        "T", "mask", "thr", "fwd attn", "torch", "x", "f+b attn", "torch", "x", "diff out, dq"))
+    print("  of FMA peak: GFLOP/s over the FMA peak on as many threads; fwd attn, fwd torch, f+b "
+          "attn, f+b torch (4 B H T^2 hd flops a forward, halved when causal; 2.5x that a "
+          "backward)")
+    print("%6s %-6s %3s | %9s %9s %6s | %9s %9s %6s | %15s | %23s" % (
+        "T", "mask", "thr", "fwd attn", "torch", "x", "f+b attn", "torch", "x", "diff out, dq",
+        "of FMA peak: f  f  fb fb"))
     fp32 = {}
     for threads, T, causal in attention_rows(a):
         runs, warm = runs_for(T, a)
         af, tf, afb, tfb, diff = time_attention(attn, threads, T, causal, torch.float32,
                                                 runs, warm)
         fp32[(threads, T, causal)] = (af, afb)
-        print("%6d %-6s %3d | %s | %s | %7.1e %7.1e" % (
+        flops = 4.0 * B * H * T * T * D * (0.5 if causal else 1.0)
+        peak = peaks.get(threads)
+        print("%6d %-6s %3d | %s | %s | %7.1e %7.1e | %s %s %s %s" % (
             T, "causal" if causal else "none", threads, cell(af, tf, TARGET_SPEEDUP),
-            cell(afb, tfb, TARGET_SPEEDUP), *diff))
+            cell(afb, tfb, TARGET_SPEEDUP), *diff, of_peak(af, flops, peak),
+            of_peak(tf, flops, peak), of_peak(afb, 3.5 * flops, peak),
+            of_peak(tfb, 3.5 * flops, peak)))
         sys.stdout.flush()
     return fp32
 
@@ -590,9 +629,10 @@ def main():
     if a.out:
         sys.stdout = Tee(sys.stdout, a.out)
     attn = Attn(a.attn)
-    print_header(a.attn, attn, [os.path.relpath(sys.executable)] + sys.argv)
+    peaks = fma_peaks(a.attn, a.threads)
+    print_header(a.attn, attn, [os.path.relpath(sys.executable)] + sys.argv, peaks)
     torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
-    fp32 = attention_table(attn, a) if "attention" in a.tables else {}
+    fp32 = attention_table(attn, a, peaks) if "attention" in a.tables else {}
     if "bf16" in a.tables:
         bf16_table(attn, a, fp32)
     if "layer" in a.tables:

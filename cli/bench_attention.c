@@ -163,16 +163,22 @@ int bench_attention(const bench_options *o, const bench_blas *blas) {
     const size_t *all_tokens;
     size_t token_counts = bench_tokens(o, own_tokens, 4, 2, &all_tokens);
     printf("attention: fused scaled dot-product attention, B=1 H=%d hd=%d, T=S\n", HEADS, HEAD_DIM);
-    printf("%6s %-6s %3s | %9s %7s %5s | %9s %7s %5s | %7s %7s | %11s | %10s\n", "T", "mask", "thr",
-           "fwd ms", "GF/s", "sgemm", "f+b ms", "GF/s", "sgemm", "drop f", "drop fb",
-           "MiB f / f+b", "ref fwd ms");
+    printf("  GF/s over the SGEMM's (sgemm) and over the FMA peak (peak; attn bench --section "
+           "peak)\n");
+    printf("%6s %-6s %3s | %9s %7s %5s %5s | %9s %7s %5s %5s | %7s %7s | %11s | %10s\n", "T",
+           "mask", "thr", "fwd ms", "GF/s", "sgemm", "peak", "f+b ms", "GF/s", "sgemm", "peak",
+           "drop f", "drop fb", "MiB f / f+b", "ref fwd ms");
     int rc = CLI_OK;
     for (size_t ti = 0; ti < o->thread_counts && rc == CLI_OK; ti++) {
         size_t threads = o->threads[ti];
         const char *who;
         double peak = sgemm_peak(blas, threads, o->runs, &who);
-        printf("  %zu thread%s: SGEMM 2048^3 through %s %.1f GFLOP/s\n", threads,
+        unsigned bits = bench_widest_fma();
+        double fma = bench_fma_peak(threads, bits, o->runs);
+        printf("  %zu thread%s: SGEMM 2048^3 through %s %.1f GFLOP/s", threads,
                threads == 1 ? "" : "s", who, peak);
+        if (isnan(fma)) printf("; no FMA peak measured here\n");
+        else printf("; FMA peak (%u-bit) %.1f GFLOP/s, the SGEMM at %.2f of it\n", bits, fma, peak / fma);
         for (size_t i = 0; i < token_counts && rc == CLI_OK; i++) {
             size_t T = all_tokens[i];
             /* T = 16384: causal only, once (a non-causal pass takes minutes) */
@@ -209,12 +215,12 @@ int bench_attention(const bench_options *o, const bench_blas *blas) {
                         c.ctx = fast;
                     }
                     if (c.failed) rc = cli_library_error(c.ctx, "bench attention");
-                    printf("%6zu %-6s %3zu | %9.2f %7.1f %5.2f | %9.2f %7.1f %5.2f | %7.2f %7.2f | "
-                           "%5.1f/%5.1f | %10s\n",
-                           T, causal ? "causal" : "none", threads, 1e3 * t_f, flops / t_f / 1e9,
-                           flops / t_f / 1e9 / peak, 1e3 * t_fb, 3.5 * flops / t_fb / 1e9,
-                           3.5 * flops / t_fb / 1e9 / peak, d_f / t_f, d_fb / t_fb, mib_f, mib_fb,
-                           ref_ms);
+                    double rate_f = flops / t_f / 1e9, rate_fb = 3.5 * flops / t_fb / 1e9;
+                    printf("%6zu %-6s %3zu | %9.2f %7.1f %5.2f %5.2f | %9.2f %7.1f %5.2f %5.2f | "
+                           "%7.2f %7.2f | %5.1f/%5.1f | %10s\n",
+                           T, causal ? "causal" : "none", threads, 1e3 * t_f, rate_f, rate_f / peak,
+                           rate_f / fma, 1e3 * t_fb, rate_fb, rate_fb / peak, rate_fb / fma,
+                           d_f / t_f, d_fb / t_fb, mib_f, mib_fb, ref_ms);
                     fflush(stdout);
                 }
                 attn_ctx_free(ref);

@@ -27,6 +27,8 @@ typedef struct bench_section {
 } bench_section;
 
 static const bench_section sections[] = {
+    {"peak", "the FMA peak: independent float fmas, 512- and 256-bit, on each thread count",
+     bench_peak},
     {"sgemm", "2048^3 and the GPT-2 projection shapes, every transpose case the modules use",
      bench_sgemm},
     {"attention", "fused attention forward and backward, B=1 H=12 hd=64, T up to 16384",

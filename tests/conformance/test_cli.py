@@ -1130,7 +1130,9 @@ def test_sdpa(r, rng):
 
 def test_bench(r):
     """attn bench: --tokens picks the sequence lengths; bad lists are usage
-    errors; OpenBLAS keeps a core type the user chose."""
+    errors; OpenBLAS keeps a core type the user chose; attention rows give
+    each rate over the SGEMM and over the FMA peak, which the peak section
+    measures at both vector widths."""
     for bad in ["0", "x", "", "70000", "1,2,3,4,5,6,7,8,9", "64,,128", "all"]:
         expect_error(r, ["bench", "--section", "attention", "--tokens", bad], [2],
                      ["--tokens", "'%s'" % bad if bad != "1,2,3,4,5,6,7,8,9" else "up to 8"])
@@ -1157,6 +1159,32 @@ def test_bench(r):
     if blas:  # OpenBLAS installed (make bench-deps): a core the user named stays
         check("core Haswell;" in blas[0] and "OPENBLAS_CORETYPE=" not in blas[0],
               "OPENBLAS_CORETYPE=Haswell set by the user stays", blas[0])
+    # each attention row: fwd and f+b as GFLOP/s, over the SGEMM and over the FMA peak
+    peak_line = [line for line in so.splitlines() if "1 thread: SGEMM" in line]
+    measured = bool(peak_line) and "FMA peak (" in peak_line[0]
+    for w in rows:
+        cells = " ".join(w).split("|")
+        fwd, fb = cells[1].split(), cells[2].split()
+        ok = len(fwd) == len(fb) == 4 and all(float(x) > 0 for x in fwd[:3] + fb[:3])
+        if measured:  # GF/s over the peak: above 0, and not above the peak itself
+            ok = ok and all(0.0 < float(x) <= 1.0 for x in (fwd[3], fb[3]))
+        check(ok, "attention row %s %s: ms, GF/s, over SGEMM, over peak" % (w[0], w[1]), repr(cells))
+
+    # the FMA peak: both widths where the CPU has them, a row per thread count
+    rc, so, se = r.run(["bench", "--section", "peak", "--threads", "1,2", "--runs", 1], timeout=60)
+    check(rc == 0 and se == "", "attn bench --section peak runs", "rc=%s stderr=%r" % (rc, se[:300]))
+    table = [[c.split() for c in line.split("|")] for line in so.splitlines()
+             if line.count("|") == 3 and line.split("|")[0].strip().isdigit()]
+    check([int(t[0][0]) for t in table] == [1, 2], "peak: a row for 1 and for 2 threads", so[-600:])
+    flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
+    for t in table:
+        wide, narrow = t[1][0], t[2][0]
+        if " avx512f " in flags:
+            check(wide != "-" and float(wide) > 1.0, "peak: a 512-bit rate", repr(t))
+        if " fma " in flags and " avx2 " in flags:
+            check(narrow != "-" and float(narrow) > 1.0, "peak: a 256-bit rate", repr(t))
+        if wide != "-" and narrow != "-":  # 1 where 512-bit ops are split (Zen 4), 2 at full width
+            check(0.5 <= float(wide) / float(narrow) <= 2.5, "peak: 512 / 256 between 0.5 and 2.5", repr(t))
 
 
 def main():
