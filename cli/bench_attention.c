@@ -8,7 +8,8 @@
  *   forward, half that when causal, and 3.5x the forward's for forward +
  *   backward (the backward counted as 2.5 forwards). "of sgemm" is that
  *   rate over the same run's OpenBLAS SGEMM 2048^3 on as many threads (our
- *   own SGEMM when OpenBLAS is missing). dropout is the time with p = 0.1
+ *   own SGEMM when OpenBLAS is missing); "peak" is that rate over the FMA
+ *   peak on as many threads (bench_peak.c). dropout is the time with p = 0.1
  *   (Philox, in the kernel) over the time without. Memory is the peak
  *   resident growth during the call, beyond the inputs and outputs.
  * layer: the whole GPT-2-small attention module (C = 768, 12 heads:
@@ -172,13 +173,13 @@ int bench_attention(const bench_options *o, const bench_blas *blas) {
     for (size_t ti = 0; ti < o->thread_counts && rc == CLI_OK; ti++) {
         size_t threads = o->threads[ti];
         const char *who;
-        double peak = sgemm_peak(blas, threads, o->runs, &who);
+        double sgemm = sgemm_peak(blas, threads, o->runs, &who);
         unsigned bits = bench_widest_fma();
         double fma = bench_fma_peak(threads, bits, o->runs);
         printf("  %zu thread%s: SGEMM 2048^3 through %s %.1f GFLOP/s", threads,
-               threads == 1 ? "" : "s", who, peak);
+               threads == 1 ? "" : "s", who, sgemm);
         if (isnan(fma)) printf("; no FMA peak measured here\n");
-        else printf("; FMA peak (%u-bit) %.1f GFLOP/s, the SGEMM at %.2f of it\n", bits, fma, peak / fma);
+        else printf("; FMA peak (%u-bit) %.1f GFLOP/s, the SGEMM at %.2f of it\n", bits, fma, sgemm / fma);
         for (size_t i = 0; i < token_counts && rc == CLI_OK; i++) {
             size_t T = all_tokens[i];
             /* T = 16384: causal only, once (a non-causal pass takes minutes) */
@@ -218,8 +219,8 @@ int bench_attention(const bench_options *o, const bench_blas *blas) {
                     double rate_f = flops / t_f / 1e9, rate_fb = 3.5 * flops / t_fb / 1e9;
                     printf("%6zu %-6s %3zu | %9.2f %7.1f %5.2f %5.2f | %9.2f %7.1f %5.2f %5.2f | "
                            "%7.2f %7.2f | %5.1f/%5.1f | %10s\n",
-                           T, causal ? "causal" : "none", threads, 1e3 * t_f, rate_f, rate_f / peak,
-                           rate_f / fma, 1e3 * t_fb, rate_fb, rate_fb / peak, rate_fb / fma,
+                           T, causal ? "causal" : "none", threads, 1e3 * t_f, rate_f, rate_f / sgemm,
+                           rate_f / fma, 1e3 * t_fb, rate_fb, rate_fb / sgemm, rate_fb / fma,
                            d_f / t_f, d_fb / t_fb, mib_f, mib_fb, ref_ms);
                     fflush(stdout);
                 }

@@ -1,11 +1,12 @@
 /*
  * bench_peak.c — the machine's floating-point peak, measured: independent
  * float fused multiply-adds on every thread at once, with 512-bit and
- * 256-bit vectors. It is the ceiling of every kernel here, a figure above
- * the SGEMM's (OpenBLAS's SGEMM runs at 0.7-0.8 of it on the Xeons we
- * had), and the width that reaches it is what the CPU's datapath is: on
- * Zen 4, which splits 512-bit operations in two, both widths give the same
- * FLOP/s; on Zen 5 and Intel's AVX-512 cores, 512 bits give twice 256.
+ * 256-bit vectors. It is the ceiling of every kernel here, above the
+ * SGEMM's (OpenBLAS's SGEMM 2048^3 ran at 0.61-0.80 of it on the 2-vCPU
+ * Xeon), and the width that reaches it tells what the CPU's datapath is:
+ * on Zen 4, which splits 512-bit operations in two, both widths should
+ * give the same FLOP/s; on the Xeon, 512 bits gave 1.8x 256 (the core
+ * clocks lower for 512-bit work).
  *
  * The loops are compiled for their instruction sets with target
  * attributes and run only where the CPU has them.
