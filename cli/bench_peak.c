@@ -41,43 +41,51 @@
 #define CHAINS_24(X) CHAINS_12(X) CHAINS_4(X, 12, 13, 14, 15) CHAINS_4(X, 16, 17, 18, 19) \
     CHAINS_4(X, 20, 21, 22, 23)
 
-/* steps x CHAINS_512 fmas of 16 floats; returns a sum so the work is kept. */
-__attribute__((target("avx512f"))) static float fma_steps_512(uint64_t steps) {
-    const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
-#define INIT(i) __m512 acc##i = _mm512_set1_ps(1.0f + (float)(i) / 64.0f);
-#define STEP(i) acc##i = _mm512_fmadd_ps(acc##i, b, c);
-#define SUM(i) total = _mm512_add_ps(total, acc##i);
-    CHAINS_24(INIT)
-    for (uint64_t s = 0; s < steps; s++) {
-        CHAINS_24(STEP)
-    }
-    __m512 total = _mm512_setzero_ps();
-    CHAINS_24(SUM)
-#undef INIT
-#undef STEP
-#undef SUM
-    return _mm512_reduce_add_ps(total);
-}
+/* The loop, over the vocabulary VEC (type), SET1, FMADD, ADD and STOREU
+ * defined around each use: steps x the chains' fmas, and a sum of the
+ * chains so that the work is kept. */
+#define INIT(i) VEC acc##i = SET1(1.0f + (float)(i) / 64.0f);
+#define STEP(i) acc##i = FMADD(acc##i, b, c);
+#define SUM(i) total = ADD(total, acc##i);
+#define FMA_STEPS(CHAINS)                                  \
+    const VEC b = SET1(0.999999f), c = SET1(1e-7f);        \
+    CHAINS(INIT)                                           \
+    for (uint64_t s = 0; s < steps; s++) {                 \
+        CHAINS(STEP)                                       \
+    }                                                      \
+    VEC total = SET1(0.0f);                                \
+    CHAINS(SUM)                                            \
+    float lanes[sizeof(VEC) / sizeof(float)];              \
+    STOREU(lanes, total);                                  \
+    return lanes[0] + lanes[1];
 
-/* steps x CHAINS_256 fmas of 8 floats. */
-__attribute__((target("avx2,fma"))) static float fma_steps_256(uint64_t steps) {
-    const __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
-#define INIT(i) __m256 acc##i = _mm256_set1_ps(1.0f + (float)(i) / 64.0f);
-#define STEP(i) acc##i = _mm256_fmadd_ps(acc##i, b, c);
-#define SUM(i) total = _mm256_add_ps(total, acc##i);
-    CHAINS_12(INIT)
-    for (uint64_t s = 0; s < steps; s++) {
-        CHAINS_12(STEP)
-    }
-    __m256 total = _mm256_setzero_ps();
-    CHAINS_12(SUM)
-#undef INIT
-#undef STEP
-#undef SUM
-    float lanes[8];
-    _mm256_storeu_ps(lanes, total);
-    return lanes[0] + lanes[7];
+#define VEC __m512
+#define SET1 _mm512_set1_ps
+#define FMADD _mm512_fmadd_ps
+#define ADD _mm512_add_ps
+#define STOREU _mm512_storeu_ps
+__attribute__((target("avx512f"))) static float fma_steps_512(uint64_t steps) {
+    FMA_STEPS(CHAINS_24)
 }
+#undef VEC
+#undef SET1
+#undef FMADD
+#undef ADD
+#undef STOREU
+
+#define VEC __m256
+#define SET1 _mm256_set1_ps
+#define FMADD _mm256_fmadd_ps
+#define ADD _mm256_add_ps
+#define STOREU _mm256_storeu_ps
+__attribute__((target("avx2,fma"))) static float fma_steps_256(uint64_t steps) {
+    FMA_STEPS(CHAINS_12)
+}
+#undef VEC
+#undef SET1
+#undef FMADD
+#undef ADD
+#undef STOREU
 #endif
 
 typedef struct peak_run {
