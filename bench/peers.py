@@ -136,7 +136,7 @@ def fma_peaks(attn_bin, threads):
     peaks = {}
     for line in text.splitlines():
         cells = [c.split() for c in line.split("|")]
-        if len(cells) == 4 and len(cells[0]) == 1 and cells[0][0].isdigit():
+        if len(cells) >= 4 and len(cells[0]) == 1 and cells[0][0].isdigit():
             widest = next((c[0] for c in cells[1:3] if c and c[0] != "-"), None)
             if widest:
                 peaks[int(cells[0][0])] = float(widest)

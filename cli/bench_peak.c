@@ -6,7 +6,11 @@
  * Xeon), and the width that reaches it tells what the CPU's datapath is:
  * on Zen 4, which splits 512-bit operations in two, both widths should
  * give the same FLOP/s; on the Xeon, 512 bits gave 1.8x 256 (the core
- * clocks lower for 512-bit work).
+ * clocks lower for 512-bit work). Beside them, the bf16 dot product
+ * vdpbf16ps (two products a lane), on which the library's bf16 kernels run
+ * where it beats the float fmas: on AMD's cores, twice their FLOP/s by
+ * the ANCHORS; on the Xeon, half (113 against 233 GFLOP/s a core), so the
+ * kernels widen bf16 to float there when AMX is not theirs.
  *
  * The loops are compiled for their instruction sets with target
  * attributes and run only where the CPU has them.
@@ -40,15 +44,17 @@
 #define CHAINS_12(X) CHAINS_4(X, 0, 1, 2, 3) CHAINS_4(X, 4, 5, 6, 7) CHAINS_4(X, 8, 9, 10, 11)
 #define CHAINS_24(X) CHAINS_12(X) CHAINS_4(X, 12, 13, 14, 15) CHAINS_4(X, 16, 17, 18, 19) \
     CHAINS_4(X, 20, 21, 22, 23)
+#define CHAINS_24_COUNT 24
 
-/* The loop, over the vocabulary VEC (type), SET1, FMADD, ADD and STOREU
- * defined around each use: steps x the chains' fmas, and a sum of the
- * chains so that the work is kept. */
+/* The loop, over the vocabulary VEC (type), OPERANDS (b and c), SET1,
+ * FMADD, ADD and STOREU defined around each use: steps x the chains'
+ * acc = FMADD(acc, b, c), and a sum of the chains so that the work is
+ * kept. */
 #define INIT(i) VEC acc##i = SET1(1.0f + (float)(i) / 64.0f);
 #define STEP(i) acc##i = FMADD(acc##i, b, c);
 #define SUM(i) total = ADD(total, acc##i);
 #define FMA_STEPS(CHAINS)                                  \
-    const VEC b = SET1(0.999999f), c = SET1(1e-7f);        \
+    OPERANDS                                               \
     CHAINS(INIT)                                           \
     for (uint64_t s = 0; s < steps; s++) {                 \
         CHAINS(STEP)                                       \
@@ -59,7 +65,10 @@
     STOREU(lanes, total);                                  \
     return lanes[0] + lanes[1];
 
+#define FLOAT_OPERANDS const VEC b = SET1(0.999999f), c = SET1(1e-7f);
+
 #define VEC __m512
+#define OPERANDS FLOAT_OPERANDS
 #define SET1 _mm512_set1_ps
 #define FMADD _mm512_fmadd_ps
 #define ADD _mm512_add_ps
@@ -68,12 +77,14 @@ __attribute__((target("avx512f"))) static float fma_steps_512(uint64_t steps) {
     FMA_STEPS(CHAINS_24)
 }
 #undef VEC
+#undef OPERANDS
 #undef SET1
 #undef FMADD
 #undef ADD
 #undef STOREU
 
 #define VEC __m256
+#define OPERANDS FLOAT_OPERANDS
 #define SET1 _mm256_set1_ps
 #define FMADD _mm256_fmadd_ps
 #define ADD _mm256_add_ps
@@ -82,14 +93,62 @@ __attribute__((target("avx2,fma"))) static float fma_steps_256(uint64_t steps) {
     FMA_STEPS(CHAINS_12)
 }
 #undef VEC
+#undef OPERANDS
+#undef SET1
+#undef FMADD
+#undef ADD
+#undef STOREU
+
+/* The bf16 dot: acc += b_lo c_lo + b_hi c_hi in each lane, the pairs
+ * constant (1e-3 each: the sums stay far from overflow). */
+#define VEC __m512
+#define OPERANDS                                                                      \
+    const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f)), \
+                   c = b;
+#define SET1 _mm512_set1_ps
+#define FMADD _mm512_dpbf16_ps
+#define ADD _mm512_add_ps
+#define STOREU _mm512_storeu_ps
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) static float bf16_dot_steps(uint64_t steps) {
+    FMA_STEPS(CHAINS_24)
+}
+#undef VEC
+#undef OPERANDS
 #undef SET1
 #undef FMADD
 #undef ADD
 #undef STOREU
 #endif
 
+/* The loops this section times. */
+typedef enum peak_loop { FMA_512, FMA_256, BF16_DOT } peak_loop;
+
+static bool loop_supported(peak_loop loop) {
+    attn_cpu_info cpu;
+    if (attn_cpu_info_get(&cpu) != ATTN_OK) return false;
+#ifdef BENCH_PEAK_X86
+    switch (loop) {
+    case FMA_512: return cpu.avx512f;
+    case FMA_256: return cpu.avx2_fma;
+    case BF16_DOT: return cpu.avx512f && cpu.avx512_bf16;
+    }
+#endif
+    (void)loop;
+    return false;
+}
+
+/* Flops of one step of a loop: 2 a product. */
+static double step_flops(peak_loop loop) {
+    switch (loop) {
+    case FMA_512: return 2.0 * 16 * CHAINS_512;
+    case FMA_256: return 2.0 * 8 * CHAINS_256;
+    case BF16_DOT: return 2.0 * 32 * CHAINS_24_COUNT;
+    }
+    return 0.0;
+}
+
 typedef struct peak_run {
-    unsigned bits;
+    peak_loop loop;
     uint64_t steps;
     float sum; /* the loop's result, read after the join */
 } peak_run;
@@ -97,19 +156,18 @@ typedef struct peak_run {
 static void *run_steps(void *arg) {
     peak_run *r = arg;
 #ifdef BENCH_PEAK_X86
-    r->sum = r->bits == 512 ? fma_steps_512(r->steps) : fma_steps_256(r->steps);
+    switch (r->loop) {
+    case FMA_512: r->sum = fma_steps_512(r->steps); break;
+    case FMA_256: r->sum = fma_steps_256(r->steps); break;
+    case BF16_DOT: r->sum = bf16_dot_steps(r->steps); break;
+    }
 #endif
     return NULL;
 }
 
-/* Flops of one step of the loop of bits. */
-static double step_flops(unsigned bits) {
-    return bits == 512 ? 2.0 * 16 * CHAINS_512 : 2.0 * 8 * CHAINS_256;
-}
-
-/* Seconds for threads threads to run steps steps each at once; NAN when a
- * thread cannot start. */
-static double time_threads(size_t threads, unsigned bits, uint64_t steps) {
+/* Seconds for threads threads to run steps steps of loop each at once;
+ * NAN when a thread cannot start. */
+static double time_threads(size_t threads, peak_loop loop, uint64_t steps) {
     enum { MAX = 256 };
     pthread_t ids[MAX];
     peak_run runs[MAX];
@@ -117,74 +175,94 @@ static double time_threads(size_t threads, unsigned bits, uint64_t steps) {
     double t0 = bench_now();
     size_t started = 0;
     for (; started + 1 < threads; started++) {
-        runs[started] = (peak_run){.bits = bits, .steps = steps};
+        runs[started] = (peak_run){.loop = loop, .steps = steps};
         if (pthread_create(&ids[started], NULL, run_steps, &runs[started]) != 0) break;
     }
-    runs[started] = (peak_run){.bits = bits, .steps = steps};
+    runs[started] = (peak_run){.loop = loop, .steps = steps};
     run_steps(&runs[started]); /* the last on this thread */
     for (size_t i = 0; i < started; i++) pthread_join(ids[i], NULL);
     double t = bench_now() - t0;
     return started + 1 == threads && isfinite(runs[started].sum) ? t : NAN;
 }
 
-bool bench_peak_supported(unsigned bits) {
-    attn_cpu_info cpu;
-    if (attn_cpu_info_get(&cpu) != ATTN_OK) return false;
-#ifdef BENCH_PEAK_X86
-    return bits == 512 ? cpu.avx512f : bits == 256 ? cpu.avx2_fma : false;
-#else
-    return false;
-#endif
-}
-
-double bench_fma_peak(size_t threads, unsigned bits, size_t runs) {
-    if (!bench_peak_supported(bits) || threads == 0) return NAN;
+/* GFLOP/s of loop on threads threads at once, the median of runs runs;
+ * NAN where the CPU lacks its instructions. */
+static double loop_rate(peak_loop loop, size_t threads, size_t runs) {
+    if (!loop_supported(loop) || threads == 0) return NAN;
     /* steps for about 0.1 s a run, from a short first run */
     uint64_t steps = 1u << 16;
-    double t = time_threads(1, bits, steps);
+    double t = time_threads(1, loop, steps);
     if (!(t > 0.0)) return NAN;
     steps = (uint64_t)((double)steps * 0.1 / t) + 1;
     double rates[64];
     if (runs > 64) runs = 64;
     if (runs == 0) runs = 1;
     for (size_t r = 0; r < runs; r++) {
-        t = time_threads(threads, bits, steps);
-        rates[r] = (double)threads * (double)steps * step_flops(bits) / t / 1e9;
+        t = time_threads(threads, loop, steps);
+        rates[r] = (double)threads * (double)steps * step_flops(loop) / t / 1e9;
     }
     return bench_median(rates, runs);
+}
+
+bool bench_peak_supported(unsigned bits) {
+    return bits == 512 ? loop_supported(FMA_512) : bits == 256 ? loop_supported(FMA_256) : false;
+}
+
+double bench_fma_peak(size_t threads, unsigned bits, size_t runs) {
+    if (bits != 512 && bits != 256) return NAN;
+    return loop_rate(bits == 512 ? FMA_512 : FMA_256, threads, runs);
 }
 
 unsigned bench_widest_fma(void) {
     return bench_peak_supported(512) ? 512 : bench_peak_supported(256) ? 256 : 0;
 }
 
+/* "rate rate/threads" in two cells, or dashes. */
+static void rate_cells(double rate, size_t threads, char *out, size_t size) {
+    if (isnan(rate)) snprintf(out, size, "%9s %9s", "-", "-");
+    else snprintf(out, size, "%9.1f %9.1f", rate, rate / (double)threads);
+}
+
+/* a / b to two places, or a dash. */
+static void ratio_cell(double a, double b, char *out, size_t size) {
+    if (isnan(a) || isnan(b)) snprintf(out, size, "%9s", "-");
+    else snprintf(out, size, "%9.2f", a / b);
+}
+
 int bench_peak(const bench_options *o, const bench_blas *blas) {
     (void)blas;
     attn_cpu_info cpu;
     attn_cpu_info_get(&cpu);
-    printf("peak: float fmas, %d (512-bit) or %d (256-bit) independent chains a thread, all "
-           "threads at once; GFLOP/s\n", CHAINS_512, CHAINS_256);
+    printf("peak: float fmas, %d (512-bit) or %d (256-bit) independent chains a thread, and the "
+           "bf16 dot vdpbf16ps (512-bit, %d chains, 2 products a lane), all threads at once; "
+           "GFLOP/s\n", CHAINS_512, CHAINS_256, CHAINS_24_COUNT);
     if (!bench_widest_fma()) {
         printf("  no FMA vectors this section can time on this CPU\n");
         return CLI_OK;
     }
-    printf("%4s | %9s %9s | %9s %9s | %s\n", "thr", "512-bit", "a thread", "256-bit", "a thread",
-           "512 / 256");
+    printf("%4s | %9s %9s | %9s %9s | %9s | %9s %9s | %9s\n", "thr", "512-bit", "a thread",
+           "256-bit", "a thread", "512 / 256", "bf16 dot", "a thread", "bf16/512");
     for (size_t i = 0; i < o->thread_counts; i++) {
         size_t threads = o->threads[i];
-        double wide = bench_fma_peak(threads, 512, o->runs);
-        double narrow = bench_fma_peak(threads, 256, o->runs);
-        char cells[2][32], ratio[16] = "-";
-        const double rates[2] = {wide, narrow};
-        for (int w = 0; w < 2; w++)
-            if (isnan(rates[w])) snprintf(cells[w], sizeof cells[w], "%9s %9s", "-", "-");
-            else snprintf(cells[w], sizeof cells[w], "%9.1f %9.1f", rates[w], rates[w] / (double)threads);
-        if (!isnan(wide) && !isnan(narrow)) snprintf(ratio, sizeof ratio, "%.2f", wide / narrow);
-        printf("%4zu | %s | %s | %s\n", threads, cells[0], cells[1], ratio);
+        double wide = loop_rate(FMA_512, threads, o->runs);
+        double narrow = loop_rate(FMA_256, threads, o->runs);
+        double dot = loop_rate(BF16_DOT, threads, o->runs);
+        char cells[3][32], ratios[2][16];
+        rate_cells(wide, threads, cells[0], sizeof cells[0]);
+        rate_cells(narrow, threads, cells[1], sizeof cells[1]);
+        rate_cells(dot, threads, cells[2], sizeof cells[2]);
+        ratio_cell(wide, narrow, ratios[0], sizeof ratios[0]);
+        ratio_cell(dot, wide, ratios[1], sizeof ratios[1]);
+        printf("%4zu | %s | %s | %s | %s | %s\n", threads, cells[0], cells[1], ratios[0], cells[2],
+               ratios[1]);
         fflush(stdout);
     }
-    printf("  the library's table says %u-bit FMAs on this core (%s); 512 / 256 near 2 "
-           "means 512 bits run full width, near 1 that they are split\n",
+    printf("  512 / 256: near 2, 512-bit fmas run full width; near 1, they are split. The "
+           "library's table says %u-bit on this core (%s).\n",
            cpu.fma_vector_bits, cpu.uarch ? cpu.uarch : "?");
+    printf("  bf16 / 512: above 1, vdpbf16ps gives more products than the float fmas. The "
+           "library's bf16 kernels take it on AMD's cores; on Intel's they run on AMX tiles "
+           "where the process asked for them (attn_cpu_request_amx), else widen bf16 to "
+           "float.\n");
     return CLI_OK;
 }

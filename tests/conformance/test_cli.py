@@ -1175,14 +1175,18 @@ def test_bench(r):
     rc, so, se = r.run(["bench", "--section", "peak", "--threads", "1,2", "--runs", 1], timeout=60)
     check(rc == 0 and se == "", "attn bench --section peak runs", "rc=%s stderr=%r" % (rc, se[:300]))
     table = [[c.split() for c in line.split("|")] for line in so.splitlines()
-             if line.count("|") == 3 and line.split("|")[0].strip().isdigit()]
+             if line.count("|") == 5 and line.split("|")[0].strip().isdigit()]
     check([int(t[0][0]) for t in table] == [1, 2], "peak: a row for 1 and for 2 threads", so[-600:])
     # A rate per thread above two FMA pipes at 6.5 GHz (416 GFLOP/s with 512-bit vectors,
-    # 208 with 256-bit ones) would be miscounted flops; other work running (ctest -j)
-    # only lowers the rates, so the bounds hold under load.
+    # 208 with 256-bit ones, 832 for the bf16 dot's two products a lane) would be
+    # miscounted flops; other work running (ctest -j) only lowers the rates, so the
+    # bounds hold under load.
     flags = open("/proc/cpuinfo").read() if os.path.exists("/proc/cpuinfo") else ""
     for t in table:
-        wide, narrow = t[1], t[2]
+        wide, narrow, dot = t[1], t[2], t[4]
+        if " avx512f " in flags and " avx512_bf16 " in flags:
+            check(dot[0] != "-" and 1.0 < float(dot[1]) <= 832.0, "peak: a bf16 dot rate",
+                  repr(t))
         if " avx512f " in flags:
             check(wide[0] != "-" and 1.0 < float(wide[1]) <= 416.0, "peak: a 512-bit rate",
                   repr(t))
