@@ -40,83 +40,63 @@
  * starts from a different value: chains the compiler can prove equal it
  * computes once (1 + i 1e-7 rounded to equal floats, and 24 chains ran
  * as 20). */
-#define CHAINS_4(X, a, b, c, d) X(a) X(b) X(c) X(d)
-#define CHAINS_12(X) CHAINS_4(X, 0, 1, 2, 3) CHAINS_4(X, 4, 5, 6, 7) CHAINS_4(X, 8, 9, 10, 11)
-#define CHAINS_24(X) CHAINS_12(X) CHAINS_4(X, 12, 13, 14, 15) CHAINS_4(X, 16, 17, 18, 19) \
-    CHAINS_4(X, 20, 21, 22, 23)
+#define CHAINS_4(X, W, a, b, c, d) X(W, a) X(W, b) X(W, c) X(W, d)
+#define CHAINS_12(X, W) \
+    CHAINS_4(X, W, 0, 1, 2, 3) CHAINS_4(X, W, 4, 5, 6, 7) CHAINS_4(X, W, 8, 9, 10, 11)
+#define CHAINS_24(X, W) CHAINS_12(X, W) CHAINS_4(X, W, 12, 13, 14, 15) \
+    CHAINS_4(X, W, 16, 17, 18, 19) CHAINS_4(X, W, 20, 21, 22, 23)
 
-/* The loop, over the vocabulary VEC (type), OPERANDS (b and c), SET1,
- * FMADD, ADD and STOREU defined around each use: steps x the chains'
- * acc = FMADD(acc, b, c), and a sum of the chains so that the work is
- * kept. */
-#define INIT(i) VEC acc##i = SET1(1.0f + (float)(i) / 64.0f);
-#define STEP(i) acc##i = FMADD(acc##i, b, c);
-#define SUM(i) total = ADD(total, acc##i);
-#define FMA_STEPS(CHAINS)                                  \
-    OPERANDS                                               \
-    CHAINS(INIT)                                           \
+/* The loop over a vocabulary W: W_VEC (type), W_OPERANDS (b and c),
+ * W_SET1, W_FMADD, W_ADD and W_STOREU. steps x the chains' acc =
+ * W_FMADD(acc, b, c), and a sum of the chains so that the work is kept. */
+#define INIT(W, i) W##_VEC acc##i = W##_SET1(1.0f + (float)(i) / 64.0f);
+#define STEP(W, i) acc##i = W##_FMADD(acc##i, b, c);
+#define SUM(W, i) total = W##_ADD(total, acc##i);
+#define FMA_STEPS(CHAINS, W)                               \
+    W##_OPERANDS                                           \
+    CHAINS(INIT, W)                                        \
     for (uint64_t s = 0; s < steps; s++) {                 \
-        CHAINS(STEP)                                       \
+        CHAINS(STEP, W)                                    \
     }                                                      \
-    VEC total = SET1(0.0f);                                \
-    CHAINS(SUM)                                            \
-    float lanes[sizeof(VEC) / sizeof(float)];              \
-    STOREU(lanes, total);                                  \
+    W##_VEC total = W##_SET1(0.0f);                        \
+    CHAINS(SUM, W)                                         \
+    float lanes[sizeof(W##_VEC) / sizeof(float)];          \
+    W##_STOREU(lanes, total);                              \
     return lanes[0] + lanes[1];
 
-#define FLOAT_OPERANDS const VEC b = SET1(0.999999f), c = SET1(1e-7f);
-
-#define VEC __m512
-#define OPERANDS FLOAT_OPERANDS
-#define SET1 _mm512_set1_ps
-#define FMADD _mm512_fmadd_ps
-#define ADD _mm512_add_ps
-#define STOREU _mm512_storeu_ps
+#define F512_VEC __m512
+#define F512_OPERANDS const __m512 b = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+#define F512_SET1 _mm512_set1_ps
+#define F512_FMADD _mm512_fmadd_ps
+#define F512_ADD _mm512_add_ps
+#define F512_STOREU _mm512_storeu_ps
 __attribute__((target("avx512f"))) static float fma_steps_512(uint64_t steps) {
-    FMA_STEPS(CHAINS_24)
+    FMA_STEPS(CHAINS_24, F512)
 }
-#undef VEC
-#undef OPERANDS
-#undef SET1
-#undef FMADD
-#undef ADD
-#undef STOREU
 
-#define VEC __m256
-#define OPERANDS FLOAT_OPERANDS
-#define SET1 _mm256_set1_ps
-#define FMADD _mm256_fmadd_ps
-#define ADD _mm256_add_ps
-#define STOREU _mm256_storeu_ps
+#define F256_VEC __m256
+#define F256_OPERANDS const __m256 b = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+#define F256_SET1 _mm256_set1_ps
+#define F256_FMADD _mm256_fmadd_ps
+#define F256_ADD _mm256_add_ps
+#define F256_STOREU _mm256_storeu_ps
 __attribute__((target("avx2,fma"))) static float fma_steps_256(uint64_t steps) {
-    FMA_STEPS(CHAINS_12)
+    FMA_STEPS(CHAINS_12, F256)
 }
-#undef VEC
-#undef OPERANDS
-#undef SET1
-#undef FMADD
-#undef ADD
-#undef STOREU
 
 /* The bf16 dot: acc += b_lo c_lo + b_hi c_hi in each lane, the pairs
  * constant (1e-3 each: the sums stay far from overflow). */
-#define VEC __m512
-#define OPERANDS                                                                      \
+#define BF16_VEC __m512
+#define BF16_OPERANDS                                                                 \
     const __m512bh b = _mm512_cvtne2ps_pbh(_mm512_set1_ps(1e-3f), _mm512_set1_ps(1e-3f)), \
                    c = b;
-#define SET1 _mm512_set1_ps
-#define FMADD _mm512_dpbf16_ps
-#define ADD _mm512_add_ps
-#define STOREU _mm512_storeu_ps
+#define BF16_SET1 _mm512_set1_ps
+#define BF16_FMADD _mm512_dpbf16_ps
+#define BF16_ADD _mm512_add_ps
+#define BF16_STOREU _mm512_storeu_ps
 __attribute__((target("avx512f,avx512bw,avx512bf16"))) static float bf16_dot_steps(uint64_t steps) {
-    FMA_STEPS(CHAINS_24)
+    FMA_STEPS(CHAINS_24, BF16)
 }
-#undef VEC
-#undef OPERANDS
-#undef SET1
-#undef FMADD
-#undef ADD
-#undef STOREU
 #endif
 
 /* The loops this section times. */
