@@ -53,7 +53,16 @@ static void put_escaped(FILE *out, const char *text) {
     }
 }
 
-/* "attn: " + the formatted message, escaped, + newline, on stderr. */
+/* "attn: " + message, escaped, + newline. */
+static void put_error_line(FILE *out, const char *message) {
+    fputs("attn: ", out);
+    put_escaped(out, message);
+    fputc('\n', out);
+}
+
+/* "attn: " + the formatted message, escaped, + newline, on stderr, in one
+ * write: stderr is unbuffered, and the ranks of an MPI run, writing the
+ * same message at once, cut into each other's lines byte by byte. */
 static void print_error(const char *fmt, va_list args) {
     va_list again;
     va_copy(again, args);
@@ -66,9 +75,14 @@ static void print_error(const char *fmt, va_list args) {
         else text = small; /* cut, but still one line */
     }
     va_end(again);
-    fputs("attn: ", stderr);
-    put_escaped(stderr, len < 0 ? "(unprintable message)" : text);
-    fputc('\n', stderr);
+    const char *message = len < 0 ? "(unprintable message)" : text;
+    char *line = NULL;
+    size_t line_len = 0;
+    FILE *buffer = open_memstream(&line, &line_len);
+    if (buffer) put_error_line(buffer, message);
+    if (buffer && fclose(buffer) == 0 && line) fwrite(line, 1, line_len, stderr);
+    else put_error_line(stderr, message); /* no memory for the line: piece by piece */
+    free(line);
     if (text != small) free(text);
 }
 
