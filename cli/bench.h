@@ -73,12 +73,10 @@ double bench_rel_l2(const float *a, const float *b, size_t n);
 /* The 1, 5 and 15 minute load averages ("?" where unknown), into buf. */
 const char *bench_load(char *buf, size_t size);
 
-/* GFLOP/s of float FMAs of bits-wide vectors (512 or 256) on threads
- * threads at once, the median of runs runs (bench_peak.c); NAN where this
- * CPU (or build) has no such FMAs. bench_widest_fma: 512, 256 or 0. */
-bool bench_peak_supported(unsigned bits);
-double bench_fma_peak(size_t threads, unsigned bits, size_t runs);
-unsigned bench_widest_fma(void);
+/* GFLOP/s of float FMAs of the widest vectors the CPU has (*bits: 512 or
+ * 256) on threads threads at once, the median of runs runs (bench_peak.c);
+ * NAN where this CPU (or build) has no FMA vectors. */
+double bench_fma_peak(size_t threads, size_t runs, unsigned *bits);
 
 /* The sections. Each prints its own table and returns CLI_OK or CLI_FAILED. */
 int bench_peak(const bench_options *o, const bench_blas *blas);

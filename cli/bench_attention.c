@@ -174,8 +174,8 @@ int bench_attention(const bench_options *o, const bench_blas *blas) {
         size_t threads = o->threads[ti];
         const char *who;
         double sgemm = sgemm_peak(blas, threads, o->runs, &who);
-        unsigned bits = bench_widest_fma();
-        double fma = bench_fma_peak(threads, bits, o->runs);
+        unsigned bits;
+        double fma = bench_fma_peak(threads, o->runs, &bits);
         printf("  %zu thread%s: SGEMM 2048^3 through %s %.1f GFLOP/s", threads,
                threads == 1 ? "" : "s", who, sgemm);
         if (isnan(fma)) printf("; no FMA peak measured here\n");

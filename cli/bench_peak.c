@@ -183,17 +183,10 @@ static double loop_rate(peak_loop loop, size_t threads, size_t runs) {
     return bench_median(rates, runs);
 }
 
-bool bench_peak_supported(unsigned bits) {
-    return bits == 512 ? loop_supported(FMA_512) : bits == 256 ? loop_supported(FMA_256) : false;
-}
-
-double bench_fma_peak(size_t threads, unsigned bits, size_t runs) {
-    if (bits != 512 && bits != 256) return NAN;
-    return loop_rate(bits == 512 ? FMA_512 : FMA_256, threads, runs);
-}
-
-unsigned bench_widest_fma(void) {
-    return bench_peak_supported(512) ? 512 : bench_peak_supported(256) ? 256 : 0;
+double bench_fma_peak(size_t threads, size_t runs, unsigned *bits) {
+    peak_loop widest = loop_supported(FMA_512) ? FMA_512 : FMA_256;
+    *bits = widest == FMA_512 ? 512 : 256;
+    return loop_rate(widest, threads, runs);
 }
 
 /* "rate rate/threads" in two cells, or dashes. */
@@ -215,7 +208,7 @@ int bench_peak(const bench_options *o, const bench_blas *blas) {
     printf("peak: float fmas, %d (512-bit) or %d (256-bit) independent chains a thread, and the "
            "bf16 dot vdpbf16ps (512-bit, %d chains, 2 products a lane), all threads at once; "
            "GFLOP/s\n", CHAINS_512, CHAINS_256, CHAINS_512);
-    if (!bench_widest_fma()) {
+    if (!loop_supported(FMA_512) && !loop_supported(FMA_256)) {
         printf("  no FMA vectors this section can time on this CPU\n");
         return CLI_OK;
     }
