@@ -82,9 +82,9 @@ typedef struct lane_group {
     size_t lo, hi, all_from, all_to;
 } lane_group;
 
-static lane_group lane_group_of(const block_rows *br, size_t r0) {
+static lane_group lane_group_of(const block_rows *br, size_t r0, size_t width) {
     lane_group lg = {.lo = (size_t)-1, .hi = 0, .all_from = 0, .all_to = (size_t)-1};
-    for (size_t r = r0; r < r0 + LG; r++) {
+    for (size_t r = r0; r < r0 + width; r++) {
         size_t b = r < br->rows ? br->begin[r] : 0, e = r < br->rows ? br->end[r] : 0;
         if (b < e) {
             lg.lo = b < lg.lo ? b : lg.lo;
@@ -103,9 +103,9 @@ static lane_group lane_group_of(const block_rows *br, size_t r0) {
  * rows outside a key's [begin, end) get -inf where the tile is not seen
  * by all. mx, the lanes' running maxima, takes the new scores. */
 static inline __attribute__((always_inline)) void
-lane_scores(const float *restrict qT, size_t D, const float *restrict kb, size_t kld, size_t j0,
-            size_t t0, size_t t1, const lane_group *lg, const int32_t *begin, const int32_t *end,
-            float *restrict st, vec mx[LANE_QV]) {
+lane_scores(const float *restrict qT, size_t D, int qv, const float *restrict kb, size_t kld,
+            size_t j0, size_t t0, size_t t1, const lane_group *lg, const int32_t *begin,
+            const int32_t *end, float *restrict st, vec mx[LANE_QV]) {
     for (size_t kt = t0; kt < t1; kt += LKT) {
         const float *k_t = kb + kt * kld;
         bool masked = !(j0 + kt >= lg->all_from && j0 + kt + LKT <= lg->all_to);
@@ -113,18 +113,18 @@ lane_scores(const float *restrict qT, size_t D, const float *restrict kb, size_t
             size_t d1 = min_size(d0 + SCORE_CHAIN, D);
             vec acc[LKT][LANE_QV];
             for (int i = 0; i < LKT; i++)
-                for (int u = 0; u < LANE_QV; u++) acc[i][u] = v_zero();
+                for (int u = 0; u < qv; u++) acc[i][u] = v_zero();
             for (size_t d = d0; d < d1; d++) {
                 vec q[LANE_QV];
-                for (int u = 0; u < LANE_QV; u++) q[u] = v_load(qT + d * LG + u * VW);
+                for (int u = 0; u < qv; u++) q[u] = v_load(qT + d * LG + u * VW);
                 for (int i = 0; i < LKT; i++) {
                     vec k = v_set1(k_t[i * kld + d]);
-                    for (int u = 0; u < LANE_QV; u++) acc[i][u] = v_fma(k, q[u], acc[i][u]);
+                    for (int u = 0; u < qv; u++) acc[i][u] = v_fma(k, q[u], acc[i][u]);
                 }
             }
             /* chains of SCORE_CHAIN dims added in order, as score_tile's */
             for (int i = 0; i < LKT; i++)
-                for (int u = 0; u < LANE_QV; u++) {
+                for (int u = 0; u < qv; u++) {
                     float *s = st + (kt + (size_t)i) * LG + u * VW;
                     v_store(s, d0 == 0 ? acc[i][u] : v_add(v_load(s), acc[i][u]));
                 }
@@ -134,7 +134,7 @@ lane_scores(const float *restrict qT, size_t D, const float *restrict kb, size_t
         float *s_t = st + kt * LG;
         if (masked) {
             for (int i = 0; i < LKT; i++)
-                for (int u = 0; u < LANE_QV; u++) {
+                for (int u = 0; u < qv; u++) {
                     float *s = s_t + i * LG + u * VW;
                     vec x = v_keep_keys(v_load(s), (int32_t)(j0 + kt + (size_t)i), begin + u * VW, end + u * VW);
                     mx[u] = v_max(mx[u], x);
@@ -142,7 +142,7 @@ lane_scores(const float *restrict qT, size_t D, const float *restrict kb, size_t
                 }
         } else {
             for (int i = 0; i < LKT; i++)
-                for (int u = 0; u < LANE_QV; u++) mx[u] = v_max(mx[u], v_load(s_t + i * LG + u * VW));
+                for (int u = 0; u < qv; u++) mx[u] = v_max(mx[u], v_load(s_t + i * LG + u * VW));
         }
     }
 }
@@ -150,24 +150,24 @@ lane_scores(const float *restrict qT, size_t D, const float *restrict kb, size_t
 /* oT (Dv, LG) = oT * alpha + (weights st (keys [t0, t1), LG))^T-weighted
  * values vb (rows of vld floats, Dv readable in each). */
 static inline __attribute__((always_inline)) void
-lane_values(float *restrict oT, size_t Dv, const vec alpha[LANE_QV], const float *restrict st,
-            size_t t0, size_t t1, const float *restrict vb, size_t vld) {
+lane_values(float *restrict oT, size_t Dv, int qv, const vec alpha[LANE_QV],
+            const float *restrict st, size_t t0, size_t t1, const float *restrict vb, size_t vld) {
     for (size_t dc = 0; dc < Dv; dc += LKT) {
         vec acc[LKT][LANE_QV];
         for (int i = 0; i < LKT; i++)
-            for (int u = 0; u < LANE_QV; u++)
+            for (int u = 0; u < qv; u++)
                 acc[i][u] = v_mul(v_load(oT + (dc + (size_t)i) * LG + u * VW), alpha[u]);
         for (size_t j = t0; j < t1; j++) {
             vec w[LANE_QV];
-            for (int u = 0; u < LANE_QV; u++) w[u] = v_load(st + j * LG + u * VW);
+            for (int u = 0; u < qv; u++) w[u] = v_load(st + j * LG + u * VW);
             const float *v_j = vb + j * vld + dc;
             for (int i = 0; i < LKT; i++) {
                 vec v = v_set1(v_j[i]);
-                for (int u = 0; u < LANE_QV; u++) acc[i][u] = v_fma(v, w[u], acc[i][u]);
+                for (int u = 0; u < qv; u++) acc[i][u] = v_fma(v, w[u], acc[i][u]);
             }
         }
         for (int i = 0; i < LKT; i++)
-            for (int u = 0; u < LANE_QV; u++) v_store(oT + (dc + (size_t)i) * LG + u * VW, acc[i][u]);
+            for (int u = 0; u < qv; u++) v_store(oT + (dc + (size_t)i) * LG + u * VW, acc[i][u]);
     }
 }
 
@@ -224,15 +224,15 @@ typedef struct lane_step {
 /* The group's scores against keys [t0, t1) of the block, the online
  * softmax per lane and the values' update, for one head. */
 static inline __attribute__((always_inline)) void
-lane_step_of(const lane_step *s, size_t D, float *qT, float *oT, float *m, float *l) {
+lane_step_of(const lane_step *s, size_t D, int qv, float *qT, float *oT, float *m, float *l) {
     vec mx[LANE_QV];
-    for (int u = 0; u < LANE_QV; u++) mx[u] = v_set1(-INFINITY);
-    lane_scores(qT, D, s->kb, s->kld, s->j0, s->t0, s->t1, s->lg, s->begin, s->end, s->st, mx);
+    for (int u = 0; u < qv; u++) mx[u] = v_set1(-INFINITY);
+    lane_scores(qT, D, qv, s->kb, s->kld, s->j0, s->t0, s->t1, s->lg, s->begin, s->end, s->st, mx);
     /* m_new = max(m, block max); sums and outputs rescale by 2^((m -
      * m_new) c). A lane that has seen no key yet (m_new = -inf) subtracts
      * -FLT_MAX: its scores are -inf, its weights and alpha exactly 0. */
     vec alpha[LANE_QV], top[LANE_QV], sum[LANE_QV], c = v_set1(s->exp_scale);
-    for (int u = 0; u < LANE_QV; u++) {
+    for (int u = 0; u < qv; u++) {
         vec m_old = v_load(m + u * VW), m_new = v_max(m_old, mx[u]);
         top[u] = v_max(m_new, v_set1(-FLT_MAX));
         alpha[u] = v_exp2(v_mul(v_sub(m_old, top[u]), c));
@@ -240,24 +240,50 @@ lane_step_of(const lane_step *s, size_t D, float *qT, float *oT, float *m, float
         sum[u] = v_zero();
     }
     for (size_t j = s->t0; j < s->t1; j++)
-        for (int u = 0; u < LANE_QV; u++) {
+        for (int u = 0; u < qv; u++) {
             float *x = s->st + j * LG + u * VW;
             vec e = v_exp2(v_mul(v_sub(v_load(x), top[u]), c));
             sum[u] = v_add(sum[u], e);
             v_store(x, e);
         }
-    for (int u = 0; u < LANE_QV; u++) v_store(l + u * VW, v_fma(v_load(l + u * VW), alpha[u], sum[u]));
-    if (s->vb) lane_values(oT, lane_dims(D), alpha, s->st, s->t0, s->t1, s->vb, s->vld);
+    for (int u = 0; u < qv; u++) v_store(l + u * VW, v_fma(v_load(l + u * VW), alpha[u], sum[u]));
+    if (s->vb) lane_values(oT, lane_dims(D), qv, alpha, s->st, s->t0, s->t1, s->vb, s->vld);
 }
 
-static void lane_step_64(const lane_step *s, float *qT, float *oT, float *m, float *l) {
-    lane_step_of(s, 64, qT, oT, m, l);
-}
-static void lane_step_128(const lane_step *s, float *qT, float *oT, float *m, float *l) {
-    lane_step_of(s, 128, qT, oT, m, l);
-}
-static void lane_step_any(const lane_step *s, size_t D, float *qT, float *oT, float *m, float *l) {
-    lane_step_of(s, D, qT, oT, m, l);
+/* The step for each head dim the compiler should know (1.2x in the
+ * prototype) and each group width in vectors: the last group of a block
+ * takes as many vectors as it has rows, not LANE_QV of padding. Called
+ * directly (each once, so inlined): through a pointer, the steps lost the
+ * knowledge that st is the forward's own stack array, and ran 1.3x slower. */
+#define LANE_STEP(DIM, QV)                                                                   \
+    static void lane_step_##DIM##_##QV(const lane_step *s, size_t D, float *qT, float *oT,  \
+                                       float *m, float *l) {                                \
+        lane_step_of(s, DIM ? DIM : D, QV, qT, oT, m, l);                                   \
+    }
+#define LANE_STEPS(QV) LANE_STEP(64, QV) LANE_STEP(128, QV) LANE_STEP(0, QV)
+LANE_STEPS(1)
+LANE_STEPS(2)
+#if LANE_QV > 2
+LANE_STEPS(3)
+#endif
+_Static_assert(LANE_QV <= 3, "lane steps are instantiated for up to 3 vectors");
+
+static inline __attribute__((always_inline)) void
+lane_step_run(const lane_step *s, size_t D, size_t qv, float *qT, float *oT, float *m, float *l) {
+#define LANE_STEP_CALL(QV)                                                                   \
+    (D == 64    ? lane_step_64_##QV(s, D, qT, oT, m, l)                                      \
+     : D == 128 ? lane_step_128_##QV(s, D, qT, oT, m, l)                                     \
+                : lane_step_0_##QV(s, D, qT, oT, m, l))
+    switch (qv) {
+    case 1: LANE_STEP_CALL(1); break;
+#if LANE_QV > 2
+    case 2: LANE_STEP_CALL(2); break;
+    default: LANE_STEP_CALL(3); break;
+#else
+    default: LANE_STEP_CALL(2); break;
+#endif
+    }
+#undef LANE_STEP_CALL
 }
 
 /* One work item of the lane forward (forward_block's item, br its rows). */
@@ -300,7 +326,12 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
      * knows no other pointer reaches them (in the workspace, beside q^T and
      * o^T, the forward ran 1.1x slower) */
     _Alignas(64) float st[LBC * LG];
-    for (size_t gi = 0; gi < groups; gi++) lgs[gi] = lane_group_of(br, gi * LG);
+    /* each group's width in vectors: the last one's rows, rounded up */
+    size_t widths[FBR / LG];
+    for (size_t gi = 0; gi < groups; gi++) {
+        widths[gi] = min_size(LANE_QV, (rows - gi * LG + VW - 1) / VW);
+        lgs[gi] = lane_group_of(br, gi * LG, widths[gi] * VW);
+    }
 
     size_t k_at = row_at(p->k_strides, b, seq, true, it->kvh, 0);
     size_t v_at = row_at(p->v_strides, b, seq, true, it->kvh, 0);
@@ -366,12 +397,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
                               .st = st, .exp_scale = f->exp_scale};
             for (size_t g = 0; g < nh; g++) {
                 float *qT_g = qT + g * FBR * D + r0 * D, *oT_g = oT + g * FBR * Dv + r0 * Dv;
-                float *m_g = m + g * FBR + r0, *l_g = l + g * FBR + r0;
-                switch (D) { /* dims known to the compiler (1.2x in the prototype) */
-                case 64: lane_step_64(&step, qT_g, oT_g, m_g, l_g); break;
-                case 128: lane_step_128(&step, qT_g, oT_g, m_g, l_g); break;
-                default: lane_step_any(&step, D, qT_g, oT_g, m_g, l_g); break;
-                }
+                lane_step_run(&step, D, widths[gi], qT_g, oT_g, m + g * FBR + r0, l + g * FBR + r0);
             }
         }
     }
