@@ -87,9 +87,11 @@ static float *random_floats(uint64_t *seed, size_t n, double lo, double hi) {
     return x;
 }
 
-/* Lengths near the tile edges (BR = 64 rows, BC = 16, 32 or 64 keys). */
+/* Lengths near the tile edges (BR = 64 rows, BC = 16, 32 or 64 keys, lane
+ * groups of 16 to 48 rows). */
 static size_t random_len(uint64_t *seed, size_t most) {
-    static const size_t edges[] = {1, 2, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129};
+    static const size_t edges[] = {1,  2,  15, 16, 17, 31, 32, 33,  47,  48,
+                                   49, 63, 64, 65, 95, 96, 97, 127, 128, 129};
     if (chance(seed, 0.4)) {
         size_t n = edges[below(seed, sizeof edges / sizeof *edges)];
         return n <= most ? n : most;
@@ -126,6 +128,13 @@ static void make_case(flash_case *c, uint64_t *seed, int index) {
     p->q_len = random_len(seed, index % 3 == 0 ? 150 : 90);
     p->kv_len = chance(seed, 0.5) ? random_len(seed, 150) : p->q_len;
     if (index % 6 == 5) p->q_len = p->kv_len = 128; /* rows of whole 64-element dropout groups */
+    else if (index % 10 == 9) {
+        /* lengths about a lane forward's query block (288 rows, groups of 16
+         * to 48) and the one-pass backward's span of 4 key blocks (256) */
+        static const size_t long_lens[] = {255, 256, 257, 287, 288, 289, 337};
+        p->q_len = long_lens[below(seed, 7)];
+        p->kv_len = chance(seed, 0.5) ? long_lens[below(seed, 7)] : p->q_len;
+    }
     p->scale = (float)(chance(seed, 0.8) ? 1.0 / sqrt((double)p->head_dim) : 0.05 + uniform(seed));
     p->causal = chance(seed, 0.5);
     p->renormalize = p->causal && chance(seed, 0.2);
