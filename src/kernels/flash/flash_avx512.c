@@ -7,9 +7,10 @@
 #include "kernels/vec/vec_avx512.h"
 
 #define NV 4
-/* the lane forward's tiles: 8 keys x 48 rows (24 accumulators); the value
- * products ran 1.07x faster than at 32 rows (their loads per fma: 11/24
- * against 10/16), the forward 1.03-1.07x at T >= 4096 (a 2-vCPU Xeon) */
+/* the lane forward's tiles: 8 keys x 48 rows (24 accumulators). Alone in
+ * L1 the value products ran 1.08x faster than at 32 rows (loads per fma:
+ * 11/24 against 10/16); the forward 1.03-1.06x at T = 4096 and 1.05x at
+ * 1024 non-causal, level at 1024 causal (a 2-vCPU Xeon) */
 #define LANE_QV 3
 #define LANE_KT 8
 #define FLASH_KERNELS attn_flash_avx512
