@@ -1045,6 +1045,25 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
     if (risen) note_peaks(f, t, t->peaks + g * BR + r0, risen, r0, j0);
 }
 
+/* The gradient tiles of head slot g (head h) for the rows of block br
+ * against the keys [j0, j0 + cols) (t's k^T and v^T), each row group that
+ * sees some of them; then, a phase of its own, dq (the block's rows, Dp
+ * apart) += dS kp, where dq is not NULL. Row groups that see none of the
+ * keys are never read. */
+static void gradient_tiles(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
+                           size_t h, const block_rows *br, size_t j0, size_t cols, float *dq,
+                           const float *kp) {
+    static const float ones[RG] = {1.0f, 1.0f, 1.0f, 1.0f};
+    size_t c0[BR / RG], c1[BR / RG], groups = (br->rows + RG - 1) / RG, Dp = job->f.Dp;
+    for (size_t i = 0; i < groups; i++) {
+        group_cols(br, i * RG, j0, cols, &c0[i], &c1[i]);
+        if (c0[i] < c1[i]) gradient_tile(job, t, g, b, h, br, i * RG, j0, cols, c0[i], c1[i]);
+    }
+    for (size_t i = 0; dq && i < groups; i++)
+        if (c0[i] < c1[i])
+            apply_values(dq + i * RG * Dp, Dp, ones, t->dS + i * RG * BC, c0[i], c1[i], kp);
+}
+
 /* The query rows [*lo, *hi) of a sequence that see some key of [j0, j1):
  * both ends of every row's keys grow with i, so a binary search on each. */
 static void rows_seeing(const flash_shape *f, const attn_attention_seq *seq, size_t j0, size_t j1,
@@ -1121,13 +1140,12 @@ static void key_span_gradients(const backward_job *job, const backward_tiles *t,
         memset(kts[s].kv0, 0, BC * Dp * sizeof *kts[s].kv0);
         memset(kts[s].kv1, 0, BC * Dp * sizeof *kts[s].kv1);
     }
-    const float ones[RG] = {1.0f, 1.0f, 1.0f, 1.0f};
     size_t i_lo, i_hi;
     rows_seeing(f, seq, j0, j_end, &i_lo, &i_hi);
     block_rows br;
     /* query blocks on the grid of BR (one pass: dq_sums' rows) */
     for (size_t i0 = dq_sums ? i_lo / BR * BR : i_lo; i0 < i_hi; i0 += BR) {
-        size_t rows = min_size(i_hi - i0, BR), R = (rows + RG - 1) / RG * RG;
+        size_t rows = min_size(i_hi - i0, BR);
         rows_of(f, seq, i0, rows, &br);
         for (size_t g = 0; g < f->G; g++) {
             size_t h = kvh * f->G + g;
@@ -1144,20 +1162,8 @@ static void key_span_gradients(const backward_job *job, const backward_tiles *t,
                 const backward_tiles *kt = &kts[s];
                 rt.kt = kt->kt;
                 rt.vt = kt->vt;
-                /* row groups that see none of the keys are never read */
-                for (size_t r0 = 0; r0 < R; r0 += RG) {
-                    size_t c0, c1;
-                    group_cols(&br, r0, js, cols, &c0, &c1);
-                    if (c0 == c1) continue;
-                    gradient_tile(job, &rt, 0, b, h, &br, r0, js, cols, c0, c1);
-                }
-                for (size_t r0 = 0; dq_sums && r0 < R; r0 += RG) {
-                    size_t c0, c1;
-                    group_cols(&br, r0, js, cols, &c0, &c1);
-                    if (c0 == c1) continue;
-                    apply_values(dq_sums + (g * rows_pad + i0 + r0) * Dp, Dp, ones,
-                                 t->dS + r0 * BC, c0, c1, kt->kv2); /* dq += dS k */
-                }
+                gradient_tiles(job, &rt, 0, b, h, &br, js, cols,
+                               dq_sums ? dq_sums + (g * rows_pad + i0) * Dp : NULL, kt->kv2);
                 accumulate_keys(kt->kv1, Dp, t->A, rt.dO, &br, js, cols); /* dv += A^T dO */
                 accumulate_keys(kt->kv0, Dp, t->dS, rt.q, &br, js, cols); /* dk += dS^T q  */
             }
@@ -1280,26 +1286,13 @@ static void backward_queries(void *arg, size_t part, size_t item) {
         memset(t.peaks, 0, it.heads * BR * sizeof *t.peaks);
         memset(t.resid_lanes, 0, it.heads * BR * VW * sizeof *t.resid_lanes);
     }
-    const float ones[RG] = {1.0f, 1.0f, 1.0f, 1.0f};
     size_t k_at = row_at(p->k_strides, b, &seq, true, it.kvh, 0);
     for (size_t j0 = sweep_start(&br, BC); j0 < br.last; j0 += BC) {
         size_t cols = min_size(br.last - j0, BC);
         pack_keys_transposed(f, b, &seq, it.kvh, j0, cols, t.kt, t.vt);
         pack_rows(p->k + k_at + j0 * p->k_strides.t, p->k_strides.t, cols, BC, D, Dp, 1.0f, kp);
-        for (size_t g = 0; g < it.heads; g++) {
-            for (size_t r0 = 0; r0 < rows; r0 += RG) {
-                size_t c0, c1;
-                group_cols(&br, r0, j0, cols, &c0, &c1);
-                if (c0 == c1) continue;
-                gradient_tile(job, &t, g, b, it.h0 + g, &br, r0, j0, cols, c0, c1);
-            }
-            for (size_t r0 = 0; r0 < rows; r0 += RG) { /* dq += dS k, a phase of its own */
-                size_t c0, c1;
-                group_cols(&br, r0, j0, cols, &c0, &c1);
-                if (c0 == c1) continue;
-                apply_values(t.dq + g * BR * Dp + r0 * Dp, Dp, ones, t.dS + r0 * BC, c0, c1, kp);
-            }
-        }
+        for (size_t g = 0; g < it.heads; g++)
+            gradient_tiles(job, &t, g, b, it.h0 + g, &br, j0, cols, t.dq + g * BR * Dp, kp);
     }
     for (size_t g = 0; g < it.heads && t.peaks; g++)
         for (size_t r = 0; r < rows; r++) {
