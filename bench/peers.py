@@ -94,7 +94,16 @@ def cpu_kind(facts):
     if vendor == "AuthenticAMD":
         return {"25": "zen4", "26": "zen5"}.get(family, "amd-family%s" % family)
     if vendor == "GenuineIntel":
-        return "xeon" if "Xeon" in facts.get("model name", "") else "intel"
+        if "Xeon" not in facts.get("model name", ""):
+            return "intel"
+        # Intel family 6 models whose cores differ from the first Xeon's
+        # (model 167: L1d 48 KiB, AMX); that one keeps the plain name
+        model, stepping = facts.get("model", ""), facts.get("stepping", "0")
+        if family == "6" and model == "85":  # Skylake-SP; stepping 5-7: Cascade Lake
+            return "xeon-clx" if stepping.isdigit() and int(stepping) >= 5 else "xeon-skx"
+        if family == "6" and model == "207":
+            return "xeon-emr"
+        return "xeon"
     return platform.machine() or "cpu"
 
 
