@@ -248,12 +248,32 @@ static void scale_by(float *x, const float *factor, size_t n) {
 /* xt (D, BC) = rows [0, cols) of x (row stride ld) transposed, zero beyond
  * cols. No test inside the copy loops: this runs once per (query block,
  * key block), and a per-element branch made it a fifth of the forward. */
+/* Strided rows ((B, T, H, D): 3 KiB apart at H = 12) are past the
+ * hardware's stride prefetch, and their copies waited on memory; the
+ * copies prefetch the row ROWS_AHEAD on (or the next VW x VW block's).
+ * On a Skylake-SP, (B, T, H, D), against copies without: forward 1.07x
+ * (T = 1024 causal) and 1.08x (4096); forward+backward 1.12x (1024
+ * causal), 1.04x (4096), 1.05x (4096 causal, 2 threads). */
+#define ROWS_AHEAD 8
+
+static inline void prefetch_row(const float *x, size_t n) {
+    for (size_t i = 0; i < n; i += 16) __builtin_prefetch(x + i);
+    __builtin_prefetch(x + n - 1);
+}
+
+static inline void prefetch_row_for_write(float *x, size_t n) {
+    for (size_t i = 0; i < n; i += 16) __builtin_prefetch(x + i, 1);
+    __builtin_prefetch(x + n - 1, 1);
+}
+
 static void transpose_keys(const float *x, size_t ld, size_t D, size_t cols, float *xt) {
     size_t jj = 0;
 #if defined(HAVE_TRANSPOSE_BLOCK)
     size_t whole = D / VW * VW; /* dims in whole VW x VW blocks */
     for (; jj + VW <= cols; jj += VW) {
         const float *x_j = x + jj * ld;
+        if (ld != D) /* strided rows: the next block's (past the hardware's stride prefetch) */
+            for (size_t r = jj + VW; r < jj + 2 * VW && r < cols; r++) prefetch_row(x + r * ld, D);
         for (size_t d = 0; d < whole; d += VW) transpose_block(x_j + d, ld, xt + d * BC + jj, BC);
         for (size_t r = 0; r < VW; r++)
             for (size_t d = whole; d < D; d++) xt[d * BC + jj + r] = x_j[r * ld + d];
@@ -274,6 +294,8 @@ static void pack_rows(const float *x, size_t ld, size_t count, size_t n, size_t 
     for (size_t r = 0; r < count && r < n; r++) {
         const float *src = x + r * ld;
         float *row = dst + r * Dp;
+        if (ld != D && r + ROWS_AHEAD < count && r + ROWS_AHEAD < n)
+            prefetch_row(src + ROWS_AHEAD * ld, D);
         for (size_t d = 0; d < D; d++) row[d] = src[d] * c;
         for (size_t d = D; d < Dp; d++) row[d] = 0.0f;
     }
@@ -1174,11 +1196,16 @@ static void key_span_gradients(const backward_job *job, const backward_tiles *t,
         const float *dk = kts[s].kv0, *dv = kts[s].kv1;
         float *dk_out = job->g->dk + row_at(p->k_strides, b, seq, true, kvh, js);
         float *dv_out = job->g->dv + row_at(p->v_strides, b, seq, true, kvh, js);
-        for (size_t jj = 0; jj < cols; jj++)
+        for (size_t jj = 0; jj < cols; jj++) {
+            if (p->k_strides.t != D && jj + ROWS_AHEAD < cols) {
+                prefetch_row_for_write(dk_out + (jj + ROWS_AHEAD) * p->k_strides.t, D);
+                prefetch_row_for_write(dv_out + (jj + ROWS_AHEAD) * p->v_strides.t, D);
+            }
             for (size_t d = 0; d < D; d++) {
                 dk_out[jj * p->k_strides.t + d] = dk[jj * Dp + d] * p->scale;
                 dv_out[jj * p->v_strides.t + d] = dv[jj * Dp + d];
             }
+        }
     }
 }
 
@@ -1255,9 +1282,12 @@ static void backward_heads(void *arg, size_t part, size_t item) {
                                   &resid);
     for (size_t g = 0; g < f->G; g++) {
         float *dq = job->g->dq + row_at(p->q_strides, b, &seq, false, kvh * f->G + g, 0);
-        for (size_t i = 0; i < seq.q_len; i++)
+        for (size_t i = 0; i < seq.q_len; i++) {
+            if (p->q_strides.t != D && i + ROWS_AHEAD < seq.q_len)
+                prefetch_row_for_write(dq + (i + ROWS_AHEAD) * p->q_strides.t, D);
             for (size_t d = 0; d < D; d++)
                 dq[i * p->q_strides.t + d] = t.dq_sums[(g * rows_pad + i) * Dp + d] * p->scale;
+        }
     }
 }
 
@@ -1331,6 +1361,10 @@ static void delta_rows(void *arg, size_t begin, size_t end) {
             const float *dO = job->dout + off, *o = p->out + off;
             double sum[4] = {0.0, 0.0, 0.0, 0.0};
             size_t d = 0, D = job->f->D;
+            if (p->out_strides.t != D && i + ROWS_AHEAD < seq.q_len) {
+                prefetch_row(dO + ROWS_AHEAD * p->out_strides.t, D);
+                prefetch_row(o + ROWS_AHEAD * p->out_strides.t, D);
+            }
             for (; d + 4 <= D; d += 4)
                 for (int k = 0; k < 4; k++) sum[k] += (double)dO[d + k] * o[d + k];
             for (; d < D; d++) sum[0] += (double)dO[d] * o[d];

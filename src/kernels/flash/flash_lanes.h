@@ -47,10 +47,6 @@ static size_t lanes_pack_floats(const attn_attention_problem *p) {
  * past the hardware's stride prefetch, and the copies waited on memory. */
 #define PACK_AHEAD 16
 
-static inline void prefetch_row(const float *x, size_t n) {
-    for (size_t i = 0; i < n; i += 16) __builtin_prefetch(x + i);
-    __builtin_prefetch(x + n - 1);
-}
 
 /* Which head a part's packed rows hold: rows [0, rows) of (batch, KV
  * head); the zeroed workspace starts it empty. Floats of its slot: */
@@ -181,6 +177,8 @@ static void lanes_to_columns(const float *x, size_t ld, size_t rows, size_t n, s
         size_t d = 0;
 #if defined(HAVE_TRANSPOSE_BLOCK)
         if (r % VW == 0 && r + VW <= rows) { /* VW whole rows: blocks of VW dims */
+            if (ld != D) /* strided rows: the next block's (flash_kernel.h, ROWS_AHEAD) */
+                for (size_t rr = r + VW; rr < r + 2 * VW && rr < rows; rr++) prefetch_row(x + rr * ld, D);
             for (; d + VW <= D; d += VW) transpose_block(x + r * ld + d, ld, col + d * LG, LG);
             for (size_t rr = r; rr < r + VW; rr++)
                 for (size_t dd = d; dd < D; dd++) xT[rr / LG * D * LG + dd * LG + rr % LG] = x[rr * ld + dd];
@@ -200,6 +198,9 @@ static void lanes_to_rows(const float *xT, size_t rows, size_t D, size_t Dv, flo
         size_t d = 0;
 #if defined(HAVE_TRANSPOSE_BLOCK)
         if (r % VW == 0 && r + VW <= rows) {
+            if (ld != D)
+                for (size_t rr = r + VW; rr < r + 2 * VW && rr < rows; rr++)
+                    prefetch_row_for_write(y + rr * ld, D);
             for (; d + VW <= D; d += VW) transpose_block(col + d * LG, LG, y + r * ld + d, ld);
             for (size_t rr = r; rr < r + VW; rr++)
                 for (size_t dd = d; dd < D; dd++) y[rr * ld + dd] = xT[rr / LG * Dv * LG + dd * LG + rr % LG];
