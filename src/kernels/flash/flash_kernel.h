@@ -245,9 +245,6 @@ static void scale_by(float *x, const float *factor, size_t n) {
     for (; j < n; j++) x[j] *= factor[j];
 }
 
-/* xt (D, BC) = rows [0, cols) of x (row stride ld) transposed, zero beyond
- * cols. No test inside the copy loops: this runs once per (query block,
- * key block), and a per-element branch made it a fifth of the forward. */
 /* Strided rows ((B, T, H, D): 3 KiB apart at H = 12) are past the
  * hardware's stride prefetch, and their copies waited on memory; the
  * copies prefetch the row ROWS_AHEAD on (or the next VW x VW block's).
@@ -266,6 +263,9 @@ static inline void prefetch_row_for_write(float *x, size_t n) {
     __builtin_prefetch(x + n - 1, 1);
 }
 
+/* xt (D, BC) = rows [0, cols) of x (row stride ld) transposed, zero beyond
+ * cols. No test inside the copy loops: this runs once per (query block,
+ * key block), and a per-element branch made it a fifth of the forward. */
 static void transpose_keys(const float *x, size_t ld, size_t D, size_t cols, float *xt) {
     size_t jj = 0;
 #if defined(HAVE_TRANSPOSE_BLOCK)

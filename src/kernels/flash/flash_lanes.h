@@ -47,7 +47,6 @@ static size_t lanes_pack_floats(const attn_attention_problem *p) {
  * past the hardware's stride prefetch, and the copies waited on memory. */
 #define PACK_AHEAD 16
 
-
 /* Which head a part's packed rows hold: rows [0, rows) of (batch, KV
  * head); the zeroed workspace starts it empty. Floats of its slot: */
 typedef struct lanes_pack {
