@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """End-to-end tests of the attn command against PyTorch and its own contract.
 
-    /usr/bin/python3 tests/conformance/test_cli.py path/to/attn [--seed N] [--cases K]
+    /usr/bin/python3 tests/conformance/test_cli.py path/to/attn [--seed N] [--cases K] [--jobs J]
 
 Run with Debian's /usr/bin/python3 (torch 1.13 built without MKL, numpy).
 Every run draws fresh random shapes, options and inputs; the run seed is
@@ -32,6 +32,9 @@ printed first and --seed replays a run exactly.
 Ends with "N passed, N failed"; exits 1 on any failure.
 """
 import argparse
+import contextlib
+import io
+import multiprocessing
 import os
 import random
 import re
@@ -39,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import types
 
 import numpy as np
@@ -1197,6 +1201,52 @@ def test_bench(r):
                   repr(t))
 
 
+# The test groups in the order they print: (name, function of (runner, rng, options)).
+GROUPS = [
+    ("forward", lambda r, rng, o: test_forward(r, rng, o.cases)),
+    ("bad_args", lambda r, rng, o: test_bad_args(r, rng)),
+    ("help", lambda r, rng, o: test_help(r)),
+    ("params", lambda r, rng, o: test_params(r)),
+    ("trace", lambda r, rng, o: test_trace(r)),
+    ("scale_edges", lambda r, rng, o: test_scale_edges(r, rng)),
+    ("inapplicable_options", lambda r, rng, o: test_inapplicable_options(r, rng)),
+    ("stdout_write_errors", lambda r, rng, o: test_stdout_write_errors(r)),
+    ("trace_memory", lambda r, rng, o: test_trace_memory(r, o.sanitized)),
+    ("small_defects", lambda r, rng, o: test_small_defects(r)),
+    ("kernels", lambda r, rng, o: test_kernels(r, rng)),
+    ("sdpa", lambda r, rng, o: test_sdpa(r, rng)),
+    ("bench", lambda r, rng, o: test_bench(r)),
+]
+
+
+def start_worker(opts):
+    """Each process (the main one, or a --jobs worker): options, one torch thread."""
+    global VERBOSE
+    VERBOSE = opts.verbose
+    torch.set_num_threads(1)
+
+
+def run_group(job):
+    """Runs one group in its own temporary directory, with its own random
+    stream (from the run seed and the group's name, so a group draws the same
+    cases whichever process runs it and whatever else runs); returns its
+    checks passed and failed, what it printed, and its wall time."""
+    index, seed, opts = job
+    global passed, failed
+    passed = failed = 0
+    name, body = GROUPS[index]
+    printed = io.StringIO()
+    tmp = tempfile.mkdtemp(prefix="attn_test_cli_%s_" % name)
+    start = time.monotonic()
+    try:
+        with contextlib.redirect_stdout(printed):
+            body(Runner(os.path.abspath(opts.attn), tmp, opts.wrapper.split()),
+                 random.Random("%d/%s" % (seed, name)), opts)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return passed, failed, printed.getvalue(), time.monotonic() - start
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("attn", help="the attn executable")
@@ -1207,37 +1257,37 @@ def main():
                     help="attn is built with sanitizers: skip the memory measurement")
     ap.add_argument("--wrapper", default="",
                     help="run attn under this command, e.g. 'valgrind --error-exitcode=99 -q'")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="run the test groups in this many processes (CI's valgrind and "
+                         "ThreadSanitizer runs, where each attn is slow)")
     opts = ap.parse_args()
-    global VERBOSE
-    VERBOSE = opts.verbose
     seed = opts.seed if opts.seed is not None else random.SystemRandom().randrange(2 ** 32)
     print("run seed: %d (replay: %s %s %s --seed %d)" % (seed, sys.executable, sys.argv[0], opts.attn, seed))
     sys.stdout.flush()
-    rng = random.Random(seed)
-    torch.set_num_threads(1)
+    start_worker(opts)
     if torch.backends.mkl.is_available():
         print("note: this torch has MKL; its dropout draws may differ from --bernoulli mt19937")
-    attn = os.path.abspath(opts.attn)
-    tmp = tempfile.mkdtemp(prefix="attn_test_cli_")
+    jobs = [(index, seed, opts) for index in range(len(GROUPS))]
+    total_passed = total_failed = 0
+    if opts.jobs > 1:
+        # spawn, not fork: a forked torch can hang in its thread pool.
+        pool = multiprocessing.get_context("spawn").Pool(opts.jobs, start_worker, (opts,))
+        results = pool.imap(run_group, jobs)
+    else:
+        pool, results = None, map(run_group, jobs)
     try:
-        r = Runner(attn, tmp, opts.wrapper.split())
-        test_forward(r, rng, opts.cases)
-        test_bad_args(r, rng)
-        test_help(r)
-        test_params(r)
-        test_trace(r)
-        test_scale_edges(r, rng)
-        test_inapplicable_options(r, rng)
-        test_stdout_write_errors(r)
-        test_trace_memory(r, opts.sanitized)
-        test_small_defects(r)
-        test_kernels(r, rng)
-        test_sdpa(r, rng)
-        test_bench(r)
+        for (name, _), (p, f, printed, seconds) in zip(GROUPS, results):
+            sys.stdout.write(printed)
+            print("group %s: %d passed, %d failed, %.1f s" % (name, p, f, seconds))
+            sys.stdout.flush()
+            total_passed += p
+            total_failed += f
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    print("%d passed, %d failed" % (passed, failed))
-    return 1 if failed else 0
+        if pool:
+            pool.close()
+            pool.join()
+    print("%d passed, %d failed" % (total_passed, total_failed))
+    return 1 if total_failed else 0
 
 
 if __name__ == "__main__":
