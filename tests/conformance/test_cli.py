@@ -43,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 import types
 
 import numpy as np
@@ -1242,6 +1243,9 @@ def run_group(job):
         with contextlib.redirect_stdout(printed):
             body(Runner(os.path.abspath(opts.attn), tmp, opts.wrapper.split()),
                  random.Random("%d/%s" % (seed, name)), opts)
+    except Exception:  # a failure of its own, with what the group printed before it
+        failed += 1
+        printed.write("FAIL: group %s raised\n%s" % (name, traceback.format_exc()))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return passed, failed, printed.getvalue(), time.monotonic() - start
