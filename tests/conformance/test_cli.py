@@ -1271,14 +1271,14 @@ def main():
     start_worker(opts)
     if torch.backends.mkl.is_available():
         print("note: this torch has MKL; its dropout draws may differ from --bernoulli mt19937")
-    jobs = [(index, seed, opts) for index in range(len(GROUPS))]
+    work = [(index, seed, opts) for index in range(len(GROUPS))]
     total_passed = total_failed = 0
     if opts.jobs > 1:
         # spawn, not fork: a forked torch can hang in its thread pool.
         pool = multiprocessing.get_context("spawn").Pool(opts.jobs, start_worker, (opts,))
-        results = pool.imap(run_group, jobs)
+        results = pool.imap(run_group, work)
     else:
-        pool, results = None, map(run_group, jobs)
+        pool, results = None, map(run_group, work)
     try:
         for (name, _), (p, f, printed, seconds) in zip(GROUPS, results):
             sys.stdout.write(printed)
