@@ -15,7 +15,10 @@
  * consistent delta). Also
  * Philox's known-answer vectors, the kernels' max_abs scan and what
  * takes_values sends to the reference. Fresh random inputs each run (the
- * seed is printed; argv[1] replays it).
+ * seed is printed and replays it):
+ *   test_flash [--isa portable|avx2|avx512] [seed [cases]]
+ * --isa tests one instruction set's kernels (ctest runs the three as their
+ * own tests, in parallel); a set this CPU lacks is a skip (exit code 77).
  */
 #include "attn.h"
 #include "attention/attention.h"
@@ -517,26 +520,46 @@ static void takes_values_cases(attn_kernels kernels, uint64_t *seed) {
 }
 
 int main(int argc, char **argv) {
+    const char *only_isa = NULL;
+    if (argc > 2 && strcmp(argv[1], "--isa") == 0) {
+        only_isa = argv[2];
+        argc -= 2;
+        argv += 2;
+    }
     struct timespec now;
     timespec_get(&now, TIME_UTC);
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10)
                              : (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
     int cases = argc > 2 ? atoi(argv[2]) : 60;
     printf("seed %llu\n", (unsigned long long)seed);
-    philox_known_answers();
     const attn_flash_kernels *sets[3] = {&attn_flash_portable, NULL, NULL};
+    const char *isa_names[3] = {"portable", "avx2", "avx512"};
     attn_kernels kinds[3] = {ATTN_KERNELS_PORTABLE, ATTN_KERNELS_AVX2, ATTN_KERNELS_AVX512};
 #if defined(ATTN_HAVE_X86_KERNELS)
     if (attn_kernels_supported(ATTN_KERNELS_AVX2)) sets[1] = &attn_flash_avx2;
     if (attn_kernels_supported(ATTN_KERNELS_AVX512)) sets[2] = &attn_flash_avx512;
 #endif
+    int tested = 0;
     for (int s = 0; s < 3; s++) {
-        if (!sets[s]) continue;
+        if (only_isa && strcmp(only_isa, isa_names[s]) != 0) continue;
+        if (!sets[s]) {
+            if (only_isa) {
+                printf("skipped: no %s kernels on this CPU or build\n", only_isa);
+                return 77;
+            }
+            continue;
+        }
         printf("%s\n", sets[s]->name);
         max_abs_cases(sets[s], &seed);
         takes_values_cases(kinds[s], &seed);
         for (int i = 0; i < cases; i++) one_case(sets[s]->name, kinds[s], &seed, i);
         one_hot_cases(sets[s]->name, kinds[s], &seed);
+        tested++;
     }
+    if (only_isa && tested == 0) {
+        printf("--isa %s: not one of portable, avx2, avx512\n", only_isa);
+        return 2;
+    }
+    philox_known_answers();
     return check_summary();
 }
