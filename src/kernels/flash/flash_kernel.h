@@ -857,11 +857,10 @@ static size_t key_slots(const attn_attention_problem *p) { return one_pass_float
 static size_t backward_workspace(const attn_attention_problem *p) {
     size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p, BR, GROUP_TILE_FLOATS);
     /* per head: qs, dO, dq (BR, Dp), lse2, lse_lo, delta (BR), peaks (BR x 3),
-     * resid lanes (BR, VW); q (BR, Dp); A, dS (BR, BC); th (RG, BC); kt, vt
-     * (D, BC); kv0, kv1, kv2 (BC, Dp); factors (BC); one pass: the item's
-     * rows; Pt (RG, BC) */
-    return hc * (3 * BR * Dp + 6 * BR + BR * VW) + BR * Dp + 2 * BR * BC + RG * BC +
-           key_slots(p) * (2 * D * BC + 3 * BC * Dp) + BC + 2 * VW + one_pass_floats(p) + RG * BC;
+     * resid lanes (BR, VW); q (BR, Dp); A, dS, th (BR, BC); kt, vt (D, BC);
+     * kv0, kv1, kv2 (BC, Dp); one pass: the item's rows; Pt (RG, BC) */
+    return hc * (3 * BR * Dp + 6 * BR + BR * VW) + BR * Dp + 3 * BR * BC +
+           key_slots(p) * (2 * D * BC + 3 * BC * Dp) + 2 * VW + one_pass_floats(p) + RG * BC;
 }
 
 typedef struct backward_job {
@@ -880,7 +879,7 @@ typedef struct backward_tiles {
     float *qs, *dO, *dq, *lse2, *lse_lo, *delta; /* per head of the item */
     attn_row_peak *peaks; /* per head; NULL: not summed */
     float *resid_lanes;   /* per head: sum_j dS_ij in VW lanes, (BR, VW) */
-    float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *kv2, *factor;
+    float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *kv2;
     float *Pt; /* a row group's P, where dropout scales A */
     size_t slot_floats; /* from one key block's tiles (kt .. kv2) to the next */
     /* one pass: the item's rows packed once, (G, rows) of Dp (or 1) floats */
@@ -903,15 +902,14 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.A = t.q + BR * Dp;
     t.dS = t.A + BR * BC;
     t.th = t.dS + BR * BC;
-    t.kt = t.th + RG * BC;
+    t.kt = t.th + BR * BC;
     t.vt = t.kt + D * BC;
     t.kv0 = t.vt + D * BC;
     t.kv1 = t.kv0 + BC * Dp;
     t.kv2 = t.kv1 + BC * Dp;
     t.slot_floats = 2 * D * BC + 3 * BC * Dp;
-    t.factor = t.kt + key_slots(job->f.p) * t.slot_floats;
     size_t rows = job->f.q_blocks * BR * job->f.G; /* one pass: every head of the group */
-    t.dq_sums = t.factor + BC + 2 * VW;
+    t.dq_sums = t.kt + key_slots(job->f.p) * t.slot_floats + 2 * VW;
     t.qs_all = t.dq_sums + rows * Dp;
     t.dO_all = t.qs_all + rows * Dp;
     t.lse2_all = t.dO_all + rows * Dp;
@@ -982,30 +980,36 @@ static void note_peaks(const flash_shape *f, const backward_tiles *t, attn_row_p
         const float *P = f->drop->kind != ATTN_DROP_NONE ? t->Pt + r * BC : t->A + (r0 + r) * BC;
         size_t c = 0;
         while (c + 1 < BC && P[c] != pk->weight) c++;
-        float th = f->cap2 != 0.0f ? t->th[r * BC + c] : 0.0f;
+        float th = f->cap2 != 0.0f ? t->th[(r0 + r) * BC + c] : 0.0f;
         pk->factor = 1.0f - th * th;
         pk->key = (uint32_t)(j0 + c);
     }
 }
 
-/* A = P * drop and dS = P * (dP * drop - delta) (times softcap's 1 - t^2)
- * for rows [r0, r0 + RG) of head slot g (head h) of block br against keys
- * [j0, j0 + cols), which they see in columns [c0, c1) of it: P = 2^(s -
- * lse2), or for raw scores e^(fma(s, scale, -lse) - lse_lo), zero where
- * masked, for rows past the block and for rows that saw no key. With
- * t->peaks, each row's sums (attn_row_peak) take the tile's dS and P. */
-static void gradient_tile(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
-                          size_t h, const block_rows *br, size_t r0, size_t j0, size_t cols,
-                          size_t c0, size_t c1) {
+/* A block's gradient tiles in two phases, each over all its row groups,
+ * so that each reads one packed operand, k^T or v^T (D, BC: 16 KiB at D =
+ * 64), which then stays in L1. Both in one tile per row group read the two
+ * (32 KiB), which a 32 KiB L1 (Skylake, Zen 4) cannot hold with anything
+ * else: they came from L2 for every row group.
+ *
+ * Phase one, weight_tile: A = P for rows [r0, r0 + RG) of head slot g
+ * (head h) of block br against keys [j0, j0 + cols), which they see in
+ * columns [c0, c1) of it: P = 2^(s - lse2), or for raw scores
+ * e^(fma(s, scale, -lse) - lse_lo), zero where masked, for rows past the
+ * block and for rows that saw no key (their dS zero too). Softcap's
+ * tanh(s / cap) goes to th's rows, dropout's keep factors to dS's (1 past
+ * cols), for phase two. */
+static void weight_tile(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
+                        size_t h, const block_rows *br, size_t r0, size_t j0, size_t cols,
+                        size_t c0, size_t c1) {
     const flash_shape *f = &job->f;
     const attn_attention_problem *p = f->p;
-    vec s[RG][NV], dp[RG][NV];
-    const float *lse2 = t->lse2 + g * BR, *lo2 = t->lse_lo + g * BR, *delta_g = t->delta + g * BR;
-    /* outside [c0, c1): s = -inf, so P = 0, and dP = 0, so dS = 0 */
+    vec s[RG][NV];
+    const float *lse2 = t->lse2 + g * BR, *lo2 = t->lse_lo + g * BR;
+    /* outside [c0, c1): s = -inf, so P = 0 */
     score_cols(t->qs + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->kt, c0, c1, v_set1(-INFINITY), s);
-    modify_tile(f, br, slope2_of(f, h), s, r0, j0, t->th);
-    score_cols(t->dO + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->vt, c0, c1, v_zero(), dp);
-    unsigned risen = 0; /* rows whose largest weight rose here */
+    modify_tile(f, br, slope2_of(f, h), s, r0, j0, t->th + r0 * BC);
+    vec scale = v_set1(f->raw ? p->scale : 1.0f), to_base2 = v_set1(f->raw ? (float)LOG2E : 1.0f);
     for (int r = 0; r < RG; r++) {
         size_t row = r0 + (size_t)r;
         float *A = t->A + row * BC, *dS = t->dS + row * BC;
@@ -1015,17 +1019,42 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
             continue;
         }
         vec neg_lse = v_set1(-lse2[row]), neg_lo2 = v_set1(-lo2[row]);
-        vec delta = v_set1(delta_g[row]), P[NV];
-        vec scale = v_set1(f->raw ? p->scale : 1.0f), to_base2 = v_set1(f->raw ? (float)LOG2E : 1.0f);
-        for (int v = 0; v < NV; v++) {
-            P[v] = v_exp2(v_fma(v_fma(s[r][v], scale, neg_lse), to_base2, neg_lo2));
-            v_store(A + v * VW, P[v]);
-            v_store(dS + v * VW, dp[r][v]);
-        }
+        for (int v = 0; v < NV; v++)
+            v_store(A + v * VW, v_exp2(v_fma(v_fma(s[r][v], scale, neg_lse), to_base2, neg_lo2)));
         if (f->drop->kind != ATTN_DROP_NONE) {
-            drop_factors(f->drop, attn_drop_index(p, b, h, br->i0 + row, j0), cols, t->factor);
-            scale_by(A, t->factor, cols);
-            scale_by(dS, t->factor, cols);
+            drop_factors(f->drop, attn_drop_index(p, b, h, br->i0 + row, j0), cols, dS);
+            for (size_t c = cols; c < BC; c++) dS[c] = 1.0f;
+        }
+    }
+}
+
+/* Phase two, gradient_tile: dS = P * (dP * drop - delta) (times softcap's
+ * 1 - t^2), dP = dO v^T over the same columns (zero outside them, so dS is
+ * too), P from phase one's A, and with dropout A = P * drop. With
+ * t->peaks, each row's sums (attn_row_peak) take the tile's dS and P. */
+static void gradient_tile(const backward_job *job, const backward_tiles *t, size_t g,
+                          const block_rows *br, size_t r0, size_t j0, size_t c0, size_t c1) {
+    const flash_shape *f = &job->f;
+    const attn_attention_problem *p = f->p;
+    vec dp[RG][NV];
+    const float *lse2 = t->lse2 + g * BR, *delta_g = t->delta + g * BR;
+    score_cols(t->dO + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->vt, c0, c1, v_zero(), dp);
+    bool dropout = f->drop->kind != ATTN_DROP_NONE;
+    unsigned risen = 0; /* rows whose largest weight rose here */
+    for (int r = 0; r < RG; r++) {
+        size_t row = r0 + (size_t)r;
+        float *A = t->A + row * BC, *dS = t->dS + row * BC;
+        if (row >= br->rows || lse2[row] == -INFINITY) continue; /* zero since phase one */
+        vec delta = v_set1(delta_g[row]), P[NV];
+        for (int v = 0; v < NV; v++) {
+            P[v] = v_load(A + v * VW);
+            if (dropout) { /* dS holds the keep factors */
+                vec keep = v_load(dS + v * VW);
+                v_store(A + v * VW, v_mul(P[v], keep));
+                v_store(dS + v * VW, v_mul(dp[r][v], keep));
+            } else {
+                v_store(dS + v * VW, dp[r][v]);
+            }
         }
         /* a softmax over one key (and no sink) is constant: its dS is
          * exactly zero (in float, dP - delta would leave rounding residue);
@@ -1050,7 +1079,7 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
              * after the loop (no other weight's key is needed) */
             float floor = pk->weight > ATTN_ONE_HOT_WEIGHT ? pk->weight : ATTN_ONE_HOT_WEIGHT;
             if (v_any_greater(top, v_set1(floor))) {
-                if (f->drop->kind != ATTN_DROP_NONE)
+                if (dropout)
                     for (int v = 0; v < NV; v++) v_store(t->Pt + r * BC + v * VW, P[v]);
                 pk->weight = v_hmax(top);
                 risen |= 1u << r;
@@ -1059,7 +1088,7 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
         /* s = cap tanh(x / cap): ds/dx = 1 - tanh^2 */
         if (f->cap2 != 0.0f)
             for (int v = 0; v < NV; v++) {
-                vec tv = v_load(t->th + r * BC + v * VW);
+                vec tv = v_load(t->th + row * BC + v * VW);
                 vec dx = v_sub(v_set1(1.0f), v_mul(tv, tv));
                 v_store(dS + v * VW, v_mul(v_load(dS + v * VW), dx));
             }
@@ -1069,9 +1098,9 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
 
 /* The gradient tiles of head slot g (head h) for the rows of block br
  * against the keys [j0, j0 + cols) (t's k^T and v^T), each row group that
- * sees some of them; then, a phase of its own, dq (the block's rows, Dp
- * apart) += dS kp, where dq is not NULL. Row groups that see none of the
- * keys are never read. */
+ * sees some of them, phase one and then phase two; then, a phase of its
+ * own, dq (the block's rows, Dp apart) += dS kp, where dq is not NULL. Row
+ * groups that see none of the keys are never read. */
 static void gradient_tiles(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
                            size_t h, const block_rows *br, size_t j0, size_t cols, float *dq,
                            const float *kp) {
@@ -1079,8 +1108,10 @@ static void gradient_tiles(const backward_job *job, const backward_tiles *t, siz
     size_t c0[BR / RG], c1[BR / RG], groups = (br->rows + RG - 1) / RG, Dp = job->f.Dp;
     for (size_t i = 0; i < groups; i++) {
         group_cols(br, i * RG, j0, cols, &c0[i], &c1[i]);
-        if (c0[i] < c1[i]) gradient_tile(job, t, g, b, h, br, i * RG, j0, cols, c0[i], c1[i]);
+        if (c0[i] < c1[i]) weight_tile(job, t, g, b, h, br, i * RG, j0, cols, c0[i], c1[i]);
     }
+    for (size_t i = 0; i < groups; i++)
+        if (c0[i] < c1[i]) gradient_tile(job, t, g, br, i * RG, j0, c0[i], c1[i]);
     for (size_t i = 0; dq && i < groups; i++)
         if (c0[i] < c1[i])
             apply_values(dq + i * RG * Dp, Dp, ones, t->dS + i * RG * BC, c0[i], c1[i], kp);
