@@ -533,32 +533,31 @@ int main(int argc, char **argv) {
     int cases = argc > 2 ? atoi(argv[2]) : 60;
     printf("seed %llu\n", (unsigned long long)seed);
     const attn_flash_kernels *sets[3] = {&attn_flash_portable, NULL, NULL};
-    const char *isa_names[3] = {"portable", "avx2", "avx512"};
     attn_kernels kinds[3] = {ATTN_KERNELS_PORTABLE, ATTN_KERNELS_AVX2, ATTN_KERNELS_AVX512};
 #if defined(ATTN_HAVE_X86_KERNELS)
     if (attn_kernels_supported(ATTN_KERNELS_AVX2)) sets[1] = &attn_flash_avx2;
     if (attn_kernels_supported(ATTN_KERNELS_AVX512)) sets[2] = &attn_flash_avx512;
 #endif
-    int tested = 0;
-    for (int s = 0; s < 3; s++) {
-        if (only_isa && strcmp(only_isa, isa_names[s]) != 0) continue;
-        if (!sets[s]) {
-            if (only_isa) {
-                printf("skipped: no %s kernels on this CPU or build\n", only_isa);
-                return 77;
-            }
-            continue;
+    int first = 0, last = 2; /* the sets to test: all, or --isa's */
+    if (only_isa) {
+        while (first < 3 && strcmp(only_isa, attn_kernels_name(kinds[first])) != 0) first++;
+        if (first == 3) {
+            printf("--isa %s: not one of portable, avx2, avx512\n", only_isa);
+            return 2;
         }
+        if (!sets[first]) {
+            printf("skipped: no %s kernels on this CPU or build\n", only_isa);
+            return 77;
+        }
+        last = first;
+    }
+    for (int s = first; s <= last; s++) {
+        if (!sets[s]) continue;
         printf("%s\n", sets[s]->name);
         max_abs_cases(sets[s], &seed);
         takes_values_cases(kinds[s], &seed);
         for (int i = 0; i < cases; i++) one_case(sets[s]->name, kinds[s], &seed, i);
         one_hot_cases(sets[s]->name, kinds[s], &seed);
-        tested++;
-    }
-    if (only_isa && tested == 0) {
-        printf("--isa %s: not one of portable, avx2, avx512\n", only_isa);
-        return 2;
     }
     philox_known_answers();
     return check_summary();
