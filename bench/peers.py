@@ -635,6 +635,10 @@ class Tee:
 
 def main():
     a = parse_args(sys.argv[1:])
+    if not hasattr(F, "scaled_dot_product_attention"):
+        sys.exit("peers.py: PyTorch %s (%s) has no F.scaled_dot_product_attention (2.0 and later); "
+                 "make bench-peers runs it with PyTorch 2.15 in .venv-peers"
+                 % (torch.__version__, sys.executable))
     if a.out:
         sys.stdout = Tee(sys.stdout, a.out)
     attn = Attn(a.attn)
