@@ -82,6 +82,8 @@ typedef struct case16 {
 
 typedef struct operands {
     uint16_t *a, *b;
+    float *a_f, *bt_f;   /* op(a) (m, k) and op(b)^T (n, k) as floats: the checks' dots run
+                            along rows (converting per product was most of the test's time) */
     float *c0;           /* c before the call */
     double *exact, *mag; /* (m, n) */
 } operands;
@@ -101,10 +103,12 @@ static bool make_operands(const case16 *g, uint64_t *s, operands *o) {
     size_t na = a_rows(g) * g->lda, nb = b_rows(g) * g->ldb, nc = g->m * g->ldc;
     o->a = malloc(na * sizeof *o->a);
     o->b = malloc(nb * sizeof *o->b);
+    o->a_f = malloc(g->m * g->k * sizeof *o->a_f);
+    o->bt_f = malloc(g->n * g->k * sizeof *o->bt_f);
     o->c0 = malloc(nc * sizeof *o->c0);
     o->exact = malloc(g->m * g->n * sizeof *o->exact);
     o->mag = malloc(g->m * g->n * sizeof *o->mag);
-    if (!o->a || !o->b || !o->c0 || !o->exact || !o->mag) return false;
+    if (!o->a || !o->b || !o->a_f || !o->bt_f || !o->c0 || !o->exact || !o->mag) return false;
     size_t a_cols = g->ta ? g->m : g->k, b_cols = g->tb ? g->k : g->n;
     for (size_t i = 0; i < na; i++)
         o->a[i] = i % g->lda < a_cols ? random_half(g->dtype, s) : nan_half(g->dtype);
@@ -112,12 +116,18 @@ static bool make_operands(const case16 *g, uint64_t *s, operands *o) {
         o->b[i] = i % g->ldb < b_cols ? random_half(g->dtype, s) : nan_half(g->dtype);
     for (size_t i = 0; i < nc; i++)
         o->c0[i] = g->beta == 0.0f && i % g->ldc < g->n ? NAN : (float)below(s, 2001) / 500.0f - 2.0f;
+    for (size_t p = 0; p < g->k; p++) {
+        for (size_t i = 0; i < g->m; i++)
+            o->a_f[i * g->k + p] = to_float(g->dtype, a_at(g, o->a, i, p));
+        for (size_t j = 0; j < g->n; j++)
+            o->bt_f[j * g->k + p] = to_float(g->dtype, b_at(g, o->b, p, j));
+    }
     for (size_t i = 0; i < g->m; i++)
         for (size_t j = 0; j < g->n; j++) {
+            const float *a_row = o->a_f + i * g->k, *b_row = o->bt_f + j * g->k;
             double sum = 0.0, abs_sum = 0.0;
             for (size_t p = 0; p < g->k; p++) {
-                double t = (double)to_float(g->dtype, a_at(g, o->a, i, p)) *
-                           to_float(g->dtype, b_at(g, o->b, p, j));
+                double t = (double)a_row[p] * b_row[p];
                 sum += t;
                 abs_sum += fabs(t);
             }
@@ -131,6 +141,8 @@ static bool make_operands(const case16 *g, uint64_t *s, operands *o) {
 static void free_operands(operands *o) {
     free(o->a);
     free(o->b);
+    free(o->a_f);
+    free(o->bt_f);
     free(o->c0);
     free(o->exact);
     free(o->mag);
@@ -148,6 +160,7 @@ static size_t block_k(const attn_gemm16_kernel *uk, size_t k) {
 static float emulate(const attn_gemm16_kernel *uk, const case16 *g, const operands *o, size_t i,
                      size_t j) {
     size_t kc = block_k(uk, g->k);
+    const float *a_row = o->a_f + i * g->k, *b_row = o->bt_f + j * g->k;
     float c = o->c0[i * g->ldc + j];
     for (size_t pc = 0; pc < g->k; pc += kc) {
         size_t end = pc + kc < g->k ? pc + kc : g->k;
@@ -156,11 +169,8 @@ static float emulate(const attn_gemm16_kernel *uk, const case16 *g, const operan
          * ascending */
         size_t step = uk->k_unit == 2 ? 2 : 1;
         for (size_t p = pc; p < end; p += step) {
-            if (step == 2 && p + 1 < end)
-                acc = fmaf(to_float(g->dtype, a_at(g, o->a, i, p + 1)),
-                           to_float(g->dtype, b_at(g, o->b, p + 1, j)), acc);
-            acc = fmaf(to_float(g->dtype, a_at(g, o->a, i, p)), to_float(g->dtype, b_at(g, o->b, p, j)),
-                       acc);
+            if (step == 2 && p + 1 < end) acc = fmaf(a_row[p + 1], b_row[p + 1], acc);
+            acc = fmaf(a_row[p], b_row[p], acc);
         }
         float beta = pc == 0 ? g->beta : 1.0f;
         volatile float scaled = g->alpha * acc; /* rounded, as the kernels round it */
