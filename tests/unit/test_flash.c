@@ -16,9 +16,11 @@
  * Philox's known-answer vectors, the kernels' max_abs scan and what
  * takes_values sends to the reference. Fresh random inputs each run (the
  * seed is printed and replays it):
- *   test_flash [--isa portable|avx2|avx512] [seed [cases]]
+ *   test_flash [--isa portable|avx2|avx512] [--cases N] [seed [cases]]
  * --isa tests one instruction set's kernels (ctest runs the three as their
  * own tests, in parallel); a set this CPU lacks is a skip (exit code 77).
+ * --cases sets the number of random cases (60) with a fresh seed; the
+ * sanitized build runs the portable set with fewer (tests/CMakeLists.txt).
  */
 #include "attn.h"
 #include "attention/attention.h"
@@ -521,8 +523,10 @@ static void takes_values_cases(attn_kernels kernels, uint64_t *seed) {
 
 int main(int argc, char **argv) {
     const char *only_isa = NULL;
-    if (argc > 2 && strcmp(argv[1], "--isa") == 0) {
-        only_isa = argv[2];
+    int cases = 60;
+    while (argc > 2 && (strcmp(argv[1], "--isa") == 0 || strcmp(argv[1], "--cases") == 0)) {
+        if (strcmp(argv[1], "--isa") == 0) only_isa = argv[2];
+        else cases = atoi(argv[2]);
         argc -= 2;
         argv += 2;
     }
@@ -530,7 +534,7 @@ int main(int argc, char **argv) {
     timespec_get(&now, TIME_UTC);
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10)
                              : (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
-    int cases = argc > 2 ? atoi(argv[2]) : 60;
+    if (argc > 2) cases = atoi(argv[2]);
     printf("seed %llu\n", (unsigned long long)seed);
     const attn_flash_kernels *sets[3] = {&attn_flash_portable, NULL, NULL};
     attn_kernels kinds[3] = {ATTN_KERNELS_PORTABLE, ATTN_KERNELS_AVX2, ATTN_KERNELS_AVX512};
