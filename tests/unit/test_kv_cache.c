@@ -90,8 +90,9 @@ static bool add_runner(scenario *sc, const char *name, attn_kernels kernels, siz
 
 /* The float64 oracle: row r of sequence s (at position len + r) of layer.
  * Returns the largest |score| of the row (after scale). */
-NOT_THREAD_SANITIZED static double oracle_row(const scenario *sc, size_t layer, size_t s, size_t r, const float *q,
-                       const float *k_new, const float *v_new, double scale, double *y) {
+NOT_THREAD_SANITIZED
+static double oracle_row(const scenario *sc, size_t layer, size_t s, size_t r, const float *q,
+                         const float *k_new, const float *v_new, double scale, double *y) {
     size_t H = sc->q_heads, D = sc->head_dim, G = H / sc->kv_heads, len = sc->len[layer][s];
     size_t pos = len + r, W = sc->windows[layer];
     size_t lo = W && pos + 1 > W ? pos + 1 - W : 0;
