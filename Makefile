@@ -59,7 +59,7 @@ install: build
 	cmake --install $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-sanitize build-clang build-fuzz build-tsan
+	rm -rf $(BUILD) $(BUILD)-sanitize build-fuzz build-tsan
 
 # attn next to PyTorch 2.15 (PyPI, its CPU flash attention) in one process,
 # on the same tensors (bench/peers.py); sets up the peer in .venv-peers first
