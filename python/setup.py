@@ -2,7 +2,8 @@
 
 `pip install ./python` from a checkout runs CMake on the repository root
 (the directory above this one) and copies libattn.so into the package, so
-the wheel is self-contained. Without the sources (or with
+the wheel is self-contained: a Release build (ATTN_BUILD_TYPE picks another
+CMake build type), ATTN_BUILD_JOBS jobs. Without the sources (or with
 ATTN_SKIP_BUILD=1) nothing is built, and the package finds libattn at run
 time: ATTN_LIBRARY, then the system's (`cmake --install`, ldconfig).
 """
@@ -34,8 +35,9 @@ class BuildWithLibattn(build_py):
             return
         build_dir = os.path.join(HERE, "build", "cmake")
         jobs = os.environ.get("ATTN_BUILD_JOBS", "2")
-        subprocess.check_call(["cmake", "-S", ROOT, "-B", build_dir, "-DCMAKE_BUILD_TYPE=Release",
-                               "-DATTN_BUILD_TESTS=OFF"])
+        build_type = os.environ.get("ATTN_BUILD_TYPE", "Release")
+        subprocess.check_call(["cmake", "-S", ROOT, "-B", build_dir,
+                               "-DCMAKE_BUILD_TYPE=" + build_type, "-DATTN_BUILD_TESTS=OFF"])
         subprocess.check_call(["cmake", "--build", build_dir, "--target", "attn_shared",
                                "-j", jobs])
         built = sorted(glob.glob(os.path.join(build_dir, "libattn.so.*.*.*")) +

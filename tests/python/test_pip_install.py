@@ -6,6 +6,9 @@ The venv is made with --system-site-packages (Debian's numpy satisfies the
 package's one dependency) and pip runs with --no-build-isolation --no-index,
 so the test needs no network; a plain `python3 -m venv` + `pip install
 ./python` fetches setuptools and numpy from PyPI instead (docs/python.md).
+The library is built unoptimised (ATTN_BUILD_TYPE=Debug): at -O3 its
+kernels made this test a minute long from a fresh clone (64 s in CI), and
+the few products it checks need no speed.
 usage: test_pip_install.py REPO_ROOT
 """
 import os
@@ -20,6 +23,7 @@ tmp = tempfile.mkdtemp(prefix="attn_pip_")
 venv = os.path.join(tmp, "venv")
 env = {k: v for k, v in os.environ.items() if k not in ("ATTN_LIBRARY", "PYTHONPATH")}
 env["ATTN_BUILD_JOBS"] = "2"
+env["ATTN_BUILD_TYPE"] = "Debug"
 passed = failed = 0
 
 
