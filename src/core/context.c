@@ -1,4 +1,5 @@
 /* context.c — the attn_ctx, status names, error messages and the version. */
+#include "cpu_info.h"
 #include "internal.h"
 #include "parallel.h"
 
@@ -42,6 +43,7 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
         return st;
     }
     ctx->kernels = kernels;
+    ctx->zen4_kernels = kernels == ATTN_KERNELS_AVX512 && attn_cpu_is_zen4();
     ctx->num_threads = cfg->num_threads ? cfg->num_threads : 1;
     ctx->trace = cfg->trace;
     ctx->trace_user = cfg->trace_user;

@@ -32,6 +32,7 @@ struct attn_ctx {
     struct attn_pool *pool; /* num_threads - 1 workers, from the first parallel call */
     bool pool_tried;        /* made (or failed: threads then start per call) */
     bool bf16_dot_forced;   /* bf16 on vdpbf16ps where it does not pay (tests) */
+    bool zen4_kernels;      /* AVX-512 on Zen 4: the fused kernels' Zen 4 set */
 };
 
 /* Resolves requested (AUTO: the ATTN_KERNELS environment variable, else the

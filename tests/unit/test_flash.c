@@ -16,9 +16,11 @@
  * Philox's known-answer vectors, the kernels' max_abs scan and what
  * takes_values sends to the reference. Fresh random inputs each run (the
  * seed is printed and replays it):
- *   test_flash [--isa portable|avx2|avx512] [--cases N] [seed [cases]]
- * --isa tests one instruction set's kernels (ctest runs the three as their
- * own tests, in parallel); a set this CPU lacks is a skip (exit code 77).
+ *   test_flash [--isa portable|avx2|avx512|avx512-zen4] [--cases N] [seed [cases]]
+ * --isa tests one set of kernels (ctest runs the four as their own tests,
+ * in parallel); a set this CPU lacks is a skip (exit code 77). avx512-zen4
+ * is the set a ctx takes on Zen 4 (flash_avx512_zen4.c), tested on any
+ * AVX-512 CPU.
  * --cases sets the number of random cases (60) with a fresh seed; the
  * sanitized build runs the portable set with fewer (tests/CMakeLists.txt).
  */
@@ -316,7 +318,7 @@ static double sink_error(const flash_case *c, const results *ref, const float *d
 /* One random problem: the fused backend on 1, 2 and 3 threads against the
  * reference. Whole buffers are compared: the holes padded strides leave are
  * written by neither backend (zero in both). */
-static void one_case(const char *isa, attn_kernels kernels, uint64_t *seed, int index) {
+static void one_case(const char *isa, attn_ctx kernels_ctx, uint64_t *seed, int index) {
     flash_case c;
     make_case(&c, seed, index);
     attn_ctx ctx_ref = {.num_threads = 3, .kernels = ATTN_KERNELS_REFERENCE};
@@ -324,7 +326,8 @@ static void one_case(const char *isa, attn_kernels kernels, uint64_t *seed, int 
     results ref = alloc_results(&c), fused[3];
     run(&attn_attention_reference, &ctx_ref, &c, &ref);
     for (size_t t = 0; t < 3; t++) {
-        attn_ctx ctx = {.num_threads = t + 1, .kernels = kernels};
+        attn_ctx ctx = kernels_ctx;
+        ctx.num_threads = t + 1;
         fused[t] = alloc_results(&c);
         CHECK(attn_attention_fused.declines(&ctx, &c.p, true) == NULL);
         CHECK(attn_attention_fused.takes_values(&ctx, &c.p, c.dout));
@@ -368,6 +371,24 @@ static void one_case(const char *isa, attn_kernels kernels, uint64_t *seed, int 
             fprintf(stderr, "  %zu threads differ from 1 thread\n", t + 1);
         }
     }
+    if (kernels_ctx.zen4_kernels) {
+        /* the same products in another instruction form: the same bits as
+         * the other AVX-512 set */
+        attn_ctx ctx = kernels_ctx;
+        ctx.zen4_kernels = false;
+        ctx.num_threads = 1;
+        results other = alloc_results(&c);
+        run(&attn_attention_fused, &ctx, &c, &other);
+        bool same = same_bits(other.out, fused[0].out, n_out) &&
+                    same_bits(other.lse, fused[0].lse, c.n_lse) &&
+                    same_bits(other.dq, fused[0].dq, c.n_q);
+        CHECK(same);
+        if (!same) {
+            describe(isa, &c);
+            fprintf(stderr, "  differs from the avx512 set\n");
+        }
+        free_results(&other);
+    }
     free_results(&ref);
     for (size_t t = 0; t < 3; t++) free_results(&fused[t]);
     free_case(&c);
@@ -385,7 +406,7 @@ static void one_case(const char *isa, attn_kernels kernels, uint64_t *seed, int 
  * ALiBi, keep bits, Philox, GQA), in both shapes (batch x KV heads 2: two
  * passes; 4: one pass), max |dq| and |dk| stay under 1e-9; dv (= P^T dO)
  * matches the reference as everywhere. */
-static void one_hot_cases(const char *isa, attn_kernels kernels, uint64_t *seed) {
+static void one_hot_cases(const char *isa, attn_ctx kernels_ctx, uint64_t *seed) {
     const char *features[7] = {"plain", "causal", "softcap", "alibi", "keep bits", "philox", "gqa"};
     for (int feature = 0; feature < 7; feature++)
         for (size_t items = 2; items <= 4; items += 2) {
@@ -439,7 +460,8 @@ static void one_hot_cases(const char *isa, attn_kernels kernels, uint64_t *seed)
             }
             if (feature == 5) c.drop.kind = ATTN_DROP_PHILOX;
             attn_ctx ctx_ref = {.num_threads = 1, .kernels = ATTN_KERNELS_REFERENCE};
-            attn_ctx ctx = {.num_threads = 2, .kernels = kernels};
+            attn_ctx ctx = kernels_ctx;
+            ctx.num_threads = 2;
             results ref = alloc_results(&c), fused = alloc_results(&c);
             run(&attn_attention_reference, &ctx_ref, &c, &ref);
             run(&attn_attention_fused, &ctx, &c, &fused);
@@ -483,8 +505,9 @@ static void max_abs_cases(const attn_flash_kernels *fk, uint64_t *seed) {
 
 /* takes_values: ordinary values yes; NaN or inf in any input, a sink or a
  * slope, or magnitudes past float32's range in the tiles, no. */
-static void takes_values_cases(attn_kernels kernels, uint64_t *seed) {
-    attn_ctx ctx = {.num_threads = 2, .kernels = kernels};
+static void takes_values_cases(attn_ctx kernels_ctx, uint64_t *seed) {
+    attn_ctx ctx = kernels_ctx;
+    ctx.num_threads = 2;
     for (int index = 0; index < 8; index++) {
         flash_case c;
     make_case(&c, seed, index);
@@ -536,17 +559,24 @@ int main(int argc, char **argv) {
                              : (uint64_t)now.tv_sec * 1000000000u + (uint64_t)now.tv_nsec;
     if (argc > 2) cases = atoi(argv[2]);
     printf("seed %llu\n", (unsigned long long)seed);
-    const attn_flash_kernels *sets[3] = {&attn_flash_portable, NULL, NULL};
-    attn_kernels kinds[3] = {ATTN_KERNELS_PORTABLE, ATTN_KERNELS_AVX2, ATTN_KERNELS_AVX512};
+    /* each set, and the ctx that takes it */
+    const char *names[4] = {"portable", "avx2", "avx512", "avx512-zen4"};
+    const attn_flash_kernels *sets[4] = {&attn_flash_portable, NULL, NULL, NULL};
+    attn_ctx ctxs[4] = {{.kernels = ATTN_KERNELS_PORTABLE}, {.kernels = ATTN_KERNELS_AVX2},
+                        {.kernels = ATTN_KERNELS_AVX512},
+                        {.kernels = ATTN_KERNELS_AVX512, .zen4_kernels = true}};
 #if defined(ATTN_HAVE_X86_KERNELS)
     if (attn_kernels_supported(ATTN_KERNELS_AVX2)) sets[1] = &attn_flash_avx2;
-    if (attn_kernels_supported(ATTN_KERNELS_AVX512)) sets[2] = &attn_flash_avx512;
+    if (attn_kernels_supported(ATTN_KERNELS_AVX512)) {
+        sets[2] = &attn_flash_avx512;
+        sets[3] = &attn_flash_avx512_zen4;
+    }
 #endif
-    int first = 0, last = 2; /* the sets to test: all, or --isa's */
+    int first = 0, last = 3; /* the sets to test: all, or --isa's */
     if (only_isa) {
-        while (first < 3 && strcmp(only_isa, attn_kernels_name(kinds[first])) != 0) first++;
-        if (first == 3) {
-            printf("--isa %s: not one of portable, avx2, avx512\n", only_isa);
+        while (first < 4 && strcmp(only_isa, names[first]) != 0) first++;
+        if (first == 4) {
+            printf("--isa %s: not one of portable, avx2, avx512, avx512-zen4\n", only_isa);
             return 2;
         }
         if (!sets[first]) {
@@ -559,9 +589,9 @@ int main(int argc, char **argv) {
         if (!sets[s]) continue;
         printf("%s\n", sets[s]->name);
         max_abs_cases(sets[s], &seed);
-        takes_values_cases(kinds[s], &seed);
-        for (int i = 0; i < cases; i++) one_case(sets[s]->name, kinds[s], &seed, i);
-        one_hot_cases(sets[s]->name, kinds[s], &seed);
+        takes_values_cases(ctxs[s], &seed);
+        for (int i = 0; i < cases; i++) one_case(sets[s]->name, ctxs[s], &seed, i);
+        one_hot_cases(sets[s]->name, ctxs[s], &seed);
     }
     philox_known_answers();
     return check_summary();

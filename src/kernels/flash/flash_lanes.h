@@ -25,6 +25,18 @@
 _Static_assert(FBR % LG == 0, "query blocks hold whole lane groups");
 _Static_assert(LBC % LKT == 0, "key blocks hold whole score tiles");
 
+/* acc + a * *b: the tiles' product, b a key's (or value's) element for all
+ * the lanes. The compiler broadcasts it once for the LANE_QV products that
+ * use it (vbroadcastss), or, with LANE_BROADCAST_OPERANDS (Zen 4), each FMA
+ * broadcasts it from memory (flash_avx512_zen4.c says why). */
+static inline vec lane_fma(const float *b, vec a, vec acc) {
+#if defined(LANE_BROADCAST_OPERANDS)
+    return v_fma_broadcast_operand(b, a, acc);
+#else
+    return v_fma(v_set1(*b), a, acc);
+#endif
+}
+
 /* Dims of o^T: D rounded up to whole output tiles. */
 static size_t lane_dims(size_t D) { return (D + LKT - 1) / LKT * LKT; }
 
@@ -112,10 +124,8 @@ lane_scores(const float *restrict qT, size_t D, int qv, const float *restrict kb
             for (size_t d = d0; d < d1; d++) {
                 vec q[LANE_QV];
                 for (int u = 0; u < qv; u++) q[u] = v_load(qT + d * LG + u * VW);
-                for (int i = 0; i < LKT; i++) {
-                    vec k = v_set1(k_t[i * kld + d]);
-                    for (int u = 0; u < qv; u++) acc[i][u] = v_fma(k, q[u], acc[i][u]);
-                }
+                for (int i = 0; i < LKT; i++)
+                    for (int u = 0; u < qv; u++) acc[i][u] = lane_fma(&k_t[i * kld + d], q[u], acc[i][u]);
             }
             /* chains of SCORE_CHAIN dims added in order, as score_tile's */
             for (int i = 0; i < LKT; i++)
@@ -156,10 +166,8 @@ lane_values(float *restrict oT, size_t Dv, int qv, const vec alpha[LANE_QV],
             vec w[LANE_QV];
             for (int u = 0; u < qv; u++) w[u] = v_load(st + j * LG + u * VW);
             const float *v_j = vb + j * vld + dc;
-            for (int i = 0; i < LKT; i++) {
-                vec v = v_set1(v_j[i]);
-                for (int u = 0; u < qv; u++) acc[i][u] = v_fma(v, w[u], acc[i][u]);
-            }
+            for (int i = 0; i < LKT; i++)
+                for (int u = 0; u < qv; u++) acc[i][u] = lane_fma(&v_j[i], w[u], acc[i][u]);
         }
         for (int i = 0; i < LKT; i++)
             for (int u = 0; u < qv; u++) v_store(oT + (dc + (size_t)i) * LG + u * VW, acc[i][u]);
@@ -253,11 +261,15 @@ lane_step_of(const lane_step *s, size_t D, int qv, float *qT, float *oT, float *
 /* The step for each head dim the compiler should know (1.2x in the
  * prototype) and each group width in vectors: the last group of a block
  * takes as many vectors as it has rows, not LANE_QV of padding. Called
- * directly (each once, so inlined): through a pointer, the steps lost the
- * knowledge that st is the forward's own stack array, and ran 1.3x slower. */
+ * directly and inlined: through a pointer, the steps lost the knowledge
+ * that st is the forward's own stack array, and ran 1.3x slower. Each is
+ * called once, but gcc 12 kept the 128-dim and any-dim steps out of line,
+ * where their AVX-512 loops spilled q^T to the stack and took embedded
+ * broadcasts: at 128 and 96 dims the forward ran 1.3x slower than at 64
+ * for the same FLOPs (a Skylake-SP), and forced inline it runs level. */
 #define LANE_STEP(DIM, QV)                                                                   \
-    static void lane_step_##DIM##_##QV(const lane_step *s, size_t D, float *qT, float *oT,  \
-                                       float *m, float *l) {                                \
+    static inline __attribute__((always_inline)) void lane_step_##DIM##_##QV(               \
+        const lane_step *s, size_t D, float *qT, float *oT, float *m, float *l) {          \
         lane_step_of(s, DIM ? DIM : D, QV, qT, oT, m, l);                                   \
     }
 #define LANE_STEPS(QV) LANE_STEP(64, QV) LANE_STEP(128, QV) LANE_STEP(0, QV)

@@ -1,0 +1,134 @@
+/* flash_avx512.h — the fused attention kernels on AVX-512F: 16 floats a
+ * vector, score tiles of 4 rows x 64 keys (16 accumulators). Included by
+ * flash_avx512.c (the Intel set, and Zen 5's) and flash_avx512_zen4.c, each
+ * naming its set (FLASH_KERNELS, FLASH_ISA_NAME) first. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "kernels/vec/vec_avx512.h"
+
+#define NV 4
+/* the lane forward's tiles: 8 keys x 48 rows (24 accumulators). Alone in
+ * L1 the value products ran 1.08x faster than at 32 rows (loads per fma:
+ * 11/24 against 10/16); the forward 1.03-1.06x at T = 4096 and 1.05x at
+ * 1024 non-causal, level at 1024 causal (a 2-vCPU Xeon) */
+#define LANE_QV 3
+#define LANE_KT 8
+
+static inline vec v_keep(const uint32_t *w, uint64_t threshold, float kept) {
+    /* threshold <= 2^32; 2^32 keeps everything */
+    if (threshold > UINT32_MAX) return _mm512_set1_ps(kept);
+    __mmask16 keep = _mm512_cmplt_epu32_mask(_mm512_loadu_si512(w), _mm512_set1_epi32((int)threshold));
+    return _mm512_maskz_mov_ps(keep, _mm512_set1_ps(kept));
+}
+
+/* s where begin[lane] <= key < end[lane] (the keys the lane's row sees),
+ * else -inf. */
+static inline vec v_keep_keys(vec s, int32_t key, const int32_t *begin, const int32_t *end) {
+    __m512i k = _mm512_set1_epi32(key);
+    __mmask16 seen = _mm512_cmple_epi32_mask(_mm512_loadu_si512(begin), k) &
+                     _mm512_cmplt_epi32_mask(k, _mm512_loadu_si512(end));
+    return _mm512_mask_blend_ps(seen, _mm512_set1_ps(-INFINITY), s);
+}
+
+/* tanh(x), as Cephes' tanhf: x + x^3 P(x^2) below |x| = 0.625, else
+ * (1 - e) / (1 + e), e = 2^(-2 |x| log2 e), its sign put back (relative
+ * error a few ulp; +-inf gives +-1). The reciprocal is rcp14 and a Newton
+ * step: a vdivps costs as much as the rest. */
+static inline vec v_tanh(vec x) {
+    vec a = _mm512_abs_ps(x), z = _mm512_mul_ps(a, a);
+    vec p = _mm512_set1_ps(-5.70498872745e-3f);
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954e-2f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531e-2f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036e-1f));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422e-1f));
+    vec small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), a, a);
+    vec e = v_exp2(_mm512_mul_ps(a, _mm512_set1_ps(-2.8853900817779268f)));
+    vec one = _mm512_set1_ps(1.0f), den = _mm512_add_ps(one, e);
+    vec r = _mm512_rcp14_ps(den);
+    r = _mm512_mul_ps(r, _mm512_fnmadd_ps(den, r, _mm512_set1_ps(2.0f)));
+    vec large = _mm512_mul_ps(_mm512_sub_ps(one, e), r);
+    vec t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.625f), _CMP_LT_OQ), large, small);
+    /* |t| with x's sign bit */
+    __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u));
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), sign));
+}
+
+/* Philox4x32-10 on the 16 blocks of group g at once, one per lane: the
+ * words of its 64 elements in order (rng/philox.h's layout). */
+#define HAVE_PHILOX_GROUP
+static void philox_group(uint64_t seed, uint64_t offset, uint64_t group, uint32_t words[64]) {
+    uint64_t first = group * 16; /* a multiple of 16: lanes never carry */
+    const __m512i m0 = _mm512_set1_epi32((int)0xD2511F53u), m1 = _mm512_set1_epi32((int)0xCD9E8D57u);
+    __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)first),
+                                  _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    __m512i c1 = _mm512_set1_epi32((int)(uint32_t)(first >> 32));
+    __m512i c2 = _mm512_set1_epi32((int)(uint32_t)offset);
+    __m512i c3 = _mm512_set1_epi32((int)(uint32_t)(offset >> 32));
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int round = 0; round < 10; round++) {
+        if (round > 0) {
+            k0 += 0x9E3779B9u;
+            k1 += 0xBB67AE85u;
+        }
+        /* 32 x 32 -> 64-bit products of even and odd lanes, then hi and lo */
+        __m512i p0e = _mm512_mul_epu32(c0, m0), p0o = _mm512_mul_epu32(_mm512_srli_epi64(c0, 32), m0);
+        __m512i p1e = _mm512_mul_epu32(c2, m1), p1o = _mm512_mul_epu32(_mm512_srli_epi64(c2, 32), m1);
+        __m512i hi0 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(p0e, 32), p0o);
+        __m512i hi1 = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(p1e, 32), p1o);
+        __m512i lo0 = _mm512_mullo_epi32(c0, m0), lo1 = _mm512_mullo_epi32(c2, m1);
+        c0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32((int)k0));
+        c1 = lo1;
+        c2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32((int)k1));
+        c3 = lo0;
+    }
+    _mm512_storeu_si512(words, c0);
+    _mm512_storeu_si512(words + 16, c1);
+    _mm512_storeu_si512(words + 32, c2);
+    _mm512_storeu_si512(words + 48, c3);
+}
+
+#if defined(LANE_BROADCAST_OPERANDS)
+/* acc + a * (*b in every lane), the broadcast an operand of the FMA
+ * ({1to16}), which the load unit performs; the lane forward's products
+ * call it where LANE_BROADCAST_OPERANDS is defined (flash_lanes.h). In C
+ * the compiler loads a value used by several FMAs once, with
+ * vbroadcastss, so it is written out here. */
+static inline vec v_fma_broadcast_operand(const float *b, vec a, vec acc) {
+    __asm__("vfmadd231ps %[b]%{1to16%}, %[a], %[acc]" : [acc] "+v"(acc) : [a] "v"(a), [b] "m"(*b));
+    return acc;
+}
+#endif
+
+/* dst[i * ldd + j] = src[j * lds + i] for i, j < 16: a 16 x 16 transpose in
+ * registers (pairs of floats, then of pairs, then 128-bit quarters twice),
+ * for packing k^T: a scalar copy with a 64-float stride was two thirds of
+ * the forward's packing time. */
+#define HAVE_TRANSPOSE_BLOCK
+static inline void transpose_block(const float *src, size_t lds, float *dst, size_t ldd) {
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(src + i * lds);
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 16; i += 8)
+        for (int j = 0; j < 4; j++) {
+            t[i + j] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0x88);
+            t[i + j + 4] = _mm512_shuffle_f32x4(r[i + j], r[i + j + 4], 0xDD);
+        }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0x88);
+        r[j + 8] = _mm512_shuffle_f32x4(t[j], t[j + 8], 0xDD);
+    }
+    for (int i = 0; i < 16; i++) _mm512_storeu_ps(dst + i * ldd, r[i]);
+}
+
+#include "kernels/flash/flash_kernel.h"
