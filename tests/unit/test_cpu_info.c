@@ -11,6 +11,8 @@
 #define _GNU_SOURCE
 #include "attn.h"
 #include "check.h"
+#include "cpu_info.h"
+#include "internal.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -200,6 +202,19 @@ int main(void) {
     CHECK(strcmp(info.uarch, "generic") == 0);
     (void)p;
 #endif
+    /* A ctx takes the fused kernels' Zen 4 set (kernels/flash/flash_avx512_zen4.c)
+     * from one CPUID leaf, not from attn_cpu_info_get: the same verdict, and
+     * only with AVX-512 kernels. */
+    bool zen4 = strcmp(info.uarch, "zen4") == 0;
+    CHECK(attn_cpu_is_zen4() == zen4);
+    attn_ctx *ctx = NULL;
+    attn_ctx_config avx512 = {.kernels = ATTN_KERNELS_AVX512};
+    attn_ctx_config portable = {.kernels = ATTN_KERNELS_PORTABLE};
+    if (attn_ctx_new(&avx512, &ctx) == ATTN_OK) CHECK(ctx->zen4_kernels == zen4);
+    attn_ctx_free(ctx);
+    ctx = NULL;
+    CHECK(attn_ctx_new(&portable, &ctx) == ATTN_OK && !ctx->zen4_kernels);
+    attn_ctx_free(ctx);
     /* the caches the OS reports for cpu0, where it does */
     size_t l1 = sysfs_cache(1), l2 = sysfs_cache(2), l3 = sysfs_cache(3);
     if (l1) CHECK(info.l1d_bytes == l1);

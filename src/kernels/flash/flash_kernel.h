@@ -1,7 +1,8 @@
 /*
  * flash_kernel.h — the fused attention kernels, written once over a small
- * vector vocabulary and compiled once per instruction set (flash_avx512.c,
- * flash_avx2.c, flash_portable.c complete the vocabulary, then include this).
+ * vector vocabulary and compiled once per instruction set (flash_avx512.h,
+ * for flash_avx512.c and flash_avx512_zen4.c, flash_avx2.c and
+ * flash_portable.c complete the vocabulary, then include this).
  *
  * The includer includes its instruction set's vector vocabulary
  * (kernels/vec/vec_*.h: VW floats per vector, vec, v_zero, v_set1, v_load,
@@ -16,6 +17,9 @@
  *                      end[lane], else -inf
  *   FLASH_KERNELS      the name of the attn_flash_kernels table to define
  *   FLASH_ISA_NAME     "avx512", ...
+ * and may define LANE_BROADCAST_OPERANDS with v_fma_broadcast_operand(b, a,
+ * acc) = acc + a * (*b in every lane), the broadcast an operand of the FMA
+ * (Zen 4's set: flash_avx512_zen4.c).
  *
  * Tiles: a query block of FBR rows (forward) or BR rows (backward), a
  * multiple of RG, is held raw, or scaled by scale * log2(e) where softcap
