@@ -381,7 +381,10 @@ static void one_case(const char *isa, attn_ctx kernels_ctx, uint64_t *seed, int 
         run(&attn_attention_fused, &ctx, &c, &other);
         bool same = same_bits(other.out, fused[0].out, n_out) &&
                     same_bits(other.lse, fused[0].lse, c.n_lse) &&
-                    same_bits(other.dq, fused[0].dq, c.n_q);
+                    same_bits(other.dq, fused[0].dq, c.n_q) &&
+                    same_bits(other.dk, fused[0].dk, c.n_k) &&
+                    same_bits(other.dv, fused[0].dv, c.n_v) &&
+                    same_bits(other.dsinks, fused[0].dsinks, Hq);
         CHECK(same);
         if (!same) {
             describe(isa, &c);

@@ -89,11 +89,11 @@ static void philox_group(uint64_t seed, uint64_t offset, uint64_t group, uint32_
     _mm512_storeu_si512(words + 48, c3);
 }
 
-#if defined(LANE_BROADCAST_OPERANDS)
+#if defined(BROADCAST_OPERANDS)
 /* acc + a * (*b in every lane), the broadcast an operand of the FMA
- * ({1to16}), which the load unit performs; the lane forward's products
- * call it where LANE_BROADCAST_OPERANDS is defined (flash_lanes.h). In C
- * the compiler loads a value used by several FMAs once, with
+ * ({1to16}), which the load unit performs; the tiles' products take it
+ * where BROADCAST_OPERANDS is defined (flash_kernel.h, fma_broadcast). In
+ * C the compiler loads a value used by several FMAs once, with
  * vbroadcastss, so it is written out here. */
 static inline vec v_fma_broadcast_operand(const float *b, vec a, vec acc) {
     __asm__("vfmadd231ps %[b]%{1to16%}, %[a], %[acc]" : [acc] "+v"(acc) : [a] "v"(a), [b] "m"(*b));

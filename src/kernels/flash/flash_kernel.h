@@ -17,9 +17,9 @@
  *                      end[lane], else -inf
  *   FLASH_KERNELS      the name of the attn_flash_kernels table to define
  *   FLASH_ISA_NAME     "avx512", ...
- * and may define LANE_BROADCAST_OPERANDS with v_fma_broadcast_operand(b, a,
- * acc) = acc + a * (*b in every lane), the broadcast an operand of the FMA
- * (Zen 4's set: flash_avx512_zen4.c).
+ * and may define BROADCAST_OPERANDS with v_fma_broadcast_operand(b, a, acc)
+ * = acc + a * (*b in every lane), the broadcast an operand of the FMA (Zen
+ * 4's set: flash_avx512_zen4.c).
  *
  * Tiles: a query block of FBR rows (forward) or BR rows (backward), a
  * multiple of RG, is held raw, or scaled by scale * log2(e) where softcap
@@ -306,6 +306,19 @@ static void pack_rows(const float *x, size_t ld, size_t count, size_t n, size_t 
     if (count < n) memset(dst + count * Dp, 0, (n - count) * Dp * sizeof *dst);
 }
 
+/* acc + a * *b, b an element every lane multiplies by (a query's, weight's or
+ * key's value): the tiles' products. The compiler broadcasts it once for
+ * all the FMAs that use it (vbroadcastss), or, where the set defines
+ * BROADCAST_OPERANDS (Zen 4's), each FMA takes it as a broadcast operand
+ * from memory (flash_avx512_zen4.c says why). */
+static inline vec fma_broadcast(const float *b, vec a, vec acc) {
+#if defined(BROADCAST_OPERANDS)
+    return v_fma_broadcast_operand(b, a, acc);
+#else
+    return v_fma(v_set1(*b), a, acc);
+#endif
+}
+
 /* Dims per partial sum of a score. One chain of fmas over all of D rounds
  * every step relative to the running sum, which grows to the score: on
  * large logits (q . k ~ 3000, D = 64) that was 5x the error of PyTorch's
@@ -325,10 +338,9 @@ static void score_tile(const float *qs, size_t ld, size_t D, const float *kt, ve
         for (size_t d = d0; d < d0 + SCORE_CHAIN && d < D; d++) {
             vec k[NV];
             for (int v = 0; v < NV; v++) k[v] = v_load(kt + d * BC + v * VW);
-            for (int r = 0; r < RG; r++) {
-                vec q = v_set1(qs[r * ld + d]);
-                for (int v = 0; v < NV; v++) acc[r][v] = v_fma(q, k[v], acc[r][v]);
-            }
+            for (int r = 0; r < RG; r++)
+                for (int v = 0; v < NV; v++)
+                    acc[r][v] = fma_broadcast(&qs[r * ld + d], k[v], acc[r][v]);
         }
         for (int r = 0; r < RG; r++)
             for (int v = 0; v < NV; v++) s[r][v] = d0 == 0 ? acc[r][v] : v_add(s[r][v], acc[r][v]);
@@ -349,10 +361,9 @@ static void score_tile(const float *qs, size_t ld, size_t D, const float *kt, ve
             for (size_t d = d0; d < d0 + SCORE_CHAIN && d < D; d++) {                      \
                 vec k[W];                                                                  \
                 for (int v = 0; v < W; v++) k[v] = v_load(k0 + d * BC + v * VW);           \
-                for (int r = 0; r < RG; r++) {                                             \
-                    vec q = v_set1(qs[r * ld + d]);                                        \
-                    for (int v = 0; v < W; v++) acc[r][v] = v_fma(q, k[v], acc[r][v]);     \
-                }                                                                          \
+                for (int r = 0; r < RG; r++)                                               \
+                    for (int v = 0; v < W; v++)                                            \
+                        acc[r][v] = fma_broadcast(&qs[r * ld + d], k[v], acc[r][v]);       \
             }                                                                              \
             for (int r = 0; r < RG; r++)                                                   \
                 for (int v = 0; v < W; v++)                                                \
@@ -409,10 +420,9 @@ static void score_cols(const float *qs, size_t ld, size_t D, const float *kt, si
         for (size_t jj = j0; jj < j1; jj++) {                                             \
             vec val[W];                                                                   \
             for (int v = 0; v < W; v++) val[v] = v_load(vp + jj * Dp + c0 + v * VW);      \
-            for (int r = 0; r < RG; r++) {                                                \
-                vec w = v_set1(p[r * BC + jj]);                                           \
-                for (int v = 0; v < W; v++) acc[r][v] = v_fma(w, val[v], acc[r][v]);      \
-            }                                                                             \
+            for (int r = 0; r < RG; r++)                                                  \
+                for (int v = 0; v < W; v++)                                               \
+                    acc[r][v] = fma_broadcast(&p[r * BC + jj], val[v], acc[r][v]);        \
         }                                                                                 \
         for (int r = 0; r < RG; r++)                                                      \
             for (int v = 0; v < W; v++) v_store(o + r * Dp + c0 + v * VW, acc[r][v]);     \
@@ -791,10 +801,9 @@ static void flash_forward(size_t threads, const attn_attention_problem *p,
         for (size_t r = 0; r < rows; r++) {                                                 \
             vec xv[W];                                                                      \
             for (int v = 0; v < W; v++) xv[v] = v_load(x + r * Dp + c0 + v * VW);           \
-            for (int jj = 0; jj < 4; jj++) {                                                \
-                vec w = v_set1(tile[r * BC + j + jj]);                                      \
-                for (int v = 0; v < W; v++) sum[jj][v] = v_fma(w, xv[v], sum[jj][v]);       \
-            }                                                                               \
+            for (int jj = 0; jj < 4; jj++)                                                  \
+                for (int v = 0; v < W; v++)                                                 \
+                    sum[jj][v] = fma_broadcast(&tile[r * BC + j + jj], xv[v], sum[jj][v]);  \
         }                                                                                   \
         for (int jj = 0; jj < 4; jj++)                                                      \
             for (int v = 0; v < W; v++) v_store(acc + (j + jj) * Dp + c0 + v * VW, sum[jj][v]); \

@@ -25,18 +25,6 @@
 _Static_assert(FBR % LG == 0, "query blocks hold whole lane groups");
 _Static_assert(LBC % LKT == 0, "key blocks hold whole score tiles");
 
-/* acc + a * *b: the tiles' product, b a key's (or value's) element for all
- * the lanes. The compiler broadcasts it once for the LANE_QV products that
- * use it (vbroadcastss), or, with LANE_BROADCAST_OPERANDS (Zen 4), each FMA
- * broadcasts it from memory (flash_avx512_zen4.c says why). */
-static inline vec lane_fma(const float *b, vec a, vec acc) {
-#if defined(LANE_BROADCAST_OPERANDS)
-    return v_fma_broadcast_operand(b, a, acc);
-#else
-    return v_fma(v_set1(*b), a, acc);
-#endif
-}
-
 /* Dims of o^T: D rounded up to whole output tiles. */
 static size_t lane_dims(size_t D) { return (D + LKT - 1) / LKT * LKT; }
 
@@ -125,7 +113,8 @@ lane_scores(const float *restrict qT, size_t D, int qv, const float *restrict kb
                 vec q[LANE_QV];
                 for (int u = 0; u < qv; u++) q[u] = v_load(qT + d * LG + u * VW);
                 for (int i = 0; i < LKT; i++)
-                    for (int u = 0; u < qv; u++) acc[i][u] = lane_fma(&k_t[i * kld + d], q[u], acc[i][u]);
+                    for (int u = 0; u < qv; u++)
+                        acc[i][u] = fma_broadcast(&k_t[i * kld + d], q[u], acc[i][u]);
             }
             /* chains of SCORE_CHAIN dims added in order, as score_tile's */
             for (int i = 0; i < LKT; i++)
@@ -167,7 +156,7 @@ lane_values(float *restrict oT, size_t Dv, int qv, const vec alpha[LANE_QV],
             for (int u = 0; u < qv; u++) w[u] = v_load(st + j * LG + u * VW);
             const float *v_j = vb + j * vld + dc;
             for (int i = 0; i < LKT; i++)
-                for (int u = 0; u < qv; u++) acc[i][u] = lane_fma(&v_j[i], w[u], acc[i][u]);
+                for (int u = 0; u < qv; u++) acc[i][u] = fma_broadcast(&v_j[i], w[u], acc[i][u]);
         }
         for (int i = 0; i < LKT; i++)
             for (int u = 0; u < qv; u++) v_store(oT + (dc + (size_t)i) * LG + u * VW, acc[i][u]);
