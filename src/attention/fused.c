@@ -22,7 +22,8 @@
 static const attn_flash_kernels *flash_kernels(const attn_ctx *ctx) {
     switch (ctx->kernels) {
 #if defined(ATTN_HAVE_X86_KERNELS)
-    case ATTN_KERNELS_AVX512: return ctx->zen4_kernels ? &attn_flash_avx512_zen4 : &attn_flash_avx512;
+    case ATTN_KERNELS_AVX512:
+        return ctx->zen4_kernels ? &attn_flash_avx512_zen4 : &attn_flash_avx512;
     case ATTN_KERNELS_AVX2: return &attn_flash_avx2;
 #endif
     default: return &attn_flash_portable; /* portable, and the reference's (never sent here) */

@@ -306,7 +306,7 @@ bool attn_cpu_bf16_dot_pays(void) {
 bool attn_cpu_is_zen4(void) {
 #if defined(ATTN_CPUID)
     if (!__builtin_cpu_is("amd") || !__builtin_cpu_supports("avx512f")) return false;
-    unsigned eax = cpuid(1, 0).eax; /* family 15 + extended family 10 */
+    unsigned eax = cpuid(1, 0).eax; /* family 25: base family 15 + extended 10 */
     return ((eax >> 8) & 0xf) == 0xf && ((eax >> 8) & 0xf) + ((eax >> 20) & 0xff) == 25;
 #else
     return false;
