@@ -16,6 +16,12 @@
 
 #define MR 14
 #define NR 32
+/* Steps of p the loop prefetches ahead: the B micro-panels stream from L2
+ * and the A micro-panel (21 KiB at kc = 384) does not stay whole in a
+ * 32 KiB L1. On a Skylake-SP the SGEMM ran 1.04-1.12x faster with them
+ * (GPT-2's projection shapes and 2048^3, 1 and 2 threads); 8, 16, 24 and
+ * 32 steps did alike. */
+#define PREFETCH_STEPS 16
 
 /* Row r of the tile: c{r}0, c{r}1 += a[r] * (b0, b1). */
 #define ROW_DECL(r) __m512 c##r##0 = _mm512_setzero_ps(), c##r##1 = _mm512_setzero_ps();
@@ -54,6 +60,11 @@ void attn_sgemm_avx512_14x32(size_t k, const float *a, const float *b, float *c,
     ALL_ROWS_STMT(ROW_PREFETCH);
     for (size_t p = 0; p < k; p++) {
         __m512 b0 = _mm512_loadu_ps(b), b1 = _mm512_loadu_ps(b + 16);
+        /* B's and A's lines PREFETCH_STEPS steps on (past the panel: the
+         * next call's B panel; a prefetch never faults) */
+        _mm_prefetch((const char *)(b + PREFETCH_STEPS * NR), _MM_HINT_T0);
+        _mm_prefetch((const char *)(b + PREFETCH_STEPS * NR + 16), _MM_HINT_T0);
+        _mm_prefetch((const char *)(a + PREFETCH_STEPS * MR), _MM_HINT_T0);
         ALL_ROWS_STMT(ROW_FMA);
         a += MR;
         b += NR;
