@@ -9,7 +9,6 @@
 
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
 /* ---- the calls ---------------------------------------------------------- */
 
@@ -18,16 +17,17 @@ static const attn_gemm_kernel *fast(const attn_ctx *ctx) {
     return attn_gemm_kernel_for(ctx->kernels);
 }
 
-/* The SGEMM on the ctx's scratch memory (kept from call to call); false,
- * having written nothing, when the scratch cannot grow to its workspace. */
+/* The SGEMM (+ bias, NULL: none) on the ctx's scratch memory (kept from
+ * call to call); false, having written nothing, when the scratch cannot
+ * grow to its workspace. */
 static bool sgemm(attn_ctx *ctx, const attn_gemm_kernel *uk, bool trans_a, bool trans_b, size_t m,
                   size_t n, size_t k, float alpha, const float *a, size_t lda, const float *b,
-                  size_t ldb, float beta, float *c, size_t ldc) {
+                  size_t ldb, float beta, float *c, size_t ldc, const float *bias) {
     size_t floats = attn_sgemm_workspace(uk, ctx->num_threads, m, n, k);
     float *ws = floats ? attn_ctx_scratch(ctx, floats * sizeof(float)) : NULL;
     if (!ws) return false;
     attn_sgemm_run(uk, ctx->num_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
-                   ldc, ws);
+                   ldc, bias, ws);
     return true;
 }
 
@@ -39,8 +39,8 @@ void attn_k_gemm(attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, 
                  float alpha, const float *a, size_t lda, const float *b, size_t ldb, float beta,
                  float *c, size_t ldc) {
     const attn_gemm_kernel *uk = fast(ctx);
-    if (uk && sgemm(ctx, uk, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
-                         beta, c, ldc))
+    if (uk && sgemm(ctx, uk, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                    NULL))
         return;
     attn_ref_gemm(ctx->num_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
                   ldc);
@@ -49,8 +49,8 @@ void attn_k_gemm(attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_t n, 
 void attn_k_matmul(attn_ctx *ctx, const float *a, const float *b, float *c, size_t m,
                    size_t k, size_t n, bool b_transposed, bool accumulate) {
     const attn_gemm_kernel *uk = fast(ctx);
-    if (uk && sgemm(ctx, uk, false, b_transposed, m, n, k, 1.0f, a, k, b,
-                         b_transposed ? k : n, accumulate ? 1.0f : 0.0f, c, n))
+    if (uk && sgemm(ctx, uk, false, b_transposed, m, n, k, 1.0f, a, k, b, b_transposed ? k : n,
+                    accumulate ? 1.0f : 0.0f, c, n, NULL))
         return;
     if (accumulate)
         attn_ref_matmul_acc(ctx->num_threads, a, b, c, m, k, n, b_transposed);
@@ -61,7 +61,7 @@ void attn_k_matmul(attn_ctx *ctx, const float *a, const float *b, float *c, size
 void attn_k_matmul_tn_acc(attn_ctx *ctx, const float *a, const float *b, float *c,
                           size_t k, size_t m, size_t n) {
     const attn_gemm_kernel *uk = fast(ctx);
-    if (uk && sgemm(ctx, uk, true, false, m, n, k, 1.0f, a, m, b, n, 1.0f, c, n))
+    if (uk && sgemm(ctx, uk, true, false, m, n, k, 1.0f, a, m, b, n, 1.0f, c, n, NULL))
         return;
     attn_ref_matmul_tn_acc(ctx->num_threads, a, b, c, k, m, n);
 }
@@ -69,15 +69,10 @@ void attn_k_matmul_tn_acc(attn_ctx *ctx, const float *a, const float *b, float *
 void attn_k_linear(attn_ctx *ctx, const float *x, const float *w, const float *bias,
                    float *y, size_t rows, size_t in, size_t out) {
     const attn_gemm_kernel *uk = fast(ctx);
-    if (uk) {
-        /* y = x w^T + bias: y starts as the bias in every row, then the
-         * SGEMM adds x w^T to it. */
-        if (bias)
-            for (size_t r = 0; r < rows; r++) memcpy(y + r * out, bias, out * sizeof *y);
-        if (sgemm(ctx, uk, false, true, rows, out, in, 1.0f, x, in, w, in,
-                       bias ? 1.0f : 0.0f, y, out))
-            return;
-    }
+    /* y = x w^T + bias, the bias added to each tile of y as the SGEMM
+     * writes it */
+    if (uk && sgemm(ctx, uk, false, true, rows, out, in, 1.0f, x, in, w, in, 0.0f, y, out, bias))
+        return;
     attn_ref_linear(ctx->num_threads, x, w, bias, y, rows, in, out);
 }
 
@@ -165,11 +160,11 @@ void attn_k_linear_backward(attn_ctx *ctx, const float *x, const float *w, const
     /* forward: y (rows, out) = x (rows, in) @ w^T + bias, w (out, in):
      *   dx (rows, in) = dy @ w; dw (out, in) += dy^T @ x; dbias += colsum(dy) */
     if (!uk || (dx && !sgemm(ctx, uk, false, false, rows, in, out, 1.0f, dy, out, w, in,
-                                  accumulate_dx ? 1.0f : 0.0f, dx, in))) {
+                             accumulate_dx ? 1.0f : 0.0f, dx, in, NULL))) {
         attn_ref_linear_backward(threads, x, w, dy, dx, accumulate_dx, dw, dbias, rows, in, out);
         return;
     }
-    if (!sgemm(ctx, uk, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in))
+    if (!sgemm(ctx, uk, true, false, out, in, rows, 1.0f, dy, out, x, in, 1.0f, dw, in, NULL))
         attn_ref_matmul_tn_acc(threads, dy, x, dw, rows, out, in);
     if (dbias) {
         colsum_job job = {dy, dbias, rows, out};

@@ -13,6 +13,8 @@
  *   - 1, 2 and 3 threads give bitwise identical results (and the large
  *     cases do run on more than one thread);
  *   - the caller-workspace entry point agrees bitwise with the allocating one;
+ *   - with beta = 0, a bias added to every row (attn_k_linear's) gives
+ *     bitwise what C preset to the bias rows with beta = 1 gives;
  *   - k taken in super-blocks (the shared operand packed a part at a time)
  *     gives bitwise the result of one pass;
  *   - the public attn_gemm on every kernel set, the reference included, and
@@ -110,6 +112,30 @@ static void reference(const gemm_case *g, const float *a, const float *b, const 
     }
 }
 
+/* With beta = 0: C + a bias row, added by the SGEMM (3 threads), against C
+ * preset to the bias rows with beta = 1 (1 thread): the same bits, padding
+ * kept. */
+static bool bias_as_preset(const attn_gemm_kernel *uk, const gemm_case *g, const float *a,
+                           const float *b, const float *c0, uint64_t *seed) {
+    size_t nc = g->m * g->ldc + 1;
+    float *bias = malloc((g->n ? g->n : 1) * sizeof *bias);
+    float *fused = malloc(nc * sizeof *fused), *preset = malloc(nc * sizeof *preset);
+    fill(bias, g->n, seed);
+    memcpy(fused, c0, nc * sizeof *c0);
+    memcpy(preset, c0, nc * sizeof *c0);
+    for (size_t i = 0; i < g->m; i++) memcpy(preset + i * g->ldc, bias, g->n * sizeof *bias);
+    CHECK(attn_sgemm(uk, 3, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, a, g->lda, b,
+                     g->ldb, 0.0f, fused, g->ldc, bias));
+    CHECK(attn_sgemm(uk, 1, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, a, g->lda, b,
+                     g->ldb, 1.0f, preset, g->ldc, NULL));
+    bool same = memcmp(fused, preset, nc * sizeof *fused) == 0;
+    if (!same) fprintf(stderr, "%s: the bias row differs from C preset to it\n", uk->name);
+    free(bias);
+    free(fused);
+    free(preset);
+    return same;
+}
+
 /* Runs one case on uk with 1, 2 and 3 threads; returns how many threads the
  * largest run used. */
 static size_t run_case(const attn_gemm_kernel *uk, const gemm_case *g, uint64_t *seed) {
@@ -137,7 +163,7 @@ static size_t run_case(const attn_gemm_kernel *uk, const gemm_case *g, uint64_t 
         if (parts > most_parts) most_parts = parts;
         CHECK(parts <= threads);
         CHECK(attn_sgemm(uk, threads, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, a,
-                         g->lda, b, g->ldb, g->beta, c[t], g->ldc));
+                         g->lda, b, g->ldb, g->beta, c[t], g->ldc, NULL));
     }
     for (size_t i = 0; i < g->m; i++)
         memcpy(dense + i * g->n, c[0] + i * g->ldc, g->n * sizeof *dense);
@@ -155,8 +181,9 @@ static size_t run_case(const attn_gemm_kernel *uk, const gemm_case *g, uint64_t 
     size_t floats = attn_sgemm_workspace(uk, 2, g->m, g->n, g->k);
     float *ws = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64 + 64);
     attn_sgemm_run(uk, 2, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, a, g->lda, b, g->ldb,
-                   g->beta, c_ws, g->ldc, ws);
+                   g->beta, c_ws, g->ldc, NULL, ws);
     bool same_ws = memcmp(c_ws, c[0], nc * sizeof *c0) == 0;
+    CHECK(g->beta != 0.0f || bias_as_preset(uk, g, a, b, c0, seed));
 
     if (!(err <= TOLERANCE) || !padding_kept || !same || !same_ws)
         fprintf(stderr,
@@ -245,9 +272,9 @@ static void super_blocks(const attn_gemm_kernel *uk, uint64_t *seed) {
         fill(c1, nc, seed);
         memcpy(c2, c1, nc * sizeof *c1);
         CHECK(attn_sgemm(&whole, 2, g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a, g.lda, b,
-                         g.ldb, g.beta, c1, g.ldc));
+                         g.ldb, g.beta, c1, g.ldc, NULL));
         CHECK(attn_sgemm(&parts, 2, g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a, g.lda, b,
-                         g.ldb, g.beta, c2, g.ldc));
+                         g.ldb, g.beta, c2, g.ldc, NULL));
         CHECK(memcmp(c1, c2, nc * sizeof *c1) == 0);
         /* and the workspace is bounded by the super-block, not by k */
         CHECK(attn_sgemm_workspace(&parts, 1, g.m, g.n, g.k) <

@@ -129,6 +129,7 @@ typedef struct gemm_call {
     size_t lda, ldb;
     float *c;
     size_t ldc;
+    const float *bias; /* n floats added to every row of C, or NULL */
     gemm_plan plan;
     size_t k0, k1;           /* the super-block of k at work */
     float *shared;           /* its packed shared operand: kc block after kc block */
@@ -176,11 +177,22 @@ static void edge_tile(const attn_gemm_kernel *uk, size_t kc, const float *pa, co
     for (size_t i = 0; i < rows; i++) memcpy(c + i * ldc, tile + i * nr, cols * sizeof *c);
 }
 
+/* c (rows x cols, row stride ldc) += bias (cols) in every row: after the
+ * first kc block, while the tile is still in L1. c + bias rounds once, as
+ * the microkernel's c = fma(1, bias, alpha * acc) did on a c preset to the
+ * bias rows (the copy and the read of c it saves were 3-4% of a linear). */
+static void add_bias(float *c, size_t ldc, size_t rows, size_t cols, const float *bias) {
+    for (size_t i = 0; i < rows; i++)
+        for (size_t j = 0; j < cols; j++) c[i * ldc + j] += bias[j];
+}
+
 /* The microkernel over rows [i0, i1) x columns [j0, j1) of C, both packed
- * (pa: panels from row i0; pb: panels from column j0), kcb deep. A micro-
- * panel of A stays in L1 while the B micro-panels stream past it. */
-static void macro_kernel(const gemm_call *g, size_t kcb, float beta, const float *pa,
-                         const float *pb, size_t i0, size_t i1, size_t j0, size_t j1, float *tile) {
+ * (pa: panels from row i0; pb: panels from column j0), kcb deep; then the
+ * bias, where given (the first kc block). A micro-panel of A stays in L1
+ * while the B micro-panels stream past it. */
+static void macro_kernel(const gemm_call *g, size_t kcb, float beta, const float *bias,
+                         const float *pa, const float *pb, size_t i0, size_t i1, size_t j0,
+                         size_t j1, float *tile) {
     const attn_gemm_kernel *uk = g->uk;
     size_t mr = uk->mr, nr = uk->nr, ldc = g->ldc;
     for (size_t i = i0; i < i1; i += mr) {
@@ -194,6 +206,7 @@ static void macro_kernel(const gemm_call *g, size_t kcb, float beta, const float
                 uk->micro(kcb, pa_i, pb_j, c_row + j, ldc, g->alpha, beta);
             else
                 edge_tile(uk, kcb, pa_i, pb_j, c_row + j, ldc, rows, cols, g->alpha, beta, tile);
+            if (bias) add_bias(c_row + j, ldc, rows, cols, bias + j);
         }
     }
 }
@@ -203,8 +216,10 @@ static void run_chunk(const gemm_call *g, size_t s0, size_t s1, float *slice, fl
     const attn_gemm_kernel *uk = g->uk;
     for (size_t pc = g->k0; pc < g->k1; pc += g->plan.kc) {
         size_t kcb = min_size(g->plan.kc, g->k1 - pc);
-        /* The first kc block applies beta, the later ones add to c. */
+        /* The first kc block applies beta and the bias, the later ones
+         * add to c. */
         float beta = pc == 0 ? g->beta : 1.0f;
+        const float *bias = pc == 0 ? g->bias : NULL;
         const float *shared = shared_block(g, pc);
         if (g->plan.split_rows) {
             /* A slice (rows s0..s1) in L3; B in nc-column blocks from L2 */
@@ -212,7 +227,7 @@ static void run_chunk(const gemm_call *g, size_t s0, size_t s1, float *slice, fl
                        g->lda, g->trans_a, slice);
             size_t nc = even_block(g->n, uk->nc, uk->nr);
             for (size_t jc = 0; jc < g->n; jc += nc)
-                macro_kernel(g, kcb, beta, slice, shared + jc * kcb, s0, s1, jc,
+                macro_kernel(g, kcb, beta, bias, slice, shared + jc * kcb, s0, s1, jc,
                              min_size(jc + nc, g->n), tile);
         } else {
             /* B slice (columns s0..s1, at most nc) in L2; A micro-panels
@@ -221,8 +236,8 @@ static void run_chunk(const gemm_call *g, size_t s0, size_t s1, float *slice, fl
                        g->ldb, g->trans_b, slice);
             size_t mc = even_block(g->m, uk->mc, uk->mr);
             for (size_t ic = 0; ic < g->m; ic += mc)
-                macro_kernel(g, kcb, beta, shared + ic * kcb, slice, ic, min_size(ic + mc, g->m),
-                             s0, s1, tile);
+                macro_kernel(g, kcb, beta, bias, shared + ic * kcb, slice, ic,
+                             min_size(ic + mc, g->m), s0, s1, tile);
         }
     }
 }
@@ -243,24 +258,31 @@ static void run_chunks(void *arg, size_t part, size_t begin, size_t end) {
     }
 }
 
-/* k == 0: C = beta * C (alpha times an empty sum). */
-static void scale_c(size_t m, size_t n, float beta, float *c, size_t ldc) {
+/* k == 0: C = beta * C (alpha times an empty sum), + bias: with beta == 0,
+ * the bias itself (as a C preset to it and scaled by 1). */
+static void scale_c(size_t m, size_t n, float beta, float *c, size_t ldc, const float *bias) {
     for (size_t i = 0; i < m; i++)
-        for (size_t j = 0; j < n; j++) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        for (size_t j = 0; j < n; j++) {
+            float *c_ij = &c[i * ldc + j];
+            if (beta == 0.0f)
+                *c_ij = bias ? bias[j] : 0.0f;
+            else
+                *c_ij = bias ? beta * *c_ij + bias[j] : beta * *c_ij;
+        }
 }
 
 void attn_sgemm_run(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool trans_b,
                     size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
                     const float *b, size_t ldb, float beta, float *c, size_t ldc,
-                    float *workspace) {
+                    const float *bias, float *workspace) {
     if (m == 0 || n == 0) return;
     if (k == 0) {
-        scale_c(m, n, beta, c, ldc);
+        scale_c(m, n, beta, c, ldc, bias);
         return;
     }
     gemm_call g = {.uk = uk, .trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
                    .alpha = alpha, .beta = beta, .a = a, .b = b, .lda = lda, .ldb = ldb,
-                   .c = c, .ldc = ldc};
+                   .c = c, .ldc = ldc, .bias = bias};
     if (!make_plan(uk, threads, m, n, k, &g.plan)) return;
     g.shared = workspace;
     g.part_buffers = workspace + g.plan.shared_floats;
@@ -281,10 +303,10 @@ void attn_sgemm_run(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bo
 
 bool attn_sgemm(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool trans_b, size_t m,
                 size_t n, size_t k, float alpha, const float *a, size_t lda, const float *b,
-                size_t ldb, float beta, float *c, size_t ldc) {
+                size_t ldb, float beta, float *c, size_t ldc, const float *bias) {
     if (m == 0 || n == 0 || k == 0) {
         attn_sgemm_run(uk, threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
-                       ldc, NULL);
+                       ldc, bias, NULL);
         return true;
     }
     size_t floats = attn_sgemm_workspace(uk, threads, m, n, k);
@@ -293,7 +315,7 @@ bool attn_sgemm(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool t
     float *ws = attn_aligned_alloc_or_fallback(64, bytes); /* NULL: the caller's fallback */
     if (!ws) return false;
     attn_sgemm_run(uk, threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                   ws);
+                   bias, ws);
     attn_free(ws);
     return true;
 }

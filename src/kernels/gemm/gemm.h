@@ -5,7 +5,7 @@
  * Row-major throughout: element (i, j) of an (m, n) matrix x with leading
  * dimension ldx lives at x[i * ldx + j].
  *
- *   C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C
+ *   C (m, n) = alpha * op(A) (m, k) @ op(B) (k, n) + beta * C (+ bias)
  *
  * op(A) is A (m, k), or, with trans_a, the transpose of A stored (k, m);
  * op(B) is B (k, n), or, with trans_b, the transpose of B stored (n, k).
@@ -90,17 +90,20 @@ size_t attn_sgemm_workspace(const attn_gemm_kernel *uk, size_t threads, size_t m
                             size_t k);
 
 /* The SGEMM on a caller's workspace (64-byte aligned, attn_sgemm_workspace
- * floats); never allocates. threads 0 or 1: the calling thread only. */
+ * floats); never allocates. threads 0 or 1: the calling thread only.
+ * bias (NULL: none), n floats, is added to every row of C after the first
+ * kc block's alpha * acc + beta * c, rounding once more: with beta == 0,
+ * the bits of C preset to the bias rows and beta == 1, without the copy. */
 void attn_sgemm_run(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool trans_b,
                     size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
                     const float *b, size_t ldb, float beta, float *c, size_t ldc,
-                    float *workspace);
+                    const float *bias, float *workspace);
 
 /* The same, allocating the workspace for the call. Returns false, having
  * written nothing, when it cannot be allocated. */
 bool attn_sgemm(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool trans_b, size_t m,
                 size_t n, size_t k, float alpha, const float *a, size_t lda, const float *b,
-                size_t ldb, float beta, float *c, size_t ldc);
+                size_t ldb, float beta, float *c, size_t ldc, const float *bias);
 
 /* The kernel sets, defined in one file each (sgemm_<isa>_<MR>x<NR>.c). */
 attn_sgemm_micro_fn attn_sgemm_portable_4x8, attn_sgemm_avx2_6x16, attn_sgemm_avx512_14x32;
