@@ -165,31 +165,26 @@ static void pack_shared(void *arg, size_t begin, size_t end) {
 }
 
 /* An edge tile (rows x cols of c, short of MR x NR): the microkernel runs on
- * a scratch tile holding c's values, so it rounds as a full tile would. */
+ * a scratch tile holding c's values, and on the bias's cols padded to NR,
+ * so it rounds as a full tile would. */
 static void edge_tile(const attn_gemm_kernel *uk, size_t kc, const float *pa, const float *pb,
                       float *c, size_t ldc, size_t rows, size_t cols, float alpha, float beta,
-                      float *tile) {
+                      const float *bias, float *tile) {
     size_t nr = uk->nr;
+    float bias_row[ATTN_GEMM_NR_MAX] = {0};
+    if (bias) memcpy(bias_row, bias, cols * sizeof *bias);
     memset(tile, 0, uk->mr * nr * sizeof *tile);
     if (beta != 0.0f)
         for (size_t i = 0; i < rows; i++) memcpy(tile + i * nr, c + i * ldc, cols * sizeof *c);
-    uk->micro(kc, pa, pb, tile, nr, alpha, beta);
+    uk->micro(kc, pa, pb, tile, nr, alpha, beta, bias ? bias_row : NULL);
     for (size_t i = 0; i < rows; i++) memcpy(c + i * ldc, tile + i * nr, cols * sizeof *c);
 }
 
-/* c (rows x cols, row stride ldc) += bias (cols) in every row: after the
- * first kc block, while the tile is still in L1. c + bias rounds once, as
- * the microkernel's c = fma(1, bias, alpha * acc) did on a c preset to the
- * bias rows (the copy and the read of c it saves were 3-4% of a linear). */
-static void add_bias(float *c, size_t ldc, size_t rows, size_t cols, const float *bias) {
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < cols; j++) c[i * ldc + j] += bias[j];
-}
-
 /* The microkernel over rows [i0, i1) x columns [j0, j1) of C, both packed
- * (pa: panels from row i0; pb: panels from column j0), kcb deep; then the
- * bias, where given (the first kc block). A micro-panel of A stays in L1
- * while the B micro-panels stream past it. */
+ * (pa: panels from row i0; pb: panels from column j0), kcb deep, with the
+ * bias where given (the first kc block: the copy of the bias rows into C
+ * and the read of them it saves were 3-4% of a linear). A micro-panel of A
+ * stays in L1 while the B micro-panels stream past it. */
 static void macro_kernel(const gemm_call *g, size_t kcb, float beta, const float *bias,
                          const float *pa, const float *pb, size_t i0, size_t i1, size_t j0,
                          size_t j1, float *tile) {
@@ -202,11 +197,12 @@ static void macro_kernel(const gemm_call *g, size_t kcb, float beta, const float
         for (size_t j = j0; j < j1; j += nr) {
             size_t cols = min_size(nr, j1 - j);
             const float *pb_j = pb + (j - j0) * kcb;
+            const float *bias_j = bias ? bias + j : NULL;
             if (rows == mr && cols == nr)
-                uk->micro(kcb, pa_i, pb_j, c_row + j, ldc, g->alpha, beta);
+                uk->micro(kcb, pa_i, pb_j, c_row + j, ldc, g->alpha, beta, bias_j);
             else
-                edge_tile(uk, kcb, pa_i, pb_j, c_row + j, ldc, rows, cols, g->alpha, beta, tile);
-            if (bias) add_bias(c_row + j, ldc, rows, cols, bias + j);
+                edge_tile(uk, kcb, pa_i, pb_j, c_row + j, ldc, rows, cols, g->alpha, beta, bias_j,
+                          tile);
         }
     }
 }

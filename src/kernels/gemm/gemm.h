@@ -46,9 +46,15 @@
  * ascending p. a and b are packed micro-panels, 64-byte aligned; k >= 1.
  * beta == 0 writes c without reading it; otherwise c = fma(beta, c, alpha *
  * acc) per element (one rounding for the accumulating beta = alpha = 1).
+ * bias (NULL: none), NR floats, is then added to each row, rounding once
+ * more: with beta == 0, the bits of c preset to bias rows and beta == 1.
  */
 typedef void attn_sgemm_micro_fn(size_t k, const float *a, const float *b, float *c, size_t ldc,
-                                 float alpha, float beta);
+                                 float alpha, float beta, const float *bias);
+
+/* The widest tile (NR) of any kernel set: an edge tile's bias is copied to
+ * a padded row of this many floats. */
+#define ATTN_GEMM_NR_MAX 64
 
 /*
  * Packing of a block, kc deep, into micro-panels zero-padded to the tile:

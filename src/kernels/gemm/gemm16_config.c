@@ -20,7 +20,7 @@
 /* The SGEMM microkernels, on widened float panels. */
 static void widened_portable(size_t steps, const void *a, const void *b, float *c, size_t ldc,
                              float alpha, float beta) {
-    attn_sgemm_portable_4x8(steps, a, b, c, ldc, alpha, beta);
+    attn_sgemm_portable_4x8(steps, a, b, c, ldc, alpha, beta, NULL);
 }
 
 static const attn_gemm16_kernel widened_portable_kernel = {
@@ -33,12 +33,12 @@ static const attn_gemm16_kernel widened_portable_kernel = {
 #if defined(ATTN_HAVE_X86_KERNELS)
 static void widened_avx2(size_t steps, const void *a, const void *b, float *c, size_t ldc,
                          float alpha, float beta) {
-    attn_sgemm_avx2_6x16(steps, a, b, c, ldc, alpha, beta);
+    attn_sgemm_avx2_6x16(steps, a, b, c, ldc, alpha, beta, NULL);
 }
 
 static void widened_avx512(size_t steps, const void *a, const void *b, float *c, size_t ldc,
                            float alpha, float beta) {
-    attn_sgemm_avx512_14x32(steps, a, b, c, ldc, alpha, beta);
+    attn_sgemm_avx512_14x32(steps, a, b, c, ldc, alpha, beta, NULL);
 }
 
 static const attn_gemm16_kernel widened_avx2_kernel = {

@@ -14,6 +14,7 @@
 
 #define MR 6
 #define NR 16
+_Static_assert(NR <= ATTN_GEMM_NR_MAX, "an edge tile pads its bias to ATTN_GEMM_NR_MAX");
 /* Steps of p the loop prefetches ahead, B's line and A's (as the AVX-512
  * set's): 1.06-1.10x on a Skylake-SP (GPT-2's projections, 1 thread). */
 #define PREFETCH_STEPS 16
@@ -25,18 +26,21 @@
         c##r##0 = _mm256_fmadd_ps(a_r, b0, c##r##0);                                           \
         c##r##1 = _mm256_fmadd_ps(a_r, b1, c##r##1);                                           \
     } while (0)
+/* Row r of c = alpha * acc (+ beta * c), then + bias where given. */
 #define ROW_STORE(r)                                                                         \
     do {                                                                                       \
         float *c_r = c + (r) * ldc;                                                            \
-        if (beta == 0.0f) {                                                                    \
-            _mm256_storeu_ps(c_r, _mm256_mul_ps(va, c##r##0));                                 \
-            _mm256_storeu_ps(c_r + 8, _mm256_mul_ps(va, c##r##1));                             \
-        } else {                                                                               \
-            _mm256_storeu_ps(c_r, _mm256_fmadd_ps(vb, _mm256_loadu_ps(c_r),                    \
-                                                  _mm256_mul_ps(va, c##r##0)));                \
-            _mm256_storeu_ps(c_r + 8, _mm256_fmadd_ps(vb, _mm256_loadu_ps(c_r + 8),            \
-                                                      _mm256_mul_ps(va, c##r##1)));            \
+        __m256 x0 = _mm256_mul_ps(va, c##r##0), x1 = _mm256_mul_ps(va, c##r##1);               \
+        if (beta != 0.0f) {                                                                    \
+            x0 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c_r), x0);                                \
+            x1 = _mm256_fmadd_ps(vb, _mm256_loadu_ps(c_r + 8), x1);                            \
         }                                                                                      \
+        if (bias) {                                                                            \
+            x0 = _mm256_add_ps(x0, bias0);                                                     \
+            x1 = _mm256_add_ps(x1, bias1);                                                     \
+        }                                                                                      \
+        _mm256_storeu_ps(c_r, x0);                                                             \
+        _mm256_storeu_ps(c_r + 8, x1);                                                         \
     } while (0)
 /* The tile's row r (one or two cache lines), fetched while the FMAs run. */
 #define ROW_PREFETCH(r)                                                                      \
@@ -48,7 +52,7 @@
 #define ALL_ROWS_STMT(X) X(0); X(1); X(2); X(3); X(4); X(5)
 
 void attn_sgemm_avx2_6x16(size_t k, const float *a, const float *b, float *c, size_t ldc,
-                          float alpha, float beta) {
+                          float alpha, float beta, const float *bias) {
     ALL_ROWS(ROW_DECL)
     ALL_ROWS_STMT(ROW_PREFETCH);
     for (size_t p = 0; p < k; p++) {
@@ -60,6 +64,11 @@ void attn_sgemm_avx2_6x16(size_t k, const float *a, const float *b, float *c, si
         b += NR;
     }
     __m256 va = _mm256_set1_ps(alpha), vb = _mm256_set1_ps(beta);
+    __m256 bias0 = _mm256_setzero_ps(), bias1 = _mm256_setzero_ps(); /* used only with bias */
+    if (bias) {
+        bias0 = _mm256_loadu_ps(bias);
+        bias1 = _mm256_loadu_ps(bias + 8);
+    }
     ALL_ROWS_STMT(ROW_STORE);
 }
 

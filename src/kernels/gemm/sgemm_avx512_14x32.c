@@ -16,6 +16,7 @@
 
 #define MR 14
 #define NR 32
+_Static_assert(NR <= ATTN_GEMM_NR_MAX, "an edge tile pads its bias to ATTN_GEMM_NR_MAX");
 /* Steps of p the loop prefetches ahead: the B micro-panels stream from L2
  * and the A micro-panel (21 KiB at kc = 384) does not stay whole in a
  * 32 KiB L1. On a Skylake-SP the SGEMM ran 1.04-1.12x faster with them
@@ -31,18 +32,21 @@
         c##r##0 = _mm512_fmadd_ps(a_r, b0, c##r##0);                                           \
         c##r##1 = _mm512_fmadd_ps(a_r, b1, c##r##1);                                           \
     } while (0)
+/* Row r of c = alpha * acc (+ beta * c), then + bias where given. */
 #define ROW_STORE(r)                                                                         \
     do {                                                                                       \
         float *c_r = c + (r) * ldc;                                                            \
-        if (beta == 0.0f) {                                                                    \
-            _mm512_storeu_ps(c_r, _mm512_mul_ps(va, c##r##0));                                 \
-            _mm512_storeu_ps(c_r + 16, _mm512_mul_ps(va, c##r##1));                            \
-        } else {                                                                               \
-            _mm512_storeu_ps(c_r, _mm512_fmadd_ps(vb, _mm512_loadu_ps(c_r),                    \
-                                                  _mm512_mul_ps(va, c##r##0)));                \
-            _mm512_storeu_ps(c_r + 16, _mm512_fmadd_ps(vb, _mm512_loadu_ps(c_r + 16),          \
-                                                       _mm512_mul_ps(va, c##r##1)));           \
+        __m512 x0 = _mm512_mul_ps(va, c##r##0), x1 = _mm512_mul_ps(va, c##r##1);               \
+        if (beta != 0.0f) {                                                                    \
+            x0 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c_r), x0);                                \
+            x1 = _mm512_fmadd_ps(vb, _mm512_loadu_ps(c_r + 16), x1);                           \
         }                                                                                      \
+        if (bias) {                                                                            \
+            x0 = _mm512_add_ps(x0, bias0);                                                     \
+            x1 = _mm512_add_ps(x1, bias1);                                                     \
+        }                                                                                      \
+        _mm512_storeu_ps(c_r, x0);                                                             \
+        _mm512_storeu_ps(c_r + 16, x1);                                                        \
     } while (0)
 /* The tile's two cache lines of row r, fetched while the FMAs run. */
 #define ROW_PREFETCH(r)                                                                      \
@@ -55,7 +59,7 @@
     X(0); X(1); X(2); X(3); X(4); X(5); X(6); X(7); X(8); X(9); X(10); X(11); X(12); X(13)
 
 void attn_sgemm_avx512_14x32(size_t k, const float *a, const float *b, float *c, size_t ldc,
-                             float alpha, float beta) {
+                             float alpha, float beta, const float *bias) {
     ALL_ROWS(ROW_DECL)
     ALL_ROWS_STMT(ROW_PREFETCH);
     for (size_t p = 0; p < k; p++) {
@@ -70,6 +74,11 @@ void attn_sgemm_avx512_14x32(size_t k, const float *a, const float *b, float *c,
         b += NR;
     }
     __m512 va = _mm512_set1_ps(alpha), vb = _mm512_set1_ps(beta);
+    __m512 bias0 = _mm512_setzero_ps(), bias1 = _mm512_setzero_ps(); /* used only with bias */
+    if (bias) {
+        bias0 = _mm512_loadu_ps(bias);
+        bias1 = _mm512_loadu_ps(bias + 16);
+    }
     ALL_ROWS_STMT(ROW_STORE);
 }
 

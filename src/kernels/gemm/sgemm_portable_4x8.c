@@ -11,9 +11,10 @@
 
 #define MR 4
 #define NR 8
+_Static_assert(NR <= ATTN_GEMM_NR_MAX, "an edge tile pads its bias to ATTN_GEMM_NR_MAX");
 
 void attn_sgemm_portable_4x8(size_t k, const float *a, const float *b, float *c, size_t ldc,
-                             float alpha, float beta) {
+                             float alpha, float beta, const float *bias) {
     float acc[MR][NR];
     for (int i = 0; i < MR; i++)
         for (int j = 0; j < NR; j++) acc[i][j] = 0.0f;
@@ -33,6 +34,8 @@ void attn_sgemm_portable_4x8(size_t k, const float *a, const float *b, float *c,
             for (int j = 0; j < NR; j++) c_i[j] = alpha * acc[i][j];
         else
             for (int j = 0; j < NR; j++) c_i[j] = beta * c_i[j] + alpha * acc[i][j];
+        if (bias)
+            for (int j = 0; j < NR; j++) c_i[j] = c_i[j] + bias[j];
     }
 }
 
