@@ -2,7 +2,7 @@
 """attn next to PyTorch 2.15 on the same CPU, in one process, on the same tensors.
 
     .venv-peers/bin/python bench/peers.py path/to/attn [--quick] [--runs N] [--threads 1,2]
-        [--tables attention,bf16,layer,dropout] [--tokens 1024,4096] [--long-runs N]
+        [--tables attention,bf16,layer,dropout,gemm] [--tokens 1024,4096] [--long-runs N]
         [--out bench/results/peers-<cpu-kind>-<ncpu>.txt]
 
 Run by `make bench-peers` (arguments through PEERS_ARGS="--quick ..."), which
@@ -28,6 +28,12 @@ Tables (B=1, H=12, hd=64, T=S; threads from --threads, 1 and 2 by default):
              attention, c_proj; C=768): attn_gpt2 through
              attn_module_forward/_backward on torch tensors against the usual
              nn.Linear + SDPA module; '<' marks PyTorch faster.
+  gemm       the layer's projection GEMMs, forward (attn_linear against
+             F.linear, with the bias) and backward (dx = dy W: attn_gemm
+             against torch.mm; dW += dy^T x: attn_gemm against addmm_), for
+             c_attn (768 -> 2304) and c_proj (768 -> 768) at T rows: where
+             the layer's time goes when it is not attention; '<' marks
+             PyTorch faster. Not in the default set.
   dropout    forward+backward in training with dropout 0.1, where PyTorch
              leaves its flash kernel for the math path and attn draws its
              mask inside the fused kernel; with attn.torch (the binding,
@@ -223,6 +229,10 @@ class Attn:
                                          P, P)
         self.module_backward = self._bind("attn_module_backward", c_int, P, P, c_size_t,
                                           c_size_t, P)
+        S, F32 = c_size_t, ctypes.c_float
+        self.linear = self._bind("attn_linear", c_int, P, P, P, P, P, S, S, S)
+        self.gemm = self._bind("attn_gemm", c_int, P, c_bool, c_bool, S, S, S, F32, P, S, P, S,
+                               F32, P, S)
         self.bf16 = self._dtype("BF16")
         self._ctxs = {}
         # AMX for the bf16 kernels, as PyTorch's oneDNN asks for it on its
@@ -529,6 +539,69 @@ def layer_table(attn, a):
             sys.stdout.flush()
 
 
+# ---- the layer's projections ---------------------------------------------------------------
+
+
+def gemm_cases(attn, ctx, T, n_out):
+    """(name, attn fn, torch fn) of one projection (C -> n_out) at T rows:
+    its forward with the bias, and its backward's dx and dW, on the same
+    tensors (attn's outputs beside PyTorch's, allocated once)."""
+    x, w, bias = torch.randn(T, C), torch.randn(n_out, C), torch.randn(n_out)
+    dy = torch.randn(T, n_out)
+    y, dx = torch.zeros(T, n_out), torch.zeros(T, C)
+    dw, dw_t = torch.zeros(n_out, C), torch.zeros(n_out, C)
+    ptr = lambda t: t.data_ptr()
+
+    def linear():
+        attn.check(ctx, attn.linear(ctx, ptr(x), ptr(w), ptr(bias), ptr(y), T, C, n_out))
+
+    def dx_nn():  # dx (T, C) = dy (T, n_out) @ w (n_out, C)
+        attn.check(ctx, attn.gemm(ctx, False, False, T, C, n_out, 1.0, ptr(dy), n_out, ptr(w), C,
+                                  0.0, ptr(dx), C))
+
+    def dw_tn():  # dw (n_out, C) += dy^T (n_out, T) @ x (T, C)
+        attn.check(ctx, attn.gemm(ctx, True, False, n_out, C, T, 1.0, ptr(dy), n_out, ptr(x), C,
+                                  1.0, ptr(dw), C))
+
+    def t_linear():
+        with torch.no_grad():
+            F.linear(x, w, bias)
+
+    def t_dx():
+        torch.mm(dy, w)
+
+    def t_dw():
+        dw_t.addmm_(dy.t(), x)
+
+    return [("y = x W^T + b", linear, t_linear), ("dx = dy W", dx_nn, t_dx),
+            ("dW += dy^T x", dw_tn, t_dw)]
+
+
+def gemm_table(attn, a):
+    print("\nthe GPT-2-small layer's projections in process, fp32: median GFLOP/s of %d runs, "
+          "attn and PyTorch alternating" % a.runs)
+    print("  attn: attn_linear (forward, bias added in the SGEMM's tiles) and attn_gemm "
+          "(backward); torch: F.linear, torch.mm, addmm_ (its BLAS: %s)" % (
+              "MKL" if torch.backends.mkl.is_available() else "not MKL"))
+    print("  x = torch ms / attn ms, '<' below 1; 2 T C n flops a product")
+    print("%6s %3s %-8s %-14s | %9s %9s %6s" % ("T", "thr", "proj", "product", "attn GF/s",
+                                               "torch", "x"))
+    for threads in a.threads:
+        ctx, _ = attn.ctx(threads)
+        torch.set_num_threads(threads)
+        for T in a.tokens:
+            if T >= LONG_T:
+                continue  # the projections grow as T, not T^2: 4096 shows them
+            for proj, n_out in (("c_attn", 3 * C), ("c_proj", C)):
+                flops = 2.0 * T * C * n_out
+                for name, attn_fn, torch_fn in gemm_cases(attn, ctx, T, n_out):
+                    at, tt = alternate([attn_fn, torch_fn], a.runs)
+                    print("%6d %3d %-8s %-14s | %9.1f %9.1f %5.2f%s" % (
+                        T, threads, proj, name, flops / at / 1e9, flops / tt / 1e9, tt / at,
+                        "<" if tt < at else " "))
+                    sys.stdout.flush()
+
+
 # ---- dropout, and the binding ---------------------------------------------------------------
 
 
@@ -590,7 +663,8 @@ def dropout_table(attn, a):
 
 # ---- main -------------------------------------------------------------------------------------
 
-TABLES = ("attention", "bf16", "layer", "dropout")
+TABLES = ("attention", "bf16", "layer", "dropout", "gemm")
+DEFAULT_TABLES = ("attention", "bf16", "layer", "dropout")
 
 
 def parse_args(argv):
@@ -605,8 +679,9 @@ def parse_args(argv):
                     help="T values (default 1024,4096,16384; --quick: 1024,4096)")
     ap.add_argument("--out", default=None,
                     help="also write the output to this file (bench/results/README.md)")
-    ap.add_argument("--tables", default=",".join(TABLES),
-                    help="which tables, of %s (default: all)" % ",".join(TABLES))
+    ap.add_argument("--tables", default=",".join(DEFAULT_TABLES),
+                    help="which tables, of %s (default: %s)" % (",".join(TABLES),
+                                                              ",".join(DEFAULT_TABLES)))
     a = ap.parse_args(argv)
     a.threads = [int(t) for t in a.threads.split(",")]
     a.tokens = [int(t) for t in (a.tokens or ("1024,4096" if a.quick else "1024,4096,16384"))
@@ -652,6 +727,8 @@ def main():
         layer_table(attn, a)
     if "dropout" in a.tables:
         dropout_table(attn, a)
+    if "gemm" in a.tables:
+        gemm_table(attn, a)
     print("\nload average after: %.2f %.2f %.2f" % os.getloadavg())
 
 
