@@ -139,6 +139,13 @@ static cpuid_regs cpuid(unsigned leaf, unsigned subleaf) {
     return r;
 }
 
+/* The display family of CPUID leaf 1's eax: the extended field counts for
+ * base family 15 (AMD's 25 is Zen 3/4, 26 Zen 5). */
+static unsigned display_family(unsigned eax) {
+    unsigned base = (eax >> 8) & 0xf;
+    return base == 0xf ? base + ((eax >> 20) & 0xff) : base;
+}
+
 static bool bit(unsigned word, unsigned n) { return (word >> n) & 1u; }
 
 /* XCR0: the register state the OS saves on a context switch (XGETBV 0),
@@ -227,7 +234,7 @@ static void x86_info(attn_cpu_info *info) {
      * (and, for the model, family 6 too) */
     cpuid_regs r1 = cpuid(1, 0);
     unsigned base_family = (r1.eax >> 8) & 0xf, base_model = (r1.eax >> 4) & 0xf;
-    info->family = base_family == 0xf ? base_family + ((r1.eax >> 20) & 0xff) : base_family;
+    info->family = display_family(r1.eax);
     info->model = base_family == 0x6 || base_family == 0xf
                       ? base_model + (((r1.eax >> 16) & 0xf) << 4) : base_model;
 
@@ -306,8 +313,7 @@ bool attn_cpu_bf16_dot_pays(void) {
 bool attn_cpu_is_zen4(void) {
 #if defined(ATTN_CPUID)
     if (!__builtin_cpu_is("amd") || !__builtin_cpu_supports("avx512f")) return false;
-    unsigned eax = cpuid(1, 0).eax; /* family 25: base family 15 + extended 10 */
-    return ((eax >> 8) & 0xf) == 0xf && ((eax >> 8) & 0xf) + ((eax >> 20) & 0xff) == 25;
+    return display_family(cpuid(1, 0).eax) == 25;
 #else
     return false;
 #endif
