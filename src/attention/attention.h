@@ -230,8 +230,7 @@ typedef struct attn_attention_backend {
     /* Whether it runs these values (NULL: any): the fused kernels send
      * non-finite inputs and float32-overflowing magnitudes to the
      * reference. dout is the backward's, or NULL. */
-    bool (*takes_values)(const attn_ctx *ctx, const attn_attention_problem *p,
-                         const float *dout);
+    bool (*takes_values)(attn_ctx *ctx, const attn_attention_problem *p, const float *dout);
     /* Whether its forward checks p's values itself as it reads them, handing
      * itself to the reference when takes_values would have said no, so that
      * the runner asks nothing before (NULL: never) */
@@ -242,11 +241,11 @@ typedef struct attn_attention_backend {
                             const attn_attention_trace *trace);
     size_t (*backward_bytes)(const attn_ctx *ctx, const attn_attention_problem *p);
     /* The passes, on workspace of the size asked (zeroed or not): they
-     * cannot fail. */
-    void (*forward)(const attn_ctx *ctx, const attn_attention_problem *p,
+     * cannot fail. The ctx lends its threads (attn_ctx_workers). */
+    void (*forward)(attn_ctx *ctx, const attn_attention_problem *p,
                     const attn_attention_dropout *drop, const attn_attention_trace *trace,
                     void *workspace);
-    void (*backward)(const attn_ctx *ctx, const attn_attention_problem *p,
+    void (*backward)(attn_ctx *ctx, const attn_attention_problem *p,
                      const attn_attention_dropout *drop, const attn_attention_grads *g,
                      void *workspace);
 } attn_attention_backend;

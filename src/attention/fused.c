@@ -132,7 +132,7 @@ static bool magnitudes_fit(const attn_flash_kernels *fk, const attn_attention_pr
              S * d_o >= limit);
 }
 
-static bool fused_takes_values(const attn_ctx *ctx, const attn_attention_problem *p,
+static bool fused_takes_values(attn_ctx *ctx, const attn_attention_problem *p,
                                const float *dout) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
     magnitude_scan job = {
@@ -148,8 +148,9 @@ static bool fused_takes_values(const attn_ctx *ctx, const attn_attention_problem
     size_t rows = p->q_len < p->kv_len ? p->q_len : p->kv_len;
     rows = rows < SCAN_ROWS ? rows : SCAN_ROWS;
     size_t min_units = ((size_t)1 << 16) / (rows * p->head_dim + 1) + 1;
-    size_t threads = ctx->num_threads < SCAN_PARTS ? ctx->num_threads : SCAN_PARTS;
-    attn_parallel_for_parts(threads, units, min_units, scan_units, &job);
+    attn_workers w = attn_ctx_workers(ctx);
+    size_t threads = w.threads < SCAN_PARTS ? w.threads : SCAN_PARTS;
+    attn_pool_for_parts(w.pool, threads, units, min_units, scan_units, &job);
     float top[4] = {0, 0, 0, 0};
     for (size_t part = 0; part < SCAN_PARTS; part++)
         for (int t = 0; t < 4; t++)
@@ -219,7 +220,7 @@ static size_t fused_backward_bytes(const attn_ctx *ctx, const attn_attention_pro
 
 static const attn_attention_dropout no_dropout = {.kind = ATTN_DROP_NONE};
 
-static void fused_forward(const attn_ctx *ctx, const attn_attention_problem *p,
+static void fused_forward(attn_ctx *ctx, const attn_attention_problem *p,
                           const attn_attention_dropout *drop, const attn_attention_trace *trace,
                           void *workspace) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
@@ -227,19 +228,19 @@ static void fused_forward(const attn_ctx *ctx, const attn_attention_problem *p,
     /* as freshly allocated, also when reused: no stale NaN in a tile's pad */
     memset(workspace, 0, fused_forward_bytes(ctx, p, NULL));
     if (!fk->forward_measures(p, drop)) {
-        fk->forward(ctx->num_threads, p, drop, workspace, NULL);
+        fk->forward(attn_ctx_workers(ctx), p, drop, workspace, NULL);
         return;
     }
     /* unscanned (fused_forward_checks_values): inputs the kernels would get
      * wrong go to the reference now, over what the kernels wrote, on the
      * same workspace (the runner sized it for both) */
     float top[4] = {0, 0, 0, 0};
-    fk->forward(ctx->num_threads, p, drop, workspace, top);
+    fk->forward(attn_ctx_workers(ctx), p, drop, workspace, top);
     if (!magnitudes_fit(fk, p, top))
         attn_attention_reference.forward(ctx, p, drop, trace, workspace);
 }
 
-static void fused_backward(const attn_ctx *ctx, const attn_attention_problem *p,
+static void fused_backward(attn_ctx *ctx, const attn_attention_problem *p,
                            const attn_attention_dropout *drop, const attn_attention_grads *g,
                            void *workspace) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
@@ -254,11 +255,11 @@ static void fused_backward(const attn_ctx *ctx, const attn_attention_problem *p,
         stats.out = NULL;
         stats.lse = own;
         stats.lse_lo = NULL;
-        fk->forward(ctx->num_threads, &stats, &no_dropout, ws, NULL);
+        fk->forward(attn_ctx_workers(ctx), &stats, &no_dropout, ws, NULL);
         memset(workspace, 0, tiles);
         lse = own;
     }
-    fk->backward(ctx->num_threads, p, drop ? drop : &no_dropout, g, lse, delta, ws);
+    fk->backward(attn_ctx_workers(ctx), p, drop ? drop : &no_dropout, g, lse, delta, ws);
 }
 
 const attn_attention_backend attn_attention_fused = {

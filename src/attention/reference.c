@@ -170,7 +170,7 @@ typedef struct ref_f32_tensors {
 
 /* ---- the float backend ----------------------------------------------------------- */
 
-static void reference_forward(const attn_ctx *ctx, const attn_attention_problem *p,
+static void reference_forward(attn_ctx *ctx, const attn_attention_problem *p,
                               const attn_attention_dropout *drop,
                               const attn_attention_trace *trace, void *workspace) {
     ref_f32_tensors t = {.q = p->q, .k = p->k, .v = p->v, .out = p->out, .lse = p->lse,
@@ -178,7 +178,7 @@ static void reference_forward(const attn_ctx *ctx, const attn_attention_problem 
     ref_f32_forward(ctx, p, &t, drop, trace, workspace);
 }
 
-static void reference_backward(const attn_ctx *ctx, const attn_attention_problem *p,
+static void reference_backward(attn_ctx *ctx, const attn_attention_problem *p,
                                const attn_attention_dropout *drop,
                                const attn_attention_grads *g, void *workspace) {
     ref_f32_tensors t = {.q = p->q, .k = p->k, .v = p->v, .out = p->out, .lse = p->lse,

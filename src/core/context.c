@@ -69,6 +69,10 @@ attn_pool *attn_ctx_pool(attn_ctx *ctx) {
     return ctx->pool;
 }
 
+attn_workers attn_ctx_workers(attn_ctx *ctx) {
+    return (attn_workers){ctx->num_threads, attn_ctx_pool(ctx)};
+}
+
 void *attn_ctx_scratch(attn_ctx *ctx, size_t bytes) {
     if (bytes <= ctx->scratch.bytes) return ctx->scratch.data;
     /* its one caller, the SGEMM, runs the reference kernel without it */

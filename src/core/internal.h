@@ -6,6 +6,7 @@
 #define ATTN_INTERNAL_H
 
 #include "attn.h"
+#include "parallel.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -44,6 +45,9 @@ attn_status attn_kernels_resolve(attn_kernels requested, attn_kernels *out);
  * (parallel.h), started on first use; NULL for one thread or when they
  * cannot be had (callers then start threads per call). */
 struct attn_pool *attn_ctx_pool(attn_ctx *ctx);
+
+/* The ctx's threads and pool, for the kernels (attn_workers, parallel.h). */
+attn_workers attn_ctx_workers(attn_ctx *ctx);
 
 /* At least bytes of ctx's scratch (its earlier contents lost), or NULL
  * when it cannot grow; valid until the next call or attn_ctx_free. */

@@ -74,8 +74,13 @@ static void run_without_part(void *arg, size_t part, size_t begin, size_t end) {
 
 void attn_parallel_for(size_t num_threads, size_t n, size_t min_per_thread, attn_range_fn body,
                        void *arg) {
+    attn_pool_for(NULL, num_threads, n, min_per_thread, body, arg);
+}
+
+void attn_pool_for(attn_pool *pool, size_t num_threads, size_t n, size_t min_per_thread,
+                   attn_range_fn body, void *arg) {
     range_adapter adapter = {body, arg};
-    attn_parallel_for_parts(num_threads, n, min_per_thread, run_without_part, &adapter);
+    attn_pool_for_parts(pool, num_threads, n, min_per_thread, run_without_part, &adapter);
 }
 
 typedef struct dynamic_job {

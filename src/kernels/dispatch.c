@@ -26,8 +26,8 @@ static bool sgemm(attn_ctx *ctx, const attn_gemm_kernel *uk, bool trans_a, bool 
     size_t floats = attn_sgemm_workspace(uk, ctx->num_threads, m, n, k);
     float *ws = floats ? attn_ctx_scratch(ctx, floats * sizeof(float)) : NULL;
     if (!ws) return false;
-    attn_sgemm_run(uk, ctx->num_threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
-                   ldc, bias, ws);
+    attn_sgemm_run(uk, attn_ctx_workers(ctx), trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                   beta, c, ldc, bias, ws);
     return true;
 }
 

@@ -62,8 +62,8 @@ attn_status attn_gemm_16(attn_ctx *ctx, attn_dtype dtype, bool trans_a, bool tra
         size_t bytes = attn_gemm16_workspace(uk, ctx->num_threads, m, n, k);
         void *ws = bytes ? attn_ctx_scratch(ctx, bytes) : NULL;
         if (ws) {
-            attn_gemm16_run(uk, ctx->num_threads, dtype, trans_a, trans_b, m, n, k, alpha, a, lda,
-                            b, ldb, beta, c, ldc, ws);
+            attn_gemm16_run(uk, attn_ctx_workers(ctx), dtype, trans_a, trans_b, m, n, k, alpha, a,
+                            lda, b, ldb, beta, c, ldc, ws);
             return ATTN_OK;
         }
     }

@@ -145,13 +145,14 @@ static void copy_tokens(void *arg, size_t begin, size_t end) {
  * widened, or back (float to 16-bit) rounded when !widening, on the ctx's
  * threads (on one, they left the others idle: 2-3% of the widened bf16
  * forward at T = 1024 on two threads). */
-static void copy_view(const attn_ctx *ctx, const attn_attention_problem *p, attn_dtype dtype,
+static void copy_view(attn_ctx *ctx, const attn_attention_problem *p, attn_dtype dtype,
                       view16 from, attn_view_strides to_st, const void *src, void *dst,
                       bool widening) {
     view_copy c = {p, dtype, from, to_st, src, dst, widening};
     size_t longest = from.keys ? p->kv_len : p->q_len;
     size_t min_tokens = 16384 / (from.heads * from.width + 1) + 1;
-    attn_parallel_for(ctx->num_threads, p->batch * longest, min_tokens, copy_tokens, &c);
+    attn_workers w = attn_ctx_workers(ctx);
+    attn_pool_for(w.pool, w.threads, p->batch * longest, min_tokens, copy_tokens, &c);
 }
 
 static view16 q_view(const attn_attention_problem *p) {
@@ -368,9 +369,9 @@ static attn_status forward_bf16_kernels(attn_ctx *ctx, const char *fn,
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
                          "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
     if (amx)
-        attn_flash16_amx_forward(ctx->num_threads, p, t, workspace);
+        attn_flash16_amx_forward(attn_ctx_workers(ctx), p, t, workspace);
     else
-        attn_flash16_forward(ctx->num_threads, p, t, workspace);
+        attn_flash16_forward(attn_ctx_workers(ctx), p, t, workspace);
     return ATTN_OK;
 }
 
@@ -386,9 +387,9 @@ static attn_status backward_bf16_kernels(attn_ctx *ctx, const char *fn,
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
                          "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
     if (amx)
-        attn_flash16_amx_backward(ctx->num_threads, p, t, workspace);
+        attn_flash16_amx_backward(attn_ctx_workers(ctx), p, t, workspace);
     else
-        attn_flash16_backward(ctx->num_threads, p, t, workspace);
+        attn_flash16_backward(attn_ctx_workers(ctx), p, t, workspace);
     return ATTN_OK;
 }
 #endif

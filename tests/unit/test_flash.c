@@ -258,8 +258,7 @@ static void free_results(results *r) {
 }
 
 /* One backend's forward then backward on c, into r. */
-static void run(const attn_attention_backend *be, const attn_ctx *ctx, const flash_case *c,
-                results *r) {
+static void run(const attn_attention_backend *be, attn_ctx *ctx, const flash_case *c, results *r) {
     attn_attention_problem p = c->p;
     p.out = r->out;
     p.lse = r->lse;
@@ -277,6 +276,14 @@ static void run(const attn_attention_backend *be, const attn_ctx *ctx, const fla
 }
 
 static bool same_bits(const float *a, const float *b, size_t n) { return memcmp(a, b, n * 4) == 0; }
+
+/* A ctx on the stack (a copy of the set's) started its workers on its first
+ * parallel call (attn_ctx_pool): join them, as attn_ctx_free would. */
+static void ctx_done(attn_ctx *ctx) {
+    attn_pool_free(ctx->pool);
+    ctx->pool = NULL;
+    ctx->pool_tried = false;
+}
 
 static void describe(const char *isa, const flash_case *c) {
     const attn_attention_problem *p = &c->p;
@@ -332,6 +339,7 @@ static void one_case(const char *isa, attn_ctx kernels_ctx, uint64_t *seed, int 
         CHECK(attn_attention_fused.declines(&ctx, &c.p, true) == NULL);
         CHECK(attn_attention_fused.takes_values(&ctx, &c.p, c.dout));
         run(&attn_attention_fused, &ctx, &c, &fused[t]);
+        ctx_done(&ctx);
     }
     size_t n_out = c.q_rows * c.p.q_heads * c.p.head_dim, Hq = c.p.q_heads;
     double e_out = rel_l2(fused[0].out, ref.out, n_out);
@@ -379,6 +387,7 @@ static void one_case(const char *isa, attn_ctx kernels_ctx, uint64_t *seed, int 
         ctx.num_threads = 1;
         results other = alloc_results(&c);
         run(&attn_attention_fused, &ctx, &c, &other);
+        ctx_done(&ctx);
         bool same = same_bits(other.out, fused[0].out, n_out) &&
                     same_bits(other.lse, fused[0].lse, c.n_lse) &&
                     same_bits(other.dq, fused[0].dq, c.n_q) &&
@@ -468,6 +477,7 @@ static void one_hot_cases(const char *isa, attn_ctx kernels_ctx, uint64_t *seed)
             results ref = alloc_results(&c), fused = alloc_results(&c);
             run(&attn_attention_reference, &ctx_ref, &c, &ref);
             run(&attn_attention_fused, &ctx, &c, &fused);
+            ctx_done(&ctx);
             float most_dq = 0.0f, most_dk = 0.0f;
             for (size_t e = 0; e < c.n_q; e++) most_dq = fmaxf(most_dq, fabsf(fused.dq[e]));
             for (size_t e = 0; e < c.n_k; e++) most_dk = fmaxf(most_dk, fabsf(fused.dk[e]));
@@ -513,7 +523,7 @@ static void takes_values_cases(attn_ctx kernels_ctx, uint64_t *seed) {
     ctx.num_threads = 2;
     for (int index = 0; index < 8; index++) {
         flash_case c;
-    make_case(&c, seed, index);
+        make_case(&c, seed, index);
         if (c.p.cu_seqlens_q) { /* row 0 may be no sequence's */
             free_case(&c);
             continue;
@@ -545,6 +555,7 @@ static void takes_values_cases(attn_ctx kernels_ctx, uint64_t *seed) {
         }
         free_case(&c);
     }
+    ctx_done(&ctx);
 }
 
 int main(int argc, char **argv) {

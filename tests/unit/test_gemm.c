@@ -176,12 +176,14 @@ static size_t run_case(const attn_gemm_kernel *uk, const gemm_case *g, uint64_t 
     bool same =
         memcmp(c[0], c[1], nc * sizeof *c0) == 0 && memcmp(c[0], c[2], nc * sizeof *c0) == 0;
 
-    /* The caller-workspace entry point, 2 threads. */
+    /* The caller-workspace entry point, 2 threads: the caller and a pool worker. */
     memcpy(c_ws, c0, nc * sizeof *c0);
     size_t floats = attn_sgemm_workspace(uk, 2, g->m, g->n, g->k);
     float *ws = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64 + 64);
-    attn_sgemm_run(uk, 2, g->trans_a, g->trans_b, g->m, g->n, g->k, g->alpha, a, g->lda, b, g->ldb,
-                   g->beta, c_ws, g->ldc, NULL, ws);
+    attn_pool *pool = attn_pool_new(1); /* as a ctx's workers (NULL: threads per call) */
+    attn_sgemm_run(uk, (attn_workers){2, pool}, g->trans_a, g->trans_b, g->m, g->n, g->k,
+                   g->alpha, a, g->lda, b, g->ldb, g->beta, c_ws, g->ldc, NULL, ws);
+    attn_pool_free(pool);
     bool same_ws = memcmp(c_ws, c[0], nc * sizeof *c0) == 0;
     CHECK(g->beta != 0.0f || bias_as_preset(uk, g, a, b, c0, seed));
 

@@ -347,8 +347,8 @@ static void direct_kernel(const attn_gemm16_kernel *uk, const char *why, uint64_
                 CHECK(ws != NULL);
                 if (!ws) continue;
                 memcpy(c[t], o.c0, nc * sizeof(float));
-                attn_gemm16_run(uk, t + 1, g.dtype, g.ta, g.tb, g.m, g.n, g.k, g.alpha, o.a, g.lda,
-                                o.b, g.ldb, g.beta, c[t], g.ldc, ws);
+                attn_gemm16_run(uk, (attn_workers){t + 1, NULL}, g.dtype, g.ta, g.tb, g.m, g.n,
+                                g.k, g.alpha, o.a, g.lda, o.b, g.ldb, g.beta, c[t], g.ldc, ws);
                 free(ws);
             }
             double w = check_result(uk->name, uk, false, &g, &o, c[0]);

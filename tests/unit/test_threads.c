@@ -1,7 +1,8 @@
 /*
  * test_threads.c — every module on 1 and on 4 threads: the same forward
  * (training, with dropout), the same backward, bit for bit, and contexts
- * used from several threads at once (one ctx per thread, as attn.h allows).
+ * used from several threads at once (one ctx per thread, as attn.h allows);
+ * the kernels run on the ctx's own workers, kept from call to call.
  * Sized so that the kernels really split their work. Run under
  * ThreadSanitizer by CI (-DATTN_TSAN=ON), where a data race fails it.
  */
@@ -10,6 +11,7 @@
 #include "attn.h"
 #include "check.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -160,7 +162,65 @@ static void *run_job(void *p) {
     return NULL;
 }
 
+/* The threads of this process now (Linux's /proc/self/task), 0 where that
+ * cannot be read. */
+static size_t process_threads(void) {
+    DIR *dir = opendir("/proc/self/task");
+    if (!dir) return 0;
+    size_t n = 0;
+    for (struct dirent *e; (e = readdir(dir)) != NULL;)
+        if (e->d_name[0] != '.') n++;
+    closedir(dir);
+    return n;
+}
+
+/* The fused attention's forward, its backward (and the scan before it) and
+ * the SGEMM each run on the ctx's workers, started once (per loop, the
+ * threads cost 3-9% of a 2-thread attention at T <= 512): after its first
+ * call, a fresh ctx of 4 threads keeps 3 workers beside the process's own
+ * threads, and attn_ctx_free joins them. Threads started per loop would be
+ * gone after the call. */
+static void test_ctx_keeps_its_workers(void) {
+    size_t before = process_threads();
+    if (before == 0) {
+        printf("no /proc/self/task here: the ctx's workers not counted\n");
+        return;
+    }
+    enum { H = 4, S = 96, D = 32, N = H * S * D };
+    float *x = malloc(5 * N * sizeof *x), *grads = malloc(3 * N * sizeof *grads);
+    float *lse = malloc(H * S * sizeof *lse), *y = malloc(S * S * sizeof *y);
+    if (!x || !grads || !lse || !y) abort();
+    for (size_t i = 0; i < 5 * N; i++) x[i] = 0.01f * (float)(i % 97) - 0.4f;
+    float *q = x, *k = x + N, *v = x + 2 * N, *out = x + 3 * N, *dout = x + 4 * N;
+    attn_sdpa_config cfg = {.batch = 1, .heads = H, .q_tokens = S, .kv_tokens = S, .head_dim = D,
+                            .causal = true};
+    for (int call = 0; call < 3; call++) {
+        attn_ctx *ctx = NULL;
+        CHECK(attn_ctx_new(&(attn_ctx_config){.num_threads = 4}, &ctx) == ATTN_OK);
+        for (int again = 0; again < 2; again++) {
+            if (call == 0)
+                CHECK(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL) == ATTN_OK);
+            else if (call == 1)
+                CHECK(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, dout, grads, grads + N,
+                                         grads + 2 * N, NULL) == ATTN_OK);
+            else
+                CHECK(attn_linear(ctx, q, k, NULL, y, S, S, S) == ATTN_OK);
+            size_t now = process_threads();
+            CHECK(now == before + 3);
+            if (now != before + 3)
+                fprintf(stderr, "call %d: %zu threads, not %zu + 3\n", call, now, before);
+        }
+        attn_ctx_free(ctx);
+        CHECK(process_threads() == before);
+    }
+    free(x);
+    free(grads);
+    free(lse);
+    free(y);
+}
+
 int main(void) {
+    test_ctx_keeps_its_workers();
     for (size_t k = 0; k < NUM_KINDS; k++) {
         size_t n1 = 0, n4 = 0;
         float *one = run(kinds[k], 1, &n1), *four = run(kinds[k], 4, &n4);

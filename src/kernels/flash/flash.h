@@ -46,13 +46,14 @@
 #define ATTN_FLASH_H
 
 #include "attention/attention.h"
+#include "parallel.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* One instruction set's kernels. Workspaces are floats per parallel part
- * (attn_parallel_parts(threads) of them), sized by the matching _workspace
- * function, zeroed or not. The caller has checked the problem (kv_heads
+/* One instruction set's kernels, run on w's threads. Workspaces are floats
+ * per parallel part (attn_parallel_parts(w.threads) of them), sized by the
+ * matching _workspace function, zeroed or not. The caller has checked the problem (kv_heads
  * divides q_heads, v_head_dim == head_dim). */
 typedef struct attn_flash_kernels {
     const char *name;
@@ -69,12 +70,12 @@ typedef struct attn_flash_kernels {
     /* p->out and p->lse (when set) from p's q, k, v; with p->out NULL only
      * p->lse (the statistics a backward needs when its forward kept none).
      * magnitudes (or NULL): what it measured, all inf when it did not */
-    void (*forward)(size_t threads, const attn_attention_problem *p,
+    void (*forward)(attn_workers w, const attn_attention_problem *p,
                     const attn_attention_dropout *drop, float *workspace, float magnitudes[3]);
     size_t (*backward_workspace)(const attn_attention_problem *p);
     /* g's dq, dk, dv (and dsinks) from g->dout, p->out and lse (p->lse's
      * layout, attn_lse_index); delta (the same layout) is scratch */
-    void (*backward)(size_t threads, const attn_attention_problem *p,
+    void (*backward)(attn_workers w, const attn_attention_problem *p,
                      const attn_attention_dropout *drop, const attn_attention_grads *g,
                      const float *lse, float *delta, float *workspace);
 } attn_flash_kernels;

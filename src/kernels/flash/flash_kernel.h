@@ -770,7 +770,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
     }
 }
 
-static void flash_forward(size_t threads, const attn_attention_problem *p,
+static void flash_forward(attn_workers w, const attn_attention_problem *p,
                           const attn_attention_dropout *drop, float *workspace,
                           float magnitudes[3]) {
     forward_job job = {.f = flash_shape_of(p, drop), .workspace = workspace,
@@ -778,10 +778,10 @@ static void flash_forward(size_t threads, const attn_attention_problem *p,
     job.lanes = lanes_take(&job.f);
     job.measure = magnitudes != NULL && lanes_measure(&job.f);
     size_t items = p->batch * p->kv_heads * job.f.fchunks * job.f.fq_blocks;
-    attn_parallel_dynamic(threads, items, forward_block, &job);
+    attn_pool_dynamic(w.pool, w.threads, items, forward_block, &job);
     if (!magnitudes) return;
     for (int t = 0; t < 3; t++) magnitudes[t] = job.measure ? 0.0f : INFINITY;
-    for (size_t part = 0; job.measure && part < attn_parallel_parts(threads); part++) {
+    for (size_t part = 0; job.measure && part < attn_parallel_parts(w.threads); part++) {
         const float *top = part_magnitudes(&job, part); /* zeroed: 0 if unused */
         for (int t = 0; t < 3; t++) magnitudes[t] = top[t] > magnitudes[t] ? top[t] : magnitudes[t];
     }
@@ -1417,7 +1417,7 @@ static void delta_rows(void *arg, size_t begin, size_t end) {
     }
 }
 
-static void flash_backward(size_t threads, const attn_attention_problem *p,
+static void flash_backward(attn_workers w, const attn_attention_problem *p,
                            const attn_attention_dropout *drop, const attn_attention_grads *g,
                            const float *lse, float *delta, float *workspace) {
     backward_job job = {.f = flash_shape_of(p, drop), .g = g, .lse = lse, .delta = delta,
@@ -1426,7 +1426,7 @@ static void flash_backward(size_t threads, const attn_attention_problem *p,
     size_t BH = p->batch * p->q_heads;
     delta_job dj = {&job.f, g->dout, delta};
     size_t min_heads = 1024 / (p->q_len + 1) + 1;
-    attn_parallel_for(threads, BH, min_heads, delta_rows, &dj);
+    attn_pool_for(w.pool, w.threads, BH, min_heads, delta_rows, &dj);
     /* dsinks[h] = -sum_{b,i} exp(sink_h - lse) delta: the sink's weight
      * times (its dP = 0) - delta, in a fixed order */
     if (p->sinks && g->dsinks)
@@ -1442,13 +1442,14 @@ static void flash_backward(size_t threads, const attn_attention_problem *p,
             g->dsinks[h] = (float)-sum;
         }
     if (one_pass_floats(p)) {
-        attn_parallel_dynamic(threads, p->batch * p->kv_heads, backward_heads, &job);
+        attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads, backward_heads, &job);
         return;
     }
     /* B first: it leaves the consistent delta of nearly one-hot rows for A */
-    attn_parallel_dynamic(threads, p->batch * p->kv_heads * job.f.chunks * job.f.q_blocks,
-                          backward_queries, &job);
-    attn_parallel_dynamic(threads, p->batch * p->kv_heads * job.f.k_blocks, backward_keys, &job);
+    attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * job.f.chunks * job.f.q_blocks,
+                      backward_queries, &job);
+    attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * job.f.k_blocks, backward_keys,
+                      &job);
 }
 
 /* ---- the scan for inputs the fast path must not take ---------------------- */

@@ -37,6 +37,7 @@
 #define ATTN_FLASH16_H
 
 #include "attention/attention.h"
+#include "parallel.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -59,9 +60,9 @@ typedef struct attn_flash16_tensors {
 size_t attn_flash16_forward_bytes(const attn_attention_problem *p, size_t threads);
 size_t attn_flash16_backward_bytes(const attn_attention_problem *p, size_t threads);
 /* The passes, on workspace of that size (contents any); they cannot fail. */
-void attn_flash16_forward(size_t threads, const attn_attention_problem *p,
+void attn_flash16_forward(attn_workers w, const attn_attention_problem *p,
                           const attn_flash16_tensors *t, void *workspace);
-void attn_flash16_backward(size_t threads, const attn_attention_problem *p,
+void attn_flash16_backward(attn_workers w, const attn_attention_problem *p,
                            const attn_flash16_tensors *t, void *workspace);
 
 /* The largest magnitude (bf16 bits with the sign cleared: they order as
@@ -78,9 +79,9 @@ uint16_t attn_flash16_max_magnitude(const uint16_t *x, size_t rows, size_t strid
 bool attn_flash16_amx_takes(const attn_attention_problem *p);
 size_t attn_flash16_amx_forward_bytes(const attn_attention_problem *p, size_t threads);
 size_t attn_flash16_amx_backward_bytes(const attn_attention_problem *p, size_t threads);
-void attn_flash16_amx_forward(size_t threads, const attn_attention_problem *p,
+void attn_flash16_amx_forward(attn_workers w, const attn_attention_problem *p,
                               const attn_flash16_tensors *t, void *workspace);
-void attn_flash16_amx_backward(size_t threads, const attn_attention_problem *p,
+void attn_flash16_amx_backward(attn_workers w, const attn_attention_problem *p,
                                const attn_flash16_tensors *t, void *workspace);
 
 #endif /* ATTN_FLASH16_H */

@@ -359,7 +359,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
     }
 }
 
-void attn_flash16_forward(size_t threads, const attn_attention_problem *p,
+void attn_flash16_forward(attn_workers w, const attn_attention_problem *p,
                           const attn_flash16_tensors *t, void *workspace) {
     forward_job job = {.f = shape_of(p), .t = t};
     size_t blocks = key_blocks(&job.f);
@@ -367,8 +367,8 @@ void attn_flash16_forward(size_t threads, const attn_attention_problem *p,
     job.vi = job.kt + blocks * kt_bytes(&job.f);
     job.parts = job.vi + blocks * ki_bytes(&job.f);
     job.part_bytes = forward_part_bytes(&job.f);
-    attn_parallel_for(threads, blocks, 4, pack_forward_keys, &job);
-    attn_parallel_dynamic(threads, query_blocks(&job.f), forward_block, &job);
+    attn_pool_for(w.pool, w.threads, blocks, 4, pack_forward_keys, &job);
+    attn_pool_dynamic(w.pool, w.threads, query_blocks(&job.f), forward_block, &job);
 }
 
 /* ---- backward ---------------------------------------------------------------- */
@@ -623,7 +623,7 @@ static void backward_queries(void *arg, size_t part, size_t item) {
             dq_out[r * p->q_strides.t + d] = bf16_of(dq[r * DV + d] * p->scale);
 }
 
-void attn_flash16_backward(size_t threads, const attn_attention_problem *p,
+void attn_flash16_backward(attn_workers w, const attn_attention_problem *p,
                            const attn_flash16_tensors *t, void *workspace) {
     backward_job job = {.f = shape_of(p), .t = t};
     size_t keys = key_blocks(&job.f), queries = query_blocks(&job.f);
@@ -631,11 +631,11 @@ void attn_flash16_backward(size_t threads, const attn_attention_problem *p,
     job.queries = job.keys + keys * key_side_bytes(&job.f);
     job.parts = job.queries + queries * query_side_bytes(&job.f);
     job.part_bytes = backward_part_bytes(&job.f);
-    attn_parallel_for(threads, keys, 4, pack_backward_keys, &job);
-    attn_parallel_for(threads, queries, 4, pack_backward_queries, &job);
+    attn_pool_for(w.pool, w.threads, keys, 4, pack_backward_keys, &job);
+    attn_pool_for(w.pool, w.threads, queries, 4, pack_backward_queries, &job);
     /* B first: it leaves the consistent delta of nearly one-hot rows for A */
-    attn_parallel_dynamic(threads, queries, backward_queries, &job);
-    attn_parallel_dynamic(threads, keys, backward_keys, &job);
+    attn_pool_dynamic(w.pool, w.threads, queries, backward_queries, &job);
+    attn_pool_dynamic(w.pool, w.threads, keys, backward_keys, &job);
 }
 
 /* ---- the values' scan (sdpa16.c) --------------------------------------------- */

@@ -130,6 +130,7 @@ typedef struct gemm_call {
     float *c;
     size_t ldc;
     const float *bias; /* n floats added to every row of C, or NULL */
+    attn_pool *pool;   /* the workers of the plan's parts, or NULL */
     gemm_plan plan;
     size_t k0, k1;           /* the super-block of k at work */
     float *shared;           /* its packed shared operand: kc block after kc block */
@@ -267,7 +268,7 @@ static void scale_c(size_t m, size_t n, float beta, float *c, size_t ldc, const 
         }
 }
 
-void attn_sgemm_run(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool trans_b,
+void attn_sgemm_run(const attn_gemm_kernel *uk, attn_workers w, bool trans_a, bool trans_b,
                     size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
                     const float *b, size_t ldb, float beta, float *c, size_t ldc,
                     const float *bias, float *workspace) {
@@ -278,8 +279,8 @@ void attn_sgemm_run(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bo
     }
     gemm_call g = {.uk = uk, .trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
                    .alpha = alpha, .beta = beta, .a = a, .b = b, .lda = lda, .ldb = ldb,
-                   .c = c, .ldc = ldc, .bias = bias};
-    if (!make_plan(uk, threads, m, n, k, &g.plan)) return;
+                   .c = c, .ldc = ldc, .bias = bias, .pool = w.pool};
+    if (!make_plan(uk, w.threads, m, n, k, &g.plan)) return;
     g.shared = workspace;
     g.part_buffers = workspace + g.plan.shared_floats;
     atomic_init(&g.next_chunk, 0);
@@ -290,10 +291,10 @@ void attn_sgemm_run(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bo
         /* Phase 1: the shared operand, in groups of panels. */
         size_t per_group = ceil_div(GEMM_PACK_FLOATS_PER_TASK, width * (g.k1 - g.k0));
         g.pack_groups = ceil_div(panels, per_group);
-        attn_parallel_for(g.plan.parts, g.pack_groups, 1, pack_shared, &g);
+        attn_pool_for(g.pool, g.plan.parts, g.pack_groups, 1, pack_shared, &g);
         /* Phase 2: the chunks, taken by whichever thread is free. */
         atomic_store(&g.next_chunk, 0);
-        attn_parallel_for_parts(g.plan.parts, g.plan.parts, 1, run_chunks, &g);
+        attn_pool_for_parts(g.pool, g.plan.parts, g.plan.parts, 1, run_chunks, &g);
     }
 }
 
@@ -301,8 +302,8 @@ bool attn_sgemm(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool t
                 size_t n, size_t k, float alpha, const float *a, size_t lda, const float *b,
                 size_t ldb, float beta, float *c, size_t ldc, const float *bias) {
     if (m == 0 || n == 0 || k == 0) {
-        attn_sgemm_run(uk, threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
-                       ldc, bias, NULL);
+        attn_sgemm_run(uk, (attn_workers){threads, NULL}, trans_a, trans_b, m, n, k, alpha, a, lda,
+                       b, ldb, beta, c, ldc, bias, NULL);
         return true;
     }
     size_t floats = attn_sgemm_workspace(uk, threads, m, n, k);
@@ -310,8 +311,8 @@ bool attn_sgemm(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool t
     size_t bytes = round_up(floats * sizeof(float), 64);
     float *ws = attn_aligned_alloc_or_fallback(64, bytes); /* NULL: the caller's fallback */
     if (!ws) return false;
-    attn_sgemm_run(uk, threads, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                   bias, ws);
+    attn_sgemm_run(uk, (attn_workers){threads, NULL}, trans_a, trans_b, m, n, k, alpha, a, lda, b,
+                   ldb, beta, c, ldc, bias, ws);
     attn_free(ws);
     return true;
 }

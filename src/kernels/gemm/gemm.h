@@ -36,6 +36,7 @@
 #define ATTN_GEMM_H
 
 #include "attn.h"
+#include "parallel.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -96,17 +97,18 @@ size_t attn_sgemm_workspace(const attn_gemm_kernel *uk, size_t threads, size_t m
                             size_t k);
 
 /* The SGEMM on a caller's workspace (64-byte aligned, attn_sgemm_workspace
- * floats); never allocates. threads 0 or 1: the calling thread only.
+ * floats for w.threads); never allocates. w.threads 0 or 1: the calling
+ * thread only.
  * bias (NULL: none), n floats, is added to every row of C after the first
  * kc block's alpha * acc + beta * c, rounding once more: with beta == 0,
  * the bits of C preset to the bias rows and beta == 1, without the copy. */
-void attn_sgemm_run(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool trans_b,
+void attn_sgemm_run(const attn_gemm_kernel *uk, attn_workers w, bool trans_a, bool trans_b,
                     size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
                     const float *b, size_t ldb, float beta, float *c, size_t ldc,
                     const float *bias, float *workspace);
 
-/* The same, allocating the workspace for the call. Returns false, having
- * written nothing, when it cannot be allocated. */
+/* The same, allocating the workspace for the call, on threads started for
+ * it. Returns false, having written nothing, when it cannot be allocated. */
 bool attn_sgemm(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool trans_b, size_t m,
                 size_t n, size_t k, float alpha, const float *a, size_t lda, const float *b,
                 size_t ldb, float beta, float *c, size_t ldc, const float *bias);

@@ -105,6 +105,7 @@ typedef struct gemm16_call {
     size_t lda, ldb;
     float *c;
     size_t ldc;
+    attn_pool *pool; /* the workers of the plan's parts, or NULL */
     gemm16_plan plan;
     size_t k0, k1;          /* the super-block of k at work */
     unsigned char *shared;  /* its packed shared operand, kc block after kc block */
@@ -224,7 +225,7 @@ static void run_chunks(void *arg, size_t part, size_t begin, size_t end) {
     }
 }
 
-void attn_gemm16_run(const attn_gemm16_kernel *uk, size_t threads, attn_dtype dtype, bool trans_a,
+void attn_gemm16_run(const attn_gemm16_kernel *uk, attn_workers w, attn_dtype dtype, bool trans_a,
                      bool trans_b, size_t m, size_t n, size_t k, float alpha, const uint16_t *a,
                      size_t lda, const uint16_t *b, size_t ldb, float beta, float *c, size_t ldc,
                      void *workspace) {
@@ -238,8 +239,8 @@ void attn_gemm16_run(const attn_gemm16_kernel *uk, size_t threads, attn_dtype dt
     }
     gemm16_call g = {.uk = uk, .dtype = dtype, .trans_a = trans_a, .trans_b = trans_b, .m = m,
                      .n = n, .k = k, .alpha = alpha, .beta = beta, .a = a, .b = b, .lda = lda,
-                     .ldb = ldb, .c = c, .ldc = ldc};
-    if (!make_plan(uk, threads, m, n, k, &g.plan)) return;
+                     .ldb = ldb, .c = c, .ldc = ldc, .pool = w.pool};
+    if (!make_plan(uk, w.threads, m, n, k, &g.plan)) return;
     g.shared = workspace;
     g.part_buffers = g.shared + g.plan.shared_bytes;
     atomic_init(&g.next_chunk, 0);
@@ -249,8 +250,8 @@ void attn_gemm16_run(const attn_gemm16_kernel *uk, size_t threads, attn_dtype dt
         g.k1 = min_size(k, g.k0 + g.plan.super_k);
         size_t per_group = ceil_div(GEMM16_PACK_ELEMENTS_PER_TASK, width * (g.k1 - g.k0));
         g.pack_groups = ceil_div(panels, per_group);
-        attn_parallel_for(g.plan.parts, g.pack_groups, 1, pack_shared, &g);
+        attn_pool_for(g.pool, g.plan.parts, g.pack_groups, 1, pack_shared, &g);
         atomic_store(&g.next_chunk, 0);
-        attn_parallel_for_parts(g.plan.parts, g.plan.parts, 1, run_chunks, &g);
+        attn_pool_for_parts(g.pool, g.plan.parts, g.plan.parts, 1, run_chunks, &g);
     }
 }

@@ -29,6 +29,7 @@
 #define ATTN_GEMM16_H
 
 #include "attn.h"
+#include "parallel.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -84,8 +85,9 @@ size_t attn_gemm16_parts(const attn_gemm16_kernel *uk, size_t threads, size_t m,
                          size_t k);
 
 /* C (m, n) = alpha op(A) op(B) + beta C on the caller's workspace (64-byte
- * aligned, attn_gemm16_workspace bytes); threads 0 or 1: the caller only. */
-void attn_gemm16_run(const attn_gemm16_kernel *uk, size_t threads, attn_dtype dtype, bool trans_a,
+ * aligned, attn_gemm16_workspace bytes for w.threads); w.threads 0 or 1:
+ * the caller only. */
+void attn_gemm16_run(const attn_gemm16_kernel *uk, attn_workers w, attn_dtype dtype, bool trans_a,
                      bool trans_b, size_t m, size_t n, size_t k, float alpha, const uint16_t *a,
                      size_t lda, const uint16_t *b, size_t ldb, float beta, float *c, size_t ldc,
                      void *workspace);
