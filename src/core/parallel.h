@@ -58,8 +58,9 @@ void attn_pool_for(attn_pool *pool, size_t num_threads, size_t n, size_t min_per
  * ctx's: attn_ctx_workers), or on threads started for each loop where pool
  * is NULL. The fused attention kernels and the matrix products take one,
  * so that a ctx's calls reuse its workers: started per loop, the threads
- * made a 2-thread attention at T <= 512 3-9% slower, and a GPT-2 linear
- * 2-8% (a 2-vCPU Skylake-SP). */
+ * made a 2-thread causal attention 5-10% slower at T = 128, 1-4% at 512,
+ * and a GPT-2 linear 2-4% at T <= 256 (a 2-vCPU Skylake-SP;
+ * bench/results/ctx-workers-ab-xeon-skx-2vcpu.txt). */
 typedef struct attn_workers {
     size_t threads;
     attn_pool *pool;
