@@ -5,6 +5,8 @@
 #ifndef ATTN_TRAIN_LAYERS_H
 #define ATTN_TRAIN_LAYERS_H
 
+#include "parallel.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -12,12 +14,12 @@
 
 void attn_layer_embedding_forward(float *out, const int32_t *tokens, const float *wte,
                                   const float *wpe, size_t B, size_t T, size_t C);
-void attn_layer_embedding_backward(size_t threads, float *dwte, float *dwpe, const float *dout,
+void attn_layer_embedding_backward(attn_workers w, float *dwte, float *dwpe, const float *dout,
                                    const int32_t *tokens, size_t B, size_t T, size_t C, size_t V);
 void attn_layer_layernorm_forward(float *out, double *mean, double *rstd, const float *inp,
                                   const float *weight, const float *bias, size_t N, size_t C,
                                   double eps);
-void attn_layer_layernorm_backward(size_t threads, float *dinp, float *dweight, float *dbias,
+void attn_layer_layernorm_backward(attn_workers w, float *dinp, float *dweight, float *dbias,
                                    const float *dout, const float *inp, const float *weight,
                                    const double *mean, const double *rstd, size_t N, size_t C);
 void attn_layer_gelu_forward(float *out, const float *inp, size_t n);

@@ -96,12 +96,12 @@ static void LAYER(embedding_backward_rows)(void *arg, size_t begin, size_t end) 
 }
 
 /* dwte (V, C) and dwpe (context, C; rows 0..T-1 touched) += from dout (B, T, C). */
-LAYER_API void LAYER(embedding_backward)(size_t threads, REAL *dwte, REAL *dwpe,
+LAYER_API void LAYER(embedding_backward)(attn_workers w, REAL *dwte, REAL *dwpe,
                                          const REAL *dout, const int32_t *tokens, size_t B,
                                          size_t T, size_t C, size_t V) {
     LAYER(embedding_job) job = {dwte, dwpe, dout, tokens, B, T, C, V};
-    attn_parallel_for(threads, V + T, layer_min_items(B * T * C), LAYER(embedding_backward_rows),
-                      &job);
+    attn_pool_for(w.pool, w.threads, V + T, layer_min_items(B * T * C),
+                  LAYER(embedding_backward_rows), &job);
 }
 
 /* ---- LayerNorm -------------------------------------------------------------- */
@@ -184,13 +184,13 @@ static void LAYER(layernorm_dparam_cols)(void *arg, size_t begin, size_t end) {
 }
 
 /* dinp (N, C), dweight (C), dbias (C) += from dout (N, C). */
-LAYER_API void LAYER(layernorm_backward)(size_t threads, REAL *dinp, REAL *dweight, REAL *dbias,
+LAYER_API void LAYER(layernorm_backward)(attn_workers w, REAL *dinp, REAL *dweight, REAL *dbias,
                                          const REAL *dout, const REAL *inp, const REAL *weight,
                                          const double *mean, const double *rstd, size_t N,
                                          size_t C) {
     LAYER(layernorm_job) job = {dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C};
-    attn_parallel_for(threads, N, layer_min_items(4 * C), LAYER(layernorm_dinp_rows), &job);
-    attn_parallel_for(threads, C, layer_min_items(2 * N), LAYER(layernorm_dparam_cols), &job);
+    attn_pool_for(w.pool, w.threads, N, layer_min_items(4 * C), LAYER(layernorm_dinp_rows), &job);
+    attn_pool_for(w.pool, w.threads, C, layer_min_items(2 * N), LAYER(layernorm_dparam_cols), &job);
 }
 
 /* ---- GELU (exact, nn.GELU() with approximate='none') -------------------- */

@@ -641,7 +641,7 @@ attn_status attn_model_backward(attn_model *m) {
                          "first");
     const attn_model_config *c = &m->cfg;
     size_t B = m->batch, T = m->seq, N = B * T, C = c->d_model, V = c->vocab_size;
-    size_t threads = m->ctx->num_threads;
+    attn_workers w = attn_ctx_workers(m->ctx);
     double p = m->dropout_p;
 
     /* loss = cross_entropy(logits, targets): dloss = 1 */
@@ -653,7 +653,7 @@ attn_status attn_model_backward(attn_model *m) {
                            pgrad(m, m->head), NULL, N, C, V);
     /* lnf = LayerNorm(x): dres becomes dL/dx of the last residual */
     memset(m->dres, 0, N * C * sizeof(float));
-    attn_layer_layernorm_backward(threads, m->dres, pgrad(m, m->lnf_w), pgrad(m, m->lnf_b),
+    attn_layer_layernorm_backward(w, m->dres, pgrad(m, m->lnf_w), pgrad(m, m->lnf_b),
                                   m->dtmp, m->blocks[c->n_layers - 1].resid_out,
                                   pdata(m, m->lnf_w), m->lnf_mean, m->lnf_rstd, N, C);
     for (size_t l = c->n_layers; l-- > 0;) {
@@ -671,7 +671,7 @@ attn_status attn_model_backward(attn_model *m) {
             attn_layer_gelu_backward(m->d4b, b->fc, m->d4a, N * 4 * C);
             attn_k_linear_backward(m->ctx, b->ln2, pdata(m, b->fc_w), m->d4b, m->dtmp, false,
                                    pgrad(m, b->fc_w), pgrad(m, b->fc_b), N, C, 4 * C);
-            attn_layer_layernorm_backward(threads, m->dres, pgrad(m, b->ln2_w),
+            attn_layer_layernorm_backward(w, m->dres, pgrad(m, b->ln2_w),
                                           pgrad(m, b->ln2_b), m->dtmp, b->resid_mid,
                                           pdata(m, b->ln2_w), b->ln2_mean, b->ln2_rstd, N, C);
         }
@@ -683,7 +683,7 @@ attn_status attn_model_backward(attn_model *m) {
         }
         attn_status st = attn_module_backward(b->attn, dattn, B, T, m->dtmp);
         if (st != ATTN_OK) return st;
-        attn_layer_layernorm_backward(threads, m->dres, pgrad(m, b->ln1_w), pgrad(m, b->ln1_b),
+        attn_layer_layernorm_backward(w, m->dres, pgrad(m, b->ln1_w), pgrad(m, b->ln1_b),
                                       m->dtmp, b->resid_in, pdata(m, b->ln1_w), b->ln1_mean,
                                       b->ln1_rstd, N, C);
     }
@@ -693,7 +693,7 @@ attn_status attn_model_backward(attn_model *m) {
         dropout_backward(m->dbranch, m->dres, m->emb_keep, p, N * C);
         demb = m->dbranch;
     }
-    attn_layer_embedding_backward(threads, pgrad(m, m->tok_emb), pgrad(m, m->pos_emb), demb,
+    attn_layer_embedding_backward(w, pgrad(m, m->tok_emb), pgrad(m, m->pos_emb), demb,
                                   m->tokens, B, T, C, V);
     return ATTN_OK;
 }

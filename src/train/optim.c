@@ -271,6 +271,7 @@ attn_status attn_optimizer_step(attn_optimizer *opt) {
         base.amsgrad = c->amsgrad;
         body = adamw_range;
     }
+    attn_workers w = attn_ctx_workers(opt->ctx);
     for (size_t i = 0; i < opt->count; i++) {
         update_job job = base;
         job.p = opt->params[i].data;
@@ -278,8 +279,7 @@ attn_status attn_optimizer_step(attn_optimizer *opt) {
         job.s0 = opt->state[i * 3];
         job.s1 = opt->state[i * 3 + 1];
         job.s2 = opt->state[i * 3 + 2];
-        attn_parallel_for(opt->ctx->num_threads, opt->params[i].numel, OPTIM_MIN_PER_THREAD, body,
-                          &job);
+        attn_pool_for(w.pool, w.threads, opt->params[i].numel, OPTIM_MIN_PER_THREAD, body, &job);
     }
     opt->steps++;
     return ATTN_OK;

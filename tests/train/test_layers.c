@@ -115,7 +115,7 @@ static void test_embedding(size_t C) {
     fill_randn(r, B * T * C, 1.0);
     s.wte = wte, s.wpe = wpe, s.out = out, s.r = r;
     emb_loss(&s);
-    dbl_embedding_backward(2, dwte, dwpe, r, tokens, B, T, C, V);
+    dbl_embedding_backward((attn_workers){2, NULL}, dwte, dwpe, r, tokens, B, T, C, V);
     char what[64];
     snprintf(what, sizeof what, "embedding dwte (C %zu)", C);
     fd_check(what, wte, V * C, dwte, emb_loss, &s);
@@ -162,7 +162,7 @@ static void test_layernorm(size_t N, size_t C) {
         CHECK_NEAR(out[n * C + 3], (x[n * C + 3] - m) / sqrt(v + 1e-5) * w[3] + b[3], 1e-12);
     }
     for (size_t i = 0; i < N * C; i++) dx[i] = 0.5; /* the backward adds to what is there */
-    dbl_layernorm_backward(2, dx, dw, db, r, x, w, mean, rstd, N, C);
+    dbl_layernorm_backward((attn_workers){2, NULL}, dx, dw, db, r, x, w, mean, rstd, N, C);
     for (size_t i = 0; i < N * C; i++) dx[i] -= 0.5;
     char what[64];
     snprintf(what, sizeof what, "layernorm dinp (C %zu)", C);
@@ -293,8 +293,11 @@ static void test_float_matches_double(void) {
     to_double(x, xf, N * C), to_double(w, wf, C), to_double(b, bf, C), to_double(r, rf, N * C);
     attn_layer_layernorm_forward(outf, mean, rstd, xf, wf, bf, N, C, 1e-5);
     dbl_layernorm_forward(out, meand, rstdd, x, w, b, N, C, 1e-5);
-    attn_layer_layernorm_backward(2, dxf, dwf, dbf, rf, xf, wf, mean, rstd, N, C);
-    dbl_layernorm_backward(2, dx, dw, db, r, x, w, meand, rstdd, N, C);
+    attn_pool *pool = attn_pool_new(1); /* as a ctx's worker (NULL: threads per loop) */
+    attn_layer_layernorm_backward((attn_workers){2, pool}, dxf, dwf, dbf, rf, xf, wf, mean, rstd,
+                                  N, C);
+    attn_pool_free(pool);
+    dbl_layernorm_backward((attn_workers){2, NULL}, dx, dw, db, r, x, w, meand, rstdd, N, C);
     double worst = fmax(max_rel_diff(outf, out, N * C), max_rel_diff(dxf, dx, N * C));
     worst = fmax(worst, fmax(max_rel_diff(dwf, dw, C), max_rel_diff(dbf, db, C)));
     printf("  float vs double, layernorm: worst relative difference %.2e\n", worst);
