@@ -16,6 +16,7 @@ ones (AUTO):
 Usage: test_model_vs_torch.py LIBATTN.so [--seed N]
 """
 import argparse
+import copy
 import json
 import os
 import random
@@ -35,6 +36,7 @@ GRAD_RTOL = 1e-4      # per tensor: max |attn - torch| / max |torch|, the denomi
 GRAD_FLOOR = 1e-3     # least GRAD_FLOOR x the largest gradient of the model (W_key.bias's
                       # true gradient is 0: softmax ignores a constant added to a row)
 RANDN_TOL = 1e-6      # attn_rng_randn vs torch's vectorised normal_
+DROPOUT_NOISE = 8     # check_dropout: attn vs float64, in units of PyTorch float32's error
 
 
 def rel_max(a, b, floor=0.0):
@@ -46,6 +48,14 @@ def grad_errors(params, tm):
     named = dict(tm.named_parameters())
     biggest = max(float(named[n].grad.abs().max()) for n, _, _ in params)
     return {n: rel_max(g, named[n].grad.numpy(), GRAD_FLOOR * biggest) for n, _, g in params}
+
+
+def torch_grad_errors(tm, tm64):
+    """{name: relative gradient error} of tm's (float32) grads against tm64's."""
+    named, named64 = dict(tm.named_parameters()), dict(tm64.named_parameters())
+    biggest = max(float(p.grad.abs().max()) for p in named64.values())
+    return {n: rel_max(named[n].grad.double().numpy(), p.grad.numpy(), GRAD_FLOOR * biggest)
+            for n, p in named64.items()}
 
 
 def random_config(rng, attention, mlp):
@@ -138,19 +148,34 @@ def check_dropout(lib, ctx, attention, mlp, seed, rng, np_rng):
         torch.manual_seed(seed)
         tm = TinyLM(cfg)
         load_from_attn(tm, params)
+        tm64 = copy.deepcopy(tm).double()  # CPU dropout draws the same masks in float64
         tokens, targets = random_batch(rng, np_rng, cfg)
         loss, _ = lib.model_forward(ctx, model, tokens, targets, cfg["vocab_size"], rng=drop_rng)
         lib.model_backward(ctx, model)
-        torch.manual_seed(seed + 1)
-        _, tloss = tm(torch.tensor(tokens, dtype=torch.long),
-                      torch.tensor(targets, dtype=torch.long))
-        tloss.backward()
+        batch = (torch.tensor(tokens, dtype=torch.long), torch.tensor(targets, dtype=torch.long))
+        for m in (tm, tm64):
+            torch.manual_seed(seed + 1)
+            _, mloss = m(*batch)
+            mloss.backward()
+            if m is tm:
+                tloss = mloss
         assert abs(loss - tloss.item()) <= LOSS_RTOL * abs(tloss.item()), (
             "dropout: loss %r, torch %r" % (loss, tloss.item()))
-        errors = grad_errors(params, tm)
+        # Against PyTorch float32 within GRAD_RTOL, or else against float64
+        # (the same masks) within DROPOUT_NOISE x PyTorch float32's largest
+        # error there: some models lose 100x the usual to float32 rounding
+        # under dropout (seed 584998472: d_model 4, 3 layers; PyTorch float32
+        # up to 4.5e-5 from float64, attn's reference kernels 1.9e-4 in one
+        # tensor, where over 16 other models they were 1.4-10x closer to
+        # float64 than PyTorch). A wrong mask or scale is off by O(1).
+        errors, errors64 = grad_errors(params, tm), grad_errors(params, tm64)
+        torch_worst64 = max(torch_grad_errors(tm, tm64).values())
         name = max(errors, key=errors.get)
         worst = errors[name]
-        assert worst <= GRAD_RTOL, "dropout, %s: %s's gradient differs by %g" % (cfg, name, worst)
+        for n, err in errors.items():
+            ok = err <= GRAD_RTOL or errors64[n] <= max(GRAD_RTOL, DROPOUT_NOISE * torch_worst64)
+            assert ok, ("dropout, %s: %s's gradient differs by %g; from float64 by %g, where "
+                        "PyTorch float32 is within %g" % (cfg, n, err, errors64[n], torch_worst64))
         # the same forward without the rng fails, naming it
         try:
             lib.model_forward(ctx, model, tokens, targets, cfg["vocab_size"], rng=None)
