@@ -52,10 +52,8 @@ def grad_errors(params, tm):
 
 def torch_grad_errors(tm, tm64):
     """{name: relative gradient error} of tm's (float32) grads against tm64's."""
-    named, named64 = dict(tm.named_parameters()), dict(tm64.named_parameters())
-    biggest = max(float(p.grad.abs().max()) for p in named64.values())
-    return {n: rel_max(named[n].grad.double().numpy(), p.grad.numpy(), GRAD_FLOOR * biggest)
-            for n, p in named64.items()}
+    return grad_errors([(n, None, p.grad.double().numpy()) for n, p in tm.named_parameters()],
+                       tm64)
 
 
 def random_config(rng, attention, mlp):
@@ -153,12 +151,10 @@ def check_dropout(lib, ctx, attention, mlp, seed, rng, np_rng):
         loss, _ = lib.model_forward(ctx, model, tokens, targets, cfg["vocab_size"], rng=drop_rng)
         lib.model_backward(ctx, model)
         batch = (torch.tensor(tokens, dtype=torch.long), torch.tensor(targets, dtype=torch.long))
-        for m in (tm, tm64):
+        for m in (tm64, tm):  # tm last: tloss is float32's
             torch.manual_seed(seed + 1)
-            _, mloss = m(*batch)
-            mloss.backward()
-            if m is tm:
-                tloss = mloss
+            _, tloss = m(*batch)
+            tloss.backward()
         assert abs(loss - tloss.item()) <= LOSS_RTOL * abs(tloss.item()), (
             "dropout: loss %r, torch %r" % (loss, tloss.item()))
         # Against PyTorch float32 within GRAD_RTOL, or else against float64
