@@ -609,11 +609,10 @@ static size_t forward_workspace(const attn_attention_problem *p) {
 }
 
 /* Whether the forward of f can measure its inputs itself: the lane
- * forward with its keys and values packed reads every row of q, k and v
- * that the attention uses once, where they are in cache. */
-static bool lanes_measure(const flash_shape *f) {
-    return lanes_take(f) && lanes_pack_floats(f->p) > 0;
-}
+ * forward measures every row of q, k and v as it reads them, where they
+ * are in cache (forward_lanes; the scan of q, k, v was 2.4% of it with
+ * strided rows, 2.8% at T = 1024 with contiguous ones). */
+static bool lanes_measure(const flash_shape *f) { return lanes_take(f); }
 
 static bool forward_measures(const attn_attention_problem *p, const attn_attention_dropout *drop) {
     flash_shape f = flash_shape_of(p, drop);
@@ -790,40 +789,62 @@ static void flash_forward(attn_workers w, const attn_attention_problem *p,
 /* ---- backward ------------------------------------------------------------- */
 
 /* acc (BC, Dp) += tile^T (BC, rows) @ x (rows, Dp), tile (rows, BC): the
- * key-side products dv += A^T dO and dk += dS^T q, for 4 keys from j and W
+ * key-side products dv += A^T dO and dk += dS^T q, for KS keys from j and W
  * vectors from column c0 at a time, in registers. */
-#define ACCUMULATE_KEYS(NAME, W)                                                                  \
+#define ACCUMULATE_KEYS(NAME, KS, W)                                                              \
     static void accumulate_keys_##NAME(float *acc, size_t Dp, const float *tile, const float *x, \
                                     size_t rows, size_t j, size_t c0) {                     \
-        vec sum[4][W];                                                                      \
-        for (int jj = 0; jj < 4; jj++)                                                      \
+        vec sum[KS][W];                                                                     \
+        for (int jj = 0; jj < KS; jj++)                                                     \
             for (int v = 0; v < W; v++) sum[jj][v] = v_load(acc + (j + jj) * Dp + c0 + v * VW); \
         for (size_t r = 0; r < rows; r++) {                                                 \
             vec xv[W];                                                                      \
             for (int v = 0; v < W; v++) xv[v] = v_load(x + r * Dp + c0 + v * VW);           \
-            for (int jj = 0; jj < 4; jj++)                                                  \
+            for (int jj = 0; jj < KS; jj++)                                                 \
                 for (int v = 0; v < W; v++)                                                 \
                     sum[jj][v] = fma_broadcast(&tile[r * BC + j + jj], xv[v], sum[jj][v]);  \
         }                                                                                   \
-        for (int jj = 0; jj < 4; jj++)                                                      \
+        for (int jj = 0; jj < KS; jj++)                                                     \
             for (int v = 0; v < W; v++) v_store(acc + (j + jj) * Dp + c0 + v * VW, sum[jj][v]); \
     }
-ACCUMULATE_KEYS(body, NV)
-ACCUMULATE_KEYS(tail, 1)
+/* Keys per step of the key-side products (the includer's KEY_STEP, else
+ * 4); a block's last step may take 4. Each step ends on the tile's BC keys. */
+#ifndef KEY_STEP
+#define KEY_STEP 4
+#endif
+_Static_assert(KEY_STEP == 4 || (KEY_STEP > 4 && (BC - 4) % KEY_STEP == 0),
+               "steps of KEY_STEP keys, then one of 4, end on BC");
+ACCUMULATE_KEYS(body, KEY_STEP, NV)
+ACCUMULATE_KEYS(tail, KEY_STEP, 1)
+#if KEY_STEP != 4
+ACCUMULATE_KEYS(body4, 4, NV)
+ACCUMULATE_KEYS(tail4, 4, 1)
+#else
+#define accumulate_keys_body4 accumulate_keys_body
+#define accumulate_keys_tail4 accumulate_keys_tail
+#endif
 
-/* Over the rows of br that see each 4 keys (the tile is zero elsewhere).
- * Keys past cols hold zero weight in tile and are accumulated (as zeros)
- * into acc's padding rows, which are never read: BC is a multiple of 4. */
+/* Over the rows of br that see each step's keys (the tile is zero
+ * elsewhere: a row that sees one key of a step is in a row group whose
+ * tile was computed). Keys past cols hold zero weight in tile and are
+ * accumulated (as zeros) into acc's padding rows, which are never read.
+ * Each (key, dim) sums its rows in order, whatever the step: the bits do
+ * not depend on KEY_STEP. */
 static void accumulate_keys(float *acc, size_t Dp, const float *tile, const float *x,
                             const block_rows *br, size_t j0, size_t cols) {
-    for (size_t j = 0; j < cols; j += 4) {
-        size_t lo, hi, c0 = 0;
-        key_rows(br, j0 + j, j0 + j + 4, &lo, &hi);
-        if (lo >= hi) continue;
+    for (size_t j = 0; j < cols;) {
+        size_t step = j + KEY_STEP <= BC && j + 4 < cols ? KEY_STEP : 4, lo, hi, c0 = 0;
+        key_rows(br, j0 + j, j0 + j + step, &lo, &hi);
         const float *tile_lo = tile + lo * BC, *x_lo = x + lo * Dp;
-        for (; c0 + NV * VW <= Dp; c0 += NV * VW)
-            accumulate_keys_body(acc, Dp, tile_lo, x_lo, hi - lo, j, c0);
-        for (; c0 < Dp; c0 += VW) accumulate_keys_tail(acc, Dp, tile_lo, x_lo, hi - lo, j, c0);
+        for (; lo < hi && c0 + NV * VW <= Dp; c0 += NV * VW) {
+            if (step == KEY_STEP) accumulate_keys_body(acc, Dp, tile_lo, x_lo, hi - lo, j, c0);
+            else accumulate_keys_body4(acc, Dp, tile_lo, x_lo, hi - lo, j, c0);
+        }
+        for (; lo < hi && c0 < Dp; c0 += VW) {
+            if (step == KEY_STEP) accumulate_keys_tail(acc, Dp, tile_lo, x_lo, hi - lo, j, c0);
+            else accumulate_keys_tail4(acc, Dp, tile_lo, x_lo, hi - lo, j, c0);
+        }
+        j += step;
     }
 }
 

@@ -287,6 +287,30 @@ lane_step_run(const lane_step *s, size_t D, size_t qv, float *qT, float *oT, flo
 #undef LANE_STEP_CALL
 }
 
+/* A measuring forward's keys that no row of its query block reads: those
+ * before the first block's sweep (packed rows start at key 0: none) and
+ * after the last block's. With the keys each block reads, every key of
+ * the sequence is measured, as the scan would (a NaN in a value no row
+ * sees still reaches the reference's out as 0 * NaN). k, v: key 0 of the
+ * (batch, KV head). */
+static void measure_unread_keys(const attn_attention_problem *p, const attn_attention_seq *seq,
+                                const block_rows *br, bool packs, bool values, const float *k,
+                                const float *v, float *top) {
+    size_t D = p->head_dim, from = sweep_start(br, LBC), to = br->last;
+    if (from >= to) { /* no row of the block sees a key: it reads none */
+        from = seq->kv_len;
+        to = 0;
+    }
+    size_t spans[2][2] = {{0, br->i0 == 0 && !packs ? from : 0},
+                          {to, br->i0 + br->rows == seq->q_len ? seq->kv_len : to}};
+    for (int s = 0; s < 2; s++) {
+        size_t a = spans[s][0], n = spans[s][1] > a ? spans[s][1] - a : 0;
+        if (n == 0) continue;
+        top[1] = max_abs_rows(k + a * p->k_strides.t, n, p->k_strides.t, D, top[1]);
+        if (values) top[2] = max_abs_rows(v + a * p->v_strides.t, n, p->v_strides.t, D, top[2]);
+    }
+}
+
 /* One work item of the lane forward (forward_block's item, br its rows). */
 static void forward_lanes(const forward_job *job, size_t part, const query_item *it,
                           const attn_attention_seq *seq, const block_rows *br) {
@@ -370,6 +394,9 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             kld = D;
             vb = v_pack + j0 * Dv;
             vld = Dv;
+        } else if (top) { /* read in place: measured as read, in every query block */
+            top[1] = max_abs_rows(kb, cols, kld, D, top[1]);
+            if (values) top[2] = max_abs_rows(vb, cols, vld, D, top[2]);
         }
         if (cols < LBC || kld != D) {
             for (size_t j = 0; j < cols; j++) memcpy(kp + j * D, kb + j * kld, D * sizeof *kp);
@@ -402,6 +429,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             }
         }
     }
+    if (top) measure_unread_keys(p, seq, br, packs, values, p->k + k_at, p->v + v_at, top);
     /* out = o / l rounded once, lse = m scale + ln l in double (as
      * forward_block's raw rows); a row that sees no key: 0 and -inf */
     for (size_t g = 0; g < nh; g++) {
