@@ -1,0 +1,206 @@
+/*
+ * ab_attention.c — two or more builds of libattn.so timed against each other
+ * in one process: each build is dlopen'ed on its own, and their calls
+ * alternate round by round on the same tensors, so that a host whose speed
+ * drifts within minutes (the KVM guests here swing by 1.5x) moves them
+ * alike. A kernel change that keeps the bits shows the same hash of the
+ * outputs for every build.
+ *
+ *   ab_attention [options] OLD.so NEW.so [MORE.so ...]
+ *     --tokens T    sequence length, queries and keys (default 1024)
+ *     --heads H     heads (12), --head-dim D (64), batch 1
+ *     --causal      causal (top-left; default none)
+ *     --threads N   the ctx's threads (1)
+ *     --rounds R    timed rounds of each build (21), after one warm-up
+ *     --mode M      fwd, fwdbwd or bwd (the backward alone; its forward
+ *                   runs untimed before it)
+ *     --layout L    peers: q, k, v (B, H, T, D), out and dout (B, T, H, D),
+ *                   as bench/peers.py gives PyTorch's tensors (default);
+ *                   bthd: every tensor (B, T, H, D), as the modules' are
+ *
+ * Prints, per build, the median and the fastest round in ms and the first
+ * build's over this one's (above 1: this build is faster), and a hash of
+ * out, dq, dk and dv. Inputs are uniform in [-1, 1] from a fixed seed.
+ */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
+#include "attn.h"
+
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_BUILDS 8
+
+typedef attn_status (*ctx_new_fn)(const attn_ctx_config *, attn_ctx **);
+typedef void (*ctx_free_fn)(attn_ctx *);
+typedef attn_status (*forward_fn)(attn_ctx *, const attn_sdpa_config *, const float *,
+                                  const float *, const float *, float *, float *, attn_rng *,
+                                  attn_sdpa_dropout *);
+typedef attn_status (*backward_fn)(attn_ctx *, const attn_sdpa_config *, const float *,
+                                   const float *, const float *, const float *, const float *,
+                                   const float *, float *, float *, float *,
+                                   const attn_sdpa_dropout *);
+
+typedef struct build {
+    const char *path;
+    void *handle;
+    attn_ctx *ctx;
+    ctx_free_fn ctx_free;
+    forward_fn forward;
+    backward_fn backward;
+    double *ms; /* per round */
+    uint64_t hash;
+} build;
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec * 1e3 + t.tv_nsec * 1e-6;
+}
+
+static int by_value(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* FNV-1a over the bytes of n floats, continued from h. */
+static uint64_t hash_floats(uint64_t h, const float *x, size_t n) {
+    const unsigned char *c = (const unsigned char *)x;
+    for (size_t i = 0; i < n * sizeof *x; i++) h = (h ^ c[i]) * 1099511628211ull;
+    return h;
+}
+
+static int load(build *b, size_t threads) {
+    b->handle = dlopen(b->path, RTLD_NOW | RTLD_LOCAL);
+    if (!b->handle) {
+        fprintf(stderr, "ab_attention: %s\n", dlerror());
+        return 1;
+    }
+    ctx_new_fn ctx_new = (ctx_new_fn)(uintptr_t)dlsym(b->handle, "attn_ctx_new");
+    b->ctx_free = (ctx_free_fn)(uintptr_t)dlsym(b->handle, "attn_ctx_free");
+    b->forward = (forward_fn)(uintptr_t)dlsym(b->handle, "attn_sdpa_forward");
+    b->backward = (backward_fn)(uintptr_t)dlsym(b->handle, "attn_sdpa_backward");
+    attn_ctx_config config = {.num_threads = threads};
+    if (!ctx_new || !b->ctx_free || !b->forward || !b->backward ||
+        ctx_new(&config, &b->ctx) != ATTN_OK) {
+        fprintf(stderr, "ab_attention: %s lacks the attn API or made no ctx\n", b->path);
+        return 1;
+    }
+    return 0;
+}
+
+static int usage(void) {
+    fprintf(stderr, "usage: ab_attention [--tokens T] [--heads H] [--head-dim D] [--causal] "
+                    "[--threads N] [--rounds R] [--mode fwd|fwdbwd|bwd] [--layout peers|bthd] "
+                    "OLD.so NEW.so [MORE.so ...]\n");
+    return 2;
+}
+
+int main(int argc, char **argv) {
+    size_t T = 1024, H = 12, D = 64, threads = 1, rounds = 21, count = 0;
+    int causal = 0, forward = 1, backward = 0, peers_layout = 1;
+    build builds[MAX_BUILDS] = {{0}};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--causal")) causal = 1;
+        else if (a[0] == '-' && a[1] == '-' && !value) return usage();
+        else if (!strcmp(a, "--tokens")) T = strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--heads")) H = strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--head-dim")) D = strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--threads")) threads = strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--rounds")) rounds = strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--mode")) {
+            i++;
+            if (strcmp(value, "fwd") && strcmp(value, "fwdbwd") && strcmp(value, "bwd"))
+                return usage();
+            forward = strcmp(value, "bwd") != 0;
+            backward = strcmp(value, "fwd") != 0;
+        } else if (!strcmp(a, "--layout")) {
+            i++;
+            peers_layout = !strcmp(value, "peers");
+            if (!peers_layout && strcmp(value, "bthd")) return usage();
+        } else if (a[0] == '-') return usage();
+        else if (count < MAX_BUILDS) builds[count++].path = a;
+        else return usage();
+    }
+    if (count < 2 || T == 0 || H == 0 || D == 0 || threads == 0 || rounds == 0) return usage();
+
+    size_t n = H * T * D;
+    float *q = malloc(n * sizeof *q), *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v);
+    float *out = malloc(n * sizeof *out), *dout = malloc(n * sizeof *dout);
+    float *dq = malloc(n * sizeof *dq), *dk = malloc(n * sizeof *dk), *dv = malloc(n * sizeof *dv);
+    float *lse = malloc(H * T * sizeof *lse);
+    if (!q || !k || !v || !out || !dout || !dq || !dk || !dv || !lse) return 1;
+    uint64_t state = 0x9E3779B97F4A7C15ull; /* xorshift64: inputs uniform in [-1, 1] */
+    float *inputs[4] = {q, k, v, dout};
+    for (int t = 0; t < 4; t++)
+        for (size_t i = 0; i < n; i++) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            inputs[t][i] = (float)((double)(state >> 11) / (double)(1ull << 52) - 1.0);
+        }
+    attn_sdpa_config cfg = {.batch = 1, .heads = H, .q_tokens = T, .kv_tokens = T,
+                            .head_dim = D, .causal = causal, .align = ATTN_ALIGN_TOP_LEFT};
+    if (peers_layout) {
+        size_t bhtd[3] = {H * T * D, D, T * D}, bthd[3] = {T * H * D, H * D, D};
+        memcpy(cfg.q_strides, bhtd, sizeof bhtd);
+        memcpy(cfg.kv_strides, bhtd, sizeof bhtd);
+        memcpy(cfg.out_strides, bthd, sizeof bthd);
+    }
+    for (size_t b = 0; b < count; b++) {
+        if (load(&builds[b], threads)) return 1;
+        builds[b].ms = calloc(rounds, sizeof(double));
+        if (!builds[b].ms) return 1;
+    }
+
+    for (size_t r = 0; r <= rounds; r++) /* round 0: the warm-up */
+        for (size_t b = 0; b < count; b++) {
+            build *x = &builds[b];
+            attn_status st = ATTN_OK;
+            if (!forward) st = x->forward(x->ctx, &cfg, q, k, v, out, lse, NULL, NULL);
+            double t0 = now_ms();
+            if (forward && st == ATTN_OK)
+                st = x->forward(x->ctx, &cfg, q, k, v, out, lse, NULL, NULL);
+            if (backward && st == ATTN_OK)
+                st = x->backward(x->ctx, &cfg, q, k, v, out, lse, dout, dq, dk, dv, NULL);
+            double ms = now_ms() - t0;
+            if (st != ATTN_OK) {
+                fprintf(stderr, "ab_attention: %s failed (status %d)\n", x->path, (int)st);
+                return 1;
+            }
+            if (r > 0) x->ms[r - 1] = ms;
+            if (r == rounds) {
+                uint64_t h = 1469598103934665603ull;
+                h = hash_floats(h, out, n);
+                if (backward) h = hash_floats(hash_floats(hash_floats(h, dq, n), dk, n), dv, n);
+                x->hash = h;
+            }
+        }
+
+    printf("T=%zu H=%zu hd=%zu %s, %zu thread%s, %s, %zu rounds, layout %s\n", T, H, D,
+           causal ? "causal" : "no mask", threads, threads == 1 ? "" : "s",
+           !forward ? "backward alone" : backward ? "forward+backward" : "forward", rounds,
+           peers_layout ? "peers" : "bthd");
+    double first_median = 0, first_fastest = 0;
+    for (size_t b = 0; b < count; b++) {
+        build *x = &builds[b];
+        qsort(x->ms, rounds, sizeof(double), by_value);
+        double median = x->ms[rounds / 2], fastest = x->ms[0];
+        if (b == 0) {
+            first_median = median;
+            first_fastest = fastest;
+        }
+        printf("  %-36s median %9.3f ms  x %.3f   fastest %9.3f ms  x %.3f   hash %016llx\n",
+               x->path, median, first_median / median, fastest, first_fastest / fastest,
+               (unsigned long long)x->hash);
+        x->ctx_free(x->ctx);
+        free(x->ms);
+    }
+    float *buffers[] = {q, k, v, out, dout, dq, dk, dv, lse};
+    for (size_t i = 0; i < sizeof buffers / sizeof *buffers; i++) free(buffers[i]);
+    return 0;
+}
