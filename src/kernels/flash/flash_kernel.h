@@ -319,6 +319,13 @@ static inline vec fma_broadcast(const float *b, vec a, vec acc) {
 #endif
 }
 
+/* The tile products' loops (a step: a few loads and broadcasts, 16-24
+ * FMAs) unrolled twice: each step also paid its own pointer add and
+ * compare-and-branch. Same operations in the same order, so the same bits;
+ * on a Skylake-SP the lane forward ran 1.01-1.03x faster and the backward
+ * 1.02-1.03x (twice: level against four times); the AVX2 set level. */
+#define UNROLL_2 _Pragma("GCC unroll 2")
+
 /* Dims per partial sum of a score. One chain of fmas over all of D rounds
  * every step relative to the running sum, which grows to the score: on
  * large logits (q . k ~ 3000, D = 64) that was 5x the error of PyTorch's
@@ -335,7 +342,9 @@ static void score_tile(const float *qs, size_t ld, size_t D, const float *kt, ve
         vec acc[RG][NV];
         for (int r = 0; r < RG; r++)
             for (int v = 0; v < NV; v++) acc[r][v] = v_zero();
-        for (size_t d = d0; d < d0 + SCORE_CHAIN && d < D; d++) {
+        size_t d1 = min_size(d0 + SCORE_CHAIN, D);
+        UNROLL_2
+        for (size_t d = d0; d < d1; d++) {
             vec k[NV];
             for (int v = 0; v < NV; v++) k[v] = v_load(kt + d * BC + v * VW);
             for (int r = 0; r < RG; r++)
@@ -417,6 +426,7 @@ static void score_cols(const float *qs, size_t ld, size_t D, const float *kt, si
             vec scale = v_set1(alpha[r]);                                                 \
             for (int v = 0; v < W; v++) acc[r][v] = v_mul(v_load(o + r * Dp + c0 + v * VW), scale); \
         }                                                                                 \
+        UNROLL_2                                                                          \
         for (size_t jj = j0; jj < j1; jj++) {                                             \
             vec val[W];                                                                   \
             for (int v = 0; v < W; v++) val[v] = v_load(vp + jj * Dp + c0 + v * VW);      \
@@ -797,6 +807,7 @@ static void flash_forward(attn_workers w, const attn_attention_problem *p,
         vec sum[KS][W];                                                                     \
         for (int jj = 0; jj < KS; jj++)                                                     \
             for (int v = 0; v < W; v++) sum[jj][v] = v_load(acc + (j + jj) * Dp + c0 + v * VW); \
+        UNROLL_2                                                                            \
         for (size_t r = 0; r < rows; r++) {                                                 \
             vec xv[W];                                                                      \
             for (int v = 0; v < W; v++) xv[v] = v_load(x + r * Dp + c0 + v * VW);           \
