@@ -8,8 +8,9 @@
  *     rows near 1e38) give finite outputs from every module;
  *   - the renormalising mask equals the neg-inf mask even where a future
  *     score dwarfs the kept ones beyond float64's exp range;
- *   - the fused kernels' scan finds a NaN anywhere in q, k, v or dout, in
- *     every layout, and hands the call to the reference.
+ *   - the fused kernels' scan, or the forward's own measuring, finds a NaN
+ *     anywhere in q, k, v or dout, in every layout, and hands the call to
+ *     the reference.
  */
 #include "attn.h"
 #include "check.h"
@@ -136,10 +137,12 @@ static void test_renormalize_without_underflow(attn_ctx *ctx, attn_rng *rng) {
 }
 
 /* One NaN at a time, first, middle or last in q, k, v or dout: the fused
- * ctx (a scan of every input, then the reference for non-finite ones) must
- * give the reference ctx's bits, NaNs included. The layouts: (B, T, H, D),
- * where the scan reads blocks of 256 tokens with all their heads, (B, H, T,
- * D), where the forward measures the rows as its blocks read them, packed
+ * ctx (a scan of every input, or the lane forward's measuring of them, then
+ * the reference for non-finite ones) must give the reference ctx's bits,
+ * NaNs included. The layouts: (B, T, H, D), where the forward measures the
+ * rows it packs and the backward's scan reads blocks of 256 tokens with
+ * all their heads, (B, H, T, D), where the forward measures the rows as
+ * its blocks read them in place, packed
  * sequences, and (B, H, T, D) causal top-left with 150 queries, whose
  * blocks read only keys 0-149: the forward measures the rest at the end,
  * as a NaN value there still reaches the reference's out (0 * NaN; a NaN
