@@ -9,7 +9,7 @@ modules), a random dy is saved as .npy and `attn grad` writes output.npy,
 input.npy and one <state_dict name>.npy per parameter. The seeds' PyTorch
 class, built after torch.manual_seed(S) and run in float64 (with the same
 dropout draws), gives y, x.grad and every p.grad: each file must be within
-relative L2 1e-5 of it, or of twice PyTorch float32's own error where the case
+relative L2 1e-5 of it, or of four times PyTorch float32's own error where the case
 is ill-conditioned (this and the key bias against its weight's gradient norm:
 see test_grad_vs_torch.py), on the reference kernels (ATTN_KERNELS=reference; the
 fast ones are held to those by test_fast_vs_reference.py). Then the usage errors: a dy of the wrong shape, a

@@ -24,14 +24,19 @@ bias's gradient is zero in exact arithmetic (softmax is blind to a shift
 shared by every key), so what both float32 runs hold there is rounding
 residue; it is measured against the norm of the key weight's gradient.
 
-The bound is 1e-5, or twice PyTorch float32's own error on the same case
-where that is larger. Some random cases are ill-conditioned: a gradient
-that is a small difference of large terms (d_in = 1 makes W_query's grad
-one sum over tokens of softmax-gradient rows that sum to zero) loses digits
-in any float32 computation, PyTorch's too (1.5e-4 against float64 in
-such a case, ours 6e-5). No float32 kernel can meet 1e-5 there, so the
-test asks for no worse than twice what PyTorch float32 reaches. Such cases
-are printed.
+The bound is 1e-5, or four times PyTorch float32's own error on the same
+case where that is larger. Some random cases are ill-conditioned: a
+gradient that is a small difference of large terms (d_in = 1 makes
+W_query's grad one sum over tokens of softmax-gradient rows that sum to
+zero) loses digits in any float32 computation, PyTorch's too (1.5e-4
+against float64 in such a case, ours 6e-5). No float32 kernel can meet
+1e-5 there, so the test asks for no worse than four times what PyTorch
+float32 reaches. There the two float32 errors are draws of a size: over 40
+runs of test_grad_cli.py attn's was 0.05-0.3x PyTorch's on such cases,
+but its seed 3003597992 (mha-wrapper, d_in 1, T 2, dropout 0.5) drew 2.0x
+(3.01e-5 against 1.51e-5), and failed the twice this bound was until then,
+on earlier code too. A wrong gradient is off by O(1). Such cases are
+printed.
 """
 import argparse
 import copy
@@ -53,9 +58,9 @@ TOL = 1e-5
 
 
 def bound(torch_f32_error):
-    """The error allowed: TOL, or twice PyTorch float32's own on an
+    """The error allowed: TOL, or four times PyTorch float32's own on an
     ill-conditioned case (see above)."""
-    return max(TOL, 2 * torch_f32_error)
+    return max(TOL, 4 * torch_f32_error)
 
 KINDS = ["simple", "sa_v1", "sa_v2", "causal_neg_inf", "causal_renorm", "mha_wrapper", "mha",
          "mha000", "gpt2"]
