@@ -840,7 +840,8 @@ ACCUMULATE_KEYS(tail4, 4, 1)
  * tile was computed). Keys past cols hold zero weight in tile and are
  * accumulated (as zeros) into acc's padding rows, which are never read.
  * Each (key, dim) sums its rows in order, whatever the step: the bits do
- * not depend on KEY_STEP. */
+ * not depend on KEY_STEP. The steps are called by name: chosen once through
+ * a function pointer, the backward ran 0.95-0.97x as fast. */
 static void accumulate_keys(float *acc, size_t Dp, const float *tile, const float *x,
                             const block_rows *br, size_t j0, size_t cols) {
     for (size_t j = 0; j < cols;) {

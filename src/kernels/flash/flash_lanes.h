@@ -236,13 +236,16 @@ lane_step_of(const lane_step *s, size_t D, int qv, float *qT, float *oT, float *
      * Where no lane's max rose, every alpha is exactly 1 (2^0, or a lane
      * still at -inf whose o and l are 0 either way): the outputs skip the
      * rescale, most blocks of a long row (1.01-1.02x at T = 4096). */
-    vec alpha[LANE_QV], top[LANE_QV], sum[LANE_QV], c = v_set1(s->exp_scale);
+    vec m_old[LANE_QV], alpha[LANE_QV], top[LANE_QV], sum[LANE_QV], c = v_set1(s->exp_scale);
     bool rises = false;
-    for (int u = 0; u < qv; u++) rises |= v_any_greater(mx[u], v_load(m + u * VW)) != 0;
     for (int u = 0; u < qv; u++) {
-        vec m_old = v_load(m + u * VW), m_new = v_max(m_old, mx[u]);
+        m_old[u] = v_load(m + u * VW);
+        rises |= v_any_greater(mx[u], m_old[u]) != 0;
+    }
+    for (int u = 0; u < qv; u++) {
+        vec m_new = v_max(m_old[u], mx[u]);
         top[u] = v_max(m_new, v_set1(-FLT_MAX));
-        alpha[u] = rises ? v_exp2(v_mul(v_sub(m_old, top[u]), c)) : v_set1(1.0f);
+        alpha[u] = rises ? v_exp2(v_mul(v_sub(m_old[u], top[u]), c)) : v_set1(1.0f);
         v_store(m + u * VW, m_new);
         sum[u] = v_zero();
     }
