@@ -30,6 +30,11 @@ static const attn_flash_kernels *flash_kernels(const attn_ctx *ctx) {
     }
 }
 
+/* What the forward sizes its query blocks by (flash.h). */
+static attn_flash_fit flash_fit(const attn_ctx *ctx) {
+    return (attn_flash_fit){.threads = ctx->num_threads, .l2_bytes = ctx->l2_bytes};
+}
+
 static const char *fused_declines(const attn_ctx *ctx, const attn_attention_problem *p,
                                   bool backward) {
     (void)ctx;
@@ -200,14 +205,14 @@ static size_t rows_bytes(const attn_attention_problem *p) {
 static size_t fused_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p,
                                   const attn_attention_trace *trace) {
     (void)trace;
-    return tiles_bytes(ctx, flash_kernels(ctx)->forward_workspace(p));
+    return tiles_bytes(ctx, flash_kernels(ctx)->forward_workspace(p, flash_fit(ctx)));
 }
 
 /* The backward's tiles (also the forward's, for the lse it recomputes when
  * p has none), then delta, then that lse. */
 static size_t backward_tiles_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
-    size_t bwd = fk->backward_workspace(p), fwd = fk->forward_workspace(p);
+    size_t bwd = fk->backward_workspace(p), fwd = fk->forward_workspace(p, flash_fit(ctx));
     return tiles_bytes(ctx, !p->lse && fwd > bwd ? fwd : bwd);
 }
 
@@ -228,14 +233,14 @@ static void fused_forward(attn_ctx *ctx, const attn_attention_problem *p,
     /* as freshly allocated, also when reused: no stale NaN in a tile's pad */
     memset(workspace, 0, fused_forward_bytes(ctx, p, NULL));
     if (!fk->forward_measures(p, drop)) {
-        fk->forward(attn_ctx_workers(ctx), p, drop, workspace, NULL);
+        fk->forward(attn_ctx_workers(ctx), flash_fit(ctx), p, drop, workspace, NULL);
         return;
     }
     /* unscanned (fused_forward_checks_values): inputs the kernels would get
      * wrong go to the reference now, over what the kernels wrote, on the
      * same workspace (the runner sized it for both) */
     float top[4] = {0, 0, 0, 0};
-    fk->forward(attn_ctx_workers(ctx), p, drop, workspace, top);
+    fk->forward(attn_ctx_workers(ctx), flash_fit(ctx), p, drop, workspace, top);
     if (!magnitudes_fit(fk, p, top))
         attn_attention_reference.forward(ctx, p, drop, trace, workspace);
 }
@@ -255,7 +260,7 @@ static void fused_backward(attn_ctx *ctx, const attn_attention_problem *p,
         stats.out = NULL;
         stats.lse = own;
         stats.lse_lo = NULL;
-        fk->forward(attn_ctx_workers(ctx), &stats, &no_dropout, ws, NULL);
+        fk->forward(attn_ctx_workers(ctx), flash_fit(ctx), &stats, &no_dropout, ws, NULL);
         memset(workspace, 0, tiles);
         lse = own;
     }

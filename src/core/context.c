@@ -44,6 +44,8 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
     }
     ctx->kernels = kernels;
     ctx->zen4_kernels = kernels == ATTN_KERNELS_AVX512 && attn_cpu_is_zen4();
+    attn_cpu_info cpu;
+    if (attn_cpu_info_get(&cpu) == ATTN_OK) ctx->l2_bytes = cpu.l2_bytes;
     ctx->num_threads = cfg->num_threads ? cfg->num_threads : 1;
     ctx->trace = cfg->trace;
     ctx->trace_user = cfg->trace_user;

@@ -34,6 +34,7 @@ struct attn_ctx {
     bool pool_tried;        /* made (or failed: threads then start per call) */
     bool bf16_dot_forced;   /* bf16 on vdpbf16ps where it does not pay (tests) */
     bool zen4_kernels;      /* AVX-512 on Zen 4: the fused kernels' Zen 4 set */
+    size_t l2_bytes;        /* one core's L2 (0: unknown): the forward's query blocks */
 };
 
 /* Resolves requested (AUTO: the ATTN_KERNELS environment variable, else the

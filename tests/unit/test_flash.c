@@ -9,7 +9,9 @@
  * dropout, keep bits or Philox, odd head dims and lengths around the tile
  * edges, padded row strides — attn_attention_fused's out, lse, dq, dk, dv
  * and dsinks are within relative L2 1e-5 of attn_attention_reference's
- * (double-accumulating), and bitwise the same on 1, 2 and 3 threads. Rows
+ * (double-accumulating), and bitwise the same on 1, 2 and 3 threads (told
+ * of no L2, 2 MiB and 1 MiB: the lane forward's query blocks then differ on
+ * long plain problems, lane_rows). Rows
  * exactly one-hot with each feature of the backward's tiles, in both of its
  * passes' shapes: dq and dk zero to a rounding of a rounding (the
  * consistent delta). Also
@@ -127,6 +129,13 @@ static void make_case(flash_case *c, uint64_t *seed, int index) {
         p->kv_heads = 1;
         p->q_heads = 2 + below(seed, 7);
     }
+    /* the lane forward's longer query blocks (lane_rows): one query head
+     * per KV head, 8 of them, over 400 rows, plain scores, no left window */
+    bool long_blocks = index % 15 == 14;
+    if (long_blocks) {
+        p->batch = 2;
+        p->kv_heads = p->q_heads = 4;
+    }
     if (index % 3 == 1) /* batch x KV heads >= 8: the one-pass backward */
         p->batch = 8 / p->kv_heads + below(seed, 2);
     p->head_dim = index % 4 == 0 ? 64 : 1 + below(seed, 80);
@@ -142,6 +151,10 @@ static void make_case(flash_case *c, uint64_t *seed, int index) {
         p->q_len = long_lens[below(seed, 7)];
         p->kv_len = chance(seed, 0.5) ? long_lens[below(seed, 7)] : p->q_len;
     }
+    if (long_blocks) {
+        p->q_len = 400 + below(seed, 200);
+        p->kv_len = chance(seed, 0.5) ? 300 + below(seed, 300) : p->q_len;
+    }
     p->scale = (float)(chance(seed, 0.8) ? 1.0 / sqrt((double)p->head_dim) : 0.05 + uniform(seed));
     p->causal = chance(seed, 0.5);
     p->renormalize = p->causal && chance(seed, 0.2);
@@ -155,6 +168,13 @@ static void make_case(flash_case *c, uint64_t *seed, int index) {
     if (chance(seed, 0.3)) p->softcap = (float)(2.0 + 30.0 * uniform(seed));
     if (chance(seed, 0.3)) c->slopes = random_floats(seed, p->q_heads, 0.0, 0.25);
     if (chance(seed, 0.3)) c->sinks = random_floats(seed, p->q_heads, -2.0, 2.0);
+    if (long_blocks) { /* plain scores: the lane forward */
+        p->window_left = -1;
+        p->softcap = 0.0f;
+        free(c->slopes);
+        free(c->sinks);
+        c->slopes = c->sinks = NULL;
+    }
     p->alibi_slopes = c->slopes;
     p->sinks = c->sinks;
 
@@ -208,7 +228,7 @@ static void make_case(flash_case *c, uint64_t *seed, int index) {
     p->v = c->v;
 
     /* dropout: none, keep bits (a Philox mask drawn here), or Philox */
-    int drop = (int)below(seed, 3);
+    int drop = long_blocks ? 0 : (int)below(seed, 3);
     double prob = 0.05 + 0.5 * uniform(seed);
     c->drop.kept_scale = (float)(1.0 / (1.0 - prob));
     c->drop.seed = splitmix(seed);
@@ -335,6 +355,9 @@ static void one_case(const char *isa, attn_ctx kernels_ctx, uint64_t *seed, int 
     for (size_t t = 0; t < 3; t++) {
         attn_ctx ctx = kernels_ctx;
         ctx.num_threads = t + 1;
+        /* no L2 known (FBR-row blocks), then 2 MiB and 1 MiB: the lane
+         * forward's blocks may differ (lane_rows), its bits may not */
+        ctx.l2_bytes = t == 0 ? 0 : (size_t)2 << 20 >> (t - 1);
         fused[t] = alloc_results(&c);
         CHECK(attn_attention_fused.declines(&ctx, &c.p, true) == NULL);
         CHECK(attn_attention_fused.takes_values(&ctx, &c.p, c.dout));

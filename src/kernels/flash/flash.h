@@ -5,7 +5,7 @@
  * features: GQA, diagonals and sliding windows, softcap, ALiBi, sinks,
  * packed variable-length batches and dropout.
  *
- * Forward: per (batch, KV head, block of 256 query rows), the keys a
+ * Forward: per (batch, KV head, block of query rows), the keys a
  * block's rows may see are walked a block at a time (blocks wholly outside
  * the causal/window band are never visited); each key block is packed once
  * and run against the blocks of every query head of the group (GQA reads K
@@ -51,6 +51,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* What the forward may size its query blocks by: the threads it runs on
+ * and one core's L2 (0: unknown). The forward and its workspace must be
+ * given the same. */
+typedef struct attn_flash_fit {
+    size_t threads, l2_bytes;
+} attn_flash_fit;
+
 /* One instruction set's kernels, run on w's threads. Workspaces are floats
  * per parallel part (attn_parallel_parts(w.threads) of them), sized by the
  * matching _workspace function, zeroed or not. The caller has checked the problem (kv_heads
@@ -62,7 +69,7 @@ typedef struct attn_flash_kernels {
     float (*max_abs)(const float *x, size_t n, float top);
     /* The same over rows rows of n floats, row stride st */
     float (*max_abs_rows)(const float *x, size_t rows, size_t st, size_t n, float top);
-    size_t (*forward_workspace)(const attn_attention_problem *p);
+    size_t (*forward_workspace)(const attn_attention_problem *p, attn_flash_fit fit);
     /* Whether forward, given magnitudes, measures the inputs it reads
      * itself (max |x| of q, k, v: every row the attention uses, inf for
      * inf or NaN), so that the caller need not scan them first */
@@ -70,7 +77,7 @@ typedef struct attn_flash_kernels {
     /* p->out and p->lse (when set) from p's q, k, v; with p->out NULL only
      * p->lse (the statistics a backward needs when its forward kept none).
      * magnitudes (or NULL): what it measured, all inf when it did not */
-    void (*forward)(attn_workers w, const attn_attention_problem *p,
+    void (*forward)(attn_workers w, attn_flash_fit fit, const attn_attention_problem *p,
                     const attn_attention_dropout *drop, float *workspace, float magnitudes[3]);
     size_t (*backward_workspace)(const attn_attention_problem *p);
     /* g's dq, dk, dv (and dsinks) from g->dout, p->out and lse (p->lse's

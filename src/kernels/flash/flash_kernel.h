@@ -51,7 +51,9 @@
  * faster there than 64, and 5-10% at T = 1024 and 4096 (a 2-vCPU Xeon;
  * the backward's tiles stay at BR, whose A and dS tiles then fit L1). */
 #define FBR 288 /* 256 before the lane forward's groups of 48 rows; 288 holds 6 */
-#define BR_MAX (FBR > BR ? FBR : BR)
+/* The lane forward's longest query blocks (lane_rows): 22 groups of 48 */
+#define FBR_MAX 1056
+#define BR_MAX (FBR_MAX > BR ? FBR_MAX : BR)
 #define RG 4
 #define BC (NV * VW)
 _Static_assert(BC <= 64, "modify_tile's lane tables hold 64 keys");
@@ -86,8 +88,9 @@ typedef struct flash_shape {
     const attn_attention_dropout *drop;
     size_t D, Dp, G, k_blocks;
     /* heads per item, chunks of the group and query blocks: the backward's
-     * (rows BR) and the forward's (FBR) */
-    size_t hc, chunks, q_blocks, fhc, fchunks, fq_blocks;
+     * (rows BR) and the forward's (fbr rows: FBR, or lane_rows' for the
+     * lane forward) */
+    size_t hc, chunks, q_blocks, fhc, fchunks, fq_blocks, fbr;
     float log2_scale;     /* scale * log2(e) */
     float cap2, inv_cap2; /* softcap * log2(e) and its inverse; 0: no softcap */
     bool modified;        /* softcap or ALiBi: every tile goes through modify_tile */
@@ -116,6 +119,7 @@ static flash_shape flash_shape_of(const attn_attention_problem *p,
     f.q_blocks = (p->q_len + BR - 1) / BR;
     f.fhc = heads_per_item(p, FBR, FORWARD_GROUP_TILE_FLOATS);
     f.fchunks = (f.G + f.fhc - 1) / f.fhc;
+    f.fbr = FBR;
     f.fq_blocks = (p->q_len + FBR - 1) / FBR;
     f.k_blocks = (p->kv_len + BC - 1) / BC;
     f.log2_scale = (float)(p->scale * LOG2E);
@@ -611,8 +615,8 @@ static float *part_magnitudes(const forward_job *job, size_t part) {
 
 #include "kernels/flash/flash_lanes.h"
 
-static size_t forward_workspace(const attn_attention_problem *p) {
-    size_t tiles = tiles_workspace(p), lanes = lanes_workspace(p);
+static size_t forward_workspace(const attn_attention_problem *p, attn_flash_fit fit) {
+    size_t tiles = tiles_workspace(p), lanes = lanes_workspace(p, lane_rows(p, fit));
     /* whole cache lines per part: each part's vectors stay line-aligned;
      * then a line for the magnitudes a measuring forward keeps */
     return ((tiles > lanes ? tiles : lanes) + 15) / 16 * 16 + 16;
@@ -639,9 +643,9 @@ static void forward_block(void *arg, size_t part, size_t item) {
     size_t D = f->D, Dp = f->Dp;
     query_item it = query_item_of(f, item, true);
     attn_attention_seq seq = attn_attention_seq_of(p, it.b);
-    size_t i0 = it.qb * FBR;
+    size_t i0 = it.qb * f->fbr; /* fbr: FBR, or longer in the lane forward */
     if (i0 >= seq.q_len || it.heads == 0) return; /* past this sequence's rows */
-    size_t rows = min_size(seq.q_len - i0, FBR), nh = it.heads, b = it.b;
+    size_t rows = min_size(seq.q_len - i0, f->fbr), nh = it.heads, b = it.b;
     bool values = p->out != NULL, dropout = values && f->drop->kind != ATTN_DROP_NONE;
     float *qs = job->workspace + part * job->per_part; /* (nh, FBR, D) */
     float *o = qs + f->fhc * FBR * D;                    /* (nh, FBR, Dp) */
@@ -779,12 +783,16 @@ static void forward_block(void *arg, size_t part, size_t item) {
     }
 }
 
-static void flash_forward(attn_workers w, const attn_attention_problem *p,
+static void flash_forward(attn_workers w, attn_flash_fit fit, const attn_attention_problem *p,
                           const attn_attention_dropout *drop, float *workspace,
                           float magnitudes[3]) {
     forward_job job = {.f = flash_shape_of(p, drop), .workspace = workspace,
-                       .per_part = forward_workspace(p)};
+                       .per_part = forward_workspace(p, fit)};
     job.lanes = lanes_take(&job.f);
+    if (job.lanes) {
+        job.f.fbr = lane_rows(p, fit);
+        job.f.fq_blocks = (p->q_len + job.f.fbr - 1) / job.f.fbr;
+    }
     job.measure = magnitudes != NULL && lanes_measure(&job.f);
     size_t items = p->batch * p->kv_heads * job.f.fchunks * job.f.fq_blocks;
     attn_pool_dynamic(w.pool, w.threads, items, forward_block, &job);
