@@ -60,9 +60,11 @@ typedef struct lanes_pack {
  * head's 512 KiB come in once, not 4 times at 288 rows; at 16384 its 8 MiB
  * 16 times, not 57. On a 2-vCPU Xeon with 2 MiB of L2 (family 6, model
  * 167; blocks of up to 1056 rows against 288, the same bits), the forward
- * on 1 thread ran 1.02x (T = 1024), 1.03x (4096) and 1.04-1.07x (16384)
- * faster, on 2 threads 1.01-1.03x (1024, 4096). Blocks of up to 2112 rows
- * were level with 1056 at 16384.
+ * on 1 thread ran 1.02x (T = 1024), 1.03-1.04x (4096) and 1.05-1.08x
+ * (16384) faster, on 2 threads 0.99-1.04x (1024, 4096; the causal forward
+ * at 1024 in 12 whole-head blocks where there were 48: 0.99-1.01x). Blocks
+ * of up to 2112 rows were level with 1056 at 16384
+ * (bench/results/kernels-ab-13c5099-xeon-2vcpu.txt).
  * - Only with one query head per KV head (a GQA item already holds its
  *   group's heads of FBR rows) and no left window. Every row's keys then
  *   start at its sequence's first key, so every block sweeps from there in
