@@ -8,7 +8,8 @@
  *
  *   ab_attention [options] OLD.so NEW.so [MORE.so ...]
  *     --tokens T    sequence length, queries and keys (default 1024)
- *     --heads H     heads (12), --head-dim D (64), batch 1
+ *     --heads H     query heads (12), --kv-heads (H: one per query head),
+ *                   --head-dim D (64), --batch B (1)
  *     --causal      causal (top-left; default none)
  *     --threads N   the ctx's threads (1)
  *     --rounds R    timed rounds of each build (21), after one warm-up
@@ -93,14 +94,14 @@ static int load(build *b, size_t threads) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: ab_attention [--tokens T] [--heads H] [--head-dim D] [--causal] "
-                    "[--threads N] [--rounds R] [--mode fwd|fwdbwd|bwd] [--layout peers|bthd] "
+    fprintf(stderr, "usage: ab_attention [--tokens T] [--heads H] [--kv-heads HKV] [--head-dim D] "
+                    "[--batch B] [--causal] [--threads N] [--rounds R] [--mode fwd|fwdbwd|bwd] [--layout peers|bthd] "
                     "OLD.so NEW.so [MORE.so ...]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
-    size_t T = 1024, H = 12, D = 64, threads = 1, rounds = 21, count = 0;
+    size_t T = 1024, H = 12, HKV = 0, B = 1, D = 64, threads = 1, rounds = 21, count = 0;
     int causal = 0, forward = 1, backward = 0, peers_layout = 1;
     build builds[MAX_BUILDS] = {{0}};
     for (int i = 1; i < argc; i++) {
@@ -109,6 +110,8 @@ int main(int argc, char **argv) {
         else if (a[0] == '-' && a[1] == '-' && !value) return usage();
         else if (!strcmp(a, "--tokens")) T = strtoul(argv[++i], NULL, 10);
         else if (!strcmp(a, "--heads")) H = strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--kv-heads")) HKV = strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--batch")) B = strtoul(argv[++i], NULL, 10);
         else if (!strcmp(a, "--head-dim")) D = strtoul(argv[++i], NULL, 10);
         else if (!strcmp(a, "--threads")) threads = strtoul(argv[++i], NULL, 10);
         else if (!strcmp(a, "--rounds")) rounds = strtoul(argv[++i], NULL, 10);
@@ -126,29 +129,32 @@ int main(int argc, char **argv) {
         else if (count < MAX_BUILDS) builds[count++].path = a;
         else return usage();
     }
-    if (count < 2 || T == 0 || H == 0 || D == 0 || threads == 0 || rounds == 0) return usage();
+    if (HKV == 0) HKV = H;
+    if (count < 2 || T == 0 || H == 0 || D == 0 || B == 0 || H % HKV || threads == 0 || rounds == 0)
+        return usage();
 
-    size_t n = H * T * D;
-    float *q = malloc(n * sizeof *q), *k = malloc(n * sizeof *k), *v = malloc(n * sizeof *v);
+    size_t n = B * H * T * D, nk = B * HKV * T * D;
+    float *q = malloc(n * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
     float *out = malloc(n * sizeof *out), *dout = malloc(n * sizeof *dout);
-    float *dq = malloc(n * sizeof *dq), *dk = malloc(n * sizeof *dk), *dv = malloc(n * sizeof *dv);
-    float *lse = malloc(H * T * sizeof *lse);
+    float *dq = malloc(n * sizeof *dq), *dk = malloc(nk * sizeof *dk), *dv = malloc(nk * sizeof *dv);
+    float *lse = malloc(B * H * T * sizeof *lse);
     if (!q || !k || !v || !out || !dout || !dq || !dk || !dv || !lse) return 1;
     uint64_t state = 0x9E3779B97F4A7C15ull; /* xorshift64: inputs uniform in [-1, 1] */
     float *inputs[4] = {q, k, v, dout};
     for (int t = 0; t < 4; t++)
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 0; i < (t == 1 || t == 2 ? nk : n); i++) {
             state ^= state << 13;
             state ^= state >> 7;
             state ^= state << 17;
             inputs[t][i] = (float)((double)(state >> 11) / (double)(1ull << 52) - 1.0);
         }
-    attn_sdpa_config cfg = {.batch = 1, .heads = H, .q_tokens = T, .kv_tokens = T,
+    attn_sdpa_config cfg = {.batch = B, .heads = H, .kv_heads = HKV, .q_tokens = T, .kv_tokens = T,
                             .head_dim = D, .causal = causal, .align = ATTN_ALIGN_TOP_LEFT};
     if (peers_layout) {
         size_t bhtd[3] = {H * T * D, D, T * D}, bthd[3] = {T * H * D, H * D, D};
+        size_t kv_bhtd[3] = {HKV * T * D, D, T * D};
         memcpy(cfg.q_strides, bhtd, sizeof bhtd);
-        memcpy(cfg.kv_strides, bhtd, sizeof bhtd);
+        memcpy(cfg.kv_strides, kv_bhtd, sizeof kv_bhtd);
         memcpy(cfg.out_strides, bthd, sizeof bthd);
     }
     for (size_t b = 0; b < count; b++) {
@@ -176,12 +182,12 @@ int main(int argc, char **argv) {
             if (r == rounds) {
                 uint64_t h = 1469598103934665603ull;
                 h = hash_floats(h, out, n);
-                if (backward) h = hash_floats(hash_floats(hash_floats(h, dq, n), dk, n), dv, n);
+                if (backward) h = hash_floats(hash_floats(hash_floats(h, dq, n), dk, nk), dv, nk);
                 x->hash = h;
             }
         }
 
-    printf("T=%zu H=%zu hd=%zu %s, %zu thread%s, %s, %zu rounds, layout %s\n", T, H, D,
+    printf("B=%zu T=%zu H=%zu Hkv=%zu hd=%zu %s, %zu thread%s, %s, %zu rounds, layout %s\n", B, T, H, HKV, D,
            causal ? "causal" : "no mask", threads, threads == 1 ? "" : "s",
            !forward ? "backward alone" : backward ? "forward+backward" : "forward", rounds,
            peers_layout ? "peers" : "bthd");

@@ -44,24 +44,32 @@
 #include <stdbool.h>
 #include <string.h>
 
+/* The backward's query blocks and the rows of a score tile: the
+ * includer's BR and RG (AVX-512: 144 and 6, flash_avx512.h says why), else
+ * 64 and 4. A row's sums do not depend on either; dk and dv of GQA sum the
+ * group's heads block by block, so there BR sets the order. */
+#ifndef BR
 #define BR 64
+#endif
 /* The forward's query blocks: longer, so that each packed key block serves
  * more rows. At T = 16384 the keys and values of a head (8 MiB) stream in
  * from past L2 once per query block; 256 rows made the causal forward 15%
- * faster there than 64, and 5-10% at T = 1024 and 4096 (a 2-vCPU Xeon;
- * the backward's tiles stay at BR, whose A and dS tiles then fit L1). */
+ * faster there than 64, and 5-10% at T = 1024 and 4096 (a 2-vCPU Xeon). */
 #define FBR 288 /* 256 before the lane forward's groups of 48 rows; 288 holds 6 */
 /* The lane forward's longest query blocks (lane_rows): 22 groups of 48 */
 #define FBR_MAX 1056
 #define BR_MAX (FBR_MAX > BR ? FBR_MAX : BR)
+#ifndef RG
 #define RG 4
+#endif
+_Static_assert(RG <= 8 && BR % RG == 0, "blocks of whole row groups, of at most 8 rows");
 #define BC (NV * VW)
 _Static_assert(BC <= 64, "modify_tile's lane tables hold 64 keys");
 #define LOG2E 1.4426950408889634
 /* Floats of one work item's per-head query tiles (heads x rows x Dp) at
  * most: a GQA item runs this many of its group's heads against each packed
- * key block. The backward's (8 heads of BR rows at hd 64: 128 KiB) and the
- * forward's (8 heads of FBR rows: 512 KiB), within L2. */
+ * key block. The backward's (128 KiB: at hd 64, 8 heads of 64 rows or 3 of
+ * 144) and the forward's (8 heads of FBR rows: 512 KiB), within L2. */
 #define GROUP_TILE_FLOATS 32768
 #define FORWARD_GROUP_TILE_FLOATS 131072
 
@@ -1099,15 +1107,14 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
         size_t row = r0 + (size_t)r;
         float *A = t->A + row * BC, *dS = t->dS + row * BC;
         if (row >= br->rows || lse2[row] == -INFINITY) continue; /* zero since phase one */
-        vec delta = v_set1(delta_g[row]), P[NV];
+        vec delta = v_set1(delta_g[row]), P[NV], ds[NV];
         for (int v = 0; v < NV; v++) {
             P[v] = v_load(A + v * VW);
+            ds[v] = dp[r][v];
             if (dropout) { /* dS holds the keep factors */
                 vec keep = v_load(dS + v * VW);
                 v_store(A + v * VW, v_mul(P[v], keep));
-                v_store(dS + v * VW, v_mul(dp[r][v], keep));
-            } else {
-                v_store(dS + v * VW, dp[r][v]);
+                ds[v] = v_mul(ds[v], keep);
             }
         }
         /* a softmax over one key (and no sink) is constant: its dS is
@@ -1118,14 +1125,13 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
             continue;
         }
         /* dS = P (dP - delta): P as before the dropout (A is P * drop) */
-        for (int v = 0; v < NV; v++)
-            v_store(dS + v * VW, v_mul(P[v], v_sub(v_load(dS + v * VW), delta)));
+        for (int v = 0; v < NV; v++) ds[v] = v_mul(P[v], v_sub(ds[v], delta));
         if (t->peaks) { /* the row's sums, in lanes: no horizontal step per tile */
             attn_row_peak *pk = t->peaks + g * BR + row;
             float *lanes = t->resid_lanes + (g * BR + row) * VW;
-            vec sum = v_load(dS), top = P[0];
+            vec sum = ds[0], top = P[0];
             for (int v = 1; v < NV; v++) {
-                sum = v_add(sum, v_load(dS + v * VW));
+                sum = v_add(sum, ds[v]);
                 top = v_max(top, P[v]);
             }
             v_store(lanes, v_add(v_load(lanes), sum));
@@ -1143,9 +1149,9 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
         if (f->cap2 != 0.0f)
             for (int v = 0; v < NV; v++) {
                 vec tv = v_load(t->th + row * BC + v * VW);
-                vec dx = v_sub(v_set1(1.0f), v_mul(tv, tv));
-                v_store(dS + v * VW, v_mul(v_load(dS + v * VW), dx));
+                ds[v] = v_mul(ds[v], v_sub(v_set1(1.0f), v_mul(tv, tv)));
             }
+        for (int v = 0; v < NV; v++) v_store(dS + v * VW, ds[v]);
     }
     if (risen) note_peaks(f, t, t->peaks + g * BR + r0, risen, r0, j0);
 }
@@ -1158,7 +1164,7 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
 static void gradient_tiles(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
                            size_t h, const block_rows *br, size_t j0, size_t cols, float *dq,
                            const float *kp) {
-    static const float ones[RG] = {1.0f, 1.0f, 1.0f, 1.0f};
+    static const float ones[8] = {1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f, 1.0f}; /* RG <= 8 */
     size_t c0[BR / RG], c1[BR / RG], groups = (br->rows + RG - 1) / RG, Dp = job->f.Dp;
     for (size_t i = 0; i < groups; i++) {
         group_cols(br, i * RG, j0, cols, &c0[i], &c1[i]);
