@@ -236,6 +236,9 @@ typedef struct attn_attention_backend {
      * the runner asks nothing before (NULL: never) */
     bool (*forward_checks_values)(const attn_ctx *ctx, const attn_attention_problem *p,
                                   const attn_attention_dropout *drop);
+    /* The same for its backward */
+    bool (*backward_checks_values)(const attn_ctx *ctx, const attn_attention_problem *p,
+                                   const attn_attention_dropout *drop);
     /* Bytes of workspace a pass needs. */
     size_t (*forward_bytes)(const attn_ctx *ctx, const attn_attention_problem *p,
                             const attn_attention_trace *trace);

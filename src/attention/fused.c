@@ -5,7 +5,8 @@
  * It declines only v_head_dim != head_dim, and hands inputs it would get
  * wrong (non-finite, or magnitudes past float32's range in its tiles) to
  * the reference: through takes_values, which scans them first, or, where
- * the lane forward measures them as it reads them, after it.
+ * the lane forward or the backward's one pass of raw scores measures them
+ * as it reads them, after it.
  */
 #include "attention/attention.h"
 
@@ -163,12 +164,20 @@ static bool fused_takes_values(attn_ctx *ctx, const attn_attention_problem *p,
     return magnitudes_fit(fk, p, top);
 }
 
+static const attn_attention_dropout no_dropout = {.kind = ATTN_DROP_NONE};
+
 /* The forward takes p's values unscanned where its kernel measures them as
  * it reads them (the lane forward: the scan was 2.4-2.8% of its time), and
- * then checks them itself (fused_forward). */
+ * then checks them itself (fused_forward); the backward likewise (its one
+ * pass of raw scores: the scan was 2% of it). */
 static bool fused_forward_checks_values(const attn_ctx *ctx, const attn_attention_problem *p,
                                         const attn_attention_dropout *drop) {
     return flash_kernels(ctx)->forward_measures(p, drop);
+}
+
+static bool fused_backward_checks_values(const attn_ctx *ctx, const attn_attention_problem *p,
+                                         const attn_attention_dropout *drop) {
+    return flash_kernels(ctx)->backward_measures(p, drop ? drop : &no_dropout);
 }
 
 /* ---- workspaces ------------------------------------------------------------ */
@@ -223,8 +232,6 @@ static size_t fused_backward_bytes(const attn_ctx *ctx, const attn_attention_pro
 
 /* ---- the passes ------------------------------------------------------------ */
 
-static const attn_attention_dropout no_dropout = {.kind = ATTN_DROP_NONE};
-
 static void fused_forward(attn_ctx *ctx, const attn_attention_problem *p,
                           const attn_attention_dropout *drop, const attn_attention_trace *trace,
                           void *workspace) {
@@ -264,7 +271,18 @@ static void fused_backward(attn_ctx *ctx, const attn_attention_problem *p,
         memset(workspace, 0, tiles);
         lse = own;
     }
-    fk->backward(attn_ctx_workers(ctx), p, drop ? drop : &no_dropout, g, lse, delta, ws);
+    drop = drop ? drop : &no_dropout;
+    if (!fk->backward_measures(p, drop)) {
+        fk->backward(attn_ctx_workers(ctx), p, drop, g, lse, delta, ws, NULL);
+        return;
+    }
+    /* unscanned (fused_backward_checks_values): as the forward, inputs the
+     * kernels would get wrong go to the reference after them, over what
+     * they wrote (the lse forward above measures nothing: it takes the
+     * lane path, which any values leave in bounds) */
+    float top[4] = {0, 0, 0, 0};
+    fk->backward(attn_ctx_workers(ctx), p, drop, g, lse, delta, ws, top);
+    if (!magnitudes_fit(fk, p, top)) attn_attention_reference.backward(ctx, p, drop, g, workspace);
 }
 
 const attn_attention_backend attn_attention_fused = {
@@ -272,6 +290,7 @@ const attn_attention_backend attn_attention_fused = {
     .declines = fused_declines,
     .takes_values = fused_takes_values,
     .forward_checks_values = fused_forward_checks_values,
+    .backward_checks_values = fused_backward_checks_values,
     .forward_bytes = fused_forward_bytes,
     .backward_bytes = fused_backward_bytes,
     .forward = fused_forward,

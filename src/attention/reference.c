@@ -223,6 +223,7 @@ const attn_attention_backend attn_attention_reference = {
     .declines = reference_declines,
     .takes_values = NULL,
     .forward_checks_values = NULL,
+    .backward_checks_values = NULL,
     .forward_bytes = reference_forward_bytes,
     .backward_bytes = reference_backward_bytes,
     .forward = reference_forward,

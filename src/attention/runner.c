@@ -200,7 +200,9 @@ attn_status attn_attention_backward(attn_ctx *ctx, const char *who, const attn_a
     }
     attn_attention_dropout none = {.kind = ATTN_DROP_NONE};
     const attn_attention_backend *backend = fused_for(ctx, p, false, true);
-    if (backend && backend->takes_values && !backend->takes_values(ctx, p, g->dout))
+    bool checks = backend && backend->backward_checks_values &&
+                  backend->backward_checks_values(ctx, p, drop ? drop : &none);
+    if (backend && backend->takes_values && !checks && !backend->takes_values(ctx, p, g->dout))
         backend = NULL;
     if (!backend) backend = &attn_attention_reference;
     backend->backward(ctx, p, drop ? drop : &none, g, workspace);

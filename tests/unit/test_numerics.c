@@ -137,12 +137,13 @@ static void test_renormalize_without_underflow(attn_ctx *ctx, attn_rng *rng) {
 }
 
 /* One NaN at a time, first, middle or last in q, k, v or dout: the fused
- * ctx (a scan of every input, or the lane forward's measuring of them, then
- * the reference for non-finite ones) must give the reference ctx's bits,
- * NaNs included. The layouts: (B, T, H, D), where the forward measures the
- * rows it packs and the backward's scan reads blocks of 256 tokens with
- * all their heads, (B, H, T, D), where the forward measures the rows as
- * its blocks read them in place, packed
+ * ctx (a scan of every input, or the kernels' measuring of them as they read
+ * them, then the reference for non-finite ones) must give the reference
+ * ctx's bits, NaNs included. Every layout here runs the backward's one
+ * pass (B x KV heads = 4), which measures q and dO as it packs them and
+ * each key block of k and v. The layouts: (B, T, H, D), where the forward
+ * measures the rows it packs, (B, H, T, D), where the forward measures the
+ * rows as its blocks read them in place, packed
  * sequences, and (B, H, T, D) causal top-left with 150 queries, whose
  * blocks read only keys 0-149: the forward measures the rest at the end,
  * as a NaN value there still reaches the reference's out (0 * NaN; a NaN

@@ -80,11 +80,15 @@ typedef struct attn_flash_kernels {
     void (*forward)(attn_workers w, attn_flash_fit fit, const attn_attention_problem *p,
                     const attn_attention_dropout *drop, float *workspace, float magnitudes[3]);
     size_t (*backward_workspace)(const attn_attention_problem *p);
+    /* Whether backward, given magnitudes, measures the inputs it reads
+     * itself (max |x| of q, k, v, dout, as forward_measures) */
+    bool (*backward_measures)(const attn_attention_problem *p, const attn_attention_dropout *drop);
     /* g's dq, dk, dv (and dsinks) from g->dout, p->out and lse (p->lse's
-     * layout, attn_lse_index); delta (the same layout) is scratch */
+     * layout, attn_lse_index); delta (the same layout) is scratch.
+     * magnitudes (or NULL): what it measured, all inf when it did not */
     void (*backward)(attn_workers w, const attn_attention_problem *p,
                      const attn_attention_dropout *drop, const attn_attention_grads *g,
-                     const float *lse, float *delta, float *workspace);
+                     const float *lse, float *delta, float *workspace, float magnitudes[4]);
 } attn_flash_kernels;
 
 extern const attn_flash_kernels attn_flash_portable;

@@ -921,8 +921,19 @@ static size_t backward_workspace(const attn_attention_problem *p) {
     /* per head: qs, dO, dq (BR, Dp), lse2, lse_lo, delta (BR), peaks (BR x 3),
      * resid lanes (BR, VW); q (BR, Dp); A, dS, th (BR, BC); kt, vt (D, BC);
      * kv0, kv1, kv2 (BC, Dp); one pass: the item's rows; Pt (RG, BC) */
-    return hc * (3 * BR * Dp + 6 * BR + BR * VW) + BR * Dp + 3 * BR * BC +
-           key_slots(p) * (2 * D * BC + 3 * BC * Dp) + 2 * VW + one_pass_floats(p) + RG * BC;
+    size_t floats = hc * (3 * BR * Dp + 6 * BR + BR * VW) + BR * Dp + 3 * BR * BC +
+                    key_slots(p) * (2 * D * BC + 3 * BC * Dp) + 2 * VW + one_pass_floats(p) + RG * BC;
+    /* whole lines, then one for the magnitudes a measuring backward keeps */
+    return (floats + 15) / 16 * 16 + 16;
+}
+
+/* Whether the backward can measure its inputs itself: the one pass of raw
+ * scores packs every row of q and dO once per item and every key block of
+ * k and v once, so it measures them there, in cache (the scan before it
+ * read them from memory: 2% of the backward at T = 4096). */
+static bool backward_measures(const attn_attention_problem *p, const attn_attention_dropout *drop) {
+    flash_shape f = flash_shape_of(p, drop);
+    return one_pass_floats(p) != 0 && f.raw;
 }
 
 typedef struct backward_job {
@@ -933,7 +944,14 @@ typedef struct backward_job {
     float *workspace;
     size_t per_part;
     bool consistent; /* rows nearly one-hot take a consistent delta (attention.h) */
+    bool measure;    /* max |q|, |k|, |v|, |dO| into each part's magnitudes */
 } backward_job;
+
+/* A part's max |q|, |k|, |v|, |dO| in a measuring backward: its workspace's
+ * last line (zeroed by the caller). */
+static float *backward_magnitudes(const backward_job *job, size_t part) {
+    return job->workspace + (part + 1) * job->per_part - 16;
+}
 
 _Static_assert(sizeof(attn_row_peak) == 3 * sizeof(float), "an attn_row_peak is three floats");
 
@@ -943,6 +961,7 @@ typedef struct backward_tiles {
     float *resid_lanes;   /* per head: sum_j dS_ij in VW lanes, (BR, VW) */
     float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *kv2;
     float *Pt; /* a row group's P, where dropout scales A */
+    float *magnitudes; /* the part's, where the backward measures; else NULL */
     size_t slot_floats; /* from one key block's tiles (kt .. kv2) to the next */
     /* one pass: the item's rows packed once, (G, rows) of Dp (or 1) floats */
     float *dq_sums, *qs_all, *dO_all, *lse2_all, *lse_lo_all, *delta_all, *resid_lanes_all;
@@ -980,6 +999,7 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.peaks_all = (attn_row_peak *)(void *)(t.delta_all + rows);
     t.resid_lanes_all = t.delta_all + rows + 3 * rows;
     t.Pt = t.dq_sums + one_pass_floats(job->f.p);
+    t.magnitudes = job->measure ? backward_magnitudes(job, part) : NULL;
     if (!job->consistent) t.peaks = NULL;
     return t;
 }
@@ -1250,6 +1270,12 @@ static void key_span_gradients(const backward_job *job, const backward_tiles *t,
         if (dq_sums)
             pack_rows(p->k + row_at(p->k_strides, b, seq, true, kvh, js), p->k_strides.t, cols,
                       BC, D, Dp, 1.0f, kts[s].kv2);
+        if (t->magnitudes) { /* every key block once, in cache */
+            float *top = t->magnitudes;
+            top[1] = max_abs_rows(kts[s].kv2, cols, Dp, D, top[1]);
+            top[2] = max_abs_rows(p->v + row_at(p->v_strides, b, seq, true, kvh, js),
+                                  cols, p->v_strides.t, D, top[2]);
+        }
         memset(kts[s].kv0, 0, BC * Dp * sizeof *kts[s].kv0);
         memset(kts[s].kv1, 0, BC * Dp * sizeof *kts[s].kv1);
     }
@@ -1361,6 +1387,10 @@ static void backward_heads(void *arg, size_t part, size_t item) {
             rows_tiles(f, &t, g * rows_pad + i0, &rt);
             rows_of(f, &seq, i0, min_size(seq.q_len - i0, BR), &br);
             pack_queries(job, &rt, 0, b, &seq, kvh * f->G + g, &br, false);
+            if (t.magnitudes) { /* the rows just packed (q unscaled: raw scores) */
+                t.magnitudes[0] = max_abs_rows(rt.qs, br.rows, Dp, D, t.magnitudes[0]);
+                t.magnitudes[3] = max_abs_rows(rt.dO, br.rows, Dp, D, t.magnitudes[3]);
+            }
         }
     for (size_t j0 = 0; j0 < seq.kv_len; j0 += KEY_SPAN * BC)
         key_span_gradients(job, &t, b, kvh, &seq, j0, KEY_SPAN, t.dq_sums);
@@ -1466,10 +1496,12 @@ static void delta_rows(void *arg, size_t begin, size_t end) {
 
 static void flash_backward(attn_workers w, const attn_attention_problem *p,
                            const attn_attention_dropout *drop, const attn_attention_grads *g,
-                           const float *lse, float *delta, float *workspace) {
+                           const float *lse, float *delta, float *workspace,
+                           float magnitudes[4]) {
     backward_job job = {.f = flash_shape_of(p, drop), .g = g, .lse = lse, .delta = delta,
                         .workspace = workspace, .per_part = backward_workspace(p),
-                        .consistent = attn_consistent_delta(p)};
+                        .consistent = attn_consistent_delta(p),
+                        .measure = magnitudes != NULL && backward_measures(p, drop)};
     size_t BH = p->batch * p->q_heads;
     delta_job dj = {&job.f, g->dout, delta};
     size_t min_heads = 1024 / (p->q_len + 1) + 1;
@@ -1488,8 +1520,14 @@ static void flash_backward(attn_workers w, const attn_attention_problem *p,
             }
             g->dsinks[h] = (float)-sum;
         }
+    if (magnitudes)
+        for (int t = 0; t < 4; t++) magnitudes[t] = job.measure ? 0.0f : INFINITY;
     if (one_pass_floats(p)) {
         attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads, backward_heads, &job);
+        for (size_t part = 0; job.measure && part < attn_parallel_parts(w.threads); part++) {
+            const float *top = backward_magnitudes(&job, part); /* zeroed: 0 if unused */
+            for (int t = 0; t < 4; t++) magnitudes[t] = top[t] > magnitudes[t] ? top[t] : magnitudes[t];
+        }
         return;
     }
     /* B first: it leaves the consistent delta of nearly one-hot rows for A */
@@ -1549,5 +1587,6 @@ const attn_flash_kernels FLASH_KERNELS = {
     .forward_measures = forward_measures,
     .forward = flash_forward,
     .backward_workspace = backward_workspace,
+    .backward_measures = backward_measures,
     .backward = flash_backward,
 };
