@@ -94,9 +94,9 @@ static int load(build *b, size_t threads) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: ab_attention [--tokens T] [--heads H] [--kv-heads HKV] [--head-dim D] "
-                    "[--batch B] [--causal] [--threads N] [--rounds R] [--mode fwd|fwdbwd|bwd] [--layout peers|bthd] "
-                    "OLD.so NEW.so [MORE.so ...]\n");
+    fprintf(stderr, "usage: ab_attention [--tokens T] [--heads H] [--kv-heads HKV] "
+                    "[--head-dim D] [--batch B] [--causal] [--threads N] [--rounds R] "
+                    "[--mode fwd|fwdbwd|bwd] [--layout peers|bthd] OLD.so NEW.so [MORE.so ...]\n");
     return 2;
 }
 
@@ -130,13 +130,15 @@ int main(int argc, char **argv) {
         else return usage();
     }
     if (HKV == 0) HKV = H;
-    if (count < 2 || T == 0 || H == 0 || D == 0 || B == 0 || H % HKV || threads == 0 || rounds == 0)
+    if (count < 2 || T == 0 || H == 0 || D == 0 || B == 0 || H % HKV || threads == 0 ||
+        rounds == 0)
         return usage();
 
     size_t n = B * H * T * D, nk = B * HKV * T * D;
     float *q = malloc(n * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
     float *out = malloc(n * sizeof *out), *dout = malloc(n * sizeof *dout);
-    float *dq = malloc(n * sizeof *dq), *dk = malloc(nk * sizeof *dk), *dv = malloc(nk * sizeof *dv);
+    float *dq = malloc(n * sizeof *dq), *dk = malloc(nk * sizeof *dk);
+    float *dv = malloc(nk * sizeof *dv);
     float *lse = malloc(B * H * T * sizeof *lse);
     if (!q || !k || !v || !out || !dout || !dq || !dk || !dv || !lse) return 1;
     uint64_t state = 0x9E3779B97F4A7C15ull; /* xorshift64: inputs uniform in [-1, 1] */
@@ -187,8 +189,8 @@ int main(int argc, char **argv) {
             }
         }
 
-    printf("B=%zu T=%zu H=%zu Hkv=%zu hd=%zu %s, %zu thread%s, %s, %zu rounds, layout %s\n", B, T, H, HKV, D,
-           causal ? "causal" : "no mask", threads, threads == 1 ? "" : "s",
+    printf("B=%zu T=%zu H=%zu Hkv=%zu hd=%zu %s, %zu thread%s, %s, %zu rounds, layout %s\n", B, T,
+           H, HKV, D, causal ? "causal" : "no mask", threads, threads == 1 ? "" : "s",
            !forward ? "backward alone" : backward ? "forward+backward" : "forward", rounds,
            peers_layout ? "peers" : "bthd");
     double first_median = 0, first_fastest = 0;

@@ -922,7 +922,8 @@ static size_t backward_workspace(const attn_attention_problem *p) {
      * resid lanes (BR, VW); q (BR, Dp); A, dS, th (BR, BC); kt, vt (D, BC);
      * kv0, kv1, kv2 (BC, Dp); one pass: the item's rows; Pt (RG, BC) */
     size_t floats = hc * (3 * BR * Dp + 6 * BR + BR * VW) + BR * Dp + 3 * BR * BC +
-                    key_slots(p) * (2 * D * BC + 3 * BC * Dp) + 2 * VW + one_pass_floats(p) + RG * BC;
+                    key_slots(p) * (2 * D * BC + 3 * BC * Dp) + 2 * VW + one_pass_floats(p) +
+                    RG * BC;
     /* whole lines, then one for the magnitudes a measuring backward keeps */
     return (floats + 15) / 16 * 16 + 16;
 }
@@ -1526,7 +1527,8 @@ static void flash_backward(attn_workers w, const attn_attention_problem *p,
         attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads, backward_heads, &job);
         for (size_t part = 0; job.measure && part < attn_parallel_parts(w.threads); part++) {
             const float *top = backward_magnitudes(&job, part); /* zeroed: 0 if unused */
-            for (int t = 0; t < 4; t++) magnitudes[t] = top[t] > magnitudes[t] ? top[t] : magnitudes[t];
+            for (int t = 0; t < 4; t++)
+                magnitudes[t] = top[t] > magnitudes[t] ? top[t] : magnitudes[t];
         }
         return;
     }
