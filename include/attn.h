@@ -119,8 +119,9 @@ void attn_ctx_free(attn_ctx *ctx);
 const char *attn_ctx_last_error(const attn_ctx *ctx);
 /* The worker threads the ctx runs with (at least 1); 0 for a NULL ctx. */
 size_t attn_ctx_num_threads(const attn_ctx *ctx);
-/* A ctx also keeps its kernels' scratch memory (the SGEMM's packed panels)
- * from call to call, as much as its largest call needed, and, with more
+/* A ctx also keeps its kernels' scratch memory (the SGEMM's packed panels,
+ * the attention's tiles) from call to call, as much as its largest call
+ * needed, and, with more
  * than one thread, num_threads - 1 worker threads for its fast kernels
  * (the fused attention, the matrix products, the KV cache's attend),
  * started by the first such call and asleep between calls; attn_ctx_free

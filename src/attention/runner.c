@@ -145,11 +145,8 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
     bool traced = trace && (trace->scores || trace->weights || trace->dropped);
     bool mask_in_workspace = serial && !keep_bits;
     size_t bytes = attn_attention_forward_bytes(ctx, p, mask_in_workspace, traced);
-    void *owned = NULL;
-    if (!workspace) {
-        workspace = owned = attn_calloc(1, bytes);
-        if (!owned) return no_workspace(ctx, who, bytes);
-    }
+    if (!workspace && !(workspace = attn_ctx_workspace(ctx, bytes)))
+        return no_workspace(ctx, who, bytes);
     /* Everything is in hand: from here on nothing fails. */
     attn_attention_dropout drop = {.kind = ATTN_DROP_NONE};
     if (drawn) {
@@ -183,7 +180,6 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
     if (!backend) backend = &attn_attention_reference;
     backend->forward(ctx, p, &drop, traced ? trace : NULL, workspace);
     if (drop_out) *drop_out = drop;
-    attn_free(owned);
     return ATTN_OK;
 }
 
@@ -193,11 +189,8 @@ attn_status attn_attention_backward(attn_ctx *ctx, const char *who, const attn_a
     attn_status st = attn_attention_check(ctx, who, p);
     if (st != ATTN_OK) return st;
     size_t bytes = attn_attention_backward_bytes(ctx, p);
-    void *owned = NULL;
-    if (!workspace) {
-        workspace = owned = attn_calloc(1, bytes);
-        if (!owned) return no_workspace(ctx, who, bytes);
-    }
+    if (!workspace && !(workspace = attn_ctx_workspace(ctx, bytes)))
+        return no_workspace(ctx, who, bytes);
     attn_attention_dropout none = {.kind = ATTN_DROP_NONE};
     const attn_attention_backend *backend = fused_for(ctx, p, false, true);
     bool checks = backend && backend->backward_checks_values &&
@@ -206,6 +199,5 @@ attn_status attn_attention_backward(attn_ctx *ctx, const char *who, const attn_a
         backend = NULL;
     if (!backend) backend = &attn_attention_reference;
     backend->backward(ctx, p, drop ? drop : &none, g, workspace);
-    attn_free(owned);
     return ATTN_OK;
 }

@@ -65,14 +65,24 @@ void *attn_realloc(void *p, size_t size) {
     return realloc(p, size ? size : 1);
 }
 
-void *attn_aligned_alloc_or_fallback(size_t alignment, size_t size) {
-    if (injected_failure(true)) return NULL;
+/* aligned_alloc with the size rounded up to a whole number of alignments */
+static void *aligned(size_t alignment, size_t size) {
     if (size == 0) size = alignment;
     if (size % alignment) {
         if (size > (size_t)-1 - alignment) return NULL;
         size += alignment - size % alignment;
     }
     return aligned_alloc(alignment, size);
+}
+
+void *attn_aligned_alloc_or_fallback(size_t alignment, size_t size) {
+    if (injected_failure(true)) return NULL;
+    return aligned(alignment, size);
+}
+
+void *attn_aligned_alloc(size_t alignment, size_t size) {
+    if (injected_failure(false)) return NULL;
+    return aligned(alignment, size);
 }
 
 void attn_free(void *p) { free(p); }

@@ -58,6 +58,7 @@ void attn_ctx_free(attn_ctx *ctx) {
     if (ctx) {
         attn_pool_free(ctx->pool);
         attn_free(ctx->scratch.data);
+        attn_free(ctx->workspace.data);
     }
     attn_free(ctx);
 }
@@ -83,6 +84,17 @@ void *attn_ctx_scratch(attn_ctx *ctx, size_t bytes) {
     attn_free(ctx->scratch.data);
     ctx->scratch = (attn_ctx_buffer){data, bytes};
     return data;
+}
+
+void *attn_ctx_workspace(attn_ctx *ctx, size_t bytes) {
+    if (bytes > ctx->workspace.bytes || !ctx->workspace.data) {
+        void *data = attn_aligned_alloc(64, bytes);
+        if (!data) return NULL;
+        attn_free(ctx->workspace.data);
+        ctx->workspace = (attn_ctx_buffer){data, bytes};
+    }
+    memset(ctx->workspace.data, 0, bytes);
+    return ctx->workspace.data;
 }
 
 const char *attn_ctx_last_error(const attn_ctx *ctx) { return ctx ? ctx->error : ""; }

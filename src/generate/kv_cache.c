@@ -633,7 +633,7 @@ static void plan_chunks(seq_plan *sp) {
 static bool scratch_fit(attn_kv_cache *c, size_t bytes) {
     if (bytes <= c->scratch_bytes) return true;
     attn_free(c->scratch);
-    c->scratch = attn_malloc(bytes);
+    c->scratch = attn_aligned_alloc(64, bytes); /* the kernels' tiles: whole lines */
     c->scratch_bytes = c->scratch ? bytes : 0;
     return c->scratch != NULL;
 }

@@ -177,7 +177,7 @@ attn_status attn_mpi_ring_forward(attn_mpi_group *g, const char *who, const attn
         acc_l = attn_alloc_floats(rows);
         blk_l = attn_alloc_floats(rows);
         pair_l = attn_alloc_floats(rows);
-        ws = attn_malloc(ws_bytes);
+        ws = attn_aligned_alloc(64, ws_bytes);
         if (!qp || !kv[0] || !kv[1] || !acc_o || !blk_o || !acc_l || !blk_l || !pair_l || !ws ||
             !attn_mpi_timeline_reserve(g, P))
             st = attn_fail(ctx, ATTN_ERR_NO_MEMORY,
@@ -305,7 +305,7 @@ attn_status attn_mpi_ring_backward(attn_mpi_group *g, const char *who, const att
         }
         dkv_blk = attn_alloc_floats(kv_floats);
         dkv_pair = attn_alloc_floats(kv_floats);
-        ws = attn_malloc(ws_bytes);
+        ws = attn_aligned_alloc(64, ws_bytes);
         if (!qp || !op || !dop || !dq || !dq_pair || !lse_c || !kv[0] || !kv[1] || !dkv[0] ||
             !dkv[1] || !dkv_blk || !dkv_pair || !ws || !attn_mpi_timeline_reserve(g, P))
             st = attn_fail(ctx, ATTN_ERR_NO_MEMORY,

@@ -230,7 +230,7 @@ attn_status attn_mpi_ulysses_forward(attn_mpi_group *g, const char *who,
     }
     if (st == ATTN_OK) {
         size_t bytes = attn_attention_forward_bytes(ctx, &p, false, false);
-        if (!(ws = attn_malloc(bytes)))
+        if (!(ws = attn_aligned_alloc(64, bytes)))
             st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of attention "
                                                     "workspace", who, bytes);
     }
@@ -300,7 +300,7 @@ attn_status attn_mpi_ulysses_backward(attn_mpi_group *g, const char *who,
     }
     if (st == ATTN_OK) {
         size_t bytes = attn_attention_backward_bytes(ctx, &p);
-        if (!(ws = attn_malloc(bytes)))
+        if (!(ws = attn_aligned_alloc(64, bytes)))
             st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of attention "
                                                     "workspace", who, bytes);
     }

@@ -119,7 +119,7 @@ attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const 
     if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
     /* Memory first: a failure must not have advanced the rng. */
     size_t bytes = attn_attention_forward_bytes(ctx, &p, false, false);
-    void *workspace = attn_calloc(1, bytes);
+    void *workspace = attn_ctx_workspace(ctx, bytes);
     if (!workspace)
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
                          "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
@@ -130,9 +130,7 @@ attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const 
         *drawn = (attn_sdpa_dropout){stream.philox_seed, stream.philox_offset};
         dropout = &stream;
     }
-    st = attn_attention_forward(ctx, fn, &p, dropout, NULL, NULL, NULL, workspace);
-    attn_free(workspace);
-    return st;
+    return attn_attention_forward(ctx, fn, &p, dropout, NULL, NULL, NULL, workspace);
 }
 
 /* The backward's tensors (q, k, v, out, lse, dout, dq, dk, dv, in that

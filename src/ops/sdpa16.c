@@ -245,7 +245,7 @@ static attn_status forward_widened(attn_ctx *ctx, const char *fn, const attn_sdp
     attn_attention_problem pf = attn_sdpa_problem_of(&c, f[0], f[1], f[2], f[3], lse);
     /* memory first: a failure must not have advanced the rng */
     size_t bytes = attn_attention_forward_bytes(ctx, &pf, false, false);
-    void *workspace = attn_calloc(1, bytes);
+    void *workspace = attn_ctx_workspace(ctx, bytes);
     if (!workspace) {
         attn_free(all);
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
@@ -263,7 +263,6 @@ static attn_status forward_widened(attn_ctx *ctx, const char *fn, const attn_sdp
     }
     attn_status st = attn_attention_forward(ctx, fn, &pf, dropout, NULL, NULL, NULL, workspace);
     if (st == ATTN_OK) copy_view(ctx, p, dtype, views[3], pf.out_strides, f[3], out, false);
-    attn_free(workspace);
     attn_free(all);
     return st;
 }

@@ -3,6 +3,8 @@
  * every call runs exactly once, on the same parts and ranges as threads
  * started per call; calls from inside a body, one thread, no pool, and a
  * ctx freed with its workers asleep. CI runs it under ThreadSanitizer.
+ * Also the other thing a ctx keeps from call to call: the attention's
+ * workspace (attn_ctx_workspace).
  */
 #include "attn.h"
 #include "check.h"
@@ -10,7 +12,9 @@
 #include "parallel.h"
 
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define ITEMS 1000
 
@@ -54,7 +58,33 @@ static int all_once(ranges *r, size_t n) {
     return 1;
 }
 
+/* The attention's workspace: aligned to 64 bytes on every call (the fused
+ * kernels lay their tiles out in lines; 16 bytes off, the forward ran
+ * 1.04x and the backward 1.08x slower), zeroed on every call whatever the
+ * last one left, kept while it is large enough, grown when not. */
+static void test_ctx_workspace(void) {
+    attn_ctx *ctx;
+    CHECK(attn_ctx_new(&(attn_ctx_config){.num_threads = 1}, &ctx) == ATTN_OK);
+    const size_t sizes[] = {0, 1000, 300, (size_t)5 << 20, 4096, 1000};
+    const bool kept[] = {false, false, true, false, true, true}; /* the last call's memory */
+    unsigned char *last = NULL;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        unsigned char *w = attn_ctx_workspace(ctx, sizes[i]);
+        CHECK(w != NULL && (uintptr_t)w % 64 == 0);
+        if (!w) continue;
+        size_t dirty = 0;
+        for (size_t j = 0; j < sizes[i]; j++) dirty += w[j] != 0;
+        CHECK(dirty == 0);
+        if (kept[i] && w != last) fprintf(stderr, "workspace %zu: not kept\n", i);
+        CHECK(!kept[i] || w == last);
+        memset(w, 0xA5, sizes[i]);
+        last = w;
+    }
+    attn_ctx_free(ctx);
+}
+
 int main(void) {
+    test_ctx_workspace();
     attn_ctx *ctx;
     CHECK(attn_ctx_new(&(attn_ctx_config){.num_threads = 3}, &ctx) == ATTN_OK);
     attn_pool *pool = attn_ctx_pool(ctx);
