@@ -616,18 +616,32 @@ static query_item query_item_of(const flash_shape *f, size_t item, bool forward)
 
 static float max_abs_rows(const float *x, size_t rows, size_t st, size_t n, float top);
 
-/* A part's max |q|, |k|, |v| in a measuring forward: its workspace's last line. */
-static float *part_magnitudes(const forward_job *job, size_t part) {
-    return job->workspace + (part + 1) * job->per_part - 16;
+/* A part's workspace of floats floats: whole cache lines, so that each
+ * part's vectors stay line-aligned, then a line for the magnitudes (max
+ * |q|, |k|, |v|, |dO|) a measuring pass keeps. */
+static size_t with_magnitudes_line(size_t floats) { return (floats + 15) / 16 * 16 + 16; }
+
+/* That line of part part, in a workspace of per_part floats a part. */
+static float *part_magnitudes(float *workspace, size_t per_part, size_t part) {
+    return workspace + (part + 1) * per_part - 16;
+}
+
+/* magnitudes[0, n) = the largest over the parts' lines (zeroed by the
+ * caller: 0 where a part measured nothing). */
+static void parts_magnitudes(float *workspace, size_t per_part, size_t parts, int n,
+                             float *magnitudes) {
+    for (int t = 0; t < n; t++) magnitudes[t] = 0.0f;
+    for (size_t part = 0; part < parts; part++) {
+        const float *top = part_magnitudes(workspace, per_part, part);
+        for (int t = 0; t < n; t++) magnitudes[t] = top[t] > magnitudes[t] ? top[t] : magnitudes[t];
+    }
 }
 
 #include "kernels/flash/flash_lanes.h"
 
 static size_t forward_workspace(const attn_attention_problem *p, attn_flash_fit fit) {
     size_t tiles = tiles_workspace(p), lanes = lanes_workspace(p, lane_rows(p, fit));
-    /* whole cache lines per part: each part's vectors stay line-aligned;
-     * then a line for the magnitudes a measuring forward keeps */
-    return ((tiles > lanes ? tiles : lanes) + 15) / 16 * 16 + 16;
+    return with_magnitudes_line(tiles > lanes ? tiles : lanes);
 }
 
 /* Whether the forward of f can measure its inputs itself: the lane
@@ -805,11 +819,10 @@ static void flash_forward(attn_workers w, attn_flash_fit fit, const attn_attenti
     size_t items = p->batch * p->kv_heads * job.f.fchunks * job.f.fq_blocks;
     attn_pool_dynamic(w.pool, w.threads, items, forward_block, &job);
     if (!magnitudes) return;
-    for (int t = 0; t < 3; t++) magnitudes[t] = job.measure ? 0.0f : INFINITY;
-    for (size_t part = 0; job.measure && part < attn_parallel_parts(w.threads); part++) {
-        const float *top = part_magnitudes(&job, part); /* zeroed: 0 if unused */
-        for (int t = 0; t < 3; t++) magnitudes[t] = top[t] > magnitudes[t] ? top[t] : magnitudes[t];
-    }
+    if (job.measure)
+        parts_magnitudes(workspace, job.per_part, attn_parallel_parts(w.threads), 3, magnitudes);
+    else
+        for (int t = 0; t < 3; t++) magnitudes[t] = INFINITY;
 }
 
 /* ---- backward ------------------------------------------------------------- */
@@ -924,8 +937,7 @@ static size_t backward_workspace(const attn_attention_problem *p) {
     size_t floats = hc * (3 * BR * Dp + 6 * BR + BR * VW) + BR * Dp + 3 * BR * BC +
                     key_slots(p) * (2 * D * BC + 3 * BC * Dp) + 2 * VW + one_pass_floats(p) +
                     RG * BC;
-    /* whole lines, then one for the magnitudes a measuring backward keeps */
-    return (floats + 15) / 16 * 16 + 16;
+    return with_magnitudes_line(floats);
 }
 
 /* Whether the backward can measure its inputs itself: the one pass of raw
@@ -947,12 +959,6 @@ typedef struct backward_job {
     bool consistent; /* rows nearly one-hot take a consistent delta (attention.h) */
     bool measure;    /* max |q|, |k|, |v|, |dO| into each part's magnitudes */
 } backward_job;
-
-/* A part's max |q|, |k|, |v|, |dO| in a measuring backward: its workspace's
- * last line (zeroed by the caller). */
-static float *backward_magnitudes(const backward_job *job, size_t part) {
-    return job->workspace + (part + 1) * job->per_part - 16;
-}
 
 _Static_assert(sizeof(attn_row_peak) == 3 * sizeof(float), "an attn_row_peak is three floats");
 
@@ -1000,7 +1006,7 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.peaks_all = (attn_row_peak *)(void *)(t.delta_all + rows);
     t.resid_lanes_all = t.delta_all + rows + 3 * rows;
     t.Pt = t.dq_sums + one_pass_floats(job->f.p);
-    t.magnitudes = job->measure ? backward_magnitudes(job, part) : NULL;
+    t.magnitudes = job->measure ? part_magnitudes(job->workspace, job->per_part, part) : NULL;
     if (!job->consistent) t.peaks = NULL;
     return t;
 }
@@ -1522,14 +1528,12 @@ static void flash_backward(attn_workers w, const attn_attention_problem *p,
             g->dsinks[h] = (float)-sum;
         }
     if (magnitudes)
-        for (int t = 0; t < 4; t++) magnitudes[t] = job.measure ? 0.0f : INFINITY;
+        for (int t = 0; t < 4; t++) magnitudes[t] = INFINITY; /* unmeasured */
     if (one_pass_floats(p)) {
         attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads, backward_heads, &job);
-        for (size_t part = 0; job.measure && part < attn_parallel_parts(w.threads); part++) {
-            const float *top = backward_magnitudes(&job, part); /* zeroed: 0 if unused */
-            for (int t = 0; t < 4; t++)
-                magnitudes[t] = top[t] > magnitudes[t] ? top[t] : magnitudes[t];
-        }
+        if (job.measure)
+            parts_magnitudes(workspace, job.per_part, attn_parallel_parts(w.threads), 4,
+                             magnitudes);
         return;
     }
     /* B first: it leaves the consistent delta of nearly one-hot rows for A */

@@ -379,7 +379,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
         end[r] = r < rows ? (int32_t)br->end[r] : 0;
     }
     /* a measuring forward's max |q|, |k|, |v| (inf: not finite), this part's */
-    float *top = job->measure ? part_magnitudes(job, part) : NULL;
+    float *top = job->measure ? part_magnitudes(job->workspace, job->per_part, part) : NULL;
     for (size_t g = 0; g < nh; g++) {
         const float *q = p->q + row_at(p->q_strides, b, seq, false, it->h0 + g, i0);
         float *qT_g = qT + g * fbr * D;
