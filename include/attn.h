@@ -121,11 +121,10 @@ const char *attn_ctx_last_error(const attn_ctx *ctx);
 size_t attn_ctx_num_threads(const attn_ctx *ctx);
 /* A ctx also keeps its kernels' scratch memory (the SGEMM's packed panels,
  * the attention's tiles) from call to call, as much as its largest call
- * needed, and, with more
- * than one thread, num_threads - 1 worker threads for its fast kernels
- * (the fused attention, the matrix products, the KV cache's attend),
- * started by the first such call and asleep between calls; attn_ctx_free
- * frees and joins them. (The reference kernels, and the lighter loops of
+ * needed, and, with more than one thread, num_threads - 1 worker threads
+ * for its fast kernels (the fused attention, the matrix products, the KV
+ * cache's attend), started by the first such call and asleep between
+ * calls; attn_ctx_free frees and joins them. (The reference kernels, and the lighter loops of
  * training, start threads per call.) */
 /* The kernels the ctx runs: never AUTO (resolved at attn_ctx_new, which
  * fails with ATTN_ERR_INVALID when asked for kernels the CPU cannot run or

@@ -60,8 +60,9 @@ static int all_once(ranges *r, size_t n) {
 
 /* The attention's workspace: aligned to 64 bytes on every call (the fused
  * kernels lay their tiles out in lines; 16 bytes off, the forward ran
- * 1.04x and the backward 1.08x slower), zeroed on every call whatever the
- * last one left, kept while it is large enough, grown when not. */
+ * 1.03-1.06x and the backward 1.07-1.08x slower), zeroed on every call
+ * whatever the last one left, kept while it is large enough, grown when
+ * not. */
 static void test_ctx_workspace(void) {
     attn_ctx *ctx;
     CHECK(attn_ctx_new(&(attn_ctx_config){.num_threads = 1}, &ctx) == ATTN_OK);
