@@ -18,10 +18,14 @@
  *     --layout L    peers: q, k, v (B, H, T, D), out and dout (B, T, H, D),
  *                   as bench/peers.py gives PyTorch's tensors (default);
  *                   bthd: every tensor (B, T, H, D), as the modules' are
+ *     --layer       the GPT-2 attention layer (attn_gpt2: projections, the
+ *                   causal attention through the module's own workspace)
+ *                   of n_embd H x D instead of attn_sdpa_*
  *
  * Prints, per build, the median and the fastest round in ms and the first
  * build's over this one's (above 1: this build is faster), and a hash of
- * out, dq, dk and dv. Inputs are uniform in [-1, 1] from a fixed seed.
+ * out, dq, dk and dv (with --layer: y and dx). Inputs are uniform in
+ * [-1, 1] from a fixed seed, as are the layer's weights (attn_rng seed 1).
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include "attn.h"
@@ -45,6 +49,15 @@ typedef attn_status (*backward_fn)(attn_ctx *, const attn_sdpa_config *, const f
                                    const float *, float *, float *, float *,
                                    const attn_sdpa_dropout *);
 
+typedef attn_status (*rng_new_fn)(attn_ctx *, uint64_t, attn_rng **);
+typedef void (*rng_free_fn)(attn_rng *);
+typedef attn_status (*layer_new_fn)(attn_ctx *, const attn_gpt2_config *, attn_rng *,
+                                    attn_gpt2 **);
+typedef attn_status (*layer_forward_fn)(attn_gpt2 *, const float *, size_t, size_t, float *,
+                                        attn_rng *);
+typedef attn_status (*layer_backward_fn)(attn_gpt2 *, const float *, size_t, size_t, float *);
+typedef void (*layer_free_fn)(attn_gpt2 *);
+
 typedef struct build {
     const char *path;
     void *handle;
@@ -52,6 +65,10 @@ typedef struct build {
     ctx_free_fn ctx_free;
     forward_fn forward;
     backward_fn backward;
+    attn_gpt2 *layer; /* with --layer */
+    layer_forward_fn layer_forward;
+    layer_backward_fn layer_backward;
+    layer_free_fn layer_free;
     double *ms; /* per round */
     uint64_t hash;
 } build;
@@ -72,6 +89,29 @@ static uint64_t hash_floats(uint64_t h, const float *x, size_t n) {
     const unsigned char *c = (const unsigned char *)x;
     for (size_t i = 0; i < n * sizeof *x; i++) h = (h ^ c[i]) * 1099511628211ull;
     return h;
+}
+
+/* The layer of cfg in build b, its weights from attn_rng seed 1. */
+static int load_layer(build *b, const attn_gpt2_config *cfg) {
+    rng_new_fn rng_new = (rng_new_fn)(uintptr_t)dlsym(b->handle, "attn_rng_new");
+    rng_free_fn rng_free = (rng_free_fn)(uintptr_t)dlsym(b->handle, "attn_rng_free");
+    layer_new_fn layer_new = (layer_new_fn)(uintptr_t)dlsym(b->handle, "attn_gpt2_new");
+    b->layer_forward = (layer_forward_fn)(uintptr_t)dlsym(b->handle, "attn_gpt2_forward");
+    b->layer_backward = (layer_backward_fn)(uintptr_t)dlsym(b->handle, "attn_gpt2_backward");
+    b->layer_free = (layer_free_fn)(uintptr_t)dlsym(b->handle, "attn_gpt2_free");
+    attn_rng *rng = NULL;
+    if (!rng_new || !rng_free || !layer_new || !b->layer_forward || !b->layer_backward ||
+        !b->layer_free || rng_new(b->ctx, 1, &rng) != ATTN_OK) {
+        fprintf(stderr, "ab_attention: %s lacks the GPT-2 layer's API\n", b->path);
+        return 1;
+    }
+    attn_status st = layer_new(b->ctx, cfg, rng, &b->layer);
+    rng_free(rng);
+    if (st != ATTN_OK) {
+        fprintf(stderr, "ab_attention: %s made no layer (status %d)\n", b->path, (int)st);
+        return 1;
+    }
+    return 0;
 }
 
 static int load(build *b, size_t threads) {
@@ -96,17 +136,19 @@ static int load(build *b, size_t threads) {
 static int usage(void) {
     fprintf(stderr, "usage: ab_attention [--tokens T] [--heads H] [--kv-heads HKV] "
                     "[--head-dim D] [--batch B] [--causal] [--threads N] [--rounds R] "
-                    "[--mode fwd|fwdbwd|bwd] [--layout peers|bthd] OLD.so NEW.so [MORE.so ...]\n");
+                    "[--mode fwd|fwdbwd|bwd] [--layout peers|bthd] [--layer] OLD.so NEW.so "
+                    "[MORE.so ...]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
     size_t T = 1024, H = 12, HKV = 0, B = 1, D = 64, threads = 1, rounds = 21, count = 0;
-    int causal = 0, forward = 1, backward = 0, peers_layout = 1;
+    int causal = 0, forward = 1, backward = 0, peers_layout = 1, layer = 0;
     build builds[MAX_BUILDS] = {{0}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--causal")) causal = 1;
+        else if (!strcmp(a, "--layer")) layer = 1;
         else if (a[0] == '-' && a[1] == '-' && !value) return usage();
         else if (!strcmp(a, "--tokens")) T = strtoul(argv[++i], NULL, 10);
         else if (!strcmp(a, "--heads")) H = strtoul(argv[++i], NULL, 10);
@@ -159,8 +201,9 @@ int main(int argc, char **argv) {
         memcpy(cfg.kv_strides, kv_bhtd, sizeof kv_bhtd);
         memcpy(cfg.out_strides, bthd, sizeof bthd);
     }
+    attn_gpt2_config layer_cfg = {.n_embd = H * D, .n_head = H, .block_size = T};
     for (size_t b = 0; b < count; b++) {
-        if (load(&builds[b], threads)) return 1;
+        if (load(&builds[b], threads) || (layer && load_layer(&builds[b], &layer_cfg))) return 1;
         builds[b].ms = calloc(rounds, sizeof(double));
         if (!builds[b].ms) return 1;
     }
@@ -169,12 +212,21 @@ int main(int argc, char **argv) {
         for (size_t b = 0; b < count; b++) {
             build *x = &builds[b];
             attn_status st = ATTN_OK;
-            if (!forward) st = x->forward(x->ctx, &cfg, q, k, v, out, lse, NULL, NULL);
-            double t0 = now_ms();
-            if (forward && st == ATTN_OK)
-                st = x->forward(x->ctx, &cfg, q, k, v, out, lse, NULL, NULL);
-            if (backward && st == ATTN_OK)
-                st = x->backward(x->ctx, &cfg, q, k, v, out, lse, dout, dq, dk, dv, NULL);
+            double t0 = 0.0;
+            if (layer) {
+                /* x = q and dy = dout, (B, T, H x D); y into out, dx into dq */
+                if (!forward) st = x->layer_forward(x->layer, q, B, T, out, NULL);
+                t0 = now_ms();
+                if (forward && st == ATTN_OK) st = x->layer_forward(x->layer, q, B, T, out, NULL);
+                if (backward && st == ATTN_OK) st = x->layer_backward(x->layer, dout, B, T, dq);
+            } else {
+                if (!forward) st = x->forward(x->ctx, &cfg, q, k, v, out, lse, NULL, NULL);
+                t0 = now_ms();
+                if (forward && st == ATTN_OK)
+                    st = x->forward(x->ctx, &cfg, q, k, v, out, lse, NULL, NULL);
+                if (backward && st == ATTN_OK)
+                    st = x->backward(x->ctx, &cfg, q, k, v, out, lse, dout, dq, dk, dv, NULL);
+            }
             double ms = now_ms() - t0;
             if (st != ATTN_OK) {
                 fprintf(stderr, "ab_attention: %s failed (status %d)\n", x->path, (int)st);
@@ -184,15 +236,22 @@ int main(int argc, char **argv) {
             if (r == rounds) {
                 uint64_t h = 1469598103934665603ull;
                 h = hash_floats(h, out, n);
-                if (backward) h = hash_floats(hash_floats(hash_floats(h, dq, n), dk, nk), dv, nk);
+                if (backward && layer) h = hash_floats(h, dq, n);
+                else if (backward)
+                    h = hash_floats(hash_floats(hash_floats(h, dq, n), dk, nk), dv, nk);
                 x->hash = h;
             }
         }
 
-    printf("B=%zu T=%zu H=%zu Hkv=%zu hd=%zu %s, %zu thread%s, %s, %zu rounds, layout %s\n", B, T,
-           H, HKV, D, causal ? "causal" : "no mask", threads, threads == 1 ? "" : "s",
-           !forward ? "backward alone" : backward ? "forward+backward" : "forward", rounds,
-           peers_layout ? "peers" : "bthd");
+    if (layer)
+        printf("GPT-2 layer B=%zu T=%zu n_embd=%zu n_head=%zu, %zu thread%s, %s, %zu rounds\n", B,
+               T, H * D, H, threads, threads == 1 ? "" : "s",
+               !forward ? "backward alone" : backward ? "forward+backward" : "forward", rounds);
+    else
+        printf("B=%zu T=%zu H=%zu Hkv=%zu hd=%zu %s, %zu thread%s, %s, %zu rounds, layout %s\n",
+               B, T, H, HKV, D, causal ? "causal" : "no mask", threads, threads == 1 ? "" : "s",
+               !forward ? "backward alone" : backward ? "forward+backward" : "forward", rounds,
+               peers_layout ? "peers" : "bthd");
     double first_median = 0, first_fastest = 0;
     for (size_t b = 0; b < count; b++) {
         build *x = &builds[b];
@@ -205,6 +264,7 @@ int main(int argc, char **argv) {
         printf("  %-36s median %9.3f ms  x %.3f   fastest %9.3f ms  x %.3f   hash %016llx\n",
                x->path, median, first_median / median, fastest, first_fastest / fastest,
                (unsigned long long)x->hash);
+        if (x->layer) x->layer_free(x->layer);
         x->ctx_free(x->ctx);
         free(x->ms);
     }

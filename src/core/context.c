@@ -93,7 +93,6 @@ void *attn_ctx_workspace(attn_ctx *ctx, size_t bytes) {
         attn_free(ctx->workspace.data);
         ctx->workspace = (attn_ctx_buffer){data, bytes};
     }
-    memset(ctx->workspace.data, 0, bytes);
     return ctx->workspace.data;
 }
 

@@ -55,12 +55,14 @@ attn_workers attn_ctx_workers(attn_ctx *ctx);
  * when it cannot grow; valid until the next call or attn_ctx_free. */
 void *attn_ctx_scratch(attn_ctx *ctx, size_t bytes);
 
-/* At least bytes of ctx's attention workspace, zeroed (as attn_calloc
- * gives) and aligned to 64 bytes (attn_aligned_alloc), or NULL when it
- * cannot grow; valid until the next call or attn_ctx_free. Kept from call
- * to call, as the SGEMM's scratch is (no fresh pages to fault in), but a
- * buffer of its own: the scratch's allocation may fail into the reference
- * SGEMM, this one's fails the call. */
+/* At least bytes of ctx's attention workspace, aligned to 64 bytes
+ * (attn_aligned_alloc), or NULL when it cannot grow; valid until the next
+ * call or attn_ctx_free. Kept from call to call, as the SGEMM's scratch is
+ * (no fresh pages to fault in), but a buffer of its own: the scratch's
+ * allocation may fail into the reference SGEMM, this one's fails the call.
+ * Not zeroed, as the workspaces callers pass are not: the reference sets
+ * what it reads, and the fused kernels zero their tiles themselves, on the
+ * threads that use them (fused.c). */
 void *attn_ctx_workspace(attn_ctx *ctx, size_t bytes);
 
 /* Records a formatted message in ctx (if any) and returns status, so that

@@ -234,3 +234,31 @@ void attn_pool_dynamic(attn_pool *pool, size_t num_threads, size_t n, attn_item_
     /* one "range" per part; each part then takes items until none are left */
     attn_pool_for_parts(pool, parts, parts, 1, run_items, &job);
 }
+
+typedef struct zero_job {
+    unsigned char *data;
+    size_t bytes, parts;
+} zero_job;
+
+/* Where part of z starts: on a line, but for the end of the last. */
+static size_t zero_edge(const zero_job *z, size_t part) {
+    return part == z->parts ? z->bytes : z->bytes / 64 / z->parts * part * 64;
+}
+
+static void zero_parts(void *arg, size_t part, size_t begin, size_t end) {
+    (void)part;
+    const zero_job *z = arg;
+    size_t from = zero_edge(z, begin), to = zero_edge(z, end);
+    memset(z->data + from, 0, to - from);
+}
+
+void attn_pool_zero(attn_pool *pool, size_t num_threads, void *data, size_t bytes) {
+    size_t parts = attn_parallel_parts(num_threads);
+    if (parts > bytes / ATTN_ZERO_PART_BYTES) parts = bytes / ATTN_ZERO_PART_BYTES;
+    if (parts <= 1) {
+        if (bytes) memset(data, 0, bytes);
+        return;
+    }
+    zero_job z = {data, bytes, parts};
+    attn_pool_for_parts(pool, parts, parts, 1, zero_parts, &z);
+}

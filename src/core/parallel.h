@@ -54,6 +54,15 @@ void attn_pool_dynamic(attn_pool *pool, size_t num_threads, size_t n, attn_item_
 void attn_pool_for(attn_pool *pool, size_t num_threads, size_t n, size_t min_per_thread,
                    attn_range_fn body, void *arg);
 
+/* Zeroes bytes at data in up to num_threads parts of whole 64-byte lines
+ * (the last takes the rest), part i's on the thread that runs part i of the
+ * pool's loops: a kernel's workspace of per-part regions then comes into
+ * the caches of the cores that use them. Below ATTN_ZERO_PART_BYTES a part
+ * it takes fewer parts, and zeroes it all here below twice that: waking a
+ * worker costs more than it saves. */
+#define ATTN_ZERO_PART_BYTES ((size_t)256 << 10)
+void attn_pool_zero(attn_pool *pool, size_t num_threads, void *data, size_t bytes);
+
 /* Where a kernel's loops run: at most threads parts, on pool's workers (a
  * ctx's: attn_ctx_workers), or on threads started for each loop where pool
  * is NULL. The fused attention kernels and the matrix products take one,

@@ -410,7 +410,9 @@ static attn_status forward_bytes(attn_module *m, const attn_attention_problem *p
 
 static attn_status grow_work(attn_module *m, size_t bytes, const char *pass) {
     if (bytes <= m->work_bytes && m->work) return ATTN_OK;
-    void *grown = attn_calloc(1, bytes);
+    /* on whole lines, as the ctx's (attn_ctx_workspace): calloc's large
+     * blocks come from mmap 16 bytes past a line */
+    void *grown = attn_aligned_alloc(64, bytes);
     if (!grown)
         return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
                          "%s %s: cannot allocate %zu bytes of attention workspace",

@@ -4,17 +4,22 @@
  * started per call; calls from inside a body, one thread, no pool, and a
  * ctx freed with its workers asleep. CI runs it under ThreadSanitizer.
  * Also the other thing a ctx keeps from call to call: the attention's
- * workspace (attn_ctx_workspace).
+ * workspace (attn_ctx_workspace), which the fused kernels zero on the
+ * pool's threads (attn_pool_zero): whatever it held, the same bits.
  */
+#include "attention/attention.h"
 #include "attn.h"
 #include "check.h"
 #include "internal.h"
+#include "ops/sdpa_internal.h"
 #include "parallel.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define ITEMS 1000
 
@@ -60,9 +65,8 @@ static int all_once(ranges *r, size_t n) {
 
 /* The attention's workspace: aligned to 64 bytes on every call (the fused
  * kernels lay their tiles out in lines; 16 bytes off, the forward ran
- * 1.03-1.06x and the backward 1.07-1.08x slower), zeroed on every call
- * whatever the last one left, kept while it is large enough, grown when
- * not. */
+ * 1.03-1.06x and the backward 1.07-1.08x slower), kept while it is large
+ * enough, grown when not. */
 static void test_ctx_workspace(void) {
     attn_ctx *ctx;
     CHECK(attn_ctx_new(&(attn_ctx_config){.num_threads = 1}, &ctx) == ATTN_OK);
@@ -73,24 +77,165 @@ static void test_ctx_workspace(void) {
         unsigned char *w = attn_ctx_workspace(ctx, sizes[i]);
         CHECK(w != NULL && (uintptr_t)w % 64 == 0);
         if (!w) continue;
-        size_t dirty = 0;
-        for (size_t j = 0; j < sizes[i]; j++) dirty += w[j] != 0;
-        CHECK(dirty == 0);
         if (kept[i] && w != last) fprintf(stderr, "workspace %zu: not kept\n", i);
         CHECK(!kept[i] || w == last);
-        memset(w, 0xA5, sizes[i]);
+        memset(w, 0xA5, sizes[i]); /* all of it can be written */
         last = w;
     }
     attn_ctx_free(ctx);
 }
 
+/* attn_pool_zero zeroes exactly [data, data + bytes), on any thread count,
+ * with the pool and without, sizes on and off lines and parts. */
+static void test_pool_zero(attn_pool *pool) {
+    const size_t part = ATTN_ZERO_PART_BYTES;
+    const size_t sizes[] = {0, 1, 63, 64, 1000, 2 * part - 1, 2 * part, 3 * part + 17,
+                            7 * part + 4093};
+    const size_t guard = 128, largest = 7 * part + 4093;
+    unsigned char *buf = malloc(largest + 2 * guard);
+    CHECK(buf != NULL);
+    if (!buf) return;
+    int exact = 1;
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+        for (size_t threads = 1; threads <= 5; threads++)
+            for (int pooled = 0; pooled < 2; pooled++) {
+                size_t bytes = sizes[s];
+                memset(buf, 0xA5, bytes + 2 * guard);
+                attn_pool_zero(pooled ? pool : NULL, threads, buf + guard, bytes);
+                for (size_t i = 0; i < bytes + 2 * guard; i++) {
+                    bool inside = i >= guard && i < guard + bytes;
+                    if (buf[i] != (inside ? 0 : 0xA5)) {
+                        fprintf(stderr, "attn_pool_zero: %zu bytes, %zu threads, pool %d: byte %zu\n",
+                                bytes, threads, pooled, i);
+                        exact = 0;
+                        break;
+                    }
+                }
+            }
+    CHECK(exact);
+    free(buf);
+}
+
+static double uniform(uint64_t *state) {
+    *state = *state * 6364136223846793005u + 1442695040888963407u;
+    return (double)(*state >> 11) / 9007199254740992.0 * 2.0 - 1.0;
+}
+
+typedef struct sdpa_case {
+    size_t batch, heads, kv_heads, tokens, head_dim;
+    bool causal;
+} sdpa_case;
+
+enum { Q, K, V, OUT, LSE, DOUT, DQ, DK, DV, TENSORS };
+
+static size_t tensor_floats(const sdpa_case *c, int t) {
+    size_t rows = c->batch * c->tokens;
+    switch (t) {
+    case K: case V: case DK: case DV: return rows * c->kv_heads * c->head_dim;
+    case LSE: return c->batch * c->heads * c->tokens;
+    default: return rows * c->heads * c->head_dim;
+    }
+}
+
+static void fill_workspace(attn_ctx *ctx, int fill) {
+    size_t bytes = ctx->workspace.bytes;
+    if (bytes) memset(attn_ctx_workspace(ctx, bytes), fill, bytes);
+}
+
+/* The fused forward and backward (attn_sdpa_*), then the backward without
+ * the forward's lse (which runs the forward again in the backward's tiles),
+ * on a ctx whose workspace holds fill bytes before each call: the outputs
+ * into got, and that backward's dq into dq_no_lse. */
+static bool sdpa_with_workspace(const sdpa_case *c, size_t threads, int fill,
+                                float *const x[TENSORS], float *got[TENSORS], float *dq_no_lse) {
+    attn_ctx *ctx;
+    if (attn_ctx_new(&(attn_ctx_config){.num_threads = threads}, &ctx) != ATTN_OK) return false;
+    attn_sdpa_config cfg = {.batch = c->batch, .heads = c->heads, .kv_heads = c->kv_heads,
+                            .q_tokens = c->tokens, .kv_tokens = c->tokens,
+                            .head_dim = c->head_dim, .causal = c->causal};
+    bool ok = true;
+    /* twice: the first round grows the workspace, the second finds it filled */
+    for (int round = 0; round < 2 && ok; round++) {
+        fill_workspace(ctx, fill);
+        ok = attn_sdpa_forward(ctx, &cfg, x[Q], x[K], x[V], got[OUT], got[LSE], NULL, NULL) ==
+             ATTN_OK;
+        fill_workspace(ctx, fill);
+        ok = ok && attn_sdpa_backward(ctx, &cfg, x[Q], x[K], x[V], got[OUT], got[LSE], x[DOUT],
+                                      got[DQ], got[DK], got[DV], NULL) == ATTN_OK;
+    }
+    attn_attention_problem p = attn_sdpa_problem_of(&cfg, x[Q], x[K], x[V], got[OUT], NULL);
+    float *dk = malloc(tensor_floats(c, DK) * sizeof *dk);
+    float *dv = malloc(tensor_floats(c, DV) * sizeof *dv);
+    attn_attention_grads g = {.dout = x[DOUT], .dq = dq_no_lse, .dk = dk, .dv = dv};
+    fill_workspace(ctx, fill);
+    ok = ok && dk && dv && attn_attention_backward(ctx, "test", &p, NULL, &g, NULL) == ATTN_OK;
+    free(dk);
+    free(dv);
+    attn_ctx_free(ctx);
+    return ok;
+}
+
+static void test_dirty_workspace(void) {
+    uint64_t seed = (uint64_t)time(NULL);
+    const sdpa_case cases[] = {
+        {1, 12, 12, 1024, 64, true},  /* the lane forward, packed rows; the one-pass backward */
+        {2, 4, 2, 333, 40, false},    /* GQA, pads in rows and dims */
+        {1, 2, 2, 77, 80, true},      /* the two-pass backward (too few items for one) */
+    };
+    const int fills[] = {0x00, 0xFF, 0x7F}; /* zero, NaN, 3.4e38 */
+    int same = 1;
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++)
+        for (size_t threads = 1; threads <= 3; threads += 2) {
+            const sdpa_case *c = &cases[ci];
+            float *x[TENSORS], *want[TENSORS], *got[TENSORS];
+            bool ok = true;
+            for (int t = 0; t < TENSORS; t++) {
+                size_t n = tensor_floats(c, t);
+                x[t] = malloc(n * sizeof(float));
+                want[t] = malloc(n * sizeof(float));
+                got[t] = malloc(n * sizeof(float));
+                ok = ok && x[t] && want[t] && got[t];
+                for (size_t i = 0; ok && i < n; i++) x[t][i] = (float)uniform(&seed);
+            }
+            size_t nq = tensor_floats(c, DQ);
+            float *want_dq = malloc(nq * sizeof(float)), *got_dq = malloc(nq * sizeof(float));
+            ok = ok && want_dq && got_dq;
+            ok = ok && sdpa_with_workspace(c, threads, fills[0], x, want, want_dq);
+            for (size_t f = 1; ok && f < sizeof fills / sizeof *fills; f++) {
+                ok = sdpa_with_workspace(c, threads, fills[f], x, got, got_dq);
+                for (int t = OUT; ok && t < TENSORS; t++)
+                    if (t != DOUT && memcmp(want[t], got[t], tensor_floats(c, t) * sizeof(float))) {
+                        fprintf(stderr, "case %zu, %zu threads, workspace of 0x%02X: tensor %d differs (seed %llu)\n",
+                                ci, threads, fills[f], t, (unsigned long long)seed);
+                        same = 0;
+                    }
+                if (ok && memcmp(want_dq, got_dq, nq * sizeof(float))) {
+                    fprintf(stderr, "case %zu, %zu threads, workspace of 0x%02X: dq without lse differs\n",
+                            ci, threads, fills[f]);
+                    same = 0;
+                }
+            }
+            CHECK(ok);
+            for (int t = 0; t < TENSORS; t++) {
+                free(x[t]);
+                free(want[t]);
+                free(got[t]);
+            }
+            free(want_dq);
+            free(got_dq);
+        }
+    CHECK(same);
+}
+
 int main(void) {
     test_ctx_workspace();
+    test_dirty_workspace();
     attn_ctx *ctx;
     CHECK(attn_ctx_new(&(attn_ctx_config){.num_threads = 3}, &ctx) == ATTN_OK);
     attn_pool *pool = attn_ctx_pool(ctx);
     CHECK(pool != NULL);
     CHECK(attn_ctx_pool(ctx) == pool); /* made once */
+    test_pool_zero(pool);
 
     /* the same parts and ranges as threads started per call, call after call */
     int same = 1, once = 1;
