@@ -239,9 +239,10 @@ static void fused_forward(attn_ctx *ctx, const attn_attention_problem *p,
     drop = drop ? drop : &no_dropout;
     /* As freshly allocated, also when reused: no stale NaN in a tile's pad.
      * On the threads, each its own part's tiles: one thread zeroed all the
-     * parts' (twice, with the runner's workspace), at 16 threads 23 MiB a
-     * causal forward at T = 1024, 0.9 ms at 25 GB/s, as long as the
-     * threads' share of its 15 ms of products on one core (a 2-vCPU Xeon). */
+     * parts' (twice, with the runner's workspace): at 16 threads 23 MiB a
+     * causal forward at T = 1024, 1.0 ms at 25 GB/s, as long as the
+     * threads' share of its 15 ms of products on one core (a 2-vCPU Xeon;
+     * counted, not measured on 16 cores). */
     attn_pool_zero(w.pool, w.threads, workspace, fused_forward_bytes(ctx, p, NULL));
     if (!fk->forward_measures(p, drop)) {
         fk->forward(w, flash_fit(ctx), p, drop, workspace, NULL);

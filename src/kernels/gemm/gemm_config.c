@@ -7,9 +7,10 @@
  * stay in L1 while the B micro-panels (kc * NR * 4 bytes each) stream past
  * them from a B block of kc * nc * 4 bytes in L2; a chunk of at most mc
  * rows of A (mc * kc * 4 bytes) is packed at a time (L2/L3). kc also sets
- * how often C is read and written: k / kc times. Sized for Zen 4/5 (48 KiB
- * L1d, 1 MiB L2 a core, 32 MiB L3) and not harmful on Intel's 32-48 KiB
- * L1d, 1-2 MiB L2. The tiles use 28 of 32 zmm (AVX-512), 12 of 16 ymm
+ * how often C is read and written: k / kc times. Sized for Zen 4/5 (32 and
+ * 48 KiB L1d, 1 MiB L2 a core, 32 MiB L3; the A micro-panel, 21 KiB at
+ * kc = 384, fits either L1) and not harmful on Intel's 32-48 KiB L1d,
+ * 1-2 MiB L2. The tiles use 28 of 32 zmm (AVX-512), 12 of 16 ymm
  * (AVX2) accumulators; see each kernel file.
  */
 #include "kernels/gemm/gemm.h"
