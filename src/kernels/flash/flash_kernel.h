@@ -818,11 +818,13 @@ static void forward_block(void *arg, size_t part, size_t item) {
  * cost more the later they are, and a part takes the next item when it is
  * free, so that with each head's blocks in turn (heaviest first) the last
  * heads' heavy blocks start when other parts have little left. In a model
- * of that (greedy list scheduling, costs rows x keys seen) the span of a
- * causal forward of 12 heads was 1.27x its ideal at T = 1024 on 16
- * threads (48 items), 1.18x at 4096 and 1.06x with 2 heads at 2048 on 2;
- * blocks outermost, 1.02x, 1.00x and 1.00x. With more items a part, each
- * head's blocks in turn keep a part on one packed head (lanes_pack). */
+ * of that (bench/schedule_model.py: greedy list scheduling, an item's cost
+ * the (row, key) pairs it computes) the span of a causal forward of 12
+ * heads was 1.27x its ideal at T = 1024 on 16 threads (48 items), 1.18x at
+ * 4096 and 1.06x with 2 heads at 2048 on 2; blocks outermost, 1.02x,
+ * 1.00x and 1.00x (measured on 2 threads: 1.00-1.06x faster). With more
+ * items a part, each head's blocks in turn keep a part on one packed head
+ * (lanes_pack). */
 #define BLOCKS_OUTER_ITEMS 16
 
 static void flash_forward(attn_workers w, attn_flash_fit fit, const attn_attention_problem *p,
