@@ -58,8 +58,9 @@ void attn_pool_for(attn_pool *pool, size_t num_threads, size_t n, size_t min_per
  * (the last takes the rest), part i's on the thread that runs part i of the
  * pool's loops: a kernel's workspace of per-part regions then comes into
  * the caches of the cores that use them. Below ATTN_ZERO_PART_BYTES a part
- * it takes fewer parts, and zeroes it all here below twice that: waking a
- * worker costs more than it saves. */
+ * it takes fewer parts, and zeroes it all here below twice that: a part
+ * that small takes some 10 us (25 GB/s), about what waking a worker may
+ * cost. */
 #define ATTN_ZERO_PART_BYTES ((size_t)256 << 10)
 void attn_pool_zero(attn_pool *pool, size_t num_threads, void *data, size_t bytes);
 
