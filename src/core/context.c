@@ -76,24 +76,25 @@ attn_workers attn_ctx_workers(attn_ctx *ctx) {
     return (attn_workers){ctx->num_threads, attn_ctx_pool(ctx)};
 }
 
-void *attn_ctx_scratch(attn_ctx *ctx, size_t bytes) {
-    if (bytes <= ctx->scratch.bytes) return ctx->scratch.data;
-    /* its one caller, the SGEMM, runs the reference kernel without it */
-    void *data = attn_aligned_alloc_or_fallback(64, bytes);
+/* buf grown to bytes by alloc (64-byte aligned); NULL, buf kept, when
+ * alloc fails. */
+static void *grow(attn_ctx_buffer *buf, size_t bytes, void *(*alloc)(size_t, size_t)) {
+    void *data = alloc(64, bytes);
     if (!data) return NULL;
-    attn_free(ctx->scratch.data);
-    ctx->scratch = (attn_ctx_buffer){data, bytes};
+    attn_free(buf->data);
+    *buf = (attn_ctx_buffer){data, bytes};
     return data;
 }
 
+void *attn_ctx_scratch(attn_ctx *ctx, size_t bytes) {
+    if (bytes <= ctx->scratch.bytes) return ctx->scratch.data;
+    /* its one caller, the SGEMM, runs the reference kernel without it */
+    return grow(&ctx->scratch, bytes, attn_aligned_alloc_or_fallback);
+}
+
 void *attn_ctx_workspace(attn_ctx *ctx, size_t bytes) {
-    if (bytes > ctx->workspace.bytes || !ctx->workspace.data) {
-        void *data = attn_aligned_alloc(64, bytes);
-        if (!data) return NULL;
-        attn_free(ctx->workspace.data);
-        ctx->workspace = (attn_ctx_buffer){data, bytes};
-    }
-    return ctx->workspace.data;
+    if (bytes <= ctx->workspace.bytes && ctx->workspace.data) return ctx->workspace.data;
+    return grow(&ctx->workspace, bytes, attn_aligned_alloc);
 }
 
 const char *attn_ctx_last_error(const attn_ctx *ctx) { return ctx ? ctx->error : ""; }
