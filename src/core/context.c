@@ -44,6 +44,7 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
     }
     ctx->kernels = kernels;
     ctx->zen4_kernels = kernels == ATTN_KERNELS_AVX512 && attn_cpu_is_zen4();
+    ctx->amx_bf16 = attn_cpu_amx_bf16_present();
     attn_cpu_info cpu;
     if (attn_cpu_info_get(&cpu) == ATTN_OK) ctx->l2_bytes = cpu.l2_bytes;
     ctx->num_threads = cfg->num_threads ? cfg->num_threads : 1;
@@ -53,6 +54,8 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
     *out = ctx;
     return ATTN_OK;
 }
+
+bool attn_ctx_amx_usable(const attn_ctx *ctx) { return ctx->amx_bf16 && attn_cpu_amx_permitted(); }
 
 void attn_ctx_free(attn_ctx *ctx) {
     if (ctx) {

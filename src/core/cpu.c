@@ -292,10 +292,21 @@ attn_status attn_cpu_request_amx(void) {
 #endif
 }
 
-bool attn_cpu_amx_bf16_usable(void) {
+bool attn_cpu_amx_bf16_usable(void) { return attn_cpu_amx_bf16_present() && attn_cpu_amx_permitted(); }
+
+bool attn_cpu_amx_bf16_present(void) {
 #if defined(ATTN_CPUID)
     if (cpuid(0, 0).eax < 7) return false;
-    return amx_usable(cpuid(7, 0), os_saved_state());
+    cpuid_regs r7 = cpuid(7, 0);
+    return bit(r7.edx, 22) && bit(r7.edx, 24) && (os_saved_state() & XSTATE_AMX) == XSTATE_AMX;
+#else
+    return false;
+#endif
+}
+
+bool attn_cpu_amx_permitted(void) {
+#if defined(ATTN_CPUID)
+    return amx_permitted();
 #else
     return false;
 #endif

@@ -10,9 +10,17 @@
 /* Whether this thread may run AMX bf16 tile instructions now: the CPU has
  * AMX-BF16 and AMX-TILE, the OS saves the tile state, and Linux has given
  * the process the tile data (ARCH_REQ_XCOMP_PERM, which the application
- * asks for; the library only asks whether it was given). A few CPUID
- * leaves and one system call. */
+ * asks for; the library only asks whether it was given). Three CPUID
+ * leaves and one system call; the calls ask the ctx instead
+ * (attn_ctx_amx_usable: a CPUID leaf took 7 us in a KVM guest, where it
+ * exits to the hypervisor, and the three were 80% of a bf16 forward at
+ * T = 16). */
 bool attn_cpu_amx_bf16_usable(void);
+/* Its two halves: the CPU and the OS (CPUID and XCR0: fixed for the
+ * process, which the ctx asks once), and Linux's permission (one system
+ * call, 0.1 us; an application may ask for it at any time). */
+bool attn_cpu_amx_bf16_present(void);
+bool attn_cpu_amx_permitted(void);
 
 /* Whether vdpbf16ps outruns the float FMA on this CPU, so that the bf16
  * kernels (GEMM and attention) pay where AMX does not take the call: the

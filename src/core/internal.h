@@ -35,6 +35,7 @@ struct attn_ctx {
     bool pool_tried;        /* made (or failed: threads then start per call) */
     bool bf16_dot_forced;   /* bf16 on vdpbf16ps where it does not pay (tests) */
     bool zen4_kernels;      /* AVX-512 on Zen 4: the fused kernels' Zen 4 set */
+    bool amx_bf16;          /* the CPU and OS have AMX bf16 tiles (attn_ctx_amx_usable) */
     size_t l2_bytes;        /* one core's L2 (0: unknown): the forward's query blocks */
 };
 
@@ -47,6 +48,11 @@ attn_status attn_kernels_resolve(attn_kernels requested, attn_kernels *out);
  * (parallel.h), started on first use; NULL for one thread or when they
  * cannot be had (callers then start threads per call). */
 struct attn_pool *attn_ctx_pool(attn_ctx *ctx);
+
+/* Whether the ctx's calls may run AMX bf16 tiles now: the CPU and OS have
+ * them (asked once, at attn_ctx_new) and the process has Linux's
+ * permission (asked each time: the application may get it later). */
+bool attn_ctx_amx_usable(const attn_ctx *ctx);
 
 /* The ctx's threads and pool, for the kernels (attn_workers, parallel.h). */
 attn_workers attn_ctx_workers(attn_ctx *ctx);

@@ -57,7 +57,7 @@ attn_status attn_gemm_16(attn_ctx *ctx, attn_dtype dtype, bool trans_a, bool tra
                 c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
         return ATTN_OK;
     }
-    const attn_gemm16_kernel *uk = attn_gemm16_kernel_for(ctx->kernels, dtype);
+    const attn_gemm16_kernel *uk = attn_gemm16_kernel_for(ctx->kernels, dtype, attn_ctx_amx_usable(ctx));
     if (uk) {
         size_t bytes = attn_gemm16_workspace(uk, ctx->num_threads, m, n, k);
         void *ws = bytes ? attn_ctx_scratch(ctx, bytes) : NULL;

@@ -335,7 +335,7 @@ static bool bf16_kernels_have(const attn_ctx *ctx, const attn_sdpa_config *cfg,
                               const attn_attention_problem *p) {
     return bf16_kernels_usable(ctx) && !(cfg->dropout > 0.0) && !(p->softcap > 0.0f) &&
            !p->alibi_slopes && !p->sinks && p->v_head_dim == p->head_dim && p->scale >= 0.0f &&
-           (attn_flash16_amx_takes(p) || attn_cpu_bf16_dot_pays() || ctx->bf16_dot_forced);
+           (attn_flash16_amx_takes(p, attn_ctx_amx_usable(ctx)) || attn_cpu_bf16_dot_pays() || ctx->bf16_dot_forced);
 }
 
 /* Whether the bf16 kernels take p on these values (dout: the backward's,
@@ -358,7 +358,7 @@ static bool bf16_kernels_take(const attn_ctx *ctx, const attn_sdpa_config *cfg,
 static attn_status forward_bf16_kernels(attn_ctx *ctx, const char *fn,
                                         const attn_attention_problem *p,
                                         const attn_flash16_tensors *t) {
-    bool amx = attn_flash16_amx_takes(p);
+    bool amx = attn_flash16_amx_takes(p, attn_ctx_amx_usable(ctx));
     size_t bytes = amx ? attn_flash16_amx_forward_bytes(p, ctx->num_threads)
                        : attn_flash16_forward_bytes(p, ctx->num_threads);
     /* the ctx's scratch: a call after the first one of its size faults in
@@ -378,7 +378,7 @@ static attn_status forward_bf16_kernels(attn_ctx *ctx, const char *fn,
 static attn_status backward_bf16_kernels(attn_ctx *ctx, const char *fn,
                                          const attn_attention_problem *p,
                                          const attn_flash16_tensors *t) {
-    bool amx = attn_flash16_amx_takes(p);
+    bool amx = attn_flash16_amx_takes(p, attn_ctx_amx_usable(ctx));
     size_t bytes = amx ? attn_flash16_amx_backward_bytes(p, ctx->num_threads)
                        : attn_flash16_backward_bytes(p, ctx->num_threads);
     void *workspace = attn_ctx_scratch(ctx, bytes);
@@ -400,7 +400,7 @@ const char *attn_sdpa16_kernel(const attn_ctx *ctx, const attn_sdpa_config *cfg,
 #if defined(ATTN_HAVE_X86_KERNELS)
     attn_attention_problem p = attn_sdpa_problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
     if (dtype == ATTN_DTYPE_BF16 && bf16_kernels_have(ctx, cfg, &p))
-        return attn_flash16_amx_takes(&p) ? "amx" : "vdpbf16ps";
+        return attn_flash16_amx_takes(&p, attn_ctx_amx_usable(ctx)) ? "amx" : "vdpbf16ps";
 #else
     (void)ctx, (void)cfg, (void)dtype;
 #endif

@@ -71,12 +71,12 @@ void attn_flash16_backward(attn_workers w, const attn_attention_problem *p,
 uint16_t attn_flash16_max_magnitude(const uint16_t *x, size_t rows, size_t stride, size_t width);
 
 /* The passes on AMX tiles (flash16_amx.c), the same contract: where the
- * process may use the tiles (the CPU has amx_bf16, the OS saves the tile
- * state and Linux gave the permission, which the application asks for:
- * attn_cpu_request_amx) and head_dim is a multiple of 32. Ask only where
- * attn_flash16 runs (AVX-512 BF16): that file is compiled for AMX and
- * AVX-512. */
-bool attn_flash16_amx_takes(const attn_attention_problem *p);
+ * process may use the tiles (tiles: the CPU has amx_bf16, the OS saves the
+ * tile state and Linux gave the permission, which the application asks
+ * for: attn_cpu_request_amx; attn_ctx_amx_usable) and head_dim is a
+ * multiple of 32. Ask only where attn_flash16 runs (AVX-512 BF16): that
+ * file is compiled for AMX and AVX-512. */
+bool attn_flash16_amx_takes(const attn_attention_problem *p, bool tiles);
 size_t attn_flash16_amx_forward_bytes(const attn_attention_problem *p, size_t threads);
 size_t attn_flash16_amx_backward_bytes(const attn_attention_problem *p, size_t threads);
 void attn_flash16_amx_forward(attn_workers w, const attn_attention_problem *p,

@@ -106,8 +106,8 @@ static size_t query_blocks(const amx_shape *f) {
     return mul_or_max(mul_or_max(f->p->batch, f->p->q_heads), f->q_blocks);
 }
 
-bool attn_flash16_amx_takes(const attn_attention_problem *p) {
-    return p->head_dim % KU == 0 && attn_cpu_amx_bf16_usable();
+bool attn_flash16_amx_takes(const attn_attention_problem *p, bool tiles) {
+    return p->head_dim % KU == 0 && tiles;
 }
 
 /* ---- packing (once per call, O((T + S) D)) ---------------------------------- */

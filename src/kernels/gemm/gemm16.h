@@ -64,9 +64,12 @@ typedef struct attn_gemm16_kernel {
 } attn_gemm16_kernel;
 
 /* The fast kernel set for dtype on kernels (PORTABLE, AVX2, AVX512): on
- * AVX512 for bf16, the vdpbf16ps one where the CPU runs it faster than the
- * widened float kernel (gemm16_config.c); NULL for REFERENCE (and AUTO). */
-const attn_gemm16_kernel *attn_gemm16_kernel_for(attn_kernels kernels, attn_dtype dtype);
+ * AVX512 for bf16, the AMX one where tiles (the process may use AMX now:
+ * attn_ctx_amx_usable), else the vdpbf16ps one where the CPU runs it
+ * faster than the widened float kernel (gemm16_config.c); NULL for
+ * REFERENCE (and AUTO). */
+const attn_gemm16_kernel *attn_gemm16_kernel_for(attn_kernels kernels, attn_dtype dtype,
+                                                 bool tiles);
 
 /* The vdpbf16ps kernel set (bf16 only) wherever the CPU can run it, fast or
  * not (for the tests and benchmarks); NULL elsewhere. */

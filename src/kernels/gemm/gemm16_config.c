@@ -79,16 +79,16 @@ static bool cpu_has_avx512_bf16(void) {
     return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
 }
 
-/* AMX also packs B with the vdpbf16ps kernel's AVX-512BW code. */
-static bool amx_usable(void) {
-    return attn_cpu_amx_bf16_usable() && cpu_has_avx512_bf16() &&
-           attn_kernels_supported(ATTN_KERNELS_AVX512);
+/* AMX (tiles: the process may use them) also packs B with the vdpbf16ps
+ * kernel's AVX-512BW code. */
+static bool amx_usable(bool tiles) {
+    return tiles && cpu_has_avx512_bf16() && attn_kernels_supported(ATTN_KERNELS_AVX512);
 }
 #endif
 
 const attn_gemm16_kernel *attn_gemm16_bf16_amx_kernel(void) {
 #if defined(ATTN_HAVE_X86_KERNELS)
-    return amx_usable() ? &bf16_amx_kernel : NULL;
+    return amx_usable(attn_cpu_amx_bf16_usable()) ? &bf16_amx_kernel : NULL;
 #else
     return NULL;
 #endif
@@ -103,15 +103,17 @@ const attn_gemm16_kernel *attn_gemm16_bf16_dot_kernel(void) {
 #endif
 }
 
-const attn_gemm16_kernel *attn_gemm16_kernel_for(attn_kernels kernels, attn_dtype dtype) {
+const attn_gemm16_kernel *attn_gemm16_kernel_for(attn_kernels kernels, attn_dtype dtype,
+                                                 bool tiles) {
     switch (kernels) {
     case ATTN_KERNELS_PORTABLE: return &widened_portable_kernel;
 #if defined(ATTN_HAVE_X86_KERNELS)
     case ATTN_KERNELS_AVX2: return &widened_avx2_kernel;
     case ATTN_KERNELS_AVX512:
         if (dtype != ATTN_DTYPE_BF16) return &widened_avx512_kernel;
-        return amx_usable() ? &bf16_amx_kernel
-               : attn_cpu_bf16_dot_pays() ? &bf16_avx512_kernel : &widened_avx512_kernel;
+        return amx_usable(tiles)             ? &bf16_amx_kernel
+               : attn_cpu_bf16_dot_pays() ? &bf16_avx512_kernel
+                                          : &widened_avx512_kernel;
 #else
     case ATTN_KERNELS_AVX2:
     case ATTN_KERNELS_AVX512:
@@ -121,6 +123,6 @@ const attn_gemm16_kernel *attn_gemm16_kernel_for(attn_kernels kernels, attn_dtyp
     case ATTN_KERNELS_REFERENCE:
         return NULL;
     }
-    (void)dtype;
+    (void)dtype, (void)tiles;
     return NULL;
 }
