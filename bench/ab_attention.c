@@ -21,10 +21,14 @@
  *     --layer       the GPT-2 attention layer (attn_gpt2: projections, the
  *                   causal attention through the module's own workspace)
  *                   of n_embd H x D instead of attn_sdpa_*
+ *     --bf16        attn_sdpa_forward_16 / attn_sdpa_backward_16 on bf16
+ *                   tensors (the float inputs rounded to nearest even),
+ *                   with the process's AMX tiles asked for first
+ *                   (attn_cpu_request_amx), as bench/peers.py does
  *
  * Prints, per build, the median and the fastest round in ms and the first
  * build's over this one's (above 1: this build is faster), and a hash of
- * out, dq, dk and dv (with --layer: y and dx). Inputs are uniform in
+ * out, dq, dk and dv (with --layer: y and dx; with --bf16: their bits). Inputs are uniform in
  * [-1, 1] from a fixed seed, as are the layer's weights (attn_rng seed 1).
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
@@ -49,6 +53,15 @@ typedef attn_status (*backward_fn)(attn_ctx *, const attn_sdpa_config *, const f
                                    const float *, float *, float *, float *,
                                    const attn_sdpa_dropout *);
 
+typedef attn_status (*forward16_fn)(attn_ctx *, const attn_sdpa_config *, attn_dtype,
+                                    const void *, const void *, const void *, void *, float *,
+                                    attn_rng *, attn_sdpa_dropout *);
+typedef attn_status (*backward16_fn)(attn_ctx *, const attn_sdpa_config *, attn_dtype,
+                                     const void *, const void *, const void *, const void *,
+                                     const float *, const void *, void *, void *, void *,
+                                     const attn_sdpa_dropout *);
+typedef attn_status (*request_amx_fn)(void);
+
 typedef attn_status (*rng_new_fn)(attn_ctx *, uint64_t, attn_rng **);
 typedef void (*rng_free_fn)(attn_rng *);
 typedef attn_status (*layer_new_fn)(attn_ctx *, const attn_gpt2_config *, attn_rng *,
@@ -65,6 +78,8 @@ typedef struct build {
     ctx_free_fn ctx_free;
     forward_fn forward;
     backward_fn backward;
+    forward16_fn forward16;
+    backward16_fn backward16;
     attn_gpt2 *layer; /* with --layer */
     layer_forward_fn layer_forward;
     layer_backward_fn layer_backward;
@@ -92,6 +107,20 @@ static uint64_t hash_floats(uint64_t h, const float *x, size_t n) {
 }
 
 /* The layer of cfg in build b, its weights from attn_rng seed 1. */
+static uint64_t hash_bits(uint64_t h, const uint16_t *x, size_t n) {
+    for (size_t i = 0; i < n; i++) h = (h ^ x[i]) * 1099511628211ull;
+    return h;
+}
+
+/* x rounded to bf16, to nearest even (the inputs are finite). */
+static void to_bf16(const float *x, size_t n, uint16_t *out) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        out[i] = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    }
+}
+
 static int load_layer(build *b, const attn_gpt2_config *cfg) {
     rng_new_fn rng_new = (rng_new_fn)(uintptr_t)dlsym(b->handle, "attn_rng_new");
     rng_free_fn rng_free = (rng_free_fn)(uintptr_t)dlsym(b->handle, "attn_rng_free");
@@ -124,6 +153,8 @@ static int load(build *b, size_t threads) {
     b->ctx_free = (ctx_free_fn)(uintptr_t)dlsym(b->handle, "attn_ctx_free");
     b->forward = (forward_fn)(uintptr_t)dlsym(b->handle, "attn_sdpa_forward");
     b->backward = (backward_fn)(uintptr_t)dlsym(b->handle, "attn_sdpa_backward");
+    b->forward16 = (forward16_fn)(uintptr_t)dlsym(b->handle, "attn_sdpa_forward_16");
+    b->backward16 = (backward16_fn)(uintptr_t)dlsym(b->handle, "attn_sdpa_backward_16");
     attn_ctx_config config = {.num_threads = threads};
     if (!ctx_new || !b->ctx_free || !b->forward || !b->backward ||
         ctx_new(&config, &b->ctx) != ATTN_OK) {
@@ -136,19 +167,20 @@ static int load(build *b, size_t threads) {
 static int usage(void) {
     fprintf(stderr, "usage: ab_attention [--tokens T] [--heads H] [--kv-heads HKV] "
                     "[--head-dim D] [--batch B] [--causal] [--threads N] [--rounds R] "
-                    "[--mode fwd|fwdbwd|bwd] [--layout peers|bthd] [--layer] OLD.so NEW.so "
+                    "[--mode fwd|fwdbwd|bwd] [--layout peers|bthd] [--layer | --bf16] OLD.so NEW.so "
                     "[MORE.so ...]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
     size_t T = 1024, H = 12, HKV = 0, B = 1, D = 64, threads = 1, rounds = 21, count = 0;
-    int causal = 0, forward = 1, backward = 0, peers_layout = 1, layer = 0;
+    int causal = 0, forward = 1, backward = 0, peers_layout = 1, layer = 0, bf16 = 0;
     build builds[MAX_BUILDS] = {{0}};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--causal")) causal = 1;
         else if (!strcmp(a, "--layer")) layer = 1;
+        else if (!strcmp(a, "--bf16")) bf16 = 1;
         else if (a[0] == '-' && a[1] == '-' && !value) return usage();
         else if (!strcmp(a, "--tokens")) T = strtoul(argv[++i], NULL, 10);
         else if (!strcmp(a, "--heads")) H = strtoul(argv[++i], NULL, 10);
@@ -173,7 +205,7 @@ int main(int argc, char **argv) {
     }
     if (HKV == 0) HKV = H;
     if (count < 2 || T == 0 || H == 0 || D == 0 || B == 0 || H % HKV || threads == 0 ||
-        rounds == 0)
+        rounds == 0 || (layer && bf16))
         return usage();
 
     size_t n = B * H * T * D, nk = B * HKV * T * D;
@@ -192,6 +224,17 @@ int main(int argc, char **argv) {
             state ^= state << 17;
             inputs[t][i] = (float)((double)(state >> 11) / (double)(1ull << 52) - 1.0);
         }
+    /* bf16 copies: q, k, v, out, dout, dq, dk, dv */
+    size_t sizes16[8] = {n, nk, nk, n, n, n, nk, nk};
+    uint16_t *x16[8] = {NULL};
+    for (int t = 0; t < 8 && bf16; t++)
+        if (!(x16[t] = malloc(sizes16[t] * sizeof *x16[t]))) return 1;
+    if (bf16) {
+        to_bf16(q, n, x16[0]);
+        to_bf16(k, nk, x16[1]);
+        to_bf16(v, nk, x16[2]);
+        to_bf16(dout, n, x16[4]);
+    }
     attn_sdpa_config cfg = {.batch = B, .heads = H, .kv_heads = HKV, .q_tokens = T, .kv_tokens = T,
                             .head_dim = D, .causal = causal, .align = ATTN_ALIGN_TOP_LEFT};
     if (peers_layout) {
@@ -206,6 +249,15 @@ int main(int argc, char **argv) {
         if (load(&builds[b], threads) || (layer && load_layer(&builds[b], &layer_cfg))) return 1;
         builds[b].ms = calloc(rounds, sizeof(double));
         if (!builds[b].ms) return 1;
+        if (bf16 && (!builds[b].forward16 || !builds[b].backward16)) {
+            fprintf(stderr, "ab_attention: %s has no attn_sdpa_*_16\n", builds[b].path);
+            return 1;
+        }
+    }
+    if (bf16) { /* process-wide: every build sees it */
+        request_amx_fn request =
+            (request_amx_fn)(uintptr_t)dlsym(builds[0].handle, "attn_cpu_request_amx");
+        printf("AMX tiles: %s\n", request && request() == ATTN_OK ? "granted" : "not granted");
     }
 
     for (size_t r = 0; r <= rounds; r++) /* round 0: the warm-up */
@@ -219,6 +271,18 @@ int main(int argc, char **argv) {
                 t0 = now_ms();
                 if (forward && st == ATTN_OK) st = x->layer_forward(x->layer, q, B, T, out, NULL);
                 if (backward && st == ATTN_OK) st = x->layer_backward(x->layer, dout, B, T, dq);
+            } else if (bf16) {
+                const attn_dtype bf = ATTN_DTYPE_BF16;
+                if (!forward)
+                    st = x->forward16(x->ctx, &cfg, bf, x16[0], x16[1], x16[2], x16[3], lse, NULL,
+                                      NULL);
+                t0 = now_ms();
+                if (forward && st == ATTN_OK)
+                    st = x->forward16(x->ctx, &cfg, bf, x16[0], x16[1], x16[2], x16[3], lse, NULL,
+                                      NULL);
+                if (backward && st == ATTN_OK)
+                    st = x->backward16(x->ctx, &cfg, bf, x16[0], x16[1], x16[2], x16[3], lse,
+                                       x16[4], x16[5], x16[6], x16[7], NULL);
             } else {
                 if (!forward) st = x->forward(x->ctx, &cfg, q, k, v, out, lse, NULL, NULL);
                 t0 = now_ms();
@@ -235,9 +299,13 @@ int main(int argc, char **argv) {
             if (r > 0) x->ms[r - 1] = ms;
             if (r == rounds) {
                 uint64_t h = 1469598103934665603ull;
-                h = hash_floats(h, out, n);
+                if (bf16) {
+                    h = hash_bits(h, x16[3], n);
+                    for (int t = 5; t < 8 && backward; t++) h = hash_bits(h, x16[t], sizes16[t]);
+                } else
+                    h = hash_floats(h, out, n);
                 if (backward && layer) h = hash_floats(h, dq, n);
-                else if (backward)
+                else if (backward && !bf16)
                     h = hash_floats(hash_floats(hash_floats(h, dq, n), dk, nk), dv, nk);
                 x->hash = h;
             }
@@ -248,8 +316,9 @@ int main(int argc, char **argv) {
                T, H * D, H, threads, threads == 1 ? "" : "s",
                !forward ? "backward alone" : backward ? "forward+backward" : "forward", rounds);
     else
-        printf("B=%zu T=%zu H=%zu Hkv=%zu hd=%zu %s, %zu thread%s, %s, %zu rounds, layout %s\n",
+        printf("B=%zu T=%zu H=%zu Hkv=%zu hd=%zu %s, %zu thread%s, %s%s, %zu rounds, layout %s\n",
                B, T, H, HKV, D, causal ? "causal" : "no mask", threads, threads == 1 ? "" : "s",
+               bf16 ? "bf16 " : "",
                !forward ? "backward alone" : backward ? "forward+backward" : "forward", rounds,
                peers_layout ? "peers" : "bthd");
     double first_median = 0, first_fastest = 0;
@@ -270,5 +339,6 @@ int main(int argc, char **argv) {
     }
     float *buffers[] = {q, k, v, out, dout, dq, dk, dv, lse};
     for (size_t i = 0; i < sizeof buffers / sizeof *buffers; i++) free(buffers[i]);
+    for (int t = 0; t < 8; t++) free(x16[t]);
     return 0;
 }
