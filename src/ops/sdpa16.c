@@ -306,23 +306,85 @@ static bool bf16_kernels_usable(const attn_ctx *ctx) {
            __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
 }
 
-/* The largest |x| over a view's rows (bf16 bits), or false when some
- * element is inf or NaN: each (sequence, head)'s rows at once, on the
- * kernels' AVX-512. */
-static bool view_max_abs(const attn_attention_problem *p, view16 v, const uint16_t *x,
-                         float *top) {
-    uint16_t largest = 0;
-    for (size_t b = 0; b < p->batch; b++) {
+/* ---- the scan for values the bf16 kernels must not take ----------------------
+ *
+ * The largest |x| of q, k, v (and dout) on the ctx's threads: it was 4.9%
+ * of the AMX forward at T = 1024 on one thread, read by one thread. A unit
+ * is SCAN16_ROWS tokens of every head where a token's heads lie side by
+ * side (h stride = width: rows read in memory order, as attention/fused.c's
+ * scan), else one head's rows. */
+
+#define SCAN16_PARTS 64
+#define SCAN16_ROWS 256
+
+typedef struct scan16_view {
+    const uint16_t *x; /* NULL: not scanned */
+    view16 v;
+    size_t units; /* per batch */
+    bool flat;    /* heads side by side */
+} scan16_view;
+
+typedef struct scan16 {
+    const attn_attention_problem *p;
+    scan16_view views[4];                /* q, k, v, dout */
+    uint16_t part_max[SCAN16_PARTS][4]; /* largest |x| (bf16 bits) per part */
+} scan16;
+
+static scan16_view scan16_view_of(const attn_attention_problem *p, const uint16_t *x, view16 v) {
+    size_t len = v.keys ? p->kv_len : p->q_len; /* the longest, with cu_seqlens */
+    bool flat = v.st.h == v.width;
+    return (scan16_view){.x = x, .v = v, .flat = flat,
+                         .units = !x ? 0 : flat ? (len + SCAN16_ROWS - 1) / SCAN16_ROWS : v.heads};
+}
+
+/* Units [begin, end), numbered through the views in order, batch by batch. */
+static void scan16_units(void *arg, size_t part, size_t begin, size_t end) {
+    scan16 *job = arg;
+    const attn_attention_problem *p = job->p;
+    uint16_t *top = job->part_max[part];
+    for (size_t i = begin; i < end; i++) {
+        size_t t = 0, u = i;
+        while (u >= p->batch * job->views[t].units) u -= p->batch * job->views[t++].units;
+        const scan16_view *x = &job->views[t];
+        size_t b = u / x->units;
+        u %= x->units;
         attn_attention_seq s = attn_attention_seq_of(p, b);
-        size_t start = v.keys ? s.kv_start : s.q_start, len = v.keys ? s.kv_len : s.q_len;
-        for (size_t h = 0; h < v.heads && len > 0; h++) {
-            uint16_t m = attn_flash16_max_magnitude(x + attn_view_offset(v.st, b, start, h, 0),
-                                                    len, v.st.t, v.width);
-            largest = m > largest ? m : largest;
-        }
+        size_t start = x->v.keys ? s.kv_start : s.q_start, len = x->v.keys ? s.kv_len : s.q_len;
+        size_t r0 = x->flat ? u * SCAN16_ROWS : 0, h = x->flat ? 0 : u;
+        if (r0 >= len) continue;
+        size_t rows = x->flat && len - r0 > SCAN16_ROWS ? SCAN16_ROWS : len - r0;
+        uint16_t m = attn_flash16_max_magnitude(x->x + attn_view_offset(x->v.st, b, start, h, r0),
+                                                rows, x->v.st.t,
+                                                x->flat ? x->v.heads * x->v.width : x->v.width);
+        top[t] = m > top[t] ? m : top[t];
     }
-    if (largest >= 0x7F80u) return false; /* magnitudes order as their bits */
-    *top = bf16_to_float(largest);
+}
+
+/* top[t] = the largest |x| of q, k, v, dout (0 for dout NULL), or false
+ * when some element is inf or NaN. */
+static bool scan_magnitudes(attn_ctx *ctx, const attn_attention_problem *p,
+                            const uint16_t *const x[4], float top[4]) {
+    view16 views[4] = {q_view(p), k_view(p), v_view(p), out_view(p)};
+    scan16 job = {.p = p};
+    size_t units = 0;
+    for (int t = 0; t < 4; t++) {
+        job.views[t] = scan16_view_of(p, x[t], views[t]);
+        units += p->batch * job.views[t].units;
+    }
+    /* parts of at least 64 Ki elements, a unit counted as its fewest */
+    size_t rows = p->q_len < p->kv_len ? p->q_len : p->kv_len;
+    rows = rows < SCAN16_ROWS ? rows : SCAN16_ROWS;
+    size_t min_units = ((size_t)1 << 16) / (rows * p->head_dim + 1) + 1;
+    attn_workers w = attn_ctx_workers(ctx);
+    size_t threads = w.threads < SCAN16_PARTS ? w.threads : SCAN16_PARTS;
+    attn_pool_for_parts(w.pool, threads, units, min_units, scan16_units, &job);
+    for (int t = 0; t < 4; t++) {
+        uint16_t largest = 0;
+        for (size_t part = 0; part < SCAN16_PARTS; part++)
+            largest = job.part_max[part][t] > largest ? job.part_max[part][t] : largest;
+        if (largest >= 0x7F80u) return false; /* magnitudes order as their bits */
+        top[t] = bf16_to_float(largest);
+    }
     return true;
 }
 
@@ -335,20 +397,21 @@ static bool bf16_kernels_have(const attn_ctx *ctx, const attn_sdpa_config *cfg,
                               const attn_attention_problem *p) {
     return bf16_kernels_usable(ctx) && !(cfg->dropout > 0.0) && !(p->softcap > 0.0f) &&
            !p->alibi_slopes && !p->sinks && p->v_head_dim == p->head_dim && p->scale >= 0.0f &&
-           (attn_flash16_amx_takes(p, attn_ctx_amx_usable(ctx)) || attn_cpu_bf16_dot_pays() || ctx->bf16_dot_forced);
+           (attn_flash16_amx_takes(p, attn_ctx_amx_usable(ctx)) || attn_cpu_bf16_dot_pays() ||
+            ctx->bf16_dot_forced);
 }
 
 /* Whether the bf16 kernels take p on these values (dout: the backward's,
  * or NULL): the features they have, and scores, sums and dP that float
  * tiles hold (as the float kernels' own scan, attention/fused.c). */
-static bool bf16_kernels_take(const attn_ctx *ctx, const attn_sdpa_config *cfg,
+static bool bf16_kernels_take(attn_ctx *ctx, const attn_sdpa_config *cfg,
                               const attn_attention_problem *p, const uint16_t *q,
                               const uint16_t *k, const uint16_t *v, const uint16_t *dout) {
     if (!bf16_kernels_have(ctx, cfg, p)) return false;
-    float qm, km, vm, dm = 0.0f;
-    if (!view_max_abs(p, q_view(p), q, &qm) || !view_max_abs(p, k_view(p), k, &km) ||
-        !view_max_abs(p, v_view(p), v, &vm) || (dout && !view_max_abs(p, out_view(p), dout, &dm)))
-        return false;
+    const uint16_t *x[4] = {q, k, v, dout};
+    float top[4];
+    if (!scan_magnitudes(ctx, p, x, top)) return false;
+    float qm = top[0], km = top[1], vm = top[2], dm = top[3];
     double D = (double)p->head_dim, S = (double)p->kv_len, limit = FLT_MAX / 16.0;
     double raw = 1.4426950408889634 * (double)p->scale * D * qm * km;
     return !(raw >= limit || S * vm >= limit || D * dm * vm >= limit || S * dm >= limit);
