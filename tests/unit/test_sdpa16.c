@@ -29,7 +29,8 @@
  * every alignment, windows, packed varlen batches, padded strides and
  * large scores (q, k up to 24: scaled scores in the hundreds). f16 and the
  * features the bf16 kernels leave to the widened path (dropout, softcap,
- * ALiBi, sinks, NaN inputs) are checked bitwise against the float calls.
+ * ALiBi, sinks, NaN or inf inputs, also past the scan's first 256 tokens
+ * and in (B, H, T, D) strides) are checked bitwise against the float calls.
  * Then the argument errors, with the values named.
  *
  * Fresh random inputs each run: the seed is printed; argv[1] replays it.
@@ -492,6 +493,33 @@ static void check_widened_features(uint64_t *seed, attn_ctx *fast) {
         result16 r;
         CHECK_STATUS(run16(fast, dt, &t, &r), ATTN_OK);
         check_widened_bitwise(fast, dt, &t, &r, name);
+        printf("  %-28s bitwise the float calls rounded\n", name);
+        free_result(&r);
+        free_case(&t);
+    }
+    /* the scan's later units: past its first 256 tokens (heads side by
+     * side), of a later batch and head, and in (B, H, T, D) strides */
+    case16 long_case = {"scan", 2, 4, 2, 300, 300, 64, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, false,
+                        0, 0, false, false, 1.0, 0.0};
+    for (int variant = 0; variant < 2; variant++) {
+        tensors16 t;
+        make_case(&long_case, ATTN_DTYPE_BF16, seed, &t);
+        size_t H = long_case.H, Hkv = long_case.Hkv, T = long_case.T, S = long_case.S;
+        size_t D = long_case.D;
+        const char *name;
+        if (variant == 0) {
+            name = "bf16 inf in k, key 290";
+            t.k[((1 * S + 290) * Hkv + 1) * D + 5] = 0x7F80; /* (b 1, key 290, head 1, d 5) */
+        } else {
+            name = "bf16 NaN in v, (B,H,T,D)";
+            size_t q_st[3] = {H * T * D, D, T * D}, kv_st[3] = {Hkv * S * D, D, S * D};
+            memcpy(t.cfg.q_strides, q_st, sizeof q_st);
+            memcpy(t.cfg.kv_strides, kv_st, sizeof kv_st);
+            t.v[(1 * Hkv + 1) * S * D + (S - 1) * D + 63] = 0xFFC0; /* b 1, head 1, last key */
+        }
+        result16 r;
+        CHECK_STATUS(run16(fast, ATTN_DTYPE_BF16, &t, &r), ATTN_OK);
+        check_widened_bitwise(fast, ATTN_DTYPE_BF16, &t, &r, name);
         printf("  %-28s bitwise the float calls rounded\n", name);
         free_result(&r);
         free_case(&t);
