@@ -236,10 +236,10 @@ static void pack_values_transposed(size_t D, const uint32_t *vi, uint32_t *vt) {
 /* Per part: Q^T in pairs along d (D / 2, BR), whose bytes the packing
  * first uses for V in pairs of keys (BC / 2, D); O^T (D, BR) floats; M, l
  * (BR); S^T of two blocks (32 x 32 floats each); the P V product (D, BR)
- * floats; P^T in pairs of keys (BC / 2, BR). */
+ * floats; P^T in pairs of keys (BC / 2, BR) of STEPS blocks. */
 static size_t forward_part_bytes(const amx_shape *f) {
     return lines(BR * f->D * 2) + 2 * lines(BR * f->D * 4) + 2 * lines(BR * 4) +
-           2 * lines(BR * BC * 4) + lines(BR * BC * 2);
+           2 * lines(BR * BC * 4) + STEPS * lines(BR * BC * 2);
 }
 
 size_t attn_flash16_amx_forward_bytes(const attn_attention_problem *p, size_t threads) {
@@ -358,22 +358,33 @@ static inline bool softmax_by_key(const rows16 *br, size_t j0, bool whole, float
     return rescale;
 }
 
-/* ot (D, BR) += vt (D, BC / 2 pairs) @ pt (BC / 2 pairs, BR) on the tiles,
- * 32 values of d at a time: O where no M moved. */
-static inline void accumulate_by_key(size_t D, const uint32_t *vt, const uint32_t *pt, float *ot) {
-    _tile_loadd(B0, pt, BR * 4);
-    _tile_loadd(B1, pt + TR, BR * 4);
-    for (size_t n0 = 0; n0 < D; n0 += 2 * TR) {
+/* Up to STEPS blocks of the forward's O += P V, gathered while no M moves:
+ * vt (D, BC / 2 pairs) and pt (BC / 2 pairs, BR) of each. */
+typedef struct value_steps {
+    size_t n;
+    const uint32_t *vt[STEPS], *pt[STEPS];
+} value_steps;
+
+/* ot (D, BR) += the sum over the gathered blocks of vt @ pt on the tiles,
+ * 32 values of d at a time, the sums kept on the tiles over the blocks and
+ * added in their order (the bits of one block a call); empties s. */
+static inline void accumulate_by_key(size_t D, value_steps *s, float *ot) {
+    for (size_t n0 = 0; n0 < D && s->n; n0 += 2 * TR) {
         float *o = ot + n0 * BR;
         _tile_loadd(C00, o, BR * 4);
         _tile_loadd(C01, o + TR, BR * 4);
         _tile_loadd(C10, o + TR * BR, BR * 4);
         _tile_loadd(C11, o + TR * BR + TR, BR * 4);
-        _tile_loadd(A0, vt + n0 * (BC / 2), BC * 2);
-        _tile_loadd(A1, vt + (n0 + TR) * (BC / 2), BC * 2);
-        multiply_2x2();
+        for (size_t k = 0; k < s->n; k++) {
+            _tile_loadd(B0, s->pt[k], BR * 4);
+            _tile_loadd(B1, s->pt[k] + TR, BR * 4);
+            _tile_loadd(A0, s->vt[k] + n0 * (BC / 2), BC * 2);
+            _tile_loadd(A1, s->vt[k] + (n0 + TR) * (BC / 2), BC * 2);
+            multiply_2x2();
+        }
         store_product(o); /* (rows of BR == BC floats) */
     }
+    s->n = 0;
 }
 
 /* pv (D, BR) = vt (D, BC / 2 pairs) @ pt (BC / 2 pairs, BR) in floats, 32
@@ -445,7 +456,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
     s[0] = (float *)(at += lines(BR * 4));
     s[1] = (float *)(at += lines(BR * BC * 4));
     float *pv = (float *)(at += lines(BR * BC * 4));
-    uint32_t *pt = (uint32_t *)(at + lines(BR * D * 4));
+    uint32_t *pt = (uint32_t *)(at + lines(BR * D * 4)); /* STEPS blocks */
     pack_keys(D, t->q + row_at(p->q_strides, b, &seq, false, h, i0), p->q_strides.t, rows, qt);
     memset(ot, 0, BR * D * sizeof *ot);
     for (size_t r = 0; r < BR; r++) {
@@ -456,6 +467,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
     rows_of(p, &seq, i0, rows, &br);
     size_t block0 = (b * p->kv_heads + kvh) * f->k_blocks;
     __m512 alpha[2];
+    value_steps to_o = {0};
     attn_amx_load_tiles();
     /* S^T of the next block goes to the tiles before this block's output
      * rescale, so that the two overlap (the tiles run beside AVX-512) */
@@ -465,12 +477,17 @@ static void forward_block(void *arg, size_t part, size_t item) {
         size_t j0 = kb * BC;
         float *s_now = s[(kb - kb0) % 2], *s_next = s[(kb - kb0 + 1) % 2];
         const uint32_t *vt = values_transposed(job, block0 + kb);
-        bool rescale = softmax_by_key(&br, j0, keys_seen_whole(&br, j0, BC), f->c, s_now, pt, m,
-                                      l, alpha);
-        if (rescale)
-            product_by_key(D, vt, pt, pv); /* P V, added below */
-        else
-            accumulate_by_key(D, vt, pt, ot); /* O += P V */
+        uint32_t *pt_k = pt + to_o.n * (BC / 2) * BR;
+        bool rescale = softmax_by_key(&br, j0, keys_seen_whole(&br, j0, BC), f->c, s_now, pt_k,
+                                      m, l, alpha);
+        if (rescale) {
+            accumulate_by_key(D, &to_o, ot); /* the blocks before, at the old scale */
+            product_by_key(D, vt, pt_k, pv); /* P V, added below */
+        } else { /* O += P V, with the blocks gathered */
+            to_o.vt[to_o.n] = vt;
+            to_o.pt[to_o.n++] = pt_k;
+            if (to_o.n == STEPS || (kb + 1) * BC >= br.last) accumulate_by_key(D, &to_o, ot);
+        }
         if ((kb + 1) * BC < br.last)
             score_tiles(D, key_rows(job, block0 + kb + 1), D, qt, s_next); /* S^T = K Q^T */
         if (rescale) rescale_add(D, alpha, pv, ot);
