@@ -45,7 +45,39 @@ static inline size_t row_at(attn_view_strides st, size_t b, const attn_attention
     return attn_view_offset(st, b, keys ? seq->kv_start : seq->q_start, h, i);
 }
 
-/* lse and delta = dO . O (in double) of the rows [i0, i0 + rows) of (b, h),
+/* 32 bf16 (n of them, the rest 0) as two vectors of floats. */
+static inline void bf16_floats(const uint16_t *x, size_t n, __m512 f[2]) {
+    __mmask32 in = n >= 32 ? (__mmask32)0xFFFFFFFFu : (__mmask32)((1u << n) - 1u);
+    __m512i bits = _mm512_maskz_loadu_epi16(in, x);
+    __m256i half[2] = {_mm512_castsi512_si256(bits), _mm512_extracti64x4_epi64(bits, 1)};
+    for (int k = 0; k < 2; k++)
+        f[k] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(half[k]), 16));
+}
+
+/* dO . o in double: each product of two bf16 values is exact in float (8
+ * significant bits each), summed in double 8 lanes a vector and reduced
+ * once. A product at a time into one double waited on every add: 6% of
+ * the AMX backward at T = 1024 (causal, one thread; a 2-vCPU Xeon). */
+static inline float dot_bf16(const uint16_t *dO, const uint16_t *o, size_t n) {
+    __m512d sum[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(),
+                      _mm512_setzero_pd()};
+    for (size_t d = 0; d < n; d += 32) {
+        __m512 a[2], b[2];
+        bf16_floats(dO + d, n - d, a);
+        bf16_floats(o + d, n - d, b);
+        for (int k = 0; k < 2; k++) {
+            __m512 x = _mm512_mul_ps(a[k], b[k]);
+            __m256 low = _mm512_castps512_ps256(x);
+            __m256 high = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1));
+            sum[2 * k] = _mm512_add_pd(sum[2 * k], _mm512_cvtps_pd(low));
+            sum[2 * k + 1] = _mm512_add_pd(sum[2 * k + 1], _mm512_cvtps_pd(high));
+        }
+    }
+    __m512d all = _mm512_add_pd(_mm512_add_pd(sum[0], sum[1]), _mm512_add_pd(sum[2], sum[3]));
+    return (float)_mm512_reduce_add_pd(all);
+}
+
+/* lse and delta = dO . O (dot_bf16) of the rows [i0, i0 + rows) of (b, h),
  * whose dO and saved O start at o_at; -inf and 0 for the rows of the
  * block (n of them) past those. */
 static inline void query_stats(const attn_attention_problem *p, const attn_flash16_tensors *t,
@@ -56,11 +88,8 @@ static inline void query_stats(const attn_attention_problem *p, const attn_flash
         delta[r] = 0.0f;
         if (r >= rows) continue;
         lse[r] = t->saved_lse[attn_lse_index(p, b, h, i0 + r)];
-        const uint16_t *dO = t->dout + o_at + r * p->out_strides.t;
-        const uint16_t *o = t->saved_out + o_at + r * p->out_strides.t;
-        double sum = 0.0;
-        for (size_t d = 0; d < p->head_dim; d++) sum += (double)float_of(dO[d]) * float_of(o[d]);
-        delta[r] = (float)sum;
+        size_t at = o_at + r * p->out_strides.t;
+        delta[r] = dot_bf16(t->dout + at, t->saved_out + at, p->head_dim);
     }
 }
 
