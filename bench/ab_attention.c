@@ -28,8 +28,9 @@
  *
  * Prints, per build, the median and the fastest round in ms and the first
  * build's over this one's (above 1: this build is faster), and a hash of
- * out, dq, dk and dv (with --layer: y and dx; with --bf16: their bits). Inputs are uniform in
- * [-1, 1] from a fixed seed, as are the layer's weights (attn_rng seed 1).
+ * out, dq, dk and dv (with --layer: y and dx; with --bf16: their bits).
+ * Inputs are uniform in [-1, 1] from a fixed seed, as are the layer's
+ * weights (attn_rng seed 1).
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include "attn.h"
@@ -106,7 +107,6 @@ static uint64_t hash_floats(uint64_t h, const float *x, size_t n) {
     return h;
 }
 
-/* The layer of cfg in build b, its weights from attn_rng seed 1. */
 static uint64_t hash_bits(uint64_t h, const uint16_t *x, size_t n) {
     for (size_t i = 0; i < n; i++) h = (h ^ x[i]) * 1099511628211ull;
     return h;
@@ -121,6 +121,7 @@ static void to_bf16(const float *x, size_t n, uint16_t *out) {
     }
 }
 
+/* The layer of cfg in build b, its weights from attn_rng seed 1. */
 static int load_layer(build *b, const attn_gpt2_config *cfg) {
     rng_new_fn rng_new = (rng_new_fn)(uintptr_t)dlsym(b->handle, "attn_rng_new");
     rng_free_fn rng_free = (rng_free_fn)(uintptr_t)dlsym(b->handle, "attn_rng_free");
@@ -167,8 +168,8 @@ static int load(build *b, size_t threads) {
 static int usage(void) {
     fprintf(stderr, "usage: ab_attention [--tokens T] [--heads H] [--kv-heads HKV] "
                     "[--head-dim D] [--batch B] [--causal] [--threads N] [--rounds R] "
-                    "[--mode fwd|fwdbwd|bwd] [--layout peers|bthd] [--layer | --bf16] OLD.so NEW.so "
-                    "[MORE.so ...]\n");
+                    "[--mode fwd|fwdbwd|bwd] [--layout peers|bthd] [--layer | --bf16] "
+                    "OLD.so NEW.so [MORE.so ...]\n");
     return 2;
 }
 

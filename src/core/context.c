@@ -55,7 +55,9 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
     return ATTN_OK;
 }
 
-bool attn_ctx_amx_usable(const attn_ctx *ctx) { return ctx->amx_bf16 && attn_cpu_amx_permitted(); }
+bool attn_ctx_amx_usable(const attn_ctx *ctx) {
+    return ctx->amx_bf16 && attn_cpu_amx_permitted();
+}
 
 void attn_ctx_free(attn_ctx *ctx) {
     if (ctx) {

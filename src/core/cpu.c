@@ -178,11 +178,15 @@ static bool amx_permitted(void) {
 #endif
 }
 
-/* AMX-BF16 and AMX-TILE (CPUID 7.0 EDX 22, 24), the tile state saved by
- * the OS, and the process's permission. */
+/* AMX-BF16 and AMX-TILE (CPUID 7.0 EDX 22, 24) and the tile state saved
+ * by the OS. */
+static bool amx_present(cpuid_regs r7, uint64_t xcr0) {
+    return bit(r7.edx, 22) && bit(r7.edx, 24) && (xcr0 & XSTATE_AMX) == XSTATE_AMX;
+}
+
+/* Those, and the process's permission. */
 static bool amx_usable(cpuid_regs r7, uint64_t xcr0) {
-    return bit(r7.edx, 22) && bit(r7.edx, 24) && (xcr0 & XSTATE_AMX) == XSTATE_AMX &&
-           amx_permitted();
+    return amx_present(r7, xcr0) && amx_permitted();
 }
 
 /* The 48-byte brand string of leaves 0x80000002-4, leading blanks dropped. */
@@ -280,10 +284,7 @@ static void x86_info(attn_cpu_info *info) {
 attn_status attn_cpu_request_amx(void) {
 #if defined(ATTN_CPUID) && defined(__linux__) && defined(SYS_arch_prctl)
     enum { ARCH_REQ_XCOMP_PERM = 0x1023, XFEATURE_XTILEDATA = 18 };
-    if (cpuid(0, 0).eax < 7) return ATTN_ERR_UNSUPPORTED;
-    cpuid_regs r7 = cpuid(7, 0);
-    if (!bit(r7.edx, 22) || !bit(r7.edx, 24) || (os_saved_state() & XSTATE_AMX) != XSTATE_AMX)
-        return ATTN_ERR_UNSUPPORTED;
+    if (!attn_cpu_amx_bf16_present()) return ATTN_ERR_UNSUPPORTED;
     if (!amx_permitted() && syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) != 0)
         return ATTN_ERR_UNSUPPORTED;
     return amx_permitted() ? ATTN_OK : ATTN_ERR_UNSUPPORTED;
@@ -292,13 +293,13 @@ attn_status attn_cpu_request_amx(void) {
 #endif
 }
 
-bool attn_cpu_amx_bf16_usable(void) { return attn_cpu_amx_bf16_present() && attn_cpu_amx_permitted(); }
+bool attn_cpu_amx_bf16_usable(void) {
+    return attn_cpu_amx_bf16_present() && attn_cpu_amx_permitted();
+}
 
 bool attn_cpu_amx_bf16_present(void) {
 #if defined(ATTN_CPUID)
-    if (cpuid(0, 0).eax < 7) return false;
-    cpuid_regs r7 = cpuid(7, 0);
-    return bit(r7.edx, 22) && bit(r7.edx, 24) && (os_saved_state() & XSTATE_AMX) == XSTATE_AMX;
+    return cpuid(0, 0).eax >= 7 && amx_present(cpuid(7, 0), os_saved_state());
 #else
     return false;
 #endif

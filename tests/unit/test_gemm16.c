@@ -264,7 +264,8 @@ static double run_case(attn_ctx *const ctxs[3], const case16 *g, uint64_t *s) {
         goto done;
     }
     attn_kernels kernels = attn_ctx_kernels(ctxs[0]);
-    const attn_gemm16_kernel *uk = attn_gemm16_kernel_for(kernels, g->dtype, attn_cpu_amx_bf16_usable());
+    const attn_gemm16_kernel *uk =
+        attn_gemm16_kernel_for(kernels, g->dtype, attn_cpu_amx_bf16_usable());
     memcpy(c, o.c0, nc * sizeof *c);
     CHECK_STATUS(attn_gemm_16(ctxs[0], g->dtype, g->ta, g->tb, g->m, g->n, g->k, g->alpha, o.a,
                               g->lda, o.b, g->ldb, g->beta, c, g->ldc),
@@ -295,7 +296,8 @@ static void kernel_set(attn_kernels kernels, attn_dtype dtype, uint64_t *s) {
         CHECK_STATUS(attn_ctx_new(&cfg, &ctxs[t]), ATTN_OK);
         if (!ctxs[t]) return;
     }
-    const attn_gemm16_kernel *uk = attn_gemm16_kernel_for(kernels, dtype, attn_cpu_amx_bf16_usable());
+    const attn_gemm16_kernel *uk =
+        attn_gemm16_kernel_for(kernels, dtype, attn_cpu_amx_bf16_usable());
     double worst = 0.0;
     size_t cases = 0;
     for (int ta = 0; ta < 2; ta++)
@@ -431,7 +433,9 @@ int main(int argc, char **argv) {
     if (avx512_bf16) CHECK(amx_before == (strcmp(avx512_bf16->name, "bgemm_amx_32x32") == 0));
     request_amx();
     const attn_gemm16_kernel *amx = attn_gemm16_bf16_amx_kernel();
-    if (amx) CHECK(attn_gemm16_kernel_for(ATTN_KERNELS_AVX512, ATTN_DTYPE_BF16, attn_cpu_amx_bf16_usable()) == amx);
+    if (amx)
+        CHECK(attn_gemm16_kernel_for(ATTN_KERNELS_AVX512, ATTN_DTYPE_BF16,
+                                     attn_cpu_amx_bf16_usable()) == amx);
     printf("AMX: %s\n", amx ? (amx_before ? "usable" : "usable once asked for")
                             : "not on this CPU (or refused)");
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
@@ -439,7 +443,8 @@ int main(int argc, char **argv) {
             for (size_t d = 0; d < 2; d++) kernel_set(sets[i], dtypes[d], &s);
     direct_kernel(attn_gemm16_bf16_dot_kernel(), "vdpbf16ps, wherever the CPU has it", &s);
     if (attn_kernels_supported(ATTN_KERNELS_AVX512))
-        direct_kernel(attn_gemm16_kernel_for(ATTN_KERNELS_AVX512, ATTN_DTYPE_F16, attn_cpu_amx_bf16_usable()),
+        direct_kernel(attn_gemm16_kernel_for(ATTN_KERNELS_AVX512, ATTN_DTYPE_F16,
+                                             attn_cpu_amx_bf16_usable()),
                       "widened, as where vdpbf16ps does not pay", &s);
     errors();
     return check_summary();

@@ -782,7 +782,7 @@ static void backward_keys(void *arg, size_t part, size_t item) {
     uint8_t *at = job->parts + part * job->part_bytes;
     float *dk = (float *)at, *dv = (float *)(at + lines(BC * D * 4));
     float *st = (float *)(at + 2 * lines(BC * D * 4)), *dpt = st + BR * BC;
-    uint16_t *pt = (uint16_t *)(dpt + BR * BC), *dst = pt + STEPS * BR * BC; /* STEPS blocks each */
+    uint16_t *pt = (uint16_t *)(dpt + BR * BC), *dst = pt + STEPS * BR * BC; /* STEPS each */
     memset(dk, 0, BC * D * sizeof *dk);
     memset(dv, 0, BC * D * sizeof *dv);
     size_t i_lo, i_hi;
