@@ -466,6 +466,16 @@ static void check_amx(const case16 *const cases[], tensors16 *t, result16 *vdp, 
         if (vdp_ran) CHECK(differing[x] > 0);
 }
 
+/* Case t (freed here) on the fast ctx: bitwise the float calls. */
+static void check_widened_case(attn_ctx *fast, attn_dtype dt, tensors16 *t, const char *name) {
+    result16 r;
+    CHECK_STATUS(run16(fast, dt, t, &r), ATTN_OK);
+    check_widened_bitwise(fast, dt, t, &r, name);
+    printf("  %-28s bitwise the float calls rounded\n", name);
+    free_result(&r);
+    free_case(t);
+}
+
 /* f16, and the features only the widened path has: bitwise the float calls. */
 static void check_widened_features(uint64_t *seed, attn_ctx *fast) {
     float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f}, sinks[4] = {0.3f, -1.0f, 2.0f, 0.0f};
@@ -490,12 +500,7 @@ static void check_widened_features(uint64_t *seed, attn_ctx *fast) {
             name = "bf16 head_dim 64, v_head_dim 32";
             t.cfg.v_head_dim = 32;
         }
-        result16 r;
-        CHECK_STATUS(run16(fast, dt, &t, &r), ATTN_OK);
-        check_widened_bitwise(fast, dt, &t, &r, name);
-        printf("  %-28s bitwise the float calls rounded\n", name);
-        free_result(&r);
-        free_case(&t);
+        check_widened_case(fast, dt, &t, name);
     }
     /* the scan's later units: past its first 256 tokens (heads side by
      * side), of a later batch and head, and in (B, H, T, D) strides */
@@ -517,12 +522,7 @@ static void check_widened_features(uint64_t *seed, attn_ctx *fast) {
             memcpy(t.cfg.kv_strides, kv_st, sizeof kv_st);
             t.v[(1 * Hkv + 1) * S * D + (S - 1) * D + 63] = 0xFFC0; /* b 1, head 1, last key */
         }
-        result16 r;
-        CHECK_STATUS(run16(fast, ATTN_DTYPE_BF16, &t, &r), ATTN_OK);
-        check_widened_bitwise(fast, ATTN_DTYPE_BF16, &t, &r, name);
-        printf("  %-28s bitwise the float calls rounded\n", name);
-        free_result(&r);
-        free_case(&t);
+        check_widened_case(fast, ATTN_DTYPE_BF16, &t, name);
     }
 }
 
