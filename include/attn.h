@@ -130,6 +130,13 @@ size_t attn_ctx_num_threads(const attn_ctx *ctx);
  * fails with ATTN_ERR_INVALID when asked for kernels the CPU cannot run or
  * when ATTN_KERNELS holds an unknown name). */
 attn_kernels attn_ctx_kernels(const attn_ctx *ctx);
+/* The kernel of each kind the ctx runs, chosen once at attn_ctx_new from
+ * its kernels and the CPU ("avx512 (zen4): flash avx512_zen4, flash16
+ * vdpbf16ps, decode avx512, gemm sgemm_avx512_14x32, ..."; "reference"
+ * where the reference loops run), into buf (cap bytes, NUL-terminated, cut
+ * to fit; buf may be NULL when cap is 0). Returns the length of the whole
+ * text, as snprintf does. */
+size_t attn_ctx_describe_kernels(const attn_ctx *ctx, char *buf, size_t cap);
 
 /* ------------------------------------------------------------------------ */
 /* PyTorch-compatible random numbers                                         */

@@ -19,16 +19,9 @@
 /* Parts of the magnitude scan (its threads, at most). */
 #define SCAN_PARTS 64
 
-static const attn_flash_kernels *flash_kernels(const attn_ctx *ctx) {
-    switch (ctx->kernels) {
-#if defined(ATTN_HAVE_X86_KERNELS)
-    case ATTN_KERNELS_AVX512:
-        return ctx->zen4_kernels ? &attn_flash_avx512_zen4 : &attn_flash_avx512;
-    case ATTN_KERNELS_AVX2: return &attn_flash_avx2;
-#endif
-    default: return &attn_flash_portable; /* portable, and the reference's (never sent here) */
-    }
-}
+/* The ctx's fused kernels (its kernel set's; the backend declines a ctx
+ * without them). */
+static const attn_flash_kernels *flash_kernels(const attn_ctx *ctx) { return ctx->ks.flash; }
 
 /* What the forward sizes its query blocks by (flash.h). */
 static attn_flash_fit flash_fit(const attn_ctx *ctx) {
@@ -37,8 +30,8 @@ static attn_flash_fit flash_fit(const attn_ctx *ctx) {
 
 static const char *fused_declines(const attn_ctx *ctx, const attn_attention_problem *p,
                                   bool backward) {
-    (void)ctx;
     (void)backward;
+    if (!ctx->ks.flash) return "the ctx runs the reference kernels";
     if (p->v_head_dim != p->head_dim) return "v_head_dim != head_dim";
     if (p->kv_heads == 0 || p->q_heads % p->kv_heads != 0)
         return "q_heads is not a multiple of kv_heads";

@@ -88,7 +88,7 @@ static const attn_attention_backend *fused_for(const attn_ctx *ctx,
                                                const attn_attention_problem *p, bool traced,
                                                bool backward) {
     const attn_attention_backend *f = &attn_attention_fused;
-    if (ctx->kernels == ATTN_KERNELS_REFERENCE || traced || f->declines(ctx, p, backward))
+    if (traced || f->declines(ctx, p, backward))
         return NULL;
     return f;
 }

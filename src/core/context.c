@@ -28,23 +28,11 @@ const char *attn_status_name(attn_status status) {
     return "ATTN_ERR_UNKNOWN";
 }
 
-attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
-    if (!out) return ATTN_ERR_NULL;
-    *out = NULL;
-    attn_ctx_config defaults = {0};
-    if (!cfg) cfg = &defaults;
+attn_status attn_ctx_alloc(const attn_ctx_config *cfg, attn_kernels kernels, attn_ctx **out) {
     if (cfg->num_threads > ATTN_MAX_THREADS) return ATTN_ERR_INVALID;
     attn_ctx *ctx = attn_calloc(1, sizeof *ctx);
     if (!ctx) return ATTN_ERR_NO_MEMORY;
-    attn_kernels kernels;
-    attn_status st = attn_kernels_resolve(cfg->kernels, &kernels);
-    if (st != ATTN_OK) {
-        attn_free(ctx);
-        return st;
-    }
     ctx->kernels = kernels;
-    ctx->zen4_kernels = kernels == ATTN_KERNELS_AVX512 && attn_cpu_is_zen4();
-    ctx->amx_bf16 = attn_cpu_amx_bf16_present();
     attn_cpu_info cpu;
     if (attn_cpu_info_get(&cpu) == ATTN_OK) ctx->l2_bytes = cpu.l2_bytes;
     ctx->num_threads = cfg->num_threads ? cfg->num_threads : 1;
@@ -56,7 +44,7 @@ attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
 }
 
 bool attn_ctx_amx_usable(const attn_ctx *ctx) {
-    return ctx->amx_bf16 && attn_cpu_amx_permitted();
+    return ctx->ks.flash16_amx && attn_cpu_amx_permitted();
 }
 
 void attn_ctx_free(attn_ctx *ctx) {

@@ -22,9 +22,28 @@ typedef struct attn_ctx_buffer {
     size_t bytes;
 } attn_ctx_buffer;
 
+/* The kernels of the ctx's instruction set, chosen once when the ctx is
+ * made (kernels/kernel_set.c), so that no call switches on the instruction
+ * set. A NULL entry runs the reference loops (every entry of the
+ * reference set, ATTN_KERNELS_REFERENCE). */
+typedef struct attn_kernel_set {
+    const char *name;                             /* "avx512 (zen4)", "reference", ... */
+    const struct attn_flash_kernels *flash;       /* fused float attention */
+    const struct attn_flash16_kernels *flash16_amx; /* fused bf16 attention on AMX tiles, */
+    const struct attn_flash16_kernels *flash16_dot; /* on vdpbf16ps (NULL: the CPU lacks it) */
+    const struct attn_decode_kernels *decode;     /* attention of new tokens over a cache */
+    const struct attn_gemm_kernel *gemm;          /* SGEMM */
+    const struct attn_gemm16_kernel *gemm16;      /* 16-bit GEMM on widened panels */
+    const struct attn_gemm16_kernel *bgemm_amx;   /* bf16 GEMM on AMX tiles, */
+    const struct attn_gemm16_kernel *bgemm_dot;   /* on vdpbf16ps (NULL: the CPU lacks it) */
+    const struct attn_gemv_kernel *gemv;          /* matrix-vector products of decoding */
+    bool bf16_dot_pays; /* vdpbf16ps outruns the float FMA here (AMD's cores) */
+} attn_kernel_set;
+
 struct attn_ctx {
     size_t num_threads;
     attn_kernels kernels; /* resolved: never AUTO */
+    attn_kernel_set ks;   /* the kernels of `kernels` on this CPU */
     attn_trace_fn trace;
     void *trace_user;
     bool trace_shapes_only;
@@ -33,9 +52,7 @@ struct attn_ctx {
     attn_ctx_buffer workspace; /* the attention passes' (attn_ctx_workspace) */
     struct attn_pool *pool; /* num_threads - 1 workers, from the first parallel call */
     bool pool_tried;        /* made (or failed: threads then start per call) */
-    bool bf16_dot_forced;   /* bf16 on vdpbf16ps where it does not pay (tests) */
-    bool zen4_kernels;      /* AVX-512 on Zen 4: the fused kernels' Zen 4 set */
-    bool amx_bf16;          /* the CPU and OS have AMX bf16 tiles (attn_ctx_amx_usable) */
+    bool bf16_dot_forced;   /* bf16 attention on vdpbf16ps where it does not pay (tests) */
     size_t l2_bytes;        /* one core's L2 (0: unknown): the forward's query blocks */
 };
 
@@ -50,9 +67,15 @@ attn_status attn_kernels_resolve(attn_kernels requested, attn_kernels *out);
 struct attn_pool *attn_ctx_pool(attn_ctx *ctx);
 
 /* Whether the ctx's calls may run AMX bf16 tiles now: the CPU and OS have
- * them (asked once, at attn_ctx_new) and the process has Linux's
- * permission (asked each time: the application may get it later). */
+ * them (asked once, at attn_ctx_new: the kernel set has AMX entries) and
+ * the process has Linux's permission (asked each time: the application
+ * may get it later). */
 bool attn_ctx_amx_usable(const attn_ctx *ctx);
+
+/* A ctx of cfg's threads and trace hook, its kernels (resolved) and their
+ * set filled in: the part of attn_ctx_new that needs no kernel tables
+ * (kernels/kernel_set.c makes the set). */
+attn_status attn_ctx_alloc(const attn_ctx_config *cfg, attn_kernels kernels, attn_ctx **out);
 
 /* The ctx's threads and pool, for the kernels (attn_workers, parallel.h). */
 attn_workers attn_ctx_workers(attn_ctx *ctx);

@@ -519,16 +519,6 @@ static void reference_row(void *arg, size_t part, size_t begin, size_t end) {
 
 /* ---- attend ------------------------------------------------------------------ */
 
-static const attn_decode_kernels *decode_kernels(const attn_ctx *ctx) {
-    switch (ctx->kernels) {
-#if defined(ATTN_HAVE_X86_KERNELS)
-    case ATTN_KERNELS_AVX512: return &attn_decode_avx512;
-    case ATTN_KERNELS_AVX2: return &attn_decode_avx2;
-#endif
-    default: return &attn_decode_portable;
-    }
-}
-
 /* The new tokens of sequence s. */
 static size_t new_count(const size_t *new_lens, size_t new_tokens, size_t s) {
     return new_lens ? new_lens[s] : new_tokens;
@@ -671,7 +661,7 @@ static void plan_sequence(attn_ctx *ctx, seq_plan *sp, size_t parts, float scale
                           call_plan *cp) {
     size_t n = sp->d.rows, H = sp->d.q_heads, D = sp->d.head_dim;
     if (!n) return;
-    if (ctx->kernels == ATTN_KERNELS_REFERENCE) {
+    if (!ctx->ks.decode) {
         sp->path = PATH_REFERENCE;
         if (sp->d.first_pos + n > cp->max_keys) cp->max_keys = sp->d.first_pos + n;
         return;
@@ -712,7 +702,7 @@ static void run_fast(attn_kv_cache *c, const seq_plan *plans, const call_plan *c
     }
     work_item *list = c->scratch;
     float *f = (float *)((char *)c->scratch + item_bytes);
-    attend_job job = {.kern = decode_kernels(ctx), .plans = plans, .items = list, .H = H, .D = D,
+    attend_job job = {.kern = ctx->ks.decode, .plans = plans, .items = list, .H = H, .D = D,
                       .out = out, .part_scratch = f, .part_floats = part_floats};
     job.m = f + attn_parallel_parts(threads) * part_floats;
     job.l = job.m + rows * H;
@@ -771,7 +761,7 @@ attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args
     /* scratch: the item list, then per part a partial and the kernel's
      * scratch, m and l of every row, the split partials; or the
      * reference's doubles; or a prompt's workspace (used first) */
-    bool reference = ctx->kernels == ATTN_KERNELS_REFERENCE;
+    bool reference = !ctx->ks.decode;
     size_t part_floats = partial_floats(ATTN_DECODE_ROWS, H, D) +
                          ATTN_DECODE_ROWS * H * ATTN_DECODE_BLOCK;
     size_t item_bytes = (cp.items * sizeof(work_item) + 63) / 64 * 64;

@@ -1,5 +1,5 @@
 /* dispatch.c — the GEMM and linear calls modules make, on the ctx's kernels
- * (chosen in core/cpu.c; attention runs through the attention contract:
+ * (its kernel set: kernels/kernel_set.h; attention runs through the attention contract:
  * attention/attention.h). */
 #include "kernels/dispatch.h"
 
@@ -13,9 +13,7 @@
 /* ---- the calls ---------------------------------------------------------- */
 
 /* The fast kernel set of the ctx, or NULL for the reference loops. */
-static const attn_gemm_kernel *fast(const attn_ctx *ctx) {
-    return attn_gemm_kernel_for(ctx->kernels);
-}
+static const attn_gemm_kernel *fast(const attn_ctx *ctx) { return ctx->ks.gemm; }
 
 /* The SGEMM (+ bias, NULL: none) on the ctx's scratch memory (kept from
  * call to call); false, having written nothing, when the scratch cannot
@@ -100,7 +98,7 @@ static void gemv_chunk(void *arg, size_t thread, size_t item) {
 
 void attn_k_linear_small_n(attn_ctx *ctx, const float *x, size_t rows, size_t in,
                            const attn_k_linear_part *parts, size_t n) {
-    const attn_gemv_kernel *kernel = attn_gemv_kernel_for(ctx->kernels);
+    const attn_gemv_kernel *kernel = ctx->ks.gemv;
     if (!kernel || rows == 0 || rows > ATTN_GEMV_MAX_ROWS || in == 0 || n > GEMV_MAX_PARTS) {
         for (size_t i = 0; i < n; i++)
             attn_k_linear(ctx, x, parts[i].w, parts[i].bias, parts[i].y, rows, in, parts[i].out);

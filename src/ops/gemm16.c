@@ -7,6 +7,7 @@
  */
 #include "internal.h"
 #include "kernels/gemm/gemm16.h"
+#include "kernels/kernel_set.h"
 
 /* The last element of an operand of rows x cols at stride ld lies within
  * the address space (in 16-bit elements, or floats for c). */
@@ -57,7 +58,7 @@ attn_status attn_gemm_16(attn_ctx *ctx, attn_dtype dtype, bool trans_a, bool tra
                 c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
         return ATTN_OK;
     }
-    const attn_gemm16_kernel *uk = attn_gemm16_kernel_for(ctx->kernels, dtype, attn_ctx_amx_usable(ctx));
+    const attn_gemm16_kernel *uk = attn_kernel_set_gemm16(&ctx->ks, dtype, attn_ctx_amx_usable(ctx));
     if (uk) {
         size_t bytes = attn_gemm16_workspace(uk, ctx->num_threads, m, n, k);
         void *ws = bytes ? attn_ctx_scratch(ctx, bytes) : NULL;

@@ -19,7 +19,6 @@
 #include "parallel.h"
 #include "rng/dropout.h"
 #if defined(ATTN_HAVE_X86_KERNELS)
-#include "cpu_info.h"
 #include "kernels/flash16/flash16.h"
 #endif
 
@@ -300,11 +299,9 @@ static attn_status backward_widened(attn_ctx *ctx, const char *fn, const attn_sd
 /* ---- the bf16 kernels: when they take a problem -------------------------------- */
 
 #if defined(ATTN_HAVE_X86_KERNELS)
-/* The CPU runs vdpbf16ps (and the AVX-512BW permutes beside it). */
-static bool bf16_kernels_usable(const attn_ctx *ctx) {
-    return ctx->kernels == ATTN_KERNELS_AVX512 && __builtin_cpu_supports("avx512f") &&
-           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
-}
+/* The ctx's kernels run vdpbf16ps (its kernel set has them where the CPU
+ * does, with the AVX-512BW permutes beside it). */
+static bool bf16_kernels_usable(const attn_ctx *ctx) { return ctx->ks.flash16_dot != NULL; }
 
 /* ---- the scan for values the bf16 kernels must not take ----------------------
  *
@@ -388,17 +385,31 @@ static bool scan_magnitudes(attn_ctx *ctx, const attn_attention_problem *p,
     return true;
 }
 
+/* The AMX kernels where the process may use the tiles now and they take
+ * p, else NULL. */
+static const attn_flash16_kernels *amx_kernels(const attn_ctx *ctx,
+                                               const attn_attention_problem *p) {
+    const attn_flash16_kernels *amx = ctx->ks.flash16_amx;
+    return amx && attn_ctx_amx_usable(ctx) && !amx->declines(p) ? amx : NULL;
+}
+
+/* The bf16 kernels that run p: AMX's where they take it, else vdpbf16ps'. */
+static const attn_flash16_kernels *flash16_kernels(const attn_ctx *ctx,
+                                                   const attn_attention_problem *p) {
+    const attn_flash16_kernels *amx = amx_kernels(ctx, p);
+    return amx ? amx : ctx->ks.flash16_dot;
+}
+
 /* Whether the bf16 kernels have p's features, on this CPU, and run it
  * faster than the float kernels on its widened tensors: on AMX tiles, or
- * on vdpbf16ps where that outruns the float FMA (attn_cpu_bf16_dot_pays;
+ * on vdpbf16ps where that outruns the float FMA (the kernel set's bf16_dot_pays;
  * not on Intel's cores, where it issues at half the FMA's rate) or where
  * a test asks for it (attn_sdpa16_force_dot). */
 static bool bf16_kernels_have(const attn_ctx *ctx, const attn_sdpa_config *cfg,
                               const attn_attention_problem *p) {
     return bf16_kernels_usable(ctx) && !(cfg->dropout > 0.0) && !(p->softcap > 0.0f) &&
            !p->alibi_slopes && !p->sinks && p->v_head_dim == p->head_dim && p->scale >= 0.0f &&
-           (attn_flash16_amx_takes(p, attn_ctx_amx_usable(ctx)) || attn_cpu_bf16_dot_pays() ||
-            ctx->bf16_dot_forced);
+           (amx_kernels(ctx, p) || ctx->ks.bf16_dot_pays || ctx->bf16_dot_forced);
 }
 
 /* Whether the bf16 kernels take p on these values (dout: the backward's,
@@ -417,41 +428,23 @@ static bool bf16_kernels_take(attn_ctx *ctx, const attn_sdpa_config *cfg,
     return !(raw >= limit || S * vm >= limit || D * dm * vm >= limit || S * dm >= limit);
 }
 
-/* The fused forward: on AMX tiles where they take p, else on vdpbf16ps. */
-static attn_status forward_bf16_kernels(attn_ctx *ctx, const char *fn,
-                                        const attn_attention_problem *p,
-                                        const attn_flash16_tensors *t) {
-    bool amx = attn_flash16_amx_takes(p, attn_ctx_amx_usable(ctx));
-    size_t bytes = amx ? attn_flash16_amx_forward_bytes(p, ctx->num_threads)
-                       : attn_flash16_forward_bytes(p, ctx->num_threads);
+/* The fused pass: on AMX tiles where they take p, else on vdpbf16ps. */
+static attn_status run_bf16_kernels(attn_ctx *ctx, const char *fn,
+                                    const attn_attention_problem *p,
+                                    const attn_flash16_tensors *t, bool backward) {
+    const attn_flash16_kernels *fk = flash16_kernels(ctx, p);
+    size_t bytes = backward ? fk->backward_bytes(p, ctx->num_threads)
+                            : fk->forward_bytes(p, ctx->num_threads);
     /* the ctx's scratch: a call after the first one of its size faults in
      * no fresh pages */
     void *workspace = attn_ctx_scratch(ctx, bytes);
     if (!workspace)
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
                          "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
-    if (amx)
-        attn_flash16_amx_forward(attn_ctx_workers(ctx), p, t, workspace);
+    if (backward)
+        fk->backward(attn_ctx_workers(ctx), p, t, workspace);
     else
-        attn_flash16_forward(attn_ctx_workers(ctx), p, t, workspace);
-    return ATTN_OK;
-}
-
-/* The fused backward, chosen as the forward. */
-static attn_status backward_bf16_kernels(attn_ctx *ctx, const char *fn,
-                                         const attn_attention_problem *p,
-                                         const attn_flash16_tensors *t) {
-    bool amx = attn_flash16_amx_takes(p, attn_ctx_amx_usable(ctx));
-    size_t bytes = amx ? attn_flash16_amx_backward_bytes(p, ctx->num_threads)
-                       : attn_flash16_backward_bytes(p, ctx->num_threads);
-    void *workspace = attn_ctx_scratch(ctx, bytes);
-    if (!workspace)
-        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
-                         "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
-    if (amx)
-        attn_flash16_amx_backward(attn_ctx_workers(ctx), p, t, workspace);
-    else
-        attn_flash16_backward(attn_ctx_workers(ctx), p, t, workspace);
+        fk->forward(attn_ctx_workers(ctx), p, t, workspace);
     return ATTN_OK;
 }
 #endif
@@ -463,7 +456,7 @@ const char *attn_sdpa16_kernel(const attn_ctx *ctx, const attn_sdpa_config *cfg,
 #if defined(ATTN_HAVE_X86_KERNELS)
     attn_attention_problem p = attn_sdpa_problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
     if (dtype == ATTN_DTYPE_BF16 && bf16_kernels_have(ctx, cfg, &p))
-        return attn_flash16_amx_takes(&p, attn_ctx_amx_usable(ctx)) ? "amx" : "vdpbf16ps";
+        return flash16_kernels(ctx, &p)->name;
 #else
     (void)ctx, (void)cfg, (void)dtype;
 #endif
@@ -493,7 +486,7 @@ attn_status attn_sdpa_forward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, att
 #if defined(ATTN_HAVE_X86_KERNELS)
     if (dtype == ATTN_DTYPE_BF16 && bf16_kernels_take(ctx, cfg, &p, q, k, v, NULL)) {
         attn_flash16_tensors t = {.q = q, .k = k, .v = v, .out = out, .lse = lse};
-        return forward_bf16_kernels(ctx, fn, &p, &t);
+        return run_bf16_kernels(ctx, fn, &p, &t, false);
     }
 #endif
     return forward_widened(ctx, fn, cfg, dtype, &p, q, k, v, out, lse, rng, drawn);
@@ -520,7 +513,7 @@ attn_status attn_sdpa_backward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, at
     if (dtype == ATTN_DTYPE_BF16 && bf16_kernels_take(ctx, cfg, &p, q, k, v, dout)) {
         attn_flash16_tensors t = {.q = q, .k = k, .v = v, .saved_out = out, .saved_lse = lse,
                                   .dout = dout, .dq = dq, .dk = dk, .dv = dv};
-        return backward_bf16_kernels(ctx, fn, &p, &t);
+        return run_bf16_kernels(ctx, fn, &p, &t, true);
     }
 #endif
     const void *in[5] = {q, k, v, out, dout};

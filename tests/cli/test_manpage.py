@@ -36,11 +36,13 @@ py = re.search(r'^version = "([^"]+)"', open(f"{src}/python/pyproject.toml").rea
 check(py == want, f"python/pyproject.toml version {py} vs attn.h {want}")
 for flag in ("--version", "version"):
     r = run(flag)
-    # attn version: the version, then the CPU in two lines "cpu: ..."
+    # attn version: the version, the CPU in two lines "cpu: ...", then the
+    # kernels chosen for it, "kernels: ..."
     lines = r.stdout.split("\n") if flag == "version" else [r.stdout]
     check(r.returncode == 0 and (r.stdout == f"attn {want}\n" if flag == "--version" else
-          lines[0] == f"attn {want}" and len(lines) == 4 and lines[3] == ""
-          and all(l.startswith("cpu: ") for l in lines[1:3])), f"attn {flag}: {r.stdout!r}")
+          lines[0] == f"attn {want}" and len(lines) == 5 and lines[4] == ""
+          and all(l.startswith("cpu: ") for l in lines[1:3])
+          and lines[3].startswith("kernels: ")), f"attn {flag}: {r.stdout!r}")
 
 text = open(manpage).read()
 check(f'.TH ATTN 1 "" "attn {want}"' in text, "the .TH line carries the version")

@@ -640,7 +640,7 @@ def test_help(r):
         rc, so, se = r.run(args)
         # attn version adds the CPU, two lines "cpu: ..."; --version is the one line
         first, _, cpu = so.partition("\n")
-        cpu_ok = cpu == "" if args == ["--version"] else re.fullmatch(r"(cpu: [^\n]*\n){2}", cpu)
+        cpu_ok = cpu == "" if args == ["--version"] else re.fullmatch(r"(cpu: [^\n]*\n){2}kernels: [^\n]*\n", cpu)
         check(rc == 0 and se == "" and re.fullmatch(r"attn \d+\.\d+\.\d+", first) is not None
               and bool(cpu_ok), "%s prints 'attn X.Y.Z'" % show(args), "rc=%s stdout=%r" % (rc, so))
         if want:

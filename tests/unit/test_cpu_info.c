@@ -202,18 +202,41 @@ int main(void) {
     CHECK(strcmp(info.uarch, "generic") == 0);
     (void)p;
 #endif
-    /* A ctx takes the fused kernels' Zen 4 set (kernels/flash/flash_avx512_zen4.c)
-     * from one CPUID leaf, not from attn_cpu_info_get: the same verdict, and
-     * only with AVX-512 kernels. */
+    /* A ctx's kernel set takes the fused kernels' Zen 4 set
+     * (kernels/flash/flash_avx512_zen4.c) from one CPUID leaf, not from
+     * attn_cpu_info_get: the same verdict, and only with AVX-512 kernels. */
     bool zen4 = strcmp(info.uarch, "zen4") == 0;
     CHECK(attn_cpu_is_zen4() == zen4);
     attn_ctx *ctx = NULL;
     attn_ctx_config avx512 = {.kernels = ATTN_KERNELS_AVX512};
     attn_ctx_config portable = {.kernels = ATTN_KERNELS_PORTABLE};
-    if (attn_ctx_new(&avx512, &ctx) == ATTN_OK) CHECK(ctx->zen4_kernels == zen4);
+    if (attn_ctx_new(&avx512, &ctx) == ATTN_OK)
+        CHECK((strcmp(ctx->ks.name, "avx512 (zen4)") == 0) == zen4);
     attn_ctx_free(ctx);
     ctx = NULL;
-    CHECK(attn_ctx_new(&portable, &ctx) == ATTN_OK && !ctx->zen4_kernels);
+    CHECK(attn_ctx_new(&portable, &ctx) == ATTN_OK && strcmp(ctx->ks.name, "portable") == 0);
+    /* the kernel table as attn version prints it: each kind's kernel, cut
+     * to the buffer and its whole length returned, as snprintf */
+    char text[512], cut[16];
+    size_t n = attn_ctx_describe_kernels(ctx, text, sizeof text);
+    CHECK(n == strlen(text) && strstr(text, "portable: flash portable") == text);
+    CHECK(strstr(text, "gemm sgemm_portable_4x8") && strstr(text, "gemv gemv_portable"));
+    CHECK(attn_ctx_describe_kernels(ctx, cut, sizeof cut) == n && strlen(cut) == sizeof cut - 1);
+    CHECK(attn_ctx_describe_kernels(ctx, NULL, 0) == n);
+    attn_ctx_free(ctx);
+    ctx = NULL;
+    attn_ctx_config reference = {.kernels = ATTN_KERNELS_REFERENCE};
+    CHECK(attn_ctx_new(&reference, &ctx) == ATTN_OK);
+    attn_ctx_describe_kernels(ctx, text, sizeof text);
+    CHECK(strstr(text, "reference: flash reference") == text && !strstr(text, "portable"));
+    attn_ctx_free(ctx);
+    ctx = NULL;
+    if (attn_ctx_new(&avx512, &ctx) == ATTN_OK) {
+        attn_ctx_describe_kernels(ctx, text, sizeof text);
+        CHECK(strstr(text, zen4 ? "flash avx512-zen4" : "flash avx512,") != NULL);
+        /* the fused bf16 attention where the CPU has vdpbf16ps */
+        CHECK((strstr(text, "flash16 vdpbf16ps") != NULL) == (info.avx512_bf16 != 0));
+    }
     attn_ctx_free(ctx);
     /* the caches the OS reports for cpu0, where it does */
     size_t l1 = sysfs_cache(1), l2 = sysfs_cache(2), l3 = sysfs_cache(3);

@@ -44,6 +44,7 @@
 #include "attn.h"
 #include "check.h"
 #include "cpu_info.h"
+#include "kernels/kernel_set.h"
 #include "internal.h"
 #include "kernels/gemm/gemm16.h"
 
@@ -252,6 +253,28 @@ static size_t small_size(uint64_t *s) {
 
 /* One case through the public API on ctxs (same kernels; 1, 2, 3
  * threads): the first checked fully, the others bitwise against it. */
+/* The 16-bit GEMM a call of dtype takes on isa's kernel set now
+ * (kernels/kernel_set.h), NULL for the reference set. */
+static const attn_gemm16_kernel *gemm16_of(attn_kernels isa, attn_dtype dtype) {
+    attn_kernel_set set;
+    attn_kernel_set_fill(isa, &set);
+    return attn_kernel_set_gemm16(&set, dtype, attn_cpu_amx_bf16_usable());
+}
+
+/* isa's bf16 kernels on vdpbf16ps and AMX tiles, whether they pay or not
+ * (NULL where the CPU lacks them). */
+static const attn_gemm16_kernel *bgemm_dot_of(attn_kernels isa) {
+    attn_kernel_set set;
+    attn_kernel_set_fill(isa, &set);
+    return set.bgemm_dot;
+}
+
+static const attn_gemm16_kernel *bgemm_amx_usable(void) {
+    attn_kernel_set set;
+    attn_kernel_set_fill(ATTN_KERNELS_AVX512, &set);
+    return attn_cpu_amx_bf16_usable() ? set.bgemm_amx : NULL;
+}
+
 static double run_case(attn_ctx *const ctxs[3], const case16 *g, uint64_t *s) {
     operands o = {0};
     float *c = NULL, *c_more = NULL;
@@ -264,8 +287,7 @@ static double run_case(attn_ctx *const ctxs[3], const case16 *g, uint64_t *s) {
         goto done;
     }
     attn_kernels kernels = attn_ctx_kernels(ctxs[0]);
-    const attn_gemm16_kernel *uk =
-        attn_gemm16_kernel_for(kernels, g->dtype, attn_cpu_amx_bf16_usable());
+    const attn_gemm16_kernel *uk = gemm16_of(kernels, g->dtype);
     memcpy(c, o.c0, nc * sizeof *c);
     CHECK_STATUS(attn_gemm_16(ctxs[0], g->dtype, g->ta, g->tb, g->m, g->n, g->k, g->alpha, o.a,
                               g->lda, o.b, g->ldb, g->beta, c, g->ldc),
@@ -296,8 +318,7 @@ static void kernel_set(attn_kernels kernels, attn_dtype dtype, uint64_t *s) {
         CHECK_STATUS(attn_ctx_new(&cfg, &ctxs[t]), ATTN_OK);
         if (!ctxs[t]) return;
     }
-    const attn_gemm16_kernel *uk =
-        attn_gemm16_kernel_for(kernels, dtype, attn_cpu_amx_bf16_usable());
+    const attn_gemm16_kernel *uk = gemm16_of(kernels, dtype);
     double worst = 0.0;
     size_t cases = 0;
     for (int ta = 0; ta < 2; ta++)
@@ -427,25 +448,24 @@ int main(int argc, char **argv) {
                                         ATTN_KERNELS_AVX2, ATTN_KERNELS_AVX512};
     static const attn_dtype dtypes[] = {ATTN_DTYPE_BF16, ATTN_DTYPE_F16};
     /* AMX runs only once the process has the permission, then always */
-    const attn_gemm16_kernel *avx512_bf16 =
-        attn_gemm16_kernel_for(ATTN_KERNELS_AVX512, ATTN_DTYPE_BF16, attn_cpu_amx_bf16_usable());
-    bool amx_before = attn_gemm16_bf16_amx_kernel() != NULL;
+    const attn_gemm16_kernel *avx512_bf16 = attn_kernels_supported(ATTN_KERNELS_AVX512)
+                                                ? gemm16_of(ATTN_KERNELS_AVX512, ATTN_DTYPE_BF16)
+                                                : NULL;
+    bool amx_before = bgemm_amx_usable() != NULL;
     if (avx512_bf16) CHECK(amx_before == (strcmp(avx512_bf16->name, "bgemm_amx_32x32") == 0));
     request_amx();
-    const attn_gemm16_kernel *amx = attn_gemm16_bf16_amx_kernel();
-    if (amx)
-        CHECK(attn_gemm16_kernel_for(ATTN_KERNELS_AVX512, ATTN_DTYPE_BF16,
-                                     attn_cpu_amx_bf16_usable()) == amx);
+    const attn_gemm16_kernel *amx = bgemm_amx_usable();
+    if (amx) CHECK(gemm16_of(ATTN_KERNELS_AVX512, ATTN_DTYPE_BF16) == amx);
     printf("AMX: %s\n", amx ? (amx_before ? "usable" : "usable once asked for")
                             : "not on this CPU (or refused)");
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++)
         if (attn_kernels_supported(sets[i]))
             for (size_t d = 0; d < 2; d++) kernel_set(sets[i], dtypes[d], &s);
-    direct_kernel(attn_gemm16_bf16_dot_kernel(), "vdpbf16ps, wherever the CPU has it", &s);
-    if (attn_kernels_supported(ATTN_KERNELS_AVX512))
-        direct_kernel(attn_gemm16_kernel_for(ATTN_KERNELS_AVX512, ATTN_DTYPE_F16,
-                                             attn_cpu_amx_bf16_usable()),
+    if (attn_kernels_supported(ATTN_KERNELS_AVX512)) {
+        direct_kernel(bgemm_dot_of(ATTN_KERNELS_AVX512), "vdpbf16ps, wherever the CPU has it", &s);
+        direct_kernel(gemm16_of(ATTN_KERNELS_AVX512, ATTN_DTYPE_F16),
                       "widened, as where vdpbf16ps does not pay", &s);
+    }
     errors();
     return check_summary();
 }

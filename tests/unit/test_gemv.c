@@ -23,6 +23,7 @@
 #include "internal.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemv/gemv.h"
+#include "kernels/kernel_set.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -177,6 +178,14 @@ static int time_one(size_t in, size_t out, size_t threads) {
     return 0;
 }
 
+/* The matrix-vector kernel of isa's kernel set (kernels/kernel_set.h),
+ * NULL for the reference set. */
+static const attn_gemv_kernel *gemv_of(attn_kernels isa) {
+    attn_kernel_set set;
+    attn_kernel_set_fill(isa, &set);
+    return set.gemv;
+}
+
 int main(int argc, char **argv) {
     if (argc == 5 && strcmp(argv[1], "--time") == 0)
         return time_one(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10),
@@ -188,8 +197,10 @@ int main(int argc, char **argv) {
     const size_t ins[] = {1, 7, 8, 9, 15, 16, 17, 33, 100, 768};
     const size_t outs[] = {1, 3, 4, 5, 9, 64, 131};
     for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
-        const attn_gemv_kernel *k = attn_gemv_kernel_for(sets[s]);
-        if (!k || !attn_kernels_supported(sets[s])) continue;
+        if (!attn_kernels_supported(sets[s])) continue;
+        const attn_gemv_kernel *k = gemv_of(sets[s]);
+        CHECK(k != NULL && k->isa == sets[s]);
+        if (!k) continue;
         for (size_t rows = 1; rows <= ATTN_GEMV_MAX_ROWS; rows++)
             for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
                 for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++)
@@ -201,7 +212,7 @@ int main(int argc, char **argv) {
         check_parts(sets[s], ATTN_GEMV_MAX_ROWS + 1, 64);
     }
     check_dispatch(ATTN_KERNELS_REFERENCE, 2, 300, 1001);
-    CHECK(attn_gemv_kernel_for(ATTN_KERNELS_REFERENCE) == NULL);
+    CHECK(gemv_of(ATTN_KERNELS_REFERENCE) == NULL);
     printf("%d passed, %d failed\n", check_passed, check_failed);
     return check_failed ? 1 : 0;
 }

@@ -71,17 +71,34 @@ void attn_flash16_backward(attn_workers w, const attn_attention_problem *p,
 uint16_t attn_flash16_max_magnitude(const uint16_t *x, size_t rows, size_t stride, size_t width);
 
 /* The passes on AMX tiles (flash16_amx.c), the same contract: where the
- * process may use the tiles (tiles: the CPU has amx_bf16, the OS saves the
- * tile state and Linux gave the permission, which the application asks
- * for: attn_cpu_request_amx; attn_ctx_amx_usable) and head_dim is a
- * multiple of 32. Ask only where attn_flash16 runs (AVX-512 BF16): that
- * file is compiled for AMX and AVX-512. */
-bool attn_flash16_amx_takes(const attn_attention_problem *p, bool tiles);
+ * process may use the tiles (the CPU has amx_bf16, the OS saves the tile
+ * state and Linux gave the permission, which the application asks for:
+ * attn_cpu_request_amx; attn_ctx_amx_usable) and head_dim is a multiple
+ * of 32. Only where attn_flash16 runs (AVX-512 BF16): that file is
+ * compiled for AMX and AVX-512. */
 size_t attn_flash16_amx_forward_bytes(const attn_attention_problem *p, size_t threads);
 size_t attn_flash16_amx_backward_bytes(const attn_attention_problem *p, size_t threads);
 void attn_flash16_amx_forward(attn_workers w, const attn_attention_problem *p,
                               const attn_flash16_tensors *t, void *workspace);
 void attn_flash16_amx_backward(attn_workers w, const attn_attention_problem *p,
                                const attn_flash16_tensors *t, void *workspace);
+
+/* One kind of fused bf16 attention, as the ctx's kernel set holds it
+ * (flash16_dot: vdpbf16ps; flash16_amx: AMX tiles, where the process may
+ * use them, asked per call: attn_ctx_amx_usable). */
+typedef struct attn_flash16_kernels {
+    const char *name; /* "vdpbf16ps", "amx" */
+    /* NULL when it runs p (within the bf16 path's features), else why not */
+    const char *(*declines)(const attn_attention_problem *p);
+    size_t (*forward_bytes)(const attn_attention_problem *p, size_t threads);
+    size_t (*backward_bytes)(const attn_attention_problem *p, size_t threads);
+    void (*forward)(attn_workers w, const attn_attention_problem *p,
+                    const attn_flash16_tensors *t, void *workspace);
+    void (*backward)(attn_workers w, const attn_attention_problem *p,
+                     const attn_flash16_tensors *t, void *workspace);
+} attn_flash16_kernels;
+
+extern const attn_flash16_kernels attn_flash16_dot_kernels; /* flash16_avx512bf16.c */
+extern const attn_flash16_kernels attn_flash16_amx_kernels; /* flash16_amx.c */
 
 #endif /* ATTN_FLASH16_H */

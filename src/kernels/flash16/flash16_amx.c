@@ -22,8 +22,8 @@
  * The tiles need the process's permission from Linux (ARCH_REQ_XCOMP_PERM,
  * which the application asks for with attn_cpu_request_amx;
  * attn_cpu_amx_bf16_usable only reads it): call these only where
- * attn_flash16_amx_takes(). Each item loads the tile configuration and
- * releases the tiles, so no state outlives it.
+ * attn_ctx_amx_usable says so and amx_declines does not. Each item loads
+ * the tile configuration and releases the tiles, so no state outlives it.
  * Compiled with -mavx512f -mavx512bw -mavx512bf16 -mamx-tile -mamx-bf16.
  */
 #include <immintrin.h>
@@ -116,8 +116,8 @@ static size_t query_blocks(const amx_shape *f) {
     return mul_or_max(mul_or_max(f->p->batch, f->p->q_heads), f->q_blocks);
 }
 
-bool attn_flash16_amx_takes(const attn_attention_problem *p, bool tiles) {
-    return p->head_dim % KU == 0 && tiles;
+static const char *amx_declines(const attn_attention_problem *p) {
+    return p->head_dim % KU == 0 ? NULL : "head_dim is not a multiple of 32 (AMX's step)";
 }
 
 /* ---- packing (once per call, O((T + S) D)) ---------------------------------- */
@@ -881,3 +881,12 @@ void attn_flash16_amx_backward(attn_workers w, const attn_attention_problem *p,
     attn_pool_dynamic(w.pool, w.threads, queries, backward_queries, &job);
     attn_pool_dynamic(w.pool, w.threads, keys, backward_keys, &job);
 }
+
+const attn_flash16_kernels attn_flash16_amx_kernels = {
+    .name = "amx",
+    .declines = amx_declines,
+    .forward_bytes = attn_flash16_amx_forward_bytes,
+    .backward_bytes = attn_flash16_amx_backward_bytes,
+    .forward = attn_flash16_amx_forward,
+    .backward = attn_flash16_amx_backward,
+};

@@ -656,3 +656,12 @@ uint16_t attn_flash16_max_magnitude(const uint16_t *x, size_t rows, size_t strid
     for (int i = 0; i < 32; i++) largest = lanes[i] > largest ? lanes[i] : largest;
     return largest;
 }
+
+const attn_flash16_kernels attn_flash16_dot_kernels = {
+    .name = "vdpbf16ps",
+    .declines = NULL,
+    .forward_bytes = attn_flash16_forward_bytes,
+    .backward_bytes = attn_flash16_backward_bytes,
+    .forward = attn_flash16_forward,
+    .backward = attn_flash16_backward,
+};

@@ -80,9 +80,12 @@ typedef struct attn_gemm_kernel {
     attn_sgemm_pack_fn *pack_a, *pack_b;
 } attn_gemm_kernel;
 
-/* The kernel set of kernels (PORTABLE, AVX2, AVX512), or NULL (REFERENCE,
- * AUTO, or an instruction set this build lacks). Does not check the CPU. */
-const attn_gemm_kernel *attn_gemm_kernel_for(attn_kernels kernels);
+/* The kernel sets (gemm_config.c); a ctx's is in its kernel set
+ * (kernels/kernel_set.c). The AVX2 and AVX-512 ones exist in x86 builds. */
+extern const attn_gemm_kernel attn_sgemm_kernel_portable;
+#if defined(ATTN_HAVE_X86_KERNELS)
+extern const attn_gemm_kernel attn_sgemm_kernel_avx2, attn_sgemm_kernel_avx512;
+#endif
 
 /* The threads (parts) a call of these sizes runs on: at most threads, and
  * fewer when the work would not pay for starting them. */

@@ -63,20 +63,15 @@ typedef struct attn_gemm16_kernel {
     attn_gemm16_pack_fn *pack_a, *pack_b;
 } attn_gemm16_kernel;
 
-/* The fast kernel set for dtype on kernels (PORTABLE, AVX2, AVX512): on
- * AVX512 for bf16, the AMX one where tiles (the process may use AMX now:
- * attn_ctx_amx_usable), else the vdpbf16ps one where the CPU runs it
- * faster than the widened float kernel (gemm16_config.c); NULL for
- * REFERENCE (and AUTO). */
-const attn_gemm16_kernel *attn_gemm16_kernel_for(attn_kernels kernels, attn_dtype dtype,
-                                                 bool tiles);
-
-/* The vdpbf16ps kernel set (bf16 only) wherever the CPU can run it, fast or
- * not (for the tests and benchmarks); NULL elsewhere. */
-const attn_gemm16_kernel *attn_gemm16_bf16_dot_kernel(void);
-/* The AMX kernel set (bf16 only) where this process may use AMX now;
- * NULL elsewhere. */
-const attn_gemm16_kernel *attn_gemm16_bf16_amx_kernel(void);
+/* The kernel sets (gemm16_config.c): widened panels of each instruction
+ * set, and for bf16 alone vdpbf16ps (AVX-512 BF16) and AMX tiles. The x86
+ * ones exist in x86 builds; which a call takes is the ctx's kernel set's
+ * (kernels/kernel_set.h). */
+extern const attn_gemm16_kernel attn_gemm16_kernel_widened_portable;
+#if defined(ATTN_HAVE_X86_KERNELS)
+extern const attn_gemm16_kernel attn_gemm16_kernel_widened_avx2,
+    attn_gemm16_kernel_widened_avx512, attn_bgemm_kernel_avx512bf16, attn_bgemm_kernel_amx;
+#endif
 
 /* Bytes of workspace attn_gemm16_run needs (64-byte aligned), 0 on
  * overflow. */

@@ -1,17 +1,15 @@
 /*
- * gemm16_config.c — the 16-bit kernel sets (gemm16.h) and which one a call
- * takes. For bf16 where the ctx runs AVX-512: AMX tiles where the process
- * may use them (the application asked Linux for them), else vdpbf16ps
- * where the CPU has it at a rate that pays (below); otherwise, and for
- * f16, the SGEMM's kernel set of the ctx's instruction set on widened
- * panels, with the SGEMM's blocks (gemm_config.c) counted in elements of k.
+ * gemm16_config.c — the 16-bit kernel sets (gemm16.h): the SGEMM's kernel
+ * of each instruction set on widened panels, with the SGEMM's blocks
+ * (gemm_config.c) counted in elements of k, and the bf16 ones on
+ * vdpbf16ps and AMX tiles. Which one a call takes is the ctx's kernel
+ * set's (kernels/kernel_set.c: attn_kernel_set_gemm16).
  *
  * The bf16 blocks hold half the bytes of the float ones at the same kc:
  * at kc = 384 (192 pairs) the 14-row A micro-panel is 10.5 KiB, each
  * 32-column B micro-panel 24 KiB (L1d), and a B block of nc = 1024 columns
  * 768 KiB (L2).
  */
-#include "cpu_info.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm16.h"
 
@@ -23,7 +21,7 @@ static void widened_portable(size_t steps, const void *a, const void *b, float *
     attn_sgemm_portable_4x8(steps, a, b, c, ldc, alpha, beta, NULL);
 }
 
-static const attn_gemm16_kernel widened_portable_kernel = {
+const attn_gemm16_kernel attn_gemm16_kernel_widened_portable = {
     .name = "gemm16_widened_portable_4x8", .isa = ATTN_KERNELS_PORTABLE,
     .mr = 4, .nr = 8, .mc = 1024, .kc = 256, .nc = 512, .shared_max = SHARED_MAX,
     .k_unit = 1, .packed_bytes = sizeof(float), .micro = widened_portable,
@@ -41,21 +39,21 @@ static void widened_avx512(size_t steps, const void *a, const void *b, float *c,
     attn_sgemm_avx512_14x32(steps, a, b, c, ldc, alpha, beta, NULL);
 }
 
-static const attn_gemm16_kernel widened_avx2_kernel = {
+const attn_gemm16_kernel attn_gemm16_kernel_widened_avx2 = {
     .name = "gemm16_widened_avx2_6x16", .isa = ATTN_KERNELS_AVX2,
     .mr = 6, .nr = 16, .mc = 1020, .kc = 384, .nc = 512, .shared_max = SHARED_MAX,
     .k_unit = 1, .packed_bytes = sizeof(float), .micro = widened_avx2,
     .pack_a = attn_gemm16_widen_6_pack_a, .pack_b = attn_gemm16_widen_16_pack_b,
 };
 
-static const attn_gemm16_kernel widened_avx512_kernel = {
+const attn_gemm16_kernel attn_gemm16_kernel_widened_avx512 = {
     .name = "gemm16_widened_avx512_14x32", .isa = ATTN_KERNELS_AVX512,
     .mr = 14, .nr = 32, .mc = 1008, .kc = 384, .nc = 512, .shared_max = SHARED_MAX,
     .k_unit = 1, .packed_bytes = sizeof(float), .micro = widened_avx512,
     .pack_a = attn_gemm16_widen_avx512_14_pack_a, .pack_b = attn_gemm16_widen_avx512_32_pack_b,
 };
 
-static const attn_gemm16_kernel bf16_avx512_kernel = {
+const attn_gemm16_kernel attn_bgemm_kernel_avx512bf16 = {
     .name = "bgemm_avx512bf16_14x32", .isa = ATTN_KERNELS_AVX512, .bf16_only = true,
     .mr = 14, .nr = 32, .mc = 1008, .kc = 384, .nc = 1024, .shared_max = SHARED_MAX,
     .k_unit = 2, .packed_bytes = sizeof(uint16_t), .micro = attn_bgemm_avx512bf16_14x32,
@@ -67,62 +65,10 @@ static const attn_gemm16_kernel bf16_avx512_kernel = {
  * Sapphire Rapids-class Xeon, 1 thread, kc 256 / 512 / 1024 / 2048 gave
  * 500 / 597 / 573 / 554 GFLOP/s at 2048^3 and 506 / 535 / 673 / 640 on
  * GPT-2's c_attn (1024 x 2304 x 768): one C pass per 768-deep projection. */
-static const attn_gemm16_kernel bf16_amx_kernel = {
+const attn_gemm16_kernel attn_bgemm_kernel_amx = {
     .name = "bgemm_amx_32x32", .isa = ATTN_KERNELS_AVX512, .bf16_only = true,
     .mr = 32, .nr = 32, .mc = 1024, .kc = 1024, .nc = 1024, .shared_max = SHARED_MAX,
     .k_unit = 32, .packed_bytes = sizeof(uint16_t), .micro = attn_bgemm_amx_32x32,
     .pack_a = attn_bgemm_amx_32x32_pack_a, .pack_b = attn_bgemm_amx_32x32_pack_b,
 };
-
-/* The bf16 kernel needs vdpbf16ps and the 16-bit shuffles of AVX-512BW. */
-static bool cpu_has_avx512_bf16(void) {
-    return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
-}
-
-/* AMX (tiles: the process may use them) also packs B with the vdpbf16ps
- * kernel's AVX-512BW code. */
-static bool amx_usable(bool tiles) {
-    return tiles && cpu_has_avx512_bf16() && attn_kernels_supported(ATTN_KERNELS_AVX512);
-}
 #endif
-
-const attn_gemm16_kernel *attn_gemm16_bf16_amx_kernel(void) {
-#if defined(ATTN_HAVE_X86_KERNELS)
-    return amx_usable(attn_cpu_amx_bf16_usable()) ? &bf16_amx_kernel : NULL;
-#else
-    return NULL;
-#endif
-}
-
-const attn_gemm16_kernel *attn_gemm16_bf16_dot_kernel(void) {
-#if defined(ATTN_HAVE_X86_KERNELS)
-    return cpu_has_avx512_bf16() && attn_kernels_supported(ATTN_KERNELS_AVX512)
-               ? &bf16_avx512_kernel : NULL;
-#else
-    return NULL;
-#endif
-}
-
-const attn_gemm16_kernel *attn_gemm16_kernel_for(attn_kernels kernels, attn_dtype dtype,
-                                                 bool tiles) {
-    switch (kernels) {
-    case ATTN_KERNELS_PORTABLE: return &widened_portable_kernel;
-#if defined(ATTN_HAVE_X86_KERNELS)
-    case ATTN_KERNELS_AVX2: return &widened_avx2_kernel;
-    case ATTN_KERNELS_AVX512:
-        if (dtype != ATTN_DTYPE_BF16) return &widened_avx512_kernel;
-        return amx_usable(tiles)             ? &bf16_amx_kernel
-               : attn_cpu_bf16_dot_pays() ? &bf16_avx512_kernel
-                                          : &widened_avx512_kernel;
-#else
-    case ATTN_KERNELS_AVX2:
-    case ATTN_KERNELS_AVX512:
-        return NULL;
-#endif
-    case ATTN_KERNELS_AUTO:
-    case ATTN_KERNELS_REFERENCE:
-        return NULL;
-    }
-    (void)dtype, (void)tiles;
-    return NULL;
-}

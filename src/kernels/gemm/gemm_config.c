@@ -20,7 +20,7 @@
  * bounded however large k is (see gemm.c). */
 #define SHARED_MAX ((size_t)1 << 22)
 
-static const attn_gemm_kernel portable_kernel = {
+const attn_gemm_kernel attn_sgemm_kernel_portable = {
     .name = "sgemm_portable_4x8", .isa = ATTN_KERNELS_PORTABLE,
     .mr = 4, .nr = 8, .mc = 1024, .kc = 256, .nc = 512, .shared_max = SHARED_MAX,
     .micro = attn_sgemm_portable_4x8,
@@ -28,35 +28,17 @@ static const attn_gemm_kernel portable_kernel = {
 };
 
 #if defined(ATTN_HAVE_X86_KERNELS)
-static const attn_gemm_kernel avx2_kernel = {
+const attn_gemm_kernel attn_sgemm_kernel_avx2 = {
     .name = "sgemm_avx2_6x16", .isa = ATTN_KERNELS_AVX2,
     .mr = 6, .nr = 16, .mc = 1020, .kc = 384, .nc = 512, .shared_max = SHARED_MAX,
     .micro = attn_sgemm_avx2_6x16,
     .pack_a = attn_sgemm_avx2_6x16_pack_a, .pack_b = attn_sgemm_avx2_6x16_pack_b,
 };
 
-static const attn_gemm_kernel avx512_kernel = {
+const attn_gemm_kernel attn_sgemm_kernel_avx512 = {
     .name = "sgemm_avx512_14x32", .isa = ATTN_KERNELS_AVX512,
     .mr = 14, .nr = 32, .mc = 1008, .kc = 384, .nc = 512, .shared_max = SHARED_MAX,
     .micro = attn_sgemm_avx512_14x32,
     .pack_a = attn_sgemm_avx512_14x32_pack_a, .pack_b = attn_sgemm_avx512_14x32_pack_b,
 };
 #endif
-
-const attn_gemm_kernel *attn_gemm_kernel_for(attn_kernels kernels) {
-    switch (kernels) {
-    case ATTN_KERNELS_PORTABLE: return &portable_kernel;
-#if defined(ATTN_HAVE_X86_KERNELS)
-    case ATTN_KERNELS_AVX2: return &avx2_kernel;
-    case ATTN_KERNELS_AVX512: return &avx512_kernel;
-#else
-    case ATTN_KERNELS_AVX2:
-    case ATTN_KERNELS_AVX512:
-        return NULL;
-#endif
-    case ATTN_KERNELS_AUTO:
-    case ATTN_KERNELS_REFERENCE:
-        return NULL;
-    }
-    return NULL;
-}

@@ -31,9 +31,12 @@ typedef struct attn_gemv_kernel {
     attn_gemv_fn *run;
 } attn_gemv_kernel;
 
-/* The kernel of kernels (PORTABLE, AVX2, AVX512), or NULL (REFERENCE, AUTO,
- * or an instruction set this build lacks). Does not check the CPU. */
-const attn_gemv_kernel *attn_gemv_kernel_for(attn_kernels kernels);
+/* The kernels (gemv_portable.c); a ctx's is in its kernel set
+ * (kernels/kernel_set.c). The AVX2 and AVX-512 ones exist in x86 builds. */
+extern const attn_gemv_kernel attn_gemv_kernel_portable;
+#if defined(ATTN_HAVE_X86_KERNELS)
+extern const attn_gemv_kernel attn_gemv_kernel_avx2, attn_gemv_kernel_avx512;
+#endif
 
 attn_gemv_fn attn_gemv_portable, attn_gemv_avx2, attn_gemv_avx512;
 

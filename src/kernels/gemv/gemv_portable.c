@@ -45,28 +45,10 @@ void attn_gemv_portable(size_t rows, size_t in, const float *x, const float *w, 
     }
 }
 
-static const attn_gemv_kernel portable_kernel = {"gemv_portable", ATTN_KERNELS_PORTABLE,
-                                                 attn_gemv_portable};
+const attn_gemv_kernel attn_gemv_kernel_portable = {"gemv_portable", ATTN_KERNELS_PORTABLE,
+                                                    attn_gemv_portable};
 #if defined(ATTN_HAVE_X86_KERNELS)
-static const attn_gemv_kernel avx2_kernel = {"gemv_avx2", ATTN_KERNELS_AVX2, attn_gemv_avx2};
-static const attn_gemv_kernel avx512_kernel = {"gemv_avx512", ATTN_KERNELS_AVX512,
-                                               attn_gemv_avx512};
+const attn_gemv_kernel attn_gemv_kernel_avx2 = {"gemv_avx2", ATTN_KERNELS_AVX2, attn_gemv_avx2};
+const attn_gemv_kernel attn_gemv_kernel_avx512 = {"gemv_avx512", ATTN_KERNELS_AVX512,
+                                                  attn_gemv_avx512};
 #endif
-
-const attn_gemv_kernel *attn_gemv_kernel_for(attn_kernels kernels) {
-    switch (kernels) {
-    case ATTN_KERNELS_PORTABLE: return &portable_kernel;
-#if defined(ATTN_HAVE_X86_KERNELS)
-    case ATTN_KERNELS_AVX2: return &avx2_kernel;
-    case ATTN_KERNELS_AVX512: return &avx512_kernel;
-#else
-    case ATTN_KERNELS_AVX2:
-    case ATTN_KERNELS_AVX512:
-        return NULL;
-#endif
-    case ATTN_KERNELS_AUTO:
-    case ATTN_KERNELS_REFERENCE:
-        return NULL;
-    }
-    return NULL;
-}
