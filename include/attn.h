@@ -48,6 +48,45 @@ extern "C" {
 /* The version of the library linked in, e.g. "0.1.0". */
 const char *attn_version(void);
 
+/*
+ * The ABI: the layout of every struct below and the signature of every
+ * function. While the version is 0.x any minor release may change it, so the
+ * ABI version is the minor version, and the shared library's SONAME carries
+ * it (libattn.so.0.4): a program linked against another 0.x minor fails to
+ * load instead of handing the library structs of the wrong size. A program
+ * that loads the library by path (dlopen, ctypes), which the SONAME does not
+ * guard, compares attn_abi_version() with the ATTN_ABI_VERSION it was built
+ * with. docs/abi.md gives the whole policy.
+ */
+#define ATTN_ABI_VERSION 4
+
+/* The ATTN_ABI_VERSION the library linked in was built with. */
+int attn_abi_version(void);
+
+/* A field of a public struct: its name, offsetof and sizeof (an array's
+ * whole size). */
+typedef struct attn_abi_field {
+    const char *name;
+    size_t offset, size;
+} attn_abi_field;
+
+/* A public struct as the library was compiled: its name, sizeof, and its
+ * fields in the order this header declares them. */
+typedef struct attn_abi_struct {
+    const char *name;
+    size_t size;
+    size_t num_fields;
+    const attn_abi_field *fields;
+} attn_abi_struct;
+
+/*
+ * Every struct this header defines (these two included), in the order it
+ * defines them; *count (when count is not NULL) receives how many. The table
+ * is static, never freed. Bindings that mirror the structs check their
+ * copies against it: the Python package's tests do.
+ */
+const attn_abi_struct *attn_abi_layout(size_t *count);
+
 /* ------------------------------------------------------------------------ */
 /* Status and context                                                        */
 /* ------------------------------------------------------------------------ */

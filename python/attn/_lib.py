@@ -4,12 +4,19 @@ The library is looked for, in order:
   1. the path in the ATTN_LIBRARY environment variable;
   2. libattn.so bundled in this package (what `pip install ./python` builds);
   3. the system's libattn (ctypes.util.find_library, after `cmake --install`).
+The first whose attn_abi_version() is ABI_VERSION is used: the structures
+below mirror attn.h of that ABI, and a library of another ABI would read
+them wrongly (docs/abi.md), so it is passed over, and named in the
+ImportError when no library fits.
 """
 import ctypes
 import ctypes.util
 import os
 from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_float, c_int, c_size_t,
                     c_uint64, c_void_p)
+
+# attn.h's ATTN_ABI_VERSION that the structures below mirror.
+ABI_VERSION = 4
 
 F32P = POINTER(c_float)
 MAX_DIMS = 8  # ATTN_SAFETENSORS_MAX_DIMS
@@ -55,7 +62,9 @@ class CausalConfig(Structure):
                 ("mask", c_int)]
 
 
-class HeadsConfig(Structure):  # attn_mha_wrapper_config and attn_mha_config
+class HeadsConfig(Structure):
+    # the C structs it mirrors (tests/python/test_abi.py checks each)
+    _c_structs_ = ("attn_mha_wrapper_config", "attn_mha_config")
     _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("context_length", c_size_t),
                 ("num_heads", c_size_t), ("dropout", c_double), ("qkv_bias", c_bool),
                 ("scale", c_double), ("mask", c_int)]
@@ -113,23 +122,53 @@ def _candidates():
         yield found
 
 
+def abi_mismatch(handle):
+    """Why the loaded library handle does not fit this package, or None if it does."""
+    abi_fn = getattr(handle, "attn_abi_version", None)
+    version_fn = getattr(handle, "attn_version", None)
+    version = "unknown"
+    if version_fn is not None:
+        version_fn.restype = c_char_p
+        version_fn.argtypes = []
+        version = (version_fn() or b"").decode(errors="replace")
+    if abi_fn is None:
+        if version_fn is None:
+            return "it is not libattn (no attn_version)"
+        return (f"libattn {version} has no attn_abi_version (libattn before 0.4); "
+                f"this package needs ABI {ABI_VERSION}")
+    abi_fn.restype = c_int
+    abi_fn.argtypes = []
+    abi = abi_fn()
+    if abi != ABI_VERSION:
+        return (f"libattn {version} has ABI version {abi}; this package needs ABI "
+                f"{ABI_VERSION} (libattn 0.{ABI_VERSION}.x), whose structures it mirrors")
+    return None
+
+
 def _load():
     tried = []
     for path in _candidates():
         try:
-            return ctypes.CDLL(path), path
+            handle = ctypes.CDLL(path)
         except OSError as err:
             tried.append(f"{path}: {err}")
+            continue
+        why = abi_mismatch(handle)
+        if why is None:
+            return handle, path
+        tried.append(f"{path}: {why}")
     raise ImportError(
-        "attn: cannot find libattn. Build it with `pip install ./python` from the attn "
-        "repository, install it with `cmake --install build`, or set ATTN_LIBRARY to the "
-        "path of libattn.so" + ("; tried " + "; ".join(tried) if tried else ""))
+        "attn: cannot find a libattn of ABI version %d. Build it with `pip install ./python` "
+        "from the attn repository, install it with `cmake --install build`, or set "
+        "ATTN_LIBRARY to the path of libattn.so" % ABI_VERSION
+        + ("; tried " + "; ".join(tried) if tried else ""))
 
 
 lib, path = _load()
 
 _SIGNATURES = {
     "attn_version": (c_char_p,),
+    "attn_abi_version": (c_int,),
     "attn_status_name": (c_char_p, c_int),
     "attn_ctx_new": (c_int, POINTER(CtxConfig), POINTER(c_void_p)),
     "attn_ctx_free": (None, c_void_p),

@@ -43,7 +43,8 @@ class LmConfig(Structure):  # attn_lm_config
                 ("rope_original_context_length", c_size_t)]
 
 
-class ForwardArgs(Structure):  # attn_lm_forward_args
+class ForwardArgs(Structure):
+    _c_structs_ = ("attn_lm_forward_args",)  # what tests/python/test_abi.py checks it against
     _fields_ = [("cache", c_void_p), ("tokens", I32P), ("batch", c_size_t), ("lens", SIZEP),
                 ("tokens_per_seq", c_size_t), ("last_only", c_bool), ("logits", F32P)]
 

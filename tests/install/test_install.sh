@@ -33,12 +33,27 @@ LD_LIBRARY_PATH="$libdir" "$work/pc_shared" | grep -q "^attn .* ok$" \
   || { echo "FAIL: pkg-config consumer"; exit 1; }
 echo "pkg-config: ok (prefix $got_prefix)"
 
-# find_package(attn) from the same prefix.
+# find_package(attn MAJOR.MINOR) from the same prefix, the installed header's
+# version; while 0.x, asking for another minor finds no package (docs/abi.md).
+header=$(find "$prefix" -name attn.h)
+major=$(sed -n 's/^#define ATTN_VERSION_MAJOR \([0-9]*\)$/\1/p' "$header")
+minor=$(sed -n 's/^#define ATTN_VERSION_MINOR \([0-9]*\)$/\1/p' "$header")
+[ -n "$major" ] && [ -n "$minor" ] || { echo "FAIL: no version in $header"; exit 1; }
 cmake -S "$consumer" -B "$work/build" -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_BUILD_TYPE=Release \
-  >/dev/null
+  -DATTN_WANTED_VERSION="$major.$minor" >/dev/null
+if [ "$major" = 0 ]; then
+  if cmake -S "$consumer" -B "$work/build-other" -DCMAKE_PREFIX_PATH="$prefix" \
+      -DATTN_WANTED_VERSION="0.$((minor + 1))" >"$work/other.log" 2>&1; then
+    echo "FAIL: find_package(attn 0.$((minor + 1))) accepted attn $major.$minor"
+    exit 1
+  fi
+  grep -q "attnConfig.cmake, version: $major.$minor" "$work/other.log" \
+    || { echo "FAIL: find_package(attn 0.$((minor + 1))) failed for another reason:";
+         cat "$work/other.log"; exit 1; }
+fi
 cmake --build "$work/build" >/dev/null
 "$work/build/consumer_static" | grep -q "^attn .* ok$" \
   || { echo "FAIL: find_package consumer (attn::attn_static)"; exit 1; }
 "$work/build/consumer_shared" | grep -q "^attn .* ok$" \
   || { echo "FAIL: find_package consumer (attn::attn_shared)"; exit 1; }
-echo "find_package: ok"
+echo "find_package: ok (attn $major.$minor)"

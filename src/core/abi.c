@@ -1,0 +1,228 @@
+/*
+ * abi.c — the ABI version and the layout table of attn.h's structs, both
+ * as this library was compiled. The table is built with offsetof and sizeof,
+ * so it is the compiler's layout, not a copy of it; tests/unit/test_abi.c
+ * parses attn.h and fails when a struct or a field is missing here, and the
+ * Python tests check every ctypes mirror against the table.
+ */
+#include "attn.h"
+
+#include <stddef.h>
+
+int attn_abi_version(void) { return ATTN_ABI_VERSION; }
+
+/* F(member) describes a member of the struct that T names where F is used. */
+#define F(member) {#member, offsetof(T, member), sizeof(((T *)0)->member)}
+#define S(type) {#type, sizeof(type), sizeof(type##_fields) / sizeof(type##_fields[0]), \
+                 type##_fields}
+
+#define T attn_abi_field
+static const attn_abi_field attn_abi_field_fields[] = {
+    F(name), F(offset), F(size)
+};
+#undef T
+
+#define T attn_abi_struct
+static const attn_abi_field attn_abi_struct_fields[] = {
+    F(name), F(size), F(num_fields), F(fields)
+};
+#undef T
+
+#define T attn_ctx_config
+static const attn_abi_field attn_ctx_config_fields[] = {
+    F(num_threads), F(trace), F(trace_user), F(kernels), F(trace_shapes_only)
+};
+#undef T
+
+#define T attn_cpu_info
+static const attn_abi_field attn_cpu_info_fields[] = {
+    F(vendor), F(model_name), F(family), F(model), F(uarch), F(avx2_fma), F(avx512f),
+    F(avx512_bf16), F(avx512_fp16), F(amx_bf16), F(fma_vector_bits), F(l1d_bytes), F(l2_bytes),
+    F(l3_bytes)
+};
+#undef T
+
+#define T attn_sdpa_config
+static const attn_abi_field attn_sdpa_config_fields[] = {
+    F(batch), F(heads), F(q_tokens), F(kv_tokens), F(head_dim), F(q_strides), F(kv_strides),
+    F(out_strides), F(scale), F(causal), F(dropout), F(kv_heads), F(v_head_dim), F(v_strides),
+    F(align), F(q_offset), F(window), F(window_left), F(window_right), F(softcap),
+    F(alibi_slopes), F(sinks), F(sinks_grad), F(cu_seqlens_q), F(cu_seqlens_kv)
+};
+#undef T
+
+#define T attn_sdpa_dropout
+static const attn_abi_field attn_sdpa_dropout_fields[] = {
+    F(seed), F(offset)
+};
+#undef T
+
+#define T attn_param
+static const attn_abi_field attn_param_fields[] = {
+    F(name), F(data), F(grad), F(ndim), F(shape), F(numel)
+};
+#undef T
+
+#define T attn_simple_config
+static const attn_abi_field attn_simple_config_fields[] = {
+    F(d_in)
+};
+#undef T
+
+#define T attn_sa_v1_config
+static const attn_abi_field attn_sa_v1_config_fields[] = {
+    F(d_in), F(d_out), F(scale)
+};
+#undef T
+
+#define T attn_sa_v2_config
+static const attn_abi_field attn_sa_v2_config_fields[] = {
+    F(d_in), F(d_out), F(qkv_bias), F(scale)
+};
+#undef T
+
+#define T attn_causal_config
+static const attn_abi_field attn_causal_config_fields[] = {
+    F(d_in), F(d_out), F(context_length), F(dropout), F(qkv_bias), F(scale), F(mask)
+};
+#undef T
+
+#define T attn_mha_wrapper_config
+static const attn_abi_field attn_mha_wrapper_config_fields[] = {
+    F(d_in), F(d_out), F(context_length), F(num_heads), F(dropout), F(qkv_bias), F(scale),
+    F(mask)
+};
+#undef T
+
+#define T attn_mha_config
+static const attn_abi_field attn_mha_config_fields[] = {
+    F(d_in), F(d_out), F(context_length), F(num_heads), F(dropout), F(qkv_bias), F(scale),
+    F(mask)
+};
+#undef T
+
+#define T attn_gpt2_config
+static const attn_abi_field attn_gpt2_config_fields[] = {
+    F(n_embd), F(n_head), F(block_size), F(dropout), F(scale)
+};
+#undef T
+
+#define T attn_gqa_config
+static const attn_abi_field attn_gqa_config_fields[] = {
+    F(d_in), F(d_out), F(num_heads), F(num_kv_groups), F(dropout), F(qkv_bias), F(scale)
+};
+#undef T
+
+#define T attn_mla_config
+static const attn_abi_field attn_mla_config_fields[] = {
+    F(d_in), F(d_out), F(num_heads), F(latent_dim), F(dropout), F(qkv_bias), F(scale)
+};
+#undef T
+
+#define T attn_swa_config
+static const attn_abi_field attn_swa_config_fields[] = {
+    F(d_in), F(d_out), F(num_heads), F(sliding_window_size), F(dropout), F(qkv_bias), F(scale)
+};
+#undef T
+
+#define T attn_gpt2_preset
+static const attn_abi_field attn_gpt2_preset_fields[] = {
+    F(name), F(vocab_size), F(context_length), F(n_embd), F(n_head), F(n_layer), F(dropout),
+    F(qkv_bias)
+};
+#undef T
+
+#define T attn_npy
+static const attn_abi_field attn_npy_fields[] = {
+    F(ndim), F(shape), F(numel), F(data)
+};
+#undef T
+
+#define T attn_named_tensor
+static const attn_abi_field attn_named_tensor_fields[] = {
+    F(name), F(data), F(ndim), F(shape)
+};
+#undef T
+
+#define T attn_metadata_entry
+static const attn_abi_field attn_metadata_entry_fields[] = {
+    F(key), F(value)
+};
+#undef T
+
+#define T attn_safetensors_info
+static const attn_abi_field attn_safetensors_info_fields[] = {
+    F(name), F(dtype), F(ndim), F(shape), F(numel), F(data_begin), F(data_end), F(index)
+};
+#undef T
+
+#define T attn_optimizer_config
+static const attn_abi_field attn_optimizer_config_fields[] = {
+    F(kind), F(lr), F(weight_decay), F(momentum), F(dampening), F(nesterov), F(beta1), F(beta2),
+    F(eps), F(amsgrad)
+};
+#undef T
+
+#define T attn_model_config
+static const attn_abi_field attn_model_config_fields[] = {
+    F(vocab_size), F(context_length), F(d_model), F(n_layers), F(n_heads), F(attention), F(mlp),
+    F(dropout), F(qkv_bias)
+};
+#undef T
+
+#define T attn_kv_cache_config
+static const attn_abi_field attn_kv_cache_config_fields[] = {
+    F(num_layers), F(batch), F(kv_heads), F(head_dim), F(max_len), F(layout), F(page_size),
+    F(num_pages), F(windows)
+};
+#undef T
+
+#define T attn_kv_attend_args
+static const attn_abi_field attn_kv_attend_args_fields[] = {
+    F(layer), F(new_lens), F(new_tokens), F(q_heads), F(scale), F(q), F(k_new), F(v_new), F(out)
+};
+#undef T
+
+#define T attn_lm_config
+static const attn_abi_field attn_lm_config_fields[] = {
+    F(arch), F(vocab_size), F(context_length), F(emb_dim), F(n_heads), F(n_layers),
+    F(n_kv_groups), F(hidden_dim), F(qkv_bias), F(tie_embeddings), F(norm_eps), F(rope_base),
+    F(rope_factor), F(rope_low_freq_factor), F(rope_high_freq_factor),
+    F(rope_original_context_length)
+};
+#undef T
+
+#define T attn_lm_forward_args
+static const attn_abi_field attn_lm_forward_args_fields[] = {
+    F(cache), F(tokens), F(batch), F(lens), F(tokens_per_seq), F(last_only), F(logits)
+};
+#undef T
+
+#define T attn_sampling
+static const attn_abi_field attn_sampling_fields[] = {
+    F(temperature), F(top_k), F(top_p)
+};
+#undef T
+
+#define T attn_generate_args
+static const attn_abi_field attn_generate_args_fields[] = {
+    F(prompt), F(prompt_len), F(max_new_tokens), F(sampling), F(rng), F(stop_tokens),
+    F(num_stop_tokens), F(cache), F(on_token), F(user), F(out), F(count)
+};
+#undef T
+
+static const attn_abi_struct layout[] = {
+    S(attn_abi_field), S(attn_abi_struct), S(attn_ctx_config), S(attn_cpu_info),
+    S(attn_sdpa_config), S(attn_sdpa_dropout), S(attn_param), S(attn_simple_config),
+    S(attn_sa_v1_config), S(attn_sa_v2_config), S(attn_causal_config), S(attn_mha_wrapper_config),
+    S(attn_mha_config), S(attn_gpt2_config), S(attn_gqa_config), S(attn_mla_config),
+    S(attn_swa_config), S(attn_gpt2_preset), S(attn_npy), S(attn_named_tensor),
+    S(attn_metadata_entry), S(attn_safetensors_info), S(attn_optimizer_config),
+    S(attn_model_config), S(attn_kv_cache_config), S(attn_kv_attend_args), S(attn_lm_config),
+    S(attn_lm_forward_args), S(attn_sampling), S(attn_generate_args)
+};
+
+const attn_abi_struct *attn_abi_layout(size_t *count) {
+    if (count) *count = sizeof(layout) / sizeof(layout[0]);
+    return layout;
+}
