@@ -9,7 +9,8 @@
  *   context (B, Tl, C) = attention over all T tokens, heads of D = C / H
  *   y (B, Tl, C) = out_proj(context) | c_proj(context)
  */
-#include "mpi/mpi_internal.h"
+#include "mpi/group.h"
+#include "mpi/sdpa.h"
 
 #include "kernels/dispatch.h"
 #include "modules/module.h"

@@ -21,7 +21,7 @@
  * Every buffer is allocated, and every rank agrees it has them, before the
  * first message: from then on nothing fails but MPI itself.
  */
-#include "mpi/mpi_internal.h"
+#include "mpi/ring.h"
 
 #include <math.h>
 #include <string.h>

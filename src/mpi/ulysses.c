@@ -9,7 +9,7 @@
  * collectives per pass, each moving a rank's whole chunk: no overlap, but
  * no rank computes more than its share.
  */
-#include "mpi/mpi_internal.h"
+#include "mpi/ulysses.h"
 
 #include <limits.h>
 #include <math.h>

@@ -16,7 +16,7 @@
 #include "check.h"
 
 #include "attn.h"
-#include "generate/sample.h"
+#include "lm/sample.h"
 
 #include <math.h>
 #include <stdint.h>

@@ -9,7 +9,7 @@
  * P + max_new_tokens - 1 positions must fit context_length (and the
  * cache): checked before any work, so a run never stops half-way for it.
  */
-#include "generate/sample.h"
+#include "lm/sample.h"
 #include "lm/lm_internal.h"
 
 #include <stdint.h>

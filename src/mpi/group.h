@@ -1,11 +1,13 @@
 /*
- * mpi_internal.h — what the MPI layer's files share: the group, the status
- * agreement every collective call makes before it exchanges anything, the
- * chunk layout, and the attention over chunks (ring.c, ulysses.c) in the
- * strided views the SDPA entry points and the modules both hand it.
+ * group.h — what every file of the MPI layer builds on (group.c): the
+ * group, the status agreement every collective call makes before it
+ * exchanges anything, the chunk layout, and the job that describes the
+ * attention over chunks in the strided views the SDPA entry points and the
+ * modules both hand it. The attention itself sits above: ring.h,
+ * ulysses.h, and sdpa.h, which picks between them.
  */
-#ifndef ATTN_MPI_INTERNAL_H
-#define ATTN_MPI_INTERNAL_H
+#ifndef ATTN_MPI_GROUP_H
+#define ATTN_MPI_GROUP_H
 
 #include "attn_mpi.h"
 #include "internal.h"
@@ -81,20 +83,9 @@ typedef struct attn_mpi_job {
     float *dq, *dk, *dv;
 } attn_mpi_job;
 
-attn_status attn_mpi_ring_forward(attn_mpi_group *g, const char *who, const attn_mpi_job *job);
-attn_status attn_mpi_ring_backward(attn_mpi_group *g, const char *who, const attn_mpi_job *job);
-attn_status attn_mpi_ulysses_forward(attn_mpi_group *g, const char *who,
-                                     const attn_mpi_job *job);
-attn_status attn_mpi_ulysses_backward(attn_mpi_group *g, const char *who,
-                                      const attn_mpi_job *job);
-
 /* The job's checks every rank makes alike (heads, sizes): ATTN_OK or the
  * failure, recorded in the ctx. */
 attn_status attn_mpi_job_check(attn_mpi_group *g, const char *who, const attn_mpi_job *job);
-
-/* Forward or backward by the group's mode. */
-attn_status attn_mpi_attention(attn_mpi_group *g, const char *who, const attn_mpi_job *job,
-                               bool backward);
 
 /* dst (B, Hx, n, D) contiguous <- the strided view src of n tokens, and
  * back. */
@@ -103,4 +94,4 @@ void attn_mpi_pack(float *dst, const float *src, attn_view_strides s, size_t bat
 void attn_mpi_unpack(float *dst, attn_view_strides s, const float *src, size_t batch,
                      size_t heads, size_t n, size_t D);
 
-#endif /* ATTN_MPI_INTERNAL_H */
+#endif /* ATTN_MPI_GROUP_H */

@@ -12,7 +12,7 @@
  *                   from the rng: exactly one uniform per call, so a seed
  *                   gives the same tokens run after run.
  */
-#include "generate/sample.h"
+#include "lm/sample.h"
 
 #include <math.h>
 #include <stdint.h>
