@@ -21,6 +21,7 @@
  * the tensors sorted by name, "__metadata__" first, serde_json's compact
  * spelling and escapes, the header padded with spaces to a multiple of 8.
  */
+#include "half.h"
 #include "internal.h"
 
 #include "io/safetensors_internal.h"
@@ -946,25 +947,6 @@ const char *attn_safetensors_metadata_get(const attn_safetensors *st, const char
 
 /* ---- loading data -------------------------------------------------------- */
 
-/* IEEE binary16 to binary32, exactly: subnormals, infinities, NaN payloads. */
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = h >> 10 & 0x1fu, mant = h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | mant << 13;
-    } else if (exp != 0) {
-        bits = sign | (exp + 112u) << 23 | mant << 13;
-    } else {
-        /* 0 or subnormal: mant * 2^-24, exact in binary32. */
-        float f = (float)mant * 0x1p-24f;
-        memcpy(&bits, &f, sizeof bits);
-        bits |= sign;
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 /* Round to nearest, without the undefined behaviour ISO C gives a double
  * outside float's range: from FLT_MAX + half an ulp it is infinity. */
 static float narrow_double(double d) {
@@ -982,10 +964,9 @@ static void convert(attn_dtype dtype, const unsigned char *src, size_t count, fl
                          (uint32_t)e[3] << 24;
             memcpy(&dst[i], &u, 4);
         } else if (dtype == ATTN_DTYPE_F16) {
-            dst[i] = half_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
+            dst[i] = attn_f16_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
         } else if (dtype == ATTN_DTYPE_BF16) {
-            uint32_t u = (uint32_t)(src[2 * i] | src[2 * i + 1] << 8) << 16;
-            memcpy(&dst[i], &u, 4);
+            dst[i] = attn_bf16_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
         } else {
             uint64_t u = 0;
             for (int k = 7; k >= 0; k--) u = u << 8 | src[8 * i + (size_t)k];
