@@ -73,8 +73,8 @@ attn_status attn_json_fail_at(attn_json_reader *r, size_t at, attn_status status
  * detail, into buf. */
 static const char *invalid(const attn_json_reader *r, char *buf, size_t cap, const char *what,
                            const char *detail) {
-    snprintf(buf, cap, "%.100s%snot %.32s%.256s", r->subject ? r->subject : "", r->subject ? " is " : "",
-             what, detail);
+    snprintf(buf, cap, "%.100s%snot %.32s%.256s", r->subject ? r->subject : "",
+             r->subject ? " is " : "", what, detail);
     return buf;
 }
 

@@ -483,7 +483,8 @@ static attn_status parse_image(attn_ctx *ctx, const char *label, const unsigned 
     if ((st = parse_header(ctx, label, p + prefix, header_len, prefix, kind, h)) != ATTN_OK)
         return st;
     size_t offset = prefix + header_len;
-    if (size - offset < h->data_bytes) return truncated_data(ctx, label, h->data_bytes, size - offset);
+    if (size - offset < h->data_bytes)
+        return truncated_data(ctx, label, h->data_bytes, size - offset);
     *data = p + offset;
     return ATTN_OK;
 }

@@ -143,7 +143,7 @@ static void tensor_owner(char *buf, size_t cap, const char *tensor) {
 }
 
 /* [a, b, ...] of sizes; at most max of them. */
-static attn_status json_size_array(attn_json_reader *c, size_t *values, size_t max, size_t *count,
+static attn_status read_size_array(attn_json_reader *c, size_t *values, size_t max, size_t *count,
                                    const char *what, const char *tensor) {
     attn_status st = attn_json_expect(c, '[', "'['");
     if (st != ATTN_OK) return st;
@@ -237,11 +237,11 @@ static attn_status parse_tensor(attn_json_reader *c, st_tensor *t) {
             if (seen == &have_dtype) {
                 st = parse_dtype(c, t->name, &t->dtype);
             } else if (seen == &have_shape) {
-                st = json_size_array(c, t->shape, ATTN_SAFETENSORS_MAX_DIMS, &t->ndim, "shape",
+                st = read_size_array(c, t->shape, ATTN_SAFETENSORS_MAX_DIMS, &t->ndim, "shape",
                                      t->name);
             } else {
                 size_t offsets[2] = {0, 0}, n = 0;
-                st = json_size_array(c, offsets, 2, &n, "data_offsets", t->name);
+                st = read_size_array(c, offsets, 2, &n, "data_offsets", t->name);
                 if (st == ATTN_OK && n != 2)
                     st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
                                    "%s: tensor '%s': data_offsets has %zu entries, expected 2 "

@@ -732,7 +732,8 @@ static attn_status read_vocab_json(attn_json_reader *c, byte_store *strings, raw
         char *key;
         size_t len = 0;
         if ((st = attn_json_read_string(c, "a token (a string)", &key, &len))) return st;
-        bool stored = len > 0 && len <= UINT32_MAX && byte_store_append(strings, key, len, &e.offset);
+        bool stored =
+            len > 0 && len <= UINT32_MAX && byte_store_append(strings, key, len, &e.offset);
         attn_free(key);
         if (len == 0 || len > UINT32_MAX)
             return attn_json_fail_at(c, e.where, ATTN_ERR_FORMAT, "an empty token " VOCAB_SHAPE);

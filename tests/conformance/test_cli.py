@@ -1070,7 +1070,7 @@ def test_sdpa(r, rng):
         (packed + ["--cu-seqlens-q", missing, "--cu-seqlens-kv", cu_kv], [1],
          ["--cu-seqlens-q", missing, "cannot open"]),
         (packed + ["--cu-seqlens-q", r.tmp, "--cu-seqlens-kv", cu_kv], [1],
-         ["--cu-seqlens-q", "cannot read"]),
+         ["--cu-seqlens-q", r.tmp, "read failed"]),
         (["sdpa", "--q", q3, "--k", f["k"], "--v", f["v"], "--output", never], [2],
          ["--q", "4 dimensions", "got 3"]),
         (packed + ["--cu-seqlens-q", cu_q, "--cu-seqlens-kv", cu_kv, "--k", f["k"]], [2],

@@ -48,7 +48,9 @@ static float float_from(uint32_t u) {
 }
 
 static uint16_t max_exponent(const format *f) { return (uint16_t)((1u << f->exponent_bits) - 1); }
-static uint16_t inf_pattern(const format *f) { return (uint16_t)(max_exponent(f) << f->fraction_bits); }
+static uint16_t inf_pattern(const format *f) {
+    return (uint16_t)(max_exponent(f) << f->fraction_bits);
+}
 
 /* The value of a non-NaN pattern as a double, from its fields; the pattern
  * just past the largest finite one is taken as 2^(emax+1) (where overflow
