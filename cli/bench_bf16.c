@@ -19,6 +19,8 @@
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
 #include "cli.h"
+/* the library's one float <-> bf16 conversion (header-only, no internals) */
+#include "../src/core/half.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -37,19 +39,6 @@ typedef struct bf16_case {
     float *lse16;
     bool failed;
 } bf16_case;
-
-static uint16_t to_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16); /* finite x: to nearest even */
-}
-
-static float from_bf16(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
 
 static void fp32_forward(void *arg) {
     bf16_case *c = arg;
@@ -94,8 +83,8 @@ static bool alloc_case(bf16_case *c, size_t T) {
     if (!ok) return false;
     for (int i = 0; i < 8; i++)
         for (size_t e = 0; e < n; e++) {
-            (*b16[i])[e] = to_bf16((*f32[i])[e]);
-            if (i < 4) (*f32[i])[e] = from_bf16((*b16[i])[e]); /* the same values in fp32 */
+            (*b16[i])[e] = attn_float_to_bf16((*f32[i])[e]);
+            if (i < 4) (*f32[i])[e] = attn_bf16_to_float((*b16[i])[e]); /* the same values in fp32 */
         }
     return true;
 }
@@ -111,7 +100,7 @@ static void free_case(bf16_case *c) {
 static double out_error(const bf16_case *c, size_t n) {
     double num = 0.0, den = 0.0;
     for (size_t e = 0; e < n; e++) {
-        double d = (double)from_bf16(c->out16[e]) - c->out[e];
+        double d = (double)attn_bf16_to_float(c->out16[e]) - c->out[e];
         num += d * d;
         den += (double)c->out[e] * c->out[e];
     }

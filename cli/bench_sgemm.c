@@ -22,6 +22,8 @@
 #define _GNU_SOURCE /* syscall() */
 #include "bench.h"
 #include "cli.h"
+/* the library's one float <-> bf16 conversion (header-only, no internals) */
+#include "../src/core/half.h"
 
 #include <dlfcn.h>
 #include <stdint.h>
@@ -150,14 +152,6 @@ static bench_cblas_sbgemm_fn *find_sbgemm(const bench_blas *blas) {
     return fn;
 }
 
-/* x rounded to bf16, to nearest even (x finite). */
-static uint16_t to_bf16(float x) {
-    uint32_t bits;
-    memcpy(&bits, &x, sizeof bits);
-    bits += 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)(bits >> 16);
-}
-
 typedef struct bgemm_data {
     const uint16_t *a16, *b16; /* the inputs in bf16 */
     const float *a32, *b32;    /* the same values in float, for the SGEMM */
@@ -244,17 +238,11 @@ static int bench_bgemm(const bench_options *o, const bench_blas *blas, const sge
         fprintf(stderr, "attn: bench bf16: out of memory\n");
         rc = CLI_FAILED;
     } else {
-        for (size_t i = 0; i < na; i++) a16[i] = to_bf16(a[i]);
-        for (size_t i = 0; i < nb; i++) b16[i] = to_bf16(b[i]);
+        for (size_t i = 0; i < na; i++) a16[i] = attn_float_to_bf16(a[i]);
+        for (size_t i = 0; i < nb; i++) b16[i] = attn_float_to_bf16(b[i]);
         /* the SGEMM's inputs: the bf16 values exactly */
-        for (size_t i = 0; i < na; i++) {
-            uint32_t bits = (uint32_t)a16[i] << 16;
-            memcpy(&a32[i], &bits, sizeof bits);
-        }
-        for (size_t i = 0; i < nb; i++) {
-            uint32_t bits = (uint32_t)b16[i] << 16;
-            memcpy(&b32[i], &bits, sizeof bits);
-        }
+        for (size_t i = 0; i < na; i++) a32[i] = attn_bf16_to_float(a16[i]);
+        for (size_t i = 0; i < nb; i++) b32[i] = attn_bf16_to_float(b16[i]);
         printf("\nbf16 GEMM (attn_gemm_16): C (float) = op(A) op(B), A and B bf16; SGEMM: "
                "attn_gemm on the same values;\nspeedup = bf16 / SGEMM; ");
         if (sbgemm)

@@ -209,143 +209,6 @@ static int parse_sdpa(int argc, char **argv) {
 
 /* ---- cu_seqlens: a 1-D int32 or int64 .npy ------------------------------- */
 
-/* The value of key in a .npy header dict: a pointer just past "'key':". */
-static const char *header_value(const char *header, const char *key) {
-    char quoted[32];
-    snprintf(quoted, sizeof quoted, "'%s'", key);
-    const char *at = strstr(header, quoted);
-    if (!at) return NULL;
-    at += strlen(quoted);
-    while (*at == ' ') at++;
-    if (*at != ':') return NULL;
-    at++;
-    while (*at == ' ') at++;
-    return at;
-}
-
-/* Reads path, a 1-D '<i4', '>i4', '<i8' or '>i8' .npy (C or Fortran order
- * are the same in 1-D) of values that fit int32, into *out (*n values). */
-static int read_offsets(const char *opt, const char *path, int32_t **out, size_t *n) {
-    *out = NULL;
-    *n = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return cli_failure("%s: cannot open '%s': %s", opt, path, strerror(errno));
-    int rc = CLI_FAILED;
-    unsigned char *bytes = NULL;
-    char *header = NULL;
-    /* Read to the end in growing chunks, not by the size ftell reports: a
-     * directory's "size" on ext4 is LLONG_MAX (a malloc that size aborts
-     * under ASan), and a pipe has none. */
-    size_t size = 0, cap = 0;
-    for (;;) {
-        if (size == cap) {
-            size_t grown = cap ? 2 * cap : 4096;
-            unsigned char *more = grown > cap ? realloc(bytes, grown) : NULL;
-            if (!more) {
-                rc = cli_failure("%s: out of memory reading '%s'", opt, path);
-                goto done;
-            }
-            bytes = more;
-            cap = grown;
-        }
-        size_t got = fread(bytes + size, 1, cap - size, f);
-        size += got;
-        if (got == 0) break;
-    }
-    if (ferror(f)) {
-        rc = cli_failure("%s: cannot read '%s': %s", opt, path, strerror(errno));
-        goto done;
-    }
-    size_t len = size, at;
-    if (len < 10 || memcmp(bytes, "\x93NUMPY", 6) != 0 || bytes[6] < 1 || bytes[6] > 3) {
-        rc = cli_failure("%s: '%s' is not a .npy file", opt, path);
-        goto done;
-    }
-    size_t header_len = (size_t)bytes[8] | (size_t)bytes[9] << 8;
-    at = 10;
-    if (bytes[6] >= 2) {
-        if (len < 12) {
-            rc = cli_failure("%s: '%s' is truncated in its header", opt, path);
-            goto done;
-        }
-        header_len |= (size_t)bytes[10] << 16 | (size_t)bytes[11] << 24;
-        at = 12;
-    }
-    if (header_len > len - at) {
-        rc = cli_failure("%s: '%s' is truncated in its header", opt, path);
-        goto done;
-    }
-    header = malloc(header_len + 1);
-    if (!header) {
-        rc = cli_failure("%s: out of memory for the header of '%s'", opt, path);
-        goto done;
-    }
-    memcpy(header, bytes + at, header_len);
-    at += header_len;
-    while (header_len && (header[header_len - 1] == ' ' || header[header_len - 1] == '\n'))
-        header_len--; /* the padding, for messages */
-    header[header_len] = '\0';
-    const char *descr = header_value(header, "descr");
-    const char *shape = header_value(header, "shape");
-    size_t itemsize = 0;
-    bool big = false;
-    if (descr && (descr[0] == '\'' || descr[0] == '"') && descr[1] && strchr("<>=|", descr[1]) &&
-        descr[2] == 'i' && (descr[3] == '4' || descr[3] == '8') && descr[4] == descr[0]) {
-        itemsize = descr[3] == '4' ? 4 : 8;
-        big = descr[1] == '>';
-    }
-    if (!itemsize) {
-        rc = cli_failure("%s: '%s' must hold int32 or int64 offsets (descr '<i4' or '<i8'); "
-                         "its header says: %s",
-                         opt, path, header);
-        goto done;
-    }
-    unsigned long long count = 0;
-    char *end = NULL;
-    if (shape && shape[0] == '(') {
-        errno = 0;
-        count = strtoull(shape + 1, &end, 10);
-        while (end && *end == ' ') end++;
-    }
-    if (!end || end == shape + 1 || errno || *end != ',' || end[1 + strspn(end + 1, " ")] != ')') {
-        rc = cli_usage_error("%s: '%s' must be one-dimensional, (B + 1,); its header says: %s",
-                             opt, path, header);
-        goto done;
-    }
-    if (count > (len - at) / itemsize || (len - at) != count * itemsize) {
-        rc = cli_failure("%s: '%s' holds %zu bytes of data, not the %llu x %zu its shape needs",
-                         opt, path, len - at, count, itemsize);
-        goto done;
-    }
-    *out = malloc(count ? count * sizeof **out : 1);
-    if (!*out) {
-        rc = cli_failure("%s: out of memory for %llu offsets", opt, count);
-        goto done;
-    }
-    for (size_t e = 0; e < count; e++) {
-        const unsigned char *p = bytes + at + e * itemsize;
-        unsigned long long u = 0;
-        for (size_t b = 0; b < itemsize; b++)
-            u |= (unsigned long long)p[big ? itemsize - 1 - b : b] << (8 * b);
-        long long value = itemsize == 4 ? (long long)(int32_t)(uint32_t)u : (long long)u;
-        if (value < INT32_MIN || value > INT32_MAX) {
-            free(*out);
-            *out = NULL;
-            rc = cli_usage_error("%s: offset %zu (%lld) of '%s' does not fit int32", opt, e,
-                                 value, path);
-            goto done;
-        }
-        (*out)[e] = (int32_t)value;
-    }
-    *n = (size_t)count;
-    rc = CLI_OK;
-done:
-    free(header);
-    free(bytes);
-    fclose(f);
-    return rc;
-}
-
 /* Offsets 0 = cu[0] <= cu[1] <= ... <= cu[B] = rows; the longest length. */
 static int check_offsets(const char *opt, const int32_t *cu, size_t n, size_t rows,
                          size_t *longest) {
@@ -396,6 +259,16 @@ static int read_floats(attn_ctx *ctx, const char *opt, const char *path, attn_np
     return attn_npy_read(ctx, path, out) == ATTN_OK ? CLI_OK : cli_library_error(ctx, opt);
 }
 
+/* Reads path, a 1-D int32 or int64 .npy of values that fit int32 (the
+ * library checks dtype and range, and names the value at fault). */
+static int read_offsets(attn_ctx *ctx, const char *opt, const char *path, attn_npy_i32 *out) {
+    if (attn_npy_read_i32(ctx, path, out) != ATTN_OK) return cli_library_error(ctx, opt);
+    if (out->ndim == 1) return CLI_OK;
+    char got[128];
+    format_shape(got, sizeof got, out->ndim, out->shape);
+    return cli_usage_error("%s: '%s' must be one-dimensional, (B + 1,), not %s", opt, path, got);
+}
+
 /* CLI_OK when a has the given shape, else a usage error: "--sinks: shape
  * (3,) must be (4,): one per query head". */
 static int want_shape(const char *opt, const attn_npy *a, size_t rank, const size_t *shape,
@@ -413,7 +286,7 @@ typedef struct sdpa_run {
     attn_ctx *ctx;
     attn_rng *rng;
     attn_npy q, k, v, alibi, sinks, dout;
-    int32_t *cu_q, *cu_kv;
+    attn_npy_i32 cu_q, cu_kv;
     float *out, *lse, *dq, *dk, *dv, *dsinks;
 } sdpa_run;
 
@@ -422,8 +295,8 @@ static void sdpa_run_close(sdpa_run *r) {
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) attn_npy_free(arrays[i]);
     float *buffers[] = {r->out, r->lse, r->dq, r->dk, r->dv, r->dsinks};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
-    free(r->cu_q);
-    free(r->cu_kv);
+    attn_npy_i32_free(&r->cu_q);
+    attn_npy_i32_free(&r->cu_kv);
     attn_rng_free(r->rng);
     attn_ctx_free(r->ctx);
 }
@@ -474,22 +347,23 @@ static int read_inputs(sdpa_run *r, const sdpa_options *o, attn_sdpa_config *cfg
     cfg->head_dim = D;
     cfg->v_head_dim = Dv;
     if (packed) {
-        size_t nq, nkv, Tq, Tk;
-        if ((rc = read_offsets("--cu-seqlens-q", o->cu_q, &r->cu_q, &nq)) != CLI_OK ||
-            (rc = read_offsets("--cu-seqlens-kv", o->cu_kv, &r->cu_kv, &nkv)) != CLI_OK)
+        size_t Tq, Tk;
+        if ((rc = read_offsets(r->ctx, "--cu-seqlens-q", o->cu_q, &r->cu_q)) != CLI_OK ||
+            (rc = read_offsets(r->ctx, "--cu-seqlens-kv", o->cu_kv, &r->cu_kv)) != CLI_OK)
             return rc;
+        size_t nq = r->cu_q.numel, nkv = r->cu_kv.numel;
         if (nq < 2 || nq != nkv)
             return cli_usage_error("--cu-seqlens-q and --cu-seqlens-kv: expected B + 1 >= 2 "
                                    "offsets each, got %zu and %zu",
                                    nq, nkv);
-        if ((rc = check_offsets("--cu-seqlens-q", r->cu_q, nq, q->shape[0], &Tq)) != CLI_OK ||
-            (rc = check_offsets("--cu-seqlens-kv", r->cu_kv, nkv, k->shape[0], &Tk)) != CLI_OK)
+        if ((rc = check_offsets("--cu-seqlens-q", r->cu_q.data, nq, q->shape[0], &Tq)) != CLI_OK ||
+            (rc = check_offsets("--cu-seqlens-kv", r->cu_kv.data, nkv, k->shape[0], &Tk)) != CLI_OK)
             return rc;
         cfg->batch = nq - 1;
         cfg->q_tokens = Tq;
         cfg->kv_tokens = Tk;
-        cfg->cu_seqlens_q = r->cu_q;
-        cfg->cu_seqlens_kv = r->cu_kv;
+        cfg->cu_seqlens_q = r->cu_q.data;
+        cfg->cu_seqlens_kv = r->cu_kv.data;
         /* (total, H, D): b strides ignored */
         cfg->q_strides[1] = H * D, cfg->q_strides[2] = D;
         cfg->kv_strides[1] = Hkv * D, cfg->kv_strides[2] = D;

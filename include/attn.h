@@ -883,7 +883,7 @@ attn_status attn_gpt2_preset_model_params(attn_ctx *ctx, const attn_gpt2_preset 
                                           size_t *out);
 
 /* ------------------------------------------------------------------------ */
-/* NumPy .npy files (float32, C order)                                       */
+/* NumPy .npy files (float32 or int32, C order)                              */
 /* ------------------------------------------------------------------------ */
 
 #define ATTN_NPY_MAX_DIMS 8
@@ -906,6 +906,22 @@ attn_status attn_npy_write(attn_ctx *ctx, const char *path, const float *data, s
                            const size_t *shape);
 /* Frees the data of a read or parsed array and zeroes it (NULL is fine). */
 void attn_npy_free(attn_npy *npy);
+
+/* An integer array: offsets and indices (cu_seqlens, token ids). */
+typedef struct attn_npy_i32 {
+    size_t ndim;
+    size_t shape[ATTN_NPY_MAX_DIMS];
+    size_t numel;
+    int32_t *data; /* owned: release with attn_npy_i32_free */
+} attn_npy_i32;
+
+/* Reads a little- or big-endian int32 (or int64) array into int32; an
+ * int64 value outside int32 is ATTN_ERR_FORMAT naming it and its index.
+ * Fortran order is read for arrays of at most one dimension (the same
+ * bytes as C order). Other errors as attn_npy_read's. */
+attn_status attn_npy_read_i32(attn_ctx *ctx, const char *path, attn_npy_i32 *out);
+attn_status attn_npy_parse_i32(attn_ctx *ctx, const void *bytes, size_t size, attn_npy_i32 *out);
+void attn_npy_i32_free(attn_npy_i32 *npy);
 
 /* ------------------------------------------------------------------------ */
 /* safetensors files                                                         */

@@ -14,7 +14,8 @@ jobs=${JOBS:-$(nproc 2>/dev/null || echo 2)}
 
 CC=clang cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DATTN_FUZZ=ON \
   -DATTN_WERROR=ON >/dev/null
-cmake --build "$build" -j "$jobs" --target fuzz_npy fuzz_safetensors fuzz_cli_args fuzz_tokenizer >/dev/null
+cmake --build "$build" -j "$jobs" --target fuzz_npy fuzz_safetensors fuzz_cli_args fuzz_tokenizer \
+  fuzz_json >/dev/null
 
 artifacts="$build/artifacts"
 mkdir -p "$artifacts"
@@ -34,7 +35,7 @@ fuzz_one() {
 }
 
 # Each target runs on one core: as many at once as there are jobs.
-targets=(npy safetensors cli_args tokenizer)
+targets=(npy safetensors cli_args tokenizer json)
 for ((i = 0; i < ${#targets[@]}; i += jobs)); do
   for target in "${targets[@]:i:jobs}"; do
     fuzz_one "$target" &

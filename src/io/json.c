@@ -1,52 +1,122 @@
-/* json.c — the JSON reader of json.h: recursive descent over the text,
- * each container's items gathered in a growing array. */
+/* json.c — the JSON reader of json.h: a cursor that reads one token at a
+ * time (strings decoded, integers range-checked), and the tree parser, a
+ * recursive descent over it that gathers each container's items in a
+ * growing array. */
 #include "io/json.h"
 
 #include <errno.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct json_parser {
-    attn_ctx *ctx;
-    const char *label;
-    const unsigned char *begin, *p, *end;
-} json_parser;
+#define JSON_MESSAGE_MAX 512
+#define JSON_DETAIL_MAX 256 /* a message's detail: what was expected, found */
+#define JSON_DIGITS_MAX 24 /* digits of a too-large number quoted in a message */
 
-static size_t offset_of(const json_parser *j) { return (size_t)(j->p - j->begin); }
+/* ---- the cursor and its messages ------------------------------------------ */
 
-static void skip_space(json_parser *j) {
-    while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r'))
-        j->p++;
+void attn_json_reader_init(attn_json_reader *r, attn_ctx *ctx, const void *text, size_t len,
+                           const char *label) {
+    *r = (attn_json_reader){.ctx = ctx, .label = label ? label : "<json>"};
+    r->begin = r->p = text;
+    r->end = r->begin + len;
 }
 
-static attn_status expected(json_parser *j, const char *what) {
-    if (j->p >= j->end)
-        return attn_fail(j->ctx, ATTN_ERR_FORMAT,
-                         "%s: not valid JSON: the text ends at byte %zu where %s was expected",
-                         j->label, offset_of(j), what);
-    return attn_fail(j->ctx, ATTN_ERR_FORMAT,
-                     "%s: not valid JSON at byte %zu: expected %s, found '%c'", j->label,
-                     offset_of(j), what, *j->p >= 0x20 && *j->p < 0x7f ? *j->p : '?');
+size_t attn_json_offset(const attn_json_reader *r) { return r->base + (size_t)(r->p - r->begin); }
+
+static size_t pos_of(const attn_json_reader *r) { return (size_t)(r->p - r->begin); }
+
+void attn_json_skip_space(attn_json_reader *r) {
+    while (r->p < r->end && (*r->p == ' ' || *r->p == '\t' || *r->p == '\n' || *r->p == '\r'))
+        r->p++;
 }
 
-static attn_status out_of_memory(json_parser *j) {
-    return attn_fail(j->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory reading JSON", j->label);
+bool attn_json_peek(attn_json_reader *r, char c) {
+    attn_json_skip_space(r);
+    return r->p < r->end && *r->p == (unsigned char)c;
 }
 
-static void free_value(attn_json *v) {
-    if (v->type == ATTN_JSON_STRING) attn_free(v->string);
-    if (v->type == ATTN_JSON_ARRAY || v->type == ATTN_JSON_OBJECT) {
-        for (size_t i = 0; i < v->count; i++) {
-            free_value(&v->items[i]);
-            if (v->keys) attn_free(v->keys[i]);
-        }
-        attn_free(v->items);
-        attn_free(v->keys);
+bool attn_json_accept(attn_json_reader *r, char c) {
+    if (!attn_json_peek(r, c)) return false;
+    r->p++;
+    return true;
+}
+
+/* "label: <head> at byte N<tail>", or "label:L:C: <head><tail>" with lines:
+ * the position sits where the message reads best in each form. */
+static attn_status fail_split(attn_json_reader *r, size_t at, attn_status status,
+                              const char *head, const char *tail) {
+    if (r->lines) {
+        size_t line = 1, line_start = 0;
+        for (size_t i = 0; i < at; i++)
+            if (r->begin[i] == '\n') line++, line_start = i + 1;
+        return attn_fail(r->ctx, status, "%s:%zu:%zu: %s%s", r->label, line, at - line_start + 1,
+                         head, tail);
     }
-    *v = (attn_json){0};
+    return attn_fail(r->ctx, status, "%s: %s at byte %zu%s", r->label, head, r->base + at, tail);
+}
+
+attn_status attn_json_fail_at(attn_json_reader *r, size_t at, attn_status status,
+                              const char *fmt, ...) {
+    char head[JSON_MESSAGE_MAX];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(head, sizeof head, fmt, args);
+    va_end(args);
+    return fail_split(r, at, status, head, "");
+}
+
+/* "header is not valid JSON" (with a subject) or "not valid JSON", then
+ * detail, into buf. */
+static const char *invalid(const attn_json_reader *r, char *buf, size_t cap, const char *what,
+                           const char *detail) {
+    snprintf(buf, cap, "%.100s%snot %.32s%.256s", r->subject ? r->subject : "",
+             r->subject ? " is " : "", what, detail);
+    return buf;
+}
+
+attn_status attn_json_expected(attn_json_reader *r, const char *what) {
+    char head[JSON_MESSAGE_MAX], tail[JSON_DETAIL_MAX], ends[JSON_DETAIL_MAX];
+    if (r->p >= r->end) {
+        snprintf(ends, sizeof ends, ": it ends where %.200s was expected", what);
+        return fail_split(r, pos_of(r), ATTN_ERR_FORMAT,
+                          invalid(r, head, sizeof head, "valid JSON", ends), "");
+    }
+    unsigned char c = *r->p;
+    if (c >= 0x20 && c < 0x7f)
+        snprintf(tail, sizeof tail, ": expected %.200s, found '%c'", what, (char)c);
+    else
+        snprintf(tail, sizeof tail, ": expected %.200s, found byte 0x%02x", what, (unsigned)c);
+    return fail_split(r, pos_of(r), ATTN_ERR_FORMAT,
+                      invalid(r, head, sizeof head, "valid JSON", ""), tail);
+}
+
+attn_status attn_json_expect(attn_json_reader *r, char c, const char *what) {
+    if (attn_json_accept(r, c)) return ATTN_OK;
+    return attn_json_expected(r, what);
+}
+
+/* A lexical error at the text's byte at: "<not valid JSON>: detail". */
+static attn_status not_json(attn_json_reader *r, size_t at, const char *detail,
+                            const char *tail) {
+    char head[JSON_MESSAGE_MAX];
+    return fail_split(r, at, ATTN_ERR_FORMAT, invalid(r, head, sizeof head, "valid JSON", detail),
+                      tail);
+}
+
+static attn_status out_of_memory(attn_json_reader *r) {
+    return attn_fail(r->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory reading JSON", r->label);
+}
+
+attn_status attn_json_end(attn_json_reader *r, const char *after) {
+    attn_json_skip_space(r);
+    if (r->p == r->end) return ATTN_OK;
+    char detail[JSON_DETAIL_MAX];
+    snprintf(detail, sizeof detail, ": unexpected text after %.200s", after);
+    return not_json(r, pos_of(r), detail, "");
 }
 
 /* ---- strings ----------------------------------------------------------- */
@@ -93,12 +163,31 @@ static size_t utf8_encode(uint32_t cp, unsigned char *out) {
     return 4;
 }
 
-/* The escape after a backslash at j->p (which points past the 'u' or the
- * letter on success), its code point's UTF-8 appended to buf. */
-static attn_status parse_escape(json_parser *j, unsigned char *buf, size_t *len) {
-    size_t at = offset_of(j) - 1;
-    if (j->p >= j->end) return expected(j, "an escape sequence");
-    unsigned char e = *j->p++;
+size_t attn_json_utf8_length(const unsigned char *p, size_t avail) {
+    unsigned char b = p[0];
+    if (b < 0x80) return 1;
+    size_t n;
+    uint32_t cp, min;
+    if (b >= 0xc2 && b <= 0xdf) n = 2, cp = b & 0x1fu, min = 0x80;
+    else if (b >= 0xe0 && b <= 0xef) n = 3, cp = b & 0x0fu, min = 0x800;
+    else if (b >= 0xf0 && b <= 0xf4) n = 4, cp = b & 0x07u, min = 0x10000;
+    else return 0;
+    if (avail < n) return 0;
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;
+        cp = cp << 6 | (p[i] & 0x3fu);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n;
+}
+
+/* The escape whose backslash is at r->p, its code point's UTF-8 appended
+ * to buf. */
+static attn_status parse_escape(attn_json_reader *r, unsigned char *buf, size_t *len) {
+    size_t at = pos_of(r);
+    r->p++;
+    if (r->p >= r->end) return attn_json_expected(r, "an escape sequence");
+    unsigned char e = *r->p++;
     static const char letters[] = "\"\\/bfnrt", decoded[] = "\"\\/\b\f\n\r\t";
     const char *simple = e ? strchr(letters, e) : NULL;
     if (simple) {
@@ -106,64 +195,70 @@ static attn_status parse_escape(json_parser *j, unsigned char *buf, size_t *len)
         return ATTN_OK;
     }
     uint32_t cp;
-    if (e != 'u' || !hex4(j->p, j->end, &cp))
-        return attn_fail(j->ctx, ATTN_ERR_FORMAT,
-                         "%s: not valid JSON: bad escape sequence at byte %zu", j->label, at);
-    j->p += 4;
+    if (e != 'u' || !hex4(r->p, r->end, &cp))
+        return not_json(r, at, ": bad escape sequence", "");
+    r->p += 4;
     if (cp >= 0xd800 && cp <= 0xdbff) {
         uint32_t low;
-        if (j->end - j->p >= 6 && j->p[0] == '\\' && j->p[1] == 'u' &&
-            hex4(j->p + 2, j->end, &low) && low >= 0xdc00 && low <= 0xdfff) {
+        if (r->end - r->p >= 6 && r->p[0] == '\\' && r->p[1] == 'u' &&
+            hex4(r->p + 2, r->end, &low) && low >= 0xdc00 && low <= 0xdfff) {
             cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
-            j->p += 6;
+            r->p += 6;
         }
     }
     if (cp >= 0xd800 && cp <= 0xdfff)
-        return attn_fail(j->ctx, ATTN_ERR_FORMAT,
-                         "%s: not valid JSON: unpaired UTF-16 surrogate escape at byte %zu",
-                         j->label, at);
-    if (cp == 0)
-        return attn_fail(j->ctx, ATTN_ERR_FORMAT,
-                         "%s: a string holds a NUL character (\\u0000) at byte %zu", j->label,
-                         at);
+        return not_json(r, at, ": unpaired UTF-16 surrogate escape", "");
+    if (cp == 0 && !r->allow_nul)
+        return attn_json_fail_at(r, at, ATTN_ERR_FORMAT,
+                                 "a string holds a NUL character (\\u0000)");
     *len += utf8_encode(cp, buf + *len);
     return ATTN_OK;
 }
 
-/* A string at j->p (its opening quote), decoded into a new C string. Raw
- * bytes are copied as they are (the text's UTF-8 is not re-checked). */
-static attn_status parse_string(json_parser *j, char **out) {
+attn_status attn_json_read_string(attn_json_reader *r, const char *what, char **out,
+                                  size_t *out_len) {
     *out = NULL;
-    if (j->p >= j->end || *j->p != '"') return expected(j, "a string");
-    size_t start = offset_of(j);
-    j->p++;
+    if (!attn_json_peek(r, '"')) return attn_json_expected(r, what);
+    size_t start = pos_of(r);
+    r->p++;
     /* decoding never lengthens: the raw length bounds the decoded one */
-    const unsigned char *q = j->p;
-    while (q < j->end && *q != '"') q += (*q == '\\' && q + 1 < j->end) ? 2 : 1;
-    unsigned char *buf = attn_malloc((size_t)(q - j->p) + 1);
-    if (!buf) return out_of_memory(j);
+    const unsigned char *q = r->p;
+    while (q < r->end && *q != '"') q += (*q == '\\' && q + 1 < r->end) ? 2 : 1;
+    unsigned char *buf = attn_malloc((size_t)(q - r->p) + 1);
+    if (!buf) return out_of_memory(r);
     size_t len = 0;
     attn_status st = ATTN_OK;
     for (;;) {
-        if (j->p >= j->end) {
-            st = attn_fail(j->ctx, ATTN_ERR_FORMAT,
-                           "%s: not valid JSON: the string at byte %zu is not closed", j->label,
-                           start);
+        if (r->p >= r->end) {
+            st = not_json(r, start, ": the string", " is not closed");
             break;
         }
-        unsigned char c = *j->p++;
-        if (c == '"') break;
+        unsigned char c = *r->p;
+        if (c == '"') {
+            r->p++;
+            break;
+        }
         if (c < 0x20) {
-            st = attn_fail(j->ctx, ATTN_ERR_FORMAT,
-                           "%s: not valid JSON: control byte 0x%02x in a string at byte %zu",
-                           j->label, (unsigned)c, offset_of(j) - 1);
+            char tail[64];
+            snprintf(tail, sizeof tail, ": control byte 0x%02x in a string", (unsigned)c);
+            st = not_json(r, pos_of(r), "", tail);
             break;
         }
-        if (c != '\\') {
-            buf[len++] = c;
+        if (c == '\\') {
+            if ((st = parse_escape(r, buf, &len)) != ATTN_OK) break;
             continue;
         }
-        if ((st = parse_escape(j, buf, &len)) != ATTN_OK) break;
+        size_t n = r->check_utf8 ? attn_json_utf8_length(r->p, (size_t)(r->end - r->p)) : 1;
+        if (n == 0) {
+            char head[JSON_MESSAGE_MAX], detail[32];
+            snprintf(detail, sizeof detail, ": bad byte 0x%02x", (unsigned)c);
+            st = fail_split(r, pos_of(r), ATTN_ERR_FORMAT,
+                            invalid(r, head, sizeof head, "UTF-8", detail), "");
+            break;
+        }
+        memcpy(buf + len, r->p, n);
+        len += n;
+        r->p += n;
     }
     if (st != ATTN_OK) {
         attn_free(buf);
@@ -171,39 +266,84 @@ static attn_status parse_string(json_parser *j, char **out) {
     }
     buf[len] = '\0';
     *out = (char *)buf;
+    if (out_len) *out_len = len;
     return ATTN_OK;
 }
 
-/* ---- numbers and literals -------------------------------------------- */
+/* ---- numbers ------------------------------------------------------------- */
 
-static bool is_digit(const json_parser *j) {
-    return j->p < j->end && *j->p >= '0' && *j->p <= '9';
+static bool is_digit(const attn_json_reader *r) {
+    return r->p < r->end && *r->p >= '0' && *r->p <= '9';
+}
+
+attn_status attn_json_read_uint(attn_json_reader *r, uint64_t max, const char *owner,
+                                const char *what, uint64_t *out) {
+    attn_json_skip_space(r);
+    char head[JSON_MESSAGE_MAX];
+    const char *sep = owner ? ": " : "";
+    owner = owner ? owner : "";
+    size_t start = pos_of(r);
+    if (r->p < r->end && *r->p == '-')
+        return attn_json_fail_at(r, start, ATTN_ERR_FORMAT, "%s%snegative value in %s", owner,
+                                 sep, what);
+    if (!is_digit(r)) return attn_json_expected(r, "an integer");
+    uint64_t value = 0;
+    bool over = false;
+    while (is_digit(r)) {
+        uint64_t digit = (uint64_t)(*r->p - '0');
+        if (digit > max || value > (max - digit) / 10) over = true;
+        else value = value * 10 + digit;
+        r->p++;
+    }
+    if (r->p < r->end && (*r->p == '.' || *r->p == 'e' || *r->p == 'E'))
+        return attn_json_fail_at(r, start, ATTN_ERR_FORMAT,
+                                 "%s%s%s holds a number that is not an integer", owner, sep, what);
+    size_t digits = pos_of(r) - start;
+    if (digits > 1 && r->begin[start] == '0')
+        return fail_split(r, start, ATTN_ERR_FORMAT,
+                          invalid(r, head, sizeof head, "valid JSON", ""),
+                          ": a number with a leading zero");
+    if (over) {
+        int shown = digits > JSON_DIGITS_MAX ? JSON_DIGITS_MAX : (int)digits;
+        const char *cut = digits > JSON_DIGITS_MAX ? "..." : "";
+        const char *text = (const char *)r->begin + start;
+        if (max == SIZE_MAX)
+            return attn_json_fail_at(r, start, ATTN_ERR_OVERFLOW,
+                                     "%s%sa value in %s overflows size_t (%.*s%s)", owner, sep,
+                                     what, shown, text, cut);
+        return attn_json_fail_at(r, start, ATTN_ERR_FORMAT,
+                                 "%s%s%s %.*s%s exceeds %llu", owner, sep, what, shown, text, cut,
+                                 (unsigned long long)max);
+    }
+    *out = value;
+    return ATTN_OK;
 }
 
 /* A number by JSON's grammar (-? int frac? exp?), converted by strtod. */
-static attn_status parse_number(json_parser *j, double *out) {
-    const unsigned char *start = j->p;
-    if (j->p < j->end && *j->p == '-') j->p++;
-    if (!is_digit(j)) return expected(j, "a digit");
-    if (*j->p == '0')
-        j->p++;
+attn_status attn_json_read_number(attn_json_reader *r, double *out) {
+    attn_json_skip_space(r);
+    const unsigned char *start = r->p;
+    if (r->p < r->end && *r->p == '-') r->p++;
+    if (!is_digit(r)) return attn_json_expected(r, "a digit");
+    if (*r->p == '0')
+        r->p++;
     else
-        while (is_digit(j)) j->p++;
-    if (j->p < j->end && *j->p == '.') {
-        j->p++;
-        if (!is_digit(j)) return expected(j, "a digit after '.'");
-        while (is_digit(j)) j->p++;
+        while (is_digit(r)) r->p++;
+    if (r->p < r->end && *r->p == '.') {
+        r->p++;
+        if (!is_digit(r)) return attn_json_expected(r, "a digit after '.'");
+        while (is_digit(r)) r->p++;
     }
-    if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
-        j->p++;
-        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
-        if (!is_digit(j)) return expected(j, "a digit in the exponent");
-        while (is_digit(j)) j->p++;
+    if (r->p < r->end && (*r->p == 'e' || *r->p == 'E')) {
+        r->p++;
+        if (r->p < r->end && (*r->p == '+' || *r->p == '-')) r->p++;
+        if (!is_digit(r)) return attn_json_expected(r, "a digit in the exponent");
+        while (is_digit(r)) r->p++;
     }
     char small[64];
-    size_t n = (size_t)(j->p - start);
+    size_t n = (size_t)(r->p - start);
     char *text = n < sizeof small ? small : attn_malloc(n + 1);
-    if (!text) return out_of_memory(j);
+    if (!text) return out_of_memory(r);
     memcpy(text, start, n);
     text[n] = '\0';
     *out = strtod(text, NULL); /* out of range: +-HUGE_VAL or 0, as Python reads it */
@@ -211,27 +351,40 @@ static attn_status parse_number(json_parser *j, double *out) {
     return ATTN_OK;
 }
 
-static bool literal(json_parser *j, const char *word) {
+static bool literal(attn_json_reader *r, const char *word) {
     size_t n = strlen(word);
-    if ((size_t)(j->end - j->p) < n || memcmp(j->p, word, n) != 0) return false;
-    j->p += n;
+    if ((size_t)(r->end - r->p) < n || memcmp(r->p, word, n) != 0) return false;
+    r->p += n;
     return true;
 }
 
-/* ---- values -------------------------------------------------------------- */
+static void free_value(attn_json *v) {
+    if (v->type == ATTN_JSON_STRING) attn_free(v->string);
+    if (v->type == ATTN_JSON_ARRAY || v->type == ATTN_JSON_OBJECT) {
+        for (size_t i = 0; i < v->count; i++) {
+            free_value(&v->items[i]);
+            if (v->keys) attn_free(v->keys[i]);
+        }
+        attn_free(v->items);
+        attn_free(v->keys);
+    }
+    *v = (attn_json){0};
+}
 
-static attn_status parse_value(json_parser *j, attn_json *v, size_t depth);
+/* ---- the tree ------------------------------------------------------------- */
+
+static attn_status parse_value(attn_json_reader *r, attn_json *v, size_t depth);
 
 /* Appends a zeroed item (and key slot) to v's arrays, growing them. */
-static attn_status push_item(json_parser *j, attn_json *v, size_t *capacity, bool keyed) {
+static attn_status push_item(attn_json_reader *r, attn_json *v, size_t *capacity, bool keyed) {
     if (v->count == *capacity) {
         size_t grown = *capacity ? *capacity * 2 : 4;
         attn_json *items = attn_realloc(v->items, grown * sizeof *items);
-        if (!items) return out_of_memory(j);
+        if (!items) return out_of_memory(r);
         v->items = items;
         if (keyed) {
             char **keys = attn_realloc(v->keys, grown * sizeof *keys);
-            if (!keys) return out_of_memory(j);
+            if (!keys) return out_of_memory(r);
             v->keys = keys;
         }
         *capacity = grown;
@@ -242,72 +395,58 @@ static attn_status push_item(json_parser *j, attn_json *v, size_t *capacity, boo
     return ATTN_OK;
 }
 
-/* An array or an object at j->p (its bracket): v's items (and keys). On
+/* An array or an object at r->p (its bracket): v's items (and keys). On
  * failure v holds what was parsed so far, for the caller to free. */
-static attn_status parse_container(json_parser *j, attn_json *v, size_t depth, bool object) {
+static attn_status parse_container(attn_json_reader *r, attn_json *v, size_t depth, bool object) {
     v->type = object ? ATTN_JSON_OBJECT : ATTN_JSON_ARRAY;
     if (depth >= ATTN_JSON_MAX_DEPTH)
-        return attn_fail(j->ctx, ATTN_ERR_FORMAT,
-                         "%s: JSON nested deeper than %d levels at byte %zu", j->label,
-                         ATTN_JSON_MAX_DEPTH, offset_of(j));
+        return attn_json_fail_at(r, pos_of(r), ATTN_ERR_FORMAT, "JSON nested deeper than %d levels",
+                                 ATTN_JSON_MAX_DEPTH);
     char close = object ? '}' : ']';
-    j->p++;
-    skip_space(j);
-    if (j->p < j->end && *j->p == close) {
-        j->p++;
-        return ATTN_OK;
-    }
+    r->p++;
+    if (attn_json_accept(r, close)) return ATTN_OK;
     size_t capacity = 0;
     for (;;) {
-        attn_status st = push_item(j, v, &capacity, object);
+        attn_status st = push_item(r, v, &capacity, object);
         if (st != ATTN_OK) return st;
         size_t i = v->count - 1;
-        skip_space(j);
         if (object) {
-            if ((st = parse_string(j, &v->keys[i])) != ATTN_OK) return st;
-            skip_space(j);
-            if (j->p >= j->end || *j->p != ':') return expected(j, "':'");
-            j->p++;
-            skip_space(j);
+            if ((st = attn_json_read_string(r, "a string", &v->keys[i], NULL)) != ATTN_OK)
+                return st;
+            if ((st = attn_json_expect(r, ':', "':'")) != ATTN_OK) return st;
         }
-        if ((st = parse_value(j, &v->items[i], depth + 1)) != ATTN_OK) return st;
-        skip_space(j);
-        if (j->p < j->end && *j->p == ',') {
-            j->p++;
-            continue;
-        }
-        if (j->p < j->end && *j->p == close) {
-            j->p++;
-            return ATTN_OK;
-        }
-        return expected(j, object ? "',' or '}'" : "',' or ']'");
+        if ((st = parse_value(r, &v->items[i], depth + 1)) != ATTN_OK) return st;
+        if (attn_json_accept(r, ',')) continue;
+        if (attn_json_accept(r, close)) return ATTN_OK;
+        return attn_json_expected(r, object ? "',' or '}'" : "',' or ']'");
     }
 }
 
-static attn_status parse_value(json_parser *j, attn_json *v, size_t depth) {
+static attn_status parse_value(attn_json_reader *r, attn_json *v, size_t depth) {
     *v = (attn_json){0};
-    if (j->p >= j->end) return expected(j, "a value");
-    switch (*j->p) {
-    case '{': return parse_container(j, v, depth, true);
-    case '[': return parse_container(j, v, depth, false);
+    attn_json_skip_space(r);
+    if (r->p >= r->end) return attn_json_expected(r, "a value");
+    switch (*r->p) {
+    case '{': return parse_container(r, v, depth, true);
+    case '[': return parse_container(r, v, depth, false);
     case '"':
         v->type = ATTN_JSON_STRING;
-        return parse_string(j, &v->string);
+        return attn_json_read_string(r, "a string", &v->string, NULL);
     case 't':
     case 'f':
         v->type = ATTN_JSON_BOOL;
-        v->boolean = *j->p == 't';
-        if (literal(j, v->boolean ? "true" : "false")) return ATTN_OK;
-        return expected(j, "a value");
+        v->boolean = *r->p == 't';
+        if (literal(r, v->boolean ? "true" : "false")) return ATTN_OK;
+        return attn_json_expected(r, "a value");
     case 'n':
-        if (literal(j, "null")) return ATTN_OK;
-        return expected(j, "a value");
+        if (literal(r, "null")) return ATTN_OK;
+        return attn_json_expected(r, "a value");
     default:
-        if (*j->p == '-' || (*j->p >= '0' && *j->p <= '9')) {
+        if (*r->p == '-' || (*r->p >= '0' && *r->p <= '9')) {
             v->type = ATTN_JSON_NUMBER;
-            return parse_number(j, &v->number);
+            return attn_json_read_number(r, &v->number);
         }
-        return expected(j, "a value");
+        return attn_json_expected(r, "a value");
     }
 }
 
@@ -316,16 +455,12 @@ attn_status attn_json_parse(attn_ctx *ctx, const char *text, size_t len, const c
     if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_json_parse: out is NULL");
     *out = NULL;
     if (!text) return attn_fail(ctx, ATTN_ERR_NULL, "attn_json_parse: text is NULL");
-    json_parser j = {ctx, label ? label : "<json>", (const unsigned char *)text,
-                     (const unsigned char *)text, (const unsigned char *)text + len};
+    attn_json_reader r;
+    attn_json_reader_init(&r, ctx, text, len, label);
     attn_json *root = attn_calloc(1, sizeof *root);
-    if (!root) return out_of_memory(&j);
-    skip_space(&j);
-    attn_status st = parse_value(&j, root, 0);
-    if (st == ATTN_OK) {
-        skip_space(&j);
-        if (j.p != j.end) st = expected(&j, "the end of the text");
-    }
+    if (!root) return out_of_memory(&r);
+    attn_status st = parse_value(&r, root, 0);
+    if (st == ATTN_OK) st = attn_json_end(&r, "the value");
     if (st != ATTN_OK) {
         attn_json_free(root);
         return st;

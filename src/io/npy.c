@@ -1,8 +1,13 @@
 /*
- * npy.c — NumPy .npy files: float32 (or float64, narrowed) arrays in C order.
+ * npy.c — NumPy .npy files: float32 (or float64, narrowed) arrays in C order,
+ * and int32 (or int64, range-checked) arrays for offsets and indices.
  *
  * Reading accepts format versions 1.0, 2.0 and 3.0 and the descrs '<f4',
- * '>f4', '<f8', '>f8' ('|' and '=' mean the host's byte order, as in NumPy).
+ * '>f4', '<f8', '>f8' for floats, '<i4', '>i4', '<i8', '>i8' for integers
+ * ('|' and '=' mean the host's byte order, as in NumPy). Fortran order is
+ * read where it is the same bytes as C order: arrays of one dimension or
+ * none (the integer reader's cu_seqlens are such; a float array with
+ * fortran_order True is refused, as it always was).
  * The header is parsed as the small subset of Python dict literals that
  * NumPy writes: quoted keys and strings without escapes, True/False, and a
  * tuple of non-negative decimal integers (an old Python 2 'L' suffix is
@@ -51,6 +56,7 @@ typedef struct npy_header {
     size_t ndim;
     size_t shape[ATTN_NPY_MAX_DIMS];
     size_t numel;
+    char kind;       /* 'f' or 'i', as the reader asks */
     size_t itemsize; /* 4 or 8 */
     bool big_endian; /* byte order of the stored data */
     size_t data_bytes;
@@ -227,9 +233,10 @@ static attn_status read_shape(npy_cursor *c, npy_header *h) {
     return ATTN_OK;
 }
 
-/* '<f4' and friends: sets itemsize and byte order, or returns false. */
+/* '<f4' and friends (h->kind in place of 'f'): sets itemsize and byte
+ * order, or returns false. */
 static bool decode_descr(const char *descr, npy_header *h) {
-    if (strlen(descr) != 3 || descr[1] != 'f' || (descr[2] != '4' && descr[2] != '8'))
+    if (strlen(descr) != 3 || descr[1] != h->kind || (descr[2] != '4' && descr[2] != '8'))
         return false;
     switch (descr[0]) {
     case '<': h->big_endian = false; break;
@@ -265,9 +272,10 @@ static attn_status shape_size(attn_ctx *ctx, const char *label, size_t ndim, con
     return ATTN_OK;
 }
 
-/* Parses the header dict text [text, text + len), found at file offset base. */
+/* Parses the header dict text [text, text + len), found at file offset base,
+ * for an array of kind ('f' or 'i'). */
 static attn_status parse_header(attn_ctx *ctx, const char *label, const unsigned char *text,
-                                size_t len, size_t base, npy_header *h) {
+                                size_t len, size_t base, char kind, npy_header *h) {
     npy_cursor cur = {ctx, label, text, text, text + len, base};
     npy_cursor *c = &cur;
     char descr[NPY_TEXT_MAX] = "";
@@ -276,6 +284,7 @@ static attn_status parse_header(attn_ctx *ctx, const char *label, const unsigned
     attn_status st;
 
     memset(h, 0, sizeof *h);
+    h->kind = kind;
     skip_space(c);
     if ((st = expect_char(c, '{', "'{' starting the header dict")) != ATTN_OK) return st;
     for (;;) {
@@ -342,12 +351,17 @@ static attn_status parse_header(attn_ctx *ctx, const char *label, const unsigned
         return attn_fail(ctx, ATTN_ERR_FORMAT, "%s: header lacks the 'fortran_order' key", label);
     if (!have_shape) return attn_fail(ctx, ATTN_ERR_FORMAT, "%s: header lacks the 'shape' key", label);
 
-    if (descr_cut || !decode_descr(descr, h))
+    if ((descr_cut || !decode_descr(descr, h)) && kind == 'f')
         return attn_fail(ctx, ATTN_ERR_FORMAT,
                          "%s: dtype '%s' is not float32 or float64 (read: '<f4', '>f4', '<f8', "
                          "'>f8')",
                          label, descr);
-    if (fortran)
+    if (descr_cut || !decode_descr(descr, h))
+        return attn_fail(ctx, ATTN_ERR_FORMAT,
+                         "%s: dtype '%s' is not int32 or int64 (read: '<i4', '>i4', '<i8', "
+                         "'>i8')",
+                         label, descr);
+    if (fortran && (kind == 'f' || h->ndim > 1))
         return attn_fail(ctx, ATTN_ERR_FORMAT,
                          "%s: fortran_order True is not supported; save a C-order array "
                          "(numpy.ascontiguousarray)",
@@ -449,14 +463,11 @@ static void fill_result(const npy_header *h, float *data, attn_npy *out) {
     out->data = data;
 }
 
-attn_status attn_npy_parse(attn_ctx *ctx, const void *bytes, size_t size, attn_npy *out) {
-    attn_clear_error(ctx);
-    if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_npy_parse: out is NULL");
-    memset(out, 0, sizeof *out);
-    if (!bytes) return attn_fail(ctx, ATTN_ERR_NULL, "attn_npy_parse: bytes is NULL");
-
-    const char *label = memory_label;
-    const unsigned char *p = bytes;
+/* Checks an in-memory image's magic, header and data length for an array
+ * of kind ('f' or 'i'); *data points at its first element. */
+static attn_status parse_image(attn_ctx *ctx, const char *label, const unsigned char *p,
+                               size_t size, char kind, npy_header *h,
+                               const unsigned char **data) {
     size_t len_field = 0, header_len = 0;
     attn_status st = parse_magic(ctx, label, p, size, &len_field);
     if (st != ATTN_OK) return st;
@@ -469,15 +480,28 @@ attn_status attn_npy_parse(attn_ctx *ctx, const void *bytes, size_t size, attn_n
         return attn_fail(ctx, ATTN_ERR_FORMAT,
                          "%s: truncated header: expected %zu bytes, got %zu", label,
                          prefix + header_len, size);
+    if ((st = parse_header(ctx, label, p + prefix, header_len, prefix, kind, h)) != ATTN_OK)
+        return st;
+    size_t offset = prefix + header_len;
+    if (size - offset < h->data_bytes)
+        return truncated_data(ctx, label, h->data_bytes, size - offset);
+    *data = p + offset;
+    return ATTN_OK;
+}
+
+attn_status attn_npy_parse(attn_ctx *ctx, const void *bytes, size_t size, attn_npy *out) {
+    attn_clear_error(ctx);
+    if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_npy_parse: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!bytes) return attn_fail(ctx, ATTN_ERR_NULL, "attn_npy_parse: bytes is NULL");
 
     npy_header h = {0};
-    if ((st = parse_header(ctx, label, p + prefix, header_len, prefix, &h)) != ATTN_OK) return st;
-    size_t offset = prefix + header_len;
-    if (size - offset < h.data_bytes) return truncated_data(ctx, label, h.data_bytes, size - offset);
-
+    const unsigned char *stored;
+    attn_status st = parse_image(ctx, memory_label, bytes, size, 'f', &h, &stored);
+    if (st != ATTN_OK) return st;
     float *data;
-    if ((st = alloc_data(ctx, label, &h, &data)) != ATTN_OK) return st;
-    decode_floats(p + offset, h.numel, &h, data);
+    if ((st = alloc_data(ctx, memory_label, &h, &data)) != ATTN_OK) return st;
+    decode_floats(stored, h.numel, &h, data);
     fill_result(&h, data, out);
     return ATTN_OK;
 }
@@ -504,7 +528,10 @@ static size_t remaining_bytes(FILE *f) {
     return (size_t)(end - here);
 }
 
-static attn_status read_stream(attn_ctx *ctx, const char *path, FILE *f, attn_npy *out) {
+/* Reads f's magic and header for an array of kind ('f' or 'i'), leaving f
+ * at the data, which is checked to be long enough where f can seek. */
+static attn_status read_stream_header(attn_ctx *ctx, const char *path, FILE *f, char kind,
+                                      npy_header *h) {
     unsigned char prefix[12];
     size_t got = fread(prefix, 1, 8, f);
     if (got < 8 && ferror(f))
@@ -521,15 +548,21 @@ static attn_status read_stream(attn_ctx *ctx, const char *path, FILE *f, attn_np
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu header bytes", path,
                          header_len);
     size_t offset = 8 + len_field;
-    npy_header h = {0};
     st = read_exact(ctx, path, f, text, header_len, offset + header_len, offset, "header");
-    if (st == ATTN_OK) st = parse_header(ctx, path, text, header_len, offset, &h);
+    if (st == ATTN_OK) st = parse_header(ctx, path, text, header_len, offset, kind, h);
     attn_free(text);
     if (st != ATTN_OK) return st;
 
     size_t left = remaining_bytes(f);
-    if (left != (size_t)-1 && left < h.data_bytes) return truncated_data(ctx, path, h.data_bytes, left);
+    if (left != (size_t)-1 && left < h->data_bytes)
+        return truncated_data(ctx, path, h->data_bytes, left);
+    return ATTN_OK;
+}
 
+static attn_status read_stream(attn_ctx *ctx, const char *path, FILE *f, attn_npy *out) {
+    npy_header h = {0};
+    attn_status st = read_stream_header(ctx, path, f, 'f', &h);
+    if (st != ATTN_OK) return st;
     float *data;
     if ((st = alloc_data(ctx, path, &h, &data)) != ATTN_OK) return st;
     if (h.itemsize == 4) {
@@ -564,6 +597,106 @@ attn_status attn_npy_read(attn_ctx *ctx, const char *path, attn_npy *out) {
     attn_status st = read_stream(ctx, path, f, out);
     fclose(f); /* read-only: nothing to lose if closing fails */
     return st;
+}
+
+/* ---- int32 (and int64) arrays ------------------------------------------- */
+
+/* Converts count stored integers at src, elements first.. of the array, to
+ * int32 at dst; a value outside int32 is an error naming it and its index. */
+static attn_status decode_ints(attn_ctx *ctx, const char *label, const unsigned char *src,
+                               size_t count, const npy_header *h, size_t first, int32_t *dst) {
+    for (size_t i = 0; i < count; i++) {
+        const unsigned char *e = src + i * h->itemsize;
+        uint64_t u = 0;
+        for (size_t k = 0; k < h->itemsize; k++)
+            u = u << 8 | e[h->big_endian ? k : h->itemsize - 1 - k];
+        /* two's complement, sign-extended from the stored width */
+        int64_t v = h->itemsize == 4 ? (int64_t)(int32_t)(uint32_t)u
+                                     : (u >> 63 ? -(int64_t)(~u) - 1 : (int64_t)u);
+        if (v < INT32_MIN || v > INT32_MAX)
+            return attn_fail(ctx, ATTN_ERR_FORMAT,
+                             "%s: element %zu (%lld) does not fit int32", label, first + i,
+                             (long long)v);
+        dst[i] = (int32_t)v;
+    }
+    return ATTN_OK;
+}
+
+static attn_status alloc_ints(attn_ctx *ctx, const char *label, const npy_header *h,
+                              int32_t **out) {
+    *out = attn_calloc(h->numel ? h->numel : 1, sizeof **out);
+    if (!*out)
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu int32 for the data",
+                         label, h->numel);
+    return ATTN_OK;
+}
+
+static void fill_ints(const npy_header *h, int32_t *data, attn_npy_i32 *out) {
+    out->ndim = h->ndim;
+    memcpy(out->shape, h->shape, sizeof out->shape);
+    out->numel = h->numel;
+    out->data = data;
+}
+
+attn_status attn_npy_parse_i32(attn_ctx *ctx, const void *bytes, size_t size, attn_npy_i32 *out) {
+    attn_clear_error(ctx);
+    if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_npy_parse_i32: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!bytes) return attn_fail(ctx, ATTN_ERR_NULL, "attn_npy_parse_i32: bytes is NULL");
+
+    npy_header h = {0};
+    const unsigned char *stored;
+    attn_status st = parse_image(ctx, memory_label, bytes, size, 'i', &h, &stored);
+    if (st != ATTN_OK) return st;
+    int32_t *data;
+    if ((st = alloc_ints(ctx, memory_label, &h, &data)) != ATTN_OK) return st;
+    if ((st = decode_ints(ctx, memory_label, stored, h.numel, &h, 0, data)) != ATTN_OK) {
+        attn_free(data);
+        return st;
+    }
+    fill_ints(&h, data, out);
+    return ATTN_OK;
+}
+
+static attn_status read_stream_i32(attn_ctx *ctx, const char *path, FILE *f, attn_npy_i32 *out) {
+    npy_header h = {0};
+    attn_status st = read_stream_header(ctx, path, f, 'i', &h);
+    if (st != ATTN_OK) return st;
+    int32_t *data;
+    if ((st = alloc_ints(ctx, path, &h, &data)) != ATTN_OK) return st;
+    unsigned char chunk[NPY_CHUNK];
+    const size_t per_chunk = sizeof chunk / h.itemsize;
+    for (size_t done = 0; done < h.numel && st == ATTN_OK;) {
+        size_t n = h.numel - done < per_chunk ? h.numel - done : per_chunk;
+        st = read_exact(ctx, path, f, chunk, n * h.itemsize, h.data_bytes, done * h.itemsize,
+                        "data");
+        if (st == ATTN_OK) st = decode_ints(ctx, path, chunk, n, &h, done, data + done);
+        done += n;
+    }
+    if (st != ATTN_OK) {
+        attn_free(data);
+        return st;
+    }
+    fill_ints(&h, data, out);
+    return ATTN_OK;
+}
+
+attn_status attn_npy_read_i32(attn_ctx *ctx, const char *path, attn_npy_i32 *out) {
+    attn_clear_error(ctx);
+    if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_npy_read_i32: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!path) return attn_fail(ctx, ATTN_ERR_NULL, "attn_npy_read_i32: path is NULL");
+    FILE *f = fopen(path, "rb");
+    if (!f) return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    attn_status st = read_stream_i32(ctx, path, f, out);
+    fclose(f); /* read-only: nothing to lose if closing fails */
+    return st;
+}
+
+void attn_npy_i32_free(attn_npy_i32 *npy) {
+    if (!npy) return;
+    attn_free(npy->data);
+    memset(npy, 0, sizeof *npy);
 }
 
 /* Appends text to buf, which the caller has sized for the largest header. */

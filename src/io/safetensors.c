@@ -8,9 +8,10 @@
  *   bytes [8 + N, ...)  the data section; a tensor's bytes are
  *                       [begin, end) of it, row-major, little-endian
  *
- * The reader treats its input as hostile. The header is parsed by a small
- * JSON reader that accepts exactly that schema (UTF-8 checked, escapes
- * decoded, integers without sign, fraction or exponent), and then checked
+ * The reader treats its input as hostile. The header is read token by token
+ * with the library's JSON reader (io/json.h), accepting exactly that schema
+ * (UTF-8 checked, escapes decoded, integers without sign, fraction or
+ * exponent) straight into the tensor table, and then checked
  * as the reference implementation checks it: each tensor's byte count is
  * its shape's element count times its dtype's size, and the tensors' ranges,
  * in offset order, tile the data section with no overlap, gap or remainder.
@@ -21,8 +22,10 @@
  * the tensors sorted by name, "__metadata__" first, serde_json's compact
  * spelling and escapes, the header padded with spaces to a multiple of 8.
  */
+#include "half.h"
 #include "internal.h"
 
+#include "io/json.h"
 #include "io/safetensors_internal.h"
 #include "modules/module.h"
 
@@ -130,269 +133,33 @@ static void format_shape(char *buf, size_t cap, size_t ndim, const size_t *shape
     if (len < cap) snprintf(buf + len, cap - len, "]");
 }
 
-/* ---- a JSON reader for the header ---------------------------------------- */
+/* ---- reading the header ---------------------------------------------------- */
 
-typedef struct json_cursor {
-    attn_ctx *ctx;
-    const char *label;
-    const unsigned char *begin, *p, *end;
-} json_cursor;
-
-/* File offset of the cursor: the header starts at byte 8. */
-static size_t json_offset(const json_cursor *c) { return 8 + (size_t)(c->p - c->begin); }
-
-static void json_skip_space(json_cursor *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r'))
-        c->p++;
-}
-
-static attn_status json_error(json_cursor *c, const char *expected) {
-    if (c->p >= c->end)
-        return attn_fail(c->ctx, ATTN_ERR_FORMAT,
-                         "%s: header is not valid JSON: it ends where %s was expected", c->label,
-                         expected);
-    unsigned char ch = *c->p;
-    if (ch >= 0x20 && ch < 0x7f)
-        return attn_fail(c->ctx, ATTN_ERR_FORMAT,
-                         "%s: header is not valid JSON at byte %zu: expected %s, found '%c'",
-                         c->label, json_offset(c), expected, (char)ch);
-    return attn_fail(c->ctx, ATTN_ERR_FORMAT,
-                     "%s: header is not valid JSON at byte %zu: expected %s, found byte 0x%02x",
-                     c->label, json_offset(c), expected, (unsigned)ch);
-}
-
-static attn_status json_expect(json_cursor *c, char ch, const char *expected) {
-    json_skip_space(c);
-    if (c->p >= c->end || *c->p != (unsigned char)ch) return json_error(c, expected);
-    c->p++;
-    return ATTN_OK;
-}
-
-/* The length of the UTF-8 sequence at p (at most avail bytes), or 0 when it
- * is not well-formed: no overlong forms, surrogates or values past U+10FFFF. */
-static size_t utf8_length(const unsigned char *p, size_t avail) {
-    unsigned char b = p[0];
-    if (b < 0x80) return 1;
-    size_t n;
-    uint32_t cp, min;
-    if (b >= 0xc2 && b <= 0xdf) n = 2, cp = b & 0x1fu, min = 0x80;
-    else if (b >= 0xe0 && b <= 0xef) n = 3, cp = b & 0x0fu, min = 0x800;
-    else if (b >= 0xf0 && b <= 0xf4) n = 4, cp = b & 0x07u, min = 0x10000;
-    else return 0;
-    if (avail < n) return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (p[i] & 0x3fu);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return n;
-}
-
-static size_t utf8_encode(uint32_t cp, unsigned char out[4]) {
-    if (cp < 0x80) {
-        out[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (unsigned char)(0xc0 | cp >> 6);
-        out[1] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (unsigned char)(0xe0 | cp >> 12);
-        out[1] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
-        out[2] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    out[0] = (unsigned char)(0xf0 | cp >> 18);
-    out[1] = (unsigned char)(0x80 | (cp >> 12 & 0x3f));
-    out[2] = (unsigned char)(0x80 | (cp >> 6 & 0x3f));
-    out[3] = (unsigned char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-static bool hex4(const unsigned char *p, const unsigned char *end, uint32_t *out) {
-    if (end - p < 4) return false;
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) {
-        unsigned char h = p[i];
-        uint32_t d = h >= '0' && h <= '9'   ? (uint32_t)(h - '0')
-                     : h >= 'a' && h <= 'f' ? (uint32_t)(h - 'a' + 10)
-                     : h >= 'A' && h <= 'F' ? (uint32_t)(h - 'A' + 10)
-                                            : 16u;
-        if (d == 16) return false;
-        v = v << 4 | d;
-    }
-    *out = v;
-    return true;
-}
-
-/* A JSON string, decoded into a malloc'd NUL-terminated UTF-8 string. A
- * decoded NUL is rejected: names and metadata are C strings here. */
-static attn_status json_string(json_cursor *c, char **out, const char *expected) {
-    *out = NULL;
-    json_skip_space(c);
-    if (c->p >= c->end || *c->p != '"') return json_error(c, expected);
-    size_t start_offset = json_offset(c);
-    c->p++;
-    /* Decoding never makes text longer (escapes shrink, the rest is copied),
-     * so the raw length up to the closing quote bounds the decoded one. */
-    const unsigned char *q = c->p;
-    while (q < c->end && *q != '"') q += (*q == '\\' && q + 1 < c->end) ? 2 : 1;
-    size_t cap = (size_t)(q - c->p) + 1;
-    unsigned char *buf = attn_malloc(cap);
-    if (!buf)
-        return attn_fail(c->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for a header string",
-                         c->label);
-    size_t len = 0;
-    attn_status st = ATTN_OK;
-    for (;;) {
-        if (c->p >= c->end) {
-            st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
-                           "%s: header is not valid JSON: the string at byte %zu is not closed",
-                           c->label, start_offset);
-            break;
-        }
-        unsigned char ch = *c->p;
-        if (ch == '"') {
-            c->p++;
-            break;
-        }
-        if (ch < 0x20) {
-            st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
-                           "%s: header is not valid JSON at byte %zu: control byte 0x%02x in a "
-                           "string",
-                           c->label, json_offset(c), (unsigned)ch);
-            break;
-        }
-        if (ch != '\\') {
-            size_t n = utf8_length(c->p, (size_t)(c->end - c->p));
-            if (n == 0) {
-                st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
-                               "%s: header is not UTF-8: bad byte 0x%02x at byte %zu", c->label,
-                               (unsigned)ch, json_offset(c));
-                break;
-            }
-            memcpy(buf + len, c->p, n);
-            len += n;
-            c->p += n;
-            continue;
-        }
-        size_t escape_at = json_offset(c);
-        if (c->end - c->p < 2) {
-            st = json_error(c, "an escape sequence");
-            break;
-        }
-        unsigned char e = c->p[1];
-        c->p += 2;
-        const char *simple = strchr("\"\\/bfnrt", e);
-        if (e && simple) {
-            static const char decoded[] = "\"\\/\b\f\n\r\t";
-            buf[len++] = (unsigned char)decoded[simple - "\"\\/bfnrt"];
-            continue;
-        }
-        uint32_t cp;
-        if (e != 'u' || !hex4(c->p, c->end, &cp)) {
-            st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
-                           "%s: header is not valid JSON: bad escape sequence at byte %zu",
-                           c->label, escape_at);
-            break;
-        }
-        c->p += 4;
-        if (cp >= 0xd800 && cp <= 0xdbff) {
-            uint32_t low;
-            if (c->end - c->p >= 6 && c->p[0] == '\\' && c->p[1] == 'u' &&
-                hex4(c->p + 2, c->end, &low) && low >= 0xdc00 && low <= 0xdfff) {
-                cp = 0x10000 + ((cp - 0xd800) << 10) + (low - 0xdc00);
-                c->p += 6;
-            } else {
-                cp = 0xd800; /* reported below */
-            }
-        }
-        if (cp >= 0xd800 && cp <= 0xdfff) {
-            st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
-                           "%s: header has an unpaired UTF-16 surrogate escape at byte %zu",
-                           c->label, escape_at);
-            break;
-        }
-        if (cp == 0) {
-            st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
-                           "%s: header string has a NUL character (\\u0000) at byte %zu",
-                           c->label, escape_at);
-            break;
-        }
-        len += utf8_encode(cp, buf + len);
-    }
-    if (st != ATTN_OK) {
-        attn_free(buf);
-        return st;
-    }
-    buf[len] = '\0';
-    *out = (char *)buf;
-    return ATTN_OK;
-}
-
-/* A non-negative JSON integer: digits only, no leading zero, no fraction or
- * exponent (a size is an integer). what names it in messages. */
-static attn_status json_size(json_cursor *c, size_t *out, const char *what, const char *tensor) {
-    json_skip_space(c);
+/* "tensor 'name'" for messages, the name made printable. */
+static void tensor_owner(char *buf, size_t cap, const char *tensor) {
     char name[ST_TEXT_MAX];
     printable(name, sizeof name, tensor);
-    if (c->p < c->end && *c->p == '-')
-        return attn_fail(c->ctx, ATTN_ERR_FORMAT, "%s: tensor '%s': negative value in %s at byte %zu",
-                         c->label, name, what, json_offset(c));
-    if (c->p >= c->end || *c->p < '0' || *c->p > '9') return json_error(c, "an integer");
-    const unsigned char *start = c->p;
-    size_t value = 0;
-    bool overflow = false;
-    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
-        size_t digit = (size_t)(*c->p - '0');
-        if (value > ((size_t)-1 - digit) / 10) overflow = true;
-        else value = value * 10 + digit;
-        c->p++;
-    }
-    if (c->p < c->end && (*c->p == '.' || *c->p == 'e' || *c->p == 'E'))
-        return attn_fail(c->ctx, ATTN_ERR_FORMAT,
-                         "%s: tensor '%s': %s holds a number that is not an integer at byte %zu",
-                         c->label, name, what, 8 + (size_t)(start - c->begin));
-    if (c->p - start > 1 && *start == '0')
-        return attn_fail(c->ctx, ATTN_ERR_FORMAT,
-                         "%s: header is not valid JSON at byte %zu: a number with a leading zero",
-                         c->label, 8 + (size_t)(start - c->begin));
-    if (overflow)
-        return attn_fail(c->ctx, ATTN_ERR_OVERFLOW, "%s: tensor '%s': a value in %s overflows size_t",
-                         c->label, name, what);
-    *out = value;
-    return ATTN_OK;
+    snprintf(buf, cap, "tensor '%s'", name);
 }
 
 /* [a, b, ...] of sizes; at most max of them. */
-static attn_status json_size_array(json_cursor *c, size_t *values, size_t max, size_t *count,
+static attn_status read_size_array(attn_json_reader *c, size_t *values, size_t max, size_t *count,
                                    const char *what, const char *tensor) {
-    attn_status st = json_expect(c, '[', "'['");
+    attn_status st = attn_json_expect(c, '[', "'['");
     if (st != ATTN_OK) return st;
     *count = 0;
-    json_skip_space(c);
-    if (c->p < c->end && *c->p == ']') {
-        c->p++;
-        return ATTN_OK;
-    }
+    if (attn_json_accept(c, ']')) return ATTN_OK;
+    char owner[ST_TEXT_MAX + 16];
+    tensor_owner(owner, sizeof owner, tensor);
     for (;;) {
-        size_t v = 0;
-        if ((st = json_size(c, &v, what, tensor)) != ATTN_OK) return st;
-        if (*count == max) {
-            char name[ST_TEXT_MAX];
-            printable(name, sizeof name, tensor);
-            return attn_fail(c->ctx, ATTN_ERR_FORMAT, "%s: tensor '%s': %s has more than %zu entries",
-                             c->label, name, what, max);
-        }
-        values[(*count)++] = v;
-        json_skip_space(c);
-        if (c->p < c->end && *c->p == ',') {
-            c->p++;
-            continue;
-        }
-        return json_expect(c, ']', "',' or ']'");
+        uint64_t v = 0;
+        if ((st = attn_json_read_uint(c, SIZE_MAX, owner, what, &v)) != ATTN_OK) return st;
+        if (*count == max)
+            return attn_fail(c->ctx, ATTN_ERR_FORMAT, "%s: %s: %s has more than %zu entries",
+                             c->label, owner, what, max);
+        values[(*count)++] = (size_t)v;
+        if (attn_json_accept(c, ',')) continue;
+        return attn_json_expect(c, ']', "',' or ']'");
     }
 }
 
@@ -409,9 +176,9 @@ static attn_status grow(attn_ctx *ctx, const char *label, void **items, size_t *
     return ATTN_OK;
 }
 
-static attn_status parse_dtype(json_cursor *c, const char *tensor, attn_dtype *out) {
+static attn_status parse_dtype(attn_json_reader *c, const char *tensor, attn_dtype *out) {
     char *text;
-    attn_status st = json_string(c, &text, "a dtype string");
+    attn_status st = attn_json_read_string(c, "a dtype string", &text, NULL);
     if (st != ATTN_OK) return st;
     for (size_t i = 0; i < NUM_DTYPES; i++) {
         if (strcmp(text, dtypes[i].name) == 0) {
@@ -431,28 +198,23 @@ static attn_status parse_dtype(json_cursor *c, const char *tensor, attn_dtype *o
 }
 
 /* {"dtype": ..., "shape": [...], "data_offsets": [b, e]} */
-static attn_status parse_tensor(json_cursor *c, st_tensor *t) {
+static attn_status parse_tensor(attn_json_reader *c, st_tensor *t) {
     char name[ST_TEXT_MAX];
     printable(name, sizeof name, t->name);
-    json_skip_space(c);
-    if (c->p >= c->end || *c->p != '{') {
-        attn_status st = json_error(c, "'{' starting a tensor's entry");
-        return c->p >= c->end ? st
-                              : attn_fail(c->ctx, ATTN_ERR_FORMAT,
-                                          "%s: tensor '%s': its entry at byte %zu is not an "
-                                          "object {\"dtype\", \"shape\", \"data_offsets\"}",
-                                          c->label, name, json_offset(c));
+    if (!attn_json_accept(c, '{')) {
+        if (c->p >= c->end) return attn_json_expected(c, "'{' starting a tensor's entry");
+        return attn_fail(c->ctx, ATTN_ERR_FORMAT,
+                         "%s: tensor '%s': its entry at byte %zu is not an object {\"dtype\", "
+                         "\"shape\", \"data_offsets\"}",
+                         c->label, name, attn_json_offset(c));
     }
-    c->p++;
     bool have_dtype = false, have_shape = false, have_offsets = false;
     attn_status st;
-    json_skip_space(c);
-    if (c->p < c->end && *c->p == '}') c->p++;
-    else {
+    if (!attn_json_accept(c, '}')) {
         for (;;) {
             char *key;
-            if ((st = json_string(c, &key, "a quoted key")) != ATTN_OK) return st;
-            if ((st = json_expect(c, ':', "':' after a key")) != ATTN_OK) {
+            if ((st = attn_json_read_string(c, "a quoted key", &key, NULL)) != ATTN_OK) return st;
+            if ((st = attn_json_expect(c, ':', "':' after a key")) != ATTN_OK) {
                 attn_free(key);
                 return st;
             }
@@ -475,11 +237,11 @@ static attn_status parse_tensor(json_cursor *c, st_tensor *t) {
             if (seen == &have_dtype) {
                 st = parse_dtype(c, t->name, &t->dtype);
             } else if (seen == &have_shape) {
-                st = json_size_array(c, t->shape, ATTN_SAFETENSORS_MAX_DIMS, &t->ndim, "shape",
+                st = read_size_array(c, t->shape, ATTN_SAFETENSORS_MAX_DIMS, &t->ndim, "shape",
                                      t->name);
             } else {
                 size_t offsets[2] = {0, 0}, n = 0;
-                st = json_size_array(c, offsets, 2, &n, "data_offsets", t->name);
+                st = read_size_array(c, offsets, 2, &n, "data_offsets", t->name);
                 if (st == ATTN_OK && n != 2)
                     st = attn_fail(c->ctx, ATTN_ERR_FORMAT,
                                    "%s: tensor '%s': data_offsets has %zu entries, expected 2 "
@@ -489,12 +251,8 @@ static attn_status parse_tensor(json_cursor *c, st_tensor *t) {
                 t->end = n == 2 ? offsets[1] : 0;
             }
             if (st != ATTN_OK) return st;
-            json_skip_space(c);
-            if (c->p < c->end && *c->p == ',') {
-                c->p++;
-                continue;
-            }
-            if ((st = json_expect(c, '}', "',' or '}'")) != ATTN_OK) return st;
+            if (attn_json_accept(c, ',')) continue;
+            if ((st = attn_json_expect(c, '}', "',' or '}'")) != ATTN_OK) return st;
             break;
         }
     }
@@ -506,31 +264,28 @@ static attn_status parse_tensor(json_cursor *c, st_tensor *t) {
 }
 
 /* "__metadata__": {"key": "value", ...} */
-static attn_status parse_metadata(json_cursor *c, attn_safetensors *st) {
-    attn_status s = json_expect(c, '{', "'{' starting __metadata__");
+static attn_status parse_metadata(attn_json_reader *c, attn_safetensors *st) {
+    attn_status s = attn_json_expect(c, '{', "'{' starting __metadata__");
     if (s != ATTN_OK) return s;
-    json_skip_space(c);
-    if (c->p < c->end && *c->p == '}') {
-        c->p++;
-        return ATTN_OK;
-    }
+    if (attn_json_accept(c, '}')) return ATTN_OK;
     for (;;) {
         if ((s = grow(st->ctx, st->label, (void **)&st->meta, &st->meta_capacity, st->meta_count,
                       sizeof *st->meta)) != ATTN_OK)
             return s;
         attn_metadata_entry *e = &st->meta[st->meta_count];
         char *key = NULL, *value = NULL;
-        if ((s = json_string(c, &key, "a quoted key in __metadata__")) != ATTN_OK) return s;
-        if ((s = json_expect(c, ':', "':' after a key")) == ATTN_OK) {
-            json_skip_space(c);
+        if ((s = attn_json_read_string(c, "a quoted key in __metadata__", &key, NULL)) != ATTN_OK)
+            return s;
+        if ((s = attn_json_expect(c, ':', "':' after a key")) == ATTN_OK) {
+            attn_json_skip_space(c);
             if (c->p < c->end && *c->p != '"') {
                 char k[ST_TEXT_MAX];
                 printable(k, sizeof k, key);
                 s = attn_fail(st->ctx, ATTN_ERR_FORMAT,
                               "%s: __metadata__ value of '%s' is not a string (byte %zu)",
-                              st->label, k, json_offset(c));
+                              st->label, k, attn_json_offset(c));
             } else {
-                s = json_string(c, &value, "a string value in __metadata__");
+                s = attn_json_read_string(c, "a string value in __metadata__", &value, NULL);
             }
         }
         if (s == ATTN_OK) {
@@ -552,33 +307,33 @@ static attn_status parse_metadata(json_cursor *c, attn_safetensors *st) {
         e->key = key;
         e->value = value;
         st->meta_count++;
-        json_skip_space(c);
-        if (c->p < c->end && *c->p == ',') {
-            c->p++;
-            continue;
-        }
-        return json_expect(c, '}', "',' or '}' in __metadata__");
+        if (attn_json_accept(c, ',')) continue;
+        return attn_json_expect(c, '}', "',' or '}' in __metadata__");
     }
 }
 
+/* The header, read as it is scanned (UTF-8 checked; offsets in messages are
+ * file offsets, the header starting at byte 8). */
 static attn_status parse_header(attn_safetensors *st, const unsigned char *text, size_t len) {
-    json_cursor cur = {st->ctx, st->label, text, text, text + len};
-    json_cursor *c = &cur;
+    attn_json_reader cur;
+    attn_json_reader_init(&cur, st->ctx, text, len, st->label);
+    cur.subject = "header";
+    cur.base = 8;
+    cur.check_utf8 = true;
+    attn_json_reader *c = &cur;
     attn_status s;
     bool have_metadata = false;
-    json_skip_space(c);
-    if (c->p >= c->end || *c->p != '{')
+    if (!attn_json_accept(c, '{'))
         return attn_fail(st->ctx, ATTN_ERR_FORMAT,
                          "%s: header is not a JSON object: it must start with '{'%s", st->label,
                          len == 0 ? " (the header is empty)" : "");
-    c->p++;
-    json_skip_space(c);
-    if (c->p < c->end && *c->p == '}') c->p++;
-    else {
+    if (!attn_json_accept(c, '}')) {
         for (;;) {
             char *key;
-            if ((s = json_string(c, &key, "a quoted tensor name or '}'")) != ATTN_OK) return s;
-            if ((s = json_expect(c, ':', "':' after a key")) != ATTN_OK) {
+            if ((s = attn_json_read_string(c, "a quoted tensor name or '}'", &key, NULL)) !=
+                ATTN_OK)
+                return s;
+            if ((s = attn_json_expect(c, ':', "':' after a key")) != ATTN_OK) {
                 attn_free(key);
                 return s;
             }
@@ -603,22 +358,12 @@ static attn_status parse_header(attn_safetensors *st, const unsigned char *text,
                                      st->label);
                 if ((s = parse_tensor(c, t)) != ATTN_OK) return s;
             }
-            json_skip_space(c);
-            if (c->p < c->end && *c->p == ',') {
-                c->p++;
-                continue;
-            }
-            if ((s = json_expect(c, '}', "',' or '}'")) != ATTN_OK) return s;
+            if (attn_json_accept(c, ',')) continue;
+            if ((s = attn_json_expect(c, '}', "',' or '}'")) != ATTN_OK) return s;
             break;
         }
     }
-    json_skip_space(c);
-    if (c->p < c->end)
-        return attn_fail(st->ctx, ATTN_ERR_FORMAT,
-                         "%s: header is not valid JSON: unexpected text after the object at byte "
-                         "%zu",
-                         st->label, json_offset(c));
-    return ATTN_OK;
+    return attn_json_end(c, "the object");
 }
 
 /* ---- checks of the parsed header ----------------------------------------- */
@@ -946,25 +691,6 @@ const char *attn_safetensors_metadata_get(const attn_safetensors *st, const char
 
 /* ---- loading data -------------------------------------------------------- */
 
-/* IEEE binary16 to binary32, exactly: subnormals, infinities, NaN payloads. */
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = h >> 10 & 0x1fu, mant = h & 0x3ffu;
-    uint32_t bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | mant << 13;
-    } else if (exp != 0) {
-        bits = sign | (exp + 112u) << 23 | mant << 13;
-    } else {
-        /* 0 or subnormal: mant * 2^-24, exact in binary32. */
-        float f = (float)mant * 0x1p-24f;
-        memcpy(&bits, &f, sizeof bits);
-        bits |= sign;
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
 /* Round to nearest, without the undefined behaviour ISO C gives a double
  * outside float's range: from FLT_MAX + half an ulp it is infinity. */
 static float narrow_double(double d) {
@@ -982,10 +708,9 @@ static void convert(attn_dtype dtype, const unsigned char *src, size_t count, fl
                          (uint32_t)e[3] << 24;
             memcpy(&dst[i], &u, 4);
         } else if (dtype == ATTN_DTYPE_F16) {
-            dst[i] = half_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
+            dst[i] = attn_f16_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
         } else if (dtype == ATTN_DTYPE_BF16) {
-            uint32_t u = (uint32_t)(src[2 * i] | src[2 * i + 1] << 8) << 16;
-            memcpy(&dst[i], &u, 4);
+            dst[i] = attn_bf16_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
         } else {
             uint64_t u = 0;
             for (int k = 7; k >= 0; k--) u = u << 8 | src[8 * i + (size_t)k];
@@ -1098,7 +823,7 @@ static bool valid_utf8(const char *s) {
     const unsigned char *p = (const unsigned char *)s;
     size_t left = strlen(s);
     while (left) {
-        size_t n = utf8_length(p, left);
+        size_t n = attn_json_utf8_length(p, left);
         if (!n) return false;
         p += n;
         left -= n;

@@ -13,6 +13,7 @@
  *     attention of sdpa.c on them (every feature), each output rounded to
  *     the dtype once (to nearest even; NaN stays NaN).
  */
+#include "half.h"
 #include "internal.h"
 #include "ops/sdpa16.h"
 #include "ops/sdpa_internal.h"
@@ -28,70 +29,20 @@
 
 /* ---- element conversions ----------------------------------------------------- */
 
-static float bits_float(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
-
-static uint32_t float_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-/* bf16: the top half of a float32. */
-static float bf16_to_float(uint16_t h) { return bits_float((uint32_t)h << 16); }
-
-/* Rounded to nearest even; NaN stays NaN (quieted), inf stays inf. */
-static uint16_t float_to_bf16(float x) {
-    uint32_t u = float_bits(x);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-/* IEEE binary16: 1 sign, 5 exponent (bias 15), 10 fraction bits. */
-static float f16_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-    if (e == 0) { /* zero or subnormal: m 2^-24, exact in float */
-        float x = (float)m * 0x1p-24f;
-        return sign ? -x : x;
-    }
-    if (e == 31) return bits_float(sign | 0x7F800000u | m << 13); /* inf, NaN */
-    return bits_float(sign | (e + 112) << 23 | m << 13);
-}
-
-static uint16_t float_to_f16(float x) {
-    uint32_t u = float_bits(x), sign = (u >> 16) & 0x8000u;
-    u &= 0x7FFFFFFFu;
-    if (u > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((u >> 13) & 0x3FFu)); /* NaN */
-    if (u >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* from 65520 (a tie to 2^16) up: inf */
-    if (u < 0x38800000u) { /* below 2^-14: a subnormal, n 2^-24, n rounded to even */
-        float scaled = bits_float(u) * 0x1p24f; /* exact, < 1024 */
-        uint32_t n = (uint32_t)scaled;
-        float rest = scaled - (float)n;
-        if (rest > 0.5f || (rest == 0.5f && (n & 1u))) n++;
-        return (uint16_t)(sign | n);
-    }
-    u += 0x0FFFu + ((u >> 13) & 1u); /* to nearest even at the 13 bits dropped */
-    return (uint16_t)(sign | (u - (112u << 23)) >> 13);
-}
-
 /* A row of n elements, the dtype chosen once per row (the bf16 loops, a
  * shift and a rounding add, are then simple enough to vectorise). */
 static void widen_row(attn_dtype dtype, const uint16_t *x, float *y, size_t n) {
     if (dtype == ATTN_DTYPE_BF16)
-        for (size_t d = 0; d < n; d++) y[d] = bf16_to_float(x[d]);
+        for (size_t d = 0; d < n; d++) y[d] = attn_bf16_to_float(x[d]);
     else
-        for (size_t d = 0; d < n; d++) y[d] = f16_to_float(x[d]);
+        for (size_t d = 0; d < n; d++) y[d] = attn_f16_to_float(x[d]);
 }
 
 static void narrow_row(attn_dtype dtype, const float *x, uint16_t *y, size_t n) {
     if (dtype == ATTN_DTYPE_BF16)
-        for (size_t d = 0; d < n; d++) y[d] = float_to_bf16(x[d]);
+        for (size_t d = 0; d < n; d++) y[d] = attn_float_to_bf16(x[d]);
     else
-        for (size_t d = 0; d < n; d++) y[d] = float_to_f16(x[d]);
+        for (size_t d = 0; d < n; d++) y[d] = attn_float_to_f16(x[d]);
 }
 
 /* ---- views: the (b, t, h) rows of a tensor ----------------------------------- */
@@ -380,7 +331,7 @@ static bool scan_magnitudes(attn_ctx *ctx, const attn_attention_problem *p,
         for (size_t part = 0; part < SCAN16_PARTS; part++)
             largest = job.part_max[part][t] > largest ? job.part_max[part][t] : largest;
         if (largest >= 0x7F80u) return false; /* magnitudes order as their bits */
-        top[t] = bf16_to_float(largest);
+        top[t] = attn_bf16_to_float(largest);
     }
     return true;
 }

@@ -37,6 +37,7 @@
  */
 #include "internal.h"
 
+#include "io/json.h"
 #include "text/unicode_classes.h"
 
 #include <errno.h>
@@ -712,161 +713,45 @@ static bool raw_entries_push(raw_entries *e, raw_entry entry) {
     return true;
 }
 
-/* A cursor over a JSON file, for messages naming its line and column. */
-typedef struct json_cursor {
-    attn_ctx *ctx;
-    const char *path;
-    const unsigned char *s;
-    size_t n, pos;
-} json_cursor;
-
-static attn_status json_error(const json_cursor *c, const char *what) {
-    size_t line, column;
-    line_and_column(c->s, c->pos, &line, &column);
-    return attn_fail(c->ctx, ATTN_ERR_FORMAT, "%s:%zu:%zu: %s (a vocabulary is a JSON object of "
-                     "\"token\": id)", c->path, line, column, what);
-}
-
-static void json_skip_space(json_cursor *c) {
-    while (c->pos < c->n && (c->s[c->pos] == ' ' || c->s[c->pos] == '\t' ||
-                             c->s[c->pos] == '\n' || c->s[c->pos] == '\r'))
-        c->pos++;
-}
-
-static int hex_value(unsigned char h) {
-    if (h >= '0' && h <= '9') return h - '0';
-    if (h >= 'a' && h <= 'f') return h - 'a' + 10;
-    if (h >= 'A' && h <= 'F') return h - 'A' + 10;
-    return -1;
-}
-
-/* Four hex digits after "\u" at c->pos; -1 if they are not. */
-static long json_hex4(const json_cursor *c, size_t at) {
-    if (c->n - at < 4) return -1;
-    long v = 0;
-    for (size_t k = 0; k < 4; k++) {
-        int h = hex_value(c->s[at + k]);
-        if (h < 0) return -1;
-        v = v * 16 + h;
-    }
-    return v;
-}
-
-/* The escape at c->pos (just after a backslash) as a code point. */
-static attn_status json_escape(json_cursor *c, uint32_t *cp) {
-    static const char plain[] = "\"\\/bfnrt", meaning[] = "\"\\/\b\f\n\r\t";
-    unsigned char e = c->pos < c->n ? c->s[c->pos] : 0;
-    const char *k = e ? strchr(plain, e) : NULL;
-    if (k) {
-        *cp = (unsigned char)meaning[k - plain];
-        c->pos++;
-        return ATTN_OK;
-    }
-    if (e != 'u') return json_error(c, "an unknown escape in a string");
-    long v = json_hex4(c, c->pos + 1);
-    if (v < 0) return json_error(c, "\\u needs four hex digits");
-    c->pos += 5;
-    if (v >= 0xDC00 && v <= 0xDFFF) return json_error(c, "a lone low surrogate \\u escape");
-    if (v >= 0xD800 && v <= 0xDBFF) {
-        long low = (c->n - c->pos >= 2 && c->s[c->pos] == '\\' && c->s[c->pos + 1] == 'u')
-                       ? json_hex4(c, c->pos + 2)
-                       : -1;
-        if (low < 0xDC00 || low > 0xDFFF)
-            return json_error(c, "a high surrogate \\u escape without its low surrogate");
-        c->pos += 6;
-        v = 0x10000 + ((v - 0xD800) << 10) + (low - 0xDC00);
-    }
-    *cp = (uint32_t)v;
-    return ATTN_OK;
-}
-
-/* The string at c->pos (its opening quote), decoded into strings. */
-static attn_status json_string(json_cursor *c, byte_store *strings, size_t *offset, size_t *len) {
-    if (c->pos >= c->n || c->s[c->pos] != '"') return json_error(c, "expected a string");
-    c->pos++;
-    size_t first = strings->used;
-    for (;;) {
-        if (c->pos >= c->n) return json_error(c, "a string without its closing quote");
-        unsigned char b = c->s[c->pos];
-        unsigned char utf8[4];
-        size_t bytes;
-        if (b == '"') break;
-        if (b < 0x20) return json_error(c, "a control character inside a string");
-        if (b == '\\') {
-            c->pos++;
-            uint32_t cp = 0;
-            attn_status st = json_escape(c, &cp);
-            if (st) return st;
-            bytes = utf8_encode(cp, utf8);
-        } else {
-            uint32_t cp = utf8_decode(c->s, c->n, c->pos, &bytes);
-            if (cp == NOT_A_CHAR) return json_error(c, "invalid UTF-8 inside a string");
-            memcpy(utf8, c->s + c->pos, bytes);
-            c->pos += bytes;
-        }
-        size_t at;
-        if (!byte_store_append(strings, utf8, bytes, &at))
-            return attn_fail(c->ctx, ATTN_ERR_NO_MEMORY, "no memory to read %s", c->path);
-    }
-    c->pos++;
-    *offset = first;
-    *len = strings->used - first;
-    return ATTN_OK;
-}
-
-static attn_status json_id(json_cursor *c, int32_t *id) {
-    size_t start = c->pos;
-    long long v = 0;
-    while (c->pos < c->n && c->s[c->pos] >= '0' && c->s[c->pos] <= '9') {
-        v = v * 10 + (c->s[c->pos] - '0');
-        if (v > INT32_MAX - LLAMA3_SPECIALS) return json_error(c, "a token id too large");
-        c->pos++;
-    }
-    if (c->pos == start) return json_error(c, "expected a token id (a non-negative integer)");
-    if (c->pos < c->n && (c->s[c->pos] == '.' || c->s[c->pos] == 'e' || c->s[c->pos] == 'E'))
-        return json_error(c, "a token id that is not an integer");
-    *id = (int32_t)v;
-    return ATTN_OK;
-}
+/* What a vocabulary is, for messages about one that is not. */
+#define VOCAB_SHAPE "(a vocabulary is a JSON object of \"token\": id)"
 
 /* The JSON object's entries: keys (UTF-8) in strings, where = the key's
- * byte offset. */
-static attn_status read_vocab_json(json_cursor *c, byte_store *strings, raw_entries *entries) {
-    json_skip_space(c);
-    if (c->pos >= c->n || c->s[c->pos] != '{') return json_error(c, "expected '{'");
-    c->pos++;
-    json_skip_space(c);
-    if (c->pos < c->n && c->s[c->pos] == '}') return json_error(c, "an empty vocabulary");
+ * byte offset. Read token by token with the library's JSON reader, with
+ * positions as line:column, raw UTF-8 checked and \u0000 allowed (a token's
+ * bytes are counted, not a C string). */
+static attn_status read_vocab_json(attn_json_reader *c, byte_store *strings, raw_entries *entries) {
+    attn_status st = attn_json_expect(c, '{', "'{' " VOCAB_SHAPE);
+    if (st) return st;
+    if (attn_json_peek(c, '}'))
+        return attn_json_fail_at(c, (size_t)(c->p - c->begin), ATTN_ERR_FORMAT,
+                                 "an empty vocabulary " VOCAB_SHAPE);
     for (;;) {
-        json_skip_space(c);
-        raw_entry e = {.where = c->pos};
+        attn_json_skip_space(c);
+        raw_entry e = {.where = (size_t)(c->p - c->begin)};
+        char *key;
         size_t len = 0;
-        attn_status st = json_string(c, strings, &e.offset, &len);
-        if (st) return st;
-        if (len == 0 || len > UINT32_MAX) {
-            c->pos = e.where;
-            return json_error(c, "an empty token");
-        }
+        if ((st = attn_json_read_string(c, "a token (a string)", &key, &len))) return st;
+        bool stored =
+            len > 0 && len <= UINT32_MAX && byte_store_append(strings, key, len, &e.offset);
+        attn_free(key);
+        if (len == 0 || len > UINT32_MAX)
+            return attn_json_fail_at(c, e.where, ATTN_ERR_FORMAT, "an empty token " VOCAB_SHAPE);
+        if (!stored) return attn_fail(c->ctx, ATTN_ERR_NO_MEMORY, "no memory to read %s", c->label);
         e.len = (uint32_t)len;
-        json_skip_space(c);
-        if (c->pos >= c->n || c->s[c->pos] != ':') return json_error(c, "expected ':'");
-        c->pos++;
-        json_skip_space(c);
-        if ((st = json_id(c, &e.id))) return st;
+        if ((st = attn_json_expect(c, ':', "':'"))) return st;
+        /* the ids above leave room for Llama 3's special tokens */
+        uint64_t id;
+        if ((st = attn_json_read_uint(c, INT32_MAX - LLAMA3_SPECIALS, NULL, "a token id", &id)))
+            return st;
+        e.id = (int32_t)id;
         if (!raw_entries_push(entries, e))
-            return attn_fail(c->ctx, ATTN_ERR_NO_MEMORY, "no memory to read %s", c->path);
-        json_skip_space(c);
-        if (c->pos < c->n && c->s[c->pos] == ',') {
-            c->pos++;
-            continue;
-        }
-        if (c->pos < c->n && c->s[c->pos] == '}') break;
-        return json_error(c, "expected ',' or '}'");
+            return attn_fail(c->ctx, ATTN_ERR_NO_MEMORY, "no memory to read %s", c->label);
+        if (attn_json_accept(c, ',')) continue;
+        if (attn_json_accept(c, '}')) break;
+        return attn_json_expected(c, "',' or '}'");
     }
-    c->pos++;
-    json_skip_space(c);
-    if (c->pos != c->n) return json_error(c, "text after the vocabulary's closing '}'");
-    return ATTN_OK;
+    return attn_json_end(c, "the vocabulary's closing '}'");
 }
 
 /* Lays entries out by id in store (vocab_size = the largest id + 1) and
@@ -1019,7 +904,7 @@ static attn_status decode_gpt2_tokens(attn_tokenizer *t, const char *path,
         if (!n) continue;
         for (size_t i = 0; i < n;) {
             size_t len;
-            uint32_t cp = utf8_decode(s, n, i, &len); /* valid: json_string checked */
+            uint32_t cp = utf8_decode(s, n, i, &len); /* valid: the JSON reader checked */
             int b = unicode_to_byte(cp);
             unsigned char one = (unsigned char)b;
             size_t at;
@@ -1043,7 +928,11 @@ static attn_status load_gpt2(attn_tokenizer *t, const char *vocab_path, const ch
     size_t n;
     attn_status st = read_file(ctx, vocab_path, &file, &n);
     if (st) goto done;
-    json_cursor c = {.ctx = ctx, .path = vocab_path, .s = file, .n = n};
+    attn_json_reader c;
+    attn_json_reader_init(&c, ctx, file, n, vocab_path);
+    c.lines = true;
+    c.check_utf8 = true;
+    c.allow_nul = true;
     if ((st = read_vocab_json(&c, &strings, &entries))) goto done;
     if ((st = index_entries(ctx, vocab_path, file, false, &entries, &strings, &by_string)))
         goto done;

@@ -130,6 +130,83 @@ static void check_file(attn_ctx *ctx) {
     CHECK_MESSAGE(ctx, path);
 }
 
+/* The token reader under the tree: positions (file offsets or line:column),
+ * the UTF-8 and NUL options, and integers against their range. */
+static void check_reader(attn_ctx *ctx) {
+    attn_json_reader r;
+    const char *text = "{\"a\\u0000b\": 7,\n \"\xc3\xa9\": 8}";
+    attn_json_reader_init(&r, ctx, text, strlen(text), "v.json");
+    r.lines = true;
+    r.check_utf8 = true;
+    r.allow_nul = true;
+    char *s = NULL;
+    size_t len = 0;
+    uint64_t v = 0;
+    CHECK_STATUS(attn_json_expect(&r, '{', "'{'"), ATTN_OK);
+    CHECK_STATUS(attn_json_read_string(&r, "a key", &s, &len), ATTN_OK);
+    CHECK(s && len == 3 && memcmp(s, "a\0b", 3) == 0);
+    attn_free(s);
+    CHECK_STATUS(attn_json_expect(&r, ':', "':'"), ATTN_OK);
+    CHECK_STATUS(attn_json_read_uint(&r, 100, NULL, "an id", &v), ATTN_OK);
+    CHECK(v == 7);
+    CHECK(attn_json_accept(&r, ','));
+    CHECK_STATUS(attn_json_read_string(&r, "a key", &s, &len), ATTN_OK);
+    CHECK(s && len == 2 && strcmp(s, "\xc3\xa9") == 0);
+    attn_free(s);
+    CHECK_STATUS(attn_json_expect(&r, '}', "'}'"), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "v.json:2:6: not valid JSON: expected '}', found ':'");
+
+    /* a file offset (base), a subject, a value past the range named */
+    text = "[12, 345, 07, 1.5, -1]";
+    attn_json_reader_init(&r, ctx, text, strlen(text), "f.bin");
+    r.base = 8;
+    r.subject = "header";
+    CHECK(attn_json_accept(&r, '['));
+    CHECK_STATUS(attn_json_read_uint(&r, 12, "tensor 'w'", "shape", &v), ATTN_OK);
+    CHECK(v == 12);
+    CHECK(attn_json_accept(&r, ','));
+    CHECK_STATUS(attn_json_read_uint(&r, 300, "tensor 'w'", "shape", &v), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "f.bin: tensor 'w': shape 345 exceeds 300 at byte 13");
+    CHECK(attn_json_accept(&r, ','));
+    CHECK_STATUS(attn_json_read_uint(&r, 300, NULL, "shape", &v), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "f.bin: header is not valid JSON at byte 18: a number with a leading zero");
+    CHECK(attn_json_accept(&r, ','));
+    CHECK_STATUS(attn_json_read_uint(&r, 300, NULL, "shape", &v), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "shape holds a number that is not an integer at byte 22");
+    r.p += 2; /* past ".5" */
+    CHECK(attn_json_accept(&r, ','));
+    CHECK_STATUS(attn_json_read_uint(&r, 300, NULL, "shape", &v), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "negative value in shape at byte 27");
+    attn_json_reader_init(&r, ctx, "18446744073709551616", 20, "f.bin");
+    CHECK_STATUS(attn_json_read_uint(&r, SIZE_MAX, NULL, "shape", &v), ATTN_ERR_OVERFLOW);
+    CHECK_MESSAGE(ctx, "a value in shape overflows size_t (18446744073709551616)");
+    attn_json_reader_init(&r, ctx, "18446744073709551615", 20, "f.bin");
+    CHECK_STATUS(attn_json_read_uint(&r, UINT64_MAX, NULL, "n", &v), ATTN_OK);
+    CHECK(v == UINT64_MAX);
+
+    /* raw UTF-8: checked only when asked, NUL refused unless allowed */
+    text = "\"a\xff\"";
+    attn_json_reader_init(&r, ctx, text, strlen(text), "u.json");
+    CHECK_STATUS(attn_json_read_string(&r, "a string", &s, NULL), ATTN_OK);
+    attn_free(s);
+    attn_json_reader_init(&r, ctx, text, strlen(text), "u.json");
+    r.check_utf8 = true;
+    CHECK_STATUS(attn_json_read_string(&r, "a string", &s, NULL), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "u.json: not UTF-8: bad byte 0xff at byte 2");
+    CHECK(s == NULL);
+    attn_json_reader_init(&r, ctx, "\"\\u0000\"", 8, "u.json");
+    CHECK_STATUS(attn_json_read_string(&r, "a string", &s, NULL), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "NUL character");
+    attn_json_reader_init(&r, ctx, " [1] ", 5, "e.json");
+    CHECK(attn_json_accept(&r, '[') && !attn_json_accept(&r, ']'));
+    r.p++;
+    CHECK(attn_json_accept(&r, ']'));
+    CHECK_STATUS(attn_json_end(&r, "the array"), ATTN_OK);
+    CHECK(attn_json_utf8_length((const unsigned char *)"\xed\xa0\x80", 3) == 0); /* surrogate */
+    CHECK(attn_json_utf8_length((const unsigned char *)"\xf0\x9f\x98\x80", 4) == 4);
+    CHECK(attn_json_utf8_length((const unsigned char *)"\xc0\x80", 2) == 0); /* overlong */
+}
+
 int main(void) {
     attn_ctx *ctx = NULL;
     if (attn_ctx_new(&(attn_ctx_config){.num_threads = 1}, &ctx) != ATTN_OK) return 1;
@@ -137,6 +214,7 @@ int main(void) {
     check_strings(ctx);
     check_bad(ctx);
     check_file(ctx);
+    check_reader(ctx);
     attn_ctx_free(ctx);
     printf("%d passed, %d failed\n", check_passed, check_failed);
     return check_failed ? 1 : 0;

@@ -744,6 +744,146 @@ static void test_fuzz(attn_ctx *ctx) {
     for (int i = 0; i < 3; i++) free(seeds[i]);
 }
 
+/* Stores v in size bytes (4 or 8) of dst, little- or big-endian, two's
+ * complement. */
+static void store_int(unsigned char *dst, int64_t v, size_t size, bool big) {
+    uint64_t u = (uint64_t)v;
+    for (size_t i = 0; i < size; i++)
+        dst[big ? size - 1 - i : i] = (unsigned char)(u >> (8 * i));
+}
+
+/* A 1-D integer image of values, descr e.g. "<i8", written then parsed
+ * (from memory and from a file): both must succeed with values back. */
+static void check_int_image(attn_ctx *ctx, const char *descr, const char *fortran,
+                            const int64_t *values, size_t n) {
+    size_t size = (size_t)(descr[2] - '0'), bytes = n * size;
+    bool big = descr[0] == '>';
+    unsigned char data[64];
+    for (size_t i = 0; i < n; i++) store_int(data + i * size, values[i], size, big);
+    char dict[160];
+    snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': %s, 'shape': (%zu,), }", descr,
+             fortran, n);
+    size_t img_size;
+    unsigned char *img = build_image(1, dict, true, data, bytes, &img_size);
+    attn_npy_i32 a;
+    CHECK_STATUS(attn_npy_parse_i32(ctx, img, img_size, &a), ATTN_OK);
+    CHECK(a.ndim == 1 && a.shape[0] == n && a.numel == n);
+    for (size_t i = 0; i < n && a.data; i++) CHECK(a.data[i] == values[i]);
+    attn_npy_i32_free(&a);
+    CHECK(a.data == NULL && a.numel == 0);
+    char path[256];
+    temp_path(path, sizeof path, "ints.npy");
+    write_file(path, img, img_size);
+    CHECK_STATUS(attn_npy_read_i32(ctx, path, &a), ATTN_OK);
+    CHECK(a.ndim == 1 && a.numel == n);
+    for (size_t i = 0; i < n && a.data; i++) CHECK(a.data[i] == values[i]);
+    attn_npy_i32_free(&a);
+    remove(path);
+    free(img);
+}
+
+/* Parses dict + data as integers from memory and from a file: both fail
+ * with status, naming want, and leave out zeroed. */
+static void expect_int_reject(attn_ctx *ctx, int major, const char *dict, const void *data,
+                              size_t data_len, attn_status status, const char *want) {
+    size_t img_size;
+    unsigned char *img = build_image(major, dict, true, data, data_len, &img_size);
+    attn_npy_i32 a;
+    CHECK_STATUS(attn_npy_parse_i32(ctx, img, img_size, &a), status);
+    CHECK_MESSAGE(ctx, want);
+    CHECK(a.data == NULL && a.ndim == 0);
+    char path[256];
+    temp_path(path, sizeof path, "bad_ints.npy");
+    write_file(path, img, img_size);
+    CHECK_STATUS(attn_npy_read_i32(ctx, path, &a), status);
+    CHECK_MESSAGE(ctx, want);
+    CHECK(a.data == NULL);
+    remove(path);
+    free(img);
+}
+
+static void test_ints(attn_ctx *ctx) {
+    const int64_t values[] = {0, 5, -7, INT32_MAX, INT32_MIN, 65536, 10};
+    const size_t n = sizeof values / sizeof values[0];
+    check_int_image(ctx, "<i4", "False", values, n);
+    check_int_image(ctx, ">i4", "False", values, n);
+    check_int_image(ctx, "<i8", "False", values, n);
+    check_int_image(ctx, ">i8", "False", values, n);
+    check_int_image(ctx, "<i8", "True", values, n); /* 1-D: Fortran order is C order */
+    check_int_image(ctx, "|i4", "False", values, 0);
+
+    /* 2-D, and a version 2.0 header */
+    unsigned char data[64];
+    for (int i = 0; i < 6; i++) store_int(data + 4 * i, 100 * i - 3, 4, false);
+    size_t img_size;
+    unsigned char *img = build_image(
+        2, "{'descr': '<i4', 'fortran_order': False, 'shape': (2, 3), }", true, data, 24,
+        &img_size);
+    attn_npy_i32 a;
+    CHECK_STATUS(attn_npy_parse_i32(ctx, img, img_size, &a), ATTN_OK);
+    CHECK(a.ndim == 2 && a.shape[0] == 2 && a.shape[1] == 3 && a.numel == 6);
+    for (int i = 0; i < 6 && a.data; i++) CHECK(a.data[i] == 100 * i - 3);
+    attn_npy_i32_free(&a);
+    free(img);
+
+    /* bad inputs, each naming the value at fault */
+    memset(data, 0, sizeof data);
+    expect_int_reject(ctx, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", data,
+                      8, ATTN_ERR_FORMAT, "dtype '<f4' is not int32 or int64");
+    expect_int_reject(ctx, 1, "{'descr': '<u4', 'fortran_order': False, 'shape': (2,), }", data,
+                      8, ATTN_ERR_FORMAT, "dtype '<u4' is not int32 or int64");
+    expect_int_reject(ctx, 1, "{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }", data,
+                      8, ATTN_ERR_FORMAT, "dtype '<i2'");
+    expect_int_reject(ctx, 1, "{'descr': 'xi4', 'fortran_order': False, 'shape': (2,), }", data,
+                      8, ATTN_ERR_FORMAT, "dtype 'xi4'");
+    expect_int_reject(ctx, 1, "{'descr': '<i4', 'fortran_order': True, 'shape': (2, 2), }",
+                      data, 16, ATTN_ERR_FORMAT, "fortran_order True");
+    int64_t big_values[3] = {0, 5, (int64_t)1 << 40};
+    unsigned char big_le[24], big_be[24];
+    for (int i = 0; i < 3; i++) {
+        store_int(big_le + 8 * i, big_values[i], 8, false);
+        store_int(big_be + 8 * i, big_values[i], 8, true);
+    }
+    expect_int_reject(ctx, 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }",
+                      big_le, 24, ATTN_ERR_FORMAT,
+                      "element 2 (1099511627776) does not fit int32");
+    expect_int_reject(ctx, 1, "{'descr': '>i8', 'fortran_order': False, 'shape': (3,), }",
+                      big_be, 24, ATTN_ERR_FORMAT,
+                      "element 2 (1099511627776) does not fit int32");
+    store_int(big_le, (int64_t)INT32_MIN - 1, 8, false);
+    expect_int_reject(ctx, 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }",
+                      big_le, 24, ATTN_ERR_FORMAT, "element 0 (-2147483649) does not fit int32");
+    expect_int_reject(ctx, 1, "{'descr': '<i8', 'fortran_order': False, 'shape': (3,), }",
+                      big_le, 23, ATTN_ERR_FORMAT, "truncated data: expected 24 bytes, got 23");
+    expect_int_reject(ctx, 1, "{'descr': '<i4', 'fortran_order': False, 'shape': (3,), }", data,
+                      0, ATTN_ERR_FORMAT, "truncated data: expected 12 bytes, got 0");
+    /* a header cut short */
+    img = build_image(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", true, data,
+                      8, &img_size);
+    CHECK_STATUS(attn_npy_parse_i32(ctx, img, 40, &a), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "truncated header: expected 128 bytes, got 40");
+    CHECK(a.data == NULL);
+    free(img);
+    CHECK_STATUS(attn_npy_read_i32(ctx, "/nonexistent/x.npy", &a), ATTN_ERR_IO);
+    CHECK_MESSAGE(ctx, "/nonexistent/x.npy: cannot open");
+    CHECK_STATUS(attn_npy_read_i32(ctx, NULL, &a), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_npy_read_i32(ctx, "x", NULL), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_npy_parse_i32(ctx, NULL, 0, &a), ATTN_ERR_NULL);
+    attn_npy_i32_free(NULL);
+    /* the float reader still refuses integers, and Fortran order in 1-D */
+    attn_npy f;
+    img = build_image(1, "{'descr': '<i4', 'fortran_order': False, 'shape': (2,), }", true, data,
+                      8, &img_size);
+    CHECK_STATUS(attn_npy_parse(ctx, img, img_size, &f), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "dtype '<i4' is not float32 or float64");
+    free(img);
+    img = build_image(1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }", true, data,
+                      8, &img_size);
+    CHECK_STATUS(attn_npy_parse(ctx, img, img_size, &f), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "fortran_order True is not supported");
+    free(img);
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
     printf("test_npy seed %llu\n", (unsigned long long)seed);
@@ -758,6 +898,7 @@ int main(int argc, char **argv) {
     test_header_errors(ctx);
     test_prefix_errors(ctx);
     test_null_and_io(ctx);
+    test_ints(ctx);
     test_fuzz(ctx);
     attn_ctx_free(ctx);
     return check_summary();

@@ -864,7 +864,7 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     uint16_t *dq_out = job->t->dq + row_at(p->q_strides, b, &seq, false, h, i0);
     for (size_t r = 0; r < rows; r++)
         for (size_t d = 0; d < D; d++)
-            dq_out[r * p->q_strides.t + d] = bf16_of(dq[r * D + d] * p->scale);
+            dq_out[r * p->q_strides.t + d] = attn_float_to_bf16(dq[r * D + d] * p->scale);
 }
 
 void attn_flash16_amx_backward(attn_workers w, const attn_attention_problem *p,

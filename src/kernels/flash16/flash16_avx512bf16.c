@@ -352,7 +352,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
         bool seen = br.begin[r] < br.end[r] && l[r] > 0.0f;
         uint16_t *out = t->out + row_at(p->out_strides, b, &seq, false, h, i0 + r);
         float inv = seen ? 1.0f / l[r] : 0.0f;
-        for (size_t d = 0; d < f->D; d++) out[d] = bf16_of(o[r * DV + d] * inv);
+        for (size_t d = 0; d < f->D; d++) out[d] = attn_float_to_bf16(o[r * DV + d] * inv);
         if (t->lse)
             t->lse[attn_lse_index(p, b, h, i0 + r)] =
                 seen ? (float)(((double)m[r] + log2((double)l[r])) / LOG2E) : -INFINITY;
@@ -620,7 +620,7 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     uint16_t *dq_out = job->t->dq + row_at(p->q_strides, b, &seq, false, h, i0);
     for (size_t r = 0; r < rows; r++)
         for (size_t d = 0; d < f->D; d++)
-            dq_out[r * p->q_strides.t + d] = bf16_of(dq[r * DV + d] * p->scale);
+            dq_out[r * p->q_strides.t + d] = attn_float_to_bf16(dq[r * DV + d] * p->scale);
 }
 
 void attn_flash16_backward(attn_workers w, const attn_attention_problem *p,

@@ -10,6 +10,7 @@
 
 #include <immintrin.h>
 
+#include "half.h"
 #include "kernels/flash16/flash16.h"
 #include "kernels/vec/vec_avx512.h" /* v_exp2, as the float kernels' */
 
@@ -22,22 +23,6 @@
 #define FLASH16_LOG2E 1.4426950408889634
 
 static inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
-
-/* float to bf16, round to nearest even; NaN stays NaN (quieted). */
-static inline uint16_t bf16_of(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static inline float float_of(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
 
 /* Row i of head h of a sequence in a (B, T, H, D) view. */
 static inline size_t row_at(attn_view_strides st, size_t b, const attn_attention_seq *seq,
@@ -129,7 +114,7 @@ static inline void take_consistent_delta(const attn_attention_problem *p, const 
     if (resid == 0.0f) return;
     float c = resid * pk->weight;
     const uint16_t *k = k_all + row_at(p->k_strides, b, seq, true, kvh, pk->key);
-    for (size_t d = 0; d < p->head_dim; d++) dq_row[d] -= c * float_of(k[d]);
+    for (size_t d = 0; d < p->head_dim; d++) dq_row[d] -= c * attn_bf16_to_float(k[d]);
     *delta = (float)((double)*delta + resid);
 }
 
@@ -143,8 +128,8 @@ static inline void store_key_grads(const attn_attention_problem *p, uint16_t *dk
     uint16_t *dv_out = dv_all + row_at(p->v_strides, b, seq, true, kvh, j0);
     for (size_t j = 0; j < cols; j++)
         for (size_t d = 0; d < p->head_dim; d++) {
-            dk_out[j * p->k_strides.t + d] = bf16_of(dk[j * ld + d] * p->scale);
-            dv_out[j * p->v_strides.t + d] = bf16_of(dv[j * ld + d]);
+            dk_out[j * p->k_strides.t + d] = attn_float_to_bf16(dk[j * ld + d] * p->scale);
+            dv_out[j * p->v_strides.t + d] = attn_float_to_bf16(dv[j * ld + d]);
         }
 }
 

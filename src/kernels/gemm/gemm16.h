@@ -29,6 +29,7 @@
 #define ATTN_GEMM16_H
 
 #include "attn.h"
+#include "half.h"
 #include "parallel.h"
 
 #include <stdbool.h>
@@ -95,39 +96,6 @@ void attn_gemm16_run(const attn_gemm16_kernel *uk, attn_workers w, attn_dtype dt
 void attn_gemm16_ref(size_t threads, attn_dtype dtype, bool trans_a, bool trans_b, size_t m,
                      size_t n, size_t k, float alpha, const uint16_t *a, size_t lda,
                      const uint16_t *b, size_t ldb, float beta, float *c, size_t ldc);
-
-/* ---- 16-bit to float, exactly ----------------------------------------------- */
-
-/* bf16 is the top half of a float32. */
-static inline float attn_bf16_to_float(uint16_t h) {
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-/* IEEE binary16: subnormals, infinities and NaNs included. */
-static inline float attn_f16_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exponent = (h >> 10) & 0x1fu,
-             mantissa = h & 0x3ffu, bits;
-    if (exponent == 0x1f) {
-        bits = sign | 0x7f800000u | (mantissa << 13);
-    } else if (exponent != 0) {
-        bits = sign | ((exponent + 112u) << 23) | (mantissa << 13);
-    } else {
-        /* zero or subnormal: mantissa * 2^-24, exact in float */
-        float v = (float)mantissa * 0x1p-24f;
-        memcpy(&bits, &v, sizeof bits);
-        bits |= sign;
-    }
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static inline float attn_half_to_float(attn_dtype dtype, uint16_t h) {
-    return dtype == ATTN_DTYPE_BF16 ? attn_bf16_to_float(h) : attn_f16_to_float(h);
-}
 
 /* The kernel sets' parts, defined in one file each. */
 attn_gemm16_pack_fn attn_gemm16_widen_4_pack_a, attn_gemm16_widen_8_pack_b;
