@@ -206,12 +206,14 @@ static int embed_words(attn_ctx *ctx, const words *w, size_t *d_in, float **x) {
 /* ---- the command --------------------------------------------------------- */
 
 static bool is_causal(const cli_module_options *m) {
-    bool causal_kind = strcmp(m->module, "causal") == 0 || strcmp(m->module, "mha-wrapper") == 0 ||
-                       strcmp(m->module, "mha") == 0 || strcmp(m->module, "gpt2") == 0;
-    /* the book's chapter-4 modules always mask the future with -inf */
-    bool book = strcmp(m->module, "gqa") == 0 || strcmp(m->module, "mla") == 0 ||
-                strcmp(m->module, "swa") == 0;
-    return book || (causal_kind && (strcmp(m->module, "gpt2") == 0 || m->mask != ATTN_MASK_NONE));
+    attn_module_kind kind;
+    if (!cli_module_kind(m->module, &kind)) return false;
+    bool masked = kind == ATTN_MODULE_CAUSAL || kind == ATTN_MODULE_MHA_WRAPPER ||
+                  kind == ATTN_MODULE_MHA;
+    /* GPT-2 and the book's chapter-4 modules always mask the future with -inf */
+    bool always = kind == ATTN_MODULE_GPT2 || kind == ATTN_MODULE_GQA ||
+                  kind == ATTN_MODULE_MLA || kind == ATTN_MODULE_SWA;
+    return always || (masked && m->mask != ATTN_MASK_NONE);
 }
 
 static void print_more_help(FILE *out) {

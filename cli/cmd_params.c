@@ -80,7 +80,9 @@ static int parse_args(int argc, char **argv, params_args *a) {
         else a->module = value;
     }
     if (!a->preset) return cli_usage_error("params: --preset is required (try 'attn params --help')");
-    if (strcmp(a->module, "mha") != 0 && strcmp(a->module, "gpt2") != 0)
+    attn_module_kind kind;
+    if (!cli_module_kind(a->module, &kind) ||
+        (kind != ATTN_MODULE_MHA && kind != ATTN_MODULE_GPT2))
         return cli_usage_error("--module: expected mha or gpt2, got '%s'", a->module);
     cli_module_options o = {.module = a->module, .given = a->qkv_bias ? CLI_GIVEN_QKV_BIAS : 0};
     return cli_module_check(&o);

@@ -101,9 +101,7 @@ static int parse_args(int argc, char **argv, trace_args *a) {
                 return cli_usage_error("--seed: expected a non-negative integer, got '%s'", value);
         }
     }
-    if (!cli_known_module(a->module))
-        return cli_usage_error("--module: expected one of %s, got '%s'", cli_module_names,
-                               a->module);
+    if (!cli_known_module(a->module)) return cli_unknown_module("--module", a->module);
     return CLI_OK;
 }
 
@@ -133,7 +131,9 @@ static int run_trace(int argc, char **argv) {
                             .heads = preset.n_head, .context = preset.context_length,
                             .qkv_bias = preset.qkv_bias};
     /* The wrapper's d_out is per head, so its concatenation is n_embd wide. */
-    if (strcmp(a.module, "mha-wrapper") == 0) o.d_out = preset.n_embd / preset.n_head;
+    attn_module_kind kind;
+    if (cli_module_kind(a.module, &kind) && kind == ATTN_MODULE_MHA_WRAPPER)
+        o.d_out = preset.n_embd / preset.n_head;
     if (attn_rng_new(ctx, a.seed, &rng) != ATTN_OK || cli_build_module(ctx, rng, &o, &m) != ATTN_OK) {
         rc = cli_library_error(ctx, "trace");
         goto done;

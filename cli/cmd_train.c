@@ -3,6 +3,7 @@
  * sequences, optionally saved. */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "module_options.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -190,8 +191,10 @@ static int parse_options(int argc, char **argv, train_options *o) {
             else if (strcmp(value, "sgd") == 0) o->optimizer = ATTN_OPTIMIZER_SGD;
             else rc = cli_usage_error("--optimizer: expected adamw or sgd, got '%s'", value);
         } else if (strcmp(opt, "--attention") == 0) {
-            if (strcmp(value, "mha") == 0) o->model.attention = ATTN_MODULE_MHA;
-            else if (strcmp(value, "gpt2") == 0) o->model.attention = ATTN_MODULE_GPT2;
+            attn_module_kind kind;
+            if (cli_module_kind(value, &kind) &&
+                (kind == ATTN_MODULE_MHA || kind == ATTN_MODULE_GPT2))
+                o->model.attention = kind;
             else rc = cli_usage_error("--attention: expected mha or gpt2, got '%s'", value);
         } else if (strcmp(opt, "--save") == 0) {
             o->save = value;
@@ -405,7 +408,7 @@ static int run_train(int argc, char **argv) {
                    "%s attention%s, dropout %g, %zu parameters\n",
                    attn_task_name(o.task), o.model.vocab_size, o.model.context_length,
                    o.model.n_layers, o.model.n_heads, o.model.d_model,
-                   o.model.attention == ATTN_MODULE_GPT2 ? "gpt2" : "mha",
+                   attn_module_kind_name(o.model.attention),
                    o.model.mlp ? " + mlp" : "", o.model.dropout, attn_model_num_scalars(r.model));
             printf("%s lr %g (warmup %zu, cosine to 0), momentum %g, weight decay %g, clip %g; "
                    "%zu steps of %zu sequences; seed %llu; %zu threads\n",

@@ -100,8 +100,9 @@ static int cp_open(cp_run *r, cli_run_options *o, const char *mode,
     if (r->batch == 0 || r->tokens == 0)
         rc = cli_usage_error("--input: empty shape (batch %zu, tokens %zu)", r->batch, r->tokens);
     if (rc == CLI_OK) rc = cli_module_resolve(&o->module, r->width, r->tokens);
-    if (rc == CLI_OK && strcmp(o->module.module, "mha") != 0 &&
-        strcmp(o->module.module, "gpt2") != 0)
+    attn_module_kind kind;
+    if (rc == CLI_OK && (!cli_module_kind(o->module.module, &kind) ||
+                         (kind != ATTN_MODULE_MHA && kind != ATTN_MODULE_GPT2)))
         rc = cli_usage_error("--context-parallel: runs --module mha and gpt2, not '%s'",
                              o->module.module);
     if (rc == CLI_OK &&

@@ -5,17 +5,11 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-const char cli_module_names[] = "simple|sa1|sa2|causal|mha-wrapper|mha|gpt2|gqa|mla|swa";
-
-/* What each module's PyTorch class takes; any other option given is refused. */
-typedef struct module_info {
-    const char *name, *class_name;
-    unsigned takes; /* CLI_GIVEN_* */
-} module_info;
-
+/* What each kind's PyTorch class takes; any other option given is refused. */
 enum {
     TAKES_SIZES = CLI_GIVEN_D_IN | CLI_GIVEN_D_OUT,
     TAKES_CAUSAL = CLI_GIVEN_CONTEXT | CLI_GIVEN_DROPOUT | CLI_GIVEN_TRAIN | CLI_GIVEN_MASK,
@@ -24,31 +18,40 @@ enum {
                  CLI_GIVEN_DROPOUT | CLI_GIVEN_TRAIN,
 };
 
-static const module_info modules[] = {
-    {"simple", "SimplifiedSelfAttention", TAKES_SIZES},
-    {"sa1", "SelfAttention_v1", TAKES_SIZES | CLI_GIVEN_SCALE},
-    {"sa2", "SelfAttention_v2", TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_QKV_BIAS},
-    {"causal", "CausalAttention", TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_QKV_BIAS | TAKES_CAUSAL},
-    {"mha-wrapper", "MultiHeadAttentionWrapper",
-     TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_QKV_BIAS | TAKES_CAUSAL | CLI_GIVEN_HEADS},
-    {"mha", "MultiHeadAttention",
-     TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_QKV_BIAS | TAKES_CAUSAL | CLI_GIVEN_HEADS},
+static const unsigned takes[ATTN_MODULE_KIND_COUNT] = {
+    [ATTN_MODULE_SIMPLE] = TAKES_SIZES,
+    [ATTN_MODULE_SA_V1] = TAKES_SIZES | CLI_GIVEN_SCALE,
+    [ATTN_MODULE_SA_V2] = TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_QKV_BIAS,
+    [ATTN_MODULE_CAUSAL] = TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_QKV_BIAS | TAKES_CAUSAL,
+    [ATTN_MODULE_MHA_WRAPPER] =
+        TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_QKV_BIAS | TAKES_CAUSAL | CLI_GIVEN_HEADS,
+    [ATTN_MODULE_MHA] =
+        TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_QKV_BIAS | TAKES_CAUSAL | CLI_GIVEN_HEADS,
     /* GPT-2 masks with -inf only, and its c_attn always has a bias. */
-    {"gpt2", "CausalSelfAttention",
-     TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_HEADS | CLI_GIVEN_CONTEXT | CLI_GIVEN_DROPOUT |
-         CLI_GIVEN_TRAIN},
-    {"gqa", "GroupedQueryAttention", TAKES_BOOK | CLI_GIVEN_KV_GROUPS},
-    {"mla", "MultiHeadLatentAttention", TAKES_BOOK | CLI_GIVEN_LATENT_DIM},
-    {"swa", "MultiHeadAttentionWithSWA", TAKES_BOOK | CLI_GIVEN_WINDOW},
+    [ATTN_MODULE_GPT2] = TAKES_SIZES | CLI_GIVEN_SCALE | CLI_GIVEN_HEADS | CLI_GIVEN_CONTEXT |
+                         CLI_GIVEN_DROPOUT | CLI_GIVEN_TRAIN,
+    [ATTN_MODULE_GQA] = TAKES_BOOK | CLI_GIVEN_KV_GROUPS,
+    [ATTN_MODULE_MLA] = TAKES_BOOK | CLI_GIVEN_LATENT_DIM,
+    [ATTN_MODULE_SWA] = TAKES_BOOK | CLI_GIVEN_WINDOW,
 };
 
-static const module_info *find_module(const char *name) {
-    for (size_t i = 0; name && i < sizeof modules / sizeof modules[0]; i++)
-        if (strcmp(name, modules[i].name) == 0) return &modules[i];
-    return NULL;
+bool cli_module_kind(const char *name, attn_module_kind *out) {
+    /* the library's table names the kinds; no ctx: the message is the CLI's */
+    return name && attn_module_kind_from_name(NULL, name, out) == ATTN_OK;
 }
 
-bool cli_known_module(const char *name) { return find_module(name) != NULL; }
+bool cli_known_module(const char *name) {
+    attn_module_kind kind;
+    return cli_module_kind(name, &kind);
+}
+
+int cli_unknown_module(const char *option, const char *value) {
+    char names[160] = "";
+    for (size_t i = 0, len = 0; i < ATTN_MODULE_KIND_COUNT && len < sizeof names; i++)
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? "|" : "",
+                                attn_module_kind_name((attn_module_kind)i));
+    return cli_usage_error("%s: expected one of %s, got '%s'", option, names, value);
+}
 
 bool cli_module_flag(const char *opt) { return strcmp(opt, "--qkv-bias") == 0; }
 
@@ -79,9 +82,7 @@ int cli_module_option(const char *opt, const char *value, cli_module_options *o)
         if (!cli_parse_size(value, size_target) || *size_target == 0)
             return cli_usage_error("%s: expected a positive integer, got '%s'", opt, value);
     } else if (strcmp(opt, "--module") == 0) {
-        if (!cli_known_module(value))
-            return cli_usage_error("--module: expected one of %s, got '%s'", cli_module_names,
-                                   value);
+        if (!cli_known_module(value)) return cli_unknown_module("--module", value);
         o->module = value;
     } else if (strcmp(opt, "--dropout") == 0) {
         bit = CLI_GIVEN_DROPOUT;
@@ -127,22 +128,25 @@ int cli_module_check(const cli_module_options *o) {
         {CLI_GIVEN_LATENT_DIM, "--latent-dim", "latent_dim"},
         {CLI_GIVEN_WINDOW, "--window", "sliding_window_size"},
     };
-    const module_info *info = find_module(o->module);
-    if (!info) return CLI_OK; /* no module yet: the command says it is required */
-    bool book = info->takes & (CLI_GIVEN_KV_GROUPS | CLI_GIVEN_LATENT_DIM | CLI_GIVEN_WINDOW);
+    attn_module_kind kind;
+    if (!cli_module_kind(o->module, &kind))
+        return CLI_OK; /* no module yet: the command says it is required */
+    unsigned taken = takes[kind];
+    bool book = taken & (CLI_GIVEN_KV_GROUPS | CLI_GIVEN_LATENT_DIM | CLI_GIVEN_WINDOW);
+    bool gpt2 = kind == ATTN_MODULE_GPT2;
     for (size_t i = 0; i < sizeof options / sizeof options[0]; i++) {
-        if (!(o->given & options[i].bit) || (info->takes & options[i].bit)) continue;
+        if (!(o->given & options[i].bit) || (taken & options[i].bit)) continue;
         const char *why = "";
-        if (strcmp(info->name, "gpt2") == 0 && options[i].bit == CLI_GIVEN_QKV_BIAS)
+        if (gpt2 && options[i].bit == CLI_GIVEN_QKV_BIAS)
             why = "; its c_attn always has a bias";
-        else if (strcmp(info->name, "gpt2") == 0 && options[i].bit == CLI_GIVEN_MASK)
+        else if (gpt2 && options[i].bit == CLI_GIVEN_MASK)
             why = "; it always masks the future with -inf";
         else if (book && options[i].bit == CLI_GIVEN_MASK)
             why = "; it always masks with -inf";
         else if (book && options[i].bit == CLI_GIVEN_CONTEXT)
             why = "; it runs any sequence length";
         return cli_usage_error("%s does not apply to --module %s (%s takes no %s%s)",
-                               options[i].option, info->name, info->class_name,
+                               options[i].option, o->module, attn_module_kind_class_name(kind),
                                options[i].parameter, why);
     }
     return CLI_OK;
@@ -154,7 +158,9 @@ int cli_module_resolve(cli_module_options *o, size_t width, size_t tokens) {
     if (o->d_in == 0) o->d_in = width;
     if (o->d_in != width)
         return cli_usage_error("input width (%zu) does not match --d-in (%zu)", width, o->d_in);
-    if (strcmp(o->module, "simple") == 0 || strcmp(o->module, "gpt2") == 0) {
+    attn_module_kind kind;
+    cli_module_kind(o->module, &kind); /* known: cli_module_check passed */
+    if (kind == ATTN_MODULE_SIMPLE || kind == ATTN_MODULE_GPT2) {
         if (o->d_out && o->d_out != o->d_in)
             return cli_usage_error("--d-out (%zu) must equal d_in (%zu) for %s", o->d_out, o->d_in,
                                    o->module);
@@ -168,75 +174,18 @@ int cli_module_resolve(cli_module_options *o, size_t width, size_t tokens) {
 
 attn_status cli_build_module(attn_ctx *ctx, attn_rng *rng, const cli_module_options *o,
                              attn_module **out) {
-    attn_status st;
-    const char *name = o->module;
-    if (strcmp(name, "simple") == 0) {
-        attn_simple *m = NULL;
-        st = attn_simple_new(ctx, &(attn_simple_config){.d_in = o->d_in}, &m);
-        *out = attn_simple_module(m);
-    } else if (strcmp(name, "sa1") == 0) {
-        attn_sa_v1 *m = NULL;
-        attn_sa_v1_config cfg = {.d_in = o->d_in, .d_out = o->d_out, .scale = o->scale};
-        st = attn_sa_v1_new(ctx, &cfg, rng, &m);
-        *out = attn_sa_v1_module(m);
-    } else if (strcmp(name, "sa2") == 0) {
-        attn_sa_v2 *m = NULL;
-        attn_sa_v2_config cfg = {.d_in = o->d_in, .d_out = o->d_out, .qkv_bias = o->qkv_bias,
-                                 .scale = o->scale};
-        st = attn_sa_v2_new(ctx, &cfg, rng, &m);
-        *out = attn_sa_v2_module(m);
-    } else if (strcmp(name, "causal") == 0) {
-        attn_causal *m = NULL;
-        attn_causal_config cfg = {.d_in = o->d_in, .d_out = o->d_out, .context_length = o->context,
-                                  .dropout = o->dropout, .qkv_bias = o->qkv_bias,
-                                  .scale = o->scale, .mask = o->mask};
-        st = attn_causal_new(ctx, &cfg, rng, &m);
-        *out = attn_causal_module(m);
-    } else if (strcmp(name, "mha-wrapper") == 0) {
-        attn_mha_wrapper *m = NULL;
-        attn_mha_wrapper_config cfg = {.d_in = o->d_in, .d_out = o->d_out,
-                                       .context_length = o->context, .num_heads = o->heads,
-                                       .dropout = o->dropout, .qkv_bias = o->qkv_bias,
-                                       .scale = o->scale, .mask = o->mask};
-        st = attn_mha_wrapper_new(ctx, &cfg, rng, &m);
-        *out = attn_mha_wrapper_module(m);
-    } else if (strcmp(name, "mha") == 0) {
-        attn_mha *m = NULL;
-        attn_mha_config cfg = {.d_in = o->d_in, .d_out = o->d_out, .context_length = o->context,
-                               .num_heads = o->heads, .dropout = o->dropout,
-                               .qkv_bias = o->qkv_bias, .scale = o->scale, .mask = o->mask};
-        st = attn_mha_new(ctx, &cfg, rng, &m);
-        *out = attn_mha_module(m);
-    } else if (strcmp(name, "gqa") == 0) {
-        attn_gqa *m = NULL;
-        attn_gqa_config cfg = {.d_in = o->d_in, .d_out = o->d_out, .num_heads = o->heads,
-                               .num_kv_groups = o->kv_groups ? o->kv_groups : o->heads,
-                               .dropout = o->dropout, .qkv_bias = o->qkv_bias,
-                               .scale = o->scale};
-        st = attn_gqa_new(ctx, &cfg, rng, &m);
-        *out = attn_gqa_module(m);
-    } else if (strcmp(name, "mla") == 0) {
-        attn_mla *m = NULL;
-        attn_mla_config cfg = {.d_in = o->d_in, .d_out = o->d_out, .num_heads = o->heads,
-                               .latent_dim = o->latent_dim, .dropout = o->dropout,
-                               .qkv_bias = o->qkv_bias, .scale = o->scale};
-        st = attn_mla_new(ctx, &cfg, rng, &m);
-        *out = attn_mla_module(m);
-    } else if (strcmp(name, "swa") == 0) {
-        attn_swa *m = NULL;
-        attn_swa_config cfg = {.d_in = o->d_in, .d_out = o->d_out, .num_heads = o->heads,
-                               .sliding_window_size = o->window, .dropout = o->dropout,
-                               .qkv_bias = o->qkv_bias, .scale = o->scale};
-        st = attn_swa_new(ctx, &cfg, rng, &m);
-        *out = attn_swa_module(m);
-    } else {
-        attn_gpt2 *m = NULL;
-        attn_gpt2_config cfg = {.n_embd = o->d_in, .n_head = o->heads, .block_size = o->context,
-                                .dropout = o->dropout, .scale = o->scale};
-        st = attn_gpt2_new(ctx, &cfg, rng, &m);
-        *out = attn_gpt2_module(m);
-    }
-    return st;
+    attn_module_kind kind;
+    if (!cli_module_kind(o->module, &kind))
+        return attn_module_kind_from_name(ctx, o->module ? o->module : "", &kind);
+    /* each kind reads the fields its class takes; cli_module_check refused
+     * the options it does not */
+    attn_module_config cfg = {.d_in = o->d_in, .d_out = o->d_out, .context_length = o->context,
+                              .num_heads = o->heads,
+                              .num_kv_groups = o->kv_groups ? o->kv_groups : o->heads,
+                              .latent_dim = o->latent_dim, .sliding_window_size = o->window,
+                              .dropout = o->dropout, .qkv_bias = o->qkv_bias,
+                              .scale = o->scale, .mask = o->mask};
+    return attn_module_new(ctx, kind, &cfg, rng, out);
 }
 
 /* ---- running a module on an .npy input ---------------------------------- */

@@ -41,9 +41,13 @@ typedef struct cli_module_options {
     unsigned given; /* CLI_GIVEN_* (--train too, which cli_run_options holds) */
 } cli_module_options;
 
-/* "simple|sa1|sa2|causal|mha-wrapper|mha|gpt2|gqa|mla|swa", for messages. */
-extern const char cli_module_names[];
+/* The kind a --module name names (attn_module_kind_from_name); false for
+ * NULL or a name that names none. */
+bool cli_module_kind(const char *name, attn_module_kind *out);
 bool cli_known_module(const char *name);
+/* Refuses an unknown module name given to option, listing the kinds'
+ * names: returns CLI_USAGE after printing the error. */
+int cli_unknown_module(const char *option, const char *value);
 
 /* The module options that take a value ("--module", "--d-in", ...),
  * NULL-terminated, for a command's list of value options. */

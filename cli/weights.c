@@ -2,6 +2,7 @@
 #include "weights.h"
 
 #include "cli.h"
+#include "module_options.h"
 
 #include <string.h>
 
@@ -26,9 +27,15 @@ int cli_weights_option(const char *opt, const char *value, cli_weights_options *
     return 0;
 }
 
+/* Hugging Face checkpoints (and --layer) are GPT-2's. */
+static bool is_gpt2(const char *module) {
+    attn_module_kind kind;
+    return cli_module_kind(module, &kind) && kind == ATTN_MODULE_GPT2;
+}
+
 int cli_weights_check(const cli_weights_options *w, const char *module) {
     if (w->have_layer && !w->path) return cli_usage_error("--layer needs --weights");
-    if (w->have_layer && strcmp(module, "gpt2") != 0)
+    if (w->have_layer && !is_gpt2(module))
         return cli_usage_error("--layer applies to --module gpt2 (Hugging Face GPT-2 "
                                "checkpoints), not %s", module);
     return CLI_OK;
@@ -41,7 +48,7 @@ int cli_load_weights(attn_ctx *ctx, attn_module *m, const char *module,
     if (attn_safetensors_open(ctx, w->path, &st) != ATTN_OK)
         return cli_library_error(ctx, "--weights");
     attn_safetensors_info info;
-    bool hf = strcmp(module, "gpt2") == 0 &&
+    bool hf = is_gpt2(module) &&
               (w->have_layer || attn_safetensors_find(st, "c_attn.weight", &info) != ATTN_OK);
     int rc = CLI_OK;
     if (hf && !w->have_heads)

@@ -513,7 +513,7 @@ typedef enum attn_module_kind {
     ATTN_MODULE_SWA          /* MultiHeadAttentionWithSWA (ch04)          */
 } attn_module_kind;
 
-/* Which of the seven variants m is. */
+/* Which of the ATTN_MODULE_KIND_COUNT variants m is. */
 attn_module_kind attn_module_get_kind(const attn_module *m);
 /* The PyTorch class name: "MultiHeadAttention". */
 const char *attn_module_class_name(const attn_module *m);
@@ -859,6 +859,56 @@ attn_status attn_swa_backward(attn_swa *m, const float *dy, size_t batch, size_t
                               float *dx);
 attn_module *attn_swa_module(attn_swa *m);
 void attn_swa_free(attn_swa *m);
+
+/* ------------------------------------------------------------------------ */
+/* Any module by kind                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* How many kinds there are: ATTN_MODULE_SIMPLE (0) .. ATTN_MODULE_SWA. */
+#define ATTN_MODULE_KIND_COUNT 10
+
+/* A kind's name, as the CLI's --module spells it: "simple", "sa1", "sa2",
+ * "causal", "mha-wrapper", "mha", "gpt2", "gqa", "mla", "swa"; "" for a
+ * value that is no kind. */
+const char *attn_module_kind_name(attn_module_kind kind);
+/* The PyTorch class a kind builds ("MultiHeadAttention"), as
+ * attn_module_class_name gives it for the module; "" for no kind. */
+const char *attn_module_kind_class_name(attn_module_kind kind);
+/* The kind of that name (attn_module_kind_name's spelling) into *out.
+ * ATTN_ERR_NULL, ATTN_ERR_NOT_FOUND naming the name and listing the kinds. */
+attn_status attn_module_kind_from_name(attn_ctx *ctx, const char *name, attn_module_kind *out);
+
+/*
+ * What attn_module_new builds: each kind reads the fields its constructor
+ * takes (its own config struct above) and ignores the rest, so that one
+ * config can describe several kinds. Each field means what it means in
+ * those structs (0 for scale, latent_dim, sliding_window_size: the default).
+ */
+typedef struct attn_module_config {
+    size_t d_in;           /* every kind; GPT-2's n_embd */
+    size_t d_out;          /* 0 for simple and gpt2 (which keep d_in), else the
+                            * output width (each head's for mha-wrapper) */
+    size_t context_length; /* causal, mha-wrapper, mha; GPT-2's block_size */
+    size_t num_heads;      /* mha-wrapper, mha, gqa, mla, swa; GPT-2's n_head */
+    size_t num_kv_groups;  /* gqa */
+    size_t latent_dim;     /* mla; 0: the book's max(16, d_out / 8) */
+    size_t sliding_window_size; /* swa; 0: no window (plain causal) */
+    double dropout;        /* every kind but simple, sa1, sa2 */
+    bool qkv_bias;         /* sa2, causal, mha-wrapper, mha, gqa, mla, swa */
+    double scale;          /* every kind but simple; 0: 1/sqrt(head_dim) */
+    attn_mask_method mask; /* causal, mha-wrapper, mha */
+} attn_module_config;
+
+/*
+ * Builds a module of that kind from cfg into *out, drawing its weights from
+ * init_rng (unused by simple, which may pass NULL): the module the kind's own
+ * constructor (attn_mha_new, ...) builds from the same fields and rng, weight
+ * for weight. Free it with attn_module_free. Errors name the values:
+ * ATTN_ERR_NULL, ATTN_ERR_INVALID (no such kind; simple's or gpt2's d_out
+ * neither 0 nor d_in), then the constructor's own.
+ */
+attn_status attn_module_new(attn_ctx *ctx, attn_module_kind kind, const attn_module_config *cfg,
+                            attn_rng *init_rng, attn_module **out);
 
 /* ------------------------------------------------------------------------ */
 /* GPT-2 presets and parameter counting                                      */

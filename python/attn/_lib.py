@@ -43,54 +43,11 @@ class Param(Structure):
                 ("shape", c_size_t * 2), ("numel", c_size_t)]
 
 
-class SimpleConfig(Structure):
-    _fields_ = [("d_in", c_size_t)]
-
-
-class SaV1Config(Structure):
-    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("scale", c_double)]
-
-
-class SaV2Config(Structure):
-    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("qkv_bias", c_bool),
-                ("scale", c_double)]
-
-
-class CausalConfig(Structure):
+class ModuleConfig(Structure):  # attn_module_config
     _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("context_length", c_size_t),
-                ("dropout", c_double), ("qkv_bias", c_bool), ("scale", c_double),
-                ("mask", c_int)]
-
-
-class HeadsConfig(Structure):
-    # the C structs it mirrors (tests/python/test_abi.py checks each)
-    _c_structs_ = ("attn_mha_wrapper_config", "attn_mha_config")
-    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("context_length", c_size_t),
-                ("num_heads", c_size_t), ("dropout", c_double), ("qkv_bias", c_bool),
-                ("scale", c_double), ("mask", c_int)]
-
-
-class Gpt2Config(Structure):
-    _fields_ = [("n_embd", c_size_t), ("n_head", c_size_t), ("block_size", c_size_t),
-                ("dropout", c_double), ("scale", c_double)]
-
-
-class GqaConfig(Structure):
-    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("num_heads", c_size_t),
-                ("num_kv_groups", c_size_t), ("dropout", c_double), ("qkv_bias", c_bool),
-                ("scale", c_double)]
-
-
-class MlaConfig(Structure):
-    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("num_heads", c_size_t),
-                ("latent_dim", c_size_t), ("dropout", c_double), ("qkv_bias", c_bool),
-                ("scale", c_double)]
-
-
-class SwaConfig(Structure):
-    _fields_ = [("d_in", c_size_t), ("d_out", c_size_t), ("num_heads", c_size_t),
+                ("num_heads", c_size_t), ("num_kv_groups", c_size_t), ("latent_dim", c_size_t),
                 ("sliding_window_size", c_size_t), ("dropout", c_double), ("qkv_bias", c_bool),
-                ("scale", c_double)]
+                ("scale", c_double), ("mask", c_int)]
 
 
 class NamedTensor(Structure):
@@ -179,27 +136,9 @@ _SIGNATURES = {
     "attn_rng_set_bernoulli_method": (c_int, c_void_p, c_int),
     "attn_rng_rand": (c_int, c_void_p, F32P, c_size_t),
     "attn_rng_randn": (c_int, c_void_p, F32P, c_size_t),
-    "attn_simple_new": (c_int, c_void_p, POINTER(SimpleConfig), POINTER(c_void_p)),
-    "attn_simple_module": (c_void_p, c_void_p),
-    "attn_sa_v1_new": (c_int, c_void_p, POINTER(SaV1Config), c_void_p, POINTER(c_void_p)),
-    "attn_sa_v1_module": (c_void_p, c_void_p),
-    "attn_sa_v2_new": (c_int, c_void_p, POINTER(SaV2Config), c_void_p, POINTER(c_void_p)),
-    "attn_sa_v2_module": (c_void_p, c_void_p),
-    "attn_causal_new": (c_int, c_void_p, POINTER(CausalConfig), c_void_p, POINTER(c_void_p)),
-    "attn_causal_module": (c_void_p, c_void_p),
-    "attn_mha_wrapper_new": (c_int, c_void_p, POINTER(HeadsConfig), c_void_p,
-                             POINTER(c_void_p)),
-    "attn_mha_wrapper_module": (c_void_p, c_void_p),
-    "attn_mha_new": (c_int, c_void_p, POINTER(HeadsConfig), c_void_p, POINTER(c_void_p)),
-    "attn_mha_module": (c_void_p, c_void_p),
-    "attn_gpt2_new": (c_int, c_void_p, POINTER(Gpt2Config), c_void_p, POINTER(c_void_p)),
-    "attn_gpt2_module": (c_void_p, c_void_p),
-    "attn_gqa_new": (c_int, c_void_p, POINTER(GqaConfig), c_void_p, POINTER(c_void_p)),
-    "attn_gqa_module": (c_void_p, c_void_p),
-    "attn_mla_new": (c_int, c_void_p, POINTER(MlaConfig), c_void_p, POINTER(c_void_p)),
-    "attn_mla_module": (c_void_p, c_void_p),
-    "attn_swa_new": (c_int, c_void_p, POINTER(SwaConfig), c_void_p, POINTER(c_void_p)),
-    "attn_swa_module": (c_void_p, c_void_p),
+    "attn_module_kind_from_name": (c_int, c_void_p, c_char_p, POINTER(c_int)),
+    "attn_module_new": (c_int, c_void_p, c_int, POINTER(ModuleConfig), c_void_p,
+                        POINTER(c_void_p)),
     "attn_module_class_name": (c_char_p, c_void_p),
     "attn_module_d_in": (c_size_t, c_void_p),
     "attn_module_d_out": (c_size_t, c_void_p),

@@ -10,9 +10,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import _lib
-from ._lib import (F32P, AttnError, CausalConfig, Context, Gpt2Config, GqaConfig, HeadsConfig,
-                   MlaConfig, Param, SaV1Config, SaV2Config, SimpleConfig, SwaConfig,
-                   encode_path, lib)
+from ._lib import F32P, AttnError, Context, ModuleConfig, Param, encode_path, lib
 
 _MASKS = {"neg-inf": 0, "renormalize": 1, "none": 2}
 _BERNOULLI = {"mt19937": 0, "mkl": 1, "philox": 2}
@@ -103,21 +101,22 @@ class Module:
     """What every module shares: forward (NumPy in, NumPy out), train/eval,
     state_dict / load_state_dict, backward and gradients, safetensors."""
 
-    _prefix = None
+    _kind = None  # the kind's name in libattn's table of kinds ("mha")
     _buffers = ()  # (name, array): the seeds' causal masks, as in torch's state_dict
 
-    def _build(self, cfg, uses_rng=True):
+    def _build(self, **fields):
+        """Builds the module through attn_module_new from the fields of
+        attn_module_config its kind takes; weights come from the default
+        generator."""
         self._ctx = Context(_num_threads)
+        kind = ctypes.c_int()
+        self._ctx.check(lib.attn_module_kind_from_name(self._ctx.handle, self._kind.encode(),
+                                                       ctypes.byref(kind)))
         handle = ctypes.c_void_p()
-        new = getattr(lib, self._prefix + "_new")
-        if uses_rng:
-            status = new(self._ctx.handle, ctypes.byref(cfg), default_generator.handle,
-                         ctypes.byref(handle))
-        else:
-            status = new(self._ctx.handle, ctypes.byref(cfg), ctypes.byref(handle))
-        self._ctx.check(status)
-        self._handle = handle  # the variant (attn_mha *, ...)
-        self._module = getattr(lib, self._prefix + "_module")(handle)
+        self._ctx.check(lib.attn_module_new(self._ctx.handle, kind.value,
+                                            ctypes.byref(ModuleConfig(**fields)),
+                                            default_generator.handle, ctypes.byref(handle)))
+        self._module = handle
         self._last_shape = None
 
     def __del__(self):
@@ -294,50 +293,49 @@ class Module:
 
 class SimpleSelfAttention(Module):
     """The seeds' simplified self-attention: softmax(x x^T) x, no weights."""
-    _prefix = "attn_simple"
+    _kind = "simple"
 
     def __init__(self, d_in):
-        self._build(SimpleConfig(d_in=d_in), uses_rng=False)
+        self._build(d_in=d_in)
 
 
 class SelfAttention_v1(Module):
     """SelfAttention_v1(d_in, d_out): x @ W, weights from torch.rand."""
-    _prefix = "attn_sa_v1"
+    _kind = "sa1"
 
     def __init__(self, d_in, d_out, scale=None):
-        self._build(SaV1Config(d_in=d_in, d_out=d_out, scale=_scale(scale)))
+        self._build(d_in=d_in, d_out=d_out, scale=_scale(scale))
 
 
 class SelfAttention_v2(Module):
     """SelfAttention_v2(d_in, d_out, qkv_bias=False): nn.Linear projections."""
-    _prefix = "attn_sa_v2"
+    _kind = "sa2"
 
     def __init__(self, d_in, d_out, qkv_bias=False, scale=None):
-        self._build(SaV2Config(d_in=d_in, d_out=d_out, qkv_bias=qkv_bias, scale=_scale(scale)))
+        self._build(d_in=d_in, d_out=d_out, qkv_bias=qkv_bias, scale=_scale(scale))
 
 
 class CausalAttention(Module):
     """CausalAttention(d_in, d_out, context_length, dropout, qkv_bias=False)."""
-    _prefix = "attn_causal"
+    _kind = "causal"
 
     def __init__(self, d_in, d_out, context_length, dropout, qkv_bias=False, scale=None,
                  mask="neg-inf"):
-        self._build(CausalConfig(d_in=d_in, d_out=d_out, context_length=context_length,
-                                 dropout=dropout, qkv_bias=qkv_bias, scale=_scale(scale),
-                                 mask=_mask(mask)))
+        self._build(d_in=d_in, d_out=d_out, context_length=context_length, dropout=dropout,
+                    qkv_bias=qkv_bias, scale=_scale(scale), mask=_mask(mask))
         self._set_mask_buffers(["mask"], context_length, False)
 
 
 class MultiHeadAttentionWrapper(Module):
     """MultiHeadAttentionWrapper(d_in, d_out, context_length, dropout, num_heads,
     qkv_bias=False): num_heads CausalAttention heads of width d_out each."""
-    _prefix = "attn_mha_wrapper"
+    _kind = "mha-wrapper"
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False,
                  scale=None, mask="neg-inf"):
-        self._build(HeadsConfig(d_in=d_in, d_out=d_out, context_length=context_length,
-                                num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias,
-                                scale=_scale(scale), mask=_mask(mask)))
+        self._build(d_in=d_in, d_out=d_out, context_length=context_length,
+                    num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias,
+                    scale=_scale(scale), mask=_mask(mask))
         self._set_mask_buffers([f"heads.{i}.mask" for i in range(num_heads)], context_length,
                                False)
 
@@ -345,13 +343,13 @@ class MultiHeadAttentionWrapper(Module):
 class MultiHeadAttention(Module):
     """MultiHeadAttention(d_in, d_out, context_length, dropout, num_heads,
     qkv_bias=False)."""
-    _prefix = "attn_mha"
+    _kind = "mha"
 
     def __init__(self, d_in, d_out, context_length, dropout, num_heads, qkv_bias=False,
                  scale=None, mask="neg-inf"):
-        self._build(HeadsConfig(d_in=d_in, d_out=d_out, context_length=context_length,
-                                num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias,
-                                scale=_scale(scale), mask=_mask(mask)))
+        self._build(d_in=d_in, d_out=d_out, context_length=context_length,
+                    num_heads=num_heads, dropout=dropout, qkv_bias=qkv_bias,
+                    scale=_scale(scale), mask=_mask(mask))
         self._set_mask_buffers(["mask"], context_length, False)
 
 
@@ -359,7 +357,7 @@ class CausalSelfAttention(Module):
     """GPT-2's CausalSelfAttention: CausalSelfAttention(config) with a config
     holding n_embd, n_head, block_size (and optionally dropout), or
     CausalSelfAttention(n_embd, n_head, block_size, dropout=0.0)."""
-    _prefix = "attn_gpt2"
+    _kind = "gpt2"
 
     def __init__(self, n_embd, n_head=None, block_size=None, dropout=0.0, scale=None):
         if hasattr(n_embd, "n_embd"):
@@ -369,20 +367,20 @@ class CausalSelfAttention(Module):
             dropout = getattr(config, "dropout", 0.0)
         if n_head is None or block_size is None:
             raise TypeError("CausalSelfAttention: n_head and block_size are required")
-        self._build(Gpt2Config(n_embd=n_embd, n_head=n_head, block_size=block_size,
-                               dropout=dropout, scale=_scale(scale)))
+        self._build(d_in=n_embd, num_heads=n_head, context_length=block_size,
+                    dropout=dropout, scale=_scale(scale))
         self._set_mask_buffers(["bias"], block_size, True)
 
     def load_hf(self, path, layer=0):
         """Loads layer `layer`'s attention from a Hugging Face GPT-2
         model.safetensors (Conv1D weights transposed)."""
-        self._ctx.check(lib.attn_gpt2_load_hf(self._ctx.handle, self._handle,
+        self._ctx.check(lib.attn_gpt2_load_hf(self._ctx.handle, self._module,
                                               encode_path(path), layer))
         return self
 
     def save_hf(self, path, layer=0):
         """Writes the module as layer `layer` of a Hugging Face checkpoint."""
-        self._ctx.check(lib.attn_gpt2_save_hf(self._ctx.handle, self._handle,
+        self._ctx.check(lib.attn_gpt2_save_hf(self._ctx.handle, self._module,
                                               encode_path(path), layer))
 
 
@@ -396,42 +394,40 @@ class GroupedQueryAttention(Module):
     """GroupedQueryAttention(d_in, d_out, dropout, num_heads, num_kv_groups,
     qkv_bias=False), the book's ch04/04_gqa without its KV cache: num_kv_groups
     key/value heads, each shared by num_heads / num_kv_groups query heads."""
-    _prefix = "attn_gqa"
+    _kind = "gqa"
 
     def __init__(self, d_in, d_out, dropout, num_heads, num_kv_groups, qkv_bias=False,
                  scale=None):
-        self._build(GqaConfig(d_in=d_in, d_out=d_out, num_heads=num_heads,
-                              num_kv_groups=num_kv_groups, dropout=dropout, qkv_bias=qkv_bias,
-                              scale=_scale(scale)))
+        self._build(d_in=d_in, d_out=d_out, num_heads=num_heads, num_kv_groups=num_kv_groups,
+                    dropout=dropout, qkv_bias=qkv_bias, scale=_scale(scale))
 
 
 class MultiHeadLatentAttention(Module):
     """MultiHeadLatentAttention(d_in, d_out, dropout, num_heads, qkv_bias=False,
     latent_dim=None), the book's ch04/05_mla without its latent cache; latent_dim
     None is the book's max(16, d_out // 8)."""
-    _prefix = "attn_mla"
+    _kind = "mla"
 
     def __init__(self, d_in, d_out, dropout, num_heads, qkv_bias=False, latent_dim=None,
                  scale=None):
         latent = 0 if latent_dim is None else _positive("latent_dim", latent_dim)
-        self._build(MlaConfig(d_in=d_in, d_out=d_out, num_heads=num_heads, latent_dim=latent,
-                              dropout=dropout, qkv_bias=qkv_bias, scale=_scale(scale)))
+        self._build(d_in=d_in, d_out=d_out, num_heads=num_heads, latent_dim=latent,
+                    dropout=dropout, qkv_bias=qkv_bias, scale=_scale(scale))
 
 
 class MultiHeadAttentionWithSWA(Module):
     """MultiHeadAttentionWithSWA(d_in, d_out, dropout, num_heads, qkv_bias=False,
     sliding_window_size=None), the book's ch04/06_swa without its KV cache:
     query i sees keys i - W + 1 .. i; None is plain causal attention."""
-    _prefix = "attn_swa"
+    _kind = "swa"
 
     def __init__(self, d_in, d_out, dropout, num_heads, qkv_bias=False,
                  sliding_window_size=None, scale=None):
         # the class's W = 0 would hide every key (NaN rows); attn's 0 means None
         window = (0 if sliding_window_size is None
                   else _positive("sliding_window_size", sliding_window_size))
-        self._build(SwaConfig(d_in=d_in, d_out=d_out, num_heads=num_heads,
-                              sliding_window_size=window, dropout=dropout, qkv_bias=qkv_bias,
-                              scale=_scale(scale)))
+        self._build(d_in=d_in, d_out=d_out, num_heads=num_heads, sliding_window_size=window,
+                    dropout=dropout, qkv_bias=qkv_bias, scale=_scale(scale))
 
 
 __all__ = ["AttnError", "Module", "manual_seed", "set_bernoulli", "set_num_threads", "rand",

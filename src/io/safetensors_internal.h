@@ -1,5 +1,6 @@
-/* safetensors_internal.h — what the GPT-2 checkpoint loader needs from
- * safetensors.c beyond the public API. */
+/* safetensors_internal.h — what the readers beside io (the modules' state_dict
+ * and the GPT-2 checkpoint loader, in src/modules/) need from safetensors.c
+ * beyond the public API. */
 #ifndef ATTN_SAFETENSORS_INTERNAL_H
 #define ATTN_SAFETENSORS_INTERNAL_H
 
@@ -7,5 +8,17 @@
 
 /* The ctx the file was opened with: its messages go there. */
 attn_ctx *attn_safetensors_ctx(const attn_safetensors *st);
+/* The file's name in messages: its path, or "<memory>". */
+const char *attn_safetensors_label(const attn_safetensors *st);
+/* The index of the tensor of that name, or attn_safetensors_count(st) when
+ * there is none; unlike attn_safetensors_find it leaves the ctx's message. */
+size_t attn_safetensors_index(const attn_safetensors *st, const char *name);
+/* Whether attn_safetensors_load converts dtype to float32. */
+bool attn_safetensors_dtype_loadable(attn_dtype dtype);
+/* Untrusted text (a tensor's name) for a message: what is not printable
+ * ASCII becomes '?', and text past cap - 4 bytes is cut with "...". */
+void attn_safetensors_printable(char *dst, size_t cap, const char *src);
+/* Writes "[2, 3]" for a shape into buf. */
+void attn_safetensors_format_shape(char *buf, size_t cap, size_t ndim, const size_t *shape);
 
 #endif /* ATTN_SAFETENSORS_INTERNAL_H */

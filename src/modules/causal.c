@@ -55,8 +55,8 @@ static attn_status causal_backward(attn_module *m, const float *dy, float *dx) {
     return attn_one_head_backward(m, &w, &grad, &spec, dy, dx);
 }
 
-static const attn_module_ops causal_ops = {ATTN_MODULE_CAUSAL, "CausalAttention", causal_forward,
-                                           causal_backward};
+const attn_module_ops attn_causal_ops = {ATTN_MODULE_CAUSAL, "CausalAttention", causal_forward,
+                                         causal_backward, ATTN_BUFFERS_MASK};
 
 attn_status attn_check_causal_config(attn_ctx *ctx, const char *name, size_t d_in, size_t d_out,
                                      size_t context_length, double dropout, double scale,
@@ -86,7 +86,7 @@ attn_status attn_causal_new(attn_ctx *ctx, const attn_causal_config *cfg, attn_r
     if (st != ATTN_OK) return st;
     attn_causal *m = attn_calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_causal_new: out of memory");
-    attn_module_init(&m->base, &causal_ops, ctx, cfg->d_in, cfg->d_out);
+    attn_module_init(&m->base, &attn_causal_ops, ctx, cfg->d_in, cfg->d_out);
     m->base.mask_buffer = cfg->context_length;
     m->cfg = *cfg;
     m->scale = attn_default_scale(cfg->scale, cfg->d_out);

@@ -251,8 +251,8 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
     return st;
 }
 
-static const attn_module_ops gpt2_ops = {ATTN_MODULE_GPT2, "CausalSelfAttention", gpt2_forward,
-                                         gpt2_backward};
+const attn_module_ops attn_gpt2_ops = {ATTN_MODULE_GPT2, "CausalSelfAttention", gpt2_forward,
+                                       gpt2_backward, ATTN_BUFFERS_TRIL_BIAS};
 
 attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *init_rng,
                           attn_gpt2 **out) {
@@ -278,7 +278,7 @@ attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: n_embd (%zu) is too large", name, cfg->n_embd);
     attn_gpt2 *m = attn_calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_gpt2_new: out of memory");
-    attn_module_init(&m->base, &gpt2_ops, ctx, cfg->n_embd, cfg->n_embd);
+    attn_module_init(&m->base, &attn_gpt2_ops, ctx, cfg->n_embd, cfg->n_embd);
     m->base.mask_buffer = cfg->block_size;
     m->cfg = *cfg;
     m->head_dim = cfg->n_embd / cfg->n_head;
@@ -312,7 +312,7 @@ attn_module *attn_gpt2_module(attn_gpt2 *m) { return m ? &m->base : NULL; }
 void attn_gpt2_free(attn_gpt2 *m) { attn_module_free(attn_gpt2_module(m)); }
 
 bool attn_gpt2_attention(const attn_module *m, attn_module_attention *out) {
-    if (!m || m->ops != &gpt2_ops) return false;
+    if (!m || m->ops != &attn_gpt2_ops) return false;
     const attn_gpt2 *g = (const attn_gpt2 *)m;
     *out = (attn_module_attention){g->cfg.n_head, g->head_dim, g->scale, true, g->cfg.dropout,
                                    false};

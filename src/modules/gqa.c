@@ -21,8 +21,8 @@ struct attn_gqa {
     attn_heads_module heads;
 };
 
-static const attn_module_ops gqa_ops = {ATTN_MODULE_GQA, "GroupedQueryAttention",
-                                        attn_heads_forward, attn_heads_backward};
+const attn_module_ops attn_gqa_ops = {ATTN_MODULE_GQA, "GroupedQueryAttention",
+                                      attn_heads_forward, attn_heads_backward, ATTN_BUFFERS_NONE};
 
 attn_status attn_gqa_new(attn_ctx *ctx, const attn_gqa_config *cfg, attn_rng *init_rng,
                          attn_gqa **out) {
@@ -42,8 +42,8 @@ attn_status attn_gqa_new(attn_ctx *ctx, const attn_gqa_config *cfg, attn_rng *in
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: num_heads (%zu) must be divisible by num_kv_groups (%zu)", name,
                          cfg->num_heads, cfg->num_kv_groups);
-    attn_heads_module *h =
-        attn_heads_alloc(ctx, &gqa_ops, sizeof(attn_gqa), cfg->d_in, cfg->d_out, "attn_gqa_new");
+    attn_heads_module *h = attn_heads_alloc(ctx, &attn_gqa_ops, sizeof(attn_gqa), cfg->d_in,
+                                            cfg->d_out, "attn_gqa_new");
     if (!h) return ATTN_ERR_NO_MEMORY;
     size_t hd = cfg->d_out / cfg->num_heads, kv_width = cfg->num_kv_groups * hd; /* <= d_out */
     size_t per = cfg->qkv_bias ? 2 : 1; /* tensors per projection */

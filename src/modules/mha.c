@@ -18,8 +18,8 @@ struct attn_mha {
     attn_heads_module heads;
 };
 
-static const attn_module_ops mha_ops = {ATTN_MODULE_MHA, "MultiHeadAttention", attn_heads_forward,
-                                        attn_heads_backward};
+const attn_module_ops attn_mha_ops = {ATTN_MODULE_MHA, "MultiHeadAttention", attn_heads_forward,
+                                      attn_heads_backward, ATTN_BUFFERS_MASK};
 
 attn_status attn_mha_new(attn_ctx *ctx, const attn_mha_config *cfg, attn_rng *init_rng,
                          attn_mha **out) {
@@ -35,8 +35,8 @@ attn_status attn_mha_new(attn_ctx *ctx, const attn_mha_config *cfg, attn_rng *in
                                               cfg->mask);
     if (st != ATTN_OK) return st;
     if ((st = attn_check_heads(ctx, name, cfg->d_out, cfg->num_heads)) != ATTN_OK) return st;
-    attn_heads_module *h =
-        attn_heads_alloc(ctx, &mha_ops, sizeof(attn_mha), cfg->d_in, cfg->d_out, "attn_mha_new");
+    attn_heads_module *h = attn_heads_alloc(ctx, &attn_mha_ops, sizeof(attn_mha), cfg->d_in,
+                                            cfg->d_out, "attn_mha_new");
     if (!h) return ATTN_ERR_NO_MEMORY;
     h->base.mask_buffer = cfg->context_length;
     size_t hd = cfg->d_out / cfg->num_heads;
@@ -66,7 +66,7 @@ attn_module *attn_mha_module(attn_mha *m) { return m ? &m->heads.base : NULL; }
 void attn_mha_free(attn_mha *m) { attn_module_free(attn_mha_module(m)); }
 
 bool attn_mha_attention(const attn_module *m, attn_module_attention *out) {
-    if (!m || m->ops != &mha_ops) return false;
+    if (!m || m->ops != &attn_mha_ops) return false;
     const attn_heads_spec *h = &((const attn_heads_module *)m)->spec;
     *out = (attn_module_attention){h->q_heads, h->head_dim, h->scale, h->mask != ATTN_MASK_NONE,
                                    h->dropout, h->qkv_bias};

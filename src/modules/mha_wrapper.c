@@ -98,8 +98,9 @@ static attn_status wrapper_backward(attn_module *m, const float *dy, float *dx) 
     return st;
 }
 
-static const attn_module_ops wrapper_ops = {ATTN_MODULE_MHA_WRAPPER, "MultiHeadAttentionWrapper",
-                                            wrapper_forward, wrapper_backward};
+const attn_module_ops attn_mha_wrapper_ops = {
+    ATTN_MODULE_MHA_WRAPPER, "MultiHeadAttentionWrapper", wrapper_forward, wrapper_backward,
+    ATTN_BUFFERS_HEAD_MASKS};
 
 attn_status attn_mha_wrapper_new(attn_ctx *ctx, const attn_mha_wrapper_config *cfg,
                                  attn_rng *init_rng, attn_mha_wrapper **out) {
@@ -130,7 +131,7 @@ attn_status attn_mha_wrapper_new(attn_ctx *ctx, const attn_mha_wrapper_config *c
                          name, cfg->num_heads, cfg->d_in, cfg->d_out);
     attn_mha_wrapper *m = attn_calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_mha_wrapper_new: out of memory");
-    attn_module_init(&m->base, &wrapper_ops, ctx, cfg->d_in, total_width);
+    attn_module_init(&m->base, &attn_mha_wrapper_ops, ctx, cfg->d_in, total_width);
     m->base.mask_buffer = cfg->context_length;
     m->cfg = *cfg;
     m->scale = attn_default_scale(cfg->scale, cfg->d_out);

@@ -73,8 +73,8 @@ static void mla_project_backward(attn_module *m, const float *x, size_t rows,
                            d_in, L);
 }
 
-static const attn_module_ops mla_ops = {ATTN_MODULE_MLA, "MultiHeadLatentAttention",
-                                        attn_heads_forward, attn_heads_backward};
+const attn_module_ops attn_mla_ops = {ATTN_MODULE_MLA, "MultiHeadLatentAttention",
+                                      attn_heads_forward, attn_heads_backward, ATTN_BUFFERS_NONE};
 
 attn_status attn_mla_new(attn_ctx *ctx, const attn_mla_config *cfg, attn_rng *init_rng,
                          attn_mla **out) {
@@ -87,8 +87,8 @@ attn_status attn_mla_new(attn_ctx *ctx, const attn_mla_config *cfg, attn_rng *in
     attn_status st = attn_check_heads_config(ctx, "MultiHeadLatentAttention", cfg->d_in,
                                              cfg->d_out, cfg->num_heads, cfg->dropout, cfg->scale);
     if (st != ATTN_OK) return st;
-    attn_heads_module *h =
-        attn_heads_alloc(ctx, &mla_ops, sizeof(attn_mla), cfg->d_in, cfg->d_out, "attn_mla_new");
+    attn_heads_module *h = attn_heads_alloc(ctx, &attn_mla_ops, sizeof(attn_mla), cfg->d_in,
+                                            cfg->d_out, "attn_mla_new");
     if (!h) return ATTN_ERR_NO_MEMORY;
     attn_mla *a = (attn_mla *)h;
     attn_module *m = &h->base;

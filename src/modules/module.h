@@ -14,6 +14,15 @@
 
 #define ATTN_PARAM_NAME_MAX 64
 
+/* The causal-mask buffers PyTorch's class keeps in its state_dict, each
+ * (T, T) for T = attn_module.mask_buffer; module_io.c saves and checks them. */
+typedef enum attn_mask_buffers {
+    ATTN_BUFFERS_NONE = 0,   /* none */
+    ATTN_BUFFERS_MASK,       /* "mask" = triu(ones, diagonal=1) */
+    ATTN_BUFFERS_HEAD_MASKS, /* "heads.N.mask", one per head's W_query */
+    ATTN_BUFFERS_TRIL_BIAS   /* GPT-2's "bias" (1, 1, T, T) = tril(ones) */
+} attn_mask_buffers;
+
 typedef struct attn_module_ops {
     attn_module_kind kind;
     const char *class_name;
@@ -22,7 +31,13 @@ typedef struct attn_module_ops {
     /* dy (B, T, d_out) -> dx (B, T, d_in) (may be NULL) and grads +=, for
      * the saved forward; called after attn_module_backward's checks. */
     attn_status (*backward)(attn_module *m, const float *dy, float *dx);
+    attn_mask_buffers buffers;
 } attn_module_ops;
+
+/* Each variant's ops, defined in its file; the factory (factory.c) names
+ * the class of a kind through them. */
+extern const attn_module_ops attn_simple_ops, attn_sa_v1_ops, attn_sa_v2_ops, attn_causal_ops,
+    attn_mha_wrapper_ops, attn_mha_ops, attn_gpt2_ops, attn_gqa_ops, attn_mla_ops, attn_swa_ops;
 
 typedef struct attn_param_slot {
     char name[ATTN_PARAM_NAME_MAX];

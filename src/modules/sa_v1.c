@@ -57,8 +57,8 @@ static attn_status sa_v1_backward(attn_module *m, const float *dy, float *dx) {
     return attn_one_head_backward(m, &w, &grad, &spec, dy, dx);
 }
 
-static const attn_module_ops sa_v1_ops = {ATTN_MODULE_SA_V1, "SelfAttention_v1", sa_v1_forward,
-                                          sa_v1_backward};
+const attn_module_ops attn_sa_v1_ops = {ATTN_MODULE_SA_V1, "SelfAttention_v1", sa_v1_forward,
+                                        sa_v1_backward, ATTN_BUFFERS_NONE};
 
 attn_status attn_sa_v1_new(attn_ctx *ctx, const attn_sa_v1_config *cfg, attn_rng *init_rng,
                            attn_sa_v1 **out) {
@@ -76,7 +76,7 @@ attn_status attn_sa_v1_new(attn_ctx *ctx, const attn_sa_v1_config *cfg, attn_rng
         return st;
     attn_sa_v1 *m = attn_calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_sa_v1_new: out of memory");
-    attn_module_init(&m->base, &sa_v1_ops, ctx, cfg->d_in, cfg->d_out);
+    attn_module_init(&m->base, &attn_sa_v1_ops, ctx, cfg->d_in, cfg->d_out);
     m->scale = attn_default_scale(cfg->scale, cfg->d_out);
     size_t shape[2] = {cfg->d_in, cfg->d_out};
     if ((st = attn_module_declare(&m->base, 2, shape, "W_query")) != ATTN_OK ||

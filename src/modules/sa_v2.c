@@ -47,8 +47,8 @@ static attn_status sa_v2_backward(attn_module *m, const float *dy, float *dx) {
     return attn_one_head_backward(m, &w, &grad, &spec, dy, dx);
 }
 
-static const attn_module_ops sa_v2_ops = {ATTN_MODULE_SA_V2, "SelfAttention_v2", sa_v2_forward,
-                                          sa_v2_backward};
+const attn_module_ops attn_sa_v2_ops = {ATTN_MODULE_SA_V2, "SelfAttention_v2", sa_v2_forward,
+                                        sa_v2_backward, ATTN_BUFFERS_NONE};
 
 attn_status attn_sa_v2_new(attn_ctx *ctx, const attn_sa_v2_config *cfg, attn_rng *init_rng,
                            attn_sa_v2 **out) {
@@ -66,7 +66,7 @@ attn_status attn_sa_v2_new(attn_ctx *ctx, const attn_sa_v2_config *cfg, attn_rng
         return st;
     attn_sa_v2 *m = attn_calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_sa_v2_new: out of memory");
-    attn_module_init(&m->base, &sa_v2_ops, ctx, cfg->d_in, cfg->d_out);
+    attn_module_init(&m->base, &attn_sa_v2_ops, ctx, cfg->d_in, cfg->d_out);
     m->qkv_bias = cfg->qkv_bias;
     m->scale = attn_default_scale(cfg->scale, cfg->d_out);
     st = attn_qkv_build(&m->base, cfg->d_in, cfg->d_out, cfg->qkv_bias, init_rng);

@@ -66,8 +66,8 @@ static attn_status simple_backward(attn_module *m, const float *dy, float *dx) {
     return st;
 }
 
-static const attn_module_ops simple_ops = {ATTN_MODULE_SIMPLE, "SimplifiedSelfAttention",
-                                           simple_forward, simple_backward};
+const attn_module_ops attn_simple_ops = {ATTN_MODULE_SIMPLE, "SimplifiedSelfAttention",
+                                         simple_forward, simple_backward, ATTN_BUFFERS_NONE};
 
 attn_status attn_simple_new(attn_ctx *ctx, const attn_simple_config *cfg, attn_simple **out) {
     if (out) *out = NULL; /* on any failure, as attn.h promises */
@@ -79,7 +79,7 @@ attn_status attn_simple_new(attn_ctx *ctx, const attn_simple_config *cfg, attn_s
     if (st != ATTN_OK) return st;
     attn_simple *m = attn_calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_simple_new: out of memory");
-    attn_module_init(&m->base, &simple_ops, ctx, cfg->d_in, cfg->d_in);
+    attn_module_init(&m->base, &attn_simple_ops, ctx, cfg->d_in, cfg->d_in);
     *out = m;
     return ATTN_OK;
 }

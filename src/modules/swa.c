@@ -20,8 +20,8 @@ struct attn_swa {
     attn_heads_module heads;
 };
 
-static const attn_module_ops swa_ops = {ATTN_MODULE_SWA, "MultiHeadAttentionWithSWA",
-                                        attn_heads_forward, attn_heads_backward};
+const attn_module_ops attn_swa_ops = {ATTN_MODULE_SWA, "MultiHeadAttentionWithSWA",
+                                      attn_heads_forward, attn_heads_backward, ATTN_BUFFERS_NONE};
 
 attn_status attn_swa_new(attn_ctx *ctx, const attn_swa_config *cfg, attn_rng *init_rng,
                          attn_swa **out) {
@@ -34,8 +34,8 @@ attn_status attn_swa_new(attn_ctx *ctx, const attn_swa_config *cfg, attn_rng *in
     attn_status st = attn_check_heads_config(ctx, "MultiHeadAttentionWithSWA", cfg->d_in,
                                              cfg->d_out, cfg->num_heads, cfg->dropout, cfg->scale);
     if (st != ATTN_OK) return st;
-    attn_heads_module *h =
-        attn_heads_alloc(ctx, &swa_ops, sizeof(attn_swa), cfg->d_in, cfg->d_out, "attn_swa_new");
+    attn_heads_module *h = attn_heads_alloc(ctx, &attn_swa_ops, sizeof(attn_swa), cfg->d_in,
+                                            cfg->d_out, "attn_swa_new");
     if (!h) return ATTN_ERR_NO_MEMORY;
     size_t hd = cfg->d_out / cfg->num_heads;
     h->spec = (attn_heads_spec){

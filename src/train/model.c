@@ -205,22 +205,10 @@ static void fill(float *x, size_t n, float value) {
 
 static attn_status new_attention(attn_model *m, attn_rng *rng, attn_module **out) {
     const attn_model_config *c = &m->cfg;
-    attn_status st;
-    if (c->attention == ATTN_MODULE_MHA) {
-        attn_mha *mha;
-        attn_mha_config mc = {.d_in = c->d_model, .d_out = c->d_model,
-                              .context_length = c->context_length, .num_heads = c->n_heads,
-                              .dropout = c->dropout, .qkv_bias = c->qkv_bias};
-        st = attn_mha_new(m->ctx, &mc, rng, &mha);
-        *out = st == ATTN_OK ? attn_mha_module(mha) : NULL;
-    } else {
-        attn_gpt2 *g;
-        attn_gpt2_config gc = {.n_embd = c->d_model, .n_head = c->n_heads,
-                               .block_size = c->context_length, .dropout = c->dropout};
-        st = attn_gpt2_new(m->ctx, &gc, rng, &g);
-        *out = st == ATTN_OK ? attn_gpt2_module(g) : NULL;
-    }
-    return st;
+    attn_module_config mc = {.d_in = c->d_model, .d_out = c->d_model,
+                             .context_length = c->context_length, .num_heads = c->n_heads,
+                             .dropout = c->dropout, .qkv_bias = c->qkv_bias};
+    return attn_module_new(m->ctx, c->attention, &mc, rng, out);
 }
 
 attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng *init_rng,

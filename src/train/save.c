@@ -37,7 +37,7 @@ static void describe(const attn_model_config *c, meta_values *v, attn_metadata_e
         {"d_model", v->d_model},
         {"n_layers", v->n_layers},
         {"n_heads", v->n_heads},
-        {"attention", c->attention == ATTN_MODULE_GPT2 ? "gpt2" : "mha"},
+        {"attention", attn_module_kind_name(c->attention)},
         {"mlp", c->mlp ? "true" : "false"},
         {"qkv_bias", c->qkv_bias ? "true" : "false"},
         {"dropout", v->dropout},
