@@ -19,6 +19,7 @@ static const char sdpa_help[] =
     "                 [--sinks s.npy] [--cu-seqlens-q a.npy --cu-seqlens-kv b.npy]\n"
     "                 [--dropout P [--seed S]] [--grad-output do.npy --grad-dir DIR]\n"
     "                 [--threads N] [--kernels auto|reference|portable|avx2|avx512]\n"
+    "                 [--explain]\n"
     "\n"
     "Scaled dot-product attention on .npy tensors (attn_sdpa_forward; with\n"
     "--grad-output also attn_sdpa_backward):\n"
@@ -64,6 +65,9 @@ static const char sdpa_help[] =
     "                  ATTN_KERNELS environment variable), reference (the\n"
     "                  double-accumulating loops, closest to exact), portable,\n"
     "                  avx2 or avx512\n"
+    "  --explain       after each pass, one line on stderr: the backends the\n"
+    "                  runner asked in order, why each declined, and which ran\n"
+    "                  on which kernels (attn_ctx_last_explain)\n"
     "With --align top-left and no window, softcap, ALiBi, sinks or dropout, out is\n"
     "PyTorch's F.scaled_dot_product_attention(q, k, v, is_causal=causal,\n"
     "scale=scale).\n";
@@ -78,7 +82,7 @@ static const char *const sdpa_value_options[] = {
 typedef struct sdpa_options {
     const char *q, *k, *v, *output, *lse, *alibi, *sinks, *cu_q, *cu_kv;
     const char *grad_output, *grad_dir;
-    bool causal, align_given, offset_given, seed_given;
+    bool causal, align_given, offset_given, seed_given, explain;
     attn_align align;
     long long q_offset;
     double scale;
@@ -182,8 +186,8 @@ static int parse_args(int argc, char **argv, sdpa_options *o) {
     *o = (sdpa_options){.seed = 123, .threads = cli_default_threads(),
                         .kernels = ATTN_KERNELS_AUTO};
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--causal") == 0) {
-            o->causal = true;
+        if (strcmp(argv[i], "--causal") == 0 || strcmp(argv[i], "--explain") == 0) {
+            *(strcmp(argv[i], "--causal") == 0 ? &o->causal : &o->explain) = true;
             continue;
         }
         const char *value = cli_option_value(argc, argv, &i, sdpa_value_options);
@@ -452,6 +456,7 @@ static int run_sdpa(int argc, char **argv) {
         rc = cli_library_error(r.ctx, "sdpa forward");
         goto done;
     }
+    if (o.explain) fprintf(stderr, "attn: sdpa forward: %s\n", attn_ctx_last_explain(r.ctx));
     if ((rc = write_npy(r.ctx, "--output", o.output, r.out, out_rank, out_shape)) != CLI_OK)
         goto done;
     if (o.lse && (rc = write_npy(r.ctx, "--lse", o.lse, r.lse, lse_rank, lse_shape)) != CLI_OK)
@@ -478,6 +483,7 @@ static int run_sdpa(int argc, char **argv) {
         rc = cli_library_error(r.ctx, "sdpa backward");
         goto done;
     }
+    if (o.explain) fprintf(stderr, "attn: sdpa backward: %s\n", attn_ctx_last_explain(r.ctx));
     if (mkdir(o.grad_dir, 0777) != 0 && errno != EEXIST) {
         rc = cli_usage_error("--grad-dir: cannot create directory '%s': %s", o.grad_dir,
                              strerror(errno));

@@ -176,6 +176,12 @@ attn_kernels attn_ctx_kernels(const attn_ctx *ctx);
  * to fit; buf may be NULL when cap is 0). Returns the length of the whole
  * text, as snprintf does. */
 size_t attn_ctx_describe_kernels(const attn_ctx *ctx, char *buf, size_t cap);
+/* How the ctx's last attention call chose its backend, one entry per
+ * backend asked, in the order asked: "fused16: declined (dropout); fused:
+ * declined (bf16 views); reference: declined (bf16 views); widened to
+ * float32: fused (avx512 (zen4)): ran". "" before any attention call;
+ * valid until the ctx's next call. attn sdpa --explain prints it. */
+const char *attn_ctx_last_explain(const attn_ctx *ctx);
 
 /* ------------------------------------------------------------------------ */
 /* PyTorch-compatible random numbers                                         */

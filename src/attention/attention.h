@@ -1,270 +1,79 @@
 /*
- * attention.h — the one attention contract: every module, op and public
- * entry point describes its attention as an attn_attention_problem and runs
- * it through attn_attention_forward / attn_attention_backward, which pick a
- * backend from the table (reference loops, fused CPU kernels) that supports
- * the problem.
- *
- *   out[b, h, i] = sum_j dropout(P[b, h, i, j]) v[b, h / G, j]
- *   P[b, h, i, :] = softmax over visible keys j (and the head's sink) of
- *       s_ij = softcap(q_i . k_j * scale) - alibi_h |pos_i - j|
- *
- * with G = q_heads / kv_heads consecutive query heads per KV head (GQA,
- * PyTorch's repeat_interleave), query i of a sequence sitting at key
- * position pos_i = i + diagonal, and key j visible to it when
- *   causal:          j <= pos_i
- *   sliding window:  pos_i - left <= j <= pos_i + right  (FlashAttention-2's
- *                    (left, right); a bound of -1 is unbounded; causal caps
- *                    right at 0)
- * A row that sees no key (and has no sink) outputs zeros and lse = -inf,
- * never NaN; with a sink it outputs zeros and lse = the sink.
+ * attention.h — the runner of the attention contract (the problem itself:
+ * contract/attention_problem.h) and the backends it chooses from: every
+ * module, op and public entry point runs its attention through
+ * attn_attention_forward / attn_attention_backward, which ask the
+ * registered backends in order (attention/registry.c) and run the first
+ * that takes the problem.
  */
 #ifndef ATTN_ATTENTION_H
 #define ATTN_ATTENTION_H
 
-#include "internal.h"
-
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
-struct attn_dropout_stream;
-
-/* Element strides of a (batch, token, head) tensor view; each head's
- * features are contiguous. With cu_seqlens the batch stride is 0 and
- * sequence b's rows start at token cu_seqlens[b]. */
-typedef struct attn_view_strides {
-    size_t b, t, h;
-} attn_view_strides;
-
-/* Where query rows sit relative to the keys. */
-typedef enum attn_diagonal {
-    ATTN_DIAGONAL_BOTTOM_RIGHT = 0, /* pos_i = i + S - T: the last query sees every key */
-    ATTN_DIAGONAL_TOP_LEFT = 1,     /* pos_i = i (PyTorch's is_causal when T != S) */
-    ATTN_DIAGONAL_OFFSET = 2        /* pos_i = i + q_offset (decode, ring blocks) */
-} attn_diagonal;
-
-typedef struct attn_attention_problem {
-    /* ---- shape (T, S: the longest sequence's lengths with cu_seqlens) */
-    size_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, v_head_dim;
-    /* ---- tensors: q, out (B, Hq, T, D|Dv); k (B, Hkv, S, D), v (B, Hkv, S, Dv) */
-    const float *q, *k, *v;
-    float *out;
-    attn_view_strides q_strides, k_strides, v_strides, out_strides;
-    /* optional (B, Hq, T), or (Hq, total_q) with cu_seqlens: see attn_lse_index */
-    float *lse;
-    /* optional, lse's layout: lse's rounding error (the exact lse less the
-     * float one), written by the forward and read by the backward, whose
-     * weights exp(s - lse) then stay exact where lse is large: a float lse
-     * of 400 is off by up to 1.5e-5, and so is every weight of the row. The
-     * modules keep it; the public calls, like PyTorch, keep lse alone. */
-    float *lse_lo;
-    /* ---- score modifiers: zero (false, NULL) is off */
-    float scale;                  /* applied first: q . k * scale */
-    bool causal;
-    bool renormalize;             /* causal by the seeds' renormalising mask (reference only;
-                                     equal to -inf masking where both are finite) */
-    attn_diagonal diagonal;
-    int64_t q_offset;             /* with ATTN_DIAGONAL_OFFSET */
-    bool window;                  /* sliding window (window_left, window_right) */
-    int64_t window_left, window_right; /* -1: unbounded on that side */
-    float softcap;                /* s = softcap * tanh(s / softcap) */
-    const float *alibi_slopes;    /* (Hq): s -= slope_h * |pos_i - j| */
-    const float *sinks;           /* (Hq): a logit in each row's softmax denominator */
-    /* packed variable-length batches: (batch + 1) offsets into the tokens of
-     * q/out and of k/v; q_len and kv_len are then the longest lengths */
-    const int32_t *cu_seqlens_q, *cu_seqlens_kv;
-    size_t total_q; /* cu_seqlens_q[batch] (the lse layout with cu_seqlens) */
-    /* The backward takes P = exp(s - lse) from the given lse and delta =
-     * dout . out from the given out, instead of what these keys alone give:
-     * the gradients of one block of keys of a longer row (ring attention,
-     * split KV), whose lse and out are the whole row's. The fused backend
-     * always works this way; the reference recomputes unless this is set. */
-    bool backward_from_lse;
-} attn_attention_problem;
-
-/* A consistent delta where a row's weights are nearly one-hot, in every
- * fused backward. They take delta_i = dO_i . O_i from the forward's out, as
- * FlashAttention does, and it rounds differently from the tiles' dP_ij =
- * dO_i . v_j. Where one weight P_ij* is near 1, dS_ij* = P (dP_ij* -
- * delta_i) is a small difference of the two, so their mismatch (a few
- * roundings of |dP|, or bf16's rounding of O) becomes its error, amplified
- * by 1 / (1 - P_ij*): dx of SelfAttention_v1 at scores ~400 lost 3-30x
- * PyTorch float32's accuracy, whose math path sums delta from its own P
- * and dP. So a backward sums, per row, resid_i = sum_j dS_ij (zero in exact
- * arithmetic, as sum_j P_ij = 1) and finds the largest weight and its key
- * (attn_row_peak). A row whose weight passes ATTN_ONE_HOT_WEIGHT then takes
- * delta_i + resid_i = sum_j P_ij dP_ij, the delta of the tiles' own P and
- * dP: its dS falls by P_ij resid_i, which to within a rounding only j*
- * carries, so dq_i and dk_j* change by c k_j* and c q_i (c = P_ij* resid_i,
- * times softcap's factor there), O(D) per row; a backward that has the
- * row's sums before its key pass may take the new delta there instead.
- * Rows below the weight lose at most 2x delta's rounding. Not with sinks
- * (their weight is outside sum_j P_ij) or for one block of keys of a
- * longer row (backward_from_lse: no row is whole). */
-#define ATTN_ONE_HOT_WEIGHT 0.5f
-
-/* A query row's largest weight P_ij* past ATTN_ONE_HOT_WEIGHT (0 while
- * none is), softcap's factor 1 - t^2 there (1 without softcap) and the key
- * j*; three floats of a workspace. resid_i is summed beside it, in a
- * vector's lanes. */
-typedef struct attn_row_peak {
-    float weight, factor;
-    uint32_t key;
-} attn_row_peak;
-
-static inline bool attn_consistent_delta(const attn_attention_problem *p) {
-    return !p->sinks && !p->backward_from_lse && p->kv_len <= UINT32_MAX;
-}
-
-/* The dropout of the weights, as every backend applies it: factor 0 or
- * kept_scale per weight, from keep bits (one per (b, h, i, j), see
- * attn_drop_index; set where kept) or from Philox counters keyed by
- * (seed, offset) at the same index (rng/philox.h). */
-typedef enum attn_drop_kind {
-    ATTN_DROP_NONE = 0,
-    ATTN_DROP_BITS,
-    ATTN_DROP_PHILOX
-} attn_drop_kind;
-
-typedef struct attn_attention_dropout {
-    attn_drop_kind kind;
-    const uint8_t *keep_bits;
-    uint64_t seed, offset, keep_threshold; /* a keep_threshold of 0 drops every weight */
-    float kept_scale;                      /* 1 / (1 - p) */
-} attn_attention_dropout;
-
-/* The backward's tensors: dout with out's strides; dq with q's, dk with
- * k's, dv with v's (at kv_heads: the group's gradients summed in a fixed
- * order); dsinks (Hq) written when the problem has sinks. */
-typedef struct attn_attention_grads {
-    const float *dout;
-    float *dq, *dk, *dv, *dsinks;
-} attn_attention_grads;
-
-/* Optional (B, Hq, T, S) copies the reference forward writes for tracing:
- * scores after modifiers and mask, weights, weights after dropout. */
-typedef struct attn_attention_trace {
-    float *scores, *weights, *dropped;
-} attn_attention_trace;
-
-/* ---- the geometry every backend shares ---------------------------------- */
-
-/* One sequence of the batch. */
-typedef struct attn_attention_seq {
-    size_t q_len, kv_len;     /* this sequence's T and S */
-    size_t q_start, kv_start; /* its first token in the packed tensors (0 unless varlen) */
-    int64_t diagonal;         /* pos_i = i + diagonal */
-} attn_attention_seq;
-
-static inline attn_attention_seq attn_attention_seq_of(const attn_attention_problem *p,
-                                                       size_t b) {
-    attn_attention_seq s = {p->q_len, p->kv_len, 0, 0, 0};
-    if (p->cu_seqlens_q) {
-        s.q_start = (size_t)p->cu_seqlens_q[b];
-        s.q_len = (size_t)p->cu_seqlens_q[b + 1] - s.q_start;
-        s.kv_start = (size_t)p->cu_seqlens_kv[b];
-        s.kv_len = (size_t)p->cu_seqlens_kv[b + 1] - s.kv_start;
-    }
-    s.diagonal = p->diagonal == ATTN_DIAGONAL_TOP_LEFT ? 0
-                 : p->diagonal == ATTN_DIAGONAL_OFFSET ? p->q_offset
-                 : (int64_t)s.kv_len - (int64_t)s.q_len;
-    return s;
-}
-
-/* Element offset of row i of head h of sequence b (start: the sequence's
- * first packed token, see attn_attention_seq). */
-static inline size_t attn_view_offset(attn_view_strides s, size_t b, size_t start, size_t h,
-                                      size_t i) {
-    return b * s.b + (start + i) * s.t + h * s.h;
-}
-
-/* The KV head query head h reads. */
-static inline size_t attn_kv_head(const attn_attention_problem *p, size_t h) {
-    return h / (p->q_heads / p->kv_heads);
-}
-
-/* Keys [*begin, *end) of query i are the only ones it may see (clipped to
- * the sequence); begin >= end when it sees none. */
-static inline void attn_visible_keys(const attn_attention_problem *p,
-                                     const attn_attention_seq *s, size_t i, size_t *begin,
-                                     size_t *end) {
-    /* |diagonal| <= 2^62 (attn_attention_check) and lengths are far below,
-     * so pos fits; the bounds are compared before they are added, so a
-     * window of 2^63 - 1 (as good as unbounded) cannot overflow */
-    int64_t pos = (int64_t)i + s->diagonal, lo = 0, hi = (int64_t)s->kv_len; /* [lo, hi) */
-    if (p->window && p->window_left >= 0 && pos > p->window_left) lo = pos - p->window_left;
-    int64_t right = -1;
-    if (p->window && p->window_right >= 0) right = p->window_right;
-    if (p->causal && (right < 0 || right > 0)) right = 0;
-    if (right >= 0 && pos < hi - 1 - right) hi = pos + right + 1;
-    if (lo > (int64_t)s->kv_len) lo = (int64_t)s->kv_len;
-    if (hi < lo) hi = lo;
-    *begin = (size_t)lo;
-    *end = (size_t)(hi < lo ? lo : hi);
-}
-
-/* The flat index of weight (b, h, i, j) in the dropout mask (the (B, Hq,
- * T, S) row-major order of PyTorch's dropout over the weights; with
- * cu_seqlens T and S are the longest lengths). */
-static inline uint64_t attn_drop_index(const attn_attention_problem *p, size_t b, size_t h,
-                                       size_t i, size_t j) {
-    return (((uint64_t)b * p->q_heads + h) * p->q_len + i) * p->kv_len + j;
-}
-
-/* The index of row (b, h, i) in lse: (B, Hq, T), or (Hq, total_q) packed. */
-static inline size_t attn_lse_index(const attn_attention_problem *p, size_t b, size_t h,
-                                    size_t i) {
-    if (p->cu_seqlens_q) return h * p->total_q + (size_t)p->cu_seqlens_q[b] + i;
-    return (b * p->q_heads + h) * p->q_len + i;
-}
+#include "contract/attention_problem.h"
 
 /* ---- backends ------------------------------------------------------------ */
 
+/* What a pass asks of a backend besides the problem. */
+typedef struct attn_pass {
+    bool backward; /* the backward (else the forward) */
+    bool traced;   /* the reference's copies of the scores are wanted (attn_attention_trace) */
+    bool dropout;  /* the weights are dropped (attn_attention_dropout) */
+} attn_pass;
+
 typedef struct attn_attention_backend {
     const char *name;
-    /* NULL when the backend runs the problem (backward: its backward too),
-     * else why not, e.g. "v_head_dim != head_dim" */
+    /* The kernels it runs p on, for the record (NULL: name says it all) */
+    const char *(*kernel_name)(const attn_ctx *ctx, const attn_attention_problem *p);
+    /* NULL when the backend runs the problem in this pass (a forward's
+     * backend runs its backward too), else why not, e.g. "v_head_dim !=
+     * head_dim" */
     const char *(*declines)(const attn_ctx *ctx, const attn_attention_problem *p,
-                            bool backward);
-    /* Whether it runs these values (NULL: any): the fused kernels send
-     * non-finite inputs and float32-overflowing magnitudes to the
-     * reference. dout is the backward's, or NULL. */
-    bool (*takes_values)(attn_ctx *ctx, const attn_attention_problem *p, const float *dout);
-    /* Whether its forward checks p's values itself as it reads them, handing
-     * itself to the reference when takes_values would have said no, so that
-     * the runner asks nothing before (NULL: never) */
-    bool (*forward_checks_values)(const attn_ctx *ctx, const attn_attention_problem *p,
-                                  const attn_attention_dropout *drop);
-    /* The same for its backward */
-    bool (*backward_checks_values)(const attn_ctx *ctx, const attn_attention_problem *p,
-                                   const attn_attention_dropout *drop);
+                            attn_pass pass);
+    /* NULL when it runs these values, else why not (a NULL function: any
+     * values): the fused kernels refuse non-finite inputs and magnitudes
+     * past float32's range in their tiles. dout: the backward's, or NULL */
+    const char *(*declines_values)(attn_ctx *ctx, const attn_attention_problem *p,
+                                   const void *dout);
+    /* Whether its pass measures the values as it reads them (NULL: never):
+     * the runner then asks nothing before, and the pass answers as
+     * declines_values would, after it */
+    bool (*measures_values)(const attn_ctx *ctx, const attn_attention_problem *p,
+                            const attn_attention_dropout *drop, bool backward);
     /* Bytes of workspace a pass needs. */
     size_t (*forward_bytes)(const attn_ctx *ctx, const attn_attention_problem *p,
                             const attn_attention_trace *trace);
     size_t (*backward_bytes)(const attn_ctx *ctx, const attn_attention_problem *p);
-    /* The passes, on workspace of the size asked (zeroed or not): they
-     * cannot fail. The ctx lends its threads (attn_ctx_workers). */
-    void (*forward)(attn_ctx *ctx, const attn_attention_problem *p,
-                    const attn_attention_dropout *drop, const attn_attention_trace *trace,
-                    void *workspace);
-    void (*backward)(attn_ctx *ctx, const attn_attention_problem *p,
-                     const attn_attention_dropout *drop, const attn_attention_grads *g,
-                     void *workspace);
+    /* The passes, on workspace of the size asked (zeroed or not), on the
+     * ctx's threads (attn_ctx_workers). NULL when done; where the pass
+     * measured the values, else why it declined them: the outputs are then
+     * the next backend's to write. */
+    const char *(*forward)(attn_ctx *ctx, const attn_attention_problem *p,
+                           const attn_attention_dropout *drop,
+                           const attn_attention_trace *trace, void *workspace);
+    const char *(*backward)(attn_ctx *ctx, const attn_attention_problem *p,
+                            const attn_attention_dropout *drop, const attn_attention_grads *g,
+                            void *workspace);
 } attn_attention_backend;
 
-extern const attn_attention_backend attn_attention_reference;
+/* The backends (one file each) and the registry, the order the runner asks
+ * them in (registry.c): fused float32, fused bf16, the reference. A 16-bit
+ * problem none of them takes is widened to float32 by the runner
+ * (widen16.c) and asked again. */
 extern const attn_attention_backend attn_attention_fused;
+extern const attn_attention_backend attn_attention_fused16;
+extern const attn_attention_backend attn_attention_reference;
+/* The registry, *count backends in order. */
+const attn_attention_backend *const *attn_attention_registry(size_t *count);
 
 /* ---- the runner ----------------------------------------------------------- */
 
 /*
- * Checks p (a message naming who and the values at fault), then runs it on
- * the first backend of the ctx's choice that takes it: the fused kernels
- * unless the ctx runs the reference ones, a trace is wanted, or they
- * decline. workspace: bytes from attn_attention_*_bytes, or NULL to
- * allocate here; either way all memory is in hand before anything is drawn
- * or written, so a failure changes nothing.
+ * Checks p (a message naming who and the values at fault), then asks the
+ * registry's backends in order and runs the first that takes the problem
+ * and its values; every decline and its reason is kept for
+ * attn_ctx_last_explain. workspace: bytes from attn_attention_*_bytes, or
+ * NULL to take the ctx's; either way all memory is in hand before
+ * anything is drawn or written, so a failure changes nothing.
  *
  * Dropout in the forward: stream (NULL: none) draws the mask. A Philox
  * stream is drawn inside the kernels (drop_out receives its record for the
@@ -288,5 +97,29 @@ attn_status attn_attention_backward(attn_ctx *ctx, const char *who,
                                     const attn_attention_problem *p,
                                     const attn_attention_dropout *drop,
                                     const attn_attention_grads *g, void *workspace);
+
+/* ---- the runner's widening of 16-bit problems (widen16.c) ----------------- */
+
+/* The float32 problem of p's 16-bit views: its copies head-major in one
+ * buffer (*buffer, freed with attn_free; NULL and a message when out of
+ * memory), the inputs widened (exactly) and the outputs (out, and with a
+ * backward dq, dk, dv, which *g receives) zeroed. dout: the backward's,
+ * or NULL for a forward. */
+attn_status attn_widen16(attn_ctx *ctx, const char *who, const attn_attention_problem *p,
+                         const void *dout, attn_attention_problem *wide,
+                         attn_attention_grads *g, float **buffer);
+/* The widened outputs rounded back into p's views (to nearest even; NaN
+ * stays NaN): out (g NULL), or g's dq, dk, dv into p_grads'. */
+void attn_narrow16(attn_ctx *ctx, const attn_attention_problem *p,
+                   const attn_attention_problem *wide, const attn_attention_grads *g,
+                   const attn_attention_grads *p_grads);
+
+/* ---- explaining a choice --------------------------------------------------- */
+
+/* Starts the ctx's record of a top-level attention call (nested calls,
+ * such as the widened problem's, add to it). */
+void attn_explain_begin(attn_ctx *ctx);
+/* Adds "name: reason" (reason NULL: "ran") to the record. */
+void attn_explain_note(attn_ctx *ctx, const char *name, const char *reason);
 
 #endif /* ATTN_ATTENTION_H */

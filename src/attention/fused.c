@@ -2,11 +2,12 @@
  * fused.c — the fused CPU backend of the attention contract: the tiled
  * FlashAttention-2 kernels of kernels/flash (flash.h), in the instruction
  * set the ctx runs, with every feature of attention.h forward and backward.
- * It declines only v_head_dim != head_dim, and hands inputs it would get
- * wrong (non-finite, or magnitudes past float32's range in its tiles) to
- * the reference: through takes_values, which scans them first, or, where
- * the lane forward or the backward's one pass of raw scores measures them
- * as it reads them, after it.
+ * It declines views other than float32, a traced forward and
+ * v_head_dim != head_dim, and values it would get wrong (non-finite, or
+ * magnitudes past float32's range in its tiles): through declines_values,
+ * a scan before the pass, or, where the lane forward or the backward's one
+ * pass of raw scores measures them as it reads them, after it; the runner
+ * then asks the next backend.
  */
 #include "attention/attention.h"
 
@@ -29,13 +30,19 @@ static attn_flash_fit flash_fit(const attn_ctx *ctx) {
 }
 
 static const char *fused_declines(const attn_ctx *ctx, const attn_attention_problem *p,
-                                  bool backward) {
-    (void)backward;
+                                  attn_pass pass) {
     if (!ctx->ks.flash) return "the ctx runs the reference kernels";
+    if (p->q.dtype != ATTN_DTYPE_F32) return "its kernels read float32";
+    if (pass.traced) return "the scores' trace is the reference's";
     if (p->v_head_dim != p->head_dim) return "v_head_dim != head_dim";
     if (p->kv_heads == 0 || p->q_heads % p->kv_heads != 0)
         return "q_heads is not a multiple of kv_heads";
     return NULL;
+}
+
+static const char *fused_kernel_name(const attn_ctx *ctx, const attn_attention_problem *p) {
+    (void)p;
+    return flash_kernels(ctx)->name;
 }
 
 /* ---- where the fused kernels hand over to the reference -------------------
@@ -130,15 +137,18 @@ static bool magnitudes_fit(const attn_flash_kernels *fk, const attn_attention_pr
              S * d_o >= limit);
 }
 
-static bool fused_takes_values(attn_ctx *ctx, const attn_attention_problem *p,
-                               const float *dout) {
+/* Values past what the kernels hold, as a reason. */
+#define VALUES_OUT_OF_RANGE "a non-finite input, or scores past float32's range in its tiles"
+
+static const char *fused_declines_values(attn_ctx *ctx, const attn_attention_problem *p,
+                                         const void *dout) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
     magnitude_scan job = {
         .p = p,
-        .tensors = {scan_tensor_of(p, p->q, p->q_strides, p->q_heads, false),
-                    scan_tensor_of(p, p->k, p->k_strides, p->kv_heads, true),
-                    scan_tensor_of(p, p->v, p->v_strides, p->kv_heads, true),
-                    scan_tensor_of(p, dout, p->out_strides, p->q_heads, false)},
+        .tensors = {scan_tensor_of(p, (const float *)p->q.data, p->q.st, p->q_heads, false),
+                    scan_tensor_of(p, (const float *)p->k.data, p->k.st, p->kv_heads, true),
+                    scan_tensor_of(p, (const float *)p->v.data, p->v.st, p->kv_heads, true),
+                    scan_tensor_of(p, (const float *)dout, p->out.st, p->q_heads, false)},
         .max_abs_rows = fk->max_abs_rows};
     size_t units = 0;
     for (int t = 0; t < 4; t++) units += p->batch * job.tensors[t].units;
@@ -153,23 +163,19 @@ static bool fused_takes_values(attn_ctx *ctx, const attn_attention_problem *p,
     for (size_t part = 0; part < SCAN_PARTS; part++)
         for (int t = 0; t < 4; t++)
             top[t] = job.part_max[part][t] > top[t] ? job.part_max[part][t] : top[t];
-    return magnitudes_fit(fk, p, top);
+    return magnitudes_fit(fk, p, top) ? NULL : VALUES_OUT_OF_RANGE;
 }
 
 static const attn_attention_dropout no_dropout = {.kind = ATTN_DROP_NONE};
 
 /* The forward takes p's values unscanned where its kernel measures them as
- * it reads them (the lane forward: the scan was 2.4-2.8% of its time), and
- * then checks them itself (fused_forward); the backward likewise (its one
- * pass of raw scores: the scan was 2% of it). */
-static bool fused_forward_checks_values(const attn_ctx *ctx, const attn_attention_problem *p,
-                                        const attn_attention_dropout *drop) {
-    return flash_kernels(ctx)->forward_measures(p, drop);
-}
-
-static bool fused_backward_checks_values(const attn_ctx *ctx, const attn_attention_problem *p,
-                                         const attn_attention_dropout *drop) {
-    return flash_kernels(ctx)->backward_measures(p, drop ? drop : &no_dropout);
+ * it reads them (the lane forward), and answers after its pass
+ * (fused_forward); the backward likewise (its one pass of raw scores). */
+static bool fused_measures_values(const attn_ctx *ctx, const attn_attention_problem *p,
+                                  const attn_attention_dropout *drop, bool backward) {
+    const attn_flash_kernels *fk = flash_kernels(ctx);
+    return backward ? fk->backward_measures(p, drop ? drop : &no_dropout)
+                    : fk->forward_measures(p, drop);
 }
 
 /* ---- workspaces ------------------------------------------------------------ */
@@ -224,35 +230,31 @@ static size_t fused_backward_bytes(const attn_ctx *ctx, const attn_attention_pro
 
 /* ---- the passes ------------------------------------------------------------ */
 
-static void fused_forward(attn_ctx *ctx, const attn_attention_problem *p,
-                          const attn_attention_dropout *drop, const attn_attention_trace *trace,
-                          void *workspace) {
+static const char *fused_forward(attn_ctx *ctx, const attn_attention_problem *p,
+                                 const attn_attention_dropout *drop,
+                                 const attn_attention_trace *trace, void *workspace) {
+    (void)trace; /* a traced forward is the reference's (fused_declines) */
     const attn_flash_kernels *fk = flash_kernels(ctx);
     attn_workers w = attn_ctx_workers(ctx);
     drop = drop ? drop : &no_dropout;
-    /* As freshly allocated, also when reused: no stale NaN in a tile's pad.
-     * On the threads, each its own part's tiles: one thread zeroed all the
-     * parts' (twice, with the runner's workspace): at 16 threads 23 MiB a
-     * causal forward at T = 1024, 1.0 ms at 25 GB/s, as long as the
-     * threads' share of its 15 ms of products on one core (a 2-vCPU Xeon;
-     * counted, not measured on 16 cores). */
+    /* As freshly allocated, also when reused: no stale NaN in a tile's pad;
+     * on the threads, each its own part's tiles. */
     attn_pool_zero(w.pool, w.threads, workspace, fused_forward_bytes(ctx, p, NULL));
     if (!fk->forward_measures(p, drop)) {
         fk->forward(w, flash_fit(ctx), p, drop, workspace, NULL);
-        return;
+        return NULL;
     }
-    /* unscanned (fused_forward_checks_values): inputs the kernels would get
-     * wrong go to the reference now, over what the kernels wrote, on the
-     * same workspace (the runner sized it for both) */
+    /* unscanned (fused_measures_values): values the kernels would get
+     * wrong are declined now, and the runner's next backend writes over
+     * what they wrote */
     float top[4] = {0, 0, 0, 0};
     fk->forward(w, flash_fit(ctx), p, drop, workspace, top);
-    if (!magnitudes_fit(fk, p, top))
-        attn_attention_reference.forward(ctx, p, drop, trace, workspace);
+    return magnitudes_fit(fk, p, top) ? NULL : VALUES_OUT_OF_RANGE;
 }
 
-static void fused_backward(attn_ctx *ctx, const attn_attention_problem *p,
-                           const attn_attention_dropout *drop, const attn_attention_grads *g,
-                           void *workspace) {
+static const char *fused_backward(attn_ctx *ctx, const attn_attention_problem *p,
+                                  const attn_attention_dropout *drop,
+                                  const attn_attention_grads *g, void *workspace) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
     attn_workers w = attn_ctx_workers(ctx);
     size_t tiles = backward_tiles_bytes(ctx, p);
@@ -263,7 +265,7 @@ static void fused_backward(attn_ctx *ctx, const attn_attention_problem *p,
         /* the forward kept no statistics: its lse again, without values */
         float *own = (float *)((char *)delta + rows_bytes(p));
         attn_attention_problem stats = *p;
-        stats.out = NULL;
+        stats.out.data = NULL;
         stats.lse = own;
         stats.lse_lo = NULL;
         fk->forward(w, flash_fit(ctx), &stats, &no_dropout, ws, NULL);
@@ -273,23 +275,22 @@ static void fused_backward(attn_ctx *ctx, const attn_attention_problem *p,
     drop = drop ? drop : &no_dropout;
     if (!fk->backward_measures(p, drop)) {
         fk->backward(w, p, drop, g, lse, delta, ws, NULL);
-        return;
+        return NULL;
     }
-    /* unscanned (fused_backward_checks_values): as the forward, inputs the
-     * kernels would get wrong go to the reference after them, over what
-     * they wrote (the lse forward above measures nothing: it takes the
-     * lane path, which any values leave in bounds) */
+    /* unscanned (fused_measures_values): as the forward, declined after
+     * the pass (the lse forward above measures nothing: it takes the lane
+     * path, which any values leave in bounds) */
     float top[4] = {0, 0, 0, 0};
     fk->backward(w, p, drop, g, lse, delta, ws, top);
-    if (!magnitudes_fit(fk, p, top)) attn_attention_reference.backward(ctx, p, drop, g, workspace);
+    return magnitudes_fit(fk, p, top) ? NULL : VALUES_OUT_OF_RANGE;
 }
 
 const attn_attention_backend attn_attention_fused = {
     .name = "fused",
+    .kernel_name = fused_kernel_name,
     .declines = fused_declines,
-    .takes_values = fused_takes_values,
-    .forward_checks_values = fused_forward_checks_values,
-    .backward_checks_values = fused_backward_checks_values,
+    .declines_values = fused_declines_values,
+    .measures_values = fused_measures_values,
     .forward_bytes = fused_forward_bytes,
     .backward_bytes = fused_backward_bytes,
     .forward = fused_forward,

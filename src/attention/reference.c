@@ -16,11 +16,9 @@
  *                                                  is NaN there, as in PyTorch's matmul)
  *
  * The passes are written once over the tensors' element type
- * (reference_impl.h): the float backend below, and the float64 one behind
- * attn_sdpa_forward_f64 / _backward_f64 (reference_f64.h).
+ * (reference_impl.h), instantiated for float32 and float64 views.
  */
 #include "attention/attention.h"
-#include "attention/reference_f64.h"
 
 #include "kernels/kernels.h"
 #include "parallel.h"
@@ -152,6 +150,14 @@ typedef struct ref_f32_tensors {
     double scale, softcap;
 } ref_f32_tensors;
 
+typedef struct ref_f64_tensors {
+    const double *q, *k, *v;
+    double *out, *lse;
+    const double *dout;
+    double *dq, *dk, *dv;
+    double scale, softcap; /* the caller's, unrounded (scale_f64, softcap_f64) */
+} ref_f64_tensors;
+
 #define REAL float
 #define REF_TENSORS ref_f32_tensors
 #define REF(n) ref_f32_##n
@@ -161,69 +167,61 @@ typedef struct ref_f32_tensors {
 #undef REF
 
 #define REAL double
-#define REF_TENSORS attn_reference_f64
+#define REF_TENSORS ref_f64_tensors
 #define REF(n) ref_f64_##n
 #include "attention/reference_impl.h"
 #undef REAL
 #undef REF_TENSORS
 #undef REF
 
-/* ---- the float backend ----------------------------------------------------------- */
+/* ---- the backend: float32 and float64 views ------------------------------------- */
 
-static void reference_forward(attn_ctx *ctx, const attn_attention_problem *p,
-                              const attn_attention_dropout *drop,
-                              const attn_attention_trace *trace, void *workspace) {
-    ref_f32_tensors t = {.q = p->q, .k = p->k, .v = p->v, .out = p->out, .lse = p->lse,
-                         .scale = (double)p->scale, .softcap = (double)p->softcap};
+static const char *reference_forward(attn_ctx *ctx, const attn_attention_problem *p,
+                                     const attn_attention_dropout *drop,
+                                     const attn_attention_trace *trace, void *workspace) {
+    if (p->q.dtype == ATTN_DTYPE_F64) {
+        ref_f64_tensors t = {.q = p->q.data, .k = p->k.data, .v = p->v.data,
+                                .out = p->out.data, .lse = p->lse_f64,
+                                .scale = p->scale_f64, .softcap = p->softcap_f64};
+        ref_f64_forward(ctx, p, &t, drop, NULL, workspace);
+        return NULL;
+    }
+    ref_f32_tensors t = {.q = p->q.data, .k = p->k.data, .v = p->v.data, .out = p->out.data,
+                         .lse = p->lse, .scale = (double)p->scale, .softcap = (double)p->softcap};
     ref_f32_forward(ctx, p, &t, drop, trace, workspace);
+    return NULL;
 }
 
-static void reference_backward(attn_ctx *ctx, const attn_attention_problem *p,
-                               const attn_attention_dropout *drop,
-                               const attn_attention_grads *g, void *workspace) {
-    ref_f32_tensors t = {.q = p->q, .k = p->k, .v = p->v, .out = p->out, .lse = p->lse,
-                         .dout = g->dout, .dq = g->dq, .dk = g->dk, .dv = g->dv,
+static const char *reference_backward(attn_ctx *ctx, const attn_attention_problem *p,
+                                      const attn_attention_dropout *drop,
+                                      const attn_attention_grads *g, void *workspace) {
+    if (p->q.dtype == ATTN_DTYPE_F64) {
+        ref_f64_tensors t = {.q = p->q.data, .k = p->k.data, .v = p->v.data,
+                                .out = p->out.data, .lse = p->lse_f64, .dout = g->dout,
+                                .dq = g->dq, .dk = g->dk, .dv = g->dv,
+                                .scale = p->scale_f64, .softcap = p->softcap_f64};
+        ref_f64_backward(ctx, p, &t, drop, g->dsinks, workspace);
+        return NULL;
+    }
+    ref_f32_tensors t = {.q = p->q.data, .k = p->k.data, .v = p->v.data, .out = p->out.data,
+                         .lse = p->lse, .dout = g->dout, .dq = g->dq, .dk = g->dk, .dv = g->dv,
                          .scale = (double)p->scale, .softcap = (double)p->softcap};
     ref_f32_backward(ctx, p, &t, drop, g->dsinks, workspace);
-}
-
-/* ---- the float64 passes ------------------------------------------------------------ */
-
-size_t attn_reference_f64_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
-    return reference_forward_bytes(ctx, p, NULL);
-}
-
-size_t attn_reference_f64_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
-    return reference_backward_bytes(ctx, p);
-}
-
-void attn_reference_f64_forward(const attn_ctx *ctx, const attn_attention_problem *p,
-                                const attn_reference_f64 *t, const attn_attention_dropout *drop,
-                                void *workspace) {
-    ref_f64_forward(ctx, p, t, drop, NULL, workspace);
-}
-
-void attn_reference_f64_backward(const attn_ctx *ctx, const attn_attention_problem *p,
-                                 const attn_reference_f64 *t, const attn_attention_dropout *drop,
-                                 float *dsinks, void *workspace) {
-    ref_f64_backward(ctx, p, t, drop, dsinks, workspace);
-}
-
-/* The oracle runs every problem. */
-static const char *reference_declines(const attn_ctx *ctx, const attn_attention_problem *p,
-                                      bool backward) {
-    (void)ctx;
-    (void)p;
-    (void)backward;
     return NULL;
+}
+
+/* The oracle runs every float32 and float64 problem. */
+static const char *reference_declines(const attn_ctx *ctx, const attn_attention_problem *p,
+                                      attn_pass pass) {
+    (void)ctx;
+    (void)pass;
+    if (p->q.dtype == ATTN_DTYPE_F32 || p->q.dtype == ATTN_DTYPE_F64) return NULL;
+    return "it reads float32 and float64";
 }
 
 const attn_attention_backend attn_attention_reference = {
     .name = "reference",
     .declines = reference_declines,
-    .takes_values = NULL,
-    .forward_checks_values = NULL,
-    .backward_checks_values = NULL,
     .forward_bytes = reference_forward_bytes,
     .backward_bytes = reference_backward_bytes,
     .forward = reference_forward,

@@ -44,10 +44,10 @@ static void REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, si
     attn_visible_keys(p, &seq, i, &begin, &end);
     bool sees_none = begin >= end, renormalize = p->renormalize;
     int64_t pos = (int64_t)i + seq.diagonal;
-    const REAL *q_i = t->q + attn_view_offset(p->q_strides, b, seq.q_start, h, i);
-    const REAL *k = t->k + attn_view_offset(p->k_strides, b, seq.kv_start, g, 0);
-    const REAL *v = t->v + attn_view_offset(p->v_strides, b, seq.kv_start, g, 0);
-    REAL *out_i = t->out + attn_view_offset(p->out_strides, b, seq.q_start, h, i);
+    const REAL *q_i = t->q + attn_view_offset(p->q.st, b, seq.q_start, h, i);
+    const REAL *k = t->k + attn_view_offset(p->k.st, b, seq.kv_start, g, 0);
+    const REAL *v = t->v + attn_view_offset(p->v.st, b, seq.kv_start, g, 0);
+    REAL *out_i = t->out + attn_view_offset(p->out.st, b, seq.q_start, h, i);
     uint64_t trace_row = attn_drop_index(p, b, h, i, 0);
 
     /* row (S) = s_ij, hidden keys -inf. The renormalising mask (softmax,
@@ -61,7 +61,7 @@ static void REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, si
         if (hides && !renormalize) {
             row[j] = -INFINITY;
         } else {
-            double x = REF(dot)(q_i, k + j * p->k_strides.t, D) * t->scale;
+            double x = REF(dot)(q_i, k + j * p->k.st.t, D) * t->scale;
             row[j] = modified_score(p, t->softcap, h, pos, j, x, NULL);
         }
         double *top = hides && renormalize ? &hidden_max : &max;
@@ -104,7 +104,7 @@ static void REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, si
     /* out_i (Dv) = row (S) @ v (S, Dv) */
     for (size_t d = 0; d < Dv; d++) {
         double acc = 0.0;
-        for (size_t j = 0; j < S; j++) acc += row[j] * v[j * p->v_strides.t + d];
+        for (size_t j = 0; j < S; j++) acc += row[j] * v[j * p->v.st.t + d];
         out_i[d] = (REAL)acc;
     }
 }
@@ -159,16 +159,16 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
         attn_visible_keys(p, &seq, i, &first, &last);
         int64_t pos = (int64_t)i + seq.diagonal;
         size_t stat = attn_lse_index(p, b, h, i);
-        const REAL *q_i = t->q + attn_view_offset(p->q_strides, b, seq.q_start, h, i);
-        const REAL *dout_i = t->dout + attn_view_offset(p->out_strides, b, seq.q_start, h, i);
-        const REAL *k = t->k + attn_view_offset(p->k_strides, b, seq.kv_start, kv_head, 0);
-        const REAL *v = t->v + attn_view_offset(p->v_strides, b, seq.kv_start, kv_head, 0);
-        REAL *dq_i = t->dq + attn_view_offset(p->q_strides, b, seq.q_start, h, i);
+        const REAL *q_i = t->q + attn_view_offset(p->q.st, b, seq.q_start, h, i);
+        const REAL *dout_i = t->dout + attn_view_offset(p->out.st, b, seq.q_start, h, i);
+        const REAL *k = t->k + attn_view_offset(p->k.st, b, seq.kv_start, kv_head, 0);
+        const REAL *v = t->v + attn_view_offset(p->v.st, b, seq.kv_start, kv_head, 0);
+        REAL *dq_i = t->dq + attn_view_offset(p->q.st, b, seq.q_start, h, i);
         if (from_lse) {
             /* one block of the row's keys: the whole row's statistics are
              * given, lse_i and delta_i = dO_i . O_i (= sum_j P_ij dP_ij over
              * the row's keys, dropout included) */
-            const REAL *out_i = t->out + attn_view_offset(p->out_strides, b, seq.q_start, h, i);
+            const REAL *out_i = t->out + attn_view_offset(p->out.st, b, seq.q_start, h, i);
             bv->lse[stat] = (double)t->lse[stat];
             bv->delta[stat] = REF(dot)(dout_i, out_i, Dv);
         }
@@ -189,7 +189,7 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
                 if (j < first || j >= last) {
                     P[j] = 0.0;
                 } else {
-                    double x = REF(dot)(q_i, k + j * p->k_strides.t, D) * t->scale;
+                    double x = REF(dot)(q_i, k + j * p->k.st.t, D) * t->scale;
                     P[j] = exp(modified_score(p, t->softcap, h, pos, j, x, &th[j]) - lse);
                 }
             }
@@ -199,7 +199,7 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
                 if (j < first || j >= last) {
                     P[j] = -INFINITY;
                 } else {
-                    double x = REF(dot)(q_i, k + j * p->k_strides.t, D) * t->scale;
+                    double x = REF(dot)(q_i, k + j * p->k.st.t, D) * t->scale;
                     P[j] = modified_score(p, t->softcap, h, pos, j, x, &th[j]);
                 }
                 if (P[j] > max || isnan(P[j])) max = P[j];
@@ -222,7 +222,7 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
             if (j < first || j >= last) {
                 dP[j] = poison;
             } else {
-                double dA = REF(dot)(dout_i, v + j * p->v_strides.t, Dv);
+                double dA = REF(dot)(dout_i, v + j * p->v.st.t, Dv);
                 dP[j] = dA * drop_factor(bv->drop, attn_drop_index(p, b, h, i, j));
             }
             delta += P[j] * dP[j];
@@ -234,7 +234,7 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
         for (size_t j = first; j < last; j++) {
             double dS = P[j] * (dP[j] - delta);
             if (softcap) dS *= 1.0 - th[j] * th[j]; /* d(c tanh(x / c)) / dx */
-            const REAL *k_j = k + j * p->k_strides.t;
+            const REAL *k_j = k + j * p->k.st.t;
             for (size_t d = 0; d < D; d++) acc[d] += dS * k_j[d];
         }
         /* dq_i = scale * sum_j dS_ij k_j */
@@ -259,17 +259,17 @@ static void REF(backward_key_rows)(void *arg, size_t part, size_t begin, size_t 
         size_t b, kv_head, j;
         decode_row(p, p->kv_heads, true, r, &b, &kv_head, &j);
         attn_attention_seq seq = attn_attention_seq_of(p, b);
-        const REAL *k_j = t->k + attn_view_offset(p->k_strides, b, seq.kv_start, kv_head, j);
-        const REAL *v_j = t->v + attn_view_offset(p->v_strides, b, seq.kv_start, kv_head, j);
+        const REAL *k_j = t->k + attn_view_offset(p->k.st, b, seq.kv_start, kv_head, j);
+        const REAL *v_j = t->v + attn_view_offset(p->v.st, b, seq.kv_start, kv_head, j);
         for (size_t d = 0; d < D; d++) acc_k[d] = 0.0;
         for (size_t d = 0; d < Dv; d++) acc_v[d] = 0.0;
         for (size_t h = kv_head * G; h < kv_head * G + G; h++) {
             for (size_t i = 0; i < seq.q_len; i++) {
                 size_t first, last, stat = attn_lse_index(p, b, h, i);
                 attn_visible_keys(p, &seq, i, &first, &last);
-                const REAL *q_i = t->q + attn_view_offset(p->q_strides, b, seq.q_start, h, i);
+                const REAL *q_i = t->q + attn_view_offset(p->q.st, b, seq.q_start, h, i);
                 const REAL *dout_i =
-                    t->dout + attn_view_offset(p->out_strides, b, seq.q_start, h, i);
+                    t->dout + attn_view_offset(p->out.st, b, seq.q_start, h, i);
                 double lse = bv->lse[stat], delta = bv->delta[stat];
                 if (j < first || j >= last) {
                     /* weight 0: dv_j += 0 * dO_i, as the matmul A^T dO does */
@@ -294,8 +294,8 @@ static void REF(backward_key_rows)(void *arg, size_t part, size_t begin, size_t 
             }
         }
         /* dv_j = sum_i A_ij dO_i;  dk_j = scale * sum_i dS_ij q_i */
-        REAL *dk_j = t->dk + attn_view_offset(p->k_strides, b, seq.kv_start, kv_head, j);
-        REAL *dv_j = t->dv + attn_view_offset(p->v_strides, b, seq.kv_start, kv_head, j);
+        REAL *dk_j = t->dk + attn_view_offset(p->k.st, b, seq.kv_start, kv_head, j);
+        REAL *dv_j = t->dv + attn_view_offset(p->v.st, b, seq.kv_start, kv_head, j);
         for (size_t d = 0; d < Dv; d++) dv_j[d] = (REAL)acc_v[d];
         for (size_t d = 0; d < D; d++) dk_j[d] = (REAL)(acc_k[d] * t->scale);
     }

@@ -1,6 +1,8 @@
-/* runner.c — the one way attention runs: checks the problem, picks the
- * backend, finds its memory, turns a dropout stream into the record every
- * backend reads, and runs the pass. Modules, ops and attn_sdpa_* all call
+/* runner.c — the one way attention runs: checks the problem, asks the
+ * registry's backends which takes it, finds their memory, turns a dropout
+ * stream into the record every backend reads, and runs the pass; a 16-bit
+ * problem no backend takes is widened to float32 and asked again. Modules,
+ * ops, the KV cache's prompts, the MPI layers and attn_sdpa_* all call
  * it. */
 #include "attention/attention.h"
 
@@ -8,6 +10,7 @@
 #include "rng/dropout.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ---- checks ---------------------------------------------------------------- */
@@ -31,6 +34,11 @@ static attn_status check_cu_seqlens(attn_ctx *ctx, const char *who, const char *
     return ATTN_OK;
 }
 
+static bool is_attention_dtype(attn_dtype d) {
+    return d == ATTN_DTYPE_F32 || d == ATTN_DTYPE_BF16 || d == ATTN_DTYPE_F16 ||
+           d == ATTN_DTYPE_F64;
+}
+
 attn_status attn_attention_check(attn_ctx *ctx, const char *who, const attn_attention_problem *p) {
     if (!p->batch || !p->q_heads || !p->kv_heads || !p->q_len || !p->kv_len || !p->head_dim ||
         !p->v_head_dim)
@@ -49,6 +57,18 @@ attn_status attn_attention_check(attn_ctx *ctx, const char *who, const attn_atte
         !attn_floats_fit(rows) || !attn_floats_fit(cols))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: (%zu, %zu|%zu, %zu|%zu, %zu) overflows size_t",
                          who, p->batch, p->q_heads, p->kv_heads, p->q_len, p->kv_len, wide);
+    if (p->q.dtype != p->k.dtype || p->q.dtype != p->v.dtype || p->q.dtype != p->out.dtype)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: q, k, v and out have dtypes %s, %s, %s and "
+                         "%s: one dtype for all four", who, attn_dtype_name(p->q.dtype),
+                         attn_dtype_name(p->k.dtype), attn_dtype_name(p->v.dtype),
+                         attn_dtype_name(p->out.dtype));
+    if (!is_attention_dtype(p->q.dtype))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: dtype %s is not F32, BF16, F16 or F64", who,
+                         attn_dtype_name(p->q.dtype));
+    if (p->q.memory != ATTN_MEMORY_HOST || p->k.memory != ATTN_MEMORY_HOST ||
+        p->v.memory != ATTN_MEMORY_HOST || p->out.memory != ATTN_MEMORY_HOST)
+        return attn_fail(ctx, ATTN_ERR_UNSUPPORTED, "%s: a view is not in host memory, and no "
+                         "backend for other memory is registered", who);
     if (!isfinite(p->scale))
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: scale (%g) must be finite", who,
                          (double)p->scale);
@@ -82,16 +102,26 @@ attn_status attn_attention_check(attn_ctx *ctx, const char *who, const attn_atte
 
 /* ---- choosing a backend ------------------------------------------------------ */
 
-/* The fused backend when the ctx runs fast kernels, nothing asks for the
- * reference's trace and it takes the problem; else NULL. */
-static const attn_attention_backend *fused_for(const attn_ctx *ctx,
-                                               const attn_attention_problem *p, bool traced,
-                                               bool backward) {
-    const attn_attention_backend *f = &attn_attention_fused;
-    if (traced || f->declines(ctx, p, backward))
-        return NULL;
-    return f;
+static bool is_16bit(const attn_attention_problem *p) {
+    return p->q.dtype == ATTN_DTYPE_BF16 || p->q.dtype == ATTN_DTYPE_F16;
 }
+
+/* The backends that take p as a problem (their values unasked), in the
+ * registry's order; each one that declines is noted when note is set.
+ * Returns how many. */
+static size_t candidates(attn_ctx *ctx, const attn_attention_problem *p, attn_pass pass,
+                         bool note, const attn_attention_backend **out) {
+    size_t count, n = 0;
+    const attn_attention_backend *const *all = attn_attention_registry(&count);
+    for (size_t i = 0; i < count; i++) {
+        const char *why = all[i]->declines(ctx, p, pass);
+        if (why && note) attn_explain_note(ctx, all[i]->name, why);
+        if (!why) out[n++] = all[i];
+    }
+    return n;
+}
+
+#define MAX_BACKENDS 8
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -101,14 +131,35 @@ static size_t mask_bytes(const attn_attention_problem *p) {
     return (n / 8 + 8) / 8 * 8;
 }
 
+/* The float32 problem a 16-bit p widens to, for its geometry (no data). */
+static attn_attention_problem widened_shape(const attn_attention_problem *p) {
+    attn_attention_problem w = *p;
+    w.q.dtype = w.k.dtype = w.v.dtype = w.out.dtype = ATTN_DTYPE_F32;
+    return w;
+}
+
+/* Workspace of a pass: the largest any candidate needs (a backend that
+ * measures values in its pass may leave the problem to the next one), and
+ * for a 16-bit problem that of its widened float32 one. */
+static size_t pass_bytes(const attn_ctx *ctx, const attn_attention_problem *p, attn_pass pass) {
+    const attn_attention_backend *c[MAX_BACKENDS];
+    size_t n = candidates((attn_ctx *)ctx, p, pass, false, c), bytes = 0;
+    attn_attention_trace none = {0};
+    for (size_t i = 0; i < n; i++)
+        bytes = max_size(bytes, pass.backward ? c[i]->backward_bytes(ctx, p)
+                                              : c[i]->forward_bytes(ctx, p, &none));
+    if (is_16bit(p)) {
+        attn_attention_problem w = widened_shape(p);
+        bytes = max_size(bytes, pass_bytes(ctx, &w, pass));
+    }
+    return bytes;
+}
+
 size_t attn_attention_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p,
                                     bool mask_in_workspace, bool traced) {
-    /* the fused kernels may hand values they cannot hold to the reference,
-     * so the workspace fits both */
-    attn_attention_trace none = {0};
-    size_t bytes = attn_attention_reference.forward_bytes(ctx, p, &none);
-    const attn_attention_backend *f = fused_for(ctx, p, traced, false);
-    if (f) bytes = max_size(bytes, f->forward_bytes(ctx, p, &none));
+    /* with dropout or not: the workspace fits either */
+    attn_pass plain = {.traced = traced}, dropped = {.traced = traced, .dropout = true};
+    size_t bytes = max_size(pass_bytes(ctx, p, plain), pass_bytes(ctx, p, dropped));
     if (mask_in_workspace) {
         size_t extra = mask_bytes(p);
         bytes = bytes > (size_t)-1 - extra ? (size_t)-1 : bytes + extra;
@@ -117,9 +168,8 @@ size_t attn_attention_forward_bytes(const attn_ctx *ctx, const attn_attention_pr
 }
 
 size_t attn_attention_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
-    size_t bytes = attn_attention_reference.backward_bytes(ctx, p);
-    const attn_attention_backend *f = fused_for(ctx, p, false, true);
-    return f ? max_size(bytes, f->backward_bytes(ctx, p)) : bytes;
+    attn_pass plain = {.backward = true}, dropped = {.backward = true, .dropout = true};
+    return max_size(pass_bytes(ctx, p, plain), pass_bytes(ctx, p, dropped));
 }
 
 static attn_status no_workspace(attn_ctx *ctx, const char *who, size_t bytes) {
@@ -128,6 +178,55 @@ static attn_status no_workspace(attn_ctx *ctx, const char *who, size_t bytes) {
 }
 
 /* ---- the passes -------------------------------------------------------------- */
+
+/* Asks the registry's backends in order and runs the first that takes p
+ * and its values, noting each decline: true when one ran. g NULL: the
+ * forward. */
+static bool run_candidates(attn_ctx *ctx, const attn_attention_problem *p,
+                           const attn_attention_dropout *drop, const attn_attention_trace *trace,
+                           const attn_attention_grads *g, void *workspace) {
+    bool backward = g != NULL;
+    attn_pass pass = {backward, trace != NULL, drop->kind != ATTN_DROP_NONE};
+    size_t count;
+    const attn_attention_backend *const *all = attn_attention_registry(&count);
+    for (size_t i = 0; i < count; i++) {
+        const attn_attention_backend *b = all[i];
+        const char *why = b->declines(ctx, p, pass);
+        if (why) {
+            attn_explain_note(ctx, b->name, why);
+            continue;
+        }
+        bool measures = b->measures_values && b->measures_values(ctx, p, drop, backward);
+        if (!measures && b->declines_values)
+            why = b->declines_values(ctx, p, backward ? g->dout : NULL);
+        if (!why)
+            why = backward ? b->backward(ctx, p, drop, g, workspace)
+                           : b->forward(ctx, p, drop, trace, workspace);
+        char name[96];
+        snprintf(name, sizeof name, "%s%s%s%s", b->name, b->kernel_name ? " [" : "",
+                 b->kernel_name ? b->kernel_name(ctx, p) : "", b->kernel_name ? "]" : "");
+        attn_explain_note(ctx, name, why);
+        if (!why) return true;
+    }
+    return false;
+}
+
+/* p (16-bit) on float32 copies: widened, run, rounded back. */
+static attn_status run_widened(attn_ctx *ctx, const char *who, const attn_attention_problem *p,
+                               const attn_attention_dropout *drop,
+                               const attn_attention_grads *g, void *workspace) {
+    attn_attention_problem wide;
+    attn_attention_grads wide_g;
+    float *buffer;
+    attn_status st = attn_widen16(ctx, who, p, g ? g->dout : NULL, &wide, &wide_g, &buffer);
+    if (st != ATTN_OK) return st;
+    attn_explain_note(ctx, "widened to float32", NULL);
+    if (g) wide_g.dsinks = g->dsinks;
+    run_candidates(ctx, &wide, drop, NULL, g ? &wide_g : NULL, workspace);
+    attn_narrow16(ctx, p, &wide, g ? &wide_g : NULL, g);
+    attn_free(buffer);
+    return ATTN_OK;
+}
 
 attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_attention_problem *p,
                                    attn_dropout_stream *stream, uint8_t *keep_bits,
@@ -142,11 +241,27 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
                          "%s: PyTorch's serial dropout masks are for dense batches; packed "
                          "sequences draw Philox (ATTN_BERNOULLI_PHILOX)",
                          who);
+    if (serial && is_16bit(p))
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: 16-bit attention draws Philox dropout (ATTN_BERNOULLI_PHILOX)", who);
     bool traced = trace && (trace->scores || trace->weights || trace->dropped);
     bool mask_in_workspace = serial && !keep_bits;
     size_t bytes = attn_attention_forward_bytes(ctx, p, mask_in_workspace, traced);
     if (!workspace && !(workspace = attn_ctx_workspace(ctx, bytes)))
         return no_workspace(ctx, who, bytes);
+    attn_explain_begin(ctx);
+    /* a 16-bit problem no backend takes (with dropout: no 16-bit kernel
+     * draws it) is widened: its copies are made before the rng moves */
+    attn_attention_problem wide;
+    attn_attention_grads unused;
+    float *buffer = NULL;
+    const attn_attention_backend *c[MAX_BACKENDS];
+    attn_pass pass = {.traced = traced, .dropout = drawn};
+    bool widen_first = is_16bit(p) && candidates(ctx, p, pass, false, c) == 0;
+    if (widen_first &&
+        (st = attn_widen16(ctx, who, p, NULL, &wide, &unused, &buffer)) != ATTN_OK)
+        return st;
+    if (widen_first) candidates(ctx, p, pass, true, c); /* their reasons, for the record */
     /* Everything is in hand: from here on nothing fails. */
     attn_attention_dropout drop = {.kind = ATTN_DROP_NONE};
     if (drawn) {
@@ -172,15 +287,17 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
             drop.keep_bits = bits;
         }
     }
-    const attn_attention_backend *backend = fused_for(ctx, p, traced, false);
-    bool checks = backend && backend->forward_checks_values &&
-                  backend->forward_checks_values(ctx, p, &drop);
-    if (backend && backend->takes_values && !checks && !backend->takes_values(ctx, p, NULL))
-        backend = NULL;
-    if (!backend) backend = &attn_attention_reference;
-    backend->forward(ctx, p, &drop, traced ? trace : NULL, workspace);
     if (drop_out) *drop_out = drop;
-    return ATTN_OK;
+    if (widen_first) {
+        attn_explain_note(ctx, "widened to float32", NULL);
+        run_candidates(ctx, &wide, &drop, NULL, NULL, workspace);
+        attn_narrow16(ctx, p, &wide, NULL, NULL);
+        attn_free(buffer);
+        return ATTN_OK;
+    }
+    if (run_candidates(ctx, p, &drop, traced ? trace : NULL, NULL, workspace)) return ATTN_OK;
+    /* every 16-bit backend declined the values (none draws dropout) */
+    return run_widened(ctx, who, p, &drop, NULL, workspace);
 }
 
 attn_status attn_attention_backward(attn_ctx *ctx, const char *who, const attn_attention_problem *p,
@@ -191,13 +308,8 @@ attn_status attn_attention_backward(attn_ctx *ctx, const char *who, const attn_a
     size_t bytes = attn_attention_backward_bytes(ctx, p);
     if (!workspace && !(workspace = attn_ctx_workspace(ctx, bytes)))
         return no_workspace(ctx, who, bytes);
+    attn_explain_begin(ctx);
     attn_attention_dropout none = {.kind = ATTN_DROP_NONE};
-    const attn_attention_backend *backend = fused_for(ctx, p, false, true);
-    bool checks = backend && backend->backward_checks_values &&
-                  backend->backward_checks_values(ctx, p, drop ? drop : &none);
-    if (backend && backend->takes_values && !checks && !backend->takes_values(ctx, p, g->dout))
-        backend = NULL;
-    if (!backend) backend = &attn_attention_reference;
-    backend->backward(ctx, p, drop ? drop : &none, g, workspace);
-    return ATTN_OK;
+    if (run_candidates(ctx, p, drop ? drop : &none, NULL, g, workspace)) return ATTN_OK;
+    return run_widened(ctx, who, p, drop ? drop : &none, g, workspace);
 }

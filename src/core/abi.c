@@ -125,6 +125,13 @@ static const attn_abi_field attn_swa_config_fields[] = {
 };
 #undef T
 
+#define T attn_module_config
+static const attn_abi_field attn_module_config_fields[] = {
+    F(d_in), F(d_out), F(context_length), F(num_heads), F(num_kv_groups), F(latent_dim),
+    F(sliding_window_size), F(dropout), F(qkv_bias), F(scale), F(mask)
+};
+#undef T
+
 #define T attn_gpt2_preset
 static const attn_abi_field attn_gpt2_preset_fields[] = {
     F(name), F(vocab_size), F(context_length), F(n_embd), F(n_head), F(n_layer), F(dropout),
@@ -134,6 +141,12 @@ static const attn_abi_field attn_gpt2_preset_fields[] = {
 
 #define T attn_npy
 static const attn_abi_field attn_npy_fields[] = {
+    F(ndim), F(shape), F(numel), F(data)
+};
+#undef T
+
+#define T attn_npy_i32
+static const attn_abi_field attn_npy_i32_fields[] = {
     F(ndim), F(shape), F(numel), F(data)
 };
 #undef T
@@ -216,7 +229,8 @@ static const attn_abi_struct layout[] = {
     S(attn_sdpa_config), S(attn_sdpa_dropout), S(attn_param), S(attn_simple_config),
     S(attn_sa_v1_config), S(attn_sa_v2_config), S(attn_causal_config), S(attn_mha_wrapper_config),
     S(attn_mha_config), S(attn_gpt2_config), S(attn_gqa_config), S(attn_mla_config),
-    S(attn_swa_config), S(attn_gpt2_preset), S(attn_npy), S(attn_named_tensor),
+    S(attn_swa_config), S(attn_module_config), S(attn_gpt2_preset), S(attn_npy),
+    S(attn_npy_i32), S(attn_named_tensor),
     S(attn_metadata_entry), S(attn_safetensors_info), S(attn_optimizer_config),
     S(attn_model_config), S(attn_kv_cache_config), S(attn_kv_attend_args), S(attn_lm_config),
     S(attn_lm_forward_args), S(attn_sampling), S(attn_generate_args)

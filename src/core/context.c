@@ -92,6 +92,8 @@ void *attn_ctx_workspace(attn_ctx *ctx, size_t bytes) {
 
 const char *attn_ctx_last_error(const attn_ctx *ctx) { return ctx ? ctx->error : ""; }
 
+const char *attn_ctx_last_explain(const attn_ctx *ctx) { return ctx ? ctx->explain : ""; }
+
 attn_kernels attn_ctx_kernels(const attn_ctx *ctx) {
     return ctx ? ctx->kernels : ATTN_KERNELS_REFERENCE;
 }

@@ -48,6 +48,7 @@ struct attn_ctx {
     void *trace_user;
     bool trace_shapes_only;
     char error[ATTN_ERROR_CAPACITY];
+    char explain[ATTN_ERROR_CAPACITY]; /* the last attention call's choice (attention/registry.c) */
     attn_ctx_buffer scratch;
     attn_ctx_buffer workspace; /* the attention passes' (attn_ctx_workspace) */
     struct attn_pool *pool; /* num_threads - 1 workers, from the first parallel call */

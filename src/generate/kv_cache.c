@@ -634,10 +634,12 @@ static attn_attention_problem prefill_problem(const seq_plan *sp, float scale, f
     size_t H = d->q_heads, KH = d->kv_heads, D = d->head_dim;
     attn_attention_problem p = {
         .batch = 1, .q_heads = H, .kv_heads = KH, .q_len = d->rows, .kv_len = d->rows,
-        .head_dim = D, .v_head_dim = D, .q = d->q, .k = d->keys.k_new, .v = d->keys.v_new,
-        .out = out + sp->row_start * H * D,
-        .q_strides = {0, H * D, D}, .k_strides = {0, KH * D, D}, .v_strides = {0, KH * D, D},
-        .out_strides = {0, H * D, D}, .scale = scale, .causal = true};
+        .head_dim = D, .v_head_dim = D,
+        .q = attn_view_f32(d->q, (attn_view_strides){0, H * D, D}),
+        .k = attn_view_f32(d->keys.k_new, (attn_view_strides){0, KH * D, D}),
+        .v = attn_view_f32(d->keys.v_new, (attn_view_strides){0, KH * D, D}),
+        .out = attn_view_f32(out + sp->row_start * H * D, (attn_view_strides){0, H * D, D}),
+        .scale = scale, .causal = true};
     if (d->window) {
         p.window = true;
         p.window_left = (int64_t)d->window - 1;

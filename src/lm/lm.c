@@ -571,9 +571,11 @@ static attn_attention_problem within_problem(const attn_lm *m, const lm_acts *a,
     size_t C = m->cfg.emb_dim, hd = m->head_dim, kvw = m->kv_heads * hd;
     return (attn_attention_problem){
         .batch = batch, .q_heads = m->cfg.n_heads, .kv_heads = m->kv_heads, .q_len = longest,
-        .kv_len = longest, .head_dim = hd, .v_head_dim = hd, .q = a->q, .k = a->k, .v = a->v,
-        .out = a->att, .q_strides = {0, C, hd}, .k_strides = {0, kvw, hd},
-        .v_strides = {0, kvw, hd}, .out_strides = {0, C, hd},
+        .kv_len = longest, .head_dim = hd, .v_head_dim = hd,
+        .q = attn_view_f32(a->q, (attn_view_strides){0, C, hd}),
+        .k = attn_view_f32(a->k, (attn_view_strides){0, kvw, hd}),
+        .v = attn_view_f32(a->v, (attn_view_strides){0, kvw, hd}),
+        .out = attn_view_f32(a->att, (attn_view_strides){0, C, hd}),
         .scale = (float)(1.0 / sqrt((double)hd)), .causal = true,
         .diagonal = ATTN_DIAGONAL_TOP_LEFT, .cu_seqlens_q = m->buf.cu_seqlens,
         .cu_seqlens_kv = m->buf.cu_seqlens, .total_q = rows};

@@ -41,7 +41,7 @@ static attn_attention_problem gpt2_heads(const attn_gpt2 *g, size_t batch, size_
                                                   qkv + C, qkv + 2 * C, context, lse, g->scale,
                                                   true, ATTN_MASK_NEG_INF);
     attn_view_strides in = {tokens * 3 * C, 3 * C, g->head_dim};
-    p.q_strides = p.k_strides = p.v_strides = in;
+    p.q.st = p.k.st = p.v.st = in;
     p.lse_lo = lse ? lse + batch * nh * tokens : NULL;
     return p;
 }

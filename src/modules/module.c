@@ -376,8 +376,8 @@ attn_attention_problem attn_heads_problem(size_t batch, size_t tokens, size_t q_
     return (attn_attention_problem){
         .batch = batch, .q_heads = q_heads, .kv_heads = kv_heads, .q_len = tokens,
         .kv_len = tokens, .head_dim = head_dim, .v_head_dim = head_dim,
-        .q = q, .k = k, .v = v, .out = out, .lse = lse,
-        .q_strides = qs, .k_strides = kvs, .v_strides = kvs, .out_strides = qs,
+        .q = attn_view_f32(q, qs), .k = attn_view_f32(k, kvs), .v = attn_view_f32(v, kvs),
+        .out = attn_view_f32(out, qs), .lse = lse,
         .scale = scale, .causal = causal && mask != ATTN_MASK_NONE,
         .renormalize = causal && mask == ATTN_MASK_RENORMALIZE,
     };

@@ -69,10 +69,10 @@ static bool pair_problem(const attn_mpi_job *job, const chunks *mine, size_t a,
     *p = (attn_attention_problem){
         .batch = job->batch, .q_heads = H, .kv_heads = Hkv, .q_len = la, .kv_len = lc,
         .head_dim = D, .v_head_dim = D,
-        .q_strides = {H * Tl * D, D, Tl * D},
-        .k_strides = {Hkv * n * D, D, n * D},
-        .v_strides = {Hkv * n * D, D, n * D},
-        .out_strides = {H * Tl * D, D, Tl * D},
+        .q.st = {H * Tl * D, D, Tl * D},
+        .k.st = {Hkv * n * D, D, n * D},
+        .v.st = {Hkv * n * D, D, n * D},
+        .out.st = {H * Tl * D, D, Tl * D},
         .scale = job->scale, .causal = job->causal,
         .diagonal = ATTN_DIAGONAL_OFFSET,
         .q_offset = (int64_t)mine->start[a] - (int64_t)blk->start[c]};
@@ -222,10 +222,10 @@ attn_status attn_mpi_ring_forward(attn_mpi_group *g, const char *who, const attn
                 attn_attention_problem p;
                 if (!pair_problem(job, &mine, a, &blk, c, &p)) continue;
                 size_t at = mine.at[a];
-                p.q = qp + at * D;
-                p.k = cur + blk.at[c] * D;
-                p.v = cur + B * Hkv * blk.local * D + blk.at[c] * D;
-                p.out = blk_o + at * D;
+                p.q.data = qp + at * D;
+                p.k.data = cur + blk.at[c] * D;
+                p.v.data = cur + B * Hkv * blk.local * D + blk.at[c] * D;
+                p.out.data = blk_o + at * D;
                 p.lse = pair_l; /* (B, H, la) */
                 /* cannot fail: checked and its workspace in hand */
                 attn_attention_forward(ctx, who, &p, NULL, NULL, NULL, NULL, ws);
@@ -368,10 +368,10 @@ attn_status attn_mpi_ring_backward(attn_mpi_group *g, const char *who, const att
                 attn_attention_problem p;
                 if (!pair_problem(job, &mine, a, &blk, c, &p)) continue;
                 size_t at = mine.at[a], kat = blk.at[c], vat = B * Hkv * blk.local * D;
-                p.q = qp + at * D;
-                p.k = cur + kat * D;
-                p.v = cur + vat + kat * D;
-                p.out = op + at * D;
+                p.q.data = qp + at * D;
+                p.k.data = cur + kat * D;
+                p.v.data = cur + vat + kat * D;
+                p.out.data = op + at * D;
                 p.lse = lse_c + B * H * at;
                 p.backward_from_lse = true;
                 attn_attention_grads gr = {.dout = dop + at * D, .dq = dq_pair + at * D,

@@ -180,8 +180,8 @@ static attn_attention_problem heads_problem(const attn_mpi_group *g, const attn_
     return (attn_attention_problem){
         .batch = job->batch, .q_heads = H, .kv_heads = Hkv, .q_len = T, .kv_len = T,
         .head_dim = D, .v_head_dim = D,
-        .q_strides = {H * T * D, D, T * D}, .out_strides = {H * T * D, D, T * D},
-        .k_strides = {Hkv * T * D, D, T * D}, .v_strides = {Hkv * T * D, D, T * D},
+        .q.st = {H * T * D, D, T * D}, .out.st = {H * T * D, D, T * D},
+        .k.st = {Hkv * T * D, D, T * D}, .v.st = {Hkv * T * D, D, T * D},
         .scale = job->scale, .causal = job->causal};
 }
 
@@ -221,10 +221,10 @@ attn_status attn_mpi_ulysses_forward(attn_mpi_group *g, const char *who,
     }
     if (st == ATTN_OK) {
         p = heads_problem(g, job);
-        p.q = full;
-        p.k = full + qn;
-        p.v = full + qn + kn;
-        p.out = full + qn + 2 * kn;
+        p.q.data = full;
+        p.k.data = full + qn;
+        p.v.data = full + qn + kn;
+        p.out.data = full + qn + 2 * kn;
         p.lse = full + 2 * qn + 2 * kn;
         st = attn_attention_check(ctx, who, &p);
     }
@@ -290,10 +290,10 @@ attn_status attn_mpi_ulysses_backward(attn_mpi_group *g, const char *who,
     }
     if (st == ATTN_OK) {
         p = heads_problem(g, job);
-        p.q = fq;
-        p.k = fk;
-        p.v = fv;
-        p.out = fo;
+        p.q.data = fq;
+        p.k.data = fk;
+        p.v.data = fv;
+        p.out.data = fo;
         p.lse = fl;
         p.backward_from_lse = true; /* whole rows: the same either way */
         st = attn_attention_check(ctx, who, &p);

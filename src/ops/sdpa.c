@@ -1,8 +1,7 @@
 /* sdpa.c — scaled dot-product attention on the caller's tensors: the
- * public attn_sdpa_config read into the attention contract's problem, then
- * the runner. */
+ * public attn_sdpa_config read into the attention contract's problem, of
+ * float32 or float64 views, then the runner (sdpa16.c: 16-bit views). */
 #include "attention/attention.h"
-#include "attention/reference_f64.h"
 #include "ops/sdpa_internal.h"
 #include "internal.h"
 #include "rng/dropout.h"
@@ -24,22 +23,27 @@ static attn_view_strides strides_of(const size_t s[3], size_t tokens, size_t hea
     return v;
 }
 
-attn_attention_problem attn_sdpa_problem_of(const attn_sdpa_config *c, const float *q,
-                                            const float *k, const float *v, float *out,
-                                            float *lse) {
+attn_attention_problem attn_sdpa_problem_of(const attn_sdpa_config *c, attn_dtype dtype,
+                                            const void *q, const void *k, const void *v,
+                                            void *out, float *lse) {
     size_t Hkv = c->kv_heads ? c->kv_heads : c->heads;
     size_t Dv = c->v_head_dim ? c->v_head_dim : c->head_dim;
     bool packed = c->cu_seqlens_q != NULL;
     const size_t *vs = zeros(c->v_strides) ? c->kv_strides : c->v_strides;
+    double scale = c->scale != 0.0 ? c->scale : 1.0 / sqrt((double)c->head_dim);
     attn_attention_problem p = {
         .batch = c->batch, .q_heads = c->heads, .kv_heads = Hkv, .q_len = c->q_tokens,
         .kv_len = c->kv_tokens, .head_dim = c->head_dim, .v_head_dim = Dv,
-        .q = q, .k = k, .v = v, .out = out, .lse = lse,
-        .q_strides = strides_of(c->q_strides, c->q_tokens, c->heads, c->head_dim, packed),
-        .k_strides = strides_of(c->kv_strides, c->kv_tokens, Hkv, c->head_dim, packed),
-        .v_strides = strides_of(vs, c->kv_tokens, Hkv, Dv, packed),
-        .out_strides = strides_of(c->out_strides, c->q_tokens, c->heads, Dv, packed),
+        .q = attn_view_of(q, strides_of(c->q_strides, c->q_tokens, c->heads, c->head_dim, packed),
+                          dtype),
+        .k = attn_view_of(k, strides_of(c->kv_strides, c->kv_tokens, Hkv, c->head_dim, packed),
+                          dtype),
+        .v = attn_view_of(v, strides_of(vs, c->kv_tokens, Hkv, Dv, packed), dtype),
+        .out = attn_view_of(out, strides_of(c->out_strides, c->q_tokens, c->heads, Dv, packed),
+                            dtype),
+        .lse = lse,
         .scale = c->scale != 0.0 ? (float)c->scale : (float)(1.0 / sqrt((double)c->head_dim)),
+        .scale_f64 = scale, .softcap_f64 = c->softcap,
         .causal = c->causal,
         .diagonal = c->align == ATTN_ALIGN_TOP_LEFT ? ATTN_DIAGONAL_TOP_LEFT
                     : c->align == ATTN_ALIGN_OFFSET ? ATTN_DIAGONAL_OFFSET
@@ -109,16 +113,13 @@ attn_status attn_sdpa_check_forward_args(attn_ctx *ctx, const char *fn,
     return check_forward_dropout(ctx, fn, cfg, rng, drawn);
 }
 
-attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
-                              const float *k, const float *v, float *out, float *lse,
-                              attn_rng *rng, attn_sdpa_dropout *drawn) {
-    const char *fn = "attn_sdpa_forward";
-    attn_status st = attn_sdpa_check_forward_args(ctx, fn, cfg, q, k, v, out, rng, drawn);
+attn_status attn_sdpa_run_forward(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
+                                  const attn_attention_problem *p, attn_rng *rng,
+                                  attn_sdpa_dropout *drawn) {
+    attn_status st = attn_attention_check(ctx, fn, p);
     if (st != ATTN_OK) return st;
-    attn_attention_problem p = attn_sdpa_problem_of(cfg, q, k, v, out, lse);
-    if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
     /* Memory first: a failure must not have advanced the rng. */
-    size_t bytes = attn_attention_forward_bytes(ctx, &p, false, false);
+    size_t bytes = attn_attention_forward_bytes(ctx, p, false, false);
     void *workspace = attn_ctx_workspace(ctx, bytes);
     if (!workspace)
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
@@ -130,7 +131,17 @@ attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const 
         *drawn = (attn_sdpa_dropout){stream.philox_seed, stream.philox_offset};
         dropout = &stream;
     }
-    return attn_attention_forward(ctx, fn, &p, dropout, NULL, NULL, NULL, workspace);
+    return attn_attention_forward(ctx, fn, p, dropout, NULL, NULL, NULL, workspace);
+}
+
+attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
+                              const float *k, const float *v, float *out, float *lse,
+                              attn_rng *rng, attn_sdpa_dropout *drawn) {
+    const char *fn = "attn_sdpa_forward";
+    attn_status st = attn_sdpa_check_forward_args(ctx, fn, cfg, q, k, v, out, rng, drawn);
+    if (st != ATTN_OK) return st;
+    attn_attention_problem p = attn_sdpa_problem_of(cfg, ATTN_DTYPE_F32, q, k, v, out, lse);
+    return attn_sdpa_run_forward(ctx, fn, cfg, &p, rng, drawn);
 }
 
 /* The backward's tensors (q, k, v, out, lse, dout, dq, dk, dv, in that
@@ -173,19 +184,15 @@ attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const
     if (st != ATTN_OK) return st;
     const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
     if ((st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn)) != ATTN_OK) return st;
-    attn_attention_problem p = attn_sdpa_problem_of(cfg, q, k, v, (float *)out, (float *)lse);
+    attn_attention_problem p =
+        attn_sdpa_problem_of(cfg, ATTN_DTYPE_F32, q, k, v, (float *)out, (float *)lse);
     attn_attention_dropout drop = attn_sdpa_drop_of(cfg, drawn);
     attn_attention_grads g = {.dout = dout, .dq = dq, .dk = dk, .dv = dv,
                               .dsinks = cfg->sinks ? cfg->sinks_grad : NULL};
     return attn_attention_backward(ctx, fn, &p, &drop, &g, NULL);
 }
 
-/* ---- float64: the reference kernels on double tensors ---------------------- */
-
-/* The scale in double: the config's, or 1/sqrt(head_dim). */
-static double scale_f64(const attn_sdpa_config *c) {
-    return c->scale != 0.0 ? c->scale : 1.0 / sqrt((double)c->head_dim);
-}
+/* ---- float64: the same problem on double views (the reference runs it) ---- */
 
 attn_status attn_sdpa_forward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, const double *q,
                                   const double *k, const double *v, double *out, double *lse,
@@ -193,27 +200,9 @@ attn_status attn_sdpa_forward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, co
     const char *fn = "attn_sdpa_forward_f64";
     attn_status st = attn_sdpa_check_forward_args(ctx, fn, cfg, q, k, v, out, rng, drawn);
     if (st != ATTN_OK) return st;
-    attn_attention_problem p = attn_sdpa_problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
-    if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
-    /* Memory first: a failure must not have advanced the rng. */
-    size_t bytes = attn_reference_f64_forward_bytes(ctx, &p);
-    void *workspace = attn_calloc(1, bytes);
-    if (!workspace)
-        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
-                         "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
-    attn_attention_dropout drop = {.kind = ATTN_DROP_NONE};
-    if (cfg->dropout > 0.0) {
-        attn_dropout_stream stream;
-        attn_dropout_stream_begin(&stream, rng, cfg->dropout,
-                                  cfg->batch * cfg->heads * cfg->q_tokens * cfg->kv_tokens);
-        *drawn = (attn_sdpa_dropout){stream.philox_seed, stream.philox_offset};
-        drop = attn_sdpa_drop_of(cfg, drawn);
-    }
-    attn_reference_f64 t = {.q = q, .k = k, .v = v, .out = out, .lse = lse,
-                            .scale = scale_f64(cfg), .softcap = cfg->softcap};
-    attn_reference_f64_forward(ctx, &p, &t, &drop, workspace);
-    attn_free(workspace);
-    return ATTN_OK;
+    attn_attention_problem p = attn_sdpa_problem_of(cfg, ATTN_DTYPE_F64, q, k, v, out, NULL);
+    p.lse_f64 = lse;
+    return attn_sdpa_run_forward(ctx, fn, cfg, &p, rng, drawn);
 }
 
 attn_status attn_sdpa_backward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, const double *q,
@@ -227,19 +216,11 @@ attn_status attn_sdpa_backward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, c
     if (st != ATTN_OK) return st;
     const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
     if ((st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn)) != ATTN_OK) return st;
-    attn_attention_problem p = attn_sdpa_problem_of(cfg, NULL, NULL, NULL, NULL, NULL);
-    if ((st = attn_attention_check(ctx, fn, &p)) != ATTN_OK) return st;
-    size_t bytes = attn_reference_f64_backward_bytes(ctx, &p);
-    void *workspace = attn_calloc(1, bytes);
-    if (!workspace)
-        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
-                         "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
+    attn_attention_problem p =
+        attn_sdpa_problem_of(cfg, ATTN_DTYPE_F64, q, k, v, (double *)out, NULL);
+    p.lse_f64 = (double *)lse;
     attn_attention_dropout drop = attn_sdpa_drop_of(cfg, drawn);
-    attn_reference_f64 t = {.q = q, .k = k, .v = v, .out = (double *)out, .lse = (double *)lse,
-                            .dout = dout, .dq = dq, .dk = dk, .dv = dv,
-                            .scale = scale_f64(cfg), .softcap = cfg->softcap};
-    attn_reference_f64_backward(ctx, &p, &t, &drop, cfg->sinks ? cfg->sinks_grad : NULL,
-                                workspace);
-    attn_free(workspace);
-    return ATTN_OK;
+    attn_attention_grads g = {.dout = dout, .dq = dq, .dk = dk, .dv = dv,
+                              .dsinks = cfg->sinks ? cfg->sinks_grad : NULL};
+    return attn_attention_backward(ctx, fn, &p, &drop, &g, NULL);
 }

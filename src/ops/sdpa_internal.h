@@ -9,11 +9,11 @@
 
 #include "attention/attention.h"
 
-/* The problem cfg describes, on these float tensors (NULL for a problem
- * used for its geometry only). */
-attn_attention_problem attn_sdpa_problem_of(const attn_sdpa_config *c, const float *q,
-                                            const float *k, const float *v, float *out,
-                                            float *lse);
+/* The problem cfg describes, on these tensors of dtype (NULL for a
+ * problem used for its geometry only). */
+attn_attention_problem attn_sdpa_problem_of(const attn_sdpa_config *c, attn_dtype dtype,
+                                            const void *q, const void *k, const void *v,
+                                            void *out, float *lse);
 /* The config's own fields (what attn_attention_check does not check). */
 attn_status attn_sdpa_check_config(attn_ctx *ctx, const char *fn, const attn_sdpa_config *c);
 /* A forward's first checks: ctx (clears its error), the config, the
@@ -28,6 +28,11 @@ attn_status attn_sdpa_check_backward_args(attn_ctx *ctx, const char *fn,
                                           const attn_sdpa_config *cfg,
                                           const void *const tensors[9],
                                           const attn_sdpa_dropout *drawn);
+/* The forward of p, cfg's problem: its workspace, then cfg's dropout
+ * drawn from rng (its record in drawn), then the runner. */
+attn_status attn_sdpa_run_forward(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
+                                  const attn_attention_problem *p, attn_rng *rng,
+                                  attn_sdpa_dropout *drawn);
 /* The dropout a backward redraws: the forward's Philox record. */
 attn_attention_dropout attn_sdpa_drop_of(const attn_sdpa_config *c,
                                          const attn_sdpa_dropout *drawn);

@@ -16,7 +16,7 @@
  * passes' shapes: dq and dk zero to a rounding of a rounding (the
  * consistent delta). Also
  * Philox's known-answer vectors, the kernels' max_abs scan and what
- * takes_values sends to the reference. Fresh random inputs each run (the
+ * declines_values leaves to the reference. Fresh random inputs each run (the
  * seed is printed and replays it):
  *   test_flash [--isa portable|avx2|avx512|avx512-zen4] [--cases N] [seed [cases]]
  * --isa tests one set of kernels (ctest runs the four as their own tests,
@@ -205,16 +205,16 @@ static void make_case(flash_case *c, uint64_t *seed, int index) {
         p->total_q = tq;
         c->q_rows = tq;
         c->kv_rows = tk;
-        p->q_strides = (attn_view_strides){0, q_row, D};
-        p->k_strides = p->v_strides = (attn_view_strides){0, kv_row, D};
-        p->out_strides = (attn_view_strides){0, Hq * D, D};
+        p->q.st = (attn_view_strides){0, q_row, D};
+        p->k.st = p->v.st = (attn_view_strides){0, kv_row, D};
+        p->out.st = (attn_view_strides){0, Hq * D, D};
         c->n_lse = Hq * tq;
     } else {
         c->q_rows = p->batch * p->q_len;
         c->kv_rows = p->batch * p->kv_len;
-        p->q_strides = (attn_view_strides){p->q_len * q_row, q_row, D};
-        p->k_strides = p->v_strides = (attn_view_strides){p->kv_len * kv_row, kv_row, D};
-        p->out_strides = (attn_view_strides){p->q_len * Hq * D, Hq * D, D};
+        p->q.st = (attn_view_strides){p->q_len * q_row, q_row, D};
+        p->k.st = p->v.st = (attn_view_strides){p->kv_len * kv_row, kv_row, D};
+        p->out.st = (attn_view_strides){p->q_len * Hq * D, Hq * D, D};
         c->n_lse = p->batch * Hq * p->q_len;
     }
     c->n_q = c->q_rows * q_row;
@@ -223,9 +223,9 @@ static void make_case(flash_case *c, uint64_t *seed, int index) {
     c->k = random_floats(seed, c->n_k, -1.0, 1.0);
     c->v = random_floats(seed, c->n_v, -1.0, 1.0);
     c->dout = random_floats(seed, c->q_rows * Hq * D, -1.0, 1.0);
-    p->q = c->q;
-    p->k = c->k;
-    p->v = c->v;
+    p->q.data = c->q;
+    p->k.data = c->k;
+    p->v.data = c->v;
 
     /* dropout: none, keep bits (a Philox mask drawn here), or Philox */
     int drop = long_blocks ? 0 : (int)below(seed, 3);
@@ -280,7 +280,7 @@ static void free_results(results *r) {
 /* One backend's forward then backward on c, into r. */
 static void run(const attn_attention_backend *be, attn_ctx *ctx, const flash_case *c, results *r) {
     attn_attention_problem p = c->p;
-    p.out = r->out;
+    p.out.data = r->out;
     p.lse = r->lse;
     attn_attention_trace none = {0};
     void *ws = calloc(1, be->forward_bytes(ctx, &p, &none));
@@ -329,7 +329,7 @@ static double sink_error(const flash_case *c, const results *ref, const float *d
         for (size_t b = 0; b < p->batch; b++) {
             attn_attention_seq s = attn_attention_seq_of(p, b);
             for (size_t i = 0; i < s.q_len; i++) {
-                size_t at = attn_view_offset(p->out_strides, b, s.q_start, h, i);
+                size_t at = attn_view_offset(p->out.st, b, s.q_start, h, i);
                 double delta = 0.0;
                 for (size_t d = 0; d < p->head_dim; d++)
                     delta += fabs((double)c->dout[at + d] * ref->out[at + d]);
@@ -359,8 +359,8 @@ static void one_case(const char *isa, attn_ctx kernels_ctx, uint64_t *seed, int 
          * forward's blocks may differ (lane_rows), its bits may not */
         ctx.l2_bytes = t == 0 ? 0 : (size_t)2 << 20 >> (t - 1);
         fused[t] = alloc_results(&c);
-        CHECK(attn_attention_fused.declines(&ctx, &c.p, true) == NULL);
-        CHECK(attn_attention_fused.takes_values(&ctx, &c.p, c.dout));
+        CHECK(attn_attention_fused.declines(&ctx, &c.p, (attn_pass){.backward = true}) == NULL);
+        CHECK(!attn_attention_fused.declines_values(&ctx, &c.p, c.dout));
         run(&attn_attention_fused, &ctx, &c, &fused[t]);
         ctx_done(&ctx);
     }
@@ -476,11 +476,11 @@ static void one_hot_cases(const char *isa, attn_ctx kernels_ctx, uint64_t *seed)
                         c.q[((b * T + i) * Hq + h) * D + key] += 30.0f;
                     }
                 }
-            p->q = c.q;
-            p->k = c.k;
-            p->v = c.v;
-            p->q_strides = p->out_strides = (attn_view_strides){T * Hq * D, Hq * D, D};
-            p->k_strides = p->v_strides = (attn_view_strides){T * Hkv * D, Hkv * D, D};
+            p->q.data = c.q;
+            p->k.data = c.k;
+            p->v.data = c.v;
+            p->q.st = p->out.st = (attn_view_strides){T * Hq * D, Hq * D, D};
+            p->k.st = p->v.st = (attn_view_strides){T * Hkv * D, Hkv * D, D};
             c.n_lse = p->batch * Hq * T;
             c.keep_lse = true;
             c.drop.kept_scale = 1.25f;
@@ -541,7 +541,7 @@ static void max_abs_cases(const attn_flash_kernels *fk, uint64_t *seed) {
     }
 }
 
-/* takes_values: ordinary values yes; NaN or inf in any input, a sink or a
+/* declines_values: ordinary values taken; NaN or inf in any input, a sink or a
  * slope, or magnitudes past float32's range in the tiles, no. */
 static void takes_values_cases(attn_ctx kernels_ctx, uint64_t *seed) {
     attn_ctx ctx = kernels_ctx;
@@ -553,30 +553,30 @@ static void takes_values_cases(attn_ctx kernels_ctx, uint64_t *seed) {
             free_case(&c);
             continue;
         }
-        CHECK(attn_attention_fused.takes_values(&ctx, &c.p, NULL));
-        CHECK(attn_attention_fused.takes_values(&ctx, &c.p, c.dout));
+        CHECK(!attn_attention_fused.declines_values(&ctx, &c.p, NULL));
+        CHECK(!attn_attention_fused.declines_values(&ctx, &c.p, c.dout));
         float *targets[4] = {c.q, c.k, c.v, c.dout};
         size_t rows[4] = {0, 0, 0, 0}; /* the first row of each is the problem's */
         for (int t = 0; t < 4; t++) {
             float kept = targets[t][rows[t]];
             targets[t][rows[t]] = index % 2 ? NAN : INFINITY;
-            CHECK(!attn_attention_fused.takes_values(&ctx, &c.p, c.dout));
+            CHECK(attn_attention_fused.declines_values(&ctx, &c.p, c.dout));
             targets[t][rows[t]] = 3e19f; /* q . k past float32 */
             if (t < 2 && c.p.head_dim > 0) {
                 float kept_other = targets[1 - t][0];
                 targets[1 - t][0] = 3e19f;
-                CHECK(!attn_attention_fused.takes_values(&ctx, &c.p, c.dout));
+                CHECK(attn_attention_fused.declines_values(&ctx, &c.p, c.dout));
                 targets[1 - t][0] = kept_other;
             }
             targets[t][rows[t]] = kept;
         }
         if (c.sinks) {
             c.sinks[0] = NAN;
-            CHECK(!attn_attention_fused.takes_values(&ctx, &c.p, NULL));
+            CHECK(attn_attention_fused.declines_values(&ctx, &c.p, NULL));
         }
         if (c.slopes) {
             c.slopes[0] = 1e37f; /* ALiBi's bias past float32 */
-            CHECK(!attn_attention_fused.takes_values(&ctx, &c.p, NULL));
+            CHECK(attn_attention_fused.declines_values(&ctx, &c.p, NULL));
         }
         free_case(&c);
     }

@@ -42,9 +42,12 @@ static void test_rows_that_see_no_key(attn_ctx *ctx) {
         /* q, out (1, 1, T, D), k, v (1, 1, S, D), contiguous */
         attn_attention_problem p = {
             .batch = 1, .q_heads = 1, .kv_heads = 1, .q_len = T, .kv_len = S,
-            .head_dim = D, .v_head_dim = D, .q = q, .k = k, .v = v, .out = out,
-            .q_strides = {T * D, D, D}, .k_strides = {S * D, D, D}, .v_strides = {S * D, D, D},
-            .out_strides = {T * D, D, D}, .lse = lse, .scale = 0.5f, .causal = true,
+            .head_dim = D, .v_head_dim = D,
+            .q = attn_view_f32(q, (attn_view_strides){T * D, D, D}),
+            .k = attn_view_f32(k, (attn_view_strides){S * D, D, D}),
+            .v = attn_view_f32(v, (attn_view_strides){S * D, D, D}),
+            .out = attn_view_f32(out, (attn_view_strides){T * D, D, D}),
+            .lse = lse, .scale = 0.5f, .causal = true,
             .renormalize = m == 1,
         };
         attn_attention_dropout none = {.kind = ATTN_DROP_NONE};

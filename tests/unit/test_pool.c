@@ -166,7 +166,7 @@ static bool sdpa_with_workspace(const sdpa_case *c, size_t threads, int fill,
         ok = ok && attn_sdpa_backward(ctx, &cfg, x[Q], x[K], x[V], got[OUT], got[LSE], x[DOUT],
                                       got[DQ], got[DK], got[DV], NULL) == ATTN_OK;
     }
-    attn_attention_problem p = attn_sdpa_problem_of(&cfg, x[Q], x[K], x[V], got[OUT], NULL);
+    attn_attention_problem p = attn_sdpa_problem_of(&cfg, ATTN_DTYPE_F32, x[Q], x[K], x[V], got[OUT], NULL);
     float *dk = malloc(tensor_floats(c, DK) * sizeof *dk);
     float *dv = malloc(tensor_floats(c, DV) * sizeof *dv);
     attn_attention_grads g = {.dout = x[DOUT], .dq = dq_no_lse, .dk = dk, .dv = dv};

@@ -182,9 +182,9 @@ static void tcase_build(tcase *c) {
     attn_attention_problem p = {
         .batch = c->B, .q_heads = c->Hq, .kv_heads = c->Hkv, .q_len = c->T, .kv_len = c->S,
         .head_dim = c->D, .v_head_dim = c->Dv,
-        .q = c->t[Q], .k = c->t[K], .v = c->t[V], .out = c->t[O],
-        .q_strides = c->st[Q], .k_strides = c->st[K], .v_strides = c->st[V],
-        .out_strides = c->st[O], .lse = c->lse,
+        .q = attn_view_f32(c->t[Q], c->st[Q]), .k = attn_view_f32(c->t[K], c->st[K]),
+        .v = attn_view_f32(c->t[V], c->st[V]), .out = attn_view_f32(c->t[O], c->st[O]),
+        .lse = c->lse,
         .scale = (float)c->scale, .causal = c->causal, .renormalize = c->renormalize,
         .diagonal = c->diagonal, .q_offset = c->q_offset,
         .window = c->window, .window_left = c->left, .window_right = c->right,
@@ -805,8 +805,8 @@ static void test_backward_from_lse(void) {
             size_t lo = blk ? split : 0, len = blk ? c.S - split : split;
             attn_attention_problem p = c.p;
             p.kv_len = len;
-            p.k = c.t[K] + lo * c.st[K].t;
-            p.v = c.t[V] + lo * c.st[V].t;
+            p.k.data = c.t[K] + lo * c.st[K].t;
+            p.v.data = c.t[V] + lo * c.st[V].t;
             p.diagonal = ATTN_DIAGONAL_OFFSET;
             p.q_offset = diag - (int64_t)lo;
             p.backward_from_lse = true;
@@ -865,7 +865,15 @@ int main(void) {
             attn_ctx_new(&(attn_ctx_config){.num_threads = n}, &fast_ctxs[n]) != ATTN_OK)
             return 1;
     CHECK(strcmp(attn_attention_reference.name, "reference") == 0);
-    CHECK(attn_attention_reference.declines(ctxs[1], NULL, true) == NULL);
+    /* the oracle runs every float32 and float64 problem, every pass; 16-bit
+     * views are the runner's to widen first */
+    attn_attention_problem shapes[4] = {{.q.dtype = ATTN_DTYPE_F32}, {.q.dtype = ATTN_DTYPE_F64},
+                                        {.q.dtype = ATTN_DTYPE_BF16},
+                                        {.q.dtype = ATTN_DTYPE_F16}};
+    for (int i = 0; i < 4; i++) {
+        attn_pass pass = {.backward = i % 2, .traced = i < 2, .dropout = true};
+        CHECK((attn_attention_reference.declines(ctxs[1], &shapes[i], pass) == NULL) == (i < 2));
+    }
     test_brute_backward_by_differences();
     test_each_feature();
     test_drop_all();

@@ -45,7 +45,7 @@
 #ifndef ATTN_FLASH_H
 #define ATTN_FLASH_H
 
-#include "attention/attention.h"
+#include "contract/attention_problem.h"
 #include "parallel.h"
 
 #include <stddef.h>

@@ -676,7 +676,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
     size_t i0 = it.qb * f->fbr; /* fbr: FBR, or longer in the lane forward */
     if (i0 >= seq.q_len || it.heads == 0) return; /* past this sequence's rows */
     size_t rows = min_size(seq.q_len - i0, f->fbr), nh = it.heads, b = it.b;
-    bool values = p->out != NULL, dropout = values && f->drop->kind != ATTN_DROP_NONE;
+    bool values = (float *)p->out.data != NULL, dropout = values && f->drop->kind != ATTN_DROP_NONE;
     float *qs = job->workspace + part * job->per_part; /* (nh, FBR, D) */
     float *o = qs + f->fhc * FBR * D;                    /* (nh, FBR, Dp) */
     /* l: each row's running sum as a vector of partial sums, reduced once
@@ -695,10 +695,10 @@ static void forward_block(void *arg, size_t part, size_t item) {
         size_t h = it.h0 + g;
         /* qs = q * q_scale; rows past the block are zero (computed, never
          * written) */
-        const float *q = p->q + row_at(p->q_strides, b, &seq, false, h, i0);
+        const float *q = (const float *)p->q.data + row_at(p->q.st, b, &seq, false, h, i0);
         float *qs_g = qs + g * FBR * D;
         for (size_t r = 0; r < rows; r++)
-            for (size_t d = 0; d < D; d++) qs_g[r * D + d] = q[r * p->q_strides.t + d] * f->q_scale;
+            for (size_t d = 0; d < D; d++) qs_g[r * D + d] = q[r * p->q.st.t + d] * f->q_scale;
         memset(qs_g + rows * D, 0, (FBR - rows) * D * sizeof *qs_g);
         memset(o + g * FBR * Dp, 0, FBR * Dp * sizeof *o);
         /* the sink starts each row's sum: max = sink, sum = 2^0 */
@@ -710,8 +710,8 @@ static void forward_block(void *arg, size_t part, size_t item) {
             l[(g * FBR + r) * VW] = sink ? 1.0f : 0.0f;
         }
     }
-    size_t k_at = row_at(p->k_strides, b, &seq, true, it.kvh, 0);
-    size_t v_at = row_at(p->v_strides, b, &seq, true, it.kvh, 0);
+    size_t k_at = row_at(p->k.st, b, &seq, true, it.kvh, 0);
+    size_t v_at = row_at(p->v.st, b, &seq, true, it.kvh, 0);
     for (size_t j0 = sweep_start(&br, BC); j0 < br.last; j0 += BC) {
         size_t cols = min_size(br.last - j0, BC);
         /* k^T (D, BC) and v (BC, Dp) of keys [j0, j0 + cols), zero beyond. v
@@ -719,10 +719,10 @@ static void forward_block(void *arg, size_t part, size_t item) {
          * with the tensor's row stride measured 3-5% slower (T = 1024 and
          * 4096, causal, 1 thread), likely as the strided rows, read 16 times
          * per block, compete for a few L1 sets. */
-        transpose_keys(p->k + k_at + j0 * p->k_strides.t, p->k_strides.t, D, cols, kt);
+        transpose_keys((const float *)p->k.data + k_at + j0 * p->k.st.t, p->k.st.t, D, cols, kt);
         if (values) {
             for (size_t jj = 0; jj < cols; jj++) {
-                memcpy(vp + jj * Dp, p->v + v_at + (j0 + jj) * p->v_strides.t, D * sizeof *vp);
+                memcpy(vp + jj * Dp, (const float *)p->v.data + v_at + (j0 + jj) * p->v.st.t, D * sizeof *vp);
                 memset(vp + jj * Dp + D, 0, (Dp - D) * sizeof *vp);
             }
             memset(vp + cols * Dp, 0, (BC - cols) * Dp * sizeof *vp);
@@ -791,7 +791,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
             bool seen = br.begin[r] < br.end[r];
             float l_gr = v_hsum(v_load(l + gr * VW));
             if (values) {
-                float *out_r = p->out + row_at(p->out_strides, b, &seq, false, h, i0 + r);
+                float *out_r = (float *)p->out.data + row_at(p->out.st, b, &seq, false, h, i0 + r);
                 /* o / l rounded once (a reciprocal, then a product, rounds
                  * twice; the backward's delta = dO . out feels it) */
                 bool live = seen && l_gr > 0.0f;
@@ -1040,8 +1040,8 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
 static void pack_keys_transposed(const flash_shape *f, size_t b, const attn_attention_seq *seq,
                                  size_t kvh, size_t j0, size_t cols, float *kt, float *vt) {
     const attn_attention_problem *p = f->p;
-    transpose_keys(p->k + row_at(p->k_strides, b, seq, true, kvh, j0), p->k_strides.t, f->D, cols, kt);
-    transpose_keys(p->v + row_at(p->v_strides, b, seq, true, kvh, j0), p->v_strides.t, f->D, cols, vt);
+    transpose_keys((const float *)p->k.data + row_at(p->k.st, b, seq, true, kvh, j0), p->k.st.t, f->D, cols, kt);
+    transpose_keys((const float *)p->v.data + row_at(p->v.st, b, seq, true, kvh, j0), p->v.st.t, f->D, cols, vt);
 }
 
 /* Head slot g of the tiles for head h, rows of block br: qs (q times
@@ -1053,11 +1053,11 @@ static void pack_queries(const backward_job *job, const backward_tiles *t, size_
     const flash_shape *f = &job->f;
     const attn_attention_problem *p = f->p;
     size_t Dp = f->Dp, i0 = br->i0, rows = br->rows;
-    const float *q = p->q + row_at(p->q_strides, b, seq, false, h, i0);
-    const float *dO = job->g->dout + row_at(p->out_strides, b, seq, false, h, i0);
-    pack_rows(q, p->q_strides.t, rows, BR, f->D, Dp, f->q_scale, t->qs + g * BR * Dp);
-    if (want_q) pack_rows(q, p->q_strides.t, rows, BR, f->D, Dp, 1.0f, t->q);
-    pack_rows(dO, p->out_strides.t, rows, BR, f->D, Dp, 1.0f, t->dO + g * BR * Dp);
+    const float *q = (const float *)p->q.data + row_at(p->q.st, b, seq, false, h, i0);
+    const float *dO = (const float *)job->g->dout + row_at(p->out.st, b, seq, false, h, i0);
+    pack_rows(q, p->q.st.t, rows, BR, f->D, Dp, f->q_scale, t->qs + g * BR * Dp);
+    if (want_q) pack_rows(q, p->q.st.t, rows, BR, f->D, Dp, 1.0f, t->q);
+    pack_rows(dO, p->out.st.t, rows, BR, f->D, Dp, 1.0f, t->dO + g * BR * Dp);
     double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
     for (size_t r = 0; r < BR; r++) {
         float *lse2 = t->lse2 + g * BR + r, *lo = t->lse_lo + g * BR + r;
@@ -1300,13 +1300,13 @@ static void key_span_gradients(const backward_job *job, const backward_tiles *t,
         kts[s] = slot_tiles(t, s);
         pack_keys_transposed(f, b, seq, kvh, js, cols, kts[s].kt, kts[s].vt);
         if (dq_sums)
-            pack_rows(p->k + row_at(p->k_strides, b, seq, true, kvh, js), p->k_strides.t, cols,
+            pack_rows((const float *)p->k.data + row_at(p->k.st, b, seq, true, kvh, js), p->k.st.t, cols,
                       BC, D, Dp, 1.0f, kts[s].kv2);
         if (t->magnitudes) { /* every key block once, in cache */
             float *top = t->magnitudes;
             top[1] = max_abs_rows(kts[s].kv2, cols, Dp, D, top[1]);
-            top[2] = max_abs_rows(p->v + row_at(p->v_strides, b, seq, true, kvh, js),
-                                  cols, p->v_strides.t, D, top[2]);
+            top[2] = max_abs_rows((const float *)p->v.data + row_at(p->v.st, b, seq, true, kvh, js),
+                                  cols, p->v.st.t, D, top[2]);
         }
         memset(kts[s].kv0, 0, BC * Dp * sizeof *kts[s].kv0);
         memset(kts[s].kv1, 0, BC * Dp * sizeof *kts[s].kv1);
@@ -1343,16 +1343,16 @@ static void key_span_gradients(const backward_job *job, const backward_tiles *t,
     for (size_t s = 0; s < blocks; s++) {
         size_t js = j0 + s * BC, cols = min_size(j_end - js, BC);
         const float *dk = kts[s].kv0, *dv = kts[s].kv1;
-        float *dk_out = job->g->dk + row_at(p->k_strides, b, seq, true, kvh, js);
-        float *dv_out = job->g->dv + row_at(p->v_strides, b, seq, true, kvh, js);
+        float *dk_out = (float *)job->g->dk + row_at(p->k.st, b, seq, true, kvh, js);
+        float *dv_out = (float *)job->g->dv + row_at(p->v.st, b, seq, true, kvh, js);
         for (size_t jj = 0; jj < cols; jj++) {
-            if (p->k_strides.t != D && jj + ROWS_AHEAD < cols) {
-                prefetch_row_for_write(dk_out + (jj + ROWS_AHEAD) * p->k_strides.t, D);
-                prefetch_row_for_write(dv_out + (jj + ROWS_AHEAD) * p->v_strides.t, D);
+            if (p->k.st.t != D && jj + ROWS_AHEAD < cols) {
+                prefetch_row_for_write(dk_out + (jj + ROWS_AHEAD) * p->k.st.t, D);
+                prefetch_row_for_write(dv_out + (jj + ROWS_AHEAD) * p->v.st.t, D);
             }
             for (size_t d = 0; d < D; d++) {
-                dk_out[jj * p->k_strides.t + d] = dk[jj * Dp + d] * p->scale;
-                dv_out[jj * p->v_strides.t + d] = dv[jj * Dp + d];
+                dk_out[jj * p->k.st.t + d] = dk[jj * Dp + d] * p->scale;
+                dv_out[jj * p->v.st.t + d] = dv[jj * Dp + d];
             }
         }
     }
@@ -1384,11 +1384,11 @@ static bool take_consistent_delta(const backward_job *job, const attn_row_peak *
     if (*resid == 0.0f) return false;
     size_t kvh = h / job->f.G, D = job->f.D;
     float c = *resid * pk->weight * pk->factor;
-    const float *k = p->k + row_at(p->k_strides, b, seq, true, kvh, pk->key);
+    const float *k = (const float *)p->k.data + row_at(p->k.st, b, seq, true, kvh, pk->key);
     for (size_t d = 0; d < D; d++) dq_row[d] -= c * k[d];
     if (fix_dk) {
-        const float *q = p->q + row_at(p->q_strides, b, seq, false, h, i);
-        float *dk = job->g->dk + row_at(p->k_strides, b, seq, true, kvh, pk->key);
+        const float *q = (const float *)p->q.data + row_at(p->q.st, b, seq, false, h, i);
+        float *dk = (float *)job->g->dk + row_at(p->k.st, b, seq, true, kvh, pk->key);
         for (size_t d = 0; d < D; d++) dk[d] -= p->scale * c * q[d];
     }
     return true;
@@ -1434,12 +1434,12 @@ static void backward_heads(void *arg, size_t part, size_t item) {
                                   kvh * f->G + g, i, t.dq_sums + (g * rows_pad + i) * Dp, true,
                                   &resid);
     for (size_t g = 0; g < f->G; g++) {
-        float *dq = job->g->dq + row_at(p->q_strides, b, &seq, false, kvh * f->G + g, 0);
+        float *dq = (float *)job->g->dq + row_at(p->q.st, b, &seq, false, kvh * f->G + g, 0);
         for (size_t i = 0; i < seq.q_len; i++) {
-            if (p->q_strides.t != D && i + ROWS_AHEAD < seq.q_len)
-                prefetch_row_for_write(dq + (i + ROWS_AHEAD) * p->q_strides.t, D);
+            if (p->q.st.t != D && i + ROWS_AHEAD < seq.q_len)
+                prefetch_row_for_write(dq + (i + ROWS_AHEAD) * p->q.st.t, D);
             for (size_t d = 0; d < D; d++)
-                dq[i * p->q_strides.t + d] = t.dq_sums[(g * rows_pad + i) * Dp + d] * p->scale;
+                dq[i * p->q.st.t + d] = t.dq_sums[(g * rows_pad + i) * Dp + d] * p->scale;
         }
     }
 }
@@ -1469,11 +1469,11 @@ static void backward_queries(void *arg, size_t part, size_t item) {
         memset(t.peaks, 0, it.heads * BR * sizeof *t.peaks);
         memset(t.resid_lanes, 0, it.heads * BR * VW * sizeof *t.resid_lanes);
     }
-    size_t k_at = row_at(p->k_strides, b, &seq, true, it.kvh, 0);
+    size_t k_at = row_at(p->k.st, b, &seq, true, it.kvh, 0);
     for (size_t j0 = sweep_start(&br, BC); j0 < br.last; j0 += BC) {
         size_t cols = min_size(br.last - j0, BC);
         pack_keys_transposed(f, b, &seq, it.kvh, j0, cols, t.kt, t.vt);
-        pack_rows(p->k + k_at + j0 * p->k_strides.t, p->k_strides.t, cols, BC, D, Dp, 1.0f, kp);
+        pack_rows((const float *)p->k.data + k_at + j0 * p->k.st.t, p->k.st.t, cols, BC, D, Dp, 1.0f, kp);
         for (size_t g = 0; g < it.heads; g++)
             gradient_tiles(job, &t, g, b, it.h0 + g, &br, j0, cols, t.dq + g * BR * Dp, kp);
     }
@@ -1487,10 +1487,10 @@ static void backward_queries(void *arg, size_t part, size_t item) {
                     (float)((double)t.delta[g * BR + r] + resid);
         }
     for (size_t g = 0; g < it.heads; g++) {
-        float *dq = job->g->dq + row_at(p->q_strides, b, &seq, false, it.h0 + g, i0);
+        float *dq = (float *)job->g->dq + row_at(p->q.st, b, &seq, false, it.h0 + g, i0);
         for (size_t r = 0; r < rows; r++)
             for (size_t d = 0; d < D; d++)
-                dq[r * p->q_strides.t + d] = t.dq[g * BR * Dp + r * Dp + d] * p->scale;
+                dq[r * p->q.st.t + d] = t.dq[g * BR * Dp + r * Dp + d] * p->scale;
     }
 }
 
@@ -1508,15 +1508,15 @@ static void delta_rows(void *arg, size_t begin, size_t end) {
         size_t b = bh / p->q_heads, h = bh % p->q_heads;
         attn_attention_seq seq = attn_attention_seq_of(p, b);
         for (size_t i = 0; i < seq.q_len; i++) {
-            size_t off = row_at(p->out_strides, b, &seq, false, h, i);
+            size_t off = row_at(p->out.st, b, &seq, false, h, i);
             /* four sums in double: one chain was latency-bound, 1% of a
              * sliding window's backward */
-            const float *dO = job->dout + off, *o = p->out + off;
+            const float *dO = job->dout + off, *o = (float *)p->out.data + off;
             double sum[4] = {0.0, 0.0, 0.0, 0.0};
             size_t d = 0, D = job->f->D;
-            if (p->out_strides.t != D && i + ROWS_AHEAD < seq.q_len) {
-                prefetch_row(dO + ROWS_AHEAD * p->out_strides.t, D);
-                prefetch_row(o + ROWS_AHEAD * p->out_strides.t, D);
+            if (p->out.st.t != D && i + ROWS_AHEAD < seq.q_len) {
+                prefetch_row(dO + ROWS_AHEAD * p->out.st.t, D);
+                prefetch_row(o + ROWS_AHEAD * p->out.st.t, D);
             }
             for (; d + 4 <= D; d += 4)
                 for (int k = 0; k < 4; k++) sum[k] += (double)dO[d + k] * o[d + k];
@@ -1535,7 +1535,7 @@ static void flash_backward(attn_workers w, const attn_attention_problem *p,
                         .consistent = attn_consistent_delta(p),
                         .measure = magnitudes != NULL && backward_measures(p, drop)};
     size_t BH = p->batch * p->q_heads;
-    delta_job dj = {&job.f, g->dout, delta};
+    delta_job dj = {&job.f, (const float *)g->dout, delta};
     size_t min_heads = 1024 / (p->q_len + 1) + 1;
     attn_pool_for(w.pool, w.threads, BH, min_heads, delta_rows, &dj);
     /* dsinks[h] = -sum_{b,i} exp(sink_h - lse) delta: the sink's weight

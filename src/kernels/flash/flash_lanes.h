@@ -37,7 +37,7 @@ static size_t lane_dims(size_t D) { return (D + LKT - 1) / LKT * LKT; }
 #define LANES_PACK_FLOATS ((size_t)1 << 24)
 static size_t lanes_pack_floats(const attn_attention_problem *p) {
     size_t D = p->head_dim, Dv = lane_dims(D);
-    if (p->k_strides.t == D && (p->v_strides.t == D || !p->out)) return 0;
+    if (p->k.st.t == D && (p->v.st.t == D || !(float *)p->out.data)) return 0;
     if (D + Dv > LANES_PACK_FLOATS / (2 * LBC) || p->kv_len > LANES_PACK_FLOATS / (D + Dv) - LBC)
         return 0;
     return (p->kv_len + LBC) * (D + Dv);
@@ -99,7 +99,7 @@ static size_t lanes_workspace(const attn_attention_problem *p, size_t rows) {
  * draws none), and key indices that fit int32 lanes. */
 static bool lanes_take(const flash_shape *f) {
     const attn_attention_problem *p = f->p;
-    bool dropout = p->out != NULL && f->drop->kind != ATTN_DROP_NONE;
+    bool dropout = (float *)p->out.data != NULL && f->drop->kind != ATTN_DROP_NONE;
     return f->raw && !dropout && p->kv_len <= (size_t)INT32_MAX - LBC;
 }
 
@@ -351,8 +351,8 @@ static void measure_unread_keys(const attn_attention_problem *p, const attn_atte
     for (int s = 0; s < 2; s++) {
         size_t a = spans[s][0], n = spans[s][1] > a ? spans[s][1] - a : 0;
         if (n == 0) continue;
-        top[1] = max_abs_rows(k + a * p->k_strides.t, n, p->k_strides.t, D, top[1]);
-        if (values) top[2] = max_abs_rows(v + a * p->v_strides.t, n, p->v_strides.t, D, top[2]);
+        top[1] = max_abs_rows(k + a * p->k.st.t, n, p->k.st.t, D, top[1]);
+        if (values) top[2] = max_abs_rows(v + a * p->v.st.t, n, p->v.st.t, D, top[2]);
     }
 }
 
@@ -363,7 +363,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
     const attn_attention_problem *p = f->p;
     size_t D = f->D, Dv = lane_dims(D), nh = it->heads, b = it->b, i0 = br->i0, rows = br->rows;
     size_t groups = (rows + LG - 1) / LG, fbr = f->fbr;
-    bool values = p->out != NULL;
+    bool values = (float *)p->out.data != NULL;
     float *qT = job->workspace + part * job->per_part; /* (nh, fbr, D) */
     float *oT = qT + f->fhc * fbr * D;                   /* (nh, fbr, Dv) */
     float *m = oT + f->fhc * fbr * Dv, *l = m + f->fhc * fbr;
@@ -381,10 +381,10 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
     /* a measuring forward's max |q|, |k|, |v| (inf: not finite), this part's */
     float *top = job->measure ? part_magnitudes(job->workspace, job->per_part, part) : NULL;
     for (size_t g = 0; g < nh; g++) {
-        const float *q = p->q + row_at(p->q_strides, b, seq, false, it->h0 + g, i0);
+        const float *q = (const float *)p->q.data + row_at(p->q.st, b, seq, false, it->h0 + g, i0);
         float *qT_g = qT + g * fbr * D;
-        lanes_to_columns(q, p->q_strides.t, rows, groups * LG, D, qT_g);
-        if (top) top[0] = max_abs_rows(q, rows, p->q_strides.t, D, top[0]);
+        lanes_to_columns(q, p->q.st.t, rows, groups * LG, D, qT_g);
+        if (top) top[0] = max_abs_rows(q, rows, p->q.st.t, D, top[0]);
         memset(oT + g * fbr * Dv, 0, groups * LG * Dv * sizeof *oT);
         for (size_t r = 0; r < groups * LG; r++) {
             m[g * fbr + r] = -INFINITY;
@@ -403,8 +403,8 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
         lgs[gi] = lane_group_of(br, gi * LG, widths[gi] * VW);
     }
 
-    size_t k_at = row_at(p->k_strides, b, seq, true, it->kvh, 0);
-    size_t v_at = row_at(p->v_strides, b, seq, true, it->kvh, 0);
+    size_t k_at = row_at(p->k.st, b, seq, true, it->kvh, 0);
+    size_t v_at = row_at(p->v.st, b, seq, true, it->kvh, 0);
     for (size_t j0 = sweep_start(br, LBC); j0 < br->last; j0 += LBC) {
         size_t cols = min_size(br->last - j0, LBC);
         /* whole blocks of contiguous rows are read in place; a partial
@@ -412,20 +412,20 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
          * apart at H = 12 fall in a few L1 sets, and the forward ran at
          * 0.75x), or values with D not a multiple of LKT, are copied, zero
          * beyond their keys and dims */
-        const float *kb = p->k + k_at + j0 * p->k_strides.t, *vb = p->v + v_at + j0 * p->v_strides.t;
-        size_t kld = p->k_strides.t, vld = p->v_strides.t;
+        const float *kb = (const float *)p->k.data + k_at + j0 * p->k.st.t, *vb = (const float *)p->v.data + v_at + j0 * p->v.st.t;
+        size_t kld = p->k.st.t, vld = p->v.st.t;
         if (packs) {
             /* rows up to the block's end, packed once per part and head;
              * rows past them are zero or another head's, finite, and any
              * tile reading them masks them (weight exactly 0) */
             for (size_t j = pack->rows; j < j0 + cols; j++) {
                 if (j + PACK_AHEAD < seq->kv_len) {
-                    prefetch_row(p->k + k_at + (j + PACK_AHEAD) * kld, D);
-                    if (values) prefetch_row(p->v + v_at + (j + PACK_AHEAD) * vld, D);
+                    prefetch_row((const float *)p->k.data + k_at + (j + PACK_AHEAD) * kld, D);
+                    if (values) prefetch_row((const float *)p->v.data + v_at + (j + PACK_AHEAD) * vld, D);
                 }
-                memcpy(k_pack + j * D, p->k + k_at + j * kld, D * sizeof *k_pack);
+                memcpy(k_pack + j * D, (const float *)p->k.data + k_at + j * kld, D * sizeof *k_pack);
                 if (values) {
-                    memcpy(v_pack + j * Dv, p->v + v_at + j * vld, D * sizeof *v_pack);
+                    memcpy(v_pack + j * Dv, (const float *)p->v.data + v_at + j * vld, D * sizeof *v_pack);
                     memset(v_pack + j * Dv + D, 0, (Dv - D) * sizeof *v_pack);
                 }
             }
@@ -474,7 +474,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             }
         }
     }
-    if (top) measure_unread_keys(p, seq, br, packs, values, p->k + k_at, p->v + v_at, top);
+    if (top) measure_unread_keys(p, seq, br, packs, values, (const float *)p->k.data + k_at, (const float *)p->v.data + v_at, top);
     /* out = o / l rounded once, lse = m scale + ln l in double (as
      * forward_block's raw rows); a row that sees no key: 0 and -inf */
     for (size_t g = 0; g < nh; g++) {
@@ -489,8 +489,8 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
                 float *o_r = oT_g + r0 / LG * Dv * LG + r0 % LG;
                 for (size_t d = 0; d < D; d++) v_store(o_r + d * LG, v_div(v_load(o_r + d * LG), l_r));
             }
-            lanes_to_rows(oT_g, rows, D, Dv, p->out + row_at(p->out_strides, b, seq, false, h, i0),
-                          p->out_strides.t);
+            lanes_to_rows(oT_g, rows, D, Dv, (float *)p->out.data + row_at(p->out.st, b, seq, false, h, i0),
+                          p->out.st.t);
         }
         for (size_t r = 0; r < rows; r++) {
             float l_r = l[g * fbr + r], m_r = m[g * fbr + r];

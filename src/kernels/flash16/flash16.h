@@ -36,7 +36,7 @@
 #ifndef ATTN_FLASH16_H
 #define ATTN_FLASH16_H
 
-#include "attention/attention.h"
+#include "contract/attention_problem.h"
 #include "parallel.h"
 
 #include <stdbool.h>

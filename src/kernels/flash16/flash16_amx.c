@@ -259,10 +259,10 @@ static void pack_forward_keys(void *arg, size_t part, size_t begin, size_t end) 
         attn_attention_seq seq = attn_attention_seq_of(p, b);
         size_t j0 = kb * BC, cols = j0 < seq.kv_len ? min_size(seq.kv_len - j0, BC) : 0;
         size_t j = cols ? j0 : 0; /* (an empty block reads nothing) */
-        pack_rows(f->D, job->t->k + row_at(p->k_strides, b, &seq, true, kvh, j), p->k_strides.t,
+        pack_rows(f->D, job->t->k + row_at(p->k.st, b, &seq, true, kvh, j), p->k.st.t,
                   cols, (uint16_t *)key_rows(job, item));
-        pack_values(f->D, job->t->v + row_at(p->v_strides, b, &seq, true, kvh, j),
-                    p->v_strides.t, cols, vi);
+        pack_values(f->D, job->t->v + row_at(p->v.st, b, &seq, true, kvh, j),
+                    p->v.st.t, cols, vi);
         pack_values_transposed(f->D, vi, (uint32_t *)values_transposed(job, item));
     }
 }
@@ -457,7 +457,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
     s[1] = (float *)(at += lines(BR * BC * 4));
     float *pv = (float *)(at += lines(BR * BC * 4));
     uint32_t *pt = (uint32_t *)(at + lines(BR * D * 4)); /* STEPS blocks */
-    pack_keys(D, t->q + row_at(p->q_strides, b, &seq, false, h, i0), p->q_strides.t, rows, qt);
+    pack_keys(D, t->q + row_at(p->q.st, b, &seq, false, h, i0), p->q.st.t, rows, qt);
     memset(ot, 0, BR * D * sizeof *ot);
     for (size_t r = 0; r < BR; r++) {
         m[r] = -INFINITY;
@@ -502,8 +502,8 @@ static void forward_block(void *arg, size_t part, size_t item) {
             t->lse[attn_lse_index(p, b, h, i0 + r)] =
                 seen ? (float)(((double)m[r] + log2((double)l[r])) / FLASH16_LOG2E) : -INFINITY;
     }
-    write_rows(D, ot, inv, rows, t->out + row_at(p->out_strides, b, &seq, false, h, i0),
-               p->out_strides.t);
+    write_rows(D, ot, inv, rows, t->out + row_at(p->out.st, b, &seq, false, h, i0),
+               p->out.st.t);
 }
 
 void attn_flash16_amx_forward(attn_workers w, const attn_attention_problem *p,
@@ -614,10 +614,10 @@ static void pack_backward_keys(void *arg, size_t begin, size_t end) {
         size_t j0 = kb * BC, cols = j0 < seq.kv_len ? min_size(seq.kv_len - j0, BC) : 0;
         size_t j = cols ? j0 : 0;
         key_pieces ks = key_pieces_of(job, item);
-        const uint16_t *k = job->t->k + row_at(p->k_strides, b, &seq, true, kvh, j);
-        const uint16_t *v = job->t->v + row_at(p->v_strides, b, &seq, true, kvh, j);
-        pack_rows(f->D, k, p->k_strides.t, cols, ks.kn);
-        pack_rows(f->D, v, p->v_strides.t, cols, ks.vn);
+        const uint16_t *k = job->t->k + row_at(p->k.st, b, &seq, true, kvh, j);
+        const uint16_t *v = job->t->v + row_at(p->v.st, b, &seq, true, kvh, j);
+        pack_rows(f->D, k, p->k.st.t, cols, ks.kn);
+        pack_rows(f->D, v, p->v.st.t, cols, ks.vn);
         pack_keys(f->D, ks.kn, f->D, BC, ks.kt);
         pack_keys(f->D, ks.vn, f->D, BC, ks.vt);
         pack_values(f->D, ks.kn, f->D, BC, ks.ki);
@@ -636,10 +636,10 @@ static void pack_backward_queries(void *arg, size_t begin, size_t end) {
         size_t i0 = qb * BR, rows = i0 < seq.q_len ? min_size(seq.q_len - i0, BR) : 0;
         size_t i = rows ? i0 : 0;
         query_pieces qs = query_pieces_of(job, item);
-        size_t q_at = row_at(p->q_strides, b, &seq, false, h, i);
-        size_t o_at = row_at(p->out_strides, b, &seq, false, h, i);
-        pack_rows(f->D, t->q + q_at, p->q_strides.t, rows, qs.qn);
-        pack_rows(f->D, t->dout + o_at, p->out_strides.t, rows, qs.dOn);
+        size_t q_at = row_at(p->q.st, b, &seq, false, h, i);
+        size_t o_at = row_at(p->out.st, b, &seq, false, h, i);
+        pack_rows(f->D, t->q + q_at, p->q.st.t, rows, qs.qn);
+        pack_rows(f->D, t->dout + o_at, p->out.st.t, rows, qs.dOn);
         pack_keys(f->D, qs.qn, f->D, BR, qs.qt);
         pack_keys(f->D, qs.dOn, f->D, BR, qs.dOt);
         pack_values(f->D, qs.qn, f->D, BR, qs.qi);
@@ -861,10 +861,10 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     for (size_t r = 0; r < rows && consistent; r++)
         take_consistent_delta(p, job->t->k, b, &seq, kvh, peaks + r, resid[r], qs.delta + r,
                               dq + r * D);
-    uint16_t *dq_out = job->t->dq + row_at(p->q_strides, b, &seq, false, h, i0);
+    uint16_t *dq_out = job->t->dq + row_at(p->q.st, b, &seq, false, h, i0);
     for (size_t r = 0; r < rows; r++)
         for (size_t d = 0; d < D; d++)
-            dq_out[r * p->q_strides.t + d] = attn_float_to_bf16(dq[r * D + d] * p->scale);
+            dq_out[r * p->q.st.t + d] = attn_float_to_bf16(dq[r * D + d] * p->scale);
 }
 
 void attn_flash16_amx_backward(attn_workers w, const attn_attention_problem *p,

@@ -273,9 +273,9 @@ static void pack_forward_keys(void *arg, size_t begin, size_t end) {
         attn_attention_seq seq = attn_attention_seq_of(p, b);
         size_t j0 = kb * BC, cols = j0 < seq.kv_len ? min_size(seq.kv_len - j0, BC) : 0;
         size_t j = cols ? j0 : 0; /* (an empty block reads nothing) */
-        pack_transposed(f, job->t->k + row_at(p->k_strides, b, &seq, true, kvh, j),
-                        p->k_strides.t, cols, (uint32_t *)(job->kt + item * kt_bytes(f)));
-        pack_pairs(f, job->t->v + row_at(p->v_strides, b, &seq, true, kvh, j), p->v_strides.t,
+        pack_transposed(f, job->t->k + row_at(p->k.st, b, &seq, true, kvh, j),
+                        p->k.st.t, cols, (uint32_t *)(job->kt + item * kt_bytes(f)));
+        pack_pairs(f, job->t->v + row_at(p->v.st, b, &seq, true, kvh, j), p->v.st.t,
                    cols, BC, (uint32_t *)(job->vi + item * ki_bytes(f)));
     }
 }
@@ -298,7 +298,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
     float *m = (float *)(at += lines(BR * DV * 4));
     float *l = (float *)(at += lines(BR * 4));
     uint32_t *pt = (uint32_t *)(at + lines(BR * 4));
-    pack_rows(f, t->q + row_at(p->q_strides, b, &seq, false, h, i0), p->q_strides.t, rows, qt);
+    pack_rows(f, t->q + row_at(p->q.st, b, &seq, false, h, i0), p->q.st.t, rows, qt);
     memset(o, 0, BR * DV * sizeof *o);
     for (size_t r = 0; r < BR; r++) {
         m[r] = -INFINITY;
@@ -350,7 +350,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
     /* out = o / l; lse = (M + log2 l) / log2 e; a row that sees no key: 0, -inf */
     for (size_t r = 0; r < rows; r++) {
         bool seen = br.begin[r] < br.end[r] && l[r] > 0.0f;
-        uint16_t *out = t->out + row_at(p->out_strides, b, &seq, false, h, i0 + r);
+        uint16_t *out = t->out + row_at(p->out.st, b, &seq, false, h, i0 + r);
         float inv = seen ? 1.0f / l[r] : 0.0f;
         for (size_t d = 0; d < f->D; d++) out[d] = attn_float_to_bf16(o[r * DV + d] * inv);
         if (t->lse)
@@ -449,11 +449,11 @@ static void pack_backward_keys(void *arg, size_t begin, size_t end) {
         size_t j0 = kb * BC, cols = j0 < seq.kv_len ? min_size(seq.kv_len - j0, BC) : 0;
         size_t j = cols ? j0 : 0;
         key_side ks = key_side_of(job, item);
-        const uint16_t *k = job->t->k + row_at(p->k_strides, b, &seq, true, kvh, j);
-        const uint16_t *v = job->t->v + row_at(p->v_strides, b, &seq, true, kvh, j);
-        pack_transposed(f, k, p->k_strides.t, cols, (uint32_t *)ks.kt);
-        pack_transposed(f, v, p->v_strides.t, cols, (uint32_t *)ks.vt);
-        pack_pairs(f, k, p->k_strides.t, cols, BC, (uint32_t *)ks.ki);
+        const uint16_t *k = job->t->k + row_at(p->k.st, b, &seq, true, kvh, j);
+        const uint16_t *v = job->t->v + row_at(p->v.st, b, &seq, true, kvh, j);
+        pack_transposed(f, k, p->k.st.t, cols, (uint32_t *)ks.kt);
+        pack_transposed(f, v, p->v.st.t, cols, (uint32_t *)ks.vt);
+        pack_pairs(f, k, p->k.st.t, cols, BC, (uint32_t *)ks.ki);
     }
 }
 
@@ -469,12 +469,12 @@ static void pack_backward_queries(void *arg, size_t begin, size_t end) {
         size_t i0 = qb * BR, rows = i0 < seq.q_len ? min_size(seq.q_len - i0, BR) : 0;
         size_t i = rows ? i0 : 0;
         query_side qs = query_side_of(job, item);
-        size_t q_at = row_at(p->q_strides, b, &seq, false, h, i);
-        size_t o_at = row_at(p->out_strides, b, &seq, false, h, i);
-        pack_rows(f, t->q + q_at, p->q_strides.t, rows, qs.qn);
-        pack_rows(f, t->dout + o_at, p->out_strides.t, rows, qs.dOn);
-        pack_pairs(f, t->q + q_at, p->q_strides.t, rows, BR, qs.qi);
-        pack_pairs(f, t->dout + o_at, p->out_strides.t, rows, BR, qs.dOi);
+        size_t q_at = row_at(p->q.st, b, &seq, false, h, i);
+        size_t o_at = row_at(p->out.st, b, &seq, false, h, i);
+        pack_rows(f, t->q + q_at, p->q.st.t, rows, qs.qn);
+        pack_rows(f, t->dout + o_at, p->out.st.t, rows, qs.dOn);
+        pack_pairs(f, t->q + q_at, p->q.st.t, rows, BR, qs.qi);
+        pack_pairs(f, t->dout + o_at, p->out.st.t, rows, BR, qs.dOi);
         query_stats(p, t, b, h, i0, rows, BR, o_at, qs.lse, qs.delta);
     }
 }
@@ -617,10 +617,10 @@ static void backward_queries(void *arg, size_t part, size_t item) {
     for (size_t r = 0; r < rows && consistent; r++)
         take_consistent_delta(p, job->t->k, b, &seq, kvh, peaks + r, resid[r], qs.delta + r,
                               dq + r * DV);
-    uint16_t *dq_out = job->t->dq + row_at(p->q_strides, b, &seq, false, h, i0);
+    uint16_t *dq_out = job->t->dq + row_at(p->q.st, b, &seq, false, h, i0);
     for (size_t r = 0; r < rows; r++)
         for (size_t d = 0; d < f->D; d++)
-            dq_out[r * p->q_strides.t + d] = attn_float_to_bf16(dq[r * DV + d] * p->scale);
+            dq_out[r * p->q.st.t + d] = attn_float_to_bf16(dq[r * DV + d] * p->scale);
 }
 
 void attn_flash16_backward(attn_workers w, const attn_attention_problem *p,

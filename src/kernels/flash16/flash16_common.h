@@ -73,7 +73,7 @@ static inline void query_stats(const attn_attention_problem *p, const attn_flash
         delta[r] = 0.0f;
         if (r >= rows) continue;
         lse[r] = t->saved_lse[attn_lse_index(p, b, h, i0 + r)];
-        size_t at = o_at + r * p->out_strides.t;
+        size_t at = o_at + r * p->out.st.t;
         delta[r] = dot_bf16(t->dout + at, t->saved_out + at, p->head_dim);
     }
 }
@@ -113,7 +113,7 @@ static inline void take_consistent_delta(const attn_attention_problem *p, const 
     float resid = _mm512_reduce_add_ps(resid_lanes);
     if (resid == 0.0f) return;
     float c = resid * pk->weight;
-    const uint16_t *k = k_all + row_at(p->k_strides, b, seq, true, kvh, pk->key);
+    const uint16_t *k = k_all + row_at(p->k.st, b, seq, true, kvh, pk->key);
     for (size_t d = 0; d < p->head_dim; d++) dq_row[d] -= c * attn_bf16_to_float(k[d]);
     *delta = (float)((double)*delta + resid);
 }
@@ -124,12 +124,12 @@ static inline void store_key_grads(const attn_attention_problem *p, uint16_t *dk
                                    uint16_t *dv_all, size_t b, const attn_attention_seq *seq,
                                    size_t kvh, size_t j0, size_t cols, const float *dk,
                                    const float *dv, size_t ld) {
-    uint16_t *dk_out = dk_all + row_at(p->k_strides, b, seq, true, kvh, j0);
-    uint16_t *dv_out = dv_all + row_at(p->v_strides, b, seq, true, kvh, j0);
+    uint16_t *dk_out = dk_all + row_at(p->k.st, b, seq, true, kvh, j0);
+    uint16_t *dv_out = dv_all + row_at(p->v.st, b, seq, true, kvh, j0);
     for (size_t j = 0; j < cols; j++)
         for (size_t d = 0; d < p->head_dim; d++) {
-            dk_out[j * p->k_strides.t + d] = attn_float_to_bf16(dk[j * ld + d] * p->scale);
-            dv_out[j * p->v_strides.t + d] = attn_float_to_bf16(dv[j * ld + d]);
+            dk_out[j * p->k.st.t + d] = attn_float_to_bf16(dk[j * ld + d] * p->scale);
+            dv_out[j * p->v.st.t + d] = attn_float_to_bf16(dv[j * ld + d]);
         }
 }
 
