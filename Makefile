@@ -21,14 +21,15 @@ deps:
 test: deps build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-# attn bench: our kernels against OpenBLAS (loaded at run time, installed by
+# attn-bench (bench/attn_bench.c, built by make, not installed): our kernels
+# against OpenBLAS (loaded at run time, installed by
 # scripts/install-bench-deps.sh). BENCH_ARGS passes options, e.g.
 #   make bench BENCH_ARGS="--quick --threads 1"
 bench-deps:
 	./scripts/install-bench-deps.sh
 
 bench: bench-deps build
-	./$(BUILD)/attn bench $(BENCH_ARGS)
+	./$(BUILD)/attn-bench $(BENCH_ARGS)
 
 # The suite under AddressSanitizer and UndefinedBehaviorSanitizer, with the
 # allocation-failure hook built in, so that the sweep that fails every

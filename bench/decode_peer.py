@@ -1,4 +1,4 @@
-"""The peer of `attn bench --section decode`'s kernel rows: PyTorch's
+"""The peer of `attn-bench --section decode`'s kernel rows: PyTorch's
 F.scaled_dot_product_attention for one decode step against a cache of
 length L, batch 1, 32 query heads over 8 KV heads, head_dim 128, float32:
 q (1, 32, 1, 128) against k, v (1, 8, L, 128) from a preallocated cache (a

@@ -1,4 +1,4 @@
-"""The peer of `attn bench --section decode`'s whole-model rows: PyTorch
+"""The peer of `attn-bench --section decode`'s whole-model rows: PyTorch
 running the book's cached GPTModel with random weights, greedy, batch 1, as
 the book's generate_text_simple_cached does.
 

@@ -39,7 +39,7 @@ Tables (B=1, H=12, hd=64, T=S; threads from --threads, 1 and 2 by default):
              mask inside the fused kernel; with attn.torch (the binding,
              through autograd) beside the C API: the binding's overhead.
 The header names the CPU (/proc/cpuinfo), the PyTorch build, the FMA peak
-(attn bench --section peak) and the load average: figures taken while other
+(attn-bench --section peak, the attn-bench beside attn) and the load average: figures taken while other
 work runs on the machine are noisy. The attention table gives each side's
 GFLOP/s as a fraction of that peak: how far both are from the ceiling.
 """
@@ -137,12 +137,17 @@ def attn_cpu_line(attn):
         info.l1d_bytes >> 10, info.l2_bytes >> 10, info.l3_bytes >> 10)
 
 
+def bench_beside(attn_bin):
+    """The attn-bench of attn_bin's build: make builds both in one folder."""
+    return os.path.join(os.path.dirname(os.path.abspath(attn_bin)), "attn-bench")
+
+
 def fma_peaks(attn_bin, threads):
-    """{threads: GFLOP/s} of the widest float FMAs, from `attn bench
+    """{threads: GFLOP/s} of the widest float FMAs, from `attn-bench
     --section peak` (the ceiling both attn and PyTorch run under); {}
     where it cannot be measured."""
     try:
-        text = subprocess.run([attn_bin, "bench", "--section", "peak", "--runs", "3",
+        text = subprocess.run([bench_beside(attn_bin), "--section", "peak", "--runs", "3",
                                "--threads", ",".join(str(t) for t in threads)],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                               timeout=120).stdout
@@ -194,7 +199,7 @@ def print_header(attn_bin, attn, argv, peaks):
         torch.__version__, torch.__file__.rsplit("/", 2)[0], capability))
     print("results file name (bench/results/README.md): <what>-%s-%dvcpu.txt" % (
         cpu_kind(facts), ncpu))
-    print("FMA peak (attn bench --section peak, widest vectors): %s" % (
+    print("FMA peak (attn-bench --section peak, widest vectors): %s" % (
         ", ".join("%.1f GFLOP/s on %d thread%s" % (g, t, "" if t == 1 else "s")
                   for t, g in sorted(peaks.items())) or "not measured"))
     print("load average before: %.2f %.2f %.2f" % os.getloadavg())
@@ -669,7 +674,8 @@ DEFAULT_TABLES = ("attention", "bf16", "layer", "dropout")
 
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("attn", help="the attn binary; its libattn.so (beside it) is measured")
+    ap.add_argument("attn", help="the attn binary; its libattn.so (beside it) is measured, "
+                    "and its attn-bench (beside it) measures the FMA peak")
     ap.add_argument("--quick", action="store_true", help="T in {1024, 4096} only")
     ap.add_argument("--runs", type=int, default=5, help="runs per case (default 5)")
     ap.add_argument("--long-runs", type=int, default=1,

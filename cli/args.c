@@ -1,6 +1,7 @@
-/* args.c — the argument helpers every command shares: strict number
- * parsing, "--name value" options, help requests, and one-line usage
- * errors that cannot carry terminal control sequences. */
+/* args.c — the argument helpers every command shares, in attn and in
+ * attn-bench: strict number parsing, "--name value" options, help
+ * requests, one-line usage errors that cannot carry terminal control
+ * sequences, and the check that stdout got everything. */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
@@ -53,14 +54,15 @@ static void put_escaped(FILE *out, const char *text) {
     }
 }
 
-/* "attn: " + message, escaped, + newline. */
+/* "<program>: " + message, escaped, + newline. */
 static void put_error_line(FILE *out, const char *message) {
-    fputs("attn: ", out);
+    fputs(cli_program_name, out);
+    fputs(": ", out);
     put_escaped(out, message);
     fputc('\n', out);
 }
 
-/* "attn: " + the formatted message, escaped, + newline, on stderr, in one
+/* "<program>: " + the formatted message, escaped, + newline, on stderr, in one
  * write: stderr is unbuffered, and the ranks of an MPI run, writing the
  * same message at once, cut into each other's lines byte by byte. */
 static void print_error(const char *fmt, va_list args) {
@@ -165,7 +167,11 @@ const char *cli_option_value(int argc, char **argv, int *i, const char *const *k
     bool is_known = false;
     for (size_t k = 0; known[k]; k++) is_known = is_known || strcmp(argv[*i], known[k]) == 0;
     if (!is_known) {
-        cli_usage_error("%s: unknown option '%s' (try 'attn %s --help')", argv[0], argv[*i], argv[0]);
+        if (strcmp(argv[0], cli_program_name) == 0) /* a program without commands */
+            cli_usage_error("unknown option '%s' (try '%s --help')", argv[*i], cli_program_name);
+        else
+            cli_usage_error("%s: unknown option '%s' (try '%s %s --help')", argv[0], argv[*i],
+                            cli_program_name, argv[0]);
         return NULL;
     }
     if (*i + 1 >= argc) {
@@ -203,4 +209,16 @@ int cli_parse_kernels(const char *value, attn_kernels *out) {
     }
     return cli_usage_error(
         "--kernels: expected auto, reference, portable, avx2 or avx512, got '%s'", value);
+}
+
+int cli_finish(int rc) {
+    errno = 0;
+    bool flushed = fflush(stdout) == 0;
+    if (flushed && !ferror(stdout)) return rc;
+    if (!flushed && errno)
+        fprintf(stderr, "%s: error writing to standard output: %s\n", cli_program_name,
+                strerror(errno));
+    else
+        fprintf(stderr, "%s: error writing to standard output\n", cli_program_name);
+    return rc == CLI_OK ? CLI_FAILED : rc;
 }

@@ -2,6 +2,8 @@
  * cli.h — what the attn command's parts share: the argument helpers of
  * args.c, which turn every bad value into a one-line error, and the
  * commands (cmd_<name>.c each), dispatched by the table in main.c.
+ * attn-bench (bench/) shares the helpers and the CPU lines (print_cpu.c)
+ * through the attn_cli_common library, and names itself in their errors.
  */
 #ifndef ATTN_CLI_H
 #define ATTN_CLI_H
@@ -35,7 +37,11 @@ typedef struct cli_command {
 
 extern const cli_command cli_demo_command, cli_trace_command, cli_params_command,
     cli_forward_command, cli_train_command, cli_grad_command, cli_heatmap_command,
-    cli_bench_command, cli_version_command, cli_sdpa_command, cli_generate_command;
+    cli_version_command, cli_sdpa_command, cli_generate_command;
+
+/* The program's name, which starts every error line ("attn: ..."): each
+ * program that uses these helpers defines it (main.c, bench/attn_bench.c). */
+extern const char cli_program_name[];
 
 /* The whole command line (argv[0] is the program): dispatch, help, and with
  * parse_only the commands' parse instead of run. Returns the exit code
@@ -45,7 +51,7 @@ int cli_main(int argc, char **argv, bool parse_only);
  * if rc already says failure), else rc. */
 int cli_finish(int rc);
 
-/* Prints "attn: <message>" to stderr and returns CLI_USAGE. Control
+/* Prints "<program>: <message>" to stderr and returns CLI_USAGE. Control
  * characters (and bytes that are not UTF-8) from the values it quotes are
  * written as \n, \t, \xNN, so no argument can move the cursor or recolour
  * the terminal. */
@@ -54,7 +60,7 @@ __attribute__((format(printf, 1, 2)))
 #endif
 int cli_usage_error(const char *fmt, ...);
 
-/* Prints "attn: <what>: <ctx's last error>" (escaped likewise) and returns
+/* Prints "<program>: <what>: <ctx's last error>" (escaped likewise) and returns
  * CLI_FAILED. */
 int cli_library_error(const attn_ctx *ctx, const char *what);
 
@@ -67,7 +73,7 @@ int cli_parse_kernels(const char *value, attn_kernels *out);
 int cli_write_in_dir(attn_ctx *ctx, const char *opt, const char *dir, const char *name,
                      const float *data, size_t rank, const size_t *shape);
 
-/* Prints "attn: <message>" (escaped likewise) and returns CLI_FAILED: for
+/* Prints "<program>: <message>" (escaped likewise) and returns CLI_FAILED: for
  * failures that are not the user's (out of memory). */
 #if defined(__GNUC__)
 __attribute__((format(printf, 1, 2)))
@@ -86,7 +92,8 @@ int cli_bad_number(const char *opt, const char *text, const char *expected);
 
 /* "--name value" options: the value after argv[*i] (advancing *i), or NULL
  * with an error printed when the option is not in the NULL-terminated
- * known list or its value is missing. argv[0] is the command's name. */
+ * known list or its value is missing. argv[0] is the command's name, or
+ * cli_program_name in a program without commands. */
 const char *cli_option_value(int argc, char **argv, int *i, const char *const *known);
 
 /* True when argv[1..] asks for help: -h or --help where an option may
@@ -97,7 +104,7 @@ bool cli_wants_help(int argc, char **argv, const char *const *value_options);
 size_t cli_default_threads(void);
 
 /* The CPU as attn_cpu_info_get sees it, on two lines after prefix (attn
- * version, the header of attn bench): cmd_version.c. */
+ * version, the header of attn-bench): print_cpu.c. */
 void cli_print_cpu(FILE *out, const char *prefix);
 
 #endif /* ATTN_CLI_H */

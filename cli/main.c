@@ -1,15 +1,17 @@
 /* main.c — the attn command: a table of subcommands, the dispatch, and
- * what every command shares (help, the stdout write check). */
+ * what every command shares (help; the stdout write check is args.c's). */
 #include "cli.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+const char cli_program_name[] = "attn";
+
 static const cli_command *const commands[] = {
-    &cli_demo_command,  &cli_trace_command,   &cli_params_command, &cli_forward_command,
-    &cli_train_command, &cli_grad_command,    &cli_heatmap_command, &cli_bench_command,
-    &cli_sdpa_command,  &cli_generate_command, &cli_version_command,
+    &cli_demo_command,    &cli_trace_command,   &cli_params_command,
+    &cli_forward_command, &cli_train_command,   &cli_grad_command,
+    &cli_heatmap_command, &cli_sdpa_command,    &cli_generate_command,
+    &cli_version_command,
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])
 
@@ -34,6 +36,13 @@ static const cli_command *find_command(const char *name) {
     return NULL;
 }
 
+/* The benchmark is a program of its own (bench/attn_bench.c), built beside
+ * attn and never installed; whoever asks attn for it learns where it is. */
+static int bench_pointer(void) {
+    return cli_usage_error("bench: the benchmark is a program of its own, attn-bench: "
+                           "build/attn-bench after make (it is not installed)");
+}
+
 static void print_help(const cli_command *cmd) {
     fputs(cmd->help, stdout);
     if (cmd->more_help) cmd->more_help(stdout);
@@ -47,6 +56,7 @@ static int help(int argc, char **argv) {
         return CLI_OK;
     }
     const cli_command *cmd = find_command(argv[2]);
+    if (!cmd && strcmp(argv[2], "bench") == 0) return bench_pointer();
     if (!cmd) return cli_usage_error("help: unknown command '%s' (try 'attn --help')", argv[2]);
     print_help(cmd);
     return CLI_OK;
@@ -62,23 +72,13 @@ int cli_main(int argc, char **argv, bool parse_only) {
         return help(argc, argv);
     if (strcmp(name, "--version") == 0) name = "version";
     const cli_command *cmd = find_command(name);
+    if (!cmd && strcmp(name, "bench") == 0) return bench_pointer();
     if (!cmd) return cli_usage_error("unknown command '%s' (try 'attn --help')", name);
     if (cli_wants_help(argc - 1, argv + 1, cmd->value_options)) {
         print_help(cmd);
         return CLI_OK;
     }
     return (parse_only ? cmd->parse : cmd->run)(argc - 1, argv + 1);
-}
-
-int cli_finish(int rc) {
-    errno = 0;
-    bool flushed = fflush(stdout) == 0;
-    if (flushed && !ferror(stdout)) return rc;
-    if (!flushed && errno)
-        fprintf(stderr, "attn: error writing to standard output: %s\n", strerror(errno));
-    else
-        fputs("attn: error writing to standard output\n", stderr);
-    return rc == CLI_OK ? CLI_FAILED : rc;
 }
 
 #ifndef ATTN_CLI_NO_MAIN

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Installs what `attn bench` compares with: OpenBLAS (Debian's
+# Installs what attn-bench (make bench) compares with: OpenBLAS (Debian's
 # libopenblas0-pthread), the machine's practical SGEMM peak. The bench loads
-# it at run time; neither the library nor the attn binary links it.
+# it at run time; neither the library nor the bench links it.
 # Idempotent: does nothing when it is already there.
 set -euo pipefail
 

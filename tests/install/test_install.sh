@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs the build into a fresh temporary prefix with
-# `cmake --install BUILD --prefix P` and builds a consumer against it both
-# ways the README gives: pkg-config (shared, and --static) and
-# find_package(attn) (attn::attn_static and attn::attn_shared).
+# `cmake --install BUILD --prefix P`, checks that attn is the one program
+# installed (no attn-bench), and builds a consumer against it both ways the
+# README gives: pkg-config (shared, and --static) and find_package(attn)
+# (attn::attn_static and attn::attn_shared).
 #   test_install.sh BUILD_DIR CONSUMER_DIR
 set -euo pipefail
 build=$1
@@ -13,6 +14,14 @@ prefix="$work/prefix with space"
 cc=${CC:-cc}
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
+# The one program installed is attn, the user's tool; attn-bench and the
+# other programs of the build stay in it.
+programs=$(cd "$prefix" && find . -type f -perm -u+x ! -name '*.so*' | sort | tr '\n' ' ')
+[ "$programs" = "./bin/attn " ] \
+  || { echo "FAIL: installed programs: $programs(want ./bin/attn alone)"; exit 1; }
+benches=$(cd "$prefix" && find . -iname '*bench*')
+[ -z "$benches" ] || { echo "FAIL: bench files installed: $benches"; exit 1; }
+echo "programs: ok (bin/attn alone)"
 pc=$(find "$prefix" -name attn.pc)
 [ -n "$pc" ] || { echo "FAIL: no attn.pc under $prefix"; exit 1; }
 libdir=$(dirname "$(dirname "$pc")")

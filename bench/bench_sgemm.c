@@ -1,5 +1,5 @@
 /*
- * bench_sgemm.c — the sgemm section of attn bench: attn_gemm on each
+ * bench_sgemm.c — the sgemm section of attn-bench: attn_gemm on each
  * kernel set asked for, and OpenBLAS's cblas_sgemm on the same inputs,
  * runs interleaved so that both see the same machine load.
  *
@@ -86,8 +86,7 @@ static int time_shape(const bench_options *o, const bench_blas *blas, attn_ctx *
     if (!ours || !theirs) {
         free(ours);
         free(theirs);
-        fprintf(stderr, "attn: bench: out of memory\n");
-        return CLI_FAILED;
+        return cli_failure("sgemm: out of memory");
     }
     /* one warm-up each, then the timed runs, ours and OpenBLAS's interleaved */
     for (size_t run = 0; run <= o->runs; run++) {
@@ -168,8 +167,7 @@ static int time_bgemm(const bench_options *o, const bench_blas *blas,
     size_t per = o->runs, sets = o->kernel_counts;
     double *times = malloc((2 * sets + 1) * per * sizeof *times);
     if (!times) {
-        fprintf(stderr, "attn: bench bf16: out of memory\n");
-        return CLI_FAILED;
+        return cli_failure("sgemm bf16: out of memory");
     }
     for (size_t run = 0; run <= per; run++) {
         for (size_t kk = 0; kk < sets; kk++) {
@@ -235,8 +233,7 @@ static int bench_bgemm(const bench_options *o, const bench_blas *blas, const sge
     float *c_ref = malloc(nc * sizeof *c_ref);
     int rc = CLI_OK;
     if (!a16 || !b16 || !a32 || !b32 || !c_ref) {
-        fprintf(stderr, "attn: bench bf16: out of memory\n");
-        rc = CLI_FAILED;
+        rc = cli_failure("sgemm bf16: out of memory");
     } else {
         for (size_t i = 0; i < na; i++) a16[i] = attn_float_to_bf16(a[i]);
         for (size_t i = 0; i < nb; i++) b16[i] = attn_float_to_bf16(b[i]);
@@ -263,7 +260,7 @@ static int bench_bgemm(const bench_options *o, const bench_blas *blas, const sge
     attn_cpu_info cpu;
     if (rc == CLI_OK && attn_cpu_info_get(&cpu) == ATTN_OK && !cpu.amx_bf16 && attn_cpu_request_amx() == ATTN_OK &&
         attn_cpu_info_get(&cpu) == ATTN_OK && cpu.amx_bf16) {
-        printf("\nbf16 GEMM with AMX (attn bench asked Linux for the tile data, "
+        printf("\nbf16 GEMM with AMX (attn-bench asked Linux for the tile data, "
                "arch_prctl(ARCH_REQ_XCOMP_PERM)):\n");
         rc = bgemm_table(o, blas, sbgemm, shapes, count, &d);
     }
@@ -285,9 +282,7 @@ static int bgemm_table(const bench_options *o, const bench_blas *blas,
         for (size_t kk = 0; kk < o->kernel_counts && rc == CLI_OK; kk++) {
             attn_ctx_config cfg = {.num_threads = o->threads[t], .kernels = o->kernels[kk]};
             if (attn_ctx_new(&cfg, &ctxs[kk]) != ATTN_OK) {
-                fprintf(stderr, "attn: bench bf16: cannot make a ctx with %zu threads\n",
-                        o->threads[t]);
-                rc = CLI_FAILED;
+                rc = cli_failure("sgemm bf16: cannot make a ctx with %zu threads", o->threads[t]);
             }
         }
         for (size_t i = 0; i < count && rc == CLI_OK; i++)
@@ -312,8 +307,7 @@ int bench_sgemm(const bench_options *o, const bench_blas *blas) {
     float *c = calloc(max_c, sizeof *c), *c_blas = calloc(max_c, sizeof *c_blas);
     int rc = CLI_OK;
     if (!a || !b || !c || !c_blas) {
-        fprintf(stderr, "attn: bench sgemm: out of memory\n");
-        rc = CLI_FAILED;
+        rc = cli_failure("sgemm: out of memory");
     }
     printf("sgemm: C = op(A) op(B), row-major; GFLOP/s = 2mnk / median time; ratio = ours / "
            "OpenBLAS (target >= %.2f, '<' below it)\n", TARGET_RATIO);
@@ -326,9 +320,7 @@ int bench_sgemm(const bench_options *o, const bench_blas *blas) {
         for (size_t kk = 0; kk < o->kernel_counts && rc == CLI_OK; kk++) {
             attn_ctx_config cfg = {.num_threads = o->threads[t], .kernels = o->kernels[kk]};
             if (attn_ctx_new(&cfg, &ctxs[kk]) != ATTN_OK) {
-                fprintf(stderr, "attn: bench sgemm: cannot make a ctx with %zu threads\n",
-                        o->threads[t]);
-                rc = CLI_FAILED;
+                rc = cli_failure("sgemm: cannot make a ctx with %zu threads", o->threads[t]);
             }
         }
         double worst[BENCH_MAX_KERNELS];

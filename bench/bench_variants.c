@@ -1,5 +1,5 @@
 /*
- * bench_variants.c — the variants section of attn bench: what each score
+ * bench_variants.c — the variants section of attn-bench: what each score
  * modifier of the attention contract costs on the fused kernels, as ratios
  * to the plain case in the same run (attn_sdpa_forward / _backward, B = 1,
  * hd = 64, fp32).

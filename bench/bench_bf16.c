@@ -1,5 +1,5 @@
 /*
- * bench_bf16.c — the bf16 section of attn bench: attn_sdpa_forward_16 /
+ * bench_bf16.c — the bf16 section of attn-bench: attn_sdpa_forward_16 /
  * _backward_16 on bf16 tensors against attn_sdpa_forward / _backward on
  * the same values in float32, B = 1, H = 12, hd = 64, T = S in {1024,
  * 4096, 16384} (16384 causal only and once, as the attention section; not

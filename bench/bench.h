@@ -1,14 +1,14 @@
 /*
- * bench.h — what the sections of `attn bench` share: the options, the
+ * bench.h — what the sections of attn-bench share: the options, the
  * timer and median, the machine's description, and OpenBLAS, found at run
  * time (dlopen) as the practical peak to compare with. OpenBLAS is never a
  * link dependency: without it a section reports our kernels alone.
  *
  * A section is a function in a file of its own (bench_<name>.c), listed in
- * the table of cmd_bench.c.
+ * the table of attn_bench.c.
  */
-#ifndef ATTN_CLI_BENCH_H
-#define ATTN_CLI_BENCH_H
+#ifndef ATTN_BENCH_H
+#define ATTN_BENCH_H
 
 #include "attn.h"
 
@@ -91,4 +91,4 @@ int bench_bf16(const bench_options *o, const bench_blas *blas);
  * bench/lm_peer.py, or NULL to skip the PyTorch peer. */
 int bench_decode_model(const bench_options *o, const char *peer_python);
 
-#endif /* ATTN_CLI_BENCH_H */
+#endif /* ATTN_BENCH_H */

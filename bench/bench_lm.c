@@ -1,5 +1,5 @@
 /*
- * bench_lm.c — the whole-model rows of attn bench's decode section: the
+ * bench_lm.c — the whole-model rows of attn-bench's decode section: the
  * book's GPT-2 (124M config, random weights) generating greedily, batch 1,
  * with the contiguous KV cache, next to PyTorch running the book's cached
  * GPTModel (bench/lm_peer.py, in the peers' venv) in the same run.

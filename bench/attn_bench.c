@@ -1,10 +1,13 @@
 /*
- * cmd_bench.c — attn bench: timings of the library's kernels, each next to
+ * attn_bench.c — attn-bench: timings of the library's kernels, each next to
  * the machine's practical peak (OpenBLAS, loaded at run time when present).
+ * A program of the source tree, built by make and never installed: the
+ * installed attn is the user's tool, this one the developers'.
  *
- * The command parses the shared options, describes the machine, finds
- * OpenBLAS, and runs the sections of the table below in order; each
- * section lives in a file of its own (bench_<name>.c, see bench.h).
+ * The program parses its options, describes the machine, finds OpenBLAS,
+ * and runs the sections of the table below in order; each section lives
+ * in a file of its own (bench_<name>.c, see bench.h). The argument helpers
+ * and the CPU lines are attn's own (cli/args.c, cli/print_cpu.c).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
@@ -46,7 +49,7 @@ static const bench_section sections[] = {
 enum { SECTIONS = sizeof sections / sizeof sections[0] };
 
 static const char bench_help[] =
-    "usage: attn bench [--threads LIST] [--runs N] [--quick] [--kernels LIST]\n"
+    "usage: attn-bench [--threads LIST] [--runs N] [--quick] [--kernels LIST]\n"
     "                  [--section NAME] [--tokens LIST] [--peer-python PATH]\n"
     "\n"
     "Times the library's kernels and, in the same run, OpenBLAS's on the same\n"
@@ -382,14 +385,9 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         bool found = false;
         for (size_t i = 0; i < SECTIONS; i++) found = found || strcmp(a->only, sections[i].name) == 0;
         if (!found)
-            return cli_usage_error("--section: no section '%s' (try 'attn bench --help')", a->only);
+            return cli_usage_error("--section: no section '%s' (try 'attn-bench --help')", a->only);
     }
     return CLI_OK;
-}
-
-static int parse_bench(int argc, char **argv) {
-    bench_args a;
-    return parse_args(argc, argv, &a);
 }
 
 static int run_bench(int argc, char **argv) {
@@ -407,7 +405,7 @@ static int run_bench(int argc, char **argv) {
 #endif
 
     char model[256], load[64];
-    printf("attn %s bench: %s, %zu online CPUs; load average %s\n", attn_version(),
+    printf("attn-bench (attn %s): %s, %zu online CPUs; load average %s\n", attn_version(),
            cpu_model(model, sizeof model), cli_default_threads(), bench_load(load, sizeof load));
     cli_print_cpu(stdout, "cpu: "); /* what the kernels are chosen and tuned for */
     bench_blas blas = find_openblas();
@@ -431,12 +429,16 @@ static int run_bench(int argc, char **argv) {
     return rc;
 }
 
-const cli_command cli_bench_command = {
-    .name = "bench",
-    .summary = "time the kernels against the machine's peak (OpenBLAS, if installed)",
-    .help = bench_help,
-    .more_help = print_sections,
-    .value_options = bench_value_options,
-    .parse = parse_bench,
-    .run = run_bench,
-};
+const char cli_program_name[] = "attn-bench";
+
+int main(int argc, char **argv) {
+    /* the errors name the program as its user knows it, whatever path ran it */
+    char program[] = "attn-bench";
+    argv[0] = program;
+    if (cli_wants_help(argc, argv, bench_value_options)) {
+        fputs(bench_help, stdout);
+        print_sections(stdout);
+        return cli_finish(CLI_OK);
+    }
+    return cli_finish(run_bench(argc, argv));
+}

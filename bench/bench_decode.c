@@ -1,5 +1,5 @@
 /*
- * bench_decode.c — attn bench's decode section, the kernel rows: one token
+ * bench_decode.c — attn-bench's decode section, the kernel rows: one token
  * against a KV cache (attn_kv_cache_attend), batch 1, 32 query heads over 8
  * KV heads, head_dim 128, float32, at cache lengths 4096, 16384 and 65536,
  * contiguous and paged (pages of 16 tokens).

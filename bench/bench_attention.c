@@ -1,5 +1,5 @@
 /*
- * bench_attention.c — the attention sections of attn bench.
+ * bench_attention.c — the attention sections of attn-bench.
  *
  * attention: attn_sdpa_forward / _backward (the fused kernels) for B = 1,
  *   H = 12, hd = 64, T = S in {256, 1024, 4096, 16384}, causal and not, on
@@ -164,7 +164,7 @@ int bench_attention(const bench_options *o, const bench_blas *blas) {
     const size_t *all_tokens;
     size_t token_counts = bench_tokens(o, own_tokens, 4, 2, &all_tokens);
     printf("attention: fused scaled dot-product attention, B=1 H=%d hd=%d, T=S\n", HEADS, HEAD_DIM);
-    printf("  GF/s over the SGEMM's (sgemm) and over the FMA peak (peak; attn bench --section "
+    printf("  GF/s over the SGEMM's (sgemm) and over the FMA peak (peak; attn-bench --section "
            "peak)\n");
     printf("%6s %-6s %3s | %9s %7s %5s %5s | %9s %7s %5s %5s | %7s %7s | %11s | %10s\n", "T",
            "mask", "thr", "fwd ms", "GF/s", "sgemm", "peak", "f+b ms", "GF/s", "sgemm", "peak",
