@@ -131,8 +131,10 @@ typedef struct attn_attention_problem {
  * carries, so dq_i and dk_j* change by c k_j* and c q_i (c = P_ij* resid_i,
  * times softcap's factor there), O(D) per row; a backward that has the
  * row's sums before its key pass may take the new delta there instead.
- * Rows below the weight lose at most 2x delta's rounding. Not with sinks
- * (their weight is outside sum_j P_ij) or for one block of keys of a
+ * Rows below the weight lose at most 2x delta's rounding; the float
+ * kernels give them the new delta too (flash_kernel.h,
+ * take_consistent_delta), for keys that share a large component. Not with
+ * sinks (their weight is outside sum_j P_ij) or for one block of keys of a
  * longer row (backward_from_lse: no row is whole). */
 #define ATTN_ONE_HOT_WEIGHT 0.5f
 

@@ -958,10 +958,11 @@ static size_t backward_workspace(const attn_attention_problem *p) {
     size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p, BR, GROUP_TILE_FLOATS);
     /* per head: qs, dO, dq (BR, Dp), lse2, lse_lo, delta (BR), peaks (BR x 3),
      * resid lanes (BR, VW); q (BR, Dp); A, dS, th (BR, BC); kt, vt (D, BC);
-     * kv0, kv1, kv2 (BC, Dp); one pass: the item's rows; Pt (RG, BC) */
+     * kv0, kv1, kv2 (BC, Dp); one pass: the item's rows; Pt (RG, BC); the
+     * mean key (Dp) */
     size_t floats = hc * (3 * BR * Dp + 6 * BR + BR * VW) + BR * Dp + 3 * BR * BC +
                     key_slots(p) * (2 * D * BC + 3 * BC * Dp) + 2 * VW + one_pass_floats(p) +
-                    RG * BC;
+                    RG * BC + Dp;
     return with_magnitudes_line(floats);
 }
 
@@ -993,6 +994,7 @@ typedef struct backward_tiles {
     float *resid_lanes;   /* per head: sum_j dS_ij in VW lanes, (BR, VW) */
     float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *kv2;
     float *Pt; /* a row group's P, where dropout scales A */
+    float *kmean; /* (D) the mean of the keys a row's delta is made consistent with */
     float *magnitudes; /* the part's, where the backward measures; else NULL */
     size_t slot_floats; /* from one key block's tiles (kt .. kv2) to the next */
     /* one pass: the item's rows packed once, (G, rows) of Dp (or 1) floats */
@@ -1031,6 +1033,7 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.peaks_all = (attn_row_peak *)(void *)(t.delta_all + rows);
     t.resid_lanes_all = t.delta_all + rows + 3 * rows;
     t.Pt = t.dq_sums + one_pass_floats(job->f.p);
+    t.kmean = t.Pt + RG * BC;
     t.magnitudes = job->measure ? part_magnitudes(job->workspace, job->per_part, part) : NULL;
     if (!job->consistent) t.peaks = NULL;
     return t;
@@ -1370,22 +1373,52 @@ static void backward_keys(void *arg, size_t part, size_t item) {
     key_span_gradients(job, &t, b, kvh, &seq, kb * BC, 1, NULL);
 }
 
-/* The consistent delta (attention.h) of a row whose largest weight passes
- * ATTN_ONE_HOT_WEIGHT: *resid from its lanes, and with c = resid P_ij*
- * (times softcap's factor), dq_i -= c k_j* (dq_row: dq's unscaled sums)
- * and, with fix_dk, dk_j* -= scale c q_i. Whether the row takes it. */
+/* kmean (D) = the mean of keys [from, to) of (b, kvh), the estimate of
+ * each row's weighted key sum_j P_ij k_j that take_consistent_delta
+ * corrects dq with; zero with softcap, whose dS carries a factor per key
+ * (1 - t^2) that a key's mean cannot stand for, or where no key is. */
+static void mean_key(const backward_job *job, size_t b, const attn_attention_seq *seq, size_t kvh,
+                     size_t from, size_t to, float *kmean) {
+    const attn_attention_problem *p = job->f.p;
+    size_t D = job->f.D;
+    memset(kmean, 0, D * sizeof *kmean);
+    if (job->f.cap2 != 0.0f || from >= to) return;
+    const float *k = (const float *)p->k.data + row_at(p->k.st, b, seq, true, kvh, from);
+    for (size_t j = 0; j < to - from; j++)
+        for (size_t d = 0; d < D; d++) kmean[d] += k[j * p->k.st.t + d];
+    float n = (float)(to - from);
+    for (size_t d = 0; d < D; d++) kmean[d] /= n;
+}
+
+/* The consistent delta (attention.h) of any row: *resid = sum_j dS_ij
+ * from its lanes (zero in exact arithmetic), and dS_ij -= P_ij resid for
+ * every key, which moves dq_i by resid sum_j P_ij k_j. That sum is not at
+ * hand; its estimate is kmean (mean_key) and, for a row whose largest
+ * weight passes ATTN_ONE_HOT_WEIGHT, c (k_j* - kmean) with c = resid P_ij*
+ * (times softcap's factor): dq_i -= resid kmean + c (k_j* - kmean) (dq_row:
+ * dq's unscaled sums). What the estimate misses, resid sum_j P_ij (k_j -
+ * kmean) less the one-hot key's part, is small beside resid |k| where the
+ * keys share a large component (scores of 1e4 from q, k in one direction:
+ * dx of SelfAttention_v1 lost 3-10x PyTorch float32's accuracy without
+ * it). With fix_dk (the one pass: dk summed already), dk_j* -= scale c
+ * q_i for the one-hot row; the other keys' dk keep delta's mismatch.
+ * Whether the row takes the new delta, delta + resid. */
 static bool take_consistent_delta(const backward_job *job, const attn_row_peak *pk,
-                                  const float *resid_lanes, size_t b,
+                                  const float *resid_lanes, const float *kmean, size_t b,
                                   const attn_attention_seq *seq, size_t h, size_t i,
                                   float *dq_row, bool fix_dk, float *resid) {
     const attn_attention_problem *p = job->f.p;
-    if (!(pk->weight > ATTN_ONE_HOT_WEIGHT)) return false;
     *resid = v_hsum(v_load(resid_lanes));
     if (*resid == 0.0f) return false;
     size_t kvh = h / job->f.G, D = job->f.D;
+    bool one_hot = pk->weight > ATTN_ONE_HOT_WEIGHT;
+    if (!one_hot) {
+        for (size_t d = 0; d < D; d++) dq_row[d] -= *resid * kmean[d];
+        return true;
+    }
     float c = *resid * pk->weight * pk->factor;
     const float *k = (const float *)p->k.data + row_at(p->k.st, b, seq, true, kvh, pk->key);
-    for (size_t d = 0; d < D; d++) dq_row[d] -= c * k[d];
+    for (size_t d = 0; d < D; d++) dq_row[d] -= *resid * kmean[d] + c * (k[d] - kmean[d]);
     if (fix_dk) {
         const float *q = (const float *)p->q.data + row_at(p->q.st, b, seq, false, h, i);
         float *dk = (float *)job->g->dk + row_at(p->k.st, b, seq, true, kvh, pk->key);
@@ -1395,8 +1428,8 @@ static bool take_consistent_delta(const backward_job *job, const attn_row_peak *
 }
 
 /* One pass: one (batch, KV head): dk, dv key block after key block, and
- * dq of the group's heads summed over them in order; then the consistent
- * delta of rows nearly one-hot. */
+ * dq of the group's heads summed over them in order; then every row's
+ * consistent delta (its dq, and dk at a one-hot row's key). */
 static void backward_heads(void *arg, size_t part, size_t item) {
     const backward_job *job = arg;
     const flash_shape *f = &job->f;
@@ -1427,10 +1460,11 @@ static void backward_heads(void *arg, size_t part, size_t item) {
     for (size_t j0 = 0; j0 < seq.kv_len; j0 += KEY_SPAN * BC)
         key_span_gradients(job, &t, b, kvh, &seq, j0, KEY_SPAN, t.dq_sums);
     float resid;
+    if (t.peaks) mean_key(job, b, &seq, kvh, 0, seq.kv_len, t.kmean);
     for (size_t g = 0; g < f->G && t.peaks; g++) /* rows in order: the same bits */
         for (size_t i = 0; i < seq.q_len; i++)
             take_consistent_delta(job, t.peaks_all + g * rows_pad + i,
-                                  t.resid_lanes_all + (g * rows_pad + i) * VW, b, &seq,
+                                  t.resid_lanes_all + (g * rows_pad + i) * VW, t.kmean, b, &seq,
                                   kvh * f->G + g, i, t.dq_sums + (g * rows_pad + i) * Dp, true,
                                   &resid);
     for (size_t g = 0; g < f->G; g++) {
@@ -1446,7 +1480,7 @@ static void backward_heads(void *arg, size_t part, size_t item) {
 
 /* Pass B: one (batch, KV head, chunk of heads, query block): dq of each
  * head over the key blocks its rows see, each packed once for the heads;
- * rows nearly one-hot take the consistent delta, and leave it to pass A. */
+ * every row takes the consistent delta, and leaves it to pass A. */
 static void backward_queries(void *arg, size_t part, size_t item) {
     const backward_job *job = arg;
     const flash_shape *f = &job->f;
@@ -1477,12 +1511,13 @@ static void backward_queries(void *arg, size_t part, size_t item) {
         for (size_t g = 0; g < it.heads; g++)
             gradient_tiles(job, &t, g, b, it.h0 + g, &br, j0, cols, t.dq + g * BR * Dp, kp);
     }
+    if (t.peaks) mean_key(job, b, &seq, it.kvh, sweep_start(&br, BC), br.last, t.kmean);
     for (size_t g = 0; g < it.heads && t.peaks; g++)
         for (size_t r = 0; r < rows; r++) {
             float resid;
             if (take_consistent_delta(job, t.peaks + g * BR + r, t.resid_lanes + (g * BR + r) * VW,
-                                      b, &seq, it.h0 + g, i0 + r, t.dq + g * BR * Dp + r * Dp,
-                                      false, &resid))
+                                      t.kmean, b, &seq, it.h0 + g, i0 + r,
+                                      t.dq + g * BR * Dp + r * Dp, false, &resid))
                 job->delta[attn_lse_index(p, b, it.h0 + g, i0 + r)] =
                     (float)((double)t.delta[g * BR + r] + resid);
         }
@@ -1561,7 +1596,7 @@ static void flash_backward(attn_workers w, const attn_attention_problem *p,
                              magnitudes);
         return;
     }
-    /* B first: it leaves the consistent delta of nearly one-hot rows for A */
+    /* B first: it leaves every row's consistent delta for A */
     attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * job.f.chunks * job.f.q_blocks,
                       backward_queries, &job);
     attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * job.f.k_blocks, backward_keys,
