@@ -56,11 +56,12 @@ typedef struct attn_attention_backend {
 } attn_attention_backend;
 
 /* The backends (one file each) and the registry, the order the runner asks
- * them in (registry.c): fused float32, fused bf16, the reference. A 16-bit
- * problem none of them takes is widened to float32 by the runner
- * (widen16.c) and asked again. */
+ * them in (registry.c): fused float32, fused bf16, split-KV decode, the
+ * reference. A 16-bit problem none of them takes is widened to float32 by
+ * the runner (widen16.c) and asked again. */
 extern const attn_attention_backend attn_attention_fused;
 extern const attn_attention_backend attn_attention_fused16;
+extern const attn_attention_backend attn_attention_decode;
 extern const attn_attention_backend attn_attention_reference;
 /* The registry, *count backends in order. */
 const attn_attention_backend *const *attn_attention_registry(size_t *count);

@@ -33,6 +33,10 @@ static const char *fused_declines(const attn_ctx *ctx, const attn_attention_prob
                                   attn_pass pass) {
     if (!ctx->ks.flash) return "the ctx runs the reference kernels";
     if (p->q.dtype != ATTN_DTYPE_F32) return "its kernels read float32";
+    const char *feature = attn_problem_unsupported(
+        p, ATTN_USES_CAUSAL | ATTN_USES_RENORMALIZE | ATTN_USES_WINDOW | ATTN_USES_SOFTCAP |
+               ATTN_USES_ALIBI | ATTN_USES_SINKS | ATTN_USES_VARLEN);
+    if (feature) return feature;
     if (pass.traced) return "the scores' trace is the reference's";
     if (p->v_head_dim != p->head_dim) return "v_head_dim != head_dim";
     if (p->kv_heads == 0 || p->q_heads % p->kv_heads != 0)

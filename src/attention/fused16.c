@@ -42,9 +42,9 @@ static const char *fused16_declines(const attn_ctx *ctx, const attn_attention_pr
     if (!ctx->ks.flash16_dot) return "the ctx's kernels have no bf16 kernels";
     if (pass.traced) return "the scores' trace is the reference's";
     if (pass.dropout) return "dropout";
-    if (p->softcap > 0.0f) return "softcap";
-    if (p->alibi_slopes) return "ALiBi";
-    if (p->sinks) return "sinks";
+    const char *feature =
+        attn_problem_unsupported(p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_VARLEN);
+    if (feature) return feature;
     if (p->v_head_dim != p->head_dim) return "v_head_dim != head_dim";
     if (!(p->scale >= 0.0f)) return "a negative scale";
     if (pass.backward && !p->lse) return "a backward without the forward's lse";

@@ -102,9 +102,12 @@ static double modified_score(const attn_attention_problem *p, double softcap, si
 
 /* ---- workspace ------------------------------------------------------------- */
 
+static size_t cache_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p);
+
 static size_t reference_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p,
                                       const attn_attention_trace *trace) {
     (void)trace;
+    if (p->kv_cache) return cache_forward_bytes(ctx, p);
     return attn_parallel_parts(ctx->num_threads) * (p->kv_len + 1) * sizeof(double);
 }
 
@@ -174,11 +177,107 @@ typedef struct ref_f64_tensors {
 #undef REF_TENSORS
 #undef REF
 
+/* ---- keys from a KV cache: new rows against cached positions ------------------------ */
+
+/* The problem's keys from a cache (attn_kv_cache_view), a row at a time:
+ * packed row r of every query head, softmax(q . k * scale) @ v over the
+ * positions it sees, in double, rounded once. */
+typedef struct cache_job {
+    const attn_attention_problem *p;
+    double *scratch; /* per part: positions + D doubles */
+    size_t part_doubles;
+} cache_job;
+
+/* Rows k and v of position pos of sequence b. */
+static void cache_key(const attn_attention_problem *p, size_t b, size_t pos, const float **k,
+                      const float **v) {
+    const attn_kv_cache_view *c = p->kv_cache;
+    size_t row = p->kv_heads * p->head_dim;
+    if (pos >= c->cached[b]) {
+        size_t at = (c->row_start[b] + pos - c->cached[b]) * row;
+        *k = (const float *)p->k.data + at;
+        *v = (const float *)p->v.data + at;
+        return;
+    }
+    size_t at = attn_kv_cache_row(c, b, pos) * row;
+    *k = (const float *)c->k_pool + at;
+    *v = (const float *)c->v_pool + at;
+}
+
+static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
+    const cache_job *job = arg;
+    const attn_attention_problem *p = job->p;
+    const attn_kv_cache_view *c = p->kv_cache;
+    size_t H = p->q_heads, D = p->head_dim, G = H / p->kv_heads;
+    double *w = job->scratch + part * job->part_doubles, *o = w + job->part_doubles - D;
+    for (size_t row = begin; row < end; row++) {
+        size_t b = 0;
+        while (b < p->batch && !(row >= c->row_start[b] && row < c->row_start[b] + c->new_rows[b]))
+            b++;
+        if (b == p->batch) continue; /* a row of no sequence of this problem */
+        size_t r = row - c->row_start[b], pos = c->cached[b] + r;
+        size_t W = p->window ? (size_t)p->window_left + 1 : 0;
+        size_t lo = W && pos + 1 > W ? pos + 1 - W : 0, hi = pos + 1;
+        for (size_t h = 0; h < H; h++) {
+            const float *q = (const float *)p->q.data + (row * H + h) * D;
+            size_t off = (h / G) * D;
+            double mx = -INFINITY, sum = 0.0;
+            for (size_t j = lo; j < hi; j++) {
+                const float *k, *v;
+                cache_key(p, b, j, &k, &v);
+                double dotp = 0.0;
+                for (size_t e = 0; e < D; e++) dotp += (double)q[e] * k[off + e];
+                w[j - lo] = dotp * p->scale_f64;
+                if (w[j - lo] > mx) mx = w[j - lo];
+            }
+            for (size_t e = 0; e < D; e++) o[e] = 0.0;
+            for (size_t j = lo; j < hi; j++) {
+                const float *k, *v;
+                cache_key(p, b, j, &k, &v);
+                double e_j = exp(w[j - lo] - mx);
+                sum += e_j;
+                for (size_t e = 0; e < D; e++) o[e] += e_j * v[off + e];
+            }
+            float *y = (float *)p->out.data + (row * H + h) * D;
+            for (size_t e = 0; e < D; e++) y[e] = (float)(o[e] / sum);
+        }
+    }
+}
+
+/* The packed rows up to the last new one, and the most keys a row sees. */
+static size_t cache_extent(const attn_attention_problem *p, size_t *max_keys) {
+    const attn_kv_cache_view *c = p->kv_cache;
+    size_t rows = 0;
+    *max_keys = 0;
+    for (size_t b = 0; b < p->batch; b++) {
+        if (!c->new_rows[b]) continue;
+        if (c->row_start[b] + c->new_rows[b] > rows) rows = c->row_start[b] + c->new_rows[b];
+        if (c->cached[b] + c->new_rows[b] > *max_keys) *max_keys = c->cached[b] + c->new_rows[b];
+    }
+    return rows;
+}
+
+static size_t cache_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
+    size_t max_keys;
+    cache_extent(p, &max_keys);
+    return attn_parallel_parts(ctx->num_threads) * (max_keys + p->head_dim) * sizeof(double);
+}
+
+static void cache_forward(attn_ctx *ctx, const attn_attention_problem *p, void *workspace) {
+    size_t max_keys, rows = cache_extent(p, &max_keys);
+    cache_job job = {p, workspace, max_keys + p->head_dim};
+    attn_parallel_for_parts(ctx->num_threads, rows, 1, cache_rows, &job);
+}
+
 /* ---- the backend: float32 and float64 views ------------------------------------- */
 
 static const char *reference_forward(attn_ctx *ctx, const attn_attention_problem *p,
                                      const attn_attention_dropout *drop,
                                      const attn_attention_trace *trace, void *workspace) {
+    if (p->kv_cache) {
+        cache_forward(ctx, p, workspace);
+        return NULL;
+    }
     if (p->q.dtype == ATTN_DTYPE_F64) {
         ref_f64_tensors t = {.q = p->q.data, .k = p->k.data, .v = p->v.data,
                                 .out = p->out.data, .lse = p->lse_f64,
@@ -214,7 +313,17 @@ static const char *reference_backward(attn_ctx *ctx, const attn_attention_proble
 static const char *reference_declines(const attn_ctx *ctx, const attn_attention_problem *p,
                                       attn_pass pass) {
     (void)ctx;
-    (void)pass;
+    if (p->kv_cache) {
+        /* new rows against a cache: causal (a window on the left), scaled dot products */
+        if (p->q.dtype != ATTN_DTYPE_F32 || p->kv_cache->dtype != ATTN_DTYPE_F32)
+            return "a cache of other than float32";
+        const char *feature = attn_problem_unsupported(
+            p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_KV_CACHE);
+        if (feature || pass.backward || pass.dropout || pass.traced ||
+            p->v_head_dim != p->head_dim)
+            return "from a cache it runs the causal forward of scaled dot products alone";
+        return NULL;
+    }
     if (p->q.dtype == ATTN_DTYPE_F32 || p->q.dtype == ATTN_DTYPE_F64) return NULL;
     return "it reads float32 and float64";
 }

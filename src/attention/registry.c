@@ -2,7 +2,8 @@
  * and the record of how a call chose (attn_ctx_last_explain).
  *
  * The order is fastest first, each backend declining what it cannot run:
- * the fused float32 kernels, the fused bf16 kernels, then the reference,
+ * the fused float32 kernels, the fused bf16 kernels, split-KV decoding
+ * over a KV cache, then the reference,
  * which runs every float32 and float64 problem and so ends every search
  * (a 16-bit problem it declines is widened by the runner and asked
  * again). A new backend is one file of its own and one line here. */
@@ -14,6 +15,7 @@
 static const attn_attention_backend *const registry[] = {
     &attn_attention_fused,
     &attn_attention_fused16,
+    &attn_attention_decode,
     &attn_attention_reference,
 };
 

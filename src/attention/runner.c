@@ -84,6 +84,18 @@ attn_status attn_attention_check(attn_ctx *ctx, const char *who, const attn_atte
         (p->q_offset > ((int64_t)1 << 62) || p->q_offset < -((int64_t)1 << 62)))
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: q_offset (%lld) must be within +-2^62", who,
                          (long long)p->q_offset);
+    if (p->kv_cache) {
+        const attn_kv_cache_view *c = p->kv_cache;
+        if (p->cu_seqlens_q || p->cu_seqlens_kv || !c->cached || !c->new_rows || !c->row_start)
+            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: a problem over a KV cache has its "
+                             "lengths in the cache's view, not in cu_seqlens", who);
+        for (size_t b = 0; b < p->batch; b++)
+            if (c->new_rows[b] > p->q_len || c->new_rows[b] > p->kv_len ||
+                c->cached[b] > p->kv_len - c->new_rows[b])
+                return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: sequence %zu (%zu cached, %zu new) "
+                                 "is past the longest lengths (%zu new, %zu in all)", who, b,
+                                 c->cached[b], c->new_rows[b], p->q_len, p->kv_len);
+    }
     if (!p->cu_seqlens_q != !p->cu_seqlens_kv)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: cu_seqlens_q and cu_seqlens_kv go together (%s is NULL)",
                          who, p->cu_seqlens_q ? "cu_seqlens_kv" : "cu_seqlens_q");

@@ -72,6 +72,32 @@ typedef enum attn_diagonal {
     ATTN_DIAGONAL_OFFSET = 2        /* pos_i = i + q_offset (decode, ring blocks) */
 } attn_diagonal;
 
+/* K and V of a problem from a KV cache: sequence b's keys are positions
+ * 0 .. cached[b] + new_rows[b] - 1, those below cached[b] in the cache's
+ * pools, the rest its new rows in the problem's k and v views, which, as
+ * q and out, hold sequence b's rows from token row_start[b] on (no batch
+ * stride). Position p of sequence b is, contiguous, slot p % capacity of
+ * the sequence's block (b * capacity rows into the pools); paged (pages
+ * not NULL), logical page p / page_size at its table entry (p / page_size)
+ * % table_len, an index into the pools. A pool row holds kv_heads *
+ * head_dim elements of dtype. A contiguous cache is a paged one with one
+ * page per sequence: both read through attn_kv_cache_row. */
+typedef struct attn_kv_cache_view {
+    const size_t *cached, *new_rows, *row_start; /* (batch) each */
+    const void *k_pool, *v_pool;
+    attn_dtype dtype;  /* ATTN_DTYPE_F32; quantised caches add their scales here */
+    size_t capacity;   /* contiguous: slots per sequence */
+    const uint32_t *pages; /* paged: (batch, table_len) pool pages */
+    size_t page_size, table_len;
+} attn_kv_cache_view;
+
+/* The pool row of position pos of sequence b (cached there). */
+static inline size_t attn_kv_cache_row(const attn_kv_cache_view *c, size_t b, size_t pos) {
+    if (!c->pages) return b * c->capacity + pos % c->capacity;
+    size_t page = c->pages[b * c->table_len + (pos / c->page_size) % c->table_len];
+    return page * c->page_size + pos % c->page_size;
+}
+
 typedef struct attn_attention_problem {
     /* ---- shape (T, S: the longest sequence's lengths with cu_seqlens) */
     size_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, v_head_dim;
@@ -107,6 +133,9 @@ typedef struct attn_attention_problem {
      * q/out and of k/v; q_len and kv_len are then the longest lengths */
     const int32_t *cu_seqlens_q, *cu_seqlens_kv;
     size_t total_q; /* cu_seqlens_q[batch] (the lse layout with cu_seqlens) */
+    /* K and V from a KV cache (NULL: k and v hold every key): q_len and
+     * kv_len are then the longest new rows and the longest sequence */
+    const attn_kv_cache_view *kv_cache;
     /* The backward takes P = exp(s - lse) from the given lse and delta =
      * dout . out from the given out, instead of what these keys alone give:
      * the gradients of one block of keys of a longer row (ring attention,
@@ -114,6 +143,42 @@ typedef struct attn_attention_problem {
      * always works this way; the reference recomputes unless this is set. */
     bool backward_from_lse;
 } attn_attention_problem;
+
+/* What a problem uses beyond plain scaled dot products, a bit each: a
+ * backend names those it runs and declines the rest by name
+ * (attn_problem_unsupported), so that a modifier added to the problem is
+ * declined by every backend that does not list it. */
+enum {
+    ATTN_USES_CAUSAL = 1u << 0,
+    ATTN_USES_RENORMALIZE = 1u << 1,
+    ATTN_USES_WINDOW = 1u << 2,
+    ATTN_USES_SOFTCAP = 1u << 3,
+    ATTN_USES_ALIBI = 1u << 4,
+    ATTN_USES_SINKS = 1u << 5,
+    ATTN_USES_VARLEN = 1u << 6,
+    ATTN_USES_KV_CACHE = 1u << 7,
+    ATTN_USES_COUNT = 8
+};
+
+static inline unsigned attn_problem_uses(const attn_attention_problem *p) {
+    return (p->causal ? ATTN_USES_CAUSAL : 0u) | (p->renormalize ? ATTN_USES_RENORMALIZE : 0u) |
+           (p->window ? ATTN_USES_WINDOW : 0u) | (p->softcap > 0.0f ? ATTN_USES_SOFTCAP : 0u) |
+           (p->alibi_slopes ? ATTN_USES_ALIBI : 0u) | (p->sinks ? ATTN_USES_SINKS : 0u) |
+           (p->cu_seqlens_q ? ATTN_USES_VARLEN : 0u) | (p->kv_cache ? ATTN_USES_KV_CACHE : 0u);
+}
+
+/* The first thing p uses outside supported (ATTN_USES_* bits), by name,
+ * or NULL when it uses nothing else. */
+static inline const char *attn_problem_unsupported(const attn_attention_problem *p,
+                                                   unsigned supported) {
+    static const char *const names[ATTN_USES_COUNT] = {
+        "causal", "the renormalising mask", "a window", "softcap", "ALiBi", "sinks",
+        "packed sequences", "K and V come from a KV cache"};
+    unsigned extra = attn_problem_uses(p) & ~supported;
+    for (unsigned i = 0; i < ATTN_USES_COUNT; i++)
+        if (extra & (1u << i)) return names[i];
+    return NULL;
+}
 
 /* A consistent delta where a row's weights are nearly one-hot, in every
  * fused backward. They take delta_i = dO_i . O_i from the forward's out, as
@@ -196,7 +261,12 @@ typedef struct attn_attention_seq {
 static inline attn_attention_seq attn_attention_seq_of(const attn_attention_problem *p,
                                                        size_t b) {
     attn_attention_seq s = {p->q_len, p->kv_len, 0, 0, 0};
-    if (p->cu_seqlens_q) {
+    if (p->kv_cache) {
+        const attn_kv_cache_view *c = p->kv_cache;
+        s.q_len = c->new_rows[b];
+        s.q_start = s.kv_start = c->row_start[b];
+        s.kv_len = c->cached[b] + s.q_len;
+    } else if (p->cu_seqlens_q) {
         s.q_start = (size_t)p->cu_seqlens_q[b];
         s.q_len = (size_t)p->cu_seqlens_q[b + 1] - s.q_start;
         s.kv_start = (size_t)p->cu_seqlens_kv[b];

@@ -15,19 +15,13 @@
  * max(0, p - W + 1) .. p; those below len_s come from the cache, the others
  * straight from k_new/v_new (so a window layer needs W slots even for a
  * chunk longer than W). Then the new rows are appended (of a window layer,
- * only the last W matter). Positions turn into row pointers by one
- * function (kernels/decode/decode.h) for both layouts, and the arithmetic
- * depends on positions only: the layouts agree bit for bit.
- *
- * The work of a sequence (kernels/decode): its keys in chunks of C
- * positions (C from its length alone), each chunk's partial softmax
- * folded into the result in chunk order. Split mode runs the chunks of a
- * few-row sequence as parallel items and folds them afterwards (one token
- * against a long cache uses every thread); row mode runs blocks of rows,
- * each walking its chunks in order. Both fold the same partials in the
- * same order, so the choice (made by thread count and memory) changes no
- * bit. A prompt (empty cache, many rows) goes through the fused attention
- * runner instead. The reference kernels run plain double loops.
+ * only the last W matter). The attention itself is the contract's: each
+ * prompt (an empty cache, many rows, on fast kernels) a dense problem, the
+ * other sequences one problem whose K and V come from the cache's view
+ * (attn_kv_cache_view), both through the runner, which gives the cache
+ * problem to the split-KV decode backend (attention/decode.c) or the
+ * reference. Positions turn into rows by one function for both layouts,
+ * so the layouts agree bit for bit.
  */
 #include "internal.h"
 
@@ -40,20 +34,9 @@
 #include <string.h>
 
 #define WHO "attn_kv_cache_attend"
-/* Chunks a sequence's keys are cut into at most (C is a power of two, at
- * least MIN_CHUNK): enough to spread one token over many threads, few
- * enough that the partials stay small. */
-#define MAX_CHUNKS 64
-#define MIN_CHUNK 256
 /* A sequence whose cache is empty with at least this many new rows is a
- * prompt: the fused attention runs it. */
+ * prompt: a dense problem, which the fused attention runs. */
 #define PREFILL_ROWS 64
-/* Split mode's partials take at most this many floats per call (64 MiB);
- * sequences past it run in row mode. */
-#define SPLIT_BUDGET ((size_t)16 << 20)
-/* Multiply-adds below which one thread runs a call (waking the ctx's
- * workers and waiting for the last costs some microseconds). */
-#define PARALLEL_WORK 4e6
 
 typedef struct kv_layer {
     size_t window;     /* 0: keep every token */
@@ -72,8 +55,6 @@ struct attn_kv_cache {
     size_t *windows;
     size_t row; /* floats of one token: kv_heads * head_dim */
     kv_layer *layers;
-    void *scratch; /* attend's working memory, kept from call to call */
-    size_t scratch_bytes;
 };
 
 static size_t ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
@@ -98,7 +79,6 @@ void attn_kv_cache_free(attn_kv_cache *cache) {
     if (!cache) return;
     free_layers(cache);
     attn_free(cache->windows);
-    attn_free(cache->scratch);
     attn_free(cache);
 }
 
@@ -309,25 +289,7 @@ size_t attn_kv_cache_bytes(const attn_kv_cache *cache) {
     return total;
 }
 
-/* ---- positions to rows --------------------------------------------------------- */
-
-/* Where sequence s's keys of layer L are, its new rows at k_new/v_new. */
-static attn_decode_keys keys_of(const attn_kv_cache *c, const kv_layer *L, size_t s,
-                                const float *k_new, const float *v_new) {
-    attn_decode_keys m = {.row = c->row, .cached = L->length[s], .k_new = k_new, .v_new = v_new};
-    if (c->cfg.layout == ATTN_KV_PAGED) {
-        m.pages = L->pages + s * L->table_len;
-        m.page_size = c->cfg.page_size;
-        m.table_len = L->table_len;
-        m.k_pool = L->k;
-        m.v_pool = L->v;
-    } else {
-        m.capacity = L->capacity;
-        m.k_cache = L->k + s * L->capacity * c->row;
-        m.v_cache = L->v + s * L->capacity * c->row;
-    }
-    return m;
-}
+/* ---- append ---------------------------------------------------------------------- */
 
 /* The new positions of a sequence (length len, n new) that are stored: all,
  * or a window layer's last W (each later token looks back W - 1). */
@@ -365,156 +327,6 @@ static void append_rows(const attn_kv_cache *c, kv_layer *L, size_t s, size_t n,
         memcpy(L->v + at, v_new + (pos - len) * row, bytes);
     }
     L->length[s] = len + n;
-}
-
-/* ---- the plan of one call ---------------------------------------------------- */
-
-typedef enum seq_path { PATH_NONE, PATH_REFERENCE, PATH_PREFILL, PATH_SPLIT, PATH_ROWS } seq_path;
-
-typedef struct seq_plan {
-    attn_decode_seq d;
-    size_t row_start;     /* its first packed row */
-    seq_path path;
-    size_t chunk;         /* C: positions per chunk */
-    size_t chunk0, chunks; /* its chunks: [chunk0, chunk0 + chunks) */
-    size_t partial_at;    /* split: floats into the partials */
-} seq_plan;
-
-/* A unit of parallel work: one chunk of a split sequence, or a block of
- * rows of a row-mode one. */
-typedef struct work_item {
-    size_t seq, index;
-} work_item;
-
-typedef struct attend_job {
-    const attn_decode_kernels *kern;
-    const seq_plan *plans;
-    const work_item *items;
-    size_t H, D;
-    float *out;            /* (rows, H, D): accumulators, then the result */
-    float *m, *l;          /* (rows, H) running max and sum */
-    float *partials;       /* split: per chunk (rows, H) m, l, then (rows, H, D) acc */
-    float *part_scratch;   /* per part: part_floats */
-    size_t part_floats;
-} attend_job;
-
-static size_t partial_floats(size_t rows, size_t H, size_t D) { return rows * H * (D + 2); }
-
-/* Positions [chunk * C, (chunk + 1) * C) clipped to the sequence's keys. */
-static void chunk_keys(const seq_plan *sp, size_t chunk, size_t *begin, size_t *end) {
-    size_t total = sp->d.first_pos + sp->d.rows;
-    *begin = chunk * sp->chunk;
-    *end = min_size(*begin + sp->chunk, total);
-}
-
-/* rows [r0, r0 + n) of a sequence: (m, l, acc) /= l into out. */
-static void finish_rows(const attend_job *job, const seq_plan *sp, size_t r0, size_t n) {
-    size_t H = job->H, D = job->D;
-    for (size_t i = (sp->row_start + r0) * H; i < (sp->row_start + r0 + n) * H; i++) {
-        float *o = job->out + i * D, l = job->l[i];
-        for (size_t d = 0; d < D; d++) o[d] = o[d] / l;
-    }
-}
-
-/* Folds a partial of rows [r0, r0 + n) (m, l (n, H), acc (n, H, D)) into
- * the running results of those rows. */
-static void fold_rows(const attend_job *job, const seq_plan *sp, size_t r0, size_t n,
-                      const float *pm, const float *pl, const float *pacc) {
-    size_t H = job->H, D = job->D, base = (sp->row_start + r0) * H;
-    for (size_t i = 0; i < n * H; i++)
-        attn_decode_fold(&job->m[base + i], &job->l[base + i], job->out + (base + i) * D, pm[i],
-                         pl[i], pacc + i * D, D);
-}
-
-static void run_item(void *arg, size_t part, size_t item) {
-    const attend_job *job = arg;
-    const work_item *w = &job->items[item];
-    const seq_plan *sp = &job->plans[w->seq];
-    size_t H = job->H, D = job->D, begin, end;
-    float *scratch = job->part_scratch + part * job->part_floats;
-    if (sp->path == PATH_SPLIT) {
-        size_t c = sp->chunk0 + w->index, n = sp->d.rows;
-        float *pm = job->partials + sp->partial_at + w->index * partial_floats(n, H, D);
-        chunk_keys(sp, c, &begin, &end);
-        job->kern->chunk(&sp->d, 0, n, begin, end, pm, pm + n * H, pm + 2 * n * H, scratch);
-        return;
-    }
-    /* row mode: rows [r0, r0 + n), every chunk in order */
-    size_t r0 = w->index * ATTN_DECODE_ROWS, n = min_size(ATTN_DECODE_ROWS, sp->d.rows - r0);
-    float *pm = scratch, *pl = pm + n * H, *pacc = pl + n * H;
-    float *chunk_scratch = scratch + partial_floats(ATTN_DECODE_ROWS, H, D);
-    for (size_t c = sp->chunk0; c < sp->chunk0 + sp->chunks; c++) {
-        chunk_keys(sp, c, &begin, &end);
-        job->kern->chunk(&sp->d, r0, n, begin, end, pm, pl, pacc, chunk_scratch);
-        fold_rows(job, sp, r0, n, pm, pl, pacc);
-    }
-    finish_rows(job, sp, r0, n);
-}
-
-/* Split sequences: fold each one's chunk partials in chunk order. */
-static void fold_split(const attend_job *job, size_t batch) {
-    size_t H = job->H, D = job->D;
-    for (size_t s = 0; s < batch; s++) {
-        const seq_plan *sp = &job->plans[s];
-        if (sp->path != PATH_SPLIT) continue;
-        size_t n = sp->d.rows;
-        for (size_t c = 0; c < sp->chunks; c++) {
-            const float *pm = job->partials + sp->partial_at + c * partial_floats(n, H, D);
-            fold_rows(job, sp, 0, n, pm, pm + n * H, pm + 2 * n * H);
-        }
-        finish_rows(job, sp, 0, n);
-    }
-}
-
-/* ---- the reference: double loops ---------------------------------------------- */
-
-typedef struct reference_job {
-    const seq_plan *plans;
-    size_t batch, H, D;
-    double scale;
-    float *out;
-    double *scratch; /* per part: positions + D doubles */
-    size_t part_doubles;
-} reference_job;
-
-/* Row r (packed) of every query head: softmax(q . k * scale) @ v over its
- * visible positions, all in double. */
-static void reference_row(void *arg, size_t part, size_t begin, size_t end) {
-    const reference_job *job = arg;
-    size_t H = job->H, D = job->D;
-    double *w = job->scratch + part * job->part_doubles, *o = w + job->part_doubles - D;
-    for (size_t row = begin; row < end; row++) {
-        size_t s = 0;
-        while (!(job->plans[s].path == PATH_REFERENCE && row >= job->plans[s].row_start &&
-                 row < job->plans[s].row_start + job->plans[s].d.rows))
-            s++;
-        const attn_decode_seq *d = &job->plans[s].d;
-        size_t r = row - job->plans[s].row_start, lo, hi, G = H / d->kv_heads;
-        attn_decode_visible(d, r, &lo, &hi);
-        for (size_t h = 0; h < H; h++) {
-            const float *q = d->q + (r * H + h) * D;
-            size_t off = (h / G) * D;
-            double mx = -INFINITY, sum = 0.0;
-            for (size_t j = lo; j < hi; j++) {
-                const float *k, *v;
-                attn_decode_key_rows(&d->keys, j, 1, &k, &v);
-                double dotp = 0.0;
-                for (size_t e = 0; e < D; e++) dotp += (double)q[e] * k[off + e];
-                w[j - lo] = dotp * job->scale;
-                if (w[j - lo] > mx) mx = w[j - lo];
-            }
-            for (size_t e = 0; e < D; e++) o[e] = 0.0;
-            for (size_t j = lo; j < hi; j++) {
-                const float *k, *v;
-                attn_decode_key_rows(&d->keys, j, 1, &k, &v);
-                double p = exp(w[j - lo] - mx);
-                sum += p;
-                for (size_t e = 0; e < D; e++) o[e] += p * v[off + e];
-            }
-            float *y = job->out + (row * H + h) * D;
-            for (size_t e = 0; e < D; e++) y[e] = (float)(o[e] / sum);
-        }
-    }
 }
 
 /* ---- attend ------------------------------------------------------------------ */
@@ -608,123 +420,58 @@ static attn_status check_args(attn_kv_cache *c, const attn_kv_attend_args *a, si
     return ATTN_OK;
 }
 
-/* The chunks of a sequence: C from its length, and those its rows see. */
-static void plan_chunks(seq_plan *sp) {
-    size_t total = sp->d.first_pos + sp->d.rows, C = MIN_CHUNK;
-    while (C < total && ceil_div(total, C) > MAX_CHUNKS) C *= 2;
-    size_t lo, hi;
-    attn_decode_visible(&sp->d, 0, &lo, &hi);
-    sp->chunk = C;
-    sp->chunk0 = lo / C;
-    sp->chunks = (total - 1) / C - sp->chunk0 + 1;
+/* Sequence s is a prompt: an empty cache and at least PREFILL_ROWS new
+ * rows, whose keys are its own rows alone: a dense problem (the reference
+ * ctx keeps every row on the cache problem's oracle). */
+static bool is_prompt(const attn_kv_cache *c, const kv_layer *L, size_t s, size_t n) {
+    return c->ctx->ks.decode && L->length[s] == 0 && n >= PREFILL_ROWS;
 }
 
-/* Grows the cache's scratch to bytes (its contents lost). */
-static bool scratch_fit(attn_kv_cache *c, size_t bytes) {
-    if (bytes <= c->scratch_bytes) return true;
-    attn_free(c->scratch);
-    c->scratch = attn_aligned_alloc(64, bytes); /* the kernels' tiles: whole lines */
-    c->scratch_bytes = c->scratch ? bytes : 0;
-    return c->scratch != NULL;
-}
-
-/* The fused attention on one prompt (an empty cache: keys = its rows). */
-static attn_attention_problem prefill_problem(const seq_plan *sp, float scale, float *out) {
-    const attn_decode_seq *d = &sp->d;
-    size_t H = d->q_heads, KH = d->kv_heads, D = d->head_dim;
+/* The attention of prompt s's n rows (from packed row at) among themselves. */
+static attn_attention_problem prompt_problem(const attn_kv_cache *c, const kv_layer *L,
+                                             const attn_kv_attend_args *a, double scale,
+                                             size_t at, size_t n) {
+    size_t H = a->q_heads, KH = c->cfg.kv_heads, D = c->cfg.head_dim;
     attn_attention_problem p = {
-        .batch = 1, .q_heads = H, .kv_heads = KH, .q_len = d->rows, .kv_len = d->rows,
+        .batch = 1, .q_heads = H, .kv_heads = KH, .q_len = n, .kv_len = n,
         .head_dim = D, .v_head_dim = D,
-        .q = attn_view_f32(d->q, (attn_view_strides){0, H * D, D}),
-        .k = attn_view_f32(d->keys.k_new, (attn_view_strides){0, KH * D, D}),
-        .v = attn_view_f32(d->keys.v_new, (attn_view_strides){0, KH * D, D}),
-        .out = attn_view_f32(out + sp->row_start * H * D, (attn_view_strides){0, H * D, D}),
-        .scale = scale, .causal = true};
-    if (d->window) {
+        .q = attn_view_f32(a->q + at * H * D, (attn_view_strides){0, H * D, D}),
+        .k = attn_view_f32(a->k_new + at * KH * D, (attn_view_strides){0, KH * D, D}),
+        .v = attn_view_f32(a->v_new + at * KH * D, (attn_view_strides){0, KH * D, D}),
+        .out = attn_view_f32(a->out + at * H * D, (attn_view_strides){0, H * D, D}),
+        .scale = (float)scale, .scale_f64 = scale, .causal = true};
+    if (L->window) {
         p.window = true;
-        p.window_left = (int64_t)d->window - 1;
+        p.window_left = (int64_t)L->window - 1;
         p.window_right = 0;
     }
     return p;
 }
 
-/* What one call needs, summed over its sequences. */
-typedef struct call_plan {
-    size_t items;         /* parallel work items */
-    size_t partials;      /* floats of split partials */
-    size_t max_keys;      /* reference: the most keys a row sees, at most */
-    size_t prefill_bytes; /* the largest prompt's attention workspace */
-    double work;          /* multiply-adds of the decode kernels */
-} call_plan;
-
-/* Chooses the path of sequence sp (its d and row_start set) and adds what
- * it needs to cp. */
-static void plan_sequence(attn_ctx *ctx, seq_plan *sp, size_t parts, float scale, float *out,
-                          call_plan *cp) {
-    size_t n = sp->d.rows, H = sp->d.q_heads, D = sp->d.head_dim;
-    if (!n) return;
-    if (!ctx->ks.decode) {
-        sp->path = PATH_REFERENCE;
-        if (sp->d.first_pos + n > cp->max_keys) cp->max_keys = sp->d.first_pos + n;
-        return;
+/* The rest of the call: every sequence but the prompts (their new_rows 0)
+ * against the cache's rows, through view. */
+static attn_attention_problem cache_problem(const attn_kv_cache *c, const kv_layer *L,
+                                            const attn_kv_attend_args *a, double scale,
+                                            const attn_kv_cache_view *view) {
+    size_t H = a->q_heads, KH = c->cfg.kv_heads, D = c->cfg.head_dim, longest = 1, all = 1;
+    for (size_t s = 0; s < c->cfg.batch; s++) {
+        if (view->new_rows[s] > longest) longest = view->new_rows[s];
+        if (view->cached[s] + view->new_rows[s] > all) all = view->cached[s] + view->new_rows[s];
     }
-    if (sp->d.first_pos == 0 && n >= PREFILL_ROWS) {
-        sp->path = PATH_PREFILL;
-        attn_attention_problem p = prefill_problem(sp, scale, out);
-        size_t b = attn_attention_forward_bytes(ctx, &p, false, false);
-        if (b > cp->prefill_bytes) cp->prefill_bytes = b;
-        return;
+    attn_attention_problem p = {
+        .batch = c->cfg.batch, .q_heads = H, .kv_heads = KH, .q_len = longest, .kv_len = all,
+        .head_dim = D, .v_head_dim = D,
+        .q = attn_view_f32(a->q, (attn_view_strides){0, H * D, D}),
+        .k = attn_view_f32(a->k_new, (attn_view_strides){0, KH * D, D}),
+        .v = attn_view_f32(a->v_new, (attn_view_strides){0, KH * D, D}),
+        .out = attn_view_f32(a->out, (attn_view_strides){0, H * D, D}),
+        .scale = (float)scale, .scale_f64 = scale, .causal = true, .kv_cache = view};
+    if (L->window) {
+        p.window = true;
+        p.window_left = (int64_t)L->window - 1;
+        p.window_right = 0;
     }
-    plan_chunks(sp);
-    cp->work += 2.0 * (double)n * (double)(sp->chunks * sp->chunk) * (double)(H * D);
-    size_t pf = sp->chunks * partial_floats(n, H, D);
-    if (n <= ATTN_DECODE_ROWS && sp->chunks > 1 && parts > 1 &&
-        cp->partials + pf <= SPLIT_BUDGET) {
-        sp->path = PATH_SPLIT;
-        sp->partial_at = cp->partials;
-        cp->partials += pf;
-        cp->items += sp->chunks;
-    } else {
-        sp->path = PATH_ROWS;
-        cp->items += ceil_div(n, ATTN_DECODE_ROWS);
-    }
-}
-
-/* The fast paths on scratch laid out as in attn_kv_cache_attend: prompts
- * through the fused attention, then the decode items, then the folds. */
-static void run_fast(attn_kv_cache *c, const seq_plan *plans, const call_plan *cp, size_t rows,
-                     size_t H, float scale, float *out, size_t item_bytes, size_t part_floats) {
-    attn_ctx *ctx = c->ctx;
-    size_t B = c->cfg.batch, D = c->cfg.head_dim, threads = attn_ctx_num_threads(ctx);
-    for (size_t s = 0; s < B; s++) {
-        if (plans[s].path != PATH_PREFILL) continue;
-        attn_attention_problem p = prefill_problem(&plans[s], scale, out);
-        /* checked and its workspace in hand: it cannot fail */
-        (void)attn_attention_forward(ctx, WHO, &p, NULL, NULL, NULL, NULL, c->scratch);
-    }
-    work_item *list = c->scratch;
-    float *f = (float *)((char *)c->scratch + item_bytes);
-    attend_job job = {.kern = ctx->ks.decode, .plans = plans, .items = list, .H = H, .D = D,
-                      .out = out, .part_scratch = f, .part_floats = part_floats};
-    job.m = f + attn_parallel_parts(threads) * part_floats;
-    job.l = job.m + rows * H;
-    job.partials = job.l + rows * H;
-    for (size_t i = 0; i < rows * H; i++) {
-        job.m[i] = -INFINITY;
-        job.l[i] = 0.0f;
-    }
-    size_t k = 0;
-    for (size_t s = 0; s < B; s++) {
-        const seq_plan *sp = &plans[s];
-        size_t n = sp->path == PATH_SPLIT  ? sp->chunks
-                   : sp->path == PATH_ROWS ? ceil_div(sp->d.rows, ATTN_DECODE_ROWS)
-                                           : 0;
-        for (size_t i = 0; i < n; i++) list[k++] = (work_item){s, i};
-    }
-    /* threads only where the work pays for starting them */
-    attn_pool_dynamic(attn_ctx_pool(ctx), cp->work < PARALLEL_WORK ? 1 : threads, k, run_item,
-                      &job);
-    fold_split(&job, B);
+    return p;
 }
 
 attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args *args) {
@@ -738,52 +485,67 @@ attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args
 
     const attn_kv_cache_config *cfg = &cache->cfg;
     kv_layer *L = &cache->layers[args->layer];
-    size_t B = cfg->batch, H = args->q_heads, D = cfg->head_dim, KH = cfg->kv_heads;
-    size_t threads = attn_ctx_num_threads(ctx), parts = attn_parallel_parts(threads);
-    double scale = args->scale > 0.0 ? args->scale : 1.0 / sqrt((double)D);
+    size_t B = cfg->batch;
+    double scale = args->scale > 0.0 ? args->scale : 1.0 / sqrt((double)cfg->head_dim);
 
-    /* plan every sequence and take the memory: all in hand before anything
+    /* the problems of the call (the prompts, dense; the rest over the
+     * cache) and the memory of the largest: all in hand before anything
      * is written */
-    seq_plan *plans = attn_calloc(B, sizeof(seq_plan));
-    if (!plans) goto no_memory;
-    call_plan cp = {0};
+    size_t *lens = attn_calloc(3 * B, sizeof(size_t));
+    if (!lens) goto no_memory;
+    attn_kv_cache_view view = {.cached = L->length, .new_rows = lens, .row_start = lens + B,
+                               .k_pool = L->k, .v_pool = L->v, .dtype = ATTN_DTYPE_F32,
+                               .capacity = L->capacity};
+    if (cfg->layout == ATTN_KV_PAGED) {
+        view.pages = L->pages;
+        view.page_size = cfg->page_size;
+        view.table_len = L->table_len;
+    }
+    size_t *prompt_rows = lens + 2 * B, bytes = 0, prompts = 0;
     for (size_t s = 0, at = 0; s < B; s++) {
-        seq_plan *sp = &plans[s];
         size_t n = new_count(args->new_lens, args->new_tokens, s);
-        sp->row_start = at;
-        sp->d = (attn_decode_seq){
-            .q_heads = H, .kv_heads = KH, .head_dim = D,
-            .scale2 = (float)(scale * 1.4426950408889634), /* log2(e) */
-            .q = args->q + at * H * D, .rows = n, .first_pos = L->length[s],
-            .window = L->window,
-            .keys = keys_of(cache, L, s, args->k_new + at * KH * D, args->v_new + at * KH * D)};
+        lens[B + s] = at;
+        if (n && is_prompt(cache, L, s, n)) {
+            prompt_rows[s] = n;
+            attn_attention_problem p = prompt_problem(cache, L, args, scale, at, n);
+            if ((st = attn_attention_check(ctx, WHO, &p)) != ATTN_OK) goto done;
+            size_t b = attn_attention_forward_bytes(ctx, &p, false, false);
+            if (b > bytes) bytes = b;
+            prompts++;
+        } else {
+            lens[s] = n;
+        }
         at += n;
-        plan_sequence(ctx, sp, parts, (float)scale, args->out, &cp);
     }
-    /* scratch: the item list, then per part a partial and the kernel's
-     * scratch, m and l of every row, the split partials; or the
-     * reference's doubles; or a prompt's workspace (used first) */
-    bool reference = !ctx->ks.decode;
-    size_t part_floats = partial_floats(ATTN_DECODE_ROWS, H, D) +
-                         ATTN_DECODE_ROWS * H * ATTN_DECODE_BLOCK;
-    size_t item_bytes = (cp.items * sizeof(work_item) + 63) / 64 * 64;
-    size_t bytes = item_bytes + (parts * part_floats + 2 * rows * H + cp.partials) * sizeof(float);
-    if (reference) bytes = parts * (cp.max_keys + D) * sizeof(double);
-    if (cp.prefill_bytes > bytes) bytes = cp.prefill_bytes;
-    if (!scratch_fit(cache, bytes)) goto no_memory;
+    attn_attention_problem rest = cache_problem(cache, L, args, scale, &view);
+    bool decoding = prompts < B;
+    if (decoding) {
+        if ((st = attn_attention_check(ctx, WHO, &rest)) != ATTN_OK) goto done;
+        size_t b = attn_attention_forward_bytes(ctx, &rest, false, false);
+        if (b > bytes) bytes = b;
+    }
+    void *workspace = attn_ctx_workspace(ctx, bytes);
+    if (!workspace) goto no_memory;
 
-    /* nothing fails from here on */
-    if (reference) {
-        reference_job rj = {plans, B, H, D, scale, args->out, cache->scratch, cp.max_keys + D};
-        attn_parallel_for_parts(threads, rows, 1, reference_row, &rj);
-    } else {
-        run_fast(cache, plans, &cp, rows, H, (float)scale, args->out, item_bytes, part_floats);
+    /* checked, and the workspace in hand: the runner fails in nothing */
+    for (size_t s = 0; s < B; s++) {
+        if (!prompt_rows[s]) continue;
+        attn_attention_problem p =
+            prompt_problem(cache, L, args, scale, lens[B + s], prompt_rows[s]);
+        if ((st = attn_attention_forward(ctx, WHO, &p, NULL, NULL, NULL, NULL, workspace)) !=
+            ATTN_OK)
+            goto done;
     }
+    if (decoding &&
+        (st = attn_attention_forward(ctx, WHO, &rest, NULL, NULL, NULL, NULL, workspace)) !=
+            ATTN_OK)
+        goto done;
     append_all(cache, L, args->new_lens, args->new_tokens, args->k_new, args->v_new);
-    attn_free(plans);
-    return ATTN_OK;
+done:
+    attn_free(lens);
+    return st;
 no_memory:
-    attn_free(plans);
+    attn_free(lens);
     return attn_fail(ctx, ATTN_ERR_NO_MEMORY, WHO ": cannot allocate the working memory of %zu "
                      "rows against layer %zu", rows, args->layer);
 }

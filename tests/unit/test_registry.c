@@ -3,7 +3,8 @@
  * attn_ctx_last_explain records it: the order asked, each decline with its
  * reason, the backend (and kernels) that ran.
  *
- *   - the registry holds fused, fused16 and the reference, in that order;
+ *   - the registry holds fused, fused16, decode and the reference, in that
+ *     order;
  *   - float32 runs fused on a fast ctx, the reference on a reference ctx
  *     (fused declining for that reason);
  *   - values past float32's range in the tiles: fused declines them (after
@@ -14,7 +15,11 @@
  *   - bf16 with dropout and f16: fused16 declines (dropout; the dtype),
  *     the problem is widened to float32 and fused runs it; bf16 without
  *     dropout on a CPU with avx512_bf16 where vdpbf16ps pays (or is
- *     forced): fused16 runs.
+ *     forced): fused16 runs;
+ *   - a KV cache (contiguous and paged): a prompt into an empty cache is a
+ *     dense problem that fused runs; a decode step's K and V come from the
+ *     cache, which fused declines and the decode backend runs (the
+ *     reference on a reference ctx), with the same bits on both layouts.
  * Fresh random inputs each run (the seed is printed; argv[1] replays it).
  */
 #include "attn.h"
@@ -56,9 +61,9 @@ static attn_sdpa_config config(void) {
 static void registry_order(void) {
     size_t n;
     const attn_attention_backend *const *all = attn_attention_registry(&n);
-    CHECK(n == 3);
-    CHECK(n == 3 && all[0] == &attn_attention_fused && all[1] == &attn_attention_fused16 &&
-          all[2] == &attn_attention_reference);
+    CHECK(n == 4);
+    CHECK(n == 4 && all[0] == &attn_attention_fused && all[1] == &attn_attention_fused16 &&
+          all[2] == &attn_attention_decode && all[3] == &attn_attention_reference);
 }
 
 static void float32_choices(attn_ctx *fast, attn_ctx *ref, float *q, float *k, float *v) {
@@ -170,6 +175,49 @@ static void sixteen_bit_choices(attn_ctx *fast, const float *q, const float *k, 
     }
 }
 
+/* A prompt of 80 tokens, then 3 decode steps, on a cache of layout. */
+static void cache_choices(attn_ctx *ctx, attn_kv_layout layout, float *out_last) {
+    attn_kv_cache *cache = NULL;
+    attn_kv_cache_config cfg = {.num_layers = 1, .batch = 1, .kv_heads = HKV, .head_dim = D,
+                                .max_len = 128, .layout = layout, .page_size = 16};
+    CHECK(attn_kv_cache_new(ctx, &cfg, &cache) == ATTN_OK);
+    if (!cache) return;
+    size_t n = 80, nq = n * H * D, nk = n * HKV * D;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *out = malloc(nq * 4);
+    uint64_t kept = state;
+    state = 99; /* the same tokens on every ctx and layout */
+    for (size_t i = 0; i < nq; i++) q[i] = (float)uniform();
+    for (size_t i = 0; i < nk; i++) k[i] = (float)uniform(), v[i] = (float)uniform();
+    state = kept;
+    bool fast = attn_ctx_kernels(ctx) != ATTN_KERNELS_REFERENCE;
+    attn_kv_attend_args a = {.new_tokens = n, .q_heads = H, .q = q, .k_new = k, .v_new = v,
+                             .out = out};
+    CHECK(attn_kv_cache_attend(cache, &a) == ATTN_OK);
+    if (fast)
+        CHECK(strncmp(explain_of(ctx), "fused [", 7) == 0 && says(ctx, "]: ran"));
+    else
+        CHECK(says(ctx, "decode: declined (the ctx runs the reference kernels); reference: ran"));
+    for (size_t step = 0; step < 3; step++) {
+        a = (attn_kv_attend_args){.new_tokens = 1, .q_heads = H, .q = q + step * H * D,
+                                  .k_new = k + step * HKV * D, .v_new = v + step * HKV * D,
+                                  .out = out_last};
+        CHECK(attn_kv_cache_attend(cache, &a) == ATTN_OK);
+        CHECK(says(ctx, fast ? "fused: declined (K and V come from a KV cache)"
+                             : "fused: declined (the ctx runs the reference kernels)"));
+        CHECK(says(ctx, fast ? "; decode [" : "decode: declined (the ctx runs the reference"));
+        CHECK(fast ? !strstr(explain_of(ctx), "reference") : says(ctx, "reference: ran"));
+    }
+    attn_kv_cache_free(cache);
+    free(q), free(k), free(v), free(out);
+}
+
+static void cache_layouts(attn_ctx *ctx) {
+    float a[H * D], b[H * D];
+    cache_choices(ctx, ATTN_KV_CONTIGUOUS, a);
+    cache_choices(ctx, ATTN_KV_PAGED, b);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
     printf("seed %llu\n", (unsigned long long)seed);
@@ -191,6 +239,8 @@ int main(int argc, char **argv) {
     sixteen_bit_choices(fast, q, k, v);
     sixteen_bit_choices(forced, q, k, v);
     sixteen_bit_choices(ref, q, k, v);
+    cache_layouts(fast);
+    cache_layouts(ref);
     free(q), free(k), free(v);
     attn_ctx_free(fast);
     attn_ctx_free(forced);

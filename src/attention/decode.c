@@ -1,0 +1,317 @@
+/*
+ * decode.c — the split-KV decode backend of the attention contract: a few
+ * new rows per sequence against keys from a KV cache (contiguous or paged),
+ * on the decode kernels of the ctx's kernel set (kernels/decode/decode.h).
+ * It takes problems whose K and V come from a cache (attn_kv_cache_view),
+ * float32, causal with an optional window on the left, forward only; it
+ * declines softcap, ALiBi, sinks and dropout (the reference runs them).
+ *
+ * The work of a sequence: its keys in chunks of C positions (C from its
+ * length alone), each chunk's partial softmax folded into the result in
+ * chunk order. Split mode runs the chunks of a few-row sequence as parallel
+ * items and folds them afterwards (one token against a long cache uses
+ * every thread); row mode runs blocks of rows, each walking its chunks in
+ * order. Both fold the same partials in the same order, so the choice
+ * (made by thread count and memory) changes no bit, and neither does the
+ * layout: positions turn into rows by one function (attn_decode_key_rows).
+ */
+#include "attention/attention.h"
+
+#include "kernels/decode/decode.h"
+#include "parallel.h"
+
+#include <math.h>
+#include <string.h>
+
+/* Chunks a sequence's keys are cut into at most (C is a power of two, at
+ * least MIN_CHUNK): enough to spread one token over many threads, few
+ * enough that the partials stay small. */
+#define MAX_CHUNKS 64
+#define MIN_CHUNK 256
+/* Split mode's partials take at most this many floats per call (64 MiB);
+ * sequences past it run in row mode. */
+#define SPLIT_BUDGET ((size_t)16 << 20)
+/* Multiply-adds below which one thread runs a call (waking the ctx's
+ * workers and waiting for the last costs some microseconds). */
+#define PARALLEL_WORK 4e6
+
+static size_t ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
+static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+static const char *decode_declines(const attn_ctx *ctx, const attn_attention_problem *p,
+                                   attn_pass pass) {
+    if (!p->kv_cache) return "K and V are dense";
+    if (!ctx->ks.decode) return "the ctx runs the reference kernels";
+    if (p->q.dtype != ATTN_DTYPE_F32 || p->kv_cache->dtype != ATTN_DTYPE_F32)
+        return "its kernels read float32";
+    if (pass.backward) return "decoding has no backward";
+    if (pass.traced) return "the scores' trace is the reference's";
+    if (pass.dropout) return "dropout";
+    const char *feature =
+        attn_problem_unsupported(p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_KV_CACHE);
+    if (feature) return feature;
+    if (p->v_head_dim != p->head_dim) return "v_head_dim != head_dim";
+    if (!p->causal || p->diagonal != ATTN_DIAGONAL_BOTTOM_RIGHT) return "not causal from the cache";
+    if (p->window && (p->window_right != 0 || p->window_left < 0))
+        return "a window other than (W - 1, 0)";
+    size_t HD = p->q_heads * p->head_dim, KD = p->kv_heads * p->head_dim;
+    if (p->q.st.t != HD || p->q.st.h != p->head_dim || p->out.st.t != HD ||
+        p->out.st.h != p->head_dim || p->k.st.t != KD || p->k.st.h != p->head_dim ||
+        p->v.st.t != KD || p->v.st.h != p->head_dim)
+        return "rows that are not (tokens, heads, head_dim)";
+    return NULL;
+}
+
+static const char *decode_kernel_name(const attn_ctx *ctx, const attn_attention_problem *p) {
+    (void)p;
+    return ctx->ks.decode->name;
+}
+
+/* ---- the plan of one call ---------------------------------------------------- */
+
+typedef enum seq_path { PATH_NONE, PATH_SPLIT, PATH_ROWS } seq_path;
+
+typedef struct seq_plan {
+    attn_decode_seq d;
+    size_t row_start;      /* its first packed row */
+    seq_path path;
+    size_t chunk;          /* C: positions per chunk */
+    size_t chunk0, chunks; /* its chunks: [chunk0, chunk0 + chunks) */
+    size_t partial_at;     /* split: floats into the partials */
+} seq_plan;
+
+/* What one call needs, summed over its sequences. */
+typedef struct call_plan {
+    size_t items;    /* parallel work items */
+    size_t partials; /* floats of split partials */
+    double work;     /* multiply-adds of the decode kernels */
+    size_t rows;     /* packed rows up to the last sequence's last new one */
+} call_plan;
+
+/* A unit of parallel work: one chunk of a split sequence, or a block of
+ * rows of a row-mode one. */
+typedef struct work_item {
+    size_t seq, index;
+} work_item;
+
+static size_t partial_floats(size_t rows, size_t H, size_t D) { return rows * H * (D + 2); }
+
+/* Where sequence b's keys are: the cache's pools and its new rows. */
+static attn_decode_keys keys_of(const attn_attention_problem *p, size_t b) {
+    const attn_kv_cache_view *c = p->kv_cache;
+    size_t row = p->kv_heads * p->head_dim, at = c->row_start[b] * row;
+    attn_decode_keys m = {.row = row, .cached = c->cached[b],
+                          .k_new = (const float *)p->k.data + at,
+                          .v_new = (const float *)p->v.data + at};
+    if (c->pages) {
+        m.pages = c->pages + b * c->table_len;
+        m.page_size = c->page_size;
+        m.table_len = c->table_len;
+        m.k_pool = c->k_pool;
+        m.v_pool = c->v_pool;
+    } else {
+        m.capacity = c->capacity;
+        m.k_cache = (const float *)c->k_pool + b * c->capacity * row;
+        m.v_cache = (const float *)c->v_pool + b * c->capacity * row;
+    }
+    return m;
+}
+
+/* The chunks of a sequence: C from its length, and those its rows see. */
+static void plan_chunks(seq_plan *sp) {
+    size_t total = sp->d.first_pos + sp->d.rows, C = MIN_CHUNK;
+    while (C < total && ceil_div(total, C) > MAX_CHUNKS) C *= 2;
+    size_t lo, hi;
+    attn_decode_visible(&sp->d, 0, &lo, &hi);
+    sp->chunk = C;
+    sp->chunk0 = lo / C;
+    sp->chunks = (total - 1) / C - sp->chunk0 + 1;
+}
+
+/* Every sequence's plan (into plans, batch of them, or nowhere when NULL)
+ * and the call's sums. */
+static call_plan plan_call(const attn_ctx *ctx, const attn_attention_problem *p,
+                           seq_plan *plans) {
+    size_t H = p->q_heads, D = p->head_dim, parts = attn_parallel_parts(ctx->num_threads);
+    call_plan cp = {0};
+    seq_plan one;
+    for (size_t b = 0; b < p->batch; b++) {
+        seq_plan *sp = plans ? &plans[b] : &one;
+        size_t n = p->kv_cache->new_rows[b];
+        *sp = (seq_plan){.row_start = p->kv_cache->row_start[b]};
+        sp->d = (attn_decode_seq){
+            .q_heads = H, .kv_heads = p->kv_heads, .head_dim = D,
+            .scale2 = (float)(p->scale_f64 * 1.4426950408889634), /* log2(e) */
+            .q = (const float *)p->q.data + sp->row_start * H * D, .rows = n,
+            .first_pos = p->kv_cache->cached[b],
+            .window = p->window ? (size_t)p->window_left + 1 : 0, .keys = keys_of(p, b)};
+        if (!n) continue;
+        if (sp->row_start + n > cp.rows) cp.rows = sp->row_start + n;
+        plan_chunks(sp);
+        cp.work += 2.0 * (double)n * (double)(sp->chunks * sp->chunk) * (double)(H * D);
+        size_t pf = sp->chunks * partial_floats(n, H, D);
+        if (n <= ATTN_DECODE_ROWS && sp->chunks > 1 && parts > 1 &&
+            cp.partials + pf <= SPLIT_BUDGET) {
+            sp->path = PATH_SPLIT;
+            sp->partial_at = cp.partials;
+            cp.partials += pf;
+            cp.items += sp->chunks;
+        } else {
+            sp->path = PATH_ROWS;
+            cp.items += ceil_div(n, ATTN_DECODE_ROWS);
+        }
+    }
+    return cp;
+}
+
+/* The workspace, in order: the plans, the item list, then per part a
+ * partial and the kernel's scratch, m and l of every row, the split
+ * partials. */
+typedef struct layout {
+    size_t plans, items, part_floats, floats;
+} layout;
+
+static layout layout_of(const attn_ctx *ctx, const attn_attention_problem *p,
+                        const call_plan *cp) {
+    size_t H = p->q_heads, D = p->head_dim, parts = attn_parallel_parts(ctx->num_threads);
+    layout l = {.plans = (p->batch * sizeof(seq_plan) + 63) / 64 * 64,
+                .items = (cp->items * sizeof(work_item) + 63) / 64 * 64,
+                .part_floats = partial_floats(ATTN_DECODE_ROWS, H, D) +
+                               ATTN_DECODE_ROWS * H * ATTN_DECODE_BLOCK};
+    l.floats = parts * l.part_floats + 2 * cp->rows * H + cp->partials;
+    return l;
+}
+
+static size_t decode_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p,
+                                   const attn_attention_trace *trace) {
+    (void)trace;
+    call_plan cp = plan_call(ctx, p, NULL);
+    layout l = layout_of(ctx, p, &cp);
+    return l.plans + l.items + l.floats * sizeof(float);
+}
+
+/* ---- the pass ------------------------------------------------------------------ */
+
+typedef struct attend_job {
+    const attn_decode_kernels *kern;
+    const seq_plan *plans;
+    const work_item *items;
+    size_t H, D;
+    float *out;          /* (rows, H, D): accumulators, then the result */
+    float *m, *l;        /* (rows, H) running max and sum */
+    float *partials;     /* split: per chunk (rows, H) m, l, then (rows, H, D) acc */
+    float *part_scratch; /* per part: part_floats */
+    size_t part_floats;
+} attend_job;
+
+/* Positions [chunk * C, (chunk + 1) * C) clipped to the sequence's keys. */
+static void chunk_keys(const seq_plan *sp, size_t chunk, size_t *begin, size_t *end) {
+    size_t total = sp->d.first_pos + sp->d.rows;
+    *begin = chunk * sp->chunk;
+    *end = min_size(*begin + sp->chunk, total);
+}
+
+/* rows [r0, r0 + n) of a sequence: (m, l, acc) /= l into out. */
+static void finish_rows(const attend_job *job, const seq_plan *sp, size_t r0, size_t n) {
+    size_t H = job->H, D = job->D;
+    for (size_t i = (sp->row_start + r0) * H; i < (sp->row_start + r0 + n) * H; i++) {
+        float *o = job->out + i * D, l = job->l[i];
+        for (size_t d = 0; d < D; d++) o[d] = o[d] / l;
+    }
+}
+
+/* Folds a partial of rows [r0, r0 + n) (m, l (n, H), acc (n, H, D)) into
+ * the running results of those rows. */
+static void fold_rows(const attend_job *job, const seq_plan *sp, size_t r0, size_t n,
+                      const float *pm, const float *pl, const float *pacc) {
+    size_t H = job->H, D = job->D, base = (sp->row_start + r0) * H;
+    for (size_t i = 0; i < n * H; i++)
+        attn_decode_fold(&job->m[base + i], &job->l[base + i], job->out + (base + i) * D, pm[i],
+                         pl[i], pacc + i * D, D);
+}
+
+static void run_item(void *arg, size_t part, size_t item) {
+    const attend_job *job = arg;
+    const work_item *w = &job->items[item];
+    const seq_plan *sp = &job->plans[w->seq];
+    size_t H = job->H, D = job->D, begin, end;
+    float *scratch = job->part_scratch + part * job->part_floats;
+    if (sp->path == PATH_SPLIT) {
+        size_t c = sp->chunk0 + w->index, n = sp->d.rows;
+        float *pm = job->partials + sp->partial_at + w->index * partial_floats(n, H, D);
+        chunk_keys(sp, c, &begin, &end);
+        job->kern->chunk(&sp->d, 0, n, begin, end, pm, pm + n * H, pm + 2 * n * H, scratch);
+        return;
+    }
+    /* row mode: rows [r0, r0 + n), every chunk in order */
+    size_t r0 = w->index * ATTN_DECODE_ROWS, n = min_size(ATTN_DECODE_ROWS, sp->d.rows - r0);
+    float *pm = scratch, *pl = pm + n * H, *pacc = pl + n * H;
+    float *chunk_scratch = scratch + partial_floats(ATTN_DECODE_ROWS, H, D);
+    for (size_t c = sp->chunk0; c < sp->chunk0 + sp->chunks; c++) {
+        chunk_keys(sp, c, &begin, &end);
+        job->kern->chunk(&sp->d, r0, n, begin, end, pm, pl, pacc, chunk_scratch);
+        fold_rows(job, sp, r0, n, pm, pl, pacc);
+    }
+    finish_rows(job, sp, r0, n);
+}
+
+/* Split sequences: fold each one's chunk partials in chunk order. */
+static void fold_split(const attend_job *job, size_t batch) {
+    size_t H = job->H, D = job->D;
+    for (size_t s = 0; s < batch; s++) {
+        const seq_plan *sp = &job->plans[s];
+        if (sp->path != PATH_SPLIT) continue;
+        size_t n = sp->d.rows;
+        for (size_t c = 0; c < sp->chunks; c++) {
+            const float *pm = job->partials + sp->partial_at + c * partial_floats(n, H, D);
+            fold_rows(job, sp, 0, n, pm, pm + n * H, pm + 2 * n * H);
+        }
+        finish_rows(job, sp, 0, n);
+    }
+}
+
+static const char *decode_forward(attn_ctx *ctx, const attn_attention_problem *p,
+                                  const attn_attention_dropout *drop,
+                                  const attn_attention_trace *trace, void *workspace) {
+    (void)drop, (void)trace; /* neither: decode_declines */
+    size_t B = p->batch, H = p->q_heads, D = p->head_dim, threads = ctx->num_threads;
+    seq_plan *plans = workspace;
+    call_plan cp = plan_call(ctx, p, plans);
+    layout lay = layout_of(ctx, p, &cp);
+    work_item *list = (work_item *)((char *)workspace + lay.plans);
+    float *f = (float *)((char *)list + lay.items);
+    attend_job job = {.kern = ctx->ks.decode, .plans = plans, .items = list, .H = H, .D = D,
+                      .out = p->out.data, .part_scratch = f, .part_floats = lay.part_floats};
+    job.m = f + attn_parallel_parts(threads) * lay.part_floats;
+    job.l = job.m + cp.rows * H;
+    job.partials = job.l + cp.rows * H;
+    /* every sequence's rows, packed from its row_start (the rows of a
+     * sequence with no new ones are none) */
+    for (size_t b = 0; b < B; b++)
+        for (size_t i = plans[b].row_start * H; i < (plans[b].row_start + plans[b].d.rows) * H;
+             i++) {
+            job.m[i] = -INFINITY;
+            job.l[i] = 0.0f;
+        }
+    size_t k = 0;
+    for (size_t s = 0; s < B; s++) {
+        const seq_plan *sp = &plans[s];
+        size_t n = sp->path == PATH_SPLIT  ? sp->chunks
+                   : sp->path == PATH_ROWS ? ceil_div(sp->d.rows, ATTN_DECODE_ROWS)
+                                           : 0;
+        for (size_t i = 0; i < n; i++) list[k++] = (work_item){s, i};
+    }
+    /* threads only where the work pays for starting them */
+    attn_pool_dynamic(attn_ctx_pool(ctx), cp.work < PARALLEL_WORK ? 1 : threads, k, run_item,
+                      &job);
+    fold_split(&job, B);
+    return NULL;
+}
+
+const attn_attention_backend attn_attention_decode = {
+    .name = "decode",
+    .kernel_name = decode_kernel_name,
+    .declines = decode_declines,
+    .forward_bytes = decode_forward_bytes,
+    .forward = decode_forward,
+};
