@@ -646,9 +646,8 @@ static size_t forward_workspace(const attn_attention_problem *p, attn_flash_fit 
 }
 
 /* Whether the forward of f can measure its inputs itself: the lane
- * forward measures every row of q, k and v as it reads them, where they
- * are in cache (forward_lanes), where a scan before it would read them from
- * memory. */
+ * forward measures every row of q, k and v as it reads them, in cache
+ * (forward_lanes); a scan before it would read them from memory. */
 static bool lanes_measure(const flash_shape *f) { return lanes_take(f); }
 
 static bool forward_measures(const attn_attention_problem *p, const attn_attention_dropout *drop) {
