@@ -40,8 +40,8 @@ bench: bench-deps build
 # and the MPI tests (label mpi): Open MPI keeps allocations past
 # MPI_Finalize, which LeakSanitizer reports as leaks. heatmap_without_libpng
 # makes and runs a build of its own, not this one. Built at -O1: at -O0
-# the kernels' intrinsics made the tests 1.6-1.7x slower (652 s against
-# 380-417 s on a 2-vCPU Skylake-SP), far more than -O1 adds to the build.
+# the kernels' intrinsics run unoptimised and slow the suite far more than
+# -O1 adds to the build.
 sanitize: deps
 	cmake -S . -B $(BUILD)-sanitize -DCMAKE_BUILD_TYPE=Debug -DCMAKE_C_FLAGS_DEBUG="-g -O1" \
 	  -DATTN_SANITIZE=ON -DATTN_ALLOC_FAILURE_INJECTION=ON

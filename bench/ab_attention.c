@@ -2,7 +2,7 @@
  * ab_attention.c — two or more builds of libattn.so timed against each other
  * in one process: each build is dlopen'ed on its own, and their calls
  * alternate round by round on the same tensors, so that a host whose speed
- * drifts within minutes (the KVM guests here swing by 1.5x) moves them
+ * drifts within minutes (a shared virtual machine's does) moves them
  * alike. A kernel change that keeps the bits shows the same hash of the
  * outputs for every build.
  *

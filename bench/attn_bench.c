@@ -191,8 +191,8 @@ static bench_blas load_openblas(void) {
 /* The OPENBLAS_CORETYPE to ask for when OpenBLAS chose kernels older than
  * the CPU's vectors, or NULL. A DYNAMIC_ARCH OpenBLAS falls back to SSE3
  * ("Prescott") on a core it does not know: Debian 12's 0.3.21 does so on
- * Emerald Rapids (family 6, model 207), where its SGEMM ran at a fifth of
- * its Skylake-X kernels' speed, no peak to compare with. */
+ * Emerald Rapids (family 6, model 207), whose vectors the SSE3 kernels
+ * leave idle: no peak to compare with. */
 static const char *better_openblas_core(const char *core) {
     static const char *const vector_cores[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake",
                                                "SapphireRapids", "Excavator"};
@@ -207,7 +207,7 @@ static const char *better_openblas_core(const char *core) {
 static bench_blas find_openblas(void) {
     /* OpenBLAS's idle threads spin for 2^28 cycles (~70 ms) after each call
      * before they sleep, on the cores our kernel is about to be timed on: the
-     * first cases after an OpenBLAS run ran at one thread's speed on two.
+     * first cases after an OpenBLAS run would run at one thread's speed on two.
      * It reads this at load; a value the user set stays. */
     setenv("OPENBLAS_THREAD_TIMEOUT", "4", 0);
     bench_blas blas = load_openblas();

@@ -7,7 +7,7 @@
  *
  * Columns: milliseconds (median of --runs after a warm-up) of the forward
  * and of forward + backward, fp32 and bf16, and fp32 time / bf16 time (the
- * speedup; issue 14 asks for >= 1.6 on avx512_bf16 CPUs). "bf16 err" is
+ * speedup; the aim is >= 1.6 on avx512_bf16 CPUs). "bf16 err" is
  * ||out_bf16 - out_fp32|| / ||out_fp32||, a check that the bf16 run
  * computed the same attention (bf16's precision: a few 1e-3). The kernel
  * line says whether the bf16 calls run on AMX tiles, vdpbf16ps or widen to

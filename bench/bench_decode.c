@@ -45,7 +45,7 @@ static void *copy_slice_run(void *p) {
 /* A read-only pass: the 32-bit words of src summed in vectors of 16 (four
  * of them, a cache line each), so that the loop is not optimised away.
  * Wide loads matter: a loop of 8-byte loads keeps fewer cache-line misses
- * in flight and read 20% less here, which would flatter the kernel. */
+ * in flight and reads less, which would flatter the kernel. */
 typedef uint32_t words16 __attribute__((vector_size(64)));
 
 static inline __attribute__((always_inline)) uint64_t sum_words(const float *src, size_t n) {

@@ -2,15 +2,14 @@
  * bench_peak.c — the machine's floating-point peak, measured: independent
  * float fused multiply-adds on every thread at once, with 512-bit and
  * 256-bit vectors. It is the ceiling of every kernel here, above the
- * SGEMM's (OpenBLAS's SGEMM 2048^3 ran at 0.61-0.80 of it on the 2-vCPU
- * Xeon), and the width that reaches it tells what the CPU's datapath is:
+ * SGEMM's, and the width that reaches it tells what the CPU's datapath is:
  * on Zen 4, which splits 512-bit operations in two, both widths should
- * give the same FLOP/s; on the Xeon, 512 bits gave 1.8x 256 (the core
- * clocks lower for 512-bit work). Beside them, the bf16 dot product
- * vdpbf16ps (two products a lane), on which the library's bf16 kernels run
- * where it beats the float fmas: on AMD's cores, twice their FLOP/s by
- * the ANCHORS; on the Xeon, half (113 against 233 GFLOP/s a core), so the
- * kernels widen bf16 to float there when AMX is not theirs.
+ * give the same FLOP/s; on Intel's AVX-512 cores 512 bits give less than
+ * twice 256 (the core clocks lower for 512-bit work). Beside them, the
+ * bf16 dot product vdpbf16ps (two products a lane), on which the library's
+ * bf16 kernels run where it beats the float fmas: on AMD's cores, twice
+ * their FLOP/s by the ANCHORS; on Intel's, half, so the kernels widen bf16
+ * to float there when AMX is not theirs.
  *
  * The loops are compiled for their instruction sets with target
  * attributes and run only where the CPU has them.
@@ -38,8 +37,8 @@
 /* The chains are named registers, not an array: at -O2 an array of
  * vectors stays in memory, and each fma then waits on a store. Each
  * starts from a different value: chains the compiler can prove equal it
- * computes once (1 + i 1e-7 rounded to equal floats, and 24 chains ran
- * as 20). */
+ * computes once (so not from 1 + i 1e-7, some of which round to equal
+ * floats). */
 #define CHAINS_4(X, W, a, b, c, d) X(W, a) X(W, b) X(W, c) X(W, d)
 #define CHAINS_12(X, W) \
     CHAINS_4(X, W, 0, 1, 2, 3) CHAINS_4(X, W, 4, 5, 6, 7) CHAINS_4(X, W, 8, 9, 10, 11)

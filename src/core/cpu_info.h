@@ -12,13 +12,12 @@
  * the process the tile data (ARCH_REQ_XCOMP_PERM, which the application
  * asks for; the library only asks whether it was given). Three CPUID
  * leaves and one system call; the calls ask the ctx instead
- * (attn_ctx_amx_usable: a CPUID leaf took 7 us in a KVM guest, where it
- * exits to the hypervisor, and the three were 80% of a bf16 forward at
- * T = 16). */
+ * (attn_ctx_amx_usable): in a virtual machine each CPUID leaf exits to the
+ * hypervisor, which costs a short bf16 call more than its work. */
 bool attn_cpu_amx_bf16_usable(void);
 /* Its two halves: the CPU and the OS (CPUID and XCR0: fixed for the
- * process, which the ctx asks once), and Linux's permission (one system
- * call, 0.1 us; an application may ask for it at any time). */
+ * process, which the ctx asks once), and Linux's permission (one cheap
+ * system call; an application may ask for it at any time). */
 bool attn_cpu_amx_bf16_present(void);
 bool attn_cpu_amx_permitted(void);
 
@@ -26,12 +25,9 @@ bool attn_cpu_amx_permitted(void);
  * kernels (GEMM and attention) pay where AMX does not take the call: the
  * CPU has avx512_bf16 (and the AVX-512BW shuffles beside it) and is not
  * Intel's. On Zen 4 vdpbf16ps issues at the FMA's rate with twice the
- * products. On the Sapphire Rapids-class Xeon of this project (KVM) it
- * issued at half the FMA's rate (105-114 against 220 GFLOP/s, 16-24
- * independent chains): the bf16 GEMM microkernel ran at 0.58x the float
- * one (bf16 at 2048^3: 102-108 GFLOP/s, widened 153-165) and the bf16
- * attention kernels at 0.53-0.78x the float ones, widened 0.62-0.99x
- * (Intel's fast bf16 is AMX). */
+ * products; on Intel's cores it issues at half the FMA's rate, so there the
+ * bf16 kernels trail the float ones and widening pays (Intel's fast bf16 is
+ * AMX). */
 bool attn_cpu_bf16_dot_pays(void);
 
 /* Whether this CPU is a Zen 4 with AVX-512 (AMD family 25), whose fused

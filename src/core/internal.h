@@ -147,9 +147,7 @@ void *attn_aligned_alloc_or_fallback(size_t alignment, size_t size);
 /* The same for a caller that fails without it: the fused kernels'
  * workspaces, whose tiles are laid out in 64-byte lines. From malloc (16
  * bytes past a line, or past a page from mmap) every vector load of a tile
- * spans two lines: against a workspace 16 bytes off, the forward ran
- * 1.03-1.06x and the backward 1.07-1.08x faster on an aligned one (T =
- * 1024-16384, a 2-vCPU Xeon; bench/results/kernels-ab-65c3210-*). */
+ * would span two lines. */
 void *attn_aligned_alloc(size_t alignment, size_t size);
 #ifdef ATTN_ALLOC_FAILURE_INJECTION
 void attn_alloc_fail_at(size_t n);

@@ -67,10 +67,9 @@ void attn_pool_zero(attn_pool *pool, size_t num_threads, void *data, size_t byte
 /* Where a kernel's loops run: at most threads parts, on pool's workers (a
  * ctx's: attn_ctx_workers), or on threads started for each loop where pool
  * is NULL. The fused attention kernels and the matrix products take one,
- * so that a ctx's calls reuse its workers: started per loop, the threads
- * made a 2-thread causal attention 5-10% slower at T = 128, 1-4% at 512,
- * and a GPT-2 linear 2-4% at T <= 256 (a 2-vCPU Skylake-SP;
- * bench/results/ctx-workers-ab-xeon-skx-2vcpu.txt). */
+ * so that a ctx's calls reuse its workers: threads started per loop cost
+ * short calls (a short attention, a GPT-2 linear of few tokens) a share of
+ * their time. */
 typedef struct attn_workers {
     size_t threads;
     attn_pool *pool;

@@ -7,7 +7,7 @@
  * ('|' and '=' mean the host's byte order, as in NumPy). Fortran order is
  * read where it is the same bytes as C order: arrays of one dimension or
  * none (the integer reader's cu_seqlens are such; a float array with
- * fortran_order True is refused, as it always was).
+ * fortran_order True is refused).
  * The header is parsed as the small subset of Python dict literals that
  * NumPy writes: quoted keys and strings without escapes, True/False, and a
  * tuple of non-negative decimal integers (an old Python 2 'L' suffix is

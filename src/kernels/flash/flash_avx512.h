@@ -9,25 +9,21 @@
 #include "kernels/vec/vec_avx512.h"
 
 #define NV 4
-/* the lane forward's tiles: 8 keys x 48 rows (24 accumulators). Alone in
- * L1 the value products ran 1.08x faster than at 32 rows (loads per fma:
- * 11/24 against 10/16); the forward 1.03-1.06x at T = 4096 and 1.05x at
- * 1024 non-causal, level at 1024 causal (a 2-vCPU Xeon) */
+/* the lane forward's tiles: 8 keys x 48 rows (24 of the 32 registers as
+ * accumulators; loads per fma 11/24, against 10/16 at 32 rows) */
 #define LANE_QV 3
 #define LANE_KT 8
-/* the backward's dk and dv products: 6 keys x 4 vectors (24 accumulators,
- * against 16 at 4 keys); the backward ran 1.01-1.05x faster (T = 1024 and
- * 2048, a 2-vCPU Xeon), the same bits */
+/* the backward's dk and dv products: 6 keys x 4 vectors (24 of the 32
+ * registers as accumulators, against 16 at 4 keys); the bits do not depend
+ * on the step */
 #define KEY_STEP 6
 /* the backward's score tiles (S, dP) and dq products: 6 rows x 4 vectors
- * (24 accumulators, against 16 at 4 rows; a score tile alone in L1 ran
- * 1.09x faster), in query blocks of 144 rows (64 before). The backward ran
- * 1.04x faster at T = 1024 and 1.08-1.10x at 4096 and 16384, 1.04-1.10x
- * with GQA (a 2-vCPU Xeon with 2 MiB of L2, 48 KiB of L1d; the same bits
- * but for GQA's dk and dv, whose heads' order follows the blocks). Blocks
- * of 96 rows ran 1-2% slower at T >= 4096 (and 1% faster at 1024 causal),
- * of 192 1% slower; cutting the dk and dv products into runs of 24-72 rows
- * (A and dS tiles of 36 KiB otherwise, past a 32 KiB L1) cost 1-5%. */
+ * (24 accumulators, 10 loads per 24 FMAs where 4 rows load 8 per 16), in
+ * query blocks of 144 rows: whole groups of 6, each packed key block serving
+ * many rows. A row's sums do not depend on the block; GQA's dk and dv sum
+ * the group's heads in the blocks' order. The dk and dv products take the A
+ * and dS tiles whole (36 KiB, past a 32 KiB L1): cut into runs of rows they
+ * cost more than the misses. */
 #define RG 6
 #define BR 144
 
@@ -118,8 +114,7 @@ static inline vec v_fma_broadcast_operand(const float *b, vec a, vec acc) {
 
 /* dst[i * ldd + j] = src[j * lds + i] for i, j < 16: a 16 x 16 transpose in
  * registers (pairs of floats, then of pairs, then 128-bit quarters twice),
- * for packing k^T: a scalar copy with a 64-float stride was two thirds of
- * the forward's packing time. */
+ * for packing k^T, where a scalar copy would read with a 64-float stride. */
 #define HAVE_TRANSPOSE_BLOCK
 static inline void transpose_block(const float *src, size_t lds, float *dst, size_t ldd) {
     __m512 r[16], t[16];

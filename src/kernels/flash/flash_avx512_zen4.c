@@ -2,13 +2,11 @@
  * whose tile products take each broadcast value (a key's, query's or
  * weight's) as an operand of their FMAs. Zen 4 runs a 512-bit operation on
  * two 256-bit halves, and in LLVM 19's model of it (llvm-mca -mcpu=znver4)
- * vbroadcastss zmm, m32 takes an FMA pipe for a cycle: the lane forward's
- * loops (8 broadcasts, 24 FMAs) need 31 cycles an iteration where the FMAs
- * alone take 24, the backward's tiles (4 and 16) 20 for 16; with the
- * broadcasts in the FMAs, 24 and 16. On a Skylake-SP the lane forward ran
- * 0.83-0.85x as fast that way (three loads where one broadcast served
- * three FMAs), so the other AVX-512 cores keep flash_avx512.c. Chosen by
- * the ctx (attn_cpu_is_zen4). */
+ * vbroadcastss zmm, m32 takes an FMA pipe for a cycle, so that separate
+ * broadcasts lengthen the tiles' loops past their FMAs; as FMA operands
+ * they do not. Elsewhere the operand form loads a value once per FMA where
+ * one broadcast serves several, so the other AVX-512 cores keep
+ * flash_avx512.c. Chosen by the ctx (attn_cpu_is_zen4). */
 #define FLASH_KERNELS attn_flash_avx512_zen4
 #define FLASH_ISA_NAME "avx512-zen4"
 #define BROADCAST_OPERANDS

@@ -52,10 +52,9 @@
 #define BR 64
 #endif
 /* The forward's query blocks: longer, so that each packed key block serves
- * more rows. At T = 16384 the keys and values of a head (8 MiB) stream in
- * from past L2 once per query block; 256 rows made the causal forward 15%
- * faster there than 64, and 5-10% at T = 1024 and 4096 (a 2-vCPU Xeon). */
-#define FBR 288 /* 256 before the lane forward's groups of 48 rows; 288 holds 6 */
+ * more rows; at T = 16384 the keys and values of a head (8 MiB) stream in
+ * from past L2 once per query block. */
+#define FBR 288 /* 288 rows hold 6 of the lane forward's groups of 48 */
 /* The lane forward's longest query blocks (lane_rows): 22 groups of 48 */
 #define FBR_MAX 1056
 #define BR_MAX (FBR_MAX > BR ? FBR_MAX : BR)
@@ -107,8 +106,7 @@ typedef struct flash_shape {
      * the forward subtracts the row max before scaling: 2^((s - m) c), c =
      * scale log2(e); lse = m scale + ln l in double. Scaling q (or the
      * score) first would round every score relative to its own size, an
-     * error that grows with the logits (scores of ~400 lost 7x PyTorch's
-     * accuracy in the backward); here the rounding is relative to s - m,
+     * error that grows with the logits; here the rounding is relative to s - m,
      * small where the weights are large. The backward has only lse, so it
      * takes e^(fma(s, scale, -lse) - lse_lo): the product exact, one
      * rounding of the small difference. Softcap and ALiBi work on scaled
@@ -264,10 +262,7 @@ static void scale_by(float *x, const float *factor, size_t n) {
 
 /* Strided rows ((B, T, H, D): 3 KiB apart at H = 12) are past the
  * hardware's stride prefetch, and their copies waited on memory; the
- * copies prefetch the row ROWS_AHEAD on (or the next VW x VW block's).
- * On a Skylake-SP, (B, T, H, D), against copies without: forward 1.07x
- * (T = 1024 causal) and 1.08x (4096); forward+backward 1.12x (1024
- * causal), 1.04x (4096), 1.05x (4096 causal, 2 threads). */
+ * copies prefetch the row ROWS_AHEAD on (or the next VW x VW block's). */
 #define ROWS_AHEAD 8
 
 static inline void prefetch_row(const float *x, size_t n) {
@@ -333,16 +328,14 @@ static inline vec fma_broadcast(const float *b, vec a, vec acc) {
 }
 
 /* The tile products' loops (a step: a few loads and broadcasts, 16-24
- * FMAs) unrolled twice: each step also paid its own pointer add and
- * compare-and-branch. Same operations in the same order, so the same bits;
- * on a Skylake-SP the lane forward ran 1.01-1.03x faster and the backward
- * 1.02-1.03x (twice: level against four times); the AVX2 set level. */
+ * FMAs) unrolled twice, so that two steps share one pointer add and
+ * compare-and-branch. Same operations in the same order, so the same bits. */
 #define UNROLL_2 _Pragma("GCC unroll 2")
 
 /* Dims per partial sum of a score. One chain of fmas over all of D rounds
  * every step relative to the running sum, which grows to the score: on
- * large logits (q . k ~ 3000, D = 64) that was 5x the error of PyTorch's
- * blocked SGEMM. Chains of 16 dims added at the end keep each rounding
+ * large logits that errs well past PyTorch's blocked SGEMM. Chains of 16
+ * dims added at the end keep each rounding
  * relative to a quarter of the sum. */
 #define SCORE_CHAIN 16
 
@@ -478,9 +471,9 @@ static const float mask_trail[128] = {[64] = INF8, INF8, INF8, INF8, INF8, INF8,
 /* Rows [r0, r0 + RG) of block br against keys [j0, j0 + BC): softcap,
  * ALiBi (slope2, base 2, relative to each row's nearest key), and -inf
  * outside each row's visible keys (keys past cols are outside them all),
- * in vectors: a scalar pass over the tile cost softcap 4.5x and ALiBi 1.3x
- * the plain time, and a sliding window's two edge tiles per block a few
- * percent. th (RG, BC), when not NULL, receives tanh(s / softcap) for the
+ * in vectors: the pass touches every score of every modified tile, and a
+ * scalar one (tanh above all) would outweigh the tile's products. th (RG,
+ * BC), when not NULL, receives tanh(s / softcap) for the
  * backward. */
 static inline void modify_tile(const flash_shape *f, const block_rows *br, float slope2,
                                vec s[RG][NV], size_t r0, size_t j0, float *th) {
@@ -545,9 +538,9 @@ static void group_cols(const block_rows *br, size_t r0, size_t j0, size_t cols, 
 }
 
 /* Rows [*lo, *hi) of br that see some key of [k0, k1): among the rows that
- * see keys both ends grow with the row, so two binary searches (a linear
- * scan per 4 keys cost the backward's edge tiles of a sliding window as
- * much as their products). */
+ * see keys both ends grow with the row, so two binary searches, not a
+ * linear scan: the backward's edge tiles of a sliding window search at
+ * every 4 keys. */
 static void key_rows(const block_rows *br, size_t k0, size_t k1, size_t *lo, size_t *hi) {
     if (k0 >= br->all_from && k1 <= br->all_to) { /* every row sees them */
         *lo = 0;
@@ -653,9 +646,8 @@ static size_t forward_workspace(const attn_attention_problem *p, attn_flash_fit 
 }
 
 /* Whether the forward of f can measure its inputs itself: the lane
- * forward measures every row of q, k and v as it reads them, where they
- * are in cache (forward_lanes; the scan of q, k, v was 2.4% of it with
- * strided rows, 2.8% at T = 1024 with contiguous ones). */
+ * forward measures every row of q, k and v as it reads them, in cache
+ * (forward_lanes); a scan before it would read them from memory. */
 static bool lanes_measure(const flash_shape *f) { return lanes_take(f); }
 
 static bool forward_measures(const attn_attention_problem *p, const attn_attention_dropout *drop) {
@@ -680,7 +672,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
     float *qs = job->workspace + part * job->per_part; /* (nh, FBR, D) */
     float *o = qs + f->fhc * FBR * D;                    /* (nh, FBR, Dp) */
     /* l: each row's running sum as a vector of partial sums, reduced once
-     * at the end (a reduction per row and tile was 2% of the forward) */
+     * at the end, not by a horizontal sum per row and tile */
     float *m = o + f->fhc * FBR * Dp, *l = m + f->fhc * FBR;
     float *kt = l + f->fhc * FBR * VW, *vp = kt + D * BC, *pt = vp + BC * Dp, *th = pt + RG * BC;
     float *factor = th + RG * BC;
@@ -715,10 +707,9 @@ static void forward_block(void *arg, size_t part, size_t item) {
     for (size_t j0 = sweep_start(&br, BC); j0 < br.last; j0 += BC) {
         size_t cols = min_size(br.last - j0, BC);
         /* k^T (D, BC) and v (BC, Dp) of keys [j0, j0 + cols), zero beyond. v
-         * is copied even where its rows could be read in place: reading them
-         * with the tensor's row stride measured 3-5% slower (T = 1024 and
-         * 4096, causal, 1 thread), likely as the strided rows, read 16 times
-         * per block, compete for a few L1 sets. */
+         * is copied even where its rows could be read in place: read with the
+         * tensor's row stride, 16 times per block, the rows compete for a few
+         * L1 sets. */
         transpose_keys((const float *)p->k.data + k_at + j0 * p->k.st.t, p->k.st.t, D, cols, kt);
         if (values) {
             for (size_t jj = 0; jj < cols; jj++) {
@@ -819,12 +810,10 @@ static void forward_block(void *arg, size_t part, size_t item) {
  * free, so that with each head's blocks in turn (heaviest first) the last
  * heads' heavy blocks start when other parts have little left. In a model
  * of that (bench/schedule_model.py: greedy list scheduling, an item's cost
- * the (row, key) pairs it computes) the span of a causal forward of 12
- * heads was 1.27x its ideal at T = 1024 on 16 threads (48 items), 1.18x at
- * 4096 and 1.06x with 2 heads at 2048 on 2; blocks outermost, 1.02x,
- * 1.00x and 1.00x (measured on 2 threads: 1.00-1.06x faster). With more
- * items a part, each head's blocks in turn keep a part on one packed head
- * (lanes_pack). */
+ * the (row, key) pairs it computes) blocks outermost bring a causal
+ * forward's span near its ideal where parts have few items, and each
+ * head's blocks in turn do not. With more items a part, each head's blocks
+ * in turn keep a part on one packed head (lanes_pack). */
 #define BLOCKS_OUTER_ITEMS 16
 
 static void flash_forward(attn_workers w, attn_flash_fit fit, const attn_attention_problem *p,
@@ -894,8 +883,8 @@ ACCUMULATE_KEYS(tail4, 4, 1)
  * tile was computed). Keys past cols hold zero weight in tile and are
  * accumulated (as zeros) into acc's padding rows, which are never read.
  * Each (key, dim) sums its rows in order, whatever the step: the bits do
- * not depend on KEY_STEP. The steps are called by name: chosen once through
- * a function pointer, the backward ran 0.95-0.97x as fast. */
+ * not depend on KEY_STEP. The steps are called by name, not through a
+ * function pointer chosen once, so that they inline. */
 static void accumulate_keys(float *acc, size_t Dp, const float *tile, const float *x,
                             const block_rows *br, size_t j0, size_t cols) {
     for (size_t j = 0; j < cols;) {
@@ -945,9 +934,8 @@ static size_t one_pass_floats(const attn_attention_problem *p) {
 
 /* Key blocks the one pass takes at a time (key_span_gradients): each
  * query block's rows (q, dO, dq: 48 KiB at D = 64) then serve KEY_SPAN
- * key blocks while in cache, where one block at a time brought them back
- * from past L2 (3.5 MiB a head at T = 4096) for each key block. The
- * backward ran 1.02-1.03x faster (T = 4096 and 16384, a 2-vCPU Xeon). */
+ * key blocks while in cache, where one block at a time would bring them
+ * back from past L2 (3.5 MiB a head at T = 4096) for each key block. */
 #define KEY_SPAN 4
 
 /* Key blocks whose tiles a part holds at once. */
@@ -968,8 +956,8 @@ static size_t backward_workspace(const attn_attention_problem *p) {
 
 /* Whether the backward can measure its inputs itself: the one pass of raw
  * scores packs every row of q and dO once per item and every key block of
- * k and v once, so it measures them there, in cache (the scan before it
- * read them from memory: 2% of the backward at T = 4096). */
+ * k and v once, so it measures them there, in cache (a scan before it
+ * would read them from memory). */
 static bool backward_measures(const attn_attention_problem *p, const attn_attention_dropout *drop) {
     flash_shape f = flash_shape_of(p, drop);
     return one_pass_floats(p) != 0 && f.raw;
@@ -1086,9 +1074,9 @@ static void pack_queries(const backward_job *job, const backward_tiles *t, size_
  * largest weight rose past ATTN_ONE_HOT_WEIGHT in its tile (keys from j0):
  * the lane holding it, and softcap's factor there. The weights are A's
  * rows, or Pt's where dropout scaled A. Out of gradient_tile's row loop, and
- * only past the threshold: searched at every rise, the backward ran 3-5%
- * slower at T = 1024 (and a horizontal max and sum per row and tile cost
- * 1-2% more than these lanes and one compare). */
+ * only past the threshold, which few rows pass: the row loop keeps to a lane
+ * compare, with no search at every rise and no horizontal max and sum per
+ * row and tile. */
 static void note_peaks(const flash_shape *f, const backward_tiles *t, attn_row_peak *peaks,
                        unsigned risen, size_t r0, size_t j0) {
     for (int r = 0; r < RG; r++) {
@@ -1107,7 +1095,7 @@ static void note_peaks(const flash_shape *f, const backward_tiles *t, attn_row_p
  * so that each reads one packed operand, k^T or v^T (D, BC: 16 KiB at D =
  * 64), which then stays in L1. Both in one tile per row group read the two
  * (32 KiB), which a 32 KiB L1 (Skylake, Zen 4) cannot hold with anything
- * else: they came from L2 for every row group.
+ * else: they would come from L2 for every row group.
  *
  * Phase one, weight_tile: A = P for rows [r0, r0 + RG) of head slot g
  * (head h) of block br against keys [j0, j0 + cols), which they see in
@@ -1287,8 +1275,8 @@ static backward_tiles slot_tiles(const backward_tiles *t, size_t slot) {
  * the span's key blocks in turn, while they are in cache; each row still
  * meets the key blocks in order, so its sums are those of one block at a
  * time. Per (query block, head), the phases in turn: the gradient tiles
- * (k^T and v^T in L1), dq += dS k, then dv and dk (the backward ran
- * 1.03-1.07x faster than with dq's product inside the tiles' loop). */
+ * (k^T and v^T in L1), dq += dS k, then dv and dk: dq's product out of the
+ * tiles' loop leaves k^T and v^T alone in L1 there. */
 static void key_span_gradients(const backward_job *job, const backward_tiles *t, size_t b,
                                size_t kvh, const attn_attention_seq *seq, size_t j0,
                                size_t blocks, float *dq_sums) {
@@ -1398,10 +1386,10 @@ static void mean_key(const backward_job *job, size_t b, const attn_attention_seq
  * (times softcap's factor): dq_i -= resid kmean + c (k_j* - kmean) (dq_row:
  * dq's unscaled sums). What the estimate misses, resid sum_j P_ij (k_j -
  * kmean) less the one-hot key's part, is small beside resid |k| where the
- * keys share a large component (scores of 1e4 from q, k in one direction:
- * dx of SelfAttention_v1 lost 3-10x PyTorch float32's accuracy without
- * it). With fix_dk (the one pass: dk summed already), dk_j* -= scale c
- * q_i for the one-hot row; the other keys' dk keep delta's mismatch.
+ * keys share a large component (scores of 1e4 from q, k in one direction),
+ * where dx would otherwise lose accuracy against PyTorch float32. With
+ * fix_dk (the one pass: dk summed already), dk_j* -= scale c q_i for the
+ * one-hot row; the other keys' dk keep delta's mismatch.
  * Whether the row takes the new delta, delta + resid. */
 static bool take_consistent_delta(const backward_job *job, const attn_row_peak *pk,
                                   const float *resid_lanes, const float *kmean, size_t b,
@@ -1544,8 +1532,7 @@ static void delta_rows(void *arg, size_t begin, size_t end) {
         attn_attention_seq seq = attn_attention_seq_of(p, b);
         for (size_t i = 0; i < seq.q_len; i++) {
             size_t off = row_at(p->out.st, b, &seq, false, h, i);
-            /* four sums in double: one chain was latency-bound, 1% of a
-             * sliding window's backward */
+            /* four sums in double: one chain would be latency-bound */
             const float *dO = job->dout + off, *o = (float *)p->out.data + off;
             double sum[4] = {0.0, 0.0, 0.0, 0.0};
             size_t d = 0, D = job->f->D;
@@ -1608,8 +1595,8 @@ static void flash_backward(attn_workers w, const attn_attention_problem *p,
 /* max(top, |x|) over rows rows of n floats (row stride st), inf when some x
  * is inf or NaN: x * 0 is NaN exactly then, and a sum of those is NaN if
  * one is. Four chains of each, carried across the rows and reduced once:
- * a reduction per row of one chain made the scan latency-bound, at a third
- * of the memory's speed (4% of a sliding window's time). */
+ * a reduction per row of one chain would make the scan latency-bound, well
+ * short of the memory's speed. */
 static float max_abs_rows(const float *x, size_t rows, size_t st, size_t n, float top) {
     vec largest[4], poison[4], zero = v_zero();
     for (int c = 0; c < 4; c++) largest[c] = poison[c] = zero;

@@ -11,9 +11,7 @@
  * vector: no horizontal reduction, no scalar step per row, and the keys and
  * values are read as rows (broadcast one value at a time), where they lie
  * or packed once per head (strided rows, below), instead of packed k^T per
- * (query block, key block). On a 2-vCPU Xeon (AVX-512) the forward ran
- * 1.06-1.16x faster than the row-major tiles of forward_block at T = 4096
- * and 16384, and 1.11-1.21x with AVX2; level at T <= 1024.
+ * (query block, key block).
  *
  * Layouts, per head of the work item: q^T and o^T in groups of LG rows,
  * (rows / LG, dims, LG); the block's scores, then weights, (keys, LG).
@@ -58,13 +56,7 @@ typedef struct lanes_pack {
  * problem and the machine allow. Each block sweeps its keys once, so
  * longer blocks sweep a head's keys and values fewer times: at T = 1024 a
  * head's 512 KiB come in once, not 4 times at 288 rows; at 16384 its 8 MiB
- * 16 times, not 57. On a 2-vCPU Xeon with 2 MiB of L2 (family 6, model
- * 167; blocks of up to 1056 rows against 288, the same bits), the forward
- * on 1 thread ran 1.02x (T = 1024), 1.03-1.04x (4096) and 1.05-1.08x
- * (16384) faster, on 2 threads 0.99-1.04x (1024, 4096; the causal forward
- * at 1024 in 12 whole-head blocks where there were 48: 0.99-1.01x). Blocks
- * of up to 2112 rows were level with 1056 at 16384
- * (bench/results/kernels-ab-13c5099-xeon-2vcpu.txt).
+ * 16 times, not 57. The block length does not change a row's sums.
  * - Only with one query head per KV head (a GQA item already holds its
  *   group's heads of FBR rows) and no left window. Every row's keys then
  *   start at its sequence's first key, so every block sweeps from there in
@@ -156,8 +148,8 @@ lane_scores(const float *restrict qT, size_t D, int qv, const float *restrict kb
                     v_store(s, d0 == 0 ? acc[i][u] : v_add(v_load(s), acc[i][u]));
                 }
         }
-        /* the mask and the maxima in a pass of their own: a branch on the
-         * mask among the chains' sums cost the forward 10% */
+        /* the mask and the maxima in a pass of their own, keeping a branch
+         * on the mask out of the chains' sums */
         float *s_t = st + kt * LG;
         if (masked) {
             for (int i = 0; i < LKT; i++)
@@ -202,8 +194,8 @@ lane_values(float *restrict oT, size_t Dv, int qv, const vec alpha[LANE_QV], boo
 
 /* xT (lane groups of LG rows: (rows / LG, D, LG)) = rows [0, n) of x (row
  * stride ld, D wide), rows [rows, n) zero; 16 x 16 blocks in registers
- * where the instruction set has them (the scalar copy, and its inverse
- * below, were a fifth of the forward at T = 256). */
+ * where the instruction set has them (a scalar copy, and its inverse
+ * below, would weigh on short sequences' forwards). */
 static void lanes_to_columns(const float *x, size_t ld, size_t rows, size_t n, size_t D, float *xT) {
     for (size_t r = 0; r < n; r++) {
         float *col = xT + r / LG * D * LG + r % LG;
@@ -267,7 +259,7 @@ lane_step_of(const lane_step *s, size_t D, int qv, float *qT, float *oT, float *
      * -FLT_MAX: its scores are -inf, its weights and alpha exactly 0.
      * Where no lane's max rose, every alpha is exactly 1 (2^0, or a lane
      * still at -inf whose o and l are 0 either way): the outputs skip the
-     * rescale, most blocks of a long row (1.01-1.02x at T = 4096). */
+     * rescale, as in most blocks of a long row. */
     vec m_old[LANE_QV], alpha[LANE_QV], top[LANE_QV], sum[LANE_QV], c = v_set1(s->exp_scale);
     bool rises = false;
     for (int u = 0; u < qv; u++) {
@@ -292,15 +284,14 @@ lane_step_of(const lane_step *s, size_t D, int qv, float *qT, float *oT, float *
     if (s->vb) lane_values(oT, lane_dims(D), qv, alpha, rises, s->st, s->t0, s->t1, s->vb, s->vld);
 }
 
-/* The step for each head dim the compiler should know (1.2x in the
- * prototype) and each group width in vectors: the last group of a block
- * takes as many vectors as it has rows, not LANE_QV of padding. Called
- * directly and inlined: through a pointer, the steps lost the knowledge
- * that st is the forward's own stack array, and ran 1.3x slower. Each is
- * called once, but gcc 12 kept the 128-dim and any-dim steps out of line,
- * where their AVX-512 loops spilled q^T to the stack and took embedded
- * broadcasts: at 128 and 96 dims the forward ran 1.3x slower than at 64
- * for the same FLOPs (a Skylake-SP), and forced inline it runs level. */
+/* The step for each head dim the compiler should know (its loops then
+ * have constant trip counts) and each group width in vectors: the last
+ * group of a block takes as many vectors as it has rows, not LANE_QV of
+ * padding. Called directly and inlined: through a pointer, the steps lose
+ * the knowledge that st is the forward's own stack array. Each is called
+ * once, but gcc 12 keeps the 128-dim and any-dim steps out of line unless
+ * forced, where their AVX-512 loops spill q^T to the stack and take
+ * embedded broadcasts. */
 #define LANE_STEP(DIM, QV)                                                                   \
     static inline __attribute__((always_inline)) void lane_step_##DIM##_##QV(               \
         const lane_step *s, size_t D, float *qT, float *oT, float *m, float *l) {          \
@@ -393,8 +384,8 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
     }
     lane_group lgs[FBR_MAX / LG];
     /* the block's scores, then weights: on the stack, where the compiler
-     * knows no other pointer reaches them (in the workspace, beside q^T and
-     * o^T, the forward ran 1.1x slower) */
+     * knows no other pointer reaches them (in the workspace it must assume
+     * q^T and o^T may alias them) */
     _Alignas(64) float st[LBC * LG];
     /* each group's width in vectors: the last one's rows, rounded up */
     size_t widths[FBR_MAX / LG];
@@ -409,9 +400,8 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
         size_t cols = min_size(br->last - j0, LBC);
         /* whole blocks of contiguous rows are read in place; a partial
          * one, rows with a stride (the (B, T, H, D) layout: 64 rows 3 KiB
-         * apart at H = 12 fall in a few L1 sets, and the forward ran at
-         * 0.75x), or values with D not a multiple of LKT, are copied, zero
-         * beyond their keys and dims */
+         * apart at H = 12 fall in a few L1 sets), or values with D not a
+         * multiple of LKT, are copied, zero beyond their keys and dims */
         const float *kb = (const float *)p->k.data + k_at + j0 * p->k.st.t, *vb = (const float *)p->v.data + v_at + j0 * p->v.st.t;
         size_t kld = p->k.st.t, vld = p->v.st.t;
         if (packs) {

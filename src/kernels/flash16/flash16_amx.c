@@ -45,11 +45,9 @@
 /* Steps of 32 (query rows in the backward's pass A, keys in its pass B and
  * in the forward) that an accumulation takes between a load and a store of
  * its C tiles. With one step a call (the tiles loaded, multiplied once,
- * stored), each call waited for the last one's stores to reach the cache:
- * the backward's accumulations took 5.6 of its 20 ms at T = 1024, causal,
- * one thread (a 2-vCPU Xeon, family 6, model 167), some 940 cycles a call
- * for 8 tdpbf16ps. With 4 steps that backward ran 1.04-1.11x faster on 1
- * and 2 threads, the forward 1.01-1.06x (same bits); 8 were level with 4. */
+ * stored), each call waits for the last one's stores to reach the cache;
+ * 4 steps a call pay that wait a quarter as often, the same bits, and 8
+ * gain nothing more. */
 #define STEPS 4
 
 _Static_assert(BR <= FLASH16_MAX_ROWS, "rows16 holds a query block");

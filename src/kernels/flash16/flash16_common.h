@@ -41,8 +41,7 @@ static inline void bf16_floats(const uint16_t *x, size_t n, __m512 f[2]) {
 
 /* dO . o in double: each product of two bf16 values is exact in float (8
  * significant bits each), summed in double 8 lanes a vector and reduced
- * once. A product at a time into one double waited on every add: 6% of
- * the AMX backward at T = 1024 (causal, one thread; a 2-vCPU Xeon). */
+ * once: a product at a time into one double would wait on every add. */
 static inline float dot_bf16(const uint16_t *dO, const uint16_t *o, size_t n) {
     __m512d sum[4] = {_mm512_setzero_pd(), _mm512_setzero_pd(), _mm512_setzero_pd(),
                       _mm512_setzero_pd()};

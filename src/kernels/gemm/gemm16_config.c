@@ -61,10 +61,8 @@ const attn_gemm16_kernel attn_bgemm_kernel_avx512bf16 = {
 };
 
 /* AMX: 32 x 32 tiles, k in steps of 32. kc = 1024 (micro-panels of 64
- * KiB, which the tile loads stream from L2; a B block of 2 MiB): on the
- * Sapphire Rapids-class Xeon, 1 thread, kc 256 / 512 / 1024 / 2048 gave
- * 500 / 597 / 573 / 554 GFLOP/s at 2048^3 and 506 / 535 / 673 / 640 on
- * GPT-2's c_attn (1024 x 2304 x 768): one C pass per 768-deep projection. */
+ * KiB, which the tile loads stream from L2; a B block of 2 MiB): one C pass
+ * per 768-deep projection such as GPT-2's c_attn (1024 x 2304 x 768). */
 const attn_gemm16_kernel attn_bgemm_kernel_amx = {
     .name = "bgemm_amx_32x32", .isa = ATTN_KERNELS_AVX512, .bf16_only = true,
     .mr = 32, .nr = 32, .mc = 1024, .kc = 1024, .nc = 1024, .shared_max = SHARED_MAX,

@@ -16,7 +16,7 @@
 #define NR 16
 _Static_assert(NR <= ATTN_GEMM_NR_MAX, "an edge tile pads its bias to ATTN_GEMM_NR_MAX");
 /* Steps of p the loop prefetches ahead, B's line and A's (as the AVX-512
- * set's): 1.06-1.10x on a Skylake-SP (GPT-2's projections, 1 thread). */
+ * set's, which says why). */
 #define PREFETCH_STEPS 16
 
 #define ROW_DECL(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();

@@ -19,9 +19,7 @@
 _Static_assert(NR <= ATTN_GEMM_NR_MAX, "an edge tile pads its bias to ATTN_GEMM_NR_MAX");
 /* Steps of p the loop prefetches ahead: the B micro-panels stream from L2
  * and the A micro-panel (21 KiB at kc = 384) does not stay whole in a
- * 32 KiB L1. On a Skylake-SP the SGEMM ran 1.04-1.12x faster with them
- * (GPT-2's projection shapes and 2048^3, 1 and 2 threads); 8, 16, 24 and
- * 32 steps did alike. */
+ * 32 KiB L1. Any distance from 8 to 32 steps covers the latency. */
 #define PREFETCH_STEPS 16
 
 /* Row r of the tile: c{r}0, c{r}1 += a[r] * (b0, b1). */

@@ -28,14 +28,12 @@ static inline float v_hsum(vec v) { return _mm512_reduce_add_ps(v); }
 
 /* 2^x = 2^n * 2^f, n = round(x), |f| <= 1/2, 2^f by a degree-6 polynomial
  * fitted at Chebyshev nodes (relative error 2.6e-9, a 23rd of float's
- * epsilon; the degree-7 Taylor series it replaced cost one more fma a
- * vector in every softmax); -inf (and anything below
- * -125, NaN too) gives exactly 0 by a mask, never by underflow: a scalef
- * into the subnormals takes a microcode assist, and the masked keys of
- * every edge tile of a sliding window made exp2 twice as slow there. The
+ * epsilon, one fma a vector fewer than a degree-7 Taylor series); -inf (and
+ * anything below -125, NaN too) gives exactly 0 by a mask, never by
+ * underflow: a scalef into the subnormals takes a microcode assist, which
+ * the masked keys of every edge tile of a sliding window would take. The
  * masked lanes need no clamp: their NaN (-inf - -inf) or subnormal never
- * reaches the register, and takes no assist (4x slower unmasked at -130,
- * level masked; a Skylake-SP); without it exp2 ran 1.08x faster. */
+ * reaches the register, and takes no assist. */
 static inline vec v_exp2(vec x) {
     __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
     vec n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
