@@ -186,9 +186,8 @@ static inline const char *attn_problem_unsupported(const attn_attention_problem 
  * dO_i . v_j. Where one weight P_ij* is near 1, dS_ij* = P (dP_ij* -
  * delta_i) is a small difference of the two, so their mismatch (a few
  * roundings of |dP|, or bf16's rounding of O) becomes its error, amplified
- * by 1 / (1 - P_ij*): dx of SelfAttention_v1 at scores ~400 lost 3-30x
- * PyTorch float32's accuracy, whose math path sums delta from its own P
- * and dP. So a backward sums, per row, resid_i = sum_j dS_ij (zero in exact
+ * by 1 / (1 - P_ij*), where PyTorch's math path sums delta from its own P
+ * and dP (docs/exactness.md). So a backward sums, per row, resid_i = sum_j dS_ij (zero in exact
  * arithmetic, as sum_j P_ij = 1) and finds the largest weight and its key
  * (attn_row_peak). A row whose weight passes ATTN_ONE_HOT_WEIGHT then takes
  * delta_i + resid_i = sum_j P_ij dP_ij, the delta of the tiles' own P and

@@ -17,8 +17,8 @@
  * by v_hsum_block), takes the block's max and weights (online softmax),
  * and the group's heads then weigh the value slices together, each value
  * vector loaded once for the whole group (GQA). The hardware prefetcher
- * keeps up with this order; software prefetching of the next block was
- * measured slower (it stalls on the fill buffers).
+ * keeps up with this order; software prefetching of the next block stalls
+ * on the fill buffers.
  */
 #include "kernels/decode/decode.h"
 
