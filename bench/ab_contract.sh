@@ -16,11 +16,13 @@
 #
 #   bench/ab_contract.sh OLD.so NEW.so OUTFILE
 #
-# Writes one line per case to OUTFILE (and to stdout): case, threads, old
-# and new median ms, old over new (above 1: new is faster), both hashes,
-# SAME or DIFF (FAIL: the run failed, its output follows). Then a summary:
-# cases, how many SAME, the worst ratio of the timed cases and how many of
-# them are below 0.98. Exits 1 if any case is DIFF or FAIL.
+# Writes to OUTFILE (and to stdout) the command, the CPU and the load, as
+# bench/results/ keeps them, then one line per case: case, threads, old and
+# new median ms, old over new (above 1: new is faster), both hashes, SAME or
+# DIFF (FAIL: the run failed, its output follows). Then the load after, the
+# seconds the run took, and a summary: cases, how many SAME, the worst ratio
+# of the timed cases and how many of them are below 0.98. Exits 1 if any case
+# is DIFF or FAIL. The speed verdict needs a machine that runs nothing else.
 #
 # The two libraries are copied to a scratch directory first, so that each
 # is loaded on its own even when OLD and NEW are one file (the dynamic
@@ -42,7 +44,10 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 tool=${AB_TOOL:-$root/build/ab_attention}
 only=${AB_ONLY:-}
 threads_list=${AB_THREADS:-1 2}
-[ -x "$tool" ] || { echo "ab_contract: no ab_attention at $tool (cmake --build build --target ab_attention)" >&2; exit 2; }
+if [ ! -x "$tool" ]; then
+  echo "ab_contract: no ab_attention at $tool (cmake --build build --target ab_attention)" >&2
+  exit 2
+fi
 
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -55,9 +60,13 @@ emit() {
   echo "$1" >> "$outfile"
 }
 
-emit "# old $old"
-emit "# new $new"
-emit "# $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(uname -n), $(nproc 2>/dev/null || echo '?') CPUs"
+# the header bench/results/README.md asks for: the command, the CPU, the load
+start=$(date +%s)
+emit "\$ bench/ab_contract.sh $old $new $outfile"
+emit "# old $old, new $new"
+emit "# $(date -u '+%Y-%m-%d %H:%M:%S UTC') on $(uname -n): $(sed -n 's/^model name[^:]*: //p' \
+  /proc/cpuinfo 2>/dev/null | head -1), $(nproc 2>/dev/null || echo '?') CPUs"
+emit "# load before: $(cat /proc/loadavg 2>/dev/null || echo '?')"
 emit "$(printf '%-44s %3s %10s %10s %7s  %-16s %-16s %s' case thr old_ms new_ms old/new \
   hash_old hash_new bits)"
 
@@ -149,7 +158,7 @@ run_case "prefill T=200 paged 16" 0 --prefill 200 --paged $decode
 run_case "prefill T=200 on L=1000 paged 16" 0 --decode 1000 --prefill 200 --paged $decode
 
 awk '
-  /^#/ || /^case / || /^    / { next }
+  /^#/ || /^\$ / || /^case / || /^    / { next }
   { cases++ }
   / SAME/ { same++ }
   / DIFF/ { diff++ }
@@ -160,9 +169,10 @@ awk '
     if ($(NF - 3) < 0.98) slower++
   }
   END {
-    printf "summary: %d cases, %d SAME, %d DIFF, %d FAIL; %d timed, worst old/new %s, %d below 0.98\n",
-           cases, same, diff, fail, timed, worst == "" ? "-" : worst, slower
+    printf "summary: %d cases, %d SAME, %d DIFF, %d FAIL; ", cases, same, diff, fail
+    printf "%d timed, worst old/new %s, %d below 0.98\n", timed, worst == "" ? "-" : worst, slower
     if (worst_case != "") print "worst: " worst_case
   }' "$outfile" > "$scratch/summary"
+emit "# load after: $(cat /proc/loadavg 2>/dev/null || echo '?'); $(($(date +%s) - start)) s"
 cat "$scratch/summary" | tee -a "$outfile"
 grep -q " 0 DIFF, 0 FAIL" "$scratch/summary"
