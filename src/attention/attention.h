@@ -63,7 +63,8 @@ extern const attn_attention_backend attn_attention_fused;
 extern const attn_attention_backend attn_attention_fused16;
 extern const attn_attention_backend attn_attention_decode;
 extern const attn_attention_backend attn_attention_reference;
-/* The registry, *count backends in order. */
+/* The registry, *count backends in order (at most ATTN_MAX_BACKENDS). */
+#define ATTN_MAX_BACKENDS 8
 const attn_attention_backend *const *attn_attention_registry(size_t *count);
 
 /* ---- the runner ----------------------------------------------------------- */

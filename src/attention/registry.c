@@ -19,6 +19,9 @@ static const attn_attention_backend *const registry[] = {
     &attn_attention_reference,
 };
 
+_Static_assert(sizeof registry / sizeof registry[0] <= ATTN_MAX_BACKENDS,
+               "the runner keeps the candidates in ATTN_MAX_BACKENDS slots");
+
 const attn_attention_backend *const *attn_attention_registry(size_t *count) {
     *count = sizeof registry / sizeof registry[0];
     return registry;

@@ -119,21 +119,23 @@ static bool is_16bit(const attn_attention_problem *p) {
 }
 
 /* The backends that take p as a problem (their values unasked), in the
- * registry's order; each one that declines is noted when note is set.
- * Returns how many. */
-static size_t candidates(attn_ctx *ctx, const attn_attention_problem *p, attn_pass pass,
-                         bool note, const attn_attention_backend **out) {
+ * registry's order, into out; returns how many. */
+static size_t candidates(const attn_ctx *ctx, const attn_attention_problem *p, attn_pass pass,
+                         const attn_attention_backend **out) {
     size_t count, n = 0;
     const attn_attention_backend *const *all = attn_attention_registry(&count);
-    for (size_t i = 0; i < count; i++) {
-        const char *why = all[i]->declines(ctx, p, pass);
-        if (why && note) attn_explain_note(ctx, all[i]->name, why);
-        if (!why) out[n++] = all[i];
-    }
+    for (size_t i = 0; i < count; i++)
+        if (!all[i]->declines(ctx, p, pass)) out[n++] = all[i];
     return n;
 }
 
-#define MAX_BACKENDS 8
+/* Every backend's reason to decline p, for the record. */
+static void note_declines(attn_ctx *ctx, const attn_attention_problem *p, attn_pass pass) {
+    size_t count;
+    const attn_attention_backend *const *all = attn_attention_registry(&count);
+    for (size_t i = 0; i < count; i++)
+        attn_explain_note(ctx, all[i]->name, all[i]->declines(ctx, p, pass));
+}
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -154,8 +156,8 @@ static attn_attention_problem widened_shape(const attn_attention_problem *p) {
  * measures values in its pass may leave the problem to the next one), and
  * for a 16-bit problem that of its widened float32 one. */
 static size_t pass_bytes(const attn_ctx *ctx, const attn_attention_problem *p, attn_pass pass) {
-    const attn_attention_backend *c[MAX_BACKENDS];
-    size_t n = candidates((attn_ctx *)ctx, p, pass, false, c), bytes = 0;
+    const attn_attention_backend *c[ATTN_MAX_BACKENDS];
+    size_t n = candidates(ctx, p, pass, c), bytes = 0;
     attn_attention_trace none = {0};
     for (size_t i = 0; i < n; i++)
         bytes = max_size(bytes, pass.backward ? c[i]->backward_bytes(ctx, p)
@@ -267,13 +269,13 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
     attn_attention_problem wide;
     attn_attention_grads unused;
     float *buffer = NULL;
-    const attn_attention_backend *c[MAX_BACKENDS];
+    const attn_attention_backend *c[ATTN_MAX_BACKENDS];
     attn_pass pass = {.traced = traced, .dropout = drawn};
-    bool widen_first = is_16bit(p) && candidates(ctx, p, pass, false, c) == 0;
+    bool widen_first = is_16bit(p) && candidates(ctx, p, pass, c) == 0;
     if (widen_first &&
         (st = attn_widen16(ctx, who, p, NULL, &wide, &unused, &buffer)) != ATTN_OK)
         return st;
-    if (widen_first) candidates(ctx, p, pass, true, c); /* their reasons, for the record */
+    if (widen_first) note_declines(ctx, p, pass);
     /* Everything is in hand: from here on nothing fails. */
     attn_attention_dropout drop = {.kind = ATTN_DROP_NONE};
     if (drawn) {
