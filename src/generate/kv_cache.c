@@ -420,6 +420,15 @@ static attn_status check_args(attn_kv_cache *c, const attn_kv_attend_args *a, si
     return ATTN_OK;
 }
 
+/* A layer's window of W positions (0: none) as the problem's (W - 1, 0);
+ * past INT64_MAX, as good as unbounded. */
+static void set_window(attn_attention_problem *p, size_t W) {
+    if (!W) return;
+    p->window = true;
+    p->window_left = W - 1 > (size_t)INT64_MAX ? INT64_MAX : (int64_t)(W - 1);
+    p->window_right = 0;
+}
+
 /* Sequence s is a prompt: an empty cache and at least PREFILL_ROWS new
  * rows, whose keys are its own rows alone: a dense problem (the reference
  * ctx keeps every row on the cache problem's oracle). */
@@ -440,11 +449,7 @@ static attn_attention_problem prompt_problem(const attn_kv_cache *c, const kv_la
         .v = attn_view_f32(a->v_new + at * KH * D, (attn_view_strides){0, KH * D, D}),
         .out = attn_view_f32(a->out + at * H * D, (attn_view_strides){0, H * D, D}),
         .scale = (float)scale, .scale_f64 = scale, .causal = true};
-    if (L->window) {
-        p.window = true;
-        p.window_left = (int64_t)L->window - 1;
-        p.window_right = 0;
-    }
+    set_window(&p, L->window);
     return p;
 }
 
@@ -466,11 +471,7 @@ static attn_attention_problem cache_problem(const attn_kv_cache *c, const kv_lay
         .v = attn_view_f32(a->v_new, (attn_view_strides){0, KH * D, D}),
         .out = attn_view_f32(a->out, (attn_view_strides){0, H * D, D}),
         .scale = (float)scale, .scale_f64 = scale, .causal = true, .kv_cache = view};
-    if (L->window) {
-        p.window = true;
-        p.window_left = (int64_t)L->window - 1;
-        p.window_right = 0;
-    }
+    set_window(&p, L->window);
     return p;
 }
 
