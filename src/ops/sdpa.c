@@ -151,6 +151,10 @@ attn_status attn_sdpa_check_backward_args(attn_ctx *ctx, const char *fn,
                                           const void *const tensors[9],
                                           const attn_sdpa_dropout *drawn) {
     static const char *const names[9] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    attn_status st = attn_sdpa_check_config(ctx, fn, cfg);
+    if (st != ATTN_OK) return st;
     for (int i = 0; i < 9; i++)
         if (!tensors[i]) return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", fn, names[i]);
     if (cfg->sinks && !cfg->sinks_grad)
@@ -173,23 +177,31 @@ attn_attention_dropout attn_sdpa_drop_of(const attn_sdpa_config *c,
     return drop;
 }
 
+attn_status attn_sdpa_run_backward(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
+                                   attn_dtype dtype, const void *const tensors[9],
+                                   const attn_sdpa_dropout *drawn) {
+    attn_attention_problem p = attn_sdpa_problem_of(cfg, dtype, tensors[0], tensors[1],
+                                                    tensors[2], (void *)tensors[3], NULL);
+    if (dtype == ATTN_DTYPE_F64)
+        p.lse_f64 = (double *)tensors[4];
+    else
+        p.lse = (float *)tensors[4];
+    attn_attention_dropout drop = attn_sdpa_drop_of(cfg, drawn);
+    attn_attention_grads g = {.dout = tensors[5], .dq = (void *)tensors[6],
+                              .dk = (void *)tensors[7], .dv = (void *)tensors[8],
+                              .dsinks = cfg->sinks ? cfg->sinks_grad : NULL};
+    return attn_attention_backward(ctx, fn, &p, &drop, &g, NULL);
+}
+
 attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
                                const float *k, const float *v, const float *out,
                                const float *lse, const float *dout, float *dq, float *dk,
                                float *dv, const attn_sdpa_dropout *drawn) {
     const char *fn = "attn_sdpa_backward";
-    if (!ctx) return ATTN_ERR_NULL;
-    attn_clear_error(ctx);
-    attn_status st = attn_sdpa_check_config(ctx, fn, cfg);
-    if (st != ATTN_OK) return st;
     const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
-    if ((st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn)) != ATTN_OK) return st;
-    attn_attention_problem p =
-        attn_sdpa_problem_of(cfg, ATTN_DTYPE_F32, q, k, v, (float *)out, (float *)lse);
-    attn_attention_dropout drop = attn_sdpa_drop_of(cfg, drawn);
-    attn_attention_grads g = {.dout = dout, .dq = dq, .dk = dk, .dv = dv,
-                              .dsinks = cfg->sinks ? cfg->sinks_grad : NULL};
-    return attn_attention_backward(ctx, fn, &p, &drop, &g, NULL);
+    attn_status st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn);
+    if (st != ATTN_OK) return st;
+    return attn_sdpa_run_backward(ctx, fn, cfg, ATTN_DTYPE_F32, tensors, drawn);
 }
 
 /* ---- float64: the same problem on double views (the reference runs it) ---- */
@@ -210,17 +222,8 @@ attn_status attn_sdpa_backward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, c
                                    const double *lse, const double *dout, double *dq, double *dk,
                                    double *dv, const attn_sdpa_dropout *drawn) {
     const char *fn = "attn_sdpa_backward_f64";
-    if (!ctx) return ATTN_ERR_NULL;
-    attn_clear_error(ctx);
-    attn_status st = attn_sdpa_check_config(ctx, fn, cfg);
-    if (st != ATTN_OK) return st;
     const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
-    if ((st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn)) != ATTN_OK) return st;
-    attn_attention_problem p =
-        attn_sdpa_problem_of(cfg, ATTN_DTYPE_F64, q, k, v, (double *)out, NULL);
-    p.lse_f64 = (double *)lse;
-    attn_attention_dropout drop = attn_sdpa_drop_of(cfg, drawn);
-    attn_attention_grads g = {.dout = dout, .dq = dq, .dk = dk, .dv = dv,
-                              .dsinks = cfg->sinks ? cfg->sinks_grad : NULL};
-    return attn_attention_backward(ctx, fn, &p, &drop, &g, NULL);
+    attn_status st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn);
+    if (st != ATTN_OK) return st;
+    return attn_sdpa_run_backward(ctx, fn, cfg, ATTN_DTYPE_F64, tensors, drawn);
 }

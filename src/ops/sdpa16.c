@@ -51,17 +51,8 @@ attn_status attn_sdpa_backward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, at
     if (!ctx) return ATTN_ERR_NULL;
     if (dtype == ATTN_DTYPE_F32)
         return attn_sdpa_backward(ctx, cfg, q, k, v, out, lse, dout, dq, dk, dv, drawn);
-    attn_clear_error(ctx);
-    attn_status st = attn_sdpa_check_config(ctx, fn, cfg);
-    if (st != ATTN_OK) return st;
     const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
-    if ((st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn)) != ATTN_OK ||
-        (st = check_dtype(ctx, fn, dtype)) != ATTN_OK)
-        return st;
-    attn_attention_problem p =
-        attn_sdpa_problem_of(cfg, dtype, q, k, v, (void *)out, (float *)lse);
-    attn_attention_dropout drop = attn_sdpa_drop_of(cfg, drawn);
-    attn_attention_grads g = {.dout = dout, .dq = dq, .dk = dk, .dv = dv,
-                              .dsinks = cfg->sinks ? cfg->sinks_grad : NULL};
-    return attn_attention_backward(ctx, fn, &p, &drop, &g, NULL);
+    attn_status st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn);
+    if (st != ATTN_OK || (st = check_dtype(ctx, fn, dtype)) != ATTN_OK) return st;
+    return attn_sdpa_run_backward(ctx, fn, cfg, dtype, tensors, drawn);
 }

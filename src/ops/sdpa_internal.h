@@ -22,8 +22,9 @@ attn_status attn_sdpa_check_forward_args(attn_ctx *ctx, const char *fn,
                                          const attn_sdpa_config *cfg, const void *q,
                                          const void *k, const void *v, const void *out,
                                          attn_rng *rng, const attn_sdpa_dropout *drawn);
-/* A backward's tensors (q, k, v, out, lse, dout, dq, dk, dv, in that
- * order), sinks_grad and the forward's dropout record. */
+/* A backward's first checks: ctx (clears its error), the config, its
+ * tensors (q, k, v, out, lse, dout, dq, dk, dv, in that order),
+ * sinks_grad and the forward's dropout record. */
 attn_status attn_sdpa_check_backward_args(attn_ctx *ctx, const char *fn,
                                           const attn_sdpa_config *cfg,
                                           const void *const tensors[9],
@@ -33,6 +34,11 @@ attn_status attn_sdpa_check_backward_args(attn_ctx *ctx, const char *fn,
 attn_status attn_sdpa_run_forward(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
                                   const attn_attention_problem *p, attn_rng *rng,
                                   attn_sdpa_dropout *drawn);
+/* The backward of cfg's problem on tensors (as checked above) of dtype:
+ * the dropout drawn is redrawn, the runner runs it. */
+attn_status attn_sdpa_run_backward(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
+                                   attn_dtype dtype, const void *const tensors[9],
+                                   const attn_sdpa_dropout *drawn);
 /* The dropout a backward redraws: the forward's Philox record. */
 attn_attention_dropout attn_sdpa_drop_of(const attn_sdpa_config *c,
                                          const attn_sdpa_dropout *drawn);
