@@ -4,7 +4,8 @@
  * on the decode kernels of the ctx's kernel set (kernels/decode/decode.h).
  * It takes problems whose K and V come from a cache (attn_kv_cache_view),
  * float32, causal with an optional window on the left, forward only; it
- * declines softcap, ALiBi, sinks and dropout (the reference runs them).
+ * declines softcap, ALiBi, sinks and dropout, which no backend runs over a
+ * cache yet (the runner refuses such a problem, naming them).
  *
  * The work of a sequence: its keys in chunks of C positions (C from its
  * length alone), each chunk's partial softmax folded into the result in

@@ -186,6 +186,19 @@ size_t attn_attention_backward_bytes(const attn_ctx *ctx, const attn_attention_p
     return max_size(pass_bytes(ctx, p, plain), pass_bytes(ctx, p, dropped));
 }
 
+/* Refuses p when no backend runs it in this pass and the runner cannot
+ * widen it (a 16-bit problem is widened to float32, which the reference
+ * runs): the reasons, backend by backend, name what is missing. */
+static attn_status check_runnable(attn_ctx *ctx, const char *who,
+                                  const attn_attention_problem *p, attn_pass pass) {
+    const attn_attention_backend *c[ATTN_MAX_BACKENDS];
+    if (is_16bit(p) || candidates(ctx, p, pass, c) > 0) return ATTN_OK;
+    attn_explain_begin(ctx);
+    note_declines(ctx, p, pass);
+    return attn_fail(ctx, ATTN_ERR_UNSUPPORTED, "%s: no backend runs this problem: %s", who,
+                     ctx->explain);
+}
+
 static attn_status no_workspace(attn_ctx *ctx, const char *who, size_t bytes) {
     return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
                      "%s: cannot allocate %zu bytes of attention workspace", who, bytes);
@@ -259,6 +272,9 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: 16-bit attention draws Philox dropout (ATTN_BERNOULLI_PHILOX)", who);
     bool traced = trace && (trace->scores || trace->weights || trace->dropped);
+    if ((st = check_runnable(ctx, who, p, (attn_pass){.traced = traced, .dropout = drawn})) !=
+        ATTN_OK)
+        return st;
     bool mask_in_workspace = serial && !keep_bits;
     size_t bytes = attn_attention_forward_bytes(ctx, p, mask_in_workspace, traced);
     if (!workspace && !(workspace = attn_ctx_workspace(ctx, bytes)))
@@ -310,7 +326,9 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
         return ATTN_OK;
     }
     if (run_candidates(ctx, p, &drop, traced ? trace : NULL, NULL, workspace)) return ATTN_OK;
-    /* every 16-bit backend declined the values (none draws dropout) */
+    /* every 16-bit backend declined the values (none draws dropout); a
+     * float problem never gets here: its last candidate, the reference,
+     * takes any values (check_runnable) */
     return run_widened(ctx, who, p, &drop, NULL, workspace);
 }
 
@@ -318,7 +336,8 @@ attn_status attn_attention_backward(attn_ctx *ctx, const char *who, const attn_a
                                     const attn_attention_dropout *drop,
                                     const attn_attention_grads *g, void *workspace) {
     attn_status st = attn_attention_check(ctx, who, p);
-    if (st != ATTN_OK) return st;
+    attn_pass pass = {.backward = true, .dropout = drop && drop->kind != ATTN_DROP_NONE};
+    if (st != ATTN_OK || (st = check_runnable(ctx, who, p, pass)) != ATTN_OK) return st;
     size_t bytes = attn_attention_backward_bytes(ctx, p);
     if (!workspace && !(workspace = attn_ctx_workspace(ctx, bytes)))
         return no_workspace(ctx, who, bytes);

@@ -19,7 +19,9 @@
  *   - a KV cache (contiguous and paged): a prompt into an empty cache is a
  *     dense problem that fused runs; a decode step's K and V come from the
  *     cache, which fused declines and the decode backend runs (the
- *     reference on a reference ctx), with the same bits on both layouts.
+ *     reference on a reference ctx), with the same bits on both layouts;
+ *   - a problem no backend runs (softcap over a cache, a backward from a
+ *     cache) is refused before anything is written, every reason named.
  * Fresh random inputs each run (the seed is printed; argv[1] replays it).
  */
 #include "attn.h"
@@ -211,6 +213,36 @@ static void cache_choices(attn_ctx *ctx, attn_kv_layout layout, float *out_last)
     free(q), free(k), free(v), free(out);
 }
 
+/* A problem no backend runs (softcap over a cache; a backward from one):
+ * refused before anything is written, each backend's reason named. */
+static void nothing_runs(attn_ctx *ctx) {
+    size_t cached[1] = {8}, rows[1] = {1}, start[1] = {0};
+    float pool[16 * HKV * D] = {0}, q[H * D] = {0}, k[HKV * D] = {0}, out[H * D];
+    for (size_t i = 0; i < H * D; i++) out[i] = 7.0f;
+    attn_kv_cache_view view = {.cached = cached, .new_rows = rows, .row_start = start,
+                               .k_pool = pool, .v_pool = pool, .dtype = ATTN_DTYPE_F32,
+                               .capacity = 16};
+    attn_view_strides qs = {0, H * D, D}, ks = {0, HKV * D, D};
+    attn_attention_problem p = {
+        .batch = 1, .q_heads = H, .kv_heads = HKV, .q_len = 1, .kv_len = 9, .head_dim = D,
+        .v_head_dim = D, .q = attn_view_f32(q, qs), .k = attn_view_f32(k, ks),
+        .v = attn_view_f32(k, ks), .out = attn_view_f32(out, qs), .scale = 0.125f,
+        .scale_f64 = 0.125, .causal = true, .softcap = 30.0f, .kv_cache = &view};
+    CHECK(attn_attention_forward(ctx, "test", &p, NULL, NULL, NULL, NULL, NULL) ==
+          ATTN_ERR_UNSUPPORTED);
+    const char *e = attn_ctx_last_error(ctx);
+    CHECK(strstr(e, "test: no backend runs this problem") && strstr(e, "decode: declined") &&
+          strstr(e, "reference: declined"));
+    if (attn_ctx_kernels(ctx) != ATTN_KERNELS_REFERENCE) CHECK(strstr(e, "(softcap)") != NULL);
+    CHECK(out[0] == 7.0f && out[H * D - 1] == 7.0f); /* nothing written */
+    p.softcap = 0.0f;
+    float dq[H * D];
+    attn_attention_grads g = {.dout = q, .dq = dq, .dk = k, .dv = k};
+    CHECK(attn_attention_backward(ctx, "test", &p, NULL, &g, NULL) == ATTN_ERR_UNSUPPORTED);
+    CHECK(strstr(attn_ctx_last_error(ctx), "no backend runs this problem") != NULL);
+    CHECK(attn_attention_forward(ctx, "test", &p, NULL, NULL, NULL, NULL, NULL) == ATTN_OK);
+}
+
 static void cache_layouts(attn_ctx *ctx) {
     float a[H * D], b[H * D];
     cache_choices(ctx, ATTN_KV_CONTIGUOUS, a);
@@ -241,6 +273,8 @@ int main(int argc, char **argv) {
     sixteen_bit_choices(ref, q, k, v);
     cache_layouts(fast);
     cache_layouts(ref);
+    nothing_runs(fast);
+    nothing_runs(ref);
     free(q), free(k), free(v);
     attn_ctx_free(fast);
     attn_ctx_free(forced);
