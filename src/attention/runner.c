@@ -276,7 +276,11 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
         ATTN_OK)
         return st;
     bool mask_in_workspace = serial && !keep_bits;
-    size_t bytes = attn_attention_forward_bytes(ctx, p, mask_in_workspace, traced);
+    /* the size, where the workspace is this call's to take or the mask
+     * lies at its end (a caller's workspace is sized alike) */
+    size_t bytes = !workspace || mask_in_workspace
+                       ? attn_attention_forward_bytes(ctx, p, mask_in_workspace, traced)
+                       : 0;
     if (!workspace && !(workspace = attn_ctx_workspace(ctx, bytes)))
         return no_workspace(ctx, who, bytes);
     attn_explain_begin(ctx);
@@ -338,9 +342,10 @@ attn_status attn_attention_backward(attn_ctx *ctx, const char *who, const attn_a
     attn_status st = attn_attention_check(ctx, who, p);
     attn_pass pass = {.backward = true, .dropout = drop && drop->kind != ATTN_DROP_NONE};
     if (st != ATTN_OK || (st = check_runnable(ctx, who, p, pass)) != ATTN_OK) return st;
-    size_t bytes = attn_attention_backward_bytes(ctx, p);
-    if (!workspace && !(workspace = attn_ctx_workspace(ctx, bytes)))
-        return no_workspace(ctx, who, bytes);
+    if (!workspace) {
+        size_t bytes = attn_attention_backward_bytes(ctx, p);
+        if (!(workspace = attn_ctx_workspace(ctx, bytes))) return no_workspace(ctx, who, bytes);
+    }
     attn_explain_begin(ctx);
     attn_attention_dropout none = {.kind = ATTN_DROP_NONE};
     if (run_candidates(ctx, p, drop ? drop : &none, NULL, g, workspace)) return ATTN_OK;
