@@ -43,7 +43,7 @@ lse rounded twice in the backward) the medians were 2.2-3.0 (out, lse),
 2.7-3.2 (dq, dk), 4.2-4.5 (dv) and, for W_value's gradient, 8-20. Before
 the consistent delta, case 2's dq and dk were 2.9-3.5 (now 0.5-1.0) and
 x's gradient 3.1-4.5 (now 0.4-0.7).
-Prints the seed; exits 1 on any failure.
+Prints the seed (ATTN_TEST_SEED repeats a run); exits 1 on any failure.
 """
 import os
 import sys
@@ -65,10 +65,10 @@ SDPA_BOUNDS = {"out": 1.8, "lse": 1.8, "dq": 2.3, "dk": 2.3, "dv": 3.6}
 ONE_HOT_BOUNDS = {"dq": 1.8, "dk": 1.8}
 MODULE_BOUNDS = {"y": 1.5, "W_value": 2.0, "x": 1.5}
 SHARED_BOUNDS = {"x": 1.0, "W_key": 1.5, "W_value": 1.2}
-SHARED_CASES, SHARED_T = 8, 512
+SHARED_CASES, SHARED_T = 24, 512  # one case in 10 puts W_key past 1.5: a median of 8 failed about once in 100 runs
 
-seed = int.from_bytes(os.urandom(4), "little")
-print("seed", seed)
+seed = int(os.environ.get("ATTN_TEST_SEED") or int.from_bytes(os.urandom(4), "little"))
+print("seed", seed, "(ATTN_TEST_SEED to repeat)")
 torch.manual_seed(seed)
 failed = 0
 
