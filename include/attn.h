@@ -304,7 +304,8 @@ typedef enum attn_dtype {
     ATTN_DTYPE_I64,
     ATTN_DTYPE_U64,
     ATTN_DTYPE_F8_E4M3,
-    ATTN_DTYPE_F8_E5M2
+    ATTN_DTYPE_F8_E5M2,
+    ATTN_DTYPE_I4       /* a KV cache's int4 (attn_kv_cache_config) */
 } attn_dtype;
 
 /* The safetensors spelling of a dtype: "F32", "BF16", ... ("?" if unknown). */
@@ -1342,6 +1343,31 @@ attn_status attn_model_load(attn_model *m, const char *path);
  *
  * Each layer counts, per sequence, the tokens appended to it: its length,
  * which is also the position of that sequence's next token.
+ *
+ * K and V are each stored in one element type (k_dtype, v_dtype, chosen
+ * apart), quantised as they are appended, rounding to nearest (ties to
+ * even). A (token, KV head) row of head_dim elements takes:
+ *
+ *   ATTN_DTYPE_F32      4 D bytes: the values as given
+ *   ATTN_DTYPE_BF16     2 D bytes: bfloat16
+ *   ATTN_DTYPE_F16      2 D bytes: IEEE binary16 (past 65504: infinity)
+ *   ATTN_DTYPE_F8_E4M3  D + 4 bytes: a float32 scale s = amax / 448 (amax
+ *                       the row's largest |x|), then fp8 e4m3 of x / s
+ *                       (OCP FP8: 4 exponent bits, bias 7, no infinities;
+ *                       the value read back is s * e4m3)
+ *   ATTN_DTYPE_I8       D + 4 bytes: s = amax / 127, then int8 round(x / s)
+ *   ATTN_DTYPE_I4       D / 2 + 4 D / 32 bytes (head_dim a multiple of 32):
+ *                       per group of 32 elements a scale s = amax / 7 and
+ *                       round(x / s) in [-7, 7] as a 4-bit nibble
+ *
+ * so that a token costs num_layers x kv_heads x (K's + V's row bytes)
+ * (attn_kv_cache_token_bytes). A row holding NaN or infinity keeps it: the
+ * 16-bit types as the value, the scaled ones as a NaN scale, so that every
+ * score or output it reaches is NaN, as with float32. The attention reads
+ * the stored type: the keys and values of earlier tokens as stored, and the
+ * new tokens of a call as they will be stored (a prompt into an empty
+ * cache, on the fast kernels, reads its own rows in float32, as prefill
+ * does in vLLM).
  */
 typedef enum attn_kv_layout { ATTN_KV_CONTIGUOUS = 0, ATTN_KV_PAGED = 1 } attn_kv_layout;
 
@@ -1353,6 +1379,8 @@ typedef struct attn_kv_cache_config {
     size_t num_pages;        /* paged: pages per layer; 0 means enough for
                                 every sequence at max_len                   */
     const size_t *windows;   /* num_layers entries, 0 = keep all; NULL = none */
+    attn_dtype k_dtype, v_dtype; /* how K and V are stored: ATTN_DTYPE_F32 (0),
+                                    BF16, F16, F8_E4M3, I8 or I4 (see above) */
 } attn_kv_cache_config;
 
 typedef struct attn_kv_cache attn_kv_cache;
@@ -1372,6 +1400,9 @@ attn_status attn_kv_cache_length(const attn_kv_cache *cache, size_t layer, size_
                                  size_t *out);
 /* Bytes the cache holds for K and V (all layers, allocated pages). */
 size_t attn_kv_cache_bytes(const attn_kv_cache *cache);
+/* Bytes one token of one sequence takes: all layers, K and V, scales
+ * included (the row bytes above). */
+size_t attn_kv_cache_token_bytes(const attn_kv_cache *cache);
 
 /*
  * One attention step of a layer against its cache, new tokens included,
@@ -1503,9 +1534,14 @@ attn_status attn_lm_param_at(attn_lm *m, size_t index, attn_param *out);
 attn_status attn_lm_param(attn_lm *m, const char *name, attn_param *out);
 
 /* A cache fitting m: its layers, KV heads and head_dim, for batch sequences
- * of up to max_len tokens (0: context_length). */
+ * of up to max_len tokens (0: context_length), K and V in float32. */
 attn_status attn_lm_cache_new(attn_lm *m, size_t batch, size_t max_len, attn_kv_layout layout,
                               size_t page_size, attn_kv_cache **out);
+/* The configuration attn_lm_cache_new makes (contiguous, float32), for the
+ * caller to change (layout, k_dtype, v_dtype, ...) before attn_kv_cache_new:
+ * ATTN_ERR_INVALID for max_len past context_length. */
+attn_status attn_lm_cache_config(const attn_lm *m, size_t batch, size_t max_len,
+                                 attn_kv_cache_config *out);
 
 /*
  * Logits of new tokens. tokens are packed rows as attn_kv_cache_attend's

@@ -66,7 +66,8 @@ class GenerateArgs(Structure):  # attn_generate_args
 class KvCacheConfig(Structure):  # attn_kv_cache_config
     _fields_ = [("num_layers", c_size_t), ("batch", c_size_t), ("kv_heads", c_size_t),
                 ("head_dim", c_size_t), ("max_len", c_size_t), ("layout", c_int),
-                ("page_size", c_size_t), ("num_pages", c_size_t), ("windows", SIZEP)]
+                ("page_size", c_size_t), ("num_pages", c_size_t), ("windows", SIZEP),
+                ("k_dtype", c_int), ("v_dtype", c_int)]
 
 
 _SIGNATURES = {

@@ -65,6 +65,7 @@ static const dtype_desc dtypes[] = {
 #define NUM_DTYPES (sizeof dtypes / sizeof dtypes[0])
 
 const char *attn_dtype_name(attn_dtype dtype) {
+    if (dtype == ATTN_DTYPE_I4) return "I4"; /* a KV cache's, not a safetensors dtype */
     for (size_t i = 0; i < NUM_DTYPES; i++)
         if (dtypes[i].dtype == dtype) return dtypes[i].name;
     return "?";

@@ -367,21 +367,34 @@ attn_status attn_lm_param(attn_lm *m, const char *name, attn_param *out) {
                      "'%s'", m->cfg.arch == ATTN_LM_GPT2 ? "gpt2" : "llama3", name);
 }
 
+attn_status attn_lm_cache_config(const attn_lm *m, size_t batch, size_t max_len,
+                                 attn_kv_cache_config *out) {
+    if (!m || !out)
+        return m ? attn_fail(m->ctx, ATTN_ERR_NULL, "attn_lm_cache_config: out is NULL")
+                 : ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (max_len == 0) max_len = m->cfg.context_length;
+    if (max_len > m->cfg.context_length)
+        return attn_fail(m->ctx, ATTN_ERR_INVALID,
+                         "attn_lm_cache_config: max_len (%zu) is past the model's "
+                         "context_length (%zu)", max_len, m->cfg.context_length);
+    *out = (attn_kv_cache_config){.num_layers = m->cfg.n_layers, .batch = batch,
+                                  .kv_heads = m->kv_heads, .head_dim = m->head_dim,
+                                  .max_len = max_len};
+    return ATTN_OK;
+}
+
 attn_status attn_lm_cache_new(attn_lm *m, size_t batch, size_t max_len, attn_kv_layout layout,
                               size_t page_size, attn_kv_cache **out) {
     if (!m || !out)
         return m ? attn_fail(m->ctx, ATTN_ERR_NULL, "attn_lm_cache_new: out is NULL")
                  : ATTN_ERR_NULL;
-    attn_clear_error(m->ctx);
     *out = NULL;
-    if (max_len == 0) max_len = m->cfg.context_length;
-    if (max_len > m->cfg.context_length)
-        return attn_fail(m->ctx, ATTN_ERR_INVALID,
-                         "attn_lm_cache_new: max_len (%zu) is past the model's context_length "
-                         "(%zu)", max_len, m->cfg.context_length);
-    attn_kv_cache_config c = {.num_layers = m->cfg.n_layers, .batch = batch,
-                              .kv_heads = m->kv_heads, .head_dim = m->head_dim,
-                              .max_len = max_len, .layout = layout, .page_size = page_size};
+    attn_kv_cache_config c;
+    attn_status st = attn_lm_cache_config(m, batch, max_len, &c);
+    if (st != ATTN_OK) return st;
+    c.layout = layout;
+    c.page_size = page_size;
     return attn_kv_cache_new(m->ctx, &c, out);
 }
 
