@@ -131,7 +131,7 @@ typedef enum attn_kernels {
                                avx2, avx512) chooses instead when set      */
     ATTN_KERNELS_REFERENCE, /* double-accumulating loops: the oracle       */
     ATTN_KERNELS_PORTABLE,  /* the fast algorithms in portable C           */
-    ATTN_KERNELS_AVX2,      /* AVX2 + FMA                                  */
+    ATTN_KERNELS_AVX2,      /* AVX2 + FMA + F16C                           */
     ATTN_KERNELS_AVX512     /* AVX-512F                                    */
 } attn_kernels;
 

@@ -3,9 +3,11 @@
  * new rows per sequence against keys from a KV cache (contiguous or paged),
  * on the decode kernels of the ctx's kernel set (kernels/decode/decode.h).
  * It takes problems whose K and V come from a cache (attn_kv_cache_view),
- * float32, causal with an optional window on the left, forward only; it
- * declines softcap, ALiBi, sinks and dropout, which no backend runs over a
- * cache yet (the runner refuses such a problem, naming them).
+ * float32 queries over K and V in any of the cache's stored formats
+ * (widened in registers), causal with an optional window on the left,
+ * forward only; it declines softcap, ALiBi, sinks and dropout, which no
+ * backend runs over a cache yet (the runner refuses such a problem, naming
+ * them).
  *
  * The work of a sequence: its keys in chunks of C positions (C from its
  * length alone), each chunk's partial softmax folded into the result in
@@ -43,8 +45,7 @@ static const char *decode_declines(const attn_ctx *ctx, const attn_attention_pro
                                    attn_pass pass) {
     if (!p->kv_cache) return "K and V are dense";
     if (!ctx->ks.decode) return "the ctx runs the reference kernels";
-    if (p->q.dtype != ATTN_DTYPE_F32 || p->kv_cache->dtype != ATTN_DTYPE_F32)
-        return "its kernels read float32";
+    if (p->q.dtype != ATTN_DTYPE_F32) return "its queries are float32";
     if (pass.backward) return "decoding has no backward";
     if (pass.traced) return "the scores' trace is the reference's";
     if (pass.dropout) return "dropout";
@@ -97,23 +98,33 @@ typedef struct work_item {
 
 static size_t partial_floats(size_t rows, size_t H, size_t D) { return rows * H * (D + 2); }
 
+/* One of K and V of sequence b, as stored: its slots (contiguous) or the
+ * pool (paged), and its new rows. */
+static attn_decode_store store_of(const attn_attention_problem *p, const attn_kv_stored *st,
+                                  size_t b) {
+    const attn_kv_cache_view *c = p->kv_cache;
+    attn_kv_format f = attn_kv_format_of(st->dtype, p->head_dim);
+    attn_decode_store m = {.fmt = f, .row_bytes = p->kv_heads * f.head_bytes,
+                           .row_scales = p->kv_heads * f.head_scales};
+    size_t first = c->row_start[b], slot0 = c->pages ? 0 : b * c->capacity;
+    m.fresh = (const uint8_t *)st->fresh + first * m.row_bytes;
+    m.fresh_scales = attn_decode_scales_at(st->fresh_scales, first, m.row_scales);
+    m.cache = (const uint8_t *)st->pool + slot0 * m.row_bytes;
+    m.cache_scales = attn_decode_scales_at(st->pool_scales, slot0, m.row_scales);
+    return m;
+}
+
 /* Where sequence b's keys are: the cache's pools and its new rows. */
 static attn_decode_keys keys_of(const attn_attention_problem *p, size_t b) {
     const attn_kv_cache_view *c = p->kv_cache;
-    size_t row = p->kv_heads * p->head_dim, at = c->row_start[b] * row;
-    attn_decode_keys m = {.row = row, .cached = c->cached[b],
-                          .k_new = (const float *)p->k.data + at,
-                          .v_new = (const float *)p->v.data + at};
+    attn_decode_keys m = {.cached = c->cached[b], .k = store_of(p, &c->k, b),
+                          .v = store_of(p, &c->v, b)};
     if (c->pages) {
         m.pages = c->pages + b * c->table_len;
         m.page_size = c->page_size;
         m.table_len = c->table_len;
-        m.k_pool = c->k_pool;
-        m.v_pool = c->v_pool;
     } else {
         m.capacity = c->capacity;
-        m.k_cache = (const float *)c->k_pool + b * c->capacity * row;
-        m.v_cache = (const float *)c->v_pool + b * c->capacity * row;
     }
     return m;
 }

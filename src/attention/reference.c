@@ -19,6 +19,7 @@
  * (reference_impl.h), instantiated for float32 and float64 views.
  */
 #include "attention/attention.h"
+#include "contract/kv_format.h"
 
 #include "kernels/kernels.h"
 #include "parallel.h"
@@ -188,20 +189,24 @@ typedef struct cache_job {
     size_t part_doubles;
 } cache_job;
 
-/* Rows k and v of position pos of sequence b. */
-static void cache_key(const attn_attention_problem *p, size_t b, size_t pos, const float **k,
-                      const float **v) {
+/* KV head kh's row of position pos of sequence b in one of K and V (st),
+ * read back into x (D floats). */
+static void cache_key(const attn_attention_problem *p, const attn_kv_stored *st, size_t b,
+                      size_t pos, size_t kh, float *x) {
     const attn_kv_cache_view *c = p->kv_cache;
-    size_t row = p->kv_heads * p->head_dim;
+    attn_kv_format f = attn_kv_format_of(st->dtype, p->head_dim);
+    const void *codes = st->pool;
+    const float *scales = st->pool_scales;
+    size_t row = pos >= c->cached[b] ? c->row_start[b] + pos - c->cached[b]
+                                     : attn_kv_cache_row(c, b, pos);
     if (pos >= c->cached[b]) {
-        size_t at = (c->row_start[b] + pos - c->cached[b]) * row;
-        *k = (const float *)p->k.data + at;
-        *v = (const float *)p->v.data + at;
-        return;
+        codes = st->fresh;
+        scales = st->fresh_scales;
     }
-    size_t at = attn_kv_cache_row(c, b, pos) * row;
-    *k = (const float *)c->k_pool + at;
-    *v = (const float *)c->v_pool + at;
+    size_t head = row * p->kv_heads + kh;
+    const uint8_t *h = (const uint8_t *)codes + head * f.head_bytes;
+    const float *hs = f.head_scales ? scales + head * f.head_scales : NULL;
+    for (size_t e = 0; e < p->head_dim; e++) x[e] = attn_kv_read(&f, h, hs, e);
 }
 
 static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
@@ -209,7 +214,8 @@ static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
     const attn_attention_problem *p = job->p;
     const attn_kv_cache_view *c = p->kv_cache;
     size_t H = p->q_heads, D = p->head_dim, G = H / p->kv_heads;
-    double *w = job->scratch + part * job->part_doubles, *o = w + job->part_doubles - D;
+    double *w = job->scratch + part * job->part_doubles, *o = w + job->part_doubles - 2 * D;
+    float *x = (float *)(o + D); /* one row of K or V, D floats */
     for (size_t row = begin; row < end; row++) {
         size_t b = 0;
         while (b < p->batch && !(row >= c->row_start[b] && row < c->row_start[b] + c->new_rows[b]))
@@ -220,23 +226,21 @@ static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
         size_t lo = W && pos + 1 > W ? pos + 1 - W : 0, hi = pos + 1;
         for (size_t h = 0; h < H; h++) {
             const float *q = (const float *)p->q.data + (row * H + h) * D;
-            size_t off = (h / G) * D;
+            size_t kh = h / G;
             double mx = -INFINITY, sum = 0.0;
             for (size_t j = lo; j < hi; j++) {
-                const float *k, *v;
-                cache_key(p, b, j, &k, &v);
+                cache_key(p, &c->k, b, j, kh, x);
                 double dotp = 0.0;
-                for (size_t e = 0; e < D; e++) dotp += (double)q[e] * k[off + e];
+                for (size_t e = 0; e < D; e++) dotp += (double)q[e] * x[e];
                 w[j - lo] = dotp * p->scale_f64;
                 if (w[j - lo] > mx) mx = w[j - lo];
             }
             for (size_t e = 0; e < D; e++) o[e] = 0.0;
             for (size_t j = lo; j < hi; j++) {
-                const float *k, *v;
-                cache_key(p, b, j, &k, &v);
+                cache_key(p, &c->v, b, j, kh, x);
                 double e_j = exp(w[j - lo] - mx);
                 sum += e_j;
-                for (size_t e = 0; e < D; e++) o[e] += e_j * v[off + e];
+                for (size_t e = 0; e < D; e++) o[e] += e_j * x[e];
             }
             float *y = (float *)p->out.data + (row * H + h) * D;
             for (size_t e = 0; e < D; e++) y[e] = (float)(o[e] / sum);
@@ -260,12 +264,12 @@ static size_t cache_extent(const attn_attention_problem *p, size_t *max_keys) {
 static size_t cache_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     size_t max_keys;
     cache_extent(p, &max_keys);
-    return attn_parallel_parts(ctx->num_threads) * (max_keys + p->head_dim) * sizeof(double);
+    return attn_parallel_parts(ctx->num_threads) * (max_keys + 2 * p->head_dim) * sizeof(double);
 }
 
 static void cache_forward(attn_ctx *ctx, const attn_attention_problem *p, void *workspace) {
     size_t max_keys, rows = cache_extent(p, &max_keys);
-    cache_job job = {p, workspace, max_keys + p->head_dim};
+    cache_job job = {p, workspace, max_keys + 2 * p->head_dim};
     attn_parallel_for_parts(ctx->num_threads, rows, 1, cache_rows, &job);
 }
 
@@ -315,8 +319,7 @@ static const char *reference_declines(const attn_ctx *ctx, const attn_attention_
     (void)ctx;
     if (p->kv_cache) {
         /* new rows against a cache: causal (a window on the left), scaled dot products */
-        if (p->q.dtype != ATTN_DTYPE_F32 || p->kv_cache->dtype != ATTN_DTYPE_F32)
-            return "a cache of other than float32";
+        if (p->q.dtype != ATTN_DTYPE_F32) return "queries of other than float32";
         const char *feature = attn_problem_unsupported(
             p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_KV_CACHE);
         if (feature || pass.backward || pass.dropout || pass.traced ||

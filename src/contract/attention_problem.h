@@ -72,20 +72,30 @@ typedef enum attn_diagonal {
     ATTN_DIAGONAL_OFFSET = 2        /* pos_i = i + q_offset (decode, ring blocks) */
 } attn_diagonal;
 
+/* K or V of a KV cache, as stored (kv_format.h): per pool row kv_heads rows
+ * of the format's codes (pool) and scales (pool_scales); the call's new
+ * rows, packed as q, in the same format (fresh, fresh_scales). */
+typedef struct attn_kv_stored {
+    attn_dtype dtype;
+    const void *pool;
+    const float *pool_scales;
+    const void *fresh;
+    const float *fresh_scales;
+} attn_kv_stored;
+
 /* K and V of a problem from a KV cache: sequence b's keys are positions
  * 0 .. cached[b] + new_rows[b] - 1, those below cached[b] in the cache's
- * pools, the rest its new rows in the problem's k and v views, which, as
- * q and out, hold sequence b's rows from token row_start[b] on (no batch
- * stride). Position p of sequence b is, contiguous, slot p % capacity of
- * the sequence's block (b * capacity rows into the pools); paged (pages
- * not NULL), logical page p / page_size at its table entry (p / page_size)
- * % table_len, an index into the pools. A pool row holds kv_heads *
- * head_dim elements of dtype. A contiguous cache is a paged one with one
- * page per sequence: both read through attn_kv_cache_row. */
+ * pools, the rest its new rows (k.fresh, v.fresh), which, as q and out,
+ * hold sequence b's rows from token row_start[b] on (no batch stride); the
+ * problem's k and v views are the same new rows in float32. Position p of
+ * sequence b is, contiguous, slot p % capacity of the sequence's block (b *
+ * capacity rows into the pools); paged (pages not NULL), logical page p /
+ * page_size at its table entry (p / page_size) % table_len, an index into
+ * the pools. A contiguous cache is a paged one with one page per sequence:
+ * both read through attn_kv_cache_row. */
 typedef struct attn_kv_cache_view {
     const size_t *cached, *new_rows, *row_start; /* (batch) each */
-    const void *k_pool, *v_pool;
-    attn_dtype dtype;  /* ATTN_DTYPE_F32; quantised caches add their scales here */
+    attn_kv_stored k, v;
     size_t capacity;   /* contiguous: slots per sequence */
     const uint32_t *pages; /* paged: (batch, table_len) pool pages */
     size_t page_size, table_len;

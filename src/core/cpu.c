@@ -38,7 +38,8 @@ bool attn_kernels_supported(attn_kernels kernels) {
         return true;
 #if defined(ATTN_HAVE_X86_KERNELS)
     case ATTN_KERNELS_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
     case ATTN_KERNELS_AVX512:
         return __builtin_cpu_supports("avx512f");
 #else

@@ -2,7 +2,9 @@
  * kv_cache.c — the KV cache (attn.h, "Generation"): storage, contiguous or
  * paged, and attn_kv_cache_attend, "attend, then append".
  *
- * Storage of one layer (row = kv_heads * head_dim floats, one token):
+ * Storage of one layer (a row: one token's kv_heads rows of head_dim
+ * elements, K and V each in its stored format, contract/kv_format.h, codes
+ * and scales in arrays of their own):
  *   contiguous  k, v (batch, capacity, row), position p at slot
  *               p % capacity; capacity = max_len, or the window W (a ring)
  *   paged       k, v pools (num_pages, page_size, row); per sequence a
@@ -15,7 +17,10 @@
  * max(0, p - W + 1) .. p; those below len_s come from the cache, the others
  * straight from k_new/v_new (so a window layer needs W slots even for a
  * chunk longer than W). Then the new rows are appended (of a window layer,
- * only the last W matter). The attention itself is the contract's: each
+ * only the last W matter). In a cache of other than float32 the new rows
+ * are first coded into the stored format (staged), so that the attention
+ * reads them as later steps will, and the append copies those codes. The
+ * attention itself is the contract's: each
  * prompt (an empty cache, many rows, on fast kernels) a dense problem, the
  * other sequences one problem whose K and V come from the cache's view
  * (attn_kv_cache_view), both through the runner, which gives the cache
@@ -26,12 +31,14 @@
 #include "internal.h"
 
 #include "attention/attention.h"
+#include "contract/kv_format.h"
 #include "kernels/decode/decode.h"
 #include "parallel.h"
 
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 #define WHO "attn_kv_cache_attend"
 /* A sequence whose cache is empty with at least this many new rows is a
@@ -42,20 +49,34 @@ typedef struct kv_layer {
     size_t window;     /* 0: keep every token */
     size_t capacity;   /* contiguous: slots per sequence */
     size_t table_len;  /* paged: page-table entries per sequence */
-    float *k, *v;      /* contiguous blocks or page pools */
+    uint8_t *k, *v;    /* contiguous blocks or page pools: codes */
+    float *ks, *vs;    /* and scales (NULL for formats without) */
     size_t *length;    /* (batch) tokens appended */
     uint32_t *pages;   /* paged: (batch, table_len) pool pages, ATTN_DECODE_NO_PAGE */
     uint32_t *free;    /* paged: a stack of free pool pages */
     size_t free_count;
 } kv_layer;
 
+/* How one of K and V is stored: its format, and a token's bytes of codes
+ * and floats of scales (kv_heads rows each). */
+typedef struct kv_store {
+    attn_kv_format fmt;
+    size_t row_bytes, row_scales;
+} kv_store;
+
 struct attn_kv_cache {
     attn_ctx *ctx;
     attn_kv_cache_config cfg; /* page_size and num_pages resolved; windows our copy */
     size_t *windows;
-    size_t row; /* floats of one token: kv_heads * head_dim */
+    size_t row; /* elements of one token: kv_heads * head_dim */
+    kv_store k, v;
     kv_layer *layers;
 };
+
+static kv_store store_of(attn_dtype dtype, size_t kv_heads, size_t head_dim) {
+    attn_kv_format f = attn_kv_format_of(dtype, head_dim);
+    return (kv_store){f, kv_heads * f.head_bytes, kv_heads * f.head_scales};
+}
 
 static size_t ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
@@ -68,6 +89,8 @@ static void free_layers(attn_kv_cache *c) {
         kv_layer *L = &c->layers[i];
         attn_free(L->k);
         attn_free(L->v);
+        attn_free(L->ks);
+        attn_free(L->vs);
         attn_free(L->length);
         attn_free(L->pages);
         attn_free(L->free);
@@ -106,10 +129,10 @@ static void free_sequence_pages(const attn_kv_cache *c, kv_layer *L, size_t seq)
 static attn_status layer_new(attn_kv_cache *c, size_t i) {
     const attn_kv_cache_config *cfg = &c->cfg;
     kv_layer *L = &c->layers[i];
+    size_t tokens = 0; /* per pool or block */
     L->window = c->windows ? c->windows[i] : 0;
     L->length = attn_calloc(cfg->batch, sizeof(size_t));
     if (!L->length) goto no_memory;
-    size_t tokens; /* per pool or block */
     if (cfg->layout == ATTN_KV_CONTIGUOUS) {
         L->capacity = L->window ? min_size(L->window, cfg->max_len) : cfg->max_len;
         tokens = cfg->batch * L->capacity;
@@ -123,17 +146,51 @@ static attn_status layer_new(attn_kv_cache *c, size_t i) {
         free_all_pages(c, L);
     }
     /* never read before written: no need to zero */
-    L->k = attn_malloc(tokens * c->row * sizeof(float));
-    L->v = attn_malloc(tokens * c->row * sizeof(float));
+    L->k = attn_malloc(tokens * c->k.row_bytes);
+    L->v = attn_malloc(tokens * c->v.row_bytes);
     if (!L->k || !L->v) goto no_memory;
+    if (c->k.row_scales && !(L->ks = attn_malloc(tokens * c->k.row_scales * sizeof(float))))
+        goto no_memory;
+    if (c->v.row_scales && !(L->vs = attn_malloc(tokens * c->v.row_scales * sizeof(float))))
+        goto no_memory;
     return ATTN_OK;
 no_memory:
     return attn_fail(c->ctx, ATTN_ERR_NO_MEMORY,
-                     "attn_kv_cache_new: cannot allocate layer %zu (%zu tokens of %zu floats "
-                     "for K and for V)",
-                     i, cfg->layout == ATTN_KV_CONTIGUOUS ? cfg->batch * L->capacity
-                                                          : cfg->num_pages * cfg->page_size,
-                     c->row);
+                     "attn_kv_cache_new: cannot allocate layer %zu (%zu tokens of %zu bytes "
+                     "for K and %zu for V)",
+                     i, tokens, c->k.row_bytes + c->k.row_scales * sizeof(float),
+                     c->v.row_bytes + c->v.row_scales * sizeof(float));
+}
+
+/* Bytes one token takes in one layer: K's and V's codes and scales. */
+static size_t token_bytes(const kv_store *k, const kv_store *v) {
+    return k->row_bytes + v->row_bytes + (k->row_scales + v->row_scales) * sizeof(float);
+}
+
+/* The memory this machine has (0 where it cannot be told). */
+static size_t physical_memory(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return 0;
+    size_t n;
+    return attn_mul_size((size_t)pages, (size_t)page, &n) ? n : (size_t)-1;
+}
+
+/* The stored formats of cfg, checked. */
+static attn_status check_dtypes(attn_ctx *ctx, const attn_kv_cache_config *cfg) {
+    const char *who = "attn_kv_cache_new";
+    const attn_dtype dt[2] = {cfg->k_dtype, cfg->v_dtype};
+    for (int i = 0; i < 2; i++) {
+        const char *name = i ? "v_dtype" : "k_dtype";
+        if (!attn_kv_dtype_supported(dt[i]))
+            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: %s %d (%s) is not a KV cache type: "
+                             "F32, BF16, F16, F8_E4M3, I8 or I4", who, name, (int)dt[i],
+                             attn_dtype_name(dt[i]));
+        if (dt[i] == ATTN_DTYPE_I4 && cfg->head_dim % ATTN_KV_I4_GROUP)
+            return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: %s I4 stores groups of %d elements; "
+                             "head_dim %zu is not a multiple of %d", who, name, ATTN_KV_I4_GROUP,
+                             cfg->head_dim, ATTN_KV_I4_GROUP);
+    }
+    return ATTN_OK;
 }
 
 /* Fills in the defaults of cfg (page_size, num_pages) and checks it. */
@@ -148,6 +205,8 @@ static attn_status resolve_config(attn_ctx *ctx, attn_kv_cache_config *cfg, size
     if (cfg->layout != ATTN_KV_CONTIGUOUS && cfg->layout != ATTN_KV_PAGED)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: layout %d is neither ATTN_KV_CONTIGUOUS "
                          "(0) nor ATTN_KV_PAGED (1)", who, (int)cfg->layout);
+    attn_status st = check_dtypes(ctx, cfg);
+    if (st != ATTN_OK) return st;
     size_t tokens, floats;
     if (!attn_mul_size(cfg->kv_heads, cfg->head_dim, row))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: kv_heads (%zu) x head_dim (%zu) overflows",
@@ -190,6 +249,26 @@ static attn_status resolve_config(attn_ctx *ctx, attn_kv_cache_config *cfg, size
     if (!attn_mul_size(tokens, *row, &floats) || !attn_floats_fit(floats))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: %zu tokens x %zu floats per layer "
                          "overflows", who, tokens, *row);
+    /* what the layers take, refused before allocating when past the
+     * machine's memory */
+    kv_store k = store_of(cfg->k_dtype, cfg->kv_heads, cfg->head_dim),
+             v = store_of(cfg->v_dtype, cfg->kv_heads, cfg->head_dim);
+    size_t per_token = token_bytes(&k, &v), slots = 0, all, limit = physical_memory();
+    for (size_t i = 0; i < cfg->num_layers; i++) {
+        size_t w = cfg->windows ? cfg->windows[i] : 0, layer_slots = tokens;
+        if (cfg->layout == ATTN_KV_CONTIGUOUS && w)
+            layer_slots = cfg->batch * min_size(w, cfg->max_len);
+        if (!attn_add_size(slots, layer_slots, &slots))
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: the tokens of %zu layers overflow",
+                             who, cfg->num_layers);
+    }
+    if (!attn_mul_size(slots, per_token, &all))
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: %zu tokens (all layers) x %zu bytes "
+                         "overflows", who, slots, per_token);
+    if (limit && all > limit)
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: %zu tokens (all layers) x %zu bytes = "
+                         "%zu bytes is past this machine's memory (%zu bytes)", who, slots,
+                         per_token, all, limit);
     return ATTN_OK;
 }
 
@@ -208,6 +287,8 @@ attn_status attn_kv_cache_new(attn_ctx *ctx, const attn_kv_cache_config *cfg,
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_kv_cache_new: cannot allocate the cache");
     cache->ctx = ctx;
     cache->row = row;
+    cache->k = store_of(c.k_dtype, c.kv_heads, c.head_dim);
+    cache->v = store_of(c.v_dtype, c.kv_heads, c.head_dim);
     if (c.windows) {
         cache->windows = attn_calloc(c.num_layers, sizeof(size_t));
         if (!cache->windows) goto no_memory;
@@ -284,9 +365,13 @@ size_t attn_kv_cache_bytes(const attn_kv_cache *cache) {
         size_t tokens = cache->cfg.layout == ATTN_KV_CONTIGUOUS
                             ? cache->cfg.batch * L->capacity
                             : cache->cfg.num_pages * cache->cfg.page_size;
-        total += 2 * tokens * cache->row * sizeof(float);
+        total += tokens * token_bytes(&cache->k, &cache->v);
     }
     return total;
+}
+
+size_t attn_kv_cache_token_bytes(const attn_kv_cache *cache) {
+    return cache ? cache->cfg.num_layers * token_bytes(&cache->k, &cache->v) : 0;
 }
 
 /* ---- append ---------------------------------------------------------------------- */
@@ -309,22 +394,81 @@ static size_t pages_needed(const attn_kv_cache *c, const kv_layer *L, size_t s, 
     return need;
 }
 
-/* Writes the stored new rows of sequence s (pages were counted free). */
+/* The new rows of a call in the stored formats, packed as the caller's
+ * k_new and v_new: codes and scales of K and of V (a float32 store reads
+ * the caller's rows themselves). */
+typedef struct staged_rows {
+    const uint8_t *k, *v;
+    const float *ks, *vs;
+    void *memory; /* what coding took, or NULL */
+} staged_rows;
+
+/* Codes rows of x (rows, kv_heads, head_dim) in store's format into codes
+ * and scales. */
+static void code_rows(const attn_kv_cache *c, const kv_store *store, const float *x, size_t rows,
+                      uint8_t *codes, float *scales) {
+    const attn_kv_format *f = &store->fmt;
+    size_t heads = rows * c->cfg.kv_heads;
+    for (size_t i = 0; i < heads; i++)
+        attn_kv_quantize(f, x + i * f->head_dim, codes + i * f->head_bytes,
+                         f->head_scales ? scales + i * f->head_scales : NULL);
+}
+
+/* The rows' stored form: false when its memory cannot be had. */
+static bool stage_rows(const attn_kv_cache *c, size_t rows, const float *k_new,
+                       const float *v_new, staged_rows *out) {
+    const kv_store *K = &c->k, *V = &c->v;
+    bool code_k = K->fmt.dtype != ATTN_DTYPE_F32, code_v = V->fmt.dtype != ATTN_DTYPE_F32;
+    *out = (staged_rows){(const uint8_t *)k_new, (const uint8_t *)v_new, NULL, NULL, NULL};
+    if (!rows || (!code_k && !code_v)) return true;
+    /* scales first (float aligned), then codes */
+    size_t k_scales = code_k ? rows * K->row_scales : 0, v_scales = code_v ? rows * V->row_scales : 0;
+    size_t bytes = (k_scales + v_scales) * sizeof(float) + (code_k ? rows * K->row_bytes : 0) +
+                   (code_v ? rows * V->row_bytes : 0);
+    char *m = attn_malloc(bytes ? bytes : 1);
+    if (!m) return false;
+    float *ks = (float *)m, *vs = ks + k_scales;
+    uint8_t *kc = (uint8_t *)(vs + v_scales), *vc = kc + (code_k ? rows * K->row_bytes : 0);
+    if (code_k) {
+        code_rows(c, K, k_new, rows, kc, ks);
+        out->k = kc;
+        out->ks = K->row_scales ? ks : NULL;
+    }
+    if (code_v) {
+        code_rows(c, V, v_new, rows, vc, vs);
+        out->v = vc;
+        out->vs = V->row_scales ? vs : NULL;
+    }
+    out->memory = m;
+    return true;
+}
+
+/* Copies staged row `from` into slot `to` of one of K and V. */
+static void store_row(const kv_store *st, uint8_t *codes, float *scales, size_t to,
+                      const uint8_t *from_codes, const float *from_scales, size_t from) {
+    memcpy(codes + to * st->row_bytes, from_codes + from * st->row_bytes, st->row_bytes);
+    if (st->row_scales)
+        memcpy(scales + to * st->row_scales, from_scales + from * st->row_scales,
+               st->row_scales * sizeof(float));
+}
+
+/* Writes the stored new rows of sequence s, staged from packed row at
+ * (pages were counted free). */
 static void append_rows(const attn_kv_cache *c, kv_layer *L, size_t s, size_t n,
-                        const float *k_new, const float *v_new) {
-    size_t len = L->length[s], row = c->row, bytes = row * sizeof(float);
+                        const staged_rows *rows, size_t at) {
+    size_t len = L->length[s];
     for (size_t pos = first_stored(L, len, n); pos < len + n; pos++) {
-        size_t at;
+        size_t slot;
         if (c->cfg.layout == ATTN_KV_PAGED) {
             size_t ps = c->cfg.page_size;
             uint32_t *entry = L->pages + s * L->table_len + (pos / ps) % L->table_len;
             if (*entry == ATTN_DECODE_NO_PAGE) *entry = L->free[--L->free_count];
-            at = ((size_t)*entry * ps + pos % ps) * row;
+            slot = (size_t)*entry * ps + pos % ps;
         } else {
-            at = (s * L->capacity + pos % L->capacity) * row;
+            slot = s * L->capacity + pos % L->capacity;
         }
-        memcpy(L->k + at, k_new + (pos - len) * row, bytes);
-        memcpy(L->v + at, v_new + (pos - len) * row, bytes);
+        store_row(&c->k, L->k, L->ks, slot, rows->k, rows->ks, at + pos - len);
+        store_row(&c->v, L->v, L->vs, slot, rows->v, rows->vs, at + pos - len);
     }
     L->length[s] = len + n;
 }
@@ -376,10 +520,10 @@ static attn_status check_append(attn_kv_cache *c, const char *who, size_t layer,
 
 /* Appends every sequence's rows (the limits checked). */
 static void append_all(attn_kv_cache *c, kv_layer *L, const size_t *new_lens, size_t new_tokens,
-                       const float *k_new, const float *v_new) {
+                       const staged_rows *rows) {
     for (size_t s = 0, at = 0; s < c->cfg.batch; s++) {
         size_t n = new_count(new_lens, new_tokens, s);
-        if (n) append_rows(c, L, s, n, k_new + at * c->row, v_new + at * c->row);
+        if (n) append_rows(c, L, s, n, rows, at);
         at += n;
     }
 }
@@ -395,7 +539,12 @@ attn_status attn_kv_cache_append(attn_kv_cache *cache, size_t layer, const size_
     if (!k_new || !v_new)
         return attn_fail(cache->ctx, ATTN_ERR_NULL,
                          "attn_kv_cache_append: k_new and v_new must not be NULL");
-    append_all(cache, &cache->layers[layer], new_lens, new_tokens, k_new, v_new);
+    staged_rows staged;
+    if (!stage_rows(cache, rows, k_new, v_new, &staged))
+        return attn_fail(cache->ctx, ATTN_ERR_NO_MEMORY, "attn_kv_cache_append: cannot allocate "
+                         "the coded form of %zu rows", rows);
+    append_all(cache, &cache->layers[layer], new_lens, new_tokens, &staged);
+    attn_free(staged.memory);
     return ATTN_OK;
 }
 
@@ -492,11 +641,14 @@ attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args
     /* the problems of the call (the prompts, dense; the rest over the
      * cache) and the memory of the largest: all in hand before anything
      * is written */
+    staged_rows staged = {0};
     size_t *lens = attn_calloc(3 * B, sizeof(size_t));
-    if (!lens) goto no_memory;
-    attn_kv_cache_view view = {.cached = L->length, .new_rows = lens, .row_start = lens + B,
-                               .k_pool = L->k, .v_pool = L->v, .dtype = ATTN_DTYPE_F32,
-                               .capacity = L->capacity};
+    if (!lens || !stage_rows(cache, rows, args->k_new, args->v_new, &staged)) goto no_memory;
+    attn_kv_cache_view view = {
+        .cached = L->length, .new_rows = lens, .row_start = lens + B,
+        .k = {cache->k.fmt.dtype, L->k, L->ks, staged.k, staged.ks},
+        .v = {cache->v.fmt.dtype, L->v, L->vs, staged.v, staged.vs},
+        .capacity = L->capacity};
     if (cfg->layout == ATTN_KV_PAGED) {
         view.pages = L->pages;
         view.page_size = cfg->page_size;
@@ -541,12 +693,14 @@ attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args
         (st = attn_attention_forward(ctx, WHO, &rest, NULL, NULL, NULL, NULL, workspace)) !=
             ATTN_OK)
         goto done;
-    append_all(cache, L, args->new_lens, args->new_tokens, args->k_new, args->v_new);
+    append_all(cache, L, args->new_lens, args->new_tokens, &staged);
 done:
     attn_free(lens);
+    attn_free(staged.memory);
     return st;
 no_memory:
     attn_free(lens);
+    attn_free(staged.memory);
     return attn_fail(ctx, ATTN_ERR_NO_MEMORY, WHO ": cannot allocate the working memory of %zu "
                      "rows against layer %zu", rows, args->layer);
 }

@@ -220,8 +220,8 @@ static void nothing_runs(attn_ctx *ctx) {
     float pool[16 * HKV * D] = {0}, q[H * D] = {0}, k[HKV * D] = {0}, out[H * D];
     for (size_t i = 0; i < H * D; i++) out[i] = 7.0f;
     attn_kv_cache_view view = {.cached = cached, .new_rows = rows, .row_start = start,
-                               .k_pool = pool, .v_pool = pool, .dtype = ATTN_DTYPE_F32,
-                               .capacity = 16};
+                               .k = {ATTN_DTYPE_F32, pool, NULL, k, NULL},
+                               .v = {ATTN_DTYPE_F32, pool, NULL, k, NULL}, .capacity = 16};
     attn_view_strides qs = {0, H * D, D}, ks = {0, HKV * D, D};
     attn_attention_problem p = {
         .batch = 1, .q_heads = H, .kv_heads = HKV, .q_len = 1, .kv_len = 9, .head_dim = D,

@@ -3,10 +3,10 @@
  * the kernels behind attn_kv_cache_attend, one table per instruction set.
  *
  * A sequence's keys live at positions 0 .. len + rows - 1: those below len
- * in the cache (contiguous, a ring, or pages), the rest in the new rows.
- * attn_decode_key_rows turns positions into row pointers, the same
- * arithmetic for every layout, so a kernel reads the same numbers in the
- * same order whatever the layout.
+ * in the cache (contiguous, a ring, or pages), the rest in the new rows,
+ * all in the cache's stored formats (K's and V's apart). attn_decode_key_rows
+ * turns positions into row pointers, the same arithmetic for every layout,
+ * so a kernel reads the same numbers in the same order whatever the layout.
  *
  * The keys are cut into chunks of positions [c * C, (c + 1) * C) (C from
  * the sequence's length alone); a kernel returns one chunk's partial
@@ -19,6 +19,8 @@
 #ifndef ATTN_DECODE_H
 #define ATTN_DECODE_H
 
+#include "contract/kv_format.h"
+
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -29,42 +31,63 @@
 /* A pool page index that holds nothing. */
 #define ATTN_DECODE_NO_PAGE UINT32_MAX
 
-/* Where one sequence's keys and values are. Rows are (kv_heads, head_dim). */
+/* Where one of K and V of a sequence is, in its stored format
+ * (contract/kv_format.h): a position's row holds kv_heads rows of codes
+ * (row_bytes in all) and of scales (row_scales floats in all). */
+typedef struct attn_decode_store {
+    attn_kv_format fmt;
+    size_t row_bytes, row_scales;
+    const uint8_t *fresh;        /* position cached + r at row r */
+    const float *fresh_scales;
+    const uint8_t *cache;        /* contiguous: this sequence's slots; paged: the pool */
+    const float *cache_scales;
+} attn_decode_store;
+
+/* Where one sequence's keys and values are. */
 typedef struct attn_decode_keys {
-    size_t row;                 /* floats of a row: kv_heads * head_dim */
-    size_t cached;              /* positions below this are in the cache */
-    const float *k_new, *v_new; /* position cached + r at row r */
-    /* contiguous: position p at slot p % capacity of k_cache / v_cache */
-    const float *k_cache, *v_cache;
+    size_t cached; /* positions below this are in the cache */
+    /* contiguous: position p at slot p % capacity */
     size_t capacity;
     /* paged (pages != NULL): logical page p / page_size at table entry
      * (p / page_size) % table_len, an index into the pools */
     const uint32_t *pages;
     size_t page_size, table_len;
-    const float *k_pool, *v_pool;
+    attn_decode_store k, v;
 } attn_decode_keys;
 
-/* k[i], v[i] = the rows of positions first + i, i < n. */
+/* A position's rows of K and V: codes and scales. */
+typedef struct attn_decode_row {
+    const uint8_t *k, *v;
+    const float *ks, *vs;
+} attn_decode_row;
+
+/* Scales of row at of a store with per floats a row (none: base, maybe NULL). */
+static inline const float *attn_decode_scales_at(const float *base, size_t at, size_t per) {
+    return per ? base + at * per : base;
+}
+
+/* rows[i] = the rows of positions first + i, i < n. */
 static inline void attn_decode_key_rows(const attn_decode_keys *m, size_t first, size_t n,
-                                        const float **k, const float **v) {
+                                        attn_decode_row *rows) {
+    const attn_decode_store *K = &m->k, *V = &m->v;
     for (size_t i = 0; i < n; i++) {
         size_t pos = first + i, at;
         if (pos >= m->cached) {
-            at = (pos - m->cached) * m->row;
-            k[i] = m->k_new + at;
-            v[i] = m->v_new + at;
+            at = pos - m->cached;
+            rows[i] = (attn_decode_row){K->fresh + at * K->row_bytes, V->fresh + at * V->row_bytes,
+                                        attn_decode_scales_at(K->fresh_scales, at, K->row_scales),
+                                        attn_decode_scales_at(V->fresh_scales, at, V->row_scales)};
             continue;
         }
         if (m->pages) {
             size_t page = m->pages[(pos / m->page_size) % m->table_len];
-            at = (page * m->page_size + pos % m->page_size) * m->row;
-            k[i] = m->k_pool + at;
-            v[i] = m->v_pool + at;
+            at = page * m->page_size + pos % m->page_size;
         } else {
-            at = (pos % m->capacity) * m->row;
-            k[i] = m->k_cache + at;
-            v[i] = m->v_cache + at;
+            at = pos % m->capacity;
         }
+        rows[i] = (attn_decode_row){K->cache + at * K->row_bytes, V->cache + at * V->row_bytes,
+                                    attn_decode_scales_at(K->cache_scales, at, K->row_scales),
+                                    attn_decode_scales_at(V->cache_scales, at, V->row_scales)};
     }
 }
 

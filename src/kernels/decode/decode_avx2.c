@@ -1,5 +1,8 @@
-/* decode_avx2.c — the decode kernel on AVX2 + FMA: 8 floats a vector. */
+/* decode_avx2.c — the decode kernel on AVX2 + FMA (+ F16C for binary16 and
+ * fp8 codes): 8 floats a vector. */
 #include "kernels/vec/vec_avx2.h"
+
+#include <stdint.h>
 
 #define DECODE_KERNELS attn_decode_avx2
 #define DECODE_ISA_NAME "avx2"
@@ -19,6 +22,36 @@ static inline void v_hsum_block(const vec *part, float *out) {
         _mm256_storeu_ps(out + 8 * h, _mm256_add_ps(_mm256_permute2f128_ps(b[0], b[1], 0x20),
                                                     _mm256_permute2f128_ps(b[0], b[1], 0x31)));
     }
+}
+
+static inline __m128i load8(const void *p) { return _mm_loadl_epi64((const __m128i *)p); }
+
+static inline vec v_from_bf16(const uint16_t *p) {
+    __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+static inline vec v_from_f16(const uint16_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
+}
+
+/* e4m3 S.EEEE.MMM as binary16 S.0EEEE.MMM0000000: the same value / 2^8,
+ * subnormals included (vcvtph2ps widens those exactly). */
+static inline vec v_from_e4m3(const uint8_t *p) {
+    __m128i b = _mm_cvtepu8_epi16(load8(p));
+    __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7F)), 7),
+                             _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8));
+    return _mm256_cvtph_ps(h);
+}
+
+static inline vec v_from_i8(const int8_t *p) {
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(load8(p)));
+}
+
+static inline vec v_from_i4(const uint8_t *p, int high) {
+    __m256i b = _mm256_cvtepu8_epi32(load8(p));
+    __m256i n = high ? _mm256_srli_epi32(b, 4) : _mm256_and_si256(b, _mm256_set1_epi32(15));
+    return _mm256_cvtepi32_ps(_mm256_sub_epi32(n, _mm256_set1_epi32(8)));
 }
 
 #include "kernels/decode/decode_kernel.h"

@@ -2,6 +2,8 @@
  * key block's scores of one query head in one register. */
 #include "kernels/vec/vec_avx512.h"
 
+#include <stdint.h>
+
 #define DECODE_KERNELS attn_decode_avx512
 #define DECODE_ISA_NAME "avx512"
 
@@ -22,6 +24,34 @@ static inline void v_hsum_block(const vec *part, float *out) {
                              _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
     _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
                                         _mm512_shuffle_f32x4(c[0], c[1], 0xDD)));
+}
+
+static inline vec v_from_bf16(const uint16_t *p) {
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+static inline vec v_from_f16(const uint16_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p));
+}
+
+/* e4m3 S.EEEE.MMM as binary16 S.0EEEE.MMM0000000: the same value / 2^8,
+ * subnormals included (vcvtph2ps widens those exactly). */
+static inline vec v_from_e4m3(const uint8_t *p) {
+    __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
+    __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7),
+                                _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
+    return _mm512_cvtph_ps(h);
+}
+
+static inline vec v_from_i8(const int8_t *p) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)p)));
+}
+
+static inline vec v_from_i4(const uint8_t *p, int high) {
+    __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)p));
+    __m512i n = high ? _mm512_srli_epi32(b, 4) : _mm512_and_si512(b, _mm512_set1_epi32(15));
+    return _mm512_cvtepi32_ps(_mm512_sub_epi32(n, _mm512_set1_epi32(8)));
 }
 
 #include "kernels/decode/decode_kernel.h"

@@ -9,6 +9,10 @@
  * v_set1, v_load, v_store, v_fma, v_mul, v_sub, v_add, v_max, v_exp2 for
  * x <= 0 (exactly 0 at -inf), v_hmax, v_hsum), then defines:
  *   v_hsum_block(part, out)  out[j] = the sum of part[j]'s lanes, j < 16
+ *   v_from_bf16(p), v_from_f16(p)  VW 16-bit elements widened (exact)
+ *   v_from_e4m3(p)     VW fp8 e4m3 codes as their value / 256 (exact)
+ *   v_from_i8(p)       VW int8 codes
+ *   v_from_i4(p, hi)   the low (hi 0) or high nibbles of VW bytes, less 8
  *   DECODE_KERNELS     the name of the attn_decode_kernels table to define
  *   DECODE_ISA_NAME    "avx512", ...
  *
@@ -19,6 +23,12 @@
  * vector loaded once for the whole group (GQA). The hardware prefetcher
  * keeps up with this order; software prefetching of the next block stalls
  * on the fill buffers.
+ *
+ * K and V are read in their stored formats (contract/kv_format.h), widened
+ * in registers as they are loaded: a row's one scale (F8_E4M3, I8) is
+ * applied once to its key's score and to its value's weight, an I4 group's
+ * to the group's elements. The format is a constant in each function below
+ * (always inlined from a switch), so that each format's loop is its own.
  */
 #include "kernels/decode/decode.h"
 
@@ -29,32 +39,109 @@
 _Static_assert(BK % VW == 0, "a key block is whole vectors");
 _Static_assert(BK == 16, "v_hsum_block sums 16 vectors");
 
-/* a . b over the whole vectors of D floats, as one vector to be summed
- * (two chains of fused multiply-adds). */
-static inline vec dot_part(const float *a, const float *b, size_t D) {
+#define ALWAYS_INLINE inline __attribute__((always_inline))
+
+/* Elements [d, d + VW) of a row of format T (codes row, scales sc): F8_E4M3
+ * and I8 without their row's scale, I4 with its group's. */
+static ALWAYS_INLINE vec load_elems(attn_dtype T, const uint8_t *row, const float *sc, size_t d) {
+    switch (T) {
+    case ATTN_DTYPE_BF16: return v_from_bf16((const uint16_t *)row + d);
+    case ATTN_DTYPE_F16: return v_from_f16((const uint16_t *)row + d);
+    case ATTN_DTYPE_F8_E4M3: return v_from_e4m3(row + d);
+    case ATTN_DTYPE_I8: return v_from_i8((const int8_t *)row + d);
+    case ATTN_DTYPE_I4: {
+        size_t g = d / ATTN_KV_I4_GROUP, i = d % ATTN_KV_I4_GROUP;
+        return v_mul(v_from_i4(row + g * (ATTN_KV_I4_GROUP / 2) + i % 16, i >= 16),
+                     v_set1(sc[g]));
+    }
+    default: return v_load((const float *)row + d);
+    }
+}
+
+/* Element d of a row, as load_elems reads it. */
+static inline float load_one(attn_dtype T, const uint8_t *row, const float *sc, size_t d) {
+    switch (T) {
+    case ATTN_DTYPE_F8_E4M3: return attn_e4m3_to_float(row[d]) * 0x1p-8f;
+    case ATTN_DTYPE_I8: return (float)((const int8_t *)row)[d];
+    case ATTN_DTYPE_F32: return ((const float *)row)[d];
+    default: {
+        attn_kv_format f = {.dtype = T};
+        return attn_kv_read(&f, row, sc, d);
+    }
+    }
+}
+
+/* Whether T's rows carry one scale, applied outside load_elems. */
+static inline bool row_scaled(attn_dtype T) {
+    return T == ATTN_DTYPE_F8_E4M3 || T == ATTN_DTYPE_I8;
+}
+
+/* That scale as the factor of load_elems' values. */
+static inline float row_factor(attn_dtype T, const float *sc) {
+    return T == ATTN_DTYPE_F8_E4M3 ? sc[0] * 256.0f : sc[0];
+}
+
+/* KV head kh's codes and scales in a position's row of K (v false) or V. */
+static inline const uint8_t *head_codes(const attn_decode_row *r, bool v, const attn_kv_format *f,
+                                        size_t kh) {
+    return (v ? r->v : r->k) + kh * f->head_bytes;
+}
+static inline const float *head_scales(const attn_decode_row *r, bool v, const attn_kv_format *f,
+                                       size_t kh) {
+    return attn_decode_scales_at(v ? r->vs : r->ks, kh, f->head_scales);
+}
+
+/* a . b over the whole vectors of D elements, b of format T, as one vector
+ * to be summed (two chains of fused multiply-adds). */
+static ALWAYS_INLINE vec dot_part(attn_dtype T, const float *a, const uint8_t *b,
+                                  const float *sc, size_t D) {
     vec s0 = v_zero(), s1 = v_zero();
     size_t d = 0;
     for (; d + 2 * VW <= D; d += 2 * VW) {
-        s0 = v_fma(v_load(a + d), v_load(b + d), s0);
-        s1 = v_fma(v_load(a + d + VW), v_load(b + d + VW), s1);
+        s0 = v_fma(v_load(a + d), load_elems(T, b, sc, d), s0);
+        s1 = v_fma(v_load(a + d + VW), load_elems(T, b, sc, d + VW), s1);
     }
-    if (d + VW <= D) s0 = v_fma(v_load(a + d), v_load(b + d), s0);
+    if (d + VW <= D) s0 = v_fma(v_load(a + d), load_elems(T, b, sc, d), s0);
     return v_add(s0, s1);
 }
 
-/* out[j] = base-2 scores of one query row q against keys k[j] + offset,
- * j in [jlo, jhi) (the rest of the block 0): partial vectors summed all at
- * once. */
-static inline void score_block(const float *q, const float *const *k, size_t offset, size_t jlo,
-                               size_t jhi, size_t D, float scale2, float *out) {
+/* out[j] = base-2 scores of one query row q against the keys of KV head kh
+ * in rows[j], j in [jlo, jhi) (the rest of the block 0): partial vectors
+ * summed all at once. */
+static ALWAYS_INLINE void score_block_t(attn_dtype T, const float *q, const attn_decode_row *rows,
+                                        const attn_kv_format *f, size_t kh, size_t jlo,
+                                        size_t jhi, float scale2, float *out) {
+    size_t D = f->head_dim;
     vec part[BK];
     for (size_t j = 0; j < BK; j++)
-        part[j] = j >= jlo && j < jhi ? dot_part(q, k[j] + offset, D) : v_zero();
+        part[j] = j >= jlo && j < jhi ? dot_part(T, q, head_codes(&rows[j], false, f, kh),
+                                                 head_scales(&rows[j], false, f, kh), D)
+                                      : v_zero();
     v_hsum_block(part, out);
     for (size_t d = D / VW * VW; d < D; d++) /* the tail */
-        for (size_t j = jlo; j < jhi; j++) out[j] = fmaf(q[d], k[j][offset + d], out[j]);
+        for (size_t j = jlo; j < jhi; j++)
+            out[j] = fmaf(q[d], load_one(T, head_codes(&rows[j], false, f, kh),
+                                         head_scales(&rows[j], false, f, kh), d),
+                          out[j]);
+    if (row_scaled(T))
+        for (size_t j = jlo; j < jhi; j++)
+            out[j] *= row_factor(T, head_scales(&rows[j], false, f, kh));
     vec s = v_set1(scale2);
     for (size_t t = 0; t < BK; t += VW) v_store(out + t, v_mul(v_load(out + t), s));
+}
+
+static void score_block(const attn_kv_format *f, const float *q, const attn_decode_row *rows,
+                        size_t kh, size_t jlo, size_t jhi, float scale2, float *out) {
+    switch (f->dtype) {
+    case ATTN_DTYPE_BF16: score_block_t(ATTN_DTYPE_BF16, q, rows, f, kh, jlo, jhi, scale2, out); break;
+    case ATTN_DTYPE_F16: score_block_t(ATTN_DTYPE_F16, q, rows, f, kh, jlo, jhi, scale2, out); break;
+    case ATTN_DTYPE_F8_E4M3:
+        score_block_t(ATTN_DTYPE_F8_E4M3, q, rows, f, kh, jlo, jhi, scale2, out);
+        break;
+    case ATTN_DTYPE_I8: score_block_t(ATTN_DTYPE_I8, q, rows, f, kh, jlo, jhi, scale2, out); break;
+    case ATTN_DTYPE_I4: score_block_t(ATTN_DTYPE_I4, q, rows, f, kh, jlo, jhi, scale2, out); break;
+    default: score_block_t(ATTN_DTYPE_F32, q, rows, f, kh, jlo, jhi, scale2, out); break;
+    }
 }
 
 /* 2^x of one float, by the vector exp2 (the same numbers as the lanes). */
@@ -79,14 +166,23 @@ static inline float block_max(float *sc, size_t jlo, size_t jhi) {
 
 /*
  * For NG query heads of one KV head (NG <= 4, a constant where inlined):
- * acc_g (D) = acc_g * alpha_g + sum_j p_g[j] v[j] (+ offset), j in [jlo,
- * jhi). Each value row is loaded once for the NG heads. Per head and
- * element the operations are the same in the same order whatever NG.
+ * acc_g (D) = acc_g * alpha_g + sum_j p_g[j] v[j], j in [jlo, jhi), v[j]
+ * the values of KV head kh in rows[j], of format T (p_g already holding a
+ * row's scale where T has one). Each value row is loaded once for the NG
+ * heads. Per head and element the operations are the same in the same
+ * order whatever NG.
  */
-static inline void weigh_heads(size_t NG, float *const *acc, const float *alpha,
-                               const float *const *p, const float *const *v, size_t offset,
-                               size_t jlo, size_t jhi, size_t D) {
-    size_t d = 0;
+static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc,
+                                      const float *alpha, const float *const *p,
+                                      const attn_decode_row *rows, const attn_kv_format *f,
+                                      size_t kh, size_t jlo, size_t jhi) {
+    size_t D = f->head_dim, d = 0;
+    const uint8_t *v[BK];
+    const float *vs[BK];
+    for (size_t j = jlo; j < jhi; j++) {
+        v[j] = head_codes(&rows[j], true, f, kh);
+        vs[j] = head_scales(&rows[j], true, f, kh);
+    }
     for (; d + WEIGH_VECS * VW <= D; d += WEIGH_VECS * VW) {
         vec a[4][WEIGH_VECS];
         for (size_t g = 0; g < NG; g++)
@@ -96,7 +192,7 @@ static inline void weigh_heads(size_t NG, float *const *acc, const float *alpha,
             vec pb[4];
             for (size_t g = 0; g < NG; g++) pb[g] = v_set1(p[g][j]);
             for (size_t c = 0; c < WEIGH_VECS; c++) {
-                vec x = v_load(v[j] + offset + d + c * VW);
+                vec x = load_elems(T, v[j], vs[j], d + c * VW);
                 for (size_t g = 0; g < NG; g++) a[g][c] = v_fma(pb[g], x, a[g][c]);
             }
         }
@@ -107,25 +203,45 @@ static inline void weigh_heads(size_t NG, float *const *acc, const float *alpha,
         for (size_t g = 0; g < NG; g++) {
             vec a = v_mul(v_load(acc[g] + d), v_set1(alpha[g]));
             for (size_t j = jlo; j < jhi; j++)
-                a = v_fma(v_set1(p[g][j]), v_load(v[j] + offset + d), a);
+                a = v_fma(v_set1(p[g][j]), load_elems(T, v[j], vs[j], d), a);
             v_store(acc[g] + d, a);
         }
     for (; d < D; d++)
         for (size_t g = 0; g < NG; g++) {
             float a = acc[g][d] * alpha[g];
-            for (size_t j = jlo; j < jhi; j++) a = fmaf(p[g][j], v[j][offset + d], a);
+            for (size_t j = jlo; j < jhi; j++) a = fmaf(p[g][j], load_one(T, v[j], vs[j], d), a);
             acc[g][d] = a;
         }
 }
 
-/* weigh_heads with NG a constant, so that its loops unroll into registers. */
-static void weigh_group(size_t NG, float *const *acc, const float *alpha, const float *const *p,
-                        const float *const *v, size_t offset, size_t jlo, size_t jhi, size_t D) {
+/* weigh_heads with NG and T constants, so that its loops unroll into
+ * registers. */
+static ALWAYS_INLINE void weigh_group_t(attn_dtype T, size_t NG, float *const *acc,
+                                        const float *alpha, const float *const *p,
+                                        const attn_decode_row *rows, const attn_kv_format *f,
+                                        size_t kh, size_t jlo, size_t jhi) {
     switch (NG) {
-    case 4: weigh_heads(4, acc, alpha, p, v, offset, jlo, jhi, D); break;
-    case 3: weigh_heads(3, acc, alpha, p, v, offset, jlo, jhi, D); break;
-    case 2: weigh_heads(2, acc, alpha, p, v, offset, jlo, jhi, D); break;
-    default: weigh_heads(1, acc, alpha, p, v, offset, jlo, jhi, D); break;
+    case 4: weigh_heads(T, 4, acc, alpha, p, rows, f, kh, jlo, jhi); break;
+    case 3: weigh_heads(T, 3, acc, alpha, p, rows, f, kh, jlo, jhi); break;
+    case 2: weigh_heads(T, 2, acc, alpha, p, rows, f, kh, jlo, jhi); break;
+    default: weigh_heads(T, 1, acc, alpha, p, rows, f, kh, jlo, jhi); break;
+    }
+}
+
+static void weigh_group(size_t NG, float *const *acc, const float *alpha, const float *const *p,
+                        const attn_decode_row *rows, const attn_kv_format *f, size_t kh,
+                        size_t jlo, size_t jhi) {
+    switch (f->dtype) {
+    case ATTN_DTYPE_BF16:
+        weigh_group_t(ATTN_DTYPE_BF16, NG, acc, alpha, p, rows, f, kh, jlo, jhi);
+        break;
+    case ATTN_DTYPE_F16: weigh_group_t(ATTN_DTYPE_F16, NG, acc, alpha, p, rows, f, kh, jlo, jhi); break;
+    case ATTN_DTYPE_F8_E4M3:
+        weigh_group_t(ATTN_DTYPE_F8_E4M3, NG, acc, alpha, p, rows, f, kh, jlo, jhi);
+        break;
+    case ATTN_DTYPE_I8: weigh_group_t(ATTN_DTYPE_I8, NG, acc, alpha, p, rows, f, kh, jlo, jhi); break;
+    case ATTN_DTYPE_I4: weigh_group_t(ATTN_DTYPE_I4, NG, acc, alpha, p, rows, f, kh, jlo, jhi); break;
+    default: weigh_group_t(ATTN_DTYPE_F32, NG, acc, alpha, p, rows, f, kh, jlo, jhi); break;
     }
 }
 
@@ -156,7 +272,10 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
     }
     for (size_t i = 0; i < rows * H * D; i++) acc[i] = 0.0f;
     float *sc = scratch; /* (rows, H, BK) scores, then weights */
-    const float *kr[BK], *vr[BK]; /* the rows of a block's keys */
+    const attn_kv_format *kf = &s->keys.k.fmt, *vf = &s->keys.v.fmt;
+    bool v_scaled = row_scaled(vf->dtype);
+    float pv[4][BK];              /* weights times the value rows' scales */
+    attn_decode_row rw[BK];       /* the rows of a block's keys */
     size_t row_lo[ATTN_DECODE_ROWS], row_hi[ATTN_DECODE_ROWS];
     for (size_t r = 0; r < rows; r++) attn_decode_visible(s, row0 + r, &row_lo[r], &row_hi[r]);
     /* no row sees a key before start (rows are in position order); blocks
@@ -167,7 +286,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
     for (size_t b0 = start / BK * BK; b0 < end;) {
         size_t b1 = b0 + BK < end ? b0 + BK : end;
         size_t from = b0 > start ? b0 : start; /* the first block: keys from start */
-        attn_decode_key_rows(&s->keys, from, b1 - from, kr + (from - b0), vr + (from - b0));
+        attn_decode_key_rows(&s->keys, from, b1 - from, rw + (from - b0));
         /* block-relative keys [jlo, jhi) of each row (empty: 0, 0) */
         size_t jlo[ATTN_DECODE_ROWS], jhi[ATTN_DECODE_ROWS];
         for (size_t r = 0; r < rows; r++) {
@@ -186,13 +305,19 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                     for (size_t g = 0; g < ng; g++) {
                         size_t i = i0 + g0 + g;
                         float *p = sc + i * BK;
-                        score_block(s->q + ((row0 + r) * H + kh * G + g0 + g) * D, kr, kh * D,
-                                    jlo[r], jhi[r], D, s->scale2, p);
+                        score_block(kf, s->q + ((row0 + r) * H + kh * G + g0 + g) * D, rw, kh,
+                                    jlo[r], jhi[r], s->scale2, p);
                         alpha[g] = softmax_step(p, jlo[r], jhi[r], &m[i], &l[i]);
                         acc_g[g] = acc + i * D;
                         p_g[g] = p;
+                        if (v_scaled) {
+                            for (size_t j = jlo[r]; j < jhi[r]; j++)
+                                pv[g][j] = p[j] * row_factor(vf->dtype,
+                                                             head_scales(&rw[j], true, vf, kh));
+                            p_g[g] = pv[g];
+                        }
                     }
-                    weigh_group(ng, acc_g, alpha, p_g, vr, kh * D, jlo[r], jhi[r], D);
+                    weigh_group(ng, acc_g, alpha, p_g, rw, vf, kh, jlo[r], jhi[r]);
                 }
             }
         }
