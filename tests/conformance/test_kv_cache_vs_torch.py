@@ -18,6 +18,12 @@ chunks, a chunk longer than the window.
 attn runs each step on contiguous and paged caches (random page sizes), on
 the reference kernels (within 1e-6: float32 rounding of the output) and the
 fast ones (within 3e-5), on 1 and 3 threads; the layouts agree bit for bit.
+Caches of other element types (attn.h: bf16, f16, fp8 e4m3, int8, int4,
+for K and V apart) are held to the same oracle fed K and V as those
+formats read back, coded here from attn.h's description (numpy float32
+arithmetic, e4m3 by the nearest of its values): every new row attends
+with its stored form, except a prompt into an empty cache on the fast
+kernels, which attends in float32 and keeps its stored form.
 Fresh random inputs each run; the seed is printed (--seed replays).
 """
 import argparse
@@ -42,7 +48,7 @@ class KvCacheConfig(Structure):
     _fields_ = [("num_layers", c_size_t), ("batch", c_size_t), ("kv_heads", c_size_t),
                 ("head_dim", c_size_t), ("max_len", c_size_t), ("layout", c_int),
                 ("page_size", c_size_t), ("num_pages", c_size_t),
-                ("windows", POINTER(c_size_t))]
+                ("windows", POINTER(c_size_t)), ("k_dtype", c_int), ("v_dtype", c_int)]
 
 
 class KvAttendArgs(Structure):
@@ -60,22 +66,29 @@ class BookCachedAttention:
         self.cache_k = self.cache_v = None
         self.ptr_current_pos = 0
 
-    def forward(self, queries, keys_new, values_new):
+    def forward(self, queries, keys_new, values_new, keys_kept=None, values_kept=None):
+        """keys_kept, values_kept: what the cache keeps of the new rows when
+        it is not what they attend with (a quantised cache)."""
         num_tokens = queries.shape[1]
         old_len = 0 if self.cache_k is None else self.cache_k.size(1)
+        kept_k = keys_new if keys_kept is None else keys_kept
+        kept_v = values_new if values_kept is None else values_kept
         if self.cache_k is None:
             combined_k, combined_v = keys_new, values_new
+            stored_k, stored_v = kept_k, kept_v
         else:
             combined_k = torch.cat([self.cache_k, keys_new], dim=1)
             combined_v = torch.cat([self.cache_v, values_new], dim=1)
+            stored_k = torch.cat([self.cache_k, kept_k], dim=1)
+            stored_v = torch.cat([self.cache_v, kept_v], dim=1)
         keys, values = combined_k, combined_v
         if self.window is not None:
             attn_keep = min(keys.size(1), self.window + num_tokens - 1)
             keys, values = keys[:, -attn_keep:], values[:, -attn_keep:]
             cache_keep = min(combined_k.size(1), self.window)
-            self.cache_k, self.cache_v = combined_k[:, -cache_keep:], combined_v[:, -cache_keep:]
+            self.cache_k, self.cache_v = stored_k[:, -cache_keep:], stored_v[:, -cache_keep:]
         else:
-            self.cache_k, self.cache_v = combined_k, combined_v
+            self.cache_k, self.cache_v = stored_k, stored_v
         dropped = combined_k.size(1) - keys.size(1)
         k_start = (self.ptr_current_pos - old_len) + dropped
         q_start = self.ptr_current_pos
@@ -95,6 +108,58 @@ class BookCachedAttention:
         attn_scores.masked_fill_(mask_bool, -torch.inf)
         attn_weights = torch.softmax(attn_scores / keys.shape[-1] ** 0.5, dim=-1)
         return (attn_weights @ values).transpose(1, 2)  # (b, T, heads, D)
+
+
+# attn_dtype's numbers of the KV cache's element types (attn.h)
+KV_DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "int8": 6, "fp8": 13, "int4": 15}
+
+
+def e4m3_values():
+    """The finite non-negative fp8 e4m3 values, by code 0..126."""
+    vals = []
+    for code in range(127):
+        e, m = code >> 3, code & 7
+        vals.append(m * 2.0 ** -9 if e == 0 else 2.0 ** (e - 7) * (1 + m / 8))
+    return np.array(vals)
+
+
+E4M3 = e4m3_values()
+
+
+def e4m3_nearest(y):
+    """y (float32, |y| <= 448) to the nearest e4m3 value, ties to the even code."""
+    a = np.minimum(np.abs(y.astype(np.float64)), 448.0)
+    hi = np.clip(np.searchsorted(E4M3, a), 0, 126)
+    lo = np.clip(hi - 1, 0, 126)
+    d_lo, d_hi = a - E4M3[lo], E4M3[hi] - a
+    pick = np.where(d_hi < d_lo, hi, np.where(d_lo < d_hi, lo, np.where(hi % 2 == 0, hi, lo)))
+    return np.sign(y) * E4M3[pick]
+
+
+def scaled_codes(x32, top, group):
+    """attn.h's scaled formats: per group of elements s = amax / top and
+    codes of x * (top / amax), in float32 as the format says."""
+    xs = x32.reshape(-1, group)
+    amax = np.max(np.abs(xs), axis=1, keepdims=True).astype(np.float32)
+    safe = np.where(amax > 0, amax, np.float32(1))
+    inv = np.where(amax > 0, np.float32(top) / safe, np.float32(0)).astype(np.float32)
+    return (xs * inv).astype(np.float32), (amax / np.float32(top)).astype(np.float32)
+
+
+def stored(x, kind):
+    """x (float64 holding float32 values, (..., D)) as a cache of element
+    type kind reads it back, by the formats of attn.h."""
+    if kind == "f32":
+        return x
+    if kind == "bf16":
+        return x.float().to(torch.bfloat16).double()
+    if kind == "f16":
+        return x.float().half().double()
+    x32 = x.numpy().astype(np.float32)
+    top, group = {"int8": (127, x.shape[-1]), "fp8": (448, x.shape[-1]), "int4": (7, 32)}[kind]
+    y, scale = scaled_codes(x32, top, group)
+    codes = e4m3_nearest(y) if kind == "fp8" else np.clip(np.rint(y), -top, top)
+    return torch.from_numpy((scale.astype(np.float64) * codes).reshape(x.shape))
 
 
 class Cache:
@@ -117,17 +182,21 @@ class Cache:
 
 
 def run_case(A, lib, r, ctxs, case):
-    kv_heads, group, D, windows, batch, steps = case
+    kv_heads, group, D, windows, batch, steps, k_type, v_type = case
     H = kv_heads * group
     max_len = 400
     win = (c_size_t * len(windows))(*[w or 0 for w in windows])
     caches = []
     for name, ctx, reference in ctxs:
         for layout, page in ((ATTN_KV_CONTIGUOUS, 0), (ATTN_KV_PAGED, r.choice([1, 3, 8, 16]))):
-            cfg = KvCacheConfig(len(windows), batch, kv_heads, D, max_len, layout, page, 0, win)
+            cfg = KvCacheConfig(len(windows), batch, kv_heads, D, max_len, layout, page, 0, win,
+                                KV_DTYPES[k_type], KV_DTYPES[v_type])
             caches.append(("%s/%s" % (name, "paged%d" % page if layout else "contiguous"),
                            reference, Cache(A, lib, ctx, cfg)))
-    books = [[BookCachedAttention(w) for _ in range(batch)] for w in windows]
+    # the oracle of the reference ctx and of the fast ones: they differ in a
+    # prompt into an empty cache, which the fast kernels attend in float32
+    books = {ref: [[BookCachedAttention(w) for _ in range(batch)] for w in windows]
+             for ref in (True, False)}
     worst = {True: 0.0, False: 0.0}
     for new_lens in steps:
         for layer in range(len(windows)):
@@ -137,18 +206,26 @@ def run_case(A, lib, r, ctxs, case):
             v = torch.randn(rows, kv_heads, D, dtype=torch.float64)
             # the float32 inputs attn receives are the oracle's inputs too
             q, k, v = (t.float().double() for t in (q, k, v))
-            want, at = [], 0
-            for s, n in enumerate(new_lens):
-                if n:
-                    y = books[layer][s].forward(q[None, at:at + n], k[None, at:at + n],
-                                                v[None, at:at + n])
-                    want.append(y[0])
-                at += n
-            want = torch.cat(want).numpy() if want else np.zeros((0, H, D))
+            kq, vq = stored(k, k_type), stored(v, v_type)
+            want = {}
+            for ref in (True, False):
+                parts, at = [], 0
+                for s, n in enumerate(new_lens):
+                    if n:
+                        book = books[ref][layer][s]
+                        sl = slice(at, at + n)
+                        if not ref and book.ptr_current_pos == 0 and n >= 64:
+                            y = book.forward(q[None, sl], k[None, sl], v[None, sl],
+                                             kq[None, sl], vq[None, sl])
+                        else:
+                            y = book.forward(q[None, sl], kq[None, sl], vq[None, sl])
+                        parts.append(y[0])
+                    at += n
+                want[ref] = torch.cat(parts).numpy() if parts else np.zeros((0, H, D))
             outs = {}
             for name, reference, cache in caches:
                 got = cache.attend(A, layer, new_lens, H, q.numpy(), k.numpy(), v.numpy())
-                err = float(np.max(np.abs(got - want))) if rows else 0.0
+                err = float(np.max(np.abs(got - want[reference]))) if rows else 0.0
                 worst[reference] = max(worst[reference], err)
                 kernels = name.split("/")[0]
                 if kernels in outs and not np.array_equal(outs[kernels][1], got):
@@ -156,9 +233,10 @@ def run_case(A, lib, r, ctxs, case):
                     return False
                 outs.setdefault(kernels, (name, got))
     ok = worst[True] <= 1e-6 and worst[False] <= 3e-5
-    print("%s kv_heads %d q_heads %d head_dim %d windows %s batch %d: worst |attn - torch| "
-          "reference %.3g, fast %.3g" % ("ok  " if ok else "FAIL", kv_heads, H, D, windows,
-                                         batch, worst[True], worst[False]))
+    print("%s kv_heads %d q_heads %d head_dim %d windows %s batch %d K %s V %s: worst "
+          "|attn - torch| reference %.3g, fast %.3g" % (
+              "ok  " if ok else "FAIL", kv_heads, H, D, windows, batch, k_type, v_type,
+              worst[True], worst[False]))
     for _, _, cache in caches:
         lib.attn_kv_cache_free(cache.ptr)
     return ok
@@ -199,6 +277,15 @@ def main():
         (4, 1, 64, [20, None], 1, random_steps(r, 1, 300)),  # MHA, one long sequence
         (8, 4, 128, [None], 1, random_steps(r, 1, 350)),     # Llama 3 8B's heads
     ]
+    cases = [c + ("f32", "f32") for c in cases]
+    # quantised caches: K and V of each type, two pairs drawn at random each run
+    types = list(KV_DTYPES)
+    pairs = [("bf16", "f16"), ("int8", "int4"), ("fp8", "int8"), ("int4", "fp8")]
+    pairs += [(r.choice(types), r.choice(types)) for _ in range(2)]
+    shapes = [(2, 2, 32, [None, 8], 2, 80), (1, 4, 64, [None], 1, 100), (2, 4, 128, [12], 2, 30)]
+    for i, (kt, vt) in enumerate(pairs):
+        kvh, grp, D, windows, batch, prompt = shapes[i % len(shapes)]
+        cases.append((kvh, grp, D, windows, batch, random_steps(r, batch, prompt), kt, vt))
     ok = all([run_case(A, lib, r, ctxs, c) for c in cases])
     for _, ctx, _ in ctxs:
         A.ctx_free(ctx)
