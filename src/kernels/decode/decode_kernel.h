@@ -247,8 +247,12 @@ static void weigh_group(size_t NG, float *const *acc, const float *alpha, const 
 
 /* The online-softmax step of one (row, query head) for a block: the
  * block's scores p (BK) become weights; returns alpha, the factor of the
- * earlier sums. */
+ * earlier sums. A NaN or +inf score (a NaN or infinite query or key) makes
+ * the row's sum NaN, and so its output, as softmax makes it; the vector
+ * max and exp2 would pass over it. */
 static inline float softmax_step(float *p, size_t jlo, size_t jhi, float *m, float *l) {
+    bool bad = false;
+    for (size_t j = jlo; j < jhi; j++) bad |= !(p[j] < INFINITY);
     float mx = block_max(p, jlo, jhi);
     float mn = *m > mx ? *m : mx;
     float alpha = exp2_one(*m - mn);
@@ -258,7 +262,7 @@ static inline float softmax_step(float *p, size_t jlo, size_t jhi, float *m, flo
         v_store(p + t, e);
         sum = v_add(sum, e);
     }
-    *l = *l * alpha + v_hsum(sum);
+    *l = bad ? NAN : *l * alpha + v_hsum(sum);
     *m = mn;
     return alpha;
 }

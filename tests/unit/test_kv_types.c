@@ -1,0 +1,310 @@
+/*
+ * test_kv_types.c — KV caches of other element types than float32 (attn.h,
+ * "Generation"; contract/kv_format.h):
+ *   the formats: every fp8 e4m3 code read back and coded again; coding to
+ *     nearest (ties to even) against a search of the e4m3 values written
+ *     here; int8, int4 and fp8 rows within half a step of the input, their
+ *     largest element exact; NaN and infinity carried as a NaN scale;
+ *   the kernels: every pair of K and V types on every kernel set this CPU
+ *     runs, against the reference ctx on the same steps (prompts, chunks,
+ *     decode steps; GQA and a window layer): near it, and the same bits on
+ *     a paged cache and 3 threads as on a contiguous one and 1 thread;
+ *   a NaN key, in a float32 or an int8 cache, makes the rows that see it
+ *     NaN, on the fast kernels and the reference;
+ *   the sizes (attn_kv_cache_token_bytes, attn_kv_cache_bytes) and the
+ *   refusals: an unknown type, int4 with head_dim not a multiple of 32, a
+ *   cache past the machine's memory.
+ * Inputs are fresh random numbers each run (the seed is printed).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "attn.h"
+#include "check.h"
+#include "contract/kv_format.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t rng_state;
+
+static uint64_t next_u64(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+static size_t rand_below(size_t n) { return (size_t)(next_u64() % n); }
+static float rand_uniform(void) { return (float)((double)(next_u64() >> 11) / 9007199254740992.0); }
+static float rand_normal(void) {
+    double s = 0.0;
+    for (int i = 0; i < 4; i++) s += rand_uniform();
+    return (float)((s - 2.0) * 1.7320508);
+}
+static void fill(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) x[i] = rand_normal();
+}
+
+static const attn_dtype TYPES[] = {ATTN_DTYPE_F32, ATTN_DTYPE_BF16,    ATTN_DTYPE_F16,
+                                   ATTN_DTYPE_F8_E4M3, ATTN_DTYPE_I8, ATTN_DTYPE_I4};
+#define NUM_TYPES (sizeof TYPES / sizeof TYPES[0])
+
+/* ---- the formats -------------------------------------------------------------- */
+
+/* The value of e4m3 code c from its definition (1.m x 2^(e - 7), or m x 2^-9). */
+static double e4m3_value(unsigned c) {
+    unsigned e = (c >> 3) & 15u, m = c & 7u;
+    double a = e == 0 ? m * ldexp(1.0, -9) : ldexp(1.0 + m / 8.0, (int)e - 7);
+    return c & 0x80u ? -a : a;
+}
+
+/* The nearest e4m3 code to x (|x| <= 448), ties to the even code. */
+static unsigned e4m3_nearest(float x) {
+    double a = fabs((double)x);
+    unsigned best = 0;
+    for (unsigned c = 1; c < 127; c++) {
+        double d = fabs(e4m3_value(c) - a), db = fabs(e4m3_value(best) - a);
+        if (d < db || (d == db && (c & 1u) == 0)) best = c;
+    }
+    return best | (signbit(x) ? 0x80u : 0u);
+}
+
+static void test_e4m3(void) {
+    for (unsigned c = 0; c < 256; c++) {
+        if ((c & 0x7Fu) == 0x7Fu) {
+            CHECK(isnan(attn_e4m3_to_float((uint8_t)c)));
+            continue;
+        }
+        CHECK(attn_e4m3_to_float((uint8_t)c) == (float)e4m3_value(c));
+        CHECK(attn_float_to_e4m3(attn_e4m3_to_float((uint8_t)c)) == c);
+    }
+    /* random values across the range, and the midpoints between neighbours */
+    for (int i = 0; i < 20000; i++) {
+        float x = (rand_uniform() * 2.0f - 1.0f) * ldexpf(1.0f, (int)rand_below(18) - 9);
+        if (fabsf(x) > 448.0f) continue;
+        CHECK(attn_float_to_e4m3(x) == e4m3_nearest(x));
+    }
+    for (unsigned c = 0; c < 126; c++) {
+        float mid = (float)((e4m3_value(c) + e4m3_value(c + 1)) / 2.0);
+        CHECK(attn_float_to_e4m3(mid) == e4m3_nearest(mid));
+        CHECK(attn_float_to_e4m3(-mid) == e4m3_nearest(-mid));
+    }
+    CHECK(attn_float_to_e4m3(1e9f) == 0x7Eu);   /* saturates at 448 */
+    CHECK(attn_float_to_e4m3(NAN) == 0x7Fu);
+}
+
+/* A random row coded and read back: within half a step of the input, the
+ * largest element exact (to float rounding). */
+static void test_row_bounds(attn_dtype dt, size_t D) {
+    attn_kv_format f = attn_kv_format_of(dt, D);
+    float x[128], scales[8];
+    uint8_t codes[512];
+    for (int trial = 0; trial < 50; trial++) {
+        float spread = ldexpf(1.0f, (int)rand_below(20) - 10);
+        for (size_t e = 0; e < D; e++) x[e] = rand_normal() * spread;
+        attn_kv_quantize(&f, x, codes, scales);
+        size_t group = dt == ATTN_DTYPE_I4 ? ATTN_KV_I4_GROUP : D;
+        for (size_t g0 = 0; g0 < D; g0 += group) {
+            double amax = 0.0;
+            for (size_t e = g0; e < g0 + group; e++) amax = fmax(amax, fabs((double)x[e]));
+            for (size_t e = g0; e < g0 + group; e++) {
+                double got = attn_kv_read(&f, codes, scales, e), err = fabs(got - x[e]);
+                /* half a step: amax / 127 or / 7; fp8 relative, 2^-4 of the value
+                 * (3 fraction bits), or half its smallest step 2^-9 s */
+                double bound = dt == ATTN_DTYPE_I8   ? amax / 127 * 0.5
+                               : dt == ATTN_DTYPE_I4 ? amax / 7 * 0.5
+                                                     : fmax(fabs((double)x[e]) / 16,
+                                                            amax / 448 * ldexp(1.0, -10));
+                CHECK(err <= bound * (1 + 1e-6) + 1e-30);
+                if (fabs((double)x[e]) == amax) CHECK(fabs(fabs(got) - amax) <= amax * 1e-6);
+            }
+        }
+    }
+    /* zeros read back as zeros; a NaN or an infinity makes the row (group) NaN */
+    for (size_t e = 0; e < D; e++) x[e] = 0.0f;
+    attn_kv_quantize(&f, x, codes, scales);
+    for (size_t e = 0; e < D; e++) CHECK(attn_kv_read(&f, codes, scales, e) == 0.0f);
+    for (int bad = 0; bad < 2; bad++) {
+        fill(x, D);
+        x[3] = bad ? INFINITY : NAN;
+        attn_kv_quantize(&f, x, codes, scales);
+        for (size_t e = 0; e < (dt == ATTN_DTYPE_I4 ? 32u : D); e++)
+            CHECK(isnan(attn_kv_read(&f, codes, scales, e)));
+    }
+}
+
+/* ---- every pair of types on every kernel set ------------------------------------ */
+
+enum { KH = 2, GROUP = 3, H = KH * GROUP, D = 64, BATCH = 2, MAX_LEN = 300 };
+
+typedef struct run {
+    attn_ctx *ctx;
+    attn_kv_cache *cache;
+} run;
+
+static void run_new(run *r, attn_kernels kernels, size_t threads, attn_kv_layout layout,
+                    attn_dtype kt, attn_dtype vt, const size_t *windows) {
+    attn_ctx_config cc = {.num_threads = threads, .kernels = kernels};
+    CHECK_STATUS(attn_ctx_new(&cc, &r->ctx), ATTN_OK);
+    attn_kv_cache_config cfg = {.num_layers = 2, .batch = BATCH, .kv_heads = KH, .head_dim = D,
+                                .max_len = MAX_LEN, .layout = layout, .page_size = 7,
+                                .windows = windows, .k_dtype = kt, .v_dtype = vt};
+    CHECK_STATUS(attn_kv_cache_new(r->ctx, &cfg, &r->cache), ATTN_OK);
+}
+
+static void run_free(run *r) {
+    attn_kv_cache_free(r->cache);
+    attn_ctx_free(r->ctx);
+}
+
+static float *attend(run *r, size_t layer, const size_t *lens, const float *q, const float *k,
+                     const float *v, size_t rows) {
+    float *out = malloc((rows * H * D + 1) * sizeof(float));
+    attn_kv_attend_args a = {.layer = layer, .new_lens = lens, .q_heads = H, .q = q,
+                             .k_new = k, .v_new = v, .out = out};
+    CHECK_STATUS(attn_kv_cache_attend(r->cache, &a), ATTN_OK);
+    return out;
+}
+
+/* The steps: a prompt through the fused path and a short one, then chunks
+ * and single tokens; on a full layer and a window layer. The fast kernel set
+ * runs a contiguous cache on 1 thread and a paged one on 3 (the same bits),
+ * the reference a contiguous one; returns the largest |fast - reference|. */
+static double compare_pair(attn_kernels kernels, attn_dtype kt, attn_dtype vt) {
+    static const size_t windows[2] = {0, 24};
+    run fast1, fast3, ref;
+    run_new(&fast1, kernels, 1, ATTN_KV_CONTIGUOUS, kt, vt, windows);
+    run_new(&fast3, kernels, 3, ATTN_KV_PAGED, kt, vt, windows);
+    run_new(&ref, ATTN_KERNELS_REFERENCE, 2, ATTN_KV_CONTIGUOUS, kt, vt, windows);
+    double worst = 0.0;
+    for (int t = 0; t < 8; t++) {
+        size_t lens[BATCH] = {t == 0 ? 90 : t < 3 ? 1 + rand_below(12) : 1,
+                              t == 0 ? 9 : rand_below(3)};
+        size_t rows = lens[0] + lens[1];
+        float *q = malloc(rows * H * D * sizeof(float)), *k = malloc(rows * KH * D * sizeof(float)),
+              *v = malloc(rows * KH * D * sizeof(float));
+        fill(q, rows * H * D);
+        fill(k, rows * KH * D);
+        fill(v, rows * KH * D);
+        for (size_t layer = 0; layer < 2; layer++) {
+            float *a = attend(&fast1, layer, lens, q, k, v, rows);
+            float *b = attend(&fast3, layer, lens, q, k, v, rows);
+            float *c = attend(&ref, layer, lens, q, k, v, rows);
+            CHECK(memcmp(a, b, rows * H * D * sizeof(float)) == 0);
+            /* a prompt's first step on the fast kernels attends in float32 */
+            size_t from = t == 0 ? lens[0] : 0;
+            for (size_t i = from * H * D; i < rows * H * D; i++)
+                worst = fmax(worst, fabs((double)a[i] - c[i]));
+            free(a), free(b), free(c);
+        }
+        free(q), free(k), free(v);
+    }
+    run_free(&fast1);
+    run_free(&fast3);
+    run_free(&ref);
+    return worst;
+}
+
+static void test_pairs(void) {
+    static const attn_kernels sets[] = {ATTN_KERNELS_PORTABLE, ATTN_KERNELS_AVX2,
+                                        ATTN_KERNELS_AVX512};
+    for (size_t s = 0; s < 3; s++) {
+        if (!attn_kernels_supported(sets[s])) continue;
+        double worst = 0.0;
+        for (size_t i = 0; i < NUM_TYPES; i++)
+            for (size_t j = 0; j < NUM_TYPES; j++) {
+                double w = compare_pair(sets[s], TYPES[i], TYPES[j]);
+                if (!(w <= 2e-5))
+                    printf("FAIL %s: K %s, V %s: |fast - reference| %.3g\n",
+                           attn_kernels_name(sets[s]), attn_dtype_name(TYPES[i]),
+                           attn_dtype_name(TYPES[j]), w);
+                CHECK(w <= 2e-5);
+                worst = fmax(worst, w);
+            }
+        printf("%s: %zu pairs of K and V types, worst |fast - reference| %.3g\n",
+               attn_kernels_name(sets[s]), NUM_TYPES * NUM_TYPES, worst);
+    }
+}
+
+/* ---- NaN, sizes, refusals ----------------------------------------------------- */
+
+static void test_nan_carried(void) {
+    for (int variant = 0; variant < 4; variant++) { /* fast, reference x f32, int8 */
+        run r;
+        run_new(&r, variant / 2 ? ATTN_KERNELS_REFERENCE : ATTN_KERNELS_AUTO, 2,
+                ATTN_KV_CONTIGUOUS,
+                variant % 2 ? ATTN_DTYPE_I8 : ATTN_DTYPE_F32, ATTN_DTYPE_F32, (size_t[2]){0, 0});
+        size_t lens[BATCH] = {4, 4};
+        float q[8 * H * D], k[8 * KH * D], v[8 * KH * D];
+        fill(q, 8 * H * D);
+        fill(k, 8 * KH * D);
+        fill(v, 8 * KH * D);
+        k[(1 * KH + 0) * D + 5] = NAN; /* sequence 0, token 1, KV head 0 */
+        float *out = attend(&r, 0, lens, q, k, v, 8);
+        for (size_t row = 0; row < 8; row++)
+            for (size_t h = 0; h < H; h++) {
+                bool sees = row >= 1 && row < 4 && h / GROUP == 0;
+                CHECK(isnan(out[(row * H + h) * D]) == sees);
+            }
+        free(out);
+        run_free(&r);
+    }
+}
+
+static void test_sizes_and_refusals(void) {
+    attn_ctx *ctx;
+    CHECK_STATUS(attn_ctx_new(NULL, &ctx), ATTN_OK);
+    attn_kv_cache *c = NULL;
+    attn_kv_cache_config cfg = {.num_layers = 3, .batch = 2, .kv_heads = 2, .head_dim = 64,
+                                .max_len = 10, .k_dtype = ATTN_DTYPE_F32,
+                                .v_dtype = ATTN_DTYPE_I4};
+    CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &c), ATTN_OK);
+    /* per layer and token: K 2 x 64 floats, V 2 x (32 bytes + 2 scales) */
+    size_t per_token = 3 * (2 * 64 * 4 + 2 * (32 + 2 * 4));
+    CHECK(attn_kv_cache_token_bytes(c) == per_token);
+    CHECK(attn_kv_cache_bytes(c) == 2 * 10 * per_token);
+    attn_kv_cache_free(c);
+    const size_t expect[NUM_TYPES] = {256, 128, 128, 64 + 4, 64 + 4, 32 + 8};
+    for (size_t i = 0; i < NUM_TYPES; i++) {
+        cfg = (attn_kv_cache_config){.num_layers = 1, .batch = 1, .kv_heads = 1,
+                                     .head_dim = 64, .max_len = 4, .k_dtype = TYPES[i],
+                                     .v_dtype = TYPES[i]};
+        CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &c), ATTN_OK);
+        CHECK(attn_kv_cache_token_bytes(c) == 2 * expect[i]);
+        attn_kv_cache_free(c);
+    }
+    cfg.k_dtype = ATTN_DTYPE_U16;
+    CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &c), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "k_dtype 8 (U16) is not a KV cache type");
+    cfg.k_dtype = ATTN_DTYPE_F32;
+    cfg.v_dtype = ATTN_DTYPE_I4;
+    cfg.head_dim = 48;
+    CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &c), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "v_dtype I4 stores groups of 32 elements; head_dim 48");
+    cfg.head_dim = 64;
+    cfg.max_len = (size_t)1 << 44; /* 2^44 tokens x 288 bytes: past any machine here */
+    CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &c), ATTN_ERR_NO_MEMORY);
+    CHECK_MESSAGE(ctx, "is past this machine's memory");
+    CHECK(c == NULL);
+    attn_ctx_free(ctx);
+}
+
+int main(void) {
+    uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
+    const char *env = getenv("ATTN_TEST_SEED");
+    if (env) seed = strtoull(env, NULL, 10);
+    printf("seed %llu (ATTN_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    rng_state = seed * 2654435761u + 1;
+    test_e4m3();
+    for (size_t i = 3; i < NUM_TYPES; i++) { /* the scaled ones; core/half.h's test has the rest */
+        test_row_bounds(TYPES[i], 64);
+        test_row_bounds(TYPES[i], 128);
+    }
+    test_nan_carried();
+    test_sizes_and_refusals();
+    test_pairs();
+    return check_summary();
+}
