@@ -51,6 +51,7 @@ enum { SECTIONS = sizeof sections / sizeof sections[0] };
 static const char bench_help[] =
     "usage: attn-bench [--threads LIST] [--runs N] [--quick] [--kernels LIST]\n"
     "                  [--section NAME] [--tokens LIST] [--peer-python PATH]\n"
+    "                  [--kv-dtypes LIST]\n"
     "\n"
     "Times the library's kernels and, in the same run, OpenBLAS's on the same\n"
     "work: the machine's practical peak. Each line gives the median of N timed\n"
@@ -67,6 +68,8 @@ static const char bench_help[] =
     "  --section NAME   run one section only\n"
     "  --tokens LIST    sequence lengths for the attention, layer, dropout and\n"
     "                   bf16 sections (default: each section's own)\n"
+    "  --kv-dtypes LIST the decode section's KV cache types, of f32, bf16, f16,\n"
+    "                   fp8, int8, int4 (default all)\n"
     "  --peer-python PATH  the python with PyTorch 2.15 for the decode section's\n"
     "                   peers (default .venv-peers/bin/python where present)\n"
     "\n"
@@ -341,8 +344,30 @@ static void print_sections(FILE *out) {
         fprintf(out, "  %-9s %s\n", sections[i].name, sections[i].summary);
 }
 
-static const char *const bench_value_options[] = {"--threads", "--runs", "--kernels", "--section",
-                                                  "--tokens", "--peer-python", NULL};
+static const char *const bench_value_options[] = {"--threads", "--runs",  "--kernels",
+                                                  "--section", "--tokens", "--peer-python",
+                                                  "--kv-dtypes", NULL};
+
+/* --kv-dtypes: a comma-separated list of the CLI's KV type names. */
+static int parse_kv_dtypes(const char *text, bench_options *o) {
+    const char *p = text;
+    o->kv_dtype_counts = 0;
+    while (*p) {
+        char item[16];
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len >= sizeof item || o->kv_dtype_counts == 6)
+            return cli_usage_error("--kv-dtypes: expected up to 6 of f32, bf16, f16, fp8, int8, "
+                                   "int4, got '%s'", text);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        if (cli_parse_kv_dtype("--kv-dtypes", item, &o->kv_dtypes[o->kv_dtype_counts++]) !=
+            CLI_OK)
+            return CLI_USAGE;
+        p += len + (p[len] == ',');
+    }
+    return o->kv_dtype_counts ? CLI_OK
+                              : cli_usage_error("--kv-dtypes: expected a list, got '%s'", text);
+}
 
 typedef struct bench_args {
     bench_options o;
@@ -370,6 +395,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             tokens = value;
         } else if (strcmp(opt, "--peer-python") == 0) {
             o->peer_python = value;
+        } else if (strcmp(opt, "--kv-dtypes") == 0) {
+            if (parse_kv_dtypes(value, o) != CLI_OK) return CLI_USAGE;
         } else if (!cli_parse_size(value, &o->runs) || o->runs == 0 || o->runs > 1000) {
             return cli_usage_error("--runs: expected a count from 1 to 1000, got '%s'", value);
         }

@@ -31,6 +31,8 @@ typedef struct bench_options {
     size_t token_counts;                   /* 0: each section's own lengths */
     const char *peer_python; /* --peer-python: PyTorch 2.15's python for the decode
                                 section's peers (NULL: .venv-peers/bin/python if there) */
+    attn_dtype kv_dtypes[6]; /* --kv-dtypes: the decode section's KV cache types */
+    size_t kv_dtype_counts;  /* 0: f32, bf16, f16, fp8, int8, int4 */
 } bench_options;
 
 /* cblas_sgemm and the OpenBLAS calls around it, when found. */

@@ -1,11 +1,13 @@
 /*
  * bench_decode.c — attn-bench's decode section, the kernel rows: one token
  * against a KV cache (attn_kv_cache_attend), batch 1, 32 query heads over 8
- * KV heads, head_dim 128, float32, at cache lengths 4096, 16384 and 65536,
- * contiguous and paged (pages of 16 tokens).
+ * KV heads, head_dim 128, at cache lengths 4096, 16384 and 65536,
+ * contiguous and paged (pages of 16 tokens), K and V stored in each type of
+ * --kv-dtypes.
  *
- * A decode step is memory-bound: it reads the whole cache, L x 8 x 128
- * floats of K and as many of V, once. So its figure is that traffic per
+ * A decode step is memory-bound: it reads the whole cache, L tokens of
+ * attn_kv_cache_token_bytes each (K and V, scales included), once. So its
+ * figure is that traffic per
  * second, next to what the machine copies per second on as many threads
  * (a STREAM-like copy measured in the same run: memcpy between two arrays
  * of at least 4x the last-level cache, read + write bytes counted as STREAM
@@ -137,16 +139,20 @@ static double copy_bandwidth(float *dst, const float *src, size_t n, size_t thre
 typedef struct decode_case {
     size_t threads, length;
     attn_kv_layout layout;
-    double ms;       /* median ms per step; 0: failed */
-    double torch_ms; /* 0: no peer */
+    attn_dtype dtype;   /* of K and of V */
+    size_t token_bytes; /* one token's K and V */
+    double ms;          /* median ms per step; 0: failed */
+    double torch_ms;    /* 0: no peer */
 } decode_case;
 
 /* A cache of one layer holding length tokens of random K and V. */
-static attn_status filled_cache(attn_ctx *ctx, attn_kv_layout layout, size_t length,
-                                size_t spare, const float *rows, attn_kv_cache **out) {
+static attn_status filled_cache(attn_ctx *ctx, attn_kv_layout layout, attn_dtype dtype,
+                                size_t length, size_t spare, const float *rows,
+                                attn_kv_cache **out) {
     attn_kv_cache_config cfg = {.num_layers = 1, .batch = 1, .kv_heads = KV_HEADS,
                                 .head_dim = HEAD_DIM, .max_len = length + spare,
-                                .layout = layout, .page_size = PAGE};
+                                .layout = layout, .page_size = PAGE, .k_dtype = dtype,
+                                .v_dtype = dtype};
     attn_status st = attn_kv_cache_new(ctx, &cfg, out);
     for (size_t at = 0; st == ATTN_OK && at < length; at += FILL_ROWS) {
         size_t n = length - at < FILL_ROWS ? length - at : FILL_ROWS;
@@ -155,17 +161,18 @@ static attn_status filled_cache(attn_ctx *ctx, attn_kv_layout layout, size_t len
     return st;
 }
 
-/* Median ms of one decode step (each appends its token, so the cache grows
- * by one per step from length); 0 after printing why not. */
-static double time_steps(size_t threads, attn_kv_layout layout, size_t length, size_t runs,
-                         const float *rows, const float *token) {
+/* Median ms of one decode step of case c (each appends its token, so the
+ * cache grows by one per step from length); 0 after printing why not. */
+static double time_steps(decode_case *c, size_t runs, const float *rows, const float *token) {
+    size_t threads = c->threads, length = c->length;
     attn_ctx *ctx = NULL;
     attn_kv_cache *cache = NULL;
     double t[MAX_RUNS], ms = 0.0;
     float out[Q_HEADS * HEAD_DIM];
     attn_ctx_config cc = {.num_threads = threads};
     attn_status st = attn_ctx_new(&cc, &ctx);
-    if (st == ATTN_OK) st = filled_cache(ctx, layout, length, runs + 1, rows, &cache);
+    if (st == ATTN_OK) st = filled_cache(ctx, c->layout, c->dtype, length, runs + 1, rows, &cache);
+    c->token_bytes = attn_kv_cache_token_bytes(cache);
     attn_kv_attend_args a = {.new_tokens = 1, .q_heads = Q_HEADS, .q = token,
                              .k_new = token + Q_HEADS * HEAD_DIM,
                              .v_new = token + Q_HEADS * HEAD_DIM + ROW, .out = out};
@@ -210,7 +217,8 @@ static bool run_peer(const bench_options *o, const char *python, size_t num_leng
         double ms;
         if (sscanf(line, "decode_peer threads=%zu L=%zu ms=%lf", &n, &L, &ms) == 3) {
             for (size_t i = 0; i < num_cases; i++)
-                if (cases[i].threads == n && cases[i].length == L) {
+                if (cases[i].threads == n && cases[i].length == L &&
+                cases[i].dtype == ATTN_DTYPE_F32) {
                     cases[i].torch_ms = ms;
                     any = true;
                 }
@@ -232,7 +240,11 @@ int bench_decode(const bench_options *o, const bench_blas *blas) {
     (void)blas;
     size_t num_lengths = o->quick ? 2 : MAX_LENGTHS;
     printf("== decode: one token against the KV cache, batch 1, %d query heads / %d KV heads, "
-           "head_dim %d, float32 ==\n", Q_HEADS, KV_HEADS, HEAD_DIM);
+           "head_dim %d ==\n", Q_HEADS, KV_HEADS, HEAD_DIM);
+    static const attn_dtype all_dtypes[] = {ATTN_DTYPE_F32, ATTN_DTYPE_BF16, ATTN_DTYPE_F16,
+                                            ATTN_DTYPE_F8_E4M3, ATTN_DTYPE_I8, ATTN_DTYPE_I4};
+    const attn_dtype *dtypes = o->kv_dtype_counts ? o->kv_dtypes : all_dtypes;
+    size_t num_dtypes = o->kv_dtype_counts ? o->kv_dtype_counts : 6;
 
     /* the copy bandwidth first, its arrays freed before the caches are made */
     size_t copy_bytes = copy_array_bytes(), n = copy_bytes / sizeof(float);
@@ -253,22 +265,24 @@ int bench_decode(const bench_options *o, const bench_blas *blas) {
 
     size_t runs = o->runs > MAX_RUNS - 1 ? MAX_RUNS - 1 : o->runs;
     float *rows = bench_random(2 * FILL_ROWS * ROW, 1), *token = bench_random(Q_HEADS * HEAD_DIM + 2 * ROW, 2);
-    decode_case cases[BENCH_MAX_THREAD_COUNTS * MAX_LENGTHS * 2];
+    decode_case cases[6 * BENCH_MAX_THREAD_COUNTS * MAX_LENGTHS * 2];
     size_t num_cases = 0;
     int rc = CLI_OK;
     if (!rows || !token) {
         printf("  out of memory\n");
         rc = CLI_FAILED;
     }
-    for (size_t t = 0; rc == CLI_OK && t < o->thread_counts; t++)
-        for (int layout = 0; layout < 2; layout++)
-            for (size_t l = 0; l < num_lengths; l++) {
-                decode_case *c = &cases[num_cases++];
-                *c = (decode_case){.threads = o->threads[t], .length = lengths[l],
-                                   .layout = layout ? ATTN_KV_PAGED : ATTN_KV_CONTIGUOUS};
-                c->ms = time_steps(c->threads, c->layout, c->length, runs, rows, token);
-                if (c->ms == 0.0) rc = CLI_FAILED;
-            }
+    for (size_t d = 0; rc == CLI_OK && d < num_dtypes; d++)
+        for (size_t t = 0; rc == CLI_OK && t < o->thread_counts; t++)
+            for (int layout = 0; layout < 2; layout++)
+                for (size_t l = 0; l < num_lengths; l++) {
+                    decode_case *c = &cases[num_cases++];
+                    *c = (decode_case){.threads = o->threads[t], .length = lengths[l],
+                                       .layout = layout ? ATTN_KV_PAGED : ATTN_KV_CONTIGUOUS,
+                                       .dtype = dtypes[d]};
+                    c->ms = time_steps(c, runs, rows, token);
+                    if (c->ms == 0.0) rc = CLI_FAILED;
+                }
     free(rows);
     free(token);
 
@@ -283,24 +297,34 @@ int bench_decode(const bench_options *o, const bench_blas *blas) {
     printf("copy: memcpy between 2 arrays of %zu MiB, (read + write) bytes / s as STREAM "
            "counts;\nread: one pass summing one of them (what a read-only kernel can reach)\n",
            copy_bytes >> 20);
-    printf("%7s %10s %6s %9s %9s %9s %8s %9s %8s %9s %8s\n", "threads", "layout", "L", "ms/step",
-           "K+V GB/s", "copy GB/s", "of copy", "read GB/s", "of read", "torch ms", "speedup");
+    printf("%7s %5s %10s %6s %9s %7s %9s %9s %8s %9s %8s %9s %8s\n", "threads", "kv", "layout",
+           "L", "ms/step", "of f32", "K+V GB/s", "copy GB/s", "of copy", "read GB/s", "of read",
+           "torch ms", "speedup");
     for (size_t i = 0; i < num_cases; i++) {
         const decode_case *c = &cases[i];
         size_t t = 0;
         while (o->threads[t] != c->threads) t++;
-        double bytes = 2.0 * (double)c->length * ROW * sizeof(float);
-        double gbs = c->ms > 0 ? bytes / (c->ms * 1e-3) / 1e9 : 0.0;
-        printf("%7zu %10s %6zu %9.3f %9.1f %9.1f %7.0f%% %9.1f %7.0f%%", c->threads,
-               c->layout == ATTN_KV_PAGED ? "paged/16" : "contiguous", c->length, c->ms, gbs,
-               copy_gbs[t], copy_gbs[t] > 0 ? 100.0 * gbs / copy_gbs[t] : 0.0, read_gbs[t],
+        double bytes = (double)c->length * (double)c->token_bytes;
+        double gbs = c->ms > 0 ? bytes / (c->ms * 1e-3) / 1e9 : 0.0, f32_ms = 0.0;
+        for (size_t j = 0; j < num_cases; j++)
+            if (cases[j].dtype == ATTN_DTYPE_F32 && cases[j].threads == c->threads &&
+                cases[j].layout == c->layout && cases[j].length == c->length)
+                f32_ms = cases[j].ms;
+        char of_f32[16] = "-";
+        if (f32_ms > 0 && c->ms > 0) snprintf(of_f32, sizeof of_f32, "%.2fx", c->ms / f32_ms);
+        printf("%7zu %5s %10s %6zu %9.3f %7s %9.1f %9.1f %7.0f%% %9.1f %7.0f%%", c->threads,
+               cli_kv_dtype_name(c->dtype), c->layout == ATTN_KV_PAGED ? "paged/16" : "contiguous",
+               c->length, c->ms, of_f32, gbs, copy_gbs[t],
+               copy_gbs[t] > 0 ? 100.0 * gbs / copy_gbs[t] : 0.0, read_gbs[t],
                read_gbs[t] > 0 ? 100.0 * gbs / read_gbs[t] : 0.0);
         if (c->torch_ms > 0 && c->ms > 0)
             printf(" %9.3f %7.2fx\n", c->torch_ms, c->torch_ms / c->ms);
         else
             printf(" %9s %8s\n", "-", "-");
     }
-    printf("  speedup: torch ms / attn ms (PyTorch SDPA on the same step, enable_gqa; > 1: attn "
+    printf("  kv: K and V's stored type; of f32: ms / the f32 cache's ms on the same case; K+V "
+           "GB/s: the\n  cache's bytes (attn_kv_cache_token_bytes x L) per second; speedup: "
+           "torch ms / attn ms\n  (PyTorch SDPA on the same float32 step, enable_gqa; > 1: attn "
            "is faster).\n");
 
     if (bench_decode_model(o, python) != CLI_OK) rc = CLI_FAILED;

@@ -211,6 +211,28 @@ int cli_parse_kernels(const char *value, attn_kernels *out) {
         "--kernels: expected auto, reference, portable, avx2 or avx512, got '%s'", value);
 }
 
+static const struct {
+    const char *name;
+    attn_dtype dtype;
+} kv_dtypes[] = {{"f32", ATTN_DTYPE_F32}, {"bf16", ATTN_DTYPE_BF16}, {"f16", ATTN_DTYPE_F16},
+                 {"fp8", ATTN_DTYPE_F8_E4M3}, {"int8", ATTN_DTYPE_I8}, {"int4", ATTN_DTYPE_I4}};
+
+int cli_parse_kv_dtype(const char *opt, const char *value, attn_dtype *out) {
+    for (size_t i = 0; i < sizeof kv_dtypes / sizeof kv_dtypes[0]; i++)
+        if (strcmp(value, kv_dtypes[i].name) == 0) {
+            *out = kv_dtypes[i].dtype;
+            return CLI_OK;
+        }
+    return cli_usage_error("%s: expected f32, bf16, f16, fp8, int8 or int4, got '%s'", opt,
+                           value);
+}
+
+const char *cli_kv_dtype_name(attn_dtype dtype) {
+    for (size_t i = 0; i < sizeof kv_dtypes / sizeof kv_dtypes[0]; i++)
+        if (kv_dtypes[i].dtype == dtype) return kv_dtypes[i].name;
+    return "?";
+}
+
 int cli_finish(int rc) {
     errno = 0;
     bool flushed = fflush(stdout) == 0;

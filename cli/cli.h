@@ -68,6 +68,12 @@ int cli_library_error(const attn_ctx *ctx, const char *what);
  * usage error naming it otherwise). */
 int cli_parse_kernels(const char *value, attn_kernels *out);
 
+/* A KV cache element type by its CLI name (f32, bf16, f16, fp8, int8,
+ * int4; fp8 is e4m3): CLI_OK, or a usage error naming opt and value. */
+int cli_parse_kv_dtype(const char *opt, const char *value, attn_dtype *out);
+/* The CLI name of a KV cache element type ("?" for others). */
+const char *cli_kv_dtype_name(attn_dtype dtype);
+
 /* Writes data (rank, shape) as DIR/name.npy: CLI_OK, or the library's
  * message under opt (the option that named dir) and CLI_FAILED. */
 int cli_write_in_dir(attn_ctx *ctx, const char *opt, const char *dir, const char *name,

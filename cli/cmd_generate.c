@@ -20,6 +20,7 @@ static const char generate_help[] =
     "                     --max-new-tokens N [--model gpt2|llama3]\n"
     "                     [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "                     [--stop-ids ID,...] [--cache contiguous|paged] [--page-size N]\n"
+    "                     [--kv-dtype T | --k-dtype T --v-dtype T]\n"
     "                     [--tokenizer PATH] [--stream] [--stats] [--threads N]\n"
     "                     [--kernels auto|reference|portable|avx2|avx512]\n"
     "\n"
@@ -60,8 +61,13 @@ static const char generate_help[] =
     "  --stop-ids L    token ids that end the run (comma separated)\n"
     "  --cache C       contiguous (default) or paged\n"
     "  --page-size N   tokens per page of the paged cache (default 16)\n"
+    "  --kv-dtype T    how the cache stores K and V: f32 (default), bf16, f16,\n"
+    "                  fp8 (e4m3, a scale per token and head), int8 (a scale\n"
+    "                  per token and head) or int4 (a scale per 32 elements);\n"
+    "                  --k-dtype and --v-dtype choose them apart\n"
     "  --stream        prints each token (or its text) as it comes\n"
-    "  --stats         prints the prefill and per-token times to stderr\n"
+    "  --stats         prints the prefill and per-token times to stderr, and\n"
+    "                  the cache's bytes per token\n"
     "  --threads N     worker threads (default: all online CPUs)\n"
     "  --kernels K     auto (default), reference, portable, avx2 or avx512\n";
 
@@ -69,7 +75,7 @@ static const char *const generate_value_options[] = {
     "--weights", "--config",   "--model",   "--random-init", "--preset",   "--prompt-ids",
     "--prompt",  "--tokenizer", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
     "--seed",    "--stop-ids", "--cache",   "--page-size",   "--threads",  "--kernels",
-    NULL};
+    "--kv-dtype", "--k-dtype", "--v-dtype", NULL};
 
 typedef struct id_list {
     int32_t *ids;
@@ -84,6 +90,7 @@ typedef struct generate_options {
     size_t max_new_tokens, page_size, threads;
     attn_sampling sampling;
     attn_kv_layout layout;
+    attn_dtype k_dtype, v_dtype;
     attn_kernels kernels;
 } generate_options;
 
@@ -224,6 +231,11 @@ static int take_value(generate_options *o, const char *opt, const char *value) {
             return cli_bad_number(opt, value, "a probability in [0, 1]");
         if (!(o->sampling.top_p >= 0.0 && o->sampling.top_p <= 1.0))
             return cli_usage_error("--top-p: expected a probability in [0, 1], got '%s'", value);
+    } else if (strcmp(opt, "--kv-dtype") == 0) {
+        if (cli_parse_kv_dtype(opt, value, &o->k_dtype) != CLI_OK) return CLI_USAGE;
+        o->v_dtype = o->k_dtype;
+    } else if (strcmp(opt, "--k-dtype") == 0 || strcmp(opt, "--v-dtype") == 0) {
+        return cli_parse_kv_dtype(opt, value, opt[2] == 'k' ? &o->k_dtype : &o->v_dtype);
     } else if (strcmp(opt, "--cache") == 0) {
         if (strcmp(value, "contiguous") == 0) o->layout = ATTN_KV_CONTIGUOUS;
         else if (strcmp(value, "paged") == 0) o->layout = ATTN_KV_PAGED;
@@ -237,7 +249,7 @@ static int take_value(generate_options *o, const char *opt, const char *value) {
 static int parse_args(int argc, char **argv, generate_options *o) {
     *o = (generate_options){.seed = 123, .threads = cli_default_threads(),
                             .kernels = ATTN_KERNELS_AUTO, .layout = ATTN_KV_CONTIGUOUS};
-    bool page_size_given = false;
+    bool page_size_given = false, kv_given = false, k_or_v_given = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--stream") == 0) {
             o->stream = true;
@@ -250,7 +262,13 @@ static int parse_args(int argc, char **argv, generate_options *o) {
         const char *value = cli_option_value(argc, argv, &i, generate_value_options);
         if (!value || take_value(o, argv[i - 1], value) != CLI_OK) return CLI_USAGE;
         page_size_given |= strcmp(argv[i - 1], "--page-size") == 0;
+        kv_given |= strcmp(argv[i - 1], "--kv-dtype") == 0;
+        k_or_v_given |= strcmp(argv[i - 1], "--k-dtype") == 0 ||
+                        strcmp(argv[i - 1], "--v-dtype") == 0;
     }
+    if (kv_given && k_or_v_given)
+        return cli_usage_error("generate: --kv-dtype sets K and V; --k-dtype and --v-dtype set "
+                               "them apart: give one or the others");
     if (!o->weights == !o->random_init)
         return cli_usage_error("generate: give the model as --weights, or as --random-init "
                                "SEED --preset NAME (try 'attn generate --help')");
@@ -421,7 +439,11 @@ static int print_result(attn_ctx *ctx, const stream_state *s) {
     return CLI_OK;
 }
 
-static void print_stats(const stream_state *s, size_t prompt_len) {
+static void print_stats(const stream_state *s, size_t prompt_len, const attn_kv_cache *cache) {
+    attn_kv_cache_config c = attn_kv_cache_get_config(cache);
+    fprintf(stderr, "attn generate: kv cache %zu bytes/token (K %s, V %s; all layers, scales "
+            "included)\n", attn_kv_cache_token_bytes(cache), cli_kv_dtype_name(c.k_dtype),
+            cli_kv_dtype_name(c.v_dtype));
     fprintf(stderr, "attn generate: prompt %zu tokens", prompt_len);
     if (s->count == 0) {
         fputs(", no new tokens\n", stderr);
@@ -445,8 +467,15 @@ static int make_cache(attn_ctx *ctx, attn_lm *m, const generate_options *o, size
     size_t kept = prompt_len < context ? prompt_len : context;
     size_t positions = kept + (o->max_new_tokens ? o->max_new_tokens - 1 : 0);
     if (positions > context || positions < kept) positions = 0;
-    if (attn_lm_cache_new(m, 1, positions, o->layout, o->page_size, out) != ATTN_OK)
+    attn_kv_cache_config cfg;
+    if (attn_lm_cache_config(m, 1, positions, &cfg) != ATTN_OK)
         return cli_library_error(ctx, "--cache");
+    cfg.layout = o->layout;
+    cfg.page_size = o->page_size;
+    cfg.k_dtype = o->k_dtype;
+    cfg.v_dtype = o->v_dtype;
+    if (attn_kv_cache_new(ctx, &cfg, out) != ATTN_OK)
+        return cli_library_error(ctx, o->k_dtype || o->v_dtype ? "--kv-dtype" : "--cache");
     return CLI_OK;
 }
 
@@ -475,7 +504,7 @@ static int generate(attn_ctx *ctx, attn_lm *m, const generate_options *o, attn_t
         if (s.failed) rc = CLI_FAILED;
         else if (st != ATTN_OK) rc = cli_library_error(ctx, "generate");
         else rc = print_result(ctx, &s);
-        if (st == ATTN_OK && o->stats) print_stats(&s, prompt->n);
+        if (st == ATTN_OK && o->stats) print_stats(&s, prompt->n, cache);
     }
     free(out);
     attn_rng_free(rng);

@@ -31,6 +31,8 @@ SIZEP = POINTER(c_size_t)
 
 ARCHS = {"gpt2": 1, "llama3": 2}
 LAYOUTS = {"contiguous": 0, "paged": 1}
+# how a KV cache stores K and V (attn.h's attn_dtype numbers)
+KV_DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "int8": 6, "fp8": 13, "int4": 15}
 
 
 class LmConfig(Structure):  # attn_lm_config
@@ -89,6 +91,9 @@ _SIGNATURES = {
     "attn_kv_cache_reset_sequence": (c_int, c_void_p, c_size_t),
     "attn_kv_cache_length": (c_int, c_void_p, c_size_t, c_size_t, SIZEP),
     "attn_kv_cache_bytes": (c_size_t, c_void_p),
+    "attn_kv_cache_token_bytes": (c_size_t, c_void_p),
+    "attn_lm_cache_config": (c_int, c_void_p, c_size_t, c_size_t, POINTER(KvCacheConfig)),
+    "attn_kv_cache_new": (c_int, c_void_p, POINTER(KvCacheConfig), POINTER(c_void_p)),
 }
 for _name, (_restype, *_argtypes) in _SIGNATURES.items():
     _fn = getattr(lib, _name, None)
@@ -137,6 +142,10 @@ def config_dict(c):
     return d
 
 
+def _kv_dtype_name(number):
+    return next((name for name, n in KV_DTYPES.items() if n == number), "?")
+
+
 class KVCache:
     """An attn_kv_cache made by LanguageModel.new_cache."""
 
@@ -153,7 +162,8 @@ class KVCache:
         return {"num_layers": c.num_layers, "batch": c.batch, "kv_heads": c.kv_heads,
                 "head_dim": c.head_dim, "max_len": c.max_len,
                 "layout": "paged" if c.layout == 1 else "contiguous",
-                "page_size": c.page_size, "num_pages": c.num_pages}
+                "page_size": c.page_size, "num_pages": c.num_pages,
+                "k_dtype": _kv_dtype_name(c.k_dtype), "v_dtype": _kv_dtype_name(c.v_dtype)}
 
     def length(self, seq=0, layer=0):
         n = c_size_t()
@@ -168,6 +178,10 @@ class KVCache:
 
     def nbytes(self):
         return lib.attn_kv_cache_bytes(self._handle)
+
+    def token_bytes(self):
+        """Bytes one token of one sequence takes: all layers, K and V, scales included."""
+        return lib.attn_kv_cache_token_bytes(self._handle)
 
     def __del__(self):
         if getattr(self, "_handle", None):
@@ -231,13 +245,25 @@ class LanguageModel:
                 shape).copy()
         return out
 
-    def new_cache(self, batch=1, max_len=0, layout="contiguous", page_size=16):
+    def new_cache(self, batch=1, max_len=0, layout="contiguous", page_size=16, dtype="f32",
+                  k_dtype=None, v_dtype=None):
+        """A KV cache for this model: dtype (or k_dtype and v_dtype apart) is how it
+        stores K and V: "f32", "bf16", "f16", "fp8" (e4m3), "int8" or "int4"."""
         if layout not in LAYOUTS:
             raise ValueError(f"new_cache: layout must be one of {', '.join(LAYOUTS)}, "
                              f"got {layout!r}")
+        for name, value in (("dtype", dtype), ("k_dtype", k_dtype), ("v_dtype", v_dtype)):
+            if value is not None and value not in KV_DTYPES:
+                raise ValueError(f"new_cache: {name} must be one of {', '.join(KV_DTYPES)}, "
+                                 f"got {value!r}")
+        cfg = KvCacheConfig()
+        self._ctx.check(lib.attn_lm_cache_config(self._handle, batch, max_len, ctypes.byref(cfg)))
+        cfg.layout, cfg.page_size = LAYOUTS[layout], page_size
+        cfg.k_dtype = KV_DTYPES[k_dtype if k_dtype is not None else dtype]
+        cfg.v_dtype = KV_DTYPES[v_dtype if v_dtype is not None else dtype]
         handle = c_void_p()
-        self._ctx.check(lib.attn_lm_cache_new(self._handle, batch, max_len, LAYOUTS[layout],
-                                              page_size, ctypes.byref(handle)))
+        self._ctx.check(lib.attn_kv_cache_new(self._ctx.handle, ctypes.byref(cfg),
+                                              ctypes.byref(handle)))
         return KVCache(handle, self._ctx)
 
     def forward(self, ids, cache=None, last_only=False):

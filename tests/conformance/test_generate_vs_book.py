@@ -454,8 +454,21 @@ def behaviour(cli, weights, config, cfg, prompt, logits64):
     R.check(got is not None and len(got) == 1 and row.max() - row[got[0]] <= TIE,
             "a prompt of %d tokens is cut to the last %d (got %s, argmax %d)"
             % (len(long_prompt), ctx, got, int(row.argmax())))
+    # a bf16 cache: the greedy tokens of a random model agree with float32's
+    # for a while (its rounding may flip a near-tie later); --stats names the
+    # cache's bytes per token
+    r = run_cli(cli, base + ["--max-new-tokens", n, "--kv-dtype", "bf16", "--stats"])
+    got = ids_of(r.stdout) if r.returncode == 0 else None
+    L, hd = cfg["n_layers"], cfg["emb_dim"] // cfg["n_heads"]
+    kvh = cfg.get("n_kv_groups", cfg["n_heads"])
+    R.check(got is not None and got[:2] == greedy[:2] and
+            "kv cache %d bytes/token (K bf16, V bf16" % (L * kvh * 4 * hd) in r.stderr,
+            "--kv-dtype bf16: tokens %s, stats %r" % (got, r.stderr.strip()[:120]))
     # bad input: clean errors
     for args, words in (([*base, "--max-new-tokens", n, "--temperature", "-1"], "--temperature"),
+                        ([*base, "--max-new-tokens", n, "--kv-dtype", "q8_0"], "--kv-dtype"),
+                        ([*base, "--max-new-tokens", n, "--kv-dtype", "int8", "--k-dtype",
+                          "f16"], "apart"),
                         ([*base, "--max-new-tokens", n, "--top-p", "2"], "--top-p"),
                         (["--weights", weights, "--config", config, "--max-new-tokens", n,
                           "--prompt-ids", "1,x"], "--prompt-ids"),

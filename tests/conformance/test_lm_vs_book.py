@@ -166,6 +166,27 @@ def forward_checks(O, cfg, seed, llama, name, r, tmp):
             check(same, "%s: paged (page_size %d) logits bitwise equal to contiguous"
                   % (name, key[1]))
 
+    # caches of other element types: the same steps, logits near the float32
+    # cache's (not equal: the keys and values are rounded), sizes by attn.h's formats
+    head_dim = lm.new_cache(1, 4).config()["head_dim"]
+    for kind in ("bf16", "int8", "int4", "fp8"):
+        if kind == "int4" and head_dim % 32:
+            expect_error(lambda: lm.new_cache(1, 4, k_dtype="int4"), "ATTN_ERR_SHAPE",
+                         "%s: an int4 cache of head_dim %d" % (name, head_dim))
+            continue
+        cache = lm.new_cache(batch=B, max_len=min(ctx, 40), k_dtype=kind, v_dtype="f16")
+        got = [lm.forward(prompt, cache=cache)] + [lm.forward(s, cache=cache) for s in steps]
+        worst = max(rel_l2(g, b) for g, b in zip(got, base))
+        check(0 < worst <= 0.05, "%s: K %s / V f16 cache: every step's logits within rel L2 "
+              "%.2e of the float32 cache's" % (name, kind, worst))
+        cfg_c = cache.config()
+        heads_bytes = {"bf16": 2 * cfg_c["head_dim"], "int8": cfg_c["head_dim"] + 4,
+                       "int4": cfg_c["head_dim"] // 2 + 4 * (cfg_c["head_dim"] // 32),
+                       "fp8": cfg_c["head_dim"] + 4}[kind] + 2 * cfg_c["head_dim"]
+        check(cfg_c["k_dtype"] == kind and cache.token_bytes() ==
+              cfg_c["num_layers"] * cfg_c["kv_heads"] * heads_bytes,
+              "%s: K %s / V f16 cache: %d bytes per token" % (name, kind, cache.token_bytes()))
+
     # ragged batch: two prompts of different lengths, one call, vs separate runs
     la, lb = r.randint(1, 6), r.randint(7, 14)
     pa = np.array([r.randrange(V) for _ in range(la)], np.int32)
