@@ -17,6 +17,9 @@
 #include "internal.h"
 
 #include <stdlib.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #ifdef ATTN_ALLOC_FAILURE_INJECTION
 #include <stdatomic.h>
@@ -83,6 +86,25 @@ void *attn_aligned_alloc_or_fallback(size_t alignment, size_t size) {
 void *attn_aligned_alloc(size_t alignment, size_t size) {
     if (injected_failure(false)) return NULL;
     return aligned(alignment, size);
+}
+
+/* Where transparent huge pages are asked for (Linux's "madvise" mode): one
+ * TLB entry covers 2 MiB instead of 4 KiB, and a kernel that reads one
+ * token's row of each page in turn (a KV cache's heads) no longer misses
+ * the TLB on every row. */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+void *attn_malloc_large(size_t size) {
+    if (injected_failure(false)) return NULL;
+    if (size < HUGE_PAGE) return malloc(size ? size : 1);
+    void *p = aligned(HUGE_PAGE, size);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    if (p) {
+        size_t bytes = (size + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE;
+        (void)madvise(p, bytes, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
+    }
+#endif
+    return p;
 }
 
 void attn_free(void *p) { free(p); }

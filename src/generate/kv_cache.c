@@ -146,12 +146,12 @@ static attn_status layer_new(attn_kv_cache *c, size_t i) {
         free_all_pages(c, L);
     }
     /* never read before written: no need to zero */
-    L->k = attn_malloc(tokens * c->k.row_bytes);
-    L->v = attn_malloc(tokens * c->v.row_bytes);
+    L->k = attn_malloc_large(tokens * c->k.row_bytes);
+    L->v = attn_malloc_large(tokens * c->v.row_bytes);
     if (!L->k || !L->v) goto no_memory;
-    if (c->k.row_scales && !(L->ks = attn_malloc(tokens * c->k.row_scales * sizeof(float))))
+    if (c->k.row_scales && !(L->ks = attn_malloc_large(tokens * c->k.row_scales * sizeof(float))))
         goto no_memory;
-    if (c->v.row_scales && !(L->vs = attn_malloc(tokens * c->v.row_scales * sizeof(float))))
+    if (c->v.row_scales && !(L->vs = attn_malloc_large(tokens * c->v.row_scales * sizeof(float))))
         goto no_memory;
     return ATTN_OK;
 no_memory:

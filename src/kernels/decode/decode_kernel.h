@@ -16,13 +16,15 @@
  *   DECODE_KERNELS     the name of the attn_decode_kernels table to define
  *   DECODE_ISA_NAME    "avx512", ...
  *
- * Per block of keys (16 positions) and KV head: each query head of the
- * group scores the block's 16 key slices (partial vectors, summed together
- * by v_hsum_block), takes the block's max and weights (online softmax),
- * and the group's heads then weigh the value slices together, each value
- * vector loaded once for the whole group (GQA). The hardware prefetcher
- * keeps up with this order; software prefetching of the next block stalls
- * on the fill buffers.
+ * Per block of keys (16 positions) and KV head: up to 4 query heads of the
+ * group score the block's 16 key slices together (each key vector loaded
+ * once for them; partial vectors summed together by v_hsum_block), each
+ * takes the block's max and weights (online softmax), and the heads then
+ * weigh the value slices together, each value vector loaded once for them
+ * (GQA). The block visits each position's row once per KV head, a slice
+ * at a time, an order the hardware prefetchers do not follow: the next
+ * block's slices of a KV head are asked for (into L2, not L1, whose fill
+ * buffers they would crowd) while this block's of the same head are read.
  *
  * K and V are read in their stored formats (contract/kv_format.h), widened
  * in registers as they are loaded: a row's one scale (F8_E4M3, I8) is
@@ -91,57 +93,102 @@ static inline const float *head_scales(const attn_decode_row *r, bool v, const a
     return attn_decode_scales_at(v ? r->vs : r->ks, kh, f->head_scales);
 }
 
-/* a . b over the whole vectors of D elements, b of format T, as one vector
- * to be summed (two chains of fused multiply-adds). */
-static ALWAYS_INLINE vec dot_part(attn_dtype T, const float *a, const uint8_t *b,
-                                  const float *sc, size_t D) {
-    vec s0 = v_zero(), s1 = v_zero();
-    size_t d = 0;
-    for (; d + 2 * VW <= D; d += 2 * VW) {
-        s0 = v_fma(v_load(a + d), load_elems(T, b, sc, d), s0);
-        s1 = v_fma(v_load(a + d + VW), load_elems(T, b, sc, d + VW), s1);
-    }
-    if (d + VW <= D) s0 = v_fma(v_load(a + d), load_elems(T, b, sc, d), s0);
-    return v_add(s0, s1);
+/* Asks for the cache lines of bytes at p, into L2 (locality 1). */
+static inline void prefetch_head(const uint8_t *p, size_t bytes) {
+    for (size_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at, 0, 1);
 }
 
-/* out[j] = base-2 scores of one query row q against the keys of KV head kh
- * in rows[j], j in [jlo, jhi) (the rest of the block 0): partial vectors
- * summed all at once. */
-static ALWAYS_INLINE void score_block_t(attn_dtype T, const float *q, const attn_decode_row *rows,
-                                        const attn_kv_format *f, size_t kh, size_t jlo,
-                                        size_t jhi, float scale2, float *out) {
-    size_t D = f->head_dim;
-    vec part[BK];
-    for (size_t j = 0; j < BK; j++)
-        part[j] = j >= jlo && j < jhi ? dot_part(T, q, head_codes(&rows[j], false, f, kh),
-                                                 head_scales(&rows[j], false, f, kh), D)
-                                      : v_zero();
-    v_hsum_block(part, out);
-    for (size_t d = D / VW * VW; d < D; d++) /* the tail */
-        for (size_t j = jlo; j < jhi; j++)
-            out[j] = fmaf(q[d], load_one(T, head_codes(&rows[j], false, f, kh),
-                                         head_scales(&rows[j], false, f, kh), d),
-                          out[j]);
-    if (row_scaled(T))
-        for (size_t j = jlo; j < jhi; j++)
-            out[j] *= row_factor(T, head_scales(&rows[j], false, f, kh));
+/* Keys scored at once in score_heads: with 4 query heads, 4 x KEYS
+ * accumulators, KEYS key vectors and a query vector in registers. */
+#define KEYS (VW == 16 ? 4 : 2)
+
+/*
+ * out_g[j] = base-2 scores of the NG query heads q_g (NG <= 4, a constant
+ * where inlined) of one KV head kh against its keys in rows[j], j in [jlo,
+ * jhi) (the rest of the block 0). Keys go KEYS at a time: each element
+ * vector of a key is loaded (and widened) once for the NG heads, and each
+ * query vector once for the KEYS keys, so that a fused multiply-add needs
+ * half a load; the partial vectors of a head's 16 keys are summed all at
+ * once. A score's operations are the same whatever NG and whichever keys
+ * share its pass.
+ */
+static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *const *q,
+                                      const attn_decode_row *rows, const attn_kv_format *f,
+                                      size_t kh, size_t jlo, size_t jhi, float scale2,
+                                      float *const *out) {
+    size_t D = f->head_dim, whole = D / VW * VW;
+    vec part[4][BK];
+    for (size_t j0 = 0; j0 < BK; j0 += KEYS) {
+        if (j0 + KEYS <= jlo || j0 >= jhi) {
+            for (size_t g = 0; g < NG; g++)
+                for (size_t jj = 0; jj < KEYS; jj++) part[g][j0 + jj] = v_zero();
+            continue;
+        }
+        /* a key outside [jlo, jhi) reads key jlo's row, and its sum is dropped */
+        const uint8_t *kc[KEYS];
+        const float *ks[KEYS];
+        for (size_t jj = 0; jj < KEYS; jj++) {
+            size_t j = j0 + jj >= jlo && j0 + jj < jhi ? j0 + jj : jlo;
+            kc[jj] = head_codes(&rows[j], false, f, kh);
+            ks[jj] = head_scales(&rows[j], false, f, kh);
+        }
+        vec acc[4][KEYS];
+        for (size_t g = 0; g < NG; g++)
+            for (size_t jj = 0; jj < KEYS; jj++) acc[g][jj] = v_zero();
+        for (size_t d = 0; d < whole; d += VW) {
+            vec kv[KEYS];
+            for (size_t jj = 0; jj < KEYS; jj++) kv[jj] = load_elems(T, kc[jj], ks[jj], d);
+            for (size_t g = 0; g < NG; g++) {
+                vec qv = v_load(q[g] + d);
+                for (size_t jj = 0; jj < KEYS; jj++) acc[g][jj] = v_fma(qv, kv[jj], acc[g][jj]);
+            }
+        }
+        for (size_t g = 0; g < NG; g++)
+            for (size_t jj = 0; jj < KEYS; jj++)
+                part[g][j0 + jj] = j0 + jj >= jlo && j0 + jj < jhi ? acc[g][jj] : v_zero();
+    }
     vec s = v_set1(scale2);
-    for (size_t t = 0; t < BK; t += VW) v_store(out + t, v_mul(v_load(out + t), s));
+    for (size_t g = 0; g < NG; g++) {
+        float *o = out[g];
+        v_hsum_block(part[g], o);
+        for (size_t d = whole; d < D; d++) /* the tail */
+            for (size_t j = jlo; j < jhi; j++)
+                o[j] = fmaf(q[g][d], load_one(T, head_codes(&rows[j], false, f, kh),
+                                              head_scales(&rows[j], false, f, kh), d),
+                            o[j]);
+        if (row_scaled(T))
+            for (size_t j = jlo; j < jhi; j++)
+                o[j] *= row_factor(T, head_scales(&rows[j], false, f, kh));
+        for (size_t t = 0; t < BK; t += VW) v_store(o + t, v_mul(v_load(o + t), s));
+    }
 }
 
-static void score_block(const attn_kv_format *f, const float *q, const attn_decode_row *rows,
-                        size_t kh, size_t jlo, size_t jhi, float scale2, float *out) {
-    switch (f->dtype) {
-    case ATTN_DTYPE_BF16: score_block_t(ATTN_DTYPE_BF16, q, rows, f, kh, jlo, jhi, scale2, out); break;
-    case ATTN_DTYPE_F16: score_block_t(ATTN_DTYPE_F16, q, rows, f, kh, jlo, jhi, scale2, out); break;
-    case ATTN_DTYPE_F8_E4M3:
-        score_block_t(ATTN_DTYPE_F8_E4M3, q, rows, f, kh, jlo, jhi, scale2, out);
-        break;
-    case ATTN_DTYPE_I8: score_block_t(ATTN_DTYPE_I8, q, rows, f, kh, jlo, jhi, scale2, out); break;
-    case ATTN_DTYPE_I4: score_block_t(ATTN_DTYPE_I4, q, rows, f, kh, jlo, jhi, scale2, out); break;
-    default: score_block_t(ATTN_DTYPE_F32, q, rows, f, kh, jlo, jhi, scale2, out); break;
+/* score_heads with NG and T constants. */
+static ALWAYS_INLINE void score_group_t(attn_dtype T, size_t NG, const float *const *q,
+                                        const attn_decode_row *rows, const attn_kv_format *f,
+                                        size_t kh, size_t jlo, size_t jhi, float scale2,
+                                        float *const *out) {
+    switch (NG) {
+    case 4: score_heads(T, 4, q, rows, f, kh, jlo, jhi, scale2, out); break;
+    case 3: score_heads(T, 3, q, rows, f, kh, jlo, jhi, scale2, out); break;
+    case 2: score_heads(T, 2, q, rows, f, kh, jlo, jhi, scale2, out); break;
+    default: score_heads(T, 1, q, rows, f, kh, jlo, jhi, scale2, out); break;
     }
+}
+
+static void score_group(size_t NG, const float *const *q, const attn_decode_row *rows,
+                        const attn_kv_format *f, size_t kh, size_t jlo, size_t jhi,
+                        float scale2, float *const *out) {
+#define SCORE(T) score_group_t(T, NG, q, rows, f, kh, jlo, jhi, scale2, out)
+    switch (f->dtype) {
+    case ATTN_DTYPE_BF16: SCORE(ATTN_DTYPE_BF16); break;
+    case ATTN_DTYPE_F16: SCORE(ATTN_DTYPE_F16); break;
+    case ATTN_DTYPE_F8_E4M3: SCORE(ATTN_DTYPE_F8_E4M3); break;
+    case ATTN_DTYPE_I8: SCORE(ATTN_DTYPE_I8); break;
+    case ATTN_DTYPE_I4: SCORE(ATTN_DTYPE_I4); break;
+    default: SCORE(ATTN_DTYPE_F32); break;
+    }
+#undef SCORE
 }
 
 /* 2^x of one float, by the vector exp2 (the same numbers as the lanes). */
@@ -280,6 +327,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
     bool v_scaled = row_scaled(vf->dtype);
     float pv[4][BK];              /* weights times the value rows' scales */
     attn_decode_row rw[BK];       /* the rows of a block's keys */
+    attn_decode_row rw_next[BK];  /* and of the next block's */
     size_t row_lo[ATTN_DECODE_ROWS], row_hi[ATTN_DECODE_ROWS];
     for (size_t r = 0; r < rows; r++) attn_decode_visible(s, row0 + r, &row_lo[r], &row_hi[r]);
     /* no row sees a key before start (rows are in position order); blocks
@@ -291,6 +339,9 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
         size_t b1 = b0 + BK < end ? b0 + BK : end;
         size_t from = b0 > start ? b0 : start; /* the first block: keys from start */
         attn_decode_key_rows(&s->keys, from, b1 - from, rw + (from - b0));
+        /* the next block's rows, fetched one KV head ahead of their use */
+        size_t next = b1 + BK < end ? BK : end > b1 ? end - b1 : 0;
+        if (next) attn_decode_key_rows(&s->keys, b1, next, rw_next);
         /* block-relative keys [jlo, jhi) of each row (empty: 0, 0) */
         size_t jlo[ATTN_DECODE_ROWS], jhi[ATTN_DECODE_ROWS];
         for (size_t r = 0; r < rows; r++) {
@@ -299,6 +350,10 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
             jhi[r] = lo < hi ? hi - b0 : 0;
         }
         for (size_t kh = 0; kh < KH; kh++) {
+            for (size_t j = 0; j < next; j++) {
+                prefetch_head(head_codes(&rw_next[j], false, kf, kh), kf->head_bytes);
+                prefetch_head(head_codes(&rw_next[j], true, vf, kh), vf->head_bytes);
+            }
             for (size_t r = 0; r < rows; r++) {
                 if (jlo[r] == jhi[r]) continue;
                 size_t i0 = r * H + kh * G; /* the group's first (row, query head) */
@@ -306,11 +361,16 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                 const float *p_g[4];
                 for (size_t g0 = 0; g0 < G; g0 += 4) {
                     size_t ng = G - g0 < 4 ? G - g0 : 4;
+                    const float *q_g[4];
+                    float *p_all[4];
+                    for (size_t g = 0; g < ng; g++) {
+                        q_g[g] = s->q + ((row0 + r) * H + kh * G + g0 + g) * D;
+                        p_all[g] = sc + (i0 + g0 + g) * BK;
+                    }
+                    score_group(ng, q_g, rw, kf, kh, jlo[r], jhi[r], s->scale2, p_all);
                     for (size_t g = 0; g < ng; g++) {
                         size_t i = i0 + g0 + g;
-                        float *p = sc + i * BK;
-                        score_block(kf, s->q + ((row0 + r) * H + kh * G + g0 + g) * D, rw, kh,
-                                    jlo[r], jhi[r], s->scale2, p);
+                        float *p = p_all[g];
                         alpha[g] = softmax_step(p, jlo[r], jhi[r], &m[i], &l[i]);
                         acc_g[g] = acc + i * D;
                         p_g[g] = p;
