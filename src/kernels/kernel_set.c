@@ -55,7 +55,9 @@ void attn_kernel_set_fill(attn_kernels isa, attn_kernel_set *set) {
         *set = (attn_kernel_set){.name = "avx2", .flash = &attn_flash_avx2,
                                  .decode = &attn_decode_avx2, .gemm = &attn_sgemm_kernel_avx2,
                                  .gemm16 = &attn_gemm16_kernel_widened_avx2,
-                                 .gemv = &attn_gemv_kernel_avx2};
+                                 .gemv = __builtin_cpu_supports("f16c")
+                                             ? &attn_gemv_kernel_avx2
+                                             : &attn_gemv_kernel_avx2_no_f16c};
         return;
     case ATTN_KERNELS_AVX512:
         fill_avx512(set);

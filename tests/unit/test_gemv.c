@@ -11,7 +11,12 @@
  *   - attn_k_linear_small_n (several matrices, one pass) equals one call
  *     per matrix;
  *   - attn_k_linear_small with more rows than the kernels take, and on the
- *     reference kernels, equals attn_k_linear.
+ *     reference kernels, equals attn_k_linear;
+ *   - the 16-bit kernels (bf16, f16 W) equal the float kernel on the
+ *     widened W, bit for bit, and their widening equals half.h's;
+ *     attn_k_linear16_n (matrix-vector kernels, or the SGEMM on widened
+ *     panels, several panels a matrix) equals attn_k_linear_small_n on the
+ *     widened W, bit for bit, on 1 and 3 threads and the reference set.
  * Fresh random inputs each run: the seed is printed; argv[1] replays it.
  *
  *   test_gemv --time IN OUT THREADS   times one (1, IN) x (OUT, IN)^T product
@@ -22,7 +27,9 @@
 #include "check.h"
 #include "internal.h"
 #include "kernels/dispatch.h"
+#include "half.h"
 #include "kernels/gemv/gemv.h"
+#include "kernels/gemv/linear16.h"
 #include "kernels/kernel_set.h"
 
 #include <stdint.h>
@@ -149,6 +156,85 @@ static void check_parts(attn_kernels kernels, size_t rows, size_t in) {
     free(x);
 }
 
+/* w (n) rounded to dtype: bits into h, their widened values into w. */
+static void round_to(attn_dtype dtype, float *w, uint16_t *h, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        h[i] = attn_float_to_half(dtype, w[i]);
+        w[i] = attn_half_to_float(dtype, h[i]);
+    }
+}
+
+/* A 16-bit kernel equals the float kernel on the widened W, bit for bit;
+ * widening equals half.h's. */
+static void check_kernel16(const attn_gemv_kernel *k, attn_dtype dtype, size_t rows, size_t in,
+                           size_t out, bool with_bias) {
+    float *x = malloc(rows * in * sizeof *x), *w = malloc(out * in * sizeof *w);
+    float *bias = malloc(out * sizeof *bias), *y = malloc(rows * out * sizeof *y);
+    float *y16 = malloc(rows * out * sizeof *y16), *wide = malloc(out * in * sizeof *wide);
+    uint16_t *h = malloc(out * in * sizeof *h);
+    if (!x || !w || !bias || !y || !y16 || !wide || !h) abort();
+    fill(x, rows * in);
+    fill(w, out * in);
+    fill(bias, out);
+    w[0] = 3e-6f; /* an f16 subnormal, and 1e4 past bf16's exact integers */
+    if (out * in > 1) w[out * in - 1] = 1e4f;
+    round_to(dtype, w, h, out * in);
+    const float *b = with_bias ? bias : NULL;
+    k->run(rows, in, x, w, b, y, out, 0, out);
+    (dtype == ATTN_DTYPE_BF16 ? k->run_bf16 : k->run_f16)(rows, in, x, h, b, y16, out, 0, out);
+    if (memcmp(y, y16, rows * out * sizeof *y) != 0)
+        fprintf(stderr, "%s %s rows %zu in %zu out %zu differs from float\n", k->name,
+                attn_dtype_name(dtype), rows, in, out);
+    CHECK(memcmp(y, y16, rows * out * sizeof *y) == 0);
+    (dtype == ATTN_DTYPE_BF16 ? k->widen_bf16 : k->widen_f16)(h, out * in, wide);
+    CHECK(memcmp(wide, w, out * in * sizeof *w) == 0);
+    free(x), free(w), free(bias), free(y), free(y16), free(wide), free(h);
+}
+
+/* attn_k_linear16_n on 1 and 3 threads equals attn_k_linear_small_n on the
+ * widened weights (three parts, one without bias). */
+static void check_linear16(attn_kernels kernels, attn_dtype dtype, size_t rows, size_t in,
+                           const size_t outs[3]) {
+    float *x = malloc(rows * in * sizeof *x), *w[3], *b[3], *y[3], *y16[3];
+    uint16_t *h[3];
+    size_t panel_floats = attn_k_linear16_panel_floats(in);
+    float *panel = malloc(panel_floats * sizeof *panel);
+    if (!x || !panel) abort();
+    fill(x, rows * in);
+    attn_k_linear_part parts[3];
+    attn_k_linear16_part parts16[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = malloc(outs[i] * in * sizeof(float));
+        h[i] = malloc(outs[i] * in * sizeof(uint16_t));
+        b[i] = malloc(outs[i] * sizeof(float));
+        y[i] = malloc(rows * outs[i] * sizeof(float));
+        y16[i] = malloc(rows * outs[i] * sizeof(float));
+        if (!w[i] || !h[i] || !b[i] || !y[i] || !y16[i]) abort();
+        fill(w[i], outs[i] * in);
+        round_to(dtype, w[i], h[i], outs[i] * in);
+        fill(b[i], outs[i]);
+        parts[i] = (attn_k_linear_part){w[i], i == 1 ? NULL : b[i], y[i], outs[i]};
+        parts16[i] = (attn_k_linear16_part){h[i], i == 1 ? NULL : b[i], y16[i], outs[i]};
+    }
+    for (size_t threads = 1; threads <= 3; threads += 2) {
+        attn_ctx *ctx = ctx_for(kernels, threads);
+        if (!ctx) abort();
+        attn_k_linear_small_n(ctx, x, rows, in, parts, 3);
+        attn_k_linear16_n(ctx, dtype, x, rows, in, parts16, 3, panel);
+        for (int i = 0; i < 3; i++) {
+            bool same = memcmp(y[i], y16[i], rows * outs[i] * sizeof(float)) == 0;
+            if (!same)
+                fprintf(stderr, "linear16 %s %s rows %zu in %zu out %zu threads %zu differs\n",
+                        attn_kernels_name(kernels), attn_dtype_name(dtype), rows, in, outs[i],
+                        threads);
+            CHECK(same);
+        }
+        attn_ctx_free(ctx);
+    }
+    for (int i = 0; i < 3; i++) free(w[i]), free(h[i]), free(b[i]), free(y[i]), free(y16[i]);
+    free(x), free(panel);
+}
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -210,7 +296,23 @@ int main(int argc, char **argv) {
         check_parts(sets[s], 1, 2000);
         check_parts(sets[s], 3, 100);
         check_parts(sets[s], ATTN_GEMV_MAX_ROWS + 1, 64);
+        for (int d = 0; d < 2; d++) {
+            attn_dtype dtype = d ? ATTN_DTYPE_F16 : ATTN_DTYPE_BF16;
+            for (size_t rows = 1; rows <= ATTN_GEMV_MAX_ROWS; rows += 3)
+                for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
+                    for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++)
+                        check_kernel16(k, dtype, rows, ins[i], outs[o], (rows + i + o) % 2 == 0);
+            /* the second part spans several panels (linear16.c's 2^20 floats) */
+            const size_t small[3] = {129, 33, 64}, wide[3] = {40, 3500, 9};
+            check_linear16(sets[s], dtype, 1, 2000, small);
+            check_linear16(sets[s], dtype, ATTN_GEMV_MAX_ROWS, 37, small);
+            check_linear16(sets[s], dtype, ATTN_GEMV_MAX_ROWS + 1, 300, wide);
+            check_linear16(sets[s], dtype, 30, 77, small);
+        }
     }
+    const size_t small[3] = {129, 33, 64};
+    check_linear16(ATTN_KERNELS_REFERENCE, ATTN_DTYPE_BF16, 2, 100, small);
+    check_linear16(ATTN_KERNELS_REFERENCE, ATTN_DTYPE_F16, 11, 100, small);
     check_dispatch(ATTN_KERNELS_REFERENCE, 2, 300, 1001);
     CHECK(gemv_of(ATTN_KERNELS_REFERENCE) == NULL);
     printf("%d passed, %d failed\n", check_passed, check_failed);
