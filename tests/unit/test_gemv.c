@@ -302,8 +302,8 @@ int main(int argc, char **argv) {
                 for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
                     for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++)
                         check_kernel16(k, dtype, rows, ins[i], outs[o], (rows + i + o) % 2 == 0);
-            /* the second part spans several panels (linear16.c's 2^20 floats) */
-            const size_t small[3] = {129, 33, 64}, wide[3] = {40, 3500, 9};
+            /* the first part (with bias) spans two panels (linear16.c: 2^20 floats) */
+            const size_t small[3] = {129, 33, 64}, wide[3] = {3500, 40, 9};
             check_linear16(sets[s], dtype, 1, 2000, small);
             check_linear16(sets[s], dtype, ATTN_GEMV_MAX_ROWS, 37, small);
             check_linear16(sets[s], dtype, ATTN_GEMV_MAX_ROWS + 1, 300, wide);
