@@ -2,8 +2,10 @@
  * lm_internal.h — what lm.c (the model and its forward) and lm_load.c (files
  * and configs) share: the model's layout.
  *
- * Weights live in one block, each tensor in nn.Linear layout (out, in) and
- * listed in the book's state_dict order (attn_lm_param_at):
+ * Weights live in two blocks, float32 and (with a 16-bit weights_dtype)
+ * bf16/f16 for the linear layers and the token embedding, each tensor in
+ * nn.Linear layout (out, in) and listed in the book's state_dict order
+ * (attn_lm_param_at; attn_lm_stored says where each lives):
  *   gpt2:   tok_emb, pos_emb, per block att.W_query (+bias), W_key, W_value,
  *           out_proj (+bias), ff.layers.0 (+bias), ff.layers.2 (+bias),
  *           norm1.scale/.shift, norm2.scale/.shift; final_norm.scale/.shift,

@@ -49,7 +49,8 @@ typedef struct attn_gemv_kernel {
 /* The kernels (gemv_portable.c); a ctx's is in its kernel set
  * (kernels/kernel_set.c). The AVX2 and AVX-512 ones exist in x86 builds;
  * the AVX2 one widens f16 with F16C, and attn_gemv_kernel_avx2_no_f16c
- * (its f16 entries portable) serves a CPU without it. */
+ * serves a CPU without it (its f16 entries the portable ones: their sums
+ * are the portable order's, not the AVX2 float kernel's). */
 extern const attn_gemv_kernel attn_gemv_kernel_portable;
 #if defined(ATTN_HAVE_X86_KERNELS)
 extern const attn_gemv_kernel attn_gemv_kernel_avx2, attn_gemv_kernel_avx2_no_f16c,
