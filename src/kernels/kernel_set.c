@@ -14,8 +14,19 @@
 
 #include <stdio.h>
 #include <string.h>
+#if defined(ATTN_HAVE_X86_KERNELS)
+#include <cpuid.h>
+#endif
 
 #if defined(ATTN_HAVE_X86_KERNELS)
+/* F16C (CPUID leaf 1, ECX bit 29), which the AVX2 matrix-vector kernels
+ * widen f16 weights with; asked by CPUID, as clang's
+ * __builtin_cpu_supports does not know it. */
+static bool cpu_has_f16c(void) {
+    unsigned int a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
+}
+
 /* The bf16 kernels need vdpbf16ps and the 16-bit shuffles of AVX-512BW. */
 static bool cpu_has_avx512_bf16(void) {
     return __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
@@ -55,9 +66,8 @@ void attn_kernel_set_fill(attn_kernels isa, attn_kernel_set *set) {
         *set = (attn_kernel_set){.name = "avx2", .flash = &attn_flash_avx2,
                                  .decode = &attn_decode_avx2, .gemm = &attn_sgemm_kernel_avx2,
                                  .gemm16 = &attn_gemm16_kernel_widened_avx2,
-                                 .gemv = __builtin_cpu_supports("f16c")
-                                             ? &attn_gemv_kernel_avx2
-                                             : &attn_gemv_kernel_avx2_no_f16c};
+                                 .gemv = cpu_has_f16c() ? &attn_gemv_kernel_avx2
+                                                        : &attn_gemv_kernel_avx2_no_f16c};
         return;
     case ATTN_KERNELS_AVX512:
         fill_avx512(set);
