@@ -23,6 +23,7 @@ static const char generate_help[] =
     "                     [--kv-dtype T | --k-dtype T --v-dtype T]\n"
     "                     [--tokenizer PATH] [--stream] [--stats] [--threads N]\n"
     "                     [--kernels auto|reference|portable|avx2|avx512]\n"
+    "                     [--weights-dtype f32|bf16|f16]\n"
     "\n"
     "Writes up to N new tokens after the prompt, one at a time, with a KV cache:\n"
     "the prompt is prefilled (cut to its last context_length tokens, as the book's\n"
@@ -66,16 +67,22 @@ static const char generate_help[] =
     "                  per token and head) or int4 (a scale per 32 elements);\n"
     "                  --k-dtype and --v-dtype choose them apart\n"
     "  --stream        prints each token (or its text) as it comes\n"
-    "  --stats         prints the prefill and per-token times to stderr, and\n"
-    "                  the cache's bytes per token\n"
+    "  --stats         prints to stderr the load time, the weights' bytes, the\n"
+    "                  cache's bytes per token, the time to first token\n"
+    "                  (prefill + first token) and the per-token times\n"
     "  --threads N     worker threads (default: all online CPUs)\n"
-    "  --kernels K     auto (default), reference, portable, avx2 or avx512\n";
+    "  --kernels K     auto (default), reference, portable, avx2 or avx512\n"
+    "  --weights-dtype T  how the linear layers and the embedding are held:\n"
+    "                  f32, bf16 or f16 (default: the file's; f32 with\n"
+    "                  --random-init); float32 accumulation either way. A\n"
+    "                  checkpoint T cannot hold (bf16 as f16 past 65504 or\n"
+    "                  below f16's precision) is refused, naming the tensor\n";
 
 static const char *const generate_value_options[] = {
     "--weights", "--config",   "--model",   "--random-init", "--preset",   "--prompt-ids",
     "--prompt",  "--tokenizer", "--max-new-tokens", "--temperature", "--top-k", "--top-p",
     "--seed",    "--stop-ids", "--cache",   "--page-size",   "--threads",  "--kernels",
-    "--kv-dtype", "--k-dtype", "--v-dtype", NULL};
+    "--kv-dtype", "--k-dtype", "--v-dtype", "--weights-dtype", NULL};
 
 typedef struct id_list {
     int32_t *ids;
@@ -92,6 +99,9 @@ typedef struct generate_options {
     attn_kv_layout layout;
     attn_dtype k_dtype, v_dtype;
     attn_kernels kernels;
+    /* --weights-dtype */
+    bool weights_dtype_given;
+    attn_dtype weights_dtype;
 } generate_options;
 
 /* ---- presets -------------------------------------------------------------- */
@@ -240,6 +250,12 @@ static int take_value(generate_options *o, const char *opt, const char *value) {
         if (strcmp(value, "contiguous") == 0) o->layout = ATTN_KV_CONTIGUOUS;
         else if (strcmp(value, "paged") == 0) o->layout = ATTN_KV_PAGED;
         else return cli_usage_error("--cache: expected contiguous or paged, got '%s'", value);
+    } else if (strcmp(opt, "--weights-dtype") == 0) {
+        o->weights_dtype_given = true;
+        if (strcmp(value, "f32") == 0) o->weights_dtype = ATTN_DTYPE_F32;
+        else if (strcmp(value, "bf16") == 0) o->weights_dtype = ATTN_DTYPE_BF16;
+        else if (strcmp(value, "f16") == 0) o->weights_dtype = ATTN_DTYPE_F16;
+        else return cli_usage_error("--weights-dtype: expected f32, bf16 or f16, got '%s'", value);
     } else { /* --kernels */
         return cli_parse_kernels(value, &o->kernels);
     }
@@ -316,12 +332,16 @@ static int load_model(attn_ctx *ctx, const generate_options *o, attn_lm **out) {
             cfg = find_preset(o->preset)->cfg;
         else
             st = attn_lm_config_read(ctx, o->config, &cfg);
+        cfg.weights_dtype = o->weights_dtype_given ? o->weights_dtype : ATTN_DTYPE_F32;
         if (st == ATTN_OK) st = attn_lm_new(ctx, &cfg, rng, out);
         attn_rng_free(rng);
         return st == ATTN_OK ? CLI_OK : cli_library_error(ctx, o->preset ? "--preset" : "--config");
     }
-    if (attn_lm_load(ctx, o->weights, o->config, NULL, out) != ATTN_OK)
-        return cli_library_error(ctx, "--weights");
+    attn_status loaded = o->weights_dtype_given
+                             ? attn_lm_load_as(ctx, o->weights, o->config, NULL,
+                                               o->weights_dtype, out)
+                             : attn_lm_load(ctx, o->weights, o->config, NULL, out);
+    if (loaded != ATTN_OK) return cli_library_error(ctx, "--weights");
     attn_lm_arch arch = attn_lm_get_config(*out).arch;
     if (o->model && arch != o->model) {
         attn_lm_free(*out);
@@ -439,11 +459,28 @@ static int print_result(attn_ctx *ctx, const stream_state *s) {
     return CLI_OK;
 }
 
-static void print_stats(const stream_state *s, size_t prompt_len, const attn_kv_cache *cache) {
+/* The model: its load time (reading or drawing its weights) and the bytes
+ * they take, in their dtype. */
+typedef struct model_stats {
+    double load_seconds;
+    size_t weight_bytes;
+    attn_dtype weights_dtype;
+} model_stats;
+
+static void print_stats(const stream_state *s, size_t prompt_len, const model_stats *ms,
+                        const attn_kv_cache *cache) {
     attn_kv_cache_config c = attn_kv_cache_get_config(cache);
+    fprintf(stderr, "attn generate: load %.1f ms, weights %s %.1f MiB\n", 1e3 * ms->load_seconds,
+            ms->weights_dtype == ATTN_DTYPE_BF16  ? "bf16"
+            : ms->weights_dtype == ATTN_DTYPE_F16 ? "f16"
+                                                  : "f32",
+            (double)ms->weight_bytes / (1024.0 * 1024.0));
     fprintf(stderr, "attn generate: kv cache %zu bytes/token (K %s, V %s; all layers, scales "
             "included)\n", attn_kv_cache_token_bytes(cache), cli_kv_dtype_name(c.k_dtype),
             cli_kv_dtype_name(c.v_dtype));
+    if (s->count > 0)
+        fprintf(stderr, "attn generate: time to first token %.1f ms\n",
+                1e3 * (s->first - s->start));
     fprintf(stderr, "attn generate: prompt %zu tokens", prompt_len);
     if (s->count == 0) {
         fputs(", no new tokens\n", stderr);
@@ -480,7 +517,7 @@ static int make_cache(attn_ctx *ctx, attn_lm *m, const generate_options *o, size
 }
 
 static int generate(attn_ctx *ctx, attn_lm *m, const generate_options *o, attn_tokenizer *tok,
-                    const id_list *prompt, const id_list *stops) {
+                    const id_list *prompt, const id_list *stops, const model_stats *ms) {
     attn_kv_cache *cache = NULL;
     attn_rng *rng = NULL;
     int rc = make_cache(ctx, m, o, prompt->n, &cache);
@@ -504,7 +541,7 @@ static int generate(attn_ctx *ctx, attn_lm *m, const generate_options *o, attn_t
         if (s.failed) rc = CLI_FAILED;
         else if (st != ATTN_OK) rc = cli_library_error(ctx, "generate");
         else rc = print_result(ctx, &s);
-        if (st == ATTN_OK && o->stats) print_stats(&s, prompt->n, cache);
+        if (st == ATTN_OK && o->stats) print_stats(&s, prompt->n, ms, cache);
     }
     free(out);
     attn_rng_free(rng);
@@ -523,12 +560,18 @@ static int run_generate(int argc, char **argv) {
     attn_lm *m = NULL;
     attn_tokenizer *tok = NULL;
     id_list prompt = {0}, stops = {0};
+    model_stats ms = {.load_seconds = seconds_now()};
     rc = load_model(ctx, &o, &m);
+    ms.load_seconds = seconds_now() - ms.load_seconds;
+    if (m) {
+        ms.weight_bytes = attn_lm_weight_bytes(m);
+        ms.weights_dtype = attn_lm_get_config(m).weights_dtype;
+    }
     if (rc == CLI_OK && o.tokenizer && attn_tokenizer_load(ctx, o.tokenizer, &tok) != ATTN_OK)
         rc = cli_library_error(ctx, "--tokenizer");
     if (rc == CLI_OK) rc = prompt_ids(ctx, &o, tok, &prompt);
     if (rc == CLI_OK && o.stop_ids) rc = parse_ids("--stop-ids", o.stop_ids, &stops);
-    if (rc == CLI_OK) rc = generate(ctx, m, &o, tok, &prompt, &stops);
+    if (rc == CLI_OK) rc = generate(ctx, m, &o, tok, &prompt, &stops, &ms);
     free(prompt.ids);
     free(stops.ids);
     attn_tokenizer_free(tok);

@@ -1499,6 +1499,15 @@ typedef struct attn_lm_config {
     double rope_factor;     /* llama3: Llama 3 frequency scaling, 0 = none     */
     double rope_low_freq_factor, rope_high_freq_factor;
     size_t rope_original_context_length;
+    /* How the linear layers' weights (q, k, v, out_proj, the FeedForward,
+     * out_head) and the token embedding are held: ATTN_DTYPE_F32 (0),
+     * ATTN_DTYPE_BF16 or ATTN_DTYPE_F16 (half the bytes; norms, biases and
+     * GPT-2's pos_emb stay float32). The products widen them to float32
+     * and accumulate in float32: a 16-bit model's logits are those of the
+     * float32 model holding the widened weights. attn_lm_new rounds its
+     * drawn weights to it (nearest even); attn_lm_load takes the file's
+     * (attn_lm_load_as: the caller's). */
+    attn_dtype weights_dtype;
 } attn_lm_config;
 
 typedef struct attn_lm attn_lm;
@@ -1523,17 +1532,41 @@ attn_status attn_lm_new(attn_ctx *ctx, const attn_lm_config *cfg, attn_rng *init
  */
 attn_status attn_lm_load(attn_ctx *ctx, const char *path, const char *config_json,
                          const attn_lm_config *cfg, attn_lm **out);
+/*
+ * attn_lm_load with the weights held in weights_dtype (ATTN_DTYPE_F32,
+ * BF16 or F16; cfg's weights_dtype is not read). attn_lm_load itself holds
+ * them in the file's dtype: its token embedding's when that is BF16 or F16,
+ * else float32. Each tensor is converted on the way in:
+ *   - to float32 exactly from F16/BF16 (F64 rounded to nearest);
+ *   - from F32/F64 to bf16/f16 rounded to nearest even, the caller's
+ *     request; a finite value past the 16-bit range (f16: 65504) is
+ *     refused (ATTN_ERR_INVALID naming the tensor);
+ *   - between bf16 and f16 only when every value is held exactly: else
+ *     ATTN_ERR_INVALID naming the tensor and a value (a bf16 checkpoint
+ *     asked as f16 overflows past 65504 or loses bits below 2^-14).
+ * A 16-bit load reads each tensor through a float32 buffer of its size.
+ */
+attn_status attn_lm_load_as(attn_ctx *ctx, const char *path, const char *config_json,
+                            const attn_lm_config *cfg, attn_dtype weights_dtype, attn_lm **out);
 /* The config a config.json gives, read as attn_lm_load reads it (any of
  * the three dialects; tie_embeddings as the file says, else false): for a
  * model of random weights (attn_lm_new) of a published shape. */
 attn_status attn_lm_config_read(attn_ctx *ctx, const char *config_json, attn_lm_config *out);
-/* The book's names, float32 (safetensors.torch.load_file + load_state_dict). */
+/* The book's names, float32 (safetensors.torch.load_file + load_state_dict).
+ * A model of 16-bit weights writes them widened (exactly) to float32:
+ * attn_lm_load_as in its weights dtype gives the same model back. */
 attn_status attn_lm_save(attn_lm *m, const char *path);
 void attn_lm_free(attn_lm *m);
 attn_lm_config attn_lm_get_config(const attn_lm *m);
 size_t attn_lm_param_count(const attn_lm *m);
 attn_status attn_lm_param_at(attn_lm *m, size_t index, attn_param *out);
 attn_status attn_lm_param(attn_lm *m, const char *name, attn_param *out);
+/* A parameter's storage: its dtype (ATTN_DTYPE_F32, or the weights dtype
+ * for the tensors it covers) and data (numel floats, or numel bf16/f16
+ * bits as uint16_t). attn_param's data is NULL for a 16-bit tensor. */
+attn_status attn_lm_param_data(attn_lm *m, size_t index, attn_dtype *dtype, const void **data);
+/* Bytes the model's parameters take in memory (a tied head counted once). */
+size_t attn_lm_weight_bytes(const attn_lm *m);
 
 /* A cache fitting m: its layers, KV heads and head_dim, for batch sequences
  * of up to max_len tokens (0: context_length), K and V in float32. */

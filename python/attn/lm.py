@@ -30,6 +30,8 @@ I32P = POINTER(c_int32)
 SIZEP = POINTER(c_size_t)
 
 ARCHS = {"gpt2": 1, "llama3": 2}
+# attn_dtype values a model's weights may take (attn_lm_config's weights_dtype)
+WEIGHTS_DTYPES = {"f32": 0, "f16": 1, "bf16": 2}
 LAYOUTS = {"contiguous": 0, "paged": 1}
 # how a KV cache stores K and V (attn.h's attn_dtype numbers)
 KV_DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "int8": 6, "fp8": 13, "int4": 15}
@@ -42,7 +44,7 @@ class LmConfig(Structure):  # attn_lm_config
                 ("tie_embeddings", c_bool), ("norm_eps", c_double), ("rope_base", c_double),
                 ("rope_factor", c_double), ("rope_low_freq_factor", c_double),
                 ("rope_high_freq_factor", c_double),
-                ("rope_original_context_length", c_size_t)]
+                ("rope_original_context_length", c_size_t), ("weights_dtype", c_int)]
 
 
 class ForwardArgs(Structure):
@@ -76,6 +78,10 @@ _SIGNATURES = {
     "attn_lm_new": (c_int, c_void_p, POINTER(LmConfig), c_void_p, POINTER(c_void_p)),
     "attn_lm_load": (c_int, c_void_p, ctypes.c_char_p, ctypes.c_char_p, POINTER(LmConfig),
                      POINTER(c_void_p)),
+    "attn_lm_load_as": (c_int, c_void_p, ctypes.c_char_p, ctypes.c_char_p, POINTER(LmConfig),
+                        c_int, POINTER(c_void_p)),
+    "attn_lm_param_data": (c_int, c_void_p, c_size_t, POINTER(c_int), POINTER(c_void_p)),
+    "attn_lm_weight_bytes": (c_size_t, c_void_p),
     "attn_lm_save": (c_int, c_void_p, ctypes.c_char_p),
     "attn_lm_free": (None, c_void_p),
     "attn_lm_get_config": (LmConfig, c_void_p),
@@ -109,6 +115,10 @@ def config_struct(cfg):
     arch = cfg.get("arch", "llama3" if llama else "gpt2")
     if arch not in ARCHS:
         raise ValueError(f"config: arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+    dtype = cfg.get("weights_dtype", "f32")
+    if dtype not in WEIGHTS_DTYPES:
+        raise ValueError(f"config: weights_dtype must be one of {', '.join(WEIGHTS_DTYPES)}, "
+                         f"got {dtype!r}")
     c = LmConfig(arch=ARCHS[arch], vocab_size=int(cfg["vocab_size"]),
                  context_length=int(cfg["context_length"]), emb_dim=int(cfg["emb_dim"]),
                  n_heads=int(cfg["n_heads"]), n_layers=int(cfg["n_layers"]),
@@ -117,7 +127,8 @@ def config_struct(cfg):
                  qkv_bias=bool(cfg.get("qkv_bias", False)),
                  tie_embeddings=bool(cfg.get("tie_embeddings", False)),
                  norm_eps=float(cfg.get("norm_eps", 0.0)),
-                 rope_base=float(cfg.get("rope_base", 0.0)))
+                 rope_base=float(cfg.get("rope_base", 0.0)),
+                 weights_dtype=WEIGHTS_DTYPES[dtype])
     freq = cfg.get("rope_freq")
     if freq:
         c.rope_factor = float(freq["factor"])
@@ -133,6 +144,9 @@ def config_dict(c):
          "context_length": c.context_length, "emb_dim": c.emb_dim, "n_heads": c.n_heads,
          "n_layers": c.n_layers, "qkv_bias": bool(c.qkv_bias),
          "tie_embeddings": bool(c.tie_embeddings), "norm_eps": c.norm_eps}
+    names = {v: k for k, v in WEIGHTS_DTYPES.items()}
+    if c.weights_dtype != 0:
+        d["weights_dtype"] = names.get(c.weights_dtype, str(c.weights_dtype))
     if c.arch == 2:
         d.update(hidden_dim=c.hidden_dim, n_kv_groups=c.n_kv_groups, rope_base=c.rope_base)
         if c.rope_factor > 0:
@@ -207,9 +221,14 @@ class LanguageModel:
                                         ctypes.byref(self._handle)))
 
     @classmethod
-    def load(cls, path, config=None, num_threads=None):
+    def load(cls, path, config=None, num_threads=None, weights_dtype=None):
         """A model from a safetensors file or a save_pretrained directory; config
-        is None, a JSON path, or the book's cfg dict."""
+        is None, a JSON path, or the book's cfg dict. weights_dtype: "f32",
+        "bf16" or "f16" for the linear layers and the embedding in memory
+        (None: the file's; see attn_lm_load_as for what is refused)."""
+        if weights_dtype is not None and weights_dtype not in WEIGHTS_DTYPES:
+            raise ValueError(f"load: weights_dtype must be one of {', '.join(WEIGHTS_DTYPES)}, "
+                             f"got {weights_dtype!r}")
         self = cls.__new__(cls)
         self._ctx = Context(num_threads or _modules.get_num_threads())
         self._handle = c_void_p()
@@ -218,8 +237,13 @@ class LanguageModel:
             cfg_struct = ctypes.byref(config_struct(config))
         elif config is not None:
             cfg_path = encode_path(config)
-        self._ctx.check(lib.attn_lm_load(self._ctx.handle, encode_path(path), cfg_path,
-                                         cfg_struct, ctypes.byref(self._handle)))
+        if weights_dtype is None:
+            self._ctx.check(lib.attn_lm_load(self._ctx.handle, encode_path(path), cfg_path,
+                                             cfg_struct, ctypes.byref(self._handle)))
+        else:
+            self._ctx.check(lib.attn_lm_load_as(self._ctx.handle, encode_path(path), cfg_path,
+                                                cfg_struct, WEIGHTS_DTYPES[weights_dtype],
+                                                ctypes.byref(self._handle)))
         return self
 
     def __del__(self):
@@ -231,8 +255,14 @@ class LanguageModel:
     def config(self):
         return config_dict(lib.attn_lm_get_config(self._handle))
 
+    @property
+    def weight_bytes(self):
+        """Bytes the parameters take in memory."""
+        return lib.attn_lm_weight_bytes(self._handle)
+
     def save(self, path):
-        """The book's state_dict names, float32 safetensors."""
+        """The book's state_dict names, float32 safetensors (16-bit weights
+        widened, exactly)."""
         self._ctx.check(lib.attn_lm_save(self._handle, encode_path(path)))
 
     def state_dict(self):
@@ -241,8 +271,21 @@ class LanguageModel:
             p = Param()
             self._ctx.check(lib.attn_lm_param_at(self._handle, i, ctypes.byref(p)))
             shape = tuple(p.shape[:p.ndim])
-            out[p.name.decode()] = np.ctypeslib.as_array(p.data, shape=(p.numel,)).reshape(
-                shape).copy()
+            if p.data:
+                out[p.name.decode()] = np.ctypeslib.as_array(p.data, shape=(p.numel,)).reshape(
+                    shape).copy()
+                continue
+            # a 16-bit tensor: its bits, widened to float32 (exact)
+            dtype, data = c_int(), c_void_p()
+            self._ctx.check(lib.attn_lm_param_data(self._handle, i, ctypes.byref(dtype),
+                                                   ctypes.byref(data)))
+            bits = np.ctypeslib.as_array(ctypes.cast(data, POINTER(ctypes.c_uint16)),
+                                         shape=(p.numel,))
+            if dtype.value == WEIGHTS_DTYPES["bf16"]:
+                wide = (bits.astype(np.uint32) << 16).view(np.float32)
+            else:
+                wide = bits.view(np.float16).astype(np.float32)
+            out[p.name.decode()] = wide.reshape(shape).copy()
         return out
 
     def new_cache(self, batch=1, max_len=0, layout="contiguous", page_size=16, dtype="f32",

@@ -30,6 +30,16 @@ const char *attn_kernels_name(attn_kernels kernels) {
     return "?";
 }
 
+#if defined(ATTN_HAVE_X86_KERNELS)
+/* F16C (CPUID leaf 1, ECX bit 29): the AVX2 kernels widen binary16 and fp8
+ * codes with it. Asked by CPUID, as clang's __builtin_cpu_supports does not
+ * know it. */
+static bool cpu_has_f16c(void) {
+    unsigned int a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c >> 29 & 1u);
+}
+#endif
+
 bool attn_kernels_supported(attn_kernels kernels) {
     switch (kernels) {
     case ATTN_KERNELS_AUTO:
@@ -38,8 +48,7 @@ bool attn_kernels_supported(attn_kernels kernels) {
         return true;
 #if defined(ATTN_HAVE_X86_KERNELS)
     case ATTN_KERNELS_AVX2:
-        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case ATTN_KERNELS_AVX512:
         return __builtin_cpu_supports("avx512f");
 #else

@@ -22,7 +22,9 @@
 #include "lm/lm_internal.h"
 
 #include "attention/attention.h"
+#include "half.h"
 #include "kernels/dispatch.h"
+#include "kernels/gemv/linear16.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -95,6 +97,12 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
                              who, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
                              c.rope_original_context_length);
     }
+    if (c.weights_dtype != ATTN_DTYPE_F32 && c.weights_dtype != ATTN_DTYPE_BF16 &&
+        c.weights_dtype != ATTN_DTYPE_F16)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: weights_dtype (%d, %s) must be ATTN_DTYPE_F32, ATTN_DTYPE_BF16 or "
+                         "ATTN_DTYPE_F16", who, (int)c.weights_dtype,
+                         attn_dtype_name(c.weights_dtype));
     if (c.norm_eps == 0.0) c.norm_eps = 1e-5;
     if (!(c.norm_eps > 0.0) || !isfinite(c.norm_eps))
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: norm_eps (%g) must be positive", who,
@@ -116,38 +124,68 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
 /* ---- the tensors ---------------------------------------------------------- */
 
 /* Lists the model's tensors in state_dict order, twice: first counting
- * (floats, names), then placing each in the weight block. */
+ * (floats, 16-bit elements, names), then placing each in its block: the
+ * linear layers' weights and the token embedding in the weights dtype,
+ * the rest (norms, biases, GPT-2's positions) in float. */
 typedef struct param_builder {
     attn_lm *m;
     bool place;
     bool overflow;
-    size_t count, floats, name_bytes;
+    size_t count, floats, halves, name_bytes;
 } param_builder;
 
-#if defined(__GNUC__)
-__attribute__((format(printf, 6, 7)))
-#endif
-static void add_param(param_builder *b, float **slot, float *shared, size_t rows, size_t cols,
-                      const char *fmt, ...) {
+/* One tensor: typed says it takes the weights dtype; shared, when not
+ * NULL, is the storage of an earlier tensor (a tied head). */
+static void add_tensor(param_builder *b, void **slot, bool typed, void *shared, size_t rows,
+                       size_t cols, const char *fmt, va_list ap) {
     char name[128];
-    va_list ap;
-    va_start(ap, fmt);
     int len = vsnprintf(name, sizeof name, fmt, ap);
-    va_end(ap);
     size_t numel = cols ? rows * cols : rows; /* checked by attn_lm_config_resolve */
+    bool half = typed && b->m->cfg.weights_dtype != ATTN_DTYPE_F32;
     if (b->place) {
         attn_lm *m = b->m;
         char *dst = m->names + b->name_bytes;
         memcpy(dst, name, (size_t)len + 1);
-        float *data = shared ? shared : m->weights + b->floats;
-        if (slot) *slot = data;
-        m->params[b->count] = (attn_param){.name = dst, .data = data, .grad = NULL,
-                                           .ndim = cols ? 2 : 1, .shape = {rows, cols},
-                                           .numel = numel};
+        void *data = shared ? shared
+                     : half ? (void *)(m->weights16 + b->halves)
+                            : (void *)(m->weights + b->floats);
+        *slot = data;
+        m->params[b->count] = (attn_param){.name = dst, .data = half ? NULL : data,
+                                           .grad = NULL, .ndim = cols ? 2 : 1,
+                                           .shape = {rows, cols}, .numel = numel};
+        m->stored[b->count] = (attn_lm_stored){
+            .data = data, .dtype = half ? m->cfg.weights_dtype : ATTN_DTYPE_F32};
     }
     b->count++;
     b->name_bytes += (size_t)len + 1;
-    if (!shared && !attn_add_size(b->floats, numel, &b->floats)) b->overflow = true;
+    size_t *total = half ? &b->halves : &b->floats;
+    if (!shared && !attn_add_size(*total, numel, total)) b->overflow = true;
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 5, 6)))
+#endif
+static void add_param(param_builder *b, float **slot, size_t rows, size_t cols, const char *fmt,
+                      ...) {
+    void *data = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    add_tensor(b, &data, false, NULL, rows, cols, fmt, ap);
+    va_end(ap);
+    if (b->place) *slot = data;
+}
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 6, 7)))
+#endif
+static void add_weight(param_builder *b, void **slot, void *shared, size_t rows, size_t cols,
+                       const char *fmt, ...) {
+    void *data = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    add_tensor(b, &data, true, shared, rows, cols, fmt, ap);
+    va_end(ap);
+    if (b->place) *slot = data;
 }
 
 static void list_params(param_builder *b) {
@@ -155,46 +193,46 @@ static void list_params(param_builder *b) {
     const attn_lm_config *c = &m->cfg;
     size_t C = c->emb_dim, V = c->vocab_size, H = m->hidden, kvw = m->kv_heads * m->head_dim;
     bool gpt2 = c->arch == ATTN_LM_GPT2;
-    add_param(b, &m->tok_emb, NULL, V, C, "tok_emb.weight");
-    if (gpt2) add_param(b, &m->pos_emb, NULL, c->context_length, C, "pos_emb.weight");
+    add_weight(b, &m->tok_emb, NULL, V, C, "tok_emb.weight");
+    if (gpt2) add_param(b, &m->pos_emb, c->context_length, C, "pos_emb.weight");
     for (size_t i = 0; i < c->n_layers; i++) {
         attn_lm_block *k = b->place ? &m->blocks[i] : &(attn_lm_block){0};
         if (gpt2) {
-            add_param(b, &k->wq, NULL, C, C, "trf_blocks.%zu.att.W_query.weight", i);
-            if (c->qkv_bias) add_param(b, &k->bq, NULL, C, 0, "trf_blocks.%zu.att.W_query.bias", i);
-            add_param(b, &k->wk, NULL, C, C, "trf_blocks.%zu.att.W_key.weight", i);
-            if (c->qkv_bias) add_param(b, &k->bk, NULL, C, 0, "trf_blocks.%zu.att.W_key.bias", i);
-            add_param(b, &k->wv, NULL, C, C, "trf_blocks.%zu.att.W_value.weight", i);
-            if (c->qkv_bias) add_param(b, &k->bv, NULL, C, 0, "trf_blocks.%zu.att.W_value.bias", i);
-            add_param(b, &k->wo, NULL, C, C, "trf_blocks.%zu.att.out_proj.weight", i);
-            add_param(b, &k->bo, NULL, C, 0, "trf_blocks.%zu.att.out_proj.bias", i);
-            add_param(b, &k->fc1_w, NULL, H, C, "trf_blocks.%zu.ff.layers.0.weight", i);
-            add_param(b, &k->fc1_b, NULL, H, 0, "trf_blocks.%zu.ff.layers.0.bias", i);
-            add_param(b, &k->fc2_w, NULL, C, H, "trf_blocks.%zu.ff.layers.2.weight", i);
-            add_param(b, &k->fc2_b, NULL, C, 0, "trf_blocks.%zu.ff.layers.2.bias", i);
-            add_param(b, &k->norm1_w, NULL, C, 0, "trf_blocks.%zu.norm1.scale", i);
-            add_param(b, &k->norm1_b, NULL, C, 0, "trf_blocks.%zu.norm1.shift", i);
-            add_param(b, &k->norm2_w, NULL, C, 0, "trf_blocks.%zu.norm2.scale", i);
-            add_param(b, &k->norm2_b, NULL, C, 0, "trf_blocks.%zu.norm2.shift", i);
+            add_weight(b, &k->wq, NULL, C, C, "trf_blocks.%zu.att.W_query.weight", i);
+            if (c->qkv_bias) add_param(b, &k->bq, C, 0, "trf_blocks.%zu.att.W_query.bias", i);
+            add_weight(b, &k->wk, NULL, C, C, "trf_blocks.%zu.att.W_key.weight", i);
+            if (c->qkv_bias) add_param(b, &k->bk, C, 0, "trf_blocks.%zu.att.W_key.bias", i);
+            add_weight(b, &k->wv, NULL, C, C, "trf_blocks.%zu.att.W_value.weight", i);
+            if (c->qkv_bias) add_param(b, &k->bv, C, 0, "trf_blocks.%zu.att.W_value.bias", i);
+            add_weight(b, &k->wo, NULL, C, C, "trf_blocks.%zu.att.out_proj.weight", i);
+            add_param(b, &k->bo, C, 0, "trf_blocks.%zu.att.out_proj.bias", i);
+            add_weight(b, &k->fc1_w, NULL, H, C, "trf_blocks.%zu.ff.layers.0.weight", i);
+            add_param(b, &k->fc1_b, H, 0, "trf_blocks.%zu.ff.layers.0.bias", i);
+            add_weight(b, &k->fc2_w, NULL, C, H, "trf_blocks.%zu.ff.layers.2.weight", i);
+            add_param(b, &k->fc2_b, C, 0, "trf_blocks.%zu.ff.layers.2.bias", i);
+            add_param(b, &k->norm1_w, C, 0, "trf_blocks.%zu.norm1.scale", i);
+            add_param(b, &k->norm1_b, C, 0, "trf_blocks.%zu.norm1.shift", i);
+            add_param(b, &k->norm2_w, C, 0, "trf_blocks.%zu.norm2.scale", i);
+            add_param(b, &k->norm2_b, C, 0, "trf_blocks.%zu.norm2.shift", i);
         } else {
-            add_param(b, &k->wk, NULL, kvw, C, "trf_blocks.%zu.att.W_key.weight", i);
-            add_param(b, &k->wv, NULL, kvw, C, "trf_blocks.%zu.att.W_value.weight", i);
-            add_param(b, &k->wq, NULL, C, C, "trf_blocks.%zu.att.W_query.weight", i);
-            add_param(b, &k->wo, NULL, C, C, "trf_blocks.%zu.att.out_proj.weight", i);
-            add_param(b, &k->fc1_w, NULL, H, C, "trf_blocks.%zu.ff.fc1.weight", i);
-            add_param(b, &k->fc2_w, NULL, H, C, "trf_blocks.%zu.ff.fc2.weight", i);
-            add_param(b, &k->fc3_w, NULL, C, H, "trf_blocks.%zu.ff.fc3.weight", i);
-            add_param(b, &k->norm1_w, NULL, C, 0, "trf_blocks.%zu.norm1.weight", i);
-            add_param(b, &k->norm2_w, NULL, C, 0, "trf_blocks.%zu.norm2.weight", i);
+            add_weight(b, &k->wk, NULL, kvw, C, "trf_blocks.%zu.att.W_key.weight", i);
+            add_weight(b, &k->wv, NULL, kvw, C, "trf_blocks.%zu.att.W_value.weight", i);
+            add_weight(b, &k->wq, NULL, C, C, "trf_blocks.%zu.att.W_query.weight", i);
+            add_weight(b, &k->wo, NULL, C, C, "trf_blocks.%zu.att.out_proj.weight", i);
+            add_weight(b, &k->fc1_w, NULL, H, C, "trf_blocks.%zu.ff.fc1.weight", i);
+            add_weight(b, &k->fc2_w, NULL, H, C, "trf_blocks.%zu.ff.fc2.weight", i);
+            add_weight(b, &k->fc3_w, NULL, C, H, "trf_blocks.%zu.ff.fc3.weight", i);
+            add_param(b, &k->norm1_w, C, 0, "trf_blocks.%zu.norm1.weight", i);
+            add_param(b, &k->norm2_w, C, 0, "trf_blocks.%zu.norm2.weight", i);
         }
     }
     if (gpt2) {
-        add_param(b, &m->final_w, NULL, C, 0, "final_norm.scale");
-        add_param(b, &m->final_b, NULL, C, 0, "final_norm.shift");
+        add_param(b, &m->final_w, C, 0, "final_norm.scale");
+        add_param(b, &m->final_b, C, 0, "final_norm.shift");
     } else {
-        add_param(b, &m->final_w, NULL, C, 0, "final_norm.weight");
+        add_param(b, &m->final_w, C, 0, "final_norm.weight");
     }
-    add_param(b, &m->out_head, c->tie_embeddings ? m->tok_emb : NULL, V, C, "out_head.weight");
+    add_weight(b, &m->out_head, c->tie_embeddings ? m->tok_emb : NULL, V, C, "out_head.weight");
 }
 
 /* RoPE's inverse frequencies as compute_rope_params makes them, in float32
@@ -240,21 +278,31 @@ attn_status attn_lm_create(attn_ctx *ctx, const char *who, const attn_lm_config 
     m->hidden = c.hidden_dim;
     param_builder count = {.m = m};
     list_params(&count);
-    if (count.overflow || !attn_floats_fit(count.floats)) {
+    if (count.overflow || !attn_floats_fit(count.floats) || !attn_floats_fit(count.halves)) {
         attn_free(m);
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: the model's weights overflow size_t", who);
     }
     m->num_params = count.count;
     m->num_weights = count.floats;
+    m->num_weights16 = count.halves;
     m->params = attn_calloc(count.count, sizeof *m->params);
+    m->stored = attn_calloc(count.count, sizeof *m->stored);
     m->names = attn_malloc(count.name_bytes);
     m->blocks = attn_calloc(c.n_layers, sizeof *m->blocks);
     m->weights = attn_alloc_floats(count.floats);
     m->inv_freq = attn_alloc_floats(m->head_dim / 2 + 1);
-    if (!m->params || !m->names || !m->blocks || !m->weights || !m->inv_freq) {
+    bool half = c.weights_dtype != ATTN_DTYPE_F32;
+    if (half) {
+        /* the widest in of a linear layer: emb_dim, or the FeedForward's */
+        size_t in = m->hidden > c.emb_dim ? m->hidden : c.emb_dim;
+        m->weights16 = attn_calloc(count.halves ? count.halves : 1, sizeof *m->weights16);
+        m->buf.panel = attn_alloc_floats(attn_k_linear16_panel_floats(in));
+    }
+    if (!m->params || !m->stored || !m->names || !m->blocks || !m->weights || !m->inv_freq ||
+        (half && (!m->weights16 || !m->buf.panel))) {
         attn_lm_free(m);
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu weights", who,
-                         count.floats);
+                         count.floats + count.halves);
     }
     param_builder place = {.m = m, .place = true};
     list_params(&place);
@@ -267,39 +315,76 @@ static void fill(float *x, size_t n, float value) {
     for (size_t i = 0; i < n; i++) x[i] = value;
 }
 
+/* A tensor drawn into draw (floats), stored into dst in the weights
+ * dtype: kept as drawn for float, else rounded to nearest even (a model of
+ * 16-bit weights holds the drawn weights rounded). */
+typedef struct init_state {
+    attn_lm *m;
+    attn_rng *rng;
+    float *draw; /* the largest 16-bit tensor's floats (NULL for float) */
+} init_state;
+
+static float *draw_target(init_state *s, void *dst) {
+    return s->draw ? s->draw : (float *)dst;
+}
+
+static void store_drawn(init_state *s, void *dst, size_t n) {
+    if (!s->draw) return;
+    uint16_t *h = dst;
+    for (size_t i = 0; i < n; i++) h[i] = attn_float_to_half(s->m->cfg.weights_dtype, s->draw[i]);
+}
+
+/* nn.Linear's kaiming uniform weight (out, in) then bias. */
+static attn_status init_linear(init_state *s, void *w, float *bias, size_t out, size_t in) {
+    attn_status st = attn_rng_linear_init(s->rng, draw_target(s, w), bias, out, in);
+    if (st == ATTN_OK) store_drawn(s, w, out * in);
+    return st;
+}
+
 /* The weights as the book's constructors draw them, in construction order
  * (which is the state_dict's): nn.Embedding N(0, 1), nn.Linear's kaiming
  * uniform weight then bias, norms ones (and zero shifts). */
-static attn_status init_weights(attn_lm *m, attn_rng *rng) {
+static attn_status init_weights(init_state *s) {
+    attn_lm *m = s->m;
     const attn_lm_config *c = &m->cfg;
     size_t C = c->emb_dim, V = c->vocab_size, H = m->hidden, kvw = m->kv_heads * m->head_dim;
-    attn_status st = attn_rng_randn(rng, m->tok_emb, V * C);
-    if (st == ATTN_OK && m->pos_emb) st = attn_rng_randn(rng, m->pos_emb, c->context_length * C);
+    attn_status st = attn_rng_randn(s->rng, draw_target(s, m->tok_emb), V * C);
+    if (st == ATTN_OK) store_drawn(s, m->tok_emb, V * C);
+    if (st == ATTN_OK && m->pos_emb)
+        st = attn_rng_randn(s->rng, m->pos_emb, c->context_length * C);
     for (size_t i = 0; i < c->n_layers && st == ATTN_OK; i++) {
         attn_lm_block *k = &m->blocks[i];
         if (c->arch == ATTN_LM_GPT2) {
-            const struct { float *w, *b; size_t out, in; } lin[] = {
+            const struct { void *w; float *b; size_t out, in; } lin[] = {
                 {k->wq, k->bq, C, C}, {k->wk, k->bk, C, C}, {k->wv, k->bv, C, C},
                 {k->wo, k->bo, C, C}, {k->fc1_w, k->fc1_b, H, C}, {k->fc2_w, k->fc2_b, C, H}};
             for (size_t j = 0; j < 6 && st == ATTN_OK; j++)
-                st = attn_rng_linear_init(rng, lin[j].w, lin[j].b, lin[j].out, lin[j].in);
+                st = init_linear(s, lin[j].w, lin[j].b, lin[j].out, lin[j].in);
             fill(k->norm1_b, C, 0.0f);
             fill(k->norm2_b, C, 0.0f);
         } else {
-            const struct { float *w; size_t out, in; } lin[] = {
+            const struct { void *w; size_t out, in; } lin[] = {
                 {k->wk, kvw, C}, {k->wv, kvw, C}, {k->wq, C, C}, {k->wo, C, C},
                 {k->fc1_w, H, C}, {k->fc2_w, H, C}, {k->fc3_w, C, H}};
             for (size_t j = 0; j < 7 && st == ATTN_OK; j++)
-                st = attn_rng_linear_init(rng, lin[j].w, NULL, lin[j].out, lin[j].in);
+                st = init_linear(s, lin[j].w, NULL, lin[j].out, lin[j].in);
         }
         fill(k->norm1_w, C, 1.0f);
         fill(k->norm2_w, C, 1.0f);
     }
     fill(m->final_w, C, 1.0f);
     if (m->final_b) fill(m->final_b, C, 0.0f);
-    if (st == ATTN_OK && !c->tie_embeddings)
-        st = attn_rng_linear_init(rng, m->out_head, NULL, V, C);
+    if (st == ATTN_OK && !c->tie_embeddings) st = init_linear(s, m->out_head, NULL, V, C);
     return st;
+}
+
+/* Elements of the largest tensor in the weights dtype. */
+static size_t largest_weight(const attn_lm *m) {
+    size_t most = 0;
+    for (size_t i = 0; i < m->num_params; i++)
+        if (m->stored[i].dtype != ATTN_DTYPE_F32 && m->params[i].numel > most)
+            most = m->params[i].numel;
+    return most;
 }
 
 attn_status attn_lm_new(attn_ctx *ctx, const attn_lm_config *cfg, attn_rng *init_rng,
@@ -312,9 +397,19 @@ attn_status attn_lm_new(attn_ctx *ctx, const attn_lm_config *cfg, attn_rng *init
     attn_lm *m;
     attn_status st = attn_lm_create(ctx, "attn_lm_new", cfg, &m);
     if (st != ATTN_OK) return st;
-    if (init_rng && (st = init_weights(m, init_rng)) != ATTN_OK) {
-        attn_lm_free(m);
-        return st;
+    if (init_rng) {
+        init_state s = {.m = m, .rng = init_rng};
+        if (m->cfg.weights_dtype != ATTN_DTYPE_F32 &&
+            !(s.draw = attn_alloc_floats(largest_weight(m)))) {
+            attn_lm_free(m);
+            return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_lm_new: out of memory");
+        }
+        st = init_weights(&s);
+        attn_free(s.draw);
+        if (st != ATTN_OK) {
+            attn_lm_free(m);
+            return st;
+        }
     }
     *out = m;
     return ATTN_OK;
@@ -323,7 +418,10 @@ attn_status attn_lm_new(attn_ctx *ctx, const attn_lm_config *cfg, attn_rng *init
 void attn_lm_free(attn_lm *m) {
     if (!m) return;
     attn_free(m->weights);
+    attn_free(m->weights16);
     attn_free(m->params);
+    attn_free(m->stored);
+    attn_free(m->buf.panel);
     attn_free(m->names);
     attn_free(m->blocks);
     attn_free(m->inv_freq);
@@ -350,6 +448,25 @@ attn_status attn_lm_param_at(attn_lm *m, size_t index, attn_param *out) {
                          m->num_params);
     *out = m->params[index];
     return ATTN_OK;
+}
+
+attn_status attn_lm_param_data(attn_lm *m, size_t index, attn_dtype *dtype, const void **data) {
+    if (!m || !dtype || !data)
+        return m ? attn_fail(m->ctx, ATTN_ERR_NULL, "attn_lm_param_data: %s is NULL",
+                             !dtype ? "dtype" : "data")
+                 : ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (index >= m->num_params)
+        return attn_fail(m->ctx, ATTN_ERR_NOT_FOUND,
+                         "attn_lm_param_data: index %zu is past the model's %zu parameters",
+                         index, m->num_params);
+    *dtype = m->stored[index].dtype;
+    *data = m->stored[index].data;
+    return ATTN_OK;
+}
+
+size_t attn_lm_weight_bytes(const attn_lm *m) {
+    return m ? m->num_weights * sizeof(float) + m->num_weights16 * sizeof(uint16_t) : 0;
 }
 
 attn_status attn_lm_param(attn_lm *m, const char *name, attn_param *out) {
@@ -400,11 +517,38 @@ attn_status attn_lm_cache_new(attn_lm *m, size_t batch, size_t max_len, attn_kv_
 
 /* ---- the layers ----------------------------------------------------------- */
 
-/* y (rows, out) = x (rows, in) @ w^T (+ bias): matrix-vector products when
- * rows are few (decoding), else the SGEMM. */
-static void linear(attn_lm *m, const float *x, const float *w, const float *bias, float *y,
+/* One matrix of linear_n: y (rows, out) = x @ w^T (+ bias), w in the
+ * weights dtype. */
+typedef struct lm_part {
+    const void *w;
+    const float *bias;
+    float *y;
+    size_t out;
+} lm_part;
+
+/* The n (<= 4) parts on the same x (rows, in): matrix-vector products when
+ * rows are few (decoding), else the SGEMM; on 16-bit weights the same
+ * sums on the widened weights (kernels/gemv/linear16.h). */
+static void linear_n(attn_lm *m, const float *x, size_t rows, size_t in, const lm_part *parts,
+                     size_t n) {
+    if (m->cfg.weights_dtype == ATTN_DTYPE_F32) {
+        attn_k_linear_part p[4];
+        for (size_t i = 0; i < n; i++) p[i] = (attn_k_linear_part){parts[i].w, parts[i].bias,
+                                                                   parts[i].y, parts[i].out};
+        attn_k_linear_small_n(m->ctx, x, rows, in, p, n);
+        return;
+    }
+    attn_k_linear16_part p[4];
+    for (size_t i = 0; i < n; i++)
+        p[i] = (attn_k_linear16_part){parts[i].w, parts[i].bias, parts[i].y, parts[i].out};
+    attn_k_linear16_n(m->ctx, m->cfg.weights_dtype, x, rows, in, p, n, m->buf.panel);
+}
+
+/* y (rows, out) = x (rows, in) @ w^T (+ bias). */
+static void linear(attn_lm *m, const float *x, const void *w, const float *bias, float *y,
                    size_t rows, size_t in, size_t out) {
-    attn_k_linear_small(m->ctx, x, w, bias, y, rows, in, out);
+    lm_part part = {w, bias, y, out};
+    linear_n(m, x, rows, in, &part, 1);
 }
 
 /* out (rows, C) = LayerNorm(x): (x - mean) / sqrt(var + eps) * scale + shift,
@@ -619,9 +763,9 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
     bool gpt2 = m->cfg.arch == ATTN_LM_GPT2;
 
     norm(m, a->h, a->x, k->norm1_w, k->norm1_b, rows);
-    const attn_k_linear_part qkv[3] = {
+    const lm_part qkv[3] = {
         {k->wq, k->bq, a->q, C}, {k->wk, k->bk, a->k, kvw}, {k->wv, k->bv, a->v, kvw}};
-    attn_k_linear_small_n(m->ctx, a->h, rows, C, qkv, 3);
+    linear_n(m, a->h, rows, C, qkv, 3);
     if (!gpt2) {
         apply_rope(a->q, rows, m->cfg.n_heads, m->head_dim, a->cosines, a->sines);
         apply_rope(a->k, rows, m->kv_heads, m->head_dim, a->cosines, a->sines);
@@ -648,9 +792,8 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
         gelu(a->f1, rows * H);
         linear(m, a->f1, k->fc2_w, k->fc2_b, a->h, rows, H, C);
     } else {
-        const attn_k_linear_part gate_up[2] = {{k->fc1_w, NULL, a->f1, H},
-                                               {k->fc2_w, NULL, a->f2, H}};
-        attn_k_linear_small_n(m->ctx, a->h, rows, C, gate_up, 2);
+        const lm_part gate_up[2] = {{k->fc1_w, NULL, a->f1, H}, {k->fc2_w, NULL, a->f2, H}};
+        linear_n(m, a->h, rows, C, gate_up, 2);
         swiglu(a->f1, a->f2, rows * H);
         linear(m, a->f1, k->fc3_w, NULL, a->h, rows, H, C);
     }
@@ -721,13 +864,22 @@ static void embed(const attn_lm *m, const lm_acts *a, const attn_lm_forward_args
     size_t C = m->cfg.emb_dim, r = 0;
     for (size_t s = 0; s < args->batch; s++)
         for (size_t i = 0; i < seq_len(args, s); i++, r++) a->positions[r] = m->buf.starts[s] + i;
+    attn_dtype dtype = m->cfg.weights_dtype;
     for (r = 0; r < (size_t)m->buf.cu_seqlens[args->batch]; r++) {
-        const float *tok = m->tok_emb + (size_t)args->tokens[r] * C;
+        size_t row = (size_t)args->tokens[r] * C;
         float *x = a->x + r * C;
+        const float *tok = x;
+        if (dtype == ATTN_DTYPE_F32) {
+            tok = (const float *)m->tok_emb + row;
+        } else {
+            /* the row widened into x, which then takes pos as a float row */
+            const uint16_t *h = (const uint16_t *)m->tok_emb + row;
+            for (size_t i = 0; i < C; i++) x[i] = attn_half_to_float(dtype, h[i]);
+        }
         if (m->pos_emb) {
             const float *pos = m->pos_emb + a->positions[r] * C;
             for (size_t i = 0; i < C; i++) x[i] = tok[i] + pos[i];
-        } else {
+        } else if (tok != x) {
             memcpy(x, tok, C * sizeof *x);
         }
     }

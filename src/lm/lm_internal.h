@@ -2,8 +2,10 @@
  * lm_internal.h — what lm.c (the model and its forward) and lm_load.c (files
  * and configs) share: the model's layout.
  *
- * Weights live in one block, each tensor in nn.Linear layout (out, in) and
- * listed in the book's state_dict order (attn_lm_param_at):
+ * Weights live in two blocks, float32 and (with a 16-bit weights_dtype)
+ * bf16/f16 for the linear layers and the token embedding, each tensor in
+ * nn.Linear layout (out, in) and listed in the book's state_dict order
+ * (attn_lm_param_at; attn_lm_stored says where each lives):
  *   gpt2:   tok_emb, pos_emb, per block att.W_query (+bias), W_key, W_value,
  *           out_proj (+bias), ff.layers.0 (+bias), ff.layers.2 (+bias),
  *           norm1.scale/.shift, norm2.scale/.shift; final_norm.scale/.shift,
@@ -20,16 +22,24 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
-/* One transformer block's tensors (NULL where the architecture has none). */
+/* One transformer block's tensors (NULL where the architecture has none).
+ * The linear layers' weights (void *) are in the model's weights dtype
+ * (float, or bf16/f16 bits: attn_lm_config's weights_dtype); norms and
+ * biases are float. */
 typedef struct attn_lm_block {
-    float *wq, *bq, *wk, *bk, *wv, *bv; /* (C, C) / (kv_width, C), biases (out) */
-    float *wo, *bo;                     /* out_proj (C, C) (+ bias: gpt2)       */
+    void *wq, *wk, *wv;                 /* (C, C) / (kv_width, C)                */
+    float *bq, *bk, *bv;                /* gpt2 with qkv_bias: (out)             */
+    void *wo;                           /* out_proj (C, C)                       */
+    float *bo;                          /* gpt2: (C)                             */
     float *norm1_w, *norm1_b;           /* (C): LayerNorm scale/shift, RMSNorm weight */
     float *norm2_w, *norm2_b;
-    float *fc1_w, *fc1_b;               /* gpt2 layers.0 (4C, C); llama fc1 (H, C) */
-    float *fc2_w, *fc2_b;               /* gpt2 layers.2 (C, 4C); llama fc2 (H, C) */
-    float *fc3_w;                       /* llama fc3 (C, H)                      */
+    void *fc1_w;                        /* gpt2 layers.0 (4C, C); llama fc1 (H, C) */
+    float *fc1_b;
+    void *fc2_w;                        /* gpt2 layers.2 (C, 4C); llama fc2 (H, C) */
+    float *fc2_b;
+    void *fc3_w;                        /* llama fc3 (C, H)                      */
 } attn_lm_block;
 
 /* Activations of one forward, grown to the largest call seen (so decoding
@@ -42,20 +52,32 @@ typedef struct attn_lm_buffers {
     int32_t *cu_seqlens;  /* (batch + 1) */
     size_t *starts;       /* (batch) first position of each sequence */
     size_t batch_capacity;
+    float *panel;         /* 16-bit weights: widened panels (linear16.h) */
 } attn_lm_buffers;
+
+/* Where a tensor lives: data in dtype (float, or bf16/f16 bits). */
+typedef struct attn_lm_stored {
+    void *data;
+    attn_dtype dtype;
+} attn_lm_stored;
 
 struct attn_lm {
     attn_ctx *ctx;
     attn_lm_config cfg;                 /* defaults filled in (attn_lm_config_resolve) */
     size_t head_dim, kv_heads, hidden;  /* hidden: the FeedForward width        */
-    float *weights;                     /* every tensor but a tied out_head      */
+    float *weights;                     /* the float tensors but a tied out_head */
     size_t num_weights;                 /* floats */
-    attn_param *params;
+    uint16_t *weights16;                /* the 16-bit ones (cfg.weights_dtype)   */
+    size_t num_weights16;               /* elements */
+    attn_param *params;                 /* data NULL for a 16-bit tensor         */
+    attn_lm_stored *stored;             /* each param's storage                  */
     size_t num_params;
     char *names;                        /* the params' names, NUL-separated      */
     attn_lm_block *blocks;
-    float *tok_emb, *pos_emb;           /* (V, C), gpt2 (context_length, C)      */
-    float *final_w, *final_b, *out_head;
+    void *tok_emb;                      /* (V, C), in the weights dtype          */
+    float *pos_emb;                     /* gpt2 (context_length, C)              */
+    float *final_w, *final_b;
+    void *out_head;                     /* (V, C), in the weights dtype          */
     float *inv_freq;                    /* llama3 (head_dim / 2): RoPE frequencies */
     attn_lm_buffers buf;
 };

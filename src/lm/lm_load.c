@@ -21,8 +21,10 @@
  */
 #include "lm/lm_internal.h"
 
+#include "half.h"
 #include "io/json.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -37,8 +39,10 @@ typedef struct lm_source {
     const char *path;
     lm_names names;
     const char *prefix; /* HF GPT-2: "" or "transformer." */
-    float *scratch;     /* a Conv1D tensor, transposed from */
-    size_t scratch_floats;
+    float *scratch;     /* a tensor read as float: a Conv1D one, transposed from, or */
+    size_t scratch_floats; /* one bound for 16-bit storage                          */
+    float *row;         /* one transposed row of a Conv1D tensor, for 16-bit storage */
+    size_t row_floats;
 } lm_source;
 
 /* ---- finding tensors -------------------------------------------------------- */
@@ -85,65 +89,113 @@ static attn_status find_shaped(lm_source *s, const char *name, size_t rows, size
     return ATTN_OK;
 }
 
+/* *buf holds at least n floats (grown, its contents lost). */
+static attn_status grow_buffer(lm_source *s, const char *name, float **buf, size_t *capacity,
+                               size_t n) {
+    if (n <= *capacity) return ATTN_OK;
+    float *grown = attn_alloc_floats(n);
+    if (!grown)
+        return attn_fail(s->ctx, ATTN_ERR_NO_MEMORY, "attn_lm_load: out of memory for tensor '%s'",
+                         name);
+    attn_free(*buf);
+    *buf = grown;
+    *capacity = n;
+    return ATTN_OK;
+}
+
+static bool is_half(attn_dtype d) { return d == ATTN_DTYPE_BF16 || d == ATTN_DTYPE_F16; }
+
+/* dst's elements [at, at + n) = src (float) in dst's dtype. from is the
+ * file's dtype of the tensor: from one 16-bit type into the other every
+ * value must be held exactly; from float a finite value must not pass the
+ * 16-bit range (attn_lm_load_as). */
+static attn_status store(lm_source *s, const char *name, attn_dtype from, const float *src,
+                         size_t n, attn_lm_stored dst, size_t at) {
+    if (dst.dtype == ATTN_DTYPE_F32) {
+        memcpy((float *)dst.data + at, src, n * sizeof *src);
+        return ATTN_OK;
+    }
+    uint16_t *h = (uint16_t *)dst.data + at;
+    bool exact = is_half(from) && from != dst.dtype;
+    for (size_t i = 0; i < n; i++) {
+        h[i] = attn_float_to_half(dst.dtype, src[i]);
+        float back = attn_half_to_float(dst.dtype, h[i]);
+        bool held = exact ? back == src[i] || (isnan(back) && isnan(src[i]))
+                          : !isinf(back) || isinf(src[i]) || isnan(src[i]);
+        if (!held)
+            return attn_fail(s->ctx, ATTN_ERR_INVALID,
+                             "attn_lm_load: %s: tensor '%s' (%s) holds %.9g at element %zu, "
+                             "which %s cannot hold %s: load it as %s or f32",
+                             s->path, name, attn_dtype_name(from), (double)src[i], at + i,
+                             dst.dtype == ATTN_DTYPE_BF16 ? "bf16" : "f16",
+                             exact ? "exactly" : "(past its range)",
+                             is_half(from) ? (from == ATTN_DTYPE_BF16 ? "bf16" : "f16") : "bf16");
+    }
+    return ATTN_OK;
+}
+
 /* dst (rows, cols) = the tensor name, as stored. */
-static attn_status load_plain(lm_source *s, const char *name, float *dst, size_t rows,
+static attn_status load_plain(lm_source *s, const char *name, attn_lm_stored dst, size_t rows,
                               size_t cols) {
     attn_safetensors_info info;
     attn_status st = find_shaped(s, name, rows, cols, &info);
-    return st == ATTN_OK ? attn_safetensors_load(s->st, info.index, dst, info.numel) : st;
+    if (st != ATTN_OK) return st;
+    if (dst.dtype == ATTN_DTYPE_F32)
+        return attn_safetensors_load(s->st, info.index, dst.data, info.numel);
+    if ((st = grow_buffer(s, name, &s->scratch, &s->scratch_floats, info.numel)) != ATTN_OK ||
+        (st = attn_safetensors_load(s->st, info.index, s->scratch, info.numel)) != ATTN_OK)
+        return st;
+    return store(s, name, info.dtype, s->scratch, info.numel, dst, 0);
 }
 
 /* dst (out, in) = columns [first, first + out) of the Conv1D weight name
  * (in, total), transposed into nn.Linear's layout. */
-static attn_status load_conv1d(lm_source *s, const char *name, float *dst, size_t in,
+static attn_status load_conv1d(lm_source *s, const char *name, attn_lm_stored dst, size_t in,
                                size_t total, size_t first, size_t out) {
     attn_safetensors_info info;
     attn_status st = find_shaped(s, name, in, total, &info);
     if (st != ATTN_OK) return st;
-    if (info.numel > s->scratch_floats) {
-        float *grown = attn_alloc_floats(info.numel);
-        if (!grown)
-            return attn_fail(s->ctx, ATTN_ERR_NO_MEMORY,
-                             "attn_lm_load: out of memory for tensor '%s'", name);
-        attn_free(s->scratch);
-        s->scratch = grown;
-        s->scratch_floats = info.numel;
-    }
-    if ((st = attn_safetensors_load(s->st, info.index, s->scratch, info.numel)) != ATTN_OK)
+    if ((st = grow_buffer(s, name, &s->scratch, &s->scratch_floats, info.numel)) != ATTN_OK ||
+        (st = grow_buffer(s, name, &s->row, &s->row_floats, in)) != ATTN_OK ||
+        (st = attn_safetensors_load(s->st, info.index, s->scratch, info.numel)) != ATTN_OK)
         return st;
-    for (size_t o = 0; o < out; o++)
-        for (size_t i = 0; i < in; i++) dst[o * in + i] = s->scratch[i * total + first + o];
-    return ATTN_OK;
+    for (size_t o = 0; o < out && st == ATTN_OK; o++) {
+        for (size_t i = 0; i < in; i++) s->row[i] = s->scratch[i * total + first + o];
+        st = store(s, name, info.dtype, s->row, in, dst, o * in);
+    }
+    return st;
 }
 
 /* dst (n) = entries [first, first + n) of the vector name (total). */
 static attn_status load_slice(lm_source *s, const char *name, float *dst, size_t total,
                               size_t first, size_t n) {
-    if (first == 0 && n == total) return load_plain(s, name, dst, n, 0);
+    attn_lm_stored whole = {dst, ATTN_DTYPE_F32};
+    if (first == 0 && n == total) return load_plain(s, name, whole, n, 0);
     attn_safetensors_info info;
     attn_status st = find_shaped(s, name, total, 0, &info);
     if (st != ATTN_OK) return st;
-    if (total > s->scratch_floats) {
-        float *grown = attn_alloc_floats(total);
-        if (!grown)
-            return attn_fail(s->ctx, ATTN_ERR_NO_MEMORY,
-                             "attn_lm_load: out of memory for tensor '%s'", name);
-        attn_free(s->scratch);
-        s->scratch = grown;
-        s->scratch_floats = total;
-    }
-    if ((st = attn_safetensors_load(s->st, info.index, s->scratch, total)) != ATTN_OK) return st;
+    if ((st = grow_buffer(s, name, &s->scratch, &s->scratch_floats, total)) != ATTN_OK ||
+        (st = attn_safetensors_load(s->st, info.index, s->scratch, total)) != ATTN_OK)
+        return st;
     memcpy(dst, s->scratch + first, n * sizeof *dst);
     return ATTN_OK;
 }
+
+/* A linear layer's weight (the model's weights dtype), a float tensor. */
+static attn_lm_stored weight(const attn_lm *m, void *data) {
+    return (attn_lm_stored){data, m->cfg.weights_dtype};
+}
+
+static attn_lm_stored floats(float *data) { return (attn_lm_stored){data, ATTN_DTYPE_F32}; }
 
 /* ---- the weights, by naming scheme ------------------------------------------ */
 
 static attn_status load_book(lm_source *s, attn_lm *m) {
     for (size_t i = 0; i < m->num_params; i++) {
         attn_param *p = &m->params[i];
-        if (i > 0 && p->data == m->tok_emb) continue; /* a tied out_head */
-        attn_status st = load_plain(s, p->name, p->data, p->shape[0], p->ndim == 2 ? p->shape[1] : 0);
+        if (i > 0 && m->stored[i].data == m->tok_emb) continue; /* a tied out_head */
+        attn_status st = load_plain(s, p->name, m->stored[i], p->shape[0],
+                                    p->ndim == 2 ? p->shape[1] : 0);
         if (st != ATTN_OK) return st;
     }
     return ATTN_OK;
@@ -154,26 +206,33 @@ static attn_status load_hf_gpt2(lm_source *s, attn_lm *m) {
     size_t C = c->emb_dim, H = m->hidden;
     const char *x = s->prefix;
     char n[160];
-    attn_status st = load_plain(s, name_of(n, sizeof n, "%swte.weight", x), m->tok_emb,
-                                c->vocab_size, C);
+    attn_status st = load_plain(s, name_of(n, sizeof n, "%swte.weight", x),
+                                weight(m, m->tok_emb), c->vocab_size, C);
     if (st == ATTN_OK)
-        st = load_plain(s, name_of(n, sizeof n, "%swpe.weight", x), m->pos_emb, c->context_length, C);
+        st = load_plain(s, name_of(n, sizeof n, "%swpe.weight", x), floats(m->pos_emb),
+                        c->context_length, C);
     for (size_t i = 0; i < c->n_layers && st == ATTN_OK; i++) {
         attn_lm_block *k = &m->blocks[i];
-        float *w3[3] = {k->wq, k->wk, k->wv}, *b3[3] = {k->bq, k->bk, k->bv};
+        void *w3[3] = {k->wq, k->wk, k->wv};
+        float *b3[3] = {k->bq, k->bk, k->bv};
         for (size_t j = 0; j < 3 && st == ATTN_OK; j++) {
-            st = load_conv1d(s, name_of(n, sizeof n, "%sh.%zu.attn.c_attn.weight", x, i), w3[j],
-                             C, 3 * C, j * C, C);
+            st = load_conv1d(s, name_of(n, sizeof n, "%sh.%zu.attn.c_attn.weight", x, i),
+                             weight(m, w3[j]), C, 3 * C, j * C, C);
             if (st == ATTN_OK && b3[j])
                 st = load_slice(s, name_of(n, sizeof n, "%sh.%zu.attn.c_attn.bias", x, i), b3[j],
                                 3 * C, j * C, C);
         }
-        const struct { const char *name; float *dst; size_t rows, cols; bool conv; } t[] = {
-            {"attn.c_proj.weight", k->wo, C, C, true}, {"attn.c_proj.bias", k->bo, C, 0, false},
-            {"mlp.c_fc.weight", k->fc1_w, C, H, true}, {"mlp.c_fc.bias", k->fc1_b, H, 0, false},
-            {"mlp.c_proj.weight", k->fc2_w, H, C, true}, {"mlp.c_proj.bias", k->fc2_b, C, 0, false},
-            {"ln_1.weight", k->norm1_w, C, 0, false}, {"ln_1.bias", k->norm1_b, C, 0, false},
-            {"ln_2.weight", k->norm2_w, C, 0, false}, {"ln_2.bias", k->norm2_b, C, 0, false}};
+        const struct { const char *name; attn_lm_stored dst; size_t rows, cols; bool conv; } t[] = {
+            {"attn.c_proj.weight", weight(m, k->wo), C, C, true},
+            {"attn.c_proj.bias", floats(k->bo), C, 0, false},
+            {"mlp.c_fc.weight", weight(m, k->fc1_w), C, H, true},
+            {"mlp.c_fc.bias", floats(k->fc1_b), H, 0, false},
+            {"mlp.c_proj.weight", weight(m, k->fc2_w), H, C, true},
+            {"mlp.c_proj.bias", floats(k->fc2_b), C, 0, false},
+            {"ln_1.weight", floats(k->norm1_w), C, 0, false},
+            {"ln_1.bias", floats(k->norm1_b), C, 0, false},
+            {"ln_2.weight", floats(k->norm2_w), C, 0, false},
+            {"ln_2.bias", floats(k->norm2_b), C, 0, false}};
         for (size_t j = 0; j < sizeof t / sizeof t[0] && st == ATTN_OK; j++) {
             name_of(n, sizeof n, "%sh.%zu.%s", x, i, t[j].name);
             st = t[j].conv ? load_conv1d(s, n, t[j].dst, t[j].rows, t[j].cols, 0, t[j].cols)
@@ -181,11 +240,11 @@ static attn_status load_hf_gpt2(lm_source *s, attn_lm *m) {
         }
     }
     if (st == ATTN_OK)
-        st = load_plain(s, name_of(n, sizeof n, "%sln_f.weight", x), m->final_w, C, 0);
+        st = load_plain(s, name_of(n, sizeof n, "%sln_f.weight", x), floats(m->final_w), C, 0);
     if (st == ATTN_OK)
-        st = load_plain(s, name_of(n, sizeof n, "%sln_f.bias", x), m->final_b, C, 0);
+        st = load_plain(s, name_of(n, sizeof n, "%sln_f.bias", x), floats(m->final_b), C, 0);
     if (st == ATTN_OK && !c->tie_embeddings)
-        st = load_plain(s, "lm_head.weight", m->out_head, c->vocab_size, C);
+        st = load_plain(s, "lm_head.weight", weight(m, m->out_head), c->vocab_size, C);
     return st;
 }
 
@@ -193,23 +252,27 @@ static attn_status load_hf_llama(lm_source *s, attn_lm *m) {
     const attn_lm_config *c = &m->cfg;
     size_t C = c->emb_dim, H = m->hidden, kvw = m->kv_heads * m->head_dim;
     char n[160];
-    attn_status st = load_plain(s, "model.embed_tokens.weight", m->tok_emb, c->vocab_size, C);
+    attn_status st = load_plain(s, "model.embed_tokens.weight", weight(m, m->tok_emb),
+                                c->vocab_size, C);
     for (size_t i = 0; i < c->n_layers && st == ATTN_OK; i++) {
         attn_lm_block *k = &m->blocks[i];
-        const struct { const char *name; float *dst; size_t rows, cols; } t[] = {
-            {"self_attn.q_proj.weight", k->wq, C, C}, {"self_attn.k_proj.weight", k->wk, kvw, C},
-            {"self_attn.v_proj.weight", k->wv, kvw, C}, {"self_attn.o_proj.weight", k->wo, C, C},
-            {"mlp.gate_proj.weight", k->fc1_w, H, C}, {"mlp.up_proj.weight", k->fc2_w, H, C},
-            {"mlp.down_proj.weight", k->fc3_w, C, H},
-            {"input_layernorm.weight", k->norm1_w, C, 0},
-            {"post_attention_layernorm.weight", k->norm2_w, C, 0}};
+        const struct { const char *name; attn_lm_stored dst; size_t rows, cols; } t[] = {
+            {"self_attn.q_proj.weight", weight(m, k->wq), C, C},
+            {"self_attn.k_proj.weight", weight(m, k->wk), kvw, C},
+            {"self_attn.v_proj.weight", weight(m, k->wv), kvw, C},
+            {"self_attn.o_proj.weight", weight(m, k->wo), C, C},
+            {"mlp.gate_proj.weight", weight(m, k->fc1_w), H, C},
+            {"mlp.up_proj.weight", weight(m, k->fc2_w), H, C},
+            {"mlp.down_proj.weight", weight(m, k->fc3_w), C, H},
+            {"input_layernorm.weight", floats(k->norm1_w), C, 0},
+            {"post_attention_layernorm.weight", floats(k->norm2_w), C, 0}};
         for (size_t j = 0; j < sizeof t / sizeof t[0] && st == ATTN_OK; j++)
             st = load_plain(s, name_of(n, sizeof n, "model.layers.%zu.%s", i, t[j].name), t[j].dst,
                             t[j].rows, t[j].cols);
     }
-    if (st == ATTN_OK) st = load_plain(s, "model.norm.weight", m->final_w, C, 0);
+    if (st == ATTN_OK) st = load_plain(s, "model.norm.weight", floats(m->final_w), C, 0);
     if (st == ATTN_OK && !c->tie_embeddings)
-        st = load_plain(s, "lm_head.weight", m->out_head, c->vocab_size, C);
+        st = load_plain(s, "lm_head.weight", weight(m, m->out_head), c->vocab_size, C);
     return st;
 }
 
@@ -554,10 +617,26 @@ static attn_status choose_config(lm_source *s, const char *config_path, const at
     return ATTN_OK;
 }
 
-attn_status attn_lm_load(attn_ctx *ctx, const char *path, const char *config_json,
-                         const attn_lm_config *cfg, attn_lm **out) {
+/* The dtype the file's token embedding is stored in, as a weights dtype:
+ * BF16 or F16 as it is, anything else F32. */
+static attn_dtype file_dtype(lm_source *s) {
+    const char *names[] = {"tok_emb.weight", "model.embed_tokens.weight", "wte.weight",
+                           "transformer.wte.weight"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        attn_safetensors_info info;
+        if (attn_safetensors_find(s->st, names[i], &info) == ATTN_OK)
+            return is_half(info.dtype) ? info.dtype : ATTN_DTYPE_F32;
+    }
+    return ATTN_DTYPE_F32;
+}
+
+/* attn_lm_load (file_dtype: weights_dtype ignored, the file's taken) and
+ * attn_lm_load_as. */
+static attn_status load(attn_ctx *ctx, const char *who, const char *path, const char *config_json,
+                        const attn_lm_config *cfg, bool file_dtype_wanted,
+                        attn_dtype weights_dtype, attn_lm **out) {
     if (!ctx || !path || !out)
-        return attn_fail(ctx, ATTN_ERR_NULL, "attn_lm_load: %s is NULL",
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
                          !ctx ? "ctx" : !path ? "path" : "out");
     attn_clear_error(ctx);
     *out = NULL;
@@ -580,7 +659,10 @@ attn_status attn_lm_load(attn_ctx *ctx, const char *path, const char *config_jso
     attn_status st = attn_safetensors_open(ctx, weights, &s.st);
     if (st == ATTN_OK) st = detect_names(&s);
     if (st == ATTN_OK) st = choose_config(&s, config_path, cfg, &c);
-    if (st == ATTN_OK) st = attn_lm_create(ctx, "attn_lm_load", &c, &m);
+    if (st == ATTN_OK) {
+        c.weights_dtype = file_dtype_wanted ? file_dtype(&s) : weights_dtype;
+        st = attn_lm_create(ctx, who, &c, &m);
+    }
     if (st == ATTN_OK) {
         st = s.names == NAMES_BOOK       ? load_book(&s, m)
              : s.names == NAMES_HF_GPT2 ? load_hf_gpt2(&s, m)
@@ -588,6 +670,7 @@ attn_status attn_lm_load(attn_ctx *ctx, const char *path, const char *config_jso
     }
     attn_safetensors_free(s.st);
     attn_free(s.scratch);
+    attn_free(s.row);
     attn_free(weights_path);
     attn_free(dir_config);
     if (st != ATTN_OK) {
@@ -598,9 +681,44 @@ attn_status attn_lm_load(attn_ctx *ctx, const char *path, const char *config_jso
     return ATTN_OK;
 }
 
+attn_status attn_lm_load(attn_ctx *ctx, const char *path, const char *config_json,
+                         const attn_lm_config *cfg, attn_lm **out) {
+    return load(ctx, "attn_lm_load", path, config_json, cfg, true, ATTN_DTYPE_F32, out);
+}
+
+attn_status attn_lm_load_as(attn_ctx *ctx, const char *path, const char *config_json,
+                            const attn_lm_config *cfg, attn_dtype weights_dtype, attn_lm **out) {
+    return load(ctx, "attn_lm_load_as", path, config_json, cfg, false, weights_dtype, out);
+}
+
 attn_status attn_lm_save(attn_lm *m, const char *path) {
     if (!m) return ATTN_ERR_NULL;
     attn_clear_error(m->ctx);
     if (!path) return attn_fail(m->ctx, ATTN_ERR_NULL, "attn_lm_save: path is NULL");
-    return attn_safetensors_write_params(m->ctx, path, m->params, m->num_params, NULL);
+    if (m->cfg.weights_dtype == ATTN_DTYPE_F32)
+        return attn_safetensors_write_params(m->ctx, path, m->params, m->num_params, NULL);
+    /* the writer takes float32: the 16-bit tensors widened (exactly) into
+     * one block beside the model's, for the call */
+    attn_param *params = attn_calloc(m->num_params, sizeof *params);
+    float *wide = attn_alloc_floats(m->num_weights16 ? m->num_weights16 : 1);
+    if (!params || !wide) {
+        attn_free(params);
+        attn_free(wide);
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
+                         "attn_lm_save: out of memory widening %zu 16-bit weights",
+                         m->num_weights16);
+    }
+    for (size_t i = 0; i < m->num_params; i++) {
+        params[i] = m->params[i];
+        if (m->stored[i].dtype == ATTN_DTYPE_F32) continue;
+        size_t at = (size_t)((const uint16_t *)m->stored[i].data - m->weights16);
+        const uint16_t *h = m->stored[i].data;
+        for (size_t j = 0; j < params[i].numel; j++)
+            wide[at + j] = attn_half_to_float(m->stored[i].dtype, h[j]);
+        params[i].data = wide + at;
+    }
+    attn_status st = attn_safetensors_write_params(m->ctx, path, params, m->num_params, NULL);
+    attn_free(params);
+    attn_free(wide);
+    return st;
 }

@@ -316,17 +316,34 @@ def loading_checks(O, cfg, llama, name, path, ref, ids, tmp):
         expect_error(lambda: attn.LanguageModel.load(path), "ATTN_ERR_INVALID",
                      "%s: GPT-2 without a config, emb_dim %d not a multiple of 64"
                      % (name, cfg["emb_dim"]))
-    # half-precision files (bf16, f16) load, converted to float32
+    # half-precision files (bf16, f16) load, held in their dtype (the
+    # default), against the book's model holding the rounded weights; held
+    # as f32 instead, the same logits bit for bit
+    import numpy as np
     import torch
     from safetensors.torch import load_file, save_file
     for dtype in (torch.bfloat16, torch.float16):
+        short = {torch.bfloat16: "bf16", torch.float16: "f16"}[dtype]
         half = {k: v.to(dtype) for k, v in load_file(path).items()}
         half_path = os.path.join(tmp, "%s.%s.safetensors" % (name, str(dtype)[6:]))
         save_file(half, half_path)
         rounded = (O.book_llama3 if llama else O.book_gpt2)(cfg, 0)
         rounded.load_state_dict({k: v.float() for k, v in half.items()})
-        close(attn.LanguageModel.load(half_path, config=lm_cfg(cfg)).forward(ids),
-              O.Reference(rounded).logits(ids), "%s: a %s file" % (name, str(dtype)[6:]))
+        lm16 = attn.LanguageModel.load(half_path, config=lm_cfg(cfg))
+        logits16 = lm16.forward(ids)
+        close(logits16, O.Reference(rounded).logits(ids), "%s: a %s file" % (name, short))
+        check(lm16.config.get("weights_dtype") == short,
+              "%s: a %s file is held in %s" % (name, short, short))
+        wide = attn.LanguageModel.load(half_path, config=lm_cfg(cfg), weights_dtype="f32")
+        check(np.array_equal(logits16, wide.forward(ids)),
+              "%s: a %s file held in %s and in f32: the same logits" % (name, short, short))
+        ours = lm16.state_dict()
+        check(all(np.array_equal(ours[k], v.float().numpy()) for k, v in half.items()
+                  if k in ours),
+              "%s: a %s model's state_dict is the file's tensors, widened" % (name, short))
+        check(lm16.weight_bytes < 0.6 * wide.weight_bytes,
+              "%s: %s weights take %d bytes, f32 %d" % (name, short, lm16.weight_bytes,
+                                                         wide.weight_bytes))
     bad = dict(cfg, emb_dim=cfg["emb_dim"] * 2)
     expect_error(lambda: attn.LanguageModel.load(path, config=lm_cfg(bad)), "ATTN_ERR_SHAPE",
                  "%s: a config whose emb_dim the tensors do not have" % name)

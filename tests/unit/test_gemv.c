@@ -11,10 +11,16 @@
  *   - attn_k_linear_small_n (several matrices, one pass) equals one call
  *     per matrix;
  *   - attn_k_linear_small with more rows than the kernels take, and on the
- *     reference kernels, equals attn_k_linear.
+ *     reference kernels, equals attn_k_linear;
+ *   - the 16-bit kernels (bf16, f16 W) equal the float kernel on the
+ *     widened W, bit for bit, and their widening equals half.h's;
+ *     attn_k_linear16_n (matrix-vector kernels, or the SGEMM on widened
+ *     panels, several panels a matrix) equals attn_k_linear_small_n on the
+ *     widened W, bit for bit, on 1 and 3 threads and the reference set.
  * Fresh random inputs each run: the seed is printed; argv[1] replays it.
  *
- *   test_gemv --time IN OUT THREADS   times one (1, IN) x (OUT, IN)^T product
+ *   test_gemv --time IN OUT THREADS [f32|bf16|f16]   times one (1, IN) x
+ *       (OUT, IN)^T product, W in that dtype, beside a read-only pass
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, mkstemp, fdopen, unlink */
 
@@ -22,9 +28,13 @@
 #include "check.h"
 #include "internal.h"
 #include "kernels/dispatch.h"
+#include "half.h"
 #include "kernels/gemv/gemv.h"
+#include "kernels/gemv/linear16.h"
 #include "kernels/kernel_set.h"
+#include "parallel.h"
 
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <time.h>
@@ -149,33 +159,145 @@ static void check_parts(attn_kernels kernels, size_t rows, size_t in) {
     free(x);
 }
 
+/* w (n) rounded to dtype: bits into h, their widened values into w. */
+static void round_to(attn_dtype dtype, float *w, uint16_t *h, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        h[i] = attn_float_to_half(dtype, w[i]);
+        w[i] = attn_half_to_float(dtype, h[i]);
+    }
+}
+
+/* A 16-bit kernel equals the float kernel on the widened W, bit for bit;
+ * widening equals half.h's. */
+static void check_kernel16(const attn_gemv_kernel *k, attn_dtype dtype, size_t rows, size_t in,
+                           size_t out, bool with_bias) {
+    float *x = malloc(rows * in * sizeof *x), *w = malloc(out * in * sizeof *w);
+    float *bias = malloc(out * sizeof *bias), *y = malloc(rows * out * sizeof *y);
+    float *y16 = malloc(rows * out * sizeof *y16), *wide = malloc(out * in * sizeof *wide);
+    uint16_t *h = malloc(out * in * sizeof *h);
+    if (!x || !w || !bias || !y || !y16 || !wide || !h) abort();
+    fill(x, rows * in);
+    fill(w, out * in);
+    fill(bias, out);
+    w[0] = 3e-6f; /* an f16 subnormal, and 1e4 past bf16's exact integers */
+    if (out * in > 1) w[out * in - 1] = 1e4f;
+    round_to(dtype, w, h, out * in);
+    const float *b = with_bias ? bias : NULL;
+    k->run(rows, in, x, w, b, y, out, 0, out);
+    (dtype == ATTN_DTYPE_BF16 ? k->run_bf16 : k->run_f16)(rows, in, x, h, b, y16, out, 0, out);
+    if (memcmp(y, y16, rows * out * sizeof *y) != 0)
+        fprintf(stderr, "%s %s rows %zu in %zu out %zu differs from float\n", k->name,
+                attn_dtype_name(dtype), rows, in, out);
+    CHECK(memcmp(y, y16, rows * out * sizeof *y) == 0);
+    (dtype == ATTN_DTYPE_BF16 ? k->widen_bf16 : k->widen_f16)(h, out * in, wide);
+    CHECK(memcmp(wide, w, out * in * sizeof *w) == 0);
+    free(x), free(w), free(bias), free(y), free(y16), free(wide), free(h);
+}
+
+/* attn_k_linear16_n on 1 and 3 threads equals attn_k_linear_small_n on the
+ * widened weights (three parts, one without bias). */
+static void check_linear16(attn_kernels kernels, attn_dtype dtype, size_t rows, size_t in,
+                           const size_t outs[3]) {
+    float *x = malloc(rows * in * sizeof *x), *w[3], *b[3], *y[3], *y16[3];
+    uint16_t *h[3];
+    size_t panel_floats = attn_k_linear16_panel_floats(in);
+    float *panel = malloc(panel_floats * sizeof *panel);
+    if (!x || !panel) abort();
+    fill(x, rows * in);
+    attn_k_linear_part parts[3];
+    attn_k_linear16_part parts16[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = malloc(outs[i] * in * sizeof(float));
+        h[i] = malloc(outs[i] * in * sizeof(uint16_t));
+        b[i] = malloc(outs[i] * sizeof(float));
+        y[i] = malloc(rows * outs[i] * sizeof(float));
+        y16[i] = malloc(rows * outs[i] * sizeof(float));
+        if (!w[i] || !h[i] || !b[i] || !y[i] || !y16[i]) abort();
+        fill(w[i], outs[i] * in);
+        round_to(dtype, w[i], h[i], outs[i] * in);
+        fill(b[i], outs[i]);
+        parts[i] = (attn_k_linear_part){w[i], i == 1 ? NULL : b[i], y[i], outs[i]};
+        parts16[i] = (attn_k_linear16_part){h[i], i == 1 ? NULL : b[i], y16[i], outs[i]};
+    }
+    for (size_t threads = 1; threads <= 3; threads += 2) {
+        attn_ctx *ctx = ctx_for(kernels, threads);
+        if (!ctx) abort();
+        attn_k_linear_small_n(ctx, x, rows, in, parts, 3);
+        attn_k_linear16_n(ctx, dtype, x, rows, in, parts16, 3, panel);
+        for (int i = 0; i < 3; i++) {
+            bool same = memcmp(y[i], y16[i], rows * outs[i] * sizeof(float)) == 0;
+            if (!same)
+                fprintf(stderr, "linear16 %s %s rows %zu in %zu out %zu threads %zu differs\n",
+                        attn_kernels_name(kernels), attn_dtype_name(dtype), rows, in, outs[i],
+                        threads);
+            CHECK(same);
+        }
+        attn_ctx_free(ctx);
+    }
+    for (int i = 0; i < 3; i++) free(w[i]), free(h[i]), free(b[i]), free(y[i]), free(y16[i]);
+    free(x), free(panel);
+}
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* GB/s of W read by attn_k_linear_small (best of several). */
-static int time_one(size_t in, size_t out, size_t threads) {
+typedef struct read_job {
+    const uint64_t *words;
+    _Atomic uint64_t sum;
+} read_job;
+
+static void read_range(void *arg, size_t begin, size_t end) {
+    read_job *j = arg;
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    size_t i = begin;
+    for (; i + 4 <= end; i += 4) a += j->words[i], b += j->words[i + 1], c += j->words[i + 2],
+                                 d += j->words[i + 3];
+    for (; i < end; i++) a += j->words[i];
+    atomic_fetch_add(&j->sum, a + b + c + d);
+}
+
+/* GB/s of W read by attn_k_linear_small (W float) or attn_k_linear16_n (W
+ * bf16 / f16), best of several, beside a read-only pass over the same
+ * bytes on as many threads (what a kernel that only reads can reach). */
+static int time_one(size_t in, size_t out, size_t threads, const char *dtype_name) {
+    attn_dtype dtype = strcmp(dtype_name, "bf16") == 0  ? ATTN_DTYPE_BF16
+                       : strcmp(dtype_name, "f16") == 0 ? ATTN_DTYPE_F16
+                                                        : ATTN_DTYPE_F32;
+    size_t bytes = out * in * (dtype == ATTN_DTYPE_F32 ? 4 : 2);
     float *x = malloc(in * sizeof *x), *w = malloc(out * in * sizeof *w), *y = malloc(out * 4);
-    if (!x || !w || !y) return 1;
+    uint16_t *h = malloc(out * in * sizeof *h);
+    if (!x || !w || !y || !h) return 1;
     fill(x, in);
     fill(w, out * in);
+    if (dtype != ATTN_DTYPE_F32) round_to(dtype, w, h, out * in);
     attn_ctx *ctx = ctx_for(ATTN_KERNELS_AUTO, threads);
     if (!ctx) return 1;
-    double best = 1e30;
+    attn_k_linear16_part part = {h, NULL, y, out};
+    double best = 1e30, best_read = 1e30;
+    read_job job = {.words = dtype == ATTN_DTYPE_F32 ? (const void *)w : (const void *)h};
     for (int rep = 0; rep < 20; rep++) {
         double t0 = now();
-        attn_k_linear_small(ctx, x, w, NULL, y, 1, in, out);
+        if (dtype == ATTN_DTYPE_F32)
+            attn_k_linear_small(ctx, x, w, NULL, y, 1, in, out);
+        else
+            attn_k_linear16_n(ctx, dtype, x, 1, in, &part, 1, NULL);
         double t = now() - t0;
         if (t < best) best = t;
+        t0 = now();
+        attn_parallel_for(threads, bytes / 8, 1, read_range, &job);
+        t = now() - t0;
+        if (t < best_read) best_read = t;
     }
-    printf("gemv %s in %zu out %zu threads %zu: %.3f ms, %.1f GB/s\n",
-           attn_kernels_name(ATTN_KERNELS_AUTO), in, out, threads, best * 1e3,
-           (double)out * in * 4 / best / 1e9);
+    printf("gemv %s %s in %zu out %zu threads %zu: %.3f ms, %.1f GB/s (read-only pass %.1f "
+           "GB/s)\n",
+           attn_kernels_name(ATTN_KERNELS_AUTO), dtype_name, in, out, threads, best * 1e3,
+           (double)bytes / best / 1e9, (double)bytes / best_read / 1e9);
     attn_ctx_free(ctx);
-    free(x), free(w), free(y);
-    return 0;
+    free(x), free(w), free(y), free(h);
+    return atomic_load(&job.sum) == 1 ? 2 : 0; /* used: the pass is not optimised away */
 }
 
 /* The matrix-vector kernel of isa's kernel set (kernels/kernel_set.h),
@@ -187,9 +309,9 @@ static const attn_gemv_kernel *gemv_of(attn_kernels isa) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 5 && strcmp(argv[1], "--time") == 0)
+    if ((argc == 5 || argc == 6) && strcmp(argv[1], "--time") == 0)
         return time_one(strtoul(argv[2], NULL, 10), strtoul(argv[3], NULL, 10),
-                        strtoul(argv[4], NULL, 10));
+                        strtoul(argv[4], NULL, 10), argc == 6 ? argv[5] : "f32");
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
     printf("seed %llu\n", (unsigned long long)seed);
     state = seed;
@@ -210,7 +332,23 @@ int main(int argc, char **argv) {
         check_parts(sets[s], 1, 2000);
         check_parts(sets[s], 3, 100);
         check_parts(sets[s], ATTN_GEMV_MAX_ROWS + 1, 64);
+        for (int d = 0; d < 2; d++) {
+            attn_dtype dtype = d ? ATTN_DTYPE_F16 : ATTN_DTYPE_BF16;
+            for (size_t rows = 1; rows <= ATTN_GEMV_MAX_ROWS; rows += 3)
+                for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
+                    for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++)
+                        check_kernel16(k, dtype, rows, ins[i], outs[o], (rows + i + o) % 2 == 0);
+            /* the first part (with bias) spans two panels (linear16.c: 2^20 floats) */
+            const size_t small[3] = {129, 33, 64}, wide[3] = {3500, 40, 9};
+            check_linear16(sets[s], dtype, 1, 2000, small);
+            check_linear16(sets[s], dtype, ATTN_GEMV_MAX_ROWS, 37, small);
+            check_linear16(sets[s], dtype, ATTN_GEMV_MAX_ROWS + 1, 300, wide);
+            check_linear16(sets[s], dtype, 30, 77, small);
+        }
     }
+    const size_t small[3] = {129, 33, 64};
+    check_linear16(ATTN_KERNELS_REFERENCE, ATTN_DTYPE_BF16, 2, 100, small);
+    check_linear16(ATTN_KERNELS_REFERENCE, ATTN_DTYPE_F16, 11, 100, small);
     check_dispatch(ATTN_KERNELS_REFERENCE, 2, 300, 1001);
     CHECK(gemv_of(ATTN_KERNELS_REFERENCE) == NULL);
     printf("%d passed, %d failed\n", check_passed, check_failed);

@@ -1,14 +1,38 @@
 /*
- * gemv_avx512.c — the matrix-vector kernel with AVX-512F (gemv.h's
+ * gemv_avx512.c — the matrix-vector kernels with AVX-512F (gemv.h's
  * contract). Four outputs (four streams of W) times two rows: 8 zmm
  * accumulators; the tail of in past a multiple of 16 is one masked step of
- * the same loop, so every sum is 16 lanes reduced in a fixed order.
- * Compiled with -mavx512f -mfma (this file only); run only where the CPU
- * has AVX-512F (dispatch.c).
+ * the same loop, so every sum is 16 lanes reduced in a fixed order. One
+ * body serves float, bf16 and f16 W: 16-bit elements are widened in
+ * registers (bf16 by a shift, f16 by vcvtph2ps), exactly, and multiplied
+ * in float, so the sums are the float kernel's on the widened W (vdpbf16ps
+ * would round x to bf16: not the float sums). Compiled with -mavx512f
+ * -mfma (this file only); run only where the CPU has AVX-512F (dispatch.c).
  */
 #include "kernels/gemv/gemv.h"
 
 #include <immintrin.h>
+#include <string.h>
+
+enum { W_F32, W_BF16, W_F16 };
+
+/* n (<= 16) elements of W from element idx, as floats, zeros past n (k:
+ * the mask of n lanes). 16-bit masked loads need AVX-512BW, which the set
+ * does not assume: a short tail goes through a zeroed copy. */
+static inline __m512 load16(int kind, __mmask16 k, size_t n, const void *w, size_t idx) {
+    if (kind == W_F32) return _mm512_maskz_loadu_ps(k, (const float *)w + idx);
+    const uint16_t *h = (const uint16_t *)w + idx;
+    __m256i bits;
+    if (n == 16) {
+        bits = _mm256_loadu_si256((const __m256i *)(const void *)h);
+    } else {
+        uint16_t tail[16] = {0};
+        memcpy(tail, h, n * sizeof *h);
+        bits = _mm256_loadu_si256((const __m256i *)(const void *)tail);
+    }
+    if (kind == W_F16) return _mm512_cvtph_ps(bits);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
 
 static inline float hsum(__m512 v) {
     __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v),
@@ -24,16 +48,17 @@ static inline float with_bias(float s, const float *bias, size_t o) {
 }
 
 /* Outputs o .. o + 3 for rows 0 and 1 (two is false: row 0 only). */
-static inline void tile_4(size_t in, const float *x, const float *w, const float *bias, float *y,
-                   size_t ldy, size_t o, int two) {
-    const float *w0 = w + o * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
+static inline void tile_4(int kind, size_t in, const float *x, const void *w, const float *bias,
+                          float *y, size_t ldy, size_t o, int two) {
+    size_t w0 = o * in, w1 = w0 + in, w2 = w1 + in, w3 = w2 + in;
     const float *x0 = x, *x1 = two ? x + in : x;
     __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
     __m512 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
     for (size_t i = 0; i < in; i += 16) {
-        __mmask16 k = in - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (in - i)) - 1);
-        __m512 b0 = _mm512_maskz_loadu_ps(k, w0 + i), b1 = _mm512_maskz_loadu_ps(k, w1 + i);
-        __m512 b2 = _mm512_maskz_loadu_ps(k, w2 + i), b3 = _mm512_maskz_loadu_ps(k, w3 + i);
+        size_t n = in - i >= 16 ? 16 : in - i;
+        __mmask16 k = n == 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+        __m512 b0 = load16(kind, k, n, w, w0 + i), b1 = load16(kind, k, n, w, w1 + i);
+        __m512 b2 = load16(kind, k, n, w, w2 + i), b3 = load16(kind, k, n, w, w3 + i);
         __m512 v0 = _mm512_maskz_loadu_ps(k, x0 + i);
         a00 = _mm512_fmadd_ps(v0, b0, a00);
         a01 = _mm512_fmadd_ps(v0, b1, a01);
@@ -59,27 +84,62 @@ static inline void tile_4(size_t in, const float *x, const float *w, const float
     }
 }
 
-static float dot1(size_t in, const float *x, const float *wo, const float *bias, size_t o) {
+static inline float dot1(int kind, size_t in, const float *x, const void *w, size_t wo,
+                         const float *bias, size_t o) {
     __m512 a = _mm512_setzero_ps();
     for (size_t i = 0; i < in; i += 16) {
-        __mmask16 k = in - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (in - i)) - 1);
-        a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + i), _mm512_maskz_loadu_ps(k, wo + i), a);
+        size_t n = in - i >= 16 ? 16 : in - i;
+        __mmask16 k = n == 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+        a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x + i), load16(kind, k, n, w, wo + i), a);
     }
     return with_bias(hsum(a), bias, o);
 }
 
-void attn_gemv_avx512(size_t rows, size_t in, const float *x, const float *w, const float *bias,
-                      float *y, size_t ldy, size_t o_begin, size_t o_end) {
+static inline void gemv(int kind, size_t rows, size_t in, const float *x, const void *w,
+                        const float *bias, float *y, size_t ldy, size_t o_begin, size_t o_end) {
     size_t o = o_begin;
     for (; o + 4 <= o_end; o += 4)
         for (size_t r = 0; r < rows; r += 2) {
             /* constant arguments: the one-row tile is compiled apart */
             if (r + 1 < rows)
-                tile_4(in, x + r * in, w, bias, y + r * ldy, ldy, o, 1);
+                tile_4(kind, in, x + r * in, w, bias, y + r * ldy, ldy, o, 1);
             else
-                tile_4(in, x + r * in, w, bias, y + r * ldy, ldy, o, 0);
+                tile_4(kind, in, x + r * in, w, bias, y + r * ldy, ldy, o, 0);
         }
     for (; o < o_end; o++)
         for (size_t r = 0; r < rows; r++)
-            y[r * ldy + o] = dot1(in, x + r * in, w + o * in, bias, o);
+            y[r * ldy + o] = dot1(kind, in, x + r * in, w, o * in, bias, o);
+}
+
+void attn_gemv_avx512(size_t rows, size_t in, const float *x, const float *w, const float *bias,
+                      float *y, size_t ldy, size_t o_begin, size_t o_end) {
+    gemv(W_F32, rows, in, x, w, bias, y, ldy, o_begin, o_end);
+}
+
+void attn_gemv_avx512_bf16(size_t rows, size_t in, const float *x, const uint16_t *w,
+                           const float *bias, float *y, size_t ldy, size_t o_begin,
+                           size_t o_end) {
+    gemv(W_BF16, rows, in, x, w, bias, y, ldy, o_begin, o_end);
+}
+
+void attn_gemv_avx512_f16(size_t rows, size_t in, const float *x, const uint16_t *w,
+                          const float *bias, float *y, size_t ldy, size_t o_begin,
+                          size_t o_end) {
+    gemv(W_F16, rows, in, x, w, bias, y, ldy, o_begin, o_end);
+}
+
+void attn_widen_avx512_bf16(const uint16_t *src, size_t n, float *dst) {
+    for (size_t i = 0; i < n; i += 16) {
+        size_t c = n - i >= 16 ? 16 : n - i;
+        __mmask16 k = c == 16 ? (__mmask16)0xffff : (__mmask16)((1u << c) - 1);
+        _mm512_mask_storeu_ps(dst + i, k, load16(W_BF16, k, c, src, i));
+    }
+}
+
+void attn_widen_avx512_f16(const uint16_t *src, size_t n, float *dst) {
+    for (size_t i = 0; i < n; i += 16) {
+        size_t c = n - i >= 16 ? 16 : n - i;
+        __mmask16 k = c == 16 ? (__mmask16)0xffff : (__mmask16)((1u << c) - 1);
+        _mm512_mask_storeu_ps(dst + i, k, load16(W_F16, k, c, src, i));
+    }
 }
