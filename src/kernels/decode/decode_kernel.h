@@ -115,10 +115,13 @@ static inline void prefetch_head(const uint8_t *p, size_t bytes) {
 static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *const *q,
                                       const attn_decode_row *rows, const attn_kv_format *f,
                                       size_t kh, size_t jlo, size_t jhi, float scale2,
-                                      float *const *out) {
+                                      float *const *out, const attn_decode_row *ahead,
+                                      size_t ahead_n) {
     size_t D = f->head_dim, whole = D / VW * VW;
     vec part[4][BK];
     for (size_t j0 = 0; j0 < BK; j0 += KEYS) {
+        for (size_t j = j0; j < j0 + KEYS && j < ahead_n; j++)
+            prefetch_head(head_codes(&ahead[j], false, f, kh), f->head_bytes);
         if (j0 + KEYS <= jlo || j0 >= jhi) {
             for (size_t g = 0; g < NG; g++)
                 for (size_t jj = 0; jj < KEYS; jj++) part[g][j0 + jj] = v_zero();
@@ -167,19 +170,25 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
 static ALWAYS_INLINE void score_group_t(attn_dtype T, size_t NG, const float *const *q,
                                         const attn_decode_row *rows, const attn_kv_format *f,
                                         size_t kh, size_t jlo, size_t jhi, float scale2,
-                                        float *const *out) {
+                                        float *const *out, const attn_decode_row *ahead,
+                                        size_t ahead_n) {
+#define HEADS(n) score_heads(T, n, q, rows, f, kh, jlo, jhi, scale2, out, ahead, ahead_n)
     switch (NG) {
-    case 4: score_heads(T, 4, q, rows, f, kh, jlo, jhi, scale2, out); break;
-    case 3: score_heads(T, 3, q, rows, f, kh, jlo, jhi, scale2, out); break;
-    case 2: score_heads(T, 2, q, rows, f, kh, jlo, jhi, scale2, out); break;
-    default: score_heads(T, 1, q, rows, f, kh, jlo, jhi, scale2, out); break;
+    case 4: HEADS(4); break;
+    case 3: HEADS(3); break;
+    case 2: HEADS(2); break;
+    default: HEADS(1); break;
     }
+#undef HEADS
 }
 
+/* The scores of NG heads (score_heads); ahead: the next block's ahead_n
+ * rows, whose keys of head kh are asked for meanwhile (ahead_n 0: none). */
 static void score_group(size_t NG, const float *const *q, const attn_decode_row *rows,
                         const attn_kv_format *f, size_t kh, size_t jlo, size_t jhi,
-                        float scale2, float *const *out) {
-#define SCORE(T) score_group_t(T, NG, q, rows, f, kh, jlo, jhi, scale2, out)
+                        float scale2, float *const *out, const attn_decode_row *ahead,
+                        size_t ahead_n) {
+#define SCORE(T) score_group_t(T, NG, q, rows, f, kh, jlo, jhi, scale2, out, ahead, ahead_n)
     switch (f->dtype) {
     case ATTN_DTYPE_BF16: SCORE(ATTN_DTYPE_BF16); break;
     case ATTN_DTYPE_F16: SCORE(ATTN_DTYPE_F16); break;
@@ -222,7 +231,8 @@ static inline float block_max(float *sc, size_t jlo, size_t jhi) {
 static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc,
                                       const float *alpha, const float *const *p,
                                       const attn_decode_row *rows, const attn_kv_format *f,
-                                      size_t kh, size_t jlo, size_t jhi) {
+                                      size_t kh, size_t jlo, size_t jhi,
+                                      const attn_decode_row *ahead, size_t ahead_n) {
     size_t D = f->head_dim, d = 0;
     const uint8_t *v[BK];
     const float *vs[BK];
@@ -230,12 +240,15 @@ static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc
         v[j] = head_codes(&rows[j], true, f, kh);
         vs[j] = head_scales(&rows[j], true, f, kh);
     }
+    size_t ahead_at = 0; /* the next block's values of head kh: one row per key weighed */
     for (; d + WEIGH_VECS * VW <= D; d += WEIGH_VECS * VW) {
         vec a[4][WEIGH_VECS];
         for (size_t g = 0; g < NG; g++)
             for (size_t c = 0; c < WEIGH_VECS; c++)
                 a[g][c] = v_mul(v_load(acc[g] + d + c * VW), v_set1(alpha[g]));
         for (size_t j = jlo; j < jhi; j++) {
+            if (ahead_at < ahead_n) prefetch_head(head_codes(&ahead[ahead_at++], true, f, kh),
+                                                  f->head_bytes);
             vec pb[4];
             for (size_t g = 0; g < NG; g++) pb[g] = v_set1(p[g][j]);
             for (size_t c = 0; c < WEIGH_VECS; c++) {
@@ -246,6 +259,8 @@ static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc
         for (size_t g = 0; g < NG; g++)
             for (size_t c = 0; c < WEIGH_VECS; c++) v_store(acc[g] + d + c * VW, a[g][c]);
     }
+    for (; ahead_at < ahead_n; ahead_at++)
+        prefetch_head(head_codes(&ahead[ahead_at], true, f, kh), f->head_bytes);
     for (; d + VW <= D; d += VW)
         for (size_t g = 0; g < NG; g++) {
             vec a = v_mul(v_load(acc[g] + d), v_set1(alpha[g]));
@@ -266,30 +281,32 @@ static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc
 static ALWAYS_INLINE void weigh_group_t(attn_dtype T, size_t NG, float *const *acc,
                                         const float *alpha, const float *const *p,
                                         const attn_decode_row *rows, const attn_kv_format *f,
-                                        size_t kh, size_t jlo, size_t jhi) {
+                                        size_t kh, size_t jlo, size_t jhi,
+                                        const attn_decode_row *ahead, size_t ahead_n) {
+#define HEADS(n) weigh_heads(T, n, acc, alpha, p, rows, f, kh, jlo, jhi, ahead, ahead_n)
     switch (NG) {
-    case 4: weigh_heads(T, 4, acc, alpha, p, rows, f, kh, jlo, jhi); break;
-    case 3: weigh_heads(T, 3, acc, alpha, p, rows, f, kh, jlo, jhi); break;
-    case 2: weigh_heads(T, 2, acc, alpha, p, rows, f, kh, jlo, jhi); break;
-    default: weigh_heads(T, 1, acc, alpha, p, rows, f, kh, jlo, jhi); break;
+    case 4: HEADS(4); break;
+    case 3: HEADS(3); break;
+    case 2: HEADS(2); break;
+    default: HEADS(1); break;
     }
+#undef HEADS
 }
 
+/* weigh_heads of NG heads; ahead as score_group's, for the values. */
 static void weigh_group(size_t NG, float *const *acc, const float *alpha, const float *const *p,
                         const attn_decode_row *rows, const attn_kv_format *f, size_t kh,
-                        size_t jlo, size_t jhi) {
+                        size_t jlo, size_t jhi, const attn_decode_row *ahead, size_t ahead_n) {
+#define WEIGH(T) weigh_group_t(T, NG, acc, alpha, p, rows, f, kh, jlo, jhi, ahead, ahead_n)
     switch (f->dtype) {
-    case ATTN_DTYPE_BF16:
-        weigh_group_t(ATTN_DTYPE_BF16, NG, acc, alpha, p, rows, f, kh, jlo, jhi);
-        break;
-    case ATTN_DTYPE_F16: weigh_group_t(ATTN_DTYPE_F16, NG, acc, alpha, p, rows, f, kh, jlo, jhi); break;
-    case ATTN_DTYPE_F8_E4M3:
-        weigh_group_t(ATTN_DTYPE_F8_E4M3, NG, acc, alpha, p, rows, f, kh, jlo, jhi);
-        break;
-    case ATTN_DTYPE_I8: weigh_group_t(ATTN_DTYPE_I8, NG, acc, alpha, p, rows, f, kh, jlo, jhi); break;
-    case ATTN_DTYPE_I4: weigh_group_t(ATTN_DTYPE_I4, NG, acc, alpha, p, rows, f, kh, jlo, jhi); break;
-    default: weigh_group_t(ATTN_DTYPE_F32, NG, acc, alpha, p, rows, f, kh, jlo, jhi); break;
+    case ATTN_DTYPE_BF16: WEIGH(ATTN_DTYPE_BF16); break;
+    case ATTN_DTYPE_F16: WEIGH(ATTN_DTYPE_F16); break;
+    case ATTN_DTYPE_F8_E4M3: WEIGH(ATTN_DTYPE_F8_E4M3); break;
+    case ATTN_DTYPE_I8: WEIGH(ATTN_DTYPE_I8); break;
+    case ATTN_DTYPE_I4: WEIGH(ATTN_DTYPE_I4); break;
+    default: WEIGH(ATTN_DTYPE_F32); break;
     }
+#undef WEIGH
 }
 
 /* The online-softmax step of one (row, query head) for a block: the
@@ -350,10 +367,6 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
             jhi[r] = lo < hi ? hi - b0 : 0;
         }
         for (size_t kh = 0; kh < KH; kh++) {
-            for (size_t j = 0; j < next; j++) {
-                prefetch_head(head_codes(&rw_next[j], false, kf, kh), kf->head_bytes);
-                prefetch_head(head_codes(&rw_next[j], true, vf, kh), vf->head_bytes);
-            }
             for (size_t r = 0; r < rows; r++) {
                 if (jlo[r] == jhi[r]) continue;
                 size_t i0 = r * H + kh * G; /* the group's first (row, query head) */
@@ -367,7 +380,10 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                         q_g[g] = s->q + ((row0 + r) * H + kh * G + g0 + g) * D;
                         p_all[g] = sc + (i0 + g0 + g) * BK;
                     }
-                    score_group(ng, q_g, rw, kf, kh, jlo[r], jhi[r], s->scale2, p_all);
+                    /* the first group of the first row asks for the next block */
+                    size_t ahead_n = r == 0 && g0 == 0 ? next : 0;
+                    score_group(ng, q_g, rw, kf, kh, jlo[r], jhi[r], s->scale2, p_all, rw_next,
+                                ahead_n);
                     for (size_t g = 0; g < ng; g++) {
                         size_t i = i0 + g0 + g;
                         float *p = p_all[g];
@@ -381,7 +397,8 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                             p_g[g] = pv[g];
                         }
                     }
-                    weigh_group(ng, acc_g, alpha, p_g, rw, vf, kh, jlo[r], jhi[r]);
+                    weigh_group(ng, acc_g, alpha, p_g, rw, vf, kh, jlo[r], jhi[r], rw_next,
+                                ahead_n);
                 }
             }
         }
