@@ -478,6 +478,10 @@ static void print_stats(const stream_state *s, size_t prompt_len, const model_st
     fprintf(stderr, "attn generate: kv cache %zu bytes/token (K %s, V %s; all layers, scales "
             "included)\n", attn_kv_cache_token_bytes(cache), cli_kv_dtype_name(c.k_dtype),
             cli_kv_dtype_name(c.v_dtype));
+    /* the last decode step's attention: which backend and kernel read the cache */
+    const char *explain = attn_ctx_last_explain(s->ctx);
+    const char *ran = strstr(explain, "decode [");
+    if (ran) fprintf(stderr, "attn generate: attention %.*s\n", (int)strcspn(ran, ":"), ran);
     if (s->count > 0)
         fprintf(stderr, "attn generate: time to first token %.1f ms\n",
                 1e3 * (s->first - s->start));

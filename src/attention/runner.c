@@ -229,9 +229,13 @@ static bool run_candidates(attn_ctx *ctx, const attn_attention_problem *p,
         if (!why)
             why = backward ? b->backward(ctx, p, drop, g, workspace)
                            : b->forward(ctx, p, drop, trace, workspace);
-        char name[96];
-        snprintf(name, sizeof name, "%s%s%s%s", b->name, b->kernel_name ? " [" : "",
-                 b->kernel_name ? b->kernel_name(ctx, p) : "", b->kernel_name ? "]" : "");
+        char name[128], stored[48] = "";
+        if (p->kv_cache) /* the formats the kernel read */
+            snprintf(stored, sizeof stored, "%sK %s, V %s", b->kernel_name ? ", " : " [",
+                     attn_dtype_name(p->kv_cache->k.dtype), attn_dtype_name(p->kv_cache->v.dtype));
+        snprintf(name, sizeof name, "%s%s%s%s%s", b->name, b->kernel_name ? " [" : "",
+                 b->kernel_name ? b->kernel_name(ctx, p) : "", stored,
+                 b->kernel_name || p->kv_cache ? "]" : "");
         attn_explain_note(ctx, name, why);
         if (!why) return true;
     }

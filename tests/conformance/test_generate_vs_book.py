@@ -462,7 +462,8 @@ def behaviour(cli, weights, config, cfg, prompt, logits64):
     L, hd = cfg["n_layers"], cfg["emb_dim"] // cfg["n_heads"]
     kvh = cfg.get("n_kv_groups", cfg["n_heads"])
     R.check(got is not None and got[:2] == greedy[:2] and
-            "kv cache %d bytes/token (K bf16, V bf16" % (L * kvh * 4 * hd) in r.stderr,
+            "kv cache %d bytes/token (K bf16, V bf16" % (L * kvh * 4 * hd) in r.stderr and
+            "attention decode [" in r.stderr and "K BF16, V BF16]" in r.stderr,
             "--kv-dtype bf16: tokens %s, stats %r" % (got, r.stderr.strip()[:120]))
     # bad input: clean errors
     for args, words in (([*base, "--max-new-tokens", n, "--temperature", "-1"], "--temperature"),
