@@ -198,7 +198,8 @@ static void cache_choices(attn_ctx *ctx, attn_kv_layout layout, float *out_last)
     if (fast)
         CHECK(strncmp(explain_of(ctx), "fused [", 7) == 0 && says(ctx, "]: ran"));
     else
-        CHECK(says(ctx, "decode: declined (the ctx runs the reference kernels); reference: ran"));
+        CHECK(says(ctx, "decode: declined (the ctx runs the reference kernels); reference [K F32, "
+                        "V F32]: ran"));
     for (size_t step = 0; step < 3; step++) {
         a = (attn_kv_attend_args){.new_tokens = 1, .q_heads = H, .q = q + step * H * D,
                                   .k_new = k + step * HKV * D, .v_new = v + step * HKV * D,
@@ -207,7 +208,8 @@ static void cache_choices(attn_ctx *ctx, attn_kv_layout layout, float *out_last)
         CHECK(says(ctx, fast ? "fused: declined (K and V come from a KV cache)"
                              : "fused: declined (the ctx runs the reference kernels)"));
         CHECK(says(ctx, fast ? "; decode [" : "decode: declined (the ctx runs the reference"));
-        CHECK(fast ? !strstr(explain_of(ctx), "reference") : says(ctx, "reference: ran"));
+        CHECK(fast ? !strstr(explain_of(ctx), "reference") && says(ctx, ", K F32, V F32]: ran")
+                   : says(ctx, "reference [K F32, V F32]: ran"));
     }
     attn_kv_cache_free(cache);
     free(q), free(k), free(v), free(out);
