@@ -17,6 +17,7 @@
 #include "internal.h"
 
 #include <stdlib.h>
+#include <string.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -104,6 +105,14 @@ void *attn_malloc_large(size_t size) {
         (void)madvise(p, bytes, MADV_HUGEPAGE); /* a hint: without it, 4 KiB pages */
     }
 #endif
+    return p;
+}
+
+void *attn_calloc_large(size_t count, size_t size) {
+    size_t bytes;
+    if (!attn_mul_size(count ? count : 1, size ? size : 1, &bytes)) return NULL;
+    void *p = attn_malloc_large(bytes);
+    if (p) memset(p, 0, bytes);
     return p;
 }
 

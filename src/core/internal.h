@@ -152,6 +152,8 @@ void *attn_aligned_alloc(size_t alignment, size_t size);
 /* attn_malloc for large arrays read across (KV cache pools): from 2 MiB
  * on, aligned to 2 MiB and advised to take transparent huge pages. */
 void *attn_malloc_large(size_t size);
+/* attn_calloc likewise (model weights, read whole every token). */
+void *attn_calloc_large(size_t count, size_t size);
 #ifdef ATTN_ALLOC_FAILURE_INJECTION
 void attn_alloc_fail_at(size_t n);
 size_t attn_alloc_calls(void);

@@ -289,13 +289,14 @@ attn_status attn_lm_create(attn_ctx *ctx, const char *who, const attn_lm_config 
     m->stored = attn_calloc(count.count, sizeof *m->stored);
     m->names = attn_malloc(count.name_bytes);
     m->blocks = attn_calloc(c.n_layers, sizeof *m->blocks);
-    m->weights = attn_alloc_floats(count.floats);
+    m->weights = attn_floats_fit(count.floats) ? attn_calloc_large(count.floats, sizeof(float))
+                                               : NULL;
     m->inv_freq = attn_alloc_floats(m->head_dim / 2 + 1);
     bool half = c.weights_dtype != ATTN_DTYPE_F32;
     if (half) {
         /* the widest in of a linear layer: emb_dim, or the FeedForward's */
         size_t in = m->hidden > c.emb_dim ? m->hidden : c.emb_dim;
-        m->weights16 = attn_calloc(count.halves ? count.halves : 1, sizeof *m->weights16);
+        m->weights16 = attn_calloc_large(count.halves, sizeof *m->weights16);
         m->buf.panel = attn_alloc_floats(attn_k_linear16_panel_floats(in));
     }
     if (!m->params || !m->stored || !m->names || !m->blocks || !m->weights || !m->inv_freq ||
