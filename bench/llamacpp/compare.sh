@@ -103,7 +103,7 @@ cell() { # file -> "ms gbs" medians, or pending/error
     [ -e "$f" ] || continue
     t=${f##*/pending-}
     echo "pending $t: $(cat "$f")"
-    echo "  fills once attn's typed caches land: PAIRS=\"${PAIRS// /\" or \"}\" bench/llamacpp/compare.sh (unchanged)"
+    echo "  the row fills, unchanged, once attn's cache takes $t: bench/llamacpp/build.sh && bench/llamacpp/compare.sh"
   done
 } >"$work/table"
 

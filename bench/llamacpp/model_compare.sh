@@ -12,13 +12,15 @@
 #    prompt ids must print the same new ids from the f32 weights (the
 #    script stops otherwise); the f16 GGUF's ids are printed beside them.
 # 2. Speed, per thread count and weight type, the sides alternating:
-#    decode tok/s at each depth d (llama-bench -n NGEN -d d; attn: a prompt
-#    of max(d,1) ids, then NGEN+1 new tokens, tokens/s after the first, from
-#    --stats) and prefill tok/s of PP tokens (llama-bench -p PP; attn: PP ids,
-#    one new token, PP / (prefill + first token)). Medians of REPS.
-#    llama.cpp runs flash attention (-fa 1) with a KV cache of the weights'
-#    type (-ctk/-ctv f32 or f16); attn computes in float32 from the f32
-#    safetensors whatever the GGUF type (attn's models are float32 only).
+#    decode tok/s at each depth d (llama-bench -n NGEN -d d -r REPS: the
+#    median of its samples; attn: one run with a prompt of max(d,1) ids,
+#    then REPS blocks of NGEN tokens timed as they stream, attn_tokens.py:
+#    their median) and prefill tok/s of PP tokens (llama-bench -p PP; attn:
+#    PP ids and one new token, PP / (prefill + first token), REPS runs).
+#    llama.cpp runs flash attention (-fa 1) with an f16 KV cache (llama-bench
+#    takes no f32 cache type); attn computes in float32 from the f32
+#    safetensors, its cache float32, whatever the GGUF type (attn generate
+#    runs float32 models and caches only).
 # Writes bench/results/llamacpp-model-<commit>-<machine>.txt (RESULTS=-:
 # stdout only).
 set -euo pipefail
@@ -32,7 +34,7 @@ REPS=${REPS:-5}
 NGEN=${NGEN:-32}
 PP=${PP:-512}
 CHECK_NEW=${CHECK_NEW:-16}
-MODEL=$OUTDIR/model
+MODEL=${MODEL_DIR:-$OUTDIR/model}
 BENCH=$LC_BIN/llama-bench
 ATTN=$ROOT/build/attn
 [ -x "$BENCH" ] || die "no $BENCH (bench/llamacpp/build.sh builds it)"
@@ -104,9 +106,9 @@ llama_run() { # type T -> lines "pp|tg depth tok/s(median)"
   d=$(echo $DEPTHS | tr ' ' ',')
   # Two calls, so that the prefill is timed from an empty cache only.
   { "$BENCH" -m "$MODEL/$t.gguf" -t "$T" -p "$PP" -n 0 -r "$REPS" -fa 1 \
-      -ctk "$t" -ctv "$t" -o jsonl 2>"$work/llama-bench.err" &&
+      -ctk f16 -ctv f16 -o jsonl 2>"$work/llama-bench.err" &&
     "$BENCH" -m "$MODEL/$t.gguf" -t "$T" -p 0 -n "$NGEN" -d "$d" -r "$REPS" -fa 1 \
-      -ctk "$t" -ctv "$t" -o jsonl 2>>"$work/llama-bench.err"; } |
+      -ctk f16 -ctv f16 -o jsonl 2>>"$work/llama-bench.err"; } |
     "$PY" -c '
 import json, statistics, sys
 for line in sys.stdin:
@@ -118,14 +120,13 @@ for line in sys.stdin:
 }
 attn_run() { # T -> lines "pp|tg depth tok/s(median)"
   local T=$1 d n s
+  # One run per depth: the prompt is prefilled once, then REPS blocks of NGEN
+  # tokens are timed as they stream (attn_tokens.py).
   for d in $DEPTHS; do
     n=$d; [ "$n" -gt 0 ] || n=1
-    for ((r = 0; r < REPS; r++)); do
-      "$ATTN" generate --weights "$MODEL/hf" --prompt-ids "$(ids "$n")" \
-        --max-new-tokens $((NGEN + 1)) --threads "$T" --stats 2>&1 >/dev/null |
-        sed -n 's/.*(\([0-9.]*\) tokens\/s).*/\1/p'
-    done | median | sed "s/^/tg $d /"
-    # llama-bench's pp at depth d comes after d cached tokens: attn's is at 0 only.
+    "$PY" "$ROOT/bench/llamacpp/attn_tokens.py" --blocks "$REPS" --block "$NGEN" -- \
+      "$ATTN" generate --weights "$MODEL/hf" --prompt-ids "$(ids "$n")" --threads "$T" --stream |
+      sed -n "s/^tg tok_s=\([0-9.]*\).*/tg $d \1/p"
   done
   for ((r = 0; r < REPS; r++)); do
     s=$("$ATTN" generate --weights "$MODEL/hf" --prompt-ids "$(ids "$PP")" \
@@ -135,16 +136,17 @@ attn_run() { # T -> lines "pp|tg depth tok/s(median)"
   done | median | sed 's/^/pp 0 /'
 }
 
+# attn's rows do not depend on the GGUF type: one attn_run per thread count.
 i=0
-for T in $THREADS; do for t in $TYPES; do
-  echo "  $t, $T threads ..." >&2
-  if ((i % 2)); then
-    attn_run "$T" >"$work/attn-$t-$T"; llama_run "$t" "$T" >"$work/llama-$t-$T"
-  else
-    llama_run "$t" "$T" >"$work/llama-$t-$T"; attn_run "$T" >"$work/attn-$t-$T"
-  fi
+for T in $THREADS; do
+  if ((i % 2)); then echo "  attn, $T threads ..." >&2; attn_run "$T" >"$work/attn-$T"; fi
+  for t in $TYPES; do
+    echo "  llama.cpp $t, $T threads ..." >&2
+    llama_run "$t" "$T" >"$work/llama-$t-$T"
+  done
+  if ! ((i % 2)); then echo "  attn, $T threads ..." >&2; attn_run "$T" >"$work/attn-$T"; fi
   i=$((i + 1))
-done; done
+done
 secs=$(( $(date +%s) - start ))
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -152,24 +154,24 @@ get() { awk -v k="$2" -v d="$3" '$1==k && $2==d {print $3}' "$1"; }
 {
   echo "\$ DEPTHS=\"$DEPTHS\" THREADS=\"$THREADS\" TYPES=\"$TYPES\" REPS=$REPS NGEN=$NGEN PP=$PP bench/llamacpp/model_compare.sh"
   machine_lines
-  echo "llama-bench: llama-bench -m <type>.gguf -t T -p $PP -n 0 -r $REPS -fa 1 -ctk <type> -ctv <type> -o jsonl, then -p 0 -n $NGEN -d $(echo $DEPTHS | tr ' ' ',')"
+  echo "llama-bench: llama-bench -m <type>.gguf -t T -p $PP -n 0 -r $REPS -fa 1 -ctk f16 -ctv f16 -o jsonl, then -p 0 -n $NGEN -d $(echo $DEPTHS | tr ' ' ',')"
   echo "model: $(cat "$MODEL/hf/config.json" | "$PY" -c 'import json,sys; c=json.load(sys.stdin); print("LlamaForCausalLM hidden %d, heads %d/%d, head_dim %d, intermediate %d, vocab %d, %d layers, random weights (make_model.py, seed 0)" % (c["hidden_size"], c["num_attention_heads"], c["num_key_value_heads"], c["hidden_size"]//c["num_attention_heads"], c["intermediate_size"], c["vocab_size"], c["num_hidden_layers"]))')"
   echo "load average before: $load_before; after: $load_after; $secs s; the machine is shared: other work may have run at the same time"
   echo
   cat "$work/greedy"
   echo
-  echo "tok/s, medians of $REPS (llama-bench: its $REPS samples; attn: $REPS runs of attn generate --stats); x = attn / llama.cpp (above 1: attn faster)"
-  echo "  tg@d: $NGEN new tokens after a context of d tokens (attn: a prompt of max(d,1) ids, the $NGEN tokens after the first new one)"
+  echo "tok/s, medians of $REPS (llama-bench: its $REPS samples; attn: $REPS blocks of one run, or $REPS runs for pp); x = attn / llama.cpp (above 1: attn faster)"
+  echo "  tg@d: $NGEN new tokens after a context of d tokens (attn: a prompt of max(d,1) ids, then $REPS blocks of $NGEN tokens after the first new one)"
   echo "  pp: a prompt of $PP tokens from an empty cache (attn: prefill + first token)"
-  echo "  llama.cpp's weights and KV cache are the GGUF type; attn runs float32 (its only model type) in every row"
+  echo "  llama.cpp: weights of the GGUF type, KV cache f16; attn: float32 weights and KV cache in every row (attn generate's only types)"
   printf "%-6s %3s %-5s | %12s %12s %6s\n" test thr type llama.cpp attn x
   for T in $THREADS; do for t in $TYPES; do
     for d in $DEPTHS; do
-      l=$(get "$work/llama-$t-$T" tg "$d"); a=$(get "$work/attn-$t-$T" tg "$d")
+      l=$(get "$work/llama-$t-$T" tg "$d"); a=$(get "$work/attn-$T" tg "$d")
       x=$(awk -v a="${a:-0}" -v l="${l:-0}" 'BEGIN{if (a>0 && l>0) printf "%.2f", a/l; else print "-"}')
       printf "%-6s %3s %-5s | %12s %12s %6s\n" "tg@$d" "$T" "$t" "${l:--}" "${a:--}" "$x"
     done
-    l=$(get "$work/llama-$t-$T" pp 0); a=$(get "$work/attn-$t-$T" pp 0)
+    l=$(get "$work/llama-$t-$T" pp 0); a=$(get "$work/attn-$T" pp 0)
     x=$(awk -v a="${a:-0}" -v l="${l:-0}" 'BEGIN{if (a>0 && l>0) printf "%.2f", a/l; else print "-"}')
     printf "%-6s %3s %-5s | %12s %12s %6s\n" "pp$PP" "$T" "$t" "${l:--}" "${a:--}" "$x"
   done; done
