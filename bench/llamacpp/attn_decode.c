@@ -124,7 +124,7 @@ int main(int argc, char **argv) {
                                 .k_dtype = dt->dtype, .v_dtype = dt->dtype};
     st = attn_kv_cache_new(ctx, &cfg, &cache);
     if (st != ATTN_OK) {
-        printf("pending: attn's KV cache does not take %s yet: %s\n", dt->name,
+        printf("pending: attn's KV cache refuses %s: %s\n", dt->name,
                attn_ctx_last_error(ctx));
         attn_ctx_free(ctx);
         return 3;

@@ -38,7 +38,7 @@ machine_name() {
 machine_lines() {
   echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); $(awk -F': ' '/^vendor_id/{v=$2} /^cpu family/{f=$2} /^model\t/{m=$2} END{print v", family " f " model " m}' /proc/cpuinfo); $(nproc) logical CPUs"
   echo "CPU flags: $(grep -m1 -o 'avx512f\|avx512_bf16\|avx512_vnni\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
-  sed 's/^/build: /' "$INFO"
+  sed "s/^/build: /; s|$ROOT/||g" "$INFO"
   echo "attn: $(git -C "$ROOT" rev-parse --short HEAD) ($(git -C "$ROOT" log -1 --format=%s | cut -c1-80))"
   "$ROOT/build/attn" version 2>/dev/null | sed 's/^/attn version: /' || true
 }

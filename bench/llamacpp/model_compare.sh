@@ -164,16 +164,16 @@ get() { awk -v k="$2" -v d="$3" '$1==k && $2==d {print $3}' "$1"; }
   echo "  tg@d: $NGEN new tokens after a context of d tokens (attn: a prompt of max(d,1) ids, then $REPS blocks of $NGEN tokens after the first new one)"
   echo "  pp: a prompt of $PP tokens from an empty cache (attn: prefill + first token)"
   echo "  llama.cpp: weights of the GGUF type, KV cache f16; attn: float32 weights and KV cache in every row (attn generate's only types)"
-  printf "%-6s %3s %-5s | %12s %12s %6s\n" test thr type llama.cpp attn x
+  printf "%-8s %3s %-5s | %12s %12s %6s\n" test thr type llama.cpp attn x
   for T in $THREADS; do for t in $TYPES; do
     for d in $DEPTHS; do
       l=$(get "$work/llama-$t-$T" tg "$d"); a=$(get "$work/attn-$T" tg "$d")
       x=$(awk -v a="${a:-0}" -v l="${l:-0}" 'BEGIN{if (a>0 && l>0) printf "%.2f", a/l; else print "-"}')
-      printf "%-6s %3s %-5s | %12s %12s %6s\n" "tg@$d" "$T" "$t" "${l:--}" "${a:--}" "$x"
+      printf "%-8s %3s %-5s | %12s %12s %6s\n" "tg@$d" "$T" "$t" "${l:--}" "${a:--}" "$x"
     done
     l=$(get "$work/llama-$t-$T" pp 0); a=$(get "$work/attn-$T" pp 0)
     x=$(awk -v a="${a:-0}" -v l="${l:-0}" 'BEGIN{if (a>0 && l>0) printf "%.2f", a/l; else print "-"}')
-    printf "%-6s %3s %-5s | %12s %12s %6s\n" "pp$PP" "$T" "$t" "${l:--}" "${a:--}" "$x"
+    printf "%-8s %3s %-5s | %12s %12s %6s\n" "pp$PP" "$T" "$t" "${l:--}" "${a:--}" "$x"
   done; done
 } >"$work/table"
 cat "$work/table"
