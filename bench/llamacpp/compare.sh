@@ -102,7 +102,7 @@ cell() { # file -> "ms gbs" medians, or pending/error
   for f in "$work"/pending-*; do
     [ -e "$f" ] || continue
     t=${f##*/pending-}
-    echo "pending $t: $(cat "$f")"
+    echo "pending $t: $(sed "s/^pending: //" "$f")"
     echo "  the row fills, unchanged, once attn's cache takes $t: bench/llamacpp/build.sh && bench/llamacpp/compare.sh"
   done
 } >"$work/table"
