@@ -18,9 +18,10 @@
 #    their median) and prefill tok/s of PP tokens (llama-bench -p PP; attn:
 #    PP ids and one new token, PP / (prefill + first token), REPS runs).
 #    llama.cpp runs flash attention (-fa 1) with an f16 KV cache (llama-bench
-#    takes no f32 cache type); attn computes in float32 from the f32
-#    safetensors, its cache float32, whatever the GGUF type (attn generate
-#    runs float32 models and caches only).
+#    takes no f32 cache type); attn reads the f32 safetensors and holds them
+#    as the row's type: f32 weights and cache in the f32 rows, f16 weights
+#    (--weights-dtype f16) and an f16 cache (--kv-dtype f16) in the f16 rows,
+#    float32 accumulation in both.
 # Writes bench/results/llamacpp-model-<commit>-<machine>.txt (RESULTS=-:
 # stdout only).
 set -euo pipefail
@@ -118,34 +119,35 @@ for line in sys.stdin:
     print(kind, r["n_depth"], "%.3f" % statistics.median(r["samples_ts"]))
 ' || { cat "$work/llama-bench.err" >&2; die "llama-bench failed ($t, $T threads)"; }
 }
-attn_run() { # T -> lines "pp|tg depth tok/s(median)"
-  local T=$1 d n s
+attn_run() { # type T -> lines "pp|tg depth tok/s(median)"
+  local t=$1 T=$2 d n s
+  local opts=(--weights-dtype "$t" --kv-dtype "$t")
   # One run per depth: the prompt is prefilled once, then REPS blocks of NGEN
   # tokens are timed as they stream (attn_tokens.py).
   for d in $DEPTHS; do
     n=$d; [ "$n" -gt 0 ] || n=1
     "$PY" "$ROOT/bench/llamacpp/attn_tokens.py" --blocks "$REPS" --block "$NGEN" -- \
-      "$ATTN" generate --weights "$MODEL/hf" --prompt-ids "$(ids "$n")" --threads "$T" --stream |
+      "$ATTN" generate --weights "$MODEL/hf" "${opts[@]}" --prompt-ids "$(ids "$n")" \
+      --threads "$T" --stream |
       sed -n "s/^tg tok_s=\([0-9.]*\).*/tg $d \1/p"
   done
   for ((r = 0; r < REPS; r++)); do
-    s=$("$ATTN" generate --weights "$MODEL/hf" --prompt-ids "$(ids "$PP")" \
+    s=$("$ATTN" generate --weights "$MODEL/hf" "${opts[@]}" --prompt-ids "$(ids "$PP")" \
         --max-new-tokens 1 --threads "$T" --stats 2>&1 >/dev/null |
         sed -n 's/.*prefill + first token \([0-9.]*\) ms.*/\1/p')
     awk -v ms="$s" -v n="$PP" 'BEGIN{printf "%.3f\n", n / ms * 1e3}'
   done | median | sed 's/^/pp 0 /'
 }
 
-# attn's rows do not depend on the GGUF type: one attn_run per thread count.
 i=0
 for T in $THREADS; do
-  if ((i % 2)); then echo "  attn, $T threads ..." >&2; attn_run "$T" >"$work/attn-$T"; fi
   for t in $TYPES; do
+    if ((i % 2)); then echo "  attn $t, $T threads ..." >&2; attn_run "$t" "$T" >"$work/attn-$t-$T"; fi
     echo "  llama.cpp $t, $T threads ..." >&2
     llama_run "$t" "$T" >"$work/llama-$t-$T"
+    if ! ((i % 2)); then echo "  attn $t, $T threads ..." >&2; attn_run "$t" "$T" >"$work/attn-$t-$T"; fi
+    i=$((i + 1))
   done
-  if ! ((i % 2)); then echo "  attn, $T threads ..." >&2; attn_run "$T" >"$work/attn-$T"; fi
-  i=$((i + 1))
 done
 secs=$(( $(date +%s) - start ))
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -163,15 +165,15 @@ get() { awk -v k="$2" -v d="$3" '$1==k && $2==d {print $3}' "$1"; }
   echo "tok/s, medians of $REPS (llama-bench: its $REPS samples; attn: $REPS blocks of one run, or $REPS runs for pp); x = attn / llama.cpp (above 1: attn faster)"
   echo "  tg@d: $NGEN new tokens after a context of d tokens (attn: a prompt of max(d,1) ids, then $REPS blocks of $NGEN tokens after the first new one)"
   echo "  pp: a prompt of $PP tokens from an empty cache (attn: prefill + first token)"
-  echo "  llama.cpp: weights of the GGUF type, KV cache f16; attn: float32 weights and KV cache in every row (attn generate's only types)"
+  echo "  llama.cpp: weights of the GGUF type, KV cache f16; attn: weights and KV cache of the row's type (--weights-dtype, --kv-dtype)"
   printf "%-8s %3s %-5s | %12s %12s %6s\n" test thr type llama.cpp attn x
   for T in $THREADS; do for t in $TYPES; do
     for d in $DEPTHS; do
-      l=$(get "$work/llama-$t-$T" tg "$d"); a=$(get "$work/attn-$T" tg "$d")
+      l=$(get "$work/llama-$t-$T" tg "$d"); a=$(get "$work/attn-$t-$T" tg "$d")
       x=$(awk -v a="${a:-0}" -v l="${l:-0}" 'BEGIN{if (a>0 && l>0) printf "%.2f", a/l; else print "-"}')
       printf "%-8s %3s %-5s | %12s %12s %6s\n" "tg@$d" "$T" "$t" "${l:--}" "${a:--}" "$x"
     done
-    l=$(get "$work/llama-$t-$T" pp 0); a=$(get "$work/attn-$T" pp 0)
+    l=$(get "$work/llama-$t-$T" pp 0); a=$(get "$work/attn-$t-$T" pp 0)
     x=$(awk -v a="${a:-0}" -v l="${l:-0}" 'BEGIN{if (a>0 && l>0) printf "%.2f", a/l; else print "-"}')
     printf "%-8s %3s %-5s | %12s %12s %6s\n" "pp$PP" "$T" "$t" "${l:--}" "${a:--}" "$x"
   done; done
