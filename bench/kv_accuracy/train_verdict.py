@@ -3,8 +3,8 @@ the-verdict, as the book's gpt_train.py does (AdamW, weight decay 0.1,
 batch 2, windows of context_length tokens at stride context_length, 90/10
 split, torch.manual_seed(123)) but with lr 1e-3, twice the book's, so that
 a few epochs on two cores bring the loss well down; and saves it for attn:
-the book's state_dict names in safetensors (build/kv_accuracy/verdict-gpt.safetensors)
-and its cfg as JSON beside it. kv_accuracy.py measures the KV cache types
+the book's state_dict names in safetensors
+(build/kv_accuracy/verdict-gpt.safetensors) and its cfg as JSON beside it. kv_accuracy.py measures the KV cache types
 on it; its next-token distributions are peaked, which is what gives the
 KL divergences there a meaning.
 
