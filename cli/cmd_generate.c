@@ -68,7 +68,8 @@ static const char generate_help[] =
     "                  --k-dtype and --v-dtype choose them apart\n"
     "  --stream        prints each token (or its text) as it comes\n"
     "  --stats         prints to stderr the load time, the weights' bytes, the\n"
-    "                  cache's bytes per token, the time to first token\n"
+    "                  cache's bytes per token and the accuracy class of its\n"
+    "                  K/V types (measured: docs/generation.md), the time to first token\n"
     "                  (prefill + first token) and the per-token times\n"
     "  --threads N     worker threads (default: all online CPUs)\n"
     "  --kernels K     auto (default), reference, portable, avx2 or avx512\n"
@@ -467,6 +468,68 @@ typedef struct model_stats {
     attn_dtype weights_dtype;
 } model_stats;
 
+/* ---- the accuracy of the cache's types ------------------------------------- */
+
+/* What each (K, V) storage type costs in accuracy: the mean KL divergence
+ * (nats) of the next-token distribution from the float32 cache's, as
+ * bench/kv_accuracy/kv_accuracy.py measures it on the trained
+ * chapter-5-sized GPT (docs/generation.md, "KV cache types: memory and
+ * accuracy"; the table there is the source of these numbers). */
+static const struct {
+    attn_dtype k, v;
+    double mean_kl;
+} kv_measured[] = {
+    {ATTN_DTYPE_F32, ATTN_DTYPE_F32, 0.0},
+    {ATTN_DTYPE_BF16, ATTN_DTYPE_BF16, 3.6e-8},
+    {ATTN_DTYPE_F16, ATTN_DTYPE_F16, 5.9e-10},
+    {ATTN_DTYPE_F8_E4M3, ATTN_DTYPE_F8_E4M3, 8.5e-6},
+    {ATTN_DTYPE_I8, ATTN_DTYPE_I8, 4.4e-7},
+    {ATTN_DTYPE_I4, ATTN_DTYPE_I4, 1.0e-4},
+    {ATTN_DTYPE_I8, ATTN_DTYPE_I4, 3.5e-5},
+    {ATTN_DTYPE_BF16, ATTN_DTYPE_I8, 1.8e-7},
+    {ATTN_DTYPE_F8_E4M3, ATTN_DTYPE_I4, 4.3e-5},
+};
+
+/* The classes of generation.md: below 1e-5 nats a sampled run would need
+ * some 1e5 tokens to tell the two caches apart; below 1e-3 the argmax
+ * rarely changes. */
+static const char *kv_class(double mean_kl) {
+    return mean_kl == 0.0 ? "exact" : mean_kl < 1e-5 ? "near-exact"
+                                    : mean_kl < 1e-3 ? "near-lossless"
+                                                     : "lossy";
+}
+
+/* The measured K=V row of a type, or -1 (none). */
+static double kv_measured_kl(attn_dtype k, attn_dtype v) {
+    for (size_t i = 0; i < sizeof kv_measured / sizeof kv_measured[0]; i++)
+        if (kv_measured[i].k == k && kv_measured[i].v == v) return kv_measured[i].mean_kl;
+    return -1.0;
+}
+
+/* A pair not measured takes the class of the worse of its two types' K=V
+ * figures, which errs on the cautious side: a K=V row carries the type's
+ * error in both K and V. */
+static void print_kv_accuracy(attn_dtype k, attn_dtype v) {
+    const char *kn = cli_kv_dtype_name(k), *vn = cli_kv_dtype_name(v);
+    double kl = kv_measured_kl(k, v);
+    if (kl == 0.0) {
+        fprintf(stderr, "attn generate: kv cache %s/%s: exact (the reference of the accuracy "
+                "table, docs/generation.md)\n", kn, vn);
+        return;
+    }
+    if (kl > 0.0) {
+        fprintf(stderr, "attn generate: kv cache %s/%s: %s (mean KL %.1e on the trained "
+                "chapter-5-sized model, docs/generation.md)\n", kn, vn, kv_class(kl), kl);
+        return;
+    }
+    double kk = kv_measured_kl(k, k), vv = kv_measured_kl(v, v);
+    const char *worse = kk >= vv ? kn : vn;
+    kl = kk >= vv ? kk : vv;
+    fprintf(stderr, "attn generate: kv cache %s/%s: %s, estimated from %s/%s (mean KL %.1e on "
+            "the trained chapter-5-sized model, docs/generation.md)\n", kn, vn, kv_class(kl),
+            worse, worse, kl);
+}
+
 static void print_stats(const stream_state *s, size_t prompt_len, const model_stats *ms,
                         const attn_kv_cache *cache) {
     attn_kv_cache_config c = attn_kv_cache_get_config(cache);
@@ -478,6 +541,7 @@ static void print_stats(const stream_state *s, size_t prompt_len, const model_st
     fprintf(stderr, "attn generate: kv cache %zu bytes/token (K %s, V %s; all layers, scales "
             "included)\n", attn_kv_cache_token_bytes(cache), cli_kv_dtype_name(c.k_dtype),
             cli_kv_dtype_name(c.v_dtype));
+    print_kv_accuracy(c.k_dtype, c.v_dtype);
     /* the last decode step's attention: which backend and kernel read the cache */
     const char *explain = attn_ctx_last_explain(s->ctx);
     const char *ran = strstr(explain, "decode [");

@@ -465,6 +465,16 @@ def behaviour(cli, weights, config, cfg, prompt, logits64):
             "kv cache %d bytes/token (K bf16, V bf16" % (L * kvh * 4 * hd) in r.stderr and
             "attention decode [" in r.stderr and "K BF16, V BF16]" in r.stderr,
             "--kv-dtype bf16: tokens %s, stats %r" % (got, r.stderr.strip()[:120]))
+    # --stats names the types' accuracy class from generation.md's table: bf16
+    # measured there, f16 with fp8 estimated from the worse of the two
+    R.check("kv cache bf16/bf16: near-exact (mean KL 3.6e-08 on the trained" in r.stderr,
+            "--kv-dtype bf16 --stats: the measured class line, stats %r" % r.stderr.strip())
+    r = run_cli(cli, base + ["--max-new-tokens", n, "--k-dtype", "f16", "--v-dtype", "fp8",
+                             "--stats"])
+    R.check(r.returncode == 0 and "kv cache f16/fp8: near-exact, estimated from fp8/fp8 "
+            "(mean KL 8.5e-06" in r.stderr,
+            "--k-dtype f16 --v-dtype fp8 --stats: the estimated class line, exit %d, stats %r"
+            % (r.returncode, r.stderr.strip()))
     # bad input: clean errors
     for args, words in (([*base, "--max-new-tokens", n, "--temperature", "-1"], "--temperature"),
                         ([*base, "--max-new-tokens", n, "--kv-dtype", "q8_0"], "--kv-dtype"),

@@ -1,0 +1,174 @@
+"""The accuracy cost of each KV cache type: for every (K, V) storage type,
+the next-token distributions of teacher-forced decoding against those of
+the float32 cache on the same tokens.
+
+    ATTN_LIBRARY=build/libattn.so .venv/bin/python bench/kv_accuracy/kv_accuracy.py \
+        [--model trained|llama|both] [--llama-layers 8] [--llama-prompt 3584] \
+        [--llama-steps 512] [--json OUT]
+
+trained: the small chapter-5 GPT of train_verdict.py (run that first; its
+file is build/kv_accuracy/verdict-gpt.safetensors). Four sequences of 256
+tokens (its context): two windows of the-verdict's training text, the
+validation window, and 256 tokens the model sampled itself (temperature 1,
+from "Every effort moves you", float32 cache). Each is prefilled with its
+first 128 tokens and then decoded one token at a time through the other
+128: 512 decode steps at cache lengths 129 to 256, the four sequences as
+one batch of a cache.
+
+llama: a Llama-3-shaped model with random weights (hidden 2048, 32 query
+heads over 8 KV heads, head_dim 64, intermediate 8192, vocab 32000, context
+4096, RoPE theta 500000 with Llama 3.2's scaling), one sequence of random
+token ids: --llama-prompt tokens prefilled, then --llama-steps decode steps
+(the defaults end at cache length 4096).
+
+Per type: the cache's bytes per token (all layers, K and V, scales
+included), the mean and the largest KL(p_f32 || p_type) in nats over the
+decode steps, where p is softmax of the step's logits (in float64), and
+top-1 agreement: how often the argmax is the float32 cache's. A prompt into
+an empty cache attends in float32 on the fast kernels, so only decode steps
+are counted: each of them reads every earlier token as stored.
+"""
+import argparse
+import json
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import common
+
+# (K, V) pairs measured: every type for both, then mixed examples.
+PAIRS = [("bf16", "bf16"), ("f16", "f16"), ("fp8", "fp8"), ("int8", "int8"), ("int4", "int4"),
+         ("int8", "int4"), ("bf16", "int8"), ("fp8", "int4")]
+
+LLAMA_CFG = {
+    "vocab_size": 32000, "context_length": 4096, "emb_dim": 2048, "n_heads": 32,
+    "n_kv_groups": 8, "n_layers": 8, "hidden_dim": 8192, "rope_base": 500000.0,
+    "rope_freq": {"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_context_length": 8192},
+}
+
+
+def log_softmax(logits):
+    x = logits.astype(np.float64)
+    x -= x.max(axis=-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(axis=-1, keepdims=True))
+
+
+def teacher_forced(lm, seqs, prompt_len, k_dtype, v_dtype):
+    """The log-probabilities of every decode step, (steps, batch, vocab) as a
+    list of (batch, vocab) arrays, and the cache's bytes per token."""
+    batch, total = seqs.shape
+    cache = lm.new_cache(batch=batch, max_len=total, k_dtype=k_dtype, v_dtype=v_dtype)
+    lm.forward(seqs[:, :prompt_len], cache=cache, last_only=True)
+    for t in range(prompt_len, total):
+        yield log_softmax(lm.forward(seqs[:, t:t + 1], cache=cache, last_only=True))
+    yield cache.token_bytes()
+
+
+def measure(lm, seqs, prompt_len, label):
+    """Rows of the table: the f32 cache, then each pair against it."""
+    seqs = np.ascontiguousarray(seqs, dtype=np.int32)
+    start = time.time()
+    *ref, f32_bytes = teacher_forced(lm, seqs, prompt_len, "f32", "f32")
+    seconds = time.time() - start
+    steps = len(ref) * seqs.shape[0]
+    entropy = float(np.mean([-(np.exp(r) * r).sum(-1) for r in ref]))
+    print("%s: %d decode steps (batch %d, cache lengths %d to %d); float32 cache %.1f s; "
+          "mean entropy of the float32 distributions %.3f nats (uniform: %.3f)"
+          % (label, steps, seqs.shape[0], prompt_len + 1, seqs.shape[1], seconds, entropy,
+             np.log(ref[0].shape[-1])), flush=True)
+    rows = [{"k": "f32", "v": "f32", "token_bytes": f32_bytes, "mean_kl": 0.0, "max_kl": 0.0,
+             "top1": 100.0}]
+    for k, v in PAIRS:
+        start = time.time()
+        kls, agree = [], 0
+        gen = teacher_forced(lm, seqs, prompt_len, k, v)
+        for r in ref:
+            q = next(gen)
+            kls.append((np.exp(r) * (r - q)).sum(-1))
+            agree += int((r.argmax(-1) == q.argmax(-1)).sum())
+        token_bytes = next(gen)
+        kls = np.maximum(np.concatenate(kls), 0.0)  # rounding can leave -1e-17
+        row = {"k": k, "v": v, "token_bytes": token_bytes, "mean_kl": float(kls.mean()),
+               "max_kl": float(kls.max()), "top1": 100.0 * agree / steps}
+        rows.append(row)
+        print("  K %-4s V %-4s %8d B/token  mean KL %.2e  max KL %.2e  top-1 %.2f%%  (%.1f s)"
+              % (k, v, token_bytes, row["mean_kl"], row["max_kl"], row["top1"],
+                 time.time() - start), flush=True)
+    return {"label": label, "steps": steps, "batch": int(seqs.shape[0]),
+            "prompt_len": prompt_len, "total_len": int(seqs.shape[1]),
+            "f32_entropy": entropy, "uniform_entropy": float(np.log(ref[0].shape[-1])),
+            "rows": rows}
+
+
+def trained_sequences(lm, tok):
+    train_text, val_text = common.text_splits()
+    train_ids, val_ids = tok.encode(train_text), tok.encode(val_text)
+    n = common.CFG["context_length"]
+    if len(val_ids) < n:
+        sys.exit("the validation text has %d tokens, fewer than %d" % (len(val_ids), n))
+    prompt = tok.encode("Every effort moves you")
+    sampled = list(prompt) + [int(t) for t in lm.generate(prompt, n - len(prompt),
+                                                          temperature=1.0, seed=123)]
+    if len(sampled) != n:
+        sys.exit("the sampled sequence has %d tokens, not %d" % (len(sampled), n))
+    return np.array([train_ids[:n], train_ids[2048:2048 + n], val_ids[:n], sampled])
+
+
+def table(result):
+    lines = ["| K / V | bytes/token | mean KL (nats) | max KL (nats) | top-1 agreement |",
+             "|---|---|---|---|---|"]
+    for r in result["rows"]:
+        kl = ("%.1e" % r["mean_kl"], "%.1e" % r["max_kl"]) if r["k"] != "f32" or r["v"] != "f32" \
+            else ("0 (reference)", "0")
+        lines.append("| %s / %s | %d | %s | %s | %.2f%% |"
+                     % (r["k"], r["v"], r["token_bytes"], kl[0], kl[1], r["top1"]))
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", choices=("trained", "llama", "both"), default="both")
+    ap.add_argument("--weights", default=common.WEIGHTS)
+    ap.add_argument("--llama-layers", type=int, default=8)
+    ap.add_argument("--llama-prompt", type=int, default=3584)
+    ap.add_argument("--llama-steps", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=0, help="0: all cores")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+
+    attn = common.import_attn()
+    cpu = subprocess.run(["sh", "-c", "lscpu | grep 'Model name'"], capture_output=True,
+                         text=True).stdout.strip()
+    results = {"machine": cpu or platform.processor(), "results": []}
+    print(results["machine"])
+    threads = args.threads or None
+    if args.model in ("trained", "both"):
+        lm = attn.LanguageModel.load(args.weights, config=common.CONFIG, num_threads=threads)
+        seqs = trained_sequences(lm, common.tokenizer())
+        results["results"].append(measure(lm, seqs, 128, "trained chapter-5 GPT (%s)"
+                                          % ", ".join("%s %s" % kv for kv in common.CFG.items())))
+        print(table(results["results"][-1]))
+        del lm
+    if args.model in ("llama", "both"):
+        cfg = dict(LLAMA_CFG, n_layers=args.llama_layers)
+        total = args.llama_prompt + args.llama_steps
+        if total > cfg["context_length"]:
+            sys.exit("--llama-prompt + --llama-steps = %d is past the context, %d"
+                     % (total, cfg["context_length"]))
+        lm = attn.LanguageModel(cfg, seed=123, num_threads=threads)
+        seqs = np.random.default_rng(123).integers(0, cfg["vocab_size"], size=(1, total))
+        results["results"].append(measure(lm, seqs, args.llama_prompt,
+                                          "Llama-3-shaped, random weights, %d layers"
+                                          % args.llama_layers))
+        print(table(results["results"][-1]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
