@@ -1363,9 +1363,9 @@ attn_status attn_model_load(attn_model *m, const char *path);
  * so that a token costs num_layers x kv_heads x (K's + V's row bytes)
  * (attn_kv_cache_token_bytes). A row holding NaN or infinity is kept, not
  * refused: float32 and the 16-bit types keep the value, the scaled ones
- * make the row's (int4: the group's) scale NaN. A NaN or +inf score makes
- * its query row NaN, as softmax does; an infinite value makes the outputs
- * that weigh it infinite or NaN. The attention reads
+ * make the row's (int4: the group's) scale NaN. A NaN or infinite score
+ * makes its query row NaN; an infinite value makes the outputs that weigh
+ * it infinite or NaN. The attention reads
  * the stored type: the keys and values of earlier tokens as stored, and the
  * new tokens of a call as they will be stored (a prompt into an empty
  * cache, on the fast kernels, reads its own rows in float32, as prefill

@@ -228,11 +228,13 @@ static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
             const float *q = (const float *)p->q.data + (row * H + h) * D;
             size_t kh = h / G;
             double mx = -INFINITY, sum = 0.0;
+            bool bad = false; /* a non-finite score makes the row NaN, as the kernels do */
             for (size_t j = lo; j < hi; j++) {
                 cache_key(p, &c->k, b, j, kh, x);
                 double dotp = 0.0;
                 for (size_t e = 0; e < D; e++) dotp += (double)q[e] * x[e];
                 w[j - lo] = dotp * p->scale_f64;
+                bad |= !isfinite(w[j - lo]);
                 if (w[j - lo] > mx) mx = w[j - lo];
             }
             for (size_t e = 0; e < D; e++) o[e] = 0.0;
@@ -243,7 +245,7 @@ static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
                 for (size_t e = 0; e < D; e++) o[e] += e_j * x[e];
             }
             float *y = (float *)p->out.data + (row * H + h) * D;
-            for (size_t e = 0; e < D; e++) y[e] = (float)(o[e] / sum);
+            for (size_t e = 0; e < D; e++) y[e] = bad ? NAN : (float)(o[e] / sum);
         }
     }
 }

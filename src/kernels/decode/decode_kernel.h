@@ -115,8 +115,8 @@ static inline void prefetch_head(const uint8_t *p, size_t bytes) {
 static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *const *q,
                                       const attn_decode_row *rows, const attn_kv_format *f,
                                       size_t kh, size_t jlo, size_t jhi, float scale2,
-                                      float *const *out, const attn_decode_row *ahead,
-                                      size_t ahead_n) {
+                                      const float *kfac, float *const *out,
+                                      const attn_decode_row *ahead, size_t ahead_n) {
     size_t D = f->head_dim, whole = D / VW * VW;
     vec part[4][BK];
     for (size_t j0 = 0; j0 < BK; j0 += KEYS) {
@@ -160,8 +160,7 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
                                               head_scales(&rows[j], false, f, kh), d),
                             o[j]);
         if (row_scaled(T))
-            for (size_t j = jlo; j < jhi; j++)
-                o[j] *= row_factor(T, head_scales(&rows[j], false, f, kh));
+            for (size_t t = 0; t < BK; t += VW) v_store(o + t, v_mul(v_load(o + t), v_load(kfac + t)));
         for (size_t t = 0; t < BK; t += VW) v_store(o + t, v_mul(v_load(o + t), s));
     }
 }
@@ -170,9 +169,9 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
 static ALWAYS_INLINE void score_group_t(attn_dtype T, size_t NG, const float *const *q,
                                         const attn_decode_row *rows, const attn_kv_format *f,
                                         size_t kh, size_t jlo, size_t jhi, float scale2,
-                                        float *const *out, const attn_decode_row *ahead,
-                                        size_t ahead_n) {
-#define HEADS(n) score_heads(T, n, q, rows, f, kh, jlo, jhi, scale2, out, ahead, ahead_n)
+                                        const float *kfac, float *const *out,
+                                        const attn_decode_row *ahead, size_t ahead_n) {
+#define HEADS(n) score_heads(T, n, q, rows, f, kh, jlo, jhi, scale2, kfac, out, ahead, ahead_n)
     switch (NG) {
     case 4: HEADS(4); break;
     case 3: HEADS(3); break;
@@ -182,13 +181,16 @@ static ALWAYS_INLINE void score_group_t(attn_dtype T, size_t NG, const float *co
 #undef HEADS
 }
 
-/* The scores of NG heads (score_heads); ahead: the next block's ahead_n
- * rows, whose keys of head kh are asked for meanwhile (ahead_n 0: none). */
+/* The scores of NG heads (score_heads); kfac: the block's keys' row
+ * factors (row_factor) where K's format has one; ahead: the next block's
+ * ahead_n rows, whose keys of head kh are asked for meanwhile (ahead_n 0:
+ * none). */
 static void score_group(size_t NG, const float *const *q, const attn_decode_row *rows,
                         const attn_kv_format *f, size_t kh, size_t jlo, size_t jhi,
-                        float scale2, float *const *out, const attn_decode_row *ahead,
-                        size_t ahead_n) {
-#define SCORE(T) score_group_t(T, NG, q, rows, f, kh, jlo, jhi, scale2, out, ahead, ahead_n)
+                        float scale2, const float *kfac, float *const *out,
+                        const attn_decode_row *ahead, size_t ahead_n) {
+#define SCORE(T)                                                                              \
+    score_group_t(T, NG, q, rows, f, kh, jlo, jhi, scale2, kfac, out, ahead, ahead_n)
     switch (f->dtype) {
     case ATTN_DTYPE_BF16: SCORE(ATTN_DTYPE_BF16); break;
     case ATTN_DTYPE_F16: SCORE(ATTN_DTYPE_F16); break;
@@ -311,12 +313,17 @@ static void weigh_group(size_t NG, float *const *acc, const float *alpha, const 
 
 /* The online-softmax step of one (row, query head) for a block: the
  * block's scores p (BK) become weights; returns alpha, the factor of the
- * earlier sums. A NaN or +inf score (a NaN or infinite query or key) makes
- * the row's sum NaN, and so its output, as softmax makes it; the vector
- * max and exp2 would pass over it. */
+ * earlier sums. A NaN or infinite score (a NaN or infinite query or key)
+ * makes the row's sum NaN, and so its output; the vector max and exp2 would
+ * pass over it. */
 static inline float softmax_step(float *p, size_t jlo, size_t jhi, float *m, float *l) {
-    bool bad = false;
-    for (size_t j = jlo; j < jhi; j++) bad |= !(p[j] < INFINITY);
+    /* x - x: 0 for a finite score, NaN for a NaN or infinite one; lanes
+     * outside [jlo, jhi) (which may hold a factor's NaN) count as 0 */
+    for (size_t j = 0; j < jlo; j++) p[j] = 0.0f;
+    for (size_t j = jhi; j < BK; j++) p[j] = 0.0f;
+    vec z = v_zero();
+    for (size_t t = 0; t < BK; t += VW) z = v_add(z, v_sub(v_load(p + t), v_load(p + t)));
+    bool bad = v_hsum(z) != 0.0f;
     float mx = block_max(p, jlo, jhi);
     float mn = *m > mx ? *m : mx;
     float alpha = exp2_one(*m - mn);
@@ -341,8 +348,9 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
     for (size_t i = 0; i < rows * H * D; i++) acc[i] = 0.0f;
     float *sc = scratch; /* (rows, H, BK) scores, then weights */
     const attn_kv_format *kf = &s->keys.k.fmt, *vf = &s->keys.v.fmt;
-    bool v_scaled = row_scaled(vf->dtype);
+    bool k_scaled = row_scaled(kf->dtype), v_scaled = row_scaled(vf->dtype);
     float pv[4][BK];              /* weights times the value rows' scales */
+    float kfac[BK], vfac[BK];     /* the row factors of a block's keys and values */
     attn_decode_row rw[BK];       /* the rows of a block's keys */
     attn_decode_row rw_next[BK];  /* and of the next block's */
     size_t row_lo[ATTN_DECODE_ROWS], row_hi[ATTN_DECODE_ROWS];
@@ -367,6 +375,13 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
             jhi[r] = lo < hi ? hi - b0 : 0;
         }
         for (size_t kh = 0; kh < KH; kh++) {
+            for (size_t j = 0; (k_scaled || v_scaled) && j < BK; j++) { /* 0 outside the block */
+                bool in = j >= from - b0 && j < b1 - b0;
+                kfac[j] = k_scaled && in ? row_factor(kf->dtype, head_scales(&rw[j], false, kf, kh))
+                                         : 0.0f;
+                vfac[j] = v_scaled && in ? row_factor(vf->dtype, head_scales(&rw[j], true, vf, kh))
+                                         : 0.0f;
+            }
             for (size_t r = 0; r < rows; r++) {
                 if (jlo[r] == jhi[r]) continue;
                 size_t i0 = r * H + kh * G; /* the group's first (row, query head) */
@@ -382,8 +397,8 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                     }
                     /* the first group of the first row asks for the next block */
                     size_t ahead_n = r == 0 && g0 == 0 ? next : 0;
-                    score_group(ng, q_g, rw, kf, kh, jlo[r], jhi[r], s->scale2, p_all, rw_next,
-                                ahead_n);
+                    score_group(ng, q_g, rw, kf, kh, jlo[r], jhi[r], s->scale2, kfac, p_all,
+                                rw_next, ahead_n);
                     for (size_t g = 0; g < ng; g++) {
                         size_t i = i0 + g0 + g;
                         float *p = p_all[g];
@@ -391,9 +406,8 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                         acc_g[g] = acc + i * D;
                         p_g[g] = p;
                         if (v_scaled) {
-                            for (size_t j = jlo[r]; j < jhi[r]; j++)
-                                pv[g][j] = p[j] * row_factor(vf->dtype,
-                                                             head_scales(&rw[j], true, vf, kh));
+                            for (size_t t = 0; t < BK; t += VW)
+                                v_store(pv[g] + t, v_mul(v_load(p + t), v_load(vfac + t)));
                             p_g[g] = pv[g];
                         }
                     }
