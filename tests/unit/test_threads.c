@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 enum { B = 4, T = 32, C = 128, HEADS = 4 }; /* rows 128 > 4 x the 17 a thread needs */
 
@@ -216,7 +217,15 @@ static void test_ctx_keeps_its_workers(void) {
                 fprintf(stderr, "call %d: %zu threads, not %zu + 3\n", call, now, before);
         }
         attn_ctx_free(ctx);
-        CHECK(process_threads() == before);
+        /* a joined thread leaves /proc/self/task a moment after pthread_join
+         * returns (the kernel clears its tid before it unlists it): up to a
+         * second for the count to settle */
+        size_t left = process_threads();
+        for (int wait = 0; wait < 100 && left != before; wait++) {
+            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+            left = process_threads();
+        }
+        CHECK(left == before);
     }
     free(x);
     free(grads);
