@@ -217,9 +217,8 @@ static void test_ctx_keeps_its_workers(void) {
                 fprintf(stderr, "call %d: %zu threads, not %zu + 3\n", call, now, before);
         }
         attn_ctx_free(ctx);
-        /* a joined thread leaves /proc/self/task a moment after pthread_join
-         * returns (the kernel clears its tid before it unlists it): up to a
-         * second for the count to settle */
+        /* a joined thread may stay listed in /proc/self/task for a moment
+         * after pthread_join returns: up to a second for the count to settle */
         size_t left = process_threads();
         for (int wait = 0; wait < 100 && left != before; wait++) {
             nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
