@@ -422,7 +422,8 @@ static bool stage_rows(const attn_kv_cache *c, size_t rows, const float *k_new,
     *out = (staged_rows){(const uint8_t *)k_new, (const uint8_t *)v_new, NULL, NULL, NULL};
     if (!rows || (!code_k && !code_v)) return true;
     /* scales first (float aligned), then codes */
-    size_t k_scales = code_k ? rows * K->row_scales : 0, v_scales = code_v ? rows * V->row_scales : 0;
+    size_t k_scales = code_k ? rows * K->row_scales : 0;
+    size_t v_scales = code_v ? rows * V->row_scales : 0;
     size_t bytes = (k_scales + v_scales) * sizeof(float) + (code_k ? rows * K->row_bytes : 0) +
                    (code_v ? rows * V->row_bytes : 0);
     char *m = attn_malloc(bytes ? bytes : 1);

@@ -43,6 +43,18 @@ _Static_assert(BK == 16, "v_hsum_block sums 16 vectors");
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
+/* CALL(T) with T the storage format dtype as a constant: each format's
+ * always-inlined loops become a function body of their own. */
+#define FOR_FORMAT(dtype, CALL)                                                                \
+    switch (dtype) {                                                                           \
+    case ATTN_DTYPE_BF16: CALL(ATTN_DTYPE_BF16); break;                                        \
+    case ATTN_DTYPE_F16: CALL(ATTN_DTYPE_F16); break;                                          \
+    case ATTN_DTYPE_F8_E4M3: CALL(ATTN_DTYPE_F8_E4M3); break;                                  \
+    case ATTN_DTYPE_I8: CALL(ATTN_DTYPE_I8); break;                                            \
+    case ATTN_DTYPE_I4: CALL(ATTN_DTYPE_I4); break;                                            \
+    default: CALL(ATTN_DTYPE_F32); break;                                                      \
+    }
+
 /* Elements [d, d + VW) of a row of format T (codes row, scales sc): F8_E4M3
  * and I8 without their row's scale, I4 with its group's. */
 static ALWAYS_INLINE vec load_elems(attn_dtype T, const uint8_t *row, const float *sc, size_t d) {
@@ -160,7 +172,8 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
                                               head_scales(&rows[j], false, f, kh), d),
                             o[j]);
         if (row_scaled(T))
-            for (size_t t = 0; t < BK; t += VW) v_store(o + t, v_mul(v_load(o + t), v_load(kfac + t)));
+            for (size_t t = 0; t < BK; t += VW)
+                v_store(o + t, v_mul(v_load(o + t), v_load(kfac + t)));
         for (size_t t = 0; t < BK; t += VW) v_store(o + t, v_mul(v_load(o + t), s));
     }
 }
@@ -189,16 +202,8 @@ static void score_group(size_t NG, const float *const *q, const attn_decode_row 
                         const attn_kv_format *f, size_t kh, size_t jlo, size_t jhi,
                         float scale2, const float *kfac, float *const *out,
                         const attn_decode_row *ahead, size_t ahead_n) {
-#define SCORE(T)                                                                              \
-    score_group_t(T, NG, q, rows, f, kh, jlo, jhi, scale2, kfac, out, ahead, ahead_n)
-    switch (f->dtype) {
-    case ATTN_DTYPE_BF16: SCORE(ATTN_DTYPE_BF16); break;
-    case ATTN_DTYPE_F16: SCORE(ATTN_DTYPE_F16); break;
-    case ATTN_DTYPE_F8_E4M3: SCORE(ATTN_DTYPE_F8_E4M3); break;
-    case ATTN_DTYPE_I8: SCORE(ATTN_DTYPE_I8); break;
-    case ATTN_DTYPE_I4: SCORE(ATTN_DTYPE_I4); break;
-    default: SCORE(ATTN_DTYPE_F32); break;
-    }
+#define SCORE(T) score_group_t(T, NG, q, rows, f, kh, jlo, jhi, scale2, kfac, out, ahead, ahead_n)
+    FOR_FORMAT(f->dtype, SCORE);
 #undef SCORE
 }
 
@@ -300,14 +305,7 @@ static void weigh_group(size_t NG, float *const *acc, const float *alpha, const 
                         const attn_decode_row *rows, const attn_kv_format *f, size_t kh,
                         size_t jlo, size_t jhi, const attn_decode_row *ahead, size_t ahead_n) {
 #define WEIGH(T) weigh_group_t(T, NG, acc, alpha, p, rows, f, kh, jlo, jhi, ahead, ahead_n)
-    switch (f->dtype) {
-    case ATTN_DTYPE_BF16: WEIGH(ATTN_DTYPE_BF16); break;
-    case ATTN_DTYPE_F16: WEIGH(ATTN_DTYPE_F16); break;
-    case ATTN_DTYPE_F8_E4M3: WEIGH(ATTN_DTYPE_F8_E4M3); break;
-    case ATTN_DTYPE_I8: WEIGH(ATTN_DTYPE_I8); break;
-    case ATTN_DTYPE_I4: WEIGH(ATTN_DTYPE_I4); break;
-    default: WEIGH(ATTN_DTYPE_F32); break;
-    }
+    FOR_FORMAT(f->dtype, WEIGH);
 #undef WEIGH
 }
 
