@@ -12,7 +12,10 @@ build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD) -j $(JOBS)
 
-demo: build
+# The demo needs the attn command alone, not the tests and benchmarks.
+demo:
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+	cmake --build $(BUILD) -j $(JOBS) --target attn_cli
 	./$(BUILD)/attn demo
 
 deps:
