@@ -3,11 +3,15 @@
 `pip install ./python` from a checkout runs CMake on the repository root
 (the directory above this one) and copies libattn.so into the package, so
 the wheel is self-contained: a Release build (ATTN_BUILD_TYPE picks another
-CMake build type), ATTN_BUILD_JOBS jobs. Without the sources (or with
-ATTN_SKIP_BUILD=1) nothing is built, and the package finds libattn at run
-time: ATTN_LIBRARY, then the system's (`cmake --install`, ldconfig).
+CMake build type), ATTN_BUILD_JOBS jobs. An existing build of the checkout
+is reused: the directory in ATTN_BUILD_DIR, or else the checkout's `build/`
+(what `make` builds) when it is of the same build type and carries no
+sanitizer; CMake then rebuilds only what changed since, nothing when the
+sources match. Otherwise the build goes to python/build/cmake. Without the
+sources (or with ATTN_SKIP_BUILD=1) nothing is built, and the package finds
+libattn at run time: ATTN_LIBRARY, then the system's (`cmake --install`,
+ldconfig).
 """
-import glob
 import os
 import shutil
 import subprocess
@@ -28,20 +32,61 @@ def _want_build():
     return _sources_present() and os.environ.get("ATTN_SKIP_BUILD") != "1"
 
 
+def _cache_entries(build_dir):
+    """CMakeCache.txt's NAME:TYPE=VALUE entries as {NAME: VALUE}."""
+    entries = {}
+    try:
+        with open(os.path.join(build_dir, "CMakeCache.txt"), encoding="utf-8") as f:
+            for line in f:
+                name, sep, value = line.rstrip("\n").partition("=")
+                if sep and not line.startswith(("#", "//")):
+                    entries[name.partition(":")[0]] = value
+    except OSError:
+        pass
+    return entries
+
+
+def _reusable_build(build_type):
+    """An existing CMake build of this checkout that gives the library the
+    package would build, or None."""
+    given = os.environ.get("ATTN_BUILD_DIR")
+    if given:
+        return os.path.abspath(given)
+    candidate = os.path.join(ROOT, "build")
+    cache = _cache_entries(candidate)
+    if not cache or os.path.realpath(cache.get("CMAKE_HOME_DIRECTORY", "")) != \
+            os.path.realpath(ROOT):
+        return None
+    if cache.get("CMAKE_BUILD_TYPE") != build_type:
+        return None
+    instrumented = ("ATTN_SANITIZE", "ATTN_TSAN", "ATTN_ALLOC_FAILURE_INJECTION")
+    if any(cache.get(opt, "OFF").upper() in ("ON", "1", "TRUE", "YES") for opt in instrumented):
+        return None
+    return candidate
+
+
 class BuildWithLibattn(build_py):
     def run(self):
         super().run()
         if not _want_build():
             return
-        build_dir = os.path.join(HERE, "build", "cmake")
         jobs = os.environ.get("ATTN_BUILD_JOBS", "2")
         build_type = os.environ.get("ATTN_BUILD_TYPE", "Release")
-        subprocess.check_call(["cmake", "-S", ROOT, "-B", build_dir,
-                               "-DCMAKE_BUILD_TYPE=" + build_type, "-DATTN_BUILD_TESTS=OFF"])
+        build_dir = _reusable_build(build_type)
+        if build_dir:
+            print(f"attn: reusing the build in {build_dir} (CMake rebuilds what changed)")
+        else:
+            build_dir = os.path.join(HERE, "build", "cmake")
+            subprocess.check_call(["cmake", "-S", ROOT, "-B", build_dir,
+                                   "-DCMAKE_BUILD_TYPE=" + build_type,
+                                   "-DATTN_BUILD_TESTS=OFF"])
         subprocess.check_call(["cmake", "--build", build_dir, "--target", "attn_shared",
                                "-j", jobs])
-        built = sorted(glob.glob(os.path.join(build_dir, "libattn.so.*.*.*")) +
-                       glob.glob(os.path.join(build_dir, "libattn.dylib")))
+        # the file the build's libattn.so link names: a build directory may
+        # also hold libraries of older versions
+        built = [os.path.realpath(os.path.join(build_dir, name))
+                 for name in ("libattn.so", "libattn.dylib")
+                 if os.path.exists(os.path.join(build_dir, name))]
         if not built:
             raise RuntimeError(f"attn: CMake built no libattn in {build_dir}")
         target = os.path.join(self.build_lib, "attn")

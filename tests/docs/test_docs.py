@@ -12,7 +12,8 @@
    of the package; the man page's SEE ALSO names files that exist; the sample
    line of `attn train --help` has the shape of the line a run prints, and the
    run's header names the options of the optimizer it ran; the package's
-   licence is the one in LICENSE; README.md stays a guide (under 300 lines).
+   licence is the one in LICENSE; `make demo` builds the attn command alone;
+   README.md stays a guide (under 300 lines).
 
 usage: test_docs.py REPO ATTN LIBATTN PYTHON
 """
@@ -213,6 +214,12 @@ def check_facts():
     if not m or m.group(1) != lic:
         fail(f"python/pyproject.toml's licence {m.group(1) if m else None!r} is not "
              f"LICENSE's {lic!r}")
+
+    # the README's first command builds what the demo needs, not the suite
+    r = subprocess.run(["make", "-n", "demo"], cwd=REPO, capture_output=True, text=True)
+    builds = [line for line in r.stdout.split("\n") if "cmake --build" in line]
+    if r.returncode != 0 or not builds or any("--target attn_cli" not in b for b in builds):
+        fail(f"make demo builds more than the attn command: {builds}")
 
     n = open(os.path.join(REPO, "README.md"), encoding="utf-8").read().count("\n")
     if n >= 300:

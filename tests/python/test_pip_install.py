@@ -9,7 +9,12 @@ so the test needs no network; a plain `python3 -m venv` + `pip install
 The library is built unoptimised (ATTN_BUILD_TYPE=Debug): at -O3 its
 kernels made this test a minute long from a fresh clone (64 s in CI), and
 the few products it checks need no speed.
-usage: test_pip_install.py REPO_ROOT
+
+Then a second install, into the same venv, with ATTN_BUILD_DIR naming the
+suite's own build: the package must take that build's libattn as it is,
+byte for byte, without relinking it (the sources match, so CMake has
+nothing to do).
+usage: test_pip_install.py REPO_ROOT [BUILD_DIR]
 """
 import os
 import shutil
@@ -67,6 +72,37 @@ if r.returncode == 0:
     passed += 1
 else:
     failed += 1
+
+if len(sys.argv) > 2:
+    build = os.path.abspath(sys.argv[2])
+    lib = os.path.realpath(os.path.join(build, "libattn.so"))
+    before = os.stat(lib).st_mtime_ns
+    reuse_env = dict(env, ATTN_BUILD_DIR=build)
+    del reuse_env["ATTN_BUILD_TYPE"]
+    start = time.time()
+    print("$ ATTN_BUILD_DIR=" + build + " pip install --force-reinstall ./python", flush=True)
+    r = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "--no-build-isolation",
+                        "--no-index", "--no-deps", "--force-reinstall",
+                        "--disable-pip-version-check", "-v", os.path.join(root, "python")],
+                       env=reuse_env, text=True, capture_output=True)
+    took = time.time() - start
+    where = subprocess.run([os.path.join(venv, "bin", "python"), "-c",
+                            "import attn, sys; sys.stdout.write(attn._lib.path)"],
+                           env=env, text=True, capture_output=True, cwd=tmp).stdout
+    same = r.returncode == 0 and where and open(where, "rb").read() == open(lib, "rb").read()
+    untouched = os.stat(lib).st_mtime_ns == before
+    said = f"attn: reusing the build in {build}" in r.stdout + r.stderr
+    print(f"reinstalled in {took:.1f} s from {build}: the package's libattn "
+          f"{'is' if same else 'is NOT'} the build's, which was "
+          f"{'left as it was' if untouched else 'rebuilt'}")
+    if r.returncode != 0:
+        print(r.stdout[-3000:], r.stderr[-3000:])
+    if not said:
+        print("setup.py did not say it reused the build")
+    if same and untouched and said:
+        passed += 1
+    else:
+        failed += 1
 shutil.rmtree(tmp)
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
