@@ -23,7 +23,7 @@ import subprocess
 import sys
 import tempfile
 
-REPO, ATTN, LIBATTN, PYTHON = sys.argv[1:5]
+REPO, ATTN, LIBATTN, PYTHON = (os.path.abspath(a) for a in sys.argv[1:5])
 MARK = "<!-- doc-test -->"
 failures = []
 
