@@ -673,7 +673,22 @@ def sweep_other_entry_points():
             ("scale inf", lambda: AF.scaled_dot_product_attention(q, q, q, scale=float("inf")),
              attn.AttnError),
             ("align bogus", lambda: AF.scaled_dot_product_attention(q, q, q, align="x"),
-             ValueError)):
+             ValueError),
+            ("q_offset 2**64 + 1", lambda: AF.scaled_dot_product_attention(
+                q, q, q, causal=True, q_offset=2**64 + 1), ValueError),
+            ("q_offset 1.5", lambda: AF.scaled_dot_product_attention(q, q, q, q_offset=1.5),
+             TypeError),
+            ("window 2**64", lambda: AF.scaled_dot_product_attention(q, q, q,
+                                                                     window=(2**64, 0)),
+             ValueError),
+            ("window of floats", lambda: AF.scaled_dot_product_attention(q, q, q,
+                                                                         window=(1.5, 0)),
+             TypeError),
+            ("q_offset 2**62 + 1", lambda: AF.scaled_dot_product_attention(
+                q, q, q, causal=True, q_offset=2**62 + 1), attn.AttnError),
+            ("num_threads True", lambda: AF.scaled_dot_product_attention(q, q, q,
+                                                                         num_threads=True),
+             TypeError)):
         raises(call, kinds, [], f"functional: {what}", S)
     count(S)
     out = AF.scaled_dot_product_attention(q[:, :, ::-1], q, q)  # a negative stride: copied
