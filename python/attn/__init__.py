@@ -8,7 +8,15 @@ number with PyTorch, as NumPy-in, NumPy-out modules over the C library libattn.
     mha.state_dict()["out_proj.weight"]                 # a NumPy copy
     mha.save("mha.safetensors")                         # safetensors, state_dict names
 
-Every library failure raises attn.AttnError carrying the library's message.
+Every library failure raises attn.AttnError carrying the library's message;
+an argument of the wrong kind (a float for an integer, bytes for a str)
+raises TypeError, one out of range (a negative count, a token id past
+int32) ValueError, each naming the argument and the value.
+
+Threads: an object (a module, a LanguageModel and its caches, a Tokenizer)
+runs one call at a time: calls on the same object from several threads
+wait for each other (a lock per object), calls on different objects run in
+parallel (the library runs without the GIL).
 
 attn.torch (imported on first use, and only then needs torch) is the PyTorch
 binding: scaled_dot_product_attention, flash_attn_func, patch().

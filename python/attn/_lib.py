@@ -12,8 +12,11 @@ ImportError when no library fits.
 import ctypes
 import ctypes.util
 import os
+import threading
 from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_float, c_int, c_size_t,
                     c_uint64, c_void_p)
+
+from ._args import as_index
 
 # attn.h's ATTN_ABI_VERSION that the structures below mirror.
 ABI_VERSION = 4
@@ -188,9 +191,17 @@ def status_name(status):
 
 
 class Context:
-    """An attn_ctx: thread count and the last error message."""
+    """An attn_ctx: thread count and the last error message.
+
+    A ctx runs one call at a time, and its last error belongs to the call
+    that failed, so every call on the ctx, or on an object made with it,
+    runs holding .lock, the error message read before it is let go. ctypes
+    lets the GIL go around each C call: objects with other contexts run in
+    parallel."""
 
     def __init__(self, num_threads=1):
+        num_threads = as_index("num_threads", num_threads, 1)
+        self.lock = threading.RLock()
         handle = c_void_p()
         status = lib.attn_ctx_new(CtxConfig(num_threads=num_threads), ctypes.byref(handle))
         if status != 0:
@@ -212,4 +223,9 @@ class Context:
 
 
 def encode_path(path):
-    return os.fsencode(path)
+    """path (str, bytes or os.PathLike) as the bytes C opens; a NUL inside
+    would cut the path short in C, so it is refused, as open() refuses it."""
+    data = os.fsencode(path)
+    if b"\0" in data:
+        raise ValueError(f"path: embedded NUL character in {path!r}")
+    return data

@@ -33,6 +33,7 @@ from ctypes import (POINTER, Structure, c_bool, c_double, c_float, c_int, c_int3
 import numpy as np
 
 from . import _lib
+from ._args import INT64_MAX, as_index, as_number
 from ._lib import AttnError, CtxConfig, lib, status_name
 
 __all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_backward",
@@ -110,8 +111,7 @@ class _Ctx:
     """An attn_ctx with a thread count and kernels, freed with the object."""
 
     def __init__(self, num_threads, kernels):
-        if not isinstance(num_threads, (int, np.integer)) or num_threads < 1:
-            raise ValueError(f"num_threads: expected a positive integer, got {num_threads!r}")
+        num_threads = as_index("num_threads", num_threads, 1)
         if kernels not in KERNELS:
             raise ValueError(f"kernels: expected one of {', '.join(KERNELS)}, got {kernels!r}")
         self.handle = c_void_p()
@@ -249,21 +249,26 @@ class _Problem:
             self.out_shape = (B, H, T, Dv)
             self.lse_shape = (B, H, T)
             c.out_strides[:] = [H * T * Dv, Dv, T * Dv]
-        c.scale = 0.0 if scale is None else float(scale)
+        # the library checks the ranges; here only what ctypes would wrap or
+        # truncate (a float offset, an integer past long long)
+        c.scale = 0.0 if scale is None else as_number("scale", scale, finite=False)
         c.causal = bool(causal)
-        c.dropout = float(dropout_p)
+        c.dropout = as_number("dropout_p", dropout_p, finite=False)
         if q_offset is not None:
             c.align = ALIGN_OFFSET
-            c.q_offset = int(q_offset)
+            c.q_offset = as_index("q_offset", q_offset, -INT64_MAX - 1, INT64_MAX)
         elif align in ALIGN:
             c.align = ALIGN[align]
         else:
             raise ValueError(f"align: expected 'bottom-right' or 'top-left' (or q_offset=N), "
                              f"got {align!r}")
         if window is not None:
-            left, right = window
-            c.window, c.window_left, c.window_right = True, int(left), int(right)
-        c.softcap = float(softcap)
+            if len(window) != 2:
+                raise ValueError(f"window: expected (left, right), got {window!r}")
+            c.window = True
+            c.window_left = as_index("window[0]", window[0], -INT64_MAX - 1, INT64_MAX)
+            c.window_right = as_index("window[1]", window[1], -INT64_MAX - 1, INT64_MAX)
+        c.softcap = as_number("softcap", softcap, finite=False)
         self.alibi = _per_head("alibi_slopes", alibi_slopes, H)
         self.sinks = _per_head("sinks", sinks, H)
         c.alibi_slopes = _ptr(self.alibi)
@@ -275,9 +280,7 @@ def _seed_for(dropout_p, seed):
     if dropout_p and seed is None:
         raise ValueError("dropout_p > 0 needs a seed (the Philox key of the mask): the forward "
                          "and the backward draw the same mask from the same seed")
-    if seed is not None and (not isinstance(seed, (int, np.integer)) or not 0 <= seed < 2**64):
-        raise ValueError(f"seed: expected an integer in [0, 2**64), got {seed!r}")
-    return None if seed is None else int(seed)
+    return None if seed is None else as_index("seed", seed, 0, 2**64 - 1)
 
 
 def _forward(p, ctx, seed):

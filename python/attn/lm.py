@@ -18,12 +18,14 @@ or a GPT-2 file's shapes give it.
 """
 import ctypes
 from collections import OrderedDict
+from collections.abc import Mapping
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_double, c_int, c_int32, c_size_t,
                     c_void_p)
 
 import numpy as np
 
 from . import modules as _modules
+from ._args import SIZE_MAX, as_choice, as_ids, as_index, as_number
 from ._lib import F32P, AttnError, Context, Param, encode_path, lib
 
 I32P = POINTER(c_int32)
@@ -108,33 +110,63 @@ for _name, (_restype, *_argtypes) in _SIGNATURES.items():
         _fn.argtypes = _argtypes
 
 
+_REQUIRED = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers")
+_ROPE_FREQ = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
+
+
+def _flag(name, value):
+    """A bool field: True/False (or 0/1), not any truthy value ("false" is
+    a str, not False)."""
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer))
+                                               and value in (0, 1)):
+        return bool(value)
+    raise TypeError(f"{name}: expected True or False, got {value!r}")
+
+
 def config_struct(cfg):
     """An attn_lm_config from the book's cfg dict (Llama 3 when it has
     hidden_dim, n_kv_groups or rope_base; "arch" may say "gpt2" or "llama3")."""
+    if not isinstance(cfg, Mapping):
+        raise TypeError(f"config: expected a dict of the book's cfg keys (or a JSON path), "
+                        f"got {type(cfg).__name__}")
+    missing = [k for k in _REQUIRED if k not in cfg]
+    if missing:
+        raise ValueError(f"config: missing key(s) {', '.join(missing)}; the book's cfg needs "
+                         f"{', '.join(_REQUIRED)}")
     llama = any(k in cfg for k in ("hidden_dim", "n_kv_groups", "rope_base"))
-    arch = cfg.get("arch", "llama3" if llama else "gpt2")
-    if arch not in ARCHS:
-        raise ValueError(f"config: arch must be one of {', '.join(ARCHS)}, got {arch!r}")
-    dtype = cfg.get("weights_dtype", "f32")
-    if dtype not in WEIGHTS_DTYPES:
-        raise ValueError(f"config: weights_dtype must be one of {', '.join(WEIGHTS_DTYPES)}, "
-                         f"got {dtype!r}")
-    c = LmConfig(arch=ARCHS[arch], vocab_size=int(cfg["vocab_size"]),
-                 context_length=int(cfg["context_length"]), emb_dim=int(cfg["emb_dim"]),
-                 n_heads=int(cfg["n_heads"]), n_layers=int(cfg["n_layers"]),
-                 n_kv_groups=int(cfg.get("n_kv_groups", 0)),
-                 hidden_dim=int(cfg.get("hidden_dim", 0)),
-                 qkv_bias=bool(cfg.get("qkv_bias", False)),
-                 tie_embeddings=bool(cfg.get("tie_embeddings", False)),
-                 norm_eps=float(cfg.get("norm_eps", 0.0)),
-                 rope_base=float(cfg.get("rope_base", 0.0)),
+    arch = as_choice("config['arch']", cfg.get("arch", "llama3" if llama else "gpt2"), ARCHS)
+    dtype = as_choice("config['weights_dtype']", cfg.get("weights_dtype", "f32"),
+                      WEIGHTS_DTYPES)
+
+    def size(key, default=None, where=cfg, prefix="config"):
+        value = where[key] if default is None else where.get(key, default)
+        return as_index(f"{prefix}['{key}']", value, 0, SIZE_MAX)
+
+    def number(key, where=cfg, prefix="config"):
+        return as_number(f"{prefix}['{key}']", where.get(key, 0.0), 0.0)
+
+    c = LmConfig(arch=ARCHS[arch], vocab_size=size("vocab_size"),
+                 context_length=size("context_length"), emb_dim=size("emb_dim"),
+                 n_heads=size("n_heads"), n_layers=size("n_layers"),
+                 n_kv_groups=size("n_kv_groups", 0), hidden_dim=size("hidden_dim", 0),
+                 qkv_bias=_flag("config['qkv_bias']", cfg.get("qkv_bias", False)),
+                 tie_embeddings=_flag("config['tie_embeddings']",
+                                      cfg.get("tie_embeddings", False)),
+                 norm_eps=number("norm_eps"), rope_base=number("rope_base"),
                  weights_dtype=WEIGHTS_DTYPES[dtype])
     freq = cfg.get("rope_freq")
     if freq:
-        c.rope_factor = float(freq["factor"])
-        c.rope_low_freq_factor = float(freq["low_freq_factor"])
-        c.rope_high_freq_factor = float(freq["high_freq_factor"])
-        c.rope_original_context_length = int(freq["original_context_length"])
+        if not isinstance(freq, Mapping):
+            raise TypeError(f"config['rope_freq']: expected a dict, got {type(freq).__name__}")
+        missing = [k for k in _ROPE_FREQ if k not in freq]
+        if missing:
+            raise ValueError(f"config['rope_freq']: missing key(s) {', '.join(missing)}; it "
+                             f"needs {', '.join(_ROPE_FREQ)}")
+        rf = "config['rope_freq']"
+        c.rope_factor = number("factor", freq, rf)
+        c.rope_low_freq_factor = number("low_freq_factor", freq, rf)
+        c.rope_high_freq_factor = number("high_freq_factor", freq, rf)
+        c.rope_original_context_length = size("original_context_length", None, freq, rf)
     return c
 
 
@@ -161,18 +193,24 @@ def _kv_dtype_name(number):
 
 
 class KVCache:
-    """An attn_kv_cache made by LanguageModel.new_cache."""
+    """An attn_kv_cache made by LanguageModel.new_cache.
+
+    Threads: the cache shares its model's context and lock, so calls on the
+    cache and on the model run one at a time; share it between threads
+    freely, knowing that the calls then interleave in an unspecified order."""
 
     def __init__(self, handle, ctx):
         self._handle = handle
         self._ctx = ctx
+        self._lock = ctx.lock
 
     @property
     def handle(self):
         return self._handle
 
     def config(self):
-        c = lib.attn_kv_cache_get_config(self._handle)
+        with self._lock:
+            c = lib.attn_kv_cache_get_config(self._handle)
         return {"num_layers": c.num_layers, "batch": c.batch, "kv_heads": c.kv_heads,
                 "head_dim": c.head_dim, "max_len": c.max_len,
                 "layout": "paged" if c.layout == 1 else "contiguous",
@@ -180,22 +218,28 @@ class KVCache:
                 "k_dtype": _kv_dtype_name(c.k_dtype), "v_dtype": _kv_dtype_name(c.v_dtype)}
 
     def length(self, seq=0, layer=0):
+        seq, layer = as_index("seq", seq, 0, SIZE_MAX), as_index("layer", layer, 0, SIZE_MAX)
         n = c_size_t()
-        self._ctx.check(lib.attn_kv_cache_length(self._handle, layer, seq, ctypes.byref(n)))
+        with self._lock:
+            self._ctx.check(lib.attn_kv_cache_length(self._handle, layer, seq, ctypes.byref(n)))
         return n.value
 
     def reset(self, seq=None):
-        if seq is None:
-            self._ctx.check(lib.attn_kv_cache_reset(self._handle))
-        else:
-            self._ctx.check(lib.attn_kv_cache_reset_sequence(self._handle, seq))
+        with self._lock:
+            if seq is None:
+                self._ctx.check(lib.attn_kv_cache_reset(self._handle))
+            else:
+                self._ctx.check(lib.attn_kv_cache_reset_sequence(
+                    self._handle, as_index("seq", seq, 0, SIZE_MAX)))
 
     def nbytes(self):
-        return lib.attn_kv_cache_bytes(self._handle)
+        with self._lock:
+            return lib.attn_kv_cache_bytes(self._handle)
 
     def token_bytes(self):
         """Bytes one token of one sequence takes: all layers, K and V, scales included."""
-        return lib.attn_kv_cache_token_bytes(self._handle)
+        with self._lock:
+            return lib.attn_kv_cache_token_bytes(self._handle)
 
     def __del__(self):
         if getattr(self, "_handle", None):
@@ -203,19 +247,48 @@ class KVCache:
             self._handle = None
 
 
+class _TokenCallback:
+    """on_token as the C callback: the rule is that returning False (or
+    any false value but None) stops, None continues; an exception stops the
+    run and is kept, to be raised once attn_lm_generate has returned (an
+    exception cannot cross the C frames, and ctypes would print it and
+    return 0, a silent stop)."""
+
+    def __init__(self, on_token):
+        self.on_token = on_token
+        self.error = None
+        self.c_function = TOKEN_FN(self._call)
+
+    def _call(self, _user, token):
+        try:
+            result = self.on_token(int(token))
+        except BaseException as err:  # KeyboardInterrupt too: it stops the run
+            self.error = err
+            return False
+        return result is None or bool(result)
+
+
 class LanguageModel:
-    """The book's GPTModel or Llama3Model (inference), over libattn."""
+    """The book's GPTModel or Llama3Model (inference), over libattn.
+
+    Threads: one model runs one call at a time. Calls from several threads
+    on the same model (and on its caches) wait for each other, through a
+    lock the model holds; the C library lets the GIL go, so different
+    models run in parallel."""
 
     def __init__(self, config, seed=None, num_threads=None):
         """A model of config (the book's cfg dict) with weights drawn as the
         book's constructor draws them after torch.manual_seed(seed), or zeros
         when seed is None."""
-        self._ctx = Context(num_threads or _modules.get_num_threads())
+        cfg = config_struct(config)
+        if seed is not None:
+            seed = as_index("seed", seed, 0, 2**64 - 1)
+        self._ctx = Context(_modules.get_num_threads() if num_threads is None else num_threads)
+        self._lock = self._ctx.lock
         self._handle = c_void_p()
         rng = None
         if seed is not None:
             rng = _modules._Generator(seed)
-        cfg = config_struct(config)
         self._ctx.check(lib.attn_lm_new(self._ctx.handle, ctypes.byref(cfg),
                                         rng.handle if rng else None,
                                         ctypes.byref(self._handle)))
@@ -229,19 +302,21 @@ class LanguageModel:
         if weights_dtype is not None and weights_dtype not in WEIGHTS_DTYPES:
             raise ValueError(f"load: weights_dtype must be one of {', '.join(WEIGHTS_DTYPES)}, "
                              f"got {weights_dtype!r}")
-        self = cls.__new__(cls)
-        self._ctx = Context(num_threads or _modules.get_num_threads())
-        self._handle = c_void_p()
         cfg_struct, cfg_path = None, None
-        if isinstance(config, dict):
+        if isinstance(config, Mapping):
             cfg_struct = ctypes.byref(config_struct(config))
         elif config is not None:
             cfg_path = encode_path(config)
+        path = encode_path(path)
+        self = cls.__new__(cls)
+        self._ctx = Context(_modules.get_num_threads() if num_threads is None else num_threads)
+        self._lock = self._ctx.lock
+        self._handle = c_void_p()
         if weights_dtype is None:
-            self._ctx.check(lib.attn_lm_load(self._ctx.handle, encode_path(path), cfg_path,
+            self._ctx.check(lib.attn_lm_load(self._ctx.handle, path, cfg_path,
                                              cfg_struct, ctypes.byref(self._handle)))
         else:
-            self._ctx.check(lib.attn_lm_load_as(self._ctx.handle, encode_path(path), cfg_path,
+            self._ctx.check(lib.attn_lm_load_as(self._ctx.handle, path, cfg_path,
                                                 cfg_struct, WEIGHTS_DTYPES[weights_dtype],
                                                 ctypes.byref(self._handle)))
         return self
@@ -253,19 +328,27 @@ class LanguageModel:
 
     @property
     def config(self):
-        return config_dict(lib.attn_lm_get_config(self._handle))
+        with self._lock:
+            return config_dict(lib.attn_lm_get_config(self._handle))
 
     @property
     def weight_bytes(self):
         """Bytes the parameters take in memory."""
-        return lib.attn_lm_weight_bytes(self._handle)
+        with self._lock:
+            return lib.attn_lm_weight_bytes(self._handle)
 
     def save(self, path):
         """The book's state_dict names, float32 safetensors (16-bit weights
         widened, exactly)."""
-        self._ctx.check(lib.attn_lm_save(self._handle, encode_path(path)))
+        path = encode_path(path)
+        with self._lock:
+            self._ctx.check(lib.attn_lm_save(self._handle, path))
 
     def state_dict(self):
+        with self._lock:
+            return self._state_dict()
+
+    def _state_dict(self):
         out = OrderedDict()
         for i in range(lib.attn_lm_param_count(self._handle)):
             p = Param()
@@ -292,6 +375,9 @@ class LanguageModel:
                   k_dtype=None, v_dtype=None):
         """A KV cache for this model: dtype (or k_dtype and v_dtype apart) is how it
         stores K and V: "f32", "bf16", "f16", "fp8" (e4m3), "int8" or "int4"."""
+        batch = as_index("batch", batch, 0, SIZE_MAX)
+        max_len = as_index("max_len", max_len, 0, SIZE_MAX)
+        page_size = as_index("page_size", page_size, 0, SIZE_MAX)
         if layout not in LAYOUTS:
             raise ValueError(f"new_cache: layout must be one of {', '.join(LAYOUTS)}, "
                              f"got {layout!r}")
@@ -300,44 +386,51 @@ class LanguageModel:
                 raise ValueError(f"new_cache: {name} must be one of {', '.join(KV_DTYPES)}, "
                                  f"got {value!r}")
         cfg = KvCacheConfig()
-        self._ctx.check(lib.attn_lm_cache_config(self._handle, batch, max_len, ctypes.byref(cfg)))
-        cfg.layout, cfg.page_size = LAYOUTS[layout], page_size
-        cfg.k_dtype = KV_DTYPES[k_dtype if k_dtype is not None else dtype]
-        cfg.v_dtype = KV_DTYPES[v_dtype if v_dtype is not None else dtype]
         handle = c_void_p()
-        self._ctx.check(lib.attn_kv_cache_new(self._ctx.handle, ctypes.byref(cfg),
-                                              ctypes.byref(handle)))
+        with self._lock:
+            self._ctx.check(lib.attn_lm_cache_config(self._handle, batch, max_len,
+                                                     ctypes.byref(cfg)))
+            cfg.layout, cfg.page_size = LAYOUTS[layout], page_size
+            cfg.k_dtype = KV_DTYPES[k_dtype if k_dtype is not None else dtype]
+            cfg.v_dtype = KV_DTYPES[v_dtype if v_dtype is not None else dtype]
+            self._ctx.check(lib.attn_kv_cache_new(self._ctx.handle, ctypes.byref(cfg),
+                                                  ctypes.byref(handle)))
         return KVCache(handle, self._ctx)
 
     def forward(self, ids, cache=None, last_only=False):
         """Logits of ids: a (batch, n) int array -> (batch, n, vocab), or with
         last_only (batch, vocab); a list of 1-D arrays (a ragged batch) -> a
-        list of (n_i, vocab) arrays, or with last_only (batch, vocab)."""
-        vocab = lib.attn_lm_get_config(self._handle).vocab_size
+        list of (n_i, vocab) arrays, or with last_only (batch, vocab).
+        Ids are integers in [0, vocab_size): others raise (ValueError past
+        int32, TypeError for floats, AttnError for the rest)."""
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache: expected a KVCache (LanguageModel.new_cache), got "
+                            f"{type(cache).__name__}")
         ragged = isinstance(ids, (list, tuple))
         if ragged:
-            seqs = [np.ascontiguousarray(s, dtype=np.int32).reshape(-1) for s in ids]
+            # each sequence 1-D (a bare id: a sequence of one)
+            seqs = [as_ids(f"ids[{i}]", [s] if np.ndim(s) == 0 else s)
+                    for i, s in enumerate(ids)]
             lens = np.array([len(s) for s in seqs], dtype=np.uintp)
             tokens = np.ascontiguousarray(np.concatenate(seqs) if seqs else
                                           np.zeros(0, np.int32), dtype=np.int32)
             batch, rows = len(seqs), int(lens.sum())
         else:
-            arr = np.asarray(ids)
-            if arr.ndim == 1:
-                arr = arr[None, :]
-            if arr.ndim != 2:
-                raise ValueError(f"forward: ids must be (batch, n), got shape {arr.shape}")
-            tokens = np.ascontiguousarray(arr, dtype=np.int32)
+            tokens = as_ids("ids", ids, ndim=2 if np.ndim(ids) != 1 else 1)
+            if tokens.ndim == 1:
+                tokens = tokens[None, :]
             batch, n = tokens.shape
             lens, rows = None, batch * n
-        out_rows = batch if last_only else rows
-        logits = np.empty((max(out_rows, 0), vocab), dtype=np.float32)
-        args = ForwardArgs(cache=cache.handle if cache is not None else None,
-                           tokens=tokens.ctypes.data_as(I32P), batch=batch,
-                           lens=lens.ctypes.data_as(SIZEP) if lens is not None else None,
-                           tokens_per_seq=0 if ragged else tokens.shape[1],
-                           last_only=bool(last_only), logits=logits.ctypes.data_as(F32P))
-        self._ctx.check(lib.attn_lm_forward(self._handle, ctypes.byref(args)))
+        with self._lock:
+            vocab = lib.attn_lm_get_config(self._handle).vocab_size
+            out_rows = batch if last_only else rows
+            logits = np.empty((max(out_rows, 0), vocab), dtype=np.float32)
+            args = ForwardArgs(cache=cache.handle if cache is not None else None,
+                               tokens=tokens.ctypes.data_as(I32P), batch=batch,
+                               lens=lens.ctypes.data_as(SIZEP) if lens is not None else None,
+                               tokens_per_seq=0 if ragged else tokens.shape[1],
+                               last_only=bool(last_only), logits=logits.ctypes.data_as(F32P))
+            self._ctx.check(lib.attn_lm_forward(self._handle, ctypes.byref(args)))
         if last_only:
             return logits
         if ragged:
@@ -346,32 +439,59 @@ class LanguageModel:
 
     def generate(self, ids, max_new_tokens, temperature=0.0, top_k=0, top_p=0.0, seed=None,
                  stop_tokens=(), cache="contiguous", page_size=16, on_token=None):
-        """New token ids after the prompt ids (1-D): the book's generate with
-        its KV cache (cache "contiguous" or "paged", or a KVCache to reuse).
-        seed: the sampling generator's (torch.manual_seed), needed when
-        temperature > 0. on_token(id) -> bool, when given, is called per
-        token; returning False stops."""
-        prompt = np.ascontiguousarray(np.asarray(ids).reshape(-1), dtype=np.int32)
-        stops = np.ascontiguousarray(np.asarray(stop_tokens, dtype=np.int32).reshape(-1))
-        out = np.zeros(max(int(max_new_tokens), 1), dtype=np.int32)
+        """New token ids after the prompt ids (a 1-D sequence of ints): the
+        book's generate with its KV cache (cache "contiguous" or "paged", or
+        a KVCache to reuse). seed: the sampling generator's
+        (torch.manual_seed), needed when temperature > 0.
+
+        on_token(id), when given, is called with each new token as it is
+        chosen. Return False to stop there; None (no return) or True goes
+        on. An exception raised in on_token stops the generation and is
+        raised again, with its traceback, once the call returns.
+
+        Ids, stop_tokens, max_new_tokens, top_k, page_size and seed are
+        integers (TypeError for floats and bools, ValueError when negative
+        or past int32 for ids)."""
+        prompt = as_ids("ids", ids)
+        stops = as_ids("stop_tokens", stop_tokens)
+        max_new_tokens = as_index("max_new_tokens", max_new_tokens)
+        top_k = as_index("top_k", top_k, 0, SIZE_MAX)
+        page_size = as_index("page_size", page_size, 0, SIZE_MAX)
+        temperature = as_number("temperature", temperature, 0.0)
+        top_p = as_number("top_p", top_p, 0.0, 1.0)
+        if seed is not None:
+            seed = as_index("seed", seed, 0, 2**64 - 1)
+        if on_token is not None and not callable(on_token):
+            raise TypeError(f"on_token: expected a callable, got {type(on_token).__name__}")
+        if not isinstance(cache, (KVCache, str)):
+            raise TypeError(f"cache: expected 'contiguous', 'paged' or a KVCache, got "
+                            f"{type(cache).__name__}")
+        callback = _TokenCallback(on_token) if on_token is not None else None
         count = c_size_t()
         rng = _modules._Generator(seed if seed is not None else 0) if temperature > 0 else None
-        if isinstance(cache, KVCache):
-            kv = cache
-        else:
-            kv = self.new_cache(1, min(len(prompt) + int(max_new_tokens),
-                                       self.config["context_length"]), cache, page_size)
-        callback = TOKEN_FN(lambda _user, token: bool(on_token(int(token)))) if on_token \
-            else TOKEN_FN()
-        args = GenerateArgs(prompt=prompt.ctypes.data_as(I32P), prompt_len=len(prompt),
-                            max_new_tokens=int(max_new_tokens),
-                            sampling=Sampling(float(temperature), int(top_k), float(top_p)),
-                            rng=rng.handle if rng else None,
-                            stop_tokens=stops.ctypes.data_as(I32P) if len(stops) else None,
-                            num_stop_tokens=len(stops), cache=kv.handle, on_token=callback,
-                            user=None, out=out.ctypes.data_as(I32P),
-                            count=ctypes.pointer(count))
-        self._ctx.check(lib.attn_lm_generate(self._handle, ctypes.byref(args)))
+        with self._lock:
+            context_length = lib.attn_lm_get_config(self._handle).context_length
+            # the library refuses, before writing any, more new tokens than
+            # the context holds; out holds what it can write
+            out = np.zeros(max(1, min(max_new_tokens, context_length)), dtype=np.int32)
+            if isinstance(cache, KVCache):
+                kv = cache
+            else:
+                kv = self.new_cache(1, min(len(prompt) + max_new_tokens, context_length),
+                                    cache, page_size)
+            args = GenerateArgs(prompt=prompt.ctypes.data_as(I32P), prompt_len=len(prompt),
+                                max_new_tokens=max_new_tokens,
+                                sampling=Sampling(temperature, top_k, top_p),
+                                rng=rng.handle if rng else None,
+                                stop_tokens=stops.ctypes.data_as(I32P) if len(stops) else None,
+                                num_stop_tokens=len(stops), cache=kv.handle,
+                                on_token=callback.c_function if callback else TOKEN_FN(),
+                                user=None, out=out.ctypes.data_as(I32P),
+                                count=ctypes.pointer(count))
+            status = lib.attn_lm_generate(self._handle, ctypes.byref(args))
+            if callback is not None and callback.error is not None:
+                raise callback.error
+            self._ctx.check(status)
         return out[:count.value].copy()
 
 

@@ -1,15 +1,21 @@
 """The seeds' seven attention modules and the book's three chapter-4 ones
 (GroupedQueryAttention, MultiHeadLatentAttention, MultiHeadAttentionWithSWA)
 with PyTorch-like constructors, and the default generator (torch.manual_seed
-and friends)."""
+and friends).
+
+Threads: a module runs one call at a time; calls from several threads on
+the same module wait for each other (a lock per module), and so do draws
+from the default generator (construction, dropout, rand, manual_seed).
+Different modules run in parallel: the C library lets the GIL go."""
 import ctypes
-import math
+import functools
 import os
 from collections import OrderedDict
 
 import numpy as np
 
 from . import _lib
+from ._args import SIZE_MAX, as_index, as_number
 from ._lib import F32P, AttnError, Context, ModuleConfig, Param, encode_path, lib
 
 _MASKS = {"neg-inf": 0, "renormalize": 1, "none": 2}
@@ -21,7 +27,9 @@ class _Generator:
     """PyTorch's default CPU generator: seeds construction and dropout."""
 
     def __init__(self, seed):
+        seed = as_index("seed", seed, 0, 2**64 - 1)
         self.ctx = Context()
+        self.lock = self.ctx.lock
         self.handle = ctypes.c_void_p()
         self.ctx.check(lib.attn_rng_new(self.ctx.handle, seed, ctypes.byref(self.handle)))
 
@@ -38,9 +46,9 @@ default_generator = _Generator(67280421310721)
 def manual_seed(seed):
     """torch.manual_seed(seed): module weights and dropout masks drawn after it
     equal PyTorch's."""
-    if not isinstance(seed, (int, np.integer)) or seed < 0 or seed >= 2**64:
-        raise ValueError(f"manual_seed: expected an integer in [0, 2**64), got {seed!r}")
-    default_generator.ctx.check(lib.attn_rng_manual_seed(default_generator.handle, int(seed)))
+    seed = as_index("manual_seed: seed", seed, 0, 2**64 - 1)
+    with default_generator.lock:
+        default_generator.ctx.check(lib.attn_rng_manual_seed(default_generator.handle, seed))
 
 
 def set_bernoulli(method):
@@ -49,16 +57,15 @@ def set_bernoulli(method):
     ("philox", see attn.h)."""
     if method not in _BERNOULLI:
         raise ValueError(f"set_bernoulli: expected one of {', '.join(_BERNOULLI)}, got {method!r}")
-    default_generator.ctx.check(
-        lib.attn_rng_set_bernoulli_method(default_generator.handle, _BERNOULLI[method]))
+    with default_generator.lock:
+        default_generator.ctx.check(
+            lib.attn_rng_set_bernoulli_method(default_generator.handle, _BERNOULLI[method]))
 
 
 def set_num_threads(n):
     """Threads used by modules created from now on (torch.set_num_threads)."""
     global _num_threads
-    if not isinstance(n, int) or n < 1:
-        raise ValueError(f"set_num_threads: expected a positive integer, got {n!r}")
-    _num_threads = n
+    _num_threads = as_index("set_num_threads: n", n, 1)
 
 
 def get_num_threads():
@@ -67,8 +74,11 @@ def get_num_threads():
 
 def _draw(fn, size):
     shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+    shape = tuple(as_index(f"size[{i}]", n) for i, n in enumerate(shape))
     out = np.empty(shape, dtype=np.float32)
-    default_generator.ctx.check(fn(default_generator.handle, out.ctypes.data_as(F32P), out.size))
+    with default_generator.lock:
+        default_generator.ctx.check(fn(default_generator.handle, out.ctypes.data_as(F32P),
+                                       out.size))
     return out
 
 
@@ -86,9 +96,17 @@ def randn(*size):
 def _scale(scale):
     if scale is None:
         return 0.0
-    if not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale: expected a positive finite number, got {scale!r}")
-    return float(scale)
+    return as_number("scale", scale, 0.0, lo_open=True)
+
+
+def _locked(method):
+    """method run holding the module's lock: one call at a time per module
+    (its ctx, its last forward and its gradients are the module's own)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return run
 
 
 def _mask(mask):
@@ -108,14 +126,29 @@ class Module:
         """Builds the module through attn_module_new from the fields of
         attn_module_config its kind takes; weights come from the default
         generator."""
+        checked = {}
+        for name, value in fields.items():
+            if name == "dropout":
+                checked[name] = as_number("dropout", value, 0.0, 1.0)
+            elif name == "qkv_bias":
+                if not (isinstance(value, (bool, np.bool_)) or (
+                        isinstance(value, (int, np.integer)) and value in (0, 1))):
+                    raise TypeError(f"qkv_bias: expected True or False, got {value!r}")
+                checked[name] = bool(value)
+            elif name in ("scale", "mask"):
+                checked[name] = value  # _scale and _mask checked them
+            else:
+                checked[name] = as_index(name, value, 0, SIZE_MAX)
         self._ctx = Context(_num_threads)
+        self._lock = self._ctx.lock
         kind = ctypes.c_int()
         self._ctx.check(lib.attn_module_kind_from_name(self._ctx.handle, self._kind.encode(),
                                                        ctypes.byref(kind)))
         handle = ctypes.c_void_p()
-        self._ctx.check(lib.attn_module_new(self._ctx.handle, kind.value,
-                                            ctypes.byref(ModuleConfig(**fields)),
-                                            default_generator.handle, ctypes.byref(handle)))
+        with default_generator.lock:
+            self._ctx.check(lib.attn_module_new(self._ctx.handle, kind.value,
+                                                ctypes.byref(ModuleConfig(**checked)),
+                                                default_generator.handle, ctypes.byref(handle)))
         self._module = handle
         self._last_shape = None
 
@@ -137,6 +170,7 @@ class Module:
     def training(self):
         return bool(lib.attn_module_training(self._module))
 
+    @_locked
     def train(self, mode=True):
         """module.train(): dropout draws from the default generator."""
         self._ctx.check(lib.attn_module_set_training(self._module, bool(mode)))
@@ -158,12 +192,19 @@ class Module:
         if x.ndim not in (2, 3):
             raise ValueError(f"{type(self).__name__}: expected x of shape (B, T, d_in) or "
                              f"(T, d_in), got {x.shape}")
+        if x.shape[-1] != self.d_in:
+            # the library knows rows only by d_in: a wider x would be misread
+            raise ValueError(f"{type(self).__name__}: x has {x.shape[-1]} features in its last "
+                             f"dimension (shape {x.shape}), the module's d_in is {self.d_in}")
         batch, tokens = (x.shape[0], x.shape[1]) if x.ndim == 3 else (1, x.shape[0])
         y = np.empty((batch, tokens, self.d_out), dtype=np.float32)
-        self._ctx.check(lib.attn_module_forward(self._module, x.ctypes.data_as(F32P), batch,
-                                                tokens, y.ctypes.data_as(F32P),
-                                                default_generator.handle))
-        self._last_shape = x.shape
+        # dropout draws from the default generator: its lock too, taken
+        # after the module's (the order every caller keeps)
+        with self._lock, default_generator.lock:
+            self._ctx.check(lib.attn_module_forward(self._module, x.ctypes.data_as(F32P), batch,
+                                                    tokens, y.ctypes.data_as(F32P),
+                                                    default_generator.handle))
+            self._last_shape = x.shape
         return y if x.ndim == 3 else y[0]
 
     __call__ = forward
@@ -172,9 +213,12 @@ class Module:
         if not _lib.has("attn_module_backward"):
             raise NotImplementedError(f"{what}: this libattn ({_lib.path}) has no backward")
 
+    @_locked
     def backward(self, dy):
         """The backward of the last forward: dy = dL/dy of y's shape; returns
-        dL/dx and adds every parameter's dL/dW to its gradient (grads())."""
+        dL/dx and adds every parameter's dL/dW to its gradient (grads()).
+        With threads: the last forward is the module's, whichever thread ran
+        it, so run a forward and its backward in one thread."""
         self._need_training("backward")
         if self._last_shape is None:
             raise RuntimeError(f"{type(self).__name__}.backward: no forward to differentiate")
@@ -190,10 +234,12 @@ class Module:
                                                  tokens, dx.ctypes.data_as(F32P)))
         return dx
 
+    @_locked
     def zero_grad(self):
         self._need_training("zero_grad")
         self._ctx.check(lib.attn_module_zero_grad(self._module))
 
+    @_locked
     def set_grad_enabled(self, enabled):
         self._need_training("set_grad_enabled")
         self._ctx.check(lib.attn_module_set_grad_enabled(self._module, bool(enabled)))
@@ -210,6 +256,7 @@ class Module:
         shape = tuple(p.shape[:p.ndim])
         return np.ctypeslib.as_array(ptr, shape=shape)
 
+    @_locked
     def state_dict(self):
         """name -> a float32 copy, in PyTorch's order: the parameters and the
         seeds' causal-mask buffers ("mask", "heads.N.mask", GPT-2's "bias"),
@@ -235,12 +282,14 @@ class Module:
             mask = mask.reshape(1, 1, side, side)
         self._buffers = tuple((n, mask) for n in names)
 
+    @_locked
     def grads(self):
         """name -> a copy of the parameter's gradient (PyTorch's .grad)."""
         self._need_training("grads")
         return OrderedDict((p.name.decode(), self._view(p.grad, p).copy())
                            for p in self._params() if p.grad)
 
+    @_locked
     def load_state_dict(self, state_dict, strict=True):
         """Copies arrays into the parameters. strict: the keys must match
         exactly (else RuntimeError naming them, as PyTorch); shapes always
@@ -276,15 +325,21 @@ class Module:
         return self
 
     # ---- safetensors ----
+    @_locked
     def save(self, path):
         """Writes the parameters to a safetensors file under their state_dict
         names (what safetensors.torch.save_file(module.state_dict()) writes)."""
         self._ctx.check(lib.attn_safetensors_save_module(self._ctx.handle, self._module,
                                                          encode_path(path)))
 
+    @_locked
     def load(self, path, prefix=None):
         """Loads the parameters from a safetensors file: every parameter must be
         there with its shape, and nothing else (under prefix, when given)."""
+        if prefix is not None and not isinstance(prefix, str):
+            raise TypeError(f"load: prefix is a str, got {prefix!r}")
+        if prefix and "\0" in prefix:
+            raise ValueError(f"load: prefix must not hold a NUL character: {prefix!r}")
         self._ctx.check(lib.attn_safetensors_load_module(
             self._ctx.handle, self._module, encode_path(path),
             prefix.encode() if prefix else None))
@@ -371,17 +426,21 @@ class CausalSelfAttention(Module):
                     dropout=dropout, scale=_scale(scale))
         self._set_mask_buffers(["bias"], block_size, True)
 
+    @_locked
     def load_hf(self, path, layer=0):
         """Loads layer `layer`'s attention from a Hugging Face GPT-2
         model.safetensors (Conv1D weights transposed)."""
         self._ctx.check(lib.attn_gpt2_load_hf(self._ctx.handle, self._module,
-                                              encode_path(path), layer))
+                                              encode_path(path),
+                                              as_index("layer", layer, 0, SIZE_MAX)))
         return self
 
+    @_locked
     def save_hf(self, path, layer=0):
         """Writes the module as layer `layer` of a Hugging Face checkpoint."""
         self._ctx.check(lib.attn_gpt2_save_hf(self._ctx.handle, self._module,
-                                              encode_path(path), layer))
+                                              encode_path(path),
+                                              as_index("layer", layer, 0, SIZE_MAX)))
 
 
 def _positive(what, value):

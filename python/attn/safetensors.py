@@ -3,6 +3,7 @@ safetensors.numpy's save_file / load_file (F16, BF16 and F64 tensors load
 as float32)."""
 import ctypes
 from collections import OrderedDict
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -11,13 +12,35 @@ from ._lib import (F32P, MAX_DIMS, Context, MetadataEntry, NamedTensor, Safetens
 
 
 def save_file(tensors, path, metadata=None):
-    """Writes a dict name -> array (converted to float32) to path."""
+    """Writes a dict name -> array (converted to float32) to path. Names and
+    metadata keys are str; metadata values str (others are written as
+    str(value))."""
+    if not isinstance(tensors, Mapping):
+        raise TypeError(f"save_file: tensors must be a dict of name -> array, got "
+                        f"{type(tensors).__name__}")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise TypeError(f"save_file: metadata must be a dict of str -> str, got "
+                        f"{type(metadata).__name__}")
+    path = encode_path(path)
     ctx = Context()
     keep = []
     items = list(tensors.items())
+    # C reads names as NUL-terminated strings: a NUL inside would cut them
+    for what, names in (("tensor names", [n for n, _ in items]),
+                        ("metadata keys", list(metadata or {})),
+                        ("metadata values", [str(v) for v in (metadata or {}).values()])):
+        for name in names:
+            if not isinstance(name, str):
+                raise TypeError(f"save_file: {what} are str, got {name!r}")
+            if "\0" in name:
+                raise ValueError(f"save_file: {what} must not hold a NUL character: {name!r}")
     arr = (NamedTensor * max(1, len(items)))()
     for i, (name, value) in enumerate(items):
-        a = np.require(np.asarray(value, dtype=np.float32), requirements='C')
+        try:
+            a = np.require(np.asarray(value, dtype=np.float32), requirements='C')
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"save_file: tensor '{name}' is not an array of numbers "
+                            f"({err})") from None
         if a.ndim > MAX_DIMS:
             raise ValueError(f"save_file: tensor '{name}' has {a.ndim} dimensions, at most "
                              f"{MAX_DIMS}")
@@ -31,16 +54,17 @@ def save_file(tensors, path, metadata=None):
     marr = (MetadataEntry * max(1, len(meta)))()
     for i, (k, v) in enumerate(meta):
         marr[i].key, marr[i].value = str(k).encode(), str(v).encode()
-    ctx.check(lib.attn_safetensors_write(ctx.handle, encode_path(path), arr, len(items), marr,
+    ctx.check(lib.attn_safetensors_write(ctx.handle, path, arr, len(items), marr,
                                          len(meta)))
 
 
 def load_file(path, with_metadata=False):
     """Reads every tensor of path as a float32 array, in data order. With
     with_metadata, returns (tensors, metadata)."""
+    path = encode_path(path)
     ctx = Context()
     st = ctypes.c_void_p()
-    ctx.check(lib.attn_safetensors_open(ctx.handle, encode_path(path), ctypes.byref(st)))
+    ctx.check(lib.attn_safetensors_open(ctx.handle, path, ctypes.byref(st)))
     try:
         out = OrderedDict()
         for i in range(lib.attn_safetensors_count(st)):

@@ -12,6 +12,7 @@ encode(disallowed_special=())); special tokens come only by id.
 import ctypes
 from ctypes import POINTER, c_char_p, c_int, c_int32, c_size_t, c_void_p
 
+from ._args import as_ids, as_str
 from ._lib import AttnError, Context, encode_path, lib, status_name
 
 _SIGNATURES = {
@@ -34,12 +35,17 @@ _SHAPE = 3  # ATTN_ERR_SHAPE: the output did not fit; the count says how much to
 class Tokenizer:
     """A tokenizer loaded from path: a directory holding GPT-2's files
     (encoder.json + vocab.bpe or vocab.json + merges.txt, or tokenizer.model),
-    one of those files, or a tiktoken file."""
+    one of those files, or a tiktoken file.
+
+    Threads: one tokenizer encodes or decodes one text at a time; calls from
+    several threads on the same tokenizer wait for each other (a lock)."""
 
     def __init__(self, path):
+        path = encode_path(path)
         self._ctx = Context()
+        self._lock = self._ctx.lock
         handle = c_void_p()
-        self._ctx.check(lib.attn_tokenizer_load(self._ctx.handle, encode_path(path),
+        self._ctx.check(lib.attn_tokenizer_load(self._ctx.handle, path,
                                                 ctypes.byref(handle)), "attn_tokenizer_load")
         self._handle = handle
 
@@ -49,34 +55,49 @@ class Tokenizer:
 
     def encode_bytes(self, data):
         """The ids of bytes (which need not be valid UTF-8)."""
-        data = bytes(data)
+        if isinstance(data, str):
+            raise TypeError("encode_bytes: expected bytes (a bytes-like object), got str; "
+                            "encode(text) takes a str")
+        try:
+            data = bytes(data)
+        except TypeError:
+            raise TypeError(f"encode_bytes: expected bytes (a bytes-like object), got "
+                            f"{type(data).__name__}") from None
         count = c_size_t()
         capacity = len(data) + 1  # a token holds at least one byte
         ids = (c_int32 * capacity)()
-        status = lib.attn_tokenizer_encode(self._handle, data, len(data), ids, capacity,
-                                           ctypes.byref(count))
-        self._ctx.check(status, "attn_tokenizer_encode")
+        with self._lock:
+            status = lib.attn_tokenizer_encode(self._handle, data, len(data), ids, capacity,
+                                               ctypes.byref(count))
+            self._ctx.check(status, "attn_tokenizer_encode")
         return list(ids[:count.value])
 
     def encode(self, text):
-        """The ids of text (encoded as UTF-8)."""
-        return self.encode_bytes(text.encode("utf-8"))
+        """The ids of text (a str, encoded as UTF-8; bytes go to encode_bytes)."""
+        if isinstance(text, (bytes, bytearray, memoryview)):
+            raise TypeError(f"encode: expected a str, got {type(text).__name__}; "
+                            "encode_bytes(data) takes bytes")
+        return self.encode_bytes(as_str("encode", text).encode("utf-8"))
 
     def decode_bytes(self, ids):
-        """The bytes of ids."""
-        ids = list(ids)
-        array = (c_int32 * max(1, len(ids)))(*ids)
+        """The bytes of ids: integers (TypeError for floats, ValueError past
+        int32 or below 0, AttnError past the vocabulary)."""
+        if hasattr(ids, "__iter__") and not hasattr(ids, "__len__"):
+            ids = list(ids)  # a generator
+        ids = as_ids("ids", ids)
+        array = ids.ctypes.data_as(POINTER(c_int32))
         length = c_size_t()
         capacity = 16 * len(ids) + 1
-        for _ in range(2):
-            buf = ctypes.create_string_buffer(capacity)
-            status = lib.attn_tokenizer_decode(self._handle, array, len(ids), buf, capacity,
-                                               ctypes.byref(length))
-            if status == _SHAPE and length.value > capacity:
-                capacity = length.value
-                continue
-            self._ctx.check(status, "attn_tokenizer_decode")
-            return buf.raw[:length.value]
+        with self._lock:
+            for _ in range(2):
+                buf = ctypes.create_string_buffer(capacity)
+                status = lib.attn_tokenizer_decode(self._handle, array, len(ids), buf, capacity,
+                                                   ctypes.byref(length))
+                if status == _SHAPE and length.value > capacity:
+                    capacity = length.value
+                    continue
+                self._ctx.check(status, "attn_tokenizer_decode")
+                return buf.raw[:length.value]
         raise AttnError(status_name(_SHAPE), "attn_tokenizer_decode: the length changed")
 
     def decode(self, ids, errors="replace"):

@@ -35,18 +35,29 @@ torch.manual_seed makes it reproducible); the backward redraws the same mask
 from the (seed, offset) the forward recorded. The mask is not PyTorch's (its
 CPU math path draws a different stream): same distribution, other bits.
 
-Threads: torch.get_num_threads() at the time of the call.
+Threads: torch.get_num_threads() at the time of the call. Each Python
+thread has its own attn context, so calls from several threads run in
+parallel.
+
+Gradients: first derivatives only, as PyTorch's fused SDPA kernels. Under
+create_graph=True the gradients come out right, and differentiating them
+(a gradient penalty, double backward, MAML) raises a RuntimeError that
+says attn has no second derivative; run such a model on PyTorch's SDPA
+(unpatch(), or outside patched()). The tensors the backward reads (q, k,
+v, cu_seqlens, alibi_slopes) are saved for backward: changing one in place
+before backward() raises autograd's "modified by an inplace operation".
 """
 import ctypes
+import functools
 import math
 import threading
 from ctypes import POINTER, c_int, c_uint64, c_void_p
 
 import torch
 import torch.nn.functional as F
-from torch.autograd.function import once_differentiable
 
 from . import _lib
+from ._args import INT32_MAX, as_index, as_number
 from ._lib import DTYPE_BF16, DTYPE_F16, AttnError, CtxConfig, lib, status_name
 from .functional import BERNOULLI_PHILOX, KERNELS, SdpaConfig, SdpaDropout
 
@@ -212,6 +223,15 @@ class _Spec:
         self.window, self.softcap, self.alibi = window, softcap, alibi
         self.cu_q, self.cu_kv, self.max_q, self.max_kv = cu_q, cu_kv, max_q, max_kv
 
+    def with_tensors(self, cu_q, cu_kv, alibi):
+        """This spec reading the given cu_seqlens and alibi tensors (the
+        saved ones, in the backward)."""
+        other = _Spec(self.layout)
+        for name in self.__slots__:
+            setattr(other, name, getattr(self, name))
+        other.cu_q, other.cu_kv, other.alibi = cu_q, cu_kv, alibi
+        return other
+
 
 def _config(spec, q, k, v):
     """The attn_sdpa_config of q, k, v (and of the out _alloc_out gives)."""
@@ -305,13 +325,67 @@ def _like(t):
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
 
 
-class _Attention(torch.autograd.Function):
-    """out (and lse) = attn(q, k, v); the backward is attn_sdpa_backward."""
+_NOT_TWICE = ("attn.torch: the backward of attn's attention is not differentiable (attn has "
+              "no second derivative), so a graph through its gradients (create_graph=True: "
+              "gradient penalties, double backward) cannot be built; run that model on "
+              "PyTorch's SDPA (attn.torch.unpatch(), or outside patched())")
+
+
+class _NoSecondDerivative(torch.autograd.Function):
+    """The first n tensors (gradients attn computed), returned tied to the
+    rest (what they depend on: q, k, v, dout) through a node whose own
+    backward raises: differentiating them reaches it, from .backward() and
+    from autograd.grad(..., inputs) alike."""
 
     @staticmethod
-    def forward(ctx, q, k, v, spec, return_lse):
+    def forward(ctx, n, *tensors):
+        return tuple(t.clone() for t in tensors[:n])
+
+    @staticmethod
+    def backward(ctx, *grads):
+        raise RuntimeError(_NOT_TWICE)
+
+
+def _once_differentiable(backward):
+    """backward run without recording a graph. Under create_graph=True its
+    gradients depend on q, k, v (and dout), but attn has no second
+    derivative: they are returned tied to those through
+    _NoSecondDerivative, so a second derivative is an error, never a
+    silent zero. (torch's once_differentiable looks only at dout, which
+    out.sum() leaves constant, and would return constants.)"""
+    @functools.wraps(backward)
+    def run(ctx, *grads):
+        with torch.no_grad():
+            outputs = backward(ctx, *grads)
+        if not torch.is_grad_enabled():
+            return outputs
+        depends = [t for t in list(ctx.saved_tensors) + list(grads)
+                   if isinstance(t, torch.Tensor) and t.requires_grad]
+        if not depends:
+            return outputs
+        where = [i for i, t in enumerate(outputs) if isinstance(t, torch.Tensor)]
+        tied = _NoSecondDerivative.apply(len(where), *[outputs[i] for i in where], *depends)
+        if isinstance(tied, torch.Tensor):
+            tied = (tied,)
+        outputs = list(outputs)
+        for i, t in zip(where, tied):
+            outputs[i] = t
+        return tuple(outputs)
+    return run
+
+
+class _Attention(torch.autograd.Function):
+    """out (and lse) = attn(q, k, v); the backward is attn_sdpa_backward.
+
+    Every tensor the backward reads (q, k, v, out, lse and the spec's
+    cu_seqlens and alibi slopes) goes through save_for_backward, so an
+    in-place change to one of them between the forward and the backward
+    is caught by autograd's version counter, not differentiated silently."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, spec, return_lse, cu_q, cu_kv, alibi):
         out, lse, drawn = _run_forward(spec, q, k, v, True)
-        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_kv, alibi)
         ctx.spec, ctx.drawn = spec, drawn
         if return_lse:
             ctx.mark_non_differentiable(lse)
@@ -319,10 +393,10 @@ class _Attention(torch.autograd.Function):
         return out
 
     @staticmethod
-    @once_differentiable
+    @_once_differentiable
     def backward(ctx, dout, *unused):
-        q, k, v, out, lse = ctx.saved_tensors
-        spec = ctx.spec
+        q, k, v, out, lse, cu_q, cu_kv, alibi = ctx.saved_tensors
+        spec = ctx.spec.with_tensors(cu_q, cu_kv, alibi)
         if dout is None:
             dout = torch.zeros_like(out)
         if dout.dtype != out.dtype:
@@ -340,14 +414,14 @@ class _Attention(torch.autograd.Function):
                                    dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
                                    ctypes.byref(drawn) if drawn is not None else None),
                 "attn_sdpa_backward")
-        return dq, dk, dv, None, None
+        return dq, dk, dv, None, None, None, None, None
 
 
 def _attend(spec, q, k, v, return_lse=False):
     """Runs spec on q, k, v: through autograd when a gradient is wanted."""
     q, k, v = _readable(q), _readable(k), _readable(v)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _Attention.apply(q, k, v, spec, return_lse)
+        return _Attention.apply(q, k, v, spec, return_lse, spec.cu_q, spec.cu_kv, spec.alibi)
     out, lse, _ = _run_forward(spec, q, k, v, return_lse)
     return (out, lse) if return_lse else out
 
@@ -362,7 +436,10 @@ def _math_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     """PyTorch's SDPA semantics written out in torch (its math path): the
     fallback on torch < 2.0, which has no F.scaled_dot_product_attention."""
     L, S = query.size(-2), key.size(-2)
-    scale = 1.0 / math.sqrt(query.size(-1)) if scale is None else scale
+    if scale is None:
+        # head_dim 0: every score is an empty sum, 0 at any scale (PyTorch's
+        # math path gets the same zeros); 1/sqrt(0) would divide by zero
+        scale = 1.0 / math.sqrt(query.size(-1)) if query.size(-1) else 1.0
     if enable_gqa and key.dim() >= 3 and key.size(-3) != query.size(-3):
         g = query.size(-3) // key.size(-3)
         key = key.repeat_interleave(g, -3)
@@ -398,10 +475,27 @@ def _pytorch_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fa
                        is_causal=is_causal, **kw)
 
 
+# The largest |scale| that rounds to a finite float32 (FLT_MAX plus half an
+# ulp rounds to infinity): the library refuses the rest, so they go to PyTorch.
+_SCALE_LIMIT = float.fromhex("0x1.ffffffp127")
+
+
+def _scale_problem(scale):
+    """Why the library would refuse this scale, or None."""
+    if scale is None:
+        return None
+    if not math.isfinite(scale):
+        return f"scale {scale} is not finite"
+    if abs(scale) >= _SCALE_LIMIT:
+        return f"scale {scale} is beyond float32's range"
+    return None
+
+
 def supports(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
              enable_gqa=False):
     """None when attn runs this scaled_dot_product_attention call, else why
-    it goes to PyTorch."""
+    it goes to PyTorch. The same checks decide the call: what supports()
+    passes, attn runs, and what the library would refuse it does not pass."""
     ts = (query, key, value)
     if not all(isinstance(t, torch.Tensor) for t in ts):
         return "query, key and value are not all tensors"
@@ -432,9 +526,7 @@ def supports(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
             return "key's heads do not divide query's"
     if not 0.0 <= dropout_p < 1.0:
         return f"dropout_p {dropout_p} is not in [0, 1)"
-    if scale is not None and not math.isfinite(scale):
-        return f"scale {scale} is not finite"
-    return None
+    return _scale_problem(scale)
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -448,6 +540,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     enable_gqa: H_kv divides H, query heads h*G .. h*G+G-1 read KV head h.
     dropout_p > 0 drops weights (call it with 0 in eval mode, as
     nn.Module code does with `self.dropout if self.training else 0`).
+    First derivatives only: differentiating the gradients again
+    (create_graph=True) raises, as PyTorch's fused kernels do.
     """
     if supports(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         return _pytorch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale,
@@ -468,7 +562,10 @@ def _flash_spec(layout, q, H, dropout_p, softmax_scale, causal, window_size, sof
                 alibi_slopes, **kw):
     if window_size is None:
         window_size = (-1, -1)
-    left, right = (int(x) for x in window_size)
+    if len(window_size) != 2:
+        raise ValueError(f"window_size: expected (left, right), got {window_size!r}")
+    left, right = (as_index(f"window_size[{i}]", x, -2**62, 2**62)
+                   for i, x in enumerate(window_size))
     window = None if (left < 0 and right < 0) else (max(left, -1), max(right, -1))
     alibi = None
     if alibi_slopes is not None:
@@ -482,14 +579,13 @@ def _flash_spec(layout, q, H, dropout_p, softmax_scale, causal, window_size, sof
             raise ValueError(f"alibi_slopes: expected shape ({H},) or (B, {H}), got "
                              f"{tuple(alibi_slopes.shape)}")
         alibi = a.to(device="cpu", dtype=torch.float32).contiguous()
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p: {dropout_p} is not in [0, 1)")
-    if softcap < 0:
-        raise ValueError(f"softcap: {softcap} must be >= 0")
-    return _Spec(layout, causal=bool(causal), align=ALIGN_BOTTOM_RIGHT,
-                 scale=None if softmax_scale is None else float(softmax_scale),
-                 dropout=float(dropout_p), window=window, softcap=float(softcap), alibi=alibi,
-                 **kw)
+    dropout_p = as_number("dropout_p", dropout_p, 0.0, 1.0, hi_open=True)
+    softcap = as_number("softcap", softcap, 0.0, _SCALE_LIMIT, hi_open=True)
+    if softmax_scale is not None:
+        softmax_scale = as_number("softmax_scale", softmax_scale, -_SCALE_LIMIT, _SCALE_LIMIT,
+                                  lo_open=True, hi_open=True)
+    return _Spec(layout, causal=bool(causal), align=ALIGN_BOTTOM_RIGHT, scale=softmax_scale,
+                 dropout=dropout_p, window=window, softcap=softcap, alibi=alibi, **kw)
 
 
 def _flash_tensors(q, k, v, rank):
@@ -501,6 +597,8 @@ def _flash_tensors(q, k, v, rank):
             raise ValueError(f"{name}: attn runs on the CPU; {name} is on {t.device}")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"q, k, v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not q.dtype.is_floating_point:
+        raise TypeError(f"q, k, v: attention takes floating-point tensors, got {q.dtype}")
     if q.size(-1) != k.size(-1) or k.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
                          "do not match")
@@ -543,7 +641,14 @@ def _finish(result, dtype, return_attn_probs):
 def _cu(name, cu, rows):
     if not isinstance(cu, torch.Tensor) or cu.dim() != 1 or cu.numel() < 2:
         raise ValueError(f"{name}: expected a 1-D tensor of B + 1 >= 2 offsets")
-    cu = cu.detach().to(device="cpu", dtype=torch.int32).contiguous()
+    if cu.dtype.is_floating_point or cu.dtype.is_complex or cu.dtype == torch.bool:
+        raise TypeError(f"{name}: offsets are integers, got dtype {cu.dtype}")
+    cu = cu.detach().to(device="cpu")
+    low, high = int(cu.min()), int(cu.max())
+    if low < 0 or high > INT32_MAX:
+        # the library reads int32: past it an offset would wrap
+        raise ValueError(f"{name}: offsets must be in [0, {INT32_MAX}], got {low} .. {high}")
+    cu = cu.to(dtype=torch.int32).contiguous()
     if int(cu[0]) != 0 or int(cu[-1]) != rows:
         raise ValueError(f"{name}: offsets must run from 0 to the {rows} rows of the tensor, "
                          f"got {int(cu[0])} .. {int(cu[-1])}")
@@ -571,7 +676,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                          "must have the same length, B + 1")
     spec = _flash_spec("varlen", q, q.size(1), dropout_p, softmax_scale, causal, window_size,
                        softcap, alibi_slopes, cu_q=cu_q, cu_kv=cu_kv,
-                       max_q=max(1, int(max_seqlen_q)), max_kv=max(1, int(max_seqlen_k)))
+                       max_q=max(1, as_index("max_seqlen_q", max_seqlen_q, 0, INT32_MAX)),
+                       max_kv=max(1, as_index("max_seqlen_k", max_seqlen_k, 0, INT32_MAX)))
     return _finish(_attend(spec, q, k, v, return_lse=return_attn_probs), dtype,
                    return_attn_probs)
 

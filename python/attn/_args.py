@@ -1,0 +1,149 @@
+"""The package's argument converters: every integer, id array and number
+the package hands to C goes through one of these, so a value C's type
+cannot hold (a negative count for a size_t, an id past int32, a float where
+an integer belongs) is refused here with the argument's name and value,
+never wrapped or truncated on its way through ctypes.
+
+TypeError: the value is not of the kind the argument takes (a float or a
+bool for an integer, a string for a number). ValueError: the kind is right
+and the value is out of range.
+"""
+import math
+import operator
+
+import numpy as np
+
+SIZE_MAX = 2**64 - 1        # size_t
+INT32_MAX = 2**31 - 1       # int32_t: token ids, varlen offsets
+INT64_MAX = 2**63 - 1       # long long
+# counts whose element arrays Python allocates: past this numpy cannot
+COUNT_MAX = INT64_MAX
+
+
+def _show(value):
+    """value for a message: short, with its type where the repr hides it."""
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+def _bound(n):
+    """n for a message: the C types' limits as powers of two."""
+    for bits in (64, 63, 62, 31):
+        if n == 2**bits - 1:
+            return f"2**{bits} - 1"
+        if n == -2**bits:
+            return f"-2**{bits}"
+        if n == 2**bits:
+            return f"2**{bits}"
+    return str(n)
+
+
+def as_index(name, value, lo=0, hi=COUNT_MAX):
+    """value as a Python int in [lo, hi]. Takes int, NumPy integers and
+    0-d integer arrays/tensors (anything with __index__); a bool, a float
+    (even 3.0) or a string is a TypeError."""
+    if isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected an integer, got {_show(value)}")
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an integer, got {_show(value)}") from None
+    if not lo <= n <= hi:
+        raise ValueError(f"{name}: {n} is out of range; expected an integer in "
+                         f"[{_bound(lo)}, {_bound(hi)}]")
+    return n
+
+
+def as_optional_index(name, value, lo=0, hi=COUNT_MAX):
+    """None stays None; anything else as as_index."""
+    return None if value is None else as_index(name, value, lo, hi)
+
+
+def as_number(name, value, lo=-math.inf, hi=math.inf, lo_open=False, hi_open=False,
+              finite=True):
+    """value as a Python float in the interval lo .. hi (each end closed
+    unless *_open). Takes int, float, NumPy scalars and 0-d arrays/tensors;
+    a bool or a string is a TypeError, NaN a ValueError."""
+    if isinstance(value, (bool, np.bool_, str, bytes)):
+        raise TypeError(f"{name}: expected a number, got {_show(value)}")
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a number, got {_show(value)}") from None
+    below = x <= lo if lo_open else x < lo
+    above = x >= hi if hi_open else x > hi
+    if math.isnan(x) or (finite and math.isinf(x)) or below or above:
+        left, right = "(" if lo_open else "[", ")" if hi_open else "]"
+        what = "a finite number" if finite else "a number"
+        raise ValueError(f"{name}: {x!r} is out of range; expected {what} in "
+                         f"{left}{lo}, {hi}{right}")
+    return x
+
+
+def as_ids(name, ids, lo=0, hi=INT32_MAX, ndim=1):
+    """ids as a C-contiguous int32 array of ndim dimensions (1: a sequence,
+    2: (batch, n)), each in [lo, hi]. Lists of ints, integer arrays and
+    integer tensors are taken; floats, bools and strings are a TypeError,
+    a wrong rank or a value out of range (named with its position) a
+    ValueError."""
+    if isinstance(ids, (str, bytes, bytearray)):
+        raise TypeError(f"{name}: expected integer token ids, got {_show(ids)}")
+    if hasattr(ids, "detach") and hasattr(ids, "numpy"):  # a torch tensor
+        ids = ids.detach().cpu().numpy()
+    try:
+        a = np.asarray(ids)
+    except (ValueError, OverflowError) as err:  # ragged lists, ints past int64
+        a = None
+        why = err
+    if a is None or a.dtype == object:
+        # Python ints past int64, or mixed: check one by one, by value
+        flat = _flatten(ids)
+        values = [as_index(f"{name}[{i}]", v, lo, hi) for i, v in enumerate(flat)]
+        if a is None:
+            raise ValueError(f"{name}: not a rectangular array of ids ({why})")
+        a = np.asarray(values, dtype=np.int64).reshape(np.shape(ids))
+    if a.size == 0 and a.dtype == np.float64 and not isinstance(ids, np.ndarray):
+        a = a.astype(np.int64)  # [] and [[]] are empty lists, not floats
+    if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
+        raise TypeError(f"{name}: expected integer token ids, got dtype {a.dtype}")
+    if a.ndim != ndim:
+        want = "a 1-D sequence" if ndim == 1 else f"a {ndim}-D array"
+        raise ValueError(f"{name}: expected {want} of token ids, got shape {a.shape}")
+    if a.size:
+        bad = np.flatnonzero((a.reshape(-1) < lo) | (a.reshape(-1) > hi))
+        if bad.size:
+            at = np.unravel_index(int(bad[0]), a.shape)
+            where = ", ".join(str(int(i)) for i in at)
+            raise ValueError(f"{name}[{where}] = {int(a[at])} is out of range; token ids are "
+                             f"integers in [{_bound(lo)}, {_bound(hi)}]")
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+def _flatten(seq):
+    if isinstance(seq, (list, tuple)):
+        out = []
+        for s in seq:
+            out.extend(_flatten(s))
+        return out
+    return [seq]
+
+
+def as_str(name, value):
+    """value when it is a str, else a TypeError naming what it is."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name}: expected a str, got {_show(value)}")
+    return value
+
+
+def as_choice(name, value, choices):
+    """value when it is one of choices (a dict or sequence of names)."""
+    try:
+        ok = value in choices
+    except TypeError:  # an unhashable value
+        ok = False
+    if not ok:
+        raise ValueError(f"{name}: expected one of {', '.join(map(str, choices))}, got "
+                         f"{value!r}")
+    return value

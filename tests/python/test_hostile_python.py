@@ -1,0 +1,742 @@
+"""The Python package under hostile use: every answer is either the right
+value (against float64 math written out here in torch, or the package's own
+sequential results) or a clear exception naming the argument; never a wrong
+value, a wrapped integer, a crash or a silent stop.
+
+  - second derivatives through attn.torch raise, never return constants;
+  - tensors the backward reads (cu_seqlens, alibi slopes) changed in place
+    between forward and backward are caught by autograd;
+  - integers and ids past C's types (ids >= 2**31, 2**32 + t, negative
+    counts, floats for ints, int64 offsets past int32, int64 q/k/v) raise
+    TypeError/ValueError naming the argument, in LanguageModel, Tokenizer,
+    KVCache, modules and attn.torch;
+  - generate's on_token: an exception is raised again after the call, None
+    goes on, False stops;
+  - messages: a missing config key, Tokenizer.encode(bytes), head_dim 0,
+    supports() and the call agreeing (scale 1e39);
+  - one LanguageModel, one module and one tokenizer shared by threads give
+    the results of sequential calls;
+  - a sweep: attn.torch (and patch()) on non-contiguous, flipped,
+    overlapping (expand, stride 0), zero-size, wrong-dtype and
+    requires_grad-mixed tensors, against float64 math; the package's other
+    entry points with wrong types and extreme values.
+usage: test_hostile_python.py LIBATTN_SO   (torch >= 1.13)
+"""
+import os
+import sys
+import tempfile
+import threading
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if len(sys.argv) > 1:
+    os.environ["ATTN_LIBRARY"] = sys.argv[1]
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+import attn  # noqa: E402
+import attn.functional as AF  # noqa: E402
+import attn.torch as AT  # noqa: E402
+
+T0 = time.time()
+TORCH_SDPA = getattr(F, "scaled_dot_product_attention", None)  # PyTorch's own (>= 2.0)
+passed = failed = 0
+tried = {}  # surface -> inputs tried
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what)
+        sys.stdout.flush()
+    return cond
+
+
+def count(surface, n=1):
+    tried[surface] = tried.get(surface, 0) + n
+
+
+def raises(fn, kinds, words, what, surface):
+    """fn() raises one of kinds with every word in its message."""
+    count(surface)
+    try:
+        result = fn()
+    except kinds as err:
+        msg = str(err)
+        return check(all(w in msg for w in words), f"{what}: {type(err).__name__} {msg!r} "
+                     f"lacks {words}")
+    except Exception as err:  # noqa: BLE001 - any other kind is the failure reported
+        return check(False, f"{what}: {type(err).__name__} {err!r}, not {kinds}")
+    return check(False, f"{what}: no error (returned {type(result).__name__})")
+
+
+def section(fn):
+    """Runs one section; an unexpected exception is a failure, and the
+    sections after it still run."""
+    try:
+        fn()
+    except Exception:  # noqa: BLE001
+        check(False, f"{fn.__name__} raised:\n{traceback.format_exc()}")
+    return fn
+
+
+def close(got, want, tol):
+    got, want = got.detach().double(), want.detach().double()
+    if got.shape != want.shape:
+        return False
+    if want.numel() == 0:
+        return True
+    return float((got - want).abs().max()) <= tol * max(1.0, float(want.abs().max()))
+
+
+def math_sdpa(q, k, v, causal=False, scale=None, gqa=False):
+    """PyTorch's SDPA math in float64 (top-left causal), differentiable."""
+    q, k, v = q.double(), k.double(), v.double()
+    E = q.size(-1)
+    s = (1.0 / E ** 0.5 if E else 1.0) if scale is None else scale
+    if gqa and q.dim() == 4 and k.size(1) != q.size(1):
+        k = k.repeat_interleave(q.size(1) // k.size(1), 1)
+        v = v.repeat_interleave(q.size(1) // v.size(1), 1)
+    scores = (q @ k.transpose(-2, -1)) * s
+    if causal:
+        L, S = q.size(-2), k.size(-2)
+        keep = torch.ones(L, S, dtype=torch.bool).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    return torch.softmax(scores, -1) @ v
+
+
+TINY = dict(vocab_size=300, context_length=24, emb_dim=16, n_heads=2, n_layers=2,
+            qkv_bias=True)
+
+
+def tiny_tokenizer(directory):
+    """A tiktoken file of the 256 bytes (ranks 0..255): vocabulary 256 plus
+    Llama 3's special tokens."""
+    import base64
+    path = os.path.join(directory, "bytes.tiktoken")
+    with open(path, "w") as f:
+        for i in range(256):
+            f.write(f"{base64.b64encode(bytes([i])).decode()} {i}\n")
+    return path
+
+
+# ---- second derivatives ---------------------------------------------------------
+
+
+@section
+def second_order():
+    torch.manual_seed(0)
+    x = torch.randn(1, 2, 5, 4, dtype=torch.float64, requires_grad=True)
+    out = AT.scaled_dot_product_attention(x, x, x)
+    g, = torch.autograd.grad(out.sum(), x, create_graph=True)
+    want_g, = torch.autograd.grad(math_sdpa(x, x, x).sum(), x)
+    check(close(g, want_g, 1e-10), "create_graph=True: the first derivative is still right")
+    raises(lambda: (out.sum() + (g ** 2).sum()).backward(), RuntimeError,
+           ["not differentiable", "create_graph"], "a gradient penalty through attn", "autograd")
+    # under patch(): the same call through F
+    with AT.patched():
+        out = F.scaled_dot_product_attention(x, x, x, is_causal=True)
+        g, = torch.autograd.grad(out.sum(), x, create_graph=True)
+    raises(lambda: torch.autograd.grad((g ** 2).sum(), x), RuntimeError,
+           ["not differentiable"], "double backward under patch()", "autograd")
+    # flash_attn_func, with an incoming gradient that needs a graph itself
+    q = torch.randn(1, 5, 2, 4, dtype=torch.float64, requires_grad=True)
+    out = AT.flash_attn_func(q, q, q, causal=True)
+    w = torch.randn_like(out, requires_grad=True)
+    g, = torch.autograd.grad(out, q, w, create_graph=True)
+    raises(lambda: torch.autograd.grad(g.sum(), w), RuntimeError, ["not differentiable"],
+           "flash_attn_func: differentiating its gradient", "autograd")
+    # without create_graph nothing changes: the gradient is the math's
+    x.grad = None
+    AT.scaled_dot_product_attention(x, x, x).sum().backward()
+    check(close(x.grad, want_g, 1e-10), "a plain backward: the math's gradient")
+
+
+# ---- tensors the backward reads, changed in place ----------------------------------
+
+
+@section
+def saved_tensors():
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(7, 2, 4, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    out = AT.flash_attn_varlen_func(q, k, v, cu, cu, 4, 4)
+    cu[1] = 5
+    raises(lambda: out.sum().backward(), RuntimeError, ["modified by an inplace operation"],
+           "cu_seqlens changed between forward and backward", "autograd")
+    cu = torch.tensor([0, 3, 7], dtype=torch.int32)
+    cu_k = torch.tensor([0, 3, 7], dtype=torch.int32)
+    out = AT.flash_attn_varlen_func(q, k, v, cu, cu_k, 4, 4)
+    cu_k[1] = 1
+    raises(lambda: out.sum().backward(), RuntimeError, ["modified by an inplace operation"],
+           "cu_seqlens_k changed between forward and backward", "autograd")
+    slopes = torch.rand(2)
+    out = AT.flash_attn_func(q[None].float(), k[None].float(), v[None].float(),
+                             alibi_slopes=slopes)
+    slopes.mul_(3)
+    raises(lambda: out.sum().backward(), RuntimeError, ["modified by an inplace operation"],
+           "alibi_slopes changed between forward and backward", "autograd")
+    # an int64 cu_seqlens is converted: changing the caller's copy cannot
+    # reach the backward, whose gradient stays the forward's
+    cu64 = torch.tensor([0, 3, 7])
+    q.grad = None
+    AT.flash_attn_varlen_func(q, k, v, cu64, cu64, 4, 4).sum().backward()
+    want = q.grad.clone()
+    q.grad = None
+    out = AT.flash_attn_varlen_func(q, k, v, cu64, cu64, 4, 4)
+    cu64[1] = 5
+    out.sum().backward()
+    check(torch.equal(q.grad, want), "an int64 cu_seqlens changed after the forward: the "
+          "backward uses the forward's offsets")
+
+
+# ---- values that wrap ----------------------------------------------------------------
+
+
+@section
+def wrapping():
+    lm = attn.LanguageModel(TINY, seed=3, num_threads=1)
+    S = "LanguageModel"
+    for ids, kind, word in (([1, 2**31], ValueError, "2147483648"),
+                            ([1, 2**32 + 5], ValueError, "4294967301"),
+                            (np.array([1, 2**32 + 5], np.int64), ValueError, "4294967301"),
+                            ([1, -1], ValueError, "-1"),
+                            ([1.0, 2.0], TypeError, "float"),
+                            (np.array([1.7]), TypeError, "float"),
+                            ([[1, 2], [3, 4]], ValueError, "(2, 2)"),
+                            ([True, False], TypeError, "bool"),
+                            ("12", TypeError, "str")):
+        raises(lambda: lm.generate(ids, 2), kind, ["ids", word], f"generate ids {ids!r}", S)
+    raises(lambda: lm.generate([1], 2, stop_tokens=[2**32 + 7]), ValueError,
+           ["stop_tokens", "4294967303"], "stop_tokens 2**32 + 7", S)
+    raises(lambda: lm.generate([1], 2, stop_tokens=[7.0]), TypeError, ["stop_tokens"],
+           "stop_tokens of floats", S)
+    for name, kw, word in (("max_new_tokens", dict(max_new_tokens=-3), "-3"),
+                           ("max_new_tokens", dict(max_new_tokens=2.5), "2.5"),
+                           ("top_k", dict(top_k=-2, temperature=1.0, seed=1), "-2"),
+                           ("page_size", dict(page_size=-4, cache="paged"), "-4"),
+                           ("seed", dict(seed=-1, temperature=1.0), "-1"),
+                           ("temperature", dict(temperature=float("nan")), "nan"),
+                           ("top_p", dict(top_p=2.0), "2.0")):
+        args = dict(max_new_tokens=2)
+        args.update(kw)
+        raises(lambda: lm.generate([1, 2], **args), (TypeError, ValueError), [name, word],
+               f"generate {kw}", S)
+    raises(lambda: lm.new_cache(batch=-1, max_len=4), ValueError, ["batch", "-1"],
+           "new_cache batch -1", S)
+    raises(lambda: lm.new_cache(batch=1, max_len=4, page_size=-1, layout="paged"), ValueError,
+           ["page_size", "-1"], "new_cache page_size -1", S)
+    raises(lambda: lm.forward(np.array([[1, 2**32 + 1]])), ValueError, ["ids", "4294967297"],
+           "forward id 2**32 + 1", S)
+    raises(lambda: lm.forward([[1, 2], [2**31]]), ValueError, ["ids[1]", "2147483648"],
+           "forward ragged id 2**31", S)
+    raises(lambda: lm.forward(np.ones((1, 2), np.float32)), TypeError, ["ids", "float32"],
+           "forward float ids", S)
+    cache = lm.new_cache(1, 8)
+    raises(lambda: cache.length(seq=-1), ValueError, ["seq", "-1"], "cache.length(-1)", S)
+    raises(lambda: cache.reset(seq=-1), ValueError, ["seq", "-1"], "cache.reset(-1)", S)
+    raises(lambda: attn.LanguageModel(TINY, num_threads=-2), ValueError,
+           ["num_threads", "-2"], "num_threads -2", S)
+    # ids in range still go through, and the vocabulary is still the library's check
+    check(list(lm.generate(np.array([1, 2], np.int64), 3)) == list(lm.generate([1, 2], 3)),
+          "int64 and list prompts give the same tokens")
+    raises(lambda: lm.generate([300], 2), attn.AttnError, ["300"], "id == vocab_size", S)
+
+    with tempfile.TemporaryDirectory() as d:
+        tok = attn.Tokenizer(tiny_tokenizer(d))
+        T = "Tokenizer"
+        check(tok.decode([72, 105]) == "Hi", "decode [72, 105]")
+        raises(lambda: tok.decode([2**32 + 72]), ValueError, ["ids", "4294967368"],
+               "decode 2**32 + 72", T)
+        raises(lambda: tok.decode([-1]), ValueError, ["ids", "-1"], "decode -1", T)
+        raises(lambda: tok.decode([72.0]), TypeError, ["ids"], "decode floats", T)
+        raises(lambda: tok.decode(5), ValueError, ["ids"], "decode a bare int", T)
+        raises(lambda: tok.decode([10**6]), attn.AttnError, ["1000000"], "decode past vocab", T)
+
+    S = "attn.torch"
+    q = torch.randn(7, 2, 4)
+    big = torch.tensor([0, 3, 2**32 + 7])
+    raises(lambda: AT.flash_attn_varlen_func(q, q, q, big, torch.tensor([0, 3, 7]), 4, 4),
+           ValueError, ["cu_seqlens_q", "4294967303"], "int64 offsets past 2**32", S)
+    raises(lambda: AT.flash_attn_varlen_func(q, q, q, torch.tensor([0., 3., 7.]),
+                                             torch.tensor([0, 3, 7]), 4, 4),
+           TypeError, ["cu_seqlens_q", "float"], "float offsets", S)
+    raises(lambda: AT.flash_attn_varlen_func(q, q, q, torch.tensor([0, 3, 7]),
+                                             torch.tensor([0, 3, 7]), -4, 4),
+           ValueError, ["max_seqlen_q", "-4"], "max_seqlen_q -4", S)
+    raises(lambda: AT.flash_attn_varlen_func(q, q, q, torch.tensor([0, 3, 7]),
+                                             torch.tensor([0, 3, 7]), 4.5, 4),
+           TypeError, ["max_seqlen_q"], "max_seqlen_q 4.5", S)
+    qi = torch.randint(0, 5, (1, 3, 2, 4))
+    raises(lambda: AT.flash_attn_func(qi, qi, qi), TypeError, ["int64"], "int64 q, k, v", S)
+    raises(lambda: AT.flash_attn_func(q[None], q[None], q[None], window_size=(2.5, 0)),
+           TypeError, ["window_size[0]"], "window_size of floats", S)
+    raises(lambda: AT.flash_attn_func(q[None], q[None], q[None], dropout_p="0.1"), TypeError,
+           ["dropout_p"], "dropout_p a str", S)
+
+    M = "modules"
+    for make, word in ((lambda: attn.MultiHeadAttention(4, 4, -8, 0.0, num_heads=2),
+                        "context_length"),
+                       (lambda: attn.MultiHeadAttention(4, 4, 8, 0.0, num_heads=-2),
+                        "num_heads"),
+                       (lambda: attn.MultiHeadAttention(4.0, 4, 8, 0.0, num_heads=2), "d_in"),
+                       (lambda: attn.MultiHeadAttention(4, 4, 8, -0.5, num_heads=2), "dropout"),
+                       (lambda: attn.GroupedQueryAttention(8, 8, 0.0, 4, -2), "num_kv_groups"),
+                       (lambda: attn.CausalAttention(3, 2, 4, 0.0, qkv_bias="yes"), "qkv_bias"),
+                       (lambda: attn.rand(-2, 3), "size[0]"),
+                       (lambda: attn.set_num_threads(2.0), "n"),
+                       (lambda: attn.manual_seed(2**64), "seed")):
+        raises(make, (TypeError, ValueError), [word], f"module argument {word}", M)
+
+
+# ---- callbacks ----------------------------------------------------------------------------
+
+
+@section
+def callbacks():
+    lm = attn.LanguageModel(TINY, seed=3, num_threads=1)
+    S = "LanguageModel"
+    want = list(lm.generate([5, 6], 6))
+    check(len(want) == 6, f"6 greedy tokens: {want}")
+    seen = []
+    got = list(lm.generate([5, 6], 6, on_token=seen.append))  # returns None: goes on
+    check(got == want and seen == want, f"on_token returning None goes on: {got}, saw {seen}")
+    got = list(lm.generate([5, 6], 6, on_token=lambda t: len(seen) < 0))
+    check(got == want[:1], f"on_token returning False stops after the first: {got}")
+    got = list(lm.generate([5, 6], 6, on_token=lambda t: True))
+    check(got == want, "on_token returning True goes on")
+
+    class Stop(Exception):
+        pass
+
+    calls = []
+
+    def boom(token):
+        calls.append(token)
+        if len(calls) == 2:
+            raise Stop(f"stop at {token}")
+        return True
+
+    count(S)
+    try:
+        lm.generate([5, 6], 6, on_token=boom)
+        check(False, "an exception in on_token: generate returned")
+    except Stop as err:
+        frames = [f.name for f in traceback.extract_tb(err.__traceback__)]
+        check("boom" in frames and len(calls) == 2,
+              f"an exception in on_token is raised again, with its traceback: {frames}, "
+              f"{len(calls)} calls")
+    raises(lambda: lm.generate([5, 6], 3, on_token=5), TypeError, ["on_token"],
+           "on_token not callable", S)
+    # the model still works after a callback raised
+    check(list(lm.generate([5, 6], 6)) == want, "generate after a raising callback")
+
+
+# ---- messages -----------------------------------------------------------------------------
+
+
+@section
+def messages():
+    S = "LanguageModel"
+    for key in ("vocab_size", "emb_dim", "n_layers"):
+        cfg = dict(TINY)
+        del cfg[key]
+        raises(lambda: attn.LanguageModel(cfg), ValueError, ["config", key],
+               f"config without {key}", S)
+    cfg = dict(TINY, rope_base=500000.0, hidden_dim=32, n_kv_groups=1,
+               rope_freq={"factor": 8.0})
+    raises(lambda: attn.LanguageModel(cfg), ValueError, ["rope_freq", "low_freq_factor"],
+           "rope_freq without its keys", S)
+    raises(lambda: attn.LanguageModel(dict(TINY, emb_dim="16")), TypeError,
+           ["emb_dim"], "emb_dim a str", S)
+    raises(lambda: attn.LanguageModel([1, 2]), TypeError, ["config"], "config a list", S)
+
+    with tempfile.TemporaryDirectory() as d:
+        tok = attn.Tokenizer(tiny_tokenizer(d))
+        T = "Tokenizer"
+        raises(lambda: tok.encode(b"Hi"), TypeError, ["encode", "str", "encode_bytes"],
+               "encode(bytes)", T)
+        raises(lambda: tok.encode(5), TypeError, ["encode", "str"], "encode(5)", T)
+        raises(lambda: tok.encode_bytes("Hi"), TypeError, ["encode_bytes", "str"],
+               "encode_bytes(str)", T)
+        check(tok.encode("Hi") == [72, 105] and tok.encode_bytes(b"Hi") == [72, 105],
+              "encode and encode_bytes of Hi")
+        raises(lambda: attn.Tokenizer(os.path.join(d, "bytes.tiktoken\0x")), ValueError,
+               ["NUL"], "a path with a NUL", T)
+
+    S = "attn.torch"
+    q = torch.randn(1, 2, 3, 0)
+    v = torch.randn(1, 2, 3, 4)
+    count(S)
+    try:
+        out = AT.scaled_dot_product_attention(q, q, v)
+        check(close(out, v.double().mean(-2, keepdim=True).expand(1, 2, 3, 4), 1e-6),
+              "head_dim 0: uniform weights (PyTorch's math path)")
+    except Exception as err:  # noqa: BLE001
+        check(False, f"head_dim 0: {type(err).__name__} {err}")
+    # supports() and the call agree: what supports refuses goes to PyTorch
+    x = torch.randn(1, 2, 3, 4, dtype=torch.float64)
+    for scale in (1e39, -1e39, 3.5e38, float("inf"), float("nan")):
+        count(S)
+        why = AT.supports(x, x, x, scale=scale)
+        check(why is not None, f"supports(scale={scale}) says attn runs it")
+        try:
+            out = AT.scaled_dot_product_attention(x, x, x, scale=scale)
+            # PyTorch's own answer, whatever it makes of a NaN scale
+            want = (TORCH_SDPA(x, x, x, scale=scale) if TORCH_SDPA is not None
+                    else math_sdpa(x, x, x, scale=scale))
+            check(torch.equal(out.isnan(), want.isnan()) and close(out.nan_to_num(),
+                                                                    want.nan_to_num(), 1e-12),
+                  f"scale {scale}: PyTorch's answer")
+        except Exception as err:  # noqa: BLE001
+            check(False, f"scale {scale}: supports said {why!r} but the call raised {err!r}")
+    for scale in (3.4e38, 1e-30, -2.0, 0.0):
+        count(S)
+        check(AT.supports(x, x, x, scale=scale) is None, f"supports(scale={scale})")
+        check(close(AT.scaled_dot_product_attention(x, x, x, scale=scale),
+                    math_sdpa(x, x, x, scale=scale), 1e-9), f"scale {scale} on attn")
+    raises(lambda: AT.flash_attn_func(x.transpose(1, 2), x.transpose(1, 2), x.transpose(1, 2),
+                                      softmax_scale=1e39),
+           ValueError, ["softmax_scale"], "flash softmax_scale 1e39", S)
+
+
+# ---- objects shared between threads ----------------------------------------------------------
+
+
+def hammer(fn, inputs, rounds):
+    """fn(x) for each x, sequentially, then from len(inputs) threads at once
+    (rounds calls each); returns the calls that differed or raised."""
+    want = [fn(x) for x in inputs]
+    bad = []
+    start = threading.Barrier(len(inputs))
+
+    def worker(i):
+        start.wait()
+        for _ in range(rounds):
+            try:
+                got = fn(inputs[i])
+            except Exception as err:  # noqa: BLE001
+                bad.append(f"thread {i}: {err!r}")
+                return
+            if not np.array_equal(np.asarray(got), np.asarray(want[i])):
+                d = np.abs(np.asarray(got, np.float64) - np.asarray(want[i], np.float64)).max()
+                bad.append(f"thread {i}: differs by {d}")
+                return
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return bad
+
+
+@section
+def threads():
+    cfg = dict(TINY, emb_dim=64, n_heads=4, context_length=64)
+    lm = attn.LanguageModel(cfg, seed=5, num_threads=1)
+    r = np.random.default_rng(0)
+    inputs = [r.integers(0, 300, (2, 48)).astype(np.int32) for _ in range(2)]
+    count("threads")
+    bad = hammer(lm.forward, inputs, 60)
+    check(not bad, f"one LanguageModel, two threads: {bad[:2]}")
+    count("threads")
+    bad = hammer(lambda p: lm.generate(p, 8), [[1, 2, 3], [7, 8, 9, 10]], 20)
+    check(not bad, f"one LanguageModel generating in two threads: {bad[:2]}")
+    attn.manual_seed(0)
+    mha = attn.MultiHeadAttention(32, 32, 64, 0.0, num_heads=4).eval()
+    xs = [r.standard_normal((2, 64, 32)).astype(np.float32) for _ in range(2)]
+    count("threads")
+    bad = hammer(mha.forward, xs, 100)
+    check(not bad, f"one MultiHeadAttention, two threads: {bad[:2]}")
+    with tempfile.TemporaryDirectory() as d:
+        tok = attn.Tokenizer(tiny_tokenizer(d))
+        texts = ["hello world " * 200, "other text, longer " * 300]
+        count("threads")
+        bad = hammer(tok.encode, texts, 30)
+        check(not bad, f"one Tokenizer, two threads: {bad[:2]}")
+
+
+# ---- the sweep: attn.torch on every kind of tensor --------------------------------------------
+
+
+def views(shape, dtype, g):
+    """(description, tensor) pairs of shape: the ways a caller can hand a
+    tensor over."""
+    base = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+    B, H, T, D = shape
+    yield "contiguous", base
+    bthd = torch.randn(B, T, H, D, generator=g, dtype=torch.float64).to(dtype)
+    yield "transposed (B, T, H, D) storage", bthd.transpose(1, 2)
+    yield "flipped tokens (flip copies: torch has no negative strides)", base.flip(2)
+    yield "every other feature", torch.randn(B, H, T, 2 * D, generator=g,
+                                             dtype=torch.float64).to(dtype)[..., ::2]
+    yield "expanded batch (stride 0)", base[:1].expand(B, H, T, D)
+    yield "expanded tokens (stride 0)", base[:, :, :1].expand(B, H, T, D)
+    yield "overlapping rows (as_strided)", torch.randn(B * H * T + D, generator=g,
+                                                       dtype=torch.float64).to(dtype).as_strided(
+        (B, H, T, D), (H * T, T, 1, 1))
+    yield "sliced heads", torch.randn(B, H + 2, T, D, generator=g,
+                                      dtype=torch.float64).to(dtype)[:, 1:H + 1]
+
+
+@section
+def sweep_sdpa():
+    S = "attn.torch sweep"
+    g = torch.Generator().manual_seed(7)
+    shapes = [(2, 2, 5, 4), (1, 3, 1, 8), (3, 1, 6, 2)]
+    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-5)):
+        for shape in shapes:
+            vs = list(views(shape, dtype, g))
+            for i, (qd, q) in enumerate(vs):
+                kd, k = vs[(i + 3) % len(vs)]
+                vd, v = vs[(i + 5) % len(vs)]
+                for causal in (False, True):
+                    for grads in ((True, True, True), (True, False, False), (False, False, True),
+                                  (False, False, False)):
+                        count(S)
+                        what = f"{dtype} {shape} q {qd}, k {kd}, v {vd}, causal {causal}, " \
+                               f"requires_grad {grads}"
+                        # a detached view is a leaf with the view's strides (stride 0,
+                        # overlapping rows and all) that can require grad itself
+                        leaves = [t.detach().requires_grad_(r) for t, r in zip((q, k, v), grads)]
+                        before = [t.clone() for t in leaves]
+                        out = AT.scaled_dot_product_attention(*leaves, is_causal=causal)
+                        want = math_sdpa(*[t.detach() for t in leaves], causal=causal)
+                        check(close(out, want, tol), f"forward: {what}")
+                        check(all(torch.equal(a, b) for a, b in zip(before, leaves)),
+                              f"inputs unchanged: {what}")
+                        if any(grads):
+                            dout = torch.randn(out.shape, generator=g, dtype=torch.float64)
+                            out.backward(dout.to(out.dtype))
+                            ref = [t.detach().double().requires_grad_(r)
+                                   for t, r in zip(leaves, grads)]
+                            math_sdpa(*ref, causal=causal).backward(dout)
+                            for name, t, rt, r in zip("qkv", leaves, ref, grads):
+                                if r:
+                                    check(t.grad is not None and close(t.grad, rt.grad, tol * 10),
+                                          f"d{name}: {what}")
+    # strided views that require grad themselves (non-leaf views of a leaf)
+    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-5)):
+        base = torch.randn(2, 7, 3, 8, generator=g, dtype=torch.float64).to(dtype)
+        leaf = base.clone().requires_grad_(True)
+        q = leaf.transpose(1, 2)[..., ::2]           # (2, 3, 7, 4), strided
+        k = leaf.flip(1).transpose(1, 2)[..., 1::2]  # flipped tokens
+        v = leaf[:1].expand(2, 7, 3, 8).transpose(1, 2)  # stride-0 batch
+        count(S)
+        out = AT.scaled_dot_product_attention(q, k, v, is_causal=True)
+        dout = torch.randn(out.shape, generator=g, dtype=torch.float64)
+        out.backward(dout.to(dtype))
+        ref = base.double().clone().requires_grad_(True)
+        math_sdpa(ref.transpose(1, 2)[..., ::2], ref.flip(1).transpose(1, 2)[..., 1::2],
+                  ref[:1].expand(2, 7, 3, 8).transpose(1, 2), causal=True).backward(dout)
+        check(close(out, math_sdpa(q.detach(), k.detach(), v.detach(), causal=True), tol),
+              f"{dtype} views of one leaf: forward")
+        check(close(leaf.grad, ref.grad, tol * 10), f"{dtype} views of one leaf: gradient")
+
+    # zero sizes: PyTorch's answer (empty, or attention over nothing)
+    for shape_q, shape_k in (((0, 2, 3, 4), (0, 2, 5, 4)), ((1, 0, 3, 4), (1, 0, 5, 4)),
+                             ((1, 2, 0, 4), (1, 2, 5, 4))):
+        count(S)
+        q = torch.randn(shape_q, dtype=torch.float64)
+        k = torch.randn(shape_k, dtype=torch.float64)
+        out = AT.scaled_dot_product_attention(q, k, k)
+        check(out.shape == math_sdpa(q, k, k).shape, f"zero-size {shape_q}: shape {out.shape}")
+    count(S)
+    q = torch.randn(1, 2, 3, 4, dtype=torch.float64)
+    k = torch.randn(1, 2, 0, 4, dtype=torch.float64)
+    out = AT.scaled_dot_product_attention(q, k, k)
+    check(out.shape == (1, 2, 3, 4), f"no keys: shape {tuple(out.shape)}")
+
+    # wrong dtypes, devices, ranks, shapes: PyTorch's own error or answer
+    x = torch.randn(1, 2, 3, 4)
+    for what, args in (("int64 q", (x.long(), x.long(), x.long())),
+                       ("mixed dtypes", (x, x.double(), x)),
+                       ("bool", (x > 0, x > 0, x > 0)),
+                       ("rank 5", (x[None], x[None], x[None])),
+                       ("key head_dim 3", (x, x[..., :3], x)),
+                       ("complex", (x.to(torch.complex64),) * 3)):
+        count(S)
+        why = AT.supports(*args)
+        check(why is not None, f"{what}: supports says attn runs it")
+        try:
+            out = AT.scaled_dot_product_attention(*args)
+            # PyTorch ran it: a result of the query's dtype and the value's width
+            check(out.dtype == args[0].dtype and out.shape[:-1] == args[0].shape[:-1],
+                  f"{what}: PyTorch's result has dtype {out.dtype}, shape {tuple(out.shape)}")
+        except (RuntimeError, TypeError, ValueError):
+            pass  # PyTorch's own error
+        except Exception as err:  # noqa: BLE001
+            check(False, f"{what}: {err!r}")
+    raises(lambda: AT.scaled_dot_product_attention(x, x, "v"), (TypeError, AttributeError,
+                                                                 RuntimeError), [],
+           "value a str", S)
+
+    # patch(): F routed to attn, same answers, restored after
+    count(S)
+    q = torch.randn(2, 2, 5, 4, dtype=torch.float64)
+    with AT.patched():
+        check(AT.is_patched(), "patched() routes F")
+        out = F.scaled_dot_product_attention(q, q.flip(2), q[..., ::1], is_causal=True)
+    check(not AT.is_patched(), "patched() restores F")
+    check(close(out, math_sdpa(q, q.flip(2), q, causal=True), 1e-10), "patched F: the math's")
+
+
+@section
+def sweep_flash():
+    S = "attn.torch sweep"
+    g = torch.Generator().manual_seed(11)
+
+    def flash_math(q, k, v, causal):
+        # (B, T, H, D) bottom-right causal through math_sdpa on (B, H, T, D)
+        qh, kh, vh = (t.transpose(1, 2).double() for t in (q, k, v))
+        T, Sk = qh.size(2), kh.size(2)
+        s = (qh @ kh.transpose(-2, -1)) / q.size(-1) ** 0.5
+        if causal:
+            i = torch.arange(T)[:, None] + Sk - T
+            s = s.masked_fill(torch.arange(Sk)[None, :] > i, float("-inf"))
+        w = torch.softmax(s, -1).nan_to_num()
+        return (w @ vh).transpose(1, 2)
+
+    for dtype, tol in ((torch.float64, 1e-10), (torch.float32, 2e-5)):
+        for T, Sk in ((4, 4), (3, 6), (1, 5)):
+            for layout in ("contiguous", "flipped", "expanded"):
+                count(S)
+                q = torch.randn(2, T, 2, 4, generator=g, dtype=torch.float64).to(dtype)
+                k = torch.randn(2, Sk, 2, 4, generator=g, dtype=torch.float64).to(dtype)
+                v = torch.randn(2, Sk, 2, 4, generator=g, dtype=torch.float64).to(dtype)
+                if layout == "flipped":
+                    k, v = k.flip(1), v.flip(1)
+                elif layout == "expanded":
+                    k, v = k[:, :, :1].expand(2, Sk, 2, 4), v[:1].expand(2, Sk, 2, 4)
+                for causal in (False, True):
+                    out = AT.flash_attn_func(q, k, v, causal=causal)
+                    check(close(out, flash_math(q, k, v, causal), tol),
+                          f"flash {dtype} T {T} S {Sk} {layout} causal {causal}")
+    x = torch.randn(1, 3, 2, 4)
+    for what, call, kinds in (
+            ("rank 3", lambda: AT.flash_attn_func(x[0], x[0], x[0]), ValueError),
+            ("q a list", lambda: AT.flash_attn_func([1], x, x), ValueError),
+            ("heads 2 vs 3", lambda: AT.flash_attn_func(x, torch.randn(1, 3, 3, 4),
+                                                        torch.randn(1, 3, 3, 4)), ValueError),
+            ("dropout 1.0", lambda: AT.flash_attn_func(x, x, x, dropout_p=1.0), ValueError),
+            ("softcap -1", lambda: AT.flash_attn_func(x, x, x, softcap=-1.0), ValueError),
+            ("softcap nan", lambda: AT.flash_attn_func(x, x, x, softcap=float("nan")),
+             ValueError),
+            ("window (1,)", lambda: AT.flash_attn_func(x, x, x, window_size=(1,)), ValueError),
+            ("alibi (3,)", lambda: AT.flash_attn_func(x, x, x, alibi_slopes=torch.ones(3)),
+             ValueError),
+            ("block_table", lambda: AT.flash_attn_varlen_func(
+                x[0], x[0], x[0], torch.tensor([0, 3]), torch.tensor([0, 3]), 3, 3,
+                block_table=torch.zeros(1)), ValueError),
+            ("offsets not ending at rows", lambda: AT.flash_attn_varlen_func(
+                x[0], x[0], x[0], torch.tensor([0, 2]), torch.tensor([0, 3]), 3, 3),
+             ValueError),
+            ("offsets decreasing", lambda: AT.flash_attn_varlen_func(
+                x[0], x[0], x[0], torch.tensor([0, 2, 1, 3]), torch.tensor([0, 1, 2, 3]), 3, 3),
+             attn.AttnError),
+            ("max_seqlen too small", lambda: AT.flash_attn_varlen_func(
+                x[0], x[0], x[0], torch.tensor([0, 3]), torch.tensor([0, 3]), 1, 3),
+             attn.AttnError),
+            ("empty batch", lambda: AT.flash_attn_func(x[:0], x[:0], x[:0]),
+             attn.AttnError)):
+        raises(call, kinds, [], f"flash: {what}", S)
+
+
+@section
+def sweep_other_entry_points():
+    S = "functional"
+    q = np.random.default_rng(1).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    for what, call, kinds in (
+            ("int q", lambda: AF.scaled_dot_product_attention(q.astype(np.int64), q, q),
+             TypeError),
+            ("rank 3", lambda: AF.scaled_dot_product_attention(q[0], q[0], q[0]), ValueError),
+            ("num_threads 0", lambda: AF.scaled_dot_product_attention(q, q, q, num_threads=0),
+             ValueError),
+            ("kernels bogus", lambda: AF.scaled_dot_product_attention(q, q, q, kernels="x"),
+             ValueError),
+            ("seed -1", lambda: AF.scaled_dot_product_attention(q, q, q, dropout_p=0.1,
+                                                                 seed=-1), ValueError),
+            ("dropout without seed", lambda: AF.scaled_dot_product_attention(q, q, q,
+                                                                             dropout_p=0.5),
+             ValueError),
+            ("offsets past int32", lambda: AF.scaled_dot_product_attention(
+                q[0].transpose(1, 0, 2), q[0].transpose(1, 0, 2), q[0].transpose(1, 0, 2),
+                cu_seqlens_q=np.array([0, 2**32 + 3]), cu_seqlens_kv=np.array([0, 3])),
+             ValueError),
+            ("scale inf", lambda: AF.scaled_dot_product_attention(q, q, q, scale=float("inf")),
+             attn.AttnError),
+            ("align bogus", lambda: AF.scaled_dot_product_attention(q, q, q, align="x"),
+             ValueError),
+            ("q_offset 2**64 + 1", lambda: AF.scaled_dot_product_attention(
+                q, q, q, causal=True, q_offset=2**64 + 1), ValueError),
+            ("q_offset 1.5", lambda: AF.scaled_dot_product_attention(q, q, q, q_offset=1.5),
+             TypeError),
+            ("window 2**64", lambda: AF.scaled_dot_product_attention(q, q, q,
+                                                                     window=(2**64, 0)),
+             ValueError),
+            ("window of floats", lambda: AF.scaled_dot_product_attention(q, q, q,
+                                                                         window=(1.5, 0)),
+             TypeError),
+            ("q_offset 2**62 + 1", lambda: AF.scaled_dot_product_attention(
+                q, q, q, causal=True, q_offset=2**62 + 1), attn.AttnError),
+            ("num_threads True", lambda: AF.scaled_dot_product_attention(q, q, q,
+                                                                         num_threads=True),
+             TypeError)):
+        raises(call, kinds, [], f"functional: {what}", S)
+    count(S)
+    out = AF.scaled_dot_product_attention(q[:, :, ::-1], q, q)  # a negative stride: copied
+    want = math_sdpa(torch.from_numpy(q[:, :, ::-1].copy()), torch.from_numpy(q),
+                     torch.from_numpy(q))
+    check(close(torch.from_numpy(out), want, 2e-5), "functional: a negative-stride view")
+
+    S = "safetensors"
+    with tempfile.TemporaryDirectory() as d:
+        p = os.path.join(d, "t.safetensors")
+        for what, call, kinds in (
+                ("a list", lambda: attn.save_file([np.ones(2)], p), TypeError),
+                ("an int name", lambda: attn.save_file({1: np.ones(2)}, p), TypeError),
+                ("a NUL in a name", lambda: attn.save_file({"a\0b": np.ones(2)}, p),
+                 ValueError),
+                ("a str tensor", lambda: attn.save_file({"a": "xyz"}, p), TypeError),
+                ("metadata a list", lambda: attn.save_file({"a": np.ones(2)}, p, [1]),
+                 TypeError),
+                ("a NUL in the path", lambda: attn.save_file({"a": np.ones(2)}, p + "\0.x"),
+                 ValueError),
+                ("a missing file", lambda: attn.load_file(os.path.join(d, "none")),
+                 attn.AttnError),
+                ("a path of int", lambda: attn.load_file(5), TypeError)):
+            raises(call, kinds, [], f"safetensors: {what}", S)
+        check(not os.path.exists(p), "no file written under the path cut at its NUL")
+        count(S)
+        attn.save_file({"a": np.arange(6, dtype=np.float32).reshape(2, 3)}, p, {"k": "v"})
+        back, meta = attn.load_file(p, with_metadata=True)
+        check(np.array_equal(back["a"], np.arange(6).reshape(2, 3)) and meta == {"k": "v"},
+              "safetensors round trip")
+
+    S = "modules"
+    attn.manual_seed(1)
+    m = attn.CausalAttention(3, 2, 4, 0.0)
+    for what, call, kinds in (
+            ("x rank 4", lambda: m(np.zeros((1, 1, 2, 3), np.float32)), ValueError),
+            ("x too long", lambda: m(np.zeros((1, 5, 3), np.float32)), attn.AttnError),
+            ("x width 4", lambda: m(np.zeros((1, 2, 4), np.float32)), ValueError),
+            ("x width 2", lambda: m(np.zeros((1, 2, 2), np.float32)), ValueError),
+            ("load prefix int", lambda: m.load("x.safetensors", prefix=3), TypeError),
+            ("backward first", lambda: attn.CausalAttention(3, 2, 4, 0.0).backward(
+                np.zeros((1, 2, 2), np.float32)), RuntimeError),
+            ("mask bogus", lambda: attn.CausalAttention(3, 2, 4, 0.0, mask="x"), ValueError),
+            ("scale -1", lambda: attn.SelfAttention_v1(3, 2, scale=-1.0), ValueError),
+            ("scale 1e39", lambda: attn.SelfAttention_v1(3, 2, scale=1e39), attn.AttnError)):
+        raises(call, kinds, [], f"modules: {what}", S)
+
+
+print(f"{passed} passed, {failed} failed in {time.time() - T0:.1f} s")
+print("inputs tried per surface: " + ", ".join(f"{k} {v}" for k, v in sorted(tried.items())))
+sys.exit(1 if failed else 0)
