@@ -23,7 +23,7 @@ static const char generate_help[] =
     "                     [--kv-dtype T | --k-dtype T --v-dtype T]\n"
     "                     [--tokenizer PATH] [--stream] [--stats] [--threads N]\n"
     "                     [--kernels auto|reference|portable|avx2|avx512]\n"
-    "                     [--weights-dtype f32|bf16|f16]\n"
+    "                     [--weights-dtype f32|bf16|f16] [--non-strict]\n"
     "\n"
     "Writes up to N new tokens after the prompt, one at a time, with a KV cache:\n"
     "the prompt is prefilled (cut to its last context_length tokens, as the book's\n"
@@ -42,6 +42,9 @@ static const char generate_help[] =
     "                  cfg dict); a file of GPT-2 weights without it takes its\n"
     "                  sizes from the tensors (n_heads = emb_dim / 64)\n"
     "  --model M       gpt2 or llama3: the architecture the weights must have\n"
+    "  --non-strict    load a file holding tensors the model does not use\n"
+    "                  (load_state_dict(strict=False)), with a warning naming\n"
+    "                  them; without it such a file is refused\n"
     "  --random-init S a model of --preset's (or --config's) shape with weights\n"
     "                  drawn as PyTorch's constructors draw them, torch.manual_seed(S)\n"
     "  --preset NAME   gpt2-small, gpt2-medium, gpt2-large, gpt2-xl, llama3.2-1b,\n"
@@ -93,7 +96,7 @@ typedef struct id_list {
 typedef struct generate_options {
     const char *weights, *config, *preset, *prompt, *prompt_ids, *stop_ids, *tokenizer;
     attn_lm_arch model; /* 0: any */
-    bool random_init, max_given, stream, stats;
+    bool random_init, max_given, stream, stats, non_strict;
     uint64_t init_seed, seed;
     size_t max_new_tokens, page_size, threads;
     attn_sampling sampling;
@@ -276,6 +279,10 @@ static int parse_args(int argc, char **argv, generate_options *o) {
             o->stats = true;
             continue;
         }
+        if (strcmp(argv[i], "--non-strict") == 0) {
+            o->non_strict = true;
+            continue;
+        }
         const char *value = cli_option_value(argc, argv, &i, generate_value_options);
         if (!value || take_value(o, argv[i - 1], value) != CLI_OK) return CLI_USAGE;
         page_size_given |= strcmp(argv[i - 1], "--page-size") == 0;
@@ -294,6 +301,8 @@ static int parse_args(int argc, char **argv, generate_options *o) {
                                "or --config config.json (one of them)");
     if (o->preset && !o->random_init)
         return cli_usage_error("generate: --preset goes with --random-init");
+    if (o->non_strict && !o->weights)
+        return cli_usage_error("generate: --non-strict is how --weights loads: give --weights");
     if (!o->prompt == !o->prompt_ids)
         return cli_usage_error("generate: give the prompt as --prompt-ids or as --prompt "
                                "(one of them)");
@@ -338,10 +347,20 @@ static int load_model(attn_ctx *ctx, const generate_options *o, attn_lm **out) {
         attn_rng_free(rng);
         return st == ATTN_OK ? CLI_OK : cli_library_error(ctx, o->preset ? "--preset" : "--config");
     }
-    attn_status loaded = o->weights_dtype_given
-                             ? attn_lm_load_as(ctx, o->weights, o->config, NULL,
-                                               o->weights_dtype, out)
-                             : attn_lm_load(ctx, o->weights, o->config, NULL, out);
+    unsigned flags = o->weights_dtype_given ? 0u : (unsigned)ATTN_LM_LOAD_FILE_DTYPE;
+    attn_status loaded = attn_lm_load_ex(ctx, o->weights, o->config, NULL, o->weights_dtype,
+                                         flags, out);
+    if (loaded != ATTN_OK && o->non_strict) {
+        /* the strict load's message names the tensors the model leaves
+         * unused: the warning, when the non-strict load then succeeds */
+        char *strict_error = strdup(attn_ctx_last_error(ctx));
+        if (!strict_error) return cli_failure("--weights: out of memory");
+        loaded = attn_lm_load_ex(ctx, o->weights, o->config, NULL, o->weights_dtype,
+                                 flags | ATTN_LM_LOAD_NON_STRICT, out);
+        if (loaded == ATTN_OK)
+            fprintf(stderr, "attn generate: warning: --non-strict: %s\n", strict_error);
+        free(strict_error);
+    }
     if (loaded != ATTN_OK) return cli_library_error(ctx, "--weights");
     attn_lm_arch arch = attn_lm_get_config(*out).arch;
     if (o->model && arch != o->model) {
@@ -570,8 +589,20 @@ static int make_cache(attn_ctx *ctx, attn_lm *m, const generate_options *o, size
                       attn_kv_cache **out) {
     size_t context = attn_lm_get_config(m).context_length;
     size_t kept = prompt_len < context ? prompt_len : context;
+    /* the positions the run needs, kept + max_new_tokens - 1, past the
+     * context: refused here, before a cache or the output is sized by a
+     * max_new_tokens that may be any size_t */
+    if (o->max_new_tokens > context - kept + 1) {
+        if (prompt_len > kept)
+            return cli_failure("--max-new-tokens: the prompt (%zu tokens, cut to its last %zu) "
+                               "and %zu new tokens do not fit the model's context_length %zu: "
+                               "at most %zu new tokens do",
+                               prompt_len, kept, o->max_new_tokens, context, context - kept + 1);
+        return cli_failure("--max-new-tokens: the prompt (%zu tokens) and %zu new tokens do not "
+                           "fit the model's context_length %zu: at most %zu new tokens do",
+                           prompt_len, o->max_new_tokens, context, context - kept + 1);
+    }
     size_t positions = kept + (o->max_new_tokens ? o->max_new_tokens - 1 : 0);
-    if (positions > context || positions < kept) positions = 0;
     attn_kv_cache_config cfg;
     if (attn_lm_cache_config(m, 1, positions, &cfg) != ATTN_OK)
         return cli_library_error(ctx, "--cache");
@@ -637,6 +668,14 @@ static int run_generate(int argc, char **argv) {
     }
     if (rc == CLI_OK && o.tokenizer && attn_tokenizer_load(ctx, o.tokenizer, &tok) != ATTN_OK)
         rc = cli_library_error(ctx, "--tokenizer");
+    /* a model that can write ids the tokenizer cannot decode: refused
+     * before the run, not found when its text is printed */
+    if (rc == CLI_OK && tok && attn_tokenizer_vocab_size(tok) < attn_lm_get_config(m).vocab_size)
+        rc = cli_failure("--tokenizer: '%s' has %zu tokens, fewer than the model's vocab_size "
+                         "%zu, so the model can write ids it cannot decode: give a tokenizer of "
+                         "the model's vocabulary (or --prompt-ids without --tokenizer)",
+                         o.tokenizer, attn_tokenizer_vocab_size(tok),
+                         attn_lm_get_config(m).vocab_size);
     if (rc == CLI_OK) rc = prompt_ids(ctx, &o, tok, &prompt);
     if (rc == CLI_OK && o.stop_ids) rc = parse_ids("--stop-ids", o.stop_ids, &stops);
     if (rc == CLI_OK) rc = generate(ctx, m, &o, tok, &prompt, &stops, &ms);

@@ -1494,7 +1494,7 @@ typedef struct attn_lm_config {
     size_t hidden_dim;      /* llama3: FeedForward width; gpt2: 0 (4 emb_dim)  */
     bool qkv_bias;          /* gpt2 */
     bool tie_embeddings;    /* out_head is tok_emb (Hugging Face's tying)      */
-    double norm_eps;        /* 0 means 1e-5                                    */
+    double norm_eps;        /* 0 means 1e-5; -0.0 (ATTN_LM_EPS_ZERO): exactly 0 */
     double rope_base;       /* llama3: RoPE theta; 0 means 500000              */
     double rope_factor;     /* llama3: Llama 3 frequency scaling, 0 = none     */
     double rope_low_freq_factor, rope_high_freq_factor;
@@ -1511,6 +1511,11 @@ typedef struct attn_lm_config {
 } attn_lm_config;
 
 typedef struct attn_lm attn_lm;
+
+/* An epsilon of exactly 0 for norm_eps (transformers' rms_norm_eps 0):
+ * negative zero, since a zeroed config's +0.0 means "not given" (1e-5).
+ * The config readers store a written 0 as this. */
+#define ATTN_LM_EPS_ZERO (-0.0)
 
 /* A model of cfg with weights drawn from init_rng as the PyTorch
  * constructors would (nn.Embedding N(0, 1), nn.Linear's uniform, norms ones
@@ -1548,6 +1553,33 @@ attn_status attn_lm_load(attn_ctx *ctx, const char *path, const char *config_jso
  */
 attn_status attn_lm_load_as(attn_ctx *ctx, const char *path, const char *config_json,
                             const attn_lm_config *cfg, attn_dtype weights_dtype, attn_lm **out);
+/*
+ * attn_lm_load and attn_lm_load_as, with flags (or'ed):
+ *   ATTN_LM_LOAD_FILE_DTYPE  weights_dtype is not read: the file's, as
+ *                            attn_lm_load holds them
+ *   ATTN_LM_LOAD_NON_STRICT  tensors the model does not use are ignored
+ *                            (load_state_dict(strict=False)'s unexpected
+ *                            keys); a missing one is still refused
+ * Without NON_STRICT, as attn_lm_load and attn_lm_load_as, a file holding a
+ * tensor the config's model does not use is refused (ATTN_ERR_FORMAT
+ * naming the first three and how many), as load_state_dict(strict=True)
+ * refuses unexpected keys. Not counted as unused: a tied head stored
+ * anyway (lm_head / out_head) and the buffers checkpoints carry beside the
+ * parameters (GPT-2's h.N.attn.bias and attn.masked_bias, Llama's
+ * rotary_emb.inv_freq). Every loader checks the names before allocating
+ * the model: a config (or a file) naming more layers than the file holds
+ * is refused at once (ATTN_ERR_NOT_FOUND naming the first tensor missing),
+ * and a model past this machine's memory before any allocation
+ * (ATTN_ERR_NO_MEMORY naming its bytes and the limit; attn_lm_new too).
+ * Other flag bits: ATTN_ERR_INVALID.
+ */
+typedef enum attn_lm_load_flags {
+    ATTN_LM_LOAD_FILE_DTYPE = 1,
+    ATTN_LM_LOAD_NON_STRICT = 2
+} attn_lm_load_flags;
+attn_status attn_lm_load_ex(attn_ctx *ctx, const char *path, const char *config_json,
+                            const attn_lm_config *cfg, attn_dtype weights_dtype, unsigned flags,
+                            attn_lm **out);
 /* The config a config.json gives, read as attn_lm_load reads it (any of
  * the three dialects; tie_embeddings as the file says, else false): for a
  * model of random weights (attn_lm_new) of a published shape. */

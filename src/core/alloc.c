@@ -18,6 +18,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -114,6 +115,13 @@ void *attn_calloc_large(size_t count, size_t size) {
     void *p = attn_malloc_large(bytes);
     if (p) memset(p, 0, bytes);
     return p;
+}
+
+size_t attn_physical_memory(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return 0;
+    size_t n;
+    return attn_mul_size((size_t)pages, (size_t)page, &n) ? n : (size_t)-1;
 }
 
 void attn_free(void *p) { free(p); }

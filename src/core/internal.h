@@ -154,6 +154,9 @@ void *attn_aligned_alloc(size_t alignment, size_t size);
 void *attn_malloc_large(size_t size);
 /* attn_calloc likewise (model weights, read whole every token). */
 void *attn_calloc_large(size_t count, size_t size);
+/* The bytes of memory this machine has (0 where it cannot be told): the
+ * bound past which a request for one object is refused before allocating. */
+size_t attn_physical_memory(void);
 #ifdef ATTN_ALLOC_FAILURE_INJECTION
 void attn_alloc_fail_at(size_t n);
 size_t attn_alloc_calls(void);

@@ -107,12 +107,21 @@ attn_status attn_lm_generate(attn_lm *m, const attn_generate_args *a) {
     size_t prompt_len = a->prompt_len < cfg.context_length ? a->prompt_len : cfg.context_length;
     const int32_t *prompt = a->prompt + (a->prompt_len - prompt_len);
     size_t positions = prompt_len + a->max_new_tokens - 1;
-    if (positions < prompt_len || positions > cfg.context_length)
+    if (positions < prompt_len || positions > cfg.context_length) {
+        /* the caller's lengths, as given, and what fits */
+        size_t fits = cfg.context_length - prompt_len + 1;
+        if (a->prompt_len > prompt_len)
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                             "attn_lm_generate: the prompt (%zu tokens, cut to its last %zu) "
+                             "and max_new_tokens %zu do not fit the model's context_length "
+                             "%zu: at most %zu new tokens do",
+                             a->prompt_len, prompt_len, a->max_new_tokens, cfg.context_length,
+                             fits);
         return attn_fail(ctx, ATTN_ERR_OVERFLOW,
-                         "attn_lm_generate: the prompt (%zu tokens) and max_new_tokens %zu "
-                         "need %zu positions, past the model's context_length %zu",
-                         prompt_len, a->max_new_tokens,
-                         positions < prompt_len ? (size_t)-1 : positions, cfg.context_length);
+                         "attn_lm_generate: the prompt (%zu tokens) and max_new_tokens %zu do "
+                         "not fit the model's context_length %zu: at most %zu new tokens do",
+                         a->prompt_len, a->max_new_tokens, cfg.context_length, fits);
+    }
 
     float *logits = attn_alloc_floats(cfg.vocab_size);
     void *scratch = NULL;

@@ -103,9 +103,12 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
                          "%s: weights_dtype (%d, %s) must be ATTN_DTYPE_F32, ATTN_DTYPE_BF16 or "
                          "ATTN_DTYPE_F16", who, (int)c.weights_dtype,
                          attn_dtype_name(c.weights_dtype));
-    if (c.norm_eps == 0.0) c.norm_eps = 1e-5;
-    if (!(c.norm_eps > 0.0) || !isfinite(c.norm_eps))
-        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: norm_eps (%g) must be positive", who,
+    /* +0.0 is "not given" (a zeroed config); -0.0 is an epsilon of exactly
+     * 0, kept as it is: x + -0.0 is x, so the norms compute with 0 */
+    if (c.norm_eps == 0.0 && !signbit(c.norm_eps)) c.norm_eps = 1e-5;
+    if (!(c.norm_eps >= 0.0) || !isfinite(c.norm_eps))
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: norm_eps (%g) must be positive, or -0.0 for an epsilon of 0", who,
                          c.norm_eps);
     /* every tensor's size, and positions, fit in size_t and int32 rows */
     size_t vc, hc, pc;
@@ -132,21 +135,29 @@ typedef struct param_builder {
     bool place;
     bool overflow;
     size_t count, floats, halves, name_bytes;
+    attn_lm_name_fn visit; /* when set: called with each name instead, until false */
+    void *user;
+    bool stop;
 } param_builder;
 
-/* One tensor: typed says it takes the weights dtype; shared, when not
- * NULL, is the storage of an earlier tensor (a tied head). */
-static void add_tensor(param_builder *b, void **slot, bool typed, void *shared, size_t rows,
+/* One tensor: typed says it takes the weights dtype; tied, that it is
+ * tok_emb's storage (a tied head), neither counted nor placed apart. */
+static void add_tensor(param_builder *b, void **slot, bool typed, bool tied, size_t rows,
                        size_t cols, const char *fmt, va_list ap) {
+    if (b->stop) return;
     char name[128];
     int len = vsnprintf(name, sizeof name, fmt, ap);
+    if (b->visit) {
+        b->stop = !b->visit(b->user, name, tied);
+        return;
+    }
     size_t numel = cols ? rows * cols : rows; /* checked by attn_lm_config_resolve */
     bool half = typed && b->m->cfg.weights_dtype != ATTN_DTYPE_F32;
     if (b->place) {
         attn_lm *m = b->m;
         char *dst = m->names + b->name_bytes;
         memcpy(dst, name, (size_t)len + 1);
-        void *data = shared ? shared
+        void *data = tied   ? m->tok_emb
                      : half ? (void *)(m->weights16 + b->halves)
                             : (void *)(m->weights + b->floats);
         *slot = data;
@@ -159,7 +170,7 @@ static void add_tensor(param_builder *b, void **slot, bool typed, void *shared, 
     b->count++;
     b->name_bytes += (size_t)len + 1;
     size_t *total = half ? &b->halves : &b->floats;
-    if (!shared && !attn_add_size(*total, numel, total)) b->overflow = true;
+    if (!tied && !attn_add_size(*total, numel, total)) b->overflow = true;
 }
 
 #if defined(__GNUC__)
@@ -170,7 +181,7 @@ static void add_param(param_builder *b, float **slot, size_t rows, size_t cols, 
     void *data = NULL;
     va_list ap;
     va_start(ap, fmt);
-    add_tensor(b, &data, false, NULL, rows, cols, fmt, ap);
+    add_tensor(b, &data, false, false, rows, cols, fmt, ap);
     va_end(ap);
     if (b->place) *slot = data;
 }
@@ -178,12 +189,12 @@ static void add_param(param_builder *b, float **slot, size_t rows, size_t cols, 
 #if defined(__GNUC__)
 __attribute__((format(printf, 6, 7)))
 #endif
-static void add_weight(param_builder *b, void **slot, void *shared, size_t rows, size_t cols,
+static void add_weight(param_builder *b, void **slot, bool tied, size_t rows, size_t cols,
                        const char *fmt, ...) {
     void *data = NULL;
     va_list ap;
     va_start(ap, fmt);
-    add_tensor(b, &data, true, shared, rows, cols, fmt, ap);
+    add_tensor(b, &data, true, tied, rows, cols, fmt, ap);
     va_end(ap);
     if (b->place) *slot = data;
 }
@@ -193,35 +204,35 @@ static void list_params(param_builder *b) {
     const attn_lm_config *c = &m->cfg;
     size_t C = c->emb_dim, V = c->vocab_size, H = m->hidden, kvw = m->kv_heads * m->head_dim;
     bool gpt2 = c->arch == ATTN_LM_GPT2;
-    add_weight(b, &m->tok_emb, NULL, V, C, "tok_emb.weight");
+    add_weight(b, &m->tok_emb, false, V, C, "tok_emb.weight");
     if (gpt2) add_param(b, &m->pos_emb, c->context_length, C, "pos_emb.weight");
-    for (size_t i = 0; i < c->n_layers; i++) {
+    for (size_t i = 0; i < c->n_layers && !b->stop; i++) {
         attn_lm_block *k = b->place ? &m->blocks[i] : &(attn_lm_block){0};
         if (gpt2) {
-            add_weight(b, &k->wq, NULL, C, C, "trf_blocks.%zu.att.W_query.weight", i);
+            add_weight(b, &k->wq, false, C, C, "trf_blocks.%zu.att.W_query.weight", i);
             if (c->qkv_bias) add_param(b, &k->bq, C, 0, "trf_blocks.%zu.att.W_query.bias", i);
-            add_weight(b, &k->wk, NULL, C, C, "trf_blocks.%zu.att.W_key.weight", i);
+            add_weight(b, &k->wk, false, C, C, "trf_blocks.%zu.att.W_key.weight", i);
             if (c->qkv_bias) add_param(b, &k->bk, C, 0, "trf_blocks.%zu.att.W_key.bias", i);
-            add_weight(b, &k->wv, NULL, C, C, "trf_blocks.%zu.att.W_value.weight", i);
+            add_weight(b, &k->wv, false, C, C, "trf_blocks.%zu.att.W_value.weight", i);
             if (c->qkv_bias) add_param(b, &k->bv, C, 0, "trf_blocks.%zu.att.W_value.bias", i);
-            add_weight(b, &k->wo, NULL, C, C, "trf_blocks.%zu.att.out_proj.weight", i);
+            add_weight(b, &k->wo, false, C, C, "trf_blocks.%zu.att.out_proj.weight", i);
             add_param(b, &k->bo, C, 0, "trf_blocks.%zu.att.out_proj.bias", i);
-            add_weight(b, &k->fc1_w, NULL, H, C, "trf_blocks.%zu.ff.layers.0.weight", i);
+            add_weight(b, &k->fc1_w, false, H, C, "trf_blocks.%zu.ff.layers.0.weight", i);
             add_param(b, &k->fc1_b, H, 0, "trf_blocks.%zu.ff.layers.0.bias", i);
-            add_weight(b, &k->fc2_w, NULL, C, H, "trf_blocks.%zu.ff.layers.2.weight", i);
+            add_weight(b, &k->fc2_w, false, C, H, "trf_blocks.%zu.ff.layers.2.weight", i);
             add_param(b, &k->fc2_b, C, 0, "trf_blocks.%zu.ff.layers.2.bias", i);
             add_param(b, &k->norm1_w, C, 0, "trf_blocks.%zu.norm1.scale", i);
             add_param(b, &k->norm1_b, C, 0, "trf_blocks.%zu.norm1.shift", i);
             add_param(b, &k->norm2_w, C, 0, "trf_blocks.%zu.norm2.scale", i);
             add_param(b, &k->norm2_b, C, 0, "trf_blocks.%zu.norm2.shift", i);
         } else {
-            add_weight(b, &k->wk, NULL, kvw, C, "trf_blocks.%zu.att.W_key.weight", i);
-            add_weight(b, &k->wv, NULL, kvw, C, "trf_blocks.%zu.att.W_value.weight", i);
-            add_weight(b, &k->wq, NULL, C, C, "trf_blocks.%zu.att.W_query.weight", i);
-            add_weight(b, &k->wo, NULL, C, C, "trf_blocks.%zu.att.out_proj.weight", i);
-            add_weight(b, &k->fc1_w, NULL, H, C, "trf_blocks.%zu.ff.fc1.weight", i);
-            add_weight(b, &k->fc2_w, NULL, H, C, "trf_blocks.%zu.ff.fc2.weight", i);
-            add_weight(b, &k->fc3_w, NULL, C, H, "trf_blocks.%zu.ff.fc3.weight", i);
+            add_weight(b, &k->wk, false, kvw, C, "trf_blocks.%zu.att.W_key.weight", i);
+            add_weight(b, &k->wv, false, kvw, C, "trf_blocks.%zu.att.W_value.weight", i);
+            add_weight(b, &k->wq, false, C, C, "trf_blocks.%zu.att.W_query.weight", i);
+            add_weight(b, &k->wo, false, C, C, "trf_blocks.%zu.att.out_proj.weight", i);
+            add_weight(b, &k->fc1_w, false, H, C, "trf_blocks.%zu.ff.fc1.weight", i);
+            add_weight(b, &k->fc2_w, false, H, C, "trf_blocks.%zu.ff.fc2.weight", i);
+            add_weight(b, &k->fc3_w, false, C, H, "trf_blocks.%zu.ff.fc3.weight", i);
             add_param(b, &k->norm1_w, C, 0, "trf_blocks.%zu.norm1.weight", i);
             add_param(b, &k->norm2_w, C, 0, "trf_blocks.%zu.norm2.weight", i);
         }
@@ -232,7 +243,7 @@ static void list_params(param_builder *b) {
     } else {
         add_param(b, &m->final_w, C, 0, "final_norm.weight");
     }
-    add_weight(b, &m->out_head, c->tie_embeddings ? m->tok_emb : NULL, V, C, "out_head.weight");
+    add_weight(b, &m->out_head, c->tie_embeddings, V, C, "out_head.weight");
 }
 
 /* RoPE's inverse frequencies as compute_rope_params makes them, in float32
@@ -264,10 +275,74 @@ static void rope_frequencies(const attn_lm_config *c, size_t head_dim, float *in
     }
 }
 
+void attn_lm_list_names(const attn_lm_config *cfg, attn_lm_name_fn visit, void *user) {
+    /* a model that is only its config: enough for list_params to name */
+    attn_lm m = {.cfg = *cfg, .head_dim = cfg->emb_dim / cfg->n_heads,
+                 .kv_heads = cfg->n_kv_groups, .hidden = cfg->hidden_dim};
+    param_builder b = {.m = &m, .visit = visit, .user = user};
+    list_params(&b);
+}
+
+/* Bytes per parameter record beside the weights: its attn_param, its
+ * attn_lm_stored and its name (the longest is under 48 bytes). */
+#define RECORD_BYTES (sizeof(attn_param) + sizeof(attn_lm_stored) + 48)
+
+/* *total += a * b, false on overflow (then *total is past use). */
+static bool add_product(size_t *total, size_t a, size_t b) {
+    size_t ab;
+    return attn_mul_size(a, b, &ab) && attn_add_size(*total, ab, total);
+}
+
+/* The bytes a model of c (resolved) takes, weights and records, from its
+ * sizes alone (no loop over the layers, which a wrong n_layers makes
+ * endless), refused past size_t or this machine's memory before anything
+ * is allocated. */
+static attn_status check_budget(attn_ctx *ctx, const char *who, const attn_lm_config *c) {
+    size_t C = c->emb_dim, V = c->vocab_size, H = c->hidden_dim, T = c->context_length;
+    size_t kvw = c->n_kv_groups * (C / c->n_heads); /* <= C */
+    bool gpt2 = c->arch == ATTN_LM_GPT2;
+    size_t w = c->weights_dtype == ATTN_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
+    size_t f = sizeof(float);
+    /* one block: its linear weights (weights dtype), norms and biases
+     * (float), its tensors' records */
+    size_t block = sizeof(attn_lm_block);
+    /* every factor below fits: resolve bounds V C, H C and T C by size_t / 4 */
+    bool ok = gpt2 ? add_product(&block, C * w, 4 * C) &&    /* W_query .. out_proj */
+                         add_product(&block, H * w, 2 * C) &&    /* the FeedForward */
+                         add_product(&block, f * C, c->qkv_bias ? 9 : 6) &&
+                         add_product(&block, f, H) &&
+                         add_product(&block, c->qkv_bias ? 15 : 12, RECORD_BYTES)
+                   : add_product(&block, kvw * w, 2 * C) &&  /* W_key, W_value */
+                         add_product(&block, C * w, 2 * C) &&    /* W_query, out_proj */
+                         add_product(&block, H * w, C) && add_product(&block, H * w, C) &&
+                         add_product(&block, H * w, C) &&        /* fc1, fc2, fc3 */
+                         add_product(&block, f * C, 2) && add_product(&block, 9, RECORD_BYTES);
+    size_t total = 0;
+    /* the blocks; the embedding, the head unless tied, pos_emb or RoPE's
+     * frequencies, the final norm and their records */
+    ok = ok && add_product(&total, block, c->n_layers) && add_product(&total, V * w, C) &&
+         (c->tie_embeddings || add_product(&total, V * w, C)) &&
+         add_product(&total, f, gpt2 ? T * C : C / 2 + 1) && add_product(&total, f * C, 2) &&
+         add_product(&total, 5, RECORD_BYTES);
+    if (!ok)
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                         "%s: n_layers (%zu) of emb_dim (%zu), hidden_dim (%zu), vocab_size "
+                         "(%zu): the model's bytes overflow size_t",
+                         who, c->n_layers, C, H, V);
+    size_t limit = attn_physical_memory();
+    if (limit && total > limit)
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                         "%s: n_layers (%zu) of emb_dim (%zu), hidden_dim (%zu), vocab_size "
+                         "(%zu) take %zu bytes, past this machine's memory (%zu bytes)",
+                         who, c->n_layers, C, H, V, total, limit);
+    return ATTN_OK;
+}
+
 attn_status attn_lm_create(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,
                            attn_lm **out) {
     attn_lm_config c;
     attn_status st = attn_lm_config_resolve(ctx, who, cfg, &c);
+    if (st == ATTN_OK) st = check_budget(ctx, who, &c);
     if (st != ATTN_OK) return st;
     attn_lm *m = attn_calloc(1, sizeof *m);
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", who);

@@ -82,10 +82,21 @@ struct attn_lm {
     attn_lm_buffers buf;
 };
 
-/* cfg with its zero fields given their defaults, checked: a message names
- * the wrong values (ATTN_ERR_INVALID, ATTN_ERR_SHAPE, ATTN_ERR_OVERFLOW). */
+/* cfg with its zero fields given their defaults (norm_eps: +0.0 only;
+ * -0.0 is an epsilon of 0), checked: a message names the wrong values
+ * (ATTN_ERR_INVALID, ATTN_ERR_SHAPE, ATTN_ERR_OVERFLOW). */
 attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,
                                    attn_lm_config *out);
+
+/* Called with each tensor name of a model, in state_dict order; tied says
+ * the tensor is another's storage (out_head tied to tok_emb). Returning
+ * false stops the listing. */
+typedef bool (*attn_lm_name_fn)(void *user, const char *name, bool tied);
+
+/* The tensor names of a model of cfg (resolved), as attn_lm_param_at lists
+ * them, without allocating: the listing stops when visit says so, so a
+ * caller checking them against a file stops at the first one missing. */
+void attn_lm_list_names(const attn_lm_config *cfg, attn_lm_name_fn visit, void *user);
 
 /* A model of cfg with all weights zero (lm.c; used by attn_lm_new and the
  * loader). */

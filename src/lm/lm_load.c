@@ -306,6 +306,42 @@ static attn_status opt_double(attn_ctx *ctx, const char *path, const attn_json *
     return ATTN_OK;
 }
 
+/* An optional norm epsilon: a written 0 is kept as 0 (-0.0 in the config,
+ * which attn_lm_config tells from +0.0, "not given"); a negative or
+ * non-finite one is refused by name. */
+static attn_status opt_eps(attn_ctx *ctx, const char *path, const attn_json *obj,
+                           const char *key, double *out) {
+    const attn_json *v = attn_json_get(obj, key);
+    if (!v || v->type == ATTN_JSON_NULL) return ATTN_OK;
+    double eps;
+    attn_status st = opt_double(ctx, path, obj, key, &eps);
+    if (st != ATTN_OK) return st;
+    if (!(eps >= 0.0) || !isfinite(eps))
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "attn_lm_load: %s: \"%s\" (%g) must be a finite number >= 0", path, key,
+                         eps);
+    *out = eps == 0.0 ? -0.0 : eps;
+    return ATTN_OK;
+}
+
+/* An optional number that must be positive and finite when written (a RoPE
+ * base, whose 0 makes 0^x frequencies; a scaling factor): refused by name,
+ * never replaced by a default. */
+static attn_status opt_positive(attn_ctx *ctx, const char *path, const attn_json *obj,
+                                const char *key, double *out) {
+    const attn_json *v = attn_json_get(obj, key);
+    if (!v || v->type == ATTN_JSON_NULL) return ATTN_OK;
+    double x;
+    attn_status st = opt_double(ctx, path, obj, key, &x);
+    if (st != ATTN_OK) return st;
+    if (!(x > 0.0) || !isfinite(x))
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "attn_lm_load: %s: \"%s\" (%g) must be a finite number > 0", path, key,
+                         x);
+    *out = x;
+    return ATTN_OK;
+}
+
 static attn_status opt_size(attn_ctx *ctx, const char *path, const attn_json *obj,
                             const char *key, size_t *out) {
     const attn_json *v = attn_json_get(obj, key);
@@ -342,7 +378,7 @@ static attn_status read_hf_gpt2(attn_ctx *ctx, const char *path, const attn_json
     if (st == ATTN_OK) st = opt_size(ctx, path, j, "n_ctx", &c->context_length);
     if (st == ATTN_OK) st = opt_size(ctx, path, j, "n_positions", &c->context_length);
     if (st == ATTN_OK) st = opt_size(ctx, path, j, "n_inner", &c->hidden_dim);
-    if (st == ATTN_OK) st = opt_double(ctx, path, j, "layer_norm_epsilon", &c->norm_eps);
+    if (st == ATTN_OK) st = opt_eps(ctx, path, j, "layer_norm_epsilon", &c->norm_eps);
     if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_word_embeddings", &r->tie);
     if (st == ATTN_OK && c->context_length == 0)
         st = attn_fail(ctx, ATTN_ERR_FORMAT, "attn_lm_load: %s has no \"n_positions\"", path);
@@ -365,7 +401,7 @@ static attn_status read_rope_scaling(attn_ctx *ctx, const char *path, const attn
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "attn_lm_load: %s: rope_scaling of type \"%s\" is not supported (only "
                          "\"llama3\")", path, type ? type : "(none)");
-    attn_status st = opt_double(ctx, path, rs, "factor", &c->rope_factor);
+    attn_status st = opt_positive(ctx, path, rs, "factor", &c->rope_factor);
     if (st == ATTN_OK) st = opt_double(ctx, path, rs, "low_freq_factor", &c->rope_low_freq_factor);
     if (st == ATTN_OK) st = opt_double(ctx, path, rs, "high_freq_factor", &c->rope_high_freq_factor);
     if (st == ATTN_OK)
@@ -389,8 +425,8 @@ static attn_status read_hf_llama(attn_ctx *ctx, const char *path, const attn_jso
     if (st == ATTN_OK) st = need_size(ctx, path, j, "intermediate_size", &c->hidden_dim);
     if (st == ATTN_OK) st = need_size(ctx, path, j, "max_position_embeddings", &c->context_length);
     if (st == ATTN_OK) st = opt_size(ctx, path, j, "num_key_value_heads", &c->n_kv_groups);
-    if (st == ATTN_OK) st = opt_double(ctx, path, j, "rope_theta", &c->rope_base);
-    if (st == ATTN_OK) st = opt_double(ctx, path, j, "rms_norm_eps", &c->norm_eps);
+    if (st == ATTN_OK) st = opt_positive(ctx, path, j, "rope_theta", &c->rope_base);
+    if (st == ATTN_OK) st = opt_eps(ctx, path, j, "rms_norm_eps", &c->norm_eps);
     if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_word_embeddings", &r->tie);
     if (st == ATTN_OK) st = read_rope_scaling(ctx, path, j, c);
     size_t head_dim = 0;
@@ -427,14 +463,14 @@ static attn_status read_book(attn_ctx *ctx, const char *path, const attn_json *j
     if (st == ATTN_OK) st = opt_bool(ctx, path, j, "qkv_bias", &qkv_bias);
     c->qkv_bias = qkv_bias;
     if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_embeddings", &r->tie);
-    if (st == ATTN_OK) st = opt_double(ctx, path, j, "norm_eps", &c->norm_eps);
+    if (st == ATTN_OK) st = opt_eps(ctx, path, j, "norm_eps", &c->norm_eps);
     if (llama) {
         if (st == ATTN_OK) st = need_size(ctx, path, j, "hidden_dim", &c->hidden_dim);
         if (st == ATTN_OK) st = opt_size(ctx, path, j, "n_kv_groups", &c->n_kv_groups);
-        if (st == ATTN_OK) st = opt_double(ctx, path, j, "rope_base", &c->rope_base);
+        if (st == ATTN_OK) st = opt_positive(ctx, path, j, "rope_base", &c->rope_base);
         const attn_json *f = attn_json_get(j, "rope_freq");
         if (st == ATTN_OK && f && f->type == ATTN_JSON_OBJECT) {
-            st = opt_double(ctx, path, f, "factor", &c->rope_factor);
+            st = opt_positive(ctx, path, f, "factor", &c->rope_factor);
             if (st == ATTN_OK) st = opt_double(ctx, path, f, "low_freq_factor", &c->rope_low_freq_factor);
             if (st == ATTN_OK)
                 st = opt_double(ctx, path, f, "high_freq_factor", &c->rope_high_freq_factor);
@@ -630,11 +666,156 @@ static attn_dtype file_dtype(lm_source *s) {
     return ATTN_DTYPE_F32;
 }
 
+/* ---- the file's tensors against the config ---------------------------------- */
+
+/* The file's tensor names the loader reads for c, in the file's naming,
+ * each told to visit (tied: a head the file may leave out) until it
+ * returns false. */
+static void list_file_names(lm_source *s, const attn_lm_config *c, attn_lm_name_fn visit,
+                            void *user) {
+    if (s->names == NAMES_BOOK) {
+        attn_lm_list_names(c, visit, user);
+        return;
+    }
+    char n[160];
+    bool gpt2 = s->names == NAMES_HF_GPT2;
+    const char *x = gpt2 ? s->prefix : "model.";
+    static const char *const gpt2_block[] = {
+        "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
+        "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias",
+        "ln_1.weight",        "ln_1.bias",        "ln_2.weight",        "ln_2.bias"};
+    static const char *const llama_block[] = {
+        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+        "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
+        "mlp.down_proj.weight",    "input_layernorm.weight",  "post_attention_layernorm.weight"};
+    const char *const *block = gpt2 ? gpt2_block : llama_block;
+    size_t per_block = gpt2 ? sizeof gpt2_block / sizeof *gpt2_block
+                            : sizeof llama_block / sizeof *llama_block;
+    if (!visit(user, name_of(n, sizeof n, gpt2 ? "%swte.weight" : "%sembed_tokens.weight", x),
+               false))
+        return;
+    if (gpt2 && !visit(user, name_of(n, sizeof n, "%swpe.weight", x), false)) return;
+    for (size_t i = 0; i < c->n_layers; i++)
+        for (size_t j = 0; j < per_block; j++) {
+            if (gpt2 && j == 1 && !c->qkv_bias) continue;
+            if (!visit(user, name_of(n, sizeof n, gpt2 ? "%sh.%zu.%s" : "%slayers.%zu.%s", x, i,
+                                     block[j]),
+                       false))
+                return;
+        }
+    if (!visit(user, name_of(n, sizeof n, gpt2 ? "%sln_f.weight" : "%snorm.weight", x), false) ||
+        (gpt2 && !visit(user, name_of(n, sizeof n, "%sln_f.bias", x), false)))
+        return;
+    visit(user, "lm_head.weight", c->tie_embeddings);
+}
+
+/* Tensors a checkpoint carries that are not parameters, which
+ * load_state_dict never sees either: GPT-2's causal-mask buffers
+ * (h.N.attn.bias, h.N.attn.masked_bias, saved by older transformers) and
+ * Llama's RoPE table (rotary_emb.inv_freq). */
+static bool is_buffer(const lm_source *s, const char *name) {
+    static const char *const gpt2[] = {".attn.bias", ".attn.masked_bias"};
+    static const char *const llama[] = {".rotary_emb.inv_freq"};
+    const char *const *ends = s->names == NAMES_HF_GPT2 ? gpt2 : llama;
+    size_t count = s->names == NAMES_HF_GPT2 ? 2 : s->names == NAMES_HF_LLAMA ? 1 : 0;
+    size_t n = strlen(name);
+    for (size_t i = 0; i < count; i++) {
+        size_t e = strlen(ends[i]);
+        if (n > e && strcmp(name + n - e, ends[i]) == 0) return true;
+    }
+    return false;
+}
+
+typedef struct tensor_check {
+    lm_source *s;
+    bool *used;       /* per tensor of the file */
+    char missing[160];
+    bool found_all;
+} tensor_check;
+
+static bool expect_tensor(void *user, const char *name, bool tied) {
+    tensor_check *t = user;
+    attn_safetensors_info info;
+    if (attn_safetensors_find(t->s->st, name, &info) == ATTN_OK) {
+        t->used[info.index] = true;
+        return true;
+    }
+    if (tied) return true;
+    snprintf(t->missing, sizeof t->missing, "%s", name);
+    t->found_all = false;
+    return false;
+}
+
+/* Every tensor c needs is in the file, and (strict) the file holds no
+ * other, but for the buffers above and a tied head: checked by name
+ * before the model is allocated, so that a config or a file naming more
+ * layers than the file holds is refused at once. The listing stops at
+ * the first name missing, and each name found is a distinct tensor of the
+ * file, so it visits at most the file's count plus two names, whatever
+ * n_layers says. */
+static attn_status check_tensors(lm_source *s, const attn_lm_config *c, bool strict) {
+    size_t count = attn_safetensors_count(s->st);
+    tensor_check t = {.s = s, .used = attn_calloc(count ? count : 1, sizeof(bool)),
+                      .found_all = true};
+    if (!t.used)
+        return attn_fail(s->ctx, ATTN_ERR_NO_MEMORY, "attn_lm_load: out of memory for %zu "
+                         "tensor names", count);
+    list_file_names(s, c, expect_tensor, &t);
+    attn_status st = ATTN_OK;
+    if (!t.found_all) {
+        st = attn_fail(s->ctx, ATTN_ERR_NOT_FOUND,
+                       "attn_lm_load: %s has no tensor '%s', which a %s model of n_layers %zu "
+                       "needs (the file holds %zu tensors)",
+                       s->path, t.missing, c->arch == ATTN_LM_GPT2 ? "GPT-2" : "Llama 3",
+                       c->n_layers, count);
+    } else if (strict) {
+        size_t unused = 0;
+        char names[256] = "";
+        for (size_t i = 0; i < count; i++) {
+            attn_safetensors_info info;
+            if (t.used[i] || attn_safetensors_info_at(s->st, i, &info) != ATTN_OK ||
+                is_buffer(s, info.name))
+                continue;
+            if (++unused <= 3)
+                snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%.60s'",
+                         unused > 1 ? ", " : "", info.name);
+        }
+        if (unused > 3)
+            snprintf(names + strlen(names), sizeof names - strlen(names), " and %zu more",
+                     unused - 3);
+        if (unused)
+            st = attn_fail(s->ctx, ATTN_ERR_FORMAT,
+                           "attn_lm_load: %s holds %zu tensor%s the %s model of n_layers %zu "
+                           "does not use: %s (non-strict loading ignores them)",
+                           s->path, unused, unused > 1 ? "s" : "",
+                           c->arch == ATTN_LM_GPT2 ? "GPT-2" : "Llama 3", c->n_layers, names);
+    }
+    attn_free(t.used);
+    return st;
+}
+
+/* A file attn_model_save wrote (attn train --save): another family of
+ * model, which these names and this loader do not describe. */
+static attn_status refuse_train_model(lm_source *s) {
+    const char *format = attn_safetensors_metadata_get(s->st, "format");
+    if (!format || strcmp(format, "attn-lm") != 0) return ATTN_OK;
+    const char *attention = attn_safetensors_metadata_get(s->st, "attention");
+    const char *layers = attn_safetensors_metadata_get(s->st, "n_layers");
+    const char *width = attn_safetensors_metadata_get(s->st, "d_model");
+    return attn_fail(s->ctx, ATTN_ERR_FORMAT,
+                     "attn_lm_load: %s holds a model saved by attn_model_save (attn train "
+                     "--save; \"format\": \"attn-lm\", attention %.16s, d_model %.24s, "
+                     "n_layers %.24s), not the book's GPT-2 or Llama 3: load it with "
+                     "attn_model_load into an attn_model of that config",
+                     s->path, attention ? attention : "?", width ? width : "?",
+                     layers ? layers : "?");
+}
+
 /* attn_lm_load (file_dtype: weights_dtype ignored, the file's taken) and
  * attn_lm_load_as. */
 static attn_status load(attn_ctx *ctx, const char *who, const char *path, const char *config_json,
                         const attn_lm_config *cfg, bool file_dtype_wanted,
-                        attn_dtype weights_dtype, attn_lm **out) {
+                        attn_dtype weights_dtype, bool strict, attn_lm **out) {
     if (!ctx || !path || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
                          !ctx ? "ctx" : !path ? "path" : "out");
@@ -657,11 +838,15 @@ static attn_status load(attn_ctx *ctx, const char *who, const char *path, const 
     attn_lm *m = NULL;
     attn_lm_config c;
     attn_status st = attn_safetensors_open(ctx, weights, &s.st);
+    if (st == ATTN_OK) st = refuse_train_model(&s);
     if (st == ATTN_OK) st = detect_names(&s);
     if (st == ATTN_OK) st = choose_config(&s, config_path, cfg, &c);
     if (st == ATTN_OK) {
         c.weights_dtype = file_dtype_wanted ? file_dtype(&s) : weights_dtype;
-        st = attn_lm_create(ctx, who, &c, &m);
+        attn_lm_config resolved;
+        st = attn_lm_config_resolve(ctx, who, &c, &resolved);
+        if (st == ATTN_OK) st = check_tensors(&s, &resolved, strict);
+        if (st == ATTN_OK) st = attn_lm_create(ctx, who, &c, &m);
     }
     if (st == ATTN_OK) {
         st = s.names == NAMES_BOOK       ? load_book(&s, m)
@@ -683,12 +868,27 @@ static attn_status load(attn_ctx *ctx, const char *who, const char *path, const 
 
 attn_status attn_lm_load(attn_ctx *ctx, const char *path, const char *config_json,
                          const attn_lm_config *cfg, attn_lm **out) {
-    return load(ctx, "attn_lm_load", path, config_json, cfg, true, ATTN_DTYPE_F32, out);
+    return load(ctx, "attn_lm_load", path, config_json, cfg, true, ATTN_DTYPE_F32, true, out);
 }
 
 attn_status attn_lm_load_as(attn_ctx *ctx, const char *path, const char *config_json,
                             const attn_lm_config *cfg, attn_dtype weights_dtype, attn_lm **out) {
-    return load(ctx, "attn_lm_load_as", path, config_json, cfg, false, weights_dtype, out);
+    return load(ctx, "attn_lm_load_as", path, config_json, cfg, false, weights_dtype, true, out);
+}
+
+attn_status attn_lm_load_ex(attn_ctx *ctx, const char *path, const char *config_json,
+                            const attn_lm_config *cfg, attn_dtype weights_dtype, unsigned flags,
+                            attn_lm **out) {
+    const unsigned known = ATTN_LM_LOAD_FILE_DTYPE | ATTN_LM_LOAD_NON_STRICT;
+    if (flags & ~known) {
+        if (out) *out = NULL;
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "attn_lm_load_ex: flags 0x%x has bits past ATTN_LM_LOAD_FILE_DTYPE | "
+                         "ATTN_LM_LOAD_NON_STRICT (0x%x)", flags, known);
+    }
+    return load(ctx, "attn_lm_load_ex", path, config_json, cfg,
+                (flags & ATTN_LM_LOAD_FILE_DTYPE) != 0, weights_dtype,
+                (flags & ATTN_LM_LOAD_NON_STRICT) == 0, out);
 }
 
 attn_status attn_lm_save(attn_lm *m, const char *path) {

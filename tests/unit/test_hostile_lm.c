@@ -1,0 +1,372 @@
+/*
+ * test_hostile_lm.c — attn_lm's loader and constructors against inputs
+ * that name more than they hold:
+ *   - sizes: n_layers 2^40 and a model past this machine's memory are
+ *     refused at once (no loop over the layers, no allocation), naming the
+ *     bytes and the limit; a config or a tensor name giving 10^9 layers to
+ *     a 1-layer file is refused naming the first tensor missing;
+ *   - strictness: a 2-layer file under a 1-layer config is refused naming
+ *     the unused tensors and their count; ATTN_LM_LOAD_NON_STRICT loads it,
+ *     its first layer the file's, bit for bit;
+ *   - configs: a written norm eps of 0 is kept (exactly 0, -0.0), a zeroed
+ *     one is 1e-5; a written rope_theta, rope_base or factor of 0 is
+ *     refused naming it;
+ *   - a file of attn train --save (attn_model_save's "attn-lm" metadata) is
+ *     named as such;
+ *   - attn_lm_generate's message gives the prompt's length as given;
+ *   - a tied head's bytes are counted once;
+ *   - NULLs and unknown flags.
+ * Each refusal must come within a second: the old loader spent minutes.
+ */
+#define _POSIX_C_SOURCE 200809L /* mkdtemp */
+
+#include "attn.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static char dir[64];
+
+static const char *path_in(char *buf, size_t size, const char *name) {
+    snprintf(buf, size, "%s/%s", dir, name);
+    return buf;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static bool write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    if (!f) return false;
+    fputs(text, f);
+    return fclose(f) == 0;
+}
+
+static attn_lm_config tiny_gpt2(size_t layers) {
+    return (attn_lm_config){.arch = ATTN_LM_GPT2, .vocab_size = 11, .context_length = 8,
+                            .emb_dim = 8, .n_heads = 2, .n_layers = layers, .qkv_bias = true};
+}
+
+/* A model of cfg, drawn from seed, saved to path. */
+static attn_lm *saved_model(attn_ctx *ctx, attn_lm_config cfg, uint64_t seed, const char *path) {
+    attn_rng *rng = NULL;
+    attn_lm *m = NULL;
+    if (attn_rng_new(ctx, seed, &rng) != ATTN_OK) return NULL;
+    attn_status st = attn_lm_new(ctx, &cfg, rng, &m);
+    attn_rng_free(rng);
+    if (st != ATTN_OK || attn_lm_save(m, path) != ATTN_OK) {
+        attn_lm_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* The model's parameters as named tensors (rename: one name replaced). */
+static attn_status write_renamed(attn_ctx *ctx, attn_lm *m, const char *path, const char *from,
+                                 const char *to) {
+    size_t n = attn_lm_param_count(m);
+    attn_named_tensor *t = calloc(n, sizeof *t);
+    if (!t) return ATTN_ERR_NO_MEMORY;
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        attn_param p;
+        attn_lm_param_at(m, i, &p);
+        if (strcmp(p.name, "out_head.weight") == 0 && attn_lm_get_config(m).tie_embeddings)
+            continue;
+        t[kept] = (attn_named_tensor){.name = strcmp(p.name, from) == 0 ? to : p.name,
+                                      .data = p.data, .ndim = p.ndim};
+        memcpy(t[kept].shape, p.shape, p.ndim * sizeof(size_t));
+        kept++;
+    }
+    attn_status st = attn_safetensors_write(ctx, path, t, kept, NULL, 0);
+    free(t);
+    return st;
+}
+
+static void test_sizes(attn_ctx *ctx) {
+    attn_lm *m = (attn_lm *)&m; /* must come back NULL */
+    /* n_layers 2^40 of tiny blocks: the old constructor listed them one by one */
+    attn_lm_config c = tiny_gpt2((size_t)1 << 40);
+    double t0 = now();
+    attn_status st = attn_lm_new(ctx, &c, NULL, &m);
+    CHECK(st == ATTN_ERR_NO_MEMORY || st == ATTN_ERR_OVERFLOW);
+    CHECK(m == NULL);
+    CHECK_MESSAGE(ctx, "n_layers (1099511627776)");
+    CHECK(now() - t0 < 1.0);
+    /* 2^62 layers: the bytes overflow size_t */
+    c.n_layers = (size_t)1 << 62;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_OVERFLOW);
+    CHECK_MESSAGE(ctx, "overflow size_t");
+    /* 100000 layers of emb_dim 1024: 5 TB, past any machine this runs on */
+    c = (attn_lm_config){.arch = ATTN_LM_GPT2, .vocab_size = 50257, .context_length = 1024,
+                         .emb_dim = 1024, .n_heads = 16, .n_layers = 100000};
+    t0 = now();
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_NO_MEMORY);
+    CHECK_MESSAGE(ctx, "past this machine's memory (");
+    CHECK_MESSAGE(ctx, "n_layers (100000)");
+    CHECK(now() - t0 < 1.0);
+    /* Llama 3 too, with 16-bit weights */
+    c = (attn_lm_config){.arch = ATTN_LM_LLAMA3, .vocab_size = 128256, .context_length = 8192,
+                         .emb_dim = 4096, .n_heads = 32, .n_kv_groups = 8, .n_layers = 32000,
+                         .hidden_dim = 14336, .weights_dtype = ATTN_DTYPE_BF16};
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_NO_MEMORY);
+    CHECK_MESSAGE(ctx, "bytes, past this machine's memory");
+    /* a model that fits still builds */
+    c = tiny_gpt2(3);
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_OK);
+    attn_lm_free(m);
+}
+
+static void test_layers_the_file_lacks(attn_ctx *ctx) {
+    char weights[128], cfg_path[128], renamed[128];
+    attn_lm *one = saved_model(ctx, tiny_gpt2(1), 7, path_in(weights, sizeof weights, "one.st"));
+    CHECK(one != NULL);
+    if (!one) return;
+    attn_lm *m = (attn_lm *)&m;
+    /* a config of 10^9 layers over a 1-layer file */
+    write_text(path_in(cfg_path, sizeof cfg_path, "huge.json"),
+               "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, \"n_heads\": 2, "
+               "\"n_layers\": 1000000000, \"qkv_bias\": true}");
+    double t0 = now();
+    CHECK_STATUS(attn_lm_load(ctx, weights, cfg_path, NULL, &m), ATTN_ERR_NOT_FOUND);
+    CHECK(m == NULL);
+    CHECK_MESSAGE(ctx, "'trf_blocks.1.att.W_query.weight'");
+    CHECK_MESSAGE(ctx, "n_layers 1000000000");
+    CHECK(now() - t0 < 1.0);
+    /* the same through the config struct */
+    attn_lm_config c = tiny_gpt2(1000000000);
+    CHECK_STATUS(attn_lm_load(ctx, weights, NULL, &c, &m), ATTN_ERR_NOT_FOUND);
+    CHECK_MESSAGE(ctx, "'trf_blocks.1.att.W_query.weight'");
+    /* no config (GPT-2's heads of 64 then): one block tensor renamed to
+     * layer 999999999, so that the names give 10^9 layers */
+    attn_lm_config wide = {.arch = ATTN_LM_GPT2, .vocab_size = 11, .context_length = 8,
+                           .emb_dim = 64, .n_heads = 1, .n_layers = 1, .qkv_bias = true};
+    char wide_path[128];
+    attn_lm_free(one);
+    one = saved_model(ctx, wide, 3, path_in(wide_path, sizeof wide_path, "wide.st"));
+    CHECK(one != NULL);
+    if (!one) return;
+    CHECK_STATUS(attn_lm_load(ctx, wide_path, NULL, NULL, &m), ATTN_OK); /* as saved: loads */
+    attn_lm_free(m);
+    m = (attn_lm *)&m;
+    CHECK_STATUS(write_renamed(ctx, one, path_in(renamed, sizeof renamed, "renamed.st"),
+                               "trf_blocks.0.att.W_query.weight",
+                               "trf_blocks.999999999.att.W_query.weight"),
+                 ATTN_OK);
+    t0 = now();
+    CHECK_STATUS(attn_lm_load(ctx, renamed, NULL, NULL, &m), ATTN_ERR_NOT_FOUND);
+    CHECK(m == NULL);
+    CHECK_MESSAGE(ctx, "'trf_blocks.0.att.W_query.weight'");
+    CHECK_MESSAGE(ctx, "n_layers 1000000000");
+    CHECK(now() - t0 < 1.0);
+    attn_lm_free(one);
+}
+
+static void test_strict(attn_ctx *ctx) {
+    char weights[128], cfg_path[128];
+    attn_lm *two = saved_model(ctx, tiny_gpt2(2), 11, path_in(weights, sizeof weights, "two.st"));
+    CHECK(two != NULL);
+    if (!two) return;
+    write_text(path_in(cfg_path, sizeof cfg_path, "one.json"),
+               "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, \"n_heads\": 2, "
+               "\"n_layers\": 1, \"qkv_bias\": true}");
+    attn_lm *m = (attn_lm *)&m;
+    CHECK_STATUS(attn_lm_load(ctx, weights, cfg_path, NULL, &m), ATTN_ERR_FORMAT);
+    CHECK(m == NULL);
+    /* block 1's 16 tensors: the first three named (file order), the rest counted */
+    CHECK_MESSAGE(ctx, "holds 16 tensors the GPT-2 model of n_layers 1 does not use");
+    CHECK_MESSAGE(ctx, "'trf_blocks.1.");
+    CHECK_MESSAGE(ctx, "and 13 more");
+    CHECK_MESSAGE(ctx, "non-strict");
+    CHECK_STATUS(attn_lm_load_as(ctx, weights, cfg_path, NULL, ATTN_DTYPE_F32, &m),
+                 ATTN_ERR_FORMAT);
+    /* non-strict: loads, block 0 the file's block 0 */
+    CHECK_STATUS(attn_lm_load_ex(ctx, weights, cfg_path, NULL, ATTN_DTYPE_F32,
+                                 ATTN_LM_LOAD_FILE_DTYPE | ATTN_LM_LOAD_NON_STRICT, &m),
+                 ATTN_OK);
+    if (m) {
+        attn_param got, want;
+        CHECK(attn_lm_get_config(m).n_layers == 1);
+        CHECK_STATUS(attn_lm_param(m, "trf_blocks.0.ff.layers.0.weight", &got), ATTN_OK);
+        CHECK_STATUS(attn_lm_param(two, "trf_blocks.0.ff.layers.0.weight", &want), ATTN_OK);
+        CHECK(got.numel == want.numel &&
+              memcmp(got.data, want.data, got.numel * sizeof(float)) == 0);
+        attn_lm_free(m);
+    }
+    /* a missing tensor is refused non-strict too */
+    attn_lm_config three = tiny_gpt2(3);
+    m = (attn_lm *)&m;
+    CHECK_STATUS(attn_lm_load_ex(ctx, weights, NULL, &three, ATTN_DTYPE_F32,
+                                 ATTN_LM_LOAD_NON_STRICT, &m),
+                 ATTN_ERR_NOT_FOUND);
+    CHECK(m == NULL);
+    CHECK_MESSAGE(ctx, "'trf_blocks.2.att.W_query.weight'");
+    /* unknown flags */
+    CHECK_STATUS(attn_lm_load_ex(ctx, weights, NULL, NULL, ATTN_DTYPE_F32, 4u, &m),
+                 ATTN_ERR_INVALID);
+    CHECK(m == NULL);
+    CHECK_MESSAGE(ctx, "flags 0x4");
+    /* a tied model saved with its out_head (the book's state_dict) loads strictly */
+    attn_lm_config tied = tiny_gpt2(1);
+    tied.tie_embeddings = true;
+    char tied_path[128];
+    attn_lm *t = saved_model(ctx, tied, 5, path_in(tied_path, sizeof tied_path, "tied.st"));
+    CHECK(t != NULL);
+    CHECK_STATUS(attn_lm_load(ctx, tied_path, NULL, &tied, &m), ATTN_OK);
+    attn_lm_free(m);
+    /* the tied head is tok_emb's storage, neither held nor counted twice */
+    if (t) {
+        size_t floats = 0;
+        for (size_t i = 0; i < attn_lm_param_count(t); i++) {
+            attn_param p;
+            attn_lm_param_at(t, i, &p);
+            if (strcmp(p.name, "out_head.weight") != 0) floats += p.numel;
+        }
+        CHECK(attn_lm_weight_bytes(t) == floats * sizeof(float));
+    }
+    attn_lm_free(t);
+    attn_lm_free(two);
+}
+
+static void test_config_zeros(attn_ctx *ctx) {
+    char p[128];
+    attn_lm_config c;
+    /* a written eps of 0 is kept: negative zero, an epsilon of exactly 0 */
+    write_text(path_in(p, sizeof p, "eps0.json"),
+               "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+               "\"vocab_size\": 11, \"intermediate_size\": 24, \"max_position_embeddings\": 8, "
+               "\"rms_norm_eps\": 0}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_OK);
+    CHECK(c.norm_eps == 0.0 && signbit(c.norm_eps));
+    attn_lm *m = NULL;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_OK);
+    if (m) {
+        double eps = attn_lm_get_config(m).norm_eps;
+        CHECK(eps == 0.0 && signbit(eps));
+        attn_lm_free(m);
+    }
+    /* not written: LlamaConfig's 1e-6; a zeroed struct's eps: 1e-5 */
+    write_text(p, "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+                  "\"vocab_size\": 11, \"intermediate_size\": 24, \"max_position_embeddings\": 8}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_OK);
+    CHECK(c.norm_eps == 1e-6);
+    attn_lm_config zeroed = tiny_gpt2(1);
+    CHECK_STATUS(attn_lm_new(ctx, &zeroed, NULL, &m), ATTN_OK);
+    if (m) CHECK(attn_lm_get_config(m).norm_eps == 1e-5);
+    attn_lm_free(m);
+    /* GPT-2's layer_norm_epsilon 0 and the book's norm_eps 0 likewise */
+    write_text(p, "{\"n_embd\": 8, \"n_layer\": 1, \"n_head\": 2, \"vocab_size\": 11, "
+                  "\"n_positions\": 8, \"layer_norm_epsilon\": 0}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_OK);
+    CHECK(c.norm_eps == 0.0 && signbit(c.norm_eps));
+    write_text(p, "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, \"n_heads\": 2, "
+                  "\"n_layers\": 1, \"norm_eps\": 0.0}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_OK);
+    CHECK(c.norm_eps == 0.0 && signbit(c.norm_eps));
+    write_text(p, "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, \"n_heads\": 2, "
+                  "\"n_layers\": 1, \"norm_eps\": -1e-5}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "\"norm_eps\" (-1e-05)");
+    /* rope_theta 0 makes 0^x frequencies: refused by name, not replaced */
+    write_text(p, "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+                  "\"vocab_size\": 11, \"intermediate_size\": 24, \"max_position_embeddings\": 8, "
+                  "\"rope_theta\": 0}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "\"rope_theta\" (0)");
+    write_text(p, "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, \"n_heads\": 2, "
+                  "\"n_layers\": 1, \"hidden_dim\": 24, \"rope_base\": 0}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "\"rope_base\" (0)");
+    write_text(p, "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+                  "\"vocab_size\": 11, \"intermediate_size\": 24, \"max_position_embeddings\": 8, "
+                  "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 0, "
+                  "\"low_freq_factor\": 1, \"high_freq_factor\": 4, "
+                  "\"original_max_position_embeddings\": 8}}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "\"factor\" (0)");
+}
+
+static void test_train_file(attn_ctx *ctx) {
+    char p[128];
+    float w[4] = {0};
+    attn_named_tensor t = {.name = "tok_emb.weight", .data = w, .ndim = 2, .shape = {2, 2}};
+    attn_metadata_entry meta[] = {{"format", "attn-lm"}, {"attention", "mha"},
+                                  {"d_model", "2"}, {"n_layers", "1"}};
+    CHECK_STATUS(attn_safetensors_write(ctx, path_in(p, sizeof p, "trained.st"), &t, 1, meta, 4),
+                 ATTN_OK);
+    attn_lm *m = (attn_lm *)&m;
+    CHECK_STATUS(attn_lm_load(ctx, p, NULL, NULL, &m), ATTN_ERR_FORMAT);
+    CHECK(m == NULL);
+    CHECK_MESSAGE(ctx, "saved by attn_model_save (attn train --save");
+    CHECK_MESSAGE(ctx, "attn_model_load");
+}
+
+static void test_generate_message(attn_ctx *ctx) {
+    attn_lm_config c = tiny_gpt2(1);
+    attn_lm *m = NULL;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_OK);
+    if (!m) return;
+    int32_t *prompt = calloc(30000, sizeof *prompt), out[4];
+    size_t count = 0;
+    attn_generate_args a = {.prompt = prompt, .prompt_len = 30000, .max_new_tokens = 4,
+                            .out = out, .count = &count};
+    CHECK_STATUS(attn_lm_generate(m, &a), ATTN_ERR_OVERFLOW);
+    CHECK_MESSAGE(ctx, "the prompt (30000 tokens, cut to its last 8)");
+    CHECK_MESSAGE(ctx, "at most 1 new tokens do");
+    a.prompt_len = 3;
+    a.max_new_tokens = (size_t)-1;
+    CHECK_STATUS(attn_lm_generate(m, &a), ATTN_ERR_OVERFLOW);
+    CHECK_MESSAGE(ctx, "the prompt (3 tokens) and max_new_tokens 18446744073709551615");
+    CHECK_MESSAGE(ctx, "context_length 8: at most 6 new tokens do");
+    free(prompt);
+    attn_lm_free(m);
+}
+
+static void test_nulls(attn_ctx *ctx) {
+    attn_lm *m = (attn_lm *)&m;
+    attn_lm_config c = tiny_gpt2(1);
+    CHECK_STATUS(attn_lm_load_ex(NULL, "x", NULL, NULL, ATTN_DTYPE_F32, 0, &m), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_lm_load_ex(ctx, NULL, NULL, NULL, ATTN_DTYPE_F32, 0, &m), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_lm_load_ex(ctx, "x", NULL, NULL, ATTN_DTYPE_F32, 0, NULL), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_lm_new(ctx, NULL, NULL, &m), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, NULL), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_lm_config_read(ctx, NULL, &c), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_lm_generate(NULL, NULL), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_lm_save(NULL, "x"), ATTN_ERR_NULL);
+    char missing[128];
+    CHECK_STATUS(attn_lm_load(ctx, path_in(missing, sizeof missing, "none.st"), NULL, NULL, &m),
+                 ATTN_ERR_IO);
+    CHECK(m == NULL);
+}
+
+int main(void) {
+    snprintf(dir, sizeof dir, "/tmp/test_hostile_lm_XXXXXX");
+    if (!mkdtemp(dir)) return 1;
+    attn_ctx *ctx = NULL;
+    attn_ctx_config cc = {.num_threads = 1};
+    if (attn_ctx_new(&cc, &ctx) != ATTN_OK) return 1;
+    test_sizes(ctx);
+    test_layers_the_file_lacks(ctx);
+    test_strict(ctx);
+    test_config_zeros(ctx);
+    test_train_file(ctx);
+    test_generate_message(ctx);
+    test_nulls(ctx);
+    attn_ctx_free(ctx);
+    const char *names[] = {"one.st", "huge.json", "renamed.st", "wide.st", "two.st", "one.json", "tied.st",
+                           "eps0.json", "trained.st"};
+    char p[128];
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        unlink(path_in(p, sizeof p, names[i]));
+    rmdir(dir);
+    return check_summary();
+}
