@@ -154,6 +154,13 @@ def config_struct(cfg):
                                       cfg.get("tie_embeddings", False)),
                  norm_eps=number("norm_eps"), rope_base=number("rope_base"),
                  weights_dtype=WEIGHTS_DTYPES[dtype])
+    # A given 0 is kept: the C config reads +0.0 as "not given" (1e-5) and
+    # -0.0 (ATTN_LM_EPS_ZERO) as exactly 0; RoPE's 0^x has no meaning.
+    if "norm_eps" in cfg and c.norm_eps == 0.0:
+        c.norm_eps = -0.0
+    if "rope_base" in cfg and c.rope_base == 0.0:
+        raise ValueError("config['rope_base']: 0 gives RoPE no frequencies; leave it out "
+                         "for Llama 3's 500000")
     freq = cfg.get("rope_freq")
     if freq:
         if not isinstance(freq, Mapping):

@@ -357,6 +357,17 @@ def messages():
     raises(lambda: attn.LanguageModel(dict(TINY, emb_dim="16")), TypeError,
            ["emb_dim"], "emb_dim a str", S)
     raises(lambda: attn.LanguageModel([1, 2]), TypeError, ["config"], "config a list", S)
+    # a given epsilon of 0 is kept (PyTorch's LayerNorm(eps=0)), not replaced by 1e-5
+    lm0 = attn.LanguageModel(dict(TINY, norm_eps=0.0), seed=3, num_threads=1)
+    lm1 = attn.LanguageModel(TINY, seed=3, num_threads=1)
+    count(S, 2)
+    check(lm0.config["norm_eps"] == 0.0 and lm1.config["norm_eps"] in (0.0, 1e-5),
+          f"norm_eps 0 kept: {lm0.config['norm_eps']!r}")
+    ids = np.array([[1, 2, 3, 4]], np.int32)
+    check(not np.array_equal(lm0.forward(ids), lm1.forward(ids)),
+          "norm_eps 0 gives other logits than the default 1e-5")
+    raises(lambda: attn.LanguageModel(dict(TINY, rope_base=0.0, hidden_dim=32, n_kv_groups=1)),
+           ValueError, ["rope_base", "0"], "rope_base 0", S)
 
     with tempfile.TemporaryDirectory() as d:
         tok = attn.Tokenizer(tiny_tokenizer(d))
