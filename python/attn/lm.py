@@ -34,6 +34,8 @@ SIZEP = POINTER(c_size_t)
 ARCHS = {"gpt2": 1, "llama3": 2}
 # attn_dtype values a model's weights may take (attn_lm_config's weights_dtype)
 WEIGHTS_DTYPES = {"f32": 0, "f16": 1, "bf16": 2}
+# attn_lm_load_flags
+LOAD_FILE_DTYPE, LOAD_NON_STRICT = 1, 2
 LAYOUTS = {"contiguous": 0, "paged": 1}
 # how a KV cache stores K and V (attn.h's attn_dtype numbers)
 KV_DTYPES = {"f32": 0, "f16": 1, "bf16": 2, "int8": 6, "fp8": 13, "int4": 15}
@@ -82,6 +84,8 @@ _SIGNATURES = {
                      POINTER(c_void_p)),
     "attn_lm_load_as": (c_int, c_void_p, ctypes.c_char_p, ctypes.c_char_p, POINTER(LmConfig),
                         c_int, POINTER(c_void_p)),
+    "attn_lm_load_ex": (c_int, c_void_p, ctypes.c_char_p, ctypes.c_char_p, POINTER(LmConfig),
+                        c_int, ctypes.c_uint, POINTER(c_void_p)),
     "attn_lm_param_data": (c_int, c_void_p, c_size_t, POINTER(c_int), POINTER(c_void_p)),
     "attn_lm_weight_bytes": (c_size_t, c_void_p),
     "attn_lm_save": (c_int, c_void_p, ctypes.c_char_p),
@@ -301,11 +305,14 @@ class LanguageModel:
                                         ctypes.byref(self._handle)))
 
     @classmethod
-    def load(cls, path, config=None, num_threads=None, weights_dtype=None):
+    def load(cls, path, config=None, num_threads=None, weights_dtype=None, strict=True):
         """A model from a safetensors file or a save_pretrained directory; config
         is None, a JSON path, or the book's cfg dict. weights_dtype: "f32",
         "bf16" or "f16" for the linear layers and the embedding in memory
-        (None: the file's; see attn_lm_load_as for what is refused)."""
+        (None: the file's; see attn_lm_load_as for what is refused). strict,
+        as load_state_dict's: a file holding tensors the model does not use
+        is refused, naming them; strict=False ignores them (a missing tensor
+        is refused either way)."""
         if weights_dtype is not None and weights_dtype not in WEIGHTS_DTYPES:
             raise ValueError(f"load: weights_dtype must be one of {', '.join(WEIGHTS_DTYPES)}, "
                              f"got {weights_dtype!r}")
@@ -319,13 +326,11 @@ class LanguageModel:
         self._ctx = Context(_modules.get_num_threads() if num_threads is None else num_threads)
         self._lock = self._ctx.lock
         self._handle = c_void_p()
-        if weights_dtype is None:
-            self._ctx.check(lib.attn_lm_load(self._ctx.handle, path, cfg_path,
-                                             cfg_struct, ctypes.byref(self._handle)))
-        else:
-            self._ctx.check(lib.attn_lm_load_as(self._ctx.handle, path, cfg_path,
-                                                cfg_struct, WEIGHTS_DTYPES[weights_dtype],
-                                                ctypes.byref(self._handle)))
+        flags = (LOAD_FILE_DTYPE if weights_dtype is None else 0) | \
+            (0 if _flag("load: strict", strict) else LOAD_NON_STRICT)
+        self._ctx.check(lib.attn_lm_load_ex(self._ctx.handle, path, cfg_path, cfg_struct,
+                                            WEIGHTS_DTYPES[weights_dtype or "f32"], flags,
+                                            ctypes.byref(self._handle)))
         return self
 
     def __del__(self):

@@ -368,6 +368,19 @@ def messages():
           "norm_eps 0 gives other logits than the default 1e-5")
     raises(lambda: attn.LanguageModel(dict(TINY, rope_base=0.0, hidden_dim=32, n_kv_groups=1)),
            ValueError, ["rope_base", "0"], "rope_base 0", S)
+    # load is strict as load_state_dict(strict=True) is; strict=False ignores extras
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "lm.safetensors")
+        lm1.save(path)
+        tensors = attn.load_file(path)
+        tensors["extra.weight"] = np.zeros(3, np.float32)
+        attn.save_file(tensors, path)
+        raises(lambda: attn.LanguageModel.load(path, config=TINY), attn.AttnError,
+               ["extra.weight"], "an extra tensor, strict", S)
+        loose = attn.LanguageModel.load(path, config=TINY, strict=False)
+        count(S)
+        check(np.array_equal(loose.forward(ids), lm1.forward(ids)),
+              "strict=False loads the model's tensors and ignores the extra one")
 
     with tempfile.TemporaryDirectory() as d:
         tok = attn.Tokenizer(tiny_tokenizer(d))
