@@ -295,6 +295,14 @@ def main():
         r.bad("size limit", big + ["--output", "o.npy", "--lse", "lse.npy", "--grad-output",
                                    "do.npy", "--grad-dir", "newg"], ["File too large"], rc=1,
               file_limit=8192)
+        # the output and lse fit under the limit, the first gradient does not: the
+        # files written before it must not change either
+        save(os.path.join(work, "v1.npy"), rng.standard_normal((B, H, T, 1)))
+        save(os.path.join(work, "do1.npy"), rng.standard_normal((B, H, T, 1)))
+        r.bad("size limit", ["sdpa", "--q", "q.npy", "--k", "k.npy", "--v", "v1.npy",
+                             "--output", "o.npy", "--lse", "lse.npy", "--grad-output",
+                             "do1.npy", "--grad-dir", "g"], ["g/dq.npy", "File too large"],
+              rc=1, file_limit=4096)
         r.bad("size limit", fwd + ["--output", "o.npy"], ["o.npy", "File too large"], rc=1,
               file_limit=200)
         r.bad("size limit", grad + ["--grad-output", "dy.npy", "--out", "g"],
@@ -316,7 +324,8 @@ def main():
               and sorted(os.listdir(os.path.join(work, "g2"))) == ["dk.npy", "dq.npy",
                                                                     "dv.npy"],
               "sdpa wrote those files and no temporary", repr(sorted(os.listdir(work))))
-        check(np.load(os.path.join(work, "o2.npy")).shape == (1, 2, 64, 32), "o2.npy loads")
+        o2 = os.path.join(work, "o2.npy")
+        check(os.path.exists(o2) and np.load(o2).shape == (1, 2, 64, 32), "o2.npy loads")
         res = r.run(fwd + ["--output", "y.npy"])
         check(res.returncode == 0 and res.stderr == "attn: wrote y.npy (2x5x8 float32)\n",
               "forward says what it wrote", res.stderr)
