@@ -151,8 +151,8 @@ int cli_outputs_commit(cli_outputs *out, bool quiet) {
         cli_output *o = &out->items[i];
         attn_status s = attn_file_commit(out->ctx, o->file);
         o->file = NULL;
-        out->committed = true;
         if (s != ATTN_OK) return cli_library_error(out->ctx, o->opt);
+        out->committed = true;
     }
     if (quiet || out->count == 0) return CLI_OK;
     size_t len = 1;

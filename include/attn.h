@@ -950,7 +950,8 @@ attn_status attn_gpt2_preset_model_params(attn_ctx *ctx, const attn_gpt2_preset 
  * then: a full disk or a size limit leaves the previous file intact, byte
  * for byte, and no temporary behind. Through a symbolic link, the file it
  * names is replaced. A destination that is neither (a pipe, a terminal,
- * /dev/full) cannot be replaced and is written in place.
+ * /dev/full) or that names an open descriptor (/dev/stdout, /dev/fd/N,
+ * /proc/self/fd/N) cannot be replaced and is written in place.
  *
  * attn_file_open checks the destination (ATTN_ERR_IO for a directory, a
  * missing parent, no permission) and creates the temporary. attn_file_write

@@ -9,7 +9,9 @@
  * leaves the previous file as it was, and a reader never sees half a file.
  * A path through a symbolic link replaces the file the link names, as
  * writing through the link would. Anything else that exists (a terminal, a
- * pipe, /dev/full, /dev/null) cannot be replaced and is written in place.
+ * pipe, /dev/full, /dev/null), and a path that names an open descriptor
+ * (/dev/stdout, /dev/fd/N, /proc/self/fd/N, a link to a deleted file),
+ * cannot be replaced and is written in place.
  *
  * Steps: attn_file_open checks the destination and creates the temporary,
  * attn_file_write appends, attn_file_close makes the temporary complete and
@@ -88,6 +90,14 @@ static void sync_directory(const char *target) {
      * be synced (some file systems refuse) leaves nothing to undo. */
     (void)fsync(fd);
     close(fd);
+}
+
+/* Whether path names an open descriptor rather than a file (/dev/stdout,
+ * /dev/fd/N, /proc/self/fd/N): the caller means the descriptor, whose
+ * file a rename would leave behind. */
+static bool names_descriptor(const char *path) {
+    return strncmp(path, "/dev/std", 8) == 0 || strncmp(path, "/dev/fd/", 8) == 0 ||
+           (strncmp(path, "/proc/", 6) == 0 && strstr(path, "/fd/") != NULL);
 }
 
 static void file_free(attn_file *f) {
@@ -173,8 +183,8 @@ attn_status attn_file_open(attn_ctx *ctx, const char *path, attn_file **out) {
         return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: it is a directory",
                          path);
     }
-    if (exists && !S_ISREG(st.st_mode)) {
-        /* A device or a pipe: there is no file to replace. */
+    if (exists && (!S_ISREG(st.st_mode) || names_descriptor(path))) {
+        /* A device, a pipe, or an open descriptor: no file to replace. */
         f->stream = fopen(path, "wb");
         if (!f->stream) {
             int saved = errno;
@@ -187,13 +197,26 @@ attn_status attn_file_open(attn_ctx *ctx, const char *path, attn_file **out) {
     }
     if (exists && lstat(path, &link) == 0 && S_ISLNK(link.st_mode)) {
         char resolved[PATH_MAX];
-        if (realpath(path, resolved)) {
-            f->target = copy_string(resolved);
-            if (!f->target) {
-                f->target = f->path;
+        struct stat there;
+        if (!realpath(path, resolved) || stat(resolved, &there) != 0 ||
+            there.st_dev != st.st_dev || there.st_ino != st.st_ino) {
+            /* A link with no name to rename over (a deleted file, a memfd
+             * behind /proc/self/fd/N): only writing in place reaches it. */
+            f->stream = fopen(path, "wb");
+            if (!f->stream) {
+                int saved = errno;
                 file_free(f);
-                return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", path);
+                return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", path,
+                                 strerror(saved));
             }
+            *out = f;
+            return ATTN_OK;
+        }
+        f->target = copy_string(resolved);
+        if (!f->target) {
+            f->target = f->path;
+            file_free(f);
+            return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", path);
         }
     }
     attn_status s = open_temp(ctx, f, exists ? &st : NULL);

@@ -218,6 +218,30 @@ static void test_mode_and_link(attn_ctx *ctx) {
     attn_npy_free(&back);
 }
 
+/* A path that names an open descriptor writes to that descriptor's file
+ * (the same inode), as the caller holding it expects. */
+static void test_descriptor_path(attn_ctx *ctx) {
+    const char *path = in_dir("fd.npy");
+    FILE *held = fopen(path, "wb+");
+    CHECK(held != NULL);
+    if (!held) return;
+    struct stat before, after;
+    fstat(fileno(held), &before);
+    char fd_path[64];
+    snprintf(fd_path, sizeof fd_path, "/proc/self/fd/%d", fileno(held));
+    float x[3] = {7, 8, 9};
+    size_t shape[1] = {3};
+    if (access(fd_path, F_OK) == 0) {
+        CHECK_STATUS(attn_npy_write(ctx, fd_path, x, 1, shape), ATTN_OK);
+        CHECK(stat(path, &after) == 0 && after.st_ino == before.st_ino);
+        attn_npy back;
+        CHECK_STATUS(attn_npy_read(ctx, path, &back), ATTN_OK);
+        CHECK(back.numel == 3 && back.data && back.data[2] == 9.0f);
+        attn_npy_free(&back);
+    }
+    fclose(held);
+}
+
 static void remove_all(void) {
     DIR *d = opendir(dir);
     if (!d) return;
@@ -244,6 +268,7 @@ int main(void) {
     test_group(ctx, big);
     test_bad_destinations(ctx);
     test_mode_and_link(ctx);
+    test_descriptor_path(ctx);
     free(big);
     attn_ctx_free(ctx);
     remove_all();
