@@ -88,6 +88,13 @@ static void print_error(const char *fmt, va_list args) {
     if (text != small) free(text);
 }
 
+void cli_note(const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    print_error(fmt, args);
+    va_end(args);
+}
+
 int cli_usage_error(const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);

@@ -60,6 +60,13 @@ __attribute__((format(printf, 1, 2)))
 #endif
 int cli_usage_error(const char *fmt, ...);
 
+/* Prints "<program>: <message>" (escaped likewise): a line that reports,
+ * not an error ("attn: wrote o.npy (2x4x8x16 float32)"). */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+void cli_note(const char *fmt, ...);
+
 /* Prints "<program>: <what>: <ctx's last error>" (escaped likewise) and returns
  * CLI_FAILED. */
 int cli_library_error(const attn_ctx *ctx, const char *what);

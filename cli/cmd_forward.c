@@ -2,6 +2,7 @@
 #include "cli.h"
 #include "context_parallel.h"
 #include "module_options.h"
+#include "outputs.h"
 #include "weights.h"
 
 #include <stdio.h>
@@ -94,9 +95,17 @@ static int run_forward(int argc, char **argv) {
     }
 
     cli_run run;
+    cli_outputs out;
+    cli_outputs_init(&out, NULL);
     float *y = NULL;
+    size_t at;
     rc = cli_run_open(&run, o);
     if (rc != CLI_OK) goto done;
+    cli_outputs_init(&out, run.ctx);
+    if ((rc = cli_outputs_add(&out, "--output", f.output, &at)) != CLI_OK ||
+        (rc = cli_outputs_not_input(&out, "--input", o->input)) != CLI_OK ||
+        (rc = cli_outputs_not_input(&out, "--weights", f.weights.path)) != CLI_OK)
+        goto done;
     if ((rc = cli_load_weights(run.ctx, run.module, o->module.module, &f.weights)) != CLI_OK)
         goto done;
     /* inference only: nothing to keep for a backward */
@@ -114,9 +123,10 @@ static int run_forward(int argc, char **argv) {
     }
     size_t shape[3];
     size_t rank = cli_run_shape(&run, d_out, shape);
-    if (attn_npy_write(run.ctx, f.output, y, rank, shape) != ATTN_OK)
-        rc = cli_library_error(run.ctx, "--output");
+    if ((rc = cli_outputs_npy(&out, at, y, rank, shape)) == CLI_OK)
+        rc = cli_outputs_commit(&out, false);
 done:
+    cli_outputs_free(&out);
     free(y);
     cli_run_close(&run);
     return rc;

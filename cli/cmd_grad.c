@@ -4,12 +4,11 @@
 #include "cli.h"
 #include "context_parallel.h"
 #include "module_options.h"
+#include "outputs.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static const char grad_help_head[] =
     "usage: attn grad --module simple|sa1|sa2|causal|mha-wrapper|mha|gpt2|\n"
@@ -109,21 +108,42 @@ static int run_grad(int argc, char **argv) {
     }
 
     cli_run run;
+    cli_outputs out;
+    cli_outputs_init(&out, NULL);
     attn_npy dy = {0};
     float *y = NULL, *dx = NULL;
+    size_t *at = NULL;
     rc = cli_run_open(&run, &o);
     if (rc != CLI_OK) goto done;
     attn_module *m = run.module;
+    /* DIR/output.npy, DIR/input.npy, then one file per parameter. */
+    size_t params = attn_module_param_count(m);
+    at = malloc((params + 2) * sizeof *at);
+    if (!at) {
+        rc = cli_failure("out of memory for %zu outputs", params + 2);
+        goto done;
+    }
+    cli_outputs_init(&out, run.ctx);
+    const char *dir = paths.out_dir;
+    if ((rc = cli_outputs_dir(&out, "--out", dir)) != CLI_OK ||
+        (rc = cli_outputs_add_in_dir(&out, "--out", dir, "output", &at[0])) != CLI_OK ||
+        (rc = cli_outputs_add_in_dir(&out, "--out", dir, "input", &at[1])) != CLI_OK)
+        goto done;
+    for (size_t i = 0; i < params; i++) {
+        attn_param p;
+        attn_module_param_at(m, i, &p);
+        if ((rc = cli_outputs_add_in_dir(&out, "--out", dir, p.name, &at[2 + i])) != CLI_OK)
+            goto done;
+    }
+    if ((rc = cli_outputs_not_input(&out, "--input", o.input)) != CLI_OK ||
+        (rc = cli_outputs_not_input(&out, "--grad-output", paths.grad_output)) != CLI_OK)
+        goto done;
     size_t d_in = attn_module_d_in(m), d_out = attn_module_d_out(m);
     size_t rows = run.batch * run.tokens; /* overflow is checked by the forward below */
     y = calloc(rows, d_out * sizeof *y);
     dx = calloc(rows, d_in * sizeof *dx);
     if (!y || !dx) {
         rc = cli_failure("out of memory for %zu x %zu activations", rows, d_out + d_in);
-        goto done;
-    }
-    if (attn_module_forward(m, run.x.data, run.batch, run.tokens, y, run.rng) != ATTN_OK) {
-        rc = cli_library_error(run.ctx, "forward");
         goto done;
     }
     size_t y_shape[3], x_shape[3];
@@ -140,25 +160,25 @@ static int run_grad(int argc, char **argv) {
         rc = cli_usage_error("--grad-output: shape %s does not match the output's %s", got, want);
         goto done;
     }
+    if (attn_module_forward(m, run.x.data, run.batch, run.tokens, y, run.rng) != ATTN_OK) {
+        rc = cli_library_error(run.ctx, "forward");
+        goto done;
+    }
     if (attn_module_backward(m, dy.data, run.batch, run.tokens, dx) != ATTN_OK) {
         rc = cli_library_error(run.ctx, "backward");
         goto done;
     }
-    if (mkdir(paths.out_dir, 0777) != 0 && errno != EEXIST) {
-        rc = cli_usage_error("--out: cannot create directory '%s': %s", paths.out_dir,
-                             strerror(errno));
-        goto done;
-    }
-    rc = cli_write_in_dir(run.ctx, "--out", paths.out_dir, "output", y, rank, y_shape);
-    if (rc == CLI_OK)
-        rc = cli_write_in_dir(run.ctx, "--out", paths.out_dir, "input", dx, rank, x_shape);
-    for (size_t i = 0; i < attn_module_param_count(m) && rc == CLI_OK; i++) {
+    rc = cli_outputs_npy(&out, at[0], y, rank, y_shape);
+    if (rc == CLI_OK) rc = cli_outputs_npy(&out, at[1], dx, rank, x_shape);
+    for (size_t i = 0; i < params && rc == CLI_OK; i++) {
         attn_param p;
         attn_module_param_at(m, i, &p);
-        rc = cli_write_in_dir(run.ctx, "--out", paths.out_dir, p.name, p.grad, p.ndim,
-                              p.shape);
+        rc = cli_outputs_npy(&out, at[2 + i], p.grad, p.ndim, p.shape);
     }
+    if (rc == CLI_OK) rc = cli_outputs_commit(&out, false);
 done:
+    cli_outputs_free(&out);
+    free(at);
     free(y);
     free(dx);
     attn_npy_free(&dy);

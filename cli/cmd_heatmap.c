@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "heatmap_render.h"
 #include "module_options.h"
+#include "outputs.h"
 #include "png_write.h"
 #include "weights.h"
 
@@ -285,6 +286,15 @@ static int run_heatmap(int argc, char **argv) {
                                         .trace_user = &col},
                      &ctx) != ATTN_OK)
         return cli_usage_error("--threads: %zu is too many", o.threads);
+    cli_outputs out;
+    cli_outputs_init(&out, ctx);
+    size_t png_at = 0, weights_at = 0;
+    if ((h.save_weights &&
+         (rc = cli_outputs_add(&out, "--save-weights", h.save_weights, &weights_at)) != CLI_OK) ||
+        (h.output && (rc = cli_outputs_add(&out, "--output", h.output, &png_at)) != CLI_OK) ||
+        (rc = cli_outputs_not_input(&out, "--input", o.input)) != CLI_OK ||
+        (rc = cli_outputs_not_input(&out, "--weights", h.weights.path)) != CLI_OK)
+        goto done;
 
     const float *xdata;
     size_t batch, tokens, width;
@@ -399,17 +409,14 @@ static int run_heatmap(int argc, char **argv) {
                     .title = title};
     if (h.save_weights) {
         size_t shape[3] = {count, T, T};
-        if (attn_npy_write(ctx, h.save_weights, panels, 3, shape) != ATTN_OK) {
-            rc = cli_library_error(ctx, "--save-weights");
-            goto done;
-        }
+        if ((rc = cli_outputs_npy(&out, weights_at, panels, 3, shape)) != CLI_OK) goto done;
     }
     if (h.terminal && !hm_print_terminal(stdout, &spec)) {
         rc = cli_usage_error("heatmap: writing to standard output failed");
         goto done;
     }
+    hm_layout layout = {0};
     if (h.output) {
-        hm_layout layout;
         if (!hm_compute_layout(&spec, &layout)) {
             rc = cli_usage_error("heatmap: %zu panels of %zu tokens make too large an image",
                                  count, T);
@@ -422,12 +429,17 @@ static int run_heatmap(int argc, char **argv) {
             goto done;
         }
         hm_render(&spec, &layout, rgb);
-        char err[512];
-        if (!cli_png_write(h.output, rgb, layout.width, layout.height, err, sizeof err)) {
-            fprintf(stderr, "attn: --output: %s\n", err);
-            rc = CLI_FAILED;
+        char err[512], summary[64];
+        snprintf(summary, sizeof summary, "%zu x %zu PNG", layout.width, layout.height);
+        if (!cli_png_write(ctx, cli_outputs_file(&out, png_at, summary), h.output, rgb,
+                           layout.width, layout.height, err, sizeof err)) {
+            rc = cli_failure("--output: %s", err);
             goto done;
         }
+    }
+    /* The report below says the files are there: they go in place first. */
+    if ((rc = cli_outputs_commit(&out, true)) != CLI_OK) goto done;
+    if (h.output) {
         if (!h.terminal)
             printf("wrote %s: %zu panel%s, %zu x %zu pixels, cell %zu, colour scale %.4f to "
                    "%.4f\n",
@@ -435,6 +447,7 @@ static int run_heatmap(int argc, char **argv) {
                    layout.cell, (double)layout.vmin, (double)layout.vmax);
     }
 done:
+    cli_outputs_free(&out);
     for (size_t i = 0; labels && i < col.tokens; i++) free(labels[i]);
     free(labels);
     free(heads);

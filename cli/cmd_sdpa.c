@@ -4,13 +4,13 @@
  * forward and, given dL/dout, backward. */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "outputs.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static const char sdpa_help[] =
     "usage: attn sdpa --q q.npy --k k.npy --v v.npy --output o.npy [--lse lse.npy]\n"
@@ -252,12 +252,6 @@ static bool product(const size_t *dims, size_t n, size_t *out) {
     return true;
 }
 
-static int write_npy(attn_ctx *ctx, const char *opt, const char *path, const float *data,
-                     size_t rank, const size_t *shape) {
-    return attn_npy_write(ctx, path, data, rank, shape) == ATTN_OK ? CLI_OK
-                                                                   : cli_library_error(ctx, opt);
-}
-
 /* Reads a float32 (or float64) .npy; a failure is the library's message. */
 static int read_floats(attn_ctx *ctx, const char *opt, const char *path, attn_npy *out) {
     return attn_npy_read(ctx, path, out) == ATTN_OK ? CLI_OK : cli_library_error(ctx, opt);
@@ -410,6 +404,37 @@ static int read_inputs(sdpa_run *r, const sdpa_options *o, attn_sdpa_config *cfg
     return CLI_OK;
 }
 
+/* The outputs' numbers in a cli_outputs. */
+typedef struct sdpa_outputs {
+    size_t out, lse, dq, dk, dv, dsinks;
+} sdpa_outputs;
+
+/* Checks and opens every output (the gradient directory made if missing)
+ * and checks that none is an input, before anything is read or computed. */
+static int open_outputs(cli_outputs *out, const sdpa_options *o, sdpa_outputs *at) {
+    int rc;
+    if ((rc = cli_outputs_add(out, "--output", o->output, &at->out)) != CLI_OK) return rc;
+    if (o->lse && (rc = cli_outputs_add(out, "--lse", o->lse, &at->lse)) != CLI_OK) return rc;
+    if (o->grad_output) {
+        const char *dir = o->grad_dir;
+        if ((rc = cli_outputs_dir(out, "--grad-dir", dir)) != CLI_OK ||
+            (rc = cli_outputs_add_in_dir(out, "--grad-dir", dir, "dq", &at->dq)) != CLI_OK ||
+            (rc = cli_outputs_add_in_dir(out, "--grad-dir", dir, "dk", &at->dk)) != CLI_OK ||
+            (rc = cli_outputs_add_in_dir(out, "--grad-dir", dir, "dv", &at->dv)) != CLI_OK)
+            return rc;
+        if (o->sinks &&
+            (rc = cli_outputs_add_in_dir(out, "--grad-dir", dir, "dsinks", &at->dsinks)) != CLI_OK)
+            return rc;
+    }
+    const char *in_opts[] = {"--q", "--k", "--v", "--alibi", "--sinks", "--cu-seqlens-q",
+                             "--cu-seqlens-kv", "--grad-output"};
+    const char *in_paths[] = {o->q, o->k, o->v, o->alibi, o->sinks, o->cu_q, o->cu_kv,
+                              o->grad_output};
+    for (size_t i = 0; i < sizeof in_opts / sizeof in_opts[0]; i++)
+        if ((rc = cli_outputs_not_input(out, in_opts[i], in_paths[i])) != CLI_OK) return rc;
+    return CLI_OK;
+}
+
 static int run_sdpa(int argc, char **argv) {
     sdpa_options o;
     int rc = parse_args(argc, argv, &o);
@@ -424,13 +449,22 @@ static int run_sdpa(int argc, char **argv) {
                                    env);
         return cli_usage_error("--threads: %zu is too many", o.threads);
     }
+    cli_outputs out;
+    cli_outputs_init(&out, r.ctx);
+    sdpa_outputs at = {0};
     attn_sdpa_config cfg = {.scale = o.scale, .causal = o.causal, .dropout = o.dropout,
                             .align = o.align, .q_offset = o.q_offset, .window = o.window,
                             .window_left = o.window_left, .window_right = o.window_right,
                             .softcap = o.softcap};
     size_t out_shape[4] = {0}, lse_shape[3] = {0}, out_rank = 0, lse_rank = 0, out_n, lse_n;
+    if ((rc = open_outputs(&out, &o, &at)) != CLI_OK) goto done;
     rc = read_inputs(&r, &o, &cfg, out_shape, &out_rank, lse_shape, &lse_rank);
     if (rc != CLI_OK) goto done;
+    if (o.grad_output &&
+        ((rc = read_floats(r.ctx, "--grad-output", o.grad_output, &r.dout)) != CLI_OK ||
+         (rc = want_shape("--grad-output", &r.dout, out_rank, out_shape, "the output's shape")) !=
+             CLI_OK))
+        goto done;
     if (!product(out_shape, out_rank, &out_n) || !product(lse_shape, lse_rank, &lse_n)) {
         rc = cli_failure("the output's size overflows");
         goto done;
@@ -457,48 +491,39 @@ static int run_sdpa(int argc, char **argv) {
         goto done;
     }
     if (o.explain) fprintf(stderr, "attn: sdpa forward: %s\n", attn_ctx_last_explain(r.ctx));
-    if ((rc = write_npy(r.ctx, "--output", o.output, r.out, out_rank, out_shape)) != CLI_OK)
+    if ((rc = cli_outputs_npy(&out, at.out, r.out, out_rank, out_shape)) != CLI_OK) goto done;
+    if (o.lse && (rc = cli_outputs_npy(&out, at.lse, r.lse, lse_rank, lse_shape)) != CLI_OK)
         goto done;
-    if (o.lse && (rc = write_npy(r.ctx, "--lse", o.lse, r.lse, lse_rank, lse_shape)) != CLI_OK)
-        goto done;
-    if (!o.grad_output) goto done;
-
-    if ((rc = read_floats(r.ctx, "--grad-output", o.grad_output, &r.dout)) != CLI_OK ||
-        (rc = want_shape("--grad-output", &r.dout, out_rank, out_shape, "the output's shape")) !=
-            CLI_OK)
-        goto done;
-    size_t H = cfg.heads;
-    r.dq = malloc(r.q.numel * sizeof *r.dq);
-    r.dk = malloc(r.k.numel * sizeof *r.dk);
-    r.dv = malloc(r.v.numel * sizeof *r.dv);
-    r.dsinks = cfg.sinks ? malloc(H * sizeof *r.dsinks) : NULL;
-    if (!r.dq || !r.dk || !r.dv || (cfg.sinks && !r.dsinks)) {
-        rc = cli_failure("out of memory for the gradients (%zu floats)",
-                         r.q.numel + r.k.numel + r.v.numel);
-        goto done;
+    if (o.grad_output) {
+        size_t H = cfg.heads;
+        r.dq = malloc(r.q.numel * sizeof *r.dq);
+        r.dk = malloc(r.k.numel * sizeof *r.dk);
+        r.dv = malloc(r.v.numel * sizeof *r.dv);
+        r.dsinks = cfg.sinks ? malloc(H * sizeof *r.dsinks) : NULL;
+        if (!r.dq || !r.dk || !r.dv || (cfg.sinks && !r.dsinks)) {
+            rc = cli_failure("out of memory for the gradients (%zu floats)",
+                             r.q.numel + r.k.numel + r.v.numel);
+            goto done;
+        }
+        cfg.sinks_grad = r.dsinks;
+        if (attn_sdpa_backward(r.ctx, &cfg, r.q.data, r.k.data, r.v.data, r.out, r.lse,
+                               r.dout.data, r.dq, r.dk, r.dv,
+                               o.dropout > 0.0 ? &drawn : NULL) != ATTN_OK) {
+            rc = cli_library_error(r.ctx, "sdpa backward");
+            goto done;
+        }
+        if (o.explain)
+            fprintf(stderr, "attn: sdpa backward: %s\n", attn_ctx_last_explain(r.ctx));
+        if ((rc = cli_outputs_npy(&out, at.dq, r.dq, r.q.ndim, r.q.shape)) != CLI_OK ||
+            (rc = cli_outputs_npy(&out, at.dk, r.dk, r.k.ndim, r.k.shape)) != CLI_OK ||
+            (rc = cli_outputs_npy(&out, at.dv, r.dv, r.v.ndim, r.v.shape)) != CLI_OK)
+            goto done;
+        if (cfg.sinks && (rc = cli_outputs_npy(&out, at.dsinks, r.dsinks, 1, &H)) != CLI_OK)
+            goto done;
     }
-    cfg.sinks_grad = r.dsinks;
-    if (attn_sdpa_backward(r.ctx, &cfg, r.q.data, r.k.data, r.v.data, r.out, r.lse, r.dout.data,
-                           r.dq, r.dk, r.dv, o.dropout > 0.0 ? &drawn : NULL) != ATTN_OK) {
-        rc = cli_library_error(r.ctx, "sdpa backward");
-        goto done;
-    }
-    if (o.explain) fprintf(stderr, "attn: sdpa backward: %s\n", attn_ctx_last_explain(r.ctx));
-    if (mkdir(o.grad_dir, 0777) != 0 && errno != EEXIST) {
-        rc = cli_usage_error("--grad-dir: cannot create directory '%s': %s", o.grad_dir,
-                             strerror(errno));
-        goto done;
-    }
-    const char *dir = o.grad_dir;
-    if ((rc = cli_write_in_dir(r.ctx, "--grad-dir", dir, "dq", r.dq, r.q.ndim, r.q.shape)) !=
-            CLI_OK ||
-        (rc = cli_write_in_dir(r.ctx, "--grad-dir", dir, "dk", r.dk, r.k.ndim, r.k.shape)) !=
-            CLI_OK ||
-        (rc = cli_write_in_dir(r.ctx, "--grad-dir", dir, "dv", r.dv, r.v.ndim, r.v.shape)) !=
-            CLI_OK)
-        goto done;
-    if (cfg.sinks) rc = cli_write_in_dir(r.ctx, "--grad-dir", dir, "dsinks", r.dsinks, 1, &H);
+    rc = cli_outputs_commit(&out, false);
 done:
+    cli_outputs_free(&out);
     sdpa_run_close(&r);
     return rc;
 }

@@ -377,6 +377,16 @@ static int run_train(int argc, char **argv) {
     run r = {0};
     attn_ctx_config cc = {.num_threads = o.threads};
     if (attn_ctx_new(&cc, &r.ctx) != ATTN_OK) return cli_usage_error("cannot create a context");
+    /* A --save path that cannot be written fails now, not after the last
+     * step of training; the save itself replaces the file whole or not at
+     * all (attn_file). */
+    attn_file *probe = NULL;
+    if (o.save && attn_file_open(r.ctx, o.save, &probe) != ATTN_OK) {
+        rc = cli_library_error(r.ctx, "--save");
+        run_free(&r);
+        return rc;
+    }
+    attn_file_discard(probe);
     size_t cells = o.batch * o.model.context_length;
     if (o.batch > ((size_t)1 << 20) || o.model.context_length > ((size_t)1 << 20) ||
         o.model.vocab_size > ((size_t)1 << 24) ||

@@ -1,7 +1,9 @@
 /* main.c — the attn command: a table of subcommands, the dispatch, and
  * what every command shares (help; the stdout write check is args.c's). */
+#define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -82,5 +84,11 @@ int cli_main(int argc, char **argv, bool parse_only) {
 }
 
 #ifndef ATTN_CLI_NO_MAIN
-int main(int argc, char **argv) { return cli_finish(cli_main(argc, argv, false)); }
+int main(int argc, char **argv) {
+    /* Past a file size limit (ulimit -f) a write then fails with EFBIG, which
+     * the writers report and clean up after, instead of the signal killing
+     * the process with a temporary left behind. */
+    signal(SIGXFSZ, SIG_IGN);
+    return cli_finish(cli_main(argc, argv, false));
+}
 #endif

@@ -940,6 +940,38 @@ attn_status attn_gpt2_preset_model_params(attn_ctx *ctx, const attn_gpt2_preset 
                                           size_t *out);
 
 /* ------------------------------------------------------------------------ */
+/* Files written whole or not at all                                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Every file the library writes goes through an attn_file. A regular file
+ * (or a new path) is written to a temporary beside it, flushed, fsync'd and
+ * closed with every status checked, and renamed over the destination only
+ * then: a full disk or a size limit leaves the previous file intact, byte
+ * for byte, and no temporary behind. Through a symbolic link, the file it
+ * names is replaced. A destination that is neither (a pipe, a terminal,
+ * /dev/full) or that names an open descriptor (/dev/stdout, /dev/fd/N,
+ * /proc/self/fd/N) cannot be replaced and is written in place.
+ *
+ * attn_file_open checks the destination (ATTN_ERR_IO for a directory, a
+ * missing parent, no permission) and creates the temporary. attn_file_write
+ * appends bytes. attn_file_close makes the temporary complete and durable;
+ * attn_file_commit (which closes first when needed) renames it into place
+ * and frees the handle, whatever it returns. attn_file_discard removes the
+ * temporary and frees the handle at any step before the commit (NULL is
+ * fine). After a failed write or close only attn_file_discard remains to
+ * call, and the temporary is already gone. To write several files as one,
+ * open all, write all and close all before committing any: a failure up to
+ * the last close leaves every destination untouched.
+ */
+typedef struct attn_file attn_file;
+attn_status attn_file_open(attn_ctx *ctx, const char *path, attn_file **out);
+attn_status attn_file_write(attn_ctx *ctx, attn_file *file, const void *bytes, size_t size);
+attn_status attn_file_close(attn_ctx *ctx, attn_file *file);
+attn_status attn_file_commit(attn_ctx *ctx, attn_file *file);
+void attn_file_discard(attn_file *file);
+
+/* ------------------------------------------------------------------------ */
 /* NumPy .npy files (float32 or int32, C order)                              */
 /* ------------------------------------------------------------------------ */
 
@@ -957,10 +989,15 @@ attn_status attn_npy_read(attn_ctx *ctx, const char *path, attn_npy *out);
 /* Parses an in-memory .npy image (for fuzzing and embedded use). */
 attn_status attn_npy_parse(attn_ctx *ctx, const void *bytes, size_t size, attn_npy *out);
 /* Writes data (shape[0] x ... x shape[ndim-1] floats) as a version 1.0
- * '<f4' C-order .npy. ATTN_ERR_NULL, ATTN_ERR_INVALID (ndim > 8),
- * ATTN_ERR_OVERFLOW, ATTN_ERR_IO naming the path and the system's reason. */
+ * '<f4' C-order .npy, whole or not at all (attn_file). ATTN_ERR_NULL,
+ * ATTN_ERR_INVALID (ndim > 8), ATTN_ERR_OVERFLOW, ATTN_ERR_IO naming the
+ * path and the system's reason. */
 attn_status attn_npy_write(attn_ctx *ctx, const char *path, const float *data, size_t ndim,
                            const size_t *shape);
+/* The same .npy image appended to an open attn_file (which the caller then
+ * commits or discards): for writing several files as one. */
+attn_status attn_npy_write_file(attn_ctx *ctx, attn_file *file, const float *data, size_t ndim,
+                                const size_t *shape);
 /* Frees the data of a read or parsed array and zeroes it (NULL is fine). */
 void attn_npy_free(attn_npy *npy);
 

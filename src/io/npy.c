@@ -22,9 +22,11 @@
  * "<memory>" for attn_npy_parse. On failure *out is left zeroed.
  *
  * Writing produces version 1.0, '<f4', fortran_order False, with the header
- * padded so the data starts on a 64-byte boundary, as current NumPy does.
+ * padded so the data starts on a 64-byte boundary, as current NumPy does,
+ * through an attn_file (file.c): the file is replaced whole or not at all.
  */
 #include "internal.h"
+#include "io/file.h"
 
 #include <errno.h>
 #include <float.h>
@@ -709,9 +711,10 @@ static void append(char *buf, size_t cap, size_t *len, const char *text) {
     }
 }
 
-static bool write_data(FILE *f, const float *data, size_t numel) {
-    if (numel == 0) return true;
-    if (!host_is_big_endian()) return fwrite(data, sizeof *data, numel, f) == numel;
+/* The data as little-endian float32, whatever the host's order. */
+static attn_status write_data(attn_ctx *ctx, attn_file *f, const float *data, size_t numel) {
+    if (numel == 0) return ATTN_OK;
+    if (!host_is_big_endian()) return attn_file_write(ctx, f, data, numel * sizeof *data);
     unsigned char chunk[NPY_CHUNK];
     const size_t per_chunk = sizeof chunk / 4;
     for (size_t done = 0; done < numel;) {
@@ -721,66 +724,81 @@ static bool write_data(FILE *f, const float *data, size_t numel) {
             memcpy(&u, &data[done + i], sizeof u);
             for (int k = 0; k < 4; k++) chunk[4 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
         }
-        if (fwrite(chunk, 4, n, f) != n) return false;
+        attn_status s = attn_file_write(ctx, f, chunk, 4 * n);
+        if (s != ATTN_OK) return s;
         done += n;
     }
-    return true;
+    return ATTN_OK;
+}
+
+/* Checks the arguments and builds the header (len bytes of header, which
+ * holds 512); label names the destination in messages. */
+static attn_status prepare_write(attn_ctx *ctx, const char *label, const float *data, size_t ndim,
+                                 const size_t *shape, char header[512], size_t *len,
+                                 size_t *numel) {
+    if (ndim > ATTN_NPY_MAX_DIMS)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: ndim %zu exceeds ATTN_NPY_MAX_DIMS (%d)", label, ndim,
+                         ATTN_NPY_MAX_DIMS);
+    if (ndim > 0 && !shape)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: shape is NULL for ndim %zu", label, ndim);
+    size_t bytes;
+    attn_status st = shape_size(ctx, label, ndim, shape, sizeof(float), numel, &bytes);
+    if (st != ATTN_OK) return st;
+    if (*numel > 0 && !data)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: data is NULL for %zu elements", label, *numel);
+
+    /* 10 prefix bytes, ~60 of dict, 8 dimensions of at most 20 digits and
+     * ", ", and up to 63 bytes of padding fit easily. */
+    const size_t cap = 512;
+    *len = NPY_MIN_PREFIX;
+    header[*len] = '\0';
+    append(header, cap, len, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
+    for (size_t i = 0; i < ndim; i++) {
+        char dim[32];
+        snprintf(dim, sizeof dim, i ? ", %zu" : "%zu", shape[i]);
+        append(header, cap, len, dim);
+    }
+    append(header, cap, len, ndim == 1 ? ",), }" : "), }");
+    /* Spaces up to the byte before the boundary, which holds the '\n'. */
+    while ((*len + 1) % NPY_WRITE_ALIGN != 0) header[(*len)++] = ' ';
+    header[(*len)++] = '\n';
+    memcpy(header, NPY_MAGIC, NPY_MAGIC_LEN);
+    header[6] = 1;
+    header[7] = 0;
+    size_t header_len = *len - NPY_MIN_PREFIX;
+    header[8] = (char)(header_len & 0xff);
+    header[9] = (char)(header_len >> 8);
+    return ATTN_OK;
+}
+
+attn_status attn_npy_write_file(attn_ctx *ctx, attn_file *file, const float *data, size_t ndim,
+                                const size_t *shape) {
+    attn_clear_error(ctx);
+    if (!file) return attn_fail(ctx, ATTN_ERR_NULL, "attn_npy_write_file: file is NULL");
+    char header[512];
+    size_t len, numel;
+    attn_status s = prepare_write(ctx, file->path, data, ndim, shape, header, &len, &numel);
+    if (s == ATTN_OK) s = attn_file_write(ctx, file, header, len);
+    if (s == ATTN_OK) s = write_data(ctx, file, data, numel);
+    return s;
 }
 
 attn_status attn_npy_write(attn_ctx *ctx, const char *path, const float *data, size_t ndim,
                            const size_t *shape) {
     attn_clear_error(ctx);
     if (!path) return attn_fail(ctx, ATTN_ERR_NULL, "attn_npy_write: path is NULL");
-    if (ndim > ATTN_NPY_MAX_DIMS)
-        return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "%s: ndim %zu exceeds ATTN_NPY_MAX_DIMS (%d)", path, ndim,
-                         ATTN_NPY_MAX_DIMS);
-    if (ndim > 0 && !shape)
-        return attn_fail(ctx, ATTN_ERR_NULL, "%s: shape is NULL for ndim %zu", path, ndim);
-    size_t numel, bytes;
-    attn_status st = shape_size(ctx, path, ndim, shape, sizeof(float), &numel, &bytes);
-    if (st != ATTN_OK) return st;
-    if (numel > 0 && !data)
-        return attn_fail(ctx, ATTN_ERR_NULL, "%s: data is NULL for %zu elements", path, numel);
-
-    /* 10 prefix bytes, ~60 of dict, 8 dimensions of at most 20 digits and
-     * ", ", and up to 63 bytes of padding fit easily. */
     char header[512];
-    size_t len = NPY_MIN_PREFIX;
-    header[len] = '\0';
-    append(header, sizeof header, &len, "{'descr': '<f4', 'fortran_order': False, 'shape': (");
-    for (size_t i = 0; i < ndim; i++) {
-        char dim[32];
-        snprintf(dim, sizeof dim, i ? ", %zu" : "%zu", shape[i]);
-        append(header, sizeof header, &len, dim);
-    }
-    append(header, sizeof header, &len, ndim == 1 ? ",), }" : "), }");
-    /* Spaces up to the byte before the boundary, which holds the '\n'. */
-    while ((len + 1) % NPY_WRITE_ALIGN != 0) header[len++] = ' ';
-    header[len++] = '\n';
-    memcpy(header, NPY_MAGIC, NPY_MAGIC_LEN);
-    header[6] = 1;
-    header[7] = 0;
-    size_t header_len = len - NPY_MIN_PREFIX;
-    header[8] = (char)(header_len & 0xff);
-    header[9] = (char)(header_len >> 8);
-
-    FILE *f = fopen(path, "wb");
-    if (!f)
-        return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", path,
-                         strerror(errno));
-    bool ok = fwrite(header, 1, len, f) == len && write_data(f, data, numel);
-    int saved = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = false;
-        saved = errno;
-    }
-    /* The partial file is left alone: path may name a device, not a file we own. */
-    if (!ok) {
-        return attn_fail(ctx, ATTN_ERR_IO, "%s: write failed (%zu data bytes): %s", path, bytes,
-                         strerror(saved));
-    }
-    return ATTN_OK;
+    size_t len, numel;
+    attn_status s = prepare_write(ctx, path, data, ndim, shape, header, &len, &numel);
+    if (s != ATTN_OK) return s;
+    attn_file *f;
+    if ((s = attn_file_open(ctx, path, &f)) != ATTN_OK) return s;
+    if ((s = attn_file_write(ctx, f, header, len)) == ATTN_OK &&
+        (s = write_data(ctx, f, data, numel)) == ATTN_OK)
+        return attn_file_commit(ctx, f);
+    attn_file_discard(f);
+    return s;
 }
 
 void attn_npy_free(attn_npy *npy) {

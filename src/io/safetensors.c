@@ -24,6 +24,7 @@
  */
 #include "half.h"
 #include "internal.h"
+#include "io/file.h"
 
 #include "io/json.h"
 #include "io/safetensors_internal.h"
@@ -836,7 +837,7 @@ static int compare_tensor_names(const void *a, const void *b) {
     return strcmp((*x)->name, (*y)->name);
 }
 
-static bool write_floats(FILE *f, const float *data, size_t numel) {
+static attn_status write_floats(attn_ctx *ctx, attn_file *f, const float *data, size_t numel) {
     unsigned char chunk[ST_CHUNK];
     const size_t per_chunk = sizeof chunk / 4;
     for (size_t done = 0; done < numel;) {
@@ -846,10 +847,11 @@ static bool write_floats(FILE *f, const float *data, size_t numel) {
             memcpy(&u, &data[done + i], sizeof u);
             for (int k = 0; k < 4; k++) chunk[4 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
         }
-        if (fwrite(chunk, 4, n, f) != n) return false;
+        attn_status s = attn_file_write(ctx, f, chunk, 4 * n);
+        if (s != ATTN_OK) return s;
         done += n;
     }
-    return true;
+    return ATTN_OK;
 }
 
 attn_status attn_safetensors_write(attn_ctx *ctx, const char *path,
@@ -957,32 +959,22 @@ attn_status attn_safetensors_write(attn_ctx *ctx, const char *path,
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for the header", path);
     }
 
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        attn_free(h.data);
-        attn_free(order);
-        return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", path,
-                         strerror(errno));
-    }
+    attn_file *f;
+    attn_status s = attn_file_open(ctx, path, &f);
     unsigned char prefix[8];
     for (int k = 0; k < 8; k++) prefix[k] = (unsigned char)((uint64_t)h.len >> (8 * k));
-    bool ok = fwrite(prefix, 1, 8, f) == 8 && fwrite(h.data, 1, h.len, f) == h.len;
-    for (size_t i = 0; ok && i < count; i++) {
+    if (s == ATTN_OK) s = attn_file_write(ctx, f, prefix, 8);
+    if (s == ATTN_OK) s = attn_file_write(ctx, f, h.data, h.len);
+    for (size_t i = 0; s == ATTN_OK && i < count; i++) {
         size_t numel = 1;
         for (size_t d = 0; d < order[i]->ndim; d++) numel *= order[i]->shape[d];
-        ok = write_floats(f, order[i]->data, numel);
-    }
-    int saved = errno;
-    if (fclose(f) != 0 && ok) {
-        ok = false;
-        saved = errno;
+        s = write_floats(ctx, f, order[i]->data, numel);
     }
     attn_free(h.data);
     attn_free(order);
-    if (!ok)
-        return attn_fail(ctx, ATTN_ERR_IO, "%s: write failed (%zu data bytes): %s", path,
-                         total_bytes, strerror(saved));
-    return ATTN_OK;
+    if (s == ATTN_OK) return attn_file_commit(ctx, f);
+    if (f) attn_file_discard(f);
+    return s;
 }
 
 attn_status attn_safetensors_write_params(attn_ctx *ctx, const char *path,

@@ -30,6 +30,11 @@ def sdpa(d, q, *extra):
     r = subprocess.run([cli, "sdpa", "--q", q, "--k", f"{d}/k.npy", "--v", f"{d}/v.npy",
                         "--output", f"{d}/o.npy", "--explain", "--threads", "2", *extra],
                        capture_output=True, text=True)
+    # the last line names the files written; the explain lines come before it
+    wrote = r.stderr.splitlines()[-1:] or [""]
+    check(r.returncode != 0 or wrote[0].startswith(f"attn: wrote {d}/o.npy ("),
+          "the last line says what was written", r.stderr)
+    r.stderr = "".join(r.stderr.splitlines(True)[:-1]) if r.returncode == 0 else r.stderr
     return r, np.load(f"{d}/o.npy") if r.returncode == 0 else None
 
 

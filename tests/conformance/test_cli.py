@@ -158,9 +158,27 @@ class Runner:
             p = subprocess.run(self.command(args), stdout=stdout, stderr=subprocess.PIPE,
                                timeout=timeout, cwd=self.tmp)
             out = p.stdout.decode(errors="replace") if p.stdout is not None else ""
-            return p.returncode, out, p.stderr.decode(errors="replace")
+            err = p.stderr.decode(errors="replace")
+            if (p.returncode == 0 and args and args[0] in ("forward", "grad", "sdpa")
+                    and "--help" not in args and "-h" not in args):
+                err = take_wrote_line(args, err)
+            return p.returncode, out, err
         except subprocess.TimeoutExpired:
             return None, "", "(timed out after %ss)" % timeout
+
+
+def take_wrote_line(args, err):
+    """err without its last line, "attn: wrote ...", which must name every
+    output that args give (--output, --lse, --grad-dir, --out): the checks
+    on what else the command prints stay as they were."""
+    lines = err.splitlines(True)
+    last = lines[-1] if lines else ""
+    named = [str(args[i + 1]) for i, a in enumerate(args[:-1])
+             if a in ("--output", "--lse", "--grad-dir", "--out")]
+    check(last.startswith("attn: wrote ") and last.endswith("\n") and last.count("\n") == 1
+          and all(n in last for n in named),
+          "%s says what it wrote" % show(args), "stderr=%r" % err[-400:])
+    return "".join(lines[:-1])
 
 
 def show(args):

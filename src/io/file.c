@@ -1,0 +1,301 @@
+/*
+ * file.c — files written whole or not at all: the one place in the library
+ * (and the CLI, through attn.h) that opens a file for writing.
+ *
+ * A regular file, or a path that names nothing yet, is written to a new
+ * temporary in the same directory (so that the rename cannot cross file
+ * systems), flushed, fsync'd, closed with every status checked, and only
+ * then renamed over the destination: a full disk, a size limit or a crash
+ * leaves the previous file as it was, and a reader never sees half a file.
+ * A path through a symbolic link replaces the file the link names, as
+ * writing through the link would. Anything else that exists (a terminal, a
+ * pipe, /dev/full, /dev/null), and a path that names an open descriptor
+ * (/dev/stdout, /dev/fd/N, /proc/self/fd/N, a link to a deleted file),
+ * cannot be replaced and is written in place.
+ *
+ * Steps: attn_file_open checks the destination and creates the temporary,
+ * attn_file_write appends, attn_file_close makes the temporary complete and
+ * durable, attn_file_commit renames it into place (closing first if needed).
+ * A caller that writes several files closes them all before committing any,
+ * so that no destination changes unless every write succeeded.
+ * attn_file_discard removes the temporary at any step before the commit.
+ */
+#define _XOPEN_SOURCE 700
+#include "file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The part of the destination's name kept in the temporary's: the rest of
+ * the name ('.', 12 hex digits, ".attn-tmp") fits NAME_MAX (255) with it. */
+#define TEMP_BASE_MAX 200
+#define TEMP_ATTEMPTS 64
+
+static char *copy_string(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *copy = attn_malloc(n);
+    if (copy) memcpy(copy, s, n);
+    return copy;
+}
+
+/* SplitMix64's finaliser: spreads the bits of the name's seed. */
+static uint64_t mix(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
+/* "DIR/.BASE.<12 hex>.attn-tmp" beside target, or NULL when out of memory.
+ * The name need only be unlikely to exist: O_EXCL refuses one that does,
+ * and the caller draws again. */
+static char *temp_name(const char *target, uint64_t draw) {
+    const char *slash = strrchr(target, '/');
+    size_t dir_len = slash ? (size_t)(slash - target) + 1 : 0;
+    const char *base = target + dir_len;
+    size_t base_len = strlen(base);
+    if (base_len > TEMP_BASE_MAX) base_len = TEMP_BASE_MAX;
+    size_t size = dir_len + 1 + base_len + 1 + 12 + sizeof ".attn-tmp";
+    char *name = attn_malloc(size);
+    if (!name) return NULL;
+    memcpy(name, target, dir_len);
+    name[dir_len] = '.';
+    memcpy(name + dir_len + 1, base, base_len);
+    snprintf(name + dir_len + 1 + base_len, size - dir_len - 1 - base_len, ".%012llx.attn-tmp",
+             (unsigned long long)(draw & 0xffffffffffffu));
+    return name;
+}
+
+/* The directory that holds target, for its fsync after the rename. */
+static void sync_directory(const char *target) {
+    const char *slash = strrchr(target, '/');
+    char dir[PATH_MAX];
+    if (!slash) {
+        memcpy(dir, ".", 2);
+    } else {
+        size_t n = slash == target ? 1 : (size_t)(slash - target);
+        if (n >= sizeof dir) return;
+        memcpy(dir, target, n);
+        dir[n] = '\0';
+    }
+    int fd = open(dir, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    /* The rename is done and the data is synced; a directory that cannot
+     * be synced (some file systems refuse) leaves nothing to undo. */
+    (void)fsync(fd);
+    close(fd);
+}
+
+/* Whether path names an open descriptor rather than a file (/dev/stdout,
+ * /dev/fd/N, /proc/self/fd/N): the caller means the descriptor, whose
+ * file a rename would leave behind. */
+static bool names_descriptor(const char *path) {
+    return strncmp(path, "/dev/std", 8) == 0 || strncmp(path, "/dev/fd/", 8) == 0 ||
+           (strncmp(path, "/proc/", 6) == 0 && strstr(path, "/fd/") != NULL);
+}
+
+static void file_free(attn_file *f) {
+    attn_free(f->temp);
+    if (f->target != f->path) attn_free(f->target);
+    attn_free(f->path);
+    attn_free(f);
+}
+
+/* Closes the stream (if open) and removes the temporary (if any). */
+static void abandon(attn_file *f) {
+    if (f->stream) fclose(f->stream); /* what it held is being thrown away */
+    f->stream = NULL;
+    if (f->temp) {
+        unlink(f->temp);
+        attn_free(f->temp);
+        f->temp = NULL;
+    }
+    f->failed = true;
+}
+
+/* Creates the temporary beside f->target, with the destination's
+ * permissions when it exists (mode), else those a new file gets. */
+static attn_status open_temp(attn_ctx *ctx, attn_file *f, const struct stat *existing) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    uint64_t seed = ((uint64_t)getpid() << 32) ^ (uint64_t)now.tv_nsec ^
+                    ((uint64_t)now.tv_sec * 0x9e3779b97f4a7c15u) ^ (uint64_t)(uintptr_t)f;
+    for (int attempt = 0; attempt < TEMP_ATTEMPTS; attempt++) {
+        f->temp = temp_name(f->target, mix(seed + (uint64_t)attempt));
+        if (!f->temp) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", f->path);
+        int fd = open(f->temp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0) {
+            int saved = errno;
+            attn_free(f->temp);
+            f->temp = NULL;
+            if (saved == EEXIST) continue;
+            return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", f->path,
+                             strerror(saved));
+        }
+        /* The replacement keeps the permissions of the file it replaces; if
+         * they cannot be copied it still has those of a new file. */
+        if (existing) (void)fchmod(fd, existing->st_mode & 07777);
+        f->stream = fdopen(fd, "wb");
+        if (!f->stream) {
+            int saved = errno;
+            close(fd);
+            abandon(f);
+            return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", f->path,
+                             strerror(saved));
+        }
+        return ATTN_OK;
+    }
+    return attn_fail(ctx, ATTN_ERR_IO,
+                     "%s: cannot open for writing: %d temporary names beside it were all taken",
+                     f->path, TEMP_ATTEMPTS);
+}
+
+attn_status attn_file_open(attn_ctx *ctx, const char *path, attn_file **out) {
+    attn_clear_error(ctx);
+    if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_file_open: out is NULL");
+    *out = NULL;
+    if (!path) return attn_fail(ctx, ATTN_ERR_NULL, "attn_file_open: path is NULL");
+    if (!*path) return attn_fail(ctx, ATTN_ERR_INVALID, "attn_file_open: path is empty");
+    attn_file *f = attn_calloc(1, sizeof *f);
+    if (f) f->path = copy_string(path);
+    if (!f || !f->path) {
+        if (f) attn_free(f);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", path);
+    }
+    f->target = f->path;
+
+    struct stat st, link;
+    bool exists = stat(path, &st) == 0;
+    int stat_errno = errno;
+    if (!exists && stat_errno != ENOENT) {
+        file_free(f);
+        return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", path,
+                         strerror(stat_errno));
+    }
+    if (exists && S_ISDIR(st.st_mode)) {
+        file_free(f);
+        return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: it is a directory",
+                         path);
+    }
+    if (exists && (!S_ISREG(st.st_mode) || names_descriptor(path))) {
+        /* A device, a pipe, or an open descriptor: no file to replace. */
+        f->stream = fopen(path, "wb");
+        if (!f->stream) {
+            int saved = errno;
+            file_free(f);
+            return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", path,
+                             strerror(saved));
+        }
+        *out = f;
+        return ATTN_OK;
+    }
+    if (exists && lstat(path, &link) == 0 && S_ISLNK(link.st_mode)) {
+        char resolved[PATH_MAX];
+        struct stat there;
+        if (!realpath(path, resolved) || stat(resolved, &there) != 0 ||
+            there.st_dev != st.st_dev || there.st_ino != st.st_ino) {
+            /* A link with no name to rename over (a deleted file, a memfd
+             * behind /proc/self/fd/N): only writing in place reaches it. */
+            f->stream = fopen(path, "wb");
+            if (!f->stream) {
+                int saved = errno;
+                file_free(f);
+                return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", path,
+                                 strerror(saved));
+            }
+            *out = f;
+            return ATTN_OK;
+        }
+        f->target = copy_string(resolved);
+        if (!f->target) {
+            f->target = f->path;
+            file_free(f);
+            return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", path);
+        }
+    }
+    attn_status s = open_temp(ctx, f, exists ? &st : NULL);
+    if (s != ATTN_OK) {
+        file_free(f);
+        return s;
+    }
+    *out = f;
+    return ATTN_OK;
+}
+
+attn_status attn_file_write(attn_ctx *ctx, attn_file *file, const void *bytes, size_t size) {
+    attn_clear_error(ctx);
+    if (!file) return attn_fail(ctx, ATTN_ERR_NULL, "attn_file_write: file is NULL");
+    if (size && !bytes)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: bytes is NULL for %zu bytes", file->path, size);
+    if (file->failed || !file->stream)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: written after it %s", file->path,
+                         file->failed ? "failed" : "was closed");
+    if (size == 0) return ATTN_OK;
+    if (fwrite(bytes, 1, size, file->stream) != size) {
+        int saved = errno;
+        abandon(file);
+        return attn_fail(ctx, ATTN_ERR_IO, "%s: write failed: %s", file->path, strerror(saved));
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_file_close(attn_ctx *ctx, attn_file *file) {
+    attn_clear_error(ctx);
+    if (!file) return attn_fail(ctx, ATTN_ERR_NULL, "attn_file_close: file is NULL");
+    if (file->closed) return ATTN_OK;
+    if (file->failed)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: closed after a write failed", file->path);
+    FILE *stream = file->stream;
+    file->stream = NULL;
+    /* Each step is checked: stdio reports a full disk at the flush, NFS
+     * and quotas may report it only at the sync or the close. A pipe or a
+     * terminal cannot be synced, and has nothing to make durable. */
+    bool ok = fflush(stream) == 0 && !ferror(stream);
+    int saved = errno;
+    if (ok && file->temp && fsync(fileno(stream)) != 0) {
+        ok = false;
+        saved = errno;
+    }
+    if (fclose(stream) != 0 && ok) {
+        ok = false;
+        saved = errno;
+    }
+    if (!ok) {
+        abandon(file);
+        return attn_fail(ctx, ATTN_ERR_IO, "%s: write failed: %s", file->path, strerror(saved));
+    }
+    file->closed = true;
+    return ATTN_OK;
+}
+
+attn_status attn_file_commit(attn_ctx *ctx, attn_file *file) {
+    attn_clear_error(ctx);
+    if (!file) return attn_fail(ctx, ATTN_ERR_NULL, "attn_file_commit: file is NULL");
+    attn_status s = attn_file_close(ctx, file);
+    if (s == ATTN_OK && file->temp) {
+        if (rename(file->temp, file->target) != 0) {
+            int saved = errno;
+            s = attn_fail(ctx, ATTN_ERR_IO, "%s: cannot put the written file in place: %s",
+                          file->path, strerror(saved));
+        } else {
+            attn_free(file->temp);
+            file->temp = NULL;
+            sync_directory(file->target);
+        }
+    }
+    abandon(file); /* removes the temporary that a failure left */
+    file_free(file);
+    return s;
+}
+
+void attn_file_discard(attn_file *file) {
+    if (!file) return;
+    abandon(file);
+    file_free(file);
+}
