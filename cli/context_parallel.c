@@ -219,6 +219,7 @@ int cli_cp_forward(cli_run_options *o, const char *mode, const cli_weights_optio
         if (attn_npy_write(r.ctx, output, buf[2], rank, shape) != ATTN_OK)
             rc = cli_library_error(r.ctx, "--output");
     }
+    rc = agree_rc(rc, r.rank); /* rank 0's write fails the run on every rank */
 done:
     for (int i = 0; i < 3; i++) free(buf[i]);
     cp_close(&r);
@@ -278,12 +279,11 @@ int cli_cp_grad(cli_run_options *o, const char *mode, const char *grad_output,
     }
     /* every rank holds the summed parameter gradients; rank 0 writes */
     if (r.rank == 0) {
-        if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
+        if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
             rc = cli_usage_error("--out: cannot create directory '%s': %s", out_dir,
                                  strerror(errno));
-            goto done;
-        }
-        rc = cli_write_in_dir(r.ctx, "--out", out_dir, "output", buf[4], ndim, y_shape);
+        if (rc == CLI_OK)
+            rc = cli_write_in_dir(r.ctx, "--out", out_dir, "output", buf[4], ndim, y_shape);
         if (rc == CLI_OK)
             rc = cli_write_in_dir(r.ctx, "--out", out_dir, "input", buf[5], ndim, x_shape);
         for (size_t i = 0; i < attn_module_param_count(r.module) && rc == CLI_OK; i++) {
@@ -292,6 +292,7 @@ int cli_cp_grad(cli_run_options *o, const char *mode, const char *grad_output,
             rc = cli_write_in_dir(r.ctx, "--out", out_dir, p.name, p.grad, p.ndim, p.shape);
         }
     }
+    rc = agree_rc(rc, r.rank); /* rank 0's write fails the run on every rank */
 done:
     for (int i = 0; i < 6; i++) free(buf[i]);
     attn_npy_free(&dy);
