@@ -199,7 +199,7 @@ uint64_t attn_mpi_hash(uint64_t h, const void *data, size_t n) {
 /* The header every record starts with, then the call's own fields. */
 enum { HEAD = 2, SLOTS = HEAD + 1 + ATTN_MPI_RECORD_MAX };
 
-/* Field i differs (least key lo, greatest hi): every rank learns the lowest
+/* A field differs (least key lo, greatest hi): every rank learns the lowest
  * rank holding each and its text, and fails with both. */
 static attn_status disagree(attn_mpi_group *g, const char *who, const attn_mpi_field *mine,
                             int64_t lo, int64_t hi) {
