@@ -71,11 +71,14 @@ echo "find_package: ok (attn $major.$minor)"
 # The MPI layer, where the build has it: pkg-config attn-mpi and
 # find_package(attn COMPONENTS mpi) (attn::attn_mpi), each consumer run on 2
 # ranks against the single process.
-mpi_pc=$(find "$prefix" -name attn-mpi.pc)
-if [ -z "$mpi_pc" ]; then
+if [ -z "$(find "$prefix" -name 'libattn_mpi.*')" ]; then
   echo "attn-mpi: skipped (this build has no MPI)"
   exit 0
 fi
+[ -n "$(find "$prefix" -name attn-mpi.pc)" ] \
+  || { echo "FAIL: libattn_mpi installed without attn-mpi.pc"; exit 1; }
+[ -n "$(find "$prefix" -name attnMpiTargets.cmake)" ] \
+  || { echo "FAIL: libattn_mpi installed without its CMake target (attnMpiTargets.cmake)"; exit 1; }
 run_mpi=$(cd "$(dirname "$0")/../mpi" && pwd)/run_mpi.sh
 mpi_consumer=$(cd "$consumer/../consumer_mpi" && pwd)
 eval "cflags=($(pkg-config --cflags attn-mpi))"

@@ -25,8 +25,10 @@ int main(int argc, char **argv) {
     for (int h = 0; h < H; h++)
         for (size_t t = 0; t < Tl; t++)
             for (int d = 0; d < D; d++) lq[(h * Tl + t) * D + d] = q[(h * T + b[0] + t) * D + d];
+    /* (B, H, T, D), as the layer's chunks: strides (b, t, h) */
     attn_sdpa_config one = {.batch = 1, .heads = H, .q_tokens = T, .kv_tokens = T, .head_dim = D,
-                            .causal = true};
+                            .q_strides = {H * T * D, D, T * D}, .kv_strides = {H * T * D, D, T * D},
+                            .out_strides = {H * T * D, D, T * D}, .causal = true};
     attn_mpi_sdpa_config cfg = {.batch = 1, .heads = H, .tokens = T, .head_dim = D,
                                 .causal = true};
     double worst = 0.0;
