@@ -59,7 +59,41 @@ static int lib_error(const cp_run *r, const char *what) {
     return cli_library_error(r->ctx, label);
 }
 
-static int cp_open(cp_run *r, cli_run_options *o, const char *mode,
+/* What the ranks' command lines must share, agreed before anything else
+ * is exchanged: ranks running another command, or the same with another
+ * module, option, seed or weights, would run different collectives (a
+ * hang) or compute with different weights (a wrong output). The library's
+ * calls agree on the module and a checksum of its weights too; these name
+ * the option. Not agreed: --threads and --kernels (each node's own; the
+ * numbers stay within the single process's bounds), and the paths rank 0
+ * alone reads or writes. */
+static attn_status agree_options(cp_run *r, const char *command, const cli_run_options *o,
+                                 const cli_weights_options *weights) {
+    const cli_module_options *mo = &o->module;
+    char dropout[32], scale[32];
+    snprintf(dropout, sizeof dropout, "%.17g", mo->dropout);
+    snprintf(scale, sizeof scale, "%.17g", mo->scale);
+    bool have_weights = weights && weights->path;
+    const attn_mpi_value v[] = {
+        {"--module", mo->module, 0},
+        {"--d-in", NULL, (int64_t)mo->d_in},
+        {"--d-out", NULL, (int64_t)mo->d_out},
+        {"--heads", NULL, (int64_t)mo->heads},
+        {"--context", NULL, (int64_t)mo->context},
+        {"--qkv-bias", NULL, mo->qkv_bias},
+        {"--dropout", dropout, 0},
+        {"--scale", scale, 0},
+        {"--mask", NULL, (int64_t)mo->mask},
+        {"--train", NULL, o->train},
+        {"--seed", NULL, (int64_t)o->seed},
+        {"--bernoulli", NULL, (int64_t)o->bernoulli},
+        {"--weights (given)", NULL, have_weights},
+        {"--layer", NULL, have_weights && weights->have_layer ? (int64_t)weights->layer : -1},
+    };
+    return attn_mpi_group_agree(r->group, command, v, sizeof v / sizeof *v);
+}
+
+static int cp_open(cp_run *r, const char *command, cli_run_options *o, const char *mode,
                    const cli_weights_options *weights) {
     *r = (cp_run){0};
     int initialized = 0;
@@ -72,9 +106,16 @@ static int cp_open(cp_run *r, cli_run_options *o, const char *mode,
     if (attn_ctx_new(&(attn_ctx_config){.num_threads = o->threads, .kernels = o->kernels},
                      &r->ctx) != ATTN_OK)
         rc = cli_usage_error("--threads: %zu is too many, or no such kernels", o->threads);
+    if ((rc = agree_rc(rc, r->rank)) != CLI_OK) return rc;
+    /* the group agrees on the mode, then on the command and its options:
+     * from here every rank runs the same steps */
+    if (attn_mpi_group_new(r->ctx, MPI_COMM_WORLD, mode_of(mode), &r->group) != ATTN_OK)
+        return lib_error(r, "--context-parallel");
+    if (agree_options(r, command, o, weights) != ATTN_OK)
+        return lib_error(r, "--context-parallel");
     /* rank 0 reads the input; its shape goes to everyone */
     unsigned long long shape[5] = {0};
-    if (r->rank == 0 && rc == CLI_OK) {
+    if (r->rank == 0) {
         if (attn_npy_read(r->ctx, o->input, &r->x) != ATTN_OK)
             rc = cli_library_error(r->ctx, "--input");
         else if (r->x.ndim != 2 && r->x.ndim != 3)
@@ -91,8 +132,11 @@ static int cp_open(cp_run *r, cli_run_options *o, const char *mode,
     }
     if (MPI_Bcast(shape, 5, MPI_UNSIGNED_LONG_LONG, 0, MPI_COMM_WORLD) != MPI_SUCCESS)
         return cli_failure("--context-parallel: MPI_Bcast failed");
-    if (shape[4] != CLI_OK) return (int)shape[4]; /* rank 0 said why */
-    if ((rc = agree_rc(rc, r->rank)) != CLI_OK) return rc;
+    if (shape[4] != CLI_OK) {
+        if (r->rank != 0)
+            fprintf(stderr, "attn: rank %d: stopping, rank 0 could not read --input\n", r->rank);
+        return (int)shape[4]; /* rank 0 said why */
+    }
     r->ndim = shape[0];
     r->batch = shape[1];
     r->tokens = shape[2];
@@ -114,8 +158,6 @@ static int cp_open(cp_run *r, cli_run_options *o, const char *mode,
     if (rc == CLI_OK && weights && weights->path)
         rc = cli_load_weights(r->ctx, r->module, o->module.module, weights);
     if ((rc = agree_rc(rc, r->rank)) != CLI_OK) return rc;
-    if (attn_mpi_group_new(r->ctx, MPI_COMM_WORLD, mode_of(mode), &r->group) != ATTN_OK)
-        return lib_error(r, "--context-parallel");
     size_t b[2], e[2];
     attn_mpi_local_ranges(mode_of(mode), r->tokens, (size_t)r->size, (size_t)r->rank, b, e,
                           &r->local);
@@ -150,7 +192,7 @@ int cli_cp_forward(cli_run_options *o, const char *mode, const cli_weights_optio
                    const char *output) {
     cp_run r;
     float *buf[3] = {NULL, NULL, NULL}; /* x_local, y_local, y (rank 0) */
-    int rc = cp_open(&r, o, mode, weights);
+    int rc = cp_open(&r, "attn forward", o, mode, weights);
     if (rc != CLI_OK) goto done;
     attn_module_set_grad_enabled(r.module, false); /* inference only */
     size_t d_out = attn_module_d_out(r.module);
@@ -177,6 +219,7 @@ int cli_cp_forward(cli_run_options *o, const char *mode, const cli_weights_optio
         if (attn_npy_write(r.ctx, output, buf[2], rank, shape) != ATTN_OK)
             rc = cli_library_error(r.ctx, "--output");
     }
+    rc = agree_rc(rc, r.rank); /* rank 0's write fails the run on every rank */
 done:
     for (int i = 0; i < 3; i++) free(buf[i]);
     cp_close(&r);
@@ -189,7 +232,7 @@ int cli_cp_grad(cli_run_options *o, const char *mode, const char *grad_output,
     attn_npy dy = {0};
     /* x_local, dy_local, y_local, dx_local; y, dx (rank 0) */
     float *buf[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
-    int rc = cp_open(&r, o, mode, NULL);
+    int rc = cp_open(&r, "attn grad", o, mode, NULL);
     if (rc != CLI_OK) goto done;
     size_t d_in = attn_module_d_in(r.module), d_out = attn_module_d_out(r.module);
     size_t y_shape[3], x_shape[3];
@@ -236,12 +279,11 @@ int cli_cp_grad(cli_run_options *o, const char *mode, const char *grad_output,
     }
     /* every rank holds the summed parameter gradients; rank 0 writes */
     if (r.rank == 0) {
-        if (mkdir(out_dir, 0777) != 0 && errno != EEXIST) {
+        if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
             rc = cli_usage_error("--out: cannot create directory '%s': %s", out_dir,
                                  strerror(errno));
-            goto done;
-        }
-        rc = cli_write_in_dir(r.ctx, "--out", out_dir, "output", buf[4], ndim, y_shape);
+        if (rc == CLI_OK)
+            rc = cli_write_in_dir(r.ctx, "--out", out_dir, "output", buf[4], ndim, y_shape);
         if (rc == CLI_OK)
             rc = cli_write_in_dir(r.ctx, "--out", out_dir, "input", buf[5], ndim, x_shape);
         for (size_t i = 0; i < attn_module_param_count(r.module) && rc == CLI_OK; i++) {
@@ -250,6 +292,7 @@ int cli_cp_grad(cli_run_options *o, const char *mode, const char *grad_output,
             rc = cli_write_in_dir(r.ctx, "--out", out_dir, p.name, p.grad, p.ndim, p.shape);
         }
     }
+    rc = agree_rc(rc, r.rank); /* rank 0's write fails the run on every rank */
 done:
     for (int i = 0; i < 6; i++) free(buf[i]);
     attn_npy_free(&dy);

@@ -18,9 +18,12 @@
  *                     and back (heads and kv_heads divisible by P).
  *
  * Every function is collective over the group's communicator: every rank
- * calls it with the same sizes. A rank that fails (a bad value, out of
- * memory) fails on every rank, with the failing rank's message, before any
- * exchange that could block: no rank hangs. As in attn.h, the library
+ * calls it, with the same sizes, options and weights. A rank that fails (a
+ * bad value, out of memory) fails on every rank, with the failing rank's
+ * message, before any exchange that could block: no rank hangs. Ranks that
+ * disagree (on the mode, the call, a size, the scale, causality, the
+ * module's kind or a checksum of its weights) fail alike, the message
+ * naming the value on each side. As in attn.h, the library
  * never prints, aborts or exits, and a failed call leaves the outputs as
  * they were.
  */
@@ -66,6 +69,26 @@ attn_status attn_mpi_group_new(attn_ctx *ctx, MPI_Comm comm, attn_mpi_mode mode,
 void attn_mpi_group_free(attn_mpi_group *g);
 int attn_mpi_group_rank(const attn_mpi_group *g);
 int attn_mpi_group_size(const attn_mpi_group *g);
+
+/* ---- agreement --------------------------------------------------------------- */
+
+/* A value a program's ranks must hold alike (an option, a path's role):
+ * compared by text where text is not NULL, else by number. */
+typedef struct attn_mpi_value {
+    const char *name; /* for the message: "--seed" */
+    const char *text; /* NULL: the number is the value */
+    int64_t number;
+} attn_mpi_value;
+
+/* Every rank checks that the others hold the same n values (at most 32),
+ * in the same step (who, e.g. "attn forward", names it: ranks at another
+ * step, or in another call of this layer, fail too). ATTN_OK on every rank,
+ * or the same failure on every rank, naming the value and each side's
+ * ("attn forward: the ranks disagree on --seed: rank 0 1, rank 1 2"). Every
+ * call of this layer makes the same agreement on its own arguments, the
+ * group's mode and which call it is before it exchanges anything. */
+attn_status attn_mpi_group_agree(attn_mpi_group *g, const char *who, const attn_mpi_value *values,
+                                 size_t n);
 
 /* ---- attention over chunks ---------------------------------------------- */
 

@@ -97,7 +97,7 @@ attn_status attn_mpi_group_new(attn_ctx *ctx, MPI_Comm comm, attn_mpi_mode mode,
     MPI_Comm_size(dup, &tmp.size);
     attn_status st = g ? ATTN_OK
                        : attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_mpi_group_new: out of memory");
-    st = attn_mpi_agree(&tmp, "attn_mpi_group_new", st, NULL, NULL, 0);
+    st = attn_mpi_agree(&tmp, "attn_mpi_group_new", st, NULL);
     if (st != ATTN_OK) {
         MPI_Comm_free(&dup);
         attn_free(g);
@@ -137,22 +137,124 @@ attn_status attn_mpi_error(attn_mpi_group *g, const char *who, const char *call,
     return attn_fail(g->ctx, ATTN_ERR_IO, "%s: %s failed on rank %d: %s", who, call, g->rank, msg);
 }
 
-#define AGREE_FIELDS_MAX 16
+/* ---- the agreement record ------------------------------------------------------- */
+
+static attn_mpi_field *record_next(attn_mpi_record *r, const char *name, int64_t key) {
+    /* one past the end counts the overflow, which attn_mpi_agree refuses */
+    if (r->n >= ATTN_MPI_RECORD_MAX) {
+        r->n = ATTN_MPI_RECORD_MAX + 1;
+        return NULL;
+    }
+    attn_mpi_field *f = &r->f[r->n++];
+    f->name = name;
+    f->key = key;
+    return f;
+}
+
+void attn_mpi_record_int(attn_mpi_record *r, const char *name, int64_t value) {
+    attn_mpi_field *f = record_next(r, name, value);
+    if (f) snprintf(f->text, sizeof f->text, "%lld", (long long)value);
+}
+
+void attn_mpi_record_float(attn_mpi_record *r, const char *name, float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    attn_mpi_field *f = record_next(r, name, (int64_t)bits);
+    if (f) snprintf(f->text, sizeof f->text, "%.9g", (double)value); /* 9 digits: the float */
+}
+
+void attn_mpi_record_hex(attn_mpi_record *r, const char *name, uint64_t value) {
+    int64_t key;
+    memcpy(&key, &value, sizeof key);
+    attn_mpi_field *f = record_next(r, name, key);
+    if (f) snprintf(f->text, sizeof f->text, "0x%016llx", (unsigned long long)value);
+}
+
+void attn_mpi_record_text(attn_mpi_record *r, const char *name, const char *value) {
+    const char *v = value ? value : "(none)";
+    uint64_t h = attn_mpi_hash(ATTN_MPI_HASH_SEED, v, strlen(v));
+    int64_t key;
+    memcpy(&key, &h, sizeof key);
+    attn_mpi_field *f = record_next(r, name, key);
+    if (f) snprintf(f->text, sizeof f->text, "%s", v);
+}
+
+uint64_t attn_mpi_hash(uint64_t h, const void *data, size_t n) {
+    /* a multiply-xorshift over 8-byte words: a checksum of weights, not a
+     * defence against anyone choosing collisions */
+    const unsigned char *p = data;
+    for (; n >= 8; n -= 8, p += 8) {
+        uint64_t w;
+        memcpy(&w, p, sizeof w);
+        h = (h ^ w) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
+    }
+    uint64_t w = 0;
+    memcpy(&w, p, n);
+    /* the tail's length mixed in: "a" and "a\0" differ */
+    h = (h ^ w ^ ((uint64_t)n << 56)) * 0xBF58476D1CE4E5B9ull;
+    return h ^ (h >> 31);
+}
+
+/* The header every record starts with, then the call's own fields. */
+enum { HEAD = 2, SLOTS = HEAD + 1 + ATTN_MPI_RECORD_MAX };
+
+/* A field differs (least key lo, greatest hi): every rank learns the lowest
+ * rank holding each and its text, and fails with both. */
+static attn_status disagree(attn_mpi_group *g, const char *who, const attn_mpi_field *mine,
+                            int64_t lo, int64_t hi) {
+    int64_t at[2] = {mine->key == lo ? g->rank : g->size, mine->key == hi ? g->rank : g->size};
+    int rc = MPI_Allreduce(MPI_IN_PLACE, at, 2, MPI_INT64_T, MPI_MIN, g->comm);
+    if (rc != MPI_SUCCESS) return attn_mpi_error(g, who, "MPI_Allreduce", rc);
+    char text[2][ATTN_MPI_TEXT_MAX];
+    for (int s = 0; s < 2; s++) {
+        memcpy(text[s], mine->text, sizeof text[s]);
+        rc = MPI_Bcast(text[s], (int)sizeof text[s], MPI_CHAR, (int)at[s], g->comm);
+        if (rc != MPI_SUCCESS) return attn_mpi_error(g, who, "MPI_Bcast", rc);
+        text[s][sizeof text[s] - 1] = '\0';
+    }
+    int first = at[0] < at[1] ? 0 : 1;
+    return attn_fail(g->ctx, ATTN_ERR_INVALID,
+                     "%s: the ranks disagree on %s: rank %d %s, rank %d %s (every rank must "
+                     "pass the same)",
+                     who, mine->name, (int)at[first], text[first], (int)at[1 - first],
+                     text[1 - first]);
+}
 
 attn_status attn_mpi_agree(attn_mpi_group *g, const char *who, attn_status st,
-                           const int64_t *fields, const char *const *names, size_t n) {
-    /* one MIN over [failing rank, fields, -fields]: the lowest failing
-     * rank, and each field's least and greatest value */
-    int64_t v[1 + 2 * AGREE_FIELDS_MAX];
-    if (n > AGREE_FIELDS_MAX) n = AGREE_FIELDS_MAX;
+                           const attn_mpi_record *rec) {
+    static const attn_mpi_record none = {0};
+    if (!rec) rec = &none;
+    if (st == ATTN_OK && rec->n > ATTN_MPI_RECORD_MAX)
+        st = attn_fail(g->ctx, ATTN_ERR_INVALID, "%s: more than %d values to agree on", who,
+                       ATTN_MPI_RECORD_MAX);
+    size_t n = rec->n > ATTN_MPI_RECORD_MAX ? ATTN_MPI_RECORD_MAX : rec->n;
+    /* the header (the call, the group's mode), which even a failed rank
+     * knows, then the number of fields and the fields */
+    attn_mpi_record head = {0};
+    attn_mpi_record_text(&head, "the call", who);
+    attn_mpi_record_text(&head, "the mode", attn_mpi_mode_name(g->mode));
+    attn_mpi_record_int(&head, "the number of values", (int64_t)n);
+    attn_mpi_field all[SLOTS];
+    memcpy(all, head.f, (HEAD + 1) * sizeof *all);
+    memcpy(all + HEAD + 1, rec->f, n * sizeof *all);
+    /* one MIN over [failing rank, keys, ~keys]: the lowest failing rank,
+     * and each field's least key and (~ of) its greatest; a slot a rank
+     * does not fill (a failed rank's fields, unused slots) is the MIN's
+     * identity */
+    int64_t v[1 + 2 * SLOTS];
     v[0] = st == ATTN_OK ? (int64_t)g->size : (int64_t)g->rank;
-    for (size_t i = 0; i < n; i++) {
-        /* a failed rank may not know its values: it leaves them out */
-        v[1 + i] = st == ATTN_OK ? fields[i] : INT64_MAX;
-        v[1 + n + i] = st == ATTN_OK ? -fields[i] : INT64_MAX;
+    for (size_t i = 0; i < SLOTS; i++) {
+        bool known = i < HEAD || (st == ATTN_OK && i < HEAD + 1 + n);
+        v[1 + i] = known ? all[i].key : INT64_MAX;
+        v[1 + SLOTS + i] = known ? ~all[i].key : INT64_MAX;
     }
-    int rc = MPI_Allreduce(MPI_IN_PLACE, v, (int)(1 + 2 * n), MPI_INT64_T, MPI_MIN, g->comm);
+    int rc = MPI_Allreduce(MPI_IN_PLACE, v, (int)(1 + 2 * SLOTS), MPI_INT64_T, MPI_MIN, g->comm);
     if (rc != MPI_SUCCESS) return attn_mpi_error(g, who, "MPI_Allreduce", rc);
+    /* ranks in different calls: what each rank checked is beside the point */
+    for (size_t i = 0; i < HEAD; i++)
+        if (v[1 + i] != ~v[1 + SLOTS + i])
+            return disagree(g, who, &all[i], v[1 + i], ~v[1 + SLOTS + i]);
     int failed = (int)v[0];
     if (failed < g->size) {
         /* the failing rank's status and message, to every rank */
@@ -170,15 +272,33 @@ attn_status attn_mpi_agree(attn_mpi_group *g, const char *who, attn_status st,
         msg.text[sizeof msg.text - 1] = '\0';
         return attn_fail(g->ctx, (attn_status)msg.status, "rank %d: %s", failed, msg.text);
     }
-    for (size_t i = 0; i < n; i++) {
-        int64_t lo = v[1 + i], hi = -v[1 + n + i];
-        if (lo != hi)
-            return attn_fail(g->ctx, ATTN_ERR_SHAPE,
-                             "%s: the ranks disagree on %s (from %lld to %lld): every rank "
-                             "must pass the same",
-                             who, names[i], (long long)lo, (long long)hi);
-    }
+    for (size_t i = HEAD; i < HEAD + 1 + n; i++)
+        if (v[1 + i] != ~v[1 + SLOTS + i])
+            return disagree(g, who, &all[i], v[1 + i], ~v[1 + SLOTS + i]);
     return ATTN_OK;
+}
+
+attn_status attn_mpi_group_agree(attn_mpi_group *g, const char *who, const attn_mpi_value *values,
+                                 size_t n) {
+    if (!g) return ATTN_ERR_NULL;
+    attn_clear_error(g->ctx);
+    const char *call = "attn_mpi_group_agree";
+    attn_status st = ATTN_OK;
+    attn_mpi_record rec = {0};
+    if (n > ATTN_MPI_RECORD_MAX)
+        st = attn_fail(g->ctx, ATTN_ERR_INVALID, "%s: %zu values (at most %d)", call, n,
+                       ATTN_MPI_RECORD_MAX);
+    else if (n && !values)
+        st = attn_fail(g->ctx, ATTN_ERR_NULL, "%s: values is NULL", call);
+    for (size_t i = 0; i < n && st == ATTN_OK; i++) {
+        const char *name = values[i].name ? values[i].name : "(unnamed)";
+        if (values[i].text) attn_mpi_record_text(&rec, name, values[i].text);
+        else attn_mpi_record_int(&rec, name, values[i].number);
+    }
+    /* the caller's own name for what is agreed leads its messages */
+    char label[ATTN_MPI_TEXT_MAX];
+    snprintf(label, sizeof label, "%s", who ? who : call);
+    return attn_mpi_agree(g, label, st, &rec);
 }
 
 int attn_mpi_row_type(size_t n, MPI_Datatype *type) {
@@ -332,9 +452,12 @@ static attn_status tokens_begin(attn_mpi_group *g, const char *who, int root, bo
         int rc = attn_mpi_row_type(width, row);
         if (rc != MPI_SUCCESS) st = attn_mpi_error(g, who, "MPI_Type_contiguous", rc);
     }
-    int64_t f[4] = {root, (int64_t)batch, (int64_t)tokens, (int64_t)width};
-    static const char *const names[4] = {"root", "batch", "tokens", "width"};
-    return attn_mpi_agree(g, who, st, f, names, 4);
+    attn_mpi_record rec = {0};
+    attn_mpi_record_int(&rec, "root", root);
+    attn_mpi_record_int(&rec, "batch", (int64_t)batch);
+    attn_mpi_record_int(&rec, "tokens", (int64_t)tokens);
+    attn_mpi_record_int(&rec, "width", (int64_t)width);
+    return attn_mpi_agree(g, who, st, &rec);
 }
 
 static void tokens_end(float *packed, int *counts, int *displs, MPI_Datatype *row) {

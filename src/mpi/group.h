@@ -41,15 +41,53 @@ struct attn_mpi_group {
 };
 
 /*
+ * The agreement record of a collective call: every value its ranks must
+ * share, one field per value, added one line each (attn_mpi_record_int and
+ * its siblings). A field is compared by its key (the number, the bits of a
+ * real, a hash of a text) and shown by its text, rendered on the rank that
+ * holds it: a disagreement names each side's value as that rank wrote it.
+ */
+#define ATTN_MPI_RECORD_MAX 32
+#define ATTN_MPI_TEXT_MAX 64
+typedef struct attn_mpi_field {
+    const char *name;
+    int64_t key;
+    char text[ATTN_MPI_TEXT_MAX];
+} attn_mpi_field;
+typedef struct attn_mpi_record {
+    size_t n;
+    attn_mpi_field f[ATTN_MPI_RECORD_MAX];
+} attn_mpi_record;
+
+/* A field of r: a count or flag; a float (compared bit for bit); a 64-bit
+ * checksum (shown in hex); a text (compared by its hash). Fields past
+ * ATTN_MPI_RECORD_MAX are a programming error the record refuses in
+ * attn_mpi_agree. */
+void attn_mpi_record_int(attn_mpi_record *r, const char *name, int64_t value);
+void attn_mpi_record_float(attn_mpi_record *r, const char *name, float value);
+void attn_mpi_record_hex(attn_mpi_record *r, const char *name, uint64_t value);
+void attn_mpi_record_text(attn_mpi_record *r, const char *name, const char *value);
+
+/* A 64-bit hash of n bytes, continuing h (start from ATTN_MPI_HASH_SEED). */
+#define ATTN_MPI_HASH_SEED 0x84222325cbf29ce4ull
+uint64_t attn_mpi_hash(uint64_t h, const void *data, size_t n);
+
+/*
  * Every rank's outcome of its local part (checks, allocations), agreed on
  * before any exchange that could block: st is this rank's status (its
- * message in the ctx). fields (n of them, may be 0) are values every rank
- * must share (sizes); names names them for the message. Returns ATTN_OK on
- * every rank, or on every rank the same failure: the lowest failing rank's
- * status, its message prefixed with "rank R: " on the others.
+ * message in the ctx), rec (may be NULL) the values every rank must share.
+ * One MPI_Allreduce of a record of fixed size, whatever the call, so that
+ * ranks in different calls meet in it too. In order: ranks in different
+ * calls (who differs) or groups of another mode fail with both sides
+ * named; then a failing rank's status becomes every rank's (the lowest
+ * failing rank's, its message prefixed with "rank R: " on the others);
+ * then a field that differs fails everywhere, naming it and the value of
+ * the lowest rank on each side ("the ranks disagree on tokens: rank 0 50,
+ * rank 1 51"). Returns ATTN_OK on every rank, or the same failure on every
+ * rank.
  */
 attn_status attn_mpi_agree(attn_mpi_group *g, const char *who, attn_status st,
-                           const int64_t *fields, const char *const *names, size_t n);
+                           const attn_mpi_record *rec);
 
 /* A failed MPI call (the communicator returns errors): its message. */
 attn_status attn_mpi_error(attn_mpi_group *g, const char *who, const char *call, int code);

@@ -66,6 +66,32 @@ static attn_status describe(attn_ctx *ctx, const char *who, attn_module *m, cp_m
     return ATTN_OK;
 }
 
+/* What the ranks running m must share: the module's kind, sizes, scale and
+ * causality, and a checksum of its weights (names, shapes, every bit),
+ * which a different seed, weights file or option changes. */
+static void module_record(attn_mpi_record *rec, attn_module *m, const cp_module *cm,
+                          size_t batch, size_t tokens) {
+    uint64_t h = ATTN_MPI_HASH_SEED;
+    size_t count = attn_module_param_count(m);
+    for (size_t i = 0; i < count; i++) {
+        attn_param p;
+        attn_module_param_at(m, i, &p);
+        h = attn_mpi_hash(h, p.name, strlen(p.name) + 1);
+        h = attn_mpi_hash(h, p.shape, p.ndim * sizeof *p.shape);
+        h = attn_mpi_hash(h, p.data, p.numel * sizeof *p.data);
+    }
+    attn_mpi_record_int(rec, "batch", (int64_t)batch);
+    attn_mpi_record_int(rec, "tokens", (int64_t)tokens);
+    attn_mpi_record_text(rec, "the module", attn_module_class_name(m));
+    attn_mpi_record_int(rec, "d_in", (int64_t)cm->d_in);
+    attn_mpi_record_int(rec, "d_out", (int64_t)cm->C);
+    attn_mpi_record_int(rec, "heads", (int64_t)cm->att.heads);
+    attn_mpi_record_float(rec, "scale", cm->att.scale);
+    attn_mpi_record_int(rec, "causal", cm->att.causal);
+    attn_mpi_record_int(rec, "the parameters", (int64_t)count);
+    attn_mpi_record_hex(rec, "the weights' checksum", h);
+}
+
 /* The attention job over the projections: q, k, v strided in acts (MHA:
  * three (B, Tl, C) blocks; GPT-2: columns of (B, Tl, 3C)), context (B, Tl,
  * C). */
@@ -129,10 +155,9 @@ attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const flo
             st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu activations", who,
                            rows * (4 * cm.C + cm.d_in));
     }
-    int64_t f[4] = {(int64_t)batch, (int64_t)tokens, st == ATTN_OK ? (int64_t)cm.C : 0,
-                    st == ATTN_OK ? (int64_t)cm.att.heads : 0};
-    static const char *const names[4] = {"batch", "tokens", "d_out", "heads"};
-    st = attn_mpi_agree(g, who, st, f, names, 4);
+    attn_mpi_record rec = {0};
+    if (st == ATTN_OK) module_record(&rec, m, &cm, batch, tokens);
+    st = attn_mpi_agree(g, who, st, &rec);
     if (st != ATTN_OK) {
         attn_mpi_saved_free(&next);
         return st;
@@ -202,7 +227,9 @@ attn_status attn_mpi_module_backward(attn_mpi_group *g, attn_module *m, const fl
             st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu floats", who,
                            scalars + 4 * rows * cm.C);
     }
-    st = attn_mpi_agree(g, who, st, NULL, NULL, 0);
+    attn_mpi_record rec = {0};
+    if (st == ATTN_OK) module_record(&rec, m, &cm, s->batch, s->tokens);
+    st = attn_mpi_agree(g, who, st, &rec);
     if (st != ATTN_OK) {
         attn_free(before);
         attn_free(dbuf);

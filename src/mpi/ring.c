@@ -188,7 +188,7 @@ attn_status attn_mpi_ring_forward(attn_mpi_group *g, const char *who, const attn
         int rc = attn_mpi_row_type(D, &row);
         if (rc != MPI_SUCCESS) st = attn_mpi_error(g, who, "MPI_Type_contiguous", rc);
     }
-    st = attn_mpi_agree(g, who, st, NULL, NULL, 0);
+    st = attn_mpi_agree(g, who, st, NULL);
     if (st != ATTN_OK) goto done;
 
     /* from here on nothing fails but MPI */
@@ -316,7 +316,7 @@ attn_status attn_mpi_ring_backward(attn_mpi_group *g, const char *who, const att
         int rc = attn_mpi_row_type(D, &row);
         if (rc != MPI_SUCCESS) st = attn_mpi_error(g, who, "MPI_Type_contiguous", rc);
     }
-    st = attn_mpi_agree(g, who, st, NULL, NULL, 0);
+    st = attn_mpi_agree(g, who, st, NULL);
     if (st != ATTN_OK) goto done;
 
     attn_mpi_pack(qp, job->q, job->q_s, B, H, Tl, D);

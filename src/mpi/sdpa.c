@@ -46,18 +46,17 @@ static attn_status sdpa_begin(attn_mpi_group *g, const char *who,
         *job = sdpa_job(g, cfg);
         st = attn_mpi_job_check(g, who, job);
     }
-    int64_t f[6] = {0};
+    attn_mpi_record rec = {0};
     if (st == ATTN_OK) {
-        f[0] = (int64_t)job->batch;
-        f[1] = (int64_t)job->heads;
-        f[2] = (int64_t)job->kv_heads;
-        f[3] = (int64_t)job->tokens;
-        f[4] = (int64_t)job->head_dim;
-        f[5] = job->causal;
+        attn_mpi_record_int(&rec, "batch", (int64_t)job->batch);
+        attn_mpi_record_int(&rec, "heads", (int64_t)job->heads);
+        attn_mpi_record_int(&rec, "kv_heads", (int64_t)job->kv_heads);
+        attn_mpi_record_int(&rec, "tokens", (int64_t)job->tokens);
+        attn_mpi_record_int(&rec, "head_dim", (int64_t)job->head_dim);
+        attn_mpi_record_int(&rec, "causal", job->causal);
+        attn_mpi_record_float(&rec, "scale", job->scale);
     }
-    static const char *const names[6] = {"batch", "heads", "kv_heads", "tokens", "head_dim",
-                                         "causal"};
-    return attn_mpi_agree(g, who, st, f, names, 6);
+    return attn_mpi_agree(g, who, st, &rec);
 }
 
 attn_status attn_mpi_sdpa_forward(attn_mpi_group *g, const attn_mpi_sdpa_config *cfg,

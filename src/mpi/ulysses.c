@@ -234,7 +234,7 @@ attn_status attn_mpi_ulysses_forward(attn_mpi_group *g, const char *who,
             st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of attention "
                                                     "workspace", who, bytes);
     }
-    st = attn_mpi_agree(g, who, st, NULL, NULL, 0);
+    st = attn_mpi_agree(g, who, st, NULL);
     if (st == ATTN_OK) {
         attn_mpi_step *step = &g->steps[0];
         step->begin = MPI_Wtime();
@@ -304,7 +304,7 @@ attn_status attn_mpi_ulysses_backward(attn_mpi_group *g, const char *who,
             st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes of attention "
                                                     "workspace", who, bytes);
     }
-    st = attn_mpi_agree(g, who, st, NULL, NULL, 0);
+    st = attn_mpi_agree(g, who, st, NULL);
     if (st == ATTN_OK) {
         attn_mpi_step *step = &g->steps[0];
         step->begin = MPI_Wtime();

@@ -3,7 +3,8 @@
 # `cmake --install BUILD --prefix P`, checks that attn is the one program
 # installed (no attn-bench), and builds a consumer against it both ways the
 # README gives: pkg-config (shared, and --static) and find_package(attn)
-# (attn::attn_static and attn::attn_shared).
+# (attn::attn_static and attn::attn_shared); where the build has MPI, the
+# same for the MPI layer (attn-mpi, attn::attn_mpi).
 #   test_install.sh BUILD_DIR CONSUMER_DIR
 set -euo pipefail
 build=$1
@@ -66,3 +67,29 @@ cmake --build "$work/build" >/dev/null
 "$work/build/consumer_shared" | grep -q "^attn .* ok$" \
   || { echo "FAIL: find_package consumer (attn::attn_shared)"; exit 1; }
 echo "find_package: ok (attn $major.$minor)"
+
+# The MPI layer, where the build has it: pkg-config attn-mpi and
+# find_package(attn COMPONENTS mpi) (attn::attn_mpi), each consumer run on 2
+# ranks against the single process.
+if [ -z "$(find "$prefix" -name 'libattn_mpi.*')" ]; then
+  echo "attn-mpi: skipped (this build has no MPI)"
+  exit 0
+fi
+[ -n "$(find "$prefix" -name attn-mpi.pc)" ] \
+  || { echo "FAIL: libattn_mpi installed without attn-mpi.pc"; exit 1; }
+[ -n "$(find "$prefix" -name attnMpiTargets.cmake)" ] \
+  || { echo "FAIL: libattn_mpi installed without its CMake target (attnMpiTargets.cmake)"; exit 1; }
+run_mpi=$(cd "$(dirname "$0")/../mpi" && pwd)/run_mpi.sh
+mpi_consumer=$(cd "$consumer/../consumer_mpi" && pwd)
+eval "cflags=($(pkg-config --cflags attn-mpi))"
+eval "libs=($(pkg-config --libs attn-mpi))"
+"$cc" -o "$work/pc_mpi" "$mpi_consumer/consumer_mpi.c" "${cflags[@]}" "${libs[@]}"
+bash "$run_mpi" 2 "$work/pc_mpi" | grep -q "^attn_mpi .* ok$" \
+  || { echo "FAIL: pkg-config attn-mpi consumer"; exit 1; }
+echo "pkg-config attn-mpi: ok"
+cmake -S "$mpi_consumer" -B "$work/build-mpi" -DCMAKE_PREFIX_PATH="$prefix" \
+  -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$work/build-mpi" >/dev/null
+bash "$run_mpi" 2 "$work/build-mpi/consumer_mpi" | grep -q "^attn_mpi .* ok$" \
+  || { echo "FAIL: find_package consumer (attn::attn_mpi)"; exit 1; }
+echo "find_package(attn COMPONENTS mpi): ok (attn::attn_mpi)"
