@@ -115,18 +115,6 @@ int cli_library_error(const attn_ctx *ctx, const char *what) {
     return cli_failure("%s: %s", what, attn_ctx_last_error(ctx));
 }
 
-int cli_write_in_dir(attn_ctx *ctx, const char *opt, const char *dir, const char *name,
-                     const float *data, size_t rank, const size_t *shape) {
-    size_t len = strlen(dir) + strlen(name) + 6;
-    char *path = malloc(len);
-    if (!path) return cli_failure("out of memory for a path");
-    snprintf(path, len, "%s/%s.npy", dir, name);
-    int rc = attn_npy_write(ctx, path, data, rank, shape) == ATTN_OK ? CLI_OK
-                                                                     : cli_library_error(ctx, opt);
-    free(path);
-    return rc;
-}
-
 bool cli_parse_u64(const char *text, uint64_t *out) {
     /* strtoull would skip blanks and accept a sign: " -1" is not a size. */
     if (!text || !isdigit((unsigned char)*text)) return false;

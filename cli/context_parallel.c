@@ -6,14 +6,13 @@
  * waits for a rank that gave up. */
 #define _POSIX_C_SOURCE 200809L
 #include "context_parallel.h"
+#include "outputs.h"
 
 #include "attn_mpi.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 static attn_mpi_mode mode_of(const char *name) {
     return strcmp(name, "ulysses") == 0  ? ATTN_MPI_ULYSSES
@@ -192,8 +191,19 @@ int cli_cp_forward(cli_run_options *o, const char *mode, const cli_weights_optio
                    const char *output) {
     cp_run r;
     float *buf[3] = {NULL, NULL, NULL}; /* x_local, y_local, y (rank 0) */
+    cli_outputs out;
+    cli_outputs_init(&out, NULL);
+    size_t at = 0;
     int rc = cp_open(&r, "attn forward", o, mode, weights);
     if (rc != CLI_OK) goto done;
+    /* rank 0 opens its output before anything is computed */
+    if (r.rank == 0) {
+        cli_outputs_init(&out, r.ctx);
+        if ((rc = cli_outputs_add(&out, "--output", output, &at)) == CLI_OK &&
+            (rc = cli_outputs_not_input(&out, "--input", o->input)) == CLI_OK && weights)
+            rc = cli_outputs_not_input(&out, "--weights", weights->path);
+    }
+    if ((rc = agree_rc(rc, r.rank)) != CLI_OK) goto done;
     attn_module_set_grad_enabled(r.module, false); /* inference only */
     size_t d_out = attn_module_d_out(r.module);
     size_t n[3] = {r.batch * r.local * r.width, r.batch * r.local * d_out,
@@ -216,11 +226,12 @@ int cli_cp_forward(cli_run_options *o, const char *mode, const cli_weights_optio
     if (r.rank == 0) {
         size_t shape[3];
         size_t rank = out_shape(&r, d_out, shape);
-        if (attn_npy_write(r.ctx, output, buf[2], rank, shape) != ATTN_OK)
-            rc = cli_library_error(r.ctx, "--output");
+        if ((rc = cli_outputs_npy(&out, at, buf[2], rank, shape)) == CLI_OK)
+            rc = cli_outputs_commit(&out, false);
     }
     rc = agree_rc(rc, r.rank); /* rank 0's write fails the run on every rank */
 done:
+    cli_outputs_free(&out);
     for (int i = 0; i < 3; i++) free(buf[i]);
     cp_close(&r);
     return finish(rc);
@@ -232,6 +243,9 @@ int cli_cp_grad(cli_run_options *o, const char *mode, const char *grad_output,
     attn_npy dy = {0};
     /* x_local, dy_local, y_local, dx_local; y, dx (rank 0) */
     float *buf[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    cli_outputs out;
+    cli_outputs_init(&out, NULL);
+    size_t *at = NULL; /* output, input, then each parameter's gradient */
     int rc = cp_open(&r, "attn grad", o, mode, NULL);
     if (rc != CLI_OK) goto done;
     size_t d_in = attn_module_d_in(r.module), d_out = attn_module_d_out(r.module);
@@ -250,6 +264,23 @@ int cli_cp_grad(cli_run_options *o, const char *mode, const char *grad_output,
                                      "dimensions, %zu tokens)",
                                      ndim, r.tokens);
         }
+    }
+    /* rank 0 makes --out and opens every output before anything is computed */
+    size_t n_params = attn_module_param_count(r.module);
+    if (rc == CLI_OK && r.rank == 0) {
+        cli_outputs_init(&out, r.ctx);
+        if (!(at = calloc(n_params + 2, sizeof *at)))
+            rc = cli_failure("out of memory");
+        if (rc == CLI_OK && (rc = cli_outputs_dir(&out, "--out", out_dir)) == CLI_OK &&
+            (rc = cli_outputs_add_in_dir(&out, "--out", out_dir, "output", &at[0])) == CLI_OK)
+            rc = cli_outputs_add_in_dir(&out, "--out", out_dir, "input", &at[1]);
+        for (size_t i = 0; i < n_params && rc == CLI_OK; i++) {
+            attn_param p;
+            attn_module_param_at(r.module, i, &p);
+            rc = cli_outputs_add_in_dir(&out, "--out", out_dir, p.name, &at[2 + i]);
+        }
+        if (rc == CLI_OK && (rc = cli_outputs_not_input(&out, "--input", o->input)) == CLI_OK)
+            rc = cli_outputs_not_input(&out, "--grad-output", grad_output);
     }
     if ((rc = agree_rc(rc, r.rank)) != CLI_OK) goto done;
     size_t rows = r.batch * r.local, all = r.batch * r.tokens;
@@ -279,21 +310,19 @@ int cli_cp_grad(cli_run_options *o, const char *mode, const char *grad_output,
     }
     /* every rank holds the summed parameter gradients; rank 0 writes */
     if (r.rank == 0) {
-        if (mkdir(out_dir, 0777) != 0 && errno != EEXIST)
-            rc = cli_usage_error("--out: cannot create directory '%s': %s", out_dir,
-                                 strerror(errno));
-        if (rc == CLI_OK)
-            rc = cli_write_in_dir(r.ctx, "--out", out_dir, "output", buf[4], ndim, y_shape);
-        if (rc == CLI_OK)
-            rc = cli_write_in_dir(r.ctx, "--out", out_dir, "input", buf[5], ndim, x_shape);
-        for (size_t i = 0; i < attn_module_param_count(r.module) && rc == CLI_OK; i++) {
+        rc = cli_outputs_npy(&out, at[0], buf[4], ndim, y_shape);
+        if (rc == CLI_OK) rc = cli_outputs_npy(&out, at[1], buf[5], ndim, x_shape);
+        for (size_t i = 0; i < n_params && rc == CLI_OK; i++) {
             attn_param p;
             attn_module_param_at(r.module, i, &p);
-            rc = cli_write_in_dir(r.ctx, "--out", out_dir, p.name, p.grad, p.ndim, p.shape);
+            rc = cli_outputs_npy(&out, at[2 + i], p.grad, p.ndim, p.shape);
         }
+        if (rc == CLI_OK) rc = cli_outputs_commit(&out, false);
     }
     rc = agree_rc(rc, r.rank); /* rank 0's write fails the run on every rank */
 done:
+    cli_outputs_free(&out);
+    free(at);
     for (int i = 0; i < 6; i++) free(buf[i]);
     attn_npy_free(&dy);
     cp_close(&r);
