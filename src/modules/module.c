@@ -4,6 +4,7 @@
 
 #include "kernels/dispatch.h"
 
+#include "overlap.h"
 #include "parallel.h"
 
 #include <float.h>
@@ -204,6 +205,13 @@ attn_status attn_module_backward(attn_module *m, const float *dy, size_t batch, 
                          "%s backward: dy is (%zu, %zu, %zu) but the forward's output was "
                          "(%zu, %zu, %zu)",
                          name, batch, tokens, m->d_out, m->saved.batch, m->saved.tokens, m->d_out);
+    /* sizes of the forward's, which fit; dx is written while dy is read */
+    char who[96];
+    snprintf(who, sizeof who, "%s backward", name);
+    attn_span out = {"dx", dx, batch * tokens * m->d_in * sizeof(float)};
+    attn_span in = {"dy", dy, batch * tokens * m->d_out * sizeof(float)};
+    attn_status st = attn_check_overlap(m->ctx, who, &out, 1, &in, 1);
+    if (st != ATTN_OK) return st;
     return m->ops->backward(m, dy, dx);
 }
 
@@ -282,7 +290,12 @@ attn_status attn_check_forward(attn_module *m, const float *x, size_t batch, siz
         return attn_fail(m->ctx, ATTN_ERR_NULL,
                          "%s forward: training mode with dropout needs an rng (or set eval mode)",
                          name);
-    return ATTN_OK;
+    /* the projections read x while y is written (widths within max_width) */
+    char who[96];
+    snprintf(who, sizeof who, "%s forward", name);
+    attn_span out = {"y", y, batch * tokens * m->d_out * sizeof(float)};
+    attn_span in = {"x", x, batch * tokens * m->d_in * sizeof(float)};
+    return attn_check_overlap(m->ctx, who, &out, 1, &in, 1);
 }
 
 float *attn_scratch(attn_module *m, size_t n, attn_status *status) {

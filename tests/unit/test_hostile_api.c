@@ -10,6 +10,7 @@
  * the ones that must work: a window past the positions a cache holds is
  * no window (bit for bit), a paged cache with page_size 1 and a window of
  * SIZE_MAX attends as the contiguous one, and a valid call still runs.
+ * The modules' forward and backward refuse y over x and dx over dy.
  * Prints the cases tried per surface.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -344,6 +345,46 @@ static void check_allowed(sdpa_buffers *m) {
     free(kv);
 }
 
+/* ---- modules: y and x, dx and dy ------------------------------------------ */
+
+static int sweep_modules(void) {
+    enum { MB = 2, MT = 5, C = 8 };
+    attn_rng *rng;
+    CHECK_STATUS(attn_rng_new(ctx, 7, &rng), ATTN_OK);
+    attn_mha_config mc = {.d_in = C, .d_out = C, .context_length = MT, .num_heads = 2};
+    attn_mha *mha;
+    CHECK_STATUS(attn_mha_new(ctx, &mc, rng, &mha), ATTN_OK);
+    attn_module *m = attn_mha_module(mha);
+    /* x, y and the spare rows around them in one block */
+    float *mem = malloc(3 * MB * MT * C * sizeof(float)), *x = mem + MB * MT * C;
+    fill_pattern(mem, 3 * MB * MT * C, 14);
+    float want[MB * MT * C], saved[3 * MB * MT * C];
+    CHECK_STATUS(attn_module_forward(m, x, MB, MT, want, NULL), ATTN_OK);
+    memcpy(saved, mem, sizeof saved);
+    struct { const char *what; float *y; const char *fragment; } fwd[] = {
+        {"y == x", x, "y ["}, {"y over x's head", x - MB * MT * C + 1, "overlaps x ["},
+        {"y over x's tail", x + MB * MT * C - 1, "overlaps x ["}};
+    for (size_t i = 0; i < sizeof fwd / sizeof fwd[0]; i++) {
+        check_refused(fwd[i].what, attn_module_forward(m, x, MB, MT, fwd[i].y, NULL),
+                      ATTN_ERR_INVALID, fwd[i].fragment);
+        CHECK(memcmp(mem, saved, sizeof saved) == 0);
+    }
+    /* the valid forward before the checks, and now: the same bits */
+    float got[MB * MT * C];
+    CHECK_STATUS(attn_module_forward(m, x, MB, MT, got, NULL), ATTN_OK);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    float *dy = x;
+    check_refused("dx == dy", attn_module_backward(m, dy, MB, MT, dy), ATTN_ERR_INVALID,
+                  "dx [");
+    check_refused("dx over dy's tail", attn_module_backward(m, dy, MB, MT, dy + 3),
+                  ATTN_ERR_INVALID, "overlaps dy [");
+    CHECK(memcmp(mem, saved, sizeof saved) == 0);
+    free(mem);
+    attn_mha_free(mha);
+    attn_rng_free(rng);
+    return 5;
+}
+
 /* ---- the KV cache -------------------------------------------------------- */
 
 enum { KV_HEADS = 2, Q_HEADS = 4, HD = 8, MAX_LEN = 128 };
@@ -634,12 +675,13 @@ int main(void) {
     sdpa_buffers *m = calloc(1, sizeof *m);
     int fwd = sweep_forward(m), bwd = sweep_backward(m);
     check_allowed(m);
+    int modules = sweep_modules();
     int kv_new = sweep_cache_new();
     int kv_contiguous = sweep_attend(ATTN_KV_CONTIGUOUS), kv_paged = sweep_attend(ATTN_KV_PAGED);
     check_windows();
-    printf("hostile cases: sdpa forward %d, sdpa backward %d, kv_cache_new %d, kv attend/append "
-           "contiguous %d, paged %d\n",
-           fwd, bwd, kv_new, kv_contiguous, kv_paged);
+    printf("hostile cases: sdpa forward %d, sdpa backward %d, module forward/backward %d, "
+           "kv_cache_new %d, kv attend/append contiguous %d, paged %d\n",
+           fwd, bwd, modules, kv_new, kv_contiguous, kv_paged);
     free(m);
     attn_ctx_free(ctx);
     return check_summary();
