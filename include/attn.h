@@ -17,6 +17,12 @@
  *     constructors, attn_npy_read and attn_npy_parse) set *out to NULL (an
  *     attn_npy to all zeros) on every failure, whenever out itself is not
  *     NULL, so a failed call leaves nothing to free and nothing stale.
+ *   - An output never shares memory with an input or another output,
+ *     unless the function's comment says it may ("y may equal x"). The
+ *     attention calls (attn_sdpa_*, attn_kv_cache_attend) and the modules'
+ *     forward and backward refuse any overlap of the spans (first byte to
+ *     last) with ATTN_ERR_INVALID naming both arguments, before writing
+ *     anything; elsewhere an overlap gives undefined results.
  *   - Messages quote values as given, with control characters and bytes
  *     that are not UTF-8 written as \n, \t, \xNN: safe to print.
  *   - No global mutable state. An attn_ctx holds the thread count, the last
@@ -390,6 +396,15 @@ attn_status attn_mask_causal_renormalize(attn_ctx *ctx, float *weights, size_t t
  *     (H, total_q).
  * A query that sees no key outputs zeros and lse -inf (with a sink: the
  * sink), never NaN.
+ *
+ * Memory: the outputs (out and lse; the backward's dq, dk, dv and
+ * sinks_grad) may not overlap any input (q, k, v, the backward's out, lse
+ * and dout, alibi_slopes, sinks, cu_seqlens_*) or one another, not even
+ * out == q; inputs may share memory (k and v one buffer, a fused qkv
+ * tensor read through strides). Each tensor's span runs from its first
+ * element to its last under its strides. An output whose strides make two
+ * of its rows overlap is refused as well (ATTN_ERR_INVALID), and strides
+ * that reach past the end of memory (ATTN_ERR_OVERFLOW).
  */
 typedef enum attn_align {
     ATTN_ALIGN_BOTTOM_RIGHT = 0,
@@ -547,6 +562,7 @@ bool attn_module_training(const attn_module *m);
 /*
  * y (B, T, d_out) = module(x (B, T, d_in)). rng supplies dropout draws and
  * is needed only in training mode with dropout > 0 (else may be NULL).
+ * y may not overlap x (ATTN_ERR_INVALID).
  */
 attn_status attn_module_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
                                 float *y, attn_rng *rng);
@@ -568,7 +584,8 @@ attn_status attn_module_zero_grad(attn_module *m);
  * parameter's dL/dW is added to its grad (+=). batch and tokens must be
  * those of the last forward. Calling it again adds the same gradients
  * again (as retain_graph=True would). Fails with ATTN_ERR_INVALID before
- * any forward or when gradients were disabled for it.
+ * any forward or when gradients were disabled for it, and when dx overlaps
+ * dy.
  */
 attn_status attn_module_backward(attn_module *m, const float *dy, size_t batch, size_t tokens,
                                  float *dx);
@@ -1376,7 +1393,9 @@ attn_status attn_model_load(attn_model *m, const char *path);
  * A layer with a sliding window W (windows[layer] > 0) keeps only its last
  * W tokens, as the book's SWA cache (gpt_with_kv_swa.py) does: a ring of W
  * slots per sequence (paged: ceil(W / page_size) + 1 pages). Other layers
- * keep every token up to max_len.
+ * keep every token up to max_len. A window of max_len or more (up to
+ * SIZE_MAX) sees every position a sequence reaches and is taken as
+ * max_len. max_len is at most 2^62.
  *
  * Each layer counts, per sequence, the tokens appended to it: its length,
  * which is also the position of that sequence's next token.
@@ -1453,8 +1472,10 @@ size_t attn_kv_cache_token_bytes(const attn_kv_cache *cache);
  *   q          (rows, q_heads, head_dim); q_heads a multiple of kv_heads,
  *              query head h reading KV head h / (q_heads / kv_heads)
  *   k_new, v_new  (rows, kv_heads, head_dim)
- *   out        (rows, q_heads, head_dim)
- *   scale      0 means 1 / sqrt(head_dim)
+ *   out        (rows, q_heads, head_dim); may not overlap q, k_new, v_new
+ *              or new_lens (ATTN_ERR_INVALID)
+ *   scale      0 means 1 / sqrt(head_dim); else > 0 and within float32's
+ *              range, as attn_sdpa_forward's
  *
  * New token r of sequence s has position p = length(s) + r and attends,
  * causally, to the positions max(0, p - W + 1) .. p (W the layer's window,
@@ -1465,9 +1486,10 @@ size_t attn_kv_cache_token_bytes(const attn_kv_cache *cache);
  * (partial softmaxes merged by their log-sum-exp).
  * Errors (nothing is written, nothing appended): ATTN_ERR_NULL,
  * ATTN_ERR_SHAPE (q_heads not a multiple of kv_heads), ATTN_ERR_INVALID
- * (layer or scale), ATTN_ERR_OVERFLOW (a sequence would pass max_len, or
- * the pool is out of pages: the message names the sequence, its length,
- * the new tokens and the limit), ATTN_ERR_NO_MEMORY.
+ * (layer, scale, out overlapping an input), ATTN_ERR_OVERFLOW (a
+ * sequence would pass max_len, or the pool is out of pages: the message
+ * names the sequence, its length, the new tokens and the limit),
+ * ATTN_ERR_NO_MEMORY.
  */
 typedef struct attn_kv_attend_args {
     size_t layer;

@@ -174,6 +174,9 @@ attn_bernoulli_method attn_rng_bernoulli(const attn_rng *rng);
  * may fail, so that a failure leaves the rng where it was. */
 attn_rng *attn_rng_snapshot(const attn_rng *rng);
 void attn_rng_restore(attn_rng *rng, const attn_rng *snapshot);
+/* The next 32-bit draw of an rng the caller holds (attn_rng_next_u32
+ * without its checks, for code that has done them). */
+uint32_t attn_rng_draw_u32(attn_rng *rng);
 
 /* True when the ctx's trace hook wants the data of traced tensors (a hook
  * is set, not trace_shapes_only): only then keep copies for it. */

@@ -29,10 +29,12 @@
  * so the layouts agree bit for bit.
  */
 #include "internal.h"
+#include "overlap.h"
 
 #include "attention/attention.h"
 #include "contract/kv_format.h"
 #include "kernels/decode/decode.h"
+#include "ops/sdpa_internal.h"
 #include "parallel.h"
 
 #include <math.h>
@@ -44,6 +46,8 @@
 /* A sequence whose cache is empty with at least this many new rows is a
  * prompt: a dense problem, which the fused attention runs. */
 #define PREFILL_ROWS 64
+/* The most positions (max_len) a sequence may reach. */
+#define KV_MAX_POSITIONS ((size_t)1 << 62)
 
 typedef struct kv_layer {
     size_t window;     /* 0: keep every token */
@@ -80,6 +84,22 @@ static kv_store store_of(attn_dtype dtype, size_t kv_heads, size_t head_dim) {
 
 static size_t ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* Layer i's window (0: none), at most max_len: a window that long already
+ * sees every position a sequence reaches, and the bound keeps the ring's
+ * sizes and the problem's window_left far inside their types. */
+static size_t layer_window(const attn_kv_cache_config *cfg, size_t i) {
+    size_t w = cfg->windows ? cfg->windows[i] : 0;
+    return min_size(w, cfg->max_len);
+}
+
+/* Page-table entries per sequence of a layer with window w (0: none):
+ * every page of max_len, or a ring of ceil(w / page_size) + 1; at least 1
+ * (the table's index is taken modulo it). */
+static size_t table_len_of(const attn_kv_cache_config *cfg, size_t w) {
+    size_t all = ceil_div(cfg->max_len, cfg->page_size);
+    return w ? min_size(ceil_div(w, cfg->page_size) + 1, all) : all;
+}
 
 /* ---- new, free, reset ------------------------------------------------------ */
 
@@ -130,15 +150,14 @@ static attn_status layer_new(attn_kv_cache *c, size_t i) {
     const attn_kv_cache_config *cfg = &c->cfg;
     kv_layer *L = &c->layers[i];
     size_t tokens = 0; /* per pool or block */
-    L->window = c->windows ? c->windows[i] : 0;
+    L->window = layer_window(cfg, i);
     L->length = attn_calloc(cfg->batch, sizeof(size_t));
     if (!L->length) goto no_memory;
     if (cfg->layout == ATTN_KV_CONTIGUOUS) {
         L->capacity = L->window ? min_size(L->window, cfg->max_len) : cfg->max_len;
         tokens = cfg->batch * L->capacity;
     } else {
-        size_t all = ceil_div(cfg->max_len, cfg->page_size);
-        L->table_len = L->window ? min_size(ceil_div(L->window, cfg->page_size) + 1, all) : all;
+        L->table_len = table_len_of(cfg, L->window);
         tokens = cfg->num_pages * cfg->page_size;
         L->pages = attn_calloc(cfg->batch * L->table_len, sizeof(uint32_t));
         L->free = attn_calloc(cfg->num_pages, sizeof(uint32_t));
@@ -165,6 +184,15 @@ no_memory:
 /* Bytes one token takes in one layer: K's and V's codes and scales. */
 static size_t token_bytes(const kv_store *k, const kv_store *v) {
     return k->row_bytes + v->row_bytes + (k->row_scales + v->row_scales) * sizeof(float);
+}
+
+/* token_bytes, false where it does not fit a size_t. */
+static bool token_bytes_checked(const kv_store *k, const kv_store *v, size_t *out) {
+    size_t scales, scale_bytes, codes;
+    return attn_add_size(k->row_scales, v->row_scales, &scales) &&
+           attn_mul_size(scales, sizeof(float), &scale_bytes) &&
+           attn_add_size(k->row_bytes, v->row_bytes, &codes) &&
+           attn_add_size(codes, scale_bytes, out);
 }
 
 /* The memory this machine has (0 where it cannot be told). */
@@ -202,6 +230,11 @@ static attn_status resolve_config(attn_ctx *ctx, attn_kv_cache_config *cfg, size
                          "max_len (%zu) must all be positive",
                          who, cfg->num_layers, cfg->batch, cfg->kv_heads, cfg->head_dim,
                          cfg->max_len);
+    /* positions, windows and lengths then stay far inside int64 and
+     * every size computed from them */
+    if (cfg->max_len > KV_MAX_POSITIONS)
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: max_len (%zu) is past the most positions "
+                         "a cache holds (2^62)", who, cfg->max_len);
     if (cfg->layout != ATTN_KV_CONTIGUOUS && cfg->layout != ATTN_KV_PAGED)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: layout %d is neither ATTN_KV_CONTIGUOUS "
                          "(0) nor ATTN_KV_PAGED (1)", who, (int)cfg->layout);
@@ -219,14 +252,15 @@ static attn_status resolve_config(attn_ctx *ctx, attn_kv_cache_config *cfg, size
                              who, cfg->batch, cfg->max_len);
     } else {
         if (!cfg->page_size) cfg->page_size = 16;
-        size_t per_seq_max = ceil_div(cfg->max_len, cfg->page_size);
+        size_t per_seq_max = ceil_div(cfg->max_len, cfg->page_size), table;
+        if (!attn_mul_size(cfg->batch, per_seq_max, &table) || !attn_floats_fit(table))
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: batch (%zu) x %zu page-table "
+                             "entries overflows", who, cfg->batch, per_seq_max);
         if (!cfg->num_pages) {
             /* enough for every sequence at max_len in its largest layer */
             size_t most = 0;
             for (size_t i = 0; i < cfg->num_layers; i++) {
-                size_t w = cfg->windows ? cfg->windows[i] : 0;
-                size_t n = w ? min_size(ceil_div(w, cfg->page_size) + 1, per_seq_max)
-                             : per_seq_max;
+                size_t n = table_len_of(cfg, layer_window(cfg, i));
                 if (n > most) most = n;
             }
             if (!attn_mul_size(cfg->batch, most, &cfg->num_pages))
@@ -241,10 +275,6 @@ static attn_status resolve_config(attn_ctx *ctx, attn_kv_cache_config *cfg, size
             return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                              "%s: num_pages (%zu) x page_size (%zu) overflows", who,
                              cfg->num_pages, cfg->page_size);
-        size_t table;
-        if (!attn_mul_size(cfg->batch, per_seq_max, &table) || !attn_floats_fit(table))
-            return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: batch (%zu) x %zu page-table "
-                             "entries overflows", who, cfg->batch, per_seq_max);
     }
     if (!attn_mul_size(tokens, *row, &floats) || !attn_floats_fit(floats))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: %zu tokens x %zu floats per layer "
@@ -253,11 +283,13 @@ static attn_status resolve_config(attn_ctx *ctx, attn_kv_cache_config *cfg, size
      * machine's memory */
     kv_store k = store_of(cfg->k_dtype, cfg->kv_heads, cfg->head_dim),
              v = store_of(cfg->v_dtype, cfg->kv_heads, cfg->head_dim);
-    size_t per_token = token_bytes(&k, &v), slots = 0, all, limit = physical_memory();
+    size_t per_token = 0, slots = 0, all, limit = physical_memory();
+    if (!token_bytes_checked(&k, &v, &per_token))
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: a token's bytes (kv_heads %zu x head_dim "
+                         "%zu, K and V) overflow", who, cfg->kv_heads, cfg->head_dim);
     for (size_t i = 0; i < cfg->num_layers; i++) {
-        size_t w = cfg->windows ? cfg->windows[i] : 0, layer_slots = tokens;
-        if (cfg->layout == ATTN_KV_CONTIGUOUS && w)
-            layer_slots = cfg->batch * min_size(w, cfg->max_len);
+        size_t w = layer_window(cfg, i), layer_slots = tokens;
+        if (cfg->layout == ATTN_KV_CONTIGUOUS && w) layer_slots = cfg->batch * w;
         if (!attn_add_size(slots, layer_slots, &slots))
             return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: the tokens of %zu layers overflow",
                              who, cfg->num_layers);
@@ -559,23 +591,31 @@ static attn_status check_args(attn_kv_cache *c, const attn_kv_attend_args *a, si
     if (!a->q_heads || a->q_heads % cfg->kv_heads)
         return attn_fail(ctx, ATTN_ERR_SHAPE, WHO ": q_heads (%zu) is not a positive multiple "
                          "of the cache's kv_heads (%zu)", a->q_heads, cfg->kv_heads);
-    if (!isfinite(a->scale) || a->scale < 0.0)
-        return attn_fail(ctx, ATTN_ERR_INVALID, WHO ": scale %g is not a finite value >= 0 "
-                         "(0: 1 / sqrt(head_dim))", a->scale);
+    if (!attn_fits_float(a->scale) || a->scale < 0.0)
+        return attn_fail(ctx, ATTN_ERR_INVALID, WHO ": scale %g is not a value >= 0 within "
+                         "float32's range (0: 1 / sqrt(head_dim))", a->scale);
     if (!attn_mul3_size(rows, a->q_heads, cfg->head_dim, &qrow) || !attn_floats_fit(qrow))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, WHO ": %zu rows x %zu heads x %zu overflows",
                          rows, a->q_heads, cfg->head_dim);
     if (rows && (!a->q || !a->k_new || !a->v_new || !a->out))
         return attn_fail(ctx, ATTN_ERR_NULL, WHO ": q, k_new, v_new and out must not be NULL");
-    return ATTN_OK;
+    /* the attention reads k_new and v_new (or their coded copies) while
+     * it writes out, and the append copies them after */
+    size_t kv_floats = rows * c->row;
+    attn_span out = {"out", a->out, qrow * sizeof(float)};
+    attn_span ins[4] = {{"q", a->q, qrow * sizeof(float)},
+                        {"k_new", a->k_new, kv_floats * sizeof(float)},
+                        {"v_new", a->v_new, kv_floats * sizeof(float)},
+                        {"new_lens", a->new_lens, a->new_lens ? cfg->batch * sizeof(size_t) : 0}};
+    return attn_check_overlap(ctx, WHO, &out, 1, ins, 4);
 }
 
 /* A layer's window of W positions (0: none) as the problem's (W - 1, 0);
- * past INT64_MAX, as good as unbounded. */
+ * W is at most max_len (layer_window), at most 2^62. */
 static void set_window(attn_attention_problem *p, size_t W) {
     if (!W) return;
     p->window = true;
-    p->window_left = W - 1 > (size_t)INT64_MAX ? INT64_MAX : (int64_t)(W - 1);
+    p->window_left = (int64_t)(W - 1);
     p->window_right = 0;
 }
 

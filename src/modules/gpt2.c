@@ -291,8 +291,12 @@ attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *
         attn_module_free(&m->base);
         return st;
     }
-    size_t index = attn_module_init_linear(&m->base, init_rng, C_ATTN_WEIGHT, true, C, 3 * C);
-    attn_module_init_linear(&m->base, init_rng, index, true, C, C);
+    size_t index = C_ATTN_WEIGHT;
+    if ((st = attn_module_init_linear(&m->base, init_rng, &index, true, C, 3 * C)) != ATTN_OK ||
+        (st = attn_module_init_linear(&m->base, init_rng, &index, true, C, C)) != ATTN_OK) {
+        attn_module_free(&m->base);
+        return st;
+    }
     *out = m;
     return ATTN_OK;
 }

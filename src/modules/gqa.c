@@ -68,10 +68,18 @@ attn_status attn_gqa_new(attn_ctx *ctx, const attn_gqa_config *cfg, attn_rng *in
         attn_module_free(m);
         return st;
     }
-    size_t index = attn_module_init_linear(m, init_rng, 0, cfg->qkv_bias, cfg->d_in, kv_width);
-    index = attn_module_init_linear(m, init_rng, index, cfg->qkv_bias, cfg->d_in, kv_width);
-    index = attn_module_init_linear(m, init_rng, index, cfg->qkv_bias, cfg->d_in, cfg->d_out);
-    attn_module_init_linear(m, init_rng, index, false, cfg->d_out, cfg->d_out);
+    size_t index = 0;
+    if ((st = attn_module_init_linear(m, init_rng, &index, cfg->qkv_bias, cfg->d_in,
+                                      kv_width)) != ATTN_OK ||
+        (st = attn_module_init_linear(m, init_rng, &index, cfg->qkv_bias, cfg->d_in,
+                                      kv_width)) != ATTN_OK ||
+        (st = attn_module_init_linear(m, init_rng, &index, cfg->qkv_bias, cfg->d_in,
+                                      cfg->d_out)) != ATTN_OK ||
+        (st = attn_module_init_linear(m, init_rng, &index, false, cfg->d_out, cfg->d_out)) !=
+            ATTN_OK) {
+        attn_module_free(m);
+        return st;
+    }
     *out = (attn_gqa *)h;
     return ATTN_OK;
 }

@@ -221,7 +221,9 @@ attn_status attn_heads_build_mha(attn_heads_module *h, size_t d_in, size_t d_out
         attn_module_free(m);
         return st;
     }
-    size_t index = attn_qkv_init(m, 0, d_in, d_out, qkv_bias, init_rng);
-    attn_module_init_linear(m, init_rng, index, true, d_out, d_out);
-    return ATTN_OK;
+    size_t index = 0;
+    if ((st = attn_qkv_init(m, &index, d_in, d_out, qkv_bias, init_rng)) != ATTN_OK ||
+        (st = attn_module_init_linear(m, init_rng, &index, true, d_out, d_out)) != ATTN_OK)
+        attn_module_free(m);
+    return st;
 }

@@ -148,8 +148,12 @@ attn_status attn_mha_wrapper_new(attn_ctx *ctx, const attn_mha_wrapper_config *c
         return st;
     }
     size_t index = 0;
-    for (size_t h = 0; h < cfg->num_heads; h++)
-        index = attn_qkv_init(&m->base, index, cfg->d_in, cfg->d_out, cfg->qkv_bias, init_rng);
+    for (size_t h = 0; h < cfg->num_heads && st == ATTN_OK; h++)
+        st = attn_qkv_init(&m->base, &index, cfg->d_in, cfg->d_out, cfg->qkv_bias, init_rng);
+    if (st != ATTN_OK) {
+        attn_module_free(&m->base);
+        return st;
+    }
     *out = m;
     return ATTN_OK;
 }

@@ -120,11 +120,17 @@ attn_status attn_mla_new(attn_ctx *ctx, const attn_mla_config *cfg, attn_rng *in
         return st;
     }
     /* nn.Linear draws at construction, in the order the book builds them */
-    size_t index = attn_module_init_linear(m, init_rng, 0, bias, cfg->d_in, cfg->d_out);
-    index = attn_module_init_linear(m, init_rng, index, bias, cfg->d_in, L);
-    index = attn_module_init_linear(m, init_rng, index, bias, L, cfg->d_out);
-    index = attn_module_init_linear(m, init_rng, index, bias, L, cfg->d_out);
-    attn_module_init_linear(m, init_rng, index, true, cfg->d_out, cfg->d_out);
+    size_t index = 0;
+    if ((st = attn_module_init_linear(m, init_rng, &index, bias, cfg->d_in, cfg->d_out)) !=
+            ATTN_OK ||
+        (st = attn_module_init_linear(m, init_rng, &index, bias, cfg->d_in, L)) != ATTN_OK ||
+        (st = attn_module_init_linear(m, init_rng, &index, bias, L, cfg->d_out)) != ATTN_OK ||
+        (st = attn_module_init_linear(m, init_rng, &index, bias, L, cfg->d_out)) != ATTN_OK ||
+        (st = attn_module_init_linear(m, init_rng, &index, true, cfg->d_out, cfg->d_out)) !=
+            ATTN_OK) {
+        attn_module_free(m);
+        return st;
+    }
     *out = a;
     return ATTN_OK;
 }

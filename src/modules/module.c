@@ -4,6 +4,7 @@
 
 #include "kernels/dispatch.h"
 
+#include "overlap.h"
 #include "parallel.h"
 
 #include <float.h>
@@ -90,12 +91,12 @@ float *attn_module_grad(attn_module *m, size_t index) {
     return m->storage + m->num_scalars + m->params[index].offset;
 }
 
-size_t attn_module_init_linear(attn_module *m, attn_rng *rng, size_t weight_index, bool bias,
-                               size_t in, size_t out) {
-    float *w = attn_module_data(m, weight_index);
-    float *b = bias ? attn_module_data(m, weight_index + 1) : NULL;
-    attn_rng_linear_init(rng, w, b, out, in);
-    return weight_index + (bias ? 2 : 1);
+attn_status attn_module_init_linear(attn_module *m, attn_rng *rng, size_t *index, bool bias,
+                                    size_t in, size_t out) {
+    float *w = attn_module_data(m, *index);
+    float *b = bias ? attn_module_data(m, *index + 1) : NULL;
+    *index += bias ? 2 : 1;
+    return attn_rng_linear_init(rng, w, b, out, in);
 }
 
 void attn_module_release(attn_module *m) {
@@ -204,6 +205,13 @@ attn_status attn_module_backward(attn_module *m, const float *dy, size_t batch, 
                          "%s backward: dy is (%zu, %zu, %zu) but the forward's output was "
                          "(%zu, %zu, %zu)",
                          name, batch, tokens, m->d_out, m->saved.batch, m->saved.tokens, m->d_out);
+    /* sizes of the forward's, which fit; dx is written while dy is read */
+    char who[96];
+    snprintf(who, sizeof who, "%s backward", name);
+    attn_span out = {"dx", dx, batch * tokens * m->d_in * sizeof(float)};
+    attn_span in = {"dy", dy, batch * tokens * m->d_out * sizeof(float)};
+    attn_status st = attn_check_overlap(m->ctx, who, &out, 1, &in, 1);
+    if (st != ATTN_OK) return st;
     return m->ops->backward(m, dy, dx);
 }
 
@@ -282,7 +290,12 @@ attn_status attn_check_forward(attn_module *m, const float *x, size_t batch, siz
         return attn_fail(m->ctx, ATTN_ERR_NULL,
                          "%s forward: training mode with dropout needs an rng (or set eval mode)",
                          name);
-    return ATTN_OK;
+    /* the projections read x while y is written (widths within max_width) */
+    char who[96];
+    snprintf(who, sizeof who, "%s forward", name);
+    attn_span out = {"y", y, batch * tokens * m->d_out * sizeof(float)};
+    attn_span in = {"x", x, batch * tokens * m->d_in * sizeof(float)};
+    return attn_check_overlap(m->ctx, who, &out, 1, &in, 1);
 }
 
 float *attn_scratch(attn_module *m, size_t n, attn_status *status) {
@@ -561,11 +574,12 @@ attn_status attn_qkv_declare(attn_module *m, const char *prefix, size_t d_in, si
     return ATTN_OK;
 }
 
-size_t attn_qkv_init(attn_module *m, size_t first, size_t d_in, size_t d_out, bool bias,
-                     attn_rng *rng) {
-    size_t index = first;
-    for (int i = 0; i < 3; i++) index = attn_module_init_linear(m, rng, index, bias, d_in, d_out);
-    return index;
+attn_status attn_qkv_init(attn_module *m, size_t *index, size_t d_in, size_t d_out, bool bias,
+                          attn_rng *rng) {
+    attn_status st = ATTN_OK;
+    for (int i = 0; i < 3 && st == ATTN_OK; i++)
+        st = attn_module_init_linear(m, rng, index, bias, d_in, d_out);
+    return st;
 }
 
 attn_qkv_grads attn_qkv_linear_grads(attn_module *m, size_t first, bool bias) {
@@ -599,6 +613,7 @@ attn_qkv_weights attn_qkv_linear_weights(attn_module *m, size_t first, bool bias
 attn_status attn_qkv_build(attn_module *m, size_t d_in, size_t d_out, bool bias, attn_rng *rng) {
     attn_status st = attn_qkv_declare(m, "", d_in, d_out, bias);
     if (st == ATTN_OK) st = attn_module_alloc(m);
-    if (st == ATTN_OK) attn_qkv_init(m, 0, d_in, d_out, bias, rng);
+    size_t index = 0;
+    if (st == ATTN_OK) st = attn_qkv_init(m, &index, d_in, d_out, bias, rng);
     return st;
 }

@@ -113,10 +113,10 @@ void attn_module_release(attn_module *m);
 /* Declares an nn.Linear prefix.weight (out, in) and optional prefix.bias. */
 attn_status attn_module_declare_linear(attn_module *m, const char *prefix, size_t in, size_t out,
                                        bool bias);
-/* nn.Linear init of the linear whose weight is parameter index (bias, if
- * any, follows it); returns the index after it. */
-size_t attn_module_init_linear(attn_module *m, attn_rng *rng, size_t weight_index, bool bias,
-                               size_t in, size_t out);
+/* nn.Linear init of the linear whose weight is parameter *index (bias, if
+ * any, follows it); *index moves past it. */
+attn_status attn_module_init_linear(attn_module *m, attn_rng *rng, size_t *index, bool bias,
+                                    size_t in, size_t out);
 
 static inline size_t attn_max_size(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -241,10 +241,10 @@ void attn_trace_btc(attn_module *m, const char *name, size_t batch, size_t token
  * (d_in -> d_out, bias if asked), in the seeds' registration order. */
 attn_status attn_qkv_declare(attn_module *m, const char *prefix, size_t d_in, size_t d_out,
                              bool bias);
-/* Initialises them as PyTorch's constructor does; first is the index of
- * W_query.weight. Returns the index after the last. */
-size_t attn_qkv_init(attn_module *m, size_t first, size_t d_in, size_t d_out, bool bias,
-                     attn_rng *rng);
+/* Initialises them as PyTorch's constructor does; *index is that of
+ * W_query.weight, and moves past the last. */
+attn_status attn_qkv_init(attn_module *m, size_t *index, size_t d_in, size_t d_out, bool bias,
+                          attn_rng *rng);
 /* Declares, allocates and initialises W_query, W_key, W_value as a
  * module's only parameters (SelfAttention_v2, CausalAttention). */
 attn_status attn_qkv_build(attn_module *m, size_t d_in, size_t d_out, bool bias, attn_rng *rng);

@@ -88,7 +88,11 @@ attn_status attn_sa_v1_new(attn_ctx *ctx, const attn_sa_v1_config *cfg, attn_rng
     }
     /* nn.Parameter(torch.rand(d_in, d_out)) three times, in this order. */
     for (size_t i = SA1_W_QUERY; i <= SA1_W_VALUE; i++)
-        attn_rng_rand(init_rng, attn_module_data(&m->base, i), m->base.params[i].numel);
+        if ((st = attn_rng_rand(init_rng, attn_module_data(&m->base, i),
+                                m->base.params[i].numel)) != ATTN_OK) {
+            attn_module_free(&m->base);
+            return st;
+        }
     *out = m;
     return ATTN_OK;
 }

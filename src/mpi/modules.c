@@ -237,7 +237,11 @@ attn_status attn_mpi_module_backward(attn_mpi_group *g, attn_module *m, const fl
     }
     /* every gradient, contiguous after the parameters (module.h's storage) */
     attn_param first;
-    attn_module_param_at(m, 0, &first);
+    if ((st = attn_module_param_at(m, 0, &first)) != ATTN_OK) {
+        attn_free(before);
+        attn_free(dbuf);
+        return st;
+    }
     float *grads = first.grad;
     memcpy(before, grads, scalars * sizeof *grads);
     memset(grads, 0, scalars * sizeof *grads);

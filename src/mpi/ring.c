@@ -227,8 +227,11 @@ attn_status attn_mpi_ring_forward(attn_mpi_group *g, const char *who, const attn
                 p.v.data = cur + B * Hkv * blk.local * D + blk.at[c] * D;
                 p.out.data = blk_o + at * D;
                 p.lse = pair_l; /* (B, H, la) */
-                /* cannot fail: checked and its workspace in hand */
-                attn_attention_forward(ctx, who, &p, NULL, NULL, NULL, NULL, ws);
+                /* checked and its workspace in hand; were it to fail, the
+                 * ring still runs to its end (the other ranks wait on
+                 * this one's blocks) and the failure is returned then */
+                attn_status pair = attn_attention_forward(ctx, who, &p, NULL, NULL, NULL, NULL, ws);
+                if (st == ATTN_OK) st = pair;
                 size_t la = mine.len[a];
                 for (size_t bh = 0; bh < B * H; bh++)
                     memcpy(blk_l + bh * Tl + at, pair_l + bh * la, la * sizeof *blk_l);
@@ -245,6 +248,7 @@ attn_status attn_mpi_ring_forward(attn_mpi_group *g, const char *who, const attn
         st = attn_mpi_error(g, who, "the K/V ring", rc);
         goto done;
     }
+    if (st != ATTN_OK) goto done;
     attn_mpi_unpack(job->out, job->out_s, acc_o, B, H, Tl, D);
     if (job->lse) memcpy(job->lse, acc_l, rows * sizeof *acc_l);
 done:
@@ -377,7 +381,9 @@ attn_status attn_mpi_ring_backward(attn_mpi_group *g, const char *who, const att
                 attn_attention_grads gr = {.dout = dop + at * D, .dq = dq_pair + at * D,
                                            .dk = dkv_pair + kat * D,
                                            .dv = dkv_pair + vat + kat * D};
-                attn_attention_backward(ctx, who, &p, NULL, &gr, ws); /* cannot fail */
+                /* as the forward's pairs: a failure is returned at the end */
+                attn_status pair = attn_attention_backward(ctx, who, &p, NULL, &gr, ws);
+                if (st == ATTN_OK) st = pair;
                 add_rows(dq, dq_pair, B * H, Tl, at, mine.len[a], D);
                 add_rows(sum, dkv_pair, B * Hkv, blk.local, kat, blk.len[c], D);
                 add_rows(sum + vat, dkv_pair + vat, B * Hkv, blk.local, kat, blk.len[c], D);
@@ -408,6 +414,7 @@ attn_status attn_mpi_ring_backward(attn_mpi_group *g, const char *who, const att
         st = attn_mpi_error(g, who, "the ring", rc);
         goto done;
     }
+    if (st != ATTN_OK) goto done;
     attn_mpi_unpack(job->dq, job->q_s, dq, B, H, Tl, D);
     attn_mpi_unpack(job->dk, job->k_s, own, B, Hkv, Tl, D);
     attn_mpi_unpack(job->dv, job->v_s, own + B * Hkv * Tl * D, B, Hkv, Tl, D);

@@ -240,7 +240,10 @@ attn_status attn_mpi_ulysses_forward(attn_mpi_group *g, const char *who,
         step->begin = MPI_Wtime();
         int rc = to_heads(&pl, in, 3);
         step->posted = MPI_Wtime();
-        if (rc == MPI_SUCCESS) attn_attention_forward(ctx, who, &p, NULL, NULL, NULL, NULL, ws);
+        /* checked and its workspace in hand; were it to fail, the
+         * collective below still runs (every rank takes part) and the
+         * failure is returned */
+        if (rc == MPI_SUCCESS) st = attn_attention_forward(ctx, who, &p, NULL, NULL, NULL, NULL, ws);
         step->computed = MPI_Wtime();
         if (rc == MPI_SUCCESS) rc = from_heads(&pl, out, 2);
         step->arrived = MPI_Wtime();
@@ -311,7 +314,7 @@ attn_status attn_mpi_ulysses_backward(attn_mpi_group *g, const char *who,
         int rc = to_heads(&pl, in, 6);
         step->posted = MPI_Wtime();
         attn_attention_grads gr = {.dout = fdo, .dq = fdq, .dk = fdk, .dv = fdv};
-        if (rc == MPI_SUCCESS) attn_attention_backward(ctx, who, &p, NULL, &gr, ws);
+        if (rc == MPI_SUCCESS) st = attn_attention_backward(ctx, who, &p, NULL, &gr, ws);
         step->computed = MPI_Wtime();
         if (rc == MPI_SUCCESS) rc = from_heads(&pl, out, 3);
         step->arrived = MPI_Wtime();

@@ -4,6 +4,7 @@
 #include "attention/attention.h"
 #include "ops/sdpa_internal.h"
 #include "internal.h"
+#include "overlap.h"
 #include "rng/dropout.h"
 #include "rng/philox.h"
 
@@ -62,12 +63,11 @@ attn_status attn_sdpa_check_config(attn_ctx *ctx, const char *fn, const attn_sdp
     if (!c) return attn_fail(ctx, ATTN_ERR_NULL, "%s: cfg is NULL", fn);
     if (!isfinite(c->scale))
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: scale (%g) must be finite", fn, c->scale);
-    /* At FLT_MAX plus half an ulp, rounding to float gives infinity. */
-    if (fabs(c->scale) >= 0x1.ffffffp127)
+    if (!attn_fits_float(c->scale))
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: scale (%.9g) is beyond float32's range (largest %.9g)", fn, c->scale,
                          (double)FLT_MAX);
-    if (!(c->softcap >= 0.0) || c->softcap >= 0x1.ffffffp127)
+    if (!(c->softcap >= 0.0) || !attn_fits_float(c->softcap))
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: softcap (%g) must be finite and >= 0", fn,
                          c->softcap);
     if (c->align != ATTN_ALIGN_BOTTOM_RIGHT && c->align != ATTN_ALIGN_TOP_LEFT &&
@@ -113,11 +113,90 @@ attn_status attn_sdpa_check_forward_args(attn_ctx *ctx, const char *fn,
     return check_forward_dropout(ctx, fn, cfg, rng, drawn);
 }
 
+/* ---- aliasing: which outputs may share memory with what -------------------- */
+
+static size_t dtype_bytes(attn_dtype d) {
+    return d == ATTN_DTYPE_F64 ? 8 : d == ATTN_DTYPE_F32 ? 4 : 2;
+}
+
+/* The span of a (batch, tokens, heads, width) view of p (packed: rows
+ * cu[batch], no batch stride); false, with the message, where its strides
+ * reach past the address space, or where an output's rows overlap one
+ * another. */
+static bool view_span(attn_ctx *ctx, const char *fn, const char *name,
+                      const attn_attention_problem *p, attn_view view, size_t tokens,
+                      const int32_t *cu, size_t heads, size_t width, bool output,
+                      attn_span *out, attn_status *st) {
+    size_t count[3] = {cu ? 1 : p->batch, cu ? (size_t)cu[p->batch] : tokens, heads};
+    size_t stride[3] = {view.st.b, view.st.t, view.st.h}, elements, bytes;
+    if (!attn_strided_extent(3, count, stride, width, &elements) ||
+        !attn_mul_size(elements, dtype_bytes(view.dtype), &bytes) ||
+        (uintptr_t)view.data > UINTPTR_MAX - bytes) {
+        *st = attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: %s's strides (%zu, %zu, %zu) over (%zu, "
+                        "%zu, %zu) rows reach past the end of memory", fn, name, stride[0],
+                        stride[1], stride[2], count[0], count[1], count[2]);
+        return false;
+    }
+    if (output && !attn_strided_rows_apart(3, count, stride, width)) {
+        *st = attn_fail(ctx, ATTN_ERR_INVALID, "%s: %s's strides (%zu, %zu, %zu) over (%zu, "
+                        "%zu, %zu) rows of %zu elements make rows overlap", fn, name, stride[0],
+                        stride[1], stride[2], count[0], count[1], count[2], width);
+        return false;
+    }
+    *out = (attn_span){name, view.data, bytes};
+    return true;
+}
+
+/* What every attn_sdpa_* call checks of its memory after p itself: no
+ * output (out and lse; with g, the backward's dq, dk, dv and sinks_grad)
+ * overlaps an input or another output, and no output's rows overlap. */
+static attn_status check_aliasing(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
+                                  const attn_attention_problem *p,
+                                  const attn_attention_grads *g) {
+    attn_status st = ATTN_OK;
+    size_t H = p->q_heads, KH = p->kv_heads, D = p->head_dim, Dv = p->v_head_dim;
+    const int32_t *cq = p->cu_seqlens_q, *ckv = p->cu_seqlens_kv;
+    size_t rows = cq ? H * (size_t)cq[p->batch] : p->batch * H * p->q_len; /* lse */
+    size_t lse_bytes = rows * (p->q.dtype == ATTN_DTYPE_F64 ? sizeof(double) : sizeof(float));
+    const void *lse = p->q.dtype == ATTN_DTYPE_F64 ? (const void *)p->lse_f64
+                                                   : (const void *)p->lse;
+    size_t seqlens = cq ? (p->batch + 1) * sizeof(int32_t) : 0;
+    attn_span ins[10] = {{"alibi_slopes", cfg->alibi_slopes, H * sizeof(float)},
+                         {"sinks", cfg->sinks, H * sizeof(float)},
+                         {"cu_seqlens_q", cq, seqlens},
+                         {"cu_seqlens_kv", ckv, seqlens}};
+    attn_span outs[4];
+    size_t n_ins = 4, n_outs = 0;
+    attn_view dq = p->q, dk = p->k, dv = p->v, dout = p->out;
+    if (!view_span(ctx, fn, "q", p, p->q, p->q_len, cq, H, D, false, &ins[n_ins++], &st) ||
+        !view_span(ctx, fn, "k", p, p->k, p->kv_len, ckv, KH, D, false, &ins[n_ins++], &st) ||
+        !view_span(ctx, fn, "v", p, p->v, p->kv_len, ckv, KH, Dv, false, &ins[n_ins++], &st) ||
+        !view_span(ctx, fn, "out", p, p->out, p->q_len, cq, H, Dv, !g,
+                   g ? &ins[n_ins++] : &outs[n_outs++], &st))
+        return st;
+    if (!g) {
+        outs[n_outs++] = (attn_span){"lse", lse, lse_bytes};
+        return attn_check_overlap(ctx, fn, outs, n_outs, ins, n_ins);
+    }
+    ins[n_ins++] = (attn_span){"lse", lse, lse_bytes};
+    dq.data = g->dq;
+    dk.data = g->dk;
+    dv.data = g->dv;
+    dout.data = (void *)g->dout;
+    if (!view_span(ctx, fn, "dout", p, dout, p->q_len, cq, H, Dv, false, &ins[n_ins++], &st) ||
+        !view_span(ctx, fn, "dq", p, dq, p->q_len, cq, H, D, true, &outs[n_outs++], &st) ||
+        !view_span(ctx, fn, "dk", p, dk, p->kv_len, ckv, KH, D, true, &outs[n_outs++], &st) ||
+        !view_span(ctx, fn, "dv", p, dv, p->kv_len, ckv, KH, Dv, true, &outs[n_outs++], &st))
+        return st;
+    outs[n_outs++] = (attn_span){"sinks_grad", g->dsinks, H * sizeof(float)};
+    return attn_check_overlap(ctx, fn, outs, n_outs, ins, n_ins);
+}
+
 attn_status attn_sdpa_run_forward(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
                                   const attn_attention_problem *p, attn_rng *rng,
                                   attn_sdpa_dropout *drawn) {
     attn_status st = attn_attention_check(ctx, fn, p);
-    if (st != ATTN_OK) return st;
+    if (st != ATTN_OK || (st = check_aliasing(ctx, fn, cfg, p, NULL)) != ATTN_OK) return st;
     /* Memory first: a failure must not have advanced the rng. */
     size_t bytes = attn_attention_forward_bytes(ctx, p, false, false);
     void *workspace = attn_ctx_workspace(ctx, bytes);
@@ -190,6 +269,8 @@ attn_status attn_sdpa_run_backward(attn_ctx *ctx, const char *fn, const attn_sdp
     attn_attention_grads g = {.dout = tensors[5], .dq = (void *)tensors[6],
                               .dk = (void *)tensors[7], .dv = (void *)tensors[8],
                               .dsinks = cfg->sinks ? cfg->sinks_grad : NULL};
+    attn_status st = attn_attention_check(ctx, fn, &p);
+    if (st != ATTN_OK || (st = check_aliasing(ctx, fn, cfg, &p, &g)) != ATTN_OK) return st;
     return attn_attention_backward(ctx, fn, &p, &drop, &g, NULL);
 }
 

@@ -9,6 +9,13 @@
 
 #include "attention/attention.h"
 
+#include <math.h>
+
+/* Whether x (a scale, a softcap) survives the float calls' rounding to
+ * float32: finite, and below FLT_MAX plus half an ulp, where rounding
+ * gives infinity. */
+static inline bool attn_fits_float(double x) { return isfinite(x) && fabs(x) < 0x1.ffffffp127; }
+
 /* The problem cfg describes, on these tensors of dtype (NULL for a
  * problem used for its geometry only). */
 attn_attention_problem attn_sdpa_problem_of(const attn_sdpa_config *c, attn_dtype dtype,

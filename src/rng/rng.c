@@ -130,6 +130,8 @@ attn_rng *attn_rng_snapshot(const attn_rng *rng) {
 
 void attn_rng_restore(attn_rng *rng, const attn_rng *snapshot) { *rng = *snapshot; }
 
+uint32_t attn_rng_draw_u32(attn_rng *rng) { return mt_next(rng); }
+
 attn_status attn_rng_next_u32(attn_rng *rng, uint32_t *out) {
     if (!rng) return ATTN_ERR_NULL;
     attn_clear_error(rng->ctx);
@@ -251,11 +253,12 @@ attn_status attn_rng_linear_init(attn_rng *rng, float *weight, float *bias,
         double gain = sqrt(2.0 / (1.0 + a * a));
         double std = gain / sqrt((double)in_features);
         double bound = sqrt(3.0) * std;
-        attn_rng_uniform(rng, weight, n, -bound, bound);
+        attn_status st = attn_rng_uniform(rng, weight, n, -bound, bound);
+        if (st != ATTN_OK) return st;
     }
     if (bias) {
         double bound = in_features > 0 ? 1.0 / sqrt((double)in_features) : 0.0;
-        attn_rng_uniform(rng, bias, out_features, -bound, bound);
+        return attn_rng_uniform(rng, bias, out_features, -bound, bound);
     }
     return ATTN_OK;
 }

@@ -274,8 +274,9 @@ attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng
     /* 2. The draws, in the PyTorch constructor's order. nn.Embedding:
      *    normal_(0, 1); LayerNorm: ones and zeros, no draws; the attention
      *    module: its own constructor; nn.Linear: kaiming_uniform_ + bias. */
-    attn_rng_randn(init_rng, pdata(m, m->tok_emb), V * C);
-    attn_rng_randn(init_rng, pdata(m, m->pos_emb), T * C);
+    if ((st = attn_rng_randn(init_rng, pdata(m, m->tok_emb), V * C)) != ATTN_OK ||
+        (st = attn_rng_randn(init_rng, pdata(m, m->pos_emb), T * C)) != ATTN_OK)
+        goto fail;
     for (size_t l = 0; l < cfg->n_layers; l++) {
         block *b = &m->blocks[l];
         fill(pdata(m, b->ln1_w), C, 1.0f);
@@ -284,12 +285,16 @@ attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng
             goto fail;
         if (cfg->mlp) {
             fill(pdata(m, b->ln2_w), C, 1.0f);
-            attn_rng_linear_init(init_rng, pdata(m, b->fc_w), pdata(m, b->fc_b), 4 * C, C);
-            attn_rng_linear_init(init_rng, pdata(m, b->proj_w), pdata(m, b->proj_b), C, 4 * C);
+            if ((st = attn_rng_linear_init(init_rng, pdata(m, b->fc_w), pdata(m, b->fc_b),
+                                           4 * C, C)) != ATTN_OK ||
+                (st = attn_rng_linear_init(init_rng, pdata(m, b->proj_w), pdata(m, b->proj_b),
+                                           C, 4 * C)) != ATTN_OK)
+                goto fail;
         }
     }
     fill(pdata(m, m->lnf_w), C, 1.0f);
-    attn_rng_linear_init(init_rng, pdata(m, m->head), NULL, V, C);
+    if ((st = attn_rng_linear_init(init_rng, pdata(m, m->head), NULL, V, C)) != ATTN_OK)
+        goto fail;
     for (size_t i = 0; i < m->count; i++) m->num_scalars += m->params[i].numel;
     attn_rng_free(rng_before);
     *out = m;

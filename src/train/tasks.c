@@ -84,7 +84,7 @@ attn_status attn_task_check(attn_ctx *ctx, attn_task_kind kind, size_t vocab_siz
  * 2^32 mod n draws). */
 static uint32_t uniform_below(attn_rng *rng, uint32_t n) {
     uint32_t threshold = (uint32_t)(0u - n) % n, r;
-    do attn_rng_next_u32(rng, &r);
+    do r = attn_rng_draw_u32(rng);
     while (r < threshold);
     return r % n;
 }
