@@ -75,7 +75,7 @@ static void module_record(attn_mpi_record *rec, attn_module *m, const cp_module 
     size_t count = attn_module_param_count(m);
     for (size_t i = 0; i < count; i++) {
         attn_param p;
-        attn_module_param_at(m, i, &p);
+        if (attn_module_param_at(m, i, &p) != ATTN_OK) break; /* i < count: it holds */
         h = attn_mpi_hash(h, p.name, strlen(p.name) + 1);
         h = attn_mpi_hash(h, p.shape, p.ndim * sizeof *p.shape);
         h = attn_mpi_hash(h, p.data, p.numel * sizeof *p.data);
