@@ -156,6 +156,21 @@ static attn_status open_temp(attn_ctx *ctx, attn_file *f, const struct stat *exi
                      f->path, TEMP_ATTEMPTS);
 }
 
+/* Opens path itself for writing, for a destination that has no file to
+ * replace; frees f on failure. */
+static attn_status open_in_place(attn_ctx *ctx, attn_file *f, const char *path,
+                                 attn_file **out) {
+    f->stream = fopen(path, "wb");
+    if (!f->stream) {
+        int saved = errno;
+        file_free(f);
+        return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", path,
+                         strerror(saved));
+    }
+    *out = f;
+    return ATTN_OK;
+}
+
 attn_status attn_file_open(attn_ctx *ctx, const char *path, attn_file **out) {
     attn_clear_error(ctx);
     if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_file_open: out is NULL");
@@ -183,18 +198,8 @@ attn_status attn_file_open(attn_ctx *ctx, const char *path, attn_file **out) {
         return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: it is a directory",
                          path);
     }
-    if (exists && (!S_ISREG(st.st_mode) || names_descriptor(path))) {
-        /* A device, a pipe, or an open descriptor: no file to replace. */
-        f->stream = fopen(path, "wb");
-        if (!f->stream) {
-            int saved = errno;
-            file_free(f);
-            return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", path,
-                             strerror(saved));
-        }
-        *out = f;
-        return ATTN_OK;
-    }
+    if (exists && (!S_ISREG(st.st_mode) || names_descriptor(path)))
+        return open_in_place(ctx, f, path, out); /* a device, a pipe, an open descriptor */
     if (exists && lstat(path, &link) == 0 && S_ISLNK(link.st_mode)) {
         char resolved[PATH_MAX];
         struct stat there;
@@ -202,15 +207,7 @@ attn_status attn_file_open(attn_ctx *ctx, const char *path, attn_file **out) {
             there.st_dev != st.st_dev || there.st_ino != st.st_ino) {
             /* A link with no name to rename over (a deleted file, a memfd
              * behind /proc/self/fd/N): only writing in place reaches it. */
-            f->stream = fopen(path, "wb");
-            if (!f->stream) {
-                int saved = errno;
-                file_free(f);
-                return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", path,
-                                 strerror(saved));
-            }
-            *out = f;
-            return ATTN_OK;
+            return open_in_place(ctx, f, path, out);
         }
         f->target = copy_string(resolved);
         if (!f->target) {
