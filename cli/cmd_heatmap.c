@@ -344,8 +344,11 @@ static int run_heatmap(int argc, char **argv) {
         goto done;
     }
     if ((rc = cli_load_weights(ctx, m, o.module.module, &h.weights)) != CLI_OK) goto done;
-    attn_module_set_training(m, o.train);
-    attn_module_set_grad_enabled(m, false);
+    if (attn_module_set_training(m, o.train) != ATTN_OK ||
+        attn_module_set_grad_enabled(m, false) != ATTN_OK) {
+        rc = cli_library_error(ctx, o.module.module);
+        goto done;
+    }
     y = calloc(batch * tokens, attn_module_d_out(m) * sizeof *y);
     if (!y) {
         rc = cli_usage_error("out of memory for the output");

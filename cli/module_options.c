@@ -310,9 +310,9 @@ int cli_run_open(cli_run *run, cli_run_options *o) {
     if (rc != CLI_OK) return rc;
     if (attn_rng_new(run->ctx, o->seed, &run->rng) != ATTN_OK ||
         attn_rng_set_bernoulli_method(run->rng, o->bernoulli) != ATTN_OK ||
-        cli_build_module(run->ctx, run->rng, &o->module, &run->module) != ATTN_OK)
+        cli_build_module(run->ctx, run->rng, &o->module, &run->module) != ATTN_OK ||
+        attn_module_set_training(run->module, o->train) != ATTN_OK)
         return cli_library_error(run->ctx, o->module.module);
-    attn_module_set_training(run->module, o->train);
     return CLI_OK;
 }
 
