@@ -81,41 +81,6 @@ int cli_parse_kv_dtype(const char *opt, const char *value, attn_dtype *out);
 /* The CLI name of a KV cache element type ("?" for others). */
 const char *cli_kv_dtype_name(attn_dtype dtype);
 
-/* Prints "<program>: <message>" to stderr and returns CLI_USAGE. Control
- * characters (and bytes that are not UTF-8) from the values it quotes are
- * written as \n, \t, \xNN, so no argument can move the cursor or recolour
- * the terminal. */
-#if defined(__GNUC__)
-__attribute__((format(printf, 1, 2)))
-#endif
-int cli_usage_error(const char *fmt, ...);
-
-/* Prints "<program>: <message>" (escaped likewise): a line that reports,
- * not an error ("attn: wrote o.npy (2x4x8x16 float32)"). */
-#if defined(__GNUC__)
-__attribute__((format(printf, 1, 2)))
-#endif
-void cli_note(const char *fmt, ...);
-
-/* Prints "<program>: <what>: <ctx's last error>" (escaped likewise) and returns
- * CLI_FAILED. */
-int cli_library_error(const attn_ctx *ctx, const char *what);
-
-/* --kernels NAME: one of attn_kernels_name's names, run by this CPU (a
- * usage error naming it otherwise). */
-int cli_parse_kernels(const char *value, attn_kernels *out);
-
-/* A KV cache element type by its CLI name (f32, bf16, f16, fp8, int8,
- * int4; fp8 is e4m3): CLI_OK, or a usage error naming opt and value. */
-int cli_parse_kv_dtype(const char *opt, const char *value, attn_dtype *out);
-/* The CLI name of a KV cache element type ("?" for others). */
-const char *cli_kv_dtype_name(attn_dtype dtype);
-
-/* Writes data (rank, shape) as DIR/name.npy: CLI_OK, or the library's
- * message under opt (the option that named dir) and CLI_FAILED. */
-int cli_write_in_dir(attn_ctx *ctx, const char *opt, const char *dir, const char *name,
-                     const float *data, size_t rank, const size_t *shape);
-
 /* Prints "<program>: <message>" (escaped likewise) and returns CLI_FAILED: for
  * failures that are not the user's (out of memory). */
 #if defined(__GNUC__)
