@@ -71,6 +71,11 @@ void cli_note(const char *fmt, ...);
  * CLI_FAILED. */
 int cli_library_error(const attn_ctx *ctx, const char *what);
 
+/* attn_ctx_new, its failure printed: CLI_FAILED out of memory; CLI_USAGE
+ * for kernels this CPU does not run (named by the ATTN_KERNELS environment
+ * variable when it chose them) or too many threads. */
+int cli_ctx_new(const attn_ctx_config *cfg, attn_ctx **out);
+
 /* --kernels NAME: one of attn_kernels_name's names, run by this CPU (a
  * usage error naming it otherwise). */
 int cli_parse_kernels(const char *value, attn_kernels *out);

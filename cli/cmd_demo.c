@@ -240,7 +240,7 @@ static int run_demo(int argc, char **argv) {
     if (rc != CLI_OK) return rc;
     attn_ctx *ctx;
     attn_rng *rng;
-    if (attn_ctx_new(NULL, &ctx) != ATTN_OK) return cli_failure("cannot create a context");
+    if ((rc = cli_ctx_new(NULL, &ctx)) != CLI_OK) return rc;
     if (attn_rng_new(ctx, 123, &rng) != ATTN_OK) {
         attn_ctx_free(ctx);
         return cli_failure("cannot create an rng");

@@ -282,10 +282,10 @@ static int run_heatmap(int argc, char **argv) {
     char **labels = NULL;
     unsigned char *rgb = NULL;
     int rc = CLI_OK;
-    if (attn_ctx_new(&(attn_ctx_config){.num_threads = o.threads, .trace = on_trace,
-                                        .trace_user = &col},
-                     &ctx) != ATTN_OK)
-        return cli_usage_error("--threads: %zu is too many", o.threads);
+    if ((rc = cli_ctx_new(&(attn_ctx_config){.num_threads = o.threads, .trace = on_trace,
+                                             .trace_user = &col},
+                          &ctx)) != CLI_OK)
+        return rc;
     cli_outputs out;
     cli_outputs_init(&out, ctx);
     size_t png_at = 0, weights_at = 0;

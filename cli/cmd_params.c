@@ -104,7 +104,7 @@ static int run_params(int argc, char **argv) {
     int rc = parse_args(argc, argv, &a);
     if (rc != CLI_OK) return rc;
     attn_ctx *ctx;
-    if (attn_ctx_new(NULL, &ctx) != ATTN_OK) return cli_failure("cannot create a context");
+    if ((rc = cli_ctx_new(NULL, &ctx)) != CLI_OK) return rc;
     if (strcmp(a.preset, "all") == 0) {
         for (size_t i = 0; i < attn_gpt2_preset_count() && rc == CLI_OK; i++) {
             attn_gpt2_preset p;

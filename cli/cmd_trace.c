@@ -118,7 +118,7 @@ static int run_trace(int argc, char **argv) {
     attn_ctx *ctx;
     attn_ctx_config ctx_cfg = {.num_threads = cli_default_threads(), .trace = add_row,
                                .trace_user = &rows, .trace_shapes_only = true};
-    if (attn_ctx_new(&ctx_cfg, &ctx) != ATTN_OK) return cli_failure("cannot create a context");
+    if ((rc = cli_ctx_new(&ctx_cfg, &ctx)) != CLI_OK) return rc;
     attn_gpt2_preset preset;
     attn_rng *rng = NULL;
     attn_module *m = NULL;

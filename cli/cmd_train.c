@@ -376,7 +376,7 @@ static int run_train(int argc, char **argv) {
 
     run r = {0};
     attn_ctx_config cc = {.num_threads = o.threads};
-    if (attn_ctx_new(&cc, &r.ctx) != ATTN_OK) return cli_usage_error("cannot create a context");
+    if ((rc = cli_ctx_new(&cc, &r.ctx)) != CLI_OK) return rc;
     /* A --save path that cannot be written fails now, not after the last
      * step of training; the save itself replaces the file whole or not at
      * all (attn_file). */

@@ -101,10 +101,8 @@ static int cp_open(cp_run *r, const char *command, cli_run_options *o, const cha
         return cli_failure("--context-parallel: MPI_Init failed");
     MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r->size);
-    int rc = CLI_OK;
-    if (attn_ctx_new(&(attn_ctx_config){.num_threads = o->threads, .kernels = o->kernels},
-                     &r->ctx) != ATTN_OK)
-        rc = cli_usage_error("--threads: %zu is too many, or no such kernels", o->threads);
+    int rc = cli_ctx_new(&(attn_ctx_config){.num_threads = o->threads, .kernels = o->kernels},
+                         &r->ctx);
     if ((rc = agree_rc(rc, r->rank)) != CLI_OK) return rc;
     /* the group agrees on the mode, then on the command and its options:
      * from here every rank runs the same steps */
