@@ -43,7 +43,7 @@ static int print_params(attn_ctx *ctx, const attn_gpt2_preset *p, const char *mo
            p->n_embd, p->n_head, p->n_embd / p->n_head, p->n_layer, p->context_length);
     printf("%s:\n", attn_module_class_name(m));
     int rc = CLI_OK;
-    for (size_t i = 0; i < attn_module_param_count(m) && rc == CLI_OK; i++) {
+    for (size_t i = 0; i < attn_module_param_count(m); i++) {
         attn_param param;
         if (attn_module_param_at(m, i, &param) != ATTN_OK) {
             rc = cli_library_error(ctx, "params");
