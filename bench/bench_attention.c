@@ -100,31 +100,37 @@ static void run_forward_backward(void *arg) {
         c->failed = true;
 }
 
-/* GFLOP/s of 2048^3 SGEMM on threads threads: OpenBLAS, else attn_gemm. */
-static double sgemm_peak(const bench_blas *blas, size_t threads, size_t runs, const char **who) {
+/* GFLOP/s of 2048^3 SGEMM on threads threads into *rate: OpenBLAS, else
+ * attn_gemm. CLI_OK, or CLI_FAILED with the error printed. */
+static int sgemm_peak(const bench_blas *blas, size_t threads, size_t runs, const char **who,
+                      double *rate) {
     size_t n = 2048;
     float *a = bench_random(n * n, 1), *b = bench_random(n * n, 2), *c = bench_random(n * n, 3);
-    double rate = NAN;
+    int rc = CLI_OK;
     attn_ctx *ctx = NULL;
-    if (a && b && c && attn_ctx_new(&(attn_ctx_config){.num_threads = threads}, &ctx) == ATTN_OK) {
+    *rate = NAN;
+    *who = blas->handle ? "OpenBLAS" : "attn";
+    if (!a || !b || !c ||
+        attn_ctx_new(&(attn_ctx_config){.num_threads = threads}, &ctx) != ATTN_OK) {
+        rc = cli_failure("bench: out of memory for the %zu^3 SGEMM", n);
+    } else {
         double times[16];
         if (runs > 16) runs = 16;
-        for (size_t r = 0; r <= runs; r++) {
+        for (size_t r = 0; r <= runs && rc == CLI_OK; r++) {
             double t0 = bench_now();
             if (blas->handle)
                 bench_blas_sgemm(blas, threads, false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-            else
-                attn_gemm(ctx, false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
+            else if (attn_gemm(ctx, false, false, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n) != ATTN_OK)
+                rc = cli_library_error(ctx, "bench SGEMM");
             if (r) times[r - 1] = bench_now() - t0;
         }
-        rate = 2.0 * n * n * n / bench_median(times, runs) / 1e9;
+        if (rc == CLI_OK) *rate = 2.0 * n * n * n / bench_median(times, runs) / 1e9;
     }
-    *who = blas->handle ? "OpenBLAS" : "attn";
     attn_ctx_free(ctx);
     free(a);
     free(b);
     free(c);
-    return rate;
+    return rc;
 }
 
 /* Outputs, written beforehand (with values: zeros would let the compiler
@@ -173,7 +179,8 @@ int bench_attention(const bench_options *o, const bench_blas *blas) {
     for (size_t ti = 0; ti < o->thread_counts && rc == CLI_OK; ti++) {
         size_t threads = o->threads[ti];
         const char *who;
-        double sgemm = sgemm_peak(blas, threads, o->runs, &who);
+        double sgemm;
+        if ((rc = sgemm_peak(blas, threads, o->runs, &who, &sgemm)) != CLI_OK) break;
         unsigned bits;
         double fma = bench_fma_peak(threads, o->runs, &bits);
         printf("  %zu thread%s: SGEMM 2048^3 through %s %.1f GFLOP/s", threads,
@@ -280,22 +287,26 @@ int bench_layer(const bench_options *o, const bench_blas *blas) {
                                                 .kernels = o->kernels[0]},
                              &c.ctx) != ATTN_OK ||
                 attn_rng_new(c.ctx, 123, &rng) != ATTN_OK ||
-                attn_gpt2_new(c.ctx, &cfg, rng, &c.m) != ATTN_OK) {
+                attn_gpt2_new(c.ctx, &cfg, rng, &c.m) != ATTN_OK ||
+                attn_module_set_training(attn_gpt2_module(c.m), false) != ATTN_OK) {
                 rc = cli_usage_error("bench: cannot set up the layer at T = %zu", c.T);
             } else {
                 attn_module *m = attn_gpt2_module(c.m);
-                attn_module_set_training(m, false);
                 size_t runs = c.T >= 16384 ? 1 : o->runs;
-                attn_module_set_grad_enabled(m, false);
-                double t_f = time_median(layer_forward, &c, runs, NULL);
-                attn_module_set_grad_enabled(m, true);
-                double mib;
-                double t_fb = time_median(layer_forward_backward, &c, runs, &mib);
+                double t_f = NAN, t_fb = NAN, mib = NAN;
+                /* the forward alone keeps nothing for a backward */
+                c.failed = attn_module_set_grad_enabled(m, false) != ATTN_OK;
+                if (!c.failed) t_f = time_median(layer_forward, &c, runs, NULL);
+                if (!c.failed) c.failed = attn_module_set_grad_enabled(m, true) != ATTN_OK;
+                if (!c.failed) t_fb = time_median(layer_forward_backward, &c, runs, &mib);
                 /* kept by the module for its backward: x, qkv, y, lse */
                 double kept = (double)(n * 5 + c.T * HEADS) * sizeof(float) / 1048576.0;
-                if (c.failed) rc = cli_library_error(c.ctx, "bench layer");
-                printf("%6zu %3zu | %9.1f | %9.1f | %.1f (peak growth %.1f, of which activations %.1f)\n",
-                       c.T, o->threads[ti], 1e3 * t_f, 1e3 * t_fb, mib - kept, mib, kept);
+                if (c.failed)
+                    rc = cli_library_error(c.ctx, "bench layer");
+                else
+                    printf("%6zu %3zu | %9.1f | %9.1f | %.1f (peak growth %.1f, of which "
+                           "activations %.1f)\n",
+                           c.T, o->threads[ti], 1e3 * t_f, 1e3 * t_fb, mib - kept, mib, kept);
                 fflush(stdout);
             }
             attn_gpt2_free(c.m);

@@ -164,14 +164,16 @@ static int bf16_table(const bench_options *o) {
 int bench_bf16(const bench_options *o, const bench_blas *blas) {
     (void)blas;
     attn_cpu_info cpu = {0};
-    attn_cpu_info_get(&cpu);
+    if (attn_cpu_info_get(&cpu) != ATTN_OK)
+        return cli_failure("bench: cannot read the CPU's features");
     printf("bf16: attn_sdpa_*_16 on bf16 vs attn_sdpa_* on fp32 (same values), B=1 H=%d hd=%d, "
            "T=S\n  bf16 kernels: %s\n",
            HEADS, HEAD_DIM, bf16_kernels_here(o, &cpu));
     int rc = bf16_table(o);
     /* then AMX, where the CPU has it: the tiles an application asks for */
     if (rc != CLI_OK || attn_cpu_request_amx() != ATTN_OK) return rc;
-    attn_cpu_info_get(&cpu);
+    if (attn_cpu_info_get(&cpu) != ATTN_OK)
+        return cli_failure("bench: cannot read the CPU's features");
     printf("  AMX tile data granted (attn_cpu_request_amx); bf16 kernels: %s\n",
            bf16_kernels_here(o, &cpu));
     return bf16_table(o);

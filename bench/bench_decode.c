@@ -113,7 +113,7 @@ static size_t copy_array_bytes(void) {
  * read of them: 4 bytes per float. 0 on failure. */
 static double copy_bandwidth(float *dst, const float *src, size_t n, size_t threads,
                              size_t runs) {
-    void *(*run)(void *) = dst ? copy_slice_run : read_slice_run;
+    void *(*slice_run)(void *) = dst ? copy_slice_run : read_slice_run;
     double t[MAX_RUNS];
     copy_slice slices[64];
     pthread_t ids[64];
@@ -125,8 +125,8 @@ static double copy_bandwidth(float *dst, const float *src, size_t n, size_t thre
         double t0 = bench_now();
         size_t started = 0;
         for (size_t i = 1; i < threads; i++, started++)
-            if (pthread_create(&ids[i], NULL, run, &slices[i]) != 0) break;
-        run(&slices[0]);
+            if (pthread_create(&ids[i], NULL, slice_run, &slices[i]) != 0) break;
+        slice_run(&slices[0]);
         for (size_t i = 1; i <= started; i++) pthread_join(ids[i], NULL);
         if (started + 1 < threads) return 0.0;
         if (r > 0) t[r - 1] = bench_now() - t0; /* the first is the warm-up */

@@ -203,7 +203,8 @@ static void ratio_cell(double a, double b, char *out, size_t size) {
 int bench_peak(const bench_options *o, const bench_blas *blas) {
     (void)blas;
     attn_cpu_info cpu;
-    attn_cpu_info_get(&cpu);
+    if (attn_cpu_info_get(&cpu) != ATTN_OK)
+        return cli_failure("bench: cannot read the CPU's features");
     printf("peak: float fmas, %d (512-bit) or %d (256-bit) independent chains a thread, and the "
            "bf16 dot vdpbf16ps (512-bit, %d chains, 2 products a lane), all threads at once; "
            "GFLOP/s\n", CHAINS_512, CHAINS_256, CHAINS_512);

@@ -115,6 +115,21 @@ int cli_library_error(const attn_ctx *ctx, const char *what) {
     return cli_failure("%s: %s", what, attn_ctx_last_error(ctx));
 }
 
+int cli_ctx_new(const attn_ctx_config *cfg, attn_ctx **out) {
+    attn_status st = attn_ctx_new(cfg, out);
+    if (st == ATTN_OK) return CLI_OK;
+    /* attn_ctx_new has no ctx to put a message in: its status says which */
+    if (st == ATTN_ERR_NO_MEMORY) return cli_failure("cannot create a context: out of memory");
+    const char *env = getenv("ATTN_KERNELS");
+    if ((!cfg || cfg->kernels == ATTN_KERNELS_AUTO) && env && *env)
+        return cli_usage_error("the ATTN_KERNELS environment variable ('%s') names no kernels "
+                               "this CPU runs (reference, portable, avx2, avx512)",
+                               env);
+    if (cfg && !attn_kernels_supported(cfg->kernels))
+        return cli_usage_error("--kernels %s: not run by this CPU", attn_kernels_name(cfg->kernels));
+    return cli_usage_error("--threads: %zu is too many", cfg ? cfg->num_threads : 0);
+}
+
 bool cli_parse_u64(const char *text, uint64_t *out) {
     /* strtoull would skip blanks and accept a sign: " -1" is not a size. */
     if (!text || !isdigit((unsigned char)*text)) return false;

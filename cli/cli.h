@@ -71,35 +71,10 @@ void cli_note(const char *fmt, ...);
  * CLI_FAILED. */
 int cli_library_error(const attn_ctx *ctx, const char *what);
 
-/* --kernels NAME: one of attn_kernels_name's names, run by this CPU (a
- * usage error naming it otherwise). */
-int cli_parse_kernels(const char *value, attn_kernels *out);
-
-/* A KV cache element type by its CLI name (f32, bf16, f16, fp8, int8,
- * int4; fp8 is e4m3): CLI_OK, or a usage error naming opt and value. */
-int cli_parse_kv_dtype(const char *opt, const char *value, attn_dtype *out);
-/* The CLI name of a KV cache element type ("?" for others). */
-const char *cli_kv_dtype_name(attn_dtype dtype);
-
-/* Prints "<program>: <message>" to stderr and returns CLI_USAGE. Control
- * characters (and bytes that are not UTF-8) from the values it quotes are
- * written as \n, \t, \xNN, so no argument can move the cursor or recolour
- * the terminal. */
-#if defined(__GNUC__)
-__attribute__((format(printf, 1, 2)))
-#endif
-int cli_usage_error(const char *fmt, ...);
-
-/* Prints "<program>: <message>" (escaped likewise): a line that reports,
- * not an error ("attn: wrote o.npy (2x4x8x16 float32)"). */
-#if defined(__GNUC__)
-__attribute__((format(printf, 1, 2)))
-#endif
-void cli_note(const char *fmt, ...);
-
-/* Prints "<program>: <what>: <ctx's last error>" (escaped likewise) and returns
- * CLI_FAILED. */
-int cli_library_error(const attn_ctx *ctx, const char *what);
+/* attn_ctx_new, its failure printed: CLI_FAILED out of memory; CLI_USAGE
+ * for kernels this CPU does not run (named by the ATTN_KERNELS environment
+ * variable when it chose them) or too many threads. */
+int cli_ctx_new(const attn_ctx_config *cfg, attn_ctx **out);
 
 /* --kernels NAME: one of attn_kernels_name's names, run by this CPU (a
  * usage error naming it otherwise). */
@@ -110,11 +85,6 @@ int cli_parse_kernels(const char *value, attn_kernels *out);
 int cli_parse_kv_dtype(const char *opt, const char *value, attn_dtype *out);
 /* The CLI name of a KV cache element type ("?" for others). */
 const char *cli_kv_dtype_name(attn_dtype dtype);
-
-/* Writes data (rank, shape) as DIR/name.npy: CLI_OK, or the library's
- * message under opt (the option that named dir) and CLI_FAILED. */
-int cli_write_in_dir(attn_ctx *ctx, const char *opt, const char *dir, const char *name,
-                     const float *data, size_t rank, const size_t *shape);
 
 /* Prints "<program>: <message>" (escaped likewise) and returns CLI_FAILED: for
  * failures that are not the user's (out of memory). */

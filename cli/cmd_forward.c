@@ -109,7 +109,10 @@ static int run_forward(int argc, char **argv) {
     if ((rc = cli_load_weights(run.ctx, run.module, o->module.module, &f.weights)) != CLI_OK)
         goto done;
     /* inference only: nothing to keep for a backward */
-    attn_module_set_grad_enabled(run.module, false);
+    if (attn_module_set_grad_enabled(run.module, false) != ATTN_OK) {
+        rc = cli_library_error(run.ctx, "forward");
+        goto done;
+    }
     size_t d_out = attn_module_d_out(run.module);
     size_t y_count = run.batch * run.tokens; /* overflow is checked by the forward below */
     y = calloc(y_count, d_out * sizeof *y);

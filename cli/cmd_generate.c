@@ -653,9 +653,9 @@ static int run_generate(int argc, char **argv) {
     int rc = parse_args(argc, argv, &o);
     if (rc != CLI_OK) return rc;
     attn_ctx *ctx;
-    if (attn_ctx_new(&(attn_ctx_config){.num_threads = o.threads, .kernels = o.kernels}, &ctx) !=
-        ATTN_OK)
-        return cli_failure("cannot create a context with %zu threads", o.threads);
+    if ((rc = cli_ctx_new(&(attn_ctx_config){.num_threads = o.threads, .kernels = o.kernels},
+                          &ctx)) != CLI_OK)
+        return rc;
     attn_lm *m = NULL;
     attn_tokenizer *tok = NULL;
     id_list prompt = {0}, stops = {0};

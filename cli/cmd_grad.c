@@ -131,7 +131,10 @@ static int run_grad(int argc, char **argv) {
         goto done;
     for (size_t i = 0; i < params; i++) {
         attn_param p;
-        attn_module_param_at(m, i, &p);
+        if (attn_module_param_at(m, i, &p) != ATTN_OK) {
+            rc = cli_library_error(run.ctx, "grad");
+            goto done;
+        }
         if ((rc = cli_outputs_add_in_dir(&out, "--out", dir, p.name, &at[2 + i])) != CLI_OK)
             goto done;
     }
@@ -172,8 +175,8 @@ static int run_grad(int argc, char **argv) {
     if (rc == CLI_OK) rc = cli_outputs_npy(&out, at[1], dx, rank, x_shape);
     for (size_t i = 0; i < params && rc == CLI_OK; i++) {
         attn_param p;
-        attn_module_param_at(m, i, &p);
-        rc = cli_outputs_npy(&out, at[2 + i], p.grad, p.ndim, p.shape);
+        if (attn_module_param_at(m, i, &p) != ATTN_OK) rc = cli_library_error(run.ctx, "grad");
+        else rc = cli_outputs_npy(&out, at[2 + i], p.grad, p.ndim, p.shape);
     }
     if (rc == CLI_OK) rc = cli_outputs_commit(&out, false);
 done:

@@ -282,10 +282,10 @@ static int run_heatmap(int argc, char **argv) {
     char **labels = NULL;
     unsigned char *rgb = NULL;
     int rc = CLI_OK;
-    if (attn_ctx_new(&(attn_ctx_config){.num_threads = o.threads, .trace = on_trace,
-                                        .trace_user = &col},
-                     &ctx) != ATTN_OK)
-        return cli_usage_error("--threads: %zu is too many", o.threads);
+    if ((rc = cli_ctx_new(&(attn_ctx_config){.num_threads = o.threads, .trace = on_trace,
+                                             .trace_user = &col},
+                          &ctx)) != CLI_OK)
+        return rc;
     cli_outputs out;
     cli_outputs_init(&out, ctx);
     size_t png_at = 0, weights_at = 0;
@@ -344,8 +344,11 @@ static int run_heatmap(int argc, char **argv) {
         goto done;
     }
     if ((rc = cli_load_weights(ctx, m, o.module.module, &h.weights)) != CLI_OK) goto done;
-    attn_module_set_training(m, o.train);
-    attn_module_set_grad_enabled(m, false);
+    if (attn_module_set_training(m, o.train) != ATTN_OK ||
+        attn_module_set_grad_enabled(m, false) != ATTN_OK) {
+        rc = cli_library_error(ctx, o.module.module);
+        goto done;
+    }
     y = calloc(batch * tokens, attn_module_d_out(m) * sizeof *y);
     if (!y) {
         rc = cli_usage_error("out of memory for the output");

@@ -42,21 +42,27 @@ static int print_params(attn_ctx *ctx, const attn_gpt2_preset *p, const char *mo
     printf("%s: n_embd %zu, n_head %zu (head_dim %zu), n_layer %zu, context %zu\n", p->name,
            p->n_embd, p->n_head, p->n_embd / p->n_head, p->n_layer, p->context_length);
     printf("%s:\n", attn_module_class_name(m));
+    int rc = CLI_OK;
     for (size_t i = 0; i < attn_module_param_count(m); i++) {
         attn_param param;
-        attn_module_param_at(m, i, &param);
+        if (attn_module_param_at(m, i, &param) != ATTN_OK) {
+            rc = cli_library_error(ctx, "params");
+            break;
+        }
         char shape[48], count[32];
         if (param.ndim == 1) snprintf(shape, sizeof shape, "[%zu]", param.shape[0]);
         else snprintf(shape, sizeof shape, "[%zu, %zu]", param.shape[0], param.shape[1]);
         printf("  %-18s %-14s %13s\n", param.name, shape, grouped(param.numel, count));
     }
-    char count[32];
-    printf("  %-33s %13s\n", "total", grouped(attn_module_num_scalars(m), count));
-    printf("whole GPT-2 model (%zu layers, tied embeddings): %s\n", p->n_layer,
-           grouped(model_total, count));
+    if (rc == CLI_OK) {
+        char count[32];
+        printf("  %-33s %13s\n", "total", grouped(attn_module_num_scalars(m), count));
+        printf("whole GPT-2 model (%zu layers, tied embeddings): %s\n", p->n_layer,
+               grouped(model_total, count));
+    }
     attn_module_free(m);
     attn_rng_free(rng);
-    return CLI_OK;
+    return rc;
 }
 
 typedef struct params_args {
@@ -98,11 +104,17 @@ static int run_params(int argc, char **argv) {
     int rc = parse_args(argc, argv, &a);
     if (rc != CLI_OK) return rc;
     attn_ctx *ctx;
-    if (attn_ctx_new(NULL, &ctx) != ATTN_OK) return cli_failure("cannot create a context");
+    if ((rc = cli_ctx_new(NULL, &ctx)) != CLI_OK) return rc;
     if (strcmp(a.preset, "all") == 0) {
         for (size_t i = 0; i < attn_gpt2_preset_count() && rc == CLI_OK; i++) {
             attn_gpt2_preset p;
-            attn_gpt2_preset_at(i, &p);
+            /* the preset calls take no ctx: the status is all there is */
+            attn_status st = attn_gpt2_preset_at(i, &p);
+            if (st != ATTN_OK) {
+                rc = cli_failure("params: GPT-2 preset %zu of %zu: %s", i,
+                                 attn_gpt2_preset_count(), attn_status_name(st));
+                break;
+            }
             if (i) putchar('\n');
             rc = print_params(ctx, &p, a.module, a.qkv_bias);
         }

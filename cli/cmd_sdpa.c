@@ -440,15 +440,9 @@ static int run_sdpa(int argc, char **argv) {
     int rc = parse_args(argc, argv, &o);
     if (rc != CLI_OK) return rc;
     sdpa_run r = {0};
-    if (attn_ctx_new(&(attn_ctx_config){.num_threads = o.threads, .kernels = o.kernels}, &r.ctx) !=
-        ATTN_OK) {
-        const char *env = getenv("ATTN_KERNELS");
-        if (o.kernels == ATTN_KERNELS_AUTO && env && *env)
-            return cli_usage_error("the ATTN_KERNELS environment variable ('%s') names no kernels "
-                                   "this CPU runs (reference, portable, avx2, avx512)",
-                                   env);
-        return cli_usage_error("--threads: %zu is too many", o.threads);
-    }
+    if ((rc = cli_ctx_new(&(attn_ctx_config){.num_threads = o.threads, .kernels = o.kernels},
+                          &r.ctx)) != CLI_OK)
+        return rc;
     cli_outputs out;
     cli_outputs_init(&out, r.ctx);
     sdpa_outputs at = {0};

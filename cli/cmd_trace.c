@@ -118,7 +118,7 @@ static int run_trace(int argc, char **argv) {
     attn_ctx *ctx;
     attn_ctx_config ctx_cfg = {.num_threads = cli_default_threads(), .trace = add_row,
                                .trace_user = &rows, .trace_shapes_only = true};
-    if (attn_ctx_new(&ctx_cfg, &ctx) != ATTN_OK) return cli_failure("cannot create a context");
+    if ((rc = cli_ctx_new(&ctx_cfg, &ctx)) != CLI_OK) return rc;
     attn_gpt2_preset preset;
     attn_rng *rng = NULL;
     attn_module *m = NULL;
@@ -134,11 +134,12 @@ static int run_trace(int argc, char **argv) {
     attn_module_kind kind;
     if (cli_module_kind(a.module, &kind) && kind == ATTN_MODULE_MHA_WRAPPER)
         o.d_out = preset.n_embd / preset.n_head;
-    if (attn_rng_new(ctx, a.seed, &rng) != ATTN_OK || cli_build_module(ctx, rng, &o, &m) != ATTN_OK) {
+    if (attn_rng_new(ctx, a.seed, &rng) != ATTN_OK ||
+        cli_build_module(ctx, rng, &o, &m) != ATTN_OK ||
+        attn_module_set_training(m, false) != ATTN_OK) {
         rc = cli_library_error(ctx, "trace");
         goto done;
     }
-    attn_module_set_training(m, false);
     size_t d_in = attn_module_d_in(m), d_out = attn_module_d_out(m);
     /* The shapes printed are those of the whole batch: refuse one whose
      * tensors could not exist. */
@@ -155,7 +156,10 @@ static int run_trace(int argc, char **argv) {
         rc = cli_failure("out of memory for %zu tokens", a.tokens);
         goto done;
     }
-    attn_rng_rand(rng, x, a.tokens * d_in);
+    if (attn_rng_rand(rng, x, a.tokens * d_in) != ATTN_OK) {
+        rc = cli_library_error(ctx, "trace");
+        goto done;
+    }
     size_t in_shape[3] = {1, a.tokens, d_in};
     add_row(&rows, attn_module_class_name(m), "x (input)", 3, in_shape, NULL);
     if (attn_module_forward(m, x, 1, a.tokens, y, NULL) != ATTN_OK) {

@@ -376,7 +376,7 @@ static int run_train(int argc, char **argv) {
 
     run r = {0};
     attn_ctx_config cc = {.num_threads = o.threads};
-    if (attn_ctx_new(&cc, &r.ctx) != ATTN_OK) return cli_usage_error("cannot create a context");
+    if ((rc = cli_ctx_new(&cc, &r.ctx)) != CLI_OK) return rc;
     /* A --save path that cannot be written fails now, not after the last
      * step of training; the save itself replaces the file whole or not at
      * all (attn_file). */
@@ -388,6 +388,8 @@ static int run_train(int argc, char **argv) {
     }
     attn_file_discard(probe);
     size_t cells = o.batch * o.model.context_length;
+    const attn_param *params = NULL;
+    size_t count = 0;
     if (o.batch > ((size_t)1 << 20) || o.model.context_length > ((size_t)1 << 20) ||
         o.model.vocab_size > ((size_t)1 << 24) ||
         cells > (size_t)-1 / sizeof(float) / o.model.vocab_size) {
@@ -399,12 +401,10 @@ static int run_train(int argc, char **argv) {
                attn_rng_new(r.ctx, o.seed + 1, &r.data_rng) != ATTN_OK ||
                attn_rng_new(r.ctx, o.seed + 2, &r.eval_rng) != ATTN_OK ||
                attn_rng_new(r.ctx, o.seed + 3, &r.dropout_rng) != ATTN_OK ||
-               attn_model_new(r.ctx, &o.model, r.init_rng, &r.model) != ATTN_OK) {
+               attn_model_new(r.ctx, &o.model, r.init_rng, &r.model) != ATTN_OK ||
+               attn_model_params(r.model, &params, &count) != ATTN_OK) {
         rc = cli_library_error(r.ctx, "train");
     } else {
-        const attn_param *params;
-        size_t count;
-        attn_model_params(r.model, &params, &count);
         r.tokens = malloc(cells * sizeof *r.tokens);
         r.targets = malloc(cells * sizeof *r.targets);
         r.logits = malloc(cells * o.model.vocab_size * sizeof *r.logits);

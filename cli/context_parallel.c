@@ -101,10 +101,8 @@ static int cp_open(cp_run *r, const char *command, cli_run_options *o, const cha
         return cli_failure("--context-parallel: MPI_Init failed");
     MPI_Comm_rank(MPI_COMM_WORLD, &r->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &r->size);
-    int rc = CLI_OK;
-    if (attn_ctx_new(&(attn_ctx_config){.num_threads = o->threads, .kernels = o->kernels},
-                     &r->ctx) != ATTN_OK)
-        rc = cli_usage_error("--threads: %zu is too many, or no such kernels", o->threads);
+    int rc = cli_ctx_new(&(attn_ctx_config){.num_threads = o->threads, .kernels = o->kernels},
+                         &r->ctx);
     if ((rc = agree_rc(rc, r->rank)) != CLI_OK) return rc;
     /* the group agrees on the mode, then on the command and its options:
      * from here every rank runs the same steps */
@@ -151,9 +149,9 @@ static int cp_open(cp_run *r, const char *command, cli_run_options *o, const cha
     if (rc == CLI_OK &&
         (attn_rng_new(r->ctx, o->seed, &r->rng) != ATTN_OK ||
          attn_rng_set_bernoulli_method(r->rng, o->bernoulli) != ATTN_OK ||
-         cli_build_module(r->ctx, r->rng, &o->module, &r->module) != ATTN_OK))
+         cli_build_module(r->ctx, r->rng, &o->module, &r->module) != ATTN_OK ||
+         attn_module_set_training(r->module, o->train) != ATTN_OK))
         rc = cli_library_error(r->ctx, o->module.module);
-    if (rc == CLI_OK) attn_module_set_training(r->module, o->train);
     if (rc == CLI_OK && weights && weights->path)
         rc = cli_load_weights(r->ctx, r->module, o->module.module, weights);
     if ((rc = agree_rc(rc, r->rank)) != CLI_OK) return rc;
@@ -196,15 +194,16 @@ int cli_cp_forward(cli_run_options *o, const char *mode, const cli_weights_optio
     size_t at = 0;
     int rc = cp_open(&r, "attn forward", o, mode, weights);
     if (rc != CLI_OK) goto done;
+    if (attn_module_set_grad_enabled(r.module, false) != ATTN_OK) /* inference only */
+        rc = lib_error(&r, "forward");
     /* rank 0 opens its output before anything is computed */
-    if (r.rank == 0) {
+    if (rc == CLI_OK && r.rank == 0) {
         cli_outputs_init(&out, r.ctx);
         if ((rc = cli_outputs_add(&out, "--output", output, &at)) == CLI_OK &&
             (rc = cli_outputs_not_input(&out, "--input", o->input)) == CLI_OK && weights)
             rc = cli_outputs_not_input(&out, "--weights", weights->path);
     }
     if ((rc = agree_rc(rc, r.rank)) != CLI_OK) goto done;
-    attn_module_set_grad_enabled(r.module, false); /* inference only */
     size_t d_out = attn_module_d_out(r.module);
     size_t n[3] = {r.batch * r.local * r.width, r.batch * r.local * d_out,
                    r.rank == 0 ? r.batch * r.tokens * d_out : 0};
@@ -276,8 +275,10 @@ int cli_cp_grad(cli_run_options *o, const char *mode, const char *grad_output,
             rc = cli_outputs_add_in_dir(&out, "--out", out_dir, "input", &at[1]);
         for (size_t i = 0; i < n_params && rc == CLI_OK; i++) {
             attn_param p;
-            attn_module_param_at(r.module, i, &p);
-            rc = cli_outputs_add_in_dir(&out, "--out", out_dir, p.name, &at[2 + i]);
+            if (attn_module_param_at(r.module, i, &p) != ATTN_OK)
+                rc = lib_error(&r, "grad");
+            else
+                rc = cli_outputs_add_in_dir(&out, "--out", out_dir, p.name, &at[2 + i]);
         }
         if (rc == CLI_OK && (rc = cli_outputs_not_input(&out, "--input", o->input)) == CLI_OK)
             rc = cli_outputs_not_input(&out, "--grad-output", grad_output);
@@ -314,8 +315,10 @@ int cli_cp_grad(cli_run_options *o, const char *mode, const char *grad_output,
         if (rc == CLI_OK) rc = cli_outputs_npy(&out, at[1], buf[5], ndim, x_shape);
         for (size_t i = 0; i < n_params && rc == CLI_OK; i++) {
             attn_param p;
-            attn_module_param_at(r.module, i, &p);
-            rc = cli_outputs_npy(&out, at[2 + i], p.grad, p.ndim, p.shape);
+            if (attn_module_param_at(r.module, i, &p) != ATTN_OK)
+                rc = lib_error(&r, "grad");
+            else
+                rc = cli_outputs_npy(&out, at[2 + i], p.grad, p.ndim, p.shape);
         }
         if (rc == CLI_OK) rc = cli_outputs_commit(&out, false);
     }

@@ -287,14 +287,9 @@ int cli_parse_run_options(int argc, char **argv, cli_run_options *o, const cli_e
 
 int cli_run_open(cli_run *run, cli_run_options *o) {
     *run = (cli_run){0};
-    if (attn_ctx_new(&(attn_ctx_config){.num_threads = o->threads, .kernels = o->kernels},
-                     &run->ctx) != ATTN_OK) {
-        const char *env = getenv("ATTN_KERNELS");
-        if (o->kernels == ATTN_KERNELS_AUTO && env && *env)
-            return cli_usage_error("the ATTN_KERNELS environment variable ('%s') names no kernels "
-                                   "this CPU runs (reference, portable, avx2, avx512)", env);
-        return cli_usage_error("--threads: %zu is too many", o->threads);
-    }
+    int rc = cli_ctx_new(&(attn_ctx_config){.num_threads = o->threads, .kernels = o->kernels},
+                         &run->ctx);
+    if (rc != CLI_OK) return rc;
     if (attn_npy_read(run->ctx, o->input, &run->x) != ATTN_OK)
         return cli_library_error(run->ctx, "--input");
     const attn_npy *x = &run->x;
@@ -306,13 +301,13 @@ int cli_run_open(cli_run *run, cli_run_options *o) {
     if (run->batch == 0 || run->tokens == 0)
         return cli_usage_error("--input: empty shape (batch %zu, tokens %zu)", run->batch,
                                run->tokens);
-    int rc = cli_module_resolve(&o->module, x->shape[x->ndim - 1], run->tokens);
+    rc = cli_module_resolve(&o->module, x->shape[x->ndim - 1], run->tokens);
     if (rc != CLI_OK) return rc;
     if (attn_rng_new(run->ctx, o->seed, &run->rng) != ATTN_OK ||
         attn_rng_set_bernoulli_method(run->rng, o->bernoulli) != ATTN_OK ||
-        cli_build_module(run->ctx, run->rng, &o->module, &run->module) != ATTN_OK)
+        cli_build_module(run->ctx, run->rng, &o->module, &run->module) != ATTN_OK ||
+        attn_module_set_training(run->module, o->train) != ATTN_OK)
         return cli_library_error(run->ctx, o->module.module);
-    attn_module_set_training(run->module, o->train);
     return CLI_OK;
 }
 

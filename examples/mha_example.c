@@ -20,15 +20,15 @@ int main(void) {
         fprintf(stderr, "setup failed: %s\n", attn_ctx_last_error(ctx));
         return 1;
     }
-    attn_module_set_training(attn_mha_module(mha), false); /* mha.eval() */
-    attn_rng_randn(rng, x, B * T * C);                     /* x = torch.randn(2, 6, 768) */
-
-    if (attn_mha_forward(mha, x, B, T, y, NULL) != ATTN_OK) { /* y = mha(x) */
-        fprintf(stderr, "forward failed: %s\n", attn_ctx_last_error(ctx));
+    attn_module *m = attn_mha_module(mha);
+    attn_param w;
+    if (attn_module_set_training(m, false) != ATTN_OK ||     /* mha.eval() */
+        attn_rng_randn(rng, x, B * T * C) != ATTN_OK ||       /* x = torch.randn(2, 6, 768) */
+        attn_mha_forward(mha, x, B, T, y, NULL) != ATTN_OK || /* y = mha(x) */
+        attn_module_param(m, "out_proj.weight", &w) != ATTN_OK) {
+        fprintf(stderr, "failed: %s\n", attn_ctx_last_error(ctx));
         return 1;
     }
-    attn_param w;
-    attn_module_param(attn_mha_module(mha), "out_proj.weight", &w);
     printf("out_proj.weight is [%zu, %zu]; y[0, 0, :3] = %.4f %.4f %.4f\n", w.shape[0],
            w.shape[1], y[0], y[1], y[2]);
 
