@@ -17,6 +17,8 @@ on (a smaller one), emb 64, 2 layers, 4 heads, context 32:
   - attn_model_save: the book's names, loaded by load_state_dict(strict=True)
     bit for bit and by attn_model_load; `attn generate --weights F` (its
     config from the file's metadata) gives generate_text_simple's greedy ids.
+    The book's own state_dict loads with attn_model_load; without its mask
+    buffers it is refused.
 
 Usage: test_book_gpt.py LIBATTN.so ATTN_CLI [--seed N]
 """
@@ -179,6 +181,47 @@ def read_safetensors(path):
     return meta, tensors
 
 
+def write_safetensors(path, tensors):
+    """safetensors.torch.save_file's layout for float32 tensors, no metadata."""
+    header, blobs, offset = {}, [], 0
+    for name in sorted(tensors):
+        b = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape),
+                        "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def check_torch_file(lib, ctx, cfg, seed, d):
+    """The book's own state_dict (its masks included) into attn_model_load;
+    without the masks it is refused by name."""
+    torch.manual_seed(seed + 2)
+    tm = GPTModel(cfg)
+    sd = {k: v.detach().numpy() for k, v in tm.state_dict().items()}
+    path = os.path.join(d, "book.safetensors")
+    write_safetensors(path, sd)
+    init = lib.rng_new(ctx, seed)
+    m = lib.model_new_gpt(ctx, init, **cfg)
+    try:
+        lib.check(lib.lib.attn_model_load(m, path.encode()), ctx, "attn_model_load(book)")
+        for name, data, _ in lib.model_params(ctx, m):
+            assert np.array_equal(data, sd[name]), "loaded from the book's file: %s" % name
+        nomask = os.path.join(d, "nomask.safetensors")
+        write_safetensors(nomask, {k: v for k, v in sd.items() if not k.endswith(".att.mask")})
+        try:
+            lib.check(lib.lib.attn_model_load(m, nomask.encode()), ctx, "attn_model_load")
+            raise AssertionError("a file without the mask buffers loaded")
+        except AttnError as e:
+            assert "mask" in str(e), str(e)
+    finally:
+        lib.lib.attn_model_free(m)
+        lib.rng_free(init)
+
+
 def check_save_generate(lib, ctx, m, cfg, cli, seed, np_rng):
     params = lib.model_params(ctx, m)
     with tempfile.TemporaryDirectory() as d:
@@ -219,6 +262,8 @@ def check_save_generate(lib, ctx, m, cfg, cli, seed, np_rng):
         finally:
             lib.lib.attn_model_free(wrong_model)
             lib.rng_free(wrong_rng)
+
+        check_torch_file(lib, ctx, cfg, seed, d)
 
         # attn generate, greedy, against the book's generate_text_simple
         tm.eval()
