@@ -19,6 +19,9 @@
  *   logits (B, T, V) = lnf @ head.weight^T
  *   loss             = cross_entropy(logits, targets, ignore_index=-100)
  *
+ * The book's GPTModel (attn_model_new_gpt) is this model with mha and the
+ * MLP under the book's names and state_dict order, its GELU the tanh form.
+ *
  * The linear layers (mlp.fc, mlp.proj, head) run on the library's kernels
  * (dispatch.h: the ctx's choice, reference or fast); the other layers are
  * layers_impl.h's. The forward keeps every activation the backward needs, in buffers sized
