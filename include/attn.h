@@ -1315,6 +1315,38 @@ typedef struct attn_model_config {
                                    GPT-2, whose c_attn always has a bias */
 } attn_model_config;
 
+/*
+ * The book's GPTModel (llms-from-scratch ch04/ch05 previous_chapters.py) as
+ * an attn_model, to pretrain as chapter 5 does. Its cfg dict's keys:
+ *   x (B, T, C) = drop_emb(tok_emb[tokens] + pos_emb[0..T-1])
+ *   per block:  x = x + drop_shortcut(att(norm1(x)))
+ *               x = x + drop_shortcut(ff.layers.2(gelu(ff.layers.0(norm2(x)))))
+ *   logits (B, T, V) = out_head(final_norm(x))                    (no bias)
+ * att is MultiHeadAttention (ATTN_MODULE_MHA: W_query, W_key, W_value with
+ * qkv_bias, out_proj, causal mask, dropout on the attention weights); the
+ * norms are the book's LayerNorm (eps 1e-5, scale and shift); gelu is the
+ * book's tanh form; every dropout is drop_rate. The parameters carry the
+ * book's state_dict names in its order:
+ *   tok_emb.weight, pos_emb.weight, per block trf_blocks.<i>.att.W_query
+ *   .weight (.bias), W_key, W_value, att.out_proj.weight/.bias,
+ *   ff.layers.0.weight/.bias, ff.layers.2.weight/.bias, norm1.scale/.shift,
+ *   norm2.scale/.shift; final_norm.scale/.shift, out_head.weight.
+ * The weights are drawn from init_rng as torch.manual_seed(s);
+ * GPTModel(cfg) draws them (tok_emb, pos_emb, per block W_query, W_key,
+ * W_value, out_proj, ff.layers.0, ff.layers.2; out_head), and a training
+ * forward draws its dropout masks in the order of the book's forward
+ * (drop_emb; per block the attention weights', drop_shortcut after att and
+ * after ff). Everything else is attn_model's: attn_model_get_config gives
+ * (emb_dim as d_model, ATTN_MODULE_MHA, mlp, drop_rate as dropout);
+ * attn_model_save writes the book's names with "format": "attn-gpt" and
+ * these keys as metadata, which attn_lm_load reads as the config.
+ */
+typedef struct attn_gpt_config {
+    size_t vocab_size, context_length, emb_dim, n_heads, n_layers;
+    double drop_rate; /* in [0, 1] */
+    bool qkv_bias;
+} attn_gpt_config;
+
 /* Targets equal to this are not scored (F.cross_entropy's ignore_index). */
 #define ATTN_IGNORE_INDEX (-100)
 
@@ -1322,8 +1354,14 @@ typedef struct attn_model attn_model;
 
 attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng *init_rng,
                            attn_model **out);
+/* The book's GPTModel (see attn_gpt_config). */
+attn_status attn_model_new_gpt(attn_ctx *ctx, const attn_gpt_config *cfg, attn_rng *init_rng,
+                               attn_model **out);
 void attn_model_free(attn_model *m);
 attn_model_config attn_model_get_config(const attn_model *m);
+/* The config of a model made by attn_model_new_gpt (ATTN_ERR_INVALID for
+ * one made by attn_model_new). */
+attn_status attn_model_get_gpt_config(const attn_model *m, attn_gpt_config *out);
 /* Number of parameter tensors, and of scalars. */
 size_t attn_model_param_count(const attn_model *m);
 size_t attn_model_num_scalars(const attn_model *m);

@@ -27,6 +27,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -587,6 +588,21 @@ static attn_status infer_config(lm_source *s, lm_config_read *r) {
         c->qkv_bias = true;
     }
     r->tie = !has(s, book ? "out_head.weight" : "lm_head.weight");
+    /* attn_model_save writes the book's GPTModel with its cfg as metadata:
+     * n_heads, which the shapes do not give, comes from there. */
+    const char *format = attn_safetensors_metadata_get(s->st, "format");
+    const char *heads = attn_safetensors_metadata_get(s->st, "n_heads");
+    if (book && format && strcmp(format, "attn-gpt") == 0 && heads) {
+        char *end;
+        unsigned long long h = strtoull(heads, &end, 10);
+        if (*heads < '0' || *heads > '9' || *end != '\0' || h == 0 || h > c->emb_dim ||
+            c->emb_dim % h != 0)
+            return attn_fail(s->ctx, ATTN_ERR_FORMAT,
+                             "attn_lm_load: %s: its metadata's n_heads \"%.24s\" does not divide "
+                             "emb_dim %zu", s->path, heads, c->emb_dim);
+        c->n_heads = (size_t)h;
+        return ATTN_OK;
+    }
     if (c->emb_dim % 64 != 0)
         return attn_fail(s->ctx, ATTN_ERR_INVALID,
                          "attn_lm_load: %s: without a config n_heads is emb_dim / 64, but emb_dim "
@@ -711,13 +727,17 @@ static void list_file_names(lm_source *s, const attn_lm_config *c, attn_lm_name_
 
 /* Tensors a checkpoint carries that are not parameters, which
  * load_state_dict never sees either: GPT-2's causal-mask buffers
- * (h.N.attn.bias, h.N.attn.masked_bias, saved by older transformers) and
- * Llama's RoPE table (rotary_emb.inv_freq). */
+ * (h.N.attn.bias, h.N.attn.masked_bias, saved by older transformers),
+ * Llama's RoPE table (rotary_emb.inv_freq) and the book's causal mask
+ * (trf_blocks.N.att.mask, a buffer its state_dict holds). */
 static bool is_buffer(const lm_source *s, const char *name) {
     static const char *const gpt2[] = {".attn.bias", ".attn.masked_bias"};
     static const char *const llama[] = {".rotary_emb.inv_freq"};
-    const char *const *ends = s->names == NAMES_HF_GPT2 ? gpt2 : llama;
-    size_t count = s->names == NAMES_HF_GPT2 ? 2 : s->names == NAMES_HF_LLAMA ? 1 : 0;
+    static const char *const book[] = {".att.mask"};
+    const char *const *ends = s->names == NAMES_HF_GPT2   ? gpt2
+                              : s->names == NAMES_HF_LLAMA ? llama
+                                                           : book;
+    size_t count = s->names == NAMES_HF_GPT2 ? 2 : 1;
     size_t n = strlen(name);
     for (size_t i = 0; i < count; i++) {
         size_t e = strlen(ends[i]);

@@ -215,6 +215,32 @@ LAYER_API void LAYER(gelu_backward)(REAL *dinp, const REAL *inp, const REAL *dou
     }
 }
 
+/* ---- GELU, tanh form (the book's GELU module) ----------------------------- */
+
+/* out (n) = 0.5 * x * (1 + tanh(u)), u = sqrt(2 / pi) * (x + 0.044715 x^3) */
+LAYER_API void LAYER(gelu_tanh_forward)(REAL *out, const REAL *inp, size_t n) {
+    const double k = 0.7978845608028654; /* sqrt(2 / pi) */
+    for (size_t i = 0; i < n; i++) {
+        double x = inp[i];
+        out[i] = (REAL)(0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x))));
+    }
+}
+
+/* dinp (n) += dout * gelu'(x),
+ * gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx,
+ * du/dx = sqrt(2 / pi) (1 + 3 * 0.044715 x^2). */
+LAYER_API void LAYER(gelu_tanh_backward)(REAL *dinp, const REAL *inp, const REAL *dout,
+                                         size_t n) {
+    const double k = 0.7978845608028654; /* sqrt(2 / pi) */
+    for (size_t i = 0; i < n; i++) {
+        double x = inp[i];
+        double t = tanh(k * (x + 0.044715 * x * x * x));
+        double du = k * (1.0 + 3.0 * 0.044715 * x * x);
+        double g = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+        dinp[i] = (REAL)(dinp[i] + (double)dout[i] * g);
+    }
+}
+
 /* ---- residual ------------------------------------------------------------ */
 
 /* out (n) = a + b (out may alias either). Its backward: see the top. */

@@ -19,6 +19,9 @@
  *   logits (B, T, V) = lnf @ head.weight^T
  *   loss             = cross_entropy(logits, targets, ignore_index=-100)
  *
+ * The book's GPTModel (attn_model_new_gpt) is this model with mha and the
+ * MLP under the book's names and state_dict order, its GELU the tanh form.
+ *
  * The linear layers (mlp.fc, mlp.proj, head) run on the library's kernels
  * (dispatch.h: the ctx's choice, reference or fast); the other layers are
  * layers_impl.h's. The forward keeps every activation the backward needs, in buffers sized
@@ -58,6 +61,11 @@ typedef struct block {
 struct attn_model {
     attn_ctx *ctx;
     attn_model_config cfg;
+    /* The book's GPTModel (attn_model_new_gpt): its names, its state_dict
+     * order and its tanh GELU; the layers and dropout sites are the mha
+     * model's with an MLP. */
+    bool gpt;
+    attn_gpt_config gpt_cfg;
     bool training, grad_enabled;
 
     /* parameters in state_dict order; the model's own tensors live in
@@ -189,7 +197,8 @@ static attn_status adopt_module_params(attn_model *m, attn_module *mod, size_t l
         attn_param p;
         attn_status st = attn_module_param_at(mod, i, &p);
         if (st != ATTN_OK) return st;
-        snprintf(m->names[first + i], MODEL_NAME_MAX, "blocks.%zu.attn.%s", layer, p.name);
+        snprintf(m->names[first + i], MODEL_NAME_MAX,
+                 m->gpt ? "trf_blocks.%zu.att.%s" : "blocks.%zu.attn.%s", layer, p.name);
         p.name = m->names[first + i];
         m->params[first + i] = p;
     }
@@ -211,44 +220,11 @@ static attn_status new_attention(attn_model *m, attn_rng *rng, attn_module **out
     return attn_module_new(m->ctx, c->attention, &mc, rng, out);
 }
 
-attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng *init_rng,
-                           attn_model **out) {
-    if (out) *out = NULL; /* on any failure, as attn.h promises */
-    if (!ctx) return ATTN_ERR_NULL;
-    attn_clear_error(ctx);
-    if (!cfg || !init_rng || !out)
-        return attn_fail(ctx, ATTN_ERR_NULL, "attn_model_new: %s is NULL",
-                         !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
-    attn_status st = check_config(ctx, cfg);
-    if (st != ATTN_OK) return st;
-    /* The attention modules allocate between draws: a failure puts the rng
-     * back where it was. */
-    attn_rng *rng_before = attn_rng_snapshot(init_rng);
-    attn_model *m = rng_before ? attn_calloc(1, sizeof *m) : NULL;
-    if (!m) {
-        attn_rng_free(rng_before);
-        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_new: out of memory");
-    }
-    m->ctx = ctx;
-    m->cfg = *cfg;
-    m->training = true;
-    m->grad_enabled = true;
-    size_t n = expected_params(cfg);
-    m->blocks = attn_calloc(cfg->n_layers, sizeof *m->blocks);
-    m->params = attn_calloc(n, sizeof *m->params);
-    m->names = attn_calloc(n, sizeof *m->names);
-    m->own = attn_calloc(n, sizeof *m->own);
-    if (!m->blocks || !m->params || !m->names || !m->own) {
-        attn_model_free(m);
-        attn_rng_free(rng_before);
-        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_new: out of memory for %zu "
-                         "parameter tensors", n);
-    }
+/* The small model's own tensors in its state_dict order (names and draws of
+ * attn.h's "A small language model"). */
+static void declare_small(attn_model *m, size_t n_attn) {
+    const attn_model_config *cfg = &m->cfg;
     size_t V = cfg->vocab_size, T = cfg->context_length, C = cfg->d_model;
-    size_t n_attn = attention_params(cfg);
-
-    /* 1. The state_dict: the model's own tensors, with a slot for each of
-     *    the attention modules' (filled when the module is made). */
     m->tok_emb = declare(m, 2, V, C, "tok_emb.weight", 0);
     m->pos_emb = declare(m, 2, T, C, "pos_emb.weight", 0);
     for (size_t l = 0; l < cfg->n_layers; l++) {
@@ -269,9 +245,77 @@ attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng
     m->lnf_w = declare(m, 1, C, 0, "ln_f.weight", 0);
     m->lnf_b = declare(m, 1, C, 0, "ln_f.bias", 0);
     m->head = declare(m, 2, V, C, "head.weight", 0);
+}
+
+/* The book's GPTModel's tensors in its state_dict order: a module's
+ * parameters come in the order its submodules are assigned (TransformerBlock:
+ * att, ff, norm1, norm2), which is not the order of the forward. */
+static void declare_gpt(attn_model *m, size_t n_attn) {
+    const attn_model_config *cfg = &m->cfg;
+    size_t V = cfg->vocab_size, T = cfg->context_length, C = cfg->d_model;
+    m->tok_emb = declare(m, 2, V, C, "tok_emb.weight", 0);
+    m->pos_emb = declare(m, 2, T, C, "pos_emb.weight", 0);
+    for (size_t l = 0; l < cfg->n_layers; l++) {
+        block *b = &m->blocks[l];
+        b->attn_first = m->count;
+        m->count += n_attn;
+        b->fc_w = declare(m, 2, 4 * C, C, "trf_blocks.%zu.ff.layers.0.weight", l);
+        b->fc_b = declare(m, 1, 4 * C, 0, "trf_blocks.%zu.ff.layers.0.bias", l);
+        b->proj_w = declare(m, 2, C, 4 * C, "trf_blocks.%zu.ff.layers.2.weight", l);
+        b->proj_b = declare(m, 1, C, 0, "trf_blocks.%zu.ff.layers.2.bias", l);
+        b->ln1_w = declare(m, 1, C, 0, "trf_blocks.%zu.norm1.scale", l);
+        b->ln1_b = declare(m, 1, C, 0, "trf_blocks.%zu.norm1.shift", l);
+        b->ln2_w = declare(m, 1, C, 0, "trf_blocks.%zu.norm2.scale", l);
+        b->ln2_b = declare(m, 1, C, 0, "trf_blocks.%zu.norm2.shift", l);
+    }
+    m->lnf_w = declare(m, 1, C, 0, "final_norm.scale", 0);
+    m->lnf_b = declare(m, 1, C, 0, "final_norm.shift", 0);
+    m->head = declare(m, 2, V, C, "out_head.weight", 0);
+}
+
+/* attn_model_new and attn_model_new_gpt once cfg is checked; gpt (the
+ * book's config, or NULL) selects the book's GPTModel. */
+static attn_status model_new(attn_ctx *ctx, const attn_model_config *cfg,
+                             const attn_gpt_config *gpt, attn_rng *init_rng, attn_model **out) {
+    attn_status st;
+    /* The attention modules allocate between draws: a failure puts the rng
+     * back where it was. */
+    attn_rng *rng_before = attn_rng_snapshot(init_rng);
+    attn_model *m = rng_before ? attn_calloc(1, sizeof *m) : NULL;
+    if (!m) {
+        attn_rng_free(rng_before);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_new: out of memory");
+    }
+    m->ctx = ctx;
+    m->cfg = *cfg;
+    m->gpt = gpt != NULL;
+    if (gpt) m->gpt_cfg = *gpt;
+    m->training = true;
+    m->grad_enabled = true;
+    size_t n = expected_params(cfg);
+    m->blocks = attn_calloc(cfg->n_layers, sizeof *m->blocks);
+    m->params = attn_calloc(n, sizeof *m->params);
+    m->names = attn_calloc(n, sizeof *m->names);
+    m->own = attn_calloc(n, sizeof *m->own);
+    if (!m->blocks || !m->params || !m->names || !m->own) {
+        attn_model_free(m);
+        attn_rng_free(rng_before);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_new: out of memory for %zu "
+                         "parameter tensors", n);
+    }
+    size_t V = cfg->vocab_size, T = cfg->context_length, C = cfg->d_model;
+    size_t n_attn = attention_params(cfg);
+
+    /* 1. The state_dict: the model's own tensors, with a slot for each of
+     *    the attention modules' (filled when the module is made). */
+    if (gpt)
+        declare_gpt(m, n_attn);
+    else
+        declare_small(m, n_attn);
     if ((st = place_own_params(m)) != ATTN_OK) goto fail;
 
-    /* 2. The draws, in the PyTorch constructor's order. nn.Embedding:
+    /* 2. The draws, in the PyTorch constructor's order (the same for both:
+     *    the book's TransformerBlock makes att before ff). nn.Embedding:
      *    normal_(0, 1); LayerNorm: ones and zeros, no draws; the attention
      *    module: its own constructor; nn.Linear: kaiming_uniform_ + bias. */
     if ((st = attn_rng_randn(init_rng, pdata(m, m->tok_emb), V * C)) != ATTN_OK ||
@@ -304,6 +348,62 @@ fail:
     attn_rng_restore(init_rng, rng_before);
     attn_rng_free(rng_before);
     return st;
+}
+
+attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng *init_rng,
+                           attn_model **out) {
+    if (out) *out = NULL; /* on any failure, as attn.h promises */
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (!cfg || !init_rng || !out)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_model_new: %s is NULL",
+                         !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
+    attn_status st = check_config(ctx, cfg);
+    if (st != ATTN_OK) return st;
+    return model_new(ctx, cfg, NULL, init_rng, out);
+}
+
+attn_model_config attn_model_config_of_gpt(const attn_gpt_config *g) {
+    attn_model_config c = {.vocab_size = g->vocab_size, .context_length = g->context_length,
+                           .d_model = g->emb_dim, .n_layers = g->n_layers, .n_heads = g->n_heads,
+                           .attention = ATTN_MODULE_MHA, .mlp = true, .dropout = g->drop_rate,
+                           .qkv_bias = g->qkv_bias};
+    return c;
+}
+
+attn_status attn_model_new_gpt(attn_ctx *ctx, const attn_gpt_config *cfg, attn_rng *init_rng,
+                               attn_model **out) {
+    if (out) *out = NULL;
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (!cfg || !init_rng || !out)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_model_new_gpt: %s is NULL",
+                         !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
+    /* The book's names for the values check_config would call otherwise. */
+    if (cfg->emb_dim == 0 || cfg->n_heads == 0 || cfg->emb_dim % cfg->n_heads != 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "attn_model_new_gpt: emb_dim (%zu) must be a positive multiple of "
+                         "n_heads (%zu)", cfg->emb_dim, cfg->n_heads);
+    if (!(cfg->drop_rate >= 0.0 && cfg->drop_rate <= 1.0))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "attn_model_new_gpt: drop_rate (%g) must be in "
+                         "[0, 1]", cfg->drop_rate);
+    attn_model_config c = attn_model_config_of_gpt(cfg);
+    attn_status st = check_config(ctx, &c);
+    if (st != ATTN_OK) return st;
+    return model_new(ctx, &c, cfg, init_rng, out);
+}
+
+bool attn_model_is_gpt(const attn_model *m) { return m && m->gpt; }
+
+attn_status attn_model_get_gpt_config(const attn_model *m, attn_gpt_config *out) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (!out) return attn_fail(m->ctx, ATTN_ERR_NULL, "attn_model_get_gpt_config: out is NULL");
+    if (!m->gpt)
+        return attn_fail(m->ctx, ATTN_ERR_INVALID, "attn_model_get_gpt_config: the model was made "
+                         "by attn_model_new, not attn_model_new_gpt");
+    *out = m->gpt_cfg;
+    return ATTN_OK;
 }
 
 static void free_activations(attn_model *m) {
@@ -597,7 +697,10 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
                                      pdata(m, b->ln2_w), pdata(m, b->ln2_b), N, C,
                                      ATTN_LAYERNORM_EPS);
         attn_k_linear(m->ctx, b->ln2, pdata(m, b->fc_w), pdata(m, b->fc_b), b->fc, N, C, 4 * C);
-        attn_layer_gelu_forward(b->gelu, b->fc, N * 4 * C);
+        if (m->gpt)
+            attn_layer_gelu_tanh_forward(b->gelu, b->fc, N * 4 * C);
+        else
+            attn_layer_gelu_forward(b->gelu, b->fc, N * 4 * C);
         attn_k_linear(m->ctx, b->gelu, pdata(m, b->proj_w), pdata(m, b->proj_b), b->mlp_out, N,
                       4 * C, C);
         if (p > 0.0) dropout_forward(dropout_rng, p, b->mlp_out, b->mlp_keep, N * C);
@@ -661,7 +764,10 @@ attn_status attn_model_backward(attn_model *m) {
             attn_k_linear_backward(m->ctx, b->gelu, pdata(m, b->proj_w), dmlp, m->d4a, false,
                                    pgrad(m, b->proj_w), pgrad(m, b->proj_b), N, 4 * C, C);
             memset(m->d4b, 0, N * 4 * C * sizeof(float));
-            attn_layer_gelu_backward(m->d4b, b->fc, m->d4a, N * 4 * C);
+            if (m->gpt)
+                attn_layer_gelu_tanh_backward(m->d4b, b->fc, m->d4a, N * 4 * C);
+            else
+                attn_layer_gelu_backward(m->d4b, b->fc, m->d4a, N * 4 * C);
             attn_k_linear_backward(m->ctx, b->ln2, pdata(m, b->fc_w), m->d4b, m->dtmp, false,
                                    pgrad(m, b->fc_w), pgrad(m, b->fc_b), N, C, 4 * C);
             attn_layer_layernorm_backward(w, m->dres, pgrad(m, b->ln2_w),

@@ -7,4 +7,10 @@
 /* The ctx the model was made with (its errors go there). */
 attn_ctx *attn_model_ctx(const attn_model *m);
 
+/* Whether m is the book's GPTModel (attn_model_new_gpt). */
+bool attn_model_is_gpt(const attn_model *m);
+
+/* The attn_model_config a book's config runs as. */
+attn_model_config attn_model_config_of_gpt(const attn_gpt_config *g);
+
 #endif /* ATTN_TRAIN_MODEL_H */

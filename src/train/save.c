@@ -5,7 +5,13 @@
  *             layout safetensors.torch.save_file gives (sorted by name);
  *   metadata  "format": "attn-lm" and the attn_model_config, as strings
  *             (vocab_size, context_length, d_model, n_layers, n_heads,
- *             attention "mha"|"gpt2", mlp, qkv_bias, dropout).
+ *             attention "mha"|"gpt2", mlp, qkv_bias, dropout); for the
+ *             book's GPTModel "format": "attn-gpt" and the book's cfg
+ *             keys (vocab_size, context_length, emb_dim, n_heads, n_layers,
+ *             drop_rate, qkv_bias), which src/lm's loader reads as the config,
+ *             and the book's mask buffers (trf_blocks.N.att.mask (T, T),
+ *             ones above the diagonal), which GPTModel's state_dict holds
+ *             and load_state_dict(strict=True) wants.
  * PyTorch reads it with safetensors.torch.load_file and load_state_dict.
  */
 #include "internal.h"
@@ -15,12 +21,34 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { META_COUNT = 10 };
+enum { META_COUNT = 10, GPT_META_COUNT = 8 };
 
 typedef struct meta_values {
     char vocab_size[24], context_length[24], d_model[24], n_layers[24], n_heads[24];
     char dropout[32];
 } meta_values;
+
+/* The metadata entries of the book's GPTModel; their strings live in v. */
+static size_t describe_gpt(const attn_gpt_config *c, meta_values *v, attn_metadata_entry *out) {
+    snprintf(v->vocab_size, sizeof v->vocab_size, "%zu", c->vocab_size);
+    snprintf(v->context_length, sizeof v->context_length, "%zu", c->context_length);
+    snprintf(v->d_model, sizeof v->d_model, "%zu", c->emb_dim);
+    snprintf(v->n_layers, sizeof v->n_layers, "%zu", c->n_layers);
+    snprintf(v->n_heads, sizeof v->n_heads, "%zu", c->n_heads);
+    snprintf(v->dropout, sizeof v->dropout, "%.17g", c->drop_rate);
+    attn_metadata_entry entries[GPT_META_COUNT] = {
+        {"format", "attn-gpt"},
+        {"vocab_size", v->vocab_size},
+        {"context_length", v->context_length},
+        {"emb_dim", v->d_model},
+        {"n_heads", v->n_heads},
+        {"n_layers", v->n_layers},
+        {"drop_rate", v->dropout},
+        {"qkv_bias", c->qkv_bias ? "true" : "false"},
+    };
+    memcpy(out, entries, sizeof entries);
+    return GPT_META_COUNT;
+}
 
 /* The metadata entries of cfg; their strings live in v. */
 static void describe(const attn_model_config *c, meta_values *v, attn_metadata_entry *out) {
@@ -45,6 +73,34 @@ static void describe(const attn_model_config *c, meta_values *v, attn_metadata_e
     memcpy(out, entries, sizeof entries);
 }
 
+/* The metadata entries of m's config (at most META_COUNT); their strings
+ * live in v. Returns how many. */
+static size_t describe_model(const attn_model *m, meta_values *v, attn_metadata_entry *out) {
+    attn_gpt_config g;
+    if (attn_model_is_gpt(m) && attn_model_get_gpt_config(m, &g) == ATTN_OK)
+        return describe_gpt(&g, v, out);
+    attn_model_config cfg = attn_model_get_config(m);
+    describe(&cfg, v, out);
+    return META_COUNT;
+}
+
+/* The book's MultiHeadAttention's mask buffer: torch.triu(torch.ones(T, T),
+ * diagonal=1). */
+static float *new_causal_mask(size_t T) {
+    float *mask = attn_alloc_floats(T * T);
+    if (mask)
+        for (size_t i = 0; i < T; i++)
+            for (size_t j = 0; j < T; j++) mask[i * T + j] = j > i ? 1.0f : 0.0f;
+    return mask;
+}
+
+/* The name of layer l's mask buffer. */
+static void mask_name(char *buf, size_t size, size_t layer) {
+    snprintf(buf, size, "trf_blocks.%zu.att.mask", layer);
+}
+
+enum { MASK_NAME_MAX = 48 };
+
 attn_status attn_model_save(attn_model *m, const char *path) {
     if (!m) return ATTN_ERR_NULL;
     attn_ctx *ctx = attn_model_ctx(m);
@@ -54,19 +110,34 @@ attn_status attn_model_save(attn_model *m, const char *path) {
     size_t count;
     attn_status st = attn_model_params(m, &params, &count);
     if (st != ATTN_OK) return st;
-    attn_named_tensor *tensors = attn_calloc(count, sizeof *tensors);
-    if (!tensors) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_save: out of memory");
+    attn_model_config cfg = attn_model_get_config(m);
+    size_t masks = attn_model_is_gpt(m) ? cfg.n_layers : 0, T = cfg.context_length;
+    attn_named_tensor *tensors = attn_calloc(count + masks, sizeof *tensors);
+    char (*names)[MASK_NAME_MAX] = attn_calloc(masks ? masks : 1, sizeof *names);
+    float *mask = masks ? new_causal_mask(T) : NULL;
+    if (!tensors || !names || (masks && !mask)) {
+        attn_free(tensors);
+        attn_free(names);
+        attn_free(mask);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_save: out of memory");
+    }
     for (size_t i = 0; i < count; i++) {
         tensors[i] = (attn_named_tensor){.name = params[i].name, .data = params[i].data,
                                          .ndim = params[i].ndim};
         for (size_t d = 0; d < params[i].ndim; d++) tensors[i].shape[d] = params[i].shape[d];
     }
-    attn_model_config cfg = attn_model_get_config(m);
+    for (size_t l = 0; l < masks; l++) {
+        mask_name(names[l], MASK_NAME_MAX, l);
+        tensors[count + l] = (attn_named_tensor){.name = names[l], .data = mask, .ndim = 2,
+                                                 .shape = {T, T}};
+    }
     meta_values values;
     attn_metadata_entry meta[META_COUNT];
-    describe(&cfg, &values, meta);
-    st = attn_safetensors_write(ctx, path, tensors, count, meta, META_COUNT);
+    size_t n_meta = describe_model(m, &values, meta);
+    st = attn_safetensors_write(ctx, path, tensors, count + masks, meta, n_meta);
     attn_free(tensors);
+    attn_free(names);
+    attn_free(mask);
     return st;
 }
 
@@ -84,14 +155,15 @@ attn_status attn_model_load(attn_model *m, const char *path) {
 
     /* A file that says it is an attn model must describe this one: shapes
      * alone do not tell n_heads or the attention kind apart. */
-    attn_model_config cfg = attn_model_get_config(m);
     meta_values values;
     attn_metadata_entry want[META_COUNT];
-    describe(&cfg, &values, want);
+    size_t n_meta = describe_model(m, &values, want);
     const char *format = attn_safetensors_metadata_get(file, "format");
-    for (size_t i = 1; format && strcmp(format, "attn-lm") == 0 && i < META_COUNT; i++) {
+    for (size_t i = 1; format && strcmp(format, want[0].value) == 0 && i < n_meta; i++) {
         const char *got = attn_safetensors_metadata_get(file, want[i].key);
-        if (strcmp(want[i].key, "dropout") == 0) continue; /* not part of the weights */
+        /* not part of the weights */
+        if (strcmp(want[i].key, "dropout") == 0 || strcmp(want[i].key, "drop_rate") == 0)
+            continue;
         if (got && strcmp(got, want[i].value) != 0) {
             /* the message first: got belongs to the file */
             st = attn_fail(ctx, ATTN_ERR_SHAPE,
@@ -109,10 +181,24 @@ attn_status attn_model_load(attn_model *m, const char *path) {
         attn_safetensors_free(file);
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_load: out of memory");
     }
-    if (attn_safetensors_count(file) != count) {
+    /* the book's GPTModel's file also holds its mask buffers */
+    attn_model_config mc = attn_model_get_config(m);
+    size_t masks = attn_model_is_gpt(m) ? mc.n_layers : 0;
+    if (attn_safetensors_count(file) != count + masks) {
         st = attn_fail(ctx, ATTN_ERR_SHAPE,
-                       "attn_model_load: '%s' holds %zu tensors, the model has %zu parameters",
-                       path, attn_safetensors_count(file), count);
+                       "attn_model_load: '%s' holds %zu tensors, the model has %zu parameters%s",
+                       path, attn_safetensors_count(file), count,
+                       masks ? " and a mask buffer per block" : "");
+    }
+    for (size_t l = 0; st == ATTN_OK && l < masks; l++) {
+        char name[MASK_NAME_MAX];
+        mask_name(name, sizeof name, l);
+        attn_safetensors_info info;
+        if (attn_safetensors_find(file, name, &info) != ATTN_OK || info.ndim != 2 ||
+            info.shape[0] != mc.context_length || info.shape[1] != mc.context_length)
+            st = attn_fail(ctx, ATTN_ERR_SHAPE,
+                           "attn_model_load: '%s' has no tensor '%s' of shape (%zu, %zu)", path,
+                           name, mc.context_length, mc.context_length);
     }
     size_t offset = 0;
     for (size_t i = 0; st == ATTN_OK && i < count; i++) {

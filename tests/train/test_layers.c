@@ -206,6 +206,31 @@ static void test_gelu(void) {
     fd_check("gelu dinp", x, n, dx, gelu_loss, &s);
 }
 
+/* ---- GELU, tanh form (the book's) ---- */
+
+static double gelu_tanh_loss(void *p) {
+    gelu_state *s = p;
+    dbl_gelu_tanh_forward(s->out, s->x, s->n);
+    return dot(s->out, s->r, s->n);
+}
+
+static void test_gelu_tanh(void) {
+    enum { n = 40 };
+    double x[n], out[n], r[n], dx[n] = {0};
+    fill_randn(x, n, 2.5);
+    x[0] = 0.0;
+    x[1] = -6.0;
+    x[2] = 6.0;
+    fill_randn(r, n, 1.0);
+    gelu_state s = {n, x, out, r};
+    /* 0.5 (1 + tanh(sqrt(2 / pi) * 1.044715)) at x = 1 */
+    double one = 1.0, gelu_one;
+    dbl_gelu_tanh_forward(&gelu_one, &one, 1);
+    CHECK_NEAR(gelu_one, 0.8411919906082768, 1e-15);
+    dbl_gelu_tanh_backward(dx, x, r, n);
+    fd_check("gelu_tanh dinp", x, n, dx, gelu_tanh_loss, &s);
+}
+
 /* ---- cross-entropy ---- */
 
 typedef struct ce_state {
@@ -327,6 +352,7 @@ int main(int argc, char **argv) {
     test_layernorm(6, 9);
     test_layernorm(3, 70);
     test_gelu();
+    test_gelu_tanh();
     test_crossentropy();
     test_residual();
     test_float_matches_double();

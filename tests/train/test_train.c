@@ -297,6 +297,61 @@ static void test_model_params(attn_ctx *ctx, attn_rng *rng) {
     attn_model_free(m);
 }
 
+/* attn_model_new_gpt refuses by the book's names; the config comes back. */
+static void test_gpt_model(attn_ctx *ctx, attn_rng *rng) {
+    attn_gpt_config g = {.vocab_size = 11, .context_length = 8, .emb_dim = 8, .n_heads = 2,
+                         .n_layers = 2, .drop_rate = 0.1, .qkv_bias = false};
+    attn_model *m = (attn_model *)ctx;
+    CHECK_STATUS(attn_model_new_gpt(NULL, &g, rng, &m), ATTN_ERR_NULL);
+    CHECK(m == NULL);
+    CHECK_STATUS(attn_model_new_gpt(ctx, NULL, rng, &m), ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "cfg is NULL");
+    CHECK_STATUS(attn_model_new_gpt(ctx, &g, NULL, &m), ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "init_rng is NULL");
+    attn_gpt_config bad = g;
+    bad.n_heads = 3;
+    CHECK_STATUS(attn_model_new_gpt(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "emb_dim (8) must be a positive multiple of n_heads (3)");
+    bad = g, bad.emb_dim = 0;
+    CHECK_STATUS(attn_model_new_gpt(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "emb_dim (0)");
+    bad = g, bad.drop_rate = -0.5;
+    CHECK_STATUS(attn_model_new_gpt(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "drop_rate (-0.5)");
+    bad = g, bad.n_layers = 0;
+    CHECK_STATUS(attn_model_new_gpt(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "n_layers must be positive");
+    CHECK(m == NULL);
+
+    CHECK_STATUS(attn_model_new_gpt(ctx, &g, rng, &m), ATTN_OK);
+    /* 2 embeddings + 2 x (att 5 + ff 4 + norms 4) + final_norm 2 + out_head */
+    CHECK(attn_model_param_count(m) == 2 + 2 * 13 + 3);
+    attn_param p;
+    CHECK_STATUS(attn_model_param_at(m, 2, &p), ATTN_OK);
+    CHECK(strcmp(p.name, "trf_blocks.0.att.W_query.weight") == 0);
+    CHECK_STATUS(attn_model_param(m, "trf_blocks.1.norm2.shift", &p), ATTN_OK);
+    CHECK(p.numel == 8 && p.data[0] == 0.0f);
+    CHECK_STATUS(attn_model_param(m, "trf_blocks.1.norm2.scale", &p), ATTN_OK);
+    CHECK(p.data[7] == 1.0f);
+    CHECK_STATUS(attn_model_param(m, "trf_blocks.0.ff.layers.2.weight", &p), ATTN_OK);
+    CHECK(p.shape[0] == 8 && p.shape[1] == 32);
+    CHECK_STATUS(attn_model_param(m, "out_head.weight", &p), ATTN_OK);
+    attn_gpt_config back;
+    CHECK_STATUS(attn_model_get_gpt_config(m, &back), ATTN_OK);
+    CHECK(back.emb_dim == 8 && back.n_heads == 2 && back.drop_rate == 0.1 && !back.qkv_bias);
+    attn_model_config mc = attn_model_get_config(m);
+    CHECK(mc.d_model == 8 && mc.attention == ATTN_MODULE_MHA && mc.mlp && mc.dropout == 0.1);
+    CHECK_STATUS(attn_model_get_gpt_config(m, NULL), ATTN_ERR_NULL);
+    attn_model_free(m);
+
+    attn_model_config c = small_config();
+    CHECK_STATUS(attn_model_new(ctx, &c, rng, &m), ATTN_OK);
+    CHECK_STATUS(attn_model_get_gpt_config(m, &back), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "not attn_model_new_gpt");
+    attn_model_free(m);
+    CHECK_STATUS(attn_model_get_gpt_config(NULL, &back), ATTN_ERR_NULL);
+}
+
 static void test_model_calls(attn_ctx *ctx, attn_rng *rng) {
     attn_model_config c = small_config();
     c.dropout = 0.1;
@@ -433,6 +488,7 @@ int main(void) {
     test_optimizer_errors(ctx);
     test_model_config_errors(ctx, rng);
     test_model_params(ctx, rng);
+    test_gpt_model(ctx, rng);
     test_model_calls(ctx, rng);
     attn_rng_free(rng);
     attn_ctx_free(ctx);

@@ -43,6 +43,12 @@ class ModelConfig(Structure):
                 ("mlp", c_bool), ("dropout", c_double), ("qkv_bias", c_bool)]
 
 
+
+class GptConfig(Structure):
+    _fields_ = [("vocab_size", c_size_t), ("context_length", c_size_t), ("emb_dim", c_size_t),
+                ("n_heads", c_size_t), ("n_layers", c_size_t), ("drop_rate", c_double),
+                ("qkv_bias", c_bool)]
+
 def i32(a):
     a = np.ascontiguousarray(a, dtype=np.int32)
     return a, a.ctypes.data_as(I32P)
@@ -70,6 +76,9 @@ class AttnTrain(Attn):
         fn("attn_clip_grad_norm", c_int, c_void_p, POINTER(Param), c_size_t, c_double,
            POINTER(c_float))
         fn("attn_model_new", c_int, c_void_p, POINTER(ModelConfig), c_void_p, POINTER(c_void_p))
+        fn("attn_model_new_gpt", c_int, c_void_p, POINTER(GptConfig), c_void_p,
+           POINTER(c_void_p))
+        fn("attn_model_get_gpt_config", c_int, c_void_p, POINTER(GptConfig))
         fn("attn_model_free", None, c_void_p)
         fn("attn_model_param_count", c_size_t, c_void_p)
         fn("attn_model_num_scalars", c_size_t, c_void_p)
@@ -141,6 +150,14 @@ class AttnTrain(Attn):
         m = c_void_p()
         self.check(self.lib.attn_model_new(ctx, ctypes.byref(c), init_rng, ctypes.byref(m)), ctx,
                    "attn_model_new(%s)" % cfg)
+        return m
+
+    def model_new_gpt(self, ctx, init_rng, **cfg):
+        """The book's GPTModel from its cfg dict's keys."""
+        c = GptConfig(**cfg)
+        m = c_void_p()
+        self.check(self.lib.attn_model_new_gpt(ctx, ctypes.byref(c), init_rng, ctypes.byref(m)),
+                   ctx, "attn_model_new_gpt(%s)" % cfg)
         return m
 
     def model_params(self, ctx, m):

@@ -1134,6 +1134,7 @@ static void sweep_files(void) {
 
 typedef struct model_state {
     attn_model_config cfg;
+    const attn_gpt_config *gpt; /* the book's GPTModel (attn_model_new_gpt) when set */
     attn_rng *rng;
     attn_model *m;
     attn_optimizer *opt;
@@ -1158,7 +1159,9 @@ static void model_snapshot(model_state *ms, float *grads, float *weights) {
 
 static void model_build(model_state *ms) {
     attn_rng_manual_seed(ms->rng, 4);
-    CHECK_STATUS(attn_model_new(g_ctx, &ms->cfg, ms->rng, &ms->m), ATTN_OK);
+    CHECK_STATUS(ms->gpt ? attn_model_new_gpt(g_ctx, ms->gpt, ms->rng, &ms->m)
+                         : attn_model_new(g_ctx, &ms->cfg, ms->rng, &ms->m),
+                 ATTN_OK);
     for (int i = 0; i < MB * MT; i++) {
         ms->tokens[i] = (int32_t)((i * 7 + 3) % 11);
         ms->targets[i] = (int32_t)((i * 5 + 1) % 11);
@@ -1179,7 +1182,8 @@ static void model_construct_setup(void *p) {
 static attn_status model_construct_run(void *p) {
     model_state *ms = p;
     ms->m = (attn_model *)&g_ctx; /* stale: the constructor must clear it */
-    return attn_model_new(g_ctx, &ms->cfg, ms->rng, &ms->m);
+    return ms->gpt ? attn_model_new_gpt(g_ctx, ms->gpt, ms->rng, &ms->m)
+                   : attn_model_new(g_ctx, &ms->cfg, ms->rng, &ms->m);
 }
 
 static void model_construct_failed(void *p) {
@@ -1259,13 +1263,19 @@ static attn_status model_optimizer_run(void *p) {
 static void model_optimizer_failed(void *p) { CHECK(((model_state *)p)->opt == NULL); }
 
 static void sweep_model(void) {
-    for (int a = 0; a < 2; a++) {
+    static const attn_gpt_config book = {.vocab_size = 11, .context_length = MT, .emb_dim = 8,
+                                         .n_heads = 2, .n_layers = 2, .drop_rate = 0.1,
+                                         .qkv_bias = true};
+    for (int a = 0; a < 3; a++) {
         model_state *ms = calloc(1, sizeof *ms);
         ms->cfg = (attn_model_config){.vocab_size = 11, .context_length = MT, .d_model = 8,
                                       .n_layers = 2, .n_heads = 2, .mlp = true, .dropout = 0.1,
-                                      .attention = a ? ATTN_MODULE_GPT2 : ATTN_MODULE_MHA};
+                                      .attention = a == 1 ? ATTN_MODULE_GPT2 : ATTN_MODULE_MHA};
+        ms->gpt = a == 2 ? &book : NULL;
         attn_rng_new(g_ctx, 1, &ms->rng);
-        const char *kind = a ? "model (gpt2 blocks)" : "model (mha blocks)";
+        const char *kind = a == 2   ? "model (the book's GPTModel)"
+                           : a == 1 ? "model (gpt2 blocks)"
+                                    : "model (mha blocks)";
         char name[96];
         snprintf(name, sizeof name, "%s: construct", kind);
         sweep(&(sweep_op){.name = name, .setup = model_construct_setup,
