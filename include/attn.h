@@ -261,6 +261,27 @@ attn_status attn_rng_dropout(attn_rng *rng, const float *x, float *y, size_t n, 
                              uint8_t *keep_mask);
 
 /*
+ * The draws of the book's data loading and sampling, draw for draw with
+ * PyTorch 1.13's CPU generator (Debian's python3-torch):
+ */
+/* torch.empty((), dtype=torch.int64).random_(): a 64-bit draw (two 32-bit
+ * draws, the first the high word) modulo 2^63. DataLoader and
+ * RandomSampler draw their seeds this way. */
+attn_status attn_rng_random_int64(attn_rng *rng, int64_t *out);
+/* torch.randperm(n, generator=rng) into out[n]: for i in 0 .. n-2 the
+ * element at i swaps with the one at i + (a 32-bit draw % (n - i)).
+ * PyTorch 2.x does the same below n = 2^32 / 20; above it (not here) it
+ * draws 64-bit and shuffles inside out. */
+attn_status attn_rng_randperm(attn_rng *rng, size_t n, int64_t *out);
+/* torch.multinomial(probs, num_samples=1) on one row of n float weights
+ * (need not sum to 1): every weight finite and >= 0 with a nonzero sum, or
+ * ATTN_ERR_INVALID before any draw. Draws 2n 32-bit words (an Exp(1) per
+ * category) and returns the first argmax of probs[i] / q_i, as PyTorch
+ * without MKL does; MKL builds (PyPI wheels on Intel) draw their
+ * exponentials from another stream. */
+attn_status attn_rng_multinomial(attn_rng *rng, const float *probs, size_t n, int64_t *out);
+
+/*
  * What the library knows of the CPU it runs on, read once from CPUID (and
  * the OS for the caches): the kernels choose tiles, vector widths and
  * blocks from it, and the benchmarks print it beside every figure.
