@@ -288,6 +288,13 @@ attn_status attn_sample_book(attn_ctx *ctx, const float *logits, size_t vocab_si
         probs[i] = x;
         if (x > max) max = x;
     }
+    if (isinf(max)) {
+        attn_free(probs);
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "attn_sample_book: the largest logit / temperature (%g) is %s: "
+                         "torch.multinomial refuses the softmax",
+                         temperature, max > 0 ? "inf" : "-inf (every logit)");
+    }
     double total = 0.0;
     for (size_t i = 0; i < vocab_size; i++) {
         probs[i] = (float)exp((double)(probs[i] - max));
@@ -299,10 +306,8 @@ attn_status attn_sample_book(attn_ctx *ctx, const float *logits, size_t vocab_si
     st = attn_rng_multinomial(rng, probs, vocab_size, &chosen);
     attn_free(probs);
     if (st != ATTN_OK)
-        return attn_fail(ctx, st,
-                         "attn_sample_book: no distribution to sample (temperature %g, top_k "
-                         "%zu): the softmax is not finite",
-                         temperature, top_k);
+        return attn_fail(ctx, st, "attn_sample_book: drawing from %zu probabilities failed",
+                         vocab_size);
     *out = (int32_t)chosen;
     return ATTN_OK;
 }

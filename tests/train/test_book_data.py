@@ -18,7 +18,8 @@ and PyTorch 1.13 run here on fresh seeds:
      attn_text_dataset_batch's;
   4. attn_rng_multinomial equals torch.multinomial(probs, 1) on PyTorch's
      own probabilities, and attn_sample_book the book's generate (top_k
-     filters with -inf, temperature) token for token on the same draws.
+     filters with -inf, temperature) token for token on the same draws;
+  5. refusals: the status, a message naming the values, and no draw.
 
     test_book_data.py LIBATTN
 """
@@ -447,8 +448,83 @@ def test_multinomial(L):
     print("generate: %d of %d tokens as the book's" % (same_tokens, steps))
 
 
+# ---- 5. refusals: a status and a message naming the values, nothing drawn ----
+
+ERR_NULL, ERR_INVALID, ERR_SHAPE = 1, 2, 3
+
+
+def test_errors(L):
+    def refused(status, want, words, what):
+        msg = (L.lib.attn_ctx_last_error(L.ctx) or b"").decode()
+        R.check(status == want and all(w in msg for w in words),
+                "%s: status %d (want %d), message %r names %s" % (what, status, want, msg, words))
+
+    out = c_void_p()
+    refused(L.lib.attn_data_loader_new(L.ctx, 0, 2, True, False, byref(out)), ERR_INVALID,
+            ["shuffle", "empty"], "shuffle over 0 items")
+    refused(L.lib.attn_data_loader_new(L.ctx, 5, 0, False, False, byref(out)), ERR_INVALID,
+            ["batch_size is 0"], "batch_size 0")
+    ids = np.arange(10, dtype=np.int32)
+    refused(L.lib.attn_text_dataset_new(L.ctx, ids.ctypes.data, 10, 4, 0, byref(out)),
+            ERR_INVALID, ["stride is 0"], "stride 0")
+    refused(L.lib.attn_text_dataset_new(L.ctx, ids.ctypes.data, 10, 0, 1, byref(out)),
+            ERR_INVALID, ["max_length is 0"], "max_length 0")
+    split = c_size_t()
+    refused(L.lib.attn_text_split(L.ctx, b"abc", 3, 1.5, byref(split)), ERR_INVALID,
+            ["train_ratio 1.5"], "train_ratio 1.5")
+
+    ds, loader, other = c_void_p(), c_void_p(), c_void_p()
+    L.ok(L.lib.attn_text_dataset_new(L.ctx, ids.ctypes.data, 10, 3, 2, byref(ds)), "new")
+    R.check(L.lib.attn_text_dataset_len(ds) == 4, "10 ids, 3/2: 4 windows")
+    L.ok(L.lib.attn_data_loader_new(L.ctx, 4, 3, True, False, byref(loader)), "loader")
+    L.ok(L.lib.attn_data_loader_new(L.ctx, 5, 3, False, False, byref(other)), "loader")
+    idx = np.zeros(3, np.uint64)
+    count = c_size_t()
+    refused(L.lib.attn_data_loader_batch(loader, 0, idx.ctypes.data, byref(count)), ERR_INVALID,
+            ["no pass begun"], "a batch before begin")
+    rng = L.rng(3)
+    L.ok(L.lib.attn_data_loader_begin(loader, rng), "begin")
+    refused(L.lib.attn_data_loader_batch(loader, 2, idx.ctypes.data, byref(count)), ERR_INVALID,
+            ["batch 2", "2"], "batch 2 of 2")
+    L.ok(L.lib.attn_data_loader_begin(other, rng), "begin")
+    x = np.zeros((3, 3), np.int32)
+    rows = c_size_t()
+    refused(L.lib.attn_text_dataset_batch(ds, other, 0, x.ctypes.data, x.ctypes.data,
+                                          byref(rows)), ERR_SHAPE, ["5 items", "4 windows"],
+            "a loader of another size")
+    refused(L.lib.attn_text_dataset_get(ds, 4, x.ctypes.data, x.ctypes.data), ERR_INVALID,
+            ["index 4", "4 windows"], "window 4 of 4")
+    L.lib.attn_data_loader_free(loader)
+    L.lib.attn_data_loader_free(other)
+    L.lib.attn_text_dataset_free(ds)
+    L.lib.attn_rng_free(rng)
+
+    # refused weights draw nothing: the generator stays with PyTorch's
+    torch.manual_seed(9)
+    rng = L.rng(9)
+    got = c_int64()
+    for probs, words in (([0.5, float("nan")], ["probs[1] = nan"]),
+                         ([0.5, -0.25], ["probs[1] = -0.25"]),
+                         ([0.5, float("inf")], ["probs[1] = inf"]),
+                         ([0.0, 0.0], ["sum to 0"])):
+        p = np.array(probs, np.float32)
+        refused(L.lib.attn_rng_multinomial(rng, p.ctypes.data, 2, byref(got)), ERR_INVALID,
+                words, "multinomial of %s" % probs)
+    logits = np.array([1.0, float("inf"), 0.0], np.float32)
+    tok = c_int32()
+    refused(L.lib.attn_sample_book(L.ctx, logits.ctypes.data, 3, 1.0, 0, rng, byref(tok)),
+            ERR_INVALID, ["is inf"], "sample_book with an inf logit")
+    logits = np.array([3e38, 1.0, 0.0], np.float32)
+    refused(L.lib.attn_sample_book(L.ctx, logits.ctypes.data, 3, 0.5, 0, rng, byref(tok)),
+            ERR_INVALID, ["temperature (0.5) is inf"], "sample_book: 3e38 / 0.5")
+    R.check(L.rand(rng, 2).tobytes() == torch.rand(2).numpy().tobytes(),
+            "refusals drew nothing")
+    L.lib.attn_rng_free(rng)
+
+
 def main():
     L = Lib(sys.argv[1])
+    test_errors(L)
     test_draws(L)
     test_loader(L)
     test_multinomial(L)
