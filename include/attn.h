@@ -277,8 +277,8 @@ attn_status attn_rng_randperm(attn_rng *rng, size_t n, int64_t *out);
  * (need not sum to 1): every weight finite and >= 0 with a nonzero sum, or
  * ATTN_ERR_INVALID before any draw. Draws 2n 32-bit words (an Exp(1) per
  * category) and returns the first argmax of probs[i] / q_i, as PyTorch
- * without MKL does; MKL builds (PyPI wheels on Intel) draw their
- * exponentials from another stream. */
+ * 1.13 without MKL and current 2.x builds do; 2.x wheels that still drew
+ * exponential_ from MKL's stream on Intel CPUs pick other indices. */
 attn_status attn_rng_multinomial(attn_rng *rng, const float *probs, size_t n, int64_t *out);
 
 /*
