@@ -1859,7 +1859,10 @@ attn_status attn_text_dataset_get(const attn_text_dataset *d, size_t index, int3
  * Begin a pass only where PyTorch iterates (calc_loss_loader skips an
  * empty loader). Batch b holds order[b * batch_size ...], batch_size
  * items (fewer in a last partial one). shuffle needs dataset_len > 0 and
- * batch_size must be positive, as PyTorch's samplers require.
+ * batch_size must be positive, as PyTorch's samplers require. A loader
+ * holds one pass: for a pass that runs inside another over the same data
+ * (the book's evaluate_model inside an epoch over train_loader), begin it
+ * on a second loader made alike.
  */
 typedef struct attn_data_loader attn_data_loader;
 attn_status attn_data_loader_new(attn_ctx *ctx, size_t dataset_len, size_t batch_size,

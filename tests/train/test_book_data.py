@@ -347,6 +347,85 @@ def test_book_loader(L, enc, tok):
         tiktoken.get_encoding = get_encoding
 
 
+def test_book_flow(L, enc, tok):
+    """train_model_simple's data draws, with torch.rand standing for the
+    model's dropout: each epoch iterates train_loader, and every eval_freq
+    steps evaluate_model iterates train_loader again inside it (one batch,
+    eval_iter) and val_loader; the batches and the generator after 3 epochs
+    equal the book's."""
+    import tiktoken
+    from llms_from_scratch import ch02
+    with open(VERDICT, "r", encoding="utf-8") as f:
+        text = f.read()
+    idx = int(0.90 * len(text))
+    get_encoding = tiktoken.get_encoding
+    tiktoken.get_encoding = lambda name: enc
+    try:
+        for seed, length, eval_freq, dropout_draws in ((123, 256, 5, 37), (11, 64, 3, 5)):
+            torch.manual_seed(seed)
+            rng = L.rng(seed)
+            same = L.rand(rng, 11).tobytes() == torch.rand(11).numpy().tobytes()  # the init
+            train_loader = ch02.create_dataloader_v1(text[:idx], batch_size=2, max_length=length,
+                                                     stride=length, drop_last=True, shuffle=True,
+                                                     num_workers=0)
+            val_loader = ch02.create_dataloader_v1(text[idx:], batch_size=2, max_length=length,
+                                                   stride=length, drop_last=False,
+                                                   shuffle=False, num_workers=0)
+            train = encode_dataset(L, tok, text[:idx], length, length)
+            val = encode_dataset(L, tok, text[idx:], length, length)
+            loaders = {}
+            for name, ds, shuffle, drop_last in (("train", train, True, True),
+                                                 ("train_eval", train, True, True),
+                                                 ("val", val, False, False)):
+                loaders[name] = c_void_p()
+                L.ok(L.lib.attn_data_loader_new(L.ctx, L.lib.attn_text_dataset_len(ds), 2,
+                                                shuffle, drop_last, byref(loaders[name])), name)
+            x = np.zeros((2, length), np.int32)
+            y = np.zeros((2, length), np.int32)
+            rows = c_size_t()
+
+            def batch(ds, loader, b, want):
+                L.ok(L.lib.attn_text_dataset_batch(ds, loader, b, x.ctypes.data, y.ctypes.data,
+                                                   byref(rows)), "batch")
+                return (rows.value == want[0].shape[0] and
+                        np.array_equal(x[:rows.value], want[0].numpy()) and
+                        np.array_equal(y[:rows.value], want[1].numpy()))
+
+            def calc_loss_loader(loader, ds, ours, num_batches):
+                ok = True
+                if len(loader) == 0:
+                    return ok
+                L.ok(L.lib.attn_data_loader_begin(ours, rng), "begin")
+                for i, pair in enumerate(loader):
+                    if i >= min(num_batches, len(loader)):
+                        break
+                    ok &= batch(ds, ours, i, pair)
+                return ok
+
+            step = -1
+            for epoch in range(3):
+                L.ok(L.lib.attn_data_loader_begin(loaders["train"], rng), "begin")
+                for b, pair in enumerate(train_loader):
+                    same &= batch(train, loaders["train"], b, pair)
+                    same &= (L.rand(rng, dropout_draws).tobytes() ==
+                             torch.rand(dropout_draws).numpy().tobytes())
+                    step += 1
+                    if step % eval_freq == 0:
+                        same &= calc_loss_loader(train_loader, train, loaders["train_eval"], 1)
+                        same &= calc_loss_loader(val_loader, val, loaders["val"], 1)
+            R.check(same, "the book's training flow (seed %d, %d tokens, eval every %d): "
+                    "batches of 3 epochs and evaluations" % (seed, length, eval_freq))
+            R.check(L.rand(rng, 4).tobytes() == torch.rand(4).numpy().tobytes(),
+                    "the book's training flow (seed %d): the generator after" % seed)
+            for loader in loaders.values():
+                L.lib.attn_data_loader_free(loader)
+            L.lib.attn_text_dataset_free(train)
+            L.lib.attn_text_dataset_free(val)
+            L.lib.attn_rng_free(rng)
+    finally:
+        tiktoken.get_encoding = get_encoding
+
+
 # ---- 4. multinomial and the book's generate -------------------------------------
 
 
@@ -536,6 +615,7 @@ def main():
         L.ok(L.lib.attn_tokenizer_load(L.ctx, BPE.encode(), byref(tok)), "tokenizer")
         test_windows(L, enc, tok)
         test_book_loader(L, enc, tok)
+        test_book_flow(L, enc, tok)
         L.lib.attn_tokenizer_free(tok)
     L.lib.attn_ctx_free(L.ctx)
     print("%d passed, %d failed" % (R.passed, R.failed))
