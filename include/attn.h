@@ -261,6 +261,27 @@ attn_status attn_rng_dropout(attn_rng *rng, const float *x, float *y, size_t n, 
                              uint8_t *keep_mask);
 
 /*
+ * The draws of the book's data loading and sampling, draw for draw with
+ * PyTorch 1.13's CPU generator (Debian's python3-torch):
+ */
+/* torch.empty((), dtype=torch.int64).random_(): a 64-bit draw (two 32-bit
+ * draws, the first the high word) modulo 2^63. DataLoader and
+ * RandomSampler draw their seeds this way. */
+attn_status attn_rng_random_int64(attn_rng *rng, int64_t *out);
+/* torch.randperm(n, generator=rng) into out[n]: for i in 0 .. n-2 the
+ * element at i swaps with the one at i + (a 32-bit draw % (n - i)).
+ * PyTorch 2.x does the same below n = 2^32 / 20; above it (not here) it
+ * draws 64-bit and shuffles inside out. */
+attn_status attn_rng_randperm(attn_rng *rng, size_t n, int64_t *out);
+/* torch.multinomial(probs, num_samples=1) on one row of n float weights
+ * (need not sum to 1): every weight finite and >= 0 with a nonzero sum, or
+ * ATTN_ERR_INVALID before any draw. Draws 2n 32-bit words (an Exp(1) per
+ * category) and returns the first argmax of probs[i] / q_i, as PyTorch
+ * 1.13 without MKL and current 2.x builds do; 2.x wheels that still drew
+ * exponential_ from MKL's stream on Intel CPUs pick other indices. */
+attn_status attn_rng_multinomial(attn_rng *rng, const float *probs, size_t n, int64_t *out);
+
+/*
  * What the library knows of the CPU it runs on, read once from CPUID (and
  * the OS for the caches): the kernels choose tiles, vector widths and
  * blocks from it, and the benchmarks print it beside every figure.
@@ -1746,6 +1767,18 @@ typedef struct attn_sampling {
 } attn_sampling;
 attn_status attn_sample(attn_ctx *ctx, const float *logits, size_t vocab_size,
                         const attn_sampling *s, attn_rng *rng, int32_t *out);
+/*
+ * One step of the book's generate (ch05) as PyTorch runs it, for a caller
+ * that replays the book's run: top_k (0: all) filters with torch.where(
+ * logits < k-th largest, -inf, logits); temperature 0 is argmax (no draw);
+ * else torch.multinomial(torch.softmax(logits / temperature), 1), drawing
+ * what PyTorch draws (attn_rng_multinomial: 2 vocab_size words). The
+ * softmax is in float like PyTorch's, though not its vector exp: an index
+ * differs only where two categories' ratios p / q tie within float
+ * rounding. attn_sample's numbers are not these (one uniform per token).
+ */
+attn_status attn_sample_book(attn_ctx *ctx, const float *logits, size_t vocab_size,
+                             double temperature, size_t top_k, attn_rng *rng, int32_t *out);
 
 /*
  * Token by token, as the book's generate_text_simple with its cache: the
@@ -1811,6 +1844,80 @@ attn_status attn_tokenizer_encode(attn_tokenizer *t, const char *text, size_t le
  * is ATTN_ERR_INVALID naming its index. */
 attn_status attn_tokenizer_decode(attn_tokenizer *t, const int32_t *ids, size_t n, char *text,
                                   size_t capacity, size_t *length);
+
+/* ------------------------------------------------------------------------ */
+/* The book's text data (pretraining, ch02 and ch05)                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * gpt_train.py's train/validation split: *split receives the byte offset
+ * of character (code point) int(train_ratio * len(text)) of the UTF-8 text,
+ * as Python counts them; text[0 .. split) is the training part, the rest
+ * validation, each tokenized on its own. Pass the text as Python reads it
+ * (open(..., "r") turns "\r\n" into "\n").
+ */
+attn_status attn_text_split(attn_ctx *ctx, const char *text, size_t length, double train_ratio,
+                            size_t *split);
+
+/*
+ * The book's GPTDatasetV1: windows i = 0, stride, 2 stride, ... while
+ * i < n_ids - max_length, window k's input ids[i .. i + max_length) and
+ * target ids[i + 1 .. i + max_length + 1). _new copies the ids; _encode
+ * tokenizes text first as tokenizer.encode(text, allowed_special=
+ * {"<|endoftext|>"}) does (that name in the text is the tokenizer's last
+ * id when it decodes to it, GPT-2's 50256, else ATTN_ERR_INVALID).
+ * max_length and stride must be positive. Errors go to ctx.
+ */
+typedef struct attn_text_dataset attn_text_dataset;
+attn_status attn_text_dataset_new(attn_ctx *ctx, const int32_t *ids, size_t n_ids,
+                                  size_t max_length, size_t stride, attn_text_dataset **out);
+attn_status attn_text_dataset_encode(attn_ctx *ctx, attn_tokenizer *tok, const char *text,
+                                     size_t length, size_t max_length, size_t stride,
+                                     attn_text_dataset **out);
+void attn_text_dataset_free(attn_text_dataset *d);
+/* len(dataset): the number of windows (0 for NULL). */
+size_t attn_text_dataset_len(const attn_text_dataset *d);
+size_t attn_text_dataset_max_length(const attn_text_dataset *d);
+/* The token ids the windows are cut from (valid while d lives). */
+size_t attn_text_dataset_num_ids(const attn_text_dataset *d);
+const int32_t *attn_text_dataset_ids(const attn_text_dataset *d);
+/* dataset[index]: input and target, max_length ids each. */
+attn_status attn_text_dataset_get(const attn_text_dataset *d, size_t index, int32_t *input,
+                                  int32_t *target);
+
+/*
+ * DataLoader(dataset, batch_size, shuffle, drop_last, num_workers=0) over
+ * dataset_len items: len(loader) batches (dataset_len / batch_size, rounded
+ * up unless drop_last). Each pass (a for loop over the loader: each epoch,
+ * each evaluation) starts with attn_data_loader_begin, which draws from
+ * rng, the global generator, what iter(loader) and its first next() draw:
+ * the iterator's _base_seed (a random_int64), then with shuffle
+ * RandomSampler's seed (another), whose own generator gives the pass's
+ * order, randperm(dataset_len); without shuffle the order is 0 .. n-1.
+ * Begin a pass only where PyTorch iterates (calc_loss_loader skips an
+ * empty loader). Batch b holds order[b * batch_size ...], batch_size
+ * items (fewer in a last partial one). shuffle needs dataset_len > 0 and
+ * batch_size must be positive, as PyTorch's samplers require. A loader
+ * holds one pass: for a pass that runs inside another over the same data
+ * (the book's evaluate_model inside an epoch over train_loader), begin it
+ * on a second loader made alike.
+ */
+typedef struct attn_data_loader attn_data_loader;
+attn_status attn_data_loader_new(attn_ctx *ctx, size_t dataset_len, size_t batch_size,
+                                 bool shuffle, bool drop_last, attn_data_loader **out);
+void attn_data_loader_free(attn_data_loader *l);
+/* len(loader) (0 for NULL). */
+size_t attn_data_loader_len(const attn_data_loader *l);
+attn_status attn_data_loader_begin(attn_data_loader *l, attn_rng *rng);
+/* The dataset indices of batch b of the pass begun (indices: batch_size
+ * entries), *count how many. */
+attn_status attn_data_loader_batch(const attn_data_loader *l, size_t b, size_t *indices,
+                                   size_t *count);
+/* Batch b of the pass begun as the loader's collate stacks it: inputs and
+ * targets (rows, max_length), room for batch_size rows; *rows how many. The
+ * loader must have been made over attn_text_dataset_len(d) items. */
+attn_status attn_text_dataset_batch(const attn_text_dataset *d, const attn_data_loader *l,
+                                    size_t b, int32_t *inputs, int32_t *targets, size_t *rows);
 
 /* ------------------------------------------------------------------------ */
 /* Synthetic tasks                                                           */

@@ -253,3 +253,61 @@ attn_status attn_sample(attn_ctx *ctx, const float *logits, size_t vocab_size,
                         const attn_sampling *s, attn_rng *rng, int32_t *out) {
     return attn_sample_into(ctx, logits, vocab_size, s, rng, NULL, out);
 }
+
+/* ---- the book's generate, draw for draw ------------------------------------ */
+
+attn_status attn_sample_book(attn_ctx *ctx, const float *logits, size_t vocab_size,
+                             double temperature, size_t top_k, attn_rng *rng, int32_t *out) {
+    attn_clear_error(ctx);
+    attn_sampling s = {temperature, top_k, 0.0};
+    attn_status st = check_args(ctx, logits, vocab_size, &s, rng, out);
+    if (st != ATTN_OK) return st;
+    /* The filter keeps ties with the k-th largest, so it never moves the
+     * argmax: greedy needs no filtering. */
+    if (temperature == 0.0) {
+        *out = (int32_t)argmax(logits, vocab_size);
+        return ATTN_OK;
+    }
+    size_t bytes;
+    float *probs = attn_mul_size(vocab_size, sizeof(float), &bytes) ? attn_malloc(bytes) : NULL;
+    if (!probs)
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                         "attn_sample_book: no memory for %zu probabilities", vocab_size);
+    /* torch.where(logits < topk(logits, k)[-1], -inf, logits) */
+    float floor = -INFINITY;
+    if (top_k > 0 && top_k < vocab_size) {
+        for (size_t i = 0; i < vocab_size; i++) probs[i] = logits[i];
+        floor = kth_largest(probs, vocab_size, top_k);
+    }
+    /* logits / temperature in float, then torch.softmax in float: exp(x -
+     * max), times the float reciprocal of the sum. */
+    const float t = (float)temperature;
+    float max = -INFINITY;
+    for (size_t i = 0; i < vocab_size; i++) {
+        float x = logits[i] < floor ? -INFINITY : logits[i] / t;
+        probs[i] = x;
+        if (x > max) max = x;
+    }
+    if (isinf(max)) {
+        attn_free(probs);
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "attn_sample_book: the largest logit / temperature (%g) is %s: "
+                         "torch.multinomial refuses the softmax",
+                         temperature, max > 0 ? "inf" : "-inf (every logit)");
+    }
+    double total = 0.0;
+    for (size_t i = 0; i < vocab_size; i++) {
+        probs[i] = (float)exp((double)(probs[i] - max));
+        total += probs[i];
+    }
+    const float scale = 1.0f / (float)total;
+    for (size_t i = 0; i < vocab_size; i++) probs[i] *= scale;
+    int64_t chosen = 0;
+    st = attn_rng_multinomial(rng, probs, vocab_size, &chosen);
+    attn_free(probs);
+    if (st != ATTN_OK)
+        return attn_fail(ctx, st, "attn_sample_book: drawing from %zu probabilities failed",
+                         vocab_size);
+    *out = (int32_t)chosen;
+    return ATTN_OK;
+}

@@ -331,3 +331,73 @@ attn_status attn_rng_dropout(attn_rng *rng, const float *x, float *y, size_t n, 
     attn_dropout_stream_apply(&stream, x, y, n, keep_mask);
     return ATTN_OK;
 }
+
+/* ---- the draws of torch.utils.data and torch.multinomial ---------------- */
+
+attn_status attn_rng_random_int64(attn_rng *rng, int64_t *out) {
+    if (!rng) return ATTN_ERR_NULL;
+    attn_clear_error(rng->ctx);
+    if (!out) return attn_fail(rng->ctx, ATTN_ERR_NULL, "attn_rng_random_int64: out is NULL");
+    /* uniform_int_distribution<int64_t>: random64() modulo int64's max + 1 */
+    *out = (int64_t)(mt_next64(rng) % (UINT64_C(1) << 63));
+    return ATTN_OK;
+}
+
+attn_status attn_rng_randperm(attn_rng *rng, size_t n, int64_t *out) {
+    if (!rng) return ATTN_ERR_NULL;
+    attn_clear_error(rng->ctx);
+    if (!out && n > 0) return attn_fail(rng->ctx, ATTN_ERR_NULL, "attn_rng_randperm: out is NULL");
+    if (n > (size_t)INT64_MAX)
+        return attn_fail(rng->ctx, ATTN_ERR_INVALID,
+                         "attn_rng_randperm: n (%zu) does not fit an int64 index", n);
+    for (size_t i = 0; i < n; i++) out[i] = (int64_t)i;
+    /* randperm_cpu: a forward Fisher-Yates whose swap partner is one 32-bit
+     * draw modulo the number of places left (n - 1 draws). */
+    for (size_t i = 0; i + 1 < n; i++) {
+        size_t z = (size_t)((uint64_t)mt_next(rng) % (uint64_t)(n - i));
+        int64_t keep = out[i];
+        out[i] = out[i + z];
+        out[i + z] = keep;
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_rng_multinomial(attn_rng *rng, const float *probs, size_t n, int64_t *out) {
+    if (!rng) return ATTN_ERR_NULL;
+    attn_clear_error(rng->ctx);
+    if (!probs || !out)
+        return attn_fail(rng->ctx, ATTN_ERR_NULL, "attn_rng_multinomial: %s is NULL",
+                         !probs ? "probs" : "out");
+    if (n == 0)
+        return attn_fail(rng->ctx, ATTN_ERR_INVALID,
+                         "attn_rng_multinomial: n is 0 (no category to draw)");
+    /* PyTorch's checks, before any draw: every weight finite and >= 0, and
+     * the float sum not 0. */
+    float sum = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        if (!(probs[i] >= 0.0f && probs[i] < INFINITY))
+            return attn_fail(rng->ctx, ATTN_ERR_INVALID,
+                             "attn_rng_multinomial: probs[%zu] = %g (must be finite and >= 0)",
+                             i, (double)probs[i]);
+        sum += probs[i];
+    }
+    if (sum == 0.0f)
+        return attn_fail(rng->ctx, ATTN_ERR_INVALID,
+                         "attn_rng_multinomial: the %zu probs sum to 0", n);
+    /* The single-sample path draws q ~ Exp(1) for every category (in
+     * order, a double -log(1 - u) rounded to float) and returns the first
+     * argmax of the float ratios p / q: a Gumbel-max draw. A NaN ratio
+     * (0 / 0) wins, as argmax ranks NaN above all. */
+    size_t best = 0;
+    float best_ratio = 0.0f;
+    for (size_t i = 0; i < n; i++) {
+        float q = (float)(-1.0 * log(1.0 - uniform_double(rng)));
+        float ratio = probs[i] / q;
+        if (i == 0 || (!isnan(best_ratio) && (isnan(ratio) || ratio > best_ratio))) {
+            best = i;
+            best_ratio = ratio;
+        }
+    }
+    *out = (int64_t)best;
+    return ATTN_OK;
+}
