@@ -12,8 +12,10 @@ build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The demo needs the attn command alone, not the tests and benchmarks.
+# The demo needs the attn command alone (and what builds it), not the tests
+# and benchmarks.
 demo:
+	./scripts/install-deps.sh --build-only
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
 	cmake --build $(BUILD) -j $(JOBS) --target attn_cli
 	./$(BUILD)/attn demo
