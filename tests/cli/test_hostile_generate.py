@@ -7,7 +7,7 @@ hand, so that no library is needed and any byte can be wrong). For each:
     stdout, and nothing written (the run's directory is as it was);
   - where the input is valid (the controls, --non-strict, --stats): exit 0
     and the output checked.
-Regression checks of the issue's findings are marked with the finding:
+The groups of cases, each marked in the code:
   layers a file does not hold (a tensor renamed to layer 999999999, a
   config of 10^9 layers, --random-init of 10^9 layers), extra tensors
   (strict by default, --non-strict warns), zeros in configs (rope_theta 0
@@ -166,7 +166,7 @@ def main():
     check(re.fullmatch(r"\d+,\d+,\d+,\d+\n", out), "control: 4 ids, got %r" % out)
     out_cfg, _ = succeeded(["--weights", f("one.safetensors"), "--config", cfg1] + gen, cwd)
 
-    # ---- finding: layers the file does not hold
+    # ---- layers the file does not hold
     renamed = dict(one)
     renamed["trf_blocks.999999999.att.W_query.weight"] = renamed.pop(
         "trf_blocks.0.att.W_query.weight")
@@ -186,7 +186,7 @@ def main():
     refused("layers", ["--weights", f("one.safetensors"), "--config", write_json(
         "overflow.json", book_cfg(n_layers=1 << 62))] + gen, "trf_blocks.1.", cwd)
 
-    # ---- finding: extra tensors
+    # ---- extra tensors
     safetensors(f("two.safetensors"), gpt2_tensors(L=2, seed=1))
     refused("strict", ["--weights", f("two.safetensors"), "--config", cfg1] + gen,
             "holds 16 tensors the GPT-2 model of n_layers 1 does not use", cwd)
@@ -202,7 +202,7 @@ def main():
     refused("flags", ["--random-init", "1", "--preset", "gpt2-tiny", "--non-strict"] + gen,
             "--non-strict", cwd)
 
-    # ---- finding: zeros in configs
+    # ---- zeros in configs
     refused("config", ["--random-init", "1", "--config", write_json(
         "theta0.json", llama_hf_cfg(rope_theta=0))] + gen, '"rope_theta" (0)', cwd)
     base0 = write_json("base0.json", book_cfg(hidden_dim=24, rope_base=0, qkv_bias=False))
@@ -215,7 +215,7 @@ def main():
         "book_eps5.json", book_cfg(norm_eps=1e-5))] + gen, cwd)
     check(eps5 == out_cfg, "norm_eps 1e-5 written is the default: %r vs %r" % (eps5, out_cfg))
 
-    # ---- finding: late or misleading errors
+    # ---- late or misleading errors
     ranks = "".join("%s %d\n" % (base64.b64encode(bytes([b])).decode(), b) for b in range(256))
     tok = write_json("small.tiktoken", ranks)
     refused("late", ["--random-init", "1", "--preset", "gpt2-tiny", "--tokenizer", tok] + gen,
@@ -229,7 +229,7 @@ def main():
     refused("late", ["--random-init", "1", "--preset", "gpt2-tiny", "--prompt-ids", "1",
                      "--max-new-tokens", "4611686018427387904"], "context_length 256", cwd)
 
-    # ---- finding: a file of attn train --save
+    # ---- a file of attn train --save
     trained = f("trained.safetensors")
     p = subprocess.run([ATTN, "train", "--steps", "1", "--eval", "1", "--layers", "1",
                         "--d-model", "8", "--heads", "2", "--context", "8", "--vocab", "8",
@@ -316,7 +316,7 @@ def main():
     refused("flags", base + ["--prompt-ids", "1"], "--max-new-tokens", cwd)
     refused("flags", ["--preset", "gpt2-tiny"] + gen, "--random-init", cwd)
 
-    # ---- finding: --stats reports the load, the first token and tokens/s
+    # ---- --stats reports the load, the first token and tokens/s
     out, err = succeeded(["--random-init", "1", "--preset", "gpt2-small", "--prompt-ids",
                           "1,2,3", "--max-new-tokens", "6", "--stats", "--threads", "2"], cwd)
     load = re.search(r"load ([0-9.]+) ms, weights f32 ([0-9.]+) MiB", err)
