@@ -28,14 +28,21 @@ typedef struct meta_values {
     char dropout[32];
 } meta_values;
 
+/* The numbers both kinds of file carry, as the metadata's strings. */
+static void format_values(meta_values *v, size_t vocab_size, size_t context_length,
+                          size_t width, size_t n_layers, size_t n_heads, double dropout) {
+    snprintf(v->vocab_size, sizeof v->vocab_size, "%zu", vocab_size);
+    snprintf(v->context_length, sizeof v->context_length, "%zu", context_length);
+    snprintf(v->d_model, sizeof v->d_model, "%zu", width);
+    snprintf(v->n_layers, sizeof v->n_layers, "%zu", n_layers);
+    snprintf(v->n_heads, sizeof v->n_heads, "%zu", n_heads);
+    snprintf(v->dropout, sizeof v->dropout, "%.17g", dropout);
+}
+
 /* The metadata entries of the book's GPTModel; their strings live in v. */
 static size_t describe_gpt(const attn_gpt_config *c, meta_values *v, attn_metadata_entry *out) {
-    snprintf(v->vocab_size, sizeof v->vocab_size, "%zu", c->vocab_size);
-    snprintf(v->context_length, sizeof v->context_length, "%zu", c->context_length);
-    snprintf(v->d_model, sizeof v->d_model, "%zu", c->emb_dim);
-    snprintf(v->n_layers, sizeof v->n_layers, "%zu", c->n_layers);
-    snprintf(v->n_heads, sizeof v->n_heads, "%zu", c->n_heads);
-    snprintf(v->dropout, sizeof v->dropout, "%.17g", c->drop_rate);
+    format_values(v, c->vocab_size, c->context_length, c->emb_dim, c->n_layers, c->n_heads,
+                  c->drop_rate);
     attn_metadata_entry entries[GPT_META_COUNT] = {
         {"format", "attn-gpt"},
         {"vocab_size", v->vocab_size},
@@ -52,12 +59,8 @@ static size_t describe_gpt(const attn_gpt_config *c, meta_values *v, attn_metada
 
 /* The metadata entries of cfg; their strings live in v. */
 static void describe(const attn_model_config *c, meta_values *v, attn_metadata_entry *out) {
-    snprintf(v->vocab_size, sizeof v->vocab_size, "%zu", c->vocab_size);
-    snprintf(v->context_length, sizeof v->context_length, "%zu", c->context_length);
-    snprintf(v->d_model, sizeof v->d_model, "%zu", c->d_model);
-    snprintf(v->n_layers, sizeof v->n_layers, "%zu", c->n_layers);
-    snprintf(v->n_heads, sizeof v->n_heads, "%zu", c->n_heads);
-    snprintf(v->dropout, sizeof v->dropout, "%.17g", c->dropout);
+    format_values(v, c->vocab_size, c->context_length, c->d_model, c->n_layers, c->n_heads,
+                  c->dropout);
     attn_metadata_entry entries[META_COUNT] = {
         {"format", "attn-lm"},
         {"vocab_size", v->vocab_size},
