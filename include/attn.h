@@ -1756,9 +1756,12 @@ attn_status attn_lm_forward(attn_lm *m, const attn_lm_forward_args *args);
 /*
  * Choosing the next token from logits, as the book's generate (ch05):
  * temperature 0 is greedy (argmax, the first of equal maxima); else the
- * top_k largest logits are kept (0: all), divided by temperature, softmaxed,
- * the smallest set of most likely tokens whose probability reaches top_p
- * kept (0 or 1: all) and renormalised, and one drawn with rng.
+ * top_k largest logits are kept (0: all) and divided by temperature. With
+ * top_p 0 or 1 the rest is attn_sample_book's: the book's softmax and
+ * torch.multinomial, draw for draw. With 0 < top_p < 1 (nucleus sampling,
+ * not in the book) the softmax is in double, the smallest set of most
+ * likely tokens whose probability reaches top_p is kept and renormalised,
+ * and one token drawn by inverse CDF with one torch.rand uniform.
  */
 typedef struct attn_sampling {
     double temperature;
@@ -1775,7 +1778,7 @@ attn_status attn_sample(attn_ctx *ctx, const float *logits, size_t vocab_size,
  * what PyTorch draws (attn_rng_multinomial: 2 vocab_size words). The
  * softmax is in float like PyTorch's, though not its vector exp: an index
  * differs only where two categories' ratios p / q tie within float
- * rounding. attn_sample's numbers are not these (one uniform per token).
+ * rounding. attn_sample without top_p draws the same.
  */
 attn_status attn_sample_book(attn_ctx *ctx, const float *logits, size_t vocab_size,
                              double temperature, size_t top_k, attn_rng *rng, int32_t *out);

@@ -3,14 +3,17 @@
  * generate (ch05) does it, with top_p (nucleus) sampling added:
  *   temperature 0   argmax, the first of equal maxima
  *   else            logits below the top_k-th largest -> -inf (torch.topk +
- *                   torch.where, so ties with the k-th are kept),
- *                   p = softmax(logits / temperature) (in double),
- *                   the smallest set of most likely tokens whose
- *                   probability reaches top_p kept (ties broken by index),
- *                   renormalised, and one token drawn by inverse CDF over
- *                   the kept tokens in index order with u = torch.rand(1)
- *                   from the rng: exactly one uniform per call, so a seed
- *                   gives the same tokens run after run.
+ *                   torch.where, so ties with the k-th are kept), then
+ *     without top_p the book's own draw: softmax(logits / temperature) in
+ *                   float and torch.multinomial(probs, 1) from the rng, so
+ *                   the book's seed gives the book's tokens;
+ *     with top_p    p = softmax(logits / temperature) (in double), the
+ *                   smallest set of most likely tokens whose probability
+ *                   reaches top_p kept (ties broken by index), renormalised,
+ *                   and one token drawn by inverse CDF over the kept tokens
+ *                   in index order with u = torch.rand(1) from the rng
+ *                   (PyTorch has no nucleus draw to follow).
+ * Either way a seed gives the same tokens run after run.
  */
 #include "lm/sample.h"
 
@@ -190,9 +193,16 @@ static double weights(const float *logits, size_t vocab_size, float floor, doubl
     return total;
 }
 
+static attn_status book_draw(attn_ctx *ctx, const char *who, const float *logits,
+                             size_t vocab_size, double temperature, size_t top_k, attn_rng *rng,
+                             float *probs, int32_t *out);
+
 static attn_status sample_scaled(attn_ctx *ctx, const float *logits, size_t vocab_size,
                                  const attn_sampling *s, attn_rng *rng, void *scratch,
                                  int32_t *out) {
+    if (!(s->top_p > 0.0 && s->top_p < 1.0))
+        return book_draw(ctx, "attn_sample", logits, vocab_size, s->temperature, s->top_k, rng,
+                         scratch, out);
     double *probs = scratch;
     ranked *order = (ranked *)(probs + vocab_size);
     float *copy = (float *)(order + vocab_size);
@@ -209,8 +219,7 @@ static attn_status sample_scaled(attn_ctx *ctx, const float *logits, size_t voca
         floor = kth_largest(copy, vocab_size, s->top_k);
     }
     double total = weights(logits, vocab_size, floor, s->temperature, probs);
-    if (s->top_p > 0.0 && s->top_p < 1.0)
-        total = keep_nucleus(probs, vocab_size, total, s->top_p, order);
+    total = keep_nucleus(probs, vocab_size, total, s->top_p, order);
 
     float u;
     attn_status st = attn_rng_rand(rng, &u, 1);
@@ -256,6 +265,46 @@ attn_status attn_sample(attn_ctx *ctx, const float *logits, size_t vocab_size,
 
 /* ---- the book's generate, draw for draw ------------------------------------ */
 
+/* torch.where(logits < topk(logits, k)[-1], -inf, logits), / temperature,
+ * torch.softmax and torch.multinomial(probs, 1), all in float as PyTorch
+ * computes them; probs is scratch of vocab_size floats. */
+static attn_status book_draw(attn_ctx *ctx, const char *who, const float *logits,
+                             size_t vocab_size, double temperature, size_t top_k, attn_rng *rng,
+                             float *probs, int32_t *out) {
+    float floor = -INFINITY;
+    if (top_k > 0 && top_k < vocab_size) {
+        for (size_t i = 0; i < vocab_size; i++) probs[i] = logits[i];
+        floor = kth_largest(probs, vocab_size, top_k);
+    }
+    /* logits / temperature in float, then torch.softmax in float: exp(x -
+     * max), times the float reciprocal of the sum. */
+    const float t = (float)temperature;
+    float max = -INFINITY;
+    for (size_t i = 0; i < vocab_size; i++) {
+        float x = logits[i] < floor ? -INFINITY : logits[i] / t;
+        probs[i] = x;
+        if (x > max) max = x;
+    }
+    if (isinf(max))
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: the largest logit / temperature (%g) is %s: "
+                         "torch.multinomial refuses the softmax",
+                         who, temperature, max > 0 ? "inf" : "-inf (every logit)");
+    double total = 0.0;
+    for (size_t i = 0; i < vocab_size; i++) {
+        probs[i] = (float)exp((double)(probs[i] - max));
+        total += probs[i];
+    }
+    const float scale = 1.0f / (float)total;
+    for (size_t i = 0; i < vocab_size; i++) probs[i] *= scale;
+    int64_t chosen = 0;
+    attn_status st = attn_rng_multinomial(rng, probs, vocab_size, &chosen);
+    if (st != ATTN_OK)
+        return attn_fail(ctx, st, "%s: drawing from %zu probabilities failed", who, vocab_size);
+    *out = (int32_t)chosen;
+    return ATTN_OK;
+}
+
 attn_status attn_sample_book(attn_ctx *ctx, const float *logits, size_t vocab_size,
                              double temperature, size_t top_k, attn_rng *rng, int32_t *out) {
     attn_clear_error(ctx);
@@ -273,41 +322,8 @@ attn_status attn_sample_book(attn_ctx *ctx, const float *logits, size_t vocab_si
     if (!probs)
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
                          "attn_sample_book: no memory for %zu probabilities", vocab_size);
-    /* torch.where(logits < topk(logits, k)[-1], -inf, logits) */
-    float floor = -INFINITY;
-    if (top_k > 0 && top_k < vocab_size) {
-        for (size_t i = 0; i < vocab_size; i++) probs[i] = logits[i];
-        floor = kth_largest(probs, vocab_size, top_k);
-    }
-    /* logits / temperature in float, then torch.softmax in float: exp(x -
-     * max), times the float reciprocal of the sum. */
-    const float t = (float)temperature;
-    float max = -INFINITY;
-    for (size_t i = 0; i < vocab_size; i++) {
-        float x = logits[i] < floor ? -INFINITY : logits[i] / t;
-        probs[i] = x;
-        if (x > max) max = x;
-    }
-    if (isinf(max)) {
-        attn_free(probs);
-        return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "attn_sample_book: the largest logit / temperature (%g) is %s: "
-                         "torch.multinomial refuses the softmax",
-                         temperature, max > 0 ? "inf" : "-inf (every logit)");
-    }
-    double total = 0.0;
-    for (size_t i = 0; i < vocab_size; i++) {
-        probs[i] = (float)exp((double)(probs[i] - max));
-        total += probs[i];
-    }
-    const float scale = 1.0f / (float)total;
-    for (size_t i = 0; i < vocab_size; i++) probs[i] *= scale;
-    int64_t chosen = 0;
-    st = attn_rng_multinomial(rng, probs, vocab_size, &chosen);
+    st = book_draw(ctx, "attn_sample_book", logits, vocab_size, temperature, top_k, rng, probs,
+                   out);
     attn_free(probs);
-    if (st != ATTN_OK)
-        return attn_fail(ctx, st, "attn_sample_book: drawing from %zu probabilities failed",
-                         vocab_size);
-    *out = (int32_t)chosen;
-    return ATTN_OK;
+    return st;
 }

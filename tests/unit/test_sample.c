@@ -263,6 +263,34 @@ static void test_reproducible(attn_rng *data, uint64_t seed) {
     attn_rng_free(c);
 }
 
+/* Without top_p, attn_sample is the book's draw: attn_sample_book's token
+ * from the same generator state, and the generator left in the same state
+ * (torch.multinomial's draws), for any temperature and top_k. */
+static void test_book_draws(attn_rng *data, uint64_t seed) {
+    float x[300];
+    random_logits(data, x, 300, 2.0f);
+    attn_rng *a, *b;
+    CHECK_STATUS(attn_rng_new(ctx, seed, &a), ATTN_OK);
+    CHECK_STATUS(attn_rng_new(ctx, seed, &b), ATTN_OK);
+    const double temperatures[] = {0.3, 1.0, 1.4, 5.0};
+    const size_t top_ks[] = {0, 1, 25, 299};
+    int same = 0;
+    for (int i = 0; i < 64; i++) {
+        double t = temperatures[i % 4];
+        size_t k = top_ks[(i / 4) % 4];
+        int32_t ta = sample(x, 300, t, k, i % 2 ? 1.0 : 0.0, a), tb = -1;
+        CHECK_STATUS(attn_sample_book(ctx, x, 300, t, k, b, &tb), ATTN_OK);
+        same += ta == tb;
+    }
+    CHECK(same == 64);
+    uint32_t ua = 0, ub = 1;
+    attn_rng_next_u32(a, &ua);
+    attn_rng_next_u32(b, &ub);
+    CHECK(ua == ub);
+    attn_rng_free(a);
+    attn_rng_free(b);
+}
+
 static void test_errors(attn_rng *draws) {
     float x[5] = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f};
     int32_t token = 77;
@@ -551,6 +579,7 @@ int main(int argc, char **argv) {
     test_frequencies(data, draws);
     test_large_vocab(data, draws);
     test_reproducible(data, seed);
+    test_book_draws(data, seed);
     test_errors(draws);
     test_generate(seed);
     attn_rng_free(data);
