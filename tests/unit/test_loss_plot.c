@@ -6,7 +6,8 @@
  * multiples inside the range with tick marks where the mapping puts them,
  * the legend holds both colours, degenerate and extreme inputs render, and
  * bad inputs are refused with a message. ATTN_TEST_SEED repeats a run;
- * ATTN_LOSS_PLOT_PPM=path also writes the first random plot as a PPM.
+ * ATTN_LOSS_PLOT_PNG=path also writes the first random plot there, to look
+ * at.
  */
 #include <math.h>
 #include <stdint.h>
@@ -183,12 +184,23 @@ static bool render(const series *s, image *im, cli_loss_plot_layout *L) {
     return ok;
 }
 
-static void write_ppm(const image *im, const char *path) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    fprintf(f, "P6\n%zu %zu\n255\n", im->width, im->height);
-    fwrite(im->rgb, 3, im->width * im->height, f);
-    fclose(f);
+/* The plot of s written to path through attn_file, for a person to look at. */
+static void write_png(const series *s, const char *path) {
+    cli_loss_history h = {s->tokens, s->epochs, s->train, s->val, s->n};
+    attn_ctx *ctx = NULL;
+    attn_file *file = NULL;
+    char err[300] = "";
+    if (attn_ctx_new(NULL, &ctx) != ATTN_OK) return;
+    if (attn_file_open(ctx, path, &file) == ATTN_OK) {
+        if (cli_loss_plot_png(ctx, file, path, &h, err, sizeof err)) {
+            if (attn_file_commit(ctx, file) != ATTN_OK)
+                fprintf(stderr, "%s\n", attn_ctx_last_error(ctx));
+        } else {
+            fprintf(stderr, "%s\n", err);
+            attn_file_discard(file);
+        }
+    }
+    attn_ctx_free(ctx);
 }
 
 static void test_random_history(int trial) {
@@ -198,8 +210,8 @@ static void test_random_history(int trial) {
     image im;
     cli_loss_plot_layout L;
     if (!render(&s, &im, &L)) return;
-    const char *ppm = getenv("ATTN_LOSS_PLOT_PPM");
-    if (ppm && trial == 0) write_ppm(&im, ppm);
+    const char *keep = getenv("ATTN_LOSS_PLOT_PNG");
+    if (keep && trial == 0) write_png(&s, keep);
 
     double lo = INFINITY, hi = -INFINITY;
     for (size_t i = 0; i < n; i++) lo = fmin(lo, s.train[i]), hi = fmax(hi, s.val[i]);
