@@ -17,17 +17,18 @@ static const unsigned char paper[3] = {255, 255, 255};
 static const unsigned char legend_edge[3] = {204, 204, 204};
 
 enum {
-    SCALE = 2,                        /* the font drawn at twice its size */
+    SCALE = 2,                            /* the font drawn at twice its size */
     CHAR_W = RASTER_CHAR_ADVANCE * SCALE, /* 12 */
     CHAR_H = RASTER_CHAR_HEIGHT * SCALE,  /* 14 */
     MARGIN = 10,
     TICK_LEN = 6,
-    TICK_GAP = 4, /* between a tick and its label */
+    TICK_GAP = 4,  /* between a tick and its label */
     LABEL_GAP = 6, /* between tick labels and the axis label */
-    PLOT_TOP = MARGIN + CHAR_H + LABEL_GAP + CHAR_H + TICK_GAP + TICK_LEN + 2,        /* 56 */
+    PLOT_TOP = MARGIN + CHAR_H + LABEL_GAP + CHAR_H + TICK_GAP + TICK_LEN + 2, /* 56 */
     PLOT_BOTTOM = CLI_LOSS_PLOT_HEIGHT - 1 - MARGIN - CHAR_H - LABEL_GAP - CHAR_H - TICK_GAP -
-                  TICK_LEN - 1,                                                          /* 444 */
-    PLOT_RIGHT = CLI_LOSS_PLOT_WIDTH - 1 - 50,                                           /* 749 */
+                  TICK_LEN - 1,                /* 444 */
+    /* room right of the box for half of a centred x tick label */
+    PLOT_RIGHT = CLI_LOSS_PLOT_WIDTH - 1 - 50, /* 749 */
     /* left = LEFT_BASE + CHAR_W * the widest loss label: "Loss" (x 12 to 25)
      * and a gap of 10 before the labels, which end TICK_LEN + TICK_GAP left
      * of the spine. */
@@ -35,7 +36,10 @@ enum {
     LEGEND_PAD = 8,
     LEGEND_SAMPLE = 28, /* the length of each entry's line sample */
     LEGEND_INSET = 10,
-    DASH_ON = 12, DASH_OFF = 5, DOT_ON = 3, /* validation's dash-dot, in pixels along the line */
+    /* validation's dash-dot, in pixels along the line: on, off, on, off */
+    DASH_ON = 12,
+    DASH_OFF = 5,
+    DOT_ON = 3,
 };
 
 /* Beyond this, spans and the 5% widening could overflow a double. */
@@ -125,8 +129,9 @@ static void choose_ticks(cli_loss_axis *a, double dmin, double dmax, double pixe
         double need = horizontal ? (double)(widest_label(a) * CHAR_W + 16) : 0;
         if (spacing >= min_spacing && spacing >= need) return;
     }
-    /* Unreachable in practice (the last step tried spans the axis); kept so
-     * that the axis is well defined whatever doubles do. */
+    /* Past the last try the axis keeps that step's ticks: thirty tries span
+     * ten decades above span / CLI_LOSS_PLOT_MAX_TICKS, far beyond any axis
+     * whose labels fit. */
 }
 
 static bool check_series(const double *v, const char *name, size_t n, bool must_be_finite,
@@ -202,13 +207,14 @@ static double map_y(const cli_loss_plot_layout *L, double loss) {
 }
 
 /* Where a line may draw: strictly inside the axes box. */
-typedef struct clip {
+typedef struct plot_clip {
     const raster *cv;
     long x0, y0, x1, y1;
-} clip;
+} plot_clip;
 
 /* A square of side pixels whose top-left is (floor(x) + off, floor(y) + off). */
-static void brush(const clip *c, double x, double y, long side, long off, const unsigned char *colour) {
+static void brush(const plot_clip *c, double x, double y, long side, long off,
+                  const unsigned char *colour) {
     long bx = (long)floor(x) + off, by = (long)floor(y) + off;
     for (long yy = by; yy < by + side; yy++)
         for (long xx = bx; xx < bx + side; xx++)
@@ -228,7 +234,7 @@ static bool dash_dot_on(double s) {
  * carry the pattern's phase from one segment to the next, as matplotlib
  * does along a path.
  */
-static void draw_curve(const clip *c, const cli_loss_plot_layout *L, const double *epochs,
+static void draw_curve(const plot_clip *c, const cli_loss_plot_layout *L, const double *epochs,
                        const double *loss, size_t n, const unsigned char *colour, bool dashed) {
     double along = 0;
     for (size_t i = 0; i < n; i++) {
@@ -269,12 +275,12 @@ static void draw_x_ticks(const raster *cv, const cli_loss_plot_layout *L, const 
         size_t tx = x - w / 2; /* may wrap below zero: raster_put skips it */
         if (top) {
             vline(cv, x, L->top - TICK_LEN, L->top - 1, ink);
-            raster_text(cv, tx, L->top - TICK_LEN - TICK_GAP - CHAR_H, a->labels[k], 24, SCALE,
-                        false, ink);
+            raster_text(cv, tx, L->top - TICK_LEN - TICK_GAP - CHAR_H, a->labels[k],
+                        CLI_LOSS_PLOT_LABEL_MAX, SCALE, false, ink);
         } else {
             vline(cv, x, L->bottom + 1, L->bottom + TICK_LEN, ink);
-            raster_text(cv, tx, L->bottom + TICK_LEN + TICK_GAP + 1, a->labels[k], 24, SCALE,
-                        false, ink);
+            raster_text(cv, tx, L->bottom + TICK_LEN + TICK_GAP + 1, a->labels[k],
+                        CLI_LOSS_PLOT_LABEL_MAX, SCALE, false, ink);
         }
     }
 }
@@ -290,8 +296,8 @@ static void draw_axes(const raster *cv, const cli_loss_plot_layout *L) {
         size_t y = (size_t)lround(map_y(L, L->loss.ticks[k]));
         hline(cv, L->left - TICK_LEN, L->left - 1, y, ink);
         size_t w = raster_text_width(strlen(L->loss.labels[k]), SCALE);
-        raster_text(cv, L->left - TICK_LEN - TICK_GAP - w, y - CHAR_H / 2, L->loss.labels[k], 24,
-                    SCALE, false, ink);
+        raster_text(cv, L->left - TICK_LEN - TICK_GAP - w, y - CHAR_H / 2, L->loss.labels[k],
+                    CLI_LOSS_PLOT_LABEL_MAX, SCALE, false, ink);
     }
     size_t mid_x = (L->left + L->right) / 2, mid_y = (L->top + L->bottom) / 2;
     raster_text(cv, mid_x - raster_text_width(6, SCALE) / 2, L->height - 1 - MARGIN - CHAR_H,
@@ -309,7 +315,7 @@ static void draw_legend(const raster *cv, const cli_loss_plot_layout *L) {
     hline(cv, x, x + w - 1, y + h - 1, legend_edge);
     vline(cv, x, y, y + h - 1, legend_edge);
     vline(cv, x + w - 1, y, y + h - 1, legend_edge);
-    clip inside = {cv, (long)x + 1, (long)y + 1, (long)(x + w) - 2, (long)(y + h) - 2};
+    plot_clip inside = {cv, (long)x + 1, (long)y + 1, (long)(x + w) - 2, (long)(y + h) - 2};
     for (int entry = 0; entry < 2; entry++) {
         size_t row = y + LEGEND_PAD + (size_t)entry * (CHAR_H + LEGEND_PAD);
         double line_y = (double)row + CHAR_H / 2.0 - 1.0;
@@ -334,7 +340,7 @@ bool cli_loss_plot_render(const cli_loss_history *h, unsigned char **rgb, size_t
     }
     raster cv = {pixels, L.width, L.height};
     raster_fill(&cv, 0, 0, L.width, L.height, paper);
-    clip box = {&cv, (long)L.left + 1, (long)L.top + 1, (long)L.right - 1, (long)L.bottom - 1};
+    plot_clip box = {&cv, (long)L.left + 1, (long)L.top + 1, (long)L.right - 1, (long)L.bottom - 1};
     /* matplotlib's order: training, then validation over it, then the
      * spines, then the legend over everything. */
     draw_curve(&box, &L, h->epochs_seen, h->train_losses, h->n, cli_loss_plot_train_colour, false);
@@ -347,8 +353,8 @@ bool cli_loss_plot_render(const cli_loss_history *h, unsigned char **rgb, size_t
     return true;
 }
 
-bool cli_loss_plot_png(attn_ctx *ctx, attn_file *file, const char *path,
-                       const cli_loss_history *h, char *err, size_t err_size) {
+bool cli_loss_plot_png(attn_ctx *ctx, attn_file *file, const char *path, const cli_loss_history *h,
+                       char *err, size_t err_size) {
     unsigned char *rgb = NULL;
     size_t width = 0, height = 0;
     if (!cli_loss_plot_render(h, &rgb, &width, &height, err, err_size)) return false;

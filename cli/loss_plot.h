@@ -23,6 +23,7 @@ typedef struct cli_loss_history {
 #define CLI_LOSS_PLOT_WIDTH 800
 #define CLI_LOSS_PLOT_HEIGHT 500
 #define CLI_LOSS_PLOT_MAX_TICKS 12
+#define CLI_LOSS_PLOT_LABEL_MAX 24 /* a tick label's bytes, its NUL included */
 
 /* The line colours: matplotlib's C0 (#1f77b4) and C1 (#ff7f0e). */
 extern const unsigned char cli_loss_plot_train_colour[3], cli_loss_plot_val_colour[3];
@@ -43,7 +44,7 @@ extern const unsigned char cli_loss_plot_train_colour[3], cli_loss_plot_val_colo
 typedef struct cli_loss_axis {
     double lo, hi, step;
     double ticks[CLI_LOSS_PLOT_MAX_TICKS];
-    char labels[CLI_LOSS_PLOT_MAX_TICKS][24];
+    char labels[CLI_LOSS_PLOT_MAX_TICKS][CLI_LOSS_PLOT_LABEL_MAX];
     size_t n_ticks;
 } cli_loss_axis;
 
@@ -85,7 +86,7 @@ bool cli_loss_plot_render(const cli_loss_history *h, unsigned char **rgb, size_t
 
 /* Renders and writes it as PNG to file, an open attn_file for path (the caller commits or
  * discards, as with cli_png_write in cli/png_write.h). */
-bool cli_loss_plot_png(attn_ctx *ctx, attn_file *file, const char *path,
-                       const cli_loss_history *h, char *err, size_t err_size);
+bool cli_loss_plot_png(attn_ctx *ctx, attn_file *file, const char *path, const cli_loss_history *h,
+                       char *err, size_t err_size);
 
 #endif /* ATTN_CLI_LOSS_PLOT_H */

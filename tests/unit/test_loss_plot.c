@@ -294,8 +294,8 @@ static void test_nan_gaps(void) {
           0);
     /* ...while either side of the gap validation is drawn. */
     long before = lround(px(&L, &L.epochs, s.epochs[gap_val - 2]));
-    CHECK(count_colour(&im, (size_t)before, L.top, (size_t)x0, L.bottom,
-                       cli_loss_plot_val_colour) > 0);
+    CHECK(count_colour(&im, (size_t)before, L.top, (size_t)x0, L.bottom, cli_loss_plot_val_colour) >
+          0);
     x0 = lround(px(&L, &L.epochs, s.epochs[gap_train - 1])) + 3;
     x1 = lround(px(&L, &L.epochs, s.epochs[gap_train + 1])) - 3;
     CHECK(count_colour(&im, (size_t)x0, L.top, (size_t)x1, L.bottom, cli_loss_plot_train_colour) ==
@@ -388,8 +388,8 @@ static void test_labels_and_extremes(void) {
         check_axis("1e9 tokens", &L.tokens, 0, 1e9);
         check_axis("1e30 loss", &L.loss, 1e30, 2e30);
         CHECK(strcmp(L.tokens.labels[0], "0.0e+00") == 0);
-        for (size_t k = 1; k < L.tokens.n_ticks; k++) CHECK(strstr(L.tokens.labels[k], "e+08") ||
-                                                             strstr(L.tokens.labels[k], "e+09"));
+        for (size_t k = 1; k < L.tokens.n_ticks; k++)
+            CHECK(strstr(L.tokens.labels[k], "e+08") || strstr(L.tokens.labels[k], "e+09"));
         for (size_t k = 0; k < L.loss.n_ticks; k++) CHECK(strstr(L.loss.labels[k], "e+30") != NULL);
         CHECK(is_colour(&im, lround(px(&L, &L.epochs, 0)), lround(py(&L, 1e30)),
                         cli_loss_plot_train_colour));
@@ -475,10 +475,10 @@ static void test_png(void) {
     if (f) fclose(f);
     static const unsigned char signature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
     CHECK(memcmp(head, signature, 8) == 0 && memcmp(head + 12, "IHDR", 4) == 0);
-    unsigned w = (unsigned)head[16] << 24 | (unsigned)head[17] << 16 | (unsigned)head[18] << 8 |
-                 head[19];
-    unsigned ht = (unsigned)head[20] << 24 | (unsigned)head[21] << 16 | (unsigned)head[22] << 8 |
-                  head[23];
+    unsigned w =
+        (unsigned)head[16] << 24 | (unsigned)head[17] << 16 | (unsigned)head[18] << 8 | head[19];
+    unsigned ht =
+        (unsigned)head[20] << 24 | (unsigned)head[21] << 16 | (unsigned)head[22] << 8 | head[23];
     CHECK(w == CLI_LOSS_PLOT_WIDTH && ht == CLI_LOSS_PLOT_HEIGHT);
     remove(path);
     /* A refused history writes nothing and says why. */
