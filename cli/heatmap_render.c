@@ -1,7 +1,7 @@
 /* heatmap_render.c — see heatmap_render.h for the layout. */
 #include "heatmap_render.h"
 
-#include "font5x7.h"
+#include "raster.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -77,48 +77,11 @@ bool hm_compute_layout(const hm_spec *spec, hm_layout *out) {
     return out->width <= 32768 && out->height <= 32768;
 }
 
-typedef struct canvas {
-    unsigned char *rgb;
-    size_t width, height;
-} canvas;
-
-static void put(const canvas *cv, size_t x, size_t y, const unsigned char colour[3]) {
-    if (x < cv->width && y < cv->height) memcpy(cv->rgb + 3 * (y * cv->width + x), colour, 3);
-}
-
-static void fill(const canvas *cv, size_t x, size_t y, size_t w, size_t h,
-                 const unsigned char colour[3]) {
-    for (size_t yy = y; yy < y + h; yy++)
-        for (size_t xx = x; xx < x + w; xx++) put(cv, xx, yy, colour);
-}
-
-/* Text at (x, y), top-left; vertical text reads bottom to top, (x, y) being
- * the bottom-left of its first character. */
-static void text(const canvas *cv, size_t x, size_t y, const char *s, size_t max, size_t scale,
-                 bool vertical) {
-    size_t n = strlen(s);
-    if (n > max) n = max;
-    for (size_t k = 0; k < n; k++) {
-        char ch = (n < strlen(s) && k == n - 1) ? '~' : s[k]; /* mark a cut label */
-        for (int gy = 0; gy < FONT5X7_HEIGHT; gy++)
-            for (int gx = 0; gx < FONT5X7_WIDTH; gx++) {
-                if (!font5x7_pixel(ch, gx, gy)) continue;
-                for (size_t dy = 0; dy < scale; dy++)
-                    for (size_t dx = 0; dx < scale; dx++) {
-                        size_t along = k * 6 * scale + (size_t)gx * scale + dx;
-                        size_t across = (size_t)gy * scale + dy;
-                        if (vertical) put(cv, x + across, y - along, ink);
-                        else put(cv, x + along, y + across, ink);
-                    }
-            }
-    }
-}
-
 void hm_render(const hm_spec *spec, const hm_layout *L, unsigned char *rgb) {
-    canvas cv = {rgb, L->width, L->height};
-    fill(&cv, 0, 0, L->width, L->height, paper);
+    raster cv = {rgb, L->width, L->height};
+    raster_fill(&cv, 0, 0, L->width, L->height, paper);
     size_t T = spec->tokens, c = L->cell, s = L->scale;
-    if (spec->title) text(&cv, MARGIN, MARGIN, spec->title, 200, s, false);
+    if (spec->title) raster_text(&cv, MARGIN, MARGIN, spec->title, 200, s, false, ink);
     for (size_t p = 0; p < spec->panels; p++) {
         size_t col = p % L->cols, row = p / L->cols;
         size_t x0 = MARGIN + col * (L->panel_w + GAP);
@@ -126,15 +89,15 @@ void hm_render(const hm_spec *spec, const hm_layout *L, unsigned char *rgb) {
         size_t gx = x0 + L->label_w, gy = y0 + L->title_h + L->label_w;
         char title[32];
         snprintf(title, sizeof title, "head %zu", spec->heads[p]);
-        text(&cv, gx, y0 + 2, title, sizeof title, s, false);
+        raster_text(&cv, gx, y0 + 2, title, sizeof title, s, false, ink);
         for (size_t i = 0; i < T; i++) {
             const char *label = spec->labels[i];
             size_t w = label_len(label) * 6 * s;
             size_t pad = (c > 7 * s ? c - 7 * s : 0) / 2;
             /* row labels, right-aligned left of the grid */
-            text(&cv, gx - 6 - w, gy + i * c + pad, label, HM_MAX_LABEL, s, false);
+            raster_text(&cv, gx - 6 - w, gy + i * c + pad, label, HM_MAX_LABEL, s, false, ink);
             /* column labels, vertical, ending just above the grid */
-            text(&cv, gx + i * c + pad, gy - 4, label, HM_MAX_LABEL, s, true);
+            raster_text(&cv, gx + i * c + pad, gy - 4, label, HM_MAX_LABEL, s, true, ink);
         }
         for (size_t i = 0; i < T; i++)
             for (size_t j = 0; j < T; j++) {
@@ -143,13 +106,13 @@ void hm_render(const hm_spec *spec, const hm_layout *L, unsigned char *rgb) {
                 if (spec->causal && j > i) {
                     for (size_t yy = 0; yy < inner; yy++)
                         for (size_t xx = 0; xx < inner; xx++)
-                            put(&cv, cx + xx, cy + yy, ((xx + yy) / 3) % 2 ? hatch_a : hatch_b);
+                            raster_put(&cv, cx + xx, cy + yy, ((xx + yy) / 3) % 2 ? hatch_a : hatch_b);
                 } else {
                     unsigned char colour[3];
                     hm_colour(scale_position(spec->weights[(p * T + i) * T + j], L->vmin,
                                              L->vmax),
                               colour);
-                    fill(&cv, cx, cy, inner, inner, colour);
+                    raster_fill(&cv, cx, cy, inner, inner, colour);
                 }
             }
     }
@@ -158,13 +121,13 @@ void hm_render(const hm_spec *spec, const hm_layout *L, unsigned char *rgb) {
     for (size_t y = 0; y < h; y++) {
         unsigned char colour[3];
         hm_colour(h > 1 ? 1.0f - (float)y / (float)(h - 1) : 1.0f, colour);
-        fill(&cv, L->bar_x, top + y, BAR_W, 1, colour);
+        raster_fill(&cv, L->bar_x, top + y, BAR_W, 1, colour);
     }
     char value[16];
     snprintf(value, sizeof value, "%.3f", (double)L->vmax);
-    text(&cv, L->bar_x + BAR_W + BAR_TEXT_GAP, top, value, 5, s, false);
+    raster_text(&cv, L->bar_x + BAR_W + BAR_TEXT_GAP, top, value, 5, s, false, ink);
     snprintf(value, sizeof value, "%.3f", (double)L->vmin);
-    text(&cv, L->bar_x + BAR_W + BAR_TEXT_GAP, top + h - 7 * s, value, 5, s, false);
+    raster_text(&cv, L->bar_x + BAR_W + BAR_TEXT_GAP, top + h - 7 * s, value, 5, s, false, ink);
 }
 
 bool hm_print_terminal(FILE *out, const hm_spec *spec) {
