@@ -1368,6 +1368,60 @@ typedef struct attn_gpt_config {
     bool qkv_bias;
 } attn_gpt_config;
 
+/*
+ * The book's Llama3Model (llms-from-scratch 1.0.19, llms_from_scratch.llama3)
+ * as an attn_model, float32 (the cfg dict's dtype torch.float32), to
+ * pretrain as chapter 5 does. Its cfg dict's keys:
+ *   x (B, T, C) = tok_emb[tokens]                           (no positions)
+ *   per block:  x = x + att(norm1(x))
+ *               x = x + ff.fc3(silu(ff.fc1(norm2(x))) * ff.fc2(norm2(x)))
+ *   logits (B, T, V) = out_head(final_norm(x))              (no bias)
+ * att is GroupedQueryAttention: W_query (C -> C), W_key and W_value (C ->
+ * n_kv_groups * head_dim), head_dim = emb_dim / n_heads, every linear layer
+ * without bias; RoPE (compute_rope_params / apply_rope: split halves, base
+ * rope_base, the Llama 3.1 frequency scaling when rope_factor > 0, angles
+ * and tables in float32) on queries and keys; causal softmax(q k^T /
+ * sqrt(head_dim)); query heads h * G .. h * G + G - 1 (G = n_heads /
+ * n_kv_groups) share KV head h; out_proj. The norms are RMSNorm, eps 1e-5,
+ * a weight and no bias; fc1, fc2 are C -> hidden_dim, fc3 back. There is
+ * no dropout. The parameters carry the book's state_dict names in its
+ * order (a module's submodules in their assignment order):
+ *   tok_emb.weight (V, C); per block trf_blocks.<i>.att.W_key.weight,
+ *   att.W_value.weight, att.W_query.weight, att.out_proj.weight,
+ *   ff.fc1.weight, ff.fc2.weight, ff.fc3.weight, norm1.weight, norm2.weight;
+ *   final_norm.weight, out_head.weight.
+ * The weights are drawn from init_rng as torch.manual_seed(s);
+ * Llama3Model(cfg) draws them (tok_emb's normal_, then per block W_key,
+ * W_value, W_query, out_proj, fc1, fc2, fc3, then out_head: nn.Linear's
+ * kaiming uniform; norms are ones). Everything else is attn_model's:
+ * attn_model_get_config gives vocab_size, context_length, emb_dim as
+ * d_model, n_layers, n_heads, ATTN_MODULE_GQA, mlp, dropout 0, no qkv_bias;
+ * attn_model_save writes the book's names with "format": "attn-llama3" and
+ * these keys as metadata (rope_freq as the book's dict in JSON, or null),
+ * which attn_lm_load (attn generate --weights) reads as the config.
+ * rope_factor, rope_low_freq_factor, rope_high_freq_factor and
+ * rope_original_context_length are the book's rope_freq dict (factor,
+ * low_freq_factor, high_freq_factor, original_context_length), spelled as
+ * attn_lm_config spells them; rope_factor 0 is rope_freq None.
+ */
+typedef struct attn_llama3_config {
+    size_t vocab_size, context_length, emb_dim, n_heads, n_layers, hidden_dim;
+    size_t n_kv_groups; /* divides n_heads */
+    double rope_base;   /* > 0 */
+    double rope_factor; /* 0: no frequency scaling */
+    double rope_low_freq_factor, rope_high_freq_factor;
+    size_t rope_original_context_length;
+} attn_llama3_config;
+
+/* The RoPE tables of cfg as compute_rope_params(head_dim, rope_base,
+ * context_length, rope_freq) returns them: cos and sin (context_length,
+ * head_dim) each, the two halves of a row equal. The inverse frequencies
+ * and angles are float32 step by step as PyTorch computes them (bit for
+ * bit); each cos and sin is the float32 nearest the angle's (PyTorch's own
+ * float32 cos and sin may differ from it in the last bit). */
+attn_status attn_llama3_rope_tables(attn_ctx *ctx, const attn_llama3_config *cfg, float *cos,
+                                    float *sin);
+
 /* Targets equal to this are not scored (F.cross_entropy's ignore_index). */
 #define ATTN_IGNORE_INDEX (-100)
 
@@ -1378,11 +1432,17 @@ attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng
 /* The book's GPTModel (see attn_gpt_config). */
 attn_status attn_model_new_gpt(attn_ctx *ctx, const attn_gpt_config *cfg, attn_rng *init_rng,
                                attn_model **out);
+/* The book's Llama3Model (see attn_llama3_config). */
+attn_status attn_model_new_llama3(attn_ctx *ctx, const attn_llama3_config *cfg,
+                                  attn_rng *init_rng, attn_model **out);
 void attn_model_free(attn_model *m);
 attn_model_config attn_model_get_config(const attn_model *m);
 /* The config of a model made by attn_model_new_gpt (ATTN_ERR_INVALID for
  * one made by attn_model_new). */
 attn_status attn_model_get_gpt_config(const attn_model *m, attn_gpt_config *out);
+/* The config of a model made by attn_model_new_llama3 (ATTN_ERR_INVALID for
+ * any other). */
+attn_status attn_model_get_llama3_config(const attn_model *m, attn_llama3_config *out);
 /* Number of parameter tensors, and of scalars. */
 size_t attn_model_param_count(const attn_model *m);
 size_t attn_model_num_scalars(const attn_model *m);
