@@ -1481,14 +1481,16 @@ attn_status attn_model_backward(attn_model *m);
  * files"): float32 tensors under their state_dict names, and "__metadata__"
  * holding the config as strings: "format": "attn-lm", vocab_size,
  * context_length, d_model, n_layers, n_heads, attention ("mha" or "gpt2"),
- * mlp, qkv_bias, dropout. safetensors.torch.load_file and the PyTorch
- * model's load_state_dict read it.
+ * mlp, qkv_bias, dropout (the book's models: "attn-gpt" and "attn-llama3"
+ * with their cfg keys, see attn_gpt_config and attn_llama3_config).
+ * safetensors.torch.load_file and the PyTorch model's load_state_dict read
+ * it.
  */
 attn_status attn_model_save(attn_model *m, const char *path);
 /* load_state_dict(strict=True) from such a file into a model of the same
- * config: every parameter with its shape and nothing else (an "attn-lm"
- * file's metadata must also agree). Nothing changes unless all of it
- * loads. */
+ * config: every parameter with its shape and nothing else (a file of the
+ * model's own format must also agree in its metadata, dropout aside).
+ * Nothing changes unless all of it loads. */
 attn_status attn_model_load(attn_model *m, const char *path);
 
 /* ------------------------------------------------------------------------ */

@@ -26,7 +26,10 @@ high, medium and low frequency, each hold a frequency of head_dim 16):
     load_state_dict(strict=True) bit for bit and by attn_model_load (not
     into a model of another rope_base); the book's own state_dict loads
     with attn_model_load; `attn generate --weights F` (its config from the
-    file's metadata) gives generate_text_simple's greedy ids.
+    file's metadata) gives generate_text_simple's greedy ids;
+  - one more shape drawn per run (MQA or one KV head per query head, 1 or 3
+    layers, another width, hidden_dim, RoPE base and scaling, a batch of 3):
+    init and eval mode as above.
 
 Usage: test_book_llama3.py LIBATTN.so ATTN_CLI [--seed N]
 """
@@ -163,11 +166,11 @@ def grad_errors(params, tm64):
             max(norms[n], floor, 1e-30) for n, _, g in params}
 
 
-def check_eval(lib, ctx, m, tm, np_rng, cfg):
+def check_eval(lib, ctx, m, tm, np_rng, cfg, b=2):
     """Eval-mode logits, loss and gradients against float64."""
     tm64 = float64_copy(tm)
     lib.model_set_training(ctx, m, False)
-    x, y = batch(np_rng, cfg)
+    x, y = batch(np_rng, cfg, b)
     y[0, :3] = -100  # ignored targets, as the book's instruction data has them
     lib.model_zero_grad(ctx, m)
     loss, logits = lib.model_forward(ctx, m, x, y, cfg["vocab_size"])
@@ -378,6 +381,27 @@ def main():
                     lib.lib.attn_model_free(m)
             finally:
                 lib.ctx_free(ctx)
+    # one more shape per run, eval only: MQA or one KV head per query head, another width,
+    # hidden_dim and RoPE base, a batch of 3
+    heads = rng.choice([2, 4, 8])
+    cfg = {"vocab_size": rng.randrange(100, 600), "context_length": rng.choice([16, 24]),
+           "emb_dim": heads * rng.choice([8, 16]), "n_heads": heads, "n_layers": rng.choice([1, 3]),
+           "hidden_dim": rng.choice([40, 96]), "n_kv_groups": rng.choice([1, heads]),
+           "rope_base": rng.choice([10000.0, 500000.0]), "dtype": torch.float32,
+           "rope_freq": rng.choice([None, dict(SCALING, original_context_length=16)])}
+    for kernels in (ATTN_KERNELS_REFERENCE, ATTN_KERNELS_AUTO):
+        ctx = lib.ctx_new(num_threads=2, kernels=kernels)
+        kname = lib.lib.attn_kernels_name(lib.lib.attn_ctx_kernels(ctx)).decode()
+        m, init, tm = make_pair(lib, ctx, cfg, rng.randrange(2 ** 31))
+        try:
+            check_init(lib, ctx, m, init, tm)
+            errs = check_eval(lib, ctx, m, tm, np_rng, cfg, b=3)
+        finally:
+            lib.lib.attn_model_free(m)
+            lib.rng_free(init)
+            lib.ctx_free(ctx)
+        print("  %s %s: init bitwise; eval logits %.1e, loss %.1e, grads %.1e" % (
+            kname, {k: v for k, v in cfg.items() if k != "dtype"}, *errs))
     print("book Llama3Model vs attn: all cases pass")
     return 0
 
