@@ -571,8 +571,9 @@ static attn_status read_llama3_metadata(lm_source *s, lm_config_read *r) {
             return attn_fail(s->ctx, ATTN_ERR_FORMAT,
                              "attn_lm_load: %s: its metadata (\"format\": \"attn-llama3\") has "
                              "no \"%s\"", s->path, keys[i]);
-        char label[64];
-        snprintf(label, sizeof label, "metadata \"%s\"", keys[i]);
+        char label[512];
+        snprintf(label, sizeof label, "attn_lm_load: %.400s: metadata \"%s\"", s->path,
+                 keys[i]);
         attn_json *value;
         attn_status st = attn_json_parse(s->ctx, text, strlen(text), label, &value);
         if (st != ATTN_OK) return st;

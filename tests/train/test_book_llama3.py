@@ -26,7 +26,9 @@ high, medium and low frequency, each hold a frequency of head_dim 16):
     load_state_dict(strict=True) bit for bit and by attn_model_load (not
     into a model of another rope_base); the book's own state_dict loads
     with attn_model_load; `attn generate --weights F` (its config from the
-    file's metadata) gives generate_text_simple's greedy ids;
+    file's metadata) gives generate_text_simple's greedy ids, and refuses the
+    file when its metadata lacks a key or holds a value that is not one JSON
+    value;
   - one more shape drawn per run (MQA or one KV head per query head, 1 or 3
     layers, another width, hidden_dim, RoPE base and scaling, a batch of 3):
     init and eval mode as above.
@@ -38,6 +40,7 @@ import copy
 import json
 import os
 import random
+import struct
 import subprocess
 import sys
 import tempfile
@@ -289,6 +292,43 @@ def check_save_load(lib, ctx, m, cfg, seed, path, d):
     return tm
 
 
+def write_with_metadata(path, tensors, meta):
+    """safetensors.torch.save_file's layout for float32 tensors, with __metadata__."""
+    header, blobs, offset = {"__metadata__": meta}, [], 0
+    for name in sorted(tensors):
+        b = np.ascontiguousarray(tensors[name], dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape),
+                        "data_offsets": [offset, offset + len(b)]}
+        blobs.append(b)
+        offset += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def check_bad_metadata(cli, path, d):
+    """attn generate refuses an "attn-llama3" file whose metadata lacks a key, or whose
+    value is not one JSON value (it cannot smuggle in another key)."""
+    meta, tensors = read_safetensors(path)
+    cases = [("hidden_dim", None, 'has no "hidden_dim"'),
+             ("n_heads", '4, "n_layers": 9', 'metadata "n_heads"'),
+             ("rope_freq", '{"factor": -1, "low_freq_factor": 1, "high_freq_factor": 4, '
+                           '"original_context_length": 64}', '"factor" (-1)')]
+    for key, value, message in cases:
+        bad = dict(meta)
+        if value is None:
+            del bad[key]
+        else:
+            bad[key] = value
+        bad_path = os.path.join(d, "bad.safetensors")
+        write_with_metadata(bad_path, tensors, bad)
+        out = subprocess.run([cli, "generate", "--weights", bad_path, "--prompt-ids", "1,2",
+                              "--max-new-tokens", "1"], capture_output=True, text=True,
+                             timeout=120)
+        assert out.returncode != 0 and message in out.stderr, (key, value, out.stderr)
+
+
 def check_generate(tm, cfg, cli, path, np_rng):
     """attn generate --weights path, greedy, against generate_text_simple."""
     tm.eval()
@@ -375,6 +415,7 @@ def main():
                         path = os.path.join(d, "model.safetensors")
                         tm = check_save_load(lib, ctx, m, cfg, s, path, d)
                         got = check_generate(tm, cfg, args.cli, path, np_rng)
+                        check_bad_metadata(args.cli, path, d)
                     print("  saved, loaded strictly into Llama3Model and attn_model_load; attn "
                           "generate %s" % got)
                 finally:
