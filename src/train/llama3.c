@@ -377,21 +377,19 @@ void attn_llama3_zero_grad(attn_llama3 *m) {
 
 /* ---- activations ------------------------------------------------------------ */
 
-/* Carves the arenas into every activation buffer for N rows; with the
- * arenas NULL it only counts (floats, doubles). Every buffer is a multiple
- * of N. */
-static void layout_activations(attn_llama3 *m, size_t N, size_t *nf, size_t *nd) {
+/* Counts the floats and doubles of every activation buffer for N rows (each
+ * a multiple of N) and, when place, carves the arenas into them. */
+static void layout_activations(attn_llama3 *m, size_t N, bool place, size_t *nf, size_t *nd) {
     const attn_llama3_config *c = &m->cfg;
     size_t C = c->emb_dim, V = c->vocab_size, F = c->hidden_dim, KV = m->kv_width;
     size_t H = c->n_heads;
     size_t f = 0, d = 0;
-#define TAKE_F(ptr, count) ((ptr) = m->farena ? m->farena + f : NULL, f += (count))
-#define TAKE_D(ptr, count) ((ptr) = m->darena ? m->darena + d : NULL, d += (count))
+#define TAKE_F(ptr, count) (place ? (void)((ptr) = m->farena + f) : (void)0, f += (count))
+#define TAKE_D(ptr, count) (place ? (void)((ptr) = m->darena + d) : (void)0, d += (count))
     TAKE_F(m->emb, N * C);
-    float *resid = m->emb;
     for (size_t l = 0; l < c->n_layers; l++) {
         llama3_block *b = &m->blocks[l];
-        b->x_in = resid;
+        if (place) b->x_in = l ? m->blocks[l - 1].x_out : m->emb;
         TAKE_F(b->h1, N * C);
         TAKE_D(b->rstd1, N);
         TAKE_F(b->q, N * C);
@@ -406,7 +404,6 @@ static void layout_activations(attn_llama3 *m, size_t N, size_t *nf, size_t *nd)
         TAKE_F(b->up, N * F);
         TAKE_F(b->act, N * F);
         TAKE_F(b->x_out, N * C);
-        resid = b->x_out;
     }
     TAKE_F(m->hf, N * C);
     TAKE_D(m->rstdf, N);
@@ -432,14 +429,8 @@ static void layout_activations(attn_llama3 *m, size_t N, size_t *nf, size_t *nd)
 static attn_status ensure_rows(attn_llama3 *m, size_t N) {
     if (N <= m->rows) return ATTN_OK;
     /* per row: the config check bounds these counts well inside size_t */
-    float *keep_f = m->farena;
-    double *keep_d = m->darena;
-    m->farena = NULL;
-    m->darena = NULL;
     size_t per_row_f, per_row_d, nf, nd;
-    layout_activations(m, 1, &per_row_f, &per_row_d);
-    m->farena = keep_f;
-    m->darena = keep_d;
+    layout_activations(m, 1, false, &per_row_f, &per_row_d);
     if (!attn_mul_size(N, per_row_f, &nf) || !attn_floats_fit(nf) ||
         !attn_mul_size(N, per_row_d, &nd) || nd > (size_t)-1 / sizeof(double))
         return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
@@ -454,7 +445,7 @@ static attn_status ensure_rows(attn_llama3 *m, size_t N) {
         return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
                          "attn_model_forward: cannot allocate activations for %zu rows", N);
     }
-    layout_activations(m, N, &nf, &nd);
+    layout_activations(m, N, true, &nf, &nd);
     m->rows = N;
     return ATTN_OK;
 }

@@ -425,7 +425,12 @@ static void test_llama3_model(attn_ctx *ctx, attn_rng *rng) {
     CHECK_STATUS(attn_model_set_training(m, true), ATTN_OK);
     CHECK_STATUS(attn_model_backward(m), ATTN_ERR_INVALID); /* no forward yet */
     CHECK_STATUS(attn_model_zero_grad(m), ATTN_OK);
+    /* a (1, 4) batch, then a (2, 8) one in grown buffers: causal, so the
+     * first row's first 4 positions see the same tokens */
+    float first[4 * 11];
+    CHECK_STATUS(attn_model_forward(m, tokens, NULL, 1, 4, first, NULL, NULL), ATTN_OK);
     CHECK_STATUS(attn_model_forward(m, tokens, targets, 2, 8, logits, &loss, NULL), ATTN_OK);
+    for (size_t i = 0; i < 4 * 11; i++) CHECK_NEAR(first[i], logits[i], 1e-5);
     CHECK(loss > 1.0f && loss < 5.0f); /* near log(11) for a fresh model */
     CHECK_STATUS(attn_model_backward(m), ATTN_OK);
     CHECK_STATUS(attn_model_param(m, "tok_emb.weight", &p), ATTN_OK);
