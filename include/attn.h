@@ -1713,8 +1713,9 @@ attn_status attn_lm_new(attn_ctx *ctx, const attn_lm_config *cfg, attn_rng *init
  * (a path) or the directory's config.json; else, for a file, the config
  * the tensors' shapes give (n_heads = emb_dim / 64 for GPT-2; Llama needs a
  * config), or the metadata attn_model_save wrote ("format": "attn-gpt":
- * n_heads; "attn-llama3": the whole config). Every tensor must be there with its shape: ATTN_ERR_NOT_FOUND /
- * ATTN_ERR_SHAPE / ATTN_ERR_FORMAT name it.
+ * n_heads; "attn-llama3": the whole config). Every tensor must be there
+ * with its shape: ATTN_ERR_NOT_FOUND / ATTN_ERR_SHAPE / ATTN_ERR_FORMAT
+ * name it.
  */
 attn_status attn_lm_load(attn_ctx *ctx, const char *path, const char *config_json,
                          const attn_lm_config *cfg, attn_lm **out);

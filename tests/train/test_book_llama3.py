@@ -82,7 +82,8 @@ def batch(np_rng, cfg, b=2):
 def calc_loss_batch(model, x, y):
     """The book's calc_loss_batch (ch05)."""
     logits = model(torch.tensor(x, dtype=torch.long))
-    return F.cross_entropy(logits.flatten(0, 1), torch.tensor(y, dtype=torch.long).flatten()), logits
+    targets = torch.tensor(y, dtype=torch.long).flatten()
+    return F.cross_entropy(logits.flatten(0, 1), targets), logits
 
 
 def float64_copy(tm):

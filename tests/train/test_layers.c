@@ -290,7 +290,8 @@ static void test_rope(void) {
     CHECK_NEAR(out[row + 1], x[row + 1] * c - x[row + 1 + HALF] * sn, 1e-15);
     CHECK_NEAR(out[row + 1 + HALF], x[row + 1 + HALF] * c + x[row + 1] * sn, 1e-15);
     /* position 0 is the identity; in place gives the same */
-    for (size_t i = 0; i < D; i++) CHECK(out[(1 * T * HEADS) * D + i] == x[(1 * T * HEADS) * D + i]);
+    size_t at0 = (1 * T * HEADS) * D; /* b 1, t 0, head 0 */
+    for (size_t i = 0; i < D; i++) CHECK(out[at0 + i] == x[at0 + i]);
     memcpy(inplace, x, sizeof x);
     dbl_rope_forward(inplace, inplace, cosines, sines, B, T, HEADS, D);
     CHECK(memcmp(inplace, out, sizeof out) == 0);
