@@ -1416,8 +1416,11 @@ typedef struct attn_llama3_config {
 /* The RoPE tables of cfg as compute_rope_params(head_dim, rope_base,
  * context_length, rope_freq) returns them: cos and sin (context_length,
  * head_dim) each, the two halves of a row equal. The inverse frequencies
- * and angles are float32 step by step as PyTorch computes them (bit for
- * bit); each cos and sin is the float32 nearest the angle's (PyTorch's own
+ * and angles are float32 step by step as PyTorch computes them, with
+ * rope_base ** (2i / head_dim) correctly rounded: bit for bit the book's
+ * for its configs (head_dim 64 or 128, rope_base 500000), while for some
+ * others PyTorch's float32 pow (not correctly rounded) differs in the last
+ * bit. Each cos and sin is the float32 nearest the angle's (PyTorch's own
  * float32 cos and sin may differ from it in the last bit). */
 attn_status attn_llama3_rope_tables(attn_ctx *ctx, const attn_llama3_config *cfg, float *cos,
                                     float *sin);

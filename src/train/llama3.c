@@ -143,7 +143,9 @@ attn_status attn_llama3_check_config(attn_ctx *ctx, const char *who,
 
 /* compute_rope_params' inverse frequencies (D / 2), float32 step by step as
  * PyTorch computes them, the comparisons with the wavelength bounds
- * included. */
+ * included. The power is rounded correctly, which PyTorch's float32 pow
+ * (SLEEF's, libm's) is not always: for some head_dims and bases the two
+ * differ in the last bit (attn.h, attn_llama3_rope_tables). */
 static void rope_frequencies(const attn_llama3_config *c, size_t head_dim, float *inv_freq) {
     size_t half = head_dim / 2;
     const float two_pi = (float)(2.0 * 3.14159265358979323846);
