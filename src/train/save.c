@@ -34,7 +34,7 @@ _Static_assert(META_COUNT <= META_MAX && GPT_META_COUNT <= META_MAX &&
 typedef struct meta_values {
     char vocab_size[24], context_length[24], d_model[24], n_layers[24], n_heads[24];
     char dropout[32];
-    char hidden_dim[24], n_kv_groups[24], rope_base[32], rope_freq[160];
+    char hidden_dim[24], n_kv_groups[24], rope_base[32], rope_freq[256];
 } meta_values;
 
 /* The numbers both kinds of file carry, as the metadata's strings. */
