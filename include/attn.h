@@ -1368,6 +1368,63 @@ typedef struct attn_gpt_config {
     bool qkv_bias;
 } attn_gpt_config;
 
+/*
+ * The book's Llama3Model (llms-from-scratch 1.0.19, llms_from_scratch.llama3)
+ * as an attn_model, float32 (the cfg dict's dtype torch.float32), to
+ * pretrain as chapter 5 does. Its cfg dict's keys:
+ *   x (B, T, C) = tok_emb[tokens]                           (no positions)
+ *   per block:  x = x + att(norm1(x))
+ *               x = x + ff.fc3(silu(ff.fc1(norm2(x))) * ff.fc2(norm2(x)))
+ *   logits (B, T, V) = out_head(final_norm(x))              (no bias)
+ * att is GroupedQueryAttention: W_query (C -> C), W_key and W_value (C ->
+ * n_kv_groups * head_dim), head_dim = emb_dim / n_heads, every linear layer
+ * without bias; RoPE (compute_rope_params / apply_rope: split halves, base
+ * rope_base, the Llama 3.1 frequency scaling when rope_factor > 0, angles
+ * and tables in float32) on queries and keys; causal softmax(q k^T /
+ * sqrt(head_dim)); query heads h * G .. h * G + G - 1 (G = n_heads /
+ * n_kv_groups) share KV head h; out_proj. The norms are RMSNorm, eps 1e-5,
+ * a weight and no bias; fc1, fc2 are C -> hidden_dim, fc3 back. There is
+ * no dropout. The parameters carry the book's state_dict names in its
+ * order (a module's submodules in their assignment order):
+ *   tok_emb.weight (V, C); per block trf_blocks.<i>.att.W_key.weight,
+ *   att.W_value.weight, att.W_query.weight, att.out_proj.weight,
+ *   ff.fc1.weight, ff.fc2.weight, ff.fc3.weight, norm1.weight, norm2.weight;
+ *   final_norm.weight, out_head.weight.
+ * The weights are drawn from init_rng as torch.manual_seed(s);
+ * Llama3Model(cfg) draws them (tok_emb's normal_, then per block W_key,
+ * W_value, W_query, out_proj, fc1, fc2, fc3, then out_head: nn.Linear's
+ * kaiming uniform; norms are ones). Everything else is attn_model's:
+ * attn_model_get_config gives vocab_size, context_length, emb_dim as
+ * d_model, n_layers, n_heads, ATTN_MODULE_GQA, mlp, dropout 0, no qkv_bias;
+ * attn_model_save writes the book's names with "format": "attn-llama3" and
+ * these keys as metadata (rope_freq as the book's dict in JSON, or null),
+ * which attn_lm_load (attn generate --weights) reads as the config.
+ * rope_factor, rope_low_freq_factor, rope_high_freq_factor and
+ * rope_original_context_length are the book's rope_freq dict (factor,
+ * low_freq_factor, high_freq_factor, original_context_length), spelled as
+ * attn_lm_config spells them; rope_factor 0 is rope_freq None.
+ */
+typedef struct attn_llama3_config {
+    size_t vocab_size, context_length, emb_dim, n_heads, n_layers, hidden_dim;
+    size_t n_kv_groups; /* divides n_heads */
+    double rope_base;   /* > 0 */
+    double rope_factor; /* 0: no frequency scaling */
+    double rope_low_freq_factor, rope_high_freq_factor;
+    size_t rope_original_context_length;
+} attn_llama3_config;
+
+/* The RoPE tables of cfg as compute_rope_params(head_dim, rope_base,
+ * context_length, rope_freq) returns them: cos and sin (context_length,
+ * head_dim) each, the two halves of a row equal. The inverse frequencies
+ * and angles are float32 step by step as PyTorch computes them, with
+ * rope_base ** (2i / head_dim) correctly rounded: bit for bit the book's
+ * for its configs (head_dim 64 or 128, rope_base 500000), while for some
+ * others PyTorch's float32 pow (not correctly rounded) differs in the last
+ * bit. Each cos and sin is the float32 nearest the angle's (PyTorch's own
+ * float32 cos and sin may differ from it in the last bit). */
+attn_status attn_llama3_rope_tables(attn_ctx *ctx, const attn_llama3_config *cfg, float *cos,
+                                    float *sin);
+
 /* Targets equal to this are not scored (F.cross_entropy's ignore_index). */
 #define ATTN_IGNORE_INDEX (-100)
 
@@ -1378,11 +1435,17 @@ attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng
 /* The book's GPTModel (see attn_gpt_config). */
 attn_status attn_model_new_gpt(attn_ctx *ctx, const attn_gpt_config *cfg, attn_rng *init_rng,
                                attn_model **out);
+/* The book's Llama3Model (see attn_llama3_config). */
+attn_status attn_model_new_llama3(attn_ctx *ctx, const attn_llama3_config *cfg,
+                                  attn_rng *init_rng, attn_model **out);
 void attn_model_free(attn_model *m);
 attn_model_config attn_model_get_config(const attn_model *m);
 /* The config of a model made by attn_model_new_gpt (ATTN_ERR_INVALID for
  * one made by attn_model_new). */
 attn_status attn_model_get_gpt_config(const attn_model *m, attn_gpt_config *out);
+/* The config of a model made by attn_model_new_llama3 (ATTN_ERR_INVALID for
+ * any other). */
+attn_status attn_model_get_llama3_config(const attn_model *m, attn_llama3_config *out);
 /* Number of parameter tensors, and of scalars. */
 size_t attn_model_param_count(const attn_model *m);
 size_t attn_model_num_scalars(const attn_model *m);
@@ -1421,14 +1484,16 @@ attn_status attn_model_backward(attn_model *m);
  * files"): float32 tensors under their state_dict names, and "__metadata__"
  * holding the config as strings: "format": "attn-lm", vocab_size,
  * context_length, d_model, n_layers, n_heads, attention ("mha" or "gpt2"),
- * mlp, qkv_bias, dropout. safetensors.torch.load_file and the PyTorch
- * model's load_state_dict read it.
+ * mlp, qkv_bias, dropout (the book's models: "attn-gpt" and "attn-llama3"
+ * with their cfg keys, see attn_gpt_config and attn_llama3_config).
+ * safetensors.torch.load_file and the PyTorch model's load_state_dict read
+ * it.
  */
 attn_status attn_model_save(attn_model *m, const char *path);
 /* load_state_dict(strict=True) from such a file into a model of the same
- * config: every parameter with its shape and nothing else (an "attn-lm"
- * file's metadata must also agree). Nothing changes unless all of it
- * loads. */
+ * config: every parameter with its shape and nothing else (a file of the
+ * model's own format must also agree in its metadata, dropout aside).
+ * Nothing changes unless all of it loads. */
 attn_status attn_model_load(attn_model *m, const char *path);
 
 /* ------------------------------------------------------------------------ */
@@ -1650,8 +1715,10 @@ attn_status attn_lm_new(attn_ctx *ctx, const attn_lm_config *cfg, attn_rng *init
  * given, is the config (config_json is then ignored); else config_json
  * (a path) or the directory's config.json; else, for a file, the config
  * the tensors' shapes give (n_heads = emb_dim / 64 for GPT-2; Llama needs a
- * config). Every tensor must be there with its shape: ATTN_ERR_NOT_FOUND /
- * ATTN_ERR_SHAPE / ATTN_ERR_FORMAT name it.
+ * config), or the metadata attn_model_save wrote ("format": "attn-gpt":
+ * n_heads; "attn-llama3": the whole config). Every tensor must be there
+ * with its shape: ATTN_ERR_NOT_FOUND / ATTN_ERR_SHAPE / ATTN_ERR_FORMAT
+ * name it.
  */
 attn_status attn_lm_load(attn_ctx *ctx, const char *path, const char *config_json,
                          const attn_lm_config *cfg, attn_lm **out);

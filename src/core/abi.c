@@ -190,6 +190,14 @@ static const attn_abi_field attn_gpt_config_fields[] = {
 };
 #undef T
 
+#define T attn_llama3_config
+static const attn_abi_field attn_llama3_config_fields[] = {
+    F(vocab_size), F(context_length), F(emb_dim), F(n_heads), F(n_layers), F(hidden_dim),
+    F(n_kv_groups), F(rope_base), F(rope_factor), F(rope_low_freq_factor),
+    F(rope_high_freq_factor), F(rope_original_context_length)
+};
+#undef T
+
 #define T attn_kv_cache_config
 static const attn_abi_field attn_kv_cache_config_fields[] = {
     F(num_layers), F(batch), F(kv_heads), F(head_dim), F(max_len), F(layout), F(page_size),
@@ -239,7 +247,8 @@ static const attn_abi_struct layout[] = {
     S(attn_swa_config), S(attn_module_config), S(attn_gpt2_preset), S(attn_npy),
     S(attn_npy_i32), S(attn_named_tensor),
     S(attn_metadata_entry), S(attn_safetensors_info), S(attn_optimizer_config),
-    S(attn_model_config), S(attn_gpt_config), S(attn_kv_cache_config), S(attn_kv_attend_args), S(attn_lm_config),
+    S(attn_model_config), S(attn_gpt_config), S(attn_llama3_config),
+    S(attn_kv_cache_config), S(attn_kv_attend_args), S(attn_lm_config),
     S(attn_lm_forward_args), S(attn_sampling), S(attn_generate_args)
 };
 

@@ -554,11 +554,60 @@ static size_t count_layers(lm_source *s, const char *before, const char *after) 
     return layers;
 }
 
+/* The config of a file attn_model_save wrote for the book's Llama3Model
+ * ("format": "attn-llama3"): its metadata holds the cfg dict's keys, each a
+ * JSON value (rope_freq the dict, or null), read as a book's config.json.
+ * Each value is parsed alone first, so that the object they are put
+ * together into has exactly these keys. */
+static attn_status read_llama3_metadata(lm_source *s, lm_config_read *r) {
+    static const char *const keys[] = {"vocab_size", "context_length", "emb_dim",
+                                       "n_heads",    "n_layers",       "hidden_dim",
+                                       "n_kv_groups", "rope_base",     "rope_freq"};
+    enum { KEYS = sizeof keys / sizeof keys[0] };
+    size_t length = 3; /* {, }, NUL */
+    for (size_t i = 0; i < KEYS; i++) {
+        const char *text = attn_safetensors_metadata_get(s->st, keys[i]);
+        if (!text)
+            return attn_fail(s->ctx, ATTN_ERR_FORMAT,
+                             "attn_lm_load: %s: its metadata (\"format\": \"attn-llama3\") has "
+                             "no \"%s\"", s->path, keys[i]);
+        char label[512];
+        snprintf(label, sizeof label, "attn_lm_load: %.400s: metadata \"%s\"", s->path,
+                 keys[i]);
+        attn_json *value;
+        attn_status st = attn_json_parse(s->ctx, text, strlen(text), label, &value);
+        if (st != ATTN_OK) return st;
+        attn_json_free(value);
+        length += strlen(keys[i]) + strlen(text) + 6; /* "key": value, */
+    }
+    char *json = attn_malloc(length);
+    if (!json)
+        return attn_fail(s->ctx, ATTN_ERR_NO_MEMORY,
+                         "attn_lm_load: out of memory for %s's metadata", s->path);
+    size_t used = (size_t)snprintf(json, length, "{");
+    for (size_t i = 0; i < KEYS; i++)
+        used += (size_t)snprintf(json + used, length - used, "%s\"%s\": %s", i ? ", " : "",
+                                 keys[i], attn_safetensors_metadata_get(s->st, keys[i]));
+    snprintf(json + used, length - used, "}");
+    attn_json *root;
+    attn_status st = attn_json_parse(s->ctx, json, strlen(json), "the metadata", &root);
+    attn_free(json);
+    if (st != ATTN_OK) return st;
+    st = read_book(s->ctx, s->path, root, r);
+    attn_json_free(root);
+    return st;
+}
+
 /* A GPT-2 config from the tensors alone: n_heads = emb_dim / 64 (GPT-2's
- * head size); Llama cannot be guessed (heads, KV heads, RoPE base). */
+ * head size); Llama cannot be guessed (heads, KV heads, RoPE base), unless
+ * attn_model_save wrote the file with its config. */
 static attn_status infer_config(lm_source *s, lm_config_read *r) {
     *r = (lm_config_read){.tie = -1};
     attn_lm_config *c = &r->cfg;
+    const char *format = attn_safetensors_metadata_get(s->st, "format");
+    if (s->names == NAMES_BOOK && !has(s, "pos_emb.weight") && format &&
+        strcmp(format, "attn-llama3") == 0)
+        return read_llama3_metadata(s, r);
     if (s->names == NAMES_HF_LLAMA ||
         (s->names == NAMES_BOOK && !has(s, "pos_emb.weight")))
         return attn_fail(s->ctx, ATTN_ERR_INVALID,
@@ -590,7 +639,6 @@ static attn_status infer_config(lm_source *s, lm_config_read *r) {
     r->tie = !has(s, book ? "out_head.weight" : "lm_head.weight");
     /* attn_model_save writes the book's GPTModel with its cfg as metadata:
      * n_heads, which the shapes do not give, comes from there. */
-    const char *format = attn_safetensors_metadata_get(s->st, "format");
     const char *heads = attn_safetensors_metadata_get(s->st, "n_heads");
     if (book && format && strcmp(format, "attn-gpt") == 0 && heads) {
         char *end;

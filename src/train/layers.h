@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #define ATTN_LAYERNORM_EPS 1e-5
+#define ATTN_RMSNORM_EPS 1e-5 /* the book's Llama 3 norms */
 
 void attn_layer_embedding_forward(float *out, const int32_t *tokens, const float *wte,
                                   const float *wpe, size_t B, size_t T, size_t C);
@@ -22,6 +23,18 @@ void attn_layer_layernorm_forward(float *out, double *mean, double *rstd, const 
 void attn_layer_layernorm_backward(attn_workers w, float *dinp, float *dweight, float *dbias,
                                    const float *dout, const float *inp, const float *weight,
                                    const double *mean, const double *rstd, size_t N, size_t C);
+void attn_layer_rmsnorm_forward(float *out, double *rstd, const float *inp, const float *weight,
+                                size_t N, size_t C, double eps);
+void attn_layer_rmsnorm_backward(attn_workers w, float *dinp, float *dweight, const float *dout,
+                                 const float *inp, const float *weight, const double *rstd,
+                                 size_t N, size_t C);
+void attn_layer_swiglu_forward(float *out, const float *gate, const float *up, size_t n);
+void attn_layer_swiglu_backward(float *dgate, float *dup, const float *gate, const float *up,
+                                const float *dout, size_t n);
+void attn_layer_rope_forward(float *out, const float *x, const float *cosines,
+                             const float *sines, size_t B, size_t T, size_t heads, size_t D);
+void attn_layer_rope_backward(float *dx, const float *dout, const float *cosines,
+                              const float *sines, size_t B, size_t T, size_t heads, size_t D);
 void attn_layer_gelu_forward(float *out, const float *inp, size_t n);
 void attn_layer_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
 void attn_layer_gelu_tanh_forward(float *out, const float *inp, size_t n);

@@ -46,14 +46,19 @@ static inline size_t layer_min_items(size_t cost) {
 /* ---- embedding ------------------------------------------------------------ */
 
 /* out (B, T, C) = wte[tokens[b, t]] + wpe[t]; tokens (B, T) lie in [0, V),
- * wte is (V, C), wpe is (context, C). */
+ * wte is (V, C), wpe is (context, C), or NULL for a model without learned
+ * positions (Llama's, whose positions are RoPE's): out = wte[tokens]. */
 LAYER_API void LAYER(embedding_forward)(REAL *out, const int32_t *tokens, const REAL *wte,
                                         const REAL *wpe, size_t B, size_t T, size_t C) {
     for (size_t b = 0; b < B; b++) {
         for (size_t t = 0; t < T; t++) {
             const REAL *tok_row = wte + (size_t)tokens[b * T + t] * C;
-            const REAL *pos_row = wpe + t * C;
             REAL *out_row = out + (b * T + t) * C;
+            if (!wpe) {
+                for (size_t c = 0; c < C; c++) out_row[c] = tok_row[c];
+                continue;
+            }
+            const REAL *pos_row = wpe + t * C;
             for (size_t c = 0; c < C; c++) out_row[c] = (REAL)((double)tok_row[c] + pos_row[c]);
         }
     }
@@ -95,12 +100,13 @@ static void LAYER(embedding_backward_rows)(void *arg, size_t begin, size_t end) 
     }
 }
 
-/* dwte (V, C) and dwpe (context, C; rows 0..T-1 touched) += from dout (B, T, C). */
+/* dwte (V, C) and dwpe (context, C; rows 0..T-1 touched) += from dout (B, T, C);
+ * dwpe NULL when the forward had no wpe. */
 LAYER_API void LAYER(embedding_backward)(attn_workers w, REAL *dwte, REAL *dwpe,
                                          const REAL *dout, const int32_t *tokens, size_t B,
                                          size_t T, size_t C, size_t V) {
     LAYER(embedding_job) job = {dwte, dwpe, dout, tokens, B, T, C, V};
-    attn_pool_for(w.pool, w.threads, V + T, layer_min_items(B * T * C),
+    attn_pool_for(w.pool, w.threads, V + (dwpe ? T : 0), layer_min_items(B * T * C),
                   LAYER(embedding_backward_rows), &job);
 }
 
@@ -191,6 +197,147 @@ LAYER_API void LAYER(layernorm_backward)(attn_workers w, REAL *dinp, REAL *dweig
     LAYER(layernorm_job) job = {dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C};
     attn_pool_for(w.pool, w.threads, N, layer_min_items(4 * C), LAYER(layernorm_dinp_rows), &job);
     attn_pool_for(w.pool, w.threads, C, layer_min_items(2 * N), LAYER(layernorm_dparam_cols), &job);
+}
+
+/* ---- RMSNorm (nn.RMSNorm(C, eps), Llama's norms) -------------------------- */
+
+/* Per row of inp (N, C):
+ *   out (N, C) = inp * rstd * weight,  rstd = 1 / sqrt(mean(inp^2) + eps)
+ * rstd (N) is kept, in double, for the backward. */
+LAYER_API void LAYER(rmsnorm_forward)(REAL *out, double *rstd, const REAL *inp,
+                                      const REAL *weight, size_t N, size_t C, double eps) {
+    for (size_t n = 0; n < N; n++) {
+        const REAL *x = inp + n * C;
+        double ms = 0.0;
+        for (size_t c = 0; c < C; c++) ms += (double)x[c] * x[c];
+        double s = 1.0 / sqrt(ms / (double)C + eps);
+        REAL *y = out + n * C;
+        for (size_t c = 0; c < C; c++) y[c] = (REAL)((double)x[c] * s * weight[c]);
+        rstd[n] = s;
+    }
+}
+
+typedef struct LAYER(rmsnorm_job) {
+    REAL *dinp, *dweight;
+    const REAL *dout, *inp, *weight;
+    const double *rstd;
+    size_t N, C;
+} LAYER(rmsnorm_job);
+
+/* dinp rows [begin, end). With xhat = x * rstd and g = dout * weight, in the
+ * forward pass this was: out = xhat * weight, and d rstd / dx = -rstd^3 x / C,
+ * so
+ *   dinp += rstd * (g - xhat * mean(g * xhat)). */
+static void LAYER(rmsnorm_dinp_rows)(void *arg, size_t begin, size_t end) {
+    const LAYER(rmsnorm_job) *j = arg;
+    size_t C = j->C;
+    for (size_t n = begin; n < end; n++) {
+        const REAL *x = j->inp + n * C, *dy = j->dout + n * C;
+        double s = j->rstd[n], gx_mean = 0.0;
+        for (size_t c = 0; c < C; c++) gx_mean += (double)dy[c] * j->weight[c] * x[c] * s;
+        gx_mean /= (double)C;
+        REAL *dx = j->dinp + n * C;
+        for (size_t c = 0; c < C; c++) {
+            double g = (double)dy[c] * j->weight[c];
+            dx[c] = (REAL)(dx[c] + (g - (double)x[c] * s * gx_mean) * s);
+        }
+    }
+}
+
+/* dweight columns [begin, end): dweight += sum_n dout * xhat. */
+static void LAYER(rmsnorm_dweight_cols)(void *arg, size_t begin, size_t end) {
+    const LAYER(rmsnorm_job) *j = arg;
+    size_t C = j->C;
+    for (size_t c0 = begin; c0 < end; c0 += LAYER_COLUMN_CHUNK) {
+        size_t c1 = c0 + LAYER_COLUMN_CHUNK < end ? c0 + LAYER_COLUMN_CHUNK : end;
+        double dw[LAYER_COLUMN_CHUNK] = {0};
+        for (size_t n = 0; n < j->N; n++) {
+            const REAL *x = j->inp + n * C, *dy = j->dout + n * C;
+            for (size_t c = c0; c < c1; c++) dw[c - c0] += (double)dy[c] * x[c] * j->rstd[n];
+        }
+        for (size_t c = c0; c < c1; c++) j->dweight[c] = (REAL)(j->dweight[c] + dw[c - c0]);
+    }
+}
+
+/* dinp (N, C) and dweight (C) += from dout (N, C). */
+LAYER_API void LAYER(rmsnorm_backward)(attn_workers w, REAL *dinp, REAL *dweight,
+                                       const REAL *dout, const REAL *inp, const REAL *weight,
+                                       const double *rstd, size_t N, size_t C) {
+    LAYER(rmsnorm_job) job = {dinp, dweight, dout, inp, weight, rstd, N, C};
+    attn_pool_for(w.pool, w.threads, N, layer_min_items(3 * C), LAYER(rmsnorm_dinp_rows), &job);
+    attn_pool_for(w.pool, w.threads, C, layer_min_items(N), LAYER(rmsnorm_dweight_cols), &job);
+}
+
+/* ---- SwiGLU (Llama's FeedForward: silu(fc1 x) * fc2 x) ------------------- */
+
+/* out (n) = silu(gate) * up, silu(a) = a * sigmoid(a); gate and up (n). */
+LAYER_API void LAYER(swiglu_forward)(REAL *out, const REAL *gate, const REAL *up, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        double a = gate[i];
+        out[i] = (REAL)(a / (1.0 + exp(-a)) * up[i]);
+    }
+}
+
+/* in the forward pass this was: out = silu(gate) * up, so with
+ * s = sigmoid(gate), silu'(a) = s * (1 + a * (1 - s)):
+ *   dgate (n) += dout * up * silu'(gate),  dup (n) += dout * silu(gate). */
+LAYER_API void LAYER(swiglu_backward)(REAL *dgate, REAL *dup, const REAL *gate, const REAL *up,
+                                      const REAL *dout, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        double a = gate[i], s = 1.0 / (1.0 + exp(-a));
+        double dy = dout[i];
+        dgate[i] = (REAL)(dgate[i] + dy * up[i] * (s * (1.0 + a * (1.0 - s))));
+        dup[i] = (REAL)(dup[i] + dy * a * s);
+    }
+}
+
+/* ---- RoPE (the book's apply_rope: split halves) ------------------------- */
+
+/* x (B, T, heads, D) at positions t = 0..T-1, with half = D / 2 and tables
+ * cosines, sines (context, half) (compute_rope_params' cos and sin, whose
+ * two halves are equal, one half kept):
+ *   out[..., i]        = x[i] cos[t, i] - x[i + half] sin[t, i]
+ *   out[..., i + half] = x[i + half] cos[t, i] + x[i] sin[t, i]
+ * i.e. x * cos + cat(-x2, x1) * sin. out may be x (in place). */
+LAYER_API void LAYER(rope_forward)(REAL *out, const REAL *x, const float *cosines,
+                                   const float *sines, size_t B, size_t T, size_t heads,
+                                   size_t D) {
+    size_t half = D / 2;
+    for (size_t b = 0; b < B; b++)
+        for (size_t t = 0; t < T; t++) {
+            const float *cs = cosines + t * half, *sn = sines + t * half;
+            for (size_t h = 0; h < heads; h++) {
+                size_t row = ((b * T + t) * heads + h) * D;
+                for (size_t i = 0; i < half; i++) {
+                    double x1 = x[row + i], x2 = x[row + i + half];
+                    out[row + i] = (REAL)(x1 * cs[i] - x2 * sn[i]);
+                    out[row + i + half] = (REAL)(x2 * cs[i] + x1 * sn[i]);
+                }
+            }
+        }
+}
+
+/* in the forward pass this was a rotation by the angle at t, so its
+ * gradient is the rotation back (the transpose):
+ *   dx[i] += dout[i] cos + dout[i + half] sin
+ *   dx[i + half] += dout[i + half] cos - dout[i] sin
+ * dx and dout (B, T, heads, D) do not overlap. */
+LAYER_API void LAYER(rope_backward)(REAL *dx, const REAL *dout, const float *cosines,
+                                    const float *sines, size_t B, size_t T, size_t heads,
+                                    size_t D) {
+    size_t half = D / 2;
+    for (size_t b = 0; b < B; b++)
+        for (size_t t = 0; t < T; t++) {
+            const float *cs = cosines + t * half, *sn = sines + t * half;
+            for (size_t h = 0; h < heads; h++) {
+                size_t row = ((b * T + t) * heads + h) * D;
+                for (size_t i = 0; i < half; i++) {
+                    double d1 = dout[row + i], d2 = dout[row + i + half];
+                    dx[row + i] = (REAL)(dx[row + i] + d1 * cs[i] + d2 * sn[i]);
+                    dx[row + i + half] = (REAL)(dx[row + i + half] + d2 * cs[i] - d1 * sn[i]);
+                }
+            }
+        }
 }
 
 /* ---- GELU (exact, nn.GELU() with approximate='none') -------------------- */

@@ -31,6 +31,7 @@
 #include "kernels/dispatch.h"
 #include "modules/module.h"
 #include "train/layers.h"
+#include "train/llama3.h"
 #include "train/model.h"
 
 #include <math.h>
@@ -66,6 +67,10 @@ struct attn_model {
      * model's with an MLP. */
     bool gpt;
     attn_gpt_config gpt_cfg;
+    /* The book's Llama3Model (attn_model_new_llama3): the whole body is
+     * llama3.c's; params points into it and blocks is NULL. */
+    attn_llama3 *llama;
+    attn_llama3_config llama_cfg;
     bool training, grad_enabled;
 
     /* parameters in state_dict order; the model's own tensors live in
@@ -394,6 +399,54 @@ attn_status attn_model_new_gpt(attn_ctx *ctx, const attn_gpt_config *cfg, attn_r
 }
 
 bool attn_model_is_gpt(const attn_model *m) { return m && m->gpt; }
+bool attn_model_is_llama3(const attn_model *m) { return m && m->llama; }
+
+attn_model_config attn_model_config_of_llama3(const attn_llama3_config *l) {
+    attn_model_config c = {.vocab_size = l->vocab_size, .context_length = l->context_length,
+                           .d_model = l->emb_dim, .n_layers = l->n_layers, .n_heads = l->n_heads,
+                           .attention = ATTN_MODULE_GQA, .mlp = true, .dropout = 0.0,
+                           .qkv_bias = false};
+    return c;
+}
+
+attn_status attn_model_new_llama3(attn_ctx *ctx, const attn_llama3_config *cfg,
+                                  attn_rng *init_rng, attn_model **out) {
+    if (out) *out = NULL;
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (!cfg || !init_rng || !out)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_model_new_llama3: %s is NULL",
+                         !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
+    attn_status st = attn_llama3_check_config(ctx, "attn_model_new_llama3", cfg);
+    if (st != ATTN_OK) return st;
+    attn_model *m = attn_calloc(1, sizeof *m);
+    if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_new_llama3: out of memory");
+    if ((st = attn_llama3_new(ctx, cfg, init_rng, &m->llama)) != ATTN_OK) {
+        attn_free(m);
+        return st;
+    }
+    m->ctx = ctx;
+    m->cfg = attn_model_config_of_llama3(cfg);
+    m->llama_cfg = *cfg;
+    m->training = true;
+    m->grad_enabled = true;
+    m->params = attn_llama3_params(m->llama, &m->count, &m->num_scalars);
+    *out = m;
+    return ATTN_OK;
+}
+
+attn_status attn_model_get_llama3_config(const attn_model *m, attn_llama3_config *out) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (!out)
+        return attn_fail(m->ctx, ATTN_ERR_NULL, "attn_model_get_llama3_config: out is NULL");
+    if (!m->llama)
+        return attn_fail(m->ctx, ATTN_ERR_INVALID, "attn_model_get_llama3_config: the model was "
+                         "made by %s, not attn_model_new_llama3",
+                         m->gpt ? "attn_model_new_gpt" : "attn_model_new");
+    *out = m->llama_cfg;
+    return ATTN_OK;
+}
 
 attn_status attn_model_get_gpt_config(const attn_model *m, attn_gpt_config *out) {
     if (!m) return ATTN_ERR_NULL;
@@ -401,7 +454,8 @@ attn_status attn_model_get_gpt_config(const attn_model *m, attn_gpt_config *out)
     if (!out) return attn_fail(m->ctx, ATTN_ERR_NULL, "attn_model_get_gpt_config: out is NULL");
     if (!m->gpt)
         return attn_fail(m->ctx, ATTN_ERR_INVALID, "attn_model_get_gpt_config: the model was made "
-                         "by attn_model_new, not attn_model_new_gpt");
+                         "by %s, not attn_model_new_gpt",
+                         m->llama ? "attn_model_new_llama3" : "attn_model_new");
     *out = m->gpt_cfg;
     return ATTN_OK;
 }
@@ -421,6 +475,11 @@ static void free_activations(attn_model *m) {
 
 void attn_model_free(attn_model *m) {
     if (!m) return;
+    if (m->llama) {
+        attn_llama3_free(m->llama); /* its params with it */
+        attn_free(m);
+        return;
+    }
     if (m->blocks)
         for (size_t l = 0; l < m->cfg.n_layers; l++) attn_module_free(m->blocks[l].attn);
     free_activations(m);
@@ -485,18 +544,18 @@ attn_status attn_model_params(attn_model *m, const attn_param **params, size_t *
 attn_status attn_model_set_training(attn_model *m, bool training) {
     if (!m) return ATTN_ERR_NULL;
     attn_clear_error(m->ctx);
-    for (size_t l = 0; l < m->cfg.n_layers; l++) {
+    for (size_t l = 0; !m->llama && l < m->cfg.n_layers; l++) {
         attn_status st = attn_module_set_training(m->blocks[l].attn, training);
         if (st != ATTN_OK) return st;
     }
-    m->training = training;
+    m->training = training; /* the book's Llama3Model has no dropout */
     return ATTN_OK;
 }
 
 attn_status attn_model_set_grad_enabled(attn_model *m, bool enabled) {
     if (!m) return ATTN_ERR_NULL;
     attn_clear_error(m->ctx);
-    for (size_t l = 0; l < m->cfg.n_layers; l++) {
+    for (size_t l = 0; !m->llama && l < m->cfg.n_layers; l++) {
         attn_status st = attn_module_set_grad_enabled(m->blocks[l].attn, enabled);
         if (st != ATTN_OK) return st;
     }
@@ -508,6 +567,10 @@ attn_status attn_model_set_grad_enabled(attn_model *m, bool enabled) {
 attn_status attn_model_zero_grad(attn_model *m) {
     if (!m) return ATTN_ERR_NULL;
     attn_clear_error(m->ctx);
+    if (m->llama) {
+        attn_llama3_zero_grad(m->llama);
+        return ATTN_OK;
+    }
     memset(m->grad_storage, 0, m->own_scalars * sizeof(float));
     for (size_t l = 0; l < m->cfg.n_layers; l++) {
         attn_status st = attn_module_zero_grad(m->blocks[l].attn);
@@ -665,6 +728,11 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
                          batch, seq);
     attn_status st = check_ids(m, "tokens", tokens, batch, seq, false);
     if (st == ATTN_OK && targets) st = check_ids(m, "targets", targets, batch, seq, true);
+    if (st == ATTN_OK && m->llama) {
+        st = attn_llama3_forward(m->llama, tokens, targets, batch, seq, logits, loss);
+        m->backward_ready = st == ATTN_OK && targets && m->grad_enabled;
+        return st;
+    }
     if (st == ATTN_OK) st = ensure_rows(m, N);
     if (st != ATTN_OK) return st;
     /* The attention modules allocate between dropout draws: a failure puts
@@ -735,6 +803,7 @@ attn_status attn_model_backward(attn_model *m) {
         return attn_fail(m->ctx, ATTN_ERR_INVALID,
                          "attn_model_backward: needs a forward with targets and gradients enabled "
                          "first");
+    if (m->llama) return attn_llama3_backward(m->llama);
     const attn_model_config *c = &m->cfg;
     size_t B = m->batch, T = m->seq, N = B * T, C = c->d_model, V = c->vocab_size;
     attn_workers w = attn_ctx_workers(m->ctx);

@@ -10,7 +10,11 @@ attn_ctx *attn_model_ctx(const attn_model *m);
 /* Whether m is the book's GPTModel (attn_model_new_gpt). */
 bool attn_model_is_gpt(const attn_model *m);
 
+/* Whether m is the book's Llama3Model (attn_model_new_llama3). */
+bool attn_model_is_llama3(const attn_model *m);
+
 /* The attn_model_config a book's config runs as. */
 attn_model_config attn_model_config_of_gpt(const attn_gpt_config *g);
+attn_model_config attn_model_config_of_llama3(const attn_llama3_config *l);
 
 #endif /* ATTN_TRAIN_MODEL_H */

@@ -11,7 +11,12 @@
  *             drop_rate, qkv_bias), which src/lm's loader reads as the config,
  *             and the book's mask buffers (trf_blocks.N.att.mask (T, T),
  *             ones above the diagonal), which GPTModel's state_dict holds
- *             and load_state_dict(strict=True) wants.
+ *             and load_state_dict(strict=True) wants; for the book's
+ *             Llama3Model "format": "attn-llama3" and its cfg keys
+ *             (vocab_size, context_length, emb_dim, n_heads, n_layers,
+ *             hidden_dim, n_kv_groups, rope_base, rope_freq: the book's dict
+ *             as JSON, or null), no buffers (its cos and sin are not
+ *             persistent, its mask is made in the forward).
  * PyTorch reads it with safetensors.torch.load_file and load_state_dict.
  */
 #include "internal.h"
@@ -21,11 +26,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { META_COUNT = 10, GPT_META_COUNT = 8 };
+enum { META_COUNT = 10, GPT_META_COUNT = 8, LLAMA3_META_COUNT = 10, META_MAX = 10 };
+_Static_assert(META_COUNT <= META_MAX && GPT_META_COUNT <= META_MAX &&
+                   LLAMA3_META_COUNT <= META_MAX,
+               "META_MAX holds every kind's metadata");
 
 typedef struct meta_values {
     char vocab_size[24], context_length[24], d_model[24], n_layers[24], n_heads[24];
     char dropout[32];
+    char hidden_dim[24], n_kv_groups[24], rope_base[32], rope_freq[256];
 } meta_values;
 
 /* The numbers both kinds of file carry, as the metadata's strings. */
@@ -57,6 +66,37 @@ static size_t describe_gpt(const attn_gpt_config *c, meta_values *v, attn_metada
     return GPT_META_COUNT;
 }
 
+/* The metadata entries of the book's Llama3Model; their strings live in v. */
+static size_t describe_llama3(const attn_llama3_config *c, meta_values *v,
+                              attn_metadata_entry *out) {
+    format_values(v, c->vocab_size, c->context_length, c->emb_dim, c->n_layers, c->n_heads, 0.0);
+    snprintf(v->hidden_dim, sizeof v->hidden_dim, "%zu", c->hidden_dim);
+    snprintf(v->n_kv_groups, sizeof v->n_kv_groups, "%zu", c->n_kv_groups);
+    snprintf(v->rope_base, sizeof v->rope_base, "%.17g", c->rope_base);
+    if (c->rope_factor > 0.0)
+        snprintf(v->rope_freq, sizeof v->rope_freq,
+                 "{\"factor\": %.17g, \"low_freq_factor\": %.17g, \"high_freq_factor\": %.17g, "
+                 "\"original_context_length\": %zu}",
+                 c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
+                 c->rope_original_context_length);
+    else
+        snprintf(v->rope_freq, sizeof v->rope_freq, "null");
+    attn_metadata_entry entries[LLAMA3_META_COUNT] = {
+        {"format", "attn-llama3"},
+        {"vocab_size", v->vocab_size},
+        {"context_length", v->context_length},
+        {"emb_dim", v->d_model},
+        {"n_heads", v->n_heads},
+        {"n_layers", v->n_layers},
+        {"hidden_dim", v->hidden_dim},
+        {"n_kv_groups", v->n_kv_groups},
+        {"rope_base", v->rope_base},
+        {"rope_freq", v->rope_freq},
+    };
+    memcpy(out, entries, sizeof entries);
+    return LLAMA3_META_COUNT;
+}
+
 /* The metadata entries of cfg; their strings live in v. */
 static void describe(const attn_model_config *c, meta_values *v, attn_metadata_entry *out) {
     format_values(v, c->vocab_size, c->context_length, c->d_model, c->n_layers, c->n_heads,
@@ -76,12 +116,15 @@ static void describe(const attn_model_config *c, meta_values *v, attn_metadata_e
     memcpy(out, entries, sizeof entries);
 }
 
-/* The metadata entries of m's config (at most META_COUNT); their strings
+/* The metadata entries of m's config (at most META_MAX); their strings
  * live in v. Returns how many. */
 static size_t describe_model(const attn_model *m, meta_values *v, attn_metadata_entry *out) {
     attn_gpt_config g;
     if (attn_model_is_gpt(m) && attn_model_get_gpt_config(m, &g) == ATTN_OK)
         return describe_gpt(&g, v, out);
+    attn_llama3_config l;
+    if (attn_model_is_llama3(m) && attn_model_get_llama3_config(m, &l) == ATTN_OK)
+        return describe_llama3(&l, v, out);
     attn_model_config cfg = attn_model_get_config(m);
     describe(&cfg, v, out);
     return META_COUNT;
@@ -135,7 +178,7 @@ attn_status attn_model_save(attn_model *m, const char *path) {
                                                  .shape = {T, T}};
     }
     meta_values values;
-    attn_metadata_entry meta[META_COUNT];
+    attn_metadata_entry meta[META_MAX];
     size_t n_meta = describe_model(m, &values, meta);
     st = attn_safetensors_write(ctx, path, tensors, count + masks, meta, n_meta);
     attn_free(tensors);
@@ -159,7 +202,7 @@ attn_status attn_model_load(attn_model *m, const char *path) {
     /* A file that says it is an attn model must describe this one: shapes
      * alone do not tell n_heads or the attention kind apart. */
     meta_values values;
-    attn_metadata_entry want[META_COUNT];
+    attn_metadata_entry want[META_MAX];
     size_t n_meta = describe_model(m, &values, want);
     const char *format = attn_safetensors_metadata_get(file, "format");
     for (size_t i = 1; format && strcmp(format, want[0].value) == 0 && i < n_meta; i++) {

@@ -24,6 +24,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #define REAL double
@@ -124,6 +125,14 @@ static void test_embedding(size_t C) {
     /* the unused token's row and the rows past T stay zero */
     for (size_t c = 0; c < C; c++) CHECK(dwte[(V - 1) * C + c] == 0.0);
     for (size_t i = T * C; i < CONTEXT * C; i++) CHECK(dwpe[i] == 0.0);
+    /* without a position table (Llama's): out = wte[tokens], the same dwte */
+    double *dwte_alone = calloc(V * C, sizeof *dwte_alone);
+    dbl_embedding_forward(out, tokens, wte, NULL, B, T, C);
+    for (size_t n = 0; n < B * T; n++)
+        for (size_t c = 0; c < C; c++) CHECK(out[n * C + c] == wte[(size_t)tokens[n] * C + c]);
+    dbl_embedding_backward((attn_workers){2, NULL}, dwte_alone, NULL, r, tokens, B, T, C, V);
+    CHECK(memcmp(dwte_alone, dwte, V * C * sizeof *dwte) == 0);
+    free(dwte_alone);
     free(wte), free(wpe), free(out), free(r), free(dwte), free(dwpe);
 }
 
@@ -173,6 +182,123 @@ static void test_layernorm(size_t N, size_t C) {
     fd_check(what, b, C, db, ln_loss, &s);
     free(x), free(w), free(b), free(out), free(r), free(mean), free(rstd), free(dx), free(dw),
         free(db);
+}
+
+/* ---- RMSNorm ---- */
+
+typedef struct rms_state {
+    size_t N, C;
+    double *x, *w, *out, *rstd, *r;
+} rms_state;
+
+static double rms_loss(void *p) {
+    rms_state *s = p;
+    dbl_rmsnorm_forward(s->out, s->rstd, s->x, s->w, s->N, s->C, 1e-5);
+    return dot(s->out, s->r, s->N * s->C);
+}
+
+static void test_rmsnorm(size_t N, size_t C) {
+    double *x = calloc(N * C, sizeof *x), *w = calloc(C, sizeof *w);
+    double *out = calloc(N * C, sizeof *out), *r = calloc(N * C, sizeof *r);
+    double *rstd = calloc(N, sizeof *rstd);
+    double *dx = calloc(N * C, sizeof *dx), *dw = calloc(C, sizeof *dw);
+    fill_randn(x, N * C, 2.0);
+    for (size_t c = 0; c < C; c++) x[c] *= 0.05; /* a small row (finite differences stay exact) */
+    fill_randn(w, C, 1.0);
+    fill_randn(r, N * C, 1.0);
+    rms_state s = {N, C, x, w, out, rstd, r};
+    rms_loss(&s);
+    /* the forward against its definition, row by row */
+    for (size_t n = 0; n < N; n++) {
+        double ms = 0.0;
+        for (size_t c = 0; c < C; c++) ms += x[n * C + c] * x[n * C + c] / (double)C;
+        CHECK_NEAR(rstd[n], 1.0 / sqrt(ms + 1e-5), 1e-9);
+        CHECK_NEAR(out[n * C + 2], x[n * C + 2] / sqrt(ms + 1e-5) * w[2], 1e-12);
+    }
+    for (size_t i = 0; i < N * C; i++) dx[i] = 0.25; /* the backward adds to what is there */
+    dbl_rmsnorm_backward((attn_workers){2, NULL}, dx, dw, r, x, w, rstd, N, C);
+    for (size_t i = 0; i < N * C; i++) dx[i] -= 0.25;
+    char what[64];
+    snprintf(what, sizeof what, "rmsnorm dinp (C %zu)", C);
+    fd_check(what, x, N * C, dx, rms_loss, &s);
+    snprintf(what, sizeof what, "rmsnorm dweight (C %zu)", C);
+    fd_check(what, w, C, dw, rms_loss, &s);
+    free(x), free(w), free(out), free(r), free(rstd), free(dx), free(dw);
+}
+
+/* ---- SwiGLU ---- */
+
+typedef struct swiglu_state {
+    size_t n;
+    double *gate, *up, *out, *r;
+} swiglu_state;
+
+static double swiglu_loss(void *p) {
+    swiglu_state *s = p;
+    dbl_swiglu_forward(s->out, s->gate, s->up, s->n);
+    return dot(s->out, s->r, s->n);
+}
+
+static void test_swiglu(void) {
+    enum { n = 40 };
+    double gate[n], up[n], out[n], r[n], dgate[n] = {0}, dup[n] = {0};
+    fill_randn(gate, n, 3.0);
+    gate[0] = 0.0;
+    gate[1] = -30.0; /* sigmoid ~ 0 */
+    gate[2] = 30.0;  /* sigmoid ~ 1 */
+    fill_randn(up, n, 1.0);
+    fill_randn(r, n, 1.0);
+    swiglu_state s = {n, gate, up, out, r};
+    swiglu_loss(&s);
+    CHECK_NEAR(out[3], gate[3] / (1.0 + exp(-gate[3])) * up[3], 1e-15);
+    dbl_swiglu_backward(dgate, dup, gate, up, r, n);
+    fd_check("swiglu dgate", gate, n, dgate, swiglu_loss, &s);
+    fd_check("swiglu dup", up, n, dup, swiglu_loss, &s);
+}
+
+/* ---- RoPE ---- */
+
+typedef struct rope_state {
+    size_t B, T, heads, D;
+    const float *cosines, *sines;
+    double *x, *out, *r;
+} rope_state;
+
+static double rope_loss(void *p) {
+    rope_state *s = p;
+    dbl_rope_forward(s->out, s->x, s->cosines, s->sines, s->B, s->T, s->heads, s->D);
+    return dot(s->out, s->r, s->B * s->T * s->heads * s->D);
+}
+
+static void test_rope(void) {
+    enum { B = 2, T = 5, CONTEXT = 7, HEADS = 3, D = 8, HALF = D / 2, n = B * T * HEADS * D };
+    float cosines[CONTEXT * HALF], sines[CONTEXT * HALF];
+    for (size_t t = 0; t < CONTEXT; t++)
+        for (size_t i = 0; i < HALF; i++) {
+            double angle = (double)t * pow(10000.0, -(double)(2 * i) / D);
+            cosines[t * HALF + i] = (float)cos(angle);
+            sines[t * HALF + i] = (float)sin(angle);
+        }
+    double x[n], out[n], r[n], dx[n], inplace[n];
+    fill_randn(x, n, 1.0);
+    fill_randn(r, n, 1.0);
+    rope_state s = {B, T, HEADS, D, cosines, sines, x, out, r};
+    rope_loss(&s);
+    /* one element against the definition: b 1, t 3, head 2, i 1 and its pair */
+    size_t row = ((1 * T + 3) * HEADS + 2) * D;
+    double c = cosines[3 * HALF + 1], sn = sines[3 * HALF + 1];
+    CHECK_NEAR(out[row + 1], x[row + 1] * c - x[row + 1 + HALF] * sn, 1e-15);
+    CHECK_NEAR(out[row + 1 + HALF], x[row + 1 + HALF] * c + x[row + 1] * sn, 1e-15);
+    /* position 0 is the identity; in place gives the same */
+    size_t at0 = (1 * T * HEADS) * D; /* b 1, t 0, head 0 */
+    for (size_t i = 0; i < D; i++) CHECK(out[at0 + i] == x[at0 + i]);
+    memcpy(inplace, x, sizeof x);
+    dbl_rope_forward(inplace, inplace, cosines, sines, B, T, HEADS, D);
+    CHECK(memcmp(inplace, out, sizeof out) == 0);
+    for (size_t i = 0; i < n; i++) dx[i] = 0.5; /* the backward adds to what is there */
+    dbl_rope_backward(dx, r, cosines, sines, B, T, HEADS, D);
+    for (size_t i = 0; i < n; i++) dx[i] -= 0.5;
+    fd_check("rope dinp", x, n, dx, rope_loss, &s);
 }
 
 /* ---- GELU ---- */
@@ -351,6 +477,10 @@ int main(int argc, char **argv) {
     test_embedding(70);
     test_layernorm(6, 9);
     test_layernorm(3, 70);
+    test_rmsnorm(6, 9);
+    test_rmsnorm(3, 70);
+    test_swiglu();
+    test_rope();
     test_gelu();
     test_gelu_tanh();
     test_crossentropy();

@@ -352,6 +352,124 @@ static void test_gpt_model(attn_ctx *ctx, attn_rng *rng) {
     CHECK_STATUS(attn_model_get_gpt_config(NULL, &back), ATTN_ERR_NULL);
 }
 
+/* attn_model_new_llama3 refuses by the book's names; the config comes
+ * back; the generic calls run on it (the values: book_llama3_vs_torch). */
+static void test_llama3_model(attn_ctx *ctx, attn_rng *rng) {
+    attn_llama3_config l = {.vocab_size = 11, .context_length = 8, .emb_dim = 16, .n_heads = 4,
+                            .n_layers = 2, .hidden_dim = 24, .n_kv_groups = 2,
+                            .rope_base = 500000.0};
+    attn_model *m = (attn_model *)ctx;
+    CHECK_STATUS(attn_model_new_llama3(NULL, &l, rng, &m), ATTN_ERR_NULL);
+    CHECK(m == NULL);
+    CHECK_STATUS(attn_model_new_llama3(ctx, NULL, rng, &m), ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "cfg is NULL");
+    CHECK_STATUS(attn_model_new_llama3(ctx, &l, NULL, &m), ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "init_rng is NULL");
+    attn_llama3_config bad = l;
+    bad.n_kv_groups = 3;
+    CHECK_STATUS(attn_model_new_llama3(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "n_kv_groups (3) must be positive and divide n_heads (4)");
+    bad = l, bad.n_heads = 5;
+    CHECK_STATUS(attn_model_new_llama3(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "emb_dim (16) must be a positive multiple of n_heads (5)");
+    bad = l, bad.emb_dim = 12, bad.n_heads = 4; /* head_dim 3 */
+    CHECK_STATUS(attn_model_new_llama3(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "even head_dim");
+    bad = l, bad.rope_base = 0.0;
+    CHECK_STATUS(attn_model_new_llama3(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "rope_base (0)");
+    bad = l, bad.rope_factor = 8.0, bad.rope_low_freq_factor = 1.0;
+    bad.rope_high_freq_factor = 4.0; /* no original_context_length */
+    CHECK_STATUS(attn_model_new_llama3(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "rope_original_context_length (0)");
+    bad = l, bad.hidden_dim = 0;
+    CHECK_STATUS(attn_model_new_llama3(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "hidden_dim (0)");
+    bad = l, bad.vocab_size = 0;
+    CHECK_STATUS(attn_model_new_llama3(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "vocab_size (0)");
+    CHECK(m == NULL);
+
+    CHECK_STATUS(attn_model_new_llama3(ctx, &l, rng, &m), ATTN_OK);
+    /* tok_emb + 2 x (att 4 + ff 3 + norms 2) + final_norm + out_head */
+    CHECK(attn_model_param_count(m) == 1 + 2 * 9 + 2);
+    attn_param p;
+    CHECK_STATUS(attn_model_param_at(m, 1, &p), ATTN_OK);
+    CHECK(strcmp(p.name, "trf_blocks.0.att.W_key.weight") == 0);
+    CHECK(p.shape[0] == 8 && p.shape[1] == 16); /* 2 KV heads of 4 */
+    CHECK_STATUS(attn_model_param(m, "trf_blocks.1.ff.fc3.weight", &p), ATTN_OK);
+    CHECK(p.shape[0] == 16 && p.shape[1] == 24);
+    CHECK_STATUS(attn_model_param(m, "trf_blocks.1.norm2.weight", &p), ATTN_OK);
+    CHECK(p.numel == 16 && p.data[15] == 1.0f);
+    CHECK_STATUS(attn_model_param(m, "final_norm.weight", &p), ATTN_OK);
+    CHECK(attn_model_num_scalars(m) ==
+          11 * 16 + 2 * (2 * 8 * 16 + 2 * 16 * 16 + 3 * 16 * 24 + 2 * 16) + 16 + 11 * 16);
+    attn_llama3_config back;
+    CHECK_STATUS(attn_model_get_llama3_config(m, &back), ATTN_OK);
+    CHECK(back.emb_dim == 16 && back.n_kv_groups == 2 && back.rope_base == 500000.0 &&
+          back.rope_factor == 0.0);
+    attn_model_config mc = attn_model_get_config(m);
+    CHECK(mc.vocab_size == 11 && mc.context_length == 8 && mc.d_model == 16 &&
+          mc.n_layers == 2 && mc.n_heads == 4 && mc.attention == ATTN_MODULE_GQA && mc.mlp &&
+          mc.dropout == 0.0 && !mc.qkv_bias);
+    attn_gpt_config gpt;
+    CHECK_STATUS(attn_model_get_gpt_config(m, &gpt), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "made by attn_model_new_llama3, not attn_model_new_gpt");
+    CHECK_STATUS(attn_model_get_llama3_config(m, NULL), ATTN_ERR_NULL);
+
+    /* the generic calls: forward with and without targets, backward, modes */
+    int32_t tokens[2 * 8], targets[2 * 8];
+    for (int i = 0; i < 16; i++) tokens[i] = i % 11, targets[i] = (i * 7) % 11;
+    targets[3] = ATTN_IGNORE_INDEX;
+    float logits[2 * 8 * 11], loss = 0.0f;
+    CHECK_STATUS(attn_model_set_training(m, true), ATTN_OK);
+    CHECK_STATUS(attn_model_backward(m), ATTN_ERR_INVALID); /* no forward yet */
+    CHECK_STATUS(attn_model_zero_grad(m), ATTN_OK);
+    /* a (1, 4) batch, then a (2, 8) one in grown buffers: causal, so the
+     * first row's first 4 positions see the same tokens */
+    float first[4 * 11];
+    CHECK_STATUS(attn_model_forward(m, tokens, NULL, 1, 4, first, NULL, NULL), ATTN_OK);
+    CHECK_STATUS(attn_model_forward(m, tokens, targets, 2, 8, logits, &loss, NULL), ATTN_OK);
+    for (size_t i = 0; i < 4 * 11; i++) CHECK_NEAR(first[i], logits[i], 1e-5);
+    CHECK(loss > 1.0f && loss < 5.0f); /* near log(11) for a fresh model */
+    CHECK_STATUS(attn_model_backward(m), ATTN_OK);
+    CHECK_STATUS(attn_model_param(m, "tok_emb.weight", &p), ATTN_OK);
+    bool any = false;
+    for (size_t i = 0; i < p.numel; i++) any |= p.grad[i] != 0.0f;
+    CHECK(any);
+    CHECK_STATUS(attn_model_zero_grad(m), ATTN_OK);
+    CHECK(p.grad[0] == 0.0f);
+    tokens[5] = 11;
+    CHECK_STATUS(attn_model_forward(m, tokens, NULL, 2, 8, logits, NULL, NULL), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "tokens[0, 5] = 11 is outside [0, 11)");
+    tokens[5] = 0;
+    CHECK_STATUS(attn_model_forward(m, tokens, NULL, 1, 9, logits, NULL, NULL), ATTN_ERR_SHAPE);
+    CHECK_STATUS(attn_model_set_grad_enabled(m, false), ATTN_OK);
+    CHECK_STATUS(attn_model_forward(m, tokens, targets, 2, 8, NULL, &loss, NULL), ATTN_OK);
+    CHECK_STATUS(attn_model_backward(m), ATTN_ERR_INVALID);
+    CHECK_STATUS(attn_model_set_grad_enabled(m, true), ATTN_OK);
+    CHECK_STATUS(attn_model_set_training(m, false), ATTN_OK);
+    attn_model_free(m);
+
+    attn_model_config c = small_config();
+    CHECK_STATUS(attn_model_new(ctx, &c, rng, &m), ATTN_OK);
+    CHECK_STATUS(attn_model_get_llama3_config(m, &back), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "made by attn_model_new, not attn_model_new_llama3");
+    attn_model_free(m);
+    CHECK_STATUS(attn_model_get_llama3_config(NULL, &back), ATTN_ERR_NULL);
+
+    /* the RoPE tables: position 0 is the identity, position t the angle t
+     * * inv_freq (no scaling: rope_base^(-2i / head_dim)) */
+    float cosines[8 * 4], sines[8 * 4];
+    CHECK_STATUS(attn_llama3_rope_tables(ctx, &l, cosines, sines), ATTN_OK);
+    CHECK(cosines[0] == 1.0f && sines[3] == 0.0f);
+    CHECK(cosines[5 * 4 + 1] == cosines[5 * 4 + 3]); /* the halves are equal */
+    CHECK_NEAR(sines[5 * 4 + 1], sin(5.0 * pow(500000.0, -0.5)), 1e-6);
+    CHECK_STATUS(attn_llama3_rope_tables(ctx, &l, NULL, sines), ATTN_ERR_NULL);
+    CHECK_MESSAGE(ctx, "cos is NULL");
+    CHECK_STATUS(attn_llama3_rope_tables(ctx, &bad, cosines, sines), ATTN_ERR_INVALID);
+}
+
 static void test_model_calls(attn_ctx *ctx, attn_rng *rng) {
     attn_model_config c = small_config();
     c.dropout = 0.1;
@@ -489,6 +607,7 @@ int main(void) {
     test_model_config_errors(ctx, rng);
     test_model_params(ctx, rng);
     test_gpt_model(ctx, rng);
+    test_llama3_model(ctx, rng);
     test_model_calls(ctx, rng);
     attn_rng_free(rng);
     attn_ctx_free(ctx);

@@ -49,6 +49,27 @@ class GptConfig(Structure):
                 ("n_heads", c_size_t), ("n_layers", c_size_t), ("drop_rate", c_double),
                 ("qkv_bias", c_bool)]
 
+class Llama3Config(Structure):
+    _fields_ = [("vocab_size", c_size_t), ("context_length", c_size_t), ("emb_dim", c_size_t),
+                ("n_heads", c_size_t), ("n_layers", c_size_t), ("hidden_dim", c_size_t),
+                ("n_kv_groups", c_size_t), ("rope_base", c_double), ("rope_factor", c_double),
+                ("rope_low_freq_factor", c_double), ("rope_high_freq_factor", c_double),
+                ("rope_original_context_length", c_size_t)]
+
+    @classmethod
+    def from_book(cls, cfg):
+        """The book's cfg dict (llama3.LLAMA32_CONFIG_1B's keys; dtype is not read)."""
+        c = cls(**{k: cfg[k] for k in ("vocab_size", "context_length", "emb_dim", "n_heads",
+                                       "n_layers", "hidden_dim", "n_kv_groups", "rope_base")})
+        f = cfg.get("rope_freq")
+        if f:
+            c.rope_factor = f["factor"]
+            c.rope_low_freq_factor = f["low_freq_factor"]
+            c.rope_high_freq_factor = f["high_freq_factor"]
+            c.rope_original_context_length = f["original_context_length"]
+        return c
+
+
 def i32(a):
     a = np.ascontiguousarray(a, dtype=np.int32)
     return a, a.ctypes.data_as(I32P)
@@ -79,6 +100,10 @@ class AttnTrain(Attn):
         fn("attn_model_new_gpt", c_int, c_void_p, POINTER(GptConfig), c_void_p,
            POINTER(c_void_p))
         fn("attn_model_get_gpt_config", c_int, c_void_p, POINTER(GptConfig))
+        fn("attn_model_new_llama3", c_int, c_void_p, POINTER(Llama3Config), c_void_p,
+           POINTER(c_void_p))
+        fn("attn_model_get_llama3_config", c_int, c_void_p, POINTER(Llama3Config))
+        fn("attn_llama3_rope_tables", c_int, c_void_p, POINTER(Llama3Config), F32P, F32P)
         fn("attn_model_free", None, c_void_p)
         fn("attn_model_param_count", c_size_t, c_void_p)
         fn("attn_model_num_scalars", c_size_t, c_void_p)
@@ -159,6 +184,25 @@ class AttnTrain(Attn):
         self.check(self.lib.attn_model_new_gpt(ctx, ctypes.byref(c), init_rng, ctypes.byref(m)),
                    ctx, "attn_model_new_gpt(%s)" % cfg)
         return m
+
+    def model_new_llama3(self, ctx, init_rng, cfg):
+        """The book's Llama3Model from its cfg dict."""
+        c = Llama3Config.from_book(cfg)
+        m = c_void_p()
+        self.check(self.lib.attn_model_new_llama3(ctx, ctypes.byref(c), init_rng,
+                                                  ctypes.byref(m)),
+                   ctx, "attn_model_new_llama3(%s)" % cfg)
+        return m
+
+    def llama3_rope_tables(self, ctx, cfg):
+        """(cos, sin), (context_length, head_dim) each, as compute_rope_params gives them."""
+        c = Llama3Config.from_book(cfg)
+        shape = (cfg["context_length"], cfg["emb_dim"] // cfg["n_heads"])
+        cos, cp = f32(np.empty(shape, np.float32))
+        sin, sp = f32(np.empty(shape, np.float32))
+        self.check(self.lib.attn_llama3_rope_tables(ctx, ctypes.byref(c), cp, sp), ctx,
+                   "attn_llama3_rope_tables")
+        return cos, sin
 
     def model_params(self, ctx, m):
         """[(name, data view, grad view)] in state_dict order."""

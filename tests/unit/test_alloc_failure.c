@@ -1164,6 +1164,7 @@ static void sweep_files(void) {
 typedef struct model_state {
     attn_model_config cfg;
     const attn_gpt_config *gpt; /* the book's GPTModel (attn_model_new_gpt) when set */
+    const attn_llama3_config *llama; /* the book's Llama3Model (attn_model_new_llama3) */
     attn_rng *rng;
     attn_model *m;
     attn_optimizer *opt;
@@ -1188,8 +1189,9 @@ static void model_snapshot(model_state *ms, float *grads, float *weights) {
 
 static void model_build(model_state *ms) {
     attn_rng_manual_seed(ms->rng, 4);
-    CHECK_STATUS(ms->gpt ? attn_model_new_gpt(g_ctx, ms->gpt, ms->rng, &ms->m)
-                         : attn_model_new(g_ctx, &ms->cfg, ms->rng, &ms->m),
+    CHECK_STATUS(ms->llama ? attn_model_new_llama3(g_ctx, ms->llama, ms->rng, &ms->m)
+                 : ms->gpt ? attn_model_new_gpt(g_ctx, ms->gpt, ms->rng, &ms->m)
+                           : attn_model_new(g_ctx, &ms->cfg, ms->rng, &ms->m),
                  ATTN_OK);
     for (int i = 0; i < MB * MT; i++) {
         ms->tokens[i] = (int32_t)((i * 7 + 3) % 11);
@@ -1211,6 +1213,7 @@ static void model_construct_setup(void *p) {
 static attn_status model_construct_run(void *p) {
     model_state *ms = p;
     ms->m = (attn_model *)&g_ctx; /* stale: the constructor must clear it */
+    if (ms->llama) return attn_model_new_llama3(g_ctx, ms->llama, ms->rng, &ms->m);
     return ms->gpt ? attn_model_new_gpt(g_ctx, ms->gpt, ms->rng, &ms->m)
                    : attn_model_new(g_ctx, &ms->cfg, ms->rng, &ms->m);
 }
@@ -1295,14 +1298,21 @@ static void sweep_model(void) {
     static const attn_gpt_config book = {.vocab_size = 11, .context_length = MT, .emb_dim = 8,
                                          .n_heads = 2, .n_layers = 2, .drop_rate = 0.1,
                                          .qkv_bias = true};
-    for (int a = 0; a < 3; a++) {
+    static const attn_llama3_config llama = {
+        .vocab_size = 11, .context_length = MT, .emb_dim = 8, .n_heads = 2, .n_layers = 2,
+        .hidden_dim = 12, .n_kv_groups = 1, .rope_base = 500000.0, .rope_factor = 8.0,
+        .rope_low_freq_factor = 1.0, .rope_high_freq_factor = 4.0,
+        .rope_original_context_length = 16};
+    for (int a = 0; a < 4; a++) {
         model_state *ms = calloc(1, sizeof *ms);
         ms->cfg = (attn_model_config){.vocab_size = 11, .context_length = MT, .d_model = 8,
                                       .n_layers = 2, .n_heads = 2, .mlp = true, .dropout = 0.1,
                                       .attention = a == 1 ? ATTN_MODULE_GPT2 : ATTN_MODULE_MHA};
         ms->gpt = a == 2 ? &book : NULL;
+        ms->llama = a == 3 ? &llama : NULL;
         attn_rng_new(g_ctx, 1, &ms->rng);
-        const char *kind = a == 2   ? "model (the book's GPTModel)"
+        const char *kind = a == 3   ? "model (the book's Llama3Model)"
+                           : a == 2 ? "model (the book's GPTModel)"
                            : a == 1 ? "model (gpt2 blocks)"
                                     : "model (mha blocks)";
         char name[96];
@@ -1314,10 +1324,14 @@ static void sweep_model(void) {
         sweep(&(sweep_op){.name = name, .setup = model_forward_setup, .run = model_forward_run,
                           .verify_failed = model_forward_failed, .teardown = model_teardown,
                           .state = ms});
+        /* The Llama3Model's backward allocates nothing of its own: only
+         * what the SDPA backward needs beyond the workspace its forward left
+         * in the ctx, which is nothing at this shape. */
         snprintf(name, sizeof name, "%s: backward", kind);
-        sweep(&(sweep_op){.name = name, .setup = model_backward_setup, .run = model_backward_run,
-                          .verify_failed = model_backward_failed, .teardown = model_teardown,
-                          .state = ms});
+        if (!ms->llama)
+            sweep(&(sweep_op){.name = name, .setup = model_backward_setup,
+                              .run = model_backward_run, .verify_failed = model_backward_failed,
+                              .teardown = model_teardown, .state = ms});
         snprintf(name, sizeof name, "%s: attn_optimizer_new (sgd)", kind);
         sweep(&(sweep_op){.name = name, .setup = model_optimizer_setup,
                           .run = model_optimizer_run, .verify_failed = model_optimizer_failed,
