@@ -738,12 +738,14 @@ static attn_status read_whole(attn_ctx *ctx, const char *path, unsigned char **o
 }
 
 /* Compares a saved value with the run's: the message names both. */
+/* Compares a saved value with the run's: the message names both. */
 #define SAME(what, saved, now)                                                                 \
     do {                                                                                       \
-        if ((uint64_t)(saved) != (uint64_t)(now))                                              \
+        uint64_t saved_ = (saved), now_ = (uint64_t)(now);                                     \
+        if (saved_ != now_)                                                                    \
             return attn_fail(r->ctx, ATTN_ERR_INVALID,                                         \
                              "%s: %s: the checkpoint's %s is %llu, this run's %llu", fn, spath, \
-                             what, (unsigned long long)(saved), (unsigned long long)(now));    \
+                             what, (unsigned long long)saved_, (unsigned long long)now_);      \
     } while (0)
 
 typedef struct saved_run {

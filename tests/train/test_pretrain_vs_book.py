@@ -28,6 +28,7 @@ data/gpt2-bpe) on data/the-verdict.txt, on a fresh seed every run:
 """
 import argparse
 import contextlib
+import copy
 import io
 import json
 import os
@@ -106,7 +107,7 @@ def gpt2_tiktoken():
 
 def book_run(seed, enc):
     """The book's notebook cell, with this test's config: printed lines,
-    the losses, the near-tie gaps of each sample, the final state_dict."""
+    the losses, the weights of each sample, the final model."""
     from llms_from_scratch import ch02, ch04, ch05
     ch02.tiktoken.get_encoding = lambda name: enc
     with open(VERDICT, "r", encoding="utf-8") as f:
@@ -121,25 +122,15 @@ def book_run(seed, enc):
     val_loader = ch02.create_dataloader_v1(text[split:], batch_size=BATCH,
                                            max_length=MAX_LENGTH, stride=STRIDE, drop_last=False,
                                            shuffle=False, num_workers=0)
-    # each sample's greedy ids and the gap between the top two logits at
-    # each of its steps (the book's generation draws nothing: this changes
-    # no draw)
-    gaps = []
+    # the weights each sample was drawn from, to look for a near tie only
+    # where a sample differs (the book's sampling draws nothing: copying
+    # changes no draw)
+    snapshots = []
     original = ch05.generate_and_print_sample
 
     def sample_and_note(model, tokenizer, device, start_context):
+        snapshots.append(copy.deepcopy(model.state_dict()))
         original(model, tokenizer, device, start_context)
-        model.eval()
-        ids = torch.tensor([tokenizer.encode(start_context)])
-        steps = []
-        with torch.no_grad():
-            for _ in range(50):
-                logits = model(ids[:, -CFG["context_length"]:])[0, -1]
-                top = torch.topk(logits, 2).values
-                steps.append(float(top[0] - top[1]))
-                ids = torch.cat([ids, torch.argmax(logits).view(1, 1)], dim=1)
-        gaps.append((ids[0].tolist(), steps))
-        model.train()
 
     ch05.generate_and_print_sample = sample_and_note
     out = io.StringIO()
@@ -150,7 +141,7 @@ def book_run(seed, enc):
                 eval_freq=EVAL_FREQ, eval_iter=EVAL_ITER, start_context=START, tokenizer=enc)
     finally:
         ch05.generate_and_print_sample = original
-    return out.getvalue().splitlines(), train_losses, val_losses, tokens, gaps, model
+    return out.getvalue().splitlines(), train_losses, val_losses, tokens, snapshots, model
 
 
 def cli(attn, args, **kw):
@@ -174,7 +165,20 @@ def rounding_boundary_near(x, tol):
         abs(scaled - (int(scaled) - 0.5)) * 1e-3 <= tol
 
 
-def compare_lines(attn_lines, book_lines, train_losses, val_losses, gaps, enc):
+def near_tie_gap(state, ids):
+    """The gap between the top two logits of the book's model (weights
+    state) after ids: where greedy decoding could go either way."""
+    from llms_from_scratch.ch04 import GPTModel
+    m = GPTModel(CFG)
+    m.load_state_dict(state)
+    m.eval()
+    with torch.no_grad():
+        logits = m(torch.tensor([ids[-CFG["context_length"]:]]))[0, -1]
+    top = torch.topk(logits, 2).values
+    return float(top[0] - top[1])
+
+
+def compare_lines(attn_lines, book_lines, train_losses, val_losses, snapshots, enc):
     check(len(attn_lines) == len(book_lines),
           "attn printed %d lines, the book %d" % (len(attn_lines), len(book_lines)))
     k = s = 0
@@ -190,14 +194,11 @@ def compare_lines(attn_lines, book_lines, train_losses, val_losses, gaps, enc):
             k += 1
         else:
             if got != want:
-                ids, steps = gaps[s]
                 a = enc.encode(got)
                 b = enc.encode(want)
                 first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]),
                              min(len(a), len(b)))
-                start_len = len(enc.encode(START))
-                step = max(first - start_len, 0)
-                gap = steps[step] if step < len(steps) else float("inf")
+                gap = near_tie_gap(snapshots[s], b[:first])
                 check(gap < GREEDY_TIE,
                       "sample %d: %r, the book's %r (parting at token %d, top-2 gap %g)" %
                       (s, got, want, first, gap))
@@ -335,12 +336,12 @@ def main():
         # the attn runs, started first so they overlap the book's
         p_full = subprocess.Popen([attn, "pretrain"] + common + ["--epochs", "3", "--save", full],
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        book_lines, train_losses, val_losses, tokens, gaps, model = book_run(seed, enc)
+        book_lines, train_losses, val_losses, tokens, snapshots, model = book_run(seed, enc)
         out, err = p_full.communicate()
         check(p_full.returncode == 0, "attn pretrain: exit %d %s" % (p_full.returncode, err))
         check(err == "", "stderr (not a terminal) should be empty: %r" % err[:200])
         attn_lines = out.splitlines()
-        compare_lines(attn_lines, book_lines, train_losses, val_losses, gaps, enc)
+        compare_lines(attn_lines, book_lines, train_losses, val_losses, snapshots, enc)
         hist = history_from_state(full + ".state", len(train_losses))
         worst = 0.0
         for i, (t, a_train, a_val) in enumerate(hist):
