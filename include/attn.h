@@ -1973,8 +1973,8 @@ attn_status attn_text_dataset_batch(const attn_text_dataset *d, const attn_data_
  * every other count positive; max_length <= context_length; lr finite and
  * > 0, weight_decay finite and >= 0; train_ratio in (0, 1]; the
  * tokenizer's vocabulary the model's; the training part long enough for
- * one batch of windows (it needs max_length + batch_size * stride tokens
- * or so: the message names its token count, max_length and batch_size).
+ * one batch of windows (n tokens make ceil((n - max_length) / stride)
+ * windows; the message names n, max_length, stride and batch_size).
  * A validation part too short for one window is refused as well (the book
  * would print "nan" for every validation loss); train_ratio 1 asks for no
  * validation: val_loss is then NaN (as the book's calc_loss_loader gives
