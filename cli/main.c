@@ -11,7 +11,8 @@ const char cli_program_name[] = "attn";
 
 static const cli_command *const commands[] = {
     &cli_demo_command,    &cli_trace_command,   &cli_params_command,
-    &cli_forward_command, &cli_train_command,   &cli_grad_command,
+    &cli_forward_command, &cli_train_command,   &cli_pretrain_command,
+    &cli_grad_command,
     &cli_heatmap_command, &cli_sdpa_command,    &cli_generate_command,
     &cli_version_command,
 };

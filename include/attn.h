@@ -280,6 +280,15 @@ attn_status attn_rng_randperm(attn_rng *rng, size_t n, int64_t *out);
  * 1.13 without MKL and current 2.x builds do; 2.x wheels that still drew
  * exponential_ from MKL's stream on Intel CPUs pick other indices. */
 attn_status attn_rng_multinomial(attn_rng *rng, const float *probs, size_t n, int64_t *out);
+/* The generator's whole state (torch's get_state / set_state, in this
+ * library's layout of attn_rng_state_size bytes, little-endian): the
+ * mt19937 words and position, the Bernoulli method, the seed, the Philox
+ * offset and the cached normal. A generator set from another's state draws
+ * what that one would. size must be attn_rng_state_size() (ATTN_ERR_SHAPE);
+ * bytes that are no state are ATTN_ERR_FORMAT, the generator unchanged. */
+size_t attn_rng_state_size(void);
+attn_status attn_rng_get_state(const attn_rng *rng, void *state, size_t size);
+attn_status attn_rng_set_state(attn_rng *rng, const void *state, size_t size);
 
 /*
  * What the library knows of the CPU it runs on, read once from CPUID (and
@@ -1283,6 +1292,17 @@ attn_status attn_optimizer_set_lr(attn_optimizer *opt, double lr);
 double attn_optimizer_lr(const attn_optimizer *opt);
 /* Steps taken so far. */
 size_t attn_optimizer_steps(const attn_optimizer *opt);
+/* The optimizer's state, for checkpoints: its buffers as one array of
+ * attn_optimizer_state_size floats (per parameter in order: SGD's momentum
+ * buffer; AdamW's exp_avg, exp_avg_sq and, with amsgrad, max_exp_avg_sq)
+ * and the steps taken. _set_state takes what _get_state gave for an
+ * optimizer of the same config over the same parameters (n must match:
+ * ATTN_ERR_SHAPE otherwise). */
+size_t attn_optimizer_state_size(const attn_optimizer *opt);
+attn_status attn_optimizer_get_state(const attn_optimizer *opt, float *state, size_t n,
+                                     size_t *steps);
+attn_status attn_optimizer_set_state(attn_optimizer *opt, const float *state, size_t n,
+                                     size_t steps);
 void attn_optimizer_free(attn_optimizer *opt);
 
 /*
@@ -1988,6 +2008,121 @@ attn_status attn_data_loader_batch(const attn_data_loader *l, size_t b, size_t *
  * loader must have been made over attn_text_dataset_len(d) items. */
 attn_status attn_text_dataset_batch(const attn_text_dataset *d, const attn_data_loader *l,
                                     size_t b, int32_t *inputs, int32_t *targets, size_t *rows);
+
+/* ------------------------------------------------------------------------ */
+/* Pretraining: the book's chapter 5                                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * gpt_train.py's train_model_simple as a run stepped through events, so a
+ * command prints and a binding collects from the same loop. The text is
+ * split at character int(train_ratio * len(text)) (attn_text_split); each
+ * part is tokenized and cut into windows of max_length tokens every stride
+ * (create_dataloader_v1); the training loader shuffles and drops the last
+ * partial batch, the validation loader does neither. The optimizer is
+ * AdamW(lr, weight_decay) with PyTorch's other defaults. rng is the global
+ * generator: after torch.manual_seed(s) and the model's construction from
+ * it, it draws what PyTorch draws, in the same order: each loader pass's
+ * seeds (attn_data_loader_begin) and the training forward's dropout.
+ *
+ * Events, in the book's order: every optimizer step gives STEP; then, when
+ * global_step % eval_freq == 0, EVAL (evaluate_model: eval mode, no
+ * gradients, the mean loss of the first eval_iter batches of a fresh pass
+ * over each loader); after each epoch SAMPLE (generate_and_print_sample:
+ * greedy, sample_tokens new tokens, the window cropped to the model's
+ * context_length; the argmax of the logits, which is the argmax of their
+ * softmax up to ties the rounding of softmax can make); at the end DONE
+ * (and DONE again on every later call).
+ *
+ * The model may be any attn_model: vocab_size and context_length come
+ * from attn_model_get_config. The run keeps pointers to model, tok and rng
+ * (they must outlive it) and copies the text's token ids.
+ *
+ * attn_pretrain_new checks everything before anything is drawn or trained
+ * (ATTN_ERR_INVALID, the message naming the values): epochs may be 0,
+ * every other count positive; max_length <= context_length; lr finite and
+ * > 0, weight_decay finite and >= 0; train_ratio in (0, 1]; the
+ * tokenizer's vocabulary the model's; the training part long enough for
+ * one batch of windows (n tokens make ceil((n - max_length) / stride)
+ * windows; the message names n, max_length, stride and batch_size).
+ * A validation part too short for one window is refused as well (the book
+ * would print "nan" for every validation loss); train_ratio 1 asks for no
+ * validation: val_loss is then NaN (as the book's calc_loss_loader gives
+ * for an empty loader).
+ *
+ * A step whose loss is NaN or infinite stops the run before its backward:
+ * ATTN_ERR_INVALID, "step 17: loss is nan" (global_step, as STEP would
+ * have numbered it); the model is as after the last good step (the
+ * generator has drawn that step's dropout). Later calls repeat the error.
+ *
+ * Checkpoints: attn_pretrain_save writes the model at path (attn_model_save:
+ * loadable by attn_model_load, `attn generate --weights`, PyTorch's
+ * load_state_dict) and the run's state at path + ".state": the optimizer's
+ * moments and step count, the generator's state, the epoch, the position
+ * in it and its loader order, tokens seen, the loss history, and what
+ * identifies the data (token counts and hashes) and the weights (a hash).
+ * Each file is written whole or not at all; the state is written after
+ * the model, so a pair that a failure left mismatched is refused on
+ * resume. attn_pretrain_resume, on a run made by attn_pretrain_new over
+ * the same model config, text, tokenizer and batch_size / max_length /
+ * stride / train_ratio, loads both and continues where the saved run
+ * stood: its later events are bit for bit the uninterrupted run's. epochs,
+ * lr, weight_decay, eval_freq, eval_iter and the sample settings are the
+ * new run's (a larger epochs extends a finished run). Nothing changes
+ * unless all of it loads. Save and resume at any point between events.
+ */
+typedef struct attn_pretrain_options {
+    size_t epochs, batch_size;
+    size_t max_length;           /* 0: the model's context_length */
+    size_t stride;               /* 0: max_length */
+    double train_ratio, lr, weight_decay;
+    size_t eval_freq, eval_iter;
+    const char *start_context;   /* NULL: "Every effort moves you"; "": no SAMPLE events */
+    size_t sample_tokens;
+} attn_pretrain_options;
+
+/* The book's notebook run: epochs 10, batch_size 2, max_length and stride
+ * the context, train_ratio 0.9, lr 0.0004, weight_decay 0.1, eval_freq 5,
+ * eval_iter 5, "Every effort moves you", 50 sample tokens. */
+attn_pretrain_options attn_pretrain_defaults(void);
+
+typedef enum attn_pretrain_event_kind {
+    ATTN_PRETRAIN_STEP = 0,
+    ATTN_PRETRAIN_EVAL = 1,
+    ATTN_PRETRAIN_SAMPLE = 2,
+    ATTN_PRETRAIN_DONE = 3
+} attn_pretrain_event_kind;
+
+typedef struct attn_pretrain_event {
+    attn_pretrain_event_kind kind;
+    size_t epoch;                  /* 1-based */
+    size_t step;                   /* global_step of the last step taken (the book's, 0-based) */
+    size_t steps_per_epoch, total_steps;
+    uint64_t tokens_seen;
+    double step_loss;              /* STEP: that batch's loss */
+    double train_loss, val_loss;   /* EVAL: as evaluate_model returns them */
+    const char *sample;            /* SAMPLE: the decoded text, context included */
+    size_t sample_length;          /* (valid until the next call on the run) */
+} attn_pretrain_event;
+
+typedef struct attn_pretrain attn_pretrain;
+
+/* Errors go to ctx; on failure *out is NULL. o NULL: the defaults. */
+attn_status attn_pretrain_new(attn_ctx *ctx, attn_model *model, attn_tokenizer *tok,
+                              const char *text, size_t length, const attn_pretrain_options *o,
+                              attn_rng *rng, attn_pretrain **out);
+/* The next event (see above). */
+attn_status attn_pretrain_next(attn_pretrain *run, attn_pretrain_event *ev);
+/* The EVAL history so far (the book's train_losses, val_losses and
+ * track_tokens_seen), n entries each, valid until the next call on run.
+ * A resumed run's history includes the saved run's. */
+attn_status attn_pretrain_history(const attn_pretrain *run, size_t *n,
+                                  const uint64_t **tokens_seen, const double **train_losses,
+                                  const double **val_losses);
+/* A checkpoint at path (the model) and path + ".state" (see above). */
+attn_status attn_pretrain_save(attn_pretrain *run, const char *path);
+attn_status attn_pretrain_resume(attn_pretrain *run, const char *path);
+void attn_pretrain_free(attn_pretrain *run);
 
 /* ------------------------------------------------------------------------ */
 /* Synthetic tasks                                                           */

@@ -19,6 +19,7 @@
 #include <float.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define MT_N 624
 #define MT_M 397
@@ -399,5 +400,74 @@ attn_status attn_rng_multinomial(attn_rng *rng, const float *probs, size_t n, in
         }
     }
     *out = (int64_t)best;
+    return ATTN_OK;
+}
+
+/* ---- the generator's state, for checkpoints ------------------------------ */
+
+/* Little-endian bytes: the 624 mt19937 words, the next index, the
+ * Bernoulli method, the seed, the Philox offset, and the cached Box-Muller
+ * value (a flag word, then its double's bits). */
+#define RNG_STATE_SIZE (MT_N * 4 + 4 + 4 + 8 + 8 + 4 + 8)
+
+size_t attn_rng_state_size(void) { return RNG_STATE_SIZE; }
+
+static void put_le(unsigned char *p, uint64_t v, size_t bytes) {
+    for (size_t i = 0; i < bytes; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+static uint64_t get_le(const unsigned char *p, size_t bytes) {
+    uint64_t v = 0;
+    for (size_t i = 0; i < bytes; i++) v |= (uint64_t)p[i] << (8 * i);
+    return v;
+}
+
+attn_status attn_rng_get_state(const attn_rng *rng, void *state, size_t size) {
+    if (!rng) return ATTN_ERR_NULL;
+    attn_clear_error(rng->ctx);
+    if (!state) return attn_fail(rng->ctx, ATTN_ERR_NULL, "attn_rng_get_state: state is NULL");
+    if (size != RNG_STATE_SIZE)
+        return attn_fail(rng->ctx, ATTN_ERR_SHAPE,
+                         "attn_rng_get_state: size %zu, the state takes %d bytes", size,
+                         RNG_STATE_SIZE);
+    unsigned char *p = state;
+    for (int i = 0; i < MT_N; i++, p += 4) put_le(p, rng->state[i], 4);
+    put_le(p, (uint64_t)rng->next, 4), p += 4;
+    put_le(p, (uint64_t)rng->bernoulli, 4), p += 4;
+    put_le(p, rng->seed, 8), p += 8;
+    put_le(p, rng->philox_offset, 8), p += 8;
+    put_le(p, rng->has_next_double_normal ? 1u : 0u, 4), p += 4;
+    uint64_t bits;
+    memcpy(&bits, &rng->next_double_normal, sizeof bits);
+    put_le(p, bits, 8);
+    return ATTN_OK;
+}
+
+attn_status attn_rng_set_state(attn_rng *rng, const void *state, size_t size) {
+    if (!rng) return ATTN_ERR_NULL;
+    attn_clear_error(rng->ctx);
+    if (!state) return attn_fail(rng->ctx, ATTN_ERR_NULL, "attn_rng_set_state: state is NULL");
+    if (size != RNG_STATE_SIZE)
+        return attn_fail(rng->ctx, ATTN_ERR_SHAPE,
+                         "attn_rng_set_state: size %zu, the state takes %d bytes", size,
+                         RNG_STATE_SIZE);
+    const unsigned char *p = state;
+    const unsigned char *tail = p + MT_N * 4;
+    uint64_t next = get_le(tail, 4), method = get_le(tail + 4, 4), has = get_le(tail + 24, 4);
+    if (next > MT_N || (method != ATTN_BERNOULLI_MT19937 && method != ATTN_BERNOULLI_MKL_MCG31 &&
+                        method != ATTN_BERNOULLI_PHILOX) || has > 1)
+        return attn_fail(rng->ctx, ATTN_ERR_FORMAT,
+                         "attn_rng_set_state: not a generator state (next %llu, Bernoulli "
+                         "method %llu, cached-normal flag %llu)",
+                         (unsigned long long)next, (unsigned long long)method,
+                         (unsigned long long)has);
+    for (int i = 0; i < MT_N; i++) rng->state[i] = (uint32_t)get_le(p + 4 * i, 4);
+    rng->next = (int)next;
+    rng->bernoulli = (attn_bernoulli_method)method;
+    rng->seed = get_le(tail + 8, 8);
+    rng->philox_offset = get_le(tail + 16, 8);
+    rng->has_next_double_normal = has == 1;
+    uint64_t bits = get_le(tail + 28, 8);
+    memcpy(&rng->next_double_normal, &bits, sizeof bits);
     return ATTN_OK;
 }

@@ -778,14 +778,11 @@ static attn_status index_entries(attn_ctx *ctx, const char *path, const unsigned
     attn_status st = ATTN_OK;
     for (size_t i = 0; i < entries->count && !st; i++) {
         const raw_entry *e = &entries->at[i];
-        size_t line, column, other_line, other_column;
-        if (where_is_line) {
-            line = e->where;
-            column = 0;
-        } else {
-            line_and_column(file, e->where, &line, &column);
-        }
+        /* where an entry is, for the messages only: finding the line of a
+         * JSON offset scans the file up to it */
+        size_t line = e->where, column = 0, other_line, other_column;
         if (store->len[e->id]) {
+            if (!where_is_line) line_and_column(file, e->where, &line, &column);
             other_line = first_at[e->id];
             if (!where_is_line) line_and_column(file, first_at[e->id], &other_line, &other_column);
             st = attn_fail(ctx, ATTN_ERR_FORMAT, "%s:%zu: id %d is given twice (first on line %zu)",
@@ -797,6 +794,7 @@ static attn_status index_entries(attn_ctx *ctx, const char *path, const unsigned
         first_at[e->id] = e->where;
         int32_t same = id_table_insert(table, store, e->id);
         if (same >= 0) {
+            if (!where_is_line) line_and_column(file, e->where, &line, &column);
             other_line = first_at[same];
             if (!where_is_line) line_and_column(file, first_at[same], &other_line, &other_column);
             st = attn_fail(ctx, ATTN_ERR_FORMAT,

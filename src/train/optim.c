@@ -29,6 +29,7 @@ struct attn_optimizer {
      * exp_avg, exp_avg_sq and (amsgrad) max_exp_avg_sq. */
     float **state;
     float *state_storage;
+    size_t state_floats; /* state_storage's length */
     size_t steps;
 };
 
@@ -154,6 +155,7 @@ attn_status attn_optimizer_new(attn_ctx *ctx, const attn_optimizer_config *cfg,
     opt->ctx = ctx;
     opt->cfg = *cfg;
     opt->count = count;
+    opt->state_floats = total;
     memcpy(opt->params, params, count * sizeof *params);
     float *next = opt->state_storage;
     for (size_t i = 0; i < count; i++) {
@@ -306,6 +308,39 @@ attn_status attn_optimizer_set_lr(attn_optimizer *opt, double lr) {
 double attn_optimizer_lr(const attn_optimizer *opt) { return opt ? opt->cfg.lr : NAN; }
 
 size_t attn_optimizer_steps(const attn_optimizer *opt) { return opt ? opt->steps : 0; }
+
+size_t attn_optimizer_state_size(const attn_optimizer *opt) { return opt ? opt->state_floats : 0; }
+
+attn_status attn_optimizer_get_state(const attn_optimizer *opt, float *state, size_t n,
+                                     size_t *steps) {
+    if (!opt) return ATTN_ERR_NULL;
+    attn_clear_error(opt->ctx);
+    if ((!state && n > 0) || !steps)
+        return attn_fail(opt->ctx, ATTN_ERR_NULL, "attn_optimizer_get_state: %s is NULL",
+                         !steps ? "steps" : "state");
+    if (n != opt->state_floats)
+        return attn_fail(opt->ctx, ATTN_ERR_SHAPE,
+                         "attn_optimizer_get_state: n %zu, the state holds %zu floats", n,
+                         opt->state_floats);
+    if (n > 0) memcpy(state, opt->state_storage, n * sizeof(float));
+    *steps = opt->steps;
+    return ATTN_OK;
+}
+
+attn_status attn_optimizer_set_state(attn_optimizer *opt, const float *state, size_t n,
+                                     size_t steps) {
+    if (!opt) return ATTN_ERR_NULL;
+    attn_clear_error(opt->ctx);
+    if (!state && n > 0)
+        return attn_fail(opt->ctx, ATTN_ERR_NULL, "attn_optimizer_set_state: state is NULL");
+    if (n != opt->state_floats)
+        return attn_fail(opt->ctx, ATTN_ERR_SHAPE,
+                         "attn_optimizer_set_state: n %zu, the state holds %zu floats", n,
+                         opt->state_floats);
+    if (n > 0) memcpy(opt->state_storage, state, n * sizeof(float));
+    opt->steps = steps;
+    return ATTN_OK;
+}
 
 /* ---- clip_grad_norm_ ------------------------------------------------------ */
 

@@ -1,0 +1,612 @@
+/* cmd_pretrain.c — attn pretrain: the book's chapter-5 training run
+ * (gpt_train.py's train_model_simple) on text files, printing what the
+ * book prints, line for line (attn.h, "Pretraining: the book's chapter 5"). */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+#include "outputs.h"
+#include "loss_plot.h"
+#include "png_write.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DEFAULT_SEED 123
+#define DEFAULT_TOKENIZER "data/gpt2-bpe"
+/* Chapter 5 shortens GPT-2's context to 256 tokens for every run it makes. */
+#define PRESET_CONTEXT 256
+#define MAX_TEXTS 64
+
+static const char pretrain_help[] =
+    "usage: attn pretrain [--preset NAME | --config cfg.json | --resume FILE]\n"
+    "                     --text FILE... [--tokenizer DIR] [--epochs N] [--batch-size N]\n"
+    "                     [--lr X] [--weight-decay X] [--eval-freq N] [--eval-iter N]\n"
+    "                     [--max-length N] [--stride N] [--seed S] [--sample TEXT]\n"
+    "                     [--threads N] [--save FILE] [--plot FILE.png]\n"
+    "\n"
+    "Trains the book's GPTModel from scratch as chapter 5 of \"Build a Large Language\n"
+    "Model (From Scratch)\" does (gpt_train.py's train_model_simple), loss for loss\n"
+    "with the book's code in PyTorch: the text is cut at 90% of its characters, each\n"
+    "part cut into windows of --max-length tokens every --stride, the training\n"
+    "windows shuffled into batches each epoch; AdamW steps; every --eval-freq steps\n"
+    "the mean loss of --eval-iter batches of each part is printed as\n"
+    "  Ep 1 (Step 000000): Train loss 9.817, Val loss 9.924\n"
+    "and after each epoch a greedy sample of 50 tokens from --sample (newlines\n"
+    "printed as spaces). Nothing else goes to stdout; a terminal's stderr gets a\n"
+    "live progress line.\n"
+    "\n"
+    "Model (one of):\n"
+    "  --preset NAME   gpt2-small (default), gpt2-medium, gpt2-large or gpt2-xl: the\n"
+    "                  book's GPT_CONFIG_124M (and its larger sizes) with the context\n"
+    "                  chapter 5 uses, 256 tokens, for every size; vocab 50257,\n"
+    "                  drop_rate 0.1, qkv_bias false\n"
+    "  --config F      a JSON file with the book's cfg keys (vocab_size,\n"
+    "                  context_length, emb_dim, n_heads, n_layers, drop_rate,\n"
+    "                  qkv_bias) or Hugging Face GPT-2's (vocab_size, n_positions,\n"
+    "                  n_embd, n_head, n_layer; resid_pdrop as drop_rate)\n"
+    "  --resume FILE   continue the run saved with --save FILE (FILE and\n"
+    "                  FILE.state): the model's config is the checkpoint's; give the\n"
+    "                  same --text, --tokenizer, --batch-size, --max-length and\n"
+    "                  --stride; --epochs counts from the start of the saved run\n"
+    "Data:\n"
+    "  --text FILE...  one or more text files (UTF-8), read as Python reads them\n"
+    "                  (\\r\\n as \\n); several are joined with <|endoftext|> between\n"
+    "                  them\n"
+    "  --tokenizer DIR GPT-2's BPE files (encoder.json + vocab.bpe); default\n"
+    "                  data/gpt2-bpe when that directory is in the current one\n"
+    "  --max-length N  tokens per window (default: the model's context length)\n"
+    "  --stride N      tokens between windows (default: --max-length)\n"
+    "Training (the book's notebook run by default):\n"
+    "  --epochs N      default 10\n"
+    "  --batch-size N  default 2\n"
+    "  --lr X          AdamW's learning rate (default 0.0004; betas 0.9, 0.999,\n"
+    "                  eps 1e-8)\n"
+    "  --weight-decay X  default 0.1\n"
+    "  --eval-freq N   evaluate every N steps (default 5)\n"
+    "  --eval-iter N   batches per evaluation (default 5)\n"
+    "  --sample TEXT   the samples' start (default \"Every effort moves you\"; \"\": none)\n"
+    "  --seed S        torch.manual_seed(S) before the model is made (default 123): the\n"
+    "                  same generator then draws the loaders' order and the dropout\n"
+    "  --threads N     worker threads (default: all online CPUs)\n"
+    "Outputs (checked before training starts):\n"
+    "  --save FILE     the model as safetensors (the book's state_dict names; `attn\n"
+    "                  generate --weights FILE` reads it) and the run's state as\n"
+    "                  FILE.state, after every epoch and at the end\n"
+    "  --plot FILE.png the book's figure 5.12: training and validation loss against\n"
+    "                  epochs and tokens seen\n"
+    "\n"
+    "Exit status: 0 done, 1 the run failed (a loss that is not finite, a file that\n"
+    "cannot be written: --save keeps the last epoch's checkpoint), 2 bad usage.\n";
+
+static const char *const options[] = {
+    "--config", "--preset",    "--text",      "--tokenizer", "--epochs",     "--batch-size",
+    "--lr",     "--weight-decay", "--eval-freq", "--eval-iter", "--seed",     "--threads",
+    "--sample", "--save",      "--resume",    "--plot",      "--max-length", "--stride",
+    NULL};
+
+typedef struct pretrain_cli {
+    const char *config, *preset, *tokenizer, *save, *resume, *plot;
+    const char *texts[MAX_TEXTS];
+    size_t n_texts, threads;
+    uint64_t seed;
+    attn_pretrain_options run;
+} pretrain_cli;
+
+static int size_option(const char *opt, const char *value, size_t *out, bool positive) {
+    if (!cli_parse_size(value, out) || (positive && *out == 0))
+        return cli_usage_error("%s: expected a %s integer, got '%s'", opt,
+                               positive ? "positive" : "non-negative", value);
+    return CLI_OK;
+}
+
+static int parse_args(int argc, char **argv, pretrain_cli *o) {
+    *o = (pretrain_cli){.threads = cli_default_threads(), .seed = DEFAULT_SEED,
+                        .run = attn_pretrain_defaults()};
+    for (int i = 1; i < argc; i++) {
+        const char *opt = argv[i];
+        const char *value = cli_option_value(argc, argv, &i, options);
+        if (!value) return CLI_USAGE;
+        int rc = CLI_OK;
+        double x = 0.0;
+        if (strcmp(opt, "--text") == 0) {
+            /* --text A B C: every argument up to the next option */
+            for (;;) {
+                if (o->n_texts == MAX_TEXTS)
+                    return cli_usage_error("--text: at most %d files", MAX_TEXTS);
+                o->texts[o->n_texts++] = value;
+                if (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0) break;
+                value = argv[++i];
+            }
+        } else if (strcmp(opt, "--config") == 0) o->config = value;
+        else if (strcmp(opt, "--preset") == 0) o->preset = value;
+        else if (strcmp(opt, "--tokenizer") == 0) o->tokenizer = value;
+        else if (strcmp(opt, "--save") == 0) o->save = value;
+        else if (strcmp(opt, "--resume") == 0) o->resume = value;
+        else if (strcmp(opt, "--plot") == 0) o->plot = value;
+        else if (strcmp(opt, "--sample") == 0) o->run.start_context = value;
+        else if (strcmp(opt, "--epochs") == 0) rc = size_option(opt, value, &o->run.epochs, false);
+        else if (strcmp(opt, "--batch-size") == 0)
+            rc = size_option(opt, value, &o->run.batch_size, true);
+        else if (strcmp(opt, "--eval-freq") == 0)
+            rc = size_option(opt, value, &o->run.eval_freq, true);
+        else if (strcmp(opt, "--eval-iter") == 0)
+            rc = size_option(opt, value, &o->run.eval_iter, true);
+        else if (strcmp(opt, "--max-length") == 0)
+            rc = size_option(opt, value, &o->run.max_length, true);
+        else if (strcmp(opt, "--stride") == 0) rc = size_option(opt, value, &o->run.stride, true);
+        else if (strcmp(opt, "--threads") == 0) rc = size_option(opt, value, &o->threads, true);
+        else if (strcmp(opt, "--seed") == 0) {
+            if (!cli_parse_u64(value, &o->seed))
+                rc = cli_usage_error("--seed: expected a non-negative integer, got '%s'", value);
+        } else if (strcmp(opt, "--lr") == 0) {
+            if (!cli_parse_double(value, &x)) return cli_bad_number(opt, value, "a positive number");
+            if (!(x > 0.0) || !isfinite(x))
+                rc = cli_usage_error("--lr: expected a positive finite number, got '%s'", value);
+            o->run.lr = x;
+        } else if (strcmp(opt, "--weight-decay") == 0) {
+            if (!cli_parse_double(value, &x))
+                return cli_bad_number(opt, value, "a non-negative number");
+            if (!(x >= 0.0) || !isfinite(x))
+                rc = cli_usage_error("--weight-decay: expected a non-negative finite number, "
+                                     "got '%s'",
+                                     value);
+            o->run.weight_decay = x;
+        }
+        if (rc != CLI_OK) return rc;
+    }
+    if (!!o->config + !!o->preset + !!o->resume > 1)
+        return cli_usage_error("pretrain: give one of --preset, --config and --resume");
+    if (o->n_texts == 0) return cli_usage_error("pretrain: give the training text as --text FILE");
+    if (o->plot) {
+        size_t n = strlen(o->plot);
+        if (n < 4 || strcmp(o->plot + n - 4, ".png") != 0)
+            return cli_usage_error("--plot: expected a .png file name, got '%s'", o->plot);
+    }
+    if (!o->tokenizer) {
+        struct stat sb;
+        if (stat(DEFAULT_TOKENIZER, &sb) != 0 || !S_ISDIR(sb.st_mode))
+            return cli_usage_error("pretrain: give --tokenizer DIR (GPT-2's encoder.json and "
+                                   "vocab.bpe); there is no %s here",
+                                   DEFAULT_TOKENIZER);
+        o->tokenizer = DEFAULT_TOKENIZER;
+    }
+    return CLI_OK;
+}
+
+/* ---- the model --------------------------------------------------------------- */
+
+/* The number after "key": in a JSON file's text, for the keys
+ * attn_lm_config_read does not keep (the dropout rates). */
+static bool json_number(const char *text, const char *key, double *out) {
+    size_t n = strlen(key);
+    for (const char *p = strstr(text, key); p; p = strstr(p + 1, key)) {
+        if (p == text || p[-1] != '"' || p[n] != '"') continue;
+        const char *q = p + n + 1;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
+        if (*q++ != ':') continue;
+        char *end;
+        errno = 0;
+        double x = strtod(q, &end);
+        if (end == q || errno) return false;
+        *out = x;
+        return true;
+    }
+    return false;
+}
+
+static int read_small_file(const char *opt, const char *path, char **out, size_t *length);
+
+/* The book's GPTModel of --preset, --config or the --resume checkpoint's
+ * metadata, its weights drawn from rng (torch.manual_seed then
+ * GPTModel(cfg)). One place, so that other architectures can be added
+ * beside it by the keys of their configs. */
+static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rng,
+                              attn_model **out) {
+    attn_gpt_config g = {0};
+    if (o->resume) {
+        attn_safetensors *st = NULL;
+        if (attn_safetensors_open(ctx, o->resume, &st) != ATTN_OK)
+            return cli_library_error(ctx, "--resume");
+        const char *format = attn_safetensors_metadata_get(st, "format");
+        const char *keys[] = {"vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"};
+        size_t *fields[] = {&g.vocab_size, &g.context_length, &g.emb_dim, &g.n_heads, &g.n_layers};
+        bool ok = format && strcmp(format, "attn-gpt") == 0;
+        for (size_t k = 0; ok && k < 5; k++) {
+            const char *v = attn_safetensors_metadata_get(st, keys[k]);
+            ok = v && cli_parse_size(v, fields[k]);
+        }
+        const char *drop = ok ? attn_safetensors_metadata_get(st, "drop_rate") : NULL;
+        const char *bias = ok ? attn_safetensors_metadata_get(st, "qkv_bias") : NULL;
+        ok = ok && drop && cli_parse_double(drop, &g.drop_rate) && bias &&
+             (strcmp(bias, "true") == 0 || strcmp(bias, "false") == 0);
+        if (ok) g.qkv_bias = strcmp(bias, "true") == 0;
+        attn_safetensors_free(st);
+        if (!ok)
+            return cli_usage_error("--resume: '%s' is not a checkpoint of attn pretrain (no "
+                                   "\"format\": \"attn-gpt\" config in its metadata)",
+                                   o->resume);
+    } else if (o->config) {
+        attn_lm_config lc;
+        if (attn_lm_config_read(ctx, o->config, &lc) != ATTN_OK)
+            return cli_library_error(ctx, "--config");
+        if (lc.arch != ATTN_LM_GPT2)
+            return cli_usage_error("--config: '%s' is not a GPT model's config (pretrain trains "
+                                   "the book's GPTModel)",
+                                   o->config);
+        char *text = NULL;
+        size_t length = 0;
+        int rc = read_small_file("--config", o->config, &text, &length);
+        if (rc != CLI_OK) return rc;
+        double drop = 0.0;
+        if (!json_number(text, "drop_rate", &drop) && !json_number(text, "resid_pdrop", &drop))
+            drop = 0.0;
+        free(text);
+        if (!(drop >= 0.0 && drop <= 1.0))
+            return cli_usage_error("--config: drop_rate %g is not a probability", drop);
+        g = (attn_gpt_config){.vocab_size = lc.vocab_size, .context_length = lc.context_length,
+                              .emb_dim = lc.emb_dim, .n_heads = lc.n_heads,
+                              .n_layers = lc.n_layers, .drop_rate = drop,
+                              .qkv_bias = lc.qkv_bias};
+    } else {
+        attn_gpt2_preset p;
+        const char *name = o->preset ? o->preset : "gpt2-small";
+        if (attn_gpt2_preset_find(ctx, name, &p) != ATTN_OK)
+            return cli_usage_error("--preset: %s", attn_ctx_last_error(ctx));
+        g = (attn_gpt_config){.vocab_size = p.vocab_size, .context_length = PRESET_CONTEXT,
+                              .emb_dim = p.n_embd, .n_heads = p.n_head, .n_layers = p.n_layer,
+                              .drop_rate = 0.1, .qkv_bias = false};
+    }
+    if (attn_model_new_gpt(ctx, &g, rng, out) != ATTN_OK)
+        return cli_library_error(ctx, o->resume ? "--resume" : o->config ? "--config" : "--preset");
+    return CLI_OK;
+}
+
+/* ---- the text ------------------------------------------------------------------ */
+
+static int read_small_file(const char *opt, const char *path, char **out, size_t *length) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return cli_usage_error("%s: cannot read '%s': %s", opt, path, strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap + 1);
+    while (buf) {
+        if (n == cap) {
+            char *grown = cap > ((size_t)-1 >> 2) ? NULL : realloc(buf, 2 * cap + 1);
+            if (!grown) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = grown;
+            cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    bool failed = ferror(f) != 0;
+    fclose(f);
+    if (!buf) return cli_failure("%s: out of memory reading '%s'", opt, path);
+    if (failed) {
+        free(buf);
+        return cli_usage_error("%s: cannot read '%s'", opt, path);
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *length = n;
+    return CLI_OK;
+}
+
+/* The files as Python's open(path, "r", encoding="utf-8").read() gives them
+ * ("\r\n" and "\r" as "\n"), joined with <|endoftext|> between them. */
+static int read_texts(const pretrain_cli *o, char **out, size_t *length) {
+    static const char sep[] = "<|endoftext|>";
+    char *all = NULL;
+    size_t n = 0;
+    for (size_t t = 0; t < o->n_texts; t++) {
+        char *text = NULL;
+        size_t len = 0;
+        int rc = read_small_file("--text", o->texts[t], &text, &len);
+        if (rc != CLI_OK) {
+            free(all);
+            return rc;
+        }
+        size_t kept = 0;
+        for (size_t i = 0; i < len; i++) {
+            if (text[i] == '\r') {
+                text[kept++] = '\n';
+                if (i + 1 < len && text[i + 1] == '\n') i++;
+            } else {
+                text[kept++] = text[i];
+            }
+        }
+        char *grown = realloc(all, n + (t ? sizeof sep - 1 : 0) + kept + 1);
+        if (!grown) {
+            free(text);
+            free(all);
+            return cli_failure("--text: out of memory");
+        }
+        all = grown;
+        if (t) memcpy(all + n, sep, sizeof sep - 1), n += sizeof sep - 1;
+        memcpy(all + n, text, kept);
+        n += kept;
+        all[n] = '\0';
+        free(text);
+    }
+    *out = all;
+    *length = n;
+    return CLI_OK;
+}
+
+/* ---- progress and output -------------------------------------------------------- */
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void format_duration(double seconds, char *buf, size_t size) {
+    if (!(seconds >= 0.0) || seconds > 1e7) seconds = 0.0;
+    unsigned long s = (unsigned long)(seconds + 0.5);
+    if (s >= 3600)
+        snprintf(buf, size, "%lu:%02lu:%02lu", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf(buf, size, "%lu:%02lu", s / 60, s % 60);
+}
+
+typedef struct progress {
+    bool live, shown;
+    double start;
+    uint64_t tokens_at_start;
+    size_t steps_at_start;
+} progress;
+
+static void progress_clear(progress *p) {
+    if (p->live && p->shown) {
+        fputs("\r\033[K", stderr);
+        fflush(stderr);
+        p->shown = false;
+    }
+}
+
+static void progress_show(progress *p, const attn_pretrain_event *ev) {
+    if (!p->live) return;
+    double elapsed = now_seconds() - p->start;
+    size_t done = ev->step + 1 - p->steps_at_start;
+    double rate = elapsed > 0 ? (double)(ev->tokens_seen - p->tokens_at_start) / elapsed : 0.0;
+    char spent[32], left[32];
+    format_duration(elapsed, spent, sizeof spent);
+    format_duration(done ? elapsed / (double)done * (double)(ev->total_steps - ev->step - 1) : 0,
+                    left, sizeof left);
+    fprintf(stderr, "\r\033[Kstep %zu/%zu  %.0f tokens/s  elapsed %s  left %s", ev->step + 1,
+            ev->total_steps, rate, spent, left);
+    fflush(stderr);
+    p->shown = true;
+}
+
+/* Python's f"{x:.3f}" (nan, inf and -inf as it spells them). */
+static void print_loss(double x) {
+    if (isnan(x)) fputs("nan", stdout);
+    else if (isinf(x)) fputs(x > 0 ? "inf" : "-inf", stdout);
+    else printf("%.3f", x);
+}
+
+/* The sample as the book prints it: tiktoken's decode (UTF-8 with
+ * errors="replace": each maximal ill-formed subpart as U+FFFD, as Python
+ * decodes), then .replace("\n", " "). */
+static void print_sample(const char *text, size_t n) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t i = 0;
+    while (i < n) {
+        unsigned char b = s[i];
+        if (b < 0x80) {
+            putchar(b == '\n' ? ' ' : b);
+            i++;
+            continue;
+        }
+        size_t len = b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3
+                     : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+        unsigned char lo = 0x80, hi = 0xbf; /* the second byte's range */
+        if (b == 0xe0) lo = 0xa0;
+        else if (b == 0xed) hi = 0x9f;
+        else if (b == 0xf0) lo = 0x90;
+        else if (b == 0xf4) hi = 0x8f;
+        size_t k = 1;
+        while (len && k < len && i + k < n &&
+               s[i + k] >= (k == 1 ? lo : 0x80) && s[i + k] <= (k == 1 ? hi : 0xbf))
+            k++;
+        if (len && k == len) fwrite(s + i, 1, len, stdout);
+        else fputs("\xef\xbf\xbd", stdout);
+        i += k;
+    }
+    putchar('\n');
+}
+
+static int write_plot(attn_ctx *ctx, cli_outputs *outs, size_t index, const char *path,
+                      attn_pretrain *run, size_t epochs) {
+    size_t n = 0;
+    const uint64_t *tokens = NULL;
+    const double *train = NULL, *val = NULL;
+    if (attn_pretrain_history(run, &n, &tokens, &train, &val) != ATTN_OK)
+        return cli_library_error(ctx, "--plot");
+    double *x = malloc((2 * n + 1) * sizeof *x);
+    if (!x) return cli_failure("--plot: out of memory");
+    double *epochs_seen = x + n;
+    /* torch.linspace(0, num_epochs, len(train_losses)) */
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (double)tokens[i];
+        epochs_seen[i] = n > 1 ? (double)epochs * (double)i / (double)(n - 1) : 0.0;
+    }
+    cli_loss_history h = {.tokens_seen = x, .epochs_seen = epochs_seen, .train_losses = train,
+                          .val_losses = val, .n = n};
+    char err[256] = "";
+    bool ok = cli_loss_plot_png(ctx, cli_outputs_file(outs, index, "loss plot"), path, &h, err,
+                                sizeof err);
+    free(x);
+    if (!ok) return cli_failure("--plot: %s", err);
+    return CLI_OK;
+}
+
+/* ---- the run --------------------------------------------------------------------- */
+
+typedef struct pretrain_state {
+    attn_ctx *ctx;
+    attn_rng *rng;
+    attn_model *model;
+    attn_tokenizer *tok;
+    attn_pretrain *run;
+    char *text;
+} pretrain_state;
+
+static void state_free(pretrain_state *s) {
+    attn_pretrain_free(s->run);
+    attn_tokenizer_free(s->tok);
+    attn_model_free(s->model);
+    attn_rng_free(s->rng);
+    free(s->text);
+    attn_ctx_free(s->ctx);
+}
+
+/* Every output checked (and --save's two files probed) before any work. */
+static int check_outputs(const pretrain_cli *o, cli_outputs *outs, size_t *plot_index,
+                         char **state_path) {
+    if (o->save) {
+        size_t n = strlen(o->save);
+        *state_path = malloc(n + sizeof ".state");
+        if (!*state_path) return cli_failure("--save: out of memory");
+        memcpy(*state_path, o->save, n);
+        memcpy(*state_path + n, ".state", sizeof ".state");
+        cli_outputs probe;
+        size_t index;
+        cli_outputs_init(&probe, outs->ctx);
+        int rc = cli_outputs_add(&probe, "--save", o->save, &index);
+        if (rc == CLI_OK) rc = cli_outputs_add(&probe, "--save", *state_path, &index);
+        for (size_t t = 0; rc == CLI_OK && t < o->n_texts; t++)
+            rc = cli_outputs_not_input(&probe, "--text", o->texts[t]);
+        if (rc == CLI_OK && o->plot) rc = cli_outputs_not_input(&probe, "--plot", o->plot);
+        cli_outputs_free(&probe);
+        if (rc != CLI_OK) return rc;
+    }
+    if (o->plot) {
+        if (!cli_png_available())
+            return cli_usage_error("--plot: this attn was built without libpng, so it writes no "
+                                   "PNG");
+        int rc = cli_outputs_add(outs, "--plot", o->plot, plot_index);
+        for (size_t t = 0; rc == CLI_OK && t < o->n_texts; t++)
+            rc = cli_outputs_not_input(outs, "--text", o->texts[t]);
+        if (rc != CLI_OK) return rc;
+    }
+    return CLI_OK;
+}
+
+static int train(pretrain_state *s, const pretrain_cli *o) {
+    progress p = {.live = isatty(fileno(stderr)) != 0, .start = now_seconds()};
+    bool first = true;
+    for (;;) {
+        attn_pretrain_event ev;
+        if (attn_pretrain_next(s->run, &ev) != ATTN_OK) {
+            progress_clear(&p);
+            return cli_library_error(s->ctx, "pretrain");
+        }
+        if (first) {
+            p.steps_at_start = ev.kind == ATTN_PRETRAIN_STEP ? ev.step : 0;
+            p.tokens_at_start = ev.tokens_seen - (ev.kind == ATTN_PRETRAIN_STEP ?
+                                (uint64_t)o->run.batch_size * o->run.max_length : 0);
+            first = false;
+        }
+        bool epoch_end = false;
+        switch (ev.kind) {
+        case ATTN_PRETRAIN_STEP:
+            progress_show(&p, &ev);
+            epoch_end = o->run.start_context && o->run.start_context[0] == '\0' &&
+                        (ev.step + 1) % ev.steps_per_epoch == 0;
+            break;
+        case ATTN_PRETRAIN_EVAL:
+            progress_clear(&p);
+            printf("Ep %zu (Step %06zu): Train loss ", ev.epoch, ev.step);
+            print_loss(ev.train_loss);
+            fputs(", Val loss ", stdout);
+            print_loss(ev.val_loss);
+            putchar('\n');
+            fflush(stdout);
+            break;
+        case ATTN_PRETRAIN_SAMPLE:
+            progress_clear(&p);
+            print_sample(ev.sample, ev.sample_length);
+            fflush(stdout);
+            epoch_end = true;
+            break;
+        case ATTN_PRETRAIN_DONE:
+            progress_clear(&p);
+            if (o->save && attn_pretrain_save(s->run, o->save) != ATTN_OK)
+                return cli_library_error(s->ctx, "--save");
+            return CLI_OK;
+        }
+        /* --save after every epoch: a later failure keeps the last good one */
+        if (epoch_end && o->save && attn_pretrain_save(s->run, o->save) != ATTN_OK) {
+            progress_clear(&p);
+            return cli_library_error(s->ctx, "--save");
+        }
+    }
+}
+
+static int parse_pretrain(int argc, char **argv) {
+    pretrain_cli o;
+    return parse_args(argc, argv, &o);
+}
+
+static int run_pretrain(int argc, char **argv) {
+    pretrain_cli o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc != CLI_OK) return rc;
+    pretrain_state s = {0};
+    attn_ctx_config cc = {.num_threads = o.threads};
+    if ((rc = cli_ctx_new(&cc, &s.ctx)) != CLI_OK) return rc;
+    cli_outputs outs;
+    cli_outputs_init(&outs, s.ctx);
+    size_t plot_index = 0;
+    char *state_path = NULL;
+    size_t length = 0;
+    rc = check_outputs(&o, &outs, &plot_index, &state_path);
+    if (rc == CLI_OK) rc = read_texts(&o, &s.text, &length);
+    if (rc == CLI_OK && attn_tokenizer_load(s.ctx, o.tokenizer, &s.tok) != ATTN_OK)
+        rc = cli_library_error(s.ctx, "--tokenizer");
+    if (rc == CLI_OK && attn_rng_new(s.ctx, o.seed, &s.rng) != ATTN_OK)
+        rc = cli_library_error(s.ctx, "--seed");
+    if (rc == CLI_OK) rc = pretrain_model_new(s.ctx, &o, s.rng, &s.model);
+    if (rc == CLI_OK) {
+        attn_status st = attn_pretrain_new(s.ctx, s.model, s.tok, s.text, length, &o.run, s.rng,
+                                           &s.run);
+        /* the run's checks are about the flags' values */
+        if (st == ATTN_ERR_INVALID) rc = cli_usage_error("pretrain: %s", attn_ctx_last_error(s.ctx));
+        else if (st != ATTN_OK) rc = cli_library_error(s.ctx, "pretrain");
+    }
+    if (rc == CLI_OK && o.resume && attn_pretrain_resume(s.run, o.resume) != ATTN_OK)
+        rc = cli_library_error(s.ctx, "--resume");
+    if (rc == CLI_OK) {
+        if (o.run.max_length == 0) o.run.max_length = attn_model_get_config(s.model).context_length;
+        rc = train(&s, &o);
+    }
+    if (rc == CLI_OK && o.plot) {
+        rc = write_plot(s.ctx, &outs, plot_index, o.plot, s.run, o.run.epochs);
+        if (rc == CLI_OK) rc = cli_outputs_commit(&outs, true);
+    }
+    cli_outputs_free(&outs);
+    free(state_path);
+    state_free(&s);
+    return rc;
+}
+
+const cli_command cli_pretrain_command = {
+    .name = "pretrain",
+    .summary = "train the book's GPTModel on text as chapter 5 does, loss for loss",
+    .help = pretrain_help,
+    .value_options = options,
+    .parse = parse_pretrain,
+    .run = run_pretrain,
+};

@@ -1,0 +1,514 @@
+/*
+ * test_pretrain.c — the pretraining run's contracts in C (the numbers
+ * against the book are tests/train/test_pretrain_vs_book.py's), on a tiny
+ * GPTModel over data/the-verdict.txt with GPT-2's tokenizer:
+ *   - the events in the book's order (STEP; EVAL when global_step %
+ *     eval_freq == 0; SAMPLE after each epoch's last step; DONE, repeated);
+ *   - save + resume at many points (mid-epoch, with an EVAL due, after an
+ *     epoch, after DONE with more epochs) into a run made from other seeds:
+ *     the later events bit for bit the uninterrupted run's;
+ *   - every refusal of _new and _resume as a value, with a message naming
+ *     the values, nothing changed; a loss that turns NaN;
+ *   - the generator's and the optimizer's state round trips.
+ * The seed is fresh each run (ATTN_TEST_SEED repeats one).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "attn.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef ATTN_TEST_DATA_DIR
+#error "ATTN_TEST_DATA_DIR (the repository's data/) must be defined"
+#endif
+
+static const attn_gpt_config TINY = {.vocab_size = 50257, .context_length = 8, .emb_dim = 8,
+                                     .n_heads = 2, .n_layers = 1, .drop_rate = 0.1,
+                                     .qkv_bias = false};
+
+static char *read_text(const char *path, size_t *length) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(1 << 16);
+    size_t n = buf ? fread(buf, 1, 1 << 16, f) : 0;
+    fclose(f);
+    *length = n;
+    return buf;
+}
+
+typedef struct fixture {
+    attn_ctx *ctx;
+    attn_tokenizer *tok;
+    char *text;
+    size_t length;
+} fixture;
+
+/* A model and generator as torch.manual_seed(seed); GPTModel(cfg) leaves them. */
+typedef struct runner {
+    attn_rng *rng;
+    attn_model *model;
+    attn_pretrain *run;
+} runner;
+
+static attn_pretrain_options small_options(void) {
+    attn_pretrain_options o = attn_pretrain_defaults();
+    o.epochs = 2;
+    o.batch_size = 4;
+    o.stride = 128;
+    o.eval_freq = 3;
+    o.eval_iter = 2;
+    o.sample_tokens = 6;
+    return o;
+}
+
+static attn_status runner_new(fixture *f, uint64_t seed, const attn_pretrain_options *o,
+                              runner *r) {
+    *r = (runner){0};
+    attn_status st = attn_rng_new(f->ctx, seed, &r->rng);
+    if (st == ATTN_OK) st = attn_model_new_gpt(f->ctx, &TINY, r->rng, &r->model);
+    if (st == ATTN_OK)
+        st = attn_pretrain_new(f->ctx, r->model, f->tok, f->text, f->length, o, r->rng, &r->run);
+    return st;
+}
+
+static void runner_free(runner *r) {
+    attn_pretrain_free(r->run);
+    attn_model_free(r->model);
+    attn_rng_free(r->rng);
+}
+
+typedef struct recorded {
+    attn_pretrain_event_kind kind;
+    size_t epoch, step;
+    uint64_t tokens_seen;
+    double step_loss, train_loss, val_loss;
+    char sample[512];
+} recorded;
+
+static void record(recorded *out, const attn_pretrain_event *ev) {
+    *out = (recorded){.kind = ev->kind, .epoch = ev->epoch, .step = ev->step,
+                      .tokens_seen = ev->tokens_seen, .step_loss = ev->step_loss,
+                      .train_loss = ev->train_loss, .val_loss = ev->val_loss};
+    if (ev->kind == ATTN_PRETRAIN_SAMPLE) {
+        size_t n = ev->sample_length < sizeof out->sample - 1 ? ev->sample_length
+                                                              : sizeof out->sample - 1;
+        memcpy(out->sample, ev->sample, n);
+    }
+}
+
+/* Equal bit for bit (NaN equal to NaN of the same bits). */
+static bool same_double(double a, double b) { return memcmp(&a, &b, sizeof a) == 0; }
+
+static bool same_event(const recorded *a, const recorded *b) {
+    return a->kind == b->kind && a->epoch == b->epoch && a->step == b->step &&
+           a->tokens_seen == b->tokens_seen && same_double(a->step_loss, b->step_loss) &&
+           same_double(a->train_loss, b->train_loss) && same_double(a->val_loss, b->val_loss) &&
+           strcmp(a->sample, b->sample) == 0;
+}
+
+enum { MAX_EVENTS = 400 };
+
+/* Events up to and including the first DONE. */
+static size_t run_all(attn_pretrain *run, recorded *out, size_t from) {
+    size_t n = from;
+    attn_pretrain_event ev;
+    while (n < MAX_EVENTS && attn_pretrain_next(run, &ev) == ATTN_OK) {
+        record(&out[n++], &ev);
+        if (ev.kind == ATTN_PRETRAIN_DONE) break;
+    }
+    return n;
+}
+
+static void test_order(fixture *f, uint64_t seed, recorded *all, size_t *count) {
+    attn_pretrain_options o = small_options();
+    runner r;
+    CHECK_STATUS(runner_new(f, seed, &o, &r), ATTN_OK);
+    size_t n = run_all(r.run, all, 0);
+    *count = n;
+    size_t steps = 0, spe = 0, expect_step = 0;
+    bool ok = n > 0 && all[n - 1].kind == ATTN_PRETRAIN_DONE;
+    attn_pretrain_event ev;
+    for (size_t i = 0; i < n && ok; i++) {
+        const recorded *e = &all[i];
+        if (e->kind == ATTN_PRETRAIN_STEP) {
+            ok = e->step == expect_step++ && isfinite(e->step_loss) &&
+                 e->tokens_seen == (uint64_t)(e->step + 1) * o.batch_size * TINY.context_length;
+            steps++;
+            /* an EVAL follows exactly the steps due one */
+            bool due = e->step % o.eval_freq == 0;
+            ok = ok && i + 1 < n && (all[i + 1].kind == ATTN_PRETRAIN_EVAL) == due;
+        } else if (e->kind == ATTN_PRETRAIN_EVAL) {
+            ok = isfinite(e->train_loss) && isfinite(e->val_loss) && e->step == all[i - 1].step;
+        } else if (e->kind == ATTN_PRETRAIN_SAMPLE) {
+            if (!spe) spe = steps;
+            ok = steps == spe * e->epoch &&
+                 strncmp(e->sample, "Every effort moves you", 22) == 0 &&
+                 strlen(e->sample) > 22;
+        }
+    }
+    CHECK(ok);
+    CHECK(spe > 0 && steps == 2 * spe);
+    /* DONE again, and again */
+    CHECK_STATUS(attn_pretrain_next(r.run, &ev), ATTN_OK);
+    CHECK(ev.kind == ATTN_PRETRAIN_DONE && ev.total_steps == 2 * spe && ev.epoch == 2);
+    size_t hist = 0;
+    const double *train = NULL, *val = NULL;
+    const uint64_t *tokens = NULL;
+    CHECK_STATUS(attn_pretrain_history(r.run, &hist, &tokens, &train, &val), ATTN_OK);
+    size_t evals = 0;
+    for (size_t i = 0; i < n; i++) evals += all[i].kind == ATTN_PRETRAIN_EVAL;
+    CHECK(hist == evals);
+    for (size_t i = 0, k = 0; i < n && hist == evals; i++)
+        if (all[i].kind == ATTN_PRETRAIN_EVAL) {
+            CHECK(train[k] == all[i].train_loss && val[k] == all[i].val_loss &&
+                  tokens[k] == all[i].tokens_seen);
+            k++;
+        }
+    runner_free(&r);
+    printf("  events: %zu steps (%zu per epoch), %zu evaluations, 2 samples, DONE\n", steps, spe,
+           evals);
+}
+
+/* Save after `at` events, resume into a run made from another seed. */
+static void check_resume_at(fixture *f, uint64_t seed, const recorded *all, size_t count,
+                            size_t at, const char *path, size_t epochs_after) {
+    attn_pretrain_options o = small_options();
+    runner a, b;
+    recorded got[MAX_EVENTS];
+    CHECK_STATUS(runner_new(f, seed, &o, &a), ATTN_OK);
+    size_t n = 0;
+    attn_pretrain_event ev;
+    for (; n < at; n++) {
+        CHECK_STATUS(attn_pretrain_next(a.run, &ev), ATTN_OK);
+        record(&got[n], &ev);
+    }
+    CHECK_STATUS(attn_pretrain_save(a.run, path), ATTN_OK);
+    runner_free(&a);
+    o.epochs = epochs_after;
+    CHECK_STATUS(runner_new(f, seed + 1, &o, &b), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_OK);
+    size_t end = run_all(b.run, got, n);
+    bool same = true;
+    if (epochs_after == 2) {
+        same = end == count;
+        for (size_t i = at; same && i < count; i++) same = same_event(&got[i], &all[i]);
+    }
+    CHECK(same);
+    if (!same) fprintf(stderr, "  resume after %zu events: the events differ\n", at);
+    runner_free(&b);
+}
+
+static void test_resume(fixture *f, uint64_t seed, const recorded *all, size_t count,
+                        const char *dir) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/ck.safetensors", dir);
+    /* the points: the first step, an EVAL due, mid-epoch, each SAMPLE, DONE */
+    size_t points[8], n = 0;
+    points[n++] = 1;
+    for (size_t i = 0; i < count && n < 6; i++)
+        if (all[i].kind == ATTN_PRETRAIN_SAMPLE || (all[i].kind == ATTN_PRETRAIN_STEP &&
+                                                    all[i].step == 3))
+            points[n++] = i + 1;
+    points[n++] = count / 2;
+    for (size_t k = 0; k < n; k++) check_resume_at(f, seed, all, count, points[k], path, 2);
+
+    /* a finished 1-epoch run resumed for 2 epochs is the 2-epoch run */
+    attn_pretrain_options o = small_options();
+    o.epochs = 1;
+    runner a, b;
+    recorded got[MAX_EVENTS];
+    CHECK_STATUS(runner_new(f, seed, &o, &a), ATTN_OK);
+    size_t first = run_all(a.run, got, 0);
+    CHECK_STATUS(attn_pretrain_save(a.run, path), ATTN_OK);
+    runner_free(&a);
+    o.epochs = 2;
+    CHECK_STATUS(runner_new(f, seed + 7, &o, &b), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_OK);
+    size_t end = run_all(b.run, got, first - 1); /* over the first run's DONE */
+    bool same = end == count;
+    for (size_t i = 0; same && i < count; i++) same = same_event(&got[i], &all[i]);
+    CHECK(same);
+    size_t hist = 0;
+    CHECK_STATUS(attn_pretrain_history(b.run, &hist, NULL, NULL, NULL), ATTN_OK);
+    size_t evals = 0;
+    for (size_t i = 0; i < count; i++) evals += all[i].kind == ATTN_PRETRAIN_EVAL;
+    CHECK(hist == evals);
+    runner_free(&b);
+    printf("  resume at %zu points and past a finished epoch: the same events bit for bit\n",
+           n);
+}
+
+static void copy_file(const char *from, const char *to) {
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    char buf[1 << 15];
+    size_t got;
+    while (in && out && (got = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, got, out);
+    if (in) fclose(in);
+    if (out) fclose(out);
+}
+
+static void flip_byte(const char *path, long at) {
+    FILE *fp = fopen(path, "r+b");
+    if (!fp) return;
+    fseek(fp, at, at < 0 ? SEEK_END : SEEK_SET);
+    int c = fgetc(fp);
+    fseek(fp, -1, SEEK_CUR);
+    fputc(c ^ 0x10, fp);
+    fclose(fp);
+}
+
+static void test_resume_refusals(fixture *f, uint64_t seed, const char *dir) {
+    char path[512], other[512], state[600], other_state[600];
+    snprintf(path, sizeof path, "%s/a.safetensors", dir);
+    snprintf(other, sizeof other, "%s/b.safetensors", dir);
+    snprintf(state, sizeof state, "%s.state", path);
+    snprintf(other_state, sizeof other_state, "%s.state", other);
+    attn_pretrain_options o = small_options();
+    runner a, b;
+    attn_pretrain_event ev;
+    CHECK_STATUS(runner_new(f, seed, &o, &a), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_next(a.run, &ev), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_save(a.run, path), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_next(a.run, &ev), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_next(a.run, &ev), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_save(a.run, other), ATTN_OK);
+    runner_free(&a);
+
+    /* another batch_size: refused, naming both */
+    o.batch_size = 2;
+    CHECK_STATUS(runner_new(f, seed, &o, &b), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(f->ctx, "batch_size is 4, this run's 2");
+    runner_free(&b);
+    o.batch_size = 4;
+
+    CHECK_STATUS(runner_new(f, seed + 3, &o, &b), ATTN_OK);
+    attn_param p;
+    CHECK_STATUS(attn_model_param_at(b.model, 0, &p), ATTN_OK);
+    float before = p.data[5];
+    /* a model from one save and a state from another */
+    copy_file(other_state, state);
+    CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(f->ctx, "is not the model");
+    CHECK(p.data[5] == before);
+    /* a damaged state */
+    copy_file(other_state, state);
+    flip_byte(state, 100);
+    CHECK_STATUS(attn_pretrain_resume(b.run, other), ATTN_OK); /* its own pair still loads */
+    CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(f->ctx, "damaged");
+    /* no state at all */
+    remove(state);
+    CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_IO);
+    CHECK_MESSAGE(f->ctx, "a.safetensors.state");
+    runner_free(&b);
+
+    /* other text */
+    fixture g = *f;
+    g.length = f->length / 2;
+    CHECK_STATUS(runner_new(&g, seed, &o, &b), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_resume(b.run, other), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(f->ctx, "token count");
+    runner_free(&b);
+    printf("  resume refuses another batch_size, a mismatched pair, a damaged or missing "
+           "state, other text\n");
+}
+
+static void expect_refused(fixture *f, const attn_gpt_config *cfg, const attn_pretrain_options *o,
+                           size_t length, const char *fragment) {
+    attn_rng *rng = NULL;
+    attn_model *m = NULL;
+    attn_pretrain *run = (attn_pretrain *)(uintptr_t)1;
+    CHECK_STATUS(attn_rng_new(f->ctx, 1, &rng), ATTN_OK);
+    CHECK_STATUS(attn_model_new_gpt(f->ctx, cfg, rng, &m), ATTN_OK);
+    uint32_t before = 0, after = 0;
+    CHECK_STATUS(attn_pretrain_new(f->ctx, m, f->tok, f->text, length, o, rng, &run),
+                 ATTN_ERR_INVALID);
+    CHECK(run == NULL);
+    CHECK_MESSAGE(f->ctx, fragment);
+    /* nothing drawn */
+    attn_rng *fresh = NULL;
+    CHECK_STATUS(attn_rng_new(f->ctx, 1, &fresh), ATTN_OK);
+    attn_model *m2 = NULL;
+    CHECK_STATUS(attn_model_new_gpt(f->ctx, cfg, fresh, &m2), ATTN_OK);
+    CHECK_STATUS(attn_rng_next_u32(rng, &before), ATTN_OK);
+    CHECK_STATUS(attn_rng_next_u32(fresh, &after), ATTN_OK);
+    CHECK(before == after);
+    attn_model_free(m2);
+    attn_rng_free(fresh);
+    attn_model_free(m);
+    attn_rng_free(rng);
+}
+
+static void test_refusals(fixture *f) {
+    attn_pretrain_options o = small_options();
+    attn_pretrain_options bad;
+    bad = o, bad.batch_size = 0;
+    expect_refused(f, &TINY, &bad, f->length, "batch_size is 0");
+    bad = o, bad.eval_freq = 0;
+    expect_refused(f, &TINY, &bad, f->length, "eval_freq is 0");
+    bad = o, bad.eval_iter = 0;
+    expect_refused(f, &TINY, &bad, f->length, "eval_iter is 0");
+    bad = o, bad.max_length = 9;
+    expect_refused(f, &TINY, &bad, f->length, "max_length 9 is longer than the model's context_length 8");
+    bad = o, bad.lr = 0.0;
+    expect_refused(f, &TINY, &bad, f->length, "lr 0 must be");
+    bad = o, bad.lr = NAN;
+    expect_refused(f, &TINY, &bad, f->length, "lr nan must be");
+    bad = o, bad.lr = INFINITY;
+    expect_refused(f, &TINY, &bad, f->length, "lr inf must be");
+    bad = o, bad.weight_decay = -0.5;
+    expect_refused(f, &TINY, &bad, f->length, "weight_decay -0.5");
+    bad = o, bad.train_ratio = 0.0;
+    expect_refused(f, &TINY, &bad, f->length, "train_ratio 0 must be in (0, 1]");
+    bad = o, bad.train_ratio = 1.5;
+    expect_refused(f, &TINY, &bad, f->length, "train_ratio 1.5");
+    attn_gpt_config other_vocab = TINY;
+    other_vocab.vocab_size = 50000;
+    expect_refused(f, &other_vocab, &o, f->length, "vocabulary is 50257 tokens but the model's "
+                                                   "vocab_size is 50000");
+    /* "I HAD always thought Jack Gisburn" ... : too few windows for a batch */
+    expect_refused(f, &TINY, &o, 40, "windows of max_length 8");
+    /* the validation part too short for a window */
+    bad = o, bad.train_ratio = 0.999;
+    expect_refused(f, &TINY, &bad, f->length, "the validation text");
+    printf("  _new refuses a zero batch, eval_freq or eval_iter, max_length past the context, "
+           "lr 0/nan/inf, negative weight_decay, train_ratio outside (0, 1], another "
+           "vocabulary, too little text\n");
+}
+
+static void test_no_validation_and_nan(fixture *f, uint64_t seed, const char *dir) {
+    /* train_ratio 1: no validation part, val_loss NaN as the book's
+     * calc_loss_loader gives for an empty loader */
+    attn_pretrain_options o = small_options();
+    o.train_ratio = 1.0;
+    o.start_context = "";
+    runner r;
+    attn_pretrain_event ev;
+    CHECK_STATUS(runner_new(f, seed, &o, &r), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_next(r.run, &ev), ATTN_OK);
+    CHECK(ev.kind == ATTN_PRETRAIN_STEP);
+    CHECK_STATUS(attn_pretrain_next(r.run, &ev), ATTN_OK);
+    CHECK(ev.kind == ATTN_PRETRAIN_EVAL && isnan(ev.val_loss) && isfinite(ev.train_loss));
+    /* no SAMPLE events with start_context "" */
+    bool sample = false;
+    while (attn_pretrain_next(r.run, &ev) == ATTN_OK && ev.kind != ATTN_PRETRAIN_DONE)
+        sample |= ev.kind == ATTN_PRETRAIN_SAMPLE;
+    CHECK(!sample && ev.kind == ATTN_PRETRAIN_DONE);
+    runner_free(&r);
+
+    /* a loss that is not finite stops the run, naming the step */
+    o = small_options();
+    o.lr = 1e30;
+    CHECK_STATUS(runner_new(f, seed, &o, &r), ATTN_OK);
+    attn_status st = ATTN_OK;
+    size_t steps = 0;
+    while ((st = attn_pretrain_next(r.run, &ev)) == ATTN_OK && ev.kind != ATTN_PRETRAIN_DONE)
+        steps += ev.kind == ATTN_PRETRAIN_STEP;
+    CHECK(st == ATTN_ERR_INVALID);
+    char want[64];
+    snprintf(want, sizeof want, "step %zu: loss is ", steps);
+    CHECK_MESSAGE(f->ctx, want);
+    CHECK_STATUS(attn_pretrain_next(r.run, &ev), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(f->ctx, want);
+    char path[512];
+    snprintf(path, sizeof path, "%s/failed.safetensors", dir);
+    CHECK_STATUS(attn_pretrain_save(r.run, path), ATTN_ERR_INVALID);
+    CHECK(access(path, F_OK) != 0);
+    runner_free(&r);
+    printf("  train_ratio 1: val_loss NaN; lr 1e30: \"%s...\" after %zu steps\n", want, steps);
+}
+
+static void test_state_round_trips(fixture *f, uint64_t seed) {
+    attn_rng *rng = NULL;
+    CHECK_STATUS(attn_rng_new(f->ctx, seed, &rng), ATTN_OK);
+    float x[7];
+    CHECK_STATUS(attn_rng_randn(rng, x, 1), ATTN_OK); /* a cached normal */
+    size_t size = attn_rng_state_size();
+    unsigned char *state = malloc(size);
+    CHECK_STATUS(attn_rng_get_state(rng, state, size), ATTN_OK);
+    float a[7], b[7];
+    CHECK_STATUS(attn_rng_randn(rng, a, 3), ATTN_OK);
+    CHECK_STATUS(attn_rng_rand(rng, a + 3, 4), ATTN_OK);
+    attn_rng *other = NULL;
+    CHECK_STATUS(attn_rng_new(f->ctx, seed + 1, &other), ATTN_OK);
+    CHECK_STATUS(attn_rng_set_state(other, state, size), ATTN_OK);
+    CHECK_STATUS(attn_rng_randn(other, b, 3), ATTN_OK);
+    CHECK_STATUS(attn_rng_rand(other, b + 3, 4), ATTN_OK);
+    CHECK(memcmp(a, b, sizeof a) == 0);
+    CHECK_STATUS(attn_rng_get_state(rng, state, size - 1), ATTN_ERR_SHAPE);
+    state[624 * 4] = 0xff; /* the position past the 624 words */
+    state[624 * 4 + 1] = 0xff;
+    CHECK_STATUS(attn_rng_set_state(other, state, size), ATTN_ERR_FORMAT);
+    free(state);
+    attn_rng_free(other);
+    attn_rng_free(rng);
+
+    /* the optimizer: moments and step count */
+    float w[3] = {1, 2, 3}, g[3] = {0.5f, -1, 2};
+    attn_param p = {.name = "w", .data = w, .grad = g, .ndim = 1, .shape = {3}, .numel = 3};
+    attn_optimizer_config c = attn_optimizer_defaults(ATTN_OPTIMIZER_ADAMW);
+    attn_optimizer *o1 = NULL, *o2 = NULL;
+    CHECK_STATUS(attn_optimizer_new(f->ctx, &c, &p, 1, &o1), ATTN_OK);
+    CHECK_STATUS(attn_optimizer_step(o1), ATTN_OK);
+    CHECK(attn_optimizer_state_size(o1) == 6);
+    float s[6], t[6];
+    size_t steps = 0;
+    CHECK_STATUS(attn_optimizer_get_state(o1, s, 6, &steps), ATTN_OK);
+    CHECK(steps == 1 && s[0] != 0.0f && s[3] != 0.0f);
+    float w2[3] = {1, 2, 3};
+    attn_param q = p;
+    q.data = w2;
+    CHECK_STATUS(attn_optimizer_new(f->ctx, &c, &q, 1, &o2), ATTN_OK);
+    CHECK_STATUS(attn_optimizer_set_state(o2, s, 6, steps), ATTN_OK);
+    memcpy(w2, w, sizeof w);
+    CHECK_STATUS(attn_optimizer_step(o1), ATTN_OK);
+    CHECK_STATUS(attn_optimizer_step(o2), ATTN_OK);
+    CHECK(memcmp(w, w2, sizeof w) == 0 && attn_optimizer_steps(o2) == 2);
+    CHECK_STATUS(attn_optimizer_get_state(o2, t, 5, &steps), ATTN_ERR_SHAPE);
+    CHECK_STATUS(attn_optimizer_set_state(o2, t, 7, 1), ATTN_ERR_SHAPE);
+    attn_optimizer_free(o1);
+    attn_optimizer_free(o2);
+    printf("  the generator's and AdamW's state round trip\n");
+}
+
+int main(void) {
+    uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
+    const char *env = getenv("ATTN_TEST_SEED");
+    if (env && *env) seed = strtoull(env, NULL, 10);
+    seed %= 1000000007u;
+    printf("test_pretrain seed %llu (ATTN_TEST_SEED=%llu repeats it)\n",
+           (unsigned long long)seed, (unsigned long long)seed);
+    fixture f = {0};
+    attn_ctx_config cc = {.num_threads = 2};
+    if (attn_ctx_new(&cc, &f.ctx) != ATTN_OK) return 1;
+    f.text = read_text(ATTN_TEST_DATA_DIR "/the-verdict.txt", &f.length);
+    CHECK(f.text != NULL && f.length > 20000);
+    CHECK_STATUS(attn_tokenizer_load(f.ctx, ATTN_TEST_DATA_DIR "/gpt2-bpe", &f.tok), ATTN_OK);
+    char dir[] = "/tmp/attn_test_pretrain_XXXXXX";
+    if (!f.text || !f.tok || !mkdtemp(dir)) return 1;
+
+    static recorded all[MAX_EVENTS];
+    size_t count = 0;
+    test_order(&f, seed, all, &count);
+    test_resume(&f, seed, all, count, dir);
+    test_resume_refusals(&f, seed, dir);
+    test_refusals(&f);
+    test_no_validation_and_nan(&f, seed, dir);
+    test_state_round_trips(&f, seed);
+
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", dir);
+    attn_tokenizer_free(f.tok);
+    free(f.text);
+    attn_ctx_free(f.ctx);
+    return check_summary();
+}
