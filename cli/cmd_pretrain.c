@@ -29,12 +29,13 @@ static const char pretrain_help[] =
     "                     [--max-length N] [--stride N] [--seed S] [--sample TEXT]\n"
     "                     [--threads N] [--save FILE] [--plot FILE.png]\n"
     "\n"
-    "Trains the book's GPTModel from scratch as chapter 5 of \"Build a Large Language\n"
-    "Model (From Scratch)\" does (gpt_train.py's train_model_simple), loss for loss\n"
-    "with the book's code in PyTorch: the text is cut at 90% of its characters, each\n"
-    "part cut into windows of --max-length tokens every --stride, the training\n"
-    "windows shuffled into batches each epoch; AdamW steps; every --eval-freq steps\n"
-    "the mean loss of --eval-iter batches of each part is printed as\n"
+    "Trains the book's GPTModel (or its Llama3Model) from scratch as chapter 5 of\n"
+    "\"Build a Large Language Model (From Scratch)\" does (gpt_train.py's\n"
+    "train_model_simple), loss for loss with the book's code in PyTorch: the text is\n"
+    "cut at 90% of its characters, each part cut into windows of --max-length\n"
+    "tokens every --stride, the training windows shuffled into batches each epoch;\n"
+    "AdamW steps; every --eval-freq steps the mean loss of --eval-iter batches of\n"
+    "each part is printed as\n"
     "  Ep 1 (Step 000000): Train loss 9.817, Val loss 9.924\n"
     "and after each epoch a greedy sample of 50 tokens from --sample (newlines\n"
     "printed as spaces). Nothing else goes to stdout; a terminal's stderr gets a\n"
@@ -48,7 +49,10 @@ static const char pretrain_help[] =
     "  --config F      a JSON file with the book's cfg keys (vocab_size,\n"
     "                  context_length, emb_dim, n_heads, n_layers, drop_rate,\n"
     "                  qkv_bias) or Hugging Face GPT-2's (vocab_size, n_positions,\n"
-    "                  n_embd, n_head, n_layer; resid_pdrop as drop_rate)\n"
+    "                  n_embd, n_head, n_layer; resid_pdrop as drop_rate); with the\n"
+    "                  book's Llama 3 keys (hidden_dim, n_kv_groups, rope_base,\n"
+    "                  rope_freq) or Hugging Face Llama's, the book's Llama3Model\n"
+    "                  (float32, no dropout)\n"
     "  --resume FILE   continue the run saved with --save FILE (FILE and\n"
     "                  FILE.state): the model's config is the checkpoint's; give the\n"
     "                  same --text, --tokenizer, --batch-size, --max-length and\n"
@@ -201,43 +205,113 @@ static bool json_number(const char *text, const char *key, double *out) {
 
 static int read_small_file(const char *opt, const char *path, char **out, size_t *length);
 
-/* The book's GPTModel of --preset, --config or the --resume checkpoint's
- * metadata, its weights drawn from rng (torch.manual_seed then
- * GPTModel(cfg)). One place, so that other architectures can be added
- * beside it by the keys of their configs. */
-static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rng,
-                              attn_model **out) {
-    attn_gpt_config g = {0};
-    if (o->resume) {
-        attn_safetensors *st = NULL;
-        if (attn_safetensors_open(ctx, o->resume, &st) != ATTN_OK)
-            return cli_library_error(ctx, "--resume");
-        const char *format = attn_safetensors_metadata_get(st, "format");
-        const char *keys[] = {"vocab_size", "context_length", "emb_dim", "n_heads", "n_layers"};
-        size_t *fields[] = {&g.vocab_size, &g.context_length, &g.emb_dim, &g.n_heads, &g.n_layers};
-        bool ok = format && strcmp(format, "attn-gpt") == 0;
-        for (size_t k = 0; ok && k < 5; k++) {
-            const char *v = attn_safetensors_metadata_get(st, keys[k]);
-            ok = v && cli_parse_size(v, fields[k]);
-        }
-        const char *drop = ok ? attn_safetensors_metadata_get(st, "drop_rate") : NULL;
-        const char *bias = ok ? attn_safetensors_metadata_get(st, "qkv_bias") : NULL;
-        ok = ok && drop && cli_parse_double(drop, &g.drop_rate) && bias &&
+/* The book's Llama3Model of a config.json's attn_lm_config: its RMSNorm
+ * has eps 1e-5 and its output head is a weight of its own. */
+static int llama3_config_of(const attn_lm_config *lc, const char *path, attn_llama3_config *out) {
+    if (lc->tie_embeddings)
+        return cli_usage_error("--config: '%s' ties the output head to the embedding; the "
+                               "book's Llama3Model keeps out_head apart",
+                               path);
+    if (lc->norm_eps != 0.0 || signbit(lc->norm_eps)) {
+        if (lc->norm_eps != 1e-5)
+            return cli_usage_error("--config: '%s' has norm eps %g; the book's Llama3Model's "
+                                   "RMSNorm has 1e-05",
+                                   path, lc->norm_eps);
+    }
+    *out = (attn_llama3_config){.vocab_size = lc->vocab_size,
+                                .context_length = lc->context_length,
+                                .emb_dim = lc->emb_dim,
+                                .n_heads = lc->n_heads,
+                                .n_layers = lc->n_layers,
+                                .hidden_dim = lc->hidden_dim,
+                                .n_kv_groups = lc->n_kv_groups ? lc->n_kv_groups : lc->n_heads,
+                                .rope_base = lc->rope_base > 0.0 ? lc->rope_base : 500000.0,
+                                .rope_factor = lc->rope_factor,
+                                .rope_low_freq_factor = lc->rope_low_freq_factor,
+                                .rope_high_freq_factor = lc->rope_high_freq_factor,
+                                .rope_original_context_length = lc->rope_original_context_length};
+    return CLI_OK;
+}
+
+/* A size or a number among a checkpoint's metadata. */
+static bool metadata_size(attn_safetensors *st, const char *key, size_t *out) {
+    const char *v = attn_safetensors_metadata_get(st, key);
+    return v && cli_parse_size(v, out);
+}
+static bool metadata_double(attn_safetensors *st, const char *key, double *out) {
+    const char *v = attn_safetensors_metadata_get(st, key);
+    return v && cli_parse_double(v, out);
+}
+
+/* The model a --resume checkpoint's metadata describes ("format":
+ * "attn-gpt" or "attn-llama3", as attn_model_save writes them). */
+static int checkpoint_model_new(attn_ctx *ctx, const char *path, attn_rng *rng,
+                                attn_model **out) {
+    attn_safetensors *st = NULL;
+    if (attn_safetensors_open(ctx, path, &st) != ATTN_OK)
+        return cli_library_error(ctx, "--resume");
+    const char *format = attn_safetensors_metadata_get(st, "format");
+    bool gpt = format && strcmp(format, "attn-gpt") == 0;
+    bool llama = format && strcmp(format, "attn-llama3") == 0;
+    size_t vocab = 0, context = 0, emb = 0, heads = 0, layers = 0;
+    bool ok = (gpt || llama) && metadata_size(st, "vocab_size", &vocab) &&
+              metadata_size(st, "context_length", &context) &&
+              metadata_size(st, "emb_dim", &emb) && metadata_size(st, "n_heads", &heads) &&
+              metadata_size(st, "n_layers", &layers);
+    attn_gpt_config g = {vocab, context, emb, heads, layers, 0.0, false};
+    attn_llama3_config l = {.vocab_size = vocab, .context_length = context, .emb_dim = emb,
+                            .n_heads = heads, .n_layers = layers};
+    if (ok && gpt) {
+        const char *bias = attn_safetensors_metadata_get(st, "qkv_bias");
+        ok = metadata_double(st, "drop_rate", &g.drop_rate) && bias &&
              (strcmp(bias, "true") == 0 || strcmp(bias, "false") == 0);
         if (ok) g.qkv_bias = strcmp(bias, "true") == 0;
-        attn_safetensors_free(st);
-        if (!ok)
-            return cli_usage_error("--resume: '%s' is not a checkpoint of attn pretrain (no "
-                                   "\"format\": \"attn-gpt\" config in its metadata)",
-                                   o->resume);
-    } else if (o->config) {
+    } else if (ok) {
+        const char *freq = attn_safetensors_metadata_get(st, "rope_freq");
+        ok = metadata_size(st, "hidden_dim", &l.hidden_dim) &&
+             metadata_size(st, "n_kv_groups", &l.n_kv_groups) &&
+             metadata_double(st, "rope_base", &l.rope_base) && freq;
+        if (ok && strcmp(freq, "null") != 0) {
+            double original = 0.0;
+            ok = json_number(freq, "factor", &l.rope_factor) &&
+                 json_number(freq, "low_freq_factor", &l.rope_low_freq_factor) &&
+                 json_number(freq, "high_freq_factor", &l.rope_high_freq_factor) &&
+                 json_number(freq, "original_context_length", &original) && original >= 0.0 &&
+                 original < 1e15 && original == floor(original);
+            l.rope_original_context_length = (size_t)original;
+        }
+    }
+    attn_safetensors_free(st);
+    if (!ok)
+        return cli_usage_error("--resume: '%s' is not a checkpoint of attn pretrain (no "
+                               "\"format\": \"attn-gpt\" or \"attn-llama3\" config in its "
+                               "metadata)",
+                               path);
+    attn_status status = gpt ? attn_model_new_gpt(ctx, &g, rng, out)
+                             : attn_model_new_llama3(ctx, &l, rng, out);
+    return status == ATTN_OK ? CLI_OK : cli_library_error(ctx, "--resume");
+}
+
+/* The model of --preset, --config or the --resume checkpoint's metadata,
+ * its weights drawn from rng (torch.manual_seed, then the book's
+ * GPTModel(cfg) or Llama3Model(cfg)): a config with Llama 3's keys
+ * (hidden_dim, n_kv_groups, rope_base) is the book's Llama3Model. */
+static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rng,
+                              attn_model **out) {
+    if (o->resume) return checkpoint_model_new(ctx, o->resume, rng, out);
+    attn_gpt_config g = {0};
+    if (o->config) {
         attn_lm_config lc;
         if (attn_lm_config_read(ctx, o->config, &lc) != ATTN_OK)
             return cli_library_error(ctx, "--config");
-        if (lc.arch != ATTN_LM_GPT2)
-            return cli_usage_error("--config: '%s' is not a GPT model's config (pretrain trains "
-                                   "the book's GPTModel)",
-                                   o->config);
+        if (lc.arch == ATTN_LM_LLAMA3) {
+            attn_llama3_config l;
+            int rc = llama3_config_of(&lc, o->config, &l);
+            if (rc != CLI_OK) return rc;
+            if (attn_model_new_llama3(ctx, &l, rng, out) != ATTN_OK)
+                return cli_library_error(ctx, "--config");
+            return CLI_OK;
+        }
         char *text = NULL;
         size_t length = 0;
         int rc = read_small_file("--config", o->config, &text, &length);
@@ -262,7 +336,7 @@ static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rn
                               .drop_rate = 0.1, .qkv_bias = false};
     }
     if (attn_model_new_gpt(ctx, &g, rng, out) != ATTN_OK)
-        return cli_library_error(ctx, o->resume ? "--resume" : o->config ? "--config" : "--preset");
+        return cli_library_error(ctx, o->config ? "--config" : "--preset");
     return CLI_OK;
 }
 
@@ -604,7 +678,7 @@ static int run_pretrain(int argc, char **argv) {
 
 const cli_command cli_pretrain_command = {
     .name = "pretrain",
-    .summary = "train the book's GPTModel on text as chapter 5 does, loss for loss",
+    .summary = "train the book's GPT (or Llama 3) on text as chapter 5 does, loss for loss",
     .help = pretrain_help,
     .value_options = options,
     .parse = parse_pretrain,

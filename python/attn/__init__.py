@@ -29,6 +29,7 @@ from .modules import (CausalAttention, CausalSelfAttention, GroupedQueryAttentio
                       set_bernoulli, set_num_threads)
 from .safetensors import load_file, save_file
 from .lm import KVCache, LanguageModel
+from .pretrain import Pretraining, pretrain
 from .tokenizer import Tokenizer
 from ._lib import lib as _clib
 
@@ -40,6 +41,7 @@ __all__ = [
     "CausalSelfAttention", "GroupedQueryAttention", "MultiHeadLatentAttention",
     "MultiHeadAttentionWithSWA", "manual_seed", "rand", "randn", "set_bernoulli", "set_num_threads",
     "get_num_threads", "save_file", "load_file", "LanguageModel", "KVCache", "Tokenizer",
+    "pretrain", "Pretraining",
     "__version__",
 ]
 

@@ -2,7 +2,8 @@
 
 1. Every fenced ```sh or ```python block of README.md and docs/*.md that the
    line before marks `<!-- doc-test -->` runs, in the order of its file, in
-   one temporary directory per file, with `attn` (the build's) first on PATH,
+   one temporary directory per file (holding a link to data/, as the
+   repository's root does), with `attn` (the build's) first on PATH,
    `python3` the test venv's, and the package importable from python/ over the
    build's libattn. A block fails the test when it exits non-zero.
 2. Every relative link of those files names a file that exists, and every
@@ -80,6 +81,8 @@ def run_blocks():
         if not blocks:
             continue
         work = tempfile.mkdtemp(prefix="attn-doc-")
+        # the blocks run as from the repository's root: data/ is there
+        os.symlink(os.path.join(REPO, "data"), os.path.join(work, "data"))
         for line, lang, code in blocks:
             where = f"{os.path.relpath(path, REPO)}:{line}"
             if lang == "sh":

@@ -1,0 +1,290 @@
+"""Pretraining as the book's chapter 5 does it, over libattn's loop
+(attn_pretrain_*, the same loop `attn pretrain` runs):
+
+    import attn
+    text = open("data/the-verdict.txt", encoding="utf-8").read()
+    cfg = {"vocab_size": 50257, "context_length": 256, "emb_dim": 768, "n_heads": 12,
+           "n_layers": 12, "drop_rate": 0.1, "qkv_bias": False}
+    run = attn.pretrain(cfg, text, "data/gpt2-bpe", epochs=10, verbose=True)
+    train_losses, val_losses, tokens_seen = run      # what train_model_simple returns
+    run.save("model.safetensors")                    # attn generate --weights reads it
+
+The weights are drawn as torch.manual_seed(seed); GPTModel(cfg) draws them,
+then the same generator drives the loaders' shuffling and dropout, so the
+losses are the book's for the same seed.
+"""
+import ctypes
+from collections.abc import Mapping
+from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_size_t, c_uint64,
+                    c_void_p)
+
+from ._args import as_choice, as_index, as_number, as_str
+from ._lib import Context, encode_path, lib
+from . import modules as _modules
+from .tokenizer import Tokenizer
+
+
+class GptConfig(Structure):  # attn_gpt_config
+    _fields_ = [("vocab_size", c_size_t), ("context_length", c_size_t), ("emb_dim", c_size_t),
+                ("n_heads", c_size_t), ("n_layers", c_size_t), ("drop_rate", c_double),
+                ("qkv_bias", c_bool)]
+
+
+class Llama3Config(Structure):  # attn_llama3_config
+    _fields_ = [("vocab_size", c_size_t), ("context_length", c_size_t), ("emb_dim", c_size_t),
+                ("n_heads", c_size_t), ("n_layers", c_size_t), ("hidden_dim", c_size_t),
+                ("n_kv_groups", c_size_t), ("rope_base", c_double), ("rope_factor", c_double),
+                ("rope_low_freq_factor", c_double), ("rope_high_freq_factor", c_double),
+                ("rope_original_context_length", c_size_t)]
+
+
+class PretrainOptions(Structure):  # attn_pretrain_options
+    _fields_ = [("epochs", c_size_t), ("batch_size", c_size_t), ("max_length", c_size_t),
+                ("stride", c_size_t), ("train_ratio", c_double), ("lr", c_double),
+                ("weight_decay", c_double), ("eval_freq", c_size_t), ("eval_iter", c_size_t),
+                ("start_context", c_char_p), ("sample_tokens", c_size_t)]
+
+
+class PretrainEvent(Structure):  # attn_pretrain_event
+    _fields_ = [("kind", c_int), ("epoch", c_size_t), ("step", c_size_t),
+                ("steps_per_epoch", c_size_t), ("total_steps", c_size_t),
+                ("tokens_seen", c_uint64), ("step_loss", c_double), ("train_loss", c_double),
+                ("val_loss", c_double), ("sample", c_void_p), ("sample_length", c_size_t)]
+
+
+STEP, EVAL, SAMPLE, DONE = 0, 1, 2, 3
+_KINDS = {STEP: "step", EVAL: "eval", SAMPLE: "sample", DONE: "done"}
+_BERNOULLI = {"mt19937": 0, "mkl": 1, "philox": 2}
+
+_SIGNATURES = {
+    "attn_model_new_gpt": (c_int, c_void_p, POINTER(GptConfig), c_void_p, POINTER(c_void_p)),
+    "attn_model_new_llama3": (c_int, c_void_p, POINTER(Llama3Config), c_void_p,
+                              POINTER(c_void_p)),
+    "attn_model_free": (None, c_void_p),
+    "attn_pretrain_defaults": (PretrainOptions,),
+    "attn_pretrain_new": (c_int, c_void_p, c_void_p, c_void_p, c_char_p, c_size_t,
+                          POINTER(PretrainOptions), c_void_p, POINTER(c_void_p)),
+    "attn_pretrain_next": (c_int, c_void_p, POINTER(PretrainEvent)),
+    "attn_pretrain_history": (c_int, c_void_p, POINTER(c_size_t), POINTER(POINTER(c_uint64)),
+                              POINTER(POINTER(c_double)), POINTER(POINTER(c_double))),
+    "attn_pretrain_save": (c_int, c_void_p, c_char_p),
+    "attn_pretrain_resume": (c_int, c_void_p, c_char_p),
+    "attn_pretrain_free": (None, c_void_p),
+    "attn_rng_new": (c_int, c_void_p, c_uint64, POINTER(c_void_p)),
+    "attn_rng_free": (None, c_void_p),
+    "attn_rng_set_bernoulli_method": (c_int, c_void_p, c_int),
+}
+for _name, (_restype, *_argtypes) in _SIGNATURES.items():
+    _fn = getattr(lib, _name, None)
+    if _fn is not None:
+        _fn.restype = _restype
+        _fn.argtypes = _argtypes
+
+_GPT_KEYS = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers")
+
+
+_LLAMA_KEYS = ("hidden_dim", "n_kv_groups", "rope_base")
+_ROPE_FREQ = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
+
+
+def _llama3_config(cfg):
+    """attn_llama3_config from the book's Llama 3 cfg dict (float32; dtype,
+    if given, must be torch.float32 or "float32")."""
+    missing = [k for k in _GPT_KEYS + ("hidden_dim",) if k not in cfg]
+    if missing:
+        raise ValueError(f"config: missing key(s) {', '.join(missing)}; the book's Llama 3 "
+                         f"cfg needs {', '.join(_GPT_KEYS + ('hidden_dim',))}")
+    dtype = cfg.get("dtype")
+    if dtype is not None and str(dtype) not in ("float32", "torch.float32"):
+        raise ValueError(f"config['dtype']: pretraining runs in float32, got {dtype!r}")
+    c = Llama3Config(**{k: as_index(f"config['{k}']", cfg[k], 1)
+                        for k in _GPT_KEYS + ("hidden_dim",)})
+    c.n_kv_groups = as_index("config['n_kv_groups']", cfg.get("n_kv_groups", c.n_heads), 1)
+    c.rope_base = as_number("config['rope_base']", cfg.get("rope_base", 500000.0), 0.0,
+                            lo_open=True)
+    freq = cfg.get("rope_freq")
+    if freq:
+        if not isinstance(freq, Mapping):
+            raise TypeError(f"config['rope_freq']: expected a dict, got {type(freq).__name__}")
+        missing = [k for k in _ROPE_FREQ if k not in freq]
+        if missing:
+            raise ValueError(f"config['rope_freq']: missing key(s) {', '.join(missing)}")
+        c.rope_factor = as_number("config['rope_freq']['factor']", freq["factor"], 0.0,
+                                  lo_open=True)
+        c.rope_low_freq_factor = as_number("config['rope_freq']['low_freq_factor']",
+                                           freq["low_freq_factor"], 0.0)
+        c.rope_high_freq_factor = as_number("config['rope_freq']['high_freq_factor']",
+                                            freq["high_freq_factor"], 0.0)
+        c.rope_original_context_length = as_index(
+            "config['rope_freq']['original_context_length']", freq["original_context_length"], 1)
+    return c
+
+
+def _gpt_config(cfg):
+    """attn_gpt_config from the book's cfg dict (GPT_CONFIG_124M's keys)."""
+    missing = [k for k in _GPT_KEYS if k not in cfg]
+    if missing:
+        raise ValueError(f"config: missing key(s) {', '.join(missing)}; the book's GPT cfg "
+                         f"needs {', '.join(_GPT_KEYS)} (drop_rate and qkv_bias optional)")
+    qkv_bias = cfg.get("qkv_bias", False)
+    if not isinstance(qkv_bias, bool):
+        raise TypeError(f"config['qkv_bias']: expected True or False, got {qkv_bias!r}")
+    return GptConfig(**{k: as_index(f"config['{k}']", cfg[k], 1) for k in _GPT_KEYS},
+                     drop_rate=as_number("config['drop_rate']", cfg.get("drop_rate", 0.0),
+                                         0.0, 1.0),
+                     qkv_bias=qkv_bias)
+
+
+class Pretraining:
+    """A finished (or stopped) run: its history and its model.
+
+    Iterating gives (train_losses, val_losses, tokens_seen), as the book's
+    train_model_simple returns them (a resumed run's saved part included);
+    .samples holds the greedy sample of each epoch this call ran;
+    .epochs_seen is the book's torch.linspace(0, epochs, len(train_losses))
+    for plot_losses."""
+
+    def __init__(self, ctx, model, rng, run, epochs, tokenizer):
+        self._ctx, self._model, self._rng, self._run = ctx, model, rng, run
+        self._tokenizer = tokenizer  # the run reads it while it lives
+        self.epochs = epochs
+        self.train_losses, self.val_losses, self.tokens_seen = [], [], []
+        self.samples = []
+
+    @property
+    def epochs_seen(self):
+        n = len(self.train_losses)
+        if n == 1:
+            return [0.0]
+        return [self.epochs * i / (n - 1) for i in range(n)]
+
+    def __iter__(self):
+        return iter((self.train_losses, self.val_losses, self.tokens_seen))
+
+    def save(self, path):
+        """The model as a safetensors file under the book's state_dict names
+        (attn generate --weights and LanguageModel.load read it), and the
+        run's state beside it, from which resume= continues."""
+        with self._ctx.lock:
+            self._ctx.check(lib.attn_pretrain_save(self._run, encode_path(path)),
+                            "attn_pretrain_save")
+
+    def __del__(self):
+        run, model, rng = (getattr(self, n, None) for n in ("_run", "_model", "_rng"))
+        if run:
+            lib.attn_pretrain_free(run)
+        if model:
+            lib.attn_model_free(model)
+        if rng:
+            lib.attn_rng_free(rng)
+        self._run = self._model = self._rng = None
+
+
+def _book_line(event):
+    if event["kind"] == "eval":
+        return (f"Ep {event['epoch']} (Step {event['step']:06d}): "
+                f"Train loss {event['train_loss']:.3f}, Val loss {event['val_loss']:.3f}")
+    if event["kind"] == "sample":
+        return event["sample"].replace("\n", " ")
+    return None
+
+
+def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, weight_decay=0.1,
+             eval_freq=5, eval_iter=5, seed=123, start_context="Every effort moves you",
+             sample_tokens=50, max_length=None, stride=None, train_ratio=0.9,
+             bernoulli="mt19937", num_threads=None, resume=None, on_event=None, verbose=False):
+    """Trains the book's GPTModel(config) (or Llama3Model(config), when config
+    has Llama 3's keys hidden_dim, n_kv_groups or rope_base) on text as
+    chapter 5 does
+    (train_model_simple with AdamW, evaluate_model every eval_freq steps
+    over eval_iter batches, a greedy sample after each epoch) and returns
+    a Pretraining.
+
+    config: the book's cfg dict. text: the whole text (a str), split 90/10
+    at train_ratio's character as gpt_train.py splits it. tokenizer: an
+    attn.Tokenizer or the path of GPT-2's BPE files. bernoulli: how dropout
+    draws its masks ("mt19937": PyTorch builds without MKL; see
+    attn.set_bernoulli). resume: a file written by Pretraining.save whose
+    run this one continues (the same config, text and options). on_event
+    (optional) is called with a dict per event (kind "step", "eval",
+    "sample"); verbose prints the book's lines."""
+    if not isinstance(config, Mapping):
+        raise TypeError(f"config: expected the book's cfg dict, got {type(config).__name__}")
+    llama = any(k in config for k in _LLAMA_KEYS)
+    mcfg = _llama3_config(config) if llama else _gpt_config(config)
+    text = as_str("text", text).encode("utf-8", errors="surrogatepass")
+    if not isinstance(tokenizer, Tokenizer):
+        tokenizer = Tokenizer(tokenizer)
+    opts = lib.attn_pretrain_defaults()
+    opts.epochs = as_index("epochs", epochs, 0)
+    opts.batch_size = as_index("batch_size", batch_size, 1)
+    opts.max_length = 0 if max_length is None else as_index("max_length", max_length, 1)
+    opts.stride = 0 if stride is None else as_index("stride", stride, 1)
+    opts.train_ratio = as_number("train_ratio", train_ratio, 0.0, 1.0)
+    opts.lr = as_number("lr", lr, 0.0, lo_open=True)
+    opts.weight_decay = as_number("weight_decay", weight_decay, 0.0)
+    opts.eval_freq = as_index("eval_freq", eval_freq, 1)
+    opts.eval_iter = as_index("eval_iter", eval_iter, 1)
+    context = as_str("start_context", start_context).encode("utf-8")
+    opts.start_context = context
+    opts.sample_tokens = as_index("sample_tokens", sample_tokens, 0)
+    seed = as_index("seed", seed, 0, 2**64 - 1)
+    method = _BERNOULLI[as_choice("bernoulli", bernoulli, _BERNOULLI)]
+    ctx = Context(_modules.get_num_threads() if num_threads is None else num_threads)
+
+    rng, model, run = c_void_p(), c_void_p(), c_void_p()
+    with ctx.lock:
+        ctx.check(lib.attn_rng_new(ctx.handle, seed, ctypes.byref(rng)), "attn_rng_new")
+    result = Pretraining(ctx, None, rng, None, opts.epochs, tokenizer)
+    with ctx.lock:
+        ctx.check(lib.attn_rng_set_bernoulli_method(rng, method))
+        new = lib.attn_model_new_llama3 if llama else lib.attn_model_new_gpt
+        ctx.check(new(ctx.handle, ctypes.byref(mcfg), rng, ctypes.byref(model)),
+                  "attn_model_new_llama3" if llama else "attn_model_new_gpt")
+        result._model = model
+        with tokenizer._lock:
+            ctx.check(lib.attn_pretrain_new(ctx.handle, model, tokenizer._handle, text, len(text),
+                                            ctypes.byref(opts), rng, ctypes.byref(run)),
+                      "attn_pretrain_new")
+        result._run = run
+        if resume is not None:
+            ctx.check(lib.attn_pretrain_resume(run, encode_path(resume)), "attn_pretrain_resume")
+
+    ev = PretrainEvent()
+    while True:
+        with ctx.lock, tokenizer._lock:
+            ctx.check(lib.attn_pretrain_next(run, ctypes.byref(ev)), "attn_pretrain_next")
+            event = {"kind": _KINDS.get(ev.kind, str(ev.kind)), "epoch": ev.epoch,
+                     "step": ev.step, "steps_per_epoch": ev.steps_per_epoch,
+                     "total_steps": ev.total_steps, "tokens_seen": ev.tokens_seen}
+            if ev.kind == STEP:
+                event["loss"] = ev.step_loss
+            elif ev.kind == EVAL:
+                event.update(train_loss=ev.train_loss, val_loss=ev.val_loss)
+            elif ev.kind == SAMPLE:
+                raw = ctypes.string_at(ev.sample, ev.sample_length) if ev.sample_length else b""
+                event["sample"] = raw.decode("utf-8", errors="replace")
+        if ev.kind == DONE:
+            break
+        if ev.kind == SAMPLE:
+            result.samples.append(event["sample"])
+        if verbose:
+            line = _book_line(event)
+            if line is not None:
+                print(line, flush=True)
+        if on_event is not None:
+            on_event(event)
+    # the whole history, a resumed run's saved part included
+    n, tokens = c_size_t(), POINTER(c_uint64)()
+    train, val = POINTER(c_double)(), POINTER(c_double)()
+    with ctx.lock:
+        ctx.check(lib.attn_pretrain_history(run, ctypes.byref(n), ctypes.byref(tokens),
+                                            ctypes.byref(train), ctypes.byref(val)),
+                  "attn_pretrain_history")
+        result.train_losses = [train[i] for i in range(n.value)]
+        result.val_losses = [val[i] for i in range(n.value)]
+        result.tokens_seen = [int(tokens[i]) for i in range(n.value)]
+    return result
+
+
+__all__ = ["pretrain", "Pretraining"]
