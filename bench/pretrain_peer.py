@@ -1,7 +1,7 @@
 """The book's chapter-5 run, attn against PyTorch 2.15, in the same run.
 
     .venv-peers/bin/python bench/pretrain_peer.py ./build/attn [--threads 1,2]
-        [--epochs 10] [--out FILE]
+        [--epochs 10] [--out FILE] [--plot FILE.png]
 
 For each thread count, alternating: `attn pretrain` (GPT_CONFIG_124M with
 context 256, the-verdict.txt, AdamW lr 0.0004 weight decay 0.1, batch 2,
@@ -163,6 +163,7 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--epochs", type=int, default=10)
     ap.add_argument("--out")
+    ap.add_argument("--plot", help="attn's first run also draws its loss plot here (PNG)")
     ap.add_argument("--torch-child", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--sgemm-child", type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -186,6 +187,8 @@ def main():
                     os.path.join(DATA, "the-verdict.txt"), "--tokenizer",
                     os.path.join(DATA, "gpt2-bpe"), "--epochs", str(a.epochs),
                     "--threads", str(threads), "--seed", "123"]
+        if a.plot and threads == int(a.threads.split(",")[0]):
+            attn_cmd += ["--plot", a.plot]
         torch_cmd = [sys.executable, os.path.abspath(__file__), a.attn,
                      "--torch-child", str(threads), "--epochs", str(a.epochs)]
         for name, cmd in (("attn", attn_cmd), ("torch", torch_cmd)):

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The length of the UTF-8 sequence at s (n bytes left) when it is well
@@ -207,6 +208,21 @@ bool cli_wants_help(int argc, char **argv, const char *const *value_options) {
 size_t cli_default_threads(void) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n > 0 ? (size_t)n : 1;
+}
+
+double cli_now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void cli_format_duration(double seconds, char *buf, size_t size) {
+    if (!(seconds >= 0.0) || seconds > 1e7) seconds = 0.0;
+    unsigned long s = (unsigned long)(seconds + 0.5);
+    if (s >= 3600)
+        snprintf(buf, size, "%lu:%02lu:%02lu", s / 3600, s / 60 % 60, s % 60);
+    else
+        snprintf(buf, size, "%lu:%02lu", s / 60, s % 60);
 }
 
 int cli_parse_kernels(const char *value, attn_kernels *out) {

@@ -116,6 +116,12 @@ bool cli_wants_help(int argc, char **argv, const char *const *value_options);
 /* The number of online CPUs, at least 1. */
 size_t cli_default_threads(void);
 
+/* A monotonic clock in seconds, for progress lines and timings. */
+double cli_now_seconds(void);
+/* seconds as "m:ss" or "h:mm:ss" (0:00 for a negative, NaN or absurd
+ * value). */
+void cli_format_duration(double seconds, char *buf, size_t size);
+
 /* The CPU as attn_cpu_info_get sees it, on two lines after prefix (attn
  * version, the header of attn-bench): print_cpu.c. */
 void cli_print_cpu(FILE *out, const char *prefix);

@@ -418,21 +418,6 @@ static int read_texts(const pretrain_cli *o, char **out, size_t *length) {
 
 /* ---- progress and output -------------------------------------------------------- */
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void format_duration(double seconds, char *buf, size_t size) {
-    if (!(seconds >= 0.0) || seconds > 1e7) seconds = 0.0;
-    unsigned long s = (unsigned long)(seconds + 0.5);
-    if (s >= 3600)
-        snprintf(buf, size, "%lu:%02lu:%02lu", s / 3600, s / 60 % 60, s % 60);
-    else
-        snprintf(buf, size, "%lu:%02lu", s / 60, s % 60);
-}
-
 typedef struct progress {
     bool live, shown;
     double start;
@@ -450,12 +435,12 @@ static void progress_clear(progress *p) {
 
 static void progress_show(progress *p, const attn_pretrain_event *ev) {
     if (!p->live) return;
-    double elapsed = now_seconds() - p->start;
+    double elapsed = cli_now_seconds() - p->start;
     size_t done = ev->step + 1 - p->steps_at_start;
     double rate = elapsed > 0 ? (double)(ev->tokens_seen - p->tokens_at_start) / elapsed : 0.0;
     char spent[32], left[32];
-    format_duration(elapsed, spent, sizeof spent);
-    format_duration(done ? elapsed / (double)done * (double)(ev->total_steps - ev->step - 1) : 0,
+    cli_format_duration(elapsed, spent, sizeof spent);
+    cli_format_duration(done ? elapsed / (double)done * (double)(ev->total_steps - ev->step - 1) : 0,
                     left, sizeof left);
     fprintf(stderr, "\r\033[Kstep %zu/%zu  %.0f tokens/s  elapsed %s  left %s", ev->step + 1,
             ev->total_steps, rate, spent, left);
@@ -579,7 +564,7 @@ static int check_outputs(const pretrain_cli *o, cli_outputs *outs, size_t *plot_
 }
 
 static int train(pretrain_state *s, const pretrain_cli *o) {
-    progress p = {.live = isatty(fileno(stderr)) != 0, .start = now_seconds()};
+    progress p = {.live = isatty(fileno(stderr)) != 0, .start = cli_now_seconds()};
     bool first = true;
     for (;;) {
         attn_pretrain_event ev;

@@ -94,21 +94,6 @@ typedef struct train_options {
     const char *save;
 } train_options;
 
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void format_duration(double seconds, char *buf, size_t size) {
-    if (!(seconds >= 0.0) || seconds > 1e7) seconds = 0.0;
-    unsigned long s = (unsigned long)(seconds + 0.5);
-    if (s >= 3600)
-        snprintf(buf, size, "%lu:%02lu:%02lu", s / 3600, s / 60 % 60, s % 60);
-    else
-        snprintf(buf, size, "%lu:%02lu", s / 60, s % 60);
-}
-
 /* Linear warmup to the peak, then cosine decay to 0 at the last step. */
 static double scheduled_lr(const train_options *o, size_t step /* 1-based */) {
     if (o->warmup > 0 && step <= o->warmup) return o->lr * (double)step / (double)o->warmup;
@@ -224,11 +209,11 @@ typedef struct progress {
 
 static void report(progress *p, const train_options *o, size_t step, float loss, size_t correct,
                    size_t scored, double lr) {
-    double elapsed = now_seconds() - p->start;
+    double elapsed = cli_now_seconds() - p->start;
     double tokens_per_s = elapsed > 0 ? (double)(step * o->batch * o->model.context_length) / elapsed
                                       : 0.0;
     char left[32];
-    format_duration(elapsed / (double)step * (double)(o->steps - step), left, sizeof left);
+    cli_format_duration(elapsed / (double)step * (double)(o->steps - step), left, sizeof left);
     double acc = scored ? 100.0 * (double)correct / (double)scored : 0.0;
     if (p->live) {
         printf("\rstep %zu/%zu  loss %.4f  acc %6.2f%%  lr %.2e  %.0f tok/s  left %s   ", step,
@@ -295,7 +280,7 @@ static int train(run *r, const train_options *o) {
     const attn_param *params;
     if (attn_model_params(r->model, &params, &params_count) != ATTN_OK)
         return cli_library_error(r->ctx, "train");
-    progress p = {.live = isatty(fileno(stdout)) != 0, .every = o->log_every, .start = now_seconds()};
+    progress p = {.live = isatty(fileno(stdout)) != 0, .every = o->log_every, .start = cli_now_seconds()};
     for (size_t step = 1; step <= o->steps; step++) {
         double lr = scheduled_lr(o, step);
         float loss;
@@ -319,12 +304,12 @@ static int train(run *r, const train_options *o) {
         count_correct(r->logits, r->targets, o->batch * T, V, &correct, &scored);
         report(&p, o, step, loss, correct, scored, lr);
     }
-    double elapsed = now_seconds() - p.start;
+    double elapsed = cli_now_seconds() - p.start;
     double accuracy = 0.0;
     int rc = evaluate(r, o, &accuracy);
     if (rc != CLI_OK) return rc;
     char wall[32];
-    format_duration(elapsed, wall, sizeof wall);
+    cli_format_duration(elapsed, wall, sizeof wall);
     printf("trained %zu steps in %.1f s (%s)\n", o->steps, elapsed, wall);
     if (o->save) {
         if (attn_model_save(r->model, o->save) != ATTN_OK) return cli_library_error(r->ctx, "--save");

@@ -1,5 +1,6 @@
 #!/bin/sh
-# Regenerates the heat maps in docs/images/ with the built attn:
+# Regenerates the heat maps in docs/images/ with the built attn (and, with
+# ATTN_IMAGES_PRETRAIN=1, the loss plot of the book's pretraining run):
 #   sh docs/make-images.sh [path/to/attn]     (default build/attn)
 set -eu
 attn=${1:-build/attn}
@@ -13,3 +14,8 @@ out=$(dirname "$0")/images
   --all-heads --output "$out/heatmap-gpt2-4heads.png"
 # SelfAttention_v2 (no mask) on the seeds' sentence, in the terminal.
 "$attn" heatmap --module sa2 --d-out 2 --text "Your journey starts with one step" --terminal
+# The book's chapter-5 run (GPT-2 124M, 10 epochs: minutes) and its figure 5.12.
+if [ "${ATTN_IMAGES_PRETRAIN:-0}" = 1 ]; then
+  "$attn" pretrain --text "$(dirname "$0")/../data/the-verdict.txt" \
+    --tokenizer "$(dirname "$0")/../data/gpt2-bpe" --plot "$out/pretrain-losses.png" >/dev/null
+fi

@@ -198,6 +198,20 @@ static const attn_abi_field attn_llama3_config_fields[] = {
 };
 #undef T
 
+#define T attn_pretrain_options
+static const attn_abi_field attn_pretrain_options_fields[] = {
+    F(epochs), F(batch_size), F(max_length), F(stride), F(train_ratio), F(lr), F(weight_decay),
+    F(eval_freq), F(eval_iter), F(start_context), F(sample_tokens)
+};
+#undef T
+
+#define T attn_pretrain_event
+static const attn_abi_field attn_pretrain_event_fields[] = {
+    F(kind), F(epoch), F(step), F(steps_per_epoch), F(total_steps), F(tokens_seen), F(step_loss),
+    F(train_loss), F(val_loss), F(sample), F(sample_length)
+};
+#undef T
+
 #define T attn_kv_cache_config
 static const attn_abi_field attn_kv_cache_config_fields[] = {
     F(num_layers), F(batch), F(kv_heads), F(head_dim), F(max_len), F(layout), F(page_size),
@@ -249,7 +263,8 @@ static const attn_abi_struct layout[] = {
     S(attn_metadata_entry), S(attn_safetensors_info), S(attn_optimizer_config),
     S(attn_model_config), S(attn_gpt_config), S(attn_llama3_config),
     S(attn_kv_cache_config), S(attn_kv_attend_args), S(attn_lm_config),
-    S(attn_lm_forward_args), S(attn_sampling), S(attn_generate_args)
+    S(attn_lm_forward_args), S(attn_sampling), S(attn_generate_args),
+    S(attn_pretrain_options), S(attn_pretrain_event)
 };
 
 const attn_abi_struct *attn_abi_layout(size_t *count) {

@@ -25,6 +25,7 @@
 #include "half.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemv/linear16.h"
+#include "ops/rope.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -246,33 +247,11 @@ static void list_params(param_builder *b) {
     add_weight(b, &m->out_head, c->tie_embeddings, V, C, "out_head.weight");
 }
 
-/* RoPE's inverse frequencies as compute_rope_params makes them, in float32
- * step by step (the comparisons with the wavelength bounds included). */
+/* RoPE's inverse frequencies of c (compute_rope_params'). */
 static void rope_frequencies(const attn_lm_config *c, size_t head_dim, float *inv_freq) {
-    size_t half = head_dim / 2;
-    const float two_pi = (float)(2.0 * 3.14159265358979323846);
-    for (size_t i = 0; i < half; i++) {
-        /* 1.0 / (theta_base ** (arange(0, head_dim, 2) / head_dim)) */
-        float exponent = (float)(2 * i) / (float)head_dim;
-        float power = (float)pow((double)(float)c->rope_base, (double)exponent);
-        float inv = 1.0f / power;
-        if (c->rope_factor > 0.0) {
-            double orig = (double)c->rope_original_context_length;
-            float low_wavelen = (float)(orig / c->rope_low_freq_factor);
-            float high_wavelen = (float)(orig / c->rope_high_freq_factor);
-            /* 2 pi / inv_freq: PyTorch computes a scalar over a tensor as
-             * reciprocal(tensor) * scalar */
-            float wavelen = (1.0f / inv) * two_pi;
-            float factor = (float)c->rope_factor, low = (float)c->rope_low_freq_factor;
-            float scaled = wavelen > low_wavelen ? inv / factor : inv;
-            float smooth = ((1.0f / wavelen) * (float)orig - low) /
-                           (float)(c->rope_high_freq_factor - c->rope_low_freq_factor);
-            float smoothed = (1.0f - smooth) * (inv / factor) + smooth * inv;
-            bool medium = wavelen <= low_wavelen && wavelen >= high_wavelen;
-            inv = medium ? smoothed : scaled;
-        }
-        inv_freq[i] = inv;
-    }
+    attn_rope_scaling scaling = {c->rope_factor, c->rope_low_freq_factor,
+                                 c->rope_high_freq_factor, c->rope_original_context_length};
+    attn_rope_inv_freq(c->rope_base, &scaling, head_dim, inv_freq);
 }
 
 void attn_lm_list_names(const attn_lm_config *cfg, attn_lm_name_fn visit, void *user) {

@@ -29,6 +29,7 @@
  */
 #include "internal.h"
 #include "kernels/dispatch.h"
+#include "ops/rope.h"
 #include "train/layers.h"
 #include "train/llama3.h"
 
@@ -141,37 +142,11 @@ attn_status attn_llama3_check_config(attn_ctx *ctx, const char *who,
 
 /* ---- RoPE's tables ------------------------------------------------------------ */
 
-/* compute_rope_params' inverse frequencies (D / 2), float32 step by step as
- * PyTorch computes them, the comparisons with the wavelength bounds
- * included. The power is rounded correctly, which PyTorch's float32 pow
- * (SLEEF's, libm's) is not always: for some head_dims and bases the two
- * differ in the last bit (attn.h, attn_llama3_rope_tables). */
+/* RoPE's inverse frequencies of c (compute_rope_params'). */
 static void rope_frequencies(const attn_llama3_config *c, size_t head_dim, float *inv_freq) {
-    size_t half = head_dim / 2;
-    const float two_pi = (float)(2.0 * 3.14159265358979323846);
-    for (size_t i = 0; i < half; i++) {
-        /* 1.0 / (theta_base ** (arange(0, head_dim, 2) / head_dim)) */
-        float exponent = (float)(2 * i) / (float)head_dim;
-        float power = (float)pow((double)(float)c->rope_base, (double)exponent);
-        float inv = 1.0f / power;
-        if (c->rope_factor > 0.0) {
-            double orig = (double)c->rope_original_context_length;
-            /* a tensor against a Python float compares in float32 */
-            float low_wavelen = (float)(orig / c->rope_low_freq_factor);
-            float high_wavelen = (float)(orig / c->rope_high_freq_factor);
-            /* 2 pi / inv_freq: PyTorch computes a scalar over a tensor as
-             * reciprocal(tensor) * scalar */
-            float wavelen = (1.0f / inv) * two_pi;
-            float factor = (float)c->rope_factor, low = (float)c->rope_low_freq_factor;
-            float scaled = wavelen > low_wavelen ? inv / factor : inv;
-            float smooth = ((1.0f / wavelen) * (float)orig - low) /
-                           (float)(c->rope_high_freq_factor - c->rope_low_freq_factor);
-            float smoothed = (1.0f - smooth) * (inv / factor) + smooth * inv;
-            bool medium = wavelen <= low_wavelen && wavelen >= high_wavelen;
-            inv = medium ? smoothed : scaled;
-        }
-        inv_freq[i] = inv;
-    }
+    attn_rope_scaling scaling = {c->rope_factor, c->rope_low_freq_factor,
+                                 c->rope_high_freq_factor, c->rope_original_context_length};
+    attn_rope_inv_freq(c->rope_base, &scaling, head_dim, inv_freq);
 }
 
 /* cosines, sines (context_length, D / 2): position t's angles t * inv_freq

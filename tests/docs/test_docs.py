@@ -93,8 +93,9 @@ def run_blocks():
                 fail(f"{where}: a marked block must be sh or python, not {lang}")
                 continue
             try:
+                # decoded text may cut a character at a token's edge
                 r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
-                                   timeout=300)
+                                   errors="replace", timeout=300)
             except subprocess.TimeoutExpired:
                 fail(f"{where}: the {lang} block ran past 300 s")
                 continue
