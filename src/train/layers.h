@@ -40,9 +40,11 @@ void attn_layer_gelu_backward(float *dinp, const float *inp, const float *dout, 
 void attn_layer_gelu_tanh_forward(float *out, const float *inp, size_t n);
 void attn_layer_gelu_tanh_backward(float *dinp, const float *inp, const float *dout, size_t n);
 void attn_layer_residual_forward(float *out, const float *a, const float *b, size_t n);
-double attn_layer_crossentropy_forward(const float *logits, const int32_t *targets, size_t N,
-                                       size_t V, int32_t ignore_index, size_t *scored);
-void attn_layer_crossentropy_backward(float *dlogits, const float *logits, const int32_t *targets,
-                                      size_t N, size_t V, int32_t ignore_index, double dloss);
+double attn_layer_crossentropy_forward(attn_workers w, const float *logits,
+                                       const int32_t *targets, size_t N, size_t V,
+                                       int32_t ignore_index, size_t *scored);
+void attn_layer_crossentropy_backward(attn_workers w, float *dlogits, const float *logits,
+                                      const int32_t *targets, size_t N, size_t V,
+                                      int32_t ignore_index, double dloss);
 
 #endif /* ATTN_TRAIN_LAYERS_H */

@@ -397,26 +397,63 @@ LAYER_API void LAYER(residual_forward)(REAL *out, const REAL *a, const REAL *b, 
 
 /* ---- cross-entropy (F.cross_entropy, ignore_index, reduction='mean') ---- */
 
+/* Rows of cross-entropy the threads share: a block's rows run in parallel,
+ * each row whole on one thread, so a row's numbers do not depend on the
+ * thread count. */
+#define LAYER_CE_BLOCK 256
+
+typedef struct LAYER(crossentropy_job) {
+    const REAL *logits;
+    const int32_t *targets;
+    size_t V;
+    int32_t ignore_index;
+    double *row_loss; /* forward: the block's rows, from row0 */
+    size_t row0;
+    REAL *dlogits;    /* backward */
+    double scale;
+} LAYER(crossentropy_job);
+
+/* logsumexp(z) - z[target] of one row z (V). */
+static double LAYER(crossentropy_row)(const REAL *z, size_t V, int32_t target) {
+    double max = -INFINITY;
+    for (size_t v = 0; v < V; v++)
+        if (z[v] > max) max = z[v];
+    double sum = 0.0;
+    for (size_t v = 0; v < V; v++) sum += exp((double)z[v] - max);
+    return max + log(sum) - (double)z[target];
+}
+
+static void LAYER(crossentropy_forward_rows)(void *arg, size_t begin, size_t end) {
+    const LAYER(crossentropy_job) *j = arg;
+    for (size_t n = begin; n < end; n++) {
+        size_t row = j->row0 + n;
+        if (j->targets[row] == j->ignore_index) continue;
+        j->row_loss[n] = LAYER(crossentropy_row)(j->logits + row * j->V, j->V, j->targets[row]);
+    }
+}
+
 /* loss = mean over the rows n whose target is not ignore_index of
  *   logsumexp(logits[n]) - logits[n, targets[n]]
  * logits (N, V); targets (N) lie in [0, V) or equal ignore_index. Returns
  * the mean (NaN when every row is ignored: 0 / 0, as PyTorch); *scored
- * receives the number of rows that count. */
-LAYER_API double LAYER(crossentropy_forward)(const REAL *logits, const int32_t *targets,
-                                             size_t N, size_t V, int32_t ignore_index,
-                                             size_t *scored) {
-    double total = 0.0;
+ * receives the number of rows that count. The rows are summed in order,
+ * whatever w's thread count. */
+LAYER_API double LAYER(crossentropy_forward)(attn_workers w, const REAL *logits,
+                                             const int32_t *targets, size_t N, size_t V,
+                                             int32_t ignore_index, size_t *scored) {
+    double total = 0.0, row_loss[LAYER_CE_BLOCK];
     size_t count = 0;
-    for (size_t n = 0; n < N; n++) {
-        if (targets[n] == ignore_index) continue;
-        const REAL *z = logits + n * V;
-        double max = -INFINITY;
-        for (size_t v = 0; v < V; v++)
-            if (z[v] > max) max = z[v];
-        double sum = 0.0;
-        for (size_t v = 0; v < V; v++) sum += exp((double)z[v] - max);
-        total += max + log(sum) - (double)z[targets[n]];
-        count++;
+    LAYER(crossentropy_job) job = {logits, targets, V, ignore_index, row_loss, 0, NULL, 0.0};
+    for (size_t n0 = 0; n0 < N; n0 += LAYER_CE_BLOCK) {
+        size_t rows = N - n0 < LAYER_CE_BLOCK ? N - n0 : LAYER_CE_BLOCK;
+        job.row0 = n0;
+        attn_pool_for(w.pool, w.threads, rows, layer_min_items(V), LAYER(crossentropy_forward_rows),
+                      &job);
+        for (size_t n = 0; n < rows; n++) {
+            if (targets[n0 + n] == ignore_index) continue;
+            total += row_loss[n];
+            count++;
+        }
     }
     *scored = count;
     return total / (double)count;
@@ -425,17 +462,14 @@ LAYER_API double LAYER(crossentropy_forward)(const REAL *logits, const int32_t *
 /* in the forward pass this was: loss = mean_n (logsumexp(z_n) - z_n[target_n]), so
  *   dlogits[n, v] += dloss * (softmax(z_n)[v] - [v == target_n]) / scored
  * for the scored rows; ignored rows get nothing. */
-LAYER_API void LAYER(crossentropy_backward)(REAL *dlogits, const REAL *logits,
-                                            const int32_t *targets, size_t N, size_t V,
-                                            int32_t ignore_index, double dloss) {
-    size_t count = 0;
-    for (size_t n = 0; n < N; n++) count += targets[n] != ignore_index;
-    if (count == 0) return;
-    double scale = dloss / (double)count;
-    for (size_t n = 0; n < N; n++) {
-        if (targets[n] == ignore_index) continue;
-        const REAL *z = logits + n * V;
-        REAL *dz = dlogits + n * V;
+static void LAYER(crossentropy_backward_rows)(void *arg, size_t begin, size_t end) {
+    const LAYER(crossentropy_job) *j = arg;
+    size_t V = j->V;
+    for (size_t n = begin; n < end; n++) {
+        int32_t target = j->targets[n];
+        if (target == j->ignore_index) continue;
+        const REAL *z = j->logits + n * V;
+        REAL *dz = j->dlogits + n * V;
         double max = -INFINITY;
         for (size_t v = 0; v < V; v++)
             if (z[v] > max) max = z[v];
@@ -443,8 +477,20 @@ LAYER_API void LAYER(crossentropy_backward)(REAL *dlogits, const REAL *logits,
         for (size_t v = 0; v < V; v++) sum += exp((double)z[v] - max);
         for (size_t v = 0; v < V; v++) {
             double p = exp((double)z[v] - max) / sum;
-            double indicator = (int32_t)v == targets[n] ? 1.0 : 0.0;
-            dz[v] = (REAL)(dz[v] + scale * (p - indicator));
+            double indicator = (int32_t)v == target ? 1.0 : 0.0;
+            dz[v] = (REAL)(dz[v] + j->scale * (p - indicator));
         }
     }
+}
+
+LAYER_API void LAYER(crossentropy_backward)(attn_workers w, REAL *dlogits, const REAL *logits,
+                                            const int32_t *targets, size_t N, size_t V,
+                                            int32_t ignore_index, double dloss) {
+    size_t count = 0;
+    for (size_t n = 0; n < N; n++) count += targets[n] != ignore_index;
+    if (count == 0) return;
+    LAYER(crossentropy_job) job = {logits, targets, V, ignore_index, NULL, 0, dlogits,
+                                   dloss / (double)count};
+    attn_pool_for(w.pool, w.threads, N, layer_min_items(V), LAYER(crossentropy_backward_rows),
+                  &job);
 }

@@ -478,7 +478,7 @@ attn_status attn_llama3_forward(attn_llama3 *m, const int32_t *tokens, const int
     if (logits) memcpy(logits, m->logits, N * V * sizeof *logits);
     if (targets) {
         size_t scored;
-        double mean = attn_layer_crossentropy_forward(m->logits, targets, N, V, ATTN_IGNORE_INDEX,
+        double mean = attn_layer_crossentropy_forward(attn_ctx_workers(m->ctx), m->logits, targets, N, V, ATTN_IGNORE_INDEX,
                                                       &scored);
         if (loss) *loss = (float)mean;
         memcpy(m->targets, targets, N * sizeof *targets);
@@ -500,7 +500,7 @@ attn_status attn_llama3_backward(attn_llama3 *m) {
 
     /* loss = cross_entropy(logits, targets): dloss = 1 */
     memset(m->dlogits, 0, N * V * sizeof(float));
-    attn_layer_crossentropy_backward(m->dlogits, m->logits, m->targets, N, V, ATTN_IGNORE_INDEX,
+    attn_layer_crossentropy_backward(w, m->dlogits, m->logits, m->targets, N, V, ATTN_IGNORE_INDEX,
                                      1.0);
     /* logits = hf @ out_head^T */
     attn_k_linear_backward(m->ctx, m->hf, pdata(m, m->out_head), m->dlogits, m->dtmp, false,

@@ -216,8 +216,8 @@ static float maximum_nan(float a, float b) {
 }
 
 /* AdamW (adamw.py, _single_tensor_adamw, capturable=False) on [begin, end). */
-static void adamw_range(void *arg, size_t begin, size_t end) {
-    const update_job *j = arg;
+static inline __attribute__((always_inline)) void adamw_elements(const update_job *j,
+                                                                 size_t begin, size_t end) {
     float *exp_avg = j->s0, *exp_avg_sq = j->s1, *max_exp_avg_sq = j->s2;
     for (size_t i = begin; i < end; i++) {
         float g = j->g[i];
@@ -239,6 +239,20 @@ static void adamw_range(void *arg, size_t begin, size_t end) {
         j->p[i] = p + (j->neg_step_size * exp_avg[i]) / denom;
     }
 }
+
+static void adamw_range(void *arg, size_t begin, size_t end) {
+    adamw_elements(arg, begin, end);
+}
+
+/* The same loop where the CPU has FMA: fmaf is then one instruction, not a
+ * call into libm, with the same correctly rounded result, so the update's
+ * bits do not depend on which of the two runs. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define OPTIM_FMA_CLONE 1
+__attribute__((target("fma"))) static void adamw_range_fma(void *arg, size_t begin, size_t end) {
+    adamw_elements(arg, begin, end);
+}
+#endif
 
 attn_status attn_optimizer_step(attn_optimizer *opt) {
     if (!opt) return ATTN_ERR_NULL;
@@ -272,6 +286,9 @@ attn_status attn_optimizer_step(attn_optimizer *opt) {
         base.neg_step_size = (float)-step_size;
         base.amsgrad = c->amsgrad;
         body = adamw_range;
+#ifdef OPTIM_FMA_CLONE
+        if (__builtin_cpu_supports("fma")) body = adamw_range_fma;
+#endif
     }
     attn_workers w = attn_ctx_workers(opt->ctx);
     for (size_t i = 0; i < opt->count; i++) {

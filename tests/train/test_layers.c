@@ -368,7 +368,7 @@ typedef struct ce_state {
 static double ce_loss(void *p) {
     ce_state *s = p;
     size_t scored;
-    return dbl_crossentropy_forward(s->logits, s->targets, s->N, s->V, -100, &scored);
+    return dbl_crossentropy_forward((attn_workers){2, NULL}, s->logits, s->targets, s->N, s->V, -100, &scored);
 }
 
 static void test_crossentropy(void) {
@@ -380,7 +380,7 @@ static void test_crossentropy(void) {
     targets[1] = targets[4] = -100; /* ignored rows */
     ce_state s = {N, V, logits, targets};
     size_t scored;
-    double loss = dbl_crossentropy_forward(logits, targets, N, V, -100, &scored);
+    double loss = dbl_crossentropy_forward((attn_workers){2, NULL}, logits, targets, N, V, -100, &scored);
     CHECK(scored == N - 2);
     /* the definition, row by row: -log softmax(z)[t] */
     double want = 0.0;
@@ -391,19 +391,19 @@ static void test_crossentropy(void) {
         want += -log(exp(logits[n * V + (size_t)targets[n]]) / sum);
     }
     CHECK_NEAR(loss, want / (N - 2), 1e-12);
-    dbl_crossentropy_backward(dlogits, logits, targets, N, V, -100, 1.0);
+    dbl_crossentropy_backward((attn_workers){2, NULL}, dlogits, logits, targets, N, V, -100, 1.0);
     fd_check("cross-entropy dlogits", logits, N * V, dlogits, ce_loss, &s);
     for (size_t v = 0; v < V; v++) CHECK(dlogits[1 * V + v] == 0.0 && dlogits[4 * V + v] == 0.0);
     /* large logits: stable (no overflow in exp) */
     double big[2] = {1000.0, 0.0};
     int32_t t0 = 1;
-    CHECK_NEAR(dbl_crossentropy_forward(big, &t0, 1, 2, -100, &scored), 1000.0, 1e-9);
+    CHECK_NEAR(dbl_crossentropy_forward((attn_workers){2, NULL}, big, &t0, 1, 2, -100, &scored), 1000.0, 1e-9);
     /* every target ignored: 0 / 0 = NaN, as PyTorch; no gradient */
     int32_t ignored[N];
     for (size_t n = 0; n < N; n++) ignored[n] = -100;
-    CHECK(isnan(dbl_crossentropy_forward(logits, ignored, N, V, -100, &scored)) && scored == 0);
+    CHECK(isnan(dbl_crossentropy_forward((attn_workers){2, NULL}, logits, ignored, N, V, -100, &scored)) && scored == 0);
     double dnone[N * V] = {0};
-    dbl_crossentropy_backward(dnone, logits, ignored, N, V, -100, 1.0);
+    dbl_crossentropy_backward((attn_workers){2, NULL}, dnone, logits, ignored, N, V, -100, 1.0);
     for (size_t i = 0; i < N * V; i++) CHECK(dnone[i] == 0.0);
 }
 
@@ -460,12 +460,47 @@ static void test_float_matches_double(void) {
     to_float(logitsf, x, N * C);
     to_double(logits, logitsf, N * C);
     size_t scored;
-    double lf = attn_layer_crossentropy_forward(logitsf, targets, N, C, -100, &scored);
-    double ld = dbl_crossentropy_forward(logits, targets, N, C, -100, &scored);
-    attn_layer_crossentropy_backward(dlf, logitsf, targets, N, C, -100, 1.0);
-    dbl_crossentropy_backward(dl, logits, targets, N, C, -100, 1.0);
+    double lf = attn_layer_crossentropy_forward((attn_workers){2, NULL}, logitsf, targets, N, C, -100, &scored);
+    double ld = dbl_crossentropy_forward((attn_workers){2, NULL}, logits, targets, N, C, -100, &scored);
+    attn_layer_crossentropy_backward((attn_workers){2, NULL}, dlf, logitsf, targets, N, C, -100, 1.0);
+    dbl_crossentropy_backward((attn_workers){2, NULL}, dl, logits, targets, N, C, -100, 1.0);
     CHECK_NEAR(lf, ld, 1e-12);
     CHECK(max_rel_diff(dlf, dl, N * C) < 1e-7);
+}
+
+/* Cross-entropy spread over threads: the same bits for 1 and 3 threads, over
+ * more rows than a block, and the loss the rows' plain in-order sum gives. */
+static void test_crossentropy_threads(void) {
+    enum { N = 600, V = 97 };
+    static float logits[N * V], d1[N * V], d3[N * V];
+    static int32_t targets[N];
+    for (size_t i = 0; i < N * V; i++) logits[i] = (float)(8.0 * uniform() - 4.0);
+    for (size_t n = 0; n < N; n++)
+        targets[n] = n % 7 == 3 ? -100 : (int32_t)(uniform() * V) % V;
+    size_t s1, s3;
+    double l1 = attn_layer_crossentropy_forward((attn_workers){1, NULL}, logits, targets, N, V,
+                                                -100, &s1);
+    double l3 = attn_layer_crossentropy_forward((attn_workers){3, NULL}, logits, targets, N, V,
+                                                -100, &s3);
+    double total = 0.0;
+    size_t count = 0;
+    for (size_t n = 0; n < N; n++) {
+        if (targets[n] == -100) continue;
+        const float *z = logits + n * V;
+        double max = -INFINITY, sum = 0.0;
+        for (size_t v = 0; v < V; v++) max = z[v] > max ? z[v] : max;
+        for (size_t v = 0; v < V; v++) sum += exp((double)z[v] - max);
+        total += max + log(sum) - (double)z[targets[n]];
+        count++;
+    }
+    CHECK(s1 == count && s3 == count);
+    CHECK(memcmp(&l1, &l3, sizeof l1) == 0);
+    CHECK(l1 == total / (double)count);
+    memset(d1, 0, sizeof d1);
+    memset(d3, 0, sizeof d3);
+    attn_layer_crossentropy_backward((attn_workers){1, NULL}, d1, logits, targets, N, V, -100, 1.0);
+    attn_layer_crossentropy_backward((attn_workers){3, NULL}, d3, logits, targets, N, V, -100, 1.0);
+    CHECK(memcmp(d1, d3, sizeof d1) == 0);
 }
 
 int main(int argc, char **argv) {
@@ -484,6 +519,7 @@ int main(int argc, char **argv) {
     test_gelu();
     test_gelu_tanh();
     test_crossentropy();
+    test_crossentropy_threads();
     test_residual();
     test_float_matches_double();
     return check_summary();
