@@ -21,31 +21,15 @@ import os
 import subprocess
 import sys
 import tempfile
-import types
 
 import numpy as np
 import torch
 
+from test_book_data import book_ch05  # the plotting stand-ins
+
 SLACK = 1e-5
 CFG = {"vocab_size": 50257, "context_length": 32, "emb_dim": 64, "n_heads": 4, "n_layers": 2,
        "drop_rate": 0.0, "qkv_bias": False}
-
-
-def book_ch05():
-    """llms_from_scratch.ch05, with stand-ins for its plotting imports where
-    the venv lacks them (these tests never plot)."""
-    for name in ("matplotlib", "matplotlib.pyplot", "matplotlib.ticker", "tqdm"):
-        try:
-            __import__(name)
-        except ImportError:
-            stub = types.ModuleType(name)
-            stub.MaxNLocator = stub.tqdm = None
-            sys.modules[name] = stub
-            parent, _, child = name.rpartition(".")
-            if parent:
-                setattr(sys.modules[parent], child, stub)
-    from llms_from_scratch import ch05
-    return ch05
 
 
 def attn_tokens(cli, weights, config, prompt, n, temperature, top_k, seed):

@@ -43,11 +43,12 @@ import types
 
 import torch
 
+from test_book_data import gpt2_tiktoken  # tiktoken's gpt2 from data/gpt2-bpe
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(ROOT, "data")
 VERDICT = os.path.join(DATA, "the-verdict.txt")
 BPE = os.path.join(DATA, "gpt2-bpe")
-GPT2_PAT = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
 
 CFG = {"vocab_size": 50257, "context_length": 32, "emb_dim": 64, "n_heads": 4,
        "n_layers": 2, "drop_rate": 0.1, "qkv_bias": False}
@@ -86,23 +87,6 @@ def stub_matplotlib():
     ticker.MaxNLocator = object
     mpl.pyplot, mpl.ticker = plt, ticker
     sys.modules.update({"matplotlib": mpl, "matplotlib.pyplot": plt, "matplotlib.ticker": ticker})
-
-
-def gpt2_tiktoken():
-    """tiktoken's gpt2 encoding from the local files (get_encoding would
-    fetch them): the same ranks, pattern and special token."""
-    import tiktoken
-    import tiktoken.load
-    if "blobfile" not in sys.modules:
-        try:
-            import blobfile  # noqa: F401
-        except ImportError:
-            sys.modules["blobfile"] = types.SimpleNamespace(BlobFile=open)
-    os.environ["TIKTOKEN_CACHE_DIR"] = ""
-    ranks = tiktoken.load.data_gym_to_mergeable_bpe_ranks(
-        os.path.join(BPE, "vocab.bpe"), os.path.join(BPE, "encoder.json"))
-    return tiktoken.Encoding(name="gpt2", pat_str=GPT2_PAT, mergeable_ranks=ranks,
-                             special_tokens={"<|endoftext|>": 50256})
 
 
 def book_run(seed, enc):
