@@ -461,6 +461,10 @@ typedef struct attn_sdpa_config {
     const float *sinks;          /* (heads) */
     float *sinks_grad;           /* (heads): written by attn_sdpa_backward when sinks is set */
     const int32_t *cu_seqlens_q, *cu_seqlens_kv; /* (batch + 1) */
+    /* ---- since 0.5 (NULL, 0: off): programmable attention, below ---- */
+    const struct attn_block_mask *block_mask; /* the keys each query sees, ANDed with causal and window */
+    const struct attn_score_mod *score_mods;  /* applied in order to q . k * scale */
+    size_t score_mod_count;
 } attn_sdpa_config;
 
 /* What a forward's dropout drew from, for its backward. */
@@ -520,6 +524,185 @@ attn_status attn_sdpa_backward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, at
                                   const void *q, const void *k, const void *v, const void *out,
                                   const float *lse, const void *dout, void *dq, void *dk,
                                   void *dv, const attn_sdpa_dropout *drawn);
+
+/* ------------------------------------------------------------------------ */
+/* Programmable attention: masks, block maps and score modifiers as data     */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * What PyTorch's flex_attention takes as Python functions, as data: a mask
+ * says which keys each query sees, visible(b, h, q_idx, kv_idx) with q_idx
+ * in [0, T) and kv_idx in [0, S) (flex_attention's mask_mod), and score
+ * modifiers change each score s = q . k * scale in order (its score_mod).
+ * attn_sdpa_config's block_mask and score_mods hand them to every
+ * attn_sdpa_* call, forward and backward:
+ *
+ *   s_ij = mod_n(... mod_1(q_i . k_j * scale)),  P_i = softmax over the
+ *   keys j that block_mask (and causal, window) leave visible (and the sink)
+ *
+ * Masks are immutable values: primitives that reduce to per-row key
+ * intervals, so that a tile of the score matrix is classified empty, full
+ * or partial in closed form and no (T, S) mask is ever built, and AND, OR,
+ * NOT of them. A combinator copies its operands (and a primitive its
+ * arrays): every mask is freed on its own, whatever it was built from.
+ */
+typedef struct attn_mask attn_mask;
+
+/* Every key. */
+attn_status attn_mask_new_all(attn_ctx *ctx, attn_mask **out);
+/* kv_idx <= q_idx + offset (0: PyTorch's is_causal; S - T: bottom-right). */
+attn_status attn_mask_new_causal(attn_ctx *ctx, int64_t offset, attn_mask **out);
+/* q_idx + offset - left <= kv_idx <= q_idx + offset + right; a bound of -1
+ * is unbounded on that side (FlashAttention-2's window_size). */
+attn_status attn_mask_new_window(attn_ctx *ctx, int64_t left, int64_t right, int64_t offset,
+                                 attn_mask **out);
+/* (q_idx + offset) / chunk == kv_idx / chunk: Llama 4's chunked (local)
+ * attention, with causal ANDed by the caller. */
+attn_status attn_mask_new_chunked(attn_ctx *ctx, size_t chunk, int64_t offset, attn_mask **out);
+/* Prefix-LM: kv_idx <= q_idx or kv_idx < prefix[b] (a bidirectional prefix
+ * and a causal rest); count 1 gives every sequence prefix[0], else count is
+ * the batch. */
+attn_status attn_mask_new_prefix_lm(attn_ctx *ctx, const int64_t *prefix, size_t count,
+                                    attn_mask **out);
+/* Packed documents: q_doc[b * q_len + q_idx] == kv_doc[b * kv_len + kv_idx]
+ * (kv_doc NULL: q_doc, with kv_len = q_len); batch 1 broadcasts. Ids in
+ * runs (each document contiguous) classify tiles in closed form; any ids
+ * work. */
+attn_status attn_mask_new_document(attn_ctx *ctx, const int32_t *q_doc, const int32_t *kv_doc,
+                                   size_t batch, size_t q_len, size_t kv_len, attn_mask **out);
+/* Global tokens: q_idx < tokens or kv_idx < tokens. */
+attn_status attn_mask_new_global(attn_ctx *ctx, size_t tokens, attn_mask **out);
+/* Key padding: kv_idx < length[b] (count 1: every sequence length[0]). */
+attn_status attn_mask_new_kv_length(attn_ctx *ctx, const int64_t *length, size_t count,
+                                    attn_mask **out);
+attn_status attn_mask_new_and(attn_ctx *ctx, const attn_mask *a, const attn_mask *b,
+                              attn_mask **out);
+attn_status attn_mask_new_or(attn_ctx *ctx, const attn_mask *a, const attn_mask *b,
+                             attn_mask **out);
+attn_status attn_mask_new_not(attn_ctx *ctx, const attn_mask *a, attn_mask **out);
+void attn_mask_free(attn_mask *m);
+/* Whether (b, h, q_idx, kv_idx) is visible, element by element (for tests
+ * and tools: the block map is how kernels read a mask). */
+attn_status attn_mask_visible(attn_ctx *ctx, const attn_mask *m, size_t b, size_t h,
+                              size_t q_idx, size_t kv_idx, bool *out);
+
+/*
+ * A block map (flex_attention's BlockMask): the score matrix of each
+ * (batch, head) cut into tiles of block_q queries by block_kv keys, and
+ * for each query block the key blocks to visit, split into full ones (every
+ * element visible: no test) and partial ones (a bit per element, kept in
+ * the map). Blocks left out are skipped. batch or heads 1 is one map for
+ * every sequence or head (flex's B=None, H=None). Built once, used by any
+ * number of calls and layers of the same lengths; the backward reads its
+ * transpose (built with it). A map of a closed-form mask whose rows are
+ * single key intervals also runs on the fixed-feature kernels.
+ */
+typedef struct attn_block_mask attn_block_mask;
+
+typedef struct attn_block_mask_config {
+    size_t batch, heads;       /* 1 where the map is the same for every b / h */
+    size_t q_len, kv_len;      /* T, S */
+    size_t block_q, block_kv;  /* 0: 64 each; else a power of two from 16 to 256 */
+} attn_block_mask_config;
+
+/* From a mask description: tiles classified in closed form, partial tiles'
+ * bits evaluated from it (no (T, S) mask is built). */
+attn_status attn_block_mask_from_mask(attn_ctx *ctx, const attn_block_mask_config *cfg,
+                                      const attn_mask *mask, attn_block_mask **out);
+/* From a dense boolean mask (nonzero: visible; PyTorch's bool attn_mask)
+ * of (batch, heads, T, S) of the config, element (b, h, i, j) at b *
+ * strides[0] + h * strides[1] + i * strides[2] + j * strides[3] (a stride
+ * of 0 broadcasts). */
+attn_status attn_block_mask_from_bool(attn_ctx *ctx, const attn_block_mask_config *cfg,
+                                      const uint8_t *mask, const size_t strides[4],
+                                      attn_block_mask **out);
+/* From a dense additive float mask: -inf hides an element; NaN is refused
+ * (naming where); the finite values are scores to add, which the caller
+ * passes as an ATTN_SCORE_BIAS modifier over the same tensor. */
+attn_status attn_block_mask_from_additive(attn_ctx *ctx, const attn_block_mask_config *cfg,
+                                          const float *mask, const size_t strides[4],
+                                          attn_block_mask **out);
+/* From a callback, once per element: 1 visible, 0 hidden, negative an error
+ * (returned as ATTN_ERR_INVALID naming the element). */
+typedef int (*attn_mask_fn)(void *user, size_t b, size_t h, size_t q_idx, size_t kv_idx);
+attn_status attn_block_mask_from_fn(attn_ctx *ctx, const attn_block_mask_config *cfg,
+                                    attn_mask_fn fn, void *user, attn_block_mask **out);
+/* From block lists (BlockMask.from_kv_blocks): for each (b, h, query block)
+ * num[.] partial key blocks in indices[. * max + 0 .. num[.]), and, if
+ * full_num is not NULL, full_num[.] full ones in full_indices (stride
+ * full_max); int32, (batch, heads, q_blocks) rows. A partial block's
+ * elements are those mask (NULL: all) leaves visible. A block out of range
+ * or listed twice is refused, naming it. */
+attn_status attn_block_mask_from_kv_blocks(attn_ctx *ctx, const attn_block_mask_config *cfg,
+                                           const int32_t *num, const int32_t *indices,
+                                           size_t max, const int32_t *full_num,
+                                           const int32_t *full_indices, size_t full_max,
+                                           const attn_mask *mask, attn_block_mask **out);
+void attn_block_mask_free(attn_block_mask *m);
+
+typedef struct attn_block_mask_info {
+    attn_block_mask_config config;  /* block sizes filled in */
+    size_t q_blocks, kv_blocks;
+    size_t full_blocks, partial_blocks; /* over all (b, h, query block) of the map */
+    double sparsity;                /* percent of (batch, heads) tiles skipped, as BlockMask.sparsity() */
+    bool row_intervals;             /* each row sees one interval of keys, the same for every head */
+} attn_block_mask_info;
+attn_status attn_block_mask_get_info(const attn_block_mask *m, attn_block_mask_info *out);
+/* The map of (b, h) (below the map's batch and heads) as
+ * BlockMask.to_string() draws it, a line per query block, a character per
+ * key block ('#' full, '~' partial, '.' skipped), into buf (size bytes,
+ * NUL-terminated); *needed (if not NULL) receives the bytes the whole
+ * drawing takes, with its NUL: size 0 asks only that, a smaller size is
+ * ATTN_ERR_INVALID. */
+attn_status attn_block_mask_to_string(const attn_block_mask *m, size_t b, size_t h, char *buf,
+                                      size_t size, size_t *needed);
+
+/*
+ * Score modifiers, applied in order to s = q . k * scale, each with its
+ * backward. A chain in attn_sdpa_config.score_mods replaces the config's
+ * softcap and alibi_slopes (a config with both is refused): put them in
+ * the chain where they belong.
+ */
+typedef enum attn_score_mod_kind {
+    ATTN_SCORE_SCALE = 1,   /* s *= value */
+    ATTN_SCORE_SOFTCAP,     /* s = value * tanh(s / value), value > 0 */
+    ATTN_SCORE_ALIBI,       /* s -= tensor[h] * |q_idx + offset - kv_idx|, or with
+                               signed_distance s += tensor[h] * (kv_idx - q_idx - offset) */
+    ATTN_SCORE_BIAS,        /* s += tensor[b, h, q_idx, kv_idx] through strides (0 broadcasts) */
+    ATTN_SCORE_REL_BIAS,    /* s += tensor[h * buckets + bucket(kv_idx - q_idx)]: T5's buckets */
+    ATTN_SCORE_CALLBACK     /* fn on each score tile, grad_fn in the backward */
+} attn_score_mod_kind;
+
+/* A tile of scores handed to a callback: rows [q0, q0 + rows) of (b, h)
+ * against keys [kv0, kv0 + cols), row-major with row stride ld. */
+typedef struct attn_score_tile {
+    size_t b, h, q0, kv0, rows, cols, ld;
+    float *scores;
+} attn_score_tile;
+/* Forward: tile->scores in place (the modifier's input in, its output
+ * out). Backward: tile->scores holds the modifier's input and grad (same
+ * layout) the gradient of its output, which grad_fn turns in place into
+ * the gradient of its input. Nonzero: an error, returned as
+ * ATTN_ERR_INVALID naming the modifier and the tile; outputs are then
+ * unspecified. Called from the ctx's threads, concurrently. */
+typedef int (*attn_score_fn)(void *user, const attn_score_tile *tile);
+typedef int (*attn_score_grad_fn)(void *user, const attn_score_tile *tile, float *grad);
+
+typedef struct attn_score_mod {
+    attn_score_mod_kind kind;
+    double value;            /* SCALE: the factor; SOFTCAP: the cap */
+    const float *tensor;     /* ALIBI: slopes (heads); BIAS: the bias; REL_BIAS: (heads, buckets) */
+    float *tensor_grad;      /* BIAS, REL_BIAS: written by the backward (tensor's layout;
+                                broadcast elements get their sums); NULL: not wanted */
+    size_t strides[4];       /* BIAS: element strides of (b, h, q_idx, kv_idx) */
+    int64_t offset;          /* ALIBI: the query's position is q_idx + offset */
+    bool signed_distance;    /* ALIBI: attention-gym's signed form */
+    size_t buckets, max_distance; /* REL_BIAS: T5's num_buckets and max_distance */
+    bool bidirectional;      /* REL_BIAS: T5's bidirectional */
+    attn_score_fn fn;        /* CALLBACK */
+    attn_score_grad_fn grad_fn;
+    void *user;
+} attn_score_mod;
 
 /* ------------------------------------------------------------------------ */
 /* Modules                                                                   */

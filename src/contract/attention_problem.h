@@ -24,6 +24,7 @@
 #ifndef ATTN_ATTENTION_PROBLEM_H
 #define ATTN_ATTENTION_PROBLEM_H
 
+#include "contract/block_map.h"
 #include "internal.h"
 
 #include <stdbool.h>
@@ -152,6 +153,15 @@ typedef struct attn_attention_problem {
      * split KV), whose lse and out are the whole row's. The fused backend
      * always works this way; the reference recomputes unless this is set. */
     bool backward_from_lse;
+    /* ---- programmable attention (NULL, 0: off) */
+    /* the keys each query sees, ANDed with causal and window: per (b, h,
+     * query block) the key blocks to visit (contract/block_map.h); not with
+     * cu_seqlens or a KV cache */
+    const attn_block_map *block_map;
+    /* applied in order to q . k * scale, in place of softcap and alibi_slopes
+     * (the problem has none of those with a chain) */
+    const attn_score_mod *score_mods;
+    size_t score_mod_count;
 } attn_attention_problem;
 
 /* What a problem uses beyond plain scaled dot products, a bit each: a
@@ -167,14 +177,21 @@ enum {
     ATTN_USES_SINKS = 1u << 5,
     ATTN_USES_VARLEN = 1u << 6,
     ATTN_USES_KV_CACHE = 1u << 7,
-    ATTN_USES_COUNT = 8
+    ATTN_USES_BLOCK_MAP = 1u << 8,     /* a block map with partial tiles' bits */
+    ATTN_USES_ROW_INTERVALS = 1u << 9, /* a block map whose rows are single intervals
+                                          (what attn_visible_keys reads) */
+    ATTN_USES_SCORE_MODS = 1u << 10,
+    ATTN_USES_COUNT = 11
 };
 
 static inline unsigned attn_problem_uses(const attn_attention_problem *p) {
     return (p->causal ? ATTN_USES_CAUSAL : 0u) | (p->renormalize ? ATTN_USES_RENORMALIZE : 0u) |
            (p->window ? ATTN_USES_WINDOW : 0u) | (p->softcap > 0.0f ? ATTN_USES_SOFTCAP : 0u) |
            (p->alibi_slopes ? ATTN_USES_ALIBI : 0u) | (p->sinks ? ATTN_USES_SINKS : 0u) |
-           (p->cu_seqlens_q ? ATTN_USES_VARLEN : 0u) | (p->kv_cache ? ATTN_USES_KV_CACHE : 0u);
+           (p->cu_seqlens_q ? ATTN_USES_VARLEN : 0u) | (p->kv_cache ? ATTN_USES_KV_CACHE : 0u) |
+           (p->block_map ? (p->block_map->row_lo ? ATTN_USES_ROW_INTERVALS : ATTN_USES_BLOCK_MAP)
+                         : 0u) |
+           (p->score_mod_count ? ATTN_USES_SCORE_MODS : 0u);
 }
 
 /* The first thing p uses outside supported (ATTN_USES_* bits), by name,
@@ -183,7 +200,8 @@ static inline const char *attn_problem_unsupported(const attn_attention_problem 
                                                    unsigned supported) {
     static const char *const names[ATTN_USES_COUNT] = {
         "causal", "the renormalising mask", "a window", "softcap", "ALiBi", "sinks",
-        "packed sequences", "K and V come from a KV cache"};
+        "packed sequences", "K and V come from a KV cache", "a block mask",
+        "a block mask of row intervals", "score modifiers"};
     unsigned extra = attn_problem_uses(p) & ~supported;
     for (unsigned i = 0; i < ATTN_USES_COUNT; i++)
         if (extra & (1u << i)) return names[i];
@@ -262,6 +280,7 @@ typedef struct attn_attention_trace {
 
 /* One sequence of the batch. */
 typedef struct attn_attention_seq {
+    size_t b;                 /* its index in the batch */
     size_t q_len, kv_len;     /* this sequence's T and S */
     size_t q_start, kv_start; /* its first token in the packed tensors (0 unless varlen) */
     int64_t diagonal;         /* pos_i = i + diagonal */
@@ -269,7 +288,7 @@ typedef struct attn_attention_seq {
 
 static inline attn_attention_seq attn_attention_seq_of(const attn_attention_problem *p,
                                                        size_t b) {
-    attn_attention_seq s = {p->q_len, p->kv_len, 0, 0, 0};
+    attn_attention_seq s = {b, p->q_len, p->kv_len, 0, 0, 0};
     if (p->kv_cache) {
         const attn_kv_cache_view *c = p->kv_cache;
         s.q_len = c->new_rows[b];
@@ -313,6 +332,12 @@ static inline void attn_visible_keys(const attn_attention_problem *p,
     if (p->window && p->window_right >= 0) right = p->window_right;
     if (p->causal && (right < 0 || right > 0)) right = 0;
     if (right >= 0 && pos < hi - 1 - right) hi = pos + right + 1;
+    if (p->block_map && p->block_map->row_lo) {
+        const attn_block_map *m = p->block_map;
+        size_t at = (m->rows_batch == 1 ? 0 : s->b) * m->q_len + i;
+        if (m->row_lo[at] > lo) lo = m->row_lo[at];
+        if (m->row_hi[at] < hi) hi = m->row_hi[at];
+    }
     if (lo > (int64_t)s->kv_len) lo = (int64_t)s->kv_len;
     if (hi < lo) hi = lo;
     *begin = (size_t)lo;

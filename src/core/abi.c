@@ -47,7 +47,34 @@ static const attn_abi_field attn_sdpa_config_fields[] = {
     F(batch), F(heads), F(q_tokens), F(kv_tokens), F(head_dim), F(q_strides), F(kv_strides),
     F(out_strides), F(scale), F(causal), F(dropout), F(kv_heads), F(v_head_dim), F(v_strides),
     F(align), F(q_offset), F(window), F(window_left), F(window_right), F(softcap),
-    F(alibi_slopes), F(sinks), F(sinks_grad), F(cu_seqlens_q), F(cu_seqlens_kv)
+    F(alibi_slopes), F(sinks), F(sinks_grad), F(cu_seqlens_q), F(cu_seqlens_kv), F(block_mask),
+    F(score_mods), F(score_mod_count)
+};
+#undef T
+
+#define T attn_block_mask_config
+static const attn_abi_field attn_block_mask_config_fields[] = {
+    F(batch), F(heads), F(q_len), F(kv_len), F(block_q), F(block_kv)
+};
+#undef T
+
+#define T attn_block_mask_info
+static const attn_abi_field attn_block_mask_info_fields[] = {
+    F(config), F(q_blocks), F(kv_blocks), F(full_blocks), F(partial_blocks), F(sparsity),
+    F(row_intervals)
+};
+#undef T
+
+#define T attn_score_tile
+static const attn_abi_field attn_score_tile_fields[] = {
+    F(b), F(h), F(q0), F(kv0), F(rows), F(cols), F(ld), F(scores)
+};
+#undef T
+
+#define T attn_score_mod
+static const attn_abi_field attn_score_mod_fields[] = {
+    F(kind), F(value), F(tensor), F(tensor_grad), F(strides), F(offset), F(signed_distance),
+    F(buckets), F(max_distance), F(bidirectional), F(fn), F(grad_fn), F(user)
 };
 #undef T
 
@@ -255,7 +282,8 @@ static const attn_abi_field attn_generate_args_fields[] = {
 
 static const attn_abi_struct layout[] = {
     S(attn_abi_field), S(attn_abi_struct), S(attn_ctx_config), S(attn_cpu_info),
-    S(attn_sdpa_config), S(attn_sdpa_dropout), S(attn_param), S(attn_simple_config),
+    S(attn_sdpa_config), S(attn_sdpa_dropout), S(attn_block_mask_config),
+    S(attn_block_mask_info), S(attn_score_tile), S(attn_score_mod), S(attn_param), S(attn_simple_config),
     S(attn_sa_v1_config), S(attn_sa_v2_config), S(attn_causal_config), S(attn_mha_wrapper_config),
     S(attn_mha_config), S(attn_gpt2_config), S(attn_gqa_config), S(attn_mla_config),
     S(attn_swa_config), S(attn_module_config), S(attn_gpt2_preset), S(attn_npy),

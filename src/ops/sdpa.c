@@ -4,6 +4,7 @@
 #include "attention/attention.h"
 #include "ops/sdpa_internal.h"
 #include "internal.h"
+#include "mask/mask_internal.h"
 #include "overlap.h"
 #include "rng/dropout.h"
 #include "rng/philox.h"
@@ -53,6 +54,8 @@ attn_attention_problem attn_sdpa_problem_of(const attn_sdpa_config *c, attn_dtyp
         .window = c->window, .window_left = c->window_left, .window_right = c->window_right,
         .softcap = (float)c->softcap, .alibi_slopes = c->alibi_slopes, .sinks = c->sinks,
         .cu_seqlens_q = c->cu_seqlens_q, .cu_seqlens_kv = c->cu_seqlens_kv,
+        .block_map = c->block_mask ? attn_block_mask_map(c->block_mask) : NULL,
+        .score_mods = c->score_mods, .score_mod_count = c->score_mod_count,
     };
     if (packed) p.total_q = (size_t)c->cu_seqlens_q[c->batch];
     return p;
@@ -79,6 +82,27 @@ attn_status attn_sdpa_check_config(attn_ctx *ctx, const char *fn, const attn_sdp
     if (c->cu_seqlens_q && c->batch && (!c->cu_seqlens_kv || c->cu_seqlens_q[c->batch] < 0))
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: cu_seqlens_q needs cu_seqlens_kv, and offsets >= 0", fn);
+    if (c->score_mod_count && (c->softcap != 0.0 || c->alibi_slopes))
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: score_mods (%zu) with softcap (%g) or alibi_slopes (%s): put them "
+                         "in the chain, where their order is said",
+                         fn, c->score_mod_count, c->softcap, c->alibi_slopes ? "set" : "NULL");
+    attn_status st = attn_score_mods_check(ctx, fn, c->score_mods, c->score_mod_count, c->heads);
+    if (st != ATTN_OK) return st;
+    if (c->block_mask) {
+        const attn_block_map *m = attn_block_mask_map(c->block_mask);
+        if (c->cu_seqlens_q)
+            return attn_fail(ctx, ATTN_ERR_UNSUPPORTED,
+                             "%s: a block_mask with cu_seqlens: packed sequences are a "
+                             "document mask (attn_mask_new_document) over one batch row", fn);
+        if ((m->batch != 1 && m->batch != c->batch) || (m->heads != 1 && m->heads != c->heads) ||
+            m->q_len != c->q_tokens || m->kv_len != c->kv_tokens)
+            return attn_fail(ctx, ATTN_ERR_SHAPE,
+                             "%s: block_mask is (batch %zu, heads %zu, q %zu, kv %zu) where the "
+                             "call is (%zu, %zu, %zu, %zu) (batch and heads may be 1)",
+                             fn, m->batch, m->heads, m->q_len, m->kv_len, c->batch, c->heads,
+                             c->q_tokens, c->kv_tokens);
+    }
     return ATTN_OK;
 }
 

@@ -1,0 +1,44 @@
+/*
+ * block_build.h — the one builder of block maps (block_mask.c) and the
+ * sources it reads visibility from: a dense mask, a callback, a mask
+ * description (mask.c), block lists. A source classifies a tile where it
+ * can in closed form and gives the bits of a row of keys; the builder asks
+ * for bits only where a tile is partial or unknown, drops tiles whose bits
+ * turn out all hidden, promotes those all visible, builds the transpose
+ * and, where the map is the same for every head, the row intervals.
+ */
+#ifndef ATTN_MASK_BLOCK_BUILD_H
+#define ATTN_MASK_BLOCK_BUILD_H
+
+#include "mask/mask_internal.h"
+
+typedef enum block_class {
+    BLOCK_EMPTY = 0,
+    BLOCK_FULL = 1,
+    BLOCK_PARTIAL = 2 /* or unknown: the bits decide */
+} block_class;
+
+typedef struct block_source {
+    const void *self;
+    /* The class of rows [q0, q1) x keys [k0, k1) of (b, h); NULL: unknown. */
+    block_class (*classify)(const void *self, size_t b, size_t h, size_t q0, size_t q1,
+                            size_t k0, size_t k1);
+    /* words (bit j - k0 of the little-endian words, zeroed by the caller)
+     * set where (b, h, q, j), k0 <= j < k1, is visible; a message naming
+     * the element on failure. */
+    attn_status (*row_bits)(const void *self, attn_ctx *ctx, const char *who, size_t b,
+                            size_t h, size_t q, size_t k0, size_t k1, uint64_t *words);
+    /* The key blocks a row of the map may visit (NULL: every one): for
+     * from_kv_blocks, the listed ones, with class BLOCK_FULL or
+     * BLOCK_PARTIAL each; *count of them into blocks/classes (room for
+     * kv_blocks), ascending. */
+    attn_status (*listed)(const void *self, attn_ctx *ctx, const char *who, size_t b, size_t h,
+                          size_t qb, uint32_t *blocks, block_class *classes, size_t *count);
+} block_source;
+
+/* The block map of cfg (checked here, by name) read from src. */
+attn_status attn_block_mask_build(attn_ctx *ctx, const char *who,
+                                  const attn_block_mask_config *cfg, const block_source *src,
+                                  attn_block_mask **out);
+
+#endif /* ATTN_MASK_BLOCK_BUILD_H */

@@ -1,0 +1,467 @@
+/*
+ * block_mask.c — block maps (attn.h's attn_block_mask): the builder every
+ * source goes through, the dense and callback sources, and what a map
+ * tells about itself (info, the drawing).
+ */
+#include "mask/block_build.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct attn_block_mask {
+    attn_block_map map;
+    size_t *full_at, *part_at, *part_tile, *t_full_at, *t_part_at, *t_part_tile;
+    uint32_t *full, *part, *t_full, *t_part;
+    uint64_t *bits;
+    int64_t *row_lo, *row_hi;
+    size_t full_count, part_count; /* entries of full and part */
+};
+
+const attn_block_map *attn_block_mask_map(const attn_block_mask *m) { return &m->map; }
+
+void attn_block_mask_free(attn_block_mask *m) {
+    if (!m) return;
+    attn_free(m->full_at);
+    attn_free(m->part_at);
+    attn_free(m->part_tile);
+    attn_free(m->t_full_at);
+    attn_free(m->t_part_at);
+    attn_free(m->t_part_tile);
+    attn_free(m->full);
+    attn_free(m->part);
+    attn_free(m->t_full);
+    attn_free(m->t_part);
+    attn_free(m->bits);
+    attn_free(m->row_lo);
+    attn_free(m->row_hi);
+    attn_free(m);
+}
+
+/* ---- growable arrays -------------------------------------------------------- */
+
+/* *p (room for *cap elements of size bytes) with room for n: doubled. */
+static bool grow(void **p, size_t *cap, size_t n, size_t size) {
+    if (n <= *cap) return true;
+    size_t want = *cap ? *cap : 64, bytes;
+    while (want < n) {
+        if (want > (size_t)-1 / 2) return false;
+        want *= 2;
+    }
+    if (!attn_mul_size(want, size, &bytes)) return false;
+    void *q = attn_realloc(*p, bytes);
+    if (!q) return false;
+    *p = q;
+    *cap = want;
+    return true;
+}
+
+/* ---- the builder ------------------------------------------------------------ */
+
+static bool power_of_two_in(size_t x, size_t lo, size_t hi) {
+    return x >= lo && x <= hi && (x & (x - 1)) == 0;
+}
+
+static attn_status check_config(attn_ctx *ctx, const char *who, const attn_block_mask_config *c,
+                                attn_block_mask_config *out) {
+    if (!c) return attn_fail(ctx, ATTN_ERR_NULL, "%s: cfg is NULL", who);
+    *out = *c;
+    if (!out->block_q) out->block_q = 64;
+    if (!out->block_kv) out->block_kv = 64;
+    if (!c->batch || !c->heads || !c->q_len || !c->kv_len)
+        return attn_fail(ctx, ATTN_ERR_SHAPE,
+                         "%s: batch (%zu), heads (%zu), q_len (%zu) and kv_len (%zu) must be "
+                         "positive", who, c->batch, c->heads, c->q_len, c->kv_len);
+    if (!power_of_two_in(out->block_q, 16, 256) || !power_of_two_in(out->block_kv, 16, 256))
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: block sizes (%zu, %zu) must be powers of two from 16 to 256 "
+                         "(0: 64)", who, c->block_q, c->block_kv);
+    size_t rows, cols;
+    if (c->q_len > UINT32_MAX || c->kv_len > ((size_t)UINT32_MAX) ||
+        !attn_mul3_size(c->batch, c->heads, c->q_len / out->block_q + 1, &rows) ||
+        !attn_mul3_size(c->batch, c->heads, c->kv_len / out->block_kv + 1, &cols) ||
+        !attn_mul_size(rows, c->kv_len / out->block_kv + 1, &rows))
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                         "%s: a map of (%zu, %zu, %zu, %zu) is past what block indices hold", who,
+                         c->batch, c->heads, c->q_len, c->kv_len);
+    return ATTN_OK;
+}
+
+static attn_status no_memory(attn_ctx *ctx, const char *who, const attn_block_mask_config *c) {
+    return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory building the block map of "
+                     "(%zu, %zu, %zu, %zu)", who, c->batch, c->heads, c->q_len, c->kv_len);
+}
+
+/* The bits of tile (b, h, qb, kb) into tile (block_q rows of wpr words,
+ * zeroed here), and whether they hide or show every element in range. */
+static attn_status tile_bits(attn_ctx *ctx, const char *who, const block_source *src,
+                             const attn_block_map *m, size_t b, size_t h, size_t qb, size_t kb,
+                             uint64_t *tile, block_class *cls) {
+    size_t q0 = qb * m->block_q, k0 = kb * m->block_kv;
+    size_t q1 = q0 + m->block_q < m->q_len ? q0 + m->block_q : m->q_len;
+    size_t k1 = k0 + m->block_kv < m->kv_len ? k0 + m->block_kv : m->kv_len;
+    size_t wpr = m->words_per_row, seen = 0;
+    memset(tile, 0, m->block_q * wpr * sizeof *tile);
+    for (size_t q = q0; q < q1; q++) {
+        uint64_t *row = tile + (q - q0) * wpr;
+        attn_status st = src->row_bits(src->self, ctx, who, b, h, q, k0, k1, row);
+        if (st != ATTN_OK) return st;
+        /* bits past S are the source's to leave zero; make sure */
+        size_t width = k1 - k0;
+        for (size_t w = 0; w < wpr; w++) {
+            if (width <= w * 64) row[w] = 0;
+            else if (width < (w + 1) * 64) row[w] &= ((uint64_t)1 << (width - w * 64)) - 1;
+            seen += (size_t)__builtin_popcountll(row[w]);
+        }
+    }
+    *cls = seen == 0 ? BLOCK_EMPTY : seen == (q1 - q0) * (k1 - k0) ? BLOCK_FULL : BLOCK_PARTIAL;
+    return ATTN_OK;
+}
+
+/* The transpose: column c's query blocks from the rows' lists, in
+ * ascending order (rows of one (b, h) are visited by query block). */
+static bool transpose(attn_block_mask *bm) {
+    attn_block_map *m = &bm->map;
+    size_t planes = m->batch * m->heads, cols = planes * m->kv_blocks;
+    bm->t_full_at = attn_calloc(cols + 1, sizeof(size_t));
+    bm->t_part_at = attn_calloc(cols + 1, sizeof(size_t));
+    bm->t_full = attn_malloc((bm->full_count ? bm->full_count : 1) * sizeof(uint32_t));
+    bm->t_part = attn_malloc((bm->part_count ? bm->part_count : 1) * sizeof(uint32_t));
+    bm->t_part_tile = attn_malloc((bm->part_count ? bm->part_count : 1) * sizeof(size_t));
+    if (!bm->t_full_at || !bm->t_part_at || !bm->t_full || !bm->t_part || !bm->t_part_tile)
+        return false;
+    for (size_t plane = 0; plane < planes; plane++)
+        for (size_t qb = 0; qb < m->q_blocks; qb++) {
+            size_t r = plane * m->q_blocks + qb;
+            for (size_t e = bm->full_at[r]; e < bm->full_at[r + 1]; e++)
+                bm->t_full_at[plane * m->kv_blocks + bm->full[e] + 1]++;
+            for (size_t e = bm->part_at[r]; e < bm->part_at[r + 1]; e++)
+                bm->t_part_at[plane * m->kv_blocks + bm->part[e] + 1]++;
+        }
+    for (size_t c = 0; c < cols; c++) {
+        bm->t_full_at[c + 1] += bm->t_full_at[c];
+        bm->t_part_at[c + 1] += bm->t_part_at[c];
+    }
+    size_t *fill_full = attn_malloc((cols ? cols : 1) * sizeof(size_t));
+    size_t *fill_part = attn_malloc((cols ? cols : 1) * sizeof(size_t));
+    if (!fill_full || !fill_part) {
+        attn_free(fill_full);
+        attn_free(fill_part);
+        return false;
+    }
+    memcpy(fill_full, bm->t_full_at, cols * sizeof(size_t));
+    memcpy(fill_part, bm->t_part_at, cols * sizeof(size_t));
+    for (size_t plane = 0; plane < planes; plane++)
+        for (size_t qb = 0; qb < m->q_blocks; qb++) {
+            size_t r = plane * m->q_blocks + qb;
+            for (size_t e = bm->full_at[r]; e < bm->full_at[r + 1]; e++)
+                bm->t_full[fill_full[plane * m->kv_blocks + bm->full[e]]++] = (uint32_t)qb;
+            for (size_t e = bm->part_at[r]; e < bm->part_at[r + 1]; e++) {
+                size_t at = fill_part[plane * m->kv_blocks + bm->part[e]]++;
+                bm->t_part[at] = (uint32_t)qb;
+                bm->t_part_tile[at] = bm->part_tile[e];
+            }
+        }
+    attn_free(fill_full);
+    attn_free(fill_part);
+    m->t_full_at = bm->t_full_at;
+    m->t_part_at = bm->t_part_at;
+    m->t_full = bm->t_full;
+    m->t_part = bm->t_part;
+    m->t_part_tile = bm->t_part_tile;
+    return true;
+}
+
+/* The visible keys of row i of map row r as one interval [*lo, *hi), or
+ * false where they are not one (an empty row gives lo = hi = 0). */
+static bool row_interval(const attn_block_map *m, size_t r, size_t i, int64_t *lo, int64_t *hi) {
+    size_t f = m->full_at[r], fe = m->full_at[r + 1], p = m->part_at[r], pe = m->part_at[r + 1];
+    int64_t first = -1, end = -1;
+    size_t qi = i % m->block_q;
+    while (f < fe || p < pe) {
+        bool take_full = p >= pe || (f < fe && m->full[f] < m->part[p]);
+        size_t kb = take_full ? m->full[f] : m->part[p];
+        size_t k0 = kb * m->block_kv;
+        size_t k1 = k0 + m->block_kv < m->kv_len ? k0 + m->block_kv : m->kv_len;
+        /* the row's visible keys in this block, as [a, z) if contiguous */
+        int64_t a, z;
+        if (take_full) {
+            a = (int64_t)k0;
+            z = (int64_t)k1;
+            f++;
+        } else {
+            const uint64_t *row = m->bits + (m->part_tile[p] * m->block_q + qi) * m->words_per_row;
+            p++;
+            int64_t lo_bit = -1, hi_bit = -1;
+            size_t count = 0;
+            for (size_t w = 0; w < m->words_per_row; w++) {
+                if (!row[w]) continue;
+                count += (size_t)__builtin_popcountll(row[w]);
+                if (lo_bit < 0) lo_bit = (int64_t)(w * 64) + __builtin_ctzll(row[w]);
+                hi_bit = (int64_t)(w * 64) + 63 - __builtin_clzll(row[w]) + 1;
+            }
+            if (!count) continue;
+            if ((size_t)(hi_bit - lo_bit) != count) return false;
+            a = (int64_t)k0 + lo_bit;
+            z = (int64_t)k0 + hi_bit;
+        }
+        if (first < 0) {
+            first = a;
+            end = z;
+        } else if (a == end) {
+            end = z;
+        } else {
+            return false;
+        }
+    }
+    *lo = first < 0 ? 0 : first;
+    *hi = first < 0 ? 0 : end;
+    return true;
+}
+
+/* The row intervals of a map that is the same for every head, when each
+ * row's keys are one interval and both ends never fall from row to row
+ * (what the fixed-feature kernels' searches need); else none, and the map
+ * runs on the block-map kernels alone. */
+static bool find_row_intervals(attn_block_mask *bm) {
+    attn_block_map *m = &bm->map;
+    if (m->heads != 1) return true;
+    size_t n = m->batch * m->q_len;
+    bm->row_lo = attn_malloc(n * sizeof(int64_t));
+    bm->row_hi = attn_malloc(n * sizeof(int64_t));
+    if (!bm->row_lo || !bm->row_hi) return false;
+    for (size_t b = 0; b < m->batch; b++) {
+        int64_t prev_lo = 0, prev_hi = 0;
+        for (size_t i = 0; i < m->q_len; i++) {
+            int64_t lo, hi;
+            if (!row_interval(m, attn_block_map_row(m, b, 0, i / m->block_q), i, &lo, &hi))
+                goto none;
+            if (lo == hi) lo = hi = prev_hi; /* nothing visible: placed where the ends allow */
+            if (lo < prev_lo || hi < prev_hi) goto none;
+            bm->row_lo[b * m->q_len + i] = prev_lo = lo;
+            bm->row_hi[b * m->q_len + i] = prev_hi = hi;
+        }
+    }
+    m->row_lo = bm->row_lo;
+    m->row_hi = bm->row_hi;
+    m->rows_batch = m->batch;
+    return true;
+none:
+    attn_free(bm->row_lo);
+    attn_free(bm->row_hi);
+    bm->row_lo = bm->row_hi = NULL;
+    return true;
+}
+
+attn_status attn_block_mask_build(attn_ctx *ctx, const char *who,
+                                  const attn_block_mask_config *cfg, const block_source *src,
+                                  attn_block_mask **out) {
+    attn_block_mask_config c = {0};
+    attn_status st = check_config(ctx, who, cfg, &c);
+    if (st != ATTN_OK) return st;
+    attn_block_mask *bm = attn_calloc(1, sizeof *bm);
+    if (!bm) return no_memory(ctx, who, &c);
+    attn_block_map *m = &bm->map;
+    *m = (attn_block_map){.batch = c.batch, .heads = c.heads, .q_len = c.q_len,
+                          .kv_len = c.kv_len, .block_q = c.block_q, .block_kv = c.block_kv,
+                          .q_blocks = (c.q_len + c.block_q - 1) / c.block_q,
+                          .kv_blocks = (c.kv_len + c.block_kv - 1) / c.block_kv,
+                          .words_per_row = c.block_kv < 64 ? 1 : c.block_kv / 64};
+    size_t rows = c.batch * c.heads * m->q_blocks, tile_words = c.block_q * m->words_per_row;
+    size_t full_cap = 0, part_cap = 0, tiles_cap = 0, tiles = 0;
+    bm->full_at = attn_calloc(rows + 1, sizeof(size_t));
+    bm->part_at = attn_calloc(rows + 1, sizeof(size_t));
+    uint64_t *scratch = attn_malloc(tile_words * sizeof(uint64_t));
+    uint32_t *listed = src->listed ? attn_malloc(m->kv_blocks * sizeof(uint32_t)) : NULL;
+    block_class *classes = src->listed ? attn_malloc(m->kv_blocks * sizeof(block_class)) : NULL;
+    if (!bm->full_at || !bm->part_at || !scratch || (src->listed && (!listed || !classes)))
+        goto oom;
+    for (size_t b = 0; b < c.batch; b++)
+        for (size_t h = 0; h < c.heads; h++)
+            for (size_t qb = 0; qb < m->q_blocks; qb++) {
+                size_t r = attn_block_map_row(m, b, h, qb), count = m->kv_blocks;
+                if (src->listed &&
+                    (st = src->listed(src->self, ctx, who, b, h, qb, listed, classes, &count)) !=
+                        ATTN_OK)
+                    goto fail;
+                size_t q0 = qb * c.block_q, q1 = q0 + c.block_q < c.q_len ? q0 + c.block_q : c.q_len;
+                for (size_t e = 0; e < count; e++) {
+                    size_t kb = listed ? listed[e] : e;
+                    size_t k0 = kb * c.block_kv;
+                    size_t k1 = k0 + c.block_kv < c.kv_len ? k0 + c.block_kv : c.kv_len;
+                    block_class cls = listed ? classes[e]
+                                      : src->classify ? src->classify(src->self, b, h, q0, q1, k0, k1)
+                                                      : BLOCK_PARTIAL;
+                    if (cls == BLOCK_PARTIAL &&
+                        (st = tile_bits(ctx, who, src, m, b, h, qb, kb, scratch, &cls)) != ATTN_OK)
+                        goto fail;
+                    if (cls == BLOCK_FULL) {
+                        if (!grow((void **)&bm->full, &full_cap, bm->full_count + 1, sizeof(uint32_t)))
+                            goto oom;
+                        bm->full[bm->full_count++] = (uint32_t)kb;
+                    } else if (cls == BLOCK_PARTIAL) {
+                        if (!grow((void **)&bm->part, &part_cap, bm->part_count + 1, sizeof(uint32_t)))
+                            goto oom;
+                        size_t need = (tiles + 1) * tile_words;
+                        if (!grow((void **)&bm->bits, &tiles_cap, need, sizeof(uint64_t))) goto oom;
+                        memcpy(bm->bits + tiles * tile_words, scratch, tile_words * sizeof(uint64_t));
+                        bm->part[bm->part_count++] = (uint32_t)kb;
+                        tiles++;
+                    }
+                }
+                bm->full_at[r + 1] = bm->full_count;
+                bm->part_at[r + 1] = bm->part_count;
+            }
+    /* partial entries are their tiles, in order */
+    bm->part_tile = attn_malloc((bm->part_count ? bm->part_count : 1) * sizeof(size_t));
+    if (!bm->part_tile) goto oom;
+    for (size_t e = 0; e < bm->part_count; e++) bm->part_tile[e] = e;
+    if (!bm->full) bm->full = attn_malloc(sizeof(uint32_t));
+    if (!bm->part) bm->part = attn_malloc(sizeof(uint32_t));
+    if (!bm->bits) bm->bits = attn_calloc(tile_words, sizeof(uint64_t));
+    if (!bm->full || !bm->part || !bm->bits) goto oom;
+    m->full_at = bm->full_at;
+    m->part_at = bm->part_at;
+    m->full = bm->full;
+    m->part = bm->part;
+    m->part_tile = bm->part_tile;
+    m->bits = bm->bits;
+    if (!transpose(bm) || !find_row_intervals(bm)) goto oom;
+    attn_free(scratch);
+    attn_free(listed);
+    attn_free(classes);
+    *out = bm;
+    return ATTN_OK;
+oom:
+    st = no_memory(ctx, who, &c);
+fail:
+    attn_free(scratch);
+    attn_free(listed);
+    attn_free(classes);
+    attn_block_mask_free(bm);
+    return st;
+}
+
+/* ---- dense masks and callbacks ---------------------------------------------- */
+
+typedef struct dense_source {
+    const void *mask; /* uint8_t or float */
+    size_t st[4];
+    bool additive;
+} dense_source;
+
+static attn_status dense_row_bits(const void *self, attn_ctx *ctx, const char *who, size_t b,
+                                  size_t h, size_t q, size_t k0, size_t k1, uint64_t *words) {
+    const dense_source *d = self;
+    size_t at = b * d->st[0] + h * d->st[1] + q * d->st[2];
+    for (size_t j = k0; j < k1; j++) {
+        bool visible;
+        if (d->additive) {
+            float x = ((const float *)d->mask)[at + j * d->st[3]];
+            if (isnan(x) || x == INFINITY)
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "%s: the additive mask holds %g at (%zu, %zu, %zu, %zu): only "
+                                 "-inf hides, and the rest must be finite",
+                                 who, (double)x, b, h, q, j);
+            visible = x != -INFINITY;
+        } else {
+            visible = ((const uint8_t *)d->mask)[at + j * d->st[3]] != 0;
+        }
+        if (visible) words[(j - k0) >> 6] |= (uint64_t)1 << ((j - k0) & 63);
+    }
+    return ATTN_OK;
+}
+
+static attn_status from_dense(attn_ctx *ctx, const char *who, const attn_block_mask_config *cfg,
+                              const void *mask, const size_t strides[4], bool additive,
+                              attn_block_mask **out) {
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (!mask || !strides || !out)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
+                         !mask ? "mask" : !strides ? "strides" : "out");
+    dense_source d = {mask, {strides[0], strides[1], strides[2], strides[3]}, additive};
+    block_source src = {.self = &d, .row_bits = dense_row_bits};
+    return attn_block_mask_build(ctx, who, cfg, &src, out);
+}
+
+attn_status attn_block_mask_from_bool(attn_ctx *ctx, const attn_block_mask_config *cfg,
+                                      const uint8_t *mask, const size_t strides[4],
+                                      attn_block_mask **out) {
+    return from_dense(ctx, "attn_block_mask_from_bool", cfg, mask, strides, false, out);
+}
+
+attn_status attn_block_mask_from_additive(attn_ctx *ctx, const attn_block_mask_config *cfg,
+                                          const float *mask, const size_t strides[4],
+                                          attn_block_mask **out) {
+    return from_dense(ctx, "attn_block_mask_from_additive", cfg, mask, strides, true, out);
+}
+
+typedef struct fn_source {
+    attn_mask_fn fn;
+    void *user;
+} fn_source;
+
+static attn_status fn_row_bits(const void *self, attn_ctx *ctx, const char *who, size_t b,
+                               size_t h, size_t q, size_t k0, size_t k1, uint64_t *words) {
+    const fn_source *f = self;
+    for (size_t j = k0; j < k1; j++) {
+        int r = f->fn(f->user, b, h, q, j);
+        if (r < 0)
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "%s: the mask callback returned %d at (%zu, %zu, %zu, %zu)", who, r,
+                             b, h, q, j);
+        if (r) words[(j - k0) >> 6] |= (uint64_t)1 << ((j - k0) & 63);
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_block_mask_from_fn(attn_ctx *ctx, const attn_block_mask_config *cfg,
+                                    attn_mask_fn fn, void *user, attn_block_mask **out) {
+    const char *who = "attn_block_mask_from_fn";
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (!fn || !out) return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who, !fn ? "fn" : "out");
+    fn_source f = {fn, user};
+    block_source src = {.self = &f, .row_bits = fn_row_bits};
+    return attn_block_mask_build(ctx, who, cfg, &src, out);
+}
+
+/* ---- what a map tells ------------------------------------------------------- */
+
+attn_status attn_block_mask_get_info(const attn_block_mask *bm, attn_block_mask_info *out) {
+    if (!bm || !out) return ATTN_ERR_NULL;
+    const attn_block_map *m = &bm->map;
+    double tiles = (double)m->batch * (double)m->heads * (double)m->q_blocks * (double)m->kv_blocks;
+    *out = (attn_block_mask_info){
+        .config = {m->batch, m->heads, m->q_len, m->kv_len, m->block_q, m->block_kv},
+        .q_blocks = m->q_blocks, .kv_blocks = m->kv_blocks,
+        .full_blocks = bm->full_count, .partial_blocks = bm->part_count,
+        .sparsity = 100.0 * (1.0 - (double)(bm->full_count + bm->part_count) / tiles),
+        .row_intervals = m->row_lo != NULL};
+    return ATTN_OK;
+}
+
+attn_status attn_block_mask_to_string(const attn_block_mask *bm, size_t b, size_t h, char *buf,
+                                      size_t size, size_t *needed) {
+    if (!bm || (!buf && size)) return ATTN_ERR_NULL;
+    const attn_block_map *m = &bm->map;
+    if (b >= m->batch || h >= m->heads) return ATTN_ERR_INVALID;
+    size_t total = m->q_blocks * (m->kv_blocks + 1) + 1;
+    if (needed) *needed = total;
+    if (size < total) {
+        if (size) buf[0] = '\0';
+        return size ? ATTN_ERR_INVALID : ATTN_OK;
+    }
+    char *c = buf;
+    for (size_t qb = 0; qb < m->q_blocks; qb++) {
+        size_t r = attn_block_map_row(m, b, h, qb);
+        memset(c, '.', m->kv_blocks);
+        for (size_t e = m->full_at[r]; e < m->full_at[r + 1]; e++) c[m->full[e]] = '#';
+        for (size_t e = m->part_at[r]; e < m->part_at[r + 1]; e++) c[m->part[e]] = '~';
+        c += m->kv_blocks;
+        *c++ = '\n';
+    }
+    *c = '\0';
+    return ATTN_OK;
+}

@@ -1,0 +1,62 @@
+/* score_mod.c — the checks of a chain of score modifiers (attn.h), made
+ * once by every call that takes one, before anything runs. */
+#include "mask/mask_internal.h"
+
+#include <math.h>
+
+attn_status attn_score_mods_check(attn_ctx *ctx, const char *who, const attn_score_mod *mods,
+                                  size_t count, size_t heads) {
+    (void)heads;
+    if (count && !mods)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: score_mod_count is %zu but score_mods is NULL",
+                         who, count);
+    for (size_t i = 0; i < count; i++) {
+        const attn_score_mod *m = &mods[i];
+        switch (m->kind) {
+        case ATTN_SCORE_SCALE:
+            if (!isfinite(m->value) || fabs(m->value) >= 0x1.ffffffp127)
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "%s: score_mods[%zu] (scale) value %g must be a finite float",
+                                 who, i, m->value);
+            break;
+        case ATTN_SCORE_SOFTCAP:
+            if (!(m->value > 0.0) || !isfinite(m->value) || m->value >= 0x1.ffffffp127)
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "%s: score_mods[%zu] (softcap) value %g must be finite and > 0",
+                                 who, i, m->value);
+            break;
+        case ATTN_SCORE_ALIBI:
+        case ATTN_SCORE_BIAS:
+            if (!m->tensor)
+                return attn_fail(ctx, ATTN_ERR_NULL, "%s: score_mods[%zu] (%s) has no tensor", who,
+                                 i, m->kind == ATTN_SCORE_ALIBI ? "alibi slopes" : "bias");
+            if (m->kind == ATTN_SCORE_ALIBI &&
+                (m->offset > ((int64_t)1 << 62) || m->offset < -((int64_t)1 << 62)))
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "%s: score_mods[%zu] (alibi) offset %lld must be within +-2^62",
+                                 who, i, (long long)m->offset);
+            break;
+        case ATTN_SCORE_REL_BIAS:
+            if (!m->tensor)
+                return attn_fail(ctx, ATTN_ERR_NULL, "%s: score_mods[%zu] (relative bias) has no "
+                                 "table", who, i);
+            if (m->buckets < 2 || (m->bidirectional && m->buckets < 4) || m->max_distance < 1)
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "%s: score_mods[%zu] (relative bias) buckets %zu and "
+                                 "max_distance %zu: T5's buckets need buckets >= 2 (4 "
+                                 "bidirectional) and max_distance >= 1",
+                                 who, i, m->buckets, m->max_distance);
+            break;
+        case ATTN_SCORE_CALLBACK:
+            if (!m->fn)
+                return attn_fail(ctx, ATTN_ERR_NULL, "%s: score_mods[%zu] (callback) has no fn",
+                                 who, i);
+            break;
+        default:
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "%s: score_mods[%zu] kind %d is not an attn_score_mod_kind", who, i,
+                             (int)m->kind);
+        }
+    }
+    return ATTN_OK;
+}
