@@ -31,6 +31,7 @@ from .safetensors import load_file, save_file
 from .lm import KVCache, LanguageModel
 from .pretrain import Pretraining, pretrain
 from .tokenizer import Tokenizer
+from .functional import kernels_supported
 from ._lib import lib as _clib
 
 __version__ = _clib.attn_version().decode()
@@ -41,7 +42,7 @@ __all__ = [
     "CausalSelfAttention", "GroupedQueryAttention", "MultiHeadLatentAttention",
     "MultiHeadAttentionWithSWA", "manual_seed", "rand", "randn", "set_bernoulli", "set_num_threads",
     "get_num_threads", "save_file", "load_file", "LanguageModel", "KVCache", "Tokenizer",
-    "pretrain", "Pretraining",
+    "pretrain", "Pretraining", "kernels_supported",
     "__version__",
 ]
 

@@ -71,6 +71,9 @@ class SdpaConfig(Structure):
         ("sinks", F32P),
         ("sinks_grad", F32P),
         ("cu_seqlens_q", I32P), ("cu_seqlens_kv", I32P),
+        # since 0.5
+        ("block_mask", ctypes.c_void_p), ("score_mods", ctypes.c_void_p),
+        ("score_mod_count", ctypes.c_size_t),
     ]
 
 
@@ -105,6 +108,15 @@ _last_error = _bind(_LAST_ERROR, "attn_ctx_last_error")
 _rng_new = _bind(_RNG_NEW, "attn_rng_new")
 _rng_set_bernoulli = _bind(_RNG_SET, "attn_rng_set_bernoulli_method")
 _rng_free = _bind(_FREE, "attn_rng_free")
+_kernels_supported = _bind(ctypes.CFUNCTYPE(c_bool, c_int), "attn_kernels_supported")
+
+
+def kernels_supported(kernels):
+    """Whether this CPU (and build) runs the kernel set named kernels ("auto",
+    "reference", "portable", "avx2", "avx512"): the names kernels= takes."""
+    if kernels not in KERNELS:
+        raise ValueError(f"kernels: expected one of {', '.join(KERNELS)}, got {kernels!r}")
+    return bool(_kernels_supported(KERNELS[kernels]))
 
 
 class _Ctx:

@@ -93,8 +93,7 @@ def rel(a, ref):
 
 def kernel_sets():
     names = ["portable", "avx2", "avx512"]
-    return [k for k in names if attn.kernels_supported(k)] if hasattr(attn, "kernels_supported") \
-        else names
+    return [k for k in names if attn.kernels_supported(k)]
 
 
 def sdpa_ratios(kernels, cases):
