@@ -1837,6 +1837,42 @@ attn_status attn_kv_cache_append(attn_kv_cache *cache, size_t layer, const size_
                                  size_t new_tokens, const float *k_new, const float *v_new);
 
 /*
+ * Speculative decoding: a tree of draft tokens verified in one step. Draft
+ * token r's parent is parents[r] (an earlier draft token, or -1 for the
+ * sequence's last cached token); it sits at position length + depth(r)
+ * (its RoPE angle is the caller's) and sees every cached position, its
+ * ancestors and itself: a causal step whose new rows are masked by the
+ * tree. attn_tree_mask builds that mask, bits of row r (words_per_row
+ * uint64 words from bits + r * words_per_row, at least ceil(n / 64)): bit
+ * j % 64 of word j / 64 set where draft j is r itself or an ancestor;
+ * depths (n, or NULL) receives each token's depth. A parent at or after
+ * its child, or below -1, is refused naming it.
+ */
+attn_status attn_tree_mask(attn_ctx *ctx, const int32_t *parents, size_t n, uint64_t *bits,
+                           size_t words_per_row, size_t *depths);
+
+typedef struct attn_kv_tree_args {
+    size_t layer, seq;       /* one sequence of the cache's batch */
+    size_t draft_tokens;     /* n >= 1 */
+    const int32_t *parents;  /* n, as attn_tree_mask takes them */
+    size_t q_heads;
+    double scale;            /* as attn_kv_attend_args's */
+    const float *q, *k_new, *v_new; /* (n, q_heads | kv_heads, head_dim) */
+    float *out;              /* (n, q_heads, head_dim) */
+} attn_kv_tree_args;
+/* The draft tokens' attention over sequence seq's cache and the tree
+ * (forward only); nothing is appended: the draft rows are read as the cache
+ * would store them. Layers with a window are refused (ATTN_ERR_UNSUPPORTED).
+ * Otherwise the errors of attn_kv_cache_attend. */
+attn_status attn_kv_cache_attend_tree(attn_kv_cache *cache, const attn_kv_tree_args *args);
+/* Appends the verified branch, draft rows rows[0 .. count) of k_new and
+ * v_new (root to leaf: rising, >= 0), to sequence seq of layer, as
+ * attn_kv_cache_append would append them. */
+attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size_t seq,
+                                        const int32_t *rows, size_t count, const float *k_new,
+                                        const float *v_new);
+
+/*
  * The book's two generating models (llms-from-scratch 1.0.19), inference
  * only, with or without a KV cache:
  *

@@ -49,8 +49,8 @@ static const char *decode_declines(const attn_ctx *ctx, const attn_attention_pro
     if (pass.backward) return "decoding has no backward";
     if (pass.traced) return "the scores' trace is the reference's";
     if (pass.dropout) return "dropout";
-    const char *feature =
-        attn_problem_unsupported(p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_KV_CACHE);
+    const char *feature = attn_problem_unsupported(
+        p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_KV_CACHE | ATTN_USES_TREE);
     if (feature) return feature;
     if (p->v_head_dim != p->head_dim) return "v_head_dim != head_dim";
     if (!p->causal || p->diagonal != ATTN_DIAGONAL_BOTTOM_RIGHT) return "not causal from the cache";
@@ -157,6 +157,10 @@ static call_plan plan_call(const attn_ctx *ctx, const attn_attention_problem *p,
             .q = (const float *)p->q.data + sp->row_start * H * D, .rows = n,
             .first_pos = p->kv_cache->cached[b],
             .window = p->window ? (size_t)p->window_left + 1 : 0, .keys = keys_of(p, b)};
+        if (p->kv_cache->tree) {
+            sp->d.tree = p->kv_cache->tree + sp->row_start * p->kv_cache->tree_words;
+            sp->d.tree_words = p->kv_cache->tree_words;
+        }
         if (!n) continue;
         if (sp->row_start + n > cp.rows) cp.rows = sp->row_start + n;
         plan_chunks(sp);

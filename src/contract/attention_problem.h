@@ -100,6 +100,13 @@ typedef struct attn_kv_cache_view {
     size_t capacity;   /* contiguous: slots per sequence */
     const uint32_t *pages; /* paged: (batch, table_len) pool pages */
     size_t page_size, table_len;
+    /* A tree of draft tokens (speculative decoding), or NULL: new row r of
+     * sequence b sees new row j of its sequence only where bit j % 64 of
+     * word j / 64 of tree row row_start[b] + r (tree_words words a row) is
+     * set, the cached positions as causal lets it; a row's bits are its
+     * ancestors and itself, so they lie within causal's. */
+    const uint64_t *tree;
+    size_t tree_words;
 } attn_kv_cache_view;
 
 /* The pool row of position pos of sequence b (cached there). */
@@ -181,7 +188,8 @@ enum {
     ATTN_USES_ROW_INTERVALS = 1u << 9, /* a block map whose rows are single intervals
                                           (what attn_visible_keys reads) */
     ATTN_USES_SCORE_MODS = 1u << 10,
-    ATTN_USES_COUNT = 11
+    ATTN_USES_TREE = 1u << 11,         /* a KV cache's new rows masked by a tree */
+    ATTN_USES_COUNT = 12
 };
 
 static inline unsigned attn_problem_uses(const attn_attention_problem *p) {
@@ -191,7 +199,8 @@ static inline unsigned attn_problem_uses(const attn_attention_problem *p) {
            (p->cu_seqlens_q ? ATTN_USES_VARLEN : 0u) | (p->kv_cache ? ATTN_USES_KV_CACHE : 0u) |
            (p->block_map ? (p->block_map->row_lo ? ATTN_USES_ROW_INTERVALS : ATTN_USES_BLOCK_MAP)
                          : 0u) |
-           (p->score_mod_count ? ATTN_USES_SCORE_MODS : 0u);
+           (p->score_mod_count ? ATTN_USES_SCORE_MODS : 0u) |
+           (p->kv_cache && p->kv_cache->tree ? ATTN_USES_TREE : 0u);
 }
 
 /* The first thing p uses outside supported (ATTN_USES_* bits), by name,
@@ -201,7 +210,7 @@ static inline const char *attn_problem_unsupported(const attn_attention_problem 
     static const char *const names[ATTN_USES_COUNT] = {
         "causal", "the renormalising mask", "a window", "softcap", "ALiBi", "sinks",
         "packed sequences", "K and V come from a KV cache", "a block mask",
-        "a block mask of row intervals", "score modifiers"};
+        "a block mask of row intervals", "score modifiers", "a tree of draft tokens"};
     unsigned extra = attn_problem_uses(p) & ~supported;
     for (unsigned i = 0; i < ATTN_USES_COUNT; i++)
         if (extra & (1u << i)) return names[i];

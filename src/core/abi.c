@@ -252,6 +252,13 @@ static const attn_abi_field attn_kv_attend_args_fields[] = {
 };
 #undef T
 
+#define T attn_kv_tree_args
+static const attn_abi_field attn_kv_tree_args_fields[] = {
+    F(layer), F(seq), F(draft_tokens), F(parents), F(q_heads), F(scale), F(q), F(k_new),
+    F(v_new), F(out)
+};
+#undef T
+
 #define T attn_lm_config
 static const attn_abi_field attn_lm_config_fields[] = {
     F(arch), F(vocab_size), F(context_length), F(emb_dim), F(n_heads), F(n_layers),
@@ -290,7 +297,7 @@ static const attn_abi_struct layout[] = {
     S(attn_npy_i32), S(attn_named_tensor),
     S(attn_metadata_entry), S(attn_safetensors_info), S(attn_optimizer_config),
     S(attn_model_config), S(attn_gpt_config), S(attn_llama3_config),
-    S(attn_kv_cache_config), S(attn_kv_attend_args), S(attn_lm_config),
+    S(attn_kv_cache_config), S(attn_kv_attend_args), S(attn_kv_tree_args), S(attn_lm_config),
     S(attn_lm_forward_args), S(attn_sampling), S(attn_generate_args),
     S(attn_pretrain_options), S(attn_pretrain_event)
 };

@@ -39,6 +39,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -582,23 +583,24 @@ attn_status attn_kv_cache_append(attn_kv_cache *cache, size_t layer, const size_
 }
 
 /* Checks attend's arguments; *rows_out the packed rows. */
-static attn_status check_args(attn_kv_cache *c, const attn_kv_attend_args *a, size_t *rows_out) {
+static attn_status check_args(attn_kv_cache *c, const char *who, const attn_kv_attend_args *a,
+                              size_t *rows_out) {
     attn_ctx *ctx = c->ctx;
     const attn_kv_cache_config *cfg = &c->cfg;
-    attn_status st = check_append(c, WHO, a->layer, a->new_lens, a->new_tokens, rows_out);
+    attn_status st = check_append(c, who, a->layer, a->new_lens, a->new_tokens, rows_out);
     if (st != ATTN_OK) return st;
     size_t rows = *rows_out, qrow;
     if (!a->q_heads || a->q_heads % cfg->kv_heads)
-        return attn_fail(ctx, ATTN_ERR_SHAPE, WHO ": q_heads (%zu) is not a positive multiple "
-                         "of the cache's kv_heads (%zu)", a->q_heads, cfg->kv_heads);
+        return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: q_heads (%zu) is not a positive multiple "
+                         "of the cache's kv_heads (%zu)", who, a->q_heads, cfg->kv_heads);
     if (!attn_fits_float(a->scale) || a->scale < 0.0)
-        return attn_fail(ctx, ATTN_ERR_INVALID, WHO ": scale %g is not a value >= 0 within "
-                         "float32's range (0: 1 / sqrt(head_dim))", a->scale);
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: scale %g is not a value >= 0 within "
+                         "float32's range (0: 1 / sqrt(head_dim))", who, a->scale);
     if (!attn_mul3_size(rows, a->q_heads, cfg->head_dim, &qrow) || !attn_floats_fit(qrow))
-        return attn_fail(ctx, ATTN_ERR_OVERFLOW, WHO ": %zu rows x %zu heads x %zu overflows",
-                         rows, a->q_heads, cfg->head_dim);
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: %zu rows x %zu heads x %zu overflows",
+                         who, rows, a->q_heads, cfg->head_dim);
     if (rows && (!a->q || !a->k_new || !a->v_new || !a->out))
-        return attn_fail(ctx, ATTN_ERR_NULL, WHO ": q, k_new, v_new and out must not be NULL");
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: q, k_new, v_new and out must not be NULL", who);
     /* the attention reads k_new and v_new (or their coded copies) while
      * it writes out, and the append copies them after */
     size_t kv_floats = rows * c->row;
@@ -607,7 +609,7 @@ static attn_status check_args(attn_kv_cache *c, const attn_kv_attend_args *a, si
                         {"k_new", a->k_new, kv_floats * sizeof(float)},
                         {"v_new", a->v_new, kv_floats * sizeof(float)},
                         {"new_lens", a->new_lens, a->new_lens ? cfg->batch * sizeof(size_t) : 0}};
-    return attn_check_overlap(ctx, WHO, &out, 1, ins, 4);
+    return attn_check_overlap(ctx, who, &out, 1, ins, 4);
 }
 
 /* A layer's window of W positions (0: none) as the problem's (W - 1, 0);
@@ -665,13 +667,14 @@ static attn_attention_problem cache_problem(const attn_kv_cache *c, const kv_lay
     return p;
 }
 
-attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args *args) {
-    if (!cache) return ATTN_ERR_NULL;
+/* attend, then append (tree NULL), or a tree's draft rows attending
+ * without an append: the call of attn_kv_cache_attend and of
+ * attn_kv_cache_attend_tree (tree_words words per packed row). */
+static attn_status attend(attn_kv_cache *cache, const char *who, const attn_kv_attend_args *args,
+                          const uint64_t *tree, size_t tree_words) {
     attn_ctx *ctx = cache->ctx;
-    attn_clear_error(ctx);
-    if (!args) return attn_fail(ctx, ATTN_ERR_NULL, WHO ": args must not be NULL");
     size_t rows = 0;
-    attn_status st = check_args(cache, args, &rows);
+    attn_status st = check_args(cache, who, args, &rows);
     if (st != ATTN_OK || rows == 0) return st;
 
     const attn_kv_cache_config *cfg = &cache->cfg;
@@ -689,7 +692,7 @@ attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args
         .cached = L->length, .new_rows = lens, .row_start = lens + B,
         .k = {cache->k.fmt.dtype, L->k, L->ks, staged.k, staged.ks},
         .v = {cache->v.fmt.dtype, L->v, L->vs, staged.v, staged.vs},
-        .capacity = L->capacity};
+        .capacity = L->capacity, .tree = tree, .tree_words = tree_words};
     if (cfg->layout == ATTN_KV_PAGED) {
         view.pages = L->pages;
         view.page_size = cfg->page_size;
@@ -699,10 +702,10 @@ attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args
     for (size_t s = 0, at = 0; s < B; s++) {
         size_t n = new_count(args->new_lens, args->new_tokens, s);
         lens[B + s] = at;
-        if (n && is_prompt(cache, L, s, n)) {
+        if (n && !tree && is_prompt(cache, L, s, n)) {
             prompt_rows[s] = n;
             attn_attention_problem p = prompt_problem(cache, L, args, scale, at, n);
-            if ((st = attn_attention_check(ctx, WHO, &p)) != ATTN_OK) goto done;
+            if ((st = attn_attention_check(ctx, who, &p)) != ATTN_OK) goto done;
             size_t b = attn_attention_forward_bytes(ctx, &p, false, false);
             if (b > bytes) bytes = b;
             prompts++;
@@ -714,7 +717,7 @@ attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args
     attn_attention_problem rest = cache_problem(cache, L, args, scale, &view);
     bool decoding = prompts < B;
     if (decoding) {
-        if ((st = attn_attention_check(ctx, WHO, &rest)) != ATTN_OK) goto done;
+        if ((st = attn_attention_check(ctx, who, &rest)) != ATTN_OK) goto done;
         size_t b = attn_attention_forward_bytes(ctx, &rest, false, false);
         if (b > bytes) bytes = b;
     }
@@ -726,15 +729,15 @@ attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args
         if (!prompt_rows[s]) continue;
         attn_attention_problem p =
             prompt_problem(cache, L, args, scale, lens[B + s], prompt_rows[s]);
-        if ((st = attn_attention_forward(ctx, WHO, &p, NULL, NULL, NULL, NULL, workspace)) !=
+        if ((st = attn_attention_forward(ctx, who, &p, NULL, NULL, NULL, NULL, workspace)) !=
             ATTN_OK)
             goto done;
     }
     if (decoding &&
-        (st = attn_attention_forward(ctx, WHO, &rest, NULL, NULL, NULL, NULL, workspace)) !=
+        (st = attn_attention_forward(ctx, who, &rest, NULL, NULL, NULL, NULL, workspace)) !=
             ATTN_OK)
         goto done;
-    append_all(cache, L, args->new_lens, args->new_tokens, &staged);
+    if (!tree) append_all(cache, L, args->new_lens, args->new_tokens, &staged);
 done:
     attn_free(lens);
     attn_free(staged.memory);
@@ -742,6 +745,128 @@ done:
 no_memory:
     attn_free(lens);
     attn_free(staged.memory);
-    return attn_fail(ctx, ATTN_ERR_NO_MEMORY, WHO ": cannot allocate the working memory of %zu "
-                     "rows against layer %zu", rows, args->layer);
+    return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate the working memory of %zu "
+                     "rows against layer %zu", who, rows, args->layer);
+}
+
+attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args *args) {
+    if (!cache) return ATTN_ERR_NULL;
+    attn_clear_error(cache->ctx);
+    if (!args) return attn_fail(cache->ctx, ATTN_ERR_NULL, WHO ": args must not be NULL");
+    return attend(cache, WHO, args, NULL, 0);
+}
+
+/* ---- trees of draft tokens ------------------------------------------------------ */
+
+attn_status attn_tree_mask(attn_ctx *ctx, const int32_t *parents, size_t n, uint64_t *bits,
+                           size_t words_per_row, size_t *depths) {
+    const char *who = "attn_tree_mask";
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (!parents || !bits)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who, !parents ? "parents" : "bits");
+    if (!n) return attn_fail(ctx, ATTN_ERR_INVALID, "%s: a tree of 0 tokens", who);
+    if (words_per_row < (n + 63) / 64)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: %zu words a row hold %zu tokens, not %zu",
+                         who, words_per_row, words_per_row * 64, n);
+    for (size_t r = 0; r < n; r++)
+        if (parents[r] < -1 || (parents[r] >= 0 && (size_t)parents[r] >= r))
+            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: parents[%zu] is %d: a token's parent "
+                             "comes before it (0 .. %zu), or is -1 (the cache's last token)",
+                             who, r, (int)parents[r], r ? r - 1 : 0);
+    for (size_t r = 0; r < n; r++) {
+        uint64_t *row = bits + r * words_per_row;
+        if (parents[r] >= 0)
+            memcpy(row, bits + (size_t)parents[r] * words_per_row, words_per_row * sizeof *row);
+        else
+            memset(row, 0, words_per_row * sizeof *row);
+        row[r >> 6] |= (uint64_t)1 << (r & 63);
+        if (depths) depths[r] = parents[r] >= 0 ? depths[parents[r]] + 1 : 0;
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_kv_cache_attend_tree(attn_kv_cache *cache, const attn_kv_tree_args *args) {
+    const char *who = "attn_kv_cache_attend_tree";
+    if (!cache) return ATTN_ERR_NULL;
+    attn_ctx *ctx = cache->ctx;
+    attn_clear_error(ctx);
+    if (!args) return attn_fail(ctx, ATTN_ERR_NULL, "%s: args must not be NULL", who);
+    const attn_kv_cache_config *cfg = &cache->cfg;
+    if (args->seq >= cfg->batch)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: seq %zu is past the cache's batch of %zu",
+                         who, args->seq, cfg->batch);
+    if (args->layer < cfg->num_layers && cache->layers[args->layer].window)
+        return attn_fail(ctx, ATTN_ERR_UNSUPPORTED, "%s: layer %zu keeps a window of %zu "
+                         "positions; draft trees run on layers that keep every token", who,
+                         args->layer, cache->layers[args->layer].window);
+    size_t n = args->draft_tokens, words = (n + 63) / 64, bytes;
+    if (!n) return attn_fail(ctx, ATTN_ERR_INVALID, "%s: draft_tokens is 0", who);
+    if (!attn_mul3_size(n, words, sizeof(uint64_t), &bytes))
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: a tree of %zu tokens overflows", who, n);
+    size_t *lens = attn_calloc(cfg->batch, sizeof(size_t));
+    uint64_t *tree = attn_malloc(bytes);
+    if (!lens || !tree) {
+        attn_free(lens);
+        attn_free(tree);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate the mask of a tree of "
+                         "%zu tokens", who, n);
+    }
+    attn_status st = attn_tree_mask(ctx, args->parents, n, tree, words, NULL);
+    if (st == ATTN_OK) {
+        lens[args->seq] = n;
+        attn_kv_attend_args a = {.layer = args->layer, .new_lens = lens, .q_heads = args->q_heads,
+                                 .scale = args->scale, .q = args->q, .k_new = args->k_new,
+                                 .v_new = args->v_new, .out = args->out};
+        st = attend(cache, who, &a, tree, words);
+    }
+    attn_free(lens);
+    attn_free(tree);
+    return st;
+}
+
+attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size_t seq,
+                                        const int32_t *rows, size_t count, const float *k_new,
+                                        const float *v_new) {
+    const char *who = "attn_kv_cache_append_branch";
+    if (!cache) return ATTN_ERR_NULL;
+    attn_ctx *ctx = cache->ctx;
+    attn_clear_error(ctx);
+    if (!count) return ATTN_OK;
+    if (!rows || !k_new || !v_new)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
+                         !rows ? "rows" : !k_new ? "k_new" : "v_new");
+    if (seq >= cache->cfg.batch)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: seq %zu is past the cache's batch of %zu",
+                         who, seq, cache->cfg.batch);
+    for (size_t i = 0; i < count; i++)
+        if (rows[i] < 0 || (i && rows[i] <= rows[i - 1]))
+            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: rows[%zu] is %d: a branch's draft rows "
+                             "are >= 0 and rise from root to leaf", who, i, (int)rows[i]);
+    size_t floats;
+    if (!attn_mul_size(count, cache->row, &floats) || !attn_floats_fit(2 * floats))
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: %zu rows overflow", who, count);
+    size_t *lens = attn_calloc(cache->cfg.batch, sizeof(size_t));
+    float *k = attn_malloc(2 * floats * sizeof(float));
+    if (!lens || !k) {
+        attn_free(lens);
+        attn_free(k);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu rows", who, count);
+    }
+    float *v = k + floats;
+    for (size_t i = 0; i < count; i++) {
+        memcpy(k + i * cache->row, k_new + (size_t)rows[i] * cache->row, cache->row * sizeof(float));
+        memcpy(v + i * cache->row, v_new + (size_t)rows[i] * cache->row, cache->row * sizeof(float));
+    }
+    lens[seq] = count;
+    attn_status st = attn_kv_cache_append(cache, layer, lens, 0, k, v);
+    /* the append names itself; the caller called this */
+    if (st != ATTN_OK) {
+        char why[ATTN_ERROR_CAPACITY];
+        snprintf(why, sizeof why, "%s", attn_ctx_last_error(ctx));
+        st = attn_fail(ctx, st, "%s: %s", who, why);
+    }
+    attn_free(lens);
+    attn_free(k);
+    return st;
 }

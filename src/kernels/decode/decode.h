@@ -100,7 +100,28 @@ typedef struct attn_decode_seq {
     const float *q; /* (rows, q_heads, head_dim) */
     size_t rows, first_pos, window;
     attn_decode_keys keys;
+    /* A tree of draft tokens, or NULL: row r sees new row j (position
+     * first_pos + j) only where bit j of tree row r (tree_words words from
+     * tree + r * tree_words) is set. */
+    const uint64_t *tree;
+    size_t tree_words;
 } attn_decode_seq;
+
+/* Lanes [jlo, jhi) of the block at b0 that row r's tree hides (bit j for
+ * lane j); 0 without a tree. */
+static inline uint32_t attn_decode_tree_hidden(const attn_decode_seq *s, size_t r, size_t b0,
+                                               size_t jlo, size_t jhi) {
+    if (!s->tree || b0 + jhi <= s->first_pos) return 0;
+    const uint64_t *bits = s->tree + r * s->tree_words;
+    uint32_t hidden = 0;
+    for (size_t j = jlo; j < jhi; j++) {
+        size_t pos = b0 + j;
+        if (pos < s->first_pos) continue;
+        size_t f = pos - s->first_pos;
+        if (!((bits[f >> 6] >> (f & 63)) & 1u)) hidden |= 1u << j;
+    }
+    return hidden;
+}
 
 /* The keys [*lo, *hi) row r sees. */
 static inline void attn_decode_visible(const attn_decode_seq *s, size_t r, size_t *lo,

@@ -336,6 +336,38 @@ static inline float softmax_step(float *p, size_t jlo, size_t jhi, float *m, flo
     return alpha;
 }
 
+/* softmax_step for a row whose tree hides the lanes of hidden: the same
+ * operations on the lanes it sees; a block it sees nothing of leaves the
+ * row's sums as they are (alpha 1, weights 0). */
+static inline float softmax_step_tree(float *p, uint32_t hidden, size_t jlo, size_t jhi,
+                                      float *m, float *l) {
+    for (size_t j = 0; j < jlo; j++) p[j] = 0.0f;
+    for (size_t j = jhi; j < BK; j++) p[j] = 0.0f;
+    for (size_t j = jlo; j < jhi; j++)
+        if (hidden >> j & 1u) p[j] = 0.0f;
+    vec z = v_zero();
+    for (size_t t = 0; t < BK; t += VW) z = v_add(z, v_sub(v_load(p + t), v_load(p + t)));
+    bool bad = v_hsum(z) != 0.0f;
+    for (size_t j = jlo; j < jhi; j++)
+        if (hidden >> j & 1u) p[j] = -INFINITY;
+    float mx = block_max(p, jlo, jhi);
+    if (mx == -INFINITY && !bad) {
+        for (size_t j = 0; j < BK; j++) p[j] = 0.0f;
+        return 1.0f;
+    }
+    float mn = *m > mx ? *m : mx;
+    float alpha = exp2_one(*m - mn);
+    vec vm = v_set1(mn), sum = v_zero();
+    for (size_t t = 0; t < BK; t += VW) {
+        vec e = v_exp2(v_sub(v_load(p + t), vm));
+        v_store(p + t, e);
+        sum = v_add(sum, e);
+    }
+    *l = bad ? NAN : *l * alpha + v_hsum(sum);
+    *m = mn;
+    return alpha;
+}
+
 static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, size_t begin,
                          size_t end, float *m, float *l, float *acc, float *scratch) {
     const size_t H = s->q_heads, KH = s->kv_heads, D = s->head_dim, G = H / KH;
@@ -367,10 +399,12 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
         if (next) attn_decode_key_rows(&s->keys, b1, next, rw_next);
         /* block-relative keys [jlo, jhi) of each row (empty: 0, 0) */
         size_t jlo[ATTN_DECODE_ROWS], jhi[ATTN_DECODE_ROWS];
+        uint32_t hidden[ATTN_DECODE_ROWS]; /* lanes a draft tree hides */
         for (size_t r = 0; r < rows; r++) {
             size_t lo = row_lo[r] > b0 ? row_lo[r] : b0, hi = row_hi[r] < b1 ? row_hi[r] : b1;
             jlo[r] = lo < hi ? lo - b0 : 0;
             jhi[r] = lo < hi ? hi - b0 : 0;
+            hidden[r] = attn_decode_tree_hidden(s, row0 + r, b0, jlo[r], jhi[r]);
         }
         for (size_t kh = 0; kh < KH; kh++) {
             for (size_t j = 0; (k_scaled || v_scaled) && j < BK; j++) { /* 0 outside the block */
@@ -400,7 +434,9 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                     for (size_t g = 0; g < ng; g++) {
                         size_t i = i0 + g0 + g;
                         float *p = p_all[g];
-                        alpha[g] = softmax_step(p, jlo[r], jhi[r], &m[i], &l[i]);
+                        alpha[g] = hidden[r] ? softmax_step_tree(p, hidden[r], jlo[r], jhi[r],
+                                                                 &m[i], &l[i])
+                                             : softmax_step(p, jlo[r], jhi[r], &m[i], &l[i]);
                         acc_g[g] = acc + i * D;
                         p_g[g] = p;
                         if (v_scaled) {
