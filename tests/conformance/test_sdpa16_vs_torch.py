@@ -59,7 +59,9 @@ class SdpaConfig(Structure):  # attn_sdpa_config, field for field
         ("align", c_int), ("q_offset", c_longlong), ("window", c_bool),
         ("window_left", c_longlong), ("window_right", c_longlong), ("softcap", c_double),
         ("alibi_slopes", F32P), ("sinks", F32P), ("sinks_grad", F32P),
-        ("cu_seqlens_q", I32P), ("cu_seqlens_kv", I32P)]
+        ("cu_seqlens_q", I32P), ("cu_seqlens_kv", I32P),
+        # programmable attention (attn_block_mask *, attn_score_mod *): unused here
+        ("block_mask", c_void_p), ("score_mods", c_void_p), ("score_mod_count", c_size_t)]
 
 
 class Lib:
