@@ -101,6 +101,11 @@ def t5_relative_bucket(relative_position, bidirectional=True, num_buckets=32, ma
             "call_function", t5_relative_bucket, (relative_position,),
             {"bidirectional": bidirectional, "num_buckets": num_buckets,
              "max_distance": max_distance})
+    half = num_buckets // 2 if bidirectional else num_buckets
+    if half < 2 or max_distance <= half // 2:
+        raise ValueError(f"t5_relative_bucket: num_buckets {num_buckets} and max_distance "
+                         f"{max_distance}: T5's logarithmic buckets need max_distance past "
+                         f"the {half // 2} exact ones")
     rel = torch.as_tensor(relative_position)
     buckets = torch.zeros_like(rel, dtype=torch.long)
     if bidirectional:
@@ -344,6 +349,8 @@ class _Chunk(_Mask):
 def _per_batch(values, g, what):
     """values (an int or an int tensor of 1 or B) as a contiguous int64 tensor."""
     t = torch.as_tensor(values).detach().reshape(-1).to(torch.int64)
+    if t.numel() > g.B:  # a map for fewer sequences (B=None: the first) reads the first
+        t = t[:g.B]
     if t.numel() not in (1, g.B):
         raise ValueError(f"create_block_mask: {what} has {t.numel()} values for a batch of "
                          f"{g.B}")
@@ -360,7 +367,7 @@ class _KvLess(_Mask):
         return f"kv_length({self.length})"
 
     def evaluate(self, g):
-        n = torch.as_tensor(self.length).reshape(-1)
+        n = _per_batch(self.length, g, "a key length")
         return g.kv < (n.view(-1, 1, 1, 1) if n.numel() > 1 else n[0])
 
     def lower(self, ctx, g):
@@ -443,7 +450,7 @@ class _Doc(_Mask):
         t = side.t.detach()
         if side.dims[-1] != which or (len(side.dims) == 2 and side.dims[0] != "b"):
             raise ValueError(f"create_block_mask: document ids indexed by {side.dims}")
-        t = t if t.dim() == 2 else t.unsqueeze(0)
+        t = t[:g.B] if t.dim() == 2 else t.unsqueeze(0)
         if t.size(-1) < n or (t.size(0) not in (1, g.B)):
             raise ValueError(f"create_block_mask: document ids of shape {tuple(side.t.shape)} "
                              f"for a batch of {g.B} and {n} {which} positions")
@@ -742,11 +749,18 @@ class _Interpreter:
         if fn is operator.getitem:
             base, idx = args
             if isinstance(base, _Tens):
-                idx = idx if isinstance(idx, tuple) else (idx,)
-                dims = base.dims + tuple(_index_of(i, node) for i in idx)
-                if len(dims) > base.t.dim():
-                    raise _NotRecognised(f"indexing a {base.t.dim()}-D tensor by {len(dims)}")
-                return _Tens(base.t, dims)
+                t, dims = base.t, list(base.dims)
+                for i in (idx if isinstance(idx, tuple) else (idx,)):
+                    if len(dims) >= t.dim():
+                        raise _NotRecognised(f"indexing a {base.t.dim()}-D tensor by more "
+                                             "indices")
+                    if isinstance(i, _Lin) and not i.coef:
+                        i = i.const
+                    if isinstance(i, int) and not isinstance(i, bool):
+                        t = t.select(len(dims), i)  # a fixed entry: that slice
+                    else:
+                        dims.append(_index_of(i, node))
+                return _Tens(t, dims)
         if fn in _ADD or fn in _SUB:
             a, b = args[0], args[1]
             if kwargs.get("alpha", 1) != 1:
