@@ -12,13 +12,22 @@ What runs on attn: CPU tensors of float32 (the fused kernels), float64 (the
 reference kernels, all in double: for gradcheck) or bfloat16/float16 (attn's
 16-bit calls, attn_sdpa_forward_16/backward_16: bf16 on AMX tiles where the
 CPU has them, else on vdpbf16ps on AMD's cores or widened to float; out and
-the gradients in the inputs' dtype, lse in float32), q, k, v of one dtype, no
-attn_mask.
+the gradients in the inputs' dtype, lse in float32), q, k, v of one dtype.
+An attn_mask broadcastable to (B, H, T, S) runs on attn as a block map:
+boolean (True: visible) through attn_block_mask_from_bool, additive through
+attn_block_mask_from_additive (-inf hides) with its finite values added to
+the scores as an ATTN_SCORE_BIAS modifier (its gradient reaches attn_mask
+when it requires grad; NaN in it raises AttnError), where the library's
+attention applies block maps (checked once per process).
 Importing this module asks the OS for AMX for the process
 (attn_cpu_request_amx), as PyTorch's oneDNN does on its first bf16 call.
-Everything else (an attn_mask, CUDA tensors, ranks other than 3 and 4) goes
-to PyTorch's own SDPA (on torch < 2.0, which has none, to the same math
-written out in torch). supports(...) says which and why.
+Everything else (CUDA tensors, ranks other than 3 and 4, an attn_mask with
+is_causal) goes to PyTorch's own SDPA (on torch < 2.0, which has none, to
+the same math written out in torch). supports(...) says which and why.
+
+FlexAttention: flex_attention, create_block_mask, BlockMask, and_masks,
+or_masks, noop_mask and t5_relative_bucket are attn.flex's (see there):
+mask_mods and score_mods traced with torch.fx into attn's primitives.
 
 Zero copies: the C library reads q, k, v through their data pointers and
 (batch, token, head) element strides, so transposed and sliced views are
