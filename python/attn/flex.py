@@ -32,7 +32,7 @@ import ctypes
 import math
 import operator
 import weakref
-from ctypes import POINTER, c_bool, c_size_t, c_void_p
+from ctypes import POINTER, c_size_t, c_void_p
 
 import torch
 import torch.fx as fx
@@ -603,7 +603,7 @@ def _compare(op, x, y, node):
         d = x.lin
         a, c = d.coef.get("q", 0), d.coef.get("kv", 0)
         if set(d.coef) - {"q", "kv"} or not (a == -c and abs(a) == 1):
-            raise _NotRecognised(f"abs of an expression other than +-(q_idx - kv_idx) + c")
+            raise _NotRecognised("abs of an expression other than +-(q_idx - kv_idx) + c")
         k = d.const if a == 1 else -d.const  # |q - kv + k|
         if op == "lt":
             op, w = "le", w - 1
@@ -1419,7 +1419,7 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     chain = None
     if score_mod is not None:
         mods = _trace_score(score_mod)
-        chain = _Chain(mods, B, H, T, S)
+        chain = _Chain(mods, B, H, T, S) if mods else None  # "return score": no chain
     at = _attn_torch()
     if (block_mask is not None or chain is not None) and not at._runs_block_maps():
         raise AttnError("ATTN_ERR_UNSUPPORTED",

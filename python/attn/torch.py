@@ -604,9 +604,8 @@ def _runs_block_maps():
     """Whether this libattn's attention applies a block map and a bias: one
     query against three keys of equal scores, the middle one hidden and the
     first raised by log 3, must weigh the values 3 : 0 : 1. Asked once per
-    process; a library whose kernels ignore the map (one built before
-    programmable attention ran anywhere) fails it, and masks go to PyTorch."""
-    from . import flex
+    process; where the library's kernels ignore maps it fails, and masks go
+    to PyTorch."""
     if not _lib.has("attn_block_mask_from_additive") or _forward.get(torch.float32) is None:
         return False
     try:
