@@ -489,6 +489,9 @@ if runs:
             (s + bias[h, q, kv]) / 20.0)), causal, {"bias_shape": (3, 70, 90)}),
         ("alibi", lambda bias: (lambda s, b, h, q, kv: s - alibi_slopes[h] * abs(q - kv)),
          None, {}),
+        ("key bias, broadcast", lambda bias: (lambda s, b, h, q, kv: s * 0.5 + bias[kv]),
+         lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + 20, {"bias_shape": (90,),
+                                                             "Bm": 2, "Hm": 3}),
         ("t5 bias", lambda bias: (lambda s, b, h, q, kv: s + bias[h, flex.t5_relative_bucket(
             kv - q, True, 32, 64)]), None, {"bias_shape": (3, 32)}),
     ]
