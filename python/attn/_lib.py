@@ -13,8 +13,8 @@ import ctypes
 import ctypes.util
 import os
 import threading
-from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_float, c_int, c_size_t,
-                    c_uint64, c_void_p)
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char_p, c_double, c_float, c_int,
+                    c_int32, c_int64, c_size_t, c_uint8, c_uint64, c_void_p)
 
 from ._args import as_index
 
@@ -22,6 +22,8 @@ from ._args import as_index
 ABI_VERSION = 4
 
 F32P = POINTER(c_float)
+I32P = POINTER(c_int32)
+I64P = POINTER(c_int64)
 MAX_DIMS = 8  # ATTN_SAFETENSORS_MAX_DIMS
 # attn_dtype values of the 16-bit calls (attn_sdpa_forward_16, attn_gemm_16)
 DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
@@ -66,6 +68,39 @@ class SafetensorsInfo(Structure):
     _fields_ = [("name", c_char_p), ("dtype", c_int), ("ndim", c_size_t),
                 ("shape", c_size_t * MAX_DIMS), ("numel", c_size_t), ("data_begin", c_size_t),
                 ("data_end", c_size_t), ("index", c_size_t)]
+
+
+# ---- programmable attention: masks, block maps, score modifiers (attn.h) ----
+
+class BlockMaskConfig(Structure):  # attn_block_mask_config
+    _fields_ = [("batch", c_size_t), ("heads", c_size_t), ("q_len", c_size_t),
+                ("kv_len", c_size_t), ("block_q", c_size_t), ("block_kv", c_size_t)]
+
+
+class BlockMaskInfo(Structure):  # attn_block_mask_info
+    _fields_ = [("config", BlockMaskConfig), ("q_blocks", c_size_t), ("kv_blocks", c_size_t),
+                ("full_blocks", c_size_t), ("partial_blocks", c_size_t), ("sparsity", c_double),
+                ("row_intervals", c_bool)]
+
+
+class ScoreTile(Structure):  # attn_score_tile
+    _fields_ = [("b", c_size_t), ("h", c_size_t), ("q0", c_size_t), ("kv0", c_size_t),
+                ("rows", c_size_t), ("cols", c_size_t), ("ld", c_size_t), ("scores", F32P)]
+
+
+# attn_score_mod_kind
+SCORE_SCALE, SCORE_SOFTCAP, SCORE_ALIBI, SCORE_BIAS, SCORE_REL_BIAS, SCORE_CALLBACK = range(1, 7)
+# attn_score_fn, attn_score_grad_fn, attn_mask_fn
+ScoreFn = CFUNCTYPE(c_int, c_void_p, POINTER(ScoreTile))
+ScoreGradFn = CFUNCTYPE(c_int, c_void_p, POINTER(ScoreTile), F32P)
+MaskFn = CFUNCTYPE(c_int, c_void_p, c_size_t, c_size_t, c_size_t, c_size_t)
+
+
+class ScoreMod(Structure):  # attn_score_mod
+    _fields_ = [("kind", c_int), ("value", c_double), ("tensor", F32P), ("tensor_grad", F32P),
+                ("strides", c_size_t * 4), ("offset", c_int64), ("signed_distance", c_bool),
+                ("buckets", c_size_t), ("max_distance", c_size_t), ("bidirectional", c_bool),
+                ("fn", ScoreFn), ("grad_fn", ScoreGradFn), ("user", c_void_p)]
 
 
 def _candidates():
@@ -172,6 +207,38 @@ _SIGNATURES = {
     "attn_safetensors_load_module": (c_int, c_void_p, c_void_p, c_char_p, c_char_p),
     "attn_gpt2_load_hf": (c_int, c_void_p, c_void_p, c_char_p, c_size_t),
     "attn_gpt2_save_hf": (c_int, c_void_p, c_void_p, c_char_p, c_size_t),
+    # programmable attention: mask descriptions (attn_mask *) ...
+    "attn_mask_new_all": (c_int, c_void_p, POINTER(c_void_p)),
+    "attn_mask_new_causal": (c_int, c_void_p, c_int64, POINTER(c_void_p)),
+    "attn_mask_new_window": (c_int, c_void_p, c_int64, c_int64, c_int64, POINTER(c_void_p)),
+    "attn_mask_new_chunked": (c_int, c_void_p, c_size_t, c_int64, POINTER(c_void_p)),
+    "attn_mask_new_prefix_lm": (c_int, c_void_p, I64P, c_size_t, POINTER(c_void_p)),
+    "attn_mask_new_document": (c_int, c_void_p, I32P, I32P, c_size_t, c_size_t, c_size_t,
+                               POINTER(c_void_p)),
+    "attn_mask_new_global": (c_int, c_void_p, c_size_t, POINTER(c_void_p)),
+    "attn_mask_new_kv_length": (c_int, c_void_p, I64P, c_size_t, POINTER(c_void_p)),
+    "attn_mask_new_and": (c_int, c_void_p, c_void_p, c_void_p, POINTER(c_void_p)),
+    "attn_mask_new_or": (c_int, c_void_p, c_void_p, c_void_p, POINTER(c_void_p)),
+    "attn_mask_new_not": (c_int, c_void_p, c_void_p, POINTER(c_void_p)),
+    "attn_mask_free": (None, c_void_p),
+    "attn_mask_visible": (c_int, c_void_p, c_void_p, c_size_t, c_size_t, c_size_t, c_size_t,
+                          POINTER(c_bool)),
+    # ... and block maps (attn_block_mask *)
+    "attn_block_mask_from_mask": (c_int, c_void_p, POINTER(BlockMaskConfig), c_void_p,
+                                  POINTER(c_void_p)),
+    "attn_block_mask_from_bool": (c_int, c_void_p, POINTER(BlockMaskConfig), POINTER(c_uint8),
+                                  POINTER(c_size_t), POINTER(c_void_p)),
+    "attn_block_mask_from_additive": (c_int, c_void_p, POINTER(BlockMaskConfig), F32P,
+                                      POINTER(c_size_t), POINTER(c_void_p)),
+    "attn_block_mask_from_fn": (c_int, c_void_p, POINTER(BlockMaskConfig), MaskFn, c_void_p,
+                                POINTER(c_void_p)),
+    "attn_block_mask_from_kv_blocks": (c_int, c_void_p, POINTER(BlockMaskConfig), I32P, I32P,
+                                       c_size_t, I32P, I32P, c_size_t, c_void_p,
+                                       POINTER(c_void_p)),
+    "attn_block_mask_free": (None, c_void_p),
+    "attn_block_mask_get_info": (c_int, c_void_p, POINTER(BlockMaskInfo)),
+    "attn_block_mask_to_string": (c_int, c_void_p, c_size_t, c_size_t, c_char_p, c_size_t,
+                                  POINTER(c_size_t)),
 }
 
 for _name, (_restype, *_argtypes) in _SIGNATURES.items():

@@ -34,7 +34,7 @@ import numpy as np
 
 from . import _lib
 from ._args import INT64_MAX, as_index, as_number
-from ._lib import AttnError, CtxConfig, lib, status_name
+from ._lib import AttnError, CtxConfig, ScoreMod, lib, status_name
 
 __all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_backward",
            "SdpaConfig", "SdpaDropout"]
@@ -71,9 +71,9 @@ class SdpaConfig(Structure):
         ("sinks", F32P),
         ("sinks_grad", F32P),
         ("cu_seqlens_q", I32P), ("cu_seqlens_kv", I32P),
-        # since 0.5
-        ("block_mask", ctypes.c_void_p), ("score_mods", ctypes.c_void_p),
-        ("score_mod_count", ctypes.c_size_t),
+        # since 0.5: programmable attention (attn_block_mask *, attn_score_mod *)
+        ("block_mask", c_void_p),
+        ("score_mods", POINTER(ScoreMod)), ("score_mod_count", c_size_t),
     ]
 
 

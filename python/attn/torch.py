@@ -12,13 +12,22 @@ What runs on attn: CPU tensors of float32 (the fused kernels), float64 (the
 reference kernels, all in double: for gradcheck) or bfloat16/float16 (attn's
 16-bit calls, attn_sdpa_forward_16/backward_16: bf16 on AMX tiles where the
 CPU has them, else on vdpbf16ps on AMD's cores or widened to float; out and
-the gradients in the inputs' dtype, lse in float32), q, k, v of one dtype, no
-attn_mask.
+the gradients in the inputs' dtype, lse in float32), q, k, v of one dtype.
+An attn_mask broadcastable to (B, H, T, S) runs on attn as a block map:
+boolean (True: visible) through attn_block_mask_from_bool, additive through
+attn_block_mask_from_additive (-inf hides) with its finite values added to
+the scores as an ATTN_SCORE_BIAS modifier (its gradient reaches attn_mask
+when it requires grad; NaN in it raises AttnError), where the library's
+attention applies block maps (checked once per process).
 Importing this module asks the OS for AMX for the process
 (attn_cpu_request_amx), as PyTorch's oneDNN does on its first bf16 call.
-Everything else (an attn_mask, CUDA tensors, ranks other than 3 and 4) goes
-to PyTorch's own SDPA (on torch < 2.0, which has none, to the same math
-written out in torch). supports(...) says which and why.
+Everything else (CUDA tensors, ranks other than 3 and 4, an attn_mask with
+is_causal) goes to PyTorch's own SDPA (on torch < 2.0, which has none, to
+the same math written out in torch). supports(...) says which and why.
+
+FlexAttention: flex_attention, create_block_mask, BlockMask, and_masks,
+or_masks, noop_mask and t5_relative_bucket are attn.flex's (see there):
+mask_mods and score_mods traced with torch.fx into attn's primitives.
 
 Zero copies: the C library reads q, k, v through their data pointers and
 (batch, token, head) element strides, so transposed and sliced views are
@@ -213,15 +222,21 @@ class _Spec:
     """Everything of a call but the tensors: the attn_sdpa_config without
     its pointers, built once per call."""
     __slots__ = ("layout", "causal", "align", "scale", "dropout", "window", "softcap",
-                 "alibi", "cu_q", "cu_kv", "max_q", "max_kv")
+                 "alibi", "cu_q", "cu_kv", "max_q", "max_kv", "block_mask", "chain")
 
     def __init__(self, layout, causal=False, align=ALIGN_BOTTOM_RIGHT, scale=None, dropout=0.0,
                  window=None, softcap=0.0, alibi=None, cu_q=None, cu_kv=None, max_q=0,
-                 max_kv=0):
+                 max_kv=0, block_mask=None, chain=None):
         self.layout = layout  # "bhtd" (SDPA), "bthd" (flash), "varlen" (total, H, D)
         self.causal, self.align, self.scale, self.dropout = causal, align, scale, dropout
         self.window, self.softcap, self.alibi = window, softcap, alibi
         self.cu_q, self.cu_kv, self.max_q, self.max_kv = cu_q, cu_kv, max_q, max_kv
+        # programmable attention: a flex.BlockMask and a flex._Chain of score
+        # mods, whose tensors travel beside q, k, v as autograd inputs
+        self.block_mask, self.chain = block_mask, chain
+
+    def mod_tensors(self):
+        return list(self.chain.tensors) if self.chain is not None else []
 
     def with_tensors(self, cu_q, cu_kv, alibi):
         """This spec reading the given cu_seqlens and alibi tensors (the
@@ -233,8 +248,11 @@ class _Spec:
         return other
 
 
-def _config(spec, q, k, v):
-    """The attn_sdpa_config of q, k, v (and of the out _alloc_out gives)."""
+def _config(spec, q, k, v, mod_tensors=(), mod_grads=None):
+    """The attn_sdpa_config of q, k, v (and of the out _alloc_out gives);
+    its score mods read mod_tensors (the chain's, or the saved copies) and
+    write mod_grads (None: no gradient). The config keeps the mods' array
+    alive as long as itself."""
     c = SdpaConfig()
     if spec.layout == "bhtd":
         B, H, T, D = q.shape
@@ -272,6 +290,12 @@ def _config(spec, q, k, v):
     c.softcap = spec.softcap
     if spec.alibi is not None:
         c.alibi_slopes = ctypes.cast(spec.alibi.data_ptr(), c.alibi_slopes.__class__)
+    if spec.block_mask is not None:
+        c.block_mask = spec.block_mask.handle
+    if spec.chain is not None and spec.chain.entries:
+        c.mods_array = spec.chain.structs(mod_tensors, mod_grads)
+        c.score_mods = ctypes.cast(c.mods_array, c.score_mods.__class__)
+        c.score_mod_count = len(spec.chain.entries)
     return c
 
 
@@ -294,10 +318,10 @@ def _alloc_out(spec, q, v, dtype):
     return out, lse
 
 
-def _run_forward(spec, q, k, v, want_lse):
+def _run_forward(spec, q, k, v, want_lse, mod_tensors=()):
     """(out, lse or None, drawn or None) of attn on q, k, v."""
     ctx = _context()
-    cfg = _config(spec, q, k, v)
+    cfg = _config(spec, q, k, v, mod_tensors)
     out, lse = _alloc_out(spec, q, v, q.dtype)
     if not want_lse:
         lse = None
@@ -383,9 +407,9 @@ class _Attention(torch.autograd.Function):
     is caught by autograd's version counter, not differentiated silently."""
 
     @staticmethod
-    def forward(ctx, q, k, v, spec, return_lse, cu_q, cu_kv, alibi):
-        out, lse, drawn = _run_forward(spec, q, k, v, True)
-        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_kv, alibi)
+    def forward(ctx, q, k, v, spec, return_lse, cu_q, cu_kv, alibi, *mod_tensors):
+        out, lse, drawn = _run_forward(spec, q, k, v, True, mod_tensors)
+        ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_kv, alibi, *mod_tensors)
         ctx.spec, ctx.drawn = spec, drawn
         if return_lse:
             ctx.mark_non_differentiable(lse)
@@ -395,7 +419,7 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     @_once_differentiable
     def backward(ctx, dout, *unused):
-        q, k, v, out, lse, cu_q, cu_kv, alibi = ctx.saved_tensors
+        q, k, v, out, lse, cu_q, cu_kv, alibi, *mod_tensors = ctx.saved_tensors
         spec = ctx.spec.with_tensors(cu_q, cu_kv, alibi)
         if dout is None:
             dout = torch.zeros_like(out)
@@ -406,23 +430,29 @@ class _Attention(torch.autograd.Function):
             d.copy_(dout)
             dout = d
         dq, dk, dv = _like(q), _like(k), _like(v)
+        # the score mods' tensors that want a gradient (a bias, a T5 table):
+        # zeros, as the backward adds what broadcast elements receive
+        mod_grads = [torch.zeros_like(t) if want else None
+                     for t, want in zip(mod_tensors, ctx.needs_input_grad[8:])]
         c = _context()
-        cfg = _config(spec, q, k, v)
+        cfg = _config(spec, q, k, v, mod_tensors, mod_grads)
         drawn = ctx.drawn
         c.check(_backward[q.dtype](c.handle, ctypes.byref(cfg), q.data_ptr(), k.data_ptr(),
                                    v.data_ptr(), out.data_ptr(), lse.data_ptr(), dout.data_ptr(),
                                    dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
                                    ctypes.byref(drawn) if drawn is not None else None),
                 "attn_sdpa_backward")
-        return dq, dk, dv, None, None, None, None, None
+        return (dq, dk, dv, None, None, None, None, None, *mod_grads)
 
 
 def _attend(spec, q, k, v, return_lse=False):
     """Runs spec on q, k, v: through autograd when a gradient is wanted."""
     q, k, v = _readable(q), _readable(k), _readable(v)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _Attention.apply(q, k, v, spec, return_lse, spec.cu_q, spec.cu_kv, spec.alibi)
-    out, lse, _ = _run_forward(spec, q, k, v, return_lse)
+    mods = spec.mod_tensors()
+    if torch.is_grad_enabled() and any(t.requires_grad for t in [q, k, v, *mods]):
+        return _Attention.apply(q, k, v, spec, return_lse, spec.cu_q, spec.cu_kv, spec.alibi,
+                                *mods)
+    out, lse, _ = _run_forward(spec, q, k, v, return_lse, mods)
     return (out, lse) if return_lse else out
 
 
@@ -499,8 +529,6 @@ def supports(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
     ts = (query, key, value)
     if not all(isinstance(t, torch.Tensor) for t in ts):
         return "query, key and value are not all tensors"
-    if attn_mask is not None:
-        return "attn_mask is given (attn has no arbitrary mask)"
     if any(t.device.type != "cpu" for t in ts):
         return "not on the CPU"
     if query.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
@@ -526,7 +554,94 @@ def supports(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
             return "key's heads do not divide query's"
     if not 0.0 <= dropout_p < 1.0:
         return f"dropout_p {dropout_p} is not in [0, 1)"
+    if attn_mask is not None:
+        why = _mask_problem(attn_mask, query, key, is_causal)
+        if why is not None:
+            return why
     return _scale_problem(scale)
+
+
+def _mask_shape(attn_mask, query, key):
+    """attn_mask's shape as 4-D (B or 1, H or 1, T or 1, S or 1), or None
+    where it does not broadcast to the scores (B, H, T, S)."""
+    if query.dim() == 3:  # (B, T, E): the mask broadcasts to (B, T, S), heads inserted
+        target = (query.size(0), query.size(1), key.size(1))
+        if attn_mask.dim() > 3:
+            return None
+        shape = (1,) * (3 - attn_mask.dim()) + tuple(attn_mask.shape)
+        shape = (shape[0], 1, shape[1], shape[2])
+        target = (target[0], 1, target[1], target[2])
+    else:
+        target = (query.size(0), query.size(1), query.size(2), key.size(2))
+        if attn_mask.dim() > 4:
+            return None
+        shape = (1,) * (4 - attn_mask.dim()) + tuple(attn_mask.shape)
+    if any(n not in (1, t) for n, t in zip(shape, target)):
+        return None
+    return shape
+
+
+def _mask_problem(attn_mask, query, key, is_causal):
+    """Why attn does not run this attn_mask, or None."""
+    if not isinstance(attn_mask, torch.Tensor):
+        return "attn_mask is not a tensor"
+    if attn_mask.device.type != "cpu":
+        return "attn_mask is not on the CPU"
+    if attn_mask.dtype != torch.bool and not attn_mask.dtype.is_floating_point:
+        return f"attn_mask of dtype {attn_mask.dtype} (attn takes bool or floating point)"
+    if is_causal:
+        return "attn_mask with is_causal (PyTorch refuses the pair)"
+    if attn_mask.numel() == 0 or _mask_shape(attn_mask, query, key) is None:
+        return (f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the "
+                "scores")
+    if not _runs_block_maps():
+        return "attn_mask is given and this libattn runs no block map (no flex backend)"
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _runs_block_maps():
+    """Whether this libattn's attention applies a block map and a bias: one
+    query against three keys of equal scores, the middle one hidden and the
+    first raised by log 3, must weigh the values 3 : 0 : 1. Asked once per
+    process; where the library's kernels ignore maps it fails, and masks go
+    to PyTorch."""
+    if not _lib.has("attn_block_mask_from_additive") or _forward.get(torch.float32) is None:
+        return False
+    try:
+        additive = torch.tensor([math.log(3.0), float("-inf"), 0.0]).view(1, 1, 1, 3)
+        bm, chain = _mask_spec(additive, (1, 1, 1, 3), 1, 1, 1, 3)
+        q = torch.ones(1, 1, 1, 1)
+        k = torch.zeros(1, 1, 3, 1)
+        v = torch.tensor([1.0, 2.0, 4.0]).view(1, 1, 3, 1)
+        out, _, _ = _run_forward(_Spec("bhtd", block_mask=bm, chain=chain), q, k, v, False,
+                                 chain.tensors)
+        return abs(float(out) - 1.75) < 1e-5
+    except AttnError:
+        return False
+
+
+def _mask_spec(attn_mask, shape, B, H, T, S):
+    """The block map and (additive) bias of attn_mask, of 4-D shape (from
+    _mask_shape), for scores (B, H, T, S)."""
+    from . import flex
+    ctx = _context()
+    block = (64, 64)
+    if attn_mask.dtype == torch.bool:
+        keep = attn_mask.reshape(shape).expand(B, H, T, S)
+        return flex._from_bool(ctx, keep, block, None, None), None
+    # additive: -inf hides, the finite values join the scores as a bias
+    # (float32, as the library reads it; its gradient flows back to attn_mask)
+    values = attn_mask.to(torch.float32).contiguous().reshape(shape)
+    strides = [0 if values.size(d) == 1 else values.stride(d) for d in range(4)]
+    cfg = _lib.BlockMaskConfig(batch=shape[0], heads=shape[1], q_len=T, kv_len=S,
+                               block_q=block[0], block_kv=block[1])
+    handle = c_void_p()
+    ctx.check(lib.attn_block_mask_from_additive(
+        ctx.handle, ctypes.byref(cfg), ctypes.cast(values.data_ptr(), _lib.F32P),
+        (ctypes.c_size_t * 4)(*strides), ctypes.byref(handle)), "attn_block_mask_from_additive")
+    bm = flex.BlockMask(handle, (shape[0], shape[1], T, S), block, None, None)
+    return bm, flex._Chain.bias(values, strides)
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
@@ -549,8 +664,15 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     squeeze = query.dim() == 3
     if squeeze:
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+    block_mask, chain = None, None
+    if attn_mask is not None:
+        shape = _mask_shape(attn_mask, query.squeeze(1) if squeeze else query,
+                            key.squeeze(1) if squeeze else key)
+        block_mask, chain = _mask_spec(attn_mask, shape, query.size(0), query.size(1),
+                                       query.size(2), key.size(2))
     spec = _Spec("bhtd", causal=bool(is_causal), align=ALIGN_TOP_LEFT,
-                 scale=None if scale is None else float(scale), dropout=float(dropout_p))
+                 scale=None if scale is None else float(scale), dropout=float(dropout_p),
+                 block_mask=block_mask, chain=chain)
     out = _attend(spec, query, key, value)
     return out.squeeze(1) if squeeze else out
 
@@ -723,3 +845,12 @@ class patched:
     def __exit__(self, *exc):
         unpatch()
         return False
+
+
+# ---- PyTorch's FlexAttention (attn.flex) ---------------------------------------------
+
+from .flex import (BlockMask, and_masks, create_block_mask, flex_attention,  # noqa: E402
+                   noop_mask, or_masks, t5_relative_bucket)
+
+__all__ += ["flex_attention", "create_block_mask", "BlockMask", "and_masks", "or_masks",
+            "noop_mask", "t5_relative_bucket"]

@@ -60,9 +60,8 @@ class SdpaConfig(Structure):  # attn_sdpa_config, field for field
         ("window_left", c_longlong), ("window_right", c_longlong), ("softcap", c_double),
         ("alibi_slopes", F32P), ("sinks", F32P), ("sinks_grad", F32P),
         ("cu_seqlens_q", I32P), ("cu_seqlens_kv", I32P),
-        # since 0.5
-        ("block_mask", ctypes.c_void_p), ("score_mods", ctypes.c_void_p),
-        ("score_mod_count", ctypes.c_size_t)]
+        # programmable attention (attn_block_mask *, attn_score_mod *): unused here
+        ("block_mask", c_void_p), ("score_mods", c_void_p), ("score_mod_count", c_size_t)]
 
 
 class Lib:

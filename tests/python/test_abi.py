@@ -12,7 +12,8 @@ layout table, and the package refusing a libattn of another ABI.
    snake_case> (SdpaConfig: attn_sdpa_config) unless it names its C
    structs in _c_structs_.
 2. Every public struct that a function the package calls takes or returns
-   (and every struct inside one) has a mirror in the package.
+   (and every struct inside one) has a mirror in the package, programmable
+   attention's (block map config and info, score modifier and tile) by name.
 3. The package's ABI_VERSION is attn.h's ATTN_ABI_VERSION and the library's
    attn_abi_version(); `import attn` refuses the previous minor's library
    (no attn_abi_version) and the next minor's (another ABI version) with an
@@ -261,6 +262,14 @@ def main():
         fail(f"a test or benchmark calls a function of attn.h that takes {name}, and no "
              f"ctypes Structure mirrors it")
     print(f"the package's calls take {len(need)} structs")
+    # Programmable attention's structs are handed to C by attn.torch's flex
+    # API: each must have its mirror in the package whatever the search finds.
+    for name in ("attn_block_mask_config", "attn_block_mask_info", "attn_score_mod",
+                 "attn_score_tile", "attn_sdpa_config"):
+        if name in layout and name not in package_mirrors:
+            fail(f"python/attn has no ctypes mirror of {name} (attn.torch's flex API)")
+        elif name not in layout:
+            fail(f"attn_abi_layout has no {name}")
 
     # 3, second half: another minor's library is refused, saying why.
     check_refused(previous_lib, [previous_lib, "no attn_abi_version",

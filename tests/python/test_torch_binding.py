@@ -8,8 +8,8 @@
     every gradient) on random shapes and every option, and against
     PyTorch's own float32 SDPA where it has the option (is_causal, scale,
     T != S; GQA from torch 2.5); strided views read in place, the
-    gradients written with the inputs' strides; what falls back to
-    PyTorch (attn_mask) gives PyTorch's result;
+    gradients written with the inputs' strides; an attn_mask gives
+    PyTorch's result (on attn's block maps, or falling back to PyTorch);
   - dropout: the keep rate, the 1 / (1 - p) scaling, reproducible under
     torch.manual_seed, and the backward using the forward's mask;
   - patch() / patched(): F.scaled_dot_product_attention routed and restored;
@@ -334,14 +334,19 @@ def test_layouts_and_fallbacks():
     with torch.no_grad():
         o = AT.scaled_dot_product_attention(qf, qf, qf)
     check(o.grad_fn is None, "no_grad: plain tensor")
-    # fallbacks: attn_mask (bool, additive) -> PyTorch; float16 runs attn's 16-bit calls
+    # attn_mask (bool, additive): attn's block maps where the library applies
+    # them (test_flex_python.py checks those against float64), else PyTorch's
+    # result; float16 runs attn's 16-bit calls
     mask = torch.rand(T, T) > 0.3
     mask.fill_diagonal_(True)
-    check(AT.supports(qf, qf, qf, attn_mask=mask) is not None, "attn_mask falls back")
+    runs_masks = AT._runs_block_maps()
+    check((AT.supports(qf, qf, qf, attn_mask=mask) is None) == runs_masks,
+          "attn_mask runs on attn exactly where the library applies block maps")
     for m in (mask, torch.randn(T, T)):
         got = AT.scaled_dot_product_attention(qf, qf, qf, attn_mask=m)
         want = AT._pytorch_sdpa(qf, qf, qf, attn_mask=m)
-        check(torch.equal(got, want), f"attn_mask {m.dtype}: PyTorch's result")
+        check(err(got, want) <= 2e-5 if runs_masks else torch.equal(got, want),
+              f"attn_mask {m.dtype}: PyTorch's result")
     check(AT.supports(qf.half(), qf.half(), qf.half()) is None, "float16 runs on attn")
     check(AT.supports(qf, qf, qf) is None, "float32 runs on attn")
     check(AT.supports(qf.double(), qf.double(), qf.double()) is None, "float64 runs on attn")

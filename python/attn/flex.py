@@ -1,0 +1,1432 @@
+"""PyTorch's FlexAttention API on attn's CPU kernels (re-exported by attn.torch).
+
+    from attn.torch import flex_attention, create_block_mask
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+    mask = create_block_mask(causal, None, None, T, T)          # a BlockMask
+    def softcap(score, b, h, q_idx, kv_idx):
+        return 30.0 * torch.tanh(score / 30.0)
+    out = flex_attention(q, k, v, score_mod=softcap, block_mask=mask)
+
+attn has no Python in its kernels: a mask_mod and a score_mod are traced
+once with torch.fx and recognised as attn's primitives (include/attn.h,
+"Programmable attention"):
+  masks       causal (q_idx + c >= kv_idx and the like), sliding windows
+              (q_idx - kv_idx <= W, abs(q_idx - kv_idx) <= W), chunks
+              (q_idx // C == kv_idx // C), prefix-LM (kv_idx < prefix[b]
+              or'ed with causal), documents (doc[q_idx] == doc[kv_idx],
+              doc[b, q_idx] too), key padding (kv_idx < lengths[b]), global
+              tokens (q_idx < G | kv_idx < G), and &, |, ~ of them;
+  score_mods  score * c, score / c, c * tanh(score / c), score + bias[...]
+              (a captured tensor indexed by any of b, h, q_idx, kv_idx),
+              ALiBi (score + slope[h] * (kv_idx - q_idx), score - slope[h] *
+              abs(q_idx - kv_idx)), T5's relative bias (score +
+              table[h, t5_relative_bucket(kv_idx - q_idx, ...)]), and chains.
+A mask_mod the tracer does not recognise is evaluated once, in torch, over
+the (B, H, Q_LEN, KV_LEN) index grid, and handed to attn as a dense boolean
+mask; a score_mod it does not recognise raises ValueError naming the
+operation. Gradients reach q, k, v and the tensors a score_mod captured
+(a bias, a T5 table) when they require grad; ALiBi slopes get none.
+"""
+import ctypes
+import math
+import operator
+import weakref
+from ctypes import POINTER, c_size_t, c_void_p
+
+import torch
+import torch.fx as fx
+
+from . import _lib
+from ._lib import (SCORE_ALIBI, SCORE_BIAS, SCORE_REL_BIAS, SCORE_SCALE, SCORE_SOFTCAP,
+                   AttnError, BlockMaskConfig, BlockMaskInfo, ScoreMod, lib)
+
+__all__ = ["flex_attention", "create_block_mask", "BlockMask", "and_masks", "or_masks",
+           "noop_mask", "t5_relative_bucket"]
+
+_INT64_LIMIT = 2 ** 62
+
+
+def _attn_torch():
+    # attn.torch imports this module at its end; its helpers are read at call time
+    from . import torch as attn_torch
+    return attn_torch
+
+
+# ---- mask_mod helpers, as torch.nn.attention.flex_attention's ----------------------
+
+
+def noop_mask(b, h, q_idx, kv_idx):
+    """Every key visible."""
+    return b.new_ones((), dtype=torch.bool)
+
+
+def and_masks(*mask_mods):
+    """A mask_mod visible where every one of mask_mods is (none: every key)."""
+    if not all(callable(m) for m in mask_mods):
+        raise TypeError("and_masks: every argument must be a mask_mod (a callable)")
+
+    def and_mask(b, h, q_idx, kv_idx):
+        result = None
+        for m in mask_mods:
+            r = m(b, h, q_idx, kv_idx)
+            result = r if result is None else result & r
+        return noop_mask(b, h, q_idx, kv_idx) if result is None else result
+    return and_mask
+
+
+def or_masks(*mask_mods):
+    """A mask_mod visible where any one of mask_mods is (none: no key)."""
+    if not all(callable(m) for m in mask_mods):
+        raise TypeError("or_masks: every argument must be a mask_mod (a callable)")
+
+    def or_mask(b, h, q_idx, kv_idx):
+        result = None
+        for m in mask_mods:
+            r = m(b, h, q_idx, kv_idx)
+            result = r if result is None else result | r
+        return b.new_zeros((), dtype=torch.bool) if result is None else result
+    return or_mask
+
+
+def t5_relative_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
+    """T5's bucket of relative_position = kv_idx - q_idx (HF transformers'
+    _relative_position_bucket): exact buckets for small distances, then
+    logarithmic ones up to max_distance; bidirectional halves the buckets
+    between the two signs. In a score_mod, table[h, t5_relative_bucket(
+    kv_idx - q_idx, ...)] runs as attn's ATTN_SCORE_REL_BIAS."""
+    if isinstance(relative_position, fx.Proxy):
+        # traced: one node the score_mod tracer recognises
+        return relative_position.tracer.create_proxy(
+            "call_function", t5_relative_bucket, (relative_position,),
+            {"bidirectional": bidirectional, "num_buckets": num_buckets,
+             "max_distance": max_distance})
+    half = num_buckets // 2 if bidirectional else num_buckets
+    if half < 2 or max_distance <= half // 2:
+        raise ValueError(f"t5_relative_bucket: num_buckets {num_buckets} and max_distance "
+                         f"{max_distance}: T5's logarithmic buckets need max_distance past "
+                         f"the {half // 2} exact ones")
+    rel = torch.as_tensor(relative_position)
+    buckets = torch.zeros_like(rel, dtype=torch.long)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (rel > 0).long() * num_buckets
+        rel = rel.abs()
+    else:
+        rel = -torch.clamp(rel, max=0)
+    max_exact = num_buckets // 2
+    is_small = rel < max_exact
+    large = max_exact + (torch.log(rel.double().clamp(min=1) / max_exact)
+                         / math.log(max_distance / max_exact)
+                         * (num_buckets - max_exact)).long()
+    large = torch.clamp(large, max=num_buckets - 1)
+    return buckets + torch.where(is_small, rel.long(), large)
+
+
+# ---- tracing: mask_mods and score_mods as attn's primitives ----------------------------
+
+
+class _NotRecognised(Exception):
+    """The traced function uses something attn has no primitive for (its
+    message names the fx node)."""
+
+
+class _Proxy(fx.Proxy):
+    # torch 1.13's Proxy has no __abs__: builtin abs() on an index recorded as torch.abs
+    def __abs__(self):
+        return self.tracer.create_proxy("call_function", torch.abs, (self,), {})
+
+
+class _Tracer(fx.Tracer):
+    """symbolic tracing of a plain function whose captured tensors (closure
+    variables, globals, Parameters) become get_attr nodes naming the very
+    tensor objects, so gradients reach them."""
+
+    def __init__(self):
+        super().__init__()
+        self.captured = {}
+        self._names = {}
+
+    def proxy(self, node):
+        return _Proxy(node, self)
+
+    def create_arg(self, a):
+        if isinstance(a, torch.Tensor):
+            name = self._names.get(id(a))
+            if name is None:
+                name = self._names[id(a)] = f"_captured{len(self.captured)}"
+                self.captured[name] = a
+            return self.create_node("get_attr", name, (), {})
+        return super().create_arg(a)
+
+
+def _trace(fn, names):
+    """fn's graph and the tensors it captured, fn called with proxies named names."""
+    tracer = _Tracer()
+    code = "def traced({0}):\n    return fn({0})\n".format(", ".join(names))
+    scope = {"fn": fn}
+    exec(code, scope)  # a fixed signature: fx needs named positional arguments
+    graph = tracer.trace(scope["traced"])
+    return graph, tracer.captured
+
+
+def _node_name(node):
+    t = node.target
+    return getattr(t, "__name__", None) or str(t)
+
+
+class _Lin:
+    """sum(coef[x] * x) + const over the indices x in b, h, q, kv (integers)."""
+    __slots__ = ("coef", "const")
+
+    def __init__(self, coef, const=0):
+        self.coef = {k: v for k, v in coef.items() if v}
+        self.const = const
+
+    @staticmethod
+    def of(x):
+        return x if isinstance(x, _Lin) else _Lin({}, x)
+
+    def __add__(self, other):
+        o = _Lin.of(other)
+        coef = dict(self.coef)
+        for k, v in o.coef.items():
+            coef[k] = coef.get(k, 0) + v
+        return _Lin(coef, self.const + o.const)
+
+    def scaled(self, c):
+        return _Lin({k: v * c for k, v in self.coef.items()}, self.const * c)
+
+    def index(self):
+        """The index name when this is one bare index, else None."""
+        if self.const == 0 and len(self.coef) == 1:
+            (k, v), = self.coef.items()
+            if v == 1:
+                return k
+        return None
+
+
+class _Tens:
+    """A captured tensor, indexed so far by dims (index names, or a _Bucket)."""
+    __slots__ = ("t", "dims")
+
+    def __init__(self, t, dims=()):
+        self.t, self.dims = t, tuple(dims)
+
+    def full(self):
+        return len(self.dims) == self.t.dim()
+
+
+class _FloorDiv:
+    __slots__ = ("lin", "by")
+
+    def __init__(self, lin, by):
+        self.lin, self.by = lin, by
+
+
+class _Abs:
+    __slots__ = ("lin",)
+
+    def __init__(self, lin):
+        self.lin = lin
+
+
+class _Bucket:
+    __slots__ = ("lin", "bidirectional", "buckets", "max_distance")
+
+    def __init__(self, lin, bidirectional, buckets, max_distance):
+        self.lin, self.bidirectional = lin, bidirectional
+        self.buckets, self.max_distance = buckets, max_distance
+
+
+def _as_int(x, node):
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        if isinstance(x, _Tens) and x.t.dim() == 0 and not x.t.dtype.is_floating_point:
+            return int(x.t)
+        raise _NotRecognised(f"{_node_name(node)} of a non-integer")
+    if isinstance(x, float):
+        if not x.is_integer():
+            raise _NotRecognised(f"{_node_name(node)} with the non-integer {x}")
+        x = int(x)
+    return x
+
+
+# ---- masks as data ---------------------------------------------------------------------
+
+
+class _Grid:
+    """The index grid a mask is evaluated on: b (B,1,1,1), h (1,H,1,1),
+    q (1,1,T,1), kv (1,1,1,S) int64 aranges."""
+
+    def __init__(self, B, H, T, S):
+        self.B, self.H, self.T, self.S = B, H, T, S
+        self.b = torch.arange(B).view(B, 1, 1, 1)
+        self.h = torch.arange(H).view(1, H, 1, 1)
+        self.q = torch.arange(T).view(1, 1, T, 1)
+        self.kv = torch.arange(S).view(1, 1, 1, S)
+
+
+def _mask_handle(ctx, fn, *args):
+    """An attn_mask made by fn(ctx, *args, &out)."""
+    out = c_void_p()
+    ctx.check(fn(ctx.handle, *args, ctypes.byref(out)), fn.__name__)
+    return out
+
+
+class _Mask:
+    """A mask description: evaluate() in torch, lower() to an attn_mask."""
+
+    def evaluate(self, g):
+        raise NotImplementedError
+
+    def lower(self, ctx, g):
+        raise NotImplementedError
+
+
+class _All(_Mask):
+    def __repr__(self):
+        return "all"
+
+    def evaluate(self, g):
+        return torch.ones((), dtype=torch.bool)
+
+    def lower(self, ctx, g):
+        return _mask_handle(ctx, lib.attn_mask_new_all)
+
+
+def _nothing():
+    return _Not(_All())
+
+
+class _Band(_Mask):
+    """q_idx + lo <= kv_idx <= q_idx + hi (None: unbounded on that side)."""
+
+    def __init__(self, lo, hi):
+        self.lo, self.hi = lo, hi
+
+    def __repr__(self):
+        return f"band({self.lo}, {self.hi})"
+
+    def evaluate(self, g):
+        d = g.kv - g.q
+        keep = torch.ones((), dtype=torch.bool)
+        if self.lo is not None:
+            keep = keep & (d >= self.lo)
+        if self.hi is not None:
+            keep = keep & (d <= self.hi)
+        return keep
+
+    def lower(self, ctx, g):
+        lo, hi = self.lo, self.hi
+        if lo is not None and hi is not None and lo > hi:
+            return _nothing().lower(ctx, g)
+        if lo is None and hi is None:
+            return _All().lower(ctx, g)
+        if lo is None:
+            return _mask_handle(ctx, lib.attn_mask_new_causal, hi)
+        if hi is None:  # kv_idx >= q_idx + lo: a window open to the right
+            return _mask_handle(ctx, lib.attn_mask_new_window, 0, -1, lo)
+        return _mask_handle(ctx, lib.attn_mask_new_window, hi - lo, 0, hi)
+
+
+class _Chunk(_Mask):
+    """(q_idx + offset) // chunk == kv_idx // chunk."""
+
+    def __init__(self, chunk, offset):
+        self.chunk, self.offset = chunk, offset
+
+    def __repr__(self):
+        return f"chunked({self.chunk}, {self.offset})"
+
+    def evaluate(self, g):
+        return torch.div(g.q + self.offset, self.chunk, rounding_mode="floor") == \
+            torch.div(g.kv, self.chunk, rounding_mode="floor")
+
+    def lower(self, ctx, g):
+        return _mask_handle(ctx, lib.attn_mask_new_chunked, self.chunk, self.offset)
+
+
+def _per_batch(values, g, what):
+    """values (an int or an int tensor of 1 or B) as a contiguous int64 tensor."""
+    t = torch.as_tensor(values).detach().reshape(-1).to(torch.int64)
+    if t.numel() > g.B:  # a map for fewer sequences (B=None: the first) reads the first
+        t = t[:g.B]
+    if t.numel() not in (1, g.B):
+        raise ValueError(f"create_block_mask: {what} has {t.numel()} values for a batch of "
+                         f"{g.B}")
+    return t.contiguous()
+
+
+class _KvLess(_Mask):
+    """kv_idx < length[b] (length an int or per-batch int tensor)."""
+
+    def __init__(self, length):
+        self.length = length
+
+    def __repr__(self):
+        return f"kv_length({self.length})"
+
+    def evaluate(self, g):
+        n = _per_batch(self.length, g, "a key length")
+        return g.kv < (n.view(-1, 1, 1, 1) if n.numel() > 1 else n[0])
+
+    def lower(self, ctx, g):
+        n = _per_batch(self.length, g, "a key length").clamp(0, g.S).contiguous()
+        return _mask_handle(ctx, lib.attn_mask_new_kv_length,
+                            ctypes.cast(n.data_ptr(), _lib.I64P), n.numel())
+
+
+class _QLess(_Mask):
+    """q_idx < n."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __repr__(self):
+        return f"q_less({self.n})"
+
+    def evaluate(self, g):
+        return g.q < self.n
+
+    def lower(self, ctx, g):
+        if self.n <= 0:
+            return _nothing().lower(ctx, g)
+        if self.n >= g.T:
+            return _All().lower(ctx, g)
+        # a chunk as wide as the keys: kv_idx // c is 0 for every key, and
+        # (q_idx + c - n) // c is 0 exactly for q_idx < n
+        c = max(g.S, self.n)
+        return _mask_handle(ctx, lib.attn_mask_new_chunked, c, c - self.n)
+
+
+class _Prefix(_Mask):
+    """Prefix-LM: kv_idx <= q_idx or kv_idx < prefix[b]."""
+
+    def __init__(self, prefix):
+        self.prefix = prefix
+
+    def __repr__(self):
+        return f"prefix_lm({self.prefix})"
+
+    def evaluate(self, g):
+        return _Band(None, 0).evaluate(g) | _KvLess(self.prefix).evaluate(g)
+
+    def lower(self, ctx, g):
+        n = _per_batch(self.prefix, g, "a prefix length").clamp(0, g.S).contiguous()
+        return _mask_handle(ctx, lib.attn_mask_new_prefix_lm,
+                            ctypes.cast(n.data_ptr(), _lib.I64P), n.numel())
+
+
+class _Global(_Mask):
+    """q_idx < n or kv_idx < n."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __repr__(self):
+        return f"global({self.n})"
+
+    def evaluate(self, g):
+        return (g.q < self.n) | (g.kv < self.n)
+
+    def lower(self, ctx, g):
+        return _mask_handle(ctx, lib.attn_mask_new_global, max(0, self.n))
+
+
+class _Doc(_Mask):
+    """q_doc[(b,) q_idx] == kv_doc[(b,) kv_idx]; each _Tens indexed by q or kv,
+    with b first where it has a batch axis."""
+
+    def __init__(self, q_doc, kv_doc):
+        self.q_doc, self.kv_doc = q_doc, kv_doc
+
+    def __repr__(self):
+        return f"document{self.q_doc.dims}{self.kv_doc.dims}"
+
+    def ids(self, g, which):
+        """(rows 1 or B, length) int64 ids of one side."""
+        side = self.q_doc if which == "q" else self.kv_doc
+        n = g.T if which == "q" else g.S
+        t = side.t.detach()
+        if side.dims[-1] != which or (len(side.dims) == 2 and side.dims[0] != "b"):
+            raise ValueError(f"create_block_mask: document ids indexed by {side.dims}")
+        t = t[:g.B] if t.dim() == 2 else t.unsqueeze(0)
+        if t.size(-1) < n or (t.size(0) not in (1, g.B)):
+            raise ValueError(f"create_block_mask: document ids of shape {tuple(side.t.shape)} "
+                             f"for a batch of {g.B} and {n} {which} positions")
+        return t[:, :n].to(torch.int64)
+
+    def evaluate(self, g):
+        q, kv = self.ids(g, "q"), self.ids(g, "kv")
+        return q.view(q.size(0), 1, g.T, 1) == kv.view(kv.size(0), 1, 1, g.S)
+
+    def lower(self, ctx, g):
+        q, kv = self.ids(g, "q"), self.ids(g, "kv")
+        rows = max(q.size(0), kv.size(0))
+        q, kv = q.expand(rows, -1), kv.expand(rows, -1)
+        both = torch.cat([q.reshape(-1), kv.reshape(-1)])
+        if both.numel() and (int(both.min()) < -2 ** 31 or int(both.max()) >= 2 ** 31):
+            # ids past int32: renumbered, which keeps every equality and run
+            both = torch.unique(both, return_inverse=True)[1]
+        both = both.to(torch.int32)
+        qd = both[:q.numel()].contiguous()
+        kvd = both[q.numel():].contiguous()
+        return _mask_handle(ctx, lib.attn_mask_new_document,
+                            ctypes.cast(qd.data_ptr(), _lib.I32P),
+                            ctypes.cast(kvd.data_ptr(), _lib.I32P), rows, g.T, g.S)
+
+
+class _Combine(_Mask):
+    def __init__(self, op, *parts):
+        self.op, self.parts = op, parts
+
+    def __repr__(self):
+        return f"{self.op}({', '.join(map(repr, self.parts))})"
+
+    def evaluate(self, g):
+        a = self.parts[0].evaluate(g)
+        if self.op == "not":
+            return ~a
+        b = self.parts[1].evaluate(g)
+        return a & b if self.op == "and" else a | b
+
+    def lower(self, ctx, g):
+        handles = [p.lower(ctx, g) for p in self.parts]
+        try:
+            fn = {"and": lib.attn_mask_new_and, "or": lib.attn_mask_new_or,
+                  "not": lib.attn_mask_new_not}[self.op]
+            return _mask_handle(ctx, fn, *handles)
+        finally:
+            for h in handles:  # a combinator copies its operands
+                lib.attn_mask_free(h)
+
+
+def _Not(a):
+    if isinstance(a, _Combine) and a.op == "not":
+        return a.parts[0]
+    return _Combine("not", a)
+
+
+def _And(a, b):
+    if isinstance(a, _All):
+        return b
+    if isinstance(b, _All):
+        return a
+    if isinstance(a, _Band) and isinstance(b, _Band):
+        lo = b.lo if a.lo is None else a.lo if b.lo is None else max(a.lo, b.lo)
+        hi = b.hi if a.hi is None else a.hi if b.hi is None else min(a.hi, b.hi)
+        return _Band(lo, hi)
+    return _Combine("and", a, b)
+
+
+def _Or(a, b):
+    if isinstance(a, _All) or isinstance(b, _All):
+        return _All()
+    for x, y in ((a, b), (b, a)):
+        if isinstance(x, _Band) and (x.lo, x.hi) == (None, 0) and isinstance(y, _KvLess):
+            return _Prefix(y.length)
+        if isinstance(x, _QLess) and isinstance(y, _KvLess) and isinstance(y.length, int) \
+                and y.length == x.n:
+            return _Global(x.n)
+    return _Combine("or", a, b)
+
+
+_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
+
+
+def _one_sided(op, n, make_less):
+    """x op n for one index x, as make_less(m) (x < m), its negation and ands."""
+    if op == "lt":
+        return make_less(n)
+    if op == "le":
+        return make_less(n + 1)
+    if op == "ge":
+        return _Not(make_less(n))
+    if op == "gt":
+        return _Not(make_less(n + 1))
+    if op == "eq":
+        return _And(_Not(make_less(n)), make_less(n + 1))
+    return _Or(make_less(n), _Not(make_less(n + 1)))
+
+
+def _compare_lin(op, d, node):
+    """The mask d op 0 for an integer combination d of q_idx and kv_idx."""
+    if "b" in d.coef or "h" in d.coef:
+        raise _NotRecognised(f"{_node_name(node)} of an expression in b or h")
+    a, c, k = d.coef.get("q", 0), d.coef.get("kv", 0), d.const
+    if a == 0 and c == 0:
+        truth = {"lt": k < 0, "le": k <= 0, "gt": k > 0, "ge": k >= 0, "eq": k == 0,
+                 "ne": k != 0}[op]
+        return _All() if truth else _nothing()
+    if a == 0 and abs(c) == 1:  # kv_idx alone: c * kv + k op 0
+        if c == -1:
+            op, k = _FLIP[op], -k
+        return _one_sided(op, -k, _KvLess)
+    if c == 0 and abs(a) == 1:
+        if a == -1:
+            op, k = _FLIP[op], -k
+        return _one_sided(op, -k, _QLess)
+    if a == -c and abs(a) == 1:  # +-(q - kv) + k op 0
+        if a == -1:
+            op, k = _FLIP[op], -k
+        m = -k  # q - kv op m
+        if op == "ge":
+            return _Band(None, -m)
+        if op == "gt":
+            return _Band(None, -m - 1)
+        if op == "le":
+            return _Band(-m, None)
+        if op == "lt":
+            return _Band(-m + 1, None)
+        if op == "eq":
+            return _Band(-m, -m)
+        return _Not(_Band(-m, -m))
+    raise _NotRecognised(f"{_node_name(node)} of {a} * q_idx + {c} * kv_idx")
+
+
+def _compare(op, x, y, node):
+    """The mask x op y, or _NotRecognised."""
+    if isinstance(x, (int, float)) and not isinstance(y, (int, float)):
+        x, y, op = y, x, _FLIP[op]
+    if isinstance(x, _Tens) and x.t.dim() == 0:
+        x = _as_int(x, node)
+    if isinstance(y, _Tens) and y.t.dim() == 0:
+        y = _as_int(y, node)
+    if isinstance(x, (_Lin, int, float)) and isinstance(y, (_Lin, int, float)):
+        if isinstance(x, float) or isinstance(y, float):
+            x, y = (_as_int(v, node) if not isinstance(v, _Lin) else v for v in (x, y))
+        return _compare_lin(op, _Lin.of(x) + _Lin.of(y).scaled(-1), node)
+    if isinstance(x, _Abs) or isinstance(y, _Abs):
+        if isinstance(y, _Abs):
+            x, y, op = y, x, _FLIP[op]
+        w = _as_int(y, node)
+        d = x.lin
+        a, c = d.coef.get("q", 0), d.coef.get("kv", 0)
+        if set(d.coef) - {"q", "kv"} or not (a == -c and abs(a) == 1):
+            raise _NotRecognised("abs of an expression other than +-(q_idx - kv_idx) + c")
+        k = d.const if a == 1 else -d.const  # |q - kv + k|
+        if op == "lt":
+            op, w = "le", w - 1
+        elif op == "gt":
+            op, w = "ge", w + 1
+        if op == "le":
+            return _Band(k - w, k + w) if w >= 0 else _nothing()
+        if op == "ge":
+            return _Not(_Band(k - w + 1, k + w - 1)) if w > 0 else _All()
+        raise _NotRecognised(f"{op} of abs()")
+    if isinstance(x, _FloorDiv) and isinstance(y, _FloorDiv) and op in ("eq", "ne"):
+        if x.by != y.by:
+            raise _NotRecognised("floordiv by two different chunks")
+        for a, b in ((x, y), (y, x)):
+            if b.lin.index() == "kv" and set(a.lin.coef) == {"q"} and a.lin.coef["q"] == 1:
+                m = _Chunk(x.by, a.lin.const)
+                return m if op == "eq" else _Not(m)
+        raise _NotRecognised("floordiv of other than q_idx + c and kv_idx")
+    if isinstance(x, _Tens) and isinstance(y, _Tens) and op in ("eq", "ne") and \
+            x.full() and y.full() and not x.t.dtype.is_floating_point:
+        for a, b in ((x, y), (y, x)):
+            if a.dims[-1:] == ("q",) and b.dims[-1:] == ("kv",) and \
+                    a.dims[:-1] in ((), ("b",)) and b.dims[:-1] in ((), ("b",)):
+                m = _Doc(a, b)
+                return m if op == "eq" else _Not(m)
+        raise _NotRecognised(f"{_node_name(node)} of tensors indexed by {x.dims} and {y.dims}")
+    if isinstance(y, _Lin) and isinstance(x, _Tens):
+        x, y, op = y, x, _FLIP[op]
+    if isinstance(x, _Lin) and isinstance(y, _Tens) and y.full() and y.dims == ("b",) \
+            and not y.t.dtype.is_floating_point:
+        # kv_idx + k op L[b]: key padding (kv_idx < L[b]) and its kin
+        if set(x.coef) != {"kv"} or x.coef["kv"] not in (1, -1):
+            raise _NotRecognised(f"{_node_name(node)} of a per-batch tensor and other than "
+                                 "kv_idx")
+        lengths = y.t.detach().to(torch.int64)
+        if x.coef["kv"] == -1:  # -kv + k op L  <=>  kv flip(op) k - L
+            op, lengths = _FLIP[op], x.const - lengths
+        else:
+            lengths = lengths - x.const
+        if op == "lt":
+            return _KvLess(lengths)
+        if op == "le":
+            return _KvLess(lengths + 1)
+        if op == "ge":
+            return _Not(_KvLess(lengths))
+        if op == "gt":
+            return _Not(_KvLess(lengths + 1))
+        raise _NotRecognised(f"{op} of kv_idx and a per-batch tensor")
+    raise _NotRecognised(f"{_node_name(node)} of {type(x).__name__.strip('_')} and "
+                         f"{type(y).__name__.strip('_')}")
+
+
+_CMP = {operator.lt: "lt", operator.le: "le", operator.gt: "gt", operator.ge: "ge",
+        operator.eq: "eq", operator.ne: "ne", torch.lt: "lt", torch.le: "le", torch.gt: "gt",
+        torch.ge: "ge", torch.eq: "eq", torch.ne: "ne"}
+_CMP_METHODS = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne",
+                "__lt__": "lt", "__le__": "le", "__gt__": "gt", "__ge__": "ge",
+                "__eq__": "eq", "__ne__": "ne"}
+_AND = (operator.and_, torch.logical_and, torch.bitwise_and)
+_OR = (operator.or_, torch.logical_or, torch.bitwise_or)
+_NOT = (operator.invert, torch.logical_not, torch.bitwise_not)
+_ADD = (operator.add, torch.add)
+_SUB = (operator.sub, torch.sub)
+_MUL = (operator.mul, torch.mul)
+_DIV = (operator.truediv, torch.div, torch.true_divide)
+_ABS = (torch.abs, abs, operator.abs)
+_TANH = (torch.tanh,)
+_METHOD_AS_FUNCTION = {"abs": torch.abs, "tanh": torch.tanh, "__getitem__": operator.getitem,
+                       "logical_and": torch.logical_and, "logical_or": torch.logical_or,
+                       "logical_not": torch.logical_not, "add": torch.add, "sub": torch.sub,
+                       "mul": torch.mul, "div": torch.div, "neg": operator.neg,
+                       "__and__": operator.and_, "__or__": operator.or_,
+                       "__invert__": operator.invert}
+
+
+def _operation(node):
+    """(the function a call node applies, its args, its kwargs)."""
+    if node.op == "call_method":
+        if node.target in _CMP_METHODS:
+            return ("cmp", _CMP_METHODS[node.target]), node.args, node.kwargs
+        fn = _METHOD_AS_FUNCTION.get(node.target)
+        if fn is None:
+            return ("method", node.target), node.args, node.kwargs
+        return fn, node.args, node.kwargs
+    if node.target in _CMP:
+        return ("cmp", _CMP[node.target]), node.args, node.kwargs
+    return node.target, node.args, node.kwargs
+
+
+def _index_of(v, node):
+    if isinstance(v, _Lin) and v.index() is not None:
+        return v.index()
+    if isinstance(v, _Bucket):
+        return v
+    raise _NotRecognised(f"indexing a captured tensor by other than b, h, q_idx, kv_idx "
+                         f"(in {_node_name(node)})")
+
+
+class _Interpreter:
+    """Runs a traced graph on symbolic values: _Lin for integer index
+    expressions, _Tens for captured tensors, _Mask for booleans; score
+    mods extend it with the score."""
+
+    def __init__(self, graph, captured):
+        self.graph, self.captured = graph, captured
+
+    def run(self, inputs):
+        env = {}
+        placeholders = iter(inputs)
+        for node in self.graph.nodes:
+            if node.op == "placeholder":
+                env[node] = next(placeholders)
+            elif node.op == "get_attr":
+                env[node] = _Tens(self.captured[node.target])
+            elif node.op == "output":
+                return self.load(node.args[0], env)
+            else:
+                fn, args, kwargs = _operation(node)
+                args = [self.load(a, env) for a in args]
+                kwargs = {k: self.load(v, env) for k, v in kwargs.items()}
+                env[node] = self.apply(node, fn, args, kwargs)
+        raise _NotRecognised("a graph without output")
+
+    def load(self, a, env):
+        if isinstance(a, fx.Node):
+            return env[a]
+        if isinstance(a, (tuple, list)):
+            return type(a)(self.load(x, env) for x in a)
+        return a
+
+    def apply(self, node, fn, args, kwargs):
+        if isinstance(fn, tuple) and fn[0] == "cmp":
+            return _compare(fn[1], args[0], args[1], node)
+        if fn in _AND or fn in _OR:
+            a, b = args
+            if isinstance(a, _Mask) and isinstance(b, _Mask):
+                return _And(a, b) if fn in _AND else _Or(a, b)
+        if fn in _NOT and isinstance(args[0], _Mask):
+            return _Not(args[0])
+        if fn == ("method", "new_ones") or fn == ("method", "new_zeros"):
+            if kwargs.get("dtype") == torch.bool:
+                return _All() if fn[1] == "new_ones" else _nothing()
+        if fn is operator.getitem:
+            base, idx = args
+            if isinstance(base, _Tens):
+                t, dims = base.t, list(base.dims)
+                for i in (idx if isinstance(idx, tuple) else (idx,)):
+                    if len(dims) >= t.dim():
+                        raise _NotRecognised(f"indexing a {base.t.dim()}-D tensor by more "
+                                             "indices")
+                    if isinstance(i, _Lin) and not i.coef:
+                        i = i.const
+                    if isinstance(i, int) and not isinstance(i, bool):
+                        t = t.select(len(dims), i)  # a fixed entry: that slice
+                    else:
+                        dims.append(_index_of(i, node))
+                return _Tens(t, dims)
+        if fn in _ADD or fn in _SUB:
+            a, b = args[0], args[1]
+            if kwargs.get("alpha", 1) != 1:
+                raise _NotRecognised(f"{_node_name(node)} with alpha")
+            if isinstance(a, (_Lin, int)) and isinstance(b, (_Lin, int)) and \
+                    not (isinstance(a, int) and isinstance(b, int)):
+                return _Lin.of(a) + (_Lin.of(b).scaled(-1) if fn in _SUB else b)
+        if fn in _MUL:
+            a, b = args
+            if isinstance(a, int) and isinstance(b, _Lin):
+                a, b = b, a
+            if isinstance(a, _Lin) and isinstance(b, int):
+                return a.scaled(b)
+        if fn is operator.neg and isinstance(args[0], _Lin):
+            return args[0].scaled(-1)
+        if fn in (operator.floordiv, torch.floor_divide) and isinstance(args[0], _Lin):
+            by = _as_int(args[1], node)
+            if by <= 0:
+                raise _NotRecognised(f"floordiv by {by}")
+            return _FloorDiv(args[0], by)
+        if fn in _ABS and isinstance(args[0], _Lin):
+            return _Abs(args[0])
+        return self.other(node, fn, args, kwargs)
+
+    def other(self, node, fn, args, kwargs):
+        raise _NotRecognised(_node_name(node))
+
+
+def _trace_mask(mask_mod):
+    """mask_mod as a _Mask, or None where it is not recognised."""
+    try:
+        graph, captured = _trace(mask_mod, ["b", "h", "q_idx", "kv_idx"])
+    except Exception:  # control flow on an index, an op fx cannot trace: evaluated densely
+        return None
+    idx = [_Lin({"b": 1}), _Lin({"h": 1}), _Lin({"q": 1}), _Lin({"kv": 1})]
+    try:
+        result = _Interpreter(graph, captured).run(idx)
+    except _NotRecognised:
+        return None
+    return result if isinstance(result, _Mask) else None
+
+
+def _dense_mask(mask_mod, g):
+    """mask_mod evaluated once on the (B, H, T, S) index grid: a bool tensor."""
+    try:
+        r = mask_mod(g.b, g.h, g.q, g.kv)
+        r = torch.as_tensor(r)
+        return r.to(torch.bool).expand(g.B, g.H, g.T, g.S)
+    except Exception as err:
+        message = (f"create_block_mask: the mask_mod {getattr(mask_mod, '__name__', mask_mod)!r}"
+                   f" raised on the (B, H, Q_LEN, KV_LEN) = ({g.B}, {g.H}, {g.T}, {g.S}) index "
+                   f"grid: {type(err).__name__}: {err}")
+        try:
+            wrapped = type(err)(message)
+        except Exception:
+            wrapped = RuntimeError(message)
+        raise wrapped from err
+
+
+# ---- score mods as data ----------------------------------------------------------------
+
+
+class _Score:
+    """The score after the chain of mods (each a dict of attn_score_mod fields)."""
+
+    def __init__(self, mods=()):
+        self.mods = list(mods)
+
+    def then(self, mod):
+        mods = list(self.mods)
+        if mod["kind"] == SCORE_SCALE and mods and mods[-1]["kind"] == SCORE_SCALE:
+            value = mods[-1]["value"] * mod["value"]
+            mods.pop()
+            if abs(value - 1.0) > 1e-12:
+                mods.append({"kind": SCORE_SCALE, "value": value})
+            return _Score(mods)
+        mods.append(mod)
+        return _Score(mods)
+
+
+class _Tanh:
+    """tanh of a score."""
+
+    def __init__(self, score):
+        self.score = score
+
+    def times(self, c):
+        """c * tanh(score): a softcap where score ends in a scale by 1 / c."""
+        mods = self.score.mods
+        if mods and mods[-1]["kind"] == SCORE_SCALE and \
+                abs(mods[-1]["value"] * c - 1.0) <= 1e-12:
+            return _Score(mods[:-1]).then({"kind": SCORE_SOFTCAP, "value": float(c)})
+        return self.as_score().then({"kind": SCORE_SCALE, "value": float(c)})
+
+    def as_score(self):
+        return self.score.then({"kind": SCORE_SOFTCAP, "value": 1.0})
+
+
+class _Term:
+    """A score-independent addend: kind "bias" (tensor, dims), "alibi"
+    (slope, lin, absolute), "rel" (table, bucket, heads_first), "const"."""
+
+    def __init__(self, kind, **kw):
+        self.kind = kind
+        self.__dict__.update(kw)
+
+    def times(self, c):
+        kw = {k: v for k, v in self.__dict__.items() if k != "kind"}
+        if self.kind == "bias" or self.kind == "rel":
+            kw["t" if self.kind == "bias" else "table"] = \
+                (self.t if self.kind == "bias" else self.table) * c
+        elif self.kind == "alibi":
+            kw["slope"] = self.slope * c
+        else:
+            kw["value"] = self.value * c
+        return _Term(self.kind, **kw)
+
+
+def _term_of(v, node):
+    """v as a list of _Term, or _NotRecognised."""
+    if isinstance(v, list):
+        return v
+    if isinstance(v, _Term):
+        return [v]
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return [_Term("const", value=float(v))]
+    if isinstance(v, _Tens) and v.full():
+        buckets = [d for d in v.dims if isinstance(d, _Bucket)]
+        if not buckets:
+            if len(set(v.dims)) != len(v.dims):
+                raise _NotRecognised("a captured tensor indexed twice by one index")
+            return [_Term("bias", t=v.t, dims=v.dims)]
+        if len(v.dims) == 1:
+            return [_Term("rel", table=v.t, bucket=v.dims[0], heads="none")]
+        if len(v.dims) == 2 and "h" in v.dims and len(buckets) == 1:
+            return [_Term("rel", table=v.t, bucket=buckets[0],
+                          heads="first" if v.dims[0] == "h" else "last")]
+        raise _NotRecognised("a relative-bias table indexed by other than h and the bucket")
+    raise _NotRecognised(f"{type(v).__name__.strip('_')} added to the score (in "
+                         f"{_node_name(node)})")
+
+
+def _slope_of(v):
+    """v as an ALiBi slope (a number or a tensor over heads), or None."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return float(v)
+    if isinstance(v, _Tens) and v.dims == ("h",) and v.full():
+        return v.t
+    return None
+
+
+class _ScoreInterpreter(_Interpreter):
+    def other(self, node, fn, args, kwargs):
+        name = _node_name(node)
+        if fn is t5_relative_bucket:
+            lin = args[0]
+            if not isinstance(lin, _Lin):
+                raise _NotRecognised("t5_relative_bucket of other than kv_idx - q_idx")
+            return _Bucket(lin, bool(kwargs.get("bidirectional", True)),
+                           int(kwargs.get("num_buckets", 32)), int(kwargs.get("max_distance", 128)))
+        if fn in _MUL or fn in _DIV:
+            a, b = args
+            if fn in _DIV:
+                if not isinstance(b, (int, float)) or isinstance(b, bool) or b == 0:
+                    raise _NotRecognised(f"{name} by other than a nonzero number")
+                return self.scale(a, 1.0 / b, node)
+            if isinstance(a, (int, float)) and not isinstance(a, bool):
+                a, b = b, a
+            if isinstance(b, (int, float)) and not isinstance(b, bool):
+                return self.scale(a, float(b), node)
+            for x, y in ((a, b), (b, a)):
+                slope = _slope_of(x)
+                if slope is not None and isinstance(y, _Lin):
+                    return _Term("alibi", slope=slope, lin=y, absolute=False)
+                if slope is not None and isinstance(y, _Abs):
+                    return _Term("alibi", slope=slope, lin=y.lin, absolute=True)
+            raise _NotRecognised(f"{name} of {type(a).__name__.strip('_')} and "
+                                 f"{type(b).__name__.strip('_')}")
+        if fn is operator.neg:
+            return self.scale(args[0], -1.0, node)
+        if fn in _TANH:
+            if isinstance(args[0], _Tanh):
+                args = [args[0].as_score()]
+            if isinstance(args[0], _Score):
+                return _Tanh(args[0])
+            raise _NotRecognised(f"{name} of other than the score")
+        if fn in _ADD or fn in _SUB:
+            a, b = args[0], args[1]
+            sub = fn in _SUB
+            if isinstance(a, _Tanh):
+                a = a.as_score()
+            if isinstance(b, _Tanh):
+                b = b.as_score()
+            if isinstance(b, _Score) and not isinstance(a, _Score):
+                if sub:  # c - score: -(score - c)
+                    return self.scale(self.add(b, _term_of(a, node), node, negate=True), -1.0,
+                                      node)
+                a, b = b, a
+            if isinstance(a, _Score):
+                if isinstance(b, _Score):
+                    raise _NotRecognised(f"{name} of the score and itself")
+                return self.add(a, _term_of(b, node), node, negate=sub)
+            terms_b = _term_of(b, node)
+            if sub:
+                terms_b = [t.times(-1.0) for t in terms_b]
+            return _term_of(a, node) + terms_b
+        raise _NotRecognised(name)
+
+    def scale(self, a, c, node):
+        if isinstance(a, _Score):
+            return a.then({"kind": SCORE_SCALE, "value": c})
+        if isinstance(a, _Tanh):
+            return a.times(c)
+        if isinstance(a, _Tens):
+            return _Tens(a.t * c, a.dims)
+        if isinstance(a, (_Term, list)):
+            return [t.times(c) for t in _term_of(a, node)]
+        if isinstance(a, _Lin) and float(c).is_integer():
+            return a.scaled(int(c))
+        raise _NotRecognised(f"{_node_name(node)} of {type(a).__name__.strip('_')}")
+
+    def add(self, score, terms, node, negate=False):
+        for t in terms:
+            score = score.then({"kind": "term", "term": t.times(-1.0) if negate else t})
+        return score
+
+
+def _trace_score(score_mod):
+    """score_mod as a list of mod dicts; ValueError naming what attn lacks."""
+    what = getattr(score_mod, "__name__", repr(score_mod))
+    try:
+        graph, captured = _trace(score_mod, ["score", "b", "h", "q_idx", "kv_idx"])
+    except Exception as err:
+        raise ValueError(f"flex_attention: the score_mod {what!r} cannot be traced by "
+                         f"torch.fx ({type(err).__name__}: {err}); attn runs score_mods made "
+                         "of scales, softcaps, captured biases, ALiBi and T5 buckets") from err
+    idx = [_Score(), _Lin({"b": 1}), _Lin({"h": 1}), _Lin({"q": 1}), _Lin({"kv": 1})]
+    try:
+        result = _ScoreInterpreter(graph, captured).run(idx)
+    except _NotRecognised as err:
+        raise ValueError(f"flex_attention: the score_mod {what!r} uses {err}, which attn has "
+                         "no score modifier for (it runs scales, softcaps, captured biases "
+                         "indexed by b, h, q_idx, kv_idx, ALiBi and t5_relative_bucket "
+                         "tables)") from None
+    if isinstance(result, _Tanh):
+        result = result.as_score()
+    if not isinstance(result, _Score):
+        raise ValueError(f"flex_attention: the score_mod {what!r} does not return the score "
+                         "modified (its result does not depend on score)")
+    return result.mods
+
+
+# ---- the chain as attn_score_mod structs --------------------------------------------
+
+
+_AXIS = {"b": 0, "h": 1, "q": 2, "kv": 3}  # attn_score_mod.strides' order
+
+
+class _Chain:
+    """The attn_score_mod array of a traced chain for one call's shapes, the
+    float32 tensors it points at (kept alive), and which of them take a
+    gradient (tensor_grad)."""
+
+    def __init__(self, mods, B, H, T, S):
+        self.entries = []    # (fields, tensor index or None)
+        self.tensors = []    # float32 contiguous tensors (autograd-connected to the captured)
+        for m in mods:
+            if m["kind"] == "term":
+                self.add_term(m["term"], B, H, T, S)
+            else:
+                self.entries.append(({"kind": m["kind"], "value": m["value"]}, None))
+
+    @classmethod
+    def bias(cls, values, strides):
+        """A chain of one ATTN_SCORE_BIAS over values through strides (b, h, q, kv)."""
+        chain = cls([], 1, 1, 1, 1)
+        chain.entries.append(({"kind": SCORE_BIAS, "strides": tuple(strides)},
+                              chain.tensor(values)))
+        return chain
+
+    def tensor(self, t):
+        self.tensors.append(t.to(torch.float32).contiguous())
+        return len(self.tensors) - 1
+
+    def add_term(self, t, B, H, T, S):
+        extent = {"b": B, "h": H, "q": T, "kv": S}
+        if t.kind == "const":
+            i = self.tensor(torch.tensor([t.value]))
+            self.entries.append(({"kind": SCORE_BIAS, "strides": (0, 0, 0, 0)}, i))
+        elif t.kind == "bias":
+            i = self.tensor(t.t)
+            ft = self.tensors[i]
+            strides = [0, 0, 0, 0]
+            for d, name in enumerate(t.dims):
+                size = ft.size(d)
+                if size != 1 and size < extent[name]:
+                    raise ValueError(f"flex_attention: a score_mod's tensor of shape "
+                                     f"{tuple(t.t.shape)} is indexed by {name} up to "
+                                     f"{extent[name]} along its dim {d}")
+                strides[_AXIS[name]] = ft.stride(d) if size != 1 else 0
+            self.entries.append(({"kind": SCORE_BIAS, "strides": tuple(strides)}, i))
+        elif t.kind == "alibi":
+            d = t.lin
+            a, c = d.coef.get("q", 0), d.coef.get("kv", 0)
+            if set(d.coef) - {"q", "kv"} or not (a == -c and abs(a) == 1):
+                raise ValueError("flex_attention: a score_mod's slope multiplies other than "
+                                 "+-(kv_idx - q_idx) + c (ALiBi)")
+            slope = t.slope
+            if isinstance(slope, torch.Tensor):
+                if slope.requires_grad and torch.is_grad_enabled():
+                    raise ValueError("flex_attention: ALiBi slopes that require grad: attn "
+                                     "computes no gradient for them (detach them)")
+                slope = slope.detach().to(torch.float32).reshape(-1)
+                if slope.numel() != H:
+                    raise ValueError(f"flex_attention: ALiBi slopes of {slope.numel()} "
+                                     f"values for {H} heads")
+            else:
+                slope = torch.full((H,), float(slope))
+            if t.absolute:
+                # s + slope * |q - kv + k| = s - (-slope) * |q + k - kv|
+                k = d.const if a == 1 else -d.const
+                fields = {"kind": SCORE_ALIBI, "offset": k, "signed_distance": False}
+                slope = -slope
+            else:
+                # s + slope * (a (q - kv) + k) = s + (-a slope) (kv - q - a k)
+                fields = {"kind": SCORE_ALIBI, "offset": a * d.const, "signed_distance": True}
+                slope = slope * -a
+            self.entries.append((fields, self.tensor(slope)))
+        else:  # rel
+            b = t.bucket
+            if b.lin.coef != {"kv": 1, "q": -1} or b.lin.const != 0:
+                raise ValueError("flex_attention: t5_relative_bucket of other than "
+                                 "kv_idx - q_idx (T5's memory - query position)")
+            table = t.table
+            if not table.dtype.is_floating_point:
+                table = table.to(torch.float32)
+            if t.heads == "none":
+                table = table.reshape(1, -1).expand(H, -1)
+            elif t.heads == "last":
+                table = table.t()
+            if table.size(0) != H or table.size(1) < b.buckets:
+                raise ValueError(f"flex_attention: a relative-bias table of shape "
+                                 f"{tuple(t.table.shape)} for {H} heads and {b.buckets} "
+                                 "buckets")
+            table = table[:, :b.buckets]
+            fields = {"kind": SCORE_REL_BIAS, "buckets": b.buckets,
+                      "max_distance": b.max_distance, "bidirectional": b.bidirectional}
+            self.entries.append((fields, self.tensor(table)))
+
+    def structs(self, tensors, grads):
+        """The attn_score_mod array reading tensors (and writing grads: None
+        where no gradient is wanted)."""
+        arr = (ScoreMod * max(1, len(self.entries)))()
+        for slot, (fields, i) in zip(arr, self.entries):
+            for k, v in fields.items():
+                if k == "strides":
+                    slot.strides[:] = list(v)
+                else:
+                    setattr(slot, k, v)
+            if i is not None:
+                slot.tensor = ctypes.cast(tensors[i].data_ptr(), _lib.F32P)
+                if grads is not None and grads[i] is not None:
+                    slot.tensor_grad = ctypes.cast(grads[i].data_ptr(), _lib.F32P)
+        return arr
+
+    def evaluate(self, scores, g):
+        """The chain applied to scores (B, H, T, S) in torch (what attn computes)."""
+        s = scores
+        for fields, i in self.entries:
+            kind = fields["kind"]
+            t = self.tensors[i] if i is not None else None
+            if kind == SCORE_SCALE:
+                s = s * fields["value"]
+            elif kind == SCORE_SOFTCAP:
+                s = fields["value"] * torch.tanh(s / fields["value"])
+            elif kind == SCORE_BIAS:
+                st = fields["strides"]
+                s = s + t.as_strided((g.B, g.H, g.T, g.S), st).to(s.dtype)
+            elif kind == SCORE_ALIBI:
+                slope = t.view(1, -1, 1, 1).to(s.dtype)
+                if fields["signed_distance"]:
+                    s = s + slope * (g.kv - g.q - fields["offset"])
+                else:
+                    s = s - slope * (g.q + fields["offset"] - g.kv).abs()
+            else:
+                bucket = t5_relative_bucket(g.kv - g.q, fields["bidirectional"],
+                                            fields["buckets"], fields["max_distance"])
+                s = s + t.to(s.dtype)[:, bucket.view(g.T, g.S)].unsqueeze(0)
+        return s
+
+
+# ---- BlockMask ---------------------------------------------------------------------------
+
+
+def _block_sizes(BLOCK_SIZE):
+    if isinstance(BLOCK_SIZE, int) and not isinstance(BLOCK_SIZE, bool):
+        bq = bkv = BLOCK_SIZE
+    elif isinstance(BLOCK_SIZE, (tuple, list)) and len(BLOCK_SIZE) == 2:
+        bq, bkv = BLOCK_SIZE
+    else:
+        raise ValueError(f"BLOCK_SIZE: an int or (Q_BLOCK, KV_BLOCK), got {BLOCK_SIZE!r}")
+    for x in (bq, bkv):
+        if not isinstance(x, int) or x < 16 or x > 256 or x & (x - 1):
+            raise ValueError(f"BLOCK_SIZE: attn's blocks are powers of two from 16 to 256, "
+                             f"got {BLOCK_SIZE!r}")
+    return bq, bkv
+
+
+def _dims(name, value, default=1):
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"create_block_mask: {name} must be None or a positive int, got "
+                         f"{value!r}")
+    return value
+
+
+def _has_masks():
+    return all(_lib.has(n) for n in ("attn_mask_new_all", "attn_mask_new_and",
+                                      "attn_block_mask_from_mask"))
+
+
+class BlockMask:
+    """attn's block map (flex_attention's BlockMask): which key blocks each
+    query block visits, full or partial, for (B, H, Q_LEN, KV_LEN); B or H 1
+    broadcasts. It holds the C map, freed when the object goes."""
+
+    def __init__(self, handle, shape, block_size, mask_mod, description=None):
+        self._handle = handle
+        self._finalizer = weakref.finalize(self, lib.attn_block_mask_free, handle)
+        self.shape = tuple(shape)
+        self.BLOCK_SIZE = tuple(block_size)
+        self.mask_mod = mask_mod
+        self.description = description  # the traced _Mask, or None (dense)
+        self.seq_lengths = self.shape[2:]
+
+    @property
+    def handle(self):
+        return self._handle
+
+    def info(self):
+        out = BlockMaskInfo()
+        status = lib.attn_block_mask_get_info(self._handle, ctypes.byref(out))
+        if status != 0:
+            raise AttnError(_lib.status_name(status), "attn_block_mask_get_info failed")
+        return out
+
+    def sparsity(self):
+        """Percent of the (B, H) tiles skipped, as BlockMask.sparsity()."""
+        return float(self.info().sparsity)
+
+    def _draw(self, b, h):
+        needed = c_size_t()
+        status = lib.attn_block_mask_to_string(self._handle, b, h, None, 0, ctypes.byref(needed))
+        if status != 0:
+            raise AttnError(_lib.status_name(status), f"attn_block_mask_to_string ({b}, {h})")
+        buf = ctypes.create_string_buffer(needed.value)
+        status = lib.attn_block_mask_to_string(self._handle, b, h, buf, needed.value, None)
+        if status != 0:
+            raise AttnError(_lib.status_name(status), f"attn_block_mask_to_string ({b}, {h})")
+        return buf.value.decode()
+
+    def to_string(self, limit=4):
+        """The map of each (b, h), up to limit of them, a line per query block
+        and a character per key block: '#' full, '~' partial, '.' skipped."""
+        B, H = self.shape[:2]
+        parts = []
+        for b in range(B):
+            for h in range(H):
+                if len(parts) == limit:
+                    parts.append("...\n")
+                    return "".join(parts)
+                parts.append(f"b={b}, h={h}\n" + self._draw(b, h))
+        return "".join(parts)
+
+    def __repr__(self):
+        return (f"BlockMask(shape={self.shape}, BLOCK_SIZE={self.BLOCK_SIZE}, "
+                f"sparsity={self.sparsity():.2f}%,\n{self.to_string(limit=1)})")
+
+    @classmethod
+    def from_kv_blocks(cls, kv_num_blocks, kv_indices, full_kv_num_blocks=None,
+                       full_kv_indices=None, BLOCK_SIZE=128, mask_mod=None, seq_lengths=None):
+        """A BlockMask from block lists, as PyTorch's: kv_num_blocks (B, H,
+        q_blocks) partial key blocks listed in kv_indices (B, H, q_blocks,
+        max), full ones likewise; a partial block's elements are those
+        mask_mod (None: all) leaves visible. seq_lengths (Q_LEN, KV_LEN)
+        defaults to the lists' block counts times the block sizes."""
+        bq, bkv = _block_sizes(BLOCK_SIZE)
+        for name, t in (("kv_num_blocks", kv_num_blocks), ("kv_indices", kv_indices),
+                        ("full_kv_num_blocks", full_kv_num_blocks),
+                        ("full_kv_indices", full_kv_indices)):
+            if t is not None and (not isinstance(t, torch.Tensor) or t.dtype.is_floating_point):
+                raise TypeError(f"from_kv_blocks: {name} must be an integer tensor")
+        if (full_kv_num_blocks is None) != (full_kv_indices is None):
+            raise ValueError("from_kv_blocks: full_kv_num_blocks and full_kv_indices go "
+                             "together")
+        if kv_num_blocks.dim() != 3 or kv_indices.dim() != 4 or \
+                kv_indices.shape[:3] != kv_num_blocks.shape:
+            raise ValueError(f"from_kv_blocks: kv_num_blocks (B, H, q_blocks) and kv_indices "
+                             f"(B, H, q_blocks, max), got {tuple(kv_num_blocks.shape)} and "
+                             f"{tuple(kv_indices.shape)}")
+        B, H, QB = kv_num_blocks.shape
+        if seq_lengths is None:
+            seq_lengths = (QB * bq, kv_indices.size(-1) * bkv)
+        T, S = int(seq_lengths[0]), int(seq_lengths[1])
+        if full_kv_num_blocks is not None and (full_kv_num_blocks.shape != kv_num_blocks.shape
+                                               or full_kv_indices.shape[:3] != (B, H, QB)):
+            raise ValueError("from_kv_blocks: the full blocks' lists must have the partial "
+                             "ones' (B, H, q_blocks)")
+        g = _Grid(B, H, T, S)
+        description = _trace_mask(mask_mod) if mask_mod is not None else _All()
+        i32 = [None if t is None else t.detach().to(torch.int32).contiguous()
+               for t in (kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)]
+        cfg = BlockMaskConfig(batch=B, heads=H, q_len=T, kv_len=S, block_q=bq, block_kv=bkv)
+        ctx = _attn_torch()._context()
+        if _lib.has("attn_block_mask_from_kv_blocks") and _has_masks() and \
+                description is not None:
+            mask = description.lower(ctx, g)
+            try:
+                out = c_void_p()
+                p = [None if t is None else ctypes.cast(t.data_ptr(), _lib.I32P) for t in i32]
+                ctx.check(lib.attn_block_mask_from_kv_blocks(
+                    ctx.handle, ctypes.byref(cfg), p[0], p[1], i32[1].size(-1), p[2], p[3],
+                    0 if i32[3] is None else i32[3].size(-1), mask, ctypes.byref(out)),
+                    "attn_block_mask_from_kv_blocks")
+            finally:
+                lib.attn_mask_free(mask)
+            return cls(out, (B, H, T, S), (bq, bkv), mask_mod, description)
+        # the lists drawn out densely: the same map through the dense builder
+        keep = _listed_dense(i32, g, bq, bkv)
+        if mask_mod is not None:
+            partial = _listed_dense(i32[:2], g, bq, bkv)
+            inside = description.evaluate(g) if description is not None else \
+                _dense_mask(mask_mod, g)
+            keep = (keep & ~partial) | (partial & inside.expand(B, H, T, S))
+        return _from_bool(ctx, keep, (bq, bkv), mask_mod, None)
+
+
+def _listed_dense(i32, g, bq, bkv):
+    """The elements of the listed blocks (partial, then full if given) as a
+    (B, H, T, S) bool tensor; a block out of range is refused by name."""
+    keep = torch.zeros(g.B, g.H, (g.T + bq - 1) // bq, (g.S + bkv - 1) // bkv, dtype=torch.bool)
+    kvb = keep.size(-1)
+    for num, idx in zip(i32[0::2], i32[1::2]):
+        if num is None:
+            continue
+        count = num.clamp(0, idx.size(-1)).unsqueeze(-1)
+        listed = torch.arange(idx.size(-1)).view(1, 1, 1, -1) < count
+        if bool(((idx < 0) | (idx >= kvb))[listed].any()):
+            raise ValueError(f"from_kv_blocks: a listed key block is outside 0 .. {kvb - 1}")
+        rows = keep.view(-1, kvb)
+        flat_idx = idx.reshape(-1, idx.size(-1)).long()
+        flat_listed = listed.reshape(-1, idx.size(-1))
+        for r in range(rows.size(0)):
+            rows[r, flat_idx[r][flat_listed[r]]] = True
+    dense = keep.repeat_interleave(bq, 2).repeat_interleave(bkv, 3)
+    return dense[:, :, :g.T, :g.S]
+
+
+def _from_bool(ctx, keep, block_size, mask_mod, description):
+    """A BlockMask of the (B, H, T, S) bool tensor keep (broadcast dims read
+    with stride 0)."""
+    B, H, T, S = keep.shape
+    keep = keep.to(torch.bool)
+    if keep.stride(-1) not in (0, 1):
+        keep = keep.contiguous()
+    strides = (c_size_t * 4)(*[0 if keep.size(d) == 1 else keep.stride(d) for d in range(4)])
+    cfg = BlockMaskConfig(batch=B, heads=H, q_len=T, kv_len=S, block_q=block_size[0],
+                          block_kv=block_size[1])
+    out = c_void_p()
+    ctx.check(lib.attn_block_mask_from_bool(
+        ctx.handle, ctypes.byref(cfg), ctypes.cast(keep.data_ptr(), POINTER(ctypes.c_uint8)),
+        strides, ctypes.byref(out)), "attn_block_mask_from_bool")
+    return BlockMask(out, (B, H, T, S), block_size, mask_mod, description)
+
+
+def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=128,
+                      _compile=False):
+    """The BlockMask of mask_mod(b, h, q_idx, kv_idx) -> bool for (B, H,
+    Q_LEN, KV_LEN) (B, H None: one map for every sequence / head), as
+    torch.nn.attention.flex_attention.create_block_mask. A mask_mod attn
+    recognises becomes its closed-form description (no (Q_LEN, KV_LEN)
+    mask is built); any other is evaluated once on the index grid."""
+    if not callable(mask_mod):
+        raise TypeError(f"create_block_mask: mask_mod must be callable, got {mask_mod!r}")
+    if str(torch.device(device).type) != "cpu":
+        raise ValueError(f"create_block_mask: attn runs on the CPU, not {device}")
+    B, H = _dims("B", B), _dims("H", H)
+    T, S = _dims("Q_LEN", Q_LEN, None), _dims("KV_LEN", KV_LEN, None)
+    if T is None or S is None:
+        raise ValueError("create_block_mask: Q_LEN and KV_LEN are needed")
+    block_size = _block_sizes(BLOCK_SIZE)
+    g = _Grid(B, H, T, S)
+    ctx = _attn_torch()._context()
+    description = _trace_mask(mask_mod)
+    if description is not None and _has_masks():
+        cfg = BlockMaskConfig(batch=B, heads=H, q_len=T, kv_len=S, block_q=block_size[0],
+                              block_kv=block_size[1])
+        mask = description.lower(ctx, g)
+        try:
+            out = c_void_p()
+            ctx.check(lib.attn_block_mask_from_mask(ctx.handle, ctypes.byref(cfg), mask,
+                                                    ctypes.byref(out)),
+                      "attn_block_mask_from_mask")
+        finally:
+            lib.attn_mask_free(mask)
+        return BlockMask(out, (B, H, T, S), block_size, mask_mod, description)
+    if description is not None:  # a libattn without mask descriptions: drawn densely
+        keep = description.evaluate(g).expand(B, H, T, S)
+    else:
+        keep = _dense_mask(mask_mod, g)
+    return _from_bool(ctx, keep, block_size, mask_mod, description)
+
+
+# ---- flex_attention ---------------------------------------------------------------------
+
+
+def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
+                   enable_gqa=False, return_lse=False):
+    """torch.nn.attention.flex_attention.flex_attention on attn's CPU kernels.
+
+    query (B, H, T, D), key (B, H_kv, S, D), value (B, H_kv, S, Dv) ->
+    out (B, H, T, Dv), and with return_lse (out, lse (B, H, T) float32,
+    natural log). score_mod(score, b, h, q_idx, kv_idx) changes each score
+    q . k * scale (None: 1 / sqrt(D)); block_mask (create_block_mask) says
+    which keys each query sees. enable_gqa: H_kv divides H. float32 runs
+    the fused kernels, float64 the reference ones (gradcheck). A query
+    that sees no key gives zeros and lse -inf."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"flex_attention: {name} must be a 4-D (B, H, T, D) tensor")
+        if t.device.type != "cpu":
+            raise ValueError(f"flex_attention: attn runs on the CPU; {name} is on {t.device}")
+    if not (query.dtype == key.dtype == value.dtype) or \
+            query.dtype not in (torch.float32, torch.float64):
+        raise ValueError(f"flex_attention: query, key, value must all be float32 (or float64), "
+                         f"got {query.dtype}, {key.dtype}, {value.dtype}")
+    B, H, T, D = query.shape
+    if key.size(0) != B or value.size(0) != B or key.size(3) != D or \
+            key.shape[:3] != value.shape[:3]:
+        raise ValueError(f"flex_attention: shapes query {tuple(query.shape)}, key "
+                         f"{tuple(key.shape)}, value {tuple(value.shape)} do not match")
+    if key.size(1) != H and (not enable_gqa or H % key.size(1)):
+        raise ValueError(f"flex_attention: key has {key.size(1)} heads and query {H}: "
+                         "enable_gqa=True with H_kv dividing H")
+    S = key.size(2)
+    if block_mask is not None:
+        if not isinstance(block_mask, BlockMask):
+            raise TypeError("flex_attention: block_mask must be a BlockMask (create_block_mask)")
+        mB, mH, mT, mS = block_mask.shape
+        if mB not in (1, B) or mH not in (1, H) or (mT, mS) != (T, S):
+            raise ValueError(f"flex_attention: block_mask of shape {block_mask.shape} for a "
+                             f"call of (B, H, Q_LEN, KV_LEN) = ({B}, {H}, {T}, {S})")
+    if scale is not None:
+        scale = float(scale)
+    chain = None
+    if score_mod is not None:
+        mods = _trace_score(score_mod)
+        chain = _Chain(mods, B, H, T, S) if mods else None  # "return score": no chain
+    at = _attn_torch()
+    if (block_mask is not None or chain is not None) and not at._runs_block_maps():
+        raise AttnError("ATTN_ERR_UNSUPPORTED",
+                        f"flex_attention: this libattn ({_lib.path}) runs no attention with a "
+                        "block map and score modifiers (no flex backend)")
+    spec = at._Spec("bhtd", scale=scale, block_mask=block_mask, chain=chain)
+    out, lse = at._attend(spec, query, key, value, return_lse=True)
+    if return_lse:
+        return out, lse.float()
+    return out

@@ -1,0 +1,572 @@
+"""attn.torch's FlexAttention API (python/attn/flex.py) against PyTorch math.
+
+Part (a), the tracer and the block maps, runs on any libattn of this ABI:
+  - mask_mods (causal with offsets, windows in their abs forms, chunks,
+    prefix-LM, documents, key padding, global tokens, and_masks / or_masks
+    / & | ~ of them) are recognised as attn's primitives, and the traced
+    description evaluated on the (B, H, T, S) index grid equals the
+    mask_mod itself called on it, with fresh random parameters;
+  - score_mods (scales, softcaps, captured biases indexed by any subset of
+    b, h, q_idx, kv_idx, ALiBi in both forms, T5 buckets, chains) become
+    the chain of attn_score_mod entries that, applied in torch to random
+    scores, equals the score_mod applied to them; t5_relative_bucket
+    equals T5's bucketing written out element by element;
+  - what is not recognised: a mask_mod falls back to the dense grid, a
+    score_mod raises ValueError naming the operation, a mask_mod that
+    raises propagates naming create_block_mask;
+  - create_block_mask's BlockMask: to_string() and sparsity() equal a
+    Python classification of the mask's tiles; from_kv_blocks likewise;
+    the C map freed with the object.
+Part (b), end to end, needs attention that applies block maps and score
+modifiers (the flex backend); where the library has none it is skipped
+with "needs the flex backend" (and fails where the library has the mask
+descriptions but its attention ignores maps): flex_attention and SDPA's
+attn_mask (bool and additive) against a float64 torch oracle (dense masked
+softmax under autograd): out, lse, dq, dk, dv and the captured bias's and
+the additive mask's gradients within 1e-5 relative L2 in float32,
+gradcheck in float64, GQA, fully masked rows (zeros, lse -inf), NaN in an
+additive mask refused, and maps from the mask descriptions equal to the
+dense ones.
+
+usage: test_flex_python.py LIBATTN_SO   (seed: ATTN_TEST_SEED, else random)
+"""
+import gc
+import math
+import os
+import random
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+if len(sys.argv) > 1:
+    os.environ["ATTN_LIBRARY"] = sys.argv[1]
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+
+import torch  # noqa: E402
+
+import attn  # noqa: E402
+import attn.torch as AT  # noqa: E402
+from attn import _lib, flex  # noqa: E402
+
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAIL:", what)
+        sys.stdout.flush()
+
+
+seed = int(os.environ.get("ATTN_TEST_SEED", int.from_bytes(os.urandom(4), "little") % 100000))
+print(f"attn {attn.__version__} from {_lib.path}; torch {torch.__version__}; seed {seed}")
+torch.manual_seed(seed)
+rng = random.Random(seed)
+torch.set_num_threads(2)
+
+
+def grid(B, H, T, S):
+    return (torch.arange(B).view(B, 1, 1, 1), torch.arange(H).view(1, H, 1, 1),
+            torch.arange(T).view(1, 1, T, 1), torch.arange(S).view(1, 1, 1, S))
+
+
+def dense(mask_mod, B, H, T, S):
+    return torch.as_tensor(mask_mod(*grid(B, H, T, S))).to(torch.bool).expand(B, H, T, S)
+
+
+# ---- (a) mask_mods: traced description == the function on the grid -------------------
+
+
+def mask_cases(B, H, T, S):
+    """(name, mask_mod, the _Mask class the tracer must find or None: any)."""
+    c = rng.randint(-5, 5)
+    W = rng.randint(0, 9)
+    C = rng.randint(1, 12)
+    P = rng.randint(0, S)
+    G = rng.randint(0, 6)
+    doc = torch.sort(torch.randint(0, 4, (max(T, S),)))[0]
+    docb = torch.sort(torch.randint(0, 4, (B, max(T, S))), dim=1)[0]
+    lengths = torch.randint(0, S + 1, (B,))
+    prefix = torch.randint(0, S + 1, (B,))
+    p0 = torch.tensor(P)
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    def sliding(b, h, q_idx, kv_idx):
+        return q_idx - kv_idx <= W
+
+    cases = [
+        ("causal", causal, flex._Band),
+        ("causal offset", lambda b, h, q_idx, kv_idx: q_idx + c >= kv_idx, flex._Band),
+        ("kv <= q + c", lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + c, flex._Band),
+        ("anti-causal", lambda b, h, q_idx, kv_idx: kv_idx > q_idx, flex._Band),
+        ("diagonal", lambda b, h, q_idx, kv_idx: q_idx == kv_idx + c, flex._Band),
+        ("off-diagonal", lambda b, h, q_idx, kv_idx: q_idx != kv_idx, None),
+        ("causal window", lambda b, h, q_idx, kv_idx: (q_idx - kv_idx <= W) & (q_idx >= kv_idx),
+         flex._Band),
+        ("abs window", lambda b, h, q_idx, kv_idx: abs(q_idx - kv_idx) <= W, flex._Band),
+        ("abs window strict", lambda b, h, q_idx, kv_idx: (kv_idx - q_idx + c).abs() < W + 1,
+         flex._Band),
+        ("torch.abs outside", lambda b, h, q_idx, kv_idx: torch.abs(q_idx - kv_idx) > W, None),
+        ("chunked", lambda b, h, q_idx, kv_idx: q_idx // C == kv_idx // C, flex._Chunk),
+        ("chunked offset", lambda b, h, q_idx, kv_idx: (q_idx + abs(c)) // C == kv_idx // C,
+         flex._Chunk),
+        ("chunked causal", flex.and_masks(causal, lambda b, h, q_idx, kv_idx:
+                                           q_idx // C == kv_idx // C), None),
+        ("prefix int", lambda b, h, q_idx, kv_idx: (kv_idx < P) | (q_idx >= kv_idx),
+         flex._Prefix),
+        ("prefix 0-d tensor", lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx) | (kv_idx < p0),
+         flex._Prefix),
+        ("prefix[b]", lambda b, h, q_idx, kv_idx: (kv_idx <= prefix[b]) | (q_idx >= kv_idx),
+         flex._Prefix),
+        ("document", lambda b, h, q_idx, kv_idx: doc[q_idx] == doc[kv_idx], flex._Doc),
+        ("document[b]", lambda b, h, q_idx, kv_idx: docb[b, q_idx] == docb[b, kv_idx],
+         flex._Doc),
+        ("document causal", flex.and_masks(causal, lambda b, h, q_idx, kv_idx:
+                                            doc[q_idx] == doc[kv_idx]), None),
+        ("key padding", lambda b, h, q_idx, kv_idx: kv_idx < lengths[b], flex._KvLess),
+        ("kv >= c", lambda b, h, q_idx, kv_idx: kv_idx >= abs(c), None),
+        ("global", lambda b, h, q_idx, kv_idx: (q_idx < G) | (kv_idx < G), flex._Global),
+        ("global | sliding", flex.or_masks(lambda b, h, q_idx, kv_idx: (q_idx < G) |
+                                           (kv_idx < G), flex.and_masks(causal, sliding)), None),
+        ("not causal", lambda b, h, q_idx, kv_idx: ~(q_idx >= kv_idx), None),
+        ("noop", flex.noop_mask, flex._All),
+        ("and_masks()", flex.and_masks(), flex._All),
+        ("logical_and", lambda b, h, q_idx, kv_idx: torch.logical_and(q_idx >= kv_idx,
+                                                                       kv_idx >= q_idx - W),
+         flex._Band),
+    ]
+    return cases
+
+
+B, H, T, S = rng.randint(1, 3), rng.randint(1, 3), rng.randint(1, 70), rng.randint(1, 70)
+print(f"mask grid (B, H, T, S) = ({B}, {H}, {T}, {S})")
+g = flex._Grid(B, H, T, S)
+for name, fn, kind in mask_cases(B, H, T, S):
+    d = flex._trace_mask(fn)
+    check(d is not None, f"mask {name}: recognised")
+    if d is None:
+        continue
+    check(kind is None or isinstance(d, kind), f"mask {name}: {d!r} is a {kind}")
+    got = d.evaluate(g).expand(B, H, T, S)
+    want = dense(fn, B, H, T, S)
+    check(torch.equal(got, want), f"mask {name} ({d!r}): {int((got != want).sum())} of "
+          f"{got.numel()} elements differ from the mask_mod")
+
+# not recognised: the dense grid, the same map
+W2 = rng.randint(2, 5)
+
+
+def striped(b, h, q_idx, kv_idx):
+    return (q_idx * 3 + kv_idx) % W2 == 0
+
+
+def per_head(b, h, q_idx, kv_idx):
+    return kv_idx <= q_idx + h
+
+
+check(flex._trace_mask(striped) is None, "striped mask: not recognised")
+check(flex._trace_mask(per_head) is None, "per-head mask: not recognised")
+
+
+def boom(b, h, q_idx, kv_idx):
+    raise KeyError("boom in the mask")
+
+
+try:
+    flex.create_block_mask(boom, 1, 1, 8, 8, BLOCK_SIZE=16)
+    check(False, "a raising mask_mod: no error")
+except KeyError as err:
+    check("create_block_mask" in str(err) and "boom in the mask" in str(err),
+          f"a raising mask_mod: message {err}")
+
+
+# ---- (a) create_block_mask: drawing and sparsity from a Python classification ---------
+
+
+def python_drawing(keep, bq, bkv):
+    """{(b, h): drawing}, sparsity of the (B, H, T, S) bool keep."""
+    B, H, T, S = keep.shape
+    qb, kb = -(-T // bq), -(-S // bkv)
+    drawings, used = {}, 0
+    for b in range(B):
+        for h in range(H):
+            lines = []
+            for i in range(qb):
+                row = ""
+                for j in range(kb):
+                    tile = keep[b, h, i * bq:(i + 1) * bq, j * bkv:(j + 1) * bkv]
+                    n = int(tile.sum())
+                    row += "." if n == 0 else "#" if n == tile.numel() else "~"
+                    used += n > 0
+                lines.append(row + "\n")
+            drawings[(b, h)] = "".join(lines)
+    return drawings, 100.0 * (1.0 - used / (B * H * qb * kb))
+
+
+def check_map(bm, keep, what):
+    bq, bkv = bm.BLOCK_SIZE
+    drawings, sparsity = python_drawing(keep, bq, bkv)
+    check(tuple(bm.shape) == tuple(keep.shape), f"{what}: shape {bm.shape}")
+    for (b, h), want in drawings.items():
+        got = bm._draw(b, h)
+        check(got == want, f"{what}: drawing of ({b}, {h}):\n{got}want\n{want}")
+    check(abs(bm.sparsity() - sparsity) < 1e-9, f"{what}: sparsity {bm.sparsity()} vs "
+          f"{sparsity}")
+    text = bm.to_string(limit=2)
+    first = [f"b={b}, h={h}\n" + drawings[(b, h)] for (b, h) in list(drawings)[:2]]
+    check(text.startswith("".join(first)), f"{what}: to_string {text!r}")
+    check(f"{bm.sparsity():.2f}%" in repr(bm), f"{what}: repr {repr(bm)!r}")
+
+
+T2, S2 = rng.randint(20, 300), rng.randint(20, 300)
+for name, fn, _ in mask_cases(2, 2, T2, S2)[::3] + [("striped", striped, None),
+                                                      ("per-head", per_head, None)]:
+    for Bm, Hm in ((None, None), (2, 2)):
+        bs = rng.choice([16, 32, 64, 128, (16, 64), (128, 32)])
+        bm = flex.create_block_mask(fn, Bm, Hm, T2, S2, BLOCK_SIZE=bs)
+        keep = dense(fn, Bm or 1, Hm or 1, T2, S2)
+        check_map(bm, keep, f"create_block_mask {name} B={Bm} BLOCK_SIZE={bs}")
+
+# the C map freed with the object
+bm = flex.create_block_mask(mask_cases(1, 1, 8, 8)[0][1], None, None, 40, 40, BLOCK_SIZE=16)
+fin = bm._finalizer
+del bm
+gc.collect()
+check(not fin.alive, "BlockMask: the C map freed with the object")
+
+# from_kv_blocks: random lists, partial blocks cut by a mask_mod
+Bk, Hk, QB, KB, bq = 2, 2, rng.randint(1, 5), rng.randint(1, 6), 16
+perm = torch.stack([torch.stack([torch.randperm(KB) for _ in range(Hk * QB)])
+                    for _ in range(Bk)]).view(Bk, Hk, QB, KB)
+num = torch.randint(0, KB + 1, (Bk, Hk, QB))
+full_num = torch.stack([torch.randint(0, int(KB - n) + 1, ()) for n in num.view(-1)]).view(
+    Bk, Hk, QB)
+kv_indices = perm.to(torch.int32)
+full_indices = torch.zeros_like(kv_indices)
+for idx in range(Bk * Hk * QB):
+    n, f = int(num.view(-1)[idx]), int(full_num.view(-1)[idx])
+    row = perm.view(-1, KB)[idx]
+    full_indices.view(-1, KB)[idx, :f] = row[n:n + f].to(torch.int32)
+W3 = rng.randint(0, 20)
+
+
+def band(b, h, q_idx, kv_idx):
+    return (q_idx - kv_idx).abs() <= W3
+
+
+for mm in (None, band, striped):
+    bm = flex.BlockMask.from_kv_blocks(num, kv_indices, full_num, full_indices, BLOCK_SIZE=bq,
+                                       mask_mod=mm)
+    T3, S3 = QB * bq, KB * bq
+    keep = torch.zeros(Bk, Hk, T3, S3, dtype=torch.bool)
+    inside = dense(mm, Bk, Hk, T3, S3) if mm else torch.ones(Bk, Hk, T3, S3, dtype=torch.bool)
+    for b in range(Bk):
+        for h in range(Hk):
+            for i in range(QB):
+                rows = slice(i * bq, (i + 1) * bq)
+                for e in range(int(num[b, h, i])):
+                    j = int(kv_indices[b, h, i, e])
+                    keep[b, h, rows, j * bq:(j + 1) * bq] = inside[b, h, rows, j * bq:(j + 1) * bq]
+                for e in range(int(full_num[b, h, i])):
+                    j = int(full_indices[b, h, i, e])
+                    keep[b, h, rows, j * bq:(j + 1) * bq] = True
+    check_map(bm, keep, f"from_kv_blocks mask_mod={getattr(mm, '__name__', None)}")
+
+
+# ---- (a) score_mods: the traced chain == the function on random scores ----------------
+
+
+def t5_bucket_reference(rel, bidirectional, num_buckets, max_distance):
+    """T5's _relative_position_bucket for one integer, written out."""
+    ret = 0
+    if bidirectional:
+        num_buckets //= 2
+        if rel > 0:
+            ret += num_buckets
+        n = abs(rel)
+    else:
+        n = max(-rel, 0)
+    max_exact = num_buckets // 2
+    if n < max_exact:
+        return ret + n
+    v = max_exact + int(math.log(n / max_exact) / math.log(max_distance / max_exact)
+                        * (num_buckets - max_exact))
+    return ret + min(v, num_buckets - 1)
+
+
+for bidirectional in (True, False):
+    nb, md = rng.choice([8, 16, 32]), rng.choice([20, 64, 128])
+    rel = torch.randint(-300, 300, (400,))
+    got = flex.t5_relative_bucket(rel, bidirectional, nb, md)
+    want = torch.tensor([t5_bucket_reference(int(r), bidirectional, nb, md) for r in rel])
+    check(torch.equal(got, want), f"t5_relative_bucket bidirectional={bidirectional} "
+          f"buckets {nb} max_distance {md}")
+
+B, H, T, S = rng.randint(1, 3), rng.randint(1, 4), rng.randint(1, 40), rng.randint(1, 40)
+print(f"score grid (B, H, T, S) = ({B}, {H}, {T}, {S})")
+cap = rng.uniform(5, 50)
+c = rng.uniform(0.2, 3.0)
+off = rng.randint(-4, 4)
+nb, md = 32, rng.choice([20, 64, 128])
+bias_bhqk = torch.randn(B, H, T, S)
+bias_hqk = torch.randn(H, T, S)
+bias_qk = torch.randn(T, S)
+bias_h = torch.randn(H)
+bias_k = torch.randn(S)
+bias_b1k = torch.randn(B, 1, S)  # (b, h broadcast, kv)
+slopes = torch.rand(H)
+table = torch.randn(H, nb)
+table_t = torch.randn(nb, H)
+SOFT, SCALE, BIAS, ALIBI, REL = (_lib.SCORE_SOFTCAP, _lib.SCORE_SCALE, _lib.SCORE_BIAS,
+                                 _lib.SCORE_ALIBI, _lib.SCORE_REL_BIAS)
+score_cases = [
+    ("scale", lambda s, b, h, q, kv: s * c, [SCALE]),
+    ("divide", lambda s, b, h, q, kv: s / c, [SCALE]),
+    ("scale left", lambda s, b, h, q, kv: c * s, [SCALE]),
+    ("softcap", lambda s, b, h, q, kv: cap * torch.tanh(s / cap), [SOFT]),
+    ("softcap right", lambda s, b, h, q, kv: torch.tanh(s / cap) * cap, [SOFT]),
+    ("tanh", lambda s, b, h, q, kv: torch.tanh(s), [SOFT]),
+    ("bias[b, h, q, kv]", lambda s, b, h, q, kv: s + bias_bhqk[b, h, q, kv], [BIAS]),
+    ("bias[h, q, kv]", lambda s, b, h, q, kv: s + bias_hqk[h, q, kv], [BIAS]),
+    # chained indexing traces as one index (on the grid's broadcast aranges
+    # torch reads it otherwise: its oracle is the one-index form)
+    ("bias[h][q][kv]", lambda s, b, h, q, kv: s + bias_hqk[h][q][kv], [BIAS],
+     lambda s, b, h, q, kv: s + bias_hqk[h, q, kv]),
+    ("bias[q, kv]", lambda s, b, h, q, kv: bias_qk[q, kv] + s, [BIAS]),
+    ("bias[h]", lambda s, b, h, q, kv: s + bias_h[h], [BIAS]),
+    ("bias[kv]", lambda s, b, h, q, kv: s - bias_k[kv], [BIAS]),
+    ("bias[b, 0, kv]", lambda s, b, h, q, kv: s + bias_b1k[b, 0 * h, kv], None),
+    ("0.5 * bias", lambda s, b, h, q, kv: s + 0.5 * bias_hqk[h, q, kv], [BIAS]),
+    ("constant", lambda s, b, h, q, kv: s + 1.5, [BIAS]),
+    ("alibi signed", lambda s, b, h, q, kv: s + slopes[h] * (kv - q), [ALIBI]),
+    ("alibi abs", lambda s, b, h, q, kv: s - slopes[h] * abs(q - kv), [ALIBI]),
+    ("alibi abs offset", lambda s, b, h, q, kv: s - slopes[h] * torch.abs(kv - q + off),
+     [ALIBI]),
+    ("alibi signed offset", lambda s, b, h, q, kv: s + (q - kv + off) * slopes[h], [ALIBI]),
+    ("t5", lambda s, b, h, q, kv: s + table[h, flex.t5_relative_bucket(kv - q, True, nb, md)],
+     [REL]),
+    ("t5 one-way", lambda s, b, h, q, kv: s + table[h, AT.t5_relative_bucket(
+        kv - q, bidirectional=False, num_buckets=nb, max_distance=md)], [REL]),
+    ("t5 [bucket, h]", lambda s, b, h, q, kv: s + table_t[flex.t5_relative_bucket(
+        kv - q, True, nb, md), h], [REL]),
+    ("chain", lambda s, b, h, q, kv: cap * torch.tanh((s * c + bias_hqk[h, q, kv]) / cap)
+     - slopes[h] * abs(q - kv), [SCALE, BIAS, SOFT, ALIBI]),
+]
+scores = torch.randn(B, H, T, S, dtype=torch.float64) * 4
+bg = grid(B, H, T, S)
+for name, fn, kinds, *oracle_fn in score_cases:
+    try:
+        mods = flex._trace_score(fn)
+    except ValueError as err:
+        check(False, f"score_mod {name}: {err}")
+        continue
+    chain = flex._Chain(mods, B, H, T, S)
+    got_kinds = [e[0]["kind"] for e in chain.entries]
+    check(kinds is None or got_kinds == kinds, f"score_mod {name}: kinds {got_kinds} vs {kinds}")
+    got = chain.evaluate(scores, flex._Grid(B, H, T, S))
+    want = (oracle_fn[0] if oracle_fn else fn)(scores, *bg).expand(B, H, T, S)
+    err = float((got - want).abs().max()) / max(1.0, float(want.abs().max()))
+    check(err < 1e-6, f"score_mod {name}: chain {got_kinds} differs by {err}")
+
+for name, fn, op in [
+        ("sin", lambda s, b, h, q, kv: torch.sin(s), "sin"),
+        ("score * score", lambda s, b, h, q, kv: s * s, "mul"),
+        ("per-head scale", lambda s, b, h, q, kv: s * slopes[h], "mul"),
+        ("where", lambda s, b, h, q, kv: torch.where(q >= kv, s, s - 1.0), "where"),
+        ("exp", lambda s, b, h, q, kv: s + torch.exp(bias_qk[q, kv]), "exp")]:
+    try:
+        flex._trace_score(fn)
+        check(False, f"score_mod {name}: no error")
+    except ValueError as err:
+        check(op in str(err), f"score_mod {name}: message names {op}: {err}")
+try:
+    flex.t5_relative_bucket(torch.arange(5), False, 32, 16)
+    check(False, "t5_relative_bucket with max_distance within the exact buckets: no error")
+except ValueError as err:
+    check("max_distance" in str(err), f"t5_relative_bucket: {err}")
+
+
+def branchy(s, b, h, q, kv):
+    if s > 0:
+        return s
+    return s * 2
+
+
+try:
+    flex._trace_score(branchy)
+    check(False, "score_mod with control flow: no error")
+except ValueError as err:
+    check("cannot be traced" in str(err), f"score_mod with control flow: {err}")
+
+
+# ---- (b) end to end against float64 torch ------------------------------------------------
+
+NEEDS = "needs the flex backend"
+has_masks = _lib.has("attn_mask_new_all")
+runs = AT._runs_block_maps()
+if not runs:
+    if has_masks:
+        check(False, "the library has mask descriptions but its attention ignores block maps "
+              "and score modifiers (the flex probe failed)")
+    print(f"SKIP end-to-end: {NEEDS}")
+
+
+def oracle(q, k, v, score_mod=None, mask_mod=None, scale=None):
+    """Attention in float64 torch with autograd: (out, lse)."""
+    B, H, T, D = q.shape
+    S = k.size(2)
+    if k.size(1) != H:
+        k = k.repeat_interleave(H // k.size(1), 1)
+        v = v.repeat_interleave(H // v.size(1), 1)
+    s = (q.double() @ k.double().transpose(-1, -2)) * (scale if scale is not None
+                                                        else 1 / math.sqrt(D))
+    gr = grid(B, H, T, S)
+    if score_mod is not None:
+        s = score_mod(s, *gr)
+    if mask_mod is not None:
+        s = s.masked_fill(~dense(mask_mod, B, H, T, S), float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    safe = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
+    p = torch.exp(s - safe.unsqueeze(-1))
+    return p @ v.double(), lse
+
+
+def rel_l2(got, want):
+    got, want = got.detach().double(), want.detach().double()
+    fin = torch.isfinite(want)
+    if not torch.equal(fin, torch.isfinite(got)) or not torch.equal(got[~fin], want[~fin]):
+        return float("inf")
+    return float((got[fin] - want[fin]).norm()) / max(float(want[fin].norm()), 1e-30)
+
+
+def end_to_end(name, B, H, Hkv, T, S, D, score_mod_of, mask_mod, Bm=None, Hm=None,
+               scale=None, bias_shape=None):
+    bias = torch.randn(*bias_shape) if bias_shape else None
+    q = torch.randn(B, H, T, D, requires_grad=True)
+    k = torch.randn(B, Hkv, S, D, requires_grad=True)
+    v = torch.randn(B, Hkv, S, D, requires_grad=True)
+    dout = torch.randn(B, H, T, D)
+    ba = bias.clone().requires_grad_() if bias is not None else None
+    bo = bias.clone().requires_grad_() if bias is not None else None
+    bm = flex.create_block_mask(mask_mod, Bm, Hm, T, S, BLOCK_SIZE=rng.choice([16, 32, 64])) \
+        if mask_mod is not None else None
+    out, lse = flex.flex_attention(q, k, v, score_mod=score_mod_of(ba) if score_mod_of else None,
+                                   block_mask=bm, scale=scale, enable_gqa=Hkv != H,
+                                   return_lse=True)
+    (out * dout).sum().backward()
+    got = [out, lse, q.grad, k.grad, v.grad] + ([ba.grad] if ba is not None else [])
+    qo, ko, vo = (t.detach().double().requires_grad_() for t in (q, k, v))
+    want_out, want_lse = oracle(qo, ko, vo, score_mod_of(bo) if score_mod_of else None,
+                                mask_mod, scale)
+    (want_out * dout.double()).sum().backward()
+    want = [want_out, want_lse, qo.grad, ko.grad, vo.grad] + ([bo.grad] if bo is not None
+                                                             else [])
+    check(lse.dtype == torch.float32, f"{name}: lse is float32")
+    for label, a, w in zip(["out", "lse", "dq", "dk", "dv", "dbias"], got, want):
+        e = rel_l2(a, w)
+        check(e < 1e-5, f"{name}: {label} relative L2 error {e}")
+
+
+if runs:
+    W = rng.randint(1, 20)
+    alibi_slopes = torch.rand(3)
+    doc = torch.sort(torch.randint(0, 5, (96,)))[0]
+
+    def causal(b, h, q_idx, kv_idx):
+        return q_idx >= kv_idx
+
+    cases = [
+        ("causal", None, causal, {}),
+        ("sliding window", None, lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx) &
+         (q_idx - kv_idx <= W), {}),
+        ("document", None, lambda b, h, q_idx, kv_idx: doc[q_idx] == doc[kv_idx], {}),
+        ("striped (dense)", None, striped, {"Bm": 2, "Hm": 3}),
+        ("softcap + bias", lambda bias: (lambda s, b, h, q, kv: 20.0 * torch.tanh(
+            (s + bias[h, q, kv]) / 20.0)), causal, {"bias_shape": (3, 70, 90)}),
+        ("alibi", lambda bias: (lambda s, b, h, q, kv: s - alibi_slopes[h] * abs(q - kv)),
+         None, {}),
+        ("key bias, broadcast", lambda bias: (lambda s, b, h, q, kv: s * 0.5 + bias[kv]),
+         lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + 20, {"bias_shape": (90,),
+                                                             "Bm": 2, "Hm": 3}),
+        ("t5 bias", lambda bias: (lambda s, b, h, q, kv: s + bias[h, flex.t5_relative_bucket(
+            kv - q, True, 32, 64)]), None, {"bias_shape": (3, 32)}),
+    ]
+    for name, smod, mmod, kw in cases:
+        try:
+            end_to_end(name, 2, 3, 3, 70, 90, 16, smod, mmod, **kw)
+        except _lib.AttnError as err:
+            if err.status == "ATTN_ERR_UNSUPPORTED":
+                print(f"SKIP {name}: {NEEDS} ({err})")
+            else:
+                check(False, f"{name}: {err}")
+    try:
+        end_to_end("gqa causal", 1, 4, 2, 33, 47, 8, None, causal)
+        # a row that sees no key: zeros and lse -inf
+        q = torch.randn(1, 2, 20, 8)
+        none_mask = flex.create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx < q_idx, None,
+                                           None, 20, 20, BLOCK_SIZE=16)
+        out, lse = flex.flex_attention(q, q, q, block_mask=none_mask, return_lse=True)
+        check(bool((out[:, :, 0] == 0).all()) and bool(torch.isneginf(lse[:, :, 0]).all()),
+              "a row that sees no key: zeros and lse -inf")
+        check(not bool(torch.isnan(out).any()), "no NaN")
+        # float64: gradcheck, with a captured bias
+        q = torch.randn(1, 2, 6, 4, dtype=torch.float64, requires_grad=True)
+        k = torch.randn(1, 2, 7, 4, dtype=torch.float64, requires_grad=True)
+        v = torch.randn(1, 2, 7, 4, dtype=torch.float64, requires_grad=True)
+        bm = flex.create_block_mask(lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + 1, None,
+                                    None, 6, 7, BLOCK_SIZE=16)
+        check(torch.autograd.gradcheck(
+            lambda q, k, v: flex.flex_attention(q, k, v, block_mask=bm), (q, k, v)),
+            "gradcheck float64 with a block mask")
+        # SDPA's attn_mask: bool and additive, against the math path in float64
+        Bs, Hs, Ts, Ss = 2, 3, 37, 53
+        q = torch.randn(Bs, Hs, Ts, 16, requires_grad=True)
+        k = torch.randn(Bs, Hs, Ss, 16, requires_grad=True)
+        v = torch.randn(Bs, Hs, Ss, 16, requires_grad=True)
+        for mask in (torch.rand(Bs, 1, Ts, Ss) > 0.3,
+                     torch.randn(Hs, Ts, Ss).masked_fill(torch.rand(Hs, Ts, Ss) < 0.3,
+                                                         float("-inf")).requires_grad_()):
+            check(AT.supports(q, k, v, attn_mask=mask) is None, "attn_mask runs on attn")
+            for t in (q, k, v):
+                t.grad = None
+            out = AT.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+            dout = torch.randn_like(out)
+            (out * dout).sum().backward()
+            got = [out, q.grad, k.grad, v.grad]
+            if mask.requires_grad:
+                got.append(mask.grad)
+            qo, ko, vo = (t.detach().double().requires_grad_() for t in (q, k, v))
+            mo = mask.detach().double().requires_grad_() if mask.requires_grad else mask
+            want_out = AT._math_sdpa(qo, ko, vo, attn_mask=mo)
+            (want_out * dout.double()).sum().backward()
+            want = [want_out, qo.grad, ko.grad, vo.grad] + ([mo.grad] if mask.requires_grad
+                                                             else [])
+            for label, a, w in zip(["out", "dq", "dk", "dv", "dmask"], got, want):
+                e = rel_l2(a, torch.nan_to_num(w) if label == "dmask" else w)
+                check(e < 1e-5, f"SDPA attn_mask {mask.dtype}: {label} relative L2 {e}")
+        bad = torch.zeros(Ts, Ss)
+        bad[rng.randrange(Ts), rng.randrange(Ss)] = float("nan")
+        try:
+            AT.scaled_dot_product_attention(q, k, v, attn_mask=bad)
+            check(False, "NaN in an additive mask: no error")
+        except _lib.AttnError as err:
+            check("nan" in str(err).lower(), f"NaN in an additive mask: {err}")
+        # the mask descriptions' maps equal the dense ones
+        if has_masks:
+            for name, fn, _ in mask_cases(2, 2, 90, 77):
+                d = flex._trace_mask(fn)
+                bm = flex.create_block_mask(fn, 2, 2, 90, 77, BLOCK_SIZE=16)
+                check(d is None or bm.description is not None, f"{name}: described")
+                check_map(bm, dense(fn, 2, 2, 90, 77), f"described map {name}")
+    except _lib.AttnError as err:
+        if err.status == "ATTN_ERR_UNSUPPORTED":
+            print(f"SKIP: {NEEDS} ({err})")
+        else:
+            check(False, f"end to end: {err}")
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
