@@ -227,8 +227,9 @@ static void clear_failures(const attn_ctx *ctx, const attn_attention_problem *p,
 
 /* After a pass: NULL, or, when a callback failed, attn_pass_failed with the
  * first failing part's message left in the ctx (the runner returns it). */
-static const char *report_failure(attn_ctx *ctx, const double *workspace, size_t part_doubles,
-                                  size_t at) {
+static const char *report_failure(attn_ctx *ctx, const attn_attention_problem *p,
+                                  const double *workspace, size_t part_doubles, size_t at) {
+    if (!p->score_mod_count) return NULL; /* no callback, no record */
     for (size_t part = 0; part < attn_parallel_parts(ctx->num_threads); part++) {
         const chain_failure *f = (const chain_failure *)(workspace + part * part_doubles + at);
         if (!f->failed) continue;

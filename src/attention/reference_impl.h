@@ -258,8 +258,7 @@ static const char *REF(forward)(attn_ctx *ctx, const attn_attention_problem *p,
     size_t row_cost = 2 * p->kv_len * (p->head_dim + p->v_head_dim) + 1;
     attn_parallel_for_parts(ctx->num_threads, row_count(p, p->q_heads, false),
                             MIN_FLOPS_PER_THREAD / row_cost + 1, REF(forward_rows), &fv);
-    if (!p->score_mod_count) return NULL;
-    return report_failure(ctx, workspace, forward_part_doubles(p), forward_failure_at(p));
+    return report_failure(ctx, p, workspace, forward_part_doubles(p), forward_failure_at(p));
 }
 
 /* ---- backward (see reference.c for the passes) ------------------------------ */
@@ -539,13 +538,13 @@ static const char *REF(backward)(attn_ctx *ctx, const attn_attention_problem *p,
         attn_parallel_for_parts(ctx->num_threads, row_count(p, p->q_heads, false),
                                 MIN_FLOPS_PER_THREAD / q_cost + 1, REF(backward_query_rows), &bv);
     }
-    const char *failed = report_failure(ctx, parts_at, part_doubles(p), backward_failure_at(p));
+    const char *failed = report_failure(ctx, p, parts_at, part_doubles(p), backward_failure_at(p));
     if (failed) return failed;
     /* Pass 2 reads every row's lse and delta: pass 1 finishes first. */
     clear_failures(ctx, p, parts_at, part_doubles(p), backward_failure_at(p));
     attn_parallel_for_parts(ctx->num_threads, row_count(p, p->kv_heads, true),
                             MIN_FLOPS_PER_THREAD / k_cost + 1, REF(backward_key_rows), &bv);
-    if ((failed = report_failure(ctx, parts_at, part_doubles(p), backward_failure_at(p))))
+    if ((failed = report_failure(ctx, p, parts_at, part_doubles(p), backward_failure_at(p))))
         return failed;
     if (mod_sums) REF(write_mod_grads)(p, sums);
     if (p->sinks && dsinks) REF(sink_grads)(&bv);
