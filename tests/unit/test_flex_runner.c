@@ -10,7 +10,9 @@
  *   - the reference on a block map and a chain (scale, a broadcast BIAS
  *     and a T5 table with their gradients, softcap), float64 and float32
  *     (a reference ctx), forward and backward: the same bits on 1, 2 and
- *     3 threads, tensor_grad included.
+ *     3 threads, tensor_grad included;
+ *   - the trace's scores are those after the chain and the mask (-inf where
+ *     the map hides a key), against this file's own chain.
  * Values against PyTorch: tests/python/test_flex_reference.py.
  * Fresh random sizes and inputs each run (the seed is printed; argv[1] or
  * ATTN_TEST_SEED replays it).
@@ -21,6 +23,7 @@
 #include "attention/attention.h"
 #include "mask/mask_internal.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,12 +38,14 @@ static uint64_t next(void) {
 static double uniform(void) { return (double)next() * 0x1p-53 * 2.0 - 1.0; }
 static size_t below(size_t n) { return (size_t)(next() % n); }
 
-/* A map of (batch, heads, T, S) from a random dense mask. */
-static attn_block_mask *random_map(attn_ctx *ctx, size_t batch, size_t heads, size_t T,
-                                   size_t S) {
+/* A map of (batch, heads, T, S) from a random dense mask (into dense, when
+ * not NULL: batch * heads * T * S bytes). */
+static attn_block_mask *random_dense_map(attn_ctx *ctx, size_t batch, size_t heads, size_t T,
+                                         size_t S, uint8_t *dense) {
     size_t n = batch * heads * T * S;
     uint8_t *bits = malloc(n);
     for (size_t e = 0; e < n; e++) bits[e] = uniform() < 0.4;
+    if (dense) memcpy(dense, bits, n);
     attn_block_mask_config cfg = {.batch = batch, .heads = heads, .q_len = T, .kv_len = S,
                                   .block_q = 16, .block_kv = 16};
     size_t strides[4] = {heads * T * S, T * S, S, 1};
@@ -48,6 +53,11 @@ static attn_block_mask *random_map(attn_ctx *ctx, size_t batch, size_t heads, si
     CHECK_STATUS(attn_block_mask_from_bool(ctx, &cfg, bits, strides, &m), ATTN_OK);
     free(bits);
     return m;
+}
+
+static attn_block_mask *random_map(attn_ctx *ctx, size_t batch, size_t heads, size_t T,
+                                   size_t S) {
+    return random_dense_map(ctx, batch, heads, T, S, NULL);
 }
 
 static attn_attention_problem problem_of(size_t B, size_t H, size_t T, size_t S) {
@@ -237,6 +247,62 @@ static void threads_agree(attn_ctx *ctx) {
     free(inputs);
 }
 
+/* The trace's scores: after the chain and the mask (-inf where hidden),
+ * against this file's own chain on the dense mask the map was built from. */
+static void trace_shows_chained_scores(void) {
+    enum { TB = 2, TH = 2, TT = 20, TS = 27, TD = 4 };
+    attn_ctx *ctx = NULL;
+    attn_ctx_config cc = {.num_threads = 2, .kernels = ATTN_KERNELS_REFERENCE};
+    CHECK_STATUS(attn_ctx_new(&cc, &ctx), ATTN_OK);
+    static float q[TB * TT * TH * TD], k[TB * TS * TH * TD], v[TB * TS * TH * TD],
+        out[TB * TT * TH * TD], scores[TB * TH * TT * TS];
+    static uint8_t dense[TB * TH * TT * TS];
+    for (size_t e = 0; e < TB * TT * TH * TD; e++) q[e] = (float)uniform();
+    for (size_t e = 0; e < TB * TS * TH * TD; e++) k[e] = (float)uniform(), v[e] = (float)uniform();
+    attn_block_mask *map = random_dense_map(ctx, TB, TH, TT, TS, dense);
+    float slopes[TH] = {(float)(0.5 + 0.5 * uniform()), (float)(0.5 + 0.5 * uniform())};
+    int64_t offset = (int64_t)below(5) - 2;
+    attn_score_mod chain[3] = {{.kind = ATTN_SCORE_SCALE, .value = 1.5},
+                               {.kind = ATTN_SCORE_ALIBI, .tensor = slopes, .offset = offset},
+                               {.kind = ATTN_SCORE_SOFTCAP, .value = 4.0}};
+    attn_view_strides qs = {TT * TH * TD, TH * TD, TD}, ks = {TS * TH * TD, TH * TD, TD};
+    attn_attention_problem p = {.batch = TB, .q_heads = TH, .kv_heads = TH, .q_len = TT,
+                                .kv_len = TS, .head_dim = TD, .v_head_dim = TD,
+                                .q = attn_view_f32(q, qs), .k = attn_view_f32(k, ks),
+                                .v = attn_view_f32(v, ks), .out = attn_view_f32(out, qs),
+                                .scale = 0.5f, .scale_f64 = 0.5,
+                                .block_map = attn_block_mask_map(map), .score_mods = chain,
+                                .score_mod_count = 3};
+    attn_attention_trace trace = {.scores = scores};
+    CHECK_STATUS(attn_attention_forward(ctx, "trace", &p, NULL, NULL, &trace, NULL, NULL),
+                 ATTN_OK);
+    size_t wrong = 0;
+    for (size_t b = 0; b < TB; b++)
+        for (size_t h = 0; h < TH; h++)
+            for (size_t i = 0; i < TT; i++)
+                for (size_t j = 0; j < TS; j++) {
+                    size_t at = ((b * TH + h) * TT + i) * TS + j;
+                    double want = -INFINITY;
+                    if (dense[at]) {
+                        double x = 0.0;
+                        for (size_t d = 0; d < TD; d++)
+                            x += (double)q[qs.b * b + qs.t * i + qs.h * h + d] *
+                                 k[ks.b * b + ks.t * j + ks.h * h + d];
+                        double dist = fabs((double)j - (double)((int64_t)i + offset));
+                        double s = x * 0.5 * 1.5 - (double)slopes[h] * dist;
+                        want = 4.0 * tanh(s / 4.0);
+                    }
+                    bool ok = isinf(want) ? scores[at] == -INFINITY
+                                          : fabs(scores[at] - want) <= 1e-6 * fmax(1.0, fabs(want));
+                    if (!ok && wrong++ < 5)
+                        fprintf(stderr, "trace (%zu, %zu, %zu, %zu): %g, want %g\n", b, h, i, j,
+                                (double)scores[at], want);
+                }
+    CHECK(wrong == 0);
+    attn_block_mask_free(map);
+    attn_ctx_free(ctx);
+}
+
 int main(int argc, char **argv) {
     const char *env = getenv("ATTN_TEST_SEED");
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10)
@@ -248,6 +314,7 @@ int main(int argc, char **argv) {
     CHECK_STATUS(attn_ctx_new(NULL, &ctx), ATTN_OK);
     refusals(ctx);
     threads_agree(ctx);
+    trace_shows_chained_scores();
     attn_ctx_free(ctx);
     return check_summary();
 }
