@@ -55,6 +55,12 @@ typedef struct attn_attention_backend {
                             void *workspace);
 } attn_attention_backend;
 
+/* What a pass returns when it failed rather than declined (a score
+ * modifier's callback returned nonzero): it has left the message in the
+ * ctx (attn_fail), and the runner returns ATTN_ERR_INVALID with it instead
+ * of asking the next backend. Compared by address. */
+extern const char attn_pass_failed[];
+
 /* The backends (one file each) and the registry, the order the runner asks
  * them in (registry.c): fused float32, fused bf16, split-KV decode, the
  * reference. A 16-bit problem none of them takes is widened to float32 by

@@ -15,6 +15,20 @@
  *   out_i = sum_j drop_ij P_ij v_j                (every j of the sequence: 0 * inf
  *                                                  is NaN there, as in PyTorch's matmul)
  *
+ * Programmable attention (attn.h): key j is visible to query i of (b, h)
+ * when attn_visible_keys allows it and the block map, if any, says so (a
+ * full tile: yes; a partial one: its bit; a tile left out: no). A chain of
+ * score modifiers replaces softcap and ALiBi (the runner refuses both
+ * together): it runs over the row's keys [first, last) of
+ * attn_visible_keys, one 1 x n tile at a time, in the tensors' precision
+ * (SCALE and SOFTCAP values rounded to float for float32 views, as given
+ * for float64 ones); the backward walks it in reverse:
+ *   SCALE    g *= value            SOFTCAP   g *= 1 - tanh^2(in / value)
+ *   ALIBI    g                     BIAS, REL_BIAS  g, and tensor_grad += g
+ * CALLBACK tiles are float (attn_score_tile): a float64 problem's callback
+ * sees its scores rounded to float and its result is widened back, so a
+ * chain with a callback is float-exact there, not double-exact.
+ *
  * The passes are written once over the tensors' element type
  * (reference_impl.h), instantiated for float32 and float64 views.
  */
@@ -101,15 +115,153 @@ static double modified_score(const attn_attention_problem *p, double softcap, si
     return s;
 }
 
+/* ---- programmable attention: block maps and score modifiers -------------- */
+
+/* The index of key block kb in the ascending blocks[begin, end), or
+ * SIZE_MAX. */
+static size_t find_block(const uint32_t *blocks, size_t begin, size_t end, uint32_t kb) {
+    while (begin < end) {
+        size_t mid = begin + (end - begin) / 2;
+        if (blocks[mid] == kb) return mid;
+        if (blocks[mid] < kb) begin = mid + 1;
+        else end = mid;
+    }
+    return SIZE_MAX;
+}
+
+/* Whether the block map lets query i of (b, h) see key j. */
+static bool map_sees(const attn_block_map *m, size_t b, size_t h, size_t i, size_t j) {
+    size_t r = attn_block_map_row(m, b, h, i / m->block_q);
+    uint32_t kb = (uint32_t)(j / m->block_kv);
+    if (find_block(m->full, m->full_at[r], m->full_at[r + 1], kb) != SIZE_MAX) return true;
+    size_t e = find_block(m->part, m->part_at[r], m->part_at[r + 1], kb);
+    return e != SIZE_MAX &&
+           attn_block_map_bit(m, m->part_tile[e], i % m->block_q, j % m->block_kv);
+}
+
+/* Whether query i of (b, h) sees key j, given its keys [first, last) of
+ * attn_visible_keys. */
+static bool sees(const attn_attention_problem *p, size_t b, size_t h, size_t i, size_t j,
+                 size_t first, size_t last) {
+    return j >= first && j < last && (!p->block_map || map_sees(p->block_map, b, h, i, j));
+}
+
+/* Whether query i of (b, h) sees any key of [first, last). */
+static bool sees_any(const attn_attention_problem *p, size_t b, size_t h, size_t i,
+                     size_t first, size_t last) {
+    for (size_t j = first; j < last; j++)
+        if (sees(p, b, h, i, j, first, last)) return true;
+    return false;
+}
+
+/* T5's bucket of relative_position = kv_idx - q_idx, as Hugging Face's
+ * T5Attention._relative_position_bucket computes it, in float32 where it
+ * does (the log of the ratio, its quotient and product) so that positions
+ * on a bucket's edge fall where they fall there. */
+static size_t t5_bucket(int64_t relative_position, const attn_score_mod *m) {
+    int64_t buckets = (int64_t)m->buckets, bucket = 0, rp = relative_position;
+    if (m->bidirectional) {
+        buckets /= 2;
+        if (rp > 0) bucket += buckets;
+        rp = rp < 0 ? -rp : rp;
+    } else {
+        rp = rp < 0 ? -rp : 0;
+    }
+    int64_t max_exact = buckets / 2;
+    if (rp < max_exact) return (size_t)(bucket + rp);
+    float ratio = (float)rp / (float)max_exact;
+    float range = (float)log((double)m->max_distance / (double)max_exact);
+    float scaled = logf(ratio) / range * (float)(buckets - max_exact);
+    int64_t large = max_exact + (int64_t)scaled;
+    if (large > buckets - 1) large = buckets - 1;
+    return (size_t)(bucket + large);
+}
+
+/* The element of a BIAS modifier's tensor that (b, h, i, j) reads. */
+static size_t bias_at(const attn_score_mod *m, size_t b, size_t h, size_t i, size_t j) {
+    return b * m->strides[0] + h * m->strides[1] + i * m->strides[2] + j * m->strides[3];
+}
+
+/* Doubles of the backward's sums for modifier k's tensor_grad (0: none
+ * wanted). A BIAS tensor spans its largest element read plus one (the
+ * runner checks that this fits). */
+static size_t mod_grad_doubles(const attn_attention_problem *p, size_t k) {
+    const attn_score_mod *m = &p->score_mods[k];
+    if (!m->tensor_grad) return 0;
+    if (m->kind == ATTN_SCORE_REL_BIAS) return p->q_heads * m->buckets;
+    if (m->kind != ATTN_SCORE_BIAS) return 0;
+    return (p->batch - 1) * m->strides[0] + (p->q_heads - 1) * m->strides[1] +
+           (p->q_len - 1) * m->strides[2] + (p->kv_len - 1) * m->strides[3] + 1;
+}
+
+/* Where modifier k's sums start, and all of them. */
+static size_t mod_grad_offset(const attn_attention_problem *p, size_t k) {
+    size_t at = 0;
+    for (size_t e = 0; e < k; e++) at += mod_grad_doubles(p, e);
+    return at;
+}
+
+/* The first callback that failed in a part's rows (failed false: none). */
+typedef struct chain_failure {
+    bool failed, backward;
+    size_t mod, b, h, q0, kv0, cols;
+} chain_failure;
+
+/* Per part, a chain needs its inputs of the row's keys (one run of S per
+ * modifier, kept for the backward), two float tiles of S (S doubles) and
+ * its failure record. */
+#define FAILURE_DOUBLES ((sizeof(chain_failure) + sizeof(double) - 1) / sizeof(double))
+static size_t chain_doubles(const attn_attention_problem *p) {
+    if (!p->score_mod_count) return 0;
+    return (p->score_mod_count + 1) * p->kv_len + FAILURE_DOUBLES;
+}
+
+/* Every part's failure record (at doubles `at` of each part of
+ * part_doubles) cleared before a pass, a part that gets no rows included. */
+static void clear_failures(const attn_ctx *ctx, const attn_attention_problem *p,
+                           double *workspace, size_t part_doubles, size_t at) {
+    if (!p->score_mod_count) return;
+    for (size_t part = 0; part < attn_parallel_parts(ctx->num_threads); part++)
+        ((chain_failure *)(workspace + part * part_doubles + at))->failed = false;
+}
+
+/* After a pass: NULL, or, when a callback failed, attn_pass_failed with the
+ * first failing part's message left in the ctx (the runner returns it). */
+static const char *report_failure(attn_ctx *ctx, const attn_attention_problem *p,
+                                  const double *workspace, size_t part_doubles, size_t at) {
+    if (!p->score_mod_count) return NULL; /* no callback, no record */
+    for (size_t part = 0; part < attn_parallel_parts(ctx->num_threads); part++) {
+        const chain_failure *f = (const chain_failure *)(workspace + part * part_doubles + at);
+        if (!f->failed) continue;
+        attn_fail(ctx, ATTN_ERR_INVALID,
+                  "score_mods[%zu] (callback): %s returned nonzero on the tile of (b %zu, h "
+                  "%zu), query %zu, keys [%zu, %zu)",
+                  f->mod, f->backward ? "grad_fn" : "fn", f->b, f->h, f->q0, f->kv0,
+                  f->kv0 + f->cols);
+        return attn_pass_failed;
+    }
+    return NULL;
+}
+
 /* ---- workspace ------------------------------------------------------------- */
 
 static size_t cache_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p);
+
+/* Per part: the row's S scores and one more, then the chain's room (its
+ * failure record last). */
+static size_t forward_part_doubles(const attn_attention_problem *p) {
+    return p->kv_len + 1 + chain_doubles(p);
+}
+
+static size_t forward_failure_at(const attn_attention_problem *p) {
+    return p->kv_len + 1 + (p->score_mod_count + 1) * p->kv_len;
+}
 
 static size_t reference_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p,
                                       const attn_attention_trace *trace) {
     (void)trace;
     if (p->kv_cache) return cache_forward_bytes(ctx, p);
-    return attn_parallel_parts(ctx->num_threads) * (p->kv_len + 1) * sizeof(double);
+    return attn_parallel_parts(ctx->num_threads) * forward_part_doubles(p) * sizeof(double);
 }
 
 /*
@@ -133,14 +285,26 @@ static size_t stat_rows(const attn_attention_problem *p) {
     return p->cu_seqlens_q ? p->q_heads * p->total_q : p->batch * p->q_heads * p->q_len;
 }
 
-/* Per part: P, dP and tanh (S each), then acc (D) in pass 1; acc_k (D) and
- * acc_v (Dv) in pass 2. */
-static size_t part_doubles(const attn_attention_problem *p) {
+/* Per part: P, dP and tanh or the chain's gradient (S each), then acc (D)
+ * in pass 1; acc_k (D) and acc_v (Dv) in pass 2; then the chain's room
+ * (at part_chain_at). */
+static size_t part_chain_at(const attn_attention_problem *p) {
     return 3 * p->kv_len + 2 * p->head_dim + p->v_head_dim + 1;
 }
 
+static size_t part_doubles(const attn_attention_problem *p) {
+    return part_chain_at(p) + chain_doubles(p);
+}
+
+static size_t backward_failure_at(const attn_attention_problem *p) {
+    return part_chain_at(p) + (p->score_mod_count + 1) * p->kv_len;
+}
+
+/* Stats (lse, delta per row), the parts, then the modifiers' tensor_grad
+ * sums. */
 static size_t reference_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
-    size_t doubles = 2 * stat_rows(p) + attn_parallel_parts(ctx->num_threads) * part_doubles(p);
+    size_t doubles = 2 * stat_rows(p) + attn_parallel_parts(ctx->num_threads) * part_doubles(p) +
+                     mod_grad_offset(p, p->score_mod_count);
     return doubles * sizeof(double);
 }
 
@@ -288,13 +452,11 @@ static const char *reference_forward(attn_ctx *ctx, const attn_attention_problem
         ref_f64_tensors t = {.q = p->q.data, .k = p->k.data, .v = p->v.data,
                                 .out = p->out.data, .lse = p->lse_f64,
                                 .scale = p->scale_f64, .softcap = p->softcap_f64};
-        ref_f64_forward(ctx, p, &t, drop, NULL, workspace);
-        return NULL;
+        return ref_f64_forward(ctx, p, &t, drop, NULL, workspace);
     }
     ref_f32_tensors t = {.q = p->q.data, .k = p->k.data, .v = p->v.data, .out = p->out.data,
                          .lse = p->lse, .scale = (double)p->scale, .softcap = (double)p->softcap};
-    ref_f32_forward(ctx, p, &t, drop, trace, workspace);
-    return NULL;
+    return ref_f32_forward(ctx, p, &t, drop, trace, workspace);
 }
 
 static const char *reference_backward(attn_ctx *ctx, const attn_attention_problem *p,
@@ -305,14 +467,12 @@ static const char *reference_backward(attn_ctx *ctx, const attn_attention_proble
                                 .out = p->out.data, .lse = p->lse_f64, .dout = g->dout,
                                 .dq = g->dq, .dk = g->dk, .dv = g->dv,
                                 .scale = p->scale_f64, .softcap = p->softcap_f64};
-        ref_f64_backward(ctx, p, &t, drop, g->dsinks, workspace);
-        return NULL;
+        return ref_f64_backward(ctx, p, &t, drop, g->dsinks, workspace);
     }
     ref_f32_tensors t = {.q = p->q.data, .k = p->k.data, .v = p->v.data, .out = p->out.data,
                          .lse = p->lse, .dout = g->dout, .dq = g->dq, .dk = g->dk, .dv = g->dv,
                          .scale = (double)p->scale, .softcap = (double)p->softcap};
-    ref_f32_backward(ctx, p, &t, drop, g->dsinks, workspace);
-    return NULL;
+    return ref_f32_backward(ctx, p, &t, drop, g->dsinks, workspace);
 }
 
 /* The oracle runs every float32 and float64 problem. */

@@ -22,7 +22,7 @@ typedef struct REF(forward_view) {
     const REF_TENSORS *t;
     const attn_attention_dropout *drop;
     const attn_attention_trace *trace;
-    double *workspace; /* p->kv_len + 1 doubles per part */
+    double *workspace; /* forward_part_doubles per part */
 } REF(forward_view);
 
 static double REF(dot)(const REAL *a, const REAL *b, size_t n) {
@@ -31,10 +31,121 @@ static double REF(dot)(const REAL *a, const REAL *b, size_t n) {
     return sum;
 }
 
+/* The chain of score modifiers on s (n scores: query i of (b, h) against
+ * keys [j0, j0 + n)), in place; saved (NULL: not kept) receives each
+ * modifier's input, n doubles each, for the backward; tile holds n floats
+ * for a callback. false, with *failure filled, when a callback failed. */
+static bool REF(chain_forward)(const attn_attention_problem *p, size_t b, size_t h, size_t i,
+                               size_t j0, size_t n, double *s, double *saved, float *tile,
+                               chain_failure *failure) {
+    for (size_t k = 0; k < p->score_mod_count; k++) {
+        const attn_score_mod *m = &p->score_mods[k];
+        if (saved) memcpy(saved + k * n, s, n * sizeof *s);
+        switch (m->kind) {
+        case ATTN_SCORE_SCALE: {
+            double value = (double)(REAL)m->value; /* the tensors' precision */
+            for (size_t e = 0; e < n; e++) s[e] *= value;
+            break;
+        }
+        case ATTN_SCORE_SOFTCAP: {
+            double cap = (double)(REAL)m->value;
+            for (size_t e = 0; e < n; e++) s[e] = cap * tanh(s[e] / cap);
+            break;
+        }
+        case ATTN_SCORE_ALIBI: {
+            double slope = (double)m->tensor[h];
+            int64_t pos = (int64_t)i + m->offset;
+            for (size_t e = 0; e < n; e++) {
+                int64_t dist = (int64_t)(j0 + e) - pos; /* kv_idx - q_idx - offset */
+                if (m->signed_distance) s[e] += slope * (double)dist;
+                else s[e] -= slope * (double)(dist < 0 ? -dist : dist);
+            }
+            break;
+        }
+        case ATTN_SCORE_BIAS:
+            for (size_t e = 0; e < n; e++) s[e] += (double)m->tensor[bias_at(m, b, h, i, j0 + e)];
+            break;
+        case ATTN_SCORE_REL_BIAS: {
+            const float *table = m->tensor + h * m->buckets;
+            for (size_t e = 0; e < n; e++)
+                s[e] += (double)table[t5_bucket((int64_t)(j0 + e) - (int64_t)i, m)];
+            break;
+        }
+        case ATTN_SCORE_CALLBACK: {
+            for (size_t e = 0; e < n; e++) tile[e] = (float)s[e];
+            attn_score_tile t = {b, h, i, j0, 1, n, n, tile};
+            if (m->fn(m->user, &t) != 0) {
+                *failure = (chain_failure){true, false, k, b, h, i, j0, n};
+                return false;
+            }
+            for (size_t e = 0; e < n; e++) s[e] = (double)tile[e];
+            break;
+        }
+        }
+    }
+    return true;
+}
+
+/* The chain's backward: g (n) holds the gradient of the chain's output and
+ * receives that of its input, modifier by modifier in reverse, from the
+ * inputs chain_forward saved; BIAS and REL_BIAS modifiers that want
+ * tensor_grad add g at their point to their sums in acc (NULL: not now).
+ * tile and grad hold n floats each for a callback. */
+static bool REF(chain_backward)(const attn_attention_problem *p, size_t b, size_t h, size_t i,
+                                size_t j0, size_t n, const double *saved, double *g,
+                                double *acc, float *tile, float *grad,
+                                chain_failure *failure) {
+    for (size_t k = p->score_mod_count; k-- > 0;) {
+        const attn_score_mod *m = &p->score_mods[k];
+        const double *in = saved + k * n;
+        double *sums = acc && mod_grad_doubles(p, k) ? acc + mod_grad_offset(p, k) : NULL;
+        switch (m->kind) {
+        case ATTN_SCORE_SCALE: {
+            double value = (double)(REAL)m->value;
+            for (size_t e = 0; e < n; e++) g[e] *= value;
+            break;
+        }
+        case ATTN_SCORE_SOFTCAP: {
+            double cap = (double)(REAL)m->value;
+            for (size_t e = 0; e < n; e++) {
+                double t = tanh(in[e] / cap); /* d(c tanh(x / c)) / dx = 1 - t^2 */
+                g[e] *= 1.0 - t * t;
+            }
+            break;
+        }
+        case ATTN_SCORE_ALIBI:
+            break;
+        case ATTN_SCORE_BIAS:
+            if (sums)
+                for (size_t e = 0; e < n; e++) sums[bias_at(m, b, h, i, j0 + e)] += g[e];
+            break;
+        case ATTN_SCORE_REL_BIAS:
+            if (sums)
+                for (size_t e = 0; e < n; e++)
+                    sums[h * m->buckets + t5_bucket((int64_t)(j0 + e) - (int64_t)i, m)] += g[e];
+            break;
+        case ATTN_SCORE_CALLBACK: {
+            for (size_t e = 0; e < n; e++) {
+                tile[e] = (float)in[e];
+                grad[e] = (float)g[e];
+            }
+            attn_score_tile t = {b, h, i, j0, 1, n, n, tile};
+            if (m->grad_fn(m->user, &t, grad) != 0) {
+                *failure = (chain_failure){true, true, k, b, h, i, j0, n};
+                return false;
+            }
+            for (size_t e = 0; e < n; e++) g[e] = (double)grad[e];
+            break;
+        }
+        }
+    }
+    return true;
+}
+
 /* One query row (b, h, i), in double: scores, softmax and weights never
  * round to REAL. row holds the sequence's S doubles. */
-static void REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, size_t i,
-                             double *row) {
+static bool REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, size_t i,
+                             double *row, double *chain) {
     const attn_attention_problem *p = fv->p;
     const REF_TENSORS *t = fv->t;
     const attn_attention_trace *tr = fv->trace;
@@ -42,7 +153,7 @@ static void REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, si
     size_t S = seq.kv_len, D = p->head_dim, Dv = p->v_head_dim, g = attn_kv_head(p, h);
     size_t begin, end;
     attn_visible_keys(p, &seq, i, &begin, &end);
-    bool sees_none = begin >= end, renormalize = p->renormalize;
+    bool sees_none = true, renormalize = p->renormalize;
     int64_t pos = (int64_t)i + seq.diagonal;
     const REAL *q_i = t->q + attn_view_offset(p->q.st, b, seq.q_start, h, i);
     const REAL *k = t->k + attn_view_offset(p->k.st, b, seq.kv_start, g, 0);
@@ -55,12 +166,27 @@ static void REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, si
      * over the kept scores, so the shift is their max: a far larger hidden
      * score cannot make the kept weights underflow to 0 / 0. A NaN or +inf
      * hidden score still makes the row NaN, as it does in PyTorch. */
+    bool chained = p->score_mod_count > 0;
+    if (chained) {
+        /* the chain runs over the keys scored below: [begin, end), or all
+         * of them for the renormalising mask */
+        size_t run0 = renormalize ? 0 : begin, run1 = renormalize ? S : end;
+        if (run1 > run0) {
+            for (size_t j = run0; j < run1; j++)
+                row[j] = REF(dot)(q_i, k + j * p->k.st.t, D) * t->scale;
+            chain_failure *failure = (chain_failure *)(chain + (p->score_mod_count + 1) * S);
+            if (!REF(chain_forward)(p, b, h, i, run0, run1 - run0, row + run0, NULL,
+                                    (float *)chain, failure))
+                return false;
+        }
+    }
     double max = -INFINITY, hidden_max = -INFINITY;
     for (size_t j = 0; j < S; j++) {
-        bool hides = j < begin || j >= end;
+        bool hides = !sees(p, b, h, i, j, begin, end);
+        sees_none &= hides;
         if (hides && !renormalize) {
             row[j] = -INFINITY;
-        } else {
+        } else if (!chained) {
             double x = REF(dot)(q_i, k + j * p->k.st.t, D) * t->scale;
             row[j] = modified_score(p, t->softcap, h, pos, j, x, NULL);
         }
@@ -77,7 +203,7 @@ static void REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, si
     for (size_t j = 0; j < S; j++) {
         row[j] = exp(row[j] - max);
         sum += row[j];
-        if (j >= begin && j < end) kept_sum += row[j];
+        if (renormalize && sees(p, b, h, i, j, begin, end)) kept_sum += row[j];
     }
     if (p->sinks) {
         double e = exp(sink - max); /* the sink's share: in the denominator, no value */
@@ -95,7 +221,7 @@ static void REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, si
     }
     bool dropping = has_dropout(fv->drop);
     for (size_t j = 0; j < S; j++) {
-        bool zero = sees_none || (renormalize && (j < begin || j >= end));
+        bool zero = sees_none || (renormalize && !sees(p, b, h, i, j, begin, end));
         row[j] = zero ? 0.0 : row[j] / norm;
         if (tr && tr->weights) tr->weights[trace_row + j] = (float)row[j];
         if (dropping) row[j] *= drop_factor(fv->drop, trace_row + j);
@@ -107,27 +233,32 @@ static void REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, si
         for (size_t j = 0; j < S; j++) acc += row[j] * v[j * p->v.st.t + d];
         out_i[d] = (REAL)acc;
     }
+    return true;
 }
 
 static void REF(forward_rows)(void *arg, size_t part, size_t begin, size_t end) {
     const REF(forward_view) *fv = arg;
     const attn_attention_problem *p = fv->p;
-    double *row = fv->workspace + part * (p->kv_len + 1);
+    double *row = fv->workspace + part * forward_part_doubles(p);
+    double *chain = row + p->kv_len + 1;
     for (size_t r = begin; r < end; r++) {
         size_t b, h, i;
         decode_row(p, p->q_heads, false, r, &b, &h, &i);
-        REF(forward_row)(fv, b, h, i, row);
+        if (!REF(forward_row)(fv, b, h, i, row, chain)) return; /* a callback failed */
     }
 }
 
-/* The forward on workspace of reference_forward_bytes. */
-static void REF(forward)(const attn_ctx *ctx, const attn_attention_problem *p,
-                         const REF_TENSORS *t, const attn_attention_dropout *drop,
-                         const attn_attention_trace *trace, void *workspace) {
+/* The forward on workspace of reference_forward_bytes: NULL, or
+ * attn_pass_failed with the message in the ctx when a callback failed. */
+static const char *REF(forward)(attn_ctx *ctx, const attn_attention_problem *p,
+                                const REF_TENSORS *t, const attn_attention_dropout *drop,
+                                const attn_attention_trace *trace, void *workspace) {
     REF(forward_view) fv = {p, t, drop, trace, workspace};
+    clear_failures(ctx, p, workspace, forward_part_doubles(p), forward_failure_at(p));
     size_t row_cost = 2 * p->kv_len * (p->head_dim + p->v_head_dim) + 1;
     attn_parallel_for_parts(ctx->num_threads, row_count(p, p->q_heads, false),
                             MIN_FLOPS_PER_THREAD / row_cost + 1, REF(forward_rows), &fv);
+    return report_failure(ctx, p, workspace, forward_part_doubles(p), forward_failure_at(p));
 }
 
 /* ---- backward (see reference.c for the passes) ------------------------------ */
@@ -140,6 +271,8 @@ typedef struct REF(backward_view) {
     double *lse, *delta; /* per row at attn_lse_index */
     double *workspace;   /* part_doubles per part */
     size_t part_doubles;
+    double *mod_sums;    /* the modifiers' tensor_grad sums (mod_grad_offset), or NULL:
+                            pass 1 adds to them only when it runs serially */
 } REF(backward_view);
 
 /* Pass 1, query rows [begin, end) of the flattened (b, h, i). */
@@ -150,7 +283,12 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
     size_t D = p->head_dim, Dv = p->v_head_dim;
     double *P = bv->workspace + part * bv->part_doubles;
     double *dP = P + p->kv_len, *th = dP + p->kv_len, *acc = th + p->kv_len;
+    /* with a chain: its inputs (count runs of S), two float tiles, the failure */
+    double *saved = P + part_chain_at(p);
+    float *tile = (float *)(saved + p->score_mod_count * p->kv_len), *grad = tile + p->kv_len;
+    chain_failure *failure = (chain_failure *)(saved + (p->score_mod_count + 1) * p->kv_len);
     bool softcap = t->softcap > 0.0, from_lse = p->backward_from_lse;
+    bool chained = p->score_mod_count > 0;
     for (size_t r = begin; r < end; r++) {
         size_t b, h, i;
         decode_row(p, p->q_heads, false, r, &b, &h, &i);
@@ -172,7 +310,7 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
             bv->lse[stat] = (double)t->lse[stat];
             bv->delta[stat] = REF(dot)(dout_i, out_i, Dv);
         }
-        if (first >= last) {
+        if (!sees_any(p, b, h, i, first, last)) {
             /* a row that sees no key output zeros: nothing flows back */
             for (size_t d = 0; d < D; d++) dq_i[d] = 0;
             if (!from_lse) {
@@ -182,23 +320,32 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
             continue;
         }
         double max = -INFINITY, sum = 0.0;
+        if (chained) {
+            /* s_ij of the keys [first, last) through the chain, its inputs kept */
+            for (size_t j = first; j < last; j++)
+                P[j] = REF(dot)(q_i, k + j * p->k.st.t, D) * t->scale;
+            if (!REF(chain_forward)(p, b, h, i, first, last - first, P + first, saved, tile,
+                                    failure))
+                return;
+        }
         if (from_lse) {
             /* P_ij = exp(s_ij - lse_i) over the visible keys, 0 elsewhere */
             double lse = bv->lse[stat];
             for (size_t j = 0; j < S; j++) {
-                if (j < first || j >= last) {
+                if (!sees(p, b, h, i, j, first, last)) {
                     P[j] = 0.0;
                 } else {
-                    double x = REF(dot)(q_i, k + j * p->k.st.t, D) * t->scale;
-                    P[j] = exp(modified_score(p, t->softcap, h, pos, j, x, &th[j]) - lse);
+                    double x = chained ? P[j] : REF(dot)(q_i, k + j * p->k.st.t, D) * t->scale;
+                    P[j] = exp((chained ? x : modified_score(p, t->softcap, h, pos, j, x, &th[j])) -
+                               lse);
                 }
             }
         } else {
             /* forward: P_i = softmax(mask(s_i)) with the sink, recomputed in double */
             for (size_t j = 0; j < S; j++) {
-                if (j < first || j >= last) {
+                if (!sees(p, b, h, i, j, first, last)) {
                     P[j] = -INFINITY;
-                } else {
+                } else if (!chained) {
                     double x = REF(dot)(q_i, k + j * p->k.st.t, D) * t->scale;
                     P[j] = modified_score(p, t->softcap, h, pos, j, x, &th[j]);
                 }
@@ -219,7 +366,7 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
         for (size_t d = 0; d < Dv; d++) poison += 0.0 * dout_i[d];
         double delta = 0.0;
         for (size_t j = 0; j < S; j++) {
-            if (j < first || j >= last) {
+            if (!sees(p, b, h, i, j, first, last)) {
                 dP[j] = poison;
             } else {
                 double dA = REF(dot)(dout_i, v + j * p->v.st.t, Dv);
@@ -231,11 +378,23 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
         /* dS_ij = P_ij (dP_ij - delta_i); masked_fill's backward zeroes the
          * hidden entries, the renormalising product keeps them (0 or NaN). */
         for (size_t d = 0; d < D; d++) acc[d] = 0.0;
+        /* th_j becomes dS_ij, then, through the chain, the gradient of x_ij */
         for (size_t j = first; j < last; j++) {
+            if (!sees(p, b, h, i, j, first, last)) {
+                th[j] = 0.0;
+                continue;
+            }
             double dS = P[j] * (dP[j] - delta);
             if (softcap) dS *= 1.0 - th[j] * th[j]; /* d(c tanh(x / c)) / dx */
+            th[j] = dS;
+        }
+        if (chained && !REF(chain_backward)(p, b, h, i, first, last - first, saved, th + first,
+                                            bv->mod_sums, tile, grad, failure))
+            return;
+        for (size_t j = first; j < last; j++) {
+            if (!sees(p, b, h, i, j, first, last)) continue;
             const REAL *k_j = k + j * p->k.st.t;
-            for (size_t d = 0; d < D; d++) acc[d] += dS * k_j[d];
+            for (size_t d = 0; d < D; d++) acc[d] += th[j] * k_j[d];
         }
         /* dq_i = scale * sum_j dS_ij k_j */
         for (size_t d = 0; d < D; d++) dq_i[d] = (REAL)(acc[d] * t->scale);
@@ -254,7 +413,10 @@ static void REF(backward_key_rows)(void *arg, size_t part, size_t begin, size_t 
     size_t D = p->head_dim, Dv = p->v_head_dim, G = p->q_heads / p->kv_heads;
     double *acc_k = bv->workspace + part * bv->part_doubles + 3 * p->kv_len;
     double *acc_v = acc_k + D;
-    bool softcap = t->softcap > 0.0;
+    double *saved = bv->workspace + part * bv->part_doubles + part_chain_at(p);
+    float *tile = (float *)(saved + p->score_mod_count * p->kv_len), *grad = tile + p->kv_len;
+    chain_failure *failure = (chain_failure *)(saved + (p->score_mod_count + 1) * p->kv_len);
+    bool softcap = t->softcap > 0.0, chained = p->score_mod_count > 0;
     for (size_t r = begin; r < end; r++) {
         size_t b, kv_head, j;
         decode_row(p, p->kv_heads, true, r, &b, &kv_head, &j);
@@ -271,7 +433,7 @@ static void REF(backward_key_rows)(void *arg, size_t part, size_t begin, size_t 
                 const REAL *dout_i =
                     t->dout + attn_view_offset(p->out.st, b, seq.q_start, h, i);
                 double lse = bv->lse[stat], delta = bv->delta[stat];
-                if (j < first || j >= last) {
+                if (!sees(p, b, h, i, j, first, last)) {
                     /* weight 0: dv_j += 0 * dO_i, as the matmul A^T dO does */
                     for (size_t d = 0; d < Dv; d++) acc_v[d] += 0.0 * dout_i[d];
                     double dS = p->renormalize ? 0.0 * delta : 0.0;
@@ -280,15 +442,23 @@ static void REF(backward_key_rows)(void *arg, size_t part, size_t begin, size_t 
                     continue;
                 }
                 /* forward: P_ij = exp(s_ij - lse_i), A_ij = P_ij * drop_ij */
-                double th = 0.0, x = REF(dot)(q_i, k_j, D) * t->scale;
-                double P = exp(modified_score(p, t->softcap, h, (int64_t)i + seq.diagonal, j, x,
-                                              &th) -
-                               lse);
+                double th = 0.0, x = REF(dot)(q_i, k_j, D) * t->scale, s_ij = x;
+                if (chained) {
+                    /* the chain on this one key: a 1 x 1 tile */
+                    if (!REF(chain_forward)(p, b, h, i, j, 1, &s_ij, saved, tile, failure))
+                        return;
+                } else {
+                    s_ij = modified_score(p, t->softcap, h, (int64_t)i + seq.diagonal, j, x, &th);
+                }
+                double P = exp(s_ij - lse);
                 double drop = drop_factor(bv->drop, attn_drop_index(p, b, h, i, j));
                 double A = P * drop;
                 double dP = REF(dot)(dout_i, v_j, Dv) * drop;
                 double dS = P * (dP - delta);
                 if (softcap) dS *= 1.0 - th * th;
+                if (chained &&
+                    !REF(chain_backward)(p, b, h, i, j, 1, saved, &dS, NULL, tile, grad, failure))
+                    return;
                 for (size_t d = 0; d < Dv; d++) acc_v[d] += A * dout_i[d];
                 for (size_t d = 0; d < D; d++) acc_k[d] += dS * q_i[d];
             }
@@ -318,22 +488,65 @@ static void REF(sink_grads)(const REF(backward_view) *bv) {
     }
 }
 
+/* The modifiers' tensor_grad from their sums, each rounded once: a BIAS
+ * tensor's elements that some (b, h, i, j) reads (broadcast ones hold the
+ * sum over all that read them), a REL_BIAS table whole. */
+static void REF(write_mod_grads)(const attn_attention_problem *p, const double *sums) {
+    for (size_t k = 0; k < p->score_mod_count; k++) {
+        const attn_score_mod *m = &p->score_mods[k];
+        size_t n = mod_grad_doubles(p, k);
+        if (!n) continue;
+        const double *sum = sums + mod_grad_offset(p, k);
+        if (m->kind == ATTN_SCORE_REL_BIAS) {
+            for (size_t e = 0; e < n; e++) m->tensor_grad[e] = (float)sum[e];
+            continue;
+        }
+        for (size_t b = 0; b < p->batch; b++)
+            for (size_t h = 0; h < p->q_heads; h++)
+                for (size_t i = 0; i < p->q_len; i++)
+                    for (size_t j = 0; j < p->kv_len; j++) {
+                        size_t at = bias_at(m, b, h, i, j);
+                        m->tensor_grad[at] = (float)sum[at];
+                    }
+    }
+}
+
 /* The backward on workspace of reference_backward_bytes; dsinks (NULL: not
- * wanted) is written when the problem has sinks. */
-static void REF(backward)(const attn_ctx *ctx, const attn_attention_problem *p,
-                          const REF_TENSORS *t, const attn_attention_dropout *drop,
-                          float *dsinks, void *workspace) {
-    size_t rows = stat_rows(p);
+ * wanted) is written when the problem has sinks. NULL, or attn_pass_failed
+ * with the message in the ctx when a callback failed. */
+static const char *REF(backward)(attn_ctx *ctx, const attn_attention_problem *p,
+                                 const REF_TENSORS *t, const attn_attention_dropout *drop,
+                                 float *dsinks, void *workspace) {
+    size_t rows = stat_rows(p), parts = attn_parallel_parts(ctx->num_threads);
     double *stats = workspace;
+    size_t mod_sums = mod_grad_offset(p, p->score_mod_count);
+    double *sums = stats + 2 * rows + parts * part_doubles(p);
     REF(backward_view) bv = {p,     t,         drop, dsinks, stats, stats + rows, stats + 2 * rows,
-                             part_doubles(p)};
+                             part_doubles(p), mod_sums ? sums : NULL};
     size_t G = p->q_heads / p->kv_heads;
     size_t q_cost = 4 * p->kv_len * (p->head_dim + p->v_head_dim) + 1;
     size_t k_cost = 4 * G * p->q_len * (p->head_dim + p->v_head_dim) + 1;
+    double *parts_at = stats + 2 * rows;
+    clear_failures(ctx, p, parts_at, part_doubles(p), backward_failure_at(p));
+    if (mod_sums) {
+        /* A bias element broadcast over rows sums their gradients: pass 1
+         * runs serially, rows in order, so the sums have one order for any
+         * thread count. */
+        memset(sums, 0, mod_sums * sizeof *sums);
+        REF(backward_query_rows)(&bv, 0, 0, row_count(p, p->q_heads, false));
+    } else {
+        attn_parallel_for_parts(ctx->num_threads, row_count(p, p->q_heads, false),
+                                MIN_FLOPS_PER_THREAD / q_cost + 1, REF(backward_query_rows), &bv);
+    }
+    const char *failed = report_failure(ctx, p, parts_at, part_doubles(p), backward_failure_at(p));
+    if (failed) return failed;
     /* Pass 2 reads every row's lse and delta: pass 1 finishes first. */
-    attn_parallel_for_parts(ctx->num_threads, row_count(p, p->q_heads, false),
-                            MIN_FLOPS_PER_THREAD / q_cost + 1, REF(backward_query_rows), &bv);
+    clear_failures(ctx, p, parts_at, part_doubles(p), backward_failure_at(p));
     attn_parallel_for_parts(ctx->num_threads, row_count(p, p->kv_heads, true),
                             MIN_FLOPS_PER_THREAD / k_cost + 1, REF(backward_key_rows), &bv);
+    if ((failed = report_failure(ctx, p, parts_at, part_doubles(p), backward_failure_at(p))))
+        return failed;
+    if (mod_sums) REF(write_mod_grads)(p, sums);
     if (p->sinks && dsinks) REF(sink_grads)(&bv);
+    return NULL;
 }

@@ -10,10 +10,13 @@
 #include "rng/dropout.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
 /* ---- checks ---------------------------------------------------------------- */
+
+const char attn_pass_failed[] = "a score modifier's callback failed";
 
 static attn_status check_cu_seqlens(attn_ctx *ctx, const char *who, const char *name,
                                     const int32_t *cu, size_t batch, size_t longest) {
@@ -39,7 +42,66 @@ static bool is_attention_dtype(attn_dtype d) {
            d == ATTN_DTYPE_F64;
 }
 
+/* The largest element a BIAS modifier's strides reach over the problem,
+ * plus one, in *extent; false where that overflows size_t or a double
+ * buffer of it would (the reference's backward sums its gradient there). */
+static bool bias_extent(const attn_attention_problem *p, const attn_score_mod *m,
+                        size_t *extent) {
+    size_t last[4] = {p->batch - 1, p->q_heads - 1, p->q_len - 1, p->kv_len - 1}, at = 1, e;
+    for (int d = 0; d < 4; d++) {
+        if (!attn_mul_size(last[d], m->strides[d], &e) || at > SIZE_MAX - e) return false;
+        at += e;
+    }
+    *extent = at;
+    return at <= SIZE_MAX / sizeof(double);
+}
+
+/* A block map and a chain of score modifiers, as the problem may hold them
+ * (attention_problem.h): the map over the problem's own lengths, batch and
+ * heads (or 1), on dense keys; a chain in place of softcap and ALiBi. */
+static attn_status check_programmable(attn_ctx *ctx, const char *who,
+                                      const attn_attention_problem *p) {
+    const attn_block_map *m = p->block_map;
+    if (m && (p->cu_seqlens_q || p->kv_cache))
+        return attn_fail(ctx, ATTN_ERR_UNSUPPORTED,
+                         "%s: a block map with %s: the map's positions are a dense batch's",
+                         who, p->kv_cache ? "a KV cache" : "cu_seqlens (packed sequences)");
+    if (m && ((m->batch != 1 && m->batch != p->batch) || (m->heads != 1 && m->heads != p->q_heads)))
+        return attn_fail(ctx, ATTN_ERR_SHAPE,
+                         "%s: the block map's batch (%zu) and heads (%zu) must each be 1 or the "
+                         "problem's (%zu, %zu)",
+                         who, m->batch, m->heads, p->batch, p->q_heads);
+    if (m && (m->q_len != p->q_len || m->kv_len != p->kv_len))
+        return attn_fail(ctx, ATTN_ERR_SHAPE,
+                         "%s: the block map is of q_len %zu, kv_len %zu where the problem is of "
+                         "%zu, %zu",
+                         who, m->q_len, m->kv_len, p->q_len, p->kv_len);
+    if (!p->score_mod_count) return ATTN_OK;
+    if (!p->score_mods)
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: score_mod_count is %zu but score_mods is NULL",
+                         who, p->score_mod_count);
+    if (p->softcap > 0.0f || p->softcap_f64 > 0.0 || p->alibi_slopes)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: a chain of %zu score modifiers with the problem's own softcap "
+                         "(%g) or alibi_slopes (%s): the chain replaces both",
+                         who, p->score_mod_count,
+                         p->softcap_f64 > 0.0 ? p->softcap_f64 : (double)p->softcap,
+                         p->alibi_slopes ? "set" : "NULL");
+    for (size_t k = 0; k < p->score_mod_count; k++) {
+        const attn_score_mod *mod = &p->score_mods[k];
+        size_t extent;
+        if (mod->kind == ATTN_SCORE_BIAS && !bias_extent(p, mod, &extent))
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                             "%s: score_mods[%zu] (bias) strides (%zu, %zu, %zu, %zu) over "
+                             "(%zu, %zu, %zu, %zu) reach past size_t",
+                             who, k, mod->strides[0], mod->strides[1], mod->strides[2],
+                             mod->strides[3], p->batch, p->q_heads, p->q_len, p->kv_len);
+    }
+    return ATTN_OK;
+}
+
 attn_status attn_attention_check(attn_ctx *ctx, const char *who, const attn_attention_problem *p) {
+    attn_status st;
     if (!p->batch || !p->q_heads || !p->kv_heads || !p->q_len || !p->kv_len || !p->head_dim ||
         !p->v_head_dim)
         return attn_fail(ctx, ATTN_ERR_SHAPE,
@@ -84,6 +146,7 @@ attn_status attn_attention_check(attn_ctx *ctx, const char *who, const attn_atte
         (p->q_offset > ((int64_t)1 << 62) || p->q_offset < -((int64_t)1 << 62)))
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: q_offset (%lld) must be within +-2^62", who,
                          (long long)p->q_offset);
+    if ((st = check_programmable(ctx, who, p)) != ATTN_OK) return st;
     if (p->kv_cache) {
         const attn_kv_cache_view *c = p->kv_cache;
         if (p->cu_seqlens_q || p->cu_seqlens_kv || !c->cached || !c->new_rows || !c->row_start)
@@ -100,8 +163,7 @@ attn_status attn_attention_check(attn_ctx *ctx, const char *who, const attn_atte
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: cu_seqlens_q and cu_seqlens_kv go together (%s is NULL)",
                          who, p->cu_seqlens_q ? "cu_seqlens_kv" : "cu_seqlens_q");
     if (p->cu_seqlens_q) {
-        attn_status st = check_cu_seqlens(ctx, who, "cu_seqlens_q", p->cu_seqlens_q, p->batch,
-                                          p->q_len);
+        st = check_cu_seqlens(ctx, who, "cu_seqlens_q", p->cu_seqlens_q, p->batch, p->q_len);
         if (st == ATTN_OK)
             st = check_cu_seqlens(ctx, who, "cu_seqlens_kv", p->cu_seqlens_kv, p->batch, p->kv_len);
         if (st != ATTN_OK) return st;
@@ -209,9 +271,16 @@ static attn_status no_workspace(attn_ctx *ctx, const char *who, size_t bytes) {
 /* Asks the registry's backends in order and runs the first that takes p
  * and its values, noting each decline: true when one ran. g NULL: the
  * forward. */
-static bool run_candidates(attn_ctx *ctx, const attn_attention_problem *p,
-                           const attn_attention_dropout *drop, const attn_attention_trace *trace,
-                           const attn_attention_grads *g, void *workspace) {
+typedef enum run_result {
+    RUN_DECLINED = 0, /* every backend declined the values */
+    RUN_DONE,
+    RUN_FAILED        /* a pass failed (attn_pass_failed): its message is in the ctx */
+} run_result;
+
+static run_result run_candidates(attn_ctx *ctx, const attn_attention_problem *p,
+                                 const attn_attention_dropout *drop,
+                                 const attn_attention_trace *trace,
+                                 const attn_attention_grads *g, void *workspace) {
     bool backward = g != NULL;
     attn_pass pass = {backward, trace != NULL, drop->kind != ATTN_DROP_NONE};
     size_t count;
@@ -237,9 +306,17 @@ static bool run_candidates(attn_ctx *ctx, const attn_attention_problem *p,
                  b->kernel_name ? b->kernel_name(ctx, p) : "", stored,
                  b->kernel_name || p->kv_cache ? "]" : "");
         attn_explain_note(ctx, name, why);
-        if (!why) return true;
+        if (!why) return RUN_DONE;
+        if (why == attn_pass_failed) return RUN_FAILED;
     }
-    return false;
+    return RUN_DECLINED;
+}
+
+/* The status of a pass that failed, its message prefixed by who. */
+static attn_status pass_failed(attn_ctx *ctx, const char *who) {
+    char message[ATTN_ERROR_CAPACITY];
+    snprintf(message, sizeof message, "%s", ctx->error);
+    return attn_fail(ctx, ATTN_ERR_INVALID, "%s: %s", who, message);
 }
 
 /* p (16-bit) on float32 copies: widened, run, rounded back. */
@@ -253,10 +330,10 @@ static attn_status run_widened(attn_ctx *ctx, const char *who, const attn_attent
     if (st != ATTN_OK) return st;
     attn_explain_note(ctx, "widened to float32", NULL);
     if (g) wide_g.dsinks = g->dsinks;
-    run_candidates(ctx, &wide, drop, NULL, g ? &wide_g : NULL, workspace);
-    attn_narrow16(ctx, p, &wide, g ? &wide_g : NULL, g);
+    run_result ran = run_candidates(ctx, &wide, drop, NULL, g ? &wide_g : NULL, workspace);
+    if (ran != RUN_FAILED) attn_narrow16(ctx, p, &wide, g ? &wide_g : NULL, g);
     attn_free(buffer);
-    return ATTN_OK;
+    return ran == RUN_FAILED ? pass_failed(ctx, who) : ATTN_OK;
 }
 
 attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_attention_problem *p,
@@ -328,12 +405,14 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
     if (drop_out) *drop_out = drop;
     if (widen_first) {
         attn_explain_note(ctx, "widened to float32", NULL);
-        run_candidates(ctx, &wide, &drop, NULL, NULL, workspace);
-        attn_narrow16(ctx, p, &wide, NULL, NULL);
+        run_result ran = run_candidates(ctx, &wide, &drop, NULL, NULL, workspace);
+        if (ran != RUN_FAILED) attn_narrow16(ctx, p, &wide, NULL, NULL);
         attn_free(buffer);
-        return ATTN_OK;
+        return ran == RUN_FAILED ? pass_failed(ctx, who) : ATTN_OK;
     }
-    if (run_candidates(ctx, p, &drop, traced ? trace : NULL, NULL, workspace)) return ATTN_OK;
+    run_result ran = run_candidates(ctx, p, &drop, traced ? trace : NULL, NULL, workspace);
+    if (ran == RUN_DONE) return ATTN_OK;
+    if (ran == RUN_FAILED) return pass_failed(ctx, who);
     /* every 16-bit backend declined the values (none draws dropout); a
      * float problem never gets here: its last candidate, the reference,
      * takes any values (check_runnable) */
@@ -344,6 +423,12 @@ attn_status attn_attention_backward(attn_ctx *ctx, const char *who, const attn_a
                                     const attn_attention_dropout *drop,
                                     const attn_attention_grads *g, void *workspace) {
     attn_status st = attn_attention_check(ctx, who, p);
+    for (size_t k = 0; st == ATTN_OK && k < p->score_mod_count; k++)
+        if (p->score_mods[k].kind == ATTN_SCORE_CALLBACK && !p->score_mods[k].grad_fn)
+            st = attn_fail(ctx, ATTN_ERR_NULL,
+                           "%s: score_mods[%zu] (callback) has no grad_fn: the backward needs "
+                           "it",
+                           who, k);
     attn_pass pass = {.backward = true, .dropout = drop && drop->kind != ATTN_DROP_NONE};
     if (st != ATTN_OK || (st = check_runnable(ctx, who, p, pass)) != ATTN_OK) return st;
     if (!workspace) {
@@ -352,6 +437,8 @@ attn_status attn_attention_backward(attn_ctx *ctx, const char *who, const attn_a
     }
     attn_explain_begin(ctx);
     attn_attention_dropout none = {.kind = ATTN_DROP_NONE};
-    if (run_candidates(ctx, p, drop ? drop : &none, NULL, g, workspace)) return ATTN_OK;
+    run_result ran = run_candidates(ctx, p, drop ? drop : &none, NULL, g, workspace);
+    if (ran == RUN_DONE) return ATTN_OK;
+    if (ran == RUN_FAILED) return pass_failed(ctx, who);
     return run_widened(ctx, who, p, drop ? drop : &none, g, workspace);
 }
