@@ -373,6 +373,14 @@ static void cache_key(const attn_attention_problem *p, const attn_kv_stored *st,
     for (size_t e = 0; e < p->head_dim; e++) x[e] = attn_kv_read(&f, h, hs, e);
 }
 
+/* Whether packed row row of sequence b is kept from position pos by the
+ * cache view's tree of draft tokens (new positions only). */
+static bool tree_hides(const attn_kv_cache_view *c, size_t row, size_t b, size_t pos) {
+    if (!c->tree || pos < c->cached[b]) return false;
+    size_t j = pos - c->cached[b];
+    return !((c->tree[row * c->tree_words + (j >> 6)] >> (j & 63)) & 1u);
+}
+
 static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
     const cache_job *job = arg;
     const attn_attention_problem *p = job->p;
@@ -394,6 +402,7 @@ static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
             double mx = -INFINITY, sum = 0.0;
             bool bad = false; /* a non-finite score makes the row NaN, as the kernels do */
             for (size_t j = lo; j < hi; j++) {
+                if (tree_hides(c, row, b, j)) continue;
                 cache_key(p, &c->k, b, j, kh, x);
                 double dotp = 0.0;
                 for (size_t e = 0; e < D; e++) dotp += (double)q[e] * x[e];
@@ -403,6 +412,7 @@ static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
             }
             for (size_t e = 0; e < D; e++) o[e] = 0.0;
             for (size_t j = lo; j < hi; j++) {
+                if (tree_hides(c, row, b, j)) continue;
                 cache_key(p, &c->v, b, j, kh, x);
                 double e_j = exp(w[j - lo] - mx);
                 sum += e_j;
@@ -475,7 +485,8 @@ static const char *reference_backward(attn_ctx *ctx, const attn_attention_proble
     return ref_f32_backward(ctx, p, &t, drop, g->dsinks, workspace);
 }
 
-/* The oracle runs every float32 and float64 problem. */
+/* The oracle runs every float32 and float64 problem of the features it
+ * names; from a cache, the causal forward. */
 static const char *reference_declines(const attn_ctx *ctx, const attn_attention_problem *p,
                                       attn_pass pass) {
     (void)ctx;
@@ -483,14 +494,18 @@ static const char *reference_declines(const attn_ctx *ctx, const attn_attention_
         /* new rows against a cache: causal (a window on the left), scaled dot products */
         if (p->q.dtype != ATTN_DTYPE_F32) return "queries of other than float32";
         const char *feature = attn_problem_unsupported(
-            p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_KV_CACHE);
+            p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_KV_CACHE | ATTN_USES_TREE);
         if (feature || pass.backward || pass.dropout || pass.traced ||
             p->v_head_dim != p->head_dim)
             return "from a cache it runs the causal forward of scaled dot products alone";
         return NULL;
     }
-    if (p->q.dtype == ATTN_DTYPE_F32 || p->q.dtype == ATTN_DTYPE_F64) return NULL;
-    return "it reads float32 and float64";
+    if (p->q.dtype != ATTN_DTYPE_F32 && p->q.dtype != ATTN_DTYPE_F64)
+        return "it reads float32 and float64";
+    return attn_problem_unsupported(
+        p, ATTN_USES_CAUSAL | ATTN_USES_RENORMALIZE | ATTN_USES_WINDOW | ATTN_USES_SOFTCAP |
+               ATTN_USES_ALIBI | ATTN_USES_SINKS | ATTN_USES_VARLEN | ATTN_USES_BLOCK_MAP |
+               ATTN_USES_ROW_INTERVALS | ATTN_USES_SCORE_MODS);
 }
 
 const attn_attention_backend attn_attention_reference = {

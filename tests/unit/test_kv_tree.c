@@ -4,7 +4,8 @@
  *   the mask: each row's bits are its ancestors and itself, depths count
  *     them; bad parents are refused by name;
  *   the attention: a random tree over a float32 cache (contiguous and
- *     paged, GQA, 1 and 2 threads) against a dense oracle in double (every
+ *     paged, GQA, 1 and 2 threads, the fast and the reference kernels)
+ *     against a dense oracle in double (every
  *     cached key, then the draft keys the tree shows); a chain (each draft
  *     the child of the one before) gives attn_kv_cache_attend's bits, in
  *     every K/V type; nothing is appended;
@@ -168,7 +169,9 @@ static void test_random_trees(void) {
         s.q_heads = s.kv_heads * (1 + rand_below(4));
         size_t seq = rand_below(s.batch), threads = 1 + rand_below(2);
         attn_ctx *ctx = NULL;
-        attn_ctx_config cc = {.num_threads = threads};
+        /* the reference ctx (the oracle's loops in the library) every other trial */
+        attn_ctx_config cc = {.num_threads = threads,
+                              .kernels = trial % 2 ? ATTN_KERNELS_REFERENCE : ATTN_KERNELS_AUTO};
         CHECK_STATUS(attn_ctx_new(&cc, &ctx), ATTN_OK);
         size_t row = s.kv_heads * s.D;
         float *k0 = random_floats(s.batch * s.cached * row + 1);
