@@ -1241,6 +1241,8 @@ typedef struct attn_npy_i32 {
 
 /* Reads a little- or big-endian int32 (or int64) array into int32; an
  * int64 value outside int32 is ATTN_ERR_FORMAT naming it and its index.
+ * One-byte arrays (bool '|b1', uint8 '|u1', int8 '|i1': masks) are
+ * widened to 0/1 and their values. 
  * Fortran order is read for arrays of at most one dimension (the same
  * bytes as C order). Other errors as attn_npy_read's. */
 attn_status attn_npy_read_i32(attn_ctx *ctx, const char *path, attn_npy_i32 *out);

@@ -1,9 +1,11 @@
 /*
  * npy.c — NumPy .npy files: float32 (or float64, narrowed) arrays in C order,
- * and int32 (or int64, range-checked) arrays for offsets and indices.
+ * and int32 (or int64, range-checked; bool and bytes widened) arrays for
+ * offsets, indices and masks.
  *
  * Reading accepts format versions 1.0, 2.0 and 3.0 and the descrs '<f4',
  * '>f4', '<f8', '>f8' for floats, '<i4', '>i4', '<i8', '>i8' for integers
+ * and the one-byte '|b1' (bool), '|u1', '|i1' (masks)
  * ('|' and '=' mean the host's byte order, as in NumPy). Fortran order is
  * read where it is the same bytes as C order: arrays of one dimension or
  * none (the integer reader's cu_seqlens are such; a float array with
@@ -59,7 +61,8 @@ typedef struct npy_header {
     size_t shape[ATTN_NPY_MAX_DIMS];
     size_t numel;
     char kind;       /* 'f' or 'i', as the reader asks */
-    size_t itemsize; /* 4 or 8 */
+    size_t itemsize; /* 4 or 8; for integers also 1 */
+    bool is_unsigned; /* a one-byte integer: bool or uint8 */
     bool big_endian; /* byte order of the stored data */
     size_t data_bytes;
 } npy_header;
@@ -238,6 +241,14 @@ static attn_status read_shape(npy_cursor *c, npy_header *h) {
 /* '<f4' and friends (h->kind in place of 'f'): sets itemsize and byte
  * order, or returns false. */
 static bool decode_descr(const char *descr, npy_header *h) {
+    /* one-byte integers (a boolean mask, uint8, int8) have no byte order */
+    if (h->kind == 'i' && strlen(descr) == 3 && strchr("|<>=", descr[0]) && descr[2] == '1' &&
+        (descr[1] == 'b' || descr[1] == 'u' || descr[1] == 'i')) {
+        h->itemsize = 1;
+        h->is_unsigned = descr[1] != 'i';
+        h->big_endian = false;
+        return true;
+    }
     if (strlen(descr) != 3 || descr[1] != h->kind || (descr[2] != '4' && descr[2] != '8'))
         return false;
     switch (descr[0]) {
@@ -360,8 +371,8 @@ static attn_status parse_header(attn_ctx *ctx, const char *label, const unsigned
                          label, descr);
     if (descr_cut || !decode_descr(descr, h))
         return attn_fail(ctx, ATTN_ERR_FORMAT,
-                         "%s: dtype '%s' is not int32 or int64 (read: '<i4', '>i4', '<i8', "
-                         "'>i8')",
+                         "%s: dtype '%s' is not an integer or bool (read: '<i4', '>i4', '<i8', "
+                         "'>i8', '|i1', '|u1', '|b1')",
                          label, descr);
     if (fortran && (kind == 'f' || h->ndim > 1))
         return attn_fail(ctx, ATTN_ERR_FORMAT,
@@ -613,8 +624,9 @@ static attn_status decode_ints(attn_ctx *ctx, const char *label, const unsigned 
         for (size_t k = 0; k < h->itemsize; k++)
             u = u << 8 | e[h->big_endian ? k : h->itemsize - 1 - k];
         /* two's complement, sign-extended from the stored width */
-        int64_t v = h->itemsize == 4 ? (int64_t)(int32_t)(uint32_t)u
-                                     : (u >> 63 ? -(int64_t)(~u) - 1 : (int64_t)u);
+        int64_t v = h->itemsize == 1 ? (h->is_unsigned ? (int64_t)u : (int64_t)(int8_t)(uint8_t)u)
+                    : h->itemsize == 4 ? (int64_t)(int32_t)(uint32_t)u
+                                       : (u >> 63 ? -(int64_t)(~u) - 1 : (int64_t)u);
         if (v < INT32_MIN || v > INT32_MAX)
             return attn_fail(ctx, ATTN_ERR_FORMAT,
                              "%s: element %zu (%lld) does not fit int32", label, first + i,

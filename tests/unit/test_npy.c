@@ -811,6 +811,11 @@ static void test_ints(attn_ctx *ctx) {
     check_int_image(ctx, ">i8", "False", values, n);
     check_int_image(ctx, "<i8", "True", values, n); /* 1-D: Fortran order is C order */
     check_int_image(ctx, "|i4", "False", values, 0);
+    /* one-byte masks: bool, uint8 and int8, widened */
+    const int64_t bools[] = {1, 0, 0, 1, 1}, bytes_u[] = {0, 255, 7, 128}, bytes_i[] = {-128, 127, -1, 0};
+    check_int_image(ctx, "|b1", "False", bools, 5);
+    check_int_image(ctx, "|u1", "False", bytes_u, 4);
+    check_int_image(ctx, "|i1", "False", bytes_i, 4);
 
     /* 2-D, and a version 2.0 header */
     unsigned char data[64];
@@ -829,9 +834,9 @@ static void test_ints(attn_ctx *ctx) {
     /* bad inputs, each naming the value at fault */
     memset(data, 0, sizeof data);
     expect_int_reject(ctx, 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", data,
-                      8, ATTN_ERR_FORMAT, "dtype '<f4' is not int32 or int64");
+                      8, ATTN_ERR_FORMAT, "dtype '<f4' is not an integer or bool");
     expect_int_reject(ctx, 1, "{'descr': '<u4', 'fortran_order': False, 'shape': (2,), }", data,
-                      8, ATTN_ERR_FORMAT, "dtype '<u4' is not int32 or int64");
+                      8, ATTN_ERR_FORMAT, "dtype '<u4' is not an integer or bool");
     expect_int_reject(ctx, 1, "{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }", data,
                       8, ATTN_ERR_FORMAT, "dtype '<i2'");
     expect_int_reject(ctx, 1, "{'descr': 'xi4', 'fortran_order': False, 'shape': (2,), }", data,
