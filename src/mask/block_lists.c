@@ -102,6 +102,7 @@ attn_status attn_block_mask_from_kv_blocks(attn_ctx *ctx, const attn_block_mask_
     if (!cfg || !num || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
                          !cfg ? "cfg" : !num ? "num" : "out");
+    *out = NULL; /* on any failure, as the constructors promise */
     if (max && !indices)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: indices is NULL with max %zu", who, max);
     if (full_num && full_max && !full_indices)

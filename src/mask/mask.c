@@ -671,6 +671,7 @@ attn_status attn_block_mask_from_mask(attn_ctx *ctx, const attn_block_mask_confi
     if (!cfg || !mask || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
                          !cfg ? "cfg" : !mask ? "mask" : "out");
+    *out = NULL; /* on any failure, as the constructors promise */
     attn_status st = attn_mask_check_config(ctx, who, mask, cfg);
     if (st != ATTN_OK) return st;
     block_source src = {.self = mask, .classify = attn_mask_classify,
