@@ -2,11 +2,14 @@
  * mask.c — mask descriptions (attn.h's attn_mask): immutable trees of
  * primitives and AND, OR, NOT, and the block-map source that reads them.
  *
- * Every primitive but documents with ids out of order gives each query row
- * one interval of keys [lo, hi) whose ends never fall as the row grows, so
- * a tile of rows [q0, q1) x keys [k0, k1) is classified from three rows:
+ * Every primitive but global tokens and documents gives each query row one
+ * interval of keys [lo, hi) whose ends never fall as the row grows, so a
+ * tile of rows [q0, q1) x keys [k0, k1) is classified from a few rows:
  * full when the last row's lo and the first row's hi cover [k0, k1), empty
- * when the first row that reaches past k0 starts at or past k1. Combinators
+ * when the first row that reaches past k0 starts at or past k1. Global
+ * tokens are classified from the tile's corners, documents from the runs
+ * of their ids (precomputed: where each run ends, whether ids never fall),
+ * and rows of documents in order are intervals too. Combinators
  * combine their operands' classes (AND: empty if any is, full if all are;
  * OR the dual; NOT swaps), and whatever stays undecided is PARTIAL, which
  * the builder settles from the bits.
@@ -536,9 +539,28 @@ static block_class classify_intervals(const attn_mask *m, size_t b, size_t q0, s
     return l >= k1 ? BLOCK_EMPTY : BLOCK_PARTIAL;
 }
 
-/* Documents whose ids are not all in order: tiles whose query ids and key
- * ids are each one document, or whose id ranges (known where a side is
- * one run or in order) do not meet. */
+/* How many runs of ids a tile's side is read as, at most, before its
+ * class is left to the bits. */
+#define RUNS_COMPARED 8
+
+/* The ids of the runs of ids[from .. to) (run ends in run_end) into out,
+ * and how many; 0 when there are more than RUNS_COMPARED. */
+static size_t run_ids(const int32_t *ids, const uint32_t *run_end, size_t from, size_t to,
+                      int32_t *out) {
+    size_t n = 0;
+    for (size_t i = from; i < to; i = run_end[i]) {
+        if (n == RUNS_COMPARED) return 0;
+        out[n++] = ids[i];
+    }
+    return n;
+}
+
+/* Documents, from the ids' runs (in order or not): full only where the
+ * query ids and the key ids are each one run, of the same id; empty where
+ * those two ids differ, where the id ranges (known where a side is one
+ * run or in order) do not meet, or where a few runs each side share no id.
+ * Any tile full or empty is one of these but for ids out of order spread
+ * over many runs, which the bits settle. */
 static block_class classify_documents(const attn_mask *m, size_t b, size_t q0, size_t q1,
                                       size_t k0, size_t k1) {
     size_t bb = seq(m->batch, b);
@@ -550,7 +572,16 @@ static block_class classify_documents(const attn_mask *m, size_t b, size_t q0, s
         int32_t q_min = qd[q0], q_max = qd[q1 - 1], k_min = kd[k0], k_max = kd[k1 - 1];
         if (q_max < k_min || k_max < q_min) return BLOCK_EMPTY;
     }
-    return BLOCK_PARTIAL;
+    /* a few runs each side (documents out of order): empty when no query
+     * run's id is a key run's */
+    int32_t q_ids[RUNS_COMPARED], k_ids[RUNS_COMPARED];
+    size_t nq = run_ids(qd, m->q_run_end + bb * m->q_len, q0, q1, q_ids);
+    size_t nk = run_ids(kd, m->kv_run_end + bb * m->kv_len, k0, k1, k_ids);
+    if (!nq || !nk) return BLOCK_PARTIAL;
+    for (size_t i = 0; i < nq; i++)
+        for (size_t j = 0; j < nk; j++)
+            if (q_ids[i] == k_ids[j]) return BLOCK_PARTIAL;
+    return BLOCK_EMPTY;
 }
 
 static block_class classify(const attn_mask *m, size_t b, size_t q0, size_t q1, size_t k0,
@@ -574,9 +605,7 @@ static block_class classify(const attn_mask *m, size_t b, size_t q0, size_t q1, 
         if ((int64_t)q0 >= m->size && (int64_t)k0 >= m->size) return BLOCK_EMPTY;
         return BLOCK_PARTIAL;
     case MASK_DOCUMENT:
-        if (!m->q_sorted[seq(m->batch, b)] || !m->kv_sorted[seq(m->batch, b)])
-            return classify_documents(m, b, q0, q1, k0, k1);
-        return classify_intervals(m, b, q0, q1, (int64_t)k0, (int64_t)k1);
+        return classify_documents(m, b, q0, q1, k0, k1);
     default:
         return classify_intervals(m, b, q0, q1, (int64_t)k0, (int64_t)k1);
     }
