@@ -256,6 +256,7 @@ none:
 attn_status attn_block_mask_build(attn_ctx *ctx, const char *who,
                                   const attn_block_mask_config *cfg, const block_source *src,
                                   attn_block_mask **out) {
+    if (out) *out = NULL; /* on any failure, as the constructors promise */
     attn_block_mask_config c = {0};
     attn_status st = check_config(ctx, who, cfg, &c);
     if (st != ATTN_OK) return st;

@@ -20,7 +20,8 @@
  * contract's options (GQA/MQA, v_head_dim, alignments, window, softcap,
  * ALiBi, sinks with sinks_grad, varlen, strides, Philox dropout), the
  * .npy and safetensors readers and writers, attn_ctx_new and attn_rng_new,
- * and the training model (construction, forward, backward) and optimizer.
+ * and the training model (construction, forward, backward) and optimizer,
+ * mask descriptions and block maps (from a description, from lists).
  * The closing table gives the allocations swept per operation.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -1558,6 +1559,128 @@ static void sweep_generate(void) {
     attn_lm_free(st.lm);
 }
 
+/* ---- programmable attention: masks and block maps ---------------------------- */
+
+/* Documents AND causal OR global tokens, with lists over the same shape;
+ * the run builds one description or map, compared on success with one
+ * built without failures (counts and drawings). */
+#define BM_T 150
+typedef struct bm_state {
+    int32_t ids[2 * BM_T];
+    attn_mask *docs, *causal, *tree, *made;
+    attn_block_mask *want, *got;
+    attn_block_mask_config cfg;
+    int32_t num[2 * 3], idx[2 * 3 * 3], full_num[2 * 3], full_idx[2 * 3 * 3];
+    int which; /* 0 document, 1 prefix-LM, 2 AND (deep copies), 3 from_mask, 4 from_kv_blocks */
+} bm_state;
+
+static attn_status bm_build(bm_state *st, attn_block_mask **out) {
+    if (st->which == 3) return attn_block_mask_from_mask(g_ctx, &st->cfg, st->tree, out);
+    return attn_block_mask_from_kv_blocks(g_ctx, &st->cfg, st->num, st->idx, 3, st->full_num,
+                                          st->full_idx, 3, st->tree, out);
+}
+
+static void bm_setup(void *p) {
+    bm_state *st = p;
+    if (st->tree) return;
+    for (size_t i = 0; i < 2 * BM_T; i++) st->ids[i] = (int32_t)(i % BM_T / 40);
+    attn_mask *global = NULL, *both = NULL;
+    CHECK_STATUS(attn_mask_new_document(g_ctx, st->ids, NULL, 2, BM_T, 0, &st->docs), ATTN_OK);
+    CHECK_STATUS(attn_mask_new_causal(g_ctx, 0, &st->causal), ATTN_OK);
+    CHECK_STATUS(attn_mask_new_global(g_ctx, 3, &global), ATTN_OK);
+    CHECK_STATUS(attn_mask_new_and(g_ctx, st->docs, st->causal, &both), ATTN_OK);
+    CHECK_STATUS(attn_mask_new_or(g_ctx, both, global, &st->tree), ATTN_OK);
+    attn_mask_free(global);
+    attn_mask_free(both);
+    st->cfg = (attn_block_mask_config){2, 1, BM_T, BM_T, 64, 64};
+    /* query block qb lists key blocks below it as full, its own as partial */
+    for (size_t r = 0; r < 6; r++) {
+        size_t qb = r % 3;
+        st->num[r] = 1;
+        st->idx[r * 3] = (int32_t)qb;
+        st->full_num[r] = (int32_t)qb;
+        for (size_t k = 0; k < qb; k++) st->full_idx[r * 3 + k] = (int32_t)k;
+    }
+}
+
+static attn_status bm_run(void *p) {
+    bm_state *st = p;
+    int64_t prefix[2] = {5, 17};
+    st->made = (attn_mask *)&g_ctx;
+    st->got = (attn_block_mask *)&g_ctx;
+    switch (st->which) {
+    case 0: return attn_mask_new_document(g_ctx, st->ids, st->ids, 2, BM_T, BM_T, &st->made);
+    case 1: return attn_mask_new_prefix_lm(g_ctx, prefix, 2, &st->made);
+    case 2: return attn_mask_new_and(g_ctx, st->tree, st->docs, &st->made);
+    default: return bm_build(st, &st->got);
+    }
+}
+
+static void bm_failed(void *p) {
+    bm_state *st = p;
+    CHECK(st->which < 3 ? st->made == NULL : st->got == NULL);
+}
+
+static bool same_drawing(const attn_block_mask *a, const attn_block_mask *b) {
+    attn_block_mask_info x, y;
+    char da[64], db[64];
+    if (attn_block_mask_get_info(a, &x) != ATTN_OK || attn_block_mask_get_info(b, &y) != ATTN_OK)
+        return false;
+    for (size_t bb = 0; bb < 2; bb++)
+        if (attn_block_mask_to_string(a, bb, 0, da, sizeof da, NULL) != ATTN_OK ||
+            attn_block_mask_to_string(b, bb, 0, db, sizeof db, NULL) != ATTN_OK || strcmp(da, db))
+            return false;
+    return x.full_blocks == y.full_blocks && x.partial_blocks == y.partial_blocks &&
+           x.row_intervals == y.row_intervals;
+}
+
+static void bm_ok(void *p) {
+    bm_state *st = p;
+    if (st->which >= 3) {
+        if (!st->want) CHECK_STATUS(bm_build(st, &st->want), ATTN_OK);
+        CHECK(st->want && st->got && same_drawing(st->want, st->got));
+        return;
+    }
+    /* a description made under the sweep reads as one made without it */
+    bool ok = st->made != NULL;
+    for (size_t q = 0; ok && q < BM_T; q += 7)
+        for (size_t k = 0; ok && k < BM_T; k += 5) {
+            bool v = false, w = false;
+            ok = attn_mask_visible(g_ctx, st->made, 1, 0, q, k, &v) == ATTN_OK;
+            if (st->which == 0) w = st->ids[q] == st->ids[k];
+            if (st->which == 1) w = k <= q || k < 17;
+            if (st->which == 2) w = st->ids[q] == st->ids[k] && (k <= q || q < 3 || k < 3);
+            ok = ok && v == w;
+        }
+    CHECK(ok);
+}
+
+static void bm_teardown(void *p) {
+    bm_state *st = p;
+    if (st->made != (attn_mask *)&g_ctx) attn_mask_free(st->made);
+    if (st->got != (attn_block_mask *)&g_ctx) attn_block_mask_free(st->got);
+    st->made = NULL;
+    st->got = NULL;
+}
+
+static void sweep_block_masks(void) {
+    static bm_state st;
+    static const char *const names[] = {
+        "attn_mask_new_document", "attn_mask_new_prefix_lm",
+        "attn_mask_new_and (deep copies of a tree)", "attn_block_mask_from_mask",
+        "attn_block_mask_from_kv_blocks (with a mask)"};
+    for (int w = 0; w < 5; w++) {
+        st.which = w;
+        attn_block_mask_free(st.want);
+        st.want = NULL;
+        sweep(&(sweep_op){.name = names[w], .setup = bm_setup, .run = bm_run, .verify_failed = bm_failed, .verify_ok = bm_ok, .teardown = bm_teardown, .state = &st});
+    }
+    attn_block_mask_free(st.want);
+    attn_mask_free(st.docs);
+    attn_mask_free(st.causal);
+    attn_mask_free(st.tree);
+}
+
 int main(void) {
     if (attn_ctx_new(NULL, &g_ctx) != ATTN_OK) return 1;
     snprintf(g_dir, sizeof g_dir, "/tmp/attn_alloc_XXXXXX");
@@ -1571,6 +1694,7 @@ int main(void) {
     sweep_model();
     sweep_kv_cache();
     sweep_generate();
+    sweep_block_masks();
 
     size_t total = 0;
     printf("allocations failed in turn, per operation:\n");
