@@ -1132,7 +1132,7 @@ def test_sdpa(r, rng):
         (packed + ["--cu-seqlens-q", cu("cu_2d", [[0, 5, 10]]), "--cu-seqlens-kv", cu_kv], [2],
          ["--cu-seqlens-q", "one-dimensional"]),
         (packed + ["--cu-seqlens-q", cu("cu_f", [0, 5, 10], np.float32), "--cu-seqlens-kv", cu_kv],
-         [1], ["--cu-seqlens-q", "int32 or int64"]),
+         [1], ["--cu-seqlens-q", "'<f4'", "not an integer"]),
         (packed + ["--cu-seqlens-q", cu("cu_big", [0, 5, 2 ** 40], np.int64),
                    "--cu-seqlens-kv", cu_kv], [1], ["--cu-seqlens-q", "(1099511627776)",
                                                     "does not fit int32"]),
