@@ -15,8 +15,8 @@
 static const char mask_help[] =
     "usage: attn mask --q-len T [--kv-len S] [--batch B] [--heads H] [--block-size N]\n"
     "                 [--causal] [--offset N] [--window L,R] [--prefix-lm N]\n"
-    "                 [--doc-ids F.npy] [--chunk N] [--mask F.npy] [--block-topk F.npy]\n"
-    "                 [--b I] [--h J] [--show] [--png FILE.png]\n"
+    "                 [--doc-ids F.npy] [--chunk N] [--mask F.npy]\n"
+    "                 [--block-topk F.npy] [--b I] [--h J] [--show] [--png FILE.png]\n"
     "\n"
     "Builds the block map of a mask as 'attn sdpa' does (attn_block_mask_*) and\n"
     "draws the map of sequence I, head J: a line per query block, a character per\n"

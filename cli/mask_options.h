@@ -33,7 +33,7 @@
     "  --block-topk F.npy  int (B|1, H|1, QB, K): per query block of the map, the key\n"    \
     "                  blocks it visits (negative entries are padding), each\n"             \
     "                  holding the elements the options above leave visible\n"             \
-    "  --block-size N  the map's tiles, N by N (16 to 256, a power of two; default 64)\n"
+    "  --block-size N  the map's tiles, N by N: 16 to 256, a power of two (64)\n"
 
 typedef struct cli_mask_options {
     const char *mask, *doc_ids, *block_topk;
