@@ -598,6 +598,9 @@ static int run_sdpa(int argc, char **argv) {
     } else if (o.seed_given) {
         fprintf(stderr, "attn: note: --seed has no effect without --dropout\n");
     }
+    if (o.map.block_size && !cli_mask_wanted(&o.map))
+        fprintf(stderr, "attn: note: --block-size has no effect without a map (--mask, "
+                        "--block-topk, --prefix-lm, --doc-ids, --chunk)\n");
     if (attn_sdpa_forward(r.ctx, &cfg, r.q.data, r.k.data, r.v.data, r.out, r.lse, r.rng,
                           &drawn) != ATTN_OK) {
         rc = cli_library_error(r.ctx, "sdpa forward");
