@@ -206,10 +206,16 @@ static attn_status no_workspace(attn_ctx *ctx, const char *who, size_t bytes) {
 
 /* ---- the passes -------------------------------------------------------------- */
 
+/* What asking the backends came to. */
+typedef enum run_result {
+    RUN_NONE = 0, /* every backend declined */
+    RUN_DONE,     /* one ran */
+    RUN_FAILED    /* one failed the call (attn_pass_failed): its message is the ctx's */
+} run_result;
+
 /* Asks the registry's backends in order and runs the first that takes p
- * and its values, noting each decline: true when one ran. g NULL: the
- * forward. */
-static bool run_candidates(attn_ctx *ctx, const attn_attention_problem *p,
+ * and its values, noting each decline. g NULL: the forward. */
+static run_result run_candidates(attn_ctx *ctx, const attn_attention_problem *p,
                            const attn_attention_dropout *drop, const attn_attention_trace *trace,
                            const attn_attention_grads *g, void *workspace) {
     bool backward = g != NULL;
@@ -237,9 +243,18 @@ static bool run_candidates(attn_ctx *ctx, const attn_attention_problem *p,
                  b->kernel_name ? b->kernel_name(ctx, p) : "", stored,
                  b->kernel_name || p->kv_cache ? "]" : "");
         attn_explain_note(ctx, name, why);
-        if (!why) return true;
+        if (!why) return RUN_DONE;
+        if (why == attn_pass_failed) return RUN_FAILED;
     }
-    return false;
+    return RUN_NONE;
+}
+
+/* The call's error after a pass failed it: the backend's message, led by
+ * the caller's name. */
+static attn_status pass_failure(attn_ctx *ctx, const char *who) {
+    char why[ATTN_ERROR_CAPACITY];
+    snprintf(why, sizeof why, "%s", ctx->error);
+    return attn_fail(ctx, ATTN_ERR_INVALID, "%s: %s", who, why);
 }
 
 /* p (16-bit) on float32 copies: widened, run, rounded back. */
@@ -253,10 +268,10 @@ static attn_status run_widened(attn_ctx *ctx, const char *who, const attn_attent
     if (st != ATTN_OK) return st;
     attn_explain_note(ctx, "widened to float32", NULL);
     if (g) wide_g.dsinks = g->dsinks;
-    run_candidates(ctx, &wide, drop, NULL, g ? &wide_g : NULL, workspace);
-    attn_narrow16(ctx, p, &wide, g ? &wide_g : NULL, g);
+    run_result ran = run_candidates(ctx, &wide, drop, NULL, g ? &wide_g : NULL, workspace);
+    if (ran != RUN_FAILED) attn_narrow16(ctx, p, &wide, g ? &wide_g : NULL, g);
     attn_free(buffer);
-    return ATTN_OK;
+    return ran == RUN_FAILED ? pass_failure(ctx, who) : ATTN_OK;
 }
 
 attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_attention_problem *p,
@@ -328,12 +343,14 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
     if (drop_out) *drop_out = drop;
     if (widen_first) {
         attn_explain_note(ctx, "widened to float32", NULL);
-        run_candidates(ctx, &wide, &drop, NULL, NULL, workspace);
-        attn_narrow16(ctx, p, &wide, NULL, NULL);
+        run_result ran = run_candidates(ctx, &wide, &drop, NULL, NULL, workspace);
+        if (ran != RUN_FAILED) attn_narrow16(ctx, p, &wide, NULL, NULL);
         attn_free(buffer);
-        return ATTN_OK;
+        return ran == RUN_FAILED ? pass_failure(ctx, who) : ATTN_OK;
     }
-    if (run_candidates(ctx, p, &drop, traced ? trace : NULL, NULL, workspace)) return ATTN_OK;
+    run_result ran = run_candidates(ctx, p, &drop, traced ? trace : NULL, NULL, workspace);
+    if (ran == RUN_DONE) return ATTN_OK;
+    if (ran == RUN_FAILED) return pass_failure(ctx, who);
     /* every 16-bit backend declined the values (none draws dropout); a
      * float problem never gets here: its last candidate, the reference,
      * takes any values (check_runnable) */
@@ -352,6 +369,8 @@ attn_status attn_attention_backward(attn_ctx *ctx, const char *who, const attn_a
     }
     attn_explain_begin(ctx);
     attn_attention_dropout none = {.kind = ATTN_DROP_NONE};
-    if (run_candidates(ctx, p, drop ? drop : &none, NULL, g, workspace)) return ATTN_OK;
+    run_result ran = run_candidates(ctx, p, drop ? drop : &none, NULL, g, workspace);
+    if (ran == RUN_DONE) return ATTN_OK;
+    if (ran == RUN_FAILED) return pass_failure(ctx, who);
     return run_widened(ctx, who, p, drop ? drop : &none, g, workspace);
 }
