@@ -47,14 +47,24 @@ static const char *flex_kernel_name(const attn_ctx *ctx, const attn_attention_pr
     return flex_kernels(ctx)->name;
 }
 
-/* ---- workspace: the parts' tiles, then T5's bucket tables, then (the
- * backward) delta and, where the forward kept none, lse and lse_lo ---- */
+/* ---- workspace: the parts' tiles, the packed key blocks, T5's bucket
+ * tables, then (the backward) delta and, where the forward kept none, lse
+ * and lse_lo ---- */
 
 static size_t lines(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-static size_t parts_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
+static size_t tiles_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     return lines(attn_parallel_parts(ctx->num_threads) * flex_kernels(ctx)->part_floats(p) *
                  sizeof(float));
+}
+
+/* The backward's packed keys are the larger (the forward's lse runs in them). */
+static size_t keys_bytes(const attn_ctx *ctx, const attn_attention_problem *p, bool backward) {
+    return lines(flex_kernels(ctx)->keys_floats(p, backward) * sizeof(float));
+}
+
+static size_t parts_bytes(const attn_ctx *ctx, const attn_attention_problem *p, bool backward) {
+    return tiles_bytes(ctx, p) + keys_bytes(ctx, p, backward);
 }
 
 /* One table of T + S - 1 buckets per REL_BIAS modifier. */
@@ -72,11 +82,11 @@ static size_t rows_bytes(const attn_attention_problem *p) {
 static size_t flex_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p,
                                  const attn_attention_trace *trace) {
     (void)trace;
-    return parts_bytes(ctx, p) + bucket_bytes(p);
+    return parts_bytes(ctx, p, false) + bucket_bytes(p);
 }
 
 static size_t flex_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
-    return parts_bytes(ctx, p) + bucket_bytes(p) + (p->lse ? 1 : 3) * rows_bytes(p);
+    return parts_bytes(ctx, p, true) + bucket_bytes(p) + (p->lse ? 1 : 3) * rows_bytes(p);
 }
 
 /* T5's bucket of relative position rel = kv_idx - q_idx, as Hugging Face's
@@ -136,8 +146,9 @@ static const char *flex_forward(attn_ctx *ctx, const attn_attention_problem *p,
     attn_flex_failure failures[ATTN_PARALLEL_MAX];
     const int32_t *tables[FLEX_MAX_MODS];
     memset(failures, 0, sizeof failures);
-    fill_buckets(p, (char *)workspace + parts_bytes(ctx, p), tables);
-    attn_flex_args args = {.p = p, .buckets = tables, .failures = failures};
+    fill_buckets(p, (char *)workspace + parts_bytes(ctx, p, false), tables);
+    attn_flex_args args = {.p = p, .buckets = tables, .failures = failures,
+                           .keys = (float *)((char *)workspace + tiles_bytes(ctx, p))};
     flex_kernels(ctx)->forward(attn_ctx_workers(ctx), &args, workspace);
     return report_failure(ctx, failures, attn_parallel_parts(ctx->num_threads));
 }
@@ -171,11 +182,12 @@ static const char *flex_backward(attn_ctx *ctx, const attn_attention_problem *p,
     attn_flex_failure failures[ATTN_PARALLEL_MAX];
     const int32_t *tables[FLEX_MAX_MODS];
     memset(failures, 0, sizeof failures);
-    char *at = (char *)workspace + parts_bytes(ctx, p);
+    char *at = (char *)workspace + parts_bytes(ctx, p, true);
     fill_buckets(p, at, tables);
     at += bucket_bytes(p);
     float *delta = (float *)at;
-    attn_flex_args args = {.p = p, .buckets = tables, .failures = failures};
+    attn_flex_args args = {.p = p, .buckets = tables, .failures = failures,
+                           .keys = (float *)((char *)workspace + tiles_bytes(ctx, p))};
     const float *lse = p->lse, *lse_lo = p->lse_lo;
     if (!lse) {
         /* the forward kept no statistics: its lse again, without out */

@@ -4,6 +4,10 @@
  * backend (attention/flex.c), written once over the vector vocabulary
  * (flex_kernel.h) and compiled per instruction set.
  *
+ * Each pass first packs every key block once (k^T and v in the layouts
+ * its tiles read), so that a block visited by many query blocks and heads
+ * is read from K and V once.
+ *
  * Forward, per (batch, KV head, query block) item and each query head of
  * the group: the key blocks the map lists for the block (ascending; with
  * no map every block some row's causal/window keys reach), each a tile of
@@ -50,17 +54,22 @@ typedef struct attn_flex_failure {
 
 /* What a pass takes besides the problem: the T5 bucket of each key
  * distance for each REL_BIAS modifier (bucket[mod][kv_idx - q_idx + T - 1],
- * NULL for other kinds), and a failure slot per parallel part. */
+ * NULL for other kinds), a failure slot per parallel part, and room for the
+ * packed key blocks (keys_floats). */
 typedef struct attn_flex_args {
     const attn_attention_problem *p;
     const int32_t *const *buckets;
     attn_flex_failure *failures; /* attn_parallel_parts(threads) of them */
+    float *keys;
 } attn_flex_args;
 
 typedef struct attn_flex_kernels {
     const char *name;
     /* Floats of workspace per parallel part (forward and backward alike). */
     size_t (*part_floats)(const attn_attention_problem *p);
+    /* Floats of the packed key blocks (each (b, KV head, key block) packed
+     * once per pass, K^T and V's rows or, backward, V^T and K's rows). */
+    size_t (*keys_floats)(const attn_attention_problem *p, bool backward);
     /* p->out (when set) and p->lse (when set), p->lse_lo (when set). */
     void (*forward)(attn_workers w, const attn_flex_args *a, float *parts);
     /* g's dq, dk, dv and the BIAS/REL_BIAS tensor_grads (zeroed by the

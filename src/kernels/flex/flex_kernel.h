@@ -73,7 +73,6 @@ static flex_geom geom_of(const attn_attention_problem *p) {
 typedef struct flex_tiles {
     float *q, *dout;     /* bqp x Dp, bqp x Dvp: rows of one head */
     float *kt, *vt;      /* D x bkvp, Dv x bkvp: a key block transposed */
-    float *k, *v;        /* bkvp x Dp, bkvp x Dvp: as rows */
     float *s, *pm, *dp;  /* bqp x bkvp: scores, weights, dP then dS */
     float *inputs;       /* stored x bqp x bkvp: the kept modifiers' inputs */
     float *acc;          /* bqp x max(Dp, Dvp): out or dq */
@@ -95,8 +94,6 @@ static size_t carve(const flex_geom *g, float *base, flex_tiles *t) {
     PIECE(dout, g->bqp * g->Dvp);
     PIECE(kt, p->head_dim * g->bkvp);
     PIECE(vt, p->v_head_dim * g->bkvp);
-    PIECE(k, g->bkvp * g->Dp);
-    PIECE(v, g->bkvp * g->Dvp);
     PIECE(s, score);
     PIECE(pm, score);
     PIECE(dp, score);
@@ -379,12 +376,13 @@ static void mask_tile(const flex_geom *g, const flex_at *at, float *s, size_t ld
         for (size_t c = at->nc; c < cols; c++) s[r * ld + c] = -INFINITY;
 }
 
-/* The tile's final scores into t->s from t->q (packed rows) and t->kt:
- * q . k * scale, the chain, the mask. */
+/* The tile's final scores into t->s from t->q (packed rows) and kt (the
+ * key block transposed): q . k * scale, the chain, the mask. */
 static bool score_tile(const flex_geom *g, const attn_flex_args *a, flex_tiles *t,
-                       const flex_at *at, bool keep_inputs, attn_flex_failure *f) {
+                       const float *kt, const flex_at *at, bool keep_inputs,
+                       attn_flex_failure *f) {
     size_t ld = g->bkvp, cols = round_up(at->nc, CW);
-    tile_mm(t->q, g->Dp, 1, t->kt, ld, g->p->head_dim, t->s, ld, round_up(at->nr, RG), cols,
+    tile_mm(t->q, g->Dp, 1, kt, ld, g->p->head_dim, t->s, ld, round_up(at->nr, RG), cols,
             false);
     vec scale = v_set1(g->p->scale);
     for (size_t r = 0; r < at->nr; r++)
@@ -395,6 +393,63 @@ static bool score_tile(const flex_geom *g, const attn_flex_args *a, flex_tiles *
         return false;
     mask_tile(g, at, t->s, ld, t->beg, t->end);
     return true;
+}
+
+/* ---- key blocks, packed once per call ----------------------------------------- */
+
+/* Each (b, KV head, key block) packed once, before the tiles that read it
+ * (a block serves every query block that visits it, of every head of the
+ * group): k^T (D x bkvp), then v as rows (bkvp x Dvp) for the forward, or
+ * v^T (Dv x bkvp) and k as rows (bkvp x Dp) for the backward's row pass. */
+static size_t key_block_floats(const flex_geom *g, bool backward) {
+    const attn_attention_problem *p = g->p;
+    size_t kt = round_up(p->head_dim * g->bkvp, 16);
+    if (!backward) return kt + round_up(g->bkvp * g->Dvp, 16);
+    return kt + round_up(p->v_head_dim * g->bkvp, 16) + round_up(g->bkvp * g->Dp, 16);
+}
+
+static size_t flex_keys_floats(const attn_attention_problem *p, bool backward) {
+    flex_geom g = geom_of(p);
+    return p->batch * p->kv_heads * g.kv_blocks * key_block_floats(&g, backward);
+}
+
+typedef struct keys_job {
+    const flex_geom *g;
+    float *keys;
+    bool backward;
+} keys_job;
+
+static float *key_block(const flex_geom *g, float *keys, bool backward, size_t b, size_t kh,
+                        size_t kb) {
+    return keys + ((b * g->p->kv_heads + kh) * g->kv_blocks + kb) * key_block_floats(g, backward);
+}
+
+static void pack_keys_item(void *arg, size_t part, size_t item) {
+    (void)part;
+    const keys_job *job = arg;
+    const flex_geom *g = job->g;
+    const attn_attention_problem *p = g->p;
+    size_t kb = item % g->kv_blocks, rest = item / g->kv_blocks;
+    size_t kh = rest % p->kv_heads, b = rest / p->kv_heads;
+    size_t j0 = kb * g->bkv, nc = min_sz(g->bkv, p->kv_len - j0);
+    size_t D = p->head_dim, Dv = p->v_head_dim;
+    float *blk = key_block(g, job->keys, job->backward, b, kh, kb);
+    float *after_kt = blk + round_up(D * g->bkvp, 16);
+    pack_transposed((const float *)p->k.data, p->k.st, b, kh, j0, nc, D, blk, g->bkvp);
+    if (!job->backward) {
+        pack_rows((const float *)p->v.data, p->v.st, b, kh, j0, nc, Dv, after_kt, g->Dvp, nc);
+        return;
+    }
+    pack_transposed((const float *)p->v.data, p->v.st, b, kh, j0, nc, Dv, after_kt, g->bkvp);
+    pack_rows((const float *)p->k.data, p->k.st, b, kh, j0, nc, D,
+              after_kt + round_up(Dv * g->bkvp, 16), g->Dp, nc);
+}
+
+static void pack_keys(attn_workers w, const flex_geom *g, float *keys, bool backward) {
+    keys_job job = {g, keys, backward};
+    const attn_attention_problem *p = g->p;
+    attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * g->kv_blocks, pack_keys_item,
+                      &job);
 }
 
 /* ---- forward ------------------------------------------------------------------- */
@@ -438,9 +493,9 @@ static void forward_rows(const flex_job *job, flex_tiles *t, size_t b, size_t h,
         size_t j0 = kb * g->bkv, nc = min_sz(g->bkv, p->kv_len - j0);
         flex_at at = {b, h, i0, nr, j0, nc, tile, ranges_cover(t->beg, t->end, nr, j0, nc), item};
         if (at.cover == COVER_NONE) continue;
-        pack_transposed((const float *)p->k.data, p->k.st, b, kh, j0, nc, D, t->kt, ld);
-        pack_rows((const float *)p->v.data, p->v.st, b, kh, j0, nc, Dv, t->v, g->Dvp, nc);
-        if (!score_tile(g, job->a, t, &at, false, f)) return;
+        const float *kt = key_block(g, job->a->keys, false, b, kh, kb);
+        const float *v = kt + round_up(D * g->bkvp, 16);
+        if (!score_tile(g, job->a, t, kt, &at, false, f)) return;
         size_t cols = round_up(nc, CW);
         vec l2e = v_set1((float)FLEX_LOG2E);
         for (size_t r = 0; r < nr; r++) {
@@ -468,7 +523,7 @@ static void forward_rows(const flex_job *job, flex_tiles *t, size_t b, size_t h,
             }
         }
         for (size_t r = nr; r < rows; r++) memset(t->pm + r * ld, 0, cols * sizeof(float));
-        tile_mm(t->pm, ld, 1, t->v, g->Dvp, nc, t->acc, g->Dvp, rows, g->Dvp, true);
+        tile_mm(t->pm, ld, 1, v, g->Dvp, nc, t->acc, g->Dvp, rows, g->Dvp, true);
     }
     for (size_t r = 0; r < nr; r++) {
         size_t i = i0 + r;
@@ -504,6 +559,7 @@ static void flex_forward(attn_workers w, const attn_flex_args *a, float *parts) 
     const attn_attention_problem *p = a->p;
     flex_geom g = geom_of(p);
     flex_job job = {.g = &g, .a = a, .parts = parts, .part_floats = carve(&g, NULL, NULL)};
+    pack_keys(w, &g, a->keys, false);
     attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * g.q_blocks, forward_item, &job);
 }
 
@@ -598,14 +654,15 @@ static bool chain_backward(const flex_job *job, flex_tiles *t, const flex_at *at
 }
 
 /* The tile's P (t->pm) and dS (t->dp, before the chain's backward): needs
- * t->q, t->dout and the rows' statistics packed, t->kt and t->vt. */
-static bool grad_tile(const flex_job *job, flex_tiles *t, const flex_at *at,
-                      attn_flex_failure *f) {
+ * t->q, t->dout and the rows' statistics packed, and the key block's k^T
+ * and v^T. */
+static bool grad_tile(const flex_job *job, flex_tiles *t, const float *kt, const float *vt,
+                      const flex_at *at, attn_flex_failure *f) {
     const flex_geom *g = job->g;
     size_t ld = g->bkvp, cols = round_up(at->nc, CW), rows = round_up(at->nr, RG);
-    if (!score_tile(g, job->a, t, at, g->stored > 0, f)) return false;
+    if (!score_tile(g, job->a, t, kt, at, g->stored > 0, f)) return false;
     vec l2e = v_set1((float)FLEX_LOG2E);
-    tile_mm(t->dout, g->Dvp, 1, t->vt, ld, g->p->v_head_dim, t->dp, ld, rows, cols, false);
+    tile_mm(t->dout, g->Dvp, 1, vt, ld, g->p->v_head_dim, t->dp, ld, rows, cols, false);
     for (size_t r = 0; r < at->nr; r++) {
         float *s = t->s + r * ld, *pr = t->pm + r * ld, *dp = t->dp + r * ld;
         if (t->lse[r] == -INFINITY) {
@@ -654,7 +711,7 @@ static void keys_item(void *arg, size_t part, size_t item) {
                           item};
             if (at.cover == COVER_NONE) continue;
             pack_backward_rows(job, &t, b, h, i0, nr);
-            if (!grad_tile(job, &t, &at, f)) return;
+            if (!grad_tile(job, &t, t.kt, t.vt, &at, f)) return;
             /* dv (keys x Dv) += P^T dO */
             tile_mm(t.pm, 1, ld, t.dout, g->Dvp, nr, t.dv, g->Dvp, krows, g->Dvp, true);
             if (!chain_backward(job, &t, &at, f)) return;
@@ -685,16 +742,13 @@ static bool rows_backward(const flex_job *job, flex_tiles *t, size_t b, size_t h
         size_t j0 = kb * g->bkv, nc = min_sz(g->bkv, p->kv_len - j0);
         flex_at at = {b, h, i0, nr, j0, nc, tile, ranges_cover(t->beg, t->end, nr, j0, nc), item};
         if (at.cover == COVER_NONE) continue;
-        pack_transposed((const float *)p->k.data, p->k.st, b, kh, j0, nc, p->head_dim, t->kt, ld);
-        pack_transposed((const float *)p->v.data, p->v.st, b, kh, j0, nc, p->v_head_dim, t->vt,
-                        ld);
-        if (!grad_tile(job, t, &at, f) || !chain_backward(job, t, &at, f)) return false;
-        if (want_dq) {
-            pack_rows((const float *)p->k.data, p->k.st, b, kh, j0, nc, p->head_dim, t->k, g->Dp,
-                      nc);
-            /* dq (rows x D) += dS k */
-            tile_mm(t->dp, ld, 1, t->k, g->Dp, nc, t->acc, g->Dp, round_up(nr, RG), g->Dp, true);
-        }
+        const float *kt = key_block(g, job->a->keys, true, b, kh, kb);
+        const float *vt = kt + round_up(p->head_dim * ld, 16);
+        const float *k = vt + round_up(p->v_head_dim * ld, 16);
+        if (!grad_tile(job, t, kt, vt, &at, f) || !chain_backward(job, t, &at, f)) return false;
+        /* dq (rows x D) += dS k */
+        if (want_dq)
+            tile_mm(t->dp, ld, 1, k, g->Dp, nc, t->acc, g->Dp, round_up(nr, RG), g->Dp, true);
     }
     return true;
 }
@@ -804,6 +858,7 @@ static void flex_backward(attn_workers w, const attn_flex_args *a, const attn_at
         if (rows_pass_owns(&g, m)) job.grad_mods |= 1u << k;
         else separate |= 1u << k;
     }
+    pack_keys(w, &g, a->keys, true);
     attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * g.q_blocks, rows_item, &job);
     for (size_t k = 0; k < p->score_mod_count; k++) {
         if (!((separate >> k) & 1u) || any_failed(w, a)) continue;
@@ -818,6 +873,7 @@ static void flex_backward(attn_workers w, const attn_flex_args *a, const attn_at
 const attn_flex_kernels FLEX_KERNELS = {
     .name = FLEX_ISA_NAME,
     .part_floats = flex_part_floats,
+    .keys_floats = flex_keys_floats,
     .forward = flex_forward,
     .backward = flex_backward,
 };
