@@ -377,15 +377,16 @@ static void mask_tile(const flex_geom *g, const flex_at *at, float *s, size_t ld
 }
 
 /* The tile's final scores into t->s from t->q (packed rows) and kt (the
- * key block transposed): q . k * scale, the chain, the mask. */
+ * key block transposed): q . k * scale, the chain, the mask; raw: q . k
+ * unscaled (no chain), the forward's scale then entering its exponents. */
 static bool score_tile(const flex_geom *g, const attn_flex_args *a, flex_tiles *t,
-                       const float *kt, const flex_at *at, bool keep_inputs,
+                       const float *kt, const flex_at *at, bool keep_inputs, bool raw,
                        attn_flex_failure *f) {
     size_t ld = g->bkvp, cols = round_up(at->nc, CW);
     tile_mm(t->q, g->Dp, 1, kt, ld, g->p->head_dim, t->s, ld, round_up(at->nr, RG), cols,
             false);
     vec scale = v_set1(g->p->scale);
-    for (size_t r = 0; r < at->nr; r++)
+    for (size_t r = 0; r < at->nr && !raw; r++)
         for (size_t c = 0; c < cols; c += VW)
             v_store(t->s + r * ld + c, v_mul(v_load(t->s + r * ld + c), scale));
     if (g->p->score_mod_count &&
@@ -487,6 +488,12 @@ static void forward_rows(const flex_job *job, flex_tiles *t, size_t b, size_t h,
         t->l[r] = p->sinks ? 1.0f : 0.0f;
     }
     memset(t->acc, 0, g->bqp * g->Dvp * sizeof(float));
+    /* Without a chain or a sink the scores stay raw and the scale enters
+     * the exponent, 2^((s - m) scale log2 e), as the fused kernels do: the
+     * rounding is then relative to s - m, not to each scaled score. */
+    bool raw = !p->score_mod_count && !p->sinks && p->scale > 0.0f;
+    float c2 = raw ? (float)(p->scale * FLEX_LOG2E) : (float)FLEX_LOG2E;
+    vec l2e = v_set1(c2);
     flex_walk w = walk_row(g, b, h, qb);
     size_t kb, tile;
     while (walk_next(&w, &kb, &tile)) {
@@ -495,11 +502,11 @@ static void forward_rows(const flex_job *job, flex_tiles *t, size_t b, size_t h,
         if (at.cover == COVER_NONE) continue;
         const float *kt = key_block(g, job->a->keys, false, b, kh, kb);
         const float *v = kt + round_up(D * g->bkvp, 16);
-        if (!score_tile(g, job->a, t, kt, &at, false, f)) return;
+        if (!score_tile(g, job->a, t, kt, &at, false, raw, f)) return;
         size_t cols = round_up(nc, CW);
-        vec l2e = v_set1((float)FLEX_LOG2E);
+        /* the weights replace the scores in place */
         for (size_t r = 0; r < nr; r++) {
-            float *s = t->s + r * ld, *pr = t->pm + r * ld;
+            float *s = t->s + r * ld, *pr = s;
             vec mx = v_set1(-INFINITY);
             for (size_t c = 0; c < cols; c += VW) mx = v_max(mx, v_load(s + c));
             float top = v_hmax(mx), mn = t->m[r] > top ? t->m[r] : top;
@@ -507,7 +514,7 @@ static void forward_rows(const flex_job *job, flex_tiles *t, size_t b, size_t h,
                 memset(pr, 0, cols * sizeof(float));
                 continue;
             }
-            float alpha = exp2f((t->m[r] - mn) * (float)FLEX_LOG2E);
+            float alpha = exp2f((t->m[r] - mn) * c2);
             vec mv = v_set1(mn), sum = v_zero();
             for (size_t c = 0; c < cols; c += VW) {
                 vec e = v_exp2(v_mul(v_sub(v_load(s + c), mv), l2e));
@@ -522,8 +529,8 @@ static void forward_rows(const flex_job *job, flex_tiles *t, size_t b, size_t h,
                 for (size_t c = 0; c < g->Dvp; c += VW) v_store(o + c, v_mul(v_load(o + c), av));
             }
         }
-        for (size_t r = nr; r < rows; r++) memset(t->pm + r * ld, 0, cols * sizeof(float));
-        tile_mm(t->pm, ld, 1, v, g->Dvp, nc, t->acc, g->Dvp, rows, g->Dvp, true);
+        /* rows past nr hold the zero rows' scores, 0: only their own outputs see them */
+        tile_mm(t->s, ld, 1, v, g->Dvp, nc, t->acc, g->Dvp, rows, g->Dvp, true);
     }
     for (size_t r = 0; r < nr; r++) {
         size_t i = i0 + r;
@@ -534,7 +541,8 @@ static void forward_rows(const flex_job *job, flex_tiles *t, size_t b, size_t h,
             float inv = l > 0.0f ? 1.0f / l : 0.0f;
             for (size_t d = 0; d < Dv; d++) o[d] = l > 0.0f ? acc[d] * inv : 0.0f;
         }
-        double lse = l > 0.0f ? (double)t->m[r] + log((double)l) : -INFINITY;
+        double m = raw ? (double)t->m[r] * (double)p->scale : (double)t->m[r];
+        double lse = l > 0.0f ? m + log((double)l) : -INFINITY;
         size_t at = attn_lse_index(p, b, h, i);
         if (p->lse) p->lse[at] = (float)lse;
         if (p->lse_lo) p->lse_lo[at] = l > 0.0f ? (float)(lse - (double)(float)lse) : 0.0f;
@@ -660,7 +668,7 @@ static bool grad_tile(const flex_job *job, flex_tiles *t, const float *kt, const
                       const flex_at *at, attn_flex_failure *f) {
     const flex_geom *g = job->g;
     size_t ld = g->bkvp, cols = round_up(at->nc, CW), rows = round_up(at->nr, RG);
-    if (!score_tile(g, job->a, t, kt, at, g->stored > 0, f)) return false;
+    if (!score_tile(g, job->a, t, kt, at, g->stored > 0, false, f)) return false;
     vec l2e = v_set1((float)FLEX_LOG2E);
     tile_mm(t->dout, g->Dvp, 1, vt, ld, g->p->v_head_dim, t->dp, ld, rows, cols, false);
     for (size_t r = 0; r < at->nr; r++) {
