@@ -11,7 +11,8 @@
  * explanation names flex; a callback's error fails the call, naming it.
  * Fresh random inputs each run: the seed is printed, ATTN_TEST_SEED repeats
  * it. `test_flex_attention --bench N` times a T = S = N forward under a 10%
- * block map against the dense one (also printed, at N = 4096, by every run).
+ * block map against the dense one (also printed, at N = 4096, by every
+ * optimised run; timings are printed, never asserted).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -743,7 +744,9 @@ int main(int argc, char **argv) {
         size_t cases = argc == 3 && !strcmp(argv[1], "--cases") ? strtoul(argv[2], NULL, 10) : 40;
         for (size_t i = 0; i < cases; i++) test_case(one, two, i);
         test_callback_error(two);
-        bench(two, 4096);
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+        bench(two, 4096); /* an unoptimised or instrumented build's times say nothing */
+#endif
     }
     attn_ctx_free(one);
     attn_ctx_free(two);
