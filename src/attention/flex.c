@@ -34,7 +34,7 @@ static const char *flex_declines(const attn_ctx *ctx, const attn_attention_probl
                ATTN_USES_ROW_INTERVALS | ATTN_USES_SCORE_MODS);
     if (feature) return feature;
     if (!p->block_map && !p->score_mod_count)
-        return "neither a block mask nor score modifiers (the fused kernels' problem)";
+        return "no block mask or score modifiers";
     if (pass.dropout) return "dropout";
     if (pass.traced) return "the scores' trace is the reference's";
     if (p->score_mod_count > FLEX_MAX_MODS) return "more than 32 score modifiers";
