@@ -58,7 +58,8 @@ typedef struct lanes_pack {
  * head's 512 KiB come in once, not 4 times at 288 rows; at 16384 its 8 MiB
  * 16 times, not 57. The block length does not change a row's sums.
  * - Only with one query head per KV head (a GQA item already holds its
- *   group's heads of FBR rows) and no left window. Every row's keys then
+ *   group's heads of FBR rows) and rows that see their sequence's first
+ *   key (rows_see_first_key: no left window, no documents). Every row's keys then
  *   start at its sequence's first key, so every block sweeps from there in
  *   the same blocks of LBC keys (sweep_start): a row's bits do not depend
  *   on its block, and the thread count may choose the blocks.
@@ -66,8 +67,8 @@ typedef struct lanes_pack {
  * - Each thread keeps at least 4 blocks (items are handed out one at a
  *   time), and the blocks of a head are even. */
 static size_t lane_rows(const attn_attention_problem *p, attn_flash_fit fit) {
-    bool left_window = p->window && p->window_left >= 0;
-    if (p->q_heads != p->kv_heads || left_window || fit.l2_bytes == 0 || p->q_len <= FBR) return FBR;
+    if (p->q_heads != p->kv_heads || fit.l2_bytes == 0 || p->q_len <= FBR || !rows_see_first_key(p))
+        return FBR;
     size_t per_row = (p->head_dim + lane_dims(p->head_dim)) * sizeof(float);
     size_t cap = min_size(FBR_MAX, fit.l2_bytes / 3 / per_row / LG * LG);
     if (cap <= FBR) return FBR;
@@ -327,8 +328,10 @@ lane_step_run(const lane_step *s, size_t D, size_t qv, float *qT, float *oT, flo
  * before the first block's sweep (packed rows start at key 0: none) and
  * after the last block's. With the keys each block reads, every key of
  * the sequence is measured, as the scan would (a NaN in a value no row
- * sees still reaches the reference's out as 0 * NaN). k, v: key 0 of the
- * (batch, KV head). */
+ * sees still reaches the reference's out as 0 * NaN). A mask's row
+ * intervals may leave keys between two blocks' sweeps (a document no
+ * query belongs to): unpacked, the first block then measures every key
+ * it does not read. k, v: key 0 of the (batch, KV head). */
 static void measure_unread_keys(const attn_attention_problem *p, const attn_attention_seq *seq,
                                 const block_rows *br, bool packs, bool values, const float *k,
                                 const float *v, float *top) {
@@ -337,8 +340,9 @@ static void measure_unread_keys(const attn_attention_problem *p, const attn_atte
         from = seq->kv_len;
         to = 0;
     }
-    size_t spans[2][2] = {{0, br->i0 == 0 && !packs ? from : 0},
-                          {to, br->i0 + br->rows == seq->q_len ? seq->kv_len : to}};
+    bool first = br->i0 == 0 && !packs, intervals = p->block_map && p->block_map->row_lo;
+    bool last = br->i0 + br->rows == seq->q_len || (first && intervals);
+    size_t spans[2][2] = {{0, first ? from : 0}, {to, last ? seq->kv_len : to}};
     for (int s = 0; s < 2; s++) {
         size_t a = spans[s][0], n = spans[s][1] > a ? spans[s][1] - a : 0;
         if (n == 0) continue;
