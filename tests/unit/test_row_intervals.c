@@ -60,6 +60,7 @@ typedef enum mask_kind {
     MASK_PREFIX_LM,  /* kv <= q or kv < amount[b] */
     MASK_DOCUMENTS,  /* q_doc == kv_doc (and kv <= q with doc_causal) */
     MASK_CHUNKED,    /* q / chunk == kv / chunk and kv <= q */
+    MASK_ROWS,       /* row_lo <= kv < row_hi: any monotone intervals */
     MASK_STRIDED,    /* kv <= q and kv % 3 != 1: not an interval */
     MASK_PER_HEAD    /* kv <= q + h: a map per head */
 } mask_kind;
@@ -73,6 +74,7 @@ typedef struct mask_desc {
     size_t chunk;             /* MASK_CHUNKED */
     const int32_t *q_doc, *kv_doc; /* MASK_DOCUMENTS: (B, T), (B, S) */
     bool doc_causal;
+    const int64_t *row_lo, *row_hi; /* MASK_ROWS: (B, T) */
 } mask_desc;
 
 static bool visible(const mask_desc *m, size_t b, size_t h, size_t i, size_t j) {
@@ -85,6 +87,7 @@ static bool visible(const mask_desc *m, size_t b, size_t h, size_t i, size_t j) 
     case MASK_DOCUMENTS:
         return m->q_doc[b * m->T + i] == m->kv_doc[b * m->S + j] && (!m->doc_causal || k <= q);
     case MASK_CHUNKED: return q / (int64_t)m->chunk == k / (int64_t)m->chunk && k <= q;
+    case MASK_ROWS: return m->row_lo[b * m->T + i] <= k && k < m->row_hi[b * m->T + i];
     case MASK_STRIDED: return k <= q && k % 3 != 1;
     case MASK_PER_HEAD: return k <= q + (int64_t)h;
     }
@@ -96,7 +99,8 @@ static int mask_fn(void *user, size_t b, size_t h, size_t q_idx, size_t kv_idx) 
 }
 
 static bool per_batch(const mask_desc *m) {
-    return m->kind == MASK_KV_LENGTH || m->kind == MASK_PREFIX_LM || m->kind == MASK_DOCUMENTS;
+    return m->kind == MASK_KV_LENGTH || m->kind == MASK_PREFIX_LM || m->kind == MASK_DOCUMENTS ||
+           m->kind == MASK_ROWS;
 }
 
 static attn_block_mask *map_of(attn_ctx *ctx, const mask_desc *m, size_t block) {
@@ -589,6 +593,40 @@ static void check_declined(attn_ctx *ctx) {
     }
 }
 
+/* Random monotone intervals [lo, hi) for (B, T) rows over S keys: both
+ * ends step up by a few keys a row, so that a row's keys may begin after
+ * the previous row's. Runs of rows that see nothing (whole row groups)
+ * fall inside query blocks; the row after a run begins at or just past
+ * the end of the row before it (the builder's row intervals place an
+ * empty row there), often within the same few keys, where the backward's
+ * key steps span the rows on both sides and the run between them. */
+static void random_intervals(size_t B, size_t T, size_t S, int64_t *lo, int64_t *hi) {
+    for (size_t b = 0; b < B; b++) {
+        int64_t a = 0, z = 1 + (int64_t)(8 * (uniform() + 1.0));
+        size_t empty_left = 0;
+        for (size_t i = 0; i < T; i++) {
+            a += (int64_t)(2.0 * (uniform() + 1.0)); /* 0 .. 3 keys */
+            z += (int64_t)(2.5 * (uniform() + 1.0)); /* 0 .. 4 keys */
+            if (a > (int64_t)S) a = (int64_t)S;
+            if (z > (int64_t)S) z = (int64_t)S;
+            if (z < a) z = a;
+            if (empty_left == 0 && uniform() > 0.94) {
+                empty_left = 8 + (size_t)(8 * (uniform() + 1.0));
+                if (i > 0) { /* the next rows resume from the last end */
+                    a = hi[b * T + i - 1] + (uniform() > 0.0 ? 0 : 1);
+                    z = a + 1 + (int64_t)(20 * (uniform() + 1.0));
+                    if (a > (int64_t)S) a = (int64_t)S;
+                    if (z > (int64_t)S) z = (int64_t)S;
+                }
+            }
+            bool empty = empty_left > 0;
+            empty_left -= empty;
+            lo[b * T + i] = a;
+            hi[b * T + i] = empty ? a : z;
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
     const char *env = getenv("ATTN_TEST_SEED");
@@ -637,7 +675,11 @@ int main(int argc, char **argv) {
         x_kv[j] = j < 60 ? 0 : 2;
         x_kv[XS + j] = j < 100 ? 5 : 6;
     }
+    enum { RT = 330, RS = 310 };
+    int64_t *r_lo = malloc(2 * RT * sizeof *r_lo), *r_hi = malloc(2 * RT * sizeof *r_hi);
+    random_intervals(2, RT, RS, r_lo, r_hi);
     const mask_desc masks[] = {
+        {"random monotone intervals", MASK_ROWS, 2, RT, RS, .row_lo = r_lo, .row_hi = r_hi},
         {"key padding (lengths 211, 0)", MASK_KV_LENGTH, 2, 170, 260, .amount = {211, 0}},
         {"prefix-LM (prefixes 77, 0)", MASK_PREFIX_LM, 2, T, S, .amount = {77, 0}},
         {"prefix-LM T != S (prefix 40)", MASK_PREFIX_LM, 1, 180, 230, .amount = {40}},
@@ -664,6 +706,8 @@ int main(int argc, char **argv) {
     for (size_t x = 0; x < MASKS; x++) check_map_bf16(one, two, &masks[x]);
     check_declined(one);
 
+    free(r_lo);
+    free(r_hi);
     free(docs);
     free(x_q);
     free(x_kv);
