@@ -28,6 +28,8 @@
  *   - a map that is not row intervals (every third key hidden; a map that
  *     differs by head) is declined by fused and fused16, by name (fused16
  *     where the ctx has bf16 kernels; elsewhere the widened problem's fused).
+ * And a NaN in a key that no query sees, between two query blocks' keys,
+ * is declined by fused as the scan would decline it.
  * Fresh random inputs each run: the seed is printed; ATTN_TEST_SEED or
  * argv[1] replays it.
  */
@@ -627,6 +629,33 @@ static void random_intervals(size_t B, size_t T, size_t S, int64_t *lo, int64_t 
     }
 }
 
+/* A NaN in a key no query sees, between two query blocks' keys: the
+ * fused forward measures every key (as the scan would) and declines. */
+static void check_unseen_nan(attn_ctx *ctx) {
+    enum { NT = 400, NS = 440 };
+    int32_t q_doc[NT], kv_doc[NS];
+    for (size_t i = 0; i < NT; i++) q_doc[i] = i < 288 ? 0 : 2;
+    for (size_t j = 0; j < NS; j++) kv_doc[j] = j < 288 ? 0 : j < 328 ? 7 : 2;
+    mask_desc m = {.name = "a NaN in a key no query sees", .kind = MASK_DOCUMENTS, .B = 1,
+                   .T = NT, .S = NS, .q_doc = q_doc, .kv_doc = kv_doc};
+    attn_block_mask *map = map_of(ctx, &m, 64);
+    if (!map) return;
+    inputs in = make_inputs(1, NT, NS, 1.0);
+    in.k[(300 * HKV + 1) * D + 5] = NAN;
+    attn_sdpa_config cfg = config_of(&in);
+    cfg.block_mask = map;
+    result r = make_result(&in);
+    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, in.q, in.k, in.v, r.out, r.lse, NULL, NULL), ATTN_OK);
+    const char *e = attn_ctx_last_explain(ctx);
+    bool declined = strstr(e, "]: declined (a non-finite input") != NULL;
+    if (!declined) fprintf(stderr, "%s: explain '%s'\n", m.name, e);
+    CHECK(declined);
+    printf("  %-34s declined by fused\n", m.name);
+    free_result(&r);
+    free_inputs(&in);
+    attn_block_mask_free(map);
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
     const char *env = getenv("ATTN_TEST_SEED");
@@ -705,6 +734,8 @@ int main(int argc, char **argv) {
     }
     for (size_t x = 0; x < MASKS; x++) check_map_bf16(one, two, &masks[x]);
     check_declined(one);
+    check_unseen_nan(one);
+    check_unseen_nan(two);
 
     free(r_lo);
     free(r_hi);

@@ -620,6 +620,7 @@ typedef struct forward_job {
     size_t per_part;
     bool lanes;   /* the problem goes to forward_lanes */
     bool measure; /* forward_lanes keeps max |q|, |k|, |v| in each part's last line */
+    bool windowed_pack; /* forward_lanes packs from each block's sweep (lanes_pack) */
 } forward_job;
 
 /* The work item's (batch, KV head, chunk of its heads, query block), heavy
@@ -862,6 +863,7 @@ static void flash_forward(attn_workers w, attn_flash_fit fit, const attn_attenti
         job.f.fq_blocks = (p->q_len + job.f.fbr - 1) / job.f.fbr;
     }
     job.measure = magnitudes != NULL && lanes_measure(&job.f);
+    job.windowed_pack = p->block_map && p->block_map->row_lo && !rows_see_first_key(p);
     size_t items = p->batch * p->kv_heads * job.f.fchunks * job.f.fq_blocks;
     size_t parts = attn_parallel_parts(w.threads);
     job.f.blocks_outer = parts > 1 && items < BLOCKS_OUTER_ITEMS * parts && keys_grow_with_rows(p);

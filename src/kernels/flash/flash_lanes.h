@@ -45,10 +45,14 @@ static size_t lanes_pack_floats(const attn_attention_problem *p) {
  * past the hardware's stride prefetch, and the copies waited on memory. */
 #define PACK_AHEAD 16
 
-/* Which head a part's packed rows hold: rows [0, rows) of (batch, KV
- * head); the zeroed workspace starts it empty. Floats of its slot: */
+/* Which head a part's packed rows hold: rows [from, rows) of (batch, KV
+ * head), each at its own index; the zeroed workspace starts it empty.
+ * from is 0 unless a mask's rows begin past the first key (documents,
+ * chunks): a block then packs from its own sweep, so that a head's packed
+ * rows are the blocks' keys, in L2, not every key before them. Floats of
+ * its slot: */
 typedef struct lanes_pack {
-    size_t b, kvh, rows;
+    size_t b, kvh, from, rows;
 } lanes_pack;
 #define LANES_PACK_SLOT ((sizeof(lanes_pack) + 63) / 64 * 16)
 
@@ -330,17 +334,20 @@ lane_step_run(const lane_step *s, size_t D, size_t qv, float *qT, float *oT, flo
  * the sequence is measured, as the scan would (a NaN in a value no row
  * sees still reaches the reference's out as 0 * NaN). A mask's row
  * intervals may leave keys between two blocks' sweeps (a document no
- * query belongs to): unpacked, the first block then measures every key
- * it does not read. k, v: key 0 of the (batch, KV head). */
+ * query belongs to), and a block's pack then starts at its sweep
+ * (windowed: lanes_pack): the first block then measures every key it
+ * does not read.
+ * k, v: key 0 of the (batch, KV head). */
 static void measure_unread_keys(const attn_attention_problem *p, const attn_attention_seq *seq,
-                                const block_rows *br, bool packs, bool values, const float *k,
-                                const float *v, float *top) {
+                                const block_rows *br, bool packs, bool windowed, bool values,
+                                const float *k, const float *v, float *top) {
     size_t D = p->head_dim, from = sweep_start(br, LBC), to = br->last;
     if (from >= to) { /* no row of the block sees a key: it reads none */
         from = seq->kv_len;
         to = 0;
     }
-    bool first = br->i0 == 0 && !packs, intervals = p->block_map && p->block_map->row_lo;
+    bool intervals = p->block_map && p->block_map->row_lo;
+    bool first = br->i0 == 0 && (!packs || windowed);
     bool last = br->i0 + br->rows == seq->q_len || (first && intervals);
     size_t spans[2][2] = {{0, first ? from : 0}, {to, last ? seq->kv_len : to}};
     for (int s = 0; s < 2; s++) {
@@ -369,6 +376,9 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
     float *v_pack = k_pack + (p->kv_len + LBC) * D;
     bool packs = lanes_pack_floats(p) > 0;
     if (packs && (pack->b != b || pack->kvh != it->kvh)) *pack = (lanes_pack){.b = b, .kvh = it->kvh};
+    size_t sweep = sweep_start(br, LBC);
+    if (packs && job->windowed_pack && br->first < br->last && (sweep < pack->from || sweep > pack->rows))
+        pack->from = pack->rows = sweep; /* rows the block does not read stay unpacked */
     for (size_t r = 0; r < groups * LG; r++) {
         begin[r] = r < rows ? (int32_t)br->begin[r] : 0;
         end[r] = r < rows ? (int32_t)br->end[r] : 0;
@@ -400,7 +410,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
 
     size_t k_at = row_at(p->k.st, b, seq, true, it->kvh, 0);
     size_t v_at = row_at(p->v.st, b, seq, true, it->kvh, 0);
-    for (size_t j0 = sweep_start(br, LBC); j0 < br->last; j0 += LBC) {
+    for (size_t j0 = sweep; j0 < br->last; j0 += LBC) {
         size_t cols = min_size(br->last - j0, LBC);
         /* whole blocks of contiguous rows are read in place; a partial
          * one, rows with a stride (the (B, T, H, D) layout: 64 rows 3 KiB
@@ -468,7 +478,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             }
         }
     }
-    if (top) measure_unread_keys(p, seq, br, packs, values, (const float *)p->k.data + k_at, (const float *)p->v.data + v_at, top);
+    if (top) measure_unread_keys(p, seq, br, packs, job->windowed_pack, values, (const float *)p->k.data + k_at, (const float *)p->v.data + v_at, top);
     /* out = o / l rounded once, lse = m scale + ln l in double (as
      * forward_block's raw rows); a row that sees no key: 0 and -inf */
     for (size_t g = 0; g < nh; g++) {
