@@ -542,9 +542,13 @@ static bool run_case(attn_ctx *ctx, flex_case *c, results *r, const char *what) 
         fprintf(stderr, "%s: forward: %s\n", what, attn_ctx_last_error(ctx));
         return false;
     }
-    CHECK(strstr(attn_ctx_last_explain(ctx), "flex") != NULL &&
+    /* a map of row intervals without modifiers is the fused kernels' to run */
+    attn_block_mask_info info = {0};
+    if (c->mask) attn_block_mask_get_info(c->mask, &info);
+    const char *runner = info.row_intervals && !c->nmods ? "fused [" : "flex [";
+    CHECK(strstr(attn_ctx_last_explain(ctx), runner) != NULL &&
           strstr(attn_ctx_last_explain(ctx), "ran") != NULL);
-    if (!strstr(attn_ctx_last_explain(ctx), "flex [") || getenv("FLEX_VERBOSE")) {
+    if (!strstr(attn_ctx_last_explain(ctx), runner) || getenv("FLEX_VERBOSE")) {
         fprintf(stderr, "%s: explain: %s\n", what, attn_ctx_last_explain(ctx));
         for (size_t t = 0; t < c->nmods; t++)
             fprintf(stderr, "  mod %zu: kind %d value %g buckets %zu max_distance %zu bidirectional %d strides %zu %zu %zu %zu\n", t,
