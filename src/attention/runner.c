@@ -251,9 +251,10 @@ static bool keys_before(const attn_attention_problem *p, int64_t offset) {
 /* p with its chain said as the fixed features, into *out, when the chain
  * is softcap, ALiBi or softcap then ALiBi at the problem's own positions
  * (what q . k * scale, softcap, - slope |pos_i - j| computes) and the map,
- * if any, is one of row intervals: the fused kernels then run it, as fast
- * as the features themselves. Else p. */
-static const attn_attention_problem *fixed_features(const attn_attention_problem *p,
+ * if any, is one of row intervals, and the fused kernels take the problem
+ * so said: they then run it, as fast as the features themselves. Else p. */
+static const attn_attention_problem *fixed_features(const attn_ctx *ctx,
+                                                    const attn_attention_problem *p,
                                                     attn_attention_problem *out) {
     size_t n = p->score_mod_count;
     if (!n || n > 2 || p->cu_seqlens_q || p->kv_cache || (p->block_map && !p->block_map->row_lo))
@@ -278,13 +279,20 @@ static const attn_attention_problem *fixed_features(const attn_attention_problem
         out->softcap_f64 = cap->value;
     }
     if (alibi) out->alibi_slopes = alibi->tensor;
-    return out;
+    /* only where the fused kernels take it both ways: else the flex
+     * kernels run the chain (they decline the features as fields) */
+    const attn_pass fwd = {.backward = false}, bwd = {.backward = true};
+    bool fused = !attn_attention_fused.declines(ctx, out, fwd) &&
+                 !attn_attention_fused.declines(ctx, out, bwd);
+    bool fused16 = !attn_attention_fused16.declines(ctx, out, fwd) &&
+                   !attn_attention_fused16.declines(ctx, out, bwd);
+    return fused || fused16 ? out : p;
 }
 
 size_t attn_attention_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p,
                                     bool mask_in_workspace, bool traced) {
     attn_attention_problem said;
-    p = fixed_features(p, &said);
+    p = fixed_features(ctx, p, &said);
     /* with dropout or not: the workspace fits either */
     attn_pass plain = {.traced = traced}, dropped = {.traced = traced, .dropout = true};
     size_t bytes = max_size(pass_bytes(ctx, p, plain), pass_bytes(ctx, p, dropped));
@@ -297,7 +305,7 @@ size_t attn_attention_forward_bytes(const attn_ctx *ctx, const attn_attention_pr
 
 size_t attn_attention_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     attn_attention_problem said;
-    p = fixed_features(p, &said);
+    p = fixed_features(ctx, p, &said);
     attn_pass plain = {.backward = true}, dropped = {.backward = true, .dropout = true};
     return max_size(pass_bytes(ctx, p, plain), pass_bytes(ctx, p, dropped));
 }
@@ -398,7 +406,7 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
     attn_status st = attn_attention_check(ctx, who, p);
     if (st != ATTN_OK) return st;
     attn_attention_problem said;
-    p = fixed_features(p, &said);
+    p = fixed_features(ctx, p, &said);
     bool drawn = stream && !stream->passthrough;
     bool serial = drawn && !stream->drop_all && stream->method != ATTN_BERNOULLI_PHILOX;
     if (serial && p->cu_seqlens_q)
@@ -481,7 +489,7 @@ attn_status attn_attention_backward(attn_ctx *ctx, const char *who, const attn_a
                                     const attn_attention_grads *g, void *workspace) {
     attn_status st = attn_attention_check(ctx, who, p);
     attn_attention_problem said;
-    if (st == ATTN_OK) p = fixed_features(p, &said);
+    if (st == ATTN_OK) p = fixed_features(ctx, p, &said);
     for (size_t k = 0; st == ATTN_OK && k < p->score_mod_count; k++)
         if (p->score_mods[k].kind == ATTN_SCORE_CALLBACK && !p->score_mods[k].grad_fn)
             st = attn_fail(ctx, ATTN_ERR_NULL,
