@@ -45,6 +45,8 @@ static const bench_section sections[] = {
     {"decode", "one token against a KV cache (GB/s vs copy, vs PyTorch), then GPT-2 generating",
      bench_decode},
     {"bf16", "bf16 attention (AMX tiles, vdpbf16ps) against fp32, forward and forward+backward", bench_bf16},
+    {"masks", "row-interval block maps (prefix-LM, window, documents) against the fixed features",
+     bench_masks},
 };
 enum { SECTIONS = sizeof sections / sizeof sections[0] };
 

@@ -89,6 +89,7 @@ int bench_dropout(const bench_options *o, const bench_blas *blas);
 int bench_variants(const bench_options *o, const bench_blas *blas);
 int bench_decode(const bench_options *o, const bench_blas *blas);
 int bench_bf16(const bench_options *o, const bench_blas *blas);
+int bench_masks(const bench_options *o, const bench_blas *blas);
 /* The decode section's whole-model rows (bench_lm.c): peer_python runs
  * bench/lm_peer.py, or NULL to skip the PyTorch peer. */
 int bench_decode_model(const bench_options *o, const char *peer_python);

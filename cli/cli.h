@@ -37,7 +37,8 @@ typedef struct cli_command {
 
 extern const cli_command cli_demo_command, cli_trace_command, cli_params_command,
     cli_forward_command, cli_train_command, cli_grad_command, cli_heatmap_command,
-    cli_version_command, cli_sdpa_command, cli_generate_command, cli_pretrain_command;
+    cli_version_command, cli_sdpa_command, cli_generate_command, cli_pretrain_command,
+    cli_mask_command;
 
 /* The program's name, which starts every error line ("attn: ..."): each
  * program that uses these helpers defines it (main.c, bench/attn_bench.c). */

@@ -1,9 +1,10 @@
 /* cmd_sdpa.c — attn sdpa: scaled dot-product attention on .npy tensors,
  * every feature of attn_sdpa_config (GQA, alignment, sliding window,
- * softcap, ALiBi, sinks, packed variable-length batches, Philox dropout),
- * forward and, given dL/dout, backward. */
+ * softcap, ALiBi, sinks, packed variable-length batches, Philox dropout,
+ * block maps and score modifiers), forward and, given dL/dout, backward. */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "mask_options.h"
 #include "outputs.h"
 
 #include <errno.h>
@@ -19,7 +20,10 @@ static const char sdpa_help[] =
     "                 [--sinks s.npy] [--cu-seqlens-q a.npy --cu-seqlens-kv b.npy]\n"
     "                 [--dropout P [--seed S]] [--grad-output do.npy --grad-dir DIR]\n"
     "                 [--threads N] [--kernels auto|reference|portable|avx2|avx512]\n"
-    "                 [--explain]\n"
+    "                 [--explain] [--mask m.npy | --block-topk t.npy] [--prefix-lm N]\n"
+    "                 [--doc-ids ids.npy] [--chunk N] [--block-size N] [--bias b.npy]\n"
+    "                 [--rel-bias-table t.npy [--rel-buckets N]\n"
+    "                 [--rel-max-distance M] [--rel-bidirectional]]\n"
     "\n"
     "Scaled dot-product attention on .npy tensors (attn_sdpa_forward; with\n"
     "--grad-output also attn_sdpa_backward):\n"
@@ -68,6 +72,23 @@ static const char sdpa_help[] =
     "  --explain       after each pass, one line on stderr: the backends the\n"
     "                  runner asked in order, why each declined, and which ran\n"
     "                  on which kernels (attn_ctx_last_explain)\n"
+    "\n"
+    "Programmable attention: a block map of the keys each query sees (ANDed with\n"
+    "--causal and --window) and score modifiers; 'attn mask' draws the map.\n"
+    CLI_MASK_HELP
+    "                  (one map per call: --mask goes with neither --block-topk\n"
+    "                  nor a description; no map with --cu-seqlens)\n"
+    "  --bias F.npy    float, broadcastable to (B, H, T, S): added to the scores;\n"
+    "                  with --grad-output its gradient dbias.npy, in its shape\n"
+    "  --rel-bias-table F.npy  T5's relative position bias, (H, N) floats: s +=\n"
+    "                  table[h, bucket(j - i)]; gradient drel_bias_table.npy\n"
+    "  --rel-buckets N the table's buckets (default: its N; given, it must be N)\n"
+    "  --rel-max-distance M  T5's max_distance (default 128)\n"
+    "  --rel-bidirectional   T5's bidirectional buckets (keys before and after)\n"
+    "With --bias, --rel-bias-table or a float --mask the scores go through a chain\n"
+    "of modifiers in this order: --softcap, --alibi, --bias, --rel-bias-table, the\n"
+    "float --mask's values (so s = softcap(q . k * scale) - alibi + bias + ...);\n"
+    "none of them takes --cu-seqlens.\n"
     "With --align top-left and no window, softcap, ALiBi, sinks or dropout, out is\n"
     "PyTorch's F.scaled_dot_product_attention(q, k, v, is_causal=causal,\n"
     "scale=scale).\n";
@@ -77,11 +98,15 @@ static const char *const sdpa_value_options[] = {
     "--align",    "--q-offset",  "--scale",   "--window",        "--softcap",
     "--alibi",    "--sinks",     "--cu-seqlens-q", "--cu-seqlens-kv", "--dropout",
     "--seed",     "--grad-output", "--grad-dir", "--threads",    "--kernels",
+    CLI_MASK_VALUE_OPTIONS, "--bias", "--rel-bias-table", "--rel-buckets", "--rel-max-distance",
     NULL};
 
 typedef struct sdpa_options {
     const char *q, *k, *v, *output, *lse, *alibi, *sinks, *cu_q, *cu_kv;
-    const char *grad_output, *grad_dir;
+    const char *grad_output, *grad_dir, *bias, *rel_table;
+    cli_mask_options map;
+    size_t rel_buckets, rel_max_distance;
+    bool rel_bidirectional, rel_given;
     bool causal, align_given, offset_given, seed_given, explain;
     attn_align align;
     long long q_offset;
@@ -96,38 +121,6 @@ typedef struct sdpa_options {
 
 /* ---- argument parsing ---------------------------------------------------- */
 
-/* A signed decimal integer, the whole text. */
-static bool parse_ll(const char *text, long long *out) {
-    const char *digits = text[0] == '-' ? text + 1 : text;
-    if (*digits < '0' || *digits > '9') return false;
-    errno = 0;
-    char *end;
-    long long value = strtoll(text, &end, 10);
-    if (errno || *end) return false;
-    *out = value;
-    return true;
-}
-
-/* --window L,R: two integers, each -1 (unbounded) or more. */
-static int parse_window(const char *text, sdpa_options *o) {
-    const char *comma = strchr(text, ',');
-    char left[32];
-    size_t n = comma ? (size_t)(comma - text) : 0;
-    if (!comma || n == 0 || n >= sizeof left || !parse_ll(comma + 1, &o->window_right))
-        return cli_usage_error("--window: expected L,R (two integers, -1 unbounded), got '%s'",
-                               text);
-    memcpy(left, text, n);
-    left[n] = '\0';
-    if (!parse_ll(left, &o->window_left))
-        return cli_usage_error("--window: expected L,R (two integers, -1 unbounded), got '%s'",
-                               text);
-    if (o->window_left < -1 || o->window_right < -1)
-        return cli_usage_error("--window: bounds (%lld, %lld) must be -1 (unbounded) or more",
-                               o->window_left, o->window_right);
-    o->window = true;
-    return CLI_OK;
-}
-
 /* One value option. */
 static int take_value(sdpa_options *o, const char *opt, const char *value) {
     const char **path = strcmp(opt, "--q") == 0               ? &o->q
@@ -141,24 +134,30 @@ static int take_value(sdpa_options *o, const char *opt, const char *value) {
                         : strcmp(opt, "--cu-seqlens-kv") == 0 ? &o->cu_kv
                         : strcmp(opt, "--grad-output") == 0   ? &o->grad_output
                         : strcmp(opt, "--grad-dir") == 0      ? &o->grad_dir
+                        : strcmp(opt, "--bias") == 0          ? &o->bias
+                        : strcmp(opt, "--rel-bias-table") == 0 ? &o->rel_table
                                                               : NULL;
     if (path) {
         *path = value;
         return CLI_OK;
     }
+    bool taken;
+    int rc = cli_mask_take(&o->map, opt, value, &taken);
+    if (taken) return rc;
     if (strcmp(opt, "--align") == 0) {
         if (strcmp(value, "bottom-right") == 0) o->align = ATTN_ALIGN_BOTTOM_RIGHT;
         else if (strcmp(value, "top-left") == 0) o->align = ATTN_ALIGN_TOP_LEFT;
         else return cli_usage_error("--align: expected bottom-right or top-left, got '%s'", value);
         o->align_given = true;
     } else if (strcmp(opt, "--q-offset") == 0) {
-        if (!parse_ll(value, &o->q_offset))
+        if (!cli_parse_ll(value, &o->q_offset))
             return cli_usage_error("--q-offset: expected an integer, got '%s'", value);
         o->offset_given = true;
     } else if (strcmp(opt, "--scale") == 0) {
         if (!cli_parse_double(value, &o->scale)) return cli_bad_number(opt, value, "a number");
     } else if (strcmp(opt, "--window") == 0) {
-        return parse_window(value, o);
+        o->window = true;
+        return cli_parse_window(opt, value, &o->window_left, &o->window_right);
     } else if (strcmp(opt, "--softcap") == 0) {
         if (!cli_parse_double(value, &o->softcap)) return cli_bad_number(opt, value, "a number");
         if (!(o->softcap >= 0.0) || isinf(o->softcap))
@@ -173,6 +172,11 @@ static int take_value(sdpa_options *o, const char *opt, const char *value) {
         if (!cli_parse_u64(value, &o->seed))
             return cli_usage_error("--seed: expected a non-negative integer, got '%s'", value);
         o->seed_given = true;
+    } else if (strcmp(opt, "--rel-buckets") == 0 || strcmp(opt, "--rel-max-distance") == 0) {
+        size_t *n = opt[6] == 'b' ? &o->rel_buckets : &o->rel_max_distance;
+        if (!cli_parse_size(value, n) || *n == 0)
+            return cli_usage_error("%s: expected a positive integer, got '%s'", opt, value);
+        o->rel_given = true;
     } else if (strcmp(opt, "--threads") == 0) {
         if (!cli_parse_size(value, &o->threads) || o->threads == 0)
             return cli_usage_error("--threads: expected a positive integer, got '%s'", value);
@@ -184,8 +188,12 @@ static int take_value(sdpa_options *o, const char *opt, const char *value) {
 
 static int parse_args(int argc, char **argv, sdpa_options *o) {
     *o = (sdpa_options){.seed = 123, .threads = cli_default_threads(),
-                        .kernels = ATTN_KERNELS_AUTO};
+                        .kernels = ATTN_KERNELS_AUTO, .rel_max_distance = 128};
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--rel-bidirectional") == 0) {
+            o->rel_bidirectional = o->rel_given = true;
+            continue;
+        }
         if (strcmp(argv[i], "--causal") == 0 || strcmp(argv[i], "--explain") == 0) {
             *(strcmp(argv[i], "--causal") == 0 ? &o->causal : &o->explain) = true;
             continue;
@@ -203,6 +211,25 @@ static int parse_args(int argc, char **argv, sdpa_options *o) {
         return cli_usage_error("sdpa: --cu-seqlens-q and --cu-seqlens-kv go together");
     if (!o->grad_output != !o->grad_dir)
         return cli_usage_error("sdpa: --grad-output and --grad-dir go together");
+    int rc = cli_mask_check(&o->map);
+    if (rc != CLI_OK) return rc;
+    if (o->rel_given && !o->rel_table)
+        return cli_usage_error("sdpa: --rel-buckets, --rel-max-distance and --rel-bidirectional "
+                               "go with --rel-bias-table");
+    if (o->cu_q) {
+        const char *other = o->map.mask                ? "--mask"
+                            : o->map.block_topk        ? "--block-topk"
+                            : o->map.prefix_given      ? "--prefix-lm"
+                            : o->map.doc_ids           ? "--doc-ids"
+                            : o->map.chunk_given       ? "--chunk"
+                            : o->bias                  ? "--bias"
+                            : o->rel_table             ? "--rel-bias-table"
+                                                       : NULL;
+        if (other)
+            return cli_usage_error("sdpa: --cu-seqlens-q and %s: a packed batch takes no block "
+                                   "map or score modifier",
+                                   other);
+    }
     return CLI_OK;
 }
 
@@ -234,13 +261,6 @@ static int check_offsets(const char *opt, const int32_t *cu, size_t n, size_t ro
 
 /* ---- running -------------------------------------------------------------- */
 
-static void format_shape(char *buf, size_t size, size_t rank, const size_t *shape) {
-    size_t used = (size_t)snprintf(buf, size, "(");
-    for (size_t i = 0; i < rank && used < size; i++)
-        used += (size_t)snprintf(buf + used, size - used, i ? ", %zu" : "%zu", shape[i]);
-    if (used < size) snprintf(buf + used, size - used, rank == 1 ? ",)" : ")");
-}
-
 /* a * b * c * d, false on overflow. */
 static bool product(const size_t *dims, size_t n, size_t *out) {
     size_t p = 1;
@@ -263,7 +283,7 @@ static int read_offsets(attn_ctx *ctx, const char *opt, const char *path, attn_n
     if (attn_npy_read_i32(ctx, path, out) != ATTN_OK) return cli_library_error(ctx, opt);
     if (out->ndim == 1) return CLI_OK;
     char got[128];
-    format_shape(got, sizeof got, out->ndim, out->shape);
+    cli_format_shape(got, sizeof got, out->ndim, out->shape);
     return cli_usage_error("%s: '%s' must be one-dimensional, (B + 1,), not %s", opt, path, got);
 }
 
@@ -275,23 +295,28 @@ static int want_shape(const char *opt, const attn_npy *a, size_t rank, const siz
     for (size_t i = 0; same && i < rank; i++) same = a->shape[i] == shape[i];
     if (same) return CLI_OK;
     char want[128], got[128];
-    format_shape(want, sizeof want, rank, shape);
-    format_shape(got, sizeof got, a->ndim, a->shape);
+    cli_format_shape(want, sizeof want, rank, shape);
+    cli_format_shape(got, sizeof got, a->ndim, a->shape);
     return cli_usage_error("%s: shape %s must be %s: %s", opt, got, want, why);
 }
 
 typedef struct sdpa_run {
     attn_ctx *ctx;
     attn_rng *rng;
-    attn_npy q, k, v, alibi, sinks, dout;
+    attn_npy q, k, v, alibi, sinks, dout, bias, rel_table;
     attn_npy_i32 cu_q, cu_kv;
-    float *out, *lse, *dq, *dk, *dv, *dsinks;
+    cli_mask_built map;
+    attn_score_mod mods[5]; /* softcap, alibi, bias, rel-bias, the float mask */
+    size_t mod_count;
+    float *out, *lse, *dq, *dk, *dv, *dsinks, *dbias, *drel;
 } sdpa_run;
 
 static void sdpa_run_close(sdpa_run *r) {
-    attn_npy *arrays[] = {&r->q, &r->k, &r->v, &r->alibi, &r->sinks, &r->dout};
+    attn_npy *arrays[] = {&r->q, &r->k, &r->v, &r->alibi, &r->sinks, &r->dout, &r->bias,
+                          &r->rel_table};
     for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; i++) attn_npy_free(arrays[i]);
-    float *buffers[] = {r->out, r->lse, r->dq, r->dk, r->dv, r->dsinks};
+    cli_mask_built_free(&r->map);
+    float *buffers[] = {r->out, r->lse, r->dq, r->dk, r->dv, r->dsinks, r->dbias, r->drel};
     for (size_t i = 0; i < sizeof buffers / sizeof buffers[0]; i++) free(buffers[i]);
     attn_npy_i32_free(&r->cu_q);
     attn_npy_i32_free(&r->cu_kv);
@@ -322,7 +347,7 @@ static int read_inputs(sdpa_run *r, const sdpa_options *o, attn_sdpa_config *cfg
         for (size_t d = 0; d < rank; d++)
             if (!tensors[i]->shape[d]) {
                 char got[128];
-                format_shape(got, sizeof got, rank, tensors[i]->shape);
+                cli_format_shape(got, sizeof got, rank, tensors[i]->shape);
                 return cli_usage_error("%s: empty shape %s", names[i], got);
             }
     }
@@ -335,8 +360,8 @@ static int read_inputs(sdpa_run *r, const sdpa_options *o, attn_sdpa_config *cfg
     for (size_t d = 0; d + 1 < rank; d++)
         if (v->shape[d] != k->shape[d]) {
             char ks[128], vs[128];
-            format_shape(ks, sizeof ks, rank, k->shape);
-            format_shape(vs, sizeof vs, rank, v->shape);
+            cli_format_shape(ks, sizeof ks, rank, k->shape);
+            cli_format_shape(vs, sizeof vs, rank, v->shape);
             return cli_usage_error("--v: shape %s must match k's %s in all but the last dimension",
                                    vs, ks);
         }
@@ -404,9 +429,89 @@ static int read_inputs(sdpa_run *r, const sdpa_options *o, attn_sdpa_config *cfg
     return CLI_OK;
 }
 
+/* Each query's position less its index, as the config's align places it:
+ * where chunks, causal and ALiBi count from. */
+static int64_t position_offset(const sdpa_options *o, const attn_sdpa_config *cfg) {
+    if (o->align == ATTN_ALIGN_TOP_LEFT) return 0;
+    if (o->align == ATTN_ALIGN_OFFSET) return (int64_t)o->q_offset;
+    return (int64_t)cfg->kv_tokens - (int64_t)cfg->q_tokens;
+}
+
+/* The block map and the score-modifier chain the options ask for, into cfg
+ * (dense layout only: the options refuse them with --cu-seqlens). The
+ * library refuses softcap and ALiBi beside a chain, so with one they move
+ * into it, first, where the config applies them. */
+static int read_programmable(sdpa_run *r, const sdpa_options *o, attn_sdpa_config *cfg) {
+    int rc;
+    int64_t offset = position_offset(o, cfg);
+    if (cli_mask_wanted(&o->map)) {
+        cli_mask_geometry g = {.batch = cfg->batch, .heads = cfg->heads, .q_len = cfg->q_tokens,
+                               .kv_len = cfg->kv_tokens, .offset = offset};
+        if ((rc = cli_mask_build(r->ctx, &o->map, &g, &r->map)) != CLI_OK) return rc;
+        cfg->block_mask = r->map.map;
+    }
+    size_t target[4] = {cfg->batch, cfg->heads, cfg->q_tokens, cfg->kv_tokens};
+    size_t bias_strides[4] = {0};
+    if (o->bias &&
+        ((rc = read_floats(r->ctx, "--bias", o->bias, &r->bias)) != CLI_OK ||
+         (rc = cli_broadcast_strides("--bias", r->bias.ndim, r->bias.shape, target,
+                                     bias_strides)) != CLI_OK))
+        return rc;
+    size_t buckets = 0;
+    if (o->rel_table) {
+        if ((rc = read_floats(r->ctx, "--rel-bias-table", o->rel_table, &r->rel_table)) != CLI_OK)
+            return rc;
+        const attn_npy *t = &r->rel_table;
+        if (t->ndim != 2 || t->shape[0] != cfg->heads) {
+            char got[128];
+            cli_format_shape(got, sizeof got, t->ndim, t->shape);
+            return cli_usage_error("--rel-bias-table: shape %s must be (H, N) = (%zu, N): a row "
+                                   "of buckets per query head",
+                                   got, cfg->heads);
+        }
+        buckets = t->shape[1];
+        if (o->rel_buckets && o->rel_buckets != buckets)
+            return cli_usage_error("--rel-buckets %zu: the table --rel-bias-table has %zu",
+                                   o->rel_buckets, buckets);
+    }
+    if (!o->bias && !o->rel_table && !r->map.additive) return CLI_OK;
+    size_t n = 0;
+    if (cfg->softcap > 0.0)
+        r->mods[n++] = (attn_score_mod){.kind = ATTN_SCORE_SOFTCAP, .value = cfg->softcap};
+    if (cfg->alibi_slopes)
+        r->mods[n++] = (attn_score_mod){.kind = ATTN_SCORE_ALIBI, .tensor = cfg->alibi_slopes,
+                                        .offset = offset};
+    if (o->bias) {
+        if (o->grad_output && !(r->dbias = calloc(r->bias.numel ? r->bias.numel : 1,
+                                                  sizeof *r->dbias)))
+            return cli_failure("out of memory for dbias (%zu floats)", r->bias.numel);
+        r->mods[n] = (attn_score_mod){.kind = ATTN_SCORE_BIAS, .tensor = r->bias.data,
+                                      .tensor_grad = r->dbias};
+        memcpy(r->mods[n++].strides, bias_strides, sizeof bias_strides);
+    }
+    if (o->rel_table) {
+        if (o->grad_output && !(r->drel = calloc(r->rel_table.numel, sizeof *r->drel)))
+            return cli_failure("out of memory for drel_bias_table (%zu floats)",
+                               r->rel_table.numel);
+        r->mods[n++] = (attn_score_mod){.kind = ATTN_SCORE_REL_BIAS, .tensor = r->rel_table.data,
+                                        .tensor_grad = r->drel, .buckets = buckets,
+                                        .max_distance = o->rel_max_distance,
+                                        .bidirectional = o->rel_bidirectional};
+    }
+    if (r->map.additive) {
+        r->mods[n] = (attn_score_mod){.kind = ATTN_SCORE_BIAS, .tensor = r->map.values.data};
+        memcpy(r->mods[n++].strides, r->map.strides, sizeof r->map.strides);
+    }
+    cfg->softcap = 0.0;
+    cfg->alibi_slopes = NULL;
+    cfg->score_mods = r->mods;
+    cfg->score_mod_count = n;
+    return CLI_OK;
+}
+
 /* The outputs' numbers in a cli_outputs. */
 typedef struct sdpa_outputs {
-    size_t out, lse, dq, dk, dv, dsinks;
+    size_t out, lse, dq, dk, dv, dsinks, dbias, drel;
 } sdpa_outputs;
 
 /* Checks and opens every output (the gradient directory made if missing)
@@ -425,6 +530,12 @@ static int open_outputs(cli_outputs *out, const sdpa_options *o, sdpa_outputs *a
         if (o->sinks &&
             (rc = cli_outputs_add_in_dir(out, "--grad-dir", dir, "dsinks", &at->dsinks)) != CLI_OK)
             return rc;
+        if (o->bias &&
+            (rc = cli_outputs_add_in_dir(out, "--grad-dir", dir, "dbias", &at->dbias)) != CLI_OK)
+            return rc;
+        if (o->rel_table && (rc = cli_outputs_add_in_dir(out, "--grad-dir", dir,
+                                                          "drel_bias_table", &at->drel)) != CLI_OK)
+            return rc;
     }
     const char *in_opts[] = {"--q", "--k", "--v", "--alibi", "--sinks", "--cu-seqlens-q",
                              "--cu-seqlens-kv", "--grad-output"};
@@ -432,6 +543,14 @@ static int open_outputs(cli_outputs *out, const sdpa_options *o, sdpa_outputs *a
                               o->grad_output};
     for (size_t i = 0; i < sizeof in_opts / sizeof in_opts[0]; i++)
         if ((rc = cli_outputs_not_input(out, in_opts[i], in_paths[i])) != CLI_OK) return rc;
+    const char *map_opts[3], *map_paths[3];
+    size_t map_inputs;
+    cli_mask_inputs(&o->map, map_opts, map_paths, &map_inputs);
+    for (size_t i = 0; i < map_inputs; i++)
+        if ((rc = cli_outputs_not_input(out, map_opts[i], map_paths[i])) != CLI_OK) return rc;
+    if ((rc = cli_outputs_not_input(out, "--bias", o->bias)) != CLI_OK ||
+        (rc = cli_outputs_not_input(out, "--rel-bias-table", o->rel_table)) != CLI_OK)
+        return rc;
     return CLI_OK;
 }
 
@@ -453,7 +572,7 @@ static int run_sdpa(int argc, char **argv) {
     size_t out_shape[4] = {0}, lse_shape[3] = {0}, out_rank = 0, lse_rank = 0, out_n, lse_n;
     if ((rc = open_outputs(&out, &o, &at)) != CLI_OK) goto done;
     rc = read_inputs(&r, &o, &cfg, out_shape, &out_rank, lse_shape, &lse_rank);
-    if (rc != CLI_OK) goto done;
+    if (rc != CLI_OK || (rc = read_programmable(&r, &o, &cfg)) != CLI_OK) goto done;
     if (o.grad_output &&
         ((rc = read_floats(r.ctx, "--grad-output", o.grad_output, &r.dout)) != CLI_OK ||
          (rc = want_shape("--grad-output", &r.dout, out_rank, out_shape, "the output's shape")) !=
@@ -479,6 +598,9 @@ static int run_sdpa(int argc, char **argv) {
     } else if (o.seed_given) {
         fprintf(stderr, "attn: note: --seed has no effect without --dropout\n");
     }
+    if (o.map.block_size && !cli_mask_wanted(&o.map))
+        fprintf(stderr, "attn: note: --block-size has no effect without a map (--mask, "
+                        "--block-topk, --prefix-lm, --doc-ids, --chunk)\n");
     if (attn_sdpa_forward(r.ctx, &cfg, r.q.data, r.k.data, r.v.data, r.out, r.lse, r.rng,
                           &drawn) != ATTN_OK) {
         rc = cli_library_error(r.ctx, "sdpa forward");
@@ -513,6 +635,12 @@ static int run_sdpa(int argc, char **argv) {
             (rc = cli_outputs_npy(&out, at.dv, r.dv, r.v.ndim, r.v.shape)) != CLI_OK)
             goto done;
         if (cfg.sinks && (rc = cli_outputs_npy(&out, at.dsinks, r.dsinks, 1, &H)) != CLI_OK)
+            goto done;
+        if (r.dbias && (rc = cli_outputs_npy(&out, at.dbias, r.dbias, r.bias.ndim,
+                                             r.bias.shape)) != CLI_OK)
+            goto done;
+        if (r.drel && (rc = cli_outputs_npy(&out, at.drel, r.drel, r.rel_table.ndim,
+                                            r.rel_table.shape)) != CLI_OK)
             goto done;
     }
     rc = cli_outputs_commit(&out, false);

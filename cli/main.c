@@ -13,7 +13,8 @@ static const cli_command *const commands[] = {
     &cli_demo_command,    &cli_trace_command,   &cli_params_command,
     &cli_forward_command, &cli_train_command,   &cli_pretrain_command,
     &cli_grad_command,
-    &cli_heatmap_command, &cli_sdpa_command,    &cli_generate_command,
+    &cli_heatmap_command, &cli_sdpa_command,    &cli_mask_command,
+    &cli_generate_command,
     &cli_version_command,
 };
 #define NUM_COMMANDS (sizeof commands / sizeof commands[0])

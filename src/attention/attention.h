@@ -46,7 +46,10 @@ typedef struct attn_attention_backend {
     /* The passes, on workspace of the size asked (zeroed or not), on the
      * ctx's threads (attn_ctx_workers). NULL when done; where the pass
      * measured the values, else why it declined them: the outputs are then
-     * the next backend's to write. */
+     * the next backend's to write; or attn_pass_failed, after attn_fail
+     * recorded why (ATTN_ERR_INVALID), when the call itself fails (a score
+     * callback's error): the runner then asks no other backend and returns
+     * the message, led by its caller's name. */
     const char *(*forward)(attn_ctx *ctx, const attn_attention_problem *p,
                            const attn_attention_dropout *drop,
                            const attn_attention_trace *trace, void *workspace);
@@ -58,16 +61,18 @@ typedef struct attn_attention_backend {
 /* What a pass returns when it failed rather than declined (a score
  * modifier's callback returned nonzero): it has left the message in the
  * ctx (attn_fail), and the runner returns ATTN_ERR_INVALID with it instead
- * of asking the next backend. Compared by address. */
+ * of asking the next backend. Compared by address (registry.c). */
 extern const char attn_pass_failed[];
 
 /* The backends (one file each) and the registry, the order the runner asks
- * them in (registry.c): fused float32, fused bf16, split-KV decode, the
- * reference. A 16-bit problem none of them takes is widened to float32 by
- * the runner (widen16.c) and asked again. */
+ * them in (registry.c): fused float32, fused bf16, split-KV decode, flex
+ * (block maps and score modifiers, fused), the reference. A 16-bit problem
+ * none of them takes is widened to float32 by the runner (widen16.c) and
+ * asked again. */
 extern const attn_attention_backend attn_attention_fused;
 extern const attn_attention_backend attn_attention_fused16;
 extern const attn_attention_backend attn_attention_decode;
+extern const attn_attention_backend attn_attention_flex;
 extern const attn_attention_backend attn_attention_reference;
 /* The registry, *count backends in order (at most ATTN_MAX_BACKENDS). */
 #define ATTN_MAX_BACKENDS 8

@@ -2,6 +2,9 @@
  * fused.c — the fused CPU backend of the attention contract: the tiled
  * FlashAttention-2 kernels of kernels/flash (flash.h), in the instruction
  * set the ctx runs, with every feature of attention.h forward and backward.
+ * A block map runs here where its rows are single key intervals, which
+ * the kernels read through attn_visible_keys like causal and a window; a
+ * map with partial tiles' bits or score modifiers is declined by name.
  * It declines views other than float32, a traced forward and
  * v_head_dim != head_dim, and values it would get wrong (non-finite, or
  * magnitudes past float32's range in its tiles): through declines_values,
@@ -35,7 +38,7 @@ static const char *fused_declines(const attn_ctx *ctx, const attn_attention_prob
     if (p->q.dtype != ATTN_DTYPE_F32) return "its kernels read float32";
     const char *feature = attn_problem_unsupported(
         p, ATTN_USES_CAUSAL | ATTN_USES_RENORMALIZE | ATTN_USES_WINDOW | ATTN_USES_SOFTCAP |
-               ATTN_USES_ALIBI | ATTN_USES_SINKS | ATTN_USES_VARLEN);
+               ATTN_USES_ALIBI | ATTN_USES_SINKS | ATTN_USES_VARLEN | ATTN_USES_ROW_INTERVALS);
     if (feature) return feature;
     if (pass.traced) return "the scores' trace is the reference's";
     if (p->v_head_dim != p->head_dim) return "v_head_dim != head_dim";

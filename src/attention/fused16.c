@@ -2,6 +2,9 @@
  * fused16.c — the fused bf16 backend of the attention contract: the
  * kernels of kernels/flash16 (flash16.h) on bf16 views, on AMX tiles where
  * the process may use them and they take the problem, else on vdpbf16ps.
+ * A block map of single key intervals per row runs here (the kernels see
+ * keys through attn_visible_keys and mask each element by its row's
+ * interval); one with partial tiles' bits is declined by name.
  * It declines what those kernels lack (dropout, softcap, ALiBi, sinks,
  * v_head_dim != head_dim, a negative scale), a ctx whose kernel set has
  * no bf16 kernels, vdpbf16ps where it does not outrun the float FMA on
@@ -43,7 +46,8 @@ static const char *fused16_declines(const attn_ctx *ctx, const attn_attention_pr
     if (pass.traced) return "the scores' trace is the reference's";
     if (pass.dropout) return "dropout";
     const char *feature =
-        attn_problem_unsupported(p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_VARLEN);
+        attn_problem_unsupported(p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_VARLEN |
+                                        ATTN_USES_ROW_INTERVALS);
     if (feature) return feature;
     if (p->v_head_dim != p->head_dim) return "v_head_dim != head_dim";
     if (!(p->scale >= 0.0f)) return "a negative scale";

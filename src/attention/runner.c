@@ -16,8 +16,6 @@
 
 /* ---- checks ---------------------------------------------------------------- */
 
-const char attn_pass_failed[] = "a score modifier's callback failed";
-
 static attn_status check_cu_seqlens(attn_ctx *ctx, const char *who, const char *name,
                                     const int32_t *cu, size_t batch, size_t longest) {
     if (cu[0] != 0)
@@ -268,14 +266,15 @@ static attn_status no_workspace(attn_ctx *ctx, const char *who, size_t bytes) {
 
 /* ---- the passes -------------------------------------------------------------- */
 
-/* Asks the registry's backends in order and runs the first that takes p
- * and its values, noting each decline: true when one ran. g NULL: the
- * forward. */
+/* What asking the backends came to. */
 typedef enum run_result {
     RUN_DECLINED = 0, /* every backend declined the values */
     RUN_DONE,
     RUN_FAILED        /* a pass failed (attn_pass_failed): its message is in the ctx */
 } run_result;
+
+/* Asks the registry's backends in order and runs the first that takes p
+ * and its values, noting each decline. g NULL: the forward. */
 
 static run_result run_candidates(attn_ctx *ctx, const attn_attention_problem *p,
                                  const attn_attention_dropout *drop,

@@ -5,6 +5,7 @@
 #include "cpu_info.h"
 #include "kernels/decode/decode.h"
 #include "kernels/flash/flash.h"
+#include "kernels/flex/flex.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm16.h"
 #include "kernels/gemv/gemv.h"
@@ -26,6 +27,7 @@ static void fill_avx512(attn_kernel_set *set) {
     set->name = zen4 ? "avx512 (zen4)" : "avx512";
     set->flash = zen4 ? &attn_flash_avx512_zen4 : &attn_flash_avx512;
     set->decode = &attn_decode_avx512;
+    set->flex = &attn_flex_avx512;
     set->gemm = &attn_sgemm_kernel_avx512;
     set->gemm16 = &attn_gemm16_kernel_widened_avx512;
     set->gemv = &attn_gemv_kernel_avx512;
@@ -45,7 +47,7 @@ void attn_kernel_set_fill(attn_kernels isa, attn_kernel_set *set) {
     switch (isa) {
     case ATTN_KERNELS_PORTABLE:
         *set = (attn_kernel_set){.name = "portable", .flash = &attn_flash_portable,
-                                 .decode = &attn_decode_portable,
+                                 .decode = &attn_decode_portable, .flex = &attn_flex_portable,
                                  .gemm = &attn_sgemm_kernel_portable,
                                  .gemm16 = &attn_gemm16_kernel_widened_portable,
                                  .gemv = &attn_gemv_kernel_portable};
@@ -53,7 +55,8 @@ void attn_kernel_set_fill(attn_kernels isa, attn_kernel_set *set) {
 #if defined(ATTN_HAVE_X86_KERNELS)
     case ATTN_KERNELS_AVX2:
         *set = (attn_kernel_set){.name = "avx2", .flash = &attn_flash_avx2,
-                                 .decode = &attn_decode_avx2, .gemm = &attn_sgemm_kernel_avx2,
+                                 .decode = &attn_decode_avx2, .flex = &attn_flex_avx2,
+                                 .gemm = &attn_sgemm_kernel_avx2,
                                  .gemm16 = &attn_gemm16_kernel_widened_avx2,
                                  .gemv = &attn_gemv_kernel_avx2};
         return;

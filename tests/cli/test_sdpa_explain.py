@@ -68,7 +68,8 @@ with tempfile.TemporaryDirectory() as d:
           out.tobytes() == out_ref.tobytes(), "with the reference's bits")
     check(r_ref.stderr.startswith("attn: sdpa forward: fused: declined (the ctx runs the "
                                   "reference kernels); fused16: declined (its kernels read "
-                                  "bf16); decode: declined (K and V are dense); reference: ran"),
+                                  "bf16); decode: declined (K and V are dense); flex: declined "
+                                  "(the ctx runs the reference kernels); reference: ran"),
           "--kernels reference", r_ref.stderr)
 
 print(f"{passed} passed, {failed} failed")

@@ -28,6 +28,13 @@ printed first and --seed replays a run exactly.
      float64 torch autograd (out, lse, dq, dk, dv, dsinks; relative L2 <=
      1e-5); --dropout's default seed; every bad input (files, ranks, shapes,
      heads, window, softcap, cu_seqlens, options) as in b.
+  h. attn sdpa's block maps and score modifiers against float64 torch
+     autograd (out, lse, dq, dk, dv, dbias, drel_bias_table): --mask bool,
+     integer and float additive in broadcast shapes, --prefix-lm, --doc-ids,
+     --chunk, --block-topk, --bias after --softcap and --alibi, T5's
+     --rel-bias-table; the refused combinations and shapes as in b.
+  i. `attn mask`: a causal map's drawing and counts exactly, --doc-ids' tiles,
+     the PNG's size and each tile's colour; its usage errors.
 
 Ends with "N passed, N failed"; exits 1 on any failure.
 """
@@ -45,6 +52,7 @@ import tempfile
 import time
 import traceback
 import types
+import zlib
 
 import numpy as np
 import torch
@@ -1124,7 +1132,7 @@ def test_sdpa(r, rng):
         (packed + ["--cu-seqlens-q", cu("cu_2d", [[0, 5, 10]]), "--cu-seqlens-kv", cu_kv], [2],
          ["--cu-seqlens-q", "one-dimensional"]),
         (packed + ["--cu-seqlens-q", cu("cu_f", [0, 5, 10], np.float32), "--cu-seqlens-kv", cu_kv],
-         [1], ["--cu-seqlens-q", "int32 or int64"]),
+         [1], ["--cu-seqlens-q", "'<f4'", "not an integer"]),
         (packed + ["--cu-seqlens-q", cu("cu_big", [0, 5, 2 ** 40], np.int64),
                    "--cu-seqlens-kv", cu_kv], [1], ["--cu-seqlens-q", "(1099511627776)",
                                                     "does not fit int32"]),
@@ -1148,6 +1156,329 @@ def test_sdpa(r, rng):
     rc, so, se = r.run(["sdpa", "--help"])
     check(rc == 0 and so.startswith("usage: attn sdpa") and "--cu-seqlens-q" in so,
           "attn sdpa --help")
+
+
+# ---------------------------------------------------------------------------
+# h. attn sdpa's programmable attention: block maps and score modifiers
+# ---------------------------------------------------------------------------
+
+def t5_bucket(rel, bidirectional, buckets, max_distance):
+    """Hugging Face's T5Attention._relative_position_bucket of rel = kv - q
+    (a long tensor), in float32 as there."""
+    ret = torch.zeros_like(rel)
+    if bidirectional:
+        buckets //= 2
+        ret += (rel > 0).long() * buckets
+        n = rel.abs()
+    else:
+        n = -torch.clamp(rel, max=0)
+    max_exact = buckets // 2
+    large = max_exact + (torch.log(n.float() / max_exact) / np.log(max_distance / max_exact)
+                         * (buckets - max_exact)).to(torch.long)
+    large = torch.clamp(large, max=buckets - 1)
+    return ret + torch.where(n < max_exact, n, large)
+
+
+def flex_torch(q, k, v, dout, scale, visible=None, additive=None, causal=False, softcap=0.0,
+               alibi=None, bias=None, rel=None):
+    """out, lse and the gradients of sum(out * dout) in float64 autograd for
+    (B, H, T, D) q, k, v (bottom-right): s = softcap(q.k * scale) - alibi +
+    bias + rel_table[h, bucket(j - i)] + additive, hidden where visible is
+    False (broadcast) or causal hides; every row must see a key."""
+    q, k, v = (torch.tensor(a, dtype=torch.float64, requires_grad=True) for a in (q, k, v))
+    B, H, T, D = q.shape
+    S = k.shape[2]
+    pos = torch.arange(T).view(T, 1) + (S - T)
+    j = torch.arange(S).view(1, S)
+    s = torch.einsum("bhtd,bhsd->bhts", q, k) * scale
+    if softcap:
+        s = softcap * torch.tanh(s / softcap)
+    if alibi is not None:
+        s = s - torch.tensor(alibi, dtype=torch.float64).view(1, H, 1, 1) * (pos - j).abs()
+    grads = {}
+    if bias is not None:
+        b_t = torch.tensor(bias, dtype=torch.float64, requires_grad=True)
+        grads["dbias"] = b_t
+        s = s + b_t
+    if rel is not None:
+        table, bidirectional, max_distance = rel
+        t_t = torch.tensor(table, dtype=torch.float64, requires_grad=True)
+        grads["drel_bias_table"] = t_t
+        bucket = t5_bucket(j - torch.arange(T).view(T, 1), bidirectional, table.shape[1],
+                           max_distance)
+        s = s + t_t[:, bucket].view(1, H, T, S)
+    if additive is not None:
+        s = s + torch.tensor(additive, dtype=torch.float64)
+    hidden = torch.zeros(B, H, T, S, dtype=torch.bool)
+    if visible is not None:
+        hidden |= ~torch.tensor(np.broadcast_to(visible, (B, H, T, S)).copy())
+    if causal:
+        hidden |= j > pos
+    s = s.masked_fill(hidden, float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    out = torch.einsum("bhts,bhsd->bhtd", torch.softmax(s, dim=-1), v)
+    (out * torch.tensor(dout, dtype=torch.float64)).sum().backward()
+    want = {"out": out.detach().numpy(), "lse": lse.detach().numpy(), "dq": q.grad.numpy(),
+            "dk": k.grad.numpy(), "dv": v.grad.numpy()}
+    for n, t in grads.items():
+        want[n] = t.grad.numpy()
+    return want
+
+
+def flex_case(r, label, files, extra, want):
+    """attn sdpa on files' q, k, v with --grad-output against want (float64)."""
+    out, lse, gdir = r.path("flex_o.npy"), r.path("flex_lse.npy"), r.path("flex_grads")
+    args = ["sdpa", "--q", files["q"], "--k", files["k"], "--v", files["v"], "--output", out,
+            "--lse", lse, "--grad-output", files["dout"], "--grad-dir", gdir] + extra
+    rc, so, se = r.run(args)
+    if not check(rc == 0 and so == "" and se == "", label + ": exits 0 silently",
+                 "%s\n      rc=%s stderr=%r" % (show(args), rc, se[:400])):
+        return
+    got = {"out": np.load(out), "lse": np.load(lse)}
+    for n in want:
+        if n not in got:
+            got[n] = np.load(os.path.join(gdir, n + ".npy"))
+    for n, w in want.items():
+        ok = got[n].shape == w.shape and got[n].dtype == np.float32
+        err = rel_l2(got[n], w) if ok else float("nan")
+        check(ok and err <= KERNELS_TOL, label + ": %s matches float64 torch" % n,
+              "shape %s (want %s), relative L2 %.3g" % (got[n].shape, w.shape, err))
+
+
+def random_runs(nprng, T, count):
+    """Ids in count contiguous runs (documents) over T tokens."""
+    cuts = sorted(nprng.choice(np.arange(1, T), count - 1, replace=False))
+    return np.repeat(np.arange(count), np.diff([0] + list(cuts) + [T])).astype(np.int32)
+
+
+def test_sdpa_flex(r, rng):
+    nprng = np.random.default_rng(rng.getrandbits(32))
+    B, H, T, D = 2, 2, 12, 4
+    scale = float(np.float32(1 / np.sqrt(D)))
+
+    def tensors(T, S):
+        t = {"q": (B, H, T, D), "k": (B, H, S, D), "v": (B, H, S, D), "dout": (B, H, T, D)}
+        data = {n: nprng.uniform(-1.5, 1.5, shape).astype(np.float32) for n, shape in t.items()}
+        return data, {n: save(r, n + ".npy", a) for n, a in data.items()}
+
+    data, f = tensors(T, T)
+    d = (data["q"], data["k"], data["v"], data["dout"], scale)
+    diag = np.eye(T, dtype=bool)
+    # --mask bool, broadcast from (H, T, S) and (T, S); the diagonal kept, so
+    # every row sees a key
+    for shape in ((H, T, T), (T, T), (B, 1, T, T)):
+        vis = (nprng.random(shape) < 0.5) | np.broadcast_to(diag, shape)
+        dtype = rng.choice([np.bool_, np.uint8, np.int32])
+        m = save(r, "mask_bool.npy", vis.astype(dtype))
+        flex_case(r, "attn sdpa --mask %s %s" % (np.dtype(dtype).name, shape), f,
+                  ["--mask", m, "--block-size", 16], flex_torch(*d, visible=vis))
+    # --mask additive float: -inf hides, the finite values are added
+    for shape in ((B, H, T, T), (1, T, T)):
+        vals = nprng.uniform(-1, 1, shape).astype(np.float32)
+        hide = (nprng.random(shape) < 0.4) & ~np.broadcast_to(diag, shape)
+        vals[hide] = -np.inf
+        m = save(r, "mask_add.npy", vals)
+        flex_case(r, "attn sdpa --mask float additive %s --causal" % (shape,), f,
+                  ["--mask", m, "--causal"],
+                  flex_torch(*d, visible=~hide, additive=np.where(hide, 0, vals), causal=True))
+    i, j = np.arange(T).reshape(T, 1), np.arange(T).reshape(1, T)
+    prefix = rng.randrange(1, T)
+    flex_case(r, "attn sdpa --prefix-lm %d" % prefix, f, ["--prefix-lm", prefix, "--block-size", 16],
+              flex_torch(*d, visible=(j <= i) | (j < prefix)))
+    ids = np.stack([random_runs(nprng, T, rng.randrange(2, 5)) for _ in range(B)])
+    doc = save(r, "doc_ids.npy", ids)
+    flex_case(r, "attn sdpa --doc-ids (B, T) --causal", f, ["--doc-ids", doc, "--causal"],
+              flex_torch(*d, visible=ids[:, None, :, None] == ids[:, None, None, :],
+                         causal=True))
+    doc1 = save(r, "doc_ids1.npy", ids[0])
+    chunk = rng.randrange(2, 6)
+    flex_case(r, "attn sdpa --doc-ids (T,) --chunk %d" % chunk, f,
+              ["--doc-ids", doc1, "--chunk", chunk],
+              flex_torch(*d, visible=(ids[0][:, None] == ids[0][None, :]) & (i // chunk == j // chunk)))
+    # --bias with its gradient, in a chain after --softcap and --alibi
+    bshape = rng.choice([(B, H, T, T), (H, 1, T), (1, T, T)])
+    bias = nprng.uniform(-1, 1, bshape).astype(np.float32)
+    slopes = nprng.uniform(0.1, 0.5, (H,)).astype(np.float32)
+    fb, fs = save(r, "bias.npy", bias), save(r, "slopes.npy", slopes)
+    flex_case(r, "attn sdpa --bias %s --softcap 2 --alibi --causal" % (bshape,), f,
+              ["--bias", fb, "--softcap", 2, "--alibi", fs, "--causal"],
+              flex_torch(*d, softcap=2.0, alibi=slopes, bias=bias, causal=True))
+    # T5's relative bias table with its gradient
+    buckets, max_distance = rng.choice([(8, 16), (6, 10), (16, 32)])
+    bidirectional = rng.random() < 0.5
+    table = nprng.uniform(-1, 1, (H, buckets)).astype(np.float32)
+    ft = save(r, "rel_table.npy", table)
+    extra = ["--rel-bias-table", ft, "--rel-max-distance", max_distance] + (
+        ["--rel-bidirectional"] if bidirectional else [])
+    flex_case(r, "attn sdpa --rel-bias-table (%d, %d) max %d%s" % (
+        H, buckets, max_distance, " bidirectional" if bidirectional else ""), f, extra,
+        flex_torch(*d, rel=(table, bidirectional, max_distance)))
+    # --block-topk: per query block the key blocks kept (-1 padding), each
+    # holding what --chunk leaves visible, with causal from the config
+    T2, bs = 40, 16
+    data2, f2 = tensors(T2, T2)
+    d2 = (data2["q"], data2["k"], data2["v"], data2["dout"], scale)
+    qb = (T2 + bs - 1) // bs
+    topk = np.full((1, H, qb, 3), -1, np.int32)
+    kept = np.zeros((1, H, qb, qb), bool)
+    for h in range(H):
+        for blk in range(qb):
+            others = [x for x in range(qb) if x != blk and rng.random() < 0.5]
+            chosen = [blk] + others
+            rng.shuffle(chosen)
+            slots = rng.sample(range(3), len(chosen))
+            for slot, x in zip(slots, chosen):
+                topk[0, h, blk, slot] = x
+                kept[0, h, blk, x] = True
+    ft = save(r, "topk.npy", topk)
+    i2, j2 = np.arange(T2).reshape(T2, 1), np.arange(T2).reshape(1, T2)
+    vis = kept[:, :, i2 // bs, j2 // bs] & (i2 // 12 == j2 // 12)
+    flex_case(r, "attn sdpa --block-topk (1, %d, %d, 3) --chunk 12 --causal" % (H, qb), f2,
+              ["--block-topk", ft, "--block-size", bs, "--chunk", 12, "--causal"],
+              flex_torch(*d2, visible=vis, causal=True))
+
+    # Refusals: one line naming the values, no output.
+    never = r.path("never.npy")
+    base = ["sdpa", "--q", f["q"], "--k", f["k"], "--v", f["v"], "--output", never]
+    m = save(r, "mask_ok.npy", np.ones((T, T), bool))
+    q5 = save(r, "q5.npy", data["q"][:, :, :5])
+    cu = save(r, "cu.npy", np.array([0, 5, 12], np.int32))
+    nan_mask = save(r, "mask_nan.npy", np.where(diag, np.nan, 0).astype(np.float32))
+    bad = [
+        (base + ["--mask", m, "--block-topk", ft], [2], ["--mask", "--block-topk"]),
+        (base + ["--mask", m, "--prefix-lm", "3"], [2], ["--mask", "--prefix-lm"]),
+        (base + ["--mask", m, "--doc-ids", doc], [2], ["--mask", "--doc-ids"]),
+        (base + ["--mask", m, "--chunk", "4"], [2], ["--mask", "--chunk"]),
+        (base + ["--cu-seqlens-q", cu, "--cu-seqlens-kv", cu, "--mask", m], [2],
+         ["--cu-seqlens-q", "--mask"]),
+        (base + ["--cu-seqlens-q", cu, "--cu-seqlens-kv", cu, "--prefix-lm", "2"], [2],
+         ["--cu-seqlens-q", "--prefix-lm"]),
+        (["sdpa", "--q", q5, "--k", f["k"], "--v", f["v"], "--output", never, "--doc-ids", doc1],
+         [2], ["--doc-ids", "T 5", "S 12"]),
+        (base + ["--mask", save(r, "mask_bad.npy", np.ones((3, T, T), bool))], [2],
+         ["--mask", "(3, 12, 12)", "(2, 2, 12, 12)"]),
+        (base + ["--mask", save(r, "mask_5d.npy", np.ones((1, 1, 1, T, T), bool))], [2],
+         ["--mask", "(1, 1, 1, 12, 12)"]),
+        (base + ["--mask", nan_mask], [1], ["--mask", "nan", "(0, 0, 0, 0)"]),
+        (base + ["--bias", save(r, "bias_bad.npy", np.zeros((T, 5), np.float32))], [2],
+         ["--bias", "(12, 5)", "(2, 2, 12, 12)"]),
+        (base + ["--rel-bias-table", save(r, "t3.npy", np.zeros((3, 8), np.float32))], [2],
+         ["--rel-bias-table", "(3, 8)", "(2, N)"]),
+        (base + ["--rel-bias-table", save(r, "t8.npy", np.zeros((H, 8), np.float32)),
+                 "--rel-buckets", "6"], [2], ["--rel-buckets 6", "8"]),
+        (base + ["--rel-buckets", "8"], [2], ["--rel-buckets", "--rel-bias-table"]),
+        (base + ["--block-topk", save(r, "topk_bad.npy", np.zeros((1, H, 5, 2), np.int32))], [2],
+         ["--block-topk", "(1, 2, 5, 2)", "QB 1"]),
+        (base + ["--block-topk", save(r, "topk_f.npy", np.zeros((1, H, 1, 2), np.float32))], [1],
+         ["--block-topk"]),
+        (base + ["--block-size", "48"], [2], ["--block-size", "'48'"]),
+        (base + ["--prefix-lm", "-1"], [2], ["--prefix-lm", "'-1'"]),
+        (base + ["--chunk", "0"], [2], ["--chunk", "'0'"]),
+        (base + ["--mask", os.path.join(r.tmp, "missing.npy")], [1], ["--mask", "missing.npy"]),
+    ]
+    for args, codes, fragments in bad:
+        expect_error(r, args, codes, fragments, never)
+
+
+# ---------------------------------------------------------------------------
+# i. attn mask: the drawing, the counts, the PNG
+# ---------------------------------------------------------------------------
+
+def read_png_rgb(path):
+    """An 8-bit RGB, non-interlaced PNG as (height, width, 3) uint8 (the five
+    filters decoded)."""
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "PNG signature"
+    pos, idat, ihdr = 8, b"", None
+    while pos < len(data):
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        crc = int.from_bytes(data[pos + 8 + length:pos + 12 + length], "big")
+        assert zlib.crc32(kind + body) == crc, "CRC of %r" % kind
+        if kind == b"IHDR":
+            ihdr = (int.from_bytes(body[0:4], "big"), int.from_bytes(body[4:8], "big"),
+                    body[8], body[9], body[12])
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    width, height, depth, colour, interlace = ihdr
+    assert depth == 8 and colour == 2 and interlace == 0, ihdr
+    raw, stride = zlib.decompress(idat), width * 3
+    out = np.zeros((height, stride), np.int32)
+    prev = np.zeros(stride, np.int32)
+    for y in range(height):
+        f = raw[y * (stride + 1)]
+        line = np.frombuffer(raw, np.uint8, stride, y * (stride + 1) + 1).astype(np.int32)
+        cur = np.zeros(stride, np.int32)
+        for x in range(stride):
+            a = cur[x - 3] if x >= 3 else 0
+            b, c = prev[x], (prev[x - 3] if x >= 3 else 0)
+            if f == 0:
+                p = 0
+            elif f == 1:
+                p = a
+            elif f == 2:
+                p = b
+            elif f == 3:
+                p = (a + b) // 2
+            else:
+                pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+                p = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+            cur[x] = (line[x] + p) & 0xFF
+        out[y] = prev = cur
+    return out.reshape(height, width, 3).astype(np.uint8)
+
+
+def test_mask_command(r, rng):
+    n, bs = rng.randrange(2, 7), rng.choice([16, 32])
+    T = n * bs
+    rc, so, se = r.run(["mask", "--q-len", T, "--causal", "--block-size", bs])
+    drawing = "".join("#" * i + "~" + "." * (n - 1 - i) + "\n" for i in range(n))
+    full, partial = n * (n - 1) // 2, n
+    info = ("block %dx%d: %d full, %d partial, %d skipped of %d tiles (map batch 1, heads 1, "
+            "%d x %d blocks), sparsity %.2f%%\n" % (bs, bs, full, partial, n * n - full - partial,
+                                                     n * n, n, n, 100.0 * (n * n - full - partial) / (n * n)))
+    check(rc == 0 and se == "" and so == drawing + info,
+          "attn mask --q-len %d --causal --block-size %d: the drawing and the counts" % (T, bs),
+          "rc=%s stdout=%r (want %r) stderr=%r" % (rc, so, drawing + info, se))
+    # --doc-ids: a tile is full inside a document, skipped across two
+    ids = random_runs(np.random.default_rng(rng.getrandbits(32)), T, 3)
+    doc = save(r, "ids.npy", ids)
+    rc, so, se = r.run(["mask", "--q-len", T, "--doc-ids", doc, "--block-size", bs])
+    want = ""
+    for qb in range(n):
+        for kb in range(n):
+            same = ids[qb * bs:(qb + 1) * bs, None] == ids[None, kb * bs:(kb + 1) * bs]
+            want += "#" if same.all() else "~" if same.any() else "."
+        want += "\n"
+    check(rc == 0 and so.startswith(want), "attn mask --doc-ids: the drawing", "%r vs %r" % (so, want))
+    # The PNG: its size from the layout, and each tile's colour.
+    png = r.path("map.png")
+    rc, so, se = r.run(["mask", "--q-len", T, "--causal", "--block-size", bs, "--png", png])
+    if check(rc == 0 and so == "" and se.startswith("attn: wrote ") and png in se,
+             "attn mask --png writes the image", "rc=%s stdout=%r stderr=%r" % (rc, so, se)):
+        img = read_png_rgb(png)
+        c = min(32, max(2, 512 // n))
+        title = "T %d x S %d, block %dx%d, b 0 h 0, sparsity %.2f%%" % (
+            T, T, bs, bs, 100.0 * (n * n - full - partial) / (n * n))
+        width = 16 + max(n * c + 1, 6 * len(title) - 1)
+        check(img.shape == (32 + n * c, width, 3), "attn mask --png: %dx%d pixels" % (width, 32 + n * c),
+              "shape %s" % (img.shape,))
+        colours = {"#": 40, "~": 150, ".": 255}
+        ok = img.shape[0] == 32 + n * c and all(
+            tuple(img[23 + qb * c + c // 2, 8 + kb * c + c // 2]) == (colours[ch],) * 3
+            for qb, line in enumerate(drawing.split("\n")[:n]) for kb, ch in enumerate(line))
+        check(ok, "attn mask --png: full tiles dark, partial grey, skipped white")
+    never = r.path("never.png")
+    for args, fragments in (
+            (["mask"], ["--q-len", "required"]),
+            (["mask", "--q-len", 8, "--b", 1], ["--b", "1", "--batch 1"]),
+            (["mask", "--q-len", 8, "--mask", doc, "--chunk", 2], ["--mask", "--chunk"]),
+            (["mask", "--q-len", 8, "--doc-ids", doc], ["--doc-ids", "(%d,)" % T, "(8,)"]),
+            (["mask", "--q-len", 8, "--png", never, "--block-size", 8], ["--block-size", "'8'"])):
+        expect_error(r, args, [2], fragments, never)
+    rc, so, se = r.run(["mask", "--help"])
+    check(rc == 0 and so.startswith("usage: attn mask") and "--block-topk" in so, "attn mask --help")
 
 
 # ---------------------------------------------------------------------------
@@ -1179,6 +1510,8 @@ GROUPS = [
     ("small_defects", lambda r, rng, o: test_small_defects(r)),
     ("kernels", lambda r, rng, o: test_kernels(r, rng)),
     ("sdpa", lambda r, rng, o: test_sdpa(r, rng)),
+    ("sdpa_flex", lambda r, rng, o: test_sdpa_flex(r, rng)),
+    ("mask", lambda r, rng, o: test_mask_command(r, rng)),
     ("bench_pointer", lambda r, rng, o: test_bench_pointer(r)),
 ]
 

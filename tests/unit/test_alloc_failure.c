@@ -714,6 +714,10 @@ static void sdpa_backward_setup(void *p) {
     sdpa_state *st = p;
     sdpa_forward_setup(p);
     CHECK_STATUS(sdpa_forward_run(st), ATTN_OK);
+    /* a fresh ctx, whose workspace the backward takes itself: the forward's
+     * may already be large enough for it, on some kernel sets */
+    attn_ctx_free(st->ctx);
+    CHECK_STATUS(attn_ctx_new(&st->ctx_cfg, &st->ctx), ATTN_OK);
     sentinels(st->dq, SDPA_MAX);
     sentinels(st->dk, SDPA_MAX);
     sentinels(st->dv, SDPA_MAX);

@@ -63,9 +63,10 @@ static attn_sdpa_config config(void) {
 static void registry_order(void) {
     size_t n;
     const attn_attention_backend *const *all = attn_attention_registry(&n);
-    CHECK(n == 4);
-    CHECK(n == 4 && all[0] == &attn_attention_fused && all[1] == &attn_attention_fused16 &&
-          all[2] == &attn_attention_decode && all[3] == &attn_attention_reference);
+    CHECK(n == 5);
+    CHECK(n == 5 && all[0] == &attn_attention_fused && all[1] == &attn_attention_fused16 &&
+          all[2] == &attn_attention_decode && all[3] == &attn_attention_flex &&
+          all[4] == &attn_attention_reference);
 }
 
 static void float32_choices(attn_ctx *fast, attn_ctx *ref, float *q, float *k, float *v) {
@@ -198,8 +199,8 @@ static void cache_choices(attn_ctx *ctx, attn_kv_layout layout, float *out_last)
     if (fast)
         CHECK(strncmp(explain_of(ctx), "fused [", 7) == 0 && says(ctx, "]: ran"));
     else
-        CHECK(says(ctx, "decode: declined (the ctx runs the reference kernels); reference [K F32, "
-                        "V F32]: ran"));
+        CHECK(says(ctx, "decode: declined (the ctx runs the reference kernels); flex: declined "
+                        "(the ctx runs the reference kernels); reference [K F32, V F32]: ran"));
     for (size_t step = 0; step < 3; step++) {
         a = (attn_kv_attend_args){.new_tokens = 1, .q_heads = H, .q = q + step * H * D,
                                   .k_new = k + step * HKV * D, .v_new = v + step * HKV * D,

@@ -313,45 +313,24 @@ static void weigh_group(size_t NG, float *const *acc, const float *alpha, const 
  * block's scores p (BK) become weights; returns alpha, the factor of the
  * earlier sums. A NaN or infinite score (a NaN or infinite query or key)
  * makes the row's sum NaN, and so its output; the vector max and exp2 would
- * pass over it. */
-static inline float softmax_step(float *p, size_t jlo, size_t jhi, float *m, float *l) {
+ * pass over it. The lanes of hidden (a tree of draft tokens; 0 without one)
+ * weigh nothing, and a block whose lanes are all hidden leaves the row's
+ * sums as they are (alpha 1). */
+static inline float softmax_step(float *p, uint32_t hidden, size_t jlo, size_t jhi, float *m,
+                                 float *l) {
     /* x - x: 0 for a finite score, NaN for a NaN or infinite one; lanes
      * outside [jlo, jhi) (which may hold a factor's NaN) count as 0 */
     for (size_t j = 0; j < jlo; j++) p[j] = 0.0f;
     for (size_t j = jhi; j < BK; j++) p[j] = 0.0f;
-    vec z = v_zero();
-    for (size_t t = 0; t < BK; t += VW) z = v_add(z, v_sub(v_load(p + t), v_load(p + t)));
-    bool bad = v_hsum(z) != 0.0f;
-    float mx = block_max(p, jlo, jhi);
-    float mn = *m > mx ? *m : mx;
-    float alpha = exp2_one(*m - mn);
-    vec vm = v_set1(mn), sum = v_zero();
-    for (size_t t = 0; t < BK; t += VW) {
-        vec e = v_exp2(v_sub(v_load(p + t), vm));
-        v_store(p + t, e);
-        sum = v_add(sum, e);
-    }
-    *l = bad ? NAN : *l * alpha + v_hsum(sum);
-    *m = mn;
-    return alpha;
-}
-
-/* softmax_step for a row whose tree hides the lanes of hidden: the same
- * operations on the lanes it sees; a block it sees nothing of leaves the
- * row's sums as they are (alpha 1, weights 0). */
-static inline float softmax_step_tree(float *p, uint32_t hidden, size_t jlo, size_t jhi,
-                                      float *m, float *l) {
-    for (size_t j = 0; j < jlo; j++) p[j] = 0.0f;
-    for (size_t j = jhi; j < BK; j++) p[j] = 0.0f;
-    for (size_t j = jlo; j < jhi; j++)
+    for (size_t j = jlo; hidden && j < jhi; j++)
         if (hidden >> j & 1u) p[j] = 0.0f;
     vec z = v_zero();
     for (size_t t = 0; t < BK; t += VW) z = v_add(z, v_sub(v_load(p + t), v_load(p + t)));
     bool bad = v_hsum(z) != 0.0f;
-    for (size_t j = jlo; j < jhi; j++)
+    for (size_t j = jlo; hidden && j < jhi; j++)
         if (hidden >> j & 1u) p[j] = -INFINITY;
     float mx = block_max(p, jlo, jhi);
-    if (mx == -INFINITY && !bad) {
+    if (hidden && mx == -INFINITY && !bad) {
         for (size_t j = 0; j < BK; j++) p[j] = 0.0f;
         return 1.0f;
     }
@@ -434,9 +413,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                     for (size_t g = 0; g < ng; g++) {
                         size_t i = i0 + g0 + g;
                         float *p = p_all[g];
-                        alpha[g] = hidden[r] ? softmax_step_tree(p, hidden[r], jlo[r], jhi[r],
-                                                                 &m[i], &l[i])
-                                             : softmax_step(p, jlo[r], jhi[r], &m[i], &l[i]);
+                        alpha[g] = softmax_step(p, hidden[r], jlo[r], jhi[r], &m[i], &l[i]);
                         acc_g[g] = acc + i * D;
                         p_g[g] = p;
                         if (v_scaled) {

@@ -143,6 +143,30 @@ static flash_shape flash_shape_of(const attn_attention_problem *p,
     return f;
 }
 
+/* Whether every query row that sees a key sees its sequence's first key:
+ * no left window, and a mask's row intervals (attn_visible_keys) that all
+ * begin at key 0 where they hold a key (causal, prefix-LM, key padding
+ * written as a mask; not documents or chunks). O(T) over the intervals. */
+static bool rows_see_first_key(const attn_attention_problem *p) {
+    if (p->window && p->window_left >= 0) return false;
+    const attn_block_map *m = p->block_map;
+    if (!m || !m->row_lo) return true;
+    for (size_t i = 0; i < m->rows_batch * m->q_len; i++)
+        if (m->row_lo[i] > 0 && m->row_lo[i] < m->row_hi[i]) return false;
+    return true;
+}
+
+/* Whether later query rows see more keys than earlier ones, for the
+ * forward's order of work (flash_forward): causal, a window unbounded on
+ * the left, or a mask's row intervals that begin at key 0 and end later
+ * for the last row than for the first (prefix-LM, causal as a mask). */
+static bool keys_grow_with_rows(const attn_attention_problem *p) {
+    if (p->causal || (p->window && p->window_left < 0 && p->window_right >= 0)) return true;
+    const attn_block_map *m = p->block_map;
+    if (!m || !m->row_lo || m->q_len == 0 || !rows_see_first_key(p)) return false;
+    return m->row_hi[m->q_len - 1] > m->row_hi[0];
+}
+
 /* ALiBi's slope of head h in base-2 units (0: none). */
 static float slope2_of(const flash_shape *f, size_t h) {
     return f->p->alibi_slopes ? (float)(f->p->alibi_slopes[h] * LOG2E) : 0.0f;
@@ -150,15 +174,20 @@ static float slope2_of(const flash_shape *f, size_t h) {
 
 /* The rows [i0, i0 + rows) of a query block of one sequence: the keys
  * [begin, end) each sees (0, 0 when none, and past rows), and the distance
- * from pos_i to its nearest visible key (ALiBi's row shift). */
+ * from pos_i to its nearest visible key (ALiBi's row shift). A row that
+ * sees no key has begin == end. */
 typedef struct block_rows {
     size_t i0, rows;
     int64_t pos0; /* pos of row i0 */
-    size_t begin[BR_MAX], end[BR_MAX];
+    size_t begin[BR_MAX], end[BR_MAX]; /* both non-decreasing over the rows (0 past rows) */
     int64_t near[BR_MAX];
     size_t first, last; /* the union of the rows' keys: [first, last) */
     size_t all_from, all_to; /* keys [all_from, all_to) every row sees (empty: 0, 0) */
-    size_t seen_lo, seen_hi; /* the rows that see some key (consecutive) */
+    size_t seen_lo, seen_hi; /* from the first row that sees some key to past the last */
+    /* some row in [seen_lo, seen_hi) sees no key (a mask's row intervals:
+     * a document no key belongs to); its row group may be skipped by a
+     * tile that key_rows still spans (gradient_tiles) */
+    bool gaps;
 } block_rows;
 
 static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0, size_t rows,
@@ -185,13 +214,18 @@ static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0
         br->last = br->all_to = s->kv_len;
         br->seen_lo = 0;
         br->seen_hi = rows;
+        br->gaps = false;
         return;
     }
     br->seen_lo = br->seen_hi = 0;
+    br->gaps = false;
     for (size_t r = 0; r < fill; r++) {
+        /* a row that sees nothing keeps attn_visible_keys' empty [lo, lo):
+         * both ends then still grow with the row, which key_rows' binary
+         * searches need where such a row lies between rows that see keys */
         size_t lo = 0, hi = 0;
         if (r < rows) attn_visible_keys(f->p, s, i0 + r, &lo, &hi);
-        if (lo >= hi) lo = hi = 0;
+        if (lo >= hi) hi = lo;
         br->begin[r] = lo;
         br->end[r] = hi;
         int64_t pos = br->pos0 + (int64_t)r;
@@ -201,6 +235,7 @@ static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0
             if (lo < br->first) br->first = lo;
             if (hi > br->last) br->last = hi;
             if (br->seen_lo == br->seen_hi) br->seen_lo = r;
+            else if (br->seen_hi < r) br->gaps = true; /* rows (seen_hi .. r) see nothing */
             br->seen_hi = r + 1;
         }
     }
@@ -537,10 +572,10 @@ static void group_cols(const block_rows *br, size_t r0, size_t j0, size_t cols, 
     if (*c0 >= *c1) *c0 = *c1 = 0;
 }
 
-/* Rows [*lo, *hi) of br that see some key of [k0, k1): among the rows that
- * see keys both ends grow with the row, so two binary searches, not a
- * linear scan: the backward's edge tiles of a sliding window search at
- * every 4 keys. */
+/* Rows [*lo, *hi) of br that see some key of [k0, k1), and rows between
+ * them that see none (whose tiles are zero: gradient_tiles): both ends
+ * grow with the row, so two binary searches, not a linear scan: the
+ * backward's edge tiles of a sliding window search at every 4 keys. */
 static void key_rows(const block_rows *br, size_t k0, size_t k1, size_t *lo, size_t *hi) {
     if (k0 >= br->all_from && k1 <= br->all_to) { /* every row sees them */
         *lo = 0;
@@ -585,6 +620,7 @@ typedef struct forward_job {
     size_t per_part;
     bool lanes;   /* the problem goes to forward_lanes */
     bool measure; /* forward_lanes keeps max |q|, |k|, |v| in each part's last line */
+    bool windowed_pack; /* forward_lanes packs from each block's sweep (lanes_pack) */
 } forward_job;
 
 /* The work item's (batch, KV head, chunk of its heads, query block), heavy
@@ -827,10 +863,10 @@ static void flash_forward(attn_workers w, attn_flash_fit fit, const attn_attenti
         job.f.fq_blocks = (p->q_len + job.f.fbr - 1) / job.f.fbr;
     }
     job.measure = magnitudes != NULL && lanes_measure(&job.f);
+    job.windowed_pack = p->block_map && p->block_map->row_lo && !rows_see_first_key(p);
     size_t items = p->batch * p->kv_heads * job.f.fchunks * job.f.fq_blocks;
     size_t parts = attn_parallel_parts(w.threads);
-    bool growing = p->causal || (p->window && p->window_left < 0 && p->window_right >= 0);
-    job.f.blocks_outer = growing && parts > 1 && items < BLOCKS_OUTER_ITEMS * parts;
+    job.f.blocks_outer = parts > 1 && items < BLOCKS_OUTER_ITEMS * parts && keys_grow_with_rows(p);
     attn_pool_dynamic(w.pool, w.threads, items, forward_block, &job);
     if (!magnitudes) return;
     if (job.measure)
@@ -1211,7 +1247,14 @@ static void gradient_tiles(const backward_job *job, const backward_tiles *t, siz
     size_t c0[BR / RG], c1[BR / RG], groups = (br->rows + RG - 1) / RG, Dp = job->f.Dp;
     for (size_t i = 0; i < groups; i++) {
         group_cols(br, i * RG, j0, cols, &c0[i], &c1[i]);
-        if (c0[i] < c1[i]) weight_tile(job, t, g, b, h, br, i * RG, j0, cols, c0[i], c1[i]);
+        if (c0[i] < c1[i]) {
+            weight_tile(job, t, g, b, h, br, i * RG, j0, cols, c0[i], c1[i]);
+        } else if (br->gaps) {
+            /* rows that see nothing between rows that see these keys:
+             * key_rows' span may cross them, so their weights read as 0 */
+            memset(t->A + i * RG * BC, 0, RG * BC * sizeof *t->A);
+            memset(t->dS + i * RG * BC, 0, RG * BC * sizeof *t->dS);
+        }
     }
     for (size_t i = 0; i < groups; i++)
         if (c0[i] < c1[i]) gradient_tile(job, t, g, br, i * RG, j0, c0[i], c1[i]);

@@ -45,10 +45,14 @@ static size_t lanes_pack_floats(const attn_attention_problem *p) {
  * past the hardware's stride prefetch, and the copies waited on memory. */
 #define PACK_AHEAD 16
 
-/* Which head a part's packed rows hold: rows [0, rows) of (batch, KV
- * head); the zeroed workspace starts it empty. Floats of its slot: */
+/* Which head a part's packed rows hold: rows [from, rows) of (batch, KV
+ * head), each at its own index; the zeroed workspace starts it empty.
+ * from is 0 unless a mask's rows begin past the first key (documents,
+ * chunks): a block then packs from its own sweep, so that a head's packed
+ * rows are the blocks' keys, in L2, not every key before them. Floats of
+ * its slot: */
 typedef struct lanes_pack {
-    size_t b, kvh, rows;
+    size_t b, kvh, from, rows;
 } lanes_pack;
 #define LANES_PACK_SLOT ((sizeof(lanes_pack) + 63) / 64 * 16)
 
@@ -58,7 +62,8 @@ typedef struct lanes_pack {
  * head's 512 KiB come in once, not 4 times at 288 rows; at 16384 its 8 MiB
  * 16 times, not 57. The block length does not change a row's sums.
  * - Only with one query head per KV head (a GQA item already holds its
- *   group's heads of FBR rows) and no left window. Every row's keys then
+ *   group's heads of FBR rows) and rows that see their sequence's first
+ *   key (rows_see_first_key: no left window, no documents). Every row's keys then
  *   start at its sequence's first key, so every block sweeps from there in
  *   the same blocks of LBC keys (sweep_start): a row's bits do not depend
  *   on its block, and the thread count may choose the blocks.
@@ -66,8 +71,8 @@ typedef struct lanes_pack {
  * - Each thread keeps at least 4 blocks (items are handed out one at a
  *   time), and the blocks of a head are even. */
 static size_t lane_rows(const attn_attention_problem *p, attn_flash_fit fit) {
-    bool left_window = p->window && p->window_left >= 0;
-    if (p->q_heads != p->kv_heads || left_window || fit.l2_bytes == 0 || p->q_len <= FBR) return FBR;
+    if (p->q_heads != p->kv_heads || fit.l2_bytes == 0 || p->q_len <= FBR || !rows_see_first_key(p))
+        return FBR;
     size_t per_row = (p->head_dim + lane_dims(p->head_dim)) * sizeof(float);
     size_t cap = min_size(FBR_MAX, fit.l2_bytes / 3 / per_row / LG * LG);
     if (cap <= FBR) return FBR;
@@ -327,23 +332,68 @@ lane_step_run(const lane_step *s, size_t D, size_t qv, float *qT, float *oT, flo
  * before the first block's sweep (packed rows start at key 0: none) and
  * after the last block's. With the keys each block reads, every key of
  * the sequence is measured, as the scan would (a NaN in a value no row
- * sees still reaches the reference's out as 0 * NaN). k, v: key 0 of the
- * (batch, KV head). */
+ * sees still reaches the reference's out as 0 * NaN). A mask's row
+ * intervals may leave keys between two blocks' sweeps (a document no
+ * query belongs to), and a block's pack then starts at its sweep
+ * (windowed: lanes_pack): each block then measures the keys between the
+ * last that the rows before it see and its sweep.
+ * k, v: key 0 of the (batch, KV head). */
 static void measure_unread_keys(const attn_attention_problem *p, const attn_attention_seq *seq,
-                                const block_rows *br, bool packs, bool values, const float *k,
-                                const float *v, float *top) {
+                                const block_rows *br, bool packs, bool windowed, bool values,
+                                const float *k, const float *v, float *top) {
     size_t D = p->head_dim, from = sweep_start(br, LBC), to = br->last;
     if (from >= to) { /* no row of the block sees a key: it reads none */
         from = seq->kv_len;
         to = 0;
     }
-    size_t spans[2][2] = {{0, br->i0 == 0 && !packs ? from : 0},
-                          {to, br->i0 + br->rows == seq->q_len ? seq->kv_len : to}};
+    bool intervals = p->block_map && p->block_map->row_lo;
+    bool first = br->i0 == 0 && !packs;
+    bool last = br->i0 + br->rows == seq->q_len || (first && intervals);
+    size_t spans[2][2] = {{0, first ? from : 0}, {to, last ? seq->kv_len : to}};
+    if (windowed) {
+        /* the keys from the end of the last row before the block that sees
+         * any (what the blocks before read up to) to the block's sweep */
+        size_t gap_from = 0;
+        for (size_t i = br->i0; i-- > 0;) {
+            size_t kb, ke;
+            attn_visible_keys(p, seq, i, &kb, &ke);
+            if (kb < ke) {
+                gap_from = ke;
+                break;
+            }
+        }
+        spans[0][0] = gap_from;
+        spans[0][1] = from;
+    }
     for (int s = 0; s < 2; s++) {
         size_t a = spans[s][0], n = spans[s][1] > a ? spans[s][1] - a : 0;
         if (n == 0) continue;
         top[1] = max_abs_rows(k + a * p->k.st.t, n, p->k.st.t, D, top[1]);
         if (values) top[2] = max_abs_rows(v + a * p->v.st.t, n, p->v.st.t, D, top[2]);
+    }
+}
+
+/* Keys [a, z) of the (batch, KV head) at k_at, v_at into the part's
+ * packed rows (lanes_pack), each at its own index; with top, their max
+ * |k| and |v| as they sit in cache. */
+static void pack_key_rows(const attn_attention_problem *p, const attn_attention_seq *seq,
+                          size_t k_at, size_t v_at, bool values, size_t a, size_t z,
+                          float *k_pack, float *v_pack, float *top) {
+    size_t D = p->head_dim, Dv = lane_dims(D), kld = p->k.st.t, vld = p->v.st.t;
+    for (size_t j = a; j < z; j++) {
+        if (j + PACK_AHEAD < seq->kv_len) {
+            prefetch_row((const float *)p->k.data + k_at + (j + PACK_AHEAD) * kld, D);
+            if (values) prefetch_row((const float *)p->v.data + v_at + (j + PACK_AHEAD) * vld, D);
+        }
+        memcpy(k_pack + j * D, (const float *)p->k.data + k_at + j * kld, D * sizeof *k_pack);
+        if (values) {
+            memcpy(v_pack + j * Dv, (const float *)p->v.data + v_at + j * vld, D * sizeof *v_pack);
+            memset(v_pack + j * Dv + D, 0, (Dv - D) * sizeof *v_pack);
+        }
+    }
+    if (top && z > a) { /* the rows just packed, in cache */
+        top[1] = max_abs_rows(k_pack + a * D, z - a, D, D, top[1]);
+        if (values) top[2] = max_abs_rows(v_pack + a * Dv, z - a, Dv, D, top[2]);
     }
 }
 
@@ -365,12 +415,26 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
     float *v_pack = k_pack + (p->kv_len + LBC) * D;
     bool packs = lanes_pack_floats(p) > 0;
     if (packs && (pack->b != b || pack->kvh != it->kvh)) *pack = (lanes_pack){.b = b, .kvh = it->kvh};
+    size_t sweep = sweep_start(br, LBC);
+    size_t k_at = row_at(p->k.st, b, seq, true, it->kvh, 0);
+    size_t v_at = row_at(p->v.st, b, seq, true, it->kvh, 0);
+    /* a measuring forward's max |q|, |k|, |v| (inf: not finite), this part's */
+    float *top = job->measure ? part_magnitudes(job->workspace, job->per_part, part) : NULL;
+    if (packs && job->windowed_pack && br->first < br->last) {
+        /* rows the block does not read stay unpacked; blocks come last
+         * first, so a block's keys often end inside the pack: the rows
+         * below it are added */
+        if (sweep > pack->rows || br->last < pack->from) {
+            pack->from = pack->rows = sweep;
+        } else if (sweep < pack->from) {
+            pack_key_rows(p, seq, k_at, v_at, values, sweep, pack->from, k_pack, v_pack, top);
+            pack->from = sweep;
+        }
+    }
     for (size_t r = 0; r < groups * LG; r++) {
         begin[r] = r < rows ? (int32_t)br->begin[r] : 0;
         end[r] = r < rows ? (int32_t)br->end[r] : 0;
     }
-    /* a measuring forward's max |q|, |k|, |v| (inf: not finite), this part's */
-    float *top = job->measure ? part_magnitudes(job->workspace, job->per_part, part) : NULL;
     for (size_t g = 0; g < nh; g++) {
         const float *q = (const float *)p->q.data + row_at(p->q.st, b, seq, false, it->h0 + g, i0);
         float *qT_g = qT + g * fbr * D;
@@ -394,9 +458,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
         lgs[gi] = lane_group_of(br, gi * LG, widths[gi] * VW);
     }
 
-    size_t k_at = row_at(p->k.st, b, seq, true, it->kvh, 0);
-    size_t v_at = row_at(p->v.st, b, seq, true, it->kvh, 0);
-    for (size_t j0 = sweep_start(br, LBC); j0 < br->last; j0 += LBC) {
+    for (size_t j0 = sweep; j0 < br->last; j0 += LBC) {
         size_t cols = min_size(br->last - j0, LBC);
         /* whole blocks of contiguous rows are read in place; a partial
          * one, rows with a stride (the (B, T, H, D) layout: 64 rows 3 KiB
@@ -408,22 +470,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             /* rows up to the block's end, packed once per part and head;
              * rows past them are zero or another head's, finite, and any
              * tile reading them masks them (weight exactly 0) */
-            for (size_t j = pack->rows; j < j0 + cols; j++) {
-                if (j + PACK_AHEAD < seq->kv_len) {
-                    prefetch_row((const float *)p->k.data + k_at + (j + PACK_AHEAD) * kld, D);
-                    if (values) prefetch_row((const float *)p->v.data + v_at + (j + PACK_AHEAD) * vld, D);
-                }
-                memcpy(k_pack + j * D, (const float *)p->k.data + k_at + j * kld, D * sizeof *k_pack);
-                if (values) {
-                    memcpy(v_pack + j * Dv, (const float *)p->v.data + v_at + j * vld, D * sizeof *v_pack);
-                    memset(v_pack + j * Dv + D, 0, (Dv - D) * sizeof *v_pack);
-                }
-            }
-            if (top && j0 + cols > pack->rows) { /* the rows just packed, in cache */
-                size_t from = pack->rows, n = j0 + cols - from;
-                top[1] = max_abs_rows(k_pack + from * D, n, D, D, top[1]);
-                if (values) top[2] = max_abs_rows(v_pack + from * Dv, n, Dv, D, top[2]);
-            }
+            pack_key_rows(p, seq, k_at, v_at, values, pack->rows, j0 + cols, k_pack, v_pack, top);
             if (j0 + cols > pack->rows) pack->rows = j0 + cols;
             kb = k_pack + j0 * D;
             kld = D;
@@ -464,7 +511,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             }
         }
     }
-    if (top) measure_unread_keys(p, seq, br, packs, values, (const float *)p->k.data + k_at, (const float *)p->v.data + v_at, top);
+    if (top) measure_unread_keys(p, seq, br, packs, job->windowed_pack, values, (const float *)p->k.data + k_at, (const float *)p->v.data + v_at, top);
     /* out = o / l rounded once, lse = m scale + ln l in double (as
      * forward_block's raw rows); a row that sees no key: 0 and -inf */
     for (size_t g = 0; g < nh; g++) {

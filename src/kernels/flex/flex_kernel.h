@@ -1,0 +1,887 @@
+/*
+ * flex_kernel.h — the flex kernels (flex.h), written once over the vector
+ * vocabulary and compiled once per instruction set: flex_portable.c,
+ * flex_avx2.c and flex_avx512.c include their kernels/vec/vec_*.h, define
+ *   RG             rows of the register tile
+ *   NV             vectors of the register tile's row (CW = NV * VW columns)
+ *   FLEX_KERNELS   the name of the attn_flex_kernels table to define
+ *   FLEX_ISA_NAME  "avx2", ...
+ * and include this.
+ *
+ * Every product of the passes is one register-tile product (tile_mm): C
+ * (RG rows x CW columns at a time, in registers) += A B over an inner
+ * dimension walked in order, A read through two strides so that a tile
+ * and its transpose (P^T dO, dS^T q) are both operands without a copy.
+ * Buffers are padded to whole register tiles: rows to RG, columns to CW;
+ * padded key columns hold -inf scores (weight 0) and zero k and v, and
+ * padded rows of q and dO are zero, so padding never reaches an output.
+ *
+ * A tile's scores are s = (q . k) * scale in float, the chain applied to
+ * the tile in place (scalar loops but for SCALE; CALLBACK hands the tile
+ * itself), then the mask, so that a modifier sees every element of the
+ * tile, as flex_attention's score_mod sees every score. The weights are
+ * exp2((s - m) log2 e) against the running row max m.
+ */
+#include "kernels/flex/flex.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define CW (NV * VW)
+_Static_assert(CW % RG == 0, "a key block padded to CW is whole row groups");
+#define FLEX_LOG2E 1.4426950408889634
+/* Block sizes with no map: flex_attention's defaults. */
+#define FLEX_DEFAULT_BLOCK 64
+
+static size_t round_up(size_t n, size_t m) { return (n + m - 1) / m * m; }
+static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* ---- geometry and workspace ------------------------------------------------ */
+
+typedef struct flex_geom {
+    const attn_attention_problem *p;
+    const attn_block_map *map; /* NULL: every block, cut by the rows' intervals */
+    size_t bq, bkv, q_blocks, kv_blocks, G;
+    size_t bqp, bkvp, Dp, Dvp; /* padded to RG, CW, CW, CW */
+    size_t stored;             /* modifiers whose input the backward recomputes (softcap, callback) */
+} flex_geom;
+
+static bool keeps_input(attn_score_mod_kind kind) {
+    return kind == ATTN_SCORE_SOFTCAP || kind == ATTN_SCORE_CALLBACK;
+}
+
+static flex_geom geom_of(const attn_attention_problem *p) {
+    flex_geom g = {.p = p, .map = p->block_map};
+    g.bq = g.map ? g.map->block_q : FLEX_DEFAULT_BLOCK;
+    g.bkv = g.map ? g.map->block_kv : FLEX_DEFAULT_BLOCK;
+    g.q_blocks = (p->q_len + g.bq - 1) / g.bq;
+    g.kv_blocks = (p->kv_len + g.bkv - 1) / g.bkv;
+    g.G = p->q_heads / p->kv_heads;
+    g.bqp = round_up(g.bq, RG);
+    g.bkvp = round_up(g.bkv, CW);
+    g.Dp = round_up(p->head_dim, CW);
+    g.Dvp = round_up(p->v_head_dim, CW);
+    for (size_t k = 0; k < p->score_mod_count; k++)
+        if (keeps_input(p->score_mods[k].kind)) g.stored++;
+    return g;
+}
+
+/* One part's tiles (all 64-byte aligned). */
+typedef struct flex_tiles {
+    float *q, *dout;     /* bqp x Dp, bqp x Dvp: rows of one head */
+    float *kt, *vt;      /* D x bkvp, Dv x bkvp: a key block transposed */
+    float *s, *pm, *dp;  /* bqp x bkvp: scores, weights, dP then dS */
+    float *inputs;       /* stored x bqp x bkvp: the kept modifiers' inputs */
+    float *acc;          /* bqp x max(Dp, Dvp): out or dq */
+    float *dk, *dv;      /* bkvp x Dp, bkvp x Dvp */
+    float *m, *l, *lse, *lse_lo, *delta; /* bqp each */
+    size_t *beg, *end;   /* bqp each: the rows' visible keys */
+} flex_tiles;
+
+/* Lays the tiles out from base (NULL: only counts); returns the floats. */
+static size_t carve(const flex_geom *g, float *base, flex_tiles *t) {
+    const attn_attention_problem *p = g->p;
+    size_t at = 0, score = g->bqp * g->bkvp;
+#define PIECE(field, floats)                                       \
+    do {                                                           \
+        if (base) t->field = (void *)(base + at);                  \
+        at += round_up((floats), 16);                              \
+    } while (0)
+    PIECE(q, g->bqp * g->Dp);
+    PIECE(dout, g->bqp * g->Dvp);
+    PIECE(kt, p->head_dim * g->bkvp);
+    PIECE(vt, p->v_head_dim * g->bkvp);
+    PIECE(s, score);
+    PIECE(pm, score);
+    PIECE(dp, score);
+    PIECE(inputs, g->stored * score);
+    PIECE(acc, g->bqp * max_sz(g->Dp, g->Dvp));
+    PIECE(dk, g->bkvp * g->Dp);
+    PIECE(dv, g->bkvp * g->Dvp);
+    PIECE(m, g->bqp);
+    PIECE(l, g->bqp);
+    PIECE(lse, g->bqp);
+    PIECE(lse_lo, g->bqp);
+    PIECE(delta, g->bqp);
+    PIECE(beg, g->bqp * sizeof(size_t) / sizeof(float));
+    PIECE(end, g->bqp * sizeof(size_t) / sizeof(float));
+#undef PIECE
+    return at;
+}
+
+static size_t flex_part_floats(const attn_attention_problem *p) {
+    flex_geom g = geom_of(p);
+    return carve(&g, NULL, NULL);
+}
+
+/* ---- the register tile -------------------------------------------------------- */
+
+/* C (rows x cols, row stride ldc) = A B, or C += A B (accumulate): A's
+ * element (r, t) at a[r * ars + t * aks], B (inner x cols, row stride
+ * ldb); rows a multiple of RG, cols of CW. The inner sum runs t = 0, 1,
+ * ... in order for every element. */
+static void tile_mm(const float *a, size_t ars, size_t aks, const float *bm, size_t ldb,
+                    size_t inner, float *c, size_t ldc, size_t rows, size_t cols,
+                    bool accumulate) {
+    for (size_t r0 = 0; r0 < rows; r0 += RG) {
+        for (size_t c0 = 0; c0 < cols; c0 += CW) {
+            vec x[RG][NV];
+            for (int r = 0; r < RG; r++)
+                for (int v = 0; v < NV; v++)
+                    x[r][v] = accumulate ? v_load(c + (r0 + r) * ldc + c0 + v * VW) : v_zero();
+            const float *ap = a + r0 * ars, *bp = bm + c0;
+            for (size_t t = 0; t < inner; t++) {
+                vec bv[NV];
+                for (int v = 0; v < NV; v++) bv[v] = v_load(bp + t * ldb + v * VW);
+                for (int r = 0; r < RG; r++) {
+                    vec ar = v_set1(ap[r * ars + t * aks]);
+                    for (int v = 0; v < NV; v++) x[r][v] = v_fma(ar, bv[v], x[r][v]);
+                }
+            }
+            for (int r = 0; r < RG; r++)
+                for (int v = 0; v < NV; v++) v_store(c + (r0 + r) * ldc + c0 + v * VW, x[r][v]);
+        }
+    }
+}
+
+/* ---- packing ------------------------------------------------------------------ */
+
+/* Rows [i0, i0 + nr) of head h of sequence b of view x (width n) into dst
+ * (row stride ld), zeros past n and in the rows up to bqp. */
+static void pack_rows(const float *x, attn_view_strides st, size_t b, size_t h, size_t i0,
+                      size_t nr, size_t n, float *dst, size_t ld, size_t rows) {
+    for (size_t r = 0; r < rows; r++) {
+        float *d = dst + r * ld;
+        if (r < nr) {
+            memcpy(d, x + attn_view_offset(st, b, 0, h, i0 + r), n * sizeof(float));
+            memset(d + n, 0, (ld - n) * sizeof(float));
+        } else {
+            memset(d, 0, ld * sizeof(float));
+        }
+    }
+}
+
+/* Keys [j0, j0 + nc) of KV head kh (width n) transposed into dst (n x ld),
+ * zeros in the columns past nc. */
+static void pack_transposed(const float *x, attn_view_strides st, size_t b, size_t kh,
+                            size_t j0, size_t nc, size_t n, float *dst, size_t ld) {
+    for (size_t d = 0; d < n; d++) memset(dst + d * ld + nc, 0, (ld - nc) * sizeof(float));
+    for (size_t j = 0; j < nc; j++) {
+        const float *src = x + attn_view_offset(st, b, 0, kh, j0 + j);
+        for (size_t d = 0; d < n; d++) dst[d * ld + j] = src[d];
+    }
+}
+
+/* ---- which tiles ------------------------------------------------------------- */
+
+/* The key blocks of a map row (or the query blocks of a map column), in
+ * ascending order, each full (tile SIZE_MAX) or partial (its bits' tile);
+ * with no map, every block. */
+typedef struct flex_walk {
+    const uint32_t *full, *part;
+    const size_t *part_tile;
+    size_t nf, np, fi, pi;
+    size_t count, next; /* no map: blocks next .. count - 1 */
+    bool mapped;
+} flex_walk;
+
+static flex_walk walk_row(const flex_geom *g, size_t b, size_t h, size_t qb) {
+    flex_walk w = {.count = g->kv_blocks, .mapped = g->map != NULL};
+    if (!g->map) return w;
+    const attn_block_map *m = g->map;
+    size_t r = attn_block_map_row(m, b, h, qb);
+    w.full = m->full + m->full_at[r];
+    w.nf = m->full_at[r + 1] - m->full_at[r];
+    w.part = m->part + m->part_at[r];
+    w.part_tile = m->part_tile + m->part_at[r];
+    w.np = m->part_at[r + 1] - m->part_at[r];
+    return w;
+}
+
+static flex_walk walk_column(const flex_geom *g, size_t b, size_t h, size_t kb) {
+    flex_walk w = {.count = g->q_blocks, .mapped = g->map != NULL};
+    if (!g->map) return w;
+    const attn_block_map *m = g->map;
+    size_t c = attn_block_map_column(m, b, h, kb);
+    w.full = m->t_full + m->t_full_at[c];
+    w.nf = m->t_full_at[c + 1] - m->t_full_at[c];
+    w.part = m->t_part + m->t_part_at[c];
+    w.part_tile = m->t_part_tile + m->t_part_at[c];
+    w.np = m->t_part_at[c + 1] - m->t_part_at[c];
+    return w;
+}
+
+static bool walk_next(flex_walk *w, size_t *block, size_t *tile) {
+    if (!w->mapped) {
+        if (w->next >= w->count) return false;
+        *block = w->next++;
+        *tile = SIZE_MAX;
+        return true;
+    }
+    bool has_f = w->fi < w->nf, has_p = w->pi < w->np;
+    if (!has_f && !has_p) return false;
+    if (has_f && (!has_p || w->full[w->fi] < w->part[w->pi])) {
+        *block = w->full[w->fi++];
+        *tile = SIZE_MAX;
+    } else {
+        *block = w->part[w->pi];
+        *tile = w->part_tile[w->pi++];
+    }
+    return true;
+}
+
+/* The visible keys [beg, end) of rows [i0, i0 + nr) of sequence b
+ * (causal, window and the map's row intervals). */
+static void row_ranges(const attn_attention_problem *p, size_t b, size_t i0, size_t nr,
+                       size_t *beg, size_t *end) {
+    attn_attention_seq s = attn_attention_seq_of(p, b);
+    for (size_t r = 0; r < nr; r++) attn_visible_keys(p, &s, i0 + r, &beg[r], &end[r]);
+}
+
+enum { COVER_NONE = 0, COVER_ALL = 1, COVER_SOME = 2 };
+
+/* Whether the rows' intervals reach keys [j0, j0 + nc): none, all of them
+ * in every row, or some. */
+static int ranges_cover(const size_t *beg, const size_t *end, size_t nr, size_t j0, size_t nc) {
+    bool any = false, all = true;
+    for (size_t r = 0; r < nr; r++) {
+        size_t lo = beg[r] > j0 ? beg[r] : j0, hi = end[r] < j0 + nc ? end[r] : j0 + nc;
+        if (lo < hi) any = true;
+        if (beg[r] > j0 || end[r] < j0 + nc) all = false;
+    }
+    return !any ? COVER_NONE : all ? COVER_ALL : COVER_SOME;
+}
+
+/* ---- the score tile ---------------------------------------------------------- */
+
+/* Where a tile is, for the chain and for a failure's message. */
+typedef struct flex_at {
+    size_t b, h, i0, nr, j0, nc, tile; /* tile: the map's bits, SIZE_MAX for none */
+    int cover;
+    size_t item;
+} flex_at;
+
+static void record_failure(attn_flex_failure *f, const flex_at *at, size_t mod, int code,
+                           bool backward) {
+    if (f->failed && f->item <= at->item) return;
+    *f = (attn_flex_failure){.failed = true, .item = at->item, .code = code, .mod = mod,
+                             .b = at->b, .h = at->h, .q0 = at->i0, .kv0 = at->j0,
+                             .rows = at->nr, .cols = at->nc, .backward = backward};
+}
+
+/* The chain on the tile s (row stride ld) in order; keeps each kept
+ * modifier's input in inputs when that is not NULL. False when a callback
+ * failed (recorded in f). */
+static bool apply_chain(const flex_geom *g, const attn_flex_args *a, const flex_at *at, float *s,
+                        size_t ld, float *inputs, attn_flex_failure *f) {
+    const attn_attention_problem *p = g->p;
+    size_t slot = 0, score = g->bqp * g->bkvp, T = p->q_len;
+    for (size_t k = 0; k < p->score_mod_count; k++) {
+        const attn_score_mod *m = &p->score_mods[k];
+        if (inputs && keeps_input(m->kind)) {
+            float *keep = inputs + slot++ * score;
+            for (size_t r = 0; r < at->nr; r++)
+                memcpy(keep + r * ld, s + r * ld, at->nc * sizeof(float));
+        }
+        switch (m->kind) {
+        case ATTN_SCORE_SCALE: {
+            vec factor = v_set1((float)m->value);
+            size_t cols = round_up(at->nc, VW);
+            for (size_t r = 0; r < at->nr; r++)
+                for (size_t c = 0; c < cols; c += VW)
+                    v_store(s + r * ld + c, v_mul(v_load(s + r * ld + c), factor));
+            break;
+        }
+        case ATTN_SCORE_SOFTCAP: {
+            float cap = (float)m->value, inv = (float)(1.0 / m->value);
+            for (size_t r = 0; r < at->nr; r++)
+                for (size_t c = 0; c < at->nc; c++)
+                    s[r * ld + c] = cap * tanhf(s[r * ld + c] * inv);
+            break;
+        }
+        case ATTN_SCORE_ALIBI: {
+            float slope = m->tensor[at->h];
+            for (size_t r = 0; r < at->nr; r++) {
+                int64_t pos = (int64_t)(at->i0 + r) + m->offset;
+                for (size_t c = 0; c < at->nc; c++) {
+                    int64_t d = (int64_t)(at->j0 + c) - pos;
+                    s[r * ld + c] += m->signed_distance ? slope * (float)d
+                                                        : -slope * (float)(d < 0 ? -d : d);
+                }
+            }
+            break;
+        }
+        case ATTN_SCORE_BIAS: {
+            const float *base = m->tensor + at->b * m->strides[0] + at->h * m->strides[1];
+            for (size_t r = 0; r < at->nr; r++) {
+                const float *row = base + (at->i0 + r) * m->strides[2];
+                for (size_t c = 0; c < at->nc; c++) s[r * ld + c] += row[(at->j0 + c) * m->strides[3]];
+            }
+            break;
+        }
+        case ATTN_SCORE_REL_BIAS: {
+            const float *table = m->tensor + at->h * m->buckets;
+            const int32_t *bucket = a->buckets[k] + (T - 1);
+            for (size_t r = 0; r < at->nr; r++) {
+                const int32_t *row = bucket + ((ptrdiff_t)at->j0 - (ptrdiff_t)(at->i0 + r));
+                for (size_t c = 0; c < at->nc; c++) s[r * ld + c] += table[row[c]];
+            }
+            break;
+        }
+        case ATTN_SCORE_CALLBACK: {
+            attn_score_tile tile = {at->b, at->h, at->i0, at->j0, at->nr, at->nc, ld, s};
+            int code = m->fn(m->user, &tile);
+            if (code != 0) {
+                record_failure(f, at, k, code, false);
+                return false;
+            }
+            break;
+        }
+        }
+    }
+    return true;
+}
+
+/* -inf where the map's bits or the rows' intervals hide a key, and in the
+ * padded columns. */
+static void mask_tile(const flex_geom *g, const flex_at *at, float *s, size_t ld,
+                      const size_t *beg, const size_t *end) {
+    if (at->tile != SIZE_MAX) {
+        const attn_block_map *m = g->map;
+        for (size_t r = 0; r < at->nr; r++) {
+            const uint64_t *bits = m->bits + (at->tile * m->block_q + r) * m->words_per_row;
+            for (size_t w = 0; w * 64 < at->nc; w++) {
+                uint64_t word = bits[w];
+                if (word == ~(uint64_t)0) continue;
+                size_t top = min_sz(at->nc, w * 64 + 64);
+                for (size_t c = w * 64; c < top; c++)
+                    if (!((word >> (c & 63)) & 1u)) s[r * ld + c] = -INFINITY;
+            }
+        }
+    }
+    if (at->cover == COVER_SOME) {
+        for (size_t r = 0; r < at->nr; r++) {
+            size_t lo = beg[r] > at->j0 ? beg[r] - at->j0 : 0;
+            size_t hi = end[r] > at->j0 ? min_sz(end[r] - at->j0, at->nc) : 0;
+            if (lo > at->nc) lo = at->nc;
+            for (size_t c = 0; c < lo; c++) s[r * ld + c] = -INFINITY;
+            for (size_t c = hi > lo ? hi : lo; c < at->nc; c++) s[r * ld + c] = -INFINITY;
+        }
+    }
+    size_t cols = round_up(at->nc, CW);
+    for (size_t r = 0; r < at->nr; r++)
+        for (size_t c = at->nc; c < cols; c++) s[r * ld + c] = -INFINITY;
+}
+
+/* The tile's final scores into t->s from t->q (packed rows) and kt (the
+ * key block transposed): q . k * scale, the chain, the mask; raw: q . k
+ * unscaled (no chain), the forward's scale then entering its exponents. */
+static bool score_tile(const flex_geom *g, const attn_flex_args *a, flex_tiles *t,
+                       const float *kt, const flex_at *at, bool keep_inputs, bool raw,
+                       attn_flex_failure *f) {
+    size_t ld = g->bkvp, cols = round_up(at->nc, CW);
+    tile_mm(t->q, g->Dp, 1, kt, ld, g->p->head_dim, t->s, ld, round_up(at->nr, RG), cols,
+            false);
+    vec scale = v_set1(g->p->scale);
+    for (size_t r = 0; r < at->nr && !raw; r++)
+        for (size_t c = 0; c < cols; c += VW)
+            v_store(t->s + r * ld + c, v_mul(v_load(t->s + r * ld + c), scale));
+    if (g->p->score_mod_count &&
+        !apply_chain(g, a, at, t->s, ld, keep_inputs ? t->inputs : NULL, f))
+        return false;
+    mask_tile(g, at, t->s, ld, t->beg, t->end);
+    return true;
+}
+
+/* ---- key blocks, packed once per call ----------------------------------------- */
+
+/* Each (b, KV head, key block) packed once, before the tiles that read it
+ * (a block serves every query block that visits it, of every head of the
+ * group): k^T (D x bkvp), then v as rows (bkvp x Dvp) for the forward, or
+ * v^T (Dv x bkvp) and k as rows (bkvp x Dp) for the backward's row pass. */
+static size_t key_block_floats(const flex_geom *g, bool backward) {
+    const attn_attention_problem *p = g->p;
+    size_t kt = round_up(p->head_dim * g->bkvp, 16);
+    if (!backward) return kt + round_up(g->bkvp * g->Dvp, 16);
+    return kt + round_up(p->v_head_dim * g->bkvp, 16) + round_up(g->bkvp * g->Dp, 16);
+}
+
+static size_t flex_keys_floats(const attn_attention_problem *p, bool backward) {
+    flex_geom g = geom_of(p);
+    return p->batch * p->kv_heads * g.kv_blocks * key_block_floats(&g, backward);
+}
+
+typedef struct keys_job {
+    const flex_geom *g;
+    float *keys;
+    bool backward;
+} keys_job;
+
+static float *key_block(const flex_geom *g, float *keys, bool backward, size_t b, size_t kh,
+                        size_t kb) {
+    return keys + ((b * g->p->kv_heads + kh) * g->kv_blocks + kb) * key_block_floats(g, backward);
+}
+
+static void pack_keys_item(void *arg, size_t part, size_t item) {
+    (void)part;
+    const keys_job *job = arg;
+    const flex_geom *g = job->g;
+    const attn_attention_problem *p = g->p;
+    size_t kb = item % g->kv_blocks, rest = item / g->kv_blocks;
+    size_t kh = rest % p->kv_heads, b = rest / p->kv_heads;
+    size_t j0 = kb * g->bkv, nc = min_sz(g->bkv, p->kv_len - j0);
+    size_t D = p->head_dim, Dv = p->v_head_dim;
+    float *blk = key_block(g, job->keys, job->backward, b, kh, kb);
+    float *after_kt = blk + round_up(D * g->bkvp, 16);
+    pack_transposed((const float *)p->k.data, p->k.st, b, kh, j0, nc, D, blk, g->bkvp);
+    if (!job->backward) {
+        pack_rows((const float *)p->v.data, p->v.st, b, kh, j0, nc, Dv, after_kt, g->Dvp, nc);
+        return;
+    }
+    pack_transposed((const float *)p->v.data, p->v.st, b, kh, j0, nc, Dv, after_kt, g->bkvp);
+    pack_rows((const float *)p->k.data, p->k.st, b, kh, j0, nc, D,
+              after_kt + round_up(Dv * g->bkvp, 16), g->Dp, nc);
+}
+
+static void pack_keys(attn_workers w, const flex_geom *g, float *keys, bool backward) {
+    keys_job job = {g, keys, backward};
+    const attn_attention_problem *p = g->p;
+    attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * g->kv_blocks, pack_keys_item,
+                      &job);
+}
+
+/* ---- forward ------------------------------------------------------------------- */
+
+typedef struct flex_job {
+    const flex_geom *g;
+    const attn_flex_args *a;
+    float *parts;
+    size_t part_floats;
+    /* backward */
+    const attn_attention_grads *gr;
+    const float *lse, *lse_lo;
+    float *delta;
+    unsigned grad_mods; /* bit k: modifier k's tensor_grad is summed in this pass */
+    size_t target;      /* the mods pass: its modifier */
+} flex_job;
+
+static flex_tiles tiles_of(const flex_job *job, size_t part) {
+    flex_tiles t;
+    carve(job->g, job->parts + part * job->part_floats, &t);
+    return t;
+}
+
+/* Rows [i0, i0 + nr) of head h: out (when wanted), lse, lse_lo. */
+static void forward_rows(const flex_job *job, flex_tiles *t, size_t b, size_t h, size_t qb,
+                         size_t item, attn_flex_failure *f) {
+    const flex_geom *g = job->g;
+    const attn_attention_problem *p = g->p;
+    size_t i0 = qb * g->bq, nr = min_sz(g->bq, p->q_len - i0), kh = h / g->G;
+    size_t D = p->head_dim, Dv = p->v_head_dim, ld = g->bkvp, rows = round_up(nr, RG);
+    pack_rows((const float *)p->q.data, p->q.st, b, h, i0, nr, D, t->q, g->Dp, g->bqp);
+    float sink = p->sinks ? p->sinks[h] : -INFINITY;
+    for (size_t r = 0; r < nr; r++) {
+        t->m[r] = sink;
+        t->l[r] = p->sinks ? 1.0f : 0.0f;
+    }
+    memset(t->acc, 0, g->bqp * g->Dvp * sizeof(float));
+    /* Without a chain or a sink the scores stay raw and the scale enters
+     * the exponent, 2^((s - m) scale log2 e), as the fused kernels do: the
+     * rounding is then relative to s - m, not to each scaled score. */
+    bool raw = !p->score_mod_count && !p->sinks && p->scale > 0.0f;
+    float c2 = raw ? (float)(p->scale * FLEX_LOG2E) : (float)FLEX_LOG2E;
+    vec l2e = v_set1(c2);
+    flex_walk w = walk_row(g, b, h, qb);
+    size_t kb, tile;
+    while (walk_next(&w, &kb, &tile)) {
+        size_t j0 = kb * g->bkv, nc = min_sz(g->bkv, p->kv_len - j0);
+        flex_at at = {b, h, i0, nr, j0, nc, tile, ranges_cover(t->beg, t->end, nr, j0, nc), item};
+        if (at.cover == COVER_NONE) continue;
+        const float *kt = key_block(g, job->a->keys, false, b, kh, kb);
+        const float *v = kt + round_up(D * g->bkvp, 16);
+        if (!score_tile(g, job->a, t, kt, &at, false, raw, f)) return;
+        size_t cols = round_up(nc, CW);
+        /* the weights replace the scores in place */
+        for (size_t r = 0; r < nr; r++) {
+            float *s = t->s + r * ld, *pr = s;
+            vec mx = v_set1(-INFINITY);
+            for (size_t c = 0; c < cols; c += VW) mx = v_max(mx, v_load(s + c));
+            float top = v_hmax(mx), mn = t->m[r] > top ? t->m[r] : top;
+            if (mn == -INFINITY) {
+                memset(pr, 0, cols * sizeof(float));
+                continue;
+            }
+            float alpha = exp2f((t->m[r] - mn) * c2);
+            vec mv = v_set1(mn), sum = v_zero();
+            for (size_t c = 0; c < cols; c += VW) {
+                vec e = v_exp2(v_mul(v_sub(v_load(s + c), mv), l2e));
+                v_store(pr + c, e);
+                sum = v_add(sum, e);
+            }
+            t->l[r] = t->l[r] * alpha + v_hsum(sum);
+            t->m[r] = mn;
+            if (alpha != 1.0f) {
+                vec av = v_set1(alpha);
+                float *o = t->acc + r * g->Dvp;
+                for (size_t c = 0; c < g->Dvp; c += VW) v_store(o + c, v_mul(v_load(o + c), av));
+            }
+        }
+        /* rows past nr hold the zero rows' scores, 0: only their own outputs see them */
+        tile_mm(t->s, ld, 1, v, g->Dvp, nc, t->acc, g->Dvp, rows, g->Dvp, true);
+    }
+    for (size_t r = 0; r < nr; r++) {
+        size_t i = i0 + r;
+        float l = t->l[r];
+        if (p->out.data) {
+            float *o = (float *)p->out.data + attn_view_offset(p->out.st, b, 0, h, i);
+            const float *acc = t->acc + r * g->Dvp;
+            float inv = l > 0.0f ? 1.0f / l : 0.0f;
+            for (size_t d = 0; d < Dv; d++) o[d] = l > 0.0f ? acc[d] * inv : 0.0f;
+        }
+        double m = raw ? (double)t->m[r] * (double)p->scale : (double)t->m[r];
+        double lse = l > 0.0f ? m + log((double)l) : -INFINITY;
+        size_t at = attn_lse_index(p, b, h, i);
+        if (p->lse) p->lse[at] = (float)lse;
+        if (p->lse_lo) p->lse_lo[at] = l > 0.0f ? (float)(lse - (double)(float)lse) : 0.0f;
+    }
+}
+
+/* Item (b, KV head, query block): the group's heads in order. */
+static void forward_item(void *arg, size_t part, size_t item) {
+    const flex_job *job = arg;
+    const flex_geom *g = job->g;
+    attn_flex_failure *f = &job->a->failures[part];
+    if (f->failed) return;
+    size_t qb = item % g->q_blocks, rest = item / g->q_blocks;
+    size_t kh = rest % g->p->kv_heads, b = rest / g->p->kv_heads;
+    flex_tiles t = tiles_of(job, part);
+    size_t i0 = qb * g->bq, nr = min_sz(g->bq, g->p->q_len - i0);
+    row_ranges(g->p, b, i0, nr, t.beg, t.end);
+    for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) forward_rows(job, &t, b, h, qb, item, f);
+}
+
+static void flex_forward(attn_workers w, const attn_flex_args *a, float *parts) {
+    const attn_attention_problem *p = a->p;
+    flex_geom g = geom_of(p);
+    flex_job job = {.g = &g, .a = a, .parts = parts, .part_floats = carve(&g, NULL, NULL)};
+    pack_keys(w, &g, a->keys, false);
+    attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * g.q_blocks, forward_item, &job);
+}
+
+/* ---- backward ------------------------------------------------------------------ */
+
+/* Rows of head h packed for the backward: q, dO, lse, lse_lo, delta. */
+static void pack_backward_rows(const flex_job *job, flex_tiles *t, size_t b, size_t h,
+                               size_t i0, size_t nr) {
+    const attn_attention_problem *p = job->g->p;
+    pack_rows((const float *)p->q.data, p->q.st, b, h, i0, nr, p->head_dim, t->q, job->g->Dp,
+              job->g->bqp);
+    pack_rows((const float *)job->gr->dout, p->out.st, b, h, i0, nr, p->v_head_dim, t->dout,
+              job->g->Dvp, job->g->bqp);
+    for (size_t r = 0; r < nr; r++) {
+        size_t at = attn_lse_index(p, b, h, i0 + r);
+        t->lse[r] = job->lse[at];
+        t->lse_lo[r] = job->lse_lo ? job->lse_lo[at] : 0.0f;
+        t->delta[r] = job->delta[at];
+    }
+}
+
+/* Back through the chain, last modifier first: t->dp holds dL/d(final
+ * score) and leaves with dL/d(q . k * scale); the tensor gradients of
+ * the modifiers in job->grad_mods are summed on the way. */
+static bool chain_backward(const flex_job *job, flex_tiles *t, const flex_at *at,
+                           attn_flex_failure *f) {
+    const flex_geom *g = job->g;
+    const attn_attention_problem *p = g->p;
+    size_t ld = g->bkvp, slot = g->stored, score = g->bqp * g->bkvp, T = p->q_len;
+    float *ds = t->dp;
+    for (size_t k = p->score_mod_count; k-- > 0;) {
+        const attn_score_mod *m = &p->score_mods[k];
+        bool summed = ((job->grad_mods >> k) & 1u) && m->tensor_grad;
+        switch (m->kind) {
+        case ATTN_SCORE_SCALE: {
+            float v = (float)m->value;
+            for (size_t r = 0; r < at->nr; r++)
+                for (size_t c = 0; c < at->nc; c++) ds[r * ld + c] *= v;
+            break;
+        }
+        case ATTN_SCORE_SOFTCAP: {
+            const float *in = t->inputs + --slot * score;
+            float inv = (float)(1.0 / m->value);
+            for (size_t r = 0; r < at->nr; r++)
+                for (size_t c = 0; c < at->nc; c++) {
+                    float th = tanhf(in[r * ld + c] * inv);
+                    ds[r * ld + c] *= 1.0f - th * th;
+                }
+            break;
+        }
+        case ATTN_SCORE_ALIBI:
+            break;
+        case ATTN_SCORE_BIAS:
+            if (summed) {
+                float *base = m->tensor_grad + at->b * m->strides[0] + at->h * m->strides[1];
+                for (size_t r = 0; r < at->nr; r++) {
+                    float *row = base + (at->i0 + r) * m->strides[2];
+                    for (size_t c = 0; c < at->nc; c++)
+                        row[(at->j0 + c) * m->strides[3]] += ds[r * ld + c];
+                }
+            }
+            break;
+        case ATTN_SCORE_REL_BIAS:
+            if (summed) {
+                float *table = m->tensor_grad + at->h * m->buckets;
+                const int32_t *bucket = job->a->buckets[k] + (T - 1);
+                for (size_t r = 0; r < at->nr; r++) {
+                    const int32_t *row = bucket + ((ptrdiff_t)at->j0 - (ptrdiff_t)(at->i0 + r));
+                    for (size_t c = 0; c < at->nc; c++) table[row[c]] += ds[r * ld + c];
+                }
+            }
+            break;
+        case ATTN_SCORE_CALLBACK: {
+            float *in = t->inputs + --slot * score;
+            if (m->grad_fn) {
+                attn_score_tile tile = {at->b, at->h, at->i0, at->j0, at->nr, at->nc, ld, in};
+                int code = m->grad_fn(m->user, &tile, ds);
+                if (code != 0) {
+                    record_failure(f, at, k, code, true);
+                    return false;
+                }
+            }
+            /* hidden scores keep a zero gradient whatever grad_fn wrote there */
+            for (size_t r = 0; r < at->nr; r++)
+                for (size_t c = 0; c < at->nc; c++)
+                    if (t->s[r * ld + c] == -INFINITY) ds[r * ld + c] = 0.0f;
+            break;
+        }
+        }
+    }
+    return true;
+}
+
+/* The tile's P (t->pm) and dS (t->dp, before the chain's backward): needs
+ * t->q, t->dout and the rows' statistics packed, and the key block's k^T
+ * and v^T. */
+static bool grad_tile(const flex_job *job, flex_tiles *t, const float *kt, const float *vt,
+                      const flex_at *at, attn_flex_failure *f) {
+    const flex_geom *g = job->g;
+    size_t ld = g->bkvp, cols = round_up(at->nc, CW), rows = round_up(at->nr, RG);
+    if (!score_tile(g, job->a, t, kt, at, g->stored > 0, false, f)) return false;
+    vec l2e = v_set1((float)FLEX_LOG2E);
+    tile_mm(t->dout, g->Dvp, 1, vt, ld, g->p->v_head_dim, t->dp, ld, rows, cols, false);
+    for (size_t r = 0; r < at->nr; r++) {
+        float *s = t->s + r * ld, *pr = t->pm + r * ld, *dp = t->dp + r * ld;
+        if (t->lse[r] == -INFINITY) {
+            memset(pr, 0, cols * sizeof(float));
+            memset(dp, 0, cols * sizeof(float));
+            continue;
+        }
+        vec lse = v_set1(t->lse[r]), lo = v_set1(t->lse_lo[r]), delta = v_set1(t->delta[r]);
+        for (size_t c = 0; c < cols; c += VW) {
+            vec e = v_exp2(v_mul(v_sub(v_sub(v_load(s + c), lse), lo), l2e));
+            v_store(pr + c, e);
+            v_store(dp + c, v_mul(e, v_sub(v_load(dp + c), delta)));
+        }
+    }
+    for (size_t r = at->nr; r < rows; r++) {
+        memset(t->pm + r * ld, 0, cols * sizeof(float));
+        memset(t->dp + r * ld, 0, cols * sizeof(float));
+    }
+    return true;
+}
+
+/* Item (b, KV head, key block): dk, dv of the block over the group's heads
+ * in order and, per head, the query blocks of the map's column in order. */
+static void keys_item(void *arg, size_t part, size_t item) {
+    const flex_job *job = arg;
+    const flex_geom *g = job->g;
+    const attn_attention_problem *p = g->p;
+    attn_flex_failure *f = &job->a->failures[part];
+    if (f->failed) return;
+    size_t kb = item % g->kv_blocks, rest = item / g->kv_blocks;
+    size_t kh = rest % p->kv_heads, b = rest / p->kv_heads;
+    size_t D = p->head_dim, Dv = p->v_head_dim, ld = g->bkvp;
+    size_t j0 = kb * g->bkv, nc = min_sz(g->bkv, p->kv_len - j0), krows = round_up(nc, RG);
+    flex_tiles t = tiles_of(job, part);
+    pack_transposed((const float *)p->k.data, p->k.st, b, kh, j0, nc, D, t.kt, ld);
+    pack_transposed((const float *)p->v.data, p->v.st, b, kh, j0, nc, Dv, t.vt, ld);
+    memset(t.dk, 0, g->bkvp * g->Dp * sizeof(float));
+    memset(t.dv, 0, g->bkvp * g->Dvp * sizeof(float));
+    for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) {
+        flex_walk w = walk_column(g, b, h, kb);
+        size_t qb, tile;
+        while (walk_next(&w, &qb, &tile)) {
+            size_t i0 = qb * g->bq, nr = min_sz(g->bq, p->q_len - i0);
+            row_ranges(p, b, i0, nr, t.beg, t.end);
+            flex_at at = {b, h, i0, nr, j0, nc, tile, ranges_cover(t.beg, t.end, nr, j0, nc),
+                          item};
+            if (at.cover == COVER_NONE) continue;
+            pack_backward_rows(job, &t, b, h, i0, nr);
+            if (!grad_tile(job, &t, t.kt, t.vt, &at, f)) return;
+            /* dv (keys x Dv) += P^T dO */
+            tile_mm(t.pm, 1, ld, t.dout, g->Dvp, nr, t.dv, g->Dvp, krows, g->Dvp, true);
+            if (!chain_backward(job, &t, &at, f)) return;
+            /* dk (keys x D) += dS^T q */
+            tile_mm(t.dp, 1, ld, t.q, g->Dp, nr, t.dk, g->Dp, krows, g->Dp, true);
+        }
+    }
+    float *dk = job->gr->dk, *dv = job->gr->dv, scale = p->scale;
+    for (size_t j = 0; j < nc; j++) {
+        float *kr = dk + attn_view_offset(p->k.st, b, 0, kh, j0 + j);
+        float *vr = dv + attn_view_offset(p->v.st, b, 0, kh, j0 + j);
+        for (size_t d = 0; d < D; d++) kr[d] = t.dk[j * g->Dp + d] * scale;
+        memcpy(vr, t.dv + j * g->Dvp, Dv * sizeof(float));
+    }
+}
+
+/* dS of every tile of rows [i0, i0 + nr) of head h, through the chain;
+ * with want_dq, t->acc += dS k. */
+static bool rows_backward(const flex_job *job, flex_tiles *t, size_t b, size_t h, size_t qb,
+                          size_t item, bool want_dq, attn_flex_failure *f) {
+    const flex_geom *g = job->g;
+    const attn_attention_problem *p = g->p;
+    size_t i0 = qb * g->bq, nr = min_sz(g->bq, p->q_len - i0), kh = h / g->G, ld = g->bkvp;
+    pack_backward_rows(job, t, b, h, i0, nr);
+    flex_walk w = walk_row(g, b, h, qb);
+    size_t kb, tile;
+    while (walk_next(&w, &kb, &tile)) {
+        size_t j0 = kb * g->bkv, nc = min_sz(g->bkv, p->kv_len - j0);
+        flex_at at = {b, h, i0, nr, j0, nc, tile, ranges_cover(t->beg, t->end, nr, j0, nc), item};
+        if (at.cover == COVER_NONE) continue;
+        const float *kt = key_block(g, job->a->keys, true, b, kh, kb);
+        const float *vt = kt + round_up(p->head_dim * ld, 16);
+        const float *k = vt + round_up(p->v_head_dim * ld, 16);
+        if (!grad_tile(job, t, kt, vt, &at, f) || !chain_backward(job, t, &at, f)) return false;
+        /* dq (rows x D) += dS k */
+        if (want_dq)
+            tile_mm(t->dp, ld, 1, k, g->Dp, nc, t->acc, g->Dp, round_up(nr, RG), g->Dp, true);
+    }
+    return true;
+}
+
+/* Item (b, KV head, query block): dq of the group's heads (and the
+ * modifiers' gradients the item owns). */
+static void rows_item(void *arg, size_t part, size_t item) {
+    const flex_job *job = arg;
+    const flex_geom *g = job->g;
+    const attn_attention_problem *p = g->p;
+    attn_flex_failure *f = &job->a->failures[part];
+    if (f->failed) return;
+    size_t qb = item % g->q_blocks, rest = item / g->q_blocks;
+    size_t kh = rest % p->kv_heads, b = rest / p->kv_heads;
+    size_t i0 = qb * g->bq, nr = min_sz(g->bq, p->q_len - i0);
+    flex_tiles t = tiles_of(job, part);
+    row_ranges(p, b, i0, nr, t.beg, t.end);
+    for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) {
+        memset(t.acc, 0, g->bqp * g->Dp * sizeof(float));
+        if (!rows_backward(job, &t, b, h, qb, item, true, f)) return;
+        for (size_t r = 0; r < nr; r++) {
+            float *dq = (float *)job->gr->dq + attn_view_offset(p->q.st, b, 0, h, i0 + r);
+            for (size_t d = 0; d < p->head_dim; d++) dq[d] = t.acc[r * g->Dp + d] * p->scale;
+        }
+    }
+}
+
+/* The extents of the mods pass's items for modifier k: (batch, heads,
+ * query blocks), 1 where the tensor is shared along that axis (the item
+ * then sums every b, h or block in order). */
+static void mod_item_dims(const flex_geom *g, const attn_score_mod *m, size_t dims[3]) {
+    const attn_attention_problem *p = g->p;
+    if (m->kind == ATTN_SCORE_REL_BIAS) {
+        dims[0] = 1, dims[1] = p->q_heads, dims[2] = 1;
+        return;
+    }
+    dims[0] = m->strides[0] ? p->batch : 1;
+    dims[1] = m->strides[1] ? p->q_heads : 1;
+    dims[2] = m->strides[2] ? g->q_blocks : 1;
+}
+
+static void mods_item(void *arg, size_t part, size_t item) {
+    const flex_job *job = arg;
+    const flex_geom *g = job->g;
+    const attn_attention_problem *p = g->p;
+    attn_flex_failure *f = &job->a->failures[part];
+    if (f->failed) return;
+    size_t dims[3];
+    mod_item_dims(g, &p->score_mods[job->target], dims);
+    size_t qi = item % dims[2], hi = item / dims[2] % dims[1], bi = item / dims[2] / dims[1];
+    flex_tiles t = tiles_of(job, part);
+    for (size_t b = dims[0] == 1 ? 0 : bi; b < (dims[0] == 1 ? p->batch : bi + 1); b++)
+        for (size_t h = dims[1] == 1 ? 0 : hi; h < (dims[1] == 1 ? p->q_heads : hi + 1); h++)
+            for (size_t qb = dims[2] == 1 ? 0 : qi; qb < (dims[2] == 1 ? g->q_blocks : qi + 1);
+                 qb++) {
+                size_t i0 = qb * g->bq, nr = min_sz(g->bq, p->q_len - i0);
+                row_ranges(p, b, i0, nr, t.beg, t.end);
+                if (!rows_backward(job, &t, b, h, qb, item, false, f)) return;
+            }
+}
+
+/* delta_i = dO_i . O_i, per (b, h), summed in order of d. */
+static void delta_item(void *arg, size_t part, size_t item) {
+    (void)part;
+    const flex_job *job = arg;
+    const attn_attention_problem *p = job->g->p;
+    size_t h = item % p->q_heads, b = item / p->q_heads;
+    for (size_t i = 0; i < p->q_len; i++) {
+        size_t at = attn_view_offset(p->out.st, b, 0, h, i);
+        const float *o = (const float *)p->out.data + at, *d_o = (const float *)job->gr->dout + at;
+        double sum = 0.0; /* exact products, one rounding of the sum */
+        for (size_t d = 0; d < p->v_head_dim; d++) sum += (double)o[d] * d_o[d];
+        job->delta[attn_lse_index(p, b, h, i)] = (float)sum;
+    }
+}
+
+/* Whether the rows pass owns modifier m's gradient elements item by item:
+ * no two (b, KV head, query block) items reach the same element. */
+static bool rows_pass_owns(const flex_geom *g, const attn_score_mod *m) {
+    const attn_attention_problem *p = g->p;
+    if (m->kind == ATTN_SCORE_REL_BIAS) return p->batch == 1 && g->q_blocks == 1;
+    return (m->strides[0] || p->batch == 1) && (m->strides[1] || p->kv_heads == 1) &&
+           (m->strides[2] || g->q_blocks == 1);
+}
+
+static bool any_failed(const attn_workers w, const attn_flex_args *a) {
+    for (size_t i = 0; i < attn_parallel_parts(w.threads); i++)
+        if (a->failures[i].failed) return true;
+    return false;
+}
+
+static void flex_backward(attn_workers w, const attn_flex_args *a, const attn_attention_grads *gr,
+                          const float *lse, const float *lse_lo, float *delta, float *parts) {
+    const attn_attention_problem *p = a->p;
+    flex_geom g = geom_of(p);
+    flex_job job = {.g = &g, .a = a, .parts = parts, .part_floats = carve(&g, NULL, NULL),
+                    .gr = gr, .lse = lse, .lse_lo = lse_lo, .delta = delta};
+    attn_pool_dynamic(w.pool, w.threads, p->batch * p->q_heads, delta_item, &job);
+    attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * g.kv_blocks, keys_item, &job);
+    if (any_failed(w, a)) return;
+    unsigned separate = 0;
+    for (size_t k = 0; k < p->score_mod_count; k++) {
+        const attn_score_mod *m = &p->score_mods[k];
+        bool graded = (m->kind == ATTN_SCORE_BIAS || m->kind == ATTN_SCORE_REL_BIAS) &&
+                      m->tensor_grad;
+        if (!graded) continue;
+        if (rows_pass_owns(&g, m)) job.grad_mods |= 1u << k;
+        else separate |= 1u << k;
+    }
+    pack_keys(w, &g, a->keys, true);
+    attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * g.q_blocks, rows_item, &job);
+    for (size_t k = 0; k < p->score_mod_count; k++) {
+        if (!((separate >> k) & 1u) || any_failed(w, a)) continue;
+        size_t dims[3];
+        mod_item_dims(&g, &p->score_mods[k], dims);
+        job.grad_mods = 1u << k;
+        job.target = k;
+        attn_pool_dynamic(w.pool, w.threads, dims[0] * dims[1] * dims[2], mods_item, &job);
+    }
+}
+
+const attn_flex_kernels FLEX_KERNELS = {
+    .name = FLEX_ISA_NAME,
+    .part_floats = flex_part_floats,
+    .keys_floats = flex_keys_floats,
+    .forward = flex_forward,
+    .backward = flex_backward,
+};

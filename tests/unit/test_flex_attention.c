@@ -1,0 +1,760 @@
+/*
+ * test_flex_attention.c — the flex backend (block maps and score modifiers,
+ * fused) through attn_sdpa_forward / attn_sdpa_backward, against an oracle
+ * in double written here from the definitions: scores q . k * scale, the
+ * chain element by element, the mask from the map's own source (the dense
+ * pattern the map was built from) ANDed with causal and window, softmax over
+ * the visible keys and the sink, and the analytic backward (dS = P (dP -
+ * delta), back through the chain). Out, lse, dq, dk, dv, dsinks and the bias
+ * and T5 table gradients agree within 1e-5 relative L2; rows that see no key
+ * give out 0 and lse -inf; 1 and 2 threads give the same bits; the call's
+ * explanation names flex; a callback's error fails the call, naming it.
+ * Fresh random inputs each run: the seed is printed, ATTN_TEST_SEED repeats
+ * it. `test_flex_attention --bench N` times a T = S = N forward under a 10%
+ * block map against the dense one (also printed, at N = 4096, by every
+ * optimised run; timings are printed, never asserted).
+ */
+#define _POSIX_C_SOURCE 200809L
+
+#include "attn.h"
+#include "check.h"
+
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define TOL 1e-5
+
+/* ---- random numbers -------------------------------------------------------- */
+
+static uint64_t rng_state;
+
+static uint64_t next_u64(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static double uniform(void) { return (double)(next_u64() >> 11) * 0x1.0p-53; }
+static size_t below(size_t n) { return (size_t)(next_u64() % n); }
+static float randn(void) {
+    double u = uniform() + 1e-300, v = uniform();
+    return (float)(sqrt(-2.0 * log(u)) * cos(6.283185307179586 * v));
+}
+static float *alloc_randn(size_t n, float sd) {
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = randn() * sd;
+    return x;
+}
+
+/* ---- a case ------------------------------------------------------------------ */
+
+enum { PATTERN_NONE, PATTERN_BITS, PATTERN_BLOCKS, PATTERN_CAUSAL, PATTERN_ADDITIVE };
+
+typedef struct bias_tensor {
+    float *data, *grad;
+    size_t n;
+} bias_tensor;
+
+typedef struct flex_case {
+    size_t B, H, Hkv, T, S, D, Dv, bq, bkv;
+    double scale;
+    bool causal, window, bhtd;
+    long long wl, wr;
+    float *sinks;
+    int pattern;
+    size_t mb, mh;     /* the map's batch and heads */
+    uint8_t *vis;      /* (mb, mh, T, S): the map's source, NULL: no map */
+    float *additive;   /* PATTERN_ADDITIVE: the additive mask the map and a bias share */
+    attn_block_mask *mask;
+    attn_score_mod mods[6];
+    size_t nmods;
+    bias_tensor tensors[6];
+    float *q, *k, *v, *dout;
+} flex_case;
+
+/* The callback modifier: s (1 + 0.05 ((q + 2 kv + h) mod 3)) + 0.1 sin s. */
+static double callback_factor(size_t h, size_t i, size_t j) {
+    return 1.0 + 0.05 * (double)((i + 2 * j + h) % 3);
+}
+static int callback_fn(void *user, const attn_score_tile *t) {
+    (void)user;
+    for (size_t r = 0; r < t->rows; r++)
+        for (size_t c = 0; c < t->cols; c++) {
+            float *s = &t->scores[r * t->ld + c];
+            *s = *s * (float)callback_factor(t->h, t->q0 + r, t->kv0 + c) + 0.1f * sinf(*s);
+        }
+    return 0;
+}
+static int callback_grad(void *user, const attn_score_tile *t, float *grad) {
+    (void)user;
+    for (size_t r = 0; r < t->rows; r++)
+        for (size_t c = 0; c < t->cols; c++) {
+            float s = t->scores[r * t->ld + c];
+            grad[r * t->ld + c] *=
+                (float)callback_factor(t->h, t->q0 + r, t->kv0 + c) + 0.1f * cosf(s);
+        }
+    return 0;
+}
+/* A callback that fails on keys from 32 on. */
+static int failing_fn(void *user, const attn_score_tile *t) {
+    (void)user;
+    return t->kv0 >= 32 ? 3 : 0;
+}
+static int failing_grad(void *user, const attn_score_tile *t, float *grad) {
+    (void)user, (void)grad;
+    return t->kv0 >= 32 ? 5 : 0;
+}
+
+/* T5's bucket as Hugging Face's _relative_position_bucket (float32 log). */
+static size_t t5_bucket(long long rel, size_t buckets, size_t max_distance, bool bidirectional) {
+    long long n = (long long)buckets, out = 0;
+    if (bidirectional) {
+        n /= 2;
+        out += rel > 0 ? n : 0;
+        rel = llabs(rel);
+    } else {
+        rel = rel < 0 ? -rel : 0;
+    }
+    long long max_exact = n / 2;
+    if (rel < max_exact) return (size_t)(out + rel);
+    float large = logf((float)rel / (float)max_exact) /
+                  (float)log((double)max_distance / (double)max_exact) * (float)(n - max_exact);
+    long long b = large >= (float)n ? n - 1 : max_exact + (long long)large;
+    return (size_t)(out + (b > n - 1 ? n - 1 : b));
+}
+
+static size_t bias_index(const attn_score_mod *m, size_t b, size_t h, size_t i, size_t j) {
+    return b * m->strides[0] + h * m->strides[1] + i * m->strides[2] + j * m->strides[3];
+}
+
+/* ---- the oracle, in double ----------------------------------------------------- */
+
+typedef struct oracle {
+    double *out, *lse, *dq, *dk, *dv, *dsinks;
+    /* The same sums over |terms| (dS_ij = P_ij (dP_ij - delta_i) taken as
+     * P_ij (|dP_ij| + |delta_i|)): the scale of a gradient that cancels */
+    double *dq_size, *dk_size;
+    double *dsinks_size; /* sum over rows of the sink's weight times sum_d |O_d dO_d| */
+    double *grads[6]; /* per modifier with a tensor gradient */
+    double *sizes[6]; /* the same sums of |dS|: the scale of a sum that cancels */
+} oracle;
+
+static size_t q_at(const flex_case *c, size_t b, size_t h, size_t i, size_t width) {
+    return c->bhtd ? ((b * c->H + h) * c->T + i) * width : ((b * c->T + i) * c->H + h) * width;
+}
+static size_t kv_at(const flex_case *c, size_t b, size_t h, size_t j, size_t width) {
+    return c->bhtd ? ((b * c->Hkv + h) * c->S + j) * width
+                   : ((b * c->S + j) * c->Hkv + h) * width;
+}
+
+static bool visible(const flex_case *c, size_t b, size_t h, size_t i, size_t j) {
+    long long pos = (long long)i + (long long)c->S - (long long)c->T, jj = (long long)j;
+    if (c->causal && jj > pos) return false;
+    if (c->window && c->wl >= 0 && jj < pos - c->wl) return false;
+    if (c->window && c->wr >= 0 && jj > pos + c->wr) return false;
+    if (!c->vis) return true;
+    size_t mb = c->mb == 1 ? 0 : b, mh = c->mh == 1 ? 0 : h;
+    return c->vis[((mb * c->mh + mh) * c->T + i) * c->S + j] != 0;
+}
+
+static void run_oracle(const flex_case *c, oracle *o) {
+    size_t G = c->H / c->Hkv, nm = c->nmods;
+    /* the scale as the float calls use it: rounded to float, 0 the default */
+    double scale = (double)(float)(c->scale != 0.0 ? c->scale : 1.0 / sqrt((double)c->D));
+    double *chain = malloc(c->S * (nm + 1) * sizeof(double)), *P = malloc(c->S * sizeof(double));
+    bool *seen = malloc(c->S * sizeof(bool));
+    for (size_t b = 0; b < c->B; b++)
+        for (size_t h = 0; h < c->H; h++) {
+            size_t kh = h / G;
+            for (size_t i = 0; i < c->T; i++) {
+                const float *q = c->q + q_at(c, b, h, i, c->D);
+                double m = c->sinks ? (double)c->sinks[h] : -INFINITY;
+                for (size_t j = 0; j < c->S; j++) {
+                    seen[j] = visible(c, b, h, i, j);
+                    const float *k = c->k + kv_at(c, b, kh, j, c->D);
+                    double s = 0;
+                    for (size_t d = 0; d < c->D; d++) s += (double)q[d] * k[d];
+                    s *= scale;
+                    for (size_t t = 0; t < nm; t++) {
+                        const attn_score_mod *md = &c->mods[t];
+                        chain[j * (nm + 1) + t] = s;
+                        switch (md->kind) {
+                        case ATTN_SCORE_SCALE: s *= (double)(float)md->value; break;
+                        case ATTN_SCORE_SOFTCAP: s = md->value * tanh(s / md->value); break;
+                        case ATTN_SCORE_ALIBI: {
+                            double d = (double)j - (double)i - (double)md->offset;
+                            s += md->signed_distance ? md->tensor[h] * d : -md->tensor[h] * fabs(d);
+                            break;
+                        }
+                        case ATTN_SCORE_BIAS:
+                            if (seen[j]) s += md->tensor[bias_index(md, b, h, i, j)];
+                            break;
+                        case ATTN_SCORE_REL_BIAS:
+                            s += md->tensor[h * md->buckets +
+                                            t5_bucket((long long)j - (long long)i, md->buckets,
+                                                      md->max_distance, md->bidirectional)];
+                            break;
+                        case ATTN_SCORE_CALLBACK:
+                            s = s * callback_factor(h, i, j) + 0.1 * sin(s);
+                            break;
+                        }
+                    }
+                    chain[j * (nm + 1) + nm] = s;
+                    if (seen[j] && s > m) m = s;
+                }
+                size_t row = (b * c->H + h) * c->T + i;
+                double *out = o->out + q_at(c, b, h, i, c->Dv);
+                if (m == -INFINITY) {
+                    o->lse[row] = -INFINITY;
+                    continue; /* out, grads stay 0 */
+                }
+                double l = c->sinks ? exp((double)c->sinks[h] - m) : 0.0;
+                for (size_t j = 0; j < c->S; j++)
+                    if (seen[j]) l += exp(chain[j * (nm + 1) + nm] - m);
+                double lse = m + log(l);
+                o->lse[row] = lse;
+                const float *dO = c->dout + q_at(c, b, h, i, c->Dv);
+                double delta = 0;
+                for (size_t j = 0; j < c->S; j++) {
+                    P[j] = seen[j] ? exp(chain[j * (nm + 1) + nm] - lse) : 0.0;
+                    const float *v = c->v + kv_at(c, b, kh, j, c->Dv);
+                    double dP = 0;
+                    for (size_t d = 0; d < c->Dv; d++) {
+                        out[d] += P[j] * v[d];
+                        dP += (double)dO[d] * v[d];
+                    }
+                    delta += P[j] * dP;
+                }
+                if (c->sinks) {
+                    /* delta = dO . O cancels: the kernels' O rounds at |O_d dO_d| */
+                    double terms = 0;
+                    for (size_t d = 0; d < c->Dv; d++) terms += fabs(out[d] * dO[d]);
+                    o->dsinks[h] -= exp((double)c->sinks[h] - lse) * delta;
+                    o->dsinks_size[h] += exp((double)c->sinks[h] - lse) * terms;
+                }
+                for (size_t j = 0; j < c->S; j++) {
+                    if (!seen[j]) continue;
+                    const float *k = c->k + kv_at(c, b, kh, j, c->D);
+                    const float *v = c->v + kv_at(c, b, kh, j, c->Dv);
+                    double dP = 0;
+                    for (size_t d = 0; d < c->Dv; d++) dP += (double)dO[d] * v[d];
+                    double ds = P[j] * (dP - delta), ds_abs = P[j] * (fabs(dP) + fabs(delta));
+                    double *dv = o->dv + kv_at(c, b, kh, j, c->Dv);
+                    for (size_t d = 0; d < c->Dv; d++) dv[d] += P[j] * dO[d];
+                    for (size_t t = nm; t-- > 0;) {
+                        const attn_score_mod *md = &c->mods[t];
+                        double in = chain[j * (nm + 1) + t];
+                        switch (md->kind) {
+                        case ATTN_SCORE_SCALE:
+                            ds *= (double)(float)md->value;
+                            ds_abs *= fabs((double)(float)md->value);
+                            break;
+                        case ATTN_SCORE_SOFTCAP: {
+                            double th = tanh(in / md->value);
+                            ds *= 1.0 - th * th;
+                            ds_abs *= 1.0 - th * th;
+                            break;
+                        }
+                        case ATTN_SCORE_ALIBI: break;
+                        case ATTN_SCORE_BIAS:
+                            if (o->grads[t]) {
+                                o->grads[t][bias_index(md, b, h, i, j)] += ds;
+                                o->sizes[t][bias_index(md, b, h, i, j)] += ds_abs;
+                            }
+                            break;
+                        case ATTN_SCORE_REL_BIAS:
+                            if (o->grads[t]) {
+                                size_t e = h * md->buckets +
+                                           t5_bucket((long long)j - (long long)i, md->buckets,
+                                                     md->max_distance, md->bidirectional);
+                                o->grads[t][e] += ds;
+                                o->sizes[t][e] += ds_abs;
+                            }
+                            break;
+                        case ATTN_SCORE_CALLBACK:
+                            ds *= callback_factor(h, i, j) + 0.1 * cos(in);
+                            ds_abs *= fabs(callback_factor(h, i, j) + 0.1 * cos(in));
+                            break;
+                        }
+                    }
+                    ds *= scale;
+                    ds_abs *= scale;
+                    size_t qa = q_at(c, b, h, i, c->D), ka = kv_at(c, b, kh, j, c->D);
+                    for (size_t d = 0; d < c->D; d++) {
+                        o->dq[qa + d] += ds * k[d];
+                        o->dk[ka + d] += ds * q[d];
+                        o->dq_size[qa + d] += ds_abs * fabs(k[d]);
+                        o->dk_size[ka + d] += ds_abs * fabs(q[d]);
+                    }
+                }
+            }
+        }
+    free(chain), free(P), free(seen);
+}
+
+/* ---- comparisons ------------------------------------------------------------- */
+
+/* ||got - want|| / max(||want||, ||size|| / 10) over finite wants (0 / 0
+ * passes); -inf wants must be got exactly. size (or NULL): the sums of
+ * |terms| of a gradient summed over many scores, which may cancel (a row's
+ * dS sums to 0, so a bias broadcast over keys, T5's bucket of every key a
+ * row sees, or dk of a key that is a row's only one, has gradient 0):
+ * float's error is then relative to the terms. */
+static double rel_l2_sized(const float *got, const double *want, const double *size, size_t n,
+                           bool *inf_ok) {
+    double num = 0, den = 0, terms = 0;
+    *inf_ok = true;
+    for (size_t i = 0; i < n; i++) {
+        if (isinf(want[i])) {
+            if (got[i] != (float)want[i]) *inf_ok = false;
+            continue;
+        }
+        double e = (double)got[i] - want[i];
+        num += e * e;
+        den += want[i] * want[i];
+        if (size) terms += size[i] * size[i];
+    }
+    if (terms * 1e-2 > den) den = terms * 1e-2;
+    if (den == 0) return num == 0 ? 0 : INFINITY;
+    return sqrt(num / den);
+}
+
+
+
+#define CHECK_REL_SIZED(name, got, want, size, n, what)                                     \
+    do {                                                                                     \
+        bool inf_ok_;                                                                        \
+        double e_ = rel_l2_sized((got), (want), (size), (n), &inf_ok_);                     \
+        if (e_ <= TOL && inf_ok_) {                                                          \
+            check_passed++;                                                                  \
+        } else {                                                                             \
+            check_failed++;                                                                  \
+            fprintf(stderr, "%s: %s relative L2 error %.3g (tol %g)%s\n", (what), (name), e_, \
+                    TOL, inf_ok_ ? "" : ", -inf rows differ");                              \
+        }                                                                                    \
+    } while (0)
+
+#define CHECK_REL(name, got, want, n, what) CHECK_REL_SIZED(name, got, want, NULL, n, what)
+
+/* ---- building a case ----------------------------------------------------------- */
+
+static size_t pick(const size_t *options, size_t n) { return options[below(n)]; }
+
+static int fn_from_vis(void *user, size_t b, size_t h, size_t i, size_t j) {
+    const flex_case *c = user;
+    return c->vis[((b * c->mh + h) * c->T + i) * c->S + j] != 0;
+}
+
+static void make_pattern(flex_case *c) {
+    size_t n = c->mb * c->mh * c->T * c->S;
+    c->vis = calloc(n, 1);
+    size_t qbs = (c->T + c->bq - 1) / c->bq, kbs = (c->S + c->bkv - 1) / c->bkv;
+    for (size_t bh = 0; bh < c->mb * c->mh; bh++) {
+        uint8_t *v = c->vis + bh * c->T * c->S;
+        if (c->pattern == PATTERN_BLOCKS) {
+            for (size_t qb = 0; qb < qbs; qb++)
+                for (size_t kb = 0; kb < kbs; kb++) {
+                    int kind = (int)below(3); /* skipped, full, partial */
+                    for (size_t i = qb * c->bq; i < (qb + 1) * c->bq && i < c->T; i++)
+                        for (size_t j = kb * c->bkv; j < (kb + 1) * c->bkv && j < c->S; j++)
+                            v[i * c->S + j] = kind == 1 || (kind == 2 && uniform() < 0.5);
+                }
+        } else if (c->pattern == PATTERN_CAUSAL) {
+            long long off = (long long)below(c->S) - (long long)c->T / 2;
+            for (size_t i = 0; i < c->T; i++)
+                for (size_t j = 0; j < c->S; j++) v[i * c->S + j] = (long long)j <= (long long)i + off;
+        } else {
+            double p = 0.2 + 0.7 * uniform();
+            for (size_t e = 0; e < c->T * c->S; e++) v[e] = uniform() < p;
+        }
+        /* rows that see no key */
+        for (size_t i = 0; i < c->T; i++)
+            if (uniform() < 0.08) memset(v + i * c->S, 0, c->S);
+    }
+}
+
+static attn_score_mod make_mod(flex_case *c, size_t slot) {
+    attn_score_mod m = {0};
+    bias_tensor *t = &c->tensors[slot];
+    int kind = 1 + (int)below(6);
+    m.kind = (attn_score_mod_kind)kind;
+    switch (m.kind) {
+    case ATTN_SCORE_SCALE: m.value = 0.5 + uniform(); break;
+    case ATTN_SCORE_SOFTCAP: m.value = 1.0 + 4.0 * uniform(); break;
+    case ATTN_SCORE_ALIBI:
+        t->n = c->H;
+        t->data = alloc_randn(c->H, 0.05f);
+        for (size_t h = 0; h < c->H; h++) t->data[h] = fabsf(t->data[h]);
+        m.tensor = t->data;
+        m.signed_distance = below(2);
+        m.offset = (long long)below(9) - 4;
+        break;
+    case ATTN_SCORE_BIAS: {
+        bool bb = below(2), bh = below(2), bi = below(4) == 0;
+        size_t ni = bi ? 1 : c->T, ld = c->S + below(3);
+        m.strides[3] = 1;
+        m.strides[2] = bi ? 0 : ld;
+        m.strides[1] = bh ? 0 : ni * ld;
+        m.strides[0] = bb ? 0 : (bh ? 1 : c->H) * ni * ld;
+        t->n = (bb ? 1 : c->B) * (bh ? 1 : c->H) * ni * ld;
+        t->data = alloc_randn(t->n, 1.0f);
+        t->grad = malloc(t->n * sizeof(float));
+        for (size_t e = 0; e < t->n; e++) t->grad[e] = NAN; /* the backward writes them all */
+        m.tensor = t->data;
+        m.tensor_grad = t->grad;
+        break;
+    }
+    case ATTN_SCORE_REL_BIAS:
+        m.bidirectional = below(2);
+        m.buckets = m.bidirectional ? 8 + 2 * below(12) : 4 + below(20);
+        m.max_distance = 16 + below(120);
+        t->n = c->H * m.buckets;
+        t->data = alloc_randn(t->n, 1.0f);
+        t->grad = malloc(t->n * sizeof(float));
+        m.tensor = t->data;
+        m.tensor_grad = t->grad;
+        break;
+    case ATTN_SCORE_CALLBACK:
+        m.fn = callback_fn;
+        m.grad_fn = callback_grad;
+        break;
+    }
+    return m;
+}
+
+static void make_case(flex_case *c, size_t index) {
+    static const size_t heads[][2] = {{1, 1}, {2, 1}, {3, 3}, {4, 2}, {6, 2}};
+    static const size_t lens[] = {1, 7, 16, 33, 64, 65, 100, 130, 200};
+    static const size_t dims[] = {8, 16, 24, 32, 40, 64};
+    static const size_t blocks[] = {16, 32, 64, 128};
+    memset(c, 0, sizeof *c);
+    const size_t *hh = heads[below(5)];
+    c->B = 1 + below(2);
+    c->H = hh[0], c->Hkv = hh[1];
+    c->T = pick(lens, 9), c->S = pick(lens, 9);
+    c->D = pick(dims, 6);
+    c->Dv = below(3) == 0 ? pick(dims, 6) : c->D;
+    c->bq = pick(blocks, 4), c->bkv = pick(blocks, 4);
+    c->scale = below(2) ? 0.0 : 0.05 + 0.3 * uniform();
+    c->causal = below(4) == 0;
+    c->window = below(5) == 0;
+    c->wl = (long long)below(40) - 1, c->wr = (long long)below(40) - 1;
+    c->bhtd = below(2);
+    if (below(3) == 0) c->sinks = alloc_randn(c->H, 1.0f);
+    /* every pattern in turn, then at random; none only with modifiers */
+    c->pattern = index < 5 ? (int)index : (int)below(5);
+    c->mb = below(2) ? 1 : c->B;
+    c->mh = below(2) ? 1 : c->H;
+    c->nmods = below(4);
+    if (c->pattern == PATTERN_NONE && c->nmods == 0) c->nmods = 1;
+    for (size_t t = 0; t < c->nmods; t++) c->mods[t] = make_mod(c, t);
+    if (c->pattern != PATTERN_NONE) make_pattern(c);
+    size_t qn = c->B * c->T * c->H, kn = c->B * c->S * c->Hkv;
+    c->q = alloc_randn(qn * c->D, 1.0f);
+    c->k = alloc_randn(kn * c->D, 1.0f);
+    c->v = alloc_randn(kn * c->Dv, 1.0f);
+    c->dout = alloc_randn(qn * c->Dv, 1.0f);
+}
+
+static attn_status build_mask(attn_ctx *ctx, flex_case *c) {
+    if (c->pattern == PATTERN_NONE) return ATTN_OK;
+    attn_block_mask_config mc = {c->mb, c->mh, c->T, c->S, c->bq, c->bkv};
+    size_t strides[4] = {c->mh * c->T * c->S, c->T * c->S, c->S, 1};
+    if (c->pattern == PATTERN_BITS)
+        return attn_block_mask_from_bool(ctx, &mc, c->vis, strides, &c->mask);
+    if (c->pattern == PATTERN_ADDITIVE) {
+        /* -inf hides; the finite values are a bias over the same tensor */
+        size_t n = c->mb * c->mh * c->T * c->S;
+        c->additive = malloc(n * sizeof(float));
+        for (size_t e = 0; e < n; e++) c->additive[e] = c->vis[e] ? randn() : -INFINITY;
+        attn_status st = attn_block_mask_from_additive(ctx, &mc, c->additive, strides, &c->mask);
+        if (st != ATTN_OK || c->nmods >= 6) return st;
+        attn_score_mod m = {.kind = ATTN_SCORE_BIAS, .tensor = c->additive};
+        m.strides[0] = c->mb == 1 ? 0 : strides[0];
+        m.strides[1] = c->mh == 1 ? 0 : strides[1];
+        m.strides[2] = strides[2], m.strides[3] = 1;
+        size_t at = below(c->nmods + 1);
+        memmove(&c->mods[at + 1], &c->mods[at], (c->nmods - at) * sizeof(attn_score_mod));
+        memmove(&c->tensors[at + 1], &c->tensors[at], (c->nmods - at) * sizeof(bias_tensor));
+        c->mods[at] = m;
+        c->tensors[at] = (bias_tensor){0};
+        c->nmods++;
+        return ATTN_OK;
+    }
+    return attn_block_mask_from_fn(ctx, &mc, fn_from_vis, c, &c->mask);
+}
+
+static void free_case(flex_case *c) {
+    attn_block_mask_free(c->mask);
+    for (size_t t = 0; t < 6; t++) free(c->tensors[t].data), free(c->tensors[t].grad);
+    free(c->vis), free(c->additive), free(c->sinks);
+    free(c->q), free(c->k), free(c->v), free(c->dout);
+}
+
+static attn_sdpa_config config_of(const flex_case *c) {
+    attn_sdpa_config cfg = {.batch = c->B, .heads = c->H, .kv_heads = c->Hkv, .q_tokens = c->T,
+                            .kv_tokens = c->S, .head_dim = c->D, .v_head_dim = c->Dv,
+                            .scale = c->scale, .causal = c->causal, .window = c->window,
+                            .window_left = c->wl, .window_right = c->wr, .sinks = c->sinks,
+                            .block_mask = c->mask, .score_mods = c->mods,
+                            .score_mod_count = c->nmods};
+    if (c->bhtd) {
+        size_t q[3] = {c->H * c->T * c->D, c->D, c->T * c->D};
+        size_t k[3] = {c->Hkv * c->S * c->D, c->D, c->S * c->D};
+        size_t v[3] = {c->Hkv * c->S * c->Dv, c->Dv, c->S * c->Dv};
+        size_t o[3] = {c->H * c->T * c->Dv, c->Dv, c->T * c->Dv};
+        memcpy(cfg.q_strides, q, sizeof q), memcpy(cfg.kv_strides, k, sizeof k);
+        memcpy(cfg.v_strides, v, sizeof v), memcpy(cfg.out_strides, o, sizeof o);
+    }
+    return cfg;
+}
+
+/* The float results of one run. */
+typedef struct results {
+    float *out, *lse, *dq, *dk, *dv, *dsinks, *grads[6];
+} results;
+
+static void results_alloc(const flex_case *c, results *r) {
+    size_t qn = c->B * c->T * c->H, kn = c->B * c->S * c->Hkv;
+    r->out = calloc(qn * c->Dv, sizeof(float));
+    r->lse = calloc(qn, sizeof(float));
+    r->dq = calloc(qn * c->D, sizeof(float));
+    r->dk = calloc(kn * c->D, sizeof(float));
+    r->dv = calloc(kn * c->Dv, sizeof(float));
+    r->dsinks = calloc(c->H, sizeof(float));
+    for (size_t t = 0; t < 6; t++) r->grads[t] = calloc(c->tensors[t].n + 1, sizeof(float));
+}
+static void results_free(results *r) {
+    free(r->out), free(r->lse), free(r->dq), free(r->dk), free(r->dv), free(r->dsinks);
+    for (size_t t = 0; t < 6; t++) free(r->grads[t]);
+}
+
+static bool run_case(attn_ctx *ctx, flex_case *c, results *r, const char *what) {
+    attn_sdpa_config cfg = config_of(c);
+    cfg.sinks_grad = c->sinks ? r->dsinks : NULL;
+    attn_status st = attn_sdpa_forward(ctx, &cfg, c->q, c->k, c->v, r->out, r->lse, NULL, NULL);
+    if (st != ATTN_OK) {
+        fprintf(stderr, "%s: forward: %s\n", what, attn_ctx_last_error(ctx));
+        return false;
+    }
+    /* a map of row intervals without modifiers is the fused kernels' to run */
+    attn_block_mask_info info = {0};
+    if (c->mask) attn_block_mask_get_info(c->mask, &info);
+    const char *runner = info.row_intervals && !c->nmods ? "fused [" : "flex [";
+    CHECK(strstr(attn_ctx_last_explain(ctx), runner) != NULL &&
+          strstr(attn_ctx_last_explain(ctx), "ran") != NULL);
+    if (!strstr(attn_ctx_last_explain(ctx), runner) || getenv("FLEX_VERBOSE")) {
+        fprintf(stderr, "%s: explain: %s\n", what, attn_ctx_last_explain(ctx));
+        for (size_t t = 0; t < c->nmods; t++)
+            fprintf(stderr, "  mod %zu: kind %d value %g buckets %zu max_distance %zu bidirectional %d strides %zu %zu %zu %zu\n", t,
+                    (int)c->mods[t].kind, c->mods[t].value, c->mods[t].buckets,
+                    c->mods[t].max_distance, c->mods[t].bidirectional, c->mods[t].strides[0],
+                    c->mods[t].strides[1], c->mods[t].strides[2], c->mods[t].strides[3]);
+    }
+    st = attn_sdpa_backward(ctx, &cfg, c->q, c->k, c->v, r->out, r->lse, c->dout, r->dq, r->dk,
+                            r->dv, NULL);
+    if (st != ATTN_OK) {
+        fprintf(stderr, "%s: backward: %s\n", what, attn_ctx_last_error(ctx));
+        return false;
+    }
+    for (size_t t = 0; t < c->nmods; t++)
+        if (c->mods[t].tensor_grad) memcpy(r->grads[t], c->mods[t].tensor_grad, c->tensors[t].n * sizeof(float));
+    return true;
+}
+
+static void test_case(attn_ctx *one, attn_ctx *two, size_t index) {
+    flex_case c;
+    make_case(&c, index);
+    char what[256];
+    snprintf(what, sizeof what,
+             "case %zu (B %zu H %zu/%zu T %zu S %zu D %zu/%zu blocks %zux%zu pattern %d map "
+             "%zux%zu causal %d window %d (%lld, %lld) sinks %d mods %zu%s)",
+             index, c.B, c.H, c.Hkv, c.T, c.S, c.D, c.Dv, c.bq, c.bkv, c.pattern, c.mb, c.mh,
+             c.causal, c.window, c.wl, c.wr, c.sinks != NULL, c.nmods, c.bhtd ? " bhtd" : "");
+    CHECK_STATUS(build_mask(one, &c), ATTN_OK);
+    results r1, r2;
+    results_alloc(&c, &r1);
+    results_alloc(&c, &r2);
+    bool ok = run_case(one, &c, &r1, what);
+    CHECK(ok);
+    if (ok) {
+        size_t qn = c.B * c.T * c.H, kn = c.B * c.S * c.Hkv;
+        oracle o = {calloc(qn * c.Dv, sizeof(double)), calloc(qn, sizeof(double)),
+                    calloc(qn * c.D, sizeof(double)), calloc(kn * c.D, sizeof(double)),
+                    calloc(kn * c.Dv, sizeof(double)), calloc(c.H, sizeof(double)),
+                    calloc(qn * c.D, sizeof(double)), calloc(kn * c.D, sizeof(double)),
+                    calloc(c.H, sizeof(double)), {0}, {0}};
+        for (size_t t = 0; t < c.nmods; t++)
+            if (c.mods[t].tensor_grad) {
+                o.grads[t] = calloc(c.tensors[t].n, sizeof(double));
+                o.sizes[t] = calloc(c.tensors[t].n, sizeof(double));
+            }
+        run_oracle(&c, &o);
+        CHECK_REL("out", r1.out, o.out, qn * c.Dv, what);
+        CHECK_REL("lse", r1.lse, o.lse, qn, what);
+        CHECK_REL_SIZED("dq", r1.dq, o.dq, o.dq_size, qn * c.D, what);
+        CHECK_REL_SIZED("dk", r1.dk, o.dk, o.dk_size, kn * c.D, what);
+        CHECK_REL("dv", r1.dv, o.dv, kn * c.Dv, what);
+        if (c.sinks) CHECK_REL_SIZED("dsinks", r1.dsinks, o.dsinks, o.dsinks_size, c.H, what);
+        for (size_t t = 0; t < c.nmods; t++) {
+            if (!o.grads[t]) continue;
+            /* elements the strides never reach stay as they were: compare the reached ones */
+            const attn_score_mod *m = &c.mods[t];
+            if (m->kind == ATTN_SCORE_BIAS)
+                for (size_t e = 0; e < c.tensors[t].n; e++)
+                    if (isnan(r1.grads[t][e])) r1.grads[t][e] = 0.0f;
+            CHECK_REL_SIZED(m->kind == ATTN_SCORE_BIAS ? "bias grad" : "T5 table grad",
+                            r1.grads[t], o.grads[t], o.sizes[t], c.tensors[t].n, what);
+        }
+        /* empty rows: out exactly 0 */
+        for (size_t b = 0; b < c.B; b++)
+            for (size_t h = 0; h < c.H; h++)
+                for (size_t i = 0; i < c.T; i++) {
+                    size_t row = (b * c.H + h) * c.T + i;
+                    if (o.lse[row] != -INFINITY) continue;
+                    const float *out = r1.out + q_at(&c, b, h, i, c.Dv);
+                    bool zero = true;
+                    for (size_t d = 0; d < c.Dv; d++) zero &= out[d] == 0.0f;
+                    CHECK(zero && r1.lse[row] == -INFINITY);
+                }
+        free(o.out), free(o.lse), free(o.dq), free(o.dk), free(o.dv), free(o.dsinks);
+        free(o.dsinks_size), free(o.dq_size), free(o.dk_size);
+        for (size_t t = 0; t < 6; t++) free(o.grads[t]), free(o.sizes[t]);
+        /* two threads: the same bits */
+        if (run_case(two, &c, &r2, what)) {
+            bool same = !memcmp(r1.out, r2.out, qn * c.Dv * sizeof(float)) &&
+                        !memcmp(r1.lse, r2.lse, qn * sizeof(float)) &&
+                        !memcmp(r1.dq, r2.dq, qn * c.D * sizeof(float)) &&
+                        !memcmp(r1.dk, r2.dk, kn * c.D * sizeof(float)) &&
+                        !memcmp(r1.dv, r2.dv, kn * c.Dv * sizeof(float)) &&
+                        !memcmp(r1.dsinks, r2.dsinks, c.H * sizeof(float));
+            for (size_t t = 0; t < c.nmods; t++)
+                if (c.mods[t].tensor_grad) {
+                    for (size_t e = 0; e < c.tensors[t].n; e++)
+                        if (isnan(r2.grads[t][e])) r2.grads[t][e] = 0.0f;
+                    same &= !memcmp(r1.grads[t], r2.grads[t], c.tensors[t].n * sizeof(float));
+                }
+            if (!same) fprintf(stderr, "%s: 1 and 2 threads differ\n", what);
+            CHECK(same);
+        } else {
+            CHECK(false);
+        }
+    }
+    results_free(&r1);
+    results_free(&r2);
+    free_case(&c);
+}
+
+/* A callback's error fails the call, forward and backward, naming it. */
+static void test_callback_error(attn_ctx *ctx) {
+    size_t B = 1, H = 2, T = 40, S = 100, D = 16;
+    float *q = alloc_randn(B * T * H * D, 1), *k = alloc_randn(B * S * H * D, 1);
+    float *v = alloc_randn(B * S * H * D, 1), *out = calloc(B * T * H * D, 4);
+    float *lse = calloc(B * H * T, 4), *dq = calloc(B * T * H * D, 4);
+    float *dk = calloc(B * S * H * D, 4), *dv = calloc(B * S * H * D, 4);
+    attn_score_mod mods[2] = {{.kind = ATTN_SCORE_SCALE, .value = 2.0},
+                              {.kind = ATTN_SCORE_CALLBACK, .fn = failing_fn}};
+    attn_sdpa_config cfg = {.batch = B, .heads = H, .q_tokens = T, .kv_tokens = S,
+                            .head_dim = D, .score_mods = mods, .score_mod_count = 2};
+    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "attn_sdpa_forward");
+    CHECK_MESSAGE(ctx, "score_mods[1] (callback)");
+    CHECK_MESSAGE(ctx, "returned 3");
+    CHECK_MESSAGE(ctx, "keys 64..99");
+    mods[1] = (attn_score_mod){.kind = ATTN_SCORE_CALLBACK, .fn = callback_fn,
+                               .grad_fn = failing_grad};
+    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+    CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, out, dq, dk, dv, NULL),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "attn_sdpa_backward");
+    CHECK_MESSAGE(ctx, "score_mods[1] (callback) grad_fn returned 5");
+    CHECK_MESSAGE(ctx, "keys 64..99");
+    free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv);
+}
+
+/* ---- timing -------------------------------------------------------------------- */
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+typedef struct sparse_blocks {
+    uint64_t salt;
+} sparse_blocks;
+
+/* About 10% of the 64 x 64 tiles, whole. */
+static int ten_percent(void *user, size_t b, size_t h, size_t i, size_t j) {
+    (void)b, (void)h;
+    const sparse_blocks *s = user;
+    uint64_t z = ((uint64_t)(i / 64) << 32 | (j / 64)) * 0x9E3779B97F4A7C15ull ^ s->salt;
+    z = (z ^ (z >> 29)) * 0xBF58476D1CE4E5B9ull;
+    return (z >> 40) % 10 == 0;
+}
+
+static void bench(attn_ctx *ctx, size_t n) {
+    size_t H = 12, D = 64;
+    float *q = alloc_randn(n * H * D, 1), *k = alloc_randn(n * H * D, 1);
+    float *v = alloc_randn(n * H * D, 1), *out = malloc(n * H * D * sizeof(float));
+    attn_block_mask_config mc = {1, 1, n, n, 64, 64};
+    sparse_blocks salt = {next_u64()};
+    attn_block_mask *mask = NULL;
+    if (attn_block_mask_from_fn(ctx, &mc, ten_percent, &salt, &mask) != ATTN_OK) {
+        fprintf(stderr, "bench: %s\n", attn_ctx_last_error(ctx));
+        CHECK(false);
+        return;
+    }
+    attn_block_mask_info info;
+    attn_block_mask_get_info(mask, &info);
+    attn_sdpa_config dense = {.batch = 1, .heads = H, .q_tokens = n, .kv_tokens = n,
+                              .head_dim = D};
+    attn_sdpa_config sparse = dense;
+    sparse.block_mask = mask;
+    double best[2] = {INFINITY, INFINITY};
+    for (int rep = 0; rep < 3; rep++)
+        for (int which = 0; which < 2; which++) {
+            double t0 = now();
+            attn_status st = attn_sdpa_forward(ctx, which ? &sparse : &dense, q, k, v, out, NULL,
+                                               NULL, NULL);
+            double t = now() - t0;
+            CHECK(st == ATTN_OK);
+            if (t < best[which]) best[which] = t;
+        }
+    printf("T = S = %zu, H = %zu, D = %zu forward: dense %.1f ms, %.1f%% block map (%zu tiles, "
+           "flex) %.1f ms: %.2fx (target at 8192: 6x)\n",
+           n, H, D, 1e3 * best[0], 100.0 - info.sparsity, info.full_blocks + info.partial_blocks,
+           1e3 * best[1], best[0] / best[1]);
+    attn_block_mask_free(mask);
+    free(q), free(k), free(v), free(out);
+}
+
+int main(int argc, char **argv) {
+    const char *env = getenv("ATTN_TEST_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
+    printf("seed %llu (ATTN_TEST_SEED to repeat)\n", (unsigned long long)seed);
+    rng_state = seed;
+    attn_ctx *one, *two;
+    attn_ctx_config c1 = {.num_threads = 1}, c2 = {.num_threads = 2};
+    if (attn_ctx_new(&c1, &one) != ATTN_OK || attn_ctx_new(&c2, &two) != ATTN_OK) return 1;
+    if (argc == 3 && !strcmp(argv[1], "--bench")) {
+        bench(two, strtoul(argv[2], NULL, 10));
+    } else {
+        size_t cases = argc == 3 && !strcmp(argv[1], "--cases") ? strtoul(argv[2], NULL, 10) : 40;
+        for (size_t i = 0; i < cases; i++) test_case(one, two, i);
+        test_callback_error(two);
+#if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+        /* an unoptimised or instrumented build's times say nothing, nor the portable set's */
+        if (attn_ctx_kernels(two) != ATTN_KERNELS_PORTABLE) bench(two, 4096);
+#endif
+    }
+    attn_ctx_free(one);
+    attn_ctx_free(two);
+    printf("%d passed, %d failed\n", check_passed, check_failed);
+    return check_failed ? 1 : 0;
+}
