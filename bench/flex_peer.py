@@ -183,6 +183,18 @@ def git_commit():
         return "?"
 
 
+def cpu_kind(cpuinfo):
+    """The machine part of a results file name (bench/results/README.md);
+    AMD's family 25 holds Zen 3 (models 0x00-0x0f, 0x20-0x5f) and Zen 4."""
+    vendor, family = cpuinfo.get("vendor_id", ""), cpuinfo.get("cpu family", "")
+    if vendor == "AuthenticAMD" and family == "25":
+        model = int(cpuinfo.get("model", "0"))
+        return "zen3" if model < 0x10 or 0x20 <= model < 0x60 else "zen4"
+    if vendor == "AuthenticAMD" and family == "26":
+        return "zen5"
+    return {"GenuineIntel": "xeon"}.get(vendor, platform.machine() or "cpu")
+
+
 def header():
     out("$ " + " ".join(shlex.quote(a) for a in [sys.executable] + sys.argv))
     fields, cpuinfo = lscpu()
@@ -193,6 +205,8 @@ def header():
         f"{len(os.sched_getaffinity(0))} usable")
     out("CPU flags: " + " ".join(f"{f} {'yes' if f in flags else 'no'}"
                                  for f in FLAGS_OF_INTEREST))
+    out(f"results file name: flex-{git_commit()}-{cpu_kind(cpuinfo)}-"
+        f"{len(os.sched_getaffinity(0))}vcpu.txt")
     out(f"attn: {attn_lib.path} (commit {git_commit()}), through the Python package "
         f"(attn.torch); block maps run on its kernels: {at._runs_block_maps()}")
     out(f"PyTorch {torch.__version__}: torch.compile(flex_attention), "
