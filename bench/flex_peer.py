@@ -309,7 +309,7 @@ def dense_mask(mask_mod, T, S):
                     torch.arange(S).view(1, S)).expand(T, S).contiguous()
 
 
-def eager_reference(q, k, v, keep, score_bias=None):
+def eager_reference(q, k, v, keep):
     """PyTorch's eager SDPA on head 0 with keep (T, S) bool: the oracle of
     attn-only rows."""
     return F.scaled_dot_product_attention(q[:, :1], k[:, :1], v[:, :1], attn_mask=keep)
