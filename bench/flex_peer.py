@@ -8,9 +8,10 @@ attn runs through its Python package (python/ of this repository, loaded with
 ATTN_LIBRARY set to the libattn given): attn.torch.flex_attention with
 attn.torch.create_block_mask, attn.torch.scaled_dot_product_attention and
 attn.torch.flash_attn_func. Their per-call Python work (tracing a score_mod
-with torch.fx, checking arguments, building ctypes structures) is well under
-a millisecond, against calls of tens to thousands of milliseconds at these
-sizes, so the C API is not called through ctypes directly. PyTorch runs as
+with torch.fx, checking arguments, building ctypes structures) is about 1 ms,
+7 ms with the T5 bias's score_mod (its bucket table built per call), against
+calls of 60 ms and more here (under 1% even for T5's, which take 850 ms and
+more), so the C API is not called through ctypes directly. PyTorch runs as
 its users call it: torch.compile(flex_attention), compiled once per case and
 thread count and warmed up before timing, block masks from its own
 create_block_mask; F.scaled_dot_product_attention eagerly.
