@@ -242,8 +242,10 @@ static int build_dense(attn_ctx *ctx, const cli_mask_options *m, const cli_mask_
     attn_npy_i32 ints = {0};
     bool is_int = attn_npy_read_i32(ctx, m->mask, &ints) == ATTN_OK;
     if (!is_int && attn_npy_read(ctx, m->mask, &out->values) != ATTN_OK) {
-        (void)attn_npy_read_i32(ctx, m->mask, &ints); /* its message: the one to report */
+        /* the integer reader's message is the one to report */
+        attn_status again = attn_npy_read_i32(ctx, m->mask, &ints);
         attn_npy_i32_free(&ints);
+        if (again == ATTN_OK) return cli_failure("--mask: '%s' changed while it was read", m->mask);
         return cli_library_error(ctx, "--mask");
     }
     size_t rank = is_int ? ints.ndim : out->values.ndim;

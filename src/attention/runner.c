@@ -229,8 +229,62 @@ static size_t pass_bytes(const attn_ctx *ctx, const attn_attention_problem *p, a
     return bytes;
 }
 
+/* ---- chains the fixed features say ---------------------------------------- */
+
+/* Whether every key p lets a query see lies at or before the query's
+ * position i + offset (so a signed ALiBi distance is the absolute one). */
+static bool keys_before(const attn_attention_problem *p, int64_t offset) {
+    int64_t diagonal = attn_attention_seq_of(p, 0).diagonal;
+    if (p->causal && diagonal == offset) return true;
+    if (p->window && p->window_right == 0 && diagonal == offset) return true;
+    const attn_block_map *m = p->block_map;
+    if (!m || !m->row_lo) return false;
+    for (size_t b = 0; b < m->rows_batch; b++)
+        for (size_t i = 0; i < m->q_len; i++) {
+            size_t at = b * m->q_len + i;
+            if (m->row_lo[at] < m->row_hi[at] && m->row_hi[at] > (int64_t)i + offset + 1)
+                return false;
+        }
+    return true;
+}
+
+/* p with its chain said as the fixed features, into *out, when the chain
+ * is softcap, ALiBi or softcap then ALiBi at the problem's own positions
+ * (what q . k * scale, softcap, - slope |pos_i - j| computes) and the map,
+ * if any, is one of row intervals: the fused kernels then run it, as fast
+ * as the features themselves. Else p. */
+static const attn_attention_problem *fixed_features(const attn_attention_problem *p,
+                                                    attn_attention_problem *out) {
+    size_t n = p->score_mod_count;
+    if (!n || n > 2 || p->cu_seqlens_q || p->kv_cache || (p->block_map && !p->block_map->row_lo))
+        return p;
+    const attn_score_mod *cap = NULL, *alibi = NULL;
+    for (size_t k = 0; k < n; k++) {
+        const attn_score_mod *m = &p->score_mods[k];
+        if (m->kind == ATTN_SCORE_SOFTCAP && k == 0) cap = m;
+        else if (m->kind == ATTN_SCORE_ALIBI && k == n - 1) alibi = m;
+        else return p;
+    }
+    if (alibi) {
+        int64_t diagonal = attn_attention_seq_of(p, 0).diagonal;
+        if (alibi->offset != diagonal) return p;
+        if (alibi->signed_distance && !keys_before(p, alibi->offset)) return p;
+    }
+    *out = *p;
+    out->score_mods = NULL;
+    out->score_mod_count = 0;
+    if (cap) {
+        out->softcap = (float)cap->value;
+        out->softcap_f64 = cap->value;
+    }
+    if (alibi) out->alibi_slopes = alibi->tensor;
+    return out;
+}
+
 size_t attn_attention_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p,
                                     bool mask_in_workspace, bool traced) {
+    attn_attention_problem said;
+    p = fixed_features(p, &said);
     /* with dropout or not: the workspace fits either */
     attn_pass plain = {.traced = traced}, dropped = {.traced = traced, .dropout = true};
     size_t bytes = max_size(pass_bytes(ctx, p, plain), pass_bytes(ctx, p, dropped));
@@ -242,6 +296,8 @@ size_t attn_attention_forward_bytes(const attn_ctx *ctx, const attn_attention_pr
 }
 
 size_t attn_attention_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
+    attn_attention_problem said;
+    p = fixed_features(p, &said);
     attn_pass plain = {.backward = true}, dropped = {.backward = true, .dropout = true};
     return max_size(pass_bytes(ctx, p, plain), pass_bytes(ctx, p, dropped));
 }
@@ -341,6 +397,8 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
                                    attn_attention_dropout *drop_out, void *workspace) {
     attn_status st = attn_attention_check(ctx, who, p);
     if (st != ATTN_OK) return st;
+    attn_attention_problem said;
+    p = fixed_features(p, &said);
     bool drawn = stream && !stream->passthrough;
     bool serial = drawn && !stream->drop_all && stream->method != ATTN_BERNOULLI_PHILOX;
     if (serial && p->cu_seqlens_q)
@@ -422,6 +480,8 @@ attn_status attn_attention_backward(attn_ctx *ctx, const char *who, const attn_a
                                     const attn_attention_dropout *drop,
                                     const attn_attention_grads *g, void *workspace) {
     attn_status st = attn_attention_check(ctx, who, p);
+    attn_attention_problem said;
+    if (st == ATTN_OK) p = fixed_features(p, &said);
     for (size_t k = 0; st == ATTN_OK && k < p->score_mod_count; k++)
         if (p->score_mods[k].kind == ATTN_SCORE_CALLBACK && !p->score_mods[k].grad_fn)
             st = attn_fail(ctx, ATTN_ERR_NULL,

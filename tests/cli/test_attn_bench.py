@@ -65,7 +65,7 @@ def expect_usage_error(r, args, fragments):
         check(frag in se, "stderr mentions %r: %s" % (frag, label), "stderr=%r" % se[:500])
 
 
-SECTIONS = ["peak", "sgemm", "attention", "layer", "dropout", "variants", "decode", "bf16"]
+SECTIONS = ["peak", "sgemm", "attention", "layer", "dropout", "variants", "decode", "bf16", "masks"]
 
 
 def test_help_and_errors(r):
