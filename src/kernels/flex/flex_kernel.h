@@ -611,10 +611,13 @@ static bool chain_backward(const flex_job *job, flex_tiles *t, const flex_at *at
         case ATTN_SCORE_SOFTCAP: {
             const float *in = t->inputs + --slot * score;
             float inv = (float)(1.0 / m->value);
+            /* d tanh(x) / dx = sech^2 x = 4 e / (1 + e)^2 with e = exp(-2 |x|):
+             * 1 - tanh^2 x would cancel where the cap saturates, losing
+             * the small gradients' bits */
             for (size_t r = 0; r < at->nr; r++)
                 for (size_t c = 0; c < at->nc; c++) {
-                    float th = tanhf(in[r * ld + c] * inv);
-                    ds[r * ld + c] *= 1.0f - th * th;
+                    float e = expf(-2.0f * fabsf(in[r * ld + c] * inv)), u = 1.0f + e;
+                    ds[r * ld + c] *= 4.0f * e / (u * u);
                 }
             break;
         }
