@@ -684,7 +684,8 @@ typedef struct attn_score_tile {
  * layout) the gradient of its output, which grad_fn turns in place into
  * the gradient of its input. Nonzero: an error, returned as
  * ATTN_ERR_INVALID naming the modifier and the tile; outputs are then
- * unspecified. Called from the ctx's threads, concurrently. */
+ * unspecified. Called from the ctx's threads, concurrently. float64 calls
+ * hand callbacks float copies of their scores. */
 typedef int (*attn_score_fn)(void *user, const attn_score_tile *tile);
 typedef int (*attn_score_grad_fn)(void *user, const attn_score_tile *tile, float *grad);
 
