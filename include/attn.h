@@ -1809,14 +1809,19 @@ size_t attn_kv_cache_token_bytes(const attn_kv_cache *cache);
  *
  * New token r of sequence s has position p = length(s) + r and attends,
  * causally, to the positions max(0, p - W + 1) .. p (W the layer's window,
- * else all): the cached ones and the new ones before it and itself. The
+ * else all): the cached ones and the new ones before it and itself, with
+ * the scores of attn_sdpa_forward's modifiers: s_j = softcap(q . k_j *
+ * scale) - alibi_h (p - j), softcap(x) = c tanh(x / c), and head h's sink
+ * a logit in the softmax's denominator that weighs no value (gpt-oss). A
+ * NaN or infinite q . k_j * scale makes the row NaN, softcap or not. The
  * result does not depend on the layout or page size, bit for bit, and for a
  * given thread count not on anything but the inputs. One token against a
  * long cache is split over the KV length so that every thread has work
  * (partial softmaxes merged by their log-sum-exp).
  * Errors (nothing is written, nothing appended): ATTN_ERR_NULL,
  * ATTN_ERR_SHAPE (q_heads not a multiple of kv_heads), ATTN_ERR_INVALID
- * (layer, scale, out overlapping an input), ATTN_ERR_OVERFLOW (a
+ * (layer, scale, a negative or non-finite softcap, a non-finite slope or
+ * sink, named with its head, out overlapping an input), ATTN_ERR_OVERFLOW (a
  * sequence would pass max_len, or the pool is out of pages: the message
  * names the sequence, its length, the new tokens and the limit),
  * ATTN_ERR_NO_MEMORY.
@@ -1829,6 +1834,10 @@ typedef struct attn_kv_attend_args {
     double scale;
     const float *q, *k_new, *v_new;
     float *out;
+    /* score modifiers (0, NULL: off), as attn_sdpa_config's: */
+    float softcap;              /* s = softcap * tanh(s / softcap); finite, >= 0 */
+    const float *alibi_slopes;  /* q_heads finite slopes: s -= slope_h * (p - j) */
+    const float *sinks;         /* q_heads finite logits, one in each row's softmax */
 } attn_kv_attend_args;
 attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args *args);
 /* Appends keys and values to layer without attending: a prefix whose K and
@@ -1862,11 +1871,16 @@ typedef struct attn_kv_tree_args {
     double scale;            /* as attn_kv_attend_args's */
     const float *q, *k_new, *v_new; /* (n, q_heads | kv_heads, head_dim) */
     float *out;              /* (n, q_heads, head_dim) */
+    float softcap;           /* as attn_kv_attend_args's (0: off) */
+    const float *alibi_slopes; /* NULL: a tree with slopes is refused */
+    const float *sinks;      /* as attn_kv_attend_args's (NULL: off) */
 } attn_kv_tree_args;
 /* The draft tokens' attention over sequence seq's cache and the tree
  * (forward only); nothing is appended: the draft rows are read as the cache
- * would store them. Layers with a window are refused (ATTN_ERR_UNSUPPORTED).
- * Otherwise the errors of attn_kv_cache_attend. */
+ * would store them. Layers with a window are refused (ATTN_ERR_UNSUPPORTED),
+ * and so are ALiBi slopes: a draft's distance to an ancestor is their
+ * depths' difference, not their rows'. Otherwise the errors of
+ * attn_kv_cache_attend. */
 attn_status attn_kv_cache_attend_tree(attn_kv_cache *cache, const attn_kv_tree_args *args);
 /* Appends the verified branch, draft rows rows[0 .. count) of k_new and
  * v_new (root to leaf: rising, >= 0), to sequence seq of layer, as

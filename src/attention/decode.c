@@ -5,9 +5,11 @@
  * It takes problems whose K and V come from a cache (attn_kv_cache_view),
  * float32 queries over K and V in any of the cache's stored formats
  * (widened in registers), causal with an optional window on the left,
- * forward only; it declines softcap, ALiBi, sinks and dropout, which no
- * backend runs over a cache yet (the runner refuses such a problem, naming
- * them).
+ * softcap, ALiBi and sinks, forward only; it declines dropout, which no
+ * backend runs over a cache (the runner refuses such a problem, naming it).
+ * Softcap and ALiBi change each block of scores in the kernels; a head's
+ * sink joins each row's softmax once its chunks are folded, so that split
+ * and row mode still fold the same partials the same way.
  *
  * The work of a sequence: its keys in chunks of C positions (C from its
  * length alone), each chunk's partial softmax folded into the result in
@@ -50,7 +52,8 @@ static const char *decode_declines(const attn_ctx *ctx, const attn_attention_pro
     if (pass.traced) return "the scores' trace is the reference's";
     if (pass.dropout) return "dropout";
     const char *feature = attn_problem_unsupported(
-        p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_KV_CACHE | ATTN_USES_TREE);
+        p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_KV_CACHE | ATTN_USES_TREE |
+               ATTN_USES_SOFTCAP | ATTN_USES_ALIBI | ATTN_USES_SINKS);
     if (feature) return feature;
     if (p->v_head_dim != p->head_dim) return "v_head_dim != head_dim";
     if (!p->causal || p->diagonal != ATTN_DIAGONAL_BOTTOM_RIGHT) return "not causal from the cache";
@@ -157,6 +160,11 @@ static call_plan plan_call(const attn_ctx *ctx, const attn_attention_problem *p,
             .q = (const float *)p->q.data + sp->row_start * H * D, .rows = n,
             .first_pos = p->kv_cache->cached[b],
             .window = p->window ? (size_t)p->window_left + 1 : 0, .keys = keys_of(p, b)};
+        if (p->softcap > 0.0f) {
+            sp->d.cap2 = (float)(p->softcap * ATTN_DECODE_LOG2E);
+            sp->d.inv_cap2 = (float)(1.0 / (p->softcap * ATTN_DECODE_LOG2E));
+        }
+        sp->d.alibi_slopes = p->alibi_slopes;
         if (p->kv_cache->tree) {
             sp->d.tree = p->kv_cache->tree + sp->row_start * p->kv_cache->tree_words;
             sp->d.tree_words = p->kv_cache->tree_words;
@@ -213,6 +221,7 @@ typedef struct attend_job {
     const seq_plan *plans;
     const work_item *items;
     size_t H, D;
+    const float *sinks;  /* (H) a logit per query head, or NULL */
     float *out;          /* (rows, H, D): accumulators, then the result */
     float *m, *l;        /* (rows, H) running max and sum */
     float *partials;     /* split: per chunk (rows, H) m, l, then (rows, H, D) acc */
@@ -227,11 +236,17 @@ static void chunk_keys(const seq_plan *sp, size_t chunk, size_t *begin, size_t *
     *end = min_size(*begin + sp->chunk, total);
 }
 
-/* rows [r0, r0 + n) of a sequence: (m, l, acc) /= l into out. */
+/* rows [r0, r0 + n) of a sequence: (m, l, acc) /= l into out, each
+ * head's sink in l where the problem has sinks. */
 static void finish_rows(const attend_job *job, const seq_plan *sp, size_t r0, size_t n) {
     size_t H = job->H, D = job->D;
     for (size_t i = (sp->row_start + r0) * H; i < (sp->row_start + r0 + n) * H; i++) {
         float *o = job->out + i * D, l = job->l[i];
+        if (job->sinks) {
+            float sink2 = (float)((double)job->sinks[i % H] * ATTN_DECODE_LOG2E);
+            attn_decode_sink(job->m[i], l, o, sink2, o, D);
+            continue;
+        }
         for (size_t d = 0; d < D; d++) o[d] = o[d] / l;
     }
 }
@@ -297,7 +312,8 @@ static const char *decode_forward(attn_ctx *ctx, const attn_attention_problem *p
     work_item *list = (work_item *)((char *)workspace + lay.plans);
     float *f = (float *)((char *)list + lay.items);
     attend_job job = {.kern = ctx->ks.decode, .plans = plans, .items = list, .H = H, .D = D,
-                      .out = p->out.data, .part_scratch = f, .part_floats = lay.part_floats};
+                      .sinks = p->sinks, .out = p->out.data, .part_scratch = f,
+                      .part_floats = lay.part_floats};
     job.m = f + attn_parallel_parts(threads) * lay.part_floats;
     job.l = job.m + cp.rows * H;
     job.partials = job.l + cp.rows * H;

@@ -345,8 +345,10 @@ typedef struct ref_f64_tensors {
 /* ---- keys from a KV cache: new rows against cached positions ------------------------ */
 
 /* The problem's keys from a cache (attn_kv_cache_view), a row at a time:
- * packed row r of every query head, softmax(q . k * scale) @ v over the
- * positions it sees, in double, rounded once. */
+ * packed row r of every query head, softmax(s) @ v over the positions it
+ * sees (and the head's sink), s = softcap(q . k * scale) - alibi_h (pos -
+ * j), in double, rounded once. A NaN or infinite q . k * scale makes the
+ * row NaN before softcap could make it finite (attn.h, the KV cache). */
 typedef struct cache_job {
     const attn_attention_problem *p;
     double *scratch; /* per part: positions + D doubles */
@@ -406,10 +408,13 @@ static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
                 cache_key(p, &c->k, b, j, kh, x);
                 double dotp = 0.0;
                 for (size_t e = 0; e < D; e++) dotp += (double)q[e] * x[e];
-                w[j - lo] = dotp * p->scale_f64;
-                bad |= !isfinite(w[j - lo]);
+                double raw = dotp * p->scale_f64;
+                bad |= !isfinite(raw);
+                w[j - lo] = modified_score(p, p->softcap_f64, h, (int64_t)pos, j, raw, NULL);
                 if (w[j - lo] > mx) mx = w[j - lo];
             }
+            double sink = p->sinks ? (double)p->sinks[h] : -INFINITY;
+            if (sink > mx) mx = sink;
             for (size_t e = 0; e < D; e++) o[e] = 0.0;
             for (size_t j = lo; j < hi; j++) {
                 if (tree_hides(c, row, b, j)) continue;
@@ -418,8 +423,11 @@ static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
                 sum += e_j;
                 for (size_t e = 0; e < D; e++) o[e] += e_j * x[e];
             }
+            if (p->sinks) sum += exp(sink - mx); /* in the denominator, no value */
             float *y = (float *)p->out.data + (row * H + h) * D;
-            for (size_t e = 0; e < D; e++) y[e] = bad ? NAN : (float)(o[e] / sum);
+            /* sum 0: the row sees no key and has no sink (zeros) */
+            for (size_t e = 0; e < D; e++)
+                y[e] = bad ? NAN : sum > 0.0 ? (float)(o[e] / sum) : 0.0f;
         }
     }
 }
@@ -486,18 +494,21 @@ static const char *reference_backward(attn_ctx *ctx, const attn_attention_proble
 }
 
 /* The oracle runs every float32 and float64 problem of the features it
- * names; from a cache, the causal forward. */
+ * names; from a cache, the causal forward (softcap, ALiBi and sinks
+ * included). */
 static const char *reference_declines(const attn_ctx *ctx, const attn_attention_problem *p,
                                       attn_pass pass) {
     (void)ctx;
     if (p->kv_cache) {
-        /* new rows against a cache: causal (a window on the left), scaled dot products */
+        /* new rows against a cache: causal (a window on the left), softcap, ALiBi, sinks */
         if (p->q.dtype != ATTN_DTYPE_F32) return "queries of other than float32";
         const char *feature = attn_problem_unsupported(
-            p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_KV_CACHE | ATTN_USES_TREE);
+            p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_KV_CACHE | ATTN_USES_TREE |
+                   ATTN_USES_SOFTCAP | ATTN_USES_ALIBI | ATTN_USES_SINKS);
         if (feature || pass.backward || pass.dropout || pass.traced ||
             p->v_head_dim != p->head_dim)
-            return "from a cache it runs the causal forward of scaled dot products alone";
+            return "from a cache it runs the causal forward alone (softcap, ALiBi and sinks "
+                   "its only modifiers)";
         return NULL;
     }
     if (p->q.dtype != ATTN_DTYPE_F32 && p->q.dtype != ATTN_DTYPE_F64)

@@ -361,10 +361,12 @@ static run_result run_candidates(attn_ctx *ctx, const attn_attention_problem *p,
         if (!why)
             why = backward ? b->backward(ctx, p, drop, g, workspace)
                            : b->forward(ctx, p, drop, trace, workspace);
-        char name[128], stored[48] = "";
-        if (p->kv_cache) /* the formats the kernel read */
-            snprintf(stored, sizeof stored, "%sK %s, V %s", b->kernel_name ? ", " : " [",
-                     attn_dtype_name(p->kv_cache->k.dtype), attn_dtype_name(p->kv_cache->v.dtype));
+        char name[160], stored[80] = "";
+        if (p->kv_cache) /* the formats the kernel read, and the score modifiers it ran */
+            snprintf(stored, sizeof stored, "%sK %s, V %s%s%s%s", b->kernel_name ? ", " : " [",
+                     attn_dtype_name(p->kv_cache->k.dtype), attn_dtype_name(p->kv_cache->v.dtype),
+                     p->softcap > 0.0f ? ", softcap" : "", p->alibi_slopes ? ", ALiBi" : "",
+                     p->sinks ? ", sinks" : "");
         snprintf(name, sizeof name, "%s%s%s%s%s", b->name, b->kernel_name ? " [" : "",
                  b->kernel_name ? b->kernel_name(ctx, p) : "", stored,
                  b->kernel_name || p->kv_cache ? "]" : "");

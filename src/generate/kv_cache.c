@@ -14,13 +14,14 @@
  *               oldest page is out of the window when it is reused)
  *
  * attend: new token r of sequence s (position p = len_s + r) sees positions
- * max(0, p - W + 1) .. p; those below len_s come from the cache, the others
- * straight from k_new/v_new (so a window layer needs W slots even for a
- * chunk longer than W). Then the new rows are appended (of a window layer,
- * only the last W matter). In a cache of other than float32 the new rows
- * are first coded into the stored format (staged), so that the attention
- * reads them as later steps will, and the append copies those codes. The
- * attention itself is the contract's: each
+ * max(0, p - W + 1) .. p, its scores softcapped, less ALiBi's slope times
+ * p - j, and its head's sink in the softmax (all optional); those below
+ * len_s come from the cache, the others straight from k_new/v_new (so a
+ * window layer needs W slots even for a chunk longer than W). Then the new
+ * rows are appended (of a window layer, only the last W matter). In a cache
+ * of other than float32 the new rows are first coded into the stored format
+ * (staged), so that the attention reads them as later steps will, and the
+ * append copies those codes. The attention itself is the contract's: each
  * prompt (an empty cache, many rows, on fast kernels) a dense problem, the
  * other sequences one problem whose K and V come from the cache's view
  * (attn_kv_cache_view), both through the runner, which gives the cache
@@ -596,6 +597,17 @@ static attn_status check_args(attn_kv_cache *c, const char *who, const attn_kv_a
     if (!attn_fits_float(a->scale) || a->scale < 0.0)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: scale %g is not a value >= 0 within "
                          "float32's range (0: 1 / sqrt(head_dim))", who, a->scale);
+    if (!(a->softcap >= 0.0f) || isinf(a->softcap))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: softcap %g is not a finite value >= 0 "
+                         "(0: none)", who, (double)a->softcap);
+    const float *per_head[2] = {a->alibi_slopes, a->sinks};
+    static const char *const per_head_name[2] = {"alibi_slopes", "sinks"};
+    for (int k = 0; k < 2; k++)
+        for (size_t h = 0; per_head[k] && h < a->q_heads; h++)
+            if (!isfinite(per_head[k][h]))
+                return attn_fail(ctx, ATTN_ERR_INVALID, "%s: %s[%zu] is %g: each query "
+                                 "head's must be finite", who, per_head_name[k], h,
+                                 (double)per_head[k][h]);
     if (!attn_mul3_size(rows, a->q_heads, cfg->head_dim, &qrow) || !attn_floats_fit(qrow))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: %zu rows x %zu heads x %zu overflows",
                          who, rows, a->q_heads, cfg->head_dim);
@@ -605,11 +617,22 @@ static attn_status check_args(attn_kv_cache *c, const char *who, const attn_kv_a
      * it writes out, and the append copies them after */
     size_t kv_floats = rows * c->row;
     attn_span out = {"out", a->out, qrow * sizeof(float)};
-    attn_span ins[4] = {{"q", a->q, qrow * sizeof(float)},
+    size_t head_bytes = a->q_heads * sizeof(float);
+    attn_span ins[6] = {{"q", a->q, qrow * sizeof(float)},
                         {"k_new", a->k_new, kv_floats * sizeof(float)},
                         {"v_new", a->v_new, kv_floats * sizeof(float)},
-                        {"new_lens", a->new_lens, a->new_lens ? cfg->batch * sizeof(size_t) : 0}};
-    return attn_check_overlap(ctx, who, &out, 1, ins, 4);
+                        {"new_lens", a->new_lens, a->new_lens ? cfg->batch * sizeof(size_t) : 0},
+                        {"alibi_slopes", a->alibi_slopes, a->alibi_slopes ? head_bytes : 0},
+                        {"sinks", a->sinks, a->sinks ? head_bytes : 0}};
+    return attn_check_overlap(ctx, who, &out, 1, ins, 6);
+}
+
+/* The call's score modifiers (check_args checked them) in p. */
+static void set_modifiers(attn_attention_problem *p, const attn_kv_attend_args *a) {
+    p->softcap = a->softcap;
+    p->softcap_f64 = a->softcap;
+    p->alibi_slopes = a->alibi_slopes;
+    p->sinks = a->sinks;
 }
 
 /* A layer's window of W positions (0: none) as the problem's (W - 1, 0);
@@ -642,6 +665,7 @@ static attn_attention_problem prompt_problem(const attn_kv_cache *c, const kv_la
         .out = attn_view_f32(a->out + at * H * D, (attn_view_strides){0, H * D, D}),
         .scale = (float)scale, .scale_f64 = scale, .causal = true};
     set_window(&p, L->window);
+    set_modifiers(&p, a);
     return p;
 }
 
@@ -664,6 +688,7 @@ static attn_attention_problem cache_problem(const attn_kv_cache *c, const kv_lay
         .out = attn_view_f32(a->out, (attn_view_strides){0, H * D, D}),
         .scale = (float)scale, .scale_f64 = scale, .causal = true, .kv_cache = view};
     set_window(&p, L->window);
+    set_modifiers(&p, a);
     return p;
 }
 
@@ -800,6 +825,10 @@ attn_status attn_kv_cache_attend_tree(attn_kv_cache *cache, const attn_kv_tree_a
         return attn_fail(ctx, ATTN_ERR_UNSUPPORTED, "%s: layer %zu keeps a window of %zu "
                          "positions; draft trees run on layers that keep every token", who,
                          args->layer, cache->layers[args->layer].window);
+    if (args->alibi_slopes)
+        return attn_fail(ctx, ATTN_ERR_UNSUPPORTED, "%s: alibi_slopes with a tree of draft "
+                         "tokens: a draft's ALiBi distance to an ancestor is their depths' "
+                         "difference, which the rows' positions do not hold", who);
     size_t n = args->draft_tokens, words = (n + 63) / 64, bytes;
     if (!n) return attn_fail(ctx, ATTN_ERR_INVALID, "%s: draft_tokens is 0", who);
     if (!attn_mul3_size(n, words, sizeof(uint64_t), &bytes))
@@ -817,7 +846,8 @@ attn_status attn_kv_cache_attend_tree(attn_kv_cache *cache, const attn_kv_tree_a
         lens[args->seq] = n;
         attn_kv_attend_args a = {.layer = args->layer, .new_lens = lens, .q_heads = args->q_heads,
                                  .scale = args->scale, .q = args->q, .k_new = args->k_new,
-                                 .v_new = args->v_new, .out = args->out};
+                                 .v_new = args->v_new, .out = args->out,
+                                 .softcap = args->softcap, .sinks = args->sinks};
         st = attend(cache, who, &a, tree, words);
     }
     attn_free(lens);

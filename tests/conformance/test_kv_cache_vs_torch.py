@@ -31,7 +31,7 @@ import ctypes
 import os
 import random
 import sys
-from ctypes import POINTER, Structure, c_double, c_int, c_size_t, c_void_p
+from ctypes import POINTER, Structure, c_double, c_float, c_int, c_size_t, c_void_p
 
 import numpy as np
 import torch
@@ -54,7 +54,8 @@ class KvCacheConfig(Structure):
 class KvAttendArgs(Structure):
     _fields_ = [("layer", c_size_t), ("new_lens", POINTER(c_size_t)), ("new_tokens", c_size_t),
                 ("q_heads", c_size_t), ("scale", c_double), ("q", F32P), ("k_new", F32P),
-                ("v_new", F32P), ("out", F32P)]
+                ("v_new", F32P), ("out", F32P), ("softcap", c_float), ("alibi_slopes", F32P),
+                ("sinks", F32P)]
 
 
 class BookCachedAttention:

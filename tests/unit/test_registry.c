@@ -20,8 +20,9 @@
  *     dense problem that fused runs; a decode step's K and V come from the
  *     cache, which fused declines and the decode backend runs (the
  *     reference on a reference ctx), with the same bits on both layouts;
- *   - a problem no backend runs (softcap over a cache, a backward from a
- *     cache) is refused before anything is written, every reason named.
+ *   - a problem no backend runs (a chain of score modifiers over a cache,
+ *     a backward from a cache) is refused before anything is written,
+ *     every reason named.
  * Fresh random inputs each run (the seed is printed; argv[1] replays it).
  */
 #include "attn.h"
@@ -216,8 +217,9 @@ static void cache_choices(attn_ctx *ctx, attn_kv_layout layout, float *out_last)
     free(q), free(k), free(v), free(out);
 }
 
-/* A problem no backend runs (softcap over a cache; a backward from one):
- * refused before anything is written, each backend's reason named. */
+/* A problem no backend runs (a chain of score modifiers over a cache; a
+ * backward from one): refused before anything is written, each backend's
+ * reason named. */
 static void nothing_runs(attn_ctx *ctx) {
     size_t cached[1] = {8}, rows[1] = {1}, start[1] = {0};
     float pool[16 * HKV * D] = {0}, q[H * D] = {0}, k[HKV * D] = {0}, out[H * D];
@@ -230,15 +232,20 @@ static void nothing_runs(attn_ctx *ctx) {
         .batch = 1, .q_heads = H, .kv_heads = HKV, .q_len = 1, .kv_len = 9, .head_dim = D,
         .v_head_dim = D, .q = attn_view_f32(q, qs), .k = attn_view_f32(k, ks),
         .v = attn_view_f32(k, ks), .out = attn_view_f32(out, qs), .scale = 0.125f,
-        .scale_f64 = 0.125, .causal = true, .softcap = 30.0f, .kv_cache = &view};
+        .scale_f64 = 0.125, .causal = true, .kv_cache = &view};
+    attn_score_mod chain[1] = {{.kind = ATTN_SCORE_SCALE, .value = 2.0}};
+    p.score_mods = chain;
+    p.score_mod_count = 1;
     CHECK(attn_attention_forward(ctx, "test", &p, NULL, NULL, NULL, NULL, NULL) ==
           ATTN_ERR_UNSUPPORTED);
     const char *e = attn_ctx_last_error(ctx);
     CHECK(strstr(e, "test: no backend runs this problem") && strstr(e, "decode: declined") &&
           strstr(e, "reference: declined"));
-    if (attn_ctx_kernels(ctx) != ATTN_KERNELS_REFERENCE) CHECK(strstr(e, "(softcap)") != NULL);
+    if (attn_ctx_kernels(ctx) != ATTN_KERNELS_REFERENCE)
+        CHECK(strstr(e, "(score modifiers)") != NULL);
     CHECK(out[0] == 7.0f && out[H * D - 1] == 7.0f); /* nothing written */
-    p.softcap = 0.0f;
+    p.score_mods = NULL;
+    p.score_mod_count = 0;
     float dq[H * D];
     attn_attention_grads g = {.dout = q, .dq = dq, .dk = k, .dv = k};
     CHECK(attn_attention_backward(ctx, "test", &p, NULL, &g, NULL) == ATTN_ERR_UNSUPPORTED);

@@ -13,8 +13,10 @@
  * softmax per (row, query head): its max m (base-2 logits), its sum l =
  * sum 2^(s - m) and acc = sum 2^(s - m) v. The caller folds the chunks in
  * order (attn_decode_fold), so the result depends on positions only, never
- * on which thread ran which chunk. Within a chunk the keys go in blocks of
- * ATTN_DECODE_BLOCK positions aligned to multiples of it (online softmax).
+ * on which thread ran which chunk; a head's sink joins the folded result
+ * (attn_decode_sink). Softcap and ALiBi change a score where it is made.
+ * Within a chunk the keys go in blocks of ATTN_DECODE_BLOCK positions
+ * aligned to multiples of it (online softmax).
  */
 #ifndef ATTN_DECODE_H
 #define ATTN_DECODE_H
@@ -26,6 +28,8 @@
 #include <stdint.h>
 
 #define ATTN_DECODE_BLOCK 16
+/* log2(e): base-2 logits are natural ones times it */
+#define ATTN_DECODE_LOG2E 1.4426950408889634
 /* The most rows one chunk call takes. */
 #define ATTN_DECODE_ROWS 8
 /* A pool page index that holds nothing. */
@@ -105,6 +109,13 @@ typedef struct attn_decode_seq {
      * tree + r * tree_words) is set. */
     const uint64_t *tree;
     size_t tree_words;
+    /* Score modifiers (contract/attention_problem.h) in base-2 logits:
+     * softcap as cap2 = softcap * log2(e) and 1 / cap2 (0, 0: none), s =
+     * cap2 tanh(s / cap2); ALiBi's slopes (q_heads, as given; NULL: none),
+     * s -= slope_h log2(e) (pos - key). A sink is no kernel's: it joins a
+     * row's softmax once its chunks are folded (attn_decode_sink). */
+    float cap2, inv_cap2;
+    const float *alibi_slopes;
 } attn_decode_seq;
 
 /* Lanes [jlo, jhi) of the block at b0 that row r's tree hides (bit j for
@@ -163,6 +174,18 @@ static inline void attn_decode_fold(float *m, float *l, float *acc, float m2, fl
     *m = mx;
     *l = *l * a1 + l2 * a2;
     for (size_t d = 0; d < D; d++) acc[d] = acc[d] * a1 + acc2[d] * a2;
+}
+
+/* A row's folded softmax (m, l, acc[D]) with its head's sink, sink2 (a
+ * logit in base 2), in the denominator: (m, l) rescaled to max(m, sink2),
+ * plus 2^(sink2 - max), then acc / l into out[D]. A row that saw no key (m
+ * -inf, l 0) gives zeros; a NaN sum stays NaN. */
+static inline void attn_decode_sink(float m, float l, const float *acc, float sink2,
+                                    float *out, size_t D) {
+    float mx = m > sink2 ? m : sink2;
+    float a = exp2f(m - mx);
+    float total = l * a + exp2f(sink2 - mx);
+    for (size_t d = 0; d < D; d++) out[d] = acc[d] * a / total;
 }
 
 #endif /* ATTN_DECODE_H */

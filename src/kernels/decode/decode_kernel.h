@@ -7,7 +7,7 @@
  * The includer includes its instruction set's vector vocabulary
  * (kernels/vec/vec_*.h: VW, a divisor of ATTN_DECODE_BLOCK, vec, v_zero,
  * v_set1, v_load, v_store, v_fma, v_mul, v_sub, v_add, v_max, v_exp2 for
- * x <= 0 (exactly 0 at -inf), v_hmax, v_hsum), then defines:
+ * x <= 0 (exactly 0 at -inf), v_tanh, v_hmax, v_hsum), then defines:
  *   v_hsum_block(part, out)  out[j] = the sum of part[j]'s lanes, j < 16
  *   v_from_bf16(p), v_from_f16(p)  VW 16-bit elements widened (exact)
  *   v_from_e4m3(p)     VW fp8 e4m3 codes as their value / 256 (exact)
@@ -31,6 +31,10 @@
  * applied once to its key's score and to its value's weight, an I4 group's
  * to the group's elements. The format is a constant in each function below
  * (always inlined from a switch), so that each format's loop is its own.
+ *
+ * Softcap and ALiBi change a (row, head)'s block of scores between scoring
+ * and its softmax step (modify_scores), a branch per block that a call
+ * without them never takes; sinks are the caller's (decode.h).
  */
 #include "kernels/decode/decode.h"
 
@@ -207,6 +211,33 @@ static void score_group(size_t NG, const float *const *q, const attn_decode_row 
 #undef SCORE
 }
 
+/* Key j - b0 of a block as a float: ALiBi's lane offsets. */
+static const float lane_of[BK] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+
+/* Softcap and ALiBi on the base-2 scores p (BK) of query head h against
+ * the block at b0, for a row at position pos (>= b0: the block holds a key
+ * it sees), in vectors, where score_heads left them. A score that was NaN
+ * or infinite before softcap stays NaN (adding x - x), as softmax_step
+ * needs to see it: the cap would make it finite. ALiBi's distance pos - j
+ * is exact in float (below 2^24 positions), its product fused into the
+ * subtraction. */
+static inline void modify_scores(const attn_decode_seq *s, float *p, size_t h, size_t pos,
+                                 size_t b0) {
+    if (s->cap2 != 0.0f) {
+        vec inv = v_set1(s->inv_cap2), cap = v_set1(s->cap2);
+        for (size_t t = 0; t < BK; t += VW) {
+            vec x = v_load(p + t);
+            v_store(p + t, v_add(v_mul(cap, v_tanh(v_mul(x, inv))), v_sub(x, x)));
+        }
+    }
+    if (s->alibi_slopes) {
+        vec neg_slope = v_set1(-(float)((double)s->alibi_slopes[h] * ATTN_DECODE_LOG2E));
+        vec at = v_set1((float)(pos - b0));
+        for (size_t t = 0; t < BK; t += VW)
+            v_store(p + t, v_fma(neg_slope, v_sub(at, v_load(lane_of + t)), v_load(p + t)));
+    }
+}
+
 /* 2^x of one float, by the vector exp2 (the same numbers as the lanes). */
 static inline float exp2_one(float x) {
     float lanes[VW];
@@ -363,6 +394,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
     attn_decode_row rw[BK];       /* the rows of a block's keys */
     attn_decode_row rw_next[BK];  /* and of the next block's */
     size_t row_lo[ATTN_DECODE_ROWS], row_hi[ATTN_DECODE_ROWS];
+    bool modified = s->cap2 != 0.0f || s->alibi_slopes; /* softcap or ALiBi */
     for (size_t r = 0; r < rows; r++) attn_decode_visible(s, row0 + r, &row_lo[r], &row_hi[r]);
     /* no row sees a key before start (rows are in position order); blocks
      * stay aligned to multiples of BK (begin is one), so that a key's lane
@@ -413,6 +445,8 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                     for (size_t g = 0; g < ng; g++) {
                         size_t i = i0 + g0 + g;
                         float *p = p_all[g];
+                        if (modified)
+                            modify_scores(s, p, kh * G + g0 + g, s->first_pos + row0 + r, b0);
                         alpha[g] = softmax_step(p, hidden[r], jlo[r], jhi[r], &m[i], &l[i]);
                         acc_g[g] = acc + i * D;
                         p_g[g] = p;

@@ -30,22 +30,6 @@ static inline vec v_keep_keys(vec s, int32_t key, const int32_t *begin, const in
     return _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), s, seen);
 }
 
-/* tanh(x) as in flash_avx512.c, with a true division. */
-static inline vec v_tanh(vec x) {
-    vec a = v_abs(x), z = _mm256_mul_ps(a, a);
-    vec p = _mm256_set1_ps(-5.70498872745e-3f);
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954e-2f));
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531e-2f));
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036e-1f));
-    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422e-1f));
-    vec small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), a, a);
-    vec e = v_exp2(_mm256_mul_ps(a, _mm256_set1_ps(-2.8853900817779268f)));
-    vec one = _mm256_set1_ps(1.0f);
-    vec large = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
-    vec t = _mm256_blendv_ps(large, small, _mm256_cmp_ps(a, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
-    return _mm256_or_ps(t, _mm256_and_ps(x, _mm256_set1_ps(-0.0f)));
-}
-
 /* Philox4x32-10 on the 16 blocks of group g, 8 lanes at a time, as in
  * flash_avx512.c. */
 #define HAVE_PHILOX_GROUP

@@ -43,29 +43,6 @@ static inline vec v_keep_keys(vec s, int32_t key, const int32_t *begin, const in
     return _mm512_mask_blend_ps(seen, _mm512_set1_ps(-INFINITY), s);
 }
 
-/* tanh(x), as Cephes' tanhf: x + x^3 P(x^2) below |x| = 0.625, else
- * (1 - e) / (1 + e), e = 2^(-2 |x| log2 e), its sign put back (relative
- * error a few ulp; +-inf gives +-1). The reciprocal is rcp14 and a Newton
- * step: a vdivps costs as much as the rest. */
-static inline vec v_tanh(vec x) {
-    vec a = _mm512_abs_ps(x), z = _mm512_mul_ps(a, a);
-    vec p = _mm512_set1_ps(-5.70498872745e-3f);
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(2.06390887954e-2f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-5.37397155531e-2f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036e-1f));
-    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422e-1f));
-    vec small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), a, a);
-    vec e = v_exp2(_mm512_mul_ps(a, _mm512_set1_ps(-2.8853900817779268f)));
-    vec one = _mm512_set1_ps(1.0f), den = _mm512_add_ps(one, e);
-    vec r = _mm512_rcp14_ps(den);
-    r = _mm512_mul_ps(r, _mm512_fnmadd_ps(den, r, _mm512_set1_ps(2.0f)));
-    vec large = _mm512_mul_ps(_mm512_sub_ps(one, e), r);
-    vec t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.625f), _CMP_LT_OQ), large, small);
-    /* |t| with x's sign bit */
-    __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u));
-    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), sign));
-}
-
 /* Philox4x32-10 on the 16 blocks of group g at once, one per lane: the
  * words of its 64 elements in order (rng/philox.h's layout). */
 #define HAVE_PHILOX_GROUP

@@ -7,11 +7,11 @@
  * The includer includes its instruction set's vector vocabulary
  * (kernels/vec/vec_*.h: VW floats per vector, vec, v_zero, v_set1, v_load,
  * v_store, v_fma, v_mul, v_sub, v_add, v_div, v_max, v_abs, v_exp2 for x <= 0
- * (exactly 0 at -inf), v_hmax, v_hsum), then defines:
+ * (exactly 0 at -inf), v_tanh (to a few ulp, +-1 for +-inf), v_hmax,
+ * v_hsum), then defines:
  *   NV                 vectors per register-tile row
  *   LANE_QV, LANE_KT   the lane forward's tiles (flash_lanes.h): LANE_QV
  *                      vectors of rows x LANE_KT keys
- *   v_tanh(x)          tanh(x) to a few ulp, +-1 for +-inf
  *   v_keep(w, t, k)    per lane: k where the 32-bit word w[lane] < t, else 0
  *   v_keep_keys(s, j, begin, end)  per lane: s where begin[lane] <= j <
  *                      end[lane], else -inf

@@ -11,10 +11,6 @@
 #define FLASH_KERNELS attn_flash_portable
 #define FLASH_ISA_NAME "portable"
 
-static inline vec v_tanh(vec a) {
-    for (int i = 0; i < VW; i++) a.x[i] = tanhf(a.x[i]);
-    return a;
-}
 static inline vec v_keep_keys(vec s, int32_t key, const int32_t *begin, const int32_t *end) {
     for (int i = 0; i < VW; i++)
         if (key < begin[i] || key >= end[i]) s.x[i] = -INFINITY;

@@ -69,4 +69,9 @@ static inline vec v_exp2(vec a) {
     return a;
 }
 
+static inline vec v_tanh(vec a) {
+    for (int i = 0; i < VW; i++) a.x[i] = tanhf(a.x[i]);
+    return a;
+}
+
 #endif /* ATTN_KERNELS_VEC_PORTABLE_H */
