@@ -22,7 +22,8 @@
  * bad value, out of memory) fails on every rank, with the failing rank's
  * message, before any exchange that could block: no rank hangs. Ranks that
  * disagree (on the mode, the call, a size, the scale, causality, the
- * module's kind or a checksum of its weights) fail alike, the message
+ * block map's geometry or a checksum of its content, the module's kind or
+ * a checksum of its weights) fail alike, the message
  * naming the value on each side. As in attn.h, the library
  * never prints, aborts or exits, and a failed call leaves the outputs as
  * they were.

@@ -33,10 +33,11 @@ void attn_mpi_saved_free(attn_mpi_saved *s);
 
 /* The sub-maps a block map gives a rank's attention (ring.c: one per
  * (step, query range, key range) pair; ulysses.c: the rank's heads), kept
- * for the next call over the same map (its checksum), as a backward after
- * its forward is: built once for both. */
+ * for the next call over the same map (its checksum) and causality (the
+ * ring builds none for the pairs causality skips), as a backward after its
+ * forward is: built once for both. */
 typedef struct attn_mpi_maps {
-    bool valid;
+    bool valid, causal;
     uint64_t checksum;
     size_t n;
     attn_block_mask **sub; /* (n); NULL where the map leaves nothing to see */

@@ -74,12 +74,15 @@ static size_t pair_index(size_t t, size_t a, size_t c) { return (t * 2 + a) * 2 
 /*
  * The rectangle of the job's map each pair sees (its queries' global
  * tokens x its keys'), into the group's sub-maps: kept from the last call
- * over an equal map (the forward's, for its backward), else built. A pair
- * whose rectangle shows nothing gets NULL, and is skipped.
+ * over an equal map with the same causality (the forward's, for its
+ * backward), else built. A pair whose rectangle shows nothing gets NULL
+ * and is skipped; a pair causality skips gets none (which a call without
+ * causality would need: causality is part of what is kept).
  */
 static attn_status pair_maps(attn_mpi_group *g, const char *who, const attn_mpi_job *job) {
     size_t P = (size_t)g->size, n = 4 * P;
-    if (!job->map || (g->maps.valid && g->maps.checksum == job->map_checksum && g->maps.n == n))
+    if (!job->map || (g->maps.valid && g->maps.checksum == job->map_checksum &&
+                      g->maps.causal == job->causal && g->maps.n == n))
         return ATTN_OK;
     attn_mpi_maps_free(&g->maps);
     attn_block_mask **sub = attn_calloc(n, sizeof *sub);
@@ -104,8 +107,8 @@ static attn_status pair_maps(attn_mpi_group *g, const char *who, const attn_mpi_
                 }
             }
     }
-    g->maps = (attn_mpi_maps){.valid = st == ATTN_OK, .checksum = job->map_checksum, .n = n,
-                              .sub = sub};
+    g->maps = (attn_mpi_maps){.valid = st == ATTN_OK, .causal = job->causal,
+                              .checksum = job->map_checksum, .n = n, .sub = sub};
     if (st != ATTN_OK) attn_mpi_maps_free(&g->maps);
     return st;
 }

@@ -272,7 +272,8 @@ static attn_block_mask *make_map(attn_ctx *ctx, int kind, size_t B, size_t H, si
 /* Every kind of map in every mode, against the single-process run with the
  * same map: one group per mode, so that each call replaces the sub-maps
  * the last kept (and a backward reuses its forward's). Then the same map
- * again after another: the kept sub-maps must follow the map. */
+ * again after another, and again without causal: the kept sub-maps must
+ * follow the map and the pairs causality skipped. */
 static void test_maps(attn_ctx *ctx) {
     map_seed = (uint64_t)MPI_Wtime() * 1000003u ^ (uint64_t)clock();
     MPI_Bcast(&map_seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
@@ -290,6 +291,7 @@ static void test_maps(attn_ctx *ctx) {
         sdpa_run(ctx, g, modes[m], 1, H, H, T, D, false, maps[MAP_DENSE], map_names[3]);
         sdpa_run(ctx, g, modes[m], 1, H, P, T, D, true, maps[MAP_PER_HEAD], map_names[4]);
         sdpa_run(ctx, g, modes[m], 1, H, H, T, D, true, maps[MAP_KV_BLOCKS], map_names[2]);
+        sdpa_run(ctx, g, modes[m], 1, H, H, T, D, false, maps[MAP_KV_BLOCKS], map_names[2]);
         attn_mpi_group_free(g);
     }
     for (int k = 0; k < MAP_KINDS; k++) attn_block_mask_free(maps[k]);
