@@ -12,8 +12,8 @@
  *           none hangs; the outputs are untouched.
  *   maps    attn_mpi_sdpa_* with a block map over the whole sequence
  *           (documents, prefix-LM, from_kv_blocks per head, dense random
- *           bool with empty rows, dense per head; GQA; causal and not) in
- *           every mode, fresh maps and inputs each run: out, lse, dq, dk,
+ *           bool with empty rows, dense per head; GQA; causal and not;
+ *           tokens < 2P) in every mode, fresh maps and inputs each run: out, lse, dq, dk,
  *           dv within the sdpa part's bounds of attn_sdpa_* with the same
  *           map.
  * usage: test_mpi_attention [sdpa|modules|failure|maps]... (default: all)
@@ -282,6 +282,8 @@ static void test_maps(attn_ctx *ctx) {
     const attn_mpi_mode modes[3] = {ATTN_MPI_RING, ATTN_MPI_ZIGZAG, ATTN_MPI_ULYSSES};
     attn_block_mask *maps[MAP_KINDS];
     for (int k = 0; k < MAP_KINDS; k++) maps[k] = make_map(ctx, k, 2, H, T);
+    /* tokens < 2P: empty chunks, pairs of one token */
+    attn_block_mask *tiny = make_map(ctx, MAP_PER_HEAD, 1, H, P + 1);
     for (int m = 0; m < 3; m++) {
         attn_mpi_group *g = NULL;
         need(ctx, attn_mpi_group_new(ctx, MPI_COMM_WORLD, modes[m], &g));
@@ -292,9 +294,11 @@ static void test_maps(attn_ctx *ctx) {
         sdpa_run(ctx, g, modes[m], 1, H, P, T, D, true, maps[MAP_PER_HEAD], map_names[4]);
         sdpa_run(ctx, g, modes[m], 1, H, H, T, D, true, maps[MAP_KV_BLOCKS], map_names[2]);
         sdpa_run(ctx, g, modes[m], 1, H, H, T, D, false, maps[MAP_KV_BLOCKS], map_names[2]);
+        sdpa_run(ctx, g, modes[m], 1, H, H, P + 1, D, true, tiny, map_names[4]);
         attn_mpi_group_free(g);
     }
     for (int k = 0; k < MAP_KINDS; k++) attn_block_mask_free(maps[k]);
+    attn_block_mask_free(tiny);
 }
 
 /* ---- modules ------------------------------------------------------------------ */
