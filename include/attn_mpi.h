@@ -22,7 +22,8 @@
  * bad value, out of memory) fails on every rank, with the failing rank's
  * message, before any exchange that could block: no rank hangs. Ranks that
  * disagree (on the mode, the call, a size, the scale, causality, the
- * module's kind or a checksum of its weights) fail alike, the message
+ * block map's geometry or a checksum of its content, the module's kind or
+ * a checksum of its weights) fail alike, the message
  * naming the value on each side. As in attn.h, the library
  * never prints, aborts or exits, and a failed call leaves the outputs as
  * they were.
@@ -100,6 +101,18 @@ typedef struct attn_mpi_sdpa_config {
     size_t batch, heads, kv_heads, tokens, head_dim; /* kv_heads 0: heads */
     double scale; /* 0: 1/sqrt(head_dim) */
     bool causal;
+    /* ---- since 0.5 (NULL: off) ---- */
+    /* The keys each query sees, ANDed with causal, as attn_sdpa_config's:
+     * a map over the WHOLE sequence (q_len = kv_len = tokens, global token
+     * positions whatever the mode's chunks; batch 1 or batch, heads 1 or
+     * heads), the same on every rank (its geometry and a checksum of its
+     * content are agreed on: ranks with different maps fail alike). Ring
+     * and zigzag run each (query chunk, key chunk) pair on that rectangle
+     * of the map and skip the pairs it leaves empty (the blocks still
+     * travel); Ulysses runs its heads of the map. The sub-maps are built in
+     * the first call over a map and kept in the group for the next calls
+     * over an equal one (a backward after its forward). */
+    const attn_block_mask *block_mask;
 } attn_mpi_sdpa_config;
 
 /* out and lse (may be NULL) of the chunk's queries over every key. */

@@ -12,6 +12,21 @@
 /* The map m holds (never NULL for a mask attn_block_mask_* made). */
 const attn_block_map *attn_block_mask_map(const attn_block_mask *m);
 
+/* The rectangle heads [h0, h1) x queries [q0, q1) x keys [k0, k1) of every
+ * sequence of m as a map of its own (block_slice.c): m's batch and block
+ * sizes, q1 - q0 by k1 - k0, h1 - h0 heads (a map of heads 1 keeps one);
+ * freed with attn_block_mask_free. Element (b, h, i, j) of the slice is
+ * element (b, h0 + h, q0 + i, k0 + j) of m. who names the caller. */
+attn_status attn_block_map_slice(attn_ctx *ctx, const char *who, const attn_block_map *m,
+                                 size_t h0, size_t h1, size_t q0, size_t q1, size_t k0, size_t k1,
+                                 attn_block_mask **out);
+
+/* Whether m lets no query see any key. */
+static inline bool attn_block_map_empty(const attn_block_map *m) {
+    size_t rows = m->batch * m->heads * m->q_blocks;
+    return m->full_at[rows] == 0 && m->part_at[rows] == 0;
+}
+
 /* A chain of count modifiers for heads query heads (the tensors' sizes as
  * far as they are known here), by name: kind, values, tensors and
  * callbacks present. who names the caller in the message. */

@@ -115,9 +115,16 @@ void attn_mpi_saved_free(attn_mpi_saved *s) {
     *s = (attn_mpi_saved){0};
 }
 
+void attn_mpi_maps_free(attn_mpi_maps *m) {
+    for (size_t i = 0; i < m->n; i++) attn_block_mask_free(m->sub[i]);
+    attn_free(m->sub);
+    *m = (attn_mpi_maps){0};
+}
+
 void attn_mpi_group_free(attn_mpi_group *g) {
     if (!g) return;
     attn_mpi_saved_free(&g->saved);
+    attn_mpi_maps_free(&g->maps);
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized && g->comm != MPI_COMM_NULL) MPI_Comm_free(&g->comm);
@@ -194,6 +201,20 @@ uint64_t attn_mpi_hash(uint64_t h, const void *data, size_t n) {
     /* the tail's length mixed in: "a" and "a\0" differ */
     h = (h ^ w ^ ((uint64_t)n << 56)) * 0xBF58476D1CE4E5B9ull;
     return h ^ (h >> 31);
+}
+
+uint64_t attn_mpi_map_checksum(const attn_block_map *m) {
+    uint64_t geometry[6] = {m->batch, m->heads, m->q_len, m->kv_len, m->block_q, m->block_kv};
+    size_t rows = m->batch * m->heads * m->q_blocks, tile = m->block_q * m->words_per_row;
+    uint64_t h = attn_mpi_hash(ATTN_MPI_HASH_SEED, geometry, sizeof geometry);
+    h = attn_mpi_hash(h, m->full_at, (rows + 1) * sizeof *m->full_at);
+    h = attn_mpi_hash(h, m->part_at, (rows + 1) * sizeof *m->part_at);
+    h = attn_mpi_hash(h, m->full, m->full_at[rows] * sizeof *m->full);
+    h = attn_mpi_hash(h, m->part, m->part_at[rows] * sizeof *m->part);
+    /* the partial tiles' bits in the order of their entries */
+    for (size_t e = 0; e < m->part_at[rows]; e++)
+        h = attn_mpi_hash(h, m->bits + m->part_tile[e] * tile, tile * sizeof *m->bits);
+    return h;
 }
 
 /* The header every record starts with, then the call's own fields. */

@@ -12,6 +12,7 @@
 #include "attn_mpi.h"
 #include "internal.h"
 #include "attention/attention.h"
+#include "mask/mask_internal.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -30,6 +31,21 @@ typedef struct attn_mpi_saved {
 /* Frees what s holds and clears it. */
 void attn_mpi_saved_free(attn_mpi_saved *s);
 
+/* The sub-maps a block map gives a rank's attention (ring.c: one per
+ * (step, query range, key range) pair; ulysses.c: the rank's heads), kept
+ * for the next call over the same map (its checksum) and causality (the
+ * ring builds none for the pairs causality skips), as a backward after its
+ * forward is: built once for both. */
+typedef struct attn_mpi_maps {
+    bool valid, causal;
+    uint64_t checksum;
+    size_t n;
+    attn_block_mask **sub; /* (n); NULL where the map leaves nothing to see */
+} attn_mpi_maps;
+
+/* Frees what m holds and clears it. */
+void attn_mpi_maps_free(attn_mpi_maps *m);
+
 struct attn_mpi_group {
     attn_ctx *ctx;
     MPI_Comm comm; /* a duplicate: our tags meet no one else's */
@@ -38,6 +54,7 @@ struct attn_mpi_group {
     attn_mpi_step *steps; /* the last pass's timeline */
     size_t n_steps, steps_cap;
     attn_mpi_saved saved;
+    attn_mpi_maps maps;
 };
 
 /*
@@ -113,6 +130,10 @@ typedef struct attn_mpi_job {
     size_t batch, heads, kv_heads, tokens, head_dim, local;
     float scale;
     bool causal;
+    /* the keys each query sees over the whole sequence (tokens x tokens),
+     * ANDed with causal, or NULL; its checksum (attn_mpi_map_checksum) */
+    const attn_block_map *map;
+    uint64_t map_checksum;
     const float *q, *k, *v;
     attn_view_strides q_s, k_s, v_s, out_s; /* dout has out's strides */
     float *out;
@@ -120,6 +141,11 @@ typedef struct attn_mpi_job {
     const float *dout;
     float *dq, *dk, *dv;
 } attn_mpi_job;
+
+/* A 64-bit checksum of m's geometry and content (which tiles are full,
+ * which partial, and the partial tiles' bits): equal maps, however built,
+ * give equal checksums. */
+uint64_t attn_mpi_map_checksum(const attn_block_map *m);
 
 /* The job's checks every rank makes alike (heads, sizes): ATTN_OK or the
  * failure, recorded in the ctx. */

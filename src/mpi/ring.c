@@ -9,7 +9,12 @@
  *   diagonal = ATTN_DIAGONAL_OFFSET, q_offset = the query chunk's global
  *   start - the key chunk's,
  * and merges the pair's (out, lse) into the running ones (merge_rows), then
- * waits for the next block: compute and transfer overlap.
+ * waits for the next block: compute and transfer overlap. With a block
+ * map over the whole sequence, a pair runs on its rectangle of it (the
+ * query chunk's global tokens x the key chunk's: pair_maps, at token
+ * offsets that need not fall on block edges), and a pair the map leaves
+ * empty is skipped like a causally hidden one: no compute, while the
+ * block still travels on.
  *
  * Backward: the K/V ring again, and dK/dV accumulators on a second ring,
  * each travelling with its block: at step t the rank adds its block
@@ -53,29 +58,90 @@ static int owner_at(const attn_mpi_group *g, int rank, size_t t) {
     return (int)(((size_t)rank + (size_t)g->size - t % (size_t)g->size) % (size_t)g->size);
 }
 
-/*
- * The problem of query chunk a (of mine, in a packed (B, H, T_local, D)
- * buffer) against key chunk c of a block (packed (B, Hkv, n, D), K then V):
- * false when no query of the chunk sees a key of it. Pointers are the
- * caller's.
- */
-static bool pair_problem(const attn_mpi_job *job, const chunks *mine, size_t a,
-                         const chunks *blk, size_t c, attn_attention_problem *p) {
+/* Whether any query of my chunk a may see a key of the block's chunk c by
+ * the lengths and causality alone. */
+static bool pair_seen(const attn_mpi_job *job, const chunks *mine, size_t a, const chunks *blk,
+                      size_t c) {
     size_t la = mine->len[a], lc = blk->len[c];
     if (!la || !lc) return false;
-    if (job->causal && blk->start[c] > mine->start[a] + la - 1) return false;
+    return !(job->causal && blk->start[c] > mine->start[a] + la - 1);
+}
+
+/* The index of pair (step t, my chunk a, the block's chunk c) in the
+ * group's sub-maps. */
+static size_t pair_index(size_t t, size_t a, size_t c) { return (t * 2 + a) * 2 + c; }
+
+/*
+ * The rectangle of the job's map each pair sees (its queries' global
+ * tokens x its keys'), into the group's sub-maps: kept from the last call
+ * over an equal map with the same causality (the forward's, for its
+ * backward), else built. A pair whose rectangle shows nothing gets NULL
+ * and is skipped; a pair causality skips gets none (which a call without
+ * causality would need: causality is part of what is kept).
+ */
+static attn_status pair_maps(attn_mpi_group *g, const char *who, const attn_mpi_job *job) {
+    size_t P = (size_t)g->size, n = 4 * P;
+    if (!job->map || (g->maps.valid && g->maps.checksum == job->map_checksum &&
+                      g->maps.causal == job->causal && g->maps.n == n))
+        return ATTN_OK;
+    attn_mpi_maps_free(&g->maps);
+    attn_block_mask **sub = attn_calloc(n, sizeof *sub);
+    if (!sub)
+        return attn_fail(g->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu block maps", who,
+                         n);
+    const attn_block_map *m = job->map;
+    chunks mine = chunks_of(g, job->tokens, g->rank);
+    attn_status st = ATTN_OK;
+    for (size_t t = 0; t < P && st == ATTN_OK; t++) {
+        chunks blk = chunks_of(g, job->tokens, owner_at(g, g->rank, t));
+        for (size_t a = 0; a < mine.n && st == ATTN_OK; a++)
+            for (size_t c = 0; c < blk.n && st == ATTN_OK; c++) {
+                if (!pair_seen(job, &mine, a, &blk, c)) continue;
+                attn_block_mask **x = &sub[pair_index(t, a, c)];
+                st = attn_block_map_slice(g->ctx, who, m, 0, m->heads, mine.start[a],
+                                          mine.start[a] + mine.len[a], blk.start[c],
+                                          blk.start[c] + blk.len[c], x);
+                if (st == ATTN_OK && attn_block_map_empty(attn_block_mask_map(*x))) {
+                    attn_block_mask_free(*x);
+                    *x = NULL;
+                }
+            }
+    }
+    g->maps = (attn_mpi_maps){.valid = st == ATTN_OK, .causal = job->causal,
+                              .checksum = job->map_checksum, .n = n, .sub = sub};
+    if (st != ATTN_OK) attn_mpi_maps_free(&g->maps);
+    return st;
+}
+
+/*
+ * The problem of query chunk a (of mine, in a packed (B, H, T_local, D)
+ * buffer) against key chunk c of the block of step t (packed (B, Hkv, n,
+ * D), K then V), with the pair's rectangle of the job's map: false when no
+ * query of the chunk sees a key of it. Pointers are the caller's.
+ */
+static bool pair_problem(const attn_mpi_group *g, const attn_mpi_job *job, size_t t,
+                         const chunks *mine, size_t a, const chunks *blk, size_t c,
+                         attn_attention_problem *p) {
+    if (!pair_seen(job, mine, a, blk, c)) return false;
+    const attn_block_map *map = NULL;
+    if (job->map) {
+        const attn_block_mask *sub = g->maps.sub[pair_index(t, a, c)];
+        if (!sub) return false;
+        map = attn_block_mask_map(sub);
+    }
     size_t H = job->heads, Hkv = job->kv_heads, D = job->head_dim;
     size_t Tl = mine->local, n = blk->local;
     *p = (attn_attention_problem){
-        .batch = job->batch, .q_heads = H, .kv_heads = Hkv, .q_len = la, .kv_len = lc,
-        .head_dim = D, .v_head_dim = D,
+        .batch = job->batch, .q_heads = H, .kv_heads = Hkv, .q_len = mine->len[a],
+        .kv_len = blk->len[c], .head_dim = D, .v_head_dim = D,
         .q.st = {H * Tl * D, D, Tl * D},
         .k.st = {Hkv * n * D, D, n * D},
         .v.st = {Hkv * n * D, D, n * D},
         .out.st = {H * Tl * D, D, Tl * D},
         .scale = job->scale, .causal = job->causal,
         .diagonal = ATTN_DIAGONAL_OFFSET,
-        .q_offset = (int64_t)mine->start[a] - (int64_t)blk->start[c]};
+        .q_offset = (int64_t)mine->start[a] - (int64_t)blk->start[c],
+        .block_map = map};
     return true;
 }
 
@@ -90,9 +156,16 @@ static attn_status pairs_workspace(attn_mpi_group *g, const char *who, const att
         for (size_t a = 0; a < mine.n; a++)
             for (size_t c = 0; c < blk.n; c++) {
                 attn_attention_problem p;
-                if (!pair_problem(job, &mine, a, &blk, c, &p)) continue;
+                if (!pair_problem(g, job, t, &mine, a, &blk, c, &p)) continue;
                 p.lse = backward ? (float *)job->lse : NULL;
                 p.backward_from_lse = backward;
+                /* the tensors present as they will be (not where): a
+                 * backend declines a problem by what it lacks (the flex
+                 * backward, out), and the bytes are the taker's */
+                p.q.data = (void *)job->q;
+                p.k.data = (void *)job->k;
+                p.v.data = (void *)job->v;
+                p.out.data = job->out;
                 attn_status st = attn_attention_check(g->ctx, who, &p);
                 if (st != ATTN_OK) return st;
                 size_t n = backward ? attn_attention_backward_bytes(g->ctx, &p)
@@ -161,6 +234,7 @@ attn_status attn_mpi_ring_forward(attn_mpi_group *g, const char *who, const attn
     size_t Tl = mine.local, nmax = largest_local(g, T);
     size_t rows = B * H * Tl, kv_floats = 2 * B * Hkv * nmax * D, ws_bytes = 0;
     attn_status st = attn_mpi_job_check(g, who, job);
+    if (st == ATTN_OK) st = pair_maps(g, who, job);
     if (st == ATTN_OK) st = pairs_workspace(g, who, job, false, &ws_bytes);
     /* q (B, H, Tl, D) packed; two K/V blocks; the running (out, lse), a
      * pair's at the same layout, and the pair's lse as the kernel writes it */
@@ -220,7 +294,7 @@ attn_status attn_mpi_ring_forward(attn_mpi_group *g, const char *who, const attn
         for (size_t a = 0; a < mine.n; a++)
             for (size_t c = 0; c < blk.n; c++) {
                 attn_attention_problem p;
-                if (!pair_problem(job, &mine, a, &blk, c, &p)) continue;
+                if (!pair_problem(g, job, t, &mine, a, &blk, c, &p)) continue;
                 size_t at = mine.at[a];
                 p.q.data = qp + at * D;
                 p.k.data = cur + blk.at[c] * D;
@@ -287,6 +361,7 @@ attn_status attn_mpi_ring_backward(attn_mpi_group *g, const char *who, const att
     size_t Tl = mine.local, nmax = largest_local(g, T);
     size_t rows = B * H * Tl, kv_floats = 2 * B * Hkv * nmax * D, ws_bytes = 0;
     attn_status st = attn_mpi_job_check(g, who, job);
+    if (st == ATTN_OK) st = pair_maps(g, who, job);
     if (st == ATTN_OK) st = pairs_workspace(g, who, job, true, &ws_bytes);
     /* q, out, dout, dq (the sum), dq (a pair's): (B, H, Tl, D) packed; lse
      * per chunk (B, H, len) as the kernel reads it; K/V blocks, dK/dV
@@ -370,7 +445,7 @@ attn_status attn_mpi_ring_backward(attn_mpi_group *g, const char *who, const att
         for (size_t a = 0; a < mine.n; a++)
             for (size_t c = 0; c < blk.n; c++) {
                 attn_attention_problem p;
-                if (!pair_problem(job, &mine, a, &blk, c, &p)) continue;
+                if (!pair_problem(g, job, t, &mine, a, &blk, c, &p)) continue;
                 size_t at = mine.at[a], kat = blk.at[c], vat = B * Hkv * blk.local * D;
                 p.q.data = qp + at * D;
                 p.k.data = cur + kat * D;

@@ -26,9 +26,29 @@ static attn_mpi_job sdpa_job(const attn_mpi_group *g, const attn_mpi_sdpa_config
     attn_mpi_job job = {.batch = cfg->batch, .heads = H, .kv_heads = Hkv, .tokens = cfg->tokens,
                         .head_dim = D, .local = Tl, .causal = cfg->causal};
     job.scale = cfg->scale != 0.0 ? (float)cfg->scale : (float)(1.0 / sqrt((double)(D ? D : 1)));
+    job.map = cfg->block_mask ? attn_block_mask_map(cfg->block_mask) : NULL;
     job.q_s = job.out_s = (attn_view_strides){H * Tl * D, D, Tl * D};
     job.k_s = job.v_s = (attn_view_strides){Hkv * Tl * D, D, Tl * D};
     return job;
+}
+
+/* The block map, if any, over the whole sequence: tokens x tokens, batch
+ * and heads 1 or the call's; its checksum into the job. */
+static attn_status check_map(attn_mpi_group *g, const char *who, attn_mpi_job *job) {
+    const attn_block_map *m = job->map;
+    if (!m) return ATTN_OK;
+    if (m->q_len != job->tokens || m->kv_len != job->tokens)
+        return attn_fail(g->ctx, ATTN_ERR_SHAPE,
+                         "%s: the block mask is of q_len %zu, kv_len %zu where the sequence is "
+                         "of %zu tokens (the map is over the whole sequence, not a chunk)",
+                         who, m->q_len, m->kv_len, job->tokens);
+    if ((m->batch != 1 && m->batch != job->batch) || (m->heads != 1 && m->heads != job->heads))
+        return attn_fail(g->ctx, ATTN_ERR_SHAPE,
+                         "%s: the block mask's batch (%zu) and heads (%zu) must each be 1 or the "
+                         "call's (%zu, %zu)",
+                         who, m->batch, m->heads, job->batch, job->heads);
+    job->map_checksum = attn_mpi_map_checksum(m);
+    return ATTN_OK;
 }
 
 /* The checks of a public SDPA call, then agreement on them and the sizes. */
@@ -46,6 +66,7 @@ static attn_status sdpa_begin(attn_mpi_group *g, const char *who,
         *job = sdpa_job(g, cfg);
         st = attn_mpi_job_check(g, who, job);
     }
+    if (st == ATTN_OK) st = check_map(g, who, job);
     attn_mpi_record rec = {0};
     if (st == ATTN_OK) {
         attn_mpi_record_int(&rec, "batch", (int64_t)job->batch);
@@ -55,6 +76,14 @@ static attn_status sdpa_begin(attn_mpi_group *g, const char *who,
         attn_mpi_record_int(&rec, "head_dim", (int64_t)job->head_dim);
         attn_mpi_record_int(&rec, "causal", job->causal);
         attn_mpi_record_float(&rec, "scale", job->scale);
+        /* the map: whether there is one, its geometry, its content */
+        const attn_block_map *m = job->map;
+        attn_mpi_record_int(&rec, "whether a block_mask is set", m != NULL);
+        attn_mpi_record_int(&rec, "the block_mask's batch", m ? (int64_t)m->batch : 0);
+        attn_mpi_record_int(&rec, "the block_mask's heads", m ? (int64_t)m->heads : 0);
+        attn_mpi_record_int(&rec, "the block_mask's block_q", m ? (int64_t)m->block_q : 0);
+        attn_mpi_record_int(&rec, "the block_mask's block_kv", m ? (int64_t)m->block_kv : 0);
+        attn_mpi_record_hex(&rec, "the block_mask's content (checksum)", job->map_checksum);
     }
     return attn_mpi_agree(g, who, st, &rec);
 }

@@ -7,7 +7,9 @@
  * returns the outputs (and lse) to the tokens' ranks. The backward sends q,
  * k, v, out, dout and lse the same way and dq, dk, dv back. Two
  * collectives per pass, each moving a rank's whole chunk: no overlap, but
- * no rank computes more than its share.
+ * no rank computes more than its share. A block map over the whole
+ * sequence is the rank's problem's own where it is one for every head;
+ * a map per head is sliced to the rank's heads (heads_map).
  */
 #include "mpi/ulysses.h"
 
@@ -173,6 +175,37 @@ static int from_heads(plan *pl, const part *parts, size_t n) {
     return MPI_SUCCESS;
 }
 
+/*
+ * The job's map as the rank's heads see it: the map itself where it is
+ * one for every head; else its rows of heads r H / P ... (a slice, kept
+ * in the group from the last call over an equal map). *map NULL without
+ * one.
+ */
+static attn_status heads_map(attn_mpi_group *g, const char *who, const attn_mpi_job *job,
+                             const attn_block_map **map) {
+    const attn_block_map *m = job->map;
+    *map = m;
+    if (!m || m->heads == 1) return ATTN_OK;
+    size_t hp = job->heads / (size_t)g->size, h0 = (size_t)g->rank * hp;
+    if (!(g->maps.valid && g->maps.checksum == job->map_checksum && g->maps.n == 1)) {
+        attn_mpi_maps_free(&g->maps);
+        attn_block_mask **sub = attn_calloc(1, sizeof *sub);
+        if (!sub)
+            return attn_fail(g->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for a block map",
+                             who);
+        attn_status st = attn_block_map_slice(g->ctx, who, m, h0, h0 + hp, 0, m->q_len, 0,
+                                              m->kv_len, sub);
+        if (st != ATTN_OK) {
+            attn_free(sub);
+            return st;
+        }
+        g->maps = (attn_mpi_maps){.valid = true, .checksum = job->map_checksum, .n = 1,
+                                  .sub = sub};
+    }
+    *map = attn_block_mask_map(g->maps.sub[0]);
+    return ATTN_OK;
+}
+
 /* The attention of the rank's heads over the whole sequence. */
 static attn_attention_problem heads_problem(const attn_mpi_group *g, const attn_mpi_job *job) {
     size_t P = (size_t)g->size, H = job->heads / P, Hkv = job->kv_heads / P;
@@ -219,8 +252,11 @@ attn_status attn_mpi_ulysses_forward(attn_mpi_group *g, const char *who,
         out[1] = (part){job->heads, 1, NULL, lse_out, lse_strides(job), full + 2 * qn + 2 * kn};
         st = plan_new(g, who, job, in, 3, out, 2, &pl);
     }
+    const attn_block_map *map = NULL;
+    if (st == ATTN_OK) st = heads_map(g, who, job, &map);
     if (st == ATTN_OK) {
         p = heads_problem(g, job);
+        p.block_map = map;
         p.q.data = full;
         p.k.data = full + qn;
         p.v.data = full + qn + kn;
@@ -291,8 +327,11 @@ attn_status attn_mpi_ulysses_backward(attn_mpi_group *g, const char *who,
         out[2] = (part){job->kv_heads, D, NULL, job->dv, job->v_s, fdv};
         st = plan_new(g, who, job, in, 6, out, 3, &pl);
     }
+    const attn_block_map *map = NULL;
+    if (st == ATTN_OK) st = heads_map(g, who, job, &map);
     if (st == ATTN_OK) {
         p = heads_problem(g, job);
+        p.block_map = map;
         p.q.data = fq;
         p.k.data = fk;
         p.v.data = fv;

@@ -10,7 +10,13 @@
  *           y, dx and every parameter's gradient.
  *   failure a rank with a bad value: every rank fails with its message,
  *           none hangs; the outputs are untouched.
- * usage: test_mpi_attention [sdpa|modules|failure]... (default: all)
+ *   maps    attn_mpi_sdpa_* with a block map over the whole sequence
+ *           (documents, prefix-LM, from_kv_blocks per head, dense random
+ *           bool with empty rows, dense per head; GQA; causal and not;
+ *           tokens < 2P) in every mode, fresh maps and inputs each run: out, lse, dq, dk,
+ *           dv within the sdpa part's bounds of attn_sdpa_* with the same
+ *           map.
+ * usage: test_mpi_attention [sdpa|modules|failure|maps]... (default: all)
  */
 #include "attn.h"
 #include "attn_mpi.h"
@@ -20,8 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int rank, nranks, failures;
+/* the maps part's seed: fresh each run, the same on every rank */
+static uint64_t map_seed;
 
 static uint64_t splitmix(uint64_t *s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
@@ -88,9 +97,13 @@ static float *local_of(attn_mpi_mode mode, const float *full, size_t BH, size_t 
     return dst;
 }
 
-static void sdpa_case(attn_ctx *ctx, attn_mpi_mode mode, size_t B, size_t H, size_t Hkv,
-                      size_t T, size_t D, bool causal) {
-    uint64_t seed = 1000 * T + 10 * H + Hkv + (causal ? 7 : 0);
+/* One case on group g (NULL: a group of its own), with the block map bm
+ * (NULL: none) named name, given to the single-process run and the ranks
+ * alike. */
+static void sdpa_run(attn_ctx *ctx, attn_mpi_group *g, attn_mpi_mode mode, size_t B, size_t H,
+                     size_t Hkv, size_t T, size_t D, bool causal, const attn_block_mask *bm,
+                     const char *name) {
+    uint64_t seed = 1000 * T + 10 * H + Hkv + (causal ? 7 : 0) + (bm ? map_seed : 0);
     size_t nq = B * H * T * D, nk = B * Hkv * T * D;
     float *q = random_floats(nq, seed), *k = random_floats(nk, seed + 1);
     float *v = random_floats(nk, seed + 2), *dout = random_floats(nq, seed + 3);
@@ -101,7 +114,7 @@ static void sdpa_case(attn_ctx *ctx, attn_mpi_mode mode, size_t B, size_t H, siz
                             .kv_tokens = T, .head_dim = D, .causal = causal,
                             .q_strides = {H * T * D, D, T * D},
                             .kv_strides = {Hkv * T * D, D, T * D},
-                            .out_strides = {H * T * D, D, T * D}};
+                            .out_strides = {H * T * D, D, T * D}, .block_mask = bm};
     if (attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL) != ATTN_OK ||
         attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, dout, dq, dk, dv, NULL) != ATTN_OK) {
         fprintf(stderr, "rank %d: single-process run: %s\n", rank, attn_ctx_last_error(ctx));
@@ -117,18 +130,19 @@ static void sdpa_case(attn_ctx *ctx, attn_mpi_mode mode, size_t B, size_t H, siz
     attn_mpi_local_ranges(mode, T, (size_t)nranks, (size_t)rank, bb, ee, &Tl);
     float *o = zeros(B * H * Tl * D), *l = zeros(B * H * Tl), *gq = zeros(B * H * Tl * D);
     float *gk = zeros(B * Hkv * Tl * D), *gv = zeros(B * Hkv * Tl * D);
-    attn_mpi_group *g = NULL;
+    attn_mpi_group *own = NULL;
     attn_mpi_sdpa_config mc = {.batch = B, .heads = H, .kv_heads = Hkv, .tokens = T,
-                               .head_dim = D, .causal = causal};
-    if (attn_mpi_group_new(ctx, MPI_COMM_WORLD, mode, &g) != ATTN_OK ||
-        attn_mpi_sdpa_forward(g, &mc, lq, lk, lv, o, l) != ATTN_OK ||
-        attn_mpi_sdpa_backward(g, &mc, lq, lk, lv, o, l, ldo, gq, gk, gv) != ATTN_OK) {
+                               .head_dim = D, .causal = causal, .block_mask = bm};
+    if ((!g && attn_mpi_group_new(ctx, MPI_COMM_WORLD, mode, &own) != ATTN_OK) ||
+        attn_mpi_sdpa_forward(g ? g : own, &mc, lq, lk, lv, o, l) != ATTN_OK ||
+        attn_mpi_sdpa_backward(g ? g : own, &mc, lq, lk, lv, o, l, ldo, gq, gk, gv) != ATTN_OK) {
         fprintf(stderr, "rank %d: %s\n", rank, attn_ctx_last_error(ctx));
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     if (rank == 0)
-        printf("%s P=%d B=%zu H=%zu Hkv=%zu T=%zu D=%zu %s\n", attn_mpi_mode_name(mode), nranks,
-               B, H, Hkv, T, D, causal ? "causal" : "full");
+        printf("%s P=%d B=%zu H=%zu Hkv=%zu T=%zu D=%zu %s%s%s\n", attn_mpi_mode_name(mode),
+               nranks, B, H, Hkv, T, D, causal ? "causal" : "full", name ? ", map: " : "",
+               name ? name : "");
     double e;
     e = rel_l2(o, want_o, B * H * Tl * D);
     expect(e <= 1e-6, "out  (relative L2)", e, 1e-6);
@@ -140,10 +154,15 @@ static void sdpa_case(attn_ctx *ctx, attn_mpi_mode mode, size_t B, size_t H, siz
     expect(e <= 1e-5, "dk", e, 1e-5);
     e = rel_l2(gv, want_dv, B * Hkv * Tl * D);
     expect(e <= 1e-5, "dv", e, 1e-5);
-    attn_mpi_group_free(g);
+    attn_mpi_group_free(own);
     float *all[] = {q, k, v, dout, out, lse, dq, dk, dv, lq, lk, lv, ldo, want_o, want_l,
                     want_dq, want_dk, want_dv, o, l, gq, gk, gv};
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+
+static void sdpa_case(attn_ctx *ctx, attn_mpi_mode mode, size_t B, size_t H, size_t Hkv,
+                      size_t T, size_t D, bool causal) {
+    sdpa_run(ctx, NULL, mode, B, H, Hkv, T, D, causal, NULL, NULL);
 }
 
 static void test_sdpa(attn_ctx *ctx) {
@@ -160,6 +179,126 @@ static void test_sdpa(attn_ctx *ctx) {
         sdpa_case(ctx, mode, 1, H, H, P + 1, 16, true); /* tokens < 2P: empty chunks */
         sdpa_case(ctx, mode, 1, H, H, 1, 8, false);     /* one token */
     }
+}
+
+/* ---- block maps ---------------------------------------------------------------- */
+
+static void need(attn_ctx *ctx, attn_status st) {
+    if (st != ATTN_OK) {
+        fprintf(stderr, "rank %d: %s\n", rank, attn_ctx_last_error(ctx));
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+}
+
+/* The maps every rank builds alike (from map_seed), over the whole
+ * sequence of T tokens, H heads: */
+enum { MAP_DOCUMENT, MAP_PREFIX_LM, MAP_KV_BLOCKS, MAP_DENSE, MAP_PER_HEAD, MAP_KINDS };
+static const char *const map_names[MAP_KINDS] = {
+    "documents (batch 2, blocks 16 x 16)", "prefix-LM (blocks 32 x 16)",
+    "from_kv_blocks per head, partial tiles a window's (blocks 16 x 32)",
+    "dense random bool, some rows empty (blocks 16 x 16)",
+    "dense random bool per head (blocks 32 x 16)"};
+
+static attn_block_mask *make_map(attn_ctx *ctx, int kind, size_t B, size_t H, size_t T) {
+    uint64_t s = map_seed * 31 + (uint64_t)kind;
+    attn_block_mask *bm = NULL;
+    attn_mask *mask = NULL;
+    attn_block_mask_config c = {.batch = 1, .heads = 1, .q_len = T, .kv_len = T,
+                                .block_q = 16, .block_kv = 16};
+    if (kind == MAP_DOCUMENT) {
+        /* documents of 1 .. 60 tokens, their own runs in each sequence */
+        int32_t *ids = malloc(B * T * sizeof *ids);
+        for (size_t b = 0; b < B; b++)
+            for (size_t i = 0, doc = 0, left = 0; i < T; i++, left--) {
+                if (!left) {
+                    doc++;
+                    left = 1 + splitmix(&s) % 60;
+                }
+                ids[b * T + i] = (int32_t)doc;
+            }
+        c.batch = B;
+        need(ctx, attn_mask_new_document(ctx, ids, NULL, B, T, 0, &mask));
+        need(ctx, attn_block_mask_from_mask(ctx, &c, mask, &bm));
+        free(ids);
+    } else if (kind == MAP_PREFIX_LM) {
+        int64_t prefix = (int64_t)(T / 4 + splitmix(&s) % (T / 2));
+        c.block_q = 32;
+        need(ctx, attn_mask_new_prefix_lm(ctx, &prefix, 1, &mask));
+        need(ctx, attn_block_mask_from_mask(ctx, &c, mask, &bm));
+    } else if (kind == MAP_KV_BLOCKS) {
+        /* each (head, query block) lists random key blocks, partial (the
+         * window's elements) or full */
+        c.heads = H;
+        c.block_kv = 32;
+        size_t qb = (T + 15) / 16, kb = (T + 31) / 32, rows = H * qb;
+        int32_t *num = calloc(rows, sizeof *num), *idx = calloc(rows * kb, sizeof *idx);
+        int32_t *fnum = calloc(rows, sizeof *fnum), *fidx = calloc(rows * kb, sizeof *fidx);
+        for (size_t r = 0; r < rows; r++)
+            for (size_t k = 0; k < kb; k++) {
+                uint64_t x = splitmix(&s) % 4;
+                if (x == 1) idx[r * kb + num[r]++] = (int32_t)k;
+                if (x == 2) fidx[r * kb + fnum[r]++] = (int32_t)k;
+            }
+        need(ctx, attn_mask_new_window(ctx, 37, 5, 0, &mask));
+        need(ctx, attn_block_mask_from_kv_blocks(ctx, &c, num, idx, kb, fnum, fidx, kb, mask,
+                                                 &bm));
+        free(num);
+        free(idx);
+        free(fnum);
+        free(fidx);
+    } else {
+        bool per_head = kind == MAP_PER_HEAD;
+        if (per_head) {
+            c.heads = H;
+            c.block_q = 32;
+        }
+        size_t n = c.heads * T * T;
+        uint8_t *d = malloc(n);
+        for (size_t i = 0; i < n; i++) {
+            size_t q = i / T % T, k = i % T;
+            /* denser near the diagonal, so that tiles of every class occur */
+            uint64_t x = splitmix(&s) % 100, near = q > k ? q - k : k - q;
+            d[i] = near < 24 ? x < 80 : x < 25;
+            if (!per_head && q % 11 == 5) d[i] = 0; /* rows that see nothing */
+        }
+        size_t st[4] = {0, T * T, T, 1};
+        need(ctx, attn_block_mask_from_bool(ctx, &c, d, st, &bm));
+        free(d);
+    }
+    attn_mask_free(mask);
+    return bm;
+}
+
+/* Every kind of map in every mode, against the single-process run with the
+ * same map: one group per mode, so that each call replaces the sub-maps
+ * the last kept (and a backward reuses its forward's). Then the same map
+ * again after another, and again without causal: the kept sub-maps must
+ * follow the map and the pairs causality skipped. */
+static void test_maps(attn_ctx *ctx) {
+    map_seed = (uint64_t)MPI_Wtime() * 1000003u ^ (uint64_t)clock();
+    MPI_Bcast(&map_seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    if (rank == 0) printf("maps: seed %llu\n", (unsigned long long)map_seed);
+    size_t P = (size_t)nranks, H = 2 * P, T = 2 * P * 24 + 3, D = 16;
+    const attn_mpi_mode modes[3] = {ATTN_MPI_RING, ATTN_MPI_ZIGZAG, ATTN_MPI_ULYSSES};
+    attn_block_mask *maps[MAP_KINDS];
+    for (int k = 0; k < MAP_KINDS; k++) maps[k] = make_map(ctx, k, 2, H, T);
+    /* tokens < 2P: empty chunks, pairs of one token */
+    attn_block_mask *tiny = make_map(ctx, MAP_PER_HEAD, 1, H, P + 1);
+    for (int m = 0; m < 3; m++) {
+        attn_mpi_group *g = NULL;
+        need(ctx, attn_mpi_group_new(ctx, MPI_COMM_WORLD, modes[m], &g));
+        sdpa_run(ctx, g, modes[m], 2, H, H, T, D, true, maps[MAP_DOCUMENT], map_names[0]);
+        sdpa_run(ctx, g, modes[m], 1, H, P, T, D, false, maps[MAP_PREFIX_LM], map_names[1]);
+        sdpa_run(ctx, g, modes[m], 1, H, H, T, D, true, maps[MAP_KV_BLOCKS], map_names[2]);
+        sdpa_run(ctx, g, modes[m], 1, H, H, T, D, false, maps[MAP_DENSE], map_names[3]);
+        sdpa_run(ctx, g, modes[m], 1, H, P, T, D, true, maps[MAP_PER_HEAD], map_names[4]);
+        sdpa_run(ctx, g, modes[m], 1, H, H, T, D, true, maps[MAP_KV_BLOCKS], map_names[2]);
+        sdpa_run(ctx, g, modes[m], 1, H, H, T, D, false, maps[MAP_KV_BLOCKS], map_names[2]);
+        sdpa_run(ctx, g, modes[m], 1, H, H, P + 1, D, true, tiny, map_names[4]);
+        attn_mpi_group_free(g);
+    }
+    for (int k = 0; k < MAP_KINDS; k++) attn_block_mask_free(maps[k]);
+    attn_block_mask_free(tiny);
 }
 
 /* ---- modules ------------------------------------------------------------------ */
@@ -362,6 +501,7 @@ int main(int argc, char **argv) {
         if (all || strcmp(what, "sdpa") == 0) test_sdpa(ctx);
         if (all || strcmp(what, "modules") == 0) test_modules(ctx);
         if (all || strcmp(what, "failure") == 0) test_failure(ctx);
+        if (all || strcmp(what, "maps") == 0) test_maps(ctx);
         if (all) break;
     }
     MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -1,7 +1,7 @@
 /*
  * test_mpi_disagree.c — ranks that disagree, under mpirun -np P: the last
- * rank passes another mode, call, size, scale, causality, module or
- * weights than the others. Every rank must fail, with the same message
+ * rank passes another mode, call, size, scale, causality, block map, module
+ * or weights than the others. Every rank must fail, with the same message
  * naming the value and the lowest rank on each side ("the ranks disagree
  * on the mode: rank 0 ring, rank 1 ulysses"), no rank may hang (ctest's
  * timeout), and the outputs stay as they were. Then the same calls with
@@ -258,6 +258,79 @@ static void test_agree(attn_ctx *ctx) {
     attn_mpi_group_free(g);
 }
 
+/* A prefix-LM map of (1, 1, T, T) in blocks of block_q x 16. */
+static attn_block_mask *prefix_map(attn_ctx *ctx, int64_t prefix, size_t T, size_t block_q) {
+    attn_mask *m = NULL;
+    attn_block_mask *bm = NULL;
+    attn_block_mask_config c = {1, 1, T, T, block_q, 16};
+    if (attn_mask_new_prefix_lm(ctx, &prefix, 1, &m) != ATTN_OK ||
+        attn_block_mask_from_mask(ctx, &c, m, &bm) != ATTN_OK)
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    attn_mask_free(m);
+    return bm;
+}
+
+/* Block maps: the last rank passes another map (its content, its block
+ * size, none, or one not over the whole sequence), forward and backward. */
+static void test_maps(attn_ctx *ctx, attn_mpi_mode mode) {
+    size_t H = 2 * (size_t)nranks, T = 29, D = 8, Tl = 0, b[2], e[2];
+    attn_mpi_local_ranges(mode, T, (size_t)nranks, (size_t)rank, b, e, &Tl);
+    size_t n = H * Tl * D;
+    float *q = filled(n, 0.25f), *out = filled(n, 0.0f), *lse = filled(H * Tl, 0.0f);
+    float *d = filled(3 * n, 0.0f);
+    attn_mpi_group *g = NULL;
+    if (attn_mpi_group_new(ctx, MPI_COMM_WORLD, mode, &g) != ATTN_OK) MPI_Abort(MPI_COMM_WORLD, 2);
+    attn_block_mask *base_map = prefix_map(ctx, 10, T, 16);
+    attn_block_mask *other[4] = {prefix_map(ctx, 11, T, 16), prefix_map(ctx, 10, T, 32), NULL,
+                                 prefix_map(ctx, 10, T + 1, 16)};
+    const char *names[4] = {"content", "block_q", "presence", "length"};
+    char wants[4][160];
+    snprintf(wants[0], sizeof wants[0],
+             "the ranks disagree on the block_mask's content (checksum): rank 0 0x");
+    snprintf(wants[1], sizeof wants[1],
+             "the ranks disagree on the block_mask's block_q: rank 0 16, rank %d 32", last);
+    snprintf(wants[2], sizeof wants[2],
+             "the ranks disagree on whether a block_mask is set: rank 0 1, rank %d 0", last);
+    snprintf(wants[3], sizeof wants[3],
+             "the block mask is of q_len 30, kv_len 30 where the sequence is of 29 tokens");
+    attn_mpi_sdpa_config base = {.batch = 1, .heads = H, .tokens = T, .head_dim = D,
+                                 .causal = true, .block_mask = base_map};
+    const char *m = attn_mpi_mode_name(mode);
+    char what[96];
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t c = 0; c < 4; c++) {
+            attn_mpi_sdpa_config cfg = base;
+            if (rank == last) cfg.block_mask = other[c];
+            attn_status st;
+            if (pass == 0) {
+                for (size_t i = 0; i < n; i++) out[i] = 12345.0f;
+                st = attn_mpi_sdpa_forward(g, &cfg, q, q, q, out, lse);
+            } else {
+                for (size_t i = 0; i < 3 * n; i++) d[i] = 12345.0f;
+                st = attn_mpi_sdpa_backward(g, &cfg, q, q, q, q, lse, q, d, d + n, d + 2 * n);
+            }
+            snprintf(what, sizeof what, "%s sdpa %s: rank %d's map's %s differs", m,
+                     pass ? "backward" : "forward", last, names[c]);
+            expect_disagreement(ctx, what, st, wants[c], pass ? d : out, pass ? 3 * n : n);
+            if (c == 0) {
+                /* the content's checksum in the message: rank 0's, then the last's */
+                char tail[32];
+                snprintf(tail, sizeof tail, ", rank %d 0x", last);
+                expect_disagreement(ctx, "  ... naming the last rank's too", st, tail, NULL, 0);
+            }
+        }
+    /* alike: it runs */
+    snprintf(what, sizeof what, "%s sdpa: every rank's map alike", m);
+    expect_ok(ctx, what, attn_mpi_sdpa_forward(g, &base, q, q, q, out, lse));
+    attn_block_mask_free(base_map);
+    for (int i = 0; i < 4; i++) attn_block_mask_free(other[i]);
+    attn_mpi_group_free(g);
+    free(q);
+    free(out);
+    free(lse);
+    free(d);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -272,6 +345,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 3; i++) {
         test_sdpa(ctx, modes[i]);
         test_modules(ctx, modes[i]);
+        test_maps(ctx, modes[i]);
     }
     test_agree(ctx);
     MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -29,6 +29,7 @@
 #include "attn.h"
 #include "check.h"
 #include "internal.h"
+#include "mask/mask_internal.h"
 
 #include <dirent.h>
 #include <stdint.h>
@@ -1575,11 +1576,16 @@ typedef struct bm_state {
     attn_block_mask *want, *got;
     attn_block_mask_config cfg;
     int32_t num[2 * 3], idx[2 * 3 * 3], full_num[2 * 3], full_idx[2 * 3 * 3];
-    int which; /* 0 document, 1 prefix-LM, 2 AND (deep copies), 3 from_mask, 4 from_kv_blocks */
+    attn_block_mask *whole; /* the map slice cuts from */
+    int which; /* 0 document, 1 prefix-LM, 2 AND (deep copies), 3 from_mask, 4 from_kv_blocks,
+                  5 a slice of 3's map at offsets off the block edges */
 } bm_state;
 
 static attn_status bm_build(bm_state *st, attn_block_mask **out) {
     if (st->which == 3) return attn_block_mask_from_mask(g_ctx, &st->cfg, st->tree, out);
+    if (st->which == 5)
+        return attn_block_map_slice(g_ctx, "slice", attn_block_mask_map(st->whole), 0, 1, 37,
+                                    140, 21, 133, out);
     return attn_block_mask_from_kv_blocks(g_ctx, &st->cfg, st->num, st->idx, 3, st->full_num,
                                           st->full_idx, 3, st->tree, out);
 }
@@ -1597,6 +1603,7 @@ static void bm_setup(void *p) {
     attn_mask_free(global);
     attn_mask_free(both);
     st->cfg = (attn_block_mask_config){2, 1, BM_T, BM_T, 64, 64};
+    CHECK_STATUS(attn_block_mask_from_mask(g_ctx, &st->cfg, st->tree, &st->whole), ATTN_OK);
     /* query block qb lists key blocks below it as full, its own as partial */
     for (size_t r = 0; r < 6; r++) {
         size_t qb = r % 3;
@@ -1672,14 +1679,15 @@ static void sweep_block_masks(void) {
     static const char *const names[] = {
         "attn_mask_new_document", "attn_mask_new_prefix_lm",
         "attn_mask_new_and (deep copies of a tree)", "attn_block_mask_from_mask",
-        "attn_block_mask_from_kv_blocks (with a mask)"};
-    for (int w = 0; w < 5; w++) {
+        "attn_block_mask_from_kv_blocks (with a mask)", "attn_block_map_slice"};
+    for (int w = 0; w < 6; w++) {
         st.which = w;
         attn_block_mask_free(st.want);
         st.want = NULL;
         sweep(&(sweep_op){.name = names[w], .setup = bm_setup, .run = bm_run, .verify_failed = bm_failed, .verify_ok = bm_ok, .teardown = bm_teardown, .state = &st});
     }
     attn_block_mask_free(st.want);
+    attn_block_mask_free(st.whole);
     attn_mask_free(st.docs);
     attn_mask_free(st.causal);
     attn_mask_free(st.tree);

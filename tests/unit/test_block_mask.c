@@ -12,7 +12,9 @@
  * the dense tensors for from_bool / from_additive, the lists for
  * from_kv_blocks. A map from a description must also equal the map of the
  * same description read element by element through from_fn, so the
- * closed-form tile classes never claim full or empty wrongly.
+ * closed-form tile classes never claim full or empty wrongly. Slices of a
+ * map (the rectangles context parallelism runs) equal the maps of the same
+ * rectangles of the oracle.
  * ATTN_TEST_SEED repeats a run.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -896,6 +898,117 @@ static void test_speed(attn_ctx *ctx) {
     free(ids);
 }
 
+/* ---- slices (attn_block_map_slice: context parallelism's rectangles) ---------- */
+
+/* A random edge in [lo, hi], on a block edge one time in three. */
+static size_t random_edge(size_t lo, size_t hi, size_t block) {
+    size_t x = lo + rand_below(hi - lo + 1);
+    if (rand_below(3) == 0) {
+        size_t y = (x + block - 1) / block * block;
+        if (y <= hi) x = y;
+        else if (x / block * block >= lo) x = x / block * block;
+    }
+    return x;
+}
+
+/* Slices of random maps (dense or from a random description, so that full
+ * tiles come from closed-form classes and from bits) at random offsets,
+ * block-aligned or not: each equals, list for list and bit for bit, the
+ * map built from the same rectangle of the dense oracle, and passes the
+ * element-by-element check. Out-of-range rectangles are refused. */
+static void test_slices(attn_ctx *ctx, int rounds) {
+    for (int round = 0; round < rounds; round++) {
+        attn_block_mask_config c = random_config(200);
+        attn_block_mask *bm = NULL;
+        dense d;
+        prim prims[8];
+        size_t n_prims = 0;
+        if (round % 2) {
+            char desc[256];
+            attn_mask *m = random_tree(ctx, 1 + rand_below(3), &c, prims, &n_prims, desc,
+                                       sizeof desc);
+            CHECK_STATUS(attn_block_mask_from_mask(ctx, &c, m, &bm), ATTN_OK);
+            d = dense_of_mask(ctx, m, c.batch, c.heads, c.q_len, c.kv_len);
+            attn_mask_free(m);
+        } else {
+            d = dense_new(c.batch, c.heads, c.q_len, c.kv_len);
+            /* sparse, dense, causal-ish, or tiles each all hidden, all
+             * visible or random (full and skipped tiles side by side, which
+             * a slice's unaligned tiles straddle) */
+            int style = (int)rand_below(4);
+            size_t qbs = (c.q_len + c.block_q - 1) / c.block_q;
+            size_t kbs = (c.kv_len + c.block_kv - 1) / c.block_kv;
+            uint8_t *cls = malloc(c.batch * c.heads * qbs * kbs);
+            for (size_t i = 0; i < c.batch * c.heads * qbs * kbs; i++) cls[i] = (uint8_t)rand_below(3);
+            for (size_t i = 0; i < c.batch * c.heads * c.q_len * c.kv_len; i++) {
+                size_t q = i / c.kv_len % c.q_len, k = i % c.kv_len;
+                size_t plane = i / (c.q_len * c.kv_len);
+                uint8_t t = cls[(plane * qbs + q / c.block_q) * kbs + k / c.block_kv];
+                d.v[i] = style == 0   ? rand_below(10) == 0
+                         : style == 1 ? rand_below(10) != 0
+                         : style == 2 ? (k <= q && rand_below(50))
+                                      : (t == 1 || (t == 2 && rand_below(2)));
+            }
+            free(cls);
+            size_t st[4] = {c.heads * c.q_len * c.kv_len, c.q_len * c.kv_len, c.kv_len, 1};
+            CHECK_STATUS(attn_block_mask_from_bool(ctx, &c, d.v, st, &bm), ATTN_OK);
+        }
+        for (size_t i = 0; i < n_prims; i++) prim_free(&prims[i]);
+        if (!bm) {
+            free(d.v);
+            continue;
+        }
+        const attn_block_map *m = attn_block_mask_map(bm);
+        for (int k = 0; k < 4; k++) {
+            size_t h0 = rand_below(c.heads), h1 = h0 + 1 + rand_below(c.heads - h0);
+            size_t q0 = random_edge(0, c.q_len - 1, c.block_q);
+            size_t q1 = random_edge(q0 + 1, c.q_len, c.block_q);
+            size_t k0 = random_edge(0, c.kv_len - 1, c.block_kv);
+            size_t k1 = random_edge(k0 + 1, c.kv_len, c.block_kv);
+            dense part = dense_new(c.batch, h1 - h0, q1 - q0, k1 - k0);
+            for (size_t b = 0; b < c.batch; b++)
+                for (size_t h = h0; h < h1; h++)
+                    for (size_t q = q0; q < q1; q++)
+                        memcpy(at(&part, b, h - h0, q - q0), at(&d, b, h, q) + k0, k1 - k0);
+            attn_block_mask_config pc = {c.batch, h1 - h0, q1 - q0, k1 - k0, c.block_q,
+                                         c.block_kv};
+            size_t st[4] = {pc.heads * pc.q_len * pc.kv_len, pc.q_len * pc.kv_len, pc.kv_len, 1};
+            attn_block_mask *slice = NULL, *want = NULL;
+            char label[200];
+            snprintf(label, sizeof label,
+                     "slice h [%zu, %zu) q [%zu, %zu) k [%zu, %zu) of (%zu, %zu, %zu, %zu) "
+                     "blocks %zu x %zu", h0, h1, q0, q1, k0, k1, c.batch, c.heads, c.q_len,
+                     c.kv_len, c.block_q, c.block_kv);
+            CHECK_STATUS(attn_block_map_slice(ctx, "test", m, h0, h1, q0, q1, k0, k1, &slice),
+                         ATTN_OK);
+            CHECK_STATUS(attn_block_mask_from_bool(ctx, &pc, part.v, st, &want), ATTN_OK);
+            if (slice && want) {
+                check_map(slice, &part, label);
+                bool same = same_maps(slice, want);
+                if (!same) fprintf(stderr, "%s: differs from the map of its rectangle\n", label);
+                CHECK(same);
+                bool none = true;
+                for (size_t i = 0; i < c.batch * pc.heads * pc.q_len * pc.kv_len; i++)
+                    if (part.v[i]) none = false;
+                CHECK(attn_block_map_empty(attn_block_mask_map(slice)) == none);
+            }
+            attn_block_mask_free(slice);
+            attn_block_mask_free(want);
+            free(part.v);
+        }
+        /* a rectangle past the map, or of nothing, is refused */
+        attn_block_mask *bad = bm;
+        CHECK_STATUS(attn_block_map_slice(ctx, "test", m, 0, c.heads, 0, c.q_len + 1, 0,
+                                          c.kv_len, &bad), ATTN_ERR_INVALID);
+        CHECK(bad == NULL);
+        CHECK_MESSAGE(ctx, "no slice");
+        CHECK_STATUS(attn_block_map_slice(ctx, "test", m, 0, c.heads, 3, 3, 0, c.kv_len, &bad),
+                     ATTN_ERR_INVALID);
+        attn_block_mask_free(bm);
+        free(d.v);
+    }
+}
+
 /* usage: test_block_mask [rounds] (random trees, 300; each primitive a tenth) */
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 300;
@@ -915,6 +1028,7 @@ int main(int argc, char **argv) {
     test_dense(ctx);
     test_fn_errors(ctx);
     test_kv_blocks(ctx);
+    test_slices(ctx, rounds / 10);
     test_speed(ctx);
     attn_ctx_free(ctx);
     return check_summary();
