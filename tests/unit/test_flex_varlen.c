@@ -20,7 +20,9 @@
  *   - the float64 reference of the same packed call: everything within
  *     1e-5 relative L2 (gradients that sum many terms of both signs
  *     measured against the size of the terms);
- *   - itself at 2 threads: the same bits.
+ *   - itself at 2 threads: the same bits;
+ *   - in bf16 (attn_sdpa_forward_16), the float call on the same rounded
+ *     inputs: out within bf16's rounding (2^-8 relative L2), lse 1e-5.
  * Sequences of no queries leave dk and dv 0; of no keys, out 0, lse -inf
  * and dq 0. A map shorter than a sequence, or of another batch, is refused
  * naming it. Fresh random inputs each run: the seed is printed,
@@ -645,6 +647,65 @@ static terms terms_of(const varlen_case *c, const double *out, const double *lse
     return t;
 }
 
+/* bf16 (top half of a float, rounded to nearest even) and back. */
+static uint16_t to_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+static float from_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+/* The packed call in bf16 (attn_sdpa_forward_16: the 16-bit kernels, or
+ * widened to the float ones) against the float call on the same
+ * bf16-rounded inputs: out within bf16's rounding, lse within 1e-5. */
+static void test_bf16(attn_ctx *ctx, varlen_case *c, const char *what) {
+    size_t nq = c->total_q * c->H, nk = c->total_kv * c->Hkv;
+    size_t n[3] = {nq * c->D, nk * c->D, nk * c->Dv};
+    float *src[3] = {c->q, c->k, c->v}, *wide[3];
+    uint16_t *half[3];
+    for (int e = 0; e < 3; e++) {
+        half[e] = malloc((n[e] ? n[e] : 1) * 2);
+        wide[e] = malloc((n[e] ? n[e] : 1) * 4);
+        for (size_t i = 0; i < n[e]; i++) wide[e][i] = from_bf16(half[e][i] = to_bf16(src[e][i]));
+    }
+    uint16_t *out16 = calloc(nq * c->Dv + 1, 2);
+    float *out = calloc(nq * c->Dv + 1, 4), *lse16 = calloc(nq + 1, 4), *lse = calloc(nq + 1, 4);
+    attn_sdpa_config cfg = config_of(c);
+    attn_status st = attn_sdpa_forward_16(ctx, &cfg, ATTN_DTYPE_BF16, half[0], half[1], half[2],
+                                          out16, lse16, NULL, NULL);
+    if (st == ATTN_OK)
+        st = attn_sdpa_forward(ctx, &cfg, wide[0], wide[1], wide[2], out, lse, NULL, NULL);
+    if (st != ATTN_OK) fprintf(stderr, "%s: bf16: %s\n", what, attn_ctx_last_error(ctx));
+    CHECK(st == ATTN_OK);
+    double num = 0, den = 0, lnum = 0, lden = 0;
+    bool inf_ok = true;
+    for (size_t i = 0; i < nq * c->Dv; i++) {
+        double d = (double)from_bf16(out16[i]) - out[i];
+        num += d * d, den += (double)out[i] * out[i];
+    }
+    for (size_t i = 0; i < nq; i++) {
+        if (isinf(lse[i]) || isinf(lse16[i])) {
+            inf_ok &= lse[i] == lse16[i];
+            continue;
+        }
+        lnum += ((double)lse16[i] - lse[i]) * ((double)lse16[i] - lse[i]);
+        lden += 1.0; /* a logit's error is relative to the scores' size, about 1 */
+    }
+    bool ok = st == ATTN_OK && num <= 0x1p-16 * den && lnum <= 1e-10 * lden && inf_ok;
+    if (!ok)
+        fprintf(stderr, "%s: bf16 out relative L2 %.3g, lse %.3g%s\n", what,
+                sqrt(num / (den > 0 ? den : 1)), sqrt(lnum / (lden > 0 ? lden : 1)),
+                inf_ok ? "" : ", -inf rows differ");
+    CHECK(ok);
+    for (int e = 0; e < 3; e++) free(half[e]), free(wide[e]);
+    free(out16), free(out), free(lse16), free(lse);
+}
+
 static size_t bitwise_seqs, near_seqs;
 
 static void test_case(attn_ctx *one, attn_ctx *two, size_t index) {
@@ -793,6 +854,7 @@ static void test_case(attn_ctx *one, attn_ctx *two, size_t index) {
     } else if (ok) {
         CHECK(false);
     }
+    if (ok) test_bf16(two, &c, what);
     results_free(&r1), results_free(&r2), results_free(&alone), results_free(&ref);
     free_case(&c);
 }
@@ -836,7 +898,7 @@ int main(int argc, char **argv) {
     attn_ctx *one, *two;
     attn_ctx_config c1 = {.num_threads = 1}, c2 = {.num_threads = 2};
     if (attn_ctx_new(&c1, &one) != ATTN_OK || attn_ctx_new(&c2, &two) != ATTN_OK) return 1;
-    size_t cases = argc == 3 && !strcmp(argv[1], "--cases") ? strtoul(argv[2], NULL, 10) : 30;
+    size_t cases = argc == 3 && !strcmp(argv[1], "--cases") ? strtoul(argv[2], NULL, 10) : 60;
     for (size_t i = 0; i < cases; i++) test_case(one, two, i);
     test_bad_maps(two);
     printf("sequences alone: %zu bit for bit (flex both ways), %zu within %g\n", bitwise_seqs,
