@@ -25,7 +25,8 @@
  *     inputs: out within bf16's rounding (2^-8 relative L2), lse 1e-5.
  * Sequences of no queries leave dk and dv 0; of no keys, out 0, lse -inf
  * and dq 0. A map shorter than a sequence, or of another batch, is refused
- * naming it. Fresh random inputs each run: the seed is printed,
+ * naming it; one of exactly the longest lengths runs, with the same bits
+ * where the call's longest lengths are given larger. Fresh random inputs each run: the seed is printed,
  * ATTN_TEST_SEED repeats it.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -873,7 +874,11 @@ static void test_bad_maps(attn_ctx *ctx) {
     attn_block_mask_config exact = {3, H, 40, 30, 16, 16};
     CHECK_STATUS(attn_block_mask_from_mask(ctx, &q_short, all, &shorter), ATTN_OK);
     CHECK_STATUS(attn_block_mask_from_mask(ctx, &batch4, all, &wide), ATTN_OK);
-    CHECK_STATUS(attn_block_mask_from_mask(ctx, &exact, all, &fits), ATTN_OK);
+    uint8_t *bits = malloc(3 * H * 40 * 30);
+    for (size_t e = 0; e < 3 * H * 40 * 30; e++) bits[e] = uniform() < 0.6;
+    size_t bit_strides[4] = {H * 40 * 30, 40 * 30, 30, 1};
+    CHECK_STATUS(attn_block_mask_from_bool(ctx, &exact, bits, bit_strides, &fits), ATTN_OK);
+    free(bits);
     attn_sdpa_config cfg = {.batch = 3, .heads = H, .q_tokens = 40, .kv_tokens = 30,
                             .head_dim = D, .cu_seqlens_q = cu_q, .cu_seqlens_kv = cu_kv,
                             .block_mask = shorter};
@@ -883,11 +888,35 @@ static void test_bad_maps(attn_ctx *ctx) {
     cfg.block_mask = wide;
     CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_ERR_SHAPE);
     CHECK_MESSAGE(ctx, "batch 4");
-    cfg.block_mask = fits; /* the map of exactly the longest lengths runs */
-    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+    /* the map of exactly the longest lengths runs; so it does where the
+     * call's longest lengths are given larger than any sequence's (the
+     * kernels' blocks then reach past the map's), with the same bits */
+    cfg.block_mask = fits;
+    float *dout = alloc_randn(total_q * H * D, 1), *grads[2][3], *outs[2], *lses[2];
+    for (int run = 0; run < 2; run++) {
+        outs[run] = calloc(total_q * H * D, 4), lses[run] = calloc(H * total_q, 4);
+        grads[run][0] = calloc(total_q * H * D, 4);
+        grads[run][1] = calloc(total_kv * H * D, 4), grads[run][2] = calloc(total_kv * H * D, 4);
+        cfg.q_tokens = run ? 100 : 40, cfg.kv_tokens = run ? 90 : 30;
+        CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, outs[run], lses[run], NULL, NULL),
+                     ATTN_OK);
+        CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, outs[run], lses[run], dout,
+                                        grads[run][0], grads[run][1], grads[run][2], NULL),
+                     ATTN_OK);
+        CHECK(strstr(attn_ctx_last_explain(ctx), "flex [") != NULL);
+    }
+    CHECK(!memcmp(outs[0], outs[1], total_q * H * D * 4) &&
+          !memcmp(lses[0], lses[1], H * total_q * 4) &&
+          !memcmp(grads[0][0], grads[1][0], total_q * H * D * 4) &&
+          !memcmp(grads[0][1], grads[1][1], total_kv * H * D * 4) &&
+          !memcmp(grads[0][2], grads[1][2], total_kv * H * D * 4));
+    for (int run = 0; run < 2; run++) {
+        free(outs[run]), free(lses[run]);
+        for (int e = 0; e < 3; e++) free(grads[run][e]);
+    }
     attn_block_mask_free(shorter), attn_block_mask_free(wide), attn_block_mask_free(fits);
     attn_mask_free(all);
-    free(q), free(k), free(v), free(out), free(lse);
+    free(q), free(k), free(v), free(out), free(lse), free(dout);
 }
 
 int main(int argc, char **argv) {
