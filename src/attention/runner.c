@@ -255,12 +255,21 @@ static size_t pass_bytes(const attn_ctx *ctx, const attn_attention_problem *p, a
 
 /* ---- chains the fixed features say ---------------------------------------- */
 
+/* Whether query i of every sequence sits at position i + offset (packed
+ * sequences aligned bottom-right each have their own). */
+static bool one_diagonal(const attn_attention_problem *p, int64_t offset) {
+    size_t n = p->cu_seqlens_q ? p->batch : 1;
+    for (size_t b = 0; b < n; b++)
+        if (attn_attention_seq_of(p, b).diagonal != offset) return false;
+    return true;
+}
+
 /* Whether every key p lets a query see lies at or before the query's
  * position i + offset (so a signed ALiBi distance is the absolute one). */
 static bool keys_before(const attn_attention_problem *p, int64_t offset) {
-    int64_t diagonal = attn_attention_seq_of(p, 0).diagonal;
-    if (p->causal && diagonal == offset) return true;
-    if (p->window && p->window_right == 0 && diagonal == offset) return true;
+    bool at_offset = one_diagonal(p, offset);
+    if (p->causal && at_offset) return true;
+    if (p->window && p->window_right == 0 && at_offset) return true;
     const attn_block_map *m = p->block_map;
     if (!m || !m->row_lo) return false;
     for (size_t b = 0; b < m->rows_batch; b++)
@@ -281,8 +290,7 @@ static const attn_attention_problem *fixed_features(const attn_ctx *ctx,
                                                     const attn_attention_problem *p,
                                                     attn_attention_problem *out) {
     size_t n = p->score_mod_count;
-    if (!n || n > 2 || p->cu_seqlens_q || p->kv_cache || (p->block_map && !p->block_map->row_lo))
-        return p;
+    if (!n || n > 2 || p->kv_cache || (p->block_map && !p->block_map->row_lo)) return p;
     const attn_score_mod *cap = NULL, *alibi = NULL;
     for (size_t k = 0; k < n; k++) {
         const attn_score_mod *m = &p->score_mods[k];
@@ -291,8 +299,7 @@ static const attn_attention_problem *fixed_features(const attn_ctx *ctx,
         else return p;
     }
     if (alibi) {
-        int64_t diagonal = attn_attention_seq_of(p, 0).diagonal;
-        if (alibi->offset != diagonal) return p;
+        if (!one_diagonal(p, alibi->offset)) return p;
         if (alibi->signed_distance && !keys_before(p, alibi->offset)) return p;
     }
     *out = *p;

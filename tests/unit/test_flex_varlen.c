@@ -26,7 +26,9 @@
  * Sequences of no queries leave dk and dv 0; of no keys, out 0, lse -inf
  * and dq 0. A map shorter than a sequence, or of another batch, is refused
  * naming it; one of exactly the longest lengths runs, with the same bits
- * where the call's longest lengths are given larger. Fresh random inputs each run: the seed is printed,
+ * where the call's longest lengths are given larger. A chain of softcap and
+ * ALiBi at every sequence's positions runs on the fused kernels, with the
+ * fixed features' bits. Fresh random inputs each run: the seed is printed,
  * ATTN_TEST_SEED repeats it.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -919,6 +921,49 @@ static void test_bad_maps(attn_ctx *ctx) {
     free(q), free(k), free(v), free(out), free(lse), free(dout);
 }
 
+/* A chain of softcap then ALiBi at every sequence's own positions (top-left:
+ * query i at key position i) is the fixed features over packed sequences
+ * too: the fused kernels run it, with the features' bits; bottom-right,
+ * where sequences' S - T differ, one ALiBi offset cannot say it: flex. */
+static void test_fixed_features_packed(attn_ctx *ctx) {
+    size_t H = 2, D = 16;
+    int32_t cu_q[4] = {0, 7, 57, 58}, cu_kv[4] = {0, 20, 70, 90};
+    size_t tq = 58, tk = 90;
+    float *q = alloc_randn(tq * H * D, 1), *k = alloc_randn(tk * H * D, 1);
+    float *v = alloc_randn(tk * H * D, 1), *dout = alloc_randn(tq * H * D, 1), slopes[2];
+    for (size_t h = 0; h < H; h++) slopes[h] = (float)(0.05 + 0.3 * uniform());
+    float *out[2], *lse[2], *dq[2], *dk[2], *dv[2];
+    for (int r = 0; r < 2; r++) {
+        out[r] = calloc(tq * H * D, 4), lse[r] = calloc(H * tq, 4), dq[r] = calloc(tq * H * D, 4);
+        dk[r] = calloc(tk * H * D, 4), dv[r] = calloc(tk * H * D, 4);
+    }
+    attn_sdpa_config fixed = {.batch = 3, .heads = H, .q_tokens = 50, .kv_tokens = 50,
+                              .head_dim = D, .causal = true, .align = ATTN_ALIGN_TOP_LEFT,
+                              .softcap = 20.0, .alibi_slopes = slopes, .cu_seqlens_q = cu_q,
+                              .cu_seqlens_kv = cu_kv};
+    attn_score_mod chain[2] = {{.kind = ATTN_SCORE_SOFTCAP, .value = 20.0},
+                               {.kind = ATTN_SCORE_ALIBI, .tensor = slopes}};
+    attn_sdpa_config said = fixed;
+    said.softcap = 0.0, said.alibi_slopes = NULL;
+    said.score_mods = chain, said.score_mod_count = 2;
+    for (int r = 0; r < 2; r++) {
+        const attn_sdpa_config *cfg = r ? &said : &fixed;
+        CHECK_STATUS(attn_sdpa_forward(ctx, cfg, q, k, v, out[r], lse[r], NULL, NULL), ATTN_OK);
+        CHECK(strstr(attn_ctx_last_explain(ctx), "fused [") != NULL);
+        CHECK_STATUS(attn_sdpa_backward(ctx, cfg, q, k, v, out[r], lse[r], dout, dq[r], dk[r],
+                                        dv[r], NULL),
+                     ATTN_OK);
+    }
+    CHECK(!memcmp(out[0], out[1], tq * H * D * 4) && !memcmp(lse[0], lse[1], H * tq * 4) &&
+          !memcmp(dq[0], dq[1], tq * H * D * 4) && !memcmp(dk[0], dk[1], tk * H * D * 4) &&
+          !memcmp(dv[0], dv[1], tk * H * D * 4));
+    said.align = ATTN_ALIGN_BOTTOM_RIGHT; /* S - T: 13, 0, 19 */
+    CHECK_STATUS(attn_sdpa_forward(ctx, &said, q, k, v, out[1], lse[1], NULL, NULL), ATTN_OK);
+    CHECK(strstr(attn_ctx_last_explain(ctx), "flex [") != NULL);
+    for (int r = 0; r < 2; r++) free(out[r]), free(lse[r]), free(dq[r]), free(dk[r]), free(dv[r]);
+    free(q), free(k), free(v), free(dout);
+}
+
 int main(int argc, char **argv) {
     const char *env = getenv("ATTN_TEST_SEED");
     uint64_t seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL);
@@ -930,6 +975,7 @@ int main(int argc, char **argv) {
     size_t cases = argc == 3 && !strcmp(argv[1], "--cases") ? strtoul(argv[2], NULL, 10) : 60;
     for (size_t i = 0; i < cases; i++) test_case(one, two, i);
     test_bad_maps(two);
+    test_fixed_features_packed(two);
     printf("sequences alone: %zu bit for bit (flex both ways), %zu within %g\n", bitwise_seqs,
            near_seqs, TOL);
     attn_ctx_free(one);
