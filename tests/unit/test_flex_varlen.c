@@ -4,8 +4,9 @@
  * With cu_seqlens the map and the modifiers are in each sequence's own
  * positions: sequence b's query i and key j are the map's (b or 0, h, i, j).
  *
- * Each case packs 3 or 4 sequences of different lengths (0 and 1 among
- * them, q and kv lengths apart) under a map built one of five ways
+ * Each case packs 3 or 4 sequences of different lengths (one of a single
+ * query, in half the cases one of no queries or no keys, q and kv lengths
+ * drawn apart) under a map built one of five ways
  * (document ids, prefix-LM, chunked, random BlockMask.from_kv_blocks lists,
  * a dense random boolean mask) or none, larger than the longest sequence or
  * not, and a chain of 0 to 3 modifiers (scale, softcap, ALiBi, a bias with
