@@ -428,14 +428,17 @@ static int read_inputs(sdpa_run *r, const sdpa_options *o, attn_sdpa_config *cfg
 static bool position_offset(const sdpa_options *o, const attn_sdpa_config *cfg,
                             int64_t *offset, size_t *at) {
     *at = 0;
-    if (o->align == ATTN_ALIGN_TOP_LEFT) return (*offset = 0), true;
-    if (o->align == ATTN_ALIGN_OFFSET) return (*offset = (int64_t)o->q_offset), true;
-    if (!cfg->cu_seqlens_q) return (*offset = (int64_t)cfg->kv_tokens - (int64_t)cfg->q_tokens), true;
+    *offset = (int64_t)cfg->kv_tokens - (int64_t)cfg->q_tokens;
+    if (o->align == ATTN_ALIGN_TOP_LEFT) *offset = 0;
+    if (o->align == ATTN_ALIGN_OFFSET) *offset = (int64_t)o->q_offset;
+    if (o->align != ATTN_ALIGN_BOTTOM_RIGHT || !cfg->cu_seqlens_q) return true;
     const int32_t *cq = cfg->cu_seqlens_q, *ck = cfg->cu_seqlens_kv;
     *offset = (int64_t)(ck[1] - ck[0]) - (int64_t)(cq[1] - cq[0]);
     for (size_t b = 1; b < cfg->batch; b++)
-        if ((int64_t)(ck[b + 1] - ck[b]) - (int64_t)(cq[b + 1] - cq[b]) != *offset)
-            return (*at = b), false;
+        if ((int64_t)(ck[b + 1] - ck[b]) - (int64_t)(cq[b + 1] - cq[b]) != *offset) {
+            *at = b;
+            return false;
+        }
     return true;
 }
 
