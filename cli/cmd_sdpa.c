@@ -77,7 +77,7 @@ static const char sdpa_help[] =
     "--causal and --window) and score modifiers; 'attn mask' draws the map.\n"
     CLI_MASK_HELP
     "                  (one map per call: --mask goes with neither --block-topk\n"
-    "                  nor a description; no map with --cu-seqlens)\n"
+    "                  nor a description)\n"
     "  --bias F.npy    float, broadcastable to (B, H, T, S): added to the scores;\n"
     "                  with --grad-output its gradient dbias.npy, in its shape\n"
     "  --rel-bias-table F.npy  T5's relative position bias, (H, N) floats: s +=\n"
@@ -87,8 +87,13 @@ static const char sdpa_help[] =
     "  --rel-bidirectional   T5's bidirectional buckets (keys before and after)\n"
     "With --bias, --rel-bias-table or a float --mask the scores go through a chain\n"
     "of modifiers in this order: --softcap, --alibi, --bias, --rel-bias-table, the\n"
-    "float --mask's values (so s = softcap(q . k * scale) - alibi + bias + ...);\n"
-    "none of them takes --cu-seqlens.\n"
+    "float --mask's values (so s = softcap(q . k * scale) - alibi + bias + ...).\n"
+    "With --cu-seqlens the map and the modifiers are in each sequence's own\n"
+    "positions (flash_attn_varlen's): B is the number of sequences, T and S the\n"
+    "longest lengths, and sequence b's query i, key j is element (b, h, i, j) of\n"
+    "--mask, --doc-ids, --bias and --block-topk; --chunk, and --alibi beside a\n"
+    "chain, need one position offset for every sequence (--align top-left,\n"
+    "--q-offset, or equal S - T per sequence).\n"
     "With --align top-left and no window, softcap, ALiBi, sinks or dropout, out is\n"
     "PyTorch's F.scaled_dot_product_attention(q, k, v, is_causal=causal,\n"
     "scale=scale).\n";
@@ -216,20 +221,6 @@ static int parse_args(int argc, char **argv, sdpa_options *o) {
     if (o->rel_given && !o->rel_table)
         return cli_usage_error("sdpa: --rel-buckets, --rel-max-distance and --rel-bidirectional "
                                "go with --rel-bias-table");
-    if (o->cu_q) {
-        const char *other = o->map.mask                ? "--mask"
-                            : o->map.block_topk        ? "--block-topk"
-                            : o->map.prefix_given      ? "--prefix-lm"
-                            : o->map.doc_ids           ? "--doc-ids"
-                            : o->map.chunk_given       ? "--chunk"
-                            : o->bias                  ? "--bias"
-                            : o->rel_table             ? "--rel-bias-table"
-                                                       : NULL;
-        if (other)
-            return cli_usage_error("sdpa: --cu-seqlens-q and %s: a packed batch takes no block "
-                                   "map or score modifier",
-                                   other);
-    }
     return CLI_OK;
 }
 
@@ -430,20 +421,50 @@ static int read_inputs(sdpa_run *r, const sdpa_options *o, attn_sdpa_config *cfg
 }
 
 /* Each query's position less its index, as the config's align places it:
- * where chunks, causal and ALiBi count from. */
-static int64_t position_offset(const sdpa_options *o, const attn_sdpa_config *cfg) {
-    if (o->align == ATTN_ALIGN_TOP_LEFT) return 0;
-    if (o->align == ATTN_ALIGN_OFFSET) return (int64_t)o->q_offset;
-    return (int64_t)cfg->kv_tokens - (int64_t)cfg->q_tokens;
+ * where chunks, causal and ALiBi count from. Bottom-right with cu_seqlens
+ * places each sequence's queries by its own lengths: false (and *at, the
+ * first sequence that differs from sequence 0) when they differ, as a map
+ * and an ALiBi modifier hold one offset for all. */
+static bool position_offset(const sdpa_options *o, const attn_sdpa_config *cfg,
+                            int64_t *offset, size_t *at) {
+    *at = 0;
+    *offset = (int64_t)cfg->kv_tokens - (int64_t)cfg->q_tokens;
+    if (o->align == ATTN_ALIGN_TOP_LEFT) *offset = 0;
+    if (o->align == ATTN_ALIGN_OFFSET) *offset = (int64_t)o->q_offset;
+    if (o->align != ATTN_ALIGN_BOTTOM_RIGHT || !cfg->cu_seqlens_q) return true;
+    const int32_t *cq = cfg->cu_seqlens_q, *ck = cfg->cu_seqlens_kv;
+    *offset = (int64_t)(ck[1] - ck[0]) - (int64_t)(cq[1] - cq[0]);
+    for (size_t b = 1; b < cfg->batch; b++)
+        if ((int64_t)(ck[b + 1] - ck[b]) - (int64_t)(cq[b + 1] - cq[b]) != *offset) {
+            *at = b;
+            return false;
+        }
+    return true;
+}
+
+/* The usage error of an option that needs one position offset for every
+ * packed sequence where sequences 0 and b differ. */
+static int offsets_differ(const char *what, const attn_sdpa_config *cfg, int64_t first,
+                          size_t b) {
+    const int32_t *cq = cfg->cu_seqlens_q, *ck = cfg->cu_seqlens_kv;
+    return cli_usage_error("sdpa: %s with --cu-seqlens and bottom-right alignment: sequences 0 "
+                           "and %zu place their queries at different offsets (S - T = %lld and "
+                           "%lld), and the map or modifier holds one; use --align top-left or "
+                           "--q-offset",
+                           what, b, (long long)first,
+                           (long long)(ck[b + 1] - ck[b]) - (long long)(cq[b + 1] - cq[b]));
 }
 
 /* The block map and the score-modifier chain the options ask for, into cfg
- * (dense layout only: the options refuse them with --cu-seqlens). The
- * library refuses softcap and ALiBi beside a chain, so with one they move
- * into it, first, where the config applies them. */
+ * (with cu_seqlens in each sequence's own positions). The library refuses
+ * softcap and ALiBi beside a chain, so with one they move into it, first,
+ * where the config applies them. */
 static int read_programmable(sdpa_run *r, const sdpa_options *o, attn_sdpa_config *cfg) {
     int rc;
-    int64_t offset = position_offset(o, cfg);
+    int64_t offset;
+    size_t differs;
+    bool one_offset = position_offset(o, cfg, &offset, &differs);
+    if (!one_offset && o->map.chunk_given) return offsets_differ("--chunk", cfg, offset, differs);
     if (cli_mask_wanted(&o->map)) {
         cli_mask_geometry g = {.batch = cfg->batch, .heads = cfg->heads, .q_len = cfg->q_tokens,
                                .kv_len = cfg->kv_tokens, .offset = offset};
@@ -475,6 +496,8 @@ static int read_programmable(sdpa_run *r, const sdpa_options *o, attn_sdpa_confi
                                    o->rel_buckets, buckets);
     }
     if (!o->bias && !o->rel_table && !r->map.additive) return CLI_OK;
+    if (!one_offset && cfg->alibi_slopes)
+        return offsets_differ("--alibi beside a chain of modifiers", cfg, offset, differs);
     size_t n = 0;
     if (cfg->softcap > 0.0)
         r->mods[n++] = (attn_score_mod){.kind = ATTN_SCORE_SOFTCAP, .value = cfg->softcap};

@@ -423,7 +423,13 @@ attn_status attn_mask_causal_renormalize(attn_ctx *ctx, float *weights, size_t t
  *     length batches. q, out are (total_q, H, hd) and k, v (total_kv, H_kv,
  *     hd), sequence b being rows [cu[b], cu[b + 1]); q_tokens and kv_tokens
  *     are then the longest lengths, the b strides are ignored, and lse is
- *     (H, total_q).
+ *     (H, total_q). block_mask and score_mods are then in each sequence's
+ *     own positions, as flash_attn_varlen's: query i and key j of sequence
+ *     b are the mask's (b, h, i, j) (its batch 1 or batch; its q_len and
+ *     kv_len at least every sequence's, ATTN_ERR_SHAPE naming the sequence
+ *     otherwise), and ALiBi's, T5's, a bias tensor's (b, h, q_idx, kv_idx)
+ *     and a callback's tile are local alike (one ALiBi offset for every
+ *     sequence).
  * A query that sees no key outputs zeros and lse -inf (with a sink: the
  * sink), never NaN.
  *

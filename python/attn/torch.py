@@ -780,13 +780,22 @@ def _cu(name, cu, rows):
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                            dropout_p=0.0, softmax_scale=None, causal=False,
                            window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=True, return_attn_probs=False, block_table=None):
+                           deterministic=True, return_attn_probs=False, block_table=None,
+                           block_mask=None, score_mod=None):
     """flash_attn.flash_attn_varlen_func on attn's CPU kernels: packed
     sequences, sequence b being rows cu_seqlens[b] .. cu_seqlens[b + 1] of
     q (total_q, H, D), k (total_k, H_kv, D), v (total_k, H_kv, Dv) ->
     out (total_q, H, Dv); with return_attn_probs (out, softmax_lse (H, total_q),
     None). max_seqlen_q / _k must be at least the longest sequence. Options
     as flash_attn_func; block_table (paged KV) is not supported.
+
+    block_mask (attn.torch.create_block_mask) and score_mod (flex_attention's)
+    are attn's additions, in each sequence's own positions: sequence b's
+    query i and key j are the mask's (b, h, i, j) (its B 1 or the number of
+    sequences, its Q_LEN and KV_LEN at least the longest sequence's) and
+    score_mod's (b, h, q_idx=i, kv_idx=j); a captured tensor is indexed
+    alike, up to (B, H, max_seqlen_q, max_seqlen_k). With score_mod, softcap
+    and alibi_slopes go into it.
     """
     if block_table is not None:
         raise ValueError("block_table: paged KV caches are not supported by attn")
@@ -796,10 +805,29 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if cu_q.numel() != cu_kv.numel():
         raise ValueError(f"cu_seqlens_q ({cu_q.numel()}) and cu_seqlens_k ({cu_kv.numel()}) "
                          "must have the same length, B + 1")
+    max_q = max(1, as_index("max_seqlen_q", max_seqlen_q, 0, INT32_MAX))
+    max_kv = max(1, as_index("max_seqlen_k", max_seqlen_k, 0, INT32_MAX))
+    chain = None
+    if block_mask is not None or score_mod is not None:
+        from . import flex
+        if block_mask is not None and not isinstance(block_mask, flex.BlockMask):
+            raise TypeError("flash_attn_varlen_func: block_mask must be a BlockMask "
+                            "(create_block_mask)")
+        if score_mod is not None:
+            if softcap or alibi_slopes is not None:
+                raise ValueError("flash_attn_varlen_func: score_mod with softcap or "
+                                 "alibi_slopes: write them in score_mod, where their order is "
+                                 "said")
+            mods = flex._trace_score(score_mod)
+            chain = flex._Chain(mods, cu_q.numel() - 1, q.size(1), max_q, max_kv) \
+                if mods else None
+        if not _runs_block_maps():
+            raise AttnError("ATTN_ERR_UNSUPPORTED",
+                            f"flash_attn_varlen_func: this libattn ({_lib.path}) runs no "
+                            "attention with a block map and score modifiers (no flex backend)")
     spec = _flash_spec("varlen", q, q.size(1), dropout_p, softmax_scale, causal, window_size,
-                       softcap, alibi_slopes, cu_q=cu_q, cu_kv=cu_kv,
-                       max_q=max(1, as_index("max_seqlen_q", max_seqlen_q, 0, INT32_MAX)),
-                       max_kv=max(1, as_index("max_seqlen_k", max_seqlen_k, 0, INT32_MAX)))
+                       softcap, alibi_slopes, cu_q=cu_q, cu_kv=cu_kv, max_q=max_q,
+                       max_kv=max_kv, block_mask=block_mask, chain=chain)
     return _finish(_attend(spec, q, k, v, return_lse=return_attn_probs), dtype,
                    return_attn_probs)
 

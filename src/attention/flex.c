@@ -3,11 +3,13 @@
  * general block map (partial tiles' bits, or row intervals the fused
  * kernels decline) and/or a chain of score modifiers, on the fused flex
  * kernels of the ctx's instruction set (kernels/flex/flex.h), forward and
- * backward, float32. With causal, windows, sinks, GQA and any strides.
- * It declines dropout, packed sequences, KV caches, the renormalising mask,
- * the problem's own softcap and ALiBi (a chain holds them), other dtypes
- * (the runner widens 16-bit problems to float32 and asks again), and
- * problems with neither a map nor modifiers (the fused kernels' own).
+ * backward, float32. With causal, windows, sinks, GQA, any strides and
+ * packed sequences (cu_seqlens: the map and the modifiers' positions are
+ * each sequence's own, attention_problem.h). It declines dropout, KV
+ * caches, the renormalising mask, the problem's own softcap and ALiBi (a
+ * chain holds them), other dtypes (the runner widens 16-bit problems to
+ * float32 and asks again), and problems with neither a map nor modifiers
+ * (the fused kernels' own).
  *
  * A callback modifier's error fails the call (attn_pass_failed) with a
  * message naming the modifier and the tile.
@@ -30,8 +32,8 @@ static const char *flex_declines(const attn_ctx *ctx, const attn_attention_probl
     if (!flex_kernels(ctx)) return "the ctx runs the reference kernels";
     if (p->q.dtype != ATTN_DTYPE_F32) return "its kernels read float32";
     const char *feature = attn_problem_unsupported(
-        p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_SINKS | ATTN_USES_BLOCK_MAP |
-               ATTN_USES_ROW_INTERVALS | ATTN_USES_SCORE_MODS);
+        p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_SINKS | ATTN_USES_VARLEN |
+               ATTN_USES_BLOCK_MAP | ATTN_USES_ROW_INTERVALS | ATTN_USES_SCORE_MODS);
     if (feature) return feature;
     if (!p->block_map && !p->score_mod_count)
         return "no block mask or score modifiers";
@@ -213,7 +215,7 @@ static const char *flex_backward(attn_ctx *ctx, const attn_attention_problem *p,
         for (size_t h = 0; h < p->q_heads; h++) {
             double sum = 0.0;
             for (size_t b = 0; b < p->batch; b++)
-                for (size_t i = 0; i < p->q_len; i++) {
+                for (size_t i = 0; i < attn_attention_seq_of(p, b).q_len; i++) {
                     size_t r = attn_lse_index(p, b, h, i);
                     double l = (double)lse[r] + (lse_lo ? (double)lse_lo[r] : 0.0);
                     sum += exp((double)p->sinks[h] - l) * (double)delta[r];

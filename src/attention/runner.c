@@ -54,22 +54,47 @@ static bool bias_extent(const attn_attention_problem *p, const attn_score_mod *m
     return at <= SIZE_MAX / sizeof(double);
 }
 
+/* A block map over packed sequences is in each sequence's own positions:
+ * sequence b's query i and key j are the map's (b or 0, h, i, j), so the
+ * map reaches every sequence's lengths (it may be longer: what lies past a
+ * sequence is never read). */
+static attn_status check_packed_map(attn_ctx *ctx, const char *who,
+                                    const attn_attention_problem *p) {
+    const attn_block_map *m = p->block_map;
+    for (size_t b = 0; b < p->batch; b++) {
+        attn_attention_seq s = attn_attention_seq_of(p, b);
+        if (s.q_len > m->q_len || s.kv_len > m->kv_len)
+            return attn_fail(ctx, ATTN_ERR_SHAPE,
+                             "%s: sequence %zu (%zu queries, %zu keys) is past the block map's "
+                             "q_len %zu, kv_len %zu (with cu_seqlens the map is in each "
+                             "sequence's positions)",
+                             who, b, s.q_len, s.kv_len, m->q_len, m->kv_len);
+    }
+    return ATTN_OK;
+}
+
 /* A block map and a chain of score modifiers, as the problem may hold them
- * (attention_problem.h): the map over the problem's own lengths, batch and
- * heads (or 1), on dense keys; a chain in place of softcap and ALiBi. */
+ * (attention_problem.h): the map over the problem's own lengths (with
+ * cu_seqlens: at least each sequence's), batch and heads (or 1), on dense
+ * keys; a chain in place of softcap and ALiBi. Runs after the cu_seqlens
+ * checks. */
 static attn_status check_programmable(attn_ctx *ctx, const char *who,
                                       const attn_attention_problem *p) {
     const attn_block_map *m = p->block_map;
-    if (m && (p->cu_seqlens_q || p->kv_cache))
+    if (m && p->kv_cache)
         return attn_fail(ctx, ATTN_ERR_UNSUPPORTED,
-                         "%s: a block map with %s: the map's positions are a dense batch's",
-                         who, p->kv_cache ? "a KV cache" : "cu_seqlens (packed sequences)");
+                         "%s: a block map with a KV cache: the map's positions are a dense "
+                         "batch's",
+                         who);
     if (m && ((m->batch != 1 && m->batch != p->batch) || (m->heads != 1 && m->heads != p->q_heads)))
         return attn_fail(ctx, ATTN_ERR_SHAPE,
                          "%s: the block map's batch (%zu) and heads (%zu) must each be 1 or the "
                          "problem's (%zu, %zu)",
                          who, m->batch, m->heads, p->batch, p->q_heads);
-    if (m && (m->q_len != p->q_len || m->kv_len != p->kv_len))
+    if (m && p->cu_seqlens_q) {
+        attn_status st = check_packed_map(ctx, who, p);
+        if (st != ATTN_OK) return st;
+    } else if (m && (m->q_len != p->q_len || m->kv_len != p->kv_len))
         return attn_fail(ctx, ATTN_ERR_SHAPE,
                          "%s: the block map is of q_len %zu, kv_len %zu where the problem is of "
                          "%zu, %zu",
@@ -144,7 +169,6 @@ attn_status attn_attention_check(attn_ctx *ctx, const char *who, const attn_atte
         (p->q_offset > ((int64_t)1 << 62) || p->q_offset < -((int64_t)1 << 62)))
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: q_offset (%lld) must be within +-2^62", who,
                          (long long)p->q_offset);
-    if ((st = check_programmable(ctx, who, p)) != ATTN_OK) return st;
     if (p->kv_cache) {
         const attn_kv_cache_view *c = p->kv_cache;
         if (p->cu_seqlens_q || p->cu_seqlens_kv || !c->cached || !c->new_rows || !c->row_start)
@@ -169,7 +193,7 @@ attn_status attn_attention_check(attn_ctx *ctx, const char *who, const attn_atte
             return attn_fail(ctx, ATTN_ERR_INVALID, "%s: cu_seqlens_q[%zu] (%ld) != total_q (%zu)",
                              who, p->batch, (long)p->cu_seqlens_q[p->batch], p->total_q);
     }
-    return ATTN_OK;
+    return check_programmable(ctx, who, p);
 }
 
 /* ---- choosing a backend ------------------------------------------------------ */
@@ -231,12 +255,21 @@ static size_t pass_bytes(const attn_ctx *ctx, const attn_attention_problem *p, a
 
 /* ---- chains the fixed features say ---------------------------------------- */
 
+/* Whether query i of every sequence sits at position i + offset (packed
+ * sequences aligned bottom-right each have their own). */
+static bool one_diagonal(const attn_attention_problem *p, int64_t offset) {
+    size_t n = p->cu_seqlens_q ? p->batch : 1;
+    for (size_t b = 0; b < n; b++)
+        if (attn_attention_seq_of(p, b).diagonal != offset) return false;
+    return true;
+}
+
 /* Whether every key p lets a query see lies at or before the query's
  * position i + offset (so a signed ALiBi distance is the absolute one). */
 static bool keys_before(const attn_attention_problem *p, int64_t offset) {
-    int64_t diagonal = attn_attention_seq_of(p, 0).diagonal;
-    if (p->causal && diagonal == offset) return true;
-    if (p->window && p->window_right == 0 && diagonal == offset) return true;
+    bool at_offset = one_diagonal(p, offset);
+    if (p->causal && at_offset) return true;
+    if (p->window && p->window_right == 0 && at_offset) return true;
     const attn_block_map *m = p->block_map;
     if (!m || !m->row_lo) return false;
     for (size_t b = 0; b < m->rows_batch; b++)
@@ -257,8 +290,7 @@ static const attn_attention_problem *fixed_features(const attn_ctx *ctx,
                                                     const attn_attention_problem *p,
                                                     attn_attention_problem *out) {
     size_t n = p->score_mod_count;
-    if (!n || n > 2 || p->cu_seqlens_q || p->kv_cache || (p->block_map && !p->block_map->row_lo))
-        return p;
+    if (!n || n > 2 || p->kv_cache || (p->block_map && !p->block_map->row_lo)) return p;
     const attn_score_mod *cap = NULL, *alibi = NULL;
     for (size_t k = 0; k < n; k++) {
         const attn_score_mod *m = &p->score_mods[k];
@@ -267,8 +299,7 @@ static const attn_attention_problem *fixed_features(const attn_ctx *ctx,
         else return p;
     }
     if (alibi) {
-        int64_t diagonal = attn_attention_seq_of(p, 0).diagonal;
-        if (alibi->offset != diagonal) return p;
+        if (!one_diagonal(p, alibi->offset)) return p;
         if (alibi->signed_distance && !keys_before(p, alibi->offset)) return p;
     }
     *out = *p;

@@ -163,10 +163,15 @@ typedef struct attn_attention_problem {
     /* ---- programmable attention (NULL, 0: off) */
     /* the keys each query sees, ANDed with causal and window: per (b, h,
      * query block) the key blocks to visit (contract/block_map.h); not with
-     * cu_seqlens or a KV cache */
+     * a KV cache. With cu_seqlens it is in each sequence's own positions:
+     * query i and key j of sequence b are the map's (b or 0, h, i, j), its
+     * q_len and kv_len at least every sequence's (blocks past a sequence
+     * are never read) */
     const attn_block_map *block_map;
     /* applied in order to q . k * scale, in place of softcap and alibi_slopes
-     * (the problem has none of those with a chain) */
+     * (the problem has none of those with a chain); with cu_seqlens their
+     * positions are each sequence's own, as the map's: ALiBi's and T5's
+     * q_idx and kv_idx, a bias's (b, h, q_idx, kv_idx), a callback's tile */
     const attn_score_mod *score_mods;
     size_t score_mod_count;
 } attn_attention_problem;

@@ -91,12 +91,11 @@ attn_status attn_sdpa_check_config(attn_ctx *ctx, const char *fn, const attn_sdp
     if (st != ATTN_OK) return st;
     if (c->block_mask) {
         const attn_block_map *m = attn_block_mask_map(c->block_mask);
-        if (c->cu_seqlens_q)
-            return attn_fail(ctx, ATTN_ERR_UNSUPPORTED,
-                             "%s: a block_mask with cu_seqlens: packed sequences are a "
-                             "document mask (attn_mask_new_document) over one batch row", fn);
+        /* with cu_seqlens the map is in each sequence's positions: the
+         * contract checks it against every sequence's lengths */
+        bool lengths = c->cu_seqlens_q || (m->q_len == c->q_tokens && m->kv_len == c->kv_tokens);
         if ((m->batch != 1 && m->batch != c->batch) || (m->heads != 1 && m->heads != c->heads) ||
-            m->q_len != c->q_tokens || m->kv_len != c->kv_tokens)
+            !lengths)
             return attn_fail(ctx, ATTN_ERR_SHAPE,
                              "%s: block_mask is (batch %zu, heads %zu, q %zu, kv %zu) where the "
                              "call is (%zu, %zu, %zu, %zu) (batch and heads may be 1)",

@@ -1342,17 +1342,12 @@ def test_sdpa_flex(r, rng):
     base = ["sdpa", "--q", f["q"], "--k", f["k"], "--v", f["v"], "--output", never]
     m = save(r, "mask_ok.npy", np.ones((T, T), bool))
     q5 = save(r, "q5.npy", data["q"][:, :, :5])
-    cu = save(r, "cu.npy", np.array([0, 5, 12], np.int32))
     nan_mask = save(r, "mask_nan.npy", np.where(diag, np.nan, 0).astype(np.float32))
     bad = [
         (base + ["--mask", m, "--block-topk", ft], [2], ["--mask", "--block-topk"]),
         (base + ["--mask", m, "--prefix-lm", "3"], [2], ["--mask", "--prefix-lm"]),
         (base + ["--mask", m, "--doc-ids", doc], [2], ["--mask", "--doc-ids"]),
         (base + ["--mask", m, "--chunk", "4"], [2], ["--mask", "--chunk"]),
-        (base + ["--cu-seqlens-q", cu, "--cu-seqlens-kv", cu, "--mask", m], [2],
-         ["--cu-seqlens-q", "--mask"]),
-        (base + ["--cu-seqlens-q", cu, "--cu-seqlens-kv", cu, "--prefix-lm", "2"], [2],
-         ["--cu-seqlens-q", "--prefix-lm"]),
         (["sdpa", "--q", q5, "--k", f["k"], "--v", f["v"], "--output", never, "--doc-ids", doc1],
          [2], ["--doc-ids", "T 5", "S 12"]),
         (base + ["--mask", save(r, "mask_bad.npy", np.ones((3, T, T), bool))], [2],
@@ -1378,6 +1373,85 @@ def test_sdpa_flex(r, rng):
     ]
     for args, codes, fragments in bad:
         expect_error(r, args, codes, fragments, never)
+
+
+def flex_varlen_case(r, label, lens_q, lens_kv, extra, nprng, H, D, visible=None,
+                     causal=False, bias=None, rel=None, alibi=None):
+    """attn sdpa --cu-seqlens with a map and modifiers in each sequence's own
+    positions, against each sequence alone in float64 torch (flex_torch on
+    its slice (b, :, :T_b, :S_b) of visible and bias), packed back."""
+    cu_q, cu_kv = np.cumsum([0] + lens_q), np.cumsum([0] + lens_kv)
+    tq, tk = int(cu_q[-1]), int(cu_kv[-1])
+    data = {"q": (tq, H, D), "k": (tk, H, D), "v": (tk, H, D), "dout": (tq, H, D)}
+    data = {n: nprng.uniform(-1.5, 1.5, shape).astype(np.float32) for n, shape in data.items()}
+    files = {n: save(r, "vl_" + n + ".npy", a) for n, a in data.items()}
+    fq = save(r, "vl_cu_q.npy", cu_q.astype(np.int32))
+    fk = save(r, "vl_cu_kv.npy", cu_kv.astype(np.int32))
+    scale = float(np.float32(1 / np.sqrt(D)))
+    want = {"out": np.zeros((tq, H, D)), "lse": np.zeros((H, tq)), "dq": np.zeros((tq, H, D)),
+            "dk": np.zeros((tk, H, D)), "dv": np.zeros((tk, H, D))}
+    if bias is not None:
+        want["dbias"] = np.zeros(bias.shape)
+    if rel is not None:
+        want["drel_bias_table"] = np.zeros(rel[0].shape)
+    for b, (T, S) in enumerate(zip(lens_q, lens_kv)):
+        rq, rk = slice(cu_q[b], cu_q[b + 1]), slice(cu_kv[b], cu_kv[b + 1])
+        one = [data[n][rows].transpose(1, 0, 2)[None] for n, rows in
+               (("q", rq), ("k", rk), ("v", rk), ("dout", rq))]
+        vb = b if visible is not None and visible.shape[0] > 1 else 0
+        vis = None if visible is None else visible[vb:vb + 1, :, :T, :S]
+        bb = None if bias is None else bias[b:b + 1, :, :T, :S]
+        w = flex_torch(*one, scale, visible=vis, causal=causal, bias=bb, rel=rel, alibi=alibi)
+        want["out"][rq] = w["out"][0].transpose(1, 0, 2)
+        want["lse"][:, rq] = w["lse"][0]
+        want["dq"][rq] = w["dq"][0].transpose(1, 0, 2)
+        want["dk"][rk] = w["dk"][0].transpose(1, 0, 2)
+        want["dv"][rk] = w["dv"][0].transpose(1, 0, 2)
+        if bias is not None:
+            want["dbias"][b:b + 1, :, :T, :S] = w["dbias"]
+        if rel is not None:
+            want["drel_bias_table"] += w["drel_bias_table"]
+    flex_case(r, label, files, ["--cu-seqlens-q", fq, "--cu-seqlens-kv", fk] + extra, want)
+    return files, fq, fk
+
+
+def test_sdpa_flex_varlen(r, rng):
+    """Block maps and score modifiers with --cu-seqlens: in each sequence's
+    own positions, (B, H, T, S) with T and S the longest lengths."""
+    nprng = np.random.default_rng(rng.getrandbits(32))
+    H, D = 2, 4
+    # --doc-ids (B, T) and a per-sequence --bias with its gradient, causal
+    # bottom-right per sequence (S >= T: every row sees its own key)
+    lens_q, lens_kv = [5, 12, 7, 1], [9, 12, 7, 3]
+    B, T = len(lens_q), 12
+    ids = np.stack([random_runs(nprng, T, rng.randrange(2, 5)) for _ in range(B)])
+    doc = save(r, "vl_doc.npy", ids)
+    bias = nprng.uniform(-1, 1, (B, H, T, T)).astype(np.float32)
+    fb = save(r, "vl_bias.npy", bias)
+    files, fq, fk = flex_varlen_case(
+        r, "attn sdpa --cu-seqlens --doc-ids (B, T) --bias (B, H, T, S) --causal", lens_q,
+        lens_kv, ["--doc-ids", doc, "--bias", fb, "--causal", "--block-size", 16], nprng, H, D,
+        visible=(ids[:, None, :, None] == ids[:, None, None, :]), causal=True, bias=bias)
+    # a bool --mask (T, S) for every sequence, T5's table and ALiBi in the
+    # chain (one offset: S - T is 4 in every sequence)
+    lens_q, lens_kv = [5, 12, 7], [9, 16, 11]
+    vis = nprng.random((12, 16)) < 0.5
+    vis[:, 0] = True
+    m = save(r, "vl_mask.npy", vis)
+    buckets, max_distance = 8, 16
+    table = nprng.uniform(-1, 1, (H, buckets)).astype(np.float32)
+    slopes = nprng.uniform(0.1, 0.5, (H,)).astype(np.float32)
+    ft, fs = save(r, "vl_table.npy", table), save(r, "vl_slopes.npy", slopes)
+    flex_varlen_case(
+        r, "attn sdpa --cu-seqlens --mask (T, S) --rel-bias-table --alibi", lens_q, lens_kv,
+        ["--mask", m, "--rel-bias-table", ft, "--rel-max-distance", max_distance, "--alibi", fs],
+        nprng, H, D, visible=vis[None, None], rel=(table, False, max_distance), alibi=slopes)
+    # --chunk needs one offset: sequences whose S - T differ are refused
+    never = r.path("never.npy")
+    expect_error(r, ["sdpa", "--q", files["q"], "--k", files["k"], "--v", files["v"],
+                     "--output", never, "--cu-seqlens-q", fq, "--cu-seqlens-kv", fk,
+                     "--chunk", "4"], [2],
+                 ["--chunk", "--cu-seqlens", "sequences 0 and 1", "S - T = 4 and 0"], never)
 
 
 # ---------------------------------------------------------------------------
@@ -1511,6 +1585,7 @@ GROUPS = [
     ("kernels", lambda r, rng, o: test_kernels(r, rng)),
     ("sdpa", lambda r, rng, o: test_sdpa(r, rng)),
     ("sdpa_flex", lambda r, rng, o: test_sdpa_flex(r, rng)),
+    ("sdpa_flex_varlen", lambda r, rng, o: test_sdpa_flex_varlen(r, rng)),
     ("mask", lambda r, rng, o: test_mask_command(r, rng)),
     ("bench_pointer", lambda r, rng, o: test_bench_pointer(r)),
 ]

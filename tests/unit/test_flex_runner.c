@@ -2,9 +2,10 @@
  * test_flex_runner.c — the runner's checks of programmable attention
  * (attn_attention_check), and the reference's threads on it.
  *
- *   - refused, each message naming its values: a block map with
- *     cu_seqlens, with a KV cache, of a batch or heads neither 1 nor the
- *     problem's, of other lengths; a chain of score modifiers with the
+ *   - refused, each message naming its values: a block map shorter than a
+ *     packed sequence (cu_seqlens: the map is in each sequence's positions;
+ *     one as long or longer is taken), with a KV cache, of a batch or heads
+ *     neither 1 nor the problem's, of other lengths; a chain of score modifiers with the
  *     problem's own softcap or alibi_slopes; a BIAS whose strides reach
  *     past size_t; taken: a map of batch and heads 1, a chain alone;
  *   - the reference on a block map and a chain (scale, a broadcast BIAS
@@ -95,9 +96,20 @@ static void refusals(attn_ctx *ctx) {
     p.cu_seqlens_q = cu_q;
     p.cu_seqlens_kv = cu_kv;
     p.total_q = B * T;
-    CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_ERR_UNSUPPORTED);
-    CHECK_MESSAGE(ctx, "who: a block map with cu_seqlens");
+    CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_OK);
+    p.block_map = attn_block_mask_map(lengths); /* longer than every sequence */
+    CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_OK);
+    /* the last sequence one query longer than the map */
+    p.block_map = attn_block_mask_map(fit);
+    cu_q[B] += 1;
+    p.q_len = T + 1;
+    p.total_q = B * T + 1;
+    CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_ERR_SHAPE);
+    snprintf(text, sizeof text, "who: sequence %zu (%zu queries, %zu keys) is past the block "
+             "map's q_len %zu, kv_len %zu", B - 1, T + 1, S, T, S);
+    CHECK_MESSAGE(ctx, text);
     p.cu_seqlens_q = p.cu_seqlens_kv = NULL;
+    p.q_len = T;
     p.total_q = 0;
 
     /* a KV cache */

@@ -149,14 +149,15 @@ static void tile_mm(const float *a, size_t ars, size_t aks, const float *bm, siz
 
 /* ---- packing ------------------------------------------------------------------ */
 
-/* Rows [i0, i0 + nr) of head h of sequence b of view x (width n) into dst
- * (row stride ld), zeros past n and in the rows up to bqp. */
-static void pack_rows(const float *x, attn_view_strides st, size_t b, size_t h, size_t i0,
-                      size_t nr, size_t n, float *dst, size_t ld, size_t rows) {
+/* Rows [i0, i0 + nr) of head h of sequence b (its first packed token
+ * start) of view x (width n) into dst (row stride ld), zeros past n and in
+ * the rows up to bqp. */
+static void pack_rows(const float *x, attn_view_strides st, size_t b, size_t start, size_t h,
+                      size_t i0, size_t nr, size_t n, float *dst, size_t ld, size_t rows) {
     for (size_t r = 0; r < rows; r++) {
         float *d = dst + r * ld;
         if (r < nr) {
-            memcpy(d, x + attn_view_offset(st, b, 0, h, i0 + r), n * sizeof(float));
+            memcpy(d, x + attn_view_offset(st, b, start, h, i0 + r), n * sizeof(float));
             memset(d + n, 0, (ld - n) * sizeof(float));
         } else {
             memset(d, 0, ld * sizeof(float));
@@ -164,13 +165,14 @@ static void pack_rows(const float *x, attn_view_strides st, size_t b, size_t h, 
     }
 }
 
-/* Keys [j0, j0 + nc) of KV head kh (width n) transposed into dst (n x ld),
- * zeros in the columns past nc. */
-static void pack_transposed(const float *x, attn_view_strides st, size_t b, size_t kh,
-                            size_t j0, size_t nc, size_t n, float *dst, size_t ld) {
+/* Keys [j0, j0 + nc) of KV head kh of sequence b (its first packed key
+ * start, width n) transposed into dst (n x ld), zeros in the columns past
+ * nc. */
+static void pack_transposed(const float *x, attn_view_strides st, size_t b, size_t start,
+                            size_t kh, size_t j0, size_t nc, size_t n, float *dst, size_t ld) {
     for (size_t d = 0; d < n; d++) memset(dst + d * ld + nc, 0, (ld - nc) * sizeof(float));
     for (size_t j = 0; j < nc; j++) {
-        const float *src = x + attn_view_offset(st, b, 0, kh, j0 + j);
+        const float *src = x + attn_view_offset(st, b, start, kh, j0 + j);
         for (size_t d = 0; d < n; d++) dst[d * ld + j] = src[d];
     }
 }
@@ -231,6 +233,21 @@ static bool walk_next(flex_walk *w, size_t *block, size_t *tile) {
         *tile = w->part_tile[w->pi++];
     }
     return true;
+}
+
+/* The rows of query block qb (keys of key block kb) that sequence s has:
+ * 0 past its length. Blocks are cut from each sequence's first token, in
+ * its own positions, as the map's are; with packed sequences the geometry
+ * is the longest's and a map may be longer still, so a block of the walk
+ * may lie past a shorter sequence. */
+static size_t seq_rows(const flex_geom *g, const attn_attention_seq *s, size_t qb) {
+    size_t i0 = qb * g->bq;
+    return i0 < s->q_len ? min_sz(g->bq, s->q_len - i0) : 0;
+}
+
+static size_t seq_keys(const flex_geom *g, const attn_attention_seq *s, size_t kb) {
+    size_t j0 = kb * g->bkv;
+    return j0 < s->kv_len ? min_sz(g->bkv, s->kv_len - j0) : 0;
 }
 
 /* The visible keys [beg, end) of rows [i0, i0 + nr) of sequence b
@@ -432,17 +449,21 @@ static void pack_keys_item(void *arg, size_t part, size_t item) {
     const attn_attention_problem *p = g->p;
     size_t kb = item % g->kv_blocks, rest = item / g->kv_blocks;
     size_t kh = rest % p->kv_heads, b = rest / p->kv_heads;
-    size_t j0 = kb * g->bkv, nc = min_sz(g->bkv, p->kv_len - j0);
+    attn_attention_seq s = attn_attention_seq_of(p, b);
+    size_t j0 = kb * g->bkv, nc = seq_keys(g, &s, kb), at = s.kv_start;
+    if (!nc) return; /* past the sequence: no tile reads it */
     size_t D = p->head_dim, Dv = p->v_head_dim;
     float *blk = key_block(g, job->keys, job->backward, b, kh, kb);
     float *after_kt = blk + round_up(D * g->bkvp, 16);
-    pack_transposed((const float *)p->k.data, p->k.st, b, kh, j0, nc, D, blk, g->bkvp);
+    pack_transposed((const float *)p->k.data, p->k.st, b, at, kh, j0, nc, D, blk, g->bkvp);
     if (!job->backward) {
-        pack_rows((const float *)p->v.data, p->v.st, b, kh, j0, nc, Dv, after_kt, g->Dvp, nc);
+        pack_rows((const float *)p->v.data, p->v.st, b, at, kh, j0, nc, Dv, after_kt, g->Dvp,
+                  nc);
         return;
     }
-    pack_transposed((const float *)p->v.data, p->v.st, b, kh, j0, nc, Dv, after_kt, g->bkvp);
-    pack_rows((const float *)p->k.data, p->k.st, b, kh, j0, nc, D,
+    pack_transposed((const float *)p->v.data, p->v.st, b, at, kh, j0, nc, Dv, after_kt,
+                    g->bkvp);
+    pack_rows((const float *)p->k.data, p->k.st, b, at, kh, j0, nc, D,
               after_kt + round_up(Dv * g->bkvp, 16), g->Dp, nc);
 }
 
@@ -474,14 +495,16 @@ static flex_tiles tiles_of(const flex_job *job, size_t part) {
     return t;
 }
 
-/* Rows [i0, i0 + nr) of head h: out (when wanted), lse, lse_lo. */
-static void forward_rows(const flex_job *job, flex_tiles *t, size_t b, size_t h, size_t qb,
-                         size_t item, attn_flex_failure *f) {
+/* Rows [i0, i0 + nr) of head h of sequence seq (nr > 0): out (when wanted),
+ * lse, lse_lo. */
+static void forward_rows(const flex_job *job, flex_tiles *t, const attn_attention_seq *seq,
+                         size_t h, size_t qb, size_t item, attn_flex_failure *f) {
     const flex_geom *g = job->g;
     const attn_attention_problem *p = g->p;
-    size_t i0 = qb * g->bq, nr = min_sz(g->bq, p->q_len - i0), kh = h / g->G;
+    size_t b = seq->b, i0 = qb * g->bq, nr = seq_rows(g, seq, qb), kh = h / g->G;
     size_t D = p->head_dim, Dv = p->v_head_dim, ld = g->bkvp, rows = round_up(nr, RG);
-    pack_rows((const float *)p->q.data, p->q.st, b, h, i0, nr, D, t->q, g->Dp, g->bqp);
+    pack_rows((const float *)p->q.data, p->q.st, b, seq->q_start, h, i0, nr, D, t->q, g->Dp,
+              g->bqp);
     float sink = p->sinks ? p->sinks[h] : -INFINITY;
     for (size_t r = 0; r < nr; r++) {
         t->m[r] = sink;
@@ -497,7 +520,8 @@ static void forward_rows(const flex_job *job, flex_tiles *t, size_t b, size_t h,
     flex_walk w = walk_row(g, b, h, qb);
     size_t kb, tile;
     while (walk_next(&w, &kb, &tile)) {
-        size_t j0 = kb * g->bkv, nc = min_sz(g->bkv, p->kv_len - j0);
+        size_t j0 = kb * g->bkv, nc = seq_keys(g, seq, kb);
+        if (!nc) continue;
         flex_at at = {b, h, i0, nr, j0, nc, tile, ranges_cover(t->beg, t->end, nr, j0, nc), item};
         if (at.cover == COVER_NONE) continue;
         const float *kt = key_block(g, job->a->keys, false, b, kh, kb);
@@ -536,7 +560,7 @@ static void forward_rows(const flex_job *job, flex_tiles *t, size_t b, size_t h,
         size_t i = i0 + r;
         float l = t->l[r];
         if (p->out.data) {
-            float *o = (float *)p->out.data + attn_view_offset(p->out.st, b, 0, h, i);
+            float *o = (float *)p->out.data + attn_view_offset(p->out.st, b, seq->q_start, h, i);
             const float *acc = t->acc + r * g->Dvp;
             float inv = l > 0.0f ? 1.0f / l : 0.0f;
             for (size_t d = 0; d < Dv; d++) o[d] = l > 0.0f ? acc[d] * inv : 0.0f;
@@ -557,10 +581,12 @@ static void forward_item(void *arg, size_t part, size_t item) {
     if (f->failed) return;
     size_t qb = item % g->q_blocks, rest = item / g->q_blocks;
     size_t kh = rest % g->p->kv_heads, b = rest / g->p->kv_heads;
+    attn_attention_seq s = attn_attention_seq_of(g->p, b);
+    size_t i0 = qb * g->bq, nr = seq_rows(g, &s, qb);
+    if (!nr) return; /* past the sequence */
     flex_tiles t = tiles_of(job, part);
-    size_t i0 = qb * g->bq, nr = min_sz(g->bq, g->p->q_len - i0);
     row_ranges(g->p, b, i0, nr, t.beg, t.end);
-    for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) forward_rows(job, &t, b, h, qb, item, f);
+    for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) forward_rows(job, &t, &s, h, qb, item, f);
 }
 
 static void flex_forward(attn_workers w, const attn_flex_args *a, float *parts) {
@@ -573,14 +599,16 @@ static void flex_forward(attn_workers w, const attn_flex_args *a, float *parts) 
 
 /* ---- backward ------------------------------------------------------------------ */
 
-/* Rows of head h packed for the backward: q, dO, lse, lse_lo, delta. */
-static void pack_backward_rows(const flex_job *job, flex_tiles *t, size_t b, size_t h,
-                               size_t i0, size_t nr) {
+/* Rows of head h of sequence s packed for the backward: q, dO, lse,
+ * lse_lo, delta. */
+static void pack_backward_rows(const flex_job *job, flex_tiles *t, const attn_attention_seq *s,
+                               size_t h, size_t i0, size_t nr) {
     const attn_attention_problem *p = job->g->p;
-    pack_rows((const float *)p->q.data, p->q.st, b, h, i0, nr, p->head_dim, t->q, job->g->Dp,
-              job->g->bqp);
-    pack_rows((const float *)job->gr->dout, p->out.st, b, h, i0, nr, p->v_head_dim, t->dout,
-              job->g->Dvp, job->g->bqp);
+    size_t b = s->b;
+    pack_rows((const float *)p->q.data, p->q.st, b, s->q_start, h, i0, nr, p->head_dim, t->q,
+              job->g->Dp, job->g->bqp);
+    pack_rows((const float *)job->gr->dout, p->out.st, b, s->q_start, h, i0, nr, p->v_head_dim,
+              t->dout, job->g->Dvp, job->g->bqp);
     for (size_t r = 0; r < nr; r++) {
         size_t at = attn_lse_index(p, b, h, i0 + r);
         t->lse[r] = job->lse[at];
@@ -705,23 +733,26 @@ static void keys_item(void *arg, size_t part, size_t item) {
     if (f->failed) return;
     size_t kb = item % g->kv_blocks, rest = item / g->kv_blocks;
     size_t kh = rest % p->kv_heads, b = rest / p->kv_heads;
+    attn_attention_seq s = attn_attention_seq_of(p, b);
     size_t D = p->head_dim, Dv = p->v_head_dim, ld = g->bkvp;
-    size_t j0 = kb * g->bkv, nc = min_sz(g->bkv, p->kv_len - j0), krows = round_up(nc, RG);
+    size_t j0 = kb * g->bkv, nc = seq_keys(g, &s, kb), krows = round_up(nc, RG);
+    if (!nc) return; /* past the sequence: no keys */
     flex_tiles t = tiles_of(job, part);
-    pack_transposed((const float *)p->k.data, p->k.st, b, kh, j0, nc, D, t.kt, ld);
-    pack_transposed((const float *)p->v.data, p->v.st, b, kh, j0, nc, Dv, t.vt, ld);
+    pack_transposed((const float *)p->k.data, p->k.st, b, s.kv_start, kh, j0, nc, D, t.kt, ld);
+    pack_transposed((const float *)p->v.data, p->v.st, b, s.kv_start, kh, j0, nc, Dv, t.vt, ld);
     memset(t.dk, 0, g->bkvp * g->Dp * sizeof(float));
     memset(t.dv, 0, g->bkvp * g->Dvp * sizeof(float));
     for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) {
         flex_walk w = walk_column(g, b, h, kb);
         size_t qb, tile;
         while (walk_next(&w, &qb, &tile)) {
-            size_t i0 = qb * g->bq, nr = min_sz(g->bq, p->q_len - i0);
+            size_t i0 = qb * g->bq, nr = seq_rows(g, &s, qb);
+            if (!nr) continue;
             row_ranges(p, b, i0, nr, t.beg, t.end);
             flex_at at = {b, h, i0, nr, j0, nc, tile, ranges_cover(t.beg, t.end, nr, j0, nc),
                           item};
             if (at.cover == COVER_NONE) continue;
-            pack_backward_rows(job, &t, b, h, i0, nr);
+            pack_backward_rows(job, &t, &s, h, i0, nr);
             if (!grad_tile(job, &t, t.kt, t.vt, &at, f)) return;
             /* dv (keys x Dv) += P^T dO */
             tile_mm(t.pm, 1, ld, t.dout, g->Dvp, nr, t.dv, g->Dvp, krows, g->Dvp, true);
@@ -732,25 +763,26 @@ static void keys_item(void *arg, size_t part, size_t item) {
     }
     float *dk = job->gr->dk, *dv = job->gr->dv, scale = p->scale;
     for (size_t j = 0; j < nc; j++) {
-        float *kr = dk + attn_view_offset(p->k.st, b, 0, kh, j0 + j);
-        float *vr = dv + attn_view_offset(p->v.st, b, 0, kh, j0 + j);
+        float *kr = dk + attn_view_offset(p->k.st, b, s.kv_start, kh, j0 + j);
+        float *vr = dv + attn_view_offset(p->v.st, b, s.kv_start, kh, j0 + j);
         for (size_t d = 0; d < D; d++) kr[d] = t.dk[j * g->Dp + d] * scale;
         memcpy(vr, t.dv + j * g->Dvp, Dv * sizeof(float));
     }
 }
 
-/* dS of every tile of rows [i0, i0 + nr) of head h, through the chain;
- * with want_dq, t->acc += dS k. */
-static bool rows_backward(const flex_job *job, flex_tiles *t, size_t b, size_t h, size_t qb,
-                          size_t item, bool want_dq, attn_flex_failure *f) {
+/* dS of every tile of rows [i0, i0 + nr) of head h of sequence s (nr >
+ * 0), through the chain; with want_dq, t->acc += dS k. */
+static bool rows_backward(const flex_job *job, flex_tiles *t, const attn_attention_seq *s,
+                          size_t h, size_t qb, size_t item, bool want_dq, attn_flex_failure *f) {
     const flex_geom *g = job->g;
     const attn_attention_problem *p = g->p;
-    size_t i0 = qb * g->bq, nr = min_sz(g->bq, p->q_len - i0), kh = h / g->G, ld = g->bkvp;
-    pack_backward_rows(job, t, b, h, i0, nr);
+    size_t b = s->b, i0 = qb * g->bq, nr = seq_rows(g, s, qb), kh = h / g->G, ld = g->bkvp;
+    pack_backward_rows(job, t, s, h, i0, nr);
     flex_walk w = walk_row(g, b, h, qb);
     size_t kb, tile;
     while (walk_next(&w, &kb, &tile)) {
-        size_t j0 = kb * g->bkv, nc = min_sz(g->bkv, p->kv_len - j0);
+        size_t j0 = kb * g->bkv, nc = seq_keys(g, s, kb);
+        if (!nc) continue;
         flex_at at = {b, h, i0, nr, j0, nc, tile, ranges_cover(t->beg, t->end, nr, j0, nc), item};
         if (at.cover == COVER_NONE) continue;
         const float *kt = key_block(g, job->a->keys, true, b, kh, kb);
@@ -774,14 +806,17 @@ static void rows_item(void *arg, size_t part, size_t item) {
     if (f->failed) return;
     size_t qb = item % g->q_blocks, rest = item / g->q_blocks;
     size_t kh = rest % p->kv_heads, b = rest / p->kv_heads;
-    size_t i0 = qb * g->bq, nr = min_sz(g->bq, p->q_len - i0);
+    attn_attention_seq s = attn_attention_seq_of(p, b);
+    size_t i0 = qb * g->bq, nr = seq_rows(g, &s, qb);
+    if (!nr) return; /* past the sequence */
     flex_tiles t = tiles_of(job, part);
     row_ranges(p, b, i0, nr, t.beg, t.end);
     for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) {
         memset(t.acc, 0, g->bqp * g->Dp * sizeof(float));
-        if (!rows_backward(job, &t, b, h, qb, item, true, f)) return;
+        if (!rows_backward(job, &t, &s, h, qb, item, true, f)) return;
         for (size_t r = 0; r < nr; r++) {
-            float *dq = (float *)job->gr->dq + attn_view_offset(p->q.st, b, 0, h, i0 + r);
+            float *dq =
+                (float *)job->gr->dq + attn_view_offset(p->q.st, b, s.q_start, h, i0 + r);
             for (size_t d = 0; d < p->head_dim; d++) dq[d] = t.acc[r * g->Dp + d] * p->scale;
         }
     }
@@ -811,14 +846,17 @@ static void mods_item(void *arg, size_t part, size_t item) {
     mod_item_dims(g, &p->score_mods[job->target], dims);
     size_t qi = item % dims[2], hi = item / dims[2] % dims[1], bi = item / dims[2] / dims[1];
     flex_tiles t = tiles_of(job, part);
-    for (size_t b = dims[0] == 1 ? 0 : bi; b < (dims[0] == 1 ? p->batch : bi + 1); b++)
+    for (size_t b = dims[0] == 1 ? 0 : bi; b < (dims[0] == 1 ? p->batch : bi + 1); b++) {
+        attn_attention_seq s = attn_attention_seq_of(p, b);
         for (size_t h = dims[1] == 1 ? 0 : hi; h < (dims[1] == 1 ? p->q_heads : hi + 1); h++)
             for (size_t qb = dims[2] == 1 ? 0 : qi; qb < (dims[2] == 1 ? g->q_blocks : qi + 1);
                  qb++) {
-                size_t i0 = qb * g->bq, nr = min_sz(g->bq, p->q_len - i0);
+                size_t i0 = qb * g->bq, nr = seq_rows(g, &s, qb);
+                if (!nr) continue;
                 row_ranges(p, b, i0, nr, t.beg, t.end);
-                if (!rows_backward(job, &t, b, h, qb, item, false, f)) return;
+                if (!rows_backward(job, &t, &s, h, qb, item, false, f)) return;
             }
+    }
 }
 
 /* delta_i = dO_i . O_i, per (b, h), summed in order of d. */
@@ -827,8 +865,9 @@ static void delta_item(void *arg, size_t part, size_t item) {
     const flex_job *job = arg;
     const attn_attention_problem *p = job->g->p;
     size_t h = item % p->q_heads, b = item / p->q_heads;
-    for (size_t i = 0; i < p->q_len; i++) {
-        size_t at = attn_view_offset(p->out.st, b, 0, h, i);
+    attn_attention_seq s = attn_attention_seq_of(p, b);
+    for (size_t i = 0; i < s.q_len; i++) {
+        size_t at = attn_view_offset(p->out.st, b, s.q_start, h, i);
         const float *o = (const float *)p->out.data + at, *d_o = (const float *)job->gr->dout + at;
         double sum = 0.0; /* exact products, one rounding of the sum */
         for (size_t d = 0; d < p->v_head_dim; d++) sum += (double)o[d] * d_o[d];
