@@ -1829,6 +1829,17 @@ typedef struct attn_kv_attend_args {
     double scale;
     const float *q, *k_new, *v_new;
     float *out;
+    /* Optional (NULL: none): a block map (see "Programmable attention")
+     * over absolute positions, ANDed with the causal and window rule: new
+     * token r of sequence s, at position p = length(s) + r, sees position
+     * j only where the map lets query p see key j (under its query head;
+     * for sequence s). Its batch is 1 or the cache's, its heads 1 or
+     * q_heads, and its q_len and kv_len reach every position of the call
+     * (build it once at max_len: one map, a document mask over the whole
+     * sequence say, serves every step and every layer). A token that sees
+     * no position gets zeros. Refused naming the sizes (ATTN_ERR_SHAPE),
+     * nothing appended. */
+    const attn_block_mask *block_mask;
 } attn_kv_attend_args;
 attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args *args);
 /* Appends keys and values to layer without attending: a prefix whose K and

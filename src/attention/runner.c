@@ -54,22 +54,51 @@ static bool bias_extent(const attn_attention_problem *p, const attn_score_mod *m
     return at <= SIZE_MAX / sizeof(double);
 }
 
+/* A block map over a KV cache: its rows and columns are positions, so it
+ * covers every position a sequence of the problem reaches (its cached and
+ * new rows); a tree's draft rows sit at positions of their own depth, not
+ * of their row, so a map does not go with one. */
+static attn_status check_cache_map(attn_ctx *ctx, const char *who,
+                                   const attn_attention_problem *p) {
+    const attn_block_map *m = p->block_map;
+    const attn_kv_cache_view *c = p->kv_cache;
+    if (c->tree)
+        return attn_fail(ctx, ATTN_ERR_UNSUPPORTED,
+                         "%s: a block map with a tree of draft tokens: the tree is the mask of "
+                         "the draft rows",
+                         who);
+    if (!c->cached || !c->new_rows) return ATTN_OK; /* refused with the cache's checks */
+    for (size_t b = 0; b < p->batch; b++) {
+        size_t n = c->new_rows[b], reach = c->cached[b] + n;
+        if (n && (reach > m->q_len || reach > m->kv_len))
+            return attn_fail(ctx, ATTN_ERR_SHAPE,
+                             "%s: the block map is of q_len %zu, kv_len %zu (positions); "
+                             "sequence %zu reaches position %zu (%zu cached, %zu new)",
+                             who, m->q_len, m->kv_len, b, reach - 1, c->cached[b], n);
+    }
+    return ATTN_OK;
+}
+
 /* A block map and a chain of score modifiers, as the problem may hold them
- * (attention_problem.h): the map over the problem's own lengths, batch and
- * heads (or 1), on dense keys; a chain in place of softcap and ALiBi. */
+ * (attention_problem.h): the map over the problem's own lengths (over a KV
+ * cache: positions), batch and heads (or 1), not with packed sequences; a
+ * chain in place of softcap and ALiBi. */
 static attn_status check_programmable(attn_ctx *ctx, const char *who,
                                       const attn_attention_problem *p) {
     const attn_block_map *m = p->block_map;
-    if (m && (p->cu_seqlens_q || p->kv_cache))
+    attn_status st;
+    if (m && p->cu_seqlens_q)
         return attn_fail(ctx, ATTN_ERR_UNSUPPORTED,
-                         "%s: a block map with %s: the map's positions are a dense batch's",
-                         who, p->kv_cache ? "a KV cache" : "cu_seqlens (packed sequences)");
+                         "%s: a block map with cu_seqlens (packed sequences): the map's "
+                         "positions are a dense batch's",
+                         who);
     if (m && ((m->batch != 1 && m->batch != p->batch) || (m->heads != 1 && m->heads != p->q_heads)))
         return attn_fail(ctx, ATTN_ERR_SHAPE,
                          "%s: the block map's batch (%zu) and heads (%zu) must each be 1 or the "
                          "problem's (%zu, %zu)",
                          who, m->batch, m->heads, p->batch, p->q_heads);
-    if (m && (m->q_len != p->q_len || m->kv_len != p->kv_len))
+    if (m && p->kv_cache && (st = check_cache_map(ctx, who, p)) != ATTN_OK) return st;
+    if (m && !p->kv_cache && (m->q_len != p->q_len || m->kv_len != p->kv_len))
         return attn_fail(ctx, ATTN_ERR_SHAPE,
                          "%s: the block map is of q_len %zu, kv_len %zu where the problem is of "
                          "%zu, %zu",
