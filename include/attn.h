@@ -1814,8 +1814,11 @@ size_t attn_kv_cache_token_bytes(const attn_kv_cache *cache);
  * given thread count not on anything but the inputs. One token against a
  * long cache is split over the KV length so that every thread has work
  * (partial softmaxes merged by their log-sum-exp).
+ * block_mask (below) narrows what each token sees with any mask of
+ * "Programmable attention", over positions.
  * Errors (nothing is written, nothing appended): ATTN_ERR_NULL,
- * ATTN_ERR_SHAPE (q_heads not a multiple of kv_heads), ATTN_ERR_INVALID
+ * ATTN_ERR_SHAPE (q_heads not a multiple of kv_heads, a block_mask of other
+ * sizes), ATTN_ERR_INVALID
  * (layer, scale, out overlapping an input), ATTN_ERR_OVERFLOW (a
  * sequence would pass max_len, or the pool is out of pages: the message
  * names the sequence, its length, the new tokens and the limit),

@@ -14,7 +14,9 @@
  *               oldest page is out of the window when it is reused)
  *
  * attend: new token r of sequence s (position p = len_s + r) sees positions
- * max(0, p - W + 1) .. p; those below len_s come from the cache, the others
+ * max(0, p - W + 1) .. p (and of those, with a block map, the ones its row p
+ * of the map shows: the map is over positions, whatever the layout); those
+ * below len_s come from the cache, the others
  * straight from k_new/v_new (so a window layer needs W slots even for a
  * chunk longer than W). Then the new rows are appended (of a window layer,
  * only the last W matter). In a cache of other than float32 the new rows
