@@ -25,6 +25,9 @@
  * at a time, an order the hardware prefetchers do not follow: the next
  * block's slices of a KV head are asked for (into L2, not L1, whose fill
  * buffers they would crowd) while this block's of the same head are read.
+ * A block map (decode.h) turns into hidden lanes per block, per row or per
+ * (row, query head): a block no row sees is not read, and a key block of
+ * the map that no row sees is jumped over.
  *
  * K and V are read in their stored formats (contract/kv_format.h), widened
  * in registers as they are loaded: a row's one scale (F8_E4M3, I8) is
@@ -313,9 +316,9 @@ static void weigh_group(size_t NG, float *const *acc, const float *alpha, const 
  * block's scores p (BK) become weights; returns alpha, the factor of the
  * earlier sums. A NaN or infinite score (a NaN or infinite query or key)
  * makes the row's sum NaN, and so its output; the vector max and exp2 would
- * pass over it. The lanes of hidden (a tree of draft tokens; 0 without one)
- * weigh nothing, and a block whose lanes are all hidden leaves the row's
- * sums as they are (alpha 1). */
+ * pass over it. The lanes of hidden (a tree of draft tokens or a block
+ * map; 0 without either) weigh nothing, and a block whose lanes are all
+ * hidden leaves the row's sums as they are (alpha 1). */
 static inline float softmax_step(float *p, uint32_t hidden, size_t jlo, size_t jhi, float *m,
                                  float *l) {
     /* x - x: 0 for a finite score, NaN for a NaN or infinite one; lanes
