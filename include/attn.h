@@ -1824,10 +1824,13 @@ size_t attn_kv_cache_token_bytes(const attn_kv_cache *cache);
  * given thread count not on anything but the inputs. One token against a
  * long cache is split over the KV length so that every thread has work
  * (partial softmaxes merged by their log-sum-exp).
+ * block_mask (below) narrows what each token sees with any mask of
+ * "Programmable attention", over positions.
  * Errors (nothing is written, nothing appended): ATTN_ERR_NULL,
- * ATTN_ERR_SHAPE (q_heads not a multiple of kv_heads), ATTN_ERR_INVALID
- * (layer, scale, a negative or non-finite softcap, a non-finite slope or
- * sink, named with its head, out overlapping an input), ATTN_ERR_OVERFLOW (a
+ * ATTN_ERR_SHAPE (q_heads not a multiple of kv_heads, a block_mask of other
+ * sizes), ATTN_ERR_INVALID (layer, scale, a negative or non-finite softcap,
+ * a non-finite slope or sink, named with its head, out overlapping an
+ * input), ATTN_ERR_OVERFLOW (a
  * sequence would pass max_len, or the pool is out of pages: the message
  * names the sequence, its length, the new tokens and the limit),
  * ATTN_ERR_NO_MEMORY.
@@ -1844,6 +1847,17 @@ typedef struct attn_kv_attend_args {
     float softcap;              /* s = softcap * tanh(s / softcap); finite, >= 0 */
     const float *alibi_slopes;  /* q_heads finite slopes: s -= slope_h * (p - j) */
     const float *sinks;         /* q_heads finite logits, one in each row's softmax */
+    /* Optional (NULL: none): a block map (see "Programmable attention")
+     * over absolute positions, ANDed with the causal and window rule: new
+     * token r of sequence s, at position p = length(s) + r, sees position
+     * j only where the map lets query p see key j (under its query head;
+     * for sequence s). Its batch is 1 or the cache's, its heads 1 or
+     * q_heads, and its q_len and kv_len reach every position of the call
+     * (build it once at max_len: one map, a document mask over the whole
+     * sequence say, serves every step and every layer). A token that sees
+     * no position gets zeros. Refused naming the sizes (ATTN_ERR_SHAPE),
+     * nothing appended. */
+    const attn_block_mask *block_mask;
 } attn_kv_attend_args;
 attn_status attn_kv_cache_attend(attn_kv_cache *cache, const attn_kv_attend_args *args);
 /* Appends keys and values to layer without attending: a prefix whose K and

@@ -4,7 +4,9 @@
  * on the decode kernels of the ctx's kernel set (kernels/decode/decode.h).
  * It takes problems whose K and V come from a cache (attn_kv_cache_view),
  * float32 queries over K and V in any of the cache's stored formats
- * (widened in registers), causal with an optional window on the left,
+ * (widened in registers), causal with an optional window on the left and
+ * an optional block map over positions (its hidden keys are lanes the
+ * kernel's softmax weighs nothing; blocks it leaves out are skipped),
  * softcap, ALiBi and sinks, forward only; it declines dropout, which no
  * backend runs over a cache (the runner refuses such a problem, naming it).
  * Softcap and ALiBi change each block of scores in the kernels; a head's
@@ -53,7 +55,8 @@ static const char *decode_declines(const attn_ctx *ctx, const attn_attention_pro
     if (pass.dropout) return "dropout";
     const char *feature = attn_problem_unsupported(
         p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_KV_CACHE | ATTN_USES_TREE |
-               ATTN_USES_SOFTCAP | ATTN_USES_ALIBI | ATTN_USES_SINKS);
+               ATTN_USES_SOFTCAP | ATTN_USES_ALIBI | ATTN_USES_SINKS | ATTN_USES_BLOCK_MAP |
+               ATTN_USES_ROW_INTERVALS);
     if (feature) return feature;
     if (p->v_head_dim != p->head_dim) return "v_head_dim != head_dim";
     if (!p->causal || p->diagonal != ATTN_DIAGONAL_BOTTOM_RIGHT) return "not causal from the cache";
@@ -169,6 +172,8 @@ static call_plan plan_call(const attn_ctx *ctx, const attn_attention_problem *p,
             sp->d.tree = p->kv_cache->tree + sp->row_start * p->kv_cache->tree_words;
             sp->d.tree_words = p->kv_cache->tree_words;
         }
+        sp->d.map = p->block_map;
+        sp->d.map_b = b;
         if (!n) continue;
         if (sp->row_start + n > cp.rows) cp.rows = sp->row_start + n;
         plan_chunks(sp);
@@ -237,11 +242,16 @@ static void chunk_keys(const seq_plan *sp, size_t chunk, size_t *begin, size_t *
 }
 
 /* rows [r0, r0 + n) of a sequence: (m, l, acc) /= l into out, each
- * head's sink in l where the problem has sinks. */
+ * head's sink in l where the problem has sinks; a row that saw no key (a
+ * block map's) is zeros, sink or not (its out was never written). */
 static void finish_rows(const attend_job *job, const seq_plan *sp, size_t r0, size_t n) {
     size_t H = job->H, D = job->D;
     for (size_t i = (sp->row_start + r0) * H; i < (sp->row_start + r0 + n) * H; i++) {
         float *o = job->out + i * D, l = job->l[i];
+        if (l == 0.0f) {
+            memset(o, 0, D * sizeof *o);
+            continue;
+        }
         if (job->sinks) {
             float sink2 = (float)((double)job->sinks[i % H] * ATTN_DECODE_LOG2E);
             attn_decode_sink(job->m[i], l, o, sink2, o, D);

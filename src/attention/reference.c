@@ -346,9 +346,10 @@ typedef struct ref_f64_tensors {
 
 /* The problem's keys from a cache (attn_kv_cache_view), a row at a time:
  * packed row r of every query head, softmax(s) @ v over the positions it
- * sees (and the head's sink), s = softcap(q . k * scale) - alibi_h (pos -
- * j), in double, rounded once. A NaN or infinite q . k * scale makes the
- * row NaN before softcap could make it finite (attn.h, the KV cache). */
+ * sees (causal, the window, a tree, a block map whose rows and columns are
+ * positions; and the head's sink), s = softcap(q . k * scale) - alibi_h
+ * (pos - j), in double, rounded once. A NaN or infinite q . k * scale makes
+ * the row NaN before softcap could make it finite (attn.h, the KV cache). */
 typedef struct cache_job {
     const attn_attention_problem *p;
     double *scratch; /* per part: positions + D doubles */
@@ -383,6 +384,15 @@ static bool tree_hides(const attn_kv_cache_view *c, size_t row, size_t b, size_t
     return !((c->tree[row * c->tree_words + (j >> 6)] >> (j & 63)) & 1u);
 }
 
+/* Whether packed row row of sequence b, at position pos, is kept from key
+ * position j under query head h: by the cache view's tree of draft tokens
+ * (new positions only) or by the block map, whose rows are positions. */
+static bool cache_hides(const attn_attention_problem *p, size_t row, size_t b, size_t h,
+                        size_t pos, size_t j) {
+    return tree_hides(p->kv_cache, row, b, j) ||
+           (p->block_map && !map_sees(p->block_map, b, h, pos, j));
+}
+
 static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
     const cache_job *job = arg;
     const attn_attention_problem *p = job->p;
@@ -404,7 +414,7 @@ static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
             double mx = -INFINITY, sum = 0.0;
             bool bad = false; /* a non-finite score makes the row NaN, as the kernels do */
             for (size_t j = lo; j < hi; j++) {
-                if (tree_hides(c, row, b, j)) continue;
+                if (cache_hides(p, row, b, h, pos, j)) continue;
                 cache_key(p, &c->k, b, j, kh, x);
                 double dotp = 0.0;
                 for (size_t e = 0; e < D; e++) dotp += (double)q[e] * x[e];
@@ -417,7 +427,7 @@ static void cache_rows(void *arg, size_t part, size_t begin, size_t end) {
             if (sink > mx) mx = sink;
             for (size_t e = 0; e < D; e++) o[e] = 0.0;
             for (size_t j = lo; j < hi; j++) {
-                if (tree_hides(c, row, b, j)) continue;
+                if (cache_hides(p, row, b, h, pos, j)) continue;
                 cache_key(p, &c->v, b, j, kh, x);
                 double e_j = exp(w[j - lo] - mx);
                 sum += e_j;
@@ -500,11 +510,13 @@ static const char *reference_declines(const attn_ctx *ctx, const attn_attention_
                                       attn_pass pass) {
     (void)ctx;
     if (p->kv_cache) {
-        /* new rows against a cache: causal (a window on the left), softcap, ALiBi, sinks */
+        /* new rows against a cache: causal (a window on the left, a block
+         * map over positions), softcap, ALiBi, sinks */
         if (p->q.dtype != ATTN_DTYPE_F32) return "queries of other than float32";
         const char *feature = attn_problem_unsupported(
             p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_KV_CACHE | ATTN_USES_TREE |
-                   ATTN_USES_SOFTCAP | ATTN_USES_ALIBI | ATTN_USES_SINKS);
+                   ATTN_USES_SOFTCAP | ATTN_USES_ALIBI | ATTN_USES_SINKS | ATTN_USES_BLOCK_MAP |
+                   ATTN_USES_ROW_INTERVALS);
         if (feature || pass.backward || pass.dropout || pass.traced ||
             p->v_head_dim != p->head_dim)
             return "from a cache it runs the causal forward alone (softcap, ALiBi and sinks "

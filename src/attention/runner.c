@@ -73,27 +73,49 @@ static attn_status check_packed_map(attn_ctx *ctx, const char *who,
     return ATTN_OK;
 }
 
+/* A block map over a KV cache: its rows and columns are positions, so it
+ * covers every position a sequence of the problem reaches (its cached and
+ * new rows); a tree's draft rows sit at positions of their own depth, not
+ * of their row, so a map does not go with one. */
+static attn_status check_cache_map(attn_ctx *ctx, const char *who,
+                                   const attn_attention_problem *p) {
+    const attn_block_map *m = p->block_map;
+    const attn_kv_cache_view *c = p->kv_cache;
+    if (c->tree)
+        return attn_fail(ctx, ATTN_ERR_UNSUPPORTED,
+                         "%s: a block map with a tree of draft tokens: the tree is the mask of "
+                         "the draft rows",
+                         who);
+    if (!c->cached || !c->new_rows) return ATTN_OK; /* refused with the cache's checks */
+    for (size_t b = 0; b < p->batch; b++) {
+        size_t n = c->new_rows[b], reach = c->cached[b] + n;
+        if (n && (reach > m->q_len || reach > m->kv_len))
+            return attn_fail(ctx, ATTN_ERR_SHAPE,
+                             "%s: the block map is of q_len %zu, kv_len %zu (positions); "
+                             "sequence %zu reaches position %zu (%zu cached, %zu new)",
+                             who, m->q_len, m->kv_len, b, reach - 1, c->cached[b], n);
+    }
+    return ATTN_OK;
+}
+
 /* A block map and a chain of score modifiers, as the problem may hold them
  * (attention_problem.h): the map over the problem's own lengths (with
- * cu_seqlens: at least each sequence's), batch and heads (or 1), on dense
- * keys; a chain in place of softcap and ALiBi. Runs after the cu_seqlens
- * checks. */
+ * cu_seqlens: at least each sequence's; over a KV cache: positions), batch
+ * and heads (or 1); a chain in place of softcap and ALiBi. Runs after the
+ * cu_seqlens checks. */
 static attn_status check_programmable(attn_ctx *ctx, const char *who,
                                       const attn_attention_problem *p) {
     const attn_block_map *m = p->block_map;
-    if (m && p->kv_cache)
-        return attn_fail(ctx, ATTN_ERR_UNSUPPORTED,
-                         "%s: a block map with a KV cache: the map's positions are a dense "
-                         "batch's",
-                         who);
+    attn_status st;
     if (m && ((m->batch != 1 && m->batch != p->batch) || (m->heads != 1 && m->heads != p->q_heads)))
         return attn_fail(ctx, ATTN_ERR_SHAPE,
                          "%s: the block map's batch (%zu) and heads (%zu) must each be 1 or the "
                          "problem's (%zu, %zu)",
                          who, m->batch, m->heads, p->batch, p->q_heads);
-    if (m && p->cu_seqlens_q) {
-        attn_status st = check_packed_map(ctx, who, p);
-        if (st != ATTN_OK) return st;
+    if (m && p->kv_cache) {
+        if ((st = check_cache_map(ctx, who, p)) != ATTN_OK) return st;
+    } else if (m && p->cu_seqlens_q) {
+        if ((st = check_packed_map(ctx, who, p)) != ATTN_OK) return st;
     } else if (m && (m->q_len != p->q_len || m->kv_len != p->kv_len))
         return attn_fail(ctx, ATTN_ERR_SHAPE,
                          "%s: the block map is of q_len %zu, kv_len %zu where the problem is of "

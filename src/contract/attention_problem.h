@@ -162,11 +162,14 @@ typedef struct attn_attention_problem {
     bool backward_from_lse;
     /* ---- programmable attention (NULL, 0: off) */
     /* the keys each query sees, ANDed with causal and window: per (b, h,
-     * query block) the key blocks to visit (contract/block_map.h); not with
-     * a KV cache. With cu_seqlens it is in each sequence's own positions:
-     * query i and key j of sequence b are the map's (b or 0, h, i, j), its
-     * q_len and kv_len at least every sequence's (blocks past a sequence
-     * are never read) */
+     * query block) the key blocks to visit (contract/block_map.h). With
+     * cu_seqlens it is in each sequence's own positions: query i and key j
+     * of sequence b are the map's (b or 0, h, i, j), its q_len and kv_len at
+     * least every sequence's (blocks past a sequence are never read). Over
+     * a KV cache its rows and columns are absolute positions: new row i of
+     * sequence b is map row cached[b] + i (its position pos_i), key j map
+     * column j, so that one map serves every step; its q_len and kv_len
+     * cover every position the problem reaches. */
     const attn_block_map *block_map;
     /* applied in order to q . k * scale, in place of softcap and alibi_slopes
      * (the problem has none of those with a chain); with cu_seqlens their
@@ -348,7 +351,9 @@ static inline void attn_visible_keys(const attn_attention_problem *p,
     if (right >= 0 && pos < hi - 1 - right) hi = pos + right + 1;
     if (p->block_map && p->block_map->row_lo) {
         const attn_block_map *m = p->block_map;
-        size_t at = (m->rows_batch == 1 ? 0 : s->b) * m->q_len + i;
+        /* over a KV cache the map's rows are positions (pos_i = cached + i) */
+        size_t row = p->kv_cache ? (size_t)pos : i;
+        size_t at = (m->rows_batch == 1 ? 0 : s->b) * m->q_len + row;
         if (m->row_lo[at] > lo) lo = m->row_lo[at];
         if (m->row_hi[at] < hi) hi = m->row_hi[at];
     }

@@ -249,7 +249,7 @@ static const attn_abi_field attn_kv_cache_config_fields[] = {
 #define T attn_kv_attend_args
 static const attn_abi_field attn_kv_attend_args_fields[] = {
     F(layer), F(new_lens), F(new_tokens), F(q_heads), F(scale), F(q), F(k_new), F(v_new), F(out),
-    F(softcap), F(alibi_slopes), F(sinks)
+    F(softcap), F(alibi_slopes), F(sinks), F(block_mask)
 };
 #undef T
 

@@ -14,14 +14,16 @@
  *               oldest page is out of the window when it is reused)
  *
  * attend: new token r of sequence s (position p = len_s + r) sees positions
- * max(0, p - W + 1) .. p, its scores softcapped, less ALiBi's slope times
- * p - j, and its head's sink in the softmax (all optional); those below
- * len_s come from the cache, the others straight from k_new/v_new (so a
- * window layer needs W slots even for a chunk longer than W). Then the new
- * rows are appended (of a window layer, only the last W matter). In a cache
- * of other than float32 the new rows are first coded into the stored format
- * (staged), so that the attention reads them as later steps will, and the
- * append copies those codes. The attention itself is the contract's: each
+ * max(0, p - W + 1) .. p (and of those, with a block map, the ones its row p
+ * of the map shows: the map is over positions, whatever the layout), its
+ * scores softcapped, less ALiBi's slope times p - j, and its head's sink in
+ * the softmax (all optional); those below len_s come from the cache, the
+ * others straight from k_new/v_new (so a window layer needs W slots even for
+ * a chunk longer than W). Then the new rows are appended (of a window layer,
+ * only the last W matter). In a cache of other than float32 the new rows are
+ * first coded into the stored format (staged), so that the attention reads
+ * them as later steps will, and the append copies those codes. The
+ * attention itself is the contract's: each
  * prompt (an empty cache, many rows, on fast kernels) a dense problem, the
  * other sequences one problem whose K and V come from the cache's view
  * (attn_kv_cache_view), both through the runner, which gives the cache
@@ -35,6 +37,7 @@
 #include "attention/attention.h"
 #include "contract/kv_format.h"
 #include "kernels/decode/decode.h"
+#include "mask/mask_internal.h"
 #include "ops/sdpa_internal.h"
 #include "parallel.h"
 
@@ -615,6 +618,24 @@ static attn_status check_args(attn_kv_cache *c, const char *who, const attn_kv_a
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: q, k_new, v_new and out must not be NULL", who);
     /* the attention reads k_new and v_new (or their coded copies) while
      * it writes out, and the append copies them after */
+    if (a->block_mask) {
+        /* a map over positions: for every sequence or one, every query head
+         * or one, and up to the last position of the call */
+        const attn_block_map *m = attn_block_mask_map(a->block_mask);
+        if ((m->batch != 1 && m->batch != cfg->batch) || (m->heads != 1 && m->heads != a->q_heads))
+            return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: block_mask is of batch %zu, heads %zu; "
+                             "each must be 1 or the cache's batch (%zu) and q_heads (%zu)", who,
+                             m->batch, m->heads, cfg->batch, a->q_heads);
+        const kv_layer *L = &c->layers[a->layer];
+        for (size_t s = 0; s < cfg->batch; s++) {
+            size_t n = new_count(a->new_lens, a->new_tokens, s), reach = L->length[s] + n;
+            if (n && (reach > m->q_len || reach > m->kv_len))
+                return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: block_mask is of q_len %zu, kv_len "
+                                 "%zu (positions) where sequence %zu of layer %zu reaches "
+                                 "position %zu (length %zu, %zu new)", who, m->q_len, m->kv_len,
+                                 s, a->layer, reach - 1, L->length[s], n);
+        }
+    }
     size_t kv_floats = rows * c->row;
     attn_span out = {"out", a->out, qrow * sizeof(float)};
     size_t head_bytes = a->q_heads * sizeof(float);
@@ -646,9 +667,12 @@ static void set_window(attn_attention_problem *p, size_t W) {
 
 /* Sequence s is a prompt: an empty cache and at least PREFILL_ROWS new
  * rows, whose keys are its own rows alone: a dense problem (the reference
- * ctx keeps every row on the cache problem's oracle). */
-static bool is_prompt(const attn_kv_cache *c, const kv_layer *L, size_t s, size_t n) {
-    return c->ctx->ks.decode && L->length[s] == 0 && n >= PREFILL_ROWS;
+ * ctx keeps every row on the cache problem's oracle). With a block map the
+ * rows stay on the cache problem, whose map rows are positions (a dense
+ * problem's map is of its own lengths). */
+static bool is_prompt(const attn_kv_cache *c, const kv_layer *L, const attn_kv_attend_args *a,
+                      size_t s, size_t n) {
+    return c->ctx->ks.decode && !a->block_mask && L->length[s] == 0 && n >= PREFILL_ROWS;
 }
 
 /* The attention of prompt s's n rows (from packed row at) among themselves. */
@@ -686,7 +710,8 @@ static attn_attention_problem cache_problem(const attn_kv_cache *c, const kv_lay
         .k = attn_view_f32(a->k_new, (attn_view_strides){0, KH * D, D}),
         .v = attn_view_f32(a->v_new, (attn_view_strides){0, KH * D, D}),
         .out = attn_view_f32(a->out, (attn_view_strides){0, H * D, D}),
-        .scale = (float)scale, .scale_f64 = scale, .causal = true, .kv_cache = view};
+        .scale = (float)scale, .scale_f64 = scale, .causal = true, .kv_cache = view,
+        .block_map = a->block_mask ? attn_block_mask_map(a->block_mask) : NULL};
     set_window(&p, L->window);
     set_modifiers(&p, a);
     return p;
@@ -727,7 +752,7 @@ static attn_status attend(attn_kv_cache *cache, const char *who, const attn_kv_a
     for (size_t s = 0, at = 0; s < B; s++) {
         size_t n = new_count(args->new_lens, args->new_tokens, s);
         lens[B + s] = at;
-        if (n && !tree && is_prompt(cache, L, s, n)) {
+        if (n && !tree && is_prompt(cache, L, args, s, n)) {
             prompt_rows[s] = n;
             attn_attention_problem p = prompt_problem(cache, L, args, scale, at, n);
             if ((st = attn_attention_check(ctx, who, &p)) != ATTN_OK) goto done;

@@ -55,7 +55,7 @@ class KvAttendArgs(Structure):
     _fields_ = [("layer", c_size_t), ("new_lens", POINTER(c_size_t)), ("new_tokens", c_size_t),
                 ("q_heads", c_size_t), ("scale", c_double), ("q", F32P), ("k_new", F32P),
                 ("v_new", F32P), ("out", F32P), ("softcap", c_float), ("alibi_slopes", F32P),
-                ("sinks", F32P)]
+                ("sinks", F32P), ("block_mask", c_void_p)]
 
 
 class BookCachedAttention:

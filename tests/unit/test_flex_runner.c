@@ -4,7 +4,8 @@
  *
  *   - refused, each message naming its values: a block map shorter than a
  *     packed sequence (cu_seqlens: the map is in each sequence's positions;
- *     one as long or longer is taken), with a KV cache, of a batch or heads
+ *     one as long or longer is taken), over a KV cache whose positions it
+ *     does not cover or with a tree of draft tokens, of a batch or heads
  *     neither 1 nor the problem's, of other lengths; a chain of score modifiers with the
  *     problem's own softcap or alibi_slopes; a BIAS whose strides reach
  *     past size_t; taken: a map of batch and heads 1, a chain alone;
@@ -112,13 +113,28 @@ static void refusals(attn_ctx *ctx) {
     p.q_len = T;
     p.total_q = 0;
 
-    /* a KV cache */
-    size_t cached[5] = {0}, rows[5] = {0}, starts[5] = {0};
+    /* a KV cache: the map's rows and columns are positions, which it must
+     * cover; not with a tree of draft tokens */
+    size_t cached[5] = {0}, rows[5] = {0}, starts[5] = {0}, reach = T < S ? T : S;
     attn_kv_cache_view cache = {.cached = cached, .new_rows = rows, .row_start = starts};
     p.kv_cache = &cache;
+    p.kv_len = reach + 1; /* the view's own bound: one past the map's */
+    rows[0] = 1;
+    cached[0] = reach - 1;
+    CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_OK);
+    cached[0] = reach;
+    CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_ERR_SHAPE);
+    snprintf(text, sizeof text, "the block map is of q_len %zu, kv_len %zu (positions); sequence "
+             "0 reaches position %zu (%zu cached, 1 new)", T, S, reach, reach);
+    CHECK_MESSAGE(ctx, text);
+    cached[0] = 0;
+    uint64_t tree[1] = {1};
+    cache.tree = tree;
+    cache.tree_words = 1;
     CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_ERR_UNSUPPORTED);
-    CHECK_MESSAGE(ctx, "who: a block map with a KV cache");
+    CHECK_MESSAGE(ctx, "who: a block map with a tree of draft tokens");
     p.kv_cache = NULL;
+    p.kv_len = S;
 
     p.block_map = attn_block_mask_map(batch);
     CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_ERR_SHAPE);

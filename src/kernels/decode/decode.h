@@ -21,6 +21,7 @@
 #ifndef ATTN_DECODE_H
 #define ATTN_DECODE_H
 
+#include "contract/block_map.h"
 #include "contract/kv_format.h"
 
 #include <math.h>
@@ -116,7 +117,54 @@ typedef struct attn_decode_seq {
      * row's softmax once its chunks are folded (attn_decode_sink). */
     float cap2, inv_cap2;
     const float *alibi_slopes;
+    /* A block map over positions (contract/block_map.h), or NULL: row r
+     * of query head h sees position j only where the map's row for (map_b,
+     * h, (first_pos + r) / block_q) lists j's key block full, or partial
+     * with bit (first_pos + r, j) set. */
+    const attn_block_map *map;
+    size_t map_b;
 } attn_decode_seq;
+
+/* attn_decode_map_hidden's flag: the block's whole key block of the map is
+ * left out for that row and head (no lane of it is visible). */
+#define ATTN_DECODE_MAP_ABSENT (1u << 16)
+_Static_assert(ATTN_DECODE_BLOCK == 16, "a block's lanes are the low 16 bits");
+
+/* The lanes of the block of keys at b0 (a multiple of ATTN_DECODE_BLOCK,
+ * so that the block lies in one key block of the map: block_kv is a
+ * multiple of it) that the map hides from row r under query head h (bit j
+ * for lane j), with ATTN_DECODE_MAP_ABSENT where the map leaves its key
+ * block out. A full key block hides nothing and costs no test per key; a
+ * partial one reads its 16 bits in one word of the tile. */
+static inline uint32_t attn_decode_map_hidden(const attn_decode_seq *s, size_t r, size_t h,
+                                              size_t b0) {
+    const attn_block_map *m = s->map;
+    size_t pos = s->first_pos + r, row = attn_block_map_row(m, s->map_b, h, pos / m->block_q);
+    uint32_t kb = (uint32_t)(b0 / m->block_kv);
+    const uint32_t *full = m->full + m->full_at[row];
+    size_t lo = 0, hi = m->full_at[row + 1] - m->full_at[row];
+    while (lo < hi) { /* full[] ascends */
+        size_t mid = lo + (hi - lo) / 2;
+        if (full[mid] == kb) return 0;
+        if (full[mid] < kb) lo = mid + 1;
+        else hi = mid;
+    }
+    const uint32_t *part = m->part + m->part_at[row];
+    lo = 0;
+    hi = m->part_at[row + 1] - m->part_at[row];
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (part[mid] == kb) {
+            size_t j = b0 % m->block_kv; /* 16 lanes within one 64-bit word */
+            const uint64_t *bits = m->bits + (m->part_tile[m->part_at[row] + mid] * m->block_q +
+                                              pos % m->block_q) * m->words_per_row;
+            return ~(uint32_t)(bits[j >> 6] >> (j & 63)) & 0xFFFFu;
+        }
+        if (part[mid] < kb) lo = mid + 1;
+        else hi = mid;
+    }
+    return 0xFFFFu | ATTN_DECODE_MAP_ABSENT;
+}
 
 /* Lanes [jlo, jhi) of the block at b0 that row r's tree hides (bit j for
  * lane j); 0 without a tree. */

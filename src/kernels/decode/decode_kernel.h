@@ -25,6 +25,9 @@
  * at a time, an order the hardware prefetchers do not follow: the next
  * block's slices of a KV head are asked for (into L2, not L1, whose fill
  * buffers they would crowd) while this block's of the same head are read.
+ * A block map (decode.h) turns into hidden lanes per block, per row or per
+ * (row, query head): a block no row sees is not read, and a key block of
+ * the map that no row sees is jumped over.
  *
  * K and V are read in their stored formats (contract/kv_format.h), widened
  * in registers as they are loaded: a row's one scale (F8_E4M3, I8) is
@@ -344,9 +347,9 @@ static void weigh_group(size_t NG, float *const *acc, const float *alpha, const 
  * block's scores p (BK) become weights; returns alpha, the factor of the
  * earlier sums. A NaN or infinite score (a NaN or infinite query or key)
  * makes the row's sum NaN, and so its output; the vector max and exp2 would
- * pass over it. The lanes of hidden (a tree of draft tokens; 0 without one)
- * weigh nothing, and a block whose lanes are all hidden leaves the row's
- * sums as they are (alpha 1). */
+ * pass over it. The lanes of hidden (a tree of draft tokens or a block
+ * map; 0 without either) weigh nothing, and a block whose lanes are all
+ * hidden leaves the row's sums as they are (alpha 1). */
 static inline float softmax_step(float *p, uint32_t hidden, size_t jlo, size_t jhi, float *m,
                                  float *l) {
     /* x - x: 0 for a finite score, NaN for a NaN or infinite one; lanes
@@ -401,22 +404,52 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
      * is the same whoever runs the chunk */
     size_t start = begin > row_lo[0] ? begin : row_lo[0];
     if (start >= end) return;
+    /* a block map of one map for every head hides lanes per row; one per
+     * head, per (row, query head) below */
+    const bool map_heads = s->map && s->map->heads > 1;
     for (size_t b0 = start / BK * BK; b0 < end;) {
         size_t b1 = b0 + BK < end ? b0 + BK : end;
         size_t from = b0 > start ? b0 : start; /* the first block: keys from start */
-        attn_decode_key_rows(&s->keys, from, b1 - from, rw + (from - b0));
-        /* the next block's rows, fetched one KV head ahead of their use */
-        size_t next = b1 + BK < end ? BK : end > b1 ? end - b1 : 0;
-        if (next) attn_decode_key_rows(&s->keys, b1, next, rw_next);
         /* block-relative keys [jlo, jhi) of each row (empty: 0, 0) */
         size_t jlo[ATTN_DECODE_ROWS], jhi[ATTN_DECODE_ROWS];
-        uint32_t hidden[ATTN_DECODE_ROWS]; /* lanes a draft tree hides */
+        uint32_t hidden[ATTN_DECODE_ROWS]; /* lanes a draft tree (or the map) hides */
         for (size_t r = 0; r < rows; r++) {
             size_t lo = row_lo[r] > b0 ? row_lo[r] : b0, hi = row_hi[r] < b1 ? row_hi[r] : b1;
             jlo[r] = lo < hi ? lo - b0 : 0;
             jhi[r] = lo < hi ? hi - b0 : 0;
             hidden[r] = attn_decode_tree_hidden(s, row0 + r, b0, jlo[r], jhi[r]);
         }
+        if (s->map) {
+            /* rows the map shows nothing of this block drop out; a block no
+             * row sees is skipped unread, and where the map leaves the
+             * whole key block out for every row the walk jumps past it */
+            size_t jump = (b0 / s->map->block_kv + 1) * s->map->block_kv;
+            bool seen = false;
+            for (size_t r = 0; r < rows; r++) {
+                if (jlo[r] == jhi[r]) {
+                    if (row_lo[r] >= b1 && row_lo[r] / BK * BK < jump) jump = row_lo[r] / BK * BK;
+                    continue;
+                }
+                uint32_t lanes = (1u << jhi[r]) - (1u << jlo[r]), shown = 0, absent = 1;
+                for (size_t h = 0; h < (map_heads ? H : 1) && !shown; h++) {
+                    uint32_t x = attn_decode_map_hidden(s, row0 + r, h, b0);
+                    if (!map_heads) hidden[r] |= x & lanes;
+                    shown = ~x & lanes;
+                    absent &= x >> 16;
+                }
+                if (shown) seen = true;
+                else jlo[r] = jhi[r] = 0;
+                if (!absent && b1 < jump) jump = b1;
+            }
+            if (!seen) {
+                b0 = jump;
+                continue;
+            }
+        }
+        attn_decode_key_rows(&s->keys, from, b1 - from, rw + (from - b0));
+        /* the next block's rows, fetched one KV head ahead of their use */
+        size_t next = b1 + BK < end ? BK : end > b1 ? end - b1 : 0;
+        if (next) attn_decode_key_rows(&s->keys, b1, next, rw_next);
         for (size_t kh = 0; kh < KH; kh++) {
             for (size_t j = 0; (k_scaled || v_scaled) && j < BK; j++) { /* 0 outside the block */
                 bool in = j >= from - b0 && j < b1 - b0;
@@ -434,6 +467,16 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                     size_t ng = G - g0 < 4 ? G - g0 : 4;
                     const float *q_g[4];
                     float *p_all[4];
+                    uint32_t hid[4] = {hidden[r], hidden[r], hidden[r], hidden[r]};
+                    if (map_heads) { /* a group whose heads the map shows nothing is skipped */
+                        uint32_t lanes = (1u << jhi[r]) - (1u << jlo[r]), shown = 0;
+                        for (size_t g = 0; g < ng; g++) {
+                            hid[g] |= attn_decode_map_hidden(s, row0 + r, kh * G + g0 + g, b0) &
+                                      lanes;
+                            shown |= ~hid[g] & lanes;
+                        }
+                        if (!shown) continue;
+                    }
                     for (size_t g = 0; g < ng; g++) {
                         q_g[g] = s->q + ((row0 + r) * H + kh * G + g0 + g) * D;
                         p_all[g] = sc + (i0 + g0 + g) * BK;
@@ -447,7 +490,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                         float *p = p_all[g];
                         if (modified)
                             modify_scores(s, p, kh * G + g0 + g, s->first_pos + row0 + r, b0);
-                        alpha[g] = softmax_step(p, hidden[r], jlo[r], jhi[r], &m[i], &l[i]);
+                        alpha[g] = softmax_step(p, hid[g], jlo[r], jhi[r], &m[i], &l[i]);
                         acc_g[g] = acc + i * D;
                         p_g[g] = p;
                         if (v_scaled) {
