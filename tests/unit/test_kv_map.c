@@ -10,7 +10,8 @@
  *     empty), with batch and heads each 1 or the call's; over caches of
  *     F32, BF16 and I8 K/V, contiguous and paged, some with a window (a
  *     ring: slots are not positions), GQA; a chunked prefill step (several
- *     new tokens, some sequences none), then a decode step, the same map;
+ *     new tokens, some sequences none), then a decode step, the same map,
+ *     with softcap, ALiBi and sinks each in a third of the trials;
  *     every output against a dense masked softmax this file computes in
  *     double over the same stored values (the inputs are exact in the
  *     stored type) and against the reference backend (a reference ctx);
@@ -223,8 +224,14 @@ static attn_kv_cache *cache_of(attn_ctx *ctx, const setup *s, attn_kv_layout lay
 /* out (rows, Hq, D) of a step (sequence b's n[b] new rows from position
  * len[b]) by the dense masked softmax, in double; *empty counts the (row,
  * head) pairs that see no key. */
-static void oracle(const setup *s, const map_truth *t, const size_t *len, const size_t *n,
-                   const float *q, double *out, size_t *empty) {
+/* Score modifiers of a trial (0, NULL: off), beside the map. */
+typedef struct modifiers {
+    float softcap;
+    const float *slopes, *sinks;
+} modifiers;
+
+static void oracle(const setup *s, const map_truth *t, const modifiers *mods, const size_t *len,
+                   const size_t *n, const float *q, double *out, size_t *empty) {
     size_t Hq = s->q_heads, KH = s->kv_heads, D = s->D, G = Hq / KH, row = KH * D;
     double scale = 1.0 / sqrt((double)D), *w = malloc(s->M * sizeof *w);
     for (size_t b = 0, at = 0; b < s->batch; b++)
@@ -240,15 +247,21 @@ static void oracle(const setup *s, const map_truth *t, const size_t *len, const 
                     double dot = 0.0;
                     for (size_t d = 0; d < D; d++) dot += (double)qi[d] * kr[d];
                     w[j] = dot * scale;
+                    if (mods->softcap > 0.0f)
+                        w[j] = mods->softcap * tanh(w[j] / (double)mods->softcap);
+                    if (mods->slopes) w[j] -= (double)mods->slopes[h] * (double)(pos - j);
                     if (w[j] > mx) mx = w[j];
                 }
                 double *o = out + (at * Hq + h) * D;
                 for (size_t d = 0; d < D; d++) o[d] = 0.0;
-                if (mx == -INFINITY) {
+                if (mx == -INFINITY) { /* zeros, sink or not: a sink weighs no value */
                     (*empty)++;
                     continue;
                 }
+                double sink = mods->sinks ? (double)mods->sinks[h] : -INFINITY;
+                if (sink > mx) mx = sink;
                 for (size_t j = lo; j <= pos; j++) sum += w[j] == -INFINITY ? 0.0 : exp(w[j] - mx);
+                if (mods->sinks) sum += exp(sink - mx);
                 for (size_t j = lo; j <= pos; j++) {
                     if (w[j] == -INFINITY) continue;
                     const float *vr = s->V + (b * s->M + j) * row + (h / G) * D;
@@ -304,6 +317,15 @@ static void trial(attn_ctx *const *ctxs, int number) {
                .M = big ? 1500 + below(2500) : 40 + below(300), .type = types[below(3)]};
     s.q_heads = s.kv_heads * (1 + below(4));
     if (below(4) == 0) s.window = 4 + below(s.M / 2);
+    /* softcap, ALiBi and sinks, each in a third of the trials */
+    float slopes[16], sinks[16];
+    for (size_t h = 0; h < s.q_heads; h++) {
+        slopes[h] = 0.01f * (float)(1 + below(50));
+        sinks[h] = rand_normal();
+    }
+    modifiers mods = {.softcap = below(3) == 0 ? 2.0f + (float)below(30) : 0.0f,
+                      .slopes = below(3) == 0 ? slopes : NULL,
+                      .sinks = below(3) == 0 ? sinks : NULL};
     size_t mb = below(2) ? s.batch : 1, mh = below(2) ? s.q_heads : 1;
     map_truth t;
     attn_block_mask *bm = random_map(ctxs[RUN_REF], kind, mb, mh, s.M, &t);
@@ -343,14 +365,16 @@ static void trial(attn_ctx *const *ctxs, int number) {
             }
         double *want = malloc((qn + 1) * sizeof *want);
         size_t empty = 0;
-        oracle(&s, &t, len, n, q, want, &empty);
+        oracle(&s, &t, &mods, len, n, q, want, &empty);
         empty_pairs += empty;
         all_pairs += rows * s.q_heads;
         for (int r = 0; r < RUNS; r++) {
             out[r] = malloc((qn + 1) * sizeof(float));
             for (size_t e = 0; e < qn; e++) out[r][e] = NAN; /* every element is written */
             attn_kv_attend_args a = {.layer = 0, .new_lens = n, .q_heads = s.q_heads, .q = q,
-                                     .k_new = kn, .v_new = vn, .out = out[r], .block_mask = bm};
+                                     .k_new = kn, .v_new = vn, .out = out[r], .softcap = mods.softcap,
+                                     .alibi_slopes = mods.slopes, .sinks = mods.sinks,
+                                     .block_mask = bm};
             CHECK_STATUS(attn_kv_cache_attend(caches[r], &a), ATTN_OK);
             if (r != RUN_REF && !ran_decode(ctxs[r]))
                 fprintf(stderr, "trial %d: not the decode backend: %s\n", number,
@@ -367,10 +391,11 @@ static void trial(attn_ctx *const *ctxs, int number) {
             fprintf(stderr,
                     "trial %d step %d: %s map (batch %zu, heads %zu, blocks %zu x %zu) over %s "
                     "cache of %zu positions (batch %zu, Hq %zu, Hkv %zu, D %zu, window %zu): "
+                    "softcap %g, ALiBi %d, sinks %d: "
                     "reference err %.3g, fast err %.3g, bitwise %d, zeros %d (%zu empty)\n",
                     number, step, kind_names[kind], mb, mh, t.block_q, t.block_kv,
                     attn_dtype_name(s.type), s.M, s.batch, s.q_heads, s.kv_heads, s.D, s.window,
-                    err_ref, err_fast, same, zeros, empty);
+                    (double)mods.softcap, mods.slopes != NULL, mods.sinks != NULL, err_ref, err_fast, same, zeros, empty);
         CHECK(err_ref < 1e-6);
         CHECK(err_fast < 1e-5);
         CHECK(same);
