@@ -47,9 +47,9 @@ extern "C" {
 #endif
 
 #define ATTN_VERSION_MAJOR 0
-#define ATTN_VERSION_MINOR 5
+#define ATTN_VERSION_MINOR 6
 #define ATTN_VERSION_PATCH 0
-#define ATTN_VERSION_STRING "0.5.0"
+#define ATTN_VERSION_STRING "0.6.0"
 
 /* The version of the library linked in, e.g. "0.1.0". */
 const char *attn_version(void);
@@ -64,7 +64,7 @@ const char *attn_version(void);
  * guard, compares attn_abi_version() with the ATTN_ABI_VERSION it was built
  * with. docs/abi.md gives the whole policy.
  */
-#define ATTN_ABI_VERSION 5
+#define ATTN_ABI_VERSION 6
 
 /* The ATTN_ABI_VERSION the library linked in was built with. */
 int attn_abi_version(void);
