@@ -667,18 +667,22 @@ static void set_window(attn_attention_problem *p, size_t W) {
 
 /* Sequence s is a prompt: an empty cache and at least PREFILL_ROWS new
  * rows, whose keys are its own rows alone: a dense problem (the reference
- * ctx keeps every row on the cache problem's oracle). With a block map the
- * rows stay on the cache problem, whose map rows are positions (a dense
- * problem's map is of its own lengths). */
+ * ctx keeps every row on the cache problem's oracle). With a block map it
+ * takes the map's first n positions of sequence s (its rows and columns
+ * are then the prompt's own), on the kernels that run maps, which take no
+ * softcap or ALiBi of their own: with those the rows stay on the cache
+ * problem. */
 static bool is_prompt(const attn_kv_cache *c, const kv_layer *L, const attn_kv_attend_args *a,
                       size_t s, size_t n) {
-    return c->ctx->ks.decode && !a->block_mask && L->length[s] == 0 && n >= PREFILL_ROWS;
+    if (a->block_mask && (a->softcap > 0.0f || a->alibi_slopes)) return false;
+    return c->ctx->ks.decode && L->length[s] == 0 && n >= PREFILL_ROWS;
 }
 
-/* The attention of prompt s's n rows (from packed row at) among themselves. */
+/* The attention of prompt s's n rows (from packed row at) among themselves,
+ * under map (the sequence's slice of the call's block map, or NULL). */
 static attn_attention_problem prompt_problem(const attn_kv_cache *c, const kv_layer *L,
                                              const attn_kv_attend_args *a, double scale,
-                                             size_t at, size_t n) {
+                                             size_t at, size_t n, const attn_block_mask *map) {
     size_t H = a->q_heads, KH = c->cfg.kv_heads, D = c->cfg.head_dim;
     attn_attention_problem p = {
         .batch = 1, .q_heads = H, .kv_heads = KH, .q_len = n, .kv_len = n,
@@ -687,7 +691,8 @@ static attn_attention_problem prompt_problem(const attn_kv_cache *c, const kv_la
         .k = attn_view_f32(a->k_new + at * KH * D, (attn_view_strides){0, KH * D, D}),
         .v = attn_view_f32(a->v_new + at * KH * D, (attn_view_strides){0, KH * D, D}),
         .out = attn_view_f32(a->out + at * H * D, (attn_view_strides){0, H * D, D}),
-        .scale = (float)scale, .scale_f64 = scale, .causal = true};
+        .scale = (float)scale, .scale_f64 = scale, .causal = true,
+        .block_map = map ? attn_block_mask_map(map) : NULL};
     set_window(&p, L->window);
     set_modifiers(&p, a);
     return p;
@@ -717,6 +722,11 @@ static attn_attention_problem cache_problem(const attn_kv_cache *c, const kv_lay
     return p;
 }
 
+static void free_prompt_maps(attn_block_mask **maps, size_t batch) {
+    for (size_t s = 0; maps && s < batch; s++) attn_block_mask_free(maps[s]);
+    attn_free(maps);
+}
+
 /* attend, then append (tree NULL), or a tree's draft rows attending
  * without an append: the call of attn_kv_cache_attend and of
  * attn_kv_cache_attend_tree (tree_words words per packed row). */
@@ -737,7 +747,11 @@ static attn_status attend(attn_kv_cache *cache, const char *who, const attn_kv_a
      * is written */
     staged_rows staged = {0};
     size_t *lens = attn_calloc(3 * B, sizeof(size_t));
-    if (!lens || !stage_rows(cache, rows, args->k_new, args->v_new, &staged)) goto no_memory;
+    attn_block_mask **prompt_maps = /* each prompt's slice of the block map */
+        args->block_mask ? attn_calloc(B, sizeof *prompt_maps) : NULL;
+    if (!lens || (args->block_mask && !prompt_maps) ||
+        !stage_rows(cache, rows, args->k_new, args->v_new, &staged))
+        goto no_memory;
     attn_kv_cache_view view = {
         .cached = L->length, .new_rows = lens, .row_start = lens + B,
         .k = {cache->k.fmt.dtype, L->k, L->ks, staged.k, staged.ks},
@@ -754,7 +768,12 @@ static attn_status attend(attn_kv_cache *cache, const char *who, const attn_kv_a
         lens[B + s] = at;
         if (n && !tree && is_prompt(cache, L, args, s, n)) {
             prompt_rows[s] = n;
-            attn_attention_problem p = prompt_problem(cache, L, args, scale, at, n);
+            if (args->block_mask &&
+                (st = attn_block_map_sequence(ctx, who, attn_block_mask_map(args->block_mask), s,
+                                              n, n, &prompt_maps[s])) != ATTN_OK)
+                goto done;
+            attn_attention_problem p =
+                prompt_problem(cache, L, args, scale, at, n, prompt_maps ? prompt_maps[s] : NULL);
             if ((st = attn_attention_check(ctx, who, &p)) != ATTN_OK) goto done;
             size_t b = attn_attention_forward_bytes(ctx, &p, false, false);
             if (b > bytes) bytes = b;
@@ -777,8 +796,9 @@ static attn_status attend(attn_kv_cache *cache, const char *who, const attn_kv_a
     /* checked, and the workspace in hand: the runner fails in nothing */
     for (size_t s = 0; s < B; s++) {
         if (!prompt_rows[s]) continue;
-        attn_attention_problem p =
-            prompt_problem(cache, L, args, scale, lens[B + s], prompt_rows[s]);
+        attn_attention_problem p = prompt_problem(cache, L, args, scale, lens[B + s],
+                                                  prompt_rows[s],
+                                                  prompt_maps ? prompt_maps[s] : NULL);
         if ((st = attn_attention_forward(ctx, who, &p, NULL, NULL, NULL, NULL, workspace)) !=
             ATTN_OK)
             goto done;
@@ -789,10 +809,12 @@ static attn_status attend(attn_kv_cache *cache, const char *who, const attn_kv_a
         goto done;
     if (!tree) append_all(cache, L, args->new_lens, args->new_tokens, &staged);
 done:
+    free_prompt_maps(prompt_maps, B);
     attn_free(lens);
     attn_free(staged.memory);
     return st;
 no_memory:
+    free_prompt_maps(prompt_maps, B);
     attn_free(lens);
     attn_free(staged.memory);
     return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate the working memory of %zu "

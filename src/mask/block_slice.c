@@ -3,7 +3,9 @@
  * [h0, h1) x queries [q0, q1) x keys [k0, k1) of every sequence, with the
  * same block sizes, for a problem that holds only part of the scores
  * (context parallelism: a rank's queries against another rank's keys, at
- * token offsets that need not fall on block edges; or a rank's heads).
+ * token offsets that need not fall on block edges; or a rank's heads), or
+ * one sequence's first rows and keys (a prompt into an empty KV cache,
+ * whose map is over the cache's positions).
  *
  * It goes through the one builder with the map as its source: a tile of
  * the slice is classified from the map's tiles it overlaps (all skipped:
@@ -17,7 +19,7 @@
 
 typedef struct slice_source {
     const attn_block_map *m;
-    size_t h0, q0, k0;
+    size_t b0, h0, q0, k0; /* b0: the map's sequence of the slice's first */
 } slice_source;
 
 /* Whether ascending list[0 .. n) holds kb; *at its index if so. */
@@ -62,7 +64,7 @@ static block_class slice_classify(const void *self, size_t b, size_t h, size_t q
     size_t kb0 = (s->k0 + k0) / m->block_kv, kb1 = (s->k0 + k1 - 1) / m->block_kv;
     bool any_full = false, any_empty = false;
     for (size_t qb = qb0; qb <= qb1; qb++) {
-        size_t r = attn_block_map_row(m, b, hh, qb);
+        size_t r = attn_block_map_row(m, s->b0 + b, hh, qb);
         for (size_t kb = kb0; kb <= kb1; kb++) {
             block_class c = tile_class(m, r, kb, &tile);
             if (c == BLOCK_PARTIAL) return BLOCK_PARTIAL;
@@ -96,7 +98,7 @@ static attn_status slice_row_bits(const void *self, attn_ctx *ctx, const char *w
     const slice_source *s = self;
     const attn_block_map *m = s->m;
     size_t gq = s->q0 + q, g0 = s->k0 + k0, g1 = s->k0 + k1, tile = 0;
-    size_t r = attn_block_map_row(m, b, map_head(s, h), gq / m->block_q);
+    size_t r = attn_block_map_row(m, s->b0 + b, map_head(s, h), gq / m->block_q);
     for (size_t kb = g0 / m->block_kv; kb * m->block_kv < g1; kb++) {
         size_t b0 = kb * m->block_kv, lo = b0 > g0 ? b0 : g0;
         size_t hi = b0 + m->block_kv < g1 ? b0 + m->block_kv : g1;
@@ -114,9 +116,11 @@ static attn_status slice_row_bits(const void *self, attn_ctx *ctx, const char *w
     return ATTN_OK;
 }
 
-attn_status attn_block_map_slice(attn_ctx *ctx, const char *who, const attn_block_map *m,
-                                 size_t h0, size_t h1, size_t q0, size_t q1, size_t k0, size_t k1,
-                                 attn_block_mask **out) {
+/* Sequences [b0, b0 + nb) of m (nb 1 or m's batch) cut as
+ * attn_block_map_slice's rectangle. */
+static attn_status slice(attn_ctx *ctx, const char *who, const attn_block_map *m, size_t b0,
+                         size_t nb, size_t h0, size_t h1, size_t q0, size_t q1, size_t k0,
+                         size_t k1, attn_block_mask **out) {
     *out = NULL;
     if (h0 >= h1 || q0 >= q1 || k0 >= k1 || q1 > m->q_len || k1 > m->kv_len ||
         (m->heads != 1 && h1 > m->heads))
@@ -124,10 +128,28 @@ attn_status attn_block_map_slice(attn_ctx *ctx, const char *who, const attn_bloc
                          "%s: heads [%zu, %zu), queries [%zu, %zu), keys [%zu, %zu) are no "
                          "slice of a block map of %zu heads, q_len %zu, kv_len %zu",
                          who, h0, h1, q0, q1, k0, k1, m->heads, m->q_len, m->kv_len);
-    slice_source s = {m, m->heads == 1 ? 0 : h0, q0, k0};
-    attn_block_mask_config cfg = {.batch = m->batch, .heads = m->heads == 1 ? 1 : h1 - h0,
+    slice_source s = {m, m->batch == 1 ? 0 : b0, m->heads == 1 ? 0 : h0, q0, k0};
+    attn_block_mask_config cfg = {.batch = m->batch == 1 ? 1 : nb,
+                                  .heads = m->heads == 1 ? 1 : h1 - h0,
                                   .q_len = q1 - q0, .kv_len = k1 - k0,
                                   .block_q = m->block_q, .block_kv = m->block_kv};
     block_source src = {.self = &s, .classify = slice_classify, .row_bits = slice_row_bits};
     return attn_block_mask_build(ctx, who, &cfg, &src, out);
+}
+
+attn_status attn_block_map_slice(attn_ctx *ctx, const char *who, const attn_block_map *m,
+                                 size_t h0, size_t h1, size_t q0, size_t q1, size_t k0, size_t k1,
+                                 attn_block_mask **out) {
+    return slice(ctx, who, m, 0, m->batch, h0, h1, q0, q1, k0, k1, out);
+}
+
+attn_status attn_block_map_sequence(attn_ctx *ctx, const char *who, const attn_block_map *m,
+                                    size_t b, size_t q_len, size_t kv_len,
+                                    attn_block_mask **out) {
+    if (m->batch != 1 && b >= m->batch) {
+        *out = NULL;
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: sequence %zu of a block map of batch %zu",
+                         who, b, m->batch);
+    }
+    return slice(ctx, who, m, b, 1, 0, m->heads, 0, q_len, 0, kv_len, out);
 }

@@ -21,6 +21,12 @@ attn_status attn_block_map_slice(attn_ctx *ctx, const char *who, const attn_bloc
                                  size_t h0, size_t h1, size_t q0, size_t q1, size_t k0, size_t k1,
                                  attn_block_mask **out);
 
+/* Sequence b of m (any b where m's batch is 1), every head, queries
+ * [0, q_len) x keys [0, kv_len), as a map of batch 1 (block_slice.c). */
+attn_status attn_block_map_sequence(attn_ctx *ctx, const char *who, const attn_block_map *m,
+                                    size_t b, size_t q_len, size_t kv_len,
+                                    attn_block_mask **out);
+
 /* Whether m lets no query see any key. */
 static inline bool attn_block_map_empty(const attn_block_map *m) {
     size_t rows = m->batch * m->heads * m->q_blocks;

@@ -11,8 +11,9 @@
  *     F32, BF16 and I8 K/V, contiguous and paged, some with a window (a
  *     ring: slots are not positions), GQA; a chunked prefill step (several
  *     new tokens, some sequences none), then a decode step, the same map,
- *     with softcap, ALiBi and sinks each in a third of the trials;
- *     every output against a dense masked softmax this file computes in
+ *     with softcap, ALiBi and sinks each in a third of the trials (a
+ *     prompt into an empty cache runs as a dense problem under its
+ *     sequence's slice of the map, on the map kernels); every output against a dense masked softmax this file computes in
  *     double over the same stored values (the inputs are exact in the
  *     stored type) and against the reference backend (a reference ctx);
  *     the fast kernels bitwise across 1 and 2 threads and contiguous vs
@@ -294,10 +295,11 @@ static bool zeros_where_empty(const float *got, const double *want, size_t pairs
     return true;
 }
 
-/* Whether the ctx's last attention ran on the decode backend (and not on
- * the reference, which every problem falls back to). */
-static bool ran_decode(const attn_ctx *ctx) {
-    const char *e = strstr(attn_ctx_last_explain(ctx), "decode [");
+/* Whether the ctx's last attention ran on the backend (decode, or flex
+ * for a prompt's dense problem), not on the reference, which every
+ * problem falls back to. */
+static bool ran_on(const attn_ctx *ctx, const char *backend) {
+    const char *e = strstr(attn_ctx_last_explain(ctx), backend);
     e = e ? strstr(e, "]: ") : NULL;
     return e && strncmp(e + 3, "ran", 3) == 0;
 }
@@ -363,6 +365,12 @@ static void trial(attn_ctx *const *ctxs, int number) {
                 memcpy(kn + at * row, s.K + (b * s.M + len[b] + r) * row, row * sizeof *kn);
                 memcpy(vn + at * row, s.V + (b * s.M + len[b] + r) * row, row * sizeof *vn);
             }
+        /* a call of prompts alone (empty caches, 64 rows or more) runs as
+         * dense problems, each under its sequence's slice of the map, on the
+         * kernels that take it (fused for a map of row intervals, else
+         * flex); any other call ends on the decode kernels */
+        bool prompts_only = !mods.softcap && !mods.slopes;
+        for (size_t b = 0; b < s.batch; b++) prompts_only &= len[b] == 0 && n[b] >= 64;
         double *want = malloc((qn + 1) * sizeof *want);
         size_t empty = 0;
         oracle(&s, &t, &mods, len, n, q, want, &empty);
@@ -376,10 +384,12 @@ static void trial(attn_ctx *const *ctxs, int number) {
                                      .alibi_slopes = mods.slopes, .sinks = mods.sinks,
                                      .block_mask = bm};
             CHECK_STATUS(attn_kv_cache_attend(caches[r], &a), ATTN_OK);
-            if (r != RUN_REF && !ran_decode(ctxs[r]))
-                fprintf(stderr, "trial %d: not the decode backend: %s\n", number,
-                        attn_ctx_last_explain(ctxs[r]));
-            CHECK(r == RUN_REF || ran_decode(ctxs[r]));
+            bool fast = prompts_only ? ran_on(ctxs[r], "flex [") || ran_on(ctxs[r], "fused [")
+                                     : ran_on(ctxs[r], "decode [");
+            if (r != RUN_REF && rows && !fast)
+                fprintf(stderr, "trial %d: not the %s kernels: %s\n", number,
+                        prompts_only ? "map" : "decode", attn_ctx_last_explain(ctxs[r]));
+            CHECK(r == RUN_REF || !rows || fast);
         }
         double err_ref = rel_l2(out[RUN_REF], want, qn), err_fast = rel_l2(out[RUN_ONE], want, qn);
         bool same = memcmp(out[RUN_ONE], out[RUN_TWO], qn * sizeof(float)) == 0 &&
