@@ -97,8 +97,11 @@ def cpu_facts():
 def cpu_kind(facts):
     """The machine-kind part of a results file name (bench/results/README.md)."""
     vendor, family = facts.get("vendor_id", ""), facts.get("cpu family", "")
+    if vendor == "AuthenticAMD" and family == "25":  # Zen 3 at models 0x00-0x0f, 0x20-0x5f
+        model = int(facts.get("model", "0"))
+        return "zen3" if model < 0x10 or 0x20 <= model < 0x60 else "zen4"
     if vendor == "AuthenticAMD":
-        return {"25": "zen4", "26": "zen5"}.get(family, "amd-family%s" % family)
+        return {"26": "zen5"}.get(family, "amd-family%s" % family)
     if vendor == "GenuineIntel":
         if "Xeon" not in facts.get("model name", ""):
             return "intel"
