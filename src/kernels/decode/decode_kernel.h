@@ -267,7 +267,9 @@ static inline float block_max(float *sc, size_t jlo, size_t jhi) {
  * the values of KV head kh in rows[j], of format T (p_g already holding a
  * row's scale where T has one). Each value row is loaded once for the NG
  * heads. Per head and element the operations are the same in the same
- * order whatever NG.
+ * order whatever NG. The block's sum starts from zero and joins acc in one
+ * fma: a row's output over a deep cache is then chains of one block each,
+ * not one chain over every key, whose rounding grows with the depth.
  */
 static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc,
                                       const float *alpha, const float *const *p,
@@ -286,7 +288,7 @@ static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc
         vec a[4][WEIGH_VECS];
         for (size_t g = 0; g < NG; g++)
             for (size_t c = 0; c < WEIGH_VECS; c++)
-                a[g][c] = v_mul(v_load(acc[g] + d + c * VW), v_set1(alpha[g]));
+                a[g][c] = v_zero();
         for (size_t j = jlo; j < jhi; j++) {
             if (ahead_at < ahead_n) prefetch_head(head_codes(&ahead[ahead_at++], true, f, kh),
                                                   f->head_bytes);
@@ -298,22 +300,25 @@ static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc
             }
         }
         for (size_t g = 0; g < NG; g++)
-            for (size_t c = 0; c < WEIGH_VECS; c++) v_store(acc[g] + d + c * VW, a[g][c]);
+            for (size_t c = 0; c < WEIGH_VECS; c++) {
+                float *out = acc[g] + d + c * VW;
+                v_store(out, v_fma(v_load(out), v_set1(alpha[g]), a[g][c]));
+            }
     }
     for (; ahead_at < ahead_n; ahead_at++)
         prefetch_head(head_codes(&ahead[ahead_at], true, f, kh), f->head_bytes);
     for (; d + VW <= D; d += VW)
         for (size_t g = 0; g < NG; g++) {
-            vec a = v_mul(v_load(acc[g] + d), v_set1(alpha[g]));
+            vec a = v_zero();
             for (size_t j = jlo; j < jhi; j++)
                 a = v_fma(v_set1(p[g][j]), load_elems(T, v[j], vs[j], d), a);
-            v_store(acc[g] + d, a);
+            v_store(acc[g] + d, v_fma(v_load(acc[g] + d), v_set1(alpha[g]), a));
         }
     for (; d < D; d++)
         for (size_t g = 0; g < NG; g++) {
-            float a = acc[g][d] * alpha[g];
+            float a = 0.0f;
             for (size_t j = jlo; j < jhi; j++) a = fmaf(p[g][j], load_one(T, v[j], vs[j], d), a);
-            acc[g][d] = a;
+            acc[g][d] = fmaf(acc[g][d], alpha[g], a);
         }
 }
 

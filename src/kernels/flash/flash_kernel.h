@@ -458,15 +458,15 @@ static void score_cols(const float *qs, size_t ld, size_t D, const float *kt, si
 
 /* o (RG, Dp) = o * alpha + p (RG, cols) @ vp (cols, Dp): W vectors of each
  * row from column c0 (W = NV in the body, 1 at the tail), accumulated in
- * registers (constant bounds, so the compiler keeps acc out of memory). */
+ * registers (constant bounds, so the compiler keeps acc out of memory).
+ * The block's sum starts from zero and joins o in one fma, as the lane
+ * forward's (lane_values). */
 #define APPLY_VALUES(NAME, W)                                                                   \
     static void apply_values_##NAME(float *o, size_t Dp, const float *alpha, const float *p,  \
                                  size_t j0, size_t j1, const float *vp, size_t c0) {      \
         vec acc[RG][W];                                                                   \
-        for (int r = 0; r < RG; r++) {                                                    \
-            vec scale = v_set1(alpha[r]);                                                 \
-            for (int v = 0; v < W; v++) acc[r][v] = v_mul(v_load(o + r * Dp + c0 + v * VW), scale); \
-        }                                                                                 \
+        for (int r = 0; r < RG; r++)                                                      \
+            for (int v = 0; v < W; v++) acc[r][v] = v_zero();                             \
         UNROLL_2                                                                          \
         for (size_t jj = j0; jj < j1; jj++) {                                             \
             vec val[W];                                                                   \
@@ -475,8 +475,13 @@ static void score_cols(const float *qs, size_t ld, size_t D, const float *kt, si
                 for (int v = 0; v < W; v++)                                               \
                     acc[r][v] = fma_broadcast(&p[r * BC + jj], val[v], acc[r][v]);        \
         }                                                                                 \
-        for (int r = 0; r < RG; r++)                                                      \
-            for (int v = 0; v < W; v++) v_store(o + r * Dp + c0 + v * VW, acc[r][v]);     \
+        for (int r = 0; r < RG; r++) {                                                    \
+            vec scale = v_set1(alpha[r]);                                                 \
+            for (int v = 0; v < W; v++) {                                                 \
+                float *out = o + r * Dp + c0 + v * VW;                                    \
+                v_store(out, v_fma(v_load(out), scale, acc[r][v]));                       \
+            }                                                                             \
+        }                                                                                 \
     }
 APPLY_VALUES(body, NV)
 APPLY_VALUES(tail, 1)
@@ -879,13 +884,15 @@ static void flash_forward(attn_workers w, attn_flash_fit fit, const attn_attenti
 
 /* acc (BC, Dp) += tile^T (BC, rows) @ x (rows, Dp), tile (rows, BC): the
  * key-side products dv += A^T dO and dk += dS^T q, for KS keys from j and W
- * vectors from column c0 at a time, in registers. */
+ * vectors from column c0 at a time, in registers. The rows' sum starts
+ * from zero and joins acc once, so that a key's sum over many query blocks
+ * is chains of one block's rows each (the forward's lane_values). */
 #define ACCUMULATE_KEYS(NAME, KS, W)                                                              \
     static void accumulate_keys_##NAME(float *acc, size_t Dp, const float *tile, const float *x, \
                                     size_t rows, size_t j, size_t c0) {                     \
         vec sum[KS][W];                                                                     \
         for (int jj = 0; jj < KS; jj++)                                                     \
-            for (int v = 0; v < W; v++) sum[jj][v] = v_load(acc + (j + jj) * Dp + c0 + v * VW); \
+            for (int v = 0; v < W; v++) sum[jj][v] = v_zero();                              \
         UNROLL_2                                                                            \
         for (size_t r = 0; r < rows; r++) {                                                 \
             vec xv[W];                                                                      \
@@ -895,7 +902,10 @@ static void flash_forward(attn_workers w, attn_flash_fit fit, const attn_attenti
                     sum[jj][v] = fma_broadcast(&tile[r * BC + j + jj], xv[v], sum[jj][v]);  \
         }                                                                                   \
         for (int jj = 0; jj < KS; jj++)                                                     \
-            for (int v = 0; v < W; v++) v_store(acc + (j + jj) * Dp + c0 + v * VW, sum[jj][v]); \
+            for (int v = 0; v < W; v++) {                                                   \
+                float *a = acc + (j + jj) * Dp + c0 + v * VW;                               \
+                v_store(a, v_add(v_load(a), sum[jj][v]));                                   \
+            }                                                                               \
     }
 /* Keys per step of the key-side products (the includer's KEY_STEP, else
  * 4); a block's last step may take 4. Each step ends on the tile's BC keys. */

@@ -173,17 +173,18 @@ lane_scores(const float *restrict qT, size_t D, int qv, const float *restrict kb
 
 /* oT (Dv, LG) = oT * alpha + (weights st (keys [t0, t1), LG))^T-weighted
  * values vb (rows of vld floats, Dv readable in each); alpha is all ones
- * where !rescale, and oT is then taken as it is (the same bits). */
+ * where !rescale, and oT is then taken as it is (the same bits). The
+ * block's weighted values are summed on their own and added to oT once:
+ * a row's output is then chains of at most LBC keys, not one chain over
+ * all of them, whose rounding grows with the row's length (values that
+ * share a large component, as x W's do, lose their differences in it). */
 static inline __attribute__((always_inline)) void
 lane_values(float *restrict oT, size_t Dv, int qv, const vec alpha[LANE_QV], bool rescale,
             const float *restrict st, size_t t0, size_t t1, const float *restrict vb, size_t vld) {
     for (size_t dc = 0; dc < Dv; dc += LKT) {
         vec acc[LKT][LANE_QV];
         for (int i = 0; i < LKT; i++)
-            for (int u = 0; u < qv; u++) {
-                acc[i][u] = v_load(oT + (dc + (size_t)i) * LG + u * VW);
-                if (rescale) acc[i][u] = v_mul(acc[i][u], alpha[u]);
-            }
+            for (int u = 0; u < qv; u++) acc[i][u] = v_zero();
         UNROLL_2
         for (size_t j = t0; j < t1; j++) {
             vec w[LANE_QV];
@@ -193,7 +194,10 @@ lane_values(float *restrict oT, size_t Dv, int qv, const vec alpha[LANE_QV], boo
                 for (int u = 0; u < qv; u++) acc[i][u] = fma_broadcast(&v_j[i], w[u], acc[i][u]);
         }
         for (int i = 0; i < LKT; i++)
-            for (int u = 0; u < qv; u++) v_store(oT + (dc + (size_t)i) * LG + u * VW, acc[i][u]);
+            for (int u = 0; u < qv; u++) {
+                float *o = oT + (dc + (size_t)i) * LG + u * VW;
+                v_store(o, rescale ? v_fma(v_load(o), alpha[u], acc[i][u]) : v_add(v_load(o), acc[i][u]));
+            }
     }
 }
 
