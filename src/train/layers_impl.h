@@ -112,26 +112,45 @@ LAYER_API void LAYER(embedding_backward)(attn_workers w, REAL *dwte, REAL *dwpe,
 
 /* ---- LayerNorm -------------------------------------------------------------- */
 
-/* nn.LayerNorm(C, eps): per row of inp (N, C), with the biased variance,
- *   out (N, C) = (inp - mean) * rstd * weight + bias,  rstd = 1 / sqrt(var + eps)
- * mean and rstd (N) are kept, in double, for the backward. */
-LAYER_API void LAYER(layernorm_forward)(REAL *out, double *mean, double *rstd, const REAL *inp,
-                                        const REAL *weight, const REAL *bias, size_t N, size_t C,
-                                        double eps) {
-    for (size_t n = 0; n < N; n++) {
-        const REAL *x = inp + n * C;
+typedef struct LAYER(norm_forward_job) {
+    REAL *out;
+    double *mean, *rstd; /* mean NULL: RMSNorm */
+    const REAL *inp, *weight, *bias;
+    size_t C;
+    double eps;
+} LAYER(norm_forward_job);
+
+static void LAYER(layernorm_forward_rows)(void *arg, size_t begin, size_t end) {
+    const LAYER(norm_forward_job) *j = arg;
+    size_t C = j->C;
+    for (size_t n = begin; n < end; n++) {
+        const REAL *x = j->inp + n * C;
         double m = 0.0;
         for (size_t c = 0; c < C; c++) m += x[c];
         m /= (double)C;
         double v = 0.0;
         for (size_t c = 0; c < C; c++) v += ((double)x[c] - m) * ((double)x[c] - m);
         v /= (double)C;
-        double s = 1.0 / sqrt(v + eps);
-        REAL *y = out + n * C;
-        for (size_t c = 0; c < C; c++) y[c] = (REAL)(((double)x[c] - m) * s * weight[c] + bias[c]);
-        mean[n] = m;
-        rstd[n] = s;
+        double s = 1.0 / sqrt(v + j->eps);
+        REAL *y = j->out + n * C;
+        for (size_t c = 0; c < C; c++)
+            y[c] = (REAL)(((double)x[c] - m) * s * j->weight[c] + j->bias[c]);
+        j->mean[n] = m;
+        j->rstd[n] = s;
     }
+}
+
+/* Per row of inp (N, C):
+ *   out (N, C) = (inp - mean) * rstd * weight + bias,
+ *   rstd = 1 / sqrt(var + eps) (var biased, as nn.LayerNorm's)
+ * mean and rstd (N) are kept, in double, for the backward. Each row is one
+ * thread's: the bits do not depend on w. */
+LAYER_API void LAYER(layernorm_forward)(attn_workers w, REAL *out, double *mean, double *rstd,
+                                        const REAL *inp, const REAL *weight, const REAL *bias,
+                                        size_t N, size_t C, double eps) {
+    LAYER(norm_forward_job) job = {out, mean, rstd, inp, weight, bias, C, eps};
+    attn_pool_for(w.pool, w.threads, N, layer_min_items(3 * C), LAYER(layernorm_forward_rows),
+                  &job);
 }
 
 typedef struct LAYER(layernorm_job) {
@@ -201,20 +220,27 @@ LAYER_API void LAYER(layernorm_backward)(attn_workers w, REAL *dinp, REAL *dweig
 
 /* ---- RMSNorm (nn.RMSNorm(C, eps), Llama's norms) -------------------------- */
 
-/* Per row of inp (N, C):
- *   out (N, C) = inp * rstd * weight,  rstd = 1 / sqrt(mean(inp^2) + eps)
- * rstd (N) is kept, in double, for the backward. */
-LAYER_API void LAYER(rmsnorm_forward)(REAL *out, double *rstd, const REAL *inp,
-                                      const REAL *weight, size_t N, size_t C, double eps) {
-    for (size_t n = 0; n < N; n++) {
-        const REAL *x = inp + n * C;
+static void LAYER(rmsnorm_forward_rows)(void *arg, size_t begin, size_t end) {
+    const LAYER(norm_forward_job) *j = arg;
+    size_t C = j->C;
+    for (size_t n = begin; n < end; n++) {
+        const REAL *x = j->inp + n * C;
         double ms = 0.0;
         for (size_t c = 0; c < C; c++) ms += (double)x[c] * x[c];
-        double s = 1.0 / sqrt(ms / (double)C + eps);
-        REAL *y = out + n * C;
-        for (size_t c = 0; c < C; c++) y[c] = (REAL)((double)x[c] * s * weight[c]);
-        rstd[n] = s;
+        double s = 1.0 / sqrt(ms / (double)C + j->eps);
+        REAL *y = j->out + n * C;
+        for (size_t c = 0; c < C; c++) y[c] = (REAL)((double)x[c] * s * j->weight[c]);
+        j->rstd[n] = s;
     }
+}
+
+/* Per row of inp (N, C):
+ *   out (N, C) = inp * rstd * weight,  rstd = 1 / sqrt(mean(inp^2) + eps)
+ * rstd (N) is kept, in double, for the backward. Each row is one thread's. */
+LAYER_API void LAYER(rmsnorm_forward)(attn_workers w, REAL *out, double *rstd, const REAL *inp,
+                                      const REAL *weight, size_t N, size_t C, double eps) {
+    LAYER(norm_forward_job) job = {out, NULL, rstd, inp, weight, NULL, C, eps};
+    attn_pool_for(w.pool, w.threads, N, layer_min_items(2 * C), LAYER(rmsnorm_forward_rows), &job);
 }
 
 typedef struct LAYER(rmsnorm_job) {
@@ -268,27 +294,63 @@ LAYER_API void LAYER(rmsnorm_backward)(attn_workers w, REAL *dinp, REAL *dweight
     attn_pool_for(w.pool, w.threads, C, layer_min_items(N), LAYER(rmsnorm_dweight_cols), &job);
 }
 
+/* ---- element-wise layers over the threads ------------------------------- */
+
+/* One element-wise layer's operands: out (and out2) written, a, b, c read,
+ * element by element; each range is one thread's, so the bits do not
+ * depend on the thread count. */
+typedef struct LAYER(pointwise_job) {
+    REAL *out, *out2;
+    const REAL *a, *b, *c;
+} LAYER(pointwise_job);
+
+typedef void LAYER(pointwise_fn)(void *job, size_t begin, size_t end);
+
+/* fn over [0, n) on w's threads, an element costing about cost adds. */
+static void LAYER(pointwise)(attn_workers w, size_t n, size_t cost, LAYER(pointwise_fn) * fn,
+                             LAYER(pointwise_job) job) {
+    attn_pool_for(w.pool, w.threads, n, layer_min_items(cost), fn, &job);
+}
+
+/* A transcendental function's cost in adds, for LAYER(pointwise). */
+#define LAYER_TRANSCENDENTAL_COST 32
+
 /* ---- SwiGLU (Llama's FeedForward: silu(fc1 x) * fc2 x) ------------------- */
 
+static void LAYER(swiglu_forward_range)(void *arg, size_t begin, size_t end) {
+    const LAYER(pointwise_job) *j = arg;
+    for (size_t i = begin; i < end; i++) {
+        double a = j->a[i];
+        j->out[i] = (REAL)(a / (1.0 + exp(-a)) * j->b[i]);
+    }
+}
+
 /* out (n) = silu(gate) * up, silu(a) = a * sigmoid(a); gate and up (n). */
-LAYER_API void LAYER(swiglu_forward)(REAL *out, const REAL *gate, const REAL *up, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        double a = gate[i];
-        out[i] = (REAL)(a / (1.0 + exp(-a)) * up[i]);
+LAYER_API void LAYER(swiglu_forward)(attn_workers w, REAL *out, const REAL *gate, const REAL *up,
+                                     size_t n) {
+    LAYER(pointwise)
+    (w, n, LAYER_TRANSCENDENTAL_COST, LAYER(swiglu_forward_range),
+     (LAYER(pointwise_job)){.out = out, .a = gate, .b = up});
+}
+
+static void LAYER(swiglu_backward_range)(void *arg, size_t begin, size_t end) {
+    const LAYER(pointwise_job) *j = arg;
+    for (size_t i = begin; i < end; i++) {
+        double a = j->a[i], s = 1.0 / (1.0 + exp(-a));
+        double dy = j->c[i];
+        j->out[i] = (REAL)(j->out[i] + dy * j->b[i] * (s * (1.0 + a * (1.0 - s))));
+        j->out2[i] = (REAL)(j->out2[i] + dy * a * s);
     }
 }
 
 /* in the forward pass this was: out = silu(gate) * up, so with
  * s = sigmoid(gate), silu'(a) = s * (1 + a * (1 - s)):
  *   dgate (n) += dout * up * silu'(gate),  dup (n) += dout * silu(gate). */
-LAYER_API void LAYER(swiglu_backward)(REAL *dgate, REAL *dup, const REAL *gate, const REAL *up,
-                                      const REAL *dout, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        double a = gate[i], s = 1.0 / (1.0 + exp(-a));
-        double dy = dout[i];
-        dgate[i] = (REAL)(dgate[i] + dy * up[i] * (s * (1.0 + a * (1.0 - s))));
-        dup[i] = (REAL)(dup[i] + dy * a * s);
-    }
+LAYER_API void LAYER(swiglu_backward)(attn_workers w, REAL *dgate, REAL *dup, const REAL *gate,
+                                      const REAL *up, const REAL *dout, size_t n) {
+    LAYER(pointwise)
+    (w, n, LAYER_TRANSCENDENTAL_COST, LAYER(swiglu_backward_range),
+     (LAYER(pointwise_job)){.out = dgate, .out2 = dup, .a = gate, .b = up, .c = dout});
 }
 
 /* ---- RoPE (the book's apply_rope: split halves) ------------------------- */
@@ -342,57 +404,93 @@ LAYER_API void LAYER(rope_backward)(REAL *dx, const REAL *dout, const float *cos
 
 /* ---- GELU (exact, nn.GELU() with approximate='none') -------------------- */
 
+static void LAYER(gelu_forward_range)(void *arg, size_t begin, size_t end) {
+    const LAYER(pointwise_job) *j = arg;
+    for (size_t i = begin; i < end; i++) {
+        double x = j->a[i];
+        j->out[i] = (REAL)(0.5 * x * (1.0 + erf(x * LAYER_SQRT1_2)));
+    }
+}
+
 /* out (n) = 0.5 * x * (1 + erf(x / sqrt(2))) */
-LAYER_API void LAYER(gelu_forward)(REAL *out, const REAL *inp, size_t n) {
-    for (size_t i = 0; i < n; i++) {
-        double x = inp[i];
-        out[i] = (REAL)(0.5 * x * (1.0 + erf(x * LAYER_SQRT1_2)));
+LAYER_API void LAYER(gelu_forward)(attn_workers w, REAL *out, const REAL *inp, size_t n) {
+    LAYER(pointwise)
+    (w, n, LAYER_TRANSCENDENTAL_COST, LAYER(gelu_forward_range),
+     (LAYER(pointwise_job)){.out = out, .a = inp});
+}
+
+static void LAYER(gelu_backward_range)(void *arg, size_t begin, size_t end) {
+    const LAYER(pointwise_job) *j = arg;
+    const double inv_sqrt_2pi = 0.3989422804014327; /* 1 / sqrt(2 pi) */
+    for (size_t i = begin; i < end; i++) {
+        double x = j->a[i];
+        double cdf = 0.5 * (1.0 + erf(x * LAYER_SQRT1_2));
+        double pdf = inv_sqrt_2pi * exp(-0.5 * x * x);
+        j->out[i] = (REAL)(j->out[i] + (double)j->b[i] * (cdf + x * pdf));
     }
 }
 
 /* dinp (n) += dout * gelu'(x), gelu'(x) = Phi(x) + x * phi(x): the normal
  * CDF and density. */
-LAYER_API void LAYER(gelu_backward)(REAL *dinp, const REAL *inp, const REAL *dout, size_t n) {
-    const double inv_sqrt_2pi = 0.3989422804014327; /* 1 / sqrt(2 pi) */
-    for (size_t i = 0; i < n; i++) {
-        double x = inp[i];
-        double cdf = 0.5 * (1.0 + erf(x * LAYER_SQRT1_2));
-        double pdf = inv_sqrt_2pi * exp(-0.5 * x * x);
-        dinp[i] = (REAL)(dinp[i] + (double)dout[i] * (cdf + x * pdf));
-    }
+LAYER_API void LAYER(gelu_backward)(attn_workers w, REAL *dinp, const REAL *inp, const REAL *dout,
+                                    size_t n) {
+    LAYER(pointwise)
+    (w, n, 2 * LAYER_TRANSCENDENTAL_COST, LAYER(gelu_backward_range),
+     (LAYER(pointwise_job)){.out = dinp, .a = inp, .b = dout});
 }
 
 /* ---- GELU, tanh form (the book's GELU module) ----------------------------- */
 
-/* out (n) = 0.5 * x * (1 + tanh(u)), u = sqrt(2 / pi) * (x + 0.044715 x^3) */
-LAYER_API void LAYER(gelu_tanh_forward)(REAL *out, const REAL *inp, size_t n) {
+static void LAYER(gelu_tanh_forward_range)(void *arg, size_t begin, size_t end) {
+    const LAYER(pointwise_job) *j = arg;
     const double k = 0.7978845608028654; /* sqrt(2 / pi) */
-    for (size_t i = 0; i < n; i++) {
-        double x = inp[i];
-        out[i] = (REAL)(0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x))));
+    for (size_t i = begin; i < end; i++) {
+        double x = j->a[i];
+        j->out[i] = (REAL)(0.5 * x * (1.0 + tanh(k * (x + 0.044715 * x * x * x))));
+    }
+}
+
+/* out (n) = 0.5 * x * (1 + tanh(u)), u = sqrt(2 / pi) * (x + 0.044715 x^3) */
+LAYER_API void LAYER(gelu_tanh_forward)(attn_workers w, REAL *out, const REAL *inp, size_t n) {
+    LAYER(pointwise)
+    (w, n, LAYER_TRANSCENDENTAL_COST, LAYER(gelu_tanh_forward_range),
+     (LAYER(pointwise_job)){.out = out, .a = inp});
+}
+
+static void LAYER(gelu_tanh_backward_range)(void *arg, size_t begin, size_t end) {
+    const LAYER(pointwise_job) *j = arg;
+    const double k = 0.7978845608028654; /* sqrt(2 / pi) */
+    for (size_t i = begin; i < end; i++) {
+        double x = j->a[i];
+        double t = tanh(k * (x + 0.044715 * x * x * x));
+        double du = k * (1.0 + 3.0 * 0.044715 * x * x);
+        double g = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
+        j->out[i] = (REAL)(j->out[i] + (double)j->b[i] * g);
     }
 }
 
 /* dinp (n) += dout * gelu'(x),
  * gelu'(x) = 0.5 (1 + tanh(u)) + 0.5 x (1 - tanh(u)^2) du/dx,
  * du/dx = sqrt(2 / pi) (1 + 3 * 0.044715 x^2). */
-LAYER_API void LAYER(gelu_tanh_backward)(REAL *dinp, const REAL *inp, const REAL *dout,
-                                         size_t n) {
-    const double k = 0.7978845608028654; /* sqrt(2 / pi) */
-    for (size_t i = 0; i < n; i++) {
-        double x = inp[i];
-        double t = tanh(k * (x + 0.044715 * x * x * x));
-        double du = k * (1.0 + 3.0 * 0.044715 * x * x);
-        double g = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du;
-        dinp[i] = (REAL)(dinp[i] + (double)dout[i] * g);
-    }
+LAYER_API void LAYER(gelu_tanh_backward)(attn_workers w, REAL *dinp, const REAL *inp,
+                                         const REAL *dout, size_t n) {
+    LAYER(pointwise)
+    (w, n, LAYER_TRANSCENDENTAL_COST, LAYER(gelu_tanh_backward_range),
+     (LAYER(pointwise_job)){.out = dinp, .a = inp, .b = dout});
 }
 
 /* ---- residual ------------------------------------------------------------ */
 
+static void LAYER(residual_forward_range)(void *arg, size_t begin, size_t end) {
+    const LAYER(pointwise_job) *j = arg;
+    for (size_t i = begin; i < end; i++) j->out[i] = (REAL)((double)j->a[i] + j->b[i]);
+}
+
 /* out (n) = a + b (out may alias either). Its backward: see the top. */
-LAYER_API void LAYER(residual_forward)(REAL *out, const REAL *a, const REAL *b, size_t n) {
-    for (size_t i = 0; i < n; i++) out[i] = (REAL)((double)a[i] + b[i]);
+LAYER_API void LAYER(residual_forward)(attn_workers w, REAL *out, const REAL *a, const REAL *b,
+                                       size_t n) {
+    LAYER(pointwise)
+    (w, n, 1, LAYER(residual_forward_range), (LAYER(pointwise_job)){.out = out, .a = a, .b = b});
 }
 
 /* ---- cross-entropy (F.cross_entropy, ignore_index, reduction='mean') ---- */

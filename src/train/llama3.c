@@ -449,10 +449,11 @@ attn_status attn_llama3_forward(attn_llama3 *m, const int32_t *tokens, const int
     attn_sdpa_config sc = attention_config(m, B, T);
 
     memcpy(m->tokens, tokens, N * sizeof *tokens);
+    attn_workers w = attn_ctx_workers(m->ctx);
     attn_layer_embedding_forward(m->emb, tokens, pdata(m, m->tok_emb), NULL, B, T, C);
     for (size_t l = 0; l < c->n_layers; l++) {
         llama3_block *b = &m->blocks[l];
-        attn_layer_rmsnorm_forward(b->h1, b->rstd1, b->x_in, pdata(m, b->norm1), N, C,
+        attn_layer_rmsnorm_forward(w, b->h1, b->rstd1, b->x_in, pdata(m, b->norm1), N, C,
                                    ATTN_RMSNORM_EPS);
         attn_k_linear(m->ctx, b->h1, pdata(m, b->w_query), NULL, b->q, N, C, C);
         attn_k_linear(m->ctx, b->h1, pdata(m, b->w_key), NULL, b->k, N, C, KV);
@@ -462,24 +463,24 @@ attn_status attn_llama3_forward(attn_llama3 *m, const int32_t *tokens, const int
         st = attn_sdpa_forward(m->ctx, &sc, b->q, b->k, b->v, b->att, b->lse, NULL, NULL);
         if (st != ATTN_OK) return st;
         attn_k_linear(m->ctx, b->att, pdata(m, b->out_proj), NULL, b->x_mid, N, C, C);
-        attn_layer_residual_forward(b->x_mid, b->x_in, b->x_mid, N * C);
-        attn_layer_rmsnorm_forward(b->h2, b->rstd2, b->x_mid, pdata(m, b->norm2), N, C,
+        attn_layer_residual_forward(w, b->x_mid, b->x_in, b->x_mid, N * C);
+        attn_layer_rmsnorm_forward(w, b->h2, b->rstd2, b->x_mid, pdata(m, b->norm2), N, C,
                                    ATTN_RMSNORM_EPS);
         attn_k_linear(m->ctx, b->h2, pdata(m, b->fc1), NULL, b->gate, N, C, F);
         attn_k_linear(m->ctx, b->h2, pdata(m, b->fc2), NULL, b->up, N, C, F);
-        attn_layer_swiglu_forward(b->act, b->gate, b->up, N * F);
+        attn_layer_swiglu_forward(w, b->act, b->gate, b->up, N * F);
         attn_k_linear(m->ctx, b->act, pdata(m, b->fc3), NULL, b->x_out, N, F, C);
-        attn_layer_residual_forward(b->x_out, b->x_mid, b->x_out, N * C);
+        attn_layer_residual_forward(w, b->x_out, b->x_mid, b->x_out, N * C);
     }
     const float *x = m->blocks[c->n_layers - 1].x_out;
-    attn_layer_rmsnorm_forward(m->hf, m->rstdf, x, pdata(m, m->final_norm), N, C,
+    attn_layer_rmsnorm_forward(w, m->hf, m->rstdf, x, pdata(m, m->final_norm), N, C,
                                ATTN_RMSNORM_EPS);
     attn_k_linear(m->ctx, m->hf, pdata(m, m->out_head), NULL, m->logits, N, C, V);
     if (logits) memcpy(logits, m->logits, N * V * sizeof *logits);
     if (targets) {
         size_t scored;
-        double mean = attn_layer_crossentropy_forward(attn_ctx_workers(m->ctx), m->logits, targets, N, V, ATTN_IGNORE_INDEX,
-                                                      &scored);
+        double mean = attn_layer_crossentropy_forward(w, m->logits, targets, N, V,
+                                                      ATTN_IGNORE_INDEX, &scored);
         if (loss) *loss = (float)mean;
         memcpy(m->targets, targets, N * sizeof *targets);
     }
@@ -517,7 +518,7 @@ attn_status attn_llama3_backward(attn_llama3 *m) {
                                pgrad(m, b->fc3), NULL, N, F, C);
         memset(m->dgate, 0, N * F * sizeof(float));
         memset(m->dup, 0, N * F * sizeof(float));
-        attn_layer_swiglu_backward(m->dgate, m->dup, b->gate, b->up, m->dact, N * F);
+        attn_layer_swiglu_backward(w, m->dgate, m->dup, b->gate, b->up, m->dact, N * F);
         attn_k_linear_backward(m->ctx, b->h2, pdata(m, b->fc1), m->dgate, m->dtmp, false,
                                pgrad(m, b->fc1), NULL, N, C, F);
         attn_k_linear_backward(m->ctx, b->h2, pdata(m, b->fc2), m->dup, m->dtmp, true,

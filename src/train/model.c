@@ -743,12 +743,13 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
 
     size_t C = c->d_model, V = c->vocab_size;
     memcpy(m->tokens, tokens, N * sizeof *tokens);
+    attn_workers w = attn_ctx_workers(m->ctx);
     attn_layer_embedding_forward(m->emb, tokens, pdata(m, m->tok_emb), pdata(m, m->pos_emb),
                                  batch, seq, C);
     if (p > 0.0) dropout_forward(dropout_rng, p, m->emb, m->emb_keep, N * C);
     for (size_t l = 0; l < c->n_layers; l++) {
         block *b = &m->blocks[l];
-        attn_layer_layernorm_forward(b->ln1, b->ln1_mean, b->ln1_rstd, b->resid_in,
+        attn_layer_layernorm_forward(w, b->ln1, b->ln1_mean, b->ln1_rstd, b->resid_in,
                                      pdata(m, b->ln1_w), pdata(m, b->ln1_b), N, C,
                                      ATTN_LAYERNORM_EPS);
         st = attn_module_forward(b->attn, b->ln1, batch, seq, b->attn_out, dropout_rng);
@@ -759,30 +760,30 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
         }
         if (p > 0.0 && c->attention == ATTN_MODULE_MHA)
             dropout_forward(dropout_rng, p, b->attn_out, b->attn_keep, N * C);
-        attn_layer_residual_forward(b->resid_mid, b->resid_in, b->attn_out, N * C);
+        attn_layer_residual_forward(w, b->resid_mid, b->resid_in, b->attn_out, N * C);
         if (!c->mlp) continue;
-        attn_layer_layernorm_forward(b->ln2, b->ln2_mean, b->ln2_rstd, b->resid_mid,
+        attn_layer_layernorm_forward(w, b->ln2, b->ln2_mean, b->ln2_rstd, b->resid_mid,
                                      pdata(m, b->ln2_w), pdata(m, b->ln2_b), N, C,
                                      ATTN_LAYERNORM_EPS);
         attn_k_linear(m->ctx, b->ln2, pdata(m, b->fc_w), pdata(m, b->fc_b), b->fc, N, C, 4 * C);
         if (m->gpt)
-            attn_layer_gelu_tanh_forward(b->gelu, b->fc, N * 4 * C);
+            attn_layer_gelu_tanh_forward(w, b->gelu, b->fc, N * 4 * C);
         else
-            attn_layer_gelu_forward(b->gelu, b->fc, N * 4 * C);
+            attn_layer_gelu_forward(w, b->gelu, b->fc, N * 4 * C);
         attn_k_linear(m->ctx, b->gelu, pdata(m, b->proj_w), pdata(m, b->proj_b), b->mlp_out, N,
                       4 * C, C);
         if (p > 0.0) dropout_forward(dropout_rng, p, b->mlp_out, b->mlp_keep, N * C);
-        attn_layer_residual_forward(b->resid_out, b->resid_mid, b->mlp_out, N * C);
+        attn_layer_residual_forward(w, b->resid_out, b->resid_mid, b->mlp_out, N * C);
     }
     const float *x = m->blocks[c->n_layers - 1].resid_out;
-    attn_layer_layernorm_forward(m->lnf, m->lnf_mean, m->lnf_rstd, x, pdata(m, m->lnf_w),
+    attn_layer_layernorm_forward(w, m->lnf, m->lnf_mean, m->lnf_rstd, x, pdata(m, m->lnf_w),
                                  pdata(m, m->lnf_b), N, C, ATTN_LAYERNORM_EPS);
     attn_k_linear(m->ctx, m->lnf, pdata(m, m->head), NULL, m->logits, N, C, V);
     if (logits) memcpy(logits, m->logits, N * V * sizeof *logits);
     if (targets) {
         size_t scored;
-        double mean = attn_layer_crossentropy_forward(attn_ctx_workers(m->ctx), m->logits, targets, N, V, ATTN_IGNORE_INDEX,
-                                                      &scored);
+        double mean = attn_layer_crossentropy_forward(w, m->logits, targets, N, V,
+                                                      ATTN_IGNORE_INDEX, &scored);
         if (loss) *loss = (float)mean;
         memcpy(m->targets, targets, N * sizeof *targets);
     }
@@ -834,9 +835,9 @@ attn_status attn_model_backward(attn_model *m) {
                                    pgrad(m, b->proj_w), pgrad(m, b->proj_b), N, 4 * C, C);
             memset(m->d4b, 0, N * 4 * C * sizeof(float));
             if (m->gpt)
-                attn_layer_gelu_tanh_backward(m->d4b, b->fc, m->d4a, N * 4 * C);
+                attn_layer_gelu_tanh_backward(w, m->d4b, b->fc, m->d4a, N * 4 * C);
             else
-                attn_layer_gelu_backward(m->d4b, b->fc, m->d4a, N * 4 * C);
+                attn_layer_gelu_backward(w, m->d4b, b->fc, m->d4a, N * 4 * C);
             attn_k_linear_backward(m->ctx, b->ln2, pdata(m, b->fc_w), m->d4b, m->dtmp, false,
                                    pgrad(m, b->fc_w), pgrad(m, b->fc_b), N, C, 4 * C);
             attn_layer_layernorm_backward(w, m->dres, pgrad(m, b->ln2_w),

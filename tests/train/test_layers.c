@@ -145,7 +145,8 @@ typedef struct ln_state {
 
 static double ln_loss(void *p) {
     ln_state *s = p;
-    dbl_layernorm_forward(s->out, s->mean, s->rstd, s->x, s->w, s->b, s->N, s->C, 1e-5);
+    dbl_layernorm_forward((attn_workers){2, NULL}, s->out, s->mean, s->rstd, s->x, s->w, s->b, s->N,
+                          s->C, 1e-5);
     return dot(s->out, s->r, s->N * s->C);
 }
 
@@ -193,7 +194,7 @@ typedef struct rms_state {
 
 static double rms_loss(void *p) {
     rms_state *s = p;
-    dbl_rmsnorm_forward(s->out, s->rstd, s->x, s->w, s->N, s->C, 1e-5);
+    dbl_rmsnorm_forward((attn_workers){2, NULL}, s->out, s->rstd, s->x, s->w, s->N, s->C, 1e-5);
     return dot(s->out, s->r, s->N * s->C);
 }
 
@@ -235,7 +236,7 @@ typedef struct swiglu_state {
 
 static double swiglu_loss(void *p) {
     swiglu_state *s = p;
-    dbl_swiglu_forward(s->out, s->gate, s->up, s->n);
+    dbl_swiglu_forward((attn_workers){2, NULL}, s->out, s->gate, s->up, s->n);
     return dot(s->out, s->r, s->n);
 }
 
@@ -251,7 +252,7 @@ static void test_swiglu(void) {
     swiglu_state s = {n, gate, up, out, r};
     swiglu_loss(&s);
     CHECK_NEAR(out[3], gate[3] / (1.0 + exp(-gate[3])) * up[3], 1e-15);
-    dbl_swiglu_backward(dgate, dup, gate, up, r, n);
+    dbl_swiglu_backward((attn_workers){2, NULL}, dgate, dup, gate, up, r, n);
     fd_check("swiglu dgate", gate, n, dgate, swiglu_loss, &s);
     fd_check("swiglu dup", up, n, dup, swiglu_loss, &s);
 }
@@ -310,7 +311,7 @@ typedef struct gelu_state {
 
 static double gelu_loss(void *p) {
     gelu_state *s = p;
-    dbl_gelu_forward(s->out, s->x, s->n);
+    dbl_gelu_forward((attn_workers){2, NULL}, s->out, s->x, s->n);
     return dot(s->out, s->r, s->n);
 }
 
@@ -326,9 +327,9 @@ static void test_gelu(void) {
     gelu_loss(&s);
     /* nn.GELU(): x * Phi(x); Phi(1) = 0.8413447460685429 */
     double one = 1.0, gelu_one;
-    dbl_gelu_forward(&gelu_one, &one, 1);
+    dbl_gelu_forward((attn_workers){2, NULL}, &gelu_one, &one, 1);
     CHECK_NEAR(gelu_one, 0.8413447460685429, 1e-15);
-    dbl_gelu_backward(dx, x, r, n);
+    dbl_gelu_backward((attn_workers){2, NULL}, dx, x, r, n);
     fd_check("gelu dinp", x, n, dx, gelu_loss, &s);
 }
 
@@ -336,7 +337,7 @@ static void test_gelu(void) {
 
 static double gelu_tanh_loss(void *p) {
     gelu_state *s = p;
-    dbl_gelu_tanh_forward(s->out, s->x, s->n);
+    dbl_gelu_tanh_forward((attn_workers){2, NULL}, s->out, s->x, s->n);
     return dot(s->out, s->r, s->n);
 }
 
@@ -351,9 +352,9 @@ static void test_gelu_tanh(void) {
     gelu_state s = {n, x, out, r};
     /* 0.5 (1 + tanh(sqrt(2 / pi) * 1.044715)) at x = 1 */
     double one = 1.0, gelu_one;
-    dbl_gelu_tanh_forward(&gelu_one, &one, 1);
+    dbl_gelu_tanh_forward((attn_workers){2, NULL}, &gelu_one, &one, 1);
     CHECK_NEAR(gelu_one, 0.8411919906082768, 1e-15);
-    dbl_gelu_tanh_backward(dx, x, r, n);
+    dbl_gelu_tanh_backward((attn_workers){2, NULL}, dx, x, r, n);
     fd_check("gelu_tanh dinp", x, n, dx, gelu_tanh_loss, &s);
 }
 
@@ -411,7 +412,7 @@ static void test_crossentropy(void) {
 
 static void test_residual(void) {
     double a[3] = {1.0, -2.0, 0.25}, b[3] = {0.5, 2.0, 1e-17}, out[3];
-    dbl_residual_forward(out, a, b, 3);
+    dbl_residual_forward((attn_workers){2, NULL}, out, a, b, 3);
     CHECK(out[0] == 1.5 && out[1] == 0.0 && out[2] == 0.25 + 1e-17);
 }
 
@@ -442,8 +443,8 @@ static void test_float_matches_double(void) {
     fill_randn(r, N * C, 1.0);
     to_float(xf, x, N * C), to_float(wf, w, C), to_float(bf, b, C), to_float(rf, r, N * C);
     to_double(x, xf, N * C), to_double(w, wf, C), to_double(b, bf, C), to_double(r, rf, N * C);
-    attn_layer_layernorm_forward(outf, mean, rstd, xf, wf, bf, N, C, 1e-5);
-    dbl_layernorm_forward(out, meand, rstdd, x, w, b, N, C, 1e-5);
+    attn_layer_layernorm_forward((attn_workers){2, NULL}, outf, mean, rstd, xf, wf, bf, N, C, 1e-5);
+    dbl_layernorm_forward((attn_workers){2, NULL}, out, meand, rstdd, x, w, b, N, C, 1e-5);
     attn_pool *pool = attn_pool_new(1); /* as a ctx's worker (NULL: threads per loop) */
     attn_layer_layernorm_backward((attn_workers){2, pool}, dxf, dwf, dbf, rf, xf, wf, mean, rstd,
                                   N, C);
