@@ -38,6 +38,7 @@ typedef struct attn_kernel_set {
     const struct attn_gemm16_kernel *bgemm_amx;   /* bf16 GEMM on AMX tiles, */
     const struct attn_gemm16_kernel *bgemm_dot;   /* on vdpbf16ps (NULL: the CPU lacks it) */
     const struct attn_gemv_kernel *gemv;          /* matrix-vector products of decoding */
+    const struct attn_activation_kernels *activation; /* the training layers' GELU (NULL: scalar) */
     bool bf16_dot_pays; /* vdpbf16ps outruns the float FMA here (AMD's cores) */
 } attn_kernel_set;
 

@@ -3,6 +3,8 @@
  * attention/attention.h). */
 #include "kernels/dispatch.h"
 
+#include "kernels/activation/activation.h"
+
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemv/gemv.h"
 #include "parallel.h"
@@ -169,4 +171,43 @@ void attn_k_linear_backward(attn_ctx *ctx, const float *x, const float *w, const
         size_t min_cols = ((size_t)1 << 18) / (rows + 1) + 1;
         attn_parallel_for(threads, out, min_cols, colsum_columns, &job);
     }
+}
+
+typedef struct activation_job {
+    const attn_activation_kernels *kernels;
+    const float *x, *dy;
+    float *out;
+} activation_job;
+
+static void gelu_range(void *arg, size_t begin, size_t end) {
+    const activation_job *j = arg;
+    j->kernels->gelu_tanh(j->x + begin, j->out + begin, end - begin);
+}
+
+static void gelu_backward_range(void *arg, size_t begin, size_t end) {
+    const activation_job *j = arg;
+    j->kernels->gelu_tanh_backward(j->x + begin, j->dy + begin, j->out + begin, end - begin);
+}
+
+/* Elements per thread below which waking another costs more than it saves
+ * (an element costs about 30 ns of one core). */
+#define ACTIVATION_MIN_PER_THREAD 4096
+
+bool attn_k_gelu_tanh(attn_ctx *ctx, const float *x, float *y, size_t n) {
+    const attn_activation_kernels *k = ctx->ks.activation;
+    if (!k) return false;
+    activation_job job = {k, x, NULL, y};
+    attn_pool_for(attn_ctx_pool(ctx), ctx->num_threads, n, ACTIVATION_MIN_PER_THREAD, gelu_range,
+                  &job);
+    return true;
+}
+
+bool attn_k_gelu_tanh_backward(attn_ctx *ctx, const float *x, const float *dy, float *dx,
+                               size_t n) {
+    const attn_activation_kernels *k = ctx->ks.activation;
+    if (!k) return false;
+    activation_job job = {k, x, dy, dx};
+    attn_pool_for(attn_ctx_pool(ctx), ctx->num_threads, n, ACTIVATION_MIN_PER_THREAD,
+                  gelu_backward_range, &job);
+    return true;
 }

@@ -42,4 +42,12 @@ void attn_k_linear_backward(attn_ctx *ctx, const float *x, const float *w, const
                             float *dx, bool accumulate_dx, float *dw, float *dbias, size_t rows,
                             size_t in, size_t out);
 
+/* GELU (tanh form) on the ctx's vector kernels, over its threads
+ * (kernels/activation/activation.h): y (n) = gelu(x), and dx (n) += dy
+ * gelu'(x). false, having written nothing, where the ctx has none (the
+ * caller runs the scalar layer). */
+bool attn_k_gelu_tanh(attn_ctx *ctx, const float *x, float *y, size_t n);
+bool attn_k_gelu_tanh_backward(attn_ctx *ctx, const float *x, const float *dy, float *dx,
+                               size_t n);
+
 #endif /* ATTN_DISPATCH_H */

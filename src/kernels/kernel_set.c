@@ -3,6 +3,7 @@
 #include "kernels/kernel_set.h"
 
 #include "cpu_info.h"
+#include "kernels/activation/activation.h"
 #include "kernels/decode/decode.h"
 #include "kernels/flash/flash.h"
 #include "kernels/flex/flex.h"
@@ -31,6 +32,7 @@ static void fill_avx512(attn_kernel_set *set) {
     set->gemm = &attn_sgemm_kernel_avx512;
     set->gemm16 = &attn_gemm16_kernel_widened_avx512;
     set->gemv = &attn_gemv_kernel_avx512;
+    set->activation = &attn_activation_avx2; /* every AVX-512 CPU has AVX2 and FMA */
     if (!cpu_has_avx512_bf16()) return;
     set->flash16_dot = &attn_flash16_dot_kernels;
     set->bgemm_dot = &attn_bgemm_kernel_avx512bf16;
@@ -58,7 +60,8 @@ void attn_kernel_set_fill(attn_kernels isa, attn_kernel_set *set) {
                                  .decode = &attn_decode_avx2, .flex = &attn_flex_avx2,
                                  .gemm = &attn_sgemm_kernel_avx2,
                                  .gemm16 = &attn_gemm16_kernel_widened_avx2,
-                                 .gemv = &attn_gemv_kernel_avx2};
+                                 .gemv = &attn_gemv_kernel_avx2,
+                                 .activation = &attn_activation_avx2};
         return;
     case ATTN_KERNELS_AVX512:
         fill_avx512(set);

@@ -766,9 +766,10 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
                                      pdata(m, b->ln2_w), pdata(m, b->ln2_b), N, C,
                                      ATTN_LAYERNORM_EPS);
         attn_k_linear(m->ctx, b->ln2, pdata(m, b->fc_w), pdata(m, b->fc_b), b->fc, N, C, 4 * C);
-        if (m->gpt)
-            attn_layer_gelu_tanh_forward(w, b->gelu, b->fc, N * 4 * C);
-        else
+        if (m->gpt) {
+            if (!attn_k_gelu_tanh(m->ctx, b->fc, b->gelu, N * 4 * C))
+                attn_layer_gelu_tanh_forward(w, b->gelu, b->fc, N * 4 * C);
+        } else
             attn_layer_gelu_forward(w, b->gelu, b->fc, N * 4 * C);
         attn_k_linear(m->ctx, b->gelu, pdata(m, b->proj_w), pdata(m, b->proj_b), b->mlp_out, N,
                       4 * C, C);
@@ -834,9 +835,10 @@ attn_status attn_model_backward(attn_model *m) {
             attn_k_linear_backward(m->ctx, b->gelu, pdata(m, b->proj_w), dmlp, m->d4a, false,
                                    pgrad(m, b->proj_w), pgrad(m, b->proj_b), N, 4 * C, C);
             memset(m->d4b, 0, N * 4 * C * sizeof(float));
-            if (m->gpt)
-                attn_layer_gelu_tanh_backward(w, m->d4b, b->fc, m->d4a, N * 4 * C);
-            else
+            if (m->gpt) {
+                if (!attn_k_gelu_tanh_backward(m->ctx, b->fc, m->d4a, m->d4b, N * 4 * C))
+                    attn_layer_gelu_tanh_backward(w, m->d4b, b->fc, m->d4a, N * 4 * C);
+            } else
                 attn_layer_gelu_backward(w, m->d4b, b->fc, m->d4a, N * 4 * C);
             attn_k_linear_backward(m->ctx, b->ln2, pdata(m, b->fc_w), m->d4b, m->dtmp, false,
                                    pgrad(m, b->fc_w), pgrad(m, b->fc_b), N, C, 4 * C);
