@@ -4,7 +4,6 @@
 #include "kernels/dispatch.h"
 
 #include "kernels/activation/activation.h"
-
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemv/gemv.h"
 #include "parallel.h"

@@ -307,7 +307,7 @@ typedef struct LAYER(pointwise_job) {
 typedef void LAYER(pointwise_fn)(void *job, size_t begin, size_t end);
 
 /* fn over [0, n) on w's threads, an element costing about cost adds. */
-static void LAYER(pointwise)(attn_workers w, size_t n, size_t cost, LAYER(pointwise_fn) * fn,
+static void LAYER(pointwise)(attn_workers w, size_t n, size_t cost, LAYER(pointwise_fn) *fn,
                              LAYER(pointwise_job) job) {
     attn_pool_for(w.pool, w.threads, n, layer_min_items(cost), fn, &job);
 }
@@ -328,9 +328,8 @@ static void LAYER(swiglu_forward_range)(void *arg, size_t begin, size_t end) {
 /* out (n) = silu(gate) * up, silu(a) = a * sigmoid(a); gate and up (n). */
 LAYER_API void LAYER(swiglu_forward)(attn_workers w, REAL *out, const REAL *gate, const REAL *up,
                                      size_t n) {
-    LAYER(pointwise)
-    (w, n, LAYER_TRANSCENDENTAL_COST, LAYER(swiglu_forward_range),
-     (LAYER(pointwise_job)){.out = out, .a = gate, .b = up});
+    LAYER(pointwise)(w, n, LAYER_TRANSCENDENTAL_COST, LAYER(swiglu_forward_range),
+                     (LAYER(pointwise_job)){.out = out, .a = gate, .b = up});
 }
 
 static void LAYER(swiglu_backward_range)(void *arg, size_t begin, size_t end) {
@@ -348,9 +347,9 @@ static void LAYER(swiglu_backward_range)(void *arg, size_t begin, size_t end) {
  *   dgate (n) += dout * up * silu'(gate),  dup (n) += dout * silu(gate). */
 LAYER_API void LAYER(swiglu_backward)(attn_workers w, REAL *dgate, REAL *dup, const REAL *gate,
                                       const REAL *up, const REAL *dout, size_t n) {
-    LAYER(pointwise)
-    (w, n, LAYER_TRANSCENDENTAL_COST, LAYER(swiglu_backward_range),
-     (LAYER(pointwise_job)){.out = dgate, .out2 = dup, .a = gate, .b = up, .c = dout});
+    LAYER(pointwise)(w, n, LAYER_TRANSCENDENTAL_COST, LAYER(swiglu_backward_range),
+                     (LAYER(pointwise_job)){.out = dgate, .out2 = dup, .a = gate, .b = up,
+                                            .c = dout});
 }
 
 /* ---- RoPE (the book's apply_rope: split halves) ------------------------- */
@@ -414,9 +413,8 @@ static void LAYER(gelu_forward_range)(void *arg, size_t begin, size_t end) {
 
 /* out (n) = 0.5 * x * (1 + erf(x / sqrt(2))) */
 LAYER_API void LAYER(gelu_forward)(attn_workers w, REAL *out, const REAL *inp, size_t n) {
-    LAYER(pointwise)
-    (w, n, LAYER_TRANSCENDENTAL_COST, LAYER(gelu_forward_range),
-     (LAYER(pointwise_job)){.out = out, .a = inp});
+    LAYER(pointwise)(w, n, LAYER_TRANSCENDENTAL_COST, LAYER(gelu_forward_range),
+                     (LAYER(pointwise_job)){.out = out, .a = inp});
 }
 
 static void LAYER(gelu_backward_range)(void *arg, size_t begin, size_t end) {
@@ -434,9 +432,8 @@ static void LAYER(gelu_backward_range)(void *arg, size_t begin, size_t end) {
  * CDF and density. */
 LAYER_API void LAYER(gelu_backward)(attn_workers w, REAL *dinp, const REAL *inp, const REAL *dout,
                                     size_t n) {
-    LAYER(pointwise)
-    (w, n, 2 * LAYER_TRANSCENDENTAL_COST, LAYER(gelu_backward_range),
-     (LAYER(pointwise_job)){.out = dinp, .a = inp, .b = dout});
+    LAYER(pointwise)(w, n, 2 * LAYER_TRANSCENDENTAL_COST, LAYER(gelu_backward_range),
+                     (LAYER(pointwise_job)){.out = dinp, .a = inp, .b = dout});
 }
 
 /* ---- GELU, tanh form (the book's GELU module) ----------------------------- */
@@ -452,9 +449,8 @@ static void LAYER(gelu_tanh_forward_range)(void *arg, size_t begin, size_t end) 
 
 /* out (n) = 0.5 * x * (1 + tanh(u)), u = sqrt(2 / pi) * (x + 0.044715 x^3) */
 LAYER_API void LAYER(gelu_tanh_forward)(attn_workers w, REAL *out, const REAL *inp, size_t n) {
-    LAYER(pointwise)
-    (w, n, LAYER_TRANSCENDENTAL_COST, LAYER(gelu_tanh_forward_range),
-     (LAYER(pointwise_job)){.out = out, .a = inp});
+    LAYER(pointwise)(w, n, LAYER_TRANSCENDENTAL_COST, LAYER(gelu_tanh_forward_range),
+                     (LAYER(pointwise_job)){.out = out, .a = inp});
 }
 
 static void LAYER(gelu_tanh_backward_range)(void *arg, size_t begin, size_t end) {
@@ -474,9 +470,8 @@ static void LAYER(gelu_tanh_backward_range)(void *arg, size_t begin, size_t end)
  * du/dx = sqrt(2 / pi) (1 + 3 * 0.044715 x^2). */
 LAYER_API void LAYER(gelu_tanh_backward)(attn_workers w, REAL *dinp, const REAL *inp,
                                          const REAL *dout, size_t n) {
-    LAYER(pointwise)
-    (w, n, LAYER_TRANSCENDENTAL_COST, LAYER(gelu_tanh_backward_range),
-     (LAYER(pointwise_job)){.out = dinp, .a = inp, .b = dout});
+    LAYER(pointwise)(w, n, LAYER_TRANSCENDENTAL_COST, LAYER(gelu_tanh_backward_range),
+                     (LAYER(pointwise_job)){.out = dinp, .a = inp, .b = dout});
 }
 
 /* ---- residual ------------------------------------------------------------ */
@@ -489,8 +484,8 @@ static void LAYER(residual_forward_range)(void *arg, size_t begin, size_t end) {
 /* out (n) = a + b (out may alias either). Its backward: see the top. */
 LAYER_API void LAYER(residual_forward)(attn_workers w, REAL *out, const REAL *a, const REAL *b,
                                        size_t n) {
-    LAYER(pointwise)
-    (w, n, 1, LAYER(residual_forward_range), (LAYER(pointwise_job)){.out = out, .a = a, .b = b});
+    LAYER(pointwise)(w, n, 1, LAYER(residual_forward_range),
+                     (LAYER(pointwise_job)){.out = out, .a = a, .b = b});
 }
 
 /* ---- cross-entropy (F.cross_entropy, ignore_index, reduction='mean') ---- */

@@ -196,7 +196,9 @@ lane_values(float *restrict oT, size_t Dv, int qv, const vec alpha[LANE_QV], boo
         for (int i = 0; i < LKT; i++)
             for (int u = 0; u < qv; u++) {
                 float *o = oT + (dc + (size_t)i) * LG + u * VW;
-                v_store(o, rescale ? v_fma(v_load(o), alpha[u], acc[i][u]) : v_add(v_load(o), acc[i][u]));
+                vec sum = rescale ? v_fma(v_load(o), alpha[u], acc[i][u])
+                                  : v_add(v_load(o), acc[i][u]);
+                v_store(o, sum);
             }
     }
 }
