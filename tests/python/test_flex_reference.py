@@ -590,10 +590,12 @@ def check_refusals(L, rnd):
     cfg = SdpaConfig(batch=B, heads=H, q_tokens=T, kv_tokens=S, head_dim=D, score_mods=cb,
                      score_mod_count=1)
     expect(forward(cfg) == 0, f"a callback without grad_fn: forward failed: {L.error()}")
-    dq = torch.empty_like(q)
+    # dk and dv held by names: a temporary's memory may go to the next one, and the call then
+    # (rightly) refuses outputs that overlap before it looks at the callback
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(q), torch.empty_like(q)
     status = L.lib.attn_sdpa_backward(L.ctx, ctypes.byref(cfg), fptr(q), fptr(q), fptr(q),
-                                      fptr(out), fptr(lse), fptr(q), fptr(dq), fptr(dq.clone()),
-                                      fptr(dq.clone()), None)
+                                      fptr(out), fptr(lse), fptr(q), fptr(dq), fptr(dk),
+                                      fptr(dv), None)
     refused("backward of a callback without grad_fn", status,
             ["attn_sdpa_backward", "score_mods[0] (callback) has no grad_fn"])
 
