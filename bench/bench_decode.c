@@ -44,39 +44,39 @@ static void *copy_slice_run(void *p) {
     return NULL;
 }
 
-/* A read-only pass: the 32-bit words of src summed in vectors of 16 (four
- * of them, a cache line each), so that the loop is not optimised away.
- * Wide loads matter: a loop of 8-byte loads keeps fewer cache-line misses
- * in flight and reads less, which would flatter the kernel. */
-typedef uint32_t words16 __attribute__((vector_size(64)));
-
-static inline __attribute__((always_inline)) uint64_t sum_words(const float *src, size_t n) {
-    words16 a = {0}, b = {0}, c = {0}, d = {0};
-    size_t i = 0;
-    for (; i + 64 <= n; i += 64) {
-        words16 x, y, z, t;
-        memcpy(&x, src + i, 64);
-        memcpy(&y, src + i + 16, 64);
-        memcpy(&z, src + i + 32, 64);
-        memcpy(&t, src + i + 48, 64);
-        a += x;
-        b += y;
-        c += z;
-        d += t;
+/* A read-only pass: the 32-bit words of src summed in four vectors of the
+ * instruction set's register width a step, so that the loop is not
+ * optimised away. Wide loads matter: a loop of 8-byte loads keeps fewer
+ * cache-line misses in flight and reads less, which would flatter the
+ * kernel; so does a vector wider than the registers, which the compiler
+ * keeps on the stack. */
+#define SUM_WORDS(name, bytes, attrs)                                                              \
+    typedef uint32_t name##_words __attribute__((vector_size(bytes)));                             \
+    attrs static uint64_t name(const float *src, size_t n) {                                       \
+        enum { W = bytes / 4 };                                                                    \
+        name##_words a = {0}, b = {0}, c = {0}, d = {0};                                           \
+        size_t i = 0;                                                                              \
+        for (; i + 4 * W <= n; i += 4 * W) {                                                       \
+            name##_words x, y, z, t;                                                               \
+            memcpy(&x, src + i, bytes);                                                            \
+            memcpy(&y, src + i + W, bytes);                                                        \
+            memcpy(&z, src + i + 2 * W, bytes);                                                    \
+            memcpy(&t, src + i + 3 * W, bytes);                                                    \
+            a += x;                                                                                \
+            b += y;                                                                                \
+            c += z;                                                                                \
+            d += t;                                                                                \
+        }                                                                                          \
+        name##_words all = a + b + c + d;                                                          \
+        uint64_t sum = 0;                                                                          \
+        for (int k = 0; k < W; k++) sum += all[k];                                                 \
+        return sum;                                                                                \
     }
-    words16 all = a + b + c + d;
-    uint64_t sum = 0;
-    for (int k = 0; k < 16; k++) sum += all[k];
-    return sum;
-}
 
+SUM_WORDS(sum_words, 16, )
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx512f"))) static uint64_t sum_words_avx512(const float *src, size_t n) {
-    return sum_words(src, n);
-}
-__attribute__((target("avx2"))) static uint64_t sum_words_avx2(const float *src, size_t n) {
-    return sum_words(src, n);
-}
+SUM_WORDS(sum_words_avx512, 64, __attribute__((target("avx512f"))))
+SUM_WORDS(sum_words_avx2, 32, __attribute__((target("avx2"))))
 #endif
 
 static void *read_slice_run(void *p) {

@@ -6,8 +6,9 @@
  *
  * The includer includes its instruction set's vector vocabulary
  * (kernels/vec/vec_*.h: VW, a divisor of ATTN_DECODE_BLOCK, vec, v_zero,
- * v_set1, v_load, v_store, v_fma, v_mul, v_sub, v_add, v_max, v_exp2 for
- * x <= 0 (exactly 0 at -inf), v_tanh, v_hmax, v_hsum), then defines:
+ * v_set1, v_load, v_in_register, v_store, v_fma, v_mul, v_sub, v_add,
+ * v_max, v_exp2 for x <= 0 (exactly 0 at -inf), v_tanh, v_hmax, v_hsum),
+ * then defines:
  *   v_hsum_block(part, out)  out[j] = the sum of part[j]'s lanes, j < 16
  *   v_from_bf16(p), v_from_f16(p)  VW 16-bit elements widened (exact)
  *   v_from_e4m3(p)     VW fp8 e4m3 codes as their value / 256 (exact)
@@ -23,8 +24,8 @@
  * weigh the value slices together, each value vector loaded once for them
  * (GQA). The block visits each position's row once per KV head, a slice
  * at a time, an order the hardware prefetchers do not follow: the next
- * block's slices of a KV head are asked for (into L2, not L1, whose fill
- * buffers they would crowd) while this block's of the same head are read.
+ * block's rows are asked for in address order, spread over this block's
+ * arithmetic (prefetch_stream).
  * A block map (decode.h) turns into hidden lanes per block, per row or per
  * (row, query head): a block no row sees is not read, and a key block of
  * the map that no row sees is jumped over.
@@ -112,9 +113,72 @@ static inline const float *head_scales(const attn_decode_row *r, bool v, const a
     return attn_decode_scales_at(v ? r->vs : r->ks, kh, f->head_scales);
 }
 
-/* Asks for the cache lines of bytes at p, into L2 (locality 1). */
-static inline void prefetch_head(const uint8_t *p, size_t bytes) {
-    for (size_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at, 0, 1);
+/*
+ * The next block's rows, asked for while this block is worked on: every
+ * row's K codes, then every row's V codes, then their scales, in address
+ * order, a few cache lines at a time. The block's own reads visit each row
+ * a head's slice at a time, an order the hardware prefetchers follow
+ * poorly once arithmetic sits between the reads; a stream in address order,
+ * spread evenly over the block's arithmetic (a share per vector the block
+ * loads), keeps the memory busy under it. Lines are asked for with
+ * locality 3, as the block's loads will want them in L1.
+ */
+typedef struct prefetch_stream {
+    const uint8_t *seg[4 * BK]; /* line-aligned starts of the rows' parts */
+    size_t seg_end[4 * BK];     /* and their lengths from there */
+    size_t segs, seg_at, byte_at;
+    size_t lines, issued;  /* lines in all, asked for so far */
+    uint64_t rate, credit; /* lines per vector read, 16.16 fixed point */
+} prefetch_stream;
+
+static void stream_add(prefetch_stream *ps, const void *p, size_t bytes) {
+    if (!bytes) return;
+    uintptr_t at = (uintptr_t)p, start = at & ~(uintptr_t)63;
+    ps->seg[ps->segs] = (const uint8_t *)start;
+    ps->seg_end[ps->segs++] = at + bytes - start;
+    ps->lines += (at + bytes - start + 63) / 64;
+}
+
+/* A stream over the n rows of a block whose reading loads `vectors` vectors
+ * of K and V. */
+static void stream_start(prefetch_stream *ps, const attn_decode_keys *keys,
+                         const attn_decode_row *rows, size_t n, size_t vectors) {
+    ps->segs = ps->seg_at = ps->byte_at = ps->lines = ps->issued = 0;
+    ps->credit = 0;
+    for (size_t j = 0; j < n; j++) stream_add(ps, rows[j].k, keys->k.row_bytes);
+    for (size_t j = 0; j < n; j++) stream_add(ps, rows[j].v, keys->v.row_bytes);
+    for (size_t j = 0; j < n; j++) {
+        stream_add(ps, rows[j].ks, keys->k.row_scales * sizeof(float));
+        stream_add(ps, rows[j].vs, keys->v.row_scales * sizeof(float));
+    }
+    ps->rate = vectors ? (((uint64_t)ps->lines << 16) + vectors - 1) / vectors : 0;
+}
+
+/* Asks for the next n lines of the stream (fewer where it ends). */
+static inline void stream_issue(prefetch_stream *ps, size_t n) {
+    for (; n && ps->seg_at < ps->segs; n--, ps->issued++) {
+        __builtin_prefetch(ps->seg[ps->seg_at] + ps->byte_at, 0, 3);
+        ps->byte_at += 64;
+        if (ps->byte_at >= ps->seg_end[ps->seg_at]) {
+            ps->seg_at++;
+            ps->byte_at = 0;
+        }
+    }
+}
+
+/* The stream's share for `vectors` vectors of K or V read (ps NULL: none). */
+static inline void stream_step(prefetch_stream *ps, size_t vectors) {
+    if (!ps) return;
+    ps->credit += vectors * ps->rate;
+    stream_issue(ps, (size_t)(ps->credit >> 16));
+    ps->credit &= 0xFFFF;
+}
+
+/* Asks for the stream's lines up to fraction num / den of it, where the
+ * steps fell behind (a row that sees part of a block, a map). */
+static inline void stream_catch_up(prefetch_stream *ps, size_t num, size_t den) {
+    size_t want = ps->lines * num / den;
+    if (want > ps->issued) stream_issue(ps, want - ps->issued);
 }
 
 /* Keys scored at once in score_heads: with 4 query heads, 4 x KEYS
@@ -134,13 +198,11 @@ static inline void prefetch_head(const uint8_t *p, size_t bytes) {
 static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *const *q,
                                       const attn_decode_row *rows, const attn_kv_format *f,
                                       size_t kh, size_t jlo, size_t jhi, float scale2,
-                                      const float *kfac, float *const *out,
-                                      const attn_decode_row *ahead, size_t ahead_n) {
+                                      const float *kfac, float *const *out, prefetch_stream *ps) {
     size_t D = f->head_dim, whole = D / VW * VW;
     vec part[4][BK];
     for (size_t j0 = 0; j0 < BK; j0 += KEYS) {
-        for (size_t j = j0; j < j0 + KEYS && j < ahead_n; j++)
-            prefetch_head(head_codes(&ahead[j], false, f, kh), f->head_bytes);
+        stream_step(ps, KEYS * (D / VW));
         if (j0 + KEYS <= jlo || j0 >= jhi) {
             for (size_t g = 0; g < NG; g++)
                 for (size_t jj = 0; jj < KEYS; jj++) part[g][j0 + jj] = v_zero();
@@ -162,6 +224,7 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
             for (size_t jj = 0; jj < KEYS; jj++) kv[jj] = load_elems(T, kc[jj], ks[jj], d);
             for (size_t g = 0; g < NG; g++) {
                 vec qv = v_load(q[g] + d);
+                v_in_register(&qv); /* one load for the KEYS keys */
                 for (size_t jj = 0; jj < KEYS; jj++) acc[g][jj] = v_fma(qv, kv[jj], acc[g][jj]);
             }
         }
@@ -189,9 +252,8 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
 static ALWAYS_INLINE void score_group_t(attn_dtype T, size_t NG, const float *const *q,
                                         const attn_decode_row *rows, const attn_kv_format *f,
                                         size_t kh, size_t jlo, size_t jhi, float scale2,
-                                        const float *kfac, float *const *out,
-                                        const attn_decode_row *ahead, size_t ahead_n) {
-#define HEADS(n) score_heads(T, n, q, rows, f, kh, jlo, jhi, scale2, kfac, out, ahead, ahead_n)
+                                        const float *kfac, float *const *out, prefetch_stream *ps) {
+#define HEADS(n) score_heads(T, n, q, rows, f, kh, jlo, jhi, scale2, kfac, out, ps)
     switch (NG) {
     case 4: HEADS(4); break;
     case 3: HEADS(3); break;
@@ -202,14 +264,12 @@ static ALWAYS_INLINE void score_group_t(attn_dtype T, size_t NG, const float *co
 }
 
 /* The scores of NG heads (score_heads); kfac: the block's keys' row
- * factors (row_factor) where K's format has one; ahead: the next block's
- * ahead_n rows, whose keys of head kh are asked for meanwhile (ahead_n 0:
- * none). */
+ * factors (row_factor) where K's format has one; ps: the next block's
+ * stream, stepped meanwhile (NULL: none). */
 static void score_group(size_t NG, const float *const *q, const attn_decode_row *rows,
-                        const attn_kv_format *f, size_t kh, size_t jlo, size_t jhi,
-                        float scale2, const float *kfac, float *const *out,
-                        const attn_decode_row *ahead, size_t ahead_n) {
-#define SCORE(T) score_group_t(T, NG, q, rows, f, kh, jlo, jhi, scale2, kfac, out, ahead, ahead_n)
+                        const attn_kv_format *f, size_t kh, size_t jlo, size_t jhi, float scale2,
+                        const float *kfac, float *const *out, prefetch_stream *ps) {
+#define SCORE(T) score_group_t(T, NG, q, rows, f, kh, jlo, jhi, scale2, kfac, out, ps)
     FOR_FORMAT(f->dtype, SCORE);
 #undef SCORE
 }
@@ -274,8 +334,7 @@ static inline float block_max(float *sc, size_t jlo, size_t jhi) {
 static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc,
                                       const float *alpha, const float *const *p,
                                       const attn_decode_row *rows, const attn_kv_format *f,
-                                      size_t kh, size_t jlo, size_t jhi,
-                                      const attn_decode_row *ahead, size_t ahead_n) {
+                                      size_t kh, size_t jlo, size_t jhi, prefetch_stream *ps) {
     size_t D = f->head_dim, d = 0;
     const uint8_t *v[BK];
     const float *vs[BK];
@@ -283,15 +342,13 @@ static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc
         v[j] = head_codes(&rows[j], true, f, kh);
         vs[j] = head_scales(&rows[j], true, f, kh);
     }
-    size_t ahead_at = 0; /* the next block's values of head kh: one row per key weighed */
     for (; d + WEIGH_VECS * VW <= D; d += WEIGH_VECS * VW) {
         vec a[4][WEIGH_VECS];
         for (size_t g = 0; g < NG; g++)
             for (size_t c = 0; c < WEIGH_VECS; c++)
                 a[g][c] = v_zero();
         for (size_t j = jlo; j < jhi; j++) {
-            if (ahead_at < ahead_n) prefetch_head(head_codes(&ahead[ahead_at++], true, f, kh),
-                                                  f->head_bytes);
+            stream_step(ps, WEIGH_VECS);
             vec pb[4];
             for (size_t g = 0; g < NG; g++) pb[g] = v_set1(p[g][j]);
             for (size_t c = 0; c < WEIGH_VECS; c++) {
@@ -305,8 +362,6 @@ static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc
                 v_store(out, v_fma(v_load(out), v_set1(alpha[g]), a[g][c]));
             }
     }
-    for (; ahead_at < ahead_n; ahead_at++)
-        prefetch_head(head_codes(&ahead[ahead_at], true, f, kh), f->head_bytes);
     for (; d + VW <= D; d += VW)
         for (size_t g = 0; g < NG; g++) {
             vec a = v_zero();
@@ -327,9 +382,8 @@ static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc
 static ALWAYS_INLINE void weigh_group_t(attn_dtype T, size_t NG, float *const *acc,
                                         const float *alpha, const float *const *p,
                                         const attn_decode_row *rows, const attn_kv_format *f,
-                                        size_t kh, size_t jlo, size_t jhi,
-                                        const attn_decode_row *ahead, size_t ahead_n) {
-#define HEADS(n) weigh_heads(T, n, acc, alpha, p, rows, f, kh, jlo, jhi, ahead, ahead_n)
+                                        size_t kh, size_t jlo, size_t jhi, prefetch_stream *ps) {
+#define HEADS(n) weigh_heads(T, n, acc, alpha, p, rows, f, kh, jlo, jhi, ps)
     switch (NG) {
     case 4: HEADS(4); break;
     case 3: HEADS(3); break;
@@ -339,11 +393,11 @@ static ALWAYS_INLINE void weigh_group_t(attn_dtype T, size_t NG, float *const *a
 #undef HEADS
 }
 
-/* weigh_heads of NG heads; ahead as score_group's, for the values. */
+/* weigh_heads of NG heads; ps as score_group's. */
 static void weigh_group(size_t NG, float *const *acc, const float *alpha, const float *const *p,
-                        const attn_decode_row *rows, const attn_kv_format *f, size_t kh,
-                        size_t jlo, size_t jhi, const attn_decode_row *ahead, size_t ahead_n) {
-#define WEIGH(T) weigh_group_t(T, NG, acc, alpha, p, rows, f, kh, jlo, jhi, ahead, ahead_n)
+                        const attn_decode_row *rows, const attn_kv_format *f, size_t kh, size_t jlo,
+                        size_t jhi, prefetch_stream *ps) {
+#define WEIGH(T) weigh_group_t(T, NG, acc, alpha, p, rows, f, kh, jlo, jhi, ps)
     FOR_FORMAT(f->dtype, WEIGH);
 #undef WEIGH
 }
@@ -401,6 +455,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
     float kfac[BK], vfac[BK];     /* the row factors of a block's keys and values */
     attn_decode_row rw[BK];       /* the rows of a block's keys */
     attn_decode_row rw_next[BK];  /* and of the next block's */
+    prefetch_stream stream;       /* over rw_next */
     size_t row_lo[ATTN_DECODE_ROWS], row_hi[ATTN_DECODE_ROWS];
     bool modified = s->cap2 != 0.0f || s->alibi_slopes; /* softcap or ALiBi */
     for (size_t r = 0; r < rows; r++) attn_decode_visible(s, row0 + r, &row_lo[r], &row_hi[r]);
@@ -452,9 +507,13 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
             }
         }
         attn_decode_key_rows(&s->keys, from, b1 - from, rw + (from - b0));
-        /* the next block's rows, fetched one KV head ahead of their use */
+        /* the next block's rows, streamed in while this block is read */
         size_t next = b1 + BK < end ? BK : end > b1 ? end - b1 : 0;
-        if (next) attn_decode_key_rows(&s->keys, b1, next, rw_next);
+        prefetch_stream *ps = next ? &stream : NULL;
+        if (ps) {
+            attn_decode_key_rows(&s->keys, b1, next, rw_next);
+            stream_start(ps, &s->keys, rw_next, next, KH * 2 * BK * (D / VW));
+        }
         for (size_t kh = 0; kh < KH; kh++) {
             for (size_t j = 0; (k_scaled || v_scaled) && j < BK; j++) { /* 0 outside the block */
                 bool in = j >= from - b0 && j < b1 - b0;
@@ -486,10 +545,9 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                         q_g[g] = s->q + ((row0 + r) * H + kh * G + g0 + g) * D;
                         p_all[g] = sc + (i0 + g0 + g) * BK;
                     }
-                    /* the first group of the first row asks for the next block */
-                    size_t ahead_n = r == 0 && g0 == 0 ? next : 0;
-                    score_group(ng, q_g, rw, kf, kh, jlo[r], jhi[r], s->scale2, kfac, p_all,
-                                rw_next, ahead_n);
+                    /* the first group of the first row steps the stream */
+                    prefetch_stream *step = r == 0 && g0 == 0 ? ps : NULL;
+                    score_group(ng, q_g, rw, kf, kh, jlo[r], jhi[r], s->scale2, kfac, p_all, step);
                     for (size_t g = 0; g < ng; g++) {
                         size_t i = i0 + g0 + g;
                         float *p = p_all[g];
@@ -504,10 +562,10 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                             p_g[g] = pv[g];
                         }
                     }
-                    weigh_group(ng, acc_g, alpha, p_g, rw, vf, kh, jlo[r], jhi[r], rw_next,
-                                ahead_n);
+                    weigh_group(ng, acc_g, alpha, p_g, rw, vf, kh, jlo[r], jhi[r], step);
                 }
             }
+            if (ps) stream_catch_up(ps, kh + 1, KH);
         }
         b0 = b1;
     }

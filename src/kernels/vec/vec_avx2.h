@@ -13,6 +13,9 @@ typedef __m256 vec;
 static inline vec v_zero(void) { return _mm256_setzero_ps(); }
 static inline vec v_set1(float x) { return _mm256_set1_ps(x); }
 static inline vec v_load(const float *p) { return _mm256_loadu_ps(p); }
+/* Keeps *x in a register: the compiler may otherwise fold its load into
+ * every instruction that uses it, a load per use where one would do. */
+static inline void v_in_register(vec *x) { __asm__("" : "+x"(*x)); }
 static inline void v_store(float *p, vec v) { _mm256_storeu_ps(p, v); }
 static inline vec v_fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
 static inline vec v_mul(vec a, vec b) { return _mm256_mul_ps(a, b); }

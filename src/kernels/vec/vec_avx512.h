@@ -13,6 +13,9 @@ typedef __m512 vec;
 static inline vec v_zero(void) { return _mm512_setzero_ps(); }
 static inline vec v_set1(float x) { return _mm512_set1_ps(x); }
 static inline vec v_load(const float *p) { return _mm512_loadu_ps(p); }
+/* Keeps *x in a register: the compiler may otherwise fold its load into
+ * every instruction that uses it, a load per use where one would do. */
+static inline void v_in_register(vec *x) { __asm__("" : "+v"(*x)); }
 static inline void v_store(float *p, vec v) { _mm512_storeu_ps(p, v); }
 static inline vec v_fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
 static inline vec v_mul(vec a, vec b) { return _mm512_mul_ps(a, b); }

@@ -15,6 +15,7 @@ typedef struct vec {
 static inline vec v_zero(void) { return (vec){{0.0f, 0.0f, 0.0f, 0.0f}}; }
 static inline vec v_set1(float x) { return (vec){{x, x, x, x}}; }
 static inline vec v_load(const float *p) { return (vec){{p[0], p[1], p[2], p[3]}}; }
+static inline void v_in_register(vec *x) { (void)x; }
 
 static inline void v_store(float *p, vec v) {
     for (int i = 0; i < VW; i++) p[i] = v.x[i];
