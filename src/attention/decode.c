@@ -205,8 +205,8 @@ static layout layout_of(const attn_ctx *ctx, const attn_attention_problem *p,
     size_t H = p->q_heads, D = p->head_dim, parts = attn_parallel_parts(ctx->num_threads);
     layout l = {.plans = (p->batch * sizeof(seq_plan) + 63) / 64 * 64,
                 .items = (cp->items * sizeof(work_item) + 63) / 64 * 64,
-                .part_floats = partial_floats(ATTN_DECODE_ROWS, H, D) +
-                               ATTN_DECODE_ROWS * H * ATTN_DECODE_BLOCK};
+                .part_floats =
+                    partial_floats(ATTN_DECODE_ROWS, H, D) + ATTN_DECODE_SCRATCH_FLOATS(H)};
     l.floats = parts * l.part_floats + 2 * cp->rows * H + cp->partials;
     return l;
 }

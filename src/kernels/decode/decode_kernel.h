@@ -156,14 +156,19 @@ static void stream_start(prefetch_stream *ps, const attn_decode_keys *keys,
 
 /* Asks for the next n lines of the stream (fewer where it ends). */
 static inline void stream_issue(prefetch_stream *ps, size_t n) {
-    for (; n && ps->seg_at < ps->segs; n--, ps->issued++) {
-        __builtin_prefetch(ps->seg[ps->seg_at] + ps->byte_at, 0, 3);
-        ps->byte_at += 64;
-        if (ps->byte_at >= ps->seg_end[ps->seg_at]) {
-            ps->seg_at++;
-            ps->byte_at = 0;
+    size_t seg = ps->seg_at, at = ps->byte_at, left = n;
+    while (left && seg < ps->segs) {
+        const uint8_t *p = ps->seg[seg];
+        size_t end = ps->seg_end[seg];
+        for (; left && at < end; left--, at += 64) __builtin_prefetch(p + at, 0, 3);
+        if (at >= end) {
+            seg++;
+            at = 0;
         }
     }
+    ps->seg_at = seg;
+    ps->byte_at = at;
+    ps->issued += n - left;
 }
 
 /* The stream's share for `vectors` vectors of K or V read (ps NULL: none). */
@@ -347,8 +352,8 @@ static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc
         for (size_t g = 0; g < NG; g++)
             for (size_t c = 0; c < WEIGH_VECS; c++)
                 a[g][c] = v_zero();
+        stream_step(ps, WEIGH_VECS * (jhi - jlo));
         for (size_t j = jlo; j < jhi; j++) {
-            stream_step(ps, WEIGH_VECS);
             vec pb[4];
             for (size_t g = 0; g < NG; g++) pb[g] = v_set1(p[g][j]);
             for (size_t c = 0; c < WEIGH_VECS; c++) {
@@ -440,6 +445,10 @@ static inline float softmax_step(float *p, uint32_t hidden, size_t jlo, size_t j
     return alpha;
 }
 
+/* An alpha that marks a group of heads the block map hides the block from:
+ * a softmax factor is never negative. */
+#define SKIPPED (-1.0f)
+
 static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, size_t begin,
                          size_t end, float *m, float *l, float *acc, float *scratch) {
     const size_t H = s->q_heads, KH = s->kv_heads, D = s->head_dim, G = H / KH;
@@ -448,10 +457,10 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
         l[i] = 0.0f;
     }
     for (size_t i = 0; i < rows * H * D; i++) acc[i] = 0.0f;
-    float *sc = scratch; /* (rows, H, BK) scores, then weights */
+    float *sc = scratch;                    /* (rows, H, BK) scores, then weights */
+    float *alpha = scratch + rows * H * BK; /* (rows, H) the blocks' softmax factors */
     const attn_kv_format *kf = &s->keys.k.fmt, *vf = &s->keys.v.fmt;
     bool k_scaled = row_scaled(kf->dtype), v_scaled = row_scaled(vf->dtype);
-    float pv[4][BK];              /* weights times the value rows' scales */
     float kfac[BK], vfac[BK];     /* the row factors of a block's keys and values */
     attn_decode_row rw[BK];       /* the rows of a block's keys */
     attn_decode_row rw_next[BK];  /* and of the next block's */
@@ -514,6 +523,11 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
             attn_decode_key_rows(&s->keys, b1, next, rw_next);
             stream_start(ps, &s->keys, rw_next, next, KH * 2 * BK * (D / VW));
         }
+        /* Every head's scores and softmax step first, then every head's
+         * weighing: the steps' chains of dependent operations (a block's
+         * max, its exponentials, its sum) then overlap one another and the
+         * loads of the keys, where each weighing waiting on its own head's
+         * step would stall the core. */
         for (size_t kh = 0; kh < KH; kh++) {
             for (size_t j = 0; (k_scaled || v_scaled) && j < BK; j++) { /* 0 outside the block */
                 bool in = j >= from - b0 && j < b1 - b0;
@@ -525,8 +539,6 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
             for (size_t r = 0; r < rows; r++) {
                 if (jlo[r] == jhi[r]) continue;
                 size_t i0 = r * H + kh * G; /* the group's first (row, query head) */
-                float *acc_g[4], alpha[4];
-                const float *p_g[4];
                 for (size_t g0 = 0; g0 < G; g0 += 4) {
                     size_t ng = G - g0 < 4 ? G - g0 : 4;
                     const float *q_g[4];
@@ -539,7 +551,10 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                                       lanes;
                             shown |= ~hid[g] & lanes;
                         }
-                        if (!shown) continue;
+                        if (!shown) {
+                            alpha[i0 + g0] = SKIPPED;
+                            continue;
+                        }
                     }
                     for (size_t g = 0; g < ng; g++) {
                         q_g[g] = s->q + ((row0 + r) * H + kh * G + g0 + g) * D;
@@ -553,19 +568,33 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                         float *p = p_all[g];
                         if (modified)
                             modify_scores(s, p, kh * G + g0 + g, s->first_pos + row0 + r, b0);
-                        alpha[g] = softmax_step(p, hid[g], jlo[r], jhi[r], &m[i], &l[i]);
-                        acc_g[g] = acc + i * D;
-                        p_g[g] = p;
-                        if (v_scaled) {
+                        alpha[i] = softmax_step(p, hid[g], jlo[r], jhi[r], &m[i], &l[i]);
+                        if (v_scaled) /* the weights times the value rows' scales */
                             for (size_t t = 0; t < BK; t += VW)
-                                v_store(pv[g] + t, v_mul(v_load(p + t), v_load(vfac + t)));
-                            p_g[g] = pv[g];
-                        }
+                                v_store(p + t, v_mul(v_load(p + t), v_load(vfac + t)));
                     }
-                    weigh_group(ng, acc_g, alpha, p_g, rw, vf, kh, jlo[r], jhi[r], step);
                 }
             }
-            if (ps) stream_catch_up(ps, kh + 1, KH);
+            if (ps) stream_catch_up(ps, kh + 1, 2 * KH);
+        }
+        for (size_t kh = 0; kh < KH; kh++) {
+            for (size_t r = 0; r < rows; r++) {
+                if (jlo[r] == jhi[r]) continue;
+                size_t i0 = r * H + kh * G;
+                for (size_t g0 = 0; g0 < G; g0 += 4) {
+                    size_t ng = G - g0 < 4 ? G - g0 : 4;
+                    if (alpha[i0 + g0] == SKIPPED) continue;
+                    float *acc_g[4];
+                    const float *p_g[4];
+                    for (size_t g = 0; g < ng; g++) {
+                        acc_g[g] = acc + (i0 + g0 + g) * D;
+                        p_g[g] = sc + (i0 + g0 + g) * BK;
+                    }
+                    prefetch_stream *step = r == 0 && g0 == 0 ? ps : NULL;
+                    weigh_group(ng, acc_g, alpha + i0 + g0, p_g, rw, vf, kh, jlo[r], jhi[r], step);
+                }
+            }
+            if (ps) stream_catch_up(ps, KH + kh + 1, 2 * KH);
         }
         b0 = b1;
     }
