@@ -71,28 +71,40 @@ static inline const float *attn_decode_scales_at(const float *base, size_t at, s
     return per ? base + at * per : base;
 }
 
-/* rows[i] = the rows of positions first + i, i < n. */
+/* The rows of slot at of a store's cache. */
+static inline attn_decode_row attn_decode_cache_row(const attn_decode_keys *m, size_t at) {
+    const attn_decode_store *K = &m->k, *V = &m->v;
+    return (attn_decode_row){K->cache + at * K->row_bytes, V->cache + at * V->row_bytes,
+                             attn_decode_scales_at(K->cache_scales, at, K->row_scales),
+                             attn_decode_scales_at(V->cache_scales, at, V->row_scales)};
+}
+
+/* rows[i] = the rows of positions first + i, i < n. Cached positions go in
+ * runs of consecutive slots, their slot found (a division) where a run
+ * starts: at first, where a page or the ring ends. */
 static inline void attn_decode_key_rows(const attn_decode_keys *m, size_t first, size_t n,
                                         attn_decode_row *rows) {
     const attn_decode_store *K = &m->k, *V = &m->v;
-    for (size_t i = 0; i < n; i++) {
-        size_t pos = first + i, at;
-        if (pos >= m->cached) {
-            at = pos - m->cached;
-            rows[i] = (attn_decode_row){K->fresh + at * K->row_bytes, V->fresh + at * V->row_bytes,
-                                        attn_decode_scales_at(K->fresh_scales, at, K->row_scales),
-                                        attn_decode_scales_at(V->fresh_scales, at, V->row_scales)};
-            continue;
-        }
+    size_t i = 0;
+    while (i < n && first + i < m->cached) {
+        size_t pos = first + i, at, run;
         if (m->pages) {
-            size_t page = m->pages[(pos / m->page_size) % m->table_len];
-            at = page * m->page_size + pos % m->page_size;
+            size_t in_page = pos % m->page_size;
+            at = m->pages[(pos / m->page_size) % m->table_len] * m->page_size + in_page;
+            run = m->page_size - in_page;
         } else {
             at = pos % m->capacity;
+            run = m->capacity - at;
         }
-        rows[i] = (attn_decode_row){K->cache + at * K->row_bytes, V->cache + at * V->row_bytes,
-                                    attn_decode_scales_at(K->cache_scales, at, K->row_scales),
-                                    attn_decode_scales_at(V->cache_scales, at, V->row_scales)};
+        if (run > n - i) run = n - i;
+        if (run > m->cached - pos) run = m->cached - pos;
+        for (size_t stop = i + run; i < stop; i++, at++) rows[i] = attn_decode_cache_row(m, at);
+    }
+    for (; i < n; i++) {
+        size_t at = first + i - m->cached;
+        rows[i] = (attn_decode_row){K->fresh + at * K->row_bytes, V->fresh + at * V->row_bytes,
+                                    attn_decode_scales_at(K->fresh_scales, at, K->row_scales),
+                                    attn_decode_scales_at(V->fresh_scales, at, V->row_scales)};
     }
 }
 
