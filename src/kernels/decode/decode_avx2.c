@@ -36,12 +36,12 @@ static inline vec v_from_f16(const uint16_t *p) {
 }
 
 /* e4m3 S.EEEE.MMM as binary16 S.0EEEE.MMM0000000: the same value / 2^8,
- * subnormals included (vcvtph2ps widens those exactly). */
+ * subnormals included (vcvtph2ps widens those exactly). The byte goes to
+ * the top of its 16-bit lane, an arithmetic shift right by one copies S
+ * into bit 14, and the mask (every bit but 14) clears it. */
 static inline vec v_from_e4m3(const uint8_t *p) {
-    __m128i b = _mm_cvtepu8_epi16(load8(p));
-    __m128i h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x7F)), 7),
-                             _mm_slli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x80)), 8));
-    return _mm256_cvtph_ps(h);
+    __m128i top = _mm_unpacklo_epi8(_mm_setzero_si128(), load8(p));
+    return _mm256_cvtph_ps(_mm_and_si128(_mm_srai_epi16(top, 1), _mm_set1_epi16((short)0xBFFF)));
 }
 
 static inline vec v_from_i8(const int8_t *p) {

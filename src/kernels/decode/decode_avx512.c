@@ -36,12 +36,13 @@ static inline vec v_from_f16(const uint16_t *p) {
 }
 
 /* e4m3 S.EEEE.MMM as binary16 S.0EEEE.MMM0000000: the same value / 2^8,
- * subnormals included (vcvtph2ps widens those exactly). */
+ * subnormals included (vcvtph2ps widens those exactly). The byte goes to
+ * the top of its 16-bit lane, an arithmetic shift right by one copies S
+ * into bit 14, and the mask (every bit but 14) clears it. */
 static inline vec v_from_e4m3(const uint8_t *p) {
-    __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p));
-    __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7F)), 7),
-                                _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
-    return _mm512_cvtph_ps(h);
+    __m256i top = _mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128((const __m128i *)p)), 8);
+    return _mm512_cvtph_ps(
+        _mm256_and_si256(_mm256_srai_epi16(top, 1), _mm256_set1_epi16((short)0xBFFF)));
 }
 
 static inline vec v_from_i8(const int8_t *p) {
