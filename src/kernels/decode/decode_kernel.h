@@ -120,8 +120,8 @@ static inline const float *head_scales(const attn_decode_row *r, bool v, const a
  * a head's slice at a time, an order the hardware prefetchers follow
  * poorly once arithmetic sits between the reads; a stream in address order,
  * spread evenly over the block's arithmetic (a share per vector the block
- * loads), keeps the memory busy under it. Lines are asked for with
- * locality 3, as the block's loads will want them in L1.
+ * loads), keeps the memory busy under it. Lines go to L2 (locality 1),
+ * leaving L1 and its fill buffers to the block's own loads.
  */
 typedef struct prefetch_stream {
     const uint8_t *seg[4 * BK]; /* line-aligned starts of the rows' parts */
@@ -160,7 +160,7 @@ static inline void stream_issue(prefetch_stream *ps, size_t n) {
     while (left && seg < ps->segs) {
         const uint8_t *p = ps->seg[seg];
         size_t end = ps->seg_end[seg];
-        for (; left && at < end; left--, at += 64) __builtin_prefetch(p + at, 0, 3);
+        for (; left && at < end; left--, at += 64) __builtin_prefetch(p + at, 0, 1);
         if (at >= end) {
             seg++;
             at = 0;
