@@ -47,6 +47,8 @@
  *                   on an empty cache, the prompt's path)
  *     --paged       the cache's paged layout, --page-size P tokens (16);
  *                   else contiguous
+ *     --kv-dtype T  the cache's K and V type: f32 (default), bf16, f16,
+ *                   fp8, int8 or int4
  *
  * Prints, per build, the median and the fastest round in ms and the first
  * build's over this one's (above 1: this build is faster), and a hash of
@@ -383,7 +385,7 @@ static uint64_t hash_outputs(const job *j) {
 }
 
 static void print_job(const job *j, size_t threads, size_t rounds, int peers_layout,
-                      int paged, size_t page_size, size_t window) {
+                      int paged, size_t page_size, size_t window, const char *kv_dtype) {
     const attn_sdpa_config *c = &j->cfg;
     const char *mode = !j->forward ? "backward alone"
                        : j->backward ? "forward+backward"
@@ -400,6 +402,7 @@ static void print_job(const job *j, size_t threads, size_t rounds, int peers_lay
                j->attend.new_tokens, c->heads, c->kv_heads, c->head_dim,
                paged ? "paged" : "contiguous");
         if (paged) printf(" (page %zu)", page_size);
+        printf(", K and V %s", kv_dtype);
         if (window) printf(", window %zu", window);
         printf(", %zu thread%s, %zu rounds\n", threads, plural, rounds);
         return;
@@ -419,7 +422,7 @@ static int usage(void) {
     fprintf(stderr, "usage: ab_attention [--tokens T] [--heads H] [--kv-heads HKV] "
                     "[--head-dim D] [--batch B] [--causal] [--window W] [--varlen] "
                     "[--threads N] [--rounds R] [--mode fwd|fwdbwd|bwd] [--layout peers|bthd] "
-                    "[--layer | --bf16 | --f64 | [--decode L] [--prefill N] [--paged] "
+                    "[--layer | --bf16 | --f64 | [--decode L] [--prefill N] [--paged] [--kv-dtype T] "
                     "[--page-size P]] OLD.so NEW.so [MORE.so ...]\n");
     return 2;
 }
@@ -428,6 +431,7 @@ int main(int argc, char **argv) {
     size_t T = 1024, H = 12, HKV = 0, B = 1, D = 64, threads = 1, rounds = 21, count = 0;
     size_t window = 0, cached = 0, new_rows = 0, page_size = 16;
     int causal = 0, peers_layout = 1, varlen = 0, paged = 0, cache = 0, paths = 0, mode = 0;
+    const char *kv_dtype = "f32";
     job j = {.path = PATH_F32, .forward = 1};
     build builds[MAX_BUILDS] = {{0}};
     for (int i = 1; i < argc; i++) {
@@ -450,6 +454,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--decode")) cached = strtoul(argv[++i], NULL, 10), cache = 1;
         else if (!strcmp(a, "--prefill")) new_rows = strtoul(argv[++i], NULL, 10), cache = 1;
         else if (!strcmp(a, "--page-size")) page_size = strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--kv-dtype")) kv_dtype = argv[++i];
         else if (!strcmp(a, "--mode")) {
             i++;
             if (strcmp(value, "fwd") && strcmp(value, "fwdbwd") && strcmp(value, "bwd"))
@@ -477,6 +482,16 @@ int main(int argc, char **argv) {
         (window && j.path == PATH_LAYER))
         return usage();
     if (varlen) peers_layout = 0; /* packed rows: (total, H, D) */
+    static const struct {
+        const char *name;
+        attn_dtype dtype;
+    } kv_types[] = {{"f32", ATTN_DTYPE_F32}, {"bf16", ATTN_DTYPE_BF16}, {"f16", ATTN_DTYPE_F16},
+                    {"fp8", ATTN_DTYPE_F8_E4M3}, {"int8", ATTN_DTYPE_I8}, {"int4", ATTN_DTYPE_I4}};
+    attn_dtype kv_type = ATTN_DTYPE_F32;
+    size_t kv_known = 0;
+    for (size_t t = 0; t < sizeof kv_types / sizeof kv_types[0]; t++)
+        if (!strcmp(kv_dtype, kv_types[t].name)) kv_type = kv_types[t].dtype, kv_known = 1;
+    if (!kv_known || (strcmp(kv_dtype, "f32") && !cache)) return usage();
 
     /* the sizes; varlen packs the sequences, T the longest */
     j.batch = B;
@@ -543,7 +558,8 @@ int main(int argc, char **argv) {
     attn_kv_cache_config cache_cfg = {.num_layers = 1, .batch = B, .kv_heads = HKV,
                                       .head_dim = D, .max_len = cached + new_rows,
                                       .layout = paged ? ATTN_KV_PAGED : ATTN_KV_CONTIGUOUS,
-                                      .page_size = page_size, .windows = window ? &window : NULL};
+                                      .page_size = page_size, .windows = window ? &window : NULL,
+                                      .k_dtype = kv_type, .v_dtype = kv_type};
     for (size_t b = 0; b < count; b++) {
         build *x = &builds[b];
         if (load(x, threads, j.path) || (j.path == PATH_LAYER && load_layer(x, &layer_cfg)) ||
@@ -571,7 +587,7 @@ int main(int argc, char **argv) {
             if (r == rounds) x->hash = hash_outputs(&j);
         }
 
-    print_job(&j, threads, rounds, peers_layout, paged, page_size, window);
+    print_job(&j, threads, rounds, peers_layout, paged, page_size, window, kv_dtype);
     double first_median = 0, first_fastest = 0;
     for (size_t b = 0; b < count; b++) {
         build *x = &builds[b];

@@ -6,12 +6,14 @@
 # round in one process, medians), on 1 and on 2 threads:
 #   timed: fp32 and bf16 SDPA, T = 1024 and 4096, causal and not, forward and
 #          forward+backward; decode of one token on a cache of L = 16384
-#          (32 query heads, 8 KV heads, head_dim 128), contiguous and paged;
+#          (32 query heads, 8 KV heads, head_dim 128), contiguous and paged,
+#          and of bf16 and int8 caches;
 #          the GPT-2 layer, T = 1024, forward and forward+backward; f64 SDPA
 #          at T = 256, forward and forward+backward
 #   hash:  one round each, for the bits of the paths the timed cases do not
 #          take: the bthd layout, GQA, varlen, sliding windows, f64 with
-#          them, decode with page size 1, a batch and a windowed cache,
+#          them, decode with page size 1, f16, fp8 and int4 caches, a batch
+#          and a windowed cache,
 #          prefill of 200 tokens on an empty cache and on a filled one
 #
 #   bench/ab_contract.sh OLD.so NEW.so OUTFILE
@@ -129,6 +131,8 @@ for prec in f32 bf16; do
 done
 run_case "decode L=16384 contiguous" 21 --decode 16384 $decode
 run_case "decode L=16384 paged 16" 21 --decode 16384 --paged --page-size 16 $decode
+run_case "decode L=16384 contiguous bf16" 21 --decode 16384 --kv-dtype bf16 $decode
+run_case "decode L=16384 contiguous int8" 21 --decode 16384 --kv-dtype int8 $decode
 run_case "gpt2 layer T=1024 fwd" 15 --layer --tokens 1024 --mode fwd
 run_case "gpt2 layer T=1024 fwdbwd" 11 --layer --tokens 1024 --mode fwdbwd
 run_case "f64 T=256 causal fwd" 7 --f64 --tokens 256 --causal --mode fwd
@@ -150,6 +154,9 @@ run_case "bf16 varlen B=3 window 256 T=1024 fwdbwd" 0 --bf16 --varlen --batch 3 
 run_case "f64 gqa4 varlen B=3 window 50 T=128 fwdbwd" 0 --f64 --kv-heads 4 --varlen --batch 3 \
   --window 50 --tokens 128 --causal --mode fwdbwd
 run_case "decode L=16384 paged 1" 0 --decode 16384 --paged --page-size 1 $decode
+run_case "decode L=16384 contiguous f16" 0 --decode 16384 --kv-dtype f16 $decode
+run_case "decode L=16384 paged 16 fp8" 0 --decode 16384 --paged --kv-dtype fp8 $decode
+run_case "decode L=16384 contiguous int4" 0 --decode 16384 --kv-dtype int4 $decode
 run_case "decode L=4096 B=3 paged 16" 0 --decode 4096 --batch 3 --paged $decode
 run_case "decode L=16384 window 4096 contiguous" 0 --decode 16384 --window 4096 $decode
 run_case "decode L=16384 window 4096 paged 16" 0 --decode 16384 --window 4096 --paged $decode
