@@ -25,9 +25,8 @@ machine_name() {
   model=$(awk -F': ' '/^model\t/{print $2; exit}' /proc/cpuinfo)
   n=$(nproc)
   case "$vendor/$family/$model" in
-    AuthenticAMD/25/*) # family 25 is Zen 3 and Zen 4: models 16-31, 96-127, 160-175 are Zen 4
-      if (( (model >= 16 && model < 32) || (model >= 96 && model < 128) ||
-            (model >= 160 && model < 176) )); then kind=zen4; else kind=zen3; fi ;;
+    AuthenticAMD/25/*) # family 25 is Zen 3 (models 0-15, 32-95) and Zen 4, as bench/peers.py
+      if (( model < 16 || (model >= 32 && model < 96) )); then kind=zen3; else kind=zen4; fi ;;
     AuthenticAMD/26/*) kind=zen5 ;;
     GenuineIntel/6/167) kind=xeon ;;
     GenuineIntel/6/207) kind=xeon-emr ;;
