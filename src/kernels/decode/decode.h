@@ -25,6 +25,7 @@
 #include "contract/kv_format.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -71,12 +72,16 @@ static inline const float *attn_decode_scales_at(const float *base, size_t at, s
     return per ? base + at * per : base;
 }
 
-/* The rows of slot at of a store's cache. */
-static inline attn_decode_row attn_decode_cache_row(const attn_decode_keys *m, size_t at) {
+/* The rows of slot at of the new rows (fresh) or of the cache. */
+static inline attn_decode_row attn_decode_row_at(const attn_decode_keys *m, bool fresh,
+                                                 size_t at) {
     const attn_decode_store *K = &m->k, *V = &m->v;
-    return (attn_decode_row){K->cache + at * K->row_bytes, V->cache + at * V->row_bytes,
-                             attn_decode_scales_at(K->cache_scales, at, K->row_scales),
-                             attn_decode_scales_at(V->cache_scales, at, V->row_scales)};
+    return (attn_decode_row){(fresh ? K->fresh : K->cache) + at * K->row_bytes,
+                             (fresh ? V->fresh : V->cache) + at * V->row_bytes,
+                             attn_decode_scales_at(fresh ? K->fresh_scales : K->cache_scales, at,
+                                                   K->row_scales),
+                             attn_decode_scales_at(fresh ? V->fresh_scales : V->cache_scales, at,
+                                                   V->row_scales)};
 }
 
 /* rows[i] = the rows of positions first + i, i < n. Cached positions go in
@@ -84,7 +89,6 @@ static inline attn_decode_row attn_decode_cache_row(const attn_decode_keys *m, s
  * starts: at first, where a page or the ring ends. */
 static inline void attn_decode_key_rows(const attn_decode_keys *m, size_t first, size_t n,
                                         attn_decode_row *rows) {
-    const attn_decode_store *K = &m->k, *V = &m->v;
     size_t i = 0;
     while (i < n && first + i < m->cached) {
         size_t pos = first + i, at, run;
@@ -98,14 +102,9 @@ static inline void attn_decode_key_rows(const attn_decode_keys *m, size_t first,
         }
         if (run > n - i) run = n - i;
         if (run > m->cached - pos) run = m->cached - pos;
-        for (size_t stop = i + run; i < stop; i++, at++) rows[i] = attn_decode_cache_row(m, at);
+        for (size_t stop = i + run; i < stop; i++, at++) rows[i] = attn_decode_row_at(m, false, at);
     }
-    for (; i < n; i++) {
-        size_t at = first + i - m->cached;
-        rows[i] = (attn_decode_row){K->fresh + at * K->row_bytes, V->fresh + at * V->row_bytes,
-                                    attn_decode_scales_at(K->fresh_scales, at, K->row_scales),
-                                    attn_decode_scales_at(V->fresh_scales, at, V->row_scales)};
-    }
+    for (; i < n; i++) rows[i] = attn_decode_row_at(m, true, first + i - m->cached);
 }
 
 /* The new rows of one sequence and what they see: row r sits at position
