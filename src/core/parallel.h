@@ -32,9 +32,11 @@ void attn_parallel_dynamic(size_t num_threads, size_t n, attn_item_fn body, void
 
 /*
  * A pool of worker threads that a ctx keeps (core/context.c): started on the
- * ctx's first parallel call (attn_ctx_pool), asleep between calls, joined
- * by attn_ctx_free. Starting threads costs tens of microseconds a call, as
- * much as a whole matrix-vector product of a decoding step.
+ * ctx's first parallel call (attn_ctx_pool), watching for the next call for
+ * a fraction of a millisecond after each (parallel.c's SPIN_NS), asleep
+ * after that, joined by attn_ctx_free. Starting threads costs tens of
+ * microseconds a call, as much as a whole matrix-vector product of a
+ * decoding step, and waking a sleeping one about 15.
  */
 typedef struct attn_pool attn_pool;
 /* A pool of workers threads beside the caller's, or NULL (out of memory, or

@@ -1,12 +1,15 @@
 /*
  * test_pool.c — the ctx's worker pool (src/core/parallel.c): every item of
  * every call runs exactly once, on the same parts and ranges as threads
- * started per call; calls from inside a body, one thread, no pool, and a
- * ctx freed with its workers asleep. CI runs it under ThreadSanitizer.
+ * started per call; calls from inside a body, one thread, no pool; calls
+ * that find the workers watching for work and calls that find them asleep
+ * (after a pause past their watch), and a ctx freed in either state. CI runs
+ * it under ThreadSanitizer.
  * Also the other thing a ctx keeps from call to call: the attention's
  * workspace (attn_ctx_workspace), which the fused kernels zero on the
  * pool's threads (attn_pool_zero): whatever it held, the same bits.
  */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include "attention/attention.h"
 #include "attn.h"
 #include "check.h"
@@ -293,7 +296,29 @@ int main(void) {
     CHECK(attn_ctx_pool(one) == NULL);
     attn_ctx_free(one);
 
-    /* freed with its workers waiting for work */
+    /* calls after a pause longer than the workers watch for work: they are
+     * asleep, and the call wakes them */
+    int woken = 1;
+    for (int call = 0; call < 10; call++) {
+        nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
+        static ranges later;
+        memset(&later, 0, sizeof later);
+        attn_pool_dynamic(pool, 3, ITEMS, count_item, &later);
+        woken &= all_once(&later, ITEMS);
+    }
+    CHECK(woken);
+
+    /* freed right after a call, its workers watching for the next */
+    attn_ctx *watching;
+    CHECK(attn_ctx_new(&(attn_ctx_config){.num_threads = 2}, &watching) == ATTN_OK);
+    static ranges last;
+    memset(&last, 0, sizeof last);
+    attn_pool_dynamic(attn_ctx_pool(watching), 2, ITEMS, count_item, &last);
+    CHECK(all_once(&last, ITEMS));
+    attn_ctx_free(watching);
+
+    /* freed with its workers asleep */
+    nanosleep(&(struct timespec){.tv_nsec = 2000000}, NULL);
     attn_ctx_free(ctx);
     return check_summary();
 }
