@@ -134,11 +134,12 @@ struct attn_pool {
 /*
  * How long a worker watches for the next job after one ends, and the caller
  * for the workers' end of a job, before sleeping on the condition variable.
- * Waking a sleeping thread costs some 15 us on a 2-vCPU KVM guest, as long
- * as a decoding step's matrix-vector product of a small model; a model's
- * calls follow one another microseconds apart, so a worker that watches
- * for a while takes the next call at once. Beyond it the workers sleep and
- * use no processor time.
+ * Waking a sleeping thread takes a system call on each side, and in a
+ * virtual machine an exit to the hypervisor: as long as a small model's
+ * matrix-vector product (docs/tuning.md). A model's calls follow one
+ * another microseconds apart, so a worker that watches for a while takes
+ * the next call at once; past it the workers sleep and use no processor
+ * time.
  */
 #define SPIN_NS ((uint64_t)200000)
 

@@ -36,7 +36,7 @@ void attn_parallel_dynamic(size_t num_threads, size_t n, attn_item_fn body, void
  * a fraction of a millisecond after each (parallel.c's SPIN_NS), asleep
  * after that, joined by attn_ctx_free. Starting threads costs tens of
  * microseconds a call, as much as a whole matrix-vector product of a
- * decoding step, and waking a sleeping one about 15.
+ * decoding step, and waking sleeping ones a good part of that.
  */
 typedef struct attn_pool attn_pool;
 /* A pool of workers threads beside the caller's, or NULL (out of memory, or
