@@ -10,7 +10,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
+#include <sched.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct range_job {
     attn_part_fn body;
@@ -126,6 +128,7 @@ struct attn_pool {
     size_t parts;                /* the workers run jobs[1 .. parts) */
     atomic_size_t pending;       /* of those, not finished */
     _Atomic uint64_t generation; /* one more per job (and at stop) */
+    uint64_t watch_ns;           /* SPIN_NS, or 0: more threads than processors */
     size_t sleepers;             /* workers waiting on wake, under lock */
     bool caller_waits;           /* the caller waiting on done, under lock */
     bool stop;
@@ -139,9 +142,11 @@ struct attn_pool {
  * matrix-vector product (docs/tuning.md). A model's calls follow one
  * another microseconds apart, so a worker that watches for a while takes
  * the next call at once; past it the workers sleep and use no processor
- * time.
+ * time. A watching thread yields the processor at every look, so that on a
+ * busy machine it does not hold a processor another thread needs; a pool
+ * with more threads than the machine has processors does not watch at all.
  */
-#define SPIN_NS ((uint64_t)200000)
+#define SPIN_NS ((uint64_t)100000)
 
 static uint64_t now_ns(void) {
     struct timespec t;
@@ -149,31 +154,26 @@ static uint64_t now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
-/* Spins until the pool's generation is no longer seen, at most SPIN_NS. */
+/* Spins until the pool's generation is no longer seen, at most the pool's
+ * watch. */
 static void watch_for_job(attn_pool *pool, uint64_t seen) {
+    if (!pool->watch_ns) return;
     uint64_t start = now_ns();
     for (unsigned i = 1;
          atomic_load_explicit(&pool->generation, memory_order_acquire) == seen; i++) {
-        cpu_relax();
-        if (i % 64 == 0 && now_ns() - start > SPIN_NS) return;
+        sched_yield();
+        if (i % 16 == 0 && now_ns() - start > pool->watch_ns) return;
     }
 }
 
-/* Spins until no part of the job is pending, at most SPIN_NS; whether none
- * is. */
+/* Spins until no part of the job is pending, at most the pool's watch;
+ * whether none is. */
 static bool watch_for_end(attn_pool *pool) {
-    uint64_t start = now_ns();
+    uint64_t start = pool->watch_ns ? now_ns() : 0;
     for (unsigned i = 1; atomic_load_explicit(&pool->pending, memory_order_acquire); i++) {
-        cpu_relax();
-        if (i % 64 == 0 && now_ns() - start > SPIN_NS) return false;
+        if (!pool->watch_ns) return false;
+        sched_yield();
+        if (i % 16 == 0 && now_ns() - start > pool->watch_ns) return false;
     }
     return true;
 }
@@ -236,6 +236,8 @@ attn_pool *attn_pool_new(size_t workers) {
     atomic_init(&pool->busy, false);
     atomic_init(&pool->pending, 0);
     atomic_init(&pool->generation, 0);
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    pool->watch_ns = cpus > 0 && (size_t)cpus > workers ? SPIN_NS : 0;
     for (size_t i = 0; i < workers; i++) {
         pool->worker[i] = (pool_worker){pool, i + 1};
         if (pthread_create(&pool->threads[i], NULL, pool_main, &pool->worker[i]) != 0) break;

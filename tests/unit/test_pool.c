@@ -308,13 +308,25 @@ int main(void) {
     }
     CHECK(woken);
 
-    /* freed right after a call, its workers watching for the next */
+    /* two threads, which watch for work between calls on any machine of two
+     * processors or more (a pool of more threads than processors does not
+     * watch): calls back to back, then freed right after one, its worker
+     * watching for the next */
     attn_ctx *watching;
     CHECK(attn_ctx_new(&(attn_ctx_config){.num_threads = 2}, &watching) == ATTN_OK);
-    static ranges last;
-    memset(&last, 0, sizeof last);
-    attn_pool_dynamic(attn_ctx_pool(watching), 2, ITEMS, count_item, &last);
-    CHECK(all_once(&last, ITEMS));
+    attn_pool *pair = attn_ctx_pool(watching);
+    int watched = 1;
+    for (int call = 0; call < 500; call++) {
+        size_t n = 1 + (size_t)call % ITEMS;
+        static ranges quick;
+        memset(&quick, 0, sizeof quick);
+        if (call % 2)
+            attn_pool_dynamic(pair, 2, n, count_item, &quick);
+        else
+            attn_pool_for_parts(pair, 1 + (size_t)call % 3, n, 1, record_range, &quick);
+        watched &= all_once(&quick, n);
+    }
+    CHECK(watched);
     attn_ctx_free(watching);
 
     /* freed with its workers asleep */
