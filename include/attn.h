@@ -168,8 +168,10 @@ size_t attn_ctx_num_threads(const attn_ctx *ctx);
  * the attention's tiles) from call to call, as much as its largest call
  * needed, and, with more than one thread, num_threads - 1 worker threads
  * for its fast kernels (the fused attention, the matrix products, the KV
- * cache's attend), started by the first such call and asleep between
- * calls; attn_ctx_free frees and joins them. (The reference kernels, and the lighter loops of
+ * cache's attend), started by the first such call, watching for the next
+ * for up to 0.1 ms after each (yielding the processor; not where the ctx
+ * has more threads than the machine has processors), then asleep;
+ * attn_ctx_free frees and joins them. (The reference kernels, and the lighter loops of
  * training, start threads per call.) */
 /* The kernels the ctx runs: never AUTO (resolved at attn_ctx_new, which
  * fails with ATTN_ERR_INVALID when asked for kernels the CPU cannot run or
