@@ -17,9 +17,6 @@
  *     bitwise what C preset to the bias rows with beta = 1 gives;
  *   - k taken in super-blocks (the shared operand packed a part at a time)
  *     gives bitwise the result of one pass;
- *   - B of 16-bit elements (bf16, f16) widened as it is packed
- *     (attn_sgemm_run_b16) gives bitwise the SGEMM on the widened B, both
- *     layouts of B, rows and columns split, 1 and 3 threads, with a bias;
  *   - the public attn_gemm on every kernel set, the reference included, and
  *     its errors;
  *   - when the SGEMM cannot get its workspace (address space limited with
@@ -32,7 +29,6 @@
 #include "attn.h"
 #include "check.h"
 #include "internal.h"
-#include "half.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/kernel_set.h"
@@ -593,52 +589,6 @@ static void public_gemm(attn_kernels kernels, uint64_t *seed) {
 
 /* The SGEMM of isa's kernel set (kernels/kernel_set.h), NULL for the
  * reference set. */
-/* attn_sgemm_run_b16 against attn_sgemm_run on the widened B: the same
- * bits. Shapes where rows of C are split (m >= n) and where columns are, k
- * over several kc blocks. */
-static void b16_case(const attn_gemm_kernel *uk, attn_dtype dtype, bool trans_b, size_t m,
-                     size_t n, size_t k, size_t threads, uint64_t *seed) {
-    size_t nb = k * n;
-    float *a = malloc(m * k * sizeof *a), *b = malloc(nb * sizeof *b);
-    float *bias = malloc(n * sizeof *bias), *c = malloc(m * n * sizeof *c);
-    float *c16 = malloc(m * n * sizeof *c16);
-    uint16_t *h = malloc(nb * sizeof *h);
-    size_t floats = attn_sgemm_workspace(uk, threads, m, n, k);
-    float *ws = aligned_alloc(64, (floats * sizeof(float) + 63) / 64 * 64);
-    if (!a || !b || !bias || !c || !c16 || !h || !ws) abort();
-    fill(a, m * k, seed);
-    fill(b, nb, seed);
-    fill(bias, n, seed);
-    for (size_t i = 0; i < nb; i++) { /* B rounded to the type, then widened back */
-        h[i] = attn_float_to_half(dtype, b[i]);
-        b[i] = attn_half_to_float(dtype, h[i]);
-    }
-    attn_pool *pool = threads > 1 ? attn_pool_new(threads - 1) : NULL;
-    attn_workers w = {threads, pool};
-    size_t ldb = trans_b ? k : n;
-    attn_sgemm_run(uk, w, false, trans_b, m, n, k, 1.0f, a, k, b, ldb, 0.0f, c, n, bias, ws);
-    attn_sgemm_run_b16(uk, w, false, trans_b, m, n, k, 1.0f, a, k, dtype, h, ldb, 0.0f, c16, n,
-                       bias, ws);
-    attn_pool_free(pool);
-    bool same = memcmp(c, c16, m * n * sizeof *c) == 0;
-    if (!same)
-        fprintf(stderr, "%s: 16-bit B (%s, %c) m=%zu n=%zu k=%zu threads %zu differs from the "
-                        "widened B\n",
-                uk->name, attn_dtype_name(dtype), trans_b ? 'T' : 'N', m, n, k, threads);
-    CHECK(same);
-    free(a), free(b), free(bias), free(c), free(c16), free(h), free(ws);
-}
-
-static void b16_cases(const attn_gemm_kernel *uk, uint64_t *seed) {
-    const size_t shapes[][3] = {{37, 19, 300}, {5, 70, 1000}, {64, 200, 2 * 384 + 7}};
-    for (int d = 0; d < 2; d++)
-        for (int tb = 0; tb < 2; tb++)
-            for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++)
-                for (size_t threads = 1; threads <= 3; threads += 2)
-                    b16_case(uk, d ? ATTN_DTYPE_F16 : ATTN_DTYPE_BF16, tb, shapes[s][0],
-                             shapes[s][1], shapes[s][2], threads, seed);
-}
-
 static const attn_gemm_kernel *gemm_of(attn_kernels isa) {
     attn_kernel_set set;
     attn_kernel_set_fill(isa, &set);
@@ -665,7 +615,6 @@ int main(int argc, char **argv) {
         int before = check_failed;
         gemm_kernel_set(uk, &seed);
         super_blocks(uk, &seed);
-        b16_cases(uk, &seed);
         for (int c = 0; c < 6; c++) {
             call_sizes sizes = {1 + below(&seed, 150), 1 + below(&seed, 150),
                                 1 + below(&seed, 150)};

@@ -40,7 +40,6 @@
 
 #include <stdbool.h>
 #include <stddef.h>
-#include <stdint.h>
 
 /*
  * The microkernel: c (MR, NR, row stride ldc) = alpha * acc + beta * c where
@@ -70,12 +69,6 @@ typedef void attn_sgemm_micro_fn(size_t k, const float *a, const float *b, float
 typedef void attn_sgemm_pack_fn(size_t kc, size_t len, const float *src, size_t ld, bool trans,
                                 float *dst);
 
-/* pack_b's layout from 16-bit elements (dtype ATTN_DTYPE_BF16 or F16, raw
- * bits), each widened exactly to float: the same panels as pack_b makes of
- * the widened values (gemm16.h's widened packing, attn_gemm16_pack_fn). */
-typedef void attn_sgemm_pack16_fn(attn_dtype dtype, size_t kc, size_t len, const uint16_t *src,
-                                  size_t ld, bool trans, void *dst);
-
 /* A kernel set: the microkernel, its packing and its cache blocks. */
 typedef struct attn_gemm_kernel {
     const char *name;   /* datatype, operation, architecture and tile */
@@ -85,7 +78,6 @@ typedef struct attn_gemm_kernel {
     size_t shared_max;  /* floats of the shared operand packed at once */
     attn_sgemm_micro_fn *micro;
     attn_sgemm_pack_fn *pack_a, *pack_b;
-    attn_sgemm_pack16_fn *pack_b16; /* pack_b of 16-bit B */
 } attn_gemm_kernel;
 
 /* The kernel sets (gemm_config.c); a ctx's is in its kernel set
@@ -117,15 +109,6 @@ void attn_sgemm_run(const attn_gemm_kernel *uk, attn_workers w, bool trans_a, bo
                     size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
                     const float *b, size_t ldb, float beta, float *c, size_t ldc,
                     const float *bias, float *workspace);
-
-/* attn_sgemm_run with B of 16-bit elements (dtype bf16 or f16, raw bits),
- * widened to float as it is packed (uk->pack_b16): the bits of
- * attn_sgemm_run on the widened B, without a float copy of it. The same
- * workspace (attn_sgemm_workspace). */
-void attn_sgemm_run_b16(const attn_gemm_kernel *uk, attn_workers w, bool trans_a, bool trans_b,
-                        size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
-                        attn_dtype b_dtype, const uint16_t *b, size_t ldb, float beta, float *c,
-                        size_t ldc, const float *bias, float *workspace);
 
 /* The same, allocating the workspace for the call, on threads started for
  * it. Returns false, having written nothing, when it cannot be allocated. */

@@ -14,7 +14,6 @@
  * (AVX2) accumulators; see each kernel file.
  */
 #include "kernels/gemm/gemm.h"
-#include "kernels/gemm/gemm16.h"
 
 /* The operand every thread reads (B when rows of C are split, A when
  * columns are) is packed at most 16 MiB at a time: the workspace stays
@@ -26,7 +25,6 @@ const attn_gemm_kernel attn_sgemm_kernel_portable = {
     .mr = 4, .nr = 8, .mc = 1024, .kc = 256, .nc = 512, .shared_max = SHARED_MAX,
     .micro = attn_sgemm_portable_4x8,
     .pack_a = attn_sgemm_portable_4x8_pack_a, .pack_b = attn_sgemm_portable_4x8_pack_b,
-    .pack_b16 = attn_gemm16_widen_8_pack_b,
 };
 
 #if defined(ATTN_HAVE_X86_KERNELS)
@@ -35,7 +33,6 @@ const attn_gemm_kernel attn_sgemm_kernel_avx2 = {
     .mr = 6, .nr = 16, .mc = 1020, .kc = 384, .nc = 512, .shared_max = SHARED_MAX,
     .micro = attn_sgemm_avx2_6x16,
     .pack_a = attn_sgemm_avx2_6x16_pack_a, .pack_b = attn_sgemm_avx2_6x16_pack_b,
-    .pack_b16 = attn_gemm16_widen_16_pack_b,
 };
 
 const attn_gemm_kernel attn_sgemm_kernel_avx512 = {
@@ -43,6 +40,5 @@ const attn_gemm_kernel attn_sgemm_kernel_avx512 = {
     .mr = 14, .nr = 32, .mc = 1008, .kc = 384, .nc = 512, .shared_max = SHARED_MAX,
     .micro = attn_sgemm_avx512_14x32,
     .pack_a = attn_sgemm_avx512_14x32_pack_a, .pack_b = attn_sgemm_avx512_14x32_pack_b,
-    .pack_b16 = attn_gemm16_widen_avx512_32_pack_b,
 };
 #endif

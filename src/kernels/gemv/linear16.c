@@ -1,6 +1,6 @@
 /* linear16.c — the linear layers on 16-bit weights (linear16.h): the
- * matrix-vector kernels for few rows, the SGEMM widening W as it packs it
- * for many, widened panels and the reference sums for the reference set. */
+ * matrix-vector kernels for few rows, the SGEMM on widened panels for
+ * many, the reference sums for the reference set. */
 #include "kernels/gemv/linear16.h"
 
 #include "half.h"
@@ -129,21 +129,11 @@ void attn_k_linear16_n(attn_ctx *ctx, attn_dtype dtype, const float *x, size_t r
         gemv16(ctx, bf16 ? k->run_bf16 : k->run_f16, x, rows, in, parts, n);
         return;
     }
-    const attn_gemm_kernel *uk = ctx->ks.gemm;
     attn_widen16_fn *fn = k ? (bf16 ? k->widen_bf16 : k->widen_f16)
                             : (bf16 ? attn_widen_portable_bf16 : attn_widen_portable_f16);
     size_t per_panel = in ? attn_k_linear16_panel_floats(in) / in : 1;
     for (size_t i = 0; i < n; i++) {
         const attn_k_linear16_part *p = &parts[i];
-        if (uk && uk->pack_b16) { /* W widened as the SGEMM packs it */
-            size_t floats = attn_sgemm_workspace(uk, ctx->num_threads, rows, p->out, in);
-            float *ws = floats ? attn_ctx_scratch(ctx, floats * sizeof(float)) : NULL;
-            if (ws) {
-                attn_sgemm_run_b16(uk, attn_ctx_workers(ctx), false, true, rows, p->out, in, 1.0f,
-                                   x, in, dtype, p->w, in, 0.0f, p->y, p->out, p->bias, ws);
-                continue;
-            }
-        }
         for (size_t o = 0; o < p->out; o += per_panel) {
             size_t len = p->out - o < per_panel ? p->out - o : per_panel;
             widen(ctx, fn, p->w + o * in, len * in, panel);
