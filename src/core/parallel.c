@@ -154,24 +154,25 @@ static uint64_t now_ns(void) {
     return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
 }
 
-/* Spins until the pool's generation is no longer seen, at most the pool's
- * watch. */
-static void watch_for_job(attn_pool *pool, uint64_t seen) {
-    if (!pool->watch_ns) return;
-    uint64_t start = now_ns();
-    for (unsigned i = 1;
-         atomic_load_explicit(&pool->generation, memory_order_acquire) == seen; i++) {
-        sched_yield();
-        if (i % 16 == 0 && now_ns() - start > pool->watch_ns) return;
-    }
+/* Whether a job other than generation seen was published. */
+static bool job_published(const attn_pool *pool, uint64_t seen) {
+    return atomic_load_explicit(&pool->generation, memory_order_acquire) != seen;
 }
 
-/* Spins until no part of the job is pending, at most the pool's watch;
- * whether none is. */
-static bool watch_for_end(attn_pool *pool) {
-    uint64_t start = pool->watch_ns ? now_ns() : 0;
-    for (unsigned i = 1; atomic_load_explicit(&pool->pending, memory_order_acquire); i++) {
-        if (!pool->watch_ns) return false;
+/* Whether every worker's part of the job has ended. */
+static bool job_ended(const attn_pool *pool, uint64_t unused) {
+    (void)unused;
+    return atomic_load_explicit(&pool->pending, memory_order_acquire) == 0;
+}
+
+/* Looks at ready(pool, arg), yielding the processor between looks, until it
+ * holds or the pool's watch has passed; whether it holds. */
+static bool watch(const attn_pool *pool, bool (*ready)(const attn_pool *, uint64_t),
+                  uint64_t arg) {
+    if (ready(pool, arg)) return true;
+    if (!pool->watch_ns) return false;
+    uint64_t start = now_ns();
+    for (unsigned i = 1; !ready(pool, arg); i++) {
         sched_yield();
         if (i % 16 == 0 && now_ns() - start > pool->watch_ns) return false;
     }
@@ -186,7 +187,7 @@ static void *pool_main(void *p) {
     attn_pool *pool = w->pool;
     uint64_t seen = 0;
     for (;;) {
-        watch_for_job(pool, seen);
+        watch(pool, job_published, seen);
         pthread_mutex_lock(&pool->lock);
         pool->sleepers++;
         while (!pool->stop && atomic_load(&pool->generation) == seen)
@@ -288,7 +289,7 @@ void attn_pool_for_parts(attn_pool *pool, size_t num_threads, size_t n, size_t m
     if (pool->sleepers) pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->lock);
     run_range(&first);
-    if (!watch_for_end(pool)) {
+    if (!watch(pool, job_ended, 0)) {
         pthread_mutex_lock(&pool->lock);
         pool->caller_waits = true;
         while (atomic_load(&pool->pending) > 0) pthread_cond_wait(&pool->done, &pool->lock);
