@@ -20,4 +20,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # one machine: shared memory and loopback only, no probing for fabrics
 export OMPI_MCA_btl=${OMPI_MCA_btl:-self,vader,tcp} OMPI_MCA_btl_tcp_if_include=${OMPI_MCA_btl_tcp_if_include:-lo}
 export OMPI_MCA_pml=${OMPI_MCA_pml:-ob1}
+# a job whose rank fails is torn down at once: mpirun's default waits a
+# second between its SIGTERM and SIGKILL to the others, even when they have
+# already exited, and attn handles neither signal
+export OMPI_MCA_odls_base_sigkill_timeout=${OMPI_MCA_odls_base_sigkill_timeout:-0}
 exec "$mpirun" -np "$np" --oversubscribe "$@"
