@@ -7,7 +7,9 @@
  * the visible keys and the sink, and the analytic backward (dS = P (dP -
  * delta), back through the chain). Out, lse, dq, dk, dv, dsinks and the bias
  * and T5 table gradients agree within 1e-5 relative L2; rows that see no key
- * give out 0 and lse -inf; 1 and 2 threads give the same bits; the call's
+ * give out 0 and lse -inf; a NaN input or a +inf score makes the rows that
+ * see it NaN, and their gradients, as the reference's; 1 and 2 threads give
+ * the same bits; the call's
  * explanation names flex; a callback's error fails the call, naming it.
  * Fresh random inputs each run: the seed is printed, ATTN_TEST_SEED repeats
  * it. `test_flex_attention --bench N` times a T = S = N forward under a 10%
@@ -689,6 +691,83 @@ static void test_callback_error(attn_ctx *ctx) {
     free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv);
 }
 
+/* A callback that makes head 0's score of query 9 against key 4 +inf. */
+static int inf_fn(void *user, const attn_score_tile *t) {
+    (void)user;
+    if (t->h == 0 && t->q0 <= 9 && 9 < t->q0 + t->rows && t->kv0 <= 4 && 4 < t->kv0 + t->cols)
+        t->scores[(9 - t->q0) * t->ld + (4 - t->kv0)] = INFINITY;
+    return 0;
+}
+static int inf_grad(void *user, const attn_score_tile *t, float *grad) {
+    (void)user, (void)t, (void)grad;
+    return 0;
+}
+
+/* Where x is NaN, as 0 and 1. */
+static void nan_pattern(const float *x, size_t n, unsigned char *out) {
+    for (size_t i = 0; i < n; i++) out[i] = isnan(x[i]) != 0;
+}
+
+/* A NaN input, or a score a modifier makes +inf, makes the rows that see it
+ * NaN, and their gradients, as the reference (and PyTorch) make them: the
+ * kernels' max and exp2 would pass over such a score, and a row that saw
+ * nothing else would give zeros. Causal, so that the rows before the key
+ * stay finite. dq may also be NaN where a row that does not see the NaN key
+ * multiplies its zero weight by it (0 * NaN, as PyTorch's dense backward). */
+static void test_non_finite(attn_ctx *ctx) {
+    attn_ctx *ref;
+    attn_ctx_config rc = {.kernels = ATTN_KERNELS_REFERENCE};
+    CHECK_STATUS(attn_ctx_new(&rc, &ref), ATTN_OK);
+    const size_t B = 1, H = 2, T = 40, D = 16, n = B * T * H * D, rows = B * H * T;
+    unsigned char *want = malloc(n), *got = malloc(n);
+    for (int variant = 0; variant < 2; variant++) {
+        float *q = alloc_randn(n, 1), *k = alloc_randn(n, 1), *v = alloc_randn(n, 1);
+        float *dout = alloc_randn(n, 1);
+        if (variant == 0) k[(7 * H + 1) * D + 3] = NAN; /* key 7 of head 1 */
+        attn_score_mod mods[1] = {{.kind = ATTN_SCORE_SCALE, .value = 0.5}};
+        if (variant == 1)
+            mods[0] = (attn_score_mod){.kind = ATTN_SCORE_CALLBACK, .fn = inf_fn,
+                                       .grad_fn = inf_grad};
+        attn_sdpa_config cfg = {.batch = B, .heads = H, .q_tokens = T, .kv_tokens = T,
+                                .head_dim = D, .causal = true, .align = ATTN_ALIGN_TOP_LEFT,
+                                .score_mods = mods, .score_mod_count = 1};
+        float *r[2][5]; /* out, lse, dq, dk, dv of the fast ctx and the reference */
+        for (int c = 0; c < 2; c++) {
+            attn_ctx *x = c ? ref : ctx;
+            for (int t = 0; t < 5; t++) r[c][t] = calloc(t == 1 ? rows : n, sizeof(float));
+            CHECK_STATUS(attn_sdpa_forward(x, &cfg, q, k, v, r[c][0], r[c][1], NULL, NULL),
+                         ATTN_OK);
+            if (c == 0) CHECK(strstr(attn_ctx_last_explain(x), "flex [") != NULL);
+            CHECK_STATUS(attn_sdpa_backward(x, &cfg, q, k, v, r[c][0], r[c][1], dout, r[c][2],
+                                            r[c][3], r[c][4], NULL),
+                         ATTN_OK);
+        }
+        size_t nan_rows = 0;
+        for (int t = 0; t < 5; t++) {
+            size_t len = t == 1 ? rows : n, extra = 0, missing = 0;
+            nan_pattern(r[1][t], len, want);
+            nan_pattern(r[0][t], len, got);
+            for (size_t i = 0; i < len; i++) {
+                missing += want[i] && !got[i];
+                extra += got[i] && !want[i];
+                if (t == 1) nan_rows += want[i];
+            }
+            CHECK(missing == 0);
+            CHECK(t == 2 || extra == 0);
+            if (missing || (t != 2 && extra))
+                printf("FAIL non-finite variant %d, tensor %d: %zu NaN missing, %zu extra\n",
+                       variant, t, missing, extra);
+        }
+        /* head 1's rows from 7 on; head 0's row 9 */
+        CHECK(nan_rows == (variant == 0 ? T - 7 : 1));
+        for (int c = 0; c < 2; c++)
+            for (int t = 0; t < 5; t++) free(r[c][t]);
+        free(q), free(k), free(v), free(dout);
+    }
+    free(want), free(got);
+    attn_ctx_free(ref);
+}
+
 /* ---- timing -------------------------------------------------------------------- */
 
 /* A chain of softcap then ALiBi at the problem's own positions is the
@@ -810,6 +889,7 @@ int main(int argc, char **argv) {
         size_t cases = argc == 3 && !strcmp(argv[1], "--cases") ? strtoul(argv[2], NULL, 10) : 40;
         for (size_t i = 0; i < cases; i++) test_case(one, two, i);
         test_callback_error(two);
+        test_non_finite(two);
         test_fixed_features(two);
 #if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
         /* an unoptimised or instrumented build's times say nothing, nor the portable set's */

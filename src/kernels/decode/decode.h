@@ -223,21 +223,26 @@ extern const attn_decode_kernels attn_decode_avx512;
 
 /* (m, l, acc[D]) += the partial (m2, l2, acc2[D]): both rescaled to the
  * larger max. One function for every caller, so that folding the same
- * partials in the same order gives the same bits. */
+ * partials in the same order gives the same bits. A NaN sum (a NaN or
+ * infinite score) stays NaN whatever the maxes: a chunk whose every score
+ * is NaN keeps the max -inf of a chunk that saw nothing. */
 static inline void attn_decode_fold(float *m, float *l, float *acc, float m2, float l2,
                                     const float *acc2, size_t D) {
-    if (m2 == -INFINITY) return;
-    if (*m == -INFINITY) {
+    bool nan = *l != *l || l2 != l2;
+    if (m2 == -INFINITY) {
+        /* nothing to add */
+    } else if (*m == -INFINITY) {
         *m = m2;
         *l = l2;
         for (size_t d = 0; d < D; d++) acc[d] = acc2[d];
-        return;
+    } else {
+        float mx = *m > m2 ? *m : m2;
+        float a1 = exp2f(*m - mx), a2 = exp2f(m2 - mx);
+        *m = mx;
+        *l = *l * a1 + l2 * a2;
+        for (size_t d = 0; d < D; d++) acc[d] = acc[d] * a1 + acc2[d] * a2;
     }
-    float mx = *m > m2 ? *m : m2;
-    float a1 = exp2f(*m - mx), a2 = exp2f(m2 - mx);
-    *m = mx;
-    *l = *l * a1 + l2 * a2;
-    for (size_t d = 0; d < D; d++) acc[d] = acc[d] * a1 + acc2[d] * a2;
+    if (nan) *l = NAN;
 }
 
 /* A row's folded softmax (m, l, acc[D]) with its head's sink, sink2 (a

@@ -532,8 +532,21 @@ static void forward_rows(const flex_job *job, flex_tiles *t, const attn_attentio
         for (size_t r = 0; r < nr; r++) {
             float *s = t->s + r * ld, *pr = s;
             vec mx = v_set1(-INFINITY);
-            for (size_t c = 0; c < cols; c += VW) mx = v_max(mx, v_load(s + c));
+            int nan = 0;
+            for (size_t c = 0; c < cols; c += VW) {
+                vec x = v_load(s + c);
+                mx = v_max(mx, x);
+                nan |= v_any_nan(x);
+            }
             float top = v_hmax(mx), mn = t->m[r] > top ? t->m[r] : top;
+            /* A NaN or +inf score the row sees (hidden ones are -inf by
+             * now) makes its softmax NaN, as PyTorch's: the max and exp2
+             * would pass over it. The row's sum stays NaN from here on. */
+            if (nan || top == INFINITY) {
+                t->l[r] = NAN;
+                memset(pr, 0, cols * sizeof(float));
+                continue;
+            }
             if (mn == -INFINITY) {
                 memset(pr, 0, cols * sizeof(float));
                 continue;
@@ -563,10 +576,10 @@ static void forward_rows(const flex_job *job, flex_tiles *t, const attn_attentio
             float *o = (float *)p->out.data + attn_view_offset(p->out.st, b, seq->q_start, h, i);
             const float *acc = t->acc + r * g->Dvp;
             float inv = l > 0.0f ? 1.0f / l : 0.0f;
-            for (size_t d = 0; d < Dv; d++) o[d] = l > 0.0f ? acc[d] * inv : 0.0f;
+            for (size_t d = 0; d < Dv; d++) o[d] = l != l ? NAN : l > 0.0f ? acc[d] * inv : 0.0f;
         }
         double m = raw ? (double)t->m[r] * (double)p->scale : (double)t->m[r];
-        double lse = l > 0.0f ? m + log((double)l) : -INFINITY;
+        double lse = l != l ? NAN : l > 0.0f ? m + log((double)l) : -INFINITY;
         size_t at = attn_lse_index(p, b, h, i);
         if (p->lse) p->lse[at] = (float)lse;
         if (p->lse_lo) p->lse_lo[at] = l > 0.0f ? (float)(lse - (double)(float)lse) : 0.0f;
@@ -707,6 +720,13 @@ static bool grad_tile(const flex_job *job, flex_tiles *t, const float *kt, const
         if (t->lse[r] == -INFINITY) {
             memset(pr, 0, cols * sizeof(float));
             memset(dp, 0, cols * sizeof(float));
+            continue;
+        }
+        if (t->lse[r] != t->lse[r]) {
+            /* a row the forward made NaN: NaN weights on the keys it sees,
+             * so that its gradients, and the keys', are NaN as PyTorch's */
+            for (size_t c = 0; c < cols; c++)
+                pr[c] = dp[c] = c < at->nc && s[c] != -INFINITY ? NAN : 0.0f;
             continue;
         }
         vec lse = v_set1(t->lse[r]), lo = v_set1(t->lse_lo[r]), delta = v_set1(t->delta[r]);

@@ -29,6 +29,10 @@ static inline vec v_div(vec a, vec b) { return _mm256_div_ps(a, b); }
 static inline int v_any_greater(vec a, vec b) {
     return _mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_GT_OQ)) != 0;
 }
+/* whether some lane of a is NaN */
+static inline int v_any_nan(vec a) {
+    return _mm256_movemask_ps(_mm256_cmp_ps(a, a, _CMP_UNORD_Q)) != 0;
+}
 static inline float v_hmax(vec v) {
     __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     m = _mm_max_ps(m, _mm_movehl_ps(m, m));

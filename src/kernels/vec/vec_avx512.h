@@ -27,6 +27,8 @@ static inline vec v_div(vec a, vec b) { return _mm512_div_ps(a, b); }
 static inline float v_hmax(vec v) { return _mm512_reduce_max_ps(v); }
 /* whether some lane of a exceeds b's */
 static inline int v_any_greater(vec a, vec b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ) != 0; }
+/* whether some lane of a is NaN */
+static inline int v_any_nan(vec a) { return _mm512_cmp_ps_mask(a, a, _CMP_UNORD_Q) != 0; }
 static inline float v_hsum(vec v) { return _mm512_reduce_add_ps(v); }
 
 /* 2^x = 2^n * 2^f, n = round(x), |f| <= 1/2, 2^f by a degree-6 polynomial

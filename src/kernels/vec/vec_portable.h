@@ -63,6 +63,12 @@ static inline int v_any_greater(vec a, vec b) {
     for (int i = 0; i < VW; i++) any |= a.x[i] > b.x[i];
     return any;
 }
+/* whether some lane of a is NaN */
+static inline int v_any_nan(vec a) {
+    int any = 0;
+    for (int i = 0; i < VW; i++) any |= a.x[i] != a.x[i];
+    return any;
+}
 static inline float v_hsum(vec v) { return (v.x[0] + v.x[1]) + (v.x[2] + v.x[3]); }
 
 static inline vec v_exp2(vec a) {
