@@ -806,9 +806,7 @@ def _trace_mask(mask_mod):
 def _dense_mask(mask_mod, g):
     """mask_mod evaluated once on the (B, H, T, S) index grid: a bool tensor."""
     try:
-        r = mask_mod(g.b, g.h, g.q, g.kv)
-        r = torch.as_tensor(r)
-        return r.to(torch.bool).expand(g.B, g.H, g.T, g.S)
+        r = torch.as_tensor(mask_mod(g.b, g.h, g.q, g.kv))
     except Exception as err:
         message = (f"create_block_mask: the mask_mod {getattr(mask_mod, '__name__', mask_mod)!r}"
                    f" raised on the (B, H, Q_LEN, KV_LEN) = ({g.B}, {g.H}, {g.T}, {g.S}) index "
@@ -818,6 +816,11 @@ def _dense_mask(mask_mod, g):
         except Exception:
             wrapped = RuntimeError(message)
         raise wrapped from err
+    if r.dtype != torch.bool:  # as PyTorch: a number's truth would hide a mistake
+        raise TypeError(f"create_block_mask: the mask_mod "
+                        f"{getattr(mask_mod, '__name__', mask_mod)!r} must return a torch.bool "
+                        f"tensor, got {r.dtype}")
+    return r.expand(g.B, g.H, g.T, g.S)
 
 
 # ---- score mods as data ----------------------------------------------------------------
@@ -1403,7 +1406,7 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
             key.shape[:3] != value.shape[:3]:
         raise ValueError(f"flex_attention: shapes query {tuple(query.shape)}, key "
                          f"{tuple(key.shape)}, value {tuple(value.shape)} do not match")
-    if key.size(1) != H and (not enable_gqa or H % key.size(1)):
+    if key.size(1) != H and (not enable_gqa or key.size(1) == 0 or H % key.size(1)):
         raise ValueError(f"flex_attention: key has {key.size(1)} heads and query {H}: "
                          "enable_gqa=True with H_kv dividing H")
     S = key.size(2)
@@ -1415,7 +1418,21 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
             raise ValueError(f"flex_attention: block_mask of shape {block_mask.shape} for a "
                              f"call of (B, H, Q_LEN, KV_LEN) = ({B}, {H}, {T}, {S})")
     if scale is not None:
-        scale = float(scale)
+        try:
+            scale = float(scale)
+        except (TypeError, ValueError):
+            raise TypeError(f"flex_attention: scale must be a number, got {scale!r}") from None
+    if D == 0:
+        raise ValueError(f"flex_attention: query {tuple(query.shape)} has head dimension 0")
+    if 0 in (B, H, T, S, value.size(3)):
+        # nothing to attend, or nothing to attend to: a query that sees no
+        # key gives zeros and lse -inf (attn's rule); tied to the inputs so
+        # that their gradients (zeros) come back as PyTorch's would
+        tie = query.flatten()[:0].sum() + key.flatten()[:0].sum() + value.flatten()[:0].sum()
+        out = query.new_zeros(B, H, T, value.size(3)) + tie
+        if return_lse:
+            return out, torch.full((B, H, T), -math.inf, dtype=torch.float32)
+        return out
     chain = None
     if score_mod is not None:
         mods = _trace_score(score_mod)

@@ -273,10 +273,11 @@ class _TokenCallback:
     def _call(self, _user, token):
         try:
             result = self.on_token(int(token))
+            # bool() of the result may raise too (a numpy array of several values)
+            return result is None or bool(result)
         except BaseException as err:  # KeyboardInterrupt too: it stops the run
             self.error = err
             return False
-        return result is None or bool(result)
 
 
 class LanguageModel:

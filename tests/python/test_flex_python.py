@@ -186,6 +186,17 @@ except KeyError as err:
     check("create_block_mask" in str(err) and "boom in the mask" in str(err),
           f"a raising mask_mod: message {err}")
 
+# a mask_mod's result must be bool, as PyTorch's: a float or an integer's truth
+# would hide a mistake (NaN reads as True)
+for what, fn in (("float", lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx).float() * float("nan")),
+                 ("integer", lambda b, h, q_idx, kv_idx: q_idx - kv_idx)):
+    try:
+        flex.create_block_mask(fn, 1, 1, 8, 8, BLOCK_SIZE=16)
+        check(False, f"a mask_mod returning {what}: no error")
+    except TypeError as err:
+        check("torch.bool" in str(err) and "create_block_mask" in str(err),
+              f"a mask_mod returning {what}: message {err}")
+
 
 # ---- (a) create_block_mask: drawing and sparsity from a Python classification ---------
 
@@ -635,6 +646,30 @@ if runs:
         except _lib.AttnError as err:
             check(err.status == "ATTN_ERR_UNSUPPORTED", f"varlen {name}: {err}")
             print(f"SKIP varlen {name}: {NEEDS} ({err})")
+
+    # empty calls: no query, no batch, no key (a query that sees no key gives
+    # zeros and lse -inf); gradients of the inputs' shapes, zeros
+    for shape_q, shape_kv in (((2, 3, 0, 8), (2, 3, 5, 8)), ((0, 3, 4, 8), (0, 3, 5, 8)),
+                              ((2, 3, 4, 8), (2, 3, 0, 8))):
+        q = torch.randn(*shape_q, requires_grad=True)
+        k, v = (torch.randn(*shape_kv, requires_grad=True) for _ in range(2))
+        out, lse = flex.flex_attention(q, k, v, return_lse=True)
+        out.sum().backward()
+        check(out.shape == shape_q and not out.any() and lse.shape == shape_q[:3] and
+              bool((lse == -math.inf).all()) and q.grad.shape == q.shape and
+              k.grad.shape == k.shape and not k.grad.any(),
+              f"empty flex_attention {shape_q} x {shape_kv}: {tuple(out.shape)}")
+    q = torch.randn(1, 4, 8, 16)
+    for what, call, word in (
+            ("a key of 0 heads with enable_gqa",
+             lambda: flex.flex_attention(q, q[:, :0], q[:, :0], enable_gqa=True), "heads"),
+            ("a scale that is not a number", lambda: flex.flex_attention(q, q, q, scale="a"),
+             "scale")):
+        try:
+            call()
+            check(False, f"{what}: no error")
+        except (TypeError, ValueError) as err:
+            check(word in str(err), f"{what}: message {err}")
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

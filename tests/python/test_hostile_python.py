@@ -333,6 +333,16 @@ def callbacks():
         check("boom" in frames and len(calls) == 2,
               f"an exception in on_token is raised again, with its traceback: {frames}, "
               f"{len(calls)} calls")
+    # a result whose truth raises (a numpy array of two values) stops the run likewise
+    calls.clear()
+    count(S)
+    try:
+        lm.generate([5, 6], 6, on_token=lambda t: calls.append(t) or np.array([1, 2]))
+        check(False, "on_token's result without a truth value: generate returned")
+    except ValueError as err:
+        check("truth value" in str(err) and len(calls) == 1,
+              f"on_token's result without a truth value is raised again: {err}, "
+              f"{len(calls)} calls")
     raises(lambda: lm.generate([5, 6], 3, on_token=5), TypeError, ["on_token"],
            "on_token not callable", S)
     # the model still works after a callback raised
