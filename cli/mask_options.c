@@ -236,13 +236,16 @@ static int dense_visible(void *user, size_t b, size_t h, size_t q_idx, size_t kv
 }
 
 /* --mask: read as integers (bool, uint8, int8, int32, int64) or, when that
- * fails, as floats; when both fail the integer reader's message stands. */
+ * fails, as floats; when both fail, the float reader's message stands where
+ * the integer reader refused the dtype (a float file that is truncated, say),
+ * else the integer reader's. */
 static int build_dense(attn_ctx *ctx, const cli_mask_options *m, const cli_mask_geometry *g,
                        const attn_block_mask_config *base, cli_mask_built *out) {
     attn_npy_i32 ints = {0};
     bool is_int = attn_npy_read_i32(ctx, m->mask, &ints) == ATTN_OK;
+    bool not_int = !is_int && strstr(attn_ctx_last_error(ctx), "is not an integer or bool");
     if (!is_int && attn_npy_read(ctx, m->mask, &out->values) != ATTN_OK) {
-        /* the integer reader's message is the one to report */
+        if (not_int) return cli_library_error(ctx, "--mask");
         attn_status again = attn_npy_read_i32(ctx, m->mask, &ints);
         attn_npy_i32_free(&ints);
         if (again == ATTN_OK) return cli_failure("--mask: '%s' changed while it was read", m->mask);

@@ -70,9 +70,18 @@ attn_status attn_sdpa_check_config(attn_ctx *ctx, const char *fn, const attn_sdp
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: scale (%.9g) is beyond float32's range (largest %.9g)", fn, c->scale,
                          (double)FLT_MAX);
-    if (!(c->softcap >= 0.0) || !attn_fits_float(c->softcap))
+    if (!(c->softcap >= 0.0) || isinf(c->softcap))
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: softcap (%g) must be finite and >= 0", fn,
                          c->softcap);
+    if (!attn_fits_float(c->softcap))
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: softcap (%.9g) is beyond float32's range (largest %.9g)", fn,
+                         c->softcap, (double)FLT_MAX);
+    /* the kernels hold it in float32, where 0 turns it off */
+    if (c->softcap > 0.0 && (float)c->softcap == 0.0f)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: softcap (%g) rounds to 0 in float32, which turns it off "
+                         "(smallest %g)", fn, c->softcap, (double)FLT_TRUE_MIN);
     if (c->align != ATTN_ALIGN_BOTTOM_RIGHT && c->align != ATTN_ALIGN_TOP_LEFT &&
         c->align != ATTN_ALIGN_OFFSET)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: align (%d) is not an attn_align", fn,

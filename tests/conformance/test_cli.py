@@ -1077,6 +1077,11 @@ def test_sdpa(r, rng):
     v_b1 = save(r, "v_b1.npy", data["v"][:1])
     empty = save(r, "empty.npy", np.zeros((B, H, 0, D), np.float32))
     sinks3 = save(r, "sinks3.npy", data["sinks"][:3])
+    # a float mask cut short: the float reader's cause, not "not an integer"
+    mask_cut = r.path("mask_cut.npy")
+    np.save(mask_cut, np.zeros((T, S), np.float32))
+    with open(mask_cut, "r+b") as fh:
+        fh.truncate(os.path.getsize(mask_cut) - 10)
     # packed: q (10, H, D), k (14, H_kv, D), v (14, H_kv, Dv)
     pq = save(r, "pq.npy", data["q"].transpose(0, 2, 1, 3).reshape(B * T, H, D))
     pk = save(r, "pk.npy", data["k"].transpose(0, 2, 1, 3).reshape(B * S, Hkv, D))
@@ -1120,6 +1125,9 @@ def test_sdpa(r, rng):
         (ok_args + ["--softcap", "-1"], [2], ["--softcap", "'-1'"]),
         (ok_args + ["--softcap", "nan"], [2], ["--softcap", "'nan'"]),
         (ok_args + ["--softcap", "inf"], [2], ["--softcap", "'inf'"]),
+        (ok_args + ["--softcap", "1e-46"], [1], ["softcap (1e-46)", "rounds to 0"]),
+        (ok_args + ["--softcap", "1e39"], [1], ["softcap (1e+39)", "beyond float32's range"]),
+        (ok_args + ["--mask", mask_cut], [1], ["--mask", mask_cut, "truncated"]),
         (packed + ["--cu-seqlens-q", cu_q], [2], ["--cu-seqlens-q", "--cu-seqlens-kv", "together"]),
         (packed + ["--cu-seqlens-q", cu("cu_dec", [0, 6, 5, 10]),
                    "--cu-seqlens-kv", cu("cu_kv3", [0, 7, 7, 14])], [2], ["must not decrease"]),

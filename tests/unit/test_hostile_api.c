@@ -143,7 +143,10 @@ static int sweep_forward(sdpa_buffers *m) {
     ADD("softcap NaN", ATTN_ERR_INVALID, "softcap (nan)", C->softcap = NAN);
     ADD("softcap inf", ATTN_ERR_INVALID, "softcap (inf)", C->softcap = INFINITY);
     ADD("softcap -1", ATTN_ERR_INVALID, "softcap (-1)", C->softcap = -1.0);
-    ADD("softcap 1e300", ATTN_ERR_INVALID, "softcap (1e+300)", C->softcap = 1e300);
+    ADD("softcap 1e300", ATTN_ERR_INVALID, "softcap (1e+300) is beyond float32's range",
+        C->softcap = 1e300);
+    ADD("softcap 1e-46", ATTN_ERR_INVALID, "softcap (1e-46) rounds to 0 in float32",
+        C->softcap = 1e-46);
     ADD("dropout -0.1", ATTN_ERR_INVALID, "dropout (-0.1)", C->dropout = -0.1);
     ADD("dropout 1", ATTN_ERR_INVALID, "dropout (1)", C->dropout = 1.0);
     ADD("dropout NaN", ATTN_ERR_INVALID, "dropout (nan)", C->dropout = NAN);
