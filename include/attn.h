@@ -418,9 +418,10 @@ attn_status attn_mask_causal_renormalize(attn_ctx *ctx, float *weights, size_t t
  *     window_size; the book's sliding_window_size W is (W - 1, 0) with
  *     causal).
  *   - softcap > 0: s = softcap * tanh(s / softcap) (Gemma 2), after scale.
- *   - alibi_slopes (heads floats): s -= slope_h * |pos_i - j|.
- *   - sinks (heads floats): a logit in each row's softmax denominator with
- *     no value (gpt-oss); the backward writes its gradient to sinks_grad.
+ *   - alibi_slopes (heads finite floats): s -= slope_h * |pos_i - j|.
+ *   - sinks (heads finite floats): a logit in each row's softmax denominator
+ *     with no value (gpt-oss); the backward writes its gradient to
+ *     sinks_grad.
  *   - cu_seqlens_q, cu_seqlens_kv (batch + 1 int32 each): packed variable-
  *     length batches. q, out are (total_q, H, hd) and k, v (total_kv, H_kv,
  *     hd), sequence b being rows [cu[b], cu[b + 1]); q_tokens and kv_tokens

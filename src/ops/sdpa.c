@@ -82,6 +82,16 @@ attn_status attn_sdpa_check_config(attn_ctx *ctx, const char *fn, const attn_sdp
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: softcap (%g) rounds to 0 in float32, which turns it off "
                          "(smallest %g)", fn, c->softcap, (double)FLT_TRUE_MIN);
+    /* as attn_kv_cache_attend's: a NaN slope or sink would make every row of
+     * its head NaN, an infinite one every row NaN or zero */
+    const float *per_head[2] = {c->alibi_slopes, c->sinks};
+    static const char *const per_head_name[2] = {"alibi_slopes", "sinks"};
+    for (int k = 0; k < 2; k++)
+        for (size_t h = 0; per_head[k] && h < c->heads; h++)
+            if (!isfinite(per_head[k][h]))
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "%s: %s[%zu] is %g: each query head's must be finite", fn,
+                                 per_head_name[k], h, (double)per_head[k][h]);
     if (c->align != ATTN_ALIGN_BOTTOM_RIGHT && c->align != ATTN_ALIGN_TOP_LEFT &&
         c->align != ATTN_ALIGN_OFFSET)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: align (%d) is not an attn_align", fn,

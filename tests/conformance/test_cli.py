@@ -1082,6 +1082,12 @@ def test_sdpa(r, rng):
     np.save(mask_cut, np.zeros((T, S), np.float32))
     with open(mask_cut, "r+b") as fh:
         fh.truncate(os.path.getsize(mask_cut) - 10)
+    bias_nan = np.zeros((T, S), np.float32)
+    bias_nan[2, 1] = np.nan
+    bias_nan = save(r, "bias_nan.npy", bias_nan)
+    sinks_nan = data["sinks"].copy()
+    sinks_nan[1] = np.nan
+    sinks_nan = save(r, "sinks_nan.npy", sinks_nan)
     # packed: q (10, H, D), k (14, H_kv, D), v (14, H_kv, Dv)
     pq = save(r, "pq.npy", data["q"].transpose(0, 2, 1, 3).reshape(B * T, H, D))
     pk = save(r, "pk.npy", data["k"].transpose(0, 2, 1, 3).reshape(B * S, Hkv, D))
@@ -1128,6 +1134,9 @@ def test_sdpa(r, rng):
         (ok_args + ["--softcap", "1e-46"], [1], ["softcap (1e-46)", "rounds to 0"]),
         (ok_args + ["--softcap", "1e39"], [1], ["softcap (1e+39)", "beyond float32's range"]),
         (ok_args + ["--mask", mask_cut], [1], ["--mask", mask_cut, "truncated"]),
+        (ok_args + ["--bias", bias_nan], [1], ["--bias", bias_nan, "nan at (2, 1)"]),
+        (ok_args + ["--sinks", sinks_nan], [1], ["sinks[1] is nan", "must be finite"]),
+        (ok_args + ["--alibi", sinks_nan], [1], ["alibi_slopes[1] is nan"]),
         (packed + ["--cu-seqlens-q", cu_q], [2], ["--cu-seqlens-q", "--cu-seqlens-kv", "together"]),
         (packed + ["--cu-seqlens-q", cu("cu_dec", [0, 6, 5, 10]),
                    "--cu-seqlens-kv", cu("cu_kv3", [0, 7, 7, 14])], [2], ["must not decrease"]),

@@ -104,6 +104,10 @@ static int sweep_forward(sdpa_buffers *m) {
     packed.cu_seqlens_q = m->cu_q;
     packed.cu_seqlens_kv = m->cu_kv;
     float *q = m->q, *k = m->k, *v = m->v, *out = m->out, *lse = m->lse;
+    static float nan_at_1[H], inf_at_1[H];
+    for (size_t h = 0; h < H; h++) nan_at_1[h] = inf_at_1[h] = 0.5f;
+    nan_at_1[1] = NAN;
+    inf_at_1[1] = INFINITY;
     fwd_case cases[64];
     size_t n = 0;
     /* a case: the valid call, then the statements that spoil it (C the
@@ -147,6 +151,10 @@ static int sweep_forward(sdpa_buffers *m) {
         C->softcap = 1e300);
     ADD("softcap 1e-46", ATTN_ERR_INVALID, "softcap (1e-46) rounds to 0 in float32",
         C->softcap = 1e-46);
+    ADD("sinks NaN", ATTN_ERR_INVALID, "sinks[1] is nan: each query head's must be finite",
+        C->sinks = nan_at_1);
+    ADD("alibi_slopes inf", ATTN_ERR_INVALID, "alibi_slopes[1] is inf",
+        C->alibi_slopes = inf_at_1);
     ADD("dropout -0.1", ATTN_ERR_INVALID, "dropout (-0.1)", C->dropout = -0.1);
     ADD("dropout 1", ATTN_ERR_INVALID, "dropout (1)", C->dropout = 1.0);
     ADD("dropout NaN", ATTN_ERR_INVALID, "dropout (nan)", C->dropout = NAN);
