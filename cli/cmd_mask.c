@@ -149,6 +149,32 @@ static unsigned char *render_png(const char *drawing, size_t q_blocks, size_t kv
     return cv.rgb;
 }
 
+/* The most characters of a text drawing (4096 x 4096 tiles). */
+#define MASK_MOST_TEXT ((size_t)1 << 24)
+
+/* Whether the drawing of q_blocks x kv_blocks tiles can be made, checked
+ * before the map is built: building one for lengths of billions would take
+ * minutes and gigabytes before the drawing were refused. */
+static int drawable(const mask_cmd_options *o, size_t block) {
+    size_t q_blocks = o->q_len / block + (o->q_len % block != 0);
+    size_t kv_blocks = o->kv_len / block + (o->kv_len % block != 0);
+    if (o->png) {
+        size_t c = cell_size(q_blocks, kv_blocks);
+        if (kv_blocks > (16384 - 2 * MASK_MARGIN - 1) / c ||
+            q_blocks > (16384 - 2 * MASK_MARGIN - MASK_TITLE_H - 1) / c)
+            return cli_usage_error("--png: --q-len %zu and --kv-len %zu in blocks of %zu are %zu "
+                                   "x %zu tiles, past a 16384-pixel image at %zu pixels a tile; "
+                                   "a larger --block-size draws them",
+                                   o->q_len, o->kv_len, block, q_blocks, kv_blocks, c);
+    }
+    if (o->show && (kv_blocks + 1 > MASK_MOST_TEXT || q_blocks > MASK_MOST_TEXT / (kv_blocks + 1)))
+        return cli_usage_error("--show: --q-len %zu and --kv-len %zu in blocks of %zu are %zu x "
+                               "%zu tiles, past a drawing of %zu characters; a larger "
+                               "--block-size draws them",
+                               o->q_len, o->kv_len, block, q_blocks, kv_blocks, MASK_MOST_TEXT);
+    return CLI_OK;
+}
+
 /* ---- running ---------------------------------------------------------------- */
 
 static int run_mask(int argc, char **argv) {
@@ -161,6 +187,7 @@ static int run_mask(int argc, char **argv) {
               stderr);
         return CLI_FAILED;
     }
+    if ((rc = drawable(&o, o.map.block_size ? o.map.block_size : 64)) != CLI_OK) return rc;
     attn_ctx *ctx = NULL;
     if ((rc = cli_ctx_new(&(attn_ctx_config){.num_threads = cli_default_threads()}, &ctx)) !=
         CLI_OK)

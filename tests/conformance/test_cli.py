@@ -1566,7 +1566,11 @@ def test_mask_command(r, rng):
             (["mask", "--q-len", 8, "--b", 1], ["--b", "1", "--batch 1"]),
             (["mask", "--q-len", 8, "--mask", doc, "--chunk", 2], ["--mask", "--chunk"]),
             (["mask", "--q-len", 8, "--doc-ids", doc], ["--doc-ids", "(%d,)" % T, "(8,)"]),
-            (["mask", "--q-len", 8, "--png", never, "--block-size", 8], ["--block-size", "'8'"])):
+            (["mask", "--q-len", 8, "--png", never, "--block-size", 8], ["--block-size", "'8'"]),
+            # refused before the map is built (lengths of billions took minutes and gigabytes)
+            (["mask", "--q-len", 2 ** 31], ["--show", "--q-len 2147483648", "33554432 x 33554432"]),
+            (["mask", "--q-len", 2 ** 31, "--window", "0,0", "--png", never],
+             ["--png", "--q-len 2147483648", "16384-pixel"])):
         expect_error(r, args, [2], fragments, never)
     rc, so, se = r.run(["mask", "--help"])
     check(rc == 0 and so.startswith("usage: attn mask") and "--block-topk" in so, "attn mask --help")
