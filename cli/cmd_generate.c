@@ -102,6 +102,7 @@ typedef struct generate_options {
     attn_sampling sampling;
     attn_kv_layout layout;
     attn_dtype k_dtype, v_dtype;
+    bool kv_dtype_given; /* as --kv-dtype, not --k-dtype and --v-dtype */
     attn_kernels kernels;
     /* --weights-dtype */
     bool weights_dtype_given;
@@ -290,6 +291,7 @@ static int parse_args(int argc, char **argv, generate_options *o) {
         k_or_v_given |= strcmp(argv[i - 1], "--k-dtype") == 0 ||
                         strcmp(argv[i - 1], "--v-dtype") == 0;
     }
+    o->kv_dtype_given = kv_given;
     if (kv_given && k_or_v_given)
         return cli_usage_error("generate: --kv-dtype sets K and V; --k-dtype and --v-dtype set "
                                "them apart: give one or the others");
@@ -361,7 +363,13 @@ static int load_model(attn_ctx *ctx, const generate_options *o, attn_lm **out) {
             fprintf(stderr, "attn generate: warning: --non-strict: %s\n", strict_error);
         free(strict_error);
     }
-    if (loaded != ATTN_OK) return cli_library_error(ctx, "--weights");
+    if (loaded != ATTN_OK) {
+        /* a config file's failure begins with its path */
+        const char *message = attn_ctx_last_error(ctx);
+        size_t n = o->config ? strlen(o->config) : 0;
+        bool config = n && strncmp(message, o->config, n) == 0 && message[n] == ':';
+        return cli_library_error(ctx, config ? "--config" : "--weights");
+    }
     attn_lm_arch arch = attn_lm_get_config(*out).arch;
     if (o->model && arch != o->model) {
         attn_lm_free(*out);
@@ -582,6 +590,16 @@ static void print_stats(const stream_state *s, size_t prompt_len, const model_st
     fputc('\n', stderr);
 }
 
+/* The option a refusal of the cache stems from, for its message: the K or V
+ * type the library names, as the user gave it, else the page size, else
+ * --cache. */
+static const char *cache_option(const generate_options *o, const char *message) {
+    bool k = strstr(message, "k_dtype") != NULL, v = strstr(message, "v_dtype") != NULL;
+    if (k || v) return o->kv_dtype_given ? "--kv-dtype" : k ? "--k-dtype" : "--v-dtype";
+    if (o->page_size) return "--page-size";
+    return "--cache";
+}
+
 /* The cache for the run: the prompt (cut to context_length) and all but
  * the last new token; a run past context_length gets a full-size one and
  * attn_lm_generate's refusal. */
@@ -611,7 +629,7 @@ static int make_cache(attn_ctx *ctx, attn_lm *m, const generate_options *o, size
     cfg.k_dtype = o->k_dtype;
     cfg.v_dtype = o->v_dtype;
     if (attn_kv_cache_new(ctx, &cfg, out) != ATTN_OK)
-        return cli_library_error(ctx, o->k_dtype || o->v_dtype ? "--kv-dtype" : "--cache");
+        return cli_library_error(ctx, cache_option(o, attn_ctx_last_error(ctx)));
     return CLI_OK;
 }
 

@@ -285,14 +285,27 @@ typedef struct lm_config_read {
     int tie;
 } lm_config_read;
 
+/* A size that attn_json_as_size refused, named with its value. */
+static attn_status size_refused(attn_ctx *ctx, const char *path, const char *key,
+                                const attn_json *v) {
+    if (v->type == ATTN_JSON_NUMBER)
+        return attn_fail(ctx, ATTN_ERR_FORMAT,
+                         "attn_lm_load: %s: \"%s\" (%.17g) must be a whole number from 0 to "
+                         "2^64 - 1", path, key, v->number);
+    return attn_fail(ctx, ATTN_ERR_FORMAT,
+                     "attn_lm_load: %s: \"%s\" must be a non-negative integer, not a %s", path,
+                     key, v->type == ATTN_JSON_STRING ? "string"
+                          : v->type == ATTN_JSON_BOOL ? "boolean"
+                          : v->type == ATTN_JSON_NULL ? "null"
+                                                      : "list or object");
+}
+
 static attn_status need_size(attn_ctx *ctx, const char *path, const attn_json *root,
                              const char *key, size_t *out) {
     const attn_json *v = attn_json_get(root, key);
     if (!v)
         return attn_fail(ctx, ATTN_ERR_FORMAT, "attn_lm_load: %s has no \"%s\"", path, key);
-    if (!attn_json_as_size(v, out))
-        return attn_fail(ctx, ATTN_ERR_FORMAT,
-                         "attn_lm_load: %s: \"%s\" must be a non-negative integer", path, key);
+    if (!attn_json_as_size(v, out)) return size_refused(ctx, path, key, v);
     return ATTN_OK;
 }
 
@@ -347,9 +360,7 @@ static attn_status opt_size(attn_ctx *ctx, const char *path, const attn_json *ob
                             const char *key, size_t *out) {
     const attn_json *v = attn_json_get(obj, key);
     if (!v || v->type == ATTN_JSON_NULL) return ATTN_OK;
-    if (!attn_json_as_size(v, out))
-        return attn_fail(ctx, ATTN_ERR_FORMAT,
-                         "attn_lm_load: %s: \"%s\" must be a non-negative integer", path, key);
+    if (!attn_json_as_size(v, out)) return size_refused(ctx, path, key, v);
     return ATTN_OK;
 }
 

@@ -266,10 +266,12 @@ def main():
     bad_configs = [
         ("no_layers", {k: v for k, v in book_cfg().items() if k != "n_layers"},
          'has no "n_layers"'),
-        ("neg_heads", book_cfg(n_heads=-4), '"n_heads" must be a non-negative integer'),
+        ("neg_heads", book_cfg(n_heads=-4), '"n_heads" (-4) must be a whole number'),
         ("zero_heads", book_cfg(n_heads=0), "n_heads (0)"),
-        ("str_layers", book_cfg(n_layers="1"), '"n_layers" must be a non-negative integer'),
-        ("frac_vocab", book_cfg(vocab_size=11.5), '"vocab_size" must be a non-negative integer'),
+        ("str_layers", book_cfg(n_layers="1"),
+         '"n_layers" must be a non-negative integer, not a string'),
+        ("frac_vocab", book_cfg(vocab_size=11.5), '"vocab_size" (11.5) must be a whole number'),
+        ("vocab_2_64", book_cfg(vocab_size=2 ** 64 - 1), '"vocab_size" (1.8446744073709552e+19)'),
         ("heads_3", book_cfg(n_heads=3), "n_heads (3) must divide emb_dim (64)"),
         ("huge_emb", book_cfg(emb_dim=1 << 40, n_heads=1), "emb_dim (1099511627776)"),
         ("huge_vocab", book_cfg(vocab_size=1 << 40), "vocab_size (1099511627776)"),
@@ -283,13 +285,16 @@ def main():
     ]
     for name, cfg, fragment in bad_configs:
         refused("config", w1 + [write_json(name + ".json", cfg)] + gen, fragment, cwd)
+    # a config that cannot be read is --config's, not --weights'
+    refused("config", w1 + [os.path.join(tmp, "no_such.json")] + gen,
+            "--config: " + os.path.join(tmp, "no_such.json"), cwd)
     for name, cfg, fragment in [
             ("r_theta_neg", llama_hf_cfg(rope_theta=-1), '"rope_theta" (-1)'),
             ("r_heads0", llama_hf_cfg(num_attention_heads=0), "n_heads (0)"),
             ("r_kv3", llama_hf_cfg(num_key_value_heads=3), "n_kv_groups (3)"),
             ("r_scaling", llama_hf_cfg(rope_scaling={"rope_type": "yarn"}), '"yarn"'),
             ("r_layers_neg", llama_hf_cfg(num_hidden_layers=-1),
-             '"num_hidden_layers" must be a non-negative integer')]:
+             '"num_hidden_layers" (-1) must be a whole number from 0 to 2^64 - 1')]:
         refused("config", ["--random-init", "1", "--config", write_json(name + ".json", cfg)]
                 + gen, fragment, cwd)
 
@@ -303,6 +308,11 @@ def main():
         (["--kv-dtype", "bogus"], "--kv-dtype"), (["--cache", "bogus"], "--cache"),
         (["--model", "bert"], "--model"), (["--seed", "-1"], "--seed"),
         (["--stop-ids", "a"], "--stop-ids"), (["--kernels", "sse9"], "--kernels"),
+        # the cache's refusals name the option behind them
+        (["--k-dtype", "int4", "--v-dtype", "f32"], "--k-dtype: attn_kv_cache_new: k_dtype I4"),
+        (["--v-dtype", "int4"], "--v-dtype: attn_kv_cache_new: v_dtype I4"),
+        (["--kv-dtype", "int4"], "--kv-dtype: attn_kv_cache_new"),
+        (["--cache", "paged", "--page-size", "1099511627776"], "--page-size: attn_kv_cache_new"),
     ]
     for extra_args, fragment in bad_flags:
         refused("flags", base + gen + extra_args, fragment, cwd)
