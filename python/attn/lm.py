@@ -314,9 +314,8 @@ class LanguageModel:
         as load_state_dict's: a file holding tensors the model does not use
         is refused, naming them; strict=False ignores them (a missing tensor
         is refused either way)."""
-        if weights_dtype is not None and weights_dtype not in WEIGHTS_DTYPES:
-            raise ValueError(f"load: weights_dtype must be one of {', '.join(WEIGHTS_DTYPES)}, "
-                             f"got {weights_dtype!r}")
+        if weights_dtype is not None:
+            as_choice("load: weights_dtype", weights_dtype, WEIGHTS_DTYPES)
         cfg_struct, cfg_path = None, None
         if isinstance(config, Mapping):
             cfg_struct = ctypes.byref(config_struct(config))
@@ -391,13 +390,12 @@ class LanguageModel:
         batch = as_index("batch", batch, 0, SIZE_MAX)
         max_len = as_index("max_len", max_len, 0, SIZE_MAX)
         page_size = as_index("page_size", page_size, 0, SIZE_MAX)
-        if layout not in LAYOUTS:
-            raise ValueError(f"new_cache: layout must be one of {', '.join(LAYOUTS)}, "
-                             f"got {layout!r}")
+        as_choice("new_cache: layout", layout, LAYOUTS)
         for name, value in (("dtype", dtype), ("k_dtype", k_dtype), ("v_dtype", v_dtype)):
-            if value is not None and value not in KV_DTYPES:
-                raise ValueError(f"new_cache: {name} must be one of {', '.join(KV_DTYPES)}, "
-                                 f"got {value!r}")
+            if value is not None:
+                as_choice(f"new_cache: {name}", value, KV_DTYPES)
+        if dtype is None and (k_dtype is None or v_dtype is None):
+            raise ValueError("new_cache: dtype is None: give it, or both k_dtype and v_dtype")
         cfg = KvCacheConfig()
         handle = c_void_p()
         with self._lock:

@@ -233,6 +233,10 @@ def wrapping():
            "new_cache batch -1", S)
     raises(lambda: lm.new_cache(batch=1, max_len=4, page_size=-1, layout="paged"), ValueError,
            ["page_size", "-1"], "new_cache page_size -1", S)
+    for kw, words in (({"dtype": None}, ["dtype is None"]), ({"dtype": ["f32"]}, ["dtype", "['f32']"]),
+                      ({"layout": ["paged"]}, ["layout", "['paged']"]),
+                      ({"k_dtype": "int2"}, ["k_dtype", "'int2'"])):
+        raises(lambda: lm.new_cache(1, 4, **kw), ValueError, words, f"new_cache {kw}", S)
     raises(lambda: lm.forward(np.array([[1, 2**32 + 1]])), ValueError, ["ids", "4294967297"],
            "forward id 2**32 + 1", S)
     raises(lambda: lm.forward([[1, 2], [2**31]]), ValueError, ["ids[1]", "2147483648"],
