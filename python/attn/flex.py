@@ -1355,6 +1355,9 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=12
     T, S = _dims("Q_LEN", Q_LEN, None), _dims("KV_LEN", KV_LEN, None)
     if T is None or S is None:
         raise ValueError("create_block_mask: Q_LEN and KV_LEN are needed")
+    if T > 2**32 - 1 or S > 2**32 - 1:  # the library's block indices; checked before the grid
+        raise ValueError(f"create_block_mask: Q_LEN ({T}) and KV_LEN ({S}) must be at most "
+                         f"2^32 - 1")
     block_size = _block_sizes(BLOCK_SIZE)
     g = _Grid(B, H, T, S)
     ctx = _attn_torch()._context()

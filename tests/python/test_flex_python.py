@@ -670,6 +670,12 @@ if runs:
             check(False, f"{what}: no error")
         except (TypeError, ValueError) as err:
             check(word in str(err), f"{what}: message {err}")
+    try:  # refused before its index grid (8 TB of int64 positions) is made
+        flex.create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None,
+                               2 ** 40, 2 ** 40)
+        check(False, "create_block_mask of 2^40 positions: no error")
+    except ValueError as err:
+        check("Q_LEN (1099511627776)" in str(err), f"create_block_mask of 2^40: message {err}")
 
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
