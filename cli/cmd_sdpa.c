@@ -161,6 +161,8 @@ static int take_value(sdpa_options *o, const char *opt, const char *value) {
         o->offset_given = true;
     } else if (strcmp(opt, "--scale") == 0) {
         if (!cli_parse_double(value, &o->scale)) return cli_bad_number(opt, value, "a number");
+        if (!isfinite(o->scale))
+            return cli_usage_error("--scale: expected a finite number, got '%s'", value);
     } else if (strcmp(opt, "--window") == 0) {
         o->window = true;
         return cli_parse_window(opt, value, &o->window_left, &o->window_right);

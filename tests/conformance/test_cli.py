@@ -1132,6 +1132,8 @@ def test_sdpa(r, rng):
         (ok_args + ["--softcap", "nan"], [2], ["--softcap", "'nan'"]),
         (ok_args + ["--softcap", "inf"], [2], ["--softcap", "'inf'"]),
         (ok_args + ["--softcap", "1e-46"], [1], ["softcap (1e-46)", "rounds to 0"]),
+        (ok_args + ["--scale", "nan"], [2], ["--scale", "'nan'"]),
+        (ok_args + ["--scale", "-inf"], [2], ["--scale", "'-inf'"]),
         (ok_args + ["--softcap", "1e39"], [1], ["softcap (1e+39)", "beyond float32's range"]),
         (ok_args + ["--mask", mask_cut], [1], ["--mask", mask_cut, "truncated"]),
         (ok_args + ["--bias", bias_nan], [1], ["--bias", bias_nan, "nan at (2, 1)"]),
