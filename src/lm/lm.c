@@ -27,6 +27,7 @@
 #include "kernels/gemv/linear16.h"
 #include "ops/rope.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -85,6 +86,12 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
         if (!(c.rope_base > 0.0) || !isfinite(c.rope_base))
             return attn_fail(ctx, ATTN_ERR_INVALID, "%s: rope_base (%g) must be positive", who,
                              c.rope_base);
+        /* RoPE's frequencies come from the base in float32, as the book's:
+         * one that rounds to 0 or to infinity makes them infinite or 0 */
+        if ((float)c.rope_base == 0.0f || isinf((float)c.rope_base))
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "%s: rope_base (%g) is outside float32's range (%g to %g)", who,
+                             c.rope_base, (double)FLT_TRUE_MIN, (double)FLT_MAX);
         if (c.rope_factor != 0.0 &&
             (!(c.rope_factor > 0.0) || !isfinite(c.rope_factor) ||
              !(c.rope_low_freq_factor > 0.0) || !(c.rope_high_freq_factor > 0.0) ||

@@ -286,6 +286,15 @@ static void test_config_zeros(attn_ctx *ctx) {
                   "\"n_layers\": 1, \"hidden_dim\": 24, \"rope_base\": 0}");
     CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "\"rope_base\" (0)");
+    /* positive, but 0 in float32, where the frequencies are made: they
+     * would be infinite, and every logit NaN */
+    write_text(p, "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, \"n_heads\": 2, "
+                  "\"n_layers\": 1, \"hidden_dim\": 24, \"rope_base\": 1e-300}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_OK);
+    attn_lm *tiny_base = NULL;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &tiny_base), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "rope_base (1e-300) is outside float32's range");
+    CHECK(tiny_base == NULL);
     write_text(p, "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
                   "\"vocab_size\": 11, \"intermediate_size\": 24, \"max_position_embeddings\": 8, "
                   "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 0, "
