@@ -356,11 +356,15 @@ static int read_inputs(sdpa_run *r, const sdpa_options *o, attn_sdpa_config *cfg
     size_t rank = packed ? 3 : 4;
     const char *layout = packed ? "(total, H, D)" : "(B, H, T, D)";
     const attn_npy *tensors[] = {q, k, v};
-    const char *names[] = {"--q", "--k", "--v"};
+    const char *names[] = {"--q", "--k", "--v"}, *paths[] = {o->q, o->k, o->v};
     for (size_t i = 0; i < 3; i++) {
-        if (tensors[i]->ndim != rank)
-            return cli_usage_error("%s: expected %zu dimensions %s%s, got %zu", names[i], rank,
-                                   layout, packed ? " with --cu-seqlens" : "", tensors[i]->ndim);
+        if (tensors[i]->ndim != rank) {
+            char got[128];
+            cli_format_shape(got, sizeof got, tensors[i]->ndim, tensors[i]->shape);
+            return cli_usage_error("%s: '%s' is %s: expected %zu dimensions %s%s, got %zu",
+                                   names[i], paths[i], got, rank, layout,
+                                   packed ? " with --cu-seqlens" : "", tensors[i]->ndim);
+        }
         for (size_t d = 0; d < rank; d++)
             if (!tensors[i]->shape[d]) {
                 char got[128];
