@@ -264,6 +264,9 @@ class _Problem:
         # the library checks the ranges; here only what ctypes would wrap or
         # truncate (a float offset, an integer past long long)
         c.scale = 0.0 if scale is None else as_number("scale", scale, finite=False)
+        if scale is not None and c.scale == 0.0:
+            # 0 is the library's 'default'; scale=0.0 here is a zero scale, as PyTorch's
+            c.scale = 5e-324
         c.causal = bool(causal)
         c.dropout = as_number("dropout_p", dropout_p, finite=False)
         if q_offset is not None:

@@ -728,6 +728,12 @@ def sweep_other_entry_points():
                                                                          num_threads=True),
              TypeError)):
         raises(call, kinds, [], f"functional: {what}", S)
+    # scale=0.0 is a zero scale (every score 0: the values' mean), as PyTorch's,
+    # not the library's 0 for 1/sqrt(D)
+    count(S)
+    got = AF.scaled_dot_product_attention(q, q, q, scale=0.0)
+    want = F.scaled_dot_product_attention(*(torch.from_numpy(q),) * 3, scale=0.0).numpy()
+    check(np.abs(got - want).max() < 1e-6, f"functional scale=0.0: {np.abs(got - want).max()}")
     count(S)
     out = AF.scaled_dot_product_attention(q[:, :, ::-1], q, q)  # a negative stride: copied
     want = math_sdpa(torch.from_numpy(q[:, :, ::-1].copy()), torch.from_numpy(q),
