@@ -120,7 +120,10 @@ class Module:
     state_dict / load_state_dict, backward and gradients, safetensors."""
 
     _kind = None  # the kind's name in libattn's table of kinds ("mha")
-    _buffers = ()  # (name, array): the seeds' causal masks, as in torch's state_dict
+    # the names of the seeds' causal masks, as in torch's state_dict; the mask
+    # itself (side x side floats) is made only when a state_dict holds it
+    _buffers = ()
+    _mask_side, _mask_lower = 0, False
 
     def _build(self, **fields):
         """Builds the module through attn_module_new from the fields of
@@ -264,23 +267,29 @@ class Module:
         params = [(p.name.decode(), self._view(p.data, p).copy()) for p in self._params()]
         out = OrderedDict()
         pending = list(self._buffers)
+        mask = self._mask() if pending else None
         for name, value in params:
             for b in list(pending):
-                owner = b[0].rpartition(".")[0]
+                owner = b.rpartition(".")[0]
                 if not owner or name.startswith(owner + "."):
-                    out[b[0]] = b[1].copy()
+                    out[b] = mask.copy()
                     pending.remove(b)
             out[name] = value
-        for name, value in pending:
-            out[name] = value.copy()
+        for name in pending:
+            out[name] = mask.copy()
         return out
 
     def _set_mask_buffers(self, names, side, lower):
-        mask = (np.tril(np.ones((side, side), np.float32)) if lower
-                else np.triu(np.ones((side, side), np.float32), 1))
-        if lower:
-            mask = mask.reshape(1, 1, side, side)
-        self._buffers = tuple((n, mask) for n in names)
+        self._buffers = tuple(names)
+        self._mask_side, self._mask_lower = side, lower
+
+    def _mask(self):
+        """The seeds' causal mask: torch.triu(ones, 1) (1 hides), or GPT-2's
+        tril(ones) (1, 1, side, side) (1 shows)."""
+        side = self._mask_side
+        if self._mask_lower:
+            return np.tril(np.ones((side, side), np.float32)).reshape(1, 1, side, side)
+        return np.triu(np.ones((side, side), np.float32), 1)
 
     @_locked
     def grads(self):
@@ -295,13 +304,16 @@ class Module:
         exactly (else RuntimeError naming them, as PyTorch); shapes always
         must. Nothing changes unless everything fits."""
         params = {p.name.decode(): p for p in self._params()}
-        buffers = dict(self._buffers)
+        buffers = set(self._buffers)
         missing = [k for k in params if k not in state_dict]
         unexpected = [k for k in state_dict if k not in params and k not in buffers]
-        for k, mask in buffers.items():  # optional, but when given, the mask
-            if k in state_dict and not np.array_equal(np.asarray(state_dict[k]), mask):
-                raise RuntimeError(f"{k}: not the causal mask of this {type(self).__name__} "
-                                   f"(shape {mask.shape})")
+        mask = None
+        for k in self._buffers:  # optional, but when given, the mask
+            if k in state_dict:
+                mask = self._mask() if mask is None else mask
+                if not np.array_equal(np.asarray(state_dict[k]), mask):
+                    raise RuntimeError(f"{k}: not the causal mask of this "
+                                       f"{type(self).__name__} (shape {mask.shape})")
         if strict and (missing or unexpected):
             parts = []
             if missing:
