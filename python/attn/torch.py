@@ -591,6 +591,10 @@ def _mask_problem(attn_mask, query, key, is_causal):
         return f"attn_mask of dtype {attn_mask.dtype} (attn takes bool or floating point)"
     if is_causal:
         return "attn_mask with is_causal (PyTorch refuses the pair)"
+    if attn_mask.dtype != torch.bool and query.dtype == torch.float64:
+        # the library reads an additive mask's values in float32: a float64
+        # call (gradcheck) would lose their low bits
+        return "a float additive attn_mask with float64 queries"
     if attn_mask.numel() == 0 or _mask_shape(attn_mask, query, key) is None:
         return (f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the "
                 "scores")

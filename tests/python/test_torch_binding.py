@@ -143,6 +143,10 @@ def test_gradcheck():
     gradcheck("sdpa gqa", lambda q, k, v: sd(q, k, v, is_causal=True, enable_gqa=True),
               [(1, 4, 4, 3), (1, 2, 4, 3), (1, 2, 4, 3)])
     gradcheck("sdpa 3-D", lambda q, k, v: sd(q, k, v), [(2, 3, 4), (2, 5, 4), (2, 5, 2)])
+    # a float64 additive mask keeps its bits (the library's masks are float32:
+    # such a call goes to PyTorch), its gradient included
+    gradcheck("sdpa float64 additive mask", lambda q, k, v, m: sd(q, k, v, attn_mask=m),
+              [(1, H, T, D), (1, H, S, D), (1, H, S, D), (T, S)])
     gradcheck("sdpa dropout", lambda q, k, v: sd(q, k, v, dropout_p=0.3, is_causal=True),
               [(1, H, 4, 3), (1, H, 4, 3), (1, H, 4, 3)], seed_each_call=11)
     gradcheck("flash causal T<S", lambda q, k, v: fa(q, k, v, causal=True),
