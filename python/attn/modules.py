@@ -191,7 +191,7 @@ class Module:
     # ---- forward and backward ----
     def forward(self, x):
         """y = module(x) for x (B, T, d_in) or (T, d_in); y has the same rank."""
-        x = np.ascontiguousarray(x, dtype=np.float32)
+        x = self._real("x", x)
         if x.ndim not in (2, 3):
             raise ValueError(f"{type(self).__name__}: expected x of shape (B, T, d_in) or "
                              f"(T, d_in), got {x.shape}")
@@ -212,6 +212,16 @@ class Module:
 
     __call__ = forward
 
+    def _real(self, name, x):
+        """x as a contiguous float32 array; refused unless it holds real numbers
+        (None would become NaN, strings be parsed, complex values lose their
+        imaginary parts)."""
+        a = np.asarray(x)
+        if a.dtype.kind not in "fiu":
+            raise TypeError(f"{type(self).__name__}: {name} must hold real numbers, got dtype "
+                            f"{a.dtype}")
+        return np.ascontiguousarray(a, dtype=np.float32)
+
     def _need_training(self, what):
         if not _lib.has("attn_module_backward"):
             raise NotImplementedError(f"{what}: this libattn ({_lib.path}) has no backward")
@@ -225,7 +235,7 @@ class Module:
         self._need_training("backward")
         if self._last_shape is None:
             raise RuntimeError(f"{type(self).__name__}.backward: no forward to differentiate")
-        dy = np.ascontiguousarray(dy, dtype=np.float32)
+        dy = self._real("dy", dy)
         shape = self._last_shape
         batch, tokens = (shape[0], shape[1]) if len(shape) == 3 else (1, shape[0])
         want = shape[:-1] + (self.d_out,)

@@ -772,6 +772,10 @@ def sweep_other_entry_points():
             ("x too long", lambda: m(np.zeros((1, 5, 3), np.float32)), attn.AttnError),
             ("x width 4", lambda: m(np.zeros((1, 2, 4), np.float32)), ValueError),
             ("x width 2", lambda: m(np.zeros((1, 2, 2), np.float32)), ValueError),
+            # not real numbers: None would be NaN, strings parsed, complex cut
+            ("x of None", lambda: m(np.array([[None] * 3] * 2)), TypeError),
+            ("x of strings", lambda: m(np.full((1, 2, 3), "1.5")), TypeError),
+            ("x complex", lambda: m(np.ones((1, 2, 3), np.complex64)), TypeError),
             ("load prefix int", lambda: m.load("x.safetensors", prefix=3), TypeError),
             ("backward first", lambda: attn.CausalAttention(3, 2, 4, 0.0).backward(
                 np.zeros((1, 2, 2), np.float32)), RuntimeError),
