@@ -270,3 +270,10 @@ int cli_finish(int rc) {
         fprintf(stderr, "%s: error writing to standard output\n", cli_program_name);
     return rc == CLI_OK ? CLI_FAILED : rc;
 }
+
+void cli_format_shape(char *buf, size_t size, size_t rank, const size_t *shape) {
+    size_t used = (size_t)snprintf(buf, size, "(");
+    for (size_t i = 0; i < rank && used < size; i++)
+        used += (size_t)snprintf(buf + used, size - used, i ? ", %zu" : "%zu", shape[i]);
+    if (used < size) snprintf(buf + used, size - used, rank == 1 ? ",)" : ")");
+}

@@ -104,6 +104,9 @@ bool cli_parse_double(const char *text, double *out);
  * "<opt>: expected <expected>, got '<text>'", or that it is out of range. */
 int cli_bad_number(const char *opt, const char *text, const char *expected);
 
+/* "(2, 1, 5)" into buf. */
+void cli_format_shape(char *buf, size_t size, size_t rank, const size_t *shape);
+
 /* "--name value" options: the value after argv[*i] (advancing *i), or NULL
  * with an error printed when the option is not in the NULL-terminated
  * known list or its value is missing. argv[0] is the command's name, or

@@ -102,13 +102,6 @@ void cli_mask_inputs(const cli_mask_options *m, const char *opts[3], const char 
     *count = 3;
 }
 
-void cli_format_shape(char *buf, size_t size, size_t rank, const size_t *shape) {
-    size_t used = (size_t)snprintf(buf, size, "(");
-    for (size_t i = 0; i < rank && used < size; i++)
-        used += (size_t)snprintf(buf + used, size - used, i ? ", %zu" : "%zu", shape[i]);
-    if (used < size) snprintf(buf + used, size - used, rank == 1 ? ",)" : ")");
-}
-
 int cli_broadcast_strides(const char *opt, size_t rank, const size_t *shape,
                           const size_t target[4], size_t strides[4]) {
     bool ok = rank <= 4;

@@ -100,7 +100,4 @@ int cli_mask_build(attn_ctx *ctx, const cli_mask_options *m, const cli_mask_geom
                    cli_mask_built *out);
 void cli_mask_built_free(cli_mask_built *b);
 
-/* "(2, 1, 5)" into buf. */
-void cli_format_shape(char *buf, size_t size, size_t rank, const size_t *shape);
-
 #endif /* ATTN_CLI_MASK_OPTIONS_H */

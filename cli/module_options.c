@@ -293,14 +293,16 @@ int cli_run_open(cli_run *run, cli_run_options *o) {
     if (attn_npy_read(run->ctx, o->input, &run->x) != ATTN_OK)
         return cli_library_error(run->ctx, "--input");
     const attn_npy *x = &run->x;
+    char shape[128];
+    cli_format_shape(shape, sizeof shape, x->ndim, x->shape);
     if (x->ndim != 2 && x->ndim != 3)
-        return cli_usage_error("--input: expected shape (B, T, d_in) or (T, d_in), got %zu dimensions",
-                               x->ndim);
+        return cli_usage_error("--input: '%s' is %s: expected shape (B, T, d_in) or (T, d_in), "
+                               "got %zu dimensions", o->input, shape, x->ndim);
     run->batch = x->ndim == 3 ? x->shape[0] : 1;
     run->tokens = x->shape[x->ndim - 2];
-    if (run->batch == 0 || run->tokens == 0)
-        return cli_usage_error("--input: empty shape (batch %zu, tokens %zu)", run->batch,
-                               run->tokens);
+    if (run->batch == 0 || run->tokens == 0 || x->shape[x->ndim - 1] == 0)
+        return cli_usage_error("--input: '%s' is %s: empty (batch %zu, tokens %zu, d_in %zu)",
+                               o->input, shape, run->batch, run->tokens, x->shape[x->ndim - 1]);
     rc = cli_module_resolve(&o->module, x->shape[x->ndim - 1], run->tokens);
     if (rc != CLI_OK) return rc;
     if (attn_rng_new(run->ctx, o->seed, &run->rng) != ATTN_OK ||

@@ -497,10 +497,13 @@ def test_bad_args(r, rng):
                      [1], ["sequence length (5)", "exceeds context_length (4)"], out)
     x4 = save(r, "x4.npy", np.zeros((1, 2, 3, 6), np.float32))
     expect_error(r, ["forward", "--module", "mha", "--d-out", 6, "--input", x4, "--output", out],
-                 [2], ["4 dimensions"], out)
+                 [2], ["4 dimensions", x4, "(1, 2, 3, 6)"], out)
     x1 = save(r, "x1.npy", np.zeros((6,), np.float32))
     expect_error(r, ["forward", "--module", "mha", "--d-out", 6, "--input", x1, "--output", out],
-                 [2], ["1 dimensions"], out)
+                 [2], ["1 dimensions", x1, "(6,)"], out)
+    x0w = save(r, "x0w.npy", np.zeros((1, 2, 0), np.float32))
+    expect_error(r, ["forward", "--module", "mha", "--d-out", 6, "--input", x0w, "--output", out],
+                 [2], ["--input", x0w, "d_in 0"], out)
     # An empty sequence is an input problem, whatever the module.
     for module in ("sa1", "mha", "gpt2"):
         x0 = save(r, "x0.npy", np.zeros((1, 0, 6), np.float32))
