@@ -98,6 +98,8 @@ static int run_grad(int argc, char **argv) {
     if (rc != CLI_OK) return rc;
     cli_run_options o = a.run;
     grad_paths paths = a.paths;
+    if (o.module.dropout > 0.0 && !o.train)
+        fprintf(stderr, "attn: note: --dropout has no effect without --train (eval mode)\n");
     if (paths.context_parallel) {
 #ifdef ATTN_HAVE_MPI
         return cli_cp_grad(&o, paths.context_parallel, paths.grad_output, paths.out_dir);

@@ -964,6 +964,13 @@ def test_small_defects(r):
               "control characters escaped: " + repr(args[-1]), "stderr=%r" % se)
     # trace fails before printing anything.
     expect_error(r, ["trace", "--tokens", 1025], [1], ["exceeds context_length (1024)"])
+    # --dropout without --train: a note, from forward and grad alike
+    dy = save(r, "dy8.npy", np.ones((1, 5, 6), np.float32))
+    for cmd, extra in (("forward", ["--output", r.path("y8.npy")]),
+                       ("grad", ["--grad-output", dy, "--out", r.path("g8")])):
+        rc, so, se = r.run([cmd] + mha[1:] + ["--input", x, "--dropout", "0.5"] + extra)
+        check(rc == 0 and se.startswith("attn: note: --dropout has no effect without --train"),
+              "%s --dropout without --train: a note" % cmd, "rc=%s stderr=%r" % (rc, se))
     # Subnormal values are numbers: --dropout 1e-310 works (keeps everything).
     c = Case(module="causal", qkv_bias=False, scale=None, mask=None, dropout=1e-310, train=True,
              heads=1, threads=None, explicit_d_in=False, explicit_context=False, seed=5, rank=3,
