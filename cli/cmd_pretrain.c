@@ -170,6 +170,8 @@ static int parse_args(int argc, char **argv, pretrain_cli *o) {
         size_t n = strlen(o->plot);
         if (n < 4 || strcmp(o->plot + n - 4, ".png") != 0)
             return cli_usage_error("--plot: expected a .png file name, got '%s'", o->plot);
+        if (o->run.epochs == 0)
+            return cli_usage_error("--plot: --epochs 0 trains nothing to plot");
     }
     if (!o->tokenizer) {
         struct stat sb;
@@ -184,23 +186,34 @@ static int parse_args(int argc, char **argv, pretrain_cli *o) {
 
 /* ---- the model --------------------------------------------------------------- */
 
-/* The number after "key": in a JSON file's text, for the keys
- * attn_lm_config_read does not keep (the dropout rates). */
-static bool json_number(const char *text, const char *key, double *out) {
+/* The value after "key": in a JSON file's text, for the keys
+ * attn_lm_config_read does not keep (the dropout rates): 1 with the number
+ * in *out, 0 where the key is absent, -1 where it holds something else
+ * (a string, null, a list). */
+static int json_value(const char *text, const char *key, double *out) {
     size_t n = strlen(key);
     for (const char *p = strstr(text, key); p; p = strstr(p + 1, key)) {
         if (p == text || p[-1] != '"' || p[n] != '"') continue;
         const char *q = p + n + 1;
         while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
         if (*q++ != ':') continue;
+        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
         char *end;
         errno = 0;
         double x = strtod(q, &end);
-        if (end == q || errno) return false;
+        /* JSON numbers only: strtod also reads "inf", "nan" and hex */
+        bool number = (*q == '-' || (*q >= '0' && *q <= '9')) && end != q && !errno &&
+                      !memchr(q, 'x', (size_t)(end - q)) && !memchr(q, 'X', (size_t)(end - q));
+        if (!number) return -1;
         *out = x;
-        return true;
+        return 1;
     }
-    return false;
+    return 0;
+}
+
+/* The number after "key": (json_value), true where there is one. */
+static bool json_number(const char *text, const char *key, double *out) {
+    return json_value(text, key, out) > 0;
 }
 
 static int read_small_file(const char *opt, const char *path, char **out, size_t *length);
@@ -317,9 +330,13 @@ static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rn
         int rc = read_small_file("--config", o->config, &text, &length);
         if (rc != CLI_OK) return rc;
         double drop = 0.0;
-        if (!json_number(text, "drop_rate", &drop) && !json_number(text, "resid_pdrop", &drop))
-            drop = 0.0;
+        const char *key = "drop_rate";
+        int found = json_value(text, key, &drop);
+        if (found == 0) found = json_value(text, key = "resid_pdrop", &drop);
         free(text);
+        if (found < 0)
+            return cli_usage_error("--config: \"%s\" in '%s' must be a number (a probability)",
+                                   key, o->config);
         if (!(drop >= 0.0 && drop <= 1.0))
             return cli_usage_error("--config: drop_rate %g is not a probability", drop);
         g = (attn_gpt_config){.vocab_size = lc.vocab_size, .context_length = lc.context_length,
@@ -377,6 +394,26 @@ static int read_small_file(const char *opt, const char *path, char **out, size_t
 
 /* The files as Python's open(path, "r", encoding="utf-8").read() gives them
  * ("\r\n" and "\r" as "\n"), joined with <|endoftext|> between them. */
+/* The offset of the first byte of text[0, n) that is not well-formed
+ * UTF-8 (no overlong forms, surrogates or code points past U+10FFFF, as
+ * Python's decoder reads it), or n. */
+static size_t utf8_error_at(const unsigned char *s, size_t n) {
+    for (size_t i = 0; i < n;) {
+        unsigned c = s[i];
+        size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
+                                 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
+        if (!len || i + len > n) return i;
+        for (size_t k = 1; k < len; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return i;
+        unsigned c1 = len > 1 ? s[i + 1] : 0;
+        if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F) || (c == 0xF0 && c1 < 0x90) ||
+            (c == 0xF4 && c1 > 0x8F))
+            return i;
+        i += len;
+    }
+    return n;
+}
+
 static int read_texts(const pretrain_cli *o, char **out, size_t *length) {
     static const char sep[] = "<|endoftext|>";
     char *all = NULL;
@@ -388,6 +425,15 @@ static int read_texts(const pretrain_cli *o, char **out, size_t *length) {
         if (rc != CLI_OK) {
             free(all);
             return rc;
+        }
+        size_t bad = utf8_error_at((const unsigned char *)text, len);
+        if (bad < len) {
+            unsigned byte = (unsigned char)text[bad];
+            free(text);
+            free(all);
+            return cli_usage_error("--text: '%s' is not UTF-8: byte %zu (0x%02x) starts no "
+                                   "character",
+                                   o->texts[t], bad, byte);
         }
         size_t kept = 0;
         for (size_t i = 0; i < len; i++) {
@@ -531,6 +577,23 @@ static void state_free(pretrain_state *s) {
     attn_ctx_free(s->ctx);
 }
 
+/* The outputs of set are none of the run's inputs: the texts, the config,
+ * the tokenizer's files (a file, or the names a tokenizer directory holds). */
+static int not_inputs(cli_outputs *set, const pretrain_cli *o) {
+    int rc = CLI_OK;
+    for (size_t t = 0; rc == CLI_OK && t < o->n_texts; t++)
+        rc = cli_outputs_not_input(set, "--text", o->texts[t]);
+    if (rc == CLI_OK) rc = cli_outputs_not_input(set, "--config", o->config);
+    if (rc == CLI_OK) rc = cli_outputs_not_input(set, "--tokenizer", o->tokenizer);
+    static const char *const names[] = {"encoder.json", "vocab.bpe", "vocab.json", "merges.txt"};
+    for (size_t i = 0; rc == CLI_OK && o->tokenizer && i < sizeof names / sizeof *names; i++) {
+        char path[4096];
+        if ((size_t)snprintf(path, sizeof path, "%s/%s", o->tokenizer, names[i]) < sizeof path)
+            rc = cli_outputs_not_input(set, "--tokenizer", path);
+    }
+    return rc;
+}
+
 /* Every output checked (and --save's two files probed) before any work. */
 static int check_outputs(const pretrain_cli *o, cli_outputs *outs, size_t *plot_index,
                          char **state_path) {
@@ -545,9 +608,9 @@ static int check_outputs(const pretrain_cli *o, cli_outputs *outs, size_t *plot_
         cli_outputs_init(&probe, outs->ctx);
         int rc = cli_outputs_add(&probe, "--save", o->save, &index);
         if (rc == CLI_OK) rc = cli_outputs_add(&probe, "--save", *state_path, &index);
-        for (size_t t = 0; rc == CLI_OK && t < o->n_texts; t++)
-            rc = cli_outputs_not_input(&probe, "--text", o->texts[t]);
-        if (rc == CLI_OK && o->plot) rc = cli_outputs_not_input(&probe, "--plot", o->plot);
+        if (rc == CLI_OK) rc = not_inputs(&probe, o);
+        /* --plot's file is written too: not one of --save's */
+        if (rc == CLI_OK && o->plot) rc = cli_outputs_add(&probe, "--plot", o->plot, &index);
         cli_outputs_free(&probe);
         if (rc != CLI_OK) return rc;
     }
@@ -556,8 +619,7 @@ static int check_outputs(const pretrain_cli *o, cli_outputs *outs, size_t *plot_
             return cli_usage_error("--plot: this attn was built without libpng, so it writes no "
                                    "PNG");
         int rc = cli_outputs_add(outs, "--plot", o->plot, plot_index);
-        for (size_t t = 0; rc == CLI_OK && t < o->n_texts; t++)
-            rc = cli_outputs_not_input(outs, "--text", o->texts[t]);
+        if (rc == CLI_OK) rc = not_inputs(outs, o);
         if (rc != CLI_OK) return rc;
     }
     return CLI_OK;

@@ -267,6 +267,33 @@ def bad_inputs(attn, d, cfg_path, ckpt):
             "--max-length past the context")
     for lr in ("0", "-1", "nan", "inf"):
         refused(["--text", VERDICT, "--lr", lr], r"--lr.*'%s'" % re.escape(lr), 2, "--lr %s" % lr)
+    # text Python's open(encoding="utf-8") refuses: a Latin-1 byte, a surrogate
+    for name, blob, at in (("latin1.txt", b"hello caf\xe9 world", 9),
+                           ("surrogate.txt", b"ok \xed\xa0\x80 ok", 3)):
+        path = os.path.join(d, name)
+        with open(path, "wb") as f:
+            f.write(blob * 200)
+        refused(["--text", path], r"'%s' is not UTF-8: byte %d" % (re.escape(path), at), 2,
+                "--text not UTF-8 (%s)" % name)
+    # a dropout rate that is not a number, not read as 0
+    cfg_bad = os.path.join(d, "cfg_drop.json")
+    with open(cfg_bad, "w") as f:
+        json.dump(dict(CFG, drop_rate="0.1"), f)
+    refused(["--text", VERDICT, "--config", cfg_bad], r'"drop_rate" in .* must be a number', 2,
+            "drop_rate a string")
+    # the outputs are none of the inputs: the config, the tokenizer's files, --plot's file
+    refused(["--text", VERDICT, "--save", cfg_path], r"--save: .* is the input --config", 2,
+            "--save onto --config")
+    bpe_copy = os.path.join(d, "bpe")  # a copy: a regression must not spoil the real files
+    shutil.copytree(BPE, bpe_copy)
+    refused(["--text", VERDICT, "--tokenizer", bpe_copy, "--save",
+             os.path.join(bpe_copy, "encoder.json")],
+            r"--save: .* is the input --tokenizer", 2, "--save onto the tokenizer")
+    png = os.path.join(out, "same.png")
+    refused(["--text", VERDICT, "--save", png, "--plot", png], r"--plot: .* is also written by "
+            r"--save", 2, "--plot onto --save")
+    refused(["--text", VERDICT, "--epochs", "0", "--plot", os.path.join(out, "p.png")],
+            r"--plot: --epochs 0 trains nothing to plot", 2, "--plot with --epochs 0")
     small = os.path.join(d, "vocab.json")
     with open(small, "w") as f:
         json.dump(dict(CFG, vocab_size=50000), f)
