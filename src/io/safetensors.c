@@ -859,6 +859,19 @@ attn_status attn_safetensors_write(attn_ctx *ctx, const char *path,
                                    const attn_metadata_entry *metadata, size_t metadata_count) {
     attn_clear_error(ctx);
     if (!path) return attn_fail(ctx, ATTN_ERR_NULL, "attn_safetensors_write: path is NULL");
+    attn_file *f = NULL;
+    attn_status s = attn_file_open(ctx, path, &f);
+    if (s == ATTN_OK) s = attn_safetensors_write_to(ctx, f, path, tensors, count, metadata,
+                                                    metadata_count);
+    if (s == ATTN_OK) return attn_file_commit(ctx, f);
+    attn_file_discard(f);
+    return s;
+}
+
+attn_status attn_safetensors_write_to(attn_ctx *ctx, attn_file *f, const char *path,
+                                      const attn_named_tensor *tensors, size_t count,
+                                      const attn_metadata_entry *metadata,
+                                      size_t metadata_count) {
     if (count && !tensors)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: tensors is NULL for %zu tensors", path, count);
     if (metadata_count && !metadata)
@@ -959,8 +972,7 @@ attn_status attn_safetensors_write(attn_ctx *ctx, const char *path,
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for the header", path);
     }
 
-    attn_file *f;
-    attn_status s = attn_file_open(ctx, path, &f);
+    attn_status s = ATTN_OK;
     unsigned char prefix[8];
     for (int k = 0; k < 8; k++) prefix[k] = (unsigned char)((uint64_t)h.len >> (8 * k));
     if (s == ATTN_OK) s = attn_file_write(ctx, f, prefix, 8);
@@ -972,8 +984,6 @@ attn_status attn_safetensors_write(attn_ctx *ctx, const char *path,
     }
     attn_free(h.data);
     attn_free(order);
-    if (s == ATTN_OK) return attn_file_commit(ctx, f);
-    if (f) attn_file_discard(f);
     return s;
 }
 

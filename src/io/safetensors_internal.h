@@ -18,6 +18,13 @@ bool attn_safetensors_dtype_loadable(attn_dtype dtype);
 /* Untrusted text (a tensor's name) for a message: what is not printable
  * ASCII becomes '?', and text past cap - 4 bytes is cut with "...". */
 void attn_safetensors_printable(char *dst, size_t cap, const char *src);
+/* attn_safetensors_write's file appended to f, an attn_file the caller
+ * opened (path: its name in messages) and closes or commits, so that a
+ * caller writing several files commits them together. */
+attn_status attn_safetensors_write_to(attn_ctx *ctx, attn_file *f, const char *path,
+                                      const attn_named_tensor *tensors, size_t count,
+                                      const attn_metadata_entry *metadata,
+                                      size_t metadata_count);
 /* Writes "[2, 3]" for a shape into buf. */
 void attn_safetensors_format_shape(char *buf, size_t cap, size_t ndim, const size_t *shape);
 

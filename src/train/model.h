@@ -13,6 +13,11 @@ bool attn_model_is_gpt(const attn_model *m);
 /* Whether m is the book's Llama3Model (attn_model_new_llama3). */
 bool attn_model_is_llama3(const attn_model *m);
 
+/* attn_model_save into file, an attn_file the caller opened for path and
+ * closes or commits (NULL: path is written and committed here), so that a
+ * checkpoint's files are committed together. */
+attn_status attn_model_save_to(attn_model *m, attn_file *file, const char *path);
+
 /* The attn_model_config a book's config runs as. */
 attn_model_config attn_model_config_of_gpt(const attn_gpt_config *g);
 attn_model_config attn_model_config_of_llama3(const attn_llama3_config *l);

@@ -18,6 +18,7 @@
  *   SAMPLE  the epoch's last step is done: the sample, then the next epoch
  */
 #include "internal.h"
+#include "train/model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -634,9 +635,12 @@ attn_status attn_pretrain_save(attn_pretrain *r, const char *path) {
     if (st == ATTN_OK && !spath) st = ATTN_ERR_NO_MEMORY;
     if (st == ATTN_OK) st = attn_rng_get_state(r->rng, rng_state, rng_size);
     if (st == ATTN_OK) st = attn_optimizer_get_state(r->opt, opt_state, opt_floats, &opt_steps);
-    /* both destinations checked before either is written */
+    /* both files written and closed before either is put in place: an
+     * interrupted or failed save leaves the last checkpoint's pair as it was */
+    attn_file *model_file = NULL;
     if (st == ATTN_OK) st = attn_file_open(r->ctx, spath, &w->file);
-    if (st == ATTN_OK) st = attn_model_save(r->model, path);
+    if (st == ATTN_OK) st = attn_file_open(r->ctx, path, &model_file);
+    if (st == ATTN_OK) st = attn_model_save_to(r->model, model_file, path);
     if (st == ATTN_OK) {
         w->ctx = r->ctx;
         w->hash = FNV_OFFSET;
@@ -659,11 +663,18 @@ attn_status attn_pretrain_save(attn_pretrain *r, const char *path) {
         w_u64(w, w->hash);
         w_flush(w);
         st = w->st;
+        if (st == ATTN_OK) st = attn_file_close(r->ctx, model_file);
+        if (st == ATTN_OK) st = attn_file_close(r->ctx, w->file);
+        if (st == ATTN_OK) {
+            st = attn_file_commit(r->ctx, model_file);
+            model_file = NULL;
+        }
         if (st == ATTN_OK) {
             st = attn_file_commit(r->ctx, w->file);
             w->file = NULL;
         }
     }
+    attn_file_discard(model_file);
     if (w && w->file) attn_file_discard(w->file);
     attn_free(w);
     attn_free(spath);

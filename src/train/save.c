@@ -20,6 +20,7 @@
  * PyTorch reads it with safetensors.torch.load_file and load_state_dict.
  */
 #include "internal.h"
+#include "io/safetensors_internal.h"
 #include "train/model.h"
 
 #include <stdio.h>
@@ -148,6 +149,10 @@ static void mask_name(char *buf, size_t size, size_t layer) {
 enum { MASK_NAME_MAX = 48 };
 
 attn_status attn_model_save(attn_model *m, const char *path) {
+    return attn_model_save_to(m, NULL, path);
+}
+
+attn_status attn_model_save_to(attn_model *m, attn_file *file, const char *path) {
     if (!m) return ATTN_ERR_NULL;
     attn_ctx *ctx = attn_model_ctx(m);
     attn_clear_error(ctx);
@@ -180,7 +185,8 @@ attn_status attn_model_save(attn_model *m, const char *path) {
     meta_values values;
     attn_metadata_entry meta[META_MAX];
     size_t n_meta = describe_model(m, &values, meta);
-    st = attn_safetensors_write(ctx, path, tensors, count + masks, meta, n_meta);
+    st = file ? attn_safetensors_write_to(ctx, file, path, tensors, count + masks, meta, n_meta)
+              : attn_safetensors_write(ctx, path, tensors, count + masks, meta, n_meta);
     attn_free(tensors);
     attn_free(names);
     attn_free(mask);

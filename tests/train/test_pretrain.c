@@ -9,7 +9,10 @@
  *     the later events bit for bit the uninterrupted run's;
  *   - every refusal of _new and _resume as a value, with a message naming
  *     the values, nothing changed; a loss that turns NaN;
- *   - the generator's and the optimizer's state round trips.
+ *   - the generator's and the optimizer's state round trips;
+ *   - a save whose state file cannot be written whole (a file size limit
+ *     between the model's size and the state's) leaves the last pair as it
+ *     was, resumable: the model is not put in place alone.
  * The seed is fresh each run (ATTN_TEST_SEED repeats one).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -17,11 +20,14 @@
 #include "check.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -479,6 +485,42 @@ static void test_state_round_trips(fixture *f, uint64_t seed) {
     printf("  the generator's and AdamW's state round trip\n");
 }
 
+static void test_save_is_a_pair(fixture *f, uint64_t seed, const char *dir) {
+    char path[512], state[600];
+    snprintf(path, sizeof path, "%s/pair.safetensors", dir);
+    snprintf(state, sizeof state, "%s.state", path);
+    attn_pretrain_options o = small_options();
+    runner a, b;
+    attn_pretrain_event ev;
+    CHECK_STATUS(runner_new(f, seed, &o, &a), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_next(a.run, &ev), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_save(a.run, path), ATTN_OK);
+    struct stat model_st, state_st;
+    CHECK(stat(path, &model_st) == 0 && stat(state, &state_st) == 0);
+    CHECK(state_st.st_size > model_st.st_size + 4096); /* the optimizer's two moments */
+    /* a step, so that the weights (and the model file) differ from the pair's */
+    do CHECK_STATUS(attn_pretrain_next(a.run, &ev), ATTN_OK);
+    while (ev.kind != ATTN_PRETRAIN_STEP && ev.kind != ATTN_PRETRAIN_DONE);
+    CHECK(ev.kind == ATTN_PRETRAIN_STEP);
+    struct rlimit old;
+    CHECK(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    struct rlimit cut = old;
+    cut.rlim_cur = (rlim_t)(model_st.st_size + 4096);
+    if (old.rlim_cur == RLIM_INFINITY || old.rlim_cur > cut.rlim_cur) {
+        void (*kept)(int) = signal(SIGXFSZ, SIG_IGN); /* a write past the limit fails */
+        CHECK(setrlimit(RLIMIT_FSIZE, &cut) == 0);
+        CHECK_STATUS(attn_pretrain_save(a.run, path), ATTN_ERR_IO);
+        CHECK(setrlimit(RLIMIT_FSIZE, &old) == 0);
+        signal(SIGXFSZ, kept);
+        CHECK_MESSAGE(f->ctx, "pair.safetensors.state");
+    }
+    runner_free(&a);
+    /* the first save's pair resumes: its model's hash is its state's */
+    CHECK_STATUS(runner_new(f, seed + 5, &o, &b), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_OK);
+    runner_free(&b);
+}
+
 int main(void) {
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
     const char *env = getenv("ATTN_TEST_SEED");
@@ -503,6 +545,7 @@ int main(void) {
     test_refusals(&f);
     test_no_validation_and_nan(&f, seed, dir);
     test_state_round_trips(&f, seed);
+    test_save_is_a_pair(&f, seed, dir);
 
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
