@@ -185,6 +185,11 @@ static attn_status make_datasets(attn_pretrain *r, const char *text, size_t leng
                          "of max_length %zu (it needs %zu)",
                          fn, 1.0 - o->train_ratio, val_ids, o->max_length, o->max_length + 1);
     r->steps_per_epoch = r->train_windows / o->batch_size;
+    size_t total;
+    if (!attn_mul_size(r->steps_per_epoch, o->epochs, &total))
+        return attn_fail(r->ctx, ATTN_ERR_INVALID,
+                         "%s: epochs %zu of %zu steps each overflow a step count", fn, o->epochs,
+                         r->steps_per_epoch);
     r->train_hash = fnv_words(FNV_OFFSET, attn_text_dataset_ids(r->train), train_ids);
     r->val_hash = fnv_words(FNV_OFFSET, attn_text_dataset_ids(r->val), val_ids);
     return ATTN_OK;

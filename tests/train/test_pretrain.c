@@ -376,6 +376,9 @@ static void test_refusals(fixture *f) {
     expect_refused(f, &TINY, &bad, f->length, "train_ratio 0 must be in (0, 1]");
     bad = o, bad.train_ratio = 1.5;
     expect_refused(f, &TINY, &bad, f->length, "train_ratio 1.5");
+    /* the events' total_steps would wrap */
+    bad = o, bad.epochs = SIZE_MAX;
+    expect_refused(f, &TINY, &bad, f->length, "epochs 18446744073709551615 of");
     attn_gpt_config other_vocab = TINY;
     other_vocab.vocab_size = 50000;
     expect_refused(f, &other_vocab, &o, f->length, "vocabulary is 50257 tokens but the model's "
