@@ -150,6 +150,13 @@ static int run_trace(int argc, char **argv) {
                              a.tokens, d_in + d_out);
         goto done;
     }
+    /* the forward would refuse it too, after the inputs were drawn */
+    if (cli_module_kind(a.module, &kind) && cli_module_has_context(kind) &&
+        a.tokens > preset.context_length) {
+        rc = cli_failure("trace: %s forward: sequence length (%zu) exceeds context_length (%zu)",
+                         attn_module_class_name(m), a.tokens, preset.context_length);
+        goto done;
+    }
     x = calloc(a.tokens, d_in * sizeof *x);
     y = calloc(a.tokens, d_out * sizeof *y);
     if (!x || !y) {

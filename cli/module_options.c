@@ -45,6 +45,10 @@ bool cli_known_module(const char *name) {
     return cli_module_kind(name, &kind);
 }
 
+bool cli_module_has_context(attn_module_kind kind) {
+    return kind < ATTN_MODULE_KIND_COUNT && (takes[kind] & CLI_GIVEN_CONTEXT);
+}
+
 int cli_unknown_module(const char *option, const char *value) {
     char names[160] = "";
     for (size_t i = 0, len = 0; i < ATTN_MODULE_KIND_COUNT && len < sizeof names; i++)

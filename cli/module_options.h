@@ -45,6 +45,9 @@ typedef struct cli_module_options {
  * NULL or a name that names none. */
 bool cli_module_kind(const char *name, attn_module_kind *out);
 bool cli_known_module(const char *name);
+/* Whether the module kind takes a context_length (its forward refuses longer
+ * sequences). */
+bool cli_module_has_context(attn_module_kind kind);
 /* Refuses an unknown module name given to option, listing the kinds'
  * names: returns CLI_USAGE after printing the error. */
 int cli_unknown_module(const char *option, const char *value);

@@ -801,6 +801,9 @@ def test_trace(r):
     lines = se.splitlines()
     check(rc == 1 and len(lines) == 1 and lines[0].startswith("attn: ") and "exceeds context_length" in se,
           "trace --tokens 2000 fails with 'exceeds context_length'", "rc=%s stderr=%r" % (rc, se[:300]))
+    # past the context before x is drawn: 10^8 tokens of 768 floats would be 307 GB
+    expect_error(r, ["trace", "--tokens", 10 ** 8], [1], ["100000000", "context_length (1024)"],
+                 what="trace --tokens 10^8 (the context, not the memory)")
     expect_error(r, ["trace", "--tokens", 0], [2], ["--tokens"])
     expect_error(r, ["trace", "--batch", "-2"], [2], ["--batch"])
     expect_error(r, ["trace", "--preset", "gpt2-tiny"], [2], ["gpt2-tiny", "gpt2-small"])
