@@ -22,6 +22,7 @@
  * the tensors sorted by name, "__metadata__" first, serde_json's compact
  * spelling and escapes, the header padded with spaces to a multiple of 8.
  */
+#define _XOPEN_SOURCE 700 /* fstat, fileno */
 #include "half.h"
 #include "internal.h"
 #include "io/file.h"
@@ -36,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 _Static_assert(sizeof(float) == 4, "float must be IEEE binary32");
 _Static_assert(sizeof(double) == 8, "double must be IEEE binary64");
@@ -573,6 +575,11 @@ attn_status attn_safetensors_open(attn_ctx *ctx, const char *path, attn_safetens
     unsigned char *text = NULL;
     st->file = fopen(path, "rb");
     if (!st->file) s = attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    /* a device such as /dev/zero seeks to an end of 0 bytes: its size is no size */
+    struct stat info;
+    if (s == ATTN_OK && fstat(fileno(st->file), &info) == 0 && !S_ISREG(info.st_mode))
+        s = attn_fail(ctx, ATTN_ERR_IO, "%s: not a regular file (a safetensors file is read by "
+                      "its size)", path);
     long end = -1;
     if (s == ATTN_OK && (fseek(st->file, 0, SEEK_END) != 0 || (end = ftell(st->file)) < 0 ||
                          fseek(st->file, 0, SEEK_SET) != 0))

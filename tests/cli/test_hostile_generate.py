@@ -260,6 +260,8 @@ def main():
     os.makedirs(f("empty_dir"))
     refused("file", ["--weights", f("empty_dir")] + gen, "model.safetensors", cwd)
     refused("file", ["--weights", f("missing.safetensors")] + gen, "missing.safetensors", cwd)
+    # a device seeks to an end of 0 bytes: named as what it is, not as a 0-byte file
+    refused("file", ["--weights", "/dev/zero"] + gen, "/dev/zero: not a regular file", cwd)
 
     # ---- configs: missing keys, wrong types, negative, zero, huge
     w1 = ["--weights", f("one.safetensors"), "--config"]
