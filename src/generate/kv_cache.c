@@ -603,14 +603,8 @@ static attn_status check_args(attn_kv_cache *c, const char *who, const attn_kv_a
     if (!(a->softcap >= 0.0f) || isinf(a->softcap))
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: softcap %g is not a finite value >= 0 "
                          "(0: none)", who, (double)a->softcap);
-    const float *per_head[2] = {a->alibi_slopes, a->sinks};
-    static const char *const per_head_name[2] = {"alibi_slopes", "sinks"};
-    for (int k = 0; k < 2; k++)
-        for (size_t h = 0; per_head[k] && h < a->q_heads; h++)
-            if (!isfinite(per_head[k][h]))
-                return attn_fail(ctx, ATTN_ERR_INVALID, "%s: %s[%zu] is %g: each query "
-                                 "head's must be finite", who, per_head_name[k], h,
-                                 (double)per_head[k][h]);
+    st = attn_check_head_params(ctx, who, a->alibi_slopes, a->sinks, a->q_heads);
+    if (st != ATTN_OK) return st;
     if (!attn_mul3_size(rows, a->q_heads, cfg->head_dim, &qrow) || !attn_floats_fit(qrow))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: %zu rows x %zu heads x %zu overflows",
                          who, rows, a->q_heads, cfg->head_dim);

@@ -62,6 +62,19 @@ attn_attention_problem attn_sdpa_problem_of(const attn_sdpa_config *c, attn_dtyp
 }
 
 /* What the contract does not check: the public config's own fields. */
+attn_status attn_check_head_params(attn_ctx *ctx, const char *who, const float *alibi_slopes,
+                                   const float *sinks, size_t heads) {
+    const float *per_head[2] = {alibi_slopes, sinks};
+    static const char *const per_head_name[2] = {"alibi_slopes", "sinks"};
+    for (int k = 0; k < 2; k++)
+        for (size_t h = 0; per_head[k] && h < heads; h++)
+            if (!isfinite(per_head[k][h]))
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "%s: %s[%zu] is %g: each query head's must be finite", who,
+                                 per_head_name[k], h, (double)per_head[k][h]);
+    return ATTN_OK;
+}
+
 attn_status attn_sdpa_check_config(attn_ctx *ctx, const char *fn, const attn_sdpa_config *c) {
     if (!c) return attn_fail(ctx, ATTN_ERR_NULL, "%s: cfg is NULL", fn);
     if (!isfinite(c->scale))
@@ -82,16 +95,8 @@ attn_status attn_sdpa_check_config(attn_ctx *ctx, const char *fn, const attn_sdp
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: softcap (%g) rounds to 0 in float32, which turns it off "
                          "(smallest %g)", fn, c->softcap, (double)FLT_TRUE_MIN);
-    /* as attn_kv_cache_attend's: a NaN slope or sink would make every row of
-     * its head NaN, an infinite one every row NaN or zero */
-    const float *per_head[2] = {c->alibi_slopes, c->sinks};
-    static const char *const per_head_name[2] = {"alibi_slopes", "sinks"};
-    for (int k = 0; k < 2; k++)
-        for (size_t h = 0; per_head[k] && h < c->heads; h++)
-            if (!isfinite(per_head[k][h]))
-                return attn_fail(ctx, ATTN_ERR_INVALID,
-                                 "%s: %s[%zu] is %g: each query head's must be finite", fn,
-                                 per_head_name[k], h, (double)per_head[k][h]);
+    attn_status st = attn_check_head_params(ctx, fn, c->alibi_slopes, c->sinks, c->heads);
+    if (st != ATTN_OK) return st;
     if (c->align != ATTN_ALIGN_BOTTOM_RIGHT && c->align != ATTN_ALIGN_TOP_LEFT &&
         c->align != ATTN_ALIGN_OFFSET)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: align (%d) is not an attn_align", fn,
@@ -106,7 +111,7 @@ attn_status attn_sdpa_check_config(attn_ctx *ctx, const char *fn, const attn_sdp
                          "%s: score_mods (%zu) with softcap (%g) or alibi_slopes (%s): put them "
                          "in the chain, where their order is said",
                          fn, c->score_mod_count, c->softcap, c->alibi_slopes ? "set" : "NULL");
-    attn_status st = attn_score_mods_check(ctx, fn, c->score_mods, c->score_mod_count, c->heads);
+    st = attn_score_mods_check(ctx, fn, c->score_mods, c->score_mod_count, c->heads);
     if (st != ATTN_OK) return st;
     if (c->block_mask) {
         const attn_block_map *m = attn_block_mask_map(c->block_mask);

@@ -16,6 +16,12 @@
  * gives infinity. */
 static inline bool attn_fits_float(double x) { return isfinite(x) && fabs(x) < 0x1.ffffffp127; }
 
+/* Each query head's ALiBi slope and sink (either NULL: none) finite: a NaN
+ * one would make every row of its head NaN, an infinite one every row NaN
+ * or zero. ATTN_ERR_INVALID naming the first that is not. */
+attn_status attn_check_head_params(attn_ctx *ctx, const char *who, const float *alibi_slopes,
+                                   const float *sinks, size_t heads);
+
 /* The problem cfg describes, on these tensors of dtype (NULL for a
  * problem used for its geometry only). */
 attn_attention_problem attn_sdpa_problem_of(const attn_sdpa_config *c, attn_dtype dtype,
