@@ -20,7 +20,7 @@ INT64_MAX = 2**63 - 1       # long long
 COUNT_MAX = INT64_MAX
 
 
-def _show(value):
+def show(value):
     """value for a message: short, with its type where the repr hides it."""
     text = repr(value)
     if len(text) > 60:
@@ -45,11 +45,11 @@ def as_index(name, value, lo=0, hi=COUNT_MAX):
     0-d integer arrays/tensors (anything with __index__); a bool, a float
     (even 3.0) or a string is a TypeError."""
     if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected an integer, got {_show(value)}")
+        raise TypeError(f"{name}: expected an integer, got {show(value)}")
     try:
         n = operator.index(value)
     except TypeError:
-        raise TypeError(f"{name}: expected an integer, got {_show(value)}") from None
+        raise TypeError(f"{name}: expected an integer, got {show(value)}") from None
     if not lo <= n <= hi:
         raise ValueError(f"{name}: {n} is out of range; expected an integer in "
                          f"[{_bound(lo)}, {_bound(hi)}]")
@@ -67,11 +67,11 @@ def as_number(name, value, lo=-math.inf, hi=math.inf, lo_open=False, hi_open=Fal
     unless *_open). Takes int, float, NumPy scalars and 0-d arrays/tensors;
     a bool or a string is a TypeError, NaN a ValueError."""
     if isinstance(value, (bool, np.bool_, str, bytes)):
-        raise TypeError(f"{name}: expected a number, got {_show(value)}")
+        raise TypeError(f"{name}: expected a number, got {show(value)}")
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected a number, got {_show(value)}") from None
+        raise TypeError(f"{name}: expected a number, got {show(value)}") from None
     below = x <= lo if lo_open else x < lo
     above = x >= hi if hi_open else x > hi
     if math.isnan(x) or (finite and math.isinf(x)) or below or above:
@@ -82,6 +82,16 @@ def as_number(name, value, lo=-math.inf, hi=math.inf, lo_open=False, hi_open=Fal
     return x
 
 
+def library_scale(scale):
+    """scale (a float, or None for the default 1/sqrt(head_dim)) as the
+    library's scale field, where 0 means that default. A zero scale
+    (PyTorch's scale=0.0: every score 0, uniform weights) goes as the
+    smallest positive double, which the kernels' float32 rounds to 0."""
+    if scale is None:
+        return 0.0
+    return scale if scale != 0.0 else 5e-324
+
+
 def as_ids(name, ids, lo=0, hi=INT32_MAX, ndim=1):
     """ids as a C-contiguous int32 array of ndim dimensions (1: a sequence,
     2: (batch, n)), each in [lo, hi]. Lists of ints, integer arrays and
@@ -89,7 +99,7 @@ def as_ids(name, ids, lo=0, hi=INT32_MAX, ndim=1):
     a wrong rank or a value out of range (named with its position) a
     ValueError."""
     if isinstance(ids, (str, bytes, bytearray)):
-        raise TypeError(f"{name}: expected integer token ids, got {_show(ids)}")
+        raise TypeError(f"{name}: expected integer token ids, got {show(ids)}")
     if hasattr(ids, "detach") and hasattr(ids, "numpy"):  # a torch tensor
         ids = ids.detach().cpu().numpy()
     try:
@@ -133,7 +143,7 @@ def _flatten(seq):
 def as_str(name, value):
     """value when it is a str, else a TypeError naming what it is."""
     if not isinstance(value, str):
-        raise TypeError(f"{name}: expected a str, got {_show(value)}")
+        raise TypeError(f"{name}: expected a str, got {show(value)}")
     return value
 
 

@@ -16,7 +16,7 @@ import threading
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char_p, c_double, c_float, c_int,
                     c_int32, c_int64, c_size_t, c_uint8, c_uint64, c_void_p)
 
-from ._args import as_index
+from ._args import as_index, show
 
 # attn.h's ATTN_ABI_VERSION that the structures below mirror.
 ABI_VERSION = 6
@@ -289,10 +289,20 @@ class Context:
             self.handle = None
 
 
-def encode_path(path):
-    """path (str, bytes or os.PathLike) as the bytes C opens; a NUL inside
-    would cut the path short in C, so it is refused, as open() refuses it."""
+def is_path(value):
+    """Whether value is what open() takes as a path: str, bytes or os.PathLike."""
+    return isinstance(value, (str, bytes, os.PathLike))
+
+
+def encode_path(name, path):
+    """path (str, bytes or os.PathLike) as the bytes C opens. Anything else
+    (None, a number) is a TypeError naming the argument, where ctypes or
+    os.fsencode would raise without it; a NUL inside would cut the path
+    short in C, so it is refused, as open() refuses it."""
+    if not is_path(path):
+        raise TypeError(f"{name}: expected a path (str, bytes or os.PathLike), got "
+                        f"{show(path)}")
     data = os.fsencode(path)
     if b"\0" in data:
-        raise ValueError(f"path: embedded NUL character in {path!r}")
+        raise ValueError(f"{name}: embedded NUL character in {path!r}")
     return data

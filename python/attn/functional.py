@@ -33,7 +33,7 @@ from ctypes import (POINTER, Structure, c_bool, c_double, c_float, c_int, c_int3
 import numpy as np
 
 from . import _lib
-from ._args import INT64_MAX, as_index, as_number
+from ._args import INT64_MAX, as_index, as_number, library_scale
 from ._lib import AttnError, CtxConfig, ScoreMod, lib, status_name
 
 __all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_backward",
@@ -263,12 +263,17 @@ class _Problem:
             c.out_strides[:] = [H * T * Dv, Dv, T * Dv]
         # the library checks the ranges; here only what ctypes would wrap or
         # truncate (a float offset, an integer past long long)
-        c.scale = 0.0 if scale is None else as_number("scale", scale, finite=False)
-        if scale is not None and c.scale == 0.0:
-            # 0 is the library's 'default'; scale=0.0 here is a zero scale, as PyTorch's
-            c.scale = 5e-324
+        c.scale = library_scale(None if scale is None else as_number("scale", scale,
+                                                                      finite=False))
         c.causal = bool(causal)
         c.dropout = as_number("dropout_p", dropout_p, finite=False)
+        # dropout_p = 1 drops every weight, which PyTorch takes (out and the
+        # gradients are zeros) and the library refuses (it scales the kept
+        # weights by 1 / (1 - p)): the call runs undropped and its results
+        # are multiplied by 0, so a NaN from the inputs stays NaN, as there
+        self.drop_all = c.dropout == 1.0
+        if self.drop_all:
+            c.dropout = 0.0
         if q_offset is not None:
             c.align = ALIGN_OFFSET
             c.q_offset = as_index("q_offset", q_offset, -INT64_MAX - 1, INT64_MAX)
@@ -289,6 +294,15 @@ class _Problem:
         c.alibi_slopes = _ptr(self.alibi)
         c.sinks = _ptr(self.sinks)
         self.cfg = c
+
+
+def _drop_all(*arrays):
+    """The arrays times 0, in place (what dropout_p = 1 leaves): +0 where
+    they are finite, NaN where they are NaN or infinite, as PyTorch's
+    weights * 0 gives."""
+    for a in arrays:
+        a *= 0.0
+        a += 0.0  # -0.0 to +0.0
 
 
 def _seed_for(dropout_p, seed):
@@ -325,15 +339,18 @@ def scaled_dot_product_attention(q, k, v, *, causal=False, scale=None, window=No
     scale: None is 1/sqrt(D). window=(left, right): FlashAttention-2's
     window_size, -1 unbounded. softcap: > 0 caps the scores (Gemma 2).
     alibi_slopes, sinks: (H,) floats. dropout_p > 0 draws the Philox mask
-    keyed by seed (required then). num_threads and kernels ("auto",
-    "reference", "portable", "avx2", "avx512") choose how it runs; the
-    result is bitwise the same for any num_threads.
+    keyed by seed (required then); dropout_p = 1 drops every weight: out
+    and the backward's gradients are zeros, as PyTorch's. num_threads and
+    kernels ("auto", "reference", "portable", "avx2", "avx512") choose how
+    it runs; the result is bitwise the same for any num_threads.
     Returns out, or (out, lse) with return_lse.
     """
     p = _Problem(q, k, v, causal, scale, window, softcap, alibi_slopes, sinks, cu_seqlens_q,
                  cu_seqlens_kv, align, q_offset, dropout_p)
     seed = _seed_for(dropout_p, seed)
     out, lse, _ = _forward(p, _Ctx(num_threads, kernels), seed)
+    if p.drop_all:
+        _drop_all(out)
     return (out, lse) if return_lse else out
 
 
@@ -373,4 +390,7 @@ def scaled_dot_product_attention_backward(grad_out, q, k, v, *, causal=False, sc
                              _ptr(out), _ptr(lse), _ptr(dout), _ptr(dq), _ptr(dk), _ptr(dv),
                              ctypes.byref(drawn) if p.cfg.dropout > 0 else None),
               "attn_sdpa_backward")
-    return (dq, dk, dv, dsinks) if dsinks is not None else (dq, dk, dv)
+    grads = (dq, dk, dv, dsinks) if dsinks is not None else (dq, dk, dv)
+    if p.drop_all:
+        _drop_all(*grads)
+    return grads

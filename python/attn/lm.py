@@ -25,8 +25,8 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_double, c_int, c_in
 import numpy as np
 
 from . import modules as _modules
-from ._args import SIZE_MAX, as_choice, as_ids, as_index, as_number
-from ._lib import F32P, AttnError, Context, Param, encode_path, lib
+from ._args import SIZE_MAX, as_choice, as_ids, as_index, as_number, show
+from ._lib import F32P, AttnError, Context, Param, encode_path, is_path, lib
 
 I32P = POINTER(c_int32)
 SIZEP = POINTER(c_size_t)
@@ -320,8 +320,11 @@ class LanguageModel:
         if isinstance(config, Mapping):
             cfg_struct = ctypes.byref(config_struct(config))
         elif config is not None:
-            cfg_path = encode_path(config)
-        path = encode_path(path)
+            if not is_path(config):
+                raise TypeError(f"load: config: expected None, the path of a config.json or "
+                                f"the book's cfg dict, got {show(config)}")
+            cfg_path = encode_path("load: config", config)
+        path = encode_path("load: path", path)
         self = cls.__new__(cls)
         self._ctx = Context(_modules.get_num_threads() if num_threads is None else num_threads)
         self._lock = self._ctx.lock
@@ -352,7 +355,7 @@ class LanguageModel:
     def save(self, path):
         """The book's state_dict names, float32 safetensors (16-bit weights
         widened, exactly)."""
-        path = encode_path(path)
+        path = encode_path("save: path", path)
         with self._lock:
             self._ctx.check(lib.attn_lm_save(self._handle, path))
 

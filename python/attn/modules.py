@@ -15,7 +15,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import _lib
-from ._args import SIZE_MAX, as_index, as_number
+from ._args import SIZE_MAX, as_index, as_number, library_scale
 from ._lib import F32P, AttnError, Context, ModuleConfig, Param, encode_path, lib
 
 _MASKS = {"neg-inf": 0, "renormalize": 1, "none": 2}
@@ -94,9 +94,10 @@ def randn(*size):
 
 
 def _scale(scale):
-    if scale is None:
-        return 0.0
-    return as_number("scale", scale, 0.0, lo_open=True)
+    """The modules' scale= as the library's field: any finite number, as
+    PyTorch's scaled_dot_product_attention and attn.functional take it (0
+    a zero scale: uniform weights); None the default 1/sqrt(head_dim)."""
+    return library_scale(None if scale is None else as_number("scale", scale))
 
 
 def _locked(method):
@@ -352,7 +353,7 @@ class Module:
         """Writes the parameters to a safetensors file under their state_dict
         names (what safetensors.torch.save_file(module.state_dict()) writes)."""
         self._ctx.check(lib.attn_safetensors_save_module(self._ctx.handle, self._module,
-                                                         encode_path(path)))
+                                                         encode_path("save: path", path)))
 
     @_locked
     def load(self, path, prefix=None):
@@ -363,7 +364,7 @@ class Module:
         if prefix and "\0" in prefix:
             raise ValueError(f"load: prefix must not hold a NUL character: {prefix!r}")
         self._ctx.check(lib.attn_safetensors_load_module(
-            self._ctx.handle, self._module, encode_path(path),
+            self._ctx.handle, self._module, encode_path("load: path", path),
             prefix.encode() if prefix else None))
         return self
 
@@ -453,7 +454,7 @@ class CausalSelfAttention(Module):
         """Loads layer `layer`'s attention from a Hugging Face GPT-2
         model.safetensors (Conv1D weights transposed)."""
         self._ctx.check(lib.attn_gpt2_load_hf(self._ctx.handle, self._module,
-                                              encode_path(path),
+                                              encode_path("load_hf: path", path),
                                               as_index("layer", layer, 0, SIZE_MAX)))
         return self
 
@@ -461,7 +462,7 @@ class CausalSelfAttention(Module):
     def save_hf(self, path, layer=0):
         """Writes the module as layer `layer` of a Hugging Face checkpoint."""
         self._ctx.check(lib.attn_gpt2_save_hf(self._ctx.handle, self._module,
-                                              encode_path(path),
+                                              encode_path("save_hf: path", path),
                                               as_index("layer", layer, 0, SIZE_MAX)))
 
 

@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_size_t, c_uint64,
                     c_void_p)
 
-from ._args import as_choice, as_index, as_number, as_str
-from ._lib import Context, encode_path, lib
+from ._args import as_choice, as_index, as_number, as_str, show
+from ._lib import Context, encode_path, is_path, lib
 from . import modules as _modules
 from .tokenizer import Tokenizer
 
@@ -165,9 +165,9 @@ class Pretraining:
         """The model as a safetensors file under the book's state_dict names
         (attn generate --weights and LanguageModel.load read it), and the
         run's state beside it, from which resume= continues."""
+        path = encode_path("save: path", path)
         with self._ctx.lock:
-            self._ctx.check(lib.attn_pretrain_save(self._run, encode_path(path)),
-                            "attn_pretrain_save")
+            self._ctx.check(lib.attn_pretrain_save(self._run, path), "attn_pretrain_save")
 
     def __del__(self):
         run, model, rng = (getattr(self, n, None) for n in ("_run", "_model", "_rng"))
@@ -214,7 +214,12 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
     mcfg = _llama3_config(config) if llama else _gpt_config(config)
     text = as_str("text", text).encode("utf-8", errors="surrogatepass")
     if not isinstance(tokenizer, Tokenizer):
+        if not is_path(tokenizer):
+            raise TypeError(f"pretrain: tokenizer: expected an attn.Tokenizer or the path of "
+                            f"GPT-2's BPE files, got {show(tokenizer)}")
         tokenizer = Tokenizer(tokenizer)
+    if resume is not None:
+        resume = encode_path("pretrain: resume", resume)
     opts = lib.attn_pretrain_defaults()
     opts.epochs = as_index("epochs", epochs, 0)
     opts.batch_size = as_index("batch_size", batch_size, 1)
@@ -248,7 +253,7 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
                       "attn_pretrain_new")
         result._run = run
         if resume is not None:
-            ctx.check(lib.attn_pretrain_resume(run, encode_path(resume)), "attn_pretrain_resume")
+            ctx.check(lib.attn_pretrain_resume(run, resume), "attn_pretrain_resume")
 
     ev = PretrainEvent()
     while True:

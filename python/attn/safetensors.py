@@ -21,7 +21,7 @@ def save_file(tensors, path, metadata=None):
     if metadata is not None and not isinstance(metadata, Mapping):
         raise TypeError(f"save_file: metadata must be a dict of str -> str, got "
                         f"{type(metadata).__name__}")
-    path = encode_path(path)
+    path = encode_path("save_file: path", path)
     ctx = Context()
     keep = []
     items = list(tensors.items())
@@ -61,7 +61,7 @@ def save_file(tensors, path, metadata=None):
 def load_file(path, with_metadata=False):
     """Reads every tensor of path as a float32 array, in data order. With
     with_metadata, returns (tensors, metadata)."""
-    path = encode_path(path)
+    path = encode_path("load_file: path", path)
     ctx = Context()
     st = ctypes.c_void_p()
     ctx.check(lib.attn_safetensors_open(ctx.handle, path, ctypes.byref(st)))

@@ -41,7 +41,7 @@ class Tokenizer:
     several threads on the same tokenizer wait for each other (a lock)."""
 
     def __init__(self, path):
-        path = encode_path(path)
+        path = encode_path("Tokenizer: path", path)
         self._ctx = Context()
         self._lock = self._ctx.lock
         handle = c_void_p()

@@ -17,8 +17,10 @@ An attn_mask broadcastable to (B, H, T, S) runs on attn as a block map:
 boolean (True: visible) through attn_block_mask_from_bool, additive through
 attn_block_mask_from_additive (-inf hides) with its finite values added to
 the scores as an ATTN_SCORE_BIAS modifier (its gradient reaches attn_mask
-when it requires grad; NaN in it raises AttnError), where the library's
-attention applies block maps (checked once per process).
+when it requires grad), where the library's attention applies block maps
+(checked once per process). An additive mask holding +inf or NaN goes to
+PyTorch, whose rows that see one are NaN; a mask whose dtype is not bool,
+float32 or the query's raises PyTorch's RuntimeError on every path.
 Importing this module asks the OS for AMX for the process
 (attn_cpu_request_amx), as PyTorch's oneDNN does on its first bf16 call.
 Everything else (CUDA tensors, ranks other than 3 and 4, an attn_mask with
@@ -66,7 +68,7 @@ import torch
 import torch.nn.functional as F
 
 from . import _lib
-from ._args import INT32_MAX, as_index, as_number
+from ._args import INT32_MAX, as_index, as_number, library_scale
 from ._lib import DTYPE_BF16, DTYPE_F16, AttnError, CtxConfig, lib, status_name
 from .functional import BERNOULLI_PHILOX, KERNELS, SdpaConfig, SdpaDropout
 
@@ -279,9 +281,7 @@ def _config(spec, q, k, v, mod_tensors=(), mod_grads=None):
         c.cu_seqlens_kv = ctypes.cast(spec.cu_kv.data_ptr(), c.cu_seqlens_kv.__class__)
     c.batch, c.heads, c.kv_heads, c.q_tokens, c.kv_tokens = B, H, Hkv, T, S
     c.head_dim, c.v_head_dim = D, Dv
-    if spec.scale is not None:
-        # 0 is the library's 'default'; PyTorch's scale=0.0 is a zero scale
-        c.scale = spec.scale if spec.scale != 0.0 else 5e-324
+    c.scale = library_scale(spec.scale)
     c.causal = spec.causal
     c.align = spec.align
     c.dropout = spec.dropout
@@ -591,6 +591,9 @@ def _mask_problem(attn_mask, query, key, is_causal):
         return f"attn_mask of dtype {attn_mask.dtype} (attn takes bool or floating point)"
     if is_causal:
         return "attn_mask with is_causal (PyTorch refuses the pair)"
+    if _mask_dtype_refused(attn_mask, query):
+        return (f"attn_mask of dtype {attn_mask.dtype} with {query.dtype} queries (PyTorch "
+                "refuses the pair)")
     if attn_mask.dtype != torch.bool and query.dtype == torch.float64:
         # the library reads an additive mask's values in float32: a float64
         # call (gradcheck) would lose their low bits
@@ -600,7 +603,29 @@ def _mask_problem(attn_mask, query, key, is_causal):
                 "scores")
     if not _runs_block_maps():
         return "attn_mask is given and this libattn runs no block map (no flex backend)"
+    if attn_mask.dtype != torch.bool and not bool((attn_mask.detach() < math.inf).all()):
+        # score + inf (or NaN) makes its row's softmax NaN in PyTorch, and its
+        # gradients; the library's additive masks take -inf and finite values
+        # only, so PyTorch runs the call and its NaN rows are the answer
+        return "an additive attn_mask holding +inf or NaN (its rows are NaN in PyTorch)"
     return None
+
+
+def _mask_dtype_refused(attn_mask, query):
+    """Whether PyTorch's SDPA refuses attn_mask's dtype with query's: it
+    takes bool, float32 or query's dtype."""
+    return (isinstance(attn_mask, torch.Tensor) and isinstance(query, torch.Tensor)
+            and attn_mask.dtype not in (torch.bool, torch.float32, query.dtype))
+
+
+def _check_mask_dtype(attn_mask, query):
+    """PyTorch's RuntimeError for an attn_mask dtype it refuses, raised on
+    every path: its own SDPA raises it, the torch < 2.0 math and attn's
+    kernels would run the call."""
+    if _mask_dtype_refused(attn_mask, query):
+        raise RuntimeError(f"scaled_dot_product_attention: expected attn_mask dtype to be bool "
+                           f"or float or to match query dtype, but got attn_mask.dtype "
+                           f"{attn_mask.dtype} and query.dtype {query.dtype}")
 
 
 @functools.lru_cache(maxsize=None)
@@ -662,6 +687,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     First derivatives only: differentiating the gradients again
     (create_graph=True) raises, as PyTorch's fused kernels do.
     """
+    _check_mask_dtype(attn_mask, query)
     if supports(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         return _pytorch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale,
                              enable_gqa)

@@ -19,7 +19,12 @@ value, a wrapped integer, a crash or a silent stop.
   - a sweep: attn.torch (and patch()) on non-contiguous, flipped,
     overlapping (expand, stride 0), zero-size, wrong-dtype and
     requires_grad-mixed tensors, against float64 math; the package's other
-    entry points with wrong types and extreme values.
+    entry points with wrong types and extreme values;
+  - where PyTorch answers, its answer: additive masks holding +inf or NaN
+    (NaN rows), mask dtypes it refuses (its RuntimeError), functional's
+    dropout_p=1.0 (zeros, and zero gradients), the modules' scale 0 and
+    negative scales; None or a number for a path or a tokenizer is a
+    TypeError naming the argument.
 usage: test_hostile_python.py LIBATTN_SO   (torch >= 1.13)
 """
 import os
@@ -780,9 +785,222 @@ def sweep_other_entry_points():
             ("backward first", lambda: attn.CausalAttention(3, 2, 4, 0.0).backward(
                 np.zeros((1, 2, 2), np.float32)), RuntimeError),
             ("mask bogus", lambda: attn.CausalAttention(3, 2, 4, 0.0, mask="x"), ValueError),
-            ("scale -1", lambda: attn.SelfAttention_v1(3, 2, scale=-1.0), ValueError),
+            ("scale nan", lambda: attn.SelfAttention_v1(3, 2, scale=float("nan")), ValueError),
             ("scale 1e39", lambda: attn.SelfAttention_v1(3, 2, scale=1e39), attn.AttnError)):
         raises(call, kinds, [], f"modules: {what}", S)
+
+
+# ---- where PyTorch answers, attn answers the same ------------------------------------
+
+
+def same(got, want, tol):
+    """close() where want is a number, NaN exactly where want is NaN."""
+    got, want = got.detach().double(), want.detach().double()
+    if got.shape != want.shape or not torch.equal(got.isnan(), want.isnan()):
+        return False
+    keep = ~want.isnan()
+    return close(got[keep], want[keep], tol)
+
+
+def torch_weights(q, k, scale, mask=None, causal=False):
+    """softmax(q k^T * scale + mask) in float64, written out in torch."""
+    s = (q.double() @ k.double().transpose(-2, -1)) * scale
+    if causal:
+        L, Sk = q.size(-2), k.size(-2)
+        s = s.masked_fill(~torch.ones(L, Sk, dtype=torch.bool).tril(), float("-inf"))
+    if mask is not None:
+        s = s + mask.double()
+    return torch.softmax(s, -1)
+
+
+@section
+def additive_mask_inf():
+    # score + inf makes the row's softmax NaN in PyTorch (inf - inf), and
+    # NaN does the same: those rows (and the gradients through them) are
+    # NaN, every other row is the masked attention
+    S = "attn.torch masks"
+    g = torch.Generator().manual_seed(5)
+    for bad in (float("inf"), float("nan")):
+        q = torch.randn(2, 2, 4, 8, generator=g)
+        k = torch.randn(2, 2, 5, 8, generator=g)
+        v = torch.randn(2, 2, 5, 8, generator=g)
+        mask = torch.randn(4, 5, generator=g)
+        mask[0, 3] = float("-inf")
+        mask[2, 1] = bad
+        dout = torch.randn(2, 2, 4, 8, generator=g)
+        count(S)
+        try:
+            leaves = [t.clone().requires_grad_(True) for t in (q, k, v, mask)]
+            out = AT.scaled_dot_product_attention(*leaves[:3], attn_mask=leaves[3])
+            out.backward(dout)
+        except Exception as err:  # noqa: BLE001
+            check(False, f"additive mask holding {bad}: raised {err!r}")
+            continue
+        ref = [t.double().requires_grad_(True) for t in (q, k, v, mask)]
+        if TORCH_SDPA is not None:
+            want = TORCH_SDPA(*ref[:3], attn_mask=ref[3])
+        else:  # torch < 2.0: PyTorch's math path, written out
+            want = torch_weights(ref[0], ref[1], 8 ** -0.5, ref[3]) @ ref[2]
+        want.backward(dout.double())
+        check(bool(out[:, :, 2].isnan().all()) and not bool(out[:, :, [0, 1, 3]].isnan().any()),
+              f"mask holding {bad}: the row that sees it is NaN, the others numbers")
+        check(same(out, want, 2e-5), f"mask holding {bad}: PyTorch's output")
+        for name, a, b in zip("q k v attn_mask".split(), leaves, ref):
+            check(same(a.grad, b.grad, 2e-5), f"mask holding {bad}: PyTorch's d{name}")
+    # a finite additive mask still runs on attn where the library applies maps
+    count(S)
+    x = torch.randn(1, 2, 4, 8, generator=g)
+    check((AT.supports(x, x, x, attn_mask=torch.zeros(4, 4)) is None) == AT._runs_block_maps(),
+          "a finite additive mask: attn's, where the library applies block maps")
+
+
+@section
+def mask_dtypes():
+    # PyTorch takes an attn_mask of bool, float32 or the query's dtype and
+    # raises RuntimeError naming both dtypes for any other
+    S = "attn.torch masks"
+    x = torch.randn(1, 2, 3, 4)
+    for mask_dtype, q_dtype in ((torch.float16, torch.float32), (torch.bfloat16, torch.float32),
+                                (torch.float64, torch.float32), (torch.float16, torch.bfloat16)):
+        q = x.to(q_dtype)
+        mask = torch.zeros(3, 3, dtype=mask_dtype)
+        if TORCH_SDPA is not None:
+            try:
+                TORCH_SDPA(q, q, q, attn_mask=mask)
+                kind = None
+            except Exception as err:  # noqa: BLE001
+                kind = type(err)
+            count(S)
+            check(kind in (None, RuntimeError), f"PyTorch refuses with {kind}")
+        names = [str(mask_dtype).split(".")[-1], str(q_dtype).split(".")[-1]]
+        raises(lambda: AT.scaled_dot_product_attention(q, q, q, attn_mask=mask), RuntimeError,
+               names, f"attn_mask {mask_dtype} with {q_dtype} queries", S)
+        count(S)
+        check(AT.supports(q, q, q, attn_mask=mask) is not None,
+              f"supports() does not pass a {mask_dtype} mask with {q_dtype} queries")
+    # float32 masks go with any query dtype, and a mask of the query's dtype
+    for mask_dtype, q_dtype in ((torch.float32, torch.bfloat16), (torch.float32, torch.float64),
+                                (torch.float16, torch.float16)):
+        q = x.to(q_dtype)
+        mask = torch.randn(3, 3).to(mask_dtype)
+        count(S)
+        want = torch_weights(q, q, 0.5, mask) @ q.double()
+        got = AT.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+        check(got.dtype == q_dtype and close(got, want, 2e-2),
+              f"attn_mask {mask_dtype} with {q_dtype} queries runs")
+
+
+@section
+def dropout_one():
+    # dropout_p = 1 drops every weight: PyTorch's output and gradients are
+    # zeros (F.dropout(p=1) multiplies by 0); attn.functional gives the same
+    S = "functional dropout"
+    rng = np.random.default_rng(3)
+    q, k, v = (rng.standard_normal((2, 2, 5, 4)).astype(np.float32) for _ in range(3))
+    dout = rng.standard_normal((2, 2, 5, 4)).astype(np.float32)
+    for causal in (False, True):
+        ref = [torch.from_numpy(a).requires_grad_(True) for a in (q, k, v)]
+        if TORCH_SDPA is not None:
+            want = TORCH_SDPA(*ref, dropout_p=1.0, is_causal=causal)
+        else:
+            w = torch_weights(ref[0], ref[1], 0.5, causal=causal).float()
+            want = F.dropout(w, 1.0, training=True) @ ref[2]
+        want.backward(torch.from_numpy(dout))
+        count(S)
+        try:
+            out, lse = AF.scaled_dot_product_attention(q, k, v, causal=causal, dropout_p=1.0,
+                                                       seed=1, return_lse=True)
+            grads = AF.scaled_dot_product_attention_backward(dout, q, k, v, causal=causal,
+                                                             dropout_p=1.0, seed=1)
+        except Exception as err:  # noqa: BLE001
+            check(False, f"dropout_p=1.0 causal={causal}: raised {err!r}")
+            continue
+        check(torch.equal(torch.from_numpy(out), want.detach()),
+              f"dropout_p=1.0 causal={causal}: PyTorch's output (zeros)")
+        for name, got, leaf in zip("qkv", grads, ref):
+            check(torch.equal(torch.from_numpy(got), leaf.grad),
+                  f"dropout_p=1.0 causal={causal}: PyTorch's d{name} (zeros)")
+        # lse is the softmax's, which dropout does not touch
+        _, lse0 = AF.scaled_dot_product_attention(q, k, v, causal=causal, return_lse=True)
+        check(np.abs(lse - lse0).max() <= 1e-6, f"dropout_p=1.0 causal={causal}: the lse")
+    raises(lambda: AF.scaled_dot_product_attention(q, k, v, dropout_p=1.5, seed=1),
+           attn.AttnError, ["dropout"], "dropout_p 1.5", S)
+
+
+@section
+def module_scales():
+    # the modules' scale= takes what PyTorch's SDPA scale and attn.functional
+    # take: 0 a zero scale (uniform weights), negative values as given
+    S = "modules scale"
+    x = np.random.default_rng(4).standard_normal((2, 4, 3)).astype(np.float32)
+    xt = torch.from_numpy(x).double()
+    for scale in (0.0, -0.0, -1.0, 0.7):
+        attn.manual_seed(1)
+        m = attn.SelfAttention_v1(3, 2, scale=scale)
+        w = {n: torch.from_numpy(a).double() for n, a in m.state_dict().items()}
+        qx, kx, vx = xt @ w["W_query"], xt @ w["W_key"], xt @ w["W_value"]
+        if TORCH_SDPA is not None:
+            want = TORCH_SDPA(qx, kx, vx, scale=scale)
+        else:
+            want = torch_weights(qx, kx, scale) @ vx
+        count(S)
+        check(close(torch.from_numpy(m(x)), want, 2e-6), f"SelfAttention_v1 scale={scale}")
+        m = attn.CausalAttention(3, 2, 4, 0.0, scale=scale)
+        w = {n: torch.from_numpy(a).double() for n, a in m.state_dict().items()}
+        qx, kx, vx = (xt @ w[f"W_{n}.weight"].T for n in ("query", "key", "value"))
+        if TORCH_SDPA is not None:
+            # a boolean mask, not is_causal: PyTorch's fused CPU kernel
+            # (2.15) gives NaN rows for is_causal with a scale <= 0, where its
+            # math path and masked calls give the masked mean
+            tril = torch.ones(4, 4, dtype=torch.bool).tril()
+            want = TORCH_SDPA(qx, kx, vx, scale=scale, attn_mask=tril)
+        else:
+            want = torch_weights(qx, kx, scale, causal=True) @ vx
+        count(S)
+        check(close(torch.from_numpy(m(x)), want, 2e-6), f"CausalAttention scale={scale}")
+    attn.manual_seed(1)
+    count(S)
+    check(np.array_equal(attn.MultiHeadAttention(3, 4, 4, 0.0, 2, scale=None)(x),
+                         (attn.manual_seed(1), attn.MultiHeadAttention(3, 4, 4, 0.0, 2))[1](x)),
+          "scale=None is the default 1/sqrt(head_dim)")
+
+
+@section
+def paths_and_handles():
+    # a None or a number where a path or a tokenizer belongs: a TypeError
+    # naming the argument, never os.fsencode's or ctypes' bare one
+    S = "paths"
+    m = attn.CausalAttention(3, 2, 4, 0.0)
+    lm = attn.LanguageModel(TINY, seed=3, num_threads=1)
+    with tempfile.TemporaryDirectory() as d:
+        tok = tiny_tokenizer(d)
+        for what, call, words in (
+                ("Tokenizer(None)", lambda: attn.Tokenizer(None), ["Tokenizer", "path", "None"]),
+                ("load_file(None)", lambda: attn.load_file(None), ["load_file", "path", "None"]),
+                ("load_file(5)", lambda: attn.load_file(5), ["load_file", "path", "5"]),
+                ("save_file(path None)", lambda: attn.save_file({"a": np.ones(2)}, None),
+                 ["save_file", "path"]),
+                ("module.save(None)", lambda: m.save(None), ["save", "path", "None"]),
+                ("module.load(None)", lambda: m.load(None), ["load", "path", "None"]),
+                ("LanguageModel.load(None)", lambda: attn.LanguageModel.load(None),
+                 ["load", "path", "None"]),
+                ("LanguageModel.load(config=3)", lambda: attn.LanguageModel.load(
+                    os.path.join(d, "x"), config=3), ["load", "config", "3"]),
+                ("LanguageModel.save(None)", lambda: lm.save(None), ["save", "path", "None"]),
+                ("pretrain(tokenizer None)", lambda: attn.pretrain(
+                    dict(TINY, vocab_size=512), "some text " * 40, None),
+                 ["pretrain", "tokenizer", "None"]),
+                ("pretrain(tokenizer 3)", lambda: attn.pretrain(
+                    dict(TINY, vocab_size=512), "some text " * 40, 3),
+                 ["pretrain", "tokenizer", "3"]),
+                ("pretrain(resume=5)", lambda: attn.pretrain(
+                    dict(TINY, vocab_size=512), "some text " * 40, tok, resume=5),
+                 ["pretrain", "resume", "5"])):
+            raises(call, TypeError, words, what, S)
+        run = attn.pretrain(dict(TINY, vocab_size=512), "some text " * 40, tok, epochs=0,
+                            num_threads=1)
+        raises(lambda: run.save(None), TypeError, ["save", "path", "None"],
+               "Pretraining.save(None)", S)
 
 
 print(f"{passed} passed, {failed} failed in {time.time() - T0:.1f} s")
