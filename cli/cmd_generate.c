@@ -4,6 +4,7 @@
  * ids or from text through a tokenizer. */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "interrupt.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -80,7 +81,13 @@ static const char generate_help[] =
     "                  f32, bf16 or f16 (default: the file's; f32 with\n"
     "                  --random-init); float32 accumulation either way. A\n"
     "                  checkpoint T cannot hold (bf16 as f16 past 65504 or\n"
-    "                  below f16's precision) is refused, naming the tensor\n";
+    "                  below f16's precision) is refused, naming the tensor\n"
+    "\n"
+    "Interrupting (Ctrl-C, SIGTERM, SIGHUP) while it writes tokens: it stops after\n"
+    "the token under way, writes the output of the tokens so far (complete lines),\n"
+    "and one line on stderr says how many; a second signal ends it at once.\n"
+    "Exit status: 0 done, 1 failed, 2 bad usage, 128 + the signal's number when\n"
+    "interrupted (130 for Ctrl-C, 143 for SIGTERM).\n";
 
 static const char *const generate_value_options[] = {
     "--weights", "--config",   "--model",   "--random-init", "--preset",   "--prompt-ids",
@@ -436,12 +443,15 @@ typedef struct stream_state {
     bool failed;
 } stream_state;
 
+/* Returning false stops the run (attn_lm_generate): after a failure, and
+ * at a signal, the safe point between tokens. */
 static bool on_token(void *user, int32_t token) {
     stream_state *s = user;
     s->last = seconds_now();
     if (s->count == 0) s->first = s->last;
     s->count++; /* attn_lm_generate has written it to ids[count - 1] */
-    if (!s->stream) return true;
+    bool go_on = !cli_interrupt_pending();
+    if (!s->stream) return go_on;
     if (!s->tok) {
         printf(s->count == 1 ? "%d" : ",%d", (int)token);
     } else {
@@ -459,7 +469,7 @@ static bool on_token(void *user, int32_t token) {
         free(text);
     }
     fflush(stdout);
-    return true;
+    return go_on;
 }
 
 static int print_ids(const int32_t *ids, size_t n) {
@@ -654,11 +664,20 @@ static int generate(attn_ctx *ctx, attn_lm *m, const generate_options *o, attn_t
                                 .num_stop_tokens = stops->n, .cache = cache,
                                 .on_token = on_token, .user = &s, .out = out, .count = &count};
         s.start = seconds_now();
+        cli_interrupt_cooperate(true);
         attn_status st = attn_lm_generate(m, &a);
         if (s.failed) rc = CLI_FAILED;
         else if (st != ATTN_OK) rc = cli_library_error(ctx, "generate");
         else rc = print_result(ctx, &s);
         if (st == ATTN_OK && o->stats) print_stats(&s, prompt->n, ms, cache);
+        int sig = cli_interrupt_pending();
+        if (rc == CLI_OK && sig && s.count < o->max_new_tokens) {
+            fflush(stdout);
+            cli_note("generate: interrupted (%s) after %zu new token%s", cli_interrupt_name(sig),
+                     s.count, s.count == 1 ? "" : "s");
+            rc = cli_interrupt_status(sig);
+        }
+        rc = cli_interrupt_finish("generate", "every token is written", rc);
     }
     free(out);
     attn_rng_free(rng);

@@ -3,6 +3,7 @@
  * book prints, line for line (attn.h, "Pretraining: the book's chapter 5"). */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "interrupt.h"
 #include "outputs.h"
 #include "loss_plot.h"
 #include "png_write.h"
@@ -21,6 +22,14 @@
 /* Chapter 5 shortens GPT-2's context to 256 tokens for every run it makes. */
 #define PRESET_CONTEXT 256
 #define MAX_TEXTS 64
+/* The most text a run reads, all --text files together: the run holds it,
+ * its token ids and their windows in memory at once. A file past it (an
+ * endless one such as /dev/zero) is refused once that much is read. */
+#define MAX_TEXT_BYTES ((size_t)2 << 30)
+#define MAX_TEXT_NAME "2 GiB"
+/* A config file is a few hundred bytes; past this it is no config. */
+#define MAX_CONFIG_BYTES ((size_t)16 << 20)
+#define MAX_CONFIG_NAME "16 MiB"
 
 static const char pretrain_help[] =
     "usage: attn pretrain [--preset NAME | --config cfg.json | --resume FILE]\n"
@@ -57,10 +66,11 @@ static const char pretrain_help[] =
     "                  FILE.state): the model's config is the checkpoint's; give the\n"
     "                  same --text, --tokenizer, --batch-size, --max-length and\n"
     "                  --stride; --epochs counts from the start of the saved run\n"
+    "                  and must be more than the epochs it has finished\n"
     "Data:\n"
     "  --text FILE...  one or more text files (UTF-8), read as Python reads them\n"
     "                  (\\r\\n as \\n); several are joined with <|endoftext|> between\n"
-    "                  them\n"
+    "                  them; at most " MAX_TEXT_NAME " in all\n"
     "  --tokenizer DIR GPT-2's BPE files (encoder.json + vocab.bpe); default\n"
     "                  data/gpt2-bpe when that directory is in the current one\n"
     "  --max-length N  tokens per window (default: the model's context length)\n"
@@ -84,8 +94,16 @@ static const char pretrain_help[] =
     "  --plot FILE.png the book's figure 5.12: training and validation loss against\n"
     "                  epochs and tokens seen\n"
     "\n"
+    "Interrupting (Ctrl-C, SIGTERM, SIGHUP): the run stops after the step,\n"
+    "evaluation or sample under way; with --save it is saved there (continue it\n"
+    "with --resume FILE: the same losses as a run never stopped), --plot shows the\n"
+    "losses so far, and one line on stderr says where it stopped. A second signal\n"
+    "ends it at once (a save under way is finished first). No temporary file is\n"
+    "left behind either way.\n"
+    "\n"
     "Exit status: 0 done, 1 the run failed (a loss that is not finite, a file that\n"
-    "cannot be written: --save keeps the last epoch's checkpoint), 2 bad usage.\n";
+    "cannot be written: --save keeps the last epoch's checkpoint), 2 bad usage,\n"
+    "128 + the signal's number when interrupted (130 for Ctrl-C, 143 for SIGTERM).\n";
 
 static const char *const options[] = {
     "--config", "--preset",    "--text",      "--tokenizer", "--epochs",     "--batch-size",
@@ -173,6 +191,9 @@ static int parse_args(int argc, char **argv, pretrain_cli *o) {
         if (o->run.epochs == 0)
             return cli_usage_error("--plot: --epochs 0 trains nothing to plot");
     }
+    if (o->resume && o->run.epochs == 0)
+        return cli_usage_error("--resume: --epochs 0 trains nothing: give the epochs the run "
+                               "is to reach, counted from its start");
     if (!o->tokenizer) {
         struct stat sb;
         if (stat(DEFAULT_TOKENIZER, &sb) != 0 || !S_ISDIR(sb.st_mode))
@@ -216,7 +237,8 @@ static bool json_number(const char *text, const char *key, double *out) {
     return json_value(text, key, out) > 0;
 }
 
-static int read_small_file(const char *opt, const char *path, char **out, size_t *length);
+static int read_small_file(const char *opt, const char *path, size_t limit, char **out,
+                           size_t *length, bool *too_long);
 
 /* The book's Llama3Model of a config.json's attn_lm_config: its RMSNorm
  * has eps 1e-5 and its output head is a weight of its own. */
@@ -327,7 +349,13 @@ static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rn
         }
         char *text = NULL;
         size_t length = 0;
-        int rc = read_small_file("--config", o->config, &text, &length);
+        bool too_long = false;
+        int rc = read_small_file("--config", o->config, MAX_CONFIG_BYTES, &text, &length,
+                                 &too_long);
+        if (rc == CLI_OK && too_long)
+            rc = cli_usage_error("--config: '%s' holds more than " MAX_CONFIG_NAME
+                                 ": it is no config",
+                                 o->config);
         if (rc != CLI_OK) return rc;
         double drop = 0.0;
         const char *key = "drop_rate";
@@ -359,21 +387,27 @@ static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rn
 
 /* ---- the text ------------------------------------------------------------------ */
 
-static int read_small_file(const char *opt, const char *path, char **out, size_t *length) {
+/* The file at path, read to its end but no further than limit bytes: a
+ * longer one (or an endless one, a device or a pipe) sets *too_long, with
+ * nothing in *out, once limit + 1 bytes are read. */
+static int read_small_file(const char *opt, const char *path, size_t limit, char **out,
+                           size_t *length, bool *too_long) {
+    *too_long = false;
     FILE *f = fopen(path, "rb");
     if (!f) return cli_usage_error("%s: cannot read '%s': %s", opt, path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
+    size_t cap = limit < ((size_t)1 << 16) ? limit + 1 : (size_t)1 << 16, n = 0;
     char *buf = malloc(cap + 1);
-    while (buf) {
+    while (buf && n <= limit) {
         if (n == cap) {
-            char *grown = cap > ((size_t)-1 >> 2) ? NULL : realloc(buf, 2 * cap + 1);
+            size_t more = cap > limit + 1 - cap ? limit + 1 : 2 * cap;
+            char *grown = realloc(buf, more + 1);
             if (!grown) {
                 free(buf);
                 buf = NULL;
                 break;
             }
             buf = grown;
-            cap *= 2;
+            cap = more;
         }
         size_t got = fread(buf + n, 1, cap - n, f);
         n += got;
@@ -382,9 +416,10 @@ static int read_small_file(const char *opt, const char *path, char **out, size_t
     bool failed = ferror(f) != 0;
     fclose(f);
     if (!buf) return cli_failure("%s: out of memory reading '%s'", opt, path);
-    if (failed) {
+    if (failed || n > limit) {
         free(buf);
-        return cli_usage_error("%s: cannot read '%s'", opt, path);
+        *too_long = !failed;
+        return failed ? cli_usage_error("%s: cannot read '%s'", opt, path) : CLI_OK;
     }
     buf[n] = '\0';
     *out = buf;
@@ -420,8 +455,18 @@ static int read_texts(const pretrain_cli *o, char **out, size_t *length) {
     size_t n = 0;
     for (size_t t = 0; t < o->n_texts; t++) {
         char *text = NULL;
-        size_t len = 0;
-        int rc = read_small_file("--text", o->texts[t], &text, &len);
+        size_t len = 0, joined = n + (t ? sizeof sep - 1 : 0);
+        bool too_long = joined > MAX_TEXT_BYTES;
+        int rc = too_long ? CLI_OK
+                          : read_small_file("--text", o->texts[t], MAX_TEXT_BYTES - joined, &text,
+                                            &len, &too_long);
+        if (rc == CLI_OK && too_long)
+            rc = t == 0 ? cli_usage_error("--text: '%s' holds more than " MAX_TEXT_NAME ", the "
+                                          "most attn pretrain reads",
+                                          o->texts[t])
+                        : cli_usage_error("--text: '%s' takes the texts past " MAX_TEXT_NAME
+                                          " together, the most attn pretrain reads",
+                                          o->texts[t]);
         if (rc != CLI_OK) {
             free(all);
             return rc;
@@ -532,20 +577,23 @@ static void print_sample(const char *text, size_t n) {
     putchar('\n');
 }
 
+/* The figure of the history so far. evals is the number of evaluations of
+ * the whole run: the epochs axis is torch.linspace(0, num_epochs, evals),
+ * as the book draws it, of which an interrupted run has the first points. */
 static int write_plot(attn_ctx *ctx, cli_outputs *outs, size_t index, const char *path,
-                      attn_pretrain *run, size_t epochs) {
+                      attn_pretrain *run, size_t epochs, size_t evals) {
     size_t n = 0;
     const uint64_t *tokens = NULL;
     const double *train = NULL, *val = NULL;
     if (attn_pretrain_history(run, &n, &tokens, &train, &val) != ATTN_OK)
         return cli_library_error(ctx, "--plot");
+    if (evals < n) evals = n;
     double *x = malloc((2 * n + 1) * sizeof *x);
     if (!x) return cli_failure("--plot: out of memory");
     double *epochs_seen = x + n;
-    /* torch.linspace(0, num_epochs, len(train_losses)) */
     for (size_t i = 0; i < n; i++) {
         x[i] = (double)tokens[i];
-        epochs_seen[i] = n > 1 ? (double)epochs * (double)i / (double)(n - 1) : 0.0;
+        epochs_seen[i] = evals > 1 ? (double)epochs * (double)i / (double)(evals - 1) : 0.0;
     }
     cli_loss_history h = {.tokens_seen = x, .epochs_seen = epochs_seen, .train_losses = train,
                           .val_losses = val, .n = n};
@@ -625,21 +673,104 @@ static int check_outputs(const pretrain_cli *o, cli_outputs *outs, size_t *plot_
     return CLI_OK;
 }
 
-static int train(pretrain_state *s, const pretrain_cli *o) {
+/* attn_pretrain_save with the signals held: a signal waits until both
+ * files are in place, so that none leaves the library's temporaries behind
+ * or a model without its state. */
+static int save_run(pretrain_state *s, const char *path) {
+    cli_interrupt_hold();
+    attn_status st = attn_pretrain_save(s->run, path);
+    cli_interrupt_release();
+    return st == ATTN_OK ? CLI_OK : cli_library_error(s->ctx, "--save");
+}
+
+/* A resumed run whose first event is past --epochs (its DONE, or the
+ * evaluation or sample still owed by a later epoch than --epochs) would
+ * train nothing: a usage error naming both counts. */
+static int check_resumed_epochs(const pretrain_cli *o, const attn_pretrain_event *ev) {
+    if (ev->kind != ATTN_PRETRAIN_DONE && ev->epoch <= o->run.epochs) return CLI_OK;
+    /* DONE carries the epochs finished; the others, the epoch under way */
+    size_t finished = ev->kind == ATTN_PRETRAIN_DONE ? ev->epoch : ev->epoch - 1;
+    return cli_usage_error("--epochs %zu: the run saved in '%s' has finished %zu epoch%s, so it "
+                           "trains nothing: give --epochs %zu or more (counted from the run's "
+                           "start)",
+                           o->run.epochs, o->resume, finished, finished == 1 ? "" : "s",
+                           finished + 1);
+}
+
+/* The run stopped by signal sig after the event last (NULL: before the
+ * first): saved unless the save already holds it (saved), the plot of the
+ * evaluations so far, one line, and the status of a command the signal
+ * stopped. */
+static int stop_interrupted(pretrain_state *s, const pretrain_cli *o, cli_outputs *outs,
+                            size_t plot_index, int sig, const attn_pretrain_event *last,
+                            bool saved) {
+    const char *name = cli_interrupt_name(sig);
+    if (!last) {
+        cli_note("pretrain: interrupted (%s) before its first step: nothing was trained, "
+                 "nothing saved",
+                 name);
+        return cli_interrupt_status(sig);
+    }
+    int rc = CLI_OK;
+    if (o->save && !saved) rc = save_run(s, o->save);
+    size_t evaluations = 0;
+    const uint64_t *tokens;
+    const double *train, *val;
+    if (rc == CLI_OK && o->plot &&
+        attn_pretrain_history(s->run, &evaluations, &tokens, &train, &val) != ATTN_OK)
+        rc = cli_library_error(s->ctx, "--plot");
+    if (rc == CLI_OK && o->plot && evaluations > 0) {
+        size_t evals = last->total_steps ? (last->total_steps - 1) / o->run.eval_freq + 1 : 0;
+        rc = write_plot(s->ctx, outs, plot_index, o->plot, s->run, o->run.epochs, evals);
+        if (rc == CLI_OK) rc = cli_outputs_commit(outs, true);
+    }
+    if (rc != CLI_OK) return rc;
+    const char *plot_note = !o->plot          ? ""
+                            : evaluations > 0 ? "; plotted the losses so far in "
+                                              : "; no evaluation yet to plot in ";
+    if (o->save)
+        cli_note("pretrain: interrupted (%s) at epoch %zu, step %06zu; saved the run in %s: "
+                 "continue it with --resume %s%s%s",
+                 name, last->epoch, last->step, o->save, o->save, plot_note,
+                 o->plot ? o->plot : "");
+    else
+        cli_note("pretrain: interrupted (%s) at epoch %zu, step %06zu; nothing saved (--save "
+                 "FILE keeps a run to --resume)%s%s",
+                 name, last->epoch, last->step, plot_note, o->plot ? o->plot : "");
+    return cli_interrupt_status(sig);
+}
+
+static int train(pretrain_state *s, const pretrain_cli *o, cli_outputs *outs,
+                 size_t plot_index) {
     progress p = {.live = isatty(fileno(stderr)) != 0, .start = cli_now_seconds()};
     bool first = true;
+    attn_pretrain_event last = {0};
+    bool saved = false; /* --save holds the run as it stands */
     for (;;) {
+        /* the safe point: between events (attn.h, "Save and resume at any
+         * point between events") */
+        int sig = cli_interrupt_pending();
+        if (sig) {
+            progress_clear(&p);
+            return stop_interrupted(s, o, outs, plot_index, sig, first ? NULL : &last, saved);
+        }
         attn_pretrain_event ev;
         if (attn_pretrain_next(s->run, &ev) != ATTN_OK) {
             progress_clear(&p);
             return cli_library_error(s->ctx, "pretrain");
         }
         if (first) {
+            if (o->resume) {
+                int rc = check_resumed_epochs(o, &ev);
+                if (rc != CLI_OK) return rc;
+            }
             p.steps_at_start = ev.kind == ATTN_PRETRAIN_STEP ? ev.step : 0;
             p.tokens_at_start = ev.tokens_seen - (ev.kind == ATTN_PRETRAIN_STEP ?
                                 (uint64_t)o->run.batch_size * o->run.max_length : 0);
             first = false;
         }
+        last = ev;
+        saved = false;
         bool epoch_end = false;
         switch (ev.kind) {
         case ATTN_PRETRAIN_STEP:
@@ -664,14 +795,16 @@ static int train(pretrain_state *s, const pretrain_cli *o) {
             break;
         case ATTN_PRETRAIN_DONE:
             progress_clear(&p);
-            if (o->save && attn_pretrain_save(s->run, o->save) != ATTN_OK)
-                return cli_library_error(s->ctx, "--save");
-            return CLI_OK;
+            return o->save ? save_run(s, o->save) : CLI_OK;
         }
         /* --save after every epoch: a later failure keeps the last good one */
-        if (epoch_end && o->save && attn_pretrain_save(s->run, o->save) != ATTN_OK) {
-            progress_clear(&p);
-            return cli_library_error(s->ctx, "--save");
+        if (epoch_end && o->save) {
+            int rc = save_run(s, o->save);
+            if (rc != CLI_OK) {
+                progress_clear(&p);
+                return rc;
+            }
+            saved = true;
         }
     }
 }
@@ -711,12 +844,16 @@ static int run_pretrain(int argc, char **argv) {
         rc = cli_library_error(s.ctx, "--resume");
     if (rc == CLI_OK) {
         if (o.run.max_length == 0) o.run.max_length = attn_model_get_config(s.model).context_length;
-        rc = train(&s, &o);
+        /* A signal before this point ends the process (interrupt.h): the
+         * run has nothing to keep yet. From here it stops between events. */
+        cli_interrupt_cooperate(true);
+        rc = train(&s, &o, &outs, plot_index);
     }
     if (rc == CLI_OK && o.plot) {
-        rc = write_plot(s.ctx, &outs, plot_index, o.plot, s.run, o.run.epochs);
+        rc = write_plot(s.ctx, &outs, plot_index, o.plot, s.run, o.run.epochs, 0);
         if (rc == CLI_OK) rc = cli_outputs_commit(&outs, true);
     }
+    rc = cli_interrupt_finish("pretrain", "the run is complete", rc);
     cli_outputs_free(&outs);
     free(state_path);
     state_free(&s);

@@ -3,6 +3,7 @@
  * sequences, optionally saved. */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "interrupt.h"
 #include "module_options.h"
 
 #include <math.h>
@@ -79,6 +80,14 @@ static const char train_help[] =
     "  --threads N     worker threads (default: all online CPUs)\n"
     "  --save FILE     write the weights as safetensors (state_dict names, the config\n"
     "                  in its metadata; see attn_model_save in attn.h)\n"
+    "\n"
+    "Interrupting (Ctrl-C, SIGTERM, SIGHUP): training stops after the step under\n"
+    "way and one line on stderr says where; nothing is evaluated or saved (a\n"
+    "model part trained, with no optimizer state to continue from, is not what\n"
+    "--save promises), and --save's file stays as it was. After the last step\n"
+    "the run finishes (evaluation, --save) before it stops. A second signal ends\n"
+    "it at once. Exit status: 0 done, 1 failed, 2 bad usage, 128 + the signal's\n"
+    "number when interrupted (130 for Ctrl-C, 143 for SIGTERM).\n"
     "\n"
     "The last line reads like: held-out accuracy: 99.61% (answer tokens, 512 sequences)\n";
 
@@ -282,6 +291,15 @@ static int train(run *r, const train_options *o) {
         return cli_library_error(r->ctx, "train");
     progress p = {.live = isatty(fileno(stdout)) != 0, .every = o->log_every, .start = cli_now_seconds()};
     for (size_t step = 1; step <= o->steps; step++) {
+        /* the safe point: between steps */
+        int sig = cli_interrupt_pending();
+        if (sig) {
+            if (p.live && step > 1) putchar('\n');
+            fflush(stdout);
+            cli_note("train: interrupted (%s) after step %zu of %zu; nothing evaluated or saved",
+                     cli_interrupt_name(sig), step - 1, o->steps);
+            return cli_interrupt_status(sig);
+        }
         double lr = scheduled_lr(o, step);
         float loss;
         size_t correct = 0, scored = 0;
@@ -312,7 +330,12 @@ static int train(run *r, const train_options *o) {
     cli_format_duration(elapsed, wall, sizeof wall);
     printf("trained %zu steps in %.1f s (%s)\n", o->steps, elapsed, wall);
     if (o->save) {
-        if (attn_model_save(r->model, o->save) != ATTN_OK) return cli_library_error(r->ctx, "--save");
+        /* with the signals held: a signal waits for the file to be in place,
+         * and leaves no temporary of the library's behind */
+        cli_interrupt_hold();
+        attn_status saved = attn_model_save(r->model, o->save);
+        cli_interrupt_release();
+        if (saved != ATTN_OK) return cli_library_error(r->ctx, "--save");
         printf("saved %zu parameters to %s (safetensors)\n", attn_model_num_scalars(r->model),
                o->save);
     }
@@ -366,12 +389,15 @@ static int run_train(int argc, char **argv) {
      * step of training; the save itself replaces the file whole or not at
      * all (attn_file). */
     attn_file *probe = NULL;
-    if (o.save && attn_file_open(r.ctx, o.save, &probe) != ATTN_OK) {
+    cli_interrupt_hold(); /* the probe's temporary is gone before a signal is acted on */
+    attn_status probed = o.save ? attn_file_open(r.ctx, o.save, &probe) : ATTN_OK;
+    attn_file_discard(probe);
+    cli_interrupt_release();
+    if (probed != ATTN_OK) {
         rc = cli_library_error(r.ctx, "--save");
         run_free(&r);
         return rc;
     }
-    attn_file_discard(probe);
     size_t cells = o.batch * o.model.context_length;
     const attn_param *params = NULL;
     size_t count = 0;
@@ -416,7 +442,9 @@ static int run_train(int argc, char **argv) {
                    oc.weight_decay, o.clip, o.steps, o.batch, (unsigned long long)o.seed,
                    o.threads);
             fflush(stdout);
+            cli_interrupt_cooperate(true);
             rc = train(&r, &o);
+            rc = cli_interrupt_finish("train", "the model is trained", rc);
         }
     }
     run_free(&r);

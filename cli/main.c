@@ -2,6 +2,7 @@
  * what every command shares (help; the stdout write check is args.c's). */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "interrupt.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -91,6 +92,10 @@ int main(int argc, char **argv) {
      * the writers report and clean up after, instead of the signal killing
      * the process with a temporary left behind. */
     signal(SIGXFSZ, SIG_IGN);
+    /* Ctrl-C, SIGTERM and SIGHUP remove the outputs' temporaries, and stop
+     * a command that polls at its next safe point (interrupt.h). Here and
+     * not in cli_main, which the fuzz target calls. */
+    cli_interrupt_install();
     return cli_finish(cli_main(argc, argv, false));
 }
 #endif

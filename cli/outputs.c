@@ -3,6 +3,7 @@
 #include "outputs.h"
 
 #include "cli.h"
+#include "interrupt.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -15,6 +16,9 @@ struct cli_output {
     const char *opt;
     char *path;
     attn_file *file;
+    /* A copy of the file's temporary path, tracked (interrupt.h) while the
+     * temporary exists: a signal that ends the process removes it. */
+    char *temp;
     /* Identity: the directory's device and inode with the file's name, and
      * the file's own when it exists (a hard or symbolic link to it). */
     dev_t dir_dev, dev;
@@ -84,13 +88,29 @@ int cli_outputs_add(cli_outputs *out, const char *opt, const char *path, size_t 
                                    "its own file",
                                    opt, path, p->opt, p->path);
     }
-    if (attn_file_open(out->ctx, path, &o->file) != ATTN_OK) return cli_library_error(out->ctx, opt);
     o->path = malloc(strlen(path) + 1);
-    if (!o->path) {
-        attn_file_discard(o->file);
-        return cli_failure("out of memory for a path");
-    }
+    if (!o->path) return cli_failure("out of memory for a path");
     strcpy(o->path, path);
+    /* The temporary is made and tracked as one: no signal falls between. */
+    cli_interrupt_hold();
+    if (attn_file_open(out->ctx, path, &o->file) != ATTN_OK) {
+        cli_interrupt_release();
+        free(o->path);
+        return cli_library_error(out->ctx, opt);
+    }
+    const char *temp = attn_file_temporary_path(o->file);
+    if (temp) {
+        o->temp = malloc(strlen(temp) + 1);
+        if (o->temp) strcpy(o->temp, temp);
+        if (!o->temp || !cli_interrupt_track(o->temp)) {
+            attn_file_discard(o->file);
+            cli_interrupt_release();
+            free(o->temp);
+            free(o->path);
+            return cli_failure("out of memory for a path");
+        }
+    }
+    cli_interrupt_release();
     o->base = o->path + (o->base - path);
     *index = out->count++;
     return CLI_OK;
@@ -147,13 +167,23 @@ int cli_outputs_commit(cli_outputs *out, bool quiet) {
     for (size_t i = 0; i < out->count; i++)
         if (attn_file_close(out->ctx, out->items[i].file) != ATTN_OK)
             return cli_library_error(out->ctx, out->items[i].opt);
+    /* Put in place with the signals held: a signal finds either no output
+     * or all of them in place. */
+    cli_interrupt_hold();
     for (size_t i = 0; i < out->count; i++) {
         cli_output *o = &out->items[i];
         attn_status s = attn_file_commit(out->ctx, o->file);
         o->file = NULL;
-        if (s != ATTN_OK) return cli_library_error(out->ctx, o->opt);
+        cli_interrupt_untrack(o->temp);
+        free(o->temp);
+        o->temp = NULL;
+        if (s != ATTN_OK) {
+            cli_interrupt_release();
+            return cli_library_error(out->ctx, o->opt);
+        }
         out->committed = true;
     }
+    cli_interrupt_release();
     if (quiet || out->count == 0) return CLI_OK;
     size_t len = 1;
     for (size_t i = 0; i < out->count; i++)
@@ -173,10 +203,14 @@ int cli_outputs_commit(cli_outputs *out, bool quiet) {
 }
 
 void cli_outputs_free(cli_outputs *out) {
+    cli_interrupt_hold();
     for (size_t i = 0; i < out->count; i++) {
         attn_file_discard(out->items[i].file);
+        cli_interrupt_untrack(out->items[i].temp);
+        free(out->items[i].temp);
         free(out->items[i].path);
     }
+    cli_interrupt_release();
     if (out->made_dir && !out->committed) rmdir(out->made_dir);
     free(out->made_dir);
     free(out->items);

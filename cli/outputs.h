@@ -4,7 +4,10 @@
  * command computes anything, the results go to the temporaries, and only
  * when every one of them is complete are they renamed into place. On any
  * failure the temporaries are removed, a directory made for the outputs is
- * removed again, and no destination changes.
+ * removed again, and no destination changes. Each temporary is tracked
+ * (interrupt.h) while it exists, so a signal that ends the process removes
+ * it too, and the renames happen with the signals held: a signal finds all
+ * of the outputs in place or none.
  *
  *     cli_outputs out;
  *     cli_outputs_init(&out, ctx);

@@ -1210,6 +1210,14 @@ attn_status attn_file_write(attn_ctx *ctx, attn_file *file, const void *bytes, s
 attn_status attn_file_close(attn_ctx *ctx, attn_file *file);
 attn_status attn_file_commit(attn_ctx *ctx, attn_file *file);
 void attn_file_discard(attn_file *file);
+/* The temporary's path while file is open and writes to one ("DIR/.BASE.
+ * <12 hex>.attn-tmp"), for a program that must remove it where it cannot
+ * call attn_file_discard (a signal handler). NULL for NULL, for a file
+ * written in place, and after a failed write or close (the temporary is
+ * then already removed). The string stays valid until the next call on
+ * file; attn_file_commit and attn_file_discard free it with the handle, so
+ * a caller that keeps the path past them keeps a copy. */
+const char *attn_file_temporary_path(const attn_file *file);
 
 /* ------------------------------------------------------------------------ */
 /* NumPy .npy files (float32 or int32, C order)                              */

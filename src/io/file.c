@@ -296,3 +296,7 @@ void attn_file_discard(attn_file *file) {
     abandon(file);
     file_free(file);
 }
+
+const char *attn_file_temporary_path(const attn_file *file) {
+    return file ? file->temp : NULL;
+}
