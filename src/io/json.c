@@ -481,6 +481,11 @@ attn_status attn_json_read_file(attn_ctx *ctx, const char *path, attn_json **out
     char *text = attn_malloc(cap);
     attn_status st = text ? ATTN_OK : attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", path);
     while (st == ATTN_OK) {
+        if (len > ATTN_JSON_MAX_FILE) {
+            st = attn_fail(ctx, ATTN_ERR_FORMAT, "%s: more than %zu bytes, the most a JSON "
+                           "config may hold", path, ATTN_JSON_MAX_FILE);
+            break;
+        }
         if (len == cap) {
             char *grown = cap <= ((size_t)-1) / 2 ? attn_realloc(text, cap * 2) : NULL;
             if (!grown) {

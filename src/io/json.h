@@ -26,6 +26,9 @@
 #include <stdint.h>
 
 #define ATTN_JSON_MAX_DEPTH 64
+/* attn_json_read_file reads configs, kilobytes each: a file past this is
+ * refused when the bound is reached, so an endless one (/dev/zero) ends. */
+#define ATTN_JSON_MAX_FILE ((size_t)16 << 20)
 
 typedef enum attn_json_type {
     ATTN_JSON_NULL = 0,
@@ -126,7 +129,8 @@ attn_status attn_json_end(attn_json_reader *r, const char *after);
  * ATTN_ERR_NO_MEMORY. */
 attn_status attn_json_parse(attn_ctx *ctx, const char *text, size_t len, const char *label,
                             attn_json **out);
-/* Reads and parses the file at path (ATTN_ERR_IO when it cannot be read). */
+/* Reads and parses the file at path (ATTN_ERR_IO when it cannot be read;
+ * ATTN_ERR_FORMAT past ATTN_JSON_MAX_FILE bytes). */
 attn_status attn_json_read_file(attn_ctx *ctx, const char *path, attn_json **out);
 void attn_json_free(attn_json *root);
 

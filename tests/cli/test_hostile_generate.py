@@ -290,6 +290,8 @@ def main():
     # a config that cannot be read is --config's, not --weights'
     refused("config", w1 + [os.path.join(tmp, "no_such.json")] + gen,
             "--config: " + os.path.join(tmp, "no_such.json"), cwd)
+    # an endless file is refused at the JSON reader's bound, not read until memory ends
+    refused("config", w1 + ["/dev/zero"] + gen, "/dev/zero: more than 16777216 bytes", cwd)
     for name, cfg, fragment in [
             ("r_theta_neg", llama_hf_cfg(rope_theta=-1), '"rope_theta" (-1)'),
             ("r_heads0", llama_hf_cfg(num_attention_heads=0), "n_heads (0)"),
