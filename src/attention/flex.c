@@ -55,9 +55,9 @@ static const char *flex_kernel_name(const attn_ctx *ctx, const attn_attention_pr
 
 static size_t lines(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
-static size_t tiles_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
-    return lines(attn_parallel_parts(ctx->num_threads) * flex_kernels(ctx)->part_floats(p) *
-                 sizeof(float));
+static size_t tiles_bytes(const attn_ctx *ctx, const attn_attention_problem *p, bool backward) {
+    size_t per_part = flex_kernels(ctx)->part_floats(p, backward);
+    return lines(attn_parallel_parts(ctx->num_threads) * per_part * sizeof(float));
 }
 
 /* The backward's packed keys are the larger (the forward's lse runs in them). */
@@ -66,7 +66,7 @@ static size_t keys_bytes(const attn_ctx *ctx, const attn_attention_problem *p, b
 }
 
 static size_t parts_bytes(const attn_ctx *ctx, const attn_attention_problem *p, bool backward) {
-    return tiles_bytes(ctx, p) + keys_bytes(ctx, p, backward);
+    return tiles_bytes(ctx, p, backward) + keys_bytes(ctx, p, backward);
 }
 
 /* One table of T + S - 1 buckets per REL_BIAS modifier. */
@@ -150,7 +150,7 @@ static const char *flex_forward(attn_ctx *ctx, const attn_attention_problem *p,
     memset(failures, 0, sizeof failures);
     fill_buckets(p, (char *)workspace + parts_bytes(ctx, p, false), tables);
     attn_flex_args args = {.p = p, .buckets = tables, .failures = failures,
-                           .keys = (float *)((char *)workspace + tiles_bytes(ctx, p))};
+                           .keys = (float *)((char *)workspace + tiles_bytes(ctx, p, false))};
     flex_kernels(ctx)->forward(attn_ctx_workers(ctx), &args, workspace);
     return report_failure(ctx, failures, attn_parallel_parts(ctx->num_threads));
 }
@@ -189,7 +189,7 @@ static const char *flex_backward(attn_ctx *ctx, const attn_attention_problem *p,
     at += bucket_bytes(p);
     float *delta = (float *)at;
     attn_flex_args args = {.p = p, .buckets = tables, .failures = failures,
-                           .keys = (float *)((char *)workspace + tiles_bytes(ctx, p))};
+                           .keys = (float *)((char *)workspace + tiles_bytes(ctx, p, true))};
     const float *lse = p->lse, *lse_lo = p->lse_lo;
     if (!lse) {
         /* the forward kept no statistics: its lse again, without out */

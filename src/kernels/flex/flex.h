@@ -65,8 +65,8 @@ typedef struct attn_flex_args {
 
 typedef struct attn_flex_kernels {
     const char *name;
-    /* Floats of workspace per parallel part (forward and backward alike). */
-    size_t (*part_floats)(const attn_attention_problem *p);
+    /* Floats of workspace per parallel part (the backward's may be more). */
+    size_t (*part_floats)(const attn_attention_problem *p, bool backward);
     /* Floats of the packed key blocks (each (b, KV head, key block) packed
      * once per pass, K^T and V's rows or, backward, V^T and K's rows). */
     size_t (*keys_floats)(const attn_attention_problem *p, bool backward);

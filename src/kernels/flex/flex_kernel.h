@@ -112,9 +112,42 @@ static size_t carve(const flex_geom *g, float *base, flex_tiles *t) {
     return at;
 }
 
-static size_t flex_part_floats(const attn_attention_problem *p) {
+/* Whether the backward sums modifier m's tensor gradient. */
+static bool graded(const attn_score_mod *m) {
+    return (m->kind == ATTN_SCORE_BIAS || m->kind == ATTN_SCORE_REL_BIAS) && m->tensor_grad;
+}
+
+/* The backward runs in one pass where there are items enough to share out
+ * (4 keep the 2-4 cores of the machines here busy) and a part's dq sums
+ * fit; the choice depends on the problem alone, as the fused kernels'. */
+#define ONE_PASS_ITEMS 4
+#define ONE_PASS_FLOATS ((size_t)1 << 24)
+
+/* Floats of a part's one-pass scratch (k's rows of a key block, then dq
+ * sums of the group's heads over every query block), or 0 when the two
+ * passes run.
+ *   One pass, per (batch, KV head): for each key block in order, the
+ *     tiles of its column: P, dP, dS once; dv, dk of the block, and each
+ *     tile's rows' dq summed. Five products per tile (S, dP, dv, dk, dq).
+ *   Two passes (dk, dv per key block; dq per query block) recompute S and
+ *     dP in each: seven products per tile, any number of items.
+ * A row's dq sums the same products over the same key blocks in the same
+ * (ascending) order either way, so both give the same bits. Modifiers
+ * whose tensor gradient is summed keep the two passes, where the rows
+ * pass owns those sums. */
+static size_t one_pass_floats(const flex_geom *g) {
+    const attn_attention_problem *p = g->p;
+    for (size_t k = 0; k < p->score_mod_count; k++)
+        if (graded(&p->score_mods[k])) return 0;
+    size_t head = g->q_blocks * g->bqp;
+    if (p->batch * p->kv_heads < ONE_PASS_ITEMS || head > ONE_PASS_FLOATS / (g->G * g->Dp))
+        return 0;
+    return round_up(g->bkvp * g->Dp, 16) + g->G * head * g->Dp;
+}
+
+static size_t flex_part_floats(const attn_attention_problem *p, bool backward) {
     flex_geom g = geom_of(p);
-    return carve(&g, NULL, NULL);
+    return carve(&g, NULL, NULL) + (backward ? one_pass_floats(&g) : 0);
 }
 
 /* ---- the register tile -------------------------------------------------------- */
@@ -480,7 +513,7 @@ typedef struct flex_job {
     const flex_geom *g;
     const attn_flex_args *a;
     float *parts;
-    size_t part_floats;
+    size_t part_floats, tile_floats; /* a part's floats, and its tiles' (carve) */
     /* backward */
     const attn_attention_grads *gr;
     const float *lse, *lse_lo;
@@ -605,7 +638,8 @@ static void forward_item(void *arg, size_t part, size_t item) {
 static void flex_forward(attn_workers w, const attn_flex_args *a, float *parts) {
     const attn_attention_problem *p = a->p;
     flex_geom g = geom_of(p);
-    flex_job job = {.g = &g, .a = a, .parts = parts, .part_floats = carve(&g, NULL, NULL)};
+    size_t tiles = carve(&g, NULL, NULL);
+    flex_job job = {.g = &g, .a = a, .parts = parts, .part_floats = tiles, .tile_floats = tiles};
     pack_keys(w, &g, a->keys, false);
     attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * g.q_blocks, forward_item, &job);
 }
@@ -743,8 +777,61 @@ static bool grad_tile(const flex_job *job, flex_tiles *t, const float *kt, const
     return true;
 }
 
-/* Item (b, KV head, key block): dk, dv of the block over the group's heads
- * in order and, per head, the query blocks of the map's column in order. */
+/* dk, dv of key block kb of KV head kh of sequence s (nc > 0 keys) over the
+ * group's heads in order and, per head, the query blocks of the map's
+ * column in order. With sums (the one pass), each tile's dS also adds dS k
+ * to its rows' dq sums: sums holds the group's heads, each q_blocks x bqp
+ * rows of Dp, and kr takes k's rows (bkvp x Dp). */
+static bool key_block_backward(const flex_job *job, flex_tiles *t, const attn_attention_seq *s,
+                               size_t kh, size_t kb, size_t item, float *sums, float *kr,
+                               attn_flex_failure *f) {
+    const flex_geom *g = job->g;
+    const attn_attention_problem *p = g->p;
+    size_t b = s->b, D = p->head_dim, Dv = p->v_head_dim, ld = g->bkvp;
+    size_t j0 = kb * g->bkv, nc = seq_keys(g, s, kb), krows = round_up(nc, RG);
+    size_t head_floats = g->q_blocks * g->bqp * g->Dp;
+    pack_transposed((const float *)p->k.data, p->k.st, b, s->kv_start, kh, j0, nc, D, t->kt, ld);
+    pack_transposed((const float *)p->v.data, p->v.st, b, s->kv_start, kh, j0, nc, Dv, t->vt, ld);
+    if (sums)
+        pack_rows((const float *)p->k.data, p->k.st, b, s->kv_start, kh, j0, nc, D, kr, g->Dp,
+                  nc);
+    memset(t->dk, 0, g->bkvp * g->Dp * sizeof(float));
+    memset(t->dv, 0, g->bkvp * g->Dvp * sizeof(float));
+    for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) {
+        flex_walk w = walk_column(g, b, h, kb);
+        size_t qb, tile;
+        while (walk_next(&w, &qb, &tile)) {
+            size_t i0 = qb * g->bq, nr = seq_rows(g, s, qb);
+            if (!nr) continue;
+            row_ranges(p, b, i0, nr, t->beg, t->end);
+            flex_at at = {b, h, i0, nr, j0, nc, tile, ranges_cover(t->beg, t->end, nr, j0, nc),
+                          item};
+            if (at.cover == COVER_NONE) continue;
+            pack_backward_rows(job, t, s, h, i0, nr);
+            if (!grad_tile(job, t, t->kt, t->vt, &at, f)) return false;
+            /* dv (keys x Dv) += P^T dO */
+            tile_mm(t->pm, 1, ld, t->dout, g->Dvp, nr, t->dv, g->Dvp, krows, g->Dvp, true);
+            if (!chain_backward(job, t, &at, f)) return false;
+            /* dk (keys x D) += dS^T q */
+            tile_mm(t->dp, 1, ld, t->q, g->Dp, nr, t->dk, g->Dp, krows, g->Dp, true);
+            /* dq (rows x D) += dS k, as the rows pass adds it */
+            if (sums)
+                tile_mm(t->dp, ld, 1, kr, g->Dp, nc,
+                        sums + (h - kh * g->G) * head_floats + qb * g->bqp * g->Dp, g->Dp,
+                        round_up(nr, RG), g->Dp, true);
+        }
+    }
+    float *dk = job->gr->dk, *dv = job->gr->dv, scale = p->scale;
+    for (size_t j = 0; j < nc; j++) {
+        float *kd = dk + attn_view_offset(p->k.st, b, s->kv_start, kh, j0 + j);
+        float *vd = dv + attn_view_offset(p->v.st, b, s->kv_start, kh, j0 + j);
+        for (size_t d = 0; d < D; d++) kd[d] = t->dk[j * g->Dp + d] * scale;
+        memcpy(vd, t->dv + j * g->Dvp, Dv * sizeof(float));
+    }
+    return true;
+}
+
+/* Item (b, KV head, key block) of the two passes: dk, dv of the block. */
 static void keys_item(void *arg, size_t part, size_t item) {
     const flex_job *job = arg;
     const flex_geom *g = job->g;
@@ -754,39 +841,39 @@ static void keys_item(void *arg, size_t part, size_t item) {
     size_t kb = item % g->kv_blocks, rest = item / g->kv_blocks;
     size_t kh = rest % p->kv_heads, b = rest / p->kv_heads;
     attn_attention_seq s = attn_attention_seq_of(p, b);
-    size_t D = p->head_dim, Dv = p->v_head_dim, ld = g->bkvp;
-    size_t j0 = kb * g->bkv, nc = seq_keys(g, &s, kb), krows = round_up(nc, RG);
-    if (!nc) return; /* past the sequence: no keys */
+    if (!seq_keys(g, &s, kb)) return; /* past the sequence: no keys */
     flex_tiles t = tiles_of(job, part);
-    pack_transposed((const float *)p->k.data, p->k.st, b, s.kv_start, kh, j0, nc, D, t.kt, ld);
-    pack_transposed((const float *)p->v.data, p->v.st, b, s.kv_start, kh, j0, nc, Dv, t.vt, ld);
-    memset(t.dk, 0, g->bkvp * g->Dp * sizeof(float));
-    memset(t.dv, 0, g->bkvp * g->Dvp * sizeof(float));
-    for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) {
-        flex_walk w = walk_column(g, b, h, kb);
-        size_t qb, tile;
-        while (walk_next(&w, &qb, &tile)) {
-            size_t i0 = qb * g->bq, nr = seq_rows(g, &s, qb);
-            if (!nr) continue;
-            row_ranges(p, b, i0, nr, t.beg, t.end);
-            flex_at at = {b, h, i0, nr, j0, nc, tile, ranges_cover(t.beg, t.end, nr, j0, nc),
-                          item};
-            if (at.cover == COVER_NONE) continue;
-            pack_backward_rows(job, &t, &s, h, i0, nr);
-            if (!grad_tile(job, &t, t.kt, t.vt, &at, f)) return;
-            /* dv (keys x Dv) += P^T dO */
-            tile_mm(t.pm, 1, ld, t.dout, g->Dvp, nr, t.dv, g->Dvp, krows, g->Dvp, true);
-            if (!chain_backward(job, &t, &at, f)) return;
-            /* dk (keys x D) += dS^T q */
-            tile_mm(t.dp, 1, ld, t.q, g->Dp, nr, t.dk, g->Dp, krows, g->Dp, true);
-        }
+    key_block_backward(job, &t, &s, kh, kb, item, NULL, NULL, f);
+}
+
+/* Item (b, KV head) of the one pass: every key block in order, then dq of
+ * the group's heads from their sums. */
+static void one_pass_item(void *arg, size_t part, size_t item) {
+    const flex_job *job = arg;
+    const flex_geom *g = job->g;
+    const attn_attention_problem *p = g->p;
+    attn_flex_failure *f = &job->a->failures[part];
+    if (f->failed) return;
+    size_t kh = item % p->kv_heads, b = item / p->kv_heads;
+    attn_attention_seq s = attn_attention_seq_of(p, b);
+    flex_tiles t = tiles_of(job, part);
+    float *kr = job->parts + part * job->part_floats + job->tile_floats;
+    float *sums = kr + round_up(g->bkvp * g->Dp, 16);
+    size_t head_floats = g->q_blocks * g->bqp * g->Dp;
+    memset(sums, 0, g->G * head_floats * sizeof(float));
+    for (size_t kb = 0; kb < g->kv_blocks; kb++) {
+        if (!seq_keys(g, &s, kb)) continue; /* past the sequence: no keys */
+        /* the failure's item is the two passes' (b, KV head, key block) */
+        size_t keys_item_number = (b * p->kv_heads + kh) * g->kv_blocks + kb;
+        if (!key_block_backward(job, &t, &s, kh, kb, keys_item_number, sums, kr, f)) return;
     }
-    float *dk = job->gr->dk, *dv = job->gr->dv, scale = p->scale;
-    for (size_t j = 0; j < nc; j++) {
-        float *kr = dk + attn_view_offset(p->k.st, b, s.kv_start, kh, j0 + j);
-        float *vr = dv + attn_view_offset(p->v.st, b, s.kv_start, kh, j0 + j);
-        for (size_t d = 0; d < D; d++) kr[d] = t.dk[j * g->Dp + d] * scale;
-        memcpy(vr, t.dv + j * g->Dvp, Dv * sizeof(float));
+    for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) {
+        const float *head = sums + (h - kh * g->G) * head_floats;
+        for (size_t i = 0; i < s.q_len; i++) {
+            const float *row = head + (i / g->bq * g->bqp + i % g->bq) * g->Dp;
+            float *dq = (float *)job->gr->dq + attn_view_offset(p->q.st, b, s.q_start, h, i);
+            for (size_t d = 0; d < p->head_dim; d++) dq[d] = row[d] * p->scale;
+        }
     }
 }
 
@@ -914,17 +1001,21 @@ static void flex_backward(attn_workers w, const attn_flex_args *a, const attn_at
                           const float *lse, const float *lse_lo, float *delta, float *parts) {
     const attn_attention_problem *p = a->p;
     flex_geom g = geom_of(p);
-    flex_job job = {.g = &g, .a = a, .parts = parts, .part_floats = carve(&g, NULL, NULL),
-                    .gr = gr, .lse = lse, .lse_lo = lse_lo, .delta = delta};
+    size_t one_pass = one_pass_floats(&g), tiles = carve(&g, NULL, NULL);
+    flex_job job = {.g = &g, .a = a, .parts = parts, .part_floats = tiles + one_pass,
+                    .tile_floats = tiles, .gr = gr, .lse = lse, .lse_lo = lse_lo,
+                    .delta = delta};
     attn_pool_dynamic(w.pool, w.threads, p->batch * p->q_heads, delta_item, &job);
+    if (one_pass) {
+        attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads, one_pass_item, &job);
+        return;
+    }
     attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * g.kv_blocks, keys_item, &job);
     if (any_failed(w, a)) return;
     unsigned separate = 0;
     for (size_t k = 0; k < p->score_mod_count; k++) {
         const attn_score_mod *m = &p->score_mods[k];
-        bool graded = (m->kind == ATTN_SCORE_BIAS || m->kind == ATTN_SCORE_REL_BIAS) &&
-                      m->tensor_grad;
-        if (!graded) continue;
+        if (!graded(m)) continue;
         if (rows_pass_owns(&g, m)) job.grad_mods |= 1u << k;
         else separate |= 1u << k;
     }
