@@ -56,7 +56,7 @@ sanitize: deps
 	  -LE "python_ctypes|slow|mpi"
 
 # The libFuzzer targets (clang, ASan + UBSan), FUZZ_SECONDS each (CI runs
-# them for 45 s): scripts/fuzz.sh prints executions and coverage.
+# them for 30 s): scripts/fuzz.sh prints executions and coverage.
 FUZZ_SECONDS ?= 600
 fuzz: deps
 	nice -n 19 ./scripts/fuzz.sh $(FUZZ_SECONDS)
