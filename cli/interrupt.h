@@ -61,7 +61,7 @@ int cli_interrupt_pending(void);
  * its status. Otherwise rc. */
 int cli_interrupt_finish(const char *command, const char *done, int rc);
 
-/* "SIGINT", "SIGTERM", "SIGHUP" (or "signal N"). */
+/* "SIGINT", "SIGTERM", "SIGHUP" (or "a signal"). */
 const char *cli_interrupt_name(int sig);
 /* 128 + sig: the exit status of a command stopped by signal sig. */
 int cli_interrupt_status(int sig);
