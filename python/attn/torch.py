@@ -657,7 +657,8 @@ def _mask_spec(attn_mask, shape, B, H, T, S):
     ctx = _context()
     block = (64, 64)
     if attn_mask.dtype == torch.bool:
-        keep = attn_mask.reshape(shape).expand(B, H, T, S)
+        # a mask broadcast over batch or heads is one map for them all
+        keep = attn_mask.reshape(shape).expand(shape[0], shape[1], T, S)
         return flex._from_bool(ctx, keep, block, None, None), None
     # additive: -inf hides, the finite values join the scores as a bias
     # (float32, as the library reads it; its gradient flows back to attn_mask)

@@ -34,6 +34,10 @@ typedef struct block_source {
      * kv_blocks), ascending. */
     attn_status (*listed)(const void *self, attn_ctx *ctx, const char *who, size_t b, size_t h,
                           size_t qb, uint32_t *blocks, block_class *classes, size_t *count);
+    /* Whether every row of a (b, h) gives the same bits (a dense mask
+     * broadcast over the queries, such as a key-padding mask): a tile's
+     * first row then stands for the others. */
+    bool same_rows;
 } block_source;
 
 /* The block map of cfg (checked here, by name) read from src. */

@@ -100,10 +100,15 @@ static attn_status tile_bits(attn_ctx *ctx, const char *who, const block_source 
     size_t q0 = qb * m->block_q, k0 = kb * m->block_kv;
     size_t q1 = q0 + m->block_q < m->q_len ? q0 + m->block_q : m->q_len;
     size_t k1 = k0 + m->block_kv < m->kv_len ? k0 + m->block_kv : m->kv_len;
-    size_t wpr = m->words_per_row, seen = 0;
+    size_t wpr = m->words_per_row, seen = 0, first_row_seen = 0;
     memset(tile, 0, m->block_q * wpr * sizeof *tile);
     for (size_t q = q0; q < q1; q++) {
         uint64_t *row = tile + (q - q0) * wpr;
+        if (src->same_rows && q > q0) { /* the first row's bits, already trimmed */
+            memcpy(row, tile, wpr * sizeof *row);
+            seen += first_row_seen;
+            continue;
+        }
         attn_status st = src->row_bits(src->self, ctx, who, b, h, q, k0, k1, row);
         if (st != ATTN_OK) return st;
         /* bits past S are the source's to leave zero; make sure */
@@ -113,6 +118,7 @@ static attn_status tile_bits(attn_ctx *ctx, const char *who, const block_source 
             else if (width < (w + 1) * 64) row[w] &= ((uint64_t)1 << (width - w * 64)) - 1;
             seen += (size_t)__builtin_popcountll(row[w]);
         }
+        if (q == q0) first_row_seen = seen;
     }
     *cls = seen == 0 ? BLOCK_EMPTY : seen == (q1 - q0) * (k1 - k0) ? BLOCK_FULL : BLOCK_PARTIAL;
     return ATTN_OK;
@@ -351,10 +357,29 @@ typedef struct dense_source {
     bool additive;
 } dense_source;
 
+/* Bit i of the result set where byte i of the 8 at p is nonzero. */
+static uint64_t nonzero_bytes(const uint8_t *p) {
+    uint64_t x, low7 = 0x7f7f7f7f7f7f7f7full;
+    memcpy(&x, p, sizeof x);
+    /* each byte's high bit: set by its own, or by a carry out of its low seven */
+    uint64_t high = (((x & low7) + low7) | x) & ~low7;
+    /* the eight high bits gathered into the top byte, byte i to bit 56 + i */
+    return (high >> 7) * 0x0102040810204080ull >> 56;
+}
+
 static attn_status dense_row_bits(const void *self, attn_ctx *ctx, const char *who, size_t b,
                                   size_t h, size_t q, size_t k0, size_t k1, uint64_t *words) {
     const dense_source *d = self;
     size_t at = b * d->st[0] + h * d->st[1] + q * d->st[2];
+    if (!d->additive && d->st[3] == 1) { /* contiguous bytes: eight at a time */
+        const uint8_t *row = (const uint8_t *)d->mask + at;
+        size_t j = k0;
+        for (; j + 8 <= k1; j += 8)
+            words[(j - k0) >> 6] |= nonzero_bytes(row + j) << ((j - k0) & 63);
+        for (; j < k1; j++)
+            if (row[j]) words[(j - k0) >> 6] |= (uint64_t)1 << ((j - k0) & 63);
+        return ATTN_OK;
+    }
     for (size_t j = k0; j < k1; j++) {
         bool visible;
         if (d->additive) {
@@ -382,7 +407,7 @@ static attn_status from_dense(attn_ctx *ctx, const char *who, const attn_block_m
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
                          !mask ? "mask" : !strides ? "strides" : "out");
     dense_source d = {mask, {strides[0], strides[1], strides[2], strides[3]}, additive};
-    block_source src = {.self = &d, .row_bits = dense_row_bits};
+    block_source src = {.self = &d, .row_bits = dense_row_bits, .same_rows = strides[2] == 0};
     return attn_block_mask_build(ctx, who, cfg, &src, out);
 }
 

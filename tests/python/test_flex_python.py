@@ -542,7 +542,7 @@ if runs:
         q = torch.randn(Bs, Hs, Ts, 16, requires_grad=True)
         k = torch.randn(Bs, Hs, Ss, 16, requires_grad=True)
         v = torch.randn(Bs, Hs, Ss, 16, requires_grad=True)
-        for mask in (torch.rand(Bs, 1, Ts, Ss) > 0.3,
+        for mask in (torch.rand(Bs, 1, Ts, Ss) > 0.3, torch.rand(Bs, 1, 1, Ss) > 0.3,
                      torch.randn(Hs, Ts, Ss).masked_fill(torch.rand(Hs, Ts, Ss) < 0.3,
                                                          float("-inf")).requires_grad_()):
             check(AT.supports(q, k, v, attn_mask=mask) is None, "attn_mask runs on attn")

@@ -514,18 +514,24 @@ static void test_row_intervals(attn_ctx *ctx) {
 static void test_dense(attn_ctx *ctx) {
     for (int round = 0; round < 12; round++) {
         attn_block_mask_config c = random_config(200);
-        /* the tensor broadcasts over b or h where its dimension is 1 */
+        /* the tensor broadcasts over b, h or the queries (a key-padding
+         * mask) where its dimension is 1 */
         size_t tb = rand_below(2) ? c.batch : 1, th = rand_below(2) ? c.heads : 1;
-        size_t st[4] = {tb == 1 ? 0 : th * c.q_len * c.kv_len, th == 1 ? 0 : c.q_len * c.kv_len,
-                        c.kv_len, 1};
-        size_t n = tb * th * c.q_len * c.kv_len;
+        size_t tq = rand_below(3) ? c.q_len : 1;
+        size_t st[4] = {tb == 1 ? 0 : th * tq * c.kv_len, th == 1 ? 0 : tq * c.kv_len,
+                        tq == 1 ? 0 : c.kv_len, 1};
+        size_t n = tb * th * tq * c.kv_len;
         uint8_t *mask = malloc(n);
         float *add = malloc(n * sizeof(float));
         int style = (int)rand_below(3); /* sparse, dense, causal-ish blocks */
+        /* any nonzero byte is visible (PyTorch's bool holds 1; other bytes
+         * reach the library through a uint8 tensor's memory) */
+        static const uint8_t visible[] = {1, 2, 0x7f, 0x80, 0xff};
         for (size_t i = 0; i < n; i++) {
-            size_t q = i / c.kv_len % c.q_len, k = i % c.kv_len;
-            mask[i] = style == 0 ? rand_below(10) == 0 : style == 1 ? rand_below(10) != 0
-                                                                    : (k <= q && rand_below(50));
+            size_t q = i / c.kv_len % tq, k = i % c.kv_len;
+            bool v = style == 0 ? rand_below(10) == 0 : style == 1 ? rand_below(10) != 0
+                                                                 : (k <= q && rand_below(50));
+            mask[i] = v ? visible[rand_below(sizeof visible)] : 0;
             add[i] = mask[i] ? (float)rand_in(-5, 5) * 0.25f : -INFINITY;
         }
         dense d = dense_new(c.batch, c.heads, c.q_len, c.kv_len);
@@ -533,7 +539,7 @@ static void test_dense(attn_ctx *ctx) {
             for (size_t h = 0; h < c.heads; h++)
                 for (size_t q = 0; q < c.q_len; q++)
                     for (size_t k = 0; k < c.kv_len; k++)
-                        at(&d, b, h, q)[k] = mask[b * st[0] + h * st[1] + q * st[2] + k];
+                        at(&d, b, h, q)[k] = mask[b * st[0] + h * st[1] + q * st[2] + k] != 0;
         attn_block_mask *bm = NULL;
         CHECK_STATUS(attn_block_mask_from_bool(ctx, &c, mask, st, &bm), ATTN_OK);
         if (bm) check_map(bm, &d, "from_bool");
@@ -542,8 +548,9 @@ static void test_dense(attn_ctx *ctx) {
         CHECK_STATUS(attn_block_mask_from_additive(ctx, &c, add, st, &bm), ATTN_OK);
         if (bm) check_map(bm, &d, "from_additive");
         attn_block_mask_free(bm);
-        /* NaN or +inf anywhere is refused, naming the element */
-        size_t b = rand_below(tb), h = rand_below(th), q = rand_below(c.q_len), k = rand_below(c.kv_len);
+        /* NaN or +inf anywhere is refused, naming the element (of a mask
+         * broadcast over the queries, at the first row that reads it) */
+        size_t b = rand_below(tb), h = rand_below(th), q = rand_below(tq), k = rand_below(c.kv_len);
         size_t e = b * st[0] + h * st[1] + q * st[2] + k;
         add[e] = rand_below(2) ? NAN : INFINITY;
         bm = NULL;
