@@ -12,6 +12,10 @@
  *   documents  4 documents of T / 4 tokens, causal within each, as a map
  *              against the same documents as a varlen batch (cu_seqlens).
  * The target is a ratio of at most 1.05: the maps run the tuned kernels.
+ * A third row per case runs the same map built once per head, which is
+ * not row intervals and so runs on the block-map (flex) kernels: the two
+ * kernel families side by side on the same attention (its ratio is to
+ * the fixed feature timed beside it).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "bench.h"
@@ -98,26 +102,38 @@ static void print_row(const char *name, size_t threads, timing t, timing base) {
 }
 
 /* The fixed feature (c->cfg as given) and the same attention as the map
- * of kind, timed in turn. */
+ * of kind, timed in turn; then the fixed feature and the map built per
+ * head (the flex kernels). */
 static int compare(mask_case *c, const bench_options *o, size_t threads, const char *fixed_name,
                    const char *map_name, bench_mask kind) {
     size_t T = c->cfg.q_tokens * c->cfg.batch;
     mask_spec spec = {kind, T};
     attn_block_mask_config mc = {.batch = 1, .heads = 1, .q_len = T, .kv_len = T};
-    attn_block_mask *map = NULL;
+    attn_block_mask *map = NULL, *per_head = NULL;
     if (attn_block_mask_from_fn(c->ctx, &mc, visible, &spec, &map) != ATTN_OK)
         return cli_library_error(c->ctx, "bench masks");
+    mc.heads = HEADS;
+    if (attn_block_mask_from_fn(c->ctx, &mc, visible, &spec, &per_head) != ATTN_OK) {
+        attn_block_mask_free(map);
+        return cli_library_error(c->ctx, "bench masks");
+    }
     attn_sdpa_config fixed = c->cfg;
     attn_sdpa_config mapped = {.batch = 1, .heads = HEADS, .q_tokens = T, .kv_tokens = T,
                                .head_dim = HEAD_DIM, .align = ATTN_ALIGN_TOP_LEFT,
                                .block_mask = map};
-    timing f, m;
+    attn_sdpa_config flex = mapped;
+    flex.block_mask = per_head;
+    timing f, m, f2, x;
     median_pair(forward, c, &fixed, &mapped, o->runs, &f.fwd, &m.fwd);
     median_pair(forward_backward, c, &fixed, &mapped, o->runs, &f.fb, &m.fb);
+    median_pair(forward, c, &fixed, &flex, o->runs, &f2.fwd, &x.fwd);
+    median_pair(forward_backward, c, &fixed, &flex, o->runs, &f2.fb, &x.fb);
     print_row(fixed_name, threads, f, f);
     print_row(map_name, threads, m, f);
+    print_row("  the map per head (flex)", threads, x, f2);
     c->cfg = fixed;
     attn_block_mask_free(map);
+    attn_block_mask_free(per_head);
     return c->failed ? cli_library_error(c->ctx, "bench masks") : CLI_OK;
 }
 
