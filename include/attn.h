@@ -178,8 +178,8 @@ size_t attn_ctx_num_threads(const attn_ctx *ctx);
  * when ATTN_KERNELS holds an unknown name). */
 attn_kernels attn_ctx_kernels(const attn_ctx *ctx);
 /* The kernel of each kind the ctx runs, chosen once at attn_ctx_new from
- * its kernels and the CPU ("avx512 (zen4): flash avx512_zen4, flash16
- * vdpbf16ps, decode avx512, gemm sgemm_avx512_14x32, ..."; "reference"
+ * its kernels and the CPU ("avx512: flash avx512, flash16 vdpbf16ps,
+ * decode avx512, gemm sgemm_avx512_14x32, ..."; "reference"
  * where the reference loops run), into buf (cap bytes, NUL-terminated, cut
  * to fit; buf may be NULL when cap is 0). Returns the length of the whole
  * text, as snprintf does. */
@@ -187,7 +187,7 @@ size_t attn_ctx_describe_kernels(const attn_ctx *ctx, char *buf, size_t cap);
 /* How the ctx's last attention call chose its backend, one entry per
  * backend asked, in the order asked: "fused16: declined (dropout); fused:
  * declined (bf16 views); reference: declined (bf16 views); widened to
- * float32: fused (avx512 (zen4)): ran". "" before any attention call;
+ * float32: fused (avx512): ran". "" before any attention call;
  * valid until the ctx's next call. attn sdpa --explain prints it. */
 const char *attn_ctx_last_explain(const attn_ctx *ctx);
 

@@ -332,15 +332,6 @@ bool attn_cpu_bf16_dot_pays(void) {
 #endif
 }
 
-bool attn_cpu_is_zen4(void) {
-#if defined(ATTN_CPUID)
-    if (!__builtin_cpu_is("amd") || !__builtin_cpu_supports("avx512f")) return false;
-    return display_family(cpuid(1, 0).eax) == 25;
-#else
-    return false;
-#endif
-}
-
 attn_status attn_cpu_info_get(attn_cpu_info *out) {
     if (!out) return ATTN_ERR_NULL;
     attn_cpu_info info;

@@ -30,9 +30,4 @@ bool attn_cpu_amx_permitted(void);
  * AMX). */
 bool attn_cpu_bf16_dot_pays(void);
 
-/* Whether this CPU is a Zen 4 with AVX-512 (AMD family 25), whose fused
- * kernels are attn_flash_avx512_zen4 (kernels/flash/flash_avx512_zen4.c).
- * One CPUID leaf; the ctx asks once. */
-bool attn_cpu_is_zen4(void);
-
 #endif /* ATTN_CPU_INFO_H */

@@ -27,7 +27,7 @@ typedef struct attn_ctx_buffer {
  * set. A NULL entry runs the reference loops (every entry of the
  * reference set, ATTN_KERNELS_REFERENCE). */
 typedef struct attn_kernel_set {
-    const char *name;                             /* "avx512 (zen4)", "reference", ... */
+    const char *name;                             /* "avx512", "reference", ... */
     const struct attn_flash_kernels *flash;       /* fused float attention */
     const struct attn_flash16_kernels *flash16_amx; /* fused bf16 attention on AMX tiles, */
     const struct attn_flash16_kernels *flash16_dot; /* on vdpbf16ps (NULL: the CPU lacks it) */

@@ -24,9 +24,8 @@ static bool cpu_has_avx512_bf16(void) {
 }
 
 static void fill_avx512(attn_kernel_set *set) {
-    bool zen4 = attn_cpu_is_zen4();
-    set->name = zen4 ? "avx512 (zen4)" : "avx512";
-    set->flash = zen4 ? &attn_flash_avx512_zen4 : &attn_flash_avx512;
+    set->name = "avx512";
+    set->flash = &attn_flash_avx512;
     set->decode = &attn_decode_avx512;
     set->flex = &attn_flex_avx512;
     set->gemm = &attn_sgemm_kernel_avx512;

@@ -18,11 +18,9 @@
  * Philox's known-answer vectors, the kernels' max_abs scan and what
  * declines_values leaves to the reference. Fresh random inputs each run (the
  * seed is printed and replays it):
- *   test_flash [--isa portable|avx2|avx512|avx512-zen4] [--cases N] [seed [cases]]
- * --isa tests one set of kernels (ctest runs the four as their own tests,
- * in parallel); a set this CPU lacks is a skip (exit code 77). avx512-zen4
- * is the set a ctx takes on Zen 4 (flash_avx512_zen4.c), tested on any
- * AVX-512 CPU.
+ *   test_flash [--isa portable|avx2|avx512] [--cases N] [seed [cases]]
+ * --isa tests one set of kernels (ctest runs the three as their own tests,
+ * in parallel); a set this CPU lacks is a skip (exit code 77).
  * --cases sets the number of random cases (60) with a fresh seed; the
  * sanitized build runs the portable set with fewer (tests/CMakeLists.txt).
  */
@@ -402,30 +400,6 @@ static void one_case(const char *isa, attn_ctx kernels_ctx, uint64_t *seed, int 
             fprintf(stderr, "  %zu threads differ from 1 thread\n", t + 1);
         }
     }
-#if defined(ATTN_HAVE_X86_KERNELS)
-    if (kernels_ctx.ks.flash == &attn_flash_avx512_zen4) {
-        /* the same products in another instruction form: the same bits as
-         * the other AVX-512 set */
-        attn_ctx ctx = kernels_ctx;
-        ctx.ks.flash = &attn_flash_avx512;
-        ctx.num_threads = 1;
-        results other = alloc_results(&c);
-        run(&attn_attention_fused, &ctx, &c, &other);
-        ctx_done(&ctx);
-        bool same = same_bits(other.out, fused[0].out, n_out) &&
-                    same_bits(other.lse, fused[0].lse, c.n_lse) &&
-                    same_bits(other.dq, fused[0].dq, c.n_q) &&
-                    same_bits(other.dk, fused[0].dk, c.n_k) &&
-                    same_bits(other.dv, fused[0].dv, c.n_v) &&
-                    same_bits(other.dsinks, fused[0].dsinks, Hq);
-        CHECK(same);
-        if (!same) {
-            describe(isa, &c);
-            fprintf(stderr, "  differs from the avx512 set\n");
-        }
-        free_results(&other);
-    }
-#endif
     free_results(&ref);
     for (size_t t = 0; t < 3; t++) free_results(&fused[t]);
     free_case(&c);
@@ -599,23 +573,20 @@ int main(int argc, char **argv) {
     if (argc > 2) cases = atoi(argv[2]);
     printf("seed %llu\n", (unsigned long long)seed);
     /* each set, and the ctx that takes it */
-    const char *names[4] = {"portable", "avx2", "avx512", "avx512-zen4"};
-    const attn_flash_kernels *sets[4] = {&attn_flash_portable, NULL, NULL, NULL};
-    attn_ctx ctxs[4] = {{.kernels = ATTN_KERNELS_PORTABLE}, {.kernels = ATTN_KERNELS_AVX2},
-                        {.kernels = ATTN_KERNELS_AVX512}, {.kernels = ATTN_KERNELS_AVX512}};
+    const char *names[3] = {"portable", "avx2", "avx512"};
+    const attn_flash_kernels *sets[3] = {&attn_flash_portable, NULL, NULL};
+    attn_ctx ctxs[3] = {{.kernels = ATTN_KERNELS_PORTABLE}, {.kernels = ATTN_KERNELS_AVX2},
+                        {.kernels = ATTN_KERNELS_AVX512}};
 #if defined(ATTN_HAVE_X86_KERNELS)
     if (attn_kernels_supported(ATTN_KERNELS_AVX2)) sets[1] = &attn_flash_avx2;
-    if (attn_kernels_supported(ATTN_KERNELS_AVX512)) {
-        sets[2] = &attn_flash_avx512;
-        sets[3] = &attn_flash_avx512_zen4;
-    }
+    if (attn_kernels_supported(ATTN_KERNELS_AVX512)) sets[2] = &attn_flash_avx512;
 #endif
-    for (int s = 0; s < 4; s++) ctxs[s].ks = (attn_kernel_set){.name = names[s], .flash = sets[s]};
-    int first = 0, last = 3; /* the sets to test: all, or --isa's */
+    for (int s = 0; s < 3; s++) ctxs[s].ks = (attn_kernel_set){.name = names[s], .flash = sets[s]};
+    int first = 0, last = 2; /* the sets to test: all, or --isa's */
     if (only_isa) {
-        while (first < 4 && strcmp(only_isa, names[first]) != 0) first++;
-        if (first == 4) {
-            printf("--isa %s: not one of portable, avx2, avx512, avx512-zen4\n", only_isa);
+        while (first < 3 && strcmp(only_isa, names[first]) != 0) first++;
+        if (first == 3) {
+            printf("--isa %s: not one of portable, avx2, avx512\n", only_isa);
             return 2;
         }
         if (!sets[first]) {

@@ -95,7 +95,6 @@ extern const attn_flash_kernels attn_flash_portable;
 #if defined(ATTN_HAVE_X86_KERNELS)
 extern const attn_flash_kernels attn_flash_avx2;
 extern const attn_flash_kernels attn_flash_avx512;
-extern const attn_flash_kernels attn_flash_avx512_zen4; /* flash_avx512_zen4.c */
 #endif
 
 #endif /* ATTN_FLASH_H */

@@ -1,5 +1,5 @@
 /* flash_avx512.c — the fused attention kernels on AVX-512F (flash_avx512.h),
- * the set for every AVX-512 core but Zen 4's. */
+ * on every AVX-512 core. */
 #define FLASH_KERNELS attn_flash_avx512
 #define FLASH_ISA_NAME "avx512"
 

@@ -1,7 +1,7 @@
 /* flash_avx512.h — the fused attention kernels on AVX-512F: 16 floats a
  * vector, score tiles of 6 rows x 64 keys (24 accumulators). Included by
- * flash_avx512.c (the Intel set, and Zen 5's) and flash_avx512_zen4.c, each
- * naming its set (FLASH_KERNELS, FLASH_ISA_NAME) first. */
+ * flash_avx512.c, which names the set (FLASH_KERNELS, FLASH_ISA_NAME)
+ * first. */
 #include <immintrin.h>
 #include <math.h>
 #include <stdint.h>
@@ -76,18 +76,6 @@ static void philox_group(uint64_t seed, uint64_t offset, uint64_t group, uint32_
     _mm512_storeu_si512(words + 32, c2);
     _mm512_storeu_si512(words + 48, c3);
 }
-
-#if defined(BROADCAST_OPERANDS)
-/* acc + a * (*b in every lane), the broadcast an operand of the FMA
- * ({1to16}), which the load unit performs; the tiles' products take it
- * where BROADCAST_OPERANDS is defined (flash_kernel.h, fma_broadcast). In
- * C the compiler loads a value used by several FMAs once, with
- * vbroadcastss, so it is written out here. */
-static inline vec v_fma_broadcast_operand(const float *b, vec a, vec acc) {
-    __asm__("vfmadd231ps %[b]%{1to16%}, %[a], %[acc]" : [acc] "+v"(acc) : [a] "v"(a), [b] "m"(*b));
-    return acc;
-}
-#endif
 
 /* dst[i * ldd + j] = src[j * lds + i] for i, j < 16: a 16 x 16 transpose in
  * registers (pairs of floats, then of pairs, then 128-bit quarters twice),

@@ -1,8 +1,8 @@
 /*
  * flash_kernel.h — the fused attention kernels, written once over a small
- * vector vocabulary and compiled once per instruction set (flash_avx512.h,
- * for flash_avx512.c and flash_avx512_zen4.c, flash_avx2.c and
- * flash_portable.c complete the vocabulary, then include this).
+ * vector vocabulary and compiled once per instruction set (flash_avx512.h
+ * for flash_avx512.c, flash_avx2.c and flash_portable.c complete the
+ * vocabulary, then include this).
  *
  * The includer includes its instruction set's vector vocabulary
  * (kernels/vec/vec_*.h: VW floats per vector, vec, v_zero, v_set1, v_load,
@@ -17,9 +17,6 @@
  *                      end[lane], else -inf
  *   FLASH_KERNELS      the name of the attn_flash_kernels table to define
  *   FLASH_ISA_NAME     "avx512", ...
- * and may define BROADCAST_OPERANDS with v_fma_broadcast_operand(b, a, acc)
- * = acc + a * (*b in every lane), the broadcast an operand of the FMA (Zen
- * 4's set: flash_avx512_zen4.c).
  *
  * Tiles: a query block of FBR rows (forward) or BR rows (backward), a
  * multiple of RG, is held raw, or scaled by scale * log2(e) where softcap
@@ -351,15 +348,9 @@ static void pack_rows(const float *x, size_t ld, size_t count, size_t n, size_t 
 
 /* acc + a * *b, b an element every lane multiplies by (a query's, weight's or
  * key's value): the tiles' products. The compiler broadcasts it once for
- * all the FMAs that use it (vbroadcastss), or, where the set defines
- * BROADCAST_OPERANDS (Zen 4's), each FMA takes it as a broadcast operand
- * from memory (flash_avx512_zen4.c says why). */
+ * all the FMAs that use it (vbroadcastss). */
 static inline vec fma_broadcast(const float *b, vec a, vec acc) {
-#if defined(BROADCAST_OPERANDS)
-    return v_fma_broadcast_operand(b, a, acc);
-#else
     return v_fma(v_set1(*b), a, acc);
-#endif
 }
 
 /* The tile products' loops (a step: a few loads and broadcasts, 16-24
