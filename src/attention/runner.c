@@ -516,8 +516,13 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
                 bits = (uint8_t *)workspace + (bytes - mask_bytes(p));
                 memset(bits, 0, mask_bytes(p));
             }
-            for (size_t e = 0; e < n; e++)
-                if (attn_dropout_stream_next(stream) != 0.0f) attn_set_bit(bits, e);
+            uint8_t keep[1024];
+            for (size_t e0 = 0; e0 < n; e0 += sizeof keep) {
+                size_t m = n - e0 < sizeof keep ? n - e0 : sizeof keep;
+                attn_dropout_stream_keeps(stream, keep, m);
+                for (size_t e = 0; e < m; e++)
+                    if (keep[e]) attn_set_bit(bits, e0 + e);
+            }
             drop.kind = ATTN_DROP_BITS;
             drop.keep_bits = bits;
         }

@@ -95,10 +95,14 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
             attn_dropout_stream resid_dropout;
             attn_dropout_stream_begin(&resid_dropout, rng, p, rows * C);
             uint8_t *resid_bits = keep_bits ? keep_bits + attn_bytes : NULL;
-            for (size_t i = 0; i < rows * C; i++) {
-                float factor = attn_dropout_stream_next(&resid_dropout);
-                y[i] *= factor;
-                if (resid_bits && factor != 0.0f) attn_set_bit(resid_bits, i);
+            uint8_t keep[1024];
+            for (size_t i0 = 0; i0 < rows * C; i0 += sizeof keep) {
+                size_t count = rows * C - i0 < sizeof keep ? rows * C - i0 : sizeof keep;
+                attn_dropout_stream_keeps(&resid_dropout, keep, count);
+                for (size_t i = 0; i < count; i++) {
+                    y[i0 + i] *= keep[i] ? resid_dropout.kept_scale : 0.0f;
+                    if (resid_bits && keep[i]) attn_set_bit(resid_bits, i0 + i);
+                }
             }
         }
         attn_trace_btc(m, "c_proj(y)", batch, tokens, C, y);

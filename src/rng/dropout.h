@@ -25,6 +25,7 @@ typedef struct attn_dropout_stream {
     uint32_t mcg_state;
     /* ATTN_BERNOULLI_PHILOX: the call's key and offset, and where it is */
     uint64_t philox_seed, philox_offset, keep_threshold;
+    uint64_t keep_below; /* ATTN_BERNOULLI_MT19937: a 53-bit draw below it keeps */
     uint64_t index;     /* the next element's flat index */
     uint32_t group[64]; /* the draws of group index / 64 */
 } attn_dropout_stream;
@@ -38,6 +39,9 @@ static inline float attn_dropout_kept_scale(double p) {
 void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, size_t n);
 /* The factor of the next mask entry: kept_scale or 0 (1 when p == 0). */
 float attn_dropout_stream_next(attn_dropout_stream *s);
+/* The next n mask entries as bytes: keep[i] is 1 where the element is kept,
+ * 0 where it is dropped (1 for every element when p == 0). */
+void attn_dropout_stream_keeps(attn_dropout_stream *s, uint8_t *keep, size_t n);
 /* Applies the next n mask entries: y = x * mask * scale (y may alias x). */
 void attn_dropout_stream_apply(attn_dropout_stream *s, const float *x, float *y, size_t n,
                                uint8_t *keep_mask);

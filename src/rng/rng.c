@@ -48,25 +48,49 @@ static void mt_seed(attn_rng *rng, uint64_t seed) {
     rng->has_next_double_normal = false;
 }
 
+/* The twist of all MT_N words, in three loops without a modulo so that the
+ * compiler runs each in vectors: word i reads words i + 1 and i + MT_M
+ * (mod MT_N), the latter already new once i + MT_M wraps, at a distance of
+ * MT_N - MT_M words, far more than a vector. */
+static inline uint32_t mt_twist(uint32_t upper, uint32_t lower, uint32_t far) {
+    uint32_t y = (upper & 0x80000000u) | (lower & 0x7fffffffu);
+    return far ^ (y >> 1) ^ ((y & 1u) ? 0x9908b0dfu : 0u);
+}
+
 static void mt_regenerate(attn_rng *rng) {
     uint32_t *s = rng->state;
-    for (int i = 0; i < MT_N; i++) {
-        uint32_t y = (s[i] & 0x80000000u) | (s[(i + 1) % MT_N] & 0x7fffffffu);
-        uint32_t v = s[(i + MT_M) % MT_N] ^ (y >> 1);
-        if (y & 1u) v ^= 0x9908b0dfu;
-        s[i] = v;
-    }
+    int i = 0;
+    for (; i < MT_N - MT_M; i++) s[i] = mt_twist(s[i], s[i + 1], s[i + MT_M]);
+    for (; i < MT_N - 1; i++) s[i] = mt_twist(s[i], s[i + 1], s[i + MT_M - MT_N]);
+    s[MT_N - 1] = mt_twist(s[MT_N - 1], s[0], s[MT_M - 1]);
     rng->next = 0;
 }
 
-static uint32_t mt_next(attn_rng *rng) {
-    if (rng->next >= MT_N) mt_regenerate(rng);
-    uint32_t y = rng->state[rng->next++];
+static inline uint32_t mt_temper(uint32_t y) {
     y ^= y >> 11;
     y ^= (y << 7) & 0x9d2c5680u;
     y ^= (y << 15) & 0xefc60000u;
     y ^= y >> 18;
     return y;
+}
+
+static uint32_t mt_next(attn_rng *rng) {
+    if (rng->next >= MT_N) mt_regenerate(rng);
+    return mt_temper(rng->state[rng->next++]);
+}
+
+/* The stream's next n words, as n calls of mt_next give them. */
+static void mt_fill(attn_rng *rng, uint32_t *out, size_t n) {
+    while (n > 0) {
+        if (rng->next >= MT_N) mt_regenerate(rng);
+        size_t take = (size_t)(MT_N - rng->next);
+        if (take > n) take = n;
+        const uint32_t *words = rng->state + rng->next;
+        for (size_t i = 0; i < take; i++) out[i] = mt_temper(words[i]);
+        rng->next += (int)take;
+        out += take;
+        n -= take;
+    }
 }
 
 /* The generator's random64(): the first draw is the high word. */
@@ -274,6 +298,10 @@ void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, 
     s->drop_all = p == 1.0;
     s->kept_scale = attn_dropout_kept_scale(p);
     if (s->passthrough || s->drop_all) return;
+    /* uniform_double(rng) < keep, with the uniform x 2^-53 for an integer x
+     * below 2^53 (both products exact), is x < keep 2^53, that is x <
+     * ceil(keep 2^53) */
+    s->keep_below = (uint64_t)ceil(s->keep * 9007199254740992.0);
     if (s->method == ATTN_BERNOULLI_PHILOX) {
         s->philox_seed = rng->seed;
         s->philox_offset = rng->philox_offset++;
@@ -308,12 +336,45 @@ float attn_dropout_stream_next(attn_dropout_stream *s) {
     return !s->drop_all && dropout_keeps(s) ? s->kept_scale : 0.0f;
 }
 
+void attn_dropout_stream_keeps(attn_dropout_stream *s, uint8_t *keep, size_t n) {
+    if (s->passthrough || s->drop_all) {
+        memset(keep, s->passthrough ? 1 : 0, n);
+        return;
+    }
+    if (s->method != ATTN_BERNOULLI_MT19937) {
+        for (size_t i = 0; i < n; i++) keep[i] = dropout_keeps(s);
+        return;
+    }
+    /* two words an element, drawn a block at a time */
+    enum { BLOCK = 512 };
+    uint32_t words[2 * BLOCK];
+    while (n > 0) {
+        size_t m = n < BLOCK ? n : BLOCK;
+        mt_fill(s->rng, words, 2 * m);
+        for (size_t i = 0; i < m; i++) {
+            uint64_t x = (((uint64_t)words[2 * i] << 32) | words[2 * i + 1]) &
+                         ((UINT64_C(1) << 53) - 1);
+            keep[i] = x < s->keep_below;
+        }
+        keep += m;
+        n -= m;
+    }
+}
+
 void attn_dropout_stream_apply(attn_dropout_stream *s, const float *x, float *y, size_t n,
                                uint8_t *keep_mask) {
-    for (size_t i = 0; i < n; i++) {
-        float factor = attn_dropout_stream_next(s);
-        y[i] = s->passthrough ? x[i] : x[i] * factor;
-        if (keep_mask) keep_mask[i] = (uint8_t)(factor != 0.0f);
+    if (s->passthrough) {
+        if (y != x) memmove(y, x, n * sizeof *y);
+        if (keep_mask) memset(keep_mask, 1, n);
+        return;
+    }
+    enum { BLOCK = 1024 };
+    uint8_t block[BLOCK];
+    for (size_t i0 = 0; i0 < n; i0 += BLOCK) {
+        size_t m = n - i0 < BLOCK ? n - i0 : BLOCK;
+        uint8_t *keep = keep_mask ? keep_mask + i0 : block;
+        attn_dropout_stream_keeps(s, keep, m);
+        for (size_t i = 0; i < m; i++) y[i0 + i] = x[i0 + i] * (keep[i] ? s->kept_scale : 0.0f);
     }
 }
 
