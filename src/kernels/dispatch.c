@@ -210,3 +210,11 @@ bool attn_k_gelu_tanh_backward(attn_ctx *ctx, const float *x, const float *dy, f
                   gelu_backward_range, &job);
     return true;
 }
+
+attn_crossentropy_row_fn *attn_k_crossentropy_row(const attn_ctx *ctx) {
+    return ctx->ks.activation ? ctx->ks.activation->crossentropy_row : NULL;
+}
+
+attn_crossentropy_backward_row_fn *attn_k_crossentropy_backward_row(const attn_ctx *ctx) {
+    return ctx->ks.activation ? ctx->ks.activation->crossentropy_backward_row : NULL;
+}

@@ -8,6 +8,7 @@
 #define ATTN_DISPATCH_H
 
 #include "internal.h"
+#include "kernels/activation/activation.h"
 #include "kernels/kernels.h"
 
 /* c (m, n) = alpha op(a) @ op(b) + beta c (attn_gemm's contract). */
@@ -49,5 +50,10 @@ void attn_k_linear_backward(attn_ctx *ctx, const float *x, const float *w, const
 bool attn_k_gelu_tanh(attn_ctx *ctx, const float *x, float *y, size_t n);
 bool attn_k_gelu_tanh_backward(attn_ctx *ctx, const float *x, const float *dy, float *dx,
                                size_t n);
+/* The ctx's vector rows of the training cross-entropy, forward and
+ * backward (kernels/activation/activation.h); NULL where it has none (the
+ * layer's loops run). */
+attn_crossentropy_row_fn *attn_k_crossentropy_row(const attn_ctx *ctx);
+attn_crossentropy_backward_row_fn *attn_k_crossentropy_backward_row(const attn_ctx *ctx);
 
 #endif /* ATTN_DISPATCH_H */

@@ -44,11 +44,16 @@ void attn_layer_gelu_tanh_backward(attn_workers w, float *dinp, const float *inp
                                    size_t n);
 void attn_layer_residual_forward(attn_workers w, float *out, const float *a, const float *b,
                                  size_t n);
+/* row_loss and row_backward: a kernel set's vector rows
+ * (kernels/activation/activation.h), or NULL for the layer's own loops. */
 double attn_layer_crossentropy_forward(attn_workers w, const float *logits,
                                        const int32_t *targets, size_t N, size_t V,
-                                       int32_t ignore_index, size_t *scored);
+                                       int32_t ignore_index, size_t *scored,
+                                       double (*row_loss)(const float *, size_t, int32_t));
 void attn_layer_crossentropy_backward(attn_workers w, float *dlogits, const float *logits,
                                       const int32_t *targets, size_t N, size_t V,
-                                      int32_t ignore_index, double dloss);
+                                      int32_t ignore_index, double dloss,
+                                      void (*row_backward)(const float *, size_t, int32_t, double,
+                                                           float *));
 
 #endif /* ATTN_TRAIN_LAYERS_H */

@@ -495,7 +495,16 @@ LAYER_API void LAYER(residual_forward)(attn_workers w, REAL *out, const REAL *a,
  * thread count. */
 #define LAYER_CE_BLOCK 256
 
+/* A row's loss and its backward, computed by the loops below or, where the
+ * caller passes them, by vector kernels of the same contract
+ * (kernels/activation/activation.h). */
+typedef struct LAYER(crossentropy_rows) {
+    double (*loss)(const REAL *z, size_t V, int32_t target);
+    void (*backward)(const REAL *z, size_t V, int32_t target, double scale, REAL *dz);
+} LAYER(crossentropy_rows);
+
 typedef struct LAYER(crossentropy_job) {
+    LAYER(crossentropy_rows) rows;
     const REAL *logits;
     const int32_t *targets;
     size_t V;
@@ -521,7 +530,7 @@ static void LAYER(crossentropy_forward_rows)(void *arg, size_t begin, size_t end
     for (size_t n = begin; n < end; n++) {
         size_t row = j->row0 + n;
         if (j->targets[row] == j->ignore_index) continue;
-        j->row_loss[n] = LAYER(crossentropy_row)(j->logits + row * j->V, j->V, j->targets[row]);
+        j->row_loss[n] = j->rows.loss(j->logits + row * j->V, j->V, j->targets[row]);
     }
 }
 
@@ -530,13 +539,18 @@ static void LAYER(crossentropy_forward_rows)(void *arg, size_t begin, size_t end
  * logits (N, V); targets (N) lie in [0, V) or equal ignore_index. Returns
  * the mean (NaN when every row is ignored: 0 / 0, as PyTorch); *scored
  * receives the number of rows that count. The rows are summed in order,
- * whatever w's thread count. */
+ * whatever w's thread count. row_loss: a vector kernel for a row's loss,
+ * or NULL for crossentropy_row. */
 LAYER_API double LAYER(crossentropy_forward)(attn_workers w, const REAL *logits,
                                              const int32_t *targets, size_t N, size_t V,
-                                             int32_t ignore_index, size_t *scored) {
+                                             int32_t ignore_index, size_t *scored,
+                                             double (*row_loss_kernel)(const REAL *, size_t,
+                                                                       int32_t)) {
     double total = 0.0, row_loss[LAYER_CE_BLOCK];
     size_t count = 0;
-    LAYER(crossentropy_job) job = {logits, targets, V, ignore_index, row_loss, 0, NULL, 0.0};
+    LAYER(crossentropy_job) job = {
+        {row_loss_kernel ? row_loss_kernel : LAYER(crossentropy_row), NULL},
+        logits, targets, V, ignore_index, row_loss, 0, NULL, 0.0};
     for (size_t n0 = 0; n0 < N; n0 += LAYER_CE_BLOCK) {
         size_t rows = N - n0 < LAYER_CE_BLOCK ? N - n0 : LAYER_CE_BLOCK;
         job.row0 = n0;
@@ -555,35 +569,41 @@ LAYER_API double LAYER(crossentropy_forward)(attn_workers w, const REAL *logits,
 /* in the forward pass this was: loss = mean_n (logsumexp(z_n) - z_n[target_n]), so
  *   dlogits[n, v] += dloss * (softmax(z_n)[v] - [v == target_n]) / scored
  * for the scored rows; ignored rows get nothing. */
+static void LAYER(crossentropy_backward_row)(const REAL *z, size_t V, int32_t target,
+                                             double scale, REAL *dz) {
+    double max = -INFINITY;
+    for (size_t v = 0; v < V; v++)
+        if (z[v] > max) max = z[v];
+    double sum = 0.0;
+    for (size_t v = 0; v < V; v++) sum += exp((double)z[v] - max);
+    for (size_t v = 0; v < V; v++) {
+        double p = exp((double)z[v] - max) / sum;
+        double indicator = (int32_t)v == target ? 1.0 : 0.0;
+        dz[v] = (REAL)(dz[v] + scale * (p - indicator));
+    }
+}
+
 static void LAYER(crossentropy_backward_rows)(void *arg, size_t begin, size_t end) {
     const LAYER(crossentropy_job) *j = arg;
     size_t V = j->V;
     for (size_t n = begin; n < end; n++) {
         int32_t target = j->targets[n];
         if (target == j->ignore_index) continue;
-        const REAL *z = j->logits + n * V;
-        REAL *dz = j->dlogits + n * V;
-        double max = -INFINITY;
-        for (size_t v = 0; v < V; v++)
-            if (z[v] > max) max = z[v];
-        double sum = 0.0;
-        for (size_t v = 0; v < V; v++) sum += exp((double)z[v] - max);
-        for (size_t v = 0; v < V; v++) {
-            double p = exp((double)z[v] - max) / sum;
-            double indicator = (int32_t)v == target ? 1.0 : 0.0;
-            dz[v] = (REAL)(dz[v] + j->scale * (p - indicator));
-        }
+        j->rows.backward(j->logits + n * V, V, target, j->scale, j->dlogits + n * V);
     }
 }
 
 LAYER_API void LAYER(crossentropy_backward)(attn_workers w, REAL *dlogits, const REAL *logits,
                                             const int32_t *targets, size_t N, size_t V,
-                                            int32_t ignore_index, double dloss) {
+                                            int32_t ignore_index, double dloss,
+                                            void (*row_backward_kernel)(const REAL *, size_t,
+                                                                        int32_t, double, REAL *)) {
     size_t count = 0;
     for (size_t n = 0; n < N; n++) count += targets[n] != ignore_index;
     if (count == 0) return;
-    LAYER(crossentropy_job) job = {logits, targets, V, ignore_index, NULL, 0, dlogits,
-                                   dloss / (double)count};
+    LAYER(crossentropy_job) job = {
+        {NULL, row_backward_kernel ? row_backward_kernel : LAYER(crossentropy_backward_row)},
+        logits, targets, V, ignore_index, NULL, 0, dlogits, dloss / (double)count};
     attn_pool_for(w.pool, w.threads, N, layer_min_items(V), LAYER(crossentropy_backward_rows),
                   &job);
 }

@@ -480,7 +480,8 @@ attn_status attn_llama3_forward(attn_llama3 *m, const int32_t *tokens, const int
     if (targets) {
         size_t scored;
         double mean = attn_layer_crossentropy_forward(w, m->logits, targets, N, V,
-                                                      ATTN_IGNORE_INDEX, &scored);
+                                                      ATTN_IGNORE_INDEX, &scored,
+                                                      attn_k_crossentropy_row(m->ctx));
         if (loss) *loss = (float)mean;
         memcpy(m->targets, targets, N * sizeof *targets);
     }
@@ -502,7 +503,7 @@ attn_status attn_llama3_backward(attn_llama3 *m) {
     /* loss = cross_entropy(logits, targets): dloss = 1 */
     memset(m->dlogits, 0, N * V * sizeof(float));
     attn_layer_crossentropy_backward(w, m->dlogits, m->logits, m->targets, N, V, ATTN_IGNORE_INDEX,
-                                     1.0);
+                                     1.0, attn_k_crossentropy_backward_row(m->ctx));
     /* logits = hf @ out_head^T */
     attn_k_linear_backward(m->ctx, m->hf, pdata(m, m->out_head), m->dlogits, m->dtmp, false,
                            pgrad(m, m->out_head), NULL, N, C, V);

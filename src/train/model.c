@@ -784,7 +784,8 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
     if (targets) {
         size_t scored;
         double mean = attn_layer_crossentropy_forward(w, m->logits, targets, N, V,
-                                                      ATTN_IGNORE_INDEX, &scored);
+                                                      ATTN_IGNORE_INDEX, &scored,
+                                                      attn_k_crossentropy_row(m->ctx));
         if (loss) *loss = (float)mean;
         memcpy(m->targets, targets, N * sizeof *targets);
     }
@@ -814,7 +815,7 @@ attn_status attn_model_backward(attn_model *m) {
     /* loss = cross_entropy(logits, targets): dloss = 1 */
     memset(m->dlogits, 0, N * V * sizeof(float));
     attn_layer_crossentropy_backward(w, m->dlogits, m->logits, m->targets, N, V, ATTN_IGNORE_INDEX,
-                                     1.0);
+                                     1.0, attn_k_crossentropy_backward_row(m->ctx));
     /* logits = lnf @ head^T: dtmp = dlogits @ head, dhead += dlogits^T @ lnf */
     attn_k_linear_backward(m->ctx, m->lnf, pdata(m, m->head), m->dlogits, m->dtmp, false,
                            pgrad(m, m->head), NULL, N, C, V);

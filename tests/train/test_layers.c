@@ -369,7 +369,7 @@ typedef struct ce_state {
 static double ce_loss(void *p) {
     ce_state *s = p;
     size_t scored;
-    return dbl_crossentropy_forward((attn_workers){2, NULL}, s->logits, s->targets, s->N, s->V, -100, &scored);
+    return dbl_crossentropy_forward((attn_workers){2, NULL}, s->logits, s->targets, s->N, s->V, -100, &scored, NULL);
 }
 
 static void test_crossentropy(void) {
@@ -381,7 +381,7 @@ static void test_crossentropy(void) {
     targets[1] = targets[4] = -100; /* ignored rows */
     ce_state s = {N, V, logits, targets};
     size_t scored;
-    double loss = dbl_crossentropy_forward((attn_workers){2, NULL}, logits, targets, N, V, -100, &scored);
+    double loss = dbl_crossentropy_forward((attn_workers){2, NULL}, logits, targets, N, V, -100, &scored, NULL);
     CHECK(scored == N - 2);
     /* the definition, row by row: -log softmax(z)[t] */
     double want = 0.0;
@@ -392,19 +392,19 @@ static void test_crossentropy(void) {
         want += -log(exp(logits[n * V + (size_t)targets[n]]) / sum);
     }
     CHECK_NEAR(loss, want / (N - 2), 1e-12);
-    dbl_crossentropy_backward((attn_workers){2, NULL}, dlogits, logits, targets, N, V, -100, 1.0);
+    dbl_crossentropy_backward((attn_workers){2, NULL}, dlogits, logits, targets, N, V, -100, 1.0, NULL);
     fd_check("cross-entropy dlogits", logits, N * V, dlogits, ce_loss, &s);
     for (size_t v = 0; v < V; v++) CHECK(dlogits[1 * V + v] == 0.0 && dlogits[4 * V + v] == 0.0);
     /* large logits: stable (no overflow in exp) */
     double big[2] = {1000.0, 0.0};
     int32_t t0 = 1;
-    CHECK_NEAR(dbl_crossentropy_forward((attn_workers){2, NULL}, big, &t0, 1, 2, -100, &scored), 1000.0, 1e-9);
+    CHECK_NEAR(dbl_crossentropy_forward((attn_workers){2, NULL}, big, &t0, 1, 2, -100, &scored, NULL), 1000.0, 1e-9);
     /* every target ignored: 0 / 0 = NaN, as PyTorch; no gradient */
     int32_t ignored[N];
     for (size_t n = 0; n < N; n++) ignored[n] = -100;
-    CHECK(isnan(dbl_crossentropy_forward((attn_workers){2, NULL}, logits, ignored, N, V, -100, &scored)) && scored == 0);
+    CHECK(isnan(dbl_crossentropy_forward((attn_workers){2, NULL}, logits, ignored, N, V, -100, &scored, NULL)) && scored == 0);
     double dnone[N * V] = {0};
-    dbl_crossentropy_backward((attn_workers){2, NULL}, dnone, logits, ignored, N, V, -100, 1.0);
+    dbl_crossentropy_backward((attn_workers){2, NULL}, dnone, logits, ignored, N, V, -100, 1.0, NULL);
     for (size_t i = 0; i < N * V; i++) CHECK(dnone[i] == 0.0);
 }
 
@@ -461,10 +461,10 @@ static void test_float_matches_double(void) {
     to_float(logitsf, x, N * C);
     to_double(logits, logitsf, N * C);
     size_t scored;
-    double lf = attn_layer_crossentropy_forward((attn_workers){2, NULL}, logitsf, targets, N, C, -100, &scored);
-    double ld = dbl_crossentropy_forward((attn_workers){2, NULL}, logits, targets, N, C, -100, &scored);
-    attn_layer_crossentropy_backward((attn_workers){2, NULL}, dlf, logitsf, targets, N, C, -100, 1.0);
-    dbl_crossentropy_backward((attn_workers){2, NULL}, dl, logits, targets, N, C, -100, 1.0);
+    double lf = attn_layer_crossentropy_forward((attn_workers){2, NULL}, logitsf, targets, N, C, -100, &scored, NULL);
+    double ld = dbl_crossentropy_forward((attn_workers){2, NULL}, logits, targets, N, C, -100, &scored, NULL);
+    attn_layer_crossentropy_backward((attn_workers){2, NULL}, dlf, logitsf, targets, N, C, -100, 1.0, NULL);
+    dbl_crossentropy_backward((attn_workers){2, NULL}, dl, logits, targets, N, C, -100, 1.0, NULL);
     CHECK_NEAR(lf, ld, 1e-12);
     CHECK(max_rel_diff(dlf, dl, N * C) < 1e-7);
 }
@@ -480,9 +480,9 @@ static void test_crossentropy_threads(void) {
         targets[n] = n % 7 == 3 ? -100 : (int32_t)(uniform() * V) % V;
     size_t s1, s3;
     double l1 = attn_layer_crossentropy_forward((attn_workers){1, NULL}, logits, targets, N, V,
-                                                -100, &s1);
+                                                -100, &s1, NULL);
     double l3 = attn_layer_crossentropy_forward((attn_workers){3, NULL}, logits, targets, N, V,
-                                                -100, &s3);
+                                                -100, &s3, NULL);
     double total = 0.0;
     size_t count = 0;
     for (size_t n = 0; n < N; n++) {
@@ -499,8 +499,8 @@ static void test_crossentropy_threads(void) {
     CHECK(l1 == total / (double)count);
     memset(d1, 0, sizeof d1);
     memset(d3, 0, sizeof d3);
-    attn_layer_crossentropy_backward((attn_workers){1, NULL}, d1, logits, targets, N, V, -100, 1.0);
-    attn_layer_crossentropy_backward((attn_workers){3, NULL}, d3, logits, targets, N, V, -100, 1.0);
+    attn_layer_crossentropy_backward((attn_workers){1, NULL}, d1, logits, targets, N, V, -100, 1.0, NULL);
+    attn_layer_crossentropy_backward((attn_workers){3, NULL}, d3, logits, targets, N, V, -100, 1.0, NULL);
     CHECK(memcmp(d1, d3, sizeof d1) == 0);
 }
 

@@ -13,6 +13,7 @@
 #include "kernels/activation/activation.h"
 
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #define GELU_K 0.7978845608028654 /* sqrt(2 / pi) */
@@ -136,5 +137,83 @@ static void gelu_tanh_backward_avx2(const float *x, const float *dy, float *dx, 
     }
 }
 
+/* ---- cross-entropy ---------------------------------------------------- */
+
+/* exp(y) for any y <= 0 or NaN: exp_neg where y >= -708, 0 below (the
+ * scalar exp's subnormals there are below a float's reach once divided by
+ * a sum of at least 1), NaN kept. */
+static inline __m256d exp_nonpositive(__m256d y) {
+    const __m256d floor = _mm256_set1_pd(-708.0);
+    __m256d e = exp_neg(_mm256_max_pd(y, floor));
+    e = _mm256_and_pd(e, _mm256_cmp_pd(y, floor, _CMP_GE_OQ));
+    return _mm256_blendv_pd(e, y, _mm256_cmp_pd(y, y, _CMP_UNORD_Q));
+}
+
+/* Four logits from z + v, the last row's lanes past V as -inf. */
+static inline __m256d load4(const float *z, size_t v, size_t V) {
+    if (v + 4 <= V) return _mm256_cvtps_pd(_mm_loadu_ps(z + v));
+    float pad[4] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY};
+    memcpy(pad, z + v, (V - v) * sizeof(float));
+    return _mm256_cvtps_pd(_mm_loadu_ps(pad));
+}
+
+/* The largest of z (NaN ignored: -inf when every z is NaN or -inf). */
+static double row_max(const float *z, size_t V) {
+    __m256 m8 = _mm256_set1_ps(-INFINITY);
+    size_t v = 0;
+    /* maxps gives its second operand where the first is NaN */
+    for (; v + 8 <= V; v += 8) m8 = _mm256_max_ps(_mm256_loadu_ps(z + v), m8);
+    float lanes[8];
+    _mm256_storeu_ps(lanes, m8);
+    float max = -INFINITY;
+    for (int i = 0; i < 8; i++)
+        if (lanes[i] > max) max = lanes[i];
+    for (; v < V; v++)
+        if (z[v] > max) max = z[v];
+    return max;
+}
+
+/* sum_v exp(z[v] - max), in four lanes summed at the end. */
+static double row_sum(const float *z, size_t V, double max) {
+    __m256d m = _mm256_set1_pd(max), sum = _mm256_setzero_pd();
+    for (size_t v = 0; v < V; v += 4)
+        sum = _mm256_add_pd(sum, exp_nonpositive(_mm256_sub_pd(load4(z, v, V), m)));
+    double lanes[4];
+    _mm256_storeu_pd(lanes, sum);
+    return (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+}
+
+static double crossentropy_row_avx2(const float *z, size_t V, int32_t target) {
+    double max = row_max(z, V);
+    return max + log(row_sum(z, V, max)) - (double)z[target];
+}
+
+static void crossentropy_backward_row_avx2(const float *z, size_t V, int32_t target,
+                                           double scale, float *dz) {
+    double max = row_max(z, V);
+    __m256d m = _mm256_set1_pd(max), sum = _mm256_set1_pd(row_sum(z, V, max));
+    __m256d s = _mm256_set1_pd(scale), t = _mm256_set1_pd((double)target);
+    __m256d index = _mm256_setr_pd(0.0, 1.0, 2.0, 3.0), four = _mm256_set1_pd(4.0);
+    const __m256d one = _mm256_set1_pd(1.0);
+    for (size_t v = 0; v < V; v += 4, index = _mm256_add_pd(index, four)) {
+        __m256d p = _mm256_div_pd(exp_nonpositive(_mm256_sub_pd(load4(z, v, V), m)), sum);
+        __m256d indicator = _mm256_and_pd(one, _mm256_cmp_pd(index, t, _CMP_EQ_OQ));
+        if (v + 4 <= V) {
+            __m256d d = _mm256_cvtps_pd(_mm_loadu_ps(dz + v));
+            d = _mm256_add_pd(d, _mm256_mul_pd(s, _mm256_sub_pd(p, indicator)));
+            _mm_storeu_ps(dz + v, _mm256_cvtpd_ps(d));
+        } else {
+            float lanes[4] = {0};
+            memcpy(lanes, dz + v, (V - v) * sizeof(float));
+            __m256d d = _mm256_add_pd(_mm256_cvtps_pd(_mm_loadu_ps(lanes)),
+                                      _mm256_mul_pd(s, _mm256_sub_pd(p, indicator)));
+            _mm_storeu_ps(lanes, _mm256_cvtpd_ps(d));
+            memcpy(dz + v, lanes, (V - v) * sizeof(float));
+        }
+    }
+}
+
 const attn_activation_kernels attn_activation_avx2 = {"avx2", gelu_tanh_avx2,
-                                                      gelu_tanh_backward_avx2};
+                                                      gelu_tanh_backward_avx2,
+                                                      crossentropy_row_avx2,
+                                                      crossentropy_backward_row_avx2};
