@@ -26,6 +26,7 @@
 #include "parallel.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -68,29 +69,38 @@ typedef struct LAYER(embedding_job) {
     REAL *dwte, *dwpe;
     const REAL *dout;
     const int32_t *tokens;
-    size_t B, T, C, V;
+    size_t B, T, C;
 } LAYER(embedding_job);
 
-/* Rows [begin, end) of dwte and, past V, of dwpe: each gradient row is one
- * thread's, summed in double over every (b, t) that used it. */
+/* Items [begin, end): below N = B T, position n, which adds into dwte the
+ * row of its token when n is the token's first position (and nothing
+ * otherwise); past N, row t = item - N of dwpe. Each gradient row is one
+ * thread's, summed in double over every (b, t) that used it, in order; the
+ * rows of tokens the batch does not hold are left as they are. */
 static void LAYER(embedding_backward_rows)(void *arg, size_t begin, size_t end) {
     const LAYER(embedding_job) *j = arg;
-    size_t C = j->C;
+    size_t C = j->C, N = j->B * j->T;
     for (size_t r = begin; r < end; r++) {
+        int32_t token = r < N ? j->tokens[r] : -1;
+        if (r < N) {
+            bool first = true;
+            for (size_t n = 0; n < r && first; n++) first = j->tokens[n] != token;
+            if (!first) continue;
+        }
         for (size_t c0 = 0; c0 < C; c0 += LAYER_COLUMN_CHUNK) {
             size_t c1 = c0 + LAYER_COLUMN_CHUNK < C ? c0 + LAYER_COLUMN_CHUNK : C;
             double acc[LAYER_COLUMN_CHUNK] = {0};
             REAL *grad_row;
-            if (r < j->V) {
+            if (r < N) {
                 /* in the forward pass this was: out[b, t] = wte[tokens[b, t]] + ... */
-                grad_row = j->dwte + r * C;
-                for (size_t n = 0; n < j->B * j->T; n++) {
-                    if ((size_t)j->tokens[n] != r) continue;
+                grad_row = j->dwte + (size_t)token * C;
+                for (size_t n = r; n < N; n++) {
+                    if (j->tokens[n] != token) continue;
                     for (size_t c = c0; c < c1; c++) acc[c - c0] += j->dout[n * C + c];
                 }
             } else {
                 /* in the forward pass this was: out[b, t] = ... + wpe[t] */
-                size_t t = r - j->V;
+                size_t t = r - N;
                 grad_row = j->dwpe + t * C;
                 for (size_t b = 0; b < j->B; b++)
                     for (size_t c = c0; c < c1; c++) acc[c - c0] += j->dout[(b * j->T + t) * C + c];
@@ -105,8 +115,9 @@ static void LAYER(embedding_backward_rows)(void *arg, size_t begin, size_t end) 
 LAYER_API void LAYER(embedding_backward)(attn_workers w, REAL *dwte, REAL *dwpe,
                                          const REAL *dout, const int32_t *tokens, size_t B,
                                          size_t T, size_t C, size_t V) {
-    LAYER(embedding_job) job = {dwte, dwpe, dout, tokens, B, T, C, V};
-    attn_pool_for(w.pool, w.threads, V + (dwpe ? T : 0), layer_min_items(B * T * C),
+    (void)V; /* the tokens lie in [0, V): the model checks them */
+    LAYER(embedding_job) job = {dwte, dwpe, dout, tokens, B, T, C};
+    attn_pool_for(w.pool, w.threads, B * T + (dwpe ? T : 0), layer_min_items(C),
                   LAYER(embedding_backward_rows), &job);
 }
 
