@@ -53,6 +53,8 @@ struct attn_pretrain {
     int32_t *gen_ids;          /* the sample's ids: the context, then new ones */
     size_t gen_capacity;
     float *logits;             /* (context_length, vocab_size) */
+    attn_lm *sampler;          /* the GPT model's weights for the sample; NULL until needed */
+    bool sampler_failed;       /* it could not be made: samples recompute every position */
     char *sample;
     size_t sample_capacity, sample_length;
 
@@ -122,6 +124,7 @@ void attn_pretrain_free(attn_pretrain *r) {
     attn_free(r->targets);
     attn_free(r->gen_ids);
     attn_free(r->logits);
+    attn_lm_free(r->sampler);
     attn_free(r->sample);
     attn_free(r->history_tokens);
     attn_free(r->history_train);
@@ -427,10 +430,86 @@ static attn_status evaluate(attn_pretrain *r, double *train_loss, double *val_lo
     return ATTN_OK;
 }
 
+/* token_ids_to_text of the sample's n ids into r->sample. */
+static attn_status decode_sample(attn_pretrain *r, size_t n) {
+    attn_status st;
+    for (;;) {
+        size_t length = 0;
+        st = attn_tokenizer_decode(r->tok, r->gen_ids, n, r->sample, r->sample_capacity, &length);
+        if (st == ATTN_OK) {
+            r->sample_length = length;
+            return ATTN_OK;
+        }
+        if (st != ATTN_ERR_SHAPE || length <= r->sample_capacity) return st;
+        char *grown = attn_realloc(r->sample, length + 1);
+        if (!grown)
+            return attn_fail(r->ctx, ATTN_ERR_NO_MEMORY, "pretrain: no memory for a %zu-byte sample",
+                             length);
+        r->sample = grown;
+        r->sample_capacity = length + 1;
+    }
+}
+
+/* The book's GPTModel as an attn_lm holding r->model's weights as they
+ * are now (made on first use); false where it cannot be (not that model,
+ * or no memory: the caller recomputes). */
+static bool sampler_ready(attn_pretrain *r) {
+    if (r->sampler_failed || !attn_model_is_gpt(r->model)) return false;
+    if (!r->sampler) {
+        attn_model_config mc = attn_model_get_config(r->model);
+        attn_lm_config cfg = {.arch = ATTN_LM_GPT2,
+                              .vocab_size = mc.vocab_size,
+                              .context_length = mc.context_length,
+                              .emb_dim = mc.d_model,
+                              .n_heads = mc.n_heads,
+                              .n_layers = mc.n_layers,
+                              .n_kv_groups = mc.n_heads,
+                              .qkv_bias = mc.qkv_bias,
+                              .weights_dtype = ATTN_DTYPE_F32};
+        if (attn_lm_new(r->ctx, &cfg, NULL, &r->sampler) != ATTN_OK) {
+            r->sampler = NULL;
+            r->sampler_failed = true;
+            attn_clear_error(r->ctx);
+            return false;
+        }
+    }
+    for (size_t i = 0; i < attn_lm_param_count(r->sampler); i++) {
+        attn_param to, from;
+        if (attn_lm_param_at(r->sampler, i, &to) != ATTN_OK ||
+            attn_model_param(r->model, to.name, &from) != ATTN_OK || !to.data ||
+            from.numel != to.numel) {
+            attn_lm_free(r->sampler);
+            r->sampler = NULL;
+            r->sampler_failed = true;
+            attn_clear_error(r->ctx);
+            return false;
+        }
+        memcpy(to.data, from.data, to.numel * sizeof *to.data);
+    }
+    return true;
+}
+
 /* generate_text_simple(model, idx, max_new_tokens, context_size), greedy,
- * then token_ids_to_text. */
+ * then token_ids_to_text. Where the whole sample fits the context (so
+ * generate_text_simple crops nothing), the GPT model runs as an attn_lm
+ * with a KV cache: each step computes its new token alone instead of every
+ * position again, with logits equal to the full forward's but for the
+ * order of their sums, so the argmax differs only where two logits tie to
+ * float rounding. */
 static attn_status generate_sample(attn_pretrain *r) {
     size_t n = r->gen_capacity, V = r->vocab_size;
+    if (n > 0 && n + r->o.sample_tokens <= r->context_length && sampler_ready(r)) {
+        size_t count = 0;
+        attn_generate_args g = {.prompt = r->gen_ids,
+                                .prompt_len = n,
+                                .max_new_tokens = r->o.sample_tokens,
+                                .out = r->gen_ids + n,
+                                .count = &count};
+        attn_status st = attn_lm_generate(r->sampler, &g);
+        if (st != ATTN_OK) return st;
+        n += count;
+        return decode_sample(r, n);
+    }
     attn_status st = eval_mode(r, true);
     for (size_t k = 0; st == ATTN_OK && k < r->o.sample_tokens; k++) {
         size_t window = n < r->context_length ? n : r->context_length;
@@ -447,21 +526,7 @@ static attn_status generate_sample(attn_pretrain *r) {
     attn_status back = eval_mode(r, false);
     if (st != ATTN_OK) return st;
     if (back != ATTN_OK) return back;
-    for (;;) {
-        size_t length = 0;
-        st = attn_tokenizer_decode(r->tok, r->gen_ids, n, r->sample, r->sample_capacity, &length);
-        if (st == ATTN_OK) {
-            r->sample_length = length;
-            return ATTN_OK;
-        }
-        if (st != ATTN_ERR_SHAPE || length <= r->sample_capacity) return st;
-        char *grown = attn_realloc(r->sample, length + 1);
-        if (!grown)
-            return attn_fail(r->ctx, ATTN_ERR_NO_MEMORY, "pretrain: no memory for a %zu-byte sample",
-                             length);
-        r->sample = grown;
-        r->sample_capacity = length + 1;
-    }
+    return decode_sample(r, n);
 }
 
 attn_status attn_pretrain_next(attn_pretrain *r, attn_pretrain_event *ev) {

@@ -12,7 +12,10 @@
  *   - the generator's and the optimizer's state round trips;
  *   - a save whose state file cannot be written whole (a file size limit
  *     between the model's size and the state's) leaves the last pair as it
- *     was, resumable: the model is not put in place alone.
+ *     was, resumable: the model is not put in place alone;
+ *   - a sample that fits the context (generated with a KV cache) is the
+ *     text generate_text_simple's recomputation of every position gives,
+ *     with the model's weights after the epoch.
  * The seed is fresh each run (ATTN_TEST_SEED repeats one).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -524,6 +527,57 @@ static void test_save_is_a_pair(fixture *f, uint64_t seed, const char *dir) {
     runner_free(&b);
 }
 
+/* The epoch's sample against generate_text_simple done by hand: greedy
+ * over attn_model_forward of the whole context at every step. */
+static void test_sample_fits_context(fixture *f, uint64_t seed) {
+    attn_gpt_config cfg = TINY;
+    cfg.context_length = 40; /* "Every effort moves you" (4 tokens) + 30 fits */
+    attn_pretrain_options o = small_options();
+    o.epochs = 1;
+    o.sample_tokens = 30;
+    attn_rng *rng = NULL;
+    attn_model *model = NULL;
+    attn_pretrain *run = NULL;
+    CHECK_STATUS(attn_rng_new(f->ctx, seed, &rng), ATTN_OK);
+    CHECK_STATUS(attn_model_new_gpt(f->ctx, &cfg, rng, &model), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_new(f->ctx, model, f->tok, f->text, f->length, &o, rng, &run),
+                 ATTN_OK);
+    if (!run) return;
+    attn_pretrain_event ev = {0};
+    do CHECK_STATUS(attn_pretrain_next(run, &ev), ATTN_OK);
+    while (ev.kind != ATTN_PRETRAIN_SAMPLE && ev.kind != ATTN_PRETRAIN_DONE);
+    CHECK(ev.kind == ATTN_PRETRAIN_SAMPLE);
+    char *got = strndup(ev.sample, ev.sample_length);
+    int32_t ids[40];
+    size_t n = 0;
+    CHECK_STATUS(attn_tokenizer_encode(f->tok, "Every effort moves you", 22, ids, 40, &n),
+                 ATTN_OK);
+    float *logits = malloc(40 * cfg.vocab_size * sizeof *logits);
+    CHECK_STATUS(attn_model_set_training(model, false), ATTN_OK);
+    CHECK_STATUS(attn_model_set_grad_enabled(model, false), ATTN_OK);
+    for (size_t k = 0; k < o.sample_tokens && logits; k++) {
+        CHECK_STATUS(attn_model_forward(model, ids, NULL, 1, n, logits, NULL, NULL), ATTN_OK);
+        const float *z = logits + (n - 1) * cfg.vocab_size;
+        size_t best = 0;
+        for (size_t v = 1; v < cfg.vocab_size; v++)
+            if (z[v] > z[best]) best = v;
+        ids[n++] = (int32_t)best;
+    }
+    char want[1024];
+    size_t length = 0;
+    CHECK_STATUS(attn_tokenizer_decode(f->tok, ids, n, want, sizeof want, &length), ATTN_OK);
+    bool same = got && length == strlen(got) && memcmp(want, got, length) == 0;
+    if (!same) fprintf(stderr, "sample: got \"%s\"\n  recomputed \"%.*s\"\n", got ? got : "",
+                       (int)length, want);
+    CHECK(same);
+    printf("  a sample within the context (%zu tokens) equals the recomputed one\n", n);
+    free(logits);
+    free(got);
+    attn_pretrain_free(run);
+    attn_model_free(model);
+    attn_rng_free(rng);
+}
+
 int main(void) {
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
     const char *env = getenv("ATTN_TEST_SEED");
@@ -549,6 +603,7 @@ int main(void) {
     test_no_validation_and_nan(&f, seed, dir);
     test_state_round_trips(&f, seed);
     test_save_is_a_pair(&f, seed, dir);
+    test_sample_fits_context(&f, seed);
 
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
