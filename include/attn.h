@@ -2061,6 +2061,28 @@ attn_status attn_lm_config_read(attn_ctx *ctx, const char *config_json, attn_lm_
  * attn_lm_load_as in its weights dtype gives the same model back. */
 attn_status attn_lm_save(attn_lm *m, const char *path);
 void attn_lm_free(attn_lm *m);
+/*
+ * The dtype the linear layers' products take their inputs in (the
+ * activations; the weights are held in weights_dtype):
+ *   ATTN_DTYPE_F32   the default: nothing is rounded but the float32 sums,
+ *                    so a 16-bit model's logits are the float32 model's on
+ *                    the widened weights;
+ *   ATTN_DTYPE_BF16  on a model of bf16 weights: each product's input rows
+ *                    are rounded to bf16 (nearest even) and the products
+ *                    run on the bf16 GEMM (AVX-512 BF16's vdpbf16ps, AMX
+ *                    tiles) where the CPU has it, with float32 sums: a
+ *                    prompt's products at up to twice the float32 rate, as
+ *                    torch.autocast(dtype=torch.bfloat16) rounds them (and
+ *                    llama.cpp rounds a 16-bit model's activations to its
+ *                    weights' type). Where the CPU has no bf16 products the
+ *                    same numbers run on widened operands. The logits move
+ *                    by the rounding: docs/generation.md measures it.
+ * Other dtypes, or BF16 on a model of f32 or f16 weights: ATTN_ERR_INVALID
+ * naming them, the model unchanged. Norms, attention, the KV cache and the
+ * softmax are not affected.
+ */
+attn_status attn_lm_set_matmul_dtype(attn_lm *m, attn_dtype dtype);
+attn_dtype attn_lm_get_matmul_dtype(const attn_lm *m);
 attn_lm_config attn_lm_get_config(const attn_lm *m);
 size_t attn_lm_param_count(const attn_lm *m);
 attn_status attn_lm_param_at(attn_lm *m, size_t index, attn_param *out);

@@ -1,7 +1,7 @@
 """Runs the vendored llama.cpp convert_hf_to_gguf.py on a model from
 make_model.py, which has weights but no tokenizer files.
 
-    python convert_random.py LLAMA_CPP_DIR MODEL_DIR --outfile F.gguf --outtype f32|f16
+    python convert_random.py LLAMA_CPP_DIR MODEL_DIR --outfile F.gguf --outtype f32|f16|bf16
 
 Two adjustments, neither touching how tensors are converted:
 - the vocabulary is the converter's own built-in one (models/ggml-vocab-

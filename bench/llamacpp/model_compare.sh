@@ -21,7 +21,11 @@
 #    takes no f32 cache type); attn reads the f32 safetensors and holds them
 #    as the row's type: f32 weights and cache in the f32 rows, f16 weights
 #    (--weights-dtype f16) and an f16 cache (--kv-dtype f16) in the f16 rows,
-#    float32 accumulation in both.
+#    float32 accumulation in both. TYPES may add bf16: a bf16 GGUF for
+#    llama.cpp, and for attn bf16 weights, cache and products
+#    (--matmul-dtype bf16: the activations rounded to bf16 as llama.cpp
+#    rounds them to its weights' type); with f16 in TYPES too, a last table
+#    sets attn's bf16 rows beside llama.cpp's f16 ones.
 # Writes bench/results/llamacpp-model-<commit>-<machine>.txt (RESULTS=-:
 # stdout only).
 set -euo pipefail
@@ -30,7 +34,7 @@ need_build
 
 DEPTHS=${DEPTHS:-0 4096 16384}
 THREADS=${THREADS:-1 2}
-TYPES=${TYPES:-f32 f16}
+TYPES=${TYPES:-f32 f16 bf16}
 REPS=${REPS:-5}
 NGEN=${NGEN:-32}
 PP=${PP:-512}
@@ -122,6 +126,8 @@ for line in sys.stdin:
 attn_run() { # type T -> lines "pp|tg depth tok/s(median)"
   local t=$1 T=$2 d n s
   local opts=(--weights-dtype "$t" --kv-dtype "$t")
+  # bf16: the products on bf16 inputs as well (the CPU's bf16 instructions)
+  [ "$t" != bf16 ] || opts+=(--matmul-dtype bf16)
   # One run per depth: the prompt is prefilled once, then REPS blocks of NGEN
   # tokens are timed as they stream (attn_tokens.py).
   for d in $DEPTHS; do
@@ -177,6 +183,20 @@ get() { awk -v k="$2" -v d="$3" '$1==k && $2==d {print $3}' "$1"; }
     x=$(awk -v a="${a:-0}" -v l="${l:-0}" 'BEGIN{if (a>0 && l>0) printf "%.2f", a/l; else print "-"}')
     printf "%-8s %3s %-5s | %12s %12s %6s\n" "pp$PP" "$T" "$t" "${l:--}" "${a:--}" "$x"
   done; done
+  # the issue's comparison: attn's bf16 row against llama.cpp's f16
+  if [[ " $TYPES " == *" bf16 "* && " $TYPES " == *" f16 "* ]]; then
+    echo
+    echo "attn bf16 (weights, cache and products) against llama.cpp f16:"
+    printf "%-8s %3s | %12s %12s %6s\n" test thr "llama f16" "attn bf16" x
+    for T in $THREADS; do
+      for d in $DEPTHS pp; do
+        if [ "$d" = pp ]; then k=pp; dd=0; name=pp$PP; else k=tg; dd=$d; name=tg@$d; fi
+        l=$(get "$work/llama-f16-$T" "$k" "$dd"); a=$(get "$work/attn-bf16-$T" "$k" "$dd")
+        x=$(awk -v a="${a:-0}" -v l="${l:-0}" 'BEGIN{if (a>0 && l>0) printf "%.2f", a/l; else print "-"}')
+        printf "%-8s %3s | %12s %12s %6s\n" "$name" "$T" "${l:--}" "${a:--}" "$x"
+      done
+    done
+  fi
 } >"$work/table"
 cat "$work/table"
 if [ "$RESULTS" != - ]; then

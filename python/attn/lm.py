@@ -91,6 +91,8 @@ _SIGNATURES = {
     "attn_lm_save": (c_int, c_void_p, ctypes.c_char_p),
     "attn_lm_free": (None, c_void_p),
     "attn_lm_get_config": (LmConfig, c_void_p),
+    "attn_lm_set_matmul_dtype": (c_int, c_void_p, c_int),
+    "attn_lm_get_matmul_dtype": (c_int, c_void_p),
     "attn_lm_param_count": (c_size_t, c_void_p),
     "attn_lm_param_at": (c_int, c_void_p, c_size_t, POINTER(Param)),
     "attn_lm_cache_new": (c_int, c_void_p, c_size_t, c_size_t, c_int, c_size_t,
@@ -345,6 +347,22 @@ class LanguageModel:
     def config(self):
         with self._lock:
             return config_dict(lib.attn_lm_get_config(self._handle))
+
+    @property
+    def matmul_dtype(self):
+        """The dtype the linear layers' products take the activations in:
+        "f32" (the default: only the float32 sums round) or "bf16" (a model
+        of bf16 weights: the activations rounded to bf16, the products on
+        the CPU's bf16 instructions; attn_lm_set_matmul_dtype)."""
+        with self._lock:
+            number = lib.attn_lm_get_matmul_dtype(self._handle)
+        return {v: k for k, v in WEIGHTS_DTYPES.items()}.get(number, str(number))
+
+    @matmul_dtype.setter
+    def matmul_dtype(self, dtype):
+        number = WEIGHTS_DTYPES[as_choice("matmul_dtype", dtype, ("f32", "bf16"))]
+        with self._lock:
+            self._ctx.check(lib.attn_lm_set_matmul_dtype(self._handle, number))
 
     @property
     def weight_bytes(self):

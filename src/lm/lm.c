@@ -334,6 +334,7 @@ attn_status attn_lm_create(attn_ctx *ctx, const char *who, const attn_lm_config 
     if (!m) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", who);
     m->ctx = ctx;
     m->cfg = c;
+    m->matmul_dtype = ATTN_DTYPE_F32;
     m->head_dim = c.emb_dim / c.n_heads;
     m->kv_heads = c.n_kv_groups;
     m->hidden = c.hidden_dim;
@@ -487,11 +488,32 @@ void attn_lm_free(attn_lm *m) {
     attn_free(m->names);
     attn_free(m->blocks);
     attn_free(m->inv_freq);
+    attn_free(m->buf.rounded);
     attn_free(m->buf.floats);
     attn_free(m->buf.attention);
     attn_free(m->buf.cu_seqlens);
     attn_free(m->buf.starts);
     attn_free(m);
+}
+
+attn_status attn_lm_set_matmul_dtype(attn_lm *m, attn_dtype dtype) {
+    if (!m) return ATTN_ERR_NULL;
+    attn_clear_error(m->ctx);
+    if (dtype != ATTN_DTYPE_F32 && dtype != ATTN_DTYPE_BF16)
+        return attn_fail(m->ctx, ATTN_ERR_INVALID,
+                         "attn_lm_set_matmul_dtype: dtype %s (%d) is not F32 or BF16",
+                         attn_dtype_name(dtype), (int)dtype);
+    if (dtype == ATTN_DTYPE_BF16 && m->cfg.weights_dtype != ATTN_DTYPE_BF16)
+        return attn_fail(m->ctx, ATTN_ERR_INVALID,
+                         "attn_lm_set_matmul_dtype: BF16 products need bf16 weights; the model "
+                         "holds %s (load it with weights_dtype BF16)",
+                         attn_dtype_name(m->cfg.weights_dtype));
+    m->matmul_dtype = dtype;
+    return ATTN_OK;
+}
+
+attn_dtype attn_lm_get_matmul_dtype(const attn_lm *m) {
+    return m ? m->matmul_dtype : ATTN_DTYPE_F32;
 }
 
 attn_lm_config attn_lm_get_config(const attn_lm *m) {
@@ -590,7 +612,8 @@ typedef struct lm_part {
 
 /* The n (<= 4) parts on the same x (rows, in): matrix-vector products when
  * rows are few (decoding), else the SGEMM; on 16-bit weights the same
- * sums on the widened weights (kernels/gemv/linear16.h). */
+ * sums on the widened weights, or with bf16 products x rounded to bf16 and
+ * the 16-bit GEMM (kernels/gemv/linear16.h). */
 static void linear_n(attn_lm *m, const float *x, size_t rows, size_t in, const lm_part *parts,
                      size_t n) {
     if (m->cfg.weights_dtype == ATTN_DTYPE_F32) {
@@ -603,7 +626,10 @@ static void linear_n(attn_lm *m, const float *x, size_t rows, size_t in, const l
     attn_k_linear16_part p[4];
     for (size_t i = 0; i < n; i++)
         p[i] = (attn_k_linear16_part){parts[i].w, parts[i].bias, parts[i].y, parts[i].out};
-    attn_k_linear16_n(m->ctx, m->cfg.weights_dtype, x, rows, in, p, n, m->buf.panel);
+    if (m->matmul_dtype == ATTN_DTYPE_BF16)
+        attn_k_linear16_bf16_n(m->ctx, x, rows, in, p, n, m->buf.rounded, m->buf.panel);
+    else
+        attn_k_linear16_n(m->ctx, m->cfg.weights_dtype, x, rows, in, p, n, m->buf.panel);
 }
 
 /* y (rows, out) = x (rows, in) @ w^T (+ bias). */
@@ -755,6 +781,27 @@ static attn_status grow_floats(attn_lm *m, size_t rows, size_t batch) {
     attn_free(b->floats);
     b->floats = grown;
     b->capacity = floats;
+    return ATTN_OK;
+}
+
+/* With bf16 products, room for rows rows of the widest input rounded. */
+static attn_status grow_rounded(attn_lm *m, size_t rows) {
+    attn_lm_buffers *b = &m->buf;
+    size_t in = m->hidden > m->cfg.emb_dim ? m->hidden : m->cfg.emb_dim, elements = 0;
+    if (m->matmul_dtype != ATTN_DTYPE_BF16) return ATTN_OK;
+    if (!attn_mul_size(rows, in, &elements) || !attn_floats_fit(elements))
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
+                         "attn_lm_forward: %zu rows of %zu overflow the rounded activations",
+                         rows, in);
+    if (elements <= b->rounded_capacity) return ATTN_OK;
+    uint16_t *grown = attn_malloc(elements * sizeof *grown);
+    if (!grown)
+        return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
+                         "attn_lm_forward: out of memory for %zu rows of rounded activations",
+                         rows);
+    attn_free(b->rounded);
+    b->rounded = grown;
+    b->rounded_capacity = elements;
     return ATTN_OK;
 }
 
@@ -981,6 +1028,7 @@ attn_status attn_lm_forward(attn_lm *m, const attn_lm_forward_args *args) {
     size_t rows = 0, longest = 0;
     attn_status st = check_forward(m, args, &rows, &longest);
     if (st == ATTN_OK) st = grow_floats(m, rows, args->batch);
+    if (st == ATTN_OK) st = grow_rounded(m, rows);
     if (st != ATTN_OK) return st;
     if (rows == 0) {
         memset(args->logits, 0, (args->last_only ? args->batch : 0) * m->cfg.vocab_size *

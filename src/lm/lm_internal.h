@@ -53,6 +53,8 @@ typedef struct attn_lm_buffers {
     size_t *starts;       /* (batch) first position of each sequence */
     size_t batch_capacity;
     float *panel;         /* 16-bit weights: widened panels (linear16.h) */
+    uint16_t *rounded;    /* bf16 products: the activations rounded to bf16 */
+    size_t rounded_capacity; /* elements */
 } attn_lm_buffers;
 
 /* Where a tensor lives: data in dtype (float, or bf16/f16 bits). */
@@ -79,6 +81,7 @@ struct attn_lm {
     float *final_w, *final_b;
     void *out_head;                     /* (V, C), in the weights dtype          */
     float *inv_freq;                    /* llama3 (head_dim / 2): RoPE frequencies */
+    attn_dtype matmul_dtype;            /* the products' activations: F32 or BF16 */
     attn_lm_buffers buf;
 };
 

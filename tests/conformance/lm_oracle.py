@@ -67,6 +67,15 @@ class Reference:
         if self.llama:
             self.model.cfg = dict(self.model.cfg, dtype=torch.float64)
 
+    def round_linear_inputs(self, dtype):
+        """Every nn.Linear's input rounded to dtype (then back to float64)
+        before its product: attn_lm's bf16 products (matmul_dtype "bf16")."""
+        for mod in self.model.modules():
+            if isinstance(mod, torch.nn.Linear):
+                mod.register_forward_pre_hook(
+                    lambda _mod, inp: (inp[0].float().to(dtype).double(),))
+        return self
+
     @torch.no_grad()
     def logits(self, ids):
         """(B, T, V) float64 logits of ids (B, T), no cache."""

@@ -344,9 +344,51 @@ def loading_checks(O, cfg, llama, name, path, ref, ids, tmp):
         check(lm16.weight_bytes < 0.6 * wide.weight_bytes,
               "%s: %s weights take %d bytes, f32 %d" % (name, short, lm16.weight_bytes,
                                                          wide.weight_bytes))
+        if dtype == torch.bfloat16:
+            bf16_products(O, name, lm16, rounded, ids, logits16)
+        else:
+            expect_error(lambda: setattr(lm16, "matmul_dtype", "bf16"), "ATTN_ERR_INVALID",
+                         "%s: bf16 products on f16 weights" % name)
     bad = dict(cfg, emb_dim=cfg["emb_dim"] * 2)
     expect_error(lambda: attn.LanguageModel.load(path, config=lm_cfg(bad)), "ATTN_ERR_SHAPE",
                  "%s: a config whose emb_dim the tensors do not have" % name)
+
+
+def bf16_products(O, name, lm16, rounded, ids, exact):
+    """matmul_dtype "bf16": every linear layer's input rounded to bf16 (the
+    rows of a prompt, past the matrix-vector kernels, and one token a step
+    on a cache), against the float64 model that rounds them so."""
+    import numpy as np
+    import torch
+    lm16.matmul_dtype = "bf16"
+    check(lm16.matmul_dtype == "bf16", "%s: matmul_dtype reads back bf16" % name)
+    oracle = O.Reference(rounded).round_linear_inputs(torch.bfloat16)
+    want = oracle.logits(ids)
+    moved = rel_l2(exact, want)
+    # attn's float32 activations and the oracle's float64 ones fall on the
+    # two sides of a bf16 rounding boundary now and then, and each such
+    # element moves the logits as the rounding itself does: a few of them
+    # among thousands put attn well inside the distance the rounding moves
+    # the logits (0.2 of it at most, seen over many seeds), where a path
+    # that skipped the rounding would be all of it away
+    err = rel_l2(lm16.forward(ids), want)
+    check(err <= 0.4 * moved, "%s: bf16 products, no cache: rel L2 %.2e from the float64 model "
+          "rounding the linear inputs to bf16, %.2f of the %.2e the rounding moves the logits"
+          % (name, err, err / moved, moved))
+    B, T = ids.shape
+    cache = lm16.new_cache(batch=B, max_len=T)
+    steps = [lm16.forward(ids[:, t:t + 1], cache=cache) for t in range(T)]
+    err = rel_l2(np.concatenate(steps, axis=1), want)
+    check(err <= 0.4 * moved, "%s: bf16 products, one token a step on a cache: rel L2 %.2e, "
+          "%.2f of the rounding's" % (name, err, err / moved))
+    lm16.matmul_dtype = "f32"
+    check(np.array_equal(lm16.forward(ids), exact), "%s: matmul_dtype f32 again: the exact "
+          "logits, bit for bit" % name)
+    try:
+        lm16.matmul_dtype = "f16"
+        check(False, "%s: matmul_dtype f16: no error" % name)
+    except ValueError as e:
+        check("matmul_dtype" in str(e), "%s: matmul_dtype f16 -> ValueError: %s" % (name, e))
 
 
 def gpt2_from_shapes(O, r, tmp):

@@ -3,7 +3,8 @@
  * kernel set this CPU runs, and attn_k_linear_small, against a double
  * reference:
  *   - rows 1 .. ATTN_GEMV_MAX_ROWS, in and out across the tile edges
- *     (in % 8, % 16 and out % 4 all covered), with and without bias;
+ *     (in % 8, % 16, % 128 and out % 4 all covered, rows shorter and
+ *     longer than 2048), with and without bias;
  *   - error <= 1e-5 of the L2 size of each dot product's terms;
  *   - a row's result does not depend on the other rows, the output range
  *     or the thread count, bit for bit;
@@ -316,7 +317,8 @@ int main(int argc, char **argv) {
     printf("seed %llu\n", (unsigned long long)seed);
     state = seed;
     const attn_kernels sets[] = {ATTN_KERNELS_PORTABLE, ATTN_KERNELS_AVX2, ATTN_KERNELS_AVX512};
-    const size_t ins[] = {1, 7, 8, 9, 15, 16, 17, 33, 100, 768};
+    /* 2048 and past it: the AVX-512 kernel reads longer rows four at a time */
+    const size_t ins[] = {1, 7, 8, 9, 15, 16, 17, 33, 100, 768, 2048, 2049, 2100};
     const size_t outs[] = {1, 3, 4, 5, 9, 64, 131};
     for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
         if (!attn_kernels_supported(sets[s])) continue;

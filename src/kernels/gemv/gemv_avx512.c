@@ -1,8 +1,10 @@
 /*
  * gemv_avx512.c — the matrix-vector kernels with AVX-512F (gemv.h's
- * contract). Four outputs (four streams of W) times two rows: 8 zmm
- * accumulators; the tail of in past a multiple of 16 is one masked step of
- * the same loop, so every sum is 16 lanes reduced in a fixed order. One
+ * contract). Rows of W up to ONE_ROW_IN elements are read one at a time
+ * for two rows of x, 8 accumulators a row (row_2); longer ones four at a
+ * time, one accumulator each (tile_4): which one depends on in alone. The
+ * tail of in past a multiple of 16 is one masked step of the same loop,
+ * so every sum is 16 lanes reduced in a fixed order. One
  * body serves float, bf16 and f16 W: 16-bit elements are widened in
  * registers (bf16 by a shift, f16 by vcvtph2ps), exactly, and multiplied
  * in float, so the sums are the float kernel's on the widened W (vdpbf16ps
@@ -15,6 +17,11 @@
 #include <string.h>
 
 enum { W_F32, W_BF16, W_F16 };
+
+/* The longest rows of W (elements) read one at a time (row_2); longer
+ * ones go four rows at a time (tile_4), x no longer fitting L1 beside
+ * them. */
+#define ONE_ROW_IN 2048
 
 /* n (<= 16) elements of W from element idx, as floats, zeros past n (k:
  * the mask of n lanes). 16-bit masked loads need AVX-512BW, which the set
@@ -84,6 +91,43 @@ static inline void tile_4(int kind, size_t in, const float *x, const void *w, co
     }
 }
 
+/*
+ * Outputs o of rows r0 and r0 + 1 (two is false: r0 only) where W's rows
+ * are short (in <= ONE_ROW_IN): W's row o is read start to end, 128
+ * elements at a time into 8 accumulators (16-element chunk c goes to
+ * accumulator c % 8, the tail's chunks too), which are then added in
+ * order and reduced. One row read in address order keeps a single stream
+ * going through the hardware prefetchers, where four rows read together
+ * start four at each row's page; x stays in L1 beside it.
+ */
+static inline void row_2(int kind, size_t in, const float *x, const void *w, const float *bias,
+                         float *y, size_t ldy, size_t o, int two) {
+    const float *x0 = x, *x1 = two ? x + in : x;
+    size_t wo = o * in, i = 0;
+    __m512 a[8], b[8];
+    for (int c = 0; c < 8; c++) a[c] = b[c] = _mm512_setzero_ps();
+    for (; i + 128 <= in; i += 128)
+        for (int c = 0; c < 8; c++) {
+            __m512 wv = load16(kind, (__mmask16)0xffff, 16, w, wo + i + 16 * (size_t)c);
+            a[c] = _mm512_fmadd_ps(_mm512_loadu_ps(x0 + i + 16 * (size_t)c), wv, a[c]);
+            if (two) b[c] = _mm512_fmadd_ps(_mm512_loadu_ps(x1 + i + 16 * (size_t)c), wv, b[c]);
+        }
+    for (int c = 0; i < in; i += 16, c++) {
+        size_t n = in - i >= 16 ? 16 : in - i;
+        __mmask16 k = n == 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+        __m512 wv = load16(kind, k, n, w, wo + i);
+        a[c] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x0 + i), wv, a[c]);
+        if (two) b[c] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(k, x1 + i), wv, b[c]);
+    }
+    __m512 sa = a[0], sb = b[0];
+    for (int c = 1; c < 8; c++) {
+        sa = _mm512_add_ps(sa, a[c]);
+        if (two) sb = _mm512_add_ps(sb, b[c]);
+    }
+    y[o] = with_bias(hsum(sa), bias, o);
+    if (two) y[ldy + o] = with_bias(hsum(sb), bias, o);
+}
+
 static inline float dot1(int kind, size_t in, const float *x, const void *w, size_t wo,
                          const float *bias, size_t o) {
     __m512 a = _mm512_setzero_ps();
@@ -97,6 +141,16 @@ static inline float dot1(int kind, size_t in, const float *x, const void *w, siz
 
 static inline void gemv(int kind, size_t rows, size_t in, const float *x, const void *w,
                         const float *bias, float *y, size_t ldy, size_t o_begin, size_t o_end) {
+    if (in <= ONE_ROW_IN) {
+        for (size_t o = o_begin; o < o_end; o++)
+            for (size_t r = 0; r < rows; r += 2) {
+                if (r + 1 < rows)
+                    row_2(kind, in, x + r * in, w, bias, y + r * ldy, ldy, o, 1);
+                else
+                    row_2(kind, in, x + r * in, w, bias, y + r * ldy, ldy, o, 0);
+            }
+        return;
+    }
     size_t o = o_begin;
     for (; o + 4 <= o_end; o += 4)
         for (size_t r = 0; r < rows; r += 2) {

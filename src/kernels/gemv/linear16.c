@@ -5,6 +5,8 @@
 
 #include "half.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm16.h"
+#include "kernels/kernel_set.h"
 #include "kernels/gemv/gemv.h"
 #include "parallel.h"
 
@@ -140,5 +142,60 @@ void attn_k_linear16_n(attn_ctx *ctx, attn_dtype dtype, const float *x, size_t r
             linear_float(ctx, x, panel, p->bias ? p->bias + o : NULL, p->y + o, p->out, rows, in,
                          len);
         }
+    }
+}
+
+/* ---- bf16 products: x rounded to bf16 -------------------------------------- */
+
+typedef struct round_job {
+    const float *x;
+    uint16_t *bits;
+    float *widened; /* or NULL */
+    size_t n, per_item;
+} round_job;
+
+static void round_item(void *arg, size_t thread, size_t item) {
+    (void)thread;
+    const round_job *j = arg;
+    size_t begin = item * j->per_item, end = begin + j->per_item < j->n ? begin + j->per_item : j->n;
+    for (size_t i = begin; i < end; i++) {
+        j->bits[i] = attn_float_to_bf16(j->x[i]);
+        if (j->widened) j->widened[i] = attn_bf16_to_float(j->bits[i]);
+    }
+}
+
+void attn_k_linear16_bf16_n(attn_ctx *ctx, const float *x, size_t rows, size_t in,
+                            const attn_k_linear16_part *parts, size_t n, uint16_t *rounded,
+                            float *panel) {
+    if (rows == 0 || in == 0) return;
+    const attn_gemv_kernel *k = ctx->ks.gemv;
+    size_t elements = rows * in;
+    bool few = k && rows <= ATTN_GEMV_MAX_ROWS && n <= PARTS_MAX &&
+               elements <= attn_k_linear16_panel_floats(in);
+    /* few rows: the rounded x widened back into panel, for the
+     * matrix-vector kernels */
+    round_job job = {x, rounded, few ? panel : NULL, elements, ITEM_ELEMENTS};
+    size_t items = (elements + ITEM_ELEMENTS - 1) / ITEM_ELEMENTS;
+    attn_pool_dynamic(attn_ctx_pool(ctx), items > 1 ? ctx->num_threads : 1, items, round_item,
+                      &job);
+    if (few) {
+        gemv16(ctx, k->run_bf16, panel, rows, in, parts, n);
+        return;
+    }
+    const attn_gemm16_kernel *uk =
+        attn_kernel_set_gemm16(&ctx->ks, ATTN_DTYPE_BF16, attn_ctx_amx_usable(ctx));
+    for (size_t i = 0; i < n; i++) {
+        const attn_k_linear16_part *p = &parts[i];
+        size_t bytes = uk ? attn_gemm16_workspace(uk, ctx->num_threads, rows, p->out, in) : 0;
+        void *ws = bytes ? attn_ctx_scratch(ctx, bytes) : NULL;
+        if (ws)
+            attn_gemm16_run(uk, attn_ctx_workers(ctx), ATTN_DTYPE_BF16, false, true, rows, p->out,
+                            in, 1.0f, rounded, in, p->w, in, 0.0f, p->y, p->out, ws);
+        else
+            attn_gemm16_ref(ctx->num_threads, ATTN_DTYPE_BF16, false, true, rows, p->out, in, 1.0f,
+                            rounded, in, p->w, in, 0.0f, p->y, p->out);
+        if (p->bias)
+            for (size_t r = 0; r < rows; r++)
+                for (size_t o = 0; o < p->out; o++) p->y[r * p->out + o] += p->bias[o];
     }
 }
