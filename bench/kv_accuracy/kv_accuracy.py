@@ -4,7 +4,7 @@ the float32 cache on the same tokens.
 
     ATTN_LIBRARY=build/libattn.so .venv/bin/python bench/kv_accuracy/kv_accuracy.py \
         [--model trained|llama|both] [--llama-layers 8] [--llama-prompt 3584] \
-        [--llama-steps 512] [--json OUT]
+        [--llama-steps 512] [--products] [--json OUT]
 
 trained: the small chapter-5 GPT of train_verdict.py (run that first; its
 file is build/kv_accuracy/verdict-gpt.safetensors). Four sequences of 256
@@ -27,6 +27,12 @@ decode steps, where p is softmax of the step's logits (in float64), and
 top-1 agreement: how often the argmax is the float32 cache's. A prompt into
 an empty cache attends in float32 on the fast kernels, so only decode steps
 are counted: each of them reads every earlier token as stored.
+
+--products measures the linear layers instead, on float32 caches: the
+model's weights rounded to bf16 (products on float32 activations, exact),
+and with bf16 products too (matmul_dtype "bf16": the activations rounded to
+bf16 as well), against the float32 model, over the same decode steps (the
+prompt's products, which fill the cache, are rounded alike).
 """
 import argparse
 import json
@@ -104,6 +110,41 @@ def measure(lm, seqs, prompt_len, label):
             "rows": rows}
 
 
+def compare(ref, runs, label):
+    """KL and top-1 of each of runs ((name, generator) pairs, as
+    teacher_forced yields) against ref's steps."""
+    rows = []
+    steps = len(ref) * ref[0].shape[0]
+    for name, gen in runs:
+        kls, agree = [], 0
+        for r in ref:
+            q = next(gen)
+            kls.append((np.exp(r) * (r - q)).sum(-1))
+            agree += int((r.argmax(-1) == q.argmax(-1)).sum())
+        kls = np.maximum(np.concatenate(kls), 0.0)
+        rows.append({"run": name, "mean_kl": float(kls.mean()), "max_kl": float(kls.max()),
+                     "top1": 100.0 * agree / steps})
+        print("  %-40s mean KL %.2e  max KL %.2e  top-1 %.2f%%"
+              % (name, rows[-1]["mean_kl"], rows[-1]["max_kl"], rows[-1]["top1"]), flush=True)
+    return {"label": label, "steps": steps, "rows": rows}
+
+
+def measure_products(load, seqs, prompt_len, label):
+    """bf16 weights, and bf16 weights with bf16 products (matmul_dtype),
+    against the float32 model; float32 caches throughout."""
+    seqs = np.ascontiguousarray(seqs, dtype=np.int32)
+    *ref, _ = teacher_forced(load("f32"), seqs, prompt_len, "f32", "f32")
+    print("%s: bf16 weights and products against float32 weights (float32 cache, %d decode "
+          "steps)" % (label, len(ref) * seqs.shape[0]), flush=True)
+    exact = load("bf16")
+    fast = load("bf16")
+    fast.matmul_dtype = "bf16"
+    return compare(ref, [("bf16 weights, f32 products", teacher_forced(exact, seqs, prompt_len,
+                                                                       "f32", "f32")),
+                         ("bf16 weights, bf16 products", teacher_forced(fast, seqs, prompt_len,
+                                                                        "f32", "f32"))], label)
+
+
 def trained_sequences(lm, tok):
     train_text, val_text = common.text_splits()
     train_ids, val_ids = tok.encode(train_text), tok.encode(val_text)
@@ -119,6 +160,13 @@ def trained_sequences(lm, tok):
 
 
 def table(result):
+    if "run" in result["rows"][0]:  # measure_products
+        lines = ["| model | mean KL (nats) | max KL (nats) | top-1 agreement |",
+                 "|---|---|---|---|", "| f32 weights, f32 products | 0 (reference) | 0 | 100% |"]
+        for r in result["rows"]:
+            lines.append("| %s | %.1e | %.1e | %.2f%% |"
+                         % (r["run"], r["mean_kl"], r["max_kl"], r["top1"]))
+        return "\n".join(lines)
     lines = ["| K / V | bytes/token | mean KL (nats) | max KL (nats) | top-1 agreement |",
              "|---|---|---|---|---|"]
     for r in result["rows"]:
@@ -137,6 +185,8 @@ def main():
     ap.add_argument("--llama-prompt", type=int, default=3584)
     ap.add_argument("--llama-steps", type=int, default=512)
     ap.add_argument("--threads", type=int, default=0, help="0: all cores")
+    ap.add_argument("--products", action="store_true",
+                    help="instead of the caches: bf16 weights and bf16 products against f32")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
 
@@ -149,9 +199,16 @@ def main():
     if args.model in ("trained", "both"):
         lm = attn.LanguageModel.load(args.weights, config=common.CONFIG, num_threads=threads)
         seqs = trained_sequences(lm, common.tokenizer())
-        results["results"].append(measure(lm, seqs, 128, "trained chapter-5 GPT (%s)"
-                                          % ", ".join("%s %s" % kv for kv in common.CFG.items())))
-        print(table(results["results"][-1]))
+        label = "trained chapter-5 GPT (%s)" % ", ".join("%s %s" % kv for kv in common.CFG.items())
+        if args.products:
+            result = measure_products(
+                lambda dtype: attn.LanguageModel.load(args.weights, config=common.CONFIG,
+                                                      num_threads=threads, weights_dtype=dtype),
+                seqs, 128, label)
+        else:
+            result = measure(lm, seqs, 128, label)
+        results["results"].append(result)
+        print(table(result))
         del lm
     if args.model in ("llama", "both"):
         cfg = dict(LLAMA_CFG, n_layers=args.llama_layers)
@@ -159,12 +216,18 @@ def main():
         if total > cfg["context_length"]:
             sys.exit("--llama-prompt + --llama-steps = %d is past the context, %d"
                      % (total, cfg["context_length"]))
-        lm = attn.LanguageModel(cfg, seed=123, num_threads=threads)
         seqs = np.random.default_rng(123).integers(0, cfg["vocab_size"], size=(1, total))
-        results["results"].append(measure(lm, seqs, args.llama_prompt,
-                                          "Llama-3-shaped, random weights, %d layers"
-                                          % args.llama_layers))
-        print(table(results["results"][-1]))
+        label = "Llama-3-shaped, random weights, %d layers" % args.llama_layers
+        if args.products:
+            result = measure_products(
+                lambda dtype: attn.LanguageModel(dict(cfg, weights_dtype=dtype), seed=123,
+                                                 num_threads=threads),
+                seqs, args.llama_prompt, label)
+        else:
+            result = measure(attn.LanguageModel(cfg, seed=123, num_threads=threads), seqs,
+                             args.llama_prompt, label)
+        results["results"].append(result)
+        print(table(result))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
