@@ -35,6 +35,7 @@ static void fill_avx512(attn_kernel_set *set) {
     if (!cpu_has_avx512_bf16()) return;
     set->flash16_dot = &attn_flash16_dot_kernels;
     set->bgemm_dot = &attn_bgemm_kernel_avx512bf16;
+    set->gemv = &attn_gemv_kernel_avx512bf16;
     set->bf16_dot_pays = attn_cpu_bf16_dot_pays();
     if (attn_cpu_amx_bf16_present()) {
         set->flash16_amx = &attn_flash16_amx_kernels;

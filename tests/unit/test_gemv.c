@@ -17,7 +17,12 @@
  *     widened W, bit for bit, and their widening equals half.h's;
  *     attn_k_linear16_n (matrix-vector kernels, or the SGEMM on widened
  *     panels, several panels a matrix) equals attn_k_linear_small_n on the
- *     widened W, bit for bit, on 1 and 3 threads and the reference set.
+ *     widened W, bit for bit, on 1 and 3 threads and the reference set;
+ *   - a set's bf16 products (x and W in bf16, vdpbf16ps) within 1e-5 of
+ *     the double sums of the same values, with the bitwise properties
+ *     above; attn_k_linear16_bf16_n with few rows is that kernel on the
+ *     rounded x (or run_bf16 on it, in a set without bf16 products), bit
+ *     for bit on 1 and 3 threads.
  * Fresh random inputs each run: the seed is printed; argv[1] replays it.
  *
  *   test_gemv --time IN OUT THREADS [f32|bf16|f16]   times one (1, IN) x
@@ -239,6 +244,77 @@ static void check_linear16(attn_kernels kernels, attn_dtype dtype, size_t rows, 
     free(x), free(panel);
 }
 
+/* A set's bf16 products (run_bf16_dot: x and W in bf16) against the
+ * double sums of the same bf16 values, then the bitwise properties of
+ * check_kernel; and attn_k_linear16_bf16_n with few rows, on 1 and 3
+ * threads, is that kernel on x rounded to bf16 (or, in a set without it,
+ * run_bf16 on the rounded x), bit for bit. */
+static void check_bf16_dot(attn_kernels kernels, const attn_gemv_kernel *k, size_t rows,
+                           size_t in, size_t out, bool with_bias) {
+    float *x = malloc(rows * in * sizeof *x), *w = malloc(out * in * sizeof *w);
+    float *bias = malloc(out * sizeof *bias), *y = malloc(rows * out * sizeof *y);
+    float *y1 = malloc(out * sizeof *y1), *y2 = malloc(rows * out * sizeof *y2);
+    float *xr = malloc(rows * in * sizeof *xr);
+    uint16_t *xh = malloc(rows * in * sizeof *xh), *wh = malloc(out * in * sizeof *wh);
+    uint16_t *rounded = malloc(rows * in * sizeof *rounded);
+    float *panel = malloc(attn_k_linear16_panel_floats(in) * sizeof *panel);
+    if (!x || !w || !bias || !y || !y1 || !y2 || !xr || !xh || !wh || !rounded || !panel) abort();
+    fill(x, rows * in);
+    fill(w, out * in);
+    fill(bias, out);
+    memcpy(xr, x, rows * in * sizeof *x);
+    round_to(ATTN_DTYPE_BF16, xr, xh, rows * in);
+    round_to(ATTN_DTYPE_BF16, w, wh, out * in);
+    const float *b = with_bias ? bias : NULL;
+    if (k->run_bf16_dot) {
+        k->run_bf16_dot(rows, in, xh, wh, b, y, out, 0, out);
+        double worst = 0.0;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t o = 0; o < out; o++) {
+                double s = b ? b[o] : 0.0, size = b ? (double)b[o] * b[o] : 0.0;
+                for (size_t i = 0; i < in; i++) {
+                    double t = (double)xr[r * in + i] * w[o * in + i];
+                    s += t;
+                    size += t * t;
+                }
+                double err = fabs(y[r * out + o] - s) / (sqrt(size) + 1e-30);
+                if (err > worst) worst = err;
+            }
+        if (worst > 1e-5)
+            fprintf(stderr, "%s bf16 products rows %zu in %zu out %zu: error %.3g\n", k->name,
+                    rows, in, out, worst);
+        CHECK(worst <= 1e-5);
+        k->run_bf16_dot(1, in, xh + (rows - 1) * in, wh, b, y1, out, 0, out);
+        CHECK(memcmp(y1, y + (rows - 1) * out, out * sizeof *y1) == 0);
+        for (size_t i = 0; i < rows * out; i++) y2[i] = NAN;
+        size_t split = out / 2 + (out > 2 ? 1 : 0);
+        k->run_bf16_dot(rows, in, xh, wh, b, y2, out, split, out);
+        bool untouched = true;
+        for (size_t r = 0; r < rows; r++)
+            for (size_t o = 0; o < split; o++) untouched = untouched && isnan(y2[r * out + o]);
+        CHECK(untouched);
+        k->run_bf16_dot(rows, in, xh, wh, b, y2, out, 0, split);
+        CHECK(memcmp(y2, y, rows * out * sizeof *y) == 0);
+    } else {
+        k->run_bf16(rows, in, xr, wh, b, y, out, 0, out);
+    }
+    for (size_t threads = 1; threads <= 3; threads += 2) {
+        attn_ctx *ctx = ctx_for(kernels, threads);
+        if (!ctx) abort();
+        attn_k_linear16_part part = {wh, b, y2, out};
+        attn_k_linear16_bf16_n(ctx, x, rows, in, &part, 1, rounded, panel);
+        CHECK(memcmp(rounded, xh, rows * in * sizeof *xh) == 0);
+        bool same = memcmp(y2, y, rows * out * sizeof *y) == 0;
+        if (!same)
+            fprintf(stderr, "linear16_bf16 %s rows %zu in %zu out %zu threads %zu differs\n",
+                    attn_kernels_name(kernels), rows, in, out, threads);
+        CHECK(same);
+        attn_ctx_free(ctx);
+    }
+    free(x), free(w), free(bias), free(y), free(y1), free(y2), free(xr), free(xh), free(wh);
+    free(rounded), free(panel);
+}
+
 static double now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -347,6 +423,10 @@ int main(int argc, char **argv) {
             check_linear16(sets[s], dtype, ATTN_GEMV_MAX_ROWS + 1, 300, wide);
             check_linear16(sets[s], dtype, 30, 77, small);
         }
+        for (size_t rows = 1; rows <= ATTN_GEMV_MAX_ROWS; rows += 2)
+            for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
+                for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o += 2)
+                    check_bf16_dot(sets[s], k, rows, ins[i], outs[o], (rows + i + o) % 2 == 0);
     }
     const size_t small[3] = {129, 33, 64};
     check_linear16(ATTN_KERNELS_REFERENCE, ATTN_DTYPE_BF16, 2, 100, small);

@@ -18,7 +18,8 @@
  * sums run as the float kernel of the same set runs them, so y is the float
  * kernel's on the widened w, bit for bit. widen_bf16 / widen_f16 write n
  * elements as floats (exact), for the many-row products that run the SGEMM
- * on widened panels of w (linear16.c).
+ * on widened panels of w (linear16.c). run_bf16_dot, where a set has it,
+ * takes x in bf16 too (attn_gemv_bf16_dot_fn below).
  */
 #ifndef ATTN_GEMV_H
 #define ATTN_GEMV_H
@@ -38,12 +39,20 @@ typedef void attn_gemv16_fn(size_t rows, size_t in, const float *x, const uint16
                             size_t o_end);
 typedef void attn_widen16_fn(const uint16_t *src, size_t n, float *dst);
 
+/* The contract above with x in bf16 bits too: the sums of the products of
+ * bf16 pairs, in an order of the kernel's that depends on in alone (not
+ * the float kernel's), subnormals as zero. */
+typedef void attn_gemv_bf16_dot_fn(size_t rows, size_t in, const uint16_t *x, const uint16_t *w,
+                                   const float *bias, float *y, size_t ldy, size_t o_begin,
+                                   size_t o_end);
+
 typedef struct attn_gemv_kernel {
     const char *name;
     attn_kernels isa;
     attn_gemv_fn *run;
     attn_gemv16_fn *run_bf16, *run_f16;
     attn_widen16_fn *widen_bf16, *widen_f16;
+    attn_gemv_bf16_dot_fn *run_bf16_dot; /* NULL: the set has no bf16 products */
 } attn_gemv_kernel;
 
 /* The kernels (gemv_portable.c); a ctx's is in its kernel set
@@ -52,6 +61,8 @@ typedef struct attn_gemv_kernel {
 extern const attn_gemv_kernel attn_gemv_kernel_portable;
 #if defined(ATTN_HAVE_X86_KERNELS)
 extern const attn_gemv_kernel attn_gemv_kernel_avx2, attn_gemv_kernel_avx512;
+/* attn_gemv_kernel_avx512 with run_bf16_dot, for CPUs with AVX-512 BF16 */
+extern const attn_gemv_kernel attn_gemv_kernel_avx512bf16;
 #endif
 
 attn_gemv_fn attn_gemv_portable, attn_gemv_avx2, attn_gemv_avx512;
@@ -59,5 +70,6 @@ attn_gemv16_fn attn_gemv_portable_bf16, attn_gemv_portable_f16, attn_gemv_avx2_b
     attn_gemv_avx2_f16, attn_gemv_avx512_bf16, attn_gemv_avx512_f16;
 attn_widen16_fn attn_widen_portable_bf16, attn_widen_portable_f16, attn_widen_avx2_bf16,
     attn_widen_avx2_f16, attn_widen_avx512_bf16, attn_widen_avx512_f16;
+attn_gemv_bf16_dot_fn attn_gemv_avx512bf16_dot;
 
 #endif /* ATTN_GEMV_H */

@@ -88,12 +88,16 @@ void attn_widen_portable_f16(const uint16_t *src, size_t n, float *dst) {
 
 const attn_gemv_kernel attn_gemv_kernel_portable = {
     "gemv_portable", ATTN_KERNELS_PORTABLE, attn_gemv_portable, attn_gemv_portable_bf16,
-    attn_gemv_portable_f16, attn_widen_portable_bf16, attn_widen_portable_f16};
+    attn_gemv_portable_f16, attn_widen_portable_bf16, attn_widen_portable_f16, NULL};
 #if defined(ATTN_HAVE_X86_KERNELS)
 const attn_gemv_kernel attn_gemv_kernel_avx2 = {
     "gemv_avx2", ATTN_KERNELS_AVX2, attn_gemv_avx2, attn_gemv_avx2_bf16, attn_gemv_avx2_f16,
-    attn_widen_avx2_bf16, attn_widen_avx2_f16};
+    attn_widen_avx2_bf16, attn_widen_avx2_f16, NULL};
 const attn_gemv_kernel attn_gemv_kernel_avx512 = {
     "gemv_avx512", ATTN_KERNELS_AVX512, attn_gemv_avx512, attn_gemv_avx512_bf16,
-    attn_gemv_avx512_f16, attn_widen_avx512_bf16, attn_widen_avx512_f16};
+    attn_gemv_avx512_f16, attn_widen_avx512_bf16, attn_widen_avx512_f16, NULL};
+const attn_gemv_kernel attn_gemv_kernel_avx512bf16 = {
+    "gemv_avx512 / gemv_vdpbf16ps", ATTN_KERNELS_AVX512, attn_gemv_avx512,
+    attn_gemv_avx512_bf16, attn_gemv_avx512_f16, attn_widen_avx512_bf16, attn_widen_avx512_f16,
+    attn_gemv_avx512bf16_dot};
 #endif

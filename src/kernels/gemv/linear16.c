@@ -27,6 +27,8 @@ size_t attn_k_linear16_panel_floats(size_t in) { return in > PANEL_FLOATS ? in :
 typedef struct gemv16_job {
     attn_gemv16_fn *run;
     const float *x;
+    attn_gemv_bf16_dot_fn *dot; /* or, on x in bf16: */
+    const uint16_t *x_bf16;
     size_t rows, in, chunk; /* chunk: outputs per item, a multiple of 4 */
     const attn_k_linear16_part *parts;
     size_t first_item[PARTS_MAX + 1]; /* part i's items: [first_item[i], first_item[i + 1]) */
@@ -40,15 +42,22 @@ static void gemv16_item(void *arg, size_t thread, size_t item) {
     const attn_k_linear16_part *p = &j->parts[i];
     size_t begin = (item - j->first_item[i]) * j->chunk;
     size_t end = begin + j->chunk < p->out ? begin + j->chunk : p->out;
-    j->run(j->rows, j->in, j->x, p->w, p->bias, p->y, p->out, begin, end);
+    if (j->dot)
+        j->dot(j->rows, j->in, j->x_bf16, p->w, p->bias, p->y, p->out, begin, end);
+    else
+        j->run(j->rows, j->in, j->x, p->w, p->bias, p->y, p->out, begin, end);
 }
 
-static void gemv16(attn_ctx *ctx, attn_gemv16_fn *run, const float *x, size_t rows, size_t in,
+/* The parts through the matrix-vector kernels: run on x, or dot on x_bf16
+ * where dot is not NULL. */
+static void gemv16(attn_ctx *ctx, attn_gemv16_fn *run, const float *x, attn_gemv_bf16_dot_fn *dot,
+                   const uint16_t *x_bf16, size_t rows, size_t in,
                    const attn_k_linear16_part *parts, size_t n) {
     /* items of 64 KiB of W taken by whichever thread is free; below 256
      * KiB one thread reads W faster than the workers can be woken (as
      * attn_k_linear_small_n's float items) */
-    gemv16_job job = {.run = run, .x = x, .rows = rows, .in = in, .parts = parts};
+    gemv16_job job = {.run = run, .x = x, .dot = dot, .x_bf16 = x_bf16, .rows = rows, .in = in,
+                      .parts = parts};
     job.chunk = (ITEM_ELEMENTS / in + 3) / 4 * 4;
     if (job.chunk == 0) job.chunk = 4;
     size_t elements = 0;
@@ -128,7 +137,7 @@ void attn_k_linear16_n(attn_ctx *ctx, attn_dtype dtype, const float *x, size_t r
     bool bf16 = dtype == ATTN_DTYPE_BF16;
     if (rows == 0 || in == 0) return;
     if (k && rows > 0 && rows <= ATTN_GEMV_MAX_ROWS && in > 0 && n <= PARTS_MAX) {
-        gemv16(ctx, bf16 ? k->run_bf16 : k->run_f16, x, rows, in, parts, n);
+        gemv16(ctx, bf16 ? k->run_bf16 : k->run_f16, x, NULL, NULL, rows, in, parts, n);
         return;
     }
     attn_widen16_fn *fn = k ? (bf16 ? k->widen_bf16 : k->widen_f16)
@@ -172,14 +181,16 @@ void attn_k_linear16_bf16_n(attn_ctx *ctx, const float *x, size_t rows, size_t i
     size_t elements = rows * in;
     bool few = k && rows <= ATTN_GEMV_MAX_ROWS && n <= PARTS_MAX &&
                elements <= attn_k_linear16_panel_floats(in);
-    /* few rows: the rounded x widened back into panel, for the
-     * matrix-vector kernels */
-    round_job job = {x, rounded, few ? panel : NULL, elements, ITEM_ELEMENTS};
+    /* few rows: the matrix-vector kernels, on the bf16 products where the
+     * set has them, else on the rounded x widened back into panel */
+    bool widened = few && !k->run_bf16_dot;
+    round_job job = {x, rounded, widened ? panel : NULL, elements, ITEM_ELEMENTS};
     size_t items = (elements + ITEM_ELEMENTS - 1) / ITEM_ELEMENTS;
     attn_pool_dynamic(attn_ctx_pool(ctx), items > 1 ? ctx->num_threads : 1, items, round_item,
                       &job);
     if (few) {
-        gemv16(ctx, k->run_bf16, panel, rows, in, parts, n);
+        gemv16(ctx, k->run_bf16, panel, widened ? NULL : k->run_bf16_dot, rounded, rows, in,
+               parts, n);
         return;
     }
     const attn_gemm16_kernel *uk =

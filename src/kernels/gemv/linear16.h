@@ -50,10 +50,11 @@ void attn_k_linear16_n(attn_ctx *ctx, attn_dtype dtype, const float *x, size_t r
  * (nearest even): for more rows than the matrix-vector kernels take, the
  * 16-bit GEMM of the ctx's set (gemm16.h: vdpbf16ps or AMX where the CPU
  * has them, twice the float FMA's products a cycle), else the
- * matrix-vector kernels on the rounded rows. rounded: rows * in bf16
- * elements, where the rounded rows go; panel as attn_k_linear16_n's. The
- * float32 call on the rounded x and widened W, with the sums of another
- * kernel (its order, not its terms). */
+ * matrix-vector kernels on the rounded rows (the set's bf16 products,
+ * run_bf16_dot, where it has them). rounded: rows * in bf16 elements,
+ * where the rounded rows go; panel as attn_k_linear16_n's. The float32
+ * call on the rounded x and widened W, with the sums of another kernel
+ * (its order, not its terms). */
 void attn_k_linear16_bf16_n(attn_ctx *ctx, const float *x, size_t rows, size_t in,
                             const attn_k_linear16_part *parts, size_t n, uint16_t *rounded,
                             float *panel);

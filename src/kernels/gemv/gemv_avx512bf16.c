@@ -1,0 +1,74 @@
+/*
+ * gemv_avx512bf16.c — the matrix-vector product of bf16 rows of x and bf16
+ * W on vdpbf16ps (gemv.h: attn_gemv_bf16_dot_fn), for a model whose linear
+ * layers round their inputs to bf16 (attn_lm_set_matmul_dtype). Each
+ * vdpbf16ps multiplies 32 pairs of bf16 values, exactly, and adds them
+ * pairwise into 16 float lanes: one instruction per 32 weights, where
+ * widening the weights for float FMAs takes six, which counts when two
+ * threads share the memory's bandwidth.
+ *
+ * W's row o is read start to end, 256 elements at a time into 8
+ * accumulators (32-element chunk c goes to accumulator c % 8, the tail's
+ * masked chunks too), added in order and reduced; the order depends on in
+ * alone. x's rows (at most ATTN_GEMV_MAX_ROWS, in bf16: 16 KiB a row at in
+ * 8192) stay in L1 and L2 beside the stream of W. vdpbf16ps treats
+ * subnormal inputs and results as zero.
+ *
+ * Compiled with -mavx512f -mavx512bw -mavx512bf16 (this file only); run
+ * only where the CPU has them (kernels/kernel_set.c).
+ */
+#include "kernels/gemv/gemv.h"
+
+#include <immintrin.h>
+
+static inline __m512bh load_bf16(const uint16_t *p, __mmask32 k) {
+    return (__m512bh)_mm512_maskz_loadu_epi16(k, p);
+}
+
+static inline float with_bias(float s, const float *bias, size_t o) {
+    return bias ? s + bias[o] : s;
+}
+
+/* Output o of rows r0 and r0 + 1 of x (two is false: r0 only). */
+static inline void row_2(size_t in, const uint16_t *x, const uint16_t *w, const float *bias,
+                         float *y, size_t ldy, size_t o, int two) {
+    const uint16_t *x0 = x, *x1 = two ? x + in : x, *wo = w + o * in;
+    __m512 a[8], b[8];
+    for (int c = 0; c < 8; c++) a[c] = b[c] = _mm512_setzero_ps();
+    size_t i = 0;
+    const __mmask32 all = 0xffffffffu;
+    for (; i + 256 <= in; i += 256)
+        for (int c = 0; c < 8; c++) {
+            size_t at = i + 32 * (size_t)c;
+            __m512bh wv = load_bf16(wo + at, all);
+            a[c] = _mm512_dpbf16_ps(a[c], load_bf16(x0 + at, all), wv);
+            if (two) b[c] = _mm512_dpbf16_ps(b[c], load_bf16(x1 + at, all), wv);
+        }
+    for (int c = 0; i < in; i += 32, c++) {
+        size_t n = in - i >= 32 ? 32 : in - i;
+        __mmask32 k = n == 32 ? all : (__mmask32)((1u << n) - 1);
+        __m512bh wv = load_bf16(wo + i, k);
+        a[c] = _mm512_dpbf16_ps(a[c], load_bf16(x0 + i, k), wv);
+        if (two) b[c] = _mm512_dpbf16_ps(b[c], load_bf16(x1 + i, k), wv);
+    }
+    __m512 sa = a[0], sb = b[0];
+    for (int c = 1; c < 8; c++) {
+        sa = _mm512_add_ps(sa, a[c]);
+        if (two) sb = _mm512_add_ps(sb, b[c]);
+    }
+    y[o] = with_bias(_mm512_reduce_add_ps(sa), bias, o);
+    if (two) y[ldy + o] = with_bias(_mm512_reduce_add_ps(sb), bias, o);
+}
+
+void attn_gemv_avx512bf16_dot(size_t rows, size_t in, const uint16_t *x, const uint16_t *w,
+                              const float *bias, float *y, size_t ldy, size_t o_begin,
+                              size_t o_end) {
+    for (size_t o = o_begin; o < o_end; o++)
+        for (size_t r = 0; r < rows; r += 2) {
+            /* constant arguments: the one-row body is compiled apart */
+            if (r + 1 < rows)
+                row_2(in, x + r * in, w, bias, y + r * ldy, ldy, o, 1);
+            else
+                row_2(in, x + r * in, w, bias, y + r * ldy, ldy, o, 0);
+        }
+}
