@@ -309,6 +309,10 @@ def main():
         (["--temperature", "inf"], "--temperature"), (["--top-p", "2"], "--top-p"),
         (["--top-k", "-1"], "--top-k"), (["--page-size", "0"], "--page-size"),
         (["--threads", "0"], "--threads"), (["--weights-dtype", "f8"], "--weights-dtype"),
+        (["--matmul-dtype", "f16"], "--matmul-dtype: expected f32 or bf16, got 'f16'"),
+        # bf16 products need bf16 weights: refused naming the model's dtype
+        (["--matmul-dtype", "bf16"], "--matmul-dtype: attn_lm_set_matmul_dtype: BF16 products "
+                                     "need bf16 weights; the model holds F32"),
         (["--kv-dtype", "bogus"], "--kv-dtype"), (["--cache", "bogus"], "--cache"),
         (["--model", "bert"], "--model"), (["--seed", "-1"], "--seed"),
         (["--stop-ids", "a"], "--stop-ids"), (["--kernels", "sse9"], "--kernels"),
@@ -343,6 +347,13 @@ def main():
           abs(float(rate.group(2)) * float(rate.group(1)) - 1000) < 10,
           "--stats: tokens/s = 1000 / ms per token: %r" % err)
     check(re.fullmatch(r"(\d+,){5}\d+\n", out), "--stats: 6 ids on stdout: %r" % out)
+    # bf16 products on bf16 weights: said by --stats, and ids written
+    out, err = succeeded(base + ["--prompt-ids", "1,2,3", "--max-new-tokens", "4",
+                                 "--weights-dtype", "bf16", "--matmul-dtype", "bf16", "--stats"],
+                         cwd)
+    check("weights bf16" in err and "products on bf16 inputs" in err,
+          "--matmul-dtype bf16 --stats: %r" % err)
+    check(re.fullmatch(r"(\d+,){3}\d+\n", out), "--matmul-dtype bf16: 4 ids on stdout: %r" % out)
 
     total = sum(counts.values())
     print("hostile inputs refused: %d (%s)" % (
