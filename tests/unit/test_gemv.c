@@ -63,19 +63,36 @@ static attn_ctx *ctx_for(attn_kernels kernels, size_t threads) {
     return ctx;
 }
 
-/* One kernel on one size against the double reference, then its bitwise
- * properties. */
-static void check_kernel(const attn_gemv_kernel *k, size_t rows, size_t in, size_t out,
-                         bool with_bias) {
-    float *x = malloc(rows * in * sizeof *x), *w = malloc(out * in * sizeof *w);
-    float *bias = malloc(out * sizeof *bias), *y = malloc(rows * out * sizeof *y);
+/* One kernel's call on fixed operands: the float kernel (run) on x and w,
+ * or the bf16 products (run_bf16_dot) on xh and wh where xh is set. */
+typedef struct gemv_call {
+    const attn_gemv_kernel *k;
+    const float *x, *w, *bias;
+    const uint16_t *xh, *wh;
+    size_t in;
+} gemv_call;
+
+/* rows of x from first_row on, outputs [o_begin, o_end) */
+static void call(const gemv_call *c, size_t first_row, size_t rows, float *y, size_t ldy,
+                 size_t o_begin, size_t o_end) {
+    if (c->xh)
+        c->k->run_bf16_dot(rows, c->in, c->xh + first_row * c->in, c->wh, c->bias, y, ldy,
+                           o_begin, o_end);
+    else
+        c->k->run(rows, c->in, c->x + first_row * c->in, c->w, c->bias, y, ldy, o_begin,
+                  o_end);
+}
+
+/* A call on rows x (rows, in) and out outputs against the double sums of
+ * x and w (the floats the operands hold), then its bitwise properties;
+ * y gets the result. */
+static void check_call(const gemv_call *c, const float *x, const float *w, size_t rows,
+                       size_t out, float *y, const char *what) {
+    size_t in = c->in;
+    const float *b = c->bias;
     float *y1 = malloc(out * sizeof *y1), *y2 = malloc(rows * out * sizeof *y2);
-    if (!x || !w || !bias || !y || !y1 || !y2) abort();
-    fill(x, rows * in);
-    fill(w, out * in);
-    fill(bias, out);
-    const float *b = with_bias ? bias : NULL;
-    k->run(rows, in, x, w, b, y, out, 0, out);
+    if (!y1 || !y2) abort();
+    call(c, 0, rows, y, out, 0, out);
     double worst = 0.0;
     for (size_t r = 0; r < rows; r++)
         for (size_t o = 0; o < out; o++) {
@@ -89,22 +106,38 @@ static void check_kernel(const attn_gemv_kernel *k, size_t rows, size_t in, size
             if (err > worst) worst = err;
         }
     if (worst > 1e-5)
-        fprintf(stderr, "%s rows %zu in %zu out %zu: error %.3g\n", k->name, rows, in, out, worst);
+        fprintf(stderr, "%s%s rows %zu in %zu out %zu: error %.3g\n", c->k->name, what, rows, in,
+                out, worst);
     CHECK(worst <= 1e-5);
     /* the last row alone, as row 0 of its own call */
-    k->run(1, in, x + (rows - 1) * in, w, b, y1, out, 0, out);
+    call(c, rows - 1, 1, y1, out, 0, out);
     CHECK(memcmp(y1, y + (rows - 1) * out, out * sizeof *y1) == 0);
     /* the outputs in two ranges, the split off the tile; NaN outside */
     for (size_t i = 0; i < rows * out; i++) y2[i] = NAN;
     size_t split = out / 2 + (out > 2 ? 1 : 0);
-    k->run(rows, in, x, w, b, y2, out, split, out);
+    call(c, 0, rows, y2, out, split, out);
     bool untouched = true;
     for (size_t r = 0; r < rows; r++)
         for (size_t o = 0; o < split; o++) untouched = untouched && isnan(y2[r * out + o]);
     CHECK(untouched);
-    k->run(rows, in, x, w, b, y2, out, 0, split);
+    call(c, 0, rows, y2, out, 0, split);
     CHECK(memcmp(y2, y, rows * out * sizeof *y) == 0);
-    free(x), free(w), free(bias), free(y), free(y1), free(y2);
+    free(y1), free(y2);
+}
+
+/* One kernel on one size against the double reference, then its bitwise
+ * properties. */
+static void check_kernel(const attn_gemv_kernel *k, size_t rows, size_t in, size_t out,
+                         bool with_bias) {
+    float *x = malloc(rows * in * sizeof *x), *w = malloc(out * in * sizeof *w);
+    float *bias = malloc(out * sizeof *bias), *y = malloc(rows * out * sizeof *y);
+    if (!x || !w || !bias || !y) abort();
+    fill(x, rows * in);
+    fill(w, out * in);
+    fill(bias, out);
+    gemv_call c = {.k = k, .x = x, .w = w, .bias = with_bias ? bias : NULL, .in = in};
+    check_call(&c, x, w, rows, out, y, "");
+    free(x), free(w), free(bias), free(y);
 }
 
 /* attn_k_linear_small on threads 1, 2, 3 is one result; past the kernels'
@@ -253,12 +286,11 @@ static void check_bf16_dot(attn_kernels kernels, const attn_gemv_kernel *k, size
                            size_t in, size_t out, bool with_bias) {
     float *x = malloc(rows * in * sizeof *x), *w = malloc(out * in * sizeof *w);
     float *bias = malloc(out * sizeof *bias), *y = malloc(rows * out * sizeof *y);
-    float *y1 = malloc(out * sizeof *y1), *y2 = malloc(rows * out * sizeof *y2);
-    float *xr = malloc(rows * in * sizeof *xr);
+    float *y2 = malloc(rows * out * sizeof *y2), *xr = malloc(rows * in * sizeof *xr);
     uint16_t *xh = malloc(rows * in * sizeof *xh), *wh = malloc(out * in * sizeof *wh);
     uint16_t *rounded = malloc(rows * in * sizeof *rounded);
     float *panel = malloc(attn_k_linear16_panel_floats(in) * sizeof *panel);
-    if (!x || !w || !bias || !y || !y1 || !y2 || !xr || !xh || !wh || !rounded || !panel) abort();
+    if (!x || !w || !bias || !y || !y2 || !xr || !xh || !wh || !rounded || !panel) abort();
     fill(x, rows * in);
     fill(w, out * in);
     fill(bias, out);
@@ -267,34 +299,8 @@ static void check_bf16_dot(attn_kernels kernels, const attn_gemv_kernel *k, size
     round_to(ATTN_DTYPE_BF16, w, wh, out * in);
     const float *b = with_bias ? bias : NULL;
     if (k->run_bf16_dot) {
-        k->run_bf16_dot(rows, in, xh, wh, b, y, out, 0, out);
-        double worst = 0.0;
-        for (size_t r = 0; r < rows; r++)
-            for (size_t o = 0; o < out; o++) {
-                double s = b ? b[o] : 0.0, size = b ? (double)b[o] * b[o] : 0.0;
-                for (size_t i = 0; i < in; i++) {
-                    double t = (double)xr[r * in + i] * w[o * in + i];
-                    s += t;
-                    size += t * t;
-                }
-                double err = fabs(y[r * out + o] - s) / (sqrt(size) + 1e-30);
-                if (err > worst) worst = err;
-            }
-        if (worst > 1e-5)
-            fprintf(stderr, "%s bf16 products rows %zu in %zu out %zu: error %.3g\n", k->name,
-                    rows, in, out, worst);
-        CHECK(worst <= 1e-5);
-        k->run_bf16_dot(1, in, xh + (rows - 1) * in, wh, b, y1, out, 0, out);
-        CHECK(memcmp(y1, y + (rows - 1) * out, out * sizeof *y1) == 0);
-        for (size_t i = 0; i < rows * out; i++) y2[i] = NAN;
-        size_t split = out / 2 + (out > 2 ? 1 : 0);
-        k->run_bf16_dot(rows, in, xh, wh, b, y2, out, split, out);
-        bool untouched = true;
-        for (size_t r = 0; r < rows; r++)
-            for (size_t o = 0; o < split; o++) untouched = untouched && isnan(y2[r * out + o]);
-        CHECK(untouched);
-        k->run_bf16_dot(rows, in, xh, wh, b, y2, out, 0, split);
-        CHECK(memcmp(y2, y, rows * out * sizeof *y) == 0);
+        gemv_call c = {.k = k, .xh = xh, .wh = wh, .bias = b, .in = in};
+        check_call(&c, xr, w, rows, out, y, " bf16 products");
     } else {
         k->run_bf16(rows, in, xr, wh, b, y, out, 0, out);
     }
@@ -311,8 +317,8 @@ static void check_bf16_dot(attn_kernels kernels, const attn_gemv_kernel *k, size
         CHECK(same);
         attn_ctx_free(ctx);
     }
-    free(x), free(w), free(bias), free(y), free(y1), free(y2), free(xr), free(xh), free(wh);
-    free(rounded), free(panel);
+    free(x), free(w), free(bias), free(y), free(y2), free(xr), free(xh), free(wh), free(rounded);
+    free(panel);
 }
 
 static double now(void) {
