@@ -689,7 +689,7 @@ static bool forward_measures(const attn_attention_problem *p, const attn_attenti
 
 /* One (batch, KV head, chunk of heads, query block): FlashAttention-2's
  * forward for each head, each key block packed once for all of them;
- * plain problems go to forward_lanes. */
+ * problems without dropout go to forward_lanes. */
 static void forward_block(void *arg, size_t part, size_t item) {
     const forward_job *job = arg;
     const flash_shape *f = &job->f;

@@ -2,8 +2,12 @@
  * flash_lanes.h — the forward of plain problems with query rows across the
  * vector lanes (included by flash_kernel.h, after its shared pieces).
  *
- * Plain: raw scores (no softcap, ALiBi or sinks) and no dropout; masks,
- * windows, GQA and variable lengths are all here. The score tile is
+ * Every problem without dropout: masks, windows, GQA, variable lengths,
+ * softcap, ALiBi and sinks. Plain problems keep raw scores (flash_shape:
+ * raw); the others scale q by q_scale as the tiles do, and modify each
+ * score vector in registers (lane_mods), so that a modifier costs a few
+ * operations a vector where the row tiles pay a path of their own. The
+ * score tile is
  * LANE_KT keys x LANE_QV vectors of VW query rows: each step loads LANE_QV
  * vectors of q^T and broadcasts LANE_KT key values for LANE_KT * LANE_QV
  * fused multiply-adds, and the output tile is LANE_KT dims x the same rows.
@@ -87,17 +91,17 @@ static size_t lanes_workspace(const attn_attention_problem *p, size_t rows) {
     size_t D = p->head_dim, Dv = lane_dims(D), hc = heads_per_item(p, FBR, FORWARD_GROUP_TILE_FLOATS);
     /* per head: q^T (rows, D), o^T (rows, Dv), m, l (rows); a copied key
      * and value block (LBC, D), (LBC, Dv), the rows' key bounds (2 rows
-     * int32), and the packed head with its slot */
-    return hc * (rows * D + rows * Dv + 2 * rows) + LBC * D + LBC * Dv + 2 * rows + LANES_PACK_SLOT +
+     * int32) and ALiBi's near (rows), and the packed head with its slot */
+    return hc * (rows * D + rows * Dv + 2 * rows) + LBC * D + LBC * Dv + 3 * rows + LANES_PACK_SLOT +
            lanes_pack_floats(p);
 }
 
-/* The lane forward takes raw scores without dropout (the lse-only call
+/* The lane forward takes problems without dropout (the lse-only call
  * draws none), and key indices that fit int32 lanes. */
 static bool lanes_take(const flash_shape *f) {
     const attn_attention_problem *p = f->p;
     bool dropout = (float *)p->out.data != NULL && f->drop->kind != ATTN_DROP_NONE;
-    return f->raw && !dropout && p->kv_len <= (size_t)INT32_MAX - LBC;
+    return !dropout && p->kv_len <= (size_t)INT32_MAX - LBC;
 }
 
 /* One lane group's view of the keys: the union [lo, hi) of its rows' keys
@@ -122,14 +126,45 @@ static lane_group lane_group_of(const block_rows *br, size_t r0, size_t width) {
     return lg;
 }
 
-/* st (keys [t0, t1) of the block, LG lanes each) = the group's raw scores
- * against the block's keys kb (rows of kld floats), key j0 its first;
- * rows outside a key's [begin, end) get -inf where the tile is not seen
- * by all. mx, the lanes' running maxima, takes the new scores. */
+/* Softcap and ALiBi on a lane group's scores (base-2, q scaled), as
+ * modify_tile's: s = cap2 tanh(s / cap2), then s -= slope2 (|pos - j| -
+ * near), pos the row's position and near the distance to its nearest
+ * visible key. pos - j is exact in float (positions below 2^24), as a
+ * lane's row offset plus the group's pos0 - j. */
+typedef struct lane_mods {
+    float cap2, inv_cap2; /* 0, 0: no softcap */
+    float neg_slope2;     /* 0: no ALiBi */
+    int64_t pos0;         /* pos of the group's first row */
+    const float *near;    /* the group's rows' near (LG) */
+} lane_mods;
+
+/* Row offsets within a lane group, as floats. */
+static const float lane_row[48] = {
+    0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
+    24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47};
+_Static_assert(LG <= 48, "lane_row holds 48 rows");
+
+/* The modifiers on vector u of key j's scores. */
+static inline __attribute__((always_inline)) vec lane_modify(const lane_mods *md, vec x, size_t j,
+                                                             int u) {
+    if (md->cap2 != 0.0f) x = v_mul(v_set1(md->cap2), v_tanh(v_mul(x, v_set1(md->inv_cap2))));
+    if (md->neg_slope2 != 0.0f) {
+        vec at = v_add(v_load(lane_row + u * VW), v_set1((float)(md->pos0 - (int64_t)j)));
+        vec d = v_sub(v_abs(at), v_load(md->near + u * VW));
+        x = v_fma(v_set1(md->neg_slope2), d, x);
+    }
+    return x;
+}
+
+/* st (keys [t0, t1) of the block, LG lanes each) = the group's scores
+ * against the block's keys kb (rows of kld floats), key j0 its first, then
+ * the modifiers md (NULL: none); rows outside a key's [begin, end) get
+ * -inf where the tile is not seen by all. mx, the lanes' running maxima,
+ * takes the new scores. */
 static inline __attribute__((always_inline)) void
 lane_scores(const float *restrict qT, size_t D, int qv, const float *restrict kb, size_t kld,
             size_t j0, size_t t0, size_t t1, const lane_group *lg, const int32_t *begin,
-            const int32_t *end, float *restrict st, vec mx[LANE_QV]) {
+            const int32_t *end, const lane_mods *md, float *restrict st, vec mx[LANE_QV]) {
     for (size_t kt = t0; kt < t1; kt += LKT) {
         const float *k_t = kb + kt * kld;
         bool masked = !(j0 + kt >= lg->all_from && j0 + kt + LKT <= lg->all_to);
@@ -156,7 +191,17 @@ lane_scores(const float *restrict qT, size_t D, int qv, const float *restrict kb
         /* the mask and the maxima in a pass of their own, keeping a branch
          * on the mask out of the chains' sums */
         float *s_t = st + kt * LG;
-        if (masked) {
+        if (md) {
+            for (int i = 0; i < LKT; i++)
+                for (int u = 0; u < qv; u++) {
+                    float *s = s_t + i * LG + u * VW;
+                    size_t j = j0 + kt + (size_t)i;
+                    vec x = lane_modify(md, v_load(s), j, u);
+                    if (masked) x = v_keep_keys(x, (int32_t)j, begin + u * VW, end + u * VW);
+                    mx[u] = v_max(mx[u], x);
+                    v_store(s, x);
+                }
+        } else if (masked) {
             for (int i = 0; i < LKT; i++)
                 for (int u = 0; u < qv; u++) {
                     float *s = s_t + i * LG + u * VW;
@@ -254,6 +299,7 @@ typedef struct lane_step {
     const float *kb, *vb; /* vb NULL: no values (lse only) */
     size_t kld, vld, j0, t0, t1;
     const int32_t *begin, *end;
+    const lane_mods *mods; /* NULL: none */
     float *st;
     float exp_scale;
 } lane_step;
@@ -264,7 +310,8 @@ static inline __attribute__((always_inline)) void
 lane_step_of(const lane_step *s, size_t D, int qv, float *qT, float *oT, float *m, float *l) {
     vec mx[LANE_QV];
     for (int u = 0; u < qv; u++) mx[u] = v_set1(-INFINITY);
-    lane_scores(qT, D, qv, s->kb, s->kld, s->j0, s->t0, s->t1, s->lg, s->begin, s->end, s->st, mx);
+    lane_scores(qT, D, qv, s->kb, s->kld, s->j0, s->t0, s->t1, s->lg, s->begin, s->end, s->mods,
+                s->st, mx);
     /* m_new = max(m, block max); sums and outputs rescale by 2^((m -
      * m_new) c). A lane that has seen no key yet (m_new = -inf) subtracts
      * -FLT_MAX: its scores are -inf, its weights and alpha exactly 0.
@@ -416,8 +463,9 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
     float *m = oT + f->fhc * fbr * Dv, *l = m + f->fhc * fbr;
     float *kp = l + f->fhc * fbr, *vp = kp + LBC * D;
     int32_t *begin = (int32_t *)(vp + LBC * Dv), *end = begin + fbr;
-    lanes_pack *pack = (lanes_pack *)(void *)(vp + LBC * Dv + 2 * fbr);
-    float *k_pack = vp + LBC * Dv + 2 * fbr + LANES_PACK_SLOT;
+    float *near = vp + LBC * Dv + 2 * fbr; /* br's near as floats, 0 past rows */
+    lanes_pack *pack = (lanes_pack *)(void *)(vp + LBC * Dv + 3 * fbr);
+    float *k_pack = vp + LBC * Dv + 3 * fbr + LANES_PACK_SLOT;
     float *v_pack = k_pack + (p->kv_len + LBC) * D;
     bool packs = lanes_pack_floats(p) > 0;
     if (packs && (pack->b != b || pack->kvh != it->kvh)) *pack = (lanes_pack){.b = b, .kvh = it->kvh};
@@ -440,16 +488,25 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
     for (size_t r = 0; r < groups * LG; r++) {
         begin[r] = r < rows ? (int32_t)br->begin[r] : 0;
         end[r] = r < rows ? (int32_t)br->end[r] : 0;
+        near[r] = r < rows ? (float)br->near[r] : 0.0f;
     }
     for (size_t g = 0; g < nh; g++) {
-        const float *q = (const float *)p->q.data + row_at(p->q.st, b, seq, false, it->h0 + g, i0);
+        size_t h = it->h0 + g;
+        const float *q = (const float *)p->q.data + row_at(p->q.st, b, seq, false, h, i0);
         float *qT_g = qT + g * fbr * D;
         lanes_to_columns(q, p->q.st.t, rows, groups * LG, D, qT_g);
         if (top) top[0] = max_abs_rows(q, rows, p->q.st.t, D, top[0]);
+        if (f->q_scale != 1.0f) /* q * q_scale, as the row tiles' qs */
+            for (size_t x = 0; x < groups * LG * D; x += VW)
+                v_store(qT_g + x, v_mul(v_load(qT_g + x), v_set1(f->q_scale)));
         memset(oT + g * fbr * Dv, 0, groups * LG * Dv * sizeof *oT);
+        /* the sink starts each row's sum, as forward_block's: max = sink
+         * (less the ALiBi row shift), sum = 2^0 */
         for (size_t r = 0; r < groups * LG; r++) {
-            m[g * fbr + r] = -INFINITY;
-            l[g * fbr + r] = 0.0f;
+            bool sink = p->sinks && r < rows;
+            double shift = p->alibi_slopes && r < rows ? (double)p->alibi_slopes[h] * br->near[r] : 0.0;
+            m[g * fbr + r] = sink ? (float)((p->sinks[h] + shift) * LOG2E) : -INFINITY;
+            l[g * fbr + r] = sink ? 1.0f : 0.0f;
         }
     }
     lane_group lgs[FBR_MAX / LG];
@@ -508,24 +565,30 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             size_t lo = lg->lo > j0 ? lg->lo - j0 : 0, hi = lg->hi > j0 ? min_size(lg->hi - j0, cols) : 0;
             if (lo >= hi) continue; /* nothing seen: m, l and o stay */
             size_t t0 = lo / LKT * LKT, t1 = (hi + LKT - 1) / LKT * LKT;
+            lane_mods mods = {.cap2 = f->cap2, .inv_cap2 = f->inv_cap2,
+                              .pos0 = br->pos0 + (int64_t)r0, .near = near + r0};
             lane_step step = {.lg = lg, .kb = kb, .kld = kld, .vb = values ? vb : NULL, .vld = vld,
                               .j0 = j0, .t0 = t0, .t1 = t1, .begin = begin + r0, .end = end + r0,
-                              .st = st, .exp_scale = f->exp_scale};
+                              .mods = f->modified ? &mods : NULL, .st = st,
+                              .exp_scale = f->exp_scale};
             for (size_t g = 0; g < nh; g++) {
                 float *qT_g = qT + g * fbr * D + r0 * D, *oT_g = oT + g * fbr * Dv + r0 * Dv;
+                mods.neg_slope2 = -slope2_of(f, it->h0 + g);
                 lane_step_run(&step, D, widths[gi], qT_g, oT_g, m + g * fbr + r0, l + g * fbr + r0);
             }
         }
     }
     if (top) measure_unread_keys(p, seq, br, packs, job->windowed_pack, values, (const float *)p->k.data + k_at, (const float *)p->v.data + v_at, top);
-    /* out = o / l rounded once, lse = m scale + ln l in double (as
-     * forward_block's raw rows); a row that sees no key: 0 and -inf */
+    /* out = o / l rounded once, lse as forward_block's: m scale + ln l in
+     * double for raw scores, else (m + log2 l) / log2(e) less the ALiBi
+     * row shift; a row that sees no key: 0, and lse = sink or -inf */
     for (size_t g = 0; g < nh; g++) {
         size_t h = it->h0 + g;
+        double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
         if (values) {
             /* o / l in place, then back to rows; a row that saw no key has
-             * o = 0 and l = 0, and any other l >= 1 (its max's weight is
-             * exactly 1): dividing by max(l, 1) gives both */
+             * o = 0 and l = 0 (or the sink's 1), and any other l >= 1 (its
+             * max's weight is exactly 1): dividing by max(l, 1) gives both */
             float *oT_g = oT + g * fbr * Dv, *l_g = l + g * fbr;
             for (size_t r0 = 0; r0 < groups * LG; r0 += VW) {
                 vec l_r = v_max(v_load(l_g + r0), v_set1(1.0f));
@@ -539,9 +602,11 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             float l_r = l[g * fbr + r], m_r = m[g * fbr + r];
             bool live = br->begin[r] < br->end[r] && l_r > 0.0f;
             if (p->lse) {
-                float lse = -INFINITY, lo = 0.0f;
+                float lse = p->sinks ? p->sinks[h] : -INFINITY, lo = 0.0f;
                 if (live) {
-                    double exact = (double)m_r * p->scale + log((double)l_r);
+                    double exact = f->raw ? (double)m_r * p->scale + log((double)l_r)
+                                          : ((double)m_r + log2((double)l_r)) / LOG2E -
+                                                slope * br->near[r];
                     lse = (float)exact;
                     lo = (float)(exact - (double)lse);
                 }
