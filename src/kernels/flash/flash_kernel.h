@@ -132,12 +132,23 @@ static flash_shape flash_shape_of(const attn_attention_problem *p,
         f.inv_cap2 = (float)(1.0 / (p->softcap * LOG2E));
     }
     f.modified = f.cap2 != 0.0f || p->alibi_slopes;
-    /* raw scores need c > 0 (the row max must stay the max) and no sink
-     * (whose logit would be rounded into raw units) */
-    f.raw = !f.modified && !p->sinks && f.log2_scale > 0.0f;
+    /* raw scores need c > 0 (the row max must stay the max); a sink joins
+     * their sums at the end (join_sink) */
+    f.raw = !f.modified && f.log2_scale > 0.0f;
     f.q_scale = f.raw ? 1.0f : f.log2_scale;
     f.exp_scale = f.raw ? f.log2_scale : 1.0f;
     return f;
+}
+
+/* A row's sink joined to its raw scores' softmax once its keys are summed
+ * (m, the row max in raw units; l, the sum of 2^((s - m) c)), rather than
+ * starting the sums as a max in raw units, which would round the logit:
+ * returns the row's new divisor l + e^(sink - m scale), and *lse, the log
+ * of the whole sum, both in double. */
+static float join_sink(float m, float l, float sink, float scale, double *lse) {
+    double m2 = (double)m * scale, mx = m2 > sink ? m2 : sink;
+    *lse = mx + log((double)l * exp(m2 - mx) + exp(sink - mx));
+    return (float)((double)l + exp(sink - m2));
 }
 
 /* Whether every query row that sees a key sees its sequence's first key:
@@ -725,9 +736,10 @@ static void forward_block(void *arg, size_t part, size_t item) {
             for (size_t d = 0; d < D; d++) qs_g[r * D + d] = q[r * p->q.st.t + d] * f->q_scale;
         memset(qs_g + rows * D, 0, (FBR - rows) * D * sizeof *qs_g);
         memset(o + g * FBR * Dp, 0, FBR * Dp * sizeof *o);
-        /* the sink starts each row's sum: max = sink, sum = 2^0 */
+        /* the sink starts each row's sum of scaled scores: max = sink,
+         * sum = 2^0; raw scores join it at the end (join_sink) */
         for (size_t r = 0; r < FBR; r++) {
-            bool sink = p->sinks && r < rows;
+            bool sink = p->sinks && !f->raw && r < rows;
             double shift = p->alibi_slopes ? (double)p->alibi_slopes[h] * br.near[r] : 0.0;
             m[g * FBR + r] = sink ? (float)((p->sinks[h] + shift) * LOG2E) : -INFINITY;
             memset(l + (g * FBR + r) * VW, 0, VW * sizeof *l);
@@ -803,32 +815,32 @@ static void forward_block(void *arg, size_t part, size_t item) {
             }
         }
     }
-    /* out = o / l; lse = ln(sum exp(s)): m scale + ln l for raw scores,
-     * else (m + log2 l) / log2(e) less the ALiBi row shift; a row that sees
-     * no key: 0, and lse = sink or -inf */
+    /* out = o / l; lse = ln(sum exp(s)): m scale + ln l for raw scores
+     * (the sink joined: join_sink), else (m + log2 l) / log2(e) less the
+     * ALiBi row shift; a row that sees no key: 0, and lse = sink or -inf */
     for (size_t g = 0; g < nh; g++) {
         size_t h = it.h0 + g;
         double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
         for (size_t r = 0; r < rows; r++) {
             size_t gr = g * FBR + r;
-            bool seen = br.begin[r] < br.end[r];
             float l_gr = v_hsum(v_load(l + gr * VW));
+            bool live = br.begin[r] < br.end[r] && l_gr > 0.0f;
+            float lse = p->sinks ? p->sinks[h] : -INFINITY, lo = 0.0f;
+            if (live) {
+                double exact;
+                if (f->raw && p->sinks) l_gr = join_sink(m[gr], l_gr, p->sinks[h], p->scale, &exact);
+                else if (f->raw) exact = (double)m[gr] * p->scale + log((double)l_gr);
+                else exact = ((double)m[gr] + log2((double)l_gr)) / LOG2E - slope * br.near[r];
+                lse = (float)exact;
+                lo = (float)(exact - (double)lse);
+            }
             if (values) {
                 float *out_r = (float *)p->out.data + row_at(p->out.st, b, &seq, false, h, i0 + r);
                 /* o / l rounded once (a reciprocal, then a product, rounds
                  * twice; the backward's delta = dO . out feels it) */
-                bool live = seen && l_gr > 0.0f;
                 for (size_t d = 0; d < D; d++) out_r[d] = live ? o[gr * Dp + d] / l_gr : 0.0f;
             }
             if (p->lse) {
-                float lse = p->sinks ? p->sinks[h] : -INFINITY, lo = 0.0f;
-                if (seen && l_gr > 0.0f) {
-                    double exact = f->raw ? (double)m[gr] * p->scale + log((double)l_gr)
-                                          : ((double)m[gr] + log2((double)l_gr)) / LOG2E -
-                                                slope * br.near[r];
-                    lse = (float)exact;
-                    lo = (float)(exact - (double)lse);
-                }
                 p->lse[attn_lse_index(p, b, h, i0 + r)] = lse;
                 if (p->lse_lo) p->lse_lo[attn_lse_index(p, b, h, i0 + r)] = lo;
             }

@@ -500,10 +500,11 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             for (size_t x = 0; x < groups * LG * D; x += VW)
                 v_store(qT_g + x, v_mul(v_load(qT_g + x), v_set1(f->q_scale)));
         memset(oT + g * fbr * Dv, 0, groups * LG * Dv * sizeof *oT);
-        /* the sink starts each row's sum, as forward_block's: max = sink
-         * (less the ALiBi row shift), sum = 2^0 */
+        /* the sink starts each row's sum of scaled scores, as
+         * forward_block's: max = sink (less the ALiBi row shift), sum =
+         * 2^0; raw scores join it at the end (join_sink) */
         for (size_t r = 0; r < groups * LG; r++) {
-            bool sink = p->sinks && r < rows;
+            bool sink = p->sinks && !f->raw && r < rows;
             double shift = p->alibi_slopes && r < rows ? (double)p->alibi_slopes[h] * br->near[r] : 0.0;
             m[g * fbr + r] = sink ? (float)((p->sinks[h] + shift) * LOG2E) : -INFINITY;
             l[g * fbr + r] = sink ? 1.0f : 0.0f;
@@ -579,12 +580,30 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
         }
     }
     if (top) measure_unread_keys(p, seq, br, packs, job->windowed_pack, values, (const float *)p->k.data + k_at, (const float *)p->v.data + v_at, top);
-    /* out = o / l rounded once, lse as forward_block's: m scale + ln l in
-     * double for raw scores, else (m + log2 l) / log2(e) less the ALiBi
-     * row shift; a row that sees no key: 0, and lse = sink or -inf */
+    /* lse as forward_block's: m scale + ln l in double for raw scores
+     * (the sink joined: join_sink), else (m + log2 l) / log2(e) less the
+     * ALiBi row shift; a row that sees no key: lse = sink or -inf, out 0.
+     * Then out = o / l rounded once. */
     for (size_t g = 0; g < nh; g++) {
         size_t h = it->h0 + g;
         double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
+        for (size_t r = 0; r < rows; r++) {
+            float *l_r = &l[g * fbr + r], m_r = m[g * fbr + r];
+            bool live = br->begin[r] < br->end[r] && *l_r > 0.0f;
+            float lse = p->sinks ? p->sinks[h] : -INFINITY, lo = 0.0f;
+            if (live) {
+                double exact;
+                if (f->raw && p->sinks) *l_r = join_sink(m_r, *l_r, p->sinks[h], p->scale, &exact);
+                else if (f->raw) exact = (double)m_r * p->scale + log((double)*l_r);
+                else exact = ((double)m_r + log2((double)*l_r)) / LOG2E - slope * br->near[r];
+                lse = (float)exact;
+                lo = (float)(exact - (double)lse);
+            }
+            if (p->lse) {
+                p->lse[attn_lse_index(p, b, h, i0 + r)] = lse;
+                if (p->lse_lo) p->lse_lo[attn_lse_index(p, b, h, i0 + r)] = lo;
+            }
+        }
         if (values) {
             /* o / l in place, then back to rows; a row that saw no key has
              * o = 0 and l = 0 (or the sink's 1), and any other l >= 1 (its
@@ -597,22 +616,6 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             }
             lanes_to_rows(oT_g, rows, D, Dv, (float *)p->out.data + row_at(p->out.st, b, seq, false, h, i0),
                           p->out.st.t);
-        }
-        for (size_t r = 0; r < rows; r++) {
-            float l_r = l[g * fbr + r], m_r = m[g * fbr + r];
-            bool live = br->begin[r] < br->end[r] && l_r > 0.0f;
-            if (p->lse) {
-                float lse = p->sinks ? p->sinks[h] : -INFINITY, lo = 0.0f;
-                if (live) {
-                    double exact = f->raw ? (double)m_r * p->scale + log((double)l_r)
-                                          : ((double)m_r + log2((double)l_r)) / LOG2E -
-                                                slope * br->near[r];
-                    lse = (float)exact;
-                    lo = (float)(exact - (double)lse);
-                }
-                p->lse[attn_lse_index(p, b, h, i0 + r)] = lse;
-                if (p->lse_lo) p->lse_lo[attn_lse_index(p, b, h, i0 + r)] = lo;
-            }
         }
     }
 }
