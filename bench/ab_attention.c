@@ -16,6 +16,8 @@
  *                   (window_left = window_right = W - 1; with --causal the
  *                   book's sliding_window_size W); with --decode or
  *                   --prefill, a cache layer that keeps its last W tokens
+ *     --softcap C   softcap C (Gemma 2); --alibi: ALiBi slopes 2^(-8 (h + 1) / H);
+ *     --sinks       one sink logit per head, 0.5 (gpt-oss)
  *     --varlen      cu_seqlens: the B sequences packed, sequence b of
  *                   T - b * T / (2B) tokens (T the longest), layout bthd
  *     --threads N   the ctx's threads (1)
@@ -61,6 +63,7 @@
 #include "attn.h"
 
 #include <dlfcn.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -411,6 +414,9 @@ static void print_job(const job *j, size_t threads, size_t rounds, int peers_lay
            c->head_dim, c->causal ? "causal" : "no mask");
     if (window) printf(" window %zu", window);
     if (c->cu_seqlens_q) printf(" varlen");
+    if (c->softcap > 0.0) printf(" softcap %g", c->softcap);
+    if (c->alibi_slopes) printf(" alibi");
+    if (c->sinks) printf(" sinks");
     printf(", %zu thread%s, %s%s, %zu rounds, layout %s\n", threads, plural,
            j->path == PATH_BF16  ? "bf16 "
            : j->path == PATH_F64 ? "f64 "
@@ -420,7 +426,8 @@ static void print_job(const job *j, size_t threads, size_t rounds, int peers_lay
 
 static int usage(void) {
     fprintf(stderr, "usage: ab_attention [--tokens T] [--heads H] [--kv-heads HKV] "
-                    "[--head-dim D] [--batch B] [--causal] [--window W] [--varlen] "
+                    "[--head-dim D] [--batch B] [--causal] [--window W] [--softcap C] [--alibi] "
+                    "[--sinks] [--varlen] "
                     "[--threads N] [--rounds R] [--mode fwd|fwdbwd|bwd] [--layout peers|bthd] "
                     "[--layer | --bf16 | --f64 | [--decode L] [--prefill N] [--paged] [--kv-dtype T] "
                     "[--page-size P]] OLD.so NEW.so [MORE.so ...]\n");
@@ -431,6 +438,8 @@ int main(int argc, char **argv) {
     size_t T = 1024, H = 12, HKV = 0, B = 1, D = 64, threads = 1, rounds = 21, count = 0;
     size_t window = 0, cached = 0, new_rows = 0, page_size = 16;
     int causal = 0, peers_layout = 1, varlen = 0, paged = 0, cache = 0, paths = 0, mode = 0;
+    int alibi = 0, sinks = 0;
+    double softcap = 0.0;
     const char *kv_dtype = "f32";
     job j = {.path = PATH_F32, .forward = 1};
     build builds[MAX_BUILDS] = {{0}};
@@ -438,6 +447,8 @@ int main(int argc, char **argv) {
         const char *a = argv[i], *value = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--causal")) causal = 1;
         else if (!strcmp(a, "--varlen")) varlen = 1;
+        else if (!strcmp(a, "--alibi")) alibi = 1;
+        else if (!strcmp(a, "--sinks")) sinks = 1;
         else if (!strcmp(a, "--paged")) paged = 1;
         else if (!strcmp(a, "--layer")) j.path = PATH_LAYER, paths++;
         else if (!strcmp(a, "--bf16")) j.path = PATH_BF16, paths++;
@@ -451,6 +462,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) threads = strtoul(argv[++i], NULL, 10);
         else if (!strcmp(a, "--rounds")) rounds = strtoul(argv[++i], NULL, 10);
         else if (!strcmp(a, "--window")) window = strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(a, "--softcap")) softcap = strtod(argv[++i], NULL);
         else if (!strcmp(a, "--decode")) cached = strtoul(argv[++i], NULL, 10), cache = 1;
         else if (!strcmp(a, "--prefill")) new_rows = strtoul(argv[++i], NULL, 10), cache = 1;
         else if (!strcmp(a, "--page-size")) page_size = strtoul(argv[++i], NULL, 10);
@@ -547,6 +559,20 @@ int main(int argc, char **argv) {
         j.cfg.window_left = j.cfg.window_right = (long long)window - 1;
     }
     if (varlen) j.cfg.cu_seqlens_q = j.cfg.cu_seqlens_kv = cu_seqlens;
+    j.cfg.softcap = softcap;
+    if (alibi || sinks) {
+        float *per_head = calloc(3 * H, sizeof *per_head);
+        if (!per_head) return 1;
+        for (size_t h = 0; h < H; h++) {
+            per_head[h] = (float)pow(2.0, -8.0 * (double)(h + 1) / (double)H);
+            per_head[H + h] = 0.5f;
+        }
+        if (alibi) j.cfg.alibi_slopes = per_head;
+        if (sinks) {
+            j.cfg.sinks = per_head + H;
+            j.cfg.sinks_grad = per_head + 2 * H;
+        }
+    }
     if (peers_layout) {
         size_t bhtd[3] = {H * T * D, D, T * D}, bthd[3] = {T * H * D, H * D, D};
         size_t kv_bhtd[3] = {HKV * T * D, D, T * D};
