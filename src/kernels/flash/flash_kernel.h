@@ -151,6 +151,21 @@ static float join_sink(float m, float l, float sink, float scale, double *lse) {
     return (float)((double)l + exp(sink - m2));
 }
 
+/* A row's lse (*exact, in double) from its max m and sum l in the
+ * forward's units, for head h: m scale + ln l for raw scores (the sink
+ * joined: join_sink), else (m + log2 l) / log2(e) less the ALiBi row
+ * shift (near: the row's distance to its nearest visible key). Returns the
+ * row's divisor of o: l, or l with the sink joined. */
+static float row_lse(const flash_shape *f, size_t h, float m, float l, int64_t near,
+                     double *exact) {
+    const attn_attention_problem *p = f->p;
+    if (f->raw && p->sinks) return join_sink(m, l, p->sinks[h], p->scale, exact);
+    double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
+    *exact = f->raw ? (double)m * p->scale + log((double)l)
+                    : ((double)m + log2((double)l)) / LOG2E - slope * (double)near;
+    return l;
+}
+
 /* Whether every query row that sees a key sees its sequence's first key:
  * no left window, and a mask's row intervals (attn_visible_keys) that all
  * begin at key 0 where they hold a key (causal, prefix-LM, key padding
@@ -815,12 +830,10 @@ static void forward_block(void *arg, size_t part, size_t item) {
             }
         }
     }
-    /* out = o / l; lse = ln(sum exp(s)): m scale + ln l for raw scores
-     * (the sink joined: join_sink), else (m + log2 l) / log2(e) less the
-     * ALiBi row shift; a row that sees no key: 0, and lse = sink or -inf */
+    /* out = o / l; lse = ln(sum exp(s)) (row_lse); a row that sees no
+     * key: 0, and lse = sink or -inf */
     for (size_t g = 0; g < nh; g++) {
         size_t h = it.h0 + g;
-        double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
         for (size_t r = 0; r < rows; r++) {
             size_t gr = g * FBR + r;
             float l_gr = v_hsum(v_load(l + gr * VW));
@@ -828,9 +841,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
             float lse = p->sinks ? p->sinks[h] : -INFINITY, lo = 0.0f;
             if (live) {
                 double exact;
-                if (f->raw && p->sinks) l_gr = join_sink(m[gr], l_gr, p->sinks[h], p->scale, &exact);
-                else if (f->raw) exact = (double)m[gr] * p->scale + log((double)l_gr);
-                else exact = ((double)m[gr] + log2((double)l_gr)) / LOG2E - slope * br.near[r];
+                l_gr = row_lse(f, h, m[gr], l_gr, br.near[r], &exact);
                 lse = (float)exact;
                 lo = (float)(exact - (double)lse);
             }

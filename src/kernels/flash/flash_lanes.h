@@ -1,13 +1,12 @@
 /*
- * flash_lanes.h — the forward of plain problems with query rows across the
- * vector lanes (included by flash_kernel.h, after its shared pieces).
+ * flash_lanes.h — the forward of problems without dropout, with query rows
+ * across the vector lanes (included by flash_kernel.h, after its shared pieces).
  *
- * Every problem without dropout: masks, windows, GQA, variable lengths,
- * softcap, ALiBi and sinks. Plain problems keep raw scores (flash_shape:
- * raw); the others scale q by q_scale as the tiles do, and modify each
- * score vector in registers (lane_mods), so that a modifier costs a few
- * operations a vector where the row tiles pay a path of their own. The
- * score tile is
+ * Masks, windows, GQA, variable lengths, softcap, ALiBi and sinks are all
+ * here. Problems without softcap and ALiBi keep raw scores (flash_shape:
+ * raw); the others scale q by q_scale as the tiles do and modify each score
+ * vector in registers (lane_mods): a modifier costs a few operations a
+ * vector, not a path of its own. The score tile is
  * LANE_KT keys x LANE_QV vectors of VW query rows: each step loads LANE_QV
  * vectors of q^T and broadcasts LANE_KT key values for LANE_KT * LANE_QV
  * fused multiply-adds, and the output tile is LANE_KT dims x the same rows.
@@ -580,22 +579,17 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
         }
     }
     if (top) measure_unread_keys(p, seq, br, packs, job->windowed_pack, values, (const float *)p->k.data + k_at, (const float *)p->v.data + v_at, top);
-    /* lse as forward_block's: m scale + ln l in double for raw scores
-     * (the sink joined: join_sink), else (m + log2 l) / log2(e) less the
-     * ALiBi row shift; a row that sees no key: lse = sink or -inf, out 0.
-     * Then out = o / l rounded once. */
+    /* lse as forward_block's (row_lse); a row that sees no key: lse = sink
+     * or -inf, out 0. Then out = o / l rounded once. */
     for (size_t g = 0; g < nh; g++) {
         size_t h = it->h0 + g;
-        double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
         for (size_t r = 0; r < rows; r++) {
             float *l_r = &l[g * fbr + r], m_r = m[g * fbr + r];
             bool live = br->begin[r] < br->end[r] && *l_r > 0.0f;
             float lse = p->sinks ? p->sinks[h] : -INFINITY, lo = 0.0f;
             if (live) {
                 double exact;
-                if (f->raw && p->sinks) *l_r = join_sink(m_r, *l_r, p->sinks[h], p->scale, &exact);
-                else if (f->raw) exact = (double)m_r * p->scale + log((double)*l_r);
-                else exact = ((double)m_r + log2((double)*l_r)) / LOG2E - slope * br->near[r];
+                *l_r = row_lse(f, h, m_r, *l_r, br->near[r], &exact);
                 lse = (float)exact;
                 lo = (float)(exact - (double)lse);
             }
