@@ -1315,7 +1315,7 @@ static void rows_seeing(const flash_shape *f, const attn_attention_seq *seq, siz
 static void rows_tiles(const flash_shape *f, const backward_tiles *t, size_t at,
                        backward_tiles *rt) {
     rt->qs = t->qs_all + at * f->Dp;
-    rt->q = rt->qs; /* q * q_scale: dk's factor is scale / q_scale (key_span_gradients) */
+    rt->q = rt->qs; /* raw scores only: q_scale = 1 */
     rt->dO = t->dO_all + at * f->Dp;
     rt->lse2 = t->lse2_all + at;
     rt->lse_lo = t->lse_lo_all + at;
@@ -1379,7 +1379,7 @@ static void key_span_gradients(const backward_job *job, const backward_tiles *t,
         for (size_t g = 0; g < f->G; g++) {
             size_t h = kvh * f->G + g;
             backward_tiles rt = *t; /* the rows' tiles: packed now, or once for the item */
-            if (dq_sums)
+            if (dq_sums && f->raw)
                 rows_tiles(f, t, g * rows_pad + i0, &rt);
             else
                 pack_queries(job, t, 0, b, seq, h, &br, true);
@@ -1398,9 +1398,6 @@ static void key_span_gradients(const backward_job *job, const backward_tiles *t,
             }
         }
     }
-    /* dk sums dS^T q, with q scaled by q_scale where the one pass packed it
-     * (rows_tiles): 1 for raw scores */
-    float dk_factor = dq_sums ? (float)((double)p->scale / f->q_scale) : p->scale;
     for (size_t s = 0; s < blocks; s++) {
         size_t js = j0 + s * BC, cols = min_size(j_end - js, BC);
         const float *dk = kts[s].kv0, *dv = kts[s].kv1;
@@ -1412,7 +1409,7 @@ static void key_span_gradients(const backward_job *job, const backward_tiles *t,
                 prefetch_row_for_write(dv_out + (jj + ROWS_AHEAD) * p->v.st.t, D);
             }
             for (size_t d = 0; d < D; d++) {
-                dk_out[jj * p->k.st.t + d] = dk[jj * Dp + d] * dk_factor;
+                dk_out[jj * p->k.st.t + d] = dk[jj * Dp + d] * p->scale;
                 dv_out[jj * p->v.st.t + d] = dv[jj * Dp + d];
             }
         }
@@ -1499,11 +1496,12 @@ static void backward_heads(void *arg, size_t part, size_t item) {
     memset(t.dq_sums, 0, f->G * rows_pad * Dp * sizeof *t.dq_sums);
     memset(t.peaks_all, 0, f->G * rows_pad * sizeof *t.peaks_all);
     memset(t.resid_lanes_all, 0, f->G * rows_pad * VW * sizeof *t.resid_lanes_all);
-    /* every head's rows packed once (not once per key span), on the grid of
-     * BR the spans' query blocks use: ALiBi's row shift in the packed lse
-     * (block_rows' near) is a row's own */
+    /* raw scores: every head's rows packed once (not once per key block).
+     * Softcap and ALiBi pack per block: ALiBi's row shift (block_rows'
+     * near) depends on the block's rows, and the packed lse must use the
+     * shift the block's score tiles use. */
     block_rows br;
-    for (size_t g = 0; g < f->G; g++)
+    for (size_t g = 0; g < f->G && f->raw; g++)
         for (size_t i0 = 0; i0 < seq.q_len; i0 += BR) {
             backward_tiles rt = t;
             rows_tiles(f, &t, g * rows_pad + i0, &rt);
