@@ -137,18 +137,16 @@ typedef struct lane_mods {
     const float *near;    /* the group's rows' near (LG) */
 } lane_mods;
 
-/* Row offsets within a lane group, as floats. */
-static const float lane_row[48] = {
-    0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23,
-    24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47};
-_Static_assert(LG <= 48, "lane_row holds 48 rows");
+/* A lane's row offset within its group, as a float: flash_kernel.h's
+ * lane_of (0, 1, ... 63). */
+_Static_assert(LG <= 64, "lane_of holds 64 offsets");
 
 /* The modifiers on vector u of key j's scores. */
 static inline __attribute__((always_inline)) vec lane_modify(const lane_mods *md, vec x, size_t j,
                                                              int u) {
     if (md->cap2 != 0.0f) x = v_mul(v_set1(md->cap2), v_tanh(v_mul(x, v_set1(md->inv_cap2))));
     if (md->neg_slope2 != 0.0f) {
-        vec at = v_add(v_load(lane_row + u * VW), v_set1((float)(md->pos0 - (int64_t)j)));
+        vec at = v_add(v_load(lane_of + u * VW), v_set1((float)(md->pos0 - (int64_t)j)));
         vec d = v_sub(v_abs(at), v_load(md->near + u * VW));
         x = v_fma(v_set1(md->neg_slope2), d, x);
     }
