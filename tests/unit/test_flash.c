@@ -173,6 +173,21 @@ static void make_case(flash_case *c, uint64_t *seed, int index) {
         free(c->sinks);
         c->slopes = c->sinks = NULL;
     }
+    if (index % 30 == 16) {
+        /* ALiBi over one key per sequence, seen by the first rows alone
+         * (rows at pos in [0, w] or, without causal, pos <= w), in the
+         * one pass: the rows that see a key span are a shorter block than
+         * the query block the pass packs, and both shift by each row's
+         * distance to the key (near, nonzero at pos != 0) */
+        p->kv_len = 1;
+        p->q_len = 8 + below(seed, 80);
+        p->window = true;
+        p->window_left = 1 + (int64_t)below(seed, 6);
+        p->window_right = -1;
+        p->diagonal = ATTN_DIAGONAL_OFFSET;
+        p->q_offset = p->causal ? 0 : -(int64_t)below(seed, 3);
+        if (!c->slopes) c->slopes = random_floats(seed, p->q_heads, 0.05, 0.25);
+    }
     p->alibi_slopes = c->slopes;
     p->sinks = c->sinks;
 

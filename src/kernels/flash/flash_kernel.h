@@ -227,11 +227,16 @@ static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0
     attn_visible_keys(f->p, s, i0 + rows - 1, &lo1, &hi1);
     if (lo0 == 0 && hi1 == s->kv_len && lo1 == 0 && hi0 == s->kv_len && hi0 > 0) {
         /* every row sees every key (no mask, or none reaching this block):
-         * both ends grow with the row, so the first and last rows tell */
+         * both ends grow with the row, so the first and last rows tell.
+         * near is still the row's own (a row may sit outside the keys):
+         * the one-pass backward packs lse for rows of a longer block than
+         * its score tiles take, and both must shift by the same near */
+        int64_t S = (int64_t)s->kv_len;
         for (size_t r = 0; r < fill; r++) {
+            int64_t pos = br->pos0 + (int64_t)r;
             br->begin[r] = 0;
             br->end[r] = r < rows ? s->kv_len : 0;
-            br->near[r] = 0;
+            br->near[r] = r >= rows ? 0 : pos < 0 ? -pos : pos >= S ? pos - S + 1 : 0;
         }
         br->first = br->all_from = 0;
         br->last = br->all_to = s->kv_len;
@@ -973,7 +978,7 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 #define ONE_PASS_FLOATS ((size_t)1 << 24)
 
 /* Floats of one item's rows in the one-pass backward: for the group's heads
- * x its query blocks' rows, dq sums and (raw scores) q and dO (Dp each) and
+ * x its query blocks' rows, dq sums, q (times q_scale) and dO (Dp each) and
  * lse, lse_lo, delta, an attn_row_peak and VW resid lanes; 0 when the two
  * passes run. The choice depends on the problem alone, never on the
  * threads, so that every thread count gives the same bits.
@@ -1315,7 +1320,7 @@ static void rows_seeing(const flash_shape *f, const attn_attention_seq *seq, siz
 static void rows_tiles(const flash_shape *f, const backward_tiles *t, size_t at,
                        backward_tiles *rt) {
     rt->qs = t->qs_all + at * f->Dp;
-    rt->q = rt->qs; /* raw scores only: q_scale = 1 */
+    rt->q = rt->qs; /* q * q_scale: dk's factor is scale / q_scale (key_span_gradients) */
     rt->dO = t->dO_all + at * f->Dp;
     rt->lse2 = t->lse2_all + at;
     rt->lse_lo = t->lse_lo_all + at;
@@ -1379,7 +1384,7 @@ static void key_span_gradients(const backward_job *job, const backward_tiles *t,
         for (size_t g = 0; g < f->G; g++) {
             size_t h = kvh * f->G + g;
             backward_tiles rt = *t; /* the rows' tiles: packed now, or once for the item */
-            if (dq_sums && f->raw)
+            if (dq_sums)
                 rows_tiles(f, t, g * rows_pad + i0, &rt);
             else
                 pack_queries(job, t, 0, b, seq, h, &br, true);
@@ -1398,6 +1403,9 @@ static void key_span_gradients(const backward_job *job, const backward_tiles *t,
             }
         }
     }
+    /* dk sums dS^T q, with q scaled by q_scale where the one pass packed it
+     * (rows_tiles): 1 for raw scores */
+    float dk_factor = dq_sums ? (float)((double)p->scale / f->q_scale) : p->scale;
     for (size_t s = 0; s < blocks; s++) {
         size_t js = j0 + s * BC, cols = min_size(j_end - js, BC);
         const float *dk = kts[s].kv0, *dv = kts[s].kv1;
@@ -1409,7 +1417,7 @@ static void key_span_gradients(const backward_job *job, const backward_tiles *t,
                 prefetch_row_for_write(dv_out + (jj + ROWS_AHEAD) * p->v.st.t, D);
             }
             for (size_t d = 0; d < D; d++) {
-                dk_out[jj * p->k.st.t + d] = dk[jj * Dp + d] * p->scale;
+                dk_out[jj * p->k.st.t + d] = dk[jj * Dp + d] * dk_factor;
                 dv_out[jj * p->v.st.t + d] = dv[jj * Dp + d];
             }
         }
@@ -1496,12 +1504,11 @@ static void backward_heads(void *arg, size_t part, size_t item) {
     memset(t.dq_sums, 0, f->G * rows_pad * Dp * sizeof *t.dq_sums);
     memset(t.peaks_all, 0, f->G * rows_pad * sizeof *t.peaks_all);
     memset(t.resid_lanes_all, 0, f->G * rows_pad * VW * sizeof *t.resid_lanes_all);
-    /* raw scores: every head's rows packed once (not once per key block).
-     * Softcap and ALiBi pack per block: ALiBi's row shift (block_rows'
-     * near) depends on the block's rows, and the packed lse must use the
-     * shift the block's score tiles use. */
+    /* every head's rows packed once (not once per key span), on the grid of
+     * BR the spans' query blocks use: ALiBi's row shift in the packed lse
+     * (block_rows' near) is a row's own */
     block_rows br;
-    for (size_t g = 0; g < f->G && f->raw; g++)
+    for (size_t g = 0; g < f->G; g++)
         for (size_t i0 = 0; i0 < seq.q_len; i0 += BR) {
             backward_tiles rt = t;
             rows_tiles(f, &t, g * rows_pad + i0, &rt);
