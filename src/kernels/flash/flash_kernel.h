@@ -151,19 +151,47 @@ static float join_sink(float m, float l, float sink, float scale, double *lse) {
     return (float)((double)l + exp(sink - m2));
 }
 
-/* A row's lse (*exact, in double) from its max m and sum l in the
- * forward's units, for head h: m scale + ln l for raw scores (the sink
- * joined: join_sink), else (m + log2 l) / log2(e) less the ALiBi row
- * shift (near: the row's distance to its nearest visible key). Returns the
- * row's divisor of o: l, or l with the sink joined. */
-static float row_lse(const flash_shape *f, size_t h, float m, float l, int64_t near,
-                     double *exact) {
+/* A row's end, for head h from its max m and sum *l in the forward's
+ * units: *lse, the log of its sum, and *lo, that float's rounding error.
+ * m scale + ln l for raw scores (the sink joined: join_sink, and *l its new
+ * divisor of o), else (m + log2 l) / log2(e) less the ALiBi row shift
+ * (near: the row's distance to its nearest visible key), each in double. A
+ * row that sees no key (seen false, or l 0): lse = the sink or -inf, lo 0.
+ * Whether the row saw a key. */
+static bool row_lse(const flash_shape *f, size_t h, float m, float *l, bool seen, int64_t near,
+                    float *lse, float *lo) {
     const attn_attention_problem *p = f->p;
-    if (f->raw && p->sinks) return join_sink(m, l, p->sinks[h], p->scale, exact);
-    double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
-    *exact = f->raw ? (double)m * p->scale + log((double)l)
-                    : ((double)m + log2((double)l)) / LOG2E - slope * (double)near;
-    return l;
+    *lse = p->sinks ? p->sinks[h] : -INFINITY;
+    *lo = 0.0f;
+    if (!(seen && *l > 0.0f)) return false;
+    double exact, slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
+    if (f->raw && p->sinks) *l = join_sink(m, *l, p->sinks[h], p->scale, &exact);
+    else
+        exact = f->raw ? (double)m * p->scale + log((double)*l)
+                       : ((double)m + log2((double)*l)) / LOG2E - slope * (double)near;
+    *lse = (float)exact;
+    *lo = (float)(exact - (double)*lse);
+    return true;
+}
+
+/* Whether a row (row false: past the block's rows) starts its sums at
+ * head h's sink: with scaled scores, max = the sink in the forward's units
+ * (less the ALiBi row shift, near) and sum = 2^0; raw scores join it at the
+ * end (join_sink). *m = that max, else -inf. */
+static bool sink_start(const flash_shape *f, size_t h, bool row, int64_t near, float *m) {
+    const attn_attention_problem *p = f->p;
+    *m = -INFINITY;
+    if (!row || !p->sinks || f->raw) return false;
+    double shift = p->alibi_slopes ? (double)p->alibi_slopes[h] * near : 0.0;
+    *m = (float)((p->sinks[h] + shift) * LOG2E);
+    return true;
+}
+
+/* The distance from pos to the nearest of keys [lo, hi) (0 inside, or
+ * where there is none): ALiBi's row shift. */
+static int64_t row_near(int64_t pos, size_t lo, size_t hi) {
+    if (lo >= hi) return 0;
+    return pos < (int64_t)lo ? (int64_t)lo - pos : pos >= (int64_t)hi ? pos - (int64_t)hi + 1 : 0;
 }
 
 /* Whether every query row that sees a key sees its sequence's first key:
@@ -231,12 +259,10 @@ static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0
          * near is still the row's own (a row may sit outside the keys):
          * the one-pass backward packs lse for rows of a longer block than
          * its score tiles take, and both must shift by the same near */
-        int64_t S = (int64_t)s->kv_len;
         for (size_t r = 0; r < fill; r++) {
-            int64_t pos = br->pos0 + (int64_t)r;
             br->begin[r] = 0;
             br->end[r] = r < rows ? s->kv_len : 0;
-            br->near[r] = r >= rows ? 0 : pos < 0 ? -pos : pos >= S ? pos - S + 1 : 0;
+            br->near[r] = row_near(br->pos0 + (int64_t)r, 0, br->end[r]);
         }
         br->first = br->all_from = 0;
         br->last = br->all_to = s->kv_len;
@@ -256,9 +282,7 @@ static void rows_of(const flash_shape *f, const attn_attention_seq *s, size_t i0
         if (lo >= hi) hi = lo;
         br->begin[r] = lo;
         br->end[r] = hi;
-        int64_t pos = br->pos0 + (int64_t)r;
-        br->near[r] = lo >= hi ? 0 : pos < (int64_t)lo ? (int64_t)lo - pos
-                                    : pos >= (int64_t)hi ? pos - (int64_t)hi + 1 : 0;
+        br->near[r] = row_near(br->pos0 + (int64_t)r, lo, hi);
         if (lo < hi) {
             if (lo < br->first) br->first = lo;
             if (hi > br->last) br->last = hi;
@@ -756,12 +780,8 @@ static void forward_block(void *arg, size_t part, size_t item) {
             for (size_t d = 0; d < D; d++) qs_g[r * D + d] = q[r * p->q.st.t + d] * f->q_scale;
         memset(qs_g + rows * D, 0, (FBR - rows) * D * sizeof *qs_g);
         memset(o + g * FBR * Dp, 0, FBR * Dp * sizeof *o);
-        /* the sink starts each row's sum of scaled scores: max = sink,
-         * sum = 2^0; raw scores join it at the end (join_sink) */
         for (size_t r = 0; r < FBR; r++) {
-            bool sink = p->sinks && !f->raw && r < rows;
-            double shift = p->alibi_slopes ? (double)p->alibi_slopes[h] * br.near[r] : 0.0;
-            m[g * FBR + r] = sink ? (float)((p->sinks[h] + shift) * LOG2E) : -INFINITY;
+            bool sink = sink_start(f, h, r < rows, r < rows ? br.near[r] : 0, &m[g * FBR + r]);
             memset(l + (g * FBR + r) * VW, 0, VW * sizeof *l);
             l[(g * FBR + r) * VW] = sink ? 1.0f : 0.0f;
         }
@@ -841,15 +861,8 @@ static void forward_block(void *arg, size_t part, size_t item) {
         size_t h = it.h0 + g;
         for (size_t r = 0; r < rows; r++) {
             size_t gr = g * FBR + r;
-            float l_gr = v_hsum(v_load(l + gr * VW));
-            bool live = br.begin[r] < br.end[r] && l_gr > 0.0f;
-            float lse = p->sinks ? p->sinks[h] : -INFINITY, lo = 0.0f;
-            if (live) {
-                double exact;
-                l_gr = row_lse(f, h, m[gr], l_gr, br.near[r], &exact);
-                lse = (float)exact;
-                lo = (float)(exact - (double)lse);
-            }
+            float l_gr = v_hsum(v_load(l + gr * VW)), lse, lo;
+            bool live = row_lse(f, h, m[gr], &l_gr, br.begin[r] < br.end[r], br.near[r], &lse, &lo);
             if (values) {
                 float *out_r = (float *)p->out.data + row_at(p->out.st, b, &seq, false, h, i0 + r);
                 /* o / l rounded once (a reciprocal, then a product, rounds

@@ -497,13 +497,8 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             for (size_t x = 0; x < groups * LG * D; x += VW)
                 v_store(qT_g + x, v_mul(v_load(qT_g + x), v_set1(f->q_scale)));
         memset(oT + g * fbr * Dv, 0, groups * LG * Dv * sizeof *oT);
-        /* the sink starts each row's sum of scaled scores, as
-         * forward_block's: max = sink (less the ALiBi row shift), sum =
-         * 2^0; raw scores join it at the end (join_sink) */
         for (size_t r = 0; r < groups * LG; r++) {
-            bool sink = p->sinks && !f->raw && r < rows;
-            double shift = p->alibi_slopes && r < rows ? (double)p->alibi_slopes[h] * br->near[r] : 0.0;
-            m[g * fbr + r] = sink ? (float)((p->sinks[h] + shift) * LOG2E) : -INFINITY;
+            bool sink = sink_start(f, h, r < rows, r < rows ? br->near[r] : 0, &m[g * fbr + r]);
             l[g * fbr + r] = sink ? 1.0f : 0.0f;
         }
     }
@@ -582,15 +577,9 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
     for (size_t g = 0; g < nh; g++) {
         size_t h = it->h0 + g;
         for (size_t r = 0; r < rows; r++) {
-            float *l_r = &l[g * fbr + r], m_r = m[g * fbr + r];
-            bool live = br->begin[r] < br->end[r] && *l_r > 0.0f;
-            float lse = p->sinks ? p->sinks[h] : -INFINITY, lo = 0.0f;
-            if (live) {
-                double exact;
-                *l_r = row_lse(f, h, m_r, *l_r, br->near[r], &exact);
-                lse = (float)exact;
-                lo = (float)(exact - (double)lse);
-            }
+            float lse, lo;
+            row_lse(f, h, m[g * fbr + r], &l[g * fbr + r], br->begin[r] < br->end[r], br->near[r],
+                    &lse, &lo);
             if (p->lse) {
                 p->lse[attn_lse_index(p, b, h, i0 + r)] = lse;
                 if (p->lse_lo) p->lse_lo[attn_lse_index(p, b, h, i0 + r)] = lo;
