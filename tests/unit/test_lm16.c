@@ -5,7 +5,8 @@
  * float32 as the float model's do, so the logits must be equal bit for bit.
  *   - a bf16 (and an f16) checkpoint loaded as itself and as f32: equal
  *     logits without a cache (rows past the matrix-vector kernels: the
- *     SGEMM on widened panels), with a cache prefilled past them, and one
+ *     SGEMM widening W as it packs it; the reference set's sums on widened
+ *     panels), with a cache prefilled past them, and one
  *     token a step (the 16-bit matrix-vector kernels), GPT-2 and Llama 3,
  *     on every kernel set, 2 threads;
  *   - attn_lm_new in bf16 holds the float model's draws rounded to nearest

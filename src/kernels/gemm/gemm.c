@@ -5,6 +5,7 @@
  * microkernel, its packing and its block sizes (gemm_config.c).
  */
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm16.h"
 
 #include "internal.h"
 #include "parallel.h"
@@ -126,6 +127,9 @@ typedef struct gemm_call {
     size_t m, n, k;
     float alpha, beta;
     const float *a, *b;
+    const uint16_t *b16;          /* or B in 16 bits (b NULL) ... */
+    attn_gemm16_pack_fn *pack_b16; /* ... widened by this as it is packed */
+    attn_dtype b16_dtype;
     size_t lda, ldb;
     float *c;
     size_t ldc;
@@ -144,6 +148,17 @@ static float *shared_block(const gemm_call *g, size_t pc) {
     return g->shared + (pc - g->k0) * g->plan.shared_width;
 }
 
+/* Columns [j, j + len) of op(B), kcb deep from p, packed into dst: float
+ * B by the kernel's pack_b, 16-bit B widened into the same panels. */
+static void pack_b_block(const gemm_call *g, size_t kcb, size_t p, size_t j, size_t len,
+                         float *dst) {
+    size_t at = g->trans_b ? j * g->ldb + p : p * g->ldb + j;
+    if (g->b16)
+        g->pack_b16(g->b16_dtype, kcb, len, g->b16 + at, g->ldb, g->trans_b, dst);
+    else
+        g->uk->pack_b(kcb, len, g->b + at, g->ldb, g->trans_b, dst);
+}
+
 /* Phase 1: panels [begin, end) of the pack groups, every kc block. */
 static void pack_shared(void *arg, size_t begin, size_t end) {
     const gemm_call *g = arg;
@@ -157,8 +172,7 @@ static void pack_shared(void *arg, size_t begin, size_t end) {
         size_t kcb = min_size(g->plan.kc, g->k1 - pc);
         float *dst = shared_block(g, pc) + v0 * kcb;
         if (g->plan.split_rows)
-            uk->pack_b(kcb, len, g->trans_b ? g->b + v0 * g->ldb + pc : g->b + pc * g->ldb + v0,
-                       g->ldb, g->trans_b, dst);
+            pack_b_block(g, kcb, pc, v0, len, dst);
         else
             uk->pack_a(kcb, len, g->trans_a ? g->a + pc * g->lda + v0 : g->a + v0 * g->lda + pc,
                        g->lda, g->trans_a, dst);
@@ -229,8 +243,7 @@ static void run_chunk(const gemm_call *g, size_t s0, size_t s1, float *slice, fl
         } else {
             /* B slice (columns s0..s1, at most nc) in L2; A micro-panels
              * from the shared block, in mc-row blocks */
-            uk->pack_b(kcb, s1 - s0, g->trans_b ? g->b + s0 * g->ldb + pc : g->b + pc * g->ldb + s0,
-                       g->ldb, g->trans_b, slice);
+            pack_b_block(g, kcb, pc, s0, s1 - s0, slice);
             size_t mc = even_block(g->m, uk->mc, uk->mr);
             for (size_t ic = 0; ic < g->m; ic += mc)
                 macro_kernel(g, kcb, beta, bias, shared + ic * kcb, slice, ic,
@@ -268,6 +281,28 @@ static void scale_c(size_t m, size_t n, float beta, float *c, size_t ldc, const 
         }
 }
 
+/* The call g (k > 0) on w's threads and the workspace. */
+static void run(gemm_call *g, attn_workers w, float *workspace) {
+    const attn_gemm_kernel *uk = g->uk;
+    size_t m = g->m, n = g->n, k = g->k;
+    if (!make_plan(uk, w.threads, m, n, k, &g->plan)) return;
+    g->shared = workspace;
+    g->part_buffers = workspace + g->plan.shared_floats;
+    atomic_init(&g->next_chunk, 0);
+    size_t width = g->plan.split_rows ? uk->nr : uk->mr;
+    size_t panels = ceil_div(g->plan.split_rows ? n : m, width);
+    for (g->k0 = 0; g->k0 < k; g->k0 = g->k1) {
+        g->k1 = min_size(k, g->k0 + g->plan.super_k);
+        /* Phase 1: the shared operand, in groups of panels. */
+        size_t per_group = ceil_div(GEMM_PACK_FLOATS_PER_TASK, width * (g->k1 - g->k0));
+        g->pack_groups = ceil_div(panels, per_group);
+        attn_pool_for(g->pool, g->plan.parts, g->pack_groups, 1, pack_shared, g);
+        /* Phase 2: the chunks, taken by whichever thread is free. */
+        atomic_store(&g->next_chunk, 0);
+        attn_pool_for_parts(g->pool, g->plan.parts, g->plan.parts, 1, run_chunks, g);
+    }
+}
+
 void attn_sgemm_run(const attn_gemm_kernel *uk, attn_workers w, bool trans_a, bool trans_b,
                     size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
                     const float *b, size_t ldb, float beta, float *c, size_t ldc,
@@ -280,22 +315,23 @@ void attn_sgemm_run(const attn_gemm_kernel *uk, attn_workers w, bool trans_a, bo
     gemm_call g = {.uk = uk, .trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
                    .alpha = alpha, .beta = beta, .a = a, .b = b, .lda = lda, .ldb = ldb,
                    .c = c, .ldc = ldc, .bias = bias, .pool = w.pool};
-    if (!make_plan(uk, w.threads, m, n, k, &g.plan)) return;
-    g.shared = workspace;
-    g.part_buffers = workspace + g.plan.shared_floats;
-    atomic_init(&g.next_chunk, 0);
-    size_t width = g.plan.split_rows ? uk->nr : uk->mr;
-    size_t panels = ceil_div(g.plan.split_rows ? n : m, width);
-    for (g.k0 = 0; g.k0 < k; g.k0 = g.k1) {
-        g.k1 = min_size(k, g.k0 + g.plan.super_k);
-        /* Phase 1: the shared operand, in groups of panels. */
-        size_t per_group = ceil_div(GEMM_PACK_FLOATS_PER_TASK, width * (g.k1 - g.k0));
-        g.pack_groups = ceil_div(panels, per_group);
-        attn_pool_for(g.pool, g.plan.parts, g.pack_groups, 1, pack_shared, &g);
-        /* Phase 2: the chunks, taken by whichever thread is free. */
-        atomic_store(&g.next_chunk, 0);
-        attn_pool_for_parts(g.pool, g.plan.parts, g.plan.parts, 1, run_chunks, &g);
+    run(&g, w, workspace);
+}
+
+void attn_sgemm_run_b16(const attn_gemm_kernel *uk, attn_gemm16_pack_fn *pack_b, attn_dtype dtype,
+                        attn_workers w, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                        float alpha, const float *a, size_t lda, const uint16_t *b, size_t ldb,
+                        float beta, float *c, size_t ldc, const float *bias, float *workspace) {
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        scale_c(m, n, beta, c, ldc, bias);
+        return;
     }
+    gemm_call g = {.uk = uk, .trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
+                   .alpha = alpha, .beta = beta, .a = a, .b16 = b, .pack_b16 = pack_b,
+                   .b16_dtype = dtype, .lda = lda, .ldb = ldb, .c = c, .ldc = ldc, .bias = bias,
+                   .pool = w.pool};
+    run(&g, w, workspace);
 }
 
 bool attn_sgemm(const attn_gemm_kernel *uk, size_t threads, bool trans_a, bool trans_b, size_t m,

@@ -30,6 +30,7 @@
 
 #include "attn.h"
 #include "half.h"
+#include "kernels/gemm/gemm.h"
 #include "parallel.h"
 
 #include <stdbool.h>
@@ -91,6 +92,16 @@ void attn_gemm16_run(const attn_gemm16_kernel *uk, attn_workers w, attn_dtype dt
                      size_t lda, const uint16_t *b, size_t ldb, float beta, float *c, size_t ldc,
                      void *workspace);
 
+/* attn_sgemm_run (gemm.h) with B stored in 16 bits (dtype): pack_b, a
+ * widened set's (attn_kernel_set's gemm16, whose panels are uk's), widens
+ * B's elements into uk's panels as it packs them, with no float copy of B.
+ * The bits are attn_sgemm_run's on B widened first: the same panels, the
+ * same sums. Its workspace is attn_sgemm_workspace's. */
+void attn_sgemm_run_b16(const attn_gemm_kernel *uk, attn_gemm16_pack_fn *pack_b, attn_dtype dtype,
+                        attn_workers w, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
+                        float alpha, const float *a, size_t lda, const uint16_t *b, size_t ldb,
+                        float beta, float *c, size_t ldc, const float *bias, float *workspace);
+
 /* The reference: widened to float, summed in double (k ascending), rounded
  * once: c = (float)(alpha * sum + beta * c); beta == 0 never reads c. */
 void attn_gemm16_ref(size_t threads, attn_dtype dtype, bool trans_a, bool trans_b, size_t m,
@@ -99,7 +110,7 @@ void attn_gemm16_ref(size_t threads, attn_dtype dtype, bool trans_a, bool trans_
 
 /* The kernel sets' parts, defined in one file each. */
 attn_gemm16_pack_fn attn_gemm16_widen_4_pack_a, attn_gemm16_widen_8_pack_b;
-attn_gemm16_pack_fn attn_gemm16_widen_6_pack_a, attn_gemm16_widen_16_pack_b;
+attn_gemm16_pack_fn attn_gemm16_widen_avx2_6_pack_a, attn_gemm16_widen_avx2_16_pack_b;
 attn_gemm16_pack_fn attn_gemm16_widen_avx512_14_pack_a, attn_gemm16_widen_avx512_32_pack_b;
 attn_gemm16_micro_fn attn_bgemm_avx512bf16_14x32, attn_bgemm_amx_32x32;
 attn_gemm16_pack_fn attn_bgemm_amx_32x32_pack_a, attn_bgemm_amx_32x32_pack_b;

@@ -43,7 +43,7 @@ const attn_gemm16_kernel attn_gemm16_kernel_widened_avx2 = {
     .name = "gemm16_widened_avx2_6x16", .isa = ATTN_KERNELS_AVX2,
     .mr = 6, .nr = 16, .mc = 1020, .kc = 384, .nc = 512, .shared_max = SHARED_MAX,
     .k_unit = 1, .packed_bytes = sizeof(float), .micro = widened_avx2,
-    .pack_a = attn_gemm16_widen_6_pack_a, .pack_b = attn_gemm16_widen_16_pack_b,
+    .pack_a = attn_gemm16_widen_avx2_6_pack_a, .pack_b = attn_gemm16_widen_avx2_16_pack_b,
 };
 
 const attn_gemm16_kernel attn_gemm16_kernel_widened_avx512 = {

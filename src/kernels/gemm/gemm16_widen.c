@@ -1,7 +1,8 @@
 /*
  * gemm16_widen.c — packing of 16-bit blocks into the SGEMM's float panels
  * (gemm_pack.h's layout), each element widened exactly on the way, for the
- * portable and AVX2 kernel sets (AVX-512's: gemm16_widen_avx512.c). The
+ * portable kernel set (AVX2's: gemm16_widen_avx2.c; AVX-512's:
+ * gemm16_widen_avx512.c). The
  * SGEMM's microkernels then run on the panels unchanged (gemm16_config.c).
  *
  * As in gemm_pack.h, vector v of the block, step p, is at
@@ -74,5 +75,3 @@ static inline void widen_block(attn_dtype dtype, size_t kc, size_t len, const ui
 
 DEFINE_WIDEN_PACK_A(4)
 DEFINE_WIDEN_PACK_B(8)
-DEFINE_WIDEN_PACK_A(6)
-DEFINE_WIDEN_PACK_B(16)

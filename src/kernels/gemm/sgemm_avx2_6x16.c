@@ -9,6 +9,7 @@
  */
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm/gemm_pack.h"
+#include "kernels/gemm/transpose8_avx2.h"
 
 #include <immintrin.h>
 
@@ -74,29 +75,6 @@ void attn_sgemm_avx2_6x16(size_t k, const float *a, const float *b, float *c, si
 
 /* ---- packing ------------------------------------------------------------ */
 
-/* r[0..7] = the 8 x 8 transpose of r[0..7]. */
-static inline void transpose8(__m256 r[8]) {
-    __m256 t[8], u[8];
-    for (int i = 0; i < 4; i++) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    /* t[0] = r0,r1 columns 0,1 (and 4,5); t[1] columns 2,3 (6,7); likewise
-     * t[2], t[3] for rows 2,3. */
-    for (int i = 0; i < 2; i++) {
-        u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
-        u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
-        u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-        u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-    }
-    /* u[j] (j < 4) holds column j of rows 0-3 (low lane) and column j + 4
-     * (high lane); u[4 + j] the same for rows 4-7. */
-    for (int j = 0; j < 4; j++) {
-        r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
-        r[j + 4] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
-    }
-}
-
 /* The first n (< 8) lanes set. */
 static inline __m256i first_lanes(size_t n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -117,7 +95,7 @@ static void transpose_rows(size_t kc, size_t rows, const float *src, size_t ld, 
         else
             r[i] = _mm256_maskload_ps(src + i * ld + p0, lanes);
     }
-    transpose8(r);
+    attn_transpose8(r);
 }
 
 static size_t min_len(size_t a, size_t b) { return a < b ? a : b; }

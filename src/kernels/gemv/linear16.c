@@ -1,6 +1,6 @@
 /* linear16.c — the linear layers on 16-bit weights (linear16.h): the
- * matrix-vector kernels for few rows, the SGEMM on widened panels for
- * many, the reference sums for the reference set. */
+ * matrix-vector kernels for few rows, the SGEMM widening W as it packs it
+ * for many, the reference sums for the reference set. */
 #include "kernels/gemv/linear16.h"
 
 #include "half.h"
@@ -69,7 +69,7 @@ static void gemv16(attn_ctx *ctx, attn_gemv16_fn *run, const float *x, attn_gemv
     attn_pool_dynamic(attn_ctx_pool(ctx), threads, job.first_item[n], gemv16_item, &job);
 }
 
-/* ---- many rows: the SGEMM on widened panels ------------------------------ */
+/* ---- many rows: the SGEMM, W widened as it is packed or in panels -------- */
 
 typedef struct widen_job {
     attn_widen16_fn *widen;
@@ -131,6 +131,33 @@ static void linear_float(attn_ctx *ctx, const float *x, const float *w, const fl
                   ((size_t)1 << 20) / (in * out + 1) + 1, ref_rows, &job);
 }
 
+/* The parts through the SGEMM with W widened as its panels are packed
+ * (attn_sgemm_run_b16), by the set's widened 16-bit kernels, whose panels
+ * are the SGEMM's; false, having written nothing, where the set has none or
+ * the scratch cannot be had. */
+static bool linear_b16(attn_ctx *ctx, attn_dtype dtype, const float *x, size_t rows, size_t in,
+                       const attn_k_linear16_part *parts, size_t n) {
+    const attn_gemm_kernel *uk = ctx->ks.gemm;
+    const attn_gemm16_kernel *wk = ctx->ks.gemm16;
+    if (!uk || !wk || wk->k_unit != 1 || wk->packed_bytes != sizeof(float) || wk->mr != uk->mr ||
+        wk->nr != uk->nr)
+        return false;
+    size_t widest = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t floats = attn_sgemm_workspace(uk, ctx->num_threads, rows, parts[i].out, in);
+        if (floats == 0) return false;
+        if (floats > widest) widest = floats;
+    }
+    float *ws = attn_ctx_scratch(ctx, widest * sizeof(float));
+    if (!ws) return false;
+    for (size_t i = 0; i < n; i++) {
+        const attn_k_linear16_part *p = &parts[i];
+        attn_sgemm_run_b16(uk, wk->pack_b, dtype, attn_ctx_workers(ctx), false, true, rows,
+                           p->out, in, 1.0f, x, in, p->w, in, 0.0f, p->y, p->out, p->bias, ws);
+    }
+    return true;
+}
+
 void attn_k_linear16_n(attn_ctx *ctx, attn_dtype dtype, const float *x, size_t rows, size_t in,
                        const attn_k_linear16_part *parts, size_t n, float *panel) {
     const attn_gemv_kernel *k = ctx->ks.gemv;
@@ -140,6 +167,7 @@ void attn_k_linear16_n(attn_ctx *ctx, attn_dtype dtype, const float *x, size_t r
         gemv16(ctx, bf16 ? k->run_bf16 : k->run_f16, x, NULL, NULL, rows, in, parts, n);
         return;
     }
+    if (linear_b16(ctx, dtype, x, rows, in, parts, n)) return;
     attn_widen16_fn *fn = k ? (bf16 ? k->widen_bf16 : k->widen_f16)
                             : (bf16 ? attn_widen_portable_bf16 : attn_widen_portable_f16);
     size_t per_panel = in ? attn_k_linear16_panel_floats(in) / in : 1;

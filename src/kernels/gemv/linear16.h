@@ -6,10 +6,11 @@
  *   rows <= ATTN_GEMV_MAX_ROWS (decoding), on a fast kernel set: the set's
  *       16-bit matrix-vector kernel (gemv.h: W widened in registers), the
  *       outputs split over the ctx's threads as attn_k_linear_small_n's;
- *   more rows (a prompt): panels of W widened to float32, each run through
- *       the SGEMM (gemm.h) with the float activations, so nothing is
- *       rounded but the sums (the alternative, the 16-bit GEMM, would
- *       round the activations to bf16);
+ *   more rows (a prompt): the SGEMM (gemm.h) with the float activations,
+ *       W widened to float32 as its panels are packed (attn_sgemm_run_b16),
+ *       so nothing is rounded but the sums (the alternative, the 16-bit
+ *       GEMM, would round the activations to bf16); where that cannot run,
+ *       panels of W widened whole, then the SGEMM;
  *   the reference set: the reference linear's double sums on the widened W.
  *
  * Each path is the float path of the same call on the widened W, bit for
@@ -40,8 +41,8 @@ size_t attn_k_linear16_panel_floats(size_t in);
 
 /* The n parts (n <= 4) on x (rows, in), W in dtype (ATTN_DTYPE_BF16 or
  * ATTN_DTYPE_F16). panel: attn_k_linear16_panel_floats(in) floats, where
- * the widened panels go (unused when the matrix-vector kernels take the
- * call). Never fails: without the SGEMM's scratch it runs the reference
+ * widened panels go when W cannot be widened as it is packed (the
+ * reference set, no scratch for the SGEMM). Never fails: without the SGEMM's scratch it runs the reference
  * sums. */
 void attn_k_linear16_n(attn_ctx *ctx, attn_dtype dtype, const float *x, size_t rows, size_t in,
                        const attn_k_linear16_part *parts, size_t n, float *panel);

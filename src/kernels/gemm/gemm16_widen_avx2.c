@@ -1,0 +1,104 @@
+/*
+ * gemm16_widen_avx2.c — gemm16_widen.c's packing with AVX2 and F16C:
+ * 16-bit elements widened 8 at a time (bf16: zero-extend and shift into the
+ * top half; f16: vcvtph2ps, exact) into the float panels of the SGEMM's
+ * 6 x 16 AVX2 kernel. Where vectors run along the source's rows (A as is,
+ * B transposed, as a linear layer's weights are), 8 rows of 8 elements are
+ * widened and transposed in registers. Compiled with -mavx2 -mf16c (this
+ * file only); the AVX2 kernel set runs only where the CPU has F16C.
+ */
+#include "kernels/gemm/gemm16.h"
+#include "kernels/gemm/transpose8_avx2.h"
+
+#include <immintrin.h>
+
+#define MR 6
+#define NR 16
+
+static size_t min_len(size_t a, size_t b) { return a < b ? a : b; }
+
+/* n <= 8 elements from src, zeros after them (never reading past n). */
+static inline __m128i load8(const uint16_t *src, size_t n) {
+    if (n == 8) return _mm_loadu_si128((const __m128i *)(const void *)src);
+    uint16_t buf[8] = {0};
+    memcpy(buf, src, n * sizeof *src);
+    return _mm_loadu_si128((const __m128i *)(const void *)buf);
+}
+
+static inline __m256 widen8(attn_dtype dtype, __m128i h) {
+    if (dtype == ATTN_DTYPE_BF16)
+        return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+/* The first lanes (6 or 8) of x at d. */
+static inline void store_lanes(float *d, __m256 x, size_t lanes) {
+    if (lanes == 8) {
+        _mm256_storeu_ps(d, x);
+        return;
+    }
+    _mm_storeu_ps(d, _mm256_castps256_ps128(x));
+    _mm_storel_pi((__m64 *)(void *)(d + 4), _mm256_extractf128_ps(x, 1));
+}
+
+/* Vectors along the source's rows: rows (<= 8) vectors of a panel of width
+ * floats, 8 steps of k at a time; step p is stored at dst[p*width +
+ * offset], lanes (6 or 8) of them, the rows past rows zero. */
+static void widen_transposed(attn_dtype dtype, size_t kc, size_t rows, const uint16_t *src,
+                             size_t ld, size_t width, size_t offset, size_t lanes, float *dst) {
+    for (size_t p0 = 0; p0 < kc; p0 += 8) {
+        size_t steps = min_len(8, kc - p0);
+        __m256 r[8];
+        for (size_t i = 0; i < 8; i++)
+            r[i] = i < rows ? widen8(dtype, load8(src + i * ld + p0, steps)) : _mm256_setzero_ps();
+        attn_transpose8(r);
+        for (size_t p = 0; p < steps; p++) store_lanes(dst + (p0 + p) * width + offset, r[p], lanes);
+    }
+}
+
+/* Vectors along the source's columns: element (v, p) at src[p*ld + v];
+ * each step's width values, zero-padded past len, 8 at a time. */
+static void widen_contiguous(attn_dtype dtype, size_t kc, size_t len, const uint16_t *src,
+                             size_t ld, size_t width, float *dst) {
+    for (size_t q = 0; q * width < len; q++) {
+        size_t cols = min_len(width, len - q * width);
+        float *panel = dst + q * kc * width;
+        for (size_t p = 0; p < kc; p++) {
+            const uint16_t *s = src + p * ld + q * width;
+            float *d = panel + p * width;
+            for (size_t v0 = 0; v0 < width; v0 += 8) {
+                size_t n = cols > v0 ? min_len(8, cols - v0) : 0;
+                store_lanes(d + v0, widen8(dtype, load8(s + v0, n)), min_len(8, width - v0));
+            }
+        }
+    }
+}
+
+void attn_gemm16_widen_avx2_6_pack_a(attn_dtype dtype, size_t kc, size_t rows,
+                                     const uint16_t *src, size_t ld, bool trans, void *dst) {
+    float *d = dst;
+    if (trans) {
+        widen_contiguous(dtype, kc, rows, src, ld, MR, d);
+        return;
+    }
+    for (size_t q = 0; q * MR < rows; q++)
+        widen_transposed(dtype, kc, min_len(MR, rows - q * MR), src + q * MR * ld, ld, MR, 0, MR,
+                         d + q * kc * MR);
+}
+
+void attn_gemm16_widen_avx2_16_pack_b(attn_dtype dtype, size_t kc, size_t cols,
+                                      const uint16_t *src, size_t ld, bool trans, void *dst) {
+    float *d = dst;
+    if (!trans) {
+        widen_contiguous(dtype, kc, cols, src, ld, NR, d);
+        return;
+    }
+    for (size_t q = 0; q * NR < cols; q++) {
+        size_t panel = min_len(NR, cols - q * NR);
+        for (size_t half = 0; half < 2; half++) {
+            size_t v0 = half * 8, n = panel > v0 ? min_len(8, panel - v0) : 0;
+            widen_transposed(dtype, kc, n, src + (q * NR + v0) * ld, ld, NR, v0, 8,
+                             d + q * kc * NR);
+        }
+    }
+}
