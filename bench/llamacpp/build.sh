@@ -30,10 +30,11 @@ if [ -n "${LLAMACPP_SDIST_VERSION:-}" ]; then
   [ -f "$want" ] && sdist=$want || sdist=
 fi
 if [ -z "$sdist" ]; then
-  echo "== pip download --no-binary :all: --no-deps $SPEC"
-  "$PY" -m pip download --no-binary :all: --no-deps --no-build-isolation "$SPEC" \
-      -d "$OUTDIR/sdist" >/dev/null 2>&1 ||
-    "$PY" -m pip download --no-binary :all: --no-deps "$SPEC" -d "$OUTDIR/sdist" ||
+  # The source of llama-cpp-python alone: its build backend may come as a
+  # wheel (with --no-binary :all: pip builds setuptools and every other
+  # backend package from source first, which takes many minutes or stalls).
+  echo "== pip download --no-binary llama-cpp-python --no-deps $SPEC"
+  "$PY" -m pip download --no-binary llama-cpp-python --no-deps "$SPEC" -d "$OUTDIR/sdist" ||
     die "pip could not download the $SPEC sdist"
   sdist=$(ls "$OUTDIR"/sdist/llama_cpp_python-*.tar.gz | sort -V | tail -1)
 fi

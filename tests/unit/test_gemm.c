@@ -17,6 +17,8 @@
  *     bitwise what C preset to the bias rows with beta = 1 gives;
  *   - k taken in super-blocks (the shared operand packed a part at a time)
  *     gives bitwise the result of one pass;
+ *   - B stored in bf16 or f16 and widened as it is packed (attn_sgemm_run_b16,
+ *     the set's widening pack) gives bitwise the SGEMM on B widened first;
  *   - the public attn_gemm on every kernel set, the reference included, and
  *     its errors;
  *   - when the SGEMM cannot get its workspace (address space limited with
@@ -30,7 +32,9 @@
 #include "check.h"
 #include "internal.h"
 #include "kernels/dispatch.h"
+#include "half.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/gemm16.h"
 #include "kernels/kernel_set.h"
 
 #include <stdint.h>
@@ -284,6 +288,54 @@ static void super_blocks(const attn_gemm_kernel *uk, uint64_t *seed) {
               attn_sgemm_workspace(&whole, 1, g.m, g.n, g.k));
         free(a);
         free(b);
+        free(c1);
+        free(c2);
+    }
+}
+
+/* attn_sgemm_run_b16: B stored in 16 bits, widened by the set's widening
+ * pack as it is packed, gives bitwise what attn_sgemm gives on B widened
+ * to float first, for both 16-bit types, every transpose case, the tile
+ * edges, a bias or none, 1 and 2 threads. */
+static void b16_operand(const attn_gemm_kernel *uk, const attn_gemm16_kernel *wk,
+                        uint64_t *seed) {
+    CHECK(wk->nr == uk->nr && wk->mr == uk->mr && wk->packed_bytes == sizeof(float));
+    for (int i = 0; i < 24; i++) {
+        attn_dtype dtype = i & 4 ? ATTN_DTYPE_BF16 : ATTN_DTYPE_F16;
+        size_t threads = 1 + (i & 1);
+        gemm_case g = make_case(i & 1, (i >> 1) & 1, pick_size(uk, seed), pick_size(uk, seed),
+                                i < 20 ? pick_size(uk, seed) : 0, 1.0f, i % 3 ? 0.0f : 1.0f,
+                                below(seed, 3));
+        size_t a_rows = g.trans_a ? g.k : g.m, b_rows = g.trans_b ? g.n : g.k;
+        size_t na = a_rows * g.lda, nb = b_rows * g.ldb, nc = g.m * g.ldc;
+        float *a = malloc((na + 1) * sizeof *a), *b = malloc((nb + 1) * sizeof *b);
+        float *bias = malloc(g.n * sizeof *bias), *c1 = malloc(nc * sizeof *c1);
+        float *c2 = malloc(nc * sizeof *c2);
+        uint16_t *b16 = malloc((nb + 1) * sizeof *b16);
+        fill(a, na, seed);
+        fill(bias, g.n, seed);
+        fill(c1, nc, seed);
+        memcpy(c2, c1, nc * sizeof *c1);
+        for (size_t e = 0; e < nb; e++) {
+            b16[e] = attn_float_to_half(dtype, (float)(4.0 * uniform(seed) - 2.0));
+            b[e] = attn_half_to_float(dtype, b16[e]);
+        }
+        const float *with_bias = i % 4 == 3 ? bias : NULL;
+        CHECK(attn_sgemm(uk, threads, g.trans_a, g.trans_b, g.m, g.n, g.k, g.alpha, a, g.lda, b,
+                         g.ldb, g.beta, c1, g.ldc, with_bias));
+        size_t floats = attn_sgemm_workspace(uk, threads, g.m, g.n, g.k);
+        float *ws = attn_aligned_alloc(64, (floats + 16) * sizeof *ws);
+        CHECK(ws != NULL);
+        if (ws)
+            attn_sgemm_run_b16(uk, wk->pack_b, dtype, (attn_workers){threads, NULL}, g.trans_a,
+                               g.trans_b, g.m, g.n, g.k, g.alpha, a, g.lda, b16, g.ldb, g.beta, c2,
+                               g.ldc, with_bias, ws);
+        CHECK(memcmp(c1, c2, nc * sizeof *c1) == 0);
+        attn_free(ws);
+        free(a);
+        free(b);
+        free(b16);
+        free(bias);
         free(c1);
         free(c2);
     }
@@ -615,6 +667,9 @@ int main(int argc, char **argv) {
         int before = check_failed;
         gemm_kernel_set(uk, &seed);
         super_blocks(uk, &seed);
+        attn_kernel_set set;
+        attn_kernel_set_fill(sets[s], &set);
+        b16_operand(uk, set.gemm16, &seed);
         for (int c = 0; c < 6; c++) {
             call_sizes sizes = {1 + below(&seed, 150), 1 + below(&seed, 150),
                                 1 + below(&seed, 150)};

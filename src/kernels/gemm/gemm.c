@@ -281,10 +281,15 @@ static void scale_c(size_t m, size_t n, float beta, float *c, size_t ldc, const 
         }
 }
 
-/* The call g (k > 0) on w's threads and the workspace. */
+/* The call g on w's threads and the workspace. */
 static void run(gemm_call *g, attn_workers w, float *workspace) {
     const attn_gemm_kernel *uk = g->uk;
     size_t m = g->m, n = g->n, k = g->k;
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+        scale_c(m, n, g->beta, g->c, g->ldc, g->bias);
+        return;
+    }
     if (!make_plan(uk, w.threads, m, n, k, &g->plan)) return;
     g->shared = workspace;
     g->part_buffers = workspace + g->plan.shared_floats;
@@ -307,11 +312,6 @@ void attn_sgemm_run(const attn_gemm_kernel *uk, attn_workers w, bool trans_a, bo
                     size_t m, size_t n, size_t k, float alpha, const float *a, size_t lda,
                     const float *b, size_t ldb, float beta, float *c, size_t ldc,
                     const float *bias, float *workspace) {
-    if (m == 0 || n == 0) return;
-    if (k == 0) {
-        scale_c(m, n, beta, c, ldc, bias);
-        return;
-    }
     gemm_call g = {.uk = uk, .trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
                    .alpha = alpha, .beta = beta, .a = a, .b = b, .lda = lda, .ldb = ldb,
                    .c = c, .ldc = ldc, .bias = bias, .pool = w.pool};
@@ -322,11 +322,6 @@ void attn_sgemm_run_b16(const attn_gemm_kernel *uk, attn_gemm16_pack_fn *pack_b,
                         attn_workers w, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
                         float alpha, const float *a, size_t lda, const uint16_t *b, size_t ldb,
                         float beta, float *c, size_t ldc, const float *bias, float *workspace) {
-    if (m == 0 || n == 0) return;
-    if (k == 0) {
-        scale_c(m, n, beta, c, ldc, bias);
-        return;
-    }
     gemm_call g = {.uk = uk, .trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
                    .alpha = alpha, .beta = beta, .a = a, .b16 = b, .pack_b16 = pack_b,
                    .b16_dtype = dtype, .lda = lda, .ldb = ldb, .c = c, .ldc = ldc, .bias = bias,
