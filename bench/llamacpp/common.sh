@@ -36,6 +36,13 @@ machine_name() {
   echo "$kind-${n}vcpu"
 }
 
+# The results file's name: llama.cpp's commit, attn's and the machine, so
+# that a run of another attn on the same llama.cpp and machine does not
+# replace an earlier run's file.
+results_name() { # prefix -> bench/results/<prefix>-<llama.cpp>-attn-<attn>-<machine>.txt
+  echo "$ROOT/bench/results/$1-${LC_COMMIT:0:7}-attn-$(git -C "$ROOT" rev-parse --short=7 HEAD)-$(machine_name).txt"
+}
+
 machine_lines() {
   echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); $(awk -F': ' '/^vendor_id/{v=$2} /^cpu family/{f=$2} /^model\t/{m=$2} END{print v", family " f " model " m}' /proc/cpuinfo); $(nproc) logical CPUs"
   echo "CPU flags: $(grep -m1 -o 'avx512f\|avx512_bf16\|avx512_vnni\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"

@@ -11,7 +11,7 @@
 #
 # Pairs (llama.cpp type : attn k_dtype = v_dtype): f32:f32, f16:f16,
 # f16:bf16, q8_0:int8. A type attn's cache does not take yet prints
-# "pending" in its row. Writes bench/results/llamacpp-<commit>-<machine>.txt
+# "pending" in its row. Writes bench/results/llamacpp-<llama.cpp commit>-attn-<attn commit>-<machine>.txt
 # (RESULTS=path to write elsewhere, RESULTS=- for stdout only).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -25,8 +25,7 @@ RUNS=${RUNS:-21}
 PAIRS=${PAIRS:-f32:f32 f16:f16 f16:bf16 q8_0:int8}
 [ "$REPS" -ge 5 ] || echo "compare.sh: REPS=$REPS: fewer than 5 launches per median" >&2
 
-machine=$(machine_name)
-RESULTS=${RESULTS:-$ROOT/bench/results/llamacpp-${LC_COMMIT:0:7}-$machine.txt}
+RESULTS=${RESULTS:-$(results_name llamacpp)}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 
 # The distinct programs of the pairs, in a fixed order.
@@ -78,7 +77,7 @@ cell() { # file -> "ms gbs" medians, or pending/error
 {
   echo "\$ ${CMDLINE:-DIMS=\"$DIMS\" LENGTHS=\"$LENGTHS\" THREADS=\"$THREADS\" REPS=$REPS RUNS=$RUNS bench/llamacpp/compare.sh}"
   machine_lines
-  echo "results file name: llamacpp-${LC_COMMIT:0:7}-$machine.txt"
+  echo "results file name: $(basename "$(results_name llamacpp)")"
   echo "load average before: $load_before; after: $load_after; $secs s; the machine is shared: other work may have run at the same time"
   echo
   echo "One decode step's attention: 1 query token, 32 query heads over 8 KV heads, head_dim D, K/V cache of L tokens."

@@ -26,7 +26,7 @@
 #    (--matmul-dtype bf16: the activations rounded to bf16 as llama.cpp
 #    rounds them to its weights' type); with f16 in TYPES too, a last table
 #    sets attn's bf16 rows beside llama.cpp's f16 ones.
-# Writes bench/results/llamacpp-model-<commit>-<machine>.txt (RESULTS=-:
+# Writes bench/results/llamacpp-model-<llama.cpp commit>-attn-<attn commit>-<machine>.txt (RESULTS=-:
 # stdout only).
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
@@ -78,8 +78,7 @@ ids() { # n -> n token ids, comma separated, the same on every run
   awk -v n="$1" 'BEGIN{s=12345; for(i=0;i<n;i++){s=(s*1103515245+12345)%2147483648; printf "%s%d", (i?",":""), 3+s%31997}}'
 }
 
-machine=$(machine_name)
-RESULTS=${RESULTS:-$ROOT/bench/results/llamacpp-model-${LC_COMMIT:0:7}-$machine.txt}
+RESULTS=${RESULTS:-$(results_name llamacpp-model)}
 work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 start=$(date +%s)
