@@ -15,8 +15,8 @@
  *     reference kernels, equals attn_k_linear;
  *   - the 16-bit kernels (bf16, f16 W) equal the float kernel on the
  *     widened W, bit for bit, and their widening equals half.h's;
- *     attn_k_linear16_n (matrix-vector kernels, or the SGEMM on widened
- *     panels, several panels a matrix) equals attn_k_linear_small_n on the
+ *     attn_k_linear16_n (matrix-vector kernels, or the SGEMM widening W as
+ *     it packs it) equals attn_k_linear_small_n on the
  *     widened W, bit for bit, on 1 and 3 threads and the reference set;
  *   - a set's bf16 products (x and W in bf16, vdpbf16ps) within 1e-5 of
  *     the double sums of the same values, with the bitwise properties
@@ -422,7 +422,8 @@ int main(int argc, char **argv) {
                 for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
                     for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++)
                         check_kernel16(k, dtype, rows, ins[i], outs[o], (rows + i + o) % 2 == 0);
-            /* the first part (with bias) spans two panels (linear16.c: 2^20 floats) */
+            /* wide's first part (with bias) holds more than a panel of the
+             * widened fallback (linear16.c: 2^20 floats) */
             const size_t small[3] = {129, 33, 64}, wide[3] = {3500, 40, 9};
             check_linear16(sets[s], dtype, 1, 2000, small);
             check_linear16(sets[s], dtype, ATTN_GEMV_MAX_ROWS, 37, small);
@@ -437,6 +438,8 @@ int main(int argc, char **argv) {
     const size_t small[3] = {129, 33, 64};
     check_linear16(ATTN_KERNELS_REFERENCE, ATTN_DTYPE_BF16, 2, 100, small);
     check_linear16(ATTN_KERNELS_REFERENCE, ATTN_DTYPE_F16, 11, 100, small);
+    const size_t wide[3] = {3500, 40, 9}; /* the reference set's panels: two for the first */
+    check_linear16(ATTN_KERNELS_REFERENCE, ATTN_DTYPE_BF16, ATTN_GEMV_MAX_ROWS + 1, 300, wide);
     check_dispatch(ATTN_KERNELS_REFERENCE, 2, 300, 1001);
     CHECK(gemv_of(ATTN_KERNELS_REFERENCE) == NULL);
     printf("%d passed, %d failed\n", check_passed, check_failed);

@@ -17,8 +17,8 @@
  * bf16 or f16 bits: each element is widened to float (exactly) and the
  * sums run as the float kernel of the same set runs them, so y is the float
  * kernel's on the widened w, bit for bit. widen_bf16 / widen_f16 write n
- * elements as floats (exact), for the many-row products that run the SGEMM
- * on widened panels of w (linear16.c). run_bf16_dot, where a set has it,
+ * elements as floats (exact), for the many-row products where the SGEMM
+ * cannot widen w as it packs it (linear16.c). run_bf16_dot, where a set has it,
  * takes x in bf16 too (attn_gemv_bf16_dot_fn below).
  */
 #ifndef ATTN_GEMV_H
