@@ -728,6 +728,49 @@ static void apply_rope(float *x, size_t rows, size_t heads, size_t head_dim, con
         }
 }
 
+/* ---- the row-wise steps, over the ctx's threads ----------------------------- */
+
+/* A layer's row-wise steps (norms, RoPE, activations, residual adds): each
+ * row's arithmetic is its own, so any split of the rows gives the same
+ * bits. A prompt's rows are shared out over the ctx's threads; a part
+ * takes at least ROW_STEP_FLOATS floats, so that a token's steps
+ * (decoding) stay on the calling thread, where waking a worker would cost
+ * more than the step. */
+#define ROW_STEP_FLOATS ((size_t)1 << 14)
+
+typedef enum { STEP_NORM, STEP_ROPE, STEP_GELU, STEP_SWIGLU, STEP_ADD } step_kind;
+
+typedef struct row_step {
+    step_kind kind;
+    const attn_lm *m;
+    float *x;           /* the rows written, width floats each */
+    const float *a;     /* norm's input, swiglu's up, the addend (width a row) */
+    const float *w, *b; /* norm's weight and shift */
+    size_t width;
+    size_t heads; /* RoPE: x's heads a row */
+    const float *cosines, *sines;
+} row_step;
+
+static void row_step_rows(void *arg, size_t r0, size_t r1) {
+    const row_step *s = arg;
+    size_t rows = r1 - r0, at = r0 * s->width, half = s->m->head_dim / 2;
+    switch (s->kind) {
+    case STEP_NORM: norm(s->m, s->x + at, s->a + at, s->w, s->b, rows); break;
+    case STEP_ROPE:
+        apply_rope(s->x + at, rows, s->heads, s->m->head_dim, s->cosines + r0 * half,
+                   s->sines + r0 * half);
+        break;
+    case STEP_GELU: gelu(s->x + at, rows * s->width); break;
+    case STEP_SWIGLU: swiglu(s->x + at, s->a + at, rows * s->width); break;
+    case STEP_ADD: add_into(s->x + at, s->a + at, rows * s->width); break;
+    }
+}
+
+static void run_rows(const attn_lm *m, row_step s, size_t rows) {
+    attn_pool_for(attn_ctx_pool(m->ctx), m->ctx->num_threads, rows,
+                  ROW_STEP_FLOATS / s.width + 1, row_step_rows, &s);
+}
+
 /* ---- the forward ------------------------------------------------------------ */
 
 /* The activations of one forward, carved from the model's buffer. */
@@ -871,13 +914,17 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
     size_t C = m->cfg.emb_dim, H = m->hidden, kvw = m->kv_heads * m->head_dim;
     bool gpt2 = m->cfg.arch == ATTN_LM_GPT2;
 
-    norm(m, a->h, a->x, k->norm1_w, k->norm1_b, rows);
+    run_rows(m, (row_step){STEP_NORM, m, a->h, a->x, k->norm1_w, k->norm1_b, C, 0, NULL, NULL},
+             rows);
     const lm_part qkv[3] = {
         {k->wq, k->bq, a->q, C}, {k->wk, k->bk, a->k, kvw}, {k->wv, k->bv, a->v, kvw}};
     linear_n(m, a->h, rows, C, qkv, 3);
     if (!gpt2) {
-        apply_rope(a->q, rows, m->cfg.n_heads, m->head_dim, a->cosines, a->sines);
-        apply_rope(a->k, rows, m->kv_heads, m->head_dim, a->cosines, a->sines);
+        size_t nh = m->cfg.n_heads, hd = m->head_dim;
+        run_rows(m, (row_step){STEP_ROPE, m, a->q, NULL, NULL, NULL, nh * hd, nh, a->cosines,
+                               a->sines}, rows);
+        run_rows(m, (row_step){STEP_ROPE, m, a->k, NULL, NULL, NULL, kvw, m->kv_heads,
+                               a->cosines, a->sines}, rows);
     }
     attn_status st;
     if (args->cache) {
@@ -893,20 +940,22 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
     }
     if (st != ATTN_OK) return st;
     linear(m, a->att, k->wo, k->bo, a->h, rows, C, C);
-    add_into(a->x, a->h, rows * C);
+    const row_step residual = {STEP_ADD, m, a->x, a->h, NULL, NULL, C, 0, NULL, NULL};
+    run_rows(m, residual, rows);
 
-    norm(m, a->h, a->x, k->norm2_w, k->norm2_b, rows);
+    run_rows(m, (row_step){STEP_NORM, m, a->h, a->x, k->norm2_w, k->norm2_b, C, 0, NULL, NULL},
+             rows);
     if (gpt2) {
         linear(m, a->h, k->fc1_w, k->fc1_b, a->f1, rows, C, H);
-        gelu(a->f1, rows * H);
+        run_rows(m, (row_step){STEP_GELU, m, a->f1, NULL, NULL, NULL, H, 0, NULL, NULL}, rows);
         linear(m, a->f1, k->fc2_w, k->fc2_b, a->h, rows, H, C);
     } else {
         const lm_part gate_up[2] = {{k->fc1_w, NULL, a->f1, H}, {k->fc2_w, NULL, a->f2, H}};
         linear_n(m, a->h, rows, C, gate_up, 2);
-        swiglu(a->f1, a->f2, rows * H);
+        run_rows(m, (row_step){STEP_SWIGLU, m, a->f1, a->f2, NULL, NULL, H, 0, NULL, NULL}, rows);
         linear(m, a->f1, k->fc3_w, NULL, a->h, rows, H, C);
     }
-    add_into(a->x, a->h, rows * C);
+    run_rows(m, residual, rows);
     return ATTN_OK;
 }
 
