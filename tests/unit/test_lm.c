@@ -3,7 +3,8 @@
  * beside the PyTorch conformance test (tests/conformance/test_lm_vs_book.py):
  *   - config checks, each naming the wrong values; NULL arguments;
  *   - the parameter list: counts, names in state_dict order, lookup;
- *   - the no-cache forward gives the same bits on 1, 2 and 3 threads;
+ *   - the no-cache forward gives the same bits on 1, 2 and 3 threads, also
+ *     with a prompt wide enough that the row-wise steps split its rows;
  *   - decoding with a cache (matrix-vector kernels, split-KV attention)
  *     agrees with the no-cache forward of the whole sequence (SGEMM, fused
  *     attention) within 1e-5 relative L2, step after step, on every kernel
@@ -301,6 +302,41 @@ static void sweep(attn_ctx *ctx, const attn_lm_config *cfg, uint64_t seed) {
 }
 #endif
 
+/* A prompt wide enough that the row-wise steps (norms, RoPE, GELU or
+ * SwiGLU, residual adds) split its rows over 2 and 3 threads (lm.c: parts
+ * of at least 16384 floats): the same logits as one thread, bit for bit. */
+static void check_row_split(const attn_lm_config *narrow, attn_kernels kernels, uint64_t seed) {
+    attn_lm_config cfg = *narrow;
+    cfg.emb_dim = 512;
+    cfg.context_length = 64;
+    if (cfg.arch == ATTN_LM_LLAMA3) cfg.hidden_dim = 1536;
+    enum { B = 2, T = 40 };
+    size_t V = cfg.vocab_size;
+    int32_t tokens[B * T];
+    for (size_t i = 0; i < B * T; i++) tokens[i] = (int32_t)((seed + i * 104729) % V);
+    float *base = malloc(B * T * V * sizeof(float)), *other = malloc(B * T * V * sizeof(float));
+    if (!base || !other) abort();
+    for (size_t threads = 1; threads <= 3; threads++) {
+        attn_ctx *ctx = new_ctx(threads, kernels);
+        attn_lm *m = ctx ? new_model(ctx, &cfg, seed) : NULL;
+        CHECK(m != NULL);
+        if (!m) break;
+        CHECK_STATUS(forward(m, NULL, tokens, B, T, false, threads == 1 ? base : other), ATTN_OK);
+        if (threads > 1) {
+            bool same = memcmp(base, other, B * T * V * sizeof(float)) == 0;
+            if (!same)
+                fprintf(stderr, "%s %s: %zu threads differ from one\n",
+                        cfg.arch == ATTN_LM_GPT2 ? "gpt2" : "llama3", attn_kernels_name(kernels),
+                        threads);
+            CHECK(same);
+        }
+        attn_lm_free(m);
+        attn_ctx_free(ctx);
+    }
+    free(base);
+    free(other);
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL);
     printf("seed %llu\n", (unsigned long long)seed);
@@ -318,6 +354,8 @@ int main(int argc, char **argv) {
         l.tie_embeddings = true;
         l.n_kv_groups = 1;
         check_forward(&l, sets[s], seed + 2);
+        check_row_split(&g, sets[s], seed + 3);
+        check_row_split(&l, sets[s], seed + 4);
     }
     attn_lm_config g = gpt2_cfg(), l = llama_cfg();
     check_save_load(ctx, &g, seed, false);
