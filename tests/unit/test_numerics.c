@@ -150,8 +150,10 @@ static void test_renormalize_without_underflow(attn_ctx *ctx, attn_rng *rng) {
  * sequences, and (B, H, T, D) causal top-left with 150 queries, whose
  * blocks read only keys 0-149: the forward measures the rest at the end,
  * as a NaN value there still reaches the reference's out (0 * NaN; a NaN
- * key there is masked and reaches nothing). T = 300 leaves a partial
- * block, and GQA a KV head count of its own. */
+ * key there is masked and reaches nothing), and (B, H, T, D) causal, whose
+ * first query block reads keys 0-287 and whose second block alone reads
+ * the rest (each key measured by the first block that reads it). T = 300
+ * leaves a partial block, and GQA a KV head count of its own. */
 static void test_scan_finds_every_nan(void) {
     enum { B = 2, T = 300, H = 4, HKV = 2, D = 8, NQ = B * T * H * D, NK = B * T * HKV * D };
     attn_ctx *fused, *ref;
@@ -171,11 +173,11 @@ static void test_scan_finds_every_nan(void) {
         outs[c][4] = at + 2 * NQ + 2 * NK;
     }
     static const int32_t cu[B + 1] = {0, 113, 2 * T};
-    for (int layout = 0; layout < 4; layout++) {
+    for (int layout = 0; layout < 5; layout++) {
         size_t TQ = layout == 3 ? T / 2 : T;
         attn_sdpa_config cfg = {.batch = B, .heads = H, .kv_heads = HKV, .q_tokens = TQ,
                                 .kv_tokens = T, .head_dim = D};
-        if (layout == 1 || layout == 3) { /* (B, H, T, D) */
+        if (layout == 1 || layout >= 3) { /* (B, H, T, D) */
             size_t qs[3] = {H * TQ * D, D, TQ * D}, ks[3] = {HKV * T * D, D, T * D};
             memcpy(cfg.q_strides, qs, sizeof qs);
             memcpy(cfg.out_strides, qs, sizeof qs);
@@ -188,6 +190,7 @@ static void test_scan_finds_every_nan(void) {
             cfg.causal = true;
             cfg.align = ATTN_ALIGN_TOP_LEFT;
         }
+        if (layout == 4) cfg.causal = true;
         for (int tensor = 0; tensor < 4; tensor++)
             for (int where = 0; where < 3; where++) {
                 for (int i = 0; i < INPUTS; i++) in[i] = (float)(0.5 * sin(0.37 * i + layout));

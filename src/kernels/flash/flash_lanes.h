@@ -423,6 +423,28 @@ static void measure_unread_keys(const attn_attention_problem *p, const attn_atte
     }
 }
 
+/* Keys below which a measuring forward that reads its keys in place has
+ * measured them in another item: every key, where this item is not its
+ * query block's first chunk of heads (that chunk reads the same keys);
+ * else, without a block map (each row's keys one interval whose ends grow
+ * with the row), the keys the rows before the block see, which the query
+ * blocks before it read: each key is then measured by the first block that
+ * reads it, not by every block after it (a causal forward read every key
+ * of its head again for each of its query blocks). A block map's rows may
+ * see keys in any order: 0. */
+static size_t keys_measured_before(const flash_shape *f, const query_item *it,
+                                   const attn_attention_seq *seq, const block_rows *br) {
+    const attn_attention_problem *p = f->p;
+    if (it->h0 != it->kvh * f->G) return seq->kv_len;
+    if (p->block_map) return 0;
+    for (size_t i = br->i0; i-- > 0;) {
+        size_t kb, ke;
+        attn_visible_keys(p, seq, i, &kb, &ke);
+        if (kb < ke) return ke;
+    }
+    return 0;
+}
+
 /* Keys [a, z) of the (batch, KV head) at k_at, v_at into the part's
  * packed rows (lanes_pack), each at its own index; with top, their max
  * |k| and |v| as they sit in cache. */
@@ -471,6 +493,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
     size_t v_at = row_at(p->v.st, b, seq, true, it->kvh, 0);
     /* a measuring forward's max |q|, |k|, |v| (inf: not finite), this part's */
     float *top = job->measure ? part_magnitudes(job->workspace, job->per_part, part) : NULL;
+    size_t measured_to = top && !packs ? keys_measured_before(f, it, seq, br) : 0;
     if (packs && job->windowed_pack && br->first < br->last) {
         /* rows the block does not read stay unpacked; blocks come last
          * first, so a block's keys often end inside the pack: the rows
@@ -532,9 +555,10 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             kld = D;
             vb = v_pack + j0 * Dv;
             vld = Dv;
-        } else if (top) { /* read in place: measured as read, in every query block */
-            top[1] = max_abs_rows(kb, cols, kld, D, top[1]);
-            if (values) top[2] = max_abs_rows(vb, cols, vld, D, top[2]);
+        } else if (top && j0 + cols > measured_to) { /* read in place: measured as read */
+            size_t a = measured_to > j0 ? measured_to - j0 : 0;
+            top[1] = max_abs_rows(kb + a * kld, cols - a, kld, D, top[1]);
+            if (values) top[2] = max_abs_rows(vb + a * vld, cols - a, vld, D, top[2]);
         }
         if (cols < LBC || kld != D) {
             for (size_t j = 0; j < cols; j++) memcpy(kp + j * D, kb + j * kld, D * sizeof *kp);
