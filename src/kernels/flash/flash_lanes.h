@@ -428,10 +428,9 @@ static void measure_unread_keys(const attn_attention_problem *p, const attn_atte
  * query block's first chunk of heads (that chunk reads the same keys);
  * else, without a block map (each row's keys one interval whose ends grow
  * with the row), the keys the rows before the block see, which the query
- * blocks before it read: each key is then measured by the first block that
- * reads it, not by every block after it (a causal forward read every key
- * of its head again for each of its query blocks). A block map's rows may
- * see keys in any order: 0. */
+ * blocks before it read: each key is then measured once, by the first
+ * block that reads it, where every later block reads it again. A block
+ * map's rows may see keys in any order: 0. */
 static size_t keys_measured_before(const flash_shape *f, const query_item *it,
                                    const attn_attention_seq *seq, const block_rows *br) {
     const attn_attention_problem *p = f->p;
