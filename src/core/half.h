@@ -13,6 +13,10 @@
  * from half an ulp past the largest finite one becomes infinity; a NaN
  * stays a NaN of the same sign, quieted, keeping the top bits of its
  * payload (as x86's VCVTPS2PH and VCVTNEPS2BF16 do).
+ *
+ * Each conversion computes its cases side by side and picks one, with no
+ * branch, so that a loop over an array of them vectorises (a model's
+ * weights converted on load).
  */
 #ifndef ATTN_CORE_HALF_H
 #define ATTN_CORE_HALF_H
@@ -39,33 +43,35 @@ static inline float attn_bf16_to_float(uint16_t h) { return attn_float_of_bits((
 static inline uint16_t attn_float_to_bf16(float x) {
     uint32_t u = attn_bits_of_float(x);
     /* a NaN's rounding add could carry into the exponent and make it inf */
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x40u);
-    u += 0x7FFFu + ((u >> 16) & 1u); /* to nearest even at the 16 bits dropped */
-    return (uint16_t)(u >> 16);
+    uint32_t nan = (u >> 16) | 0x40u;
+    uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16; /* to nearest even */
+    return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
 }
 
 static inline float attn_f16_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1Fu, m = h & 0x3FFu;
-    if (e == 0) /* zero or subnormal: m 2^-24, exact in float */
-        return attn_float_of_bits(attn_bits_of_float((float)m * 0x1p-24f) | sign);
-    if (e == 31) return attn_float_of_bits(sign | 0x7F800000u | m << 13); /* inf, NaN */
-    return attn_float_of_bits(sign | (e + 112u) << 23 | m << 13);
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = h & 0x7FFFu;
+    uint32_t normal = (em << 13) + (112u << 23); /* the exponent rebiased, the fraction up */
+    uint32_t special = 0x7F800000u | (em & 0x3FFu) << 13; /* inf, NaN */
+    uint32_t small = attn_bits_of_float((float)em * 0x1p-24f); /* zero, subnormal: exact */
+    uint32_t bits = em >= 0x7C00u ? special : em >= 0x0400u ? normal : small;
+    return attn_float_of_bits(sign | bits);
 }
 
 static inline uint16_t attn_float_to_f16(float x) {
     uint32_t u = attn_bits_of_float(x), sign = (u >> 16) & 0x8000u;
     u &= 0x7FFFFFFFu;
-    if (u > 0x7F800000u) return (uint16_t)(sign | 0x7E00u | ((u >> 13) & 0x3FFu)); /* NaN */
-    if (u >= 0x477FF000u) return (uint16_t)(sign | 0x7C00u); /* from 65520 (a tie to 2^16) up */
-    if (u < 0x38800000u) { /* below 2^-14: a subnormal, n 2^-24, n rounded to even */
-        float scaled = attn_float_of_bits(u) * 0x1p24f; /* exact, < 1024 */
-        uint32_t n = (uint32_t)scaled;
-        float rest = scaled - (float)n;
-        if (rest > 0.5f || (rest == 0.5f && (n & 1u))) n++;
-        return (uint16_t)(sign | n);
-    }
-    u += 0x0FFFu + ((u >> 13) & 1u); /* to nearest even at the 13 bits dropped */
-    return (uint16_t)(sign | (u - (112u << 23)) >> 13);
+    /* NaN: quieted, its payload's top bits kept; from 65520 (a tie to 2^16) up: inf */
+    uint32_t big = u > 0x7F800000u ? 0x7E00u | ((u >> 13) & 0x3FFu) : 0x7C00u;
+    /* below 2^-14: a subnormal, n 2^-24, n rounded to even (of u there, so
+     * that the float to integer conversion stays in range elsewhere) */
+    float scaled = attn_float_of_bits(u < 0x38800000u ? u : 0u) * 0x1p24f; /* exact, < 1024 */
+    int32_t n = (int32_t)scaled; /* (a signed conversion: one instruction in every ISA) */
+    float rest = scaled - (float)n;
+    uint32_t small = (uint32_t)n + (uint32_t)((rest > 0.5f) | ((rest == 0.5f) & n));
+    /* normal: to nearest even at the 13 bits dropped, the exponent rebiased */
+    uint32_t normal = (u + 0x0FFFu + ((u >> 13) & 1u) - (112u << 23)) >> 13;
+    uint32_t h = u >= 0x477FF000u ? big : u < 0x38800000u ? small : normal;
+    return (uint16_t)(sign | h);
 }
 
 /* The dtype chosen per element: for loops that are not hot. */

@@ -708,24 +708,36 @@ static float narrow_double(double d) {
     return (float)d;
 }
 
+/* dst = count elements of src (little-endian, dtype), as float. One loop
+ * per dtype, each of which the compiler vectorises: the file's bytes are
+ * assembled explicitly, so a big-endian host reads them the same. */
 static void convert(attn_dtype dtype, const unsigned char *src, size_t count, float *dst) {
-    for (size_t i = 0; i < count; i++) {
-        if (dtype == ATTN_DTYPE_F32) {
+    switch (dtype) {
+    case ATTN_DTYPE_F32:
+        for (size_t i = 0; i < count; i++) {
             const unsigned char *e = src + 4 * i;
             uint32_t u = (uint32_t)e[0] | (uint32_t)e[1] << 8 | (uint32_t)e[2] << 16 |
                          (uint32_t)e[3] << 24;
-            memcpy(&dst[i], &u, 4);
-        } else if (dtype == ATTN_DTYPE_F16) {
+            dst[i] = attn_float_of_bits(u);
+        }
+        return;
+    case ATTN_DTYPE_F16:
+        for (size_t i = 0; i < count; i++)
             dst[i] = attn_f16_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
-        } else if (dtype == ATTN_DTYPE_BF16) {
+        return;
+    case ATTN_DTYPE_BF16:
+        for (size_t i = 0; i < count; i++)
             dst[i] = attn_bf16_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
-        } else {
+        return;
+    default: /* F64 */
+        for (size_t i = 0; i < count; i++) {
             uint64_t u = 0;
             for (int k = 7; k >= 0; k--) u = u << 8 | src[8 * i + (size_t)k];
             double d;
             memcpy(&d, &u, sizeof d);
             dst[i] = narrow_double(d);
         }
+        return;
     }
 }
 
