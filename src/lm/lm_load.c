@@ -106,8 +106,9 @@ static attn_status grow_buffer(lm_source *s, const char *name, float **buf, size
 
 static bool is_half(attn_dtype d) { return d == ATTN_DTYPE_BF16 || d == ATTN_DTYPE_F16; }
 
-/* The refusal of src[i] (element at + i of the tensor), which dst's 16-bit
- * dtype cannot hold: exactly (exact), or within its range. */
+/* The refusal of x, element at of the tensor name (the file's dtype from),
+ * which the 16-bit dtype to cannot hold: exactly (exact), or within its
+ * range. */
 static attn_status refuse_element(lm_source *s, const char *name, attn_dtype from,
                                   attn_dtype to, bool exact, float x, size_t at) {
     return attn_fail(s->ctx, ATTN_ERR_INVALID,
