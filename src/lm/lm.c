@@ -914,17 +914,20 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
     size_t C = m->cfg.emb_dim, H = m->hidden, kvw = m->kv_heads * m->head_dim;
     bool gpt2 = m->cfg.arch == ATTN_LM_GPT2;
 
-    run_rows(m, (row_step){STEP_NORM, m, a->h, a->x, k->norm1_w, k->norm1_b, C, 0, NULL, NULL},
+    run_rows(m, (row_step){.kind = STEP_NORM, .m = m, .x = a->h, .a = a->x, .w = k->norm1_w,
+                           .b = k->norm1_b, .width = C},
              rows);
     const lm_part qkv[3] = {
         {k->wq, k->bq, a->q, C}, {k->wk, k->bk, a->k, kvw}, {k->wv, k->bv, a->v, kvw}};
     linear_n(m, a->h, rows, C, qkv, 3);
     if (!gpt2) {
-        size_t nh = m->cfg.n_heads, hd = m->head_dim;
-        run_rows(m, (row_step){STEP_ROPE, m, a->q, NULL, NULL, NULL, nh * hd, nh, a->cosines,
-                               a->sines}, rows);
-        run_rows(m, (row_step){STEP_ROPE, m, a->k, NULL, NULL, NULL, kvw, m->kv_heads,
-                               a->cosines, a->sines}, rows);
+        size_t nh = m->cfg.n_heads;
+        run_rows(m, (row_step){.kind = STEP_ROPE, .m = m, .x = a->q, .width = nh * m->head_dim,
+                               .heads = nh, .cosines = a->cosines, .sines = a->sines},
+                 rows);
+        run_rows(m, (row_step){.kind = STEP_ROPE, .m = m, .x = a->k, .width = kvw,
+                               .heads = m->kv_heads, .cosines = a->cosines, .sines = a->sines},
+                 rows);
     }
     attn_status st;
     if (args->cache) {
@@ -940,19 +943,21 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
     }
     if (st != ATTN_OK) return st;
     linear(m, a->att, k->wo, k->bo, a->h, rows, C, C);
-    const row_step residual = {STEP_ADD, m, a->x, a->h, NULL, NULL, C, 0, NULL, NULL};
+    const row_step residual = {.kind = STEP_ADD, .m = m, .x = a->x, .a = a->h, .width = C};
     run_rows(m, residual, rows);
 
-    run_rows(m, (row_step){STEP_NORM, m, a->h, a->x, k->norm2_w, k->norm2_b, C, 0, NULL, NULL},
+    run_rows(m, (row_step){.kind = STEP_NORM, .m = m, .x = a->h, .a = a->x, .w = k->norm2_w,
+                           .b = k->norm2_b, .width = C},
              rows);
     if (gpt2) {
         linear(m, a->h, k->fc1_w, k->fc1_b, a->f1, rows, C, H);
-        run_rows(m, (row_step){STEP_GELU, m, a->f1, NULL, NULL, NULL, H, 0, NULL, NULL}, rows);
+        run_rows(m, (row_step){.kind = STEP_GELU, .m = m, .x = a->f1, .width = H}, rows);
         linear(m, a->f1, k->fc2_w, k->fc2_b, a->h, rows, H, C);
     } else {
         const lm_part gate_up[2] = {{k->fc1_w, NULL, a->f1, H}, {k->fc2_w, NULL, a->f2, H}};
         linear_n(m, a->h, rows, C, gate_up, 2);
-        run_rows(m, (row_step){STEP_SWIGLU, m, a->f1, a->f2, NULL, NULL, H, 0, NULL, NULL}, rows);
+        run_rows(m, (row_step){.kind = STEP_SWIGLU, .m = m, .x = a->f1, .a = a->f2, .width = H},
+                 rows);
         linear(m, a->f1, k->fc3_w, NULL, a->h, rows, H, C);
     }
     run_rows(m, residual, rows);

@@ -378,6 +378,19 @@ lane_step_run(const lane_step *s, size_t D, size_t qv, float *qT, float *oT, flo
 #undef LANE_STEP_CALL
 }
 
+/* The end of the keys that the last row before row i0 that sees any sees
+ * (0: none does): where both ends of a row's keys grow with the row, what
+ * the query blocks before row i0 read up to. */
+static size_t keys_seen_before(const attn_attention_problem *p, const attn_attention_seq *seq,
+                               size_t i0) {
+    for (size_t i = i0; i-- > 0;) {
+        size_t kb, ke;
+        attn_visible_keys(p, seq, i, &kb, &ke);
+        if (kb < ke) return ke;
+    }
+    return 0;
+}
+
 /* A measuring forward's keys that no row of its query block reads: those
  * before the first block's sweep (packed rows start at key 0: none) and
  * after the last block's. With the keys each block reads, every key of
@@ -401,18 +414,8 @@ static void measure_unread_keys(const attn_attention_problem *p, const attn_atte
     bool last = br->i0 + br->rows == seq->q_len || (first && intervals);
     size_t spans[2][2] = {{0, first ? from : 0}, {to, last ? seq->kv_len : to}};
     if (windowed) {
-        /* the keys from the end of the last row before the block that sees
-         * any (what the blocks before read up to) to the block's sweep */
-        size_t gap_from = 0;
-        for (size_t i = br->i0; i-- > 0;) {
-            size_t kb, ke;
-            attn_visible_keys(p, seq, i, &kb, &ke);
-            if (kb < ke) {
-                gap_from = ke;
-                break;
-            }
-        }
-        spans[0][0] = gap_from;
+        /* the keys from what the blocks before read up to, to the block's sweep */
+        spans[0][0] = keys_seen_before(p, seq, br->i0);
         spans[0][1] = from;
     }
     for (int s = 0; s < 2; s++) {
@@ -435,13 +438,7 @@ static size_t keys_measured_before(const flash_shape *f, const query_item *it,
                                    const attn_attention_seq *seq, const block_rows *br) {
     const attn_attention_problem *p = f->p;
     if (it->h0 != it->kvh * f->G) return seq->kv_len;
-    if (p->block_map) return 0;
-    for (size_t i = br->i0; i-- > 0;) {
-        size_t kb, ke;
-        attn_visible_keys(p, seq, i, &kb, &ke);
-        if (kb < ke) return ke;
-    }
-    return 0;
+    return p->block_map ? 0 : keys_seen_before(p, seq, br->i0);
 }
 
 /* Keys [a, z) of the (batch, KV head) at k_at, v_at into the part's
