@@ -206,7 +206,7 @@ static layout layout_of(const attn_ctx *ctx, const attn_attention_problem *p,
     layout l = {.plans = (p->batch * sizeof(seq_plan) + 63) / 64 * 64,
                 .items = (cp->items * sizeof(work_item) + 63) / 64 * 64,
                 .part_floats =
-                    partial_floats(ATTN_DECODE_ROWS, H, D) + ATTN_DECODE_SCRATCH_FLOATS(H)};
+                    partial_floats(ATTN_DECODE_ROWS, H, D) + ATTN_DECODE_SCRATCH_FLOATS(H, D)};
     l.floats = parts * l.part_floats + 2 * cp->rows * H + cp->partials;
     return l;
 }

@@ -201,16 +201,18 @@ static inline void attn_decode_visible(const attn_decode_seq *s, size_t r, size_
     *hi = pos + 1;
 }
 
-/* The floats of a chunk call's scratch, for q_heads heads. */
-#define ATTN_DECODE_SCRATCH_FLOATS(q_heads)                                                        \
-    ((size_t)ATTN_DECODE_ROWS * (q_heads) * (ATTN_DECODE_BLOCK + 1))
+/* The floats of a chunk call's scratch, for q_heads heads of head_dim:
+ * a block's scores and softmax factors, and the queries reordered for a
+ * kernel set that reads bf16 keys in pairs of vectors. */
+#define ATTN_DECODE_SCRATCH_FLOATS(q_heads, head_dim)                                              \
+    ((size_t)ATTN_DECODE_ROWS * (q_heads) * (ATTN_DECODE_BLOCK + 1 + (head_dim)))
 
 typedef struct attn_decode_kernels {
     const char *name;
     /* Rows [row0, row0 + rows) (rows <= ATTN_DECODE_ROWS) of s against keys [begin, end): m, l
      * (rows, q_heads) and acc (rows, q_heads, head_dim) receive the
      * partial softmax (m = -inf, l = 0, acc = 0 where a row sees none);
-     * scratch holds ATTN_DECODE_SCRATCH_FLOATS(q_heads) floats. */
+     * scratch holds ATTN_DECODE_SCRATCH_FLOATS(q_heads, head_dim) floats. */
     void (*chunk)(const attn_decode_seq *s, size_t row0, size_t rows, size_t begin, size_t end,
                   float *m, float *l, float *acc, float *scratch);
 } attn_decode_kernels;

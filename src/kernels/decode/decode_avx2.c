@@ -31,6 +31,17 @@ static inline vec v_from_bf16(const uint16_t *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
+/* 16 bf16 elements as two vectors: the even elements (0, 2, .., 14) and
+ * the odd ones. A bf16 is the top half of a float: a shift turns the low
+ * half of each 32-bit lane into a float and a mask the high half, one
+ * instruction a vector where v_from_bf16 takes a widening and a shift. */
+#define DECODE_BF16_PAIRS 1
+static inline void v_from_bf16_pair(const uint16_t *p, vec *even, vec *odd) {
+    __m256i w = _mm256_loadu_si256((const __m256i *)p);
+    *even = _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+    *odd = _mm256_castsi256_ps(_mm256_and_si256(w, _mm256_set1_epi32((int)0xFFFF0000u)));
+}
+
 static inline vec v_from_f16(const uint16_t *p) {
     return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p));
 }

@@ -11,6 +11,9 @@
  * then defines:
  *   v_hsum_block(part, out)  out[j] = the sum of part[j]'s lanes, j < 16
  *   v_from_bf16(p), v_from_f16(p)  VW 16-bit elements widened (exact)
+ *   DECODE_BF16_PAIRS 1 and v_from_bf16_pair(p, &even, &odd)  (optional)
+ *                      2 VW bf16 elements as the vector of the even ones
+ *                      and the vector of the odd ones
  *   v_from_e4m3(p)     VW fp8 e4m3 codes as their value / 256 (exact)
  *   v_from_i8(p)       VW int8 codes
  *   v_from_i4(p, hi)   the low (hi 0) or high nibbles of VW bytes, less 8
@@ -35,6 +38,10 @@
  * applied once to its key's score and to its value's weight, an I4 group's
  * to the group's elements. The format is a constant in each function below
  * (always inlined from a switch), so that each format's loop is its own.
+ * A kernel set may read bf16 two vectors at a time, the even elements and
+ * the odd ones (DECODE_BF16_PAIRS: a shift or a mask a vector): the
+ * queries are then put in that order once per chunk, and the value sums
+ * are kept in it until the chunk ends (pair_order).
  *
  * Softcap and ALiBi change a (row, head)'s block of scores between scoring
  * and its softmax step (modify_scores), a branch per block that a call
@@ -44,12 +51,32 @@
 
 #include <math.h>
 #include <stdbool.h>
+#include <string.h>
 
 #define BK ATTN_DECODE_BLOCK
 _Static_assert(BK % VW == 0, "a key block is whole vectors");
 _Static_assert(BK == 16, "v_hsum_block sums 16 vectors");
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
+
+#ifndef DECODE_BF16_PAIRS
+#define DECODE_BF16_PAIRS 0
+/* Not called where DECODE_BF16_PAIRS is 0 (bf16_pairs); correct anyway. */
+static inline void v_from_bf16_pair(const uint16_t *p, vec *even, vec *odd) {
+    float e[VW], o[VW];
+    for (size_t i = 0; i < VW; i++) {
+        e[i] = attn_bf16_to_float(p[2 * i]);
+        o[i] = attn_bf16_to_float(p[2 * i + 1]);
+    }
+    *even = v_load(e);
+    *odd = v_load(o);
+}
+#endif
+
+/* Whether rows of format T are read in pairs of vectors. */
+static ALWAYS_INLINE bool bf16_pairs(attn_dtype T) {
+    return DECODE_BF16_PAIRS && T == ATTN_DTYPE_BF16;
+}
 
 /* CALL(T) with T the storage format dtype as a constant: each format's
  * always-inlined loops become a function body of their own. */
@@ -190,6 +217,39 @@ static inline void stream_catch_up(prefetch_stream *ps, size_t num, size_t den) 
  * accumulators, KEYS key vectors and a query vector in registers. */
 #define KEYS (VW == 16 ? 4 : 2)
 
+/* Registers of accumulators per query head in weigh_heads. */
+#define WEIGH_VECS (VW == 16 ? 4 : 2)
+_Static_assert(WEIGH_VECS % 2 == 0, "weigh_heads' passes cover whole pairs of vectors");
+
+/* The elements of a row of D that a bf16 row's pairs of vectors cover
+ * (bf16_pairs): weigh_heads' whole passes of WEIGH_VECS vectors, which
+ * score_heads reads in pairs too, the rest one vector or one element at a
+ * time in order. */
+static inline size_t paired_dims(size_t D) {
+    return DECODE_BF16_PAIRS ? D / (WEIGH_VECS * VW) * (WEIGH_VECS * VW) : 0;
+}
+
+/* x (D) into pair order (to_pairs), or back: each 2 VW elements of the
+ * first paired_dims(D) as v_from_bf16_pair loads them, the even ones
+ * first. The queries go into it, so that a pair of key vectors meets the
+ * query elements it multiplies; the value sums are made in it, and come
+ * back to element order once a chunk is done. */
+static void pair_order(float *x, size_t D, bool to_pairs) {
+    float t[2 * VW];
+    for (size_t c = 0; c < paired_dims(D); c += 2 * VW) {
+        for (size_t i = 0; i < 2 * VW; i++) t[i] = x[c + i];
+        for (size_t i = 0; i < VW; i++) {
+            if (to_pairs) {
+                x[c + i] = t[2 * i];
+                x[c + VW + i] = t[2 * i + 1];
+            } else {
+                x[c + 2 * i] = t[i];
+                x[c + 2 * i + 1] = t[VW + i];
+            }
+        }
+    }
+}
+
 /*
  * out_g[j] = base-2 scores of the NG query heads q_g (NG <= 4, a constant
  * where inlined) of one KV head kh against its keys in rows[j], j in [jlo,
@@ -198,7 +258,8 @@ static inline void stream_catch_up(prefetch_stream *ps, size_t num, size_t den) 
  * query vector once for the KEYS keys, so that a fused multiply-add needs
  * half a load; the partial vectors of a head's 16 keys are summed all at
  * once. A score's operations are the same whatever NG and whichever keys
- * share its pass.
+ * share its pass. Where T is read in pairs (bf16_pairs), q is in pair
+ * order (pair_order).
  */
 static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *const *q,
                                       const attn_decode_row *rows, const attn_kv_format *f,
@@ -224,7 +285,20 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
         vec acc[4][KEYS];
         for (size_t g = 0; g < NG; g++)
             for (size_t jj = 0; jj < KEYS; jj++) acc[g][jj] = v_zero();
-        for (size_t d = 0; d < whole; d += VW) {
+        size_t d = 0;
+        for (; bf16_pairs(T) && d < paired_dims(D); d += 2 * VW) {
+            vec even[KEYS], odd[KEYS];
+            for (size_t jj = 0; jj < KEYS; jj++)
+                v_from_bf16_pair((const uint16_t *)kc[jj] + d, &even[jj], &odd[jj]);
+            for (size_t g = 0; g < NG; g++) {
+                vec qe = v_load(q[g] + d), qo = v_load(q[g] + d + VW);
+                v_in_register(&qe);
+                v_in_register(&qo);
+                for (size_t jj = 0; jj < KEYS; jj++)
+                    acc[g][jj] = v_fma(qo, odd[jj], v_fma(qe, even[jj], acc[g][jj]));
+            }
+        }
+        for (; d < whole; d += VW) {
             vec kv[KEYS];
             for (size_t jj = 0; jj < KEYS; jj++) kv[jj] = load_elems(T, kc[jj], ks[jj], d);
             for (size_t g = 0; g < NG; g++) {
@@ -323,9 +397,6 @@ static inline float block_max(float *sc, size_t jlo, size_t jhi) {
     return v_hmax(mx);
 }
 
-/* Registers of accumulators per query head in weigh_heads. */
-#define WEIGH_VECS (VW == 16 ? 4 : 2)
-
 /*
  * For NG query heads of one KV head (NG <= 4, a constant where inlined):
  * acc_g (D) = acc_g * alpha_g + sum_j p_g[j] v[j], j in [jlo, jhi), v[j]
@@ -334,7 +405,8 @@ static inline float block_max(float *sc, size_t jlo, size_t jhi) {
  * heads. Per head and element the operations are the same in the same
  * order whatever NG. The block's sum starts from zero and joins acc in one
  * fma: a row's output over a deep cache is then chains of one block each,
- * not one chain over every key, whose rounding grows with the depth.
+ * not one chain over every key, whose rounding grows with the depth. Where
+ * T is read in pairs (bf16_pairs), acc_g is in pair order (pair_order).
  */
 static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc,
                                       const float *alpha, const float *const *p,
@@ -356,9 +428,15 @@ static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc
         for (size_t j = jlo; j < jhi; j++) {
             vec pb[4];
             for (size_t g = 0; g < NG; g++) pb[g] = v_set1(p[g][j]);
-            for (size_t c = 0; c < WEIGH_VECS; c++) {
-                vec x = load_elems(T, v[j], vs[j], d + c * VW);
-                for (size_t g = 0; g < NG; g++) a[g][c] = v_fma(pb[g], x, a[g][c]);
+            const size_t loaded = bf16_pairs(T) ? 2 : 1; /* vectors a load gives */
+            for (size_t c = 0; c < WEIGH_VECS; c += loaded) {
+                vec x[2];
+                if (bf16_pairs(T))
+                    v_from_bf16_pair((const uint16_t *)v[j] + d + c * VW, &x[0], &x[1]);
+                else
+                    x[0] = load_elems(T, v[j], vs[j], d + c * VW);
+                for (size_t i = 0; i < loaded; i++)
+                    for (size_t g = 0; g < NG; g++) a[g][c + i] = v_fma(pb[g], x[i], a[g][c + i]);
             }
         }
         for (size_t g = 0; g < NG; g++)
@@ -459,7 +537,10 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
     for (size_t i = 0; i < rows * H * D; i++) acc[i] = 0.0f;
     float *sc = scratch;                    /* (rows, H, BK) scores, then weights */
     float *alpha = scratch + rows * H * BK; /* (rows, H) the blocks' softmax factors */
+    float *q_paired = alpha + rows * H;     /* (rows, H, D) the queries in pair order */
     const attn_kv_format *kf = &s->keys.k.fmt, *vf = &s->keys.v.fmt;
+    const bool k_pairs = bf16_pairs(kf->dtype) && paired_dims(D) > 0;
+    const bool v_pairs = bf16_pairs(vf->dtype) && paired_dims(D) > 0;
     bool k_scaled = row_scaled(kf->dtype), v_scaled = row_scaled(vf->dtype);
     float kfac[BK], vfac[BK];     /* the row factors of a block's keys and values */
     attn_decode_row rw[BK];       /* the rows of a block's keys */
@@ -473,6 +554,10 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
      * is the same whoever runs the chunk */
     size_t start = begin > row_lo[0] ? begin : row_lo[0];
     if (start >= end) return;
+    for (size_t i = 0; k_pairs && i < rows * H; i++) {
+        memcpy(q_paired + i * D, s->q + (row0 * H + i) * D, D * sizeof(float));
+        pair_order(q_paired + i * D, D, true);
+    }
     /* a block map of one map for every head hides lanes per row; one per
      * head, per (row, query head) below */
     const bool map_heads = s->map && s->map->heads > 1;
@@ -557,7 +642,8 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                         }
                     }
                     for (size_t g = 0; g < ng; g++) {
-                        q_g[g] = s->q + ((row0 + r) * H + kh * G + g0 + g) * D;
+                        size_t i = r * H + kh * G + g0 + g;
+                        q_g[g] = k_pairs ? q_paired + i * D : s->q + (row0 * H + i) * D;
                         p_all[g] = sc + (i0 + g0 + g) * BK;
                     }
                     /* the first group of the first row steps the stream */
@@ -598,6 +684,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
         }
         b0 = b1;
     }
+    for (size_t i = 0; v_pairs && i < rows * H; i++) pair_order(acc + i * D, D, false);
 }
 
 const attn_decode_kernels DECODE_KERNELS = {DECODE_ISA_NAME, decode_chunk};
