@@ -9,14 +9,12 @@
 # Needs: python3 with pip (the repo's .venv if present), cmake, a C/C++ compiler, git.
 set -euo pipefail
 
-ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-OUTDIR=${LLAMACPP_DIR:-$ROOT/build/llamacpp}
+source "$(dirname "$0")/common.sh" # ROOT, OUTDIR, HB, die, build_attn
 JOBS=${JOBS:-2}
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 SPEC=llama-cpp-python${LLAMACPP_SDIST_VERSION:+==$LLAMACPP_SDIST_VERSION}
 
-die() { echo "build.sh: $*" >&2; exit 1; }
 for tool in cmake git cc c++; do
   command -v "$tool" >/dev/null || die "needs '$tool' on PATH"
 done
@@ -75,24 +73,14 @@ LIBDIR=$BLD/bin
 # 4. The harnesses: ggml's flash attention and llama's greedy ids (public headers only), and
 # attn's decode (public attn.h, libattn from the repo's own build/).
 CFLAGS_H=(-O2 -std=c11 -Wall -Wextra -Werror)
-HB=$OUTDIR/harness; mkdir -p "$HB"
+mkdir -p "$HB"
 cc "${CFLAGS_H[@]}" -I"$LC/ggml/include" "$ROOT/bench/llamacpp/fa_harness.c" \
    -L"$LIBDIR" -Wl,-rpath,"$LIBDIR" -lggml -lggml-base -lggml-cpu -lm -o "$HB/fa_harness"
 cc "${CFLAGS_H[@]}" -I"$LC/include" -I"$LC/ggml/include" "$ROOT/bench/llamacpp/llama_greedy.c" \
    -L"$LIBDIR" -Wl,-rpath,"$LIBDIR" -lllama -lggml -lggml-base -o "$HB/llama_greedy"
 
-ATTN_BUILD=${ATTN_BUILD:-$ROOT/build}
-if [ ! -f "$ATTN_BUILD/CMakeCache.txt" ]; then
-  echo "== configuring attn in $ATTN_BUILD (Release)"
-  cmake -S "$ROOT" -B "$ATTN_BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-fi
-echo "== cmake --build $ATTN_BUILD -j$JOBS --target attn_static attn_cli"
-cmake --build "$ATTN_BUILD" -j"$JOBS" --target attn_static attn_cli >/dev/null ||
-  die "attn's build failed (try 'make build')"
-libattn=$ATTN_BUILD/libattn.a
-[ -f "$libattn" ] || die "no $libattn after building attn_static"
-cc "${CFLAGS_H[@]}" -I"$ROOT/include" "$ROOT/bench/llamacpp/attn_decode.c" "$libattn" \
-   -lm -lpthread -o "$HB/attn_decode"
+echo "== attn (attn_static, attn_cli) and its decode harness"
+build_attn
 
 ccv=$(cc --version | head -1)
 cat >"$OUTDIR/info.txt" <<INFO

@@ -1,4 +1,4 @@
-# Sourced by compare.sh and model_compare.sh: where build.sh put things, and
+# Sourced by build.sh, compare.sh and model_compare.sh: where build.sh puts things, and
 # the machine lines every results file starts with.
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 OUTDIR=${LLAMACPP_DIR:-$ROOT/build/llamacpp}
@@ -14,6 +14,30 @@ need_build() {
   LC_BIN=$(sed -n 's/^llama.cpp binaries: //p' "$INFO")
   LC_SRC=$(sed -n 's/^llama.cpp source: //p' "$INFO")
   [ -n "$LC_COMMIT" ] && [ -d "$LC_BIN" ] || die "$INFO lacks the commit or binaries line"
+}
+
+# attn as the tree stands now: its library and CLI built (nothing to do when
+# they are current) and the decode harness linked again against that library,
+# so that the code a results file times is the commit (and changes) it names.
+build_attn() {
+  local b=${ATTN_BUILD:-$ROOT/build}
+  if [ ! -f "$b/CMakeCache.txt" ]; then
+    echo "== configuring attn in $b (Release)" >&2
+    cmake -S "$ROOT" -B "$b" -DCMAKE_BUILD_TYPE=Release >/dev/null
+  fi
+  cmake --build "$b" -j"${JOBS:-2}" --target attn_static attn_cli >/dev/null ||
+    die "attn's build failed (try 'make build')"
+  [ -f "$b/libattn.a" ] || die "no $b/libattn.a after building attn_static"
+  cc -O2 -std=c11 -Wall -Wextra -Werror -I"$ROOT/include" "$ROOT/bench/llamacpp/attn_decode.c" \
+     "$b/libattn.a" -lm -lpthread -o "$HB/attn_decode"
+}
+
+# attn's commit, and whether the library's sources differ from it.
+attn_commit() {
+  local dirty=""
+  [ -z "$(git -C "$ROOT" status --porcelain -- src include CMakeLists.txt)" ] ||
+    dirty=" + uncommitted changes"
+  echo "$(git -C "$ROOT" rev-parse --short HEAD)$dirty"
 }
 
 # bench/results/README.md's <cpu-kind>-<ncpu>: zen4, zen5, xeon, xeon-emr,
@@ -47,7 +71,7 @@ machine_lines() {
   echo "CPU: $(lscpu | sed -n 's/^Model name: *//p'); $(awk -F': ' '/^vendor_id/{v=$2} /^cpu family/{f=$2} /^model\t/{m=$2} END{print v", family " f " model " m}' /proc/cpuinfo); $(nproc) logical CPUs"
   echo "CPU flags: $(grep -m1 -o 'avx512f\|avx512_bf16\|avx512_vnni\|avx2' /proc/cpuinfo | sort -u | tr '\n' ' ')"
   sed "s/^/build: /; s|$ROOT/||g" "$INFO"
-  echo "attn: $(git -C "$ROOT" rev-parse --short HEAD) ($(git -C "$ROOT" log -1 --format=%s | cut -c1-80))"
+  echo "attn: $(attn_commit) ($(git -C "$ROOT" log -1 --format=%s | cut -c1-80))"
   "$ROOT/build/attn" version 2>/dev/null | sed 's/^/attn version: /' || true
 }
 

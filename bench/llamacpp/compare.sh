@@ -16,6 +16,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 need_build
+build_attn
 
 DIMS=${DIMS:-64 128}
 LENGTHS=${LENGTHS:-4096 16384}

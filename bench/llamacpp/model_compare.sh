@@ -31,6 +31,7 @@
 set -euo pipefail
 source "$(dirname "$0")/common.sh"
 need_build
+build_attn
 
 DEPTHS=${DEPTHS:-0 4096 16384}
 THREADS=${THREADS:-1 2}
