@@ -18,7 +18,9 @@
  *   - k taken in super-blocks (the shared operand packed a part at a time)
  *     gives bitwise the result of one pass;
  *   - B stored in bf16 or f16 and widened as it is packed (attn_sgemm_run_b16,
- *     the set's widening pack) gives bitwise the SGEMM on B widened first;
+ *     the set's widening pack), or packed in 16 bits for the set's tile that
+ *     widens it in registers (its pack_b16 and micro_f16 / micro_bf16),
+ *     gives bitwise the SGEMM on B widened first;
  *   - the public attn_gemm on every kernel set, the reference included, and
  *     its errors;
  *   - when the SGEMM cannot get its workspace (address space limited with
@@ -294,17 +296,22 @@ static void super_blocks(const attn_gemm_kernel *uk, uint64_t *seed) {
 }
 
 /* attn_sgemm_run_b16: B stored in 16 bits, widened by the set's widening
- * pack as it is packed, gives bitwise what attn_sgemm gives on B widened
- * to float first, for both 16-bit types, every transpose case, the tile
- * edges, a bias or none, 1 and 2 threads. */
+ * pack as it is packed, and where the set has one, packed in 16 bits for
+ * its tile that widens B in registers: each gives bitwise what attn_sgemm
+ * gives on B widened to float first, for both 16-bit types, every
+ * transpose case, the tile edges, a bias or none, 1 and 2 threads, B the
+ * shared operand (more rows than columns) over several kc blocks. */
 static void b16_operand(const attn_gemm_kernel *uk, const attn_gemm16_kernel *wk,
                         uint64_t *seed) {
     CHECK(wk->nr == uk->nr && wk->mr == uk->mr && wk->packed_bytes == sizeof(float));
-    for (int i = 0; i < 24; i++) {
+    CHECK(!wk->pack_b16 || (wk->micro_f16 && wk->micro_bf16));
+    for (int i = 0; i < 32; i++) {
         attn_dtype dtype = i & 4 ? ATTN_DTYPE_BF16 : ATTN_DTYPE_F16;
         size_t threads = 1 + (i & 1);
-        gemm_case g = make_case(i & 1, (i >> 1) & 1, pick_size(uk, seed), pick_size(uk, seed),
-                                i < 20 ? pick_size(uk, seed) : 0, 1.0f, i % 3 ? 0.0f : 1.0f,
+        /* the last 4: B shared (m > n) over several kc blocks */
+        size_t m = i < 28 ? pick_size(uk, seed) : 97, n = i < 28 ? pick_size(uk, seed) : 33;
+        size_t k = i < 20 ? pick_size(uk, seed) : i < 28 ? 0 : 2 * uk->kc + 1 + below(seed, 300);
+        gemm_case g = make_case(i & 1, (i >> 1) & 1, m, n, k, 1.0f, i % 3 ? 0.0f : 1.0f,
                                 below(seed, 3));
         size_t a_rows = g.trans_a ? g.k : g.m, b_rows = g.trans_b ? g.n : g.k;
         size_t na = a_rows * g.lda, nb = b_rows * g.ldb, nc = g.m * g.ldc;
@@ -325,12 +332,24 @@ static void b16_operand(const attn_gemm_kernel *uk, const attn_gemm16_kernel *wk
                          g.ldb, g.beta, c1, g.ldc, with_bias));
         size_t floats = attn_sgemm_workspace(uk, threads, g.m, g.n, g.k);
         float *ws = attn_aligned_alloc(64, (floats + 16) * sizeof *ws);
-        CHECK(ws != NULL);
-        if (ws)
-            attn_sgemm_run_b16(uk, wk->pack_b, dtype, (attn_workers){threads, NULL}, g.trans_a,
-                               g.trans_b, g.m, g.n, g.k, g.alpha, a, g.lda, b16, g.ldb, g.beta, c2,
-                               g.ldc, with_bias, ws);
-        CHECK(memcmp(c1, c2, nc * sizeof *c1) == 0);
+        float *c0 = malloc(nc * sizeof *c0);
+        CHECK(ws != NULL && c0 != NULL);
+        memcpy(c0, c2, nc * sizeof *c0);
+        /* widened as packed; then, where the set has them, 16-bit panels */
+        for (int path = 0; ws && c0 && path < (wk->pack_b16 ? 2 : 1); path++) {
+            attn_sgemm_micro_b16_fn *tile16 =
+                path == 0 ? NULL : dtype == ATTN_DTYPE_BF16 ? wk->micro_bf16 : wk->micro_f16;
+            memcpy(c2, c0, nc * sizeof *c2);
+            attn_sgemm_run_b16(uk, path ? wk->pack_b16 : wk->pack_b, tile16, dtype,
+                               (attn_workers){threads, NULL}, g.trans_a, g.trans_b, g.m, g.n, g.k,
+                               g.alpha, a, g.lda, b16, g.ldb, g.beta, c2, g.ldc, with_bias, ws);
+            if (memcmp(c1, c2, nc * sizeof *c1) != 0)
+                fprintf(stderr, "b16_operand %s: case %d (%s, %s B, m %zu n %zu k %zu) differs\n",
+                        uk->name, i, attn_dtype_name(dtype), path ? "16-bit" : "widened", g.m, g.n,
+                        g.k);
+            CHECK(memcmp(c1, c2, nc * sizeof *c1) == 0);
+        }
+        free(c0);
         attn_free(ws);
         free(a);
         free(b);

@@ -128,7 +128,8 @@ typedef struct gemm_call {
     float alpha, beta;
     const float *a, *b;
     const uint16_t *b16;          /* or B in 16 bits (b NULL) ... */
-    attn_gemm16_pack_fn *pack_b16; /* ... widened by this as it is packed */
+    attn_gemm16_pack_fn *pack_b16; /* ... packed by this: widened into uk's panels, or ... */
+    attn_sgemm_micro_b16_fn *micro_b16; /* ... kept in 16 bits for this tile (else NULL) */
     attn_dtype b16_dtype;
     size_t lda, ldb;
     float *c;
@@ -143,15 +144,24 @@ typedef struct gemm_call {
     atomic_size_t next_chunk;
 } gemm_call;
 
-/* The shared operand's packed kc block that starts at pc. */
-static float *shared_block(const gemm_call *g, size_t pc) {
-    return g->shared + (pc - g->k0) * g->plan.shared_width;
+/* Element e of packed B's buffer at base: floats, or 16-bit elements where
+ * the tile widens them (micro_b16), in the same order and half the bytes. */
+static void *packed_b_at(const gemm_call *g, void *base, size_t e) {
+    return g->micro_b16 ? (void *)((uint16_t *)base + e) : (void *)((float *)base + e);
+}
+
+/* The shared operand's packed kc block that starts at pc: A's floats, or
+ * B's panels (split_rows). */
+static void *shared_block(const gemm_call *g, size_t pc) {
+    size_t e = (pc - g->k0) * g->plan.shared_width;
+    return g->plan.split_rows ? packed_b_at(g, g->shared, e) : (void *)(g->shared + e);
 }
 
 /* Columns [j, j + len) of op(B), kcb deep from p, packed into dst: float
- * B by the kernel's pack_b, 16-bit B widened into the same panels. */
+ * B by the kernel's pack_b, 16-bit B by pack_b16 (widened into the same
+ * panels, or in its 16 bits for micro_b16). */
 static void pack_b_block(const gemm_call *g, size_t kcb, size_t p, size_t j, size_t len,
-                         float *dst) {
+                         void *dst) {
     size_t at = g->trans_b ? j * g->ldb + p : p * g->ldb + j;
     if (g->b16)
         g->pack_b16(g->b16_dtype, kcb, len, g->b16 + at, g->ldb, g->trans_b, dst);
@@ -170,28 +180,38 @@ static void pack_shared(void *arg, size_t begin, size_t end) {
     if (len == 0) return;
     for (size_t pc = g->k0; pc < g->k1; pc += g->plan.kc) {
         size_t kcb = min_size(g->plan.kc, g->k1 - pc);
-        float *dst = shared_block(g, pc) + v0 * kcb;
         if (g->plan.split_rows)
-            pack_b_block(g, kcb, pc, v0, len, dst);
+            pack_b_block(g, kcb, pc, v0, len, packed_b_at(g, shared_block(g, pc), v0 * kcb));
         else
             uk->pack_a(kcb, len, g->trans_a ? g->a + pc * g->lda + v0 : g->a + v0 * g->lda + pc,
-                       g->lda, g->trans_a, dst);
+                       g->lda, g->trans_a, (float *)shared_block(g, pc) + v0 * kcb);
     }
+}
+
+/* The microkernel of the call on a tile: uk's, or micro_b16 on 16-bit
+ * panels of B. */
+static void micro(const gemm_call *g, size_t kc, const float *pa, const void *pb, float *c,
+                  size_t ldc, float beta, const float *bias) {
+    if (g->micro_b16)
+        g->micro_b16(kc, pa, pb, c, ldc, g->alpha, beta, bias);
+    else
+        g->uk->micro(kc, pa, pb, c, ldc, g->alpha, beta, bias);
 }
 
 /* An edge tile (rows x cols of c, short of MR x NR): the microkernel runs on
  * a scratch tile holding c's values, and on the bias's cols padded to NR,
  * so it rounds as a full tile would. */
-static void edge_tile(const attn_gemm_kernel *uk, size_t kc, const float *pa, const float *pb,
-                      float *c, size_t ldc, size_t rows, size_t cols, float alpha, float beta,
-                      const float *bias, float *tile) {
+static void edge_tile(const gemm_call *g, size_t kc, const float *pa, const void *pb, float *c,
+                      size_t ldc, size_t rows, size_t cols, float beta, const float *bias,
+                      float *tile) {
+    const attn_gemm_kernel *uk = g->uk;
     size_t nr = uk->nr;
     float bias_row[ATTN_GEMM_NR_MAX] = {0};
     if (bias) memcpy(bias_row, bias, cols * sizeof *bias);
     memset(tile, 0, uk->mr * nr * sizeof *tile);
     if (beta != 0.0f)
         for (size_t i = 0; i < rows; i++) memcpy(tile + i * nr, c + i * ldc, cols * sizeof *c);
-    uk->micro(kc, pa, pb, tile, nr, alpha, beta, bias ? bias_row : NULL);
+    micro(g, kc, pa, pb, tile, nr, beta, bias ? bias_row : NULL);
     for (size_t i = 0; i < rows; i++) memcpy(c + i * ldc, tile + i * nr, cols * sizeof *c);
 }
 
@@ -201,8 +221,8 @@ static void edge_tile(const attn_gemm_kernel *uk, size_t kc, const float *pa, co
  * and no read of them back). A micro-panel of A
  * stays in L1 while the B micro-panels stream past it. */
 static void macro_kernel(const gemm_call *g, size_t kcb, float beta, const float *bias,
-                         const float *pa, const float *pb, size_t i0, size_t i1, size_t j0,
-                         size_t j1, float *tile) {
+                         const float *pa, void *pb, size_t i0, size_t i1, size_t j0, size_t j1,
+                         float *tile) {
     const attn_gemm_kernel *uk = g->uk;
     size_t mr = uk->mr, nr = uk->nr, ldc = g->ldc;
     for (size_t i = i0; i < i1; i += mr) {
@@ -211,13 +231,12 @@ static void macro_kernel(const gemm_call *g, size_t kcb, float beta, const float
         float *c_row = g->c + i * ldc;
         for (size_t j = j0; j < j1; j += nr) {
             size_t cols = min_size(nr, j1 - j);
-            const float *pb_j = pb + (j - j0) * kcb;
+            const void *pb_j = packed_b_at(g, pb, (j - j0) * kcb);
             const float *bias_j = bias ? bias + j : NULL;
             if (rows == mr && cols == nr)
-                uk->micro(kcb, pa_i, pb_j, c_row + j, ldc, g->alpha, beta, bias_j);
+                micro(g, kcb, pa_i, pb_j, c_row + j, ldc, beta, bias_j);
             else
-                edge_tile(uk, kcb, pa_i, pb_j, c_row + j, ldc, rows, cols, g->alpha, beta, bias_j,
-                          tile);
+                edge_tile(g, kcb, pa_i, pb_j, c_row + j, ldc, rows, cols, beta, bias_j, tile);
         }
     }
 }
@@ -231,22 +250,22 @@ static void run_chunk(const gemm_call *g, size_t s0, size_t s1, float *slice, fl
          * add to c. */
         float beta = pc == 0 ? g->beta : 1.0f;
         const float *bias = pc == 0 ? g->bias : NULL;
-        const float *shared = shared_block(g, pc);
+        void *shared = shared_block(g, pc);
         if (g->plan.split_rows) {
             /* A slice (rows s0..s1) in L3; B in nc-column blocks from L2 */
             uk->pack_a(kcb, s1 - s0, g->trans_a ? g->a + pc * g->lda + s0 : g->a + s0 * g->lda + pc,
                        g->lda, g->trans_a, slice);
             size_t nc = even_block(g->n, uk->nc, uk->nr);
             for (size_t jc = 0; jc < g->n; jc += nc)
-                macro_kernel(g, kcb, beta, bias, slice, shared + jc * kcb, s0, s1, jc,
-                             min_size(jc + nc, g->n), tile);
+                macro_kernel(g, kcb, beta, bias, slice, packed_b_at(g, shared, jc * kcb), s0, s1,
+                             jc, min_size(jc + nc, g->n), tile);
         } else {
             /* B slice (columns s0..s1, at most nc) in L2; A micro-panels
              * from the shared block, in mc-row blocks */
             pack_b_block(g, kcb, pc, s0, s1 - s0, slice);
             size_t mc = even_block(g->m, uk->mc, uk->mr);
             for (size_t ic = 0; ic < g->m; ic += mc)
-                macro_kernel(g, kcb, beta, bias, shared + ic * kcb, slice, ic,
+                macro_kernel(g, kcb, beta, bias, (const float *)shared + ic * kcb, slice, ic,
                              min_size(ic + mc, g->m), s0, s1, tile);
         }
     }
@@ -318,13 +337,14 @@ void attn_sgemm_run(const attn_gemm_kernel *uk, attn_workers w, bool trans_a, bo
     run(&g, w, workspace);
 }
 
-void attn_sgemm_run_b16(const attn_gemm_kernel *uk, attn_gemm16_pack_fn *pack_b, attn_dtype dtype,
-                        attn_workers w, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
-                        float alpha, const float *a, size_t lda, const uint16_t *b, size_t ldb,
-                        float beta, float *c, size_t ldc, const float *bias, float *workspace) {
+void attn_sgemm_run_b16(const attn_gemm_kernel *uk, attn_gemm16_pack_fn *pack_b,
+                        attn_sgemm_micro_b16_fn *micro_b16, attn_dtype dtype, attn_workers w,
+                        bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                        const float *a, size_t lda, const uint16_t *b, size_t ldb, float beta,
+                        float *c, size_t ldc, const float *bias, float *workspace) {
     gemm_call g = {.uk = uk, .trans_a = trans_a, .trans_b = trans_b, .m = m, .n = n, .k = k,
                    .alpha = alpha, .beta = beta, .a = a, .b16 = b, .pack_b16 = pack_b,
-                   .b16_dtype = dtype, .lda = lda, .ldb = ldb, .c = c, .ldc = ldc, .bias = bias,
+                   .micro_b16 = micro_b16, .b16_dtype = dtype, .lda = lda, .ldb = ldb, .c = c, .ldc = ldc, .bias = bias,
                    .pool = w.pool};
     run(&g, w, workspace);
 }

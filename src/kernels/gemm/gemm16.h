@@ -44,6 +44,12 @@
 typedef void attn_gemm16_micro_fn(size_t steps, const void *a, const void *b, float *c,
                                   size_t ldc, float alpha, float beta);
 
+/* The SGEMM's microkernel (gemm.h) with B's micro-panel in 16 bits: the
+ * elements' bits in the float panel's order (pack_b16), widened in
+ * registers; the bits of the SGEMM's microkernel on that panel widened. */
+typedef void attn_sgemm_micro_b16_fn(size_t k, const float *a, const uint16_t *b, float *c,
+                                     size_t ldc, float alpha, float beta, const float *bias);
+
 /* Packs a block kc deep of len vectors (rows of op(A) for pack_a, columns
  * of op(B) for pack_b) into ceil(len / W) panels, zero-padded to the tile
  * and along k to the step. src points at the block's op(X)(0, 0), ld its
@@ -63,6 +69,12 @@ typedef struct attn_gemm16_kernel {
     size_t packed_bytes; /* bytes of a packed element: 2 (bf16) or 4 (float) */
     attn_gemm16_micro_fn *micro;
     attn_gemm16_pack_fn *pack_a, *pack_b;
+    /* For attn_sgemm_run_b16 (float A, 16-bit B), where the set has them:
+     * B packed in its 16 bits into the SGEMM's panel order, and the SGEMM
+     * tile that widens it in registers, per dtype (else NULL: B widened as
+     * pack_b packs it). */
+    attn_gemm16_pack_fn *pack_b16;
+    attn_sgemm_micro_b16_fn *micro_f16, *micro_bf16;
 } attn_gemm16_kernel;
 
 /* The kernel sets (gemm16_config.c): widened panels of each instruction
@@ -92,15 +104,18 @@ void attn_gemm16_run(const attn_gemm16_kernel *uk, attn_workers w, attn_dtype dt
                      size_t lda, const uint16_t *b, size_t ldb, float beta, float *c, size_t ldc,
                      void *workspace);
 
-/* attn_sgemm_run (gemm.h) with B stored in 16 bits (dtype): pack_b, a
- * widened set's (attn_kernel_set's gemm16, whose panels are uk's), widens
- * B's elements into uk's panels as it packs them, with no float copy of B.
- * The bits are attn_sgemm_run's on B widened first: the same panels, the
- * same sums. Its workspace is attn_sgemm_workspace's. */
-void attn_sgemm_run_b16(const attn_gemm_kernel *uk, attn_gemm16_pack_fn *pack_b, attn_dtype dtype,
-                        attn_workers w, bool trans_a, bool trans_b, size_t m, size_t n, size_t k,
-                        float alpha, const float *a, size_t lda, const uint16_t *b, size_t ldb,
-                        float beta, float *c, size_t ldc, const float *bias, float *workspace);
+/* attn_sgemm_run (gemm.h) with B stored in 16 bits (dtype), with no float
+ * copy of B. Without micro_b16, pack_b (a widened set's, whose panels are
+ * uk's) widens B's elements into uk's panels as it packs them; with it,
+ * pack_b packs them in 16 bits (a set's pack_b16) and micro_b16 (uk's tile
+ * on such panels, of dtype) widens them in registers. Either way the bits
+ * are attn_sgemm_run's on B widened first: the same panels, the same sums.
+ * Its workspace is attn_sgemm_workspace's. */
+void attn_sgemm_run_b16(const attn_gemm_kernel *uk, attn_gemm16_pack_fn *pack_b,
+                        attn_sgemm_micro_b16_fn *micro_b16, attn_dtype dtype, attn_workers w,
+                        bool trans_a, bool trans_b, size_t m, size_t n, size_t k, float alpha,
+                        const float *a, size_t lda, const uint16_t *b, size_t ldb, float beta,
+                        float *c, size_t ldc, const float *bias, float *workspace);
 
 /* The reference: widened to float, summed in double (k ascending), rounded
  * once: c = (float)(alpha * sum + beta * c); beta == 0 never reads c. */
@@ -111,6 +126,8 @@ void attn_gemm16_ref(size_t threads, attn_dtype dtype, bool trans_a, bool trans_
 /* The kernel sets' parts, defined in one file each. */
 attn_gemm16_pack_fn attn_gemm16_widen_4_pack_a, attn_gemm16_widen_8_pack_b;
 attn_gemm16_pack_fn attn_gemm16_widen_avx2_6_pack_a, attn_gemm16_widen_avx2_16_pack_b;
+attn_gemm16_pack_fn attn_gemm16_avx2_16_pack_b16;
+attn_sgemm_micro_b16_fn attn_sgemm_avx2_6x16_f16, attn_sgemm_avx2_6x16_bf16;
 attn_gemm16_pack_fn attn_gemm16_widen_avx512_14_pack_a, attn_gemm16_widen_avx512_32_pack_b;
 attn_gemm16_micro_fn attn_bgemm_avx512bf16_14x32, attn_bgemm_amx_32x32;
 attn_gemm16_pack_fn attn_bgemm_amx_32x32_pack_a, attn_bgemm_amx_32x32_pack_b;

@@ -44,6 +44,8 @@ const attn_gemm16_kernel attn_gemm16_kernel_widened_avx2 = {
     .mr = 6, .nr = 16, .mc = 1020, .kc = 384, .nc = 512, .shared_max = SHARED_MAX,
     .k_unit = 1, .packed_bytes = sizeof(float), .micro = widened_avx2,
     .pack_a = attn_gemm16_widen_avx2_6_pack_a, .pack_b = attn_gemm16_widen_avx2_16_pack_b,
+    .pack_b16 = attn_gemm16_avx2_16_pack_b16, .micro_f16 = attn_sgemm_avx2_6x16_f16,
+    .micro_bf16 = attn_sgemm_avx2_6x16_bf16,
 };
 
 const attn_gemm16_kernel attn_gemm16_kernel_widened_avx512 = {

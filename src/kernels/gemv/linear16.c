@@ -131,10 +131,11 @@ static void linear_float(attn_ctx *ctx, const float *x, const float *w, const fl
                   ((size_t)1 << 20) / (in * out + 1) + 1, ref_rows, &job);
 }
 
-/* The parts through the SGEMM with W widened as its panels are packed
- * (attn_sgemm_run_b16), by the set's widened 16-bit kernels, whose panels
- * are the SGEMM's; false, having written nothing, where the set has none or
- * the scratch cannot be had. */
+/* The parts through the SGEMM on W's 16 bits (attn_sgemm_run_b16): packed
+ * in 16 bits for the set's tile that widens them in registers where it has
+ * one, else widened as its panels are packed, by the set's widened 16-bit
+ * kernels, whose panels are the SGEMM's; false, having written nothing,
+ * where the set has none or the scratch cannot be had. */
 static bool linear_b16(attn_ctx *ctx, attn_dtype dtype, const float *x, size_t rows, size_t in,
                        const attn_k_linear16_part *parts, size_t n) {
     const attn_gemm_kernel *uk = ctx->ks.gemm;
@@ -150,10 +151,13 @@ static bool linear_b16(attn_ctx *ctx, attn_dtype dtype, const float *x, size_t r
     }
     float *ws = attn_ctx_scratch(ctx, widest * sizeof(float));
     if (!ws) return false;
+    attn_sgemm_micro_b16_fn *tile16 =
+        !wk->pack_b16 ? NULL : dtype == ATTN_DTYPE_BF16 ? wk->micro_bf16 : wk->micro_f16;
     for (size_t i = 0; i < n; i++) {
         const attn_k_linear16_part *p = &parts[i];
-        attn_sgemm_run_b16(uk, wk->pack_b, dtype, attn_ctx_workers(ctx), false, true, rows,
-                           p->out, in, 1.0f, x, in, p->w, in, 0.0f, p->y, p->out, p->bias, ws);
+        attn_sgemm_run_b16(uk, tile16 ? wk->pack_b16 : wk->pack_b, tile16, dtype,
+                           attn_ctx_workers(ctx), false, true, rows, p->out, in, 1.0f, x, in,
+                           p->w, in, 0.0f, p->y, p->out, p->bias, ws);
     }
     return true;
 }
