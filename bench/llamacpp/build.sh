@@ -72,7 +72,6 @@ LIBDIR=$BLD/bin
 
 # 4. The harnesses: ggml's flash attention and llama's greedy ids (public headers only), and
 # attn's decode (public attn.h, libattn from the repo's own build/).
-CFLAGS_H=(-O2 -std=c11 -Wall -Wextra -Werror)
 mkdir -p "$HB"
 cc "${CFLAGS_H[@]}" -I"$LC/ggml/include" "$ROOT/bench/llamacpp/fa_harness.c" \
    -L"$LIBDIR" -Wl,-rpath,"$LIBDIR" -lggml -lggml-base -lggml-cpu -lm -o "$HB/fa_harness"

@@ -16,6 +16,9 @@ need_build() {
   [ -n "$LC_COMMIT" ] && [ -d "$LC_BIN" ] || die "$INFO lacks the commit or binaries line"
 }
 
+# The harnesses' C flags (build.sh records them in info.txt).
+CFLAGS_H=(-O2 -std=c11 -Wall -Wextra -Werror)
+
 # attn as the tree stands now: its library and CLI built (nothing to do when
 # they are current) and the decode harness linked again against that library,
 # so that the code a results file times is the commit (and changes) it names.
@@ -28,8 +31,8 @@ build_attn() {
   cmake --build "$b" -j"${JOBS:-2}" --target attn_static attn_cli >/dev/null ||
     die "attn's build failed (try 'make build')"
   [ -f "$b/libattn.a" ] || die "no $b/libattn.a after building attn_static"
-  cc -O2 -std=c11 -Wall -Wextra -Werror -I"$ROOT/include" "$ROOT/bench/llamacpp/attn_decode.c" \
-     "$b/libattn.a" -lm -lpthread -o "$HB/attn_decode"
+  cc "${CFLAGS_H[@]}" -I"$ROOT/include" "$ROOT/bench/llamacpp/attn_decode.c" "$b/libattn.a" \
+     -lm -lpthread -o "$HB/attn_decode"
 }
 
 # attn's commit, and whether the library's sources differ from it.
