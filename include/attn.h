@@ -679,7 +679,12 @@ typedef enum attn_score_mod_kind {
                                signed_distance s += tensor[h] * (kv_idx - q_idx - offset) */
     ATTN_SCORE_BIAS,        /* s += tensor[b, h, q_idx, kv_idx] through strides (0 broadcasts) */
     ATTN_SCORE_REL_BIAS,    /* s += tensor[h * buckets + bucket(kv_idx - q_idx)]: T5's buckets */
-    ATTN_SCORE_CALLBACK     /* fn on each score tile, grad_fn in the backward */
+    ATTN_SCORE_CALLBACK,    /* fn on each score tile, grad_fn in the backward */
+    ATTN_SCORE_REL_TABLE    /* s += tensor[h * buckets + e], e = q_idx - kv_idx + offset (or
+                               with signed_distance kv_idx - q_idx + offset), a negative e
+                               counting from the row's end as Python's indexing does
+                               (table[h, q_idx - kv_idx]): every e the problem's lengths
+                               reach must lie in [-buckets, buckets) */
 } attn_score_mod_kind;
 
 /* A tile of scores handed to a callback: rows [q0, q0 + rows) of (b, h)
@@ -701,13 +706,16 @@ typedef int (*attn_score_grad_fn)(void *user, const attn_score_tile *tile, float
 typedef struct attn_score_mod {
     attn_score_mod_kind kind;
     double value;            /* SCALE: the factor; SOFTCAP: the cap */
-    const float *tensor;     /* ALIBI: slopes (heads); BIAS: the bias; REL_BIAS: (heads, buckets) */
-    float *tensor_grad;      /* BIAS, REL_BIAS: written by the backward (tensor's layout;
-                                broadcast elements get their sums); NULL: not wanted */
+    const float *tensor;     /* ALIBI: slopes (heads); BIAS: the bias; REL_BIAS, REL_TABLE:
+                                (heads, buckets) */
+    float *tensor_grad;      /* BIAS, REL_BIAS, REL_TABLE: written by the backward (tensor's
+                                layout; broadcast elements get their sums); NULL: not wanted */
     size_t strides[4];       /* BIAS: element strides of (b, h, q_idx, kv_idx) */
-    int64_t offset;          /* ALIBI: the query's position is q_idx + offset */
-    bool signed_distance;    /* ALIBI: attention-gym's signed form */
-    size_t buckets, max_distance; /* REL_BIAS: T5's num_buckets and max_distance */
+    int64_t offset;          /* ALIBI: the query's position is q_idx + offset; REL_TABLE: added
+                                to the distance */
+    bool signed_distance;    /* ALIBI: attention-gym's signed form; REL_TABLE: kv_idx - q_idx */
+    size_t buckets, max_distance; /* REL_BIAS: T5's num_buckets and max_distance; REL_TABLE:
+                                     a head's row length */
     bool bidirectional;      /* REL_BIAS: T5's bidirectional */
     attn_score_fn fn;        /* CALLBACK */
     attn_score_grad_fn grad_fn;

@@ -89,7 +89,8 @@ class ScoreTile(Structure):  # attn_score_tile
 
 
 # attn_score_mod_kind
-SCORE_SCALE, SCORE_SOFTCAP, SCORE_ALIBI, SCORE_BIAS, SCORE_REL_BIAS, SCORE_CALLBACK = range(1, 7)
+(SCORE_SCALE, SCORE_SOFTCAP, SCORE_ALIBI, SCORE_BIAS, SCORE_REL_BIAS, SCORE_CALLBACK,
+ SCORE_REL_TABLE) = range(1, 8)
 # attn_score_fn, attn_score_grad_fn, attn_mask_fn
 ScoreFn = CFUNCTYPE(c_int, c_void_p, POINTER(ScoreTile))
 ScoreGradFn = CFUNCTYPE(c_int, c_void_p, POINTER(ScoreTile), F32P)

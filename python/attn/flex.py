@@ -20,13 +20,17 @@ once with torch.fx and recognised as attn's primitives (include/attn.h,
   score_mods  score * c, score / c, c * tanh(score / c), score + bias[...]
               (a captured tensor indexed by any of b, h, q_idx, kv_idx),
               ALiBi (score + slope[h] * (kv_idx - q_idx), score - slope[h] *
-              abs(q_idx - kv_idx)), T5's relative bias (score +
-              table[h, t5_relative_bucket(kv_idx - q_idx, ...)]), and chains.
+              abs(q_idx - kv_idx)), relative tables (score + table[h, q_idx -
+              kv_idx + c], or kv_idx - q_idx + c; a negative index from the
+              row's end, as PyTorch's indexing reads it), T5's relative bias
+              (score + table[h, t5_relative_bucket(kv_idx - q_idx, ...)]), and
+              chains.
 A mask_mod the tracer does not recognise is evaluated once, in torch, over
 the (B, H, Q_LEN, KV_LEN) index grid, and handed to attn as a dense boolean
 mask; a score_mod it does not recognise raises ValueError naming the
 operation. Gradients reach q, k, v and the tensors a score_mod captured
-(a bias, a T5 table) when they require grad; ALiBi slopes get none.
+(a bias, a relative or T5 table) when they require grad; ALiBi slopes get
+none.
 """
 import ctypes
 import math
@@ -38,7 +42,8 @@ import torch
 import torch.fx as fx
 
 from . import _lib
-from ._lib import (SCORE_ALIBI, SCORE_BIAS, SCORE_REL_BIAS, SCORE_SCALE, SCORE_SOFTCAP,
+from ._lib import (SCORE_ALIBI, SCORE_BIAS, SCORE_REL_BIAS, SCORE_REL_TABLE, SCORE_SCALE,
+                   SCORE_SOFTCAP,
                    AttnError, BlockMaskConfig, BlockMaskInfo, ScoreMod, lib)
 
 __all__ = ["flex_attention", "create_block_mask", "BlockMask", "and_masks", "or_masks",
@@ -237,6 +242,19 @@ class _Bucket:
     def __init__(self, lin, bidirectional, buckets, max_distance):
         self.lin, self.bidirectional = lin, bidirectional
         self.buckets, self.max_distance = buckets, max_distance
+
+
+class _RelIndex:
+    """A captured table's index q_idx - kv_idx + c or kv_idx - q_idx + c
+    (a relative-position table read directly: ATTN_SCORE_REL_TABLE)."""
+    __slots__ = ("lin",)
+
+    def __init__(self, lin):
+        self.lin = lin
+
+    def signed(self):
+        """True for kv_idx - q_idx + c, False for q_idx - kv_idx + c."""
+        return self.lin.coef["kv"] == 1
 
 
 def _as_int(x, node):
@@ -698,6 +716,8 @@ def _index_of(v, node):
         return v.index()
     if isinstance(v, _Bucket):
         return v
+    if isinstance(v, _Lin) and v.coef in ({"q": 1, "kv": -1}, {"q": -1, "kv": 1}):
+        return _RelIndex(v)
     raise _NotRecognised(f"indexing a captured tensor by other than b, h, q_idx, kv_idx "
                          f"(in {_node_name(node)})")
 
@@ -891,7 +911,7 @@ def _term_of(v, node):
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return [_Term("const", value=float(v))]
     if isinstance(v, _Tens) and v.full():
-        buckets = [d for d in v.dims if isinstance(d, _Bucket)]
+        buckets = [d for d in v.dims if isinstance(d, (_Bucket, _RelIndex))]
         if not buckets:
             if len(set(v.dims)) != len(v.dims):
                 raise _NotRecognised("a captured tensor indexed twice by one index")
@@ -901,7 +921,8 @@ def _term_of(v, node):
         if len(v.dims) == 2 and "h" in v.dims and len(buckets) == 1:
             return [_Term("rel", table=v.t, bucket=buckets[0],
                           heads="first" if v.dims[0] == "h" else "last")]
-        raise _NotRecognised("a relative-bias table indexed by other than h and the bucket")
+        raise _NotRecognised("a relative-bias table indexed by other than h and the relative "
+                             "position")
     raise _NotRecognised(f"{type(v).__name__.strip('_')} added to the score (in "
                          f"{_node_name(node)})")
 
@@ -999,15 +1020,16 @@ def _trace_score(score_mod):
     except Exception as err:
         raise ValueError(f"flex_attention: the score_mod {what!r} cannot be traced by "
                          f"torch.fx ({type(err).__name__}: {err}); attn runs score_mods made "
-                         "of scales, softcaps, captured biases, ALiBi and T5 buckets") from err
+                         "of scales, softcaps, captured biases, ALiBi, relative tables and T5 "
+                         "buckets") from err
     idx = [_Score(), _Lin({"b": 1}), _Lin({"h": 1}), _Lin({"q": 1}), _Lin({"kv": 1})]
     try:
         result = _ScoreInterpreter(graph, captured).run(idx)
     except _NotRecognised as err:
         raise ValueError(f"flex_attention: the score_mod {what!r} uses {err}, which attn has "
                          "no score modifier for (it runs scales, softcaps, captured biases "
-                         "indexed by b, h, q_idx, kv_idx, ALiBi and t5_relative_bucket "
-                         "tables)") from None
+                         "indexed by b, h, q_idx, kv_idx, ALiBi, relative tables indexed by "
+                         "q_idx - kv_idx + c and t5_relative_bucket tables)") from None
     if isinstance(result, _Tanh):
         result = result.as_score()
     if not isinstance(result, _Score):
@@ -1092,6 +1114,30 @@ class _Chain:
                 fields = {"kind": SCORE_ALIBI, "offset": a * d.const, "signed_distance": True}
                 slope = slope * -a
             self.entries.append((fields, self.tensor(slope)))
+        elif isinstance(t.bucket, _RelIndex):  # table[h, q_idx - kv_idx + c] and the like
+            table = t.table
+            if not table.dtype.is_floating_point:
+                table = table.to(torch.float32)
+            if t.heads == "none":
+                table = table.reshape(1, -1).expand(H, -1)
+            elif t.heads == "last":
+                table = table.t()
+            if table.size(0) != H:
+                raise ValueError(f"flex_attention: a relative table of shape "
+                                 f"{tuple(t.table.shape)} for {H} heads")
+            rel = t.bucket
+            n, c, signed = table.size(1), rel.lin.const, rel.signed()
+            lo = (-(T - 1) if signed else -(S - 1)) + c
+            hi = (S - 1 if signed else T - 1) + c
+            if lo < -n or hi >= n:
+                raise IndexError(f"flex_attention: the score_mod reads a relative table of "
+                                 f"{n} positions at {lo if lo < -n else hi} "
+                                 f"({'kv_idx - q_idx' if signed else 'q_idx - kv_idx'} + {c} "
+                                 f"over Q_LEN {T}, KV_LEN {S}): out of range, as PyTorch's "
+                                 "indexing would be")
+            fields = {"kind": SCORE_REL_TABLE, "buckets": n, "offset": c,
+                      "signed_distance": signed}
+            self.entries.append((fields, self.tensor(table)))
         else:  # rel
             b = t.bucket
             if b.lin.coef != {"kv": 1, "q": -1} or b.lin.const != 0:
@@ -1148,6 +1194,10 @@ class _Chain:
                     s = s + slope * (g.kv - g.q - fields["offset"])
                 else:
                     s = s - slope * (g.q + fields["offset"] - g.kv).abs()
+            elif kind == SCORE_REL_TABLE:
+                e = (g.kv - g.q if fields["signed_distance"] else g.q - g.kv) + fields["offset"]
+                e = torch.where(e < 0, e + fields["buckets"], e)
+                s = s + t.to(s.dtype)[:, e.view(g.T, g.S)].unsqueeze(0)
             else:
                 bucket = t5_relative_bucket(g.kv - g.q, fields["bidirectional"],
                                             fields["buckets"], fields["max_distance"])

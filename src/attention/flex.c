@@ -69,11 +69,12 @@ static size_t parts_bytes(const attn_ctx *ctx, const attn_attention_problem *p, 
     return tiles_bytes(ctx, p, backward) + keys_bytes(ctx, p, backward);
 }
 
-/* One table of T + S - 1 buckets per REL_BIAS modifier. */
+/* One table of T + S - 1 buckets per REL_BIAS or REL_TABLE modifier. */
 static size_t bucket_bytes(const attn_attention_problem *p) {
     size_t n = 0;
     for (size_t k = 0; k < p->score_mod_count; k++)
-        if (p->score_mods[k].kind == ATTN_SCORE_REL_BIAS) n += lines((p->q_len + p->kv_len - 1) * sizeof(int32_t));
+        if (attn_score_mod_relative(p->score_mods[k].kind))
+            n += lines((p->q_len + p->kv_len - 1) * sizeof(int32_t));
     return n;
 }
 
@@ -111,16 +112,19 @@ static int32_t t5_bucket(int64_t rel, size_t buckets, size_t max_distance, bool 
     return (int32_t)(out + bucket);
 }
 
-/* The bucket tables into the workspace at at, their pointers into tables. */
+/* The bucket tables into the workspace at at, their pointers into tables:
+ * each relative modifier's element of a head's row for every distance. */
 static void fill_buckets(const attn_attention_problem *p, char *at, const int32_t **tables) {
     int64_t T = (int64_t)p->q_len, S = (int64_t)p->kv_len;
     for (size_t k = 0; k < p->score_mod_count; k++) {
         const attn_score_mod *m = &p->score_mods[k];
         tables[k] = NULL;
-        if (m->kind != ATTN_SCORE_REL_BIAS) continue;
+        if (!attn_score_mod_relative(m->kind)) continue;
         int32_t *table = (int32_t *)at;
         for (int64_t rel = -(T - 1); rel <= S - 1; rel++)
-            table[rel + T - 1] = t5_bucket(rel, m->buckets, m->max_distance, m->bidirectional);
+            table[rel + T - 1] = m->kind == ATTN_SCORE_REL_TABLE
+                                     ? (int32_t)attn_rel_table_index(m, rel)
+                                     : t5_bucket(rel, m->buckets, m->max_distance, m->bidirectional);
         tables[k] = table;
         at += lines((size_t)(T + S - 1) * sizeof(int32_t));
     }
@@ -158,7 +162,7 @@ static const char *flex_forward(attn_ctx *ctx, const attn_attention_problem *p,
 /* Zeroes the elements of modifier m's tensor_grad the problem reaches. */
 static void zero_tensor_grad(const attn_attention_problem *p, const attn_score_mod *m) {
     if (!m->tensor_grad) return;
-    if (m->kind == ATTN_SCORE_REL_BIAS) {
+    if (attn_score_mod_relative(m->kind)) {
         memset(m->tensor_grad, 0, p->q_heads * m->buckets * sizeof(float));
         return;
     }

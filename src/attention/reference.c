@@ -24,7 +24,7 @@
  * (SCALE and SOFTCAP values rounded to float for float32 views, as given
  * for float64 ones); the backward walks it in reverse:
  *   SCALE    g *= value            SOFTCAP   g *= 1 - tanh^2(in / value)
- *   ALIBI    g                     BIAS, REL_BIAS  g, and tensor_grad += g
+ *   ALIBI    g                     BIAS, REL_BIAS, REL_TABLE  g, and tensor_grad += g
  * CALLBACK tiles are float (attn_score_tile): a float64 problem's callback
  * sees its scores rounded to float and its result is widened back, so a
  * chain with a callback is float-exact there, not double-exact.
@@ -177,6 +177,13 @@ static size_t t5_bucket(int64_t relative_position, const attn_score_mod *m) {
     return (size_t)(bucket + large);
 }
 
+/* A relative modifier's element of a head's row for relative_position =
+ * kv_idx - q_idx: T5's bucket, or a REL_TABLE's index. */
+static size_t rel_bucket(int64_t relative_position, const attn_score_mod *m) {
+    return m->kind == ATTN_SCORE_REL_TABLE ? attn_rel_table_index(m, relative_position)
+                                           : t5_bucket(relative_position, m);
+}
+
 /* The element of a BIAS modifier's tensor that (b, h, i, j) reads. */
 static size_t bias_at(const attn_score_mod *m, size_t b, size_t h, size_t i, size_t j) {
     return b * m->strides[0] + h * m->strides[1] + i * m->strides[2] + j * m->strides[3];
@@ -188,7 +195,7 @@ static size_t bias_at(const attn_score_mod *m, size_t b, size_t h, size_t i, siz
 static size_t mod_grad_doubles(const attn_attention_problem *p, size_t k) {
     const attn_score_mod *m = &p->score_mods[k];
     if (!m->tensor_grad) return 0;
-    if (m->kind == ATTN_SCORE_REL_BIAS) return p->q_heads * m->buckets;
+    if (attn_score_mod_relative(m->kind)) return p->q_heads * m->buckets;
     if (m->kind != ATTN_SCORE_BIAS) return 0;
     return (p->batch - 1) * m->strides[0] + (p->q_heads - 1) * m->strides[1] +
            (p->q_len - 1) * m->strides[2] + (p->kv_len - 1) * m->strides[3] + 1;

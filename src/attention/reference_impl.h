@@ -65,10 +65,11 @@ static bool REF(chain_forward)(const attn_attention_problem *p, size_t b, size_t
         case ATTN_SCORE_BIAS:
             for (size_t e = 0; e < n; e++) s[e] += (double)m->tensor[bias_at(m, b, h, i, j0 + e)];
             break;
-        case ATTN_SCORE_REL_BIAS: {
+        case ATTN_SCORE_REL_BIAS:
+        case ATTN_SCORE_REL_TABLE: {
             const float *table = m->tensor + h * m->buckets;
             for (size_t e = 0; e < n; e++)
-                s[e] += (double)table[t5_bucket((int64_t)(j0 + e) - (int64_t)i, m)];
+                s[e] += (double)table[rel_bucket((int64_t)(j0 + e) - (int64_t)i, m)];
             break;
         }
         case ATTN_SCORE_CALLBACK: {
@@ -88,7 +89,7 @@ static bool REF(chain_forward)(const attn_attention_problem *p, size_t b, size_t
 
 /* The chain's backward: g (n) holds the gradient of the chain's output and
  * receives that of its input, modifier by modifier in reverse, from the
- * inputs chain_forward saved; BIAS and REL_BIAS modifiers that want
+ * inputs chain_forward saved; BIAS, REL_BIAS and REL_TABLE modifiers that want
  * tensor_grad add g at their point to their sums in acc (NULL: not now).
  * tile and grad hold n floats each for a callback. */
 static bool REF(chain_backward)(const attn_attention_problem *p, size_t b, size_t h, size_t i,
@@ -120,9 +121,10 @@ static bool REF(chain_backward)(const attn_attention_problem *p, size_t b, size_
                 for (size_t e = 0; e < n; e++) sums[bias_at(m, b, h, i, j0 + e)] += g[e];
             break;
         case ATTN_SCORE_REL_BIAS:
+        case ATTN_SCORE_REL_TABLE:
             if (sums)
                 for (size_t e = 0; e < n; e++)
-                    sums[h * m->buckets + t5_bucket((int64_t)(j0 + e) - (int64_t)i, m)] += g[e];
+                    sums[h * m->buckets + rel_bucket((int64_t)(j0 + e) - (int64_t)i, m)] += g[e];
             break;
         case ATTN_SCORE_CALLBACK: {
             for (size_t e = 0; e < n; e++) {
@@ -490,14 +492,14 @@ static void REF(sink_grads)(const REF(backward_view) *bv) {
 
 /* The modifiers' tensor_grad from their sums, each rounded once: a BIAS
  * tensor's elements that some (b, h, i, j) reads (broadcast ones hold the
- * sum over all that read them), a REL_BIAS table whole. */
+ * sum over all that read them), a REL_BIAS or REL_TABLE table whole. */
 static void REF(write_mod_grads)(const attn_attention_problem *p, const double *sums) {
     for (size_t k = 0; k < p->score_mod_count; k++) {
         const attn_score_mod *m = &p->score_mods[k];
         size_t n = mod_grad_doubles(p, k);
         if (!n) continue;
         const double *sum = sums + mod_grad_offset(p, k);
-        if (m->kind == ATTN_SCORE_REL_BIAS) {
+        if (attn_score_mod_relative(m->kind)) {
             for (size_t e = 0; e < n; e++) m->tensor_grad[e] = (float)sum[e];
             continue;
         }

@@ -54,6 +54,24 @@ static bool bias_extent(const attn_attention_problem *p, const attn_score_mod *m
     return at <= SIZE_MAX / sizeof(double);
 }
 
+/* Whether every element a REL_TABLE modifier reads over the problem's
+ * lengths (the longest sequence's, with cu_seqlens) lies in its rows of
+ * buckets, negative ones counting from the end; else the first extreme
+ * out of range in *e (the offset itself where it is past +-2^62). */
+static bool rel_table_reaches(const attn_attention_problem *p, const attn_score_mod *m,
+                              int64_t *e) {
+    const int64_t far = (int64_t)1 << 62;
+    *e = m->offset;
+    if (m->offset > far || m->offset < -far || p->q_len > (size_t)far ||
+        p->kv_len > (size_t)far || m->buckets > (size_t)far)
+        return false;
+    int64_t T = (int64_t)p->q_len, S = (int64_t)p->kv_len, n = (int64_t)m->buckets;
+    int64_t lo = (m->signed_distance ? -(T - 1) : -(S - 1)) + m->offset;
+    int64_t hi = (m->signed_distance ? S - 1 : T - 1) + m->offset;
+    *e = lo < -n ? lo : hi;
+    return lo >= -n && hi < n;
+}
+
 /* A block map over packed sequences is in each sequence's own positions:
  * sequence b's query i and key j are the map's (b or 0, h, i, j), so the
  * map reaches every sequence's lengths (it may be longer: what lies past a
@@ -135,6 +153,16 @@ static attn_status check_programmable(attn_ctx *ctx, const char *who,
     for (size_t k = 0; k < p->score_mod_count; k++) {
         const attn_score_mod *mod = &p->score_mods[k];
         size_t extent;
+        int64_t e;
+        if (mod->kind == ATTN_SCORE_REL_TABLE && !rel_table_reaches(p, mod, &e))
+            return attn_fail(ctx, ATTN_ERR_SHAPE,
+                             "%s: score_mods[%zu] (relative table) reads element %lld of rows of "
+                             "%zu (%s + offset %lld over q_len %zu, kv_len %zu): every element "
+                             "must lie in [-%zu, %zu)",
+                             who, k, (long long)e, mod->buckets,
+                             mod->signed_distance ? "kv_idx - q_idx" : "q_idx - kv_idx",
+                             (long long)mod->offset, p->q_len, p->kv_len, mod->buckets,
+                             mod->buckets);
         if (mod->kind == ATTN_SCORE_BIAS && !bias_extent(p, mod, &extent))
             return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                              "%s: score_mods[%zu] (bias) strides (%zu, %zu, %zu, %zu) over "

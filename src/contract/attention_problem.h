@@ -179,6 +179,19 @@ typedef struct attn_attention_problem {
     size_t score_mod_count;
 } attn_attention_problem;
 
+/* Whether modifier kind reads a (heads, buckets) table by the distance
+ * kv_idx - q_idx: T5's buckets or a plain relative table. */
+static inline bool attn_score_mod_relative(attn_score_mod_kind kind) {
+    return kind == ATTN_SCORE_REL_BIAS || kind == ATTN_SCORE_REL_TABLE;
+}
+
+/* A REL_TABLE modifier's element of its head's row for the distance rel =
+ * kv_idx - q_idx (in range: the runner checks the problem's extremes). */
+static inline size_t attn_rel_table_index(const attn_score_mod *m, int64_t rel) {
+    int64_t e = (m->signed_distance ? rel : -rel) + m->offset;
+    return (size_t)(e < 0 ? e + (int64_t)m->buckets : e);
+}
+
 /* What a problem uses beyond plain scaled dot products, a bit each: a
  * backend names those it runs and declines the rest by name
  * (attn_problem_unsupported), so that a modifier added to the problem is

@@ -3,6 +3,7 @@
 #include "mask/mask_internal.h"
 
 #include <math.h>
+#include <stdint.h>
 
 attn_status attn_score_mods_check(attn_ctx *ctx, const char *who, const attn_score_mod *mods,
                                   size_t count, size_t heads) {
@@ -46,6 +47,17 @@ attn_status attn_score_mods_check(attn_ctx *ctx, const char *who, const attn_sco
                                  "max_distance %zu: T5's buckets need buckets >= 2 (4 "
                                  "bidirectional) and max_distance >= 1",
                                  who, i, m->buckets, m->max_distance);
+            break;
+        case ATTN_SCORE_REL_TABLE:
+            if (!m->tensor)
+                return attn_fail(ctx, ATTN_ERR_NULL, "%s: score_mods[%zu] (relative table) has "
+                                 "no table", who, i);
+            if (m->buckets < 1 || m->buckets > INT32_MAX ||
+                m->offset > ((int64_t)1 << 62) || m->offset < -((int64_t)1 << 62))
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "%s: score_mods[%zu] (relative table) buckets %zu and offset "
+                                 "%lld: buckets must be in 1 .. 2^31 - 1, offset within +-2^62",
+                                 who, i, m->buckets, (long long)m->offset);
             break;
         case ATTN_SCORE_CALLBACK:
             if (!m->fn)

@@ -7,7 +7,10 @@ Part (a), the tracer and the block maps, runs on any libattn of this ABI:
     description evaluated on the (B, H, T, S) index grid equals the
     mask_mod itself called on it, with fresh random parameters;
   - score_mods (scales, softcaps, captured biases indexed by any subset of
-    b, h, q_idx, kv_idx, ALiBi in both forms, T5 buckets, chains) become
+    b, h, q_idx, kv_idx, ALiBi in both forms, relative tables indexed by
+    q_idx - kv_idx + c or kv_idx - q_idx + c (negative indices from the
+    end, as PyTorch reads them; past the end an IndexError), T5 buckets,
+    chains) become
     the chain of attn_score_mod entries that, applied in torch to random
     scores, equals the score_mod applied to them; t5_relative_bucket
     equals T5's bucketing written out element by element;
@@ -336,8 +339,14 @@ bias_b1k = torch.randn(B, 1, S)  # (b, h broadcast, kv)
 slopes = torch.rand(H)
 table = torch.randn(H, nb)
 table_t = torch.randn(nb, H)
-SOFT, SCALE, BIAS, ALIBI, REL = (_lib.SCORE_SOFTCAP, _lib.SCORE_SCALE, _lib.SCORE_BIAS,
-                                 _lib.SCORE_ALIBI, _lib.SCORE_REL_BIAS)
+# relative tables: every q - kv + (S - 1) (or kv - q + (T - 1)) in range; a
+# row of max(T, S) + 1 read by q - kv itself, negative ones from its end
+rel_qk = torch.randn(H, T + S - 1)
+rel_kq_t = torch.randn(T + S - 1, H)
+rel_wrap = torch.randn(max(T, S) + 1)
+SOFT, SCALE, BIAS, ALIBI, REL, RELT = (_lib.SCORE_SOFTCAP, _lib.SCORE_SCALE, _lib.SCORE_BIAS,
+                                       _lib.SCORE_ALIBI, _lib.SCORE_REL_BIAS,
+                                       _lib.SCORE_REL_TABLE)
 score_cases = [
     ("scale", lambda s, b, h, q, kv: s * c, [SCALE]),
     ("divide", lambda s, b, h, q, kv: s / c, [SCALE]),
@@ -368,6 +377,10 @@ score_cases = [
         kv - q, bidirectional=False, num_buckets=nb, max_distance=md)], [REL]),
     ("t5 [bucket, h]", lambda s, b, h, q, kv: s + table_t[flex.t5_relative_bucket(
         kv - q, True, nb, md), h], [REL]),
+    ("table[h, q - kv + S - 1]", lambda s, b, h, q, kv: s + rel_qk[h, q - kv + S - 1], [RELT]),
+    ("table[kv - q + T - 1, h]", lambda s, b, h, q, kv: s + rel_kq_t[kv - q + (T - 1), h],
+     [RELT]),
+    ("table[q - kv] from the end", lambda s, b, h, q, kv: s - 0.5 * rel_wrap[q - kv], [RELT]),
     ("chain", lambda s, b, h, q, kv: cap * torch.tanh((s * c + bias_hqk[h, q, kv]) / cap)
      - slopes[h] * abs(q - kv), [SCALE, BIAS, SOFT, ALIBI]),
 ]
@@ -403,6 +416,13 @@ try:
     check(False, "t5_relative_bucket with max_distance within the exact buckets: no error")
 except ValueError as err:
     check("max_distance" in str(err), f"t5_relative_bucket: {err}")
+try:  # PyTorch's indexing would raise: every q - kv + T + S is past the row's end
+    flex._Chain(flex._trace_score(lambda s, b, h, q, kv: s + rel_qk[h, q - kv + T + S]),
+                B, H, T, S)
+    check(False, "a relative table read past its end: no error")
+except IndexError as err:
+    check("out of range" in str(err) and f"+ {T + S} " in str(err),
+          f"a relative table read past its end: {err}")
 
 
 def branchy(s, b, h, q, kv):
@@ -509,6 +529,11 @@ if runs:
                                                              "Bm": 2, "Hm": 3}),
         ("t5 bias", lambda bias: (lambda s, b, h, q, kv: s + bias[h, flex.t5_relative_bucket(
             kv - q, True, 32, 64)]), None, {"bias_shape": (3, 32)}),
+        ("relative table", lambda bias: (lambda s, b, h, q, kv: s + bias[h, q - kv + 89]),
+         None, {"bias_shape": (3, 159)}),
+        ("relative table from the end, causal", lambda bias: (
+            lambda s, b, h, q, kv: s + bias[kv - q]), lambda b, h, q_idx, kv_idx:
+         kv_idx <= q_idx + 20, {"bias_shape": (91,)}),
     ]
     for name, smod, mmod, kw in cases:
         try:

@@ -44,7 +44,7 @@ import torch
 
 sys.dont_write_bytecode = True
 KERNELS_REFERENCE = 1
-SCALE, SOFTCAP, ALIBI, BIAS, REL_BIAS, CALLBACK = 1, 2, 3, 4, 5, 6
+SCALE, SOFTCAP, ALIBI, BIAS, REL_BIAS, CALLBACK, REL_TABLE = 1, 2, 3, 4, 5, 6, 7
 ERR_NULL, ERR_SHAPE, ERR_INVALID, ERR_UNSUPPORTED = None, None, None, None
 F32P, I32P, F64P = POINTER(c_float), POINTER(c_int32), POINTER(c_double)
 
@@ -222,6 +222,11 @@ def oracle_chain(case, x, mods, leaves, bucket_fn):
             buckets = bucket_fn(j - i, bidirectional=m["bidirectional"],
                                 num_buckets=m["buckets"], max_distance=m["max_distance"])
             s = s + leaf[:, buckets].unsqueeze(0)
+        elif kind == REL_TABLE:
+            # leaf[h, e], e = i - j + offset (j - i + offset signed), as PyTorch's
+            # indexing reads it: a negative e from the row's end
+            e = (j - i if m.get("signed", False) else i - j) + m.get("offset", 0)
+            s = s + leaf[:, e].unsqueeze(0)
         elif kind == CALLBACK:
             t = s.float()
             b_ = torch.arange(B).view(B, 1, 1, 1)
@@ -239,7 +244,7 @@ def oracle(case, q, k, v, dout, dtype):
                for t in (q, k, v))
     leaves = []
     for m in case.mods:
-        if m["kind"] in (BIAS, REL_BIAS):
+        if m["kind"] in (BIAS, REL_BIAS, REL_TABLE):
             leaves.append(m["tensor"].detach().to(dtype).clone().requires_grad_())
         elif m["kind"] == ALIBI:
             leaves.append(m["tensor"].detach().to(dtype))
@@ -294,7 +299,7 @@ def c_mods(case, keep):
             t = m["tensor"].float().contiguous()
             keep.append(t)
             c.tensor = fptr(t)
-            if m["kind"] in (BIAS, REL_BIAS) and m.get("grad", True):
+            if m["kind"] in (BIAS, REL_BIAS, REL_TABLE) and m.get("grad", True):
                 g = torch.full_like(t, float("nan"))  # written where read; checked below
                 keep.append(g)
                 c.tensor_grad = fptr(g)
@@ -417,7 +422,7 @@ def check_case(L, case, seed_gen):
                 a, b_ = a[~empty], b_[~empty]
             compare(case, f"{tag} {name}", a, b_, bound,
                     None if t32 is None else (t32[n][~empty] if name == "lse" else t32[n]))
-        mods_with_grad = [m for m in case.mods if m["kind"] in (BIAS, REL_BIAS)]
+        mods_with_grad = [m for m in case.mods if m["kind"] in (BIAS, REL_BIAS, REL_TABLE)]
         for n, (m, a, b_) in enumerate(zip(mods_with_grad, got[5], truth[5])):
             name = "bias" if m["kind"] == BIAS else "table"
             if m["kind"] == BIAS:
@@ -517,6 +522,29 @@ def make_cases(rnd, bucket_fn):
                "bidirectional": False}]
     cases.append(c)
 
+    # relative tables read directly: table[h, i - j + offset] (negative indices
+    # from the row's end, as PyTorch's), and table[h, j - i + offset] under a
+    # causal dense mask, each row just long enough
+    B, H, T, S = 2, 3, 29, 41
+    off = rnd.randint(-10, 10)
+    n = max(S - 1 - off, T + off)
+    c = Case("relative table", B, H, H, T, S, 8)
+    c.mods = [{"kind": SCALE, "value": 0.8},
+              {"kind": REL_TABLE, "tensor": randn(H, n), "buckets": n, "offset": off}]
+    cases.append(c)
+    B, H, T, S = 1, 2, 40, 40
+    dm = uniform(B, H, T, S) < 0.85
+    off = rnd.randint(-5, 5)
+    n = max(T - 1 - off, S + off)
+    c = Case("relative table kv - q, causal, dense mask", B, H, 1, T, S, 8, causal=True,
+             block=(16, 32))
+    c.mask = dm
+    c.mask_source = ("bool", dm.to(torch.uint8).contiguous(), (H * T * S, T * S, S, 1), B, H)
+    c.mods = [{"kind": REL_TABLE, "tensor": randn(H, n), "buckets": n, "offset": off,
+               "signed": True},
+              {"kind": SOFTCAP, "value": 6.0}]
+    cases.append(c)
+
     # a Python callback between a scale and a softcap (float tiles)
     B, H, T, S = 2, 2, 21, 30
     dm = uniform(B, 1, T, S) < 0.7
@@ -585,6 +613,15 @@ def check_refusals(L, rnd):
                 ["(batch 3, heads 1, q 6, kv 8)", "(2, 2, 8, 8)"])
     finally:
         L.lib.attn_block_mask_free(bm)
+    # a relative table one element short of what the lengths reach
+    table = torch.randn(H, T + S - 2)
+    rel = (ScoreMod * 1)(ScoreMod(kind=REL_TABLE, tensor=fptr(table), buckets=T + S - 2,
+                                  offset=S - 1))
+    refused("a relative table too short",
+            forward(SdpaConfig(batch=B, heads=H, q_tokens=T, kv_tokens=S, head_dim=D,
+                               score_mods=rel, score_mod_count=1)),
+            ["attn_sdpa_forward", "score_mods[0] (relative table) reads element",
+             f"{T + S - 2} of rows of {T + S - 2}"])
     # a callback without grad_fn: the forward runs, the backward is refused
     cb = (ScoreMod * 1)(ScoreMod(kind=CALLBACK, fn=CALLBACK_FN))
     cfg = SdpaConfig(batch=B, heads=H, q_tokens=T, kv_tokens=S, head_dim=D, score_mods=cb,

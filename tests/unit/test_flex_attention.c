@@ -5,8 +5,9 @@
  * chain element by element, the mask from the map's own source (the dense
  * pattern the map was built from) ANDed with causal and window, softmax over
  * the visible keys and the sink, and the analytic backward (dS = P (dP -
- * delta), back through the chain). Out, lse, dq, dk, dv, dsinks and the bias
- * and T5 table gradients agree within 1e-5 relative L2; rows that see no key
+ * delta), back through the chain). Out, lse, dq, dk, dv, dsinks and the bias,
+ * T5 and relative table gradients agree within 1e-5 relative L2 (the tables
+ * read by negative indices too); rows that see no key
  * give out 0 and lse -inf; a NaN input or a +inf score makes the rows that
  * see it NaN, and their gradients, as the reference's; 1 and 2 threads give
  * the same bits; the call's
@@ -130,6 +131,15 @@ static size_t t5_bucket(long long rel, size_t buckets, size_t max_distance, bool
     return (size_t)(out + (b > n - 1 ? n - 1 : b));
 }
 
+/* A relative table's element of a head's row for query i and key j, as
+ * Python reads table[h, i - j + offset] (or j - i): a negative index from
+ * the row's end. */
+static size_t table_index(const attn_score_mod *m, size_t i, size_t j) {
+    long long e = (m->signed_distance ? (long long)j - (long long)i : (long long)i - (long long)j) +
+                  (long long)m->offset;
+    return (size_t)(e < 0 ? e + (long long)m->buckets : e);
+}
+
 static size_t bias_index(const attn_score_mod *m, size_t b, size_t h, size_t i, size_t j) {
     return b * m->strides[0] + h * m->strides[1] + i * m->strides[2] + j * m->strides[3];
 }
@@ -200,6 +210,9 @@ static void run_oracle(const flex_case *c, oracle *o) {
                             s += md->tensor[h * md->buckets +
                                             t5_bucket((long long)j - (long long)i, md->buckets,
                                                       md->max_distance, md->bidirectional)];
+                            break;
+                        case ATTN_SCORE_REL_TABLE:
+                            s += md->tensor[h * md->buckets + table_index(md, i, j)];
                             break;
                         case ATTN_SCORE_CALLBACK:
                             s = s * callback_factor(h, i, j) + 0.1 * sin(s);
@@ -274,6 +287,13 @@ static void run_oracle(const flex_case *c, oracle *o) {
                                 size_t e = h * md->buckets +
                                            t5_bucket((long long)j - (long long)i, md->buckets,
                                                      md->max_distance, md->bidirectional);
+                                o->grads[t][e] += ds;
+                                o->sizes[t][e] += ds_abs;
+                            }
+                            break;
+                        case ATTN_SCORE_REL_TABLE:
+                            if (o->grads[t]) {
+                                size_t e = h * md->buckets + table_index(md, i, j);
                                 o->grads[t][e] += ds;
                                 o->sizes[t][e] += ds_abs;
                             }
@@ -383,7 +403,7 @@ static void make_pattern(flex_case *c) {
 static attn_score_mod make_mod(flex_case *c, size_t slot) {
     attn_score_mod m = {0};
     bias_tensor *t = &c->tensors[slot];
-    int kind = 1 + (int)below(6);
+    int kind = 1 + (int)below(7);
     m.kind = (attn_score_mod_kind)kind;
     switch (m.kind) {
     case ATTN_SCORE_SCALE: m.value = 0.5 + uniform(); break;
@@ -421,6 +441,24 @@ static attn_score_mod make_mod(flex_case *c, size_t slot) {
         m.tensor = t->data;
         m.tensor_grad = t->grad;
         break;
+    case ATTN_SCORE_REL_TABLE: {
+        /* the elements i - j + offset (or j - i + offset) reach over the
+         * case, negative ones from the row's end: rows just long enough,
+         * or a little longer */
+        m.signed_distance = below(2);
+        long long T = (long long)c->T, S = (long long)c->S;
+        m.offset = (long long)below((size_t)(T + S)) - (m.signed_distance ? S : T);
+        long long lo = (m.signed_distance ? -(T - 1) : -(S - 1)) + m.offset;
+        long long hi = (m.signed_distance ? S - 1 : T - 1) + m.offset;
+        long long need = -lo > hi + 1 ? -lo : hi + 1;
+        m.buckets = (size_t)need + below(3);
+        t->n = c->H * m.buckets;
+        t->data = alloc_randn(t->n, 1.0f);
+        t->grad = malloc(t->n * sizeof(float));
+        m.tensor = t->data;
+        m.tensor_grad = t->grad;
+        break;
+    }
     case ATTN_SCORE_CALLBACK:
         m.fn = callback_fn;
         m.grad_fn = callback_grad;
@@ -622,7 +660,9 @@ static void test_case(attn_ctx *one, attn_ctx *two, size_t index) {
             if (m->kind == ATTN_SCORE_BIAS)
                 for (size_t e = 0; e < c.tensors[t].n; e++)
                     if (isnan(r1.grads[t][e])) r1.grads[t][e] = 0.0f;
-            CHECK_REL_SIZED(m->kind == ATTN_SCORE_BIAS ? "bias grad" : "T5 table grad",
+            CHECK_REL_SIZED(m->kind == ATTN_SCORE_BIAS       ? "bias grad"
+                            : m->kind == ATTN_SCORE_REL_BIAS ? "T5 table grad"
+                                                             : "relative table grad",
                             r1.grads[t], o.grads[t], o.sizes[t], c.tensors[t].n, what);
         }
         /* empty rows: out exactly 0 */

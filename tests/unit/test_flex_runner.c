@@ -183,6 +183,32 @@ static void refusals(attn_ctx *ctx) {
     snprintf(text, sizeof text, "score_mods[0] (bias) strides (0, 0, 1, %zu)", huge);
     CHECK_MESSAGE(ctx, text);
 
+    /* a relative table whose rows are one short of the elements the
+     * lengths reach (i - j + offset over i < T, j < S: from offset - S + 1
+     * to offset + T - 1, negative ones from the row's end), at either end */
+    float table[256] = {0.0f};
+    long long offset = (long long)below(20) - 10;
+    long long lo = offset - (long long)S + 1, hi = offset + (long long)T - 1;
+    size_t need = (size_t)(-lo > hi + 1 ? -lo : hi + 1);
+    attn_score_mod rel = {.kind = ATTN_SCORE_REL_TABLE, .tensor = table, .buckets = need,
+                          .offset = offset};
+    p.score_mods = &rel;
+    CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_OK);
+    rel.buckets = need - 1;
+    CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_ERR_SHAPE);
+    snprintf(text, sizeof text,
+             "who: score_mods[0] (relative table) reads element %lld of rows of %zu (q_idx - "
+             "kv_idx + offset %lld over q_len %zu, kv_len %zu)",
+             -lo >= hi + 1 ? lo : hi, need - 1, offset, T, S);
+    CHECK_MESSAGE(ctx, text);
+    rel.signed_distance = true; /* j - i + offset: the other ends */
+    lo = offset - (long long)T + 1, hi = offset + (long long)S - 1;
+    rel.buckets = (size_t)(-lo > hi + 1 ? -lo : hi + 1);
+    CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_OK);
+    rel.buckets--;
+    CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "(kv_idx - q_idx + offset");
+
     attn_block_mask_free(fit);
     attn_block_mask_free(one);
     attn_block_mask_free(batch);

@@ -167,7 +167,7 @@ static void make_lengths(varlen_case *c) {
 static attn_score_mod make_mod(varlen_case *c, size_t slot) {
     attn_score_mod m = {0};
     mod_tensor *t = &c->tensors[slot];
-    m.kind = (attn_score_mod_kind)(1 + (int)below(6));
+    m.kind = (attn_score_mod_kind)(1 + (int)below(7));
     switch (m.kind) {
     case ATTN_SCORE_SCALE: m.value = 0.5 + uniform(); break;
     case ATTN_SCORE_SOFTCAP: m.value = 1.0 + 4.0 * uniform(); break;
@@ -205,6 +205,21 @@ static attn_score_mod make_mod(varlen_case *c, size_t slot) {
         m.tensor = t->data;
         m.tensor_grad = t->grad;
         break;
+    case ATTN_SCORE_REL_TABLE: {
+        /* every element the longest sequences reach, negative ones too */
+        m.signed_distance = below(2);
+        long long T = (long long)c->T, S = (long long)c->S;
+        m.offset = (long long)below((size_t)(T + S)) - (m.signed_distance ? S : T);
+        long long lo = (m.signed_distance ? -(T - 1) : -(S - 1)) + m.offset;
+        long long hi = (m.signed_distance ? S - 1 : T - 1) + m.offset;
+        m.buckets = (size_t)(-lo > hi + 1 ? -lo : hi + 1) + below(3);
+        t->n = c->H * m.buckets;
+        t->data = alloc_randn(t->n, 1.0f);
+        t->grad = alloc_nan(t->n);
+        m.tensor = t->data;
+        m.tensor_grad = t->grad;
+        break;
+    }
     case ATTN_SCORE_CALLBACK:
         m.fn = callback_fn;
         m.grad_fn = callback_grad;

@@ -114,7 +114,7 @@ static size_t carve(const flex_geom *g, float *base, flex_tiles *t) {
 
 /* Whether the backward sums modifier m's tensor gradient. */
 static bool graded(const attn_score_mod *m) {
-    return (m->kind == ATTN_SCORE_BIAS || m->kind == ATTN_SCORE_REL_BIAS) && m->tensor_grad;
+    return (m->kind == ATTN_SCORE_BIAS || attn_score_mod_relative(m->kind)) && m->tensor_grad;
 }
 
 /* The backward runs in one pass where there are items enough to share out
@@ -372,7 +372,8 @@ static bool apply_chain(const flex_geom *g, const attn_flex_args *a, const flex_
             }
             break;
         }
-        case ATTN_SCORE_REL_BIAS: {
+        case ATTN_SCORE_REL_BIAS:
+        case ATTN_SCORE_REL_TABLE: { /* the element per distance: fill_buckets */
             const float *table = m->tensor + at->h * m->buckets;
             const int32_t *bucket = a->buckets[k] + (T - 1);
             for (size_t r = 0; r < at->nr; r++) {
@@ -709,6 +710,7 @@ static bool chain_backward(const flex_job *job, flex_tiles *t, const flex_at *at
             }
             break;
         case ATTN_SCORE_REL_BIAS:
+        case ATTN_SCORE_REL_TABLE:
             if (summed) {
                 float *table = m->tensor_grad + at->h * m->buckets;
                 const int32_t *bucket = job->a->buckets[k] + (T - 1);
@@ -934,7 +936,7 @@ static void rows_item(void *arg, size_t part, size_t item) {
  * then sums every b, h or block in order). */
 static void mod_item_dims(const flex_geom *g, const attn_score_mod *m, size_t dims[3]) {
     const attn_attention_problem *p = g->p;
-    if (m->kind == ATTN_SCORE_REL_BIAS) {
+    if (attn_score_mod_relative(m->kind)) {
         dims[0] = 1, dims[1] = p->q_heads, dims[2] = 1;
         return;
     }
@@ -986,7 +988,7 @@ static void delta_item(void *arg, size_t part, size_t item) {
  * no two (b, KV head, query block) items reach the same element. */
 static bool rows_pass_owns(const flex_geom *g, const attn_score_mod *m) {
     const attn_attention_problem *p = g->p;
-    if (m->kind == ATTN_SCORE_REL_BIAS) return p->batch == 1 && g->q_blocks == 1;
+    if (attn_score_mod_relative(m->kind)) return p->batch == 1 && g->q_blocks == 1;
     return (m->strides[0] || p->batch == 1) && (m->strides[1] || p->kv_heads == 1) &&
            (m->strides[2] || g->q_blocks == 1);
 }
