@@ -365,13 +365,16 @@ class _Chunk(_Mask):
 
 
 def _per_batch(values, g, what):
-    """values (an int or an int tensor of 1 or B) as a contiguous int64 tensor."""
-    t = torch.as_tensor(values).detach().reshape(-1).to(torch.int64)
+    """values (an int, or an int tensor indexed by b: at least B values) as a
+    contiguous int64 tensor of 1 or B values."""
+    t = torch.as_tensor(values).detach()
+    indexed = t.dim() > 0
+    t = t.reshape(-1).to(torch.int64)
     if t.numel() > g.B:  # a map for fewer sequences (B=None: the first) reads the first
         t = t[:g.B]
-    if t.numel() not in (1, g.B):
-        raise ValueError(f"create_block_mask: {what} has {t.numel()} values for a batch of "
-                         f"{g.B}")
+    if indexed and t.numel() < g.B:  # PyTorch's values[b] would raise for b past them
+        raise IndexError(f"create_block_mask: {what} has {t.numel()} values for a batch of "
+                         f"{g.B} (indexed by b)")
     return t.contiguous()
 
 
@@ -840,7 +843,13 @@ def _dense_mask(mask_mod, g):
         raise TypeError(f"create_block_mask: the mask_mod "
                         f"{getattr(mask_mod, '__name__', mask_mod)!r} must return a torch.bool "
                         f"tensor, got {r.dtype}")
-    return r.expand(g.B, g.H, g.T, g.S)
+    try:
+        return r.expand(g.B, g.H, g.T, g.S)
+    except RuntimeError:
+        raise ValueError(f"create_block_mask: the mask_mod "
+                         f"{getattr(mask_mod, '__name__', mask_mod)!r} returned a tensor of "
+                         f"shape {tuple(r.shape)}, which does not broadcast to (B, H, Q_LEN, "
+                         f"KV_LEN) = ({g.B}, {g.H}, {g.T}, {g.S})") from None
 
 
 # ---- score mods as data ----------------------------------------------------------------

@@ -16,7 +16,9 @@ Part (a), the tracer and the block maps, runs on any libattn of this ABI:
     equals T5's bucketing written out element by element;
   - what is not recognised: a mask_mod falls back to the dense grid, a
     score_mod raises ValueError naming the operation, a mask_mod that
-    raises propagates naming create_block_mask;
+    raises propagates naming create_block_mask, one whose result does
+    not broadcast to the grid or that reads per-batch lengths past their
+    end raises naming the shapes;
   - create_block_mask's BlockMask: to_string() and sparsity() equal a
     Python classification of the mask's tiles; from_kv_blocks likewise;
     the C map freed with the object.
@@ -200,6 +202,25 @@ for what, fn in (("float", lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx).float()
     except TypeError as err:
         check("torch.bool" in str(err) and "create_block_mask" in str(err),
               f"a mask_mod returning {what}: message {err}")
+# a result that does not broadcast to the grid, and per-batch lengths fewer than
+# the batch (PyTorch's lengths[b] would raise): errors naming the shapes
+try:
+    flex.create_block_mask(lambda b, h, q_idx, kv_idx: torch.ones(5, dtype=torch.bool), 1, 2,
+                           8, 8, BLOCK_SIZE=16)
+    check(False, "a mask_mod of the wrong shape: no error")
+except ValueError as err:
+    check("shape (5,)" in str(err) and "(1, 2, 8, 8)" in str(err),
+          f"a mask_mod of the wrong shape: message {err}")
+short = torch.tensor([3, 5])
+for what, fn in (("key lengths", lambda b, h, q_idx, kv_idx: kv_idx < short[b]),
+                 ("prefix lengths", lambda b, h, q_idx, kv_idx: (kv_idx <= q_idx) |
+                  (kv_idx < short[b]))):
+    try:
+        flex.create_block_mask(fn, 3, 1, 8, 8, BLOCK_SIZE=16)
+        check(False, f"{what} for fewer sequences than B: no error")
+    except IndexError as err:
+        check("2 values for a batch of 3" in str(err),
+              f"{what} for fewer sequences than B: message {err}")
 
 
 # ---- (a) create_block_mask: drawing and sparsity from a Python classification ---------
