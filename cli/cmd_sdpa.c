@@ -23,7 +23,8 @@ static const char sdpa_help[] =
     "                 [--explain] [--mask m.npy | --block-topk t.npy] [--prefix-lm N]\n"
     "                 [--doc-ids ids.npy] [--chunk N] [--block-size N] [--bias b.npy]\n"
     "                 [--rel-bias-table t.npy [--rel-buckets N]\n"
-    "                 [--rel-max-distance M] [--rel-bidirectional]]\n"
+    "                 [--rel-max-distance M] [--rel-bidirectional] |\n"
+    "                 [--rel-offset C] [--rel-signed]]\n"
     "\n"
     "Scaled dot-product attention on .npy tensors (attn_sdpa_forward; with\n"
     "--grad-output also attn_sdpa_backward):\n"
@@ -86,6 +87,11 @@ static const char sdpa_help[] =
     "  --rel-buckets N the table's buckets (default: its N; given, it must be N)\n"
     "  --rel-max-distance M  T5's max_distance (default 128)\n"
     "  --rel-bidirectional   T5's bidirectional buckets (keys before and after)\n"
+    "  --rel-offset C  the table read by distance instead of T5's buckets: s +=\n"
+    "                  table[h, i - j + C], a negative index from the row's end\n"
+    "                  (Python's); every index the lengths reach must be in\n"
+    "                  [-N, N)\n"
+    "  --rel-signed    with --rel-offset: table[h, j - i + C]\n"
     "With --bias, --rel-bias-table or a float --mask the scores go through a chain\n"
     "of modifiers in this order: --softcap, --alibi, --bias, --rel-bias-table, the\n"
     "float --mask's values (so s = softcap(q . k * scale) - alibi + bias + ...).\n"
@@ -105,14 +111,16 @@ static const char *const sdpa_value_options[] = {
     "--alibi",    "--sinks",     "--cu-seqlens-q", "--cu-seqlens-kv", "--dropout",
     "--seed",     "--grad-output", "--grad-dir", "--threads",    "--kernels",
     CLI_MASK_VALUE_OPTIONS, "--bias", "--rel-bias-table", "--rel-buckets", "--rel-max-distance",
-    NULL};
+    "--rel-offset", NULL};
 
 typedef struct sdpa_options {
     const char *q, *k, *v, *output, *lse, *alibi, *sinks, *cu_q, *cu_kv;
     const char *grad_output, *grad_dir, *bias, *rel_table;
     cli_mask_options map;
     size_t rel_buckets, rel_max_distance;
-    bool rel_bidirectional, rel_given;
+    bool rel_bidirectional, rel_given;       /* T5's options given */
+    long long rel_offset;                    /* --rel-offset: the table read by distance */
+    bool rel_by_distance, rel_signed;
     bool causal, align_given, offset_given, seed_given, explain;
     attn_align align;
     long long q_offset;
@@ -185,6 +193,10 @@ static int take_value(sdpa_options *o, const char *opt, const char *value) {
         if (!cli_parse_size(value, n) || *n == 0)
             return cli_usage_error("%s: expected a positive integer, got '%s'", opt, value);
         o->rel_given = true;
+    } else if (strcmp(opt, "--rel-offset") == 0) {
+        if (!cli_parse_ll(value, &o->rel_offset))
+            return cli_usage_error("--rel-offset: expected an integer, got '%s'", value);
+        o->rel_by_distance = true;
     } else if (strcmp(opt, "--threads") == 0) {
         if (!cli_parse_size(value, &o->threads) || o->threads == 0)
             return cli_usage_error("--threads: expected a positive integer, got '%s'", value);
@@ -200,6 +212,10 @@ static int parse_args(int argc, char **argv, sdpa_options *o) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--rel-bidirectional") == 0) {
             o->rel_bidirectional = o->rel_given = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--rel-signed") == 0) {
+            o->rel_signed = true;
             continue;
         }
         if (strcmp(argv[i], "--causal") == 0 || strcmp(argv[i], "--explain") == 0) {
@@ -224,6 +240,14 @@ static int parse_args(int argc, char **argv, sdpa_options *o) {
     if (o->rel_given && !o->rel_table)
         return cli_usage_error("sdpa: --rel-buckets, --rel-max-distance and --rel-bidirectional "
                                "go with --rel-bias-table");
+    if (o->rel_signed && !o->rel_by_distance)
+        return cli_usage_error("sdpa: --rel-signed goes with --rel-offset");
+    if (o->rel_by_distance && !o->rel_table)
+        return cli_usage_error("sdpa: --rel-offset goes with --rel-bias-table");
+    if (o->rel_by_distance && o->rel_given)
+        return cli_usage_error("sdpa: --rel-offset reads the table by distance; T5's "
+                               "--rel-buckets, --rel-max-distance and --rel-bidirectional do "
+                               "not apply");
     return CLI_OK;
 }
 
@@ -548,10 +572,17 @@ static int read_programmable(sdpa_run *r, const sdpa_options *o, attn_sdpa_confi
         if (o->grad_output && !(r->drel = calloc(r->rel_table.numel, sizeof *r->drel)))
             return cli_failure("out of memory for drel_bias_table (%zu floats)",
                                r->rel_table.numel);
-        r->mods[n++] = (attn_score_mod){.kind = ATTN_SCORE_REL_BIAS, .tensor = r->rel_table.data,
-                                        .tensor_grad = r->drel, .buckets = buckets,
-                                        .max_distance = o->rel_max_distance,
-                                        .bidirectional = o->rel_bidirectional};
+        if (o->rel_by_distance)
+            r->mods[n++] = (attn_score_mod){.kind = ATTN_SCORE_REL_TABLE,
+                                            .tensor = r->rel_table.data, .tensor_grad = r->drel,
+                                            .buckets = buckets, .offset = o->rel_offset,
+                                            .signed_distance = o->rel_signed};
+        else
+            r->mods[n++] = (attn_score_mod){.kind = ATTN_SCORE_REL_BIAS,
+                                            .tensor = r->rel_table.data, .tensor_grad = r->drel,
+                                            .buckets = buckets,
+                                            .max_distance = o->rel_max_distance,
+                                            .bidirectional = o->rel_bidirectional};
     }
     if (r->map.additive) {
         r->mods[n] = (attn_score_mod){.kind = ATTN_SCORE_BIAS, .tensor = r->map.values.data};

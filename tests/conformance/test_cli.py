@@ -1232,7 +1232,14 @@ def flex_torch(q, k, v, dout, scale, visible=None, additive=None, causal=False, 
         b_t = torch.tensor(bias, dtype=torch.float64, requires_grad=True)
         grads["dbias"] = b_t
         s = s + b_t
-    if rel is not None:
+    if rel is not None and isinstance(rel[0], str):  # ("distance", table, C, signed)
+        _, table, offset, signed = rel
+        t_t = torch.tensor(table, dtype=torch.float64, requires_grad=True)
+        grads["drel_bias_table"] = t_t
+        i = torch.arange(T).view(T, 1)
+        e = (j - i if signed else i - j) + offset  # negative from the row's end, as Python's
+        s = s + t_t[:, e].view(1, H, T, S)
+    elif rel is not None:
         table, bidirectional, max_distance = rel
         t_t = torch.tensor(table, dtype=torch.float64, requires_grad=True)
         grads["drel_bias_table"] = t_t
@@ -1345,6 +1352,18 @@ def test_sdpa_flex(r, rng):
     flex_case(r, "attn sdpa --rel-bias-table (%d, %d) max %d%s" % (
         H, buckets, max_distance, " bidirectional" if bidirectional else ""), f, extra,
         flex_torch(*d, rel=(table, bidirectional, max_distance)))
+    # the table read by distance (--rel-offset), rows just long enough, some
+    # indices negative (from the row's end), with its gradient
+    signed = rng.random() < 0.5
+    offset = rng.randrange(-T + 1, T)
+    lo, hi = offset - (T - 1), offset + (T - 1)  # T = S here: either sign reaches these
+    table = nprng.uniform(-1, 1, (H, max(-lo, hi + 1))).astype(np.float32)
+    ft = save(r, "rel_distance.npy", table)
+    flex_case(r, "attn sdpa --rel-bias-table (%d, %d) --rel-offset %d%s --causal" % (
+        H, table.shape[1], offset, " --rel-signed" if signed else ""), f,
+        ["--rel-bias-table", ft, "--rel-offset", offset, "--causal"] +
+        (["--rel-signed"] if signed else []),
+        flex_torch(*d, rel=("distance", table, offset, signed), causal=True))
     # --block-topk: per query block the key blocks kept (-1 padding), each
     # holding what --chunk leaves visible, with causal from the config
     T2, bs = 40, 16
@@ -1394,6 +1413,14 @@ def test_sdpa_flex(r, rng):
         (base + ["--rel-bias-table", save(r, "t8.npy", np.zeros((H, 8), np.float32)),
                  "--rel-buckets", "6"], [2], ["--rel-buckets 6", "8"]),
         (base + ["--rel-buckets", "8"], [2], ["--rel-buckets", "--rel-bias-table"]),
+        (base + ["--rel-signed"], [2], ["--rel-signed", "--rel-offset"]),
+        (base + ["--rel-offset", "2"], [2], ["--rel-offset", "--rel-bias-table"]),
+        (base + ["--rel-bias-table", save(r, "t8b.npy", np.zeros((H, 8), np.float32)),
+                 "--rel-offset", "2", "--rel-max-distance", "9"], [2],
+         ["--rel-offset", "--rel-max-distance"]),
+        (base + ["--rel-bias-table", save(r, "t8c.npy", np.zeros((H, 2 * T - 2), np.float32)),
+                 "--rel-offset", str(T - 1)], [1],
+         ["(relative table) reads element", "of rows of %d" % (2 * T - 2)]),
         (base + ["--block-topk", save(r, "topk_bad.npy", np.zeros((1, H, 5, 2), np.int32))], [2],
          ["--block-topk", "(1, 2, 5, 2)", "QB 1"]),
         (base + ["--block-topk", save(r, "topk_f.npy", np.zeros((1, H, 1, 2), np.float32))], [1],
