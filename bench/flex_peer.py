@@ -28,7 +28,10 @@ Tables (--quick: T 1024 and 2048 in place of 4096 and 8192, one run):
            mask (4 documents of T/4, causal in each), prefix-LM (prefix
            1024), sliding window 512 (causal), ALiBi (causal), softcap 30
            (causal), T5 relative bias (causal; 32 buckets, max_distance 128,
-           one-directional). Target: attn >= 3x faster. PyTorch has no CPU
+           one-directional), a relative table read by distance (causal,
+           table[h, q_idx - kv_idx + T - 1]). Target: attn >= 3x faster
+           (the issue's six rows; the relative table is measured beside
+           them). PyTorch has no CPU
            backward for flex, so attn's forward+backward is given as a
            multiple of its own forward (target <= 3.5x).
   padding  T=4096 SDPA with a boolean key-padding attn_mask (keys >= 3000
@@ -286,6 +289,11 @@ def make_cases(T):
     def t5_torch(score, b, h, q_idx, kv_idx):
         return score + table[h, t5_bucket_torch(kv_idx - q_idx)]
 
+    relative_table = torch.randn(H, 2 * T - 1, generator=torch.Generator().manual_seed(6)) * 0.5
+
+    def relative(score, b, h, q_idx, kv_idx):
+        return score + relative_table[h, q_idx - kv_idx + T - 1]
+
     return [
         (f"document ({DOCUMENTS} docs, causal)", document, None, None),
         (f"prefix-LM (prefix {PREFIX})", prefix_lm, None, None),
@@ -294,6 +302,7 @@ def make_cases(T):
         (f"softcap {SOFTCAP:g} (causal)", causal, softcap, softcap),
         (f"T5 bias (causal, {T5_BUCKETS} buckets, max {T5_MAX_DISTANCE})", causal, t5_attn,
          t5_torch),
+        ("relative table (causal, table[h, q - kv + T - 1])", causal, relative, relative),
     ]
 
 
