@@ -899,6 +899,16 @@ class _Term:
         self.kind = kind
         self.__dict__.update(kw)
 
+    def rows_per_head(self, H):
+        """A "rel" term's table as (heads, positions), floating point: a table
+        without h serves every head, one indexed [position, h] transposed."""
+        table = self.table
+        if not table.dtype.is_floating_point:
+            table = table.to(torch.float32)
+        if self.heads == "none":
+            return table.reshape(1, -1).expand(H, -1)
+        return table.t() if self.heads == "last" else table
+
     def times(self, c):
         kw = {k: v for k, v in self.__dict__.items() if k != "kind"}
         if self.kind == "bias" or self.kind == "rel":
@@ -1124,13 +1134,7 @@ class _Chain:
                 slope = slope * -a
             self.entries.append((fields, self.tensor(slope)))
         elif isinstance(t.bucket, _RelIndex):  # table[h, q_idx - kv_idx + c] and the like
-            table = t.table
-            if not table.dtype.is_floating_point:
-                table = table.to(torch.float32)
-            if t.heads == "none":
-                table = table.reshape(1, -1).expand(H, -1)
-            elif t.heads == "last":
-                table = table.t()
+            table = t.rows_per_head(H)
             if table.size(0) != H:
                 raise ValueError(f"flex_attention: a relative table of shape "
                                  f"{tuple(t.table.shape)} for {H} heads")
@@ -1152,13 +1156,7 @@ class _Chain:
             if b.lin.coef != {"kv": 1, "q": -1} or b.lin.const != 0:
                 raise ValueError("flex_attention: t5_relative_bucket of other than "
                                  "kv_idx - q_idx (T5's memory - query position)")
-            table = t.table
-            if not table.dtype.is_floating_point:
-                table = table.to(torch.float32)
-            if t.heads == "none":
-                table = table.reshape(1, -1).expand(H, -1)
-            elif t.heads == "last":
-                table = table.t()
+            table = t.rows_per_head(H)
             if table.size(0) != H or table.size(1) < b.buckets:
                 raise ValueError(f"flex_attention: a relative-bias table of shape "
                                  f"{tuple(t.table.shape)} for {H} heads and {b.buckets} "

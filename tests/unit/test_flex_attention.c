@@ -400,6 +400,15 @@ static void make_pattern(flex_case *c) {
     }
 }
 
+/* A (heads, m->buckets) table of random values and its gradient, for m. */
+static void head_table(const flex_case *c, bias_tensor *t, attn_score_mod *m) {
+    t->n = c->H * m->buckets;
+    t->data = alloc_randn(t->n, 1.0f);
+    t->grad = malloc(t->n * sizeof(float));
+    m->tensor = t->data;
+    m->tensor_grad = t->grad;
+}
+
 static attn_score_mod make_mod(flex_case *c, size_t slot) {
     attn_score_mod m = {0};
     bias_tensor *t = &c->tensors[slot];
@@ -435,11 +444,7 @@ static attn_score_mod make_mod(flex_case *c, size_t slot) {
         m.bidirectional = below(2);
         m.buckets = m.bidirectional ? 8 + 2 * below(12) : 4 + below(20);
         m.max_distance = 16 + below(120);
-        t->n = c->H * m.buckets;
-        t->data = alloc_randn(t->n, 1.0f);
-        t->grad = malloc(t->n * sizeof(float));
-        m.tensor = t->data;
-        m.tensor_grad = t->grad;
+        head_table(c, t, &m);
         break;
     case ATTN_SCORE_REL_TABLE: {
         /* the elements i - j + offset (or j - i + offset) reach over the
@@ -452,11 +457,7 @@ static attn_score_mod make_mod(flex_case *c, size_t slot) {
         long long hi = (m.signed_distance ? S - 1 : T - 1) + m.offset;
         long long need = -lo > hi + 1 ? -lo : hi + 1;
         m.buckets = (size_t)need + below(3);
-        t->n = c->H * m.buckets;
-        t->data = alloc_randn(t->n, 1.0f);
-        t->grad = malloc(t->n * sizeof(float));
-        m.tensor = t->data;
-        m.tensor_grad = t->grad;
+        head_table(c, t, &m);
         break;
     }
     case ATTN_SCORE_CALLBACK:

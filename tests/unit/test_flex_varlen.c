@@ -164,6 +164,15 @@ static void make_lengths(varlen_case *c) {
     c->total_kv = (size_t)c->cu_kv[c->n];
 }
 
+/* A (heads, m->buckets) table of random values and its gradient, for m. */
+static void head_table(const varlen_case *c, mod_tensor *t, attn_score_mod *m) {
+    t->n = c->H * m->buckets;
+    t->data = alloc_randn(t->n, 1.0f);
+    t->grad = alloc_nan(t->n);
+    m->tensor = t->data;
+    m->tensor_grad = t->grad;
+}
+
 static attn_score_mod make_mod(varlen_case *c, size_t slot) {
     attn_score_mod m = {0};
     mod_tensor *t = &c->tensors[slot];
@@ -199,11 +208,7 @@ static attn_score_mod make_mod(varlen_case *c, size_t slot) {
         m.bidirectional = below(2);
         m.buckets = m.bidirectional ? 8 + 2 * below(12) : 4 + below(20);
         m.max_distance = 16 + below(120);
-        t->n = c->H * m.buckets;
-        t->data = alloc_randn(t->n, 1.0f);
-        t->grad = alloc_nan(t->n);
-        m.tensor = t->data;
-        m.tensor_grad = t->grad;
+        head_table(c, t, &m);
         break;
     case ATTN_SCORE_REL_TABLE: {
         /* every element the longest sequences reach, negative ones too */
@@ -213,11 +218,7 @@ static attn_score_mod make_mod(varlen_case *c, size_t slot) {
         long long lo = (m.signed_distance ? -(T - 1) : -(S - 1)) + m.offset;
         long long hi = (m.signed_distance ? S - 1 : T - 1) + m.offset;
         m.buckets = (size_t)(-lo > hi + 1 ? -lo : hi + 1) + below(3);
-        t->n = c->H * m.buckets;
-        t->data = alloc_randn(t->n, 1.0f);
-        t->grad = alloc_nan(t->n);
-        m.tensor = t->data;
-        m.tensor_grad = t->grad;
+        head_table(c, t, &m);
         break;
     }
     case ATTN_SCORE_CALLBACK:
