@@ -506,21 +506,24 @@ static void score_cols(const float *qs, size_t ld, size_t D, const float *kt, si
  * row from column c0 (W = NV in the body, 1 at the tail), accumulated in
  * registers (constant bounds, so the compiler keeps acc out of memory).
  * The block's sum starts from zero and joins o in one fma, as the lane
- * forward's (lane_values). */
+ * forward's (lane_values). Needs j0 < j1: a loop that may run no step
+ * leaves gcc a path on which acc is still zero, and it keeps acc in memory
+ * to join the two. */
 #define APPLY_VALUES(NAME, W)                                                                   \
     static void apply_values_##NAME(float *o, size_t Dp, const float *alpha, const float *p,  \
                                  size_t j0, size_t j1, const float *vp, size_t c0) {      \
         vec acc[RG][W];                                                                   \
         for (int r = 0; r < RG; r++)                                                      \
             for (int v = 0; v < W; v++) acc[r][v] = v_zero();                             \
+        size_t jj = j0;                                                                   \
         UNROLL_2                                                                          \
-        for (size_t jj = j0; jj < j1; jj++) {                                             \
+        do {                                                                              \
             vec val[W];                                                                   \
             for (int v = 0; v < W; v++) val[v] = v_load(vp + jj * Dp + c0 + v * VW);      \
             for (int r = 0; r < RG; r++)                                                  \
                 for (int v = 0; v < W; v++)                                               \
                     acc[r][v] = fma_broadcast(&p[r * BC + jj], val[v], acc[r][v]);        \
-        }                                                                                 \
+        } while (++jj < j1);                                                              \
         for (int r = 0; r < RG; r++) {                                                    \
             vec scale = v_set1(alpha[r]);                                                 \
             for (int v = 0; v < W; v++) {                                                 \
