@@ -34,6 +34,7 @@ none.
 """
 import ctypes
 import math
+import numbers
 import operator
 import weakref
 from ctypes import POINTER, c_size_t, c_void_p
@@ -94,23 +95,39 @@ def or_masks(*mask_mods):
     return or_mask
 
 
+class _ArgumentValueError(ValueError):
+    """A bad argument of a helper a score_mod calls: raised as it is through
+    tracing, as the call would raise it eagerly."""
+
+
+class _ArgumentTypeError(TypeError):
+    """As _ArgumentValueError, for an argument of the wrong type."""
+
+
 def t5_relative_bucket(relative_position, bidirectional=True, num_buckets=32, max_distance=128):
     """T5's bucket of relative_position = kv_idx - q_idx (HF transformers'
     _relative_position_bucket): exact buckets for small distances, then
     logarithmic ones up to max_distance; bidirectional halves the buckets
     between the two signs. In a score_mod, table[h, t5_relative_bucket(
     kv_idx - q_idx, ...)] runs as attn's ATTN_SCORE_REL_BIAS."""
+    # checked before tracing too: attn's kernels read the table at the
+    # buckets these give
+    for name, value in (("num_buckets", num_buckets), ("max_distance", max_distance)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise _ArgumentTypeError(f"t5_relative_bucket: {name} {value!r} must be an int")
+    num_buckets, max_distance = int(num_buckets), int(max_distance)
+    half = num_buckets // 2 if bidirectional else num_buckets
+    if half < 2 or num_buckets >= 2 ** 31 or max_distance <= half // 2:
+        raise _ArgumentValueError(
+            f"t5_relative_bucket: num_buckets {num_buckets} and max_distance {max_distance}: "
+            f"T5's logarithmic buckets need num_buckets in {4 if bidirectional else 2} .. "
+            f"2^31 - 1 and max_distance past the {max(half // 2, 0)} exact ones")
     if isinstance(relative_position, fx.Proxy):
         # traced: one node the score_mod tracer recognises
         return relative_position.tracer.create_proxy(
             "call_function", t5_relative_bucket, (relative_position,),
-            {"bidirectional": bidirectional, "num_buckets": num_buckets,
+            {"bidirectional": bool(bidirectional), "num_buckets": num_buckets,
              "max_distance": max_distance})
-    half = num_buckets // 2 if bidirectional else num_buckets
-    if half < 2 or max_distance <= half // 2:
-        raise ValueError(f"t5_relative_bucket: num_buckets {num_buckets} and max_distance "
-                         f"{max_distance}: T5's logarithmic buckets need max_distance past "
-                         f"the {half // 2} exact ones")
     rel = torch.as_tensor(relative_position)
     buckets = torch.zeros_like(rel, dtype=torch.long)
     if bidirectional:
@@ -187,6 +204,8 @@ class _Lin:
     def __init__(self, coef, const=0):
         self.coef = {k: v for k, v in coef.items() if v}
         self.const = const
+        for v in (const, *self.coef.values()):
+            _check_int64(v)
 
     @staticmethod
     def of(x):
@@ -257,6 +276,14 @@ class _RelIndex:
         return self.lin.coef["kv"] == 1
 
 
+def _check_int64(v):
+    """Index arithmetic is int64's, in PyTorch as in attn's descriptions: a
+    constant past it (which PyTorch refuses, "Overflow when unpacking long")
+    is not recognised, where ctypes would wrap it silently."""
+    if isinstance(v, int) and not -2 ** 63 <= v < 2 ** 63:
+        raise _NotRecognised(f"the integer {v}, past int64")
+
+
 def _as_int(x, node):
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         if isinstance(x, _Tens) and x.t.dim() == 0 and not x.t.dtype.is_floating_point:
@@ -266,6 +293,7 @@ def _as_int(x, node):
         if not x.is_integer():
             raise _NotRecognised(f"{_node_name(node)} with the non-integer {x}")
         x = int(x)
+    _check_int64(x)
     return x
 
 
@@ -1036,6 +1064,8 @@ def _trace_score(score_mod):
     what = getattr(score_mod, "__name__", repr(score_mod))
     try:
         graph, captured = _trace(score_mod, ["score", "b", "h", "q_idx", "kv_idx"])
+    except (_ArgumentValueError, _ArgumentTypeError):
+        raise
     except Exception as err:
         raise ValueError(f"flex_attention: the score_mod {what!r} cannot be traced by "
                          f"torch.fx ({type(err).__name__}: {err}); attn runs score_mods made "
@@ -1325,15 +1355,32 @@ class BlockMask:
         B, H, QB = kv_num_blocks.shape
         if seq_lengths is None:
             seq_lengths = (QB * bq, kv_indices.size(-1) * bkv)
-        T, S = int(seq_lengths[0]), int(seq_lengths[1])
+        T, S = _seq_lengths(seq_lengths)
         if full_kv_num_blocks is not None and (full_kv_num_blocks.shape != kv_num_blocks.shape
                                                or full_kv_indices.shape[:3] != (B, H, QB)):
             raise ValueError("from_kv_blocks: the full blocks' lists must have the partial "
                              "ones' (B, H, q_blocks)")
+        need = -(-T // bq)
+        if QB < need:
+            raise ValueError(f"from_kv_blocks: seq_lengths {tuple(seq_lengths)} needs "
+                             f"{need} query blocks of {bq}, the lists have {QB} "
+                             f"(kv_num_blocks {tuple(kv_num_blocks.shape)})")
+        # query blocks past Q_LEN are never read, as in PyTorch
+        kv_num_blocks, kv_indices = kv_num_blocks[:, :, :need], kv_indices[:, :, :need]
+        if full_kv_num_blocks is not None:
+            full_kv_num_blocks = full_kv_num_blocks[:, :, :need]
+            full_kv_indices = full_kv_indices[:, :, :need]
         g = _Grid(B, H, T, S)
         description = _trace_mask(mask_mod) if mask_mod is not None else _All()
-        i32 = [None if t is None else t.detach().to(torch.int32).contiguous()
-               for t in (kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)]
+        names = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
+        lists = (kv_num_blocks, kv_indices, full_kv_num_blocks, full_kv_indices)
+        for name, t in zip(names, lists):
+            if t is not None and t.numel():
+                lo, hi = int(t.min()), int(t.max())
+                if lo < -2 ** 31 or hi >= 2 ** 31:
+                    raise ValueError(f"from_kv_blocks: {name} holds {hi if hi >= 2 ** 31 else lo},"
+                                     " past int32")
+        i32 = [None if t is None else t.detach().to(torch.int32).contiguous() for t in lists]
         cfg = BlockMaskConfig(batch=B, heads=H, q_len=T, kv_len=S, block_q=bq, block_kv=bkv)
         ctx = _attn_torch()._context()
         if _lib.has("attn_block_mask_from_kv_blocks") and _has_masks() and \
@@ -1357,6 +1404,20 @@ class BlockMask:
                 _dense_mask(mask_mod, g)
             keep = (keep & ~partial) | (partial & inside.expand(B, H, T, S))
         return _from_bool(ctx, keep, (bq, bkv), mask_mod, None)
+
+
+def _seq_lengths(seq_lengths):
+    """(Q_LEN, KV_LEN) as two ints >= 0; TypeError or ValueError naming them."""
+    try:
+        if len(seq_lengths) != 2:
+            raise TypeError
+        T, S = (operator.index(n) for n in seq_lengths)
+    except TypeError:
+        raise TypeError(f"from_kv_blocks: seq_lengths {seq_lengths!r} must be two ints "
+                        "(Q_LEN, KV_LEN)") from None
+    if T < 0 or S < 0:
+        raise ValueError(f"from_kv_blocks: seq_lengths {tuple(seq_lengths)} must be >= 0")
+    return T, S
 
 
 def _listed_dense(i32, g, bq, bkv):

@@ -7,6 +7,7 @@
 #include "attention/attention.h"
 
 #include "kernels/kernels.h"
+#include "mask/mask_internal.h"
 #include "rng/dropout.h"
 
 #include <math.h>
@@ -150,6 +151,9 @@ static attn_status check_programmable(attn_ctx *ctx, const char *who,
                          who, p->score_mod_count,
                          p->softcap_f64 > 0.0 ? p->softcap_f64 : (double)p->softcap,
                          p->alibi_slopes ? "set" : "NULL");
+    if ((st = attn_score_mods_check(ctx, who, p->score_mods, p->score_mod_count, p->q_heads)) !=
+        ATTN_OK)
+        return st;
     for (size_t k = 0; k < p->score_mod_count; k++) {
         const attn_score_mod *mod = &p->score_mods[k];
         size_t extent;

@@ -41,12 +41,21 @@ attn_status attn_score_mods_check(attn_ctx *ctx, const char *who, const attn_sco
             if (!m->tensor)
                 return attn_fail(ctx, ATTN_ERR_NULL, "%s: score_mods[%zu] (relative bias) has no "
                                  "table", who, i);
-            if (m->buckets < 2 || (m->bidirectional && m->buckets < 4) || m->max_distance < 1)
+            if (m->buckets < 2 || (m->bidirectional && m->buckets < 4) || m->buckets > INT32_MAX)
                 return attn_fail(ctx, ATTN_ERR_INVALID,
-                                 "%s: score_mods[%zu] (relative bias) buckets %zu and "
-                                 "max_distance %zu: T5's buckets need buckets >= 2 (4 "
-                                 "bidirectional) and max_distance >= 1",
-                                 who, i, m->buckets, m->max_distance);
+                                 "%s: score_mods[%zu] (relative bias) buckets %zu: T5's buckets "
+                                 "need 2 .. 2^31 - 1 (4 .. bidirectional)",
+                                 who, i, m->buckets);
+            /* T5's logarithmic buckets divide by log(max_distance / max_exact):
+             * at or below the exact buckets that log is 0 or negative, and the
+             * buckets it gives lie outside the table */
+            size_t max_exact = (m->bidirectional ? m->buckets / 2 : m->buckets) / 2;
+            if (m->max_distance <= max_exact)
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "%s: score_mods[%zu] (relative bias) max_distance %zu must "
+                                 "exceed the %zu exact buckets of buckets %zu%s",
+                                 who, i, m->max_distance, max_exact, m->buckets,
+                                 m->bidirectional ? " (bidirectional)" : "");
             break;
         case ATTN_SCORE_REL_TABLE:
             if (!m->tensor)

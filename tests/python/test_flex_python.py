@@ -314,6 +314,48 @@ for mm in (None, band, striped):
                     j = int(full_indices[b, h, i, e])
                     keep[b, h, rows, j * bq:(j + 1) * bq] = True
     check_map(bm, keep, f"from_kv_blocks mask_mod={getattr(mm, '__name__', None)}")
+# seq_lengths past the lists' query blocks, or not two ints >= 0, and list
+# values past int32, refused by name (the lists were read past their end, and
+# the values cast silently); query blocks past Q_LEN are never read, as in
+# PyTorch: a shorter Q_LEN gives the lists' first rows
+for lengths, error, words in [((QB * bq + 1, KB * bq), ValueError,
+                               f"needs {QB + 1} query blocks of {bq}, the lists have {QB}"),
+                              ((QB * bq + 0.5, KB * bq), TypeError, "must be two ints"),
+                              ((-1, KB * bq), ValueError, "must be >= 0"),
+                              ((QB * bq,), TypeError, "must be two ints")]:
+    try:
+        flex.BlockMask.from_kv_blocks(num, kv_indices, BLOCK_SIZE=bq, seq_lengths=lengths)
+        check(False, f"from_kv_blocks seq_lengths {lengths}: no error")
+    except error as err:
+        check(words in str(err), f"from_kv_blocks seq_lengths {lengths}: {err}")
+if QB > 1:
+    bm = flex.BlockMask.from_kv_blocks(num, kv_indices, BLOCK_SIZE=bq,
+                                       seq_lengths=(bq, KB * bq))
+    first = flex.BlockMask.from_kv_blocks(num[:, :, :1], kv_indices[:, :, :1], BLOCK_SIZE=bq)
+    check(bm.to_string() == first.to_string(), "from_kv_blocks: Q_LEN of one block of several")
+for name, big in (("kv_indices", kv_indices.to(torch.int64)), ("kv_num_blocks", num.clone())):
+    big.view(-1)[0] = 2 ** 32 + rng.randint(0, 9)
+    lists = (big, kv_indices) if name == "kv_num_blocks" else (num, big)
+    try:
+        flex.BlockMask.from_kv_blocks(*lists, BLOCK_SIZE=bq)
+        check(False, f"from_kv_blocks {name} past int32: no error")
+    except ValueError as err:
+        check(f"{name} holds {int(big.view(-1)[0])}, past int32" in str(err),
+              f"from_kv_blocks {name} past int32: {err}")
+# an index constant past int64 is PyTorch's error on the grid (its tensors
+# refuse it), not a description whose offset ctypes wrapped
+huge = 2 ** 64 + rng.randint(0, 9)
+for what, fn in (("q - kv <= c", lambda b, h, q, kv: q - kv <= huge),
+                 ("q + c >= kv", lambda b, h, q, kv: q + huge >= kv),
+                 ("q // c", lambda b, h, q, kv: q // huge == kv // huge),
+                 ("q - kv <= 2^63", lambda b, h, q, kv: q - kv <= 2 ** 63)):
+    check(flex._trace_mask(fn) is None, f"a mask_mod {what} past int64: not traced")
+try:
+    ramp = torch.rand(3)
+    flex._trace_score(lambda s, b, h, q, kv: s - ramp[h] * abs(q - kv + huge))
+    check(False, "a score_mod with an index constant past int64: no error")
+except ValueError as err:
+    check(f"the integer {huge}, past int64" in str(err), f"a score_mod past int64: {err}")
 
 
 # ---- (a) score_mods: the traced chain == the function on random scores ----------------
@@ -437,6 +479,23 @@ try:
     check(False, "t5_relative_bucket with max_distance within the exact buckets: no error")
 except ValueError as err:
     check("max_distance" in str(err), f"t5_relative_bucket: {err}")
+# the same arguments inside a score_mod are refused as they are eagerly, before
+# attn's kernels read the table at the buckets they give (max_distance at or
+# below the exact buckets, of the wrong type, num_buckets too few)
+t5_table = torch.randn(H, 4096)
+for kwargs, error, words in [
+        ({"num_buckets": 4096, "max_distance": 1024}, ValueError, "past the 1024 exact ones"),
+        ({"num_buckets": 32, "max_distance": 8}, ValueError, "past the 8 exact ones"),
+        ({"num_buckets": 32, "max_distance": 2.5}, TypeError, "max_distance 2.5 must be an int"),
+        ({"num_buckets": -1, "max_distance": 128}, ValueError, "num_buckets -1"),
+        ({"num_buckets": 2, "max_distance": 128}, ValueError, "num_buckets in 4 ..")]:
+    try:
+        flex._trace_score(lambda s, b, h, q, kv, kw=kwargs: s + t5_table[
+            h, flex.t5_relative_bucket(kv - q, True, **kw)])
+        check(False, f"a traced t5_relative_bucket with {kwargs}: no error")
+    except error as err:
+        check(words in str(err) and "cannot be traced" not in str(err),
+              f"a traced t5_relative_bucket with {kwargs}: {err}")
 try:  # PyTorch's indexing would raise: every q - kv + T + S is past the row's end
     flex._Chain(flex._trace_score(lambda s, b, h, q, kv: s + rel_qk[h, q - kv + T + S]),
                 B, H, T, S)

@@ -209,6 +209,26 @@ static void refusals(attn_ctx *ctx) {
     CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_ERR_SHAPE);
     CHECK_MESSAGE(ctx, "(kv_idx - q_idx + offset");
 
+    /* T5's buckets with max_distance at or below the exact ones: the log
+     * of their ratio is 0 or negative, and would give buckets outside the
+     * table */
+    bool two_way = below(2);
+    size_t buckets = two_way ? 4 + 2 * below(30) : 2 + below(60);
+    size_t exact = (two_way ? buckets / 2 : buckets) / 2;
+    attn_score_mod t5 = {.kind = ATTN_SCORE_REL_BIAS, .tensor = table, .buckets = buckets,
+                         .max_distance = exact + 1, .bidirectional = two_way};
+    p.score_mods = &t5;
+    CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_OK);
+    t5.max_distance = exact - below(exact + 1);
+    CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_ERR_INVALID);
+    snprintf(text, sizeof text, "who: score_mods[0] (relative bias) max_distance %zu must "
+             "exceed the %zu exact buckets of buckets %zu", t5.max_distance, exact, buckets);
+    CHECK_MESSAGE(ctx, text);
+    t5.max_distance = exact + 1;
+    t5.buckets = (size_t)INT32_MAX + 1 + below(10);
+    CHECK_STATUS(attn_attention_check(ctx, "who", &p), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "(relative bias) buckets");
+
     attn_block_mask_free(fit);
     attn_block_mask_free(one);
     attn_block_mask_free(batch);
