@@ -152,6 +152,13 @@ static unsigned char *render_png(const char *drawing, size_t q_blocks, size_t kv
 /* The most characters of a text drawing (4096 x 4096 tiles). */
 #define MASK_MOST_TEXT ((size_t)1 << 24)
 
+/* The usage error's hint where the drawing is too large: blocks go up to
+ * 256, past which only shorter lengths draw. */
+static const char *larger_blocks(size_t block) {
+    return block < 256 ? "; a larger --block-size (up to 256) draws fewer"
+                       : "; shorter --q-len and --kv-len draw them";
+}
+
 /* Whether the drawing of q_blocks x kv_blocks tiles can be made, checked
  * before the map is built: building one for lengths of billions would take
  * minutes and gigabytes before the drawing were refused. */
@@ -163,15 +170,15 @@ static int drawable(const mask_cmd_options *o, size_t block) {
         if (kv_blocks > (16384 - 2 * MASK_MARGIN - 1) / c ||
             q_blocks > (16384 - 2 * MASK_MARGIN - MASK_TITLE_H - 1) / c)
             return cli_usage_error("--png: --q-len %zu and --kv-len %zu in blocks of %zu are %zu "
-                                   "x %zu tiles, past a 16384-pixel image at %zu pixels a tile; "
-                                   "a larger --block-size draws them",
-                                   o->q_len, o->kv_len, block, q_blocks, kv_blocks, c);
+                                   "x %zu tiles, past a 16384-pixel image at %zu pixels a tile%s",
+                                   o->q_len, o->kv_len, block, q_blocks, kv_blocks, c,
+                                   larger_blocks(block));
     }
     if (o->show && (kv_blocks + 1 > MASK_MOST_TEXT || q_blocks > MASK_MOST_TEXT / (kv_blocks + 1)))
         return cli_usage_error("--show: --q-len %zu and --kv-len %zu in blocks of %zu are %zu x "
-                               "%zu tiles, past a drawing of %zu characters; a larger "
-                               "--block-size draws them",
-                               o->q_len, o->kv_len, block, q_blocks, kv_blocks, MASK_MOST_TEXT);
+                               "%zu tiles, past a drawing of %zu characters%s",
+                               o->q_len, o->kv_len, block, q_blocks, kv_blocks, MASK_MOST_TEXT,
+                               larger_blocks(block));
     return CLI_OK;
 }
 

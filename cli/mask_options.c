@@ -238,6 +238,15 @@ static int build_dense(attn_ctx *ctx, const cli_mask_options *m, const cli_mask_
     bool is_int = attn_npy_read_i32(ctx, m->mask, &ints) == ATTN_OK;
     bool not_int = !is_int && strstr(attn_ctx_last_error(ctx), "is not an integer or bool");
     if (!is_int && attn_npy_read(ctx, m->mask, &out->values) != ATTN_OK) {
+        /* both readers refused the dtype: name it once, with every dtype a
+         * mask may have */
+        const char *dtype = strstr(attn_ctx_last_error(ctx), "dtype '");
+        if (not_int && dtype && strstr(dtype, "is not float32 or float64")) {
+            int len = (int)strcspn(dtype + 7, "'");
+            return cli_failure("--mask: '%s': dtype '%.*s' is none of a mask's: bool, int8, "
+                               "uint8, int32, int64 (0 hides), float32, float64 (-inf hides)",
+                               m->mask, len, dtype + 7);
+        }
         if (not_int) return cli_library_error(ctx, "--mask");
         attn_status again = attn_npy_read_i32(ctx, m->mask, &ints);
         attn_npy_i32_free(&ints);

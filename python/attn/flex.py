@@ -192,6 +192,17 @@ def _trace(fn, names):
     return graph, tracer.captured
 
 
+def _what(x):
+    """A traced value in a message, in the user's terms."""
+    if isinstance(x, _Mask):
+        return "a mask"
+    return {_Lin: "an index expression", _Tens: "a captured tensor's elements",
+            _FloorDiv: "a floor division of indices", _Abs: "an absolute value of indices",
+            _Bucket: "T5 buckets", _RelIndex: "a distance index", _Score: "the score",
+            _Tanh: "a tanh of the score", _Term: "a score term"}.get(
+                type(x), type(x).__name__)
+
+
 def _node_name(node):
     t = node.target
     return getattr(t, "__name__", None) or str(t)
@@ -701,8 +712,7 @@ def _compare(op, x, y, node):
         if op == "gt":
             return _Not(_KvLess(lengths + 1))
         raise _NotRecognised(f"{op} of kv_idx and a per-batch tensor")
-    raise _NotRecognised(f"{_node_name(node)} of {type(x).__name__.strip('_')} and "
-                         f"{type(y).__name__.strip('_')}")
+    raise _NotRecognised(f"{_node_name(node)} of {_what(x)} and {_what(y)}")
 
 
 _CMP = {operator.lt: "lt", operator.le: "le", operator.gt: "gt", operator.ge: "ge",
@@ -908,11 +918,12 @@ class _Tanh:
         self.score = score
 
     def times(self, c):
-        """c * tanh(score): a softcap where score ends in a scale by 1 / c."""
+        """c * tanh(score): a softcap where score ends in a scale by 1 / c (of
+        |c|: tanh is odd, so -c tanh(s / -c) = c tanh(s / c))."""
         mods = self.score.mods
         if mods and mods[-1]["kind"] == SCORE_SCALE and \
                 abs(mods[-1]["value"] * c - 1.0) <= 1e-12:
-            return _Score(mods[:-1]).then({"kind": SCORE_SOFTCAP, "value": float(c)})
+            return _Score(mods[:-1]).then({"kind": SCORE_SOFTCAP, "value": abs(float(c))})
         return self.as_score().then({"kind": SCORE_SCALE, "value": float(c)})
 
     def as_score(self):
@@ -936,6 +947,17 @@ class _Term:
         if self.heads == "none":
             return table.reshape(1, -1).expand(H, -1)
         return table.t() if self.heads == "last" else table
+
+    def heads_of(self, H):
+        """rows_per_head's first H rows: a table of more heads serves the
+        first H, as PyTorch's indexing reads it (the others' gradients are
+        zero); one of fewer is read past its end."""
+        table = self.rows_per_head(H)
+        if table.size(0) < H:
+            raise IndexError(f"flex_attention: the score_mod reads head {H - 1} of a relative "
+                             f"table of shape {tuple(self.table.shape)} ({table.size(0)} "
+                             "heads): out of range, as PyTorch's indexing would be")
+        return table[:H]
 
     def times(self, c):
         kw = {k: v for k, v in self.__dict__.items() if k != "kind"}
@@ -970,7 +992,7 @@ def _term_of(v, node):
                           heads="first" if v.dims[0] == "h" else "last")]
         raise _NotRecognised("a relative-bias table indexed by other than h and the relative "
                              "position")
-    raise _NotRecognised(f"{type(v).__name__.strip('_')} added to the score (in "
+    raise _NotRecognised(f"{_what(v)} added to the score (in "
                          f"{_node_name(node)})")
 
 
@@ -1008,8 +1030,7 @@ class _ScoreInterpreter(_Interpreter):
                     return _Term("alibi", slope=slope, lin=y, absolute=False)
                 if slope is not None and isinstance(y, _Abs):
                     return _Term("alibi", slope=slope, lin=y.lin, absolute=True)
-            raise _NotRecognised(f"{name} of {type(a).__name__.strip('_')} and "
-                                 f"{type(b).__name__.strip('_')}")
+            raise _NotRecognised(f"{name} of {_what(a)} and {_what(b)}")
         if fn is operator.neg:
             return self.scale(args[0], -1.0, node)
         if fn in _TANH:
@@ -1051,7 +1072,7 @@ class _ScoreInterpreter(_Interpreter):
             return [t.times(c) for t in _term_of(a, node)]
         if isinstance(a, _Lin) and float(c).is_integer():
             return a.scaled(int(c))
-        raise _NotRecognised(f"{_node_name(node)} of {type(a).__name__.strip('_')}")
+        raise _NotRecognised(f"{_node_name(node)} of {_what(a)}")
 
     def add(self, score, terms, node, negate=False):
         for t in terms:
@@ -1164,10 +1185,7 @@ class _Chain:
                 slope = slope * -a
             self.entries.append((fields, self.tensor(slope)))
         elif isinstance(t.bucket, _RelIndex):  # table[h, q_idx - kv_idx + c] and the like
-            table = t.rows_per_head(H)
-            if table.size(0) != H:
-                raise ValueError(f"flex_attention: a relative table of shape "
-                                 f"{tuple(t.table.shape)} for {H} heads")
+            table = t.heads_of(H)
             rel = t.bucket
             n, c, signed = table.size(1), rel.lin.const, rel.signed()
             lo = (-(T - 1) if signed else -(S - 1)) + c
@@ -1186,8 +1204,8 @@ class _Chain:
             if b.lin.coef != {"kv": 1, "q": -1} or b.lin.const != 0:
                 raise ValueError("flex_attention: t5_relative_bucket of other than "
                                  "kv_idx - q_idx (T5's memory - query position)")
-            table = t.rows_per_head(H)
-            if table.size(0) != H or table.size(1) < b.buckets:
+            table = t.heads_of(H)
+            if table.size(1) < b.buckets:
                 raise ValueError(f"flex_attention: a relative-bias table of shape "
                                  f"{tuple(t.table.shape)} for {H} heads and {b.buckets} "
                                  "buckets")
@@ -1260,12 +1278,17 @@ def _block_sizes(BLOCK_SIZE):
 
 
 def _dims(name, value, default=1):
+    """A size: None (default) or an integer >= 1, a NumPy or 0-d torch integer too."""
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    try:
+        n = None if isinstance(value, bool) else operator.index(value)
+    except TypeError:
+        n = None
+    if n is None or n < 1:
         raise ValueError(f"create_block_mask: {name} must be None or a positive int, got "
-                         f"{value!r}")
-    return value
+                         f"{value!r} ({type(value).__name__})")
+    return n
 
 
 def _has_masks():

@@ -406,8 +406,9 @@ class LanguageModel:
 
     def new_cache(self, batch=1, max_len=0, layout="contiguous", page_size=16, dtype="f32",
                   k_dtype=None, v_dtype=None):
-        """A KV cache for this model: dtype (or k_dtype and v_dtype apart) is how it
-        stores K and V: "f32", "bf16", "f16", "fp8" (e4m3), "int8" or "int4"."""
+        """A KV cache for this model: dtype is how it stores K and V: "f32", "bf16",
+        "f16", "fp8" (e4m3), "int8" or "int4"; k_dtype or v_dtype, where given, is
+        that side's instead (dtype None: both given)."""
         batch = as_index("batch", batch, 0, SIZE_MAX)
         max_len = as_index("max_len", max_len, 0, SIZE_MAX)
         page_size = as_index("page_size", page_size, 0, SIZE_MAX)

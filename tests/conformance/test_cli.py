@@ -1406,6 +1406,8 @@ def test_sdpa_flex(r, rng):
         (base + ["--mask", save(r, "mask_5d.npy", np.ones((1, 1, 1, T, T), bool))], [2],
          ["--mask", "(1, 1, 1, 12, 12)"]),
         (base + ["--mask", nan_mask], [1], ["--mask", "nan", "(0, 0, 0, 0)"]),
+        (base + ["--mask", save(r, "mask_u2.npy", np.ones((T, T), np.uint16))], [1],
+         ["--mask", "dtype '<u2' is none of a mask's", "int8", "float64"]),
         (base + ["--bias", save(r, "bias_bad.npy", np.zeros((T, 5), np.float32))], [2],
          ["--bias", "(12, 5)", "(2, 2, 12, 12)"]),
         (base + ["--rel-bias-table", save(r, "t3.npy", np.zeros((3, 8), np.float32))], [2],
@@ -1613,9 +1615,13 @@ def test_mask_command(r, rng):
             (["mask", "--q-len", 8, "--doc-ids", doc], ["--doc-ids", "(%d,)" % T, "(8,)"]),
             (["mask", "--q-len", 8, "--png", never, "--block-size", 8], ["--block-size", "'8'"]),
             # refused before the map is built (lengths of billions took minutes and gigabytes)
-            (["mask", "--q-len", 2 ** 31], ["--show", "--q-len 2147483648", "33554432 x 33554432"]),
+            (["mask", "--q-len", 2 ** 31], ["--show", "--q-len 2147483648", "33554432 x 33554432",
+                                             "a larger --block-size (up to 256)"]),
             (["mask", "--q-len", 2 ** 31, "--window", "0,0", "--png", never],
-             ["--png", "--q-len 2147483648", "16384-pixel"])):
+             ["--png", "--q-len 2147483648", "16384-pixel"]),
+            # at the largest blocks, only shorter lengths draw
+            (["mask", "--q-len", 2 ** 31, "--block-size", 256],
+             ["--show", "8388608 x 8388608", "shorter --q-len and --kv-len"])):
         expect_error(r, args, [2], fragments, never)
     rc, so, se = r.run(["mask", "--help"])
     check(rc == 0 and so.startswith("usage: attn mask") and "--block-topk" in so, "attn mask --help")

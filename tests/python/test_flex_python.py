@@ -202,6 +202,16 @@ for what, fn in (("float", lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx).float()
     except TypeError as err:
         check("torch.bool" in str(err) and "create_block_mask" in str(err),
               f"a mask_mod returning {what}: message {err}")
+# sizes as NumPy or 0-d torch integers, as PyTorch takes them; not floats
+n = rng.randint(17, 40)
+check(flex.create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None,
+                             torch.tensor(n), torch.tensor(n + 1), BLOCK_SIZE=16).shape ==
+      (1, 1, n, n + 1), "create_block_mask: Q_LEN and KV_LEN as 0-d tensors")
+try:
+    flex.create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None, float(n), n)
+    check(False, "create_block_mask: a float Q_LEN: no error")
+except ValueError as err:
+    check(f"got {float(n)} (float)" in str(err), f"create_block_mask: a float Q_LEN: {err}")
 # a result that does not broadcast to the grid, and per-batch lengths fewer than
 # the batch (PyTorch's lengths[b] would raise): errors naming the shapes
 try:
@@ -416,6 +426,8 @@ score_cases = [
     ("scale left", lambda s, b, h, q, kv: c * s, [SCALE]),
     ("softcap", lambda s, b, h, q, kv: cap * torch.tanh(s / cap), [SOFT]),
     ("softcap right", lambda s, b, h, q, kv: torch.tanh(s / cap) * cap, [SOFT]),
+    # tanh is odd: -c tanh(s / -c) is the softcap c, which PyTorch runs too
+    ("softcap negative", lambda s, b, h, q, kv: -cap * torch.tanh(s / -cap), [SOFT]),
     ("tanh", lambda s, b, h, q, kv: torch.tanh(s), [SOFT]),
     ("bias[b, h, q, kv]", lambda s, b, h, q, kv: s + bias_bhqk[b, h, q, kv], [BIAS]),
     ("bias[h, q, kv]", lambda s, b, h, q, kv: s + bias_hqk[h, q, kv], [BIAS]),
@@ -458,6 +470,8 @@ for name, fn, kinds, *oracle_fn in score_cases:
     chain = flex._Chain(mods, B, H, T, S)
     got_kinds = [e[0]["kind"] for e in chain.entries]
     check(kinds is None or got_kinds == kinds, f"score_mod {name}: kinds {got_kinds} vs {kinds}")
+    check(all(e[0]["value"] > 0 for e in chain.entries if e[0]["kind"] == SOFT),
+          f"score_mod {name}: softcaps > 0, as the library takes them")
     got = chain.evaluate(scores, flex._Grid(B, H, T, S))
     want = (oracle_fn[0] if oracle_fn else fn)(scores, *bg).expand(B, H, T, S)
     err = float((got - want).abs().max()) / max(1.0, float(want.abs().max()))
@@ -503,6 +517,13 @@ try:  # PyTorch's indexing would raise: every q - kv + T + S is past the row's e
 except IndexError as err:
     check("out of range" in str(err) and f"+ {T + S} " in str(err),
           f"a relative table read past its end: {err}")
+try:  # fewer heads than read: PyTorch's indexing would raise
+    flex._Chain(flex._trace_score(lambda s, b, h, q, kv: s + rel_qk[:H - 1][h, q - kv + S - 1]),
+                B, H, T, S)
+    check(False, "a relative table of fewer heads: no error")
+except IndexError as err:
+    check(f"reads head {H - 1} of a relative table of shape ({H - 1}, " in str(err),
+          f"a relative table of fewer heads: {err}")
 
 
 def branchy(s, b, h, q, kv):
@@ -611,6 +632,12 @@ if runs:
             kv - q, True, 32, 64)]), None, {"bias_shape": (3, 32)}),
         ("relative table", lambda bias: (lambda s, b, h, q, kv: s + bias[h, q - kv + 89]),
          None, {"bias_shape": (3, 159)}),
+        # tables of more heads (and T5's of more buckets) than read, as PyTorch
+        # indexes them: the rows past H get zero gradients
+        ("relative table of more heads", lambda bias: (
+            lambda s, b, h, q, kv: s + bias[h, q - kv + 89]), None, {"bias_shape": (5, 159)}),
+        ("t5 bias of more heads", lambda bias: (lambda s, b, h, q, kv: s + bias[
+            h, flex.t5_relative_bucket(kv - q, False, 16, 40)]), None, {"bias_shape": (4, 20)}),
         ("relative table from the end, causal", lambda bias: (
             lambda s, b, h, q, kv: s + bias[kv - q]), lambda b, h, q_idx, kv_idx:
          kv_idx <= q_idx + 20, {"bias_shape": (91,)}),
