@@ -714,8 +714,9 @@ typedef struct attn_score_mod {
     int64_t offset;          /* ALIBI: the query's position is q_idx + offset; REL_TABLE: added
                                 to the distance */
     bool signed_distance;    /* ALIBI: attention-gym's signed form; REL_TABLE: kv_idx - q_idx */
-    size_t buckets, max_distance; /* REL_BIAS: T5's num_buckets and max_distance; REL_TABLE:
-                                     a head's row length */
+    size_t buckets, max_distance; /* REL_BIAS: T5's num_buckets and max_distance (past the
+                                     buckets / 2 exact ones, buckets / 4 bidirectional);
+                                     REL_TABLE: a head's row length */
     bool bidirectional;      /* REL_BIAS: T5's bidirectional */
     attn_score_fn fn;        /* CALLBACK */
     attn_score_grad_fn grad_fn;
