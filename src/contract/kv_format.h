@@ -103,10 +103,18 @@ static inline float attn_kv_amax(const float *x, size_t n) {
     return amax;
 }
 
-/* The factor codes are scaled by: top / amax, 0 for an all-zero row (a
- * non-finite one, amax NaN, has codes 0 and a NaN scale). */
-static inline float attn_kv_code_factor(float amax, float top) {
-    return amax > 0.0f ? top / amax : 0.0f;
+/* The factor codes are scaled by, code = (x * *pre) * factor: top / amax
+ * with *pre 1, 0 for an all-zero row (a non-finite one, amax NaN, has
+ * codes 0 and a NaN scale). Where top / amax overflows float (amax below
+ * about 1e-36), x and amax are first scaled by 2^64, exactly, so that
+ * such a row is rounded as any other. */
+static inline float attn_kv_code_factor(float amax, float top, float *pre) {
+    *pre = 1.0f;
+    if (!(amax > 0.0f)) return 0.0f;
+    float factor = top / amax;
+    if (factor <= 3.4028235e38f) return factor;
+    *pre = 0x1p64f;
+    return top / (amax * 0x1p64f);
 }
 
 /* Stores the head_dim floats x in f's codes (data, f->head_bytes) and scales. */
@@ -127,10 +135,10 @@ static inline void attn_kv_quantize(const attn_kv_format *f, const float *x, voi
     case ATTN_DTYPE_I8: {
         bool fp8 = f->dtype == ATTN_DTYPE_F8_E4M3;
         float top = fp8 ? 448.0f : 127.0f, amax = attn_kv_amax(x, D);
-        float inv = attn_kv_code_factor(amax, top);
+        float pre, inv = attn_kv_code_factor(amax, top, &pre);
         scales[0] = amax / top;
         for (size_t i = 0; i < D; i++) {
-            float y = amax == amax ? x[i] * inv : 0.0f;
+            float y = amax == amax ? x[i] * pre * inv : 0.0f;
             if (fp8) {
                 ((uint8_t *)data)[i] = attn_float_to_e4m3(y);
             } else {
@@ -145,12 +153,12 @@ static inline void attn_kv_quantize(const attn_kv_format *f, const float *x, voi
             const float *xg = x + g * ATTN_KV_I4_GROUP;
             uint8_t *bytes = (uint8_t *)data + g * (ATTN_KV_I4_GROUP / 2);
             float amax = attn_kv_amax(xg, ATTN_KV_I4_GROUP);
-            float inv = attn_kv_code_factor(amax, 7.0f);
+            float pre, inv = attn_kv_code_factor(amax, 7.0f, &pre);
             scales[g] = amax / 7.0f;
             for (size_t i = 0; i < ATTN_KV_I4_GROUP / 2; i++) {
                 unsigned nib[2];
                 for (int h = 0; h < 2; h++) {
-                    float r = amax == amax ? nearbyintf(xg[i + 16 * h] * inv) : 0.0f;
+                    float r = amax == amax ? nearbyintf(xg[i + 16 * h] * pre * inv) : 0.0f;
                     r = r > 7.0f ? 7.0f : r < -7.0f ? -7.0f : r;
                     nib[h] = (unsigned)(int)r + 8u;
                 }

@@ -127,6 +127,23 @@ static void test_row_bounds(attn_dtype dt, size_t D) {
             }
         }
     }
+    /* rows whose largest value is tiny (below about 1e-36, where top / amax
+     * overflows float): coded as any other, within half a step of amax (fp8:
+     * 1/16), zeros zero */
+    bool scaled = dt == ATTN_DTYPE_I8 || dt == ATTN_DTYPE_F8_E4M3 || dt == ATTN_DTYPE_I4;
+    for (int trial = 0; scaled && trial < 20; trial++) {
+        float amax = ldexpf(1.0f + rand_uniform(), -(int)rand_below(6) - 122);
+        for (size_t e = 0; e < D; e++) x[e] = (rand_uniform() * 2.0f - 1.0f) * amax;
+        x[rand_below(D)] = amax;
+        x[rand_below(D)] = 0.0f;
+        attn_kv_quantize(&f, x, codes, scales);
+        double step = dt == ATTN_DTYPE_I8 ? 0.5 / 127 : dt == ATTN_DTYPE_I4 ? 0.5 / 7 : 1.0 / 16;
+        for (size_t e = 0; e < D; e++) {
+            double got = attn_kv_read(&f, codes, scales, e);
+            CHECK(fabs(got - x[e]) <= step * amax * 1.01 + ldexp(1.0, -149) * 128);
+            if (x[e] == 0.0f) CHECK(got == 0.0);
+        }
+    }
     /* zeros read back as zeros; a NaN or an infinity makes the row (group) NaN */
     for (size_t e = 0; e < D; e++) x[e] = 0.0f;
     attn_kv_quantize(&f, x, codes, scales);
