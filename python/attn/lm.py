@@ -16,6 +16,7 @@ rope_freq {factor, low_freq_factor, high_freq_factor,
 original_context_length}); without one a directory's config.json is read,
 or a GPT-2 file's shapes give it.
 """
+import contextlib
 import ctypes
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -205,12 +206,26 @@ def _kv_dtype_name(number):
     return next((name for name, n in KV_DTYPES.items() if n == number), "?")
 
 
+@contextlib.contextmanager
+def _holding(*locks):
+    """Each distinct lock held, taken in one order (by id) whatever the
+    caller's, so that two calls wanting the same two locks cannot each hold
+    one and wait for the other."""
+    with contextlib.ExitStack() as stack:
+        for lock in sorted({id(x): x for x in locks}.values(), key=id):
+            stack.enter_context(lock)
+        yield
+
+
 class KVCache:
     """An attn_kv_cache made by LanguageModel.new_cache.
 
-    Threads: the cache shares its model's context and lock, so calls on the
-    cache and on the model run one at a time; share it between threads
-    freely, knowing that the calls then interleave in an unspecified order."""
+    Threads: the cache shares the context and lock of the model that made
+    it: its attention runs on that context's threads and workspace, so a
+    model given the cache holds that lock too (another model's included),
+    and calls on the cache and on that model run one at a time; share it
+    between threads freely, knowing that the calls then interleave in an
+    unspecified order."""
 
     def __init__(self, handle, ctx):
         self._handle = handle
@@ -436,6 +451,8 @@ class LanguageModel:
         list of (n_i, vocab) arrays, or with last_only (batch, vocab).
         Ids are integers in [0, vocab_size): others raise (ValueError past
         int32, TypeError for floats, AttnError for the rest)."""
+        if isinstance(cache, KVCache) and cache.handle is None:
+            raise ValueError("cache: this KVCache was freed")
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache: expected a KVCache (LanguageModel.new_cache), got "
                             f"{type(cache).__name__}")
@@ -454,7 +471,7 @@ class LanguageModel:
                 tokens = tokens[None, :]
             batch, n = tokens.shape
             lens, rows = None, batch * n
-        with self._lock:
+        with _holding(self._lock, *([cache._lock] if cache is not None else [])):
             vocab = lib.attn_lm_get_config(self._handle).vocab_size
             out_rows = batch if last_only else rows
             logits = np.empty((max(out_rows, 0), vocab), dtype=np.float32)
@@ -475,7 +492,8 @@ class LanguageModel:
         """New token ids after the prompt ids (a 1-D sequence of ints): the
         book's generate with its KV cache (cache "contiguous" or "paged", or
         a KVCache to reuse). seed: the sampling generator's
-        (torch.manual_seed), needed when temperature > 0.
+        (torch.manual_seed) when temperature > 0; None draws from seed 0, so
+        that a run repeats.
 
         on_token(id), when given, is called with each new token as it is
         chosen. Return False to stop there; None (no return) or True goes
@@ -496,13 +514,15 @@ class LanguageModel:
             seed = as_index("seed", seed, 0, 2**64 - 1)
         if on_token is not None and not callable(on_token):
             raise TypeError(f"on_token: expected a callable, got {type(on_token).__name__}")
+        if isinstance(cache, KVCache) and cache.handle is None:
+            raise ValueError("cache: this KVCache was freed")
         if not isinstance(cache, (KVCache, str)):
             raise TypeError(f"cache: expected 'contiguous', 'paged' or a KVCache, got "
                             f"{type(cache).__name__}")
         callback = _TokenCallback(on_token) if on_token is not None else None
         count = c_size_t()
         rng = _modules._Generator(seed if seed is not None else 0) if temperature > 0 else None
-        with self._lock:
+        with _holding(self._lock, *([cache._lock] if isinstance(cache, KVCache) else [])):
             context_length = lib.attn_lm_get_config(self._handle).context_length
             # the library refuses, before writing any, more new tokens than
             # the context holds; out holds what it can write

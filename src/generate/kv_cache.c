@@ -31,6 +31,8 @@
  * reference. Positions turn into rows by one function for both layouts,
  * so the layouts agree bit for bit.
  */
+#include "generate/kv_cache.h"
+
 #include "internal.h"
 #include "overlap.h"
 
@@ -349,6 +351,8 @@ no_memory:
     return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_kv_cache_new: cannot allocate the cache's "
                      "tables (%zu layers)", c.num_layers);
 }
+
+attn_ctx *attn_kv_cache_ctx(const attn_kv_cache *cache) { return cache ? cache->ctx : NULL; }
 
 attn_kv_cache_config attn_kv_cache_get_config(const attn_kv_cache *cache) {
     attn_kv_cache_config none = {0};

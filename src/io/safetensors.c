@@ -700,18 +700,41 @@ const char *attn_safetensors_metadata_get(const attn_safetensors *st, const char
 /* ---- loading data -------------------------------------------------------- */
 
 /* Round to nearest, without the undefined behaviour ISO C gives a double
- * outside float's range: from FLT_MAX + half an ulp it is infinity. */
-static float narrow_double(double d) {
+ * outside float's range: from FLT_MAX + half an ulp it is infinity, which
+ * *past notes for a finite d. */
+static float narrow_double(double d, bool *past) {
     const double limit = 0x1.ffffffp127;
-    if (d >= limit) return INFINITY;
-    if (d <= -limit) return -INFINITY;
+    if (d >= limit || d <= -limit) {
+        *past |= isfinite(d);
+        return d > 0 ? INFINITY : -INFINITY;
+    }
     return (float)d;
+}
+
+/* The first of count F64 elements of src that is finite past float's range
+ * (SIZE_MAX: none), and its value. */
+static size_t first_past_float(const unsigned char *src, size_t count, double *value) {
+    for (size_t i = 0; i < count; i++) {
+        uint64_t u = 0;
+        for (int k = 7; k >= 0; k--) u = u << 8 | src[8 * i + (size_t)k];
+        double d;
+        memcpy(&d, &u, sizeof d);
+        bool past = false;
+        narrow_double(d, &past);
+        if (past) {
+            *value = d;
+            return i;
+        }
+    }
+    return SIZE_MAX;
 }
 
 /* dst = count elements of src (little-endian, dtype), as float. One loop
  * per dtype, each of which the compiler vectorises: the file's bytes are
- * assembled explicitly, so a big-endian host reads them the same. */
-static void convert(attn_dtype dtype, const unsigned char *src, size_t count, float *dst) {
+ * assembled explicitly, so a big-endian host reads them the same. Returns
+ * false where an F64 element is finite past float's range (it would read
+ * as an infinity). */
+static bool convert(attn_dtype dtype, const unsigned char *src, size_t count, float *dst) {
     switch (dtype) {
     case ATTN_DTYPE_F32:
         for (size_t i = 0; i < count; i++) {
@@ -720,28 +743,57 @@ static void convert(attn_dtype dtype, const unsigned char *src, size_t count, fl
                          (uint32_t)e[3] << 24;
             dst[i] = attn_float_of_bits(u);
         }
-        return;
+        return true;
     case ATTN_DTYPE_F16:
         for (size_t i = 0; i < count; i++)
             dst[i] = attn_f16_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
-        return;
+        return true;
     case ATTN_DTYPE_BF16:
         for (size_t i = 0; i < count; i++)
             dst[i] = attn_bf16_to_float((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
-        return;
-    default: /* F64 */
+        return true;
+    default: { /* F64 */
+        bool past = false;
         for (size_t i = 0; i < count; i++) {
             uint64_t u = 0;
             for (int k = 7; k >= 0; k--) u = u << 8 | src[8 * i + (size_t)k];
             double d;
             memcpy(&d, &u, sizeof d);
-            dst[i] = narrow_double(d);
+            dst[i] = narrow_double(d, &past);
         }
-        return;
+        return !past;
+    }
     }
 }
 
+/* The refusal of an F64 tensor of weights holding a finite value past
+ * float's range, among the count elements from element first, read from
+ * src: as an infinity it would turn every logit NaN. */
+static attn_status refuse_past_float(attn_safetensors *st, const char *name,
+                                     const unsigned char *src, size_t count, size_t first) {
+    double value = 0.0;
+    size_t at = first_past_float(src, count, &value);
+    return attn_fail(st->ctx, ATTN_ERR_INVALID,
+                     "%s: tensor '%s' (F64) holds %.17g at element %zu, past float32's range",
+                     st->label, name, value, first + at);
+}
+
+static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t numel,
+                        bool weights);
+
 attn_status attn_safetensors_load(attn_safetensors *st, size_t index, float *dst, size_t numel) {
+    return load(st, index, dst, numel, false);
+}
+
+attn_status attn_safetensors_load_weights(attn_safetensors *st, size_t index, float *dst,
+                                          size_t numel) {
+    return load(st, index, dst, numel, true);
+}
+
+/* weights: an F64 element finite past float's range is refused, where
+ * tensor.float() (and attn_safetensors_load) make it an infinity. */
+static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t numel,
+                        bool weights) {
     if (!st) return ATTN_ERR_NULL;
     attn_clear_error(st->ctx);
     if (index >= st->count)
@@ -762,7 +814,8 @@ attn_status attn_safetensors_load(attn_safetensors *st, size_t index, float *dst
     if (numel && !dst) return attn_fail(st->ctx, ATTN_ERR_NULL, "attn_safetensors_load: dst is NULL");
     size_t size = dtype_size(t->dtype);
     if (st->image) {
-        convert(t->dtype, st->image + t->begin, numel, dst);
+        if (!convert(t->dtype, st->image + t->begin, numel, dst) && weights)
+            return refuse_past_float(st, name, st->image + t->begin, numel, 0);
         return ATTN_OK;
     }
     size_t at = st->data_start + t->begin;
@@ -775,7 +828,8 @@ attn_status attn_safetensors_load(attn_safetensors *st, size_t index, float *dst
         if (fread(chunk, size, n, st->file) != n)
             return attn_fail(st->ctx, ATTN_ERR_IO, "%s: read failed in tensor '%s'%s", st->label,
                              name, feof(st->file) ? " (the file shrank after it was opened)" : "");
-        convert(t->dtype, chunk, n, dst + done);
+        if (!convert(t->dtype, chunk, n, dst + done) && weights)
+            return refuse_past_float(st, name, chunk, n, done);
         done += n;
     }
     return ATTN_OK;

@@ -64,7 +64,7 @@ static attn_status ready_cache(attn_lm *m, attn_ctx *ctx, const attn_generate_ar
                          "tokens) and max_new_tokens %zu need %zu",
                          kc.max_len, positions + 1 - a->max_new_tokens, a->max_new_tokens,
                          positions);
-    return attn_kv_cache_reset(a->cache);
+    return attn_lm_cache_status(ctx, a->cache, attn_kv_cache_reset(a->cache));
 }
 
 /* Feeds tokens (n of them) through m with the cache; logits receive the

@@ -22,6 +22,7 @@
 #include "lm/lm_internal.h"
 
 #include "attention/attention.h"
+#include "generate/kv_cache.h"
 #include "half.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemv/linear16.h"
@@ -585,6 +586,12 @@ attn_status attn_lm_cache_config(const attn_lm *m, size_t batch, size_t max_len,
     return ATTN_OK;
 }
 
+attn_status attn_lm_cache_status(attn_ctx *ctx, const attn_kv_cache *cache, attn_status st) {
+    attn_ctx *own = attn_kv_cache_ctx(cache);
+    if (st == ATTN_OK || !own || own == ctx) return st;
+    return attn_fail(ctx, st, "%s", attn_ctx_last_error(own));
+}
+
 attn_status attn_lm_cache_new(attn_lm *m, size_t batch, size_t max_len, attn_kv_layout layout,
                               size_t page_size, attn_kv_cache **out) {
     if (!m || !out)
@@ -935,7 +942,7 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
                                   .new_tokens = args->tokens_per_seq,
                                   .q_heads = m->cfg.n_heads, .scale = 0.0, .q = a->q,
                                   .k_new = a->k, .v_new = a->v, .out = a->att};
-        st = attn_kv_cache_attend(args->cache, &at);
+        st = attn_lm_cache_status(m->ctx, args->cache, attn_kv_cache_attend(args->cache, &at));
     } else {
         attn_attention_problem p = within_problem(m, a, args->batch, rows, longest);
         st = attn_attention_forward(m->ctx, "attn_lm_forward", &p, NULL, NULL, NULL, NULL,
@@ -992,7 +999,9 @@ static attn_status check_forward(attn_lm *m, const attn_lm_forward_args *a, size
     size_t total = 0, most = 0;
     for (size_t s = 0; s < a->batch; s++) {
         size_t n = seq_len(a, s), start = 0;
-        if (a->cache && (st = attn_kv_cache_length(a->cache, 0, s, &start)) != ATTN_OK) return st;
+        if (a->cache && (st = attn_lm_cache_status(ctx, a->cache, attn_kv_cache_length(
+                             a->cache, 0, s, &start))) != ATTN_OK)
+            return st;
         if (n > m->cfg.context_length || start > m->cfg.context_length - n)
             return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                              "%s: sequence %zu at position %zu with %zu new tokens would pass the "

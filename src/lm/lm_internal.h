@@ -101,6 +101,11 @@ typedef bool (*attn_lm_name_fn)(void *user, const char *name, bool tied);
  * caller checking them against a file stops at the first one missing. */
 void attn_lm_list_names(const attn_lm_config *cfg, attn_lm_name_fn visit, void *user);
 
+/* st of a call on cache, with the cache's message copied into ctx when the
+ * cache was made on another ctx (where the caller of a model's function,
+ * reading the model's ctx, would find none). */
+attn_status attn_lm_cache_status(attn_ctx *ctx, const attn_kv_cache *cache, attn_status st);
+
 /* A model of cfg with all weights zero (lm.c; used by attn_lm_new and the
  * loader). */
 attn_status attn_lm_create(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,

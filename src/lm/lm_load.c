@@ -23,6 +23,7 @@
 
 #include "half.h"
 #include "io/json.h"
+#include "io/safetensors_internal.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -173,9 +174,9 @@ static attn_status load_plain(lm_source *s, const char *name, attn_lm_stored dst
     attn_status st = find_shaped(s, name, rows, cols, &info);
     if (st != ATTN_OK) return st;
     if (dst.dtype == ATTN_DTYPE_F32)
-        return attn_safetensors_load(s->st, info.index, dst.data, info.numel);
+        return attn_safetensors_load_weights(s->st, info.index, dst.data, info.numel);
     if ((st = grow_buffer(s, name, &s->scratch, &s->scratch_floats, info.numel)) != ATTN_OK ||
-        (st = attn_safetensors_load(s->st, info.index, s->scratch, info.numel)) != ATTN_OK)
+        (st = attn_safetensors_load_weights(s->st, info.index, s->scratch, info.numel)) != ATTN_OK)
         return st;
     return store(s, name, info.dtype, s->scratch, info.numel, dst, 0);
 }
@@ -189,7 +190,7 @@ static attn_status load_conv1d(lm_source *s, const char *name, attn_lm_stored ds
     if (st != ATTN_OK) return st;
     if ((st = grow_buffer(s, name, &s->scratch, &s->scratch_floats, info.numel)) != ATTN_OK ||
         (st = grow_buffer(s, name, &s->row, &s->row_floats, in)) != ATTN_OK ||
-        (st = attn_safetensors_load(s->st, info.index, s->scratch, info.numel)) != ATTN_OK)
+        (st = attn_safetensors_load_weights(s->st, info.index, s->scratch, info.numel)) != ATTN_OK)
         return st;
     for (size_t o = 0; o < out && st == ATTN_OK; o++) {
         for (size_t i = 0; i < in; i++) s->row[i] = s->scratch[i * total + first + o];
@@ -207,7 +208,7 @@ static attn_status load_slice(lm_source *s, const char *name, float *dst, size_t
     attn_status st = find_shaped(s, name, total, 0, &info);
     if (st != ATTN_OK) return st;
     if ((st = grow_buffer(s, name, &s->scratch, &s->scratch_floats, total)) != ATTN_OK ||
-        (st = attn_safetensors_load(s->st, info.index, s->scratch, total)) != ATTN_OK)
+        (st = attn_safetensors_load_weights(s->st, info.index, s->scratch, total)) != ATTN_OK)
         return st;
     memcpy(dst, s->scratch + first, n * sizeof *dst);
     return ATTN_OK;
@@ -407,6 +408,20 @@ static attn_status opt_bool(attn_ctx *ctx, const char *path, const attn_json *ob
     return ATTN_OK;
 }
 
+/* A flag of a Hugging Face config that changes the model's arithmetic,
+ * refused unless it is absent or has the book's value: loading the
+ * weights and ignoring it would give other logits without a word. */
+static attn_status book_flag(attn_ctx *ctx, const char *path, const attn_json *j,
+                             const char *key, bool book) {
+    int value = book;
+    attn_status st = opt_bool(ctx, path, j, key, &value);
+    if (st == ATTN_OK && value != (int)book)
+        st = attn_fail(ctx, ATTN_ERR_INVALID,
+                       "attn_lm_load: %s: \"%s\": %s is not the book's model (%s)", path, key,
+                       value ? "true" : "false", book ? "true" : "false");
+    return st;
+}
+
 /* Hugging Face's GPT2Config. */
 static attn_status read_hf_gpt2(attn_ctx *ctx, const char *path, const attn_json *j,
                                 lm_config_read *r) {
@@ -430,6 +445,8 @@ static attn_status read_hf_gpt2(attn_ctx *ctx, const char *path, const attn_json
         st = attn_fail(ctx, ATTN_ERR_INVALID,
                        "attn_lm_load: %s: activation_function \"%s\" is not the book's GELU "
                        "(tanh form: gelu_new)", path, act);
+    if (st == ATTN_OK) st = book_flag(ctx, path, j, "scale_attn_weights", true);
+    if (st == ATTN_OK) st = book_flag(ctx, path, j, "scale_attn_by_inverse_layer_idx", false);
     return st;
 }
 
@@ -486,6 +503,11 @@ static attn_status read_hf_llama(attn_ctx *ctx, const char *path, const attn_jso
         st = attn_fail(ctx, ATTN_ERR_INVALID,
                        "attn_lm_load: %s: attention_bias/mlp_bias are not in the book's Llama 3",
                        path);
+    const char *act = attn_json_as_string(attn_json_get(j, "hidden_act"));
+    if (st == ATTN_OK && act && strcmp(act, "silu") != 0)
+        st = attn_fail(ctx, ATTN_ERR_INVALID,
+                       "attn_lm_load: %s: hidden_act \"%s\" is not the book's SiLU (\"silu\")",
+                       path, act);
     return st;
 }
 

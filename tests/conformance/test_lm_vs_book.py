@@ -34,6 +34,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -260,6 +261,46 @@ def forward_checks(O, cfg, seed, llama, name, r, tmp):
     expect_error(lambda: lm.new_cache(batch=1, max_len=ctx + 1), "ATTN_ERR_INVALID",
                  "%s: a cache longer than context_length" % name)
 
+    # a cache lent to another model runs on its maker's context: the borrower
+    # holds the maker's lock too, so the maker's calls on another thread do
+    # not share its workspace (they crashed); both threads' logits exact
+    other = attn.LanguageModel.load(path, config=lm_cfg(cfg))
+    own, lent = lm.new_cache(1, 16, dtype="int8"), lm.new_cache(1, 16, dtype="int8")
+    seq = ids[:1, :min(T, 8)]
+
+    def steps(model, cache):
+        cache.reset()
+        out = [model.forward(seq, cache=cache, last_only=True)]
+        for t in range(6):
+            out.append(model.forward(np.array([[t]], np.int32), cache=cache, last_only=True))
+        return np.concatenate(out)
+
+    alone = steps(lm, own)
+    results = {"maker": [], "borrower": []}
+
+    def loop(key, model, cache):
+        for _ in range(40):
+            results[key].append(steps(model, cache))
+
+    threads = [threading.Thread(target=loop, args=("maker", lm, own)),
+               threading.Thread(target=loop, args=("borrower", other, lent))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check(all(np.array_equal(x, alone) for key in results for x in results[key]) and
+          len(results["maker"]) == len(results["borrower"]) == 40,
+          "%s: a cache lent to another model, both used from two threads: the same logits"
+          % name)
+    del lent
+    freed = lm.new_cache(1, 16)
+    freed.__del__()
+    try:
+        other.forward(seq, cache=freed)
+        check(False, "%s: a freed cache: no error" % name)
+    except ValueError as err:
+        check("freed" in str(err), "%s: a freed cache: %s" % (name, err))
+
     # saving: the book's state_dict, loadable by load_state_dict(strict=True)
     from safetensors.torch import load_file
     saved = os.path.join(tmp, "%s.saved.safetensors" % name)
@@ -322,6 +363,25 @@ def loading_checks(O, cfg, llama, name, path, ref, ids, tmp):
     import numpy as np
     import torch
     from safetensors.torch import load_file, save_file
+    # an F64 file: rounded to nearest float32 (the book's model on tensor.float()),
+    # and one holding a finite value past float32's range refused by name (as
+    # an infinity it turned every logit NaN)
+    wide64 = {k: v.to(torch.float64) for k, v in load_file(path).items()}
+    f64_path = os.path.join(tmp, "%s.f64.safetensors" % name)
+    save_file(wide64, f64_path)
+    close(attn.LanguageModel.load(f64_path, config=lm_cfg(cfg)).forward(ids), want,
+          "%s: an F64 file" % name)
+    victim = sorted(wide64)[len(wide64) // 2]
+    at = random.randrange(wide64[victim].numel())
+    wide64[victim].view(-1)[at] = -1e300
+    save_file(wide64, f64_path)
+    expect_error(lambda: attn.LanguageModel.load(f64_path, config=lm_cfg(cfg)),
+                 "ATTN_ERR_INVALID", "%s: an F64 file holding -1e300" % name)
+    try:
+        attn.LanguageModel.load(f64_path, config=lm_cfg(cfg))
+    except attn.AttnError as err:
+        check("tensor '%s' (F64) holds -1.0000000000000001e+300 at element %d, past float32's "
+              "range" % (victim, at) in str(err), "%s: the F64 refusal names it: %s" % (name, err))
     for dtype in (torch.bfloat16, torch.float16):
         short = {torch.bfloat16: "bf16", torch.float16: "f16"}[dtype]
         half = {k: v.to(dtype) for k, v in load_file(path).items()}
@@ -453,6 +513,28 @@ def hf_checks(O, r, tmp):
                              [lm.forward(ids[:, t:t + 1], cache=cache) for t in range(6, 13)],
                              axis=1)
         close(got, want, "LlamaForCausalLM: prefill 6 + 7 cached steps")
+
+    # config flags that change the arithmetic, at other than the book's values:
+    # refused by name (they were read past, and the logits differed from HF's)
+    import json
+    gpt2_dir, llama_dir = os.path.join(tmp, "hf_gpt2_0"), d
+    for where, key, value in ((gpt2_dir, "scale_attn_weights", False),
+                              (gpt2_dir, "scale_attn_by_inverse_layer_idx", True),
+                              (llama_dir, "hidden_act", "gelu")):
+        with open(os.path.join(where, "config.json")) as f:
+            hf = json.load(f)
+        hf[key] = value
+        bad = os.path.join(tmp, "bad_%s" % key)
+        os.makedirs(bad, exist_ok=True)
+        O.write_json(hf, os.path.join(bad, "config.json"))
+        try:
+            attn.LanguageModel.load(os.path.join(where, "model.safetensors"),
+                                    config=os.path.join(bad, "config.json"))
+            check(False, "config %s %s: no error" % (key, json.dumps(value)))
+        except attn.AttnError as err:
+            check(err.status == "ATTN_ERR_INVALID" and key in str(err) and
+                  json.dumps(value).strip('"') in str(err),
+                  "config %s %s refused: %s" % (key, json.dumps(value), err))
 
 
 def run_single(seed, kernels):

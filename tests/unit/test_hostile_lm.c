@@ -337,6 +337,27 @@ static void test_generate_message(attn_ctx *ctx) {
     CHECK_MESSAGE(ctx, "the prompt (3 tokens) and max_new_tokens 18446744073709551615");
     CHECK_MESSAGE(ctx, "context_length 8: at most 6 new tokens do");
     free(prompt);
+
+    /* a cache made on another ctx: its failure (a paged pool of 2 pages of
+     * 2 tokens running out) is written there, and copied into the model's
+     * ctx, which the caller reads (it found an empty message) */
+    attn_ctx *other = NULL;
+    CHECK_STATUS(attn_ctx_new(NULL, &other), ATTN_OK);
+    attn_kv_cache_config kc;
+    CHECK_STATUS(attn_lm_cache_config(m, 1, 8, &kc), ATTN_OK);
+    kc.layout = ATTN_KV_PAGED;
+    kc.page_size = 2;
+    kc.num_pages = 2;
+    attn_kv_cache *cache = NULL;
+    CHECK_STATUS(attn_kv_cache_new(other, &kc, &cache), ATTN_OK);
+    int32_t three[3] = {1, 2, 3};
+    a = (attn_generate_args){.prompt = three, .prompt_len = 3, .max_new_tokens = 4,
+                             .cache = cache, .out = out, .count = &count};
+    CHECK_STATUS(attn_lm_generate(m, &a), ATTN_ERR_OVERFLOW);
+    CHECK_MESSAGE(ctx, "out of pages");
+    CHECK(count == 2); /* the tokens written before the pool ran out */
+    attn_kv_cache_free(cache);
+    attn_ctx_free(other);
     attn_lm_free(m);
 }
 
