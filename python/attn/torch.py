@@ -70,7 +70,7 @@ import torch.nn.functional as F
 from . import _lib
 from ._args import INT32_MAX, as_index, as_number, library_scale
 from ._lib import DTYPE_BF16, DTYPE_F16, AttnError, CtxConfig, lib, status_name
-from .functional import BERNOULLI_PHILOX, KERNELS, SdpaConfig, SdpaDropout
+from .functional import BERNOULLI_PHILOX, KERNELS, SdpaConfig, SdpaDropout, kernels_supported
 
 __all__ = ["scaled_dot_product_attention", "flash_attn_func", "flash_attn_varlen_func",
            "patch", "unpatch", "patched", "is_patched", "supports"]
@@ -185,6 +185,10 @@ def set_kernels(kernels):
     global _KERNELS
     if kernels not in KERNELS:
         raise ValueError(f"kernels: expected one of {', '.join(KERNELS)}, got {kernels!r}")
+    if not kernels_supported(kernels):
+        # refused here: every later call's context would be refused instead
+        raise ValueError(f"kernels: this CPU (or this libattn's build) does not run "
+                         f"{kernels!r}; attn.kernels_supported() says which do")
     _KERNELS = kernels
 
 
@@ -514,6 +518,7 @@ def _scale_problem(scale):
     """Why the library would refuse this scale, or None."""
     if scale is None:
         return None
+    scale = float(scale)  # a NumPy float32 would compare with the limit in float32
     if not math.isfinite(scale):
         return f"scale {scale} is not finite"
     if abs(scale) >= _SCALE_LIMIT:
@@ -752,10 +757,15 @@ def _flash_tensors(q, k, v, rank):
         raise ValueError(f"q, k, v must have one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not q.dtype.is_floating_point:
         raise TypeError(f"q, k, v: attention takes floating-point tensors, got {q.dtype}")
-    if q.size(-1) != k.size(-1) or k.shape[:-1] != v.shape[:-1]:
+    if q.size(-1) != k.size(-1) or k.shape[:-1] != v.shape[:-1] or \
+            (rank == 4 and q.size(0) != k.size(0)):
         raise ValueError(f"shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
-                         "do not match")
-    if q.size(-2) % k.size(-2):
+                         "do not match" + (" (batch sizes differ)" if rank == 4 and
+                                           q.size(0) != k.size(0) else ""))
+    if q.size(-1) == 0 or v.size(-1) == 0:
+        raise ValueError(f"q, k, v: head dims must be positive, got q {tuple(q.shape)}, "
+                         f"v {tuple(v.shape)}")
+    if k.size(-2) == 0 or q.size(-2) % k.size(-2):
         raise ValueError(f"k's heads ({k.size(-2)}) must divide q's ({q.size(-2)})")
     dtype = q.dtype
     if _forward.get(dtype) is None:
@@ -780,8 +790,23 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False,
     q, k, v, dtype = _flash_tensors(q, k, v, 4)
     spec = _flash_spec("bthd", q, q.size(2), dropout_p, softmax_scale, causal, window_size,
                        softcap, alibi_slopes)
+    if q.size(0) == 0 or q.size(1) == 0 or k.size(1) == 0:
+        B, T, H = q.shape[:3]
+        return _finish(_no_rows_or_keys(q, k, v, (B, H, T), return_attn_probs), dtype,
+                       return_attn_probs)
     return _finish(_attend(spec, q, k, v, return_lse=return_attn_probs), dtype,
                    return_attn_probs)
+
+
+def _no_rows_or_keys(q, k, v, lse_shape, return_lse):
+    """An attention with no query rows or no keys, which the library's calls
+    take as NULL tensors: out zeros (a row that sees no key outputs 0) and
+    lse -inf, joined to q, k and v's graph so that their gradients are zeros."""
+    anchor = sum(t.reshape(-1)[:0].sum() for t in (q, k, v))
+    out = q.new_zeros(q.shape[:-1] + (v.size(-1),)) + anchor
+    if not return_lse:
+        return out
+    return out, torch.full(lse_shape, -math.inf, dtype=torch.float32) + anchor.float()
 
 
 def _finish(result, dtype, return_attn_probs):
@@ -859,6 +884,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     spec = _flash_spec("varlen", q, q.size(1), dropout_p, softmax_scale, causal, window_size,
                        softcap, alibi_slopes, cu_q=cu_q, cu_kv=cu_kv, max_q=max_q,
                        max_kv=max_kv, block_mask=block_mask, chain=chain)
+    if q.size(0) == 0 or k.size(0) == 0:
+        return _finish(_no_rows_or_keys(q, k, v, (q.size(1), q.size(0)), return_attn_probs),
+                       dtype, return_attn_probs)
     return _finish(_attend(spec, q, k, v, return_lse=return_attn_probs), dtype,
                    return_attn_probs)
 

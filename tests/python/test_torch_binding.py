@@ -367,6 +367,49 @@ def test_layouts_and_fallbacks():
         check(False, "3 heads over 2 kv heads refused")
     except ValueError as e:
         check("divide" in str(e), f"message: {e}")
+    # kernel sets this CPU does not run: refused by set_kernels (every later
+    # call's context was refused instead, with a message blaming the threads)
+    for name in ("reference", "portable", "avx2", "avx512"):
+        if attn.kernels_supported(name):
+            AT.set_kernels(name)
+            check(err(AT.flash_attn_func(qb.float(), qb.float(), qb.float()),
+                      AT.flash_attn_func(qb.float(), qb.float(), qb.float())) == 0,
+                  f"set_kernels({name!r}) runs")
+        else:
+            try:
+                AT.set_kernels(name)
+                check(False, f"set_kernels({name!r}) on a CPU without it: no error")
+            except ValueError as e:
+                check("does not run" in str(e), f"set_kernels({name!r}): {e}")
+    AT.set_kernels("auto")
+    # batch sizes that differ: refused (the library read k and v past their end)
+    try:
+        AT.flash_attn_func(torch.randn(3, 4, 2, 8), torch.randn(2, 4, 2, 8), torch.randn(2, 4, 2, 8))
+        check(False, "q of batch 3 over k, v of batch 2 refused")
+    except ValueError as e:
+        check("(3, 4, 2, 8)" in str(e) and "batch sizes differ" in str(e), f"message: {e}")
+    # no rows or no keys: out zeros, lse -inf, zero gradients (the library's
+    # calls took the empty tensors for NULL ones); head dim 0 refused by name
+    for B, T, S in ((0, 4, 5), (2, 0, 5), (2, 4, 0)):
+        qe = torch.randn(B, T, 2, 8, requires_grad=True)
+        ke = torch.randn(B, S, 2, 8, requires_grad=True)
+        out, lse, _ = AT.flash_attn_func(qe, ke, ke, causal=True, return_attn_probs=True)
+        out.sum().backward()
+        check(out.shape == (B, T, 2, 8) and lse.shape == (B, 2, T) and
+              bool((out == 0).all()) and bool(torch.isneginf(lse).all()) and
+              bool((qe.grad == 0).all()) and bool((ke.grad == 0).all()),
+              f"flash_attn_func with B {B}, T {T}, S {S}: zeros, lse -inf, zero gradients")
+    cu0, cu_q = torch.tensor([0, 0], dtype=torch.int32), torch.tensor([0, 3], dtype=torch.int32)
+    out, lse, _ = AT.flash_attn_varlen_func(torch.randn(3, 2, 8), torch.randn(0, 2, 8),
+                                            torch.randn(0, 2, 8), cu_q, cu0, 3, 0,
+                                            return_attn_probs=True)
+    check(out.shape == (3, 2, 8) and bool((out == 0).all()) and lse.shape == (2, 3) and
+          bool(torch.isneginf(lse).all()), "flash_attn_varlen_func with no keys")
+    try:
+        AT.flash_attn_func(torch.randn(1, 4, 2, 0), torch.randn(1, 4, 2, 0), torch.randn(1, 4, 2, 0))
+        check(False, "head dim 0 refused")
+    except ValueError as e:
+        check("head dims must be positive" in str(e), f"message: {e}")
 
 
 # ---- 3. dropout ----------------------------------------------------------------------------

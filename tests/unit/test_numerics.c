@@ -10,7 +10,9 @@
  *     score dwarfs the kept ones beyond float64's exp range;
  *   - the fused kernels' scan, or the forward's own measuring, finds a NaN
  *     anywhere in q, k, v or dout, in every layout, and hands the call to
- *     the reference.
+ *     the reference;
+ *   - a scale that rounds to 0 in float gives uniform weights and zero dq
+ *     and dk, not NaN.
  */
 #include "attn.h"
 #include "check.h"
@@ -73,6 +75,46 @@ static void test_rows_that_see_no_key(attn_ctx *ctx) {
         for (int i = 0; i < (T - S) * D; i++) CHECK(dq[i] == 0.0f);
         CHECK(all_finite(dq, T * D) && all_finite(dk, S * D) && all_finite(dv, S * D));
     }
+}
+
+/* A scale that rounds to 0 in float (1e-300): every weight 1/S, out the
+ * mean of v, dq and dk zero (scale times a sum), dv the mean of dout; on
+ * (batch, heads) enough for the fused backward's one pass, where q packed
+ * times the scale left dk 0 / 0 = NaN. */
+static void test_scale_rounding_to_zero(attn_ctx *ctx) {
+    enum { B = 2, H = 3, T = 5, S = 7, D = 8 };
+    static float q[B * T * H * D], k[B * S * H * D], v[B * S * H * D], out[B * T * H * D];
+    static float dout[B * T * H * D], dq[B * T * H * D], dk[B * S * H * D], dv[B * S * H * D];
+    float lse[B * H * T];
+    for (int i = 0; i < B * T * H * D; i++) {
+        q[i] = (float)sin(0.3 * i);
+        dout[i] = (float)cos(0.7 * i);
+    }
+    for (int i = 0; i < B * S * H * D; i++) {
+        k[i] = (float)cos(0.5 * i);
+        v[i] = (float)sin(1.1 * i);
+    }
+    attn_sdpa_config cfg = {.batch = B, .heads = H, .q_tokens = T, .kv_tokens = S,
+                            .head_dim = D, .scale = 1e-300};
+    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+    CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, dout, dq, dk, dv, NULL),
+                 ATTN_OK);
+    /* (B, T, H, D) rows */
+    double worst = 0.0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int d = 0; d < D; d++) {
+                double mean_v = 0.0, mean_dout = 0.0;
+                for (int j = 0; j < S; j++) mean_v += v[((b * S + j) * H + h) * D + d] / S;
+                for (int i = 0; i < T; i++) mean_dout += dout[((b * T + i) * H + h) * D + d] / S;
+                for (int i = 0; i < T; i++)
+                    worst = fmax(worst, fabs(out[((b * T + i) * H + h) * D + d] - mean_v));
+                for (int j = 0; j < S; j++)
+                    worst = fmax(worst, fabs(dv[((b * S + j) * H + h) * D + d] - mean_dout));
+            }
+    CHECK(worst < 1e-5);
+    for (int i = 0; i < B * T * H * D; i++) CHECK(dq[i] == 0.0f);
+    for (int i = 0; i < B * S * H * D; i++) CHECK(dk[i] == 0.0f);
 }
 
 static attn_module *build_mha(attn_ctx *ctx, attn_rng *rng, size_t d, attn_mask_method mask) {
@@ -237,6 +279,7 @@ int main(void) {
     test_rows_that_see_no_key(ctx);
     test_overflowing_intermediates(ctx, rng);
     test_renormalize_without_underflow(ctx, rng);
+    test_scale_rounding_to_zero(ctx);
     test_scan_finds_every_nan();
     attn_rng_free(rng);
     attn_ctx_free(ctx);

@@ -1420,8 +1420,11 @@ static void key_span_gradients(const backward_job *job, const backward_tiles *t,
         }
     }
     /* dk sums dS^T q, with q scaled by q_scale where the one pass packed it
-     * (rows_tiles): 1 for raw scores */
-    float dk_factor = dq_sums ? (float)((double)p->scale / f->q_scale) : p->scale;
+     * (rows_tiles): 1 for raw scores, 0 where the scale rounds to 0 in
+     * float (the packed q then is zero, and so is dk, scale times a sum) */
+    float dk_factor = !dq_sums ? p->scale
+                      : f->q_scale != 0.0f ? (float)((double)p->scale / f->q_scale)
+                                          : 0.0f;
     for (size_t s = 0; s < blocks; s++) {
         size_t js = j0 + s * BC, cols = min_size(j_end - js, BC);
         const float *dk = kts[s].kv0, *dv = kts[s].kv1;
