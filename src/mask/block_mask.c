@@ -6,6 +6,7 @@
 #include "mask/block_build.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -406,6 +407,22 @@ static attn_status from_dense(attn_ctx *ctx, const char *who, const attn_block_m
     if (!mask || !strides || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
                          !mask ? "mask" : !strides ? "strides" : "out");
+    if (cfg) { /* the last element must lie in memory: reading past it would fault */
+        size_t dims[4] = {cfg->batch, cfg->heads, cfg->q_len, cfg->kv_len}, reach = 0, part;
+        bool fits = true;
+        for (int a = 0; a < 4 && fits; a++)
+            fits = dims[a] == 0 || (attn_mul_size(dims[a] - 1, strides[a], &part) &&
+                                    attn_add_size(reach, part, &reach));
+        size_t bytes;
+        fits = fits && attn_mul_size(reach, additive ? sizeof(float) : 1, &bytes) &&
+               bytes <= UINTPTR_MAX - (uintptr_t)mask;
+        if (!fits)
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                             "%s: strides (%zu, %zu, %zu, %zu) over (batch %zu, heads %zu, "
+                             "q_len %zu, kv_len %zu) reach past the end of memory",
+                             who, strides[0], strides[1], strides[2], strides[3], dims[0],
+                             dims[1], dims[2], dims[3]);
+    }
     dense_source d = {mask, {strides[0], strides[1], strides[2], strides[3]}, additive};
     block_source src = {.self = &d, .row_bits = dense_row_bits, .same_rows = strides[2] == 0};
     return attn_block_mask_build(ctx, who, cfg, &src, out);

@@ -323,6 +323,7 @@ attn_status attn_forward_prepare(attn_module *m, size_t batch, size_t tokens, si
     s->valid = false;
     s->has_mask = false;
     s->philox = false;
+    s->drop_all = false;
     *keep_bits = NULL;
     if (!m->grad_enabled) {
         attn_status st;
@@ -467,7 +468,9 @@ attn_status attn_run_attention_backward(attn_module *m, const attn_attention_pro
                                         const uint8_t *keep_bits) {
     const attn_saved *s = &m->saved;
     attn_attention_dropout drop = {.kind = ATTN_DROP_NONE, .kept_scale = s->kept_scale};
-    if (keep_bits) {
+    if (s->drop_all) {
+        drop.kind = ATTN_DROP_PHILOX; /* p = 1, as the forward ran it: no draw is under 0 */
+    } else if (keep_bits) {
         drop.kind = ATTN_DROP_BITS;
         drop.keep_bits = keep_bits;
     } else if (s->philox) {
@@ -493,6 +496,7 @@ attn_status attn_run_attention(attn_module *m, const attn_attention_problem *p,
      * stream is drawn from and before out is written */
     bool reserved = m->work && m->work_bytes >= bytes;
     if (!reserved && (st = grow_work(m, bytes, "forward")) != ATTN_OK) return st;
+    if (dropout && !dropout->passthrough && dropout->drop_all) s->drop_all = true;
     if (drawn && !serial && !s->philox) {
         s->philox = true; /* the forward's first Philox call */
         s->philox_seed = dropout->philox_seed;

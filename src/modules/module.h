@@ -60,6 +60,7 @@ typedef struct attn_saved {
      * call (later calls of the same forward take the next offsets) */
     bool philox;
     uint64_t philox_seed, philox_offset, keep_threshold;
+    bool drop_all; /* the forward's dropout had p = 1: every weight dropped, nothing drawn */
     size_t x_cap, acts_cap, bits_cap; /* floats, floats, bytes allocated */
 } attn_saved;
 

@@ -58,9 +58,14 @@ static attn_status mask_buffers_of(attn_ctx *ctx, const attn_module *m, bool wit
         b->count = 1;
     }
     size_t area;
+    /* only a save draws the buffer: a load checks the file's names and
+     * shapes, so a context too long to hold one still loads */
+    if (with_data && (!attn_mul_size(T, T, &area) || area > SIZE_MAX / sizeof(float)))
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                         "%s: the %zu x %zu mask buffer of context_length %zu is past size_t",
+                         m->ops->class_name, T, T, T);
     b->names = attn_calloc(b->count ? b->count : 1, sizeof *b->names);
-    if (!b->names || !attn_mul_size(T, T, &area) ||
-        (with_data && !(b->data = attn_alloc_floats(area)))) {
+    if (!b->names || (with_data && !(b->data = attn_alloc_floats(area)))) {
         free_mask_buffers(b);
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for the %zu x %zu mask",
                          m->ops->class_name, T, T);

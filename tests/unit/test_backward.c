@@ -162,6 +162,32 @@ static void fd_all_modules(attn_ctx *ctx, uint64_t *seed) {
         attn_mha_free(mha);
     }
 
+    /* dropout p = 1 under every Bernoulli method: every weight dropped, so
+     * the attention's gradients are zero (the Philox method's backward ran
+     * as if nothing were dropped) */
+    for (int method = 0; method < 3; method++) {
+        attn_rng *all;
+        attn_rng_new(ctx, 0, &all);
+        CHECK_STATUS(attn_rng_set_bernoulli_method(all, (attn_bernoulli_method)method), ATTN_OK);
+        char label[64];
+        attn_causal *causal;
+        attn_causal_config cc = {.d_in = D_IN, .d_out = 4, .context_length = T,
+                                 .dropout = 1.0, .qkv_bias = true, .mask = masks[method]};
+        attn_causal_new(ctx, &cc, init, &causal);
+        snprintf(label, sizeof label, "causal[dropout 1, bernoulli %d]", method);
+        finite_differences(&(fd_case){label, attn_causal_module(causal), all, splitmix(seed)},
+                           seed);
+        attn_causal_free(causal);
+        attn_mha *mha;
+        attn_mha_config mc = {.d_in = D_IN, .d_out = 4, .context_length = T, .num_heads = HEADS,
+                              .dropout = 1.0, .qkv_bias = true, .mask = masks[method]};
+        attn_mha_new(ctx, &mc, init, &mha);
+        snprintf(label, sizeof label, "mha[dropout 1, bernoulli %d]", method);
+        finite_differences(&(fd_case){label, attn_mha_module(mha), all, splitmix(seed)}, seed);
+        attn_mha_free(mha);
+        attn_rng_free(all);
+    }
+
     attn_gpt2 *gpt2;
     attn_gpt2_new(ctx, &(attn_gpt2_config){.n_embd = D_IN, .n_head = HEADS, .block_size = T,
                                            .dropout = 0.2},

@@ -559,6 +559,19 @@ static void test_dense(attn_ctx *ctx) {
         char where[96];
         snprintf(where, sizeof where, "at (%zu, %zu, %zu, %zu)", b, h, q, k);
         CHECK_MESSAGE(ctx, where);
+        /* strides whose last element lies past the end of memory: refused
+         * before anything is read (the scan faulted) */
+        size_t wide[4] = {st[0], st[1], st[2], st[3]};
+        size_t axis = c.q_len > 1 ? 2 : c.kv_len > 1 ? 3 : 4;
+        if (axis < 4) {
+            wide[axis] = SIZE_MAX / 2 + rand_below(1000);
+            bm = NULL;
+            CHECK_STATUS(attn_block_mask_from_bool(ctx, &c, mask, wide, &bm), ATTN_ERR_OVERFLOW);
+            CHECK(bm == NULL);
+            CHECK_MESSAGE(ctx, "reach past the end of memory");
+            CHECK_STATUS(attn_block_mask_from_additive(ctx, &c, add, wide, &bm),
+                         ATTN_ERR_OVERFLOW);
+        }
         free(d.v);
         free(mask);
         free(add);

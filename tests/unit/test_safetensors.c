@@ -508,6 +508,24 @@ static void test_modules(attn_ctx *ctx) {
     CHECK_STATUS(attn_safetensors_load_module(ctx, NULL, path, NULL), ATTN_ERR_NULL);
     attn_simple_free(s);
 
+    /* a context too long for its (T, T) mask buffer to exist: a file
+     * without the buffer loads (it was refused as out of memory), a save
+     * is refused as an overflow naming the length */
+    attn_mha_config huge = cfg;
+    huge.context_length = ((size_t)1 << 33) + (size_t)rand() % 1000;
+    attn_mha *e;
+    CHECK_STATUS(attn_mha_new(ctx, &huge, rng, &e), ATTN_OK);
+    CHECK_STATUS(attn_safetensors_write_params(ctx, path, params, attn_module_param_count(ma),
+                                               NULL),
+                 ATTN_OK);
+    CHECK_STATUS(attn_safetensors_load_module(ctx, attn_mha_module(e), path, NULL), ATTN_OK);
+    CHECK_STATUS(attn_safetensors_save_module(ctx, attn_mha_module(e), path), ATTN_ERR_OVERFLOW);
+    char text[96];
+    snprintf(text, sizeof text, "mask buffer of context_length %zu is past size_t",
+             huge.context_length);
+    CHECK_MESSAGE(ctx, text);
+    attn_mha_free(e);
+
     attn_mha_free(a);
     attn_mha_free(b);
     attn_mha_free(c);
