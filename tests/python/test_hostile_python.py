@@ -687,9 +687,12 @@ def sweep_flash():
             ("max_seqlen too small", lambda: AT.flash_attn_varlen_func(
                 x[0], x[0], x[0], torch.tensor([0, 3]), torch.tensor([0, 3]), 1, 3),
              attn.AttnError),
-            ("empty batch", lambda: AT.flash_attn_func(x[:0], x[:0], x[:0]),
-             attn.AttnError)):
+            ("batches 1 vs 2", lambda: AT.flash_attn_func(x, x.expand(2, 3, 2, 4),
+                                                          x.expand(2, 3, 2, 4)), ValueError)):
         raises(call, kinds, [], f"flash: {what}", S)
+    # an empty batch is an empty result, as PyTorch's attention gives
+    empty = AT.flash_attn_func(x[:0], x[:0], x[:0])
+    check(empty.shape == (0, 3, 2, 4), f"flash: empty batch gives shape {tuple(empty.shape)}")
 
 
 @section
