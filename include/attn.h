@@ -1924,7 +1924,10 @@ typedef struct attn_kv_tree_args {
 attn_status attn_kv_cache_attend_tree(attn_kv_cache *cache, const attn_kv_tree_args *args);
 /* Appends the verified branch, draft rows rows[0 .. count) of k_new and
  * v_new (root to leaf: rising, >= 0), to sequence seq of layer, as
- * attn_kv_cache_append would append them. */
+ * attn_kv_cache_append would append them. The rows are the caller's to
+ * keep within the tree: each below its draft_tokens (k_new and v_new hold
+ * that many rows; this call does not see the tree) and each the parent of
+ * the next, the first a child of -1. */
 attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size_t seq,
                                         const int32_t *rows, size_t count, const float *k_new,
                                         const float *v_new);

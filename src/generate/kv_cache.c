@@ -92,12 +92,13 @@ static kv_store store_of(attn_dtype dtype, size_t kv_heads, size_t head_dim) {
 static size_t ceil_div(size_t a, size_t b) { return a / b + (a % b != 0); }
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
-/* Layer i's window (0: none), at most max_len: a window that long already
- * sees every position a sequence reaches, and the bound keeps the ring's
- * sizes and the problem's window_left far inside their types. */
+/* Layer i's window (0: none), below max_len: a window of max_len or more
+ * already sees every position a sequence reaches, so that layer keeps
+ * every token (and runs draft trees); the bound keeps the ring's sizes and
+ * the problem's window_left far inside their types. */
 static size_t layer_window(const attn_kv_cache_config *cfg, size_t i) {
     size_t w = cfg->windows ? cfg->windows[i] : 0;
-    return min_size(w, cfg->max_len);
+    return w < cfg->max_len ? w : 0;
 }
 
 /* Page-table entries per sequence of a layer with window w (0: none):
@@ -523,9 +524,11 @@ static size_t new_count(const size_t *new_lens, size_t new_tokens, size_t s) {
 }
 
 /* What attend and append share: the layer, the rows (*rows_out, packed),
- * and the limits: max_len and the pool's free pages. */
+ * and, where the rows are appended, the limits: max_len and the pool's
+ * free pages (a tree of draft tokens is staged apart and appends none). */
 static attn_status check_append(attn_kv_cache *c, const char *who, size_t layer,
-                                const size_t *new_lens, size_t new_tokens, size_t *rows_out) {
+                                const size_t *new_lens, size_t new_tokens, bool appends,
+                                size_t *rows_out) {
     attn_ctx *ctx = c->ctx;
     const attn_kv_cache_config *cfg = &c->cfg;
     if (layer >= cfg->num_layers)
@@ -541,7 +544,7 @@ static attn_status check_append(attn_kv_cache *c, const char *who, size_t layer,
                          rows, c->row);
     const kv_layer *L = &c->layers[layer];
     size_t pages = 0;
-    for (size_t s = 0; s < cfg->batch; s++) {
+    for (size_t s = 0; s < cfg->batch && appends; s++) {
         size_t n = new_count(new_lens, new_tokens, s), len = L->length[s];
         if (n > cfg->max_len - len)
             return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: sequence %zu of layer %zu has %zu "
@@ -575,7 +578,7 @@ attn_status attn_kv_cache_append(attn_kv_cache *cache, size_t layer, const size_
     if (!cache) return ATTN_ERR_NULL;
     attn_clear_error(cache->ctx);
     size_t rows = 0;
-    attn_status st = check_append(cache, "attn_kv_cache_append", layer, new_lens, new_tokens,
+    attn_status st = check_append(cache, "attn_kv_cache_append", layer, new_lens, new_tokens, true,
                                   &rows);
     if (st != ATTN_OK || rows == 0) return st;
     if (!k_new || !v_new)
@@ -592,10 +595,11 @@ attn_status attn_kv_cache_append(attn_kv_cache *cache, size_t layer, const size_
 
 /* Checks attend's arguments; *rows_out the packed rows. */
 static attn_status check_args(attn_kv_cache *c, const char *who, const attn_kv_attend_args *a,
-                              size_t *rows_out) {
+                              bool appends, size_t *rows_out) {
     attn_ctx *ctx = c->ctx;
     const attn_kv_cache_config *cfg = &c->cfg;
-    attn_status st = check_append(c, who, a->layer, a->new_lens, a->new_tokens, rows_out);
+    attn_status st = check_append(c, who, a->layer, a->new_lens, a->new_tokens, appends,
+                                  rows_out);
     if (st != ATTN_OK) return st;
     size_t rows = *rows_out, qrow;
     if (!a->q_heads || a->q_heads % cfg->kv_heads)
@@ -732,7 +736,7 @@ static attn_status attend(attn_kv_cache *cache, const char *who, const attn_kv_a
                           const uint64_t *tree, size_t tree_words) {
     attn_ctx *ctx = cache->ctx;
     size_t rows = 0;
-    attn_status st = check_args(cache, who, args, &rows);
+    attn_status st = check_args(cache, who, args, !tree, &rows);
     if (st != ATTN_OK || rows == 0) return st;
 
     const attn_kv_cache_config *cfg = &cache->cfg;
@@ -839,11 +843,15 @@ attn_status attn_tree_mask(attn_ctx *ctx, const int32_t *parents, size_t n, uint
     if (words_per_row < (n + 63) / 64)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: %zu words a row hold %zu tokens, not %zu",
                          who, words_per_row, words_per_row * 64, n);
-    for (size_t r = 0; r < n; r++)
+    for (size_t r = 0; r < n; r++) {
+        if (r == 0 && parents[0] != -1)
+            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: parents[0] is %d: the first token's "
+                             "parent is -1 (the cache's last token)", who, (int)parents[0]);
         if (parents[r] < -1 || (parents[r] >= 0 && (size_t)parents[r] >= r))
             return attn_fail(ctx, ATTN_ERR_INVALID, "%s: parents[%zu] is %d: a token's parent "
                              "comes before it (0 .. %zu), or is -1 (the cache's last token)",
-                             who, r, (int)parents[r], r ? r - 1 : 0);
+                             who, r, (int)parents[r], r - 1);
+    }
     for (size_t r = 0; r < n; r++) {
         uint64_t *row = bits + r * words_per_row;
         if (parents[r] >= 0)

@@ -8,7 +8,8 @@
  *     against a dense oracle in double (every
  *     cached key, then the draft keys the tree shows); a chain (each draft
  *     the child of the one before) gives attn_kv_cache_attend's bits, in
- *     every K/V type; nothing is appended;
+ *     every K/V type; nothing is appended, so a tree runs in a cache with
+ *     room for one more token only;
  *   the verified branch: appended, the cache then answers as one that
  *     appended those rows itself, bit for bit;
  *   refusals: a window layer, seq past the batch, rows not rising.
@@ -88,6 +89,11 @@ static void test_mask(attn_ctx *ctx) {
     bad[1] = -2;
     CHECK_STATUS(attn_tree_mask(ctx, bad, 3, bits, 1, NULL), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "parents[1] is -2");
+    int32_t first[1] = {(int32_t)rand_below(3)};
+    CHECK_STATUS(attn_tree_mask(ctx, first, 1, bits, 1, NULL), ATTN_ERR_INVALID);
+    char text[80];
+    snprintf(text, sizeof text, "parents[0] is %d: the first token's parent is -1", first[0]);
+    CHECK_MESSAGE(ctx, text);
     int32_t many[65] = {0};
     many[0] = -1;
     CHECK_STATUS(attn_tree_mask(ctx, many, 65, bits, 1, NULL), ATTN_ERR_INVALID);
@@ -98,12 +104,14 @@ typedef struct setup {
     size_t batch, kv_heads, q_heads, D, cached, n;
     attn_kv_layout layout;
     attn_dtype type;
+    bool tight; /* max_len one past the cached rows: a tree appends nothing, so it fits */
 } setup;
 
 /* A one-layer cache of s, every sequence holding s.cached random rows (k0, v0). */
 static attn_kv_cache *cache_of(attn_ctx *ctx, const setup *s, const float *k0, const float *v0) {
     attn_kv_cache_config cfg = {.num_layers = 1, .batch = s->batch, .kv_heads = s->kv_heads,
-                                .head_dim = s->D, .max_len = s->cached + s->n + 8,
+                                .head_dim = s->D,
+                                .max_len = s->cached + (s->tight ? 1 : s->n + 8),
                                 .layout = s->layout, .page_size = 16, .k_dtype = s->type,
                                 .v_dtype = s->type};
     attn_kv_cache *c = NULL;
@@ -165,7 +173,7 @@ static void test_random_trees(void) {
         setup s = {.batch = 1 + rand_below(3), .kv_heads = 1 + rand_below(2), .D = 16 << rand_below(3),
                    .cached = rand_below(300), .n = 1 + rand_below(40),
                    .layout = rand_below(2) ? ATTN_KV_PAGED : ATTN_KV_CONTIGUOUS,
-                   .type = ATTN_DTYPE_F32};
+                   .type = ATTN_DTYPE_F32, .tight = rand_below(2)};
         s.q_heads = s.kv_heads * (1 + rand_below(4));
         size_t seq = rand_below(s.batch), threads = 1 + rand_below(2);
         attn_ctx *ctx = NULL;
@@ -306,6 +314,15 @@ static void test_branch_of_tree(attn_ctx *ctx) {
     ta.seq = 0;
     CHECK_STATUS(attn_kv_cache_attend_tree(w, &ta), ATTN_ERR_UNSUPPORTED);
     CHECK_MESSAGE(ctx, "layer 0 keeps a window of 8 positions");
+    attn_kv_cache_free(w);
+    /* a window of max_len or more sees every position: the layer keeps
+     * every token, and runs the tree (it was refused) */
+    windows[0] = rand_below(2) ? 64 : SIZE_MAX;
+    CHECK_STATUS(attn_kv_cache_new(ctx, &wc, &w), ATTN_OK);
+    int32_t root[1] = {-1};
+    attn_kv_tree_args one = {.layer = 0, .seq = 0, .draft_tokens = 1, .parents = root,
+                             .q_heads = s.q_heads, .q = q1, .k_new = k1, .v_new = v1, .out = o1};
+    CHECK_STATUS(attn_kv_cache_attend_tree(w, &one), ATTN_OK);
     attn_kv_cache_free(w);
     free(k0), free(v0), free(k), free(v), free(kb), free(vb), free(q1), free(k1), free(v1);
 }
