@@ -58,14 +58,13 @@ static bool bias_extent(const attn_attention_problem *p, const attn_score_mod *m
 /* Whether every element a REL_TABLE modifier reads over the problem's
  * lengths (the longest sequence's, with cu_seqlens) lies in its rows of
  * buckets, negative ones counting from the end; else the first extreme
- * out of range in *e (the offset itself where it is past +-2^62). */
+ * out of range in *e (the offset itself where a length is past 2^62).
+ * attn_score_mods_check has bounded the offset and the buckets. */
 static bool rel_table_reaches(const attn_attention_problem *p, const attn_score_mod *m,
                               int64_t *e) {
     const int64_t far = (int64_t)1 << 62;
     *e = m->offset;
-    if (m->offset > far || m->offset < -far || p->q_len > (size_t)far ||
-        p->kv_len > (size_t)far || m->buckets > (size_t)far)
-        return false;
+    if (p->q_len > (size_t)far || p->kv_len > (size_t)far) return false;
     int64_t T = (int64_t)p->q_len, S = (int64_t)p->kv_len, n = (int64_t)m->buckets;
     int64_t lo = (m->signed_distance ? -(T - 1) : -(S - 1)) + m->offset;
     int64_t hi = (m->signed_distance ? S - 1 : T - 1) + m->offset;

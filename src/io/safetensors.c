@@ -711,18 +711,23 @@ static float narrow_double(double d, bool *past) {
     return (float)d;
 }
 
+/* Element i of little-endian F64 bytes. */
+static double f64_at(const unsigned char *src, size_t i) {
+    uint64_t u = 0;
+    for (int k = 7; k >= 0; k--) u = u << 8 | src[8 * i + (size_t)k];
+    double d;
+    memcpy(&d, &u, sizeof d);
+    return d;
+}
+
 /* The first of count F64 elements of src that is finite past float's range
  * (SIZE_MAX: none), and its value. */
 static size_t first_past_float(const unsigned char *src, size_t count, double *value) {
     for (size_t i = 0; i < count; i++) {
-        uint64_t u = 0;
-        for (int k = 7; k >= 0; k--) u = u << 8 | src[8 * i + (size_t)k];
-        double d;
-        memcpy(&d, &u, sizeof d);
         bool past = false;
-        narrow_double(d, &past);
+        narrow_double(f64_at(src, i), &past);
         if (past) {
-            *value = d;
+            *value = f64_at(src, i);
             return i;
         }
     }
@@ -754,13 +759,7 @@ static bool convert(attn_dtype dtype, const unsigned char *src, size_t count, fl
         return true;
     default: { /* F64 */
         bool past = false;
-        for (size_t i = 0; i < count; i++) {
-            uint64_t u = 0;
-            for (int k = 7; k >= 0; k--) u = u << 8 | src[8 * i + (size_t)k];
-            double d;
-            memcpy(&d, &u, sizeof d);
-            dst[i] = narrow_double(d, &past);
-        }
+        for (size_t i = 0; i < count; i++) dst[i] = narrow_double(f64_at(src, i), &past);
         return !past;
     }
     }

@@ -4,6 +4,7 @@
  * tells about itself (info, the drawing).
  */
 #include "mask/block_build.h"
+#include "overlap.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -408,14 +409,10 @@ static attn_status from_dense(attn_ctx *ctx, const char *who, const attn_block_m
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
                          !mask ? "mask" : !strides ? "strides" : "out");
     if (cfg) { /* the last element must lie in memory: reading past it would fault */
-        size_t dims[4] = {cfg->batch, cfg->heads, cfg->q_len, cfg->kv_len}, reach = 0, part;
-        bool fits = true;
-        for (int a = 0; a < 4 && fits; a++)
-            fits = dims[a] == 0 || (attn_mul_size(dims[a] - 1, strides[a], &part) &&
-                                    attn_add_size(reach, part, &reach));
-        size_t bytes;
-        fits = fits && attn_mul_size(reach, additive ? sizeof(float) : 1, &bytes) &&
-               bytes <= UINTPTR_MAX - (uintptr_t)mask;
+        size_t dims[4] = {cfg->batch, cfg->heads, cfg->q_len, cfg->kv_len}, elements, bytes;
+        bool fits = attn_strided_extent(4, dims, strides, 1, &elements) &&
+                    attn_mul_size(elements, additive ? sizeof(float) : 1, &bytes) &&
+                    bytes <= UINTPTR_MAX - (uintptr_t)mask;
         if (!fits)
             return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                              "%s: strides (%zu, %zu, %zu, %zu) over (batch %zu, heads %zu, "
