@@ -4,7 +4,7 @@
 BUILD ?= build
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-.PHONY: bench-peers all demo test deps build sanitize fuzz clean install bench bench-deps
+.PHONY: bench-peers all demo test deps build sanitize fuzz clean install uninstall bench bench-deps
 
 all: build
 
@@ -63,6 +63,9 @@ fuzz: deps
 
 install: build
 	cmake --install $(BUILD)
+
+uninstall:
+	cmake --build $(BUILD) --target uninstall
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-sanitize build-fuzz build-tsan

@@ -4,13 +4,23 @@
 # installed (no attn-bench), and builds a consumer against it both ways the
 # README gives: pkg-config (shared, and --static) and find_package(attn)
 # (attn::attn_static and attn::attn_shared); where the build has MPI, the
-# same for the MPI layer (attn-mpi, attn::attn_mpi).
+# same for the MPI layer (attn-mpi, attn::attn_mpi). Then the uninstall
+# target removes every file it installed.
 #   test_install.sh BUILD_DIR CONSUMER_DIR
 set -euo pipefail
 build=$1
 consumer=$2
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+# The install below rewrites the build's install_manifest.txt, which a
+# user's later `make uninstall` reads: the user's own is put back.
+manifest="$build/install_manifest.txt"
+if [ -e "$manifest" ]; then cp -p "$manifest" "$work/manifest.saved"; fi
+restore() {
+  if [ -e "$work/manifest.saved" ]; then cp -p "$work/manifest.saved" "$manifest"
+  else rm -f "$manifest"; fi
+  rm -rf "$work"
+}
+trap restore EXIT
 prefix="$work/prefix with space"
 cc=${CC:-cc}
 
@@ -71,8 +81,18 @@ echo "find_package: ok (attn $major.$minor)"
 # The MPI layer, where the build has it: pkg-config attn-mpi and
 # find_package(attn COMPONENTS mpi) (attn::attn_mpi), each consumer run on 2
 # ranks against the single process.
+uninstall() {
+  local before after
+  before=$(wc -l <"$manifest")
+  cmake --build "$build" --target uninstall >"$work/uninstall.log" \
+    || { echo "FAIL: the uninstall target:"; cat "$work/uninstall.log"; exit 1; }
+  after=$(cd "$prefix" && find . ! -type d | sort | tr '\n' ' ')
+  [ -z "$after" ] || { echo "FAIL: left after uninstall: $after"; exit 1; }
+  echo "uninstall: ok ($before files removed)"
+}
 if [ -z "$(find "$prefix" -name 'libattn_mpi.*')" ]; then
   echo "attn-mpi: skipped (this build has no MPI)"
+  uninstall
   exit 0
 fi
 [ -n "$(find "$prefix" -name attn-mpi.pc)" ] \
@@ -93,3 +113,4 @@ cmake --build "$work/build-mpi" >/dev/null
 bash "$run_mpi" 2 "$work/build-mpi/consumer_mpi" | grep -q "^attn_mpi .* ok$" \
   || { echo "FAIL: find_package consumer (attn::attn_mpi)"; exit 1; }
 echo "find_package(attn COMPONENTS mpi): ok (attn::attn_mpi)"
+uninstall

@@ -1,0 +1,26 @@
+# Removes what the last `cmake --install` of this build put in place, as its
+# install_manifest.txt lists it: the files and links only, never a directory,
+# since a prefix such as /usr/local holds other packages' files beside attn's.
+#   cmake -DMANIFEST=BUILD/install_manifest.txt -P uninstall.cmake
+if(NOT EXISTS "${MANIFEST}")
+  message(FATAL_ERROR "uninstall: no ${MANIFEST}: nothing was installed from this build "
+    "(run `cmake --install` first, or remove the files by hand)")
+endif()
+file(STRINGS "${MANIFEST}" installed)
+set(removed 0)
+foreach(path IN LISTS installed)
+  if(IS_SYMLINK "${path}" OR EXISTS "${path}")
+    if(IS_DIRECTORY "${path}" AND NOT IS_SYMLINK "${path}")
+      message(FATAL_ERROR "uninstall: ${path} is a directory now; the manifest lists files only")
+    endif()
+    file(REMOVE "${path}")
+    if(IS_SYMLINK "${path}" OR EXISTS "${path}")
+      message(FATAL_ERROR "uninstall: could not remove ${path}")
+    endif()
+    math(EXPR removed "${removed} + 1")
+  else()
+    message(STATUS "uninstall: ${path} is already gone")
+  endif()
+endforeach()
+list(LENGTH installed listed)
+message(STATUS "uninstall: removed ${removed} of the ${listed} files ${MANIFEST} lists")
