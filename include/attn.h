@@ -553,7 +553,8 @@ attn_status attn_sdpa_backward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, at
  * intervals, so that a tile of the score matrix is classified empty, full
  * or partial in closed form and no (T, S) mask is ever built, and AND, OR,
  * NOT of them. A combinator copies its operands (and a primitive its
- * arrays): every mask is freed on its own, whatever it was built from.
+ * arrays): every mask is freed on its own, whatever it was built from. A
+ * tree holds at most 4096 nodes, 256 deep (each row's test visits them).
  */
 typedef struct attn_mask attn_mask;
 

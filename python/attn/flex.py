@@ -1296,6 +1296,25 @@ def _has_masks():
                                       "attn_block_mask_from_mask"))
 
 
+# The library's limits on a mask tree (attn.h): a traced description past
+# them is drawn over the index grid instead.
+_MASK_MAX_NODES, _MASK_MAX_DEPTH = 4096, 256
+
+
+def _lowers(description):
+    """Whether a traced mask description becomes an attn_mask."""
+    if description is None or not _has_masks():
+        return False
+    nodes, deepest, stack = 0, 0, [(description, 1)]
+    while stack:
+        d, depth = stack.pop()
+        nodes, deepest = nodes + 1, max(deepest, depth)
+        if nodes > _MASK_MAX_NODES or deepest > _MASK_MAX_DEPTH:
+            return False
+        stack.extend((p, depth + 1) for p in getattr(d, "parts", ()))
+    return True
+
+
 class BlockMask:
     """attn's block map (flex_attention's BlockMask): which key blocks each
     query block visits, full or partial, for (B, H, Q_LEN, KV_LEN); B or H 1
@@ -1406,8 +1425,7 @@ class BlockMask:
         i32 = [None if t is None else t.detach().to(torch.int32).contiguous() for t in lists]
         cfg = BlockMaskConfig(batch=B, heads=H, q_len=T, kv_len=S, block_q=bq, block_kv=bkv)
         ctx = _attn_torch()._context()
-        if _lib.has("attn_block_mask_from_kv_blocks") and _has_masks() and \
-                description is not None:
+        if _lib.has("attn_block_mask_from_kv_blocks") and _lowers(description):
             mask = description.lower(ctx, g)
             try:
                 out = c_void_p()
@@ -1503,7 +1521,7 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=12
     g = _Grid(B, H, T, S)
     ctx = _attn_torch()._context()
     description = _trace_mask(mask_mod)
-    if description is not None and _has_masks():
+    if _lowers(description):
         cfg = BlockMaskConfig(batch=B, heads=H, q_len=T, kv_len=S, block_q=block_size[0],
                               block_kv=block_size[1])
         mask = description.lower(ctx, g)
@@ -1515,7 +1533,7 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=12
         finally:
             lib.attn_mask_free(mask)
         return BlockMask(out, (B, H, T, S), block_size, mask_mod, description)
-    if description is not None:  # a libattn without mask descriptions: drawn densely
+    if description is not None:  # past the tree limits, or a libattn without masks: drawn
         keep = description.evaluate(g).expand(B, H, T, S)
     else:
         keep = _dense_mask(mask_mod, g)

@@ -24,6 +24,10 @@
 #define MASK_LIMIT ((int64_t)1 << 62)
 /* Trees deeper than this are refused: evaluation recurses once per level. */
 #define MASK_MAX_DEPTH 256
+/* Trees of more nodes than this are refused: a combinator copies its
+ * operands, so a mask combined with itself doubles, and every row's
+ * evaluation visits each node. */
+#define MASK_MAX_NODES 4096
 /* row_bits works on up to this many keys at a time (the largest block). */
 #define CHUNK_KEYS 256
 #define CHUNK_WORDS (CHUNK_KEYS / 64)
@@ -45,6 +49,7 @@ typedef enum mask_kind {
 struct attn_mask {
     mask_kind kind;
     size_t depth;                 /* 1 for a primitive */
+    size_t nodes;                 /* of the tree: 1 for a primitive */
     int64_t offset, left, right;  /* causal, window, chunked: offset; window: bounds (-1: none) */
     int64_t size;                 /* chunked: the chunk; global: the tokens */
     int64_t *values;              /* prefix-LM: prefixes; kv_length: lengths */
@@ -100,6 +105,7 @@ static attn_status new_node(attn_ctx *ctx, const char *who, mask_kind kind, attn
     if (!m) return no_memory(ctx, who);
     m->kind = kind;
     m->depth = 1;
+    m->nodes = 1;
     *out = m;
     return ATTN_OK;
 }
@@ -312,9 +318,14 @@ static attn_status new_combination(attn_ctx *ctx, const char *who, mask_kind kin
     if (depth > MASK_MAX_DEPTH)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: the tree would be %zu deep, past %d", who,
                          depth, MASK_MAX_DEPTH);
+    size_t nodes = 1 + a->nodes + (b ? b->nodes : 0);
+    if (nodes > MASK_MAX_NODES)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: the tree would have %zu nodes, past %d", who,
+                         nodes, MASK_MAX_NODES);
     attn_mask *m = NULL;
     if ((st = new_node(ctx, who, kind, &m)) != ATTN_OK) return st;
     m->depth = depth;
+    m->nodes = nodes;
     if (!copy_tree(a, &m->a) || (kind != MASK_NOT && !copy_tree(b, &m->b))) {
         attn_mask_free(m);
         return no_memory(ctx, who);

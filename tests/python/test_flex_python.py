@@ -280,6 +280,24 @@ for name, fn, _ in mask_cases(2, 2, T2, S2)[::3] + [("striped", striped, None),
         keep = dense(fn, Bm or 1, Hm or 1, T2, S2)
         check_map(bm, keep, f"create_block_mask {name} B={Bm} BLOCK_SIZE={bs}")
 
+# the library's tree limits (4096 nodes, 256 deep; each combinator copies its
+# operands, so a mask ANDed with itself doubles): a traced description past
+# them is drawn over the grid, one within them lowers
+docs12 = torch.randint(0, 3, (T2,)).sort().values
+leaf = flex._trace_mask(lambda b, h, q_idx, kv_idx: docs12[q_idx] == docs12[kv_idx])
+tree = leaf
+for levels in range(1, 13):
+    tree = flex._Combine("and", tree, tree)
+    check(flex._lowers(tree) == (levels <= 11), f"{2 ** (levels + 1) - 1} nodes: lowered "
+          f"{flex._lowers(tree)}")
+    if levels == 11:
+        ctx = flex._attn_torch()._context()
+        flex.lib.attn_mask_free(tree.lower(ctx, flex._Grid(1, 1, T2, T2)))  # 4095: accepted
+chain = leaf
+for depth in range(2, 258):
+    chain = flex._Combine("not", chain)
+check(not flex._lowers(chain) and flex._lowers(chain.parts[0]), "257 deep: not lowered; 256 is")
+
 # the C map freed with the object
 bm = flex.create_block_mask(mask_cases(1, 1, 8, 8)[0][1], None, None, 40, 40, BLOCK_SIZE=16)
 fin = bm._finalizer

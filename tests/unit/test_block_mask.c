@@ -843,6 +843,30 @@ static void test_constructor_errors(attn_ctx *ctx) {
     CHECK(st == ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "deep");
     attn_mask_free(deep);
+
+    /* a mask ANDed with itself doubles: refused at the node limit, 12 levels
+     * (8191 nodes) down, long before the depth limit or memory */
+    attn_mask *twice = NULL;
+    CHECK_STATUS(attn_mask_new_causal(ctx, 0, &twice), ATTN_OK);
+    st = ATTN_OK;
+    int levels = 0;
+    for (; levels < 64 && st == ATTN_OK; levels++) {
+        attn_mask *next = NULL;
+        st = attn_mask_new_and(ctx, twice, twice, &next);
+        if (st == ATTN_OK) {
+            attn_mask_free(twice);
+            twice = next;
+        }
+    }
+    CHECK(st == ATTN_ERR_INVALID);
+    CHECK(levels == 12);
+    CHECK_MESSAGE(ctx, "8191 nodes");
+    bool seen = false;
+    CHECK_STATUS(attn_mask_visible(ctx, twice, 0, 0, 5, 5, &seen), ATTN_OK);
+    CHECK(seen);
+    CHECK_STATUS(attn_mask_visible(ctx, twice, 0, 0, 5, 6, &seen), ATTN_OK);
+    CHECK(!seen);
+    attn_mask_free(twice);
 }
 
 /* The drawing of a small causal map, character by character. */
