@@ -2010,8 +2010,11 @@ attn_status attn_lm_new(attn_ctx *ctx, const attn_lm_config *cfg, attn_rng *init
  * model.safetensors and config.json (Hugging Face's save_pretrained: GPT-2's
  * n_embd/n_layer/n_head/n_positions/vocab_size/layer_norm_epsilon, Llama's
  * hidden_size/num_attention_heads/num_key_value_heads/intermediate_size/
- * num_hidden_layers/max_position_embeddings/rope_theta/rope_scaling/
- * rms_norm_eps/tie_word_embeddings; or the book's cfg dict keys). cfg, when
+ * num_hidden_layers/max_position_embeddings/rope_theta/rope_scaling (or
+ * transformers 5's rope_parameters)/rms_norm_eps/tie_word_embeddings, a
+ * model_type of llama, or mistral without a window; or the book's cfg dict
+ * keys; a key that would change the arithmetic is refused by name,
+ * docs/generation.md). cfg, when
  * given, is the config (config_json is then ignored); else config_json
  * (a path) or the directory's config.json; else, for a file, the config
  * the tensors' shapes give (n_heads = emb_dim / 64 for GPT-2; Llama needs a

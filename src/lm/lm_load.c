@@ -422,6 +422,56 @@ static attn_status book_flag(attn_ctx *ctx, const char *path, const attn_json *j
     return st;
 }
 
+/* An optional string: NULL when absent; any other value, null included,
+ * is refused by name (transformers fails on it too). */
+static attn_status opt_string(attn_ctx *ctx, const char *path, const attn_json *obj,
+                              const char *key, const char **out) {
+    *out = NULL;
+    const attn_json *v = attn_json_get(obj, key);
+    if (v && !(*out = attn_json_as_string(v)))
+        return attn_fail(ctx, ATTN_ERR_FORMAT, "attn_lm_load: %s: \"%s\" must be a string",
+                         path, key);
+    return ATTN_OK;
+}
+
+/* The config's string value of key, when it is one of the values the book's
+ * model has (or absent); any other is refused naming it and them. */
+static attn_status book_string(attn_ctx *ctx, const char *path, const attn_json *j,
+                               const char *key, const char *const *book, size_t count,
+                               const char *what) {
+    const char *value;
+    attn_status st = opt_string(ctx, path, j, key, &value);
+    if (st != ATTN_OK || !value) return st;
+    for (size_t i = 0; i < count; i++)
+        if (strcmp(value, book[i]) == 0) return ATTN_OK;
+    char shown[64];
+    attn_safetensors_printable(shown, sizeof shown, value);
+    return attn_fail(ctx, ATTN_ERR_INVALID, "attn_lm_load: %s: %s \"%s\" is not %s", path, key,
+                     shown, what);
+}
+
+/* Features of other models' configs that the book's models lack: refused
+ * when written with a value that changes the arithmetic, since the tensors
+ * alone would load and give other logits without a word. */
+static attn_status no_softcap_or_partial_rope(attn_ctx *ctx, const char *path,
+                                              const attn_json *j) {
+    static const char *const softcaps[] = {"attn_logit_softcapping", "final_logit_softcapping"};
+    for (size_t i = 0; i < 2; i++) {
+        const attn_json *v = attn_json_get(j, softcaps[i]);
+        if (v && v->type != ATTN_JSON_NULL)
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "attn_lm_load: %s: \"%s\" (Gemma 2's logit soft-capping) is not in "
+                             "the book's models", path, softcaps[i]);
+    }
+    double partial = 1.0;
+    attn_status st = opt_double(ctx, path, j, "partial_rotary_factor", &partial);
+    if (st == ATTN_OK && partial != 1.0)
+        st = attn_fail(ctx, ATTN_ERR_INVALID,
+                       "attn_lm_load: %s: \"partial_rotary_factor\" (%g): the book's Llama 3 "
+                       "rotates every dimension (1)", path, partial);
+    return st;
+}
+
 /* Hugging Face's GPT2Config. */
 static attn_status read_hf_gpt2(attn_ctx *ctx, const char *path, const attn_json *j,
                                 lm_config_read *r) {
@@ -440,28 +490,42 @@ static attn_status read_hf_gpt2(attn_ctx *ctx, const char *path, const attn_json
     if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_word_embeddings", &r->tie);
     if (st == ATTN_OK && c->context_length == 0)
         st = attn_fail(ctx, ATTN_ERR_FORMAT, "attn_lm_load: %s has no \"n_positions\"", path);
-    const char *act = attn_json_as_string(attn_json_get(j, "activation_function"));
-    if (st == ATTN_OK && act && strcmp(act, "gelu_new") != 0 && strcmp(act, "gelu_pytorch_tanh") != 0)
-        st = attn_fail(ctx, ATTN_ERR_INVALID,
-                       "attn_lm_load: %s: activation_function \"%s\" is not the book's GELU "
-                       "(tanh form: gelu_new)", path, act);
+    static const char *const gelu[] = {"gelu_new", "gelu_pytorch_tanh"};
+    if (st == ATTN_OK)
+        st = book_string(ctx, path, j, "activation_function", gelu, 2,
+                         "the book's GELU (tanh form: gelu_new)");
+    static const char *const gpt2[] = {"gpt2"};
+    if (st == ATTN_OK)
+        st = book_string(ctx, path, j, "model_type", gpt2, 1, "the book's GPT-2 (\"gpt2\")");
     if (st == ATTN_OK) st = book_flag(ctx, path, j, "scale_attn_weights", true);
     if (st == ATTN_OK) st = book_flag(ctx, path, j, "scale_attn_by_inverse_layer_idx", false);
     return st;
 }
 
-/* rope_scaling of Hugging Face's LlamaConfig: only "llama3" (or none). */
-static attn_status read_rope_scaling(attn_ctx *ctx, const char *path, const attn_json *j,
-                                     attn_lm_config *c) {
-    const attn_json *rs = attn_json_get(j, "rope_scaling");
+/* RoPE's frequencies in a Hugging Face LlamaConfig: "rope_scaling" (of
+ * type "llama3" or "default"), or transformers 5's "rope_parameters", which
+ * holds rope_theta and the same fields in one object. */
+static attn_status read_rope_object(attn_ctx *ctx, const char *path, const attn_json *j,
+                                    const char *key, attn_lm_config *c) {
+    const attn_json *rs = attn_json_get(j, key);
     if (!rs || rs->type == ATTN_JSON_NULL) return ATTN_OK;
-    const char *type = attn_json_as_string(attn_json_get(rs, "rope_type"));
-    if (!type) type = attn_json_as_string(attn_json_get(rs, "type"));
-    if (!type || strcmp(type, "llama3") != 0)
+    if (rs->type != ATTN_JSON_OBJECT)
+        return attn_fail(ctx, ATTN_ERR_FORMAT, "attn_lm_load: %s: \"%s\" must be an object", path,
+                         key);
+    attn_status st = opt_positive(ctx, path, rs, "rope_theta", &c->rope_base);
+    if (st == ATTN_OK) st = no_softcap_or_partial_rope(ctx, path, rs);
+    const char *type = NULL;
+    if (st == ATTN_OK) st = opt_string(ctx, path, rs, "rope_type", &type);
+    if (st == ATTN_OK && !type) st = opt_string(ctx, path, rs, "type", &type);
+    if (st != ATTN_OK || (type && strcmp(type, "default") == 0)) return st;
+    if (!type || strcmp(type, "llama3") != 0) {
+        char shown[64];
+        attn_safetensors_printable(shown, sizeof shown, type ? type : "(none)");
         return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "attn_lm_load: %s: rope_scaling of type \"%s\" is not supported (only "
-                         "\"llama3\")", path, type ? type : "(none)");
-    attn_status st = opt_positive(ctx, path, rs, "factor", &c->rope_factor);
+                         "attn_lm_load: %s: %s of type \"%s\" is not supported (only \"llama3\" "
+                         "and \"default\")", path, key, shown);
+    }
+    st = opt_positive(ctx, path, rs, "factor", &c->rope_factor);
     if (st == ATTN_OK) st = opt_double(ctx, path, rs, "low_freq_factor", &c->rope_low_freq_factor);
     if (st == ATTN_OK) st = opt_double(ctx, path, rs, "high_freq_factor", &c->rope_high_freq_factor);
     if (st == ATTN_OK)
@@ -488,7 +552,9 @@ static attn_status read_hf_llama(attn_ctx *ctx, const char *path, const attn_jso
     if (st == ATTN_OK) st = opt_positive(ctx, path, j, "rope_theta", &c->rope_base);
     if (st == ATTN_OK) st = opt_eps(ctx, path, j, "rms_norm_eps", &c->norm_eps);
     if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_word_embeddings", &r->tie);
-    if (st == ATTN_OK) st = read_rope_scaling(ctx, path, j, c);
+    if (st == ATTN_OK) st = read_rope_object(ctx, path, j, "rope_scaling", c);
+    if (st == ATTN_OK) st = read_rope_object(ctx, path, j, "rope_parameters", c);
+    if (st == ATTN_OK) st = no_softcap_or_partial_rope(ctx, path, j);
     size_t head_dim = 0;
     if (st == ATTN_OK) st = opt_size(ctx, path, j, "head_dim", &head_dim);
     if (st == ATTN_OK && head_dim && c->n_heads && head_dim * c->n_heads != c->emb_dim)
@@ -503,11 +569,25 @@ static attn_status read_hf_llama(attn_ctx *ctx, const char *path, const attn_jso
         st = attn_fail(ctx, ATTN_ERR_INVALID,
                        "attn_lm_load: %s: attention_bias/mlp_bias are not in the book's Llama 3",
                        path);
-    const char *act = attn_json_as_string(attn_json_get(j, "hidden_act"));
-    if (st == ATTN_OK && act && strcmp(act, "silu") != 0)
+    static const char *const silu[] = {"silu"};
+    if (st == ATTN_OK)
+        st = book_string(ctx, path, j, "hidden_act", silu, 1, "the book's SiLU (\"silu\")");
+    /* Mistral's tensors and arithmetic are Llama's, but for its window */
+    static const char *const llama[] = {"llama", "mistral"};
+    if (st == ATTN_OK)
+        st = book_string(ctx, path, j, "model_type", llama, 2,
+                         "the book's Llama 3 (\"llama\", or \"mistral\" without a window)");
+    /* MistralConfig's sliding_window is 4096 when the file does not say */
+    const char *type = attn_json_as_string(attn_json_get(j, "model_type"));
+    size_t window = type && strcmp(type, "mistral") == 0 ? 4096 : 0;
+    int use_window = 1;
+    if (st == ATTN_OK) st = opt_size(ctx, path, j, "sliding_window", &window);
+    if (st == ATTN_OK) st = opt_bool(ctx, path, j, "use_sliding_window", &use_window);
+    if (st == ATTN_OK && use_window && window && window < c->context_length)
         st = attn_fail(ctx, ATTN_ERR_INVALID,
-                       "attn_lm_load: %s: hidden_act \"%s\" is not the book's SiLU (\"silu\")",
-                       path, act);
+                       "attn_lm_load: %s: sliding_window %zu (below max_position_embeddings "
+                       "%zu): the book's Llama 3 attends to every earlier position",
+                       path, window, c->context_length);
     return st;
 }
 

@@ -1295,17 +1295,19 @@ attn_status attn_tokenizer_decode(attn_tokenizer *t, const int32_t *ids, size_t 
     if (!text && capacity)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_tokenizer_decode: text is NULL (capacity %zu)",
                          capacity);
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n; i++) { /* every id checked before a byte is written */
         int32_t id = ids[i];
         if (id < 0 || (size_t)id >= t->tokens.count || t->tokens.len[id] == 0)
             return attn_fail(ctx, ATTN_ERR_INVALID,
                              "ids[%zu] = %d is not a token (vocab_size %zu)", i, (int)id,
                              t->vocab_size);
-        size_t len = t->tokens.len[id];
+    }
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t len = t->tokens.len[ids[i]];
         if (total < capacity) {
             size_t fit = capacity - total < len ? capacity - total : len;
-            memcpy(text + total, t->tokens.data + t->tokens.start[id], fit);
+            memcpy(text + total, t->tokens.data + t->tokens.start[ids[i]], fit);
         }
         total += len;
     }

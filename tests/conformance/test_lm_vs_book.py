@@ -536,6 +536,69 @@ def hf_checks(O, r, tmp):
                   json.dumps(value).strip('"') in str(err),
                   "config %s %s refused: %s" % (key, json.dumps(value), err))
 
+    # other models' configs over the same tensor names: a feature the book's
+    # models lack is refused by name, never run without it (Mistral's window
+    # loaded as Llama and attended past it; a value of the wrong type was
+    # read as absent)
+    def with_config(where, changes, name):
+        with open(os.path.join(where, "config.json")) as f:
+            hf = json.load(f)
+        for key, value in changes.items():
+            if value is KeyError:
+                hf.pop(key, None)
+            else:
+                hf[key] = value
+        path = os.path.join(tmp, "cfg_%s.json" % name)
+        O.write_json(hf, path)
+        return attn.LanguageModel.load(os.path.join(where, "model.safetensors"), config=path)
+
+    ctx_len = 128
+    refused = (
+        (llama_dir, {"model_type": "mistral", "sliding_window": 8}, "sliding_window 8"),
+        (llama_dir, {"model_type": "mistral", "sliding_window": KeyError}, "sliding_window 4096"),
+        (llama_dir, {"model_type": "gemma"}, 'model_type "gemma"'),
+        (llama_dir, {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
+        (llama_dir, {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping"),
+        (llama_dir, {"final_logit_softcapping": 30.0}, "final_logit_softcapping"),
+        (llama_dir, {"rope_parameters": {"rope_type": "yarn", "factor": 4.0}},
+         'rope_parameters of type "yarn"'),
+        (llama_dir, {"hidden_act": 3}, '"hidden_act" must be a string'),
+        (llama_dir, {"hidden_act": None}, '"hidden_act" must be a string'),
+        (gpt2_dir, {"activation_function": {"relu": 1}}, '"activation_function" must be a string'),
+        (gpt2_dir, {"model_type": "gptj"}, 'model_type "gptj"'),
+    )
+    for i, (where, changes, said) in enumerate(refused):
+        if "max_position_embeddings" in json.load(open(os.path.join(where, "config.json"))):
+            changes = dict(changes, max_position_embeddings=max(ctx_len, 8192))
+        try:
+            with_config(where, changes, "refused%d" % i)
+            check(False, "config %s: no error" % changes)
+        except attn.AttnError as err:
+            check(said in str(err), "config %s refused: %s" % (changes, err))
+    # accepted as Llama: Mistral without a window, or with one that covers the
+    # context; transformers 5's rope_parameters, read as rope_theta and
+    # rope_scaling are (the same logits as the older keys; other than without)
+    ids = np.array([[r.randrange(101) for _ in range(40)]], np.int32)
+    plain = with_config(llama_dir, {}, "plain").forward(ids)
+    for i, changes in enumerate(({"model_type": "mistral", "sliding_window": None},
+                                 {"model_type": "mistral", "sliding_window": 128},
+                                 {"model_type": "mistral", "sliding_window": 8,
+                                  "use_sliding_window": False},
+                                 {"rope_parameters": {"rope_type": "default",
+                                                      "rope_theta": 10000.0}})):
+        close(with_config(llama_dir, changes, "same%d" % i).forward(ids), plain,
+              "config %s: the plain model's logits" % changes)
+    scaling = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 16}
+    v4 = with_config(llama_dir, {"rope_theta": 500000.0,
+                                 "rope_scaling": dict(scaling, rope_type="llama3")}, "v4")
+    v5 = with_config(llama_dir, {"rope_theta": KeyError, "rope_scaling": KeyError,
+                                 "rope_parameters": dict(scaling, rope_type="llama3",
+                                                         rope_theta=500000.0)}, "v5")
+    check(np.array_equal(v4.forward(ids), v5.forward(ids)) and
+          not np.allclose(v4.forward(ids), plain),
+          "rope_parameters (llama3, theta 5e5): the logits of rope_theta + rope_scaling")
+
 
 def run_single(seed, kernels):
     import numpy as np  # noqa: F401

@@ -219,12 +219,15 @@ static void test_tiktoken(attn_ctx *ctx) {
     check_decode(t, (const int32_t[]){260, 261, 262, 266, 267, 268, 269, 515},  8,
                  "<|begin_of_text|><|end_of_text|><|reserved_0|><|start_header_id|>"
                  "<|end_header_id|><|reserved_6|><|eot_id|><|reserved_253|>");
-    /* decoding: an id out of range, or negative */
+    /* decoding: an id out of range, or negative; nothing written, even the
+     * bytes of the valid ids before it */
     char text[64];
+    memset(text, 'X', sizeof text);
     size_t len = 7;
     CHECK_STATUS(attn_tokenizer_decode(t, (const int32_t[]){104, 516}, 2, text, 64, &len),
                  ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "ids[1] = 516");
+    CHECK(text[0] == 'X' && text[63] == 'X');
     CHECK_STATUS(attn_tokenizer_decode(t, (const int32_t[]){-1}, 1, text, 64, &len),
                  ATTN_ERR_INVALID);
     attn_tokenizer_free(t);
