@@ -7,6 +7,7 @@
  */
 #include "modules/module.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,11 +110,33 @@ attn_status attn_simple_forward_query(attn_simple *m, const float *x, size_t tok
     if (!attn_mul_size(tokens, d, &n) || !attn_floats_fit(n))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                          "attn_simple_forward_query: tokens (%zu) x d_in (%zu) overflows", tokens, d);
+    double *exact = tokens <= SIZE_MAX / sizeof(double) ? attn_malloc(tokens * sizeof *exact) : NULL;
+    if (!exact)
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                         "attn_simple_forward_query: out of memory for %zu scores", tokens);
     const float *query = x + query_index * d;
-    /* scores (T) = x @ query: the seeds' loop of torch.dot(x_i, query) */
-    attn_ref_matmul(1, x, query, scores, tokens, d, 1, false);
-    /* weights (T) = softmax(scores, dim=0) */
-    attn_ref_softmax(scores, weights, 1, tokens);
+    /* scores (T) = x @ query: the seeds' loop of torch.dot(x_i, query),
+     * summed in double (as attn_ref_matmul sums) and kept so */
+    bool overflowed = false;
+    for (size_t i = 0; i < tokens; i++) {
+        double sum = 0.0;
+        for (size_t k = 0; k < d; k++) sum += (double)x[i * d + k] * query[k];
+        exact[i] = sum;
+        scores[i] = (float)sum;
+        overflowed |= isfinite(sum) && !isfinite(scores[i]);
+    }
+    /* weights (T) = softmax(scores, dim=0); where a finite score leaves
+     * float's range, the softmax of the double scores, the finite values
+     * float64 gives, as the reference attention does (docs/exactness.md) */
+    if (!overflowed) {
+        attn_ref_softmax(scores, weights, 1, tokens);
+    } else {
+        double max = -INFINITY, total = 0.0;
+        for (size_t i = 0; i < tokens; i++) max = exact[i] > max ? exact[i] : max;
+        for (size_t i = 0; i < tokens; i++) total += exp(exact[i] - max);
+        for (size_t i = 0; i < tokens; i++) weights[i] = (float)(exp(exact[i] - max) / total);
+    }
+    attn_free(exact);
     /* context (C) = sum_i weights[i] * x_i */
     attn_ref_matmul(1, weights, x, context, 1, tokens, d, false);
     return ATTN_OK;

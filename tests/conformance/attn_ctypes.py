@@ -156,6 +156,8 @@ class Attn:
         fn("attn_module_grad_enabled", c_bool, c_void_p)
         fn("attn_simple_new", c_int, c_void_p, POINTER(SimpleConfig), POINTER(c_void_p))
         fn("attn_simple_module", c_void_p, c_void_p)
+        fn("attn_simple_forward_query", c_int, c_void_p, F32P, c_size_t, c_size_t, F32P, F32P,
+           F32P)
         fn("attn_module_free", None, c_void_p)
 
         for cfg_type, prefix in MODULES.values():
@@ -259,6 +261,17 @@ class Attn:
         self.check(self.lib.attn_simple_new(ctx, ctypes.byref(SimpleConfig(d_in)),
                                             ctypes.byref(h)), ctx, "attn_simple_new")
         return h, c_void_p(self.lib.attn_simple_module(h))
+
+    def simple_forward_query(self, ctx, h, x, query):
+        """The seeds' one-query steps on x (T, d_in): (scores, weights, context)."""
+        x = np.ascontiguousarray(x, np.float32)
+        T, d = x.shape
+        scores, weights, context = (np.empty(n, np.float32) for n in (T, T, d))
+        ptr = lambda a: a.ctypes.data_as(F32P)  # noqa: E731
+        self.check(self.lib.attn_simple_forward_query(h, ptr(x), T, query, ptr(scores),
+                                                      ptr(weights), ptr(context)),
+                   ctx, "attn_simple_forward_query")
+        return scores, weights, context
 
     def module_free(self, m):
         self.lib.attn_module_free(m)

@@ -197,6 +197,28 @@ def test_overflow(A, ctx):
         documented_difference(A, ctx, name, x, "inputs scaled to 3e19")
 
 
+def test_query_overflow(A, ctx):
+    """The seeds' one-query steps (attn_simple_forward_query) on rows near 1e38:
+    x_q . x_i overflows float32 (the scores inf, as PyTorch float32's); the weights
+    and context are float64's finite ones, as the whole module's are."""
+    rng = np.random.default_rng()
+    x = (rng.uniform(0.5, 1.0, (T, D_IN)) * 1e38).astype(np.float32)
+    q = int(rng.integers(T))
+    h, m = A.simple_new(ctx, D_IN)
+    scores, weights, context = A.simple_forward_query(ctx, h, x, q)
+    A.module_free(m)
+    x64 = torch.tensor(x, dtype=torch.float64)
+    s64 = x64 @ x64[q]
+    w64 = torch.softmax(s64, 0)
+    c64 = w64 @ x64
+    w32 = torch.softmax(torch.tensor(x) @ torch.tensor(x)[q], 0)
+    check(np.isnan(w32.numpy()).any(), "one query, rows near 1e38: torch float32 gives NaN")
+    check(np.array_equal(scores, s64.float().numpy()), "one query: the scores, float64's rounded")
+    check(rel_l2(weights, w64.numpy()) <= 1e-6 and rel_l2(context, c64.numpy()) <= 1e-6,
+          "one query, rows near 1e38: weights and context within 1e-6 of float64",
+          "rel L2 %.3g, %.3g" % (rel_l2(weights, w64.numpy()), rel_l2(context, c64.numpy())))
+
+
 def test_renormalize_underflow(A, ctx):
     """Scaled-up inputs make some future score exceed a row's kept ones by more
     than float32's exp range (~104) or even float64's (~745)."""
@@ -232,6 +254,7 @@ def main():
             ctx = A.ctx_new(threads, kernels)
             test_nonfinite(A, ctx)
             test_overflow(A, ctx)
+            test_query_overflow(A, ctx)
             test_renormalize_underflow(A, ctx)
             A.ctx_free(ctx)
     print("%d passed, %d failed" % (passed, failed))
