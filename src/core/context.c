@@ -119,14 +119,16 @@ static size_t utf8_printable(const unsigned char *s, size_t n) {
     return len;
 }
 
-/* Copies text into dst (cap bytes, NUL-terminated) with control characters
- * and bytes that are not UTF-8 written as \n, \t, \r or \xNN: messages
- * quote paths and names from callers, and must be safe to print. An escape
- * that does not fit is left out whole. */
-static void copy_escaped(char *dst, size_t cap, const char *text) {
+/* Copies n bytes of text into dst (cap bytes, NUL-terminated) with control
+ * characters, NUL and bytes that are not UTF-8 written as \n, \t, \r or
+ * \xNN: messages quote paths and names from callers and files, and must be
+ * safe to print. An escape that does not fit is left out whole; with
+ * mark_cut, text that does not fit ends in "...". Whether text was cut. */
+static bool copy_escaped(char *dst, size_t cap, const char *text, size_t n, bool mark_cut) {
     const unsigned char *s = (const unsigned char *)text;
-    size_t n = strlen(text), out = 0;
-    for (size_t i = 0; i < n;) {
+    size_t out = 0, room = mark_cut && cap > 4 ? cap - 3 : cap;
+    size_t i = 0;
+    for (; i < n;) {
         char esc[8];
         const char *piece = esc;
         size_t len = s[i] >= 0x80 ? utf8_printable(s + i, n - i) : 0, advance = 1;
@@ -143,12 +145,21 @@ static void copy_escaped(char *dst, size_t cap, const char *text) {
             piece = (const char *)s + i;
             len = 1;
         }
-        if (out + len >= cap) break;
+        if (out + len >= room) break;
         memcpy(dst + out, piece, len);
         out += len;
         i += advance;
     }
+    if (i < n && room < cap) {
+        memcpy(dst + out, "...", 3);
+        out += 3;
+    }
     dst[out] = '\0';
+    return i < n;
+}
+
+bool attn_escape_text(char *dst, size_t cap, const char *text, size_t n) {
+    return cap ? copy_escaped(dst, cap, text, n, true) : n > 0;
 }
 
 attn_status attn_fail(attn_ctx *ctx, attn_status status, const char *fmt, ...) {
@@ -158,7 +169,7 @@ attn_status attn_fail(attn_ctx *ctx, attn_status status, const char *fmt, ...) {
         va_start(args, fmt);
         vsnprintf(text, sizeof text, fmt, args);
         va_end(args);
-        copy_escaped(ctx->error, sizeof ctx->error, text);
+        copy_escaped(ctx->error, sizeof ctx->error, text, strlen(text), false);
     }
     return status;
 }

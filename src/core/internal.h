@@ -103,6 +103,11 @@ void *attn_ctx_workspace(attn_ctx *ctx, size_t bytes);
 __attribute__((format(printf, 3, 4)))
 #endif
 attn_status attn_fail(attn_ctx *ctx, attn_status status, const char *fmt, ...);
+/* n bytes of untrusted text (a file's tensor name, a header's string) for a
+ * message, into dst (cap bytes, NUL-terminated) as attn_fail quotes it:
+ * control characters, NUL and bytes that are not UTF-8 as \n, \t, \r or
+ * \xNN; text that does not fit ends in "...". Whether it was cut. */
+bool attn_escape_text(char *dst, size_t cap, const char *text, size_t n);
 
 /* Clears the last error; called at the start of public entry points. */
 void attn_clear_error(attn_ctx *ctx);

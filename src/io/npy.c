@@ -82,18 +82,11 @@ static bool host_is_big_endian(void) {
     return first == 0;
 }
 
-/* Copies n bytes of untrusted text into dst for a message, replacing anything
- * unprintable so a hostile file cannot put control characters into it. */
-static void printable(char *dst, size_t cap, const unsigned char *src, size_t n) {
-    size_t i = 0;
-    bool cut = n > cap - 4;
-    if (cut) n = cap - 4;
-    for (; i < n; i++) dst[i] = (src[i] >= 0x20 && src[i] < 0x7f) ? (char)src[i] : '?';
-    if (cut) {
-        memcpy(dst + i, "...", 3);
-        i += 3;
-    }
-    dst[i] = '\0';
+/* n bytes of untrusted text for a message or a comparison: escaped as
+ * messages quote it (attn_escape_text), so that a control byte or a NUL
+ * never passes for a name we know. Whether it was cut. */
+static bool printable(char *dst, size_t cap, const unsigned char *src, size_t n) {
+    return attn_escape_text(dst, cap, (const char *)src, n);
 }
 
 static size_t cursor_offset(const npy_cursor *c) { return c->base + (size_t)(c->p - c->begin); }
@@ -143,8 +136,7 @@ static attn_status read_string(npy_cursor *c, char buf[NPY_TEXT_MAX], bool *cut,
     if (c->p >= c->end || *c->p != quote) return syntax_error(c, "the closing quote of a string");
     size_t n = (size_t)(c->p - start);
     c->p++;
-    *cut = n > NPY_TEXT_MAX - 4; /* where printable() starts cutting */
-    printable(buf, NPY_TEXT_MAX, start, n);
+    *cut = printable(buf, NPY_TEXT_MAX, start, n);
     return ATTN_OK;
 }
 

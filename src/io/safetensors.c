@@ -110,21 +110,10 @@ struct attn_safetensors {
     size_t meta_count, meta_capacity;
 };
 
-/* Copies untrusted text for a message, replacing what is not printable
- * ASCII so that a hostile file cannot put control bytes into it. */
+/* Untrusted text (a name, a key) for a message, escaped as messages quote
+ * it (attn_escape_text). */
 static void printable(char *dst, size_t cap, const char *src) {
-    size_t n = strlen(src), i = 0;
-    bool cut = n > cap - 4;
-    if (cut) n = cap - 4;
-    for (; i < n; i++) {
-        unsigned char c = (unsigned char)src[i];
-        dst[i] = (c >= 0x20 && c < 0x7f) ? (char)c : '?';
-    }
-    if (cut) {
-        memcpy(dst + i, "...", 3);
-        i += 3;
-    }
-    dst[i] = '\0';
+    attn_escape_text(dst, cap, src, strlen(src));
 }
 
 /* Writes "[2, 3]" for a shape into buf. */

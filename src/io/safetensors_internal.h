@@ -21,8 +21,9 @@ attn_status attn_safetensors_load_weights(attn_safetensors *st, size_t index, fl
                                           size_t numel);
 /* Whether attn_safetensors_load converts dtype to float32. */
 bool attn_safetensors_dtype_loadable(attn_dtype dtype);
-/* Untrusted text (a tensor's name) for a message: what is not printable
- * ASCII becomes '?', and text past cap - 4 bytes is cut with "...". */
+/* Untrusted text (a tensor's name) for a message: control characters and
+ * bytes that are not UTF-8 escaped as attn_fail does (\t, \xNN), and text
+ * that does not fit in cap bytes cut with "...". */
 void attn_safetensors_printable(char *dst, size_t cap, const char *src);
 /* attn_safetensors_write's file appended to f, an attn_file the caller
  * opened (path: its name in messages) and closes or commits, so that a

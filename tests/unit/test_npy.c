@@ -429,7 +429,10 @@ static void test_header_errors(attn_ctx *ctx) {
         {"{'de\\x63r': '<f4', 'fortran_order': False, 'shape': (2, 3)}", ATTN_ERR_FORMAT,
          "escape sequence"},
         {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'a\x01\x7f': 1}",
-         ATTN_ERR_FORMAT, "unexpected key 'a?" "?'"},
+         ATTN_ERR_FORMAT, "unexpected key 'a\\x01\\x7f'"},
+        /* UTF-8 kept as it is, named whole */
+        {"{'descr': '<f4\xc3\xa9', 'fortran_order': False, 'shape': (2, 3)}", ATTN_ERR_FORMAT,
+         "'<f4\xc3\xa9'"},
         {"('descr', '<f4')", ATTN_ERR_FORMAT, "expected '{' starting the header dict, found '('"},
         /* Six elements declared, five present. */
         {"{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }", ATTN_ERR_FORMAT,
@@ -442,6 +445,19 @@ static void test_header_errors(attn_ctx *ctx) {
         CHECK_MESSAGE(ctx, cases[c].fragment);
         if (cases[c].status == ATTN_ERR_FORMAT || cases[c].status == ATTN_ERR_OVERFLOW)
             CHECK_MESSAGE(ctx, "<memory>: ");
+    }
+    /* a NUL in a string never passes for the name before it, and is named */
+    {
+        unsigned char data[24] = {0};
+        size_t size;
+        unsigned char *img = build_image(
+            1, "{'descr': '<f4@', 'fortran_order': False, 'shape': (2, 3)}", true, data,
+            sizeof data, &size);
+        *(unsigned char *)memchr(img, '@', size) = 0;
+        attn_npy npy;
+        CHECK_STATUS(attn_npy_parse(ctx, img, size, &npy), ATTN_ERR_FORMAT);
+        CHECK_MESSAGE(ctx, "dtype '<f4\\x00'");
+        free(img);
     }
     /* A long descr is named, cut short. */
     CHECK_STATUS(parse_dict(ctx,
