@@ -22,7 +22,9 @@
  *     attention calls (attn_sdpa_*, attn_kv_cache_attend) and the modules'
  *     forward and backward refuse any overlap of the spans (first byte to
  *     last) with ATTN_ERR_INVALID naming both arguments, before writing
- *     anything; elsewhere an overlap gives undefined results.
+ *     anything (a module's outputs also with its own parameters and
+ *     gradients, and dy with the gradients); elsewhere an overlap gives
+ *     undefined results.
  *   - Messages quote values as given, with control characters and bytes
  *     that are not UTF-8 written as \n, \t, \xNN: safe to print.
  *   - No global mutable state. An attn_ctx holds the thread count, the last

@@ -208,9 +208,13 @@ attn_status attn_module_backward(attn_module *m, const float *dy, size_t batch, 
     /* sizes of the forward's, which fit; dx is written while dy is read */
     char who[96];
     snprintf(who, sizeof who, "%s backward", name);
-    attn_span out = {"dx", dx, batch * tokens * m->d_in * sizeof(float)};
-    attn_span in = {"dy", dy, batch * tokens * m->d_out * sizeof(float)};
-    attn_status st = attn_check_overlap(m->ctx, who, &out, 1, &in, 1);
+    /* the backward also reads the parameters and writes their gradients */
+    size_t params = m->num_scalars * sizeof(float);
+    attn_span outs[] = {{"dx", dx, batch * tokens * m->d_in * sizeof(float)},
+                        {"the module's gradients", m->storage + m->num_scalars, params}};
+    attn_span ins[] = {{"dy", dy, batch * tokens * m->d_out * sizeof(float)},
+                       {"the module's parameters", m->storage, params}};
+    attn_status st = attn_check_overlap(m->ctx, who, outs, 2, ins, 2);
     if (st != ATTN_OK) return st;
     return m->ops->backward(m, dy, dx);
 }
@@ -294,8 +298,10 @@ attn_status attn_check_forward(attn_module *m, const float *x, size_t batch, siz
     char who[96];
     snprintf(who, sizeof who, "%s forward", name);
     attn_span out = {"y", y, batch * tokens * m->d_out * sizeof(float)};
-    attn_span in = {"x", x, batch * tokens * m->d_in * sizeof(float)};
-    return attn_check_overlap(m->ctx, who, &out, 1, &in, 1);
+    attn_span ins[] = {{"x", x, batch * tokens * m->d_in * sizeof(float)},
+                       {"the module's parameters and gradients", m->storage,
+                        2 * m->num_scalars * sizeof(float)}};
+    return attn_check_overlap(m->ctx, who, &out, 1, ins, 2);
 }
 
 float *attn_scratch(attn_module *m, size_t n, attn_status *status) {

@@ -390,10 +390,35 @@ static int sweep_modules(void) {
     check_refused("dx over dy's tail", attn_module_backward(m, dy, MB, MT, dy + 3),
                   ATTN_ERR_INVALID, "overlaps dy [");
     CHECK(memcmp(mem, saved, sizeof saved) == 0);
+    /* the module's own parameters (read by both passes) and gradients
+     * (written by the backward): y over a weight, dx over a gradient, dy a
+     * gradient; nothing written, the parameters and gradients unchanged */
+    attn_param w;
+    CHECK_STATUS(attn_module_param_at(m, 1, &w), ATTN_OK);
+    float *w_saved = malloc(w.numel * sizeof(float)), *g_saved = malloc(w.numel * sizeof(float));
+    memcpy(w_saved, w.data, w.numel * sizeof(float));
+    memcpy(g_saved, w.grad, w.numel * sizeof(float));
+    check_refused("y over a weight", attn_module_forward(m, x, MB, MT, w.data, NULL),
+                  ATTN_ERR_INVALID, "overlaps the module's parameters and gradients [");
+    check_refused("y over a gradient", attn_module_forward(m, x, MB, MT, w.grad, NULL),
+                  ATTN_ERR_INVALID, "overlaps the module's parameters and gradients [");
+    check_refused("dx over a gradient", attn_module_backward(m, x, MB, MT, w.grad),
+                  ATTN_ERR_INVALID, "dx [");
+    check_refused("dx over a weight", attn_module_backward(m, x, MB, MT, w.data),
+                  ATTN_ERR_INVALID, "overlaps the module's parameters [");
+    check_refused("dy a gradient", attn_module_backward(m, w.grad, MB, MT, got),
+                  ATTN_ERR_INVALID, "the module's gradients [");
+    CHECK(memcmp(w.data, w_saved, w.numel * sizeof(float)) == 0);
+    CHECK(memcmp(w.grad, g_saved, w.numel * sizeof(float)) == 0);
+    /* a weight as x and dy (both read) is allowed */
+    CHECK_STATUS(attn_module_forward(m, w.data, MB, MT, got, NULL), ATTN_OK);
+    CHECK_STATUS(attn_module_backward(m, w.data, MB, MT, want), ATTN_OK);
+    free(w_saved);
+    free(g_saved);
     free(mem);
     attn_mha_free(mha);
     attn_rng_free(rng);
-    return 5;
+    return 10;
 }
 
 /* ---- the KV cache -------------------------------------------------------- */
