@@ -212,7 +212,12 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
         raise TypeError(f"config: expected the book's cfg dict, got {type(config).__name__}")
     llama = any(k in config for k in _LLAMA_KEYS)
     mcfg = _llama3_config(config) if llama else _gpt_config(config)
-    text = as_str("text", text).encode("utf-8", errors="surrogatepass")
+    text = as_str("text", text)
+    try:
+        text = text.encode("utf-8")
+    except UnicodeEncodeError as err:  # a lone surrogate: no UTF-8 text holds it
+        raise ValueError(f"pretrain: text: character {err.start} is a lone surrogate "
+                         f"(U+{ord(text[err.start]):04X}), which UTF-8 cannot encode") from None
     if not isinstance(tokenizer, Tokenizer):
         if not is_path(tokenizer):
             raise TypeError(f"pretrain: tokenizer: expected an attn.Tokenizer or the path of "
@@ -230,7 +235,15 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
     opts.weight_decay = as_number("weight_decay", weight_decay, 0.0)
     opts.eval_freq = as_index("eval_freq", eval_freq, 1)
     opts.eval_iter = as_index("eval_iter", eval_iter, 1)
-    context = as_str("start_context", start_context).encode("utf-8")
+    context = as_str("start_context", start_context)
+    if "\0" in context:  # the C string would end there
+        raise ValueError(f"pretrain: start_context holds a NUL at character "
+                         f"{context.index(chr(0))}")
+    try:
+        context = context.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"pretrain: start_context: character {err.start} is a lone surrogate "
+                         f"(U+{ord(context[err.start]):04X}), which UTF-8 cannot encode") from None
     opts.start_context = context
     opts.sample_tokens = as_index("sample_tokens", sample_tokens, 0)
     seed = as_index("seed", seed, 0, 2**64 - 1)

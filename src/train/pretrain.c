@@ -19,6 +19,7 @@
  */
 #include "internal.h"
 #include "train/model.h"
+#include "train/text_data.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -212,9 +213,11 @@ static attn_status encode_start_context(attn_pretrain *r) {
     if (!r->gen_ids)
         return attn_fail(r->ctx, ATTN_ERR_NO_MEMORY, "%s: no memory for %zu sample ids", fn,
                          capacity);
-    attn_status st = attn_tokenizer_encode(r->tok, r->start_context, len, r->gen_ids, capacity,
-                                           &count);
-    if (st != ATTN_OK) return attn_fail(r->ctx, st, "%s: encoding start_context failed", fn);
+    /* the book's text_to_token_ids: <|endoftext|> allowed, as in the text */
+    attn_status st = attn_encode_with_endoftext(r->ctx, "attn_pretrain_new: start_context",
+                                                r->tok, r->start_context, len, r->gen_ids,
+                                                capacity, &count);
+    if (st != ATTN_OK) return st;
     r->gen_capacity = count; /* the context's length; the sample adds sample_tokens */
     return ATTN_OK;
 }

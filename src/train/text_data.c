@@ -17,6 +17,7 @@
  *             one "pass" here makes both draws, in that order.
  */
 #include "internal.h"
+#include "train/text_data.h"
 
 #include <string.h>
 
@@ -125,6 +126,45 @@ static int32_t endoftext_id(attn_tokenizer *tok) {
     return len == sizeof ENDOFTEXT - 1 && memcmp(name, ENDOFTEXT, len) == 0 ? id : -1;
 }
 
+attn_status attn_encode_with_endoftext(attn_ctx *ctx, const char *fn, attn_tokenizer *tok,
+                                       const char *text, size_t length, int32_t *ids,
+                                       size_t capacity, size_t *n_out) {
+    const size_t name_len = sizeof ENDOFTEXT - 1;
+    int32_t special = -2; /* looked up at the first occurrence */
+    size_t n = 0, at = 0;
+    while (at < length) {
+        size_t end = at;
+        while (end < length &&
+               !(length - end >= name_len && memcmp(text + end, ENDOFTEXT, name_len) == 0))
+            end++;
+        size_t count = 0;
+        if (end > at) {
+            attn_status st =
+                attn_tokenizer_encode(tok, text + at, end - at, ids + n, capacity - n, &count);
+            if (st != ATTN_OK)
+                return attn_fail(ctx, st, "%s: encoding bytes %zu .. %zu of the text failed", fn,
+                                 at, end);
+            n += count;
+        }
+        if (end < length) {
+            if (special == -2) special = endoftext_id(tok);
+            if (special < 0)
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "%s: the text names " ENDOFTEXT " at byte %zu but the "
+                                 "tokenizer's last id is not that token",
+                                 fn, end);
+            if (n == capacity)
+                return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: the text has more than %zu ids", fn,
+                                 capacity);
+            ids[n++] = special;
+            end += name_len;
+        }
+        at = end;
+    }
+    *n_out = n;
+    return ATTN_OK;
+}
+
 attn_status attn_text_dataset_encode(attn_ctx *ctx, attn_tokenizer *tok, const char *text,
                                      size_t length, size_t max_length, size_t stride,
                                      attn_text_dataset **out) {
@@ -142,39 +182,11 @@ attn_status attn_text_dataset_encode(attn_ctx *ctx, attn_tokenizer *tok, const c
                          length);
     int32_t *ids = attn_malloc(bytes);
     if (!ids) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: no memory for %zu ids", fn, length);
-    /* tokenizer.encode(txt, allowed_special={"<|endoftext|>"}): the name in
-     * the text is the special token, the text between encoded plainly. */
-    const size_t name_len = sizeof ENDOFTEXT - 1;
-    int32_t special = -2; /* looked up at the first occurrence */
-    size_t n = 0, at = 0;
-    while (at < length) {
-        size_t end = at;
-        while (end < length &&
-               !(length - end >= name_len && memcmp(text + end, ENDOFTEXT, name_len) == 0))
-            end++;
-        size_t count = 0;
-        if (end > at) {
-            st = attn_tokenizer_encode(tok, text + at, end - at, ids + n, capacity - n, &count);
-            if (st != ATTN_OK) {
-                attn_free(ids);
-                return attn_fail(ctx, st, "%s: encoding bytes %zu .. %zu of the text failed", fn,
-                                 at, end);
-            }
-            n += count;
-        }
-        if (end < length) {
-            if (special == -2) special = endoftext_id(tok);
-            if (special < 0) {
-                attn_free(ids);
-                return attn_fail(ctx, ATTN_ERR_INVALID,
-                                 "%s: the text names " ENDOFTEXT " at byte %zu but the "
-                                 "tokenizer's last id is not that token",
-                                 fn, end);
-            }
-            ids[n++] = special;
-            end += name_len;
-        }
-        at = end;
+    size_t n = 0;
+    st = attn_encode_with_endoftext(ctx, fn, tok, text, length, ids, capacity, &n);
+    if (st != ATTN_OK) {
+        attn_free(ids);
+        return st;
     }
     return dataset_take(ctx, fn, ids, n, max_length, stride, out);
 }

@@ -122,9 +122,18 @@ def main():
                               (dict(lr=float("nan")), ValueError, "lr"),
                               (dict(epochs=-1), ValueError, "epochs"),
                               (dict(batch_size=1.5), TypeError, "batch_size"),
-                              (dict(bernoulli="urandom"), ValueError, "bernoulli")):
+                              (dict(bernoulli="urandom"), ValueError, "bernoulli"),
+                              # a NUL would end the C string there (it sampled from less)
+                              (dict(start_context="Every\0 effort"), ValueError,
+                               "NUL at character 5"),
+                              (dict(start_context="Every \ud800"), ValueError,
+                               "character 6 is a lone surrogate (U+D800)"),
+                              # UTF-8 holds no surrogate (it trained on CESU-8 bytes)
+                              (dict(text=text[:100] + "\udfff" + text[100:]), ValueError,
+                               "character 100 is a lone surrogate (U+DFFF)")):
         try:
-            attn.pretrain(GPT, text, bpe, **args)
+            args = dict(args)
+            attn.pretrain(GPT, args.pop("text", text), bpe, **args)
             check(False, f"{args} raises {kind.__name__}")
         except kind as err:
             check(words in str(err), f"{args}: {kind.__name__} naming {words}: {err}")

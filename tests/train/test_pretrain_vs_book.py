@@ -58,7 +58,11 @@ EPOCHS, EVAL_FREQ, EVAL_ITER, BATCH, LR, WD = 3, 5, 2, 2, 0.0004, 0.1
 # a 50257-token head well under a minute (the loop and its draws are the
 # same at any stride).
 MAX_LENGTH, STRIDE = 32, 128
-START = "Every effort moves you"
+# The sample's start text names <|endoftext|>, which the book's
+# text_to_token_ids encodes as the special token (allowed_special), as the
+# training text's: the samples differ from the book's where it is encoded
+# as plain text.
+START = "Every effort moves<|endoftext|> you"
 LOSS_TOL = 1e-4     # |attn - book| for every evaluated loss, float32 training against float32
 GREEDY_TIE = 1e-4   # a sample may part from the book's only where its top-two logits are this close
 
@@ -188,8 +192,8 @@ def compare_lines(attn_lines, book_lines, train_losses, val_losses, snapshots, e
             k += 1
         else:
             if got != want:
-                a = enc.encode(got)
-                b = enc.encode(want)
+                a = enc.encode(got, allowed_special={"<|endoftext|>"})
+                b = enc.encode(want, allowed_special={"<|endoftext|>"})
                 first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]),
                              min(len(a), len(b)))
                 gap = near_tie_gap(snapshots[s], b[:first])
@@ -211,7 +215,7 @@ def check_generate(attn, weights, book_state, enc):
     check(not missing.missing_keys and not missing.unexpected_keys, "strict load")
     drift = max(float((state[k] - book_state[k]).abs().max()) for k in state)
     m.eval()
-    prompt = enc.encode(START)
+    prompt = enc.encode(START, allowed_special={"<|endoftext|>"})
     new = 20
     with torch.no_grad():
         want = generate_text_simple(m, torch.tensor([prompt]), new, CFG["context_length"])[0]
@@ -350,7 +354,7 @@ def main():
         common = ["--config", cfg_path, "--tokenizer", BPE, "--text", VERDICT,
                   "--eval-iter", str(EVAL_ITER), "--eval-freq", str(EVAL_FREQ),
                   "--max-length", str(MAX_LENGTH), "--stride", str(STRIDE),
-                  "--seed", str(seed), "--threads", "2"]
+                  "--seed", str(seed), "--threads", "2", "--sample", START]
         full = os.path.join(d, "full.safetensors")
         first = os.path.join(d, "first.safetensors")
         resumed = os.path.join(d, "resumed.safetensors")
