@@ -888,7 +888,14 @@ static attn_status parse_state(attn_pretrain *r, const char *fn, const char *spa
     for (size_t i = 0; i < r->train_windows; i++) order_ok &= r_u(s, 8) < r->train_windows;
     uint64_t rng_size = r_u(s, 8);
     out->rng_at = s->at;
-    bool rng_ok = rng_size == attn_rng_state_size() && r_take(s, (size_t)rng_size) != NULL;
+    const unsigned char *rng_bytes = rng_size == attn_rng_state_size() ? r_take(s, (size_t)rng_size)
+                                                                      : NULL;
+    /* the generator's bytes as well as their size: a scratch generator
+     * takes them, so that resume cannot fail after the model is replaced */
+    attn_rng *scratch = NULL;
+    bool rng_ok = rng_bytes && attn_rng_new(r->ctx, 0, &scratch) == ATTN_OK &&
+                  attn_rng_set_state(scratch, rng_bytes, (size_t)rng_size) == ATTN_OK;
+    attn_rng_free(scratch);
     out->opt_steps = (size_t)r_u(s, 8);
     uint64_t opt_floats = r_u(s, 8);
     out->opt_at = s->at;
@@ -898,8 +905,15 @@ static attn_status parse_state(attn_pretrain *r, const char *fn, const char *spa
     out->history_at = s->at;
     bool history_ok = out->history_count <= (s->size - s->at) / 24 &&
                       r_take(s, out->history_count * 24) != NULL;
-    if (s->short_read || !order_ok || !rng_ok || !opt_ok || !history_ok || phase > PHASE_SAMPLE ||
-        begun > 1 || out->batch > r->steps_per_epoch || s->size - s->at != 8)
+    /* only where a run can stop: before an epoch's first step, between its
+     * steps, at an evaluation after a step, at its sample after the last */
+    size_t b = out->batch, spe = r->steps_per_epoch;
+    bool position_ok = begun == 1 ? (phase == PHASE_STEP && b >= 1 && b < spe) ||
+                                        (phase == PHASE_EVAL && b >= 1 && b <= spe) ||
+                                        (phase == PHASE_SAMPLE && b == spe)
+                                  : begun == 0 && phase == PHASE_STEP && b == 0;
+    if (s->short_read || !order_ok || !rng_ok || !opt_ok || !history_ok || !position_ok ||
+        s->size - s->at != 8)
         return attn_fail(r->ctx, ATTN_ERR_FORMAT,
                          "%s: %s does not hold a state for this run (%s)", fn, spath,
                          s->short_read || s->size - s->at != 8 ? "its length"
@@ -977,7 +991,7 @@ attn_status attn_pretrain_resume(attn_pretrain *r, const char *path) {
             val[i] = r_f64(&h);
         }
         state_reader o = {.p = bytes + saved.order_at, .size = r->train_windows * 8};
-        /* these cannot fail: the sizes were checked */
+        /* these cannot fail: the sizes and the generator's bytes were checked */
         st = attn_rng_set_state(r->rng, bytes + saved.rng_at, attn_rng_state_size());
         if (st == ATTN_OK) st = attn_optimizer_set_state(r->opt, opt_state, opt_floats,
                                                         saved.opt_steps);

@@ -273,6 +273,43 @@ static void flip_byte(const char *path, long at) {
     fclose(fp);
 }
 
+/* The state file at from with the little-endian value of width bytes put
+ * at byte at, written to to with its checksum (FNV-1a over every byte but
+ * the last 8) made right again: a forged state, which only the checks of
+ * its contents can refuse. Returns the value that was there. */
+static uint64_t forge_state(const char *from, const char *to, size_t at, uint64_t value,
+                            int width) {
+    FILE *in = fopen(from, "rb");
+    long size = in && fseek(in, 0, SEEK_END) == 0 ? ftell(in) : -1;
+    unsigned char *buf = size > 0 ? malloc((size_t)size) : NULL;
+    size_t n = buf && fseek(in, 0, SEEK_SET) == 0 ? fread(buf, 1, (size_t)size, in) : 0;
+    if (in) fclose(in);
+    CHECK(n == (size_t)size && n > at + (size_t)width + 8);
+    if (!(n == (size_t)size && n > at + (size_t)width + 8)) {
+        free(buf);
+        return 0;
+    }
+    uint64_t old = 0;
+    for (int i = 0; i < width; i++) {
+        old |= (uint64_t)buf[at + (size_t)i] << (8 * i);
+        buf[at + (size_t)i] = (unsigned char)(value >> (8 * i));
+    }
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i + 8 < n; i++) h = (h ^ buf[i]) * 0x100000001b3ull;
+    for (int i = 0; i < 8; i++) buf[n - 8 + (size_t)i] = (unsigned char)(h >> (8 * i));
+    FILE *out = fopen(to, "wb");
+    if (out) {
+        fwrite(buf, 1, n, out);
+        fclose(out);
+    }
+    free(buf);
+    return old;
+}
+
+/* Byte offsets in a state file (save.c's order): the position after the
+ * header's twelve 8-byte fields, then the loader order, the generator. */
+enum { STATE_PHASE = 108, STATE_BATCH = 120, STATE_BEGUN = 128, STATE_WINDOWS = 156 };
+
 static void test_resume_refusals(fixture *f, uint64_t seed, const char *dir) {
     char path[512], other[512], state[600], other_state[600];
     snprintf(path, sizeof path, "%s/a.safetensors", dir);
@@ -313,6 +350,23 @@ static void test_resume_refusals(fixture *f, uint64_t seed, const char *dir) {
     CHECK_STATUS(attn_pretrain_resume(b.run, other), ATTN_OK); /* its own pair still loads */
     CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_FORMAT);
     CHECK_MESSAGE(f->ctx, "damaged");
+    /* forged states, their checksums right: a position no run stops at (a
+     * step past the epoch's last batch read the loader order past its
+     * end) and a generator's bytes it cannot hold (refused after the
+     * weights were replaced): refused before anything changes */
+    before = p.data[5];
+    uint64_t windows = forge_state(other_state, state, STATE_WINDOWS, 0, 8);
+    size_t steps_per_epoch = (size_t)(windows / o.batch_size);
+    forge_state(other_state, state, STATE_PHASE, 0, 4);
+    forge_state(state, state, STATE_BEGUN, 1, 4);
+    forge_state(state, state, STATE_BATCH, steps_per_epoch, 8);
+    CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(f->ctx, "(the position)");
+    size_t rng_next = STATE_WINDOWS + 8 + 8 * (size_t)windows + 8 + 624 * 4;
+    CHECK(forge_state(other_state, state, rng_next, 100000, 4) <= 624);
+    CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(f->ctx, "(the generator)");
+    CHECK(p.data[5] == before);
     /* no state at all */
     remove(state);
     CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_IO);
