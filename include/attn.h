@@ -2009,7 +2009,9 @@ attn_status attn_lm_new(attn_ctx *ctx, const attn_lm_config *cfg, attn_rng *init
                         attn_lm **out);
 /*
  * A model from path: a safetensors file, or a directory holding
- * model.safetensors and config.json (Hugging Face's save_pretrained: GPT-2's
+ * model.safetensors (or a sharded checkpoint's model.safetensors.index.json
+ * and its shards; the index may be path itself) and config.json (Hugging
+ * Face's save_pretrained: GPT-2's
  * n_embd/n_layer/n_head/n_positions/vocab_size/layer_norm_epsilon, Llama's
  * hidden_size/num_attention_heads/num_key_value_heads/intermediate_size/
  * num_hidden_layers/max_position_embeddings/rope_theta/rope_scaling (or

@@ -94,6 +94,7 @@ typedef struct st_tensor {
     size_t shape[ATTN_SAFETENSORS_MAX_DIMS];
     size_t numel;
     size_t begin, end;
+    size_t shard, shard_index; /* a sharded checkpoint's: where the tensor lies */
 } st_tensor;
 
 struct attn_safetensors {
@@ -108,6 +109,10 @@ struct attn_safetensors {
     size_t *by_name;            /* indices into tensors, sorted by name */
     attn_metadata_entry *meta;  /* strings owned here */
     size_t meta_count, meta_capacity;
+    /* a sharded checkpoint (attn_safetensors_open_index): the files its
+     * tensors lie in, each tensor's data read from its own */
+    attn_safetensors **shards;
+    size_t shard_count;
 };
 
 /* Untrusted text (a name, a key) for a message, escaped as messages quote
@@ -378,6 +383,8 @@ static int compare_names(const void *a, const void *b) {
     return strcmp(x->tensors[x->index].name, y->tensors[y->index].name);
 }
 
+static attn_status sort_names(attn_safetensors *st);
+
 static attn_status check_tensors(attn_safetensors *st) {
     attn_ctx *ctx = st->ctx;
     for (size_t i = 0; i < st->count; i++) {
@@ -440,7 +447,13 @@ static attn_status check_tensors(attn_safetensors *st) {
                          "bytes belong to no tensor)",
                          st->label, st->data_size, covered, st->data_size - covered);
 
-    /* Names: sorted for lookup, duplicates rejected. */
+    return sort_names(st);
+}
+
+/* The names sorted for lookup (by_name), duplicates rejected (in a
+ * sharded checkpoint, naming both shards). */
+static attn_status sort_names(attn_safetensors *st) {
+    attn_ctx *ctx = st->ctx;
     name_index *idx = st->count ? attn_malloc(st->count * sizeof *idx) : NULL;
     st->by_name = st->count ? attn_malloc(st->count * sizeof *st->by_name) : NULL;
     if (st->count && (!idx || !st->by_name)) {
@@ -456,8 +469,15 @@ static attn_status check_tensors(attn_safetensors *st) {
         if (i > 0 && strcmp(st->tensors[idx[i].index].name, st->tensors[idx[i - 1].index].name) == 0 &&
             s == ATTN_OK) {
             char name[ST_TEXT_MAX];
-            printable(name, sizeof name, st->tensors[idx[i].index].name);
-            s = attn_fail(ctx, ATTN_ERR_FORMAT, "%s: duplicate tensor name '%s'", st->label, name);
+            const st_tensor *t = &st->tensors[idx[i].index], *u = &st->tensors[idx[i - 1].index];
+            printable(name, sizeof name, t->name);
+            if (st->shards)
+                s = attn_fail(ctx, ATTN_ERR_FORMAT, "%s: tensor '%s' is in two shards, %s and %s",
+                              st->label, name, st->shards[u->shard]->label,
+                              st->shards[t->shard]->label);
+            else
+                s = attn_fail(ctx, ATTN_ERR_FORMAT, "%s: duplicate tensor name '%s'", st->label,
+                              name);
         }
     }
     attn_free(idx);
@@ -487,6 +507,8 @@ void attn_safetensors_free(attn_safetensors *st) {
         attn_free((char *)st->meta[i].key);
         attn_free((char *)st->meta[i].value);
     }
+    for (size_t i = 0; i < st->shard_count; i++) attn_safetensors_free(st->shards[i]);
+    attn_free(st->shards);
     attn_free(st->tensors);
     attn_free(st->by_name);
     attn_free(st->meta);
@@ -593,6 +615,123 @@ attn_status attn_safetensors_open(attn_ctx *ctx, const char *path, attn_safetens
     if (s == ATTN_OK) s = parse_header(st, text, len);
     attn_free(text);
     if (s == ATTN_OK) s = check_tensors(st);
+    if (s != ATTN_OK) {
+        attn_safetensors_free(st);
+        return s;
+    }
+    *out = st;
+    return ATTN_OK;
+}
+
+/* ---- sharded checkpoints ------------------------------------------------- */
+
+/* Whether an index's shard name is a plain file name, which lies in the
+ * index's own directory (an index cannot point elsewhere). */
+static bool plain_file_name(const char *name) {
+    return name[0] && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 && !strchr(name, '/');
+}
+
+/* The shards' tensors, in the order of the shards and of their data,
+ * each with the shard and the index it has there. */
+static attn_status gather_shards(attn_safetensors *st) {
+    size_t total = 0;
+    for (size_t k = 0; k < st->shard_count; k++)
+        if (!attn_add_size(total, st->shards[k]->count, &total))
+            return attn_fail(st->ctx, ATTN_ERR_OVERFLOW, "%s: too many tensors", st->label);
+    st->tensors = attn_calloc(total ? total : 1, sizeof *st->tensors);
+    if (!st->tensors)
+        return attn_fail(st->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu tensors",
+                         st->label, total);
+    st->capacity = total;
+    for (size_t k = 0; k < st->shard_count; k++) {
+        const attn_safetensors *shard = st->shards[k];
+        for (size_t j = 0; j < shard->count; j++) {
+            st_tensor *t = &st->tensors[st->count];
+            *t = shard->tensors[j];
+            size_t n = strlen(t->name) + 1;
+            if (!(t->name = attn_malloc(n)))
+                return attn_fail(st->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", st->label);
+            memcpy(t->name, shard->tensors[j].name, n);
+            t->shard = k;
+            t->shard_index = j;
+            st->count++;
+        }
+    }
+    return ATTN_OK;
+}
+
+attn_status attn_safetensors_open_index(attn_ctx *ctx, const char *index_path,
+                                        attn_safetensors **out) {
+    const char *who = "attn_safetensors_open_index";
+    attn_clear_error(ctx);
+    if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "%s: out is NULL", who);
+    *out = NULL;
+    if (!index_path) return attn_fail(ctx, ATTN_ERR_NULL, "%s: index_path is NULL", who);
+    attn_json *root = NULL;
+    attn_status s = attn_json_read_file(ctx, index_path, &root);
+    if (s != ATTN_OK) return s;
+    attn_safetensors *st = new_file(ctx, index_path);
+    const attn_json *map = root->type == ATTN_JSON_OBJECT ? attn_json_get(root, "weight_map") : NULL;
+    const char **names = map && map->type == ATTN_JSON_OBJECT
+                             ? attn_calloc(map->count ? map->count : 1, sizeof *names)
+                             : NULL;
+    if (!st || (map && map->type == ATTN_JSON_OBJECT && !names))
+        s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", who);
+    else if (!map || map->type != ATTN_JSON_OBJECT)
+        s = attn_fail(ctx, ATTN_ERR_FORMAT,
+                      "%s: no \"weight_map\" object (a sharded checkpoint's index names each "
+                      "tensor's file there)", index_path);
+    /* the shards, each named once, in the order the map first names them */
+    size_t n_names = 0;
+    for (size_t i = 0; s == ATTN_OK && i < map->count; i++) {
+        const char *file = map->items[i].type == ATTN_JSON_STRING ? map->items[i].string : NULL;
+        if (!file || !plain_file_name(file)) {
+            char key[ST_TEXT_MAX];
+            printable(key, sizeof key, map->keys[i]);
+            s = attn_fail(ctx, ATTN_ERR_FORMAT,
+                          "%s: weight_map[\"%s\"] must be the name of a file beside the index",
+                          index_path, key);
+            break;
+        }
+        size_t k = 0;
+        while (k < n_names && strcmp(names[k], file) != 0) k++;
+        if (k == n_names) names[n_names++] = file;
+    }
+    if (s == ATTN_OK) {
+        st->shards = attn_calloc(n_names ? n_names : 1, sizeof *st->shards);
+        if (!st->shards) s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", who);
+    }
+    const char *slash = strrchr(index_path, '/');
+    size_t dir_len = slash ? (size_t)(slash - index_path) + 1 : 0;
+    for (size_t k = 0; s == ATTN_OK && k < n_names; k++) {
+        size_t n = strlen(names[k]);
+        char *path = attn_malloc(dir_len + n + 1);
+        if (!path) {
+            s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", who);
+            break;
+        }
+        memcpy(path, index_path, dir_len);
+        memcpy(path + dir_len, names[k], n + 1);
+        s = attn_safetensors_open(ctx, path, &st->shards[k]);
+        attn_free(path);
+        if (s == ATTN_OK) st->shard_count++;
+    }
+    if (s == ATTN_OK) s = gather_shards(st);
+    if (s == ATTN_OK) s = sort_names(st);
+    /* every tensor the map names lies in the shard it names */
+    for (size_t i = 0; s == ATTN_OK && i < map->count; i++) {
+        size_t k = 0;
+        while (strcmp(names[k], map->items[i].string) != 0) k++;
+        if (attn_safetensors_index(st->shards[k], map->keys[i]) == st->shards[k]->count) {
+            char key[ST_TEXT_MAX];
+            printable(key, sizeof key, map->keys[i]);
+            s = attn_fail(ctx, ATTN_ERR_FORMAT,
+                          "%s: weight_map puts '%s' in %s, which holds no such tensor",
+                          index_path, key, st->shards[k]->label);
+        }
+    }
+    attn_free(names);
+    attn_json_free(root);
     if (s != ATTN_OK) {
         attn_safetensors_free(st);
         return s;
@@ -788,6 +927,7 @@ static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t n
         return attn_fail(st->ctx, ATTN_ERR_NOT_FOUND, "%s has %zu tensors; index %zu is out of range",
                          st->label, st->count, index);
     const st_tensor *t = &st->tensors[index];
+    if (st->shards) return load(st->shards[t->shard], t->shard_index, dst, numel, weights);
     char name[ST_TEXT_MAX];
     printable(name, sizeof name, t->name);
     if (!dtype_loadable(t->dtype))

@@ -32,6 +32,16 @@ attn_status attn_safetensors_write_to(attn_ctx *ctx, attn_file *f, const char *p
                                       const attn_named_tensor *tensors, size_t count,
                                       const attn_metadata_entry *metadata,
                                       size_t metadata_count);
+/* A sharded checkpoint as one file: the index at index_path
+ * (model.safetensors.index.json, Hugging Face's save_pretrained of a large
+ * model) names each tensor's shard, a file beside it; every shard is
+ * opened and checked, and the handle holds all their tensors, each read
+ * from its own shard (data_begin/data_end are offsets there). A shard name
+ * that is not a plain file name, a tensor the map puts in a shard that
+ * lacks it, and a tensor in two shards are ATTN_ERR_FORMAT naming them. No
+ * metadata. Freed with attn_safetensors_free. */
+attn_status attn_safetensors_open_index(attn_ctx *ctx, const char *index_path,
+                                        attn_safetensors **out);
 /* Writes "[2, 3]" for a shape into buf. */
 void attn_safetensors_format_shape(char *buf, size_t cap, size_t ndim, const size_t *shape);
 

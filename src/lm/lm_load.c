@@ -825,6 +825,11 @@ static bool is_file(const char *path) {
     return stat(path, &sb) == 0 && S_ISREG(sb.st_mode);
 }
 
+static bool has_suffix(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
 /* path/name in a new string. */
 static char *join(const char *dir, const char *name) {
     size_t nd = strlen(dir), nn = strlen(name);
@@ -1035,9 +1040,21 @@ static attn_status load(attn_ctx *ctx, const char *who, const char *path, const 
     *out = NULL;
     char *weights_path = NULL, *dir_config = NULL;
     const char *weights = path, *config_path = cfg ? NULL : config_json;
+    /* a sharded checkpoint: its index, given or in the directory */
+    bool sharded = has_suffix(path, ".safetensors.index.json");
     if (is_directory(path)) {
         weights_path = join(path, "model.safetensors");
         dir_config = join(path, "config.json");
+        if (weights_path && !is_file(weights_path)) {
+            char *index = join(path, "model.safetensors.index.json");
+            if (index && is_file(index)) {
+                attn_free(weights_path);
+                weights_path = index;
+                sharded = true;
+            } else {
+                attn_free(index);
+            }
+        }
         if (!weights_path || !dir_config) {
             attn_free(weights_path);
             attn_free(dir_config);
@@ -1045,11 +1062,24 @@ static attn_status load(attn_ctx *ctx, const char *who, const char *path, const 
         }
         weights = weights_path;
         if (!cfg && !config_path && is_file(dir_config)) config_path = dir_config;
+    } else if (sharded && !cfg && !config_path) {
+        /* the index's config.json beside it */
+        const char *slash = strrchr(path, '/');
+        size_t n = slash ? (size_t)(slash - path) : 1;
+        char *dir = attn_malloc(n + 1);
+        if (dir) {
+            memcpy(dir, slash ? path : ".", n);
+            dir[n] = '\0';
+            dir_config = join(dir, "config.json");
+            attn_free(dir);
+        }
+        if (dir_config && is_file(dir_config)) config_path = dir_config;
     }
     lm_source s = {.ctx = ctx, .path = weights};
     attn_lm *m = NULL;
     attn_lm_config c;
-    attn_status st = attn_safetensors_open(ctx, weights, &s.st);
+    attn_status st = sharded ? attn_safetensors_open_index(ctx, weights, &s.st)
+                             : attn_safetensors_open(ctx, weights, &s.st);
     if (st == ATTN_OK) st = refuse_train_model(&s);
     if (st == ATTN_OK) st = detect_names(&s);
     if (st == ATTN_OK) st = choose_config(&s, config_path, cfg, &c);

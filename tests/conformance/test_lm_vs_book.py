@@ -514,6 +514,42 @@ def hf_checks(O, r, tmp):
                              axis=1)
         close(got, want, "LlamaForCausalLM: prefill 6 + 7 cached steps")
 
+    # a sharded checkpoint (what save_pretrained writes for a large model):
+    # the index read, each tensor from its shard, the same logits; from the
+    # directory and from the index itself
+    sharded = os.path.join(tmp, "hf_llama_sharded")
+    model.save_pretrained(sharded, safe_serialization=True, max_shard_size="16KB")
+    shards = sorted(f for f in os.listdir(sharded) if f.endswith(".safetensors"))
+    index_path = os.path.join(sharded, "model.safetensors.index.json")
+    check(len(shards) > 2 and os.path.exists(index_path),
+          "save_pretrained sharded the model: %s" % shards)
+    close(attn.LanguageModel.load(sharded).forward(ids), want,
+          "LlamaForCausalLM in %d shards, from its directory" % len(shards))
+    close(attn.LanguageModel.load(index_path).forward(ids), want,
+          "LlamaForCausalLM in %d shards, from its index" % len(shards))
+    # indexes that name what is not there, or reach outside their directory
+    import json
+    with open(index_path) as f:
+        index = json.load(f)
+    names = sorted(index["weight_map"])
+    moved, other = names[0], next(n for n in names if index["weight_map"][n] !=
+                                  index["weight_map"][names[0]])
+    save_file({"model.norm.weight": np.ones(64, np.float32),
+               "extra.weight": np.zeros(2, np.float32)}, os.path.join(sharded, "extra.safetensors"))
+    bad_maps = (
+        ({moved: "model-missing.safetensors"}, "model-missing.safetensors: cannot open"),
+        ({moved: index["weight_map"][other]}, "which holds no such tensor"),
+        ({moved: "../" + index["weight_map"][moved]}, "must be the name of a file beside"),
+        ({"extra.weight": "extra.safetensors"}, "'model.norm.weight' is in two shards"))
+    for change, said in bad_maps:
+        O.write_json(dict(index, weight_map=dict(index["weight_map"], **change)), index_path)
+        try:
+            attn.LanguageModel.load(sharded)
+            check(False, "an index mapping %s: no error" % change)
+        except attn.AttnError as err:
+            check(said in str(err), "an index mapping %s refused: %s" % (change, err))
+    O.write_json(index, index_path)
+
     # config flags that change the arithmetic, at other than the book's values:
     # refused by name (they were read past, and the logits differed from HF's)
     import json
