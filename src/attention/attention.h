@@ -56,6 +56,10 @@ typedef struct attn_attention_backend {
     const char *(*backward)(attn_ctx *ctx, const attn_attention_problem *p,
                             const attn_attention_dropout *drop, const attn_attention_grads *g,
                             void *workspace);
+    /* Whether its forward writes p->row_stats (the fused kernels'); after
+     * any other forward the runner marks them NaN, so that a backward never
+     * reads another pass's statistics */
+    bool writes_row_stats;
 } attn_attention_backend;
 
 /* What a pass returns when it failed rather than declined (a score

@@ -231,7 +231,8 @@ static size_t backward_tiles_bytes(const attn_ctx *ctx, const attn_attention_pro
 
 static size_t fused_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     size_t bytes = add_or_max(backward_tiles_bytes(ctx, p), rows_bytes(p));
-    return p->lse ? bytes : add_or_max(bytes, rows_bytes(p));
+    /* without lse: the forward's lse and row statistics (two floats a row) */
+    return p->lse ? bytes : add_or_max(bytes, mul_or_max(3, rows_bytes(p)));
 }
 
 /* ---- the passes ------------------------------------------------------------ */
@@ -266,28 +267,34 @@ static const char *fused_backward(attn_ctx *ctx, const attn_attention_problem *p
     size_t tiles = backward_tiles_bytes(ctx, p);
     float *ws = workspace, *delta = (float *)((char *)workspace + tiles);
     attn_pool_zero(w.pool, w.threads, workspace, tiles);
-    const float *lse = p->lse;
-    if (!lse) {
-        /* the forward kept no statistics: its lse again, without values */
+    /* the row statistics are the given lse's rows' own, not so for one
+     * block of a longer row (backward_from_lse) */
+    attn_flash_rows rows = {.lse = p->lse, .lse_lo = p->lse_lo,
+                            .stats = p->backward_from_lse ? NULL : p->row_stats};
+    if (!rows.lse) {
+        /* the forward kept no statistics: its lse and row statistics
+         * again, without values */
         float *own = (float *)((char *)delta + rows_bytes(p));
+        float *own_stats = (float *)((char *)own + rows_bytes(p));
         attn_attention_problem stats = *p;
         stats.out.data = NULL;
         stats.lse = own;
         stats.lse_lo = NULL;
+        stats.row_stats = own_stats;
         fk->forward(w, flash_fit(ctx), &stats, &no_dropout, ws, NULL);
         attn_pool_zero(w.pool, w.threads, workspace, tiles);
-        lse = own;
+        rows = (attn_flash_rows){.lse = own, .stats = own_stats};
     }
     drop = drop ? drop : &no_dropout;
     if (!fk->backward_measures(p, drop)) {
-        fk->backward(w, p, drop, g, lse, delta, ws, NULL);
+        fk->backward(w, p, drop, g, rows, delta, ws, NULL);
         return NULL;
     }
     /* unscanned (fused_measures_values): as the forward, declined after
      * the pass (the lse forward above measures nothing: it takes the lane
      * path, which any values leave in bounds) */
     float top[4] = {0, 0, 0, 0};
-    fk->backward(w, p, drop, g, lse, delta, ws, top);
+    fk->backward(w, p, drop, g, rows, delta, ws, top);
     return magnitudes_fit(fk, p, top) ? NULL : VALUES_OUT_OF_RANGE;
 }
 
@@ -301,4 +308,5 @@ const attn_attention_backend attn_attention_fused = {
     .backward_bytes = fused_backward_bytes,
     .forward = fused_forward,
     .backward = fused_backward,
+    .writes_row_stats = true,
 };

@@ -421,9 +421,15 @@ typedef enum run_result {
     RUN_FAILED        /* a pass failed (attn_pass_failed): its message is in the ctx */
 } run_result;
 
+/* p's row_stats marked NaN, every row of lse's layout: the forward that
+ * ran keeps none (attn_attention_backend's writes_row_stats). */
+static void no_row_stats(const attn_attention_problem *p) {
+    size_t rows = p->cu_seqlens_q ? p->q_heads * p->total_q : p->batch * p->q_heads * p->q_len;
+    for (size_t r = 0; r < 2 * rows; r++) p->row_stats[r] = NAN;
+}
+
 /* Asks the registry's backends in order and runs the first that takes p
  * and its values, noting each decline. g NULL: the forward. */
-
 static run_result run_candidates(attn_ctx *ctx, const attn_attention_problem *p,
                                  const attn_attention_dropout *drop,
                                  const attn_attention_trace *trace,
@@ -455,6 +461,7 @@ static run_result run_candidates(attn_ctx *ctx, const attn_attention_problem *p,
                  b->kernel_name ? b->kernel_name(ctx, p) : "", stored,
                  b->kernel_name || p->kv_cache ? "]" : "");
         attn_explain_note(ctx, name, why);
+        if (!why && !backward && p->row_stats && !b->writes_row_stats) no_row_stats(p);
         if (!why) return RUN_DONE;
         if (why == attn_pass_failed) return RUN_FAILED;
     }

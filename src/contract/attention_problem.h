@@ -133,6 +133,17 @@ typedef struct attn_attention_problem {
      * of 400 is off by up to 1.5e-5, and so is every weight of the row. The
      * modules keep it; the public calls, like PyTorch, keep lse alone. */
     float *lse_lo;
+    /* optional, two floats a row at 2 * attn_lse_index: the fused forward's
+     * own statistics of the row, the max m it subtracted from its scores (in
+     * its tiles' units: one of the scores) and log2 of the row's divisor l,
+     * from which the fused backward takes each weight as the forward did,
+     * 2^((s - m) c - log2 l), rounded relative to s - m however large the
+     * logits. lse and lse_lo cannot give that: their sum carries 48 bits, an
+     * exponent off by |lse| 2^-48 (1e15 at lse = 1e30). Every other
+     * forward marks the rows NaN (the runner does, after the pass: no
+     * statistics), and the backward then takes lse and lse_lo. The modules
+     * keep it; the backward ignores it with backward_from_lse. */
+    float *row_stats;
     /* ---- score modifiers: zero (false, NULL) is off */
     float scale;                  /* applied first: q . k * scale */
     double scale_f64, softcap_f64; /* scale and softcap as given, unrounded: what

@@ -33,7 +33,8 @@ static size_t attention_mask_bytes(size_t batch, size_t heads, size_t tokens) {
 
 /* q, k, v are column blocks of qkv (B, T, 3C): (b, t, h, d) at
  * b*T*3C + t*3C + {0, C, 2C} + h*hs + d; heads join in y (B, T, C). lse
- * (B, nh, T) is followed by its rounding error lse_lo (the same shape). */
+ * (B, nh, T) is followed by its rounding error lse_lo (the same shape) and
+ * the row statistics (row_stats: two floats a row). */
 static attn_attention_problem gpt2_heads(const attn_gpt2 *g, size_t batch, size_t tokens,
                                          const float *qkv, float *context, float *lse) {
     size_t C = g->cfg.n_embd, nh = g->cfg.n_head;
@@ -43,6 +44,7 @@ static attn_attention_problem gpt2_heads(const attn_gpt2 *g, size_t batch, size_
     attn_view_strides in = {tokens * 3 * C, 3 * C, g->head_dim};
     p.q.st = p.k.st = p.v.st = in;
     p.lse_lo = lse ? lse + batch * nh * tokens : NULL;
+    p.row_stats = lse ? lse + 2 * batch * nh * tokens : NULL;
     return p;
 }
 
@@ -64,9 +66,9 @@ static attn_status gpt2_forward(attn_module *m, const float *x, size_t batch, si
                          m->ops->class_name, batch, nh, tokens, tokens);
     if (p > 0.0) bits = attn_bytes * 8 + rows * C;
     g->kept_attention_mask_bytes = attn_bytes;
-    float *buf;         /* qkv (B, T, 3C), y (B, T, C), lse, lse_lo (B, nh, T) */
+    float *buf;         /* qkv (B, T, 3C), y (B, T, C), lse, lse_lo, row_stats (gpt2_heads) */
     uint8_t *keep_bits; /* [attention (B, nh, T, T) if kept,] residual (B, T, C) */
-    if ((st = attn_forward_prepare(m, batch, tokens, 4 * rows * C + 2 * rows * nh, bits, &buf,
+    if ((st = attn_forward_prepare(m, batch, tokens, 4 * rows * C + 4 * rows * nh, bits, &buf,
                                    &keep_bits)) != ATTN_OK)
         return st;
     float *qkv = buf, *context = buf + 3 * rows * C, *lse = buf + 4 * rows * C;
@@ -174,8 +176,8 @@ static attn_status backward_head_group(attn_module *m, const float *dy_proj, flo
     size_t C = g->cfg.n_embd, nh = g->cfg.n_head, hs = g->head_dim;
     size_t B = s->batch, T = s->tokens, rows = B * T, w = heads * hs, slice = rows * w;
     const float *qkv = s->acts, *context = s->acts + 3 * rows * C, *lse = s->acts + 4 * rows * C;
-    /* q, k, v, y, dy, dq, dk, dv: each (B, T, heads, hs); then lse and lse_lo
-     * (B, heads, T) */
+    /* q, k, v, y, dy, dq, dk, dv: each (B, T, heads, hs); then lse, lse_lo
+     * and row_stats (B, heads, T), as gpt2_heads' */
     float *q = scratch, *y = scratch + 3 * slice, *dy = scratch + 4 * slice;
     float *dq = scratch + 5 * slice, *group_lse = scratch + 8 * slice;
     for (size_t r = 0; r < rows; r++) {
@@ -183,14 +185,18 @@ static attn_status backward_head_group(attn_module *m, const float *dy_proj, flo
             memcpy(q + part * slice + r * w, qkv + r * 3 * C + part * C + h0 * hs, w * sizeof *q);
         memcpy(y + r * w, context + r * C + h0 * hs, w * sizeof *y);
     }
-    for (size_t b = 0; b < B; b++)
+    for (size_t b = 0; b < B; b++) {
         for (size_t part = 0; part < 2; part++) /* lse, then lse_lo */
             memcpy(group_lse + (part * B + b) * heads * T, lse + (part * B * nh + b * nh + h0) * T,
                    heads * T * sizeof *lse);
+        memcpy(group_lse + 2 * (B + b) * heads * T, lse + 2 * (B * nh + b * nh + h0) * T,
+               2 * heads * T * sizeof *lse); /* row_stats */
+    }
     attn_attention_problem fwd = attn_heads_problem(B, T, heads, heads, hs, q, q + slice,
                                                     q + 2 * slice, y, group_lse, g->scale, true,
                                                     ATTN_MASK_NEG_INF);
     fwd.lse_lo = group_lse + B * heads * T;
+    fwd.row_stats = group_lse + 2 * B * heads * T;
     /* forward: y' = y @ W_proj^T + b_proj; the group's columns of dy = dy' @ W_proj */
     attn_k_gemm(m->ctx, false, false, rows, w, C, 1.0f, dy_proj, C,
                 attn_module_data(m, C_PROJ_WEIGHT) + h0 * hs, C, 0.0f, dy, w);
@@ -218,8 +224,9 @@ static attn_status gpt2_backward(attn_module *m, const float *dy, float *dx) {
     size_t heads = attention_dropout ? nh : backward_heads_per_group(g, rows);
     size_t slice = rows * heads * g->head_dim;
     /* all heads: dqkv (B, T, 3C) and dcontext (B, T, C), and dy' when
-     * masked, in dqkv's room; groups: 8 slices and lse (dy' is dy: no dropout) */
-    size_t floats = heads == nh ? 4 * rows * C : 8 * slice + 2 * s->batch * heads * s->tokens;
+     * masked, in dqkv's room; groups: 8 slices and lse, lse_lo and row_stats
+     * (dy' is dy: no dropout) */
+    size_t floats = heads == nh ? 4 * rows * C : 8 * slice + 4 * s->batch * heads * s->tokens;
     attn_status st;
     float *scratch = attn_scratch(m, floats, &st);
     if (!scratch) return st;

@@ -25,9 +25,10 @@
 static size_t kv_width(const attn_heads_spec *h) { return h->kv_heads * h->head_dim; }
 
 /* Floats per row of a forward's activations: q, context (d_out); k, v
- * (kv_width); lse and lse_lo (Hq each); the projection's extra. */
+ * (kv_width); lse and lse_lo (Hq each), row_stats (2 Hq); the projection's
+ * extra. */
 static size_t acts_per_row(const attn_module *m, const attn_heads_spec *h) {
-    return 2 * m->d_out + 2 * kv_width(h) + 2 * h->q_heads + h->extra;
+    return 2 * m->d_out + 2 * kv_width(h) + 4 * h->q_heads + h->extra;
 }
 
 static attn_heads_acts acts_at(const attn_module *m, const attn_heads_spec *h, float *buf,
@@ -39,7 +40,8 @@ static attn_heads_acts acts_at(const attn_module *m, const attn_heads_spec *h, f
     a.context = a.v + rows * kv_width(h);
     a.lse = a.context + rows * m->d_out;
     a.lse_lo = a.lse + rows * h->q_heads;
-    a.extra = a.lse_lo + rows * h->q_heads;
+    a.row_stats = a.lse_lo + rows * h->q_heads;
+    a.extra = a.row_stats + 2 * rows * h->q_heads;
     return a;
 }
 
@@ -51,6 +53,7 @@ static attn_attention_problem heads_problem(const attn_heads_spec *h, size_t bat
         attn_heads_problem(batch, tokens, h->q_heads, h->kv_heads, h->head_dim, a->q, a->k, a->v,
                            a->context, a->lse, h->scale, true, h->mask);
     p.lse_lo = a->lse_lo;
+    p.row_stats = a->row_stats;
     if (h->window > 0) {
         /* keys pos - (W - 1) .. pos; a window as long as the sequence or
          * longer hides nothing causal does not */

@@ -309,6 +309,7 @@ attn_status attn_one_head_backward(attn_module *m, const attn_qkv_weights *w,
 typedef struct attn_heads_acts {
     float *q, *k, *v, *context; /* (rows, d_out), (rows, kv_width) x 2, (rows, d_out) */
     float *lse, *lse_lo;        /* (rows, Hq) each: lse and its rounding error */
+    float *row_stats;           /* (rows, Hq, 2): the forward's row statistics */
     float *extra;               /* (rows, spec.extra): the projection's own (MLA's latent) */
 } attn_heads_acts;
 

@@ -16,12 +16,14 @@ struct attn_simple {
 };
 
 /* x serves as query, key and value of one head, unscaled, unmasked; out
- * is y (the backward's copy of it), lse (B, T) followed by lse_lo (B, T). */
+ * is y (the backward's copy of it), lse (B, T) followed by lse_lo (B, T)
+ * and row_stats (two floats a row). */
 static attn_attention_problem simple_heads(const attn_module *m, size_t batch, size_t tokens,
                                            const float *x, float *y, float *lse) {
     attn_attention_problem p = attn_heads_problem(batch, tokens, 1, 1, m->d_in, x, x, x, y, lse,
                                                   1.0f, false, ATTN_MASK_NONE);
     p.lse_lo = lse ? lse + batch * tokens : NULL;
+    p.row_stats = lse ? lse + 2 * batch * tokens : NULL;
     return p;
 }
 
@@ -32,9 +34,9 @@ static attn_status simple_forward(attn_module *m, const float *x, size_t batch, 
     attn_status st = attn_check_forward(m, x, batch, tokens, y, 0, m->d_in, false, NULL);
     if (st != ATTN_OK) return st;
     size_t n = batch * tokens * m->d_in;
-    float *acts; /* out (B, T, C), lse and lse_lo (B, T), for the backward */
+    float *acts; /* out (B, T, C), lse, lse_lo, row_stats (simple_heads), for the backward */
     uint8_t *no_bits;
-    if ((st = attn_forward_prepare(m, batch, tokens, n + 2 * batch * tokens, 0, &acts, &no_bits)) !=
+    if ((st = attn_forward_prepare(m, batch, tokens, n + 4 * batch * tokens, 0, &acts, &no_bits)) !=
         ATTN_OK)
         return st;
     attn_attention_problem p = simple_heads(m, batch, tokens, x, y, acts + n);

@@ -7,18 +7,19 @@
 #include <string.h>
 
 size_t attn_single_head_acts(size_t batch, size_t tokens, size_t d_out) {
-    return 4 * batch * tokens * d_out + 2 * batch * tokens;
+    return 4 * batch * tokens * d_out + 4 * batch * tokens;
 }
 
 /* The head's kept tensors inside acts: q, k, v, out (B, T, d_out), lse and
- * its rounding error lse_lo (B, T). */
+ * its rounding error lse_lo (B, T), row_stats (B, T, 2). */
 typedef struct head_acts {
-    float *q, *k, *v, *out, *lse, *lse_lo;
+    float *q, *k, *v, *out, *lse, *lse_lo, *row_stats;
 } head_acts;
 
 static head_acts head_acts_of(float *acts, size_t rows, size_t d_out) {
+    float *lse = acts + 4 * rows * d_out;
     return (head_acts){acts, acts + rows * d_out, acts + 2 * rows * d_out, acts + 3 * rows * d_out,
-                       acts + 4 * rows * d_out, acts + 4 * rows * d_out + rows};
+                       lse, lse + rows, lse + 2 * rows};
 }
 
 /* The one head over q, k, v (B, T, d_out), its output contiguous in out. */
@@ -28,6 +29,7 @@ static attn_attention_problem head_problem(const attn_head_spec *spec, size_t ba
         attn_heads_problem(batch, tokens, 1, 1, spec->d_out, h->q, h->k, h->v, h->out, h->lse,
                            spec->scale, spec->causal, spec->mask);
     p.lse_lo = h->lse_lo;
+    p.row_stats = h->row_stats;
     return p;
 }
 

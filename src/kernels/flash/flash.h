@@ -15,7 +15,8 @@
  * sum per row (online softmax, the sink included from the start), and
  * their weights applied to v at once. No (T, S) buffer: the extra memory is
  * a few tiles per thread. It writes out and each row's log-sum-exp (lse,
- * and its rounding error where the caller keeps one), from which the
+ * its rounding error and the row's max and sum where the caller keeps
+ * them: attn_attention_problem's lse_lo, row_stats), from which the
  * backward recomputes the weights. Plain problems (raw scores: no softcap,
  * ALiBi or sinks; no dropout) take the lane forward (flash_lanes.h): the
  * same blocks and arithmetic with each query row in a vector lane, keys
@@ -31,7 +32,8 @@
  *      query heads in order, and over the query blocks that see the keys;
  *   B. per (batch, KV head, block of queries): dq of each of the group's
  *      heads over the key blocks its rows see.
- * Both recompute P = exp(s scale - lse) and dS = P (dP - delta), delta_i =
+ * Both recompute P (the forward's own weights from its row max and sum, or
+ * else exp(s scale - lse)) and dS = P (dP - delta), delta_i =
  * dO_i . O_i, for their tiles; rows nearly one-hot then take the delta of
  * their own P and dP (attention.h): the one pass changes dq and dk at the
  * largest weight's key after its sweep; B runs before A, changes dq so and
@@ -58,6 +60,15 @@ typedef struct attn_flash_fit {
     size_t threads, l2_bytes;
 } attn_flash_fit;
 
+/* What the backward knows of each row's softmax, in p->lse's layout
+ * (attn_lse_index): lse, and optionally its rounding error lse_lo and the
+ * forward's own row statistics (attn_attention_problem's row_stats, two
+ * floats a row; NaN rows: none), from which it takes the weights where a
+ * row has them. */
+typedef struct attn_flash_rows {
+    const float *lse, *lse_lo, *stats;
+} attn_flash_rows;
+
 /* One instruction set's kernels, run on w's threads. Workspaces are floats
  * per parallel part (attn_parallel_parts(w.threads) of them), sized by the
  * matching _workspace function, zeroed or not. The caller has checked the problem (kv_heads
@@ -83,12 +94,12 @@ typedef struct attn_flash_kernels {
     /* Whether backward, given magnitudes, measures the inputs it reads
      * itself (max |x| of q, k, v, dout, as forward_measures) */
     bool (*backward_measures)(const attn_attention_problem *p, const attn_attention_dropout *drop);
-    /* g's dq, dk, dv (and dsinks) from g->dout, p->out and lse (p->lse's
-     * layout, attn_lse_index); delta (the same layout) is scratch.
+    /* g's dq, dk, dv (and dsinks) from g->dout, p->out and the rows'
+     * statistics (attn_flash_rows); delta (lse's layout) is scratch.
      * magnitudes (or NULL): what it measured, all inf when it did not */
     void (*backward)(attn_workers w, const attn_attention_problem *p,
                      const attn_attention_dropout *drop, const attn_attention_grads *g,
-                     const float *lse, float *delta, float *workspace, float magnitudes[4]);
+                     attn_flash_rows rows, float *delta, float *workspace, float magnitudes[4]);
 } attn_flash_kernels;
 
 extern const attn_flash_kernels attn_flash_portable;

@@ -104,9 +104,10 @@ typedef struct flash_shape {
      * scale log2(e); lse = m scale + ln l in double. Scaling q (or the
      * score) first would round every score relative to its own size, an
      * error that grows with the logits; here the rounding is relative to s - m,
-     * small where the weights are large. The backward has only lse, so it
-     * takes e^(fma(s, scale, -lse) - lse_lo): the product exact, one
-     * rounding of the small difference. Softcap and ALiBi work on scaled
+     * small where the weights are large. The backward takes the same
+     * weights from the forward's m and log2 l (row_stats), 2^(fma(s - m,
+     * c, -log2 l)); where it has lse alone, m is lse / scale rounded and
+     * log2 l the rest (pack_queries). Softcap and ALiBi work on scaled
      * base-2 scores, so their q is scaled (exp_scale = 1). */
     bool raw;             /* raw scores (above) */
     float q_scale;        /* q's factor in the tiles: log2_scale or 1 */
@@ -143,11 +144,14 @@ static flash_shape flash_shape_of(const attn_attention_problem *p,
 /* A row's sink joined to its raw scores' softmax once its keys are summed
  * (m, the row max in raw units; l, the sum of 2^((s - m) c)), rather than
  * starting the sums as a max in raw units, which would round the logit:
- * returns the row's new divisor l + e^(sink - m scale), and *lse, the log
- * of the whole sum, both in double. */
-static float join_sink(float m, float l, float sink, float scale, double *lse) {
+ * returns the row's new divisor l + e^(sink - m scale), *lse, the log of
+ * the whole sum, and *log2_l, the new divisor's log2, each in double
+ * (log2_l not through lse, whose rounding is relative to m scale). */
+static float join_sink(float m, float l, float sink, float scale, double *lse, double *log2_l) {
     double m2 = (double)m * scale, mx = m2 > sink ? m2 : sink;
-    *lse = mx + log((double)l * exp(m2 - mx) + exp(sink - mx));
+    double rest = log((double)l * exp(m2 - mx) + exp(sink - mx));
+    *lse = mx + rest;
+    *log2_l = ((mx - m2) + rest) * LOG2E;
     return (float)((double)l + exp(sink - m2));
 }
 
@@ -155,22 +159,27 @@ static float join_sink(float m, float l, float sink, float scale, double *lse) {
  * units: *lse, the log of its sum, and *lo, that float's rounding error.
  * m scale + ln l for raw scores (the sink joined: join_sink, and *l its new
  * divisor of o), else (m + log2 l) / log2(e) less the ALiBi row shift
- * (near: the row's distance to its nearest visible key), each in double. A
- * row that sees no key (seen false, or l 0): lse = the sink or -inf, lo 0.
- * Whether the row saw a key. */
+ * (near: the row's distance to its nearest visible key), each in double;
+ * stats (row_stats): m and log2 of the divisor, from which the backward
+ * takes the weights as they are here. A row that sees no key (seen false,
+ * or l 0): lse = the sink or -inf, lo 0, stats NaN (none). Whether the row
+ * saw a key. */
 static bool row_lse(const flash_shape *f, size_t h, float m, float *l, bool seen, int64_t near,
-                    float *lse, float *lo) {
+                    float *lse, float *lo, float stats[2]) {
     const attn_attention_problem *p = f->p;
     *lse = p->sinks ? p->sinks[h] : -INFINITY;
     *lo = 0.0f;
+    stats[0] = stats[1] = NAN;
     if (!(seen && *l > 0.0f)) return false;
-    double exact, slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
-    if (f->raw && p->sinks) *l = join_sink(m, *l, p->sinks[h], p->scale, &exact);
+    double exact, log2_l = log2((double)*l), slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
+    if (f->raw && p->sinks) *l = join_sink(m, *l, p->sinks[h], p->scale, &exact, &log2_l);
     else
         exact = f->raw ? (double)m * p->scale + log((double)*l)
-                       : ((double)m + log2((double)*l)) / LOG2E - slope * (double)near;
+                       : ((double)m + log2_l) / LOG2E - slope * (double)near;
     *lse = (float)exact;
     *lo = (float)(exact - (double)*lse);
+    stats[0] = m;
+    stats[1] = (float)log2_l;
     return true;
 }
 
@@ -864,8 +873,9 @@ static void forward_block(void *arg, size_t part, size_t item) {
         size_t h = it.h0 + g;
         for (size_t r = 0; r < rows; r++) {
             size_t gr = g * FBR + r;
-            float l_gr = v_hsum(v_load(l + gr * VW)), lse, lo;
-            bool live = row_lse(f, h, m[gr], &l_gr, br.begin[r] < br.end[r], br.near[r], &lse, &lo);
+            float l_gr = v_hsum(v_load(l + gr * VW)), lse, lo, stats[2];
+            bool live = row_lse(f, h, m[gr], &l_gr, br.begin[r] < br.end[r], br.near[r], &lse,
+                                &lo, stats);
             if (values) {
                 float *out_r = (float *)p->out.data + row_at(p->out.st, b, &seq, false, h, i0 + r);
                 /* o / l rounded once (a reciprocal, then a product, rounds
@@ -873,8 +883,10 @@ static void forward_block(void *arg, size_t part, size_t item) {
                 for (size_t d = 0; d < D; d++) out_r[d] = live ? o[gr * Dp + d] / l_gr : 0.0f;
             }
             if (p->lse) {
-                p->lse[attn_lse_index(p, b, h, i0 + r)] = lse;
-                if (p->lse_lo) p->lse_lo[attn_lse_index(p, b, h, i0 + r)] = lo;
+                size_t at = attn_lse_index(p, b, h, i0 + r);
+                p->lse[at] = lse;
+                if (p->lse_lo) p->lse_lo[at] = lo;
+                if (p->row_stats) memcpy(p->row_stats + 2 * at, stats, sizeof stats);
             }
         }
     }
@@ -995,7 +1007,7 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 
 /* Floats of one item's rows in the one-pass backward: for the group's heads
  * x its query blocks' rows, dq sums, q (times q_scale) and dO (Dp each) and
- * lse, lse_lo, delta, an attn_row_peak and VW resid lanes; 0 when the two
+ * shift, log_sum, delta, an attn_row_peak and VW resid lanes; 0 when the two
  * passes run. The choice depends on the problem alone, never on the
  * threads, so that every thread count gives the same bits.
  *   One pass, per (batch, KV head): for each key block, for each query
@@ -1025,7 +1037,7 @@ static size_t key_slots(const attn_attention_problem *p) { return one_pass_float
 /* The per-part scratch of the backward. */
 static size_t backward_workspace(const attn_attention_problem *p) {
     size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p, BR, GROUP_TILE_FLOATS);
-    /* per head: qs, dO, dq (BR, Dp), lse2, lse_lo, delta (BR), peaks (BR x 3),
+    /* per head: qs, dO, dq (BR, Dp), shift, log_sum, delta (BR), peaks (BR x 3),
      * resid lanes (BR, VW); q (BR, Dp); A, dS, th (BR, BC); kt, vt (D, BC);
      * kv0, kv1, kv2 (BC, Dp); one pass: the item's rows; Pt (RG, BC); the
      * mean key (Dp) */
@@ -1047,7 +1059,7 @@ static bool backward_measures(const attn_attention_problem *p, const attn_attent
 typedef struct backward_job {
     flash_shape f;
     const attn_attention_grads *g;
-    const float *lse;
+    attn_flash_rows rows;
     float *delta;
     float *workspace;
     size_t per_part;
@@ -1058,7 +1070,8 @@ typedef struct backward_job {
 _Static_assert(sizeof(attn_row_peak) == 3 * sizeof(float), "an attn_row_peak is three floats");
 
 typedef struct backward_tiles {
-    float *qs, *dO, *dq, *lse2, *lse_lo, *delta; /* per head of the item */
+    /* per head of the item; per row the weights' shift and log_sum (pack_queries) */
+    float *qs, *dO, *dq, *shift, *log_sum, *delta;
     attn_row_peak *peaks; /* per head; NULL: not summed */
     float *resid_lanes;   /* per head: sum_j dS_ij in VW lanes, (BR, VW) */
     float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *kv2;
@@ -1067,7 +1080,7 @@ typedef struct backward_tiles {
     float *magnitudes; /* the part's, where the backward measures; else NULL */
     size_t slot_floats; /* from one key block's tiles (kt .. kv2) to the next */
     /* one pass: the item's rows packed once, (G, rows) of Dp (or 1) floats */
-    float *dq_sums, *qs_all, *dO_all, *lse2_all, *lse_lo_all, *delta_all, *resid_lanes_all;
+    float *dq_sums, *qs_all, *dO_all, *shift_all, *log_sum_all, *delta_all, *resid_lanes_all;
     attn_row_peak *peaks_all;
 } backward_tiles;
 
@@ -1077,9 +1090,9 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.qs = job->workspace + part * job->per_part;
     t.dO = t.qs + hc * BR * Dp;
     t.dq = t.dO + hc * BR * Dp;
-    t.lse2 = t.dq + hc * BR * Dp;
-    t.lse_lo = t.lse2 + hc * BR;
-    t.delta = t.lse_lo + hc * BR;
+    t.shift = t.dq + hc * BR * Dp;
+    t.log_sum = t.shift + hc * BR;
+    t.delta = t.log_sum + hc * BR;
     t.peaks = (attn_row_peak *)(void *)(t.delta + hc * BR);
     t.resid_lanes = t.delta + hc * BR + 3 * hc * BR;
     t.q = t.resid_lanes + hc * BR * VW;
@@ -1096,9 +1109,9 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.dq_sums = t.kt + key_slots(job->f.p) * t.slot_floats + 2 * VW;
     t.qs_all = t.dq_sums + rows * Dp;
     t.dO_all = t.qs_all + rows * Dp;
-    t.lse2_all = t.dO_all + rows * Dp;
-    t.lse_lo_all = t.lse2_all + rows;
-    t.delta_all = t.lse_lo_all + rows;
+    t.shift_all = t.dO_all + rows * Dp;
+    t.log_sum_all = t.shift_all + rows;
+    t.delta_all = t.log_sum_all + rows;
     t.peaks_all = (attn_row_peak *)(void *)(t.delta_all + rows);
     t.resid_lanes_all = t.delta_all + rows + 3 * rows;
     t.Pt = t.dq_sums + one_pass_floats(job->f.p);
@@ -1117,8 +1130,18 @@ static void pack_keys_transposed(const flash_shape *f, size_t b, const attn_atte
 }
 
 /* Head slot g of the tiles for head h, rows of block br: qs (q times
- * q_scale), dO, and per row lse (raw scores: as given; else in base 2,
- * with ALiBi's row shift) and delta; q unscaled into t->q when want_q. */
+ * q_scale), dO, and per row delta and the weights' terms, P = 2^(fma(s -
+ * shift, exp_scale, -log_sum)) (shift -inf: a row that sees no key); q
+ * unscaled into t->q when want_q.
+ *   From the forward's row statistics (row_stats), where the row has them:
+ * shift = its max m, log_sum = log2 of its divisor, the forward's own
+ * weights, their rounding relative to s - m at any size of the logits.
+ *   Else from lse (and lse_lo): raw scores take shift = lse / scale rounded
+ * to float, near the row's top score, and log_sum = the rest, (lse - shift
+ * scale) log2(e) in double, so that s - shift is exact near the top and
+ * the product's rounding relative to s - shift (lse log2(e) rounded would
+ * be off by |lse| 2^-24); scaled scores take lse in base 2 with ALiBi's
+ * row shift, log_sum 0. */
 static void pack_queries(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
                          const attn_attention_seq *seq, size_t h, const block_rows *br,
                          bool want_q) {
@@ -1131,23 +1154,31 @@ static void pack_queries(const backward_job *job, const backward_tiles *t, size_
     if (want_q) pack_rows(q, p->q.st.t, rows, BR, f->D, Dp, 1.0f, t->q);
     pack_rows(dO, p->out.st.t, rows, BR, f->D, Dp, 1.0f, t->dO + g * BR * Dp);
     double slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
+    const attn_flash_rows *rs = &job->rows;
     for (size_t r = 0; r < BR; r++) {
-        float *lse2 = t->lse2 + g * BR + r, *lo = t->lse_lo + g * BR + r;
+        float *shift = t->shift + g * BR + r, *log_sum = t->log_sum + g * BR + r;
         float *delta = t->delta + g * BR + r;
-        if (r >= rows) {
-            *lse2 = -INFINITY;
-            *lo = *delta = 0.0f;
+        *shift = -INFINITY;
+        *log_sum = *delta = 0.0f;
+        if (r >= rows) continue;
+        size_t at = attn_lse_index(p, b, h, i0 + r);
+        *delta = job->delta[at];
+        const float *stats = rs->stats ? rs->stats + 2 * at : NULL;
+        if (stats && stats[0] == stats[0]) { /* not NaN: the forward's own */
+            *shift = stats[0];
+            *log_sum = stats[1];
             continue;
         }
-        size_t at = attn_lse_index(p, b, h, i0 + r);
-        /* the forward's rounding error of lse, where it kept one */
-        double lse_lo = job->lse == p->lse && p->lse_lo ? p->lse_lo[at] : 0.0;
-        /* raw scores: lse itself and its error, for e^(fma(s, scale, -lse)
-         * - lo) (a product lse log2(e) would round relative to lse's size) */
-        *lse2 = f->raw ? job->lse[at]
-                       : (float)(((double)job->lse[at] + lse_lo + slope * br->near[r]) * LOG2E);
-        *lo = f->raw ? (float)(lse_lo * LOG2E) : 0.0f;
-        *delta = job->delta[at];
+        if (rs->lse[at] == -INFINITY) continue; /* the row sees no key */
+        double lse = (double)rs->lse[at] + (rs->lse_lo ? rs->lse_lo[at] : 0.0);
+        if (!f->raw) {
+            *shift = (float)((lse + slope * br->near[r]) * LOG2E);
+            continue;
+        }
+        float m = (float)(lse / p->scale);
+        if (!isfinite(m)) m = 0.0f; /* lse / scale past float: lse itself in log_sum */
+        *shift = m;
+        *log_sum = (float)((lse - (double)m * p->scale) * LOG2E);
     }
 }
 
@@ -1180,9 +1211,9 @@ static void note_peaks(const flash_shape *f, const backward_tiles *t, attn_row_p
  *
  * Phase one, weight_tile: A = P for rows [r0, r0 + RG) of head slot g
  * (head h) of block br against keys [j0, j0 + cols), which they see in
- * columns [c0, c1) of it: P = 2^(s - lse2), or for raw scores
- * e^(fma(s, scale, -lse) - lse_lo), zero where masked, for rows past the
- * block and for rows that saw no key (their dS zero too). Softcap's
+ * columns [c0, c1) of it: P = 2^(fma(s - shift, exp_scale, -log_sum))
+ * (pack_queries), zero where masked, for rows past the block and for rows
+ * that saw no key (their dS zero too). Softcap's
  * tanh(s / cap) goes to th's rows, dropout's keep factors to dS's (1 past
  * cols), for phase two. */
 static void weight_tile(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
@@ -1191,25 +1222,25 @@ static void weight_tile(const backward_job *job, const backward_tiles *t, size_t
     const flash_shape *f = &job->f;
     const attn_attention_problem *p = f->p;
     vec s[RG][NV];
-    const float *lse2 = t->lse2 + g * BR, *lo2 = t->lse_lo + g * BR;
+    const float *shift = t->shift + g * BR, *log_sum = t->log_sum + g * BR;
     /* outside [c0, c1): s = -inf, so P = 0 */
     score_cols(t->qs + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->kt, c0, c1, v_set1(-INFINITY), s);
     modify_tile(f, br, slope2_of(f, h), s, r0, j0, t->th + r0 * BC);
-    vec scale = v_set1(f->raw ? p->scale : 1.0f), to_base2 = v_set1(f->raw ? (float)LOG2E : 1.0f);
+    vec c = v_set1(f->exp_scale);
     for (int r = 0; r < RG; r++) {
         size_t row = r0 + (size_t)r;
         float *A = t->A + row * BC, *dS = t->dS + row * BC;
-        if (row >= br->rows || lse2[row] == -INFINITY) {
+        if (row >= br->rows || shift[row] == -INFINITY) {
             memset(A, 0, BC * sizeof *A);
             memset(dS, 0, BC * sizeof *dS);
             continue;
         }
-        vec neg_lse = v_set1(-lse2[row]), neg_lo2 = v_set1(-lo2[row]);
+        vec m = v_set1(shift[row]), neg_log_sum = v_set1(-log_sum[row]);
         for (int v = 0; v < NV; v++)
-            v_store(A + v * VW, v_exp2(v_fma(v_fma(s[r][v], scale, neg_lse), to_base2, neg_lo2)));
+            v_store(A + v * VW, v_exp2(v_fma(v_sub(s[r][v], m), c, neg_log_sum)));
         if (f->drop->kind != ATTN_DROP_NONE) {
             drop_factors(f->drop, attn_drop_index(p, b, h, br->i0 + row, j0), cols, dS);
-            for (size_t c = cols; c < BC; c++) dS[c] = 1.0f;
+            for (size_t col = cols; col < BC; col++) dS[col] = 1.0f;
         }
     }
 }
@@ -1223,14 +1254,14 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
     const flash_shape *f = &job->f;
     const attn_attention_problem *p = f->p;
     vec dp[RG][NV];
-    const float *lse2 = t->lse2 + g * BR, *delta_g = t->delta + g * BR;
+    const float *shift = t->shift + g * BR, *delta_g = t->delta + g * BR;
     score_cols(t->dO + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->vt, c0, c1, v_zero(), dp);
     bool dropout = f->drop->kind != ATTN_DROP_NONE;
     unsigned risen = 0; /* rows whose largest weight rose here */
     for (int r = 0; r < RG; r++) {
         size_t row = r0 + (size_t)r;
         float *A = t->A + row * BC, *dS = t->dS + row * BC;
-        if (row >= br->rows || lse2[row] == -INFINITY) continue; /* zero since phase one */
+        if (row >= br->rows || shift[row] == -INFINITY) continue; /* zero since phase one */
         vec delta = v_set1(delta_g[row]), P[NV], ds[NV];
         for (int v = 0; v < NV; v++) {
             P[v] = v_load(A + v * VW);
@@ -1332,14 +1363,14 @@ static void rows_seeing(const flash_shape *f, const attn_attention_seq *seq, siz
 }
 
 /* The tiles of the rows from row at of the one pass's packed rows (head
- * slot 0 of rt): qs, q, dO, lse2, lse_lo and delta; the scratch as t's. */
+ * slot 0 of rt): qs, q, dO, shift, log_sum and delta; the scratch as t's. */
 static void rows_tiles(const flash_shape *f, const backward_tiles *t, size_t at,
                        backward_tiles *rt) {
     rt->qs = t->qs_all + at * f->Dp;
     rt->q = rt->qs; /* q * q_scale: dk's factor is scale / q_scale (key_span_gradients) */
     rt->dO = t->dO_all + at * f->Dp;
-    rt->lse2 = t->lse2_all + at;
-    rt->lse_lo = t->lse_lo_all + at;
+    rt->shift = t->shift_all + at;
+    rt->log_sum = t->log_sum_all + at;
     rt->delta = t->delta_all + at;
 }
 
@@ -1498,9 +1529,11 @@ static bool take_consistent_delta(const backward_job *job, const attn_row_peak *
         for (size_t d = 0; d < D; d++) dq_row[d] -= *resid * kmean[d];
         return true;
     }
-    float c = *resid * pk->weight * pk->factor;
+    /* c k + (resid - c) kmean: a row exactly one-hot (weight 1, no
+     * softcap) has c = resid and takes back exactly the c k its sweep added */
+    float c = *resid * pk->weight * pk->factor, rest = *resid - c;
     const float *k = (const float *)p->k.data + row_at(p->k.st, b, seq, true, kvh, pk->key);
-    for (size_t d = 0; d < D; d++) dq_row[d] -= *resid * kmean[d] + c * (k[d] - kmean[d]);
+    for (size_t d = 0; d < D; d++) dq_row[d] -= c * k[d] + rest * kmean[d];
     if (fix_dk) {
         const float *q = (const float *)p->q.data + row_at(p->q.st, b, seq, false, h, i);
         float *dk = (float *)job->g->dk + row_at(p->k.st, b, seq, true, kvh, pk->key);
@@ -1641,11 +1674,26 @@ static void delta_rows(void *arg, size_t begin, size_t end) {
     }
 }
 
+/* The weight of head h's sink in row at, e^(sink - lse): from the
+ * forward's row statistics, e^(sink - m scale) / l, where the row has them
+ * (raw scores) and the sink lies below m scale, log2 l then being small
+ * and exact to its own size; else from lse and lse_lo, which round near the
+ * sink where it dominates the row. */
+static double sink_weight(const backward_job *job, size_t at, float sink) {
+    const attn_flash_rows *rs = &job->rows;
+    const float *stats = rs->stats ? rs->stats + 2 * at : NULL;
+    if (job->f.raw && stats && stats[0] == stats[0]) {
+        double d = (double)sink - (double)stats[0] * job->f.p->scale;
+        if (d <= 0.0) return exp(d - stats[1] / LOG2E);
+    }
+    return exp((double)sink - ((double)rs->lse[at] + (rs->lse_lo ? rs->lse_lo[at] : 0.0)));
+}
+
 static void flash_backward(attn_workers w, const attn_attention_problem *p,
                            const attn_attention_dropout *drop, const attn_attention_grads *g,
-                           const float *lse, float *delta, float *workspace,
+                           attn_flash_rows rows, float *delta, float *workspace,
                            float magnitudes[4]) {
-    backward_job job = {.f = flash_shape_of(p, drop), .g = g, .lse = lse, .delta = delta,
+    backward_job job = {.f = flash_shape_of(p, drop), .g = g, .rows = rows, .delta = delta,
                         .workspace = workspace, .per_part = backward_workspace(p),
                         .consistent = attn_consistent_delta(p),
                         .measure = magnitudes != NULL && backward_measures(p, drop)};
@@ -1662,7 +1710,7 @@ static void flash_backward(attn_workers w, const attn_attention_problem *p,
                 attn_attention_seq seq = attn_attention_seq_of(p, b);
                 for (size_t i = 0; i < seq.q_len; i++) {
                     size_t at = attn_lse_index(p, b, h, i);
-                    sum += exp((double)p->sinks[h] - lse[at]) * delta[at];
+                    sum += sink_weight(&job, at, p->sinks[h]) * delta[at];
                 }
             }
             g->dsinks[h] = (float)-sum;

@@ -597,12 +597,14 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
     for (size_t g = 0; g < nh; g++) {
         size_t h = it->h0 + g;
         for (size_t r = 0; r < rows; r++) {
-            float lse, lo;
+            float lse, lo, stats[2];
             row_lse(f, h, m[g * fbr + r], &l[g * fbr + r], br->begin[r] < br->end[r], br->near[r],
-                    &lse, &lo);
+                    &lse, &lo, stats);
             if (p->lse) {
-                p->lse[attn_lse_index(p, b, h, i0 + r)] = lse;
-                if (p->lse_lo) p->lse_lo[attn_lse_index(p, b, h, i0 + r)] = lo;
+                size_t at = attn_lse_index(p, b, h, i0 + r);
+                p->lse[at] = lse;
+                if (p->lse_lo) p->lse_lo[at] = lo;
+                if (p->row_stats) memcpy(p->row_stats + 2 * at, stats, sizeof stats);
             }
         }
         if (values) {
