@@ -135,8 +135,9 @@ typedef struct attn_attention_problem {
     float *lse_lo;
     /* optional, two floats a row at 2 * attn_lse_index: the fused forward's
      * own statistics of the row, the max m it subtracted from its scores (in
-     * its tiles' units: one of the scores) and log2 of the row's divisor l,
-     * from which the fused backward takes each weight as the forward did,
+     * its tiles' units: one of the scores) and the row's divisor l (the
+     * float it divides o by), from which the fused backward takes each
+     * weight as the forward did,
      * 2^((s - m) c - log2 l), rounded relative to s - m however large the
      * logits. lse and lse_lo cannot give that: their sum carries 48 bits, an
      * exponent off by |lse| 2^-48 (1e15 at lse = 1e30). Every other

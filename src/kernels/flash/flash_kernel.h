@@ -105,9 +105,9 @@ typedef struct flash_shape {
      * score) first would round every score relative to its own size, an
      * error that grows with the logits; here the rounding is relative to s - m,
      * small where the weights are large. The backward takes the same
-     * weights from the forward's m and log2 l (row_stats), 2^(fma(s - m,
-     * c, -log2 l)); where it has lse alone, m is lse / scale rounded and
-     * log2 l the rest (pack_queries). Softcap and ALiBi work on scaled
+     * weights from the forward's m and l (row_stats), 2^((s - m) c - log2
+     * l), log2 l in two floats; where it has lse alone, m is lse / scale
+     * rounded and log2 l the rest (pack_queries). Softcap and ALiBi work on scaled
      * base-2 scores, so their q is scaled (exp_scale = 1). */
     bool raw;             /* raw scores (above) */
     float q_scale;        /* q's factor in the tiles: log2_scale or 1 */
@@ -144,14 +144,11 @@ static flash_shape flash_shape_of(const attn_attention_problem *p,
 /* A row's sink joined to its raw scores' softmax once its keys are summed
  * (m, the row max in raw units; l, the sum of 2^((s - m) c)), rather than
  * starting the sums as a max in raw units, which would round the logit:
- * returns the row's new divisor l + e^(sink - m scale), *lse, the log of
- * the whole sum, and *log2_l, the new divisor's log2, each in double
- * (log2_l not through lse, whose rounding is relative to m scale). */
-static float join_sink(float m, float l, float sink, float scale, double *lse, double *log2_l) {
+ * returns the row's new divisor l + e^(sink - m scale), and *lse, the log
+ * of the whole sum, both in double. */
+static float join_sink(float m, float l, float sink, float scale, double *lse) {
     double m2 = (double)m * scale, mx = m2 > sink ? m2 : sink;
-    double rest = log((double)l * exp(m2 - mx) + exp(sink - mx));
-    *lse = mx + rest;
-    *log2_l = ((mx - m2) + rest) * LOG2E;
+    *lse = mx + log((double)l * exp(m2 - mx) + exp(sink - mx));
     return (float)((double)l + exp(sink - m2));
 }
 
@@ -160,7 +157,7 @@ static float join_sink(float m, float l, float sink, float scale, double *lse, d
  * m scale + ln l for raw scores (the sink joined: join_sink, and *l its new
  * divisor of o), else (m + log2 l) / log2(e) less the ALiBi row shift
  * (near: the row's distance to its nearest visible key), each in double;
- * stats (row_stats): m and log2 of the divisor, from which the backward
+ * stats (row_stats): m and the divisor of o (*l), from which the backward
  * takes the weights as they are here. A row that sees no key (seen false,
  * or l 0): lse = the sink or -inf, lo 0, stats NaN (none). Whether the row
  * saw a key. */
@@ -171,15 +168,15 @@ static bool row_lse(const flash_shape *f, size_t h, float m, float *l, bool seen
     *lo = 0.0f;
     stats[0] = stats[1] = NAN;
     if (!(seen && *l > 0.0f)) return false;
-    double exact, log2_l = log2((double)*l), slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
-    if (f->raw && p->sinks) *l = join_sink(m, *l, p->sinks[h], p->scale, &exact, &log2_l);
+    double exact, slope = p->alibi_slopes ? p->alibi_slopes[h] : 0.0;
+    if (f->raw && p->sinks) *l = join_sink(m, *l, p->sinks[h], p->scale, &exact);
     else
         exact = f->raw ? (double)m * p->scale + log((double)*l)
-                       : ((double)m + log2_l) / LOG2E - slope * (double)near;
+                       : ((double)m + log2((double)*l)) / LOG2E - slope * (double)near;
     *lse = (float)exact;
     *lo = (float)(exact - (double)*lse);
     stats[0] = m;
-    stats[1] = (float)log2_l;
+    stats[1] = *l;
     return true;
 }
 
@@ -1007,7 +1004,7 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 
 /* Floats of one item's rows in the one-pass backward: for the group's heads
  * x its query blocks' rows, dq sums, q (times q_scale) and dO (Dp each) and
- * shift, log_sum, delta, an attn_row_peak and VW resid lanes; 0 when the two
+ * shift, log_sum, log_lo, delta, an attn_row_peak and VW resid lanes; 0 when the two
  * passes run. The choice depends on the problem alone, never on the
  * threads, so that every thread count gives the same bits.
  *   One pass, per (batch, KV head): for each key block, for each query
@@ -1020,9 +1017,9 @@ static size_t one_pass_floats(const attn_attention_problem *p) {
     size_t G = p->q_heads / p->kv_heads, Dp = padded(p->head_dim);
     size_t rows = (p->q_len + BR - 1) / BR * BR;
     if (p->batch * p->kv_heads < ONE_PASS_ITEMS ||
-        rows > ONE_PASS_FLOATS / (G * (3 * Dp + 6 + VW)))
+        rows > ONE_PASS_FLOATS / (G * (3 * Dp + 7 + VW)))
         return 0;
-    return G * rows * (3 * Dp + 6 + VW);
+    return G * rows * (3 * Dp + 7 + VW);
 }
 
 /* Key blocks the one pass takes at a time (key_span_gradients): each
@@ -1037,11 +1034,11 @@ static size_t key_slots(const attn_attention_problem *p) { return one_pass_float
 /* The per-part scratch of the backward. */
 static size_t backward_workspace(const attn_attention_problem *p) {
     size_t D = p->head_dim, Dp = padded(D), hc = heads_per_item(p, BR, GROUP_TILE_FLOATS);
-    /* per head: qs, dO, dq (BR, Dp), shift, log_sum, delta (BR), peaks (BR x 3),
+    /* per head: qs, dO, dq (BR, Dp), shift, log_sum, log_lo, delta (BR), peaks (BR x 3),
      * resid lanes (BR, VW); q (BR, Dp); A, dS, th (BR, BC); kt, vt (D, BC);
      * kv0, kv1, kv2 (BC, Dp); one pass: the item's rows; Pt (RG, BC); the
      * mean key (Dp) */
-    size_t floats = hc * (3 * BR * Dp + 6 * BR + BR * VW) + BR * Dp + 3 * BR * BC +
+    size_t floats = hc * (3 * BR * Dp + 7 * BR + BR * VW) + BR * Dp + 3 * BR * BC +
                     key_slots(p) * (2 * D * BC + 3 * BC * Dp) + 2 * VW + one_pass_floats(p) +
                     RG * BC + Dp;
     return with_magnitudes_line(floats);
@@ -1070,8 +1067,9 @@ typedef struct backward_job {
 _Static_assert(sizeof(attn_row_peak) == 3 * sizeof(float), "an attn_row_peak is three floats");
 
 typedef struct backward_tiles {
-    /* per head of the item; per row the weights' shift and log_sum (pack_queries) */
-    float *qs, *dO, *dq, *shift, *log_sum, *delta;
+    /* per head of the item; per row the weights' shift, log_sum and log_lo
+     * (pack_queries) */
+    float *qs, *dO, *dq, *shift, *log_sum, *log_lo, *delta;
     attn_row_peak *peaks; /* per head; NULL: not summed */
     float *resid_lanes;   /* per head: sum_j dS_ij in VW lanes, (BR, VW) */
     float *q, *A, *dS, *th, *kt, *vt, *kv0, *kv1, *kv2;
@@ -1080,7 +1078,8 @@ typedef struct backward_tiles {
     float *magnitudes; /* the part's, where the backward measures; else NULL */
     size_t slot_floats; /* from one key block's tiles (kt .. kv2) to the next */
     /* one pass: the item's rows packed once, (G, rows) of Dp (or 1) floats */
-    float *dq_sums, *qs_all, *dO_all, *shift_all, *log_sum_all, *delta_all, *resid_lanes_all;
+    float *dq_sums, *qs_all, *dO_all, *shift_all, *log_sum_all, *log_lo_all, *delta_all,
+        *resid_lanes_all;
     attn_row_peak *peaks_all;
 } backward_tiles;
 
@@ -1092,7 +1091,8 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.dq = t.dO + hc * BR * Dp;
     t.shift = t.dq + hc * BR * Dp;
     t.log_sum = t.shift + hc * BR;
-    t.delta = t.log_sum + hc * BR;
+    t.log_lo = t.log_sum + hc * BR;
+    t.delta = t.log_lo + hc * BR;
     t.peaks = (attn_row_peak *)(void *)(t.delta + hc * BR);
     t.resid_lanes = t.delta + hc * BR + 3 * hc * BR;
     t.q = t.resid_lanes + hc * BR * VW;
@@ -1111,7 +1111,8 @@ static backward_tiles tiles_of(const backward_job *job, size_t part) {
     t.dO_all = t.qs_all + rows * Dp;
     t.shift_all = t.dO_all + rows * Dp;
     t.log_sum_all = t.shift_all + rows;
-    t.delta_all = t.log_sum_all + rows;
+    t.log_lo_all = t.log_sum_all + rows;
+    t.delta_all = t.log_lo_all + rows;
     t.peaks_all = (attn_row_peak *)(void *)(t.delta_all + rows);
     t.resid_lanes_all = t.delta_all + rows + 3 * rows;
     t.Pt = t.dq_sums + one_pass_floats(job->f.p);
@@ -1129,19 +1130,38 @@ static void pack_keys_transposed(const flash_shape *f, size_t b, const attn_atte
     transpose_keys((const float *)p->v.data + row_at(p->v.st, b, seq, true, kvh, j0), p->v.st.t, f->D, cols, vt);
 }
 
+/* Where lse passes 2^20 in size, lse + lse_lo (48 bits) no longer carry a
+ * weight's exponent to float's own precision, and the backward takes the
+ * forward's row statistics instead (where it has them); below, lse and
+ * lse_lo give the weights, the last bits measured closer to float64 on
+ * rows that weigh many keys (docs/exactness.md). */
+#define STATS_PAST_LSE 1048576.0f
+
+/* Row at's statistics from the forward (row_stats), or NULL where the
+ * backward takes lse: none given, none kept for the row (NaN), or an lse
+ * below STATS_PAST_LSE. */
+static const float *own_stats(const attn_flash_rows *rs, size_t at) {
+    const float *stats = rs->stats ? rs->stats + 2 * at : NULL;
+    if (!stats || stats[0] != stats[0] || fabsf(rs->lse[at]) < STATS_PAST_LSE) return NULL;
+    return stats;
+}
+
 /* Head slot g of the tiles for head h, rows of block br: qs (q times
  * q_scale), dO, and per row delta and the weights' terms, P = 2^(fma(s -
- * shift, exp_scale, -log_sum)) (shift -inf: a row that sees no key); q
- * unscaled into t->q when want_q.
- *   From the forward's row statistics (row_stats), where the row has them:
- * shift = its max m, log_sum = log2 of its divisor, the forward's own
+ * shift, exp_scale, -log_sum) - log_lo) (shift -inf: a row that sees no
+ * key); q unscaled into t->q when want_q. log_sum + log_lo is the log2 of
+ * the row's divisor in two floats: one float would round it once for the
+ * whole row, an error every weight of the row shares (dv = P^T dO sums it
+ * up), where the weights' own roundings differ and partly cancel.
+ *   From the forward's row statistics (row_stats) past STATS_PAST_LSE:
+ * shift = its max m and the log2 of its divisor l, the forward's own
  * weights, their rounding relative to s - m at any size of the logits.
  *   Else from lse (and lse_lo): raw scores take shift = lse / scale rounded
- * to float, near the row's top score, and log_sum = the rest, (lse - shift
- * scale) log2(e) in double, so that s - shift is exact near the top and
- * the product's rounding relative to s - shift (lse log2(e) rounded would
- * be off by |lse| 2^-24); scaled scores take lse in base 2 with ALiBi's
- * row shift, log_sum 0. */
+ * to float, near the row's top score, and the rest, (lse - shift scale)
+ * log2(e) in double, so that s - shift is exact near the top and the
+ * product's rounding relative to s - shift (lse log2(e) rounded would be
+ * off by |lse| 2^-24); scaled scores take lse in base 2 with ALiBi's row
+ * shift, rounded, and its rounding's rest. */
 static void pack_queries(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
                          const attn_attention_seq *seq, size_t h, const block_rows *br,
                          bool want_q) {
@@ -1157,28 +1177,34 @@ static void pack_queries(const backward_job *job, const backward_tiles *t, size_
     const attn_flash_rows *rs = &job->rows;
     for (size_t r = 0; r < BR; r++) {
         float *shift = t->shift + g * BR + r, *log_sum = t->log_sum + g * BR + r;
-        float *delta = t->delta + g * BR + r;
+        float *log_lo = t->log_lo + g * BR + r, *delta = t->delta + g * BR + r;
         *shift = -INFINITY;
-        *log_sum = *delta = 0.0f;
+        *log_sum = *log_lo = *delta = 0.0f;
         if (r >= rows) continue;
         size_t at = attn_lse_index(p, b, h, i0 + r);
         *delta = job->delta[at];
-        const float *stats = rs->stats ? rs->stats + 2 * at : NULL;
-        if (stats && stats[0] == stats[0]) { /* not NaN: the forward's own */
+        const float *stats = own_stats(rs, at);
+        double rest; /* the log2 of the divisor, in the shift's base-2 units */
+        if (stats) {
             *shift = stats[0];
-            *log_sum = stats[1];
-            continue;
+            rest = log2((double)stats[1]);
+        } else if (rs->lse[at] == -INFINITY) {
+            continue; /* the row sees no key */
+        } else {
+            double lse = (double)rs->lse[at] + (rs->lse_lo ? rs->lse_lo[at] : 0.0);
+            if (!f->raw) {
+                double base2 = (lse + slope * br->near[r]) * LOG2E;
+                *shift = (float)base2;
+                rest = base2 - (double)*shift;
+            } else {
+                float m = (float)(lse / p->scale);
+                if (!isfinite(m)) m = 0.0f; /* lse / scale past float: lse in the rest */
+                *shift = m;
+                rest = (lse - (double)m * p->scale) * LOG2E;
+            }
         }
-        if (rs->lse[at] == -INFINITY) continue; /* the row sees no key */
-        double lse = (double)rs->lse[at] + (rs->lse_lo ? rs->lse_lo[at] : 0.0);
-        if (!f->raw) {
-            *shift = (float)((lse + slope * br->near[r]) * LOG2E);
-            continue;
-        }
-        float m = (float)(lse / p->scale);
-        if (!isfinite(m)) m = 0.0f; /* lse / scale past float: lse itself in log_sum */
-        *shift = m;
-        *log_sum = (float)((lse - (double)m * p->scale) * LOG2E);
+        *log_sum = (float)rest;
+        *log_lo = (float)(rest - (double)*log_sum);
     }
 }
 
@@ -1211,8 +1237,8 @@ static void note_peaks(const flash_shape *f, const backward_tiles *t, attn_row_p
  *
  * Phase one, weight_tile: A = P for rows [r0, r0 + RG) of head slot g
  * (head h) of block br against keys [j0, j0 + cols), which they see in
- * columns [c0, c1) of it: P = 2^(fma(s - shift, exp_scale, -log_sum))
- * (pack_queries), zero where masked, for rows past the block and for rows
+ * columns [c0, c1) of it: P = 2^(fma(s - shift, exp_scale, -log_sum) -
+ * log_lo) (pack_queries), zero where masked, for rows past the block and for rows
  * that saw no key (their dS zero too). Softcap's
  * tanh(s / cap) goes to th's rows, dropout's keep factors to dS's (1 past
  * cols), for phase two. */
@@ -1223,6 +1249,7 @@ static void weight_tile(const backward_job *job, const backward_tiles *t, size_t
     const attn_attention_problem *p = f->p;
     vec s[RG][NV];
     const float *shift = t->shift + g * BR, *log_sum = t->log_sum + g * BR;
+    const float *log_lo = t->log_lo + g * BR;
     /* outside [c0, c1): s = -inf, so P = 0 */
     score_cols(t->qs + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->kt, c0, c1, v_set1(-INFINITY), s);
     modify_tile(f, br, slope2_of(f, h), s, r0, j0, t->th + r0 * BC);
@@ -1235,9 +1262,9 @@ static void weight_tile(const backward_job *job, const backward_tiles *t, size_t
             memset(dS, 0, BC * sizeof *dS);
             continue;
         }
-        vec m = v_set1(shift[row]), neg_log_sum = v_set1(-log_sum[row]);
+        vec m = v_set1(shift[row]), neg_log_sum = v_set1(-log_sum[row]), lo = v_set1(log_lo[row]);
         for (int v = 0; v < NV; v++)
-            v_store(A + v * VW, v_exp2(v_fma(v_sub(s[r][v], m), c, neg_log_sum)));
+            v_store(A + v * VW, v_exp2(v_sub(v_fma(v_sub(s[r][v], m), c, neg_log_sum), lo)));
         if (f->drop->kind != ATTN_DROP_NONE) {
             drop_factors(f->drop, attn_drop_index(p, b, h, br->i0 + row, j0), cols, dS);
             for (size_t col = cols; col < BC; col++) dS[col] = 1.0f;
@@ -1363,7 +1390,7 @@ static void rows_seeing(const flash_shape *f, const attn_attention_seq *seq, siz
 }
 
 /* The tiles of the rows from row at of the one pass's packed rows (head
- * slot 0 of rt): qs, q, dO, shift, log_sum and delta; the scratch as t's. */
+ * slot 0 of rt): qs, q, dO, shift, log_sum, log_lo and delta; the scratch as t's. */
 static void rows_tiles(const flash_shape *f, const backward_tiles *t, size_t at,
                        backward_tiles *rt) {
     rt->qs = t->qs_all + at * f->Dp;
@@ -1371,6 +1398,7 @@ static void rows_tiles(const flash_shape *f, const backward_tiles *t, size_t at,
     rt->dO = t->dO_all + at * f->Dp;
     rt->shift = t->shift_all + at;
     rt->log_sum = t->log_sum_all + at;
+    rt->log_lo = t->log_lo_all + at;
     rt->delta = t->delta_all + at;
 }
 
@@ -1675,16 +1703,16 @@ static void delta_rows(void *arg, size_t begin, size_t end) {
 }
 
 /* The weight of head h's sink in row at, e^(sink - lse): from the
- * forward's row statistics, e^(sink - m scale) / l, where the row has them
- * (raw scores) and the sink lies below m scale, log2 l then being small
- * and exact to its own size; else from lse and lse_lo, which round near the
- * sink where it dominates the row. */
+ * forward's row statistics, e^(sink - m scale) / l, where the backward
+ * takes them (own_stats; raw scores) and the sink lies below m scale;
+ * else from lse and lse_lo, which round near the sink where it dominates
+ * the row. */
 static double sink_weight(const backward_job *job, size_t at, float sink) {
     const attn_flash_rows *rs = &job->rows;
-    const float *stats = rs->stats ? rs->stats + 2 * at : NULL;
-    if (job->f.raw && stats && stats[0] == stats[0]) {
+    const float *stats = own_stats(rs, at);
+    if (job->f.raw && stats) {
         double d = (double)sink - (double)stats[0] * job->f.p->scale;
-        if (d <= 0.0) return exp(d - stats[1] / LOG2E);
+        if (d <= 0.0) return exp(d) / (double)stats[1];
     }
     return exp((double)sink - ((double)rs->lse[at] + (rs->lse_lo ? rs->lse_lo[at] : 0.0)));
 }
