@@ -1041,7 +1041,7 @@ static attn_status load(attn_ctx *ctx, const char *who, const char *path, const 
     char *weights_path = NULL, *dir_config = NULL;
     const char *weights = path, *config_path = cfg ? NULL : config_json;
     /* a sharded checkpoint: its index, given or in the directory */
-    bool sharded = has_suffix(path, ".safetensors.index.json");
+    bool sharded = false;
     if (is_directory(path)) {
         weights_path = join(path, "model.safetensors");
         dir_config = join(path, "config.json");
@@ -1062,7 +1062,7 @@ static attn_status load(attn_ctx *ctx, const char *who, const char *path, const 
         }
         weights = weights_path;
         if (!cfg && !config_path && is_file(dir_config)) config_path = dir_config;
-    } else if (sharded && !cfg && !config_path) {
+    } else if ((sharded = has_suffix(path, ".safetensors.index.json")) && !cfg && !config_path) {
         /* the index's config.json beside it */
         const char *slash = strrchr(path, '/');
         size_t n = slash ? (size_t)(slash - path) : 1;
