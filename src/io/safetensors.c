@@ -631,6 +631,12 @@ static bool plain_file_name(const char *name) {
     return name[0] && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 && !strchr(name, '/');
 }
 
+/* Whether item i of a JSON object is its key's last, the one Python's
+ * json keeps (and attn_json_get finds) where a key repeats. */
+static bool last_of_key(const attn_json *obj, size_t i) {
+    return attn_json_get(obj, obj->keys[i]) == &obj->items[i];
+}
+
 /* The shards' tensors, in the order of the shards and of their data,
  * each with the shard and the index it has there. */
 static attn_status gather_shards(attn_safetensors *st) {
@@ -684,13 +690,16 @@ attn_status attn_safetensors_open_index(attn_ctx *ctx, const char *index_path,
     /* the shards, each named once, in the order the map first names them */
     size_t n_names = 0;
     for (size_t i = 0; s == ATTN_OK && i < map->count; i++) {
+        if (!last_of_key(map, i)) continue;
         const char *file = map->items[i].type == ATTN_JSON_STRING ? map->items[i].string : NULL;
         if (!file || !plain_file_name(file)) {
-            char key[ST_TEXT_MAX];
+            char key[ST_TEXT_MAX], value[ST_TEXT_MAX];
             printable(key, sizeof key, map->keys[i]);
+            printable(value, sizeof value, file ? file : "(not a string)");
             s = attn_fail(ctx, ATTN_ERR_FORMAT,
-                          "%s: weight_map[\"%s\"] must be the name of a file beside the index",
-                          index_path, key);
+                          "%s: weight_map[\"%s\"] is %s%s%s: it must be the name of a file "
+                          "beside the index", index_path, key, file ? "\"" : "", value,
+                          file ? "\"" : "");
             break;
         }
         size_t k = 0;
@@ -720,6 +729,7 @@ attn_status attn_safetensors_open_index(attn_ctx *ctx, const char *index_path,
     if (s == ATTN_OK) s = sort_names(st);
     /* every tensor the map names lies in the shard it names */
     for (size_t i = 0; s == ATTN_OK && i < map->count; i++) {
+        if (!last_of_key(map, i)) continue;
         size_t k = 0;
         while (strcmp(names[k], map->items[i].string) != 0) k++;
         if (attn_safetensors_index(st->shards[k], map->keys[i]) == st->shards[k]->count) {

@@ -422,6 +422,13 @@ static attn_status book_flag(attn_ctx *ctx, const char *path, const attn_json *j
     return st;
 }
 
+/* A JSON value's kind, for a message. */
+static const char *json_kind(const attn_json *v) {
+    static const char *const kinds[] = {"null", "a boolean", "a number", "a string", "a list",
+                                        "an object"};
+    return v->type <= ATTN_JSON_OBJECT ? kinds[v->type] : "?";
+}
+
 /* An optional string: NULL when absent; any other value, null included,
  * is refused by name (transformers fails on it too). */
 static attn_status opt_string(attn_ctx *ctx, const char *path, const attn_json *obj,
@@ -429,8 +436,8 @@ static attn_status opt_string(attn_ctx *ctx, const char *path, const attn_json *
     *out = NULL;
     const attn_json *v = attn_json_get(obj, key);
     if (v && !(*out = attn_json_as_string(v)))
-        return attn_fail(ctx, ATTN_ERR_FORMAT, "attn_lm_load: %s: \"%s\" must be a string",
-                         path, key);
+        return attn_fail(ctx, ATTN_ERR_FORMAT, "attn_lm_load: %s: \"%s\" must be a string, not %s",
+                         path, key, json_kind(v));
     return ATTN_OK;
 }
 
@@ -458,10 +465,14 @@ static attn_status no_softcap_or_partial_rope(attn_ctx *ctx, const char *path,
     static const char *const softcaps[] = {"attn_logit_softcapping", "final_logit_softcapping"};
     for (size_t i = 0; i < 2; i++) {
         const attn_json *v = attn_json_get(j, softcaps[i]);
-        if (v && v->type != ATTN_JSON_NULL)
+        if (v && v->type != ATTN_JSON_NULL) {
+            char shown[32];
+            if (v->type == ATTN_JSON_NUMBER) snprintf(shown, sizeof shown, "%g", v->number);
+            else snprintf(shown, sizeof shown, "%s", json_kind(v));
             return attn_fail(ctx, ATTN_ERR_INVALID,
-                             "attn_lm_load: %s: \"%s\" (Gemma 2's logit soft-capping) is not in "
-                             "the book's models", path, softcaps[i]);
+                             "attn_lm_load: %s: \"%s\" %s (Gemma 2's logit soft-capping) is "
+                             "not in the book's models", path, softcaps[i], shown);
+        }
     }
     double partial = 1.0;
     attn_status st = opt_double(ctx, path, j, "partial_rotary_factor", &partial);
@@ -577,13 +588,15 @@ static attn_status read_hf_llama(attn_ctx *ctx, const char *path, const attn_jso
     if (st == ATTN_OK)
         st = book_string(ctx, path, j, "model_type", llama, 2,
                          "the book's Llama 3 (\"llama\", or \"mistral\" without a window)");
-    /* MistralConfig's sliding_window is 4096 when the file does not say */
+    /* Mistral's window: MistralConfig's 4096 where the file has no
+     * sliding_window, none where it is null; transformers' Llama reads no
+     * window at all, nor Mistral use_sliding_window (Qwen2's key) */
     const char *type = attn_json_as_string(attn_json_get(j, "model_type"));
-    size_t window = type && strcmp(type, "mistral") == 0 ? 4096 : 0;
-    int use_window = 1;
-    if (st == ATTN_OK) st = opt_size(ctx, path, j, "sliding_window", &window);
-    if (st == ATTN_OK) st = opt_bool(ctx, path, j, "use_sliding_window", &use_window);
-    if (st == ATTN_OK && use_window && window && window < c->context_length)
+    bool mistral = type && strcmp(type, "mistral") == 0;
+    const attn_json *sw = attn_json_get(j, "sliding_window");
+    size_t window = mistral && !sw ? 4096 : 0;
+    if (st == ATTN_OK && mistral) st = opt_size(ctx, path, j, "sliding_window", &window);
+    if (st == ATTN_OK && window && window < c->context_length)
         st = attn_fail(ctx, ATTN_ERR_INVALID,
                        "attn_lm_load: %s: sliding_window %zu (below max_position_embeddings "
                        "%zu): the book's Llama 3 attends to every earlier position",
@@ -993,9 +1006,11 @@ static attn_status check_tensors(lm_source *s, const attn_lm_config *c, bool str
             if (t.used[i] || attn_safetensors_info_at(s->st, i, &info) != ATTN_OK ||
                 is_buffer(s, info.name))
                 continue;
-            if (++unused <= 3)
-                snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%.60s'",
-                         unused > 1 ? ", " : "", info.name);
+            if (++unused > 3) continue;
+            char name[64]; /* whole characters, a cut marked */
+            attn_escape_text(name, sizeof name, info.name, strlen(info.name));
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s'%s'",
+                     unused > 1 ? ", " : "", name);
         }
         if (unused > 3)
             snprintf(names + strlen(names), sizeof names - strlen(names), " and %zu more",

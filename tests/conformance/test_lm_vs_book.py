@@ -548,6 +548,13 @@ def hf_checks(O, r, tmp):
             check(False, "an index mapping %s: no error" % change)
         except attn.AttnError as err:
             check(said in str(err), "an index mapping %s refused: %s" % (change, err))
+    # a key given twice: the last mapping counts, as in Python's json (and transformers)
+    text = json.dumps(index)
+    wrong = json.dumps({moved: index["weight_map"][other]})[1:-1]
+    with open(index_path, "w") as f:
+        f.write(text.replace('"weight_map": {', '"weight_map": {' + wrong + ", ", 1))
+    close(attn.LanguageModel.load(sharded).forward(ids), want,
+          "an index naming %s twice, the last right" % moved)
     O.write_json(index, index_path)
 
     # config flags that change the arithmetic, at other than the book's values:
@@ -592,6 +599,9 @@ def hf_checks(O, r, tmp):
     refused = (
         (llama_dir, {"model_type": "mistral", "sliding_window": 8}, "sliding_window 8"),
         (llama_dir, {"model_type": "mistral", "sliding_window": KeyError}, "sliding_window 4096"),
+        # transformers' Mistral reads no use_sliding_window (Qwen2's key)
+        (llama_dir, {"model_type": "mistral", "sliding_window": 8, "use_sliding_window": False},
+         "sliding_window 8"),
         (llama_dir, {"model_type": "gemma"}, 'model_type "gemma"'),
         (llama_dir, {"partial_rotary_factor": 0.5}, "partial_rotary_factor"),
         (llama_dir, {"attn_logit_softcapping": 50.0}, "attn_logit_softcapping"),
@@ -612,14 +622,16 @@ def hf_checks(O, r, tmp):
         except attn.AttnError as err:
             check(said in str(err), "config %s refused: %s" % (changes, err))
     # accepted as Llama: Mistral without a window, or with one that covers the
-    # context; transformers 5's rope_parameters, read as rope_theta and
+    # context, and Llama with any; transformers 5's rope_parameters, read as rope_theta and
     # rope_scaling are (the same logits as the older keys; other than without)
     ids = np.array([[r.randrange(101) for _ in range(40)]], np.int32)
     plain = with_config(llama_dir, {}, "plain").forward(ids)
-    for i, changes in enumerate(({"model_type": "mistral", "sliding_window": None},
+    # (a null window is no window, at any context; Llama reads no window)
+    for i, changes in enumerate(({"model_type": "mistral", "sliding_window": None,
+                                  "max_position_embeddings": 32768},
                                  {"model_type": "mistral", "sliding_window": 128},
-                                 {"model_type": "mistral", "sliding_window": 8,
-                                  "use_sliding_window": False},
+                                 {"model_type": "llama", "sliding_window": 4},
+                                 {"sliding_window": 4},
                                  {"rope_parameters": {"rope_type": "default",
                                                       "rope_theta": 10000.0}})):
         close(with_config(llama_dir, changes, "same%d" % i).forward(ids), plain,
