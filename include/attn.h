@@ -492,7 +492,11 @@ attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const 
 /* dq (q's layout), dk, dv (k's and v's) from dout (out's layout), given the
  * forward's out and lse and, with dropout, what it drew. With GQA, dk and dv
  * sum their query heads' gradients in a fixed order: the same bits for any
- * thread count. */
+ * thread count. The weights are recomputed from the scores against lse, as
+ * FlashAttention's are: lse from a forward on other kernels (the
+ * reference's scores are summed in double) puts each weight off by its
+ * scores' rounding difference times scale, which large logits make large;
+ * the modules keep their forward's own statistics and are exact either way. */
 attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
                                const float *k, const float *v, const float *out,
                                const float *lse, const float *dout, float *dq, float *dk,

@@ -222,17 +222,32 @@ static size_t fused_forward_bytes(const attn_ctx *ctx, const attn_attention_prob
 }
 
 /* The backward's tiles (also the forward's, for the lse it recomputes when
- * p has none), then delta, then that lse. */
+ * p has none, or row statistics another forward marked), then delta, then
+ * that lse, its lse_lo and its row statistics. */
+/* Whether the backward may run a forward of its own for lse and the row
+ * statistics: without lse, or with row_stats another forward may have
+ * marked (own_rows_needed). */
+static bool may_take_own_rows(const attn_attention_problem *p) {
+    return !p->lse || (p->row_stats && !p->backward_from_lse);
+}
+
+/* Whether it does: no lse, or row_stats another forward marked (the
+ * runner marks every row alike). */
+static bool own_rows_needed(const attn_attention_problem *p) {
+    return !p->lse || (p->row_stats && !p->backward_from_lse && attn_lse_rows(p) > 0 &&
+                       p->row_stats[1] == ATTN_ROW_STATS_FOREIGN);
+}
+
 static size_t backward_tiles_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
     size_t bwd = fk->backward_workspace(p), fwd = fk->forward_workspace(p, flash_fit(ctx));
-    return tiles_bytes(ctx, !p->lse && fwd > bwd ? fwd : bwd);
+    return tiles_bytes(ctx, may_take_own_rows(p) && fwd > bwd ? fwd : bwd);
 }
 
 static size_t fused_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     size_t bytes = add_or_max(backward_tiles_bytes(ctx, p), rows_bytes(p));
-    /* without lse: the forward's lse and row statistics (two floats a row) */
-    return p->lse ? bytes : add_or_max(bytes, mul_or_max(3, rows_bytes(p)));
+    /* its own lse, lse_lo and row statistics (two floats a row) */
+    return may_take_own_rows(p) ? add_or_max(bytes, mul_or_max(4, rows_bytes(p))) : bytes;
 }
 
 /* ---- the passes ------------------------------------------------------------ */
@@ -271,19 +286,20 @@ static const char *fused_backward(attn_ctx *ctx, const attn_attention_problem *p
      * block of a longer row (backward_from_lse) */
     attn_flash_rows rows = {.lse = p->lse, .lse_lo = p->lse_lo,
                             .stats = p->backward_from_lse ? NULL : p->row_stats};
-    if (!rows.lse) {
-        /* the forward kept no statistics: its lse and row statistics
-         * again, without values */
+    if (own_rows_needed(p)) {
+        /* no statistics, or another kernel's: this forward's lse and row
+         * statistics, without values */
         float *own = (float *)((char *)delta + rows_bytes(p));
-        float *own_stats = (float *)((char *)own + rows_bytes(p));
+        float *own_lo = (float *)((char *)own + rows_bytes(p));
+        float *own_stats = (float *)((char *)own_lo + rows_bytes(p));
         attn_attention_problem stats = *p;
         stats.out.data = NULL;
         stats.lse = own;
-        stats.lse_lo = NULL;
+        stats.lse_lo = own_lo;
         stats.row_stats = own_stats;
         fk->forward(w, flash_fit(ctx), &stats, &no_dropout, ws, NULL);
         attn_pool_zero(w.pool, w.threads, workspace, tiles);
-        rows = (attn_flash_rows){.lse = own, .stats = own_stats};
+        rows = (attn_flash_rows){.lse = own, .lse_lo = own_lo, .stats = own_stats};
     }
     drop = drop ? drop : &no_dropout;
     if (!fk->backward_measures(p, drop)) {

@@ -421,11 +421,14 @@ typedef enum run_result {
     RUN_FAILED        /* a pass failed (attn_pass_failed): its message is in the ctx */
 } run_result;
 
-/* p's row_stats marked NaN, every row of lse's layout: the forward that
- * ran keeps none (attn_attention_backend's writes_row_stats). */
+/* p's row_stats marked as another forward's, every row of lse's layout:
+ * the forward that ran keeps none (attn_attention_backend's
+ * writes_row_stats). */
 static void no_row_stats(const attn_attention_problem *p) {
-    size_t rows = p->cu_seqlens_q ? p->q_heads * p->total_q : p->batch * p->q_heads * p->q_len;
-    for (size_t r = 0; r < 2 * rows; r++) p->row_stats[r] = NAN;
+    for (size_t r = 0; r < attn_lse_rows(p); r++) {
+        p->row_stats[2 * r] = NAN;
+        p->row_stats[2 * r + 1] = ATTN_ROW_STATS_FOREIGN;
+    }
 }
 
 /* Asks the registry's backends in order and runs the first that takes p

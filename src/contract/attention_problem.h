@@ -140,10 +140,12 @@ typedef struct attn_attention_problem {
      * weight as the forward did,
      * 2^((s - m) c - log2 l), rounded relative to s - m however large the
      * logits. lse and lse_lo cannot give that: their sum carries 48 bits, an
-     * exponent off by |lse| 2^-48 (1e15 at lse = 1e30). Every other
-     * forward marks the rows NaN (the runner does, after the pass: no
-     * statistics), and the backward then takes lse and lse_lo. The modules
-     * keep it; the backward ignores it with backward_from_lse. */
+     * exponent off by |lse| 2^-48 (1e15 at lse = 1e30). After every other
+     * forward the runner marks the rows (m NaN, l ATTN_ROW_STATS_FOREIGN):
+     * that lse is the other kernel's, from scores the fused ones do not
+     * round alike (the reference's in double), so the fused backward takes
+     * its own lse and statistics (one more forward pass, without values).
+     * The modules keep it; the backward ignores it with backward_from_lse. */
     float *row_stats;
     /* ---- score modifiers: zero (false, NULL) is off */
     float scale;                  /* applied first: q . k * scale */
@@ -395,6 +397,16 @@ static inline uint64_t attn_drop_index(const attn_attention_problem *p, size_t b
                                        size_t i, size_t j) {
     return (((uint64_t)b * p->q_heads + h) * p->q_len + i) * p->kv_len + j;
 }
+
+/* The rows of lse: B Hq T, or Hq total_q packed. */
+static inline size_t attn_lse_rows(const attn_attention_problem *p) {
+    return p->cu_seqlens_q ? p->q_heads * p->total_q : p->batch * p->q_heads * p->q_len;
+}
+
+/* A row's row_stats divisor where another forward than the fused one ran
+ * (the runner's mark): its lse came from other arithmetic than the fused
+ * kernels' scores. */
+#define ATTN_ROW_STATS_FOREIGN (-1.0f)
 
 /* The index of row (b, h, i) in lse: (B, Hq, T), or (Hq, total_q) packed. */
 static inline size_t attn_lse_index(const attn_attention_problem *p, size_t b, size_t h,
