@@ -110,9 +110,15 @@ struct attn_safetensors {
     attn_metadata_entry *meta;  /* strings owned here */
     size_t meta_count, meta_capacity;
     /* a sharded checkpoint (attn_safetensors_open_index): the files its
-     * tensors lie in, each tensor's data read from its own */
+     * tensors lie in, each tensor's data read from its own, with one file
+     * open at a time (open_shard; shard_count: none), so that a model of
+     * hundreds of shards holds one descriptor */
     attn_safetensors **shards;
-    size_t shard_count;
+    size_t shard_count, open_shard;
+    /* a file opened from a path: which file it is, to know it again when
+     * it is opened again (a shard's) */
+    dev_t device;
+    ino_t inode;
 };
 
 /* Untrusted text (a name, a key) for a message, escaped as messages quote
@@ -588,9 +594,13 @@ attn_status attn_safetensors_open(attn_ctx *ctx, const char *path, attn_safetens
     if (!st->file) s = attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     /* a device such as /dev/zero seeks to an end of 0 bytes: its size is no size */
     struct stat info;
-    if (s == ATTN_OK && fstat(fileno(st->file), &info) == 0 && !S_ISREG(info.st_mode))
-        s = attn_fail(ctx, ATTN_ERR_IO, "%s: not a regular file (a safetensors file is read by "
-                      "its size)", path);
+    if (s == ATTN_OK && fstat(fileno(st->file), &info) == 0) {
+        if (!S_ISREG(info.st_mode))
+            s = attn_fail(ctx, ATTN_ERR_IO, "%s: not a regular file (a safetensors file is read "
+                          "by its size)", path);
+        st->device = info.st_dev;
+        st->inode = info.st_ino;
+    }
     long end = -1;
     if (s == ATTN_OK && (fseek(st->file, 0, SEEK_END) != 0 || (end = ftell(st->file)) < 0 ||
                          fseek(st->file, 0, SEEK_SET) != 0))
@@ -629,6 +639,35 @@ attn_status attn_safetensors_open(attn_ctx *ctx, const char *path, attn_safetens
  * index's own directory (an index cannot point elsewhere). */
 static bool plain_file_name(const char *name) {
     return name[0] && strcmp(name, ".") != 0 && strcmp(name, "..") != 0 && !strchr(name, '/');
+}
+
+/* Shard k's file open, the one open before it closed: the same file the
+ * index's opening read (device, inode and size), or ATTN_ERR_IO naming it. */
+static attn_status open_shard(attn_safetensors *st, size_t k) {
+    if (st->open_shard == k) return ATTN_OK;
+    if (st->open_shard < st->shard_count) {
+        attn_safetensors *was = st->shards[st->open_shard];
+        fclose(was->file);
+        was->file = NULL;
+        st->open_shard = st->shard_count;
+    }
+    attn_safetensors *shard = st->shards[k];
+    FILE *f = fopen(shard->label, "rb");
+    if (!f)
+        return attn_fail(st->ctx, ATTN_ERR_IO, "%s: cannot open again: %s", shard->label,
+                         strerror(errno));
+    struct stat info;
+    if (fstat(fileno(f), &info) != 0 || info.st_dev != shard->device ||
+        info.st_ino != shard->inode || info.st_size < 0 ||
+        (size_t)info.st_size != shard->data_start + shard->data_size) {
+        fclose(f);
+        return attn_fail(st->ctx, ATTN_ERR_IO,
+                         "%s: the file changed since the index %s was read", shard->label,
+                         st->label);
+    }
+    shard->file = f;
+    st->open_shard = k;
+    return ATTN_OK;
 }
 
 /* Whether item i of a JSON object is its key's last, the one Python's
@@ -723,8 +762,14 @@ attn_status attn_safetensors_open_index(attn_ctx *ctx, const char *index_path,
         memcpy(path + dir_len, names[k], n + 1);
         s = attn_safetensors_open(ctx, path, &st->shards[k]);
         attn_free(path);
-        if (s == ATTN_OK) st->shard_count++;
+        if (s == ATTN_OK) {
+            /* read again when a tensor of it is loaded (open_shard) */
+            fclose(st->shards[k]->file);
+            st->shards[k]->file = NULL;
+            st->shard_count++;
+        }
     }
+    if (st) st->open_shard = st->shard_count; /* none */
     if (s == ATTN_OK) s = gather_shards(st);
     if (s == ATTN_OK) s = sort_names(st);
     /* every tensor the map names lies in the shard it names */
@@ -937,7 +982,10 @@ static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t n
         return attn_fail(st->ctx, ATTN_ERR_NOT_FOUND, "%s has %zu tensors; index %zu is out of range",
                          st->label, st->count, index);
     const st_tensor *t = &st->tensors[index];
-    if (st->shards) return load(st->shards[t->shard], t->shard_index, dst, numel, weights);
+    if (st->shards) {
+        attn_status s = open_shard(st, t->shard);
+        return s != ATTN_OK ? s : load(st->shards[t->shard], t->shard_index, dst, numel, weights);
+    }
     char name[ST_TEXT_MAX];
     printable(name, sizeof name, t->name);
     if (!dtype_loadable(t->dtype))

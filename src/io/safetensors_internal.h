@@ -39,7 +39,9 @@ attn_status attn_safetensors_write_to(attn_ctx *ctx, attn_file *f, const char *p
  * from its own shard (data_begin/data_end are offsets there). A shard name
  * that is not a plain file name, a tensor the map puts in a shard that
  * lacks it, and a tensor in two shards are ATTN_ERR_FORMAT naming them. No
- * metadata. Freed with attn_safetensors_free. */
+ * metadata. One shard file is open at a time, opened again when a tensor
+ * of it is loaded (ATTN_ERR_IO where it changed meanwhile). Freed with
+ * attn_safetensors_free. */
 attn_status attn_safetensors_open_index(attn_ctx *ctx, const char *index_path,
                                         attn_safetensors **out);
 /* Writes "[2, 3]" for a shape into buf. */

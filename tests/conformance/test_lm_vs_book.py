@@ -527,6 +527,15 @@ def hf_checks(O, r, tmp):
           "LlamaForCausalLM in %d shards, from its directory" % len(shards))
     close(attn.LanguageModel.load(index_path).forward(ids), want,
           "LlamaForCausalLM in %d shards, from its index" % len(shards))
+    # one shard file open at a time: 16 shards under a limit of 12 descriptors
+    import resource
+    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_NOFILE, (12, 12)); "
+            "import attn; attn.LanguageModel.load(sys.argv[1]); print('loaded')")
+    limited = subprocess.run([sys.executable, "-c", code, sharded], capture_output=True,
+                             text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    check(limited.returncode == 0 and "loaded" in limited.stdout,
+          "16 shards load under 12 open files: %s" %
+          (limited.stdout + limited.stderr).strip()[-300:])
     # indexes that name what is not there, or reach outside their directory
     import json
     with open(index_path) as f:
