@@ -399,6 +399,7 @@ static int run_train(int argc, char **argv) {
         return rc;
     }
     size_t cells = o.batch * o.model.context_length;
+    attn_status made = ATTN_OK;
     const attn_param *params = NULL;
     size_t count = 0;
     if (o.batch > ((size_t)1 << 20) || o.model.context_length > ((size_t)1 << 20) ||
@@ -411,17 +412,22 @@ static int run_train(int argc, char **argv) {
     } else if (attn_rng_new(r.ctx, o.seed, &r.init_rng) != ATTN_OK ||
                attn_rng_new(r.ctx, o.seed + 1, &r.data_rng) != ATTN_OK ||
                attn_rng_new(r.ctx, o.seed + 2, &r.eval_rng) != ATTN_OK ||
-               attn_rng_new(r.ctx, o.seed + 3, &r.dropout_rng) != ATTN_OK ||
-               attn_model_new(r.ctx, &o.model, r.init_rng, &r.model) != ATTN_OK ||
-               attn_model_params(r.model, &params, &count) != ATTN_OK) {
+               attn_rng_new(r.ctx, o.seed + 3, &r.dropout_rng) != ATTN_OK) {
         rc = cli_library_error(r.ctx, "train");
+    } else if ((made = attn_model_new(r.ctx, &o.model, r.init_rng, &r.model)) != ATTN_OK ||
+               attn_model_params(r.model, &params, &count) != ATTN_OK) {
+        /* a config the options give that no model has is the options' fault */
+        rc = made == ATTN_ERR_INVALID || made == ATTN_ERR_SHAPE
+                 ? cli_usage_error("%s (see --d-model, --heads, --layers)",
+                                   attn_ctx_last_error(r.ctx))
+                 : cli_library_error(r.ctx, "train");
     } else {
         r.tokens = malloc(cells * sizeof *r.tokens);
         r.targets = malloc(cells * sizeof *r.targets);
         r.logits = malloc(cells * o.model.vocab_size * sizeof *r.logits);
         if (!r.tokens || !r.targets || !r.logits)
-            rc = cli_usage_error("out of memory for a batch of %zu x %zu", o.batch,
-                                 o.model.context_length);
+            rc = cli_failure("out of memory for a batch of %zu x %zu", o.batch,
+                             o.model.context_length);
         else if (attn_optimizer_new(r.ctx, &oc, params, count, &r.opt) != ATTN_OK)
             rc = cli_library_error(r.ctx, "--optimizer");
         else {

@@ -1530,8 +1530,11 @@ void attn_optimizer_free(attn_optimizer *opt);
  * every gradient multiplied by min(1, max_norm / (total + 1e-6)), that
  * factor in float32 as PyTorch computes it. The squares are summed in
  * double (PyTorch sums in float32), so total can differ from PyTorch's in
- * its last bit. total_norm (optional) receives the norm before clipping.
- * max_norm must be finite and >= 0.
+ * its last bit; where float32's sum of squares overflows (gradients near
+ * 1e19 or more) or underflows (near 1e-23 or less), total is the finite
+ * norm, and clips by it, where PyTorch's is inf (every gradient zeroed) or
+ * 0. total_norm (optional) receives the norm before clipping. max_norm
+ * must be finite and >= 0.
  */
 attn_status attn_clip_grad_norm(attn_ctx *ctx, const attn_param *params, size_t count,
                                 double max_norm, float *total_norm);

@@ -559,8 +559,8 @@ attn_status attn_model_set_grad_enabled(attn_model *m, bool enabled) {
         attn_status st = attn_module_set_grad_enabled(m->blocks[l].attn, enabled);
         if (st != ATTN_OK) return st;
     }
+    /* the last forward's backward stands, as PyTorch's graph does */
     m->grad_enabled = enabled;
-    m->backward_ready = false;
     return ATTN_OK;
 }
 
@@ -702,7 +702,6 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
                                attn_rng *dropout_rng) {
     if (!m) return ATTN_ERR_NULL;
     attn_clear_error(m->ctx);
-    m->backward_ready = false;
     const attn_model_config *c = &m->cfg;
     if (!tokens) return attn_fail(m->ctx, ATTN_ERR_NULL, "attn_model_forward: tokens is NULL");
     if (!targets && loss)
@@ -728,12 +727,14 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
                          batch, seq);
     attn_status st = check_ids(m, "tokens", tokens, batch, seq, false);
     if (st == ATTN_OK && targets) st = check_ids(m, "targets", targets, batch, seq, true);
-    if (st == ATTN_OK && m->llama) {
+    if (st != ATTN_OK) return st; /* refused: the last forward's backward stands */
+    m->backward_ready = false;    /* from here its buffers change */
+    if (m->llama) {
         st = attn_llama3_forward(m->llama, tokens, targets, batch, seq, logits, loss);
         m->backward_ready = st == ATTN_OK && targets && m->grad_enabled;
         return st;
     }
-    if (st == ATTN_OK) st = ensure_rows(m, N);
+    st = ensure_rows(m, N);
     if (st != ATTN_OK) return st;
     /* The attention modules allocate between dropout draws: a failure puts
      * the dropout rng back where it was (logits and loss are written last). */

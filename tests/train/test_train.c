@@ -516,6 +516,14 @@ static void test_model_calls(attn_ctx *ctx, attn_rng *rng) {
     CHECK_STATUS(attn_model_backward(m), ATTN_OK);
     CHECK_NEAR(head.grad[5], 2.0 * once_head, 1e-6 * fabs(once_head));
     CHECK_NEAR(wq.grad[3], 2.0 * once_wq, 1e-6 * fabs(once_wq) + 1e-12);
+    /* a refused forward and set_grad_enabled leave the last forward's
+     * backward, as PyTorch's graph stays: a third backward adds a third */
+    tokens[7] = 11;
+    CHECK_STATUS(attn_model_forward(m, tokens, targets, B, T, logits, &loss, rng), ATTN_ERR_INVALID);
+    tokens[7] = 7;
+    CHECK_STATUS(attn_model_set_grad_enabled(m, true), ATTN_OK);
+    CHECK_STATUS(attn_model_backward(m), ATTN_OK);
+    CHECK_NEAR(head.grad[5], 3.0 * once_head, 1e-6 * fabs(once_head));
     CHECK_STATUS(attn_model_zero_grad(m), ATTN_OK);
     CHECK(head.grad[5] == 0.0f && wq.grad[3] == 0.0f);
 
