@@ -45,7 +45,7 @@ static const char pretrain_help[] =
     "tokens every --stride, the training windows shuffled into batches each epoch;\n"
     "AdamW steps; every --eval-freq steps the mean loss of --eval-iter batches of\n"
     "each part is printed as\n"
-    "  Ep 1 (Step 000000): Train loss 9.817, Val loss 9.924\n"
+    "  Ep 1 (Step 000000): Train loss 9.781, Val loss 9.933\n"
     "and after each epoch a greedy sample of 50 tokens from --sample (newlines\n"
     "printed as spaces). Nothing else goes to stdout; a terminal's stderr gets a\n"
     "live progress line.\n"
