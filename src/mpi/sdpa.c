@@ -8,6 +8,7 @@
 
 #include "mpi/ring.h"
 #include "mpi/ulysses.h"
+#include "overlap.h"
 
 #include <math.h>
 
@@ -51,10 +52,40 @@ static attn_status check_map(attn_mpi_group *g, const char *who, attn_mpi_job *j
     return ATTN_OK;
 }
 
+/* A rank's chunk of a call's tensor: its rows are of q's and out's heads,
+ * of k's and v's, or of lse's (one float a head). */
+typedef enum chunk_rows { CHUNK_Q, CHUNK_KV, CHUNK_LSE } chunk_rows;
+typedef struct chunk_arg {
+    const char *name;
+    const void *data;
+    chunk_rows rows;
+    bool out;
+} chunk_arg;
+
+/* No output chunk overlapping an input's or another output's, as the
+ * single-process calls refuse (attn.h). */
+static attn_status check_chunks(attn_mpi_group *g, const char *who, const attn_mpi_job *job,
+                                const chunk_arg *args, size_t n) {
+    enum { MOST = 9 }; /* the backward's nine */
+    attn_span outs[MOST], ins[MOST];
+    size_t n_outs = 0, n_ins = 0;
+    size_t rows = job->batch * job->local;
+    for (size_t i = 0; i < n && i < MOST; i++) {
+        size_t floats = args[i].rows == CHUNK_Q    ? rows * job->heads * job->head_dim
+                        : args[i].rows == CHUNK_KV ? rows * job->kv_heads * job->head_dim
+                                                   : rows * job->heads;
+        attn_span span = {args[i].name, args[i].data, floats * sizeof(float)};
+        if (args[i].out) outs[n_outs++] = span;
+        else ins[n_ins++] = span;
+    }
+    return attn_check_overlap(g->ctx, who, outs, n_outs, ins, n_ins);
+}
+
 /* The checks of a public SDPA call, then agreement on them and the sizes. */
 static attn_status sdpa_begin(attn_mpi_group *g, const char *who,
                               const attn_mpi_sdpa_config *cfg, const void *const *need,
-                              const char *const *need_names, size_t n_need, attn_mpi_job *job) {
+                              const char *const *need_names, size_t n_need,
+                              const chunk_arg *chunks, size_t n_chunks, attn_mpi_job *job) {
     attn_status st = ATTN_OK;
     if (!cfg) st = attn_fail(g->ctx, ATTN_ERR_NULL, "%s: cfg is NULL", who);
     for (size_t i = 0; i < n_need && st == ATTN_OK; i++)
@@ -85,7 +116,11 @@ static attn_status sdpa_begin(attn_mpi_group *g, const char *who,
         attn_mpi_record_int(&rec, "the block_mask's block_kv", m ? (int64_t)m->block_kv : 0);
         attn_mpi_record_hex(&rec, "the block_mask's content (checksum)", job->map_checksum);
     }
-    return attn_mpi_agree(g, who, st, &rec);
+    st = attn_mpi_agree(g, who, st, &rec);
+    /* the chunks' spans once the sizes are agreed (a rank's own wrong
+     * sizes are named as such above), then agreement on them */
+    if (st == ATTN_OK) st = attn_mpi_agree(g, who, check_chunks(g, who, job, chunks, n_chunks), NULL);
+    return st;
 }
 
 attn_status attn_mpi_sdpa_forward(attn_mpi_group *g, const attn_mpi_sdpa_config *cfg,
@@ -96,8 +131,11 @@ attn_status attn_mpi_sdpa_forward(attn_mpi_group *g, const attn_mpi_sdpa_config 
     const char *who = "attn_mpi_sdpa_forward";
     const void *need[4] = {q, k, v, out};
     static const char *const names[4] = {"q", "k", "v", "out"};
+    const chunk_arg chunks[5] = {{"q", q, CHUNK_Q, false},   {"k", k, CHUNK_KV, false},
+                                 {"v", v, CHUNK_KV, false},  {"out", out, CHUNK_Q, true},
+                                 {"lse", lse, CHUNK_LSE, true}};
     attn_mpi_job job;
-    attn_status st = sdpa_begin(g, who, cfg, need, names, 4, &job);
+    attn_status st = sdpa_begin(g, who, cfg, need, names, 4, chunks, 5, &job);
     if (st != ATTN_OK) return st;
     job.q = q;
     job.k = k;
@@ -116,8 +154,13 @@ attn_status attn_mpi_sdpa_backward(attn_mpi_group *g, const attn_mpi_sdpa_config
     const char *who = "attn_mpi_sdpa_backward";
     const void *need[9] = {q, k, v, out, lse, dout, dq, dk, dv};
     static const char *const names[9] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
+    const chunk_arg chunks[9] = {
+        {"q", q, CHUNK_Q, false},      {"k", k, CHUNK_KV, false},   {"v", v, CHUNK_KV, false},
+        {"out", out, CHUNK_Q, false},  {"lse", lse, CHUNK_LSE, false},
+        {"dout", dout, CHUNK_Q, false}, {"dq", dq, CHUNK_Q, true},   {"dk", dk, CHUNK_KV, true},
+        {"dv", dv, CHUNK_KV, true}};
     attn_mpi_job job;
-    attn_status st = sdpa_begin(g, who, cfg, need, names, 9, &job);
+    attn_status st = sdpa_begin(g, who, cfg, need, names, 9, chunks, 9, &job);
     if (st != ATTN_OK) return st;
     job.q = q;
     job.k = k;

@@ -337,7 +337,8 @@ attn_status attn_mpi_ulysses_backward(attn_mpi_group *g, const char *who,
         p.v.data = fv;
         p.out.data = fo;
         p.lse = fl;
-        p.backward_from_lse = true; /* whole rows: the same either way */
+        /* whole rows (every key of each of its heads): the backward's
+         * consistent delta holds, as in one process */
         st = attn_attention_check(ctx, who, &p);
     }
     if (st == ATTN_OK) {

@@ -100,12 +100,17 @@ static float *local_of(attn_mpi_mode mode, const float *full, size_t BH, size_t 
 /* One case on group g (NULL: a group of its own), with the block map bm
  * (NULL: none) named name, given to the single-process run and the ranks
  * alike. */
+/* q's and k's scale in sdpa_run: 1, or large logits (rows nearly one-hot) */
+static float logit_scale = 1.0f;
+
 static void sdpa_run(attn_ctx *ctx, attn_mpi_group *g, attn_mpi_mode mode, size_t B, size_t H,
                      size_t Hkv, size_t T, size_t D, bool causal, const attn_block_mask *bm,
                      const char *name) {
     uint64_t seed = 1000 * T + 10 * H + Hkv + (causal ? 7 : 0) + (bm ? map_seed : 0);
     size_t nq = B * H * T * D, nk = B * Hkv * T * D;
     float *q = random_floats(nq, seed), *k = random_floats(nk, seed + 1);
+    for (size_t i = 0; i < nq; i++) q[i] *= logit_scale;
+    for (size_t i = 0; i < nk; i++) k[i] *= logit_scale;
     float *v = random_floats(nk, seed + 2), *dout = random_floats(nq, seed + 3);
     float *out = zeros(nq), *lse = zeros(B * H * T), *dq = zeros(nq), *dk = zeros(nk),
           *dv = zeros(nk);
@@ -179,6 +184,12 @@ static void test_sdpa(attn_ctx *ctx) {
         sdpa_case(ctx, mode, 1, H, H, P + 1, 16, true); /* tokens < 2P: empty chunks */
         sdpa_case(ctx, mode, 1, H, H, 1, 8, false);     /* one token */
     }
+    /* Ulysses' rows are whole: at large logits (q, k x 100, rows nearly
+     * one-hot) its backward takes the consistent delta as one process does,
+     * and agrees with it (a block's backward_from_lse put dq and dk 1.3e-4 off) */
+    logit_scale = 100.0f;
+    sdpa_case(ctx, ATTN_MPI_ULYSSES, 1, H, H, 2 * P * 8 + 3, 16, true);
+    logit_scale = 1.0f;
 }
 
 /* ---- block maps ---------------------------------------------------------------- */
@@ -476,6 +487,18 @@ static void test_failure(attn_ctx *ctx) {
         st = attn_mpi_module_forward(g, attn_mha_module(drop), x, 1, 32, y);
         expect_failure(ctx, "module forward with dropout on one rank", st, "dropout", y,
                        local * 8);
+        /* overlaps the single-process calls refuse, on the last rank only:
+         * every rank fails, naming the spans, nothing written */
+        st = attn_mpi_module_forward(g, attn_mha_module(mha), x, 1, 32, rank == last ? x : y);
+        expect_failure(ctx, "module forward in place on one rank", st, "overlaps", y, local * 8);
+        float *k = random_floats(n, 2), *dq = zeros(n), *dk = zeros(n), *dv = zeros(n);
+        for (size_t i = 0; i < n; i++) dq[i] = 12345.0f;
+        st = attn_mpi_sdpa_backward(g, &mc, q, k, k, o, l, q, dq, dk, rank == last ? dk : dv);
+        expect_failure(ctx, "sdpa backward with dk == dv on one rank", st, "overlaps", dq, n);
+        free(k);
+        free(dq);
+        free(dk);
+        free(dv);
         free(x);
         free(y);
         attn_mha_free(drop);
