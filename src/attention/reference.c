@@ -288,10 +288,6 @@ static size_t reference_forward_bytes(const attn_ctx *ctx, const attn_attention_
  * Sums run over hidden entries too where PyTorch's matmuls do, so NaN in
  * dout spreads exactly as in autograd.
  */
-static size_t stat_rows(const attn_attention_problem *p) {
-    return p->cu_seqlens_q ? p->q_heads * p->total_q : p->batch * p->q_heads * p->q_len;
-}
-
 /* Per part: P, dP and tanh or the chain's gradient (S each), then acc (D)
  * in pass 1; acc_k (D) and acc_v (Dv) in pass 2; then the chain's room
  * (at part_chain_at). */
@@ -310,7 +306,7 @@ static size_t backward_failure_at(const attn_attention_problem *p) {
 /* Stats (lse, delta per row), the parts, then the modifiers' tensor_grad
  * sums. */
 static size_t reference_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
-    size_t doubles = 2 * stat_rows(p) + attn_parallel_parts(ctx->num_threads) * part_doubles(p) +
+    size_t doubles = 2 * attn_lse_rows(p) + attn_parallel_parts(ctx->num_threads) * part_doubles(p) +
                      mod_grad_offset(p, p->score_mod_count);
     return doubles * sizeof(double);
 }

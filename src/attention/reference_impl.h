@@ -519,7 +519,7 @@ static void REF(write_mod_grads)(const attn_attention_problem *p, const double *
 static const char *REF(backward)(attn_ctx *ctx, const attn_attention_problem *p,
                                  const REF_TENSORS *t, const attn_attention_dropout *drop,
                                  float *dsinks, void *workspace) {
-    size_t rows = stat_rows(p), parts = attn_parallel_parts(ctx->num_threads);
+    size_t rows = attn_lse_rows(p), parts = attn_parallel_parts(ctx->num_threads);
     double *stats = workspace;
     size_t mod_sums = mod_grad_offset(p, p->score_mod_count);
     double *sums = stats + 2 * rows + parts * part_doubles(p);

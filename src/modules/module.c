@@ -208,13 +208,7 @@ attn_status attn_module_backward(attn_module *m, const float *dy, size_t batch, 
     /* sizes of the forward's, which fit; dx is written while dy is read */
     char who[96];
     snprintf(who, sizeof who, "%s backward", name);
-    /* the backward also reads the parameters and writes their gradients */
-    size_t params = m->num_scalars * sizeof(float);
-    attn_span outs[] = {{"dx", dx, batch * tokens * m->d_in * sizeof(float)},
-                        {"the module's gradients", m->storage + m->num_scalars, params}};
-    attn_span ins[] = {{"dy", dy, batch * tokens * m->d_out * sizeof(float)},
-                       {"the module's parameters", m->storage, params}};
-    attn_status st = attn_check_overlap(m->ctx, who, outs, 2, ins, 2);
+    attn_status st = attn_module_check_spans(m, who, true, "dy", dy, "dx", dx, batch * tokens);
     if (st != ATTN_OK) return st;
     return m->ops->backward(m, dy, dx);
 }
@@ -297,11 +291,23 @@ attn_status attn_check_forward(attn_module *m, const float *x, size_t batch, siz
     /* the projections read x while y is written (widths within max_width) */
     char who[96];
     snprintf(who, sizeof who, "%s forward", name);
-    attn_span out = {"y", y, batch * tokens * m->d_out * sizeof(float)};
-    attn_span ins[] = {{"x", x, batch * tokens * m->d_in * sizeof(float)},
-                       {"the module's parameters and gradients", m->storage,
-                        2 * m->num_scalars * sizeof(float)}};
-    return attn_check_overlap(m->ctx, who, &out, 1, ins, 2);
+    return attn_module_check_spans(m, who, false, "x", x, "y", y, batch * tokens);
+}
+
+attn_status attn_module_check_spans(const attn_module *m, const char *who, bool backward,
+                                    const char *in_name, const float *in, const char *out_name,
+                                    const float *out, size_t rows) {
+    /* backward: dy in (d_out wide), dx out (d_in); the gradients written,
+     * the parameters read. forward: x in (d_in), y out (d_out); neither
+     * the parameters nor their gradients written over */
+    size_t params = m->num_scalars * sizeof(float);
+    size_t in_width = backward ? m->d_out : m->d_in, out_width = backward ? m->d_in : m->d_out;
+    attn_span outs[] = {{out_name, out, rows * out_width * sizeof(float)},
+                        {"the module's gradients", m->storage + m->num_scalars, params}};
+    attn_span ins[] = {{in_name, in, rows * in_width * sizeof(float)},
+                       {backward ? "the module's parameters" : "the module's parameters and gradients",
+                        m->storage, backward ? params : 2 * params}};
+    return attn_check_overlap(m->ctx, who, outs, backward ? 2 : 1, ins, 2);
 }
 
 float *attn_scratch(attn_module *m, size_t n, attn_status *status) {

@@ -141,6 +141,15 @@ float attn_default_scale(double cfg_scale, size_t head_dim);
 attn_status attn_check_forward(attn_module *m, const float *x, size_t batch, size_t tokens,
                                const float *y, size_t context_length, size_t max_width,
                                bool needs_rng, const attn_rng *rng);
+/* ATTN_ERR_INVALID naming both spans where the call's output over rows
+ * rows overlaps its input, or the module's own storage: forward, in x (rows
+ * of d_in) and out y (d_out), over the parameters or their gradients;
+ * backward, in dy (d_out) and out dx (d_in, may be NULL), dy or dx over the
+ * gradients the backward writes, dx over the parameters. The names are the
+ * caller's for its arguments. */
+attn_status attn_module_check_spans(const attn_module *m, const char *who, bool backward,
+                                    const char *in_name, const float *in, const char *out_name,
+                                    const float *out, size_t rows);
 
 /* Scratch for one forward or backward: n floats (zeroed), freed with attn_free(). */
 float *attn_scratch(attn_module *m, size_t n, attn_status *status);

@@ -14,7 +14,6 @@
 
 #include "kernels/dispatch.h"
 #include "modules/module.h"
-#include "overlap.h"
 
 #include <limits.h>
 #include <stdio.h>
@@ -159,13 +158,11 @@ attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const flo
     attn_mpi_record rec = {0};
     if (st == ATTN_OK) module_record(&rec, m, &cm, batch, tokens);
     st = attn_mpi_agree(g, who, st, &rec);
-    if (st == ATTN_OK) { /* overlaps the single-process forward refuses, once sizes agree */
-        attn_span out = {"y_local", y_local, rows * cm.C * sizeof(float)};
-        attn_span ins[] = {{"x_local", x_local, rows * cm.d_in * sizeof(float)},
-                           {"the module's parameters and gradients", m->storage,
-                            2 * m->num_scalars * sizeof(float)}};
-        st = attn_mpi_agree(g, who, attn_check_overlap(ctx, who, &out, 1, ins, 2), NULL);
-    }
+    if (st == ATTN_OK) /* overlaps the single-process forward refuses, once sizes agree */
+        st = attn_mpi_agree(g, who,
+                            attn_module_check_spans(m, who, false, "x_local", x_local, "y_local",
+                                                    y_local, rows),
+                            NULL);
     if (st != ATTN_OK) {
         attn_mpi_saved_free(&next);
         return st;
@@ -238,14 +235,11 @@ attn_status attn_mpi_module_backward(attn_mpi_group *g, attn_module *m, const fl
     attn_mpi_record rec = {0};
     if (st == ATTN_OK) module_record(&rec, m, &cm, s->batch, s->tokens);
     st = attn_mpi_agree(g, who, st, &rec);
-    if (st == ATTN_OK) { /* overlaps the single-process backward refuses, once sizes agree */
-        size_t params = m->num_scalars * sizeof(float);
-        attn_span outs[] = {{"dx_local", dx_local, rows * cm.d_in * sizeof(float)},
-                            {"the module's gradients", m->storage + m->num_scalars, params}};
-        attn_span ins[] = {{"dy_local", dy_local, rows * cm.C * sizeof(float)},
-                           {"the module's parameters", m->storage, params}};
-        st = attn_mpi_agree(g, who, attn_check_overlap(ctx, who, outs, 2, ins, 2), NULL);
-    }
+    if (st == ATTN_OK) /* overlaps the single-process backward refuses, once sizes agree */
+        st = attn_mpi_agree(g, who,
+                            attn_module_check_spans(m, who, true, "dy_local", dy_local,
+                                                    "dx_local", dx_local, rows),
+                            NULL);
     if (st != ATTN_OK) {
         attn_free(before);
         attn_free(dbuf);
