@@ -260,8 +260,10 @@ static void ignore_trace(void *user, const char *module, const char *name, size_
  * the backward on the fused ones, whose scores round otherwise: at large
  * logits the fused backward must take its own lse, not the reference's
  * (dx was off by 1e-2 at x ~ 3e3, by 1e26 at 3e4). Fresh inputs; dx
- * against the untraced fused pass's (the reference's printed: the fused
- * kernels' own distance from it). */
+ * against the untraced fused pass's, within the fused kernels' own
+ * distance from the reference (printed): the backward's own lse pass need
+ * not round as the forward did (4e-5 of dx at x ~ 100 in an AVX-512
+ * sanitizer build, where the fused pass was 8.5e-5 from the reference). */
 static void traced_forward_fused_backward(uint64_t *seed) {
     enum { TT = 16, CC = 16 };
     float x[TT * CC], dy[TT * CC], y[TT * CC], dx[3][TT * CC];
@@ -293,7 +295,7 @@ static void traced_forward_fused_backward(uint64_t *seed) {
         fused = fmax(fused, fabs((double)dx[1][i] - dx[0][i]));
         top = fmax(top, fabs((double)dx[1][i]));
     }
-    CHECK(traced <= 1e-6 * top);
+    CHECK(traced <= 1e-6 * top + fused);
     printf("  traced forward (reference) + fused backward, x ~ %.3g: dx within %.2g of the "
            "fused pass's (the fused pass within %.2g of the reference's)\n", s, traced / top,
            fused / top);
