@@ -32,6 +32,16 @@ static attn_flash_fit flash_fit(const attn_ctx *ctx) {
     return (attn_flash_fit){.threads = ctx->num_threads, .l2_bytes = ctx->l2_bytes};
 }
 
+/* Whether the runner marked p's rows as another forward's (a traced one,
+ * or one the fused kernels declined): that lse comes from scores rounded
+ * otherwise (the reference's in double), and a backward that recomputes
+ * the weights from its own scores against it is off by their difference
+ * times the logits. The backward then runs where the forward ran. */
+static bool rows_of_another_forward(const attn_attention_problem *p) {
+    return p->lse && p->row_stats && !p->backward_from_lse && attn_lse_rows(p) > 0 &&
+           p->row_stats[1] == ATTN_ROW_STATS_FOREIGN;
+}
+
 static const char *fused_declines(const attn_ctx *ctx, const attn_attention_problem *p,
                                   attn_pass pass) {
     if (!ctx->ks.flash) return "the ctx runs the reference kernels";
@@ -41,6 +51,8 @@ static const char *fused_declines(const attn_ctx *ctx, const attn_attention_prob
                ATTN_USES_ALIBI | ATTN_USES_SINKS | ATTN_USES_VARLEN | ATTN_USES_ROW_INTERVALS);
     if (feature) return feature;
     if (pass.traced) return "the scores' trace is the reference's";
+    if (pass.backward && rows_of_another_forward(p))
+        return "its forward ran on other kernels, whose lse it would have to match";
     if (p->v_head_dim != p->head_dim) return "v_head_dim != head_dim";
     if (p->kv_heads == 0 || p->q_heads % p->kv_heads != 0)
         return "q_heads is not a multiple of kv_heads";
@@ -222,32 +234,18 @@ static size_t fused_forward_bytes(const attn_ctx *ctx, const attn_attention_prob
 }
 
 /* The backward's tiles (also the forward's, for the lse it recomputes when
- * p has none, or row statistics another forward marked), then delta, then
- * that lse, its lse_lo and its row statistics. */
-/* Whether the backward may run a forward of its own for lse and the row
- * statistics: without lse, or with row_stats another forward may have
- * marked (own_rows_needed). */
-static bool may_take_own_rows(const attn_attention_problem *p) {
-    return !p->lse || (p->row_stats && !p->backward_from_lse);
-}
-
-/* Whether it does: no lse, or row_stats another forward marked (the
- * runner marks every row alike). */
-static bool own_rows_needed(const attn_attention_problem *p) {
-    return !p->lse || (p->row_stats && !p->backward_from_lse && attn_lse_rows(p) > 0 &&
-                       p->row_stats[1] == ATTN_ROW_STATS_FOREIGN);
-}
-
+ * p has none), then delta, then that lse, its lse_lo and its row
+ * statistics. */
 static size_t backward_tiles_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
     size_t bwd = fk->backward_workspace(p), fwd = fk->forward_workspace(p, flash_fit(ctx));
-    return tiles_bytes(ctx, may_take_own_rows(p) && fwd > bwd ? fwd : bwd);
+    return tiles_bytes(ctx, !p->lse && fwd > bwd ? fwd : bwd);
 }
 
 static size_t fused_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     size_t bytes = add_or_max(backward_tiles_bytes(ctx, p), rows_bytes(p));
     /* its own lse, lse_lo and row statistics (two floats a row) */
-    return may_take_own_rows(p) ? add_or_max(bytes, mul_or_max(4, rows_bytes(p))) : bytes;
+    return !p->lse ? add_or_max(bytes, mul_or_max(4, rows_bytes(p))) : bytes;
 }
 
 /* ---- the passes ------------------------------------------------------------ */
@@ -286,9 +284,9 @@ static const char *fused_backward(attn_ctx *ctx, const attn_attention_problem *p
      * block of a longer row (backward_from_lse) */
     attn_flash_rows rows = {.lse = p->lse, .lse_lo = p->lse_lo,
                             .stats = p->backward_from_lse ? NULL : p->row_stats};
-    if (own_rows_needed(p)) {
-        /* no statistics, or another kernel's: this forward's lse and row
-         * statistics, without values */
+    if (!p->lse) {
+        /* no statistics: this forward's lse and row statistics, without
+         * values */
         float *own = (float *)((char *)delta + rows_bytes(p));
         float *own_lo = (float *)((char *)own + rows_bytes(p));
         float *own_stats = (float *)((char *)own_lo + rows_bytes(p));

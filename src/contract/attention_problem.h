@@ -143,8 +143,8 @@ typedef struct attn_attention_problem {
      * exponent off by |lse| 2^-48 (1e15 at lse = 1e30). After every other
      * forward the runner marks the rows (m NaN, l ATTN_ROW_STATS_FOREIGN):
      * that lse is the other kernel's, from scores the fused ones do not
-     * round alike (the reference's in double), so the fused backward takes
-     * its own lse and statistics (one more forward pass, without values).
+     * round alike (the reference's in double), so the fused backward
+     * declines such rows and the backward runs where the forward ran.
      * The modules keep it; the backward ignores it with backward_from_lse. */
     float *row_stats;
     /* ---- score modifiers: zero (false, NULL) is off */

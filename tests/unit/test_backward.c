@@ -256,14 +256,15 @@ static void ignore_trace(void *user, const char *module, const char *name, size_
     (void)user, (void)module, (void)name, (void)ndim, (void)shape, (void)data;
 }
 
-/* A traced forward runs on the reference kernels (scores in double) and
- * the backward on the fused ones, whose scores round otherwise: at large
- * logits the fused backward must take its own lse, not the reference's
- * (dx was off by 1e-2 at x ~ 3e3, by 1e26 at 3e4). Fresh inputs; dx
- * against the untraced fused pass's, within the fused kernels' own
- * distance from the reference (printed): the backward's own lse pass need
- * not round as the forward did (4e-5 of dx at x ~ 100 in an AVX-512
- * sanitizer build, where the fused pass was 8.5e-5 from the reference). */
+/* A traced forward runs on the reference kernels (scores in double); its
+ * backward must not take the fused kernels' scores against the
+ * reference's lse (dx was off by 1e-2 at x ~ 3e3, by 1e26 at 3e4), nor
+ * their own lse pass, which on AVX-512 rounds unlike the fused forward
+ * (dx 1e-4 from the untraced pass at x ~ 100): it runs on the reference
+ * kernels too. Fresh inputs; dx against the reference ctx's, within 1e-3
+ * of the largest: the projections' GEMMs still round as the fast ctx's do,
+ * which nearly tied rows (x ~ 100-350) carry to 2.4e-4 at most in 1200
+ * cases (the fused pass's distance from the reference printed beside). */
 static void traced_forward_fused_backward(uint64_t *seed) {
     enum { TT = 16, CC = 16 };
     float x[TT * CC], dy[TT * CC], y[TT * CC], dx[3][TT * CC];
@@ -291,13 +292,13 @@ static void traced_forward_fused_backward(uint64_t *seed) {
     }
     double traced = 0.0, fused = 0.0, top = 0.0;
     for (int i = 0; i < TT * CC; i++) {
-        traced = fmax(traced, fabs((double)dx[2][i] - dx[1][i]));
+        traced = fmax(traced, fabs((double)dx[2][i] - dx[0][i]));
         fused = fmax(fused, fabs((double)dx[1][i] - dx[0][i]));
         top = fmax(top, fabs((double)dx[1][i]));
     }
-    CHECK(traced <= 1e-6 * top + fused);
-    printf("  traced forward (reference) + fused backward, x ~ %.3g: dx within %.2g of the "
-           "fused pass's (the fused pass within %.2g of the reference's)\n", s, traced / top,
+    CHECK(traced <= 1e-3 * top);
+    printf("  traced forward (reference) + its backward, x ~ %.3g: dx within %.2g of the "
+           "reference ctx's (the fused pass within %.2g of it)\n", s, traced / top,
            fused / top);
 }
 
