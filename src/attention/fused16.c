@@ -158,8 +158,12 @@ static const char *fused16_declines_values(attn_ctx *ctx, const attn_attention_p
     float qm = top[0], km = top[1], vm = top[2], dm = top[3];
     double D = (double)p->head_dim, S = (double)p->kv_len, limit = FLT_MAX / 16.0;
     double raw = 1.4426950408889634 * (double)p->scale * D * qm * km;
-    if (raw >= limit || S * vm >= limit || D * dm * vm >= limit || S * dm >= limit)
+    if (S * vm >= limit || D * dm * vm >= limit || S * dm >= limit)
         return "scores past float32's range in its tiles";
+    /* the tiles subtract a row's max from its scores after scaling them
+     * (s c - m): past 2^24 the rounding of s c and of m alone reaches
+     * whole exponents of 2 (NaN, inf or 0 where the weights are 1) */
+    if (raw >= 0x1p24) return "scaled scores past 2^24";
     return NULL;
 }
 

@@ -613,6 +613,46 @@ static void check_errors(attn_ctx *ctx) {
     CHECK_MESSAGE(ctx, "attn_sdpa_forward: k is NULL");
 }
 
+/* Finite scores too large for the 16-bit tiles' exponents (|s c| past
+ * 2^24, where their rounding reaches whole powers of 2): q = k = (a, 0,
+ * ...), v = 1, so every weight is 1 / S and out is exactly 1, lse = log S
+ * + a^2 / 8; the fused16 kernels gave NaN and +inf (S = 1, 40) or 0 and
+ * -inf from a ~ 2e5 (scaled scores ~5e9). */
+static void check_huge_scores(attn_ctx *ctx, const char *kernels) {
+    enum { D = 64 };
+    const float amps[] = {5e3f, 2e5f, 2.6e5f, 1e7f};
+    const size_t lengths[] = {1, 2, 40};
+    double worst = 0.0;
+    for (size_t ia = 0; ia < sizeof amps / sizeof *amps; ia++)
+        for (size_t il = 0; il < sizeof lengths / sizeof *lengths; il++) {
+            size_t S = lengths[il];
+            uint16_t q[D] = {0}, *k = calloc(S * D, 2), *v = calloc(S * D, 2), out[D];
+            float lse = 0.0f;
+            q[0] = bf16_round(amps[ia]);
+            for (size_t j = 0; j < S; j++) {
+                k[j * D] = q[0];
+                for (size_t d = 0; d < D; d++) v[j * D + d] = bf16_round(1.0f);
+            }
+            attn_sdpa_config cfg = {.batch = 1, .heads = 1, .q_tokens = 1, .kv_tokens = S,
+                                    .head_dim = D};
+            CHECK(attn_sdpa_forward_16(ctx, &cfg, ATTN_DTYPE_BF16, q, k, v, out, &lse, NULL,
+                                       NULL) == ATTN_OK);
+            double a = bf16_value(q[0]), want = log((double)S) + a * a / 8.0;
+            size_t wrong = 0;
+            while (wrong < D && bf16_value(out[wrong]) == 1.0f) wrong++;
+            if (wrong < D)
+                printf("FAIL huge scores (%s): a %g, S %zu: out[%zu] = %g, not 1\n", kernels, a,
+                       S, wrong, bf16_value(out[wrong]));
+            CHECK(wrong == D);
+            double rel = fabs((double)lse - want) / want;
+            CHECK(rel <= 1e-6);
+            worst = fmax(worst, rel);
+            free(k), free(v);
+        }
+    printf("  huge scores (a to 1e7) on %s: out 1, lse within %.2g of log S + a^2/8\n", kernels,
+           worst);
+}
+
 int main(int argc, char **argv) {
     uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 10) : (uint64_t)time(NULL) ^ (uint64_t)clock();
     printf("test_sdpa16: seed %llu (bf16 kernels: %s)\n", (unsigned long long)seed,
@@ -658,6 +698,7 @@ int main(int argc, char **argv) {
     }
     printf("  forward of those cases on: %s\n", first);
     if (kept > 0) check_default_choice(kept_c[0], &kept_t[0], best);
+    check_huge_scores(fast[0], "the forced vdpbf16ps kernels");
     if (request_amx()) {
         printf("  AMX granted: the cases of head_dim 64, 128 again, on AMX tiles\n");
         check_amx(kept_c, kept_t, kept_r, kept, portable, fast, ref, strcmp(first, "vdpbf16ps") == 0);
@@ -667,6 +708,11 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < kept; i++) {
         free_result(&kept_r[i]);
         free_case(&kept_t[i]);
+    }
+    if (request_amx()) {
+        attn_ctx *amx = make_ctx(1, best);
+        check_huge_scores(amx, "AMX");
+        attn_ctx_free(amx);
     }
     check_widened_features(&seed, fast[1]);
     check_dropout(&seed, fast[0]);
