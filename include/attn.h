@@ -496,7 +496,10 @@ attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const 
  * FlashAttention's are: lse from a forward on other kernels (the
  * reference's scores are summed in double) puts each weight off by its
  * scores' rounding difference times scale, which large logits make large;
- * the modules keep their forward's own statistics and are exact either way. */
+ * the modules keep their forward's own statistics and are exact either way.
+ * A float lse alone is exact to |lse| 2^-24: where a row's |lse| passes 64
+ * the fast kernels take their own lse first (one more pass over the
+ * scores, without values). */
 attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
                                const float *k, const float *v, const float *out,
                                const float *lse, const float *dout, float *dq, float *dk,

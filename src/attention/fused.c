@@ -233,19 +233,36 @@ static size_t fused_forward_bytes(const attn_ctx *ctx, const attn_attention_prob
     return tiles_bytes(ctx, flash_kernels(ctx)->forward_workspace(p, flash_fit(ctx)));
 }
 
-/* The backward's tiles (also the forward's, for the lse it recomputes when
- * p has none), then delta, then that lse, its lse_lo and its row
+/* The largest |lse| whose float alone the backward takes: a weight
+ * recomputed against it is off by up to |lse| 2^-24 in its exponent
+ * (4e-6 here; dv was 5e-2 off at |lse| 2.5e6, NaN past 3e9). */
+#define LSE_ALONE_LIMIT 64.0f
+
+/* Whether the backward runs a forward of its own for lse, lse_lo and the
+ * row statistics (without values): p has no lse, or a whole row's lse
+ * alone (a public call keeps no lse_lo) past LSE_ALONE_LIMIT. Rows that
+ * see no key (lse -inf) need none. */
+static bool takes_own_rows(const attn_attention_problem *p) {
+    if (!p->lse) return true;
+    if (p->lse_lo || p->row_stats || p->backward_from_lse) return false;
+    for (size_t r = 0; r < attn_lse_rows(p); r++)
+        if (isfinite(p->lse[r]) && fabsf(p->lse[r]) > LSE_ALONE_LIMIT) return true;
+    return false;
+}
+
+/* The backward's tiles (also the forward's, for the lse it recomputes
+ * (takes_own_rows)), then delta, then that lse, its lse_lo and its row
  * statistics. */
 static size_t backward_tiles_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
     size_t bwd = fk->backward_workspace(p), fwd = fk->forward_workspace(p, flash_fit(ctx));
-    return tiles_bytes(ctx, !p->lse && fwd > bwd ? fwd : bwd);
+    return tiles_bytes(ctx, takes_own_rows(p) && fwd > bwd ? fwd : bwd);
 }
 
 static size_t fused_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     size_t bytes = add_or_max(backward_tiles_bytes(ctx, p), rows_bytes(p));
     /* its own lse, lse_lo and row statistics (two floats a row) */
-    return !p->lse ? add_or_max(bytes, mul_or_max(4, rows_bytes(p))) : bytes;
+    return takes_own_rows(p) ? add_or_max(bytes, mul_or_max(4, rows_bytes(p))) : bytes;
 }
 
 /* ---- the passes ------------------------------------------------------------ */
@@ -284,9 +301,9 @@ static const char *fused_backward(attn_ctx *ctx, const attn_attention_problem *p
      * block of a longer row (backward_from_lse) */
     attn_flash_rows rows = {.lse = p->lse, .lse_lo = p->lse_lo,
                             .stats = p->backward_from_lse ? NULL : p->row_stats};
-    if (!p->lse) {
-        /* no statistics: this forward's lse and row statistics, without
-         * values */
+    if (takes_own_rows(p)) {
+        /* no statistics, or an lse too coarse alone: this forward's lse,
+         * lse_lo and row statistics, without values */
         float *own = (float *)((char *)delta + rows_bytes(p));
         float *own_lo = (float *)((char *)own + rows_bytes(p));
         float *own_stats = (float *)((char *)own_lo + rows_bytes(p));

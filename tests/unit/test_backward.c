@@ -302,6 +302,55 @@ static void traced_forward_fused_backward(uint64_t *seed) {
            fused / top);
 }
 
+/* attn_sdpa_backward given a forward's lse alone (the public calls keep no
+ * lse_lo): past |lse| 64 the fused backward takes its own, so that a
+ * weight recomputed against it is not off by |lse| 2^-24 in its exponent
+ * (dv was 3e-5 off at q, k ~ 30 N(0, 1), 5e-2 at 1e3, 5e24 at 3e4, for a
+ * head_dim whose scale is not a power of 2). Fresh inputs; dv against the
+ * reference ctx's, whose scores are summed in double. */
+static void public_lse_alone(uint64_t *seed) {
+    enum { NB = 1, NH = 2, NT = 7, NS = 13 };
+    const size_t dims[] = {65, 96};
+    const double amps[] = {30, 1e3, 3e4};
+    for (size_t id = 0; id < 2; id++)
+        for (size_t ia = 0; ia < 3; ia++) {
+            size_t D = dims[id], nq = (size_t)NB * NH * NT * D, nk = (size_t)NB * NH * NS * D;
+            float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4),
+                  *dout = malloc(nq * 4), *out = malloc(nq * 4), *dq = malloc(nq * 4),
+                  *dk = malloc(nk * 4), *dv[2] = {malloc(nk * 4), malloc(nk * 4)};
+            float lse[NB * NH * NT];
+            for (size_t i = 0; i < nq; i++) q[i] = (float)(amps[ia] * (2.0 * uniform(seed) - 1.0));
+            for (size_t i = 0; i < nk; i++) k[i] = (float)(amps[ia] * (2.0 * uniform(seed) - 1.0));
+            for (size_t i = 0; i < nk; i++) v[i] = (float)(2.0 * uniform(seed) - 1.0);
+            for (size_t i = 0; i < nq; i++) dout[i] = (float)(2.0 * uniform(seed) - 1.0);
+            attn_sdpa_config cfg = {.batch = NB, .heads = NH, .q_tokens = NT, .kv_tokens = NS,
+                                    .head_dim = D};
+            for (int run = 0; run < 2; run++) { /* the reference; the default kernels */
+                attn_ctx *ctx;
+                attn_ctx_config cc = {.num_threads = 2,
+                                      .kernels = run ? ATTN_KERNELS_AUTO : ATTN_KERNELS_REFERENCE};
+                CHECK_STATUS(attn_ctx_new(&cc, &ctx), ATTN_OK);
+                CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+                CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, dout, dq, dk, dv[run],
+                                                NULL),
+                             ATTN_OK);
+                attn_ctx_free(ctx);
+            }
+            double err = 0.0, norm = 0.0;
+            for (size_t i = 0; i < nk; i++) {
+                err += ((double)dv[1][i] - dv[0][i]) * ((double)dv[1][i] - dv[0][i]);
+                norm += (double)dv[0][i] * dv[0][i];
+            }
+            double rel = sqrt(err / norm);
+            if (!(rel <= 1e-5))
+                printf("FAIL public backward, lse alone: D %zu, q, k ~ %g: dv %.3g off\n", D,
+                       amps[ia], rel);
+            CHECK(rel <= 1e-5);
+            free(q), free(k), free(v), free(dout), free(out), free(dq), free(dk), free(dv[0]),
+                free(dv[1]);
+        }
+}
+
 int main(int argc, char **argv) {
     struct timespec now;
     timespec_get(&now, TIME_UTC);
@@ -313,6 +362,7 @@ int main(int argc, char **argv) {
     fd_all_modules(ctx, &seed);
     errors(ctx);
     for (int i = 0; i < 4; i++) traced_forward_fused_backward(&seed);
+    public_lse_alone(&seed);
     attn_ctx_free(ctx);
     return check_summary();
 }
