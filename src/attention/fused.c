@@ -250,19 +250,25 @@ static bool takes_own_rows(const attn_attention_problem *p) {
     return false;
 }
 
+/* Whether it may (the workspace is sized before lse holds its values):
+ * without lse, or with lse alone. */
+static bool may_take_own_rows(const attn_attention_problem *p) {
+    return !p->lse || (!p->lse_lo && !p->row_stats && !p->backward_from_lse);
+}
+
 /* The backward's tiles (also the forward's, for the lse it recomputes
  * (takes_own_rows)), then delta, then that lse, its lse_lo and its row
  * statistics. */
 static size_t backward_tiles_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
     size_t bwd = fk->backward_workspace(p), fwd = fk->forward_workspace(p, flash_fit(ctx));
-    return tiles_bytes(ctx, takes_own_rows(p) && fwd > bwd ? fwd : bwd);
+    return tiles_bytes(ctx, may_take_own_rows(p) && fwd > bwd ? fwd : bwd);
 }
 
 static size_t fused_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     size_t bytes = add_or_max(backward_tiles_bytes(ctx, p), rows_bytes(p));
     /* its own lse, lse_lo and row statistics (two floats a row) */
-    return takes_own_rows(p) ? add_or_max(bytes, mul_or_max(4, rows_bytes(p))) : bytes;
+    return may_take_own_rows(p) ? add_or_max(bytes, mul_or_max(4, rows_bytes(p))) : bytes;
 }
 
 /* ---- the passes ------------------------------------------------------------ */
