@@ -234,8 +234,9 @@ static size_t fused_forward_bytes(const attn_ctx *ctx, const attn_attention_prob
 }
 
 /* The largest |lse| whose float alone the backward takes: a weight
- * recomputed against it is off by up to |lse| 2^-24 in its exponent
- * (4e-6 here; dv was 5e-2 off at |lse| 2.5e6, NaN past 3e9). */
+ * recomputed against it is off by up to |lse| 2^-24 in its exponent, 4e-6
+ * at this limit, within the 1e-5 the gradients are held to; past it the
+ * error grows with the logits until the weights overflow. */
 #define LSE_ALONE_LIMIT 64.0f
 
 /* Whether the backward runs a forward of its own for lse, lse_lo and the

@@ -161,8 +161,8 @@ static const char *fused16_declines_values(attn_ctx *ctx, const attn_attention_p
     if (S * vm >= limit || D * dm * vm >= limit || S * dm >= limit)
         return "scores past float32's range in its tiles";
     /* the tiles subtract a row's max from its scores after scaling them
-     * (s c - m): past 2^24 the rounding of s c and of m alone reaches
-     * whole exponents of 2 (NaN, inf or 0 where the weights are 1) */
+     * (s c - m): from 2^24 the rounding of s c and of m alone is a whole
+     * exponent of 2 or more (a weight off by 2, then inf, NaN or 0) */
     if (raw >= 0x1p24) return "scaled scores past 2^24";
     return NULL;
 }
