@@ -19,10 +19,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The largest block a map's tiles have, either side. */
+#define ATTN_BLOCK_MAP_MAX_BLOCK 256
+
 typedef struct attn_block_map {
     size_t batch, heads;            /* 1 where broadcast */
     size_t q_len, kv_len;
-    size_t block_q, block_kv;       /* powers of two, 16 .. 256 */
+    size_t block_q, block_kv;       /* powers of two, 16 .. ATTN_BLOCK_MAP_MAX_BLOCK */
     size_t q_blocks, kv_blocks;     /* ceil(q_len / block_q), ceil(kv_len / block_kv) */
     /* By row: the key blocks of row r are full[full_at[r] .. full_at[r + 1])
      * and part[part_at[r] .. part_at[r + 1]), each ascending; partial block

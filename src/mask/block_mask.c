@@ -74,7 +74,8 @@ static attn_status check_config(attn_ctx *ctx, const char *who, const attn_block
         return attn_fail(ctx, ATTN_ERR_SHAPE,
                          "%s: batch (%zu), heads (%zu), q_len (%zu) and kv_len (%zu) must be "
                          "positive", who, c->batch, c->heads, c->q_len, c->kv_len);
-    if (!power_of_two_in(out->block_q, 16, 256) || !power_of_two_in(out->block_kv, 16, 256))
+    if (!power_of_two_in(out->block_q, 16, ATTN_BLOCK_MAP_MAX_BLOCK) ||
+        !power_of_two_in(out->block_kv, 16, ATTN_BLOCK_MAP_MAX_BLOCK))
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: block sizes (%zu, %zu) must be powers of two from 16 to 256 "
                          "(0: 64)", who, c->block_q, c->block_kv);
@@ -227,13 +228,43 @@ static bool row_interval(const attn_block_map *m, size_t r, size_t i, int64_t *l
     return true;
 }
 
+/* Whether map rows r and s list the same key blocks, full and partial,
+ * with the same bits in their partial tiles. */
+static bool same_rows(const attn_block_map *m, size_t r, size_t s) {
+    size_t full = m->full_at[r + 1] - m->full_at[r], part = m->part_at[r + 1] - m->part_at[r];
+    if (full != m->full_at[s + 1] - m->full_at[s] || part != m->part_at[s + 1] - m->part_at[s])
+        return false;
+    if (memcmp(m->full + m->full_at[r], m->full + m->full_at[s], full * sizeof(uint32_t)) ||
+        memcmp(m->part + m->part_at[r], m->part + m->part_at[s], part * sizeof(uint32_t)))
+        return false;
+    size_t tile_words = m->block_q * m->words_per_row;
+    for (size_t e = 0; e < part; e++) {
+        const uint64_t *a = m->bits + m->part_tile[m->part_at[r] + e] * tile_words;
+        const uint64_t *b = m->bits + m->part_tile[m->part_at[s] + e] * tile_words;
+        if (a != b && memcmp(a, b, tile_words * sizeof(uint64_t))) return false;
+    }
+    return true;
+}
+
+/* Whether every head of a map of several heads has head 0's rows (a
+ * head-independent mask given per head, as PyTorch's create_block_mask
+ * with H set builds it). */
+static bool same_for_every_head(const attn_block_map *m) {
+    for (size_t b = 0; b < m->batch; b++)
+        for (size_t h = 1; h < m->heads; h++)
+            for (size_t qb = 0; qb < m->q_blocks; qb++)
+                if (!same_rows(m, attn_block_map_row(m, b, h, qb), attn_block_map_row(m, b, 0, qb)))
+                    return false;
+    return true;
+}
+
 /* The row intervals of a map that is the same for every head, when each
  * row's keys are one interval and both ends never fall from row to row
  * (what the fixed-feature kernels' searches need); else none, and the map
  * runs on the block-map kernels alone. */
 static bool find_row_intervals(attn_block_mask *bm) {
     attn_block_map *m = &bm->map;
-    if (m->heads != 1) return true;
+    if (m->heads != 1 && !same_for_every_head(m)) return true;
     size_t n = m->batch * m->q_len;
     bm->row_lo = attn_malloc(n * sizeof(int64_t));
     bm->row_hi = attn_malloc(n * sizeof(int64_t));

@@ -678,6 +678,24 @@ if runs:
         check(bool((out[:, :, 0] == 0).all()) and bool(torch.isneginf(lse[:, :, 0]).all()),
               "a row that sees no key: zeros and lse -inf")
         check(not bool(torch.isnan(out).any()), "no NaN")
+        # a mask the same for every head, given with B and H set (as PyTorch's
+        # examples often build it): the fixed features' row intervals, as the
+        # broadcast map gets, and the same numbers as it
+        Tc = 75
+        q, k, v = (torch.randn(2, 3, Tc, 16) for _ in range(3))
+        every_head = flex.create_block_mask(causal, 2, 3, Tc, Tc, BLOCK_SIZE=16)
+        shared = flex.create_block_mask(causal, None, None, Tc, Tc, BLOCK_SIZE=16)
+        every_head_dense = flex.create_block_mask(lambda b, h, q_idx, kv_idx: (q_idx >= kv_idx) &
+                                                  (h >= 0), 2, 3, Tc, Tc, BLOCK_SIZE=16)
+        check(every_head.info().row_intervals and every_head_dense.info().row_intervals,
+              "a head-independent map built per head has row intervals")
+        check(not flex.create_block_mask(per_head, 1, 3, Tc, Tc, BLOCK_SIZE=16)
+              .info().row_intervals, "a map that differs by head has none")
+        softcap = lambda s, b, h, q_idx, kv_idx: 20 * torch.tanh(s / 20)  # noqa: E731
+        want = flex.flex_attention(q, k, v, score_mod=softcap, block_mask=shared)
+        for bm in (every_head, every_head_dense):
+            check(torch.equal(flex.flex_attention(q, k, v, score_mod=softcap, block_mask=bm),
+                              want), "per-head copies of one mask: the broadcast map's outputs")
         # float64: gradcheck, with a captured bias
         q = torch.randn(1, 2, 6, 4, dtype=torch.float64, requires_grad=True)
         k = torch.randn(1, 2, 7, 4, dtype=torch.float64, requires_grad=True)

@@ -322,6 +322,39 @@ static void record_failure(attn_flex_failure *f, const flex_at *at, size_t mod, 
                              .rows = at->nr, .cols = at->nc, .backward = backward};
 }
 
+/*
+ * Modifiers that depend on a score's distance j - i alone (ALiBi, the
+ * relative tables) take each distance's term once per tile, nr + nc - 1 of
+ * them, into a buffer by distance: row r's terms are then the buffer's
+ * contiguous run from the tile's largest distance back, added a vector at
+ * a time. Each score gets the same term in the same one addition as an
+ * element-by-element loop would give it.
+ */
+enum { BY_DISTANCE = 2 * ATTN_BLOCK_MAP_MAX_BLOCK + VW };
+_Static_assert(FLEX_DEFAULT_BLOCK <= ATTN_BLOCK_MAP_MAX_BLOCK, "a tile fits the distance buffer");
+
+/* The tile's smallest distance j - i: its last row's first key. */
+static inline int64_t first_distance(const flex_at *at) {
+    return (int64_t)at->j0 - (int64_t)(at->i0 + at->nr - 1);
+}
+
+/* buf (BY_DISTANCE floats) with the padded columns' distances, past the
+ * tile's nr + nc - 1, holding 0: row r reads round_up(nc, VW) of them. */
+static inline float *by_distance(const flex_at *at, float *buf) {
+    for (size_t e = at->nr - 1 + at->nc; e < at->nr - 1 + round_up(at->nc, VW); e++) buf[e] = 0.0f;
+    return buf;
+}
+
+/* s (nr rows, stride ld) += the terms by distance of each score. */
+static inline void add_by_distance(const flex_at *at, const float *by, float *s, size_t ld) {
+    size_t cols = round_up(at->nc, VW);
+    for (size_t r = 0; r < at->nr; r++) {
+        const float *terms = by + (at->nr - 1 - r); /* row r's key 0 is distance j0 - i0 - r */
+        for (size_t c = 0; c < cols; c += VW)
+            v_store(s + r * ld + c, v_add(v_load(s + r * ld + c), v_load(terms + c)));
+    }
+}
+
 /* The chain on the tile s (row stride ld) in order; keeps each kept
  * modifier's input in inputs when that is not NULL. False when a callback
  * failed (recorded in f). */
@@ -329,6 +362,7 @@ static bool apply_chain(const flex_geom *g, const attn_flex_args *a, const flex_
                         size_t ld, float *inputs, attn_flex_failure *f) {
     const attn_attention_problem *p = g->p;
     size_t slot = 0, score = g->bqp * g->bkvp, T = p->q_len;
+    float by_d[BY_DISTANCE];
     for (size_t k = 0; k < p->score_mod_count; k++) {
         const attn_score_mod *m = &p->score_mods[k];
         if (inputs && keeps_input(m->kind)) {
@@ -346,22 +380,23 @@ static bool apply_chain(const flex_geom *g, const attn_flex_args *a, const flex_
             break;
         }
         case ATTN_SCORE_SOFTCAP: {
-            float cap = (float)m->value, inv = (float)(1.0 / m->value);
+            vec cap = v_set1((float)m->value), inv = v_set1((float)(1.0 / m->value));
+            size_t cols = round_up(at->nc, VW);
             for (size_t r = 0; r < at->nr; r++)
-                for (size_t c = 0; c < at->nc; c++)
-                    s[r * ld + c] = cap * tanhf(s[r * ld + c] * inv);
+                for (size_t c = 0; c < cols; c += VW) {
+                    float *x = s + r * ld + c;
+                    v_store(x, v_mul(cap, v_tanh(v_mul(v_load(x), inv))));
+                }
             break;
         }
         case ATTN_SCORE_ALIBI: {
             float slope = m->tensor[at->h];
-            for (size_t r = 0; r < at->nr; r++) {
-                int64_t pos = (int64_t)(at->i0 + r) + m->offset;
-                for (size_t c = 0; c < at->nc; c++) {
-                    int64_t d = (int64_t)(at->j0 + c) - pos;
-                    s[r * ld + c] += m->signed_distance ? slope * (float)d
-                                                        : -slope * (float)(d < 0 ? -d : d);
-                }
+            float *by = by_distance(at, by_d);
+            for (size_t e = 0; e < at->nr - 1 + at->nc; e++) {
+                int64_t d = first_distance(at) + (int64_t)e - m->offset;
+                by[e] = m->signed_distance ? slope * (float)d : -slope * (float)(d < 0 ? -d : d);
             }
+            add_by_distance(at, by, s, ld);
             break;
         }
         case ATTN_SCORE_BIAS: {
@@ -375,11 +410,10 @@ static bool apply_chain(const flex_geom *g, const attn_flex_args *a, const flex_
         case ATTN_SCORE_REL_BIAS:
         case ATTN_SCORE_REL_TABLE: { /* the element per distance: fill_buckets */
             const float *table = m->tensor + at->h * m->buckets;
-            const int32_t *bucket = a->buckets[k] + (T - 1);
-            for (size_t r = 0; r < at->nr; r++) {
-                const int32_t *row = bucket + ((ptrdiff_t)at->j0 - (ptrdiff_t)(at->i0 + r));
-                for (size_t c = 0; c < at->nc; c++) s[r * ld + c] += table[row[c]];
-            }
+            const int32_t *bucket = a->buckets[k] + (T - 1) + first_distance(at);
+            float *by = by_distance(at, by_d);
+            for (size_t e = 0; e < at->nr - 1 + at->nc; e++) by[e] = table[bucket[e]];
+            add_by_distance(at, by, s, ld);
             break;
         }
         case ATTN_SCORE_CALLBACK: {
