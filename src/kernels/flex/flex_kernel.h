@@ -699,6 +699,17 @@ static void pack_backward_rows(const flex_job *job, flex_tiles *t, const attn_at
     }
 }
 
+/* ds (VW) *= d(cap tanh(x / cap)) / dx at x = in (VW), inv = 1 / cap:
+ * sech^2 (x / cap) = 4 e / (1 + e)^2 with e = exp(-2 |x| / cap) (1 -
+ * tanh^2 would cancel where the cap saturates, losing the small
+ * gradients' bits); e is 0 past 2^-125, where the factor is below
+ * float's smallest normal anyway. */
+static inline void softcap_grad(const float *in, float *ds, float inv) {
+    vec e = v_exp2(v_mul(v_abs(v_load(in)), v_set1(-2.0f * inv * (float)FLEX_LOG2E)));
+    vec u = v_add(v_set1(1.0f), e);
+    v_store(ds, v_mul(v_load(ds), v_div(v_mul(v_set1(4.0f), e), v_mul(u, u))));
+}
+
 /* Back through the chain, last modifier first: t->dp holds dL/d(final
  * score) and leaves with dL/d(q . k * scale); the tensor gradients of
  * the modifiers in job->grad_mods are summed on the way. */
@@ -721,14 +732,22 @@ static bool chain_backward(const flex_job *job, flex_tiles *t, const flex_at *at
         case ATTN_SCORE_SOFTCAP: {
             const float *in = t->inputs + --slot * score;
             float inv = (float)(1.0 / m->value);
-            /* d tanh(x) / dx = sech^2 x = 4 e / (1 + e)^2 with e = exp(-2 |x|):
-             * 1 - tanh^2 x would cancel where the cap saturates, losing
-             * the small gradients' bits */
-            for (size_t r = 0; r < at->nr; r++)
-                for (size_t c = 0; c < at->nc; c++) {
-                    float e = expf(-2.0f * fabsf(in[r * ld + c] * inv)), u = 1.0f + e;
-                    ds[r * ld + c] *= 4.0f * e / (u * u);
+            for (size_t r = 0; r < at->nr; r++) {
+                /* whole vectors, then the row's last elements through a
+                 * vector padded with 0 (a factor of 1), so that every
+                 * element takes the same arithmetic and the padded
+                 * columns, never copied into in, are not read */
+                size_t c = 0;
+                for (; c + VW <= at->nc; c += VW)
+                    softcap_grad(in + r * ld + c, ds + r * ld + c, inv);
+                if (c < at->nc) {
+                    float x[VW] = {0}, d[VW] = {0};
+                    memcpy(x, in + r * ld + c, (at->nc - c) * sizeof(float));
+                    memcpy(d, ds + r * ld + c, (at->nc - c) * sizeof(float));
+                    softcap_grad(x, d, inv);
+                    memcpy(ds + r * ld + c, d, (at->nc - c) * sizeof(float));
                 }
+            }
             break;
         }
         case ATTN_SCORE_ALIBI:
