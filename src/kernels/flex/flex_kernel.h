@@ -17,7 +17,8 @@
  * padded rows of q and dO are zero, so padding never reaches an output.
  *
  * A tile's scores are s = (q . k) * scale in float, the chain applied to
- * the tile in place (scalar loops but for SCALE; CALLBACK hands the tile
+ * the tile in place (in vectors but for BIAS, read through its strides;
+ * ALiBi and the relative tables by distance; CALLBACK hands the tile
  * itself), then the mask, so that a modifier sees every element of the
  * tile, as flex_attention's score_mod sees every score. The weights are
  * exp2((s - m) log2 e) against the running row max m.
