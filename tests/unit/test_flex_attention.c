@@ -752,7 +752,8 @@ static void nan_pattern(const float *x, size_t n, unsigned char *out) {
 /* A NaN input, or a score a modifier makes +inf, makes the rows that see it
  * NaN, and their gradients, as the reference (and PyTorch) make them: the
  * kernels' max and exp2 would pass over such a score, and a row that saw
- * nothing else would give zeros. Causal, so that the rows before the key
+ * nothing else would give zeros; so would softcap's vector tanh, whose
+ * exp2 gives 0 for NaN (variant 2). Causal, so that the rows before the key
  * stay finite. dq may also be NaN where a row that does not see the NaN key
  * multiplies its zero weight by it (0 * NaN, as PyTorch's dense backward). */
 static void test_non_finite(attn_ctx *ctx) {
@@ -761,17 +762,22 @@ static void test_non_finite(attn_ctx *ctx) {
     CHECK_STATUS(attn_ctx_new(&rc, &ref), ATTN_OK);
     const size_t B = 1, H = 2, T = 40, D = 16, n = B * T * H * D, rows = B * H * T;
     unsigned char *want = malloc(n), *got = malloc(n);
-    for (int variant = 0; variant < 2; variant++) {
+    for (int variant = 0; variant < 3; variant++) {
         float *q = alloc_randn(n, 1), *k = alloc_randn(n, 1), *v = alloc_randn(n, 1);
         float *dout = alloc_randn(n, 1);
-        if (variant == 0) k[(7 * H + 1) * D + 3] = NAN; /* key 7 of head 1 */
-        attn_score_mod mods[1] = {{.kind = ATTN_SCORE_SCALE, .value = 0.5}};
+        if (variant != 1) k[(7 * H + 1) * D + 3] = NAN; /* key 7 of head 1 */
+        /* softcap, then a scale: not the fixed features, the block-map kernels' */
+        attn_score_mod mods[2] = {{.kind = ATTN_SCORE_SCALE, .value = 0.5}};
         if (variant == 1)
             mods[0] = (attn_score_mod){.kind = ATTN_SCORE_CALLBACK, .fn = inf_fn,
                                        .grad_fn = inf_grad};
+        if (variant == 2) {
+            mods[0] = (attn_score_mod){.kind = ATTN_SCORE_SOFTCAP, .value = 5.0};
+            mods[1] = (attn_score_mod){.kind = ATTN_SCORE_SCALE, .value = 0.5};
+        }
         attn_sdpa_config cfg = {.batch = B, .heads = H, .q_tokens = T, .kv_tokens = T,
                                 .head_dim = D, .causal = true, .align = ATTN_ALIGN_TOP_LEFT,
-                                .score_mods = mods, .score_mod_count = 1};
+                                .score_mods = mods, .score_mod_count = variant == 2 ? 2 : 1};
         float *r[2][5]; /* out, lse, dq, dk, dv of the fast ctx and the reference */
         for (int c = 0; c < 2; c++) {
             attn_ctx *x = c ? ref : ctx;
@@ -800,7 +806,7 @@ static void test_non_finite(attn_ctx *ctx) {
                        variant, t, missing, extra);
         }
         /* head 1's rows from 7 on; head 0's row 9 */
-        CHECK(nan_rows == (variant == 0 ? T - 7 : 1));
+        CHECK(nan_rows == (variant != 1 ? T - 7 : 1));
         for (int c = 0; c < 2; c++)
             for (int t = 0; t < 5; t++) free(r[c][t]);
         free(q), free(k), free(v), free(dout);

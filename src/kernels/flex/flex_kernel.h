@@ -356,6 +356,19 @@ static inline void add_by_distance(const flex_at *at, const float *by, float *s,
     }
 }
 
+/* out with the NaN lanes of in put back: the vector exp2 (under v_tanh,
+ * and in softcap's gradient) gives 0 for NaN, where the scalar functions
+ * and the reference give NaN, and a NaN score must reach its row's sum. */
+static inline vec keep_nan(vec in, vec out) {
+    if (!v_any_nan(in)) return out;
+    float x[VW], y[VW];
+    v_store(x, in);
+    v_store(y, out);
+    for (size_t i = 0; i < VW; i++)
+        if (x[i] != x[i]) y[i] = x[i];
+    return v_load(y);
+}
+
 /* The chain on the tile s (row stride ld) in order; keeps each kept
  * modifier's input in inputs when that is not NULL. False when a callback
  * failed (recorded in f). */
@@ -386,7 +399,8 @@ static bool apply_chain(const flex_geom *g, const attn_flex_args *a, const flex_
             for (size_t r = 0; r < at->nr; r++)
                 for (size_t c = 0; c < cols; c += VW) {
                     float *x = s + r * ld + c;
-                    v_store(x, v_mul(cap, v_tanh(v_mul(v_load(x), inv))));
+                    vec in = v_load(x);
+                    v_store(x, keep_nan(in, v_mul(cap, v_tanh(v_mul(in, inv)))));
                 }
             break;
         }
@@ -706,9 +720,10 @@ static void pack_backward_rows(const flex_job *job, flex_tiles *t, const attn_at
  * gradients' bits); e is 0 past 2^-125, where the factor is below
  * float's smallest normal anyway. */
 static inline void softcap_grad(const float *in, float *ds, float inv) {
-    vec e = v_exp2(v_mul(v_abs(v_load(in)), v_set1(-2.0f * inv * (float)FLEX_LOG2E)));
+    vec x = v_load(in);
+    vec e = v_exp2(v_mul(v_abs(x), v_set1(-2.0f * inv * (float)FLEX_LOG2E)));
     vec u = v_add(v_set1(1.0f), e);
-    v_store(ds, v_mul(v_load(ds), v_div(v_mul(v_set1(4.0f), e), v_mul(u, u))));
+    v_store(ds, v_mul(v_load(ds), keep_nan(x, v_div(v_mul(v_set1(4.0f), e), v_mul(u, u)))));
 }
 
 /* Back through the chain, last modifier first: t->dp holds dL/d(final
