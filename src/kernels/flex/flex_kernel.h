@@ -407,8 +407,9 @@ static bool apply_chain(const flex_geom *g, const attn_flex_args *a, const flex_
         case ATTN_SCORE_ALIBI: {
             float slope = m->tensor[at->h];
             float *by = by_distance(at, by_d);
+            int64_t d0 = first_distance(at) - m->offset; /* ALiBi's distance of by[0] */
             for (size_t e = 0; e < at->nr - 1 + at->nc; e++) {
-                int64_t d = first_distance(at) + (int64_t)e - m->offset;
+                int64_t d = d0 + (int64_t)e;
                 by[e] = m->signed_distance ? slope * (float)d : -slope * (float)(d < 0 ? -d : d);
             }
             add_by_distance(at, by, s, ld);

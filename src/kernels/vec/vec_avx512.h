@@ -55,8 +55,9 @@ static inline vec v_exp2(vec x) {
 
 /* tanh(x), as Cephes' tanhf: x + x^3 P(x^2) below |x| = 0.625, else
  * (1 - e) / (1 + e), e = 2^(-2 |x| log2 e), its sign put back (relative
- * error a few ulp; +-inf gives +-1). The reciprocal is rcp14 and a Newton
- * step: a vdivps costs as much as the rest. */
+ * error a few ulp; +-inf gives +-1, and NaN +-1 too: v_exp2 gives 0 for
+ * it, so a caller that must keep NaN puts it back). The reciprocal is
+ * rcp14 and a Newton step: a vdivps costs as much as the rest. */
 static inline vec v_tanh(vec x) {
     vec a = _mm512_abs_ps(x), z = _mm512_mul_ps(a, a);
     vec p = _mm512_set1_ps(-5.70498872745e-3f);
