@@ -82,6 +82,11 @@ extern const attn_attention_backend attn_attention_reference;
 #define ATTN_MAX_BACKENDS 8
 const attn_attention_backend *const *attn_attention_registry(size_t *count);
 
+/* The column of a relative modifier's table (attn_score_mod_relative) at
+ * distance rel = kv_idx - q_idx: T5's bucket (REL_BIAS) or the table's
+ * element (REL_TABLE), as the flex and fused kernels both read it. */
+int32_t attn_rel_bucket(const attn_score_mod *m, int64_t rel);
+
 /* ---- the runner ----------------------------------------------------------- */
 
 /*

@@ -112,6 +112,12 @@ static int32_t t5_bucket(int64_t rel, size_t buckets, size_t max_distance, bool 
     return (int32_t)(out + bucket);
 }
 
+int32_t attn_rel_bucket(const attn_score_mod *m, int64_t rel) {
+    return m->kind == ATTN_SCORE_REL_TABLE
+               ? (int32_t)attn_rel_table_index(m, rel)
+               : t5_bucket(rel, m->buckets, m->max_distance, m->bidirectional);
+}
+
 /* The bucket tables into the workspace at at, their pointers into tables:
  * each relative modifier's element of a head's row for every distance. */
 static void fill_buckets(const attn_attention_problem *p, char *at, const int32_t **tables) {
@@ -121,10 +127,7 @@ static void fill_buckets(const attn_attention_problem *p, char *at, const int32_
         tables[k] = NULL;
         if (!attn_score_mod_relative(m->kind)) continue;
         int32_t *table = (int32_t *)at;
-        for (int64_t rel = -(T - 1); rel <= S - 1; rel++)
-            table[rel + T - 1] = m->kind == ATTN_SCORE_REL_TABLE
-                                     ? (int32_t)attn_rel_table_index(m, rel)
-                                     : t5_bucket(rel, m->buckets, m->max_distance, m->bidirectional);
+        for (int64_t rel = -(T - 1); rel <= S - 1; rel++) table[rel + T - 1] = attn_rel_bucket(m, rel);
         tables[k] = table;
         at += lines((size_t)(T + S - 1) * sizeof(int32_t));
     }

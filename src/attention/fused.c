@@ -4,7 +4,12 @@
  * set the ctx runs, with every feature of attention.h forward and backward.
  * A block map runs here where its rows are single key intervals, which
  * the kernels read through attn_visible_keys like causal and a window; a
- * map with partial tiles' bits or score modifiers is declined by name.
+ * map with partial tiles' bits is declined by name. Of score modifiers it
+ * runs one: a relative position bias (T5's buckets or a table by
+ * distance) whose gradient is not asked, added from a table by distance
+ * that each pass builds in its workspace (attn_flash_bias); other chains
+ * are declined by name (the runner says softcap and ALiBi as the fixed
+ * features first).
  * It declines views other than float32, a traced forward and
  * v_head_dim != head_dim, and values it would get wrong (non-finite, or
  * magnitudes past float32's range in its tiles): through declines_values,
@@ -19,6 +24,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <string.h>
 
 /* Parts of the magnitude scan (its threads, at most). */
 #define SCAN_PARTS 64
@@ -42,14 +48,25 @@ static bool rows_of_another_forward(const attn_attention_problem *p) {
            p->row_stats[1] == ATTN_ROW_STATS_FOREIGN;
 }
 
+/* p's chain where it is one relative bias (attn_score_mod_relative)
+ * without a tensor gradient, else NULL. */
+static const attn_score_mod *relative_bias(const attn_attention_problem *p) {
+    if (p->score_mod_count != 1) return NULL;
+    const attn_score_mod *m = &p->score_mods[0];
+    return attn_score_mod_relative(m->kind) && !m->tensor_grad ? m : NULL;
+}
+
 static const char *fused_declines(const attn_ctx *ctx, const attn_attention_problem *p,
                                   attn_pass pass) {
     if (!ctx->ks.flash) return "the ctx runs the reference kernels";
     if (p->q.dtype != ATTN_DTYPE_F32) return "its kernels read float32";
     const char *feature = attn_problem_unsupported(
         p, ATTN_USES_CAUSAL | ATTN_USES_RENORMALIZE | ATTN_USES_WINDOW | ATTN_USES_SOFTCAP |
-               ATTN_USES_ALIBI | ATTN_USES_SINKS | ATTN_USES_VARLEN | ATTN_USES_ROW_INTERVALS);
+               ATTN_USES_ALIBI | ATTN_USES_SINKS | ATTN_USES_VARLEN | ATTN_USES_ROW_INTERVALS |
+               ATTN_USES_SCORE_MODS);
     if (feature) return feature;
+    if (p->score_mod_count && !relative_bias(p))
+        return "score modifiers other than one relative bias whose gradient is not asked";
     if (pass.traced) return "the scores' trace is the reference's";
     if (pass.backward && rows_of_another_forward(p))
         return "its forward ran on other kernels, whose lse it would have to match";
@@ -136,20 +153,23 @@ static bool magnitudes_fit(const attn_flash_kernels *fk, const attn_attention_pr
                            const float top[4]) {
     float slope = p->alibi_slopes ? fk->max_abs(p->alibi_slopes, p->q_heads, 0.0f) : 0.0f;
     float sink = p->sinks ? fk->max_abs(p->sinks, p->q_heads, 0.0f) : 0.0f;
+    const attn_score_mod *rel = relative_bias(p);
+    float bias = rel ? fk->max_abs(rel->tensor, p->q_heads * rel->buckets, 0.0f) : 0.0f;
     for (int t = 0; t < 4; t++)
         if (isinf(top[t])) return false; /* inf or NaN */
-    if (isinf(slope) || isinf(sink) || !isfinite(p->softcap)) return false;
+    if (isinf(slope) || isinf(sink) || isinf(bias) || !isfinite(p->softcap)) return false;
     double q = top[0], k = top[1], v = top[2], d_o = top[3];
     double D = (double)p->head_dim, S = (double)p->kv_len, limit = FLT_MAX / 16.0;
     /* the raw scores q . k * scale (times log2 e) the tiles sum; softcap
      * then bounds them, ALiBi adds up to slope * |pos_i - j| (the kernels
-     * subtract each row's nearest distance, but a bound is enough), and
-     * the sink starts each row's running max */
+     * subtract each row's nearest distance, but a bound is enough), the
+     * relative bias up to its largest element, and the sink starts each
+     * row's running max */
     double raw = 1.4426950408889634 * fabs((double)p->scale) * D * q * k;
     double cap = 1.4426950408889634 * p->softcap;
     double score = p->softcap > 0.0f && cap < raw ? cap : raw;
     double reach = (double)p->q_len + S + fabs((double)p->q_offset);
-    score += 1.4426950408889634 * ((double)slope * reach + sink);
+    score += 1.4426950408889634 * ((double)slope * reach + sink + bias);
     /* and the output's running sums, and dP = dO . v */
     return !(raw >= limit || score >= limit || S * v >= limit || D * d_o * v >= limit ||
              S * d_o >= limit);
@@ -227,10 +247,59 @@ static size_t rows_bytes(const attn_attention_problem *p) {
     return lines_bytes(mul_or_max(rows, sizeof(float)));
 }
 
+/* The relative bias's tables reach this many distances past the
+ * problem's on either side: a padded tile's rows and keys (at most 64 of
+ * each past the last real one: flash_kernel.h's BC, LBC, RG and LG). */
+#define BIAS_PAD 128
+
+/* Floats of one head's table in one order: every distance kv_idx - q_idx
+ * of the problem, -(T - 1) .. S - 1, and the pads. */
+static size_t bias_stride(const attn_attention_problem *p) {
+    return add_or_max(add_or_max(p->q_len, p->kv_len), 2 * BIAS_PAD + 15) / 16 * 16;
+}
+
+/* Bytes of the tables (by key and by row, each head's) where p has a
+ * relative bias, else 0. */
+static size_t bias_bytes(const attn_attention_problem *p) {
+    if (!relative_bias(p)) return 0;
+    return lines_bytes(mul_or_max(mul_or_max(2 * p->q_heads, bias_stride(p)), sizeof(float)));
+}
+
+/* p's relative bias as the kernels' tables, at `at` (bias_bytes of it),
+ * into *tables; NULL where p has none. Each element is the table's,
+ * times log2 e in double, rounded once; the pads hold 0. */
+static const attn_flash_bias *bias_tables(const attn_attention_problem *p, float *at,
+                                          attn_flash_bias *tables) {
+    const attn_score_mod *m = relative_bias(p);
+    if (!m) return NULL;
+    size_t stride = bias_stride(p), H = p->q_heads;
+    int64_t T = (int64_t)p->q_len, S = (int64_t)p->kv_len;
+    float *by_key = at, *by_row = at + H * stride;
+    memset(at, 0, 2 * H * stride * sizeof *at);
+    /* by key: distance d = j - i at BIAS_PAD + (T - 1) + d; by row: i - j
+     * at BIAS_PAD + (S - 1) + (i - j) */
+    for (int64_t d = -(T - 1); d <= S - 1; d++) {
+        size_t column = (size_t)attn_rel_bucket(m, d);
+        for (size_t h = 0; h < H; h++) {
+            float v = (float)(1.4426950408889634 * (double)m->tensor[h * m->buckets + column]);
+            by_key[h * stride + (size_t)(BIAS_PAD + (T - 1) + d)] = v;
+            by_row[h * stride + (size_t)(BIAS_PAD + (S - 1) - d)] = v;
+        }
+    }
+    *tables = (attn_flash_bias){.by_key = by_key + BIAS_PAD + (T - 1),
+                                .by_row = by_row + BIAS_PAD + (S - 1), .stride = stride};
+    return tables;
+}
+
+/* The forward's tiles, then the relative bias's tables. */
+static size_t forward_tiles_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
+    return tiles_bytes(ctx, flash_kernels(ctx)->forward_workspace(p, flash_fit(ctx)));
+}
+
 static size_t fused_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p,
                                   const attn_attention_trace *trace) {
     (void)trace;
-    return tiles_bytes(ctx, flash_kernels(ctx)->forward_workspace(p, flash_fit(ctx)));
+    return add_or_max(forward_tiles_bytes(ctx, p), bias_bytes(p));
 }
 
 /* The largest |lse| whose float alone the backward takes: a weight
@@ -259,17 +328,22 @@ static bool may_take_own_rows(const attn_attention_problem *p) {
 
 /* The backward's tiles (also the forward's, for the lse it recomputes
  * (takes_own_rows)), then delta, then that lse, its lse_lo and its row
- * statistics. */
+ * statistics, then the relative bias's tables. */
 static size_t backward_tiles_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
     size_t bwd = fk->backward_workspace(p), fwd = fk->forward_workspace(p, flash_fit(ctx));
     return tiles_bytes(ctx, may_take_own_rows(p) && fwd > bwd ? fwd : bwd);
 }
 
-static size_t fused_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
+/* The backward's workspace up to the relative bias's tables. */
+static size_t backward_rows_end(const attn_ctx *ctx, const attn_attention_problem *p) {
     size_t bytes = add_or_max(backward_tiles_bytes(ctx, p), rows_bytes(p));
     /* its own lse, lse_lo and row statistics (two floats a row) */
     return may_take_own_rows(p) ? add_or_max(bytes, mul_or_max(4, rows_bytes(p))) : bytes;
+}
+
+static size_t fused_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
+    return add_or_max(backward_rows_end(ctx, p), bias_bytes(p));
 }
 
 /* ---- the passes ------------------------------------------------------------ */
@@ -283,16 +357,19 @@ static const char *fused_forward(attn_ctx *ctx, const attn_attention_problem *p,
     drop = drop ? drop : &no_dropout;
     /* As freshly allocated, also when reused: no stale NaN in a tile's pad;
      * on the threads, each its own part's tiles. */
-    attn_pool_zero(w.pool, w.threads, workspace, fused_forward_bytes(ctx, p, NULL));
+    size_t tiles = forward_tiles_bytes(ctx, p);
+    attn_pool_zero(w.pool, w.threads, workspace, tiles);
+    attn_flash_bias tables;
+    const attn_flash_bias *bias = bias_tables(p, (float *)((char *)workspace + tiles), &tables);
     if (!fk->forward_measures(p, drop)) {
-        fk->forward(w, flash_fit(ctx), p, drop, workspace, NULL);
+        fk->forward(w, flash_fit(ctx), p, drop, bias, workspace, NULL);
         return NULL;
     }
     /* unscanned (fused_measures_values): values the kernels would get
      * wrong are declined now, and the runner's next backend writes over
      * what they wrote */
     float top[4] = {0, 0, 0, 0};
-    fk->forward(w, flash_fit(ctx), p, drop, workspace, top);
+    fk->forward(w, flash_fit(ctx), p, drop, bias, workspace, top);
     return magnitudes_fit(fk, p, top) ? NULL : VALUES_OUT_OF_RANGE;
 }
 
@@ -304,6 +381,9 @@ static const char *fused_backward(attn_ctx *ctx, const attn_attention_problem *p
     size_t tiles = backward_tiles_bytes(ctx, p);
     float *ws = workspace, *delta = (float *)((char *)workspace + tiles);
     attn_pool_zero(w.pool, w.threads, workspace, tiles);
+    attn_flash_bias tables;
+    const attn_flash_bias *bias =
+        bias_tables(p, (float *)((char *)workspace + backward_rows_end(ctx, p)), &tables);
     /* the row statistics are the given lse's rows' own, not so for one
      * block of a longer row (backward_from_lse) */
     attn_flash_rows rows = {.lse = p->lse, .lse_lo = p->lse_lo,
@@ -319,20 +399,20 @@ static const char *fused_backward(attn_ctx *ctx, const attn_attention_problem *p
         stats.lse = own;
         stats.lse_lo = own_lo;
         stats.row_stats = own_stats;
-        fk->forward(w, flash_fit(ctx), &stats, &no_dropout, ws, NULL);
+        fk->forward(w, flash_fit(ctx), &stats, &no_dropout, bias, ws, NULL);
         attn_pool_zero(w.pool, w.threads, workspace, tiles);
         rows = (attn_flash_rows){.lse = own, .lse_lo = own_lo, .stats = own_stats};
     }
     drop = drop ? drop : &no_dropout;
     if (!fk->backward_measures(p, drop)) {
-        fk->backward(w, p, drop, g, rows, delta, ws, NULL);
+        fk->backward(w, p, drop, bias, g, rows, delta, ws, NULL);
         return NULL;
     }
     /* unscanned (fused_measures_values): as the forward, declined after
      * the pass (the lse forward above measures nothing: it takes the lane
      * path, which any values leave in bounds) */
     float top[4] = {0, 0, 0, 0};
-    fk->backward(w, p, drop, g, rows, delta, ws, top);
+    fk->backward(w, p, drop, bias, g, rows, delta, ws, top);
     return magnitudes_fit(fk, p, top) ? NULL : VALUES_OUT_OF_RANGE;
 }
 

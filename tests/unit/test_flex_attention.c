@@ -400,19 +400,21 @@ static void make_pattern(flex_case *c) {
     }
 }
 
-/* A (heads, m->buckets) table of random values and its gradient, for m. */
+/* A (heads, m->buckets) table of random values and, half the time, its
+ * gradient, for m (without one, a lone table runs on the fused kernels). */
 static void head_table(const flex_case *c, bias_tensor *t, attn_score_mod *m) {
     t->n = c->H * m->buckets;
     t->data = alloc_randn(t->n, 1.0f);
     t->grad = malloc(t->n * sizeof(float));
     m->tensor = t->data;
-    m->tensor_grad = t->grad;
+    m->tensor_grad = below(2) ? t->grad : NULL;
 }
 
-static attn_score_mod make_mod(flex_case *c, size_t slot) {
+/* A random modifier, of kind `kind` where it is not 0. */
+static attn_score_mod make_mod(flex_case *c, size_t slot, int kind) {
     attn_score_mod m = {0};
     bias_tensor *t = &c->tensors[slot];
-    int kind = 1 + (int)below(7);
+    if (!kind) kind = 1 + (int)below(7);
     m.kind = (attn_score_mod_kind)kind;
     switch (m.kind) {
     case ATTN_SCORE_SCALE: m.value = 0.5 + uniform(); break;
@@ -468,7 +470,10 @@ static attn_score_mod make_mod(flex_case *c, size_t slot) {
     return m;
 }
 
-static void make_case(flex_case *c, size_t index) {
+/* A random case; relative: one T5 or relative table modifier without its
+ * gradient, no map or a causal one, v_head_dim = head_dim (what the fused
+ * kernels run). */
+static void make_case(flex_case *c, size_t index, bool relative) {
     static const size_t heads[][2] = {{1, 1}, {2, 1}, {3, 3}, {4, 2}, {6, 2}};
     static const size_t lens[] = {1, 7, 16, 33, 64, 65, 100, 130, 200};
     static const size_t dims[] = {8, 16, 24, 32, 40, 64};
@@ -479,7 +484,7 @@ static void make_case(flex_case *c, size_t index) {
     c->H = hh[0], c->Hkv = hh[1];
     c->T = pick(lens, 9), c->S = pick(lens, 9);
     c->D = pick(dims, 6);
-    c->Dv = below(3) == 0 ? pick(dims, 6) : c->D;
+    c->Dv = below(3) == 0 && !relative ? pick(dims, 6) : c->D;
     c->bq = pick(blocks, 4), c->bkv = pick(blocks, 4);
     c->scale = below(2) ? 0.0 : 0.05 + 0.3 * uniform();
     c->causal = below(4) == 0;
@@ -493,7 +498,10 @@ static void make_case(flex_case *c, size_t index) {
     c->mh = below(2) ? 1 : c->H;
     c->nmods = below(4);
     if (c->pattern == PATTERN_NONE && c->nmods == 0) c->nmods = 1;
-    for (size_t t = 0; t < c->nmods; t++) c->mods[t] = make_mod(c, t);
+    if (relative) c->pattern = below(2) ? PATTERN_NONE : PATTERN_CAUSAL, c->nmods = 1;
+    for (size_t t = 0; t < c->nmods; t++)
+        c->mods[t] = make_mod(c, t, relative ? (below(2) ? ATTN_SCORE_REL_BIAS : ATTN_SCORE_REL_TABLE) : 0);
+    if (relative) c->mods[0].tensor_grad = NULL;
     if (c->pattern != PATTERN_NONE) make_pattern(c);
     size_t qn = c->B * c->T * c->H, kn = c->B * c->S * c->Hkv;
     c->q = alloc_randn(qn * c->D, 1.0f);
@@ -584,16 +592,24 @@ static bool run_case(attn_ctx *ctx, flex_case *c, results *r, const char *what) 
         return false;
     }
     /* a map of row intervals is the fused kernels' to run, without modifiers
-     * or with a chain the fixed features say (test_fixed_features) */
+     * or with a chain the fixed features say (test_fixed_features); so is
+     * a lone relative table whose gradient is not asked, and there they
+     * must run it */
     attn_block_mask_info info = {0};
     if (c->mask) attn_block_mask_get_info(c->mask, &info);
     bool fixed_chain = c->nmods <= 2;
     for (size_t t = 0; t < c->nmods; t++)
         fixed_chain &= c->mods[t].kind == ATTN_SCORE_SOFTCAP || c->mods[t].kind == ATTN_SCORE_ALIBI;
+    bool lone_table = c->nmods == 1 && !c->mods[0].tensor_grad &&
+                      (c->mods[0].kind == ATTN_SCORE_REL_BIAS ||
+                       c->mods[0].kind == ATTN_SCORE_REL_TABLE);
     const char *explain = attn_ctx_last_explain(ctx);
     bool fused_may = (info.row_intervals && !c->nmods) ||
-                     (fixed_chain && (!c->mask || info.row_intervals));
-    bool ran_expected = strstr(explain, "flex [") || (fused_may && strstr(explain, "fused ["));
+                     ((fixed_chain || lone_table) && (!c->mask || info.row_intervals));
+    bool fused_must = lone_table && c->Dv == c->D && (!c->mask || info.row_intervals) &&
+                      attn_ctx_kernels(ctx) != ATTN_KERNELS_REFERENCE;
+    bool ran_expected = (strstr(explain, "flex [") && !fused_must) ||
+                        (fused_may && strstr(explain, "fused ["));
     CHECK(ran_expected && strstr(explain, "ran") != NULL);
     if (!ran_expected || getenv("FLEX_VERBOSE")) {
         fprintf(stderr, "%s: explain: %s\n", what, attn_ctx_last_explain(ctx));
@@ -614,9 +630,9 @@ static bool run_case(attn_ctx *ctx, flex_case *c, results *r, const char *what) 
     return true;
 }
 
-static void test_case(attn_ctx *one, attn_ctx *two, size_t index) {
+static void test_case(attn_ctx *one, attn_ctx *two, size_t index, bool relative) {
     flex_case c;
-    make_case(&c, index);
+    make_case(&c, index, relative);
     char what[256];
     snprintf(what, sizeof what,
              "case %zu (B %zu H %zu/%zu T %zu S %zu D %zu/%zu blocks %zux%zu pattern %d map "
@@ -1006,7 +1022,8 @@ int main(int argc, char **argv) {
         bench(two, strtoul(argv[2], NULL, 10));
     } else {
         size_t cases = argc == 3 && !strcmp(argv[1], "--cases") ? strtoul(argv[2], NULL, 10) : 40;
-        for (size_t i = 0; i < cases; i++) test_case(one, two, i);
+        for (size_t i = 0; i < cases; i++) test_case(one, two, i, false);
+        for (size_t i = 0; i < cases / 4; i++) test_case(one, two, i, true);
         test_callback_error(two);
         test_non_finite(two);
         test_fixed_features(two);

@@ -2,8 +2,9 @@
  * flash.h — fused, tiled attention (the FlashAttention-2 algorithm) for
  * CPUs: the fast path under every module's attention, forward and backward,
  * on the one attention contract (attention/attention.h) with all of its
- * features: GQA, diagonals and sliding windows, softcap, ALiBi, sinks,
- * packed variable-length batches and dropout.
+ * features: GQA, diagonals and sliding windows, softcap, ALiBi, a
+ * relative position bias (attn_flash_bias), sinks, packed variable-length
+ * batches and dropout.
  *
  * Forward: per (batch, KV head, block of query rows), the keys a
  * block's rows may see are walked a block at a time (blocks wholly outside
@@ -69,6 +70,19 @@ typedef struct attn_flash_rows {
     const float *lse, *lse_lo, *stats;
 } attn_flash_rows;
 
+/* A relative position bias (T5's buckets, or a table by distance: the
+ * problem's one score modifier, attn_score_mod_relative) as the kernels
+ * add it after softcap, in base 2 (times log2 e), query head h's values
+ * by distance in two orders so that a vector of keys or of rows reads
+ * consecutive floats: by_key[h * stride + (j - i)] for key j of query i
+ * (each counted in its sequence), by_row[h * stride + (i - j)] the same
+ * value. Both pointers sit at distance 0, with every distance a padded
+ * tile reaches on either side. */
+typedef struct attn_flash_bias {
+    const float *by_key, *by_row;
+    size_t stride;
+} attn_flash_bias;
+
 /* One instruction set's kernels, run on w's threads. Workspaces are floats
  * per parallel part (attn_parallel_parts(w.threads) of them), sized by the
  * matching _workspace function, zeroed or not. The caller has checked the problem (kv_heads
@@ -87,19 +101,24 @@ typedef struct attn_flash_kernels {
     bool (*forward_measures)(const attn_attention_problem *p, const attn_attention_dropout *drop);
     /* p->out and p->lse (when set) from p's q, k, v; with p->out NULL only
      * p->lse (the statistics a backward needs when its forward kept none).
-     * magnitudes (or NULL): what it measured, all inf when it did not */
+     * bias: p's relative bias as a table, where p's chain is one (else
+     * NULL). magnitudes (or NULL): what it measured, all inf when it did
+     * not */
     void (*forward)(attn_workers w, attn_flash_fit fit, const attn_attention_problem *p,
-                    const attn_attention_dropout *drop, float *workspace, float magnitudes[3]);
+                    const attn_attention_dropout *drop, const attn_flash_bias *bias,
+                    float *workspace, float magnitudes[3]);
     size_t (*backward_workspace)(const attn_attention_problem *p);
     /* Whether backward, given magnitudes, measures the inputs it reads
      * itself (max |x| of q, k, v, dout, as forward_measures) */
     bool (*backward_measures)(const attn_attention_problem *p, const attn_attention_dropout *drop);
     /* g's dq, dk, dv (and dsinks) from g->dout, p->out and the rows'
-     * statistics (attn_flash_rows); delta (lse's layout) is scratch.
-     * magnitudes (or NULL): what it measured, all inf when it did not */
+     * statistics (attn_flash_rows); delta (lse's layout) is scratch; bias
+     * as forward's. magnitudes (or NULL): what it measured, all inf when
+     * it did not */
     void (*backward)(attn_workers w, const attn_attention_problem *p,
-                     const attn_attention_dropout *drop, const attn_attention_grads *g,
-                     attn_flash_rows rows, float *delta, float *workspace, float magnitudes[4]);
+                     const attn_attention_dropout *drop, const attn_flash_bias *bias,
+                     const attn_attention_grads *g, attn_flash_rows rows, float *delta,
+                     float *workspace, float magnitudes[4]);
 } attn_flash_kernels;
 
 extern const attn_flash_kernels attn_flash_portable;

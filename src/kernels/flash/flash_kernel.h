@@ -98,7 +98,8 @@ typedef struct flash_shape {
     bool blocks_outer; /* the forward's items: query blocks outermost (flash_forward) */
     float log2_scale;     /* scale * log2(e) */
     float cap2, inv_cap2; /* softcap * log2(e) and its inverse; 0: no softcap */
-    bool modified;        /* softcap or ALiBi: every tile goes through modify_tile */
+    bool modified;        /* softcap, ALiBi or a bias: every tile goes through modify_tile */
+    const attn_flash_bias *bias; /* the relative bias (flash.h), or NULL */
     /* Where the scale goes. Plain scores stay raw (q . k, q unscaled) and
      * the forward subtracts the row max before scaling: 2^((s - m) c), c =
      * scale log2(e); lse = m scale + ln l in double. Scaling q (or the
@@ -132,7 +133,9 @@ static flash_shape flash_shape_of(const attn_attention_problem *p,
         f.cap2 = (float)(p->softcap * LOG2E);
         f.inv_cap2 = (float)(1.0 / (p->softcap * LOG2E));
     }
-    f.modified = f.cap2 != 0.0f || p->alibi_slopes;
+    /* a chain here is one relative bias (the backend declines others),
+     * whose table the passes set (with_bias) */
+    f.modified = f.cap2 != 0.0f || p->alibi_slopes || p->score_mod_count;
     /* raw scores need c > 0 (the row max must stay the max); a sink joins
      * their sums at the end (join_sink) */
     f.raw = !f.modified && f.log2_scale > 0.0f;
@@ -222,6 +225,15 @@ static bool keys_grow_with_rows(const attn_attention_problem *p) {
     const attn_block_map *m = p->block_map;
     if (!m || !m->row_lo || m->q_len == 0 || !rows_see_first_key(p)) return false;
     return m->row_hi[m->q_len - 1] > m->row_hi[0];
+}
+
+/* Head h's relative bias at distance 0, by key (j - i) or by row (i - j),
+ * or NULL where there is none. */
+static inline const float *bias_by_key(const flash_shape *f, size_t h) {
+    return f->bias ? f->bias->by_key + h * f->bias->stride : NULL;
+}
+static inline const float *bias_by_row(const flash_shape *f, size_t h) {
+    return f->bias ? f->bias->by_row + h * f->bias->stride : NULL;
 }
 
 /* ALiBi's slope of head h in base-2 units (0: none). */
@@ -564,14 +576,16 @@ static const float mask_trail[128] = {[64] = INF8, INF8, INF8, INF8, INF8, INF8,
 #undef INF8
 
 /* Rows [r0, r0 + RG) of block br against keys [j0, j0 + BC): softcap,
- * ALiBi (slope2, base 2, relative to each row's nearest key), and -inf
+ * ALiBi (slope2, base 2, relative to each row's nearest key), the head's
+ * relative bias (by_key: bias_by_key, NULL none), and -inf
  * outside each row's visible keys (keys past cols are outside them all),
  * in vectors: the pass touches every score of every modified tile, and a
  * scalar one (tanh above all) would outweigh the tile's products. th (RG,
  * BC), when not NULL, receives tanh(s / softcap) for the
  * backward. */
 static inline void modify_tile(const flash_shape *f, const block_rows *br, float slope2,
-                               vec s[RG][NV], size_t r0, size_t j0, float *th) {
+                               const float *by_key, vec s[RG][NV], size_t r0, size_t j0,
+                               float *th) {
     bool all_seen = j0 >= br->all_from && j0 + BC <= br->all_to;
     if (!f->modified && all_seen) return; /* the common tile */
     if (f->cap2 != 0.0f) {
@@ -595,6 +609,13 @@ static inline void modify_tile(const flash_shape *f, const block_rows *br, float
                 vec d = v_sub(v_abs(v_sub(at, v_load(lane_of + v * VW))), near);
                 s[r][v] = v_fma(neg_slope, d, s[r][v]);
             }
+        }
+    }
+    if (by_key) {
+        /* row i's keys j0 + [0, BC): distances j - i in a row of the table */
+        for (int r = 0; r < RG; r++) {
+            const float *at = by_key + (ptrdiff_t)j0 - (ptrdiff_t)(br->i0 + r0 + (size_t)r);
+            for (int v = 0; v < NV; v++) s[r][v] = v_add(s[r][v], v_load(at + v * VW));
         }
     }
     if (all_seen) return;
@@ -820,7 +841,7 @@ static void forward_block(void *arg, size_t part, size_t item) {
                 group_cols(&br, r0, j0, cols, &c0, &c1);
                 if (c0 == c1) continue; /* all -inf: m, l and o stay as they are */
                 score_cols(qs + g * FBR * D + r0 * D, D, D, kt, c0, c1, v_set1(-INFINITY), s);
-                modify_tile(f, &br, slope2, s, r0, j0, NULL);
+                modify_tile(f, &br, slope2, bias_by_key(f, h), s, r0, j0, NULL);
                 /* online softmax in the tile's units: m_new = max(m, rowmax);
                  * the running sums and outputs rescale by 2^((m - m_new)
                  * exp_scale), one vector exp2 for the rows */
@@ -902,10 +923,11 @@ static void forward_block(void *arg, size_t part, size_t item) {
 #define BLOCKS_OUTER_ITEMS 16
 
 static void flash_forward(attn_workers w, attn_flash_fit fit, const attn_attention_problem *p,
-                          const attn_attention_dropout *drop, float *workspace,
-                          float magnitudes[3]) {
+                          const attn_attention_dropout *drop, const attn_flash_bias *bias,
+                          float *workspace, float magnitudes[3]) {
     forward_job job = {.f = flash_shape_of(p, drop), .workspace = workspace,
                        .per_part = forward_workspace(p, fit)};
+    job.f.bias = bias;
     job.lanes = lanes_take(&job.f);
     if (job.lanes) {
         job.f.fbr = lane_rows(p, fit);
@@ -1252,7 +1274,7 @@ static void weight_tile(const backward_job *job, const backward_tiles *t, size_t
     const float *log_lo = t->log_lo + g * BR;
     /* outside [c0, c1): s = -inf, so P = 0 */
     score_cols(t->qs + g * BR * f->Dp + r0 * f->Dp, f->Dp, f->D, t->kt, c0, c1, v_set1(-INFINITY), s);
-    modify_tile(f, br, slope2_of(f, h), s, r0, j0, t->th + r0 * BC);
+    modify_tile(f, br, slope2_of(f, h), bias_by_key(f, h), s, r0, j0, t->th + r0 * BC);
     vec c = v_set1(f->exp_scale);
     for (int r = 0; r < RG; r++) {
         size_t row = r0 + (size_t)r;
@@ -1718,13 +1740,14 @@ static double sink_weight(const backward_job *job, size_t at, float sink) {
 }
 
 static void flash_backward(attn_workers w, const attn_attention_problem *p,
-                           const attn_attention_dropout *drop, const attn_attention_grads *g,
-                           attn_flash_rows rows, float *delta, float *workspace,
-                           float magnitudes[4]) {
+                           const attn_attention_dropout *drop, const attn_flash_bias *bias,
+                           const attn_attention_grads *g, attn_flash_rows rows, float *delta,
+                           float *workspace, float magnitudes[4]) {
     backward_job job = {.f = flash_shape_of(p, drop), .g = g, .rows = rows, .delta = delta,
                         .workspace = workspace, .per_part = backward_workspace(p),
                         .consistent = attn_consistent_delta(p),
                         .measure = magnitudes != NULL && backward_measures(p, drop)};
+    job.f.bias = bias;
     size_t BH = p->batch * p->q_heads;
     delta_job dj = {&job.f, (const float *)g->dout, delta};
     size_t min_heads = 1024 / (p->q_len + 1) + 1;

@@ -125,16 +125,20 @@ static lane_group lane_group_of(const block_rows *br, size_t r0, size_t width) {
     return lg;
 }
 
-/* Softcap and ALiBi on a lane group's scores (base-2, q scaled), as
- * modify_tile's: s = cap2 tanh(s / cap2), then s -= slope2 (|pos - j| -
- * near), pos the row's position and near the distance to its nearest
- * visible key. pos - j is exact in float (positions below 2^24), as a
- * lane's row offset plus the group's pos0 - j. */
+/* Softcap, ALiBi and the relative bias on a lane group's scores (base-2,
+ * q scaled), as modify_tile's: s = cap2 tanh(s / cap2), then s -= slope2
+ * (|pos - j| - near), pos the row's position and near the distance to its
+ * nearest visible key, then s += the bias at distance i - j. pos - j is
+ * exact in float (positions below 2^24), as a lane's row offset plus the
+ * group's pos0 - j. */
 typedef struct lane_mods {
     float cap2, inv_cap2; /* 0, 0: no softcap */
     float neg_slope2;     /* 0: no ALiBi */
     int64_t pos0;         /* pos of the group's first row */
     const float *near;    /* the group's rows' near (LG) */
+    /* the head's bias by row (bias_by_row) at the group's first row's
+     * distance 0 (NULL: none): lane r of key j reads by_row[r - j] */
+    const float *by_row;
 } lane_mods;
 
 /* A lane's row offset within its group, as a float: flash_kernel.h's
@@ -150,6 +154,7 @@ static inline __attribute__((always_inline)) vec lane_modify(const lane_mods *md
         vec d = v_sub(v_abs(at), v_load(md->near + u * VW));
         x = v_fma(v_set1(md->neg_slope2), d, x);
     }
+    if (md->by_row) x = v_add(x, v_load(md->by_row + u * VW - (ptrdiff_t)j));
     return x;
 }
 
@@ -587,6 +592,8 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             for (size_t g = 0; g < nh; g++) {
                 float *qT_g = qT + g * fbr * D + r0 * D, *oT_g = oT + g * fbr * Dv + r0 * Dv;
                 mods.neg_slope2 = -slope2_of(f, it->h0 + g);
+                const float *by_row = bias_by_row(f, it->h0 + g);
+                mods.by_row = by_row ? by_row + br->i0 + r0 : NULL;
                 lane_step_run(&step, D, widths[gi], qT_g, oT_g, m + g * fbr + r0, l + g * fbr + r0);
             }
         }
