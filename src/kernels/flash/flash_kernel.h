@@ -1260,8 +1260,9 @@ static void note_peaks(const flash_shape *f, const backward_tiles *t, attn_row_p
  * Phase one, weight_tile: A = P for rows [r0, r0 + RG) of head slot g
  * (head h) of block br against keys [j0, j0 + cols), which they see in
  * columns [c0, c1) of it: P = 2^(fma(s - shift, exp_scale, -log_sum) -
- * log_lo) (pack_queries), zero where masked, for rows past the block and for rows
- * that saw no key (their dS zero too). Softcap's
+ * log_lo) (pack_queries), zero where masked, below 2^ATTN_WEIGHT_FLOOR,
+ * for rows past the block and for rows that saw no key (their dS zero
+ * too). Softcap's
  * tanh(s / cap) goes to th's rows, dropout's keep factors to dS's (1 past
  * cols), for phase two. */
 static void weight_tile(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
@@ -1286,7 +1287,8 @@ static void weight_tile(const backward_job *job, const backward_tiles *t, size_t
         }
         vec m = v_set1(shift[row]), neg_log_sum = v_set1(-log_sum[row]), lo = v_set1(log_lo[row]);
         for (int v = 0; v < NV; v++)
-            v_store(A + v * VW, v_exp2(v_sub(v_fma(v_sub(s[r][v], m), c, neg_log_sum), lo)));
+            v_store(A + v * VW, v_exp2_over(v_sub(v_fma(v_sub(s[r][v], m), c, neg_log_sum), lo),
+                                            ATTN_WEIGHT_FLOOR));
         if (f->drop->kind != ATTN_DROP_NONE) {
             drop_factors(f->drop, attn_drop_index(p, b, h, br->i0 + row, j0), cols, dS);
             for (size_t col = cols; col < BC; col++) dS[col] = 1.0f;

@@ -48,10 +48,10 @@ static inline float v_hsum(vec v) {
 }
 
 /* 2^x as in vec_avx512.h; 2^n built in the exponent bits, and inputs
- * below -125 (-inf included) give exactly 0, never a subnormal (whose
- * arithmetic takes microcode assists). */
-static inline vec v_exp2(vec x) {
-    vec live = _mm256_cmp_ps(x, _mm256_set1_ps(-125.0f), _CMP_GE_OQ);
+ * below -125 (-inf included), or below floor, give exactly 0, never a
+ * subnormal (whose arithmetic takes microcode assists). */
+static inline vec v_exp2_over(vec x, float floor) {
+    vec live = _mm256_cmp_ps(x, _mm256_set1_ps(floor), _CMP_GE_OQ);
     x = _mm256_max_ps(x, _mm256_set1_ps(-125.0f));
     vec n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vec f = _mm256_sub_ps(x, n);
@@ -65,6 +65,7 @@ static inline vec v_exp2(vec x) {
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), live);
 }
+static inline vec v_exp2(vec x) { return v_exp2_over(x, -125.0f); }
 
 /* tanh(x) as in vec_avx512.h, with a true division. */
 static inline vec v_tanh(vec x) {
@@ -75,11 +76,15 @@ static inline vec v_tanh(vec x) {
     p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036e-1f));
     p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422e-1f));
     vec small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), a, a);
+    vec sign = _mm256_and_ps(x, _mm256_set1_ps(-0.0f));
+    vec near0 = _mm256_cmp_ps(a, _mm256_set1_ps(0.625f), _CMP_LT_OQ);
+    /* every lane small: the exp2 and the division would be blended away */
+    if (_mm256_movemask_ps(near0) == 0xFF) return _mm256_or_ps(small, sign);
     vec e = v_exp2(_mm256_mul_ps(a, _mm256_set1_ps(-2.8853900817779268f)));
     vec one = _mm256_set1_ps(1.0f);
     vec large = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
-    vec t = _mm256_blendv_ps(large, small, _mm256_cmp_ps(a, _mm256_set1_ps(0.625f), _CMP_LT_OQ));
-    return _mm256_or_ps(t, _mm256_and_ps(x, _mm256_set1_ps(-0.0f)));
+    vec t = _mm256_blendv_ps(large, small, near0);
+    return _mm256_or_ps(t, sign);
 }
 
 #endif /* ATTN_KERNELS_VEC_AVX2_H */

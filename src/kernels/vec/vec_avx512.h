@@ -38,9 +38,11 @@ static inline float v_hsum(vec v) { return _mm512_reduce_add_ps(v); }
  * underflow: a scalef into the subnormals takes a microcode assist, which
  * the masked keys of every edge tile of a sliding window would take. The
  * masked lanes need no clamp: their NaN (-inf - -inf) or subnormal never
- * reaches the register, and takes no assist. */
-static inline vec v_exp2(vec x) {
-    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
+ * reaches the register, and takes no assist. v_exp2_over(x, floor): 0
+ * below floor (>= -125) too, for weights whose products would otherwise
+ * be subnormal. */
+static inline vec v_exp2_over(vec x, float floor) {
+    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(floor), _CMP_GE_OQ);
     vec n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vec f = _mm512_sub_ps(x, n);
     vec p = _mm512_set1_ps(1.5469732016e-4f);
@@ -52,6 +54,7 @@ static inline vec v_exp2(vec x) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_maskz_scalef_ps(live, p, n);
 }
+static inline vec v_exp2(vec x) { return v_exp2_over(x, -125.0f); }
 
 /* tanh(x), as Cephes' tanhf: x + x^3 P(x^2) below |x| = 0.625, else
  * (1 - e) / (1 + e), e = 2^(-2 |x| log2 e), its sign put back (relative
@@ -66,14 +69,18 @@ static inline vec v_tanh(vec x) {
     p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(1.33314422036e-1f));
     p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(-3.33332819422e-1f));
     vec small = _mm512_fmadd_ps(_mm512_mul_ps(p, z), a, a);
+    __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u));
+    __mmask16 near0 = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.625f), _CMP_LT_OQ);
+    /* every lane small (softcap's scores mostly are, well inside the cap):
+     * the exp2 and the reciprocal would be blended away */
+    if (near0 == 0xFFFF) return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(small), sign));
     vec e = v_exp2(_mm512_mul_ps(a, _mm512_set1_ps(-2.8853900817779268f)));
     vec one = _mm512_set1_ps(1.0f), den = _mm512_add_ps(one, e);
     vec r = _mm512_rcp14_ps(den);
     r = _mm512_mul_ps(r, _mm512_fnmadd_ps(den, r, _mm512_set1_ps(2.0f)));
     vec large = _mm512_mul_ps(_mm512_sub_ps(one, e), r);
-    vec t = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.625f), _CMP_LT_OQ), large, small);
+    vec t = _mm512_mask_blend_ps(near0, large, small);
     /* |t| with x's sign bit */
-    __m512i sign = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32((int)0x80000000u));
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), sign));
 }
 
