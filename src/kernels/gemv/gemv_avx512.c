@@ -1,8 +1,9 @@
 /*
  * gemv_avx512.c — the matrix-vector kernels with AVX-512F (gemv.h's
  * contract). Rows of W up to ONE_ROW_IN elements are read one at a time
- * for two rows of x, 8 accumulators a row (row_2); longer ones four at a
- * time, one accumulator each (tile_4): which one depends on in alone. The
+ * for two rows of x, 8 accumulators a row (row_2), or two at a time for
+ * one row of x (row_pair, the same sums); longer ones four at a time, one
+ * accumulator each (tile_4): which sums depends on in alone. The
  * tail of in past a multiple of 16 is one masked step of the same loop,
  * so every sum is 16 lanes reduced in a fixed order. One
  * body serves float, bf16 and f16 W: 16-bit elements are widened in
@@ -96,9 +97,7 @@ static inline void tile_4(int kind, size_t in, const float *x, const void *w, co
  * are short (in <= ONE_ROW_IN): W's row o is read start to end, 128
  * elements at a time into 8 accumulators (16-element chunk c goes to
  * accumulator c % 8, the tail's chunks too), which are then added in
- * order and reduced. One row read in address order keeps a single stream
- * going through the hardware prefetchers, where four rows read together
- * start four at each row's page; x stays in L1 beside it.
+ * order and reduced; x stays in L1 beside W's row.
  */
 static inline void row_2(int kind, size_t in, const float *x, const void *w, const float *bias,
                          float *y, size_t ldy, size_t o, int two) {
@@ -128,6 +127,44 @@ static inline void row_2(int kind, size_t in, const float *x, const void *w, con
     if (two) y[ldy + o] = with_bias(hsum(sb), bias, o);
 }
 
+/*
+ * Outputs o and o + 1 of one row of x, where W's rows are short: row_2's
+ * sums (8 accumulators a row, chunk c into accumulator c % 8, then added
+ * in order: the same bits), the two rows of W read side by side, 128
+ * elements of each in turn. One row read alone is one stream that the
+ * prefetchers restart at each page; two pages in flight read faster.
+ */
+static inline void row_pair(int kind, size_t in, const float *x, const void *w, const float *bias,
+                            float *y, size_t o) {
+    size_t wa = o * in, wb = wa + in, i = 0;
+    __m512 a[8], b[8];
+    for (int c = 0; c < 8; c++) a[c] = b[c] = _mm512_setzero_ps();
+    for (; i + 128 <= in; i += 128) {
+        for (int c = 0; c < 8; c++)
+            a[c] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16 * (size_t)c),
+                                   load16(kind, (__mmask16)0xffff, 16, w, wa + i + 16 * (size_t)c),
+                                   a[c]);
+        for (int c = 0; c < 8; c++)
+            b[c] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16 * (size_t)c),
+                                   load16(kind, (__mmask16)0xffff, 16, w, wb + i + 16 * (size_t)c),
+                                   b[c]);
+    }
+    for (int c = 0; i < in; i += 16, c++) {
+        size_t n = in - i >= 16 ? 16 : in - i;
+        __mmask16 k = n == 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+        __m512 xv = _mm512_maskz_loadu_ps(k, x + i);
+        a[c] = _mm512_fmadd_ps(xv, load16(kind, k, n, w, wa + i), a[c]);
+        b[c] = _mm512_fmadd_ps(xv, load16(kind, k, n, w, wb + i), b[c]);
+    }
+    __m512 sa = a[0], sb = b[0];
+    for (int c = 1; c < 8; c++) {
+        sa = _mm512_add_ps(sa, a[c]);
+        sb = _mm512_add_ps(sb, b[c]);
+    }
+    y[o] = with_bias(hsum(sa), bias, o);
+    y[o + 1] = with_bias(hsum(sb), bias, o + 1);
+}
+
 static inline float dot1(int kind, size_t in, const float *x, const void *w, size_t wo,
                          const float *bias, size_t o) {
     __m512 a = _mm512_setzero_ps();
@@ -142,7 +179,10 @@ static inline float dot1(int kind, size_t in, const float *x, const void *w, siz
 static inline void gemv(int kind, size_t rows, size_t in, const float *x, const void *w,
                         const float *bias, float *y, size_t ldy, size_t o_begin, size_t o_end) {
     if (in <= ONE_ROW_IN) {
-        for (size_t o = o_begin; o < o_end; o++)
+        size_t o = o_begin;
+        if (rows == 1) /* a token's step: W's rows two at a time */
+            for (; o + 2 <= o_end; o += 2) row_pair(kind, in, x, w, bias, y, o);
+        for (; o < o_end; o++)
             for (size_t r = 0; r < rows; r += 2) {
                 if (r + 1 < rows)
                     row_2(kind, in, x + r * in, w, bias, y + r * ldy, ldy, o, 1);

@@ -10,7 +10,7 @@
  * W's row o is read start to end, 256 elements at a time into 8
  * accumulators (32-element chunk c goes to accumulator c % 8, the tail's
  * masked chunks too), added in order and reduced; the order depends on in
- * alone. x's rows (at most ATTN_GEMV_MAX_ROWS, in bf16: 16 KiB a row at in
+ * alone. For one row of x, W's rows go two at a time (row_pair). x's rows (at most ATTN_GEMV_MAX_ROWS, in bf16: 16 KiB a row at in
  * 8192) stay in L1 and L2 beside the stream of W. vdpbf16ps treats
  * subnormal inputs and results as zero.
  *
@@ -60,10 +60,50 @@ static inline void row_2(size_t in, const uint16_t *x, const uint16_t *w, const 
     if (two) y[ldy + o] = with_bias(_mm512_reduce_add_ps(sb), bias, o);
 }
 
+/* Outputs o and o + 1 of one row of x: row_2's sums (the same bits), the
+ * two rows of W read side by side, 256 elements of each in turn: one row
+ * read alone is one stream that the prefetchers restart at each page, and
+ * two pages in flight read faster. */
+static inline void row_pair(size_t in, const uint16_t *x, const uint16_t *w, const float *bias,
+                            float *y, size_t o) {
+    const uint16_t *wa = w + o * in, *wb = wa + in;
+    __m512 a[8], b[8];
+    for (int c = 0; c < 8; c++) a[c] = b[c] = _mm512_setzero_ps();
+    size_t i = 0;
+    const __mmask32 all = 0xffffffffu;
+    for (; i + 256 <= in; i += 256) {
+        for (int c = 0; c < 8; c++) {
+            size_t at = i + 32 * (size_t)c;
+            a[c] = _mm512_dpbf16_ps(a[c], load_bf16(x + at, all), load_bf16(wa + at, all));
+        }
+        for (int c = 0; c < 8; c++) {
+            size_t at = i + 32 * (size_t)c;
+            b[c] = _mm512_dpbf16_ps(b[c], load_bf16(x + at, all), load_bf16(wb + at, all));
+        }
+    }
+    for (int c = 0; i < in; i += 32, c++) {
+        size_t n = in - i >= 32 ? 32 : in - i;
+        __mmask32 k = n == 32 ? all : (__mmask32)((1u << n) - 1);
+        __m512bh xv = load_bf16(x + i, k);
+        a[c] = _mm512_dpbf16_ps(a[c], xv, load_bf16(wa + i, k));
+        b[c] = _mm512_dpbf16_ps(b[c], xv, load_bf16(wb + i, k));
+    }
+    __m512 sa = a[0], sb = b[0];
+    for (int c = 1; c < 8; c++) {
+        sa = _mm512_add_ps(sa, a[c]);
+        sb = _mm512_add_ps(sb, b[c]);
+    }
+    y[o] = with_bias(_mm512_reduce_add_ps(sa), bias, o);
+    y[o + 1] = with_bias(_mm512_reduce_add_ps(sb), bias, o + 1);
+}
+
 void attn_gemv_avx512bf16_dot(size_t rows, size_t in, const uint16_t *x, const uint16_t *w,
                               const float *bias, float *y, size_t ldy, size_t o_begin,
                               size_t o_end) {
-    for (size_t o = o_begin; o < o_end; o++)
+    size_t o = o_begin;
+    if (rows == 1) /* a token's step: W's rows two at a time */
+        for (; o + 2 <= o_end; o += 2) row_pair(in, x, w, bias, y, o);
+    for (; o < o_end; o++)
         for (size_t r = 0; r < rows; r += 2) {
             /* constant arguments: the one-row body is compiled apart */
             if (r + 1 < rows)
