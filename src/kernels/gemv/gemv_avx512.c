@@ -55,6 +55,17 @@ static inline float with_bias(float s, const float *bias, size_t o) {
     return bias ? s + bias[o] : s;
 }
 
+/* Bytes of one element of W. */
+static inline size_t elem_bytes(int kind) { return kind == W_F32 ? 4 : 2; }
+
+/* Asks for bytes [at, at + n) of each of rows rows of W from row (ahead,
+ * row_bytes apart), into L1. */
+static inline void ask_rows(const char *ahead, size_t rows, size_t row_bytes, size_t at,
+                            size_t n) {
+    for (size_t r = 0; r < rows; r++)
+        for (size_t l = 0; l < n; l += 64) _mm_prefetch(ahead + r * row_bytes + at + l, _MM_HINT_T0);
+}
+
 /* Outputs o .. o + 3 for rows 0 and 1 (two is false: row 0 only). */
 static inline void tile_4(int kind, size_t in, const float *x, const void *w, const float *bias,
                           float *y, size_t ldy, size_t o, int two) {
@@ -131,15 +142,18 @@ static inline void row_2(int kind, size_t in, const float *x, const void *w, con
  * Outputs o and o + 1 of one row of x, where W's rows are short: row_2's
  * sums (8 accumulators a row, chunk c into accumulator c % 8, then added
  * in order: the same bits), the two rows of W read side by side, 128
- * elements of each in turn. One row read alone is one stream that the
- * prefetchers restart at each page; two pages in flight read faster.
+ * elements of each in turn, while the next two rows (ahead, NULL: none)
+ * are asked for at the same place. One row read alone is one stream that
+ * the prefetchers restart at each page and follow only so far ahead; four
+ * rows in flight keep the memory busier.
  */
 static inline void row_pair(int kind, size_t in, const float *x, const void *w, const float *bias,
-                            float *y, size_t o) {
-    size_t wa = o * in, wb = wa + in, i = 0;
+                            float *y, size_t o, const char *ahead) {
+    size_t wa = o * in, wb = wa + in, i = 0, eb = elem_bytes(kind);
     __m512 a[8], b[8];
     for (int c = 0; c < 8; c++) a[c] = b[c] = _mm512_setzero_ps();
     for (; i + 128 <= in; i += 128) {
+        if (ahead) ask_rows(ahead, 2, in * eb, i * eb, 128 * eb);
         for (int c = 0; c < 8; c++)
             a[c] = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16 * (size_t)c),
                                    load16(kind, (__mmask16)0xffff, 16, w, wa + i + 16 * (size_t)c),
@@ -181,7 +195,10 @@ static inline void gemv(int kind, size_t rows, size_t in, const float *x, const 
     if (in <= ONE_ROW_IN) {
         size_t o = o_begin;
         if (rows == 1) /* a token's step: W's rows two at a time */
-            for (; o + 2 <= o_end; o += 2) row_pair(kind, in, x, w, bias, y, o);
+            for (; o + 2 <= o_end; o += 2)
+                row_pair(kind, in, x, w, bias, y, o,
+                         o + 4 <= o_end ? (const char *)w + (o + 2) * in * elem_bytes(kind)
+                                        : NULL);
         for (; o < o_end; o++)
             for (size_t r = 0; r < rows; r += 2) {
                 if (r + 1 < rows)

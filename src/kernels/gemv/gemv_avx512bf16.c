@@ -61,17 +61,24 @@ static inline void row_2(size_t in, const uint16_t *x, const uint16_t *w, const 
 }
 
 /* Outputs o and o + 1 of one row of x: row_2's sums (the same bits), the
- * two rows of W read side by side, 256 elements of each in turn: one row
- * read alone is one stream that the prefetchers restart at each page, and
- * two pages in flight read faster. */
+ * two rows of W read side by side, 256 elements of each in turn, while the
+ * next two rows (ahead, NULL: none) are asked for at the same place: one
+ * row read alone is one stream that the prefetchers restart at each page
+ * and follow only so far ahead; four rows in flight keep the memory
+ * busier (gemv_avx512.c's row_pair). */
 static inline void row_pair(size_t in, const uint16_t *x, const uint16_t *w, const float *bias,
-                            float *y, size_t o) {
+                            float *y, size_t o, const uint16_t *ahead) {
     const uint16_t *wa = w + o * in, *wb = wa + in;
     __m512 a[8], b[8];
     for (int c = 0; c < 8; c++) a[c] = b[c] = _mm512_setzero_ps();
     size_t i = 0;
     const __mmask32 all = 0xffffffffu;
     for (; i + 256 <= in; i += 256) {
+        if (ahead)
+            for (size_t l = 0; l < 256; l += 32) {
+                _mm_prefetch((const char *)(ahead + i + l), _MM_HINT_T0);
+                _mm_prefetch((const char *)(ahead + in + i + l), _MM_HINT_T0);
+            }
         for (int c = 0; c < 8; c++) {
             size_t at = i + 32 * (size_t)c;
             a[c] = _mm512_dpbf16_ps(a[c], load_bf16(x + at, all), load_bf16(wa + at, all));
@@ -102,7 +109,8 @@ void attn_gemv_avx512bf16_dot(size_t rows, size_t in, const uint16_t *x, const u
                               size_t o_end) {
     size_t o = o_begin;
     if (rows == 1) /* a token's step: W's rows two at a time */
-        for (; o + 2 <= o_end; o += 2) row_pair(in, x, w, bias, y, o);
+        for (; o + 2 <= o_end; o += 2)
+            row_pair(in, x, w, bias, y, o, o + 4 <= o_end ? w + (o + 2) * in : NULL);
     for (; o < o_end; o++)
         for (size_t r = 0; r < rows; r += 2) {
             /* constant arguments: the one-row body is compiled apart */
