@@ -24,6 +24,9 @@ enum { W_F32, W_BF16, W_F16 };
  * them. */
 #define ONE_ROW_IN 2048
 
+/* How far ahead (elements of W) tile_4 asks for its rows. */
+#define TILE_AHEAD 1024
+
 /* n (<= 16) elements of W from element idx, as floats, zeros past n (k:
  * the mask of n lanes). 16-bit masked loads need AVX-512BW, which the set
  * does not assume: a short tail goes through a zeroed copy. */
@@ -66,14 +69,21 @@ static inline void ask_rows(const char *ahead, size_t rows, size_t row_bytes, si
         for (size_t l = 0; l < n; l += 64) _mm_prefetch(ahead + r * row_bytes + at + l, _MM_HINT_T0);
 }
 
-/* Outputs o .. o + 3 for rows 0 and 1 (two is false: row 0 only). */
+/* Outputs o .. o + 3 for rows 0 and 1 (two is false: row 0 only). For
+ * one row of x, each of the four rows of W is asked for TILE_AHEAD
+ * elements ahead of its reads, 128 at a time: the prefetchers stop at each
+ * row's pages and the four streams alone leave the memory idle between
+ * them. Past a row's end that is the next row's start (the rows lie end
+ * to end), and the next tile's where more (it exists). */
 static inline void tile_4(int kind, size_t in, const float *x, const void *w, const float *bias,
-                          float *y, size_t ldy, size_t o, int two) {
-    size_t w0 = o * in, w1 = w0 + in, w2 = w1 + in, w3 = w2 + in;
+                          float *y, size_t ldy, size_t o, int two, int more) {
+    size_t w0 = o * in, w1 = w0 + in, w2 = w1 + in, w3 = w2 + in, eb = elem_bytes(kind);
     const float *x0 = x, *x1 = two ? x + in : x;
     __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
     __m512 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
     for (size_t i = 0; i < in; i += 16) {
+        if (!two && i % 128 == 0 && (more || i + TILE_AHEAD + 128 <= in))
+            ask_rows((const char *)w + w0 * eb, 4, in * eb, (i + TILE_AHEAD) * eb, 128 * eb);
         size_t n = in - i >= 16 ? 16 : in - i;
         __mmask16 k = n == 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
         __m512 b0 = load16(kind, k, n, w, w0 + i), b1 = load16(kind, k, n, w, w1 + i);
@@ -213,9 +223,9 @@ static inline void gemv(int kind, size_t rows, size_t in, const float *x, const 
         for (size_t r = 0; r < rows; r += 2) {
             /* constant arguments: the one-row tile is compiled apart */
             if (r + 1 < rows)
-                tile_4(kind, in, x + r * in, w, bias, y + r * ldy, ldy, o, 1);
+                tile_4(kind, in, x + r * in, w, bias, y + r * ldy, ldy, o, 1, 0);
             else
-                tile_4(kind, in, x + r * in, w, bias, y + r * ldy, ldy, o, 0);
+                tile_4(kind, in, x + r * in, w, bias, y + r * ldy, ldy, o, 0, o + 8 <= o_end);
         }
     for (; o < o_end; o++)
         for (size_t r = 0; r < rows; r++)
