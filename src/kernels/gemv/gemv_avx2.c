@@ -77,13 +77,26 @@ static inline void tile_4x2(int kind, size_t in, const float *x, const void *w,
     y[ldy + o + 3] = finish(kind, hsum(a13), body, in, x1, w, w3, bias, o + 3);
 }
 
-/* Outputs o .. o + 3 for row 0 of x. */
+/* How far ahead (elements of W) tile_4x1 asks for its rows. */
+#define TILE_AHEAD 1024
+
+/* Outputs o .. o + 3 for row 0 of x. Each of the four rows of W is asked
+ * for TILE_AHEAD elements ahead of its reads, 128 at a time (a token's
+ * step: the prefetchers stop at each row's pages and the four streams
+ * alone leave the memory idle between them); past a row's end that is the
+ * next row's start, and the next tile's where more (it exists). */
 static inline void tile_4x1(int kind, size_t in, const float *x, const void *w,
-                            const float *bias, float *y, size_t o) {
+                            const float *bias, float *y, size_t o, int more) {
     size_t w0 = o * in, w1 = w0 + in, w2 = w1 + in, w3 = w2 + in;
+    size_t eb = kind == W_F32 ? 4 : 2;
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     size_t body = in - in % 8;
     for (size_t i = 0; i < body; i += 8) {
+        if (i % 128 == 0 && (more || i + TILE_AHEAD + 128 <= in))
+            for (size_t r = 0; r < 4; r++)
+                for (size_t l = 0; l < 128 * eb; l += 64)
+                    _mm_prefetch((const char *)w + ((w0 + r * in) + i + TILE_AHEAD) * eb + l,
+                                 _MM_HINT_T0);
         __m256 v = _mm256_loadu_ps(x + i);
         a0 = _mm256_fmadd_ps(v, load8(kind, w, w0 + i), a0);
         a1 = _mm256_fmadd_ps(v, load8(kind, w, w1 + i), a1);
@@ -112,7 +125,7 @@ static inline void gemv(int kind, size_t rows, size_t in, const float *x, const 
     for (; o + 4 <= o_end; o += 4) {
         size_t r = 0;
         for (; r + 2 <= rows; r += 2) tile_4x2(kind, in, x + r * in, w, bias, y + r * ldy, ldy, o);
-        if (r < rows) tile_4x1(kind, in, x + r * in, w, bias, y + r * ldy, o);
+        if (r < rows) tile_4x1(kind, in, x + r * in, w, bias, y + r * ldy, o, o + 8 <= o_end);
     }
     for (; o < o_end; o++)
         for (size_t r = 0; r < rows; r++)
