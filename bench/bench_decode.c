@@ -34,7 +34,7 @@ static const size_t lengths[MAX_LENGTHS] = {4096, 16384, 65536};
 typedef struct copy_slice {
     float *dst;
     const float *src;
-    size_t n;
+    size_t n, streams; /* streams: the read's parts side by side */
     uint64_t sum;
 } copy_slice;
 
@@ -46,27 +46,32 @@ static void *copy_slice_run(void *p) {
 
 /* A read-only pass: the 32-bit words of src summed in four vectors of the
  * instruction set's register width a step, so that the loop is not
- * optimised away. Wide loads matter: a loop of 8-byte loads keeps fewer
- * cache-line misses in flight and reads less, which would flatter the
- * kernel; so does a vector wider than the registers, which the compiler
- * keeps on the stack. */
+ * optimised away, in `streams` parts read side by side (four vectors of
+ * each in turn; words past the parts' whole steps are not read). Wide
+ * loads matter: a loop of 8-byte loads keeps fewer cache-line misses in
+ * flight and reads less, which would flatter the kernel; so does a vector
+ * wider than the registers, which the compiler keeps on the stack. So do
+ * parts: where the hardware prefetchers follow one stream only within its
+ * page (the Xeons here), one stream reads a third less than four. */
 #define SUM_WORDS(name, bytes, attrs)                                                              \
     typedef uint32_t name##_words __attribute__((vector_size(bytes)));                             \
-    attrs static uint64_t name(const float *src, size_t n) {                                       \
+    attrs static uint64_t name(const float *src, size_t n, size_t streams) {                       \
         enum { W = bytes / 4 };                                                                    \
         name##_words a = {0}, b = {0}, c = {0}, d = {0};                                           \
-        size_t i = 0;                                                                              \
-        for (; i + 4 * W <= n; i += 4 * W) {                                                       \
-            name##_words x, y, z, t;                                                               \
-            memcpy(&x, src + i, bytes);                                                            \
-            memcpy(&y, src + i + W, bytes);                                                        \
-            memcpy(&z, src + i + 2 * W, bytes);                                                    \
-            memcpy(&t, src + i + 3 * W, bytes);                                                    \
-            a += x;                                                                                \
-            b += y;                                                                                \
-            c += z;                                                                                \
-            d += t;                                                                                \
-        }                                                                                          \
+        size_t part = n / streams;                                                                 \
+        for (size_t i = 0; i + 4 * W <= part; i += 4 * W)                                          \
+            for (size_t s = 0; s < streams; s++) {                                                 \
+                const float *at = src + s * part + i;                                              \
+                name##_words x, y, z, t;                                                           \
+                memcpy(&x, at, bytes);                                                             \
+                memcpy(&y, at + W, bytes);                                                         \
+                memcpy(&z, at + 2 * W, bytes);                                                     \
+                memcpy(&t, at + 3 * W, bytes);                                                     \
+                a += x;                                                                            \
+                b += y;                                                                            \
+                c += z;                                                                            \
+                d += t;                                                                            \
+            }                                                                                      \
         name##_words all = a + b + c + d;                                                          \
         uint64_t sum = 0;                                                                          \
         for (int k = 0; k < W; k++) sum += all[k];                                                 \
@@ -83,15 +88,15 @@ static void *read_slice_run(void *p) {
     copy_slice *s = p;
 #if defined(__x86_64__) && defined(__GNUC__)
     if (__builtin_cpu_supports("avx512f")) {
-        s->sum = sum_words_avx512(s->src, s->n);
+        s->sum = sum_words_avx512(s->src, s->n, s->streams);
         return NULL;
     }
     if (__builtin_cpu_supports("avx2")) {
-        s->sum = sum_words_avx2(s->src, s->n);
+        s->sum = sum_words_avx2(s->src, s->n, s->streams);
         return NULL;
     }
 #endif
-    s->sum = sum_words(s->src, s->n);
+    s->sum = sum_words(s->src, s->n, s->streams);
     return NULL;
 }
 
@@ -110,9 +115,11 @@ static size_t copy_array_bytes(void) {
 
 /* GB/s of a copy of n floats on threads threads (median of runs), counted
  * as STREAM's copy: 8 bytes per float (read + write); with dst NULL, of a
- * read of them: 4 bytes per float. 0 on failure. */
+ * read of them in streams parts a thread (sum_words): 4 bytes per float
+ * (the parts' unread ends, under 64 floats each, counted too). 0 on
+ * failure. */
 static double copy_bandwidth(float *dst, const float *src, size_t n, size_t threads,
-                             size_t runs) {
+                             size_t runs, size_t streams) {
     void *(*slice_run)(void *) = dst ? copy_slice_run : read_slice_run;
     double t[MAX_RUNS];
     copy_slice slices[64];
@@ -120,7 +127,7 @@ static double copy_bandwidth(float *dst, const float *src, size_t n, size_t thre
     if (threads > 64) threads = 64;
     for (size_t i = 0; i < threads; i++)
         slices[i] = (copy_slice){dst ? dst + n * i / threads : NULL, src + n * i / threads,
-                                 n * (i + 1) / threads - n * i / threads, 0};
+                                 n * (i + 1) / threads - n * i / threads, streams, 0};
     for (size_t r = 0; r <= runs; r++) {
         double t0 = bench_now();
         size_t started = 0;
@@ -254,8 +261,11 @@ int bench_decode(const bench_options *o, const bench_blas *blas) {
         for (size_t i = 0; i < n; i++) src[i] = (float)(i & 1023);
         memset(dst, 0, copy_bytes);
         for (size_t i = 0; i < o->thread_counts; i++) {
-            copy_gbs[i] = copy_bandwidth(dst, src, n, o->threads[i], o->runs);
-            read_gbs[i] = copy_bandwidth(NULL, src, n, o->threads[i], o->runs);
+            copy_gbs[i] = copy_bandwidth(dst, src, n, o->threads[i], o->runs, 1);
+            /* the faster of one stream a thread and four side by side */
+            double one = copy_bandwidth(NULL, src, n, o->threads[i], o->runs, 1);
+            double four = copy_bandwidth(NULL, src, n, o->threads[i], o->runs, 4);
+            read_gbs[i] = one > four ? one : four;
         }
     } else {
         printf("  (no copy bandwidth: cannot allocate 2 x %zu MiB)\n", copy_bytes >> 20);
@@ -295,7 +305,8 @@ int bench_decode(const bench_options *o, const bench_blas *blas) {
                         "--peer-python");
 
     printf("copy: memcpy between 2 arrays of %zu MiB, (read + write) bytes / s as STREAM "
-           "counts;\nread: one pass summing one of them (what a read-only kernel can reach)\n",
+           "counts;\nread: the faster of one pass summing one of them and of four parts of it summed "
+           "side by side\n(what a read-only kernel can reach)\n",
            copy_bytes >> 20);
     printf("%7s %5s %10s %6s %9s %7s %9s %9s %8s %9s %8s %9s %8s\n", "threads", "kv", "layout",
            "L", "ms/step", "of f32", "K+V GB/s", "copy GB/s", "of copy", "read GB/s", "of read",
