@@ -274,14 +274,6 @@ static inline const char *attn_problem_unsupported(const attn_attention_problem 
  * longer row (backward_from_lse: no row is whole). */
 #define ATTN_ONE_HOT_WEIGHT 0.5f
 
-/* The fast backwards take a weight below 2^ATTN_WEIGHT_FLOOR (of its
- * row's sum, 1) as 0: dS = P (dP - delta) and its products with q and k
- * would otherwise be subnormal wherever a row's far keys weigh 2^-64 ..
- * 2^-125 (ALiBi's, or any bias that falls with the distance), and every
- * such product takes a microcode assist. What they leave out of a gradient
- * is below 2^-64 of it. */
-#define ATTN_WEIGHT_FLOOR -64.0f
-
 /* A query row's largest weight P_ij* past ATTN_ONE_HOT_WEIGHT (0 while
  * none is), softcap's factor 1 - t^2 there (1 without softcap) and the key
  * j*; three floats of a workspace. resid_i is summed beside it, in a

@@ -508,6 +508,73 @@ static void one_hot_cases(const char *isa, attn_ctx kernels_ctx, uint64_t *seed)
         }
 }
 
+/* A far key whose weight is tiny (e^-40 .. e^-60 in the last row: ALiBi's
+ * far keys, or a score far below the others) and whose value is about as
+ * large as the weight is small (e^gap times 0.1 .. 10), so that it still
+ * moves out, dq and dk by a few percent or more: P (dP - delta) is then not
+ * small where P is. dq and dk within 1e-5 of the reference, and each row
+ * of dq within 1e-3 (a backward that dropped such weights, as a floor on P
+ * would, lost whole rows' gradients: error 1; with ALiBi a row's float
+ * scores near 80 (base 2) leave it up to a few 1e-4). With and without
+ * ALiBi, T = S = 2 .. 40, one KV head. */
+static void far_heavy_key_cases(const char *isa, attn_ctx kernels_ctx, uint64_t *seed) {
+    for (int alibi = 0; alibi <= 1; alibi++)
+        for (int round = 0; round < 4; round++) {
+            flash_case c = {0};
+            attn_attention_problem *p = &c.p;
+            size_t T = 2 + below(seed, 39), D = 16;
+            p->batch = 1;
+            p->q_heads = p->kv_heads = 1;
+            p->head_dim = p->v_head_dim = D;
+            p->q_len = p->kv_len = T;
+            p->scale = 1.0f;
+            p->causal = true;
+            c.q_rows = c.kv_rows = T;
+            c.n_q = c.n_k = c.n_v = T * D;
+            c.q = random_floats(seed, c.n_q, -0.5, 0.5);
+            c.k = random_floats(seed, c.n_k, -0.5, 0.5);
+            c.v = random_floats(seed, c.n_v, -1.0, 1.0);
+            c.dout = random_floats(seed, c.n_q, -1.0, 1.0);
+            double gap = 40.0 + 20.0 * uniform(seed);
+            double big = exp(gap) * pow(10.0, 2.0 * uniform(seed) - 1.0);
+            if (alibi) { /* slope * distance: key 0 is gap below row T - 1's own key */
+                c.slopes = malloc(sizeof *c.slopes);
+                c.slopes[0] = (float)(gap / (double)(T - 1));
+            } else { /* key 0 scores gap below the rest for every row: q . k0 = -gap */
+                for (size_t i = 0; i < T; i++) c.q[i * D] = 1.0f;
+                for (size_t d = 0; d < D; d++) c.k[d] = d == 0 ? (float)-gap : 0.0f;
+            }
+            p->alibi_slopes = c.slopes;
+            for (size_t d = 0; d < D; d++) c.v[d] *= (float)big; /* key 0's value */
+            p->q.data = c.q;
+            p->k.data = c.k;
+            p->v.data = c.v;
+            p->q.st = p->out.st = p->k.st = p->v.st = (attn_view_strides){T * D, D, D};
+            c.n_lse = T;
+            c.keep_lse = true;
+            attn_ctx ctx_ref = {.num_threads = 1, .kernels = ATTN_KERNELS_REFERENCE};
+            attn_ctx ctx = kernels_ctx;
+            ctx.num_threads = 2;
+            results ref = alloc_results(&c), fused = alloc_results(&c);
+            run(&attn_attention_reference, &ctx_ref, &c, &ref);
+            run(&attn_attention_fused, &ctx, &c, &fused);
+            ctx_done(&ctx);
+            double worst = 0.0;
+            for (size_t i = 1; i < T; i++) /* row 0 sees key 0 alone: its dq is 0 */
+                worst = fmax(worst, rel_l2(fused.dq + i * D, ref.dq + i * D, D));
+            double e_dq = rel_l2(fused.dq, ref.dq, c.n_q), e_dk = rel_l2(fused.dk, ref.dk, c.n_k);
+            bool ok = worst <= 1e-3 && e_dq <= 1e-5 && e_dk <= 1e-5;
+            if (getenv("TEST_FLASH_VERBOSE") || !ok)
+                printf("  %s far heavy key %s T=%zu gap %.1f v x %.3g: dq rel L2 %.3g (worst row "
+                       "%.3g), dk %.3g\n",
+                       isa, alibi ? "alibi" : "plain", T, gap, big, e_dq, worst, e_dk);
+            CHECK(ok);
+            free_results(&ref);
+            free_results(&fused);
+            free_case(&c);
+        }
+}
+
 /* The scan that sends non-finite inputs to the reference: the largest |x|
  * at every length (whole vectors and tails), and inf for an inf or NaN
  * anywhere. */
@@ -617,6 +684,7 @@ int main(int argc, char **argv) {
         takes_values_cases(ctxs[s], &seed);
         for (int i = 0; i < cases; i++) one_case(sets[s]->name, ctxs[s], &seed, i);
         one_hot_cases(sets[s]->name, ctxs[s], &seed);
+        far_heavy_key_cases(sets[s]->name, ctxs[s], &seed);
     }
     philox_known_answers();
     return check_summary();

@@ -33,6 +33,7 @@
  */
 #include "kernels/flash/flash.h"
 
+#include "kernels/flush_zero.h"
 #include "parallel.h"
 #include "rng/philox.h"
 
@@ -1260,9 +1261,8 @@ static void note_peaks(const flash_shape *f, const backward_tiles *t, attn_row_p
  * Phase one, weight_tile: A = P for rows [r0, r0 + RG) of head slot g
  * (head h) of block br against keys [j0, j0 + cols), which they see in
  * columns [c0, c1) of it: P = 2^(fma(s - shift, exp_scale, -log_sum) -
- * log_lo) (pack_queries), zero where masked, below 2^ATTN_WEIGHT_FLOOR,
- * for rows past the block and for rows that saw no key (their dS zero
- * too). Softcap's
+ * log_lo) (pack_queries), zero where masked, for rows past the block and for rows
+ * that saw no key (their dS zero too). Softcap's
  * tanh(s / cap) goes to th's rows, dropout's keep factors to dS's (1 past
  * cols), for phase two. */
 static void weight_tile(const backward_job *job, const backward_tiles *t, size_t g, size_t b,
@@ -1287,8 +1287,7 @@ static void weight_tile(const backward_job *job, const backward_tiles *t, size_t
         }
         vec m = v_set1(shift[row]), neg_log_sum = v_set1(-log_sum[row]), lo = v_set1(log_lo[row]);
         for (int v = 0; v < NV; v++)
-            v_store(A + v * VW, v_exp2_over(v_sub(v_fma(v_sub(s[r][v], m), c, neg_log_sum), lo),
-                                            ATTN_WEIGHT_FLOOR));
+            v_store(A + v * VW, v_exp2(v_sub(v_fma(v_sub(s[r][v], m), c, neg_log_sum), lo)));
         if (f->drop->kind != ATTN_DROP_NONE) {
             drop_factors(f->drop, attn_drop_index(p, b, h, br->i0 + row, j0), cols, dS);
             for (size_t col = cols; col < BC; col++) dS[col] = 1.0f;
@@ -1741,6 +1740,24 @@ static double sink_weight(const backward_job *job, size_t at, float sink) {
     return exp((double)sink - ((double)rs->lse[at] + (rs->lse_lo ? rs->lse_lo[at] : 0.0)));
 }
 
+/* A backward item run with float results below 2^-126 flushed to zero
+ * (flush_zero.h). Under ALiBi a row's far keys weigh 2^-64 .. 2^-125, and
+ * dS = P (dP - delta) and its products with q and k come out subnormal,
+ * each a microcode assist (the backward took 1.4x causal's time); flushed,
+ * only values below float's normal range change, where the reference's
+ * are subnormal. */
+typedef struct flushed_items {
+    attn_item_fn fn;
+    void *arg;
+} flushed_items;
+
+static void flushed_item(void *arg, size_t part, size_t item) {
+    const flushed_items *f = arg;
+    unsigned saved = attn_flush_zero_begin();
+    f->fn(f->arg, part, item);
+    attn_flush_zero_end(saved);
+}
+
 static void flash_backward(attn_workers w, const attn_attention_problem *p,
                            const attn_attention_dropout *drop, const attn_flash_bias *bias,
                            const attn_attention_grads *g, attn_flash_rows rows, float *delta,
@@ -1771,17 +1788,19 @@ static void flash_backward(attn_workers w, const attn_attention_problem *p,
     if (magnitudes)
         for (int t = 0; t < 4; t++) magnitudes[t] = INFINITY; /* unmeasured */
     if (one_pass_floats(p)) {
-        attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads, backward_heads, &job);
+        flushed_items heads = {backward_heads, &job};
+        attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads, flushed_item, &heads);
         if (job.measure)
             parts_magnitudes(workspace, job.per_part, attn_parallel_parts(w.threads), 4,
                              magnitudes);
         return;
     }
     /* B first: it leaves every row's consistent delta for A */
+    flushed_items queries = {backward_queries, &job}, keys = {backward_keys, &job};
     attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * job.f.chunks * job.f.q_blocks,
-                      backward_queries, &job);
-    attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * job.f.k_blocks, backward_keys,
-                      &job);
+                      flushed_item, &queries);
+    attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * job.f.k_blocks, flushed_item,
+                      &keys);
 }
 
 /* ---- the scan for inputs the fast path must not take ---------------------- */

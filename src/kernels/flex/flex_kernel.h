@@ -837,8 +837,7 @@ static bool grad_tile(const flex_job *job, flex_tiles *t, const float *kt, const
         }
         vec lse = v_set1(t->lse[r]), lo = v_set1(t->lse_lo[r]), delta = v_set1(t->delta[r]);
         for (size_t c = 0; c < cols; c += VW) {
-            vec e = v_exp2_over(v_mul(v_sub(v_sub(v_load(s + c), lse), lo), l2e),
-                                ATTN_WEIGHT_FLOOR);
+            vec e = v_exp2(v_mul(v_sub(v_sub(v_load(s + c), lse), lo), l2e));
             v_store(pr + c, e);
             v_store(dp + c, v_mul(e, v_sub(v_load(dp + c), delta)));
         }

@@ -48,10 +48,10 @@ static inline float v_hsum(vec v) {
 }
 
 /* 2^x as in vec_avx512.h; 2^n built in the exponent bits, and inputs
- * below -125 (-inf included), or below floor, give exactly 0, never a
- * subnormal (whose arithmetic takes microcode assists). */
-static inline vec v_exp2_over(vec x, float floor) {
-    vec live = _mm256_cmp_ps(x, _mm256_set1_ps(floor), _CMP_GE_OQ);
+ * below -125 (-inf included) give exactly 0, never a subnormal (whose
+ * arithmetic takes microcode assists). */
+static inline vec v_exp2(vec x) {
+    vec live = _mm256_cmp_ps(x, _mm256_set1_ps(-125.0f), _CMP_GE_OQ);
     x = _mm256_max_ps(x, _mm256_set1_ps(-125.0f));
     vec n = _mm256_round_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vec f = _mm256_sub_ps(x, n);
@@ -65,7 +65,6 @@ static inline vec v_exp2_over(vec x, float floor) {
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), live);
 }
-static inline vec v_exp2(vec x) { return v_exp2_over(x, -125.0f); }
 
 /* tanh(x) as in vec_avx512.h, with a true division. */
 static inline vec v_tanh(vec x) {

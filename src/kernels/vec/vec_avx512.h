@@ -38,11 +38,9 @@ static inline float v_hsum(vec v) { return _mm512_reduce_add_ps(v); }
  * underflow: a scalef into the subnormals takes a microcode assist, which
  * the masked keys of every edge tile of a sliding window would take. The
  * masked lanes need no clamp: their NaN (-inf - -inf) or subnormal never
- * reaches the register, and takes no assist. v_exp2_over(x, floor): 0
- * below floor (>= -125) too, for weights whose products would otherwise
- * be subnormal. */
-static inline vec v_exp2_over(vec x, float floor) {
-    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(floor), _CMP_GE_OQ);
+ * reaches the register, and takes no assist. */
+static inline vec v_exp2(vec x) {
+    __mmask16 live = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-125.0f), _CMP_GE_OQ);
     vec n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     vec f = _mm512_sub_ps(x, n);
     vec p = _mm512_set1_ps(1.5469732016e-4f);
@@ -54,7 +52,6 @@ static inline vec v_exp2_over(vec x, float floor) {
     p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
     return _mm512_maskz_scalef_ps(live, p, n);
 }
-static inline vec v_exp2(vec x) { return v_exp2_over(x, -125.0f); }
 
 /* tanh(x), as Cephes' tanhf: x + x^3 P(x^2) below |x| = 0.625, else
  * (1 - e) / (1 + e), e = 2^(-2 |x| log2 e), its sign put back (relative

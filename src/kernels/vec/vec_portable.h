@@ -76,12 +76,6 @@ static inline vec v_exp2(vec a) {
     return a;
 }
 
-/* 2^x, and 0 below floor. */
-static inline vec v_exp2_over(vec a, float floor) {
-    for (int i = 0; i < VW; i++) a.x[i] = a.x[i] >= floor ? exp2f(a.x[i]) : 0.0f;
-    return a;
-}
-
 static inline vec v_tanh(vec a) {
     for (int i = 0; i < VW; i++) a.x[i] = tanhf(a.x[i]);
     return a;
