@@ -135,7 +135,7 @@ static flash_shape flash_shape_of(const attn_attention_problem *p,
         f.inv_cap2 = (float)(1.0 / (p->softcap * LOG2E));
     }
     /* a chain here is one relative bias (the backend declines others),
-     * whose table the passes set (with_bias) */
+     * whose tables flash_forward and flash_backward set */
     f.modified = f.cap2 != 0.0f || p->alibi_slopes || p->score_mod_count;
     /* raw scores need c > 0 (the row max must stay the max); a sink joins
      * their sums at the end (join_sink) */

@@ -84,7 +84,8 @@ static inline void tile_4x2(int kind, size_t in, const float *x, const void *w,
  * for TILE_AHEAD elements ahead of its reads, 128 at a time (a token's
  * step: the prefetchers stop at each row's pages and the four streams
  * alone leave the memory idle between them); past a row's end that is the
- * next row's start, and the next tile's where more (it exists). */
+ * next row's start, and the next tile's where more (it exists), up to one
+ * row past. */
 static inline void tile_4x1(int kind, size_t in, const float *x, const void *w,
                             const float *bias, float *y, size_t o, int more) {
     size_t w0 = o * in, w1 = w0 + in, w2 = w1 + in, w3 = w2 + in;
@@ -92,7 +93,7 @@ static inline void tile_4x1(int kind, size_t in, const float *x, const void *w,
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     size_t body = in - in % 8;
     for (size_t i = 0; i < body; i += 8) {
-        if (i % 128 == 0 && (more || i + TILE_AHEAD + 128 <= in))
+        if (i % 128 == 0 && i + TILE_AHEAD + 128 <= (more ? 2 * in : in))
             for (size_t r = 0; r < 4; r++)
                 for (size_t l = 0; l < 128 * eb; l += 64)
                     _mm_prefetch((const char *)w + ((w0 + r * in) + i + TILE_AHEAD) * eb + l,

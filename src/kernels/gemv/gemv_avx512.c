@@ -74,7 +74,8 @@ static inline void ask_rows(const char *ahead, size_t rows, size_t row_bytes, si
  * elements ahead of its reads, 128 at a time: the prefetchers stop at each
  * row's pages and the four streams alone leave the memory idle between
  * them. Past a row's end that is the next row's start (the rows lie end
- * to end), and the next tile's where more (it exists). */
+ * to end), and the next tile's where more (it exists), up to one row
+ * past. */
 static inline void tile_4(int kind, size_t in, const float *x, const void *w, const float *bias,
                           float *y, size_t ldy, size_t o, int two, int more) {
     size_t w0 = o * in, w1 = w0 + in, w2 = w1 + in, w3 = w2 + in, eb = elem_bytes(kind);
@@ -82,7 +83,7 @@ static inline void tile_4(int kind, size_t in, const float *x, const void *w, co
     __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00;
     __m512 a10 = a00, a11 = a00, a12 = a00, a13 = a00;
     for (size_t i = 0; i < in; i += 16) {
-        if (!two && i % 128 == 0 && (more || i + TILE_AHEAD + 128 <= in))
+        if (!two && i % 128 == 0 && i + TILE_AHEAD + 128 <= (more ? 2 * in : in))
             ask_rows((const char *)w + w0 * eb, 4, in * eb, (i + TILE_AHEAD) * eb, 128 * eb);
         size_t n = in - i >= 16 ? 16 : in - i;
         __mmask16 k = n == 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
