@@ -420,6 +420,19 @@ static void one_case(const char *isa, attn_ctx kernels_ctx, uint64_t *seed, int 
     free_case(&c);
 }
 
+/* c on the reference (one thread) into *ref and on the fused kernels of
+ * kernels_ctx (two threads) into *fused. */
+static void run_both(attn_ctx kernels_ctx, const flash_case *c, results *ref, results *fused) {
+    attn_ctx ctx_ref = {.num_threads = 1, .kernels = ATTN_KERNELS_REFERENCE};
+    attn_ctx ctx = kernels_ctx;
+    ctx.num_threads = 2;
+    *ref = alloc_results(c);
+    *fused = alloc_results(c);
+    run(&attn_attention_reference, &ctx_ref, c, ref);
+    run(&attn_attention_fused, &ctx, c, fused);
+    ctx_done(&ctx);
+}
+
 /* The consistent delta (attention.h) on rows exactly one-hot: key j is
  * 30 e_j (plus noise of 0.01) and query i is 30 e_pi(i) for a key pi(i) it
  * sees, so that its scaled score leads the others by ~110 and their
@@ -485,13 +498,8 @@ static void one_hot_cases(const char *isa, attn_ctx kernels_ctx, uint64_t *seed)
                 c.drop.keep_bits = c.bits;
             }
             if (feature == 5) c.drop.kind = ATTN_DROP_PHILOX;
-            attn_ctx ctx_ref = {.num_threads = 1, .kernels = ATTN_KERNELS_REFERENCE};
-            attn_ctx ctx = kernels_ctx;
-            ctx.num_threads = 2;
-            results ref = alloc_results(&c), fused = alloc_results(&c);
-            run(&attn_attention_reference, &ctx_ref, &c, &ref);
-            run(&attn_attention_fused, &ctx, &c, &fused);
-            ctx_done(&ctx);
+            results ref, fused;
+            run_both(kernels_ctx, &c, &ref, &fused);
             float most_dq = 0.0f, most_dk = 0.0f;
             for (size_t e = 0; e < c.n_q; e++) most_dq = fmaxf(most_dq, fabsf(fused.dq[e]));
             for (size_t e = 0; e < c.n_k; e++) most_dk = fmaxf(most_dk, fabsf(fused.dk[e]));
@@ -552,13 +560,8 @@ static void far_heavy_key_cases(const char *isa, attn_ctx kernels_ctx, uint64_t 
             p->q.st = p->out.st = p->k.st = p->v.st = (attn_view_strides){T * D, D, D};
             c.n_lse = T;
             c.keep_lse = true;
-            attn_ctx ctx_ref = {.num_threads = 1, .kernels = ATTN_KERNELS_REFERENCE};
-            attn_ctx ctx = kernels_ctx;
-            ctx.num_threads = 2;
-            results ref = alloc_results(&c), fused = alloc_results(&c);
-            run(&attn_attention_reference, &ctx_ref, &c, &ref);
-            run(&attn_attention_fused, &ctx, &c, &fused);
-            ctx_done(&ctx);
+            results ref, fused;
+            run_both(kernels_ctx, &c, &ref, &fused);
             double worst = 0.0;
             for (size_t i = 1; i < T; i++) /* row 0 sees key 0 alone: its dq is 0 */
                 worst = fmax(worst, rel_l2(fused.dq + i * D, ref.dq + i * D, D));
