@@ -197,13 +197,16 @@ static bool REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, si
         if (tr && tr->scores) tr->scores[trace_row + j] = (float)row[j];
     }
     if (isnan(hidden_max) || hidden_max == INFINITY) max = hidden_max;
+    /* a final score of -inf hides its key: a row whose every key scores
+     * -inf sees none */
+    if (max == -INFINITY) sees_none = true;
     double sink = p->sinks ? (double)p->sinks[h] : -INFINITY;
     if (p->sinks && (sink > max || isnan(sink))) max = sink;
 
     /* softmax; the renormalising mask then keeps the visible keys */
     double sum = 0.0, kept_sum = 0.0;
     for (size_t j = 0; j < S; j++) {
-        row[j] = exp(row[j] - max);
+        row[j] = row[j] == -INFINITY ? 0.0 : exp(row[j] - max);
         sum += row[j];
         if (renormalize && sees(p, b, h, i, j, begin, end)) kept_sum += row[j];
     }
@@ -338,8 +341,8 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
                     P[j] = 0.0;
                 } else {
                     double x = chained ? P[j] : REF(dot)(q_i, k + j * p->k.st.t, D) * t->scale;
-                    P[j] = exp((chained ? x : modified_score(p, t->softcap, h, pos, j, x, &th[j])) -
-                               lse);
+                    double s_ij = chained ? x : modified_score(p, t->softcap, h, pos, j, x, &th[j]);
+                    P[j] = s_ij == -INFINITY ? 0.0 : exp(s_ij - lse);
                 }
             }
         } else {
@@ -353,10 +356,16 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
                 }
                 if (P[j] > max || isnan(P[j])) max = P[j];
             }
+            if (max == -INFINITY) { /* every key scores -inf: the row sees none */
+                for (size_t d = 0; d < D; d++) dq_i[d] = 0;
+                bv->lse[stat] = p->sinks ? (double)p->sinks[h] : -INFINITY;
+                bv->delta[stat] = 0.0;
+                continue;
+            }
             double sink = p->sinks ? (double)p->sinks[h] : -INFINITY;
             if (p->sinks && (sink > max || isnan(sink))) max = sink;
             for (size_t j = 0; j < S; j++) {
-                P[j] = exp(P[j] - max);
+                P[j] = P[j] == -INFINITY ? 0.0 : exp(P[j] - max);
                 sum += P[j];
             }
             if (p->sinks) sum += exp(sink - max);
@@ -452,7 +461,7 @@ static void REF(backward_key_rows)(void *arg, size_t part, size_t begin, size_t 
                 } else {
                     s_ij = modified_score(p, t->softcap, h, (int64_t)i + seq.diagonal, j, x, &th);
                 }
-                double P = exp(s_ij - lse);
+                double P = s_ij == -INFINITY ? 0.0 : exp(s_ij - lse);
                 double drop = drop_factor(bv->drop, attn_drop_index(p, b, h, i, j));
                 double A = P * drop;
                 double dP = REF(dot)(dout_i, v_j, Dv) * drop;

@@ -831,6 +831,107 @@ static void test_non_finite(attn_ctx *ctx) {
     attn_ctx_free(ref);
 }
 
+/* The relative L2 distance of got from want over n floats (0 where both are 0). */
+static double rel_l2_floats(const float *got, const float *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = (double)got[i] - want[i];
+        num += e * e;
+        den += (double)want[i] * want[i];
+    }
+    return den == 0 ? (num == 0 ? 0 : INFINITY) : sqrt(num / den);
+}
+
+/* A final score of -inf hides its key: a row whose every visible key scores
+ * -inf sees none, and gives out 0 and lse -inf with nothing flowing back,
+ * on the fast kernels and on the reference alike (which made such a row
+ * NaN: exp(-inf - -inf)). Variant 0: a bias tensor with its gradient, row
+ * 5 of head 1 all -inf and row 9 of head 0 all but its own key; variants 1
+ * and 2: a relative table whose distance-0 entry is -inf for head 1, so that
+ * row 0 (it sees key 0 alone) sees none, without its gradient and with it
+ * (the fused kernels decline a table that is not finite: the block-map
+ * kernels run each). */
+static void test_minus_inf_rows(attn_ctx *ctx) {
+    attn_ctx *ref;
+    attn_ctx_config rc = {.kernels = ATTN_KERNELS_REFERENCE};
+    CHECK_STATUS(attn_ctx_new(&rc, &ref), ATTN_OK);
+    const size_t B = 1, H = 2, T = 24, D = 16, n = B * T * H * D, rows = B * H * T;
+    for (int variant = 0; variant < 3; variant++) {
+        float *q = alloc_randn(n, 1), *k = alloc_randn(n, 1), *v = alloc_randn(n, 1);
+        float *dout = alloc_randn(n, 1);
+        size_t tn = variant == 0 ? H * T * T : H * 2 * T;
+        float *table = alloc_randn(tn, 1), *tgrad[2] = {calloc(tn, sizeof(float)),
+                                                        calloc(tn, sizeof(float))};
+        attn_score_mod mod;
+        size_t none_row; /* the (h, i) row, h * T + i, that sees no key */
+        if (variant == 0) {
+            for (size_t j = 0; j < T; j++) table[(1 * T + 5) * T + j] = -INFINITY;
+            for (size_t j = 0; j < 9; j++) table[(0 * T + 9) * T + j] = -INFINITY;
+            mod = (attn_score_mod){.kind = ATTN_SCORE_BIAS, .tensor = table,
+                                   .strides = {0, T * T, T, 1}};
+            none_row = 1 * T + 5;
+        } else {
+            /* e = q_idx - kv_idx, rows of 2T: e = 0 is element 0 of a head's row */
+            table[1 * 2 * T + 0] = -INFINITY;
+            mod = (attn_score_mod){.kind = ATTN_SCORE_REL_TABLE, .tensor = table,
+                                   .buckets = 2 * T};
+            none_row = 1 * T + 0;
+        }
+        attn_sdpa_config cfg = {.batch = B, .heads = H, .q_tokens = T, .kv_tokens = T,
+                                .head_dim = D, .causal = true, .align = ATTN_ALIGN_TOP_LEFT,
+                                .score_mods = &mod, .score_mod_count = 1};
+        float *r[2][5]; /* out, lse, dq, dk, dv of the fast ctx and the reference */
+        for (int c = 0; c < 2; c++) {
+            attn_ctx *x = c ? ref : ctx;
+            mod.tensor_grad = variant == 1 ? NULL : tgrad[c];
+            for (int t = 0; t < 5; t++) r[c][t] = calloc(t == 1 ? rows : n, sizeof(float));
+            CHECK_STATUS(attn_sdpa_forward(x, &cfg, q, k, v, r[c][0], r[c][1], NULL, NULL),
+                         ATTN_OK);
+            CHECK_STATUS(attn_sdpa_backward(x, &cfg, q, k, v, r[c][0], r[c][1], dout, r[c][2],
+                                            r[c][3], r[c][4], NULL),
+                         ATTN_OK);
+            size_t nans = 0;
+            for (int t = 0; t < 5; t++)
+                for (size_t i = 0; i < (t == 1 ? rows : n); i++) nans += isnan(r[c][t][i]) != 0;
+            for (size_t i = 0; variant != 1 && i < tn; i++) nans += isnan(tgrad[c][i]) != 0;
+            CHECK(nans == 0);
+            /* lse (b, h, i); out (b, i, h, d) */
+            size_t h = none_row / T, i = none_row % T;
+            CHECK(r[c][1][none_row] == -INFINITY);
+            bool zero = true;
+            for (size_t d = 0; d < D; d++)
+                zero &= r[c][0][(i * H + h) * D + d] == 0.0f && r[c][2][(i * H + h) * D + d] == 0.0f;
+            CHECK(zero);
+            if (nans || r[c][1][none_row] != -INFINITY || !zero)
+                printf("FAIL -inf rows variant %d, %s: %zu NaN, lse %g\n", variant,
+                       c ? "reference" : "fast", nans, r[c][1][none_row]);
+        }
+        for (int t = 0; t < 5; t++) {
+            size_t len = t == 1 ? rows : n;
+            bool same_inf = true;
+            for (size_t i = 0; i < len; i++)
+                same_inf &= isinf(r[1][t][i]) == isinf(r[0][t][i]);
+            for (size_t i = 0; i < len; i++)
+                if (isinf(r[1][t][i])) r[0][t][i] = r[1][t][i] = 0.0f; /* compared above */
+            double e = rel_l2_floats(r[0][t], r[1][t], len);
+            CHECK(same_inf && e <= 1e-5);
+            if (!same_inf || e > 1e-5)
+                printf("FAIL -inf rows variant %d, tensor %d: rel L2 %.3g\n", variant, t, e);
+        }
+        if (variant != 1) {
+            for (size_t i = 0; i < tn; i++)
+                if (isinf(table[i])) CHECK(tgrad[0][i] == 0.0f && tgrad[1][i] == 0.0f);
+            CHECK(rel_l2_floats(tgrad[0], tgrad[1], tn) <= 1e-5);
+        }
+        for (int c = 0; c < 2; c++) {
+            for (int t = 0; t < 5; t++) free(r[c][t]);
+            free(tgrad[c]);
+        }
+        free(q), free(k), free(v), free(dout), free(table);
+    }
+    attn_ctx_free(ref);
+}
+
 /* ---- timing -------------------------------------------------------------------- */
 
 /* A chain of softcap then ALiBi at the problem's own positions is the
@@ -1026,6 +1127,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < cases / 4; i++) test_case(one, two, i, true);
         test_callback_error(two);
         test_non_finite(two);
+        test_minus_inf_rows(two);
         test_fixed_features(two);
         for (int round = 0; round < 3; round++) test_one_pass_bits(two);
 #if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)

@@ -161,6 +161,13 @@ typedef struct prefetch_stream {
 static void stream_add(prefetch_stream *ps, const void *p, size_t bytes) {
     if (!bytes) return;
     uintptr_t at = (uintptr_t)p, start = at & ~(uintptr_t)63;
+    if (ps->segs && at % 64 == 0 &&
+        at == (uintptr_t)ps->seg[ps->segs - 1] + ps->seg_end[ps->segs - 1]) {
+        /* the row right after the last (a contiguous cache's) extends it */
+        ps->seg_end[ps->segs - 1] += bytes;
+        ps->lines += (bytes + 63) / 64;
+        return;
+    }
     ps->seg[ps->segs] = (const uint8_t *)start;
     ps->seg_end[ps->segs++] = at + bytes - start;
     ps->lines += (at + bytes - start + 63) / 64;
@@ -187,7 +194,10 @@ static inline void stream_issue(prefetch_stream *ps, size_t n) {
     while (left && seg < ps->segs) {
         const uint8_t *p = ps->seg[seg];
         size_t end = ps->seg_end[seg];
-        for (; left && at < end; left--, at += 64) __builtin_prefetch(p + at, 0, 1);
+        size_t here = (end - at + 63) / 64 < left ? (end - at + 63) / 64 : left;
+        for (size_t i = 0; i < here; i++) __builtin_prefetch(p + at + 64 * i, 0, 1);
+        at += 64 * here;
+        left -= here;
         if (at >= end) {
             seg++;
             at = 0;
@@ -216,6 +226,12 @@ static inline void stream_catch_up(prefetch_stream *ps, size_t num, size_t den) 
 /* Keys scored at once in score_heads: with 4 query heads, 4 x KEYS
  * accumulators, KEYS key vectors and a query vector in registers. */
 #define KEYS (VW == 16 ? 4 : 2)
+
+/* Whether a pass's 4 x KEYS accumulators are the 16 vectors v_hsum_block
+ * sums: each pass's sums are then made as it ends, in registers, where
+ * otherwise a head's 16 keys wait in memory for theirs. Either way a
+ * vector's lanes are added in the same order. */
+#define PASS_SUMS (4 * KEYS == BK)
 
 /* Registers of accumulators per query head in weigh_heads. */
 #define WEIGH_VECS (VW == 16 ? 4 : 2)
@@ -271,7 +287,10 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
         stream_step(ps, KEYS * (D / VW));
         if (j0 + KEYS <= jlo || j0 >= jhi) {
             for (size_t g = 0; g < NG; g++)
-                for (size_t jj = 0; jj < KEYS; jj++) part[g][j0 + jj] = v_zero();
+                for (size_t jj = 0; jj < KEYS; jj++) {
+                    part[g][j0 + jj] = v_zero();
+                    out[g][j0 + jj] = 0.0f;
+                }
             continue;
         }
         /* a key outside [jlo, jhi) reads key jlo's row, and its sum is dropped */
@@ -307,14 +326,26 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
                 for (size_t jj = 0; jj < KEYS; jj++) acc[g][jj] = v_fma(qv, kv[jj], acc[g][jj]);
             }
         }
-        for (size_t g = 0; g < NG; g++)
-            for (size_t jj = 0; jj < KEYS; jj++)
-                part[g][j0 + jj] = j0 + jj >= jlo && j0 + jj < jhi ? acc[g][jj] : v_zero();
+        if (PASS_SUMS) {
+            vec pass[BK]; /* (head, key) at g * KEYS + jj; heads past NG 0 */
+            float sums[BK];
+            for (size_t g = 0; g < 4; g++)
+                for (size_t jj = 0; jj < KEYS; jj++)
+                    pass[(g * KEYS + jj) % BK] =
+                        g < NG && j0 + jj >= jlo && j0 + jj < jhi ? acc[g][jj] : v_zero();
+            v_hsum_block(pass, sums);
+            for (size_t g = 0; g < NG; g++)
+                for (size_t jj = 0; jj < KEYS; jj++) out[g][j0 + jj] = sums[(g * KEYS + jj) % BK];
+        } else {
+            for (size_t g = 0; g < NG; g++)
+                for (size_t jj = 0; jj < KEYS; jj++)
+                    part[g][j0 + jj] = j0 + jj >= jlo && j0 + jj < jhi ? acc[g][jj] : v_zero();
+        }
     }
     vec s = v_set1(scale2);
     for (size_t g = 0; g < NG; g++) {
         float *o = out[g];
-        v_hsum_block(part[g], o);
+        if (!PASS_SUMS) v_hsum_block(part[g], o);
         for (size_t d = whole; d < D; d++) /* the tail */
             for (size_t j = jlo; j < jhi; j++)
                 o[j] = fmaf(q[g][d], load_one(T, head_codes(&rows[j], false, f, kh),
