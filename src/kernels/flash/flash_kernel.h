@@ -1743,9 +1743,8 @@ static double sink_weight(const backward_job *job, size_t at, float sink) {
 /* A backward item run with float results below 2^-126 flushed to zero
  * (flush_zero.h). Under ALiBi a row's far keys weigh 2^-64 .. 2^-125, and
  * dS = P (dP - delta) and its products with q and k come out subnormal,
- * each a microcode assist (the backward took 1.4x causal's time); flushed,
- * only values below float's normal range change, where the reference's
- * are subnormal. */
+ * each a microcode assist; flushed, only values below float's normal range
+ * change, where the reference's are subnormal. */
 typedef struct flushed_items {
     attn_item_fn fn;
     void *arg;

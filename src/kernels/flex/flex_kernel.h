@@ -24,6 +24,7 @@
  * exp2((s - m) log2 e) against the running row max m.
  */
 #include "kernels/flex/flex.h"
+#include "kernels/flush_zero.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -1069,6 +1070,37 @@ static bool any_failed(const attn_workers w, const attn_flex_args *a) {
     return false;
 }
 
+/* The backward's items run with float results below 2^-126 flushed to zero
+ * (kernels/flush_zero.h) where no callback is in the chain: a bias that
+ * falls with distance (ALiBi's, a relative table's) gives far keys weights
+ * of 2^-64 .. 2^-125, and dS = P (dP - delta) and its products then come out
+ * subnormal, each a microcode assist. A callback runs in the caller's
+ * floating-point environment, as it would alone. */
+typedef struct flushed_items {
+    attn_item_fn fn;
+    void *arg;
+} flushed_items;
+
+static void flushed_item(void *arg, size_t part, size_t item) {
+    const flushed_items *f = arg;
+    unsigned saved = attn_flush_zero_begin();
+    f->fn(f->arg, part, item);
+    attn_flush_zero_end(saved);
+}
+
+static void backward_items(attn_workers w, size_t n, attn_item_fn fn, flex_job *job) {
+    const attn_attention_problem *p = job->g->p;
+    bool callback = false;
+    for (size_t k = 0; k < p->score_mod_count; k++)
+        callback |= p->score_mods[k].kind == ATTN_SCORE_CALLBACK;
+    if (callback) {
+        attn_pool_dynamic(w.pool, w.threads, n, fn, job);
+        return;
+    }
+    flushed_items f = {fn, job};
+    attn_pool_dynamic(w.pool, w.threads, n, flushed_item, &f);
+}
+
 static void flex_backward(attn_workers w, const attn_flex_args *a, const attn_attention_grads *gr,
                           const float *lse, const float *lse_lo, float *delta, float *parts) {
     const attn_attention_problem *p = a->p;
@@ -1079,10 +1111,10 @@ static void flex_backward(attn_workers w, const attn_flex_args *a, const attn_at
                     .delta = delta};
     attn_pool_dynamic(w.pool, w.threads, p->batch * p->q_heads, delta_item, &job);
     if (one_pass) {
-        attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads, one_pass_item, &job);
+        backward_items(w, p->batch * p->kv_heads, one_pass_item, &job);
         return;
     }
-    attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * g.kv_blocks, keys_item, &job);
+    backward_items(w, p->batch * p->kv_heads * g.kv_blocks, keys_item, &job);
     if (any_failed(w, a)) return;
     unsigned separate = 0;
     for (size_t k = 0; k < p->score_mod_count; k++) {
@@ -1092,14 +1124,14 @@ static void flex_backward(attn_workers w, const attn_flex_args *a, const attn_at
         else separate |= 1u << k;
     }
     pack_keys(w, &g, a->keys, true);
-    attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * g.q_blocks, rows_item, &job);
+    backward_items(w, p->batch * p->kv_heads * g.q_blocks, rows_item, &job);
     for (size_t k = 0; k < p->score_mod_count; k++) {
         if (!((separate >> k) & 1u) || any_failed(w, a)) continue;
         size_t dims[3];
         mod_item_dims(&g, &p->score_mods[k], dims);
         job.grad_mods = 1u << k;
         job.target = k;
-        attn_pool_dynamic(w.pool, w.threads, dims[0] * dims[1] * dims[2], mods_item, &job);
+        backward_items(w, dims[0] * dims[1] * dims[2], mods_item, &job);
     }
 }
 
