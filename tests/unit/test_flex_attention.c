@@ -771,17 +771,20 @@ static void nan_pattern(const float *x, size_t n, unsigned char *out) {
  * nothing else would give zeros; so would softcap's vector tanh, whose
  * exp2 gives 0 for NaN (variant 2). Causal, so that the rows before the key
  * stay finite. dq may also be NaN where a row that does not see the NaN key
- * multiplies its zero weight by it (0 * NaN, as PyTorch's dense backward). */
+ * multiplies its zero weight by it (0 * NaN, as PyTorch's dense backward);
+ * with the NaN in a query (variant 3), so may dk of a key that query does
+ * not see, and PyTorch's dense dK = dS^T Q is NaN for every key. */
 static void test_non_finite(attn_ctx *ctx) {
     attn_ctx *ref;
     attn_ctx_config rc = {.kernels = ATTN_KERNELS_REFERENCE};
     CHECK_STATUS(attn_ctx_new(&rc, &ref), ATTN_OK);
     const size_t B = 1, H = 2, T = 40, D = 16, n = B * T * H * D, rows = B * H * T;
     unsigned char *want = malloc(n), *got = malloc(n);
-    for (int variant = 0; variant < 3; variant++) {
+    for (int variant = 0; variant < 4; variant++) {
         float *q = alloc_randn(n, 1), *k = alloc_randn(n, 1), *v = alloc_randn(n, 1);
         float *dout = alloc_randn(n, 1);
-        if (variant != 1) k[(7 * H + 1) * D + 3] = NAN; /* key 7 of head 1 */
+        if (variant == 0 || variant == 2) k[(7 * H + 1) * D + 3] = NAN; /* key 7 of head 1 */
+        if (variant == 3) q[(7 * H + 1) * D + 3] = NAN;                 /* query 7 of head 1 */
         /* softcap, then a scale: not the fixed features, the block-map kernels' */
         attn_score_mod mods[2] = {{.kind = ATTN_SCORE_SCALE, .value = 0.5}};
         if (variant == 1)
@@ -815,14 +818,15 @@ static void test_non_finite(attn_ctx *ctx) {
                 extra += got[i] && !want[i];
                 if (t == 1) nan_rows += want[i];
             }
+            bool extra_ok = t == 2 || (t == 3 && variant == 3);
             CHECK(missing == 0);
-            CHECK(t == 2 || extra == 0);
-            if (missing || (t != 2 && extra))
+            CHECK(extra_ok || extra == 0);
+            if (missing || (!extra_ok && extra))
                 printf("FAIL non-finite variant %d, tensor %d: %zu NaN missing, %zu extra\n",
                        variant, t, missing, extra);
         }
-        /* head 1's rows from 7 on; head 0's row 9 */
-        CHECK(nan_rows == (variant != 1 ? T - 7 : 1));
+        /* head 1's rows from 7 on; head 0's row 9; head 1's row 7 */
+        CHECK(nan_rows == (variant == 1 ? 1 : variant == 3 ? 1 : T - 7));
         for (int c = 0; c < 2; c++)
             for (int t = 0; t < 5; t++) free(r[c][t]);
         free(q), free(k), free(v), free(dout);
