@@ -303,10 +303,10 @@ static size_t backward_failure_at(const attn_attention_problem *p) {
     return part_chain_at(p) + (p->score_mod_count + 1) * p->kv_len;
 }
 
-/* Stats (lse, delta per row), the parts, then the modifiers' tensor_grad
- * sums. */
+/* Stats (lse, delta and lse's low part per row), the parts, then the
+ * modifiers' tensor_grad sums. */
 static size_t reference_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
-    size_t doubles = 2 * attn_lse_rows(p) + attn_parallel_parts(ctx->num_threads) * part_doubles(p) +
+    size_t doubles = 3 * attn_lse_rows(p) + attn_parallel_parts(ctx->num_threads) * part_doubles(p) +
                      mod_grad_offset(p, p->score_mod_count);
     return doubles * sizeof(double);
 }

@@ -273,7 +273,10 @@ typedef struct REF(backward_view) {
     const REF_TENSORS *t;
     const attn_attention_dropout *drop;
     float *dsinks;       /* NULL: not wanted */
-    double *lse, *delta; /* per row at attn_lse_index */
+    /* per row at attn_lse_index: lse as lse + lse_lo, the two parts apart
+     * (a row's max past 2^53 times log(sum) would swallow log(sum)), and
+     * delta */
+    double *lse, *lse_lo, *delta;
     double *workspace;   /* part_doubles per part */
     size_t part_doubles;
     double *mod_sums;    /* the modifiers' tensor_grad sums (mod_grad_offset), or NULL:
@@ -313,6 +316,7 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
              * the row's keys, dropout included) */
             const REAL *out_i = t->out + attn_view_offset(p->out.st, b, seq.q_start, h, i);
             bv->lse[stat] = (double)t->lse[stat];
+            bv->lse_lo[stat] = 0.0;
             bv->delta[stat] = REF(dot)(dout_i, out_i, Dv);
         }
         if (!sees_any(p, b, h, i, first, last)) {
@@ -320,6 +324,7 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
             for (size_t d = 0; d < D; d++) dq_i[d] = 0;
             if (!from_lse) {
                 bv->lse[stat] = p->sinks ? (double)p->sinks[h] : -INFINITY;
+                bv->lse_lo[stat] = 0.0;
                 bv->delta[stat] = 0.0;
             }
             continue;
@@ -359,6 +364,7 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
             if (max == -INFINITY) { /* every key scores -inf: the row sees none */
                 for (size_t d = 0; d < D; d++) dq_i[d] = 0;
                 bv->lse[stat] = p->sinks ? (double)p->sinks[h] : -INFINITY;
+                bv->lse_lo[stat] = 0.0;
                 bv->delta[stat] = 0.0;
                 continue;
             }
@@ -410,7 +416,11 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
         /* dq_i = scale * sum_j dS_ij k_j */
         for (size_t d = 0; d < D; d++) dq_i[d] = (REAL)(acc[d] * t->scale);
         if (!from_lse) {
-            bv->lse[stat] = max + log(sum);
+            /* lse = max + log(sum) in two parts: the sum rounded, and what
+             * it dropped (exact where |max| >= log(sum), Fast2Sum) */
+            double log_sum = log(sum), lse = max + log_sum;
+            bv->lse[stat] = lse;
+            bv->lse_lo[stat] = isfinite(lse) ? log_sum - (lse - max) : 0.0;
             bv->delta[stat] = delta;
         }
     }
@@ -443,7 +453,7 @@ static void REF(backward_key_rows)(void *arg, size_t part, size_t begin, size_t 
                 const REAL *q_i = t->q + attn_view_offset(p->q.st, b, seq.q_start, h, i);
                 const REAL *dout_i =
                     t->dout + attn_view_offset(p->out.st, b, seq.q_start, h, i);
-                double lse = bv->lse[stat], delta = bv->delta[stat];
+                double lse = bv->lse[stat], lse_lo = bv->lse_lo[stat], delta = bv->delta[stat];
                 if (!sees(p, b, h, i, j, first, last)) {
                     /* weight 0: dv_j += 0 * dO_i, as the matmul A^T dO does */
                     for (size_t d = 0; d < Dv; d++) acc_v[d] += 0.0 * dout_i[d];
@@ -461,7 +471,7 @@ static void REF(backward_key_rows)(void *arg, size_t part, size_t begin, size_t 
                 } else {
                     s_ij = modified_score(p, t->softcap, h, (int64_t)i + seq.diagonal, j, x, &th);
                 }
-                double P = s_ij == -INFINITY ? 0.0 : exp(s_ij - lse);
+                double P = s_ij == -INFINITY ? 0.0 : exp((s_ij - lse) - lse_lo);
                 double drop = drop_factor(bv->drop, attn_drop_index(p, b, h, i, j));
                 double A = P * drop;
                 double dP = REF(dot)(dout_i, v_j, Dv) * drop;
@@ -492,7 +502,7 @@ static void REF(sink_grads)(const REF(backward_view) *bv) {
             attn_attention_seq seq = attn_attention_seq_of(p, b);
             for (size_t i = 0; i < seq.q_len; i++) {
                 size_t stat = attn_lse_index(p, b, h, i);
-                sum += exp(sink - bv->lse[stat]) * bv->delta[stat];
+                sum += exp((sink - bv->lse[stat]) - bv->lse_lo[stat]) * bv->delta[stat];
             }
         }
         bv->dsinks[h] = (float)-sum;
@@ -531,13 +541,20 @@ static const char *REF(backward)(attn_ctx *ctx, const attn_attention_problem *p,
     size_t rows = attn_lse_rows(p), parts = attn_parallel_parts(ctx->num_threads);
     double *stats = workspace;
     size_t mod_sums = mod_grad_offset(p, p->score_mod_count);
-    double *sums = stats + 2 * rows + parts * part_doubles(p);
-    REF(backward_view) bv = {p,     t,         drop, dsinks, stats, stats + rows, stats + 2 * rows,
-                             part_doubles(p), mod_sums ? sums : NULL};
+    double *parts_at = stats + 3 * rows, *sums = parts_at + parts * part_doubles(p);
+    REF(backward_view) bv = {.p = p,
+                             .t = t,
+                             .drop = drop,
+                             .dsinks = dsinks,
+                             .lse = stats,
+                             .lse_lo = stats + rows,
+                             .delta = stats + 2 * rows,
+                             .workspace = parts_at,
+                             .part_doubles = part_doubles(p),
+                             .mod_sums = mod_sums ? sums : NULL};
     size_t G = p->q_heads / p->kv_heads;
     size_t q_cost = 4 * p->kv_len * (p->head_dim + p->v_head_dim) + 1;
     size_t k_cost = 4 * G * p->q_len * (p->head_dim + p->v_head_dim) + 1;
-    double *parts_at = stats + 2 * rows;
     clear_failures(ctx, p, parts_at, part_doubles(p), backward_failure_at(p));
     if (mod_sums) {
         /* A bias element broadcast over rows sums their gradients: pass 1

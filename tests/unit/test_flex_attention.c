@@ -936,6 +936,47 @@ static void test_minus_inf_rows(attn_ctx *ctx) {
     attn_ctx_free(ref);
 }
 
+/* Two keys tied at a score past 2^53 (a bias of 1e17, above the others by
+ * far): each weighs 1/2, though max + log(2) rounds to max in double. The
+ * float64 backward once took each weight as exp(s - lse) with lse so
+ * rounded, 1 each, and gave twice the gradients. With such a row the
+ * answers are closed forms: out = (v0 + v1) / 2, dv0 = dv1 = dO / 2,
+ * dS0 = -dS1 = (dP0 - dP1) / 4 (dP_j = dO . v_j), dq = scale (dS0 k0 + dS1
+ * k1), and the bias's gradient dS. */
+static void test_huge_tied_scores(void) {
+    attn_ctx *ref;
+    attn_ctx_config rc = {.kernels = ATTN_KERNELS_REFERENCE};
+    CHECK_STATUS(attn_ctx_new(&rc, &ref), ATTN_OK);
+    enum { S = 4, D = 8 };
+    double q[D], k[S * D], v[S * D], out[D], lse[1], dout[D], dq[D], dk[S * D], dv[S * D];
+    for (size_t i = 0; i < D; i++) q[i] = 0.3 * randn(), dout[i] = randn();
+    for (size_t i = 0; i < S * D; i++) k[i] = 0.3 * randn(), v[i] = randn();
+    float bias[S] = {1e17f, 1e17f, 0.0f, 0.0f}, bias_grad[S] = {0};
+    attn_score_mod mod = {.kind = ATTN_SCORE_BIAS, .tensor = bias, .tensor_grad = bias_grad,
+                          .strides = {0, 0, 0, 1}};
+    attn_sdpa_config cfg = {.batch = 1, .heads = 1, .q_tokens = 1, .kv_tokens = S, .head_dim = D,
+                            .score_mods = &mod, .score_mod_count = 1};
+    CHECK_STATUS(attn_sdpa_forward_f64(ref, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+    CHECK_STATUS(attn_sdpa_backward_f64(ref, &cfg, q, k, v, out, lse, dout, dq, dk, dv, NULL),
+                 ATTN_OK);
+    double dP[2] = {0, 0}, scale = 1.0 / sqrt((double)D), worst = 0;
+    for (size_t j = 0; j < 2; j++)
+        for (size_t d = 0; d < D; d++) dP[j] += dout[d] * v[j * D + d];
+    double dS0 = (dP[0] - dP[1]) / 4;
+    for (size_t d = 0; d < D; d++) {
+        double want_dq = scale * dS0 * (k[d] - k[D + d]);
+        worst = fmax(worst, fabs(out[d] - (v[d] + v[D + d]) / 2));
+        worst = fmax(worst, fabs(dv[d] - dout[d] / 2) + fabs(dv[D + d] - dout[d] / 2));
+        worst = fmax(worst, fabs(dv[2 * D + d]) + fabs(dv[3 * D + d]));
+        worst = fmax(worst, fabs(dq[d] - want_dq));
+        worst = fmax(worst, fabs(dk[d] - scale * dS0 * q[d]) + fabs(dk[D + d] + scale * dS0 * q[d]));
+    }
+    worst = fmax(worst, fabs(bias_grad[0] - dS0) + fabs(bias_grad[1] + dS0));
+    CHECK(worst < 1e-6);
+    if (worst >= 1e-6) printf("FAIL huge tied scores: worst difference %.3g\n", worst);
+    attn_ctx_free(ref);
+}
+
 /* ---- timing -------------------------------------------------------------------- */
 
 /* A chain of softcap then ALiBi at the problem's own positions is the
@@ -1132,6 +1173,7 @@ int main(int argc, char **argv) {
         test_callback_error(two);
         test_non_finite(two);
         test_minus_inf_rows(two);
+        test_huge_tied_scores();
         test_fixed_features(two);
         for (int round = 0; round < 3; round++) test_one_pass_bits(two);
 #if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
