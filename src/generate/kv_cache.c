@@ -673,11 +673,26 @@ static void set_window(attn_attention_problem *p, size_t W) {
  * takes the map's first n positions of sequence s (its rows and columns
  * are then the prompt's own), on the kernels that run maps, which take no
  * softcap or ALiBi of their own: with those the rows stay on the cache
- * problem. */
+ * problem. So do rows whose keys or values (from packed row at) are not all
+ * finite: a dense problem follows PyTorch's matmul there, where a hidden
+ * key's zero weight times an infinite value is NaN in every row, and the
+ * cache promises NaN only in the rows that see it, as the decode kernels
+ * give. */
 static bool is_prompt(const attn_kv_cache *c, const kv_layer *L, const attn_kv_attend_args *a,
-                      size_t s, size_t n) {
+                      size_t s, size_t at, size_t n) {
     if (a->block_mask && (a->softcap > 0.0f || a->alibi_slopes)) return false;
-    return c->ctx->ks.decode && L->length[s] == 0 && n >= PREFILL_ROWS;
+    if (!c->ctx->ks.decode || L->length[s] != 0 || n < PREFILL_ROWS) return false;
+    size_t row = c->cfg.kv_heads * c->cfg.head_dim;
+    const float *k = a->k_new + at * row, *v = a->v_new + at * row;
+    uint32_t not_finite = 0; /* an exponent of all ones: NaN or an infinity */
+    for (size_t i = 0; i < n * row; i++) {
+        uint32_t kb, vb;
+        memcpy(&kb, k + i, sizeof kb);
+        memcpy(&vb, v + i, sizeof vb);
+        not_finite |= (kb & 0x7f800000u) == 0x7f800000u;
+        not_finite |= (vb & 0x7f800000u) == 0x7f800000u;
+    }
+    return !not_finite;
 }
 
 /* The attention of prompt s's n rows (from packed row at) among themselves,
@@ -768,7 +783,7 @@ static attn_status attend(attn_kv_cache *cache, const char *who, const attn_kv_a
     for (size_t s = 0, at = 0; s < B; s++) {
         size_t n = new_count(args->new_lens, args->new_tokens, s);
         lens[B + s] = at;
-        if (n && !tree && is_prompt(cache, L, args, s, n)) {
+        if (n && !tree && is_prompt(cache, L, args, s, at, n)) {
             prompt_rows[s] = n;
             if (args->block_mask &&
                 (st = attn_block_map_sequence(ctx, who, attn_block_mask_map(args->block_mask), s,

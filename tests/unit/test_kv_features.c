@@ -20,7 +20,9 @@
  *   a tree of draft tokens with softcap and sinks against the reference,
  *   and refused with slopes;
  *   refusals (a negative, NaN or infinite softcap; a NaN slope; an infinite
- *   sink; out over the slopes) name the value, and nothing is appended.
+ *   sink; out over the slopes) name the value, and nothing is appended;
+ *   an infinite or NaN value reaches only the rows that see it: in a tree,
+ *   under a map that hides it from one head, behind a prompt's window.
  * Inputs are fresh random numbers each run (the seed is printed).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -392,6 +394,116 @@ static void test_refusals(void) {
     run_free(&r);
 }
 
+/* A mask that hides key 5 from query head 0 only. */
+static int hide_key5_head0(void *user, size_t b, size_t h, size_t q_idx, size_t kv_idx) {
+    (void)user, (void)b, (void)q_idx;
+    return !(h == 0 && kv_idx == 5);
+}
+
+/* out's rows (rows, H, D) against the same call without the poison: each
+ * (row, head) that sees the poisoned value must come out NaN or infinite
+ * (sees[row * H + h]), every other one finite and as without it. */
+static void check_poison_rows(const char *what, const float *out, const float *clean,
+                              const bool *sees, size_t rows, size_t H, size_t D) {
+    for (size_t r = 0; r < rows * H; r++) {
+        bool finite = true;
+        double num = 0, den = 0;
+        for (size_t d = 0; d < D; d++) {
+            finite &= isfinite(out[r * D + d]) != 0;
+            double e = (double)out[r * D + d] - clean[r * D + d];
+            num += e * e;
+            den += (double)clean[r * D + d] * clean[r * D + d];
+        }
+        bool ok = sees[r] ? !finite : finite && num <= 1e-10 * den;
+        CHECK(ok);
+        if (!ok)
+            printf("FAIL %s: row %zu head %zu %s (rel L2 %.3g)\n", what, r / H, r % H,
+                   sees[r] ? "should be NaN" : finite ? "moved" : "is not finite",
+                   den > 0 ? sqrt(num / den) : num);
+    }
+}
+
+/* An infinite or NaN value (an f16 cache's overflow, a NaN from the model)
+ * makes only the rows that weigh it non-finite (attn.h): not a draft's
+ * sibling in a tree, not the rows a block map hides it from (per head, 2
+ * query heads over one KV head), not the rows of a prompt whose window has
+ * passed it (a dense prompt would follow PyTorch's matmul: 0 x inf in every
+ * row). Each against the same call unpoisoned; default kernels. */
+static void test_poisoned_values(void) {
+    enum { D = 32, H = 2, N = 100 };
+    attn_ctx *ctx;
+    attn_ctx_config cc = {.num_threads = 2};
+    CHECK_STATUS(attn_ctx_new(&cc, &ctx), ATTN_OK);
+    float *q = random_floats(N * H * D, 1.0f), *k = random_floats(N * D, 1.0f);
+    float *v = random_floats(N * D, 1.0f), *out[2];
+    bool sees[N * H];
+    for (int i = 0; i < 2; i++) out[i] = calloc(N * H * D, sizeof(float));
+    for (int kind = 0; kind < 2; kind++) {
+        float poison = kind ? NAN : INFINITY;
+        for (int c = 0; c < 2; c++) { /* c = 0: poisoned, 1: clean */
+            attn_kv_cache *cache;
+            /* a tree of 3 drafts over 4 cached tokens: drafts 1 and 2 children of 0, 1's
+             * value poisoned */
+            attn_kv_cache_config cfg = {.num_layers = 1, .batch = 1, .kv_heads = 1,
+                                        .head_dim = D, .max_len = 64};
+            CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &cache), ATTN_OK);
+            CHECK_STATUS(attn_kv_cache_append(cache, 0, NULL, 4, k, v), ATTN_OK);
+            float saved = v[(4 + 1) * D + 3];
+            if (c == 0) v[(4 + 1) * D + 3] = poison;
+            int32_t parents[3] = {-1, 0, 0};
+            attn_kv_tree_args t = {.draft_tokens = 3, .parents = parents, .q_heads = H,
+                                   .q = q, .k_new = k + 4 * D, .v_new = v + 4 * D,
+                                   .out = out[c]};
+            CHECK_STATUS(attn_kv_cache_attend_tree(cache, &t), ATTN_OK);
+            v[(4 + 1) * D + 3] = saved;
+            attn_kv_cache_free(cache);
+        }
+        for (size_t r = 0; r < 3 * H; r++) sees[r] = r / H == 1;
+        check_poison_rows("poisoned tree", out[0], out[1], sees, 3, H, D);
+
+        for (int c = 0; c < 2; c++) { /* a map hiding key 5 from head 0, 8 new rows */
+            attn_kv_cache *cache;
+            attn_kv_cache_config cfg = {.num_layers = 1, .batch = 1, .kv_heads = 1,
+                                        .head_dim = D, .max_len = 64};
+            CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &cache), ATTN_OK);
+            attn_block_mask_config mc = {.batch = 1, .heads = H, .q_len = 64, .kv_len = 64,
+                                         .block_q = 16, .block_kv = 16};
+            attn_block_mask *map;
+            CHECK_STATUS(attn_block_mask_from_fn(ctx, &mc, hide_key5_head0, NULL, &map), ATTN_OK);
+            float saved = v[5 * D + 7];
+            if (c == 0) v[5 * D + 7] = poison;
+            attn_kv_attend_args a = {.new_tokens = 8, .q_heads = H, .q = q, .k_new = k,
+                                     .v_new = v, .out = out[c], .block_mask = map};
+            CHECK_STATUS(attn_kv_cache_attend(cache, &a), ATTN_OK);
+            v[5 * D + 7] = saved;
+            attn_block_mask_free(map);
+            attn_kv_cache_free(cache);
+        }
+        for (size_t r = 0; r < 8 * H; r++) sees[r] = r % H == 1 && r / H >= 5;
+        check_poison_rows("poisoned value under a map", out[0], out[1], sees, 8, H, D);
+
+        for (int c = 0; c < 2; c++) { /* a window of 4, a prompt of N rows, key 2 poisoned */
+            attn_kv_cache *cache;
+            size_t window[1] = {4};
+            attn_kv_cache_config cfg = {.num_layers = 1, .batch = 1, .kv_heads = 1,
+                                        .head_dim = D, .max_len = 2 * N, .windows = window};
+            CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &cache), ATTN_OK);
+            float saved = v[2 * D];
+            if (c == 0) v[2 * D] = poison;
+            attn_kv_attend_args a = {.new_tokens = N, .q_heads = H, .q = q, .k_new = k,
+                                     .v_new = v, .out = out[c]};
+            CHECK_STATUS(attn_kv_cache_attend(cache, &a), ATTN_OK);
+            v[2 * D] = saved;
+            attn_kv_cache_free(cache);
+        }
+        for (size_t r = 0; r < N * H; r++) sees[r] = r / H >= 2 && r / H <= 5;
+        check_poison_rows("poisoned value behind a window", out[0], out[1], sees, N, H, D);
+    }
+    for (int i = 0; i < 2; i++) free(out[i]);
+    free(q), free(k), free(v);
+    attn_ctx_free(ctx);
+}
+
 int main(void) {
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
     const char *env = getenv("ATTN_TEST_SEED");
@@ -402,6 +514,7 @@ int main(void) {
     test_refusals();
     test_nan_and_explain();
     test_tree();
+    test_poisoned_values();
     test_against_reference();
     return check_summary();
 }

@@ -12,7 +12,9 @@
  *     anywhere in q, k, v or dout, in every layout, and hands the call to
  *     the reference;
  *   - a scale that rounds to 0 in float gives uniform weights and zero dq
- *     and dk, not NaN.
+ *     and dk, not NaN;
+ *   - a key too far below its row for the fast kernels' exp2 (2^-125) but
+ *     with a value large enough to count matches the float64 call.
  */
 #include "attn.h"
 #include "check.h"
@@ -272,6 +274,59 @@ static void test_scan_finds_every_nan(void) {
     attn_ctx_free(ref);
 }
 
+/* A key weighing under 2^-125 of its row's largest, whose value is large
+ * enough that its share still counts (2^-125 x 1e37 is 0.2): the fast
+ * kernels' exp2 gives 0 below -125, so such values go to the reference,
+ * and out, dq, dk and dv agree with the float64 call within 1e-5. Each
+ * query row is e_0, key j's first element its score: key 3 scores L, the
+ * others within [-1, 1]; key 3's value is V. */
+static void test_far_key_huge_value(attn_ctx *ctx) {
+    enum { T = 4, S = 40, D = 16 };
+    /* values below FLT_MAX / 16 / S, which the sums' own range admits */
+    const double cases[][2] = {{-88.0, 4e35}, {-92.0, 4e35}, {-86.5, 2e35}, {-80.0, 4e35},
+                               {-88.0, 1e30}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        float q[T * D] = {0}, k[S * D] = {0}, v[S * D], dout[T * D];
+        double qd[T * D], kd[S * D], vd[S * D], dd[T * D];
+        for (size_t i = 0; i < T; i++) q[i * D] = 1.0f;
+        for (size_t j = 0; j < S; j++) {
+            k[j * D] = j == 3 ? (float)cases[c][0] : (float)sin(1.7 * (double)j);
+            for (size_t d = 0; d < D; d++)
+                v[j * D + d] = j == 3 ? (float)(cases[c][1] * (d % 2 ? -1.0 : 1.0))
+                                      : (float)cos(0.3 * (double)(j * D + d));
+        }
+        for (size_t i = 0; i < T * D; i++) dout[i] = (float)sin(0.7 * (double)i);
+        for (size_t i = 0; i < T * D; i++) qd[i] = q[i], dd[i] = dout[i];
+        for (size_t i = 0; i < S * D; i++) kd[i] = k[i], vd[i] = v[i];
+        attn_sdpa_config cfg = {.batch = 1, .heads = 1, .q_tokens = T, .kv_tokens = S,
+                                .head_dim = D, .scale = 1.0};
+        float out[T * D], lse[T], dq[T * D], dk[S * D], dv[S * D];
+        double outd[T * D], lsed[T], dqd[T * D], dkd[S * D], dvd[S * D];
+        CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+        CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, dout, dq, dk, dv, NULL),
+                     ATTN_OK);
+        CHECK_STATUS(attn_sdpa_forward_f64(ctx, &cfg, qd, kd, vd, outd, lsed, NULL, NULL), ATTN_OK);
+        CHECK_STATUS(attn_sdpa_backward_f64(ctx, &cfg, qd, kd, vd, outd, lsed, dd, dqd, dkd, dvd,
+                                            NULL),
+                     ATTN_OK);
+        const float *got[4] = {out, dq, dk, dv};
+        const double *want[4] = {outd, dqd, dkd, dvd};
+        const size_t n[4] = {T * D, T * D, S * D, S * D};
+        for (int t = 0; t < 4; t++) {
+            double num = 0, den = 0;
+            for (size_t i = 0; i < n[t]; i++) {
+                num += ((double)got[t][i] - want[t][i]) * ((double)got[t][i] - want[t][i]);
+                den += want[t][i] * want[t][i];
+            }
+            double e = den > 0 ? sqrt(num / den) : sqrt(num);
+            CHECK(e <= 1e-5);
+            if (e > 1e-5)
+                printf("FAIL far key L %g, V %g: %s rel L2 %.3g (%s)\n", cases[c][0], cases[c][1],
+                       (const char *[]){"out", "dq", "dk", "dv"}[t], e, attn_ctx_last_explain(ctx));
+        }
+    }
+}
+
 int main(void) {
     attn_ctx *ctx;
     attn_rng *rng;
@@ -281,6 +336,7 @@ int main(void) {
     test_renormalize_without_underflow(ctx, rng);
     test_scale_rounding_to_zero(ctx);
     test_scan_finds_every_nan();
+    test_far_key_huge_value(ctx);
     attn_rng_free(rng);
     attn_ctx_free(ctx);
     return check_summary();

@@ -462,7 +462,8 @@ static inline float block_max(float *sc, size_t jlo, size_t jhi) {
 static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc,
                                       const float *alpha, const float *const *p,
                                       const attn_decode_row *rows, const attn_kv_format *f,
-                                      size_t kh, size_t jlo, size_t jhi, prefetch_stream *ps) {
+                                      size_t kh, size_t jlo, size_t jhi, uint32_t skip,
+                                      prefetch_stream *ps) {
     size_t D = f->head_dim, d = 0;
     const uint8_t *v[BK];
     const float *vs[BK];
@@ -477,6 +478,7 @@ static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc
                 a[g][c] = v_zero();
         stream_step(ps, WEIGH_VECS * (jhi - jlo));
         for (size_t j = jlo; j < jhi; j++) {
+            if (skip >> j & 1u) continue;
             vec pb[4];
             for (size_t g = 0; g < NG; g++) pb[g] = v_set1(p[g][j]);
             const size_t loaded = bf16_pairs(T) ? 2 : 1; /* vectors a load gives */
@@ -500,13 +502,14 @@ static ALWAYS_INLINE void weigh_heads(attn_dtype T, size_t NG, float *const *acc
         for (size_t g = 0; g < NG; g++) {
             vec a = v_zero();
             for (size_t j = jlo; j < jhi; j++)
-                a = v_fma(v_set1(p[g][j]), load_elems(T, v[j], vs[j], d), a);
+                if (!(skip >> j & 1u)) a = v_fma(v_set1(p[g][j]), load_elems(T, v[j], vs[j], d), a);
             v_store(acc[g] + d, v_fma(v_load(acc[g] + d), v_set1(alpha[g]), a));
         }
     for (; d < D; d++)
         for (size_t g = 0; g < NG; g++) {
             float a = 0.0f;
-            for (size_t j = jlo; j < jhi; j++) a = fmaf(p[g][j], load_one(T, v[j], vs[j], d), a);
+            for (size_t j = jlo; j < jhi; j++)
+                if (!(skip >> j & 1u)) a = fmaf(p[g][j], load_one(T, v[j], vs[j], d), a);
             acc[g][d] = fmaf(acc[g][d], alpha[g], a);
         }
 }
@@ -517,7 +520,7 @@ static ALWAYS_INLINE void weigh_group_t(attn_dtype T, size_t NG, float *const *a
                                         const float *alpha, const float *const *p,
                                         const attn_decode_row *rows, const attn_kv_format *f,
                                         size_t kh, size_t jlo, size_t jhi, prefetch_stream *ps) {
-#define HEADS(n) weigh_heads(T, n, acc, alpha, p, rows, f, kh, jlo, jhi, ps)
+#define HEADS(n) weigh_heads(T, n, acc, alpha, p, rows, f, kh, jlo, jhi, 0, ps)
     switch (NG) {
     case 4: HEADS(4); break;
     case 3: HEADS(3); break;
@@ -534,6 +537,23 @@ static void weigh_group(size_t NG, float *const *acc, const float *alpha, const 
 #define WEIGH(T) weigh_group_t(T, NG, acc, alpha, p, rows, f, kh, jlo, jhi, ps)
     FOR_FORMAT(f->dtype, WEIGH);
 #undef WEIGH
+}
+
+/* weigh_group where a tree or the map hides lanes of the block: head g
+ * leaves out the value rows of the lanes hid[g] hides, one head at a time
+ * (each head's sums are weigh_heads' for any NG), so that a value it does
+ * not see, an infinite or NaN one, never meets its zero weight (0 x inf is
+ * NaN); ps as score_group's. */
+static void weigh_hidden(size_t NG, float *const *acc, const float *alpha, const float *const *p,
+                         const uint32_t *hid, const attn_decode_row *rows,
+                         const attn_kv_format *f, size_t kh, size_t jlo, size_t jhi,
+                         prefetch_stream *ps) {
+    for (size_t g = 0; g < NG; g++) {
+#define WEIGH(T)                                                                                   \
+    weigh_heads(T, 1, acc + g, alpha + g, p + g, rows, f, kh, jlo, jhi, hid[g], g ? NULL : ps)
+        FOR_FORMAT(f->dtype, WEIGH);
+#undef WEIGH
+    }
 }
 
 /* The online-softmax step of one (row, query head) for a block: the
@@ -728,7 +748,19 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                         p_g[g] = sc + (i0 + g0 + g) * BK;
                     }
                     prefetch_stream *step = r == 0 && g0 == 0 ? ps : NULL;
-                    weigh_group(ng, acc_g, alpha + i0 + g0, p_g, rw, vf, kh, jlo[r], jhi[r], step);
+                    uint32_t hid[4] = {hidden[r], hidden[r], hidden[r], hidden[r]}, any = 0;
+                    for (size_t g = 0; g < ng; g++) {
+                        if (map_heads)
+                            hid[g] |= attn_decode_map_hidden(s, row0 + r, kh * G + g0 + g, b0) &
+                                      ((1u << jhi[r]) - (1u << jlo[r]));
+                        any |= hid[g];
+                    }
+                    if (any)
+                        weigh_hidden(ng, acc_g, alpha + i0 + g0, p_g, hid, rw, vf, kh, jlo[r],
+                                     jhi[r], step);
+                    else
+                        weigh_group(ng, acc_g, alpha + i0 + g0, p_g, rw, vf, kh, jlo[r], jhi[r],
+                                    step);
                 }
             }
             if (ps) stream_catch_up(ps, KH + kh + 1, 2 * KH);
