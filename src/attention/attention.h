@@ -20,6 +20,12 @@ typedef struct attn_pass {
     bool dropout;  /* the weights are dropped (attn_attention_dropout) */
 } attn_pass;
 
+/* max |x| of p's q and k (scores false: 0), v, and dout (NULL: 0), inf
+ * where one holds NaN or inf: the fused kernels' scan (fused.c), on the
+ * ctx's threads. */
+void attn_value_tops(attn_ctx *ctx, const attn_attention_problem *p, bool scores,
+                     const void *dout, float top[4]);
+
 typedef struct attn_attention_backend {
     const char *name;
     /* The kernels it runs p on, for the record (NULL: name says it all) */

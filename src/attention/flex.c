@@ -233,10 +233,27 @@ static const char *flex_backward(attn_ctx *ctx, const attn_attention_problem *p,
     return NULL;
 }
 
+/* A weight below 2^-125 of its row's largest is 0 in the kernels (their
+ * exp2's floor): values such keys could carry past 2^-48 of a row's output
+ * or dP go to the reference. Non-finite values are the kernels' own to
+ * carry (docs/programmable.md), and so are scores: a chain's bias or
+ * callback bounds them, not q and k. */
+static const char *flex_declines_values(attn_ctx *ctx, const attn_attention_problem *p,
+                                        const void *dout) {
+    float top[4];
+    attn_value_tops(ctx, p, false, dout, top);
+    double v = isinf(top[2]) ? 0.0 : top[2], d_o = isinf(top[3]) ? 0.0 : top[3];
+    double dropped = 0x1p-125 * (double)p->kv_len, D = (double)p->head_dim;
+    if (dropped * v >= 0x1p-48 || dropped * D * d_o * v >= 0x1p-48)
+        return "values that the weights below 2^-125 it leaves out would carry";
+    return NULL;
+}
+
 const attn_attention_backend attn_attention_flex = {
     .name = "flex",
     .kernel_name = flex_kernel_name,
     .declines = flex_declines,
+    .declines_values = flex_declines_values,
     .forward_bytes = flex_forward_bytes,
     .backward_bytes = flex_backward_bytes,
     .forward = flex_forward,

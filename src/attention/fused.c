@@ -101,6 +101,7 @@ typedef struct scan_tensor {
     const float *x;
     attn_view_strides s;
     size_t heads, units; /* units per batch */
+    size_t width;        /* floats a row: head_dim, v_head_dim for v and dout */
     bool keys, flat;     /* rows of the keys' lengths; heads side by side */
 } scan_tensor;
 
@@ -113,10 +114,11 @@ typedef struct magnitude_scan {
 } magnitude_scan;
 
 static scan_tensor scan_tensor_of(const attn_attention_problem *p, const float *x,
-                                  attn_view_strides s, size_t heads, bool keys) {
+                                  attn_view_strides s, size_t heads, size_t width, bool keys) {
     size_t len = keys ? p->kv_len : p->q_len; /* the longest, with cu_seqlens */
-    bool flat = s.h == p->head_dim;
-    return (scan_tensor){.x = x, .s = s, .heads = heads, .keys = keys, .flat = flat,
+    bool flat = s.h == width;
+    return (scan_tensor){.x = x, .s = s, .heads = heads, .width = width, .keys = keys,
+                         .flat = flat,
                          .units = x == NULL ? 0 : flat ? (len + SCAN_ROWS - 1) / SCAN_ROWS : heads};
 }
 
@@ -124,7 +126,6 @@ static scan_tensor scan_tensor_of(const attn_attention_problem *p, const float *
 static void scan_units(void *arg, size_t part, size_t begin, size_t end) {
     magnitude_scan *job = arg;
     const attn_attention_problem *p = job->p;
-    size_t D = p->head_dim;
     float *top = job->part_max[part];
     for (size_t i = begin; i < end; i++) {
         size_t t = 0, u = i;
@@ -139,10 +140,10 @@ static void scan_units(void *arg, size_t part, size_t begin, size_t end) {
             if (r0 >= len) continue;
             size_t rows = len - r0 < SCAN_ROWS ? len - r0 : SCAN_ROWS;
             top[t] = job->max_abs_rows(x->x + attn_view_offset(x->s, b, start, 0, r0), rows,
-                                       x->s.t, x->heads * D, top[t]);
+                                       x->s.t, x->heads * x->width, top[t]);
         } else {
             top[t] = job->max_abs_rows(x->x + attn_view_offset(x->s, b, start, u, 0), len, x->s.t,
-                                       D, top[t]);
+                                       x->width, top[t]);
         }
     }
 }
@@ -181,15 +182,19 @@ static bool magnitudes_fit(const attn_flash_kernels *fk, const attn_attention_pr
 /* Values past what the kernels hold, as a reason. */
 #define VALUES_OUT_OF_RANGE "a non-finite input, or scores past float32's range in its tiles"
 
-static const char *fused_declines_values(attn_ctx *ctx, const attn_attention_problem *p,
-                                         const void *dout) {
+void attn_value_tops(attn_ctx *ctx, const attn_attention_problem *p, bool scores,
+                     const void *dout, float top[4]) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
+    const float *q = scores ? (const float *)p->q.data : NULL;
+    const float *k = scores ? (const float *)p->k.data : NULL;
     magnitude_scan job = {
         .p = p,
-        .tensors = {scan_tensor_of(p, (const float *)p->q.data, p->q.st, p->q_heads, false),
-                    scan_tensor_of(p, (const float *)p->k.data, p->k.st, p->kv_heads, true),
-                    scan_tensor_of(p, (const float *)p->v.data, p->v.st, p->kv_heads, true),
-                    scan_tensor_of(p, (const float *)dout, p->out.st, p->q_heads, false)},
+        .tensors = {scan_tensor_of(p, q, p->q.st, p->q_heads, p->head_dim, false),
+                    scan_tensor_of(p, k, p->k.st, p->kv_heads, p->head_dim, true),
+                    scan_tensor_of(p, (const float *)p->v.data, p->v.st, p->kv_heads,
+                                   p->v_head_dim, true),
+                    scan_tensor_of(p, (const float *)dout, p->out.st, p->q_heads,
+                                   p->v_head_dim, false)},
         .max_abs_rows = fk->max_abs_rows};
     size_t units = 0;
     for (int t = 0; t < 4; t++) units += p->batch * job.tensors[t].units;
@@ -200,11 +205,17 @@ static const char *fused_declines_values(attn_ctx *ctx, const attn_attention_pro
     attn_workers w = attn_ctx_workers(ctx);
     size_t threads = w.threads < SCAN_PARTS ? w.threads : SCAN_PARTS;
     attn_pool_for_parts(w.pool, threads, units, min_units, scan_units, &job);
-    float top[4] = {0, 0, 0, 0};
+    for (int t = 0; t < 4; t++) top[t] = 0.0f;
     for (size_t part = 0; part < SCAN_PARTS; part++)
         for (int t = 0; t < 4; t++)
             top[t] = job.part_max[part][t] > top[t] ? job.part_max[part][t] : top[t];
-    return magnitudes_fit(fk, p, top) ? NULL : VALUES_OUT_OF_RANGE;
+}
+
+static const char *fused_declines_values(attn_ctx *ctx, const attn_attention_problem *p,
+                                         const void *dout) {
+    float top[4];
+    attn_value_tops(ctx, p, true, dout, top);
+    return magnitudes_fit(flash_kernels(ctx), p, top) ? NULL : VALUES_OUT_OF_RANGE;
 }
 
 static const attn_attention_dropout no_dropout = {.kind = ATTN_DROP_NONE};

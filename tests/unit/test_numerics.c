@@ -276,15 +276,16 @@ static void test_scan_finds_every_nan(void) {
 
 /* A key weighing under 2^-125 of its row's largest, whose value is large
  * enough that its share still counts (2^-125 x 1e37 is 0.2): the fast
- * kernels' exp2 gives 0 below -125, so such values go to the reference,
- * and out, dq, dk and dv agree with the float64 call within 1e-5. Each
+ * kernels' exp2 gives 0 below -125 (fused and block-map alike), so such
+ * values go to the reference, and out, dq, dk and dv agree with the
+ * float64 call within 1e-5. Each
  * query row is e_0, key j's first element its score: key 3 scores L, the
  * others within [-1, 1]; key 3's value is V. */
 static void test_far_key_huge_value(attn_ctx *ctx) {
     enum { T = 4, S = 40, D = 16 };
     /* values below FLT_MAX / 16 / S, which the sums' own range admits */
-    const double cases[][2] = {{-88.0, 4e35}, {-92.0, 4e35}, {-86.5, 2e35}, {-80.0, 4e35},
-                               {-88.0, 1e30}};
+    const double cases[][2] = {{-88.0, 4e35}, {-88.0, 4e35}, {-92.0, 4e35}, {-92.0, 4e35},
+                               {-86.5, 2e35}, {-80.0, 4e35}, {-88.0, 1e30}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         float q[T * D] = {0}, k[S * D] = {0}, v[S * D], dout[T * D];
         double qd[T * D], kd[S * D], vd[S * D], dd[T * D];
@@ -298,8 +299,11 @@ static void test_far_key_huge_value(attn_ctx *ctx) {
         for (size_t i = 0; i < T * D; i++) dout[i] = (float)sin(0.7 * (double)i);
         for (size_t i = 0; i < T * D; i++) qd[i] = q[i], dd[i] = dout[i];
         for (size_t i = 0; i < S * D; i++) kd[i] = k[i], vd[i] = v[i];
+        /* odd cases through a chain (a scale of 1): the block-map kernels' check */
+        attn_score_mod unit = {.kind = ATTN_SCORE_SCALE, .value = 1.0};
         attn_sdpa_config cfg = {.batch = 1, .heads = 1, .q_tokens = T, .kv_tokens = S,
-                                .head_dim = D, .scale = 1.0};
+                                .head_dim = D, .scale = 1.0, .score_mods = c % 2 ? &unit : NULL,
+                                .score_mod_count = c % 2};
         float out[T * D], lse[T], dq[T * D], dk[S * D], dv[S * D];
         double outd[T * D], lsed[T], dqd[T * D], dkd[S * D], dvd[S * D];
         CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
