@@ -152,7 +152,7 @@ static size_t run_case(const attn_gemm_kernel *uk, const gemm_case *g, uint64_t 
     float *c[3], *c_ws = malloc(nc * sizeof *c_ws);
     double *want = malloc(g->m * g->n * sizeof *want);
     double *magnitude = malloc(g->m * g->n * sizeof *magnitude);
-    float *dense = malloc(g->m * g->n * sizeof *dense);
+    float *dense = calloc(g->m * g->n, sizeof *dense);
     fill(a, na, seed);
     fill(b, nb, seed);
     fill(c0, nc, seed);
