@@ -593,10 +593,16 @@ static void print_stats(const stream_state *s, size_t prompt_len, const model_st
             "included)\n", attn_kv_cache_token_bytes(cache), cli_kv_dtype_name(c.k_dtype),
             cli_kv_dtype_name(c.v_dtype));
     print_kv_accuracy(c.k_dtype, c.v_dtype);
-    /* the last decode step's attention: which backend and kernel read the cache */
+    /* the last step's attention: the backend (and kernel) that ran, the
+     * explain record's "NAME: ran" among "NAME: declined (...)" */
     const char *explain = attn_ctx_last_explain(s->ctx);
-    const char *ran = strstr(explain, "decode [");
-    if (ran) fprintf(stderr, "attn generate: attention %.*s\n", (int)strcspn(ran, ":"), ran);
+    const char *ran = strstr(explain, ": ran");
+    if (ran) {
+        const char *name = explain;
+        for (const char *at = explain; at < ran; at++)
+            if (at[0] == ';' && at[1] == ' ') name = at + 2;
+        fprintf(stderr, "attn generate: attention %.*s\n", (int)(ran - name), name);
+    }
     if (s->count > 0)
         fprintf(stderr, "attn generate: time to first token %.1f ms\n",
                 1e3 * (s->first - s->start));

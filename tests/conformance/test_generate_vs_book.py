@@ -475,6 +475,11 @@ def behaviour(cli, weights, config, cfg, prompt, logits64):
             "(mean KL 8.5e-06" in r.stderr,
             "--k-dtype f16 --v-dtype fp8 --stats: the estimated class line, exit %d, stats %r"
             % (r.returncode, r.stderr.strip()))
+    # --stats names whichever backend read the cache last: the reference kernels too
+    r = run_cli(cli, base + ["--max-new-tokens", n, "--kernels", "reference", "--stats"])
+    R.check(r.returncode == 0 and "attention reference [K F32, V F32]" in r.stderr,
+            "--kernels reference --stats: the attention line, exit %d, stats %r"
+            % (r.returncode, r.stderr.strip()))
     # bad input: clean errors
     for args, words in (([*base, "--max-new-tokens", n, "--temperature", "-1"], "--temperature"),
                         ([*base, "--max-new-tokens", n, "--kv-dtype", "q8_0"], "--kv-dtype"),
