@@ -7,10 +7,10 @@
 #define DECODE_KERNELS attn_decode_avx512
 #define DECODE_ISA_NAME "avx512"
 
-/* Lane j: the sum of part[j]'s 16 lanes, j < 16: pairs of vectors folded
- * within 128-bit lanes (unpack, then shuffle), then the four 128-bit lanes
- * across vectors: 30 shuffles and 15 adds for 16 sums. */
-static inline vec v_hsum_block_vec(const vec *part) {
+/* out[j] = the sum of part[j]'s 16 lanes, j < 16, in one register: pairs
+ * of vectors folded within 128-bit lanes (unpack, then shuffle), then the
+ * four 128-bit lanes across vectors: 30 shuffles and 15 adds for 16 sums. */
+static inline void v_hsum_block(const vec *part, float *out) {
     __m512 a[8], b[4], c[2];
     for (int i = 0; i < 8; i++)
         a[i] = _mm512_add_ps(_mm512_unpacklo_ps(part[2 * i], part[2 * i + 1]),
@@ -22,22 +22,8 @@ static inline vec v_hsum_block_vec(const vec *part) {
     for (int i = 0; i < 2; i++)
         c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
                              _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
-                         _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
-}
-
-/* heads[g] = 128-bit lane g of pass[0], .., pass[3], in that order: the
- * four passes' sums (lane 4g + k: head g's key 4p + k) as each head's 16
- * keys, a transpose of 4 x 4 blocks of 4 lanes. */
-static inline void v_pass_transpose(const vec *pass, vec *heads) {
-    __m512 t0 = _mm512_shuffle_f32x4(pass[0], pass[1], 0x44); /* p0 b0 b1, p1 b0 b1 */
-    __m512 t1 = _mm512_shuffle_f32x4(pass[0], pass[1], 0xEE); /* p0 b2 b3, p1 b2 b3 */
-    __m512 t2 = _mm512_shuffle_f32x4(pass[2], pass[3], 0x44);
-    __m512 t3 = _mm512_shuffle_f32x4(pass[2], pass[3], 0xEE);
-    heads[0] = _mm512_shuffle_f32x4(t0, t2, 0x88);
-    heads[1] = _mm512_shuffle_f32x4(t0, t2, 0xDD);
-    heads[2] = _mm512_shuffle_f32x4(t1, t3, 0x88);
-    heads[3] = _mm512_shuffle_f32x4(t1, t3, 0xDD);
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
+                                        _mm512_shuffle_f32x4(c[0], c[1], 0xDD)));
 }
 
 static inline vec v_from_bf16(const uint16_t *p) {

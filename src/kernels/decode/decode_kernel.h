@@ -9,9 +9,7 @@
  * v_set1, v_load, v_in_register, v_store, v_fma, v_mul, v_sub, v_add,
  * v_max, v_exp2 for x <= 0 (exactly 0 at -inf), v_tanh, v_hmax, v_hsum),
  * then defines:
- *   v_hsum_block(part, out)  out[j] = the sum of part[j]'s lanes, j < 16;
- *                      where PASS_SUMS instead v_hsum_block_vec(part), those
- *                      sums as a vector, and v_pass_transpose(pass, heads)
+ *   v_hsum_block(part, out)  out[j] = the sum of part[j]'s lanes, j < 16
  *   v_from_bf16(p), v_from_f16(p)  VW 16-bit elements widened (exact)
  *   DECODE_BF16_PAIRS 1 and v_from_bf16_pair(p, &even, &odd)  (optional)
  *                      2 VW bf16 elements as the vector of the even ones
@@ -163,13 +161,6 @@ typedef struct prefetch_stream {
 static void stream_add(prefetch_stream *ps, const void *p, size_t bytes) {
     if (!bytes) return;
     uintptr_t at = (uintptr_t)p, start = at & ~(uintptr_t)63;
-    if (ps->segs && at % 64 == 0 &&
-        at == (uintptr_t)ps->seg[ps->segs - 1] + ps->seg_end[ps->segs - 1]) {
-        /* the row right after the last (a contiguous cache's) extends it */
-        ps->seg_end[ps->segs - 1] += bytes;
-        ps->lines += (bytes + 63) / 64;
-        return;
-    }
     ps->seg[ps->segs] = (const uint8_t *)start;
     ps->seg_end[ps->segs++] = at + bytes - start;
     ps->lines += (at + bytes - start + 63) / 64;
@@ -196,10 +187,7 @@ static inline void stream_issue(prefetch_stream *ps, size_t n) {
     while (left && seg < ps->segs) {
         const uint8_t *p = ps->seg[seg];
         size_t end = ps->seg_end[seg];
-        size_t here = (end - at + 63) / 64 < left ? (end - at + 63) / 64 : left;
-        for (size_t i = 0; i < here; i++) __builtin_prefetch(p + at + 64 * i, 0, 1);
-        at += 64 * here;
-        left -= here;
+        for (; left && at < end; left--, at += 64) __builtin_prefetch(p + at, 0, 1);
         if (at >= end) {
             seg++;
             at = 0;
@@ -228,14 +216,6 @@ static inline void stream_catch_up(prefetch_stream *ps, size_t num, size_t den) 
 /* Keys scored at once in score_heads: with 4 query heads, 4 x KEYS
  * accumulators, KEYS key vectors and a query vector in registers. */
 #define KEYS (VW == 16 ? 4 : 2)
-
-/* Whether a pass's 4 x KEYS accumulators are the 16 vectors v_hsum_block
- * sums (the kernel set then defines v_hsum_block_vec, its sums as a vector,
- * and v_pass_transpose): each pass's sums are made as it ends, in
- * registers, and the passes' vectors transposed into the heads' blocks of
- * scores, where otherwise a head's 16 keys wait in memory for theirs.
- * Either way a vector's lanes are added in the same order. */
-#define PASS_SUMS (4 * KEYS == BK)
 
 /* Registers of accumulators per query head in weigh_heads. */
 #define WEIGH_VECS (VW == 16 ? 4 : 2)
@@ -276,9 +256,9 @@ static void pair_order(float *x, size_t D, bool to_pairs) {
  * jhi) (the rest of the block 0). Keys go KEYS at a time: each element
  * vector of a key is loaded (and widened) once for the NG heads, and each
  * query vector once for the KEYS keys, so that a fused multiply-add needs
- * half a load; the partial vectors are summed 16 at a time (PASS_SUMS). A
- * score's operations are the same whatever NG and whichever keys share its
- * pass. Where T is read in pairs (bf16_pairs), q is in pair
+ * half a load; the partial vectors of a head's 16 keys are summed all at
+ * once. A score's operations are the same whatever NG and whichever keys
+ * share its pass. Where T is read in pairs (bf16_pairs), q is in pair
  * order (pair_order).
  */
 static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *const *q,
@@ -286,20 +266,12 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
                                       size_t kh, size_t jlo, size_t jhi, float scale2,
                                       const float *kfac, float *const *out, prefetch_stream *ps) {
     size_t D = f->head_dim, whole = D / VW * VW;
-#if PASS_SUMS
-    vec sums[BK / KEYS]; /* a pass's: lane g * KEYS + jj, head g's key j0 + jj */
-#else
     vec part[4][BK];
-#endif
     for (size_t j0 = 0; j0 < BK; j0 += KEYS) {
         stream_step(ps, KEYS * (D / VW));
         if (j0 + KEYS <= jlo || j0 >= jhi) {
-#if PASS_SUMS
-            sums[j0 / KEYS] = v_zero();
-#else
             for (size_t g = 0; g < NG; g++)
                 for (size_t jj = 0; jj < KEYS; jj++) part[g][j0 + jj] = v_zero();
-#endif
             continue;
         }
         /* a key outside [jlo, jhi) reads key jlo's row, and its sum is dropped */
@@ -335,37 +307,14 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
                 for (size_t jj = 0; jj < KEYS; jj++) acc[g][jj] = v_fma(qv, kv[jj], acc[g][jj]);
             }
         }
-#if PASS_SUMS
-        vec pass[BK]; /* heads past NG 0 */
-        for (size_t g = 0; g < 4; g++)
-            for (size_t jj = 0; jj < KEYS; jj++)
-                pass[g * KEYS + jj] =
-                    g < NG && j0 + jj >= jlo && j0 + jj < jhi ? acc[g][jj] : v_zero();
-        sums[j0 / KEYS] = v_hsum_block_vec(pass);
-#else
         for (size_t g = 0; g < NG; g++)
             for (size_t jj = 0; jj < KEYS; jj++)
                 part[g][j0 + jj] = j0 + jj >= jlo && j0 + jj < jhi ? acc[g][jj] : v_zero();
-#endif
     }
     vec s = v_set1(scale2);
-#if PASS_SUMS
-    vec heads[4];
-    v_pass_transpose(sums, heads);
-#endif
     for (size_t g = 0; g < NG; g++) {
         float *o = out[g];
-#if PASS_SUMS
-        if (whole == D) { /* the factors below, in registers */
-            vec x = heads[g];
-            if (row_scaled(T)) x = v_mul(x, v_load(kfac));
-            v_store(o, v_mul(x, s));
-            continue;
-        }
-        v_store(o, heads[g]);
-#else
         v_hsum_block(part[g], o);
-#endif
         for (size_t d = whole; d < D; d++) /* the tail */
             for (size_t j = jlo; j < jhi; j++)
                 o[j] = fmaf(q[g][d], load_one(T, head_codes(&rows[j], false, f, kh),
