@@ -903,8 +903,8 @@ static void test_minus_inf_rows(attn_ctx *ctx) {
             size_t h = none_row / T, i = none_row % T;
             CHECK(r[c][1][none_row] == -INFINITY);
             bool zero = true;
-            for (size_t d = 0; d < D; d++)
-                zero &= r[c][0][(i * H + h) * D + d] == 0.0f && r[c][2][(i * H + h) * D + d] == 0.0f;
+            for (size_t d = 0, at = (i * H + h) * D; d < D; d++)
+                zero &= r[c][0][at + d] == 0.0f && r[c][2][at + d] == 0.0f;
             CHECK(zero);
             if (nans || r[c][1][none_row] != -INFINITY || !zero)
                 printf("FAIL -inf rows variant %d, %s: %zu NaN, lse %g\n", variant,
@@ -969,7 +969,8 @@ static void test_huge_tied_scores(void) {
         worst = fmax(worst, fabs(dv[d] - dout[d] / 2) + fabs(dv[D + d] - dout[d] / 2));
         worst = fmax(worst, fabs(dv[2 * D + d]) + fabs(dv[3 * D + d]));
         worst = fmax(worst, fabs(dq[d] - want_dq));
-        worst = fmax(worst, fabs(dk[d] - scale * dS0 * q[d]) + fabs(dk[D + d] + scale * dS0 * q[d]));
+        double want_dk = scale * dS0 * q[d];
+        worst = fmax(worst, fabs(dk[d] - want_dk) + fabs(dk[D + d] + want_dk));
     }
     worst = fmax(worst, fabs(bias_grad[0] - dS0) + fabs(bias_grad[1] + dS0));
     CHECK(worst < 1e-6);

@@ -1740,22 +1740,11 @@ static double sink_weight(const backward_job *job, size_t at, float sink) {
     return exp((double)sink - ((double)rs->lse[at] + (rs->lse_lo ? rs->lse_lo[at] : 0.0)));
 }
 
-/* A backward item run with float results below 2^-126 flushed to zero
- * (flush_zero.h). Under ALiBi a row's far keys weigh 2^-64 .. 2^-125, and
- * dS = P (dP - delta) and its products with q and k come out subnormal,
- * each a microcode assist; flushed, only values below float's normal range
- * change, where the reference's are subnormal. */
-typedef struct flushed_items {
-    attn_item_fn fn;
-    void *arg;
-} flushed_items;
-
-static void flushed_item(void *arg, size_t part, size_t item) {
-    const flushed_items *f = arg;
-    unsigned saved = attn_flush_zero_begin();
-    f->fn(f->arg, part, item);
-    attn_flush_zero_end(saved);
-}
+/* The backward's items run with float results below 2^-126 flushed to zero
+ * (flush_zero.h, attn_flushed_item). Under ALiBi a row's far keys weigh
+ * 2^-64 .. 2^-125, and dS = P (dP - delta) and its products with q and k
+ * come out subnormal, each a microcode assist; flushed, only values below
+ * float's normal range change, where the reference's are subnormal. */
 
 static void flash_backward(attn_workers w, const attn_attention_problem *p,
                            const attn_attention_dropout *drop, const attn_flash_bias *bias,
@@ -1787,18 +1776,18 @@ static void flash_backward(attn_workers w, const attn_attention_problem *p,
     if (magnitudes)
         for (int t = 0; t < 4; t++) magnitudes[t] = INFINITY; /* unmeasured */
     if (one_pass_floats(p)) {
-        flushed_items heads = {backward_heads, &job};
-        attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads, flushed_item, &heads);
+        attn_flushed_items heads = {backward_heads, &job};
+        attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads, attn_flushed_item, &heads);
         if (job.measure)
             parts_magnitudes(workspace, job.per_part, attn_parallel_parts(w.threads), 4,
                              magnitudes);
         return;
     }
     /* B first: it leaves every row's consistent delta for A */
-    flushed_items queries = {backward_queries, &job}, keys = {backward_keys, &job};
+    attn_flushed_items queries = {backward_queries, &job}, keys = {backward_keys, &job};
     attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * job.f.chunks * job.f.q_blocks,
-                      flushed_item, &queries);
-    attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * job.f.k_blocks, flushed_item,
+                      attn_flushed_item, &queries);
+    attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads * job.f.k_blocks, attn_flushed_item,
                       &keys);
 }
 

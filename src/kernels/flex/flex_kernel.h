@@ -1076,18 +1076,6 @@ static bool any_failed(const attn_workers w, const attn_flex_args *a) {
  * of 2^-64 .. 2^-125, and dS = P (dP - delta) and its products then come out
  * subnormal, each a microcode assist. A callback runs in the caller's
  * floating-point environment, as it would alone. */
-typedef struct flushed_items {
-    attn_item_fn fn;
-    void *arg;
-} flushed_items;
-
-static void flushed_item(void *arg, size_t part, size_t item) {
-    const flushed_items *f = arg;
-    unsigned saved = attn_flush_zero_begin();
-    f->fn(f->arg, part, item);
-    attn_flush_zero_end(saved);
-}
-
 static void backward_items(attn_workers w, size_t n, attn_item_fn fn, flex_job *job) {
     const attn_attention_problem *p = job->g->p;
     bool callback = false;
@@ -1097,8 +1085,8 @@ static void backward_items(attn_workers w, size_t n, attn_item_fn fn, flex_job *
         attn_pool_dynamic(w.pool, w.threads, n, fn, job);
         return;
     }
-    flushed_items f = {fn, job};
-    attn_pool_dynamic(w.pool, w.threads, n, flushed_item, &f);
+    attn_flushed_items f = {fn, job};
+    attn_pool_dynamic(w.pool, w.threads, n, attn_flushed_item, &f);
 }
 
 static void flex_backward(attn_workers w, const attn_flex_args *a, const attn_attention_grads *gr,
