@@ -82,14 +82,21 @@ static size_t rows_bytes(const attn_attention_problem *p) {
     return lines(p->batch * p->q_heads * p->q_len * sizeof(float));
 }
 
+static size_t delta_bytes(const attn_attention_problem *p) {
+    return lines(3 * attn_flex_rows(p) * sizeof(float));
+}
+
 static size_t flex_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p,
                                  const attn_attention_trace *trace) {
     (void)trace;
     return parts_bytes(ctx, p, false) + bucket_bytes(p);
 }
 
+/* delta's three arrays (attn_flex_kernels.backward), then, where the
+ * forward kept no lse, its lse and lse_lo again. */
 static size_t flex_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
-    return parts_bytes(ctx, p, true) + bucket_bytes(p) + (p->lse ? 1 : 3) * rows_bytes(p);
+    return parts_bytes(ctx, p, true) + bucket_bytes(p) + delta_bytes(p) +
+           (p->lse ? 0 : 2) * rows_bytes(p);
 }
 
 /* T5's bucket of relative position rel = kv_idx - q_idx, as Hugging Face's
@@ -200,7 +207,8 @@ static const char *flex_backward(attn_ctx *ctx, const attn_attention_problem *p,
     const float *lse = p->lse, *lse_lo = p->lse_lo;
     if (!lse) {
         /* the forward kept no statistics: its lse again, without out */
-        float *own = (float *)(at + rows_bytes(p)), *own_lo = (float *)(at + 2 * rows_bytes(p));
+        float *own = (float *)(at + delta_bytes(p));
+        float *own_lo = (float *)(at + delta_bytes(p) + rows_bytes(p));
         attn_attention_problem stats = *p;
         stats.out.data = NULL;
         stats.lse = own;

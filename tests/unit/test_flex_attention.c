@@ -978,6 +978,85 @@ static void test_huge_tied_scores(void) {
     attn_ctx_free(ref);
 }
 
+/* Rows nearly one-hot (a bias puts each row's own key 12 above the rest):
+ * the block-map kernels' backward makes their delta consistent with their
+ * own weights, as the fused kernels do, where delta = dO . O alone gave dq
+ * and dk 1e-4 .. 1e-2 off float64 (the error amplified by 1 / (1 - P)).
+ * Three shapes, one per path: a relative table with its gradient summed in
+ * the rows pass (one sequence, one query block), a bias tensor with its
+ * gradient in its own pass (three sequences), and a bias without one in
+ * the one pass (items enough). Against the float64 call, 1e-5. */
+static void test_one_hot_rows(attn_ctx *ctx) {
+    attn_ctx *ref;
+    attn_ctx_config rc = {.kernels = ATTN_KERNELS_REFERENCE};
+    CHECK_STATUS(attn_ctx_new(&rc, &ref), ATTN_OK);
+    for (int variant = 0; variant < 3; variant++) {
+        size_t B = variant == 0 ? 1 : variant == 1 ? 3 : 2, H = 2, T = 40, D = 24;
+        size_t n = B * T * H * D, tn = variant == 0 ? H * 2 * T : B * H * T * T;
+        float *q = alloc_randn(n, 1), *k = alloc_randn(n, 1), *v = alloc_randn(n, 1);
+        float *dout = alloc_randn(n, 1), *table = alloc_randn(tn, 0.3f);
+        float *tg = calloc(tn, sizeof(float)), *tgd = calloc(tn, sizeof(float));
+        if (variant == 0) {
+            for (size_t h = 0; h < H; h++) table[h * 2 * T] = 12.0f; /* e = q_idx - kv_idx = 0 */
+        } else {
+            for (size_t bh = 0; bh < B * H; bh++)
+                for (size_t i = 0; i < T; i++) table[(bh * T + i) * T + i] = 12.0f;
+        }
+        attn_score_mod mod = variant == 0
+                                 ? (attn_score_mod){.kind = ATTN_SCORE_REL_TABLE, .tensor = table,
+                                                    .buckets = 2 * T}
+                                 : (attn_score_mod){.kind = ATTN_SCORE_BIAS, .tensor = table,
+                                                    .strides = {H * T * T, T * T, T, 1}};
+        attn_sdpa_config cfg = {.batch = B, .heads = H, .q_tokens = T, .kv_tokens = T,
+                                .head_dim = D, .causal = true, .align = ATTN_ALIGN_TOP_LEFT,
+                                .score_mods = &mod, .score_mod_count = 1};
+        double *x[4];
+        const float *xf[4] = {q, k, v, dout};
+        for (int t = 0; t < 4; t++) {
+            x[t] = malloc(n * sizeof(double));
+            for (size_t e = 0; e < n; e++) x[t][e] = xf[t][e];
+        }
+        float *got[5];
+        double *want[5];
+        for (int t = 0; t < 5; t++) {
+            got[t] = calloc(t == 1 ? B * H * T : n, sizeof(float));
+            want[t] = calloc(t == 1 ? B * H * T : n, sizeof(double));
+        }
+        mod.tensor_grad = variant == 2 ? NULL : tg;
+        CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, got[0], got[1], NULL, NULL), ATTN_OK);
+        CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, got[0], got[1], dout, got[2], got[3],
+                                        got[4], NULL),
+                     ATTN_OK);
+        CHECK(strstr(attn_ctx_last_explain(ctx), "flex [") != NULL);
+        mod.tensor_grad = variant == 2 ? NULL : tgd;
+        CHECK_STATUS(attn_sdpa_forward_f64(ref, &cfg, x[0], x[1], x[2], want[0], want[1], NULL,
+                                           NULL),
+                     ATTN_OK);
+        CHECK_STATUS(attn_sdpa_backward_f64(ref, &cfg, x[0], x[1], x[2], want[0], want[1], x[3],
+                                            want[2], want[3], want[4], NULL),
+                     ATTN_OK);
+        for (int t = 2; t < 6; t++) {
+            if (t == 5 && variant == 2) continue;
+            size_t len = t == 5 ? tn : n;
+            double num = 0, den = 0;
+            for (size_t e = 0; e < len; e++) {
+                double w = t == 5 ? tgd[e] : want[t][e], g = t == 5 ? tg[e] : got[t][e];
+                num += (g - w) * (g - w);
+                den += w * w;
+            }
+            double err = den > 0 ? sqrt(num / den) : sqrt(num);
+            CHECK(err <= 1e-5);
+            if (err > 1e-5)
+                printf("FAIL one-hot rows variant %d, %s: rel L2 %.3g\n", variant,
+                       (const char *[]){"", "", "dq", "dk", "dv", "bias grad"}[t], err);
+        }
+        for (int t = 0; t < 5; t++) free(got[t]), free(want[t]);
+        for (int t = 0; t < 4; t++) free(x[t]);
+        free(q), free(k), free(v), free(dout), free(table), free(tg), free(tgd);
+    }
+    attn_ctx_free(ref);
+}
+
 /* ---- timing -------------------------------------------------------------------- */
 
 /* A chain of softcap then ALiBi at the problem's own positions is the
@@ -1175,6 +1254,7 @@ int main(int argc, char **argv) {
         test_non_finite(two);
         test_minus_inf_rows(two);
         test_huge_tied_scores();
+        test_one_hot_rows(two);
         test_fixed_features(two);
         for (int round = 0; round < 3; round++) test_one_pass_bits(two);
 #if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)

@@ -63,6 +63,11 @@ typedef struct attn_flex_args {
     float *keys;
 } attn_flex_args;
 
+/* Rows of p's lse layout that the backward's delta scratch counts. */
+static inline size_t attn_flex_rows(const attn_attention_problem *p) {
+    return p->batch * p->q_heads * p->q_len;
+}
+
 typedef struct attn_flex_kernels {
     const char *name;
     /* Floats of workspace per parallel part (the backward's may be more). */
@@ -74,7 +79,8 @@ typedef struct attn_flex_kernels {
     void (*forward)(attn_workers w, const attn_flex_args *a, float *parts);
     /* g's dq, dk, dv and the BIAS/REL_BIAS tensor_grads (zeroed by the
      * caller) from g->dout, p->out, lse and lse_lo (p->lse's layout, or
-     * NULL); delta (the same layout) receives dO . O. */
+     * NULL); delta holds 3 x attn_flex_rows(p) floats: dO . O in the first
+     * (the same layout), then the kernels' own per-row scratch. */
     void (*backward)(attn_workers w, const attn_flex_args *a, const attn_attention_grads *g,
                      const float *lse, const float *lse_lo, float *delta, float *parts);
 } attn_flex_kernels;

@@ -81,6 +81,11 @@ typedef struct flex_tiles {
     float *dk, *dv;      /* bkvp x Dp, bkvp x Dvp */
     float *m, *l, *lse, *lse_lo, *delta; /* bqp each */
     size_t *beg, *end;   /* bqp each: the rows' visible keys */
+    /* bqp each, summed by grad_tile where sums is set (the rows pass of a
+     * consistent delta): sum_j dS_ij, the largest weight, its key */
+    float *resid, *peak;
+    size_t *peak_key;
+    bool sums;
 } flex_tiles;
 
 /* Lays the tiles out from base (NULL: only counts); returns the floats. */
@@ -110,6 +115,9 @@ static size_t carve(const flex_geom *g, float *base, flex_tiles *t) {
     PIECE(delta, g->bqp);
     PIECE(beg, g->bqp * sizeof(size_t) / sizeof(float));
     PIECE(end, g->bqp * sizeof(size_t) / sizeof(float));
+    PIECE(resid, g->bqp);
+    PIECE(peak, g->bqp);
+    PIECE(peak_key, g->bqp * sizeof(size_t) / sizeof(float));
 #undef PIECE
     return at;
 }
@@ -144,7 +152,24 @@ static size_t one_pass_floats(const flex_geom *g) {
     size_t head = g->q_blocks * g->bqp;
     if (p->batch * p->kv_heads < ONE_PASS_ITEMS || head > ONE_PASS_FLOATS / (g->G * g->Dp))
         return 0;
-    return round_up(g->bkvp * g->Dp, 16) + g->G * head * g->Dp;
+    /* and the rows' sums of a consistent delta: resid, peak, its key */
+    return round_up(g->bkvp * g->Dp, 16) + g->G * head * g->Dp + 2 * round_up(g->G * head, 16) +
+           round_up(g->G * head * sizeof(size_t) / sizeof(float), 16);
+}
+
+/* The one pass's scratch past k's rows: dq sums (G x head rows of Dp),
+ * then per row resid, peak and the peak's key (flex_tiles' fields). */
+typedef struct one_pass_sums {
+    float *dq, *resid, *peak;
+    size_t *peak_key;
+} one_pass_sums;
+
+static one_pass_sums one_pass_sums_at(const flex_geom *g, float *dq) {
+    size_t head = g->q_blocks * g->bqp;
+    one_pass_sums o = {.dq = dq, .resid = dq + g->G * head * g->Dp};
+    o.peak = o.resid + round_up(g->G * head, 16);
+    o.peak_key = (size_t *)(void *)(o.peak + round_up(g->G * head, 16));
+    return o;
 }
 
 static size_t flex_part_floats(const attn_attention_problem *p, bool backward) {
@@ -572,10 +597,15 @@ typedef struct flex_job {
     float *delta;
     unsigned grad_mods; /* bit k: modifier k's tensor_grad is summed in this pass */
     size_t target;      /* the mods pass: its modifier */
+    /* nearly one-hot rows take a consistent delta (one_hot_of): per row
+     * of the lse layout, c = P_ij* resid (0: none) and the key j* */
+    bool consistent;
+    float *one_hot;
+    uint32_t *one_hot_key;
 } flex_job;
 
 static flex_tiles tiles_of(const flex_job *job, size_t part) {
-    flex_tiles t;
+    flex_tiles t = {0};
     carve(job->g, job->parts + part * job->part_floats, &t);
     return t;
 }
@@ -837,10 +867,23 @@ static bool grad_tile(const flex_job *job, flex_tiles *t, const float *kt, const
             continue;
         }
         vec lse = v_set1(t->lse[r]), lo = v_set1(t->lse_lo[r]), delta = v_set1(t->delta[r]);
+        vec sum = v_zero(), top = v_zero();
         for (size_t c = 0; c < cols; c += VW) {
             vec e = v_exp2(v_mul(v_sub(v_sub(v_load(s + c), lse), lo), l2e));
+            vec ds = v_mul(e, v_sub(v_load(dp + c), delta));
             v_store(pr + c, e);
-            v_store(dp + c, v_mul(e, v_sub(v_load(dp + c), delta)));
+            v_store(dp + c, ds);
+            sum = v_add(sum, ds);
+            top = v_max(top, e);
+        }
+        if (t->sums) { /* padded columns weigh 0 and give dS 0 */
+            t->resid[r] += v_hsum(sum);
+            float most = v_hmax(top);
+            for (size_t c = 0; most > t->peak[r] && c < at->nc; c++)
+                if (pr[c] == most) {
+                    t->peak[r] = most;
+                    t->peak_key[r] = at->j0 + c;
+                }
         }
     }
     for (size_t r = at->nr; r < rows; r++) {
@@ -848,6 +891,96 @@ static bool grad_tile(const flex_job *job, flex_tiles *t, const float *kt, const
         memset(t->dp + r * ld, 0, cols * sizeof(float));
     }
     return true;
+}
+
+/* The factor a chain of linear modifiers (scale, ALiBi, biases: consistent
+ * below) gives the gradient of its final score on its way back to
+ * modifier `from` (0: to q . k * scale): the product of the scales after. */
+static float scale_after(const attn_attention_problem *p, size_t from) {
+    float a = 1.0f;
+    for (size_t k = from; k < p->score_mod_count; k++)
+        if (p->score_mods[k].kind == ATTN_SCORE_SCALE) a *= (float)p->score_mods[k].value;
+    return a;
+}
+
+/* Row i of head h (tile row r of t's sums, summed by grad_tile over all
+ * its keys) as the consistent delta takes it: where one weight P_ij*
+ * passes ATTN_ONE_HOT_WEIGHT, delta + resid (resid = sum_j dS_ij) is the
+ * delta of the tiles' own P and dP (attention_problem.h), and dS_ij falls
+ * by P_ij resid, which to within a rounding only j* carries: c = P_ij*
+ * resid there, kept with j* in the row's one_hot entry (0: none) for the
+ * fix-ups. Returns c. */
+static float one_hot_of(const flex_job *job, size_t b, size_t h, size_t i, float resid,
+                        float peak, size_t key) {
+    size_t at = attn_lse_index(job->g->p, b, h, i);
+    float c = 0.0f;
+    if (peak > ATTN_ONE_HOT_WEIGHT && resid != 0.0f && isfinite(resid)) c = peak * resid;
+    job->one_hot[at] = c;
+    job->one_hot_key[at] = (uint32_t)key;
+    return c;
+}
+
+/* dq's sums of row i of head h (D floats, before the scale) less c k_j*,
+ * through the chain's scales. */
+static void one_hot_dq(const flex_job *job, const attn_attention_seq *s, size_t h, size_t i,
+                       float *sums) {
+    const attn_attention_problem *p = job->g->p;
+    size_t at = attn_lse_index(p, s->b, h, i);
+    float c = job->one_hot[at] * scale_after(p, 0);
+    if (c == 0.0f) return;
+    const float *k = (const float *)p->k.data +
+                     attn_view_offset(p->k.st, s->b, s->kv_start, h / job->g->G,
+                                      job->one_hot_key[at]);
+    for (size_t d = 0; d < p->head_dim; d++) sums[d] -= c * k[d];
+}
+
+/* The gradients of the modifiers in mods at (i, j*) of row i of head h,
+ * less c through the scales after each. */
+static void one_hot_mods(const flex_job *job, const attn_attention_seq *s, size_t h, size_t i,
+                         unsigned mods) {
+    const attn_attention_problem *p = job->g->p;
+    size_t at = attn_lse_index(p, s->b, h, i), j = job->one_hot_key[at];
+    float c = job->one_hot[at];
+    if (c == 0.0f) return;
+    for (size_t k = 0; k < p->score_mod_count; k++) {
+        const attn_score_mod *m = &p->score_mods[k];
+        if (!((mods >> k) & 1u) || !m->tensor_grad) continue;
+        float ck = c * scale_after(p, k + 1);
+        if (m->kind == ATTN_SCORE_BIAS)
+            m->tensor_grad[s->b * m->strides[0] + h * m->strides[1] + i * m->strides[2] +
+                           j * m->strides[3]] -= ck;
+        else
+            m->tensor_grad[h * m->buckets + job->a->buckets[k][p->q_len - 1 + j - i]] -= ck;
+    }
+}
+
+/* dk of KV head kh of sequence s, written: each key j* of a nearly
+ * one-hot row less scale c q_i through the chain's scales, the group's
+ * heads and their rows in order. */
+static void one_hot_dk(const flex_job *job, const attn_attention_seq *s, size_t kh) {
+    const flex_geom *g = job->g;
+    const attn_attention_problem *p = g->p;
+    float a = scale_after(p, 0) * p->scale;
+    for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++)
+        for (size_t i = 0; i < s->q_len; i++) {
+            size_t at = attn_lse_index(p, s->b, h, i);
+            float c = job->one_hot[at];
+            if (c == 0.0f) continue;
+            const float *q = (const float *)p->q.data +
+                             attn_view_offset(p->q.st, s->b, s->q_start, h, i);
+            float *dk = (float *)job->gr->dk + attn_view_offset(p->k.st, s->b, s->kv_start, kh,
+                                                                job->one_hot_key[at]);
+            for (size_t d = 0; d < p->head_dim; d++) dk[d] -= a * c * q[d];
+        }
+}
+
+/* Item (b, KV head) of the two passes' fix-up of dk (one_hot_dk). */
+static void one_hot_dk_item(void *arg, size_t part, size_t item) {
+    (void)part;
+    const flex_job *job = arg;
+    const attn_attention_problem *p = job->g->p;
+    attn_attention_seq s = attn_attention_seq_of(p, item / p->kv_heads);
+    one_hot_dk(job, &s, item % p->kv_heads);
 }
 
 /* dk, dv of key block kb of KV head kh of sequence s (nc > 0 keys) over the
@@ -881,6 +1014,14 @@ static bool key_block_backward(const flex_job *job, flex_tiles *t, const attn_at
                           item};
             if (at.cover == COVER_NONE) continue;
             pack_backward_rows(job, t, s, h, i0, nr);
+            if (sums && job->consistent) { /* the one pass sums each row's over its tiles */
+                one_pass_sums o = one_pass_sums_at(g, sums);
+                size_t row0 = ((h - kh * g->G) * g->q_blocks + qb) * g->bqp;
+                t->sums = true;
+                t->resid = o.resid + row0;
+                t->peak = o.peak + row0;
+                t->peak_key = o.peak_key + row0;
+            }
             if (!grad_tile(job, t, t->kt, t->vt, &at, f)) return false;
             /* dv (keys x Dv) += P^T dO */
             tile_mm(t->pm, 1, ld, t->dout, g->Dvp, nr, t->dv, g->Dvp, krows, g->Dvp, true);
@@ -932,8 +1073,13 @@ static void one_pass_item(void *arg, size_t part, size_t item) {
     flex_tiles t = tiles_of(job, part);
     float *kr = job->parts + part * job->part_floats + job->tile_floats;
     float *sums = kr + round_up(g->bkvp * g->Dp, 16);
-    size_t head_floats = g->q_blocks * g->bqp * g->Dp;
+    size_t head_rows = g->q_blocks * g->bqp, head_floats = head_rows * g->Dp;
+    one_pass_sums o = one_pass_sums_at(g, sums);
     memset(sums, 0, g->G * head_floats * sizeof(float));
+    for (size_t r = 0; r < g->G * head_rows; r++) {
+        o.resid[r] = o.peak[r] = 0.0f;
+        o.peak_key[r] = 0;
+    }
     for (size_t kb = 0; kb < g->kv_blocks; kb++) {
         if (!seq_keys(g, &s, kb)) continue; /* past the sequence: no keys */
         /* the failure's item is the two passes' (b, KV head, key block) */
@@ -941,13 +1087,18 @@ static void one_pass_item(void *arg, size_t part, size_t item) {
         if (!key_block_backward(job, &t, &s, kh, kb, keys_item_number, sums, kr, f)) return;
     }
     for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) {
-        const float *head = sums + (h - kh * g->G) * head_floats;
+        float *head = sums + (h - kh * g->G) * head_floats;
         for (size_t i = 0; i < s.q_len; i++) {
-            const float *row = head + (i / g->bq * g->bqp + i % g->bq) * g->Dp;
+            size_t r = (h - kh * g->G) * head_rows + i / g->bq * g->bqp + i % g->bq;
+            float *row = head + (i / g->bq * g->bqp + i % g->bq) * g->Dp;
             float *dq = (float *)job->gr->dq + attn_view_offset(p->q.st, b, s.q_start, h, i);
+            if (job->consistent &&
+                one_hot_of(job, b, h, i, o.resid[r], o.peak[r], o.peak_key[r]) != 0.0f)
+                one_hot_dq(job, &s, h, i, row);
             for (size_t d = 0; d < p->head_dim; d++) dq[d] = row[d] * p->scale;
         }
     }
+    if (job->consistent) one_hot_dk(job, &s, kh);
 }
 
 /* dS of every tile of rows [i0, i0 + nr) of head h of sequence s (nr >
@@ -991,12 +1142,22 @@ static void rows_item(void *arg, size_t part, size_t item) {
     if (!nr) return; /* past the sequence */
     flex_tiles t = tiles_of(job, part);
     row_ranges(p, b, i0, nr, t.beg, t.end);
+    t.sums = job->consistent;
     for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) {
         memset(t.acc, 0, g->bqp * g->Dp * sizeof(float));
+        for (size_t r = 0; r < nr; r++) {
+            t.resid[r] = t.peak[r] = 0.0f;
+            t.peak_key[r] = 0;
+        }
         if (!rows_backward(job, &t, &s, h, qb, item, true, f)) return;
         for (size_t r = 0; r < nr; r++) {
             float *dq =
                 (float *)job->gr->dq + attn_view_offset(p->q.st, b, s.q_start, h, i0 + r);
+            if (t.sums &&
+                one_hot_of(job, b, h, i0 + r, t.resid[r], t.peak[r], t.peak_key[r]) != 0.0f) {
+                one_hot_dq(job, &s, h, i0 + r, t.acc + r * g->Dp);
+                one_hot_mods(job, &s, h, i0 + r, job->grad_mods);
+            }
             for (size_t d = 0; d < p->head_dim; d++) dq[d] = t.acc[r * g->Dp + d] * p->scale;
         }
     }
@@ -1035,6 +1196,8 @@ static void mods_item(void *arg, size_t part, size_t item) {
                 if (!nr) continue;
                 row_ranges(p, b, i0, nr, t.beg, t.end);
                 if (!rows_backward(job, &t, &s, h, qb, item, false, f)) return;
+                for (size_t r = 0; job->consistent && r < nr; r++)
+                    one_hot_mods(job, &s, h, i0 + r, job->grad_mods);
             }
     }
 }
@@ -1062,6 +1225,17 @@ static bool rows_pass_owns(const flex_geom *g, const attn_score_mod *m) {
     if (attn_score_mod_relative(m->kind)) return p->batch == 1 && g->q_blocks == 1;
     return (m->strides[0] || p->batch == 1) && (m->strides[1] || p->kv_heads == 1) &&
            (m->strides[2] || g->q_blocks == 1);
+}
+
+/* Whether the rows pass gives nearly one-hot rows a consistent delta
+ * (one_hot_of): as the fused kernels do (attn_consistent_delta), and
+ * where the chain's backward is linear in dS (scales, ALiBi, biases), so
+ * that a change of dS at one key is a change of each gradient there. */
+static bool consistent_delta(const attn_attention_problem *p) {
+    if (!attn_consistent_delta(p)) return false;
+    for (size_t k = 0; k < p->score_mod_count; k++)
+        if (keeps_input(p->score_mods[k].kind)) return false; /* softcap, callback */
+    return true;
 }
 
 static bool any_failed(const attn_workers w, const attn_flex_args *a) {
@@ -1094,9 +1268,11 @@ static void flex_backward(attn_workers w, const attn_flex_args *a, const attn_at
     const attn_attention_problem *p = a->p;
     flex_geom g = geom_of(p);
     size_t one_pass = one_pass_floats(&g), tiles = carve(&g, NULL, NULL);
+    size_t rows = attn_flex_rows(p);
     flex_job job = {.g = &g, .a = a, .parts = parts, .part_floats = tiles + one_pass,
                     .tile_floats = tiles, .gr = gr, .lse = lse, .lse_lo = lse_lo,
-                    .delta = delta};
+                    .delta = delta, .consistent = consistent_delta(p),
+                    .one_hot = delta + rows, .one_hot_key = (uint32_t *)(delta + 2 * rows)};
     attn_pool_dynamic(w.pool, w.threads, p->batch * p->q_heads, delta_item, &job);
     if (one_pass) {
         backward_items(w, p->batch * p->kv_heads, one_pass_item, &job);
@@ -1113,6 +1289,9 @@ static void flex_backward(attn_workers w, const attn_flex_args *a, const attn_at
     }
     pack_keys(w, &g, a->keys, true);
     backward_items(w, p->batch * p->kv_heads * g.q_blocks, rows_item, &job);
+    /* the rows pass found the nearly one-hot rows: their keys' dk */
+    if (job.consistent && !any_failed(w, a))
+        attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads, one_hot_dk_item, &job);
     for (size_t k = 0; k < p->score_mod_count; k++) {
         if (!((separate >> k) & 1u) || any_failed(w, a)) continue;
         size_t dims[3];
