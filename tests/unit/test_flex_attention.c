@@ -985,7 +985,8 @@ static void test_huge_tied_scores(void) {
  * Three shapes, one per path: a relative table with its gradient summed in
  * the rows pass (one sequence, one query block), a bias tensor with its
  * gradient in its own pass (three sequences), and a bias without one in
- * the one pass (items enough). Against the float64 call, 1e-5. */
+ * the one pass (items enough). Against the float64 call, 1e-5; 1 and 2
+ * threads bitwise. */
 static void test_one_hot_rows(attn_ctx *ctx) {
     attn_ctx *ref;
     attn_ctx_config rc = {.kernels = ATTN_KERNELS_REFERENCE};
@@ -1028,6 +1029,23 @@ static void test_one_hot_rows(attn_ctx *ctx) {
                                         got[4], NULL),
                      ATTN_OK);
         CHECK(strstr(attn_ctx_last_explain(ctx), "flex [") != NULL);
+        { /* one thread: the same bits */
+            attn_ctx *one;
+            attn_ctx_config c1 = {.num_threads = 1};
+            CHECK_STATUS(attn_ctx_new(&c1, &one), ATTN_OK);
+            float *dq1 = calloc(n, sizeof(float)), *dk1 = calloc(n, sizeof(float));
+            float *dv1 = calloc(n, sizeof(float)), *tg1 = calloc(tn, sizeof(float));
+            mod.tensor_grad = variant == 2 ? NULL : tg1;
+            CHECK_STATUS(attn_sdpa_backward(one, &cfg, q, k, v, got[0], got[1], dout, dq1, dk1,
+                                            dv1, NULL),
+                         ATTN_OK);
+            CHECK(memcmp(dq1, got[2], n * sizeof(float)) == 0 &&
+                  memcmp(dk1, got[3], n * sizeof(float)) == 0 &&
+                  memcmp(dv1, got[4], n * sizeof(float)) == 0 &&
+                  memcmp(tg1, tg, tn * sizeof(float)) == 0);
+            free(dq1), free(dk1), free(dv1), free(tg1);
+            attn_ctx_free(one);
+        }
         mod.tensor_grad = variant == 2 ? NULL : tgd;
         CHECK_STATUS(attn_sdpa_forward_f64(ref, &cfg, x[0], x[1], x[2], want[0], want[1], NULL,
                                            NULL),
