@@ -92,11 +92,33 @@ static size_t flex_forward_bytes(const attn_ctx *ctx, const attn_attention_probl
     return parts_bytes(ctx, p, false) + bucket_bytes(p);
 }
 
-/* delta's three arrays (attn_flex_kernels.backward), then, where the
- * forward kept no lse, its lse and lse_lo again. */
+/* The |lse| past which a float lse alone is too coarse to weigh a row's
+ * keys with (its rounding, |lse| 2^-24, is an error in each weight's
+ * exponent): the backward then takes its own lse and lse_lo first, as the
+ * fused kernels do. */
+#define LSE_ALONE_LIMIT 64.0f
+
+/* Whether the backward runs a forward of its own for lse and lse_lo: p has
+ * no lse, or a row's lse alone (a public call keeps no lse_lo) past
+ * LSE_ALONE_LIMIT. Rows that see no key (lse -inf) need none. */
+static bool takes_own_rows(const attn_attention_problem *p) {
+    if (!p->lse) return true;
+    if (p->lse_lo || p->backward_from_lse) return false;
+    for (size_t r = 0; r < attn_lse_rows(p); r++)
+        if (isfinite(p->lse[r]) && fabsf(p->lse[r]) > LSE_ALONE_LIMIT) return true;
+    return false;
+}
+
+/* Whether it may (the workspace is sized before lse holds its values). */
+static bool may_take_own_rows(const attn_attention_problem *p) {
+    return !p->lse || (!p->lse_lo && !p->backward_from_lse);
+}
+
+/* delta's three arrays (attn_flex_kernels.backward), then, where it may
+ * take its own, an lse and lse_lo. */
 static size_t flex_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     return parts_bytes(ctx, p, true) + bucket_bytes(p) + delta_bytes(p) +
-           (p->lse ? 0 : 2) * rows_bytes(p);
+           (may_take_own_rows(p) ? 2 : 0) * rows_bytes(p);
 }
 
 /* T5's bucket of relative position rel = kv_idx - q_idx, as Hugging Face's
@@ -205,8 +227,9 @@ static const char *flex_backward(attn_ctx *ctx, const attn_attention_problem *p,
     attn_flex_args args = {.p = p, .buckets = tables, .failures = failures,
                            .keys = (float *)((char *)workspace + tiles_bytes(ctx, p, true))};
     const float *lse = p->lse, *lse_lo = p->lse_lo;
-    if (!lse) {
-        /* the forward kept no statistics: its lse again, without out */
+    if (takes_own_rows(p)) {
+        /* no statistics, or an lse too coarse alone: the forward's lse and
+         * lse_lo again, without out */
         float *own = (float *)(at + delta_bytes(p));
         float *own_lo = (float *)(at + delta_bytes(p) + rows_bytes(p));
         attn_attention_problem stats = *p;

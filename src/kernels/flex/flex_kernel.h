@@ -697,7 +697,10 @@ static void forward_rows(const flex_job *job, flex_tiles *t, const attn_attentio
         double lse = l != l ? NAN : l > 0.0f ? m + log((double)l) : -INFINITY;
         size_t at = attn_lse_index(p, b, h, i);
         if (p->lse) p->lse[at] = (float)lse;
-        if (p->lse_lo) p->lse_lo[at] = l > 0.0f ? (float)(lse - (double)(float)lse) : 0.0f;
+        /* what lse's float leaves out, as (m - float(lse)) + log l: past |m|
+         * 2^53 the double m + log l has already dropped log l */
+        if (p->lse_lo)
+            p->lse_lo[at] = l > 0.0f ? (float)((m - (double)(float)lse) + log((double)l)) : 0.0f;
     }
 }
 
