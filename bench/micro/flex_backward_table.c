@@ -23,7 +23,9 @@ int main(int argc, char **argv) {
     size_t T = argc > 1 ? strtoul(argv[1], NULL, 10) : 2048, H = 12, D = 64, n = T * H * D;
     int steep = argc > 2 ? atoi(argv[2]) : 0; /* table -slope*e */
     int withgrad = argc > 3 ? atoi(argv[3]) : 1;
-    attn_ctx *ctx; attn_ctx_config cc = {.num_threads = 1}; attn_ctx_new(&cc, &ctx);
+    attn_ctx *ctx;
+    attn_ctx_config cc = {.num_threads = 1};
+    if (attn_ctx_new(&cc, &ctx) != ATTN_OK) return 1;
     float *q = rnd(n), *k = rnd(n), *v = rnd(n), *dout = rnd(n), *out = malloc(n * 4), *lse = malloc(H * T * 4);
     float *dq = malloc(n * 4), *dk = malloc(n * 4), *dv = malloc(n * 4);
     size_t nb = T; float *table = malloc(H * nb * 4), *tg = malloc(H * nb * 4);
