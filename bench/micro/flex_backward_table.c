@@ -46,10 +46,11 @@ int main(int argc, char **argv) {
     if (!q || !k || !v || !dout || !out || !lse || !dq || !dk || !dv || !table || !table_grad)
         return 1;
     /* element e of head h's row: distance e = q_idx - kv_idx */
-    for (size_t h = 0; h < H; h++)
+    for (size_t h = 0; h < H; h++) {
+        float slope = (float)pow(2.0, -8.0 * (double)(h + 1) / (double)H);
         for (size_t e = 0; e < T; e++)
-            table[h * T + e] = steep ? -(float)pow(2.0, -8.0 * (double)(h + 1) / (double)H) * (float)e
-                                     : 0.01f * (float)(e % 7);
+            table[h * T + e] = steep ? -slope * (float)e : 0.01f * (float)(e % 7);
+    }
     attn_score_mod mod = {.kind = ATTN_SCORE_REL_TABLE, .tensor = table,
                           .tensor_grad = gradient ? table_grad : NULL, .buckets = T};
     attn_sdpa_config cfg = {.batch = 1, .heads = H, .q_tokens = T, .kv_tokens = T,
