@@ -26,6 +26,16 @@ typedef struct attn_pass {
 void attn_value_tops(attn_ctx *ctx, const attn_attention_problem *p, bool scores,
                      const void *dout, float top[4]);
 
+/* Whether values of magnitude v (max |v|) and d_o (max |dO|) could carry
+ * past 2^-48 of a row's output or of dP's sum through the keys the fast
+ * kernels weigh 0: their exp2 gives 0 below 2^-125 of a row's largest
+ * weight. Such calls go to the reference. */
+static inline bool attn_values_past_weight_floor(const attn_attention_problem *p, double v,
+                                                 double d_o) {
+    double dropped = 0x1p-125 * (double)p->kv_len;
+    return dropped * v >= 0x1p-48 || dropped * (double)p->head_dim * d_o * v >= 0x1p-48;
+}
+
 typedef struct attn_attention_backend {
     const char *name;
     /* The kernels it runs p on, for the record (NULL: name says it all) */

@@ -274,8 +274,7 @@ static const char *flex_declines_values(attn_ctx *ctx, const attn_attention_prob
     float top[4];
     attn_value_tops(ctx, p, false, dout, top);
     double v = isinf(top[2]) ? 0.0 : top[2], d_o = isinf(top[3]) ? 0.0 : top[3];
-    double dropped = 0x1p-125 * (double)p->kv_len, D = (double)p->head_dim;
-    if (dropped * v >= 0x1p-48 || dropped * D * d_o * v >= 0x1p-48)
+    if (attn_values_past_weight_floor(p, v, d_o))
         return "values that the weights below 2^-125 it leaves out would carry";
     return NULL;
 }

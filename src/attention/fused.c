@@ -110,12 +110,10 @@ static bool magnitudes_fit(const attn_flash_kernels *fk, const attn_attention_pr
     double score = p->softcap > 0.0f && cap < raw ? cap : raw;
     double reach = (double)p->q_len + S + fabs((double)p->q_offset);
     score += 1.4426950408889634 * ((double)slope * reach + sink + bias);
-    /* and the output's running sums, and dP = dO . v; and what the keys the
-     * kernels' exp2 leaves out (a weight below 2^-125 of its row's largest
-     * is 0) would carry: under 2^-48 in any row's output and dP's sum */
-    double dropped = 0x1p-125 * S;
+    /* and the output's running sums, and dP = dO . v; and what the keys
+     * the kernels weigh 0 would carry */
     return !(raw >= limit || score >= limit || S * v >= limit || D * d_o * v >= limit ||
-             S * d_o >= limit || dropped * v >= 0x1p-48 || dropped * D * d_o * v >= 0x1p-48);
+             S * d_o >= limit || attn_values_past_weight_floor(p, v, d_o));
 }
 
 /* Values past what the kernels hold, as a reason. */

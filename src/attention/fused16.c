@@ -160,10 +160,7 @@ static const char *fused16_declines_values(attn_ctx *ctx, const attn_attention_p
     double raw = 1.4426950408889634 * (double)p->scale * D * qm * km;
     if (S * vm >= limit || D * dm * vm >= limit || S * dm >= limit)
         return "scores past float32's range in its tiles";
-    /* a weight below 2^-125 of its row's largest is 0 in the kernels: what
-     * such keys carry must stay under 2^-48 of a row's output and dP */
-    double dropped = 0x1p-125 * S;
-    if (dropped * vm >= 0x1p-48 || dropped * D * dm * vm >= 0x1p-48)
+    if (attn_values_past_weight_floor(p, vm, dm))
         return "values that the weights below 2^-125 it leaves out would carry";
     /* the tiles subtract a row's max from its scores after scaling them
      * (s c - m): from 2^24 the rounding of s c and of m alone is a whole

@@ -876,8 +876,10 @@ static bool grad_tile(const flex_job *job, flex_tiles *t, const float *kt, const
             vec ds = v_mul(e, v_sub(v_load(dp + c), delta));
             v_store(pr + c, e);
             v_store(dp + c, ds);
-            sum = v_add(sum, ds);
-            top = v_max(top, e);
+            if (t->sums) {
+                sum = v_add(sum, ds);
+                top = v_max(top, e);
+            }
         }
         if (t->sums) { /* padded columns weigh 0 and give dS 0 */
             t->resid[r] += v_hsum(sum);
