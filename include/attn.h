@@ -438,12 +438,13 @@ attn_status attn_mask_causal_renormalize(attn_ctx *ctx, float *weights, size_t t
  * A query that sees no key outputs zeros and lse -inf (with a sink: the
  * sink), never NaN.
  *
- * Memory: the outputs (out and lse; the backward's dq, dk, dv and
- * sinks_grad) may not overlap any input (q, k, v, the backward's out, lse
- * and dout, alibi_slopes, sinks, cu_seqlens_*) or one another, not even
- * out == q; inputs may share memory (k and v one buffer, a fused qkv
- * tensor read through strides). Each tensor's span runs from its first
- * element to its last under its strides. An output whose strides make two
+ * Memory: the outputs (out and lse; the backward's dq, dk, dv, sinks_grad
+ * and the score modifiers' tensor_grad) may not overlap any input (q, k,
+ * v, the backward's out, lse and dout, alibi_slopes, sinks, cu_seqlens_*,
+ * the score modifiers' tensors) or one another, not even out == q; inputs
+ * may share memory (k and v one buffer, a fused qkv tensor read through
+ * strides). Each tensor's span runs from its first element to its last
+ * under its strides (a bias's over the problem). An output whose strides make two
  * of its rows overlap is refused as well (ATTN_ERR_INVALID), and strides
  * that reach past the end of memory (ATTN_ERR_OVERFLOW).
  */
@@ -542,6 +543,21 @@ attn_status attn_sdpa_backward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, at
                                   const void *q, const void *k, const void *v, const void *out,
                                   const float *lse, const void *dout, void *dq, void *dk,
                                   void *dv, const attn_sdpa_dropout *drawn);
+
+/* The backward of a loss that reads lse as well as out (a z-loss; partial
+ * attentions merged by their lse; PyTorch's flex_attention with
+ * return_lse): dlse, lse's gradient in lse's layout and type (double for
+ * ATTN_DTYPE_F64, float otherwise), adds dlse_i P_ij to the gradient of
+ * each score s_ij (d lse_i / d s_ij = P_ij; the sink's too). dtype
+ * ATTN_DTYPE_F32, F64, BF16 or F16, the tensors typed as attn_sdpa_backward's,
+ * _f64's or _16's; the same semantics otherwise. dlse may not be NULL.
+ * Nearly one-hot rows keep delta from out here (no consistent delta,
+ * docs/exactness.md), as PyTorch's kernels do. */
+attn_status attn_sdpa_backward_dlse(attn_ctx *ctx, const attn_sdpa_config *cfg, attn_dtype dtype,
+                                    const void *q, const void *k, const void *v, const void *out,
+                                    const void *lse, const void *dout, const void *dlse,
+                                    void *dq, void *dk, void *dv,
+                                    const attn_sdpa_dropout *drawn);
 
 /* ------------------------------------------------------------------------ */
 /* Programmable attention: masks, block maps and score modifiers as data     */

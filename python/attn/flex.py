@@ -1548,8 +1548,9 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     """torch.nn.attention.flex_attention.flex_attention on attn's CPU kernels.
 
     query (B, H, T, D), key (B, H_kv, S, D), value (B, H_kv, S, Dv) ->
-    out (B, H, T, Dv), and with return_lse (out, lse (B, H, T) float32,
-    natural log). score_mod(score, b, h, q_idx, kv_idx) changes each score
+    out (B, H, T, Dv), and with return_lse (out, lse (B, H, T), natural
+    log, query's dtype; a loss may read it: its gradient flows back).
+    score_mod(score, b, h, q_idx, kv_idx) changes each score
     q . k * scale (None: 1 / sqrt(D)); block_mask (create_block_mask) says
     which keys each query sees. enable_gqa: H_kv divides H. float32 runs
     the fused kernels, float64 the reference ones (gradcheck). A query
@@ -1593,7 +1594,7 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
         tie = query.flatten()[:0].sum() + key.flatten()[:0].sum() + value.flatten()[:0].sum()
         out = query.new_zeros(B, H, T, value.size(3)) + tie
         if return_lse:
-            return out, torch.full((B, H, T), -math.inf, dtype=torch.float32)
+            return out, torch.full((B, H, T), -math.inf, dtype=query.dtype) + tie
         return out
     chain = None
     if score_mod is not None:
@@ -1606,6 +1607,4 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
                         "block map and score modifiers (no flex backend)")
     spec = at._Spec("bhtd", scale=scale, block_mask=block_mask, chain=chain)
     out, lse = at._attend(spec, query, key, value, return_lse=True)
-    if return_lse:
-        return out, lse.float()
-    return out
+    return (out, lse) if return_lse else out

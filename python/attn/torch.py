@@ -104,6 +104,12 @@ _backward = {torch.float32: _bind(_BACKWARD, "attn_sdpa_backward"),
 _DTYPE16 = {torch.bfloat16: DTYPE_BF16, torch.float16: DTYPE_F16}
 _forward16 = _bind(_FORWARD16, "attn_sdpa_forward_16")
 _backward16 = _bind(_BACKWARD16, "attn_sdpa_backward_16")
+# the backward of a loss in lse as well: the dtype, then q, k, v, out, lse,
+# dout, dlse, dq, dk, dv
+_BACKWARD_DLSE = ctypes.CFUNCTYPE(c_int, c_void_p, _CFG, c_int, _P, _P, _P, _P, _P, _P, _P, _P,
+                                  _P, _P, _DROP)
+_backward_dlse = _bind(_BACKWARD_DLSE, "attn_sdpa_backward_dlse")
+_DTYPE_CODE = {torch.float32: 0, torch.float64: 3, **_DTYPE16}
 
 
 # AMX's tile state for this process (the bf16 kernels' fastest path on Intel):
@@ -416,13 +422,12 @@ class _Attention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_kv, alibi, *mod_tensors)
         ctx.spec, ctx.drawn = spec, drawn
         if return_lse:
-            ctx.mark_non_differentiable(lse)
             return out, lse
         return out
 
     @staticmethod
     @_once_differentiable
-    def backward(ctx, dout, *unused):
+    def backward(ctx, dout, dlse=None):
         q, k, v, out, lse, cu_q, cu_kv, alibi, *mod_tensors = ctx.saved_tensors
         spec = ctx.spec.with_tensors(cu_q, cu_kv, alibi)
         if dout is None:
@@ -440,12 +445,25 @@ class _Attention(torch.autograd.Function):
                      for t, want in zip(mod_tensors, ctx.needs_input_grad[8:])]
         c = _context()
         cfg = _config(spec, q, k, v, mod_tensors, mod_grads)
-        drawn = ctx.drawn
-        c.check(_backward[q.dtype](c.handle, ctypes.byref(cfg), q.data_ptr(), k.data_ptr(),
-                                   v.data_ptr(), out.data_ptr(), lse.data_ptr(), dout.data_ptr(),
-                                   dq.data_ptr(), dk.data_ptr(), dv.data_ptr(),
-                                   ctypes.byref(drawn) if drawn is not None else None),
-                "attn_sdpa_backward")
+        drawn = ctypes.byref(ctx.drawn) if ctx.drawn is not None else None
+        if dlse is not None and bool(torch.any(dlse != 0)):
+            # a loss that reads lse too (a z-loss, merged chunks): each
+            # score's gradient gains dlse_i P_ij
+            if _backward_dlse is None:
+                raise RuntimeError("attn: this libattn has no attn_sdpa_backward_dlse, which "
+                                   "a loss in lse needs; rebuild it")
+            dlse = dlse.to(lse.dtype).contiguous()
+            c.check(_backward_dlse(c.handle, ctypes.byref(cfg), _DTYPE_CODE[q.dtype],
+                                   q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+                                   lse.data_ptr(), dout.data_ptr(), dlse.data_ptr(),
+                                   dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), drawn),
+                    "attn_sdpa_backward_dlse")
+        else:
+            c.check(_backward[q.dtype](c.handle, ctypes.byref(cfg), q.data_ptr(), k.data_ptr(),
+                                       v.data_ptr(), out.data_ptr(), lse.data_ptr(),
+                                       dout.data_ptr(), dq.data_ptr(), dk.data_ptr(),
+                                       dv.data_ptr(), drawn),
+                    "attn_sdpa_backward")
         return (dq, dk, dv, None, None, None, None, None, *mod_grads)
 
 

@@ -26,6 +26,12 @@ typedef struct attn_pass {
 void attn_value_tops(attn_ctx *ctx, const attn_attention_problem *p, bool scores,
                      const void *dout, float top[4]);
 
+/* The floats a score modifier's tensor (and its tensor_grad) spans over
+ * p: the slopes of ALiBi, the tables of the relative ones, a bias's
+ * largest element read plus one; 0 for the kinds that hold none. For a
+ * chain the runner's checks have passed. */
+size_t attn_score_mod_elements(const attn_attention_problem *p, const attn_score_mod *m);
+
 /* Whether values of magnitude v (max |v|) and d_o (max |dO|) could carry
  * past 2^-48 of a row's output or of dP's sum through the keys the fast
  * kernels weigh 0: their exp2 gives 0 below 2^-125 of a row's largest

@@ -33,7 +33,8 @@ static const char *flex_declines(const attn_ctx *ctx, const attn_attention_probl
     if (p->q.dtype != ATTN_DTYPE_F32) return "its kernels read float32";
     const char *feature = attn_problem_unsupported(
         p, ATTN_USES_CAUSAL | ATTN_USES_WINDOW | ATTN_USES_SINKS | ATTN_USES_VARLEN |
-               ATTN_USES_BLOCK_MAP | ATTN_USES_ROW_INTERVALS | ATTN_USES_SCORE_MODS);
+               ATTN_USES_BLOCK_MAP | ATTN_USES_ROW_INTERVALS | ATTN_USES_SCORE_MODS |
+               ATTN_USES_LSE_GRAD);
     if (feature) return feature;
     if (!p->block_map && !p->score_mod_count)
         return "no block mask or score modifiers";

@@ -190,15 +190,13 @@ static size_t bias_at(const attn_score_mod *m, size_t b, size_t h, size_t i, siz
 }
 
 /* Doubles of the backward's sums for modifier k's tensor_grad (0: none
- * wanted). A BIAS tensor spans its largest element read plus one (the
- * runner checks that this fits). */
+ * wanted). */
 static size_t mod_grad_doubles(const attn_attention_problem *p, size_t k) {
     const attn_score_mod *m = &p->score_mods[k];
     if (!m->tensor_grad) return 0;
-    if (attn_score_mod_relative(m->kind)) return p->q_heads * m->buckets;
-    if (m->kind != ATTN_SCORE_BIAS) return 0;
-    return (p->batch - 1) * m->strides[0] + (p->q_heads - 1) * m->strides[1] +
-           (p->q_len - 1) * m->strides[2] + (p->kv_len - 1) * m->strides[3] + 1;
+    return attn_score_mod_relative(m->kind) || m->kind == ATTN_SCORE_BIAS
+               ? attn_score_mod_elements(p, m)
+               : 0;
 }
 
 /* Where modifier k's sums start, and all of them. */
@@ -275,11 +273,12 @@ static size_t reference_forward_bytes(const attn_ctx *ctx, const attn_attention_
  * The backward, by recomputation (no T x T buffer), in two passes, each
  * parallel and each output written by one item in a fixed order:
  *   1. per query row i: P_i, dP_ij = (dO_i . v_j) * drop_ij,
- *      delta_i = sum_j P_ij dP_ij, dS_ij = P_ij (dP_ij - delta_i)
+ *      delta_i = sum_j P_ij dP_ij (less dlse_i: d lse_i / d s_ij = P_ij),
+ *      dS_ij = P_ij (dP_ij - delta_i)
  *      (times 1 - tanh^2(x_ij / softcap) with softcap),
  *      dq_i = scale sum_j dS_ij k_j; keeps lse_i and delta_i.
  *      With backward_from_lse, P_ij = exp(s_ij - lse_i) from the given lse
- *      and delta_i = dO_i . O_i from the given out: the row's statistics
+ *      and delta_i = dO_i . O_i (less dlse_i) from the given out: the row's statistics
  *      over all its keys, of which these are one block.
  *   2. per key row j of KV head g: over the group's query heads, then their
  *      rows, dv_j = sum P_ij drop_ij dO_i, dk_j = scale sum dS_ij q_i.
@@ -312,6 +311,11 @@ static size_t reference_backward_bytes(const attn_ctx *ctx, const attn_attention
 }
 
 /* ---- the passes, for float and for double tensors ---------------------------- */
+
+/* The gradient of the loss in row stat's lse (0 without dlse). */
+static double dlse_of(const attn_attention_problem *p, size_t stat) {
+    return p->dlse_f64 ? p->dlse_f64[stat] : p->dlse ? (double)p->dlse[stat] : 0.0;
+}
 
 typedef struct ref_f32_tensors {
     const float *q, *k, *v;
@@ -531,7 +535,8 @@ static const char *reference_declines(const attn_ctx *ctx, const attn_attention_
     return attn_problem_unsupported(
         p, ATTN_USES_CAUSAL | ATTN_USES_RENORMALIZE | ATTN_USES_WINDOW | ATTN_USES_SOFTCAP |
                ATTN_USES_ALIBI | ATTN_USES_SINKS | ATTN_USES_VARLEN | ATTN_USES_BLOCK_MAP |
-               ATTN_USES_ROW_INTERVALS | ATTN_USES_SCORE_MODS);
+               ATTN_USES_ROW_INTERVALS | ATTN_USES_SCORE_MODS |
+               ATTN_USES_LSE_GRAD);
 }
 
 const attn_attention_backend attn_attention_reference = {

@@ -317,7 +317,7 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
             const REAL *out_i = t->out + attn_view_offset(p->out.st, b, seq.q_start, h, i);
             bv->lse[stat] = (double)t->lse[stat];
             bv->lse_lo[stat] = 0.0;
-            bv->delta[stat] = REF(dot)(dout_i, out_i, Dv);
+            bv->delta[stat] = REF(dot)(dout_i, out_i, Dv) - dlse_of(p, stat);
         }
         if (!sees_any(p, b, h, i, first, last)) {
             /* a row that sees no key output zeros: nothing flows back */
@@ -391,7 +391,7 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
             }
             delta += P[j] * dP[j];
         }
-        if (from_lse) delta = bv->delta[stat];
+        delta = from_lse ? bv->delta[stat] : delta - dlse_of(p, stat);
         /* dS_ij = P_ij (dP_ij - delta_i); masked_fill's backward zeroes the
          * hidden entries, the renormalising product keeps them (0 or NaN). */
         for (size_t d = 0; d < D; d++) acc[d] = 0.0;

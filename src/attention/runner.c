@@ -55,6 +55,17 @@ static bool bias_extent(const attn_attention_problem *p, const attn_score_mod *m
     return at <= SIZE_MAX / sizeof(double);
 }
 
+size_t attn_score_mod_elements(const attn_attention_problem *p, const attn_score_mod *m) {
+    size_t extent = 0;
+    switch (m->kind) {
+    case ATTN_SCORE_ALIBI: return p->q_heads;
+    case ATTN_SCORE_REL_BIAS:
+    case ATTN_SCORE_REL_TABLE: return p->q_heads * m->buckets;
+    case ATTN_SCORE_BIAS: return bias_extent(p, m, &extent) ? extent : 0;
+    default: return 0;
+    }
+}
+
 /* Whether every element a REL_TABLE modifier reads over the problem's
  * lengths (the longest sequence's, with cu_seqlens) lies in its rows of
  * buckets, negative ones counting from the end; else the first extreme

@@ -127,6 +127,11 @@ typedef struct attn_attention_problem {
      * float, or double in lse_f64 for a problem of ATTN_DTYPE_F64 views */
     float *lse;
     double *lse_f64;
+    /* optional, the backward's, lse's layout and type: the gradient of a loss
+     * in lse as well as in out; each row's scores' gradients gain dlse_i
+     * P_ij (d lse_i / d s_ij), which is delta_i less dlse_i */
+    const float *dlse;
+    const double *dlse_f64;
     /* optional, lse's layout: lse's rounding error (the exact lse less the
      * float one), written by the forward and read by the backward, whose
      * weights exp(s - lse) then stay exact where lse is large: a float lse
@@ -224,7 +229,8 @@ enum {
                                           (what attn_visible_keys reads) */
     ATTN_USES_SCORE_MODS = 1u << 10,
     ATTN_USES_TREE = 1u << 11,         /* a KV cache's new rows masked by a tree */
-    ATTN_USES_COUNT = 12
+    ATTN_USES_LSE_GRAD = 1u << 12,     /* the backward's dlse */
+    ATTN_USES_COUNT = 13
 };
 
 static inline unsigned attn_problem_uses(const attn_attention_problem *p) {
@@ -235,7 +241,8 @@ static inline unsigned attn_problem_uses(const attn_attention_problem *p) {
            (p->block_map ? (p->block_map->row_lo ? ATTN_USES_ROW_INTERVALS : ATTN_USES_BLOCK_MAP)
                          : 0u) |
            (p->score_mod_count ? ATTN_USES_SCORE_MODS : 0u) |
-           (p->kv_cache && p->kv_cache->tree ? ATTN_USES_TREE : 0u);
+           (p->kv_cache && p->kv_cache->tree ? ATTN_USES_TREE : 0u) |
+           (p->dlse || p->dlse_f64 ? ATTN_USES_LSE_GRAD : 0u);
 }
 
 /* The first thing p uses outside supported (ATTN_USES_* bits), by name,
@@ -245,7 +252,8 @@ static inline const char *attn_problem_unsupported(const attn_attention_problem 
     static const char *const names[ATTN_USES_COUNT] = {
         "causal", "the renormalising mask", "a window", "softcap", "ALiBi", "sinks",
         "packed sequences", "K and V come from a KV cache", "a block mask",
-        "a block mask of row intervals", "score modifiers", "a tree of draft tokens"};
+        "a block mask of row intervals", "score modifiers", "a tree of draft tokens",
+        "a gradient of lse"};
     unsigned extra = attn_problem_uses(p) & ~supported;
     for (unsigned i = 0; i < ATTN_USES_COUNT; i++)
         if (extra & (1u << i)) return names[i];
@@ -270,8 +278,9 @@ static inline const char *attn_problem_unsupported(const attn_attention_problem 
  * Rows below the weight lose at most 2x delta's rounding; the float
  * kernels give them the new delta too (flash_kernel.h,
  * take_consistent_delta), for keys that share a large component. Not with
- * sinks (their weight is outside sum_j P_ij) or for one block of keys of a
- * longer row (backward_from_lse: no row is whole). */
+ * sinks (their weight is outside sum_j P_ij), for one block of keys of a
+ * longer row (backward_from_lse: no row is whole) or with dlse (resid_i is
+ * then dlse_i, not zero). */
 #define ATTN_ONE_HOT_WEIGHT 0.5f
 
 /* A query row's largest weight P_ij* past ATTN_ONE_HOT_WEIGHT (0 while
@@ -284,7 +293,7 @@ typedef struct attn_row_peak {
 } attn_row_peak;
 
 static inline bool attn_consistent_delta(const attn_attention_problem *p) {
-    return !p->sinks && !p->backward_from_lse && p->kv_len <= UINT32_MAX;
+    return !p->sinks && !p->backward_from_lse && !p->dlse && p->kv_len <= UINT32_MAX;
 }
 
 /* The dropout of the weights, as every backend applies it: factor 0 or

@@ -855,7 +855,11 @@ attn_status attn_tree_mask(attn_ctx *ctx, const int32_t *parents, size_t n, uint
     if (!parents || !bits)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who, !parents ? "parents" : "bits");
     if (!n) return attn_fail(ctx, ATTN_ERR_INVALID, "%s: a tree of 0 tokens", who);
-    if (words_per_row < (n + 63) / 64)
+    size_t words;
+    if (!attn_mul_size(n, words_per_row, &words))
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: %zu rows of %zu words overflow", who, n,
+                         words_per_row);
+    if (words_per_row < n / 64 + (n % 64 != 0))
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: %zu words a row hold %zu tokens, not %zu",
                          who, words_per_row, words_per_row * 64, n);
     for (size_t r = 0; r < n; r++) {
@@ -897,7 +901,7 @@ attn_status attn_kv_cache_attend_tree(attn_kv_cache *cache, const attn_kv_tree_a
         return attn_fail(ctx, ATTN_ERR_UNSUPPORTED, "%s: alibi_slopes with a tree of draft "
                          "tokens: a draft's ALiBi distance to an ancestor is their depths' "
                          "difference, which the rows' positions do not hold", who);
-    size_t n = args->draft_tokens, words = (n + 63) / 64, bytes;
+    size_t n = args->draft_tokens, words = n / 64 + (n % 64 != 0), bytes;
     if (!n) return attn_fail(ctx, ATTN_ERR_INVALID, "%s: draft_tokens is 0", who);
     if (!attn_mul3_size(n, words, sizeof(uint64_t), &bytes))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: a tree of %zu tokens overflows", who, n);

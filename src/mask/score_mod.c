@@ -2,12 +2,12 @@
  * once by every call that takes one, before anything runs. */
 #include "mask/mask_internal.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdint.h>
 
 attn_status attn_score_mods_check(attn_ctx *ctx, const char *who, const attn_score_mod *mods,
                                   size_t count, size_t heads) {
-    (void)heads;
     if (count && !mods)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: score_mod_count is %zu but score_mods is NULL",
                          who, count);
@@ -25,6 +25,12 @@ attn_status attn_score_mods_check(attn_ctx *ctx, const char *who, const attn_sco
                 return attn_fail(ctx, ATTN_ERR_INVALID,
                                  "%s: score_mods[%zu] (softcap) value %g must be finite and > 0",
                                  who, i, m->value);
+            /* the float kernels hold the cap in float32, where 0 turns it off */
+            if ((float)m->value == 0.0f)
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "%s: score_mods[%zu] (softcap) value %g rounds to 0 in float32, "
+                                 "which turns it off (smallest %g)",
+                                 who, i, m->value, (double)FLT_TRUE_MIN);
             break;
         case ATTN_SCORE_ALIBI:
         case ATTN_SCORE_BIAS:
@@ -36,6 +42,12 @@ attn_status attn_score_mods_check(attn_ctx *ctx, const char *who, const attn_sco
                 return attn_fail(ctx, ATTN_ERR_INVALID,
                                  "%s: score_mods[%zu] (alibi) offset %lld must be within +-2^62",
                                  who, i, (long long)m->offset);
+            for (size_t h = 0; m->kind == ATTN_SCORE_ALIBI && h < heads; h++)
+                if (!isfinite(m->tensor[h]))
+                    return attn_fail(ctx, ATTN_ERR_INVALID,
+                                     "%s: score_mods[%zu] (alibi) slope tensor[%zu] is %g: each "
+                                     "query head's must be finite",
+                                     who, i, h, (double)m->tensor[h]);
             break;
         case ATTN_SCORE_REL_BIAS:
             if (!m->tensor)

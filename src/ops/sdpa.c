@@ -11,6 +11,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static bool zeros(const size_t s[3]) { return !s[0] && !s[1] && !s[2]; }
@@ -194,6 +195,45 @@ static bool view_span(attn_ctx *ctx, const char *fn, const char *name,
     return true;
 }
 
+/* A chain's tensors are inputs as well, and in the backward the gradients
+ * of its bias and tables are outputs: no output may overlap a tensor, and
+ * no gradient an input, another gradient or any tensor of the chain (a
+ * gradient is zeroed before the pass reads the tensors). */
+static attn_status check_chain_aliasing(attn_ctx *ctx, const char *fn,
+                                        const attn_attention_problem *p, const attn_span *outs,
+                                        size_t n_outs, const attn_span *ins, size_t n_ins,
+                                        bool backward) {
+    char name[2][64];
+    attn_status st = ATTN_OK;
+    for (size_t k = 0; k < p->score_mod_count && st == ATTN_OK; k++) {
+        const attn_score_mod *m = &p->score_mods[k];
+        size_t bytes = attn_score_mod_elements(p, m) * sizeof(float);
+        snprintf(name[0], sizeof name[0], "score_mods[%zu].tensor", k);
+        attn_span tensor = {name[0], m->tensor, bytes};
+        if ((st = attn_check_overlap(ctx, fn, outs, n_outs, &tensor, 1)) != ATTN_OK) break;
+        bool has_grad = m->kind == ATTN_SCORE_BIAS || attn_score_mod_relative(m->kind);
+        if (!backward || !has_grad || !m->tensor_grad) continue;
+        snprintf(name[0], sizeof name[0], "score_mods[%zu].tensor_grad", k);
+        attn_span grad = {name[0], m->tensor_grad, bytes};
+        if ((st = attn_check_overlap(ctx, fn, &grad, 1, ins, n_ins)) != ATTN_OK ||
+            (st = attn_check_overlap(ctx, fn, &grad, 1, outs, n_outs)) != ATTN_OK)
+            break;
+        for (size_t j = 0; j < p->score_mod_count && st == ATTN_OK; j++) {
+            const attn_score_mod *o = &p->score_mods[j];
+            size_t other_bytes = attn_score_mod_elements(p, o) * sizeof(float);
+            snprintf(name[1], sizeof name[1], "score_mods[%zu].tensor", j);
+            attn_span other = {name[1], o->tensor, other_bytes};
+            if ((st = attn_check_overlap(ctx, fn, &grad, 1, &other, 1)) != ATTN_OK) break;
+            bool other_grad = o->kind == ATTN_SCORE_BIAS || attn_score_mod_relative(o->kind);
+            if (j >= k || !other_grad) continue;
+            snprintf(name[1], sizeof name[1], "score_mods[%zu].tensor_grad", j);
+            other.data = o->tensor_grad;
+            st = attn_check_overlap(ctx, fn, &grad, 1, &other, 1);
+        }
+    }
+    return st;
+}
+
 /* What every attn_sdpa_* call checks of its memory after p itself: no
  * output (out and lse; with g, the backward's dq, dk, dv and sinks_grad)
  * overlaps an input or another output, and no output's rows overlap. */
@@ -208,7 +248,7 @@ static attn_status check_aliasing(attn_ctx *ctx, const char *fn, const attn_sdpa
     const void *lse = p->q.dtype == ATTN_DTYPE_F64 ? (const void *)p->lse_f64
                                                    : (const void *)p->lse;
     size_t seqlens = cq ? (p->batch + 1) * sizeof(int32_t) : 0;
-    attn_span ins[10] = {{"alibi_slopes", cfg->alibi_slopes, H * sizeof(float)},
+    attn_span ins[11] = {{"alibi_slopes", cfg->alibi_slopes, H * sizeof(float)},
                          {"sinks", cfg->sinks, H * sizeof(float)},
                          {"cu_seqlens_q", cq, seqlens},
                          {"cu_seqlens_kv", ckv, seqlens}};
@@ -223,9 +263,12 @@ static attn_status check_aliasing(attn_ctx *ctx, const char *fn, const attn_sdpa
         return st;
     if (!g) {
         outs[n_outs++] = (attn_span){"lse", lse, lse_bytes};
-        return attn_check_overlap(ctx, fn, outs, n_outs, ins, n_ins);
+        if ((st = attn_check_overlap(ctx, fn, outs, n_outs, ins, n_ins)) != ATTN_OK) return st;
+        return check_chain_aliasing(ctx, fn, p, outs, n_outs, ins, n_ins, false);
     }
     ins[n_ins++] = (attn_span){"lse", lse, lse_bytes};
+    ins[n_ins++] = (attn_span){"dlse", p->dlse_f64 ? (const void *)p->dlse_f64 : p->dlse,
+                               lse_bytes};
     dq.data = g->dq;
     dk.data = g->dk;
     dv.data = g->dv;
@@ -236,7 +279,8 @@ static attn_status check_aliasing(attn_ctx *ctx, const char *fn, const attn_sdpa
         !view_span(ctx, fn, "dv", p, dv, p->kv_len, ckv, KH, Dv, true, &outs[n_outs++], &st))
         return st;
     outs[n_outs++] = (attn_span){"sinks_grad", g->dsinks, H * sizeof(float)};
-    return attn_check_overlap(ctx, fn, outs, n_outs, ins, n_ins);
+    if ((st = attn_check_overlap(ctx, fn, outs, n_outs, ins, n_ins)) != ATTN_OK) return st;
+    return check_chain_aliasing(ctx, fn, p, outs, n_outs, ins, n_ins, true);
 }
 
 attn_status attn_sdpa_run_forward(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
@@ -305,13 +349,16 @@ attn_attention_dropout attn_sdpa_drop_of(const attn_sdpa_config *c,
 
 attn_status attn_sdpa_run_backward(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
                                    attn_dtype dtype, const void *const tensors[9],
-                                   const attn_sdpa_dropout *drawn) {
+                                   const void *dlse, const attn_sdpa_dropout *drawn) {
     attn_attention_problem p = attn_sdpa_problem_of(cfg, dtype, tensors[0], tensors[1],
                                                     tensors[2], (void *)tensors[3], NULL);
-    if (dtype == ATTN_DTYPE_F64)
+    if (dtype == ATTN_DTYPE_F64) {
         p.lse_f64 = (double *)tensors[4];
-    else
+        p.dlse_f64 = dlse;
+    } else {
         p.lse = (float *)tensors[4];
+        p.dlse = dlse;
+    }
     attn_attention_dropout drop = attn_sdpa_drop_of(cfg, drawn);
     attn_attention_grads g = {.dout = tensors[5], .dq = (void *)tensors[6],
                               .dk = (void *)tensors[7], .dv = (void *)tensors[8],
@@ -329,7 +376,26 @@ attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const
     const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
     attn_status st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn);
     if (st != ATTN_OK) return st;
-    return attn_sdpa_run_backward(ctx, fn, cfg, ATTN_DTYPE_F32, tensors, drawn);
+    return attn_sdpa_run_backward(ctx, fn, cfg, ATTN_DTYPE_F32, tensors, NULL, drawn);
+}
+
+attn_status attn_sdpa_backward_dlse(attn_ctx *ctx, const attn_sdpa_config *cfg, attn_dtype dtype,
+                                    const void *q, const void *k, const void *v, const void *out,
+                                    const void *lse, const void *dout, const void *dlse,
+                                    void *dq, void *dk, void *dv,
+                                    const attn_sdpa_dropout *drawn) {
+    const char *fn = "attn_sdpa_backward_dlse";
+    if (!ctx) return ATTN_ERR_NULL;
+    attn_clear_error(ctx);
+    if (dtype != ATTN_DTYPE_F32 && dtype != ATTN_DTYPE_F64 && dtype != ATTN_DTYPE_BF16 &&
+        dtype != ATTN_DTYPE_F16)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: dtype (%s, %d) must be F32, F64, BF16 or F16",
+                         fn, attn_dtype_name(dtype), (int)dtype);
+    const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
+    attn_status st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn);
+    if (st != ATTN_OK) return st;
+    if (!dlse) return attn_fail(ctx, ATTN_ERR_NULL, "%s: dlse is NULL", fn);
+    return attn_sdpa_run_backward(ctx, fn, cfg, dtype, tensors, dlse, drawn);
 }
 
 /* ---- float64: the same problem on double views (the reference runs it) ---- */
@@ -353,5 +419,5 @@ attn_status attn_sdpa_backward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, c
     const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
     attn_status st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn);
     if (st != ATTN_OK) return st;
-    return attn_sdpa_run_backward(ctx, fn, cfg, ATTN_DTYPE_F64, tensors, drawn);
+    return attn_sdpa_run_backward(ctx, fn, cfg, ATTN_DTYPE_F64, tensors, NULL, drawn);
 }

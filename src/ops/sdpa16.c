@@ -54,5 +54,5 @@ attn_status attn_sdpa_backward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, at
     const void *tensors[9] = {q, k, v, out, lse, dout, dq, dk, dv};
     attn_status st = attn_sdpa_check_backward_args(ctx, fn, cfg, tensors, drawn);
     if (st != ATTN_OK || (st = check_dtype(ctx, fn, dtype)) != ATTN_OK) return st;
-    return attn_sdpa_run_backward(ctx, fn, cfg, dtype, tensors, drawn);
+    return attn_sdpa_run_backward(ctx, fn, cfg, dtype, tensors, NULL, drawn);
 }

@@ -47,11 +47,12 @@ attn_status attn_sdpa_check_backward_args(attn_ctx *ctx, const char *fn,
 attn_status attn_sdpa_run_forward(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
                                   const attn_attention_problem *p, attn_rng *rng,
                                   attn_sdpa_dropout *drawn);
-/* The backward of cfg's problem on tensors (as checked above) of dtype:
- * the dropout drawn is redrawn, the runner runs it. */
+/* The backward of cfg's problem on tensors (as checked above) of dtype,
+ * with the loss's gradient in lse (lse's type; NULL: none): the dropout
+ * drawn is redrawn, the runner runs it. */
 attn_status attn_sdpa_run_backward(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
                                    attn_dtype dtype, const void *const tensors[9],
-                                   const attn_sdpa_dropout *drawn);
+                                   const void *dlse, const attn_sdpa_dropout *drawn);
 /* The dropout a backward redraws: the forward's Philox record. */
 attn_attention_dropout attn_sdpa_drop_of(const attn_sdpa_config *c,
                                          const attn_sdpa_dropout *drawn);

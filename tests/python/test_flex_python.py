@@ -603,7 +603,7 @@ def end_to_end(name, B, H, Hkv, T, S, D, score_mod_of, mask_mod, Bm=None, Hm=Non
     q = torch.randn(B, H, T, D, requires_grad=True)
     k = torch.randn(B, Hkv, S, D, requires_grad=True)
     v = torch.randn(B, Hkv, S, D, requires_grad=True)
-    dout = torch.randn(B, H, T, D)
+    dout, dlse = torch.randn(B, H, T, D), torch.randn(B, H, T)
     ba = bias.clone().requires_grad_() if bias is not None else None
     bo = bias.clone().requires_grad_() if bias is not None else None
     bm = flex.create_block_mask(mask_mod, Bm, Hm, T, S, BLOCK_SIZE=rng.choice([16, 32, 64])) \
@@ -611,12 +611,14 @@ def end_to_end(name, B, H, Hkv, T, S, D, score_mod_of, mask_mod, Bm=None, Hm=Non
     out, lse = flex.flex_attention(q, k, v, score_mod=score_mod_of(ba) if score_mod_of else None,
                                    block_mask=bm, scale=scale, enable_gqa=Hkv != H,
                                    return_lse=True)
-    (out * dout).sum().backward()
+    # a loss in lse as well (a z-loss): its gradient flows back through it
+    ((out * dout).sum() + (lse.nan_to_num(neginf=0.0) * dlse).sum()).backward()
     got = [out, lse, q.grad, k.grad, v.grad] + ([ba.grad] if ba is not None else [])
     qo, ko, vo = (t.detach().double().requires_grad_() for t in (q, k, v))
     want_out, want_lse = oracle(qo, ko, vo, score_mod_of(bo) if score_mod_of else None,
                                 mask_mod, scale)
-    (want_out * dout.double()).sum().backward()
+    ((want_out * dout.double()).sum() +
+     (want_lse.nan_to_num(neginf=0.0) * dlse.double()).sum()).backward()
     want = [want_out, want_lse, qo.grad, ko.grad, vo.grad] + ([bo.grad] if bo is not None
                                                              else [])
     check(lse.dtype == torch.float32, f"{name}: lse is float32")
@@ -705,6 +707,11 @@ if runs:
         check(torch.autograd.gradcheck(
             lambda q, k, v: flex.flex_attention(q, k, v, block_mask=bm), (q, k, v)),
             "gradcheck float64 with a block mask")
+        out, lse = flex.flex_attention(q, k, v, block_mask=bm, return_lse=True)
+        check(lse.dtype == torch.float64, f"float64 calls give lse in float64, not {lse.dtype}")
+        check(torch.autograd.gradcheck(
+            lambda q, k, v: flex.flex_attention(q, k, v, block_mask=bm, return_lse=True),
+            (q, k, v)), "gradcheck float64 of out and lse")
         # SDPA's attn_mask: bool and additive, against the math path in float64
         Bs, Hs, Ts, Ss = 2, 3, 37, 53
         q = torch.randn(Bs, Hs, Ts, 16, requires_grad=True)

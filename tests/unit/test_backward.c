@@ -20,6 +20,7 @@
 #include <float.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 enum { B = 2, T = 5, D_IN = 6, HEADS = 2, SAMPLES = 12 };
@@ -372,6 +373,173 @@ static void public_lse_alone(uint64_t *seed) {
         }
 }
 
+/* The gradients of L = sum(dout * out) + sum(dlse * lse) in double, for
+ * causal attention of (TT, H, D) tensors with GQA and per-head sinks:
+ * dS_ij = P_ij (dP_ij - delta_i + dlse_i), the sink's weight in P's
+ * denominator and dsinks_h = -sum_i P_sink (delta_i - dlse_i). */
+static void dlse_oracle(const float *q, const float *k, const float *v, const float *dout,
+                        const float *dlse, const float *sinks, size_t TT, size_t H, size_t KH,
+                        size_t D, double scale, double *dq, double *dk, double *dv,
+                        double *dsinks) {
+    double P[64], dP[64];
+    size_t G = H / KH;
+    memset(dq, 0, TT * H * D * sizeof *dq), memset(dk, 0, TT * KH * D * sizeof *dk);
+    memset(dv, 0, TT * KH * D * sizeof *dv), memset(dsinks, 0, H * sizeof *dsinks);
+    for (size_t h = 0; h < H; h++)
+        for (size_t i = 0; i < TT; i++) {
+            const float *qi = q + (i * H + h) * D, *doi = dout + (i * H + h) * D;
+            double top = sinks[h], sum = 0.0, delta = 0.0;
+            for (size_t j = 0; j <= i; j++) {
+                const float *kj = k + (j * KH + h / G) * D;
+                double s = 0.0;
+                for (size_t c = 0; c < D; c++) s += (double)qi[c] * kj[c];
+                P[j] = s * scale;
+                top = fmax(top, P[j]);
+            }
+            for (size_t j = 0; j <= i; j++) sum += (P[j] = exp(P[j] - top));
+            double sink = exp(sinks[h] - top) / (sum + exp(sinks[h] - top));
+            for (size_t j = 0; j <= i; j++) {
+                P[j] /= sum + exp(sinks[h] - top);
+                const float *vj = v + (j * KH + h / G) * D;
+                dP[j] = 0.0;
+                for (size_t c = 0; c < D; c++) dP[j] += (double)doi[c] * vj[c];
+                delta += P[j] * dP[j];
+            }
+            double g = dlse[h * TT + i];
+            dsinks[h] -= sink * (delta - g);
+            for (size_t j = 0; j <= i; j++) {
+                double dS = P[j] * (dP[j] - delta + g) * scale;
+                const float *kj = k + (j * KH + h / G) * D;
+                for (size_t c = 0; c < D; c++) {
+                    dq[(i * H + h) * D + c] += dS * kj[c];
+                    dk[(j * KH + h / G) * D + c] += dS * qi[c];
+                    dv[(j * KH + h / G) * D + c] += P[j] * doi[c];
+                }
+            }
+        }
+}
+
+/* bf16 of each float, rounded to nearest even (finite inputs). */
+static void to_bf16(const float *x, uint16_t *out, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &x[i], 4);
+        out[i] = (uint16_t)((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+    }
+}
+
+static double rel_l2_double(const float *got, const double *want, size_t n) {
+    double err = 0.0, norm = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        err += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+        norm += want[i] * want[i];
+    }
+    return sqrt(err / norm);
+}
+
+/* attn_sdpa_backward_dlse against the oracle above on every kernel set,
+ * in float, float64 and bf16 storage; and its refusals. Fresh inputs. */
+static void backward_with_dlse(uint64_t *seed) {
+    enum { NT = 37, H = 4, KH = 2, D = 24 };
+    size_t nq = NT * H * D, nk = NT * KH * D;
+    float q[NT * H * D], k[NT * KH * D], v[NT * KH * D], dout[NT * H * D], dlse[H * NT], sinks[H];
+    float out[NT * H * D], lse[H * NT], dq[NT * H * D], dk[NT * KH * D], dv[NT * KH * D], dsinks[H];
+    double wq[NT * H * D], wk[NT * KH * D], wv[NT * KH * D], wsinks[H];
+    for (size_t i = 0; i < nq; i++) q[i] = (float)(2.0 * uniform(seed) - 1.0);
+    for (size_t i = 0; i < nk; i++) k[i] = (float)(2.0 * uniform(seed) - 1.0);
+    for (size_t i = 0; i < nk; i++) v[i] = (float)(2.0 * uniform(seed) - 1.0);
+    for (size_t i = 0; i < nq; i++) dout[i] = (float)(2.0 * uniform(seed) - 1.0);
+    for (size_t i = 0; i < H * NT; i++) dlse[i] = (float)(2.0 * uniform(seed) - 1.0);
+    for (size_t h = 0; h < H; h++) sinks[h] = (float)(2.0 * uniform(seed) - 1.0);
+    /* the float calls round the scale to float, the float64 ones do not */
+    dlse_oracle(q, k, v, dout, dlse, sinks, NT, H, KH, D, (double)(float)(1.0 / sqrt(D)), wq,
+                wk, wv, wsinks);
+    attn_sdpa_config cfg = {.batch = 1, .heads = H, .kv_heads = KH, .q_tokens = NT,
+                            .kv_tokens = NT, .head_dim = D, .causal = true, .sinks = sinks,
+                            .sinks_grad = dsinks};
+    const attn_kernels sets[] = {ATTN_KERNELS_REFERENCE, ATTN_KERNELS_AUTO, ATTN_KERNELS_AUTO};
+    for (int run = 0; run < 3; run++) {
+        attn_ctx *ctx;
+        attn_ctx_config cc = {.num_threads = 2, .kernels = sets[run]};
+        CHECK_STATUS(attn_ctx_new(&cc, &ctx), ATTN_OK);
+        attn_mask *causal = NULL;
+        attn_block_mask *map = NULL;
+        if (run == 2) { /* causal as a mask's block map (row intervals) */
+            attn_block_mask_config mc = {.batch = 1, .heads = 1, .q_len = NT, .kv_len = NT,
+                                         .block_q = 16, .block_kv = 16};
+            CHECK_STATUS(attn_mask_new_causal(ctx, 0, &causal), ATTN_OK);
+            CHECK_STATUS(attn_block_mask_from_mask(ctx, &mc, causal, &map), ATTN_OK);
+            cfg.causal = false, cfg.block_mask = map;
+            /* and no sinks: a row that sees one key still has dS = dlse */
+            cfg.sinks = NULL, cfg.sinks_grad = NULL;
+            for (size_t h = 0; h < H; h++) sinks[h] = -INFINITY;
+            dlse_oracle(q, k, v, dout, dlse, sinks, NT, H, KH, D, (double)(float)(1.0 / sqrt(D)),
+                        wq, wk, wv, wsinks);
+        }
+        CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+        CHECK_STATUS(attn_sdpa_backward_dlse(ctx, &cfg, ATTN_DTYPE_F32, q, k, v, out, lse, dout,
+                                             dlse, dq, dk, dv, NULL),
+                     ATTN_OK);
+        double e[4] = {rel_l2_double(dq, wq, nq), rel_l2_double(dk, wk, nk),
+                       rel_l2_double(dv, wv, nk), rel_l2_double(dsinks, wsinks, H)};
+        for (int t = 0; t < (cfg.sinks ? 4 : 3); t++) CHECK(e[t] <= 1e-5);
+        printf("  backward with dlse (%s kernels%s): dq, dk, dv, dsinks %.2g %.2g %.2g %.2g "
+               "from float64\n", run ? "default" : "reference",
+               run == 2 ? ", a block map, no sinks" : "", e[0], e[1], e[2], cfg.sinks ? e[3] : 0.0);
+        if (run == 0) { /* float64: the oracle's own sums */
+            double q64[NT * H * D], k64[NT * KH * D], v64[NT * KH * D], do64[NT * H * D];
+            double o64[NT * H * D], l64[H * NT], g64[H * NT], dq64[NT * H * D], dk64[NT * KH * D],
+                dv64[NT * KH * D];
+            for (size_t i = 0; i < nq; i++) q64[i] = q[i], do64[i] = dout[i];
+            for (size_t i = 0; i < nk; i++) k64[i] = k[i], v64[i] = v[i];
+            for (size_t i = 0; i < H * NT; i++) g64[i] = dlse[i];
+            CHECK_STATUS(attn_sdpa_forward_f64(ctx, &cfg, q64, k64, v64, o64, l64, NULL, NULL),
+                         ATTN_OK);
+            CHECK_STATUS(attn_sdpa_backward_dlse(ctx, &cfg, ATTN_DTYPE_F64, q64, k64, v64, o64,
+                                                 l64, do64, g64, dq64, dk64, dv64, NULL),
+                         ATTN_OK);
+            double xq[NT * H * D], xk[NT * KH * D], xv[NT * KH * D], xs[H], worst = 0.0;
+            dlse_oracle(q, k, v, dout, dlse, sinks, NT, H, KH, D, 1.0 / sqrt((double)D), xq, xk,
+                        xv, xs);
+            for (size_t i = 0; i < nq; i++) worst = fmax(worst, fabs(dq64[i] - xq[i]));
+            for (size_t i = 0; i < nk; i++)
+                worst = fmax(worst, fmax(fabs(dk64[i] - xk[i]), fabs(dv64[i] - xv[i])));
+            CHECK(worst <= 1e-12);
+            /* refusals: NULL dlse, dlse under an output, another dtype */
+            CHECK_STATUS(attn_sdpa_backward_dlse(ctx, &cfg, ATTN_DTYPE_F32, q, k, v, out, lse,
+                                                 dout, NULL, dq, dk, dv, NULL),
+                         ATTN_ERR_NULL);
+            CHECK_MESSAGE(ctx, "attn_sdpa_backward_dlse: dlse is NULL");
+            CHECK_STATUS(attn_sdpa_backward_dlse(ctx, &cfg, ATTN_DTYPE_F32, q, k, v, out, lse,
+                                                 dout, dq + 5, dq, dk, dv, NULL),
+                         ATTN_ERR_INVALID);
+            CHECK_MESSAGE(ctx, "overlaps dlse [");
+            CHECK_STATUS(attn_sdpa_backward_dlse(ctx, &cfg, ATTN_DTYPE_I8, q, k, v, out, lse,
+                                                 dout, dlse, dq, dk, dv, NULL),
+                         ATTN_ERR_INVALID);
+            CHECK_MESSAGE(ctx, "dtype (I8");
+        } else if (run == 1) { /* bf16 storage: widened to float, within bf16's rounding */
+            uint16_t q16[NT * H * D], k16[NT * KH * D], v16[NT * KH * D], do16[NT * H * D],
+                o16[NT * H * D], dq16[NT * H * D], dk16[NT * KH * D], dv16[NT * KH * D];
+            to_bf16(q, q16, nq), to_bf16(dout, do16, nq), to_bf16(k, k16, nk), to_bf16(v, v16, nk);
+            CHECK_STATUS(attn_sdpa_forward_16(ctx, &cfg, ATTN_DTYPE_BF16, q16, k16, v16, o16, lse,
+                                              NULL, NULL),
+                         ATTN_OK);
+            CHECK_STATUS(attn_sdpa_backward_dlse(ctx, &cfg, ATTN_DTYPE_BF16, q16, k16, v16, o16,
+                                                 lse, do16, dlse, dq16, dk16, dv16, NULL),
+                         ATTN_OK);
+            for (size_t i = 0; i < nq; i++) {
+                uint32_t bits = (uint32_t)dq16[i] << 16;
+                memcpy(&dq[i], &bits, 4);
+            }
+            CHECK(rel_l2_double(dq, wq, nq) <= 3e-2);
+        }
+        attn_block_mask_free(map);
+        attn_mask_free(causal);
+        attn_ctx_free(ctx);
+    }
+}
+
 int main(int argc, char **argv) {
     struct timespec now;
     timespec_get(&now, TIME_UTC);
@@ -384,6 +552,7 @@ int main(int argc, char **argv) {
     errors(ctx);
     for (int i = 0; i < 4; i++) traced_forward_fused_backward(&seed);
     public_lse_alone(&seed);
+    backward_with_dlse(&seed);
     attn_ctx_free(ctx);
     return check_summary();
 }

@@ -748,6 +748,84 @@ static void test_callback_error(attn_ctx *ctx) {
     free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv);
 }
 
+/* A chain's tensors are checked as the config's own are: memory shared
+ * between an output and a modifier's tensor, or between a gradient and an
+ * input, is refused before anything is written; so are ALiBi slopes that
+ * are not finite and a softcap that float32 rounds to 0 (the fused
+ * kernels would run without it, the float64 call with it). */
+static void test_chain_bad_input(attn_ctx *ctx) {
+    enum { B = 1, H = 2, T = 24, S = 24, D = 16, TS = T * S };
+    size_t nq = B * T * H * D;
+    float *q = alloc_randn(nq, 1), *k = alloc_randn(nq, 1), *v = alloc_randn(nq, 1);
+    float *out = calloc(nq, 4), *lse = calloc(B * H * T, 4), *dq = calloc(nq, 4);
+    float *dk = calloc(nq, 4), *dv = calloc(nq, 4), *bias = alloc_randn(H * TS, 1);
+    float *grad = calloc(H * TS, 4), *big = alloc_randn(H * TS + nq, 1);
+    attn_score_mod mod = {.kind = ATTN_SCORE_BIAS, .tensor = bias, .tensor_grad = grad,
+                          .strides = {0, TS, S, 1}};
+    attn_sdpa_config cfg = {.batch = B, .heads = H, .q_tokens = T, .kv_tokens = S,
+                            .head_dim = D, .causal = true, .score_mods = &mod,
+                            .score_mod_count = 1};
+    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+    memcpy(big, bias, H * TS * sizeof(float));
+    float kept = big[H * TS];
+    /* the gradient over its own bias, over dq, over q */
+    mod.tensor = big, mod.tensor_grad = big;
+    CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, out, dq, dk, dv, NULL),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "score_mods[0].tensor_grad [");
+    CHECK_MESSAGE(ctx, "overlaps score_mods[0].tensor [");
+    CHECK(!memcmp(big, bias, H * TS * sizeof(float)) && big[H * TS] == kept);
+    mod.tensor = bias, mod.tensor_grad = big;
+    CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, out, big + 16, dk, dv, NULL),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "overlaps dq [");
+    mod.tensor_grad = q;
+    CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, out, dq, dk, dv, NULL),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "score_mods[0].tensor_grad [");
+    CHECK_MESSAGE(ctx, "overlaps q [");
+    /* the forward's output over the bias */
+    mod.tensor = big, mod.tensor_grad = NULL;
+    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, big + 8, lse, NULL, NULL),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "overlaps score_mods[0].tensor [");
+    CHECK(big[8] == bias[8]);
+    /* a relative table's gradient over its table */
+    attn_score_mod rel = {.kind = ATTN_SCORE_REL_TABLE, .tensor = bias, .tensor_grad = bias,
+                          .buckets = 2 * T};
+    cfg.score_mods = &rel;
+    CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, out, dq, dk, dv, NULL),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "score_mods[0].tensor_grad [");
+    rel.tensor_grad = grad;
+    CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, out, dq, dk, dv, NULL),
+                 ATTN_OK);
+    /* ALiBi slopes in the chain: finite, and not under an output */
+    float slopes[H] = {0.5f, NAN};
+    attn_score_mod alibi = {.kind = ATTN_SCORE_ALIBI, .tensor = slopes};
+    cfg.score_mods = &alibi;
+    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "score_mods[0] (alibi) slope tensor[1] is nan");
+    slopes[1] = 0.25f;
+    alibi.tensor = lse + 3;
+    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "lse [");
+    CHECK_MESSAGE(ctx, "overlaps score_mods[0].tensor [");
+    /* a softcap float32 holds as 0 */
+    attn_score_mod cap = {.kind = ATTN_SCORE_SOFTCAP, .value = 1e-50};
+    cfg.score_mods = &cap;
+    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "score_mods[0] (softcap) value 1e-50 rounds to 0 in float32");
+    double q64[1] = {0}, o64[1], l64[1];
+    attn_sdpa_config one = {.batch = 1, .heads = 1, .q_tokens = 1, .kv_tokens = 1,
+                            .head_dim = 1, .score_mods = &cap, .score_mod_count = 1};
+    CHECK_STATUS(attn_sdpa_forward_f64(ctx, &one, q64, q64, q64, o64, l64, NULL, NULL),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "rounds to 0 in float32");
+    free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv), free(bias),
+        free(grad), free(big);
+}
+
 /* A callback that makes head 0's score of query 9 against key 4 +inf. */
 static int inf_fn(void *user, const attn_score_tile *t) {
     (void)user;
@@ -1285,6 +1363,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < cases; i++) test_case(one, two, i, false);
         for (size_t i = 0; i < cases / 4; i++) test_case(one, two, i, true);
         test_callback_error(two);
+        test_chain_bad_input(two);
         test_non_finite(two);
         test_minus_inf_rows(two);
         test_huge_tied_scores(two);

@@ -98,6 +98,11 @@ static void test_mask(attn_ctx *ctx) {
     many[0] = -1;
     CHECK_STATUS(attn_tree_mask(ctx, many, 65, bits, 1, NULL), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "1 words a row hold 64 tokens, not 65");
+    /* counts whose words would wrap: refused before a parent is read */
+    CHECK_STATUS(attn_tree_mask(ctx, many, SIZE_MAX - 62, bits, 0, NULL), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "0 words a row hold 0 tokens, not 18446744073709551553");
+    CHECK_STATUS(attn_tree_mask(ctx, many, SIZE_MAX / 2, bits, 4, NULL), ATTN_ERR_OVERFLOW);
+    CHECK_MESSAGE(ctx, "rows of 4 words overflow");
 }
 
 typedef struct setup {
@@ -304,6 +309,9 @@ static void test_branch_of_tree(attn_ctx *ctx) {
                             .q_heads = s.q_heads, .q = q1, .k_new = k, .v_new = v, .out = o1};
     CHECK_STATUS(attn_kv_cache_attend_tree(a, &ta), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "seq 3 is past the cache's batch of 1");
+    ta.seq = 0, ta.draft_tokens = SIZE_MAX - 62;
+    CHECK_STATUS(attn_kv_cache_attend_tree(a, &ta), ATTN_ERR_OVERFLOW);
+    CHECK_MESSAGE(ctx, "a tree of 18446744073709551553 tokens overflows");
     attn_kv_cache_free(a);
     attn_kv_cache_free(b);
     size_t windows[1] = {8};

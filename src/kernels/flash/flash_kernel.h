@@ -1324,8 +1324,10 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
         }
         /* a softmax over one key (and no sink) is constant: its dS is
          * exactly zero (in float, dP - delta would leave rounding residue);
-         * not for one block of a longer row (backward_from_lse) */
-        if (!p->sinks && !p->backward_from_lse && br->end[row] - br->begin[row] == 1) {
+         * not for one block of a longer row (backward_from_lse), nor where
+         * the loss reads lse (its dS is dlse) */
+        if (!p->sinks && !p->backward_from_lse && !p->dlse &&
+            br->end[row] - br->begin[row] == 1) {
             memset(dS, 0, BC * sizeof *dS);
             continue;
         }
@@ -1700,7 +1702,8 @@ typedef struct delta_job {
     float *delta;
 } delta_job;
 
-/* delta_i = dO_i . O_i for the rows of (batch, head)s [begin, end). */
+/* delta_i = dO_i . O_i (less dlse_i) for the rows of (batch, head)s
+ * [begin, end). */
 static void delta_rows(void *arg, size_t begin, size_t end) {
     const delta_job *job = arg;
     const attn_attention_problem *p = job->f->p;
@@ -1720,7 +1723,9 @@ static void delta_rows(void *arg, size_t begin, size_t end) {
             for (; d + 4 <= D; d += 4)
                 for (int k = 0; k < 4; k++) sum[k] += (double)dO[d + k] * o[d + k];
             for (; d < D; d++) sum[0] += (double)dO[d] * o[d];
-            job->delta[attn_lse_index(p, b, h, i)] = (float)((sum[0] + sum[1]) + (sum[2] + sum[3]));
+            size_t at = attn_lse_index(p, b, h, i);
+            double dot = (sum[0] + sum[1]) + (sum[2] + sum[3]);
+            job->delta[at] = (float)(p->dlse ? dot - p->dlse[at] : dot);
         }
     }
 }

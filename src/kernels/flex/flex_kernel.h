@@ -1207,7 +1207,7 @@ static void mods_item(void *arg, size_t part, size_t item) {
     }
 }
 
-/* delta_i = dO_i . O_i, per (b, h), summed in order of d. */
+/* delta_i = dO_i . O_i (less dlse_i), per (b, h), summed in order of d. */
 static void delta_item(void *arg, size_t part, size_t item) {
     (void)part;
     const flex_job *job = arg;
@@ -1219,7 +1219,8 @@ static void delta_item(void *arg, size_t part, size_t item) {
         const float *o = (const float *)p->out.data + at, *d_o = (const float *)job->gr->dout + at;
         double sum = 0.0; /* exact products, one rounding of the sum */
         for (size_t d = 0; d < p->v_head_dim; d++) sum += (double)o[d] * d_o[d];
-        job->delta[attn_lse_index(p, b, h, i)] = (float)sum;
+        size_t r = attn_lse_index(p, b, h, i);
+        job->delta[r] = (float)(p->dlse ? sum - p->dlse[r] : sum);
     }
 }
 
