@@ -971,6 +971,12 @@ class _Term:
         return _Term(self.kind, **kw)
 
 
+def _distance(lin):
+    """Whether lin is n (kv_idx - q_idx) + c, n a nonzero integer."""
+    a, c = lin.coef.get("q", 0), lin.coef.get("kv", 0)
+    return not set(lin.coef) - {"q", "kv"} and a == -c and a != 0
+
+
 def _term_of(v, node):
     """v as a list of _Term, or _NotRecognised."""
     if isinstance(v, list):
@@ -979,6 +985,10 @@ def _term_of(v, node):
         return [v]
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return [_Term("const", value=float(v))]
+    if isinstance(v, _Lin) and _distance(v):  # n (kv_idx - q_idx) + c: ALiBi of slope 1
+        return [_Term("alibi", slope=1.0, lin=v, absolute=False)]
+    if isinstance(v, _Abs) and _distance(v.lin):
+        return [_Term("alibi", slope=1.0, lin=v.lin, absolute=True)]
     if isinstance(v, _Tens) and v.full():
         buckets = [d for d in v.dims if isinstance(d, (_Bucket, _RelIndex))]
         if not buckets:
@@ -1072,6 +1082,10 @@ class _ScoreInterpreter(_Interpreter):
             return [t.times(c) for t in _term_of(a, node)]
         if isinstance(a, _Lin) and float(c).is_integer():
             return a.scaled(int(c))
+        if isinstance(a, _Lin) and _distance(a):  # slope * (kv_idx - q_idx): ALiBi's term
+            return _Term("alibi", slope=float(c), lin=a, absolute=False)
+        if isinstance(a, _Abs) and _distance(a.lin):
+            return _Term("alibi", slope=float(c), lin=a.lin, absolute=True)
         raise _NotRecognised(f"{_node_name(node)} of {_what(a)}")
 
     def add(self, score, terms, node, negate=False):
@@ -1160,20 +1174,25 @@ class _Chain:
         elif t.kind == "alibi":
             d = t.lin
             a, c = d.coef.get("q", 0), d.coef.get("kv", 0)
-            if set(d.coef) - {"q", "kv"} or not (a == -c and abs(a) == 1):
+            # n (kv_idx - q_idx) + n k: the slope times n, the distance's own
+            n = abs(a)
+            if set(d.coef) - {"q", "kv"} or a != -c or n == 0 or d.const % n:
                 raise ValueError("flex_attention: a score_mod's slope multiplies other than "
-                                 "+-(kv_idx - q_idx) + c (ALiBi)")
+                                 "n (+-(kv_idx - q_idx) + k) (ALiBi)")
+            a, d = a // n, _Lin({x: v // n for x, v in d.coef.items()}, d.const // n)
             slope = t.slope
             if isinstance(slope, torch.Tensor):
                 if slope.requires_grad and torch.is_grad_enabled():
                     raise ValueError("flex_attention: ALiBi slopes that require grad: attn "
                                      "computes no gradient for them (detach them)")
                 slope = slope.detach().to(torch.float32).reshape(-1)
-                if slope.numel() != H:
+                # slopes[h] reads the first H, as PyTorch's indexing does
+                if slope.numel() < H:
                     raise ValueError(f"flex_attention: ALiBi slopes of {slope.numel()} "
                                      f"values for {H} heads")
+                slope = slope[:H] * n
             else:
-                slope = torch.full((H,), float(slope))
+                slope = torch.full((H,), float(slope) * n)
             if t.absolute:
                 # s + slope * |q - kv + k| = s - (-slope) * |q + k - kv|
                 k = d.const if a == 1 else -d.const
@@ -1499,10 +1518,37 @@ def _from_bool(ctx, keep, block_size, mask_mod, description):
     return BlockMask(out, (B, H, T, S), block_size, mask_mod, description)
 
 
+def _check_broadcast(mask_mod, b_none, h_none, T, S):
+    """Where B (H) is None the map is b = 0's (h = 0's) for every sequence
+    (head), so a mask_mod that reads b (h) would be silently wrong for the
+    others: it is called at b = 0 and 1 (h = 0 and 1) on up to 128 query
+    rows spread over Q_LEN and 2048 keys over KV_LEN, and answers that
+    differ are an error. A mask_mod that raises there (lengths of one
+    sequence) is taken as it is."""
+    def spread(n, most):
+        return torch.arange(n) if n <= most else torch.linspace(0, n - 1, most).long()
+    nb, nh = (2 if b_none else 1), (2 if h_none else 1)
+    q, kv = spread(T, 128).view(1, 1, -1, 1), spread(S, 2048).view(1, 1, 1, -1)
+    try:
+        r = torch.as_tensor(mask_mod(torch.arange(nb).view(nb, 1, 1, 1),
+                                     torch.arange(nh).view(1, nh, 1, 1), q, kv))
+        r = r.expand(nb, nh, q.size(2), kv.size(3))
+    except Exception:
+        return
+    name = getattr(mask_mod, "__name__", mask_mod)
+    for dim, (none, index, size) in enumerate(((b_none, "b", "B"), (h_none, "h", "H"))):
+        if none and not torch.equal(r.select(dim, 0), r.select(dim, 1)):
+            raise ValueError(f"create_block_mask: the mask_mod {name!r} reads {index} (its "
+                             f"answers at {index} = 0 and 1 differ), but {size} is None, which "
+                             f"gives every {'sequence' if index == 'b' else 'head'} the map of "
+                             f"{index} = 0: pass {size}")
+
+
 def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=128,
                       _compile=False):
     """The BlockMask of mask_mod(b, h, q_idx, kv_idx) -> bool for (B, H,
-    Q_LEN, KV_LEN) (B, H None: one map for every sequence / head), as
+    Q_LEN, KV_LEN) (B, H None: one map for every sequence / head, refused
+    for a mask_mod seen to read b / h), as
     torch.nn.attention.flex_attention.create_block_mask. A mask_mod attn
     recognises becomes its closed-form description (no (Q_LEN, KV_LEN)
     mask is built); any other is evaluated once on the index grid."""
@@ -1510,6 +1556,7 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=12
         raise TypeError(f"create_block_mask: mask_mod must be callable, got {mask_mod!r}")
     if str(torch.device(device).type) != "cpu":
         raise ValueError(f"create_block_mask: attn runs on the CPU, not {device}")
+    b_none, h_none = B is None, H is None
     B, H = _dims("B", B), _dims("H", H)
     T, S = _dims("Q_LEN", Q_LEN, None), _dims("KV_LEN", KV_LEN, None)
     if T is None or S is None:
@@ -1518,6 +1565,8 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=12
         raise ValueError(f"create_block_mask: Q_LEN ({T}) and KV_LEN ({S}) must be at most "
                          f"2^32 - 1")
     block_size = _block_sizes(BLOCK_SIZE)
+    if b_none or h_none:
+        _check_broadcast(mask_mod, b_none, h_none, T, S)
     g = _Grid(B, H, T, S)
     ctx = _attn_torch()._context()
     description = _trace_mask(mask_mod)

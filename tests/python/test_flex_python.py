@@ -276,9 +276,26 @@ for name, fn, _ in mask_cases(2, 2, T2, S2)[::3] + [("striped", striped, None),
                                                       ("per-head", per_head, None)]:
     for Bm, Hm in ((None, None), (2, 2)):
         bs = rng.choice([16, 32, 64, 128, (16, 64), (128, 32)])
-        bm = flex.create_block_mask(fn, Bm, Hm, T2, S2, BLOCK_SIZE=bs)
+        try:
+            bm = flex.create_block_mask(fn, Bm, Hm, T2, S2, BLOCK_SIZE=bs)
+        except ValueError as err:
+            # B, H None with a mask_mod that reads b or h: refused, naming it
+            full = dense(fn, 2, 2, T2, S2)
+            check(Bm is None and "is None, which gives every" in str(err) and
+                  (not torch.equal(full[0], full[1]) or not torch.equal(full[:, 0], full[:, 1])),
+                  f"create_block_mask {name} B={Bm}: refused ({err})")
+            continue
         keep = dense(fn, Bm or 1, Hm or 1, T2, S2)
         check_map(bm, keep, f"create_block_mask {name} B={Bm} BLOCK_SIZE={bs}")
+lens2 = torch.tensor([T2 // 3, T2])
+for Bm, Hm, fn, index in ((None, 2, lambda b, h, q_idx, kv_idx: kv_idx < lens2[b], "b"),
+                          (2, None, per_head, "h")):
+    try:
+        flex.create_block_mask(fn, Bm, Hm, T2, T2)
+        check(False, f"a mask_mod that reads {index} with its size None: refused")
+    except ValueError as err:
+        check(f"reads {index} (its answers at {index} = 0 and 1 differ)" in str(err),
+              f"a mask_mod that reads {index} with its size None: {err}")
 
 # the library's tree limits (4096 nodes, 256 deep; each combinator copies its
 # operands, so a mask ANDed with itself doubles): a traced description past
@@ -645,6 +662,16 @@ if runs:
             (s + bias[h, q, kv]) / 20.0)), causal, {"bias_shape": (3, 70, 90)}),
         ("alibi", lambda bias: (lambda s, b, h, q, kv: s - alibi_slopes[h] * abs(q - kv)),
          None, {}),
+        # a number's slope, on either side; an integer multiple; slopes of
+        # more heads than read (PyTorch's indexing reads the first H)
+        ("alibi, a number slope", lambda bias: (lambda s, b, h, q, kv: s + 0.3 * (kv - q)),
+         causal, {}),
+        ("alibi, slope after", lambda bias: (lambda s, b, h, q, kv: s + (kv - q + 2) * 0.25),
+         None, {}),
+        ("alibi, 2 (kv - q)", lambda bias: (lambda s, b, h, q, kv: s + 2 * (q - kv) / 7),
+         None, {}),
+        ("alibi, slopes of more heads", lambda bias: (
+            lambda s, b, h, q, kv: s + torch.linspace(0.1, 0.8, 8)[h] * (kv - q)), None, {}),
         ("key bias, broadcast", lambda bias: (lambda s, b, h, q, kv: s * 0.5 + bias[kv]),
          lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + 20, {"bias_shape": (90,),
                                                              "Bm": 2, "Hm": 3}),
