@@ -234,16 +234,19 @@ static void run_oracle(const flex_case *c, oracle *o) {
                 double lse = m + log(l);
                 o->lse[row] = lse;
                 const float *dO = c->dout + q_at(c, b, h, i, c->Dv);
-                double delta = 0;
+                /* delta's size: the |terms| its float sums round at */
+                double delta = 0, delta_abs = 0;
                 for (size_t j = 0; j < c->S; j++) {
                     P[j] = seen[j] ? exp(chain[j * (nm + 1) + nm] - lse) : 0.0;
                     const float *v = c->v + kv_at(c, b, kh, j, c->Dv);
-                    double dP = 0;
+                    double dP = 0, dP_abs = 0;
                     for (size_t d = 0; d < c->Dv; d++) {
                         out[d] += P[j] * v[d];
                         dP += (double)dO[d] * v[d];
+                        dP_abs += fabs((double)dO[d] * v[d]);
                     }
                     delta += P[j] * dP;
+                    delta_abs += P[j] * dP_abs;
                 }
                 if (c->sinks) {
                     /* delta = dO . O cancels: the kernels' O rounds at |O_d dO_d| */
@@ -256,9 +259,14 @@ static void run_oracle(const flex_case *c, oracle *o) {
                     if (!seen[j]) continue;
                     const float *k = c->k + kv_at(c, b, kh, j, c->D);
                     const float *v = c->v + kv_at(c, b, kh, j, c->Dv);
-                    double dP = 0;
-                    for (size_t d = 0; d < c->Dv; d++) dP += (double)dO[d] * v[d];
-                    double ds = P[j] * (dP - delta), ds_abs = P[j] * (fabs(dP) + fabs(delta));
+                    /* dS_ij = P (dP - delta) cancels: float rounds it at the
+                     * terms of dP and delta, not at their sums */
+                    double dP = 0, dP_abs = 0;
+                    for (size_t d = 0; d < c->Dv; d++) {
+                        dP += (double)dO[d] * v[d];
+                        dP_abs += fabs((double)dO[d] * v[d]);
+                    }
+                    double ds = P[j] * (dP - delta), ds_abs = P[j] * (dP_abs + delta_abs);
                     double *dv = o->dv + kv_at(c, b, kh, j, c->Dv);
                     for (size_t d = 0; d < c->Dv; d++) dv[d] += P[j] * dO[d];
                     for (size_t t = nm; t-- > 0;) {
@@ -1240,6 +1248,67 @@ static void slice_heads(const float *x, size_t b, size_t n, size_t heads, size_t
  * 4 or more, in two passes (per key block, then per query block) where
  * fewer: each (batch, KV head) of a 2 x 2 problem, run as a problem of its
  * own, takes the two passes, and must give the one pass's bits. */
+/* A callback that makes the scores of keys after the query NaN: the causal
+ * map hides them, so they must count for nothing. */
+static int nan_above_fn(void *user, const attn_score_tile *t) {
+    (void)user;
+    for (size_t r = 0; r < t->rows; r++)
+        for (size_t c = 0; c < t->cols; c++)
+            if (t->kv0 + c > t->q0 + r) t->scores[r * t->ld + c] = NAN;
+    return 0;
+}
+static int identity_grad(void *user, const attn_score_tile *t, float *grad) {
+    (void)user, (void)t, (void)grad;
+    return 0;
+}
+
+/* Hidden scores a modifier made NaN (kept as the softcap's input) keep a
+ * zero gradient on the block-map kernels as on the reference: the bias's
+ * gradient between them was NaN in the entries such tiles reach. */
+static void test_hidden_nan_inputs(attn_ctx *fast) {
+    enum { B = 1, H = 2, T = 40, D = 16 };
+    size_t n = B * T * H * D;
+    float *q = alloc_randn(n, 1), *k = alloc_randn(n, 1), *v = alloc_randn(n, 1);
+    float *dout = alloc_randn(n, 1), *bias = alloc_randn(H * T * T, 1);
+    float *out = calloc(n, 4), *lse = calloc(B * H * T, 4), *dq = calloc(n, 4);
+    float *dk = calloc(n, 4), *dv = calloc(n, 4), *grad[2] = {calloc(H * T * T, 4),
+                                                              calloc(H * T * T, 4)};
+    attn_ctx *ref;
+    attn_ctx_config rc = {.num_threads = 1, .kernels = ATTN_KERNELS_REFERENCE};
+    CHECK_STATUS(attn_ctx_new(&rc, &ref), ATTN_OK);
+    attn_mask *causal;
+    attn_block_mask *map;
+    attn_block_mask_config mc = {.batch = 1, .heads = 1, .q_len = T, .kv_len = T, .block_q = 16,
+                                 .block_kv = 16};
+    CHECK_STATUS(attn_mask_new_causal(fast, 0, &causal), ATTN_OK);
+    CHECK_STATUS(attn_block_mask_from_mask(fast, &mc, causal, &map), ATTN_OK);
+    attn_score_mod mods[3] = {{.kind = ATTN_SCORE_CALLBACK, .fn = nan_above_fn,
+                               .grad_fn = identity_grad},
+                              {.kind = ATTN_SCORE_BIAS, .tensor = bias, .strides = {0, T * T, T, 1}},
+                              {.kind = ATTN_SCORE_SOFTCAP, .value = 5.0}};
+    attn_sdpa_config cfg = {.batch = B, .heads = H, .q_tokens = T, .kv_tokens = T, .head_dim = D,
+                            .block_mask = map, .score_mods = mods, .score_mod_count = 3};
+    for (int run = 0; run < 2; run++) {
+        attn_ctx *ctx = run ? fast : ref;
+        mods[1].tensor_grad = grad[run];
+        CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+        CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, dout, dq, dk, dv, NULL),
+                     ATTN_OK);
+        bool finite = true;
+        for (size_t e = 0; e < (size_t)H * T * T; e++) finite &= isfinite(grad[run][e]) != 0;
+        for (size_t e = 0; e < n; e++) finite &= isfinite(dq[e]) && isfinite(dk[e]);
+        CHECK(finite);
+    }
+    double e = rel_l2_floats(grad[1], grad[0], (size_t)H * T * T);
+    if (!(e <= 1e-5)) fprintf(stderr, "hidden NaN inputs: bias grad %.3g off the reference\n", e);
+    CHECK(e <= 1e-5);
+    attn_block_mask_free(map);
+    attn_mask_free(causal);
+    attn_ctx_free(ref);
+    free(q), free(k), free(v), free(dout), free(bias), free(out), free(lse), free(dq), free(dk),
+        free(dv), free(grad[0]), free(grad[1]);
+}
+
 static void test_one_pass_bits(attn_ctx *ctx) {
     const size_t B = 2, Hkv = 2, G = 2, H = Hkv * G, T = 20 + below(200), D = 24 + below(3) * 8;
     size_t qn = B * T * H * D, kn = B * T * Hkv * D;
@@ -1364,6 +1433,7 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < cases / 4; i++) test_case(one, two, i, true);
         test_callback_error(two);
         test_chain_bad_input(two);
+        test_hidden_nan_inputs(two);
         test_non_finite(two);
         test_minus_inf_rows(two);
         test_huge_tied_scores(two);

@@ -761,6 +761,16 @@ static inline void softcap_grad(const float *in, float *ds, float inv) {
     v_store(ds, v_mul(v_load(ds), keep_nan(x, v_div(v_mul(v_set1(4.0f), e), v_mul(u, u)))));
 }
 
+/* Hidden scores (final -inf: the mask's, or the chain's own) keep a zero
+ * gradient whatever a modifier's backward made of it: the input it kept
+ * there may be NaN (a callback of an earlier -inf, or of a key the mask
+ * hides anyway), and 0 x NaN would reach the tables' sums and dq, dk. */
+static void zero_hidden(flex_tiles *t, const flex_at *at, size_t ld) {
+    for (size_t r = 0; r < at->nr; r++)
+        for (size_t c = 0; c < at->nc; c++)
+            if (t->s[r * ld + c] == -INFINITY) t->dp[r * ld + c] = 0.0f;
+}
+
 /* Back through the chain, last modifier first: t->dp holds dL/d(final
  * score) and leaves with dL/d(q . k * scale); the tensor gradients of
  * the modifiers in job->grad_mods are summed on the way. */
@@ -799,6 +809,7 @@ static bool chain_backward(const flex_job *job, flex_tiles *t, const flex_at *at
                     memcpy(ds + r * ld + c, d, (at->nc - c) * sizeof(float));
                 }
             }
+            zero_hidden(t, at, ld);
             break;
         }
         case ATTN_SCORE_ALIBI:
@@ -834,10 +845,7 @@ static bool chain_backward(const flex_job *job, flex_tiles *t, const flex_at *at
                     return false;
                 }
             }
-            /* hidden scores keep a zero gradient whatever grad_fn wrote there */
-            for (size_t r = 0; r < at->nr; r++)
-                for (size_t c = 0; c < at->nc; c++)
-                    if (t->s[r * ld + c] == -INFINITY) ds[r * ld + c] = 0.0f;
+            zero_hidden(t, at, ld);
             break;
         }
         }
