@@ -92,9 +92,18 @@ static bool REF(chain_forward)(const attn_attention_problem *p, size_t b, size_t
  * inputs chain_forward saved; BIAS, REL_BIAS and REL_TABLE modifiers that want
  * tensor_grad add g at their point to their sums in acc (NULL: not now).
  * tile and grad hold n floats each for a callback. */
+/* A key of weight 0 (a final score of -inf: hidden) passes no gradient back
+ * through the chain, whatever a modifier's derivative is at the input it
+ * kept there (a callback's NaN of an earlier -inf; 0 x NaN), as the
+ * block-map kernels' zero_hidden. */
+static void REF(zero_unweighed)(const double *weights, double *g, size_t n) {
+    for (size_t e = 0; e < n; e++)
+        if (weights[e] == 0.0) g[e] = 0.0;
+}
+
 static bool REF(chain_backward)(const attn_attention_problem *p, size_t b, size_t h, size_t i,
-                                size_t j0, size_t n, const double *saved, double *g,
-                                double *acc, float *tile, float *grad,
+                                size_t j0, size_t n, const double *saved, const double *weights,
+                                double *g, double *acc, float *tile, float *grad,
                                 chain_failure *failure) {
     for (size_t k = p->score_mod_count; k-- > 0;) {
         const attn_score_mod *m = &p->score_mods[k];
@@ -112,6 +121,7 @@ static bool REF(chain_backward)(const attn_attention_problem *p, size_t b, size_
                 double t = tanh(in[e] / cap); /* d(c tanh(x / c)) / dx = 1 - t^2 */
                 g[e] *= 1.0 - t * t;
             }
+            REF(zero_unweighed)(weights, g, n);
             break;
         }
         case ATTN_SCORE_ALIBI:
@@ -137,6 +147,7 @@ static bool REF(chain_backward)(const attn_attention_problem *p, size_t b, size_
                 return false;
             }
             for (size_t e = 0; e < n; e++) g[e] = (double)grad[e];
+            REF(zero_unweighed)(weights, g, n);
             break;
         }
         }
@@ -405,8 +416,8 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
             if (softcap) dS *= 1.0 - th[j] * th[j]; /* d(c tanh(x / c)) / dx */
             th[j] = dS;
         }
-        if (chained && !REF(chain_backward)(p, b, h, i, first, last - first, saved, th + first,
-                                            bv->mod_sums, tile, grad, failure))
+        if (chained && !REF(chain_backward)(p, b, h, i, first, last - first, saved, P + first,
+                                            th + first, bv->mod_sums, tile, grad, failure))
             return;
         for (size_t j = first; j < last; j++) {
             if (!sees(p, b, h, i, j, first, last)) continue;
@@ -478,7 +489,8 @@ static void REF(backward_key_rows)(void *arg, size_t part, size_t begin, size_t 
                 double dS = P * (dP - delta);
                 if (softcap) dS *= 1.0 - th * th;
                 if (chained &&
-                    !REF(chain_backward)(p, b, h, i, j, 1, saved, &dS, NULL, tile, grad, failure))
+                    !REF(chain_backward)(p, b, h, i, j, 1, saved, &P, &dS, NULL, tile, grad,
+                                         failure))
                     return;
                 for (size_t d = 0; d < Dv; d++) acc_v[d] += A * dout_i[d];
                 for (size_t d = 0; d < D; d++) acc_k[d] += dS * q_i[d];

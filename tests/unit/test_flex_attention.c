@@ -1261,11 +1261,29 @@ static int identity_grad(void *user, const attn_score_tile *t, float *grad) {
     (void)user, (void)t, (void)grad;
     return 0;
 }
+/* 1.5 s, -inf kept; its gradient's factor NaN at -inf (cos(-inf)), as a
+ * callback written without hidden keys in mind gives. */
+static int keep_inf_fn(void *user, const attn_score_tile *t) {
+    (void)user;
+    for (size_t r = 0; r < t->rows; r++)
+        for (size_t c = 0; c < t->cols; c++)
+            if (!isinf(t->scores[r * t->ld + c])) t->scores[r * t->ld + c] *= 1.5f;
+    return 0;
+}
+static int nan_at_inf_grad(void *user, const attn_score_tile *t, float *grad) {
+    (void)user;
+    for (size_t r = 0; r < t->rows; r++)
+        for (size_t c = 0; c < t->cols; c++)
+            grad[r * t->ld + c] *= 1.5f + 0.0f * cosf(t->scores[r * t->ld + c]);
+    return 0;
+}
 
 /* Hidden scores a modifier made NaN (kept as the softcap's input) keep a
  * zero gradient on the block-map kernels as on the reference: the bias's
- * gradient between them was NaN in the entries such tiles reach. */
-static void test_hidden_nan_inputs(attn_ctx *fast) {
+ * gradient between them was NaN in the entries such tiles reach. Hidden
+ * by the map (variant 0), or by the chain: a bias of -inf, which the
+ * callback then turns into NaN (variant 1). */
+static void test_hidden_nan_inputs(attn_ctx *fast, int variant) {
     enum { B = 1, H = 2, T = 40, D = 16 };
     size_t n = B * T * H * D;
     float *q = alloc_randn(n, 1), *k = alloc_randn(n, 1), *v = alloc_randn(n, 1);
@@ -1282,10 +1300,21 @@ static void test_hidden_nan_inputs(attn_ctx *fast) {
                                  .block_kv = 16};
     CHECK_STATUS(attn_mask_new_causal(fast, 0, &causal), ATTN_OK);
     CHECK_STATUS(attn_block_mask_from_mask(fast, &mc, causal, &map), ATTN_OK);
-    attn_score_mod mods[3] = {{.kind = ATTN_SCORE_CALLBACK, .fn = nan_above_fn,
-                               .grad_fn = identity_grad},
-                              {.kind = ATTN_SCORE_BIAS, .tensor = bias, .strides = {0, T * T, T, 1}},
-                              {.kind = ATTN_SCORE_SOFTCAP, .value = 5.0}};
+    float *hide = calloc(T * T, 4);
+    for (size_t e = 0; e < T * T; e += 7) hide[e] = -INFINITY;
+    /* the gradient's bias second: after it, the step whose kept input is NaN */
+    attn_score_mod by_map[3] = {{.kind = ATTN_SCORE_CALLBACK, .fn = nan_above_fn,
+                                 .grad_fn = identity_grad},
+                                {.kind = ATTN_SCORE_BIAS, .tensor = bias,
+                                 .strides = {0, T * T, T, 1}},
+                                {.kind = ATTN_SCORE_SOFTCAP, .value = 5.0}};
+    attn_score_mod by_chain[3] = {{.kind = ATTN_SCORE_BIAS, .tensor = hide,
+                                   .strides = {0, 0, T, 1}},
+                                  {.kind = ATTN_SCORE_BIAS, .tensor = bias,
+                                   .strides = {0, T * T, T, 1}},
+                                  {.kind = ATTN_SCORE_CALLBACK, .fn = keep_inf_fn,
+                                   .grad_fn = nan_at_inf_grad}};
+    attn_score_mod *mods = variant ? by_chain : by_map;
     attn_sdpa_config cfg = {.batch = B, .heads = H, .q_tokens = T, .kv_tokens = T, .head_dim = D,
                             .block_mask = map, .score_mods = mods, .score_mod_count = 3};
     for (int run = 0; run < 2; run++) {
@@ -1300,13 +1329,15 @@ static void test_hidden_nan_inputs(attn_ctx *fast) {
         CHECK(finite);
     }
     double e = rel_l2_floats(grad[1], grad[0], (size_t)H * T * T);
-    if (!(e <= 1e-5)) fprintf(stderr, "hidden NaN inputs: bias grad %.3g off the reference\n", e);
+    if (!(e <= 1e-5))
+        fprintf(stderr, "hidden NaN inputs (variant %d): bias grad %.3g off the reference\n",
+                variant, e);
     CHECK(e <= 1e-5);
     attn_block_mask_free(map);
     attn_mask_free(causal);
     attn_ctx_free(ref);
     free(q), free(k), free(v), free(dout), free(bias), free(out), free(lse), free(dq), free(dk),
-        free(dv), free(grad[0]), free(grad[1]);
+        free(dv), free(grad[0]), free(grad[1]), free(hide);
 }
 
 static void test_one_pass_bits(attn_ctx *ctx) {
@@ -1433,7 +1464,8 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < cases / 4; i++) test_case(one, two, i, true);
         test_callback_error(two);
         test_chain_bad_input(two);
-        test_hidden_nan_inputs(two);
+        test_hidden_nan_inputs(two, 0);
+        test_hidden_nan_inputs(two, 1);
         test_non_finite(two);
         test_minus_inf_rows(two);
         test_huge_tied_scores(two);
