@@ -755,16 +755,30 @@ static void pack_backward_rows(const flex_job *job, flex_tiles *t, const attn_at
  * gradients' bits); e is 0 past 2^-125, where the factor is below
  * float's smallest normal anyway. */
 static inline void softcap_grad(const float *in, float *ds, float inv) {
-    vec x = v_load(in);
+    vec x = v_load(in), d = v_load(ds);
     vec e = v_exp2(v_mul(v_abs(x), v_set1(-2.0f * inv * (float)FLEX_LOG2E)));
     vec u = v_add(v_set1(1.0f), e);
-    v_store(ds, v_mul(v_load(ds), keep_nan(x, v_div(v_mul(v_set1(4.0f), e), v_mul(u, u)))));
+    vec out = v_mul(d, v_div(v_mul(v_set1(4.0f), e), v_mul(u, u)));
+    if (v_any_nan(x)) {
+        /* a NaN input: NaN where a gradient reaches it (its row is NaN),
+         * 0 where none does (a hidden key, dS 0: the input kept there may
+         * be a modifier's NaN of a score the map hides anyway) */
+        float xs[VW], dl[VW], o[VW];
+        v_store(xs, x);
+        v_store(dl, d);
+        v_store(o, out);
+        for (size_t i = 0; i < VW; i++)
+            if (xs[i] != xs[i]) o[i] = dl[i] == 0.0f ? 0.0f : xs[i];
+        out = v_load(o);
+    }
+    v_store(ds, out);
 }
 
 /* Hidden scores (final -inf: the mask's, or the chain's own) keep a zero
- * gradient whatever a modifier's backward made of it: the input it kept
- * there may be NaN (a callback of an earlier -inf, or of a key the mask
- * hides anyway), and 0 x NaN would reach the tables' sums and dq, dk. */
+ * gradient whatever a callback's backward made of it: the input it kept
+ * there may be NaN or inf (an earlier modifier's of a key the mask hides
+ * anyway), and 0 x NaN would reach the tables' sums and dq, dk. The
+ * softcap's step keeps them itself (softcap_grad). */
 static void zero_hidden(flex_tiles *t, const flex_at *at, size_t ld) {
     for (size_t r = 0; r < at->nr; r++)
         for (size_t c = 0; c < at->nc; c++)
@@ -809,7 +823,6 @@ static bool chain_backward(const flex_job *job, flex_tiles *t, const flex_at *at
                     memcpy(ds + r * ld + c, d, (at->nc - c) * sizeof(float));
                 }
             }
-            zero_hidden(t, at, ld);
             break;
         }
         case ATTN_SCORE_ALIBI:
