@@ -112,13 +112,18 @@ static bool is_half(attn_dtype d) { return d == ATTN_DTYPE_BF16 || d == ATTN_DTY
  * range. */
 static attn_status refuse_element(lm_source *s, const char *name, attn_dtype from,
                                   attn_dtype to, bool exact, float x, size_t at) {
+    /* what holds it: the file's own 16-bit dtype, or for a float32 file past
+     * f16's range bf16's wider one; float32 always */
+    const char *holds = from == ATTN_DTYPE_BF16                       ? "bf16 or f32"
+                        : from == ATTN_DTYPE_F16                      ? "f16 or f32"
+                        : to == ATTN_DTYPE_F16 && fabsf(x) <= 3.38e38f ? "bf16 or f32"
+                                                                      : "f32";
     return attn_fail(s->ctx, ATTN_ERR_INVALID,
                      "attn_lm_load: %s: tensor '%s' (%s) holds %.9g at element %zu, "
-                     "which %s cannot hold %s: load it as %s or f32",
+                     "which %s cannot hold %s: load it as %s",
                      s->path, name, attn_dtype_name(from), (double)x, at,
                      to == ATTN_DTYPE_BF16 ? "bf16" : "f16",
-                     exact ? "exactly" : "(past its range)",
-                     is_half(from) ? (from == ATTN_DTYPE_BF16 ? "bf16" : "f16") : "bf16");
+                     exact ? "exactly" : "(past its range)", holds);
 }
 
 /* Whether narrowing x gave h = infinity from a finite x: past the 16-bit

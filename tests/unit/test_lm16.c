@@ -346,7 +346,13 @@ int main(int argc, char **argv) {
                   "cannot hold exactly");
     check_refusal(ATTN_DTYPE_BF16, ATTN_DTYPE_F16, "trf_blocks.0.ff.fc3.weight", 3e-6f,
                   "cannot hold exactly");
-    check_refusal(ATTN_DTYPE_F32, ATTN_DTYPE_F16, "tok_emb.weight", 7e4f, "past its range");
+    check_refusal(ATTN_DTYPE_F32, ATTN_DTYPE_F16, "tok_emb.weight", 7e4f,
+                  "past its range): load it as bf16 or f32");
+    /* past bf16's range too: f32 alone holds it */
+    check_refusal(ATTN_DTYPE_F32, ATTN_DTYPE_BF16, "tok_emb.weight", 3.4e38f,
+                  "past its range): load it as f32");
+    check_refusal(ATTN_DTYPE_BF16, ATTN_DTYPE_F16, "tok_emb.weight", 1e5f,
+                  "load it as bf16 or f32");
     check_rounding(ATTN_DTYPE_BF16);
     check_rounding(ATTN_DTYPE_F16);
     check_bytes_and_errors();
