@@ -297,6 +297,18 @@ def test_float32():
     s = s.masked_fill(torch.ones(6, 9, dtype=torch.bool).tril(3).logical_not(), float("-inf"))
     check(none is None and lse.dtype == torch.float32 and lse.shape == (1, 2, 6) and
           err(lse, torch.logsumexp(s, -1)) <= 1e-5, "flash_attn_func lse")
+    # a loss reading lse as well (a z-loss): its gradient reaches q and k
+    qq, kk, vv = (t.requires_grad_() for t in (qq, kk, vv))
+    out, lse, _ = AT.flash_attn_func(qq, kk, vv, causal=True, return_attn_probs=True)
+    dout, dlse = torch.randn_like(out), torch.randn_like(lse)
+    ((out * dout).sum() + (lse * dlse).sum()).backward()
+    qo, ko, vo = (t.detach().double().requires_grad_() for t in (qq, kk, vv))
+    s = (qo.transpose(1, 2) @ ko.transpose(1, 2).transpose(-1, -2)) / math.sqrt(8)
+    s = s.masked_fill(torch.ones(6, 9, dtype=torch.bool).tril(3).logical_not(), float("-inf"))
+    want = (torch.softmax(s, -1) @ vo.transpose(1, 2)).transpose(1, 2)
+    ((want * dout.double()).sum() + (torch.logsumexp(s, -1) * dlse.double()).sum()).backward()
+    e = max(err(qq.grad, qo.grad), err(kk.grad, ko.grad), err(vv.grad, vo.grad))
+    check(e <= 1e-5, f"flash_attn_func: gradients through lse off by {e:.3g}")
     print(f"  flash float32 vs float64: worst {worst:.3g}")
 
 
