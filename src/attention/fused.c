@@ -60,8 +60,7 @@ static const char *fused_declines(const attn_ctx *ctx, const attn_attention_prob
     const char *feature = attn_problem_unsupported(
         p, ATTN_USES_CAUSAL | ATTN_USES_RENORMALIZE | ATTN_USES_WINDOW | ATTN_USES_SOFTCAP |
                ATTN_USES_ALIBI | ATTN_USES_SINKS | ATTN_USES_VARLEN | ATTN_USES_ROW_INTERVALS |
-               ATTN_USES_SCORE_MODS |
-               ATTN_USES_LSE_GRAD);
+               ATTN_USES_SCORE_MODS | ATTN_USES_LSE_GRAD);
     if (feature) return feature;
     if (p->score_mod_count && !relative_bias(p))
         return "score modifiers other than one relative bias whose gradient is not asked";

@@ -278,8 +278,8 @@ static size_t reference_forward_bytes(const attn_ctx *ctx, const attn_attention_
  *      (times 1 - tanh^2(x_ij / softcap) with softcap),
  *      dq_i = scale sum_j dS_ij k_j; keeps lse_i and delta_i.
  *      With backward_from_lse, P_ij = exp(s_ij - lse_i) from the given lse
- *      and delta_i = dO_i . O_i (less dlse_i) from the given out: the row's statistics
- *      over all its keys, of which these are one block.
+ *      and delta_i = dO_i . O_i (less dlse_i) from the given out: the row's
+ *      statistics over all its keys, of which these are one block.
  *   2. per key row j of KV head g: over the group's query heads, then their
  *      rows, dv_j = sum P_ij drop_ij dO_i, dk_j = scale sum dS_ij q_i.
  * then dsinks_h = -sum_(b, i) exp(sink_h - lse_i) delta_i (with
@@ -535,8 +535,7 @@ static const char *reference_declines(const attn_ctx *ctx, const attn_attention_
     return attn_problem_unsupported(
         p, ATTN_USES_CAUSAL | ATTN_USES_RENORMALIZE | ATTN_USES_WINDOW | ATTN_USES_SOFTCAP |
                ATTN_USES_ALIBI | ATTN_USES_SINKS | ATTN_USES_VARLEN | ATTN_USES_BLOCK_MAP |
-               ATTN_USES_ROW_INTERVALS | ATTN_USES_SCORE_MODS |
-               ATTN_USES_LSE_GRAD);
+               ATTN_USES_ROW_INTERVALS | ATTN_USES_SCORE_MODS | ATTN_USES_LSE_GRAD);
 }
 
 const attn_attention_backend attn_attention_reference = {

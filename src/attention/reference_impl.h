@@ -87,20 +87,21 @@ static bool REF(chain_forward)(const attn_attention_problem *p, size_t b, size_t
     return true;
 }
 
-/* The chain's backward: g (n) holds the gradient of the chain's output and
- * receives that of its input, modifier by modifier in reverse, from the
- * inputs chain_forward saved; BIAS, REL_BIAS and REL_TABLE modifiers that want
- * tensor_grad add g at their point to their sums in acc (NULL: not now).
- * tile and grad hold n floats each for a callback. */
 /* A key of weight 0 (a final score of -inf: hidden) passes no gradient back
  * through the chain, whatever a modifier's derivative is at the input it
- * kept there (a callback's NaN of an earlier -inf; 0 x NaN), as the
- * block-map kernels' zero_hidden. */
+ * kept there (a callback's NaN of an earlier -inf; 0 x NaN), as in the
+ * block-map kernels. */
 static void REF(zero_unweighed)(const double *weights, double *g, size_t n) {
     for (size_t e = 0; e < n; e++)
         if (weights[e] == 0.0) g[e] = 0.0;
 }
 
+/* The chain's backward: g (n) holds the gradient of the chain's output and
+ * receives that of its input, modifier by modifier in reverse, from the
+ * inputs chain_forward saved; BIAS, REL_BIAS and REL_TABLE modifiers that want
+ * tensor_grad add g at their point to their sums in acc (NULL: not now).
+ * weights (n) are the keys' P, whose zeros keep a zero gradient. tile and
+ * grad hold n floats each for a callback. */
 static bool REF(chain_backward)(const attn_attention_problem *p, size_t b, size_t h, size_t i,
                                 size_t j0, size_t n, const double *saved, const double *weights,
                                 double *g, double *acc, float *tile, float *grad,
