@@ -25,8 +25,9 @@ F32P = POINTER(c_float)
 I32P = POINTER(c_int32)
 I64P = POINTER(c_int64)
 MAX_DIMS = 8  # ATTN_SAFETENSORS_MAX_DIMS
-# attn_dtype values of the 16-bit calls (attn_sdpa_forward_16, attn_gemm_16)
-DTYPE_F32, DTYPE_F16, DTYPE_BF16 = 0, 1, 2
+# attn_dtype values of the calls that take one (attn_sdpa_forward_16,
+# attn_gemm_16, attn_sdpa_backward_dlse)
+DTYPE_F32, DTYPE_F16, DTYPE_BF16, DTYPE_F64 = 0, 1, 2, 3
 
 
 class AttnError(RuntimeError):

@@ -69,7 +69,8 @@ import torch.nn.functional as F
 
 from . import _lib
 from ._args import INT32_MAX, as_index, as_number, library_scale
-from ._lib import DTYPE_BF16, DTYPE_F16, AttnError, CtxConfig, lib, status_name
+from ._lib import (DTYPE_BF16, DTYPE_F16, DTYPE_F32, DTYPE_F64, AttnError, CtxConfig, lib,
+                   status_name)
 from .functional import BERNOULLI_PHILOX, KERNELS, SdpaConfig, SdpaDropout, kernels_supported
 
 __all__ = ["scaled_dot_product_attention", "flash_attn_func", "flash_attn_varlen_func",
@@ -109,7 +110,7 @@ _backward16 = _bind(_BACKWARD16, "attn_sdpa_backward_16")
 _BACKWARD_DLSE = ctypes.CFUNCTYPE(c_int, c_void_p, _CFG, c_int, _P, _P, _P, _P, _P, _P, _P, _P,
                                   _P, _P, _DROP)
 _backward_dlse = _bind(_BACKWARD_DLSE, "attn_sdpa_backward_dlse")
-_DTYPE_CODE = {torch.float32: 0, torch.float64: 3, **_DTYPE16}
+_DTYPE_CODE = {torch.float32: DTYPE_F32, torch.float64: DTYPE_F64, **_DTYPE16}
 
 
 # AMX's tile state for this process (the bf16 kernels' fastest path on Intel):
