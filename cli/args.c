@@ -271,6 +271,26 @@ int cli_finish(int rc) {
     return rc == CLI_OK ? CLI_FAILED : rc;
 }
 
+int cli_finite_additive(const char *opt, const char *path, const attn_npy *a) {
+    for (size_t i = 0; i < a->numel; i++) {
+        float x = a->data[i];
+        if (!isnan(x) && x != INFINITY) continue;
+        char at[160];
+        size_t used = 0, rest = i;
+        size_t index[ATTN_NPY_MAX_DIMS];
+        for (size_t d = a->ndim; d-- > 0;) {
+            index[d] = rest % a->shape[d];
+            rest /= a->shape[d];
+        }
+        for (size_t d = 0; d < a->ndim && used < sizeof at; d++)
+            used += (size_t)snprintf(at + used, sizeof at - used, "%s%zu", d ? ", " : "",
+                                     index[d]);
+        return cli_failure("%s: '%s' holds %g at (%s): only -inf hides, and the rest must be "
+                           "finite", opt, path, (double)x, a->ndim ? at : "");
+    }
+    return CLI_OK;
+}
+
 void cli_format_shape(char *buf, size_t size, size_t rank, const size_t *shape) {
     size_t used = (size_t)snprintf(buf, size, "(");
     for (size_t i = 0; i < rank && used < size; i++)

@@ -104,6 +104,11 @@ bool cli_parse_double(const char *text, double *out);
  * "<opt>: expected <expected>, got '<text>'", or that it is out of range. */
 int cli_bad_number(const char *opt, const char *text, const char *expected);
 
+/* CLI_OK when an additive array (a float mask, a bias) holds no NaN and no
+ * +inf (either would make its rows NaN; -inf hides a key), else the failure
+ * naming opt, path, the value and its index in the file. */
+int cli_finite_additive(const char *opt, const char *path, const attn_npy *a);
+
 /* "(2, 1, 5)" into buf. */
 void cli_format_shape(char *buf, size_t size, size_t rank, const size_t *shape);
 

@@ -264,7 +264,6 @@ static int run_mask(int argc, char **argv) {
             rc = cli_failure("--png: %s", err);
             goto done;
         }
-        if ((rc = cli_outputs_commit(&out, false)) != CLI_OK) goto done;
     }
     if (o.show) {
         fputs(drawing, stdout);
@@ -274,6 +273,15 @@ static int run_mask(int argc, char **argv) {
                info.config.block_q, info.config.block_kv, info.full_blocks, info.partial_blocks,
                skipped, tiles, info.config.batch, info.config.heads, info.q_blocks,
                info.kv_blocks, info.sparsity);
+    }
+    if (o.png) {
+        /* the PNG in place once the drawing is out: a command whose printing
+         * failed (cli_finish names it) leaves no file new or changed */
+        if (o.show && (fflush(stdout) != 0 || ferror(stdout))) {
+            rc = CLI_FAILED;
+            goto done;
+        }
+        rc = cli_outputs_commit(&out, false);
     }
 done:
     cli_outputs_free(&out);

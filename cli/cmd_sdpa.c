@@ -295,29 +295,6 @@ static int read_floats(attn_ctx *ctx, const char *opt, const char *path, attn_np
     return attn_npy_read(ctx, path, out) == ATTN_OK ? CLI_OK : cli_library_error(ctx, opt);
 }
 
-/* A bias added to the scores, as an additive --mask: -inf hides a key, and
- * the rest must be finite (a NaN or +inf would make its rows NaN). The
- * first value at fault is named with its index. */
-static int finite_bias(const char *opt, const char *path, const attn_npy *a) {
-    for (size_t i = 0; i < a->numel; i++) {
-        float x = a->data[i];
-        if (!isnan(x) && x != INFINITY) continue;
-        char at[160];
-        size_t used = 0, rest = i;
-        size_t index[ATTN_NPY_MAX_DIMS];
-        for (size_t d = a->ndim; d-- > 0;) {
-            index[d] = rest % a->shape[d];
-            rest /= a->shape[d];
-        }
-        for (size_t d = 0; d < a->ndim && used < sizeof at; d++)
-            used += (size_t)snprintf(at + used, sizeof at - used, "%s%zu", d ? ", " : "",
-                                     index[d]);
-        return cli_failure("%s: '%s' holds %g at (%s): only -inf hides, and the rest must be "
-                           "finite", opt, path, (double)x, a->ndim ? at : "");
-    }
-    return CLI_OK;
-}
-
 /* Reads path, a 1-D int32 or int64 .npy of values that fit int32 (the
  * library checks dtype and range, and names the value at fault). */
 static int read_offsets(attn_ctx *ctx, const char *opt, const char *path, attn_npy_i32 *out) {
@@ -529,14 +506,14 @@ static int read_programmable(sdpa_run *r, const sdpa_options *o, attn_sdpa_confi
     size_t bias_strides[4] = {0};
     if (o->bias &&
         ((rc = read_floats(r->ctx, "--bias", o->bias, &r->bias)) != CLI_OK ||
-         (rc = finite_bias("--bias", o->bias, &r->bias)) != CLI_OK ||
+         (rc = cli_finite_additive("--bias", o->bias, &r->bias)) != CLI_OK ||
          (rc = cli_broadcast_strides("--bias", r->bias.ndim, r->bias.shape, target,
                                      bias_strides)) != CLI_OK))
         return rc;
     size_t buckets = 0;
     if (o->rel_table) {
         if ((rc = read_floats(r->ctx, "--rel-bias-table", o->rel_table, &r->rel_table)) != CLI_OK ||
-            (rc = finite_bias("--rel-bias-table", o->rel_table, &r->rel_table)) != CLI_OK)
+            (rc = cli_finite_additive("--rel-bias-table", o->rel_table, &r->rel_table)) != CLI_OK)
             return rc;
         const attn_npy *t = &r->rel_table;
         if (t->ndim != 2 || t->shape[0] != cfg->heads) {

@@ -50,15 +50,16 @@ int cli_mask_take(cli_mask_options *m, const char *opt, const char *value, bool 
     } else if (strcmp(opt, "--block-topk") == 0) {
         m->block_topk = value;
     } else if (strcmp(opt, "--prefix-lm") == 0) {
+        /* the library's bound on positions, a usage error here */
         long long n;
-        if (!cli_parse_ll(value, &n) || n < 0)
-            return cli_usage_error("--prefix-lm: expected a non-negative integer, got '%s'",
+        if (!cli_parse_ll(value, &n) || n < 0 || n > (1LL << 62))
+            return cli_usage_error("--prefix-lm: expected an integer from 0 to 2^62, got '%s'",
                                    value);
         m->prefix = (int64_t)n;
         m->prefix_given = true;
     } else if (strcmp(opt, "--chunk") == 0) {
-        if (!cli_parse_size(value, &m->chunk) || m->chunk == 0)
-            return cli_usage_error("--chunk: expected a positive integer, got '%s'", value);
+        if (!cli_parse_size(value, &m->chunk) || m->chunk == 0 || m->chunk > ((size_t)1 << 62))
+            return cli_usage_error("--chunk: expected an integer from 1 to 2^62, got '%s'", value);
         m->chunk_given = true;
     } else if (strcmp(opt, "--block-size") == 0) {
         size_t n = 0;
@@ -207,7 +208,8 @@ static int build_description(attn_ctx *ctx, const cli_mask_options *m, const cli
 }
 
 /* A dense mask with causal and window drawn into it (attn mask): each
- * element read through the strides, then the closed forms. */
+ * element read through the strides (floats already checked: finite or
+ * -inf), then the closed forms. */
 typedef struct dense_source {
     const int32_t *ints;
     const float *floats;
@@ -219,7 +221,6 @@ static int dense_visible(void *user, size_t b, size_t h, size_t q_idx, size_t kv
     const dense_source *d = user;
     size_t at = b * d->strides[0] + h * d->strides[1] + q_idx * d->strides[2] +
                 kv_idx * d->strides[3];
-    if (d->floats && isnan(d->floats[at])) return -1;
     bool visible = d->floats ? d->floats[at] != -INFINITY : d->ints[at] != 0;
     int64_t pos = (int64_t)q_idx + d->g->offset, j = (int64_t)kv_idx;
     if (d->g->causal && j > pos) visible = false;
@@ -253,10 +254,12 @@ static int build_dense(attn_ctx *ctx, const cli_mask_options *m, const cli_mask_
         if (again == ATTN_OK) return cli_failure("--mask: '%s' changed while it was read", m->mask);
         return cli_library_error(ctx, "--mask");
     }
+    int rc = is_int ? CLI_OK : cli_finite_additive("--mask", m->mask, &out->values);
+    if (rc != CLI_OK) return rc;
     size_t rank = is_int ? ints.ndim : out->values.ndim;
     const size_t *shape = is_int ? ints.shape : out->values.shape;
     size_t target[4] = {g->batch, g->heads, g->q_len, g->kv_len};
-    int rc = cli_broadcast_strides("--mask", rank, shape, target, out->strides);
+    rc = cli_broadcast_strides("--mask", rank, shape, target, out->strides);
     if (rc != CLI_OK) {
         attn_npy_i32_free(&ints);
         return rc;

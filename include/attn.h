@@ -1267,7 +1267,9 @@ typedef struct attn_npy {
     float *data; /* owned: release with attn_npy_free */
 } attn_npy;
 
-/* Reads a little- or big-endian float32 (or float64, converted) array. */
+/* Reads a little- or big-endian float32 (or float64, rounded to float32: a
+ * finite value beyond float32's range is ATTN_ERR_FORMAT naming its index
+ * and value, where a conversion would make it an infinity) array. */
 attn_status attn_npy_read(attn_ctx *ctx, const char *path, attn_npy *out);
 /* Parses an in-memory .npy image (for fuzzing and embedded use). */
 attn_status attn_npy_parse(attn_ctx *ctx, const void *bytes, size_t size, attn_npy *out);

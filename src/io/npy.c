@@ -415,19 +415,15 @@ static attn_status header_length(attn_ctx *ctx, const char *label, const unsigne
     return ATTN_OK;
 }
 
-/* IEEE rounding of a double to float without the undefined behaviour ISO C
- * gives out-of-range conversions: at or beyond FLT_MAX plus half an ulp the
- * result is infinity (the tie rounds to even, which is upwards there). */
-static float narrow_double(double d) {
-    const double limit = 0x1.ffffffp127;
-    if (d >= limit) return INFINITY;
-    if (d <= -limit) return -INFINITY;
-    return (float)d;
-}
-
-/* Converts count stored elements at src to floats at dst. dst may alias src
- * when itemsize is 4: each element is loaded before it is stored. */
-static void decode_floats(const unsigned char *src, size_t count, const npy_header *h, float *dst) {
+/* Converts count stored elements at src (elements first.. of the array) to
+ * floats at dst. dst may alias src when itemsize is 4: each element is
+ * loaded before it is stored. A float64 rounds to the nearest float; a
+ * finite one that float32 cannot hold (its magnitude rounds past FLT_MAX)
+ * is an error naming it and its index, not an infinity that a later check
+ * would report as a value the file does not hold. */
+static attn_status decode_floats(attn_ctx *ctx, const char *label, const unsigned char *src,
+                                 size_t count, const npy_header *h, size_t first, float *dst) {
+    const double limit = 0x1.ffffffp127; /* FLT_MAX plus half an ulp: rounds to inf */
     for (size_t i = 0; i < count; i++) {
         const unsigned char *e = src + i * h->itemsize;
         if (h->itemsize == 4) {
@@ -443,9 +439,15 @@ static void decode_floats(const unsigned char *src, size_t count, const npy_head
             for (int k = 0; k < 8; k++) u = u << 8 | e[h->big_endian ? k : 7 - k];
             double d;
             memcpy(&d, &u, sizeof d);
-            dst[i] = narrow_double(d);
+            if (isfinite(d) && fabs(d) >= limit)
+                return attn_fail(ctx, ATTN_ERR_FORMAT,
+                                 "%s: element %zu (%g) is beyond float32's range (+-%g); "
+                                 "the array is read as float32",
+                                 label, first + i, d, (double)FLT_MAX);
+            dst[i] = (float)d; /* in range, or inf or NaN: no undefined conversion */
         }
     }
+    return ATTN_OK;
 }
 
 static attn_status truncated_data(attn_ctx *ctx, const char *label, size_t expected, size_t got) {
@@ -506,7 +508,10 @@ attn_status attn_npy_parse(attn_ctx *ctx, const void *bytes, size_t size, attn_n
     if (st != ATTN_OK) return st;
     float *data;
     if ((st = alloc_data(ctx, memory_label, &h, &data)) != ATTN_OK) return st;
-    decode_floats(stored, h.numel, &h, data);
+    if ((st = decode_floats(ctx, memory_label, stored, h.numel, &h, 0, data)) != ATTN_OK) {
+        attn_free(data);
+        return st;
+    }
     fill_result(&h, data, out);
     return ATTN_OK;
 }
@@ -573,14 +578,15 @@ static attn_status read_stream(attn_ctx *ctx, const char *path, FILE *f, attn_np
     if (h.itemsize == 4) {
         /* Straight into the result, then fixed up in place. */
         st = read_exact(ctx, path, f, data, h.data_bytes, h.data_bytes, 0, "data");
-        if (st == ATTN_OK) decode_floats((const unsigned char *)data, h.numel, &h, data);
+        if (st == ATTN_OK)
+            st = decode_floats(ctx, path, (const unsigned char *)data, h.numel, &h, 0, data);
     } else {
         unsigned char chunk[NPY_CHUNK];
         const size_t per_chunk = sizeof chunk / 8;
         for (size_t done = 0; done < h.numel && st == ATTN_OK;) {
             size_t n = h.numel - done < per_chunk ? h.numel - done : per_chunk;
             st = read_exact(ctx, path, f, chunk, n * 8, h.data_bytes, done * 8, "data");
-            if (st == ATTN_OK) decode_floats(chunk, n, &h, data + done);
+            if (st == ATTN_OK) st = decode_floats(ctx, path, chunk, n, &h, done, data + done);
             done += n;
         }
     }

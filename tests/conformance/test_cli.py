@@ -1405,7 +1405,12 @@ def test_sdpa_flex(r, rng):
          ["--mask", "(3, 12, 12)", "(2, 2, 12, 12)"]),
         (base + ["--mask", save(r, "mask_5d.npy", np.ones((1, 1, 1, T, T), bool))], [2],
          ["--mask", "(1, 1, 1, 12, 12)"]),
-        (base + ["--mask", nan_mask], [1], ["--mask", "nan", "(0, 0, 0, 0)"]),
+        (base + ["--mask", nan_mask], [1], ["--mask", "'%s' holds nan at (0, 0)" % nan_mask]),
+        # float64 past float32's range is named, not read as an infinity
+        (base + ["--mask", save(r, "mask_big64.npy", np.where(diag, 1e39, 0.0))], [1],
+         ["--mask", "element 0 (1e+39) is beyond float32's range"]),
+        (base + ["--bias", save(r, "bias_min64.npy", np.full((T, T), np.finfo(np.float64).min))],
+         [1], ["--bias", "(-1.79769e+308) is beyond float32's range"]),
         (base + ["--mask", save(r, "mask_u2.npy", np.ones((T, T), np.uint16))], [1],
          ["--mask", "dtype '<u2' is none of a mask's", "int8", "float64"]),
         (base + ["--bias", save(r, "bias_bad.npy", np.zeros((T, 5), np.float32))], [2],
@@ -1432,7 +1437,10 @@ def test_sdpa_flex(r, rng):
          ["--block-topk"]),
         (base + ["--block-size", "48"], [2], ["--block-size", "'48'"]),
         (base + ["--prefix-lm", "-1"], [2], ["--prefix-lm", "'-1'"]),
+        (base + ["--prefix-lm", str(2 ** 62 + 1)], [2], ["--prefix-lm", "0 to 2^62"]),
+        (base + ["--prefix-lm", "9" * 20], [2], ["--prefix-lm", "0 to 2^62", "9" * 20]),
         (base + ["--chunk", "0"], [2], ["--chunk", "'0'"]),
+        (base + ["--chunk", str(2 ** 62 + 1)], [2], ["--chunk", "1 to 2^62"]),
         (base + ["--mask", os.path.join(r.tmp, "missing.npy")], [1], ["--mask", "missing.npy"]),
     ]
     for args, codes, fragments in bad:
@@ -1623,6 +1631,26 @@ def test_mask_command(r, rng):
             (["mask", "--q-len", 2 ** 31, "--block-size", 256],
              ["--show", "8388608 x 8388608", "shorter --q-len and --kv-len"])):
         expect_error(r, args, [2], fragments, never)
+    # a float mask is checked alike with the closed forms drawn into it
+    bad = np.zeros((8, 8), np.float32)
+    for value, name in ((np.inf, "inf"), (np.nan, "nan")):
+        bad[1, 2] = value
+        f = save(r, "mask_%s.npy" % name, bad)
+        for extra in ([], ["--causal"], ["--window", "1,1"]):
+            expect_error(r, ["mask", "--q-len", 8, "--mask", f, "--block-size", 16] + extra, [1],
+                         ["--mask", "'%s' holds %s at (1, 2)" % (f, name)])
+    # a failed print leaves the PNG as it was
+    if os.path.exists("/dev/full"):
+        with open(png, "wb") as old:
+            old.write(b"OLD")
+        with open("/dev/full", "w") as full:
+            rc, _, se = r.run(["mask", "--q-len", T, "--causal", "--block-size", bs, "--show",
+                               "--png", png], stdout=full)
+        with open(png, "rb") as now:
+            kept = now.read() == b"OLD"
+        check(rc == 1 and "error writing to standard output" in se and kept,
+              "attn mask --show --png > /dev/full: exit 1, the PNG unchanged",
+              "rc=%s kept=%s stderr=%r" % (rc, kept, se[:300]))
     rc, so, se = r.run(["mask", "--help"])
     check(rc == 0 and so.startswith("usage: attn mask") and "--block-topk" in so, "attn mask --help")
 
