@@ -1165,10 +1165,12 @@ class _Chain:
             strides = [0, 0, 0, 0]
             for d, name in enumerate(t.dims):
                 size = ft.size(d)
-                if size != 1 and size < extent[name]:
-                    raise ValueError(f"flex_attention: a score_mod's tensor of shape "
+                # as PyTorch indexes it: a dim of 1 read at index 1 and up is
+                # out of bounds, not broadcast
+                if size < extent[name]:
+                    raise IndexError(f"flex_attention: a score_mod's tensor of shape "
                                      f"{tuple(t.t.shape)} is indexed by {name} up to "
-                                     f"{extent[name]} along its dim {d}")
+                                     f"{extent[name] - 1} along its dim {d} of size {size}")
                 strides[_AXIS[name]] = ft.stride(d) if size != 1 else 0
             self.entries.append(({"kind": SCORE_BIAS, "strides": tuple(strides)}, i))
         elif t.kind == "alibi":

@@ -66,6 +66,7 @@ from ctypes import POINTER, c_int, c_uint64, c_void_p
 
 import torch
 import torch.nn.functional as F
+from torch.autograd import forward_ad
 
 from . import _lib
 from ._args import INT32_MAX, as_index, as_number, library_scale
@@ -468,8 +469,38 @@ class _Attention(torch.autograd.Function):
         return (dq, dk, dv, None, None, None, None, None, *mod_grads)
 
 
+_is_functorch_wrapped = getattr(getattr(torch._C, "_functorch", None),
+                                "is_functorch_wrapped_tensor", None)
+
+
+def _transform_problem(tensors):
+    """Why attn cannot run tensors that a torch transform holds, or None:
+    forward-mode AD's dual tensors (attn has no jvp, and would drop the
+    tangent) and torch.func's wrapped tensors (vmap, grad, jvp: no storage
+    to hand the library)."""
+    for t in tensors:
+        if not isinstance(t, torch.Tensor):
+            continue
+        if _is_functorch_wrapped is not None and _is_functorch_wrapped(t):
+            return "a torch.func transform (vmap, grad, jvp) holds the tensors"
+        if forward_ad.unpack_dual(t).tangent is not None:
+            return "forward-mode AD (a dual tensor): attn has no jvp"
+    return None
+
+
+def _autocast_problem():
+    """Why attn does not run a call under CPU autocast, or None: PyTorch casts
+    its inputs to the autocast dtype there, and its output has that dtype."""
+    on = (torch.is_autocast_enabled("cpu") if _TORCH_VERSION >= (2, 4)
+          else torch.is_autocast_cpu_enabled())
+    return "CPU autocast is on (PyTorch casts the call to its dtype)" if on else None
+
+
 def _attend(spec, q, k, v, return_lse=False):
     """Runs spec on q, k, v: through autograd when a gradient is wanted."""
+    why = _transform_problem((q, k, v, *spec.mod_tensors()))
+    if why is not None:
+        raise NotImplementedError(f"attn.torch: {why}; use PyTorch's own attention there")
     q, k, v = _readable(q), _readable(k), _readable(v)
     mods = spec.mod_tensors()
     if torch.is_grad_enabled() and any(t.requires_grad for t in [q, k, v, *mods]):
@@ -578,6 +609,9 @@ def supports(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
             return "key's heads do not divide query's"
     if not 0.0 <= dropout_p < 1.0:
         return f"dropout_p {dropout_p} is not in [0, 1)"
+    why = _transform_problem((query, key, value, attn_mask)) or _autocast_problem()
+    if why is not None:
+        return why
     if attn_mask is not None:
         why = _mask_problem(attn_mask, query, key, is_causal)
         if why is not None:

@@ -45,15 +45,17 @@
 /* Work per part below which starting a thread costs more than it saves. */
 #define MIN_FLOPS_PER_THREAD (1u << 18)
 
-/* The factor dropout gave weight e of the (B, Hq, T, S) weights. */
-static double drop_factor(const attn_attention_dropout *drop, uint64_t e) {
+/* The factor dropout gave weight e of the (B, Hq, T, S) weights: 1 / (1 -
+ * p) rounded to float for float tensors, in double for double ones (f64). */
+static double drop_factor(const attn_attention_dropout *drop, uint64_t e, bool f64) {
     if (!drop) return 1.0;
+    double kept = f64 ? drop->kept_scale_f64 : (double)drop->kept_scale;
     switch (drop->kind) {
     case ATTN_DROP_BITS:
-        return attn_bit(drop->keep_bits, (size_t)e) ? (double)drop->kept_scale : 0.0;
+        return attn_bit(drop->keep_bits, (size_t)e) ? kept : 0.0;
     case ATTN_DROP_PHILOX:
         return attn_philox_dropout_word(drop->seed, drop->offset, e) < drop->keep_threshold
-                   ? (double)drop->kept_scale
+                   ? kept
                    : 0.0;
     case ATTN_DROP_NONE:
         break;

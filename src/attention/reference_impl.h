@@ -25,6 +25,9 @@ typedef struct REF(forward_view) {
     double *workspace; /* forward_part_doubles per part */
 } REF(forward_view);
 
+/* Whether REAL is double: dropout scales by 1 / (1 - p) in the tensors' precision. */
+static const bool REF(f64) = sizeof(REAL) == sizeof(double);
+
 static double REF(dot)(const REAL *a, const REAL *b, size_t n) {
     double sum = 0.0;
     for (size_t d = 0; d < n; d++) sum += (double)a[d] * b[d];
@@ -241,7 +244,7 @@ static bool REF(forward_row)(const REF(forward_view) *fv, size_t b, size_t h, si
         bool zero = sees_none || (renormalize && !sees(p, b, h, i, j, begin, end));
         row[j] = zero ? 0.0 : row[j] / norm;
         if (tr && tr->weights) tr->weights[trace_row + j] = (float)row[j];
-        if (dropping) row[j] *= drop_factor(fv->drop, trace_row + j);
+        if (dropping) row[j] *= drop_factor(fv->drop, trace_row + j, REF(f64));
         if (tr && tr->dropped) tr->dropped[trace_row + j] = (float)row[j];
     }
     /* out_i (Dv) = row (S) @ v (S, Dv) */
@@ -399,7 +402,7 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
                 dP[j] = poison;
             } else {
                 double dA = REF(dot)(dout_i, v + j * p->v.st.t, Dv);
-                dP[j] = dA * drop_factor(bv->drop, attn_drop_index(p, b, h, i, j));
+                dP[j] = dA * drop_factor(bv->drop, attn_drop_index(p, b, h, i, j), REF(f64));
             }
             delta += P[j] * dP[j];
         }
@@ -484,7 +487,7 @@ static void REF(backward_key_rows)(void *arg, size_t part, size_t begin, size_t 
                     s_ij = modified_score(p, t->softcap, h, (int64_t)i + seq.diagonal, j, x, &th);
                 }
                 double P = s_ij == -INFINITY ? 0.0 : exp((s_ij - lse) - lse_lo);
-                double drop = drop_factor(bv->drop, attn_drop_index(p, b, h, i, j));
+                double drop = drop_factor(bv->drop, attn_drop_index(p, b, h, i, j), REF(f64));
                 double A = P * drop;
                 double dP = REF(dot)(dout_i, v_j, Dv) * drop;
                 double dS = P * (dP - delta);

@@ -310,7 +310,8 @@ typedef struct attn_attention_dropout {
     attn_drop_kind kind;
     const uint8_t *keep_bits;
     uint64_t seed, offset, keep_threshold; /* a keep_threshold of 0 drops every weight */
-    float kept_scale;                      /* 1 / (1 - p) */
+    float kept_scale;                      /* float(1 / (1 - p)), as PyTorch's float32 */
+    double kept_scale_f64;                 /* 1 / (1 - p) in double: float64 problems */
 } attn_attention_dropout;
 
 /* The backward's tensors, of the problem's dtype: dout with out's

@@ -479,7 +479,8 @@ attn_status attn_run_attention_backward(attn_module *m, const attn_attention_pro
                                         const attn_attention_grads *g, size_t call,
                                         const uint8_t *keep_bits) {
     const attn_saved *s = &m->saved;
-    attn_attention_dropout drop = {.kind = ATTN_DROP_NONE, .kept_scale = s->kept_scale};
+    attn_attention_dropout drop = {.kind = ATTN_DROP_NONE, .kept_scale = s->kept_scale,
+                                   .kept_scale_f64 = s->kept_scale};
     if (s->drop_all) {
         drop.kind = ATTN_DROP_PHILOX; /* p = 1, as the forward ran it: no draw is under 0 */
     } else if (keep_bits) {

@@ -343,7 +343,9 @@ attn_attention_dropout attn_sdpa_drop_of(const attn_sdpa_config *c,
         drop = (attn_attention_dropout){.kind = ATTN_DROP_PHILOX, .seed = drawn->seed,
                                         .offset = drawn->offset,
                                         .keep_threshold = attn_philox_keep_threshold(c->dropout),
-                                        .kept_scale = attn_dropout_kept_scale(c->dropout)};
+                                        .kept_scale = attn_dropout_kept_scale(c->dropout),
+                                        .kept_scale_f64 =
+                                            attn_dropout_kept_scale_f64(c->dropout)};
     return drop;
 }
 

@@ -35,6 +35,11 @@ static inline float attn_dropout_kept_scale(double p) {
     return p < 1.0 ? 1.0f / (float)(1.0 - p) : 0.0f;
 }
 
+/* The same in double, as PyTorch's float64 dropout scales. */
+static inline double attn_dropout_kept_scale_f64(double p) {
+    return p < 1.0 ? 1.0 / (1.0 - p) : 0.0;
+}
+
 /* Begins the dropout of a tensor of n elements with probability p. */
 void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, size_t n);
 /* The factor of the next mask entry: kept_scale or 0 (1 when p == 0). */

@@ -720,6 +720,16 @@ if runs:
               "a head-independent map built per head has row intervals")
         check(not flex.create_block_mask(per_head, 1, 3, Tc, Tc, BLOCK_SIZE=16)
               .info().row_intervals, "a map that differs by head has none")
+        # a captured tensor's dim of 1 indexed past 0 is out of bounds, as
+        # PyTorch's indexing raises, not broadcast to every head
+        thin = torch.randn(1, Tc, Tc)
+        try:
+            flex.flex_attention(q, k, v, score_mod=lambda s, b, h, q_idx, kv_idx:
+                                s + thin[h, q_idx, kv_idx])
+            check(False, "a bias of one head indexed by h up to 2: no error")
+        except IndexError as err:
+            check("(1, 75, 75) is indexed by h up to 2 along its dim 0 of size 1" in str(err),
+                  f"a bias of one head indexed by h: {err}")
         softcap = lambda s, b, h, q_idx, kv_idx: 20 * torch.tanh(s / 20)  # noqa: E731
         want = flex.flex_attention(q, k, v, score_mod=softcap, block_mask=shared)
         for bm in (every_head, every_head_dense):

@@ -466,6 +466,23 @@ def test_dropout():
                              [qr.double(), kr.double(), vr.double()], dout.double())
         e = max([err(out, wout)] + [err(g, w) for g, w in zip(gs, wgs)])
         check(e <= 2e-5, f"dropout causal={causal}: forward and backward with the mask: off by {e:.3g}")
+    # float64: kept weights scaled by 1 / (1 - p) in double (a float32 scale
+    # is 2.4e-8 off at p = 0.3), out and gradients at float64's precision
+    pd = 0.3
+    torch.manual_seed(5)
+    Ad = AT.scaled_dot_product_attention(q.double(), k.double(), eye.double(), dropout_p=pd)
+    keep_d = Ad != 0
+    scale_err = float((Ad[keep_d] * S - 1.0 / (1.0 - pd)).abs().max())
+    check(scale_err <= 1e-14, f"float64 kept weights scaled by 1 / (1 - p) in double: {scale_err:.3g}")
+    qr, kr, vr = (torch.randn(B, H, n_, 8, dtype=torch.float64) for n_ in (T, S, S))
+    dout = torch.randn(B, H, T, 8, dtype=torch.float64)
+    torch.manual_seed(5)
+    out, gs = grads_of(lambda q, k, v: AT.scaled_dot_product_attention(q, k, v, dropout_p=pd),
+                       [qr, kr, vr], dout)
+    wout, wgs = grads_of(lambda q, k, v: reference(q, k, v, keep=keep_d.double() / (1.0 - pd)),
+                         [qr, kr, vr], dout)
+    e = max([err(out, wout)] + [err(g, w) for g, w in zip(gs, wgs)])
+    check(e <= 1e-12, f"float64 dropout: forward and backward with the mask: off by {e:.3g}")
     # flash_attn_func dropout: same statistics
     torch.manual_seed(7)
     Af = AT.flash_attn_func(torch.zeros(1, T, 4, 8), torch.zeros(1, S, 4, 8),
@@ -591,8 +608,56 @@ def test_training():
     check(diff <= 2e-3, f"loss curves differ by {diff:.3g} (float32 noise is ~1e-4)")
 
 
+# ---- 6. transforms and autocast ------------------------------------------------------------
+
+def test_transforms():
+    """What attn cannot run under a torch transform goes to PyTorch (the
+    drop-in) or raises (attn's own functions), never a silent wrong
+    derivative: forward-mode AD's tangent, torch.func's wrapped tensors,
+    and CPU autocast's output dtype."""
+    import torch.autograd.forward_ad as fwAD
+    q, k, v, tq = (torch.randn(1, 2, 5, 8, dtype=torch.float64) for _ in range(4))
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(q, tq)
+        why = AT.supports(dual, k, v)
+        check(why is not None and "forward-mode AD" in why, f"a dual query falls back: {why}")
+        def tangent(fn):  # the output's tangent, or the error PyTorch raises
+            try:
+                return fwAD.unpack_dual(fn(dual, k, v)).tangent
+            except NotImplementedError as e:
+                return e
+        got, want = tangent(AT.scaled_dot_product_attention), tangent(AT._pytorch_sdpa)
+        if isinstance(want, NotImplementedError):  # PyTorch 2's fused kernel has no jvp
+            check(isinstance(got, NotImplementedError), f"the drop-in raises as PyTorch: {got}")
+        else:  # the math path written out in torch has one
+            check(got is not None and want is not None and torch.equal(got, want),
+                  "the drop-in's tangent is PyTorch's")
+        try:
+            AT.flash_attn_func(dual.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+            check(False, "flash_attn_func with a dual query raises")
+        except NotImplementedError as e:
+            check("forward-mode AD" in str(e), f"flash_attn_func names forward-mode AD: {e}")
+    func = getattr(torch, "func", None)
+    if func is not None and hasattr(func, "vmap"):
+        qs, ks, vs = (torch.randn(3, 2, 5, 8) for _ in range(3))
+        got = func.vmap(AT.scaled_dot_product_attention)(qs, ks, vs)
+        want = func.vmap(AT._pytorch_sdpa)(qs, ks, vs)
+        check(torch.allclose(got, want, atol=1e-6), "vmap of the drop-in runs PyTorch's")
+        g = func.grad(lambda a: AT.scaled_dot_product_attention(a, ks[0], vs[0]).sum())(qs[0])
+        w = func.grad(lambda a: AT._pytorch_sdpa(a, ks[0], vs[0]).sum())(qs[0])
+        check(torch.allclose(g, w, atol=1e-6), "torch.func.grad of the drop-in is PyTorch's")
+    q32, k32, v32 = (t.float() for t in (q, k, v))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        why = AT.supports(q32, k32, v32)
+        got = AT.scaled_dot_product_attention(q32, k32, v32)
+        want = AT._pytorch_sdpa(q32, k32, v32)
+    check(why is not None and "autocast" in why, f"CPU autocast falls back: {why}")
+    check(got.dtype == want.dtype and torch.equal(got, want),
+          f"under autocast the output is PyTorch's ({got.dtype} vs {want.dtype})")
+
+
 for test in (test_gradcheck, test_float32, test_layouts_and_fallbacks, test_dropout, test_patch,
-             test_training):
+             test_training, test_transforms):
     t = time.time()
     test()
     print(f"{test.__name__}: {time.time() - t:.1f} s")
