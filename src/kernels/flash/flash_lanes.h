@@ -130,16 +130,12 @@ static lane_group lane_group_of(const block_rows *br, size_t r0, size_t width) {
  * (|pos - j| - near), pos the row's position and near the distance to its
  * nearest visible key, then s += the bias at distance i - j. pos - j is
  * exact in float (positions below 2^24), as a lane's row offset plus the
- * group's pos0 - j; for a key at or before the group's first row (every
- * key of a causal tile below the diagonal) it is not negative in any lane,
- * and |pos - j| - near is the row's lane - near, kept per row, plus pos0 -
- * j: the same integer, in two operations fewer. */
+ * group's pos0 - j. */
 typedef struct lane_mods {
     float cap2, inv_cap2; /* 0, 0: no softcap */
     float neg_slope2;     /* 0: no ALiBi */
     int64_t pos0;         /* pos of the group's first row */
     const float *near;    /* the group's rows' near (LG) */
-    const float *lane_less_near; /* the group's rows' offset in it less near (LG) */
     /* the head's bias by row (bias_by_row) at the group's first row's
      * distance 0 (NULL: none): lane r of key j reads by_row[r - j] */
     const float *by_row;
@@ -154,14 +150,8 @@ static inline __attribute__((always_inline)) vec lane_modify(const lane_mods *md
                                                              int u) {
     if (md->cap2 != 0.0f) x = v_mul(v_set1(md->cap2), v_tanh(v_mul(x, v_set1(md->inv_cap2))));
     if (md->neg_slope2 != 0.0f) {
-        int64_t ahead = md->pos0 - (int64_t)j;
-        vec d;
-        if (ahead >= 0) {
-            d = v_add(v_load(md->lane_less_near + u * VW), v_set1((float)ahead));
-        } else {
-            vec at = v_add(v_load(lane_of + u * VW), v_set1((float)ahead));
-            d = v_sub(v_abs(at), v_load(md->near + u * VW));
-        }
+        vec at = v_add(v_load(lane_of + u * VW), v_set1((float)(md->pos0 - (int64_t)j)));
+        vec d = v_sub(v_abs(at), v_load(md->near + u * VW));
         x = v_fma(v_set1(md->neg_slope2), d, x);
     }
     if (md->by_row) x = v_add(x, v_load(md->by_row + u * VW - (ptrdiff_t)j));
@@ -516,12 +506,10 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             pack->from = sweep;
         }
     }
-    float lane_less_near[FBR_MAX];
     for (size_t r = 0; r < groups * LG; r++) {
         begin[r] = r < rows ? (int32_t)br->begin[r] : 0;
         end[r] = r < rows ? (int32_t)br->end[r] : 0;
         near[r] = r < rows ? (float)br->near[r] : 0.0f;
-        lane_less_near[r] = (float)(r % LG) - near[r];
     }
     for (size_t g = 0; g < nh; g++) {
         size_t h = it->h0 + g;
@@ -596,8 +584,7 @@ static void forward_lanes(const forward_job *job, size_t part, const query_item 
             if (lo >= hi) continue; /* nothing seen: m, l and o stay */
             size_t t0 = lo / LKT * LKT, t1 = (hi + LKT - 1) / LKT * LKT;
             lane_mods mods = {.cap2 = f->cap2, .inv_cap2 = f->inv_cap2,
-                              .pos0 = br->pos0 + (int64_t)r0, .near = near + r0,
-                              .lane_less_near = lane_less_near + r0};
+                              .pos0 = br->pos0 + (int64_t)r0, .near = near + r0};
             lane_step step = {.lg = lg, .kb = kb, .kld = kld, .vb = values ? vb : NULL, .vld = vld,
                               .j0 = j0, .t0 = t0, .t1 = t1, .begin = begin + r0, .end = end + r0,
                               .mods = f->modified ? &mods : NULL, .st = st,
