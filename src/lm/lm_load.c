@@ -541,6 +541,15 @@ static attn_status read_rope_object(attn_ctx *ctx, const char *path, const attn_
                          "attn_lm_load: %s: %s of type \"%s\" is not supported (only \"llama3\" "
                          "and \"default\")", path, key, shown);
     }
+    /* all four, as transformers' llama3 rope asks: without its factor the
+     * scaling would read as none */
+    static const char *const needed[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                         "original_max_position_embeddings"};
+    for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++)
+        if (!attn_json_get(rs, needed[i]))
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "attn_lm_load: %s: %s of type \"llama3\" has no \"%s\"", path, key,
+                             needed[i]);
     st = opt_positive(ctx, path, rs, "factor", &c->rope_factor);
     if (st == ATTN_OK) st = opt_double(ctx, path, rs, "low_freq_factor", &c->rope_low_freq_factor);
     if (st == ATTN_OK) st = opt_double(ctx, path, rs, "high_freq_factor", &c->rope_high_freq_factor);

@@ -22,4 +22,12 @@ attn_status attn_model_save_to(attn_model *m, attn_file *file, const char *path)
 attn_model_config attn_model_config_of_gpt(const attn_gpt_config *g);
 attn_model_config attn_model_config_of_llama3(const attn_llama3_config *l);
 
+/* ATTN_ERR_NO_MEMORY (naming who, the parameters and the bytes) where
+ * params' weights, gradients and AdamW's two moments alone, 16 bytes a
+ * parameter, pass limit bytes (0: no limit); checked before AdamW's state
+ * is allocated, as each allocation would succeed under overcommit and the
+ * run be killed part-way. The batch's activations come on top. */
+attn_status attn_training_fits_memory(attn_ctx *ctx, const char *who, const attn_param *params,
+                                      size_t count, size_t limit);
+
 #endif /* ATTN_TRAIN_MODEL_H */

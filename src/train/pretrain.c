@@ -222,6 +222,19 @@ static attn_status encode_start_context(attn_pretrain *r) {
     return ATTN_OK;
 }
 
+attn_status attn_training_fits_memory(attn_ctx *ctx, const char *who, const attn_param *params,
+                                      size_t count, size_t limit) {
+    size_t floats = 0;
+    for (size_t i = 0; i < count; i++) floats += params[i].numel;
+    double bytes = 16.0 * (double)floats;
+    if (limit && bytes > (double)limit)
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                         "%s: the model's %zu parameters, their gradients and AdamW's two "
+                         "moments take %.0f bytes, past this machine's memory (%zu bytes)",
+                         who, floats, bytes, limit);
+    return ATTN_OK;
+}
+
 attn_status attn_pretrain_new(attn_ctx *ctx, attn_model *model, attn_tokenizer *tok,
                               const char *text, size_t length, const attn_pretrain_options *opts,
                               attn_rng *rng, attn_pretrain **out) {
@@ -279,6 +292,9 @@ attn_status attn_pretrain_new(attn_ctx *ctx, attn_model *model, attn_tokenizer *
     oc.lr = o.lr;
     oc.weight_decay = o.weight_decay;
     if (st == ATTN_OK) st = attn_model_params(model, &r->params, &r->param_count);
+    if (st == ATTN_OK)
+        st = attn_training_fits_memory(ctx, fn, r->params, r->param_count,
+                                       attn_physical_memory());
     if (st == ATTN_OK) st = attn_optimizer_new(ctx, &oc, r->params, r->param_count, &r->opt);
     if (st == ATTN_OK)
         st = attn_data_loader_new(ctx, r->train_windows, o.batch_size, true, true,

@@ -21,6 +21,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "attn.h"
 #include "check.h"
+#include "train/model.h"
 
 #include <math.h>
 #include <signal.h>
@@ -632,6 +633,31 @@ static void test_sample_fits_context(fixture *f, uint64_t seed) {
     attn_rng_free(rng);
 }
 
+/* The memory check before AdamW's state: 16 bytes a parameter against a
+ * limit, at it and one byte below it; the machine's own memory holds the
+ * tiny model. */
+static void test_memory_limit(fixture *f, uint64_t seed) {
+    runner r;
+    attn_pretrain_options o = small_options();
+    CHECK_STATUS(runner_new(f, seed, &o, &r), ATTN_OK);
+    const attn_param *params = NULL;
+    size_t count = 0, floats = 0;
+    CHECK_STATUS(attn_model_params(r.model, &params, &count), ATTN_OK);
+    for (size_t i = 0; i < count; i++) floats += params[i].numel;
+    CHECK(floats > 0);
+    CHECK_STATUS(attn_training_fits_memory(f->ctx, "who", params, count, 16 * floats), ATTN_OK);
+    CHECK_STATUS(attn_training_fits_memory(f->ctx, "who", params, count, 0), ATTN_OK);
+    CHECK_STATUS(attn_training_fits_memory(f->ctx, "who", params, count, 16 * floats - 1),
+                 ATTN_ERR_NO_MEMORY);
+    char want[160];
+    snprintf(want, sizeof want, "who: the model's %zu parameters, their gradients and AdamW's "
+             "two moments take %zu bytes, past this machine's memory (%zu bytes)", floats,
+             16 * floats, 16 * floats - 1);
+    CHECK_MESSAGE(f->ctx, want);
+    runner_free(&r);
+    printf("  _new refuses a model whose weights, gradients and moments pass the memory\n");
+}
+
 int main(void) {
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
     const char *env = getenv("ATTN_TEST_SEED");
@@ -658,6 +684,7 @@ int main(void) {
     test_state_round_trips(&f, seed);
     test_save_is_a_pair(&f, seed, dir);
     test_sample_fits_context(&f, seed);
+    test_memory_limit(&f, seed);
 
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);

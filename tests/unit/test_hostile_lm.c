@@ -302,6 +302,30 @@ static void test_config_zeros(attn_ctx *ctx) {
                   "\"original_max_position_embeddings\": 8}}");
     CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "\"factor\" (0)");
+    /* a llama3 rope without one of its four numbers (without the factor it
+     * read as no scaling, silently), under either key */
+    static const char *const rope_keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                            "original_max_position_embeddings"};
+    static const char *const rope_values[] = {"8", "1", "4", "8"};
+    for (int key = 0; key < 2; key++)
+        for (size_t left_out = 0; left_out < 4; left_out++) {
+            char text[640], fields[320] = "";
+            size_t used = 0;
+            for (size_t i = 0; i < 4; i++)
+                if (i != left_out)
+                    used += (size_t)snprintf(fields + used, sizeof fields - used, ", \"%s\": %s",
+                                             rope_keys[i], rope_values[i]);
+            snprintf(text, sizeof text,
+                     "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": "
+                     "2, \"vocab_size\": 11, \"intermediate_size\": 24, "
+                     "\"max_position_embeddings\": 8, \"%s\": {\"rope_type\": \"llama3\"%s}}",
+                     key ? "rope_parameters" : "rope_scaling", fields);
+            write_text(p, text);
+            CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_INVALID);
+            char want[96];
+            snprintf(want, sizeof want, "of type \"llama3\" has no \"%s\"", rope_keys[left_out]);
+            CHECK_MESSAGE(ctx, want);
+        }
 }
 
 static void test_train_file(attn_ctx *ctx) {
