@@ -1,12 +1,27 @@
 # Removes what the last `cmake --install` of this build put in place, as its
 # install_manifest.txt lists it: the files and links only, never a directory,
 # since a prefix such as /usr/local holds other packages' files beside attn's.
-#   cmake -DMANIFEST=BUILD/install_manifest.txt -P uninstall.cmake
+# The manifest's paths are without the DESTDIR of a staged install, which the
+# install recorded in DESTDIR_FILE: the files are removed where it put them.
+#   cmake -DMANIFEST=BUILD/install_manifest.txt \
+#         -DDESTDIR_FILE=BUILD/install_destdir.txt -P uninstall.cmake
 if(NOT EXISTS "${MANIFEST}")
   message(FATAL_ERROR "uninstall: no ${MANIFEST}: nothing was installed from this build "
     "(run `cmake --install` first, or remove the files by hand)")
 endif()
-file(STRINGS "${MANIFEST}" installed)
+set(destdir "")
+if(DESTDIR_FILE AND EXISTS "${DESTDIR_FILE}")
+  file(READ "${DESTDIR_FILE}" destdir)
+endif()
+if(DEFINED ENV{DESTDIR} AND NOT "$ENV{DESTDIR}" STREQUAL "${destdir}")
+  message(FATAL_ERROR "uninstall: DESTDIR is '$ENV{DESTDIR}', but the last install from this "
+    "build was under '${destdir}' (unset DESTDIR: uninstall removes what that install wrote)")
+endif()
+file(STRINGS "${MANIFEST}" listed_paths)
+set(installed "")
+foreach(path IN LISTS listed_paths)
+  list(APPEND installed "${destdir}${path}")
+endforeach()
 set(removed 0)
 foreach(path IN LISTS installed)
   if(IS_SYMLINK "${path}" OR EXISTS "${path}")

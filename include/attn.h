@@ -162,7 +162,9 @@ typedef struct attn_ctx attn_ctx;
 attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out);
 /* Frees ctx (NULL is fine). Free the objects made from it first. */
 void attn_ctx_free(attn_ctx *ctx);
-/* The message of the last failed call made through ctx ("" if none). */
+/* The message of the last call made through ctx: the failure's, or "" after
+ * a call that succeeded (each call clears it first). Read it before the next
+ * call, cleanup's included. */
 const char *attn_ctx_last_error(const attn_ctx *ctx);
 /* The worker threads the ctx runs with (at least 1); 0 for a NULL ctx. */
 size_t attn_ctx_num_threads(const attn_ctx *ctx);

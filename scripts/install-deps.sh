@@ -10,9 +10,10 @@ set -euo pipefail
 # clang with libclang-rt-14-dev: libFuzzer and the sanitizer runtimes
 # (scripts/fuzz.sh); valgrind for CI's memcheck pass; pkg-config for the
 # install test and libpng; Open MPI for the context-parallel layer and its
-# tests (mpirun -np 2..4 on this machine).
+# tests (mpirun -np 2..4 on this machine); locales for its sources, from
+# which test_locale compiles a comma-decimal locale.
 packages=(build-essential cmake clang libclang-rt-14-dev python3 python3-torch python3-numpy
-          libpng-dev pkg-config python3-venv valgrind libopenmpi-dev openmpi-bin)
+          libpng-dev pkg-config python3-venv valgrind libopenmpi-dev openmpi-bin locales)
 
 build_only=false
 if [ "${1:-}" = "--build-only" ]; then

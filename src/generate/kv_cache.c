@@ -316,7 +316,8 @@ attn_status attn_kv_cache_new(attn_ctx *ctx, const attn_kv_cache_config *cfg,
                               attn_kv_cache **out) {
     attn_clear_error(ctx);
     if (!ctx || !cfg || !out)
-        return attn_fail(ctx, ATTN_ERR_NULL, "attn_kv_cache_new: ctx, cfg and out must not be NULL");
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_kv_cache_new: %s is NULL",
+                         !ctx ? "ctx" : !cfg ? "cfg" : "out");
     *out = NULL;
     attn_kv_cache_config c = *cfg;
     size_t row = 0;

@@ -319,7 +319,32 @@ attn_status attn_json_read_uint(attn_json_reader *r, uint64_t max, const char *o
     return ATTN_OK;
 }
 
-/* A number by JSON's grammar (-? int frac? exp?), converted by strtod. */
+/* The C library's decimal point under the caller's LC_NUMERIC ("." or ","
+ * or another, possibly of several bytes), as printf writes it: strtod and
+ * printf follow the locale a program set with setlocale, and JSON's point
+ * is always '.'. */
+static void locale_point(char point[8]) {
+    char half[16];
+    int n = snprintf(half, sizeof half, "%.1f", 0.5); /* "0", the point, "5" */
+    size_t len = n > 2 && n < 10 ? (size_t)n - 2 : 0;
+    memcpy(point, len ? half + 1 : ".", len ? len : 1);
+    point[len ? len : 1] = '\0';
+}
+
+void attn_json_format_double(char *buf, size_t size, double x) {
+    char text[64], point[8];
+    snprintf(text, sizeof text, "%.17g", x);
+    locale_point(point);
+    char *at = strcmp(point, ".") ? strstr(text, point) : NULL;
+    if (at) { /* the locale's point back to '.' */
+        *at = '.';
+        memmove(at + 1, at + strlen(point), strlen(at + strlen(point)) + 1);
+    }
+    snprintf(buf, size, "%s", text);
+}
+
+/* A number by JSON's grammar (-? int frac? exp?), converted by strtod with
+ * its '.' as the locale's point. */
 attn_status attn_json_read_number(attn_json_reader *r, double *out) {
     attn_json_skip_space(r);
     const unsigned char *start = r->p;
@@ -340,12 +365,19 @@ attn_status attn_json_read_number(attn_json_reader *r, double *out) {
         if (!is_digit(r)) return attn_json_expected(r, "a digit in the exponent");
         while (is_digit(r)) r->p++;
     }
-    char small[64];
+    char small[64], point[8] = ".";
     size_t n = (size_t)(r->p - start);
-    char *text = n < sizeof small ? small : attn_malloc(n + 1);
+    const unsigned char *dot = memchr(start, '.', n);
+    if (dot) locale_point(point);
+    /* the digits with the locale's point for '.', which may be wider */
+    size_t head = dot ? (size_t)(dot - start) : n, width = dot ? strlen(point) : 0;
+    size_t tail = dot ? n - head - 1 : 0;
+    char *text = head + width + tail < sizeof small ? small : attn_malloc(head + width + tail + 1);
     if (!text) return out_of_memory(r);
-    memcpy(text, start, n);
-    text[n] = '\0';
+    memcpy(text, start, head);
+    memcpy(text + head, point, width);
+    if (dot) memcpy(text + head + width, dot + 1, tail);
+    text[head + width + tail] = '\0';
     *out = strtod(text, NULL); /* out of range: +-HUGE_VAL or 0, as Python reads it */
     if (text != small) attn_free(text);
     return ATTN_OK;

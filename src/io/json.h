@@ -112,8 +112,11 @@ attn_status attn_json_read_string(attn_json_reader *r, const char *what, char **
 attn_status attn_json_read_uint(attn_json_reader *r, uint64_t max, const char *owner,
                                 const char *what, uint64_t *out);
 /* Any JSON number, converted by strtod (out of range: +-HUGE_VAL or 0, as
- * Python reads it). */
+ * Python reads it), its '.' the point whatever the caller's LC_NUMERIC. */
 attn_status attn_json_read_number(attn_json_reader *r, double *out);
+/* x as JSON writes a number, "%.17g" with '.' whatever the caller's
+ * LC_NUMERIC (a comma locale would write "1,5"), into buf of size bytes. */
+void attn_json_format_double(char *buf, size_t size, double x);
 /* The length of the UTF-8 sequence at p (at most avail bytes, avail > 0),
  * or 0 when it is not well-formed: no overlong forms, surrogates or values
  * past U+10FFFF. (The writers check what they write with it too.) */

@@ -61,10 +61,12 @@ attn_status attn_sampling_check(attn_ctx *ctx, const attn_sampling *s, size_t vo
     return ATTN_OK;
 }
 
-static attn_status check_args(attn_ctx *ctx, const float *logits, size_t vocab_size,
-                              const attn_sampling *s, attn_rng *rng, int32_t *out) {
+static attn_status check_args(attn_ctx *ctx, const char *who, const float *logits,
+                              size_t vocab_size, const attn_sampling *s, attn_rng *rng,
+                              int32_t *out) {
     if (!logits || !s || !out)
-        return attn_fail(ctx, ATTN_ERR_NULL, "attn_sample: logits, s and out must not be NULL");
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
+                         !logits ? "logits" : !out ? "out" : "s");
     attn_status st = attn_sampling_check(ctx, s, vocab_size, rng);
     if (st != ATTN_OK) return st;
     for (size_t i = 0; i < vocab_size; i++)
@@ -241,7 +243,7 @@ static attn_status sample_scaled(attn_ctx *ctx, const float *logits, size_t voca
 attn_status attn_sample_into(attn_ctx *ctx, const float *logits, size_t vocab_size,
                              const attn_sampling *s, attn_rng *rng, void *scratch, int32_t *out) {
     attn_clear_error(ctx);
-    attn_status st = check_args(ctx, logits, vocab_size, s, rng, out);
+    attn_status st = check_args(ctx, "attn_sample", logits, vocab_size, s, rng, out);
     if (st != ATTN_OK) return st;
     if (s->temperature == 0.0) {
         *out = (int32_t)argmax(logits, vocab_size);
@@ -309,7 +311,7 @@ attn_status attn_sample_book(attn_ctx *ctx, const float *logits, size_t vocab_si
                              double temperature, size_t top_k, attn_rng *rng, int32_t *out) {
     attn_clear_error(ctx);
     attn_sampling s = {temperature, top_k, 0.0};
-    attn_status st = check_args(ctx, logits, vocab_size, &s, rng, out);
+    attn_status st = check_args(ctx, "attn_sample_book", logits, vocab_size, &s, rng, out);
     if (st != ATTN_OK) return st;
     /* The filter keeps ties with the k-th largest, so it never moves the
      * argmax: greedy needs no filtering. */

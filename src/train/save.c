@@ -20,6 +20,7 @@
  * PyTorch reads it with safetensors.torch.load_file and load_state_dict.
  */
 #include "internal.h"
+#include "io/json.h"
 #include "io/safetensors_internal.h"
 #include "train/model.h"
 
@@ -46,7 +47,7 @@ static void format_values(meta_values *v, size_t vocab_size, size_t context_leng
     snprintf(v->d_model, sizeof v->d_model, "%zu", width);
     snprintf(v->n_layers, sizeof v->n_layers, "%zu", n_layers);
     snprintf(v->n_heads, sizeof v->n_heads, "%zu", n_heads);
-    snprintf(v->dropout, sizeof v->dropout, "%.17g", dropout);
+    attn_json_format_double(v->dropout, sizeof v->dropout, dropout);
 }
 
 /* The metadata entries of the book's GPTModel; their strings live in v. */
@@ -73,14 +74,17 @@ static size_t describe_llama3(const attn_llama3_config *c, meta_values *v,
     format_values(v, c->vocab_size, c->context_length, c->emb_dim, c->n_layers, c->n_heads, 0.0);
     snprintf(v->hidden_dim, sizeof v->hidden_dim, "%zu", c->hidden_dim);
     snprintf(v->n_kv_groups, sizeof v->n_kv_groups, "%zu", c->n_kv_groups);
-    snprintf(v->rope_base, sizeof v->rope_base, "%.17g", c->rope_base);
-    if (c->rope_factor > 0.0)
+    attn_json_format_double(v->rope_base, sizeof v->rope_base, c->rope_base);
+    if (c->rope_factor > 0.0) {
+        char factor[32], low[32], high[32];
+        attn_json_format_double(factor, sizeof factor, c->rope_factor);
+        attn_json_format_double(low, sizeof low, c->rope_low_freq_factor);
+        attn_json_format_double(high, sizeof high, c->rope_high_freq_factor);
         snprintf(v->rope_freq, sizeof v->rope_freq,
-                 "{\"factor\": %.17g, \"low_freq_factor\": %.17g, \"high_freq_factor\": %.17g, "
+                 "{\"factor\": %s, \"low_freq_factor\": %s, \"high_freq_factor\": %s, "
                  "\"original_context_length\": %zu}",
-                 c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor,
-                 c->rope_original_context_length);
-    else
+                 factor, low, high, c->rope_original_context_length);
+    } else
         snprintf(v->rope_freq, sizeof v->rope_freq, "null");
     attn_metadata_entry entries[LLAMA3_META_COUNT] = {
         {"format", "attn-llama3"},

@@ -11,18 +11,40 @@ set -euo pipefail
 build=$1
 consumer=$2
 work=$(mktemp -d)
-# The install below rewrites the build's install_manifest.txt, which a
-# user's later `make uninstall` reads: the user's own is put back.
+# The installs below rewrite the build's install_manifest.txt and
+# install_destdir.txt, which a user's later `make uninstall` reads: the
+# user's own are put back.
 manifest="$build/install_manifest.txt"
-if [ -e "$manifest" ]; then cp -p "$manifest" "$work/manifest.saved"; fi
+destdir_file="$build/install_destdir.txt"
+for f in "$manifest" "$destdir_file"; do
+  if [ -e "$f" ]; then cp -p "$f" "$work/$(basename "$f").saved"; fi
+done
 restore() {
-  if [ -e "$work/manifest.saved" ]; then cp -p "$work/manifest.saved" "$manifest"
-  else rm -f "$manifest"; fi
+  for f in "$manifest" "$destdir_file"; do
+    if [ -e "$work/$(basename "$f").saved" ]; then cp -p "$work/$(basename "$f").saved" "$f"
+    else rm -f "$f"; fi
+  done
   rm -rf "$work"
 }
 trap restore EXIT
 prefix="$work/prefix with space"
 cc=${CC:-cc}
+
+# A staged install (DESTDIR, as packagers make): uninstall removes the staged
+# files, not the ones at the prefix itself, which that install never wrote.
+live="$work/live"
+DESTDIR="$work/stage" cmake --install "$build" --prefix "$live" >/dev/null
+[ ! -e "$live" ] || { echo "FAIL: DESTDIR install wrote under the prefix itself"; exit 1; }
+mkdir -p "$live/include"
+echo "another package's" >"$live/include/attn.h"
+cmake --build "$build" --target uninstall >"$work/uninstall.log" \
+  || { echo "FAIL: uninstall after a DESTDIR install:"; cat "$work/uninstall.log"; exit 1; }
+staged=$(cd "$work/stage" && find . ! -type d | tr '\n' ' ')
+[ -z "$staged" ] || { echo "FAIL: left after uninstall of a DESTDIR install: $staged"; exit 1; }
+grep -q "another package's" "$live/include/attn.h" \
+  || { echo "FAIL: uninstall of a DESTDIR install removed the prefix's own attn.h"; exit 1; }
+rm -rf "$live" "$work/stage"
+echo "DESTDIR install and uninstall: ok"
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
 # The one program installed is attn, the user's tool; attn-bench and the

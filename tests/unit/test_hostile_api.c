@@ -487,8 +487,9 @@ static int sweep_cache_new(void) {
     attn_kv_cache_config c = kv_config();
     check_refused("ctx NULL", attn_kv_cache_new(NULL, &c, &cache), ATTN_ERR_NULL, "");
     check_refused("cfg NULL", attn_kv_cache_new(ctx, NULL, &cache), ATTN_ERR_NULL,
-                  "ctx, cfg and out");
-    check_refused("out NULL", attn_kv_cache_new(ctx, &c, NULL), ATTN_ERR_NULL, "ctx, cfg and out");
+                  "attn_kv_cache_new: cfg is NULL");
+    check_refused("out NULL", attn_kv_cache_new(ctx, &c, NULL), ATTN_ERR_NULL,
+                  "attn_kv_cache_new: out is NULL");
     return (int)n + 3;
 }
 
