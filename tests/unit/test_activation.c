@@ -219,8 +219,9 @@ static void check_crossentropy(attn_kernels kernels, const char *name) {
            name, worst_loss, worst_layer, dz_off, dz_count, worst_dz);
     /* max + log(sum) - z[target] rounds in the exps, the sum, the log and two
      * subtractions: a few double ulps (2.2e-16 each) of the terms' size, the
-     * same budget the scalar layer needs. */
-    CHECK(worst_loss <= 1e-15);
+     * same budget the scalar layer needs (both reached 2e-15, 9 ulps, over
+     * 800 draws; a float step anywhere would be 1e-8). */
+    CHECK(worst_loss <= 4e-15);
     CHECK(worst_dz <= 1);
     /* special rows: as the scalar layer gives them (NaN for NaN or inf) */
     static const float rows[][5] = {{1.0f, NAN, 2.0f, 0.0f, 3.0f},
