@@ -1539,7 +1539,7 @@ size_t attn_optimizer_steps(const attn_optimizer *opt);
  * buffer; AdamW's exp_avg, exp_avg_sq and, with amsgrad, max_exp_avg_sq)
  * and the steps taken. _set_state takes what _get_state gave for an
  * optimizer of the same config over the same parameters (n must match:
- * ATTN_ERR_SHAPE otherwise). */
+ * ATTN_ERR_SHAPE otherwise; steps at most 2^53: ATTN_ERR_INVALID). */
 size_t attn_optimizer_state_size(const attn_optimizer *opt);
 attn_status attn_optimizer_get_state(const attn_optimizer *opt, float *state, size_t n,
                                      size_t *steps);
@@ -1557,7 +1557,8 @@ void attn_optimizer_free(attn_optimizer *opt);
  * 1e19 or more) or underflows (near 1e-23 or less), total is the finite
  * norm, and clips by it, where PyTorch's is inf (every gradient zeroed) or
  * 0. total_norm (optional) receives the norm before clipping. max_norm
- * must be finite and >= 0.
+ * must be finite and >= 0. No parameters (count 0) is a norm of 0, as
+ * clip_grad_norm_([]) gives.
  */
 attn_status attn_clip_grad_norm(attn_ctx *ctx, const attn_param *params, size_t count,
                                 double max_norm, float *total_norm);

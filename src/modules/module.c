@@ -282,7 +282,8 @@ attn_status attn_check_forward(attn_module *m, const float *x, size_t batch, siz
         !attn_mul3_size(batch, tokens, tokens, &scores) || !attn_floats_fit(activations) ||
         !attn_floats_fit(scores) || !attn_floats_fit(4 * attn_max_size(activations, scores)))
         return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
-                         "%s forward: batch (%zu) x tokens (%zu) x width (%zu) overflows size_t",
+                         "%s forward: batch (%zu) x tokens (%zu) x width (%zu) activations, or "
+                         "batch x tokens x tokens scores: the count overflows a float buffer",
                          name, batch, tokens, max_width);
     if (needs_rng && !rng)
         return attn_fail(m->ctx, ATTN_ERR_NULL,

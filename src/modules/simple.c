@@ -6,6 +6,7 @@
  * x plays query, key and value, so its gradient is the sum of all three.
  */
 #include "modules/module.h"
+#include "overlap.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -112,6 +113,12 @@ attn_status attn_simple_forward_query(attn_simple *m, const float *x, size_t tok
     if (!attn_mul_size(tokens, d, &n) || !attn_floats_fit(n))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                          "attn_simple_forward_query: tokens (%zu) x d_in (%zu) overflows", tokens, d);
+    attn_span outs[] = {{"scores", scores, tokens * sizeof(float)},
+                        {"weights", weights, tokens * sizeof(float)},
+                        {"context", context, d * sizeof(float)}};
+    attn_span ins[] = {{"x", x, n * sizeof(float)}};
+    attn_status st = attn_check_overlap(ctx, "attn_simple_forward_query", outs, 3, ins, 1);
+    if (st != ATTN_OK) return st;
     double *exact = tokens <= SIZE_MAX / sizeof(double) ? attn_malloc(tokens * sizeof *exact) : NULL;
     if (!exact)
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY,

@@ -93,12 +93,15 @@ static attn_status check_param(attn_ctx *ctx, const char *what, const attn_param
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: parameter %zu (%s) has no %s", what, index, name,
                          !p->data ? "data" : "grad");
     size_t numel = 0;
-    bool ok = p->ndim == 1   ? (numel = p->shape[0], true)
-              : p->ndim == 2 ? attn_mul_size(p->shape[0], p->shape[1], &numel)
-                             : false;
-    if (!ok)
+    if (p->ndim != 1 && p->ndim != 2)
         return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: parameter %zu (%s) has ndim %zu (want 1 or 2)",
                          what, index, name, p->ndim);
+    if (p->ndim == 1)
+        numel = p->shape[0];
+    else if (!attn_mul_size(p->shape[0], p->shape[1], &numel))
+        return attn_fail(ctx, ATTN_ERR_SHAPE,
+                         "%s: parameter %zu (%s) has shape (%zu, %zu), which overflows size_t",
+                         what, index, name, p->shape[0], p->shape[1]);
     if (numel != p->numel)
         return attn_fail(ctx, ATTN_ERR_SHAPE,
                          "%s: parameter %zu (%s) has numel %zu but its shape holds %zu", what,
@@ -392,6 +395,12 @@ attn_status attn_optimizer_set_state(attn_optimizer *opt, const float *state, si
         return attn_fail(opt->ctx, ATTN_ERR_SHAPE,
                          "attn_optimizer_set_state: n %zu, the state holds %zu floats", n,
                          opt->state_floats);
+    /* the bias corrections take steps + 1 as a double: exact, and no wrap */
+    if (steps > ((size_t)1 << 53))
+        return attn_fail(opt->ctx, ATTN_ERR_INVALID,
+                         "attn_optimizer_set_state: steps %zu is past 2^53, where a step "
+                         "count is no longer exact in the bias corrections' double",
+                         steps);
     if (n > 0) memcpy(opt->state_storage, state, n * sizeof(float));
     opt->steps = steps;
     return ATTN_OK;
@@ -403,11 +412,15 @@ attn_status attn_clip_grad_norm(attn_ctx *ctx, const attn_param *params, size_t 
                                 double max_norm, float *total_norm) {
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
-    attn_status st = check_params(ctx, "attn_clip_grad_norm", params, count);
-    if (st != ATTN_OK) return st;
     if (!(max_norm >= 0.0) || !isfinite(max_norm))
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "attn_clip_grad_norm: max_norm (%g) must be finite and >= 0", max_norm);
+    if (count == 0) { /* clip_grad_norm_([]) is 0, and clips nothing */
+        if (total_norm) *total_norm = 0.0f;
+        return ATTN_OK;
+    }
+    attn_status st = check_params(ctx, "attn_clip_grad_norm", params, count);
+    if (st != ATTN_OK) return st;
     /* total_norm = torch.norm(torch.stack([torch.norm(g) for g in grads])):
      * each norm a float32 result, the sums of squares in double here. */
     double sum_of_norms = 0.0;

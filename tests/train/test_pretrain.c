@@ -541,6 +541,12 @@ static void test_state_round_trips(fixture *f, uint64_t seed) {
     CHECK(memcmp(w, w2, sizeof w) == 0 && attn_optimizer_steps(o2) == 2);
     CHECK_STATUS(attn_optimizer_get_state(o2, t, 5, &steps), ATTN_ERR_SHAPE);
     CHECK_STATUS(attn_optimizer_set_state(o2, t, 7, 1), ATTN_ERR_SHAPE);
+    /* a step count past 2^53 (SIZE_MAX wrapped to 0 at the next step, and
+     * the bias corrections divided by 0): refused, the state unchanged */
+    CHECK_STATUS(attn_optimizer_set_state(o2, t, 6, SIZE_MAX), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(f->ctx, "steps 18446744073709551615 is past 2^53");
+    CHECK_STATUS(attn_optimizer_set_state(o2, t, 6, ((size_t)1 << 53) + 1), ATTN_ERR_INVALID);
+    CHECK(attn_optimizer_steps(o2) == 2);
     attn_optimizer_free(o1);
     attn_optimizer_free(o2);
     printf("  the generator's and AdamW's state round trip\n");

@@ -181,6 +181,10 @@ static void test_optimizer_errors(attn_ctx *ctx) {
     CHECK_STATUS(attn_optimizer_new(ctx, &adamw, broken, 2, &opt), ATTN_ERR_SHAPE);
     CHECK_MESSAGE(ctx, "ndim 3");
     broken[0] = params[0];
+    broken[0].shape[0] = SIZE_MAX;
+    CHECK_STATUS(attn_optimizer_new(ctx, &adamw, broken, 2, &opt), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "parameter 0 (w) has shape (18446744073709551615, 3), which overflows");
+    broken[0] = params[0];
     broken[1] = params[0];
     CHECK_STATUS(attn_optimizer_new(ctx, &adamw, broken, 2, &opt), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "parameters 0 and 1 (w) are the same tensor");
@@ -214,7 +218,12 @@ static void test_optimizer_errors(attn_ctx *ctx) {
     CHECK_STATUS(attn_clip_grad_norm(ctx, params, 2, -1.0, &total), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "max_norm (-1)");
     CHECK_STATUS(attn_clip_grad_norm(ctx, params, 2, NAN, &total), ATTN_ERR_INVALID);
-    CHECK_STATUS(attn_clip_grad_norm(ctx, params, 0, 1.0, &total), ATTN_ERR_INVALID);
+    /* no parameters: a norm of 0, as clip_grad_norm_([]) gives */
+    total = -1.0f;
+    CHECK_STATUS(attn_clip_grad_norm(ctx, NULL, 0, 1.0, &total), ATTN_OK);
+    CHECK(total == 0.0f);
+    CHECK_STATUS(attn_clip_grad_norm(ctx, NULL, 0, -1.0, &total), ATTN_ERR_INVALID);
+    CHECK_STATUS(attn_clip_grad_norm(ctx, NULL, 2, 1.0, &total), ATTN_ERR_NULL);
     CHECK_STATUS(attn_clip_grad_norm(NULL, params, 2, 1.0, &total), ATTN_ERR_NULL);
 }
 

@@ -1470,6 +1470,14 @@ static void test_simple_query(void) {
                  ATTN_ERR_SHAPE, "query_index (18446744073709551615)", "tokens (6)");
     EXPECT_FAIL2(attn_simple_forward_query(m, x, SZ_MAX / 2, 0, scores, weights, context),
                  ATTN_ERR_OVERFLOW, "tokens (9223372036854775807)", "d_in (3)");
+    /* outputs over x or over one another: refused by name, nothing written */
+    float before[18];
+    memcpy(before, x, sizeof x);
+    EXPECT_FAIL2(attn_simple_forward_query(m, x, 6, 1, x, weights, context), ATTN_ERR_INVALID,
+                 "scores", "overlaps x");
+    EXPECT_FAIL2(attn_simple_forward_query(m, x, 6, 1, scores, weights, weights + 4),
+                 ATTN_ERR_INVALID, "context", "overlaps weights");
+    CHECK(memcmp(before, x, sizeof x) == 0);
     CHECK_STATUS(attn_simple_forward_query(m, x, 6, 5, scores, weights, context), ATTN_OK);
     CHECK_CLEARED(g_ctx);
     /* T = 1: the only weight is 1 and the context is the token itself. */
