@@ -553,7 +553,7 @@ attn_status attn_attention_forward(attn_ctx *ctx, const char *who, const attn_at
     attn_attention_dropout drop = {.kind = ATTN_DROP_NONE};
     if (drawn) {
         drop.kept_scale = stream->kept_scale;
-        drop.kept_scale_f64 = attn_dropout_kept_scale_f64(1.0 - stream->keep);
+        drop.kept_scale_f64 = stream->drop_all ? 0.0 : 1.0 / stream->keep; /* keep = 1 - p */
         if (stream->drop_all) {
             drop.kind = ATTN_DROP_PHILOX; /* p = 1: a threshold no draw is under */
         } else if (!serial) {

@@ -84,8 +84,9 @@ static size_t describe_llama3(const attn_llama3_config *c, meta_values *v,
                  "{\"factor\": %s, \"low_freq_factor\": %s, \"high_freq_factor\": %s, "
                  "\"original_context_length\": %zu}",
                  factor, low, high, c->rope_original_context_length);
-    } else
+    } else {
         snprintf(v->rope_freq, sizeof v->rope_freq, "null");
+    }
     attn_metadata_entry entries[LLAMA3_META_COUNT] = {
         {"format", "attn-llama3"},
         {"vocab_size", v->vocab_size},
