@@ -169,7 +169,7 @@ def config_struct(cfg):
         raise ValueError("config['rope_base']: 0 gives RoPE no frequencies; leave it out "
                          "for Llama 3's 500000")
     freq = cfg.get("rope_freq")
-    if freq:
+    if freq is not None:  # None is no scaling; {} or 0 is not the book's dict
         if not isinstance(freq, Mapping):
             raise TypeError(f"config['rope_freq']: expected a dict, got {type(freq).__name__}")
         missing = [k for k in _ROPE_FREQ if k not in freq]
@@ -178,6 +178,9 @@ def config_struct(cfg):
                              f"needs {', '.join(_ROPE_FREQ)}")
         rf = "config['rope_freq']"
         c.rope_factor = number("factor", freq, rf)
+        if not c.rope_factor > 0.0:
+            raise ValueError(f"{rf}['factor']: {c.rope_factor} must be positive (None, not a "
+                             "dict, is no scaling)")
         c.rope_low_freq_factor = number("low_freq_factor", freq, rf)
         c.rope_high_freq_factor = number("high_freq_factor", freq, rf)
         c.rope_original_context_length = size("original_context_length", None, freq, rf)

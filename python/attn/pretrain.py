@@ -103,7 +103,7 @@ def _llama3_config(cfg):
     c.rope_base = as_number("config['rope_base']", cfg.get("rope_base", 500000.0), 0.0,
                             lo_open=True)
     freq = cfg.get("rope_freq")
-    if freq:
+    if freq is not None:  # None is no scaling; {} or 0 is not the book's dict
         if not isinstance(freq, Mapping):
             raise TypeError(f"config['rope_freq']: expected a dict, got {type(freq).__name__}")
         missing = [k for k in _ROPE_FREQ if k not in freq]

@@ -641,7 +641,19 @@ static attn_status read_book(attn_ctx *ctx, const char *path, const attn_json *j
         if (st == ATTN_OK) st = opt_size(ctx, path, j, "n_kv_groups", &c->n_kv_groups);
         if (st == ATTN_OK) st = opt_positive(ctx, path, j, "rope_base", &c->rope_base);
         const attn_json *f = attn_json_get(j, "rope_freq");
-        if (st == ATTN_OK && f && f->type == ATTN_JSON_OBJECT) {
+        /* None, or the book's dict with all four: compute_rope_params reads
+         * each, and a dict without its factor would read as no scaling */
+        static const char *const needed[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                             "original_context_length"};
+        bool dict = f && f->type == ATTN_JSON_OBJECT;
+        if (st == ATTN_OK && f && !dict && f->type != ATTN_JSON_NULL)
+            st = attn_fail(ctx, ATTN_ERR_FORMAT,
+                           "attn_lm_load: %s: \"rope_freq\" must be an object or null", path);
+        for (size_t i = 0; st == ATTN_OK && dict && i < sizeof needed / sizeof needed[0]; i++)
+            if (!attn_json_get(f, needed[i]))
+                st = attn_fail(ctx, ATTN_ERR_INVALID,
+                               "attn_lm_load: %s: \"rope_freq\" has no \"%s\"", path, needed[i]);
+        if (st == ATTN_OK && dict) {
             st = opt_positive(ctx, path, f, "factor", &c->rope_factor);
             if (st == ATTN_OK) st = opt_double(ctx, path, f, "low_freq_factor", &c->rope_low_freq_factor);
             if (st == ATTN_OK)

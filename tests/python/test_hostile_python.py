@@ -373,6 +373,14 @@ def messages():
                rope_freq={"factor": 8.0})
     raises(lambda: attn.LanguageModel(cfg), ValueError, ["rope_freq", "low_freq_factor"],
            "rope_freq without its keys", S)
+    # an empty dict or a false value is not None: not read as no scaling
+    for empty, kinds, words in (({}, ValueError, ["rope_freq", "factor"]),
+                                (0, TypeError, ["rope_freq", "expected a dict"]),
+                                (dict(factor=0.0, low_freq_factor=1.0, high_freq_factor=4.0,
+                                      original_context_length=8), ValueError,
+                                 ["rope_freq", "factor", "must be positive"])):
+        cfg = dict(TINY, rope_base=500000.0, hidden_dim=32, n_kv_groups=1, rope_freq=empty)
+        raises(lambda: attn.LanguageModel(cfg), kinds, words, f"rope_freq {empty!r}", S)
     raises(lambda: attn.LanguageModel(dict(TINY, emb_dim="16")), TypeError,
            ["emb_dim"], "emb_dim a str", S)
     raises(lambda: attn.LanguageModel([1, 2]), TypeError, ["config"], "config a list", S)

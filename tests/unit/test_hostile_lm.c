@@ -326,6 +326,39 @@ static void test_config_zeros(attn_ctx *ctx) {
             snprintf(want, sizeof want, "of type \"llama3\" has no \"%s\"", rope_keys[left_out]);
             CHECK_MESSAGE(ctx, want);
         }
+    /* the book's rope_freq: None, or a dict of all four, as compute_rope_params reads it */
+    static const char *const book_keys[] = {"factor", "low_freq_factor", "high_freq_factor",
+                                            "original_context_length"};
+    for (size_t left_out = 0; left_out < 5; left_out++) {
+        char text[640], fields[320] = "";
+        size_t used = 0;
+        for (size_t i = 0; i < 4; i++)
+            if (i != left_out)
+                used += (size_t)snprintf(fields + used, sizeof fields - used, "%s\"%s\": %s",
+                                         used ? ", " : "", book_keys[i], rope_values[i]);
+        snprintf(text, sizeof text,
+                 "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, \"n_heads\": 2, "
+                 "\"n_layers\": 1, \"hidden_dim\": 24, \"rope_base\": 500000, "
+                 "\"rope_freq\": {%s}}", fields);
+        write_text(p, text);
+        if (left_out == 4) { /* all four */
+            CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_OK);
+            CHECK(c.rope_factor == 8.0 && c.rope_original_context_length == 8);
+            continue;
+        }
+        CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_INVALID);
+        char want[96];
+        snprintf(want, sizeof want, "\"rope_freq\" has no \"%s\"", book_keys[left_out]);
+        CHECK_MESSAGE(ctx, want);
+    }
+    write_text(p, "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, \"n_heads\": 2, "
+                  "\"n_layers\": 1, \"hidden_dim\": 24, \"rope_freq\": 8}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "\"rope_freq\" must be an object or null");
+    write_text(p, "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, \"n_heads\": 2, "
+                  "\"n_layers\": 1, \"hidden_dim\": 24, \"rope_freq\": null}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_OK);
+    CHECK(c.rope_factor == 0.0);
 }
 
 static void test_train_file(attn_ctx *ctx) {
