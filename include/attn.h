@@ -1403,7 +1403,9 @@ attn_status attn_safetensors_find(attn_safetensors *st, const char *name,
 /* Tensor index's data as float32 into dst, which holds numel floats
  * (numel must equal the tensor's). ATTN_ERR_FORMAT for dtypes other than
  * F32, F16, BF16 and F64, ATTN_ERR_SHAPE for a wrong numel, ATTN_ERR_IO
- * when the file cannot be read. */
+ * when the file cannot be read, ATTN_ERR_INVALID (naming the element) for
+ * an F64 value finite past float32's range, where tensor.float() would
+ * give an infinity. */
 attn_status attn_safetensors_load(attn_safetensors *st, size_t index, float *dst, size_t numel);
 /* "__metadata__" entries, in file order; the value for key, or NULL. */
 size_t attn_safetensors_metadata_count(const attn_safetensors *st);

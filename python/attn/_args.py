@@ -157,3 +157,20 @@ def as_choice(name, value, choices):
         raise ValueError(f"{name}: expected one of {', '.join(map(str, choices))}, got "
                          f"{value!r}")
     return value
+
+
+def as_float32(name, a):
+    """a (an array of real numbers) as float32, refusing a finite value that
+    float32 cannot hold: astype would make it an infinity, and a later check
+    (or every output, NaN) would name a value the caller never gave. The
+    ValueError names the element and its value."""
+    a = np.asarray(a)
+    f = a.astype(np.float32) if a.dtype != np.float32 else a
+    if a.dtype.kind == "f" and a.dtype.itemsize > 4 and a.size:
+        past = np.isinf(f) & np.isfinite(a)
+        if past.any():
+            at = np.unravel_index(int(np.argmax(past)), a.shape)
+            raise ValueError(f"{name}: element {tuple(int(i) for i in at)} "
+                             f"({float(a[at]):g}) is beyond float32's range")
+    return f
+

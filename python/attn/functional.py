@@ -33,7 +33,7 @@ from ctypes import (POINTER, Structure, c_bool, c_double, c_float, c_int, c_int3
 import numpy as np
 
 from . import _lib
-from ._args import INT64_MAX, as_index, as_number, library_scale
+from ._args import INT64_MAX, as_float32, as_index, as_number, library_scale
 from ._lib import AttnError, CtxConfig, ScoreMod, lib, status_name
 
 __all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_backward",
@@ -164,8 +164,7 @@ def _floats(name, a, rank):
         raise ValueError(f"{name}: expected {rank} dimensions, got shape {a.shape}")
     if not np.issubdtype(a.dtype, np.floating):
         raise TypeError(f"{name}: expected a float array, got dtype {a.dtype}")
-    if a.dtype != np.float32:
-        a = a.astype(np.float32)
+    a = as_float32(name, a)
     if 0 in a.shape:
         raise ValueError(f"{name}: empty shape {a.shape}")
     ok = a.strides[-1] == 4 or a.shape[-1] == 1
@@ -190,7 +189,7 @@ def _ptr(a):
 def _per_head(name, a, heads):
     if a is None:
         return None
-    a = np.ascontiguousarray(a, dtype=np.float32)
+    a = np.ascontiguousarray(as_float32(name, a))
     if a.shape != (heads,):
         raise ValueError(f"{name}: expected shape ({heads},), one per query head, got {a.shape}")
     return a

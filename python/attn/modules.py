@@ -15,7 +15,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import _lib
-from ._args import SIZE_MAX, as_index, as_number, library_scale
+from ._args import SIZE_MAX, as_float32, as_index, as_number, library_scale
 from ._lib import F32P, AttnError, Context, ModuleConfig, Param, encode_path, lib
 
 _MASKS = {"neg-inf": 0, "renormalize": 1, "none": 2}
@@ -221,7 +221,7 @@ class Module:
         if a.dtype.kind not in "fiu":
             raise TypeError(f"{type(self).__name__}: {name} must hold real numbers, got dtype "
                             f"{a.dtype}")
-        return np.ascontiguousarray(a, dtype=np.float32)
+        return np.ascontiguousarray(as_float32(f"{type(self).__name__}: {name}", a))
 
     def _need_training(self, what):
         if not _lib.has("attn_module_backward"):
@@ -337,7 +337,10 @@ class Module:
         for name, p in params.items():
             if name not in state_dict:
                 continue
-            value = np.asarray(state_dict[name], dtype=np.float32)
+            value = np.asarray(state_dict[name])
+            if value.dtype.kind not in "fiu":
+                raise TypeError(f"{name}: must hold real numbers, got dtype {value.dtype}")
+            value = as_float32(name, value)
             want = tuple(p.shape[:p.ndim])
             if value.shape != want:
                 raise RuntimeError(f"size mismatch for {name}: copying a param with shape "

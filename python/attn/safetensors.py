@@ -7,6 +7,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ._args import as_float32
 from ._lib import (F32P, MAX_DIMS, Context, MetadataEntry, NamedTensor, SafetensorsInfo,
                    encode_path, lib)
 
@@ -37,10 +38,13 @@ def save_file(tensors, path, metadata=None):
     arr = (NamedTensor * max(1, len(items)))()
     for i, (name, value) in enumerate(items):
         try:
-            a = np.require(np.asarray(value, dtype=np.float32), requirements='C')
+            a = np.asarray(value)
+            if a.dtype.kind not in "fiub":
+                raise TypeError(f"dtype {a.dtype}")
         except (TypeError, ValueError) as err:
             raise TypeError(f"save_file: tensor '{name}' is not an array of numbers "
                             f"({err})") from None
+        a = np.require(as_float32(f"save_file: tensor '{name}'", a), requirements='C')
         if a.ndim > MAX_DIMS:
             raise ValueError(f"save_file: tensor '{name}' has {a.ndim} dimensions, at most "
                              f"{MAX_DIMS}")

@@ -964,7 +964,7 @@ static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t n
                         bool weights);
 
 attn_status attn_safetensors_load(attn_safetensors *st, size_t index, float *dst, size_t numel) {
-    return load(st, index, dst, numel, false);
+    return load(st, index, dst, numel, true);
 }
 
 attn_status attn_safetensors_load_weights(attn_safetensors *st, size_t index, float *dst,
@@ -973,7 +973,7 @@ attn_status attn_safetensors_load_weights(attn_safetensors *st, size_t index, fl
 }
 
 /* weights: an F64 element finite past float's range is refused, where
- * tensor.float() (and attn_safetensors_load) make it an infinity. */
+ * tensor.float() makes it an infinity (every public load refuses it). */
 static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t numel,
                         bool weights) {
     if (!st) return ATTN_ERR_NULL;

@@ -707,6 +707,21 @@ def sweep_flash():
 def sweep_other_entry_points():
     S = "functional"
     q = np.random.default_rng(1).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    # float64 past float32's range: named, not an infinity every output turns NaN from
+    big = q.astype(np.float64)
+    big[0, 1, 2, 3] = -1e300
+    model = attn.modules.MultiHeadAttention(4, 4, 3, 0.0, 2)
+    state = {k: np.asarray(v, np.float64) for k, v in model.state_dict().items()}
+    state["W_query.weight"].flat[0] = 1e300
+    for what, call in (("functional q", lambda: AF.scaled_dot_product_attention(big, q, q)),
+                       ("functional sinks", lambda: AF.scaled_dot_product_attention(
+                           q, q, q, sinks=np.array([0.0, 1e300]))),
+                       ("module input", lambda: model(big[0])),
+                       ("load_state_dict", lambda: model.load_state_dict(state)),
+                       ("save_file", lambda: attn.save_file(
+                           {"w": np.array([1.0, 1e300])},
+                           os.path.join(tempfile.mkdtemp(), "w.safetensors")))):
+        raises(call, ValueError, ["beyond float32's range", "e+300"], f"{what} of 1e300", S)
     for what, call, kinds in (
             ("int q", lambda: AF.scaled_dot_product_attention(q.astype(np.int64), q, q),
              TypeError),

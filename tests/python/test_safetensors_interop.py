@@ -59,7 +59,7 @@ for trial in range(10):
     tensors = {f"t{i}.{rng.integers(1000)}": random_bits(rng, tuple(rng.integers(0, 5, rng.integers(0, 4))))
                for i in range(rng.integers(1, 6))}
     halves = {"half": rng.standard_normal((3, 4)).astype(np.float16),
-              "double": rng.standard_normal((5,)) * 10.0 ** rng.integers(-40, 40, 5)}
+              "double": rng.standard_normal((5,)) * 10.0 ** rng.integers(-40, 38, 5)}
     stnp.save_file({**tensors, **halves}, p_ref, metadata={"format": "np", "trial": str(trial)})
     back, meta = attn.load_file(p_ref, with_metadata=True)
     check(meta == {"format": "np", "trial": str(trial)}, f"metadata {meta}")
@@ -68,6 +68,14 @@ for trial in range(10):
     check(same_bits(back["half"], halves["half"].astype(np.float32)), "F16 -> float32 exact")
     with np.errstate(over="ignore"):
         check(same_bits(back["double"], halves["double"].astype(np.float32)), "F64 -> float32 rounded")
+# an F64 value finite past float32's range is refused by element, not read as inf
+stnp.save_file({"big": np.array([1.0, -1e39])}, p_ref)
+try:
+    attn.load_file(p_ref)
+    check(False, "F64 -1e39: refused")
+except attn.AttnError as err:
+    check("tensor 'big' (F64) holds -9.9999999999999994e+38 at element 1, past float32's "
+          "range" in str(err), f"F64 -1e39: {err}")
 bf = torch.randn(4, 7).to(torch.bfloat16)
 stt.save_file({"bf": bf, "f16": torch.randn(9).half()}, p_ref)
 back = attn.load_file(p_ref)

@@ -193,12 +193,12 @@ static void test_round_trip(attn_ctx *ctx) {
 
 static void test_conversions(attn_ctx *ctx) {
     /* F16: 1, 2^-24 (smallest subnormal), 65504, -0, inf, -inf, 0.333...;
-     * BF16: 1, -2; F64: 0.1, 1e300 (to inf), 1e-50 (to 0). */
+     * BF16: 1, -2; F64: 0.1, 2e301 (refused), 1e-50 (to 0). */
     const unsigned char data[] = {0x00, 0x3c, 0x01, 0x00, 0xff, 0x7b, 0x00, 0x80, 0x00, 0x7c,
                                   0x00, 0xfc, 0x55, 0x35, /* F16, 14 bytes */
                                   0x80, 0x3f, 0x00, 0xc0, /* BF16 */
                                   0x9a, 0x99, 0x99, 0x99, 0x99, 0x99, 0xb9, 0x3f, /* 0.1 */
-                                  0x9c, 0x75, 0x88, 0x3c, 0xe4, 0x37, 0x7e, 0x7e, /* 1e300 */
+                                  0x9c, 0x75, 0x88, 0x3c, 0xe4, 0x37, 0x7e, 0x7e, /* 2.02e301 */
                                   0x4b, 0x95, 0xc4, 0x74, 0x13, 0x52, 0x98, 0x35 /* 1e-50 */};
     const char *header = "{\"h\":{\"dtype\":\"F16\",\"shape\":[7],\"data_offsets\":[0,14]},"
                          "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[14,18]},"
@@ -220,8 +220,25 @@ static void test_conversions(attn_ctx *ctx) {
     CHECK_STATUS(attn_safetensors_load(st, info.index, b, 2), ATTN_OK);
     CHECK(b[0] == 1.0f && b[1] == -2.0f);
     CHECK_STATUS(attn_safetensors_find(st, "d", &info), ATTN_OK);
-    CHECK_STATUS(attn_safetensors_load(st, info.index, d, 3), ATTN_OK);
-    CHECK(d[0] == 0.1f && d[1] == INFINITY && d[2] == 0.0f);
+    /* 2e301: refused by element, not an infinity (tensor.float()'s) */
+    CHECK_STATUS(attn_safetensors_load(st, info.index, d, 3), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "tensor 'd' (F64) holds 2.0236997994750293e+301 at element 1, past "
+                       "float32's range");
+    {   /* the in-range ones round to nearest: 0.1, and 1e-50 to 0 */
+        const unsigned char in_range[] = {0x9a, 0x99, 0x99, 0x99, 0x99, 0x99, 0xb9, 0x3f,
+                                          0x4b, 0x95, 0xc4, 0x74, 0x13, 0x52, 0x98, 0x35};
+        size_t n;
+        unsigned char *img2 =
+            image("{\"e\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,16]}}",
+                  in_range, sizeof in_range, &n);
+        attn_safetensors *st2;
+        CHECK_STATUS(attn_safetensors_parse(ctx, img2, n, &st2), ATTN_OK);
+        free(img2);
+        float e[2] = {1.0f, 1.0f};
+        CHECK_STATUS(attn_safetensors_load(st2, 0, e, 2), ATTN_OK);
+        CHECK(e[0] == 0.1f && e[1] == 0.0f);
+        attn_safetensors_free(st2);
+    }
     CHECK_STATUS(attn_safetensors_load(st, info.index, d, 2), ATTN_ERR_SHAPE);
     CHECK_MESSAGE(ctx, "tensor 'd' has 3 elements; the destination holds 2");
     CHECK_STATUS(attn_safetensors_find(st, "nope", &info), ATTN_ERR_NOT_FOUND);
