@@ -291,7 +291,8 @@ attn_status attn_rng_multinomial(attn_rng *rng, const float *probs, size_t n, in
  * mt19937 words and position, the Bernoulli method, the seed, the Philox
  * offset and the cached normal. A generator set from another's state draws
  * what that one would. size must be attn_rng_state_size() (ATTN_ERR_SHAPE);
- * bytes that are no state are ATTN_ERR_FORMAT, the generator unchanged. */
+ * bytes that are no state (a Philox offset past 2^63 among them) are
+ * ATTN_ERR_FORMAT, the generator unchanged. */
 size_t attn_rng_state_size(void);
 attn_status attn_rng_get_state(const attn_rng *rng, void *state, size_t size);
 attn_status attn_rng_set_state(attn_rng *rng, const void *state, size_t size);

@@ -476,11 +476,16 @@ _is_functorch_wrapped = getattr(getattr(torch._C, "_functorch", None),
 def _transform_problem(tensors):
     """Why attn cannot run tensors that a torch transform holds, or None:
     forward-mode AD's dual tensors (attn has no jvp, and would drop the
-    tangent) and torch.func's wrapped tensors (vmap, grad, jvp: no storage
-    to hand the library)."""
+    tangent), torch.func's wrapped tensors (vmap, grad, jvp: no storage to
+    hand the library), nested tensors and other tensor subclasses (their
+    sizes or storage are not a plain strided tensor's)."""
     for t in tensors:
         if not isinstance(t, torch.Tensor):
             continue
+        if t.is_nested:
+            return "a nested (jagged) tensor"
+        if type(t) not in (torch.Tensor, torch.nn.Parameter):
+            return f"a tensor subclass ({type(t).__name__})"
         if _is_functorch_wrapped is not None and _is_functorch_wrapped(t):
             return "a torch.func transform (vmap, grad, jvp) holds the tensors"
         if forward_ad.unpack_dual(t).tangent is not None:

@@ -522,11 +522,20 @@ attn_status attn_rng_set_state(attn_rng *rng, const void *state, size_t size) {
                          "method %llu, cached-normal flag %llu)",
                          (unsigned long long)next, (unsigned long long)method,
                          (unsigned long long)has);
+    /* each Philox dropout call takes the next offset: one past 2^63 is a
+     * count no generator reaches, and near 2^64 would wrap to a fresh
+     * generator's offsets and repeat its masks */
+    uint64_t offset = get_le(tail + 16, 8);
+    if (offset > (uint64_t)1 << 63)
+        return attn_fail(rng->ctx, ATTN_ERR_FORMAT,
+                         "attn_rng_set_state: not a generator state (Philox offset %llu, past "
+                         "2^63 calls)",
+                         (unsigned long long)offset);
     for (int i = 0; i < MT_N; i++) rng->state[i] = (uint32_t)get_le(p + 4 * i, 4);
     rng->next = (int)next;
     rng->bernoulli = (attn_bernoulli_method)method;
     rng->seed = get_le(tail + 8, 8);
-    rng->philox_offset = get_le(tail + 16, 8);
+    rng->philox_offset = offset;
     rng->has_next_double_normal = has == 1;
     uint64_t bits = get_le(tail + 28, 8);
     memcpy(&rng->next_double_normal, &bits, sizeof bits);

@@ -33,6 +33,8 @@ import torch.nn.functional as F  # noqa: E402
 import attn  # noqa: E402
 import attn.torch as AT  # noqa: E402
 
+_TORCH2 = int(torch.__version__.split(".")[0]) >= 2
+
 passed = failed = 0
 T0 = time.time()
 
@@ -646,6 +648,16 @@ def test_transforms():
         g = func.grad(lambda a: AT.scaled_dot_product_attention(a, ks[0], vs[0]).sum())(qs[0])
         w = func.grad(lambda a: AT._pytorch_sdpa(a, ks[0], vs[0]).sum())(qs[0])
         check(torch.allclose(g, w, atol=1e-6), "torch.func.grad of the drop-in is PyTorch's")
+    nested = getattr(torch, "nested", None)
+    if nested is not None and _TORCH2:
+        jagged = nested.nested_tensor([torch.randn(2, 3, 8), torch.randn(2, 5, 8)],
+                                      layout=torch.jagged).transpose(1, 2)
+        why = AT.supports(jagged, jagged, jagged)
+        check(why is not None and "nested" in why, f"a jagged tensor falls back: {why}")
+        got = AT.scaled_dot_product_attention(jagged, jagged, jagged)
+        want = AT._pytorch_sdpa(jagged, jagged, jagged)
+        check(all(torch.equal(a, b) for a, b in zip(got.unbind(), want.unbind())),
+              "a jagged tensor's attention is PyTorch's")
     q32, k32, v32 = (t.float() for t in (q, k, v))
     with torch.autocast("cpu", dtype=torch.bfloat16):
         why = AT.supports(q32, k32, v32)

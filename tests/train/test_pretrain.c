@@ -511,6 +511,13 @@ static void test_state_round_trips(fixture *f, uint64_t seed) {
     CHECK_STATUS(attn_rng_rand(other, b + 3, 4), ATTN_OK);
     CHECK(memcmp(a, b, sizeof a) == 0);
     CHECK_STATUS(attn_rng_get_state(rng, state, size - 1), ATTN_ERR_SHAPE);
+    /* a Philox offset past 2^63 calls (at 2^64 - 1 the next calls wrapped
+     * to a fresh generator's offsets, repeating its dropout masks) */
+    CHECK_STATUS(attn_rng_get_state(rng, state, size), ATTN_OK);
+    memset(state + 624 * 4 + 16, 0xff, 8);
+    CHECK_STATUS(attn_rng_set_state(other, state, size), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(f->ctx, "Philox offset 18446744073709551615, past 2^63 calls");
+    CHECK_STATUS(attn_rng_get_state(rng, state, size), ATTN_OK);
     state[624 * 4] = 0xff; /* the position past the 624 words */
     state[624 * 4 + 1] = 0xff;
     CHECK_STATUS(attn_rng_set_state(other, state, size), ATTN_ERR_FORMAT);
