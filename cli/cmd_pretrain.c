@@ -58,7 +58,8 @@ static const char pretrain_help[] =
     "  --config F      a JSON file with the book's cfg keys (vocab_size,\n"
     "                  context_length, emb_dim, n_heads, n_layers, drop_rate,\n"
     "                  qkv_bias) or Hugging Face GPT-2's (vocab_size, n_positions,\n"
-    "                  n_embd, n_head, n_layer; resid_pdrop as drop_rate); with the\n"
+    "                  n_embd, n_head, n_layer; resid_pdrop as drop_rate, 0.1 where\n"
+    "                  absent, attn_pdrop and embd_pdrop the same); with the\n"
     "                  book's Llama 3 keys (hidden_dim, n_kv_groups, rope_base,\n"
     "                  rope_freq) or Hugging Face Llama's, the book's Llama3Model\n"
     "                  (float32, no dropout)\n"
@@ -359,14 +360,42 @@ static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rn
                                  ": it is no config",
                                  o->config);
         if (rc != CLI_OK) return rc;
-        double drop = 0.0;
+        /* one rate for the book's three dropouts: the book's drop_rate, which
+         * its GPTModel reads (no default), or GPT-2's resid_pdrop (GPT2Config's
+         * default 0.1), its attn_pdrop and embd_pdrop the same */
+        double drop = 0.0, hf_width = 0.0;
         const char *key = "drop_rate";
         int found = json_value(text, key, &drop);
-        if (found == 0) found = json_value(text, key = "resid_pdrop", &drop);
+        bool hf = json_value(text, "n_embd", &hf_width) == 1;
+        if (found == 0 && hf) found = json_value(text, key = "resid_pdrop", &drop);
+        if (found == 0 && hf) {
+            drop = 0.1;
+            found = 1;
+        }
+        static const char *const others[] = {"attn_pdrop", "embd_pdrop"};
+        double other = drop;
+        const char *differs = NULL;
+        for (size_t i = 0; hf && found > 0 && !differs && i < 2; i++) {
+            int got = json_value(text, others[i], &other);
+            if (got < 0) {
+                found = -1;
+                key = others[i];
+            } else if (got > 0 && other != drop) {
+                differs = others[i];
+            }
+        }
         free(text);
         if (found < 0)
             return cli_usage_error("--config: \"%s\" in '%s' must be a number (a probability)",
                                    key, o->config);
+        if (found == 0)
+            return cli_usage_error("--config: '%s' has no \"drop_rate\", which the book's "
+                                   "GPTModel reads (0.0 for none)",
+                                   o->config);
+        if (differs)
+            return cli_usage_error("--config: '%s': %s %g differs from resid_pdrop %g; the "
+                                   "book's GPTModel has one drop_rate for every dropout",
+                                   o->config, differs, other, drop);
         if (!(drop >= 0.0 && drop <= 1.0))
             return cli_usage_error("--config: drop_rate %g is not a probability", drop);
         g = (attn_gpt_config){.vocab_size = lc.vocab_size, .context_length = lc.context_length,

@@ -285,6 +285,19 @@ def bad_inputs(attn, d, cfg_path, ckpt):
         json.dump(dict(CFG, drop_rate="0.1"), f)
     refused(["--text", VERDICT, "--config", cfg_bad], r'"drop_rate" in .* must be a number', 2,
             "drop_rate a string")
+    # the book's cfg reads drop_rate (no default); GPT-2's three rates are one here
+    cfg_bad = os.path.join(d, "cfg_nodrop.json")
+    with open(cfg_bad, "w") as f:
+        json.dump({k: v for k, v in CFG.items() if k != "drop_rate"}, f)
+    refused(["--text", VERDICT, "--config", cfg_bad], r'has no "drop_rate"', 2,
+            "the book's cfg without drop_rate")
+    hf = {"vocab_size": 50257, "n_positions": 32, "n_embd": 64, "n_head": 4, "n_layer": 2,
+          "resid_pdrop": 0.1, "attn_pdrop": 0.0}
+    cfg_bad = os.path.join(d, "cfg_hf_pdrop.json")
+    with open(cfg_bad, "w") as f:
+        json.dump(hf, f)
+    refused(["--text", VERDICT, "--config", cfg_bad],
+            r"attn_pdrop 0 differs from resid_pdrop 0\.1", 2, "GPT-2's attn_pdrop apart")
     # the outputs are none of the inputs: the config, the tokenizer's files, --plot's file
     refused(["--text", VERDICT, "--save", cfg_path], r"--save: .* is the input --config", 2,
             "--save onto --config")
