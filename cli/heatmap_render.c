@@ -72,6 +72,9 @@ bool hm_compute_layout(const hm_spec *spec, hm_layout *out) {
     out->panel_h = out->title_h + out->label_w + T * out->cell;
     out->bar_x = MARGIN + out->cols * out->panel_w + GAP * (out->cols - 1) + BAR_GAP;
     out->width = out->bar_x + BAR_W + BAR_TEXT_GAP + 30 * out->scale + MARGIN;
+    /* the caption whole, where it is wider than the panels and the scale */
+    size_t caption_w = spec->title ? 2 * MARGIN + 6 * out->scale * strlen(spec->title) : 0;
+    if (out->width < caption_w) out->width = caption_w;
     out->height = MARGIN + out->caption_h + out->rows * out->panel_h + GAP * (out->rows - 1) + MARGIN;
     weight_range(spec, &out->vmin, &out->vmax);
     return out->width <= 32768 && out->height <= 32768;
@@ -142,7 +145,15 @@ bool hm_print_terminal(FILE *out, const hm_spec *spec) {
         for (size_t j = 0; j < T; j++) fprintf(out, "%2zu", j % 100);
         fputc('\n', out);
         for (size_t i = 0; i < T; i++) {
-            fprintf(out, "%*.*s ", (int)n, (int)n, spec->labels[i]);
+            /* a word's control bytes as '?': a word may not drive the terminal */
+            char shown[HM_MAX_LABEL + 1];
+            size_t len = label_len(spec->labels[i]);
+            for (size_t k = 0; k < len; k++) {
+                unsigned char ch = (unsigned char)spec->labels[i][k];
+                shown[k] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
+            }
+            shown[len] = '\0';
+            fprintf(out, "%*s ", (int)n, shown);
             for (size_t j = 0; j < T; j++) {
                 if (spec->causal && j > i) {
                     fputs("\x1b[48;2;70;70;70m\x1b[38;2;140;140;140m//", out);

@@ -6,6 +6,7 @@
 
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char cli_program_name[] = "attn";
@@ -87,6 +88,25 @@ int cli_main(int argc, char **argv, bool parse_only) {
 }
 
 #ifndef ATTN_CLI_NO_MAIN
+/* A usage error when a launcher started this process as one of a job of
+ * several (Open MPI's mpirun sets OMPI_COMM_WORLD_SIZE, MPICH's Hydra
+ * PMI_SIZE) and the command has no --context-parallel: each process would
+ * run the whole command alone and write its outputs, and the ranks that
+ * wait for it in MPI would wait forever. Exiting nonzero ends the job. */
+static int alone_in_a_job(int argc, char **argv) {
+    const char *var = "OMPI_COMM_WORLD_SIZE", *size = getenv(var);
+    if (!size) size = getenv(var = "PMI_SIZE");
+    size_t n = 0;
+    if (!size || !cli_parse_size(size, &n) || n < 2) return CLI_OK;
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--context-parallel") == 0) return CLI_OK;
+    return cli_usage_error("started as one of %zu processes (%s=%s) without "
+                           "--context-parallel: each would run the whole command alone; give "
+                           "forward or grad --context-parallel, or run attn without the "
+                           "launcher",
+                           n, var, size);
+}
+
 int main(int argc, char **argv) {
     /* Past a file size limit (ulimit -f) a write then fails with EFBIG, which
      * the writers report and clean up after, instead of the signal killing
@@ -96,6 +116,7 @@ int main(int argc, char **argv) {
      * a command that polls at its next safe point (interrupt.h). Here and
      * not in cli_main, which the fuzz target calls. */
     cli_interrupt_install();
-    return cli_finish(cli_main(argc, argv, false));
+    int rc = alone_in_a_job(argc, argv);
+    return cli_finish(rc != CLI_OK ? rc : cli_main(argc, argv, false));
 }
 #endif

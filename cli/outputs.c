@@ -59,6 +59,7 @@ static bool parent_of(const char *path, char *buf, size_t size) {
 }
 
 int cli_outputs_add(cli_outputs *out, const char *opt, const char *path, size_t *index) {
+    if (!*path) return cli_usage_error("%s: the path is empty", opt);
     if (out->count == out->cap) {
         size_t cap = out->cap ? 2 * out->cap : 8;
         cli_output *items = realloc(out->items, cap * sizeof *items);

@@ -154,7 +154,7 @@ def main():
             r.bad(surface, base + [out_opt, "afile/o.npy"], ["afile/o.npy", "Not a directory"],
                   rc=1)
             r.bad(surface, base + [out_opt, "/proc/attn_o.npy"], ["/proc/attn_o.npy"], rc=1)
-            r.bad(surface, base + [out_opt, ""], ["path is empty"], rc=1)
+            r.bad(surface, base + [out_opt, ""], ["%s: the path is empty" % out_opt], rc=2)
         r.bad("forward paths", fwd + ["--output", "x.npy"], ["--output", "x.npy", "--input"],
               rc=2)
         r.bad("forward paths", fwd + ["--output", "./x.npy"], ["./x.npy", "--input"], rc=2)

@@ -142,6 +142,14 @@ with tempfile.TemporaryDirectory() as tmp:
     expect_success("forward with the same weights file", [fwd + ["--context-parallel", "ring",
                                                                  "--weights", w1]] * 2, [y])
 
+    print("a rank without --context-parallel")
+    # (mpirun stops the job once the rank without it exits: rank 0 speaks)
+    expect_failure("launch", "forward : forward --context-parallel ring",
+                   [fwd, fwd + ["--context-parallel", "ring"]],
+                   "started as one of 2 processes", [y], speakers=[0])
+    expect_failure("launch", "forward : forward (no rank has it)", [fwd, fwd],
+                   "without --context-parallel", [y], speakers=[0])
+
     print("ranks that disagree on the mode or the command")
     modes = ("ring", "zigzag", "ulysses")
     for a in modes:

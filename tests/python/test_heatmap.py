@@ -94,16 +94,18 @@ def read_png(path):
     return out.reshape(height, width, 3)
 
 
-def layout(T, P, n, title=True):
-    """docs/cli.md's formulas."""
+def layout(T, P, n, caption):
+    """docs/cli.md's formulas; caption: the line naming the module, the batch element
+    and the mode."""
     c = min(40, max(8, 480 // T))
     s = 2 if c >= 20 else 1
     L = 6 * s * n + 6
     A = 7 * s + 8
-    C = 7 * s + 8 if title else 0
+    C = 7 * s + 8
     cols = min(P, 4)
     rows = (P + cols - 1) // cols
-    width = 10 + cols * (L + T * c) + 16 * (cols - 1) + 16 + 14 + 4 + 30 * s + 10
+    width = max(10 + cols * (L + T * c) + 16 * (cols - 1) + 16 + 14 + 4 + 30 * s + 10,
+                10 + 6 * s * len(caption) + 10)
     height = 10 + C + rows * (A + L + T * c) + 16 * (rows - 1) + 10
     def cell_centre(p, i, j):
         col, row = p % cols, p // cols
@@ -118,9 +120,9 @@ def luminance(rgb):
     return 0.2126 * r + 0.7152 * g + 0.0722 * b
 
 
-def check_pixels(img, weights, T, n, causal, what):
+def check_pixels(img, weights, T, n, causal, what, module, batch=0):
     P = weights.shape[0]
-    width, height, centre = layout(T, P, n)
+    width, height, centre = layout(T, P, n, f"{module}, batch {batch}, eval mode")
     check(img.shape == (height, width, 3), f"{what}: size {img.shape[1]}x{img.shape[0]}, "
           f"documented {width}x{height}")
     if img.shape != (height, width, 3):
@@ -164,7 +166,7 @@ want = torch_causal_weights(123, 3, 2, inputs)
 got = np.load(npy)
 check(got.shape == (1, 6, 6) and np.abs(got[0] - want).max() <= 1e-6,
       f"drawn weights are torch's (max error {np.abs(got[0] - want).max():.2e})")
-check_pixels(read_png(png), got, 6, len("journey"), True, "causal")
+check_pixels(read_png(png), got, 6, len("journey"), True, "causal", "CausalAttention")
 print(f"causal: {r.stdout.strip()}")
 
 # 2. MultiHeadAttention, all heads and one head; GPT-2 with 4 heads.
@@ -174,16 +176,23 @@ r = run("--module", "mha", "--heads", "2", "--d-out", "4", "--text", SENTENCE, "
 check(r.returncode == 0, f"mha heatmap: {r.stderr}")
 both = np.load(npy2)
 check(both.shape == (2, 6, 6), f"two panels {both.shape}")
-check_pixels(read_png(png2), both, 6, 7, True, "mha all heads")
+check_pixels(read_png(png2), both, 6, 7, True, "mha all heads", "MultiHeadAttention")
 r = run("--module", "mha", "--heads", "2", "--d-out", "4", "--text", SENTENCE, "--head", "1",
         "--output", png2, "--save-weights", npy2, "--seed", "5")
 check(r.returncode == 0 and np.array_equal(np.load(npy2)[0], both[1]), "--head 1 is panel 1")
-check_pixels(read_png(png2), np.load(npy2), 6, 7, True, "mha head 1")
+check_pixels(read_png(png2), np.load(npy2), 6, 7, True, "mha head 1", "MultiHeadAttention")
 words = "the quick brown fox jumps over the lazy dog while the cat sleeps"
 r = run("--module", "gpt2", "--heads", "4", "--d-in", "32", "--text", words, "--output", png2,
         "--save-weights", npy2, "--seed", "7")
 check(r.returncode == 0, f"gpt2 heatmap: {r.stderr}")
-check_pixels(read_png(png2), np.load(npy2), 13, 6, True, "gpt2 4 heads")
+check_pixels(read_png(png2), np.load(npy2), 13, 6, True, "gpt2 4 heads", "CausalSelfAttention")
+# one token: the caption is wider than the panel, and the image holds it whole
+r = run("--module", "mha-wrapper", "--d-out", "4", "--text", "step", "--output", png2)
+img = read_png(png2)
+caption = "MultiHeadAttentionWrapper, batch 0, eval mode"
+width, height, _ = layout(1, 1, 4, caption)
+check(r.returncode == 0 and img.shape == (height, width, 3) and width == 20 + 12 * len(caption),
+      f"one token: {img.shape[1]}x{img.shape[0]} holds the caption ({width}x{height})")
 # the same word gets the same embedding: 'the' rows 0, 6 and 10 see the same keys as queries
 # 3. .npy input (positions as labels), batch selection, a non-causal module.
 x = np.random.default_rng(1).random((3, 20, 8), dtype=np.float32)
@@ -192,7 +201,8 @@ np.save(xin, x)
 r = run("--module", "sa2", "--d-out", "4", "--input", xin, "--batch", "2", "--output", png2,
         "--save-weights", npy2)
 check(r.returncode == 0, f"sa2 heatmap: {r.stderr}")
-check_pixels(read_png(png2), np.load(npy2), 20, 2, False, "sa2 on .npy, batch 2")
+check_pixels(read_png(png2), np.load(npy2), 20, 2, False, "sa2 on .npy, batch 2",
+             "SelfAttention_v2", batch=2)
 torch.manual_seed(123)
 sa2 = S.SelfAttention_v2(8, 4)
 with torch.no_grad():
@@ -204,6 +214,10 @@ check(np.abs(np.load(npy2)[0] - w).max() <= 1e-6, "sa2 weights of batch element 
 r = run("--module", "causal", "--d-out", "2", "--text", SENTENCE, "--terminal")
 check(r.returncode == 0 and r.stdout.count("\x1b[48;2;") >= 36 and "journey" in r.stdout
       and "masked (future)" in r.stdout, "terminal drawing")
+# a word's control bytes are not sent to the terminal: an escape in --text shows as '?'
+r = run("--module", "causal", "--d-out", "2", "--text", "a\x1b[31mred b", "--terminal")
+check(r.returncode == 0 and "a?[31mred " in r.stdout and "\x1b[31m" not in r.stdout,
+      "terminal drawing: --text's escape bytes shown as '?'")
 
 # 5. Usage errors.
 for args, fragment in [
