@@ -173,4 +173,3 @@ def as_float32(name, a):
             raise ValueError(f"{name}: element {tuple(int(i) for i in at)} "
                              f"({float(a[at]):g}) is beyond float32's range")
     return f
-

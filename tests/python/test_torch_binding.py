@@ -475,7 +475,8 @@ def test_dropout():
     Ad = AT.scaled_dot_product_attention(q.double(), k.double(), eye.double(), dropout_p=pd)
     keep_d = Ad != 0
     scale_err = float((Ad[keep_d] * S - 1.0 / (1.0 - pd)).abs().max())
-    check(scale_err <= 1e-14, f"float64 kept weights scaled by 1 / (1 - p) in double: {scale_err:.3g}")
+    check(scale_err <= 1e-14,
+          f"float64 kept weights scaled by 1 / (1 - p) in double: {scale_err:.3g}")
     qr, kr, vr = (torch.randn(B, H, n_, 8, dtype=torch.float64) for n_ in (T, S, S))
     dout = torch.randn(B, H, T, 8, dtype=torch.float64)
     torch.manual_seed(5)
