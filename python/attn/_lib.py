@@ -259,6 +259,29 @@ def status_name(status):
     return lib.attn_status_name(status).decode()
 
 
+class CallLock:
+    """A ctx's lock: re-entrant on its thread (a method may call another of
+    the same object), but refused while a C call holding it runs a Python
+    callback (generate's on_token): the callback would change the model or
+    cache under the call, which goes on with them."""
+
+    def __init__(self):
+        self._lock = threading.RLock()
+        self.in_callback_call = False
+
+    def __enter__(self):
+        self._lock.acquire()
+        if self.in_callback_call:
+            self._lock.release()
+            raise RuntimeError("attn: a generate() on this model or cache is running its "
+                               "on_token callback, which may not call into them (use another "
+                               "model or cache, or act after generate returns)")
+        return self
+
+    def __exit__(self, *exc):
+        self._lock.release()
+
+
 class Context:
     """An attn_ctx: thread count and the last error message.
 
@@ -270,7 +293,7 @@ class Context:
 
     def __init__(self, num_threads=1):
         num_threads = as_index("num_threads", num_threads, 1)
-        self.lock = threading.RLock()
+        self.lock = CallLock()
         handle = c_void_p()
         status = lib.attn_ctx_new(CtxConfig(num_threads=num_threads), ctypes.byref(handle))
         if status != 0:

@@ -18,6 +18,8 @@ or a GPT-2 file's shapes give it.
 """
 import contextlib
 import ctypes
+import signal
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_double, c_int, c_int32, c_size_t,
@@ -288,10 +290,35 @@ class _TokenCallback:
     def __init__(self, on_token):
         self.on_token = on_token
         self.error = None
+        self.interrupted = False
         self.c_function = TOKEN_FN(self._call)
+
+    def run(self, call):
+        """call() (the C call that calls back) with Ctrl-C noted rather than
+        raised, in the main thread where Python's own handler is set: raised
+        where the callback is entered, a KeyboardInterrupt would escape its
+        try, and ctypes would print it and go on. The next token stops the
+        run, and the KeyboardInterrupt is raised once the call returns."""
+        if (threading.current_thread() is not threading.main_thread()
+                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+            return call()
+
+        def note(_signum, _frame):
+            self.interrupted = True
+        previous = signal.signal(signal.SIGINT, note)
+        try:
+            status = call()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if self.interrupted and self.error is None:
+            self.error = KeyboardInterrupt()
+        return status
 
     def _call(self, _user, token):
         try:
+            if self.interrupted:
+                self.error = KeyboardInterrupt()
+                return False
             result = self.on_token(int(token))
             # bool() of the result may raise too (a numpy array of several values)
             return result is None or bool(result)
@@ -525,7 +552,8 @@ class LanguageModel:
         callback = _TokenCallback(on_token) if on_token is not None else None
         count = c_size_t()
         rng = _modules._Generator(seed if seed is not None else 0) if temperature > 0 else None
-        with _holding(self._lock, *([cache._lock] if isinstance(cache, KVCache) else [])):
+        locks = [self._lock, *([cache._lock] if isinstance(cache, KVCache) else [])]
+        with _holding(*locks):
             context_length = lib.attn_lm_get_config(self._handle).context_length
             # the library refuses, before writing any, more new tokens than
             # the context holds; out holds what it can write
@@ -544,7 +572,15 @@ class LanguageModel:
                                 on_token=callback.c_function if callback else TOKEN_FN(),
                                 user=None, out=out.ctypes.data_as(I32P),
                                 count=ctypes.pointer(count))
-            status = lib.attn_lm_generate(self._handle, ctypes.byref(args))
+            for lock in locks:  # on_token may not call back into them
+                lock.in_callback_call = callback is not None
+            try:
+                def call():
+                    return lib.attn_lm_generate(self._handle, ctypes.byref(args))
+                status = callback.run(call) if callback else call()
+            finally:
+                for lock in locks:
+                    lock.in_callback_call = False
             if callback is not None and callback.error is not None:
                 raise callback.error
             self._ctx.check(status)

@@ -58,11 +58,20 @@ class Tokenizer:
         if isinstance(data, str):
             raise TypeError("encode_bytes: expected bytes (a bytes-like object), got str; "
                             "encode(text) takes a str")
-        try:
+        if isinstance(data, (list, tuple)):  # byte values, 0 .. 255 (bytes() checks)
             data = bytes(data)
-        except TypeError:
-            raise TypeError(f"encode_bytes: expected bytes (a bytes-like object), got "
-                            f"{type(data).__name__}") from None
+        else:
+            # a buffer of bytes: bytes(5) would be five NULs, and an int32
+            # array's buffer its values' bytes, not its values
+            try:
+                view = memoryview(data)
+            except TypeError:
+                raise TypeError(f"encode_bytes: expected bytes (a bytes-like object), got "
+                                f"{type(data).__name__}") from None
+            if view.itemsize != 1:
+                raise TypeError(f"encode_bytes: expected bytes, got a buffer of "
+                                f"{view.itemsize}-byte items (format '{view.format}')")
+            data = view.tobytes()
         count = c_size_t()
         capacity = len(data) + 1  # a token holds at least one byte
         ids = (c_int32 * capacity)()

@@ -28,6 +28,7 @@ value, a wrapped integer, a crash or a silent stop.
 usage: test_hostile_python.py LIBATTN_SO   (torch >= 1.13)
 """
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -321,6 +322,31 @@ def callbacks():
     check(got == want[:1], f"on_token returning False stops after the first: {got}")
     got = list(lm.generate([5, 6], 6, on_token=lambda t: True))
     check(got == want, "on_token returning True goes on")
+    # on_token may not call back into the model or the cache the run uses (the
+    # run would go on with them changed); another model is fine
+    cache = lm.new_cache(1, 16)
+    for what, call in (("reset the cache", lambda t: cache.reset()),
+                       ("generate again", lambda t: lm.generate([1], 2)),
+                       ("forward on the cache", lambda t: lm.forward([[7]], cache=cache))):
+        raises(lambda: lm.generate([5, 6], 6, cache=cache, on_token=call), RuntimeError,
+               ["on_token callback", "may not call into them"], f"on_token that would {what}", S)
+    other = attn.LanguageModel(TINY, seed=4, num_threads=1)
+    got = list(lm.generate([5, 6], 6, on_token=lambda t: (other.generate([1], 2), None)[1]))
+    check(got == want and list(lm.generate([5, 6], 6, cache=cache)) == want,
+          "on_token may run another model; the model and cache work after a refusal")
+    # Ctrl-C while the C call runs stops it and raises KeyboardInterrupt (it was
+    # raised where ctypes enters the callback, printed, and the run went on)
+    slow = attn.LanguageModel({"vocab_size": 2000, "context_length": 1024, "emb_dim": 256,
+                               "n_heads": 4, "n_layers": 8}, seed=3, num_threads=1)
+    timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        slow.generate([1, 2, 3], 1000, on_token=lambda t: None)
+        check(False, "Ctrl-C during generate: no KeyboardInterrupt")
+    except KeyboardInterrupt:
+        check(signal.getsignal(signal.SIGINT) is signal.default_int_handler,
+              "Ctrl-C during generate: KeyboardInterrupt, Python's handler back")
+    timer.join()
 
     class Stop(Exception):
         pass
@@ -417,6 +443,14 @@ def messages():
         raises(lambda: tok.encode(5), TypeError, ["encode", "str"], "encode(5)", T)
         raises(lambda: tok.encode_bytes("Hi"), TypeError, ["encode_bytes", "str"],
                "encode_bytes(str)", T)
+        # an int is not a length of NULs, an int32 array's buffer not its values
+        raises(lambda: tok.encode_bytes(5), TypeError, ["encode_bytes", "int"],
+               "encode_bytes(5)", T)
+        raises(lambda: tok.encode_bytes(np.array([72, 105], np.int32)), TypeError,
+               ["encode_bytes", "4-byte items"], "encode_bytes(int32 array)", T)
+        count(T, 1)
+        check(tok.encode_bytes(np.array([72, 105], np.uint8)) == tok.encode_bytes(b"Hi")
+              == tok.encode_bytes([72, 105]), "encode_bytes of uint8 values, a list, bytes")
         check(tok.encode("Hi") == [72, 105] and tok.encode_bytes(b"Hi") == [72, 105],
               "encode and encode_bytes of Hi")
         raises(lambda: attn.Tokenizer(os.path.join(d, "bytes.tiktoken\0x")), ValueError,
