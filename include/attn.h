@@ -149,7 +149,7 @@ const char *attn_kernels_name(attn_kernels kernels);
 bool attn_kernels_supported(attn_kernels kernels);
 
 typedef struct attn_ctx_config {
-    size_t num_threads;  /* 0 or 1: single-threaded                        */
+    size_t num_threads;  /* 0 or 1: single-threaded; at most 4096          */
     attn_trace_fn trace; /* optional                                       */
     void *trace_user;    /* passed to trace                                */
     attn_kernels kernels; /* 0: AUTO                                        */
@@ -158,7 +158,9 @@ typedef struct attn_ctx_config {
 
 typedef struct attn_ctx attn_ctx;
 
-/* cfg may be NULL for the defaults. */
+/* cfg may be NULL for the defaults. ATTN_ERR_INVALID, with no ctx to hold
+ * a message, for num_threads past 4096, a kernels value not in the enum or
+ * one this CPU cannot run, or an ATTN_KERNELS name (lower case) not known. */
 attn_status attn_ctx_new(const attn_ctx_config *cfg, attn_ctx **out);
 /* Frees ctx (NULL is fine). Free the objects made from it first. */
 void attn_ctx_free(attn_ctx *ctx);

@@ -153,6 +153,7 @@ attn_status attn_sdpa_check_forward_args(attn_ctx *ctx, const char *fn,
                                          attn_rng *rng, const attn_sdpa_dropout *drawn) {
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
+    attn_explain_begin(ctx); /* a refused call ran no backend */
     attn_status st = attn_sdpa_check_config(ctx, fn, cfg);
     if (st != ATTN_OK) return st;
     if (!q || !k || !v || !out)
@@ -323,6 +324,7 @@ attn_status attn_sdpa_check_backward_args(attn_ctx *ctx, const char *fn,
     static const char *const names[9] = {"q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv"};
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
+    attn_explain_begin(ctx); /* a refused call ran no backend */
     attn_status st = attn_sdpa_check_config(ctx, fn, cfg);
     if (st != ATTN_OK) return st;
     for (int i = 0; i < 9; i++)
@@ -389,6 +391,7 @@ attn_status attn_sdpa_backward_dlse(attn_ctx *ctx, const attn_sdpa_config *cfg, 
     const char *fn = "attn_sdpa_backward_dlse";
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
+    attn_explain_begin(ctx); /* a refused call ran no backend */
     if (dtype != ATTN_DTYPE_F32 && dtype != ATTN_DTYPE_F64 && dtype != ATTN_DTYPE_BF16 &&
         dtype != ATTN_DTYPE_F16)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: dtype (%s, %d) must be F32, F64, BF16 or F16",

@@ -77,6 +77,15 @@ static void float32_choices(attn_ctx *fast, attn_ctx *ref, float *q, float *k, f
     if (attn_ctx_kernels(fast) != ATTN_KERNELS_REFERENCE)
         CHECK(strncmp(explain_of(fast), "fused [", 7) == 0 && says(fast, "]: ran") &&
               !strstr(explain_of(fast), "declined"));
+    /* a refused call ran no backend: its explain is empty, not the last run's */
+    attn_sdpa_config bad = cfg;
+    bad.head_dim = 0;
+    CHECK(attn_sdpa_forward(fast, &bad, q, k, v, out, NULL, NULL, NULL) == ATTN_ERR_SHAPE);
+    CHECK(explain_of(fast)[0] == '\0');
+    CHECK(attn_sdpa_forward(fast, &cfg, q, k, v, out, NULL, NULL, NULL) == ATTN_OK);
+    CHECK(explain_of(fast)[0] != '\0');
+    CHECK(attn_sdpa_forward(fast, &cfg, q, k, v, q, NULL, NULL, NULL) == ATTN_ERR_INVALID);
+    CHECK(explain_of(fast)[0] == '\0');
     CHECK(attn_sdpa_forward(ref, &cfg, q, k, v, out_ref, NULL, NULL, NULL) == ATTN_OK);
     CHECK(says(ref, "fused: declined (the ctx runs the reference kernels)") &&
           says(ref, "fused16: declined (its kernels read bf16)") && says(ref, "reference: ran"));
