@@ -338,6 +338,9 @@ def callbacks():
     # raised where ctypes enters the callback, printed, and the run went on)
     slow = attn.LanguageModel({"vocab_size": 2000, "context_length": 1024, "emb_dim": 256,
                                "n_heads": 4, "n_layers": 8}, seed=3, num_threads=1)
+    # Python's own handler, as in a terminal (a job started in the background
+    # without job control inherits SIGINT ignored)
+    started_with = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     try:
@@ -347,6 +350,7 @@ def callbacks():
         check(signal.getsignal(signal.SIGINT) is signal.default_int_handler,
               "Ctrl-C during generate: KeyboardInterrupt, Python's handler back")
     timer.join()
+    signal.signal(signal.SIGINT, started_with)
 
     class Stop(Exception):
         pass
