@@ -51,6 +51,8 @@
  *                   else contiguous
  *     --kv-dtype T  the cache's K and V type: f32 (default), bf16, f16,
  *                   fp8, int8 or int4
+ *                   (with --decode and --prefill the AMX tiles are asked
+ *                   for, as with --bf16: bf16 keys are scored on them)
  *
  * Prints, per build, the median and the fastest round in ms and the first
  * build's over this one's (above 1: this build is faster), and a hash of
@@ -593,7 +595,7 @@ int main(int argc, char **argv) {
             return 1;
         if (!(x->ms = calloc(rounds, sizeof(double)))) return 1;
     }
-    if (j.path == PATH_BF16) { /* process-wide: every build sees it */
+    if (j.path == PATH_BF16 || cache) { /* process-wide: every build sees it */
         request_amx_fn request =
             (request_amx_fn)(uintptr_t)symbol(&builds[0], "attn_cpu_request_amx");
         printf("AMX tiles: %s\n", request && request() == ATTN_OK ? "granted" : "not granted");

@@ -116,6 +116,14 @@ int main(int argc, char **argv) {
      * a command that polls at its next safe point (interrupt.h). Here and
      * not in cli_main, which the fuzz target calls. */
     cli_interrupt_install();
+    /* The AMX tiles, which Linux gives a process that asks (the library
+     * never asks by itself), as PyTorch does on its first bf16 product: the
+     * bf16 products and bf16 keys of a KV cache run on them. Where the CPU
+     * or the OS has none the request is refused, and the kernels do
+     * without (`attn version` says which). */
+    if (attn_cpu_request_amx() != ATTN_OK) {
+        /* nothing to do: no tiles */
+    }
     int rc = alone_in_a_job(argc, argv);
     return cli_finish(rc != CLI_OK ? rc : cli_main(argc, argv, false));
 }

@@ -12,14 +12,16 @@
  * Each step appends its token, so the cache grows by one per step from L
  * (at most runs + warmup tokens: under 0.1% at L = 4096 and 64 runs).
  * Prints one line:
- *   attn_decode dtype=f32 D=128 L=16384 threads=1 runs=R ms=M gbs=G kv_bytes=B
+ *   attn_decode dtype=f32 D=128 L=16384 threads=1 runs=R ms=M gbs=G kv_bytes=B amx=A
  * with M the median ms per step and G the K/V bytes the cache holds at L
- * (attn_kv_cache_token_bytes x L) per second of that median. Exits 3 with
+ * (attn_kv_cache_token_bytes x L) per second of that median, and A whether
+ * the process was given the AMX tiles (granted or no). Exits 3 with
  * "pending: ..." when the cache refuses the dtype, 1 on other errors.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <attn.h>
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -111,6 +113,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < 2 * FILL_ROWS * row; i++) fill[i] = next_uniform(&seed);
     for (size_t i = 0; i < qrow + 2 * row; i++) token[i] = next_uniform(&seed);
 
+    /* the AMX tiles, as an application that wants attn's AMX kernels asks
+     * for them (bf16 keys are scored on them); refused where there are none */
+    bool amx = attn_cpu_request_amx() == ATTN_OK;
     attn_ctx *ctx = NULL;
     attn_kv_cache *cache = NULL;
     attn_ctx_config cc = {.num_threads = threads};
@@ -150,8 +155,9 @@ int main(int argc, char **argv) {
     double med = runs % 2 ? t[runs / 2] : 0.5 * (t[runs / 2 - 1] + t[runs / 2]);
     double kv_bytes = (double)attn_kv_cache_token_bytes(cache) * (double)length;
     printf("attn_decode dtype=%s D=%zu L=%zu threads=%zu runs=%zu ms=%.4f gbs=%.2f "
-           "kv_bytes=%.0f\n",
-           dt->name, head_dim, length, threads, runs, 1e3 * med, kv_bytes / med * 1e-9, kv_bytes);
+           "kv_bytes=%.0f amx=%s\n",
+           dt->name, head_dim, length, threads, runs, 1e3 * med, kv_bytes / med * 1e-9, kv_bytes,
+           amx ? "granted" : "no");
     attn_kv_cache_free(cache);
     attn_ctx_free(ctx);
     free(fill);

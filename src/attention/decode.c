@@ -70,9 +70,19 @@ static const char *decode_declines(const attn_ctx *ctx, const attn_attention_pro
     return NULL;
 }
 
+/* The ctx's decode kernels for p: bf16 keys on AMX tiles where the
+ * process may use them, else its instruction set's. */
+static const attn_decode_kernels *kernels_for(const attn_ctx *ctx,
+                                              const attn_attention_problem *p) {
+    const attn_decode_kernels *amx = ctx->ks.decode_amx;
+    if (amx && p->kv_cache->k.dtype == ATTN_DTYPE_BF16 && p->head_dim % 32 == 0 &&
+        attn_ctx_amx_usable(ctx))
+        return amx;
+    return ctx->ks.decode;
+}
+
 static const char *decode_kernel_name(const attn_ctx *ctx, const attn_attention_problem *p) {
-    (void)p;
-    return ctx->ks.decode->name;
+    return kernels_for(ctx, p)->name;
 }
 
 /* ---- the plan of one call ---------------------------------------------------- */
@@ -206,7 +216,8 @@ static layout layout_of(const attn_ctx *ctx, const attn_attention_problem *p,
     layout l = {.plans = (p->batch * sizeof(seq_plan) + 63) / 64 * 64,
                 .items = (cp->items * sizeof(work_item) + 63) / 64 * 64,
                 .part_floats =
-                    partial_floats(ATTN_DECODE_ROWS, H, D) + ATTN_DECODE_SCRATCH_FLOATS(H, D)};
+                    partial_floats(ATTN_DECODE_ROWS, H, D) + ATTN_DECODE_SCRATCH_FLOATS(H, D) +
+                    (kernels_for(ctx, p)->tiles ? ATTN_DECODE_TILE_FLOATS(H, D) : 0)};
     l.floats = parts * l.part_floats + 2 * cp->rows * H + cp->partials;
     return l;
 }
@@ -321,7 +332,7 @@ static const char *decode_forward(attn_ctx *ctx, const attn_attention_problem *p
     layout lay = layout_of(ctx, p, &cp);
     work_item *list = (work_item *)((char *)workspace + lay.plans);
     float *f = (float *)((char *)list + lay.items);
-    attend_job job = {.kern = ctx->ks.decode, .plans = plans, .items = list, .H = H, .D = D,
+    attend_job job = {.kern = kernels_for(ctx, p), .plans = plans, .items = list, .H = H, .D = D,
                       .sinks = p->sinks, .out = p->out.data, .part_scratch = f,
                       .part_floats = lay.part_floats};
     job.m = f + attn_parallel_parts(threads) * lay.part_floats;

@@ -31,7 +31,8 @@ typedef struct attn_kernel_set {
     const struct attn_flash_kernels *flash;       /* fused float attention */
     const struct attn_flash16_kernels *flash16_amx; /* fused bf16 attention on AMX tiles, */
     const struct attn_flash16_kernels *flash16_dot; /* on vdpbf16ps (NULL: the CPU lacks it) */
-    const struct attn_decode_kernels *decode;     /* attention of new tokens over a cache */
+    const struct attn_decode_kernels *decode;     /* attention of new tokens over a cache, */
+    const struct attn_decode_kernels *decode_amx; /* its bf16 keys on AMX tiles (or NULL) */
     const struct attn_flex_kernels *flex;         /* fused attention under block maps and score mods */
     const struct attn_gemm_kernel *gemm;          /* SGEMM */
     const struct attn_gemm16_kernel *gemm16;      /* 16-bit GEMM on widened panels */

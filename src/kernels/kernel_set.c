@@ -40,6 +40,7 @@ static void fill_avx512(attn_kernel_set *set) {
     if (attn_cpu_amx_bf16_present()) {
         set->flash16_amx = &attn_flash16_amx_kernels;
         set->bgemm_amx = &attn_bgemm_kernel_amx;
+        set->decode_amx = &attn_decode_avx512_amx;
     }
 }
 #endif
@@ -93,9 +94,10 @@ size_t attn_kernel_set_describe(const attn_kernel_set *set, char *buf, size_t ca
              set->flash16_amx ? "+" : "", set->flash16_amx ? set->flash16_amx->name : "");
     if (!set->flash) snprintf(flash16, sizeof flash16, "%s", none);
     int n = snprintf(buf, cap,
-             "%s: flash %s, flash16 %s, decode %s, gemm %s, gemm16 %s%s%s%s%s, gemv %s",
+             "%s: flash %s, flash16 %s, decode %s%s%s, gemm %s, gemm16 %s%s%s%s%s, gemv %s",
              set->name, set->flash ? set->flash->name : none, flash16,
-             set->decode ? set->decode->name : none, set->gemm ? set->gemm->name : none,
+             set->decode ? set->decode->name : none, set->decode_amx ? " / " : "",
+             set->decode_amx ? set->decode_amx->name : "", set->gemm ? set->gemm->name : none,
              set->gemm16 ? set->gemm16->name : none, set->bgemm_dot ? " / " : "",
              set->bgemm_dot ? set->bgemm_dot->name : "", set->bgemm_amx ? " / " : "",
              set->bgemm_amx ? set->bgemm_amx->name : "", set->gemv ? set->gemv->name : none);

@@ -250,6 +250,44 @@ static void test_pairs(void) {
     }
 }
 
+/* bf16 keys on AMX tiles, where the OS gives this process the tiles (as
+ * an application asks for them: the library never does by itself): the
+ * decode names the kernel, and every V type's pair with bf16 K is near the
+ * reference, the same bits paged on 3 threads (compare_pair). */
+static void test_amx_keys(void) {
+    attn_cpu_info cpu;
+    if (!attn_kernels_supported(ATTN_KERNELS_AVX512) || attn_cpu_request_amx() != ATTN_OK ||
+        attn_cpu_info_get(&cpu) != ATTN_OK || !cpu.amx_bf16) {
+        printf("AMX pass skipped: no AMX tiles for this process on this CPU/OS\n");
+        return;
+    }
+    run r;
+    static const size_t windows[2] = {0, 0};
+    run_new(&r, ATTN_KERNELS_AVX512, 1, ATTN_KV_CONTIGUOUS, ATTN_DTYPE_BF16, ATTN_DTYPE_F32,
+            windows);
+    size_t lens[BATCH] = {1, 1};
+    float q[BATCH * H * D], k[BATCH * KH * D], v[BATCH * KH * D];
+    fill(q, BATCH * H * D);
+    fill(k, BATCH * KH * D);
+    fill(v, BATCH * KH * D);
+    free(attend(&r, 0, lens, q, k, v, BATCH));
+    const char *explain = attn_ctx_last_explain(r.ctx);
+    if (!strstr(explain, "avx512+amx")) printf("FAIL: bf16 keys did not run on AMX: %s\n", explain);
+    CHECK(strstr(explain, "avx512+amx") != NULL);
+    run_free(&r);
+    double worst = 0.0;
+    for (size_t j = 0; j < NUM_TYPES; j++) {
+        double w = compare_pair(ATTN_KERNELS_AVX512, ATTN_DTYPE_BF16, TYPES[j]);
+        if (!(w <= 2e-5))
+            printf("FAIL avx512+amx: K bf16, V %s: |fast - reference| %.3g\n",
+                   attn_dtype_name(TYPES[j]), w);
+        CHECK(w <= 2e-5);
+        worst = fmax(worst, w);
+    }
+    printf("avx512+amx: bf16 K with %zu V types, worst |fast - reference| %.3g\n", NUM_TYPES,
+           worst);
+}
+
 /* ---- NaN, sizes, refusals ----------------------------------------------------- */
 
 static void test_nan_carried(void) {
@@ -330,5 +368,6 @@ int main(void) {
     test_nan_carried();
     test_sizes_and_refusals();
     test_pairs();
+    test_amx_keys();
     return check_summary();
 }

@@ -353,6 +353,177 @@ static void score_group(size_t NG, const float *const *q, const attn_decode_row 
 #undef SCORE
 }
 
+#ifndef DECODE_AMX
+#define DECODE_AMX 0
+#endif
+/* The shapes of DECODE_AMX's tiles (below). */
+#define TILE_DIMS 32 /* elements of head_dim a tile product covers */
+#define TILE_COLS 12 /* 3 parts x 4 heads */
+#define TILE_B_WORDS (TILE_DIMS / 2 * TILE_COLS * 2) /* a B tile's bf16 words */
+
+#if DECODE_AMX
+/*
+ * bf16 keys on AMX tiles (the includer compiles with -mamx-tile -mamx-bf16).
+ * A block's scores for a group of up to 4 query heads are one tile product
+ * per 32 elements of head_dim: A, the block's 16 keys (rows) by 32
+ * elements, read straight from the cache where the keys' rows lie evenly
+ * apart, else copied; B, the group's queries, 16 pairs of elements (as
+ * TDPBF16PS pairs them) by 12 columns; C, 16 keys by 12 columns, sums
+ * them. A float32 query is the exact sum of three bf16 parts, the top,
+ * middle and last 8 bits of its significand (each cut by truncation, so
+ * that each remainder is exact); column 4 p + g holds part p of head g.
+ * Each product of a key and a part is then exact, and a score loses what a
+ * float32 dot product loses; the parts' sums join, the smallest first,
+ * once the block's keys are summed. The tiles flush subnormal bf16 inputs
+ * to zero: a part below 2^-126 (a query element below about 2^-110)
+ * counts as 0.
+ */
+/* Tile registers (literals: the intrinsics paste them into register
+ * names): three pairs of A and B, taken in turn so that a pair's loads
+ * need not wait for the product just issued, and two C, one a group, so
+ * that a group's products need not wait for the last group's store. */
+#define AMX_PRODUCT(A, B, C)                                                                       \
+    do {                                                                                           \
+        _tile_loadd(A, a, a_stride);                                                               \
+        _tile_loadd(B, bt, TILE_COLS * 4);                                                         \
+        _tile_dpbf16ps(C, A, B);                                                                   \
+    } while (0)
+/* A group's C as stored: 16 rows of TILE_COLS floats, and a row's worth
+ * more that amx_scores' loads of 16 floats a row reach past the last. */
+#define AMX_C_FLOATS (BK * TILE_COLS + 16)
+_Static_assert(BK == 16, "a block's keys are a tile's 16 rows");
+
+/* Loads this thread's tile shapes (TILERELEASE when done): tiles 0, 2, 4
+ * are A (16 keys of 64 bytes), 1, 3, 5 their B and 6, 7 C (TILE_COLS
+ * floats a row). */
+static void amx_configure(void) {
+    attn_amx_tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.rows[t] = 16;
+        cfg.colsb[t] = t < 6 && t % 2 == 0 ? 64 : TILE_COLS * 4;
+    }
+    _tile_loadconfig(&cfg);
+}
+
+/* The B tiles of a group's NG query heads q_g (D / TILE_DIMS of them, each
+ * TILE_B_WORDS words; rows of 2 TILE_COLS words): element e of tile t's row
+ * i, column n is part n / 4 of head n % 4's element 32 t + 2 i + e; the
+ * heads past NG are zeros. A part's 16 pairs of elements are 16 dwords,
+ * one a row. */
+static void amx_queries(size_t NG, const float *const *q, size_t D, uint16_t *b) {
+    const __m512i top_bits = _mm512_set1_epi32((int)0xFFFF0000u);
+    for (size_t t = 0; t < D / TILE_DIMS; t++) {
+        uint32_t *tile = (uint32_t *)(b + t * TILE_B_WORDS);
+        for (size_t g = 0; g < 4; g++) {
+            __m512 x[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+            if (g < NG)
+                for (size_t h = 0; h < 2; h++) x[h] = _mm512_loadu_ps(q[g] + t * TILE_DIMS + 16 * h);
+            for (size_t part = 0; part < 3; part++) {
+                uint32_t pairs[16];
+                for (size_t h = 0; h < 2; h++) {
+                    __m512i bits = _mm512_and_si512(_mm512_castps_si512(x[h]), top_bits);
+                    _mm256_storeu_si256((__m256i *)pairs + h,
+                                        _mm512_cvtepi32_epi16(_mm512_srli_epi32(bits, 16)));
+                    /* exact: the part is x with its low 16 bits cleared */
+                    x[h] = _mm512_sub_ps(x[h], _mm512_castsi512_ps(bits));
+                }
+                for (size_t i = 0; i < 16; i++) tile[i * TILE_COLS + 4 * part + g] = pairs[i];
+            }
+        }
+    }
+}
+
+/* The stride of a block's key rows where all 16 lie evenly apart (the
+ * positions of one page, or of a contiguous cache without its ring's end
+ * between them), else 0. */
+static size_t amx_even_stride(const attn_decode_row *rows) {
+    if (rows[1].k <= rows[0].k) return 0;
+    size_t stride = (size_t)(rows[1].k - rows[0].k);
+    for (size_t j = 2; j < BK; j++)
+        if (rows[j].k != rows[0].k + j * stride) return 0;
+    return stride;
+}
+
+/* c (AMX_C_FLOATS) = C of a group (tiles b from amx_queries) against KV
+ * head kh's bf16 keys in rows[j], j in [jlo, jhi); the other rows of C
+ * hold anything, finite or not (softmax_step drops their lanes). stride:
+ * amx_even_stride of a block whose 16 rows are all there, or 0 (the rows
+ * in [jlo, jhi) are copied, the others zeros). slot: the group's C tile
+ * (0 or 1); *turn: the A and B pair to take next. The next block's
+ * stream is not stepped here: asked for between the tile loads, its lines
+ * held up the loads (the block's later steps catch it up). */
+static void amx_products(size_t *turn, size_t slot, const uint16_t *b,
+                         const attn_decode_row *rows, const attn_kv_format *f, size_t kh,
+                         size_t jlo, size_t jhi, size_t stride, float *c) {
+    size_t D = f->head_dim;
+    const uint8_t *base = head_codes(&rows[0], false, f, kh);
+    _Alignas(64) uint8_t copied[3][BK * 64];
+    if (slot) _tile_zero(7);
+    else _tile_zero(6);
+    for (size_t t = 0; t < D / TILE_DIMS; t++) {
+        size_t pair = (*turn)++ % 3;
+        const uint8_t *a = base + t * 64;
+        const uint16_t *bt = b + t * TILE_B_WORDS;
+        size_t a_stride = stride;
+        if (!stride) {
+            a = copied[pair];
+            a_stride = 64;
+            for (size_t j = 0; j < BK; j++) {
+                __m512i x = j >= jlo && j < jhi
+                                ? _mm512_loadu_si512(head_codes(&rows[j], false, f, kh) + t * 64)
+                                : _mm512_setzero_si512();
+                _mm512_store_si512(copied[pair] + j * 64, x);
+            }
+        }
+        switch (pair * 2 + slot) {
+        case 0: AMX_PRODUCT(0, 1, 6); break;
+        case 1: AMX_PRODUCT(0, 1, 7); break;
+        case 2: AMX_PRODUCT(2, 3, 6); break;
+        case 3: AMX_PRODUCT(2, 3, 7); break;
+        case 4: AMX_PRODUCT(4, 5, 6); break;
+        default: AMX_PRODUCT(4, 5, 7); break;
+        }
+    }
+    if (slot) _tile_stored(7, c, TILE_COLS * 4);
+    else _tile_stored(6, c, TILE_COLS * 4);
+}
+
+/* out_g[j] = base-2 scores of a group's NG heads from its C (amx_products),
+ * j < 16: row j's parts summed, the smallest first, times scale2. */
+static void amx_scores(size_t NG, const float *c, float scale2, float *const *out) {
+    /* row j of C: 128-bit lanes 0, 1, 2 hold the top, middle and last
+     * parts' sums of the 4 heads; z[k4]'s lane k: key 4 k4 + k's scores */
+    __m512 z[4];
+    for (size_t k4 = 0; k4 < 4; k4++) {
+        const float *r = c + k4 * 4 * TILE_COLS;
+        __m512 r0 = _mm512_loadu_ps(r), r1 = _mm512_loadu_ps(r + TILE_COLS),
+               r2 = _mm512_loadu_ps(r + 2 * TILE_COLS), r3 = _mm512_loadu_ps(r + 3 * TILE_COLS);
+        __m512 t01 = _mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(1, 0, 1, 0));
+        __m512 t23 = _mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(1, 0, 1, 0));
+        __m512 u01 = _mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(3, 2, 3, 2));
+        __m512 u23 = _mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(3, 2, 3, 2));
+        __m512 top = _mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(2, 0, 2, 0));
+        __m512 mid = _mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(3, 1, 3, 1));
+        __m512 low = _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(2, 0, 2, 0));
+        z[k4] = _mm512_add_ps(_mm512_add_ps(low, mid), top);
+    }
+    /* head g's lane j = z[j / 4]'s element 4 (j % 4) + g */
+    __m512 s = _mm512_set1_ps(scale2);
+    for (size_t g = 0; g < NG; g++) {
+        int i = (int)g;
+        __m512i lo = _mm512_setr_epi32(i, 4 + i, 8 + i, 12 + i, 16 + i, 20 + i, 24 + i, 28 + i,
+                                       0, 0, 0, 0, 0, 0, 0, 0);
+        __m512i hi = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, i, 4 + i, 8 + i, 12 + i, 16 + i,
+                                       20 + i, 24 + i, 28 + i);
+        __m512 first = _mm512_permutex2var_ps(z[0], lo, z[1]);
+        __m512 second = _mm512_permutex2var_ps(z[2], hi, z[3]);
+        _mm512_storeu_ps(out[g], _mm512_mul_ps(_mm512_mask_blend_ps(0xFF00, first, second), s));
+    }
+}
+#endif /* DECODE_AMX */
+
 /* Key j - b0 of a block as a float: ALiBi's lane offsets. */
 static const float lane_of[BK] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
 
@@ -558,8 +729,20 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
     float *sc = scratch;                    /* (rows, H, BK) scores, then weights */
     float *alpha = scratch + rows * H * BK; /* (rows, H) the blocks' softmax factors */
     float *q_paired = alpha + rows * H;     /* (rows, H, D) the queries in pair order */
+#if DECODE_AMX
+    /* amx_k: (rows, KH, groups of 4 heads) the queries' B tiles (amx_queries) */
+    uint16_t *q_tiles = (uint16_t *)(q_paired + rows * H * D);
+    const size_t group_words = D / TILE_DIMS * TILE_B_WORDS, groups = (G + 3) / 4;
+    /* and a block's C of each of them (amx_products) */
+    float *c_tiles = (float *)(q_tiles + rows * KH * groups * group_words);
+#endif
     const attn_kv_format *kf = &s->keys.k.fmt, *vf = &s->keys.v.fmt;
-    const bool k_pairs = bf16_pairs(kf->dtype) && paired_dims(D) > 0;
+#if DECODE_AMX
+    const bool amx_k = kf->dtype == ATTN_DTYPE_BF16 && D % TILE_DIMS == 0;
+#else
+    const bool amx_k = false;
+#endif
+    const bool k_pairs = bf16_pairs(kf->dtype) && paired_dims(D) > 0 && !amx_k;
     const bool v_pairs = bf16_pairs(vf->dtype) && paired_dims(D) > 0;
     bool k_scaled = row_scaled(kf->dtype), v_scaled = row_scaled(vf->dtype);
     float kfac[BK], vfac[BK];     /* the row factors of a block's keys and values */
@@ -578,6 +761,21 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
         memcpy(q_paired + i * D, s->q + (row0 * H + i) * D, D * sizeof(float));
         pair_order(q_paired + i * D, D, true);
     }
+#if DECODE_AMX
+    if (amx_k) {
+        amx_configure();
+        for (size_t r = 0; r < rows; r++)
+            for (size_t kh = 0; kh < KH; kh++)
+                for (size_t g0 = 0; g0 < G; g0 += 4) {
+                    const float *q_g[4];
+                    size_t ng = G - g0 < 4 ? G - g0 : 4;
+                    for (size_t g = 0; g < ng; g++)
+                        q_g[g] = s->q + ((row0 + r) * H + kh * G + g0 + g) * D;
+                    amx_queries(ng, q_g, D,
+                                q_tiles + ((r * KH + kh) * groups + g0 / 4) * group_words);
+                }
+    }
+#endif
     /* a block map of one map for every head hides lanes per row; one per
      * head, per (row, query head) below */
     const bool map_heads = s->map && s->map->heads > 1;
@@ -621,6 +819,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
             }
         }
         attn_decode_key_rows(&s->keys, from, b1 - from, rw + (from - b0));
+
         /* the next block's rows, streamed in while this block is read */
         size_t next = b1 + BK < end ? BK : end > b1 ? end - b1 : 0;
         prefetch_stream *ps = next ? &stream : NULL;
@@ -628,6 +827,23 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
             attn_decode_key_rows(&s->keys, b1, next, rw_next);
             stream_start(ps, &s->keys, rw_next, next, KH * 2 * BK * (D / VW));
         }
+#if DECODE_AMX
+        /* bf16 keys: every group's tile products first, each group's C
+         * (rows, KV heads, groups of 4 heads) into c_tiles; the keys' rows
+         * as one tile where all 16 are there evenly apart */
+        if (amx_k) {
+            size_t stride = from == b0 && b1 - b0 == BK ? amx_even_stride(rw) : 0, turn = 0;
+            for (size_t kh = 0; kh < KH; kh++)
+                for (size_t r = 0; r < rows; r++) {
+                    if (jlo[r] == jhi[r]) continue;
+                    for (size_t g0 = 0; g0 < G; g0 += 4) {
+                        size_t n = (r * KH + kh) * groups + g0 / 4;
+                        amx_products(&turn, n & 1, q_tiles + n * group_words, rw, kf, kh, jlo[r],
+                                     jhi[r], stride, c_tiles + n * AMX_C_FLOATS);
+                    }
+                }
+        }
+#endif
         /* Every head's scores and softmax step first, then every head's
          * weighing: the steps' chains of dependent operations (a block's
          * max, its exponentials, its sum) then overlap one another and the
@@ -668,7 +884,14 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                     }
                     /* the first group of the first row steps the stream */
                     prefetch_stream *step = r == 0 && g0 == 0 ? ps : NULL;
-                    score_group(ng, q_g, rw, kf, kh, jlo[r], jhi[r], s->scale2, kfac, p_all, step);
+#if DECODE_AMX
+                    if (amx_k)
+                        amx_scores(ng, c_tiles + ((r * KH + kh) * groups + g0 / 4) * AMX_C_FLOATS,
+                                   s->scale2, p_all);
+                    else
+#endif
+                        score_group(ng, q_g, rw, kf, kh, jlo[r], jhi[r], s->scale2, kfac, p_all,
+                                    step);
                     for (size_t g = 0; g < ng; g++) {
                         size_t i = i0 + g0 + g;
                         float *p = p_all[g];
@@ -717,6 +940,9 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
         b0 = b1;
     }
     for (size_t i = 0; v_pairs && i < rows * H; i++) pair_order(acc + i * D, D, false);
+#if DECODE_AMX
+    if (amx_k) _tile_release();
+#endif
 }
 
-const attn_decode_kernels DECODE_KERNELS = {DECODE_ISA_NAME, decode_chunk};
+const attn_decode_kernels DECODE_KERNELS = {DECODE_ISA_NAME, decode_chunk, DECODE_AMX};

@@ -1,0 +1,11 @@
+/* decode_amx.c — the AVX-512 decode kernel with bf16 keys scored on AMX
+ * tiles (decode_kernel.h, DECODE_AMX); every other format as
+ * decode_avx512.c reads it. Compiled with -mavx512f -mamx-tile -mamx-bf16. */
+#include "kernels/amx_tiles.h"
+#include "kernels/decode/decode_avx512_vec.h"
+
+#define DECODE_KERNELS attn_decode_avx512_amx
+#define DECODE_ISA_NAME "avx512+amx"
+#define DECODE_AMX 1
+
+#include "kernels/decode/decode_kernel.h"
