@@ -70,15 +70,15 @@ static const char *decode_declines(const attn_ctx *ctx, const attn_attention_pro
     return NULL;
 }
 
-/* The ctx's decode kernels for p: bf16 keys on AMX tiles where the
- * process may use them, else its instruction set's. */
+/* The ctx's decode kernels for p: bf16 and int8 keys on AMX tiles where
+ * the process may use them, else its instruction set's. */
 static const attn_decode_kernels *kernels_for(const attn_ctx *ctx,
                                               const attn_attention_problem *p) {
     const attn_decode_kernels *amx = ctx->ks.decode_amx;
-    if (amx && p->kv_cache->k.dtype == ATTN_DTYPE_BF16 && p->head_dim % 32 == 0 &&
-        attn_ctx_amx_usable(ctx))
-        return amx;
-    return ctx->ks.decode;
+    attn_dtype k = p->kv_cache->k.dtype;
+    bool tiled = (k == ATTN_DTYPE_BF16 && p->head_dim % 32 == 0) ||
+                 (k == ATTN_DTYPE_I8 && p->head_dim % 64 == 0);
+    return amx && tiled && attn_ctx_amx_usable(ctx) ? amx : ctx->ks.decode;
 }
 
 static const char *decode_kernel_name(const attn_ctx *ctx, const attn_attention_problem *p) {

@@ -315,6 +315,15 @@ bool attn_cpu_amx_bf16_present(void) {
 #endif
 }
 
+bool attn_cpu_amx_int8_present(void) {
+#if defined(ATTN_CPUID)
+    /* AMX-INT8: CPUID 7.0 EDX 25, beside the tiles attn_cpu_amx_bf16_present finds */
+    return attn_cpu_amx_bf16_present() && bit(cpuid(7, 0).edx, 25);
+#else
+    return false;
+#endif
+}
+
 bool attn_cpu_amx_permitted(void) {
 #if defined(ATTN_CPUID)
     return amx_permitted();

@@ -19,6 +19,8 @@ bool attn_cpu_amx_bf16_usable(void);
  * process, which the ctx asks once), and Linux's permission (one cheap
  * system call; an application may ask for it at any time). */
 bool attn_cpu_amx_bf16_present(void);
+/* And AMX-INT8 (tdpbssd) with them. */
+bool attn_cpu_amx_int8_present(void);
 bool attn_cpu_amx_permitted(void);
 
 /* Whether vdpbf16ps outruns the float FMA on this CPU, so that the bf16

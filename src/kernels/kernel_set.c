@@ -40,7 +40,7 @@ static void fill_avx512(attn_kernel_set *set) {
     if (attn_cpu_amx_bf16_present()) {
         set->flash16_amx = &attn_flash16_amx_kernels;
         set->bgemm_amx = &attn_bgemm_kernel_amx;
-        set->decode_amx = &attn_decode_avx512_amx;
+        if (attn_cpu_amx_int8_present()) set->decode_amx = &attn_decode_avx512_amx;
     }
 }
 #endif

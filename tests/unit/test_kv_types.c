@@ -250,10 +250,12 @@ static void test_pairs(void) {
     }
 }
 
-/* bf16 keys on AMX tiles, where the OS gives this process the tiles (as
- * an application asks for them: the library never does by itself): the
- * decode names the kernel, and every V type's pair with bf16 K is near the
- * reference, the same bits paged on 3 threads (compare_pair). */
+/* bf16 and int8 keys on AMX tiles, where the OS gives this process the
+ * tiles (as an application asks for them: the library never does by
+ * itself): the decode names the kernel, and every V type's pair with those
+ * K types is near the reference, the same bits paged on 3 threads
+ * (compare_pair). A NaN query with int8 keys (which the tiles' fixed point
+ * cannot carry) still makes its rows NaN, and only them. */
 static void test_amx_keys(void) {
     attn_cpu_info cpu;
     if (!attn_kernels_supported(ATTN_KERNELS_AVX512) || attn_cpu_request_amx() != ATTN_OK ||
@@ -261,31 +263,39 @@ static void test_amx_keys(void) {
         printf("AMX pass skipped: no AMX tiles for this process on this CPU/OS\n");
         return;
     }
-    run r;
+    static const attn_dtype tiled[2] = {ATTN_DTYPE_BF16, ATTN_DTYPE_I8};
     static const size_t windows[2] = {0, 0};
-    run_new(&r, ATTN_KERNELS_AVX512, 1, ATTN_KV_CONTIGUOUS, ATTN_DTYPE_BF16, ATTN_DTYPE_F32,
-            windows);
-    size_t lens[BATCH] = {1, 1};
-    float q[BATCH * H * D], k[BATCH * KH * D], v[BATCH * KH * D];
-    fill(q, BATCH * H * D);
-    fill(k, BATCH * KH * D);
-    fill(v, BATCH * KH * D);
-    free(attend(&r, 0, lens, q, k, v, BATCH));
-    const char *explain = attn_ctx_last_explain(r.ctx);
-    if (!strstr(explain, "avx512+amx")) printf("FAIL: bf16 keys did not run on AMX: %s\n", explain);
-    CHECK(strstr(explain, "avx512+amx") != NULL);
-    run_free(&r);
-    double worst = 0.0;
-    for (size_t j = 0; j < NUM_TYPES; j++) {
-        double w = compare_pair(ATTN_KERNELS_AVX512, ATTN_DTYPE_BF16, TYPES[j]);
-        if (!(w <= 2e-5))
-            printf("FAIL avx512+amx: K bf16, V %s: |fast - reference| %.3g\n",
-                   attn_dtype_name(TYPES[j]), w);
-        CHECK(w <= 2e-5);
-        worst = fmax(worst, w);
+    for (size_t t = 0; t < 2; t++) {
+        run r;
+        run_new(&r, ATTN_KERNELS_AVX512, 1, ATTN_KV_CONTIGUOUS, tiled[t], ATTN_DTYPE_F32,
+                windows);
+        size_t lens[BATCH] = {1, 1};
+        float q[BATCH * H * D], k[BATCH * KH * D], v[BATCH * KH * D];
+        fill(q, BATCH * H * D);
+        fill(k, BATCH * KH * D);
+        fill(v, BATCH * KH * D);
+        free(attend(&r, 0, lens, q, k, v, BATCH));
+        const char *explain = attn_ctx_last_explain(r.ctx);
+        if (!strstr(explain, "avx512+amx"))
+            printf("FAIL: %s keys did not run on AMX: %s\n", attn_dtype_name(tiled[t]), explain);
+        CHECK(strstr(explain, "avx512+amx") != NULL);
+        q[5] = NAN; /* sequence 0's first head */
+        float *out = attend(&r, 0, lens, q, k, v, BATCH);
+        for (size_t i = 0; i < BATCH * H * D; i++) CHECK(isnan(out[i]) == (i / D == 0));
+        free(out);
+        run_free(&r);
+        double worst = 0.0;
+        for (size_t j = 0; j < NUM_TYPES; j++) {
+            double w = compare_pair(ATTN_KERNELS_AVX512, tiled[t], TYPES[j]);
+            if (!(w <= 2e-5))
+                printf("FAIL avx512+amx: K %s, V %s: |fast - reference| %.3g\n",
+                       attn_dtype_name(tiled[t]), attn_dtype_name(TYPES[j]), w);
+            CHECK(w <= 2e-5);
+            worst = fmax(worst, w);
+        }
+        printf("avx512+amx: K %s with %zu V types, worst |fast - reference| %.3g\n",
+               attn_dtype_name(tiled[t]), NUM_TYPES, worst);
     }
-    printf("avx512+amx: bf16 K with %zu V types, worst |fast - reference| %.3g\n", NUM_TYPES,
-           worst);
 }
 
 /* ---- NaN, sizes, refusals ----------------------------------------------------- */

@@ -208,10 +208,10 @@ static inline void attn_decode_visible(const attn_decode_seq *s, size_t r, size_
     ((size_t)ATTN_DECODE_ROWS * (q_heads) * (ATTN_DECODE_BLOCK + 1 + (head_dim)))
 /* And the floats a kernel set on AMX tiles (tiles) needs on top, per group
  * of up to 4 query heads whatever its size (decode_kernel.h): its queries
- * as tiles, 24 bytes per element of head_dim (amx_queries), and a block's
- * scores' tile, 208 floats (amx_products). */
+ * as tiles and their factors, at most 8 head_dim + 4 floats
+ * (amx_group_words), and a block's scores' tile, 256 floats. */
 #define ATTN_DECODE_TILE_FLOATS(q_heads, head_dim)                                                 \
-    ((size_t)ATTN_DECODE_ROWS * (q_heads) * ((head_dim) * 6 + 208))
+    ((size_t)ATTN_DECODE_ROWS * (q_heads) * ((head_dim) * 8 + 260))
 
 typedef struct attn_decode_kernels {
     const char *name;
@@ -221,9 +221,10 @@ typedef struct attn_decode_kernels {
      * scratch holds ATTN_DECODE_SCRATCH_FLOATS(q_heads, head_dim) floats. */
     void (*chunk)(const attn_decode_seq *s, size_t row0, size_t rows, size_t begin, size_t end,
                   float *m, float *l, float *acc, float *scratch);
-    /* The chunk scores bf16 keys on AMX tiles (head_dim a multiple of 32):
-     * call it only where the process may use them (attn_ctx_amx_usable),
-     * with ATTN_DECODE_TILE_FLOATS more floats of scratch. */
+    /* The chunk scores bf16 keys (head_dim a multiple of 32) and int8 ones
+     * (of 64) on AMX tiles: call it only where the process may use them
+     * (attn_ctx_amx_usable), with ATTN_DECODE_TILE_FLOATS more floats of
+     * scratch. */
     bool tiles;
 } attn_decode_kernels;
 

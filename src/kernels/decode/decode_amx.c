@@ -1,6 +1,7 @@
-/* decode_amx.c — the AVX-512 decode kernel with bf16 keys scored on AMX
- * tiles (decode_kernel.h, DECODE_AMX); every other format as
- * decode_avx512.c reads it. Compiled with -mavx512f -mamx-tile -mamx-bf16. */
+/* decode_amx.c — the AVX-512 decode kernel with bf16 and int8 keys scored
+ * on AMX tiles (decode_kernel.h, DECODE_AMX); every other format as
+ * decode_avx512.c reads it. Compiled with -mavx512f -mavx512bw -mavx512dq
+ * -mamx-tile -mamx-bf16 -mamx-int8. */
 #include "kernels/amx_tiles.h"
 #include "kernels/decode/decode_avx512_vec.h"
 

@@ -356,70 +356,71 @@ static void score_group(size_t NG, const float *const *q, const attn_decode_row 
 #ifndef DECODE_AMX
 #define DECODE_AMX 0
 #endif
-/* The shapes of DECODE_AMX's tiles (below). */
-#define TILE_DIMS 32 /* elements of head_dim a tile product covers */
-#define TILE_COLS 12 /* 3 parts x 4 heads */
-#define TILE_B_WORDS (TILE_DIMS / 2 * TILE_COLS * 2) /* a B tile's bf16 words */
 
 #if DECODE_AMX
 /*
- * bf16 keys on AMX tiles (the includer compiles with -mamx-tile -mamx-bf16).
- * A block's scores for a group of up to 4 query heads are one tile product
- * per 32 elements of head_dim: A, the block's 16 keys (rows) by 32
- * elements, read straight from the cache where the keys' rows lie evenly
- * apart, else copied; B, the group's queries, 16 pairs of elements (as
- * TDPBF16PS pairs them) by 12 columns; C, 16 keys by 12 columns, sums
- * them. A float32 query is the exact sum of three bf16 parts, the top,
- * middle and last 8 bits of its significand (each cut by truncation, so
- * that each remainder is exact); column 4 p + g holds part p of head g.
- * Each product of a key and a part is then exact, and a score loses what a
- * float32 dot product loses; the parts' sums join, the smallest first,
- * once the block's keys are summed. The tiles flush subnormal bf16 inputs
- * to zero: a part below 2^-126 (a query element below about 2^-110)
- * counts as 0.
+ * bf16 and int8 keys on AMX tiles (the includer compiles with -mamx-tile
+ * -mamx-bf16 -mamx-int8). A block's scores for a group of up to 4 query
+ * heads are one tile product per 64 bytes of a key's row (amx_dims: 32
+ * bf16 elements, 64 int8 ones): A, the block's 16 keys (rows) by those 64
+ * bytes, read straight from the cache where the keys' rows lie evenly
+ * apart, else copied; B, the group's queries in the pairs (bf16) or fours
+ * (int8) of elements the product takes, by 16 columns; C, 16 keys by 16
+ * columns, sums them. Column 4 p + g holds part p of head g's query:
+ *   bf16: a float32 query is the exact sum of three bf16 parts, the top,
+ *     middle and last 8 bits of its significand (each cut by truncation,
+ *     so that each remainder is exact; column 12 on, zeros). Each product
+ *     of a key and a part is exact, and a score loses what a float32 dot
+ *     product loses; the parts' sums join, the smallest first. The tiles
+ *     flush subnormal bf16 inputs to zero: a part below 2^-126 (a query
+ *     element below about 2^-110) counts as 0.
+ *   int8: a head's queries in fixed point, x 2^(27 - e) rounded to nearest
+ *     (|q| < 2^e for the head's every element), as four signed base-128
+ *     digits; each digit's sum over a key's codes is an exact integer (at
+ *     most 64 x 128 x 127 in a product), the four join in float, and the
+ *     head's 2^(e - 27) and the key's row factor scale the sum. A query
+ *     element is then within 2^-28 of the head's largest, far inside
+ *     float32's rounding of the dot product; a chunk whose queries hold a
+ *     NaN or an infinity stays on the vector path (the digits need a
+ *     finite largest).
  */
 /* Tile registers (literals: the intrinsics paste them into register
  * names): three pairs of A and B, taken in turn so that a pair's loads
  * need not wait for the product just issued, and two C, one a group, so
- * that a group's products need not wait for the last group's store. */
+ * that a group's products need not wait for the last group's store.
+ * Every tile is 16 rows of 64 bytes (amx_tiles.h). */
 #define AMX_PRODUCT(A, B, C)                                                                       \
     do {                                                                                           \
         _tile_loadd(A, a, a_stride);                                                               \
-        _tile_loadd(B, bt, TILE_COLS * 4);                                                         \
-        _tile_dpbf16ps(C, A, B);                                                                   \
+        _tile_loadd(B, bt, 64);                                                                    \
+        if (T == ATTN_DTYPE_I8) _tile_dpbssd(C, A, B);                                             \
+        else _tile_dpbf16ps(C, A, B);                                                              \
     } while (0)
-/* A group's C as stored: 16 rows of TILE_COLS floats, and a row's worth
- * more that amx_scores' loads of 16 floats a row reach past the last. */
-#define AMX_C_FLOATS (BK * TILE_COLS + 16)
+#define AMX_B_WORDS 512  /* a B tile's 16-bit words */
+#define AMX_C_FLOATS 256 /* a C tile's floats (or int32) */
 _Static_assert(BK == 16, "a block's keys are a tile's 16 rows");
+_Static_assert(AMX_C_FLOATS * 4 == 1024 && AMX_B_WORDS * 2 == 1024, "16 rows of 64 bytes");
 
-/* Loads this thread's tile shapes (TILERELEASE when done): tiles 0, 2, 4
- * are A (16 keys of 64 bytes), 1, 3, 5 their B and 6, 7 C (TILE_COLS
- * floats a row). */
-static void amx_configure(void) {
-    attn_amx_tile_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    cfg.palette = 1;
-    for (int t = 0; t < 8; t++) {
-        cfg.rows[t] = 16;
-        cfg.colsb[t] = t < 6 && t % 2 == 0 ? 64 : TILE_COLS * 4;
-    }
-    _tile_loadconfig(&cfg);
+/* Elements of head_dim one tile product covers: 64 bytes of a key. */
+static inline size_t amx_dims(attn_dtype T) { return T == ATTN_DTYPE_I8 ? 64 : 32; }
+
+/* A group's B tiles and, after them, its heads' factors (4 floats). */
+static inline size_t amx_group_words(attn_dtype T, size_t D) {
+    return D / amx_dims(T) * AMX_B_WORDS + 8;
 }
 
-/* The B tiles of a group's NG query heads q_g (D / TILE_DIMS of them, each
- * TILE_B_WORDS words; rows of 2 TILE_COLS words): element e of tile t's row
- * i, column n is part n / 4 of head n % 4's element 32 t + 2 i + e; the
- * heads past NG are zeros. A part's 16 pairs of elements are 16 dwords,
- * one a row. */
-static void amx_queries(size_t NG, const float *const *q, size_t D, uint16_t *b) {
+/* The B tiles of a group's NG heads' queries q_g, bf16 (amx_group_words
+ * words): tile t's row i holds 16 dwords, dword n the pair of elements
+ * 32 t + 2 i, 32 t + 2 i + 1 of part n / 4 of head n % 4 (zeros past NG
+ * and past 12). A part's 16 pairs of elements are 16 dwords, one a row. */
+static void amx_queries_bf16(size_t NG, const float *const *q, size_t D, uint16_t *b) {
     const __m512i top_bits = _mm512_set1_epi32((int)0xFFFF0000u);
-    for (size_t t = 0; t < D / TILE_DIMS; t++) {
-        uint32_t *tile = (uint32_t *)(b + t * TILE_B_WORDS);
-        for (size_t g = 0; g < 4; g++) {
-            __m512 x[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-            if (g < NG)
-                for (size_t h = 0; h < 2; h++) x[h] = _mm512_loadu_ps(q[g] + t * TILE_DIMS + 16 * h);
+    memset(b, 0, amx_group_words(ATTN_DTYPE_BF16, D) * sizeof *b);
+    for (size_t t = 0; t < D / 32; t++) {
+        uint32_t *tile = (uint32_t *)(b + t * AMX_B_WORDS);
+        for (size_t g = 0; g < NG; g++) {
+            __m512 x[2];
+            for (size_t h = 0; h < 2; h++) x[h] = _mm512_loadu_ps(q[g] + t * 32 + 16 * h);
             for (size_t part = 0; part < 3; part++) {
                 uint32_t pairs[16];
                 for (size_t h = 0; h < 2; h++) {
@@ -429,10 +430,64 @@ static void amx_queries(size_t NG, const float *const *q, size_t D, uint16_t *b)
                     /* exact: the part is x with its low 16 bits cleared */
                     x[h] = _mm512_sub_ps(x[h], _mm512_castsi512_ps(bits));
                 }
-                for (size_t i = 0; i < 16; i++) tile[i * TILE_COLS + 4 * part + g] = pairs[i];
+                for (size_t i = 0; i < 16; i++) tile[i * 16 + 4 * part + g] = pairs[i];
             }
         }
     }
+}
+
+/* The same for int8 keys: tile t's row i, dword n holds elements 64 t +
+ * 4 i .. 64 t + 4 i + 3 of digit n / 4 (the top first) of head n % 4;
+ * the heads' factors 2^(e - 27) after the tiles (0 for a head of zeros).
+ * Every element of q_g is finite. */
+static void amx_queries_i8(size_t NG, const float *const *q, size_t D, uint16_t *b) {
+    memset(b, 0, amx_group_words(ATTN_DTYPE_I8, D) * sizeof *b);
+    float *factor = (float *)(b + D / 64 * AMX_B_WORDS);
+    for (size_t g = 0; g < NG; g++) {
+        __m512 mx = _mm512_setzero_ps();
+        for (size_t d = 0; d < D; d += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(q[g] + d)));
+        float amax = _mm512_reduce_max_ps(mx);
+        if (amax == 0.0f) continue;
+        int e;
+        (void)frexpf(amax, &e); /* amax < 2^e */
+        factor[g] = ldexpf(1.0f, e - 27);
+        __m512d up = _mm512_set1_pd(ldexp(1.0, 27 - e)); /* in double: 2^(27 - e) may pass float */
+        for (size_t d = 0; d < D; d += 16) {
+            __m512 x = _mm512_loadu_ps(q[g] + d);
+            __m256i lo = _mm512_cvtpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), up));
+            __m256i hi = _mm512_cvtpd_epi32(
+                _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1)), up));
+            __m512i X = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            uint32_t *tile = (uint32_t *)(b + d / 64 * AMX_B_WORDS);
+            for (int digit = 3; digit >= 0; digit--) {
+                __m512i dig = X;
+                if (digit) { /* balanced: in [-64, 63], X - dig a multiple of 128 */
+                    dig = _mm512_sub_epi32(
+                        _mm512_and_si512(_mm512_add_epi32(X, _mm512_set1_epi32(64)),
+                                         _mm512_set1_epi32(127)),
+                        _mm512_set1_epi32(64));
+                    X = _mm512_srai_epi32(_mm512_sub_epi32(X, dig), 7);
+                }
+                uint32_t fours[4];
+                _mm_storeu_si128((__m128i *)fours, _mm512_cvtepi32_epi8(dig));
+                for (size_t i = 0; i < 4; i++)
+                    tile[(d % 64 / 4 + i) * 16 + 4 * (size_t)digit + g] = fours[i];
+            }
+        }
+    }
+}
+
+/* Whether every element of n floats is finite. */
+static bool all_finite(const float *x, size_t n) {
+    __m512 bad = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        bad = _mm512_or_ps(bad, _mm512_sub_ps(v, v)); /* 0, or NaN */
+    }
+    float rest = 0.0f;
+    for (; i < n; i++) rest += x[i] - x[i];
+    return _mm512_reduce_add_ps(bad) == 0.0f && rest == 0.0f;
 }
 
 /* The stride of a block's key rows where all 16 lie evenly apart (the
@@ -446,26 +501,27 @@ static size_t amx_even_stride(const attn_decode_row *rows) {
     return stride;
 }
 
-/* c (AMX_C_FLOATS) = C of a group (tiles b from amx_queries) against KV
- * head kh's bf16 keys in rows[j], j in [jlo, jhi); the other rows of C
- * hold anything, finite or not (softmax_step drops their lanes). stride:
- * amx_even_stride of a block whose 16 rows are all there, or 0 (the rows
- * in [jlo, jhi) are copied, the others zeros). slot: the group's C tile
- * (0 or 1); *turn: the A and B pair to take next. The next block's
+/* c (AMX_C_FLOATS) = C of a group (tiles b from amx_queries_*) against KV
+ * head kh's keys of format T in rows[j], j in [jlo, jhi); the other rows
+ * of C hold anything, finite or not (softmax_step drops their lanes).
+ * stride: amx_even_stride of a block whose 16 rows are all there, or 0
+ * (the rows in [jlo, jhi) are copied, the others zeros). slot: the group's
+ * C tile (0 or 1); *turn: the A and B pair to take next. The next block's
  * stream is not stepped here: asked for between the tile loads, its lines
  * held up the loads (the block's later steps catch it up). */
-static void amx_products(size_t *turn, size_t slot, const uint16_t *b,
-                         const attn_decode_row *rows, const attn_kv_format *f, size_t kh,
-                         size_t jlo, size_t jhi, size_t stride, float *c) {
+static ALWAYS_INLINE void amx_products_t(attn_dtype T, size_t *turn, size_t slot,
+                                         const uint16_t *b, const attn_decode_row *rows,
+                                         const attn_kv_format *f, size_t kh, size_t jlo,
+                                         size_t jhi, size_t stride, float *c) {
     size_t D = f->head_dim;
     const uint8_t *base = head_codes(&rows[0], false, f, kh);
     _Alignas(64) uint8_t copied[3][BK * 64];
     if (slot) _tile_zero(7);
     else _tile_zero(6);
-    for (size_t t = 0; t < D / TILE_DIMS; t++) {
+    for (size_t t = 0; t < D / amx_dims(T); t++) {
         size_t pair = (*turn)++ % 3;
         const uint8_t *a = base + t * 64;
-        const uint16_t *bt = b + t * TILE_B_WORDS;
+        const uint16_t *bt = b + t * AMX_B_WORDS;
         size_t a_stride = stride;
         if (!stride) {
             a = copied[pair];
@@ -486,30 +542,52 @@ static void amx_products(size_t *turn, size_t slot, const uint16_t *b,
         default: AMX_PRODUCT(4, 5, 7); break;
         }
     }
-    if (slot) _tile_stored(7, c, TILE_COLS * 4);
-    else _tile_stored(6, c, TILE_COLS * 4);
+    if (slot) _tile_stored(7, c, 64);
+    else _tile_stored(6, c, 64);
 }
 
-/* out_g[j] = base-2 scores of a group's NG heads from its C (amx_products),
- * j < 16: row j's parts summed, the smallest first, times scale2. */
-static void amx_scores(size_t NG, const float *c, float scale2, float *const *out) {
-    /* row j of C: 128-bit lanes 0, 1, 2 hold the top, middle and last
-     * parts' sums of the 4 heads; z[k4]'s lane k: key 4 k4 + k's scores */
+static void amx_products(attn_dtype T, size_t *turn, size_t slot, const uint16_t *b,
+                         const attn_decode_row *rows, const attn_kv_format *f, size_t kh,
+                         size_t jlo, size_t jhi, size_t stride, float *c) {
+    if (T == ATTN_DTYPE_I8) amx_products_t(ATTN_DTYPE_I8, turn, slot, b, rows, f, kh, jlo, jhi, stride, c);
+    else amx_products_t(ATTN_DTYPE_BF16, turn, slot, b, rows, f, kh, jlo, jhi, stride, c);
+}
+
+/* out_g[j] = base-2 scores of a group's NG heads from its C (amx_products)
+ * and its tiles b, j < 16: row j's parts joined, the smallest first, then
+ * (int8) times the head's factor and the key's row factor kfac[j], then
+ * times scale2. */
+static void amx_scores(attn_dtype T, size_t NG, const float *c, const uint16_t *b, size_t D,
+                       const float *kfac, float scale2, float *const *out) {
+    /* row j of C: 128-bit lane p holds part p's sums of the 4 heads;
+     * z[k4]'s lane k: key 4 k4 + k's scores */
     __m512 z[4];
     for (size_t k4 = 0; k4 < 4; k4++) {
-        const float *r = c + k4 * 4 * TILE_COLS;
-        __m512 r0 = _mm512_loadu_ps(r), r1 = _mm512_loadu_ps(r + TILE_COLS),
-               r2 = _mm512_loadu_ps(r + 2 * TILE_COLS), r3 = _mm512_loadu_ps(r + 3 * TILE_COLS);
-        __m512 t01 = _mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(1, 0, 1, 0));
-        __m512 t23 = _mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(1, 0, 1, 0));
-        __m512 u01 = _mm512_shuffle_f32x4(r0, r1, _MM_SHUFFLE(3, 2, 3, 2));
-        __m512 u23 = _mm512_shuffle_f32x4(r2, r3, _MM_SHUFFLE(3, 2, 3, 2));
-        __m512 top = _mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(2, 0, 2, 0));
-        __m512 mid = _mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(3, 1, 3, 1));
-        __m512 low = _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(2, 0, 2, 0));
-        z[k4] = _mm512_add_ps(_mm512_add_ps(low, mid), top);
+        __m512 r[4];
+        for (size_t i = 0; i < 4; i++) {
+            const float *row = c + (4 * k4 + i) * 16;
+            r[i] = T == ATTN_DTYPE_I8 ? _mm512_cvtepi32_ps(_mm512_loadu_si512(row))
+                                      : _mm512_loadu_ps(row);
+        }
+        __m512 t01 = _mm512_shuffle_f32x4(r[0], r[1], _MM_SHUFFLE(1, 0, 1, 0));
+        __m512 t23 = _mm512_shuffle_f32x4(r[2], r[3], _MM_SHUFFLE(1, 0, 1, 0));
+        __m512 u01 = _mm512_shuffle_f32x4(r[0], r[1], _MM_SHUFFLE(3, 2, 3, 2));
+        __m512 u23 = _mm512_shuffle_f32x4(r[2], r[3], _MM_SHUFFLE(3, 2, 3, 2));
+        __m512 p0 = _mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(2, 0, 2, 0));
+        __m512 p1 = _mm512_shuffle_f32x4(t01, t23, _MM_SHUFFLE(3, 1, 3, 1));
+        __m512 p2 = _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(2, 0, 2, 0));
+        if (T == ATTN_DTYPE_I8) {
+            __m512 p3 = _mm512_shuffle_f32x4(u01, u23, _MM_SHUFFLE(3, 1, 3, 1));
+            z[k4] = _mm512_fmadd_ps(
+                p0, _mm512_set1_ps(0x1p21f),
+                _mm512_fmadd_ps(p1, _mm512_set1_ps(0x1p14f),
+                                _mm512_fmadd_ps(p2, _mm512_set1_ps(0x1p7f), p3)));
+        } else {
+            z[k4] = _mm512_add_ps(_mm512_add_ps(p2, p1), p0);
+        }
     }
     /* head g's lane j = z[j / 4]'s element 4 (j % 4) + g */
+    const float *factor = (const float *)(b + D / amx_dims(T) * AMX_B_WORDS);
     __m512 s = _mm512_set1_ps(scale2);
     for (size_t g = 0; g < NG; g++) {
         int i = (int)g;
@@ -519,7 +597,10 @@ static void amx_scores(size_t NG, const float *c, float scale2, float *const *ou
                                        20 + i, 24 + i, 28 + i);
         __m512 first = _mm512_permutex2var_ps(z[0], lo, z[1]);
         __m512 second = _mm512_permutex2var_ps(z[2], hi, z[3]);
-        _mm512_storeu_ps(out[g], _mm512_mul_ps(_mm512_mask_blend_ps(0xFF00, first, second), s));
+        __m512 x = _mm512_mask_blend_ps(0xFF00, first, second);
+        if (T == ATTN_DTYPE_I8)
+            x = _mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(factor[g])), _mm512_loadu_ps(kfac));
+        _mm512_storeu_ps(out[g], _mm512_mul_ps(x, s));
     }
 }
 #endif /* DECODE_AMX */
@@ -729,16 +810,19 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
     float *sc = scratch;                    /* (rows, H, BK) scores, then weights */
     float *alpha = scratch + rows * H * BK; /* (rows, H) the blocks' softmax factors */
     float *q_paired = alpha + rows * H;     /* (rows, H, D) the queries in pair order */
-#if DECODE_AMX
-    /* amx_k: (rows, KH, groups of 4 heads) the queries' B tiles (amx_queries) */
-    uint16_t *q_tiles = (uint16_t *)(q_paired + rows * H * D);
-    const size_t group_words = D / TILE_DIMS * TILE_B_WORDS, groups = (G + 3) / 4;
-    /* and a block's C of each of them (amx_products) */
-    float *c_tiles = (float *)(q_tiles + rows * KH * groups * group_words);
-#endif
+
     const attn_kv_format *kf = &s->keys.k.fmt, *vf = &s->keys.v.fmt;
 #if DECODE_AMX
-    const bool amx_k = kf->dtype == ATTN_DTYPE_BF16 && D % TILE_DIMS == 0;
+    /* K on tiles: bf16, or int8 under finite queries (amx_queries_i8) */
+    const bool amx_k =
+        (kf->dtype == ATTN_DTYPE_BF16 || kf->dtype == ATTN_DTYPE_I8) &&
+        D % amx_dims(kf->dtype) == 0 &&
+        (kf->dtype != ATTN_DTYPE_I8 || all_finite(s->q + row0 * H * D, rows * H * D));
+    /* (rows, KH, groups of 4 heads) the groups' B tiles (amx_queries_*),
+     * then a block's C of each (amx_products) */
+    const size_t group_words = amx_group_words(kf->dtype, D), groups = (G + 3) / 4;
+    uint16_t *q_tiles = (uint16_t *)(q_paired + rows * H * D);
+    float *c_tiles = (float *)(q_tiles + rows * KH * groups * group_words);
 #else
     const bool amx_k = false;
 #endif
@@ -763,7 +847,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
     }
 #if DECODE_AMX
     if (amx_k) {
-        amx_configure();
+        attn_amx_load_tiles();
         for (size_t r = 0; r < rows; r++)
             for (size_t kh = 0; kh < KH; kh++)
                 for (size_t g0 = 0; g0 < G; g0 += 4) {
@@ -771,8 +855,9 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                     size_t ng = G - g0 < 4 ? G - g0 : 4;
                     for (size_t g = 0; g < ng; g++)
                         q_g[g] = s->q + ((row0 + r) * H + kh * G + g0 + g) * D;
-                    amx_queries(ng, q_g, D,
-                                q_tiles + ((r * KH + kh) * groups + g0 / 4) * group_words);
+                    uint16_t *b = q_tiles + ((r * KH + kh) * groups + g0 / 4) * group_words;
+                    if (kf->dtype == ATTN_DTYPE_I8) amx_queries_i8(ng, q_g, D, b);
+                    else amx_queries_bf16(ng, q_g, D, b);
                 }
     }
 #endif
@@ -838,8 +923,8 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                     if (jlo[r] == jhi[r]) continue;
                     for (size_t g0 = 0; g0 < G; g0 += 4) {
                         size_t n = (r * KH + kh) * groups + g0 / 4;
-                        amx_products(&turn, n & 1, q_tiles + n * group_words, rw, kf, kh, jlo[r],
-                                     jhi[r], stride, c_tiles + n * AMX_C_FLOATS);
+                        amx_products(kf->dtype, &turn, n & 1, q_tiles + n * group_words, rw, kf,
+                                     kh, jlo[r], jhi[r], stride, c_tiles + n * AMX_C_FLOATS);
                     }
                 }
         }
@@ -885,10 +970,11 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                     /* the first group of the first row steps the stream */
                     prefetch_stream *step = r == 0 && g0 == 0 ? ps : NULL;
 #if DECODE_AMX
-                    if (amx_k)
-                        amx_scores(ng, c_tiles + ((r * KH + kh) * groups + g0 / 4) * AMX_C_FLOATS,
-                                   s->scale2, p_all);
-                    else
+                    if (amx_k) {
+                        size_t n = (r * KH + kh) * groups + g0 / 4;
+                        amx_scores(kf->dtype, ng, c_tiles + n * AMX_C_FLOATS,
+                                   q_tiles + n * group_words, D, kfac, s->scale2, p_all);
+                    } else
 #endif
                         score_group(ng, q_g, rw, kf, kh, jlo[r], jhi[r], s->scale2, kfac, p_all,
                                     step);
