@@ -1,5 +1,5 @@
-/* interrupt.c — what SIGINT, SIGTERM and SIGHUP do in the attn command
- * (interrupt.h). */
+/* interrupt.c — what SIGINT, SIGTERM, SIGHUP and SIGPIPE do in the attn
+ * command (interrupt.h). */
 #define _POSIX_C_SOURCE 200809L
 #include "interrupt.h"
 
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-static const int caught[] = {SIGINT, SIGTERM, SIGHUP};
+static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
 #define NUM_CAUGHT (sizeof caught / sizeof caught[0])
 
 /* What the handler reads. The list changes only on the main thread with the
@@ -54,6 +54,9 @@ static void on_signal(int sig) {
         pthread_kill(main_thread, sig);
     } else if (cooperating && !received) {
         received = sig;
+    } else if (cooperating && sig == SIGPIPE) {
+        /* stopping already: each later write to the closed pipe raises it
+         * again, and fails with EPIPE */
     } else {
         remove_temporaries_and_die(sig);
     }
@@ -127,8 +130,11 @@ int cli_interrupt_finish(const char *command, const char *done, int rc) {
 }
 
 const char *cli_interrupt_name(int sig) {
-    return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : sig == SIGHUP ? "SIGHUP"
-                                                                                 : "a signal";
+    return sig == SIGINT    ? "SIGINT"
+           : sig == SIGTERM ? "SIGTERM"
+           : sig == SIGHUP  ? "SIGHUP"
+           : sig == SIGPIPE ? "SIGPIPE"
+                            : "a signal";
 }
 
 int cli_interrupt_status(int sig) { return 128 + sig; }

@@ -1,7 +1,10 @@
 /*
- * interrupt.h — Ctrl-C (SIGINT), SIGTERM and SIGHUP in the attn command:
- * no temporary is left behind, and a long run stops where its work can be
- * kept.
+ * interrupt.h — Ctrl-C (SIGINT), SIGTERM, SIGHUP and SIGPIPE (a reader of
+ * its output gone: `attn pretrain ... | head`) in the attn command: no
+ * temporary is left behind, and a long run stops where its work can be
+ * kept. A run stopped by SIGPIPE goes on to its end with its later writes
+ * to the pipe failing (EPIPE), each raising SIGPIPE again, which it
+ * ignores.
  *
  * main() installs the handlers (cli_interrupt_install); cli_main does not,
  * so the fuzz target and attn-bench keep the default actions. Then:
@@ -28,12 +31,12 @@
 
 #include <stdbool.h>
 
-/* Catches SIGINT, SIGTERM and SIGHUP, except one the program was started
- * with ignored (nohup's SIGHUP, SIGINT of a shell's background job), which
- * stays ignored. */
+/* Catches SIGINT, SIGTERM, SIGHUP and SIGPIPE, except one the program was
+ * started with ignored (nohup's SIGHUP, SIGINT of a shell's background
+ * job), which stays ignored. */
 void cli_interrupt_install(void);
 
-/* Holds the three signals back on this thread: they wait, and are acted on
+/* Holds the four signals back on this thread: they wait, and are acted on
  * at the matching cli_interrupt_release. For a step that must happen whole
  * (a temporary made and tracked, a set of files renamed into place, a
  * library save that writes a temporary of its own). Nests. */

@@ -225,6 +225,8 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
         tokenizer = Tokenizer(tokenizer)
     if resume is not None:
         resume = encode_path("pretrain: resume", resume)
+    if on_event is not None and not callable(on_event):
+        raise TypeError(f"pretrain: on_event: expected a callable or None, got {show(on_event)}")
     opts = lib.attn_pretrain_defaults()
     opts.epochs = as_index("epochs", epochs, 0)
     opts.batch_size = as_index("batch_size", batch_size, 1)

@@ -23,7 +23,10 @@ behind:
   e. attn train, SIGINT between steps: exit 130, one stderr line, --save's
      existing file untouched;
   f. attn generate --stream, SIGINT after its first tokens: exit 130, the
-     line of ids written whole, one stderr line with their count.
+     line of ids written whole, one stderr line with their count;
+  g. attn pretrain whose stdout's reader goes away after the first loss line
+     (`| head -1`): SIGPIPE stops it as SIGINT does, exit 141, one stderr
+     line, the run and the plot saved, no temporary left.
 Ends with "N passed, N failed".
 """
 import os
@@ -60,7 +63,7 @@ def check(ok, what, detail=""):
 def default_signals():
     # A shell's background job starts with SIGINT ignored, which attn keeps
     # ignored: the cases need the signals as a terminal delivers them.
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGPIPE):
         signal.signal(sig, signal.SIG_DFL)
 
 
@@ -241,6 +244,35 @@ def pretrain_cases(attn):
         check(temporaries(work) == [], "pretrain twice: no temporary left", temporaries(work))
 
 
+def pipe_case(attn):
+    """pretrain's stdout read by a reader that goes away (`attn pretrain ...
+    | head -1`): the next line raises SIGPIPE, and the run stops and saves
+    as for SIGINT, exit 141."""
+    with tempfile.TemporaryDirectory() as work:
+        proc = start(attn, pretrain_args(work, "m.safetensors", "p.png"), work)
+        read_until(proc, rb"Step \d+\)[^\n]*\n")
+        running = proc.poll() is None
+        proc.stdout.close()
+        try:
+            proc.wait(timeout=TIMEOUT)
+            err = proc.stderr.read().decode()
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            err = "(timed out)"
+        check(running, "pretrain | head -1: training when its reader went")
+        check(proc.returncode == 141, "pretrain | head -1: exits 141 (not by the signal)",
+              "returncode %s; stderr %r" % (proc.returncode, err))
+        check(re.search(r"attn: pretrain: interrupted \(SIGPIPE\) at epoch 1, step \d{6}; "
+                        r"saved the run in m\.safetensors", err) is not None,
+              "pretrain | head -1: one line saying where it stopped and what it saved", err)
+        check(os.path.exists(os.path.join(work, "m.safetensors")) and
+              os.path.exists(os.path.join(work, "p.png")),
+              "pretrain | head -1: the run and the plot so far are saved", os.listdir(work))
+        check(temporaries(work) == [], "pretrain | head -1: no temporary left",
+              temporaries(work))
+
+
 def sdpa_case(attn):
     with tempfile.TemporaryDirectory() as work:
         rng = np.random.default_rng(0)
@@ -320,6 +352,7 @@ def main():
     attn = os.path.abspath(sys.argv[1])
     started = time.monotonic()
     pretrain_cases(attn)
+    pipe_case(attn)
     sdpa_case(attn)
     train_case(attn)
     generate_case(attn)

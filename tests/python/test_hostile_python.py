@@ -1059,7 +1059,10 @@ def paths_and_handles():
                  ["pretrain", "tokenizer", "3"]),
                 ("pretrain(resume=5)", lambda: attn.pretrain(
                     dict(TINY, vocab_size=512), "some text " * 40, tok, resume=5),
-                 ["pretrain", "resume", "5"])):
+                 ["pretrain", "resume", "5"]),
+                ("pretrain(on_event=5)", lambda: attn.pretrain(
+                    dict(TINY, vocab_size=512), "some text " * 40, tok, epochs=0,
+                    on_event=5), ["pretrain", "on_event", "5"])):
             raises(call, TypeError, words, what, S)
         run = attn.pretrain(dict(TINY, vocab_size=512), "some text " * 40, tok, epochs=0,
                             num_threads=1)
