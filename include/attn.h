@@ -1803,13 +1803,18 @@ attn_status attn_model_load(attn_model *m, const char *path);
  *   ATTN_DTYPE_BF16     2 D bytes: bfloat16
  *   ATTN_DTYPE_F16      2 D bytes: IEEE binary16 (past 65504: infinity)
  *   ATTN_DTYPE_F8_E4M3  D + 4 bytes: a float32 scale s = amax / 448 (amax
- *                       the row's largest |x|), then fp8 e4m3 of x / s
- *                       (OCP FP8: 4 exponent bits, bias 7, no infinities;
- *                       the value read back is s * e4m3)
- *   ATTN_DTYPE_I8       D + 4 bytes: s = amax / 127, then int8 round(x / s)
+ *                       the row's largest |x|), then fp8 e4m3 of
+ *                       x * (448 / amax) (OCP FP8: 4 exponent bits, bias
+ *                       7, no infinities; the value read back is s * e4m3)
+ *   ATTN_DTYPE_I8       D + 4 bytes: s = amax / 127, then int8
+ *                       round(x * (127 / amax)); read back as s * code
  *   ATTN_DTYPE_I4       D / 2 + 4 D / 32 bytes (head_dim a multiple of 32):
  *                       per group of 32 elements a scale s = amax / 7 and
- *                       round(x / s) in [-7, 7] as a 4-bit nibble
+ *                       round(x * (7 / amax)) in [-7, 7] as a 4-bit nibble
+ *
+ * each factor (448, 127 or 7) / amax in float32; where it overflows (amax
+ * below about 1e-36) x and amax are first scaled by 2^64, exactly, so that
+ * such a row is coded as any other. docs/generation.md gives the bytes.
  *
  * so that a token costs num_layers x kv_heads x (K's + V's row bytes)
  * (attn_kv_cache_token_bytes). A row holding NaN or infinity is kept, not

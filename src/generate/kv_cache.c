@@ -230,6 +230,25 @@ static attn_status check_dtypes(attn_ctx *ctx, const attn_kv_cache_config *cfg) 
 }
 
 /* Fills in the defaults of cfg (page_size, num_pages) and checks it. */
+/* *bytes = what the layers take besides their tokens: each one's record,
+ * window, lengths and the allocator's headers of its blocks (at most 7);
+ * refused past memory (limit, 0: unknown) before any loop over the layers. */
+static attn_status check_records(attn_ctx *ctx, const attn_kv_cache_config *cfg, size_t limit,
+                                 size_t *bytes) {
+    const char *who = "attn_kv_cache_new";
+    size_t layer;
+    if (!attn_mul_size(cfg->batch, sizeof(size_t), &layer) ||
+        !attn_add_size(layer, sizeof(kv_layer) + sizeof(size_t) + 7 * 64, &layer) ||
+        !attn_mul_size(layer, cfg->num_layers, bytes))
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: the records of %zu layers of batch %zu "
+                         "overflow", who, cfg->num_layers, cfg->batch);
+    if (limit && *bytes > limit)
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: the records of %zu layers (%zu bytes "
+                         "each) are past this machine's memory (%zu bytes)", who,
+                         cfg->num_layers, layer, limit);
+    return ATTN_OK;
+}
+
 static attn_status resolve_config(attn_ctx *ctx, attn_kv_cache_config *cfg, size_t *row) {
     const char *who = "attn_kv_cache_new";
     if (!cfg->num_layers || !cfg->batch || !cfg->kv_heads || !cfg->head_dim || !cfg->max_len)
@@ -248,7 +267,7 @@ static attn_status resolve_config(attn_ctx *ctx, attn_kv_cache_config *cfg, size
                          "(0) nor ATTN_KV_PAGED (1)", who, (int)cfg->layout);
     attn_status st = check_dtypes(ctx, cfg);
     if (st != ATTN_OK) return st;
-    size_t tokens, floats;
+    size_t tokens, floats, limit = physical_memory(), all_meta;
     if (!attn_mul_size(cfg->kv_heads, cfg->head_dim, row))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: kv_heads (%zu) x head_dim (%zu) overflows",
                          who, cfg->kv_heads, cfg->head_dim);
@@ -264,6 +283,8 @@ static attn_status resolve_config(attn_ctx *ctx, attn_kv_cache_config *cfg, size
         if (!attn_mul_size(cfg->batch, per_seq_max, &table) || !attn_floats_fit(table))
             return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: batch (%zu) x %zu page-table "
                              "entries overflows", who, cfg->batch, per_seq_max);
+        st = check_records(ctx, cfg, limit, &all_meta);
+        if (st != ATTN_OK) return st;
         if (!cfg->num_pages) {
             /* enough for every sequence at max_len in its largest layer */
             size_t most = 0;
@@ -291,34 +312,43 @@ static attn_status resolve_config(attn_ctx *ctx, attn_kv_cache_config *cfg, size
      * machine's memory */
     kv_store k = store_of(cfg->k_dtype, cfg->kv_heads, cfg->head_dim),
              v = store_of(cfg->v_dtype, cfg->kv_heads, cfg->head_dim);
-    size_t per_token = 0, slots = 0, all, limit = physical_memory();
+    size_t per_token = 0, slots = 0, tables = 0, all;
+    st = check_records(ctx, cfg, limit, &all_meta);
+    if (st != ATTN_OK) return st;
     if (!token_bytes_checked(&k, &v, &per_token))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: a token's bytes (kv_heads %zu x head_dim "
                          "%zu, K and V) overflow", who, cfg->kv_heads, cfg->head_dim);
     for (size_t i = 0; i < cfg->num_layers; i++) {
-        size_t w = layer_window(cfg, i), layer_slots = tokens;
+        size_t w = layer_window(cfg, i), layer_slots = tokens, layer_table = 0;
         if (cfg->layout == ATTN_KV_CONTIGUOUS && w) layer_slots = cfg->batch * w;
-        if (!attn_add_size(slots, layer_slots, &slots))
+        /* paged: the page table and the free list, 4 bytes an entry (the
+         * checks above keep both far inside a size_t) */
+        if (cfg->layout == ATTN_KV_PAGED)
+            layer_table = (cfg->batch * table_len_of(cfg, w) + cfg->num_pages) * sizeof(uint32_t);
+        if (!attn_add_size(slots, layer_slots, &slots) ||
+            !attn_add_size(tables, layer_table, &tables))
             return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: the tokens of %zu layers overflow",
                              who, cfg->num_layers);
     }
-    if (!attn_mul_size(slots, per_token, &all))
+    if (!attn_mul_size(slots, per_token, &all) || !attn_add_size(all, tables, &all) ||
+        !attn_add_size(all, all_meta, &all))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: %zu tokens (all layers) x %zu bytes "
-                         "overflows", who, slots, per_token);
+                         "and %zu bytes of page tables overflow", who, slots, per_token, tables);
     if (limit && all > limit)
-        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: %zu tokens (all layers) x %zu bytes = "
-                         "%zu bytes is past this machine's memory (%zu bytes)", who, slots,
-                         per_token, all, limit);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: %zu tokens (all layers) x %zu bytes, "
+                         "%zu bytes of page tables and %zu of layer records = %zu bytes is "
+                         "past this machine's memory (%zu bytes)", who, slots, per_token, tables,
+                         all_meta, all, limit);
     return ATTN_OK;
 }
 
 attn_status attn_kv_cache_new(attn_ctx *ctx, const attn_kv_cache_config *cfg,
                               attn_kv_cache **out) {
     attn_clear_error(ctx);
+    if (out) *out = NULL;
     if (!ctx || !cfg || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_kv_cache_new: %s is NULL",
                          !ctx ? "ctx" : !cfg ? "cfg" : "out");
-    *out = NULL;
     attn_kv_cache_config c = *cfg;
     size_t row = 0;
     attn_status st = resolve_config(ctx, &c, &row);
@@ -464,15 +494,18 @@ static bool stage_rows(const attn_kv_cache *c, size_t rows, const float *k_new,
     bool code_k = K->fmt.dtype != ATTN_DTYPE_F32, code_v = V->fmt.dtype != ATTN_DTYPE_F32;
     *out = (staged_rows){(const uint8_t *)k_new, (const uint8_t *)v_new, NULL, NULL, NULL};
     if (!rows || (!code_k && !code_v)) return true;
-    /* scales first (float aligned), then codes */
+    /* scales first (float aligned), then codes, V's from a line's start:
+     * K's one-byte codes may end at an odd byte, where V's 16-bit ones
+     * would sit misaligned */
     size_t k_scales = code_k ? rows * K->row_scales : 0;
     size_t v_scales = code_v ? rows * V->row_scales : 0;
-    size_t bytes = (k_scales + v_scales) * sizeof(float) + (code_k ? rows * K->row_bytes : 0) +
+    size_t k_bytes = code_k ? (rows * K->row_bytes + 63) / 64 * 64 : 0;
+    size_t bytes = (k_scales + v_scales) * sizeof(float) + k_bytes +
                    (code_v ? rows * V->row_bytes : 0);
     char *m = attn_malloc(bytes ? bytes : 1);
     if (!m) return false;
     float *ks = (float *)m, *vs = ks + k_scales;
-    uint8_t *kc = (uint8_t *)(vs + v_scales), *vc = kc + (code_k ? rows * K->row_bytes : 0);
+    uint8_t *kc = (uint8_t *)(vs + v_scales), *vc = kc + k_bytes;
     if (code_k) {
         code_rows(c, K, k_new, rows, kc, ks);
         out->k = kc;

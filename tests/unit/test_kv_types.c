@@ -361,7 +361,60 @@ static void test_sizes_and_refusals(void) {
     CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &c), ATTN_ERR_NO_MEMORY);
     CHECK_MESSAGE(ctx, "is past this machine's memory");
     CHECK(c == NULL);
+    /* many layers of one token: their records, not their tokens, pass
+     * memory; refused at once, before any loop over the layers */
+    cfg = (attn_kv_cache_config){.num_layers = (size_t)1 << 40, .batch = 1, .kv_heads = 1,
+                                 .head_dim = 1, .max_len = 1};
+    clock_t t0 = clock();
+    CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &c), ATTN_ERR_NO_MEMORY);
+    CHECK_MESSAGE(ctx, "the records of 1099511627776 layers");
+    CHECK((double)(clock() - t0) / CLOCKS_PER_SEC < 0.5);
+    cfg.num_layers = SIZE_MAX / 8;
+    CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &c), ATTN_ERR_OVERFLOW);
+    /* paged with a few pages but a page table of 2^32 entries per layer:
+     * the tables count (8 layers x 16 GiB, past any machine here) */
+    cfg = (attn_kv_cache_config){.num_layers = 8, .batch = 1, .kv_heads = 1, .head_dim = 8,
+                                 .max_len = (size_t)1 << 36, .layout = ATTN_KV_PAGED,
+                                 .page_size = 16, .num_pages = 4};
+    CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &c), ATTN_ERR_NO_MEMORY);
+    CHECK_MESSAGE(ctx, "bytes of page tables");
+    /* *out is NULL after every failure, a NULL ctx or cfg included */
+    c = (attn_kv_cache *)&cfg;
+    CHECK_STATUS(attn_kv_cache_new(NULL, &cfg, &c), ATTN_ERR_NULL);
+    CHECK(c == NULL);
+    c = (attn_kv_cache *)&cfg;
+    CHECK_STATUS(attn_kv_cache_new(ctx, NULL, &c), ATTN_ERR_NULL);
+    CHECK(c == NULL);
     attn_ctx_free(ctx);
+}
+
+/* int8 K beside f16 V, an odd count of K's one-byte codes in a call's new
+ * rows (3 rows x head_dim 3): V's 16-bit codes are read and written where
+ * they are aligned (UBSan's alignment check, under make sanitize), and the
+ * step agrees with the reference kernels. */
+static void test_odd_code_bytes(void) {
+    static const attn_dtype vt[2] = {ATTN_DTYPE_F16, ATTN_DTYPE_BF16};
+    for (size_t t = 0; t < 2; t++) {
+        float out[2][3 * 3];
+        for (int ref = 0; ref < 2; ref++) {
+            attn_ctx *ctx;
+            attn_ctx_config cc = {.kernels = ref ? ATTN_KERNELS_REFERENCE : ATTN_KERNELS_AUTO};
+            CHECK_STATUS(attn_ctx_new(&cc, &ctx), ATTN_OK);
+            attn_kv_cache *c = NULL;
+            attn_kv_cache_config cfg = {.num_layers = 1, .batch = 1, .kv_heads = 1,
+                                        .head_dim = 3, .max_len = 8, .k_dtype = ATTN_DTYPE_I8,
+                                        .v_dtype = vt[t]};
+            CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &c), ATTN_OK);
+            float q[9] = {0.5f, -1, 2, 1, 0.25f, -0.5f, -2, 1, 1};
+            float k[9] = {1, 2, 3, -1, 0.5f, 2, 0, 1, -1}, v[9] = {3, -2, 1, 0.5f, 4, -1, 2, 2, 2};
+            attn_kv_attend_args a = {.new_tokens = 3, .q_heads = 1, .q = q, .k_new = k,
+                                     .v_new = v, .out = out[ref]};
+            CHECK_STATUS(attn_kv_cache_attend(c, &a), ATTN_OK);
+            attn_kv_cache_free(c);
+            attn_ctx_free(ctx);
+        }
+        for (size_t i = 0; i < 9; i++) CHECK(fabsf(out[0][i] - out[1][i]) <= 1e-5f);
+    }
 }
 
 int main(void) {
@@ -377,6 +430,7 @@ int main(void) {
     }
     test_nan_carried();
     test_sizes_and_refusals();
+    test_odd_code_bytes();
     test_pairs();
     test_amx_keys();
     return check_summary();
