@@ -252,6 +252,11 @@ int bench_decode(const bench_options *o, const bench_blas *blas) {
                                             ATTN_DTYPE_F8_E4M3, ATTN_DTYPE_I8, ATTN_DTYPE_I4};
     const attn_dtype *dtypes = o->kv_dtype_counts ? o->kv_dtypes : all_dtypes;
     size_t num_dtypes = o->kv_dtype_counts ? o->kv_dtype_counts : 6;
+    /* the AMX tiles, asked for as an application that wants attn's AMX
+     * kernels does: bf16 and int8 keys are scored on them */
+    printf("  AMX tiles: %s\n", attn_cpu_request_amx() == ATTN_OK
+                                    ? "granted (bf16 and int8 keys scored on them)"
+                                    : "none (this CPU or OS has none)");
 
     /* the copy bandwidth first, its arrays freed before the caches are made */
     size_t copy_bytes = copy_array_bytes(), n = copy_bytes / sizeof(float);
