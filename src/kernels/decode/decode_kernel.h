@@ -379,7 +379,7 @@ static void score_group(size_t NG, const float *const *q, const attn_decode_row 
  *     digits; each digit's sum over a key's codes is an exact integer (at
  *     most 64 x 128 x 127 in a product), the four join in float, and the
  *     head's 2^(e - 27) and the key's row factor scale the sum. A query
- *     element is then within 2^-28 of the head's largest, far inside
+ *     element is then within 2^-27 of the head's largest, far inside
  *     float32's rounding of the dot product; a chunk whose queries hold a
  *     NaN or an infinity stays on the vector path (the digits need a
  *     finite largest).
@@ -445,7 +445,8 @@ static void amx_queries_i8(size_t NG, const float *const *q, size_t D, uint16_t 
     float *factor = (float *)(b + D / 64 * AMX_B_WORDS);
     for (size_t g = 0; g < NG; g++) {
         __m512 mx = _mm512_setzero_ps();
-        for (size_t d = 0; d < D; d += 16) mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(q[g] + d)));
+        for (size_t d = 0; d < D; d += 16)
+            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(q[g] + d)));
         float amax = _mm512_reduce_max_ps(mx);
         if (amax == 0.0f) continue;
         int e;
@@ -454,7 +455,8 @@ static void amx_queries_i8(size_t NG, const float *const *q, size_t D, uint16_t 
         __m512d up = _mm512_set1_pd(ldexp(1.0, 27 - e)); /* in double: 2^(27 - e) may pass float */
         for (size_t d = 0; d < D; d += 16) {
             __m512 x = _mm512_loadu_ps(q[g] + d);
-            __m256i lo = _mm512_cvtpd_epi32(_mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), up));
+            __m256i lo = _mm512_cvtpd_epi32(
+                _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(x)), up));
             __m256i hi = _mm512_cvtpd_epi32(
                 _mm512_mul_pd(_mm512_cvtps_pd(_mm512_extractf32x8_ps(x, 1)), up));
             __m512i X = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -549,8 +551,10 @@ static ALWAYS_INLINE void amx_products_t(attn_dtype T, size_t *turn, size_t slot
 static void amx_products(attn_dtype T, size_t *turn, size_t slot, const uint16_t *b,
                          const attn_decode_row *rows, const attn_kv_format *f, size_t kh,
                          size_t jlo, size_t jhi, size_t stride, float *c) {
-    if (T == ATTN_DTYPE_I8) amx_products_t(ATTN_DTYPE_I8, turn, slot, b, rows, f, kh, jlo, jhi, stride, c);
-    else amx_products_t(ATTN_DTYPE_BF16, turn, slot, b, rows, f, kh, jlo, jhi, stride, c);
+    if (T == ATTN_DTYPE_I8)
+        amx_products_t(ATTN_DTYPE_I8, turn, slot, b, rows, f, kh, jlo, jhi, stride, c);
+    else
+        amx_products_t(ATTN_DTYPE_BF16, turn, slot, b, rows, f, kh, jlo, jhi, stride, c);
 }
 
 /* out_g[j] = base-2 scores of a group's NG heads from its C (amx_products)
