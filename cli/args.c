@@ -4,10 +4,12 @@
  * sequences, and the check that stdout got everything. */
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
+#include "interrupt.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,6 +265,9 @@ int cli_finish(int rc) {
     errno = 0;
     bool flushed = fflush(stdout) == 0;
     if (flushed && !ferror(stdout)) return rc;
+    /* a run SIGPIPE stopped has said so: its reader is gone, and so its
+     * writes failed */
+    if (cli_interrupt_pending() == SIGPIPE) return rc;
     if (!flushed && errno)
         fprintf(stderr, "%s: error writing to standard output: %s\n", cli_program_name,
                 strerror(errno));

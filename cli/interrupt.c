@@ -54,9 +54,9 @@ static void on_signal(int sig) {
         pthread_kill(main_thread, sig);
     } else if (cooperating && !received) {
         received = sig;
-    } else if (cooperating && sig == SIGPIPE) {
-        /* stopping already: each later write to the closed pipe raises it
-         * again, and fails with EPIPE */
+    } else if (sig == SIGPIPE && (cooperating || received)) {
+        /* stopping already, or stopped and finishing: each later write to
+         * the closed pipe raises it again, and fails with EPIPE */
     } else {
         remove_temporaries_and_die(sig);
     }

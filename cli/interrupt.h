@@ -2,9 +2,9 @@
  * interrupt.h — Ctrl-C (SIGINT), SIGTERM, SIGHUP and SIGPIPE (a reader of
  * its output gone: `attn pretrain ... | head`) in the attn command: no
  * temporary is left behind, and a long run stops where its work can be
- * kept. A run stopped by SIGPIPE goes on to its end with its later writes
- * to the pipe failing (EPIPE), each raising SIGPIPE again, which it
- * ignores.
+ * kept. From the first signal a polling command takes on, SIGPIPE (which
+ * each later write to a closed pipe raises) is ignored: such writes fail
+ * with EPIPE, and a run that SIGPIPE stopped does not report them.
  *
  * main() installs the handlers (cli_interrupt_install); cli_main does not,
  * so the fuzz target and attn-bench keep the default actions. Then:
@@ -64,7 +64,7 @@ int cli_interrupt_pending(void);
  * its status. Otherwise rc. */
 int cli_interrupt_finish(const char *command, const char *done, int rc);
 
-/* "SIGINT", "SIGTERM", "SIGHUP" (or "a signal"). */
+/* "SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE" (or "a signal"). */
 const char *cli_interrupt_name(int sig);
 /* 128 + sig: the exit status of a command stopped by signal sig. */
 int cli_interrupt_status(int sig);

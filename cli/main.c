@@ -112,7 +112,7 @@ int main(int argc, char **argv) {
      * the writers report and clean up after, instead of the signal killing
      * the process with a temporary left behind. */
     signal(SIGXFSZ, SIG_IGN);
-    /* Ctrl-C, SIGTERM and SIGHUP remove the outputs' temporaries, and stop
+    /* Ctrl-C, SIGTERM, SIGHUP and SIGPIPE remove the outputs' temporaries, and stop
      * a command that polls at its next safe point (interrupt.h). Here and
      * not in cli_main, which the fuzz target calls. */
     cli_interrupt_install();

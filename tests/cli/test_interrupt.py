@@ -26,7 +26,8 @@ behind:
      line of ids written whole, one stderr line with their count;
   g. attn pretrain whose stdout's reader goes away after the first loss line
      (`| head -1`): SIGPIPE stops it as SIGINT does, exit 141, one stderr
-     line, the run and the plot saved, no temporary left.
+     line, the run and the plot saved, no temporary left; with stderr on the
+     same pipe (`2>&1 | head -1`) still exit 141, not death by the signal.
 Ends with "N passed, N failed".
 """
 import os
@@ -263,14 +264,32 @@ def pipe_case(attn):
         check(running, "pretrain | head -1: training when its reader went")
         check(proc.returncode == 141, "pretrain | head -1: exits 141 (not by the signal)",
               "returncode %s; stderr %r" % (proc.returncode, err))
-        check(re.search(r"attn: pretrain: interrupted \(SIGPIPE\) at epoch 1, step \d{6}; "
-                        r"saved the run in m\.safetensors", err) is not None,
+        check(re.fullmatch(r"attn: pretrain: interrupted \(SIGPIPE\) at epoch 1, step \d{6}; "
+                           r"saved the run in m\.safetensors[^\n]*\n", err) is not None,
               "pretrain | head -1: one line saying where it stopped and what it saved", err)
         check(os.path.exists(os.path.join(work, "m.safetensors")) and
               os.path.exists(os.path.join(work, "p.png")),
               "pretrain | head -1: the run and the plot so far are saved", os.listdir(work))
         check(temporaries(work) == [], "pretrain | head -1: no temporary left",
               temporaries(work))
+    # stderr on the same pipe (2>&1 | head -1): the stop's own line then
+    # fails too, and the process still exits 141, not by the signal
+    with tempfile.TemporaryDirectory() as work:
+        proc = subprocess.Popen([attn] + pretrain_args(work, "m.safetensors", "p.png"), cwd=work,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                preexec_fn=default_signals)
+        read_until(proc, rb"Step \d+\)[^\n]*\n")
+        proc.stdout.close()
+        try:
+            proc.wait(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        check(proc.returncode == 141, "pretrain 2>&1 | head -1: exits 141 (not by the signal)",
+              "returncode %s" % proc.returncode)
+        check(os.path.exists(os.path.join(work, "m.safetensors")) and
+              temporaries(work) == [], "pretrain 2>&1 | head -1: the run saved, no temporary",
+              os.listdir(work))
 
 
 def sdpa_case(attn):
