@@ -250,6 +250,72 @@ static void test_pairs(void) {
     }
 }
 
+/* One step of a one-head cache of K type kt (V float32, head_dim 64) over
+ * keys k (n rows) with query q and scale, on kernels; into out (64). */
+static void one_head_step(attn_kernels kernels, attn_dtype kt, const float *q, const float *k,
+                          const float *v, size_t n, double scale, float *out) {
+    attn_ctx *ctx;
+    attn_ctx_config cc = {.num_threads = 1, .kernels = kernels};
+    CHECK_STATUS(attn_ctx_new(&cc, &ctx), ATTN_OK);
+    attn_kv_cache *c = NULL;
+    attn_kv_cache_config cfg = {.num_layers = 1, .batch = 1, .kv_heads = 1, .head_dim = 64,
+                                .max_len = 64, .k_dtype = kt, .v_dtype = ATTN_DTYPE_F32};
+    CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &c), ATTN_OK);
+    CHECK_STATUS(attn_kv_cache_append(c, 0, NULL, n - 1, k, v), ATTN_OK);
+    attn_kv_attend_args a = {.new_tokens = 1, .q_heads = 1, .q = q, .k_new = k + (n - 1) * 64,
+                             .v_new = v + (n - 1) * 64, .scale = scale, .out = out};
+    CHECK_STATUS(attn_kv_cache_attend(c, &a), ATTN_OK);
+    attn_kv_cache_free(c);
+    attn_ctx_free(ctx);
+}
+
+/* Queries the tiles cannot take as they are, against the reference
+ * kernels (a hostile test's cases): int8 keys under one query element far
+ * above the rest, whose key codes are 0 there (the others' digits would
+ * be coarse: such a head stays on the vector path), and under a subnormal
+ * query with a scale of 1e38 (its power of two taken out in double); bf16
+ * keys whose products with a tiny query are subnormal (the head is scaled
+ * up first: the tiles flush subnormal products). */
+static void test_amx_extremes(void) {
+    enum { N = 3 };
+    float q[64], k[N * 64], v[N * 64], fast[64], ref[64];
+    for (int c = 0; c < 5; c++) {
+        attn_dtype kt = c < 3 ? ATTN_DTYPE_I8 : ATTN_DTYPE_BF16;
+        double scale = 0.0;
+        for (size_t d = 0; d < 64; d++) {
+            for (size_t j = 0; j < N; j++) {
+                float sign = j == 0 ? 1.0f : j == 1 ? -1.0f : 0.0f;
+                k[j * 64 + d] = d == 0 && c < 2 ? 0.0f : sign * (float)((d % 5) + 1);
+                v[j * 64 + d] = sign;
+            }
+            q[d] = 0.1f + 0.002f * (float)d;
+        }
+        if (c == 0) q[0] = 1e30f;
+        if (c == 1) q[0] = 1e4f;
+        if (c == 2) { /* subnormal queries, scale 1e38 */
+            for (size_t d = 0; d < 64; d++) q[d] = (float)((int)(d % 5) - 2) * 1e-39f;
+            scale = 1e38;
+        }
+        if (c == 3 || c == 4) { /* products below float's normal range */
+            for (size_t d = 0; d < 64; d++) {
+                q[d] = c == 3 ? 1e-5f : 1e-20f;
+                for (size_t j = 0; j < 2; j++)
+                    k[j * 64 + d] = (j ? -1.0f : 1.0f) * (c == 3 ? 1e-34f : 1e-20f);
+            }
+            scale = 1e38;
+        }
+        one_head_step(ATTN_KERNELS_AVX512, kt, q, k, v, N, scale, fast);
+        one_head_step(ATTN_KERNELS_REFERENCE, kt, q, k, v, N, scale, ref);
+        double worst = 0.0;
+        for (size_t d = 0; d < 64; d++) worst = fmax(worst, fabs((double)fast[d] - ref[d]));
+        if (!(worst <= 1e-5))
+            printf("FAIL avx512+amx extreme case %d (K %s): |fast - reference| %.3g (out[0] %g "
+                   "against %g)\n", c, attn_dtype_name(kt), worst, (double)fast[0],
+                   (double)ref[0]);
+        CHECK(worst <= 1e-5);
+    }
+}
+
 /* bf16 and int8 keys on AMX tiles, where the OS gives this process the
  * tiles (as an application asks for them: the library never does by
  * itself): the decode names the kernel, and every V type's pair with those
@@ -296,6 +362,7 @@ static void test_amx_keys(void) {
         printf("avx512+amx: K %s with %zu V types, worst |fast - reference| %.3g\n",
                attn_dtype_name(tiled[t]), NUM_TYPES, worst);
     }
+    test_amx_extremes();
 }
 
 /* ---- NaN, sizes, refusals ----------------------------------------------------- */

@@ -372,17 +372,19 @@ static void score_group(size_t NG, const float *const *q, const attn_decode_row 
  *     so that each remainder is exact; column 12 on, zeros). Each product
  *     of a key and a part is exact, and a score loses what a float32 dot
  *     product loses; the parts' sums join, the smallest first. The tiles
- *     flush subnormal bf16 inputs to zero: a part below 2^-126 (a query
- *     element below about 2^-110) counts as 0.
+ *     flush subnormal inputs, products and sums to zero: a head whose
+ *     largest element is below 1 is scaled up to [1, 2) first (exactly,
+ *     by a power of two taken back out with the scale), and a part below
+ *     2^-126 (an element about 2^-110 of its head's largest) counts as 0.
  *   int8: a head's queries in fixed point, x 2^(27 - e) rounded to nearest
  *     (|q| < 2^e for the head's every element), as four signed base-128
  *     digits; each digit's sum over a key's codes is an exact integer (at
  *     most 64 x 128 x 127 in a product), the four join in float, and the
  *     head's 2^(e - 27) and the key's row factor scale the sum. A query
- *     element is then within 2^-27 of the head's largest, far inside
- *     float32's rounding of the dot product; a chunk whose queries hold a
- *     NaN or an infinity stays on the vector path (the digits need a
- *     finite largest).
+ *     element is then within 2^-27 of the head's largest; a chunk whose
+ *     queries hold a NaN or an infinity, or a head whose largest element
+ *     is far above the rest, stays on the vector path
+ *     (amx_i8_queries_fit).
  */
 /* Tile registers (literals: the intrinsics paste them into register
  * names): three pairs of A and B, taken in turn so that a pair's loads
@@ -412,15 +414,34 @@ static inline size_t amx_group_words(attn_dtype T, size_t D) {
 /* The B tiles of a group's NG heads' queries q_g, bf16 (amx_group_words
  * words): tile t's row i holds 16 dwords, dword n the pair of elements
  * 32 t + 2 i, 32 t + 2 i + 1 of part n / 4 of head n % 4 (zeros past NG
- * and past 12). A part's 16 pairs of elements are 16 dwords, one a row. */
+ * and past 12). A part's 16 pairs of elements are 16 dwords, one a row.
+ * A head whose largest |q| is below 1 goes in times 2^shift, which brings
+ * it to [1, 2) exactly, so that the tiles, which flush subnormal products
+ * and sums to zero, meet no smaller ones than its own elements make; its
+ * shift (an int32) follows the tiles (amx_scores takes it back out). */
 static void amx_queries_bf16(size_t NG, const float *const *q, size_t D, uint16_t *b) {
     const __m512i top_bits = _mm512_set1_epi32((int)0xFFFF0000u);
     memset(b, 0, amx_group_words(ATTN_DTYPE_BF16, D) * sizeof *b);
+    int32_t *shift = (int32_t *)(b + D / 32 * AMX_B_WORDS);
+    __m512 up[4][2]; /* 2^shift as two factors: past 2^127 it passes float */
+    for (size_t g = 0; g < NG; g++) {
+        __m512 mx = _mm512_setzero_ps();
+        for (size_t d = 0; d < D; d += 16)
+            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(q[g] + d)));
+        float amax = _mm512_reduce_max_ps(mx);
+        int e = 1;
+        if (amax > 0.0f && amax < 1.0f) (void)frexpf(amax, &e); /* amax < 2^e */
+        shift[g] = 1 - e;
+        up[g][0] = _mm512_set1_ps(ldexpf(1.0f, shift[g] > 127 ? 127 : shift[g]));
+        up[g][1] = _mm512_set1_ps(ldexpf(1.0f, shift[g] > 127 ? shift[g] - 127 : 0));
+    }
     for (size_t t = 0; t < D / 32; t++) {
         uint32_t *tile = (uint32_t *)(b + t * AMX_B_WORDS);
         for (size_t g = 0; g < NG; g++) {
             __m512 x[2];
-            for (size_t h = 0; h < 2; h++) x[h] = _mm512_loadu_ps(q[g] + t * 32 + 16 * h);
+            for (size_t h = 0; h < 2; h++) /* exact: scaled up, below 2 */
+                x[h] = _mm512_mul_ps(
+                    _mm512_mul_ps(_mm512_loadu_ps(q[g] + t * 32 + 16 * h), up[g][0]), up[g][1]);
             for (size_t part = 0; part < 3; part++) {
                 uint32_t pairs[16];
                 for (size_t h = 0; h < 2; h++) {
@@ -438,11 +459,11 @@ static void amx_queries_bf16(size_t NG, const float *const *q, size_t D, uint16_
 
 /* The same for int8 keys: tile t's row i, dword n holds elements 64 t +
  * 4 i .. 64 t + 4 i + 3 of digit n / 4 (the top first) of head n % 4;
- * the heads' factors 2^(e - 27) after the tiles (0 for a head of zeros).
- * Every element of q_g is finite. */
+ * the heads' shifts 27 - e after the tiles (the digits are q 2^shift).
+ * Every element of q_g is finite (amx_i8_queries_fit). */
 static void amx_queries_i8(size_t NG, const float *const *q, size_t D, uint16_t *b) {
     memset(b, 0, amx_group_words(ATTN_DTYPE_I8, D) * sizeof *b);
-    float *factor = (float *)(b + D / 64 * AMX_B_WORDS);
+    int32_t *shift = (int32_t *)(b + D / 64 * AMX_B_WORDS);
     for (size_t g = 0; g < NG; g++) {
         __m512 mx = _mm512_setzero_ps();
         for (size_t d = 0; d < D; d += 16)
@@ -451,7 +472,7 @@ static void amx_queries_i8(size_t NG, const float *const *q, size_t D, uint16_t 
         if (amax == 0.0f) continue;
         int e;
         (void)frexpf(amax, &e); /* amax < 2^e */
-        factor[g] = ldexpf(1.0f, e - 27);
+        shift[g] = 27 - e;
         __m512d up = _mm512_set1_pd(ldexp(1.0, 27 - e)); /* in double: 2^(27 - e) may pass float */
         for (size_t d = 0; d < D; d += 16) {
             __m512 x = _mm512_loadu_ps(q[g] + d);
@@ -479,17 +500,27 @@ static void amx_queries_i8(size_t NG, const float *const *q, size_t D, uint16_t 
     }
 }
 
-/* Whether every element of n floats is finite. */
-static bool all_finite(const float *x, size_t n) {
-    __m512 bad = _mm512_setzero_ps();
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m512 v = _mm512_loadu_ps(x + i);
-        bad = _mm512_or_ps(bad, _mm512_sub_ps(v, v)); /* 0, or NaN */
+/* Whether the n heads of D elements at q go on the int8 tiles: every
+ * element finite (the digits need a finite largest), and each head's
+ * largest |q| at most 16 times its mean |q|. A digit's step is 2^-27 of
+ * the largest, or less; a score then errs by at most 2^-27 max|q|
+ * sum|k|, which stays inside float32's rounding of sum |q k| only while
+ * the largest element is not far above the rest. A head with one element
+ * far above the others (a "massive activation") goes on the vector path. */
+static bool amx_i8_queries_fit(const float *q, size_t n, size_t D) {
+    for (size_t h = 0; h < n; h++, q += D) {
+        __m512 bad = _mm512_setzero_ps(), mx = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
+        for (size_t d = 0; d < D; d += 16) {
+            __m512 v = _mm512_loadu_ps(q + d), a = _mm512_abs_ps(v);
+            bad = _mm512_or_ps(bad, _mm512_sub_ps(v, v)); /* 0, or NaN */
+            mx = _mm512_max_ps(mx, a);
+            sum = _mm512_add_ps(sum, a);
+        }
+        if (_mm512_reduce_add_ps(bad) != 0.0f) return false;
+        float amax = _mm512_reduce_max_ps(mx);
+        if ((double)amax * (double)D > 16.0 * (double)_mm512_reduce_add_ps(sum)) return false;
     }
-    float rest = 0.0f;
-    for (; i < n; i++) rest += x[i] - x[i];
-    return _mm512_reduce_add_ps(bad) == 0.0f && rest == 0.0f;
+    return true;
 }
 
 /* The stride of a block's key rows where all 16 lie evenly apart (the
@@ -591,9 +622,11 @@ static void amx_scores(attn_dtype T, size_t NG, const float *c, const uint16_t *
         }
     }
     /* head g's lane j = z[j / 4]'s element 4 (j % 4) + g */
-    const float *factor = (const float *)(b + D / amx_dims(T) * AMX_B_WORDS);
-    __m512 s = _mm512_set1_ps(scale2);
+    const int32_t *shift = (const int32_t *)(b + D / amx_dims(T) * AMX_B_WORDS);
     for (size_t g = 0; g < NG; g++) {
+        /* 2^-shift and scale2 as one factor, rounded once (in double,
+         * where 2^-shift may pass float's range) */
+        __m512 s = _mm512_set1_ps((float)ldexp((double)scale2, -shift[g]));
         int i = (int)g;
         __m512i lo = _mm512_setr_epi32(i, 4 + i, 8 + i, 12 + i, 16 + i, 20 + i, 24 + i, 28 + i,
                                        0, 0, 0, 0, 0, 0, 0, 0);
@@ -602,8 +635,7 @@ static void amx_scores(attn_dtype T, size_t NG, const float *c, const uint16_t *
         __m512 first = _mm512_permutex2var_ps(z[0], lo, z[1]);
         __m512 second = _mm512_permutex2var_ps(z[2], hi, z[3]);
         __m512 x = _mm512_mask_blend_ps(0xFF00, first, second);
-        if (T == ATTN_DTYPE_I8)
-            x = _mm512_mul_ps(_mm512_mul_ps(x, _mm512_set1_ps(factor[g])), _mm512_loadu_ps(kfac));
+        if (T == ATTN_DTYPE_I8) x = _mm512_mul_ps(x, _mm512_loadu_ps(kfac));
         _mm512_storeu_ps(out[g], _mm512_mul_ps(x, s));
     }
 }
@@ -821,7 +853,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
     const bool amx_k =
         (kf->dtype == ATTN_DTYPE_BF16 || kf->dtype == ATTN_DTYPE_I8) &&
         D % amx_dims(kf->dtype) == 0 &&
-        (kf->dtype != ATTN_DTYPE_I8 || all_finite(s->q + row0 * H * D, rows * H * D));
+        (kf->dtype != ATTN_DTYPE_I8 || amx_i8_queries_fit(s->q + row0 * H * D, rows * H, D));
     /* (rows, KH, groups of 4 heads) the groups' B tiles (amx_queries_*),
      * then a block's C of each (amx_products) */
     const size_t group_words = amx_group_words(kf->dtype, D), groups = (G + 3) / 4;
