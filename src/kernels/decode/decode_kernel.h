@@ -383,8 +383,7 @@ static void score_group(size_t NG, const float *const *q, const attn_decode_row 
  *     head's 2^(e - 27) and the key's row factor scale the sum. A query
  *     element is then within 2^-27 of the head's largest; a chunk whose
  *     queries hold a NaN or an infinity, or a head whose largest element
- *     is far above the rest, stays on the vector path
- *     (amx_i8_queries_fit).
+ *     is far above the rest, stays on the vector path (amx_queries_i8).
  */
 /* Tile registers (literals: the intrinsics paste them into register
  * names): three pairs of A and B, taken in turn so that a pair's loads
@@ -417,12 +416,15 @@ static inline size_t amx_group_words(attn_dtype T, size_t D) {
  * and past 12). A part's 16 pairs of elements are 16 dwords, one a row.
  * A head whose largest |q| is below 1 goes in times 2^shift, which brings
  * it to [1, 2) exactly, so that the tiles, which flush subnormal products
- * and sums to zero, meet no smaller ones than its own elements make; its
- * shift (an int32) follows the tiles (amx_scores takes it back out). */
-static void amx_queries_bf16(size_t NG, const float *const *q, size_t D, uint16_t *b) {
+ * and sums to zero, meet no smaller ones than its own elements make. The
+ * heads' factors follow the tiles: scale2 times 2^-shift, rounded once (in
+ * double, where 2^-shift may pass float's range). */
+static void amx_queries_bf16(size_t NG, const float *const *q, size_t D, float scale2,
+                             uint16_t *b) {
     const __m512i top_bits = _mm512_set1_epi32((int)0xFFFF0000u);
     memset(b, 0, amx_group_words(ATTN_DTYPE_BF16, D) * sizeof *b);
-    int32_t *shift = (int32_t *)(b + D / 32 * AMX_B_WORDS);
+    float *factor = (float *)(b + D / 32 * AMX_B_WORDS);
+    int shift[4];
     __m512 up[4][2]; /* 2^shift as two factors: past 2^127 it passes float */
     for (size_t g = 0; g < NG; g++) {
         __m512 mx = _mm512_setzero_ps();
@@ -432,6 +434,7 @@ static void amx_queries_bf16(size_t NG, const float *const *q, size_t D, uint16_
         int e = 1;
         if (amax > 0.0f && amax < 1.0f) (void)frexpf(amax, &e); /* amax < 2^e */
         shift[g] = 1 - e;
+        factor[g] = (float)ldexp((double)scale2, -shift[g]);
         up[g][0] = _mm512_set1_ps(ldexpf(1.0f, shift[g] > 127 ? 127 : shift[g]));
         up[g][1] = _mm512_set1_ps(ldexpf(1.0f, shift[g] > 127 ? shift[g] - 127 : 0));
     }
@@ -459,20 +462,35 @@ static void amx_queries_bf16(size_t NG, const float *const *q, size_t D, uint16_
 
 /* The same for int8 keys: tile t's row i, dword n holds elements 64 t +
  * 4 i .. 64 t + 4 i + 3 of digit n / 4 (the top first) of head n % 4;
- * the heads' shifts 27 - e after the tiles (the digits are q 2^shift).
- * Every element of q_g is finite (amx_i8_queries_fit). */
-static void amx_queries_i8(size_t NG, const float *const *q, size_t D, uint16_t *b) {
+ * the heads' factors scale2 2^(e - 27) after the tiles (the digits are q
+ * 2^(27 - e); in double, rounded once).
+ * False, the tiles unfinished, where a head does not go on the tiles: an
+ * element not finite (the digits need a finite largest), or its largest
+ * |q| past 16 times its mean |q|. A digit's step is 2^-27 of the largest,
+ * or less, so a score errs by at most 2^-27 max|q| sum|k|, inside
+ * float32's rounding of sum |q k| only while the largest element is not
+ * far above the rest: a head with one element far above the others (a
+ * "massive activation") goes on the vector path. */
+static bool amx_queries_i8(size_t NG, const float *const *q, size_t D, float scale2,
+                           uint16_t *b) {
     memset(b, 0, amx_group_words(ATTN_DTYPE_I8, D) * sizeof *b);
-    int32_t *shift = (int32_t *)(b + D / 64 * AMX_B_WORDS);
+    float *factor = (float *)(b + D / 64 * AMX_B_WORDS);
     for (size_t g = 0; g < NG; g++) {
-        __m512 mx = _mm512_setzero_ps();
-        for (size_t d = 0; d < D; d += 16)
-            mx = _mm512_max_ps(mx, _mm512_abs_ps(_mm512_loadu_ps(q[g] + d)));
+        __m512 bad = _mm512_setzero_ps(), mx = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
+        for (size_t d = 0; d < D; d += 16) {
+            __m512 v = _mm512_loadu_ps(q[g] + d), a = _mm512_abs_ps(v);
+            bad = _mm512_or_ps(bad, _mm512_sub_ps(v, v)); /* 0, or NaN */
+            mx = _mm512_max_ps(mx, a);
+            sum = _mm512_add_ps(sum, a);
+        }
         float amax = _mm512_reduce_max_ps(mx);
+        if (_mm512_reduce_add_ps(bad) != 0.0f ||
+            (double)amax * (double)D > 16.0 * (double)_mm512_reduce_add_ps(sum))
+            return false;
         if (amax == 0.0f) continue;
         int e;
         (void)frexpf(amax, &e); /* amax < 2^e */
-        shift[g] = 27 - e;
+        factor[g] = (float)ldexp((double)scale2, e - 27);
         __m512d up = _mm512_set1_pd(ldexp(1.0, 27 - e)); /* in double: 2^(27 - e) may pass float */
         for (size_t d = 0; d < D; d += 16) {
             __m512 x = _mm512_loadu_ps(q[g] + d);
@@ -497,28 +515,6 @@ static void amx_queries_i8(size_t NG, const float *const *q, size_t D, uint16_t 
                     tile[(d % 64 / 4 + i) * 16 + 4 * (size_t)digit + g] = fours[i];
             }
         }
-    }
-}
-
-/* Whether the n heads of D elements at q go on the int8 tiles: every
- * element finite (the digits need a finite largest), and each head's
- * largest |q| at most 16 times its mean |q|. A digit's step is 2^-27 of
- * the largest, or less; a score then errs by at most 2^-27 max|q|
- * sum|k|, which stays inside float32's rounding of sum |q k| only while
- * the largest element is not far above the rest. A head with one element
- * far above the others (a "massive activation") goes on the vector path. */
-static bool amx_i8_queries_fit(const float *q, size_t n, size_t D) {
-    for (size_t h = 0; h < n; h++, q += D) {
-        __m512 bad = _mm512_setzero_ps(), mx = _mm512_setzero_ps(), sum = _mm512_setzero_ps();
-        for (size_t d = 0; d < D; d += 16) {
-            __m512 v = _mm512_loadu_ps(q + d), a = _mm512_abs_ps(v);
-            bad = _mm512_or_ps(bad, _mm512_sub_ps(v, v)); /* 0, or NaN */
-            mx = _mm512_max_ps(mx, a);
-            sum = _mm512_add_ps(sum, a);
-        }
-        if (_mm512_reduce_add_ps(bad) != 0.0f) return false;
-        float amax = _mm512_reduce_max_ps(mx);
-        if ((double)amax * (double)D > 16.0 * (double)_mm512_reduce_add_ps(sum)) return false;
     }
     return true;
 }
@@ -590,10 +586,10 @@ static void amx_products(attn_dtype T, size_t *turn, size_t slot, const uint16_t
 
 /* out_g[j] = base-2 scores of a group's NG heads from its C (amx_products)
  * and its tiles b, j < 16: row j's parts joined, the smallest first, then
- * (int8) times the head's factor and the key's row factor kfac[j], then
- * times scale2. */
+ * (int8) times the key's row factor kfac[j], then times the head's factor
+ * (scale2 and its power of two, amx_queries_*). */
 static void amx_scores(attn_dtype T, size_t NG, const float *c, const uint16_t *b, size_t D,
-                       const float *kfac, float scale2, float *const *out) {
+                       const float *kfac, float *const *out) {
     /* row j of C: 128-bit lane p holds part p's sums of the 4 heads;
      * z[k4]'s lane k: key 4 k4 + k's scores */
     __m512 z[4];
@@ -622,11 +618,9 @@ static void amx_scores(attn_dtype T, size_t NG, const float *c, const uint16_t *
         }
     }
     /* head g's lane j = z[j / 4]'s element 4 (j % 4) + g */
-    const int32_t *shift = (const int32_t *)(b + D / amx_dims(T) * AMX_B_WORDS);
+    const float *factor = (const float *)(b + D / amx_dims(T) * AMX_B_WORDS);
     for (size_t g = 0; g < NG; g++) {
-        /* 2^-shift and scale2 as one factor, rounded once (in double,
-         * where 2^-shift may pass float's range) */
-        __m512 s = _mm512_set1_ps((float)ldexp((double)scale2, -shift[g]));
+        __m512 s = _mm512_set1_ps(factor[g]);
         int i = (int)g;
         __m512i lo = _mm512_setr_epi32(i, 4 + i, 8 + i, 12 + i, 16 + i, 20 + i, 24 + i, 28 + i,
                                        0, 0, 0, 0, 0, 0, 0, 0);
@@ -849,11 +843,9 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
 
     const attn_kv_format *kf = &s->keys.k.fmt, *vf = &s->keys.v.fmt;
 #if DECODE_AMX
-    /* K on tiles: bf16, or int8 under finite queries (amx_queries_i8) */
-    const bool amx_k =
-        (kf->dtype == ATTN_DTYPE_BF16 || kf->dtype == ATTN_DTYPE_I8) &&
-        D % amx_dims(kf->dtype) == 0 &&
-        (kf->dtype != ATTN_DTYPE_I8 || amx_i8_queries_fit(s->q + row0 * H * D, rows * H, D));
+    /* K on tiles: bf16, or int8 under queries the digits hold (amx_queries_i8) */
+    bool amx_k = (kf->dtype == ATTN_DTYPE_BF16 || kf->dtype == ATTN_DTYPE_I8) &&
+                 D % amx_dims(kf->dtype) == 0;
     /* (rows, KH, groups of 4 heads) the groups' B tiles (amx_queries_*),
      * then a block's C of each (amx_products) */
     const size_t group_words = amx_group_words(kf->dtype, D), groups = (G + 3) / 4;
@@ -882,20 +874,18 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
         pair_order(q_paired + i * D, D, true);
     }
 #if DECODE_AMX
-    if (amx_k) {
-        attn_amx_load_tiles();
-        for (size_t r = 0; r < rows; r++)
-            for (size_t kh = 0; kh < KH; kh++)
-                for (size_t g0 = 0; g0 < G; g0 += 4) {
-                    const float *q_g[4];
-                    size_t ng = G - g0 < 4 ? G - g0 : 4;
-                    for (size_t g = 0; g < ng; g++)
-                        q_g[g] = s->q + ((row0 + r) * H + kh * G + g0 + g) * D;
-                    uint16_t *b = q_tiles + ((r * KH + kh) * groups + g0 / 4) * group_words;
-                    if (kf->dtype == ATTN_DTYPE_I8) amx_queries_i8(ng, q_g, D, b);
-                    else amx_queries_bf16(ng, q_g, D, b);
-                }
-    }
+    for (size_t r = 0; amx_k && r < rows; r++)
+        for (size_t kh = 0; amx_k && kh < KH; kh++)
+            for (size_t g0 = 0; amx_k && g0 < G; g0 += 4) {
+                const float *q_g[4];
+                size_t ng = G - g0 < 4 ? G - g0 : 4;
+                for (size_t g = 0; g < ng; g++)
+                    q_g[g] = s->q + ((row0 + r) * H + kh * G + g0 + g) * D;
+                uint16_t *b = q_tiles + ((r * KH + kh) * groups + g0 / 4) * group_words;
+                if (kf->dtype == ATTN_DTYPE_I8) amx_k = amx_queries_i8(ng, q_g, D, s->scale2, b);
+                else amx_queries_bf16(ng, q_g, D, s->scale2, b);
+            }
+    if (amx_k) attn_amx_load_tiles();
 #endif
     /* a block map of one map for every head hides lanes per row; one per
      * head, per (row, query head) below */
@@ -1009,7 +999,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                     if (amx_k) {
                         size_t n = (r * KH + kh) * groups + g0 / 4;
                         amx_scores(kf->dtype, ng, c_tiles + n * AMX_C_FLOATS,
-                                   q_tiles + n * group_words, D, kfac, s->scale2, p_all);
+                                   q_tiles + n * group_words, D, kfac, p_all);
                     } else
 #endif
                         score_group(ng, q_g, rw, kf, kh, jlo[r], jhi[r], s->scale2, kfac, p_all,
