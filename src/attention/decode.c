@@ -70,15 +70,19 @@ static const char *decode_declines(const attn_ctx *ctx, const attn_attention_pro
     return NULL;
 }
 
-/* The ctx's decode kernels for p: bf16 and int8 keys on AMX tiles where
- * the process may use them, else its instruction set's. */
+/* Whether the ctx's kernels score p's keys on AMX tiles once the process
+ * holds them: bf16 keys (head_dim a multiple of 32), int8 ones (of 64). */
+static bool keys_tile(const attn_ctx *ctx, const attn_attention_problem *p) {
+    attn_dtype k = p->kv_cache->k.dtype;
+    return ctx->ks.decode_amx && ((k == ATTN_DTYPE_BF16 && p->head_dim % 32 == 0) ||
+                                  (k == ATTN_DTYPE_I8 && p->head_dim % 64 == 0));
+}
+
+/* The ctx's decode kernels for p: those on AMX tiles where they take p's
+ * keys and the process may use the tiles, else its instruction set's. */
 static const attn_decode_kernels *kernels_for(const attn_ctx *ctx,
                                               const attn_attention_problem *p) {
-    const attn_decode_kernels *amx = ctx->ks.decode_amx;
-    attn_dtype k = p->kv_cache->k.dtype;
-    bool tiled = (k == ATTN_DTYPE_BF16 && p->head_dim % 32 == 0) ||
-                 (k == ATTN_DTYPE_I8 && p->head_dim % 64 == 0);
-    return amx && tiled && attn_ctx_amx_usable(ctx) ? amx : ctx->ks.decode;
+    return keys_tile(ctx, p) && attn_ctx_amx_usable(ctx) ? ctx->ks.decode_amx : ctx->ks.decode;
 }
 
 static const char *decode_kernel_name(const attn_ctx *ctx, const attn_attention_problem *p) {
@@ -217,7 +221,9 @@ static layout layout_of(const attn_ctx *ctx, const attn_attention_problem *p,
                 .items = (cp->items * sizeof(work_item) + 63) / 64 * 64,
                 .part_floats =
                     partial_floats(ATTN_DECODE_ROWS, H, D) + ATTN_DECODE_SCRATCH_FLOATS(H, D) +
-                    (kernels_for(ctx, p)->tiles ? ATTN_DECODE_TILE_FLOATS(H, D) : 0)};
+                    /* whether or not the process holds the tiles yet: it
+                     * may be given them between this sizing and the pass */
+                    (keys_tile(ctx, p) ? ATTN_DECODE_TILE_FLOATS(H, D) : 0)};
     l.floats = parts * l.part_floats + 2 * cp->rows * H + cp->partials;
     return l;
 }

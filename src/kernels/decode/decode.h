@@ -206,7 +206,7 @@ static inline void attn_decode_visible(const attn_decode_seq *s, size_t r, size_
  * kernel set that reads bf16 keys in pairs of vectors. */
 #define ATTN_DECODE_SCRATCH_FLOATS(q_heads, head_dim)                                              \
     ((size_t)ATTN_DECODE_ROWS * (q_heads) * (ATTN_DECODE_BLOCK + 1 + (head_dim)))
-/* And the floats a kernel set on AMX tiles (tiles) needs on top, per group
+/* And the floats the kernels on AMX tiles need on top, per group
  * of up to 4 query heads whatever its size (decode_kernel.h): its queries
  * as tiles and their factors, at most 8 head_dim + 4 floats
  * (amx_group_words), and a block's scores' tile, 256 floats. */
@@ -221,17 +221,16 @@ typedef struct attn_decode_kernels {
      * scratch holds ATTN_DECODE_SCRATCH_FLOATS(q_heads, head_dim) floats. */
     void (*chunk)(const attn_decode_seq *s, size_t row0, size_t rows, size_t begin, size_t end,
                   float *m, float *l, float *acc, float *scratch);
-    /* The chunk scores bf16 keys (head_dim a multiple of 32) and int8 ones
-     * (of 64) on AMX tiles: call it only where the process may use them
-     * (attn_ctx_amx_usable), with ATTN_DECODE_TILE_FLOATS more floats of
-     * scratch. */
-    bool tiles;
 } attn_decode_kernels;
 
 extern const attn_decode_kernels attn_decode_portable;
 #if defined(ATTN_HAVE_X86_KERNELS)
 extern const attn_decode_kernels attn_decode_avx2;
 extern const attn_decode_kernels attn_decode_avx512;
+/* attn_decode_avx512 with bf16 keys (head_dim a multiple of 32) and int8
+ * ones (of 64) scored on AMX tiles: its chunk runs only where the process
+ * may use them (attn_ctx_amx_usable), with ATTN_DECODE_TILE_FLOATS more
+ * floats of scratch. */
 extern const attn_decode_kernels attn_decode_avx512_amx;
 #endif
 

@@ -1057,4 +1057,4 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
 #endif
 }
 
-const attn_decode_kernels DECODE_KERNELS = {DECODE_ISA_NAME, decode_chunk, DECODE_AMX};
+const attn_decode_kernels DECODE_KERNELS = {DECODE_ISA_NAME, decode_chunk};
