@@ -520,11 +520,14 @@ static void one_hot_cases(const char *isa, attn_ctx kernels_ctx, uint64_t *seed)
  * far keys, or a score far below the others) and whose value is about as
  * large as the weight is small (e^gap times 0.1 .. 10), so that it still
  * moves out, dq and dk by a few percent or more: P (dP - delta) is then not
- * small where P is. dq and dk within 1e-5 of the reference, and each row
+ * small where P is. dq and dk within 5e-5 of the reference, and each row
  * of dq within 1e-3 (a backward that dropped such weights, as a floor on P
- * would, lost whole rows' gradients: error 1; with ALiBi a row's float
- * scores near 80 (base 2) leave it up to a few 1e-4). With and without
- * ALiBi, T = S = 2 .. 40, one KV head. */
+ * would, lost whole rows' gradients: error 1). The far key's float score,
+ * near 60 (86 in base 2), carries float32's rounding (its ulp there is
+ * 7.6e-6) into its weight, which the heavy value carries into dq and dk:
+ * over 4800 draws they reached 3e-5 where few rows average it (T up to 8),
+ * a row of dq with ALiBi 1e-4. With and without ALiBi, T = S = 2 .. 40, one
+ * KV head. */
 static void far_heavy_key_cases(const char *isa, attn_ctx kernels_ctx, uint64_t *seed) {
     for (int alibi = 0; alibi <= 1; alibi++)
         for (int round = 0; round < 4; round++) {
@@ -566,7 +569,7 @@ static void far_heavy_key_cases(const char *isa, attn_ctx kernels_ctx, uint64_t 
             for (size_t i = 1; i < T; i++) /* row 0 sees key 0 alone: its dq is 0 */
                 worst = fmax(worst, rel_l2(fused.dq + i * D, ref.dq + i * D, D));
             double e_dq = rel_l2(fused.dq, ref.dq, c.n_q), e_dk = rel_l2(fused.dk, ref.dk, c.n_k);
-            bool ok = worst <= 1e-3 && e_dq <= 1e-5 && e_dk <= 1e-5;
+            bool ok = worst <= 1e-3 && e_dq <= 5e-5 && e_dk <= 5e-5;
             if (getenv("TEST_FLASH_VERBOSE") || !ok)
                 printf("  %s far heavy key %s T=%zu gap %.1f v x %.3g: dq rel L2 %.3g (worst row "
                        "%.3g), dk %.3g\n",
