@@ -840,7 +840,6 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
     float *sc = scratch;                    /* (rows, H, BK) scores, then weights */
     float *alpha = scratch + rows * H * BK; /* (rows, H) the blocks' softmax factors */
     float *q_paired = alpha + rows * H;     /* (rows, H, D) the queries in pair order */
-
     const attn_kv_format *kf = &s->keys.k.fmt, *vf = &s->keys.v.fmt;
 #if DECODE_AMX
     /* K on tiles: bf16, or int8 under queries the digits hold (amx_queries_i8) */
@@ -930,7 +929,6 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
             }
         }
         attn_decode_key_rows(&s->keys, from, b1 - from, rw + (from - b0));
-
         /* the next block's rows, streamed in while this block is read */
         size_t next = b1 + BK < end ? BK : end > b1 ? end - b1 : 0;
         prefetch_stream *ps = next ? &stream : NULL;
@@ -939,7 +937,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
             stream_start(ps, &s->keys, rw_next, next, KH * 2 * BK * (D / VW));
         }
 #if DECODE_AMX
-        /* bf16 keys: every group's tile products first, each group's C
+        /* keys on tiles: every group's tile products first, each group's C
          * (rows, KV heads, groups of 4 heads) into c_tiles; the keys' rows
          * as one tile where all 16 are there evenly apart */
         if (amx_k) {
