@@ -20,6 +20,7 @@ usage: test_docs.py REPO ATTN LIBATTN PYTHON
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -72,6 +73,13 @@ def environment(bindir):
 
 def run_blocks():
     bindir = tempfile.mkdtemp(prefix="attn-doc-bin-")
+    try:
+        return run_blocks_in(bindir)
+    finally:
+        shutil.rmtree(bindir, ignore_errors=True)
+
+
+def run_blocks_in(bindir):
     os.symlink(os.path.abspath(ATTN), os.path.join(bindir, "attn"))
     os.symlink(os.path.abspath(PYTHON), os.path.join(bindir, "python3"))
     env = environment(bindir)
@@ -81,32 +89,41 @@ def run_blocks():
         if not blocks:
             continue
         work = tempfile.mkdtemp(prefix="attn-doc-")
-        # the blocks run as from the repository's root: data/ is there
-        os.symlink(os.path.join(REPO, "data"), os.path.join(work, "data"))
-        for line, lang, code in blocks:
-            where = f"{os.path.relpath(path, REPO)}:{line}"
-            if lang == "sh":
-                cmd = ["bash", "-e", "-o", "pipefail", "-c", code]
-            elif lang == "python":
-                cmd = [PYTHON, "-c", code]
-            else:
-                fail(f"{where}: a marked block must be sh or python, not {lang}")
-                continue
-            try:
-                # decoded text may cut a character at a token's edge
-                r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
-                                   errors="replace", timeout=300)
-            except subprocess.TimeoutExpired:
-                fail(f"{where}: the {lang} block ran past 300 s")
-                continue
-            count += 1
-            if r.returncode != 0:
-                fail(f"{where}: the {lang} block exited {r.returncode}:\n{r.stdout[-2000:]}"
-                     f"{r.stderr[-2000:]}")
-            else:
-                print(f"ok {where} ({lang})")
+        try:
+            count += run_file_blocks(path, blocks, work, env)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
     if count == 0:
         fail("no block is marked " + MARK)
+    return count
+
+
+def run_file_blocks(path, blocks, work, env):
+    # the blocks run as from the repository's root: data/ is there
+    os.symlink(os.path.join(REPO, "data"), os.path.join(work, "data"))
+    count = 0
+    for line, lang, code in blocks:
+        where = f"{os.path.relpath(path, REPO)}:{line}"
+        if lang == "sh":
+            cmd = ["bash", "-e", "-o", "pipefail", "-c", code]
+        elif lang == "python":
+            cmd = [PYTHON, "-c", code]
+        else:
+            fail(f"{where}: a marked block must be sh or python, not {lang}")
+            continue
+        try:
+            # decoded text may cut a character at a token's edge
+            r = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
+                               errors="replace", timeout=300)
+        except subprocess.TimeoutExpired:
+            fail(f"{where}: the {lang} block ran past 300 s")
+            continue
+        count += 1
+        if r.returncode != 0:
+            fail(f"{where}: the {lang} block exited {r.returncode}:\n{r.stdout[-2000:]}"
+                 f"{r.stderr[-2000:]}")
+        else:
+            print(f"ok {where} ({lang})")
     return count
 
 
