@@ -167,6 +167,7 @@ static call_plan plan_call(const attn_ctx *ctx, const attn_attention_problem *p,
     size_t H = p->q_heads, D = p->head_dim, parts = attn_parallel_parts(ctx->num_threads);
     call_plan cp = {0};
     seq_plan one;
+    double bytes = 0.0; /* of K and V the call reads */
     for (size_t b = 0; b < p->batch; b++) {
         seq_plan *sp = plans ? &plans[b] : &one;
         size_t n = p->kv_cache->new_rows[b];
@@ -191,6 +192,10 @@ static call_plan plan_call(const attn_ctx *ctx, const attn_attention_problem *p,
         if (!n) continue;
         if (sp->row_start + n > cp.rows) cp.rows = sp->row_start + n;
         plan_chunks(sp);
+        const attn_decode_keys *ks = &sp->d.keys;
+        bytes += (double)(sp->chunks * sp->chunk) *
+                 (double)(ks->k.row_bytes + ks->v.row_bytes +
+                          (ks->k.row_scales + ks->v.row_scales) * sizeof(float));
         cp.work += 2.0 * (double)n * (double)(sp->chunks * sp->chunk) * (double)(H * D);
         size_t pf = sp->chunks * partial_floats(n, H, D);
         if (n <= ATTN_DECODE_ROWS && sp->chunks > 1 && parts > 1 &&
@@ -204,6 +209,14 @@ static call_plan plan_call(const attn_ctx *ctx, const attn_attention_problem *p,
             cp.items += ceil_div(n, ATTN_DECODE_ROWS);
         }
     }
+    /* Keys past half the L3 come from memory (between two calls on them,
+     * their own reading and the rest of a model's evict them), and the
+     * lines asked for ahead arrive in time. Float32 keys an L3 holds are
+     * read fastest without: the requests take the load slots the reading
+     * needs. Narrower codes leave slots free while they are widened. */
+    bool narrow = p->kv_cache->k.dtype != ATTN_DTYPE_F32 || p->kv_cache->v.dtype != ATTN_DTYPE_F32;
+    bool stream = narrow || ctx->l3_bytes == 0 || bytes > 0.5 * (double)ctx->l3_bytes;
+    for (size_t b = 0; plans && b < p->batch; b++) plans[b].d.keys.stream = stream;
     return cp;
 }
 

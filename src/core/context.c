@@ -34,7 +34,10 @@ attn_status attn_ctx_alloc(const attn_ctx_config *cfg, attn_kernels kernels, att
     if (!ctx) return ATTN_ERR_NO_MEMORY;
     ctx->kernels = kernels;
     attn_cpu_info cpu;
-    if (attn_cpu_info_get(&cpu) == ATTN_OK) ctx->l2_bytes = cpu.l2_bytes;
+    if (attn_cpu_info_get(&cpu) == ATTN_OK) {
+        ctx->l2_bytes = cpu.l2_bytes;
+        ctx->l3_bytes = cpu.l3_bytes;
+    }
     ctx->num_threads = cfg->num_threads ? cfg->num_threads : 1;
     ctx->trace = cfg->trace;
     ctx->trace_user = cfg->trace_user;

@@ -58,6 +58,7 @@ struct attn_ctx {
     bool pool_tried;        /* made (or failed: threads then start per call) */
     bool bf16_dot_forced;   /* bf16 attention on vdpbf16ps where it does not pay (tests) */
     size_t l2_bytes;        /* one core's L2 (0: unknown): the forward's query blocks */
+    size_t l3_bytes;        /* the L3 a core sees (0: unknown): decode's prefetching */
 };
 
 /* Resolves requested (AUTO: the ATTN_KERNELS environment variable, else the

@@ -59,6 +59,10 @@ typedef struct attn_decode_keys {
     const uint32_t *pages;
     size_t page_size, table_len;
     attn_decode_store k, v;
+    /* Whether the kernel asks for the next block's lines while it reads a
+     * block: keys that come from memory arrive sooner, while for keys an
+     * L3 holds the requests only take load slots from the reading. */
+    bool stream;
 } attn_decode_keys;
 
 /* A position's rows of K and V: codes and scales. */

@@ -931,7 +931,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
         attn_decode_key_rows(&s->keys, from, b1 - from, rw + (from - b0));
         /* the next block's rows, streamed in while this block is read */
         size_t next = b1 + BK < end ? BK : end > b1 ? end - b1 : 0;
-        prefetch_stream *ps = next ? &stream : NULL;
+        prefetch_stream *ps = next && s->keys.stream ? &stream : NULL;
         if (ps) {
             attn_decode_key_rows(&s->keys, b1, next, rw_next);
             stream_start(ps, &s->keys, rw_next, next, KH * 2 * BK * (D / VW));
