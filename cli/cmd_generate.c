@@ -480,7 +480,9 @@ static bool on_token(void *user, int32_t token) {
         s->printed_bytes = length;
         free(text);
     }
-    fflush(stdout);
+    /* a reader gone under an ignored SIGPIPE: the run stops, and
+     * cli_finish reports the failed write */
+    if (fflush(stdout) != 0 || ferror(stdout)) return false;
     return go_on;
 }
 

@@ -27,7 +27,9 @@ behind:
   g. attn pretrain whose stdout's reader goes away after the first loss line
      (`| head -1`): SIGPIPE stops it as SIGINT does, exit 141, one stderr
      line, the run and the plot saved, no temporary left; with stderr on the
-     same pipe (`2>&1 | head -1`) still exit 141, not death by the signal.
+     same pipe (`2>&1 | head -1`) still exit 141, not death by the signal;
+  h. attn generate --stream with SIGPIPE ignored and its reader gone: it
+     stops at the next token and says the write failed, exit 1.
 Ends with "N passed, N failed".
 """
 import os
@@ -367,6 +369,44 @@ def generate_case(attn):
               "tokens" % len(ids), "generate: one line with the count of tokens", err)
 
 
+def generate_pipe_case(attn):
+    """generate --stream with SIGPIPE ignored (`trap '' PIPE`) and its reader
+    gone: the first write that fails stops the run, one stderr line, exit 1."""
+    def ignore_pipe():
+        default_signals()
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+
+    with tempfile.TemporaryDirectory() as work:
+        cfg = os.path.join(work, "gen.json")
+        with open(cfg, "w") as f:
+            f.write('{"vocab_size": 50257, "context_length": 4096, "emb_dim": 256, '
+                    '"n_heads": 4, "n_layers": 2, "drop_rate": 0.0, "qkv_bias": true}')
+        proc = subprocess.Popen([attn, "generate", "--random-init", "1", "--config", cfg,
+                                 "--prompt-ids", "1,2,3", "--max-new-tokens", "4000", "--stream",
+                                 "--threads", "1"], cwd=work, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, preexec_fn=ignore_pipe)
+        read_until(proc, rb"\d+,\d+,")
+        running = proc.poll() is None
+        proc.stdout.close()
+        t0 = time.monotonic()
+        try:
+            proc.wait(timeout=TIMEOUT)
+            err = proc.stderr.read().decode()
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            err = "(timed out)"
+        # the 4000 tokens take tens of seconds on one thread; the stop is at
+        # the next token
+        check(running and time.monotonic() - t0 < 5,
+              "generate | (reader gone), SIGPIPE ignored: stops at its next token",
+              "%.1f s" % (time.monotonic() - t0))
+        check(proc.returncode == 1 and
+              re.fullmatch(r"attn: error writing to standard output[^\n]*\n", err) is not None,
+              "generate | (reader gone), SIGPIPE ignored: exit 1, one line naming the write",
+              "returncode %s; stderr %r" % (proc.returncode, err))
+
+
 def main():
     attn = os.path.abspath(sys.argv[1])
     started = time.monotonic()
@@ -375,6 +415,7 @@ def main():
     sdpa_case(attn)
     train_case(attn)
     generate_case(attn)
+    generate_pipe_case(attn)
     print("%d passed, %d failed (%.1f s)" % (passed, failed, time.monotonic() - started))
     return 1 if failed else 0
 
