@@ -740,6 +740,11 @@ static int run_generate(int argc, char **argv) {
                          attn_lm_get_config(m).vocab_size);
     if (rc == CLI_OK) rc = prompt_ids(ctx, &o, tok, &prompt);
     if (rc == CLI_OK && o.stop_ids) rc = parse_ids("--stop-ids", o.stop_ids, &stops);
+    for (size_t i = 0; rc == CLI_OK && i < stops.n; i++)
+        if ((size_t)stops.ids[i] >= attn_lm_get_config(m).vocab_size)
+            rc = cli_failure("--stop-ids: %d is not a token id of the model's vocabulary (0 .. "
+                             "%zu), so it could never stop the run",
+                             (int)stops.ids[i], attn_lm_get_config(m).vocab_size - 1);
     if (rc == CLI_OK) rc = generate(ctx, m, &o, tok, &prompt, &stops, &ms);
     free(prompt.ids);
     free(stops.ids);

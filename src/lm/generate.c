@@ -38,6 +38,14 @@ static attn_status check_args(attn_ctx *ctx, const attn_lm_config *cfg,
                              "attn_lm_generate: prompt[%zu] = %d is not a token id of the "
                              "vocabulary (0 .. %zu)",
                              i, (int)a->prompt[i], cfg->vocab_size - 1);
+    /* an id outside the vocabulary is never sampled: a stop it names
+     * would never stop the run */
+    for (size_t i = 0; i < a->num_stop_tokens; i++)
+        if (a->stop_tokens[i] < 0 || (size_t)a->stop_tokens[i] >= cfg->vocab_size)
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "attn_lm_generate: stop_tokens[%zu] = %d is not a token id of the "
+                             "vocabulary (0 .. %zu), so it could never stop the run",
+                             i, (int)a->stop_tokens[i], cfg->vocab_size - 1);
     return attn_sampling_check(ctx, &a->sampling, cfg->vocab_size, a->rng);
 }
 

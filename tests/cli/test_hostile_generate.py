@@ -316,6 +316,8 @@ def main():
         (["--kv-dtype", "bogus"], "--kv-dtype"), (["--cache", "bogus"], "--cache"),
         (["--model", "bert"], "--model"), (["--seed", "-1"], "--seed"),
         (["--stop-ids", "a"], "--stop-ids"), (["--kernels", "sse9"], "--kernels"),
+        # an id past the vocabulary could never stop the run
+        (["--stop-ids", "3,50257"], "--stop-ids: 50257 is not a token id"),
         # the cache's refusals name the option behind them
         (["--k-dtype", "int4", "--v-dtype", "f32"], "--k-dtype: attn_kv_cache_new: k_dtype I4"),
         (["--v-dtype", "int4"], "--v-dtype: attn_kv_cache_new: v_dtype I4"),

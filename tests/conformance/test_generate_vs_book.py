@@ -428,11 +428,13 @@ def behaviour(cli, weights, config, cfg, prompt, logits64):
     r = run_cli(cli, base + ["--max-new-tokens", n, "--stream"])
     R.check(r.returncode == 0 and ids_of(r.stdout) == greedy, "--stream prints the greedy ids")
     # stop ids: the run ends before the first stop token, which is not written
+    # (a stop the run never writes changes nothing)
     j = len(greedy) // 2
     stop = greedy[j]
     first = greedy.index(stop)
+    never = min(set(range(cfg["vocab_size"])) - set(greedy))
     got = cli_tokens(cli, "stop", base + ["--max-new-tokens", n, "--stop-ids",
-                                          "%d,%d" % (cfg["vocab_size"] + 5, stop)])
+                                          "%d,%d" % (never, stop)])
     R.check(got == greedy[:first], "--stop-ids %d stops after %d tokens: %s" % (stop, first, got))
     # the last position: prompt + max_new_tokens - 1 == context_length fits
     ctx = cfg["context_length"]

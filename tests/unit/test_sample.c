@@ -425,6 +425,12 @@ static void test_generate_matches_loop(attn_lm *lm, uint64_t seed) {
     }
 }
 
+static bool holds(const int32_t *ids, size_t n, int32_t id) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id) return true;
+    return false;
+}
+
 static void test_generate_stops(attn_lm *lm) {
     attn_lm_config cfg = attn_lm_get_config(lm);
     int32_t prompt[3] = {1, 2, 3}, full[30], out[30];
@@ -433,8 +439,11 @@ static void test_generate_stops(attn_lm *lm) {
                             .out = full, .count = &count};
     CHECK_STATUS(attn_lm_generate(lm, &a), ATTN_OK);
     CHECK(count == 30);
-    /* a stop token ends the run before its first appearance */
-    int32_t stop[2] = {(int32_t)cfg.vocab_size + 3, full[12]};
+    /* a stop token ends the run before its first appearance; one the run
+     * never writes changes nothing */
+    int32_t stop[2] = {0, full[12]};
+    while (holds(full, 30, stop[0])) stop[0]++;
+    CHECK((size_t)stop[0] < cfg.vocab_size);
     size_t first = 0;
     while (full[first] != stop[1]) first++;
     a.out = out;
@@ -524,6 +533,14 @@ static void test_generate_errors(attn_lm *lm) {
     a.prompt = prompt;
     a.num_stop_tokens = 1;
     CHECK_STATUS(attn_lm_generate(lm, &a), ATTN_ERR_NULL);
+    int32_t stops[2] = {1, (int32_t)cfg.vocab_size};
+    a.stop_tokens = stops;
+    a.num_stop_tokens = 2;
+    CHECK_STATUS(attn_lm_generate(lm, &a), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "stop_tokens[1]");
+    stops[1] = -1;
+    CHECK_STATUS(attn_lm_generate(lm, &a), ATTN_ERR_INVALID);
+    a.stop_tokens = NULL;
     a.num_stop_tokens = 0;
     a.prompt_len = 0;
     CHECK_STATUS(attn_lm_generate(lm, &a), ATTN_ERR_INVALID);
