@@ -2063,10 +2063,11 @@ attn_status attn_lm_new(attn_ctx *ctx, const attn_lm_config *cfg, attn_rng *init
  * keys; a key that would change the arithmetic is refused by name,
  * docs/generation.md). cfg, when
  * given, is the config (config_json is then ignored); else config_json
- * (a path) or the directory's config.json; else, for a file, the config
- * the tensors' shapes give (n_heads = emb_dim / 64 for GPT-2; Llama needs a
- * config), or the metadata attn_model_save wrote ("format": "attn-gpt":
- * n_heads; "attn-llama3": the whole config). Every tensor must be there
+ * (a path) or the config.json in the directory (or beside the index);
+ * else, for a file, the metadata attn_model_save wrote ("format":
+ * "attn-gpt": n_heads; "attn-llama3": the whole config), else the
+ * config.json beside it, else the config the tensors' shapes give (n_heads
+ * = emb_dim / 64 for GPT-2; Llama needs a config). Every tensor must be there
  * with its shape: ATTN_ERR_NOT_FOUND / ATTN_ERR_SHAPE / ATTN_ERR_FORMAT
  * name it.
  */

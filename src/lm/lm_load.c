@@ -883,8 +883,17 @@ static char *join(const char *dir, const char *name) {
 
 /* The config (cfg, else a JSON file, else the tensors' shapes) and whether
  * out_head is tied; the file's naming known. */
-static attn_status choose_config(lm_source *s, const char *config_path, const attn_lm_config *cfg,
-                                 attn_lm_config *out) {
+/* Whether the file carries its config, as attn_model_save writes it. */
+static bool has_own_config(const lm_source *s) {
+    const char *format = attn_safetensors_metadata_get(s->st, "format");
+    return format && (strcmp(format, "attn-gpt") == 0 || strcmp(format, "attn-llama3") == 0);
+}
+
+/* The config: cfg, else the file at config_path, else the file's own,
+ * else the config.json beside the file (beside, or NULL), else the one
+ * the shapes give. */
+static attn_status choose_config(lm_source *s, const char *config_path, const char *beside,
+                                 const attn_lm_config *cfg, attn_lm_config *out) {
     lm_config_read r = {.tie = -1};
     attn_status st;
     if (cfg) {
@@ -893,6 +902,9 @@ static attn_status choose_config(lm_source *s, const char *config_path, const at
         st = ATTN_OK;
     } else if (config_path) {
         st = read_config(s->ctx, config_path, &r);
+    } else if (beside && !has_own_config(s)) {
+        /* a file's shapes give neither GPT-2's heads nor Llama's config */
+        st = read_config(s->ctx, beside, &r);
     } else {
         st = infer_config(s, &r);
     }
@@ -1080,7 +1092,7 @@ static attn_status load(attn_ctx *ctx, const char *who, const char *path, const 
     attn_clear_error(ctx);
     *out = NULL;
     char *weights_path = NULL, *dir_config = NULL;
-    const char *weights = path, *config_path = cfg ? NULL : config_json;
+    const char *weights = path, *config_path = cfg ? NULL : config_json, *beside = NULL;
     /* a sharded checkpoint: its index, given or in the directory */
     bool sharded = false;
     if (is_directory(path)) {
@@ -1103,18 +1115,26 @@ static attn_status load(attn_ctx *ctx, const char *who, const char *path, const 
         }
         weights = weights_path;
         if (!cfg && !config_path && is_file(dir_config)) config_path = dir_config;
-    } else if ((sharded = has_suffix(path, ".safetensors.index.json")) && !cfg && !config_path) {
-        /* the index's config.json beside it */
+    } else {
+        sharded = has_suffix(path, ".safetensors.index.json");
+        /* the config.json beside the index, as in a directory of them, or
+         * beside a file (choose_config) */
         const char *slash = strrchr(path, '/');
         size_t n = slash ? (size_t)(slash - path) : 1;
-        char *dir = attn_malloc(n + 1);
-        if (dir) {
-            memcpy(dir, slash ? path : ".", n);
-            dir[n] = '\0';
-            dir_config = join(dir, "config.json");
-            attn_free(dir);
+        if (!cfg && !config_path) {
+            char *dir = attn_malloc(n + 1);
+            if (dir) {
+                memcpy(dir, slash ? path : ".", n);
+                dir[n] = '\0';
+                dir_config = join(dir, "config.json");
+                attn_free(dir);
+            }
+            if (!dir_config) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", who);
         }
-        if (dir_config && is_file(dir_config)) config_path = dir_config;
+        if (dir_config && is_file(dir_config)) {
+            if (sharded) config_path = dir_config;
+            else beside = dir_config;
+        }
     }
     lm_source s = {.ctx = ctx, .path = weights};
     attn_lm *m = NULL;
@@ -1123,7 +1143,8 @@ static attn_status load(attn_ctx *ctx, const char *who, const char *path, const 
                              : attn_safetensors_open(ctx, weights, &s.st);
     if (st == ATTN_OK) st = refuse_train_model(&s);
     if (st == ATTN_OK) st = detect_names(&s);
-    if (st == ATTN_OK) st = choose_config(&s, config_path, cfg, &c);
+    if (st == ATTN_OK)
+        st = choose_config(&s, config_path, beside, cfg, &c);
     if (st == ATTN_OK) {
         c.weights_dtype = file_dtype_wanted ? file_dtype(&s) : weights_dtype;
         attn_lm_config resolved;

@@ -70,9 +70,11 @@ static attn_lm *saved_model(attn_ctx *ctx, attn_lm_config cfg, uint64_t seed, co
     return m;
 }
 
-/* The model's parameters as named tensors (rename: one name replaced). */
-static attn_status write_renamed(attn_ctx *ctx, attn_lm *m, const char *path, const char *from,
-                                 const char *to) {
+/* The model's parameters as named tensors (rename: one name replaced),
+ * with n_meta entries of metadata. */
+static attn_status write_renamed_meta(attn_ctx *ctx, attn_lm *m, const char *path,
+                                      const char *from, const char *to,
+                                      const attn_metadata_entry *meta, size_t n_meta) {
     size_t n = attn_lm_param_count(m);
     attn_named_tensor *t = calloc(n, sizeof *t);
     if (!t) return ATTN_ERR_NO_MEMORY;
@@ -87,9 +89,14 @@ static attn_status write_renamed(attn_ctx *ctx, attn_lm *m, const char *path, co
         memcpy(t[kept].shape, p.shape, p.ndim * sizeof(size_t));
         kept++;
     }
-    attn_status st = attn_safetensors_write(ctx, path, t, kept, NULL, 0);
+    attn_status st = attn_safetensors_write(ctx, path, t, kept, meta, n_meta);
     free(t);
     return st;
+}
+
+static attn_status write_renamed(attn_ctx *ctx, attn_lm *m, const char *path, const char *from,
+                                 const char *to) {
+    return write_renamed_meta(ctx, m, path, from, to, NULL, 0);
 }
 
 static void test_sizes(attn_ctx *ctx) {
@@ -418,6 +425,37 @@ static void test_generate_message(attn_ctx *ctx) {
     attn_lm_free(m);
 }
 
+/* A file without a config of its own takes the config.json beside it, as
+ * a directory of the two does: its shapes give neither GPT-2's heads (of 4
+ * here, not 64) nor Llama's config. A file with the metadata
+ * attn_model_save writes keeps its own. */
+static void test_config_beside(attn_ctx *ctx) {
+    char own[128], plain[128], beside[128];
+    attn_lm_config c = tiny_gpt2(1);
+    attn_lm *m = saved_model(ctx, c, 5, path_in(plain, sizeof plain, "plain.st")), *back = NULL;
+    CHECK(m != NULL);
+    if (!m) return;
+    const attn_metadata_entry meta[] = {{"format", "attn-gpt"}, {"n_heads", "2"}};
+    CHECK_STATUS(write_renamed_meta(ctx, m, path_in(own, sizeof own, "own.st"), "", "", meta, 2),
+                 ATTN_OK);
+    CHECK_STATUS(attn_lm_load(ctx, plain, NULL, NULL, &back), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "pass a config");
+    write_text(path_in(beside, sizeof beside, "config.json"),
+               "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, \"n_heads\": 2, "
+               "\"n_layers\": 1, \"qkv_bias\": true}");
+    CHECK_STATUS(attn_lm_load(ctx, plain, NULL, NULL, &back), ATTN_OK);
+    CHECK(back && attn_lm_get_config(back).n_heads == 2);
+    attn_lm_free(back);
+    back = NULL;
+    write_text(beside, "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, "
+                       "\"n_heads\": 4, \"n_layers\": 1, \"qkv_bias\": true}");
+    CHECK_STATUS(attn_lm_load(ctx, own, NULL, NULL, &back), ATTN_OK);
+    CHECK(back && attn_lm_get_config(back).n_heads == 2);
+    attn_lm_free(back);
+    unlink(beside);
+    attn_lm_free(m);
+}
+
 static void test_nulls(attn_ctx *ctx) {
     attn_lm *m = (attn_lm *)&m;
     attn_lm_config c = tiny_gpt2(1);
@@ -447,10 +485,11 @@ int main(void) {
     test_config_zeros(ctx);
     test_train_file(ctx);
     test_generate_message(ctx);
+    test_config_beside(ctx);
     test_nulls(ctx);
     attn_ctx_free(ctx);
     const char *names[] = {"one.st", "huge.json", "renamed.st", "wide.st", "two.st", "one.json", "tied.st",
-                           "eps0.json", "trained.st"};
+                           "eps0.json", "trained.st", "own.st", "plain.st", "config.json"};
     char p[128];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(path_in(p, sizeof p, names[i]));
