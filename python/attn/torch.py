@@ -523,8 +523,23 @@ _torch_sdpa = getattr(F, "scaled_dot_product_attention", None)  # PyTorch's own 
 def _math_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                enable_gqa=False):
     """PyTorch's SDPA semantics written out in torch (its math path): the
-    fallback on torch < 2.0, which has no F.scaled_dot_product_attention."""
+    fallback on torch < 2.0, which has no F.scaled_dot_product_attention.
+    It refuses what PyTorch 2's refuses, and a row whose every key is
+    hidden gives 0, as PyTorch 2's does."""
     L, S = query.size(-2), key.size(-2)
+    if attn_mask is not None and is_causal:
+        raise RuntimeError("scaled_dot_product_attention: attn_mask should not be set when "
+                           "is_causal=True (give the causal mask in attn_mask)")
+    if attn_mask is not None:
+        scores_shape = tuple(query.shape[:-1]) + (S,)
+        try:
+            fits = torch.broadcast_shapes(tuple(attn_mask.shape), scores_shape) == scores_shape
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise RuntimeError(f"scaled_dot_product_attention: attn_mask of shape "
+                               f"{tuple(attn_mask.shape)} does not broadcast to the scores' "
+                               f"shape {scores_shape}")
     if scale is None:
         # head_dim 0: every score is an empty sum, 0 at any scale (PyTorch's
         # math path gets the same zeros); 1/sqrt(0) would divide by zero
@@ -542,7 +557,9 @@ def _math_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
             scores = scores.masked_fill(~attn_mask, float("-inf"))
         else:
             scores = scores + attn_mask
-    weights = torch.softmax(scores, dim=-1)
+    # a row that sees no key: weights 0, not the NaN of softmax over -inf
+    hidden = (scores == float("-inf")).all(dim=-1, keepdim=True)
+    weights = torch.softmax(scores.masked_fill(hidden, 0.0), dim=-1).masked_fill(hidden, 0.0)
     if dropout_p > 0.0:
         weights = F.dropout(weights, dropout_p, training=True)
     return weights @ value

@@ -135,6 +135,10 @@ static attn_status open_temp(attn_ctx *ctx, attn_file *f, const struct stat *exi
             attn_free(f->temp);
             f->temp = NULL;
             if (saved == EEXIST) continue;
+            if (f->target != f->path)
+                return attn_fail(ctx, ATTN_ERR_IO,
+                                 "%s: cannot open for writing: %s (its link names %s)", f->path,
+                                 strerror(saved), f->target);
             return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", f->path,
                              strerror(saved));
         }
@@ -171,6 +175,41 @@ static attn_status open_in_place(attn_ctx *ctx, attn_file *f, const char *path,
     return ATTN_OK;
 }
 
+/* The name a chain of symbolic links from path ends at, a name with no
+ * file (malloc'd; NULL out of memory, or *err set: a loop or an unreadable
+ * link). A link with no file behind it is written where it points, as the
+ * shell's > writes it: the link stays, and its file is created. */
+static char *dangling_target(const char *path, int *err) {
+    char *at = copy_string(path);
+    for (int hop = 0; at && hop < 40; hop++) {
+        struct stat link;
+        if (lstat(at, &link) != 0 || !S_ISLNK(link.st_mode)) return at;
+        char to[PATH_MAX];
+        ssize_t n = readlink(at, to, sizeof to - 1);
+        if (n < 0) {
+            *err = errno;
+            attn_free(at);
+            return NULL;
+        }
+        to[n] = '\0';
+        /* a relative link is relative to the directory that holds it */
+        const char *slash = strrchr(at, '/');
+        size_t dir = to[0] == '/' || !slash ? 0 : (size_t)(slash - at) + 1;
+        char *next = attn_malloc(dir + (size_t)n + 1);
+        if (next) {
+            memcpy(next, at, dir);
+            memcpy(next + dir, to, (size_t)n + 1);
+        }
+        attn_free(at);
+        at = next;
+    }
+    if (at) {
+        attn_free(at);
+        *err = ELOOP;
+    }
+    return NULL;
+}
+
 attn_status attn_file_open(attn_ctx *ctx, const char *path, attn_file **out) {
     attn_clear_error(ctx);
     if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_file_open: out is NULL");
@@ -197,6 +236,17 @@ attn_status attn_file_open(attn_ctx *ctx, const char *path, attn_file **out) {
         file_free(f);
         return attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: it is a directory",
                          path);
+    }
+    if (!exists && lstat(path, &link) == 0 && S_ISLNK(link.st_mode)) {
+        int err = 0;
+        f->target = dangling_target(path, &err);
+        if (!f->target) {
+            f->target = f->path;
+            file_free(f);
+            return err ? attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open for writing: %s", path,
+                                   strerror(err))
+                       : attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", path);
+        }
     }
     if (exists && (!S_ISREG(st.st_mode) || names_descriptor(path)))
         return open_in_place(ctx, f, path, out); /* a device, a pipe, an open descriptor */

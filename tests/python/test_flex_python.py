@@ -644,6 +644,29 @@ def end_to_end(name, B, H, Hkv, T, S, D, score_mod_of, mask_mod, Bm=None, Hm=Non
         check(e < 1e-5, f"{name}: {label} relative L2 error {e}")
 
 
+def row_bias_case():
+    """A bias of one element per head, the same for every query and key:
+    each element's gradient sums B x T x S terms (2 x 1024 x 1024 here),
+    which one float add a term would lose 1e-5 of. A softcap after it keeps
+    the gradient from being 0 (a bias constant along a row otherwise
+    changes no weight)."""
+    B, H, T, D = 2, 4, 1024, 16
+    q, k = torch.randn(B, H, T, D) * 2, torch.randn(B, H, T, D) * 2
+    v, dout = torch.randn(B, H, T, D), torch.randn(B, H, T, D)
+    bias = torch.randn(H)
+
+    def mod(b_):
+        return lambda s, b, h, qi, ki: 5.0 * torch.tanh((s + b_[h]) / 5.0)
+
+    ba = bias.clone().requires_grad_()
+    (flex.flex_attention(q, k, v, score_mod=mod(ba)) * dout).sum().backward()
+    bo = bias.double().requires_grad_()
+    want, _ = oracle(q.double(), k.double(), v.double(), mod(bo))
+    (want * dout.double()).sum().backward()
+    e = rel_l2(ba.grad, bo.grad)
+    check(e < 5e-6, f"a bias per head, broadcast over queries and keys: dbias relative L2 {e}")
+
+
 if runs:
     W = rng.randint(1, 20)
     alibi_slopes = torch.rand(3)
@@ -689,6 +712,10 @@ if runs:
             lambda s, b, h, q, kv: s + bias[kv - q]), lambda b, h, q_idx, kv_idx:
          kv_idx <= q_idx + 20, {"bias_shape": (91,)}),
     ]
+    try:
+        row_bias_case()
+    except _lib.AttnError as err:
+        check(err.status == "ATTN_ERR_UNSUPPORTED", f"a bias per head: {err}")
     for name, smod, mmod, kw in cases:
         try:
             end_to_end(name, 2, 3, 3, 70, 90, 16, smod, mmod, **kw)

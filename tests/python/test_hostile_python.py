@@ -919,6 +919,42 @@ def additive_mask_inf():
 
 
 @section
+def mask_shapes_and_hidden_rows():
+    # PyTorch 2 refuses an attn_mask that does not broadcast to the scores,
+    # and one beside is_causal; a row whose every key is hidden gives 0
+    # (torch < 2.0: attn's written-out math path does the same)
+    S = "attn.torch masks"
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(1, 2, 6, 4, generator=g), torch.randn(1, 2, 7, 4, generator=g),
+               torch.randn(1, 2, 7, 4, generator=g))
+    words = [] if TORCH_SDPA is not None else ["attn_mask"]
+    for mask in (torch.ones(2, 1, 6, 7, dtype=torch.bool), torch.zeros(1, 1, 1, 6, 7),
+                 torch.ones(3, 6, 7, dtype=torch.bool), torch.zeros(6, 8)):
+        raises(lambda: AT.scaled_dot_product_attention(q, k, v, attn_mask=mask), RuntimeError,
+               words + ([str(tuple(mask.shape))] if words else []),
+               f"attn_mask of shape {tuple(mask.shape)} for scores (1, 2, 6, 7)", S)
+    raises(lambda: AT.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(
+        6, 7, dtype=torch.bool), is_causal=True), RuntimeError, words, "attn_mask with is_causal",
+        S)
+    for dtype in (torch.float64, torch.float32):
+        for kind in ("additive", "bool"):
+            qq, kk, vv = (t.to(dtype).requires_grad_(True) for t in (q, k, v))
+            mask = torch.zeros(6, 7, dtype=dtype)
+            mask[2] = float("-inf")
+            mask[4, :3] = float("-inf")
+            m = mask if kind == "additive" else torch.isfinite(mask)
+            count(S)
+            out = AT.scaled_dot_product_attention(qq, kk, vv, attn_mask=m)
+            out.backward(torch.ones_like(out))
+            want = torch_weights(q.double(), k.double(), 0.5, mask.double()) @ v.double()
+            check(bool((out[:, :, 2] == 0).all()) and
+                  all(bool(torch.isfinite(t.grad).all()) for t in (qq, kk, vv)),
+                  f"{dtype} {kind} mask, a row that sees no key: out 0, finite gradients")
+            check(close(out, want.nan_to_num(0.0), 1e-5), f"{dtype} {kind} mask: the masked "
+                  f"attention elsewhere")
+
+
+@section
 def mask_dtypes():
     # PyTorch takes an attn_mask of bool, float32 or the query's dtype and
     # raises RuntimeError naming both dtypes for any other

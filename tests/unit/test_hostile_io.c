@@ -216,6 +216,23 @@ static void test_mode_and_link(attn_ctx *ctx) {
     CHECK_STATUS(attn_npy_read(ctx, path, &back), ATTN_OK);
     CHECK(back.numel == 2 && back.data && back.data[1] == 4.0f);
     attn_npy_free(&back);
+    /* a link to no file (two links deep): the file it names is created,
+     * as the shell's > creates it, and the links stay links */
+    const char *first = in_dir("d1.npy"), *second = in_dir("d2.npy"), *made = in_dir("dm.npy");
+    CHECK(symlink("d2.npy", first) == 0 && symlink("dm.npy", second) == 0);
+    CHECK_STATUS(attn_npy_write(ctx, first, y, 1, shape), ATTN_OK);
+    CHECK(lstat(first, &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK(lstat(second, &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK_STATUS(attn_npy_read(ctx, made, &back), ATTN_OK);
+    CHECK(back.numel == 2 && back.data && back.data[1] == 4.0f);
+    attn_npy_free(&back);
+    /* one whose file cannot be made: refused, naming where it points */
+    const char *nowhere = in_dir("dn.npy");
+    CHECK(symlink("/nonexistent-attn-dir/x.npy", nowhere) == 0);
+    CHECK_STATUS(attn_npy_write(ctx, nowhere, y, 1, shape), ATTN_ERR_IO);
+    CHECK_MESSAGE(ctx, "its link names /nonexistent-attn-dir/x.npy");
+    CHECK(lstat(nowhere, &st) == 0 && S_ISLNK(st.st_mode));
+    unlink(first), unlink(second), unlink(made), unlink(nowhere);
 }
 
 /* A path that names an open descriptor writes to that descriptor's file

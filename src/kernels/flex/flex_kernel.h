@@ -828,7 +828,21 @@ static bool chain_backward(const flex_job *job, flex_tiles *t, const flex_at *at
         case ATTN_SCORE_ALIBI:
             break;
         case ATTN_SCORE_BIAS:
-            if (summed) {
+            if (summed && m->strides[3] == 0) {
+                /* one element for a row's every key (and, stride 0 along
+                 * the queries, for the tile's every row): its terms,
+                 * summed in double, join it once, not one float add a
+                 * term (PyTorch sums them pairwise) */
+                float *base = m->tensor_grad + at->b * m->strides[0] + at->h * m->strides[1];
+                double tile = 0.0;
+                for (size_t r = 0; r < at->nr; r++) {
+                    double sum = 0.0;
+                    for (size_t c = 0; c < at->nc; c++) sum += ds[r * ld + c];
+                    if (m->strides[2] == 0) tile += sum;
+                    else base[(at->i0 + r) * m->strides[2]] += (float)sum;
+                }
+                if (m->strides[2] == 0) base[0] += (float)tile;
+            } else if (summed) {
                 float *base = m->tensor_grad + at->b * m->strides[0] + at->h * m->strides[1];
                 for (size_t r = 0; r < at->nr; r++) {
                     float *row = base + (at->i0 + r) * m->strides[2];
