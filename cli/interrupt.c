@@ -19,6 +19,7 @@ static const int caught[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE};
  * thread, so it never sees a list half changed. */
 static const char **tracked;
 static size_t tracked_count, tracked_capacity;
+static const char *tracked_dir;
 
 static volatile sig_atomic_t cooperating, received;
 static pthread_t main_thread;
@@ -34,6 +35,7 @@ static void caught_set(sigset_t *set) {
 /* The immediate path: async-signal-safe calls only. */
 static void remove_temporaries_and_die(int sig) {
     for (size_t i = 0; i < tracked_count; i++) unlink(tracked[i]);
+    if (tracked_dir) rmdir(tracked_dir);
     struct sigaction dfl = {.sa_handler = SIG_DFL};
     sigemptyset(&dfl.sa_mask);
     sigaction(sig, &dfl, NULL);
@@ -99,6 +101,12 @@ bool cli_interrupt_track(const char *path) {
     if (ok) tracked[tracked_count++] = path;
     cli_interrupt_release();
     return ok;
+}
+
+void cli_interrupt_track_dir(const char *dir) {
+    cli_interrupt_hold();
+    tracked_dir = dir;
+    cli_interrupt_release();
 }
 
 void cli_interrupt_untrack(const char *path) {

@@ -51,6 +51,10 @@ void cli_interrupt_release(void);
 bool cli_interrupt_track(const char *path);
 /* Forgets path (the same pointer); nothing when it is not tracked. */
 void cli_interrupt_untrack(const char *path);
+/* dir, a directory the command made, removed (if empty) after the tracked
+ * temporaries when a signal ends the process; NULL: none. The string must
+ * stay as it is while tracked. */
+void cli_interrupt_track_dir(const char *dir);
 
 /* Whether the command polls: on, the first signal waits for it as
  * cli_interrupt_pending(). */

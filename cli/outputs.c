@@ -36,14 +36,20 @@ int cli_outputs_dir(cli_outputs *out, const char *opt, const char *dir) {
         if (S_ISDIR(st.st_mode)) return CLI_OK;
         return cli_usage_error("%s: '%s' exists and is not a directory", opt, dir);
     }
-    if (mkdir(dir, 0777) != 0)
-        return cli_usage_error("%s: cannot create directory '%s': %s", opt, dir, strerror(errno));
     out->made_dir = malloc(strlen(dir) + 1);
-    if (!out->made_dir) {
-        rmdir(dir);
-        return cli_failure("out of memory for a path");
-    }
+    if (!out->made_dir) return cli_failure("out of memory for a path");
     strcpy(out->made_dir, dir);
+    /* made and tracked as one: a signal that ends the process removes it */
+    cli_interrupt_hold();
+    int made = mkdir(dir, 0777), saved = errno;
+    if (made == 0) cli_interrupt_track_dir(out->made_dir);
+    cli_interrupt_release();
+    if (made != 0) {
+        free(out->made_dir);
+        out->made_dir = NULL;
+        return cli_usage_error("%s: cannot create directory '%s': %s", opt, dir,
+                               strerror(saved));
+    }
     return CLI_OK;
 }
 
@@ -211,8 +217,11 @@ void cli_outputs_free(cli_outputs *out) {
         free(out->items[i].temp);
         free(out->items[i].path);
     }
+    if (out->made_dir) {
+        if (!out->committed) rmdir(out->made_dir);
+        cli_interrupt_track_dir(NULL);
+    }
     cli_interrupt_release();
-    if (out->made_dir && !out->committed) rmdir(out->made_dir);
     free(out->made_dir);
     free(out->items);
     *out = (cli_outputs){0};

@@ -19,7 +19,7 @@ behind:
   d. attn sdpa (a command that does not poll) killed by SIGTERM in the
      middle of its computation, its output's temporary open: it dies of
      SIGTERM, the temporary is removed and the existing output is as it
-     was;
+     was; with --grad-dir, the directory it made is removed too;
   e. attn train, SIGINT between steps: exit 130, one stderr line, --save's
      existing file untouched;
   f. attn generate --stream, SIGINT after its first tokens: exit 130, the
@@ -319,6 +319,23 @@ def sdpa_case(attn):
         check(read(os.path.join(work, "o.npy")) == old and
               not os.path.exists(os.path.join(work, "lse.npy")),
               "sdpa: the outputs are as they were")
+        # the gradients into a directory it makes: removed with the temporaries
+        np.save(os.path.join(work, "do.npy"),
+                rng.standard_normal((1, 4, 2048, 64), dtype=np.float32))
+        proc = start(attn, ["sdpa", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--output",
+                            "o2.npy", "--grad-output", "do.npy", "--grad-dir", "g", "--kernels",
+                            "reference", "--threads", "1"], work)
+        seen = wait_for_temporaries(proc, work, 4)
+        running = proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        rc, _, err = finish(proc)
+        check(running and len(seen) == 4 and rc == -signal.SIGTERM,
+              "sdpa --grad-dir: computing with its temporaries open when signalled, killed",
+              "seen %s; returncode %s; stderr %r" % (seen, rc, err))
+        check(not os.path.exists(os.path.join(work, "g")) and
+              not os.path.exists(os.path.join(work, "o2.npy")) and temporaries(work) == [],
+              "sdpa --grad-dir: the directory it made is removed, nothing left",
+              os.listdir(work))
 
 
 def train_case(attn):
