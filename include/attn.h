@@ -2230,7 +2230,9 @@ attn_status attn_sample_book(attn_ctx *ctx, const float *logits, size_t vocab_si
  * max_new_tokens ids, *count how many. cache NULL: one made for
  * prompt_len + max_new_tokens and freed; a cache given is reset first.
  * rng is needed when temperature > 0. on_token, when given, is called
- * after each token (streaming); returning false stops.
+ * after each token (streaming); returning false stops. It must not free or
+ * change the model, the cache, the rng or the arrays the call is using
+ * (stop, then free them once attn_lm_generate has returned).
  */
 typedef bool (*attn_token_fn)(void *user, int32_t token);
 typedef struct attn_generate_args {
