@@ -214,7 +214,8 @@ static call_plan plan_call(const attn_ctx *ctx, const attn_attention_problem *p,
      * lines asked for ahead arrive in time. Float32 keys an L3 holds are
      * read fastest without: the requests take the load slots the reading
      * needs. Narrower codes leave slots free while they are widened. */
-    bool narrow = p->kv_cache->k.dtype != ATTN_DTYPE_F32 || p->kv_cache->v.dtype != ATTN_DTYPE_F32;
+    const attn_kv_cache_view *c = p->kv_cache;
+    bool narrow = c->k.dtype != ATTN_DTYPE_F32 || c->v.dtype != ATTN_DTYPE_F32;
     bool stream = narrow || ctx->l3_bytes == 0 || bytes > 0.5 * (double)ctx->l3_bytes;
     for (size_t b = 0; plans && b < p->batch; b++) plans[b].d.keys.stream = stream;
     return cp;

@@ -881,17 +881,16 @@ static char *join(const char *dir, const char *name) {
     return out;
 }
 
-/* The config (cfg, else a JSON file, else the tensors' shapes) and whether
- * out_head is tied; the file's naming known. */
 /* Whether the file carries its config, as attn_model_save writes it. */
 static bool has_own_config(const lm_source *s) {
     const char *format = attn_safetensors_metadata_get(s->st, "format");
     return format && (strcmp(format, "attn-gpt") == 0 || strcmp(format, "attn-llama3") == 0);
 }
 
-/* The config: cfg, else the file at config_path, else the file's own,
- * else the config.json beside the file (beside, or NULL), else the one
- * the shapes give. */
+/* The config and whether out_head is tied, the file's naming known: cfg,
+ * else the JSON file at config_path, else the file's own metadata, else
+ * the config.json beside the file (beside, or NULL), else the tensors'
+ * shapes. */
 static attn_status choose_config(lm_source *s, const char *config_path, const char *beside,
                                  const attn_lm_config *cfg, attn_lm_config *out) {
     lm_config_read r = {.tie = -1};
