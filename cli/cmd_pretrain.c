@@ -673,6 +673,40 @@ static int not_inputs(cli_outputs *set, const pretrain_cli *o) {
     return rc;
 }
 
+/* Whether paths a and b name one existing file (links included). */
+static bool same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return a && b && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+           sa.st_ino == sb.st_ino;
+}
+
+/* The outputs are not the --resume checkpoint's files (its model and its
+ * .state), which the run reads: only --save FILE of --resume FILE itself
+ * replaces them, both at once, with the run's next checkpoint. */
+static int not_resumed(const pretrain_cli *o, const char *state_path) {
+    if (!o->resume) return CLI_OK;
+    size_t n = strlen(o->resume);
+    char *resume_state = malloc(n + sizeof ".state");
+    if (!resume_state) return cli_failure("--resume: out of memory");
+    memcpy(resume_state, o->resume, n);
+    memcpy(resume_state + n, ".state", sizeof ".state");
+    const char *inputs[2] = {o->resume, resume_state};
+    const struct {
+        const char *opt, *path;
+        int allowed; /* the input it may replace: 0, 1, or -1 for none */
+    } outs[3] = {{"--save", o->save, 0}, {"--save", state_path, 1}, {"--plot", o->plot, -1}};
+    int rc = CLI_OK;
+    for (int i = 0; rc == CLI_OK && i < 3; i++)
+        for (int k = 0; rc == CLI_OK && k < 2; k++)
+            if (k != outs[i].allowed && same_file(outs[i].path, inputs[k]))
+                rc = cli_usage_error("%s: '%s' is the input --resume's %s ('%s'): write the "
+                                     "output to another file",
+                                     outs[i].opt, outs[i].path, k ? "state" : "model",
+                                     inputs[k]);
+    free(resume_state);
+    return rc;
+}
+
 /* Every output checked (and --save's two files probed) before any work. */
 static int check_outputs(const pretrain_cli *o, cli_outputs *outs, size_t *plot_index,
                          char **state_path) {
@@ -693,6 +727,8 @@ static int check_outputs(const pretrain_cli *o, cli_outputs *outs, size_t *plot_
         cli_outputs_free(&probe);
         if (rc != CLI_OK) return rc;
     }
+    int resumed = not_resumed(o, *state_path);
+    if (resumed != CLI_OK) return resumed;
     if (o->plot) {
         if (!cli_png_available())
             return cli_usage_error("--plot: this attn was built without libpng, so it writes no "

@@ -341,6 +341,27 @@ def bad_inputs(attn, d, cfg_path, ckpt):
     check(after == before, "NaN mid-run: the checkpoint changed (%s)" % sorted(after))
     print("  %-28s exit %d: %s" % ("loss NaN mid-run", r.returncode, err))
 
+    # the resumed checkpoint's two files are inputs: no output but --save FILE
+    # of --resume FILE itself replaces them
+    png_link = os.path.join(out, "ck-link.png")
+    os.symlink(os.path.basename(nan_ck), png_link)
+    for extra, pattern, what in (
+            (["--plot", png_link], r"--plot: .* is the input --resume's model", "--plot onto "
+             "--resume"),
+            (["--save", nan_ck + ".state"], r"--save: .* is the input --resume's state",
+             "--save onto --resume's state")):
+        r = cli(attn, ["--resume", nan_ck, "--tokenizer", BPE, "--text", VERDICT, "--epochs",
+                       "3", "--eval-iter", str(EVAL_ITER), "--max-length", str(MAX_LENGTH),
+                       "--stride", str(STRIDE)] + extra)
+        err = r.stderr.strip()
+        check(r.returncode == 2 and re.search(pattern, err) is not None,
+              "%s: exit %d %r" % (what, r.returncode, err))
+        after = {p: open(os.path.join(out, p), "rb").read() for p in os.listdir(out)}
+        check(after == dict(before, **{"ck-link.png": before[os.path.basename(nan_ck)]}),
+              "%s: the checkpoint changed" % what)
+        print("  %-28s exit %d: %s" % (what, r.returncode, err))
+    os.remove(png_link)
+
 
 def main():
     ap = argparse.ArgumentParser()
