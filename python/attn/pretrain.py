@@ -14,6 +14,7 @@ then the same generator drives the loaders' shuffling and dropout, so the
 losses are the book's for the same seed.
 """
 import ctypes
+import os
 from collections.abc import Mapping
 from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_size_t, c_uint64,
                     c_void_p)
@@ -271,6 +272,7 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
             ctx.check(lib.attn_pretrain_resume(run, resume), "attn_pretrain_resume")
 
     ev = PretrainEvent()
+    first = True
     while True:
         with ctx.lock, tokenizer._lock:
             ctx.check(lib.attn_pretrain_next(run, ctypes.byref(ev)), "attn_pretrain_next")
@@ -284,6 +286,15 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
             elif ev.kind == SAMPLE:
                 raw = ctypes.string_at(ev.sample, ev.sample_length) if ev.sample_length else b""
                 event["sample"] = raw.decode("utf-8", errors="replace")
+        if first and resume is not None and (ev.kind == DONE or ev.epoch > opts.epochs):
+            # past epochs already (DONE carries the epochs finished; the
+            # others, the epoch under way): the call would train nothing
+            finished = ev.epoch if ev.kind == DONE else ev.epoch - 1
+            raise ValueError(f"pretrain: epochs {opts.epochs}: the run saved in "
+                             f"'{os.fsdecode(resume)}' has finished {finished} epoch"
+                             f"{'' if finished == 1 else 's'}, so it trains nothing: give "
+                             f"epochs {finished + 1} or more")
+        first = False
         if ev.kind == DONE:
             break
         if ev.kind == SAMPLE:

@@ -18,6 +18,11 @@ bool attn_model_is_llama3(const attn_model *m);
  * checkpoint's files are committed together. */
 attn_status attn_model_save_to(attn_model *m, attn_file *file, const char *path);
 
+/* attn_model_load, the file's dropout rate checked too: a run that goes on
+ * (attn_pretrain_resume) draws the masks its saved part drew only with
+ * the same rate. */
+attn_status attn_model_load_run(attn_model *m, const char *path);
+
 /* The attn_model_config a book's config runs as. */
 attn_model_config attn_model_config_of_gpt(const attn_gpt_config *g);
 attn_model_config attn_model_config_of_llama3(const attn_llama3_config *l);

@@ -980,7 +980,7 @@ attn_status attn_pretrain_resume(attn_pretrain *r, const char *path) {
             memcpy(backup + at, r->params[i].data, r->params[i].numel * sizeof(float));
             at += r->params[i].numel;
         }
-        st = attn_model_load(r->model, path);
+        st = attn_model_load_run(r->model, path);
         if (st == ATTN_OK && weights_hash(r) != saved.model_hash) {
             at = 0;
             for (size_t i = 0; i < r->param_count; i++) {

@@ -198,7 +198,9 @@ attn_status attn_model_save_to(attn_model *m, attn_file *file, const char *path)
     return st;
 }
 
-attn_status attn_model_load(attn_model *m, const char *path) {
+/* attn_model_load, and where dropout_too the dropout rate must agree as
+ * well (attn_model_load_run). */
+static attn_status load(attn_model *m, const char *path, bool dropout_too) {
     if (!m) return ATTN_ERR_NULL;
     attn_ctx *ctx = attn_model_ctx(m);
     attn_clear_error(ctx);
@@ -219,7 +221,8 @@ attn_status attn_model_load(attn_model *m, const char *path) {
     for (size_t i = 1; format && strcmp(format, want[0].value) == 0 && i < n_meta; i++) {
         const char *got = attn_safetensors_metadata_get(file, want[i].key);
         /* not part of the weights */
-        if (strcmp(want[i].key, "dropout") == 0 || strcmp(want[i].key, "drop_rate") == 0)
+        if (!dropout_too &&
+            (strcmp(want[i].key, "dropout") == 0 || strcmp(want[i].key, "drop_rate") == 0))
             continue;
         if (got && strcmp(got, want[i].value) != 0) {
             /* the message first: got belongs to the file */
@@ -290,3 +293,7 @@ attn_status attn_model_load(attn_model *m, const char *path) {
     attn_safetensors_free(file);
     return st;
 }
+
+attn_status attn_model_load(attn_model *m, const char *path) { return load(m, path, false); }
+
+attn_status attn_model_load_run(attn_model *m, const char *path) { return load(m, path, true); }

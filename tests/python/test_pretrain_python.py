@@ -111,6 +111,20 @@ def main():
                                     **kw)
             check(list(resumed) == list(run),
                   f"{name}: 1 epoch + resume= gives the 2-epoch history, bit for bit")
+            # a run resumed past its epochs would train nothing; one with another
+            # dropout rate would draw other masks than the run it continues
+            tries = [(dict(kw, epochs=1), "has finished 1 epoch, so it trains nothing")]
+            if "drop_rate" in cfg:
+                tries.append((dict(kw), "drop_rate"))
+            for i, (args, words) in enumerate(tries):
+                c = dict(cfg, drop_rate=cfg["drop_rate"] + 0.05) if i else cfg
+                try:
+                    attn.pretrain(c, text, os.path.join(DATA, "gpt2-bpe"), resume=saved, **args)
+                    err = None
+                except (ValueError, attn.AttnError) as e:
+                    err = str(e)
+                check(err is not None and words in err,
+                      f"{name}: resume= refused ({words}): {err!r}")
             r = subprocess.run([a.cli, "generate", "--weights", saved, "--prompt-ids",
                                 "6109,3626,6100,345", "--max-new-tokens", "5"],
                                capture_output=True, text=True)
