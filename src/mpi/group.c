@@ -66,11 +66,6 @@ attn_status attn_mpi_group_new(attn_ctx *ctx, MPI_Comm comm, attn_mpi_mode mode,
     if (out) *out = NULL;
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
-    if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "attn_mpi_group_new: out is NULL");
-    if ((unsigned)mode > ATTN_MPI_ULYSSES)
-        return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "attn_mpi_group_new: mode (%d) is not ring, zigzag or ulysses",
-                         (int)mode);
     int initialized = 0;
     MPI_Initialized(&initialized);
     if (!initialized)
@@ -78,7 +73,15 @@ attn_status attn_mpi_group_new(attn_ctx *ctx, MPI_Comm comm, attn_mpi_mode mode,
                          "attn_mpi_group_new: MPI is not initialized (call MPI_Init first)");
     if (comm == MPI_COMM_NULL)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_mpi_group_new: comm is MPI_COMM_NULL");
-    attn_mpi_group *g = attn_calloc(1, sizeof *g);
+    /* A rank's own bad argument fails every rank: the others, already in
+     * the collective calls below, would wait for it forever. */
+    attn_status st = ATTN_OK;
+    if (!out)
+        st = attn_fail(ctx, ATTN_ERR_NULL, "attn_mpi_group_new: out is NULL");
+    else if ((unsigned)mode > ATTN_MPI_ULYSSES)
+        st = attn_fail(ctx, ATTN_ERR_INVALID,
+                       "attn_mpi_group_new: mode (%d) is not ring, zigzag or ulysses", (int)mode);
+    attn_mpi_group *g = st == ATTN_OK ? attn_calloc(1, sizeof *g) : NULL;
     /* the duplicate is collective: every rank makes it even when its own
      * allocation failed, then all free it together below */
     MPI_Comm dup = MPI_COMM_NULL;
@@ -95,8 +98,8 @@ attn_status attn_mpi_group_new(attn_ctx *ctx, MPI_Comm comm, attn_mpi_mode mode,
     attn_mpi_group tmp = {.ctx = ctx, .comm = dup, .mode = mode};
     MPI_Comm_rank(dup, &tmp.rank);
     MPI_Comm_size(dup, &tmp.size);
-    attn_status st = g ? ATTN_OK
-                       : attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_mpi_group_new: out of memory");
+    if (st == ATTN_OK && !g)
+        st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_mpi_group_new: out of memory");
     st = attn_mpi_agree(&tmp, "attn_mpi_group_new", st, NULL);
     if (st != ATTN_OK) {
         MPI_Comm_free(&dup);

@@ -66,6 +66,23 @@ static void test_group(attn_ctx *ctx) {
         if (g != NULL) failures++; /* a failed group_new leaves *out NULL */
         attn_mpi_group_free(g);
     }
+    /* a mode that is none, on the last rank or on all: every rank fails,
+     * where the others used to wait in the collective calls for it */
+    for (int all = 0; all < 2; all++) {
+        attn_mpi_group *g = NULL;
+        attn_mpi_mode mode = all || rank == last ? (attn_mpi_mode)7 : ATTN_MPI_RING;
+        attn_status st = attn_mpi_group_new(ctx, MPI_COMM_WORLD, mode, &g);
+        char want[128];
+        if (all)
+            snprintf(want, sizeof want, "mode (7) is not ring, zigzag or ulysses");
+        else
+            snprintf(want, sizeof want, "the ranks disagree on the mode: rank 0 ring, rank %d ?",
+                     last);
+        expect_disagreement(ctx, all ? "group: mode 7 on every rank" : "group: mode 7 on the last",
+                            st, want, NULL, 0);
+        if (g != NULL) failures++;
+        attn_mpi_group_free(g);
+    }
 }
 
 /* The SDPA calls over a (1, H, T, D) sequence. */
