@@ -119,8 +119,19 @@ static bool magnitudes_fit(const attn_flash_kernels *fk, const attn_attention_pr
 /* Values past what the kernels hold, as a reason. */
 #define VALUES_OUT_OF_RANGE "a non-finite input, or scores past float32's range in its tiles"
 
+/* Whether the given lse of one block of longer rows (backward_from_lse)
+ * holds a NaN: a row another block made NaN, whose weights here are NaN
+ * too, where the kernels' exp2 would weigh its keys 0 and keep dv finite. */
+static bool given_lse_has_nan(const attn_attention_problem *p) {
+    if (!p->backward_from_lse || !p->lse) return false;
+    for (size_t i = 0, n = attn_lse_rows(p); i < n; i++)
+        if (p->lse[i] != p->lse[i]) return true;
+    return false;
+}
+
 static const char *fused_declines_values(attn_ctx *ctx, const attn_attention_problem *p,
                                          const void *dout) {
+    if (dout && given_lse_has_nan(p)) return VALUES_OUT_OF_RANGE;
     float top[4];
     attn_value_tops(ctx, p, true, dout, top);
     return magnitudes_fit(flash_kernels(ctx), p, top) ? NULL : VALUES_OUT_OF_RANGE;
@@ -299,6 +310,7 @@ static const char *fused_backward(attn_ctx *ctx, const attn_attention_problem *p
                                   const attn_attention_dropout *drop,
                                   const attn_attention_grads *g, void *workspace) {
     const attn_flash_kernels *fk = flash_kernels(ctx);
+    if (given_lse_has_nan(p)) return VALUES_OUT_OF_RANGE; /* nothing written yet */
     attn_workers w = attn_ctx_workers(ctx);
     size_t tiles = backward_tiles_bytes(ctx, p);
     float *ws = workspace, *delta = (float *)((char *)workspace + tiles);

@@ -10,6 +10,7 @@
 #include "mpi/ulysses.h"
 #include "overlap.h"
 
+#include <float.h>
 #include <math.h>
 
 attn_status attn_mpi_attention(attn_mpi_group *g, const char *who, const attn_mpi_job *job,
@@ -90,9 +91,14 @@ static attn_status sdpa_begin(attn_mpi_group *g, const char *who,
     if (!cfg) st = attn_fail(g->ctx, ATTN_ERR_NULL, "%s: cfg is NULL", who);
     for (size_t i = 0; i < n_need && st == ATTN_OK; i++)
         if (!need[i]) st = attn_fail(g->ctx, ATTN_ERR_NULL, "%s: %s is NULL", who, need_names[i]);
-    if (st == ATTN_OK && !(isfinite(cfg->scale) && fabs(cfg->scale) <= 3.4028234663852886e38))
-        st = attn_fail(g->ctx, ATTN_ERR_INVALID, "%s: scale (%g) must be finite in float32", who,
+    /* as attn_sdpa_check_config: what rounds to a finite float */
+    if (st == ATTN_OK && !isfinite(cfg->scale))
+        st = attn_fail(g->ctx, ATTN_ERR_INVALID, "%s: scale (%g) must be finite", who,
                        cfg->scale);
+    if (st == ATTN_OK && !(fabs(cfg->scale) < 0x1.ffffffp127))
+        st = attn_fail(g->ctx, ATTN_ERR_INVALID,
+                       "%s: scale (%.9g) is beyond float32's range (largest %.9g)", who,
+                       cfg->scale, (double)FLT_MAX);
     if (st == ATTN_OK) {
         *job = sdpa_job(g, cfg);
         st = attn_mpi_job_check(g, who, job);

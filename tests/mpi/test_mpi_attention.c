@@ -16,7 +16,9 @@
  *           tokens < 2P) in every mode, fresh maps and inputs each run: out, lse, dq, dk,
  *           dv within the sdpa part's bounds of attn_sdpa_* with the same
  *           map.
- * usage: test_mpi_attention [sdpa|modules|failure|maps]... (default: all)
+ *   nonfinite  a NaN key and infinite values, in every mode: NaN and inf
+ *           where the single process has them, the rest within the bounds.
+ * usage: test_mpi_attention [sdpa|modules|failure|maps|nonfinite]... (default: all)
  */
 #include "attn.h"
 #include "attn_mpi.h"
@@ -190,6 +192,119 @@ static void test_sdpa(attn_ctx *ctx) {
     logit_scale = 100.0f;
     sdpa_case(ctx, ATTN_MPI_ULYSSES, 1, H, H, 2 * P * 8 + 3, 16, true);
     logit_scale = 1.0f;
+}
+
+/* ---- non-finite inputs ------------------------------------------------------------ */
+
+static void need(attn_ctx *ctx, attn_status st);
+
+/* got and want (n floats, this rank's part) agree: NaN where want is, the
+ * same infinities, and the finite values within relative L2 bound. */
+static void expect_same_nonfinite(const char *what, const float *got, const float *want,
+                                  size_t n, double bound) {
+    int bad = 0;
+    double s[2] = {0, 0};
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(want[i]) != isnan(got[i]) || (isinf(want[i]) && got[i] != want[i]) ||
+            (isinf(got[i]) && got[i] != want[i]))
+            bad++;
+        else if (isfinite(want[i])) {
+            double d = (double)got[i] - want[i];
+            s[0] += d * d;
+            s[1] += (double)want[i] * want[i];
+        }
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, s, 2, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    double e = s[1] > 0 ? sqrt(s[0] / s[1]) : sqrt(s[0]);
+    bool ok = bad == 0 && e <= bound;
+    if (!ok) failures++;
+    if (rank == 0)
+        printf("  %-6s %d elements NaN or inf apart, the rest %.3g%s\n", what, bad, e,
+               ok ? "" : "   FAILED");
+}
+
+/* One element of k (or v) set to value: the ranks' out, lse (and dq, dk,
+ * dv where backward) NaN and infinite where the single process's are. */
+static void nonfinite_run(attn_ctx *ctx, attn_mpi_mode mode, bool causal, bool in_v,
+                          size_t t_at, float value, bool backward) {
+    size_t B = 1, H = (size_t)nranks, T = 2 * (size_t)nranks * 4 + 3, D = 8, nq = B * H * T * D;
+    float *q = random_floats(nq, 71), *k = random_floats(nq, 72), *v = random_floats(nq, 73);
+    float *dout = random_floats(nq, 74);
+    (in_v ? v : k)[(1 * T + t_at) * D + 2] = value; /* head 1, token t_at, element 2 */
+    float *out = zeros(nq), *lse = zeros(B * H * T), *dq = zeros(nq), *dk = zeros(nq),
+          *dv = zeros(nq);
+    attn_sdpa_config cfg = {.batch = B, .heads = H, .q_tokens = T, .kv_tokens = T,
+                            .head_dim = D, .causal = causal,
+                            .q_strides = {H * T * D, D, T * D}, .kv_strides = {H * T * D, D, T * D},
+                            .out_strides = {H * T * D, D, T * D}};
+    need(ctx, attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL));
+    if (backward) need(ctx, attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, dout, dq, dk, dv,
+                                               NULL));
+    size_t Tl, bb[2], ee[2];
+    attn_mpi_local_ranges(mode, T, (size_t)nranks, (size_t)rank, bb, ee, &Tl);
+    size_t nl = B * H * Tl * D;
+    float *lq = local_of(mode, q, B * H, T, D), *lk = local_of(mode, k, B * H, T, D);
+    float *lv = local_of(mode, v, B * H, T, D), *ldo = local_of(mode, dout, B * H, T, D);
+    float *o = zeros(nl), *l = zeros(B * H * Tl), *gq = zeros(nl), *gk = zeros(nl),
+          *gv = zeros(nl);
+    attn_mpi_group *g = NULL;
+    attn_mpi_sdpa_config mc = {.batch = B, .heads = H, .tokens = T, .head_dim = D,
+                               .causal = causal};
+    need(ctx, attn_mpi_group_new(ctx, MPI_COMM_WORLD, mode, &g));
+    need(ctx, attn_mpi_sdpa_forward(g, &mc, lq, lk, lv, o, l));
+    if (backward) need(ctx, attn_mpi_sdpa_backward(g, &mc, lq, lk, lv, o, l, ldo, gq, gk, gv));
+    if (rank == 0)
+        printf("%s P=%d T=%zu %s, %s[token %zu] = %g\n", attn_mpi_mode_name(mode), nranks, T,
+               causal ? "causal" : "full", in_v ? "v" : "k", t_at, (double)value);
+    const float *tensors[5][2] = {{o, out}, {l, lse}, {gq, dq}, {gk, dk}, {gv, dv}};
+    const char *names[5] = {"out", "lse", "dq", "dk", "dv"};
+    for (int i = 0; i < (backward ? 5 : 2); i++) {
+        float *want = local_of(mode, tensors[i][1], B * H, T, i == 1 ? 1 : D);
+        expect_same_nonfinite(names[i], tensors[i][0], want, i == 1 ? B * H * Tl : nl,
+                              i < 2 ? 1e-6 : 1e-5);
+        free(want);
+    }
+    attn_mpi_group_free(g);
+    float *all[] = {q, k, v, dout, out, lse, dq, dk, dv, lq, lk, lv, ldo, o, l, gq, gk, gv};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
+}
+
+/* NaN and infinities in K and V reach the same rows and elements as in one
+ * process: a NaN key, whose rows' weights are NaN in blocks that do not
+ * hold it too (their dv), and an infinite value, whose rows stay infinite
+ * when the blocks' outputs join. */
+static void test_nonfinite(attn_ctx *ctx) {
+    const attn_mpi_mode modes[3] = {ATTN_MPI_RING, ATTN_MPI_ZIGZAG, ATTN_MPI_ULYSSES};
+    size_t T = 2 * (size_t)nranks * 4 + 3;
+    for (int m = 0; m < 3; m++) {
+        nonfinite_run(ctx, modes[m], true, false, T / 2, NAN, true);
+        nonfinite_run(ctx, modes[m], false, true, 1, INFINITY, false);
+        nonfinite_run(ctx, modes[m], false, true, T - 2, -INFINITY, false);
+    }
+    /* a scale past FLT_MAX that rounds to it is taken, as attn_sdpa_* take it;
+     * one that rounds to infinity is refused on every rank */
+    size_t H = (size_t)nranks, D = 8, Tl, bb[2], ee[2];
+    attn_mpi_local_ranges(ATTN_MPI_RING, T, (size_t)nranks, (size_t)rank, bb, ee, &Tl);
+    float *x = random_floats(H * Tl * D, 75), *o = zeros(H * Tl * D), *l = zeros(H * Tl);
+    attn_mpi_group *g = NULL;
+    need(ctx, attn_mpi_group_new(ctx, MPI_COMM_WORLD, ATTN_MPI_RING, &g));
+    const double scales[2] = {3.4028235e38, 3.4028236e38};
+    for (int i = 0; i < 2; i++) {
+        attn_mpi_sdpa_config mc = {.batch = 1, .heads = H, .tokens = T, .head_dim = D,
+                                   .scale = scales[i]};
+        attn_status st = attn_mpi_sdpa_forward(g, &mc, x, x, x, o, l);
+        int ok = i == 0 ? st == ATTN_OK
+                        : st == ATTN_ERR_INVALID &&
+                              strstr(attn_ctx_last_error(ctx), "beyond float32's range") != NULL;
+        MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (!ok) failures++;
+        if (rank == 0)
+            printf("  scale %.9g: %s%s\n", scales[i], i == 0 ? "taken" : "refused",
+                   ok ? "" : "   FAILED");
+    }
+    attn_mpi_group_free(g);
+    free(x), free(o), free(l);
 }
 
 /* ---- block maps ---------------------------------------------------------------- */
@@ -525,6 +640,7 @@ int main(int argc, char **argv) {
         if (all || strcmp(what, "modules") == 0) test_modules(ctx);
         if (all || strcmp(what, "failure") == 0) test_failure(ctx);
         if (all || strcmp(what, "maps") == 0) test_maps(ctx);
+        if (all || strcmp(what, "nonfinite") == 0) test_nonfinite(ctx);
         if (all) break;
     }
     MPI_Allreduce(MPI_IN_PLACE, &failures, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
