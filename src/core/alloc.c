@@ -14,6 +14,8 @@
  * then runs the reference kernel, which needs no memory. The hook records
  * when it failed one of those, and the sweep then expects success.
  */
+/* madvise's MADV_HUGEPAGE is not POSIX: strict C11 leaves it undefined */
+#define _DEFAULT_SOURCE
 #include "internal.h"
 
 #include <stdlib.h>
