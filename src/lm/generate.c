@@ -20,6 +20,13 @@ static bool is_stop(const attn_generate_args *a, int32_t token) {
     return false;
 }
 
+/* The first of ids[0 .. n) outside [0, vocab), or n. */
+static size_t outside_vocabulary(const int32_t *ids, size_t n, size_t vocab) {
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] < 0 || (size_t)ids[i] >= vocab) return i;
+    return n;
+}
+
 static attn_status check_args(attn_ctx *ctx, const attn_lm_config *cfg,
                               const attn_generate_args *a) {
     if (!a->out || !a->count || (!a->prompt && a->prompt_len > 0) ||
@@ -32,20 +39,20 @@ static attn_status check_args(attn_ctx *ctx, const attn_lm_config *cfg,
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "attn_lm_generate: the prompt is empty (prompt_len 0): at least one "
                          "token is needed");
-    for (size_t i = 0; i < a->prompt_len; i++)
-        if (a->prompt[i] < 0 || (size_t)a->prompt[i] >= cfg->vocab_size)
-            return attn_fail(ctx, ATTN_ERR_INVALID,
-                             "attn_lm_generate: prompt[%zu] = %d is not a token id of the "
-                             "vocabulary (0 .. %zu)",
-                             i, (int)a->prompt[i], cfg->vocab_size - 1);
+    size_t at = outside_vocabulary(a->prompt, a->prompt_len, cfg->vocab_size);
+    if (at < a->prompt_len)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "attn_lm_generate: prompt[%zu] = %d is not a token id of the "
+                         "vocabulary (0 .. %zu)",
+                         at, (int)a->prompt[at], cfg->vocab_size - 1);
     /* an id outside the vocabulary is never sampled: a stop it names
      * would never stop the run */
-    for (size_t i = 0; i < a->num_stop_tokens; i++)
-        if (a->stop_tokens[i] < 0 || (size_t)a->stop_tokens[i] >= cfg->vocab_size)
-            return attn_fail(ctx, ATTN_ERR_INVALID,
-                             "attn_lm_generate: stop_tokens[%zu] = %d is not a token id of the "
-                             "vocabulary (0 .. %zu), so it could never stop the run",
-                             i, (int)a->stop_tokens[i], cfg->vocab_size - 1);
+    at = outside_vocabulary(a->stop_tokens, a->num_stop_tokens, cfg->vocab_size);
+    if (at < a->num_stop_tokens)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "attn_lm_generate: stop_tokens[%zu] = %d is not a token id of the "
+                         "vocabulary (0 .. %zu), so it could never stop the run",
+                         at, (int)a->stop_tokens[at], cfg->vocab_size - 1);
     return attn_sampling_check(ctx, &a->sampling, cfg->vocab_size, a->rng);
 }
 

@@ -102,6 +102,19 @@ def finish(proc, timeout=TIMEOUT):
     return proc.returncode, out, err
 
 
+def reader_gone(proc):
+    """Closes proc's stdout (its reader goes away) and waits for it: its
+    stderr, or "(timed out)" after killing it."""
+    proc.stdout.close()
+    try:
+        proc.wait(timeout=TIMEOUT)
+        return proc.stderr.read().decode()
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return "(timed out)"
+
+
 def pending(pid, sig):
     """Whether sig waits undelivered for process pid or one of its threads."""
     bit = 1 << (sig - 1)
@@ -255,14 +268,7 @@ def pipe_case(attn):
         proc = start(attn, pretrain_args(work, "m.safetensors", "p.png"), work)
         read_until(proc, rb"Step \d+\)[^\n]*\n")
         running = proc.poll() is None
-        proc.stdout.close()
-        try:
-            proc.wait(timeout=TIMEOUT)
-            err = proc.stderr.read().decode()
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            err = "(timed out)"
+        err = reader_gone(proc)
         check(running, "pretrain | head -1: training when its reader went")
         check(proc.returncode == 141, "pretrain | head -1: exits 141 (not by the signal)",
               "returncode %s; stderr %r" % (proc.returncode, err))
@@ -404,15 +410,8 @@ def generate_pipe_case(attn):
                                 stderr=subprocess.PIPE, preexec_fn=ignore_pipe)
         read_until(proc, rb"\d+,\d+,")
         running = proc.poll() is None
-        proc.stdout.close()
         t0 = time.monotonic()
-        try:
-            proc.wait(timeout=TIMEOUT)
-            err = proc.stderr.read().decode()
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            err = "(timed out)"
+        err = reader_gone(proc)
         # the 4000 tokens take tens of seconds on one thread; the stop is at
         # the next token
         check(running and time.monotonic() - t0 < 5,
