@@ -282,7 +282,26 @@ class CallLock:
         self._lock.release()
 
 
-class Context:
+class HandleOwner:
+    """An object that owns a libattn handle, freed when the object goes: a
+    copy would share the handle and free it twice (a crash), so copying and
+    pickling raise TypeError."""
+
+    def _refuse(self, what):
+        raise TypeError(f"cannot {what} a {type(self).__name__}: it owns a libattn handle, "
+                        f"which a copy would free twice")
+
+    def __copy__(self):
+        self._refuse("copy")
+
+    def __deepcopy__(self, memo):
+        self._refuse("deep-copy")
+
+    def __reduce_ex__(self, protocol):
+        self._refuse("pickle")
+
+
+class Context(HandleOwner):
     """An attn_ctx: thread count and the last error message.
 
     A ctx runs one call at a time, and its last error belongs to the call

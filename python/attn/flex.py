@@ -45,7 +45,7 @@ import torch.fx as fx
 from . import _lib
 from ._lib import (SCORE_ALIBI, SCORE_BIAS, SCORE_REL_BIAS, SCORE_REL_TABLE, SCORE_SCALE,
                    SCORE_SOFTCAP,
-                   AttnError, BlockMaskConfig, BlockMaskInfo, ScoreMod, lib)
+                   AttnError, BlockMaskConfig, BlockMaskInfo, HandleOwner, ScoreMod, lib)
 
 __all__ = ["flex_attention", "create_block_mask", "BlockMask", "and_masks", "or_masks",
            "noop_mask", "t5_relative_bucket"]
@@ -1336,7 +1336,7 @@ def _lowers(description):
     return True
 
 
-class BlockMask:
+class BlockMask(HandleOwner):
     """attn's block map (flex_attention's BlockMask): which key blocks each
     query block visits, full or partial, for (B, H, Q_LEN, KV_LEN); B or H 1
     broadcasts. It holds the C map, freed when the object goes."""

@@ -34,7 +34,7 @@ import numpy as np
 
 from . import _lib
 from ._args import INT64_MAX, as_float32, as_index, as_number, library_scale
-from ._lib import AttnError, CtxConfig, ScoreMod, lib, status_name
+from ._lib import AttnError, CtxConfig, HandleOwner, ScoreMod, lib, status_name
 
 __all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_backward",
            "SdpaConfig", "SdpaDropout"]
@@ -119,7 +119,7 @@ def kernels_supported(kernels):
     return bool(_kernels_supported(KERNELS[kernels]))
 
 
-class _Ctx:
+class _Ctx(HandleOwner):
     """An attn_ctx with a thread count and kernels, freed with the object."""
 
     def __init__(self, num_threads, kernels):

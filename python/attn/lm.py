@@ -29,7 +29,7 @@ import numpy as np
 
 from . import modules as _modules
 from ._args import SIZE_MAX, as_choice, as_ids, as_index, as_number, show
-from ._lib import F32P, AttnError, Context, Param, encode_path, is_path, lib
+from ._lib import F32P, AttnError, Context, HandleOwner, Param, encode_path, is_path, lib
 
 I32P = POINTER(c_int32)
 SIZEP = POINTER(c_size_t)
@@ -167,6 +167,9 @@ def config_struct(cfg):
     # -0.0 (ATTN_LM_EPS_ZERO) as exactly 0; RoPE's 0^x has no meaning.
     if "norm_eps" in cfg and c.norm_eps == 0.0:
         c.norm_eps = -0.0
+    if cfg.get("n_kv_groups") is not None and c.n_kv_groups == 0:
+        raise ValueError("config['n_kv_groups']: 0 holds no head; give a count that divides "
+                         "n_heads, or leave it out for one a head")
     if "rope_base" in cfg and c.rope_base == 0.0:
         raise ValueError("config['rope_base']: 0 gives RoPE no frequencies; leave it out "
                          "for Llama 3's 500000")
@@ -222,7 +225,7 @@ def _holding(*locks):
         yield
 
 
-class KVCache:
+class KVCache(HandleOwner):
     """An attn_kv_cache made by LanguageModel.new_cache.
 
     Threads: the cache shares the context and lock of the model that made
@@ -327,7 +330,7 @@ class _TokenCallback:
             return False
 
 
-class LanguageModel:
+class LanguageModel(HandleOwner):
     """The book's GPTModel or Llama3Model (inference), over libattn.
 
     Threads: one model runs one call at a time. Calls from several threads
@@ -486,6 +489,7 @@ class LanguageModel:
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache: expected a KVCache (LanguageModel.new_cache), got "
                             f"{type(cache).__name__}")
+        last_only = _flag("forward: last_only", last_only)
         ragged = isinstance(ids, (list, tuple))
         if ragged:
             # each sequence 1-D (a bare id: a sequence of one)

@@ -16,14 +16,15 @@ import numpy as np
 
 from . import _lib
 from ._args import SIZE_MAX, as_float32, as_index, as_number, library_scale
-from ._lib import F32P, AttnError, Context, ModuleConfig, Param, encode_path, lib
+from ._lib import (F32P, AttnError, Context, HandleOwner, ModuleConfig, Param, encode_path,
+                   lib)
 
 _MASKS = {"neg-inf": 0, "renormalize": 1, "none": 2}
 _BERNOULLI = {"mt19937": 0, "mkl": 1, "philox": 2}
 _num_threads = os.cpu_count() or 1
 
 
-class _Generator:
+class _Generator(HandleOwner):
     """PyTorch's default CPU generator: seeds construction and dropout."""
 
     def __init__(self, seed):
@@ -116,7 +117,7 @@ def _mask(mask):
     return _MASKS[mask]
 
 
-class Module:
+class Module(HandleOwner):
     """What every module shares: forward (NumPy in, NumPy out), train/eval,
     state_dict / load_state_dict, backward and gradients, safetensors."""
 

@@ -20,7 +20,7 @@ from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_siz
                     c_void_p)
 
 from ._args import as_choice, as_index, as_number, as_str, show
-from ._lib import Context, encode_path, is_path, lib
+from ._lib import Context, HandleOwner, encode_path, is_path, lib
 from . import modules as _modules
 from .tokenizer import Tokenizer
 
@@ -136,7 +136,7 @@ def _gpt_config(cfg):
                      qkv_bias=qkv_bias)
 
 
-class Pretraining:
+class Pretraining(HandleOwner):
     """A finished (or stopped) run: its history and its model.
 
     Iterating gives (train_losses, val_losses, tokens_seen), as the book's

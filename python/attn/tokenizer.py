@@ -13,7 +13,7 @@ import ctypes
 from ctypes import POINTER, c_char_p, c_int, c_int32, c_size_t, c_void_p
 
 from ._args import as_ids, as_str
-from ._lib import AttnError, Context, encode_path, lib, status_name
+from ._lib import AttnError, Context, HandleOwner, encode_path, lib, status_name
 
 _SIGNATURES = {
     "attn_tokenizer_load": (c_int, c_void_p, c_char_p, POINTER(c_void_p)),
@@ -32,7 +32,7 @@ for _name, (_restype, *_argtypes) in _SIGNATURES.items():
 _SHAPE = 3  # ATTN_ERR_SHAPE: the output did not fit; the count says how much to give
 
 
-class Tokenizer:
+class Tokenizer(HandleOwner):
     """A tokenizer loaded from path: a directory holding GPT-2's files
     (encoder.json + vocab.bpe or vocab.json + merges.txt, or tokenizer.model),
     one of those files, or a tiktoken file.

@@ -70,8 +70,8 @@ from torch.autograd import forward_ad
 
 from . import _lib
 from ._args import INT32_MAX, as_index, as_number, library_scale
-from ._lib import (DTYPE_BF16, DTYPE_F16, DTYPE_F32, DTYPE_F64, AttnError, CtxConfig, lib,
-                   status_name)
+from ._lib import (DTYPE_BF16, DTYPE_F16, DTYPE_F32, DTYPE_F64, AttnError, CtxConfig,
+                   HandleOwner, lib, status_name)
 from .functional import BERNOULLI_PHILOX, KERNELS, SdpaConfig, SdpaDropout, kernels_supported
 
 __all__ = ["scaled_dot_product_attention", "flash_attn_func", "flash_attn_varlen_func",
@@ -141,7 +141,7 @@ _rng_free = _bind(ctypes.CFUNCTYPE(None, c_void_p), "attn_rng_free")
 _KERNELS = "auto"  # set_kernels()
 
 
-class _Ctx:
+class _Ctx(HandleOwner):
     """An attn_ctx (and a Philox rng) for one thread count; one per Python
     thread, since a ctx runs one call at a time."""
 

@@ -401,6 +401,21 @@ static attn_status opt_size(attn_ctx *ctx, const char *path, const attn_json *ob
     return ATTN_OK;
 }
 
+/* A count of KV heads: absent (or null) leaves *out (0: one a head); a
+ * given 0 is refused, not read as absent: no head fits in 0 groups (the
+ * book's GroupedQueryAttention divides by it). */
+static attn_status opt_groups(attn_ctx *ctx, const char *path, const attn_json *obj,
+                              const char *key, size_t *out) {
+    attn_status st = opt_size(ctx, path, obj, key, out);
+    if (st == ATTN_OK && attn_json_get(obj, key) &&
+        attn_json_get(obj, key)->type != ATTN_JSON_NULL && *out == 0)
+        return attn_fail(ctx, ATTN_ERR_FORMAT,
+                         "attn_lm_load: %s: \"%s\" is 0, which holds no head: give a count "
+                         "that divides the heads, or leave it out for one a head",
+                         path, key);
+    return st;
+}
+
 static attn_status opt_bool(attn_ctx *ctx, const char *path, const attn_json *obj,
                             const char *key, int *out) {
     const attn_json *v = attn_json_get(obj, key);
@@ -573,7 +588,7 @@ static attn_status read_hf_llama(attn_ctx *ctx, const char *path, const attn_jso
     if (st == ATTN_OK) st = need_size(ctx, path, j, "vocab_size", &c->vocab_size);
     if (st == ATTN_OK) st = need_size(ctx, path, j, "intermediate_size", &c->hidden_dim);
     if (st == ATTN_OK) st = need_size(ctx, path, j, "max_position_embeddings", &c->context_length);
-    if (st == ATTN_OK) st = opt_size(ctx, path, j, "num_key_value_heads", &c->n_kv_groups);
+    if (st == ATTN_OK) st = opt_groups(ctx, path, j, "num_key_value_heads", &c->n_kv_groups);
     if (st == ATTN_OK) st = opt_positive(ctx, path, j, "rope_theta", &c->rope_base);
     if (st == ATTN_OK) st = opt_eps(ctx, path, j, "rms_norm_eps", &c->norm_eps);
     if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_word_embeddings", &r->tie);
@@ -638,7 +653,7 @@ static attn_status read_book(attn_ctx *ctx, const char *path, const attn_json *j
     if (st == ATTN_OK) st = opt_eps(ctx, path, j, "norm_eps", &c->norm_eps);
     if (llama) {
         if (st == ATTN_OK) st = need_size(ctx, path, j, "hidden_dim", &c->hidden_dim);
-        if (st == ATTN_OK) st = opt_size(ctx, path, j, "n_kv_groups", &c->n_kv_groups);
+        if (st == ATTN_OK) st = opt_groups(ctx, path, j, "n_kv_groups", &c->n_kv_groups);
         if (st == ATTN_OK) st = opt_positive(ctx, path, j, "rope_base", &c->rope_base);
         const attn_json *f = attn_json_get(j, "rope_freq");
         /* None, or the book's dict with all four: compute_rope_params reads

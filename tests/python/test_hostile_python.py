@@ -1106,6 +1106,41 @@ def paths_and_handles():
                "Pretraining.save(None)", S)
 
 
+@section
+def copies():
+    # an object that owns a libattn handle frees it when it goes: a copy
+    # sharing it would free it twice (a crash at the next call, or at exit),
+    # so copy.copy, copy.deepcopy and pickle raise TypeError naming the class
+    import copy
+    import gc
+    import pickle
+    S = "copies"
+    lm = attn.LanguageModel(TINY, seed=3, num_threads=1)
+    cache = lm.new_cache(max_len=16)
+    m = attn.CausalAttention(3, 2, 4, 0.0)
+    bm = attn.flex.create_block_mask(lambda b, h, q, kv: q >= kv, None, None, 32, 32,
+                                     BLOCK_SIZE=16) if AT._runs_block_maps() else None
+    with tempfile.TemporaryDirectory() as d:
+        tok = attn.Tokenizer(tiny_tokenizer(d))
+        for obj in (lm, cache, m, tok) + ((bm,) if bm is not None else ()):
+            name = type(obj).__name__
+            for what, call in (("copy.copy", copy.copy), ("copy.deepcopy", copy.deepcopy),
+                               ("pickle.dumps", pickle.dumps)):
+                raises(lambda: call(obj), TypeError, ["cannot", name], f"{what}({name})", S)
+        gc.collect()
+        count(S)
+        got = lm.generate([1, 2, 3], 4, cache=cache)
+        check(len(got) == 4 and tok.encode("ab") == tok.encode("ab"),
+              "the originals still work after the refused copies")
+    # a flag is True or False, not any truthy value ("False" is a str)
+    for value in ("False", 7, None):
+        raises(lambda: lm.forward(np.array([[1, 2]]), last_only=value), TypeError,
+               ["last_only"], f"forward(last_only={value!r})", S)
+    # an explicit 0 KV groups holds no head: refused, not read as "one a head"
+    raises(lambda: attn.LanguageModel(dict(TINY, hidden_dim=16, n_kv_groups=0), seed=1),
+           ValueError, ["n_kv_groups", "0"], "n_kv_groups 0", S)
+
+
 print(f"{passed} passed, {failed} failed in {time.time() - T0:.1f} s")
 print("inputs tried per surface: " + ", ".join(f"{k} {v}" for k, v in sorted(tried.items())))
 sys.exit(1 if failed else 0)

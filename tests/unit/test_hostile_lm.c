@@ -283,6 +283,17 @@ static void test_config_zeros(attn_ctx *ctx) {
                   "\"n_layers\": 1, \"norm_eps\": -1e-5}");
     CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "\"norm_eps\" (-1e-05)");
+    /* a count of 0 KV groups holds no head: refused by name, not read as
+     * "one a head" (the book's GroupedQueryAttention divides by it) */
+    write_text(p, "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, \"n_heads\": 2, "
+                  "\"n_layers\": 1, \"hidden_dim\": 24, \"n_kv_groups\": 0}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "\"n_kv_groups\" is 0");
+    write_text(p, "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+                  "\"vocab_size\": 11, \"intermediate_size\": 24, \"max_position_embeddings\": 8, "
+                  "\"num_key_value_heads\": 0}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "\"num_key_value_heads\" is 0");
     /* rope_theta 0 makes 0^x frequencies: refused by name, not replaced */
     write_text(p, "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
                   "\"vocab_size\": 11, \"intermediate_size\": 24, \"max_position_embeddings\": 8, "
