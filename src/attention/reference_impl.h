@@ -338,9 +338,10 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
             /* a row that sees no key output zeros: nothing flows back */
             for (size_t d = 0; d < D; d++) dq_i[d] = 0;
             if (!from_lse) {
+                /* the sink's weight is 1: its gradient from lse alone */
                 bv->lse[stat] = p->sinks ? (double)p->sinks[h] : -INFINITY;
                 bv->lse_lo[stat] = 0.0;
-                bv->delta[stat] = 0.0;
+                bv->delta[stat] = -dlse_of(p, stat);
             }
             continue;
         }
@@ -380,7 +381,7 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
                 for (size_t d = 0; d < D; d++) dq_i[d] = 0;
                 bv->lse[stat] = p->sinks ? (double)p->sinks[h] : -INFINITY;
                 bv->lse_lo[stat] = 0.0;
-                bv->delta[stat] = 0.0;
+                bv->delta[stat] = -dlse_of(p, stat);
                 continue;
             }
             double sink = p->sinks ? (double)p->sinks[h] : -INFINITY;

@@ -540,6 +540,38 @@ static void backward_with_dlse(uint64_t *seed) {
     }
 }
 
+/* A row that sees no key (bottom-right, T > S: query 0 sits before key
+ * 0) holds the sink alone, weight 1, lse = sink: dL/dsink = dlse_0 there,
+ * on every kernel set and in float64 (the reference gave 0 for such rows). */
+static void sink_alone_with_dlse(uint64_t *seed) {
+    const attn_kernels sets[] = {ATTN_KERNELS_REFERENCE, ATTN_KERNELS_AUTO};
+    double g = 2.0 * uniform(seed) - 1.0;
+    for (size_t s = 0; s < 2; s++) {
+        attn_ctx *ctx;
+        attn_ctx_new(&(attn_ctx_config){.num_threads = 1, .kernels = sets[s]}, &ctx);
+        float q[2] = {0.5f, -0.25f}, k[1] = {0.75f}, v[1] = {2.0f}, out[2], lse[2];
+        float dout[2] = {0, 0}, dlse[2] = {(float)g, 0}, dq[2], dk[1], dv[1];
+        float sinks[1] = {0.0f}, ds[1] = {-99}, ds64[1] = {-99};
+        attn_sdpa_config c = {.batch = 1, .heads = 1, .q_tokens = 2, .kv_tokens = 1,
+                              .head_dim = 1, .causal = true, .sinks = sinks, .sinks_grad = ds};
+        CHECK_STATUS(attn_sdpa_forward(ctx, &c, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+        CHECK_STATUS(attn_sdpa_backward_dlse(ctx, &c, ATTN_DTYPE_F32, q, k, v, out, lse, dout,
+                                             dlse, dq, dk, dv, NULL),
+                     ATTN_OK);
+        double q64[2] = {0.5, -0.25}, k64[1] = {0.75}, v64[1] = {2.0}, o64[2], l64[2];
+        double do64[2] = {0, 0}, dl64[2] = {g, 0}, dq64[2], dk64[1], dv64[1];
+        c.sinks_grad = ds64;
+        CHECK_STATUS(attn_sdpa_forward_f64(ctx, &c, q64, k64, v64, o64, l64, NULL, NULL),
+                     ATTN_OK);
+        CHECK_STATUS(attn_sdpa_backward_dlse(ctx, &c, ATTN_DTYPE_F64, q64, k64, v64, o64, l64,
+                                             do64, dl64, dq64, dk64, dv64, NULL),
+                     ATTN_OK);
+        CHECK_NEAR(ds[0], (float)g, 1e-6);
+        CHECK_NEAR(ds64[0], (float)g, 1e-6);
+        attn_ctx_free(ctx);
+    }
+}
+
 int main(int argc, char **argv) {
     struct timespec now;
     timespec_get(&now, TIME_UTC);
@@ -553,6 +585,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 4; i++) traced_forward_fused_backward(&seed);
     public_lse_alone(&seed);
     backward_with_dlse(&seed);
+    sink_alone_with_dlse(&seed);
     attn_ctx_free(ctx);
     return check_summary();
 }
