@@ -53,6 +53,12 @@ static const attn_score_mod *relative_bias(const attn_attention_problem *p) {
     return attn_score_mod_relative(m->kind) && !m->tensor_grad ? m : NULL;
 }
 
+/* An upper bound on |pos_i - j| over p's rows and keys: ALiBi's distances,
+ * which the kernels hold in float32 (exact integers up to 2^24). */
+static double distance_reach(const attn_attention_problem *p) {
+    return (double)p->q_len + (double)p->kv_len + fabs((double)p->q_offset);
+}
+
 static const char *fused_declines(const attn_ctx *ctx, const attn_attention_problem *p,
                                   attn_pass pass) {
     if (!ctx->ks.flash) return "the ctx runs the reference kernels";
@@ -70,6 +76,8 @@ static const char *fused_declines(const attn_ctx *ctx, const attn_attention_prob
     if (p->v_head_dim != p->head_dim) return "v_head_dim != head_dim";
     if (p->kv_heads == 0 || p->q_heads % p->kv_heads != 0)
         return "q_heads is not a multiple of kv_heads";
+    if (p->alibi_slopes && distance_reach(p) > 0x1p24)
+        return "ALiBi's positions pass 2^24, which its float32 distances do not hold exactly";
     return NULL;
 }
 
@@ -108,7 +116,7 @@ static bool magnitudes_fit(const attn_flash_kernels *fk, const attn_attention_pr
     double raw = 1.4426950408889634 * fabs((double)p->scale) * D * q * k;
     double cap = 1.4426950408889634 * p->softcap;
     double score = p->softcap > 0.0f && cap < raw ? cap : raw;
-    double reach = (double)p->q_len + S + fabs((double)p->q_offset);
+    double reach = distance_reach(p);
     score += 1.4426950408889634 * ((double)slope * reach + sink + bias);
     /* and the output's running sums, and dP = dO . v; and what the keys
      * the kernels weigh 0 would carry */

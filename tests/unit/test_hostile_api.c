@@ -706,6 +706,29 @@ static void check_windows(void) {
     free(got);
 }
 
+/* ALiBi far from position 0 (q_offset up to 2^40): one query over keys
+ * 0..3 of equal scores and slope 1 weighs key j by e^j whatever the offset,
+ * out = sum j e^j / sum e^j, on every kernel set (the fused kernels' float32
+ * distances lost their low bits past 2^24 and gave the keys equal weights;
+ * such problems go to the reference). */
+static void check_alibi_far(void) {
+    double want = (exp(1) + 2 * exp(2) + 3 * exp(3)) / (1 + exp(1) + exp(2) + exp(3));
+    const attn_kernels sets[] = {ATTN_KERNELS_REFERENCE, ATTN_KERNELS_AUTO};
+    for (int e = 20; e <= 40; e += 4)
+        for (size_t s = 0; s < 2; s++) {
+            attn_ctx *c = NULL;
+            CHECK_STATUS(attn_ctx_new(&(attn_ctx_config){.kernels = sets[s]}, &c), ATTN_OK);
+            float q[1] = {0}, k[4] = {0, 0, 0, 0}, v[4] = {0, 1, 2, 3}, out[1], lse[1];
+            float slope[1] = {1};
+            attn_sdpa_config cfg = {.batch = 1, .heads = 1, .q_tokens = 1, .kv_tokens = 4,
+                                    .head_dim = 1, .align = ATTN_ALIGN_OFFSET,
+                                    .q_offset = (int64_t)1 << e, .alibi_slopes = slope};
+            CHECK_STATUS(attn_sdpa_forward(c, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+            CHECK_NEAR(out[0], want, 1e-5);
+            attn_ctx_free(c);
+        }
+}
+
 int main(void) {
     attn_ctx_config cc = {.num_threads = 2};
     CHECK_STATUS(attn_ctx_new(&cc, &ctx), ATTN_OK);
@@ -716,6 +739,7 @@ int main(void) {
     int kv_new = sweep_cache_new();
     int kv_contiguous = sweep_attend(ATTN_KV_CONTIGUOUS), kv_paged = sweep_attend(ATTN_KV_PAGED);
     check_windows();
+    check_alibi_far();
     printf("hostile cases: sdpa forward %d, sdpa backward %d, module forward/backward %d, "
            "kv_cache_new %d, kv attend/append contiguous %d, paged %d\n",
            fwd, bwd, modules, kv_new, kv_contiguous, kv_paged);
