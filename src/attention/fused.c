@@ -127,11 +127,12 @@ static bool magnitudes_fit(const attn_flash_kernels *fk, const attn_attention_pr
 /* Values past what the kernels hold, as a reason. */
 #define VALUES_OUT_OF_RANGE "a non-finite input, or scores past float32's range in its tiles"
 
-/* Whether the given lse of one block of longer rows (backward_from_lse)
- * holds a NaN: a row another block made NaN, whose weights here are NaN
- * too, where the kernels' exp2 would weigh its keys 0 and keep dv finite. */
+/* Whether a backward's given lse holds a NaN: a row another block made
+ * NaN (backward_from_lse), whose weights here are NaN too, or an lse the
+ * caller passed so. The kernels' exp2 would weigh the row's keys 0 (dv
+ * finite, dq 0); the reference spreads the NaN as PyTorch does. */
 static bool given_lse_has_nan(const attn_attention_problem *p) {
-    if (!p->backward_from_lse || !p->lse) return false;
+    if (!p->lse) return false;
     for (size_t i = 0, n = attn_lse_rows(p); i < n; i++)
         if (p->lse[i] != p->lse[i]) return true;
     return false;
