@@ -729,6 +729,32 @@ static void check_alibi_far(void) {
         }
 }
 
+/* An lse with a NaN given to the backward: every kernel set gives the
+ * reference's gradients (the fused kernels weighed that row's keys 0, and
+ * dq, dk, dv differed by kernel set). */
+static void check_nan_lse(void) {
+    enum { NH = 2, NT = 4, ND = 8, N = NH * NT * ND };
+    float q[N], k[N], v[N], o[N], lse[NH * NT], dout[N], g[2][3][N];
+    for (int i = 0; i < N; i++) {
+        q[i] = sinf((float)i), k[i] = cosf(0.7f * (float)i), v[i] = sinf(1.3f * (float)i);
+        dout[i] = cosf(0.3f * (float)i);
+    }
+    const attn_kernels sets[] = {ATTN_KERNELS_REFERENCE, ATTN_KERNELS_AUTO};
+    for (size_t s = 0; s < 2; s++) {
+        attn_ctx *c = NULL;
+        CHECK_STATUS(attn_ctx_new(&(attn_ctx_config){.kernels = sets[s]}, &c), ATTN_OK);
+        attn_sdpa_config cfg = {.batch = 1, .heads = NH, .q_tokens = NT, .kv_tokens = NT,
+                                .head_dim = ND, .causal = true};
+        CHECK_STATUS(attn_sdpa_forward(c, &cfg, q, k, v, o, lse, NULL, NULL), ATTN_OK);
+        lse[1] = NAN;
+        CHECK_STATUS(attn_sdpa_backward(c, &cfg, q, k, v, o, lse, dout, g[s][0], g[s][1],
+                                        g[s][2], NULL),
+                     ATTN_OK);
+        attn_ctx_free(c);
+    }
+    CHECK(memcmp(g[0], g[1], sizeof g[0]) == 0);
+}
+
 int main(void) {
     attn_ctx_config cc = {.num_threads = 2};
     CHECK_STATUS(attn_ctx_new(&cc, &ctx), ATTN_OK);
@@ -740,6 +766,7 @@ int main(void) {
     int kv_contiguous = sweep_attend(ATTN_KV_CONTIGUOUS), kv_paged = sweep_attend(ATTN_KV_PAGED);
     check_windows();
     check_alibi_far();
+    check_nan_lse();
     printf("hostile cases: sdpa forward %d, sdpa backward %d, module forward/backward %d, "
            "kv_cache_new %d, kv attend/append contiguous %d, paged %d\n",
            fwd, bwd, modules, kv_new, kv_contiguous, kv_paged);
