@@ -393,14 +393,14 @@ static void REF(backward_query_rows)(void *arg, size_t part, size_t begin, size_
             if (p->sinks) sum += exp(sink - max);
             for (size_t j = 0; j < S; j++) P[j] /= sum;
         }
-        /* dP_ij = (dO_i . v_j) * drop_ij; hidden entries hold 0 * dO_i, which
-         * is NaN exactly when dO_i is not finite, as PyTorch's full matmul. */
-        double poison = 0.0;
-        for (size_t d = 0; d < Dv; d++) poison += 0.0 * dout_i[d];
+        /* dP_ij = (dO_i . v_j) * drop_ij; a hidden entry holds 0 (dO_i .
+         * v_j), NaN exactly where PyTorch's full matmul dO v^T is not
+         * finite there (a NaN or infinite dO_i or v_j), and its weight 0
+         * times it joins delta as in PyTorch's softmax backward. */
         double delta = 0.0;
         for (size_t j = 0; j < S; j++) {
             if (!sees(p, b, h, i, j, first, last)) {
-                dP[j] = poison;
+                dP[j] = 0.0 * REF(dot)(dout_i, v + j * p->v.st.t, Dv);
             } else {
                 double dA = REF(dot)(dout_i, v + j * p->v.st.t, Dv);
                 dP[j] = dA * drop_factor(bv->drop, attn_drop_index(p, b, h, i, j), REF(f64));
