@@ -182,7 +182,7 @@ static attn_status pairs_workspace(attn_mpi_group *g, const char *who, const att
  *   out = out - sigmoid(lse_blk - lse_acc) (out - out_blk)
  * A block row that saw no key (lse -inf) changes nothing; the first one a
  * row sees is copied; an element where either is not finite is the
- * weighted sum itself, (1 - w) out + w out_blk, which keeps an infinity.
+ * weighted sum itself, w_acc out + w_blk out_blk, which keeps an infinity.
  * acc (B, H, T_local, D) at chunk offset `at`, blk (B, H, T_local, D)
  * likewise, lse (B, H, T_local) both. */
 static void merge_rows(const attn_mpi_job *job, size_t Tl, size_t at, size_t len, float *acc_o,
@@ -202,16 +202,15 @@ static void merge_rows(const attn_mpi_job *job, size_t Tl, size_t at, size_t len
             }
             double hi = la > lb ? la : lb, lo = la > lb ? lb : la;
             float w = (float)(1.0 / (1.0 + exp((double)la - (double)lb))); /* sigmoid(lb - la) */
+            /* the two weights in double, for the elements that are not
+             * finite: neither rounds to 0 where it is not */
+            double wa = 1.0 / (1.0 + exp((double)lb - (double)la)), wb = 1.0 - wa;
+            if (la > lb) wb = 1.0 / (1.0 + exp((double)la - (double)lb)), wa = 1.0 - wb;
             for (size_t d = 0; d < D; d++) {
-                if (isfinite(o[d]) && isfinite(ob[d])) {
+                if (isfinite(o[d]) && isfinite(ob[d]))
                     o[d] -= w * (o[d] - ob[d]);
-                } else if (w == 1.0f) {
-                    o[d] = ob[d];
-                } else if (w != 0.0f) {
-                    /* an infinite value a row weighs stays infinite, as in
-                     * one process: o - w (o - ob) would be inf - inf */
-                    o[d] = (1.0f - w) * o[d] + w * ob[d];
-                }
+                else /* an infinity a row weighs stays one: o - w (o - ob) is inf - inf */
+                    o[d] = (float)(wa * (double)o[d] + wb * (double)ob[d]);
             }
             acc_l[row] = (float)(hi + log1p(exp(lo - hi)));
         }
