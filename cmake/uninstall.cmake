@@ -13,9 +13,16 @@ set(destdir "")
 if(DESTDIR_FILE AND EXISTS "${DESTDIR_FILE}")
   file(READ "${DESTDIR_FILE}" destdir)
 endif()
-if(DEFINED ENV{DESTDIR} AND NOT "$ENV{DESTDIR}" STREQUAL "${destdir}")
-  message(FATAL_ERROR "uninstall: DESTDIR is '$ENV{DESTDIR}', but the last install from this "
-    "build was under '${destdir}' (unset DESTDIR: uninstall removes what that install wrote)")
+# a DESTDIR given here is the recorded one (absolute, as the install
+# recorded it; a relative one from the directory uninstall runs in)
+set(asked "")
+if(NOT "$ENV{DESTDIR}" STREQUAL "")
+  get_filename_component(asked "$ENV{DESTDIR}" ABSOLUTE)
+endif()
+if(DEFINED ENV{DESTDIR} AND NOT "${asked}" STREQUAL "${destdir}")
+  message(FATAL_ERROR "uninstall: DESTDIR is '$ENV{DESTDIR}' ('${asked}'), but the last install "
+    "from this build was under '${destdir}' (unset DESTDIR: uninstall removes what that "
+    "install wrote)")
 endif()
 file(STRINGS "${MANIFEST}" listed_paths)
 set(installed "")
@@ -38,4 +45,8 @@ foreach(path IN LISTS installed)
   endif()
 endforeach()
 list(LENGTH installed listed)
+if(removed EQUAL 0 AND listed GREATER 0)
+  message(FATAL_ERROR "uninstall: none of the ${listed} files ${MANIFEST} lists is there "
+    "(under DESTDIR '${destdir}'): removed nothing")
+endif()
 message(STATUS "uninstall: removed ${removed} of the ${listed} files ${MANIFEST} lists")

@@ -59,7 +59,8 @@ def _reusable_build(build_type):
         return None
     if cache.get("CMAKE_BUILD_TYPE") != build_type:
         return None
-    instrumented = ("ATTN_SANITIZE", "ATTN_TSAN", "ATTN_ALLOC_FAILURE_INJECTION")
+    # ATTN_FUZZ turns the sanitizers and libFuzzer's coverage on by itself
+    instrumented = ("ATTN_SANITIZE", "ATTN_TSAN", "ATTN_ALLOC_FAILURE_INJECTION", "ATTN_FUZZ")
     if any(cache.get(opt, "OFF").upper() in ("ON", "1", "TRUE", "YES") for opt in instrumented):
         return None
     return candidate

@@ -44,6 +44,22 @@ staged=$(cd "$work/stage" && find . ! -type d | tr '\n' ' ')
 grep -q "another package's" "$live/include/attn.h" \
   || { echo "FAIL: uninstall of a DESTDIR install removed the prefix's own attn.h"; exit 1; }
 rm -rf "$live" "$work/stage"
+# a relative DESTDIR is the install's working directory's: the uninstall,
+# which runs in the build directory, still finds the files
+(cd "$work" && DESTDIR=rel-stage cmake --install "$build" --prefix "$live" >/dev/null)
+[ -n "$(cd "$work/rel-stage" && find . ! -type d)" ] \
+  || { echo "FAIL: nothing under the relative DESTDIR"; exit 1; }
+cmake --build "$build" --target uninstall >"$work/uninstall.log" \
+  || { echo "FAIL: uninstall after a relative DESTDIR install:"; cat "$work/uninstall.log"; exit 1; }
+staged=$(cd "$work/rel-stage" && find . ! -type d | tr '\n' ' ')
+[ -z "$staged" ] || { echo "FAIL: left after uninstall of a relative DESTDIR: $staged"; exit 1; }
+# uninstall again: nothing is there, which it says and fails on
+if cmake --build "$build" --target uninstall >"$work/uninstall.log" 2>&1; then
+  echo "FAIL: an uninstall that removed nothing succeeded"; cat "$work/uninstall.log"; exit 1
+fi
+grep -q "removed nothing" "$work/uninstall.log" \
+  || { echo "FAIL: the empty uninstall's message:"; cat "$work/uninstall.log"; exit 1; }
+rm -rf "$work/rel-stage"
 echo "DESTDIR install and uninstall: ok"
 
 cmake --install "$build" --prefix "$prefix" >/dev/null
