@@ -67,7 +67,8 @@ static const char train_help[] =
     "  --lr X          peak learning rate (adamw 1e-2, sgd 0.5)\n"
     "  --momentum X    sgd momentum (default 0.9)\n"
     "  --weight-decay X  adamw 0.01 (decoupled), sgd 0\n"
-    "  --warmup N      linear warmup steps (default steps/10), then cosine decay to 0\n"
+    "  --warmup N      linear warmup steps (default steps/10), then a cosine decay\n"
+    "                  that would reach 0 one step past the last\n"
     "  --clip X        clip the gradients' global norm to X (default 1; 0: off)\n"
     "Runs:\n"
     "  --seed S        default 1. The model's weights come from an attn_rng seeded S\n"
@@ -85,9 +86,10 @@ static const char train_help[] =
     "way and one line on stderr says where; nothing is evaluated or saved (a\n"
     "model part trained, with no optimizer state to continue from, is not what\n"
     "--save promises), and --save's file stays as it was. After the last step\n"
-    "the run finishes (evaluation, --save) before it stops. A second signal ends\n"
-    "it at once. Exit status: 0 done, 1 failed, 2 bad usage, 128 + the signal's\n"
-    "number when interrupted (130 for Ctrl-C, 143 for SIGTERM).\n"
+    "the model is trained: a signal stops the held-out evaluation at its next\n"
+    "batch, and --save still writes the model. A second signal ends it at once.\n"
+    "Exit status: 0 done, 1 failed, 2 bad usage, 128 + the signal's number when\n"
+    "interrupted (130 for Ctrl-C, 143 for SIGTERM).\n"
     "\n"
     "The last line reads like: held-out accuracy: 99.61% (answer tokens, 512 sequences)\n";
 
@@ -103,11 +105,14 @@ typedef struct train_options {
     const char *save;
 } train_options;
 
-/* Linear warmup to the peak, then cosine decay to 0 at the last step. */
+/* Linear warmup to the peak, then a cosine decay from the peak at the
+ * first step after it down to 0 one step past the last: every step moves
+ * the weights (a decay that reached 0 at the last step left it idle, and
+ * --steps 1 trained nothing). */
 static double scheduled_lr(const train_options *o, size_t step /* 1-based */) {
     if (o->warmup > 0 && step <= o->warmup) return o->lr * (double)step / (double)o->warmup;
     if (o->steps <= o->warmup) return o->lr;
-    double progress = (double)(step - o->warmup) / (double)(o->steps - o->warmup);
+    double progress = (double)(step - o->warmup - 1) / (double)(o->steps - o->warmup);
     return o->lr * 0.5 * (1.0 + cos(3.14159265358979323846 * progress));
 }
 
@@ -258,14 +263,15 @@ static void run_free(run *r) {
     attn_ctx_free(r->ctx);
 }
 
-/* Accuracy on held-out sequences, in eval mode without gradients. */
-static int evaluate(run *r, const train_options *o, double *accuracy) {
+/* Accuracy on held-out sequences, in eval mode without gradients; *done
+ * of them evaluated: fewer where a signal stops it between batches. */
+static int evaluate(run *r, const train_options *o, double *accuracy, size_t *evaluated) {
     const attn_model_config *c = &o->model;
     size_t correct = 0, scored = 0, done = 0;
     if (attn_model_set_training(r->model, false) != ATTN_OK ||
         attn_model_set_grad_enabled(r->model, false) != ATTN_OK)
         return cli_library_error(r->ctx, "train");
-    while (done < o->eval_sequences) {
+    while (done < o->eval_sequences && !cli_interrupt_pending()) {
         size_t b = o->eval_sequences - done < o->batch ? o->eval_sequences - done : o->batch;
         if (attn_task_batch(r->ctx, o->task, c->vocab_size, c->context_length, r->eval_rng, b,
                             r->tokens, r->targets, NULL) != ATTN_OK ||
@@ -276,6 +282,7 @@ static int evaluate(run *r, const train_options *o, double *accuracy) {
                       &scored);
         done += b;
     }
+    *evaluated = done;
     *accuracy = scored ? (double)correct / (double)scored : 0.0;
     if (attn_model_set_training(r->model, true) != ATTN_OK ||
         attn_model_set_grad_enabled(r->model, true) != ATTN_OK)
@@ -324,7 +331,8 @@ static int train(run *r, const train_options *o) {
     }
     double elapsed = cli_now_seconds() - p.start;
     double accuracy = 0.0;
-    int rc = evaluate(r, o, &accuracy);
+    size_t evaluated = 0;
+    int rc = evaluate(r, o, &accuracy, &evaluated);
     if (rc != CLI_OK) return rc;
     char wall[32];
     cli_format_duration(elapsed, wall, sizeof wall);
@@ -338,6 +346,16 @@ static int train(run *r, const train_options *o) {
         if (saved != ATTN_OK) return cli_library_error(r->ctx, "--save");
         printf("saved %zu parameters to %s (safetensors)\n", attn_model_num_scalars(r->model),
                o->save);
+    }
+    int sig = cli_interrupt_pending();
+    if (sig && evaluated < o->eval_sequences) {
+        /* the model is trained whole (and saved): only the evaluation stops */
+        fflush(stdout);
+        cli_note("train: interrupted (%s) in the held-out evaluation after %zu of %zu "
+                 "sequences%s",
+                 cli_interrupt_name(sig), evaluated, o->eval_sequences,
+                 o->save ? "; the trained model is saved" : "");
+        return cli_interrupt_status(sig);
     }
     printf("held-out accuracy: %.2f%% (answer tokens, %zu sequences)\n", 100.0 * accuracy,
            o->eval_sequences);
@@ -438,10 +456,10 @@ static int run_train(int argc, char **argv) {
                    attn_module_kind_name(o.model.attention),
                    o.model.mlp ? " + mlp" : "", o.model.dropout, attn_model_num_scalars(r.model));
             if (o.optimizer == ATTN_OPTIMIZER_ADAMW)
-                printf("adamw lr %g (warmup %zu, cosine to 0), betas %g, %g, eps %g", oc.lr,
+                printf("adamw lr %g (warmup %zu, cosine decay), betas %g, %g, eps %g", oc.lr,
                        o.warmup, oc.beta1, oc.beta2, oc.eps);
             else
-                printf("sgd lr %g (warmup %zu, cosine to 0), momentum %g", oc.lr, o.warmup,
+                printf("sgd lr %g (warmup %zu, cosine decay), momentum %g", oc.lr, o.warmup,
                        oc.momentum);
             printf(", weight decay %g, clip %g; %zu steps of %zu sequences; seed %llu; "
                    "%zu threads\n",

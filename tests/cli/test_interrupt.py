@@ -21,7 +21,8 @@ behind:
      SIGTERM, the temporary is removed and the existing output is as it
      was; with --grad-dir, the directory it made is removed too;
   e. attn train, SIGINT between steps: exit 130, one stderr line, --save's
-     existing file untouched;
+     existing file untouched; SIGTERM in the held-out evaluation after the
+     last step: the model saved, the evaluation stopped, exit 143;
   f. attn generate --stream, SIGINT after its first tokens: exit 130, the
      line of ids written whole, one stderr line with their count;
   g. attn pretrain whose stdout's reader goes away after the first loss line
@@ -366,6 +367,30 @@ def train_case(attn):
               "train: --save's file is as it was, and no temporary is left")
 
 
+def train_eval_case(attn):
+    """A signal in the held-out evaluation after the last step: the trained
+    model is saved, the evaluation stops at its next batch (exit 143, one
+    line), where it went on for as long as --eval asked. The one step runs
+    at the peak lr (a decay that reached 0 at the last step trained nothing
+    in a run of one step)."""
+    with tempfile.TemporaryDirectory() as work:
+        proc = start(attn, ["train", "--steps", "1", "--eval", "1000000000000", "--threads",
+                            "1", "--save", "w.safetensors"], work)
+        early = read_until(proc, rb"step 1/1[^\n]*\n")
+        running = proc.poll() is None
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        rc, rest, err = finish(proc, timeout=20)
+        check(running and rc == 143, "train --eval 10^12: SIGTERM stops the evaluation, 143",
+              "returncode %s; stderr %r" % (rc, err))
+        check(re.fullmatch(r"attn: train: interrupted \(SIGTERM\) in the held-out evaluation "
+                           r"after \d+ of 1000000000000 sequences; the trained model is saved\n",
+                           err.decode()) is not None, "train --eval 10^12: one line", err)
+        check(os.path.exists(os.path.join(work, "w.safetensors")) and b"saved" in rest and
+              b"lr 1.00e-02" in early, "train --steps 1: step 1 at the peak lr, model saved",
+              early + rest)
+
+
 def generate_case(attn):
     with tempfile.TemporaryDirectory() as work:
         cfg = os.path.join(work, "gen.json")
@@ -430,6 +455,7 @@ def main():
     pipe_case(attn)
     sdpa_case(attn)
     train_case(attn)
+    train_eval_case(attn)
     generate_case(attn)
     generate_pipe_case(attn)
     print("%d passed, %d failed (%.1f s)" % (passed, failed, time.monotonic() - started))
