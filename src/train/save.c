@@ -198,6 +198,14 @@ attn_status attn_model_save_to(attn_model *m, attn_file *file, const char *path)
     return st;
 }
 
+/* "(16, 17)": a shape, cut where buf ends. */
+static void shape_text(char *buf, size_t size, size_t ndim, const size_t *shape) {
+    size_t used = (size_t)snprintf(buf, size, "(");
+    for (size_t d = 0; d < ndim && used < size; d++)
+        used += (size_t)snprintf(buf + used, size - used, d ? ", %zu" : "%zu", shape[d]);
+    if (used < size) snprintf(buf + used, size - used, ")");
+}
+
 /* attn_model_load, and where dropout_too the dropout rate must agree as
  * well (attn_model_load_run). */
 static attn_status load(attn_model *m, const char *path, bool dropout_too) {
@@ -244,12 +252,6 @@ static attn_status load(attn_model *m, const char *path, bool dropout_too) {
     /* the book's GPTModel's file also holds its mask buffers */
     attn_model_config mc = attn_model_get_config(m);
     size_t masks = attn_model_is_gpt(m) ? mc.n_layers : 0;
-    if (attn_safetensors_count(file) != count + masks) {
-        st = attn_fail(ctx, ATTN_ERR_SHAPE,
-                       "attn_model_load: '%s' holds %zu tensors, the model has %zu parameters%s",
-                       path, attn_safetensors_count(file), count,
-                       masks ? " and a mask buffer per block" : "");
-    }
     for (size_t l = 0; st == ATTN_OK && l < masks; l++) {
         char name[MASK_NAME_MAX];
         mask_name(name, sizeof name, l);
@@ -272,15 +274,36 @@ static attn_status load(attn_model *m, const char *path, bool dropout_too) {
         bool same = info.ndim == p->ndim;
         for (size_t d = 0; same && d < p->ndim; d++) same = info.shape[d] == p->shape[d];
         if (!same) {
+            char has[96], model_shape[96];
+            shape_text(has, sizeof has, info.ndim, info.shape);
+            shape_text(model_shape, sizeof model_shape, p->ndim, p->shape);
             st = attn_fail(ctx, ATTN_ERR_SHAPE,
-                           "attn_model_load: '%s': %s has %zu dimensions (first %zu), the model's "
-                           "is (%zu, %zu)",
-                           path, p->name, info.ndim, info.ndim ? info.shape[0] : 0, p->shape[0],
-                           p->ndim == 2 ? p->shape[1] : 1);
+                           "attn_model_load: '%s': %s has shape %s, the model's is %s", path,
+                           p->name, has, model_shape);
             break;
         }
         st = attn_safetensors_load(file, info.index, staged + offset, p->numel);
         offset += p->numel;
+    }
+    /* every parameter there: a tensor more is one the model does not have */
+    for (size_t i = 0; st == ATTN_OK && attn_safetensors_count(file) != count + masks &&
+                       i < attn_safetensors_count(file);
+         i++) {
+        attn_safetensors_info info;
+        if (attn_safetensors_info_at(file, i, &info) != ATTN_OK) continue;
+        bool known = false;
+        for (size_t k = 0; !known && k < count; k++) known = strcmp(info.name, params[k].name) == 0;
+        for (size_t l = 0; !known && l < masks; l++) {
+            char name[MASK_NAME_MAX];
+            mask_name(name, sizeof name, l);
+            known = strcmp(info.name, name) == 0;
+        }
+        if (!known)
+            st = attn_fail(ctx, ATTN_ERR_SHAPE,
+                           "attn_model_load: '%s' holds '%s', which the model has not (%zu "
+                           "tensors, the model %zu parameters%s)",
+                           path, info.name, attn_safetensors_count(file), count,
+                           masks ? " and a mask buffer per block" : "");
     }
     if (st == ATTN_OK) {
         offset = 0;

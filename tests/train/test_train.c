@@ -596,6 +596,38 @@ static void test_model_calls(attn_ctx *ctx, attn_rng *rng) {
     CHECK_STATUS(attn_model_load(twin, path), ATTN_ERR_SHAPE);
     attn_model_free(twin);
     CHECK_STATUS(attn_model_load(m, "/nonexistent-dir/x.safetensors"), ATTN_ERR_IO);
+    /* a file without the model's metadata: the message names the tensor at
+     * fault, its shape, a missing one or one the model has not */
+    size_t n = attn_model_param_count(m);
+    attn_named_tensor *t = calloc(n + 1, sizeof *t);
+    CHECK(t != NULL);
+    for (size_t i = 0; t && i < n; i++) {
+        attn_model_param_at(m, i, &a);
+        t[i] = (attn_named_tensor){.name = a.name, .data = a.data, .ndim = a.ndim};
+        memcpy(t[i].shape, a.shape, a.ndim * sizeof(size_t));
+    }
+    if (t && n > 0 && t[0].ndim == 2) {
+        attn_model_param_at(m, 0, &a);
+        size_t rows = t[0].shape[0], cols = t[0].shape[1];
+        t[0].shape[0] = cols, t[0].shape[1] = rows; /* the same numel, transposed */
+        CHECK_STATUS(attn_safetensors_write(ctx, path, t, n, NULL, 0), ATTN_OK);
+        CHECK_STATUS(attn_model_load(m, path), ATTN_ERR_SHAPE);
+        char want[160];
+        snprintf(want, sizeof want, "%s has shape (%zu, %zu), the model's is (%zu, %zu)",
+                 a.name, cols, rows, rows, cols);
+        CHECK_MESSAGE(ctx, want);
+        t[0].shape[0] = rows, t[0].shape[1] = cols;
+        t[n] = t[0];
+        t[n].name = "extra.weight";
+        CHECK_STATUS(attn_safetensors_write(ctx, path, t, n + 1, NULL, 0), ATTN_OK);
+        CHECK_STATUS(attn_model_load(m, path), ATTN_ERR_SHAPE);
+        CHECK_MESSAGE(ctx, "holds 'extra.weight', which the model has not");
+        CHECK_STATUS(attn_safetensors_write(ctx, path, t + 1, n - 1, NULL, 0), ATTN_OK);
+        CHECK_STATUS(attn_model_load(m, path), ATTN_ERR_NOT_FOUND);
+        snprintf(want, sizeof want, "has no tensor '%s'", a.name);
+        CHECK_MESSAGE(ctx, want);
+    }
+    free(t);
     remove(path);
 
     /* the optimizer over the model's parameters */
