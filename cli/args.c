@@ -219,7 +219,11 @@ double cli_now_seconds(void) {
 }
 
 void cli_format_duration(double seconds, char *buf, size_t size) {
-    if (!(seconds >= 0.0) || seconds > 1e7) seconds = 0.0;
+    if (!(seconds >= 0.0)) seconds = 0.0;
+    if (seconds > 1e7) { /* past 115 days: in days, not a clock */
+        snprintf(buf, size, "%.3g days", seconds / 86400.0);
+        return;
+    }
     unsigned long s = (unsigned long)(seconds + 0.5);
     if (s >= 3600)
         snprintf(buf, size, "%lu:%02lu:%02lu", s / 3600, s / 60 % 60, s % 60);

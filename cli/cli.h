@@ -127,8 +127,8 @@ size_t cli_default_threads(void);
 
 /* A monotonic clock in seconds, for progress lines and timings. */
 double cli_now_seconds(void);
-/* seconds as "m:ss" or "h:mm:ss" (0:00 for a negative, NaN or absurd
- * value). */
+/* seconds as "m:ss" or "h:mm:ss", past 1e7 s as "N days" (0:00 for a
+ * negative or NaN value). */
 void cli_format_duration(double seconds, char *buf, size_t size);
 
 /* The CPU as attn_cpu_info_get sees it, on two lines after prefix (attn

@@ -391,6 +391,19 @@ def train_eval_case(attn):
               early + rest)
 
 
+def train_long_case(attn):
+    """A run of 10^15 steps: its progress line says the time left in days,
+    not 0:00; SIGINT stops it."""
+    with tempfile.TemporaryDirectory() as work:
+        proc = start(attn, ["train", "--steps", "1000000000000000", "--log-every", "1000000",
+                            "--threads", "1"], work)
+        early = read_until(proc, rb"left [^\n]*\n")
+        proc.send_signal(signal.SIGINT)
+        rc, _, _ = finish(proc)
+        check(re.search(rb"left [0-9.e+]+ days\n", early) is not None and rc == 130,
+              "train of 10^15 steps: the time left in days", early)
+
+
 def generate_case(attn):
     with tempfile.TemporaryDirectory() as work:
         cfg = os.path.join(work, "gen.json")
@@ -456,6 +469,7 @@ def main():
     sdpa_case(attn)
     train_case(attn)
     train_eval_case(attn)
+    train_long_case(attn)
     generate_case(attn)
     generate_pipe_case(attn)
     print("%d passed, %d failed (%.1f s)" % (passed, failed, time.monotonic() - started))
