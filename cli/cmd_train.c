@@ -263,8 +263,8 @@ static void run_free(run *r) {
     attn_ctx_free(r->ctx);
 }
 
-/* Accuracy on held-out sequences, in eval mode without gradients; *done
- * of them evaluated: fewer where a signal stops it between batches. */
+/* Accuracy on held-out sequences, in eval mode without gradients;
+ * *evaluated of them: fewer where a signal stops it between batches. */
 static int evaluate(run *r, const train_options *o, double *accuracy, size_t *evaluated) {
     const attn_model_config *c = &o->model;
     size_t correct = 0, scored = 0, done = 0;

@@ -827,13 +827,15 @@ static bool chain_backward(const flex_job *job, flex_tiles *t, const flex_at *at
         }
         case ATTN_SCORE_ALIBI:
             break;
-        case ATTN_SCORE_BIAS:
+        case ATTN_SCORE_BIAS: {
+            float *base = summed ? m->tensor_grad + at->b * m->strides[0] +
+                                       at->h * m->strides[1]
+                                 : NULL;
             if (summed && m->strides[3] == 0) {
                 /* one element for a row's every key (and, stride 0 along
                  * the queries, for the tile's every row): its terms,
                  * summed in double, join it once, not one float add a
                  * term (PyTorch sums them pairwise) */
-                float *base = m->tensor_grad + at->b * m->strides[0] + at->h * m->strides[1];
                 double tile = 0.0;
                 for (size_t r = 0; r < at->nr; r++) {
                     double sum = 0.0;
@@ -843,7 +845,6 @@ static bool chain_backward(const flex_job *job, flex_tiles *t, const flex_at *at
                 }
                 if (m->strides[2] == 0) base[0] += (float)tile;
             } else if (summed) {
-                float *base = m->tensor_grad + at->b * m->strides[0] + at->h * m->strides[1];
                 for (size_t r = 0; r < at->nr; r++) {
                     float *row = base + (at->i0 + r) * m->strides[2];
                     for (size_t c = 0; c < at->nc; c++)
@@ -851,6 +852,7 @@ static bool chain_backward(const flex_job *job, flex_tiles *t, const flex_at *at
                 }
             }
             break;
+        }
         case ATTN_SCORE_REL_BIAS:
         case ATTN_SCORE_REL_TABLE:
             if (summed) {
