@@ -46,7 +46,8 @@ foreach(path IN LISTS installed)
 endforeach()
 list(LENGTH installed listed)
 if(removed EQUAL 0 AND listed GREATER 0)
-  message(FATAL_ERROR "uninstall: none of the ${listed} files ${MANIFEST} lists is there "
-    "(under DESTDIR '${destdir}'): removed nothing")
+  # the verdict leads: CMake wraps a long error at spaces, and scripts grep for it
+  message(FATAL_ERROR "uninstall: removed nothing: none of the ${listed} files ${MANIFEST} "
+    "lists is there (under DESTDIR '${destdir}')")
 endif()
 message(STATUS "uninstall: removed ${removed} of the ${listed} files ${MANIFEST} lists")

@@ -57,7 +57,8 @@ staged=$(cd "$work/rel-stage" && find . ! -type d | tr '\n' ' ')
 if cmake --build "$build" --target uninstall >"$work/uninstall.log" 2>&1; then
   echo "FAIL: an uninstall that removed nothing succeeded"; cat "$work/uninstall.log"; exit 1
 fi
-grep -q "removed nothing" "$work/uninstall.log" \
+# CMake wraps a long error message at spaces, as the paths' lengths fall
+tr -s ' \n' '  ' <"$work/uninstall.log" | grep -q "uninstall: removed nothing: none of the" \
   || { echo "FAIL: the empty uninstall's message:"; cat "$work/uninstall.log"; exit 1; }
 rm -rf "$work/rel-stage"
 echo "DESTDIR install and uninstall: ok"

@@ -50,10 +50,11 @@ def cli_lines(cli, cfg, seed, tmp, extra=()):
     r = subprocess.run([cli, "pretrain", "--config", path, "--text",
                         os.path.join(DATA, "the-verdict.txt"), "--tokenizer",
                         os.path.join(DATA, "gpt2-bpe"), "--seed", str(seed), "--threads", "2",
-                        *OPTS, *extra], capture_output=True, text=True)
+                        *OPTS, *extra], capture_output=True)
     if r.returncode != 0:
-        sys.exit("attn pretrain failed: " + r.stderr)
-    return output_lines(r.stdout)
+        sys.exit("attn pretrain failed: " + r.stderr.decode("utf-8", "replace"))
+    # decoded by hand: text=True would read a sample's carriage return as a newline
+    return output_lines(r.stdout.decode("utf-8"))
 
 
 def main():

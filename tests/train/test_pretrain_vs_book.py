@@ -139,7 +139,10 @@ def book_run(seed, enc):
 
 
 def cli(attn, args, **kw):
-    return subprocess.run([attn, "pretrain"] + args, capture_output=True, text=True, **kw)
+    r = subprocess.run([attn, "pretrain"] + args, capture_output=True, **kw)
+    # decoded by hand: text=True would read a sample's carriage return as a newline
+    r.stdout, r.stderr = r.stdout.decode("utf-8"), r.stderr.decode("utf-8")
+    return r
 
 
 def history_from_state(path, n):
@@ -394,9 +397,9 @@ def main():
         resumed = os.path.join(d, "resumed.safetensors")
         # the attn runs, started first so they overlap the book's
         p_full = subprocess.Popen([attn, "pretrain"] + common + ["--epochs", "3", "--save", full],
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         book_lines, train_losses, val_losses, tokens, snapshots, model = book_run(seed, enc)
-        out, err = p_full.communicate()
+        out, err = (text.decode("utf-8") for text in p_full.communicate())
         check(p_full.returncode == 0, "attn pretrain: exit %d %s" % (p_full.returncode, err))
         check(err == "", "stderr (not a terminal) should be empty: %r" % err[:200])
         attn_lines = output_lines(out)
