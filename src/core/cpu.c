@@ -341,6 +341,14 @@ bool attn_cpu_bf16_dot_pays(void) {
 #endif
 }
 
+bool attn_cpu_gemv_streamed(void) {
+#if defined(ATTN_CPUID)
+    return __builtin_cpu_is("amd");
+#else
+    return false;
+#endif
+}
+
 attn_status attn_cpu_info_get(attn_cpu_info *out) {
     if (!out) return ATTN_ERR_NULL;
     attn_cpu_info info;

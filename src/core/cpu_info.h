@@ -32,4 +32,11 @@ bool attn_cpu_amx_permitted(void);
  * AMX). */
 bool attn_cpu_bf16_dot_pays(void);
 
+/* Whether a token's matrix-vector products read W's rows streamed (one
+ * short row at a time, start to end; long ones two at a time, asked for
+ * into L2 ahead) rather than paired (rows side by side, asked for into
+ * L1): AMD's CPUs, whose prefetchers follow one stream. Intel's lose with
+ * streamed reads what AMD's lose with paired ones. */
+bool attn_cpu_gemv_streamed(void);
+
 #endif /* ATTN_CPU_INFO_H */

@@ -30,12 +30,13 @@ static void fill_avx512(attn_kernel_set *set) {
     set->flex = &attn_flex_avx512;
     set->gemm = &attn_sgemm_kernel_avx512;
     set->gemm16 = &attn_gemm16_kernel_widened_avx512;
-    set->gemv = &attn_gemv_kernel_avx512;
+    bool streamed = attn_cpu_gemv_streamed();
+    set->gemv = streamed ? &attn_gemv_kernel_avx512_streamed : &attn_gemv_kernel_avx512;
     set->activation = &attn_activation_avx2; /* every AVX-512 CPU has AVX2 and FMA */
     if (!cpu_has_avx512_bf16()) return;
     set->flash16_dot = &attn_flash16_dot_kernels;
     set->bgemm_dot = &attn_bgemm_kernel_avx512bf16;
-    set->gemv = &attn_gemv_kernel_avx512bf16;
+    set->gemv = streamed ? &attn_gemv_kernel_avx512bf16_streamed : &attn_gemv_kernel_avx512bf16;
     set->bf16_dot_pays = attn_cpu_bf16_dot_pays();
     if (attn_cpu_amx_bf16_present()) {
         set->flash16_amx = &attn_flash16_amx_kernels;

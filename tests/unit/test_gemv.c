@@ -22,7 +22,10 @@
  *     the double sums of the same values, with the bitwise properties
  *     above; attn_k_linear16_bf16_n with few rows is that kernel on the
  *     rounded x (or run_bf16 on it, in a set without bf16 products), bit
- *     for bit on 1 and 3 threads.
+ *     for bit on 1 and 3 threads;
+ *   - on AVX-512, both readings of W (paired, streamed: kernel_set.c picks
+ *     one by the CPU's vendor) pass the checks above and give the same
+ *     bits as each other.
  * Fresh random inputs each run: the seed is printed; argv[1] replays it.
  *
  *   test_gemv --time IN OUT THREADS [f32|bf16|f16]   times one (1, IN) x
@@ -383,6 +386,43 @@ static int time_one(size_t in, size_t out, size_t threads, const char *dtype_nam
     return atomic_load(&job.sum) == 1 ? 2 : 0; /* used: the pass is not optimised away */
 }
 
+#if defined(ATTN_HAVE_X86_KERNELS)
+/* Two readings of W (gemv_avx512.c: paired and streamed; kernel_set.c
+ * picks one by the CPU's vendor) give the same bits: the float kernel,
+ * the 16-bit ones and the bf16 products, over outputs [o_begin, out). */
+static void check_readings(const attn_gemv_kernel *paired, const attn_gemv_kernel *streamed,
+                           size_t rows, size_t in, size_t out, size_t o_begin) {
+    float *x = malloc(rows * in * sizeof *x), *w = malloc(out * in * sizeof *w);
+    float *bias = malloc(out * sizeof *bias), *y[2];
+    uint16_t *xh = malloc(rows * in * sizeof *xh), *wh = malloc(out * in * sizeof *wh);
+    y[0] = malloc(rows * out * sizeof *y[0]);
+    y[1] = malloc(rows * out * sizeof *y[1]);
+    if (!x || !w || !bias || !xh || !wh || !y[0] || !y[1]) abort();
+    fill(x, rows * in);
+    fill(w, out * in);
+    fill(bias, out);
+    round_to(ATTN_DTYPE_BF16, x, xh, rows * in);
+    for (int form = 0; form < 4; form++) {
+        if (form == 3 && !paired->run_bf16_dot) break;
+        if (form > 0) round_to(form == 2 ? ATTN_DTYPE_F16 : ATTN_DTYPE_BF16, w, wh, out * in);
+        for (int k = 0; k < 2; k++) {
+            const attn_gemv_kernel *g = k ? streamed : paired;
+            for (size_t i = 0; i < rows * out; i++) y[k][i] = NAN;
+            if (form == 0) g->run(rows, in, x, w, bias, y[k], out, o_begin, out);
+            if (form == 1) g->run_bf16(rows, in, x, wh, bias, y[k], out, o_begin, out);
+            if (form == 2) g->run_f16(rows, in, x, wh, bias, y[k], out, o_begin, out);
+            if (form == 3) g->run_bf16_dot(rows, in, xh, wh, bias, y[k], out, o_begin, out);
+        }
+        bool same = memcmp(y[0], y[1], rows * out * sizeof *y[0]) == 0;
+        if (!same)
+            fprintf(stderr, "%s and %s (form %d) rows %zu in %zu out %zu from %zu differ\n",
+                    paired->name, streamed->name, form, rows, in, out, o_begin);
+        CHECK(same);
+    }
+    free(x), free(w), free(bias), free(xh), free(wh), free(y[0]), free(y[1]);
+}
+#endif
+
 /* The matrix-vector kernel of isa's kernel set (kernels/kernel_set.h),
  * NULL for the reference set. */
 static const attn_gemv_kernel *gemv_of(attn_kernels isa) {
@@ -435,6 +475,30 @@ int main(int argc, char **argv) {
                 for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o += 2)
                     check_bf16_dot(sets[s], k, rows, ins[i], outs[o], (rows + i + o) % 2 == 0);
     }
+#if defined(ATTN_HAVE_X86_KERNELS)
+    if (attn_kernels_supported(ATTN_KERNELS_AVX512)) {
+        /* both readings of W whatever this CPU's vendor: the same checks, the same bits */
+        bool dot = gemv_of(ATTN_KERNELS_AVX512)->run_bf16_dot != NULL;
+        const attn_gemv_kernel *paired = dot ? &attn_gemv_kernel_avx512bf16
+                                             : &attn_gemv_kernel_avx512;
+        const attn_gemv_kernel *streamed = dot ? &attn_gemv_kernel_avx512bf16_streamed
+                                               : &attn_gemv_kernel_avx512_streamed;
+        const size_t longer[] = {4096, 4111, 8192};
+        for (size_t rows = 1; rows <= 2; rows++)
+            for (size_t i = 0; i < sizeof ins / sizeof ins[0]; i++)
+                for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o++) {
+                    bool with_bias = (rows + i + o) % 2 == 0;
+                    check_kernel(streamed, rows, ins[i], outs[o], with_bias);
+                    check_readings(paired, streamed, rows, ins[i], outs[o], o % 3);
+                    if (o % 2 == 0)
+                        check_bf16_dot(ATTN_KERNELS_AVX512, streamed, rows, ins[i], outs[o],
+                                       with_bias);
+                }
+        for (size_t i = 0; i < sizeof longer / sizeof longer[0]; i++)
+            for (size_t o = 0; o < sizeof outs / sizeof outs[0]; o += 2)
+                check_readings(paired, streamed, 1, longer[i], outs[o], o % 2);
+    }
+#endif
     const size_t small[3] = {129, 33, 64};
     check_linear16(ATTN_KERNELS_REFERENCE, ATTN_DTYPE_BF16, 2, 100, small);
     check_linear16(ATTN_KERNELS_REFERENCE, ATTN_DTYPE_F16, 11, 100, small);

@@ -63,6 +63,10 @@ extern const attn_gemv_kernel attn_gemv_kernel_portable;
 extern const attn_gemv_kernel attn_gemv_kernel_avx2, attn_gemv_kernel_avx512;
 /* attn_gemv_kernel_avx512 with run_bf16_dot, for CPUs with AVX-512 BF16 */
 extern const attn_gemv_kernel attn_gemv_kernel_avx512bf16;
+/* The same sums, a token's step reading W's rows streamed (gemv_avx512.c),
+ * for CPUs whose prefetchers follow one stream (attn_cpu_gemv_streamed) */
+extern const attn_gemv_kernel attn_gemv_kernel_avx512_streamed,
+    attn_gemv_kernel_avx512bf16_streamed;
 #endif
 
 attn_gemv_fn attn_gemv_portable, attn_gemv_avx2, attn_gemv_avx512;
@@ -70,6 +74,8 @@ attn_gemv16_fn attn_gemv_portable_bf16, attn_gemv_portable_f16, attn_gemv_avx2_b
     attn_gemv_avx2_f16, attn_gemv_avx512_bf16, attn_gemv_avx512_f16;
 attn_widen16_fn attn_widen_portable_bf16, attn_widen_portable_f16, attn_widen_avx2_bf16,
     attn_widen_avx2_f16, attn_widen_avx512_bf16, attn_widen_avx512_f16;
-attn_gemv_bf16_dot_fn attn_gemv_avx512bf16_dot;
+attn_gemv_fn attn_gemv_avx512_streamed;
+attn_gemv16_fn attn_gemv_avx512_bf16_streamed, attn_gemv_avx512_f16_streamed;
+attn_gemv_bf16_dot_fn attn_gemv_avx512bf16_dot, attn_gemv_avx512bf16_dot_streamed;
 
 #endif /* ATTN_GEMV_H */

@@ -11,6 +11,14 @@
  * in float, so the sums are the float kernel's on the widened W (vdpbf16ps
  * would round x to bf16: not the float sums). Compiled with -mavx512f
  * -mfma (this file only); run only where the CPU has AVX-512F (dispatch.c).
+ *
+ * For one row of x (a token's step) two readings of W give the same sums:
+ * paired (row_pair, tile_4) reads several rows side by side and asks for
+ * them into L1 ahead, which Intel's cores want; streamed reads a short row
+ * start to end alone and long rows two side by side, asked for into L2
+ * well ahead, which AMD's want: their prefetchers follow one stream, and
+ * x, no longer in L1 beside long rows, is best loaded once for two
+ * (docs/tuning.md has the measurements).
  */
 #include "kernels/gemv/gemv.h"
 
@@ -19,6 +27,8 @@
 
 enum { W_F32, W_BF16, W_F16 };
 
+enum { READ_PAIRED, READ_STREAMED }; /* the readings above */
+
 /* The longest rows of W (elements) read one at a time (row_2); longer
  * ones go four rows at a time (tile_4), x no longer fitting L1 beside
  * them. */
@@ -26,6 +36,9 @@ enum { W_F32, W_BF16, W_F16 };
 
 /* How far ahead (elements of W) tile_4 asks for its rows. */
 #define TILE_AHEAD 1024
+
+/* How far ahead (bytes) tile_2 asks for its rows, into L2. */
+#define STREAM_AHEAD 4096
 
 /* n (<= 16) elements of W from element idx, as floats, zeros past n (k:
  * the mask of n lanes). 16-bit masked loads need AVX-512BW, which the set
@@ -112,6 +125,30 @@ static inline void tile_4(int kind, size_t in, const float *x, const void *w, co
         y[ldy + o + 2] = with_bias(hsum(a12), bias, o + 2);
         y[ldy + o + 3] = with_bias(hsum(a13), bias, o + 3);
     }
+}
+
+/* Outputs o and o + 1 for one row of x where W's rows are long, read
+ * streamed: tile_4's sums (one accumulator a row, the same bits), the two
+ * rows side by side, each asked for into L2 STREAM_AHEAD bytes ahead of
+ * its reads, short of byte end of W (the end of the rows the call reads). */
+static inline void tile_2(int kind, size_t in, const float *x, const void *w, const float *bias,
+                          float *y, size_t o, size_t end) {
+    size_t eb = elem_bytes(kind), w0 = o * in, w1 = w0 + in;
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    for (size_t i = 0; i < in; i += 16) {
+        size_t ask = (w1 + i) * eb + STREAM_AHEAD; /* row o + 1's; row o's is a row before */
+        if (i * eb % 64 == 0 && ask < end) {       /* once a line */
+            _mm_prefetch((const char *)w + ask - in * eb, _MM_HINT_T2);
+            _mm_prefetch((const char *)w + ask, _MM_HINT_T2);
+        }
+        size_t n = in - i >= 16 ? 16 : in - i;
+        __mmask16 k = n == 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+        a0 = _mm512_fmadd_ps(v, load16(kind, k, n, w, w0 + i), a0);
+        a1 = _mm512_fmadd_ps(v, load16(kind, k, n, w, w1 + i), a1);
+    }
+    y[o] = with_bias(hsum(a0), bias, o);
+    y[o + 1] = with_bias(hsum(a1), bias, o + 1);
 }
 
 /*
@@ -201,11 +238,12 @@ static inline float dot1(int kind, size_t in, const float *x, const void *w, siz
     return with_bias(hsum(a), bias, o);
 }
 
-static inline void gemv(int kind, size_t rows, size_t in, const float *x, const void *w,
-                        const float *bias, float *y, size_t ldy, size_t o_begin, size_t o_end) {
+static inline void gemv(int kind, int read, size_t rows, size_t in, const float *x,
+                        const void *w, const float *bias, float *y, size_t ldy, size_t o_begin,
+                        size_t o_end) {
     if (in <= ONE_ROW_IN) {
         size_t o = o_begin;
-        if (rows == 1) /* a token's step: W's rows two at a time */
+        if (rows == 1 && read == READ_PAIRED) /* a token's step: W's rows two at a time */
             for (; o + 2 <= o_end; o += 2)
                 row_pair(kind, in, x, w, bias, y, o,
                          o + 4 <= o_end ? (const char *)w + (o + 2) * in * elem_bytes(kind)
@@ -220,6 +258,9 @@ static inline void gemv(int kind, size_t rows, size_t in, const float *x, const 
         return;
     }
     size_t o = o_begin;
+    if (rows == 1 && read == READ_STREAMED)
+        for (; o + 2 <= o_end; o += 2)
+            tile_2(kind, in, x, w, bias, y, o, o_end * in * elem_bytes(kind));
     for (; o + 4 <= o_end; o += 4)
         for (size_t r = 0; r < rows; r += 2) {
             /* constant arguments: the one-row tile is compiled apart */
@@ -235,19 +276,37 @@ static inline void gemv(int kind, size_t rows, size_t in, const float *x, const 
 
 void attn_gemv_avx512(size_t rows, size_t in, const float *x, const float *w, const float *bias,
                       float *y, size_t ldy, size_t o_begin, size_t o_end) {
-    gemv(W_F32, rows, in, x, w, bias, y, ldy, o_begin, o_end);
+    gemv(W_F32, READ_PAIRED, rows, in, x, w, bias, y, ldy, o_begin, o_end);
 }
 
 void attn_gemv_avx512_bf16(size_t rows, size_t in, const float *x, const uint16_t *w,
                            const float *bias, float *y, size_t ldy, size_t o_begin,
                            size_t o_end) {
-    gemv(W_BF16, rows, in, x, w, bias, y, ldy, o_begin, o_end);
+    gemv(W_BF16, READ_PAIRED, rows, in, x, w, bias, y, ldy, o_begin, o_end);
 }
 
 void attn_gemv_avx512_f16(size_t rows, size_t in, const float *x, const uint16_t *w,
                           const float *bias, float *y, size_t ldy, size_t o_begin,
                           size_t o_end) {
-    gemv(W_F16, rows, in, x, w, bias, y, ldy, o_begin, o_end);
+    gemv(W_F16, READ_PAIRED, rows, in, x, w, bias, y, ldy, o_begin, o_end);
+}
+
+void attn_gemv_avx512_streamed(size_t rows, size_t in, const float *x, const float *w,
+                               const float *bias, float *y, size_t ldy, size_t o_begin,
+                               size_t o_end) {
+    gemv(W_F32, READ_STREAMED, rows, in, x, w, bias, y, ldy, o_begin, o_end);
+}
+
+void attn_gemv_avx512_bf16_streamed(size_t rows, size_t in, const float *x, const uint16_t *w,
+                                    const float *bias, float *y, size_t ldy, size_t o_begin,
+                                    size_t o_end) {
+    gemv(W_BF16, READ_STREAMED, rows, in, x, w, bias, y, ldy, o_begin, o_end);
+}
+
+void attn_gemv_avx512_f16_streamed(size_t rows, size_t in, const float *x, const uint16_t *w,
+                                   const float *bias, float *y, size_t ldy, size_t o_begin,
+                                   size_t o_end) {
+    gemv(W_F16, READ_STREAMED, rows, in, x, w, bias, y, ldy, o_begin, o_end);
 }
 
 void attn_widen_avx512_bf16(const uint16_t *src, size_t n, float *dst) {

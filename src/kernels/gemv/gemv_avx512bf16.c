@@ -20,6 +20,7 @@
 #include "kernels/gemv/gemv.h"
 
 #include <immintrin.h>
+#include <stdbool.h>
 
 static inline __m512bh load_bf16(const uint16_t *p, __mmask32 k) {
     return (__m512bh)_mm512_maskz_loadu_epi16(k, p);
@@ -104,11 +105,13 @@ static inline void row_pair(size_t in, const uint16_t *x, const uint16_t *w, con
     y[o + 1] = with_bias(_mm512_reduce_add_ps(sb), bias, o + 1);
 }
 
-void attn_gemv_avx512bf16_dot(size_t rows, size_t in, const uint16_t *x, const uint16_t *w,
-                              const float *bias, float *y, size_t ldy, size_t o_begin,
-                              size_t o_end) {
+/* paired: one row of x reads W's rows two at a time (row_pair); streamed:
+ * one at a time, start to end, without requests (gemv_avx512.c's readings) */
+static inline void gemv(bool paired, size_t rows, size_t in, const uint16_t *x,
+                        const uint16_t *w, const float *bias, float *y, size_t ldy,
+                        size_t o_begin, size_t o_end) {
     size_t o = o_begin;
-    if (rows == 1) /* a token's step: W's rows two at a time */
+    if (rows == 1 && paired) /* a token's step: W's rows two at a time */
         for (; o + 2 <= o_end; o += 2)
             row_pair(in, x, w, bias, y, o, o + 4 <= o_end ? w + (o + 2) * in : NULL);
     for (; o < o_end; o++)
@@ -119,4 +122,16 @@ void attn_gemv_avx512bf16_dot(size_t rows, size_t in, const uint16_t *x, const u
             else
                 row_2(in, x + r * in, w, bias, y + r * ldy, ldy, o, 0);
         }
+}
+
+void attn_gemv_avx512bf16_dot(size_t rows, size_t in, const uint16_t *x, const uint16_t *w,
+                              const float *bias, float *y, size_t ldy, size_t o_begin,
+                              size_t o_end) {
+    gemv(true, rows, in, x, w, bias, y, ldy, o_begin, o_end);
+}
+
+void attn_gemv_avx512bf16_dot_streamed(size_t rows, size_t in, const uint16_t *x,
+                                       const uint16_t *w, const float *bias, float *y,
+                                       size_t ldy, size_t o_begin, size_t o_end) {
+    gemv(false, rows, in, x, w, bias, y, ldy, o_begin, o_end);
 }

@@ -100,4 +100,12 @@ const attn_gemv_kernel attn_gemv_kernel_avx512bf16 = {
     "gemv_avx512 / gemv_vdpbf16ps", ATTN_KERNELS_AVX512, attn_gemv_avx512,
     attn_gemv_avx512_bf16, attn_gemv_avx512_f16, attn_widen_avx512_bf16, attn_widen_avx512_f16,
     attn_gemv_avx512bf16_dot};
+const attn_gemv_kernel attn_gemv_kernel_avx512_streamed = {
+    "gemv_avx512_streamed", ATTN_KERNELS_AVX512, attn_gemv_avx512_streamed,
+    attn_gemv_avx512_bf16_streamed, attn_gemv_avx512_f16_streamed, attn_widen_avx512_bf16,
+    attn_widen_avx512_f16, NULL};
+const attn_gemv_kernel attn_gemv_kernel_avx512bf16_streamed = {
+    "gemv_avx512_streamed / gemv_vdpbf16ps_streamed", ATTN_KERNELS_AVX512,
+    attn_gemv_avx512_streamed, attn_gemv_avx512_bf16_streamed, attn_gemv_avx512_f16_streamed,
+    attn_widen_avx512_bf16, attn_widen_avx512_f16, attn_gemv_avx512bf16_dot_streamed};
 #endif
