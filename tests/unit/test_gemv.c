@@ -28,8 +28,9 @@
  *     bits as each other.
  * Fresh random inputs each run: the seed is printed; argv[1] replays it.
  *
- *   test_gemv --time IN OUT THREADS [f32|bf16|f16]   times one (1, IN) x
- *       (OUT, IN)^T product, W in that dtype, beside a read-only pass
+ *   test_gemv --time IN OUT THREADS [f32|bf16|f16|bf16-products]   times one
+ *       (1, IN) x (OUT, IN)^T product, W in that dtype (bf16-products: x
+ *       rounded to bf16 as well), beside a read-only pass
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, mkstemp, fdopen, unlink */
 
@@ -349,13 +350,17 @@ static void read_range(void *arg, size_t begin, size_t end) {
  * bf16 / f16), best of several, beside a read-only pass over the same
  * bytes on as many threads (what a kernel that only reads can reach). */
 static int time_one(size_t in, size_t out, size_t threads, const char *dtype_name) {
-    attn_dtype dtype = strcmp(dtype_name, "bf16") == 0  ? ATTN_DTYPE_BF16
+    /* bf16-products: W bf16, x rounded to bf16 (attn_k_linear16_bf16_n) */
+    bool products = strcmp(dtype_name, "bf16-products") == 0;
+    attn_dtype dtype = strcmp(dtype_name, "bf16") == 0 || products ? ATTN_DTYPE_BF16
                        : strcmp(dtype_name, "f16") == 0 ? ATTN_DTYPE_F16
                                                         : ATTN_DTYPE_F32;
     size_t bytes = out * in * (dtype == ATTN_DTYPE_F32 ? 4 : 2);
     float *x = malloc(in * sizeof *x), *w = malloc(out * in * sizeof *w), *y = malloc(out * 4);
     uint16_t *h = malloc(out * in * sizeof *h);
-    if (!x || !w || !y || !h) return 1;
+    uint16_t *rounded = malloc(in * sizeof *rounded);
+    float *panel = malloc(attn_k_linear16_panel_floats(in) * sizeof *panel);
+    if (!x || !w || !y || !h || !rounded || !panel) return 1;
     fill(x, in);
     fill(w, out * in);
     if (dtype != ATTN_DTYPE_F32) round_to(dtype, w, h, out * in);
@@ -368,6 +373,8 @@ static int time_one(size_t in, size_t out, size_t threads, const char *dtype_nam
         double t0 = now();
         if (dtype == ATTN_DTYPE_F32)
             attn_k_linear_small(ctx, x, w, NULL, y, 1, in, out);
+        else if (products)
+            attn_k_linear16_bf16_n(ctx, x, 1, in, &part, 1, rounded, panel);
         else
             attn_k_linear16_n(ctx, dtype, x, 1, in, &part, 1, NULL);
         double t = now() - t0;
@@ -382,7 +389,7 @@ static int time_one(size_t in, size_t out, size_t threads, const char *dtype_nam
            attn_kernels_name(ATTN_KERNELS_AUTO), dtype_name, in, out, threads, best * 1e3,
            (double)bytes / best / 1e9, (double)bytes / best_read / 1e9);
     attn_ctx_free(ctx);
-    free(x), free(w), free(y), free(h);
+    free(x), free(w), free(y), free(h), free(rounded), free(panel);
     return atomic_load(&job.sum) == 1 ? 2 : 0; /* used: the pass is not optimised away */
 }
 

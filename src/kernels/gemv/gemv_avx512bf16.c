@@ -10,9 +10,11 @@
  * W's row o is read start to end, 256 elements at a time into 8
  * accumulators (32-element chunk c goes to accumulator c % 8, the tail's
  * masked chunks too), added in order and reduced; the order depends on in
- * alone. For one row of x, W's rows go two at a time (row_pair). x's rows (at most ATTN_GEMV_MAX_ROWS, in bf16: 16 KiB a row at in
- * 8192) stay in L1 and L2 beside the stream of W. vdpbf16ps treats
- * subnormal inputs and results as zero.
+ * alone. For one row of x, W's rows are read paired or streamed, as
+ * gemv_avx512.c's are (row_pair, gemv). x's rows (at most
+ * ATTN_GEMV_MAX_ROWS, in bf16: 16 KiB a row at in 8192) stay in L1 and L2
+ * beside the stream of W. vdpbf16ps treats subnormal inputs and results
+ * as zero.
  *
  * Compiled with -mavx512f -mavx512bw -mavx512bf16 (this file only); run
  * only where the CPU has them (kernels/kernel_set.c).
@@ -61,25 +63,39 @@ static inline void row_2(size_t in, const uint16_t *x, const uint16_t *w, const 
     if (two) y[ldy + o] = with_bias(_mm512_reduce_add_ps(sb), bias, o);
 }
 
+/* The longest rows a streamed reading takes one at a time: longer ones
+ * go two side by side, loading x once for both (x no longer fits L1
+ * beside them), each asked for into L2 STREAM_AHEAD bytes ahead. */
+#define ONE_ROW_IN 2048
+#define STREAM_AHEAD 4096
+
 /* Outputs o and o + 1 of one row of x: row_2's sums (the same bits), the
- * two rows of W read side by side, 256 elements of each in turn, while the
- * next two rows (ahead, NULL: none) are asked for at the same place: one
- * row read alone is one stream that the prefetchers restart at each page
- * and follow only so far ahead; four rows in flight keep the memory
- * busier (gemv_avx512.c's row_pair). */
+ * two rows of W read side by side, 256 elements of each in turn. Paired
+ * (gemv_avx512.c's readings), the next two rows (ahead, NULL: none) are
+ * asked for into L1 at the same place: one row read alone is one stream
+ * that Intel's prefetchers restart at each page and follow only so far
+ * ahead, and four rows in flight keep the memory busier. Streamed (ahead
+ * NULL, end not 0), the two rows themselves are asked for into L2
+ * STREAM_AHEAD bytes ahead, short of element end of W (the end of the
+ * rows the call reads). */
 static inline void row_pair(size_t in, const uint16_t *x, const uint16_t *w, const float *bias,
-                            float *y, size_t o, const uint16_t *ahead) {
+                            float *y, size_t o, const uint16_t *ahead, size_t end) {
     const uint16_t *wa = w + o * in, *wb = wa + in;
     __m512 a[8], b[8];
     for (int c = 0; c < 8; c++) a[c] = b[c] = _mm512_setzero_ps();
     size_t i = 0;
     const __mmask32 all = 0xffffffffu;
+    const size_t far = STREAM_AHEAD / sizeof *w;
     for (; i + 256 <= in; i += 256) {
         if (ahead)
             for (size_t l = 0; l < 256; l += 32) {
                 _mm_prefetch((const char *)(ahead + i + l), _MM_HINT_T0);
                 _mm_prefetch((const char *)(ahead + in + i + l), _MM_HINT_T0);
             }
+        for (size_t l = 0; end && l < 256 && (o + 1) * in + i + l + far < end; l += 32) {
+            _mm_prefetch((const char *)(wa + i + l + far), _MM_HINT_T2);
+            _mm_prefetch((const char *)(wb + i + l + far), _MM_HINT_T2);
+        }
         for (int c = 0; c < 8; c++) {
             size_t at = i + 32 * (size_t)c;
             a[c] = _mm512_dpbf16_ps(a[c], load_bf16(x + at, all), load_bf16(wa + at, all));
@@ -106,14 +122,17 @@ static inline void row_pair(size_t in, const uint16_t *x, const uint16_t *w, con
 }
 
 /* paired: one row of x reads W's rows two at a time (row_pair); streamed:
- * one at a time, start to end, without requests (gemv_avx512.c's readings) */
+ * short ones one at a time, start to end, without requests, long ones two
+ * at a time asked for into L2 (gemv_avx512.c's readings) */
 static inline void gemv(bool paired, size_t rows, size_t in, const uint16_t *x,
                         const uint16_t *w, const float *bias, float *y, size_t ldy,
                         size_t o_begin, size_t o_end) {
     size_t o = o_begin;
     if (rows == 1 && paired) /* a token's step: W's rows two at a time */
         for (; o + 2 <= o_end; o += 2)
-            row_pair(in, x, w, bias, y, o, o + 4 <= o_end ? w + (o + 2) * in : NULL);
+            row_pair(in, x, w, bias, y, o, o + 4 <= o_end ? w + (o + 2) * in : NULL, 0);
+    if (rows == 1 && !paired && in > ONE_ROW_IN)
+        for (; o + 2 <= o_end; o += 2) row_pair(in, x, w, bias, y, o, NULL, o_end * in);
     for (; o < o_end; o++)
         for (size_t r = 0; r < rows; r += 2) {
             /* constant arguments: the one-row body is compiled apart */
