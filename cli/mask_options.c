@@ -313,6 +313,21 @@ static int build_topk(attn_ctx *ctx, const cli_mask_options *m, const cli_mask_g
                                "%zu and QB %zu (T %zu in blocks of %zu)",
                                got, g->batch, g->heads, q_blocks, g->q_len, block);
     }
+    /* a key block out of range is named where it sits in the file: the
+     * library sees the lists with their padding taken out */
+    size_t kv_block = base->block_kv ? base->block_kv : 64;
+    size_t kv_blocks = (g->kv_len + kv_block - 1) / kv_block, K = topk.shape[3];
+    for (size_t e = 0; e < topk.numel; e++) {
+        int32_t x = topk.data[e];
+        if (x < 0 || (size_t)x < kv_blocks) continue;
+        size_t list = e / K, qb = list % q_blocks, h = list / q_blocks % topk.shape[1];
+        size_t b = list / q_blocks / topk.shape[1];
+        attn_npy_i32_free(&topk);
+        return cli_failure("--block-topk: '%s' holds %d at [%zu, %zu, %zu, %zu], past the key "
+                           "blocks 0 .. %zu (S %zu in blocks of %zu; a negative entry pads)",
+                           m->block_topk, (int)x, b, h, qb, e % K, kv_blocks - 1, g->kv_len,
+                           kv_block);
+    }
     attn_block_mask_config cfg = *base;
     cfg.batch = topk.shape[0] > desc_batch ? topk.shape[0] : desc_batch;
     cfg.heads = topk.shape[1];

@@ -1435,6 +1435,10 @@ def test_sdpa_flex(r, rng):
          ["--block-topk", "(1, 2, 5, 2)", "QB 1"]),
         (base + ["--block-topk", save(r, "topk_f.npy", np.zeros((1, H, 1, 2), np.float32))], [1],
          ["--block-topk"]),
+        # a key block out of range named where it sits in the file, padding and all
+        (base + ["--block-topk", save(r, "topk_far.npy",
+                                      np.array([[[[-1, 3]], [[0, -1]]]], np.int32))],
+         [1], ["--block-topk", "holds 3 at [0, 0, 0, 1]", "key blocks 0 .. 0"]),
         (base + ["--block-size", "48"], [2], ["--block-size", "'48'"]),
         (base + ["--prefix-lm", "-1"], [2], ["--prefix-lm", "'-1'"]),
         (base + ["--prefix-lm", str(2 ** 62 + 1)], [2], ["--prefix-lm", "0 to 2^62"]),
