@@ -403,10 +403,18 @@ class _Chunk(_Mask):
         return _mask_handle(ctx, lib.attn_mask_new_chunked, self.chunk, self.offset)
 
 
+def _on_cpu(t, what):
+    """t, refused where it is not on the CPU (attn's maps are built there)."""
+    if t.device.type != "cpu":
+        raise ValueError(f"create_block_mask: attn runs on the CPU; {what} of shape "
+                         f"{tuple(t.shape)} is on {t.device}")
+    return t
+
+
 def _per_batch(values, g, what):
     """values (an int, or an int tensor indexed by b: at least B values) as a
     contiguous int64 tensor of 1 or B values."""
-    t = torch.as_tensor(values).detach()
+    t = _on_cpu(torch.as_tensor(values).detach(), what)
     indexed = t.dim() > 0
     t = t.reshape(-1).to(torch.int64)
     if t.numel() > g.B:  # a map for fewer sequences (B=None: the first) reads the first
@@ -507,9 +515,12 @@ class _Doc(_Mask):
         """(rows 1 or B, length) int64 ids of one side."""
         side = self.q_doc if which == "q" else self.kv_doc
         n = g.T if which == "q" else g.S
-        t = side.t.detach()
+        t = _on_cpu(side.t.detach(), "document ids")
         if side.dims[-1] != which or (len(side.dims) == 2 and side.dims[0] != "b"):
             raise ValueError(f"create_block_mask: document ids indexed by {side.dims}")
+        if len(side.dims) == 2 and t.size(0) < g.B:  # PyTorch's doc[b] would raise past them
+            raise IndexError(f"create_block_mask: document ids of shape {tuple(side.t.shape)} "
+                             f"are indexed by b for a batch of {g.B}")
         t = t[:g.B] if t.dim() == 2 else t.unsqueeze(0)
         if t.size(-1) < n or (t.size(0) not in (1, g.B)):
             raise ValueError(f"create_block_mask: document ids of shape {tuple(side.t.shape)} "
@@ -740,16 +751,24 @@ _METHOD_AS_FUNCTION = {"abs": torch.abs, "tanh": torch.tanh, "__getitem__": oper
 
 def _operation(node):
     """(the function a call node applies, its args, its kwargs)."""
+    args, kwargs = list(node.args), dict(node.kwargs)
+    for position, name in enumerate(("input", "other")):  # torch.ge(q, other=kv)
+        if name in kwargs and len(args) == position:
+            args.append(kwargs.pop(name))
+    return _resolve(node, tuple(args), kwargs)
+
+
+def _resolve(node, args, kwargs):
     if node.op == "call_method":
         if node.target in _CMP_METHODS:
-            return ("cmp", _CMP_METHODS[node.target]), node.args, node.kwargs
+            return ("cmp", _CMP_METHODS[node.target]), args, kwargs
         fn = _METHOD_AS_FUNCTION.get(node.target)
         if fn is None:
-            return ("method", node.target), node.args, node.kwargs
-        return fn, node.args, node.kwargs
+            return ("method", node.target), args, kwargs
+        return fn, args, kwargs
     if node.target in _CMP:
-        return ("cmp", _CMP[node.target]), node.args, node.kwargs
-    return node.target, node.args, node.kwargs
+        return ("cmp", _CMP[node.target]), args, kwargs
+    return node.target, args, kwargs
 
 
 def _index_of(v, node):
@@ -859,7 +878,7 @@ def _trace_mask(mask_mod):
     idx = [_Lin({"b": 1}), _Lin({"h": 1}), _Lin({"q": 1}), _Lin({"kv": 1})]
     try:
         result = _Interpreter(graph, captured).run(idx)
-    except _NotRecognised:
+    except Exception:  # not recognised (or an unexpected call form): evaluated densely
         return None
     return result if isinstance(result, _Mask) else None
 
@@ -877,6 +896,10 @@ def _dense_mask(mask_mod, g):
         except Exception:
             wrapped = RuntimeError(message)
         raise wrapped from err
+    if r.device.type != "cpu":  # a tensor it captured is elsewhere
+        raise ValueError(f"create_block_mask: attn runs on the CPU; the mask_mod "
+                         f"{getattr(mask_mod, '__name__', mask_mod)!r} returned a tensor on "
+                         f"{r.device}")
     if r.dtype != torch.bool:  # as PyTorch: a number's truth would hide a mistake
         raise TypeError(f"create_block_mask: the mask_mod "
                         f"{getattr(mask_mod, '__name__', mask_mod)!r} must return a torch.bool "
@@ -1027,6 +1050,8 @@ class _ScoreInterpreter(_Interpreter):
         if fn in _MUL or fn in _DIV:
             a, b = args
             if fn in _DIV:
+                if kwargs.get("rounding_mode") is not None:
+                    raise _NotRecognised(f"{name} with rounding_mode={kwargs['rounding_mode']!r}")
                 if not isinstance(b, (int, float)) or isinstance(b, bool) or b == 0:
                     raise _NotRecognised(f"{name} by other than a nonzero number")
                 return self.scale(a, 1.0 / b, node)
@@ -1151,6 +1176,12 @@ class _Chain:
         return chain
 
     def tensor(self, t):
+        if t.device.type != "cpu":
+            raise ValueError(f"flex_attention: attn runs on the CPU; a score_mod's captured "
+                             f"tensor of shape {tuple(t.shape)} is on {t.device}")
+        if t.is_complex():  # a softmax of complex scores has no meaning
+            raise TypeError(f"flex_attention: a score_mod's captured tensor of shape "
+                            f"{tuple(t.shape)} is complex ({t.dtype})")
         self.tensors.append(t.to(torch.float32).contiguous())
         return len(self.tensors) - 1
 
@@ -1290,7 +1321,8 @@ def _block_sizes(BLOCK_SIZE):
     elif isinstance(BLOCK_SIZE, (tuple, list)) and len(BLOCK_SIZE) == 2:
         bq, bkv = BLOCK_SIZE
     else:
-        raise ValueError(f"BLOCK_SIZE: an int or (Q_BLOCK, KV_BLOCK), got {BLOCK_SIZE!r}")
+        raise ValueError(f"BLOCK_SIZE: an int or (Q_BLOCK, KV_BLOCK), got {BLOCK_SIZE!r} "
+                         f"({type(BLOCK_SIZE).__name__})")
     for x in (bq, bkv):
         if not isinstance(x, int) or x < 16 or x > 256 or x & (x - 1):
             raise ValueError(f"BLOCK_SIZE: attn's blocks are powers of two from 16 to 256, "
@@ -1536,6 +1568,8 @@ def _check_broadcast(mask_mod, b_none, h_none, T, S):
                                      torch.arange(nh).view(1, nh, 1, 1), q, kv))
         r = r.expand(nb, nh, q.size(2), kv.size(3))
     except Exception:
+        return
+    if r.device.type != "cpu":  # _dense_mask or the tracer names it
         return
     name = getattr(mask_mod, "__name__", mask_mod)
     for dim, (none, index, size) in enumerate(((b_none, "b", "B"), (h_none, "h", "H"))):

@@ -232,6 +232,23 @@ for what, fn in (("key lengths", lambda b, h, q_idx, kv_idx: kv_idx < short[b]),
         check("2 values for a batch of 3" in str(err),
               f"{what} for fewer sequences than B: message {err}")
 
+# document ids of one sequence read by b for a batch of two: PyTorch's doc[1] raises
+doc1 = torch.tensor([[0] * 8 + [1] * 8])
+try:
+    flex.create_block_mask(lambda b, h, q_idx, kv_idx: doc1[b, q_idx] == doc1[b, kv_idx], 2,
+                           None, 16, 16, BLOCK_SIZE=16)
+    check(False, "document ids of one sequence indexed by b for two: no error")
+except IndexError as err:
+    check("(1, 16)" in str(err) and "batch of 2" in str(err),
+          f"document ids of one sequence indexed by b for two: {err}")
+try:  # a tensor not on the CPU: refused by its device, not read through a null pointer
+    on_meta = torch.zeros(16, dtype=torch.int64, device="meta")
+    flex.create_block_mask(lambda b, h, q_idx, kv_idx: on_meta[q_idx] == on_meta[kv_idx], 1,
+                           None, 16, 16, BLOCK_SIZE=16)
+    check(False, "document ids on the meta device: no error")
+except ValueError as err:
+    check("on meta" in str(err), f"document ids on the meta device: {err}")
+
 
 # ---- (a) create_block_mask: drawing and sparsity from a Python classification ---------
 
@@ -287,6 +304,25 @@ for name, fn, _ in mask_cases(2, 2, T2, S2)[::3] + [("striped", striped, None),
             continue
         keep = dense(fn, Bm or 1, Hm or 1, T2, S2)
         check_map(bm, keep, f"create_block_mask {name} B={Bm} BLOCK_SIZE={bs}")
+# PyTorch's keyword forms (torch.ge(q, other=kv), q.ge(other=kv)) trace as their positional
+# ones and give the same maps
+for what, fn, same in (("torch.ge(q_idx, other=kv_idx)",
+                        lambda b, h, q_idx, kv_idx: torch.ge(q_idx, other=kv_idx),
+                        lambda b, h, q_idx, kv_idx: q_idx >= kv_idx),
+                       ("q_idx.ge(other=kv_idx)",
+                        lambda b, h, q_idx, kv_idx: q_idx.ge(other=kv_idx),
+                        lambda b, h, q_idx, kv_idx: q_idx >= kv_idx),
+                       ("torch.abs(input=q_idx - kv_idx) <= 3",
+                        lambda b, h, q_idx, kv_idx: torch.abs(input=q_idx - kv_idx) <= 3,
+                        lambda b, h, q_idx, kv_idx: torch.abs(q_idx - kv_idx) <= 3)):
+    try:
+        traced = flex._trace_mask(fn)
+        check(traced is not None and repr(traced) == repr(flex._trace_mask(same)),
+              f"{what}: traced as {traced!r}")
+        check_map(flex.create_block_mask(fn, None, None, T2, S2, BLOCK_SIZE=16),
+                  dense(fn, 1, 1, T2, S2), what)
+    except Exception as err:  # the tracer raised on a keyword argument
+        check(False, f"{what}: {type(err).__name__}: {err}")
 lens2 = torch.tensor([T2 // 3, T2])
 for Bm, Hm, fn, index in ((None, 2, lambda b, h, q_idx, kv_idx: kv_idx < lens2[b], "b"),
                           (2, None, per_head, "h")):
@@ -572,6 +608,31 @@ try:
     check(False, "score_mod with control flow: no error")
 except ValueError as err:
     check("cannot be traced" in str(err), f"score_mod with control flow: {err}")
+# a rounding division is not a scale: refused by name, never run as s / c
+try:
+    flex._trace_score(lambda s, b, h, q, kv: torch.div(s, 0.25, rounding_mode="floor"))
+    check(False, "score_mod torch.div(..., rounding_mode='floor'): no error")
+except ValueError as err:
+    check("rounding_mode='floor'" in str(err), f"score_mod with a rounding division: {err}")
+# keyword forms trace as their positional ones
+for what, fn, same in (("torch.mul(s, other=2)", lambda s, b, h, q, kv: torch.mul(s, other=2),
+                        lambda s, b, h, q, kv: s * 2),
+                       ("torch.tanh(input=s / 3) * 3",
+                        lambda s, b, h, q, kv: torch.tanh(input=s / 3) * 3,
+                        lambda s, b, h, q, kv: torch.tanh(s / 3) * 3)):
+    try:
+        check(repr(flex._trace_score(fn)) == repr(flex._trace_score(same)), f"{what}: traced")
+    except Exception as err:
+        check(False, f"{what}: {type(err).__name__}: {err}")
+# captured tensors off the CPU or complex: refused by name
+for what, t, kind in (("on the meta device", torch.zeros(T, S, device="meta"), ValueError),
+                      ("complex", torch.zeros(T, S, dtype=torch.complex64), TypeError)):
+    try:
+        flex._Chain(flex._trace_score(lambda s, b, h, q, kv: s + t[q, kv]), B, H, T, S)
+        check(False, f"a captured bias {what}: no error")
+    except kind as err:
+        check(f"({T}, {S})" in str(err) and ("meta" in str(err) or "complex" in str(err)),
+              f"a captured bias {what}: {err}")
 
 
 # ---- (b) end to end against float64 torch ------------------------------------------------
