@@ -2177,8 +2177,10 @@ attn_status attn_lm_cache_config(const attn_lm *m, size_t batch, size_t max_len,
  *                appended, as the book's forward with cache.
  * logits receive (rows, vocab_size), or with last_only (batch, vocab_size):
  * each sequence's last new token (a sequence with no new tokens gets
- * zeros). Positions past context_length are ATTN_ERR_OVERFLOW. Such checks
- * come before any work; a failure inside the layers (ATTN_ERR_NO_MEMORY in
+ * zeros). Positions past context_length are ATTN_ERR_OVERFLOW; a cache
+ * whose layers hold different lengths for a sequence (a prefix appended
+ * into some layers only) is ATTN_ERR_INVALID. Such checks come before any
+ * work; a failure inside the layers (ATTN_ERR_NO_MEMORY in
  * a layer's attention) may leave the earlier layers' caches appended:
  * reset those sequences (attn_kv_cache_reset_sequence) before trying again.
  */

@@ -594,10 +594,10 @@ attn_status attn_lm_cache_status(attn_ctx *ctx, const attn_kv_cache *cache, attn
 
 attn_status attn_lm_cache_new(attn_lm *m, size_t batch, size_t max_len, attn_kv_layout layout,
                               size_t page_size, attn_kv_cache **out) {
+    if (out) *out = NULL;
     if (!m || !out)
         return m ? attn_fail(m->ctx, ATTN_ERR_NULL, "attn_lm_cache_new: out is NULL")
                  : ATTN_ERR_NULL;
-    *out = NULL;
     attn_kv_cache_config c;
     attn_status st = attn_lm_cache_config(m, batch, max_len, &c);
     if (st != ATTN_OK) return st;
@@ -1002,6 +1002,19 @@ static attn_status check_forward(attn_lm *m, const attn_lm_forward_args *a, size
         if (a->cache && (st = attn_lm_cache_status(ctx, a->cache, attn_kv_cache_length(
                              a->cache, 0, s, &start))) != ATTN_OK)
             return st;
+        /* every layer's rows hold the same positions (a prefix appended
+         * into the cache by hand may not): the model's positions are
+         * layer 0's */
+        for (size_t l = 1; a->cache && l < m->cfg.n_layers; l++) {
+            size_t at = 0;
+            if ((st = attn_lm_cache_status(ctx, a->cache, attn_kv_cache_length(
+                     a->cache, l, s, &at))) != ATTN_OK)
+                return st;
+            if (at != start)
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "%s: sequence %zu of the cache holds %zu tokens in layer 0 but "
+                                 "%zu in layer %zu", who, s, start, at, l);
+        }
         if (n > m->cfg.context_length || start > m->cfg.context_length - n)
             return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                              "%s: sequence %zu at position %zu with %zu new tokens would pass the "

@@ -137,9 +137,11 @@ static inline bool past_range(float x, uint16_t h, uint16_t inf) {
  * value must be held exactly; from float a finite value must not pass the
  * 16-bit range (attn_lm_load_as). From float, one loop per dtype that the
  * compiler vectorises, with the range check as a flag; the element at
- * fault is looked for only when it is set. */
+ * fault is looked for only when it is set, and named by its place in the
+ * file's tensor: src[i] is its element file_at + i file_step. */
 static attn_status store(lm_source *s, const char *name, attn_dtype from, const float *src,
-                         size_t n, attn_lm_stored dst, size_t at) {
+                         size_t n, attn_lm_stored dst, size_t at, size_t file_at,
+                         size_t file_step) {
     if (dst.dtype == ATTN_DTYPE_F32) {
         memcpy((float *)dst.data + at, src, n * sizeof *src);
         return ATTN_OK;
@@ -150,7 +152,8 @@ static attn_status store(lm_source *s, const char *name, attn_dtype from, const 
             h[i] = attn_float_to_half(dst.dtype, src[i]);
             float back = attn_half_to_float(dst.dtype, h[i]);
             if (!(back == src[i] || (isnan(back) && isnan(src[i]))))
-                return refuse_element(s, name, from, dst.dtype, true, src[i], at + i);
+                return refuse_element(s, name, from, dst.dtype, true, src[i],
+                                      file_at + i * file_step);
         }
         return ATTN_OK;
     }
@@ -168,7 +171,8 @@ static attn_status store(lm_source *s, const char *name, attn_dtype from, const 
         }
     for (size_t i = 0; past && i < n; i++)
         if (past_range(src[i], h[i], inf))
-            return refuse_element(s, name, from, dst.dtype, false, src[i], at + i);
+            return refuse_element(s, name, from, dst.dtype, false, src[i],
+                                  file_at + i * file_step);
     return ATTN_OK;
 }
 
@@ -183,7 +187,7 @@ static attn_status load_plain(lm_source *s, const char *name, attn_lm_stored dst
     if ((st = grow_buffer(s, name, &s->scratch, &s->scratch_floats, info.numel)) != ATTN_OK ||
         (st = attn_safetensors_load_weights(s->st, info.index, s->scratch, info.numel)) != ATTN_OK)
         return st;
-    return store(s, name, info.dtype, s->scratch, info.numel, dst, 0);
+    return store(s, name, info.dtype, s->scratch, info.numel, dst, 0, 0, 1);
 }
 
 /* dst (out, in) = columns [first, first + out) of the Conv1D weight name
@@ -199,7 +203,7 @@ static attn_status load_conv1d(lm_source *s, const char *name, attn_lm_stored ds
         return st;
     for (size_t o = 0; o < out && st == ATTN_OK; o++) {
         for (size_t i = 0; i < in; i++) s->row[i] = s->scratch[i * total + first + o];
-        st = store(s, name, info.dtype, s->row, in, dst, o * in);
+        st = store(s, name, info.dtype, s->row, in, dst, o * in, first + o, total);
     }
     return st;
 }

@@ -125,6 +125,27 @@ try:
 except attn.AttnError as err:
     check("needs [96, 288]" in str(err), str(err))
 
+# --weights-dtype f16 on a bf16 checkpoint names a value past f16's range by its element in
+# the file's tensor: Conv1D weights are (in, out), transposed (and c_attn split) on load
+big = GPT2LMHeadModel(cfg).to(torch.bfloat16).eval()
+with torch.no_grad():
+    for p in big.parameters():
+        p[p.abs() < 2 ** -14] = 0  # no subnormal of f16 to be refused first
+    layer = int(torch.randint(0, L, ()))
+    tname = ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"][int(torch.randint(0, 4, ()))]
+    w = big.transformer.h[layer].get_submodule(tname).weight
+    row, col = int(torch.randint(0, w.shape[0], ())), int(torch.randint(0, w.shape[1], ()))
+    w[row, col] = 1e6
+big_dir = os.path.join(tmp, "big_bf16")
+big.save_pretrained(big_dir, safe_serialization=True)
+run = subprocess.run([cli, "generate", "--weights", big_dir, "--prompt-ids", "1,2",
+                      "--max-new-tokens", "1", "--weights-dtype", "f16"],
+                     capture_output=True, text=True)
+want = (f"tensor 'transformer.h.{layer}.{tname}.weight' (BF16) holds 999424 at element "
+        f"{row * w.shape[1] + col},")
+check(run.returncode != 0 and want in run.stderr,
+      f"--weights-dtype f16, 1e6 at ({row}, {col}) of h.{layer}.{tname}: {run.stderr.strip()}")
+
 subprocess.run(["rm", "-rf", tmp])
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

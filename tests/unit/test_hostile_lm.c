@@ -484,6 +484,36 @@ static void test_nulls(attn_ctx *ctx) {
     CHECK(m == NULL);
 }
 
+/* A cache whose layers hold different lengths (a prefix appended into one
+ * layer by hand): attn_lm_forward refuses it before any layer's work,
+ * every layer's length as it was; and attn_lm_cache_new without a model
+ * still clears its out. */
+static void test_uneven_cache(attn_ctx *ctx) {
+    attn_lm_config c = tiny_gpt2(2);
+    attn_lm *m = NULL;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_OK);
+    attn_kv_cache *cache = (attn_kv_cache *)&c;
+    CHECK_STATUS(attn_lm_cache_new(NULL, 1, 8, ATTN_KV_CONTIGUOUS, 0, &cache), ATTN_ERR_NULL);
+    CHECK(cache == NULL);
+    if (!m) return;
+    CHECK_STATUS(attn_lm_cache_new(m, 1, 8, ATTN_KV_CONTIGUOUS, 0, &cache), ATTN_OK);
+    float kv[2 * 8] = {0};
+    CHECK_STATUS(attn_kv_cache_append(cache, 1, NULL, 2, kv, kv), ATTN_OK);
+    int32_t tokens[3] = {1, 2, 3};
+    float logits[3 * 11];
+    attn_lm_forward_args a = {.cache = cache, .tokens = tokens, .batch = 1, .tokens_per_seq = 3,
+                              .logits = logits};
+    CHECK_STATUS(attn_lm_forward(m, &a), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "attn_lm_forward: sequence 0 of the cache holds 0 tokens in layer 0 but 2 "
+                       "in layer 1");
+    size_t len0 = 9, len1 = 9;
+    CHECK_STATUS(attn_kv_cache_length(cache, 0, 0, &len0), ATTN_OK);
+    CHECK_STATUS(attn_kv_cache_length(cache, 1, 0, &len1), ATTN_OK);
+    CHECK(len0 == 0 && len1 == 2);
+    attn_kv_cache_free(cache);
+    attn_lm_free(m);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/test_hostile_lm_XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -498,6 +528,7 @@ int main(void) {
     test_generate_message(ctx);
     test_config_beside(ctx);
     test_nulls(ctx);
+    test_uneven_cache(ctx);
     attn_ctx_free(ctx);
     const char *names[] = {"one.st", "huge.json", "renamed.st", "wide.st", "two.st", "one.json", "tied.st",
                            "eps0.json", "trained.st", "own.st", "plain.st", "config.json"};
