@@ -912,7 +912,8 @@ typedef struct attn_sa_v1 attn_sa_v1;
 attn_status attn_sa_v1_new(attn_ctx *ctx, const attn_sa_v1_config *cfg, attn_rng *init_rng,
                            attn_sa_v1 **out);
 /* y (B, T, d_out) = module(x (B, T, d_in)), B = batch, T = tokens.
- * ATTN_ERR_NULL, ATTN_ERR_INVALID (zero or too many tokens), ATTN_ERR_OVERFLOW. */
+ * ATTN_ERR_NULL, ATTN_ERR_SHAPE (zero batch or tokens, tokens past context_length),
+ * ATTN_ERR_OVERFLOW. */
 attn_status attn_sa_v1_forward(attn_sa_v1 *m, const float *x, size_t batch, size_t tokens,
                                float *y);
 /* attn_module_backward on this module: dy (B, T, d_out) in, dx (B, T, d_in)
@@ -938,7 +939,8 @@ typedef struct attn_sa_v2 attn_sa_v2;
 attn_status attn_sa_v2_new(attn_ctx *ctx, const attn_sa_v2_config *cfg, attn_rng *init_rng,
                            attn_sa_v2 **out);
 /* y (B, T, d_out) = module(x (B, T, d_in)), B = batch, T = tokens.
- * ATTN_ERR_NULL, ATTN_ERR_INVALID (zero or too many tokens), ATTN_ERR_OVERFLOW. */
+ * ATTN_ERR_NULL, ATTN_ERR_SHAPE (zero batch or tokens, tokens past context_length),
+ * ATTN_ERR_OVERFLOW. */
 attn_status attn_sa_v2_forward(attn_sa_v2 *m, const float *x, size_t batch, size_t tokens,
                                float *y);
 /* attn_module_backward on this module: dy (B, T, d_out) in, dx (B, T, d_in)
@@ -969,7 +971,8 @@ attn_status attn_causal_new(attn_ctx *ctx, const attn_causal_config *cfg, attn_r
 /* y (B, T, d_out) = module(x (B, T, d_in)), B = batch, T = tokens (T at most
  * the context length). dropout_rng draws the dropout masks in training
  * mode with dropout > 0 (else it may be NULL).
- * ATTN_ERR_NULL, ATTN_ERR_INVALID (zero or too many tokens), ATTN_ERR_OVERFLOW. */
+ * ATTN_ERR_NULL, ATTN_ERR_SHAPE (zero batch or tokens, tokens past context_length),
+ * ATTN_ERR_OVERFLOW. */
 attn_status attn_causal_forward(attn_causal *m, const float *x, size_t batch, size_t tokens,
                                 float *y, attn_rng *dropout_rng);
 /* attn_module_backward on this module: dy (B, T, d_out) in, dx (B, T, d_in)
@@ -1001,7 +1004,8 @@ attn_status attn_mha_wrapper_new(attn_ctx *ctx, const attn_mha_wrapper_config *c
 /* y (B, T, num_heads * d_out) = module(x (B, T, d_in)), B = batch, T = tokens (T at most
  * the context length). dropout_rng draws the dropout masks in training
  * mode with dropout > 0 (else it may be NULL).
- * ATTN_ERR_NULL, ATTN_ERR_INVALID (zero or too many tokens), ATTN_ERR_OVERFLOW. */
+ * ATTN_ERR_NULL, ATTN_ERR_SHAPE (zero batch or tokens, tokens past context_length),
+ * ATTN_ERR_OVERFLOW. */
 attn_status attn_mha_wrapper_forward(attn_mha_wrapper *m, const float *x, size_t batch,
                                      size_t tokens, float *y, attn_rng *dropout_rng);
 /* attn_module_backward on this module: dy (B, T, num_heads * d_out) in, dx (B, T, d_in)
@@ -1033,7 +1037,8 @@ attn_status attn_mha_new(attn_ctx *ctx, const attn_mha_config *cfg, attn_rng *in
 /* y (B, T, d_out) = module(x (B, T, d_in)), B = batch, T = tokens (T at most
  * the context length). dropout_rng draws the dropout masks in training
  * mode with dropout > 0 (else it may be NULL).
- * ATTN_ERR_NULL, ATTN_ERR_INVALID (zero or too many tokens), ATTN_ERR_OVERFLOW. */
+ * ATTN_ERR_NULL, ATTN_ERR_SHAPE (zero batch or tokens, tokens past context_length),
+ * ATTN_ERR_OVERFLOW. */
 attn_status attn_mha_forward(attn_mha *m, const float *x, size_t batch, size_t tokens,
                              float *y, attn_rng *dropout_rng);
 /* attn_module_backward on this module: dy (B, T, d_out) in, dx (B, T, d_in)
@@ -1067,7 +1072,8 @@ attn_status attn_gpt2_new(attn_ctx *ctx, const attn_gpt2_config *cfg, attn_rng *
 /* y (B, T, n_embd) = module(x (B, T, n_embd)), B = batch, T = tokens (T at most
  * the context length). dropout_rng draws the dropout masks in training
  * mode with dropout > 0 (else it may be NULL).
- * ATTN_ERR_NULL, ATTN_ERR_INVALID (zero or too many tokens), ATTN_ERR_OVERFLOW. */
+ * ATTN_ERR_NULL, ATTN_ERR_SHAPE (zero batch or tokens, tokens past context_length),
+ * ATTN_ERR_OVERFLOW. */
 attn_status attn_gpt2_forward(attn_gpt2 *m, const float *x, size_t batch, size_t tokens,
                               float *y, attn_rng *dropout_rng);
 /* attn_module_backward on this module: dy (B, T, n_embd) in, dx (B, T, n_embd)

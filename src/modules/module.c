@@ -56,8 +56,9 @@ attn_status attn_module_declare(attn_module *m, size_t ndim, const size_t shape[
         return attn_fail(m->ctx, ATTN_ERR_OVERFLOW, "%s: %s (%zu x %zu) overflows size_t",
                          m->ops->class_name, slot->name, shape[0], shape[1]);
     if (m->num_scalars > (size_t)-1 - numel)
-        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW, "%s: parameter count overflows size_t",
-                         m->ops->class_name);
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
+                         "%s: %s (%zu scalars) after %zu earlier scalars overflows size_t",
+                         m->ops->class_name, slot->name, numel, m->num_scalars);
     slot->numel = numel;
     slot->offset = m->num_scalars;
     m->num_scalars += numel;
@@ -75,7 +76,11 @@ attn_status attn_module_declare_linear(attn_module *m, const char *prefix, size_
 attn_status attn_module_alloc(attn_module *m) {
     /* data and grad for every scalar: the declarations checked num_scalars
      * against size_t, the doubling is checked here. */
-    m->storage = m->num_scalars <= (size_t)-1 / 2 ? attn_alloc_floats(2 * m->num_scalars) : NULL;
+    if (m->num_scalars > (size_t)-1 / 2 / sizeof(float))
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
+                         "%s: %zu parameters and as many gradients overflow size_t bytes",
+                         m->ops->class_name, m->num_scalars);
+    m->storage = attn_alloc_floats(2 * m->num_scalars);
     if (!m->storage)
         return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
                          "%s: cannot allocate %zu parameters and their gradients",

@@ -919,6 +919,22 @@ static void test_constructor_nulls(void) {
     EXPECT_FAIL(attn_mha_new(g_ctx, NULL, g_rng, &mha), ATTN_ERR_NULL, "cfg is NULL");
     EXPECT_FAIL(attn_gpt2_new(g_ctx, NULL, g_rng, &gpt2), ATTN_ERR_NULL, "cfg is NULL");
 
+    /* Parameter counts past size_t: the parameter named with its size; and
+     * a count whose data and gradients together pass size_t bytes is an
+     * overflow, not a failed allocation. */
+    EXPECT_FAIL(attn_sa_v1_new(g_ctx, &(attn_sa_v1_config){.d_in = (size_t)1 << 32,
+                                                           .d_out = (size_t)1 << 31},
+                               g_rng, &sa1),
+                ATTN_ERR_OVERFLOW,
+                "W_key (9223372036854775808 scalars) after 9223372036854775808 earlier scalars "
+                "overflows size_t");
+    attn_mla *mla_big = NULL;
+    EXPECT_FAIL(attn_mla_new(g_ctx, &(attn_mla_config){.d_in = 4, .d_out = 8, .num_heads = 2,
+                                                        .latent_dim = (SIZE_MAX / 4) / 8 + 1},
+                             g_rng, &mla_big),
+                ATTN_ERR_OVERFLOW, "parameters and as many gradients overflow size_t bytes");
+    CHECK(sa1 == NULL && mla_big == NULL);
+
     /* NULL init_rng. */
     EXPECT_FAIL(attn_sa_v1_new(g_ctx, &sa1_cfg, NULL, &sa1), ATTN_ERR_NULL, "init_rng is NULL");
     EXPECT_FAIL(attn_sa_v2_new(g_ctx, &sa2_cfg, NULL, &sa2), ATTN_ERR_NULL, "init_rng is NULL");
