@@ -317,7 +317,10 @@ def _alloc_out(spec, q, v, dtype):
     lse_dtype = torch.float32 if dtype in _DTYPE16 else dtype
     if spec.layout == "bhtd":
         B, H, T, _ = q.shape
-        out = torch.empty(B, T, H, v.size(3), dtype=dtype).transpose(1, 2)
+        Dv = v.size(3)
+        # (B, T, H, Dv) in memory, (B, H, T, Dv) in shape: a tensor of its own,
+        # not a view (autograd refuses in-place ops on a custom Function's views)
+        out = torch.empty_strided((B, H, T, Dv), (T * H * Dv, Dv, H * Dv, 1), dtype=dtype)
         lse = torch.empty(B, H, T, dtype=lse_dtype)
     elif spec.layout == "bthd":
         B, T, H, _ = q.shape
@@ -812,6 +815,8 @@ def _flash_spec(layout, q, H, dropout_p, softmax_scale, causal, window_size, sof
             raise ValueError(f"alibi_slopes: expected shape ({H},) or (B, {H}), got "
                              f"{tuple(alibi_slopes.shape)}")
         alibi = a.to(device="cpu", dtype=torch.float32).contiguous()
+        if not bool(torch.isfinite(alibi).all()):
+            raise ValueError(f"alibi_slopes: expected finite slopes, got {alibi.tolist()}")
     dropout_p = as_number("dropout_p", dropout_p, 0.0, 1.0, hi_open=True)
     softcap = as_number("softcap", softcap, 0.0, _SCALE_LIMIT, hi_open=True)
     if softmax_scale is not None:
@@ -936,8 +941,19 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     if cu_q.numel() != cu_kv.numel():
         raise ValueError(f"cu_seqlens_q ({cu_q.numel()}) and cu_seqlens_k ({cu_kv.numel()}) "
                          "must have the same length, B + 1")
-    max_q = max(1, as_index("max_seqlen_q", max_seqlen_q, 0, INT32_MAX))
-    max_kv = max(1, as_index("max_seqlen_k", max_seqlen_k, 0, INT32_MAX))
+    given_q = as_index("max_seqlen_q", max_seqlen_q, 0, INT32_MAX)
+    given_kv = as_index("max_seqlen_k", max_seqlen_k, 0, INT32_MAX)
+    for name, cu, given in (("q", cu_q, given_q), ("k", cu_kv, given_kv)):
+        lengths = cu[1:] - cu[:-1]
+        if bool((lengths < 0).any()):
+            b = int((lengths < 0).nonzero()[0])
+            raise ValueError(f"cu_seqlens_{name}: offsets must not decrease, got "
+                             f"cu_seqlens_{name}[{b}] = {int(cu[b])} > "
+                             f"cu_seqlens_{name}[{b + 1}] = {int(cu[b + 1])}")
+        if int(lengths.max()) > given:
+            raise ValueError(f"max_seqlen_{name}: {given} is less than the longest sequence "
+                             f"of cu_seqlens_{name} ({int(lengths.max())} tokens)")
+    max_q, max_kv = max(1, given_q), max(1, given_kv)
     chain = None
     if block_mask is not None or score_mod is not None:
         from . import flex

@@ -424,6 +424,36 @@ def test_layouts_and_fallbacks():
         check(False, "head dim 0 refused")
     except ValueError as e:
         check("head dims must be positive" in str(e), f"message: {e}")
+    # arguments out of range are ValueErrors naming the values given (docs/python.md)
+    x, cu = torch.randn(10, 2, 8), torch.tensor([0, 3, 10])
+    for what, call, fragment in (
+            ("max_seqlen_q below the longest",
+             lambda: AT.flash_attn_varlen_func(x, x, x, cu, cu, 5, 7),
+             "max_seqlen_q: 5 is less than the longest sequence of cu_seqlens_q (7 tokens)"),
+            ("max_seqlen_q 0", lambda: AT.flash_attn_varlen_func(x, x, x, cu, cu, 0, 7),
+             "max_seqlen_q: 0 is less"),
+            ("decreasing offsets",
+             lambda: AT.flash_attn_varlen_func(x, x, x, torch.tensor([0, 6, 3, 10]),
+                                               torch.tensor([0, 6, 3, 10]), 7, 7),
+             "cu_seqlens_q[1] = 6 > cu_seqlens_q[2] = 3"),
+            ("a slope of NaN",
+             lambda: AT.flash_attn_func(x[None], x[None], x[None],
+                                        alibi_slopes=torch.tensor([float("nan"), 1.0])),
+             "alibi_slopes: expected finite slopes")):
+        try:
+            call()
+            check(False, f"flash_attn {what}: no error")
+        except ValueError as e:
+            check(fragment in str(e), f"flash_attn {what}: {e}")
+    # SDPA's output is a tensor of its own, which an in-place op may change
+    qg = torch.randn(1, 2, 4, 8, requires_grad=True)
+    out = AT.scaled_dot_product_attention(qg, qg, qg)
+    try:
+        out.add_(1)
+        check(out._base is None and out.stride() == (64, 8, 16, 1),
+              f"scaled_dot_product_attention's output changed in place (strides {out.stride()})")
+    except RuntimeError as e:
+        check(False, f"scaled_dot_product_attention's output changed in place: {e}")
 
 
 # ---- 3. dropout ----------------------------------------------------------------------------
