@@ -11,23 +11,28 @@
 
 #include <stdint.h>
 
-/* out[j] = the sum of part[j]'s 16 lanes, j < 16, in one register: pairs
- * of vectors folded within 128-bit lanes (unpack, then shuffle), then the
- * four 128-bit lanes across vectors: 30 shuffles and 15 adds for 16 sums. */
-static inline void v_hsum_block(const vec *part, float *out) {
+/* out[j] = the sum (max: the largest) of part[j]'s 16 lanes, j < 16, in
+ * one register: pairs of vectors folded within 128-bit lanes (unpack, then
+ * shuffle), then the four 128-bit lanes across vectors: 30 shuffles and 15
+ * adds (or maxes) for 16 results. */
+static inline __m512 v_fold(__m512 a, __m512 b, int max) {
+    return max ? _mm512_max_ps(a, b) : _mm512_add_ps(a, b);
+}
+
+static inline void v_reduce_block(const vec *part, float *out, int max) {
     __m512 a[8], b[4], c[2];
     for (int i = 0; i < 8; i++)
-        a[i] = _mm512_add_ps(_mm512_unpacklo_ps(part[2 * i], part[2 * i + 1]),
-                             _mm512_unpackhi_ps(part[2 * i], part[2 * i + 1]));
+        a[i] = v_fold(_mm512_unpacklo_ps(part[2 * i], part[2 * i + 1]),
+                      _mm512_unpackhi_ps(part[2 * i], part[2 * i + 1]), max);
     for (int i = 0; i < 4; i++)
-        b[i] = _mm512_add_ps(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0x44),
-                             _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0xEE));
-    /* b[i], 128-bit lane k: the lane-k sums of keys 4i .. 4i + 3 */
+        b[i] = v_fold(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0x44),
+                      _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0xEE), max);
+    /* b[i], 128-bit lane k: the lane-k results of vectors 4i .. 4i + 3 */
     for (int i = 0; i < 2; i++)
-        c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
-                             _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD));
-    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
-                                        _mm512_shuffle_f32x4(c[0], c[1], 0xDD)));
+        c[i] = v_fold(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x88),
+                      _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xDD), max);
+    _mm512_storeu_ps(out, v_fold(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
+                                 _mm512_shuffle_f32x4(c[0], c[1], 0xDD), max));
 }
 
 static inline vec v_from_bf16(const uint16_t *p) {

@@ -9,7 +9,8 @@
  * v_set1, v_load, v_in_register, v_store, v_fma, v_mul, v_sub, v_add,
  * v_max, v_exp2 for x <= 0 (exactly 0 at -inf), v_tanh, v_hmax, v_hsum),
  * then defines:
- *   v_hsum_block(part, out)  out[j] = the sum of part[j]'s lanes, j < 16
+ *   v_reduce_block(part, out, max)  out[j] = the sum of part[j]'s lanes
+ *                      (max: their largest), j < 16, all at once
  *   v_from_bf16(p), v_from_f16(p)  VW 16-bit elements widened (exact)
  *   DECODE_BF16_PAIRS 1 and v_from_bf16_pair(p, &even, &odd)  (optional)
  *                      2 VW bf16 elements as the vector of the even ones
@@ -22,7 +23,7 @@
  *
  * Per block of keys (16 positions) and KV head: up to 4 query heads of the
  * group score the block's 16 key slices together (each key vector loaded
- * once for them; partial vectors summed together by v_hsum_block), each
+ * once for them; partial vectors summed together by v_reduce_block), each
  * takes the block's max and weights (online softmax), and the heads then
  * weigh the value slices together, each value vector loaded once for them
  * (GQA). The block visits each position's row once per KV head, a slice
@@ -55,7 +56,7 @@
 
 #define BK ATTN_DECODE_BLOCK
 _Static_assert(BK % VW == 0, "a key block is whole vectors");
-_Static_assert(BK == 16, "v_hsum_block sums 16 vectors");
+_Static_assert(BK == 16, "v_reduce_block folds 16 vectors");
 
 #define ALWAYS_INLINE inline __attribute__((always_inline))
 
@@ -314,7 +315,7 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
     vec s = v_set1(scale2);
     for (size_t g = 0; g < NG; g++) {
         float *o = out[g];
-        v_hsum_block(part[g], o);
+        v_reduce_block(part[g], o, 0);
         for (size_t d = whole; d < D; d++) /* the tail */
             for (size_t j = jlo; j < jhi; j++)
                 o[j] = fmaf(q[g][d], load_one(T, head_codes(&rows[j], false, f, kh),
@@ -825,6 +826,52 @@ static inline float softmax_step(float *p, uint32_t hidden, size_t jlo, size_t j
     return alpha;
 }
 
+/* softmax_step for n <= BK (row, query head)s at once whose blocks are
+ * whole: every lane in [0, BK) seen, none hidden. p: their blocks of
+ * scores (BK floats each, one after the other); m, l, alpha: theirs. The
+ * steps are softmax_step's, their reductions (the NaN test, the max, the
+ * sum) made for the n heads together by v_reduce_block and the factors
+ * alpha by one exp2 a vector of heads, where one head at a time waits on
+ * each reduction in turn. */
+static void softmax_heads(float *p, size_t n, float *m, float *l, float *alpha) {
+    vec part[BK];
+    float bad[BK], mx[BK], total[BK], mn[BK], x[BK], a[BK];
+    for (size_t h = 0; h < BK; h++) { /* x - x, as softmax_step */
+        vec z = v_zero();
+        for (size_t t = 0; h < n && t < BK; t += VW)
+            z = v_add(z, v_sub(v_load(p + h * BK + t), v_load(p + h * BK + t)));
+        part[h] = z;
+    }
+    v_reduce_block(part, bad, 0);
+    for (size_t h = 0; h < BK; h++) {
+        vec y = v_zero();
+        for (size_t t = 0; h < n && t < BK; t += VW)
+            y = t ? v_max(y, v_load(p + h * BK + t)) : v_load(p + h * BK);
+        part[h] = y;
+    }
+    v_reduce_block(part, mx, 1);
+    for (size_t h = 0; h < BK; h++) {
+        mn[h] = h < n && m[h] > mx[h] ? m[h] : mx[h];
+        x[h] = h < n ? m[h] - mn[h] : 0.0f;
+    }
+    for (size_t t = 0; t < BK; t += VW) v_store(a + t, v_exp2(v_load(x + t)));
+    for (size_t h = 0; h < BK; h++) {
+        vec sum = v_zero(), vm = v_set1(mn[h]);
+        for (size_t t = 0; h < n && t < BK; t += VW) {
+            vec e = v_exp2(v_sub(v_load(p + h * BK + t), vm));
+            v_store(p + h * BK + t, e);
+            sum = v_add(sum, e);
+        }
+        part[h] = sum;
+    }
+    v_reduce_block(part, total, 0);
+    for (size_t h = 0; h < n; h++) {
+        l[h] = bad[h] != 0.0f ? NAN : l[h] * a[h] + total[h];
+        m[h] = mn[h];
+        alpha[h] = a[h];
+    }
+}
+
 /* An alpha that marks a group of heads the block map hides the block from:
  * a softmax factor is never negative. */
 #define SKIPPED (-1.0f)
@@ -957,7 +1004,12 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
          * weighing: the steps' chains of dependent operations (a block's
          * max, its exponentials, its sum) then overlap one another and the
          * loads of the keys, where each weighing waiting on its own head's
-         * step would stall the core. */
+         * step would stall the core. A row that sees the whole block takes
+         * its heads' steps together once every head is scored
+         * (softmax_heads); the others, one head at a time as it is scored. */
+        bool whole[ATTN_DECODE_ROWS];
+        for (size_t r = 0; r < rows; r++)
+            whole[r] = jlo[r] == 0 && jhi[r] == BK && !hidden[r] && !map_heads;
         for (size_t kh = 0; kh < KH; kh++) {
             for (size_t j = 0; (k_scaled || v_scaled) && j < BK; j++) { /* 0 outside the block */
                 bool in = j >= from - b0 && j < b1 - b0;
@@ -1007,6 +1059,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                         float *p = p_all[g];
                         if (modified)
                             modify_scores(s, p, kh * G + g0 + g, s->first_pos + row0 + r, b0);
+                        if (whole[r]) continue;
                         alpha[i] = softmax_step(p, hid[g], jlo[r], jhi[r], &m[i], &l[i]);
                         if (v_scaled) /* the weights times the value rows' scales */
                             for (size_t t = 0; t < BK; t += VW)
@@ -1015,6 +1068,26 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                 }
             }
             if (ps) stream_catch_up(ps, kh + 1, 2 * KH);
+        }
+        for (size_t r = 0; r < rows; r++) {
+            if (!whole[r]) continue;
+            for (size_t h0 = 0; h0 < H; h0 += BK) {
+                size_t i = r * H + h0;
+                softmax_heads(sc + i * BK, H - h0 < BK ? H - h0 : BK, m + i, l + i, alpha + i);
+            }
+        }
+        for (size_t kh = 0; v_scaled && kh < KH; kh++) {
+            bool any = false;
+            for (size_t r = 0; r < rows; r++) any |= whole[r];
+            if (!any) break;
+            for (size_t j = 0; j < BK; j++) /* a whole block: every lane in it */
+                vfac[j] = row_factor(vf->dtype, head_scales(&rw[j], true, vf, kh));
+            for (size_t r = 0; r < rows; r++)
+                for (size_t g = 0; whole[r] && g < G; g++) {
+                    float *p = sc + (r * H + kh * G + g) * BK;
+                    for (size_t t = 0; t < BK; t += VW)
+                        v_store(p + t, v_mul(v_load(p + t), v_load(vfac + t)));
+                }
         }
         for (size_t kh = 0; kh < KH; kh++) {
             for (size_t r = 0; r < rows; r++) {

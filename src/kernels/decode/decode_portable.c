@@ -5,8 +5,8 @@
 #define DECODE_KERNELS attn_decode_portable
 #define DECODE_ISA_NAME "portable"
 
-static inline void v_hsum_block(const vec *part, float *out) {
-    for (int j = 0; j < 16; j++) out[j] = v_hsum(part[j]);
+static inline void v_reduce_block(const vec *part, float *out, int max) {
+    for (int j = 0; j < 16; j++) out[j] = max ? v_hmax(part[j]) : v_hsum(part[j]);
 }
 
 #include "contract/kv_format.h"
