@@ -29,6 +29,7 @@
  * with one dresidual buffer (B, T, C) that each branch adds into.
  */
 #include "kernels/dispatch.h"
+#include "overlap.h"
 #include "modules/module.h"
 #include "train/layers.h"
 #include "train/llama3.h"
@@ -697,6 +698,34 @@ static attn_status check_ids(attn_model *m, const char *what, const int32_t *ids
     return ATTN_OK;
 }
 
+/* The forward writes logits (N, V) and *loss last, after reading the
+ * tokens, the targets and every parameter: none of them may share their
+ * memory, nor the gradients a backward would write. */
+static attn_status check_outputs(attn_model *m, const int32_t *tokens, const int32_t *targets,
+                                 size_t N, const float *logits, const float *loss) {
+    const char *who = "attn_model_forward";
+    size_t logit_bytes;
+    if (logits && (!attn_mul_size(N, m->cfg.vocab_size, &logit_bytes) ||
+                   !attn_mul_size(logit_bytes, sizeof(float), &logit_bytes)))
+        return attn_fail(m->ctx, ATTN_ERR_OVERFLOW, "%s: logits of (%zu, %zu) overflow", who, N,
+                         m->cfg.vocab_size);
+    attn_span outs[] = {{"logits", logits, logits ? logit_bytes : 0},
+                        {"loss", loss, loss ? sizeof(float) : 0}};
+    attn_span ins[] = {{"tokens", tokens, N * sizeof(int32_t)},
+                       {"targets", targets, targets ? N * sizeof(int32_t) : 0}};
+    attn_status st = attn_check_overlap(m->ctx, who, outs, 2, ins, 2);
+    for (size_t i = 0; st == ATTN_OK && i < m->count; i++) {
+        const attn_param *p = &m->params[i];
+        char data_name[MODEL_NAME_MAX + 16], grad_name[MODEL_NAME_MAX + 32];
+        snprintf(data_name, sizeof data_name, "parameter %s", p->name);
+        snprintf(grad_name, sizeof grad_name, "the gradient of %s", p->name);
+        attn_span param[] = {{data_name, p->data, p->numel * sizeof(float)},
+                             {grad_name, p->grad, p->grad ? p->numel * sizeof(float) : 0}};
+        st = attn_check_overlap(m->ctx, who, outs, 2, param, 2);
+    }
+    return st;
+}
+
 attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32_t *targets,
                                size_t batch, size_t seq, float *logits, float *loss,
                                attn_rng *dropout_rng) {
@@ -727,6 +756,7 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
                          batch, seq);
     attn_status st = check_ids(m, "tokens", tokens, batch, seq, false);
     if (st == ATTN_OK && targets) st = check_ids(m, "targets", targets, batch, seq, true);
+    if (st == ATTN_OK) st = check_outputs(m, tokens, targets, N, logits, loss);
     if (st != ATTN_OK) return st; /* refused: the last forward's backward stands */
     m->backward_ready = false;    /* from here its buffers change */
     if (m->llama) {

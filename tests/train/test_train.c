@@ -511,6 +511,23 @@ static void test_model_calls(attn_ctx *ctx, attn_rng *rng) {
     targets[3] = 4;
     CHECK_STATUS(attn_model_forward(m, tokens, targets, B, T, logits, &loss, NULL), ATTN_ERR_NULL);
     CHECK_MESSAGE(ctx, "needs dropout_rng");
+    /* logits or the loss over a parameter, its gradient or the targets:
+     * refused before anything is written */
+    attn_param emb;
+    CHECK_STATUS(attn_model_param(m, "tok_emb.weight", &emb), ATTN_OK);
+    float emb0 = emb.data[5], grad0 = emb.grad[5];
+    CHECK_STATUS(attn_model_forward(m, tokens, targets, 1, T, emb.data, NULL, rng),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "logits");
+    CHECK_MESSAGE(ctx, "overlaps parameter tok_emb.weight");
+    CHECK_STATUS(attn_model_forward(m, tokens, targets, 1, T, NULL, emb.grad + 5, rng),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "overlaps the gradient of tok_emb.weight");
+    CHECK(emb.data[5] == emb0 && emb.grad[5] == grad0);
+    CHECK_STATUS(attn_model_forward(m, tokens, targets, B, T, NULL, (float *)(void *)targets, rng),
+                 ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "loss");
+    CHECK_MESSAGE(ctx, "overlaps targets");
 
     /* training: backward adds; twice gives twice */
     CHECK_STATUS(attn_model_zero_grad(m), ATTN_OK);
