@@ -35,4 +35,10 @@ attn_model_config attn_model_config_of_llama3(const attn_llama3_config *l);
 attn_status attn_training_fits_memory(attn_ctx *ctx, const char *who, const attn_param *params,
                                       size_t count, size_t limit);
 
+/* The most steps an optimizer's state may count: the bias corrections
+ * take steps + 1 as a double, exact up to here. attn_optimizer_set_state
+ * refuses more, and a run's saved state is checked against it before
+ * anything is restored. */
+#define ATTN_OPTIMIZER_MAX_STEPS ((size_t)1 << 53)
+
 #endif /* ATTN_TRAIN_MODEL_H */

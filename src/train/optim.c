@@ -12,6 +12,7 @@
  */
 #include "internal.h"
 #include "parallel.h"
+#include "train/model.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -395,8 +396,7 @@ attn_status attn_optimizer_set_state(attn_optimizer *opt, const float *state, si
         return attn_fail(opt->ctx, ATTN_ERR_SHAPE,
                          "attn_optimizer_set_state: n %zu, the state holds %zu floats", n,
                          opt->state_floats);
-    /* the bias corrections take steps + 1 as a double: exact, and no wrap */
-    if (steps > ((size_t)1 << 53))
+    if (steps > ATTN_OPTIMIZER_MAX_STEPS)
         return attn_fail(opt->ctx, ATTN_ERR_INVALID,
                          "attn_optimizer_set_state: steps %zu is past 2^53, where a step "
                          "count is no longer exact in the bias corrections' double",

@@ -916,7 +916,8 @@ static attn_status parse_state(attn_pretrain *r, const char *fn, const char *spa
     uint64_t opt_floats = r_u(s, 8);
     out->opt_at = s->at;
     bool opt_ok = opt_floats == attn_optimizer_state_size(r->opt) &&
-                  opt_floats <= (s->size - s->at) / 4 && r_take(s, (size_t)opt_floats * 4);
+                  opt_floats <= (s->size - s->at) / 4 && r_take(s, (size_t)opt_floats * 4) &&
+                  out->opt_steps <= ATTN_OPTIMIZER_MAX_STEPS;
     out->history_count = (size_t)r_u(s, 8);
     out->history_at = s->at;
     bool history_ok = out->history_count <= (s->size - s->at) / 24 &&
@@ -935,7 +936,7 @@ static attn_status parse_state(attn_pretrain *r, const char *fn, const char *spa
                          s->short_read || s->size - s->at != 8 ? "its length"
                          : !order_ok                          ? "the loader order"
                          : !rng_ok                            ? "the generator"
-                         : !opt_ok                            ? "the optimizer's size"
+                         : !opt_ok                            ? "the optimizer's size or steps"
                          : !history_ok                        ? "the history"
                                                               : "the position");
     out->phase = (int)phase;
@@ -1007,7 +1008,8 @@ attn_status attn_pretrain_resume(attn_pretrain *r, const char *path) {
             val[i] = r_f64(&h);
         }
         state_reader o = {.p = bytes + saved.order_at, .size = r->train_windows * 8};
-        /* these cannot fail: the sizes and the generator's bytes were checked */
+        /* these cannot fail: the sizes, the step count and the generator's
+         * bytes were checked */
         st = attn_rng_set_state(r->rng, bytes + saved.rng_at, attn_rng_state_size());
         if (st == ATTN_OK) st = attn_optimizer_set_state(r->opt, opt_state, opt_floats,
                                                         saved.opt_steps);

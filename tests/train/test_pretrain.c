@@ -353,8 +353,9 @@ static void test_resume_refusals(fixture *f, uint64_t seed, const char *dir) {
     CHECK_MESSAGE(f->ctx, "damaged");
     /* forged states, their checksums right: a position no run stops at (a
      * step past the epoch's last batch read the loader order past its
-     * end) and a generator's bytes it cannot hold (refused after the
-     * weights were replaced): refused before anything changes */
+     * end), a generator's bytes it cannot hold and an optimizer step
+     * count it cannot take (each refused once after the weights were
+     * replaced): refused before anything changes */
     before = p.data[5];
     uint64_t windows = forge_state(other_state, state, STATE_WINDOWS, 0, 8);
     size_t steps_per_epoch = (size_t)(windows / o.batch_size);
@@ -367,6 +368,12 @@ static void test_resume_refusals(fixture *f, uint64_t seed, const char *dir) {
     CHECK(forge_state(other_state, state, rng_next, 100000, 4) <= 624);
     CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_FORMAT);
     CHECK_MESSAGE(f->ctx, "(the generator)");
+    CHECK(p.data[5] == before);
+    /* an optimizer step count past what its state may hold */
+    size_t opt_steps_at = STATE_WINDOWS + 8 + 8 * (size_t)windows + 8 + attn_rng_state_size();
+    CHECK(forge_state(other_state, state, opt_steps_at, ((uint64_t)1 << 53) + 1, 8) == 2);
+    CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(f->ctx, "(the optimizer's size or steps)");
     CHECK(p.data[5] == before);
     /* no state at all */
     remove(state);
