@@ -177,6 +177,14 @@ attn_status attn_fail(attn_ctx *ctx, attn_status status, const char *fmt, ...) {
     return status;
 }
 
+const char *attn_number_text(double x, char buf[ATTN_NUMBER_CHARS]) {
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, ATTN_NUMBER_CHARS, "%.*g", digits, x);
+        if (x != x || strtod(buf, NULL) == x) break; /* 17 digits always read back */
+    }
+    return buf;
+}
+
 void attn_clear_error(attn_ctx *ctx) {
     if (ctx) ctx->error[0] = '\0';
 }

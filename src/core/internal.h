@@ -105,6 +105,11 @@ void *attn_ctx_workspace(attn_ctx *ctx, size_t bytes);
 __attribute__((format(printf, 3, 4)))
 #endif
 attn_status attn_fail(attn_ctx *ctx, attn_status status, const char *fmt, ...);
+/* x as the shortest "%.Ng" that reads back as x, into buf: a refused value
+ * is quoted as it was given, never rounded into the range it left
+ * (1.0000001 as "1.0000001", not "1"). Returns buf. */
+#define ATTN_NUMBER_CHARS 32
+const char *attn_number_text(double x, char buf[ATTN_NUMBER_CHARS]);
 /* n bytes of untrusted text (a file's tensor name, a header's string) for a
  * message, into dst (cap bytes, NUL-terminated) as attn_fail quotes it:
  * control characters, NUL and bytes that are not UTF-8 as \n, \t, \r or

@@ -232,8 +232,10 @@ attn_status attn_check_width(attn_ctx *ctx, const char *module, const char *name
 }
 
 attn_status attn_check_dropout(attn_ctx *ctx, const char *module, double p) {
+    char number[ATTN_NUMBER_CHARS];
     if (!(p >= 0.0 && p <= 1.0))
-        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: dropout (%g) must be in [0, 1]", module, p);
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: dropout (%s) must be in [0, 1]", module,
+                         attn_number_text(p, number));
     return ATTN_OK;
 }
 

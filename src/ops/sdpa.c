@@ -102,8 +102,10 @@ attn_status attn_sdpa_check_config(attn_ctx *ctx, const char *fn, const attn_sdp
         c->align != ATTN_ALIGN_OFFSET)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: align (%d) is not an attn_align", fn,
                          (int)c->align);
+    char number[ATTN_NUMBER_CHARS];
     if (!(c->dropout >= 0.0 && c->dropout < 1.0))
-        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: dropout (%g) must be in [0, 1)", fn, c->dropout);
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: dropout (%s) must be in [0, 1)", fn,
+                         attn_number_text(c->dropout, number));
     if (c->cu_seqlens_q && c->batch && (!c->cu_seqlens_kv || c->cu_seqlens_q[c->batch] < 0))
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: cu_seqlens_q needs cu_seqlens_kv, and offsets >= 0", fn);

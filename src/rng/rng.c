@@ -385,9 +385,10 @@ attn_status attn_rng_dropout(attn_rng *rng, const float *x, float *y, size_t n, 
     if ((!x || !y) && n > 0)
         return attn_fail(rng->ctx, ATTN_ERR_NULL, "attn_rng_dropout: %s is NULL",
                          !x ? "x" : "y");
+    char number[ATTN_NUMBER_CHARS];
     if (!(p >= 0.0 && p <= 1.0))
-        return attn_fail(rng->ctx, ATTN_ERR_INVALID,
-                         "attn_rng_dropout: p (%g) must be in [0, 1]", p);
+        return attn_fail(rng->ctx, ATTN_ERR_INVALID, "attn_rng_dropout: p (%s) must be in [0, 1]",
+                         attn_number_text(p, number));
     attn_dropout_stream stream;
     attn_dropout_stream_begin(&stream, rng, p, n);
     attn_dropout_stream_apply(&stream, x, y, n, keep_mask);

@@ -129,9 +129,10 @@ static attn_status check_config(attn_ctx *ctx, const attn_model_config *c) {
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: attention must be ATTN_MODULE_MHA or ATTN_MODULE_GPT2, got %d", who,
                          (int)c->attention);
+    char number[ATTN_NUMBER_CHARS];
     if (!(c->dropout >= 0.0 && c->dropout <= 1.0))
-        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: dropout (%g) must be in [0, 1]", who,
-                         c->dropout);
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: dropout (%s) must be in [0, 1]", who,
+                         attn_number_text(c->dropout, number));
     /* Every size below is at most a small multiple of these products. */
     size_t vc, tc, cc, layers_cc;
     if (!attn_mul_size(c->vocab_size, c->d_model, &vc) ||
@@ -390,9 +391,10 @@ attn_status attn_model_new_gpt(attn_ctx *ctx, const attn_gpt_config *cfg, attn_r
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "attn_model_new_gpt: emb_dim (%zu) must be a positive multiple of "
                          "n_heads (%zu)", cfg->emb_dim, cfg->n_heads);
+    char number[ATTN_NUMBER_CHARS];
     if (!(cfg->drop_rate >= 0.0 && cfg->drop_rate <= 1.0))
-        return attn_fail(ctx, ATTN_ERR_INVALID, "attn_model_new_gpt: drop_rate (%g) must be in "
-                         "[0, 1]", cfg->drop_rate);
+        return attn_fail(ctx, ATTN_ERR_INVALID, "attn_model_new_gpt: drop_rate (%s) must be in "
+                         "[0, 1]", attn_number_text(cfg->drop_rate, number));
     attn_model_config c = attn_model_config_of_gpt(cfg);
     attn_status st = check_config(ctx, &c);
     if (st != ATTN_OK) return st;

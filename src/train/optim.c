@@ -78,10 +78,13 @@ static attn_status check_config(attn_ctx *ctx, const attn_optimizer_config *c) {
     }
     if (!(c->eps >= 0.0) || !isfinite(c->eps))
         return attn_fail(ctx, ATTN_ERR_INVALID, "AdamW: eps (%g) must be finite and >= 0", c->eps);
+    char number[ATTN_NUMBER_CHARS];
     if (!(c->beta1 >= 0.0 && c->beta1 < 1.0))
-        return attn_fail(ctx, ATTN_ERR_INVALID, "AdamW: beta1 (%g) must be in [0, 1)", c->beta1);
+        return attn_fail(ctx, ATTN_ERR_INVALID, "AdamW: beta1 (%s) must be in [0, 1)",
+                         attn_number_text(c->beta1, number));
     if (!(c->beta2 >= 0.0 && c->beta2 < 1.0))
-        return attn_fail(ctx, ATTN_ERR_INVALID, "AdamW: beta2 (%g) must be in [0, 1)", c->beta2);
+        return attn_fail(ctx, ATTN_ERR_INVALID, "AdamW: beta2 (%s) must be in [0, 1)",
+                         attn_number_text(c->beta2, number));
     return ATTN_OK;
 }
 

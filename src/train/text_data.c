@@ -29,9 +29,10 @@ attn_status attn_text_split(attn_ctx *ctx, const char *text, size_t length, doub
     if ((!text && length > 0) || !split)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_text_split: %s is NULL",
                          !split ? "split" : "text");
+    char number[ATTN_NUMBER_CHARS];
     if (!(train_ratio >= 0.0 && train_ratio <= 1.0))
-        return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "attn_text_split: train_ratio %g must be in [0, 1]", train_ratio);
+        return attn_fail(ctx, ATTN_ERR_INVALID, "attn_text_split: train_ratio %s must be in [0, 1]",
+                         attn_number_text(train_ratio, number));
     /* Python's len counts code points: every byte but UTF-8's
      * continuation bytes (10xxxxxx) starts one. */
     size_t chars = 0;

@@ -1062,7 +1062,8 @@ static void test_constructor_values(void) {
             s = small_spec(kind);
 
             double bad_dropout[] = {1.5, -0.5, 1.0000001, -1e-12, NAN, INFINITY, -INFINITY};
-            const char *bad_text[] = {"dropout (1.5)", "dropout (-0.5)", "dropout (1)",
+            /* quoted as given: 1.0000001 is not "1", which would be in range */
+            const char *bad_text[] = {"dropout (1.5)", "dropout (-0.5)", "dropout (1.0000001)",
                                       "dropout (-1e-12)", "dropout (nan)", "dropout (inf)",
                                       "dropout (-inf)"};
             for (size_t j = 0; j < sizeof bad_dropout / sizeof bad_dropout[0]; j++) {
