@@ -1442,7 +1442,9 @@ attn_status attn_safetensors_save_module(attn_ctx *ctx, attn_module *m, const ch
  * must be those masks.
  * With a prefix (e.g. "encoder.layer0."), only tensors whose names start
  * with it are considered, the prefix stripped; the rest of the file is
- * ignored. Nothing is changed unless every parameter loads. Errors name the
+ * ignored. Nothing is changed unless every parameter loads. A load drops
+ * the module's last forward (its activations belong to the old weights):
+ * attn_module_backward then needs a new forward. Errors name the
  * missing, unexpected or mis-shaped tensors: ATTN_ERR_NOT_FOUND,
  * ATTN_ERR_SHAPE, ATTN_ERR_FORMAT, ATTN_ERR_IO.
  */
@@ -1770,7 +1772,8 @@ attn_status attn_model_save(attn_model *m, const char *path);
 /* load_state_dict(strict=True) from such a file into a model of the same
  * config: every parameter with its shape and nothing else (a file of the
  * model's own format must also agree in its metadata, dropout aside).
- * Nothing changes unless all of it loads. */
+ * Nothing changes unless all of it loads; a load drops the last forward,
+ * so attn_model_backward needs a new forward. */
 attn_status attn_model_load(attn_model *m, const char *path);
 
 /* ------------------------------------------------------------------------ */

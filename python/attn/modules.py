@@ -314,7 +314,10 @@ class Module(HandleOwner):
     def load_state_dict(self, state_dict, strict=True):
         """Copies arrays into the parameters. strict: the keys must match
         exactly (else RuntimeError naming them, as PyTorch); shapes always
-        must. Nothing changes unless everything fits."""
+        must. Nothing changes unless everything fits. The last forward is
+        dropped (its activations belong to the old weights): backward then
+        needs a new forward, where PyTorch raises for weights changed in
+        place since the forward."""
         params = {p.name.decode(): p for p in self._params()}
         buffers = set(self._buffers)
         missing = [k for k in params if k not in state_dict]
@@ -349,6 +352,8 @@ class Module(HandleOwner):
             staged[name] = value
         for name, value in staged.items():
             np.copyto(self._view(params[name].data, params[name]), value)
+        if staged:  # the last forward's activations belong to the old weights
+            self._last_shape = None
         return self
 
     # ---- safetensors ----
@@ -370,6 +375,7 @@ class Module(HandleOwner):
         self._ctx.check(lib.attn_safetensors_load_module(
             self._ctx.handle, self._module, encode_path("load: path", path),
             prefix.encode() if prefix else None))
+        self._last_shape = None  # the library dropped the last forward too
         return self
 
 

@@ -281,8 +281,12 @@ attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module 
     for (size_t j = 0; j < m->num_params && s == ATTN_OK; j++)
         s = attn_safetensors_load_weights(st, index[j], staged + m->params[j].offset,
                                           m->params[j].numel);
-    if (s == ATTN_OK && m->num_scalars)
+    if (s == ATTN_OK && m->num_scalars) {
         memcpy(m->storage, staged, m->num_scalars * sizeof *staged);
+        /* the last forward's activations belong to the old weights: a
+         * backward now would mix the two */
+        m->saved.valid = false;
+    }
     attn_free(staged);
     attn_free(index);
     return s;

@@ -832,13 +832,15 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
 
 /* ---- backward ------------------------------------------------------------------- */
 
+void attn_model_forget_forward(attn_model *m) { m->backward_ready = false; }
+
 attn_status attn_model_backward(attn_model *m) {
     if (!m) return ATTN_ERR_NULL;
     attn_clear_error(m->ctx);
     if (!m->backward_ready)
         return attn_fail(m->ctx, ATTN_ERR_INVALID,
                          "attn_model_backward: needs a forward with targets and gradients enabled "
-                         "first");
+                         "first (and after any load of the weights)");
     if (m->llama) return attn_llama3_backward(m->llama);
     const attn_model_config *c = &m->cfg;
     size_t B = m->batch, T = m->seq, N = B * T, C = c->d_model, V = c->vocab_size;

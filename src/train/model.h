@@ -23,6 +23,11 @@ attn_status attn_model_save_to(attn_model *m, attn_file *file, const char *path)
  * the same rate. */
 attn_status attn_model_load_run(attn_model *m, const char *path);
 
+/* Drops the last forward's activations: the weights changed under them
+ * (a load), and a backward would mix the two; the next backward needs a
+ * new forward. */
+void attn_model_forget_forward(attn_model *m);
+
 /* The attn_model_config a book's config runs as. */
 attn_model_config attn_model_config_of_gpt(const attn_gpt_config *g);
 attn_model_config attn_model_config_of_llama3(const attn_llama3_config *l);

@@ -311,6 +311,7 @@ static attn_status load(attn_model *m, const char *path, bool dropout_too) {
             memcpy(params[i].data, staged + offset, params[i].numel * sizeof(float));
             offset += params[i].numel;
         }
+        attn_model_forget_forward(m);
     }
     attn_free(staged);
     attn_safetensors_free(file);

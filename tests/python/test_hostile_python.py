@@ -1028,6 +1028,31 @@ def dropout_one():
 
 
 @section
+def load_drops_forward():
+    # weights loaded after a forward: the forward's activations belong to
+    # the old weights, so backward is refused until a new forward (PyTorch
+    # raises for weights changed in place since the forward)
+    S = "load after forward"
+    attn.manual_seed(2)
+    m = attn.MultiHeadAttention(4, 4, 5, 0.0, 2)
+    x = np.random.default_rng(5).standard_normal((1, 5, 4)).astype(np.float32)
+    dy = np.ones((1, 5, 4), np.float32)
+    state = {k: v * 2 for k, v in m.state_dict().items() if k != "mask"}
+    m(x)
+    m.load_state_dict(state)
+    raises(lambda: m.backward(dy), RuntimeError, ["no forward"], "load_state_dict", S)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "m.safetensors")
+        m.save(path)
+        m(x)
+        m.load(path)
+        raises(lambda: m.backward(dy), RuntimeError, ["no forward"], "load", S)
+    m(x)  # a new forward differentiates the loaded weights
+    count(S)
+    check(np.all(np.isfinite(m.backward(dy))), "a new forward's backward")
+
+
+@section
 def module_scales():
     # the modules' scale= takes what PyTorch's SDPA scale and attn.functional
     # take: 0 a zero scale (uniform weights), negative values as given

@@ -591,7 +591,11 @@ static void test_model_calls(attn_ctx *ctx, attn_rng *rng) {
     CHECK_STATUS(attn_model_save(m, path), ATTN_OK);
     attn_model *twin;
     CHECK_STATUS(attn_model_new(ctx, &c, rng, &twin), ATTN_OK); /* other weights */
+    /* a load after a forward drops it: its activations are the old weights' */
+    CHECK_STATUS(attn_model_forward(twin, tokens, targets, B, T, logits, &loss, rng), ATTN_OK);
     CHECK_STATUS(attn_model_load(twin, path), ATTN_OK);
+    CHECK_STATUS(attn_model_backward(twin), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "after any load of the weights");
     attn_param a, b;
     for (size_t i = 0; i < attn_model_param_count(m); i++) {
         attn_model_param_at(m, i, &a);

@@ -437,7 +437,15 @@ static void test_modules(attn_ctx *ctx) {
     CHECK(mask.ndim == 2 && mask.shape[0] == 5 && mask.shape[1] == 5);
     CHECK(strcmp(attn_safetensors_metadata_get(st, "format"), "pt") == 0);
     attn_safetensors_free(st);
+    /* a load after a forward drops it: its activations are the old weights' */
+    enum { T = 5 };
+    float x[T * 6], y[T * 4], dx[T * 6];
+    for (size_t i = 0; i < T * 6; i++) x[i] = 0.01f * (float)i;
+    CHECK_STATUS(attn_module_set_training(mb, false), ATTN_OK);
+    CHECK_STATUS(attn_module_forward(mb, x, 1, T, y, NULL), ATTN_OK);
     CHECK_STATUS(attn_safetensors_load_module(ctx, mb, path, NULL), ATTN_OK);
+    CHECK_STATUS(attn_module_backward(mb, y, 1, T, dx), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "no forward to differentiate");
     for (size_t i = 0; i < attn_module_param_count(ma); i++) {
         attn_param pa, pb;
         attn_module_param_at(ma, i, &pa);
