@@ -19,6 +19,8 @@
  * A caller that writes several files closes them all before committing any,
  * so that no destination changes unless every write succeeded.
  * attn_file_discard removes the temporary at any step before the commit.
+ *
+ * attn_file_read_whole is its reading counterpart for files read whole.
  */
 #define _XOPEN_SOURCE 700
 #include "file.h"
@@ -349,4 +351,46 @@ void attn_file_discard(attn_file *file) {
 
 const char *attn_file_temporary_path(const attn_file *file) {
     return file ? file->temp : NULL;
+}
+
+attn_status attn_file_read_whole(attn_ctx *ctx, const char *who, const char *path,
+                                 unsigned char **out, size_t *size) {
+    const char *at = who ? who : "", *sep = who ? ": " : "";
+    *out = NULL;
+    *size = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return attn_fail(ctx, ATTN_ERR_IO, "%s%scannot open %s: %s", at, sep, path,
+                             strerror(errno));
+    struct stat info;
+    bool unknown = fstat(fileno(f), &info) != 0;
+    int err = errno;
+    if (unknown || !S_ISREG(info.st_mode)) {
+        fclose(f);
+        return attn_fail(ctx, ATTN_ERR_IO, "%s%s%s: %s", at, sep, path,
+                         unknown                  ? strerror(err)
+                         : S_ISDIR(info.st_mode) ? "is a directory, not a file"
+                                                 : "not a regular file (a device or a pipe is "
+                                                   "not read)");
+    }
+    /* the size fstat gave, and one byte more to see the end where it grew */
+    size_t want = (size_t)info.st_size;
+    unsigned char *buf = (uint64_t)info.st_size < SIZE_MAX - 1 ? attn_malloc(want + 2) : NULL;
+    if (!buf) {
+        fclose(f);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s%sno memory to read %s (%lld bytes)", at,
+                         sep, path, (long long)info.st_size);
+    }
+    size_t got = fread(buf, 1, want + 1, f);
+    bool failed = ferror(f) != 0;
+    err = errno;
+    fclose(f);
+    if (failed || got != want) {
+        attn_free(buf);
+        return attn_fail(ctx, ATTN_ERR_IO, "%s%scannot read %s: %s", at, sep, path,
+                         failed ? strerror(err) : "its size changed while it was read");
+    }
+    buf[got] = 0;
+    *out = buf;
+    *size = got;
+    return ATTN_OK;
 }

@@ -1,6 +1,7 @@
 /*
  * file.h — the attn_file of attn.h, for the writers beside it (npy.c,
- * safetensors.c), which name the destination in their messages.
+ * safetensors.c), which name the destination in their messages; and the
+ * reading of a whole small file for the library's other readers.
  */
 #ifndef ATTN_IO_FILE_H
 #define ATTN_IO_FILE_H
@@ -18,5 +19,12 @@ struct attn_file {
     bool closed;  /* flushed, synced and closed without an error            */
     bool failed;  /* a write or the close failed: only discarding remains  */
 };
+
+/* The whole file at path in a new buffer (attn_free it) with a NUL after
+ * its *size bytes; messages start "who: " (who NULL: none). Only a regular
+ * file is read: a device, a pipe or a directory is refused (ATTN_ERR_IO),
+ * as /dev/zero or a FIFO would grow the buffer without end or block. */
+attn_status attn_file_read_whole(attn_ctx *ctx, const char *who, const char *path,
+                                 unsigned char **out, size_t *size);
 
 #endif /* ATTN_IO_FILE_H */

@@ -37,6 +37,7 @@
  */
 #include "internal.h"
 
+#include "io/file.h"
 #include "io/json.h"
 #include "text/unicode_classes.h"
 
@@ -590,42 +591,7 @@ static bool encode_piece(const attn_tokenizer *t, const unsigned char *piece, si
 
 /* The whole file at path (NUL-terminated, *size without the NUL). */
 static attn_status read_file(attn_ctx *ctx, const char *path, unsigned char **out, size_t *size) {
-    *out = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return attn_fail(ctx, ATTN_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, used = 0;
-    unsigned char *buf = attn_malloc(cap);
-    if (!buf) {
-        fclose(f);
-        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "no memory to read %s", path);
-    }
-    for (;;) {
-        if (cap - used < 2) {
-            unsigned char *grown = cap <= (size_t)-1 / 2 ? attn_realloc(buf, cap * 2) : NULL;
-            if (!grown) {
-                attn_free(buf);
-                fclose(f);
-                return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "no memory to read %s (%zu bytes so far)",
-                                 path, used);
-            }
-            buf = grown;
-            cap *= 2;
-        }
-        size_t got = fread(buf + used, 1, cap - used - 1, f);
-        used += got;
-        if (got == 0) break;
-    }
-    bool failed = ferror(f) != 0;
-    int err = errno;
-    fclose(f);
-    if (failed) {
-        attn_free(buf);
-        return attn_fail(ctx, ATTN_ERR_IO, "cannot read %s: %s", path, strerror(err));
-    }
-    buf[used] = 0;
-    *out = buf;
-    *size = used;
-    return ATTN_OK;
+    return attn_file_read_whole(ctx, NULL, path, out, size);
 }
 
 /* The 1-based line and column of byte offset pos in s. */

@@ -18,6 +18,7 @@
  *   SAMPLE  the epoch's last step is done: the sample, then the next epoch
  */
 #include "internal.h"
+#include "io/file.h"
 #include "train/model.h"
 #include "train/text_data.h"
 
@@ -803,41 +804,6 @@ static double r_f64(state_reader *s) {
     return x;
 }
 
-static attn_status read_whole(attn_ctx *ctx, const char *path, unsigned char **out, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return attn_fail(ctx, ATTN_ERR_IO, "attn_pretrain_resume: cannot open %s", path);
-    size_t cap = 1 << 16, n = 0;
-    unsigned char *buf = attn_malloc(cap);
-    attn_status st = buf ? ATTN_OK : ATTN_ERR_NO_MEMORY;
-    while (st == ATTN_OK) {
-        if (n == cap) {
-            unsigned char *grown = cap > (size_t)-1 / 2 ? NULL : attn_realloc(buf, cap * 2);
-            if (!grown) {
-                st = ATTN_ERR_NO_MEMORY;
-                break;
-            }
-            buf = grown;
-            cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) {
-            if (ferror(f)) st = ATTN_ERR_IO;
-            break;
-        }
-    }
-    fclose(f);
-    if (st != ATTN_OK) {
-        attn_free(buf);
-        return attn_fail(ctx, st, "attn_pretrain_resume: %s reading %s",
-                         st == ATTN_ERR_IO ? "an I/O error" : "no memory", path);
-    }
-    *out = buf;
-    *size = n;
-    return ATTN_OK;
-}
-
-/* Compares a saved value with the run's: the message names both. */
 /* Compares a saved value with the run's: the message names both. */
 #define SAME(what, saved, now)                                                                 \
     do {                                                                                       \
@@ -954,7 +920,7 @@ attn_status attn_pretrain_resume(attn_pretrain *r, const char *path) {
     if (!spath) return ATTN_ERR_NO_MEMORY;
     unsigned char *bytes = NULL;
     size_t size = 0;
-    attn_status st = read_whole(r->ctx, spath, &bytes, &size);
+    attn_status st = attn_file_read_whole(r->ctx, fn, spath, &bytes, &size);
     state_reader s = {.p = bytes, .size = size};
     saved_run saved = {0};
     if (st == ATTN_OK) st = parse_state(r, fn, spath, &s, &saved);

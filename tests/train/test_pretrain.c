@@ -375,6 +375,12 @@ static void test_resume_refusals(fixture *f, uint64_t seed, const char *dir) {
     CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_FORMAT);
     CHECK_MESSAGE(f->ctx, "(the optimizer's size or steps)");
     CHECK(p.data[5] == before);
+    /* a state that is a device: refused, not read without end */
+    remove(state);
+    CHECK(symlink("/dev/zero", state) == 0);
+    CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_IO);
+    CHECK_MESSAGE(f->ctx, "not a regular file");
+    CHECK(p.data[5] == before);
     /* no state at all */
     remove(state);
     CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_IO);

@@ -277,6 +277,10 @@ static void test_capacity(attn_ctx *ctx) {
     CHECK_STATUS(attn_tokenizer_load(ctx, NULL, &none), ATTN_ERR_NULL);
     CHECK(none == NULL);
     CHECK_STATUS(attn_tokenizer_load(ctx, tmp_path("tok.model"), NULL), ATTN_ERR_NULL);
+    /* a device is not read: /dev/zero would grow the buffer without end */
+    CHECK_STATUS(attn_tokenizer_load(ctx, "/dev/zero", &none), ATTN_ERR_IO);
+    CHECK_MESSAGE(ctx, "/dev/zero: not a regular file");
+    CHECK(none == NULL);
     attn_tokenizer_free(t);
     attn_tokenizer_free(NULL);
 }
