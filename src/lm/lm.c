@@ -84,15 +84,8 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
         if (c.qkv_bias)
             return attn_fail(ctx, ATTN_ERR_INVALID, "%s: llama3 has no qkv_bias", who);
         if (c.rope_base == 0.0) c.rope_base = 500000.0;
-        if (!(c.rope_base > 0.0) || !isfinite(c.rope_base))
-            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: rope_base (%g) must be positive", who,
-                             c.rope_base);
-        /* RoPE's frequencies come from the base in float32, as the book's:
-         * one that rounds to 0 or to infinity makes them infinite or 0 */
-        if ((float)c.rope_base == 0.0f || isinf((float)c.rope_base))
-            return attn_fail(ctx, ATTN_ERR_INVALID,
-                             "%s: rope_base (%g) is outside float32's range (%g to %g)", who,
-                             c.rope_base, (double)FLT_TRUE_MIN, (double)FLT_MAX);
+        attn_status st = attn_rope_check_base(ctx, who, c.rope_base);
+        if (st != ATTN_OK) return st;
         if (c.rope_factor != 0.0 &&
             (!(c.rope_factor > 0.0) || !isfinite(c.rope_factor) ||
              !(c.rope_low_freq_factor > 0.0) || !(c.rope_high_freq_factor > 0.0) ||

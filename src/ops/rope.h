@@ -6,6 +6,8 @@
 #ifndef ATTN_OPS_ROPE_H
 #define ATTN_OPS_ROPE_H
 
+#include "attn.h"
+
 #include <stddef.h>
 
 /* Llama 3.1's frequency scaling (rope_freq); factor 0 means none. */
@@ -19,5 +21,11 @@ typedef struct attn_rope_scaling {
  * the wavelength bounds included), the power correctly rounded. */
 void attn_rope_inv_freq(double rope_base, const attn_rope_scaling *scaling, size_t head_dim,
                         float *inv_freq);
+
+/* ATTN_OK where rope_base is positive and finite and stays so in float32,
+ * where RoPE's frequencies are computed from it (one that rounds to 0 or
+ * to infinity makes them infinite or 0); else ATTN_ERR_INVALID, "who:
+ * rope_base (...) ...". */
+attn_status attn_rope_check_base(attn_ctx *ctx, const char *who, double rope_base);
 
 #endif /* ATTN_OPS_ROPE_H */

@@ -391,6 +391,9 @@ static void test_llama3_model(attn_ctx *ctx, attn_rng *rng) {
     bad = l, bad.rope_base = 0.0;
     CHECK_STATUS(attn_model_new_llama3(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "rope_base (0)");
+    bad = l, bad.rope_base = 1e-300; /* 0 in float32, where the frequencies are made */
+    CHECK_STATUS(attn_model_new_llama3(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "rope_base (1e-300) is outside float32's range");
     bad = l, bad.rope_factor = 8.0, bad.rope_low_freq_factor = 1.0;
     bad.rope_high_freq_factor = 4.0; /* no original_context_length */
     CHECK_STATUS(attn_model_new_llama3(ctx, &bad, rng, &m), ATTN_ERR_INVALID);
