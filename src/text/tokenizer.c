@@ -589,6 +589,14 @@ static bool encode_piece(const attn_tokenizer *t, const unsigned char *piece, si
 /* Reading files                                                             */
 /* ------------------------------------------------------------------------ */
 
+/* n bytes of a line for a message, into buf: NUL, control and non-UTF-8
+ * bytes escaped (a token may hold any byte), cut to about 60 characters. */
+#define QUOTED_CHARS 64
+static const char *quoted(char buf[QUOTED_CHARS], const unsigned char *s, size_t n) {
+    attn_escape_text(buf, QUOTED_CHARS, (const char *)s, n);
+    return buf;
+}
+
 /* The whole file at path (NUL-terminated, *size without the NUL). */
 static attn_status read_file(attn_ctx *ctx, const char *path, unsigned char **out, size_t *size) {
     return attn_file_read_whole(ctx, NULL, path, out, size);
@@ -816,13 +824,14 @@ static attn_status read_merges(attn_tokenizer *t, const char *path, const byte_s
         if (len && line[len - 1] == '\r') len--;
         if (line_no == 1 && len >= 8 && memcmp(line, "#version", 8) == 0) continue;
         size_t span[4];
+        char shown[QUOTED_CHARS];
         bool blank = true;
         for (size_t i = 0; i < len; i++) blank = blank && (line[i] == ' ' || line[i] == '\t');
         if (blank) continue;
         if (!split_merge_line(line, len, span)) {
             st = attn_fail(ctx, ATTN_ERR_FORMAT,
-                           "%s:%zu: a merge is two tokens separated by a space, not \"%.*s\"", path,
-                           line_no, (int)(len > 60 ? 60 : len), (const char *)line);
+                           "%s:%zu: a merge is two tokens separated by a space, not \"%s\"", path,
+                           line_no, quoted(shown, line, len));
             goto done;
         }
         size_t left_len = span[1] - span[0], right_len = span[3] - span[2];
@@ -844,8 +853,8 @@ static attn_status read_merges(attn_tokenizer *t, const char *path, const byte_s
             const unsigned char *missing = left < 0 ? joined : right < 0 ? line + span[2] : joined;
             size_t missing_len = left < 0 ? left_len : right < 0 ? right_len : left_len + right_len;
             st = attn_fail(ctx, ATTN_ERR_FORMAT,
-                           "%s:%zu: the merge's token \"%.*s\" is not in the vocabulary", path,
-                           line_no, (int)missing_len, (const char *)missing);
+                           "%s:%zu: the merge's token \"%s\" is not in the vocabulary", path,
+                           line_no, quoted(shown, missing, missing_len));
             goto done;
         }
         pair_table_put(&t->merges, left, right, rank++, merged);
@@ -970,20 +979,20 @@ static attn_status read_tiktoken_line(attn_ctx *ctx, const char *path, size_t li
                                       const unsigned char *line, size_t len, byte_store *store,
                                       raw_entries *entries, unsigned char *scratch) {
     size_t span[4];
+    char shown[QUOTED_CHARS];
     if (!split_merge_line(line, len, span))
         return attn_fail(ctx, ATTN_ERR_FORMAT,
-                         "%s:%zu: expected a base64 token and its rank, not \"%.*s\" (a tiktoken "
-                         "file)", path, line_no, (int)(len > 60 ? 60 : len), (const char *)line);
+                         "%s:%zu: expected a base64 token and its rank, not \"%s\" (a tiktoken "
+                         "file)", path, line_no, quoted(shown, line, len));
     size_t bytes;
     if (!base64_decode(line + span[0], span[1] - span[0], scratch, &bytes))
-        return attn_fail(ctx, ATTN_ERR_FORMAT, "%s:%zu: \"%.*s\" is not base64", path, line_no,
-                         (int)(span[1] - span[0] > 60 ? 60 : span[1] - span[0]),
-                         (const char *)line + span[0]);
+        return attn_fail(ctx, ATTN_ERR_FORMAT, "%s:%zu: \"%s\" is not base64", path, line_no,
+                         quoted(shown, line + span[0], span[1] - span[0]));
     long long rank = 0;
     for (size_t i = span[2]; i < span[3]; i++) {
         if (line[i] < '0' || line[i] > '9')
-            return attn_fail(ctx, ATTN_ERR_FORMAT, "%s:%zu: the rank \"%.*s\" is not a number",
-                             path, line_no, (int)(span[3] - span[2]), (const char *)line + span[2]);
+            return attn_fail(ctx, ATTN_ERR_FORMAT, "%s:%zu: the rank \"%s\" is not a number",
+                             path, line_no, quoted(shown, line + span[2], span[3] - span[2]));
         rank = rank * 10 + (line[i] - '0');
         if (rank > INT32_MAX - LLAMA3_SPECIALS)
             return attn_fail(ctx, ATTN_ERR_FORMAT, "%s:%zu: the rank is too large", path, line_no);

@@ -360,6 +360,12 @@ static void test_errors(attn_ctx *ctx) {
     make_dir("m3");
     write_gpt2_vocab("m3/vocab.json", gpt2_extra);
     check_load_fails(ctx, made[made_count - 2], ATTN_ERR_IO, "merges.txt");
+    /* a token holding NUL is quoted whole, its NUL escaped */
+    make_dir("m4");
+    write_gpt2_vocab("m4/vocab.json", gpt2_extra);
+    write_file("m4/merges.txt", "#version: 0.2\nh\0 e\n", 19);
+    check_load_fails(ctx, made[made_count - 3], ATTN_ERR_FORMAT,
+                     "merges.txt:2: the merge's token \"h\\x00\" is not in the vocabulary");
     /* tiktoken: the line */
     check_load_fails(ctx, write_tiktoken("t1.model", "a*b= 260\n"), ATTN_ERR_FORMAT,
                      "t1.model:261");
