@@ -329,10 +329,14 @@ typedef struct lm_config_read {
 /* A size that attn_json_as_size refused, named with its value. */
 static attn_status size_refused(attn_ctx *ctx, const char *path, const char *key,
                                 const attn_json *v) {
+    /* past 2^53 a JSON number is held as the nearest double: the one quoted
+     * may not be the file's digits (18446744073709551615 reads as 2^64) */
     if (v->type == ATTN_JSON_NUMBER)
         return attn_fail(ctx, ATTN_ERR_FORMAT,
-                         "attn_lm_load: %s: \"%s\" (%.17g) must be a whole number from 0 to "
-                         "2^64 - 1", path, key, v->number);
+                         "attn_lm_load: %s: \"%s\" (%.17g%s) must be a whole number from 0 to "
+                         "2^64 - 1", path, key, v->number,
+                         fabs(v->number) > 0x1p53 ? " as read: past 2^53 a number keeps 17 digits"
+                                                   : "");
     return attn_fail(ctx, ATTN_ERR_FORMAT,
                      "attn_lm_load: %s: \"%s\" must be a non-negative integer, not a %s", path,
                      key, v->type == ATTN_JSON_STRING ? "string"

@@ -273,7 +273,9 @@ def main():
         ("str_layers", book_cfg(n_layers="1"),
          '"n_layers" must be a non-negative integer, not a string'),
         ("frac_vocab", book_cfg(vocab_size=11.5), '"vocab_size" (11.5) must be a whole number'),
-        ("vocab_2_64", book_cfg(vocab_size=2 ** 64 - 1), '"vocab_size" (1.8446744073709552e+19)'),
+        # 2^64 - 1 as written reads as 2^64: the message says the value is as read
+        ("vocab_2_64", book_cfg(vocab_size=2 ** 64 - 1),
+         '"vocab_size" (1.8446744073709552e+19 as read: past 2^53 a number keeps 17 digits)'),
         ("heads_3", book_cfg(n_heads=3), "n_heads (3) must divide emb_dim (64)"),
         ("huge_emb", book_cfg(emb_dim=1 << 40, n_heads=1), "emb_dim (1099511627776)"),
         ("huge_vocab", book_cfg(vocab_size=1 << 40), "vocab_size (1099511627776)"),
