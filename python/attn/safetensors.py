@@ -74,7 +74,13 @@ def load_file(path, with_metadata=False):
         for i in range(lib.attn_safetensors_count(st)):
             info = SafetensorsInfo()
             ctx.check(lib.attn_safetensors_info_at(st, i, ctypes.byref(info)))
-            a = np.empty(tuple(info.shape[:info.ndim]), dtype=np.float32)
+            shape = tuple(info.shape[:info.ndim])
+            try:
+                a = np.empty(shape, dtype=np.float32)
+            except ValueError as e:  # a dimension NumPy cannot hold, even with 0 elements
+                raise ValueError(f"load_file: {path.decode(errors='replace')}: tensor "
+                                 f"'{info.name.decode(errors='replace')}' of shape {shape}: "
+                                 f"{e}") from None
             ctx.check(lib.attn_safetensors_load(st, info.index, a.ctypes.data_as(F32P),
                                                 info.numel))
             out[info.name.decode()] = a

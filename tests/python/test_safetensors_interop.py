@@ -206,6 +206,18 @@ for what, img in hostile.items():
     check(theirs.startswith("rejected") and ours.startswith("rejected"), f"{what}: safetensors {theirs}, attn {ours}")
     print(f"  {what}: safetensors {theirs}; attn {ours}")
 
+# a valid file whose tensor has no elements but a dimension past NumPy's
+# limit: a ValueError that names the file and the tensor, not NumPy's bare one
+path = os.path.join(tmp, "huge_dim.safetensors")
+with open(path, "wb") as f:
+    f.write(image('{"a":{"dtype":"F32","shape":[0,%d],"data_offsets":[0,0]}}' % 2**63))
+try:
+    attn.load_file(path)
+    ours = "accepted"
+except ValueError as err:
+    ours = str(err)
+check("huge_dim.safetensors" in ours and "'a'" in ours, f"a zero-element huge shape: {ours}")
+
 for name in os.listdir(tmp):
     os.remove(os.path.join(tmp, name))
 os.rmdir(tmp)
