@@ -2186,12 +2186,14 @@ attn_status attn_lm_cache_config(const attn_lm *m, size_t batch, size_t max_len,
  *                appended, as the book's forward with cache.
  * logits receive (rows, vocab_size), or with last_only (batch, vocab_size):
  * each sequence's last new token (a sequence with no new tokens gets
- * zeros). Positions past context_length are ATTN_ERR_OVERFLOW; a cache
- * whose layers hold different lengths for a sequence (a prefix appended
- * into some layers only) is ATTN_ERR_INVALID. Such checks come before any
- * work; a failure inside the layers (ATTN_ERR_NO_MEMORY in
- * a layer's attention) may leave the earlier layers' caches appended:
- * reset those sequences (attn_kv_cache_reset_sequence) before trying again.
+ * zeros). Positions past context_length, or past what any layer of the
+ * cache has room for (max_len, a paged layer's free pages), are
+ * ATTN_ERR_OVERFLOW; a cache whose layers hold different lengths for a
+ * sequence (a prefix appended into some layers only) is ATTN_ERR_INVALID.
+ * Such checks come before any work; a failure inside the layers
+ * (ATTN_ERR_NO_MEMORY in a layer's attention) may leave the earlier
+ * layers' caches appended: reset those sequences
+ * (attn_kv_cache_reset_sequence) before trying again.
  */
 typedef struct attn_lm_forward_args {
     attn_kv_cache *cache;
@@ -2229,7 +2231,14 @@ attn_status attn_sample(attn_ctx *ctx, const float *logits, size_t vocab_size,
  * what PyTorch draws (attn_rng_multinomial: 2 vocab_size words). The
  * softmax is in float like PyTorch's, though not its vector exp: an index
  * differs only where two categories' ratios p / q tie within float
- * rounding. attn_sample without top_p draws the same.
+ * rounding. attn_sample without top_p draws the same. PyTorch divides by
+ * the temperature as a float: past float's range it is inf there (finite
+ * logits then 0: a uniform draw), below it 0. Where that, or a quotient
+ * past float's range, turns PyTorch's softmax NaN (it refuses to draw),
+ * the draw is from the softmax in double, from the same rng words: uniform
+ * over the finite kept logits for a huge temperature, the largest logits
+ * alone for a tiny one. A largest logit of +inf or -inf is
+ * ATTN_ERR_INVALID at any temperature.
  */
 attn_status attn_sample_book(attn_ctx *ctx, const float *logits, size_t vocab_size,
                              double temperature, size_t top_k, attn_rng *rng, int32_t *out);
@@ -2239,7 +2248,9 @@ attn_status attn_sample_book(attn_ctx *ctx, const float *logits, size_t vocab_si
  * prompt (batch 1) is prefilled, then each step samples a token, stops at
  * one of stop_tokens (not written) and feeds it back. out receives up to
  * max_new_tokens ids, *count how many. cache NULL: one made for
- * prompt_len + max_new_tokens and freed; a cache given is reset first.
+ * prompt_len + max_new_tokens and freed; a cache given is checked against
+ * the model (ATTN_ERR_SHAPE, the cache unchanged) and the run's positions,
+ * then reset.
  * rng is needed when temperature > 0. on_token, when given, is called
  * after each token (streaming); returning false stops. It must not free or
  * change the model, the cache, the rng or the arrays the call is using

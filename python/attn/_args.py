@@ -75,7 +75,9 @@ def as_number(name, value, lo=-math.inf, hi=math.inf, lo_open=False, hi_open=Fal
     below = x <= lo if lo_open else x < lo
     above = x >= hi if hi_open else x > hi
     if math.isnan(x) or (finite and math.isinf(x)) or below or above:
-        left, right = "(" if lo_open else "[", ")" if hi_open else "]"
+        # an infinite end that finite refuses is open, whatever *_open says
+        left = "(" if lo_open or (finite and math.isinf(lo)) else "["
+        right = ")" if hi_open or (finite and math.isinf(hi)) else "]"
         what = "a finite number" if finite else "a number"
         raise ValueError(f"{name}: {x!r} is out of range; expected {what} in "
                          f"{left}{lo}, {hi}{right}")

@@ -305,9 +305,17 @@ static attn_status resolve_config(attn_ctx *ctx, attn_kv_cache_config *cfg, size
                              "%s: num_pages (%zu) x page_size (%zu) overflows", who,
                              cfg->num_pages, cfg->page_size);
     }
-    if (!attn_mul_size(tokens, *row, &floats) || !attn_floats_fit(floats))
-        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: %zu tokens x %zu floats per layer "
-                         "overflows", who, tokens, *row);
+    if (!attn_mul_size(tokens, *row, &floats) || !attn_floats_fit(floats)) {
+        /* named by the fields the caller set (a page_size of 2^63), not
+         * by the product of them */
+        if (cfg->layout == ATTN_KV_PAGED)
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: num_pages (%zu) x page_size (%zu) "
+                             "tokens x %zu floats (kv_heads x head_dim) per layer overflows",
+                             who, cfg->num_pages, cfg->page_size, *row);
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: batch (%zu) x max_len (%zu) tokens x %zu "
+                         "floats (kv_heads x head_dim) per layer overflows", who, cfg->batch,
+                         cfg->max_len, *row);
+    }
     /* what the layers take, refused before allocating when past the
      * machine's memory */
     kv_store k = store_of(cfg->k_dtype, cfg->kv_heads, cfg->head_dim),
@@ -595,6 +603,12 @@ static attn_status check_append(attn_kv_cache *c, const char *who, size_t layer,
     }
     *rows_out = rows;
     return ATTN_OK;
+}
+
+attn_status attn_kv_cache_check_append(attn_kv_cache *cache, const char *who, size_t layer,
+                                       const size_t *new_lens, size_t new_tokens) {
+    size_t rows = 0;
+    return check_append(cache, who, layer, new_lens, new_tokens, true, &rows);
 }
 
 /* Appends every sequence's rows (the limits checked). */

@@ -56,8 +56,9 @@ static attn_status check_args(attn_ctx *ctx, const attn_lm_config *cfg,
     return attn_sampling_check(ctx, &a->sampling, cfg->vocab_size, a->rng);
 }
 
-/* The cache to use, reset: the caller's (checked against the positions the
- * run needs) or a new one for them (*own set). */
+/* The cache to use, reset: the caller's (checked against the model and the
+ * positions the run needs, before the reset) or a new one for them (*own
+ * set). */
 static attn_status ready_cache(attn_lm *m, attn_ctx *ctx, const attn_generate_args *a,
                                size_t positions, attn_kv_cache **cache, bool *own) {
     *own = false;
@@ -73,6 +74,9 @@ static attn_status ready_cache(attn_lm *m, attn_ctx *ctx, const attn_generate_ar
                          "attn_lm_generate: the cache holds %zu sequences; generate runs one "
                          "(batch 1)",
                          kc.batch);
+    /* before the reset: a refused call leaves the caller's cache as it was */
+    attn_status st = attn_lm_check_cache(m, "attn_lm_generate", a->cache, 1);
+    if (st != ATTN_OK) return st;
     if (kc.max_len < positions)
         return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                          "attn_lm_generate: the cache holds %zu tokens, but the prompt (%zu "

@@ -579,6 +579,20 @@ attn_status attn_lm_cache_config(const attn_lm *m, size_t batch, size_t max_len,
     return ATTN_OK;
 }
 
+attn_status attn_lm_check_cache(attn_lm *m, const char *who, const attn_kv_cache *cache,
+                                size_t batch) {
+    attn_kv_cache_config c = attn_kv_cache_get_config(cache);
+    if (c.num_layers != m->cfg.n_layers || c.kv_heads != m->kv_heads ||
+        c.head_dim != m->head_dim || c.batch != batch)
+        return attn_fail(m->ctx, ATTN_ERR_SHAPE,
+                         "%s: the cache (layers %zu, batch %zu, kv_heads %zu, head_dim %zu) "
+                         "does not fit the model and call (layers %zu, batch %zu, kv_heads "
+                         "%zu, head_dim %zu)",
+                         who, c.num_layers, c.batch, c.kv_heads, c.head_dim, m->cfg.n_layers,
+                         batch, m->kv_heads, m->head_dim);
+    return ATTN_OK;
+}
+
 attn_status attn_lm_cache_status(attn_ctx *ctx, const attn_kv_cache *cache, attn_status st) {
     attn_ctx *own = attn_kv_cache_ctx(cache);
     if (st == ATTN_OK || !own || own == ctx) return st;
@@ -976,18 +990,9 @@ static attn_status check_forward(attn_lm *m, const attn_lm_forward_args *a, size
     if (a->batch == 0) return attn_fail(ctx, ATTN_ERR_INVALID, "%s: batch is 0", who);
     if (a->batch >= INT32_MAX)
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: batch (%zu) is too large", who, a->batch);
-    if (a->cache) {
-        attn_kv_cache_config c = attn_kv_cache_get_config(a->cache);
-        if (c.num_layers != m->cfg.n_layers || c.kv_heads != m->kv_heads ||
-            c.head_dim != m->head_dim || c.batch != a->batch)
-            return attn_fail(ctx, ATTN_ERR_SHAPE,
-                             "%s: the cache (layers %zu, batch %zu, kv_heads %zu, head_dim %zu) "
-                             "does not fit the model and call (layers %zu, batch %zu, kv_heads "
-                             "%zu, head_dim %zu)",
-                             who, c.num_layers, c.batch, c.kv_heads, c.head_dim, m->cfg.n_layers,
-                             a->batch, m->kv_heads, m->head_dim);
-    }
-    attn_status st = grow_batch(m, a->batch);
+    attn_status st = a->cache ? attn_lm_check_cache(m, who, a->cache, a->batch) : ATTN_OK;
+    if (st != ATTN_OK) return st;
+    st = grow_batch(m, a->batch);
     if (st != ATTN_OK) return st;
     size_t total = 0, most = 0;
     for (size_t s = 0; s < a->batch; s++) {
@@ -1032,6 +1037,13 @@ static attn_status check_forward(attn_lm *m, const attn_lm_forward_args *a, size
             return attn_fail(ctx, ATTN_ERR_INVALID,
                              "%s: token %zu is %ld, outside the vocabulary [0, %zu)", who, r,
                              (long)a->tokens[r], m->cfg.vocab_size);
+    /* every layer's room for the call (a paged layer's free pages differ
+     * from layer to layer: a window layer's ring reuses its pages), before
+     * the first layer appends */
+    for (size_t l = 0; a->cache && l < m->cfg.n_layers; l++)
+        if ((st = attn_lm_cache_status(ctx, a->cache, attn_kv_cache_check_append(
+                 a->cache, who, l, a->lens, a->tokens_per_seq))) != ATTN_OK)
+            return st;
     *rows = total;
     *longest = most;
     return ATTN_OK;

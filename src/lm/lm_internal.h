@@ -106,6 +106,12 @@ void attn_lm_list_names(const attn_lm_config *cfg, attn_lm_name_fn visit, void *
  * reading the model's ctx, would find none). */
 attn_status attn_lm_cache_status(attn_ctx *ctx, const attn_kv_cache *cache, attn_status st);
 
+/* ATTN_ERR_SHAPE, named for who, where cache does not fit m (its layers,
+ * kv_heads and head_dim) and a call of batch sequences; it reads the cache
+ * alone, so a caller checks it before it changes the cache. */
+attn_status attn_lm_check_cache(attn_lm *m, const char *who, const attn_kv_cache *cache,
+                                size_t batch);
+
 /* A model of cfg with all weights zero (lm.c; used by attn_lm_new and the
  * loader). */
 attn_status attn_lm_create(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,

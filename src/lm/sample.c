@@ -6,7 +6,9 @@
  *                   torch.where, so ties with the k-th are kept), then
  *     without top_p the book's own draw: softmax(logits / temperature) in
  *                   float and torch.multinomial(probs, 1) from the rng, so
- *                   the book's seed gives the book's tokens;
+ *                   the book's seed gives the book's tokens (where the
+ *                   float quotients, or a temperature past float's range,
+ *                   turn PyTorch's softmax NaN: the softmax in double);
  *     with top_p    p = softmax(logits / temperature) (in double), the
  *                   smallest set of most likely tokens whose probability
  *                   reaches top_p kept (ties broken by index), renormalised,
@@ -47,9 +49,10 @@ attn_status attn_sampling_check(attn_ctx *ctx, const attn_sampling *s, size_t vo
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "attn_sample: temperature %g must be finite and >= 0 (0: greedy)",
                          s->temperature);
+    char number[ATTN_NUMBER_CHARS];
     if (!(s->top_p >= 0.0 && s->top_p <= 1.0))
-        return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "attn_sample: top_p %g must be in [0, 1] (0 or 1: all)", s->top_p);
+        return attn_fail(ctx, ATTN_ERR_INVALID, "attn_sample: top_p %s must be in [0, 1] (0 or 1: "
+                         "all)", attn_number_text(s->top_p, number));
     if (s->top_k > vocab_size)
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "attn_sample: top_k %zu is more than vocab_size %zu (0: all)", s->top_k,
@@ -267,6 +270,24 @@ attn_status attn_sample(attn_ctx *ctx, const float *logits, size_t vocab_size,
 
 /* ---- the book's generate, draw for draw ------------------------------------ */
 
+/* The softmax of the kept logits (>= floor, top the largest, finite) over
+ * temperature, in double, into probs (floats): exp((l - top) / T), so a
+ * temperature past float's range, either way, still gives its value or
+ * its limit (uniform over the finite kept logits, or the maxima alone). */
+static void softmax_in_double(const float *logits, size_t vocab_size, float floor, float top,
+                              double temperature, float *probs) {
+    double total = 0.0;
+    for (size_t i = 0; i < vocab_size; i++)
+        if (logits[i] >= floor && logits[i] != -INFINITY)
+            total += exp(((double)logits[i] - (double)top) / temperature);
+    for (size_t i = 0; i < vocab_size; i++) {
+        double p = 0.0;
+        if (logits[i] >= floor && logits[i] != -INFINITY)
+            p = exp(((double)logits[i] - (double)top) / temperature);
+        probs[i] = (float)(p / total); /* total >= 1: the top's term */
+    }
+}
+
 /* torch.where(logits < topk(logits, k)[-1], -inf, logits), / temperature,
  * torch.softmax and torch.multinomial(probs, 1), all in float as PyTorch
  * computes them; probs is scratch of vocab_size floats. */
@@ -281,24 +302,37 @@ static attn_status book_draw(attn_ctx *ctx, const char *who, const float *logits
     /* logits / temperature in float, then torch.softmax in float: exp(x -
      * max), times the float reciprocal of the sum. */
     const float t = (float)temperature;
-    float max = -INFINITY;
+    float max = -INFINITY, top = -INFINITY; /* of the quotients, of the kept logits */
+    bool nan = false;
     for (size_t i = 0; i < vocab_size; i++) {
-        float x = logits[i] < floor ? -INFINITY : logits[i] / t;
+        float kept = logits[i] < floor ? -INFINITY : logits[i], x = kept / t;
+        if (isnan(x)) nan = true;
         probs[i] = x;
         if (x > max) max = x;
+        if (kept > top) top = kept;
     }
-    if (isinf(max))
+    if (isinf(top))
         return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "%s: the largest logit / temperature (%g) is %s: "
-                         "torch.multinomial refuses the softmax",
-                         who, temperature, max > 0 ? "inf" : "-inf (every logit)");
-    double total = 0.0;
-    for (size_t i = 0; i < vocab_size; i++) {
-        probs[i] = (float)exp((double)(probs[i] - max));
-        total += probs[i];
+                         "%s: the largest logit is %s: no distribution to sample "
+                         "(temperature %g)",
+                         who, top > 0 ? "inf" : "-inf (every logit)", temperature);
+    /* PyTorch divides by the temperature as a float: one past float's
+     * range is inf there (-inf / inf: NaN), one below it 0 (0 / 0: NaN),
+     * and a quotient past float's range is +-inf; each turns its softmax
+     * NaN, which torch.multinomial refuses. The largest kept logit is
+     * finite, so the distribution exists: it is drawn from its value in
+     * double, from the same rng words. */
+    if (nan || isinf(max)) {
+        softmax_in_double(logits, vocab_size, floor, top, temperature, probs);
+    } else {
+        double total = 0.0;
+        for (size_t i = 0; i < vocab_size; i++) {
+            probs[i] = (float)exp((double)(probs[i] - max));
+            total += probs[i];
+        }
+        const float scale = 1.0f / (float)total;
+        for (size_t i = 0; i < vocab_size; i++) probs[i] *= scale;
     }
-    const float scale = 1.0f / (float)total;
-    for (size_t i = 0; i < vocab_size; i++) probs[i] *= scale;
     int64_t chosen = 0;
     attn_status st = attn_rng_multinomial(rng, probs, vocab_size, &chosen);
     if (st != ATTN_OK)

@@ -230,6 +230,8 @@ def wrapping():
                            ("page_size", dict(page_size=-4, cache="paged"), "-4"),
                            ("seed", dict(seed=-1, temperature=1.0), "-1"),
                            ("temperature", dict(temperature=float("nan")), "nan"),
+                           # inf is refused, so the range it gives is open there
+                           ("temperature", dict(temperature=float("inf")), "[0.0, inf)"),
                            ("top_p", dict(top_p=2.0), "2.0")):
         args = dict(max_new_tokens=2)
         args.update(kw)
@@ -239,6 +241,8 @@ def wrapping():
            "new_cache batch -1", S)
     raises(lambda: lm.new_cache(batch=1, max_len=4, page_size=-1, layout="paged"), ValueError,
            ["page_size", "-1"], "new_cache page_size -1", S)
+    raises(lambda: lm.new_cache(batch=1, max_len=4, page_size=2**63, layout="paged"),
+           attn.AttnError, ["page_size (9223372036854775808)"], "new_cache page_size 2**63", S)
     for kw, words in (({"dtype": None}, ["dtype is None"]), ({"dtype": ["f32"]}, ["dtype", "['f32']"]),
                       ({"layout": ["paged"]}, ["layout", "['paged']"]),
                       ({"k_dtype": "int2"}, ["k_dtype", "'int2'"])):

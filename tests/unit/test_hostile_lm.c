@@ -15,6 +15,10 @@
  *     named as such;
  *   - attn_lm_generate's message gives the prompt's length as given;
  *   - a tied head's bytes are counted once;
+ *   - caches refused before anything is written: a paged pool that a later
+ *     layer lacks (every layer's length kept, the next call that fits
+ *     right), another model's cache given to attn_lm_generate (its tokens
+ *     kept); a page_size of 2^63 named;
  *   - NULLs and unknown flags.
  * Each refusal must come within a second: the old loader spent minutes.
  */
@@ -514,6 +518,120 @@ static void test_uneven_cache(attn_ctx *ctx) {
     attn_lm_free(m);
 }
 
+/* A 2-layer Llama 3 of 64 positions whose layer 0 keeps a window of 4 in a
+ * paged cache of 3 pages of 4 tokens (its ring reuses one page), layer 1
+ * every token. */
+static attn_lm *windowed_llama(attn_ctx *ctx, attn_kv_cache **cache) {
+    attn_lm_config c = {.arch = ATTN_LM_LLAMA3, .vocab_size = 11, .context_length = 64,
+                        .emb_dim = 8, .n_heads = 2, .n_layers = 2, .n_kv_groups = 1,
+                        .hidden_dim = 16, .rope_base = 10000.0};
+    attn_lm *m = NULL;
+    attn_rng *rng = NULL;
+    *cache = NULL;
+    CHECK_STATUS(attn_rng_new(ctx, 7, &rng), ATTN_OK);
+    CHECK_STATUS(attn_lm_new(ctx, &c, rng, &m), ATTN_OK);
+    attn_rng_free(rng);
+    if (!m) return NULL;
+    attn_kv_cache_config kc;
+    size_t windows[2] = {4, 0};
+    CHECK_STATUS(attn_lm_cache_config(m, 1, 64, &kc), ATTN_OK);
+    kc.windows = windows;
+    kc.layout = ATTN_KV_PAGED;
+    kc.page_size = 4;
+    kc.num_pages = 3;
+    CHECK_STATUS(attn_kv_cache_new(ctx, &kc, cache), ATTN_OK);
+    return m;
+}
+
+static attn_status forward_n(attn_lm *m, attn_kv_cache *cache, const int32_t *tokens, size_t n,
+                             float *logits) {
+    attn_lm_forward_args a = {.cache = cache, .tokens = tokens, .batch = 1, .tokens_per_seq = n,
+                              .last_only = true, .logits = logits};
+    return attn_lm_forward(m, &a);
+}
+
+/* attn_lm_forward with room in layer 0's pool but not in layer 1's: the
+ * call is refused before any layer appends (both lengths as they were), so
+ * a later call that fits runs, with the logits of a cache that never saw
+ * the refusal. */
+static void test_pages_of_a_later_layer(attn_ctx *ctx) {
+    attn_kv_cache *cache = NULL, *clean = NULL;
+    attn_lm *m = windowed_llama(ctx, &cache);
+    attn_lm *twin = windowed_llama(ctx, &clean);
+    if (!m || !cache || !twin || !clean) goto done;
+    const int32_t tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    float logits[11], want[11];
+    CHECK_STATUS(forward_n(m, cache, tokens, 8, logits), ATTN_OK);
+    CHECK_STATUS(forward_n(m, cache, tokens, 8, logits), ATTN_ERR_OVERFLOW);
+    CHECK_MESSAGE(ctx, "attn_lm_forward: the page pool of layer 1 is out of pages");
+    size_t len0 = 0, len1 = 0;
+    CHECK_STATUS(attn_kv_cache_length(cache, 0, 0, &len0), ATTN_OK);
+    CHECK_STATUS(attn_kv_cache_length(cache, 1, 0, &len1), ATTN_OK);
+    CHECK(len0 == 8 && len1 == 8);
+    /* 4 more take layer 1's last page */
+    CHECK_STATUS(forward_n(m, cache, tokens, 4, logits), ATTN_OK);
+    CHECK_STATUS(attn_kv_cache_length(cache, 0, 0, &len0), ATTN_OK);
+    CHECK_STATUS(attn_kv_cache_length(cache, 1, 0, &len1), ATTN_OK);
+    CHECK(len0 == 12 && len1 == 12);
+    CHECK_STATUS(forward_n(twin, clean, tokens, 8, want), ATTN_OK);
+    CHECK_STATUS(forward_n(twin, clean, tokens, 4, want), ATTN_OK);
+    CHECK(memcmp(logits, want, sizeof want) == 0);
+done:
+    attn_kv_cache_free(cache);
+    attn_kv_cache_free(clean);
+    attn_lm_free(m);
+    attn_lm_free(twin);
+}
+
+/* attn_lm_generate given the cache of another model (2 layers to its 1)
+ * refuses it before resetting it: the cache keeps its 3 tokens. */
+static void test_generate_foreign_cache(attn_ctx *ctx) {
+    attn_lm_config one = tiny_gpt2(1), two = tiny_gpt2(2);
+    attn_lm *m = NULL, *other = NULL;
+    attn_kv_cache *cache = NULL;
+    CHECK_STATUS(attn_lm_new(ctx, &one, NULL, &m), ATTN_OK);
+    CHECK_STATUS(attn_lm_new(ctx, &two, NULL, &other), ATTN_OK);
+    if (!m || !other) goto done;
+    CHECK_STATUS(attn_lm_cache_new(other, 1, 8, ATTN_KV_CONTIGUOUS, 0, &cache), ATTN_OK);
+    if (!cache) goto done;
+    const int32_t three[3] = {1, 2, 3};
+    float logits[11];
+    CHECK_STATUS(forward_n(other, cache, three, 3, logits), ATTN_OK);
+    int32_t out[2];
+    size_t count = 9, len = 0;
+    attn_generate_args a = {.prompt = three, .prompt_len = 3, .max_new_tokens = 2,
+                            .cache = cache, .out = out, .count = &count};
+    CHECK_STATUS(attn_lm_generate(m, &a), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "attn_lm_generate: the cache (layers 2, batch 1");
+    CHECK(count == 0);
+    for (size_t l = 0; l < 2; l++) {
+        CHECK_STATUS(attn_kv_cache_length(cache, l, 0, &len), ATTN_OK);
+        CHECK(len == 3);
+    }
+done:
+    attn_kv_cache_free(cache);
+    attn_lm_free(m);
+    attn_lm_free(other);
+}
+
+/* A page_size of 2^63 is named as the value at fault, not only as the
+ * tokens it makes. */
+static void test_huge_page_size(attn_ctx *ctx) {
+    attn_lm_config c = tiny_gpt2(1);
+    attn_lm *m = NULL;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_OK);
+    if (!m) return;
+    attn_kv_cache_config kc;
+    CHECK_STATUS(attn_lm_cache_config(m, 1, 8, &kc), ATTN_OK);
+    kc.layout = ATTN_KV_PAGED;
+    kc.page_size = (size_t)1 << 63;
+    attn_kv_cache *cache = (attn_kv_cache *)&kc; /* must come back NULL */
+    CHECK_STATUS(attn_kv_cache_new(ctx, &kc, &cache), ATTN_ERR_OVERFLOW);
+    CHECK_MESSAGE(ctx, "page_size (9223372036854775808)");
+    CHECK(cache == NULL);
+    attn_lm_free(m);
+}
+
 int main(void) {
     snprintf(dir, sizeof dir, "/tmp/test_hostile_lm_XXXXXX");
     if (!mkdtemp(dir)) return 1;
@@ -529,6 +647,9 @@ int main(void) {
     test_config_beside(ctx);
     test_nulls(ctx);
     test_uneven_cache(ctx);
+    test_pages_of_a_later_layer(ctx);
+    test_generate_foreign_cache(ctx);
+    test_huge_page_size(ctx);
     attn_ctx_free(ctx);
     const char *names[] = {"one.st", "huge.json", "renamed.st", "wide.st", "two.st", "one.json", "tied.st",
                            "eps0.json", "trained.st", "own.st", "plain.st", "config.json"};

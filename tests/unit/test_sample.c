@@ -4,11 +4,12 @@
  * tiny top_p are greedy at any temperature; the frequencies of 20000 draws
  * match softmax(logits / T) restricted to top_k / top_p and renormalised,
  * within a bound computed from n; one uniform per call; seeds reproduce;
- * every error names its value. Then attn_lm_generate on a small random
- * model: the same tokens as the loop written out by hand (forward with the
- * cache, attn_sample, feed back) for greedy and sampled runs, contiguous and
- * paged caches; stop tokens, on_token stopping, the context limit and every
- * error.
+ * every error names its value; temperatures past float's range draw from
+ * PyTorch's softmax where it is defined, else from the softmax itself.
+ * Then attn_lm_generate on a small random model: the same tokens as the
+ * loop written out by hand (forward with the cache, attn_sample, feed back)
+ * for greedy and sampled runs, contiguous and paged caches; stop tokens,
+ * on_token stopping, the context limit and every error.
  *
  * The logits are fresh each run, seeded from the clock (printed); pass a
  * seed as the first argument to repeat a run.
@@ -339,6 +340,93 @@ static void test_errors(attn_rng *draws) {
 #undef EXPECT
 }
 
+/* How often each of n tokens is drawn in `draws` calls of attn_sample. */
+static void tally(const float *x, size_t n, const attn_sampling *s, attn_rng *r, int draws,
+                  int *seen) {
+    for (size_t i = 0; i < n; i++) seen[i] = 0;
+    for (int d = 0; d < draws; d++) {
+        int32_t t = -1;
+        CHECK_STATUS(attn_sample(ctx, x, n, s, r, &t), ATTN_OK);
+        if (t >= 0 && (size_t)t < n) seen[t]++;
+    }
+}
+
+/* Temperatures past float's range, which the book's draw divides by as a
+ * float, as PyTorch does. Where PyTorch's softmax is defined the draws are
+ * its: a temperature that is inf in float makes finite logits 0, the draws
+ * of all-zero logits at temperature 1. Where it is NaN only because of the
+ * temperature (0 / 0, -inf / inf, a quotient past float's range) the draw
+ * is from the distribution itself: uniform over the finite kept logits for
+ * a huge temperature, the largest alone (ties shared) for a tiny one; with
+ * top_p too. An infinite largest logit is still refused. */
+static void test_extreme_temperatures(uint64_t seed) {
+    const float x[4] = {0.1f, 0.2f, 0.3f, 0.4f}, zeros[4] = {0};
+    const double huge[3] = {1e39, 1e300, 3.5e38};
+    for (size_t i = 0; i < 3; i++) {
+        attn_rng *a, *b;
+        CHECK_STATUS(attn_rng_new(ctx, seed, &a), ATTN_OK);
+        CHECK_STATUS(attn_rng_new(ctx, seed, &b), ATTN_OK);
+        int same = 0;
+        for (int d = 0; d < 32; d++) {
+            int32_t got = -1, want = -2;
+            CHECK_STATUS(attn_sample_book(ctx, x, 4, huge[i], 0, a, &got), ATTN_OK);
+            CHECK_STATUS(attn_sample_book(ctx, zeros, 4, 1.0, 0, b, &want), ATTN_OK);
+            same += got == want;
+        }
+        CHECK(same == 32);
+        attn_rng_free(a);
+        attn_rng_free(b);
+    }
+    attn_rng *r;
+    CHECK_STATUS(attn_rng_new(ctx, seed, &r), ATTN_OK);
+    int seen[4];
+    /* top_k's -inf, and a -inf logit, over a huge temperature */
+    const float masked[4] = {0.1f, -INFINITY, 0.3f, 0.4f};
+    for (size_t i = 0; i < 3; i++) {
+        attn_sampling s = {.temperature = huge[i], .top_k = 2};
+        tally(x, 4, &s, r, 200, seen);
+        CHECK(seen[0] == 0 && seen[1] == 0 && seen[2] > 50 && seen[3] > 50);
+        s.top_k = 0;
+        tally(masked, 4, &s, r, 300, seen);
+        CHECK(seen[1] == 0 && seen[0] > 50 && seen[2] > 50 && seen[3] > 50);
+        s.top_p = 0.99; /* in double */
+        tally(masked, 4, &s, r, 300, seen);
+        CHECK(seen[1] == 0 && seen[0] > 50 && seen[2] > 50 && seen[3] > 50);
+    }
+    int32_t token = -1;
+    CHECK_STATUS(attn_sample_book(ctx, masked, 4, 1e300, 0, r, &token), ATTN_OK);
+    CHECK(token == 0 || token == 2 || token == 3);
+    /* tiny: 0 in float (1e-300: 0 / 0), or quotients past float's range
+     * (1e-39: -1 / 1e-39 is -inf, 0.4 / 1e-39 inf) */
+    const float falling[3] = {0.0f, -1.0f, -2.0f}, below[2] = {-1.0f, -2.0f};
+    const float tie[3] = {-1.0f, 2.0f, 2.0f};
+    const double tiny[3] = {1e-300, 1e-39, 1e-40};
+    for (size_t i = 0; i < 3; i++) {
+        for (int top_p = 0; top_p < 2; top_p++) {
+            attn_sampling s = {.temperature = tiny[i], .top_p = top_p ? 0.99 : 0.0};
+            tally(falling, 3, &s, r, 20, seen);
+            CHECK(seen[0] == 20);
+            tally(below, 2, &s, r, 20, seen);
+            CHECK(seen[0] == 20);
+            tally(x, 4, &s, r, 20, seen);
+            CHECK(seen[3] == 20);
+            tally(tie, 3, &s, r, 200, seen);
+            CHECK(seen[0] == 0 && seen[1] > 50 && seen[2] > 50);
+        }
+        token = -1;
+        CHECK_STATUS(attn_sample_book(ctx, falling, 3, tiny[i], 2, r, &token), ATTN_OK);
+        CHECK(token == 0);
+    }
+    /* an infinite largest logit has no distribution, whatever the temperature */
+    const float inf[3] = {0.0f, INFINITY, 1.0f}, ninf[2] = {-INFINITY, -INFINITY};
+    token = 77;
+    CHECK_STATUS(attn_sample_book(ctx, inf, 3, 1e300, 0, r, &token), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "the largest logit is inf: no distribution to sample (temperature 1e+300)");
+    CHECK_STATUS(attn_sample_book(ctx, ninf, 2, 1e-300, 0, r, &token), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "the largest logit is -inf (every logit)");
+    CHECK(token == 77);
+    attn_rng_free(r);
+}
 
 /* ---- attn_lm_generate ----------------------------------------------------- */
 
@@ -598,6 +686,7 @@ int main(int argc, char **argv) {
     test_reproducible(data, seed);
     test_book_draws(data, seed);
     test_errors(draws);
+    test_extreme_temperatures(seed);
     test_generate(seed);
     attn_rng_free(data);
     attn_rng_free(draws);
