@@ -265,19 +265,33 @@ const char *cli_kv_dtype_name(attn_dtype dtype) {
     return "?";
 }
 
+/* Why an earlier flush of stdout failed (cli_stdout_flushed), for
+ * cli_finish's line: stdio keeps only that a write failed. */
+static int stdout_error;
+
 int cli_finish(int rc) {
+    int earlier = stdout_error;
+    stdout_error = 0;
     errno = 0;
     bool flushed = fflush(stdout) == 0;
     if (flushed && !ferror(stdout)) return rc;
     /* a run SIGPIPE stopped has said so: its reader is gone, and so its
      * writes failed */
     if (cli_interrupt_pending() == SIGPIPE) return rc;
-    if (!flushed && errno)
+    int error = !flushed && errno ? errno : earlier;
+    if (error)
         fprintf(stderr, "%s: error writing to standard output: %s\n", cli_program_name,
-                strerror(errno));
+                strerror(error));
     else
         fprintf(stderr, "%s: error writing to standard output\n", cli_program_name);
     return rc == CLI_OK ? CLI_FAILED : rc;
+}
+
+bool cli_stdout_flushed(void) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) return true;
+    if (errno) stdout_error = errno;
+    return cli_interrupt_pending() == SIGPIPE;
 }
 
 int cli_finite_additive(const char *opt, const char *path, const attn_npy *a) {

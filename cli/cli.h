@@ -51,6 +51,12 @@ int cli_main(int argc, char **argv, bool parse_only);
 /* Flushes stdout; on a write error prints it and returns CLI_FAILED (or rc
  * if rc already says failure), else rc. */
 int cli_finish(int rc);
+/* Flushes stdout before a command puts its files in place: false when what
+ * it printed did not all get out (cli_finish reports it at exit), so that a
+ * command that fails leaves no file new or changed. A run that SIGPIPE
+ * stopped passes: its reader is gone, cli_finish does not report its
+ * failed writes, and it keeps what it saves as it stops. */
+bool cli_stdout_flushed(void);
 
 /* Prints "<program>: <message>" to stderr and returns CLI_USAGE. Control
  * characters (and bytes that are not UTF-8) from the values it quotes are

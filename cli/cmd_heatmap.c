@@ -415,7 +415,7 @@ static int run_heatmap(int argc, char **argv) {
         if ((rc = cli_outputs_npy(&out, weights_at, panels, 3, shape)) != CLI_OK) goto done;
     }
     if (h.terminal && !hm_print_terminal(stdout, &spec)) {
-        rc = cli_usage_error("heatmap: writing to standard output failed");
+        rc = CLI_FAILED; /* the one line saying so is cli_finish's */
         goto done;
     }
     hm_layout layout = {0};
@@ -440,15 +440,14 @@ static int run_heatmap(int argc, char **argv) {
             goto done;
         }
     }
-    /* The report below says the files are there: they go in place first. */
-    if ((rc = cli_outputs_commit(&out, true)) != CLI_OK) goto done;
-    if (h.output) {
-        if (!h.terminal)
-            printf("wrote %s: %zu panel%s, %zu x %zu pixels, cell %zu, colour scale %.4f to "
-                   "%.4f\n",
-                   h.output, count, count == 1 ? "" : "s", layout.width, layout.height,
-                   layout.cell, (double)layout.vmin, (double)layout.vmax);
-    }
+    /* The report below says the files are written: they are complete first,
+     * and go in place once it is out, with everything printed. */
+    if ((rc = cli_outputs_close(&out)) != CLI_OK) goto done;
+    if (h.output && !h.terminal)
+        printf("wrote %s: %zu panel%s, %zu x %zu pixels, cell %zu, colour scale %.4f to %.4f\n",
+               h.output, count, count == 1 ? "" : "s", layout.width, layout.height, layout.cell,
+               (double)layout.vmin, (double)layout.vmax);
+    rc = cli_outputs_commit(&out, true);
 done:
     cli_outputs_free(&out);
     for (size_t i = 0; labels && i < col.tokens; i++) free(labels[i]);

@@ -274,15 +274,9 @@ static int run_mask(int argc, char **argv) {
                skipped, tiles, info.config.batch, info.config.heads, info.q_blocks,
                info.kv_blocks, info.sparsity);
     }
-    if (o.png) {
-        /* the PNG in place once the drawing is out: a command whose printing
-         * failed (cli_finish names it) leaves no file new or changed */
-        if (o.show && (fflush(stdout) != 0 || ferror(stdout))) {
-            rc = CLI_FAILED;
-            goto done;
-        }
-        rc = cli_outputs_commit(&out, false);
-    }
+    /* the PNG in place once the drawing is out (cli_outputs_commit checks
+     * stdout): a command whose printing failed leaves no file new or changed */
+    if (o.png) rc = cli_outputs_commit(&out, false);
 done:
     cli_outputs_free(&out);
     free(rgb);

@@ -8,6 +8,8 @@
 #include "loss_plot.h"
 #include "png_write.h"
 
+#include "io/json.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -27,9 +29,6 @@
  * endless one such as /dev/zero) is refused once that much is read. */
 #define MAX_TEXT_BYTES ((size_t)2 << 30)
 #define MAX_TEXT_NAME "2 GiB"
-/* A config file is a few hundred bytes; past this it is no config. */
-#define MAX_CONFIG_BYTES ((size_t)16 << 20)
-#define MAX_CONFIG_NAME "16 MiB"
 
 static const char pretrain_help[] =
     "usage: attn pretrain [--preset NAME | --config cfg.json | --resume FILE]\n"
@@ -210,38 +209,17 @@ static int parse_args(int argc, char **argv, pretrain_cli *o) {
 
 /* ---- the model --------------------------------------------------------------- */
 
-/* The value after "key": in a JSON file's text, for the keys
- * attn_lm_config_read does not keep (the dropout rates): 1 with the number
- * in *out, 0 where the key is absent, -1 where it holds something else
- * (a string, null, a list). */
-static int json_value(const char *text, const char *key, double *out) {
-    size_t n = strlen(key);
-    for (const char *p = strstr(text, key); p; p = strstr(p + 1, key)) {
-        if (p == text || p[-1] != '"' || p[n] != '"') continue;
-        const char *q = p + n + 1;
-        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
-        if (*q++ != ':') continue;
-        while (*q == ' ' || *q == '\t' || *q == '\n' || *q == '\r') q++;
-        char *end;
-        errno = 0;
-        double x = strtod(q, &end);
-        /* JSON numbers only: strtod also reads "inf", "nan" and hex */
-        bool number = (*q == '-' || (*q >= '0' && *q <= '9')) && end != q && !errno &&
-                      !memchr(q, 'x', (size_t)(end - q)) && !memchr(q, 'X', (size_t)(end - q));
-        if (!number) return -1;
-        *out = x;
-        return 1;
-    }
-    return 0;
+/* The number under key in the JSON object obj (a config's top level, for
+ * the dropout rates attn_lm_config_read does not keep; a checkpoint's
+ * rope_freq), looked up as the library reads the rest of a config
+ * (attn_json_get: of duplicate keys the last, as Python's json keeps it):
+ * 1 with the number in *out, 0 where the key is absent, -1 where it holds
+ * something else (a string, null, a list). */
+static int json_value(const attn_json *obj, const char *key, double *out) {
+    const attn_json *v = attn_json_get(obj, key);
+    if (!v) return 0;
+    return attn_json_as_double(v, out) ? 1 : -1;
 }
-
-/* The number after "key": (json_value), true where there is one. */
-static bool json_number(const char *text, const char *key, double *out) {
-    return json_value(text, key, out) > 0;
-}
-
-static int read_small_file(const char *opt, const char *path, size_t limit, char **out,
-                           size_t *length, bool *too_long);
 
 /* The book's Llama3Model of a config.json's attn_lm_config: its RMSNorm
  * has eps 1e-5 and its output head is a weight of its own. */
@@ -309,15 +287,18 @@ static int checkpoint_model_new(attn_ctx *ctx, const char *path, attn_rng *rng,
         ok = metadata_size(st, "hidden_dim", &l.hidden_dim) &&
              metadata_size(st, "n_kv_groups", &l.n_kv_groups) &&
              metadata_double(st, "rope_base", &l.rope_base) && freq;
+        attn_json *f = NULL;
         if (ok && strcmp(freq, "null") != 0) {
             double original = 0.0;
-            ok = json_number(freq, "factor", &l.rope_factor) &&
-                 json_number(freq, "low_freq_factor", &l.rope_low_freq_factor) &&
-                 json_number(freq, "high_freq_factor", &l.rope_high_freq_factor) &&
-                 json_number(freq, "original_context_length", &original) && original >= 0.0 &&
+            ok = attn_json_parse(ctx, freq, strlen(freq), "--resume", &f) == ATTN_OK &&
+                 json_value(f, "factor", &l.rope_factor) > 0 &&
+                 json_value(f, "low_freq_factor", &l.rope_low_freq_factor) > 0 &&
+                 json_value(f, "high_freq_factor", &l.rope_high_freq_factor) > 0 &&
+                 json_value(f, "original_context_length", &original) > 0 && original >= 0.0 &&
                  original < 1e15 && original == floor(original);
             l.rope_original_context_length = (size_t)original;
         }
+        attn_json_free(f);
     }
     attn_safetensors_free(st);
     if (!ok)
@@ -350,24 +331,17 @@ static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rn
                 return cli_library_error(ctx, "--config");
             return CLI_OK;
         }
-        char *text = NULL;
-        size_t length = 0;
-        bool too_long = false;
-        int rc = read_small_file("--config", o->config, MAX_CONFIG_BYTES, &text, &length,
-                                 &too_long);
-        if (rc == CLI_OK && too_long)
-            rc = cli_usage_error("--config: '%s' holds more than " MAX_CONFIG_NAME
-                                 ": it is no config",
-                                 o->config);
-        if (rc != CLI_OK) return rc;
+        attn_json *root;
+        if (attn_json_read_file(ctx, o->config, &root) != ATTN_OK)
+            return cli_library_error(ctx, "--config");
         /* one rate for the book's three dropouts: the book's drop_rate, which
          * its GPTModel reads (no default), or GPT-2's resid_pdrop (GPT2Config's
          * default 0.1), its attn_pdrop and embd_pdrop the same */
         double drop = 0.0, hf_width = 0.0;
         const char *key = "drop_rate";
-        int found = json_value(text, key, &drop);
-        bool hf = json_value(text, "n_embd", &hf_width) == 1;
-        if (found == 0 && hf) found = json_value(text, key = "resid_pdrop", &drop);
+        int found = json_value(root, key, &drop);
+        bool hf = json_value(root, "n_embd", &hf_width) == 1;
+        if (found == 0 && hf) found = json_value(root, key = "resid_pdrop", &drop);
         if (found == 0 && hf) {
             drop = 0.1;
             found = 1;
@@ -376,7 +350,7 @@ static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rn
         double other = drop;
         const char *differs = NULL;
         for (size_t i = 0; hf && found > 0 && !differs && i < 2; i++) {
-            int got = json_value(text, others[i], &other);
+            int got = json_value(root, others[i], &other);
             if (got < 0) {
                 found = -1;
                 key = others[i];
@@ -384,7 +358,7 @@ static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rn
                 differs = others[i];
             }
         }
-        free(text);
+        attn_json_free(root);
         if (found < 0)
             return cli_usage_error("--config: \"%s\" in '%s' must be a number (a probability)",
                                    key, o->config);
@@ -742,8 +716,11 @@ static int check_outputs(const pretrain_cli *o, cli_outputs *outs, size_t *plot_
 
 /* attn_pretrain_save with the signals held: a signal waits until both
  * files are in place, so that none leaves the library's temporaries behind
- * or a model without its state. */
+ * or a model without its state. Only once what the run printed is out
+ * (cli_stdout_flushed): a run whose printing failed fails, and leaves no
+ * file new or changed. */
 static int save_run(pretrain_state *s, const char *path) {
+    if (!cli_stdout_flushed()) return CLI_FAILED;
     cli_interrupt_hold();
     attn_status st = attn_pretrain_save(s->run, path);
     cli_interrupt_release();

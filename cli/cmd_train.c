@@ -5,6 +5,9 @@
 #include "cli.h"
 #include "interrupt.h"
 #include "module_options.h"
+#include "outputs.h"
+
+#include "train/model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -100,7 +103,7 @@ typedef struct train_options {
     bool warmup_set, log_every_set;
     attn_optimizer_kind optimizer;
     double lr, momentum, weight_decay, clip;
-    bool lr_set, weight_decay_set, momentum_set;
+    bool lr_set, weight_decay_set, momentum_set, clip_set;
     uint64_t seed;
     const char *save;
 } train_options;
@@ -205,7 +208,7 @@ static int parse_options(int argc, char **argv, train_options *o) {
             else if (strcmp(opt, "--momentum") == 0) o->momentum = x, o->momentum_set = true;
             else if (strcmp(opt, "--weight-decay") == 0)
                 o->weight_decay = x, o->weight_decay_set = true;
-            else if (strcmp(opt, "--clip") == 0) o->clip = x;
+            else if (strcmp(opt, "--clip") == 0) o->clip = x, o->clip_set = true;
             else if (x > 1.0) rc = cli_usage_error("--dropout: expected a probability in [0, 1], got '%s'", value);
             else o->model.dropout = x;
         }
@@ -248,9 +251,12 @@ typedef struct run {
     attn_optimizer *opt;
     int32_t *tokens, *targets;
     float *logits;
+    cli_outputs out; /* --save's file */
+    size_t save_at;
 } run;
 
 static void run_free(run *r) {
+    cli_outputs_free(&r->out);
     attn_optimizer_free(r->opt);
     attn_model_free(r->model);
     attn_rng_free(r->init_rng);
@@ -322,9 +328,12 @@ static int train(run *r, const train_options *o) {
             return cli_library_error(r->ctx, "train");
         if (!isfinite(loss)) {
             if (p.live) putchar('\n');
-            fprintf(stderr, "attn: train: the loss is %g at step %zu (try a lower --lr)\n",
-                    (double)loss, step);
-            return CLI_FAILED;
+            /* a NaN's sign says nothing: "nan" as attn pretrain and Python write it */
+            const char *value = isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf";
+            /* --lr is the suspect unless other optimizer settings were given */
+            bool others = o->momentum_set || o->weight_decay_set || o->clip_set;
+            return cli_failure("train: the loss is %s at step %zu (try a lower --lr%s)", value,
+                               step, others ? " or other optimizer settings" : "");
         }
         count_correct(r->logits, r->targets, o->batch * T, V, &correct, &scored);
         report(&p, o, step, loss, correct, scored, lr);
@@ -338,18 +347,20 @@ static int train(run *r, const train_options *o) {
     cli_format_duration(elapsed, wall, sizeof wall);
     printf("trained %zu steps in %.1f s (%s)\n", o->steps, elapsed, wall);
     if (o->save) {
-        /* with the signals held: a signal waits for the file to be in place,
-         * and leaves no temporary of the library's behind */
-        cli_interrupt_hold();
-        attn_status saved = attn_model_save(r->model, o->save);
-        cli_interrupt_release();
-        if (saved != ATTN_OK) return cli_library_error(r->ctx, "--save");
+        /* written whole to the temporary now; in place once everything is
+         * printed (cli_outputs_commit), so that a failed stdout leaves no
+         * file new or changed */
+        if (attn_model_save_to(r->model, cli_outputs_file(&r->out, r->save_at, NULL),
+                               o->save) != ATTN_OK)
+            return cli_library_error(r->ctx, "--save");
+        if ((rc = cli_outputs_close(&r->out)) != CLI_OK) return rc;
         printf("saved %zu parameters to %s (safetensors)\n", attn_model_num_scalars(r->model),
                o->save);
     }
     int sig = cli_interrupt_pending();
     if (sig && evaluated < o->eval_sequences) {
         /* the model is trained whole (and saved): only the evaluation stops */
+        if (o->save && (rc = cli_outputs_commit(&r->out, true)) != CLI_OK) return rc;
         fflush(stdout);
         cli_note("train: interrupted (%s) in the held-out evaluation after %zu of %zu "
                  "sequences%s",
@@ -359,7 +370,7 @@ static int train(run *r, const train_options *o) {
     }
     printf("held-out accuracy: %.2f%% (answer tokens, %zu sequences)\n", 100.0 * accuracy,
            o->eval_sequences);
-    return CLI_OK;
+    return o->save ? cli_outputs_commit(&r->out, true) : CLI_OK;
 }
 
 /* The options with their defaults, parsed and checked. */
@@ -404,15 +415,10 @@ static int run_train(int argc, char **argv) {
     attn_ctx_config cc = {.num_threads = o.threads};
     if ((rc = cli_ctx_new(&cc, &r.ctx)) != CLI_OK) return rc;
     /* A --save path that cannot be written fails now, not after the last
-     * step of training; the save itself replaces the file whole or not at
-     * all (attn_file). */
-    attn_file *probe = NULL;
-    cli_interrupt_hold(); /* the probe's temporary is gone before a signal is acted on */
-    attn_status probed = o.save ? attn_file_open(r.ctx, o.save, &probe) : ATTN_OK;
-    attn_file_discard(probe);
-    cli_interrupt_release();
-    if (probed != ATTN_OK) {
-        rc = cli_library_error(r.ctx, "--save");
+     * step of training; its temporary replaces the file whole, after the
+     * run's last line, or not at all (cli_outputs). */
+    cli_outputs_init(&r.out, r.ctx);
+    if (o.save && (rc = cli_outputs_add(&r.out, "--save", o.save, &r.save_at)) != CLI_OK) {
         run_free(&r);
         return rc;
     }

@@ -169,11 +169,19 @@ attn_file *cli_outputs_file(cli_outputs *out, size_t index, const char *summary)
     return o->file;
 }
 
-int cli_outputs_commit(cli_outputs *out, bool quiet) {
-    /* Every output complete and durable before the first is put in place. */
+int cli_outputs_close(cli_outputs *out) {
     for (size_t i = 0; i < out->count; i++)
         if (attn_file_close(out->ctx, out->items[i].file) != ATTN_OK)
             return cli_library_error(out->ctx, out->items[i].opt);
+    return CLI_OK;
+}
+
+int cli_outputs_commit(cli_outputs *out, bool quiet) {
+    /* Every output complete and durable before the first is put in place. */
+    int rc = cli_outputs_close(out);
+    if (rc != CLI_OK) return rc;
+    /* a command whose printing failed fails: it leaves no file new or changed */
+    if (out->count > 0 && !cli_stdout_flushed()) return CLI_FAILED;
     /* Put in place with the signals held: a signal finds either no output
      * or all of them in place. */
     cli_interrupt_hold();

@@ -15,7 +15,7 @@
  *     rc = cli_outputs_not_input(&out, "--q", q_path);           // output != input
  *     ... read, compute ...
  *     rc = cli_outputs_npy(&out, o, data, rank, shape);          // to the temporary
- *     rc = cli_outputs_commit(&out);   // all in place; "attn: wrote ..." on stderr
+ *     rc = cli_outputs_commit(&out);   // stdout flushed, all in place; "attn: wrote ..."
  *     cli_outputs_free(&out);          // removes what was not committed
  */
 #ifndef ATTN_CLI_OUTPUTS_H
@@ -65,10 +65,18 @@ int cli_outputs_npy(cli_outputs *out, size_t index, const float *data, size_t ra
  * few words, or NULL) goes after its name in the "wrote" line. */
 attn_file *cli_outputs_file(cli_outputs *out, size_t index, const char *summary);
 
-/* Closes every output, then, when all are complete, renames each into
- * place and prints "attn: wrote PATH (SHAPE float32), ..." on stderr
- * (unless quiet). CLI_FAILED naming the option and the path otherwise, with
- * no destination changed. */
+/* Closes every output: each complete and durable, or CLI_FAILED naming the
+ * option and the path. A command that reports its files on stdout closes
+ * them first, prints the report, then commits, so that the report is
+ * checked with the rest of what it printed. */
+int cli_outputs_close(cli_outputs *out);
+
+/* Closes every output (cli_outputs_close) and flushes stdout, then, when
+ * all are complete and everything printed is out (cli_stdout_flushed),
+ * renames each into place and prints "attn: wrote PATH (SHAPE float32),
+ * ..." on stderr (unless quiet). CLI_FAILED otherwise, naming the option
+ * and the path (a failed stdout: cli_finish names it), with no destination
+ * changed. */
 int cli_outputs_commit(cli_outputs *out, bool quiet);
 
 /* Removes every temporary not committed (and the directory made, when

@@ -15,7 +15,11 @@ written, no existing file changed, no temporary left, no directory made.
      files, gradients of the wrong shape; bad safetensors weights;
   c. a file size limit (RLIMIT_FSIZE, SIGXFSZ at its default as a shell
      leaves it) in the middle of each command's write: the previous files
-     stay byte for byte.
+     stay byte for byte;
+  d. stdout on /dev/full (every write to it fails) for each command that
+     prints and writes files (train, heatmap, mask, pretrain): exit 1, the
+     one line "attn: error writing to standard output...", no file written
+     or changed.
 Then the good runs: each command writes what it says on its one "attn:
 wrote" line (forward, grad, sdpa), and leaves no temporary.
 Ends with "N passed, N failed" and the number of cases per surface.
@@ -30,6 +34,9 @@ import sys
 import tempfile
 
 import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DATA = os.path.join(ROOT, "data")
 
 passed = failed = 0
 counts = collections.Counter()
@@ -92,6 +99,24 @@ class Runner:
         check(not changed, "%s: changes nothing" % label, "changed: %r" % changed[:6])
         check(r.stdout == "" or args[0] == "train", "%s: nothing on stdout" % label,
               r.stdout[:200])
+
+    def bad_stdout(self, surface, args):
+        """args with stdout on /dev/full must fail (exit 1) on the one line
+        saying so, and change nothing under the working directory."""
+        counts[surface] += 1
+        before = snapshot(self.work)
+        with open("/dev/full", "w") as full:
+            r = subprocess.run([self.attn] + [str(a) for a in args], cwd=self.work,
+                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+        after = snapshot(self.work)
+        label = "attn %s > /dev/full" % " ".join(str(a) for a in args)
+        lines = r.stderr.splitlines()
+        check(r.returncode == 1 and len(lines) == 1
+              and lines[0].startswith("attn: error writing to standard output"),
+              "%s: exits 1 with one line naming standard output" % label,
+              "rc=%s stderr=%r" % (r.returncode, r.stderr[:500]))
+        changed = sorted(set(before.items()) ^ set(after.items()))
+        check(not changed, "%s: changes nothing" % label, "changed: %r" % changed[:6])
 
 
 def save(path, array):
@@ -310,6 +335,38 @@ def main():
         save(os.path.join(work, "old.safetensors"), np.zeros(1))  # any earlier bytes
         r.bad("size limit", ["train", "--steps", "1", "--save", "old.safetensors"],
               ["--save", "old.safetensors", "File too large"], rc=1, file_limit=4096)
+
+        # d. stdout that fails: the files stay out of place, the old ones as they were
+        if os.path.exists("/dev/full"):
+            png = r.run(hm + ["--output", "probe.png"]).returncode == 0
+            if png:
+                os.remove(os.path.join(work, "probe.png"))
+            r.bad_stdout("stdout", ["train", "--steps", "2", "--eval", "4", "--save",
+                                    "tr.safetensors"])
+            r.bad_stdout("stdout", ["train", "--steps", "2", "--eval", "4", "--save",
+                                    "old.safetensors"])
+            # each case its own names: a file one left would hide the next one's
+            r.bad_stdout("stdout", hm + ["--terminal", "--save-weights", "hw1.npy"])
+            # a drawing past stdio's buffer: the write fails while it prints
+            r.bad_stdout("stdout", ["heatmap", "--module", "mha", "--d-in", "8", "--d-out",
+                                    "8", "--heads", "2", "--text", " ".join(["w"] * 40),
+                                    "--terminal", "--save-weights", "hw2.npy"])
+            if png:
+                r.bad_stdout("stdout", hm + ["--output", "hm3.png", "--save-weights",
+                                             "hw3.npy"])
+                r.bad_stdout("stdout", hm + ["--output", "hm4.png", "--terminal",
+                                             "--save-weights", "hw4.npy"])
+                r.bad_stdout("stdout", ["mask", "--q-len", "64", "--show", "--png", "m.png"])
+            text = os.path.join(work, "text.txt")
+            with open(os.path.join(DATA, "the-verdict.txt"), encoding="utf-8") as f:
+                write(text, f.read()[:3000].encode())
+            cfg = os.path.join(work, "cfg.json")
+            write(cfg, b'{"vocab_size": 50257, "context_length": 8, "emb_dim": 8, '
+                       b'"n_heads": 2, "n_layers": 1, "drop_rate": 0.0, "qkv_bias": false}')
+            r.bad_stdout("stdout", ["pretrain", "--config", cfg, "--text", text, "--tokenizer",
+                                    os.path.join(DATA, "gpt2-bpe"), "--epochs", "2",
+                                    "--max-length", "8", "--stride", "8", "--save", "p.st"]
+                         + (["--plot", "p.png"] if png else []))
 
         # the good runs: what the line says is there, nothing else is
         before = set(os.listdir(work))

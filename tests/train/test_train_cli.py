@@ -105,6 +105,16 @@ def main():
         rc, _, err = attn(cli, "train", *TINY, "--save", os.path.join(d, "none", "m.st"))
         expect(rc == 1 and "--save" in err and "cannot open" in err, "unwritable --save: %s" % err)
 
+    # a loss that turns non-finite: exit 1, one line spelling it as Python does ("nan",
+    # never "-nan"), with a hint that names --lr alone only when nothing else was set
+    for extra, hint in ((["--lr", "1e30"], "--lr"),
+                        (["--optimizer", "sgd", "--momentum", "1e308"],
+                         "--lr or other optimizer settings")):
+        rc, _, err = attn(cli, "train", *TINY, *extra)
+        expect(rc == 1 and re.fullmatch(r"attn: train: the loss is (nan|inf|-inf) at step \d+ "
+                                        r"\(try a lower %s\)\n" % re.escape(hint), err),
+               "non-finite loss with %s: rc %d, %r" % (extra, rc, err))
+
     # usage errors: exit 2, one line naming the value
     usage = [
         (["--task", "copies"], "--task: expected copy, reverse, sort or induction, got 'copies'"),
