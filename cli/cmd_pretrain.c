@@ -419,12 +419,14 @@ static int read_small_file(const char *opt, const char *path, size_t limit, char
         if (got == 0) break;
     }
     bool failed = ferror(f) != 0;
+    int err = errno; /* why the read failed ("Is a directory") */
     fclose(f);
     if (!buf) return cli_failure("%s: out of memory reading '%s'", opt, path);
     if (failed || n > limit) {
         free(buf);
         *too_long = !failed;
-        return failed ? cli_usage_error("%s: cannot read '%s'", opt, path) : CLI_OK;
+        return failed ? cli_usage_error("%s: cannot read '%s': %s", opt, path, strerror(err))
+                      : CLI_OK;
     }
     buf[n] = '\0';
     *out = buf;

@@ -282,6 +282,9 @@ def bad_inputs(attn, d, cfg_path, ckpt):
             f.write(blob * 200)
         refused(["--text", path], r"'%s' is not UTF-8: byte %d" % (re.escape(path), at), 2,
                 "--text not UTF-8 (%s)" % name)
+    # a directory: the reason named
+    refused(["--text", d], r"cannot read '%s': Is a directory" % re.escape(d), 2,
+            "--text a directory")
     # a dropout rate that is not a number, not read as 0
     cfg_bad = os.path.join(d, "cfg_drop.json")
     with open(cfg_bad, "w") as f:
