@@ -1007,9 +1007,11 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
          * step would stall the core. A row that sees the whole block takes
          * its heads' steps together once every head is scored
          * (softmax_heads); the others, one head at a time as it is scored. */
-        bool whole[ATTN_DECODE_ROWS];
-        for (size_t r = 0; r < rows; r++)
+        bool whole[ATTN_DECODE_ROWS], any_whole = false;
+        for (size_t r = 0; r < rows; r++) {
             whole[r] = jlo[r] == 0 && jhi[r] == BK && !hidden[r] && !map_heads;
+            any_whole |= whole[r];
+        }
         for (size_t kh = 0; kh < KH; kh++) {
             for (size_t j = 0; (k_scaled || v_scaled) && j < BK; j++) { /* 0 outside the block */
                 bool in = j >= from - b0 && j < b1 - b0;
@@ -1076,10 +1078,7 @@ static void decode_chunk(const attn_decode_seq *s, size_t row0, size_t rows, siz
                 softmax_heads(sc + i * BK, H - h0 < BK ? H - h0 : BK, m + i, l + i, alpha + i);
             }
         }
-        for (size_t kh = 0; v_scaled && kh < KH; kh++) {
-            bool any = false;
-            for (size_t r = 0; r < rows; r++) any |= whole[r];
-            if (!any) break;
+        for (size_t kh = 0; v_scaled && any_whole && kh < KH; kh++) {
             for (size_t j = 0; j < BK; j++) /* a whole block: every lane in it */
                 vfac[j] = row_factor(vf->dtype, head_scales(&rw[j], true, vf, kh));
             for (size_t r = 0; r < rows; r++)
