@@ -9,6 +9,7 @@
 #include "png_write.h"
 
 #include "io/json.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <math.h>
@@ -436,26 +437,6 @@ static int read_small_file(const char *opt, const char *path, size_t limit, char
 
 /* The files as Python's open(path, "r", encoding="utf-8").read() gives them
  * ("\r\n" and "\r" as "\n"), joined with <|endoftext|> between them. */
-/* The offset of the first byte of text[0, n) that is not well-formed
- * UTF-8 (no overlong forms, surrogates or code points past U+10FFFF, as
- * Python's decoder reads it), or n. */
-static size_t utf8_error_at(const unsigned char *s, size_t n) {
-    for (size_t i = 0; i < n;) {
-        unsigned c = s[i];
-        size_t len = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : c >= 0xE0 && c <= 0xEF ? 3
-                                 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-        if (!len || i + len > n) return i;
-        for (size_t k = 1; k < len; k++)
-            if ((s[i + k] & 0xC0) != 0x80) return i;
-        unsigned c1 = len > 1 ? s[i + 1] : 0;
-        if ((c == 0xE0 && c1 < 0xA0) || (c == 0xED && c1 > 0x9F) || (c == 0xF0 && c1 < 0x90) ||
-            (c == 0xF4 && c1 > 0x8F))
-            return i;
-        i += len;
-    }
-    return n;
-}
-
 static int read_texts(const pretrain_cli *o, char **out, size_t *length) {
     static const char sep[] = "<|endoftext|>";
     char *all = NULL;
@@ -478,7 +459,7 @@ static int read_texts(const pretrain_cli *o, char **out, size_t *length) {
             free(all);
             return rc;
         }
-        size_t bad = utf8_error_at((const unsigned char *)text, len);
+        size_t bad = attn_utf8_invalid_at((const unsigned char *)text, len);
         if (bad < len) {
             unsigned byte = (unsigned char)text[bad];
             free(text);

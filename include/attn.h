@@ -2321,7 +2321,8 @@ attn_status attn_tokenizer_decode(attn_tokenizer *t, const int32_t *ids, size_t 
  * of character (code point) int(train_ratio * len(text)) of the UTF-8 text,
  * as Python counts them; text[0 .. split) is the training part, the rest
  * validation, each tokenized on its own. Pass the text as Python reads it
- * (open(..., "r") turns "\r\n" into "\n").
+ * (open(..., "r") turns "\r\n" into "\n"); text that is not UTF-8 (which
+ * Python would not read) is ATTN_ERR_INVALID naming the first bad byte.
  */
 attn_status attn_text_split(attn_ctx *ctx, const char *text, size_t length, double train_ratio,
                             size_t *split);

@@ -2,6 +2,7 @@
 #include "cpu_info.h"
 #include "internal.h"
 #include "parallel.h"
+#include "utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,23 +104,12 @@ attn_kernels attn_ctx_kernels(const attn_ctx *ctx) {
 
 size_t attn_ctx_num_threads(const attn_ctx *ctx) { return ctx ? ctx->num_threads : 0; }
 
-/* The length of the UTF-8 sequence at s (n bytes left) when it is well
- * formed and encodes a printable character (not a C1 control), else 0. */
+/* The length of the UTF-8 character at s (n bytes left) when it is well
+ * formed and printable (not a C1 control), else 0. */
 static size_t utf8_printable(const unsigned char *s, size_t n) {
-    size_t len;
-    unsigned long cp;
-    if (s[0] >= 0xc2 && s[0] <= 0xdf) len = 2, cp = s[0] & 0x1fu;
-    else if (s[0] >= 0xe0 && s[0] <= 0xef) len = 3, cp = s[0] & 0x0fu;
-    else if (s[0] >= 0xf0 && s[0] <= 0xf4) len = 4, cp = s[0] & 0x07u;
-    else return 0;
-    if (n < len) return 0;
-    for (size_t i = 1; i < len; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (s[i] & 0x3fu);
-    }
-    bool overlong = (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000);
-    if (overlong || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff) || cp < 0xa0) return 0;
-    return len;
+    uint32_t cp;
+    size_t len = attn_utf8_decode(s, n, &cp);
+    return cp >= 0xa0 ? len : 0;
 }
 
 /* Copies n bytes of text into dst (cap bytes, NUL-terminated) with control

@@ -3,6 +3,7 @@
  * recursive descent over it that gathers each container's items in a
  * growing array. */
 #include "io/json.h"
+#include "utf8.h"
 
 #include <errno.h>
 #include <math.h>
@@ -140,47 +141,6 @@ static bool hex4(const unsigned char *p, const unsigned char *end, uint32_t *out
     return true;
 }
 
-static size_t utf8_encode(uint32_t cp, unsigned char *out) {
-    if (cp < 0x80) {
-        out[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (unsigned char)(0xc0 | (cp >> 6));
-        out[1] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (unsigned char)(0xe0 | (cp >> 12));
-        out[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-        out[2] = (unsigned char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    out[0] = (unsigned char)(0xf0 | (cp >> 18));
-    out[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3f));
-    out[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3f));
-    out[3] = (unsigned char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-size_t attn_json_utf8_length(const unsigned char *p, size_t avail) {
-    unsigned char b = p[0];
-    if (b < 0x80) return 1;
-    size_t n;
-    uint32_t cp, min;
-    if (b >= 0xc2 && b <= 0xdf) n = 2, cp = b & 0x1fu, min = 0x80;
-    else if (b >= 0xe0 && b <= 0xef) n = 3, cp = b & 0x0fu, min = 0x800;
-    else if (b >= 0xf0 && b <= 0xf4) n = 4, cp = b & 0x07u, min = 0x10000;
-    else return 0;
-    if (avail < n) return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (p[i] & 0x3fu);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return n;
-}
-
 /* The escape whose backslash is at r->p, its code point's UTF-8 appended
  * to buf. */
 static attn_status parse_escape(attn_json_reader *r, unsigned char *buf, size_t *len) {
@@ -211,7 +171,7 @@ static attn_status parse_escape(attn_json_reader *r, unsigned char *buf, size_t 
     if (cp == 0 && !r->allow_nul)
         return attn_json_fail_at(r, at, ATTN_ERR_FORMAT,
                                  "a string holds a NUL character (\\u0000)");
-    *len += utf8_encode(cp, buf + *len);
+    *len += attn_utf8_encode(cp, buf + *len);
     return ATTN_OK;
 }
 
@@ -248,7 +208,9 @@ attn_status attn_json_read_string(attn_json_reader *r, const char *what, char **
             if ((st = parse_escape(r, buf, &len)) != ATTN_OK) break;
             continue;
         }
-        size_t n = r->check_utf8 ? attn_json_utf8_length(r->p, (size_t)(r->end - r->p)) : 1;
+        uint32_t ignored;
+        size_t n = r->check_utf8 ? attn_utf8_decode(r->p, (size_t)(r->end - r->p), &ignored)
+                                 : 1;
         if (n == 0) {
             char head[JSON_MESSAGE_MAX], detail[32];
             snprintf(detail, sizeof detail, ": bad byte 0x%02x", (unsigned)c);

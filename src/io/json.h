@@ -117,10 +117,6 @@ attn_status attn_json_read_number(attn_json_reader *r, double *out);
 /* x as JSON writes a number, "%.17g" with '.' whatever the caller's
  * LC_NUMERIC (a comma locale would write "1,5"), into buf of size bytes. */
 void attn_json_format_double(char *buf, size_t size, double x);
-/* The length of the UTF-8 sequence at p (at most avail bytes, avail > 0),
- * or 0 when it is not well-formed: no overlong forms, surrogates or values
- * past U+10FFFF. (The writers check what they write with it too.) */
-size_t attn_json_utf8_length(const unsigned char *p, size_t avail);
 /* Skips whitespace; fails unless the text ends there ("unexpected text
  * after <after>"). */
 attn_status attn_json_end(attn_json_reader *r, const char *after);

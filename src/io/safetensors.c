@@ -25,6 +25,7 @@
 #define _XOPEN_SOURCE 700 /* fstat, fileno */
 #include "half.h"
 #include "internal.h"
+#include "utf8.h"
 #include "io/file.h"
 
 #include "io/json.h"
@@ -1080,15 +1081,8 @@ static void buf_json_string(text_buf *b, const char *s) {
 }
 
 static bool valid_utf8(const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    size_t left = strlen(s);
-    while (left) {
-        size_t n = attn_json_utf8_length(p, left);
-        if (!n) return false;
-        p += n;
-        left -= n;
-    }
-    return true;
+    size_t n = strlen(s);
+    return attn_utf8_invalid_at((const unsigned char *)s, n) == n;
 }
 
 static int compare_tensor_names(const void *a, const void *b) {

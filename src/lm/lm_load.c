@@ -409,19 +409,28 @@ static attn_status opt_size(attn_ctx *ctx, const char *path, const attn_json *ob
     return ATTN_OK;
 }
 
-/* A count of KV heads: absent (or null) leaves *out (0: one a head); a
- * given 0 is refused, not read as absent: no head fits in 0 groups (the
- * book's GroupedQueryAttention divides by it). */
-static attn_status opt_groups(attn_ctx *ctx, const char *path, const attn_json *obj,
-                              const char *key, size_t *out) {
+/* An optional count whose 0 means "not given" to the caller: absent (or
+ * null) leaves *out; a given 0 is refused, not read as absent, the
+ * message saying why (why_zero) and what leaving it out gives (absent). */
+static attn_status opt_count(attn_ctx *ctx, const char *path, const attn_json *obj,
+                             const char *key, size_t *out, const char *why_zero,
+                             const char *absent) {
     attn_status st = opt_size(ctx, path, obj, key, out);
     if (st == ATTN_OK && attn_json_get(obj, key) &&
         attn_json_get(obj, key)->type != ATTN_JSON_NULL && *out == 0)
         return attn_fail(ctx, ATTN_ERR_FORMAT,
-                         "attn_lm_load: %s: \"%s\" is 0, which holds no head: give a count "
-                         "that divides the heads, or leave it out for one a head",
-                         path, key);
+                         "attn_lm_load: %s: \"%s\" is 0, %s: give a positive count, or leave "
+                         "it out for %s",
+                         path, key, why_zero, absent);
     return st;
+}
+
+/* A count of KV heads (0: one a head): no head fits in 0 groups (the
+ * book's GroupedQueryAttention divides by it). */
+static attn_status opt_groups(attn_ctx *ctx, const char *path, const attn_json *obj,
+                              const char *key, size_t *out) {
+    return opt_count(ctx, path, obj, key, out, "which holds no head (a count that divides the "
+                     "heads)", "one a head");
 }
 
 static attn_status opt_bool(attn_ctx *ctx, const char *path, const attn_json *obj,
@@ -522,9 +531,17 @@ static attn_status read_hf_gpt2(attn_ctx *ctx, const char *path, const attn_json
     if (st == ATTN_OK) st = need_size(ctx, path, j, "n_layer", &c->n_layers);
     if (st == ATTN_OK) st = need_size(ctx, path, j, "n_head", &c->n_heads);
     if (st == ATTN_OK) st = need_size(ctx, path, j, "vocab_size", &c->vocab_size);
-    if (st == ATTN_OK) st = opt_size(ctx, path, j, "n_ctx", &c->context_length);
-    if (st == ATTN_OK) st = opt_size(ctx, path, j, "n_positions", &c->context_length);
-    if (st == ATTN_OK) st = opt_size(ctx, path, j, "n_inner", &c->hidden_dim);
+    if (st == ATTN_OK)
+        st = opt_count(ctx, path, j, "n_ctx", &c->context_length, "a context of no token",
+                       "n_positions");
+    if (st == ATTN_OK)
+        st = opt_count(ctx, path, j, "n_positions", &c->context_length,
+                       "a context of no token", "n_ctx");
+    /* transformers builds a feed-forward of n_inner units when it is given,
+     * 0 too: a layer of no units is no GPT-2, not the 4 * n_embd default */
+    if (st == ATTN_OK)
+        st = opt_count(ctx, path, j, "n_inner", &c->hidden_dim, "a feed-forward of no units",
+                       "4 * n_embd");
     if (st == ATTN_OK) st = opt_eps(ctx, path, j, "layer_norm_epsilon", &c->norm_eps);
     if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_word_embeddings", &r->tie);
     if (st == ATTN_OK && c->context_length == 0)

@@ -36,6 +36,7 @@
  * outside bytes_to_unicode (an added token) decodes to its own UTF-8.
  */
 #include "internal.h"
+#include "utf8.h"
 
 #include "io/file.h"
 #include "io/json.h"
@@ -239,45 +240,6 @@ typedef struct text_char {
     attn_unicode_class cls;
 } text_char;
 
-static bool is_continuation(unsigned char b) { return (b & 0xC0) == 0x80; }
-
-/* The code point at s[i] (i < n), strictly decoded (no overlongs,
- * surrogates or values past U+10FFFF); len 0 when invalid. */
-static uint32_t utf8_decode(const unsigned char *s, size_t n, size_t i, size_t *len) {
-    unsigned char b = s[i];
-    *len = 0;
-    if (b < 0x80) {
-        *len = 1;
-        return b;
-    }
-    size_t need;
-    uint32_t cp;
-    unsigned char lo = 0x80, hi = 0xBF; /* the second byte's range */
-    if (b >= 0xC2 && b <= 0xDF) {
-        need = 1;
-        cp = b & 0x1F;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-        need = 2;
-        cp = b & 0x0F;
-        if (b == 0xE0) lo = 0xA0;
-        if (b == 0xED) hi = 0x9F;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        need = 3;
-        cp = b & 0x07;
-        if (b == 0xF0) lo = 0x90;
-        if (b == 0xF4) hi = 0x8F;
-    } else {
-        return NOT_A_CHAR;
-    }
-    if (n - i <= need || s[i + 1] < lo || s[i + 1] > hi) return NOT_A_CHAR;
-    for (size_t k = 1; k <= need; k++) {
-        if (!is_continuation(s[i + k])) return NOT_A_CHAR;
-        cp = (cp << 6) | (s[i + k] & 0x3F);
-    }
-    *len = need + 1;
-    return cp;
-}
-
 static attn_unicode_class ascii_class(unsigned char b) {
     if ((b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z')) return ATTN_UNICODE_LETTER;
     if (b >= '0' && b <= '9') return ATTN_UNICODE_NUMBER;
@@ -294,8 +256,9 @@ static text_char char_at(const unsigned char *s, size_t n, size_t i) {
         c.cls = ascii_class(s[i]);
         return c;
     }
-    c.cp = utf8_decode(s, n, i, &c.len);
-    if (c.cp == NOT_A_CHAR) {
+    c.len = attn_utf8_decode(s + i, n - i, &c.cp);
+    if (c.len == 0) {
+        c.cp = NOT_A_CHAR;
         c.len = 1;
         c.cls = ATTN_UNICODE_OTHER;
     } else {
@@ -639,29 +602,6 @@ static int unicode_to_byte(uint32_t cp) {
     return 173;
 }
 
-static size_t utf8_encode(uint32_t cp, unsigned char out[4]) {
-    if (cp < 0x80) {
-        out[0] = (unsigned char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (unsigned char)(0xC0 | (cp >> 6));
-        out[1] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (unsigned char)(0xE0 | (cp >> 12));
-        out[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (unsigned char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (unsigned char)(0xF0 | (cp >> 18));
-    out[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (unsigned char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 /* One vocabulary entry as read: its key's bytes in the arena, its id and
  * where it was (a byte offset or a line) for messages. */
 typedef struct raw_entry {
@@ -876,8 +816,8 @@ static attn_status decode_gpt2_tokens(attn_tokenizer *t, const char *path,
         size_t n = strings->len[id], start = t->tokens.used;
         if (!n) continue;
         for (size_t i = 0; i < n;) {
-            size_t len;
-            uint32_t cp = utf8_decode(s, n, i, &len); /* valid: the JSON reader checked */
+            uint32_t cp;
+            size_t len = attn_utf8_decode(s + i, n - i, &cp); /* valid: the JSON reader checked */
             int b = unicode_to_byte(cp);
             unsigned char one = (unsigned char)b;
             size_t at;
@@ -911,7 +851,7 @@ static attn_status load_gpt2(attn_tokenizer *t, const char *vocab_path, const ch
         goto done;
     for (unsigned b = 0; b < 256; b++) {
         unsigned char key[4];
-        size_t len = utf8_encode(byte_to_unicode(b), key);
+        size_t len = attn_utf8_encode(byte_to_unicode(b), key);
         t->byte_token[b] = id_table_find(&by_string, &strings, key, len);
         if (t->byte_token[b] < 0) {
             st = attn_fail(ctx, ATTN_ERR_FORMAT,

@@ -18,6 +18,7 @@
  */
 #include "internal.h"
 #include "train/text_data.h"
+#include "utf8.h"
 
 #include <string.h>
 
@@ -33,6 +34,14 @@ attn_status attn_text_split(attn_ctx *ctx, const char *text, size_t length, doub
     if (!(train_ratio >= 0.0 && train_ratio <= 1.0))
         return attn_fail(ctx, ATTN_ERR_INVALID, "attn_text_split: train_ratio %s must be in [0, 1]",
                          attn_number_text(train_ratio, number));
+    /* Python reads no text that is not UTF-8: its characters would be
+     * counted here in no way Python can match */
+    size_t bad = attn_utf8_invalid_at((const unsigned char *)text, length);
+    if (bad < length)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "attn_text_split: text is not UTF-8: byte %zu (0x%02x) of %zu starts no "
+                         "character",
+                         bad, (unsigned)(unsigned char)text[bad], length);
     /* Python's len counts code points: every byte but UTF-8's
      * continuation bytes (10xxxxxx) starts one. */
     size_t chars = 0;

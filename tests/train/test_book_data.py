@@ -551,6 +551,16 @@ def test_errors(L):
     split = c_size_t()
     refused(L.lib.attn_text_split(L.ctx, b"abc", 3, 1.5, byref(split)), ERR_INVALID,
             ["train_ratio 1.5"], "train_ratio 1.5")
+    # text Python would not read (open(..., encoding="utf-8") raises on it),
+    # whose characters Python therefore never counts: refused at its byte
+    for bad, at in ((b"ab\xffcd", 2), (b"\xc3\xa9\xed\xa0\x80", 2), (b"abc\xe2\x82", 3)):
+        try:
+            bad.decode("utf-8")
+            R.check(False, "%r is not UTF-8 to Python" % bad)
+        except UnicodeDecodeError as e:
+            R.check(e.start == at, "Python's decoder stops %r at byte %d" % (bad, at))
+        refused(L.lib.attn_text_split(L.ctx, bad, len(bad), 0.5, byref(split)), ERR_INVALID,
+                ["not UTF-8", "byte %d (0x%02x)" % (at, bad[at])], "split of %r" % bad)
 
     ds, loader, other = c_void_p(), c_void_p(), c_void_p()
     L.ok(L.lib.attn_text_dataset_new(L.ctx, ids.ctypes.data, 10, 3, 2, byref(ds)), "new")

@@ -298,6 +298,20 @@ static void test_config_zeros(attn_ctx *ctx) {
                   "\"num_key_value_heads\": 0}");
     CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_FORMAT);
     CHECK_MESSAGE(ctx, "\"num_key_value_heads\" is 0");
+    /* GPT-2's n_inner 0 is a feed-forward of no units, which transformers
+     * builds as given: refused, not read as the 4 * n_embd of no n_inner */
+    write_text(p, "{\"n_embd\": 8, \"n_layer\": 1, \"n_head\": 2, \"vocab_size\": 11, "
+                  "\"n_positions\": 8, \"n_inner\": 0}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "\"n_inner\" is 0, a feed-forward of no units");
+    write_text(p, "{\"n_embd\": 8, \"n_layer\": 1, \"n_head\": 2, \"vocab_size\": 11, "
+                  "\"n_positions\": 8, \"n_inner\": null}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_OK);
+    CHECK(c.hidden_dim == 0); /* 0: gpt2's 4 emb_dim */
+    write_text(p, "{\"n_embd\": 8, \"n_layer\": 1, \"n_head\": 2, \"vocab_size\": 11, "
+                  "\"n_positions\": 0}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "\"n_positions\" is 0, a context of no token");
     /* rope_theta 0 makes 0^x frequencies: refused by name, not replaced */
     write_text(p, "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
                   "\"vocab_size\": 11, \"intermediate_size\": 24, \"max_position_embeddings\": 8, "

@@ -12,6 +12,7 @@
 #include "check.h"
 #include "internal.h"
 #include "io/json.h"
+#include "utf8.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -202,9 +203,23 @@ static void check_reader(attn_ctx *ctx) {
     r.p++;
     CHECK(attn_json_accept(&r, ']'));
     CHECK_STATUS(attn_json_end(&r, "the array"), ATTN_OK);
-    CHECK(attn_json_utf8_length((const unsigned char *)"\xed\xa0\x80", 3) == 0); /* surrogate */
-    CHECK(attn_json_utf8_length((const unsigned char *)"\xf0\x9f\x98\x80", 4) == 4);
-    CHECK(attn_json_utf8_length((const unsigned char *)"\xc0\x80", 2) == 0); /* overlong */
+    uint32_t cp;
+    CHECK(attn_utf8_decode((const unsigned char *)"\xed\xa0\x80", 3, &cp) == 0); /* surrogate */
+    CHECK(attn_utf8_decode((const unsigned char *)"\xf0\x9f\x98\x80", 4, &cp) == 4 &&
+          cp == 0x1f600);
+    CHECK(attn_utf8_decode((const unsigned char *)"\xf0\x9f\x98", 3, &cp) == 0); /* cut */
+    CHECK(attn_utf8_decode((const unsigned char *)"\xc0\x80", 2, &cp) == 0); /* overlong */
+    CHECK(attn_utf8_decode((const unsigned char *)"\xf4\x90\x80\x80", 4, &cp) == 0);
+    CHECK(attn_utf8_invalid_at((const unsigned char *)"ab\xc3\xa9\xff", 5) == 4);
+    CHECK(attn_utf8_invalid_at((const unsigned char *)"ab\xc3\xa9", 4) == 4);
+    for (uint32_t c = 0; c <= 0x10ffff; c += c < 0x800 ? 1 : 97) {
+        unsigned char buf[4];
+        size_t bytes = attn_utf8_encode(c, buf);
+        uint32_t back = 0;
+        CHECK((c >= 0xd800 && c <= 0xdfff) ? attn_utf8_decode(buf, bytes, &back) == 0
+                                            : attn_utf8_decode(buf, bytes, &back) == bytes &&
+                                                  back == c);
+    }
 }
 
 int main(void) {
