@@ -294,6 +294,28 @@ attn_status attn_file_write(attn_ctx *ctx, attn_file *file, const void *bytes, s
     return ATTN_OK;
 }
 
+attn_status attn_file_write_f32le(attn_ctx *ctx, attn_file *file, const float *data,
+                                  size_t numel) {
+    const uint16_t one = 1;
+    unsigned char first;
+    memcpy(&first, &one, 1);
+    if (first == 1 || numel == 0) return attn_file_write(ctx, file, data, numel * sizeof *data);
+    unsigned char chunk[16384];
+    const size_t per_chunk = sizeof chunk / 4;
+    for (size_t done = 0; done < numel;) {
+        size_t n = numel - done < per_chunk ? numel - done : per_chunk;
+        for (size_t i = 0; i < n; i++) {
+            uint32_t u;
+            memcpy(&u, &data[done + i], sizeof u);
+            for (int k = 0; k < 4; k++) chunk[4 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
+        }
+        attn_status s = attn_file_write(ctx, file, chunk, 4 * n);
+        if (s != ATTN_OK) return s;
+        done += n;
+    }
+    return ATTN_OK;
+}
+
 attn_status attn_file_close(attn_ctx *ctx, attn_file *file) {
     attn_clear_error(ctx);
     if (!file) return attn_fail(ctx, ATTN_ERR_NULL, "attn_file_close: file is NULL");

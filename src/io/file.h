@@ -27,4 +27,9 @@ struct attn_file {
 attn_status attn_file_read_whole(attn_ctx *ctx, const char *who, const char *path,
                                  unsigned char **out, size_t *size);
 
+/* numel floats appended to file as little-endian float32 (the byte order of
+ * .npy's '<f4' and of safetensors), whatever the host's order. */
+attn_status attn_file_write_f32le(attn_ctx *ctx, attn_file *file, const float *data,
+                                  size_t numel);
+
 #endif /* ATTN_IO_FILE_H */

@@ -721,26 +721,6 @@ static void append(char *buf, size_t cap, size_t *len, const char *text) {
     }
 }
 
-/* The data as little-endian float32, whatever the host's order. */
-static attn_status write_data(attn_ctx *ctx, attn_file *f, const float *data, size_t numel) {
-    if (numel == 0) return ATTN_OK;
-    if (!host_is_big_endian()) return attn_file_write(ctx, f, data, numel * sizeof *data);
-    unsigned char chunk[NPY_CHUNK];
-    const size_t per_chunk = sizeof chunk / 4;
-    for (size_t done = 0; done < numel;) {
-        size_t n = numel - done < per_chunk ? numel - done : per_chunk;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t u;
-            memcpy(&u, &data[done + i], sizeof u);
-            for (int k = 0; k < 4; k++) chunk[4 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
-        }
-        attn_status s = attn_file_write(ctx, f, chunk, 4 * n);
-        if (s != ATTN_OK) return s;
-        done += n;
-    }
-    return ATTN_OK;
-}
-
 /* Checks the arguments and builds the header (len bytes of header, which
  * holds 512); label names the destination in messages. */
 static attn_status prepare_write(attn_ctx *ctx, const char *label, const float *data, size_t ndim,
@@ -790,7 +770,7 @@ attn_status attn_npy_write_file(attn_ctx *ctx, attn_file *file, const float *dat
     size_t len, numel;
     attn_status s = prepare_write(ctx, file->path, data, ndim, shape, header, &len, &numel);
     if (s == ATTN_OK) s = attn_file_write(ctx, file, header, len);
-    if (s == ATTN_OK) s = write_data(ctx, file, data, numel);
+    if (s == ATTN_OK) s = attn_file_write_f32le(ctx, file, data, numel);
     return s;
 }
 
@@ -805,7 +785,7 @@ attn_status attn_npy_write(attn_ctx *ctx, const char *path, const float *data, s
     attn_file *f;
     if ((s = attn_file_open(ctx, path, &f)) != ATTN_OK) return s;
     if ((s = attn_file_write(ctx, f, header, len)) == ATTN_OK &&
-        (s = write_data(ctx, f, data, numel)) == ATTN_OK)
+        (s = attn_file_write_f32le(ctx, f, data, numel)) == ATTN_OK)
         return attn_file_commit(ctx, f);
     attn_file_discard(f);
     return s;

@@ -1090,23 +1090,6 @@ static int compare_tensor_names(const void *a, const void *b) {
     return strcmp((*x)->name, (*y)->name);
 }
 
-static attn_status write_floats(attn_ctx *ctx, attn_file *f, const float *data, size_t numel) {
-    unsigned char chunk[ST_CHUNK];
-    const size_t per_chunk = sizeof chunk / 4;
-    for (size_t done = 0; done < numel;) {
-        size_t n = numel - done < per_chunk ? numel - done : per_chunk;
-        for (size_t i = 0; i < n; i++) {
-            uint32_t u;
-            memcpy(&u, &data[done + i], sizeof u);
-            for (int k = 0; k < 4; k++) chunk[4 * i + (size_t)k] = (unsigned char)(u >> (8 * k));
-        }
-        attn_status s = attn_file_write(ctx, f, chunk, 4 * n);
-        if (s != ATTN_OK) return s;
-        done += n;
-    }
-    return ATTN_OK;
-}
-
 attn_status attn_safetensors_write(attn_ctx *ctx, const char *path,
                                    const attn_named_tensor *tensors, size_t count,
                                    const attn_metadata_entry *metadata, size_t metadata_count) {
@@ -1233,7 +1216,7 @@ attn_status attn_safetensors_write_to(attn_ctx *ctx, attn_file *f, const char *p
     for (size_t i = 0; s == ATTN_OK && i < count; i++) {
         size_t numel = 1;
         for (size_t d = 0; d < order[i]->ndim; d++) numel *= order[i]->shape[d];
-        s = write_floats(ctx, f, order[i]->data, numel);
+        s = attn_file_write_f32le(ctx, f, order[i]->data, numel);
     }
     attn_free(h.data);
     attn_free(order);
