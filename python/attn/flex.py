@@ -375,6 +375,14 @@ class _Band(_Mask):
 
     def lower(self, ctx, g):
         lo, hi = self.lo, self.hi
+        # kv_idx - q_idx lies in [1 - T, S - 1]: a bound past it (sys.maxsize
+        # for no window) bounds nothing, and the library's take +-2^62 only
+        if lo is not None and lo <= 1 - g.T:
+            lo = None
+        if hi is not None and hi >= g.S - 1:
+            hi = None
+        if (lo is not None and lo > g.S - 1) or (hi is not None and hi < 1 - g.T):
+            return _nothing().lower(ctx, g)
         if lo is not None and hi is not None and lo > hi:
             return _nothing().lower(ctx, g)
         if lo is None and hi is None:
@@ -400,6 +408,11 @@ class _Chunk(_Mask):
             torch.div(g.kv, self.chunk, rounding_mode="floor")
 
     def lower(self, ctx, g):
+        if self.chunk > 2 ** 62:
+            # past the library's chunks (sys.maxsize for no chunks): chunk 0
+            # holds every key, and a row sees them where 0 <= q_idx + offset < chunk
+            first = _And(_Not(_QLess(-self.offset)), _QLess(self.chunk - self.offset))
+            return first.lower(ctx, g)
         return _mask_handle(ctx, lib.attn_mask_new_chunked, self.chunk, self.offset)
 
 
@@ -498,7 +511,9 @@ class _Global(_Mask):
         return (g.q < self.n) | (g.kv < self.n)
 
     def lower(self, ctx, g):
-        return _mask_handle(ctx, lib.attn_mask_new_global, max(0, self.n))
+        # n past both lengths already shows every element (the library's n
+        # stops at 2^62)
+        return _mask_handle(ctx, lib.attn_mask_new_global, min(max(0, self.n), max(g.T, g.S)))
 
 
 class _Doc(_Mask):
@@ -1478,18 +1493,29 @@ class BlockMask(HandleOwner):
         i32 = [None if t is None else t.detach().to(torch.int32).contiguous() for t in lists]
         cfg = BlockMaskConfig(batch=B, heads=H, q_len=T, kv_len=S, block_q=bq, block_kv=bkv)
         ctx = _attn_torch()._context()
-        if _lib.has("attn_block_mask_from_kv_blocks") and _lowers(description):
+        p = [None if t is None else ctypes.cast(t.data_ptr(), _lib.I32P) for t in i32]
+
+        def lists_map(mask):
+            out = c_void_p()
+            ctx.check(lib.attn_block_mask_from_kv_blocks(
+                ctx.handle, ctypes.byref(cfg), p[0], p[1], i32[1].size(-1), p[2], p[3],
+                0 if i32[3] is None else i32[3].size(-1), mask, ctypes.byref(out)),
+                "attn_block_mask_from_kv_blocks")
+            return out
+
+        has_lists = _lib.has("attn_block_mask_from_kv_blocks")
+        if has_lists and _lowers(description):
             mask = description.lower(ctx, g)
             try:
-                out = c_void_p()
-                p = [None if t is None else ctypes.cast(t.data_ptr(), _lib.I32P) for t in i32]
-                ctx.check(lib.attn_block_mask_from_kv_blocks(
-                    ctx.handle, ctypes.byref(cfg), p[0], p[1], i32[1].size(-1), p[2], p[3],
-                    0 if i32[3] is None else i32[3].size(-1), mask, ctypes.byref(out)),
-                    "attn_block_mask_from_kv_blocks")
+                out = lists_map(mask)
             finally:
                 lib.attn_mask_free(mask)
             return cls(out, (B, H, T, S), (bq, bkv), mask_mod, description)
+        if has_lists:
+            # the lists checked as the library checks them (counts past max or
+            # negative, a block out of range, listed twice, partial and full),
+            # which drawing them out would pass over
+            lib.attn_block_mask_free(lists_map(None))
         # the lists drawn out densely: the same map through the dense builder
         keep = _listed_dense(i32, g, bq, bkv)
         if mask_mod is not None:

@@ -437,6 +437,54 @@ try:
     check(False, "a score_mod with an index constant past int64: no error")
 except ValueError as err:
     check(f"the integer {huge}, past int64" in str(err), f"a score_mod past int64: {err}")
+# bounds past the library's +-2^62 that a mask_mod may hold for "no limit"
+# (sys.maxsize as a window, a chunk, global tokens) bound nothing there: the
+# map is the grid's, not a refusal naming a value ctypes wrapped
+T4, S4 = rng.randint(20, 90), rng.randint(20, 90)
+for what, fn in (("q - kv <= maxsize", lambda b, h, q, kv: q - kv <= sys.maxsize),
+                 ("causal, q - kv <= maxsize",
+                  lambda b, h, q, kv: (q >= kv) & (q - kv <= sys.maxsize)),
+                 ("|q - kv| <= maxsize", lambda b, h, q, kv: (q - kv).abs() <= sys.maxsize),
+                 ("-2^62 <= kv - q <= 2^62",
+                  lambda b, h, q, kv: (kv - q <= 2 ** 62) & (kv - q >= -2 ** 62)),
+                 ("kv - q >= 2^62 + 7", lambda b, h, q, kv: kv - q >= 2 ** 62 + 7),
+                 ("global 2^62 + 1", lambda b, h, q, kv: (q < 2 ** 62 + 1) | (kv < 2 ** 62 + 1)),
+                 ("q // maxsize", lambda b, h, q, kv: q // sys.maxsize == kv // sys.maxsize),
+                 ("(q + 2^62 - 3) // (2^62 + 1)",
+                  lambda b, h, q, kv: (q + 2 ** 62 - 3) // (2 ** 62 + 1) == kv // (2 ** 62 + 1)),
+                 ("(q - 5) // maxsize",
+                  lambda b, h, q, kv: (q - 5) // sys.maxsize == kv // sys.maxsize)):
+    check(flex._trace_mask(fn) is not None, f"a mask_mod {what}: traced")
+    try:
+        bm = flex.create_block_mask(fn, None, None, T4, S4, BLOCK_SIZE=16)
+        check_map(bm, dense(fn, 1, 1, T4, S4), f"a mask_mod {what}")
+    except Exception as err:  # noqa: BLE001
+        check(False, f"a mask_mod {what}: {type(err).__name__}: {err}")
+# block lists the library refuses (a count past max or negative, a block
+# listed twice, partial and full) are refused, by name, whatever the
+# mask_mod: one the tracer does not recognise draws its partial blocks out
+# densely, and must not pass over the lists
+
+
+def modular(b, h, q_idx, kv_idx):
+    return q_idx % 3 == kv_idx % 3
+
+
+check(flex._trace_mask(modular) is None, "from_kv_blocks: modular is drawn densely")
+one = torch.ones(1, 1, 1, dtype=torch.int32)
+pair = torch.tensor([0, 1], dtype=torch.int32).view(1, 1, 1, 2)
+for what, lists, words in (
+        ("a block listed twice", (one * 2, torch.zeros_like(pair)), "listed twice"),
+        ("a count past max", (one * 3, pair), "(3) must be 0 .. max (2)"),
+        ("a negative count", (-one, pair), "(-1) must be 0 .. max (2)"),
+        ("a block partial and full", (one, pair, one, pair[..., :1]), "partial and full")):
+    for mm in (None, band, modular):
+        name = getattr(mm, "__name__", None)
+        try:
+            flex.BlockMask.from_kv_blocks(*lists, BLOCK_SIZE=16, mask_mod=mm)
+            check(False, f"from_kv_blocks {what}, mask_mod={name}: no error")
+        except _lib.AttnError as err:
+            check(words in str(err), f"from_kv_blocks {what}, mask_mod={name}: {err}")
 
 
 # ---- (a) score_mods: the traced chain == the function on random scores ----------------
