@@ -728,9 +728,11 @@ typedef struct attn_score_tile {
  * out). Backward: tile->scores holds the modifier's input and grad (same
  * layout) the gradient of its output, which grad_fn turns in place into
  * the gradient of its input. Nonzero: an error, returned as
- * ATTN_ERR_INVALID naming the modifier and the tile; outputs are then
- * unspecified. Called from the ctx's threads, concurrently. float64 calls
- * hand callbacks float copies of their scores. */
+ * ATTN_ERR_INVALID naming the modifier and the tile; the attn_sdpa_* call
+ * then leaves its outputs (and its rng) as they were: a call that runs a
+ * callback copies them first, and puts them back when one fails. Called
+ * from the ctx's threads, concurrently. float64 calls hand callbacks float
+ * copies of their scores. */
 typedef int (*attn_score_fn)(void *user, const attn_score_tile *tile);
 typedef int (*attn_score_grad_fn)(void *user, const attn_score_tile *tile, float *grad);
 

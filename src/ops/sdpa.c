@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static bool zeros(const size_t s[3]) { return !s[0] && !s[1] && !s[2]; }
 
@@ -237,12 +238,17 @@ static attn_status check_chain_aliasing(attn_ctx *ctx, const char *fn,
     return st;
 }
 
+/* The most outputs check_aliasing names besides the chain's gradients. */
+#define SDPA_OUTPUTS 4
+
 /* What every attn_sdpa_* call checks of its memory after p itself: no
  * output (out and lse; with g, the backward's dq, dk, dv and sinks_grad)
- * overlaps an input or another output, and no output's rows overlap. */
+ * overlaps an input or another output, and no output's rows overlap.
+ * Those outputs' spans go to outs_found (*n_found of them). */
 static attn_status check_aliasing(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
                                   const attn_attention_problem *p,
-                                  const attn_attention_grads *g) {
+                                  const attn_attention_grads *g,
+                                  attn_span outs_found[SDPA_OUTPUTS], size_t *n_found) {
     attn_status st = ATTN_OK;
     size_t H = p->q_heads, KH = p->kv_heads, D = p->head_dim, Dv = p->v_head_dim;
     const int32_t *cq = p->cu_seqlens_q, *ckv = p->cu_seqlens_kv;
@@ -255,8 +261,9 @@ static attn_status check_aliasing(attn_ctx *ctx, const char *fn, const attn_sdpa
                          {"sinks", cfg->sinks, H * sizeof(float)},
                          {"cu_seqlens_q", cq, seqlens},
                          {"cu_seqlens_kv", ckv, seqlens}};
-    attn_span outs[4];
+    attn_span *outs = outs_found;
     size_t n_ins = 4, n_outs = 0;
+    *n_found = 0;
     attn_view dq = p->q, dk = p->k, dv = p->v, dout = p->out;
     if (!view_span(ctx, fn, "q", p, p->q, p->q_len, cq, H, D, false, &ins[n_ins++], &st) ||
         !view_span(ctx, fn, "k", p, p->k, p->kv_len, ckv, KH, D, false, &ins[n_ins++], &st) ||
@@ -266,6 +273,7 @@ static attn_status check_aliasing(attn_ctx *ctx, const char *fn, const attn_sdpa
         return st;
     if (!g) {
         outs[n_outs++] = (attn_span){"lse", lse, lse_bytes};
+        *n_found = n_outs;
         if ((st = attn_check_overlap(ctx, fn, outs, n_outs, ins, n_ins)) != ATTN_OK) return st;
         return check_chain_aliasing(ctx, fn, p, outs, n_outs, ins, n_ins, false);
     }
@@ -282,21 +290,118 @@ static attn_status check_aliasing(attn_ctx *ctx, const char *fn, const attn_sdpa
         !view_span(ctx, fn, "dv", p, dv, p->kv_len, ckv, KH, Dv, true, &outs[n_outs++], &st))
         return st;
     outs[n_outs++] = (attn_span){"sinks_grad", g->dsinks, H * sizeof(float)};
+    *n_found = n_outs;
     if ((st = attn_check_overlap(ctx, fn, outs, n_outs, ins, n_ins)) != ATTN_OK) return st;
     return check_chain_aliasing(ctx, fn, p, outs, n_outs, ins, n_ins, true);
+}
+
+/* ---- outputs kept while a score callback runs ------------------------------ */
+
+/* A callback's error comes in the middle of a pass, after the tiles before
+ * it were written (and, with dropout, after the generator moved): a call
+ * that runs a callback copies everything it may write first, and a failed
+ * one puts it all back, so that a refused call changes nothing. The spans
+ * are disjoint (check_aliasing). */
+typedef struct kept_outputs {
+    attn_span spans[SDPA_OUTPUTS];
+    size_t n; /* spans */
+    attn_ctx *ctx;
+    const attn_attention_problem *p;
+    bool backward;
+    unsigned char *copy; /* NULL: nothing kept (no callback) */
+    attn_rng *rng;       /* with its state after the spans' bytes; NULL: none */
+} kept_outputs;
+
+static bool runs_callback(const attn_attention_problem *p) {
+    for (size_t k = 0; k < p->score_mod_count; k++)
+        if (p->score_mods[k].kind == ATTN_SCORE_CALLBACK) return true;
+    return false;
+}
+
+/* The span of modifier k's gradient, where the backward writes one. */
+static attn_span grad_span(const attn_attention_problem *p, size_t k) {
+    const attn_score_mod *m = &p->score_mods[k];
+    bool has_grad = m->kind == ATTN_SCORE_BIAS || attn_score_mod_relative(m->kind);
+    if (!has_grad || !m->tensor_grad) return (attn_span){"tensor_grad", NULL, 0};
+    return (attn_span){"tensor_grad", m->tensor_grad,
+                       attn_score_mod_elements(p, m) * sizeof(float)};
+}
+
+/* Copies the n spans (and the chain's gradients, in a backward; rng's
+ * state, where given) into k->copy when p runs a callback; ATTN_ERR_NO_MEMORY,
+ * naming the bytes, when there is no room for them. */
+static attn_status keep_outputs(attn_ctx *ctx, const char *fn, const attn_attention_problem *p,
+                                const attn_span *spans, size_t n, bool backward, attn_rng *rng,
+                                kept_outputs *k) {
+    *k = (kept_outputs){.n = n, .ctx = ctx, .p = p, .backward = backward};
+    if (!runs_callback(p)) return ATTN_OK;
+    memcpy(k->spans, spans, n * sizeof *spans);
+    size_t bytes = rng ? attn_rng_state_size() : 0;
+    for (size_t i = 0; i < n + (backward ? p->score_mod_count : 0); i++) {
+        attn_span s = i < n ? spans[i] : grad_span(p, i - n);
+        if (s.data && !attn_add_size(bytes, s.bytes, &bytes))
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: the outputs a score callback may "
+                             "leave half written overflow a copy", fn);
+    }
+    if (!(k->copy = attn_malloc(bytes ? bytes : 1)))
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: cannot allocate %zu bytes to keep the "
+                         "outputs while a score callback runs", fn, bytes);
+    unsigned char *at = k->copy;
+    for (size_t i = 0; i < n + (backward ? p->score_mod_count : 0); i++) {
+        attn_span s = i < n ? spans[i] : grad_span(p, i - n);
+        if (!s.data) continue;
+        memcpy(at, s.data, s.bytes);
+        at += s.bytes;
+    }
+    if (rng) {
+        k->rng = rng;
+        attn_rng_get_state(rng, at, attn_rng_state_size());
+    }
+    return ATTN_OK;
+}
+
+/* After the call: a failed one's outputs (and generator) put back; the
+ * copy freed either way. Returns st. */
+static attn_status settle_outputs(kept_outputs *k, attn_status st) {
+    if (!k->copy) return st;
+    if (st != ATTN_OK) {
+        size_t n = k->n + (k->backward ? k->p->score_mod_count : 0);
+        const unsigned char *at = k->copy;
+        for (size_t i = 0; i < n; i++) {
+            attn_span s = i < k->n ? k->spans[i] : grad_span(k->p, i - k->n);
+            if (!s.data) continue;
+            memcpy((void *)s.data, at, s.bytes);
+            at += s.bytes;
+        }
+        if (k->rng) { /* which clears the ctx's message: the call's is set again */
+            char message[ATTN_ERROR_CAPACITY];
+            snprintf(message, sizeof message, "%s", k->ctx->error);
+            attn_rng_set_state(k->rng, at, attn_rng_state_size());
+            attn_fail(k->ctx, st, "%s", message);
+        }
+    }
+    attn_free(k->copy);
+    return st;
 }
 
 attn_status attn_sdpa_run_forward(attn_ctx *ctx, const char *fn, const attn_sdpa_config *cfg,
                                   const attn_attention_problem *p, attn_rng *rng,
                                   attn_sdpa_dropout *drawn) {
+    attn_span outs[SDPA_OUTPUTS];
+    size_t n_outs;
     attn_status st = attn_attention_check(ctx, fn, p);
-    if (st != ATTN_OK || (st = check_aliasing(ctx, fn, cfg, p, NULL)) != ATTN_OK) return st;
+    if (st != ATTN_OK || (st = check_aliasing(ctx, fn, cfg, p, NULL, outs, &n_outs)) != ATTN_OK)
+        return st;
     /* Memory first: a failure must not have advanced the rng. */
     size_t bytes = attn_attention_forward_bytes(ctx, p, false, false);
     void *workspace = attn_ctx_workspace(ctx, bytes);
     if (!workspace)
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
                          "%s: cannot allocate %zu bytes of attention workspace", fn, bytes);
+    kept_outputs kept;
+    if ((st = keep_outputs(ctx, fn, p, outs, n_outs, false, cfg->dropout > 0.0 ? rng : NULL,
+                           &kept)) != ATTN_OK)
+        return st;
     attn_dropout_stream stream, *dropout = NULL;
     if (cfg->dropout > 0.0) {
         attn_dropout_stream_begin(&stream, rng, cfg->dropout,
@@ -304,7 +409,8 @@ attn_status attn_sdpa_run_forward(attn_ctx *ctx, const char *fn, const attn_sdpa
         *drawn = (attn_sdpa_dropout){stream.philox_seed, stream.philox_offset};
         dropout = &stream;
     }
-    return attn_attention_forward(ctx, fn, p, dropout, NULL, NULL, NULL, workspace);
+    return settle_outputs(&kept, attn_attention_forward(ctx, fn, p, dropout, NULL, NULL, NULL,
+                                                        workspace));
 }
 
 attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,
@@ -369,9 +475,14 @@ attn_status attn_sdpa_run_backward(attn_ctx *ctx, const char *fn, const attn_sdp
     attn_attention_grads g = {.dout = tensors[5], .dq = (void *)tensors[6],
                               .dk = (void *)tensors[7], .dv = (void *)tensors[8],
                               .dsinks = cfg->sinks ? cfg->sinks_grad : NULL};
+    attn_span outs[SDPA_OUTPUTS];
+    size_t n_outs;
+    kept_outputs kept;
     attn_status st = attn_attention_check(ctx, fn, &p);
-    if (st != ATTN_OK || (st = check_aliasing(ctx, fn, cfg, &p, &g)) != ATTN_OK) return st;
-    return attn_attention_backward(ctx, fn, &p, &drop, &g, NULL);
+    if (st != ATTN_OK || (st = check_aliasing(ctx, fn, cfg, &p, &g, outs, &n_outs)) != ATTN_OK ||
+        (st = keep_outputs(ctx, fn, &p, outs, n_outs, true, NULL, &kept)) != ATTN_OK)
+        return st;
+    return settle_outputs(&kept, attn_attention_backward(ctx, fn, &p, &drop, &g, NULL));
 }
 
 attn_status attn_sdpa_backward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,

@@ -112,6 +112,17 @@ static int failing_grad(void *user, const attn_score_tile *t, float *grad) {
     (void)user, (void)grad;
     return t->kv0 >= 32 ? 5 : 0;
 }
+/* One that fails on any tile that reaches key 32 (the reference's tiles
+ * are whole rows). */
+static int failing_reach_fn(void *user, const attn_score_tile *t) {
+    (void)user;
+    return t->kv0 + t->cols > 32 ? 6 : 0;
+}
+/* One that fails on queries from 64 on, after the rows before were done. */
+static int failing_late_fn(void *user, const attn_score_tile *t) {
+    (void)user;
+    return t->q0 >= 64 ? 4 : 0;
+}
 
 /* T5's bucket as Hugging Face's _relative_position_bucket (float32 log). */
 static size_t t5_bucket(long long rel, size_t buckets, size_t max_distance, bool bidirectional) {
@@ -729,31 +740,98 @@ static void test_case(attn_ctx *one, attn_ctx *two, size_t index, bool relative)
     free_case(&c);
 }
 
-/* A callback's error fails the call, forward and backward, naming it. */
-static void test_callback_error(attn_ctx *ctx) {
+/* Whether each of the n floats of x is the sentinel: a refused call wrote
+ * nothing there. */
+static bool untouched(const float *x, size_t n, float sentinel) {
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&x[i], &sentinel, sizeof sentinel) != 0) return false;
+    return true;
+}
+
+static float *filled(size_t n, float value) {
+    float *x = malloc(n * sizeof *x);
+    for (size_t i = 0; i < n; i++) x[i] = value;
+    return x;
+}
+
+/* A callback's error fails the call, forward and backward, naming it, and
+ * leaves every output as it was: the tiles before the failing one were
+ * written, and the call puts them back (and, with dropout, the generator). */
+static void test_callback_error(attn_ctx *one, attn_ctx *two) {
+    attn_ctx *ctx = two;
     size_t B = 1, H = 2, T = 40, S = 100, D = 16;
+    const float mark = -1234.5f;
     float *q = alloc_randn(B * T * H * D, 1), *k = alloc_randn(B * S * H * D, 1);
-    float *v = alloc_randn(B * S * H * D, 1), *out = calloc(B * T * H * D, 4);
-    float *lse = calloc(B * H * T, 4), *dq = calloc(B * T * H * D, 4);
-    float *dk = calloc(B * S * H * D, 4), *dv = calloc(B * S * H * D, 4);
-    attn_score_mod mods[2] = {{.kind = ATTN_SCORE_SCALE, .value = 2.0},
-                              {.kind = ATTN_SCORE_CALLBACK, .fn = failing_fn}};
+    float *v = alloc_randn(B * S * H * D, 1), *out = filled(B * T * H * D, mark);
+    float *lse = filled(B * H * T, mark), *dq = filled(B * T * H * D, mark);
+    float *dk = filled(B * S * H * D, mark), *dv = filled(B * S * H * D, mark);
+    float *bias = alloc_randn(H * T * S, 0.5f), *bias_grad = filled(H * T * S, mark);
+    attn_score_mod mods[3] = {{.kind = ATTN_SCORE_SCALE, .value = 2.0},
+                              {.kind = ATTN_SCORE_CALLBACK, .fn = failing_fn},
+                              {.kind = ATTN_SCORE_BIAS, .tensor = bias, .tensor_grad = bias_grad,
+                               .strides = {0, T * S, S, 1}}};
     attn_sdpa_config cfg = {.batch = B, .heads = H, .q_tokens = T, .kv_tokens = S,
-                            .head_dim = D, .score_mods = mods, .score_mod_count = 2};
-    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_ERR_INVALID);
-    CHECK_MESSAGE(ctx, "attn_sdpa_forward");
+                            .head_dim = D, .score_mods = mods, .score_mod_count = 3};
+    for (int threads = 1; threads <= 2; threads++) {
+        ctx = threads == 1 ? one : two;
+        CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL),
+                     ATTN_ERR_INVALID);
+        CHECK_MESSAGE(ctx, "attn_sdpa_forward");
+        CHECK_MESSAGE(ctx, "score_mods[1] (callback)");
+        CHECK_MESSAGE(ctx, "returned 3");
+        CHECK_MESSAGE(ctx, "keys 64..99");
+        CHECK(untouched(out, B * T * H * D, mark) && untouched(lse, B * H * T, mark));
+        /* query blocks before the failing one are done first */
+        attn_sdpa_config late = cfg;
+        late.q_tokens = S;
+        late.score_mod_count = 2; /* the bias is (H, T, S) */
+        mods[1].fn = failing_late_fn;
+        float *out_late = filled(B * S * H * D, mark), *lse_late = filled(B * H * S, mark);
+        CHECK_STATUS(attn_sdpa_forward(ctx, &late, k, k, v, out_late, lse_late, NULL, NULL),
+                     ATTN_ERR_INVALID);
+        CHECK_MESSAGE(ctx, "returned 4");
+        CHECK_MESSAGE(ctx, "queries 64..99");
+        CHECK(untouched(out_late, B * S * H * D, mark) && untouched(lse_late, B * H * S, mark));
+        free(out_late), free(lse_late);
+        mods[1].fn = failing_fn;
+    }
+    /* the reference runs dropout (the flex kernels decline it): the
+     * generator stays where it was, as the outputs do, so that the next
+     * call draws what it would have drawn */
+    attn_rng *rng = NULL, *same = NULL;
+    CHECK_STATUS(attn_rng_new(ctx, 7, &rng), ATTN_OK);
+    CHECK_STATUS(attn_rng_new(ctx, 7, &same), ATTN_OK);
+    CHECK_STATUS(attn_rng_set_bernoulli_method(rng, ATTN_BERNOULLI_PHILOX), ATTN_OK);
+    CHECK_STATUS(attn_rng_set_bernoulli_method(same, ATTN_BERNOULLI_PHILOX), ATTN_OK);
+    attn_sdpa_dropout drawn, drawn_same;
+    cfg.dropout = 0.25;
+    mods[1].fn = failing_reach_fn;
+    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, rng, &drawn), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "score_mods[1] (callback)");
-    CHECK_MESSAGE(ctx, "returned 3");
-    CHECK_MESSAGE(ctx, "keys 64..99");
+    CHECK_MESSAGE(ctx, "fn returned");
+    CHECK(untouched(out, B * T * H * D, mark) && untouched(lse, B * H * T, mark));
+    mods[1].fn = callback_fn;
+    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, rng, &drawn), ATTN_OK);
+    CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, same, &drawn_same), ATTN_OK);
+    CHECK(drawn.seed == drawn_same.seed && drawn.offset == drawn_same.offset);
+    attn_rng_free(rng), attn_rng_free(same);
+    cfg.dropout = 0.0;
+    for (size_t i = 0; i < B * T * H * D; i++) out[i] = mark;
     mods[1] = (attn_score_mod){.kind = ATTN_SCORE_CALLBACK, .fn = callback_fn,
                                .grad_fn = failing_grad};
     CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
-    CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, out, dq, dk, dv, NULL),
-                 ATTN_ERR_INVALID);
-    CHECK_MESSAGE(ctx, "attn_sdpa_backward");
-    CHECK_MESSAGE(ctx, "score_mods[1] (callback) grad_fn returned 5");
-    CHECK_MESSAGE(ctx, "keys 64..99");
+    for (int threads = 1; threads <= 2; threads++) {
+        ctx = threads == 1 ? one : two;
+        CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, out, dq, dk, dv, NULL),
+                     ATTN_ERR_INVALID);
+        CHECK_MESSAGE(ctx, "attn_sdpa_backward");
+        CHECK_MESSAGE(ctx, "score_mods[1] (callback) grad_fn returned 5");
+        CHECK_MESSAGE(ctx, "keys 64..99");
+        CHECK(untouched(dq, B * T * H * D, mark) && untouched(dk, B * S * H * D, mark) &&
+              untouched(dv, B * S * H * D, mark) && untouched(bias_grad, H * T * S, mark));
+    }
     free(q), free(k), free(v), free(out), free(lse), free(dq), free(dk), free(dv);
+    free(bias), free(bias_grad);
 }
 
 /* A chain's tensors are checked as the config's own are: memory shared
@@ -1462,7 +1540,7 @@ int main(int argc, char **argv) {
         size_t cases = argc == 3 && !strcmp(argv[1], "--cases") ? strtoul(argv[2], NULL, 10) : 40;
         for (size_t i = 0; i < cases; i++) test_case(one, two, i, false);
         for (size_t i = 0; i < cases / 4; i++) test_case(one, two, i, true);
-        test_callback_error(two);
+        test_callback_error(one, two);
         test_chain_bad_input(two);
         test_hidden_nan_inputs(two, 0);
         test_hidden_nan_inputs(two, 1);
