@@ -12,6 +12,9 @@
  *   a NaN key, in a float32 or an int8 cache, makes the rows that see it
  *     NaN, on the fast kernels and the reference, a row that sees it alone
  *     too;
+ *   fp8 and int8 keys of tiny scale under huge queries, whose float sums
+ *     with the raw codes overflow though every score is finite: the fast
+ *     kernels give the reference's output, not NaN;
  *   the sizes (attn_kv_cache_token_bytes, attn_kv_cache_bytes) and the
  *   refusals: an unknown type, int4 with head_dim not a multiple of 32, a
  *   cache past the machine's memory.
@@ -217,8 +220,10 @@ static double compare_pair(attn_kernels kernels, attn_dtype kt, attn_dtype vt) {
             CHECK(memcmp(a, b, rows * H * D * sizeof(float)) == 0);
             /* a prompt's first step on the fast kernels attends in float32 */
             size_t from = t == 0 ? lens[0] : 0;
-            for (size_t i = from * H * D; i < rows * H * D; i++)
-                worst = fmax(worst, fabs((double)a[i] - c[i]));
+            for (size_t i = from * H * D; i < rows * H * D; i++) {
+                double e = fabs((double)a[i] - c[i]); /* NaN: the worst (fmax drops it) */
+                if (!(e <= worst)) worst = e;
+            }
             free(a), free(b), free(c);
         }
         free(q), free(k), free(v);
@@ -307,12 +312,52 @@ static void test_amx_extremes(void) {
         one_head_step(ATTN_KERNELS_AVX512, kt, q, k, v, N, scale, fast);
         one_head_step(ATTN_KERNELS_REFERENCE, kt, q, k, v, N, scale, ref);
         double worst = 0.0;
-        for (size_t d = 0; d < 64; d++) worst = fmax(worst, fabs((double)fast[d] - ref[d]));
+        for (size_t d = 0; d < 64; d++) {
+            double e = fabs((double)fast[d] - ref[d]); /* NaN: the worst (fmax drops it) */
+            if (!(e <= worst)) worst = e;
+        }
         if (!(worst <= 1e-5))
             printf("FAIL avx512+amx extreme case %d (K %s): |fast - reference| %.3g (out[0] %g "
                    "against %g)\n", c, attn_dtype_name(kt), worst, (double)fast[0],
                    (double)ref[0]);
         CHECK(worst <= 1e-5);
+    }
+}
+
+/* Keys of fp8 and int8 rows whose scale is far below 1 under queries far
+ * above it: the queries' sums with the raw codes (up to 127, or 1.75 for
+ * e4m3 read as codes times 2^-8) overflow float before the row's factor
+ * brings them down (keys and queries of one sign), while every score
+ * q . k * scale is finite. Each fast
+ * kernel set gives the reference's output, not NaN. */
+static void test_scaled_key_extremes(void) {
+    static const attn_kernels sets[] = {ATTN_KERNELS_PORTABLE, ATTN_KERNELS_AVX2,
+                                        ATTN_KERNELS_AVX512};
+    enum { N = 20 };
+    float q[64], k[N * 64], v[N * 64], fast[64], ref[64];
+    for (int c = 0; c < 2; c++) {
+        attn_dtype kt = c ? ATTN_DTYPE_F8_E4M3 : ATTN_DTYPE_I8;
+        float kmag = c ? 1e-37f : 1e-30f, qmag = c ? 1e38f : 1e36f;
+        for (size_t i = 0; i < N * 64; i++) {
+            k[i] = kmag * (0.5f + 0.5f * rand_uniform());
+            v[i] = (float)(i % 7);
+        }
+        for (size_t d = 0; d < 64; d++) q[d] = qmag * (0.5f + 0.5f * rand_uniform());
+        one_head_step(ATTN_KERNELS_REFERENCE, kt, q, k, v, N, 1e-6, ref);
+        for (size_t s = 0; s < 3; s++) {
+            if (!attn_kernels_supported(sets[s])) continue;
+            one_head_step(sets[s], kt, q, k, v, N, 1e-6, fast);
+            double worst = 0.0;
+            for (size_t d = 0; d < 64; d++) { /* NaN: the worst (fmax drops it) */
+                double e = fabs((double)fast[d] - ref[d]) / (1.0 + fabs(ref[d]));
+                if (!(e <= worst)) worst = e;
+            }
+            if (!(worst <= 1e-5))
+                printf("FAIL %s: K %s of %g under queries of %g: out[0] %g against %g\n",
+                       attn_kernels_name(sets[s]), attn_dtype_name(kt), (double)kmag,
+                       (double)qmag, (double)fast[0], (double)ref[0]);
+            CHECK(worst <= 1e-5);
+        }
     }
 }
 
@@ -498,6 +543,7 @@ int main(void) {
     test_nan_carried();
     test_sizes_and_refusals();
     test_odd_code_bytes();
+    test_scaled_key_extremes();
     test_pairs();
     test_amx_keys();
     return check_summary();

@@ -251,6 +251,27 @@ static void pair_order(float *x, size_t D, bool to_pairs) {
     }
 }
 
+/* The block's scores (base 2) of a row-scaled K (F8_E4M3, I8) that came
+ * out infinite or NaN, summed again in double: the float sum of a query
+ * with a row's raw codes (up to 127, or 1.75) overflows where the query is
+ * far above 1 (past about FLT_MAX / (127 head_dim)), while the key, the
+ * codes times their small factor, scores finite. A score that is not
+ * finite in double either (a NaN row, a non-finite query) stays so. Out
+ * of line: the scores of a block only test for it. */
+__attribute__((noinline, cold)) static void
+rescore_overflow(attn_dtype T, const float *q, const attn_decode_row *rows,
+                 const attn_kv_format *f, size_t kh, size_t jlo, size_t jhi, float scale2,
+                 const float *kfac, float *o) {
+    for (size_t j = jlo; j < jhi; j++) {
+        if (fabsf(o[j]) <= 3.4028235e38f) continue;
+        const uint8_t *codes = head_codes(&rows[j], false, f, kh);
+        double sum = 0.0;
+        for (size_t d = 0; d < f->head_dim; d++)
+            sum += (double)q[d] * load_one(T, codes, NULL, d);
+        o[j] = (float)(sum * kfac[j] * scale2);
+    }
+}
+
 /*
  * out_g[j] = base-2 scores of the NG query heads q_g (NG <= 4, a constant
  * where inlined) of one KV head kh against its keys in rows[j], j in [jlo,
@@ -324,7 +345,14 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
         if (row_scaled(T))
             for (size_t t = 0; t < BK; t += VW)
                 v_store(o + t, v_mul(v_load(o + t), v_load(kfac + t)));
-        for (size_t t = 0; t < BK; t += VW) v_store(o + t, v_mul(v_load(o + t), s));
+        vec bad = v_zero(); /* NaN where a score is infinite or NaN (x * 0) */
+        for (size_t t = 0; t < BK; t += VW) {
+            vec x = v_mul(v_load(o + t), s);
+            v_store(o + t, x);
+            if (row_scaled(T)) bad = v_add(bad, v_mul(x, v_zero()));
+        }
+        if (row_scaled(T) && v_any_nan(bad))
+            rescore_overflow(T, q[g], rows, f, kh, jlo, jhi, scale2, kfac, o);
     }
 }
 
