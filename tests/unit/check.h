@@ -59,6 +59,12 @@ static int check_passed, check_failed;
         }                                                                                   \
     } while (0)
 
+/* The worse of a running largest error and a new one, NaN the worst of all
+ * and kept: fmax would drop it, and a kernel that writes NaN would pass. */
+static inline double check_worse(double worst, double e) {
+    return worst != worst || e <= worst ? worst : e;
+}
+
 /* Prints the closing line and returns the process exit code. */
 static inline int check_summary(void) {
     printf("%d passed, %d failed\n", check_passed, check_failed);

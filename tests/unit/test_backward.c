@@ -301,8 +301,8 @@ static void traced_forward_fused_backward(uint64_t *seed) {
     }
     double traced = 0.0, fused = 0.0, top = 0.0;
     for (int i = 0; i < TT * CC; i++) {
-        traced = fmax(traced, fabs((double)dx[2][i] - dx[0][i]));
-        fused = fmax(fused, fabs((double)dx[1][i] - dx[0][i]));
+        traced = check_worse(traced, fabs((double)dx[2][i] - dx[0][i]));
+        fused = check_worse(fused, fabs((double)dx[1][i] - dx[0][i]));
         top = fmax(top, fabs((double)dx[1][i]));
     }
     CHECK(traced <= 1e-5 * top);
@@ -501,9 +501,9 @@ static void backward_with_dlse(uint64_t *seed) {
             double xq[NT * H * D], xk[NT * KH * D], xv[NT * KH * D], xs[H], worst = 0.0;
             dlse_oracle(q, k, v, dout, dlse, sinks, NT, H, KH, D, 1.0 / sqrt((double)D), xq, xk,
                         xv, xs);
-            for (size_t i = 0; i < nq; i++) worst = fmax(worst, fabs(dq64[i] - xq[i]));
+            for (size_t i = 0; i < nq; i++) worst = check_worse(worst, fabs(dq64[i] - xq[i]));
             for (size_t i = 0; i < nk; i++)
-                worst = fmax(worst, fmax(fabs(dk64[i] - xk[i]), fabs(dv64[i] - xv[i])));
+                worst = check_worse(worst, fmax(fabs(dk64[i] - xk[i]), fabs(dv64[i] - xv[i])));
             CHECK(worst <= 1e-12);
             /* refusals: NULL dlse, dlse under an output, another dtype */
             CHECK_STATUS(attn_sdpa_backward_dlse(ctx, &cfg, ATTN_DTYPE_F32, q, k, v, out, lse,

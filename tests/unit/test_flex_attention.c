@@ -1129,14 +1129,14 @@ static void test_huge_tied_scores(attn_ctx *ctx) {
     double dS0 = (dP[0] - dP[1]) / 4;
     for (size_t d = 0; d < D; d++) {
         double want_dq = scale * dS0 * (k[d] - k[D + d]);
-        worst = fmax(worst, fabs(out[d] - (v[d] + v[D + d]) / 2));
-        worst = fmax(worst, fabs(dv[d] - dout[d] / 2) + fabs(dv[D + d] - dout[d] / 2));
-        worst = fmax(worst, fabs(dv[2 * D + d]) + fabs(dv[3 * D + d]));
-        worst = fmax(worst, fabs(dq[d] - want_dq));
+        worst = check_worse(worst, fabs(out[d] - (v[d] + v[D + d]) / 2));
+        worst = check_worse(worst, fabs(dv[d] - dout[d] / 2) + fabs(dv[D + d] - dout[d] / 2));
+        worst = check_worse(worst, fabs(dv[2 * D + d]) + fabs(dv[3 * D + d]));
+        worst = check_worse(worst, fabs(dq[d] - want_dq));
         double want_dk = scale * dS0 * q[d];
-        worst = fmax(worst, fabs(dk[d] - want_dk) + fabs(dk[D + d] + want_dk));
+        worst = check_worse(worst, fabs(dk[d] - want_dk) + fabs(dk[D + d] + want_dk));
     }
-    worst = fmax(worst, fabs(bias_grad[0] - dS0) + fabs(bias_grad[1] + dS0));
+    worst = check_worse(worst, fabs(bias_grad[0] - dS0) + fabs(bias_grad[1] + dS0));
     CHECK(worst < 1e-6);
     if (worst >= 1e-6) printf("FAIL huge tied scores: worst difference %.3g\n", worst);
     /* the block-map kernels in float (the bias's gradient sends the chain
@@ -1150,9 +1150,9 @@ static void test_huge_tied_scores(attn_ctx *ctx) {
     CHECK(strstr(attn_ctx_last_explain(ctx), "flex [") != NULL);
     worst = 0;
     for (size_t d = 0; d < D; d++)
-        worst = fmax(worst, fabs(dvf[d] - dout[d] / 2) + fabs(dvf[D + d] - dout[d] / 2) +
+        worst = check_worse(worst, fabs(dvf[d] - dout[d] / 2) + fabs(dvf[D + d] - dout[d] / 2) +
                                 fabs(of[d] - (v[d] + v[D + d]) / 2));
-    worst = fmax(worst, fabs(bias_grad[0] - dS0) + fabs(bias_grad[1] + dS0));
+    worst = check_worse(worst, fabs(bias_grad[0] - dS0) + fabs(bias_grad[1] + dS0));
     CHECK(worst < 1e-5);
     if (worst >= 1e-5) printf("FAIL huge tied scores, block-map kernels: worst %.3g\n", worst);
     attn_ctx_free(ref);

@@ -182,7 +182,7 @@ static void compare(const shape *s, unsigned sets, attn_dtype kt, attn_dtype vt,
                 size_t from = t == 0 && !f32 ? lens[0] : 0;
                 for (size_t i = from * H * D; i < rows * H * D; i++) {
                     double e = fabs((double)got[0][i] - want[i]);
-                    worst[ks] = fmax(worst[ks], e != e ? INFINITY : e);
+                    worst[ks] = check_worse(worst[ks], e != e ? INFINITY : e);
                 }
                 for (int f = 0; f < 3; f++) free(got[f]);
             }
@@ -238,7 +238,7 @@ static void test_against_reference(void) {
                                attn_dtype_name(pairs[pi][0]), attn_dtype_name(pairs[pi][1]),
                                names[c], w[ks]);
                     CHECK(w[ks] <= BOUND);
-                    worst[ks][c] = fmax(worst[ks][c], w[ks]);
+                    worst[ks][c] = check_worse(worst[ks][c], w[ks]);
                 }
             }
         }
@@ -332,7 +332,7 @@ static void test_tree(void) {
     a.out = o2;
     CHECK_STATUS(attn_kv_cache_attend_tree(ref.cache, &a), ATTN_OK);
     double worst = 0.0;
-    for (size_t i = 0; i < n * H * D; i++) worst = fmax(worst, fabs((double)o1[i] - o2[i]));
+    for (size_t i = 0; i < n * H * D; i++) worst = check_worse(worst, fabs((double)o1[i] - o2[i]));
     CHECK(worst <= BOUND);
     a.alibi_slopes = slopes;
     CHECK_STATUS(attn_kv_cache_attend_tree(fast.cache, &a), ATTN_ERR_UNSUPPORTED);

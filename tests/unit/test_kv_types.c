@@ -248,7 +248,7 @@ static void test_pairs(void) {
                            attn_kernels_name(sets[s]), attn_dtype_name(TYPES[i]),
                            attn_dtype_name(TYPES[j]), w);
                 CHECK(w <= 2e-5);
-                worst = fmax(worst, w);
+                worst = check_worse(worst, w);
             }
         printf("%s: %zu pairs of K and V types, worst |fast - reference| %.3g\n",
                attn_kernels_name(sets[s]), NUM_TYPES * NUM_TYPES, worst);
@@ -402,7 +402,7 @@ static void test_amx_keys(void) {
                 printf("FAIL avx512+amx: K %s, V %s: |fast - reference| %.3g\n",
                        attn_dtype_name(tiled[t]), attn_dtype_name(TYPES[j]), w);
             CHECK(w <= 2e-5);
-            worst = fmax(worst, w);
+            worst = check_worse(worst, w);
         }
         printf("avx512+amx: K %s with %zu V types, worst |fast - reference| %.3g\n",
                attn_dtype_name(tiled[t]), NUM_TYPES, worst);

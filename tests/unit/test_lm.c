@@ -173,12 +173,12 @@ static void check_forward(const attn_lm_config *cfg, attn_kernels kernels, uint6
             CHECK_STATUS(forward(m, cache, prompt, B, P, true, step), ATTN_OK);
             double worst = 0;
             for (size_t b = 0; b < B; b++)
-                worst = fmax(worst, rel_l2(step + b * V, base + (b * T + P - 1) * V, V));
+                worst = check_worse(worst, rel_l2(step + b * V, base + (b * T + P - 1) * V, V));
             for (size_t t = P; t < T; t++) {
                 int32_t next[B] = {tokens[t], tokens[T + t]};
                 CHECK_STATUS(forward(m, cache, next, B, 1, false, step), ATTN_OK);
                 for (size_t b = 0; b < B; b++)
-                    worst = fmax(worst, rel_l2(step + b * V, base + (b * T + t) * V, V));
+                    worst = check_worse(worst, rel_l2(step + b * V, base + (b * T + t) * V, V));
             }
             if (worst > 1e-5) fprintf(stderr, "%s: decode vs full: %.3g\n",
                                       attn_kernels_name(kernels), worst);

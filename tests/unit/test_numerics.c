@@ -110,9 +110,9 @@ static void test_scale_rounding_to_zero(attn_ctx *ctx) {
                 for (int j = 0; j < S; j++) mean_v += v[((b * S + j) * H + h) * D + d] / S;
                 for (int i = 0; i < T; i++) mean_dout += dout[((b * T + i) * H + h) * D + d] / S;
                 for (int i = 0; i < T; i++)
-                    worst = fmax(worst, fabs(out[((b * T + i) * H + h) * D + d] - mean_v));
+                    worst = check_worse(worst, fabs(out[((b * T + i) * H + h) * D + d] - mean_v));
                 for (int j = 0; j < S; j++)
-                    worst = fmax(worst, fabs(dv[((b * S + j) * H + h) * D + d] - mean_dout));
+                    worst = check_worse(worst, fabs(dv[((b * S + j) * H + h) * D + d] - mean_dout));
             }
     CHECK(worst < 1e-5);
     for (int i = 0; i < B * T * H * D; i++) CHECK(dq[i] == 0.0f);

@@ -139,7 +139,7 @@ static void float64_choice(attn_ctx *fast) {
           says(fast, "fused16: declined (its kernels read bf16)") && says(fast, "reference: ran"));
     attention_f64(q, k, v, want);
     double worst = 0.0;
-    for (size_t i = 0; i < nq; i++) worst = fmax(worst, fabs(out[i] - want[i]));
+    for (size_t i = 0; i < nq; i++) worst = check_worse(worst, fabs(out[i] - want[i]));
     CHECK(worst < 1e-12);
     free(q), free(k), free(v), free(out), free(want);
 }
