@@ -333,7 +333,7 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
             for (size_t jj = 0; jj < KEYS; jj++)
                 part[g][j0 + jj] = j0 + jj >= jlo && j0 + jj < jhi ? acc[g][jj] : v_zero();
     }
-    vec s = v_set1(scale2);
+    vec s = v_set1(scale2), bad = v_zero(); /* NaN where a score is infinite or NaN (x * 0) */
     for (size_t g = 0; g < NG; g++) {
         float *o = out[g];
         v_reduce_block(part[g], o, 0);
@@ -345,15 +345,15 @@ static ALWAYS_INLINE void score_heads(attn_dtype T, size_t NG, const float *cons
         if (row_scaled(T))
             for (size_t t = 0; t < BK; t += VW)
                 v_store(o + t, v_mul(v_load(o + t), v_load(kfac + t)));
-        vec bad = v_zero(); /* NaN where a score is infinite or NaN (x * 0) */
         for (size_t t = 0; t < BK; t += VW) {
             vec x = v_mul(v_load(o + t), s);
             v_store(o + t, x);
             if (row_scaled(T)) bad = v_add(bad, v_mul(x, v_zero()));
         }
-        if (row_scaled(T) && v_any_nan(bad))
-            rescore_overflow(T, q[g], rows, f, kh, jlo, jhi, scale2, kfac, o);
     }
+    if (row_scaled(T) && v_any_nan(bad))
+        for (size_t g = 0; g < NG; g++)
+            rescore_overflow(T, q[g], rows, f, kh, jlo, jhi, scale2, kfac, out[g]);
 }
 
 /* score_heads with NG and T constants. */
