@@ -406,11 +406,13 @@ attn_status attn_sdpa_run_forward(attn_ctx *ctx, const char *fn, const attn_sdpa
     if (cfg->dropout > 0.0) {
         attn_dropout_stream_begin(&stream, rng, cfg->dropout,
                                   cfg->batch * cfg->heads * cfg->q_tokens * cfg->kv_tokens);
-        *drawn = (attn_sdpa_dropout){stream.philox_seed, stream.philox_offset};
         dropout = &stream;
     }
-    return settle_outputs(&kept, attn_attention_forward(ctx, fn, p, dropout, NULL, NULL, NULL,
-                                                        workspace));
+    st = settle_outputs(&kept, attn_attention_forward(ctx, fn, p, dropout, NULL, NULL, NULL,
+                                                      workspace));
+    if (st == ATTN_OK && dropout) /* the record of a call that ran */
+        *drawn = (attn_sdpa_dropout){stream.philox_seed, stream.philox_offset};
+    return st;
 }
 
 attn_status attn_sdpa_forward(attn_ctx *ctx, const attn_sdpa_config *cfg, const float *q,

@@ -803,10 +803,11 @@ static void test_callback_error(attn_ctx *one, attn_ctx *two) {
     CHECK_STATUS(attn_rng_new(ctx, 7, &same), ATTN_OK);
     CHECK_STATUS(attn_rng_set_bernoulli_method(rng, ATTN_BERNOULLI_PHILOX), ATTN_OK);
     CHECK_STATUS(attn_rng_set_bernoulli_method(same, ATTN_BERNOULLI_PHILOX), ATTN_OK);
-    attn_sdpa_dropout drawn, drawn_same;
+    attn_sdpa_dropout drawn = {11, 12}, drawn_same;
     cfg.dropout = 0.25;
     mods[1].fn = failing_reach_fn;
     CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, rng, &drawn), ATTN_ERR_INVALID);
+    CHECK(drawn.seed == 11 && drawn.offset == 12); /* no record of a refused call */
     CHECK_MESSAGE(ctx, "score_mods[1] (callback)");
     CHECK_MESSAGE(ctx, "fn returned");
     CHECK(untouched(out, B * T * H * D, mark) && untouched(lse, B * H * T, mark));
