@@ -211,6 +211,7 @@ static size_t mod_grad_offset(const attn_attention_problem *p, size_t k) {
 /* The first callback that failed in a part's rows (failed false: none). */
 typedef struct chain_failure {
     bool failed, backward;
+    int code; /* what the callback returned */
     size_t mod, b, h, q0, kv0, cols;
 } chain_failure;
 
@@ -240,11 +241,12 @@ static const char *report_failure(attn_ctx *ctx, const attn_attention_problem *p
     for (size_t part = 0; part < attn_parallel_parts(ctx->num_threads); part++) {
         const chain_failure *f = (const chain_failure *)(workspace + part * part_doubles + at);
         if (!f->failed) continue;
+        /* the flex kernels' words (flex.c), for a tile of one row */
         attn_fail(ctx, ATTN_ERR_INVALID,
-                  "score_mods[%zu] (callback): %s returned nonzero on the tile of (b %zu, h "
-                  "%zu), query %zu, keys [%zu, %zu)",
-                  f->mod, f->backward ? "grad_fn" : "fn", f->b, f->h, f->q0, f->kv0,
-                  f->kv0 + f->cols);
+                  "score_mods[%zu] (callback) %s returned %d on the tile of batch %zu, head "
+                  "%zu, queries %zu..%zu, keys %zu..%zu",
+                  f->mod, f->backward ? "grad_fn" : "fn", f->code, f->b, f->h, f->q0, f->q0,
+                  f->kv0, f->kv0 + f->cols - 1);
         return attn_pass_failed;
     }
     return NULL;

@@ -78,8 +78,9 @@ static bool REF(chain_forward)(const attn_attention_problem *p, size_t b, size_t
         case ATTN_SCORE_CALLBACK: {
             for (size_t e = 0; e < n; e++) tile[e] = (float)s[e];
             attn_score_tile t = {b, h, i, j0, 1, n, n, tile};
-            if (m->fn(m->user, &t) != 0) {
-                *failure = (chain_failure){true, false, k, b, h, i, j0, n};
+            int code = m->fn(m->user, &t);
+            if (code != 0) {
+                *failure = (chain_failure){true, false, code, k, b, h, i, j0, n};
                 return false;
             }
             for (size_t e = 0; e < n; e++) s[e] = (double)tile[e];
@@ -146,8 +147,9 @@ static bool REF(chain_backward)(const attn_attention_problem *p, size_t b, size_
                 grad[e] = (float)g[e];
             }
             attn_score_tile t = {b, h, i, j0, 1, n, n, tile};
-            if (m->grad_fn(m->user, &t, grad) != 0) {
-                *failure = (chain_failure){true, true, k, b, h, i, j0, n};
+            int code = m->grad_fn(m->user, &t, grad);
+            if (code != 0) {
+                *failure = (chain_failure){true, true, code, k, b, h, i, j0, n};
                 return false;
             }
             for (size_t e = 0; e < n; e++) g[e] = (double)grad[e];
