@@ -645,7 +645,8 @@ def check_refusals(L, rnd):
     cfg = SdpaConfig(batch=B, heads=H, q_tokens=T, kv_tokens=S, head_dim=D,
                      score_mods=fail_mods, score_mod_count=2)
     refused("a failing callback", forward(cfg),
-            ["attn_sdpa_forward", "score_mods[1] (callback)", "head 1", "queries 5..5", "returned 1"])
+            ["attn_sdpa_forward", "score_mods[1] (callback)", "head 1", "queries 5..5",
+             "returned 1"])
 
 
 def main():
