@@ -391,7 +391,8 @@ static void one_case(const char *isa, attn_ctx kernels_ctx, uint64_t *seed, int 
             lse_inf_same = lse_inf_same && ref.lse[i] == fused[0].lse[i];
             continue;
         }
-        e_lse = check_worse(e_lse, fabs((double)fused[0].lse[i] - ref.lse[i]) / fmax(1.0, fabs(ref.lse[i])));
+        e_lse = check_worse(e_lse, fabs((double)fused[0].lse[i] - ref.lse[i]) /
+                                       fmax(1.0, fabs(ref.lse[i])));
     }
     double tol = 1e-5;
     bool ok = e_out <= tol && e_dq <= tol && e_dk <= tol && e_dv <= tol && e_sink <= tol &&
