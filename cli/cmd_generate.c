@@ -5,6 +5,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "cli.h"
 #include "interrupt.h"
+#include "train/text_data.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -55,7 +56,8 @@ static const char generate_help[] =
     "                  llama3.2-3b, or the 2-layer gpt2-tiny and llama3-tiny (the\n"
     "                  real vocabularies, 64 wide)\n"
     "  --prompt-ids L  the prompt as token ids, comma separated\n"
-    "  --prompt TEXT   the prompt as text, encoded with --tokenizer\n"
+    "  --prompt TEXT   the prompt as text, encoded with --tokenizer as the book's\n"
+    "                  text_to_token_ids does (<|endoftext|>: GPT-2's special token)\n"
     "  --tokenizer P   GPT-2's (a directory, encoder.json + vocab.bpe or vocab.json\n"
     "                  + merges.txt) or a tiktoken file (Llama 3's\n"
     "                  tokenizer.model): encodes --prompt, decodes the output\n"
@@ -419,15 +421,23 @@ static int decode(attn_ctx *ctx, attn_tokenizer *tok, const int32_t *ids, size_t
     return cli_library_error(ctx, "--tokenizer");
 }
 
-/* The prompt's ids, from --prompt-ids or --prompt through the tokenizer. */
+/* The prompt's ids, from --prompt-ids or --prompt through the tokenizer as
+ * the book's text_to_token_ids encodes it, tokenizer.encode(text,
+ * allowed_special={"<|endoftext|>"}): the name is the special token where
+ * the tokenizer has it (GPT-2's 50256), plain text where it has none
+ * (Llama 3's, whose tiktoken encoding holds no such special). */
 static int prompt_ids(attn_ctx *ctx, const generate_options *o, attn_tokenizer *tok,
                       id_list *out) {
     if (o->prompt_ids) return parse_ids("--prompt-ids", o->prompt_ids, out);
     size_t len = strlen(o->prompt), capacity = len + 1, count = 0;
+    bool special = attn_endoftext_id(tok) >= 0;
     for (int attempt = 0; attempt < 2; attempt++) {
         int32_t *ids = malloc(capacity * sizeof *ids);
         if (!ids) return cli_failure("--prompt: out of memory for %zu tokens", capacity);
-        attn_status st = attn_tokenizer_encode(tok, o->prompt, len, ids, capacity, &count);
+        attn_status st =
+            special ? attn_encode_with_endoftext(ctx, "the prompt", tok, o->prompt, len, ids,
+                                                 capacity, &count)
+                    : attn_tokenizer_encode(tok, o->prompt, len, ids, capacity, &count);
         if (st == ATTN_OK) {
             *out = (id_list){ids, count};
             return count ? CLI_OK : cli_failure("--prompt: the text encodes to no tokens");

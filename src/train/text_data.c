@@ -124,9 +124,7 @@ attn_status attn_text_dataset_new(attn_ctx *ctx, const int32_t *ids, size_t n_id
 
 #define ENDOFTEXT "<|endoftext|>"
 
-/* The id of <|endoftext|>: the last id when it decodes to that name (GPT-2's
- * 50256), else -1. */
-static int32_t endoftext_id(attn_tokenizer *tok) {
+int32_t attn_endoftext_id(attn_tokenizer *tok) {
     size_t v = attn_tokenizer_vocab_size(tok);
     if (v == 0 || v - 1 > (size_t)INT32_MAX) return -1;
     int32_t id = (int32_t)(v - 1);
@@ -157,7 +155,7 @@ attn_status attn_encode_with_endoftext(attn_ctx *ctx, const char *fn, attn_token
             n += count;
         }
         if (end < length) {
-            if (special == -2) special = endoftext_id(tok);
+            if (special == -2) special = attn_endoftext_id(tok);
             if (special < 0)
                 return attn_fail(ctx, ATTN_ERR_INVALID,
                                  "%s: the text names " ENDOFTEXT " at byte %zu but the "

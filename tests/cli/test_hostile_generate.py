@@ -12,8 +12,8 @@ The groups of cases, each marked in the code:
   config of 10^9 layers, --random-init of 10^9 layers), extra tensors
   (strict by default, --non-strict warns), zeros in configs (rope_theta 0
   refused, rms_norm_eps 0 kept), late errors (a tokenizer smaller than the
-  vocabulary, the given prompt length, a huge --max-new-tokens), a file of
-  attn train --save, and --stats' times.
+  vocabulary, the given prompt length, a huge --max-new-tokens), --prompt
+  naming <|endoftext|>, a file of attn train --save, and --stats' times.
   python3 test_hostile_generate.py path/to/attn
 """
 import base64
@@ -228,6 +228,20 @@ def main():
             "do not fit the model's context_length 8: at most 6 new tokens do", cwd)
     refused("late", ["--random-init", "1", "--preset", "gpt2-tiny", "--prompt-ids", "1",
                      "--max-new-tokens", "4611686018427387904"], "context_length 256", cwd)
+
+    # ---- --prompt as the book's text_to_token_ids encodes it: <|endoftext|> is GPT-2's
+    # special token (tiktoken's allowed_special), so "Hello<|endoftext|>" is 15496, 50256
+    gpt2_bpe = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__)))), "data", "gpt2-bpe")
+    _, err = succeeded(["--random-init", "1", "--preset", "gpt2-tiny", "--tokenizer", gpt2_bpe,
+                        "--prompt", "Hello<|endoftext|>", "--max-new-tokens", "1", "--stats"],
+                       cwd)
+    check("prompt 2 tokens" in err, "--prompt 'Hello<|endoftext|>' is 2 tokens: %r" % err)
+    # a tokenizer without that token (a tiktoken file: Llama 3's specials) reads it as text
+    _, err = succeeded(["--random-init", "1", "--config", write_json(
+        "v512.json", llama_hf_cfg(vocab_size=512)), "--tokenizer", tok, "--prompt",
+        "a<|endoftext|>", "--max-new-tokens", "1", "--stats"], cwd)
+    check("prompt 14 tokens" in err, "tiktoken: --prompt 'a<|endoftext|>' is 14 bytes: %r" % err)
 
     # ---- a file of attn train --save
     trained = f("trained.safetensors")
