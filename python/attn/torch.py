@@ -64,6 +64,7 @@ import math
 import threading
 from ctypes import POINTER, c_int, c_uint64, c_void_p
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch.autograd import forward_ad
@@ -711,6 +712,34 @@ def _check_mask_dtype(attn_mask, query):
                            f"{attn_mask.dtype} and query.dtype {query.dtype}")
 
 
+def _check_sdpa_args(dropout_p, is_causal, scale, enable_gqa):
+    """PyTorch's TypeError for the arguments its SDPA's parser refuses, raised
+    on every path: attn reads them with float() and bool(), which would take
+    is_causal="no" as True, parse scale="0.5", and take a scale tensor that
+    requires grad as a constant, its gradient silently lost."""
+    def kind(value):
+        # numpy.bool, not bool: NumPy's scalar types share Python's names
+        t = type(value)
+        return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+
+    for name, value in (("dropout_p", dropout_p), ("scale", scale)):
+        if name == "scale" and value is None:
+            continue
+        # a float as PyTorch takes it: a Python or NumPy scalar, or a 0-d
+        # tensor whose gradient nobody wants
+        number = isinstance(value, (bool, int, float, np.number, np.bool_)) or (
+            isinstance(value, torch.Tensor) and value.dim() == 0 and not value.requires_grad)
+        if not number:
+            what = ("Tensor that requires grad" if isinstance(value, torch.Tensor)
+                    and value.requires_grad else kind(value))
+            raise TypeError(f"scaled_dot_product_attention(): argument '{name}' must be float, "
+                            f"not {what}")
+    for name, value in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
+        if not isinstance(value, bool):
+            raise TypeError(f"scaled_dot_product_attention(): argument '{name}' must be bool, "
+                            f"not {kind(value)}")
+
+
 @functools.lru_cache(maxsize=None)
 def _runs_block_maps():
     """Whether this libattn's attention applies a block map and a bias: one
@@ -771,6 +800,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     First derivatives only: differentiating the gradients again
     (create_graph=True) raises, as PyTorch's fused kernels do.
     """
+    _check_sdpa_args(dropout_p, is_causal, scale, enable_gqa)
     _check_mask_dtype(attn_mask, query)
     if supports(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         return _pytorch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale,

@@ -20,6 +20,9 @@ value, a wrapped integer, a crash or a silent stop.
     overlapping (expand, stride 0), zero-size, wrong-dtype and
     requires_grad-mixed tensors, against float64 math; the package's other
     entry points with wrong types and extreme values;
+  - scaled_dot_product_attention's flags and numbers of PyTorch's types
+    only (a string is_causal or scale, a scale tensor that requires grad:
+    PyTorch's TypeError);
   - where PyTorch answers, its answer: additive masks holding +inf or NaN
     (NaN rows), mask dtypes it refuses (its RuntimeError), functional's
     dropout_p=1.0 (zeros, and zero gradients), the modules' scale 0 and
@@ -1092,6 +1095,32 @@ def module_scales():
     check(np.array_equal(attn.MultiHeadAttention(3, 4, 4, 0.0, 2, scale=None)(x),
                          (attn.manual_seed(1), attn.MultiHeadAttention(3, 4, 4, 0.0, 2))[1](x)),
           "scale=None is the default 1/sqrt(head_dim)")
+
+
+@section
+def sdpa_argument_types():
+    # scaled_dot_product_attention takes PyTorch's argument types: a truthy
+    # string is not is_causal=True, a string is not a scale, and a scale
+    # tensor that requires grad is refused, never a constant whose gradient
+    # is silently lost; the TypeError names the argument as PyTorch's does
+    S = "attn.torch sdpa argument types"
+    x = torch.randn(1, 2, 3, 4)
+    for kw in (dict(is_causal="no"), dict(is_causal=None), dict(is_causal=1),
+               dict(enable_gqa="no"), dict(enable_gqa=np.bool_(True)), dict(scale="0.5"),
+               dict(scale=torch.tensor([0.5])), dict(scale=torch.tensor(0.5, requires_grad=True)),
+               dict(dropout_p=None), dict(dropout_p="0.1")):
+        (name, value), = kw.items()
+        raises(lambda: AT.scaled_dot_product_attention(x, x, x, **kw), TypeError,
+               [f"'{name}'"], f"sdpa {name}={value!r}", S)
+        with AT.patched():
+            raises(lambda: F.scaled_dot_product_attention(x, x, x, **kw), TypeError,
+                   [f"'{name}'"], f"patched sdpa {name}={value!r}", S)
+    # what PyTorch takes still runs: Python and NumPy scalars, 0-d tensors
+    want = math_sdpa(x.double(), x.double(), x.double(), scale=0.5)
+    for scale in (0.5, np.float32(0.5), torch.tensor(0.5)):
+        count(S)
+        check(close(AT.scaled_dot_product_attention(x, x, x, scale=scale, dropout_p=0), want,
+                    1e-5), f"sdpa scale={scale!r}")
 
 
 @section
