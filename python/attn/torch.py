@@ -24,7 +24,7 @@ float32 or the query's raises PyTorch's RuntimeError on every path.
 Importing this module asks the OS for AMX for the process
 (attn_cpu_request_amx), as PyTorch's oneDNN does on its first bf16 call.
 Everything else (CUDA tensors, ranks other than 3 and 4, an attn_mask with
-is_causal) goes to PyTorch's own SDPA (on torch < 2.0, which has none, to
+is_causal, a call torch.jit.trace records) goes to PyTorch's own SDPA (on torch < 2.0, which has none, to
 the same math written out in torch). supports(...) says which and why.
 
 FlexAttention: flex_attention, create_block_mask, BlockMask, and_masks,
@@ -482,7 +482,12 @@ def _transform_problem(tensors):
     forward-mode AD's dual tensors (attn has no jvp, and would drop the
     tangent), torch.func's wrapped tensors (vmap, grad, jvp: no storage to
     hand the library), nested tensors and other tensor subclasses (their
-    sizes or storage are not a plain strided tensor's)."""
+    sizes or storage are not a plain strided tensor's), and torch.jit.trace
+    (and torch.onnx.export, which traces): the trace would record the output's
+    torch.empty and not the library call that fills it, so running the trace
+    would return uninitialised memory."""
+    if torch.jit.is_tracing():
+        return "torch.jit.trace records the call, and it cannot see attn's kernels"
     for t in tensors:
         if not isinstance(t, torch.Tensor):
             continue
@@ -712,16 +717,18 @@ def _check_mask_dtype(attn_mask, query):
                            f"{attn_mask.dtype} and query.dtype {query.dtype}")
 
 
+def _type_name(value):
+    """value's type as PyTorch's messages name it: numpy.bool, not bool
+    (NumPy's scalar types share Python's names)."""
+    t = type(value)
+    return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
+
+
 def _check_sdpa_args(dropout_p, is_causal, scale, enable_gqa):
     """PyTorch's TypeError for the arguments its SDPA's parser refuses, raised
     on every path: attn reads them with float() and bool(), which would take
     is_causal="no" as True, parse scale="0.5", and take a scale tensor that
     requires grad as a constant, its gradient silently lost."""
-    def kind(value):
-        # numpy.bool, not bool: NumPy's scalar types share Python's names
-        t = type(value)
-        return t.__name__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__name__}"
-
     for name, value in (("dropout_p", dropout_p), ("scale", scale)):
         if name == "scale" and value is None:
             continue
@@ -731,13 +738,13 @@ def _check_sdpa_args(dropout_p, is_causal, scale, enable_gqa):
             isinstance(value, torch.Tensor) and value.dim() == 0 and not value.requires_grad)
         if not number:
             what = ("Tensor that requires grad" if isinstance(value, torch.Tensor)
-                    and value.requires_grad else kind(value))
+                    and value.requires_grad else _type_name(value))
             raise TypeError(f"scaled_dot_product_attention(): argument '{name}' must be float, "
                             f"not {what}")
     for name, value in (("is_causal", is_causal), ("enable_gqa", enable_gqa)):
         if not isinstance(value, bool):
             raise TypeError(f"scaled_dot_product_attention(): argument '{name}' must be bool, "
-                            f"not {kind(value)}")
+                            f"not {_type_name(value)}")
 
 
 @functools.lru_cache(maxsize=None)

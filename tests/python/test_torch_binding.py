@@ -647,7 +647,7 @@ def test_transforms():
     """What attn cannot run under a torch transform goes to PyTorch (the
     drop-in) or raises (attn's own functions), never a silent wrong
     derivative: forward-mode AD's tangent, torch.func's wrapped tensors,
-    and CPU autocast's output dtype."""
+    CPU autocast's output dtype, and torch.jit.trace's recording."""
     import torch.autograd.forward_ad as fwAD
     q, k, v, tq = (torch.randn(1, 2, 5, 8, dtype=torch.float64) for _ in range(4))
     with fwAD.dual_level():
@@ -697,6 +697,23 @@ def test_transforms():
     check(why is not None and "autocast" in why, f"CPU autocast falls back: {why}")
     check(got.dtype == want.dtype and torch.equal(got, want),
           f"under autocast the output is PyTorch's ({got.dtype} vs {want.dtype})")
+    # torch.jit.trace records torch ops only: a trace of attn's call would
+    # hold the output's torch.empty and not the library call that fills it,
+    # and return uninitialised memory when run on other inputs
+    x, y = torch.randn(1, 2, 8, 4), torch.randn(1, 2, 8, 4)
+    keep = torch.rand(8, 8) > 0.3
+    for what, fn in (("is_causal", lambda a: AT.scaled_dot_product_attention(
+                         a, a, a, is_causal=True)),
+                     ("attn_mask", lambda a: AT.scaled_dot_product_attention(
+                         a, a, a, attn_mask=keep))):
+        traced = torch.jit.trace(fn, (x,), check_trace=False)
+        check(torch.allclose(traced(y), fn(y), atol=1e-6),
+              f"a torch.jit.trace of the drop-in ({what}) runs PyTorch's on new inputs")
+    try:
+        torch.jit.trace(lambda a: AT.flash_attn_func(a, a, a), (x,), check_trace=False)
+        check(False, "torch.jit.trace of flash_attn_func raises")
+    except NotImplementedError as e:
+        check("torch.jit.trace" in str(e), f"flash_attn_func names torch.jit.trace: {e}")
 
 
 for test in (test_gradcheck, test_float32, test_layouts_and_fallbacks, test_dropout, test_patch,
