@@ -24,8 +24,9 @@ float32 or the query's raises PyTorch's RuntimeError on every path.
 Importing this module asks the OS for AMX for the process
 (attn_cpu_request_amx), as PyTorch's oneDNN does on its first bf16 call.
 Everything else (CUDA tensors, ranks other than 3 and 4, an attn_mask with
-is_causal, a call torch.jit.trace records) goes to PyTorch's own SDPA (on torch < 2.0, which has none, to
-the same math written out in torch). supports(...) says which and why.
+is_causal, a call torch.jit.trace records) goes to PyTorch's own SDPA (on
+torch < 2.0, which has none, to the same math written out in torch).
+supports(...) says which and why.
 
 FlexAttention: flex_attention, create_block_mask, BlockMask, and_masks,
 or_masks, noop_mask and t5_relative_bucket are attn.flex's (see there):
