@@ -35,7 +35,8 @@ class _Generator(HandleOwner):
         self.ctx.check(lib.attn_rng_new(self.ctx.handle, seed, ctypes.byref(self.handle)))
 
     def __del__(self):
-        if getattr(self, "handle", None):
+        # at interpreter exit the module's lib may be gone before this runs
+        if getattr(self, "handle", None) and lib is not None:
             lib.attn_rng_free(self.handle)
             self.handle = None
 
