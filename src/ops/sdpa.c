@@ -353,10 +353,13 @@ static attn_status keep_outputs(attn_ctx *ctx, const char *fn, const attn_attent
         memcpy(at, s.data, s.bytes);
         at += s.bytes;
     }
-    if (rng) {
-        k->rng = rng;
-        attn_rng_get_state(rng, at, attn_rng_state_size());
+    attn_status st = rng ? attn_rng_get_state(rng, at, attn_rng_state_size()) : ATTN_OK;
+    if (st != ATTN_OK) {
+        attn_free(k->copy);
+        k->copy = NULL;
+        return st;
     }
+    k->rng = rng;
     return ATTN_OK;
 }
 
@@ -376,8 +379,9 @@ static attn_status settle_outputs(kept_outputs *k, attn_status st) {
         if (k->rng) { /* which clears the ctx's message: the call's is set again */
             char message[ATTN_ERROR_CAPACITY];
             snprintf(message, sizeof message, "%s", k->ctx->error);
-            attn_rng_set_state(k->rng, at, attn_rng_state_size());
-            attn_fail(k->ctx, st, "%s", message);
+            attn_status put = attn_rng_set_state(k->rng, at, attn_rng_state_size());
+            attn_fail(k->ctx, st, "%s%s", message,
+                      put == ATTN_OK ? "" : " (and the rng's state was not put back)");
         }
     }
     attn_free(k->copy);
