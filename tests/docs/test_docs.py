@@ -8,6 +8,10 @@
    build's libattn. A block fails the test when it exits non-zero.
 2. Every relative link of those files names a file that exists, and every
    `#anchor` into a Markdown file names one of its headings.
+   Every `attn` command line of an unmarked ```sh block (one under `mpirun`
+   too, run as a single process) takes its arguments: run from a directory
+   holding data/ and the README's x.npy (2, 6, 768), it may fail on a file it
+   lacks (exit 1), not on its options (exit 2).
 3. Facts the docs state about the code: docs/cli.md's table lists every
    command of `attn --help`; docs/python.md's table lists every module class
    of the package; the man page's SEE ALSO names files that exist; the sample
@@ -20,6 +24,7 @@ usage: test_docs.py REPO ATTN LIBATTN PYTHON
 """
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -166,6 +171,72 @@ def check_links():
     return count
 
 
+def unmarked_commands(text):
+    """(line number, argv after `attn`) of each attn command of an unmarked sh block."""
+    lines = text.split("\n")
+    out = []
+    i = 0
+    while i < len(lines):
+        if lines[i].startswith("```"):
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            if lines[i].strip() == "```sh" and (i == 0 or lines[i - 1].strip() != MARK):
+                k = i + 1
+                while k < j:
+                    start, cmd = k + 1, lines[k]
+                    while cmd.endswith("\\") and k + 1 < j:
+                        k += 1
+                        cmd = cmd[:-1] + lines[k]
+                    k += 1
+                    words = shlex.split(cmd, comments=True)
+                    if words and words[0] == "mpirun":
+                        words = words[next((n for n, w in enumerate(words)
+                                            if w.endswith("attn")), len(words)):]
+                    if words and words[0] in ("attn", "./build/attn"):
+                        out.append((start, words[1:]))
+            i = j
+        i += 1
+    return out
+
+
+def check_commands():
+    """The attn command lines of the unmarked blocks, each run once to see that it
+    takes its arguments. One still running after a few seconds is past them (the
+    book's pretraining run takes minutes). A line meant for mpirun runs as one
+    process; a build without MPI runs it without --context-parallel."""
+    import numpy as np
+    count = 0
+    for path in doc_files():
+        for line, argv in unmarked_commands(open(path, encoding="utf-8").read()):
+            work = tempfile.mkdtemp(prefix="attn-doc-cmd-")
+            try:
+                os.symlink(os.path.join(REPO, "data"), os.path.join(work, "data"))
+                np.save(os.path.join(work, "x.npy"), np.random.rand(2, 6, 768).astype("f4"))
+                r = run_in(work, argv)
+                if r and r.returncode == 2 and "this build has no MPI" in r.stderr:
+                    n = argv.index("--context-parallel")
+                    r = run_in(work, argv[:n] + argv[n + 2:])
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+            count += 1
+            if r and r.returncode == 2:
+                fail(f"{os.path.relpath(path, REPO)}:{line}: `attn {' '.join(argv)}` "
+                     f"is refused as a usage error: {r.stderr.strip()}")
+    if count == 0:
+        fail("no attn command found in the unmarked sh blocks: the parse is wrong")
+    return count
+
+
+def run_in(work, argv):
+    """The run of attn with argv in work, or None when it ran past 5 s."""
+    try:
+        return subprocess.run([ATTN, *argv], cwd=work, capture_output=True, text=True,
+                              errors="replace", timeout=5)
+    except subprocess.TimeoutExpired:
+        return None
+
+
 def run(*args):
     return subprocess.run([ATTN, *args], capture_output=True, text=True, timeout=120)
 
@@ -249,6 +320,8 @@ def check_facts():
 
 blocks = run_blocks()
 links = check_links()
+commands = check_commands()
 check_facts()
-print(f"{blocks} doc blocks run, {links} links checked, {len(failures)} failures")
+print(f"{blocks} doc blocks run, {links} links checked, {commands} commands parsed, "
+      f"{len(failures)} failures")
 sys.exit(1 if failures else 0)
