@@ -11,7 +11,9 @@
    Every `attn` command line of an unmarked ```sh block (one under `mpirun`
    too, run as a single process) takes its arguments: run from a directory
    holding data/ and the README's x.npy (2, 6, 768), it may fail on a file it
-   lacks (exit 1), not on its options (exit 2).
+   lacks (exit 1), not on its options (exit 2). Every unmarked ```python block
+   (but a `>>>` session) parses and reads no name it does not define or import,
+   `attn` and `np` aside.
 3. Facts the docs state about the code: docs/cli.md's table lists every
    command of `attn --help`; docs/python.md's table lists every module class
    of the package; the man page's SEE ALSO names files that exist; the sample
@@ -22,6 +24,8 @@
 
 usage: test_docs.py REPO ATTN LIBATTN PYTHON
 """
+import ast
+import builtins
 import os
 import re
 import shlex
@@ -228,6 +232,44 @@ def check_commands():
     return count
 
 
+def check_python_names():
+    """The unmarked python blocks, which need files no test has (checkpoints,
+    tokenizers), parsed: a name read and never bound fails as the reader would."""
+    count = 0
+    for path in doc_files():
+        lines = open(path, encoding="utf-8").read().split("\n")
+        for n, line in enumerate(lines):
+            if line.strip() != "```python" or (n and lines[n - 1].strip() == MARK):
+                continue
+            end = next(k for k in range(n + 1, len(lines)) if lines[k].startswith("```"))
+            code = "\n".join(lines[n + 1:end])
+            if code.lstrip().startswith(">>>"):
+                continue
+            count += 1
+            where = f"{os.path.relpath(path, REPO)}:{n + 2}"
+            try:
+                tree = ast.parse(code)
+            except SyntaxError as e:
+                fail(f"{where}: the python block does not parse: {e}")
+                continue
+            bound = set(dir(builtins)) | {"attn", "np"}
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+                    bound.add(node.id)
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    bound |= {(a.asname or a.name).split(".")[0] for a in node.names}
+                elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+                    bound.add(node.name)
+                elif isinstance(node, ast.arg):
+                    bound.add(node.arg)
+            unbound = sorted({node.id for node in ast.walk(tree) if isinstance(node, ast.Name)
+                              and isinstance(node.ctx, ast.Load)} - bound)
+            if unbound:
+                fail(f"{where}: the python block reads {', '.join(unbound)}, which it never "
+                     f"defines")
+    return count
+
+
 def run_in(work, argv):
     """The run of attn with argv in work, or None when it ran past 5 s."""
     try:
@@ -321,7 +363,8 @@ def check_facts():
 blocks = run_blocks()
 links = check_links()
 commands = check_commands()
+python_blocks = check_python_names()
 check_facts()
 print(f"{blocks} doc blocks run, {links} links checked, {commands} commands parsed, "
-      f"{len(failures)} failures")
+      f"{python_blocks} python blocks read, {len(failures)} failures")
 sys.exit(1 if failures else 0)
