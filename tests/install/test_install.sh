@@ -90,7 +90,18 @@ eval "libs=($(pkg-config --libs attn))"
 "$cc" -o "$work/pc_shared" "$consumer/consumer.c" "${cflags[@]}" "${libs[@]}"
 LD_LIBRARY_PATH="$libdir" "$work/pc_shared" | grep -q "^attn .* ok$" \
   || { echo "FAIL: pkg-config consumer"; exit 1; }
-echo "pkg-config: ok (prefix $got_prefix)"
+# --static: libattn.a itself (-l:libattn.a, as the shared library stands beside
+# it), linked with nothing but what --static gives, Libs.private included
+eval "static_libs=($(pkg-config --static --libs attn))"
+"$cc" -o "$work/pc_static" "$consumer/consumer.c" "${cflags[@]}" \
+  "${static_libs[@]/#-lattn/-l:libattn.a}" \
+  || { echo "FAIL: pkg-config --static: the consumer does not link"; exit 1; }
+if readelf -d "$work/pc_static" | grep -q "NEEDED.*libattn"; then
+  echo "FAIL: pkg-config --static consumer needs libattn.so"; exit 1
+fi
+"$work/pc_static" | grep -q "^attn .* ok$" \
+  || { echo "FAIL: pkg-config --static consumer"; exit 1; }
+echo "pkg-config: ok (prefix $got_prefix; shared, and --static)"
 
 # find_package(attn MAJOR.MINOR) from the same prefix, the installed header's
 # version; while 0.x, asking for another minor finds no package (docs/abi.md).
