@@ -59,6 +59,11 @@ for name in commands:
     section = plain.split(f".SS attn {name}\n", 1)[-1].split(".SS ", 1)[0]
     check(help_text.rstrip("\n") in section, f"attn {name} --help verbatim in its section")
 check(overview.rstrip("\n") in plain, "attn --help verbatim")
+# EXIT STATUS lists every status a command's help gives, the signals' too
+exit_status = text.split(".SH EXIT STATUS", 1)[-1].split(".SH ", 1)[0]
+for name in commands:
+    if "128 + the signal's number" in run(name, "--help").stdout:
+        check("128" in exit_status, f"EXIT STATUS gives 128 + N, as attn {name} --help does")
 if shutil.which("groff"):
     r = subprocess.run(["groff", "-man", "-Tutf8", "-ww", "-z", manpage], capture_output=True, text=True)
     check(r.returncode == 0 and not r.stderr.strip(), f"groff warnings: {r.stderr}")
