@@ -1472,7 +1472,8 @@ attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module 
  * small). m is the module of an attn_gpt2 (attn_gpt2_module). Errors:
  * ATTN_ERR_INVALID for another kind of module, ATTN_ERR_NOT_FOUND naming
  * the missing tensor (and how many layers the file has), ATTN_ERR_SHAPE
- * when n_embd differs. Nothing changes unless all four tensors load.
+ * when n_embd differs. Nothing changes unless all four tensors load; a
+ * load drops the last forward, so attn_module_backward needs a new one.
  */
 attn_status attn_gpt2_load_hf(attn_ctx *ctx, attn_module *m, const char *path, size_t layer);
 /* The same from an already opened file (messages go to its ctx). */

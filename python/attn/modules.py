@@ -467,6 +467,7 @@ class CausalSelfAttention(Module):
         self._ctx.check(lib.attn_gpt2_load_hf(self._ctx.handle, self._module,
                                               encode_path("load_hf: path", path),
                                               as_index("layer", layer, 0, SIZE_MAX)))
+        self._last_shape = None  # the library dropped the last forward too
         return self
 
     @_locked

@@ -126,7 +126,12 @@ attn_status attn_gpt2_load_hf_from(attn_safetensors *st, attn_module *m, size_t 
         s = attn_safetensors_load_weights(st, info[t].index, weight ? raw : dst, info[t].numel);
         if (s == ATTN_OK && weight) transpose(raw, dst, want[t][0], want[t][1]);
     }
-    if (s == ATTN_OK) memcpy(m->storage, staged, m->num_scalars * sizeof *staged);
+    if (s == ATTN_OK) {
+        memcpy(m->storage, staged, m->num_scalars * sizeof *staged);
+        /* the last forward's activations belong to the old weights: a
+         * backward now would mix the two */
+        m->saved.valid = false;
+    }
     attn_free(raw);
     attn_free(staged);
     return s;

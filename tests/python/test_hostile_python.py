@@ -1054,6 +1054,11 @@ def load_drops_forward():
         m(x)
         m.load(path)
         raises(lambda: m.backward(dy), RuntimeError, ["no forward"], "load", S)
+        g = attn.CausalSelfAttention(4, 2, 5)
+        g.save_hf(path)
+        y = g(x)
+        g.load_hf(path)
+        raises(lambda: g.backward(np.ones_like(y)), RuntimeError, ["no forward"], "load_hf", S)
     m(x)  # a new forward differentiates the loaded weights
     count(S)
     check(np.all(np.isfinite(m.backward(dy))), "a new forward's backward")

@@ -586,7 +586,13 @@ static void test_gpt2_hf(attn_ctx *ctx) {
     CHECK(transposed);
     attn_safetensors_free(st);
 
+    /* a load after a forward drops it: its activations are the old weights' */
+    float x[3 * 8], y[3 * 8], dx[3 * 8];
+    for (size_t i = 0; i < 3 * 8; i++) x[i] = 0.01f * (float)i;
+    CHECK_STATUS(attn_gpt2_forward(b, x, 1, 3, y, NULL), ATTN_OK);
     CHECK_STATUS(attn_gpt2_load_hf(ctx, attn_gpt2_module(b), path, 3), ATTN_OK);
+    CHECK_STATUS(attn_gpt2_backward(b, y, 1, 3, dx), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "no forward to differentiate");
     for (size_t i = 0; i < 4; i++) {
         attn_param pa, pb;
         attn_module_param_at(attn_gpt2_module(a), i, &pa);
