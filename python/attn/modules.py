@@ -178,7 +178,10 @@ class Module(HandleOwner):
 
     @_locked
     def train(self, mode=True):
-        """module.train(): dropout draws from the default generator."""
+        """module.train(): dropout draws from the default generator. mode is a
+        bool, as PyTorch's: bool("False") would turn dropout on."""
+        if not isinstance(mode, (bool, np.bool_)):
+            raise ValueError(f"train: training mode is expected to be boolean, got {mode!r}")
         self._ctx.check(lib.attn_module_set_training(self._module, bool(mode)))
         return self
 
@@ -258,6 +261,8 @@ class Module(HandleOwner):
     @_locked
     def set_grad_enabled(self, enabled):
         self._need_training("set_grad_enabled")
+        if not isinstance(enabled, (bool, np.bool_)):  # as torch.set_grad_enabled
+            raise TypeError(f"set_grad_enabled: enabled must be bool, got {enabled!r}")
         self._ctx.check(lib.attn_module_set_grad_enabled(self._module, bool(enabled)))
 
     # ---- parameters ----

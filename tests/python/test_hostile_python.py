@@ -859,6 +859,17 @@ def sweep_other_entry_points():
             ("scale nan", lambda: attn.SelfAttention_v1(3, 2, scale=float("nan")), ValueError),
             ("scale 1e39", lambda: attn.SelfAttention_v1(3, 2, scale=1e39), attn.AttnError)):
         raises(call, kinds, [], f"modules: {what}", S)
+    # train() and set_grad_enabled() take bools, as PyTorch's: bool("False")
+    # is True, so a string would turn dropout (or the saved forward) on
+    m.eval()
+    for mode in ("False", 0, None):
+        raises(lambda: m.train(mode), ValueError, ["training mode", repr(mode)],
+               f"modules: train({mode!r})", S)
+        raises(lambda: m.set_grad_enabled(mode), TypeError, ["enabled", repr(mode)],
+               f"modules: set_grad_enabled({mode!r})", S)
+    check(not m.training, "a refused train() leaves eval mode")
+    check(m.train(np.bool_(True)).training and not m.train(False).training,
+          "train() takes bool and numpy's bool")
 
 
 # ---- where PyTorch answers, attn answers the same ------------------------------------
