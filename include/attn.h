@@ -1774,7 +1774,9 @@ attn_status attn_model_backward(attn_model *m);
 attn_status attn_model_save(attn_model *m, const char *path);
 /* load_state_dict(strict=True) from such a file into a model of the same
  * config: every parameter with its shape and nothing else (a file of the
- * model's own format must also agree in its metadata, dropout aside).
+ * model's own format must also agree in its metadata, dropout aside; the
+ * book's GPTModel's also holds its mask buffers, which must be the causal
+ * mask: ATTN_ERR_FORMAT naming the element otherwise).
  * Nothing changes unless all of it loads; a load drops the last forward,
  * so attn_model_backward needs a new forward. */
 attn_status attn_model_load(attn_model *m, const char *path);

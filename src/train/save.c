@@ -249,19 +249,37 @@ static attn_status load(attn_model *m, const char *path, bool dropout_too) {
         attn_safetensors_free(file);
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_load: out of memory");
     }
-    /* the book's GPTModel's file also holds its mask buffers */
+    /* the book's GPTModel's file also holds its mask buffers, which
+     * load_state_dict would copy in: one that is not the causal mask would
+     * make PyTorch's model attend otherwise than this one */
     attn_model_config mc = attn_model_get_config(m);
-    size_t masks = attn_model_is_gpt(m) ? mc.n_layers : 0;
+    size_t masks = attn_model_is_gpt(m) ? mc.n_layers : 0, T = mc.context_length, TT = 0;
+    if (masks && (!attn_mul_size(T, T, &TT) || !attn_floats_fit(TT)))
+        st = attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                       "attn_model_load: the mask buffers (%zu, %zu) overflow size_t", T, T);
+    float *mask = masks && st == ATTN_OK ? attn_alloc_floats(TT) : NULL;
+    if (masks && st == ATTN_OK && !mask)
+        st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_model_load: out of memory");
     for (size_t l = 0; st == ATTN_OK && l < masks; l++) {
         char name[MASK_NAME_MAX];
         mask_name(name, sizeof name, l);
         attn_safetensors_info info;
         if (attn_safetensors_find(file, name, &info) != ATTN_OK || info.ndim != 2 ||
-            info.shape[0] != mc.context_length || info.shape[1] != mc.context_length)
+            info.shape[0] != T || info.shape[1] != T) {
             st = attn_fail(ctx, ATTN_ERR_SHAPE,
                            "attn_model_load: '%s' has no tensor '%s' of shape (%zu, %zu)", path,
-                           name, mc.context_length, mc.context_length);
+                           name, T, T);
+            break;
+        }
+        st = attn_safetensors_load(file, info.index, mask, TT);
+        for (size_t i = 0; st == ATTN_OK && i < TT; i++)
+            if (mask[i] != (i % T > i / T ? 1.0f : 0.0f))
+                st = attn_fail(ctx, ATTN_ERR_FORMAT,
+                               "attn_model_load: '%s': %s is not the causal mask "
+                               "triu(ones(%zu, %zu), diagonal=1): element (%zu, %zu) is %g",
+                               path, name, T, T, i / T, i % T, (double)mask[i]);
     }
+    attn_free(mask);
     size_t offset = 0;
     for (size_t i = 0; st == ATTN_OK && i < count; i++) {
         const attn_param *p = &params[i];

@@ -355,6 +355,31 @@ static void test_gpt_model(attn_ctx *ctx, attn_rng *rng) {
     attn_model_config mc = attn_model_get_config(m);
     CHECK(mc.d_model == 8 && mc.attention == ATTN_MODULE_MHA && mc.mlp && mc.dropout == 0.1);
     CHECK_STATUS(attn_model_get_gpt_config(m, NULL), ATTN_ERR_NULL);
+    /* the file's mask buffers must be the causal mask, which PyTorch's
+     * load_state_dict would copy into the book's model */
+    size_t n = attn_model_param_count(m);
+    attn_named_tensor t[2 + 2 * 13 + 3 + 2];
+    for (size_t i = 0; i < n; i++) {
+        attn_model_param_at(m, i, &p);
+        t[i] = (attn_named_tensor){.name = p.name, .data = p.data, .ndim = p.ndim,
+                                   .shape = {p.shape[0], p.shape[1]}};
+    }
+    float causal[8 * 8], zeros[8 * 8] = {0};
+    for (size_t i = 0; i < 64; i++) causal[i] = i % 8 > i / 8 ? 1.0f : 0.0f;
+    t[n] = (attn_named_tensor){.name = "trf_blocks.0.att.mask", .data = causal, .ndim = 2,
+                               .shape = {8, 8}};
+    t[n + 1] = (attn_named_tensor){.name = "trf_blocks.1.att.mask", .data = zeros, .ndim = 2,
+                                   .shape = {8, 8}};
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/attn_test_gpt_mask_%ld.safetensors", (long)getpid());
+    CHECK_STATUS(attn_safetensors_write(ctx, path, t, n + 2, NULL, 0), ATTN_OK);
+    CHECK_STATUS(attn_model_load(m, path), ATTN_ERR_FORMAT);
+    CHECK_MESSAGE(ctx, "trf_blocks.1.att.mask is not the causal mask");
+    CHECK_MESSAGE(ctx, "element (0, 1) is 0");
+    t[n + 1].data = causal;
+    CHECK_STATUS(attn_safetensors_write(ctx, path, t, n + 2, NULL, 0), ATTN_OK);
+    CHECK_STATUS(attn_model_load(m, path), ATTN_OK);
+    remove(path);
     attn_model_free(m);
 
     attn_model_config c = small_config();
