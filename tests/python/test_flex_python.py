@@ -772,8 +772,11 @@ def row_bias_case():
     bo = bias.double().requires_grad_()
     want, _ = oracle(q.double(), k.double(), v.double(), mod(bo))
     (want * dout.double()).sum().backward()
+    # the sums are in double; what is left is each dS term's own float
+    # rounding (1e-6 typically, 6e-6 at worst over many seeds): the bound is
+    # the exactness asked of every gradient, 1e-5
     e = rel_l2(ba.grad, bo.grad)
-    check(e < 5e-6, f"a bias per head, broadcast over queries and keys: dbias relative L2 {e}")
+    check(e < 1e-5, f"a bias per head, broadcast over queries and keys: dbias relative L2 {e}")
 
 
 if runs:
