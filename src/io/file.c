@@ -296,10 +296,8 @@ attn_status attn_file_write(attn_ctx *ctx, attn_file *file, const void *bytes, s
 
 attn_status attn_file_write_f32le(attn_ctx *ctx, attn_file *file, const float *data,
                                   size_t numel) {
-    const uint16_t one = 1;
-    unsigned char first;
-    memcpy(&first, &one, 1);
-    if (first == 1 || numel == 0) return attn_file_write(ctx, file, data, numel * sizeof *data);
+    if (!attn_host_is_big_endian() || numel == 0)
+        return attn_file_write(ctx, file, data, numel * sizeof *data);
     unsigned char chunk[16384];
     const size_t per_chunk = sizeof chunk / 4;
     for (size_t done = 0; done < numel;) {

@@ -9,7 +9,9 @@
 #include "internal.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
 struct attn_file {
     FILE *stream; /* NULL once closed                                       */
@@ -26,6 +28,14 @@ struct attn_file {
  * as /dev/zero or a FIFO would grow the buffer without end or block. */
 attn_status attn_file_read_whole(attn_ctx *ctx, const char *who, const char *path,
                                  unsigned char **out, size_t *size);
+
+/* Whether the host stores the high byte of a number first. */
+static inline bool attn_host_is_big_endian(void) {
+    const uint16_t one = 1;
+    unsigned char first;
+    memcpy(&first, &one, 1);
+    return first == 0;
+}
 
 /* numel floats appended to file as little-endian float32 (the byte order of
  * .npy's '<f4' and of safetensors), whatever the host's order. */

@@ -75,13 +75,6 @@ typedef struct npy_cursor {
     size_t base;
 } npy_cursor;
 
-static bool host_is_big_endian(void) {
-    const uint16_t one = 1;
-    unsigned char first;
-    memcpy(&first, &one, 1);
-    return first == 0;
-}
-
 /* n bytes of untrusted text for a message or a comparison: escaped as
  * messages quote it (attn_escape_text), so that a control byte or a NUL
  * never passes for a name we know. Whether it was cut. */
@@ -247,7 +240,7 @@ static bool decode_descr(const char *descr, npy_header *h) {
     case '<': h->big_endian = false; break;
     case '>': h->big_endian = true; break;
     case '|': /* NumPy reads both as the host's order */
-    case '=': h->big_endian = host_is_big_endian(); break;
+    case '=': h->big_endian = attn_host_is_big_endian(); break;
     default: return false;
     }
     h->itemsize = descr[2] == '4' ? 4 : 8;
