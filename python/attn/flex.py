@@ -33,6 +33,7 @@ operation. Gradients reach q, k, v and the tensors a score_mod captured
 none.
 """
 import ctypes
+import functools
 import math
 import numbers
 import operator
@@ -313,14 +314,28 @@ def _as_int(x, node):
 
 class _Grid:
     """The index grid a mask is evaluated on: b (B,1,1,1), h (1,H,1,1),
-    q (1,1,T,1), kv (1,1,1,S) int64 aranges."""
+    q (1,1,T,1), kv (1,1,1,S) int64 aranges, each made when first read, so
+    that a closed-form mask of sizes past memory meets the library's
+    size check, not an arange's allocation."""
 
     def __init__(self, B, H, T, S):
         self.B, self.H, self.T, self.S = B, H, T, S
-        self.b = torch.arange(B).view(B, 1, 1, 1)
-        self.h = torch.arange(H).view(1, H, 1, 1)
-        self.q = torch.arange(T).view(1, 1, T, 1)
-        self.kv = torch.arange(S).view(1, 1, 1, S)
+
+    @functools.cached_property
+    def b(self):
+        return torch.arange(self.B).view(self.B, 1, 1, 1)
+
+    @functools.cached_property
+    def h(self):
+        return torch.arange(self.H).view(1, self.H, 1, 1)
+
+    @functools.cached_property
+    def q(self):
+        return torch.arange(self.T).view(1, 1, self.T, 1)
+
+    @functools.cached_property
+    def kv(self):
+        return torch.arange(self.S).view(1, 1, 1, self.S)
 
 
 def _mask_handle(ctx, fn, *args):

@@ -460,6 +460,16 @@ for what, fn in (("q - kv <= maxsize", lambda b, h, q, kv: q - kv <= sys.maxsize
         check_map(bm, dense(fn, 1, 1, T4, S4), f"a mask_mod {what}")
     except Exception as err:  # noqa: BLE001
         check(False, f"a mask_mod {what}: {type(err).__name__}: {err}")
+# a closed-form mask of sizes past memory is refused by the library, naming
+# them, before any index grid is made (aranges of 2^40 would fail in torch)
+for Bh, Hh in ((2 ** 40, 2 ** 40), (2 ** 40, 1)):
+    try:
+        flex.create_block_mask(band, Bh, Hh, 4096, 4096)
+        check(False, f"create_block_mask B={Bh} H={Hh}: no error")
+    except _lib.AttnError as err:
+        check(f"({Bh}, {Hh}, 4096, 4096)" in str(err), f"create_block_mask B={Bh}: {err}")
+    except Exception as err:  # noqa: BLE001
+        check(False, f"create_block_mask B={Bh} H={Hh}: {type(err).__name__}: {err}")
 # block lists the library refuses (a count past max or negative, a block
 # listed twice, partial and full) are refused, by name, whatever the
 # mask_mod: one the tracer does not recognise draws its partial blocks out
