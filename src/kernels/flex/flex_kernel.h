@@ -85,6 +85,10 @@ typedef struct flex_tiles {
      * consistent delta): sum_j dS_ij, the largest weight, its key */
     float *resid, *peak;
     size_t *peak_key;
+    /* with sums: the keys of the tiles the rows' sweep visits, summed
+     * (Dp) and counted, whose mean stands for each row's sum_j P_ij k_j
+     * in its consistent delta (consistent_dq) */
+    float *ksum, *kcount;
     bool sums;
 } flex_tiles;
 
@@ -118,6 +122,8 @@ static size_t carve(const flex_geom *g, float *base, flex_tiles *t) {
     PIECE(resid, g->bqp);
     PIECE(peak, g->bqp);
     PIECE(peak_key, g->bqp * sizeof(size_t) / sizeof(float));
+    PIECE(ksum, g->Dp);
+    PIECE(kcount, 1);
 #undef PIECE
     return at;
 }
@@ -152,16 +158,21 @@ static size_t one_pass_floats(const flex_geom *g) {
     size_t head = g->q_blocks * g->bqp;
     if (p->batch * p->kv_heads < ONE_PASS_ITEMS || head > ONE_PASS_FLOATS / (g->G * g->Dp))
         return 0;
-    /* and the rows' sums of a consistent delta: resid, peak, its key */
+    /* and the rows' sums of a consistent delta: resid, peak, its key;
+     * per query block, its sweep's keys summed and counted */
+    size_t blocks = g->G * g->q_blocks;
     return round_up(g->bkvp * g->Dp, 16) + g->G * head * g->Dp + 2 * round_up(g->G * head, 16) +
-           round_up(g->G * head * sizeof(size_t) / sizeof(float), 16);
+           round_up(g->G * head * sizeof(size_t) / sizeof(float), 16) + blocks * g->Dp +
+           round_up(blocks, 16);
 }
 
 /* The one pass's scratch past k's rows: dq sums (G x head rows of Dp),
- * then per row resid, peak and the peak's key (flex_tiles' fields). */
+ * then per row resid, peak and the peak's key, then per query block of
+ * each head the keys' sum (Dp) and count (flex_tiles' fields). */
 typedef struct one_pass_sums {
     float *dq, *resid, *peak;
     size_t *peak_key;
+    float *ksum, *kcount;
 } one_pass_sums;
 
 static one_pass_sums one_pass_sums_at(const flex_geom *g, float *dq) {
@@ -169,6 +180,9 @@ static one_pass_sums one_pass_sums_at(const flex_geom *g, float *dq) {
     one_pass_sums o = {.dq = dq, .resid = dq + g->G * head * g->Dp};
     o.peak = o.resid + round_up(g->G * head, 16);
     o.peak_key = (size_t *)(void *)(o.peak + round_up(g->G * head, 16));
+    o.ksum = (float *)(void *)o.peak_key +
+             round_up(g->G * head * sizeof(size_t) / sizeof(float), 16);
+    o.kcount = o.ksum + g->G * g->q_blocks * g->Dp;
     return o;
 }
 
@@ -976,6 +990,35 @@ static void one_hot_dq(const flex_job *job, const attn_attention_seq *s, size_t 
     for (size_t d = 0; d < p->head_dim; d++) sums[d] -= c * k[d];
 }
 
+/* A tile's keys (nc rows of Dp) into its rows' sums: ksum += each row in
+ * order, kcount += nc. The rows pass and the one pass add the same
+ * blocks in the same (ascending) order, so both give the same bits. */
+static void add_keys(float *ksum, float *kcount, const float *k, size_t Dp, size_t nc) {
+    for (size_t c = 0; c < nc; c++)
+        for (size_t d = 0; d < Dp; d += VW)
+            v_store(ksum + d, v_add(v_load(ksum + d), v_load(k + c * Dp + d)));
+    *kcount += (float)nc;
+}
+
+/* The rest of row i's consistent delta, after one_hot_of (and one_hot_dq):
+ * delta + resid moves dS_ij by -P_ij resid at every key, and so dq_i by
+ * -resid sum_j P_ij k_j, of which one_hot_dq took the peak key's c k_j*.
+ * The sum is not at hand; the mean of the keys the row's sweep visited
+ * (ksum / kcount) stands for the rest, (resid - c) kmean. Where q and k
+ * share a large component that mean carries it, and with it most of the
+ * error that delta's mismatch with the tiles' own P and dP would put into
+ * dq: a forward of other rounding (the fused kernels', which take a
+ * relative bias's forward but not its gradient) leaves each row's weights
+ * summing to 1 only within a few roundings of the scores. */
+static void consistent_dq(const flex_job *job, const attn_attention_seq *s, size_t h, size_t i,
+                          float resid, const float *ksum, float kcount, float *sums) {
+    const attn_attention_problem *p = job->g->p;
+    if (resid == 0.0f || !isfinite(resid) || kcount == 0.0f) return;
+    float rest = (resid - job->one_hot[attn_lse_index(p, s->b, h, i)]) * scale_after(p, 0);
+    float inv = 1.0f / kcount;
+    for (size_t d = 0; d < p->head_dim; d++) sums[d] -= rest * (ksum[d] * inv);
+}
+
 /* The gradients of the modifiers in mods at (i, j*) of row i of head h,
  * less c through the scales after each. */
 static void one_hot_mods(const flex_job *job, const attn_attention_seq *s, size_t h, size_t i,
@@ -1063,6 +1106,8 @@ static bool key_block_backward(const flex_job *job, flex_tiles *t, const attn_at
                 t->resid = o.resid + row0;
                 t->peak = o.peak + row0;
                 t->peak_key = o.peak_key + row0;
+                size_t blk = (h - kh * g->G) * g->q_blocks + qb;
+                add_keys(o.ksum + blk * g->Dp, o.kcount + blk, kr, g->Dp, nc);
             }
             if (!grad_tile(job, t, t->kt, t->vt, &at, f)) return false;
             /* dv (keys x Dv) += P^T dO */
@@ -1122,6 +1167,8 @@ static void one_pass_item(void *arg, size_t part, size_t item) {
         o.resid[r] = o.peak[r] = 0.0f;
         o.peak_key[r] = 0;
     }
+    memset(o.ksum, 0, g->G * g->q_blocks * g->Dp * sizeof(float));
+    memset(o.kcount, 0, g->G * g->q_blocks * sizeof(float));
     for (size_t kb = 0; kb < g->kv_blocks; kb++) {
         if (!seq_keys(g, &s, kb)) continue; /* past the sequence: no keys */
         /* the failure's item is the two passes' (b, KV head, key block) */
@@ -1134,9 +1181,13 @@ static void one_pass_item(void *arg, size_t part, size_t item) {
             size_t r = (h - kh * g->G) * head_rows + i / g->bq * g->bqp + i % g->bq;
             float *row = head + (i / g->bq * g->bqp + i % g->bq) * g->Dp;
             float *dq = (float *)job->gr->dq + attn_view_offset(p->q.st, b, s.q_start, h, i);
-            if (job->consistent &&
-                one_hot_of(job, b, h, i, o.resid[r], o.peak[r], o.peak_key[r]) != 0.0f)
-                one_hot_dq(job, &s, h, i, row);
+            if (job->consistent) {
+                size_t blk = (h - kh * g->G) * g->q_blocks + i / g->bq;
+                if (one_hot_of(job, b, h, i, o.resid[r], o.peak[r], o.peak_key[r]) != 0.0f)
+                    one_hot_dq(job, &s, h, i, row);
+                consistent_dq(job, &s, h, i, o.resid[r], o.ksum + blk * g->Dp, o.kcount[blk],
+                              row);
+            }
             for (size_t d = 0; d < p->head_dim; d++) dq[d] = row[d] * p->scale;
         }
     }
@@ -1165,6 +1216,7 @@ static bool rows_backward(const flex_job *job, flex_tiles *t, const attn_attenti
         /* dq (rows x D) += dS k */
         if (want_dq)
             tile_mm(t->dp, ld, 1, k, g->Dp, nc, t->acc, g->Dp, round_up(nr, RG), g->Dp, true);
+        if (want_dq && t->sums) add_keys(t->ksum, t->kcount, k, g->Dp, nc);
     }
     return true;
 }
@@ -1191,6 +1243,8 @@ static void rows_item(void *arg, size_t part, size_t item) {
             t.resid[r] = t.peak[r] = 0.0f;
             t.peak_key[r] = 0;
         }
+        memset(t.ksum, 0, g->Dp * sizeof(float));
+        *t.kcount = 0.0f;
         if (!rows_backward(job, &t, &s, h, qb, item, true, f)) return;
         for (size_t r = 0; r < nr; r++) {
             float *dq =
@@ -1200,6 +1254,9 @@ static void rows_item(void *arg, size_t part, size_t item) {
                 one_hot_dq(job, &s, h, i0 + r, t.acc + r * g->Dp);
                 one_hot_mods(job, &s, h, i0 + r, job->grad_mods);
             }
+            if (t.sums)
+                consistent_dq(job, &s, h, i0 + r, t.resid[r], t.ksum, *t.kcount,
+                              t.acc + r * g->Dp);
             for (size_t d = 0; d < p->head_dim; d++) dq[d] = t.acc[r * g->Dp + d] * p->scale;
         }
     }
