@@ -90,6 +90,7 @@ typedef struct flex_tiles {
      * in its consistent delta (consistent_dq) */
     float *ksum, *kcount;
     bool sums;
+    bool weighed; /* with sums: the last grad_tile gave some row a weight */
 } flex_tiles;
 
 /* Lays the tiles out from base (NULL: only counts); returns the floats. */
@@ -904,6 +905,7 @@ static bool grad_tile(const flex_job *job, flex_tiles *t, const float *kt, const
     const flex_geom *g = job->g;
     size_t ld = g->bkvp, cols = round_up(at->nc, CW), rows = round_up(at->nr, RG);
     if (!score_tile(g, job->a, t, kt, at, g->stored > 0, false, f)) return false;
+    t->weighed = false;
     vec l2e = v_set1((float)FLEX_LOG2E);
     tile_mm(t->dout, g->Dvp, 1, vt, ld, g->p->v_head_dim, t->dp, ld, rows, cols, false);
     for (size_t r = 0; r < at->nr; r++) {
@@ -935,6 +937,7 @@ static bool grad_tile(const flex_job *job, flex_tiles *t, const float *kt, const
         if (t->sums) { /* padded columns weigh 0 and give dS 0 */
             t->resid[r] += v_hsum(sum);
             float most = v_hmax(top);
+            t->weighed |= most > 0.0f;
             for (size_t c = 0; most > t->peak[r] && c < at->nc; c++)
                 if (pr[c] == most) {
                     t->peak[r] = most;
@@ -991,9 +994,14 @@ static void one_hot_dq(const flex_job *job, const attn_attention_seq *s, size_t 
 }
 
 /* A tile's keys (nc rows of Dp) into its rows' sums: ksum += each row in
- * order, kcount += nc. The rows pass and the one pass add the same
- * blocks in the same (ascending) order, so both give the same bits. */
-static void add_keys(float *ksum, float *kcount, const float *k, size_t Dp, size_t nc) {
+ * order, kcount += nc, where grad_tile gave some row of the tile a weight
+ * (a tile a map lists whose keys the rows do not see adds nothing: a
+ * sequence of a packed batch then sums what it sums alone). The rows pass
+ * and the one pass add the same blocks in the same (ascending) order, so
+ * both give the same bits. */
+static void add_keys(const flex_tiles *t, float *ksum, float *kcount, const float *k, size_t Dp,
+                     size_t nc) {
+    if (!t->weighed) return;
     for (size_t c = 0; c < nc; c++)
         for (size_t d = 0; d < Dp; d += VW)
             v_store(ksum + d, v_add(v_load(ksum + d), v_load(k + c * Dp + d)));
@@ -1099,17 +1107,19 @@ static bool key_block_backward(const flex_job *job, flex_tiles *t, const attn_at
                           item};
             if (at.cover == COVER_NONE) continue;
             pack_backward_rows(job, t, s, h, i0, nr);
+            float *ksum = NULL, *kcount = NULL;
             if (sums && job->consistent) { /* the one pass sums each row's over its tiles */
                 one_pass_sums o = one_pass_sums_at(g, sums);
-                size_t row0 = ((h - kh * g->G) * g->q_blocks + qb) * g->bqp;
+                size_t blk = (h - kh * g->G) * g->q_blocks + qb, row0 = blk * g->bqp;
                 t->sums = true;
                 t->resid = o.resid + row0;
                 t->peak = o.peak + row0;
                 t->peak_key = o.peak_key + row0;
-                size_t blk = (h - kh * g->G) * g->q_blocks + qb;
-                add_keys(o.ksum + blk * g->Dp, o.kcount + blk, kr, g->Dp, nc);
+                ksum = o.ksum + blk * g->Dp;
+                kcount = o.kcount + blk;
             }
             if (!grad_tile(job, t, t->kt, t->vt, &at, f)) return false;
+            if (ksum) add_keys(t, ksum, kcount, kr, g->Dp, nc);
             /* dv (keys x Dv) += P^T dO */
             tile_mm(t->pm, 1, ld, t->dout, g->Dvp, nr, t->dv, g->Dvp, krows, g->Dvp, true);
             if (!chain_backward(job, t, &at, f)) return false;
@@ -1216,7 +1226,7 @@ static bool rows_backward(const flex_job *job, flex_tiles *t, const attn_attenti
         /* dq (rows x D) += dS k */
         if (want_dq)
             tile_mm(t->dp, ld, 1, k, g->Dp, nc, t->acc, g->Dp, round_up(nr, RG), g->Dp, true);
-        if (want_dq && t->sums) add_keys(t->ksum, t->kcount, k, g->Dp, nc);
+        if (want_dq && t->sums) add_keys(t, t->ksum, t->kcount, k, g->Dp, nc);
     }
     return true;
 }
