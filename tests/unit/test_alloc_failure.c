@@ -21,7 +21,26 @@
  * ALiBi, sinks with sinks_grad, varlen, strides, Philox dropout), the
  * .npy and safetensors readers and writers, attn_ctx_new and attn_rng_new,
  * and the training model (construction, forward, backward) and optimizer,
- * mask descriptions and block maps (from a description, from lists).
+ * mask descriptions and block maps (from a description, from lists, from a
+ * dense bool or additive mask, from a callback); attn_sdpa_forward_16 and
+ * attn_sdpa_backward_16 (bf16), attn_sdpa_backward_dlse (float32, bf16), a
+ * bias tensor and a relative table with their gradients; the generating
+ * models: attn_lm_load, _load_as and _load_ex (float32, bf16 and f16 files,
+ * a directory with config.json), attn_lm_save over a file, their caches
+ * (attn_lm_cache_new; bf16, int8, f8 K/V), attn_lm_forward (no cache,
+ * last_only, a prefill, a paged int8 decode: a layer that fails may leave
+ * the earlier layers appended, as attn.h says); the KV cache's coded
+ * appends (int8, int4, bf16), draft trees and verified branches; the
+ * tokenizer (load, encode), attn_text_dataset_new and _encode,
+ * attn_data_loader_new, pretraining (attn_pretrain_new; _next at a step,
+ * an evaluation and a sample, after which a failed run resumes from the
+ * checkpoint before it; _save over a checkpoint; _resume), attn_model_save
+ * and _load, the int32 .npy readers, attn_safetensors_write and
+ * _write_params over a file, attn_file_open / _write / _commit, attn_gemm,
+ * attn_matmul and attn_gemm_16 (whose pack buffers have a fallback),
+ * attn_sample (top_p) and attn_sample_book. The rng's randperm and
+ * multinomial, the tokenizer's decode and the loader's begin and batch
+ * allocate nothing and are not swept.
  * The closing table gives the allocations swept per operation.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -29,12 +48,14 @@
 #include "attn.h"
 #include "check.h"
 #include "internal.h"
+#include "half.h"
 #include "mask/mask_internal.h"
 
 #include <dirent.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #ifndef ATTN_ALLOC_FAILURE_INJECTION
@@ -1693,6 +1714,1574 @@ static void sweep_block_masks(void) {
     attn_mask_free(st.tree);
 }
 
+/* ---- the 16-bit calls, the lse's gradient, score modifiers' gradients ----- */
+
+/* On the first config (GQA, v_head_dim, window, sinks, Philox dropout):
+ * attn_sdpa_forward_16 and attn_sdpa_backward_16 in bf16, attn_sdpa_backward_dlse
+ * in float32 and bf16, and a bias tensor and a relative table (softcap and
+ * ALiBi off: a chain replaces them) forward and backward with their
+ * gradients. Every output starts as a byte pattern: a failure leaves it. */
+enum { SX_OUTS = 6, SX_BYTES = SDPA_MAX * 4, SX_BIAS = 4 * 5 * 7, SX_TABLE = 4 * 8 };
+typedef enum sx_kind {
+    SX_FORWARD_16, SX_BACKWARD_16, SX_DLSE_F32, SX_DLSE_16, SX_FLEX_FORWARD, SX_FLEX_BACKWARD
+} sx_kind;
+
+typedef struct sx_state {
+    sdpa_state *s;
+    sx_kind kind;
+    uint16_t q16[SDPA_MAX], k16[SDPA_MAX], v16[SDPA_MAX], dout16[SDPA_MAX];
+    /* the forward the backward kinds start from: float32 and bf16 */
+    float out[SDPA_MAX], lse[SDPA_MAX], dlse[SDPA_MAX];
+    uint16_t out16[SDPA_MAX];
+    attn_sdpa_dropout fwd_drawn;
+    float bias[SX_BIAS], table[SX_TABLE];
+    attn_score_mod mods[2];
+    unsigned char outs[SX_OUTS][SX_BYTES], want[SX_OUTS][SX_BYTES];
+    attn_sdpa_dropout drawn, want_drawn;
+} sx_state;
+
+static const char *const sx_names[] = {
+    "attn_sdpa_forward_16 (bf16)", "attn_sdpa_backward_16 (bf16)",
+    "attn_sdpa_backward_dlse (f32)", "attn_sdpa_backward_dlse (bf16)",
+    "sdpa forward: a bias tensor + a relative table",
+    "sdpa backward: a bias tensor's + a relative table's gradients"};
+
+static bool sx_flex(const sx_state *x) {
+    return x->kind == SX_FLEX_FORWARD || x->kind == SX_FLEX_BACKWARD;
+}
+
+/* The config of the kind: variant 0's, with the chain for the flex kinds. */
+static attn_sdpa_config sx_config(sx_state *x, float *sinks_grad, float *bias_grad,
+                                  float *table_grad) {
+    attn_sdpa_config c = x->s->cfg;
+    c.sinks_grad = sinks_grad;
+    if (sx_flex(x)) {
+        c.softcap = 0.0;
+        c.alibi_slopes = NULL;
+        x->mods[0] = (attn_score_mod){.kind = ATTN_SCORE_BIAS, .tensor = x->bias,
+                                      .tensor_grad = bias_grad, .strides = {0, 35, 7, 1}};
+        x->mods[1] = (attn_score_mod){.kind = ATTN_SCORE_REL_TABLE, .tensor = x->table,
+                                      .tensor_grad = table_grad, .buckets = 8};
+        c.score_mods = x->mods;
+        c.score_mod_count = 2;
+    }
+    return c;
+}
+
+/* The kind's call into outs, from rng (forward kinds) or the forward's record. */
+static attn_status sx_call(sx_state *x, attn_ctx *ctx, attn_rng *rng,
+                           unsigned char (*o)[SX_BYTES], attn_sdpa_dropout *drawn) {
+    sdpa_state *s = x->s;
+    const attn_sdpa_dropout *rec = &x->fwd_drawn;
+    switch (x->kind) {
+    case SX_FORWARD_16: {
+        attn_sdpa_config c = sx_config(x, NULL, NULL, NULL);
+        return attn_sdpa_forward_16(ctx, &c, ATTN_DTYPE_BF16, x->q16, x->k16, x->v16, o[0],
+                                    (float *)o[1], rng, drawn);
+    }
+    case SX_BACKWARD_16: {
+        attn_sdpa_config c = sx_config(x, (float *)o[3], NULL, NULL);
+        return attn_sdpa_backward_16(ctx, &c, ATTN_DTYPE_BF16, x->q16, x->k16, x->v16, x->out16,
+                                     x->lse, x->dout16, o[0], o[1], o[2], rec);
+    }
+    case SX_DLSE_F32: {
+        attn_sdpa_config c = sx_config(x, (float *)o[3], NULL, NULL);
+        return attn_sdpa_backward_dlse(ctx, &c, ATTN_DTYPE_F32, s->q, s->k, s->v, x->out, x->lse,
+                                       s->dout, x->dlse, o[0], o[1], o[2], rec);
+    }
+    case SX_DLSE_16: {
+        attn_sdpa_config c = sx_config(x, (float *)o[3], NULL, NULL);
+        return attn_sdpa_backward_dlse(ctx, &c, ATTN_DTYPE_BF16, x->q16, x->k16, x->v16,
+                                       x->out16, x->lse, x->dout16, x->dlse, o[0], o[1], o[2],
+                                       rec);
+    }
+    case SX_FLEX_FORWARD: {
+        attn_sdpa_config c = sx_config(x, NULL, NULL, NULL);
+        return attn_sdpa_forward(ctx, &c, s->q, s->k, s->v, (float *)o[0], (float *)o[1], rng,
+                                 drawn);
+    }
+    case SX_FLEX_BACKWARD: {
+        attn_sdpa_config c = sx_config(x, (float *)o[3], (float *)o[4], (float *)o[5]);
+        return attn_sdpa_backward(ctx, &c, s->q, s->k, s->v, x->out, x->lse, s->dout,
+                                  (float *)o[0], (float *)o[1], (float *)o[2], rec);
+    }
+    }
+    return ATTN_ERR_INVALID;
+}
+
+static bool sx_forward_kind(const sx_state *x) {
+    return x->kind == SX_FORWARD_16 || x->kind == SX_FLEX_FORWARD;
+}
+
+/* The inputs, and for the backward kinds the forward they differentiate
+ * (float32 or bf16, the same chain), run without failures. */
+static void sx_inputs(sx_state *x) {
+    sdpa_state *s = x->s;
+    s->variant = 0;
+    sdpa_configure(s);
+    for (size_t i = 0; i < SDPA_MAX; i++) {
+        x->q16[i] = (uint16_t)attn_float_to_half(ATTN_DTYPE_BF16, s->q[i]);
+        x->k16[i] = (uint16_t)attn_float_to_half(ATTN_DTYPE_BF16, s->k[i]);
+        x->v16[i] = (uint16_t)attn_float_to_half(ATTN_DTYPE_BF16, s->v[i]);
+        x->dout16[i] = (uint16_t)attn_float_to_half(ATTN_DTYPE_BF16, s->dout[i]);
+        x->dlse[i] = 0.25f - 0.05f * (float)(i % 11);
+    }
+    fill(x->bias, SX_BIAS, -0.6f);
+    fill(x->table, SX_TABLE, -0.2f);
+    if (sx_forward_kind(x)) return;
+    attn_rng *rng;
+    CHECK_STATUS(attn_rng_new(NULL, 31, &rng), ATTN_OK);
+    attn_rng_set_bernoulli_method(rng, ATTN_BERNOULLI_PHILOX);
+    sx_kind kind = x->kind;
+    x->kind = kind == SX_FLEX_BACKWARD ? SX_FLEX_FORWARD : SX_FORWARD_16;
+    attn_sdpa_config c = sx_config(x, NULL, NULL, NULL);
+    x->kind = kind;
+    if (kind == SX_BACKWARD_16 || kind == SX_DLSE_16)
+        CHECK_STATUS(attn_sdpa_forward_16(s->ctx, &c, ATTN_DTYPE_BF16, x->q16, x->k16, x->v16,
+                                          x->out16, x->lse, rng, &x->fwd_drawn), ATTN_OK);
+    else
+        CHECK_STATUS(attn_sdpa_forward(s->ctx, &c, s->q, s->k, s->v, x->out, x->lse, rng,
+                                       &x->fwd_drawn), ATTN_OK);
+    attn_rng_free(rng);
+}
+
+static void sx_setup(void *p) {
+    sx_state *x = p;
+    sdpa_state *s = x->s;
+    CHECK_STATUS(attn_ctx_new(&s->ctx_cfg, &s->ctx), ATTN_OK);
+    sx_inputs(x);
+    /* the forward's workspace stays in this ctx: the swept call takes its own */
+    attn_ctx_free(s->ctx);
+    CHECK_STATUS(attn_ctx_new(&s->ctx_cfg, &s->ctx), ATTN_OK);
+    attn_rng_manual_seed(s->rng, 77);
+    memset(x->outs, 0x5a, sizeof x->outs);
+    x->drawn = SDPA_DRAWN_SENTINEL;
+}
+
+static attn_status sx_run(void *p) {
+    sx_state *x = p;
+    return sx_call(x, x->s->ctx, x->s->rng, x->outs, &x->drawn);
+}
+
+/* The call on a fresh ctx and rng, never failed. */
+static void sx_compare(sx_state *x) {
+    attn_ctx *ctx;
+    attn_rng *rng;
+    CHECK_STATUS(attn_ctx_new(&x->s->ctx_cfg, &ctx), ATTN_OK);
+    CHECK_STATUS(attn_rng_new(NULL, 77, &rng), ATTN_OK);
+    attn_rng_set_bernoulli_method(rng, ATTN_BERNOULLI_PHILOX);
+    memset(x->want, 0x5a, sizeof x->want);
+    x->want_drawn = SDPA_DRAWN_SENTINEL;
+    CHECK_STATUS(sx_call(x, ctx, rng, x->want, &x->want_drawn), ATTN_OK);
+    attn_rng_free(rng);
+    attn_ctx_free(ctx);
+    bool same = true;
+    for (size_t i = 0; i < SX_OUTS; i++)
+        same = same && (g_fell_back ? same_floats((const float *)x->outs[i],
+                                                  (const float *)x->want[i], SDPA_MAX)
+                                    : memcmp(x->outs[i], x->want[i], SX_BYTES) == 0);
+    CHECK(same);
+    CHECK(same_drawn(x->drawn, x->want_drawn));
+}
+
+static void sx_failed(void *p) {
+    sx_state *x = p;
+    bool untouched = true;
+    for (size_t i = 0; i < SX_OUTS; i++)
+        for (size_t j = 0; j < SX_BYTES; j++) untouched = untouched && x->outs[i][j] == 0x5a;
+    CHECK(untouched);
+    CHECK(same_drawn(x->drawn, SDPA_DRAWN_SENTINEL));
+    /* the rng did not move: the same call now draws a fresh rng's draws */
+    CHECK_STATUS(sx_run(x), ATTN_OK);
+    sx_compare(x);
+}
+
+static void sx_ok(void *p) { sx_compare(p); }
+
+static void sx_teardown(void *p) { sdpa_teardown(((sx_state *)p)->s); }
+
+static void sweep_sdpa_more(void) {
+    sdpa_state *s = calloc(1, sizeof *s);
+    sx_state *x = calloc(1, sizeof *x);
+    x->s = s;
+    CHECK_STATUS(attn_rng_new(g_ctx, 77, &s->rng), ATTN_OK);
+    CHECK_STATUS(attn_rng_set_bernoulli_method(s->rng, ATTN_BERNOULLI_PHILOX), ATTN_OK);
+    static const sx_kind kinds[] = {SX_BACKWARD_16, SX_DLSE_F32, SX_DLSE_16, SX_FLEX_FORWARD,
+                                    SX_FLEX_BACKWARD};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        int kind = kinds[i];
+        x->kind = kinds[i];
+        for (int kernels = 0; kernels < 2; kernels++) {
+            s->ctx_cfg = (attn_ctx_config){
+                .kernels = kernels ? ATTN_KERNELS_REFERENCE : ATTN_KERNELS_AUTO};
+            char name[160];
+            snprintf(name, sizeof name, "%s, %s", sx_names[kind], kernels ? "reference" : "fused");
+            sweep(&(sweep_op){.name = name, .setup = sx_setup, .run = sx_run,
+                              .verify_failed = sx_failed, .verify_ok = sx_ok,
+                              .teardown = sx_teardown, .state = x,
+                              .ctx = &s->ctx});
+        }
+    }
+    attn_rng_free(s->rng);
+    free(x);
+    free(s);
+}
+
+/* ---- the generating models: load, save, caches, forward -------------------- */
+
+/* A GPT-2 and a Llama 3 (GQA, RoPE) of a few units: loaded from float32
+ * (attn_lm_save's), bf16 and f16 files, from a directory with config.json;
+ * saved over a file; their caches (float32, bf16, int8, int4); their
+ * forward without a cache, a prefill into a contiguous cache and a decode
+ * into a paged int8 one. A model a sweep loads or a forward runs on is
+ * compared with one that never failed, by its logits, bit for bit. */
+enum { LM_B = 2, LM_T = 5, LM_V = 29 };
+static const attn_lm_config lm_gpt2 = {.arch = ATTN_LM_GPT2, .vocab_size = LM_V,
+                                       .context_length = 12, .emb_dim = 8, .n_heads = 2,
+                                       .n_layers = 2, .qkv_bias = true};
+static const attn_lm_config lm_llama = {.arch = ATTN_LM_LLAMA3, .vocab_size = LM_V,
+                                        .context_length = 12, .emb_dim = 16, .n_heads = 4,
+                                        .n_layers = 2, .n_kv_groups = 2, .hidden_dim = 24,
+                                        .rope_base = 10000.0};
+static const int32_t lm_tokens[LM_B * LM_T] = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+static const size_t lm_lens[LM_B] = {5, 3};
+
+typedef enum lm_kind {
+    LM_LOAD_GPT2, LM_LOAD_LLAMA_BF16, LM_LOAD_AS_BF16, LM_LOAD_EX_DIR, LM_SAVE, LM_CACHE_NEW,
+    LM_CACHE_BF16, LM_CACHE_I8, LM_CACHE_F8, LM_FORWARD, LM_FORWARD_LAST, LM_PREFILL,
+    LM_DECODE_PAGED_I8, LM_KINDS
+} lm_kind;
+static const char *const lm_names[] = {
+    "attn_lm_load (gpt2, float32, a cfg)", "attn_lm_load (llama3, a bf16 file)",
+    "attn_lm_load_as (gpt2 float32 as bf16)",
+    "attn_lm_load_ex (llama3 f16 directory, config.json)", "attn_lm_save over a file (bf16)",
+    "attn_lm_cache_new (paged)", "attn_kv_cache_new (the lm's, bf16 K/V)",
+    "attn_kv_cache_new (the lm's, int8 K/V)", "attn_kv_cache_new (the lm's, f8_e4m3 K/V)",
+    "attn_lm_forward (llama3 bf16, no cache, ragged)", "attn_lm_forward (gpt2, last_only)",
+    "attn_lm_forward (llama3, prefill a cache)", "attn_lm_forward (llama3, decode, paged int8)"};
+
+typedef struct lm_state {
+    lm_kind kind;
+    attn_lm *gpt2, *llama, *llama16; /* the sources: float32, and bf16 weights */
+    char gpt2_path[128], llama_path[128], dir[128], save_path[128];
+    attn_lm *got;
+    attn_kv_cache *cache;
+    float logits[LM_B * LM_T * LM_V], want[LM_B * LM_T * LM_V];
+    unsigned char *bytes;
+    size_t size;
+} lm_state;
+
+static attn_lm *lm_make(const attn_lm_config *cfg, attn_dtype dtype) {
+    attn_lm_config c = *cfg;
+    c.weights_dtype = dtype;
+    attn_rng *rng;
+    attn_lm *m = NULL;
+    CHECK_STATUS(attn_rng_new(g_ctx, 5, &rng), ATTN_OK);
+    CHECK_STATUS(attn_lm_new(g_ctx, &c, rng, &m), ATTN_OK);
+    attn_rng_free(rng);
+    return m;
+}
+
+/* m's parameters as a safetensors file of dtype tensors in its order. */
+static void lm_write_16(attn_lm *m, const char *path, attn_dtype dtype) {
+    size_t n = attn_lm_param_count(m), len = 0, offset = 0;
+    static char header[16384];
+    len += (size_t)snprintf(header, sizeof header, "{");
+    for (size_t i = 0; i < n; i++) {
+        attn_param p;
+        CHECK_STATUS(attn_lm_param_at(m, i, &p), ATTN_OK);
+        len += (size_t)snprintf(header + len, sizeof header - len,
+                                "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[", i ? "," : "", p.name,
+                                attn_dtype_name(dtype));
+        len += (size_t)snprintf(header + len, sizeof header - len,
+                                p.ndim == 2 ? "%zu,%zu" : "%zu", p.shape[0], p.shape[1]);
+        len += (size_t)snprintf(header + len, sizeof header - len,
+                                "],\"data_offsets\":[%zu,%zu]}", offset, offset + 2 * p.numel);
+        offset += 2 * p.numel;
+    }
+    len += (size_t)snprintf(header + len, sizeof header - len, "}");
+    while (len % 8) header[len++] = ' ';
+    FILE *f = fopen(path, "wb");
+    CHECK(f != NULL);
+    if (!f) return;
+    for (int k = 0; k < 8; k++) fputc((int)(((uint64_t)len >> (8 * k)) & 0xFF), f);
+    fwrite(header, 1, len, f);
+    for (size_t i = 0; i < n; i++) {
+        attn_param p;
+        attn_lm_param_at(m, i, &p);
+        for (size_t j = 0; j < p.numel; j++) {
+            uint16_t h = attn_float_to_half(dtype, p.data[j]);
+            fputc(h & 0xFF, f);
+            fputc(h >> 8, f);
+        }
+    }
+    fclose(f);
+}
+
+/* Logits of the ragged batch without a cache. */
+static attn_status lm_logits(attn_lm *m, float *logits) {
+    attn_lm_forward_args a = {.tokens = lm_tokens, .batch = LM_B, .lens = lm_lens,
+                              .logits = logits};
+    return attn_lm_forward(m, &a);
+}
+
+static bool lm_same_logits(attn_lm *a, attn_lm *b) {
+    static float x[LM_B * LM_T * LM_V], y[LM_B * LM_T * LM_V];
+    memset(x, 0, sizeof x);
+    memset(y, 0, sizeof y);
+    return a && b && lm_logits(a, x) == ATTN_OK && lm_logits(b, y) == ATTN_OK &&
+           memcmp(x, y, sizeof x) == 0;
+}
+
+static attn_lm *lm_source(lm_state *st) {
+    return st->kind == LM_FORWARD_LAST || st->kind == LM_LOAD_GPT2 ? st->gpt2
+           : st->kind == LM_FORWARD || st->kind == LM_SAVE        ? st->llama16
+                                                                   : st->llama;
+}
+
+static attn_status lm_cache_of(lm_state *st, attn_lm *m, attn_kv_cache **out) {
+    if (st->kind == LM_CACHE_NEW) return attn_lm_cache_new(m, LM_B, 0, ATTN_KV_PAGED, 4, out);
+    attn_kv_cache_config c;
+    CHECK_STATUS(attn_lm_cache_config(m, LM_B, 0, &c), ATTN_OK);
+    attn_dtype d = st->kind == LM_CACHE_BF16 ? ATTN_DTYPE_BF16
+                   : st->kind == LM_CACHE_F8 ? ATTN_DTYPE_F8_E4M3
+                   : st->kind == LM_CACHE_I8 || st->kind == LM_DECODE_PAGED_I8 ? ATTN_DTYPE_I8
+                                                                                : ATTN_DTYPE_F32;
+    c.k_dtype = c.v_dtype = d;
+    if (st->kind == LM_DECODE_PAGED_I8) {
+        c.layout = ATTN_KV_PAGED;
+        c.page_size = 2;
+    }
+    return attn_kv_cache_new(g_ctx, &c, out);
+}
+
+/* The forward the kind sweeps, into logits: for a cache, after the setup's
+ * prefill (decode) or on an empty one (prefill). */
+static attn_status lm_forward_of(lm_state *st, attn_lm *m, attn_kv_cache *cache, float *logits) {
+    attn_lm_forward_args a = {.cache = cache, .tokens = lm_tokens, .batch = LM_B,
+                              .lens = lm_lens, .logits = logits};
+    if (st->kind == LM_FORWARD_LAST) a.last_only = true;
+    if (st->kind == LM_DECODE_PAGED_I8) {
+        a.lens = NULL;
+        a.tokens_per_seq = 1;
+        a.tokens = lm_tokens + 7;
+    }
+    return attn_lm_forward(m, &a);
+}
+
+/* For caches: the logits of a prefill (and for a decode, a decode) on c. */
+static attn_status lm_prefill(lm_state *st, attn_lm *m, attn_kv_cache *c, float *logits) {
+    attn_lm_forward_args a = {.cache = c, .tokens = lm_tokens, .batch = LM_B, .lens = lm_lens,
+                              .logits = logits};
+    attn_status s = attn_lm_forward(m, &a);
+    if (s == ATTN_OK && st->kind == LM_DECODE_PAGED_I8) s = lm_forward_of(st, m, c, logits);
+    return s;
+}
+
+static void lm_setup(void *p) {
+    lm_state *st = p;
+    st->got = NULL;
+    st->cache = NULL;
+    for (size_t i = 0; i < sizeof st->logits / sizeof st->logits[0]; i++)
+        st->logits[i] = SENTINEL;
+    if (st->kind == LM_SAVE) {
+        FILE *f = fopen(st->save_path, "wb");
+        CHECK(f && fwrite(st->bytes, 1, st->size, f) == st->size);
+        if (f) fclose(f);
+    }
+    if (st->kind >= LM_FORWARD)
+        st->got = lm_make(st->kind == LM_FORWARD_LAST ? &lm_gpt2 : &lm_llama,
+                          st->kind == LM_FORWARD ? ATTN_DTYPE_BF16 : ATTN_DTYPE_F32);
+    if (st->kind == LM_PREFILL || st->kind == LM_DECODE_PAGED_I8) {
+        CHECK_STATUS(lm_cache_of(st, st->llama, &st->cache), ATTN_OK);
+        if (st->kind == LM_DECODE_PAGED_I8) {
+            attn_lm_forward_args a = {.cache = st->cache, .tokens = lm_tokens, .batch = LM_B,
+                                      .lens = lm_lens, .logits = st->want};
+            CHECK_STATUS(attn_lm_forward(st->got, &a), ATTN_OK);
+        }
+    }
+}
+
+static attn_status lm_run(void *p) {
+    lm_state *st = p;
+    attn_lm **got = &st->got;
+    static const char config[] =
+        "{\"vocab_size\": 29, \"context_length\": 12, \"emb_dim\": 16, \"n_heads\": 4, "
+        "\"n_layers\": 2, \"hidden_dim\": 24, \"n_kv_groups\": 2, \"rope_base\": 10000.0, "
+        "\"rope_freq\": null}";
+    switch (st->kind) {
+    case LM_LOAD_GPT2:
+        *got = (attn_lm *)&g_ctx;
+        return attn_lm_load(g_ctx, st->gpt2_path, NULL, &lm_gpt2, got);
+    case LM_LOAD_LLAMA_BF16:
+        *got = (attn_lm *)&g_ctx;
+        return attn_lm_load(g_ctx, st->llama_path, NULL, &lm_llama, got);
+    case LM_LOAD_AS_BF16:
+        *got = (attn_lm *)&g_ctx;
+        return attn_lm_load_as(g_ctx, st->gpt2_path, NULL, &lm_gpt2, ATTN_DTYPE_BF16, got);
+    case LM_LOAD_EX_DIR: {
+        char path[160];
+        snprintf(path, sizeof path, "%s/config.json", st->dir);
+        FILE *f = fopen(path, "wb");
+        CHECK(f && fwrite(config, 1, sizeof config - 1, f) == sizeof config - 1);
+        if (f) fclose(f);
+        *got = (attn_lm *)&g_ctx;
+        return attn_lm_load_ex(g_ctx, st->dir, NULL, NULL, ATTN_DTYPE_F32,
+                               ATTN_LM_LOAD_FILE_DTYPE | ATTN_LM_LOAD_NON_STRICT, got);
+    }
+    case LM_SAVE: return attn_lm_save(st->llama16, st->save_path);
+    case LM_CACHE_NEW:
+    case LM_CACHE_BF16:
+    case LM_CACHE_I8:
+    case LM_CACHE_F8:
+        st->cache = (attn_kv_cache *)&g_ctx;
+        return lm_cache_of(st, st->llama, &st->cache);
+    default: return lm_forward_of(st, st->got, st->cache, st->logits);
+    }
+}
+
+/* What the run made equals what one never failed makes. */
+static void lm_ok(void *p) {
+    lm_state *st = p;
+    switch (st->kind) {
+    case LM_LOAD_GPT2:
+    case LM_LOAD_LLAMA_BF16:
+    case LM_LOAD_AS_BF16:
+    case LM_LOAD_EX_DIR: {
+        attn_lm *fresh = NULL;
+        attn_status (*again)(void *) = lm_run;
+        attn_lm *keep = st->got;
+        CHECK_STATUS(again(st), ATTN_OK);
+        fresh = st->got;
+        st->got = keep;
+        CHECK(st->got && fresh);
+        if (st->got && fresh) {
+            attn_lm_config a = attn_lm_get_config(st->got), b = attn_lm_get_config(fresh);
+            CHECK(a.arch == b.arch && a.n_layers == b.n_layers && a.emb_dim == b.emb_dim &&
+                  a.weights_dtype == b.weights_dtype);
+            CHECK(lm_same_logits(st->got, fresh));
+        }
+        /* and the file's model: bf16 files hold the bf16 source's weights */
+        if (st->kind == LM_LOAD_LLAMA_BF16) {
+            attn_lm *m16 = lm_make(&lm_llama, ATTN_DTYPE_BF16);
+            CHECK(lm_same_logits(st->got, m16));
+            attn_lm_free(m16);
+        }
+        if (st->kind == LM_LOAD_GPT2) CHECK(lm_same_logits(st->got, st->gpt2));
+        attn_lm_free(fresh);
+        break;
+    }
+    case LM_SAVE: {
+        attn_lm *back = NULL;
+        CHECK_STATUS(attn_lm_load_as(g_ctx, st->save_path, NULL, &lm_llama, ATTN_DTYPE_BF16,
+                                     &back),
+                     ATTN_OK);
+        CHECK(lm_same_logits(back, st->llama16));
+        attn_lm_free(back);
+        CHECK(temporaries_in(g_dir) == 0);
+        break;
+    }
+    case LM_CACHE_NEW:
+    case LM_CACHE_BF16:
+    case LM_CACHE_I8:
+    case LM_CACHE_F8: {
+        attn_kv_cache *fresh = NULL;
+        CHECK_STATUS(lm_cache_of(st, st->llama, &fresh), ATTN_OK);
+        static float a[LM_B * LM_T * LM_V], b[LM_B * LM_T * LM_V];
+        CHECK_STATUS(lm_prefill(st, st->llama, st->cache, a), ATTN_OK);
+        CHECK_STATUS(lm_prefill(st, st->llama, fresh, b), ATTN_OK);
+        CHECK(memcmp(a, b, sizeof a) == 0);
+        attn_kv_cache_free(fresh);
+        break;
+    }
+    default: {
+        /* a fresh cache (prefilled alike) and the same forward */
+        attn_kv_cache *fresh = NULL;
+        if (st->cache) {
+            CHECK_STATUS(lm_cache_of(st, st->llama, &fresh), ATTN_OK);
+            if (st->kind == LM_DECODE_PAGED_I8) {
+                attn_lm_forward_args a = {.cache = fresh, .tokens = lm_tokens, .batch = LM_B,
+                                          .lens = lm_lens, .logits = st->want};
+                CHECK_STATUS(attn_lm_forward(st->llama, &a), ATTN_OK);
+            }
+        }
+        for (size_t i = 0; i < sizeof st->want / sizeof st->want[0]; i++) st->want[i] = SENTINEL;
+        CHECK_STATUS(lm_forward_of(st, lm_source(st), fresh, st->want), ATTN_OK);
+        CHECK(same_floats(st->logits, st->want, sizeof st->want / sizeof st->want[0]));
+        for (size_t l = 0; fresh && l < 2; l++)
+            for (size_t s = 0; s < LM_B; s++) {
+                size_t a = 0, b = 1;
+                attn_kv_cache_length(st->cache, l, s, &a);
+                attn_kv_cache_length(fresh, l, s, &b);
+                CHECK(a == b);
+            }
+        attn_kv_cache_free(fresh);
+        break;
+    }
+    }
+}
+
+static void lm_failed(void *p) {
+    lm_state *st = p;
+    switch (st->kind) {
+    case LM_LOAD_GPT2:
+    case LM_LOAD_LLAMA_BF16:
+    case LM_LOAD_AS_BF16:
+    case LM_LOAD_EX_DIR: CHECK(st->got == NULL); return;
+    case LM_SAVE: {
+        size_t size = 0;
+        unsigned char *now = read_all(st->save_path, &size);
+        CHECK(now && size == st->size && memcmp(now, st->bytes, size) == 0);
+        CHECK(temporaries_in(g_dir) == 0);
+        free(now);
+        return;
+    }
+    case LM_CACHE_NEW:
+    case LM_CACHE_BF16:
+    case LM_CACHE_I8:
+    case LM_CACHE_F8: CHECK(st->cache == NULL); return;
+    default: break;
+    }
+    bool untouched = true;
+    for (size_t i = 0; i < sizeof st->logits / sizeof st->logits[0]; i++)
+        untouched = untouched && st->logits[i] == SENTINEL;
+    CHECK(untouched);
+    if (st->cache) {
+        /* a layer's attention may fail after the earlier layers appended
+         * (attn.h): layer 0 first, every sequence as before or appended */
+        size_t before = st->kind == LM_DECODE_PAGED_I8;
+        for (size_t s = 0; s < LM_B; s++) {
+            size_t l0 = 0, l1 = 0, had = before ? lm_lens[s] : 0;
+            size_t now = had + (before ? 1 : lm_lens[s]);
+            attn_kv_cache_length(st->cache, 0, s, &l0);
+            attn_kv_cache_length(st->cache, 1, s, &l1);
+            CHECK((l0 == had || l0 == now) && (l1 == had || l1 == now) && (l1 <= l0));
+        }
+        /* reset, filled again: the forward then gives the results */
+        CHECK_STATUS(attn_kv_cache_reset(st->cache), ATTN_OK);
+        if (st->kind == LM_DECODE_PAGED_I8) {
+            attn_lm_forward_args a = {.cache = st->cache, .tokens = lm_tokens, .batch = LM_B,
+                                      .lens = lm_lens, .logits = st->want};
+            CHECK_STATUS(attn_lm_forward(st->got, &a), ATTN_OK);
+        }
+    }
+    CHECK_STATUS(lm_forward_of(st, st->got, st->cache, st->logits), ATTN_OK);
+    lm_ok(st);
+}
+
+static void lm_teardown(void *p) {
+    lm_state *st = p;
+    if (st->got != (attn_lm *)&g_ctx) attn_lm_free(st->got);
+    if (st->cache != (attn_kv_cache *)&g_ctx) attn_kv_cache_free(st->cache);
+    st->got = NULL;
+    st->cache = NULL;
+}
+
+static void sweep_lm(void) {
+    lm_state *st = calloc(1, sizeof *st);
+    st->gpt2 = lm_make(&lm_gpt2, ATTN_DTYPE_F32);
+    st->llama = lm_make(&lm_llama, ATTN_DTYPE_F32);
+    st->llama16 = lm_make(&lm_llama, ATTN_DTYPE_BF16);
+    snprintf(st->gpt2_path, sizeof st->gpt2_path, "%s/gpt2.lm.safetensors", g_dir);
+    snprintf(st->llama_path, sizeof st->llama_path, "%s/llama.bf16.safetensors", g_dir);
+    snprintf(st->dir, sizeof st->dir, "%s/llama", g_dir);
+    snprintf(st->save_path, sizeof st->save_path, "%s/saved.safetensors", g_dir);
+    CHECK(mkdir(st->dir, 0700) == 0);
+    CHECK_STATUS(attn_lm_save(st->gpt2, st->gpt2_path), ATTN_OK);
+    lm_write_16(st->llama, st->llama_path, ATTN_DTYPE_BF16);
+    char path[160];
+    snprintf(path, sizeof path, "%s/model.safetensors", st->dir);
+    lm_write_16(st->llama, path, ATTN_DTYPE_F16);
+    /* the file a save replaces: the float32 Llama's */
+    CHECK_STATUS(attn_lm_save(st->llama, st->save_path), ATTN_OK);
+    st->bytes = read_all(st->save_path, &st->size);
+    for (int k = 0; k < LM_KINDS; k++) {
+        st->kind = (lm_kind)k;
+        sweep(&(sweep_op){.name = lm_names[k], .setup = lm_setup, .run = lm_run,
+                          .verify_failed = lm_failed, .verify_ok = lm_ok,
+                          .teardown = lm_teardown, .state = st});
+    }
+    free(st->bytes);
+    attn_lm_free(st->gpt2);
+    attn_lm_free(st->llama);
+    attn_lm_free(st->llama16);
+    free(st);
+}
+
+/* ---- the KV cache: coded appends, draft trees, verified branches ----------- */
+
+/* A contiguous cache (float32, or K/V coded int8, int4, bf16) with history;
+ * the run appends two ragged sequences, attends a tree of 4 drafts, or
+ * appends a branch of them. After a failure the lengths are as before, and
+ * an attend then gives what it gives on a cache never failed. */
+enum { KX_H = 4, KX_KH = 2, KX_D = 32, KX_ROWS = 6, KX_DRAFTS = 4 };
+typedef enum kx_kind { KX_APPEND_I8, KX_APPEND_I4, KX_APPEND_BF16, KX_TREE, KX_TREE_I8,
+                       KX_BRANCH, KX_KINDS } kx_kind;
+static const char *const kx_names[] = {
+    "attn_kv_cache_append (int8 K/V)", "attn_kv_cache_append (int4 K/V)",
+    "attn_kv_cache_append (bf16 K/V)", "attn_kv_cache_attend_tree (float32)",
+    "attn_kv_cache_attend_tree (int8 K/V, sinks)", "attn_kv_cache_append_branch"};
+static const size_t kx_lens[2] = {2, 4};
+static const int32_t kx_parents[KX_DRAFTS] = {-1, 0, 0, 2};
+static const int32_t kx_branch[3] = {0, 2, 3};
+
+typedef struct kx_state {
+    kx_kind kind;
+    attn_kv_cache *cache;
+    float q[KX_ROWS * KX_H * KX_D], k[KX_ROWS * KX_KH * KX_D], v[KX_ROWS * KX_KH * KX_D];
+    float sinks[KX_H];
+    float out[KX_ROWS * KX_H * KX_D], want[KX_ROWS * KX_H * KX_D];
+} kx_state;
+
+static attn_kv_cache *kx_new(kx_state *st) {
+    attn_dtype d = st->kind == KX_APPEND_I8 || st->kind == KX_TREE_I8 ? ATTN_DTYPE_I8
+                   : st->kind == KX_APPEND_I4                         ? ATTN_DTYPE_I4
+                   : st->kind == KX_APPEND_BF16                       ? ATTN_DTYPE_BF16
+                                                                      : ATTN_DTYPE_F32;
+    attn_kv_cache_config cfg = {.num_layers = 2, .batch = 2, .kv_heads = KX_KH,
+                                .head_dim = KX_D, .max_len = 64, .k_dtype = d, .v_dtype = d};
+    attn_kv_cache *c = NULL;
+    CHECK_STATUS(attn_kv_cache_new(g_ctx, &cfg, &c), ATTN_OK);
+    static float hist[(9 + 14) * KX_KH * KX_D];
+    for (size_t i = 0; i < sizeof hist / sizeof hist[0]; i++)
+        hist[i] = (float)((i * 7) % 23) / 11.0f - 1.0f;
+    size_t lens[2] = {9, 5};
+    CHECK_STATUS(attn_kv_cache_append(c, 1, lens, 0, hist, hist + 9 * KX_KH * KX_D), ATTN_OK);
+    return c;
+}
+
+static attn_status kx_call(kx_state *st, attn_kv_cache *c, float *out) {
+    switch (st->kind) {
+    case KX_TREE:
+    case KX_TREE_I8: {
+        attn_kv_tree_args a = {.layer = 1, .seq = 1, .draft_tokens = KX_DRAFTS,
+                               .parents = kx_parents, .q_heads = KX_H, .q = st->q,
+                               .k_new = st->k, .v_new = st->v, .out = out,
+                               .sinks = st->kind == KX_TREE_I8 ? st->sinks : NULL};
+        return attn_kv_cache_attend_tree(c, &a);
+    }
+    case KX_BRANCH: return attn_kv_cache_append_branch(c, 1, 0, kx_branch, 3, st->k, st->v);
+    default: return attn_kv_cache_append(c, 1, kx_lens, 0, st->k, st->v);
+    }
+}
+
+/* An attend of one token each on layer 1: reads every row appended. */
+static void kx_probe(kx_state *st, attn_kv_cache *c, float *out) {
+    attn_kv_attend_args a = {.layer = 1, .new_tokens = 1, .q_heads = KX_H, .q = st->q,
+                             .k_new = st->k, .v_new = st->v, .out = out};
+    CHECK_STATUS(attn_kv_cache_attend(c, &a), ATTN_OK);
+}
+
+static void kx_setup(void *p) {
+    kx_state *st = p;
+    fill(st->q, sizeof st->q / sizeof st->q[0], -0.5f);
+    fill(st->k, sizeof st->k / sizeof st->k[0], -0.3f);
+    fill(st->v, sizeof st->v / sizeof st->v[0], 0.2f);
+    for (size_t h = 0; h < KX_H; h++) st->sinks[h] = 0.3f * (float)h - 0.4f;
+    st->cache = kx_new(st);
+    for (size_t i = 0; i < sizeof st->out / sizeof st->out[0]; i++) st->out[i] = SENTINEL;
+}
+
+static attn_status kx_run(void *p) {
+    kx_state *st = p;
+    return kx_call(st, st->cache, st->out);
+}
+
+static void kx_ok(void *p) {
+    kx_state *st = p;
+    attn_kv_cache *fresh = kx_new(st);
+    for (size_t i = 0; i < sizeof st->want / sizeof st->want[0]; i++) st->want[i] = SENTINEL;
+    CHECK_STATUS(kx_call(st, fresh, st->want), ATTN_OK);
+    CHECK(memcmp(st->out, st->want, sizeof st->out) == 0);
+    for (size_t s = 0; s < 2; s++) {
+        size_t a = 0, b = 1;
+        attn_kv_cache_length(st->cache, 1, s, &a);
+        attn_kv_cache_length(fresh, 1, s, &b);
+        CHECK(a == b);
+    }
+    static float x[KX_ROWS * KX_H * KX_D], y[KX_ROWS * KX_H * KX_D];
+    kx_probe(st, st->cache, x);
+    kx_probe(st, fresh, y);
+    CHECK(memcmp(x, y, 2 * KX_H * KX_D * sizeof(float)) == 0);
+    attn_kv_cache_free(fresh);
+}
+
+static void kx_failed(void *p) {
+    kx_state *st = p;
+    bool untouched = true;
+    for (size_t i = 0; i < sizeof st->out / sizeof st->out[0]; i++)
+        untouched = untouched && st->out[i] == SENTINEL;
+    CHECK(untouched);
+    size_t a = 0, b = 0;
+    CHECK_STATUS(attn_kv_cache_length(st->cache, 1, 0, &a), ATTN_OK);
+    CHECK_STATUS(attn_kv_cache_length(st->cache, 1, 1, &b), ATTN_OK);
+    CHECK(a == 9 && b == 5);
+    CHECK_STATUS(kx_run(st), ATTN_OK);
+    kx_ok(st);
+}
+
+static void kx_teardown(void *p) {
+    kx_state *st = p;
+    attn_kv_cache_free(st->cache);
+    st->cache = NULL;
+}
+
+static void sweep_kv_more(void) {
+    static kx_state st;
+    for (int k = 0; k < KX_KINDS; k++) {
+        st.kind = (kx_kind)k;
+        sweep(&(sweep_op){.name = kx_names[k], .setup = kx_setup, .run = kx_run,
+                          .verify_failed = kx_failed, .verify_ok = kx_ok,
+                          .teardown = kx_teardown, .state = &st});
+    }
+}
+
+/* ---- text: the tokenizer, datasets, loaders, pretraining -------------------- */
+
+/* A GPT-2 tokenizer of 261 tokens (the 256 bytes, four merges, the end of
+ * text) as vocab.json + merges.txt in a directory, and a tiny GPTModel of
+ * its vocabulary pretrained on a short text. */
+#define TX_VOCAB 261
+#define TX_MAX_IDS 512
+static const char tx_text[] =
+    "I had always thought Jack Gisburn rather a cheap genius--though a good fellow enough--so it "
+    "was no great surprise to me to hear that, in the height of his glory, he had dropped his "
+    "painting, married a rich widow, and established himself in a villa on the Riviera. <|endof"
+    "text|> The height of his glory: that was what the women called it.";
+
+typedef struct tx_state {
+    int which;
+    char dir[96], ckpt[128];
+    attn_tokenizer *tok, *made_tok;
+    int32_t ids[TX_MAX_IDS], want_ids[TX_MAX_IDS];
+    size_t n_ids, count, want_count;
+    char text[1024], want_text[1024];
+    attn_text_dataset *data, *want_data;
+    attn_data_loader *loader;
+    /* pretraining */
+    attn_model *model;
+    attn_rng *rng;
+    attn_pretrain *run;
+    size_t events;        /* events taken in the setup before the swept one */
+    attn_pretrain_event want_ev[40];
+    size_t want_events;
+    float *weights;       /* the model's weights before the swept call */
+    unsigned char *rng_state;
+    unsigned char *model_bytes, *state_bytes;
+    size_t model_size, state_size;
+} tx_state;
+
+static const attn_gpt_config tx_gpt = {.vocab_size = TX_VOCAB, .context_length = 8,
+                                       .emb_dim = 8, .n_heads = 2, .n_layers = 1,
+                                       .drop_rate = 0.1, .qkv_bias = false};
+
+/* GPT-2's bytes_to_unicode, as UTF-8 */
+static size_t tx_byte_char(unsigned b, char out[2]) {
+    unsigned cp = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174 ? b
+                  : b <= 32                                                 ? 256 + b
+                  : b <= 160                                                ? 256 + 33 + (b - 127)
+                                                                            : 256 + 67;
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    out[0] = (char)(0xC0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3F));
+    return 2;
+}
+
+static void tx_write(const char *path, const char *bytes, size_t n) {
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(bytes, 1, n, f) == n);
+    if (f) fclose(f);
+}
+
+static void tx_files(tx_state *st) {
+    snprintf(st->dir, sizeof st->dir, "%s/tok", g_dir);
+    CHECK(mkdir(st->dir, 0700) == 0);
+    static char json[8192];
+    size_t n = 0;
+    json[n++] = '{';
+    for (unsigned b = 0; b < 256; b++) {
+        char ch[2];
+        size_t len = tx_byte_char(b, ch);
+        json[n++] = '"';
+        if (ch[0] == '"' || ch[0] == '\\') json[n++] = '\\';
+        memcpy(json + n, ch, len);
+        n += len;
+        n += (size_t)snprintf(json + n, sizeof json - n, "\": %u, ", b);
+    }
+    n += (size_t)snprintf(json + n, sizeof json - n,
+                          "\"he\": 256, \"\xC4\xA0t\": 257, \"\xC4\xA0the\": 258, \"ll\": 259, "
+                          "\"<|endoftext|>\": 260}");
+    char path[160];
+    snprintf(path, sizeof path, "%s/vocab.json", st->dir);
+    tx_write(path, json, n);
+    static const char merges[] = "#version: 0.2\nh e\n\xC4\xA0 t\n\xC4\xA0t he\nl l\n";
+    snprintf(path, sizeof path, "%s/merges.txt", st->dir);
+    tx_write(path, merges, sizeof merges - 1);
+}
+
+static attn_pretrain_options tx_options(void) {
+    attn_pretrain_options o = attn_pretrain_defaults();
+    o.epochs = 2;
+    o.batch_size = 4;
+    o.max_length = 8;
+    o.stride = 8;
+    o.eval_freq = 4;
+    o.eval_iter = 2;
+    o.sample_tokens = 3;
+    return o;
+}
+
+/* A fresh model, rng and run (seed 123), advanced by `events` events. */
+static void tx_run_new(tx_state *st, attn_model **model, attn_rng **rng, attn_pretrain **run,
+                       size_t events) {
+    attn_pretrain_options o = tx_options();
+    CHECK_STATUS(attn_rng_new(g_ctx, 123, rng), ATTN_OK);
+    CHECK_STATUS(attn_model_new_gpt(g_ctx, &tx_gpt, *rng, model), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_new(g_ctx, *model, st->tok, tx_text, sizeof tx_text - 1, &o, *rng,
+                                   run),
+                 ATTN_OK);
+    attn_pretrain_event ev;
+    for (size_t i = 0; i < events; i++) CHECK_STATUS(attn_pretrain_next(*run, &ev), ATTN_OK);
+}
+
+static bool tx_same_event(const attn_pretrain_event *a, const attn_pretrain_event *b) {
+    return a->kind == b->kind && a->epoch == b->epoch && a->step == b->step &&
+           a->tokens_seen == b->tokens_seen &&
+           memcmp(&a->step_loss, &b->step_loss, sizeof a->step_loss) == 0 &&
+           memcmp(&a->train_loss, &b->train_loss, sizeof a->train_loss) == 0 &&
+           memcmp(&a->val_loss, &b->val_loss, sizeof a->val_loss) == 0 &&
+           a->sample_length == b->sample_length;
+}
+
+/* The events from here to the end equal those of the run never failed
+ * (want_ev, recorded from event st->events on). */
+static void tx_check_rest(tx_state *st, size_t from) {
+    attn_pretrain_event ev;
+    bool same = true;
+    for (size_t i = from; i < st->want_events; i++)
+        same = same && attn_pretrain_next(st->run, &ev) == ATTN_OK &&
+               tx_same_event(&ev, &st->want_ev[i]);
+    CHECK(same);
+}
+
+static float *tx_weights(attn_model *m) {
+    const attn_param *p;
+    size_t count, at = 0;
+    attn_model_params(m, &p, &count);
+    float *w = malloc(attn_model_num_scalars(m) * sizeof *w);
+    for (size_t i = 0; w && i < count; i++) {
+        memcpy(w + at, p[i].data, p[i].numel * sizeof *w);
+        at += p[i].numel;
+    }
+    return w;
+}
+
+static bool tx_same_weights(tx_state *st) {
+    float *now = tx_weights(st->model);
+    bool same = now && memcmp(now, st->weights, attn_model_num_scalars(st->model) * 4) == 0;
+    free(now);
+    return same;
+}
+
+enum { TX_LOAD, TX_ENCODE, TX_DATASET_NEW, TX_DATASET_ENCODE, TX_LOADER_NEW,
+       TX_PRETRAIN_NEW, TX_NEXT_STEP, TX_NEXT_EVAL, TX_NEXT_SAMPLE, TX_SAVE, TX_RESUME,
+};
+static const char *const tx_names[] = {
+    "attn_tokenizer_load (gpt2 pair)", "attn_tokenizer_encode",
+    "attn_text_dataset_new", "attn_text_dataset_encode", "attn_data_loader_new",
+    "attn_pretrain_new", "attn_pretrain_next (the first step)", "attn_pretrain_next (eval)",
+    "attn_pretrain_next (sample)", "attn_pretrain_save over a checkpoint",
+    "attn_pretrain_resume"};
+/* events before the swept one: step, step, step (eval follows), ... the
+ * first epoch's sample follows its last step */
+static size_t tx_first_event(const tx_state *st) {
+    switch (st->which) {
+    case TX_NEXT_STEP: return 0;
+    case TX_NEXT_EVAL: return 1;
+    case TX_SAVE:
+    case TX_RESUME: return 3;
+    default: break;
+    }
+    /* the first SAMPLE event */
+    for (size_t i = 0; i < st->want_events; i++)
+        if (st->want_ev[i].kind == ATTN_PRETRAIN_SAMPLE) return i;
+    return 0;
+}
+
+static void tx_setup(void *p) {
+    tx_state *st = p;
+    st->made_tok = NULL;
+    memset(st->ids, 0x5a, sizeof st->ids);
+    memset(st->text, 0x5a, sizeof st->text);
+    st->count = 12345;
+    if (st->which < TX_PRETRAIN_NEW) return;
+    st->events = st->which == TX_PRETRAIN_NEW ? 0 : tx_first_event(st);
+    if (st->which == TX_PRETRAIN_NEW) {
+        CHECK_STATUS(attn_rng_new(g_ctx, 123, &st->rng), ATTN_OK);
+        CHECK_STATUS(attn_model_new_gpt(g_ctx, &tx_gpt, st->rng, &st->model), ATTN_OK);
+        st->run = NULL;
+    } else {
+        tx_run_new(st, &st->model, &st->rng, &st->run, st->events);
+    }
+    free(st->weights);
+    st->weights = tx_weights(st->model);
+    free(st->rng_state);
+    st->rng_state = malloc(attn_rng_state_size());
+    CHECK_STATUS(attn_rng_get_state(st->rng, st->rng_state, attn_rng_state_size()), ATTN_OK);
+    if (st->which == TX_NEXT_STEP || st->which == TX_NEXT_EVAL || st->which == TX_NEXT_SAMPLE) {
+        /* the checkpoint a failed run resumes from; the one a save replaces */
+        CHECK_STATUS(attn_pretrain_save(st->run, st->ckpt), ATTN_OK);
+    }
+    if (st->which == TX_RESUME) {
+        /* a checkpoint two events later, resumed into a run at event 3 */
+        attn_model *m2;
+        attn_rng *r2;
+        attn_pretrain *run2;
+        tx_run_new(st, &m2, &r2, &run2, 5);
+        CHECK_STATUS(attn_pretrain_save(run2, st->ckpt), ATTN_OK);
+        attn_pretrain_free(run2);
+        attn_model_free(m2);
+        attn_rng_free(r2);
+    }
+    if (st->which == TX_SAVE) {
+        /* the files the save replaces: a checkpoint of another point */
+        attn_model *m2;
+        attn_rng *r2;
+        attn_pretrain *run2;
+        tx_run_new(st, &m2, &r2, &run2, 1);
+        CHECK_STATUS(attn_pretrain_save(run2, st->ckpt), ATTN_OK);
+        attn_pretrain_free(run2);
+        attn_model_free(m2);
+        attn_rng_free(r2);
+        char spath[160];
+        snprintf(spath, sizeof spath, "%s.state", st->ckpt);
+        free(st->model_bytes);
+        free(st->state_bytes);
+        st->model_bytes = read_all(st->ckpt, &st->model_size);
+        st->state_bytes = read_all(spath, &st->state_size);
+    }
+}
+
+static attn_status tx_run(void *p) {
+    tx_state *st = p;
+    attn_pretrain_event ev;
+    switch (st->which) {
+    case TX_LOAD:
+        st->made_tok = (attn_tokenizer *)&g_ctx;
+        return attn_tokenizer_load(g_ctx, st->dir, &st->made_tok);
+    case TX_ENCODE:
+        return attn_tokenizer_encode(st->tok, tx_text, sizeof tx_text - 1, st->ids, TX_MAX_IDS,
+                                     &st->count);
+    case TX_DATASET_NEW:
+        st->data = (attn_text_dataset *)&g_ctx;
+        return attn_text_dataset_new(g_ctx, st->want_ids, st->want_count, 8, 5, &st->data);
+    case TX_DATASET_ENCODE:
+        st->data = (attn_text_dataset *)&g_ctx;
+        return attn_text_dataset_encode(g_ctx, st->tok, tx_text, sizeof tx_text - 1, 8, 5,
+                                        &st->data);
+    case TX_LOADER_NEW:
+        st->loader = (attn_data_loader *)&g_ctx;
+        return attn_data_loader_new(g_ctx, 37, 4, true, false, &st->loader);
+    case TX_PRETRAIN_NEW: {
+        attn_pretrain_options o = tx_options();
+        st->run = (attn_pretrain *)&g_ctx;
+        return attn_pretrain_new(g_ctx, st->model, st->tok, tx_text, sizeof tx_text - 1, &o,
+                                 st->rng, &st->run);
+    }
+    case TX_SAVE: return attn_pretrain_save(st->run, st->ckpt);
+    case TX_RESUME: return attn_pretrain_resume(st->run, st->ckpt);
+    default: return attn_pretrain_next(st->run, &ev);
+    }
+}
+
+static void tx_ok(void *p) {
+    tx_state *st = p;
+    switch (st->which) {
+    case TX_LOAD: {
+        int32_t ids[TX_MAX_IDS];
+        size_t n = 0;
+        CHECK(st->made_tok && attn_tokenizer_vocab_size(st->made_tok) == TX_VOCAB);
+        CHECK_STATUS(attn_tokenizer_encode(st->made_tok, tx_text, sizeof tx_text - 1, ids,
+                                           TX_MAX_IDS, &n), ATTN_OK);
+        CHECK(n == st->want_count && memcmp(ids, st->want_ids, n * sizeof *ids) == 0);
+        break;
+    }
+    case TX_ENCODE:
+        CHECK(st->count == st->want_count &&
+              memcmp(st->ids, st->want_ids, st->count * sizeof *st->ids) == 0);
+        break;
+    case TX_DATASET_NEW:
+    case TX_DATASET_ENCODE: {
+        attn_text_dataset *want = st->want_data;
+        if (st->which == TX_DATASET_ENCODE)
+            CHECK_STATUS(attn_text_dataset_encode(g_ctx, st->tok, tx_text, sizeof tx_text - 1, 8,
+                                                  5, &want),
+                         ATTN_OK);
+        size_t n = attn_text_dataset_num_ids(st->data);
+        CHECK(st->data && attn_text_dataset_len(st->data) == attn_text_dataset_len(want));
+        CHECK(n == attn_text_dataset_num_ids(want) && n > 100 &&
+              memcmp(attn_text_dataset_ids(st->data), attn_text_dataset_ids(want),
+                     n * sizeof(int32_t)) == 0);
+        if (want != st->want_data) attn_text_dataset_free(want);
+        break;
+    }
+    case TX_LOADER_NEW: {
+        CHECK(st->loader && attn_data_loader_len(st->loader) == 10);
+        attn_rng *rng;
+        size_t idx[4], count = 0;
+        attn_rng_new(NULL, 3, &rng);
+        CHECK_STATUS(attn_data_loader_begin(st->loader, rng), ATTN_OK);
+        CHECK_STATUS(attn_data_loader_batch(st->loader, 9, idx, &count), ATTN_OK);
+        CHECK(count == 1);
+        attn_rng_free(rng);
+        break;
+    }
+    case TX_PRETRAIN_NEW:
+        CHECK(st->run != NULL);
+        tx_check_rest(st, 0);
+        break;
+    case TX_SAVE: {
+        /* the new pair resumes into a fresh run and continues as this one */
+        attn_model *m2;
+        attn_rng *r2;
+        attn_pretrain *keep = st->run, *run2;
+        tx_run_new(st, &m2, &r2, &run2, 0);
+        CHECK_STATUS(attn_pretrain_resume(run2, st->ckpt), ATTN_OK);
+        st->run = run2;
+        tx_check_rest(st, st->events);
+        st->run = keep;
+        attn_pretrain_free(run2);
+        attn_model_free(m2);
+        attn_rng_free(r2);
+        CHECK(temporaries_in(g_dir) == 0);
+        break;
+    }
+    case TX_RESUME: tx_check_rest(st, 5); break;
+    default: tx_check_rest(st, st->events + 1); break;
+    }
+}
+
+static void tx_failed(void *p) {
+    tx_state *st = p;
+    bool untouched = true;
+    for (size_t i = 0; i < sizeof st->ids; i++) untouched &= ((unsigned char *)st->ids)[i] == 0x5a;
+    for (size_t i = 0; i < sizeof st->text; i++) untouched &= (unsigned char)st->text[i] == 0x5a;
+    CHECK(untouched);
+    switch (st->which) {
+    case TX_LOAD: CHECK(st->made_tok == NULL); return;
+    case TX_ENCODE:
+        CHECK(st->count == 12345);
+        CHECK_STATUS(tx_run(st), ATTN_OK);
+        tx_ok(st);
+        return;
+    case TX_DATASET_NEW:
+    case TX_DATASET_ENCODE: CHECK(st->data == NULL); return;
+    case TX_LOADER_NEW: CHECK(st->loader == NULL); return;
+    default: break;
+    }
+    /* pretraining: the model's weights and the generator as they were */
+    unsigned char *now = malloc(attn_rng_state_size());
+    CHECK_STATUS(attn_rng_get_state(st->rng, now, attn_rng_state_size()), ATTN_OK);
+    bool rng_same = memcmp(now, st->rng_state, attn_rng_state_size()) == 0;
+    free(now);
+    if (st->which == TX_PRETRAIN_NEW) {
+        CHECK(st->run == NULL);
+        CHECK(rng_same && tx_same_weights(st));
+        return;
+    }
+    if (st->which == TX_SAVE) {
+        char spath[160];
+        size_t a = 0, b = 0;
+        snprintf(spath, sizeof spath, "%s.state", st->ckpt);
+        unsigned char *model = read_all(st->ckpt, &a), *state = read_all(spath, &b);
+        CHECK(model && a == st->model_size && memcmp(model, st->model_bytes, a) == 0);
+        CHECK(state && b == st->state_size && memcmp(state, st->state_bytes, b) == 0);
+        CHECK(temporaries_in(g_dir) == 0);
+        free(model);
+        free(state);
+        CHECK(rng_same && tx_same_weights(st));
+        /* the run goes on as if never saved */
+        tx_check_rest(st, st->events);
+        return;
+    }
+    if (st->which == TX_RESUME) {
+        CHECK(rng_same && tx_same_weights(st));
+        /* the run goes on from where it stood */
+        tx_check_rest(st, st->events);
+        return;
+    }
+    /* a failed step fails the run (later calls repeat the error); the
+     * checkpoint taken before it resumes, and the run goes on as one that
+     * never failed */
+    attn_pretrain_event ev;
+    CHECK_STATUS(attn_pretrain_next(st->run, &ev), ATTN_ERR_NO_MEMORY);
+    CHECK_STATUS(attn_pretrain_resume(st->run, st->ckpt), ATTN_OK);
+    tx_check_rest(st, st->events);
+}
+
+static void tx_teardown(void *p) {
+    tx_state *st = p;
+    if (st->made_tok != (attn_tokenizer *)&g_ctx) attn_tokenizer_free(st->made_tok);
+    st->made_tok = NULL;
+    if (st->which == TX_DATASET_NEW || st->which == TX_DATASET_ENCODE) {
+        if (st->data != (attn_text_dataset *)&g_ctx) attn_text_dataset_free(st->data);
+        st->data = NULL;
+    }
+    if (st->which == TX_LOADER_NEW) {
+        if (st->loader != (attn_data_loader *)&g_ctx) attn_data_loader_free(st->loader);
+        st->loader = NULL;
+    }
+    if (st->which >= TX_PRETRAIN_NEW) {
+        if (st->run != (attn_pretrain *)&g_ctx) attn_pretrain_free(st->run);
+        attn_model_free(st->model);
+        attn_rng_free(st->rng);
+        st->run = NULL;
+        st->model = NULL;
+        st->rng = NULL;
+    }
+}
+
+static void sweep_text(void) {
+    tx_state *st = calloc(1, sizeof *st);
+    tx_files(st);
+    snprintf(st->ckpt, sizeof st->ckpt, "%s/run.safetensors", g_dir);
+    CHECK_STATUS(attn_tokenizer_load(g_ctx, st->dir, &st->tok), ATTN_OK);
+    CHECK_STATUS(attn_tokenizer_encode(st->tok, tx_text, sizeof tx_text - 1, st->want_ids,
+                                       TX_MAX_IDS, &st->want_count), ATTN_OK);
+    CHECK(st->want_count > 100 && st->want_count < TX_MAX_IDS);
+    CHECK_STATUS(attn_text_dataset_new(g_ctx, st->want_ids, st->want_count, 8, 5,
+                                       &st->want_data), ATTN_OK);
+    /* the whole run, never failed */
+    attn_model *m;
+    attn_rng *r;
+    attn_pretrain *run;
+    tx_run_new(st, &m, &r, &run, 0);
+    attn_pretrain_event ev;
+    while (st->want_events < 40 && attn_pretrain_next(run, &ev) == ATTN_OK &&
+           ev.kind != ATTN_PRETRAIN_DONE)
+        st->want_ev[st->want_events++] = ev;
+    CHECK(ev.kind == ATTN_PRETRAIN_DONE && tx_first_event(st) > 5);
+    attn_pretrain_free(run);
+    attn_model_free(m);
+    attn_rng_free(r);
+    static const int kinds[] = {TX_LOAD, TX_DATASET_NEW, TX_LOADER_NEW, TX_NEXT_STEP, TX_SAVE};
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
+        st->which = kinds[i];
+        sweep(&(sweep_op){.name = tx_names[kinds[i]], .setup = tx_setup, .run = tx_run,
+                          .verify_failed = tx_failed, .verify_ok = tx_ok,
+                          .teardown = tx_teardown, .state = st});
+    }
+    attn_text_dataset_free(st->want_data);
+    attn_tokenizer_free(st->tok);
+    free(st->weights);
+    free(st->rng_state);
+    free(st->model_bytes);
+    free(st->state_bytes);
+    free(st);
+}
+
+/* ---- block maps from dense masks and callbacks ------------------------------- */
+
+/* Documents AND causal over (2, 1, 150, 150), as a bool tensor, an additive
+ * one (0 and -inf) and a callback; compared with a map built unfailed. */
+typedef struct bx_state {
+    int which; /* 0 bool, 1 additive, 2 callback */
+    attn_block_mask_config cfg;
+    uint8_t *bits;
+    float *add;
+    attn_block_mask *got, *want;
+} bx_state;
+
+static int bx_visible(void *user, size_t b, size_t h, size_t q, size_t k) {
+    (void)user, (void)h;
+    return (q + b) / 40 == (k + b) / 40 && k <= q;
+}
+
+static attn_status bx_build(bx_state *st, attn_block_mask **out) {
+    static const size_t strides[4] = {BM_T * BM_T, 0, BM_T, 1};
+    if (st->which == 0) return attn_block_mask_from_bool(g_ctx, &st->cfg, st->bits, strides, out);
+    if (st->which == 1)
+        return attn_block_mask_from_additive(g_ctx, &st->cfg, st->add, strides, out);
+    return attn_block_mask_from_fn(g_ctx, &st->cfg, bx_visible, NULL, out);
+}
+
+static attn_status bx_run(void *p) {
+    bx_state *st = p;
+    st->got = (attn_block_mask *)&g_ctx;
+    return bx_build(st, &st->got);
+}
+
+static void bx_failed(void *p) { CHECK(((bx_state *)p)->got == NULL); }
+
+static void bx_ok(void *p) {
+    bx_state *st = p;
+    if (!st->want) CHECK_STATUS(bx_build(st, &st->want), ATTN_OK);
+    CHECK(st->got && st->want && same_drawing(st->got, st->want));
+}
+
+static void bx_teardown(void *p) {
+    bx_state *st = p;
+    if (st->got != (attn_block_mask *)&g_ctx) attn_block_mask_free(st->got);
+    st->got = NULL;
+}
+
+static void sweep_block_maps_dense(void) {
+    static const char *const names[] = {"attn_block_mask_from_bool",
+                                        "attn_block_mask_from_additive",
+                                        "attn_block_mask_from_fn"};
+    bx_state *st = calloc(1, sizeof *st);
+    st->cfg = (attn_block_mask_config){2, 1, BM_T, BM_T, 64, 64};
+    st->bits = malloc(2 * BM_T * BM_T);
+    st->add = malloc(2 * BM_T * BM_T * sizeof(float));
+    for (size_t b = 0; b < 2; b++)
+        for (size_t q = 0; q < BM_T; q++)
+            for (size_t k = 0; k < BM_T; k++) {
+                size_t at = (b * BM_T + q) * BM_T + k;
+                st->bits[at] = (uint8_t)bx_visible(NULL, b, 0, q, k);
+                st->add[at] = st->bits[at] ? 0.25f * (float)(k % 3) : -INFINITY;
+            }
+    for (st->which = 0; st->which < 3; st->which++) {
+        attn_block_mask_free(st->want);
+        st->want = NULL;
+        sweep(&(sweep_op){.name = names[st->which], .run = bx_run, .verify_failed = bx_failed,
+                          .verify_ok = bx_ok, .teardown = bx_teardown, .state = st});
+    }
+    attn_block_mask_free(st->want);
+    free(st->bits);
+    free(st->add);
+    free(st);
+}
+
+static bool weights_of_model_unchanged(attn_model *m, const float *w) {
+    float *now = tx_weights(m);
+    bool same = now && memcmp(now, w, attn_model_num_scalars(m) * sizeof *now) == 0;
+    free(now);
+    return same;
+}
+
+/* ---- files: int32 .npy, safetensors writers, models, the committed writer ----- */
+
+typedef enum mf_kind {
+    MF_NPY_READ_I32, MF_NPY_PARSE_I32, MF_ST_WRITE, MF_ST_WRITE_PARAMS, MF_MODEL_SAVE,
+    MF_MODEL_LOAD, MF_FILE_COMMIT, MF_KINDS
+} mf_kind;
+static const char *const mf_names[] = {
+    "npy: attn_npy_read_i32 (int64, big-endian)", "npy: attn_npy_parse_i32 (bool)",
+    "safetensors: attn_safetensors_write over a file",
+    "safetensors: attn_safetensors_write_params over a file",
+    "model: attn_model_save over a file", "model: attn_model_load",
+    "attn_file_open, _write, _commit over a file"};
+
+typedef struct mf_state {
+    mf_kind kind;
+    char path[128];
+    unsigned char *bytes, *image; /* the file replaced; an .npy image */
+    size_t size, image_size;
+    attn_npy_i32 npy;
+    attn_model *m, *other; /* other was saved; m loads it */
+    float *weights;
+} mf_state;
+
+static const float mf_a[6] = {1, -2, 3.5f, 4, 5, 6}, mf_b[3] = {0.25f, -0.5f, 8};
+
+/* An .npy image of `count` values: int64 big-endian or bool. */
+static unsigned char *mf_npy_image(bool boolean, size_t *size) {
+    char header[128];
+    int n = snprintf(header, sizeof header, "{'descr': '%s', 'fortran_order': False, "
+                     "'shape': (2, 5), }", boolean ? "|b1" : ">i8");
+    while ((n + 11) % 64) header[n++] = ' ';
+    header[n - 1] = '\n';
+    size_t each = boolean ? 1 : 8, total = 10 + (size_t)n + 10 * each;
+    unsigned char *img = calloc(1, total);
+    memcpy(img, "\x93NUMPY\x01\x00", 8);
+    img[8] = (unsigned char)n;
+    memcpy(img + 10, header, (size_t)n);
+    for (size_t i = 0; i < 10; i++) {
+        unsigned char *at = img + 10 + n + i * each;
+        if (boolean) *at = (unsigned char)(i % 3 == 0);
+        else at[7] = (unsigned char)(i * 9), at[6] = (unsigned char)i;
+    }
+    *size = total;
+    return img;
+}
+
+static void mf_restore(mf_state *st) {
+    FILE *f = fopen(st->path, "wb");
+    CHECK(f && fwrite(st->bytes, 1, st->size, f) == st->size);
+    if (f) fclose(f);
+}
+
+static void mf_setup(void *p) {
+    mf_state *st = p;
+    memset(&st->npy, 0x5a, sizeof st->npy);
+    if (st->kind >= MF_ST_WRITE && st->kind != MF_MODEL_LOAD) mf_restore(st);
+}
+
+static attn_status mf_run(void *p) {
+    mf_state *st = p;
+    switch (st->kind) {
+    case MF_NPY_READ_I32: return attn_npy_read_i32(g_ctx, st->path, &st->npy);
+    case MF_NPY_PARSE_I32: return attn_npy_parse_i32(g_ctx, st->image, st->image_size, &st->npy);
+    case MF_ST_WRITE: {
+        attn_named_tensor t[2] = {{"a", mf_a, 2, {2, 3}}, {"b", mf_b, 1, {3}}};
+        attn_metadata_entry md[1] = {{"format", "pt"}};
+        return attn_safetensors_write(g_ctx, st->path, t, 2, md, 1);
+    }
+    case MF_ST_WRITE_PARAMS: {
+        const attn_param *params;
+        size_t count;
+        attn_model_params(st->other, &params, &count);
+        return attn_safetensors_write_params(g_ctx, st->path, params, count, "model.");
+    }
+    case MF_MODEL_SAVE: return attn_model_save(st->other, st->path);
+    case MF_MODEL_LOAD: return attn_model_load(st->m, st->path);
+    case MF_FILE_COMMIT: {
+        attn_file *f = NULL;
+        attn_status s = attn_file_open(g_ctx, st->path, &f);
+        if (s == ATTN_OK) s = attn_file_write(g_ctx, f, "new bytes", 9);
+        if (s == ATTN_OK) return attn_file_commit(g_ctx, f);
+        attn_file_discard(f);
+        return s;
+    }
+    default: return ATTN_ERR_INVALID;
+    }
+}
+
+static void mf_ok(void *p) {
+    mf_state *st = p;
+    switch (st->kind) {
+    case MF_NPY_READ_I32:
+        CHECK(st->npy.ndim == 2 && st->npy.numel == 10 && st->npy.data &&
+              st->npy.data[7] == 7 * 256 + 63);
+        attn_npy_i32_free(&st->npy);
+        break;
+    case MF_NPY_PARSE_I32:
+        CHECK(st->npy.ndim == 2 && st->npy.numel == 10 && st->npy.data &&
+              st->npy.data[6] == 1 && st->npy.data[7] == 0);
+        attn_npy_i32_free(&st->npy);
+        break;
+    case MF_ST_WRITE: {
+        attn_safetensors *s = NULL;
+        float got[6] = {0};
+        attn_safetensors_info info;
+        CHECK_STATUS(attn_safetensors_open(g_ctx, st->path, &s), ATTN_OK);
+        CHECK_STATUS(attn_safetensors_find(s, "a", &info), ATTN_OK);
+        CHECK_STATUS(attn_safetensors_load(s, info.index, got, 6), ATTN_OK);
+        CHECK(memcmp(got, mf_a, sizeof mf_a) == 0);
+        attn_safetensors_free(s);
+        break;
+    }
+    case MF_ST_WRITE_PARAMS:
+    case MF_MODEL_SAVE: {
+        /* the file holds other's weights */
+        attn_safetensors *s = NULL;
+        const attn_param *params;
+        size_t count;
+        bool same = true;
+        attn_model_params(st->other, &params, &count);
+        CHECK_STATUS(attn_safetensors_open(g_ctx, st->path, &s), ATTN_OK);
+        for (size_t i = 0; s && i < count; i++) {
+            char name[128];
+            attn_safetensors_info info;
+            snprintf(name, sizeof name, "%s%s", st->kind == MF_MODEL_SAVE ? "" : "model.",
+                     params[i].name);
+            float *got = malloc(params[i].numel * sizeof *got);
+            same = same && attn_safetensors_find(s, name, &info) == ATTN_OK &&
+                   attn_safetensors_load(s, info.index, got, params[i].numel) == ATTN_OK &&
+                   memcmp(got, params[i].data, params[i].numel * sizeof *got) == 0;
+            free(got);
+        }
+        CHECK(same);
+        attn_safetensors_free(s);
+        break;
+    }
+    case MF_MODEL_LOAD: {
+        const attn_param *a, *b;
+        size_t na, nb;
+        bool same = true;
+        attn_model_params(st->m, &a, &na);
+        attn_model_params(st->other, &b, &nb);
+        for (size_t i = 0; i < na && na == nb; i++)
+            same = same && memcmp(a[i].data, b[i].data, a[i].numel * sizeof(float)) == 0;
+        CHECK(same && na == nb);
+        /* back to its own weights for the next step */
+        size_t at = 0;
+        for (size_t i = 0; i < na; i++) {
+            memcpy(a[i].data, st->weights + at, a[i].numel * sizeof(float));
+            at += a[i].numel;
+        }
+        break;
+    }
+    case MF_FILE_COMMIT: {
+        size_t size = 0;
+        unsigned char *now = read_all(st->path, &size);
+        CHECK(now && size == 9 && memcmp(now, "new bytes", 9) == 0);
+        free(now);
+        break;
+    }
+    default: break;
+    }
+    CHECK(temporaries_in(g_dir) == 0);
+}
+
+static void mf_failed(void *p) {
+    mf_state *st = p;
+    if (st->kind <= MF_NPY_PARSE_I32) {
+        attn_npy_i32 zero = {0};
+        CHECK(memcmp(&st->npy, &zero, sizeof zero) == 0);
+        return;
+    }
+    if (st->kind == MF_MODEL_LOAD) {
+        CHECK(weights_of_model_unchanged(st->m, st->weights));
+        return;
+    }
+    size_t size = 0;
+    unsigned char *now = read_all(st->path, &size);
+    CHECK(now && size == st->size && memcmp(now, st->bytes, size) == 0);
+    CHECK(temporaries_in(g_dir) == 0);
+    free(now);
+}
+
+static void sweep_more_files(void) {
+    mf_state *st = calloc(1, sizeof *st);
+    attn_rng *rng;
+    CHECK_STATUS(attn_rng_new(g_ctx, 8, &rng), ATTN_OK);
+    static const attn_gpt_config book = {.vocab_size = 11, .context_length = 6, .emb_dim = 8,
+                                         .n_heads = 2, .n_layers = 1, .drop_rate = 0.1,
+                                         .qkv_bias = true};
+    CHECK_STATUS(attn_model_new_gpt(g_ctx, &book, rng, &st->other), ATTN_OK);
+    CHECK_STATUS(attn_model_new_gpt(g_ctx, &book, rng, &st->m), ATTN_OK);
+    st->weights = tx_weights(st->m);
+    size_t size;
+    unsigned char *img = mf_npy_image(false, &size);
+    snprintf(st->path, sizeof st->path, "%s/i64.npy", g_dir);
+    FILE *f = fopen(st->path, "wb");
+    CHECK(f && fwrite(img, 1, size, f) == size);
+    if (f) fclose(f);
+    free(img);
+    st->image = mf_npy_image(true, &st->image_size);
+    for (int k = 0; k < MF_KINDS; k++) {
+        st->kind = (mf_kind)k;
+        if (k == MF_ST_WRITE) {
+            /* every writer replaces this file; the load reads the saved model */
+            snprintf(st->path, sizeof st->path, "%s/old.safetensors", g_dir);
+            attn_named_tensor t = {"old", mf_b, 1, {3}};
+            CHECK_STATUS(attn_safetensors_write(g_ctx, st->path, &t, 1, NULL, 0), ATTN_OK);
+            st->bytes = read_all(st->path, &st->size);
+        }
+        if (k == MF_MODEL_LOAD) CHECK_STATUS(attn_model_save(st->other, st->path), ATTN_OK);
+        if (k == MF_FILE_COMMIT) mf_restore(st);
+        sweep(&(sweep_op){.name = mf_names[k], .setup = mf_setup, .run = mf_run,
+                          .verify_failed = mf_failed, .verify_ok = mf_ok, .state = st});
+    }
+    free(st->image);
+    free(st->bytes);
+    free(st->weights);
+    attn_model_free(st->m);
+    attn_model_free(st->other);
+    attn_rng_free(rng);
+    free(st);
+}
+
+/* ---- products and sampling ---------------------------------------------------- */
+
+/* attn_gemm, attn_matmul and attn_gemm_16 (bf16) on a fresh ctx (their
+ * pack buffers allocated in the call: each has the reference kernel as its
+ * fallback, so every run succeeds); attn_sample with nucleus sampling and
+ * attn_sample_book, whose failures leave out and the rng as they were. */
+enum { GX_M = 37, GX_N = 45, GX_K = 70 };
+typedef struct gx_state {
+    int which; /* 0 gemm, 1 matmul, 2 gemm_16, 3 sample (top_p), 4 sample_book */
+    attn_ctx *ctx;
+    attn_rng *rng;
+    float a[GX_M * GX_K], b[GX_K * GX_N], c[GX_M * GX_N], want[GX_M * GX_N];
+    uint16_t a16[GX_M * GX_K], b16[GX_K * GX_N];
+    int32_t token;
+} gx_state;
+
+static attn_status gx_call(gx_state *st, attn_ctx *ctx, attn_rng *rng, float *c, int32_t *tok) {
+    switch (st->which) {
+    case 0:
+        return attn_gemm(ctx, false, true, GX_M, GX_N, GX_K, 0.5f, st->a, GX_K, st->b, GX_K,
+                         0.25f, c, GX_N);
+    case 1: return attn_matmul(ctx, st->a, st->b, c, GX_M, GX_K, GX_N, false);
+    case 2:
+        return attn_gemm_16(ctx, ATTN_DTYPE_BF16, false, false, GX_M, GX_N, GX_K, 1.0f, st->a16,
+                            GX_K, st->b16, GX_N, 0.0f, c, GX_N);
+    case 3: {
+        attn_sampling s = {.temperature = 0.8, .top_k = 30, .top_p = 0.9};
+        return attn_sample(ctx, st->a, 50, &s, rng, tok);
+    }
+    default: return attn_sample_book(ctx, st->a, 50, 1.3, 20, rng, tok);
+    }
+}
+
+static void gx_setup(void *p) {
+    gx_state *st = p;
+    fill(st->a, GX_M * GX_K, -0.7f);
+    fill(st->b, GX_K * GX_N, 0.2f);
+    for (size_t i = 0; i < GX_M * GX_K; i++)
+        st->a16[i] = attn_float_to_half(ATTN_DTYPE_BF16, st->a[i]);
+    for (size_t i = 0; i < GX_K * GX_N; i++)
+        st->b16[i] = attn_float_to_half(ATTN_DTYPE_BF16, st->b[i]);
+    fill(st->c, GX_M * GX_N, 1.0f);
+    st->token = -7;
+    CHECK_STATUS(attn_ctx_new(NULL, &st->ctx), ATTN_OK);
+    attn_rng_manual_seed(st->rng, 41);
+}
+
+static attn_status gx_run(void *p) {
+    gx_state *st = p;
+    return gx_call(st, st->ctx, st->rng, st->c, &st->token);
+}
+
+static void gx_ok(void *p) {
+    gx_state *st = p;
+    attn_ctx *ctx;
+    attn_rng *rng;
+    int32_t tok = -7;
+    CHECK_STATUS(attn_ctx_new(NULL, &ctx), ATTN_OK);
+    CHECK_STATUS(attn_rng_new(NULL, 41, &rng), ATTN_OK);
+    fill(st->want, GX_M * GX_N, 1.0f);
+    CHECK_STATUS(gx_call(st, ctx, rng, st->want, &tok), ATTN_OK);
+    CHECK(same_floats(st->c, st->want, GX_M * GX_N));
+    CHECK(tok == st->token);
+    attn_rng_free(rng);
+    attn_ctx_free(ctx);
+}
+
+static void gx_failed(void *p) {
+    gx_state *st = p;
+    CHECK(st->token == -7);
+    CHECK(rng_at(st->rng, 41, 0));
+    attn_rng_manual_seed(st->rng, 41);
+    CHECK_STATUS(gx_run(st), ATTN_OK);
+    gx_ok(st);
+}
+
+static void gx_teardown(void *p) {
+    gx_state *st = p;
+    attn_ctx_free(st->ctx);
+    st->ctx = NULL;
+}
+
+static void sweep_products(void) {
+    static const char *const names[] = {"attn_gemm (a fresh ctx)", "attn_matmul (a fresh ctx)",
+                                        "attn_gemm_16 (bf16, a fresh ctx)",
+                                        "attn_sample (top_k, top_p)", "attn_sample_book"};
+    gx_state *st = calloc(1, sizeof *st);
+    CHECK_STATUS(attn_rng_new(g_ctx, 41, &st->rng), ATTN_OK);
+    for (st->which = 0; st->which < 5; st->which++)
+        sweep(&(sweep_op){.name = names[st->which], .setup = gx_setup, .run = gx_run,
+                          .verify_failed = gx_failed, .verify_ok = gx_ok,
+                          .teardown = gx_teardown, .state = st, .ctx = &st->ctx});
+    attn_rng_free(st->rng);
+    free(st);
+}
+
 int main(void) {
     if (attn_ctx_new(NULL, &g_ctx) != ATTN_OK) return 1;
     snprintf(g_dir, sizeof g_dir, "/tmp/attn_alloc_XXXXXX");
@@ -1707,6 +3296,13 @@ int main(void) {
     sweep_kv_cache();
     sweep_generate();
     sweep_block_masks();
+    sweep_sdpa_more();
+    sweep_lm();
+    sweep_kv_more();
+    sweep_text();
+    sweep_block_maps_dense();
+    sweep_more_files();
+    sweep_products();
 
     size_t total = 0;
     printf("allocations failed in turn, per operation:\n");
