@@ -414,6 +414,9 @@ attn_status attn_sdpa_run_forward(attn_ctx *ctx, const char *fn, const attn_sdpa
     }
     st = settle_outputs(&kept, attn_attention_forward(ctx, fn, p, dropout, NULL, NULL, NULL,
                                                       workspace));
+    /* a 16-bit problem is widened inside the pass's call, which may fail
+     * for memory after the offset was taken: a failed call gives it back */
+    if (st != ATTN_OK && dropout) attn_dropout_stream_cancel(dropout);
     if (st == ATTN_OK && dropout) /* the record of a call that ran */
         *drawn = (attn_sdpa_dropout){stream.philox_seed, stream.philox_offset};
     return st;

@@ -42,6 +42,10 @@ static inline double attn_dropout_kept_scale_f64(double p) {
 
 /* Begins the dropout of a tensor of n elements with probability p. */
 void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, size_t n);
+/* Gives a Philox stream's offset back to its rng, for a call that fails
+ * before its pass draws: the rng is then where it was before the begin.
+ * Nothing for the other methods, whose draws happen in the pass itself. */
+void attn_dropout_stream_cancel(attn_dropout_stream *s);
 /* The factor of the next mask entry: kept_scale or 0 (1 when p == 0). */
 float attn_dropout_stream_next(attn_dropout_stream *s);
 /* The next n mask entries as bytes: keep[i] is 1 where the element is kept,

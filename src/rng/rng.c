@@ -316,6 +316,11 @@ void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, 
     }
 }
 
+void attn_dropout_stream_cancel(attn_dropout_stream *s) {
+    if (s->method == ATTN_BERNOULLI_PHILOX && !s->passthrough && !s->drop_all)
+        s->rng->philox_offset = s->philox_offset;
+}
+
 static bool dropout_keeps(attn_dropout_stream *s) {
     if (s->method == ATTN_BERNOULLI_PHILOX) {
         uint64_t e = s->index++;

@@ -1906,8 +1906,8 @@ static void sweep_sdpa_more(void) {
     x->s = s;
     CHECK_STATUS(attn_rng_new(g_ctx, 77, &s->rng), ATTN_OK);
     CHECK_STATUS(attn_rng_set_bernoulli_method(s->rng, ATTN_BERNOULLI_PHILOX), ATTN_OK);
-    static const sx_kind kinds[] = {SX_BACKWARD_16, SX_DLSE_F32, SX_DLSE_16, SX_FLEX_FORWARD,
-                                    SX_FLEX_BACKWARD};
+    static const sx_kind kinds[] = {SX_FORWARD_16, SX_BACKWARD_16, SX_DLSE_F32, SX_DLSE_16,
+                                    SX_FLEX_FORWARD, SX_FLEX_BACKWARD};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         int kind = kinds[i];
         x->kind = kinds[i];
