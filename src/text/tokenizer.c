@@ -1170,7 +1170,6 @@ attn_status attn_tokenizer_encode(attn_tokenizer *t, const char *text, size_t le
     attn_ctx *ctx = t->ctx;
     attn_clear_error(ctx);
     if (!count) return attn_fail(ctx, ATTN_ERR_NULL, "attn_tokenizer_encode: count is NULL");
-    *count = 0;
     if (!text && length)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_tokenizer_encode: text is NULL (length %zu)",
                          length);
@@ -1180,6 +1179,18 @@ attn_status attn_tokenizer_encode(attn_tokenizer *t, const char *text, size_t le
     const unsigned char *s = (const unsigned char *)text;
     token_sink sink = {.ids = ids, .capacity = capacity};
     bpe_work work = {0};
+    /* the merge space of the longest piece, in hand before an id is
+     * written: a failure leaves ids and *count as they were */
+    size_t longest = 0;
+    for (size_t i = 0, end; i < length; i = end) {
+        end = t->kind == TOKENIZER_GPT2 ? gpt2_piece_end(s, length, i)
+                                        : llama3_piece_end(s, length, i);
+        if (end - i > longest) longest = end - i;
+    }
+    if (longest > 1 && !bpe_work_reserve(&work, longest))
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                         "attn_tokenizer_encode: no memory to merge a piece of %zu bytes",
+                         longest);
     for (size_t i = 0; i < length;) {
         size_t end = t->kind == TOKENIZER_GPT2 ? gpt2_piece_end(s, length, i)
                                                : llama3_piece_end(s, length, i);
