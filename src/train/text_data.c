@@ -149,6 +149,9 @@ attn_status attn_encode_with_endoftext(attn_ctx *ctx, const char *fn, attn_token
         if (end > at) {
             attn_status st =
                 attn_tokenizer_encode(tok, text + at, end - at, ids + n, capacity - n, &count);
+            if (st == ATTN_ERR_NO_MEMORY)
+                return attn_fail(ctx, st, "%s: no memory to encode bytes %zu .. %zu of the text",
+                                 fn, at, end);
             if (st != ATTN_OK)
                 return attn_fail(ctx, st, "%s: encoding bytes %zu .. %zu of the text failed", fn,
                                  at, end);
