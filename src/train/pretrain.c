@@ -424,13 +424,21 @@ static attn_status eval_mode(attn_pretrain *r, bool on) {
     return st;
 }
 
+/* Back to training after work in eval mode that returned st: st with its
+ * message, which the mode's setters would clear, or the setters' status. */
+static attn_status eval_mode_off(attn_pretrain *r, attn_status st) {
+    char message[ATTN_ERROR_CAPACITY];
+    snprintf(message, sizeof message, "%s", attn_ctx_last_error(r->ctx));
+    attn_status back = eval_mode(r, false);
+    if (st != ATTN_OK) return attn_fail(r->ctx, st, "%s", message);
+    return back;
+}
+
 static attn_status evaluate(attn_pretrain *r, double *train_loss, double *val_loss) {
     attn_status st = eval_mode(r, true);
     if (st == ATTN_OK) st = loader_loss(r, r->train, r->eval_loader, train_loss);
     if (st == ATTN_OK) st = loader_loss(r, r->val, r->val_loader, val_loss);
-    attn_status back = eval_mode(r, false);
-    if (st != ATTN_OK) return st;
-    if (back != ATTN_OK) return back;
+    if ((st = eval_mode_off(r, st)) != ATTN_OK) return st;
     if (r->history_count == r->history_capacity) {
         size_t cap = r->history_capacity ? 2 * r->history_capacity : 64;
         uint64_t *t = attn_realloc(r->history_tokens, cap * sizeof *t);
@@ -543,9 +551,7 @@ static attn_status generate_sample(attn_pretrain *r) {
             if (z[v] > z[best] || isnan(z[v])) best = v;
         r->gen_ids[n++] = (int32_t)best;
     }
-    attn_status back = eval_mode(r, false);
-    if (st != ATTN_OK) return st;
-    if (back != ATTN_OK) return back;
+    if ((st = eval_mode_off(r, st)) != ATTN_OK) return st;
     return decode_sample(r, n);
 }
 
