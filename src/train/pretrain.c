@@ -881,7 +881,10 @@ static attn_status parse_state(attn_pretrain *r, const char *fn, const char *spa
     /* the generator's bytes as well as their size: a scratch generator
      * takes them, so that resume cannot fail after the model is replaced */
     attn_rng *scratch = NULL;
-    bool rng_ok = rng_bytes && attn_rng_new(r->ctx, 0, &scratch) == ATTN_OK &&
+    if (rng_bytes && attn_rng_new(r->ctx, 0, &scratch) != ATTN_OK)
+        return attn_fail(r->ctx, ATTN_ERR_NO_MEMORY, "%s: no memory for a generator to check "
+                         "the state of %s", fn, spath);
+    bool rng_ok = rng_bytes &&
                   attn_rng_set_state(scratch, rng_bytes, (size_t)rng_size) == ATTN_OK;
     attn_rng_free(scratch);
     out->opt_steps = (size_t)r_u(s, 8);

@@ -2869,7 +2869,7 @@ static void sweep_text(void) {
     attn_rng_free(r);
     static const int kinds[] = {TX_LOAD, TX_ENCODE, TX_DATASET_NEW, TX_DATASET_ENCODE,
                                 TX_LOADER_NEW, TX_PRETRAIN_NEW, TX_NEXT_STEP, TX_NEXT_EVAL,
-                                TX_NEXT_SAMPLE, TX_SAVE};
+                                TX_NEXT_SAMPLE, TX_SAVE, TX_RESUME};
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         st->which = kinds[i];
         sweep(&(sweep_op){.name = tx_names[kinds[i]], .setup = tx_setup, .run = tx_run,
