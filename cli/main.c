@@ -4,10 +4,13 @@
 #include "cli.h"
 #include "interrupt.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 const char cli_program_name[] = "attn";
 
@@ -107,7 +110,22 @@ static int alone_in_a_job(int argc, char **argv) {
                            n, var, size);
 }
 
+/* Standard input, output and error that the caller closed (`>&-`) are held
+ * open on /dev/null, read-only. Otherwise the next file opened takes the
+ * free number, and what is printed lands in an output (a --plot PNG, a
+ * checkpoint); this way a write to stdout or stderr still fails with
+ * EBADF, as on a closed one, and stdin reads as empty. */
+static void hold_standard_descriptors(void) {
+    for (int fd = 0; fd <= 2; fd++) {
+        if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        int held = open("/dev/null", O_RDONLY | O_NOCTTY);
+        /* without /dev/null (a bare chroot) the number stays free */
+        if (held >= 0 && held != fd) close(held);
+    }
+}
+
 int main(int argc, char **argv) {
+    hold_standard_descriptors();
     /* Past a file size limit (ulimit -f) a write then fails with EFBIG, which
      * the writers report and clean up after, instead of the signal killing
      * the process with a temporary left behind. */

@@ -17,9 +17,9 @@ written, no existing file changed, no temporary left, no directory made.
      leaves it) in the middle of each command's write: the previous files
      stay byte for byte;
   d. stdout on /dev/full (every write to it fails) for each command that
-     prints and writes files (train, heatmap, mask, pretrain): exit 1, the
-     one line "attn: error writing to standard output...", no file written
-     or changed.
+     prints and writes files (train, heatmap, mask, pretrain), and stdout
+     closed (`>&-`): exit 1, the one line "attn: error writing to standard
+     output...", no file written or changed.
 Then the good runs: each command writes what it says on its one "attn:
 wrote" line (forward, grad, sdpa), and leaves no temporary.
 Ends with "N passed, N failed" and the number of cases per surface.
@@ -100,16 +100,19 @@ class Runner:
         check(r.stdout == "" or args[0] == "train", "%s: nothing on stdout" % label,
               r.stdout[:200])
 
-    def bad_stdout(self, surface, args):
-        """args with stdout on /dev/full must fail (exit 1) on the one line
-        saying so, and change nothing under the working directory."""
+    def bad_stdout(self, surface, args, closed=False):
+        """args with stdout on /dev/full (closed: no stdout at all, as `>&-`
+        leaves it) must fail (exit 1) on the one line saying so, and change
+        nothing under the working directory."""
         counts[surface] += 1
         before = snapshot(self.work)
         with open("/dev/full", "w") as full:
             r = subprocess.run([self.attn] + [str(a) for a in args], cwd=self.work,
-                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=60)
+                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=60,
+                               preexec_fn=(lambda: os.close(1)) if closed else None)
         after = snapshot(self.work)
-        label = "attn %s > /dev/full" % " ".join(str(a) for a in args)
+        label = "attn %s %s" % (" ".join(str(a) for a in args), ">&-" if closed else
+                                "> /dev/full")
         lines = r.stderr.splitlines()
         check(r.returncode == 1 and len(lines) == 1
               and lines[0].startswith("attn: error writing to standard output"),
@@ -367,6 +370,16 @@ def main():
                                     os.path.join(DATA, "gpt2-bpe"), "--epochs", "2",
                                     "--max-length", "8", "--stride", "8", "--save", "p.st"]
                          + (["--plot", "p.png"] if png else []))
+            # stdout closed: the first file opened must not take its number, or
+            # what is printed lands in an output (the plot, the checkpoint)
+            r.bad_stdout("stdout", ["pretrain", "--config", cfg, "--text", text, "--tokenizer",
+                                    os.path.join(DATA, "gpt2-bpe"), "--epochs", "2",
+                                    "--max-length", "8", "--stride", "8", "--save", "pc.st"]
+                         + (["--plot", "pc.png"] if png else []), closed=True)
+            r.bad_stdout("stdout", ["train", "--steps", "2", "--eval", "4", "--save",
+                                    "old.safetensors"], closed=True)
+            r.bad_stdout("stdout", hm + ["--terminal", "--save-weights", "hw5.npy"],
+                         closed=True)
 
         # the good runs: what the line says is there, nothing else is
         before = set(os.listdir(work))
