@@ -83,7 +83,12 @@ int cli_outputs_add(cli_outputs *out, const char *opt, const char *path, size_t 
     }
     const char *slash = strrchr(path, '/');
     o->base = slash ? slash + 1 : path;
-    o->exists = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    bool found = stat(path, &st) == 0;
+    o->exists = found && S_ISREG(st.st_mode);
+    /* Something else that exists (a FIFO, a terminal, a device) is written in
+     * place, with no temporary to track: it is opened with the signals free,
+     * as opening a FIFO waits for its reader, and Ctrl-C must end that wait. */
+    bool hold = !found || S_ISREG(st.st_mode);
     if (o->exists) o->dev = st.st_dev, o->ino = st.st_ino;
     for (size_t i = 0; i < out->count; i++) {
         const cli_output *p = &out->items[i];
@@ -99,9 +104,9 @@ int cli_outputs_add(cli_outputs *out, const char *opt, const char *path, size_t 
     if (!o->path) return cli_failure("out of memory for a path");
     strcpy(o->path, path);
     /* The temporary is made and tracked as one: no signal falls between. */
-    cli_interrupt_hold();
+    if (hold) cli_interrupt_hold();
     if (attn_file_open(out->ctx, path, &o->file) != ATTN_OK) {
-        cli_interrupt_release();
+        if (hold) cli_interrupt_release();
         free(o->path);
         return cli_library_error(out->ctx, opt);
     }
@@ -111,13 +116,13 @@ int cli_outputs_add(cli_outputs *out, const char *opt, const char *path, size_t 
         if (o->temp) strcpy(o->temp, temp);
         if (!o->temp || !cli_interrupt_track(o->temp)) {
             attn_file_discard(o->file);
-            cli_interrupt_release();
+            if (hold) cli_interrupt_release();
             free(o->temp);
             free(o->path);
             return cli_failure("out of memory for a path");
         }
     }
-    cli_interrupt_release();
+    if (hold) cli_interrupt_release();
     o->base = o->path + (o->base - path);
     *index = out->count++;
     return CLI_OK;

@@ -31,6 +31,9 @@ behind:
      same pipe (`2>&1 | head -1`) still exit 141, not death by the signal;
   h. attn generate --stream with SIGPIPE ignored and its reader gone: it
      stops at the next token and says the write failed, exit 1.
+  i. attn sdpa with --lse a FIFO that no one reads: opening it waits for a
+     reader, and SIGINT or SIGTERM ends that wait: it dies of the signal,
+     --output's temporary is removed and its existing file is as it was.
 Ends with "N passed, N failed".
 """
 import os
@@ -345,6 +348,34 @@ def sdpa_case(attn):
               os.listdir(work))
 
 
+def fifo_case(attn):
+    with tempfile.TemporaryDirectory() as work:
+        rng = np.random.default_rng(1)
+        for name in "qkv":
+            np.save(os.path.join(work, name + ".npy"),
+                    rng.standard_normal((1, 2, 16, 8), dtype=np.float32))
+        old = b"the previous output, kept byte for byte\n"
+        with open(os.path.join(work, "o.npy"), "wb") as f:
+            f.write(old)
+        os.mkfifo(os.path.join(work, "lse.fifo"))
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            proc = start(attn, ["sdpa", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy",
+                                "--output", "o.npy", "--lse", "lse.fifo"], work)
+            seen = wait_for_temporaries(proc, work, 1)
+            time.sleep(0.2)  # into the open of the FIFO, which waits for a reader
+            waiting = proc.poll() is None
+            proc.send_signal(sig)
+            rc, _, err = finish(proc, timeout=10)
+            name = signal.Signals(sig).name
+            check(waiting and len(seen) == 1,
+                  "sdpa --lse FIFO: waiting for a reader, --output's temporary open", seen)
+            check(rc == -sig, "sdpa --lse FIFO: %s ends the wait and the process" % name,
+                  "returncode %s; stderr %r" % (rc, err))
+            check(temporaries(work) == [] and read(os.path.join(work, "o.npy")) == old,
+                  "sdpa --lse FIFO, %s: no temporary left, the output as it was" % name,
+                  os.listdir(work))
+
+
 def train_case(attn):
     with tempfile.TemporaryDirectory() as work:
         old = b"weights saved before, kept byte for byte\n"
@@ -467,6 +498,7 @@ def main():
     pretrain_cases(attn)
     pipe_case(attn)
     sdpa_case(attn)
+    fifo_case(attn)
     train_case(attn)
     train_eval_case(attn)
     train_long_case(attn)
