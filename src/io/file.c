@@ -177,11 +177,12 @@ static attn_status open_in_place(attn_ctx *ctx, attn_file *f, const char *path,
     return ATTN_OK;
 }
 
-/* The name a chain of symbolic links from path ends at, a name with no
- * file (malloc'd; NULL out of memory, or *err set: a loop or an unreadable
- * link). A link with no file behind it is written where it points, as the
- * shell's > writes it: the link stays, and its file is created. */
-static char *dangling_target(const char *path, int *err) {
+/* The name a chain of symbolic links from path ends at (malloc'd; NULL out
+ * of memory, or *err set: a loop or an unreadable link), each link's text
+ * taken relative to the directory that holds it. A link with no file behind
+ * it is written where it points, as the shell's > writes it: the link
+ * stays, and its file is created. */
+static char *link_end(const char *path, int *err) {
     char *at = copy_string(path);
     for (int hop = 0; at && hop < 40; hop++) {
         struct stat link;
@@ -241,7 +242,7 @@ attn_status attn_file_open(attn_ctx *ctx, const char *path, attn_file **out) {
     }
     if (!exists && lstat(path, &link) == 0 && S_ISLNK(link.st_mode)) {
         int err = 0;
-        f->target = dangling_target(path, &err);
+        f->target = link_end(path, &err);
         if (!f->target) {
             f->target = f->path;
             file_free(f);
@@ -255,18 +256,23 @@ attn_status attn_file_open(attn_ctx *ctx, const char *path, attn_file **out) {
     if (exists && lstat(path, &link) == 0 && S_ISLNK(link.st_mode)) {
         char resolved[PATH_MAX];
         struct stat there;
-        if (!realpath(path, resolved) || stat(resolved, &there) != 0 ||
-            there.st_dev != st.st_dev || there.st_ino != st.st_ino) {
-            /* A link with no name to rename over (a deleted file, a memfd
-             * behind /proc/self/fd/N): only writing in place reaches it. */
-            return open_in_place(ctx, f, path, out);
-        }
-        f->target = copy_string(resolved);
-        if (!f->target) {
-            f->target = f->path;
+        /* realpath's answer is canonical, but longer than PATH_MAX it has
+         * none (a deep working directory): the chain followed by hand names
+         * the same file by a shorter, relative name. */
+        int err = 0;
+        char *found = realpath(path, resolved) ? copy_string(resolved) : link_end(path, &err);
+        if (!found && !err) {
             file_free(f);
             return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", path);
         }
+        if (!found || stat(found, &there) != 0 || there.st_dev != st.st_dev ||
+            there.st_ino != st.st_ino) {
+            /* A link with no name to rename over (a deleted file, a memfd
+             * behind /proc/self/fd/N): only writing in place reaches it. */
+            attn_free(found);
+            return open_in_place(ctx, f, path, out);
+        }
+        f->target = found;
     }
     attn_status s = open_temp(ctx, f, exists ? &st : NULL);
     if (s != ATTN_OK) {

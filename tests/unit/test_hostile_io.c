@@ -4,7 +4,9 @@
  * write fails with EFBIG instead of killing the process) in the middle of
  * attn_npy_write, attn_safetensors_write or a group of attn_files leaves the
  * previous file byte for byte and no temporary beside it; a directory, a
- * missing parent and /dev/full fail with a message naming the path.
+ * missing parent and /dev/full fail with a message naming the path. The
+ * same through a symbolic link, in a working directory deeper than PATH_MAX
+ * too.
  */
 #define _XOPEN_SOURCE 700
 #include "attn.h"
@@ -12,6 +14,8 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -235,6 +239,70 @@ static void test_mode_and_link(attn_ctx *ctx) {
     unlink(first), unlink(second), unlink(made), unlink(nowhere);
 }
 
+/* The entries of the working directory (without . and ..). */
+static int entries_here(void) {
+    DIR *d = opendir(".");
+    if (!d) return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) n++;
+    closedir(d);
+    return n;
+}
+
+/* A symbolic link in a working directory deeper than PATH_MAX, where
+ * realpath has no answer: the file it names is still replaced whole, so a
+ * size limit in the middle of the write leaves it byte for byte. */
+static void test_link_in_deep_directory(attn_ctx *ctx, const float *big) {
+    enum { DEPTH = 20 }; /* 20 names of 250 bytes: 5020 bytes below dir */
+    char name[251];
+    memset(name, 'd', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    int back = open(".", O_RDONLY | O_DIRECTORY);
+    CHECK(back >= 0 && chdir(dir) == 0);
+    int depth = 0;
+    while (depth < DEPTH && mkdir(name, 0700) == 0 && chdir(name) == 0) depth++;
+    CHECK(depth == DEPTH);
+    char where[PATH_MAX];
+    CHECK(depth < DEPTH || realpath(".", where) == NULL);
+    size_t shape[2] = {256, 256};
+    if (depth == DEPTH) {
+        CHECK_STATUS(attn_npy_write(ctx, "o.npy", big, 2, shape), ATTN_OK);
+        CHECK(symlink("o.npy", "ol.npy") == 0);
+        size_t old_size = 0;
+        unsigned char *old = slurp("o.npy", &old_size);
+        CHECK(old && old_size == 4 * N_BIG + 128);
+        float *other = malloc(N_BIG * sizeof *other);
+        for (size_t i = 0; i < N_BIG; i++) other[i] = -big[i];
+        limit_size(64 * 1024);
+        attn_status s = attn_npy_write(ctx, "ol.npy", other, 2, shape);
+        unlimit();
+        CHECK_STATUS(s, ATTN_ERR_IO);
+        CHECK_MESSAGE(ctx, strerror(EFBIG));
+        CHECK(same_bytes("o.npy", old, old_size));
+        CHECK(entries_here() == 2);
+        /* without the limit it replaces the file, and the link stays */
+        CHECK_STATUS(attn_npy_write(ctx, "ol.npy", other, 2, shape), ATTN_OK);
+        struct stat st;
+        CHECK(lstat("ol.npy", &st) == 0 && S_ISLNK(st.st_mode));
+        attn_npy read;
+        CHECK_STATUS(attn_npy_read(ctx, "o.npy", &read), ATTN_OK);
+        CHECK(read.numel == N_BIG && read.data && memcmp(read.data, other, 4 * N_BIG) == 0);
+        attn_npy_free(&read);
+        CHECK(entries_here() == 2);
+        free(other);
+        free(old);
+        unlink("ol.npy");
+        unlink("o.npy");
+    }
+    while (depth-- > 0)
+        if (chdir("..") != 0 || rmdir(name) != 0) break;
+    if (back >= 0) {
+        CHECK(fchdir(back) == 0);
+        close(back);
+    }
+}
+
 /* A path that names an open descriptor writes to that descriptor's file
  * (the same inode), as the caller holding it expects. */
 static void test_descriptor_path(attn_ctx *ctx) {
@@ -286,6 +354,7 @@ int main(void) {
     test_bad_destinations(ctx);
     test_mode_and_link(ctx);
     test_descriptor_path(ctx);
+    test_link_in_deep_directory(ctx, big);
     free(big);
     attn_ctx_free(ctx);
     remove_all();
