@@ -379,12 +379,27 @@ const char *attn_file_temporary_path(const attn_file *file) {
     return file ? file->temp : NULL;
 }
 
+FILE *attn_file_open_read(const char *path) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return NULL;
+    /* reads block again, as a stream's reader expects */
+    int flags = fcntl(fd, F_GETFL);
+    FILE *f = flags != -1 && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != -1 ? fdopen(fd, "rb")
+                                                                          : NULL;
+    if (!f) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+    }
+    return f;
+}
+
 attn_status attn_file_read_whole(attn_ctx *ctx, const char *who, const char *path,
                                  unsigned char **out, size_t *size) {
     const char *at = who ? who : "", *sep = who ? ": " : "";
     *out = NULL;
     *size = 0;
-    FILE *f = fopen(path, "rb");
+    FILE *f = attn_file_open_read(path);
     if (!f) return attn_fail(ctx, ATTN_ERR_IO, "%s%scannot open %s: %s", at, sep, path,
                              strerror(errno));
     struct stat info;

@@ -29,6 +29,11 @@ struct attn_file {
 attn_status attn_file_read_whole(attn_ctx *ctx, const char *who, const char *path,
                                  unsigned char **out, size_t *size);
 
+/* path opened for reading ("rb") without waiting: opening a FIFO waits
+ * for a writer, and the readers that refuse anything but a regular file
+ * must refuse it at once. NULL with errno set when it does not open. */
+FILE *attn_file_open_read(const char *path);
+
 /* Whether the host stores the high byte of a number first. */
 static inline bool attn_host_is_big_endian(void) {
     const uint16_t one = 1;

@@ -591,7 +591,7 @@ attn_status attn_safetensors_open(attn_ctx *ctx, const char *path, attn_safetens
     if (!st) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "attn_safetensors_open: out of memory");
     attn_status s = ATTN_OK;
     unsigned char *text = NULL;
-    st->file = fopen(path, "rb");
+    st->file = attn_file_open_read(path);
     if (!st->file) s = attn_fail(ctx, ATTN_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
     /* a device such as /dev/zero seeks to an end of 0 bytes: its size is no size */
     struct stat info;
@@ -653,7 +653,7 @@ static attn_status open_shard(attn_safetensors *st, size_t k) {
         st->open_shard = st->shard_count;
     }
     attn_safetensors *shard = st->shards[k];
-    FILE *f = fopen(shard->label, "rb");
+    FILE *f = attn_file_open_read(shard->label);
     if (!f)
         return attn_fail(st->ctx, ATTN_ERR_IO, "%s: cannot open again: %s", shard->label,
                          strerror(errno));

@@ -1019,7 +1019,7 @@ done:
 /* Whether path opens and reads (a directory opens on some systems, but
  * reading it fails). */
 static bool file_readable(const char *path, bool *opens) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = attn_file_open_read(path);
     if (opens) *opens = f != NULL;
     if (!f) return false;
     int probe = fgetc(f);
@@ -1057,7 +1057,7 @@ static const char *const gpt2_pairs[][2] = {{"encoder.json", "vocab.bpe"},
 
 /* Whether the file at path starts (after white space) with '{'. */
 static bool looks_like_json(const char *path) {
-    FILE *f = fopen(path, "rb");
+    FILE *f = attn_file_open_read(path);
     if (!f) return false;
     int ch;
     while ((ch = fgetc(f)) == ' ' || ch == '\t' || ch == '\n' || ch == '\r') {}

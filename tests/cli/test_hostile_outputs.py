@@ -12,7 +12,9 @@ written, no existing file changed, no temporary left, no directory made.
      input;
   b. bad inputs, checked before anything is written: truncated, wrong
      dtype, wrong rank, huge or broken headers, Fortran order, 0-d, empty
-     files, gradients of the wrong shape; bad safetensors weights;
+     files, gradients of the wrong shape; bad safetensors weights; a FIFO
+     as weights, tokenizer or checkpoint, refused without waiting for a
+     writer;
   c. a file size limit (RLIMIT_FSIZE, SIGXFSZ at its default as a shell
      leaves it) in the middle of each command's write: the previous files
      stay byte for byte;
@@ -28,6 +30,7 @@ import collections
 import hashlib
 import os
 import resource
+import stat
 import struct
 import subprocess
 import sys
@@ -60,6 +63,10 @@ def snapshot(root):
             out[os.path.relpath(os.path.join(folder, name), root)] = ("dir", 0, "")
         for name in files:
             path = os.path.join(folder, name)
+            if not stat.S_ISREG(os.lstat(path).st_mode):  # a FIFO, a link: not read
+                out[os.path.relpath(path, root)] = ("other", 0, os.readlink(path)
+                                                    if os.path.islink(path) else "")
+                continue
             with open(path, "rb") as f:
                 data = f.read()
             out[os.path.relpath(path, root)] = ("file", len(data), hashlib.sha1(data).hexdigest())
@@ -76,17 +83,22 @@ class Runner:
     def __init__(self, attn, work):
         self.attn, self.work = attn, work
 
-    def run(self, args, file_limit=None):
-        return subprocess.run([self.attn] + [str(a) for a in args], cwd=self.work,
-                              capture_output=True, text=True, timeout=60,
-                              preexec_fn=limit(file_limit) if file_limit else None)
+    def run(self, args, file_limit=None, timeout=60):
+        """The finished run; one past timeout is killed, and has returncode
+        None and stderr "(timed out)"."""
+        try:
+            return subprocess.run([self.attn] + [str(a) for a in args], cwd=self.work,
+                                  capture_output=True, text=True, timeout=timeout,
+                                  preexec_fn=limit(file_limit) if file_limit else None)
+        except subprocess.TimeoutExpired:
+            return subprocess.CompletedProcess(args, None, "", "(timed out)")
 
-    def bad(self, surface, args, names, rc=None, file_limit=None):
+    def bad(self, surface, args, names, rc=None, file_limit=None, timeout=60):
         """args must fail, saying so on one line that contains every one of
         names, and change nothing under the working directory."""
         counts[surface] += 1
         before = snapshot(self.work)
-        r = self.run(args, file_limit)
+        r = self.run(args, file_limit, timeout)
         after = snapshot(self.work)
         label = "attn " + " ".join(str(a) for a in args)
         lines = r.stderr.splitlines()
@@ -312,6 +324,23 @@ def main():
         for name, data in sfx.items():
             write(os.path.join(work, name), data)
             r.bad("forward weights", fwd + ["--output", "o.npy", "--weights", name], [name])
+        # a FIFO where a file read by its size belongs: refused at once, not
+        # after waiting for a writer that never comes
+        os.mkfifo(os.path.join(work, "in.fifo"))
+        r.bad("fifo inputs", fwd + ["--output", "o.npy", "--weights", "in.fifo"],
+              ["--weights", "in.fifo", "not a regular file"], rc=1, timeout=10)
+        r.bad("fifo inputs", ["generate", "--weights", "in.fifo", "--prompt-ids", "1,2",
+                              "--max-new-tokens", "2"],
+              ["--weights", "in.fifo", "not a regular file"], rc=1, timeout=10)
+        r.bad("fifo inputs", ["generate", "--random-init", "1", "--preset", "gpt2-tiny",
+                              "--prompt", "abc", "--tokenizer", "in.fifo",
+                              "--max-new-tokens", "1"],
+              ["--tokenizer", "in.fifo", "not a regular file"], rc=1, timeout=10)
+        r.bad("fifo inputs", ["pretrain", "--resume", "in.fifo", "--text",
+                              os.path.join(DATA, "the-verdict.txt"), "--tokenizer",
+                              os.path.join(DATA, "gpt2-bpe")],
+              ["--resume", "in.fifo", "not a regular file"], rc=1, timeout=10)
+        os.remove(os.path.join(work, "in.fifo"))
 
         # c. size limits: the earlier outputs survive byte for byte
         big = ["sdpa", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy"]
