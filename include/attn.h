@@ -1239,7 +1239,9 @@ attn_status attn_gpt2_preset_model_params(attn_ctx *ctx, const attn_gpt2_preset 
  * for byte, and no temporary behind. Through a symbolic link, the file it
  * names is replaced. A destination that is neither (a pipe, a terminal,
  * /dev/full) or that names an open descriptor (/dev/stdout, /dev/fd/N,
- * /proc/self/fd/N) cannot be replaced and is written in place.
+ * /proc/self/fd/N) cannot be replaced and is written in place: a descriptor
+ * where it stands (after the file's bytes when it appends, as a shell's >>
+ * does), and one open for reading only is refused.
  *
  * attn_file_open checks the destination (ATTN_ERR_IO for a directory, a
  * missing parent, no permission) and creates the temporary. attn_file_write

@@ -11,7 +11,8 @@
  * writing through the link would. Anything else that exists (a terminal, a
  * pipe, /dev/full, /dev/null), and a path that names an open descriptor
  * (/dev/stdout, /dev/fd/N, /proc/self/fd/N, a link to a deleted file),
- * cannot be replaced and is written in place.
+ * cannot be replaced and is written in place; a descriptor of this
+ * process through a copy of it, never reopened (which would truncate).
  *
  * Steps: attn_file_open checks the destination and creates the temporary,
  * attn_file_write appends, attn_file_close makes the temporary complete and
@@ -162,11 +163,53 @@ static attn_status open_temp(attn_ctx *ctx, attn_file *f, const struct stat *exi
                      f->path, TEMP_ATTEMPTS);
 }
 
+/* The number of the descriptor of this process that path names
+ * (/dev/stdin, /dev/stdout, /dev/stderr, /dev/fd/N, /proc/self/fd/N,
+ * /proc/<this process>/fd/N), or -1. */
+static int descriptor_number(const char *path) {
+    static const char *const std[] = {"/dev/stdin", "/dev/stdout", "/dev/stderr"};
+    for (int i = 0; i < 3; i++)
+        if (strcmp(path, std[i]) == 0) return i;
+    const char *at = NULL;
+    if (strncmp(path, "/dev/fd/", 8) == 0) {
+        at = path + 8;
+    } else if (strncmp(path, "/proc/self/fd/", 14) == 0) {
+        at = path + 14;
+    } else if (strncmp(path, "/proc/", 6) == 0) {
+        char *end;
+        long pid = strtol(path + 6, &end, 10);
+        if (end != path + 6 && pid == (long)getpid() && strncmp(end, "/fd/", 4) == 0)
+            at = end + 4;
+    }
+    if (!at || *at < '0' || *at > '9') return -1;
+    char *end;
+    long fd = strtol(at, &end, 10);
+    return *end == '\0' && fd <= INT_MAX ? (int)fd : -1;
+}
+
 /* Opens path itself for writing, for a destination that has no file to
- * replace; frees f on failure. */
+ * replace; frees f on failure. A descriptor of this process is written
+ * where it stands (a copy of it): opening its name again would truncate
+ * its file, the output a shell's >> appends to, or the input < reads. */
 static attn_status open_in_place(attn_ctx *ctx, attn_file *f, const char *path,
                                  attn_file **out) {
-    f->stream = fopen(path, "wb");
+    int fd = descriptor_number(path), copy = -1, flags = fd < 0 ? 0 : fcntl(fd, F_GETFL);
+    if (fd >= 0 && flags != -1 && (flags & O_ACCMODE) == O_RDONLY) {
+        file_free(f);
+        return attn_fail(ctx, ATTN_ERR_IO,
+                         "%s: cannot open for writing: descriptor %d is open for reading only",
+                         path, fd);
+    }
+    if (fd >= 0 && flags != -1 && (copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)) >= 0) {
+        f->stream = fdopen(copy, "wb");
+        if (!f->stream) {
+            int saved = errno;
+            close(copy);
+            errno = saved;
+        }
+    } else {
+        f->stream = fopen(path, "wb");
+    }
     if (!f->stream) {
         int saved = errno;
         file_free(f);

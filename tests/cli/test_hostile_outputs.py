@@ -23,11 +23,14 @@ written, no existing file changed, no temporary left, no directory made.
      closed (`>&-`): exit 1, the one line "attn: error writing to standard
      output...", no file written or changed.
 Then the good runs: each command writes what it says on its one "attn:
-wrote" line (forward, grad, sdpa), and leaves no temporary.
+wrote" line (forward, grad, sdpa), and leaves no temporary; --output
+/dev/stdout appends to the file of a shell's >> (and a refused run leaves
+it as it was), --output /dev/stdin is refused.
 Ends with "N passed, N failed" and the number of cases per surface.
 """
 import collections
 import hashlib
+import io
 import os
 import resource
 import stat
@@ -436,6 +439,31 @@ def main():
               and sorted(os.listdir(os.path.join(work, "gg"))) == sorted(n + ".npy"
                                                                          for n in names),
               "grad says what it wrote, and wrote only that", res.stderr)
+        # --output /dev/stdout on a file the shell appends to (>>): written
+        # after the file's bytes, which stay; a refused run leaves them alone;
+        # /dev/stdin, the file < reads, is refused and stays as it was
+        log = os.path.join(work, "log.txt")
+        for args, rc in ((sdpa, 0), (["sdpa", "--q", "missing.npy", "--k", "k.npy", "--v",
+                                      "v.npy"], 1)):
+            write(log, b"keep me\n")
+            with open(log, "ab") as f:
+                res = subprocess.run([attn] + args + ["--output", "/dev/stdout"], cwd=work,
+                                     stdout=f, stderr=subprocess.PIPE, timeout=60)
+            with open(log, "rb") as f:
+                data = f.read()
+            check(res.returncode == rc and data.startswith(b"keep me\n")
+                  and (rc or np.load(io.BytesIO(data[8:])).shape == (1, 2, 64, 32))
+                  and (not rc or data == b"keep me\n"),
+                  "attn %s --output /dev/stdout >> log: exits %d, log's bytes kept"
+                  % (" ".join(args), rc), "rc=%s log=%r" % (res.returncode, data[:40]))
+        with open(log, "rb") as f:
+            res = subprocess.run([attn] + sdpa + ["--output", "/dev/stdin"], cwd=work,
+                                 stdin=f, capture_output=True, timeout=60)
+        with open(log, "rb") as f:
+            data2 = f.read()
+        check(res.returncode == 1 and b"/dev/stdin" in res.stderr and data2 == data,
+              "attn sdpa --output /dev/stdin < log: refused, log as it was",
+              "rc=%s stderr=%r" % (res.returncode, res.stderr))
         leftovers = [n for _, _, files in os.walk(work) for n in files if "attn-tmp" in n]
         check(not leftovers, "no temporary anywhere", repr(leftovers))
 

@@ -304,7 +304,8 @@ static void test_link_in_deep_directory(attn_ctx *ctx, const float *big) {
 }
 
 /* A path that names an open descriptor writes to that descriptor's file
- * (the same inode), as the caller holding it expects. */
+ * (the same inode), where the descriptor stands, as the caller holding it
+ * expects. */
 static void test_descriptor_path(attn_ctx *ctx) {
     const char *path = in_dir("fd.npy");
     FILE *held = fopen(path, "wb+");
@@ -325,6 +326,42 @@ static void test_descriptor_path(attn_ctx *ctx) {
         attn_npy_free(&back);
     }
     fclose(held);
+
+    /* A descriptor opened to append (a shell's >>) is appended to, its
+     * file's bytes kept; one open for reading only (a shell's <) is
+     * refused, and its file stays as it was. */
+    const char *log = in_dir("log.txt");
+    FILE *f = fopen(log, "wb");
+    CHECK(f && fputs("keep me\n", f) >= 0 && fclose(f) == 0);
+    int fd = open(log, O_WRONLY | O_APPEND);
+    CHECK(fd >= 0);
+    snprintf(fd_path, sizeof fd_path, "/dev/fd/%d", fd);
+    if (fd >= 0 && access(fd_path, F_OK) == 0) {
+        CHECK_STATUS(attn_npy_write(ctx, fd_path, x, 1, shape), ATTN_OK);
+        size_t size = 0;
+        unsigned char *bytes = slurp(log, &size);
+        CHECK(bytes && size > 8 && memcmp(bytes, "keep me\n", 8) == 0);
+        if (bytes && size > 8) {
+            attn_npy back;
+            CHECK_STATUS(attn_npy_parse(ctx, bytes + 8, size - 8, &back), ATTN_OK);
+            CHECK(back.numel == 3 && back.data && back.data[2] == 9.0f);
+            attn_npy_free(&back);
+        }
+        free(bytes);
+    }
+    if (fd >= 0) close(fd);
+    fd = open(log, O_RDONLY);
+    CHECK(fd >= 0);
+    size_t old_size = 0;
+    unsigned char *old = slurp(log, &old_size);
+    snprintf(fd_path, sizeof fd_path, "/proc/self/fd/%d", fd);
+    if (fd >= 0 && access(fd_path, F_OK) == 0) {
+        CHECK_STATUS(attn_npy_write(ctx, fd_path, x, 1, shape), ATTN_ERR_IO);
+        CHECK_MESSAGE(ctx, "open for reading only");
+        CHECK(same_bytes(log, old, old_size));
+    }
+    if (fd >= 0) close(fd);
+    free(old);
 }
 
 static void remove_all(void) {
