@@ -37,7 +37,8 @@
  * else exp(s scale - lse)) and dS = P (dP - delta), delta_i =
  * dO_i . O_i, for their tiles; rows nearly one-hot then take the delta of
  * their own P and dP (attention.h): the one pass changes dq and dk at the
- * largest weight's key after its sweep; B runs before A, changes dq so and
+ * largest weight's key after its sweep, and every key's dk by the
+ * transpose of dq's mean-key estimate; B runs before A, changes dq so and
  * leaves A the new delta. dsinks[h] = -sum_i exp(sink_h - lse_i) delta_i,
  * summed in a fixed order.
  *

@@ -1567,19 +1567,23 @@ static void mean_key(const backward_job *job, size_t b, const attn_attention_seq
  * keys share a large component (scores of 1e4 from q, k in one direction),
  * where dx would otherwise lose accuracy against PyTorch float32. With
  * fix_dk (the one pass: dk summed already), dk_j* -= scale c q_i for the
- * one-hot row; the other keys' dk keep delta's mismatch.
+ * one-hot row, and qsum += (resid - c) q_i (resid q_i for another row):
+ * the share the keys' mean stands for, which spread_dk takes back from
+ * the keys as the mean took it from dq.
  * Whether the row takes the new delta, delta + resid. */
 static bool take_consistent_delta(const backward_job *job, const attn_row_peak *pk,
                                   const float *resid_lanes, const float *kmean, size_t b,
                                   const attn_attention_seq *seq, size_t h, size_t i,
-                                  float *dq_row, bool fix_dk, float *resid) {
+                                  float *dq_row, float *qsum, float *resid) {
     const attn_attention_problem *p = job->f.p;
     *resid = v_hsum(v_load(resid_lanes));
     if (*resid == 0.0f) return false;
     size_t kvh = h / job->f.G, D = job->f.D;
+    const float *q = (const float *)p->q.data + row_at(p->q.st, b, seq, false, h, i);
     bool one_hot = pk->weight > ATTN_ONE_HOT_WEIGHT;
     if (!one_hot) {
         for (size_t d = 0; d < D; d++) dq_row[d] -= *resid * kmean[d];
+        for (size_t d = 0; qsum && d < D; d++) qsum[d] += *resid * q[d];
         return true;
     }
     /* c k + (resid - c) kmean: a row exactly one-hot (weight 1, no
@@ -1587,12 +1591,34 @@ static bool take_consistent_delta(const backward_job *job, const attn_row_peak *
     float c = *resid * pk->weight * pk->factor, rest = *resid - c;
     const float *k = (const float *)p->k.data + row_at(p->k.st, b, seq, true, kvh, pk->key);
     for (size_t d = 0; d < D; d++) dq_row[d] -= c * k[d] + rest * kmean[d];
-    if (fix_dk) {
-        const float *q = (const float *)p->q.data + row_at(p->q.st, b, seq, false, h, i);
+    if (qsum) {
         float *dk = (float *)job->g->dk + row_at(p->k.st, b, seq, true, kvh, pk->key);
-        for (size_t d = 0; d < D; d++) dk[d] -= p->scale * c * q[d];
+        for (size_t d = 0; d < D; d++) {
+            dk[d] -= p->scale * c * q[d];
+            qsum[d] += rest * q[d];
+        }
     }
     return true;
+}
+
+/* The one pass's dk of (b, kvh) less the transpose of dq's mean-key
+ * estimate (take_consistent_delta): dq_i took rest_i times the mean of the
+ * keys, as though row i weighed each of them alike, so each key j in
+ * [from, to) gives back scale qsum / (to - from), qsum = sum_i rest_i q_i.
+ * Without it every key's dk keeps delta's mismatch: their sum is off by
+ * scale sum_i resid_i q_i, a direction that keys sharing a large component
+ * carry into W_key's gradient whole (x0 times it) while the true gradient
+ * is made of the keys' small differences. Softcap, whose mean key is
+ * zero, takes nothing. */
+static void spread_dk(const backward_job *job, size_t b, const attn_attention_seq *seq, size_t kvh,
+                      size_t from, size_t to, float *qsum) {
+    const attn_attention_problem *p = job->f.p;
+    size_t D = job->f.D;
+    if (job->f.cap2 != 0.0f || from >= to) return;
+    for (size_t d = 0; d < D; d++) qsum[d] *= (float)((double)p->scale / (double)(to - from));
+    float *dk = (float *)job->g->dk + row_at(p->k.st, b, seq, true, kvh, from);
+    for (size_t j = 0; j < to - from; j++)
+        for (size_t d = 0; d < D; d++) dk[j * p->k.st.t + d] -= qsum[d];
 }
 
 /* One pass: one (batch, KV head): dk, dv key block after key block, and
@@ -1627,13 +1653,26 @@ static void backward_heads(void *arg, size_t part, size_t item) {
     for (size_t j0 = 0; j0 < seq.kv_len; j0 += KEY_SPAN * BC)
         key_span_gradients(job, &t, b, kvh, &seq, j0, KEY_SPAN, t.dq_sums);
     float resid;
-    if (t.peaks) mean_key(job, b, &seq, kvh, 0, seq.kv_len, t.kmean);
+    /* the keys some row sees: the spread leaves a key no row sees at 0 */
+    size_t seen_lo = seq.kv_len, seen_hi = 0;
+    for (size_t i = 0; t.peaks && i < seq.q_len; i++) {
+        size_t lo, hi;
+        attn_visible_keys(p, &seq, i, &lo, &hi);
+        if (lo < hi && lo < seen_lo) seen_lo = lo;
+        if (lo < hi && hi > seen_hi) seen_hi = hi;
+    }
+    float *qsum = t.q; /* the tiles' q is free once the spans are done */
+    if (t.peaks) {
+        mean_key(job, b, &seq, kvh, 0, seq.kv_len, t.kmean);
+        memset(qsum, 0, D * sizeof *qsum);
+    }
     for (size_t g = 0; g < f->G && t.peaks; g++) /* rows in order: the same bits */
         for (size_t i = 0; i < seq.q_len; i++)
             take_consistent_delta(job, t.peaks_all + g * rows_pad + i,
                                   t.resid_lanes_all + (g * rows_pad + i) * VW, t.kmean, b, &seq,
-                                  kvh * f->G + g, i, t.dq_sums + (g * rows_pad + i) * Dp, true,
+                                  kvh * f->G + g, i, t.dq_sums + (g * rows_pad + i) * Dp, qsum,
                                   &resid);
+    if (t.peaks) spread_dk(job, b, &seq, kvh, seen_lo, seen_hi, qsum);
     for (size_t g = 0; g < f->G; g++) {
         float *dq = (float *)job->g->dq + row_at(p->q.st, b, &seq, false, kvh * f->G + g, 0);
         for (size_t i = 0; i < seq.q_len; i++) {
@@ -1684,7 +1723,7 @@ static void backward_queries(void *arg, size_t part, size_t item) {
             float resid;
             if (take_consistent_delta(job, t.peaks + g * BR + r, t.resid_lanes + (g * BR + r) * VW,
                                       t.kmean, b, &seq, it.h0 + g, i0 + r,
-                                      t.dq + g * BR * Dp + r * Dp, false, &resid))
+                                      t.dq + g * BR * Dp + r * Dp, NULL, &resid))
                 job->delta[attn_lse_index(p, b, it.h0 + g, i0 + r)] =
                     (float)((double)t.delta[g * BR + r] + resid);
         }
