@@ -155,10 +155,11 @@ class _Ctx(HandleOwner):
             self.handle = None
 
 
-def _floats(name, a, rank):
+def _floats(name, a, rank, contiguous=False):
     """a as a float32 array of the given rank that C can read through
-    (b, t, h)-style element strides: the array itself when its strides allow,
-    else a contiguous copy. Returns (array, element strides)."""
+    (b, t, h)-style element strides: the array itself when its strides allow
+    (and contiguous is false), else a contiguous copy. Returns (array,
+    element strides)."""
     a = np.asarray(a)
     if a.ndim != rank:
         raise ValueError(f"{name}: expected {rank} dimensions, got shape {a.shape}")
@@ -176,7 +177,7 @@ def _floats(name, a, rank):
             ok = False
         else:
             strides.append(s // 4)
-    if not ok:
+    if not ok or contiguous:
         a = np.ascontiguousarray(a)
         strides = [s // 4 if n > 1 else 1 for n, s in zip(a.shape, a.strides)]
     return a, strides
@@ -213,14 +214,14 @@ class _Problem:
     """The arrays and the attn_sdpa_config of one call."""
 
     def __init__(self, q, k, v, causal, scale, window, softcap, alibi_slopes, sinks,
-                 cu_seqlens_q, cu_seqlens_kv, align, q_offset, dropout_p):
+                 cu_seqlens_q, cu_seqlens_kv, align, q_offset, dropout_p, contiguous=False):
         packed = cu_seqlens_q is not None or cu_seqlens_kv is not None
         if packed and (cu_seqlens_q is None or cu_seqlens_kv is None):
             raise ValueError("cu_seqlens_q and cu_seqlens_kv go together")
         rank = 3 if packed else 4
-        self.q, qs = _floats("q", q, rank)
-        self.k, ks = _floats("k", k, rank)
-        self.v, vs = _floats("v", v, rank)
+        self.q, qs = _floats("q", q, rank, contiguous)
+        self.k, ks = _floats("k", k, rank, contiguous)
+        self.v, vs = _floats("v", v, rank, contiguous)
         q, k, v = self.q, self.k, self.v
         D, Dv = q.shape[-1], v.shape[-1]
         H, Hkv = q.shape[-2 if packed else 1], k.shape[-2 if packed else 1]
@@ -367,11 +368,15 @@ def scaled_dot_product_attention_backward(grad_out, q, k, v, *, causal=False, sc
     """
     # dq, dk, dv are written with q's, k's and v's strides: run on contiguous
     # copies (views are copied), so the gradients come out contiguous
-    q, k, v = (np.ascontiguousarray(a, dtype=np.float32) for a in (q, k, v))
     p = _Problem(q, k, v, causal, scale, window, softcap, alibi_slopes, sinks, cu_seqlens_q,
-                 cu_seqlens_kv, align, q_offset, dropout_p)
+                 cu_seqlens_kv, align, q_offset, dropout_p, contiguous=True)
     seed = _seed_for(dropout_p, seed)
-    dout = np.ascontiguousarray(grad_out, dtype=np.float32)
+    # grad_out as q, k and v: real floats that float32 holds, never cast blindly
+    # (a string parsed, a complex value cut to its real part, 1e300 made inf)
+    dout = np.asarray(grad_out)
+    if not np.issubdtype(dout.dtype, np.floating):
+        raise TypeError(f"grad_out: expected a float array, got dtype {dout.dtype}")
+    dout = np.ascontiguousarray(as_float32("grad_out", dout))
     if dout.shape != p.out_shape:
         raise ValueError(f"grad_out: shape {dout.shape} does not match the output's "
                          f"{p.out_shape}")

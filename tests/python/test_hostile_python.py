@@ -872,6 +872,48 @@ def sweep_other_entry_points():
           "train() takes bool and numpy's bool")
 
 
+@section
+def functional_backward_inputs():
+    # the backward takes q, k, v and grad_out as the forward takes q, k, v:
+    # real floats that float32 holds, never cast blindly (an int q refused by
+    # the forward, a string parsed, a complex value cut to its real part,
+    # 1e300 made inf and every gradient NaN)
+    S = "functional backward"
+    g = np.random.default_rng(2)
+    q, k, v, do = (g.standard_normal((1, 2, 3, 4)).astype(np.float32) for _ in range(4))
+    B = AF.scaled_dot_product_attention_backward
+    big = q.astype(np.float64)
+    big[0, 1, 2, 3] = 1e300
+    for what, call, kinds, words in (
+            ("q of 1e300", lambda: B(do, big, k, v), ValueError,
+             ["q", "beyond float32's range", "e+300"]),
+            ("grad_out of 1e300", lambda: B(big, q, k, v), ValueError,
+             ["grad_out", "beyond float32's range", "e+300"]),
+            ("int q", lambda: B(do, q.astype(np.int64), k, v), TypeError, ["q", "int64"]),
+            ("str k", lambda: B(do, q, k.astype(str), v), TypeError, ["k", "dtype"]),
+            ("complex v", lambda: B(do, q, k, v.astype(np.complex64)), TypeError,
+             ["v", "complex64"]),
+            ("complex grad_out", lambda: B(do.astype(np.complex64), q, k, v), TypeError,
+             ["grad_out", "complex64"]),
+            ("str grad_out", lambda: B(do.astype(str), q, k, v), TypeError,
+             ["grad_out", "dtype"]),
+            ("bool grad_out", lambda: B(do > 0, q, k, v), TypeError, ["grad_out", "bool"]),
+            ("grad_out of None", lambda: B(np.full(do.shape, None), q, k, v), TypeError,
+             ["grad_out", "object"])):
+        raises(call, kinds, words, f"functional backward: {what}", S)
+    # float64 and float16 inputs that float32 holds, and views, are taken: the
+    # gradients of their float32 contiguous copies, against autograd's float64
+    tq, tk, tv = (torch.from_numpy(a.astype(np.float64)).requires_grad_() for a in (q, k, v))
+    math_sdpa(tq, tk, tv, causal=True).backward(torch.from_numpy(do.astype(np.float64)))
+    want = [t.grad for t in (tq, tk, tv)]
+    for what, args in (("float64", (do.astype(np.float64), q.astype(np.float64), k, v)),
+                       ("views", (do[:, ::-1][:, ::-1], np.asfortranarray(q), k, v))):
+        count(S)
+        got = B(*args, causal=True, align="top-left")
+        check(all(close(torch.from_numpy(a), b, 2e-5) for a, b in zip(got, want)),
+              f"functional backward of {what}: the float32 gradients")
+
+
 # ---- where PyTorch answers, attn answers the same ------------------------------------
 
 
