@@ -142,6 +142,16 @@ def _flatten(seq):
     return [seq]
 
 
+def as_flag(name, value):
+    """value as a bool when it is True or False (NumPy's too) or the int 0
+    or 1; anything else is a TypeError: bool() would read the string
+    "False", or any nonzero number, as True."""
+    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer))
+                                               and value in (0, 1)):
+        return bool(value)
+    raise TypeError(f"{name}: expected True or False, got {value!r}")
+
+
 def as_str(name, value):
     """value when it is a str, else a TypeError naming what it is."""
     if not isinstance(value, str):

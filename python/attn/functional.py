@@ -33,7 +33,7 @@ from ctypes import (POINTER, Structure, c_bool, c_double, c_float, c_int, c_int3
 import numpy as np
 
 from . import _lib
-from ._args import INT64_MAX, as_float32, as_index, as_number, library_scale
+from ._args import INT64_MAX, as_flag, as_float32, as_index, as_number, library_scale
 from ._lib import AttnError, CtxConfig, HandleOwner, ScoreMod, lib, status_name
 
 __all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_backward",
@@ -265,7 +265,7 @@ class _Problem:
         # truncate (a float offset, an integer past long long)
         c.scale = library_scale(None if scale is None else as_number("scale", scale,
                                                                       finite=False))
-        c.causal = bool(causal)
+        c.causal = as_flag("causal", causal)  # bool("False") would be causal
         c.dropout = as_number("dropout_p", dropout_p, finite=False)
         # dropout_p = 1 drops every weight, which PyTorch takes (out and the
         # gradients are zeros) and the library refuses (it scales the kept
@@ -348,6 +348,7 @@ def scaled_dot_product_attention(q, k, v, *, causal=False, scale=None, window=No
     p = _Problem(q, k, v, causal, scale, window, softcap, alibi_slopes, sinks, cu_seqlens_q,
                  cu_seqlens_kv, align, q_offset, dropout_p)
     seed = _seed_for(dropout_p, seed)
+    return_lse = as_flag("return_lse", return_lse)
     out, lse, _ = _forward(p, _Ctx(num_threads, kernels), seed)
     if p.drop_all:
         _drop_all(out)

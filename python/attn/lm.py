@@ -28,7 +28,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_double, c_int, c_in
 import numpy as np
 
 from . import modules as _modules
-from ._args import SIZE_MAX, as_choice, as_ids, as_index, as_number, show
+from ._args import SIZE_MAX, as_choice, as_flag, as_ids, as_index, as_number, show
 from ._lib import F32P, AttnError, Context, HandleOwner, Param, encode_path, is_path, lib
 
 I32P = POINTER(c_int32)
@@ -123,13 +123,7 @@ _REQUIRED = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers")
 _ROPE_FREQ = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
 
 
-def _flag(name, value):
-    """A bool field: True/False (or 0/1), not any truthy value ("false" is
-    a str, not False)."""
-    if isinstance(value, (bool, np.bool_)) or (isinstance(value, (int, np.integer))
-                                               and value in (0, 1)):
-        return bool(value)
-    raise TypeError(f"{name}: expected True or False, got {value!r}")
+_flag = as_flag  # a bool field: True/False (or 0/1), not any truthy value
 
 
 def config_struct(cfg):

@@ -914,6 +914,30 @@ def functional_backward_inputs():
               f"functional backward of {what}: the float32 gradients")
 
 
+@section
+def functional_flags():
+    # causal and return_lse are True or False (0 or 1): bool("False") is True,
+    # so a string or any nonzero number would run the causal mask unasked
+    S = "functional flags"
+    q = np.random.default_rng(3).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    F_ = AF.scaled_dot_product_attention
+    for name in ("causal", "return_lse"):
+        for value in ("False", 2, None, 0.0):
+            raises(lambda: F_(q, q, q, **{name: value}), TypeError, [name, repr(value)],
+                   f"functional: {name}={value!r}", S)
+            if name == "causal":
+                raises(lambda: AF.scaled_dot_product_attention_backward(q, q, q, q,
+                                                                        causal=value),
+                       TypeError, ["causal", repr(value)],
+                       f"functional backward: causal={value!r}", S)
+    count(S)
+    plain, causal = (math_sdpa(*(torch.from_numpy(q),) * 3, causal=c) for c in (False, True))
+    check(close(torch.from_numpy(F_(q, q, q, causal=np.bool_(False))), plain, 2e-5)
+          and close(torch.from_numpy(F_(q, q, q, causal=1)), causal, 2e-5)
+          and isinstance(F_(q, q, q, return_lse=np.bool_(True)), tuple),
+          "functional: NumPy's bools and 0/1 are taken as flags")
+
+
 # ---- where PyTorch answers, attn answers the same ------------------------------------
 
 
