@@ -190,6 +190,11 @@ def _ptr(a):
 def _per_head(name, a, heads):
     if a is None:
         return None
+    a = np.asarray(a)
+    # real numbers only: astype would parse strings, make None NaN, cut a
+    # complex value to its real part and read bools as 0 and 1
+    if a.dtype.kind not in "fiu":
+        raise TypeError(f"{name}: expected real numbers, got dtype {a.dtype}")
     a = np.ascontiguousarray(as_float32(name, a))
     if a.shape != (heads,):
         raise ValueError(f"{name}: expected shape ({heads},), one per query head, got {a.shape}")

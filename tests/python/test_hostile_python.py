@@ -938,6 +938,30 @@ def functional_flags():
           "functional: NumPy's bools and 0/1 are taken as flags")
 
 
+@section
+def functional_per_head():
+    # sinks and alibi_slopes hold real numbers: strings are not parsed, a
+    # complex slope is not cut to its real part, bools are not 0 and 1
+    S = "functional per head"
+    q = np.random.default_rng(4).standard_normal((1, 2, 3, 4)).astype(np.float32)
+    for name in ("sinks", "alibi_slopes"):
+        for what, value, dtype in (("strings", np.array(["0.5", "1"]), "<U3"),
+                                   ("complex", np.array([0.5 + 1j, 1]), "complex128"),
+                                   ("bools", [True, False], "bool"),
+                                   ("None", [None, None], "object")):
+            raises(lambda: AF.scaled_dot_product_attention(q, q, q, **{name: value}), TypeError,
+                   [name, dtype], f"functional: {name} of {what}", S)
+            raises(lambda: AF.scaled_dot_product_attention_backward(q, q, q, q,
+                                                                    **{name: value}),
+                   TypeError, [name, dtype], f"functional backward: {name} of {what}", S)
+    # ints and float64 are numbers: the result of their float32 values
+    count(S)
+    want = AF.scaled_dot_product_attention(q, q, q, alibi_slopes=np.array([1, 2], np.float32),
+                                           sinks=np.array([0.5, -1], np.float32))
+    got = AF.scaled_dot_product_attention(q, q, q, alibi_slopes=[1, 2], sinks=[0.5, -1.0])
+    check(np.array_equal(got, want), "functional: int and float64 per-head values")
+
+
 # ---- where PyTorch answers, attn answers the same ------------------------------------
 
 
