@@ -113,9 +113,11 @@ def as_ids(name, ids, lo=0, hi=INT32_MAX, ndim=1):
         # Python ints past int64, or mixed: check one by one, by value
         flat = _flatten(ids)
         values = [as_index(f"{name}[{i}]", v, lo, hi) for i, v in enumerate(flat)]
+        if a is not None and len(values) != a.size:  # an object array of ragged lists
+            a, why = None, f"{len(values)} ids in an array of shape {a.shape}"
         if a is None:
             raise ValueError(f"{name}: not a rectangular array of ids ({why})")
-        a = np.asarray(values, dtype=np.int64).reshape(np.shape(ids))
+        a = np.asarray(values, dtype=np.int64).reshape(a.shape)
     if a.size == 0 and a.dtype == np.float64 and not isinstance(ids, np.ndarray):
         a = a.astype(np.int64)  # [] and [[]] are empty lists, not floats
     if a.dtype == np.bool_ or not np.issubdtype(a.dtype, np.integer):
@@ -134,6 +136,8 @@ def as_ids(name, ids, lo=0, hi=INT32_MAX, ndim=1):
 
 
 def _flatten(seq):
+    if isinstance(seq, np.ndarray):  # an object array: its Python objects, nested
+        seq = seq.tolist()
     if isinstance(seq, (list, tuple)):
         out = []
         for s in seq:

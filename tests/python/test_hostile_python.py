@@ -962,6 +962,37 @@ def functional_per_head():
     check(np.array_equal(got, want), "functional: int and float64 per-head values")
 
 
+@section
+def object_ids():
+    # ids in an object array (Python ints past int64 make one) are checked by
+    # value, as the same ids in a list: integers run, one out of range is a
+    # ValueError naming it, ragged rows are named as such
+    S = "object ids"
+    lm = attn.LanguageModel(TINY, seed=3, num_threads=1)
+    with tempfile.TemporaryDirectory() as d:
+        tok = attn.Tokenizer(tiny_tokenizer(d))
+    count(S, 3)
+    check(np.array_equal(lm.generate(np.array([1, 2, 3], dtype=object), 3),
+                         lm.generate([1, 2, 3], 3)), "generate: an object array of ids")
+    check(np.array_equal(lm.forward(np.array([[1, 2], [3, 4]], dtype=object)),
+                         lm.forward(np.array([[1, 2], [3, 4]]))), "forward: an object array")
+    check(tok.decode(np.array([104, 105], dtype=object)) == "hi", "decode: an object array")
+    for what, call, kind, words in (
+            ("generate", lambda: lm.generate(np.array([1, 2**64]), 2), ValueError,
+             ["ids[1]", "18446744073709551616", "out of range"]),
+            ("forward", lambda: lm.forward(np.array([[1, 2**64]])), ValueError,
+             ["ids[1]", "18446744073709551616", "out of range"]),
+            ("stop_tokens", lambda: lm.generate([1], 2, stop_tokens=np.array([2**64])),
+             ValueError, ["stop_tokens[0]", "18446744073709551616"]),
+            ("generate ragged", lambda: lm.generate(np.array([[1, 2], [3]], dtype=object), 2),
+             ValueError, ["ids", "rectangular"]),
+            ("forward ragged", lambda: lm.forward(np.array([[1, 2], [3]], dtype=object)),
+             ValueError, ["ids", "rectangular"]),
+            ("forward of floats", lambda: lm.forward(np.array([[1, 2.5]], dtype=object)),
+             TypeError, ["ids[1]", "2.5"])):
+        raises(call, kind, words, f"{what}: object ids", S)
+
+
 # ---- where PyTorch answers, attn answers the same ------------------------------------
 
 
