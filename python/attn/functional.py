@@ -33,7 +33,8 @@ from ctypes import (POINTER, Structure, c_bool, c_double, c_float, c_int, c_int3
 import numpy as np
 
 from . import _lib
-from ._args import INT64_MAX, as_flag, as_float32, as_index, as_number, library_scale
+from ._args import (INT64_MAX, as_choice, as_flag, as_float32, as_index, as_number,
+                    library_scale)
 from ._lib import AttnError, CtxConfig, HandleOwner, ScoreMod, lib, status_name
 
 __all__ = ["scaled_dot_product_attention", "scaled_dot_product_attention_backward",
@@ -114,9 +115,7 @@ _kernels_supported = _bind(ctypes.CFUNCTYPE(c_bool, c_int), "attn_kernels_suppor
 def kernels_supported(kernels):
     """Whether this CPU (and build) runs the kernel set named kernels ("auto",
     "reference", "portable", "avx2", "avx512"): the names kernels= takes."""
-    if kernels not in KERNELS:
-        raise ValueError(f"kernels: expected one of {', '.join(KERNELS)}, got {kernels!r}")
-    return bool(_kernels_supported(KERNELS[kernels]))
+    return bool(_kernels_supported(KERNELS[as_choice("kernels", kernels, KERNELS)]))
 
 
 class _Ctx(HandleOwner):
@@ -124,8 +123,7 @@ class _Ctx(HandleOwner):
 
     def __init__(self, num_threads, kernels):
         num_threads = as_index("num_threads", num_threads, 1)
-        if kernels not in KERNELS:
-            raise ValueError(f"kernels: expected one of {', '.join(KERNELS)}, got {kernels!r}")
+        as_choice("kernels", kernels, KERNELS)
         self.handle = c_void_p()
         self.rng = c_void_p()
         cfg = CtxConfig(num_threads=int(num_threads), kernels=KERNELS[kernels])
@@ -282,7 +280,7 @@ class _Problem:
         if q_offset is not None:
             c.align = ALIGN_OFFSET
             c.q_offset = as_index("q_offset", q_offset, -INT64_MAX - 1, INT64_MAX)
-        elif align in ALIGN:
+        elif isinstance(align, str) and align in ALIGN:  # a list is unhashable
             c.align = ALIGN[align]
         else:
             raise ValueError(f"align: expected 'bottom-right' or 'top-left' (or q_offset=N), "

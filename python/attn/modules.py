@@ -15,7 +15,7 @@ from collections import OrderedDict
 import numpy as np
 
 from . import _lib
-from ._args import SIZE_MAX, as_float32, as_index, as_number, library_scale
+from ._args import SIZE_MAX, as_choice, as_float32, as_index, as_number, library_scale
 from ._lib import (F32P, AttnError, Context, HandleOwner, ModuleConfig, Param, encode_path,
                    lib)
 
@@ -57,8 +57,7 @@ def set_bernoulli(method):
     """Dropout draws as PyTorch builds without MKL make them ("mt19937", the
     default), as builds with MKL on Intel CPUs ("mkl"), or Philox4x32-10
     ("philox", see attn.h)."""
-    if method not in _BERNOULLI:
-        raise ValueError(f"set_bernoulli: expected one of {', '.join(_BERNOULLI)}, got {method!r}")
+    as_choice("set_bernoulli", method, _BERNOULLI)
     with default_generator.lock:
         default_generator.ctx.check(
             lib.attn_rng_set_bernoulli_method(default_generator.handle, _BERNOULLI[method]))
@@ -113,9 +112,7 @@ def _locked(method):
 
 
 def _mask(mask):
-    if mask not in _MASKS:
-        raise ValueError(f"mask: expected one of {', '.join(_MASKS)}, got {mask!r}")
-    return _MASKS[mask]
+    return _MASKS[as_choice("mask", mask, _MASKS)]
 
 
 class Module(HandleOwner):

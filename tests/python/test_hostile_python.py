@@ -993,6 +993,28 @@ def object_ids():
         raises(call, kind, words, f"{what}: object ids", S)
 
 
+@section
+def unhashable_choices():
+    # a name chosen from a list (a dropout stream, kernels, a mask, an
+    # alignment): a list or a dict there is a ValueError naming the argument
+    # and the value, as a wrong string is, not hashing's bare TypeError
+    S = "choices"
+    q = np.ones((1, 1, 2, 4), np.float32)
+    for value in ([], {"a": 1}):
+        for what, call, name in (
+                ("set_bernoulli", lambda: attn.set_bernoulli(value), "set_bernoulli"),
+                ("kernels_supported", lambda: attn.kernels_supported(value), "kernels"),
+                ("functional kernels", lambda: AF.scaled_dot_product_attention(
+                    q, q, q, kernels=value), "kernels"),
+                ("functional align", lambda: AF.scaled_dot_product_attention(
+                    q, q, q, align=value), "align"),
+                ("module mask", lambda: attn.CausalAttention(4, 4, 6, 0.0, mask=value), "mask")):
+            raises(call, ValueError, [name, repr(value)], f"{what}({value!r})", S)
+    count(S)
+    check(attn.kernels_supported("reference") and attn.kernels_supported("auto"),
+          "kernels_supported of the names")
+
+
 # ---- where PyTorch answers, attn answers the same ------------------------------------
 
 
