@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_size_t, c_uint64,
                     c_void_p)
 
-from ._args import as_choice, as_index, as_number, as_str, show
+from ._args import as_choice, as_flag, as_index, as_number, as_str, show
 from ._lib import Context, HandleOwner, encode_path, is_path, lib
 from . import modules as _modules
 from .tokenizer import Tokenizer
@@ -127,9 +127,7 @@ def _gpt_config(cfg):
     if missing:
         raise ValueError(f"config: missing key(s) {', '.join(missing)}; the book's GPT cfg "
                          f"needs {', '.join(_GPT_KEYS)} (drop_rate and qkv_bias optional)")
-    qkv_bias = cfg.get("qkv_bias", False)
-    if not isinstance(qkv_bias, bool):
-        raise TypeError(f"config['qkv_bias']: expected True or False, got {qkv_bias!r}")
+    qkv_bias = as_flag("config['qkv_bias']", cfg.get("qkv_bias", False))
     return GptConfig(**{k: as_index(f"config['{k}']", cfg[k], 1) for k in _GPT_KEYS},
                      drop_rate=as_number("config['drop_rate']", cfg.get("drop_rate", 0.0),
                                          0.0, 1.0),

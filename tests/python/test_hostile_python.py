@@ -1015,6 +1015,30 @@ def unhashable_choices():
           "kernels_supported of the names")
 
 
+@section
+def pretrain_flags():
+    # the book's cfg built with NumPy (qkv_bias a numpy bool) is the cfg of
+    # Python's bool, as LanguageModel takes it; a string is still refused
+    S = "pretrain"
+    cfg = dict(TINY, vocab_size=512)
+    with tempfile.TemporaryDirectory() as d:
+        tok = attn.Tokenizer(tiny_tokenizer(d))
+        models = []
+        for i, flag in enumerate((True, np.bool_(True))):
+            count(S)
+            run = attn.pretrain(dict(cfg, qkv_bias=flag), "some text " * 40, tok, epochs=0,
+                                num_threads=1)
+            run.save(os.path.join(d, f"m{i}.safetensors"))
+            models.append(attn.load_file(os.path.join(d, f"m{i}.safetensors")))
+        check(list(models[0]) == list(models[1]) and "trf_blocks.0.att.W_query.bias" in models[1]
+              and all(np.array_equal(models[0][k], models[1][k]) for k in models[0]),
+              "pretrain: qkv_bias=np.bool_(True) is qkv_bias=True")
+        for value in ("False", 2):
+            raises(lambda: attn.pretrain(dict(cfg, qkv_bias=value), "some text " * 40, tok,
+                                         epochs=0, num_threads=1), TypeError,
+                   ["qkv_bias", repr(value)], f"pretrain: qkv_bias={value!r}", S)
+
+
 # ---- where PyTorch answers, attn answers the same ------------------------------------
 
 
