@@ -286,7 +286,7 @@ class _Problem:
             raise ValueError(f"align: expected 'bottom-right' or 'top-left' (or q_offset=N), "
                              f"got {align!r}")
         if window is not None:
-            if len(window) != 2:
+            if np.ndim(window) != 1 or len(window) != 2:  # len(3) would be a bare TypeError
                 raise ValueError(f"window: expected (left, right), got {window!r}")
             c.window = True
             c.window_left = as_index("window[0]", window[0], -INT64_MAX - 1, INT64_MAX)

@@ -1039,6 +1039,22 @@ def pretrain_flags():
                    ["qkv_bias", repr(value)], f"pretrain: qkv_bias={value!r}", S)
 
 
+@section
+def functional_window():
+    # window is a pair (left, right): a bare number, a dict or a nested list
+    # is a ValueError naming window and the value (len() of a number, or a
+    # dict's window[0], raised bare TypeError and KeyError)
+    S = "functional window"
+    q = np.random.default_rng(6).standard_normal((1, 1, 4, 4)).astype(np.float32)
+    for value in (3, 3.5, {1: 2, 3: 4}, [[1, 0]], (1, 0, 0)):
+        raises(lambda: AF.scaled_dot_product_attention(q, q, q, window=value), ValueError,
+               ["window", repr(value)], f"functional: window={value!r}", S)
+    count(S)
+    check(np.array_equal(AF.scaled_dot_product_attention(q, q, q, window=np.array([1, 0])),
+                         AF.scaled_dot_product_attention(q, q, q, window=(1, 0))),
+          "functional: a window of a NumPy pair")
+
+
 # ---- where PyTorch answers, attn answers the same ------------------------------------
 
 
