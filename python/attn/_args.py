@@ -109,12 +109,18 @@ def as_ids(name, ids, lo=0, hi=INT32_MAX, ndim=1):
     except (ValueError, OverflowError) as err:  # ragged lists, ints past int64
         a = None
         why = err
+    if a is not None and a.dtype.kind == "f" and not isinstance(ids, np.ndarray) and \
+            all(isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+                for v in _flatten(ids)):
+        a = a.astype(object)  # ints NumPy could not hold as one integer type ([2**63, 1])
     if a is None or a.dtype == object:
         # Python ints past int64, or mixed: check one by one, by value
         flat = _flatten(ids)
         values = [as_index(f"{name}[{i}]", v, lo, hi) for i, v in enumerate(flat)]
-        if a is not None and len(values) != a.size:  # an object array of ragged lists
-            a, why = None, f"{len(values)} ids in an array of shape {a.shape}"
+        # an object array holding lists or arrays: ragged, whatever its count
+        nested = a is not None and any(isinstance(e, (list, tuple, np.ndarray)) for e in a.flat)
+        if nested:
+            a, why = None, f"an array of shape {a.shape} holding sequences"
         if a is None:
             raise ValueError(f"{name}: not a rectangular array of ids ({why})")
         a = np.asarray(values, dtype=np.int64).reshape(a.shape)

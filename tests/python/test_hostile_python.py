@@ -989,8 +989,17 @@ def object_ids():
             ("forward ragged", lambda: lm.forward(np.array([[1, 2], [3]], dtype=object)),
              ValueError, ["ids", "rectangular"]),
             ("forward of floats", lambda: lm.forward(np.array([[1, 2.5]], dtype=object)),
-             TypeError, ["ids[1]", "2.5"])):
+             TypeError, ["ids[1]", "2.5"]),
+            ("generate, ints NumPy holds as floats", lambda: lm.generate([2**63, 1], 2),
+             ValueError, ["ids[0]", "9223372036854775808", "out of range"])):
         raises(call, kind, words, f"{what}: object ids", S)
+    # an object array of sequences is ragged whatever its count of ids
+    for what, cells in (("[1, 2] and []", ([1, 2], [])), ("[1] and array([2])",
+                                                         ([1], np.array([2])))):
+        ragged = np.empty(2, dtype=object)
+        ragged[0], ragged[1] = cells
+        raises(lambda: lm.generate(ragged, 2), ValueError, ["ids", "rectangular"],
+               f"generate: an object array holding {what}", S)
 
 
 @section
