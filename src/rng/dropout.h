@@ -44,7 +44,9 @@ static inline double attn_dropout_kept_scale_f64(double p) {
 void attn_dropout_stream_begin(attn_dropout_stream *s, attn_rng *rng, double p, size_t n);
 /* Gives a Philox stream's offset back to its rng, for a call that fails
  * before its pass draws: the rng is then where it was before the begin.
- * Nothing for the other methods, whose draws happen in the pass itself. */
+ * Philox streams only (the attention's dropout is Philox): the begin of
+ * another method may have drawn from the rng itself (MKL's seed), which
+ * this does not give back. */
 void attn_dropout_stream_cancel(attn_dropout_stream *s);
 /* The factor of the next mask entry: kept_scale or 0 (1 when p == 0). */
 float attn_dropout_stream_next(attn_dropout_stream *s);
