@@ -286,7 +286,11 @@ class _Problem:
             raise ValueError(f"align: expected 'bottom-right' or 'top-left' (or q_offset=N), "
                              f"got {align!r}")
         if window is not None:
-            if np.ndim(window) != 1 or len(window) != 2:  # len(3) would be a bare TypeError
+            try:  # len(3), or np.ndim of ((1, 2), 3), would raise bare
+                pair = np.ndim(window) == 1 and len(window) == 2
+            except (TypeError, ValueError):
+                pair = False
+            if not pair:
                 raise ValueError(f"window: expected (left, right), got {window!r}")
             c.window = True
             c.window_left = as_index("window[0]", window[0], -INT64_MAX - 1, INT64_MAX)

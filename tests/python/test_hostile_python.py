@@ -1055,7 +1055,7 @@ def functional_window():
     # dict's window[0], raised bare TypeError and KeyError)
     S = "functional window"
     q = np.random.default_rng(6).standard_normal((1, 1, 4, 4)).astype(np.float32)
-    for value in (3, 3.5, {1: 2, 3: 4}, [[1, 0]], (1, 0, 0)):
+    for value in (3, 3.5, {1: 2, 3: 4}, [[1, 0]], (1, 0, 0), ((1, 2), 3)):
         raises(lambda: AF.scaled_dot_product_attention(q, q, q, window=value), ValueError,
                ["window", repr(value)], f"functional: window={value!r}", S)
     count(S)
