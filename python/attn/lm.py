@@ -123,9 +123,6 @@ _REQUIRED = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers")
 _ROPE_FREQ = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
 
 
-_flag = as_flag  # a bool field: True/False (or 0/1), not any truthy value
-
-
 def config_struct(cfg):
     """An attn_lm_config from the book's cfg dict (Llama 3 when it has
     hidden_dim, n_kv_groups or rope_base; "arch" may say "gpt2" or "llama3")."""
@@ -152,8 +149,8 @@ def config_struct(cfg):
                  context_length=size("context_length"), emb_dim=size("emb_dim"),
                  n_heads=size("n_heads"), n_layers=size("n_layers"),
                  n_kv_groups=size("n_kv_groups", 0), hidden_dim=size("hidden_dim", 0),
-                 qkv_bias=_flag("config['qkv_bias']", cfg.get("qkv_bias", False)),
-                 tie_embeddings=_flag("config['tie_embeddings']",
+                 qkv_bias=as_flag("config['qkv_bias']", cfg.get("qkv_bias", False)),
+                 tie_embeddings=as_flag("config['tie_embeddings']",
                                       cfg.get("tie_embeddings", False)),
                  norm_eps=number("norm_eps"), rope_base=number("rope_base"),
                  weights_dtype=WEIGHTS_DTYPES[dtype])
@@ -374,7 +371,7 @@ class LanguageModel(HandleOwner):
         self._lock = self._ctx.lock
         self._handle = c_void_p()
         flags = (LOAD_FILE_DTYPE if weights_dtype is None else 0) | \
-            (0 if _flag("load: strict", strict) else LOAD_NON_STRICT)
+            (0 if as_flag("load: strict", strict) else LOAD_NON_STRICT)
         self._ctx.check(lib.attn_lm_load_ex(self._ctx.handle, path, cfg_path, cfg_struct,
                                             WEIGHTS_DTYPES[weights_dtype or "f32"], flags,
                                             ctypes.byref(self._handle)))
@@ -483,7 +480,7 @@ class LanguageModel(HandleOwner):
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache: expected a KVCache (LanguageModel.new_cache), got "
                             f"{type(cache).__name__}")
-        last_only = _flag("forward: last_only", last_only)
+        last_only = as_flag("forward: last_only", last_only)
         ragged = isinstance(ids, (list, tuple))
         if ragged:
             # each sequence 1-D (a bare id: a sequence of one)
