@@ -1164,6 +1164,14 @@ attn_status attn_tokenizer_load(attn_ctx *ctx, const char *path, attn_tokenizer 
 
 size_t attn_tokenizer_vocab_size(const attn_tokenizer *t) { return t ? t->vocab_size : 0; }
 
+/* The end of the pre-tokenizer's piece of s[0, length) that starts at i:
+ * GPT-2's pattern or Llama 3's, by the tokenizer's kind. */
+static size_t piece_end(const attn_tokenizer *t, const unsigned char *s, size_t length,
+                        size_t i) {
+    return t->kind == TOKENIZER_GPT2 ? gpt2_piece_end(s, length, i)
+                                     : llama3_piece_end(s, length, i);
+}
+
 attn_status attn_tokenizer_encode(attn_tokenizer *t, const char *text, size_t length,
                                   int32_t *ids, size_t capacity, size_t *count) {
     if (!t) return ATTN_ERR_NULL;
@@ -1183,8 +1191,7 @@ attn_status attn_tokenizer_encode(attn_tokenizer *t, const char *text, size_t le
      * written: a failure leaves ids and *count as they were */
     size_t longest = 0;
     for (size_t i = 0, end; i < length; i = end) {
-        end = t->kind == TOKENIZER_GPT2 ? gpt2_piece_end(s, length, i)
-                                        : llama3_piece_end(s, length, i);
+        end = piece_end(t, s, length, i);
         if (end - i > longest) longest = end - i;
     }
     if (longest > 1 && !bpe_work_reserve(&work, longest))
@@ -1192,8 +1199,7 @@ attn_status attn_tokenizer_encode(attn_tokenizer *t, const char *text, size_t le
                          "attn_tokenizer_encode: no memory to merge a piece of %zu bytes",
                          longest);
     for (size_t i = 0; i < length;) {
-        size_t end = t->kind == TOKENIZER_GPT2 ? gpt2_piece_end(s, length, i)
-                                               : llama3_piece_end(s, length, i);
+        size_t end = piece_end(t, s, length, i);
         if (!encode_piece(t, s + i, end - i, &work, &sink)) {
             bpe_work_free(&work);
             return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
