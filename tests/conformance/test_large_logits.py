@@ -64,10 +64,10 @@ median ratio over fresh random cases must stay under the bounds below.
      so W_key's gradient, x^T dk, is made of the keys' small differences
      while the common component carries sum_j dk_j whole. Each row's
      dS sums to zero only to a rounding (resid, attention.h), which every
-     key's dk took with the row's weights: before the one pass gave dk the
-     transpose of dq's mean-key correction, W_key's gradient was a median
-     2.2-3.6x PyTorch float32's error (up to 9x on single cases; 24
-     cases, T = 128 and 256), the two passes' 0.4x; now about 0.01x.
+     key's dk would take with the row's weights; the one pass gives dk
+     the transpose of dq's mean-key correction, and W_key's gradient
+     stays within 0.5x PyTorch float32's error (median of 24 cases, T =
+     128; about 2x without that transpose: docs/exactness.md).
 Before the fix (scores scaled in q, one chain of fmas over the head dim,
 lse rounded twice in the backward) the medians were 2.2-3.0 (out, lse),
 2.7-3.2 (dq, dk), 4.2-4.5 (dv) and, for W_value's gradient, 8-20. Before

@@ -799,10 +799,10 @@ def shared_relative_bias_case(cases=8, T=128, D=64, c=40.0):
     the fused kernels, the backward on the flex kernels, whose weights
     round otherwise and so sum to 1 only within a few roundings of the
     scores. delta's mismatch with them, resid_i, reaches dq_i as resid_i
-    sum_j P_ij k_j (|k| ~ c) unless the row takes the consistent delta;
-    without it dq was a median 6-7x PyTorch float32's error. The median
-    over the cases of attn's dq error against float64 over PyTorch
-    float32's must stay within 2 (fixed: 1.2-1.5)."""
+    sum_j P_ij k_j (|k| ~ c) unless the row takes the consistent delta
+    (about 7x PyTorch float32's error without it: docs/exactness.md). The
+    median over the cases of attn's dq error against float64 over PyTorch
+    float32's must stay within 2."""
     H = 2
     mods = {
         "relative table": (lambda t: (lambda s, b, h, q, kv: s + t[h, q - kv + T - 1]),
