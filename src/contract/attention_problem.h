@@ -277,8 +277,8 @@ static inline const char *attn_problem_unsupported(const attn_attention_problem 
  * row's sums before its key pass may take the new delta there instead.
  * Rows below the weight lose at most 2x delta's rounding; the float
  * kernels give them the new delta too (flash_kernel.h,
- * take_consistent_delta; the flex kernels' dq, flex_kernel.h,
- * consistent_dq), for keys that share a large component. Not with
+ * take_consistent_delta; the flex kernels' dq and dk, flex_kernel.h,
+ * consistent_dq, spread_block), for keys that share a large component. Not with
  * sinks (their weight is outside sum_j P_ij), for one block of keys of a
  * longer row (backward_from_lse: no row is whole) or with dlse (resid_i is
  * then dlse_i, not zero). */

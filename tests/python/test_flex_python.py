@@ -38,7 +38,10 @@ float64 torch, out, lse and the gradients (a per-sequence bias's, T5's
 table) within 1e-5; dq of a relative table's and T5's bias that ask for
 their gradient, on q and k sharing a large component, within 2x PyTorch
 float32's error against float64 (the median of 8 cases; the forward runs
-on the fused kernels there, the backward on the flex ones).
+on the fused kernels there, the backward on the flex ones); W_key's
+gradient of q, k, v = x W on rows sharing one large component, through a
+relative table with its gradient and a block mask of a window and global
+keys (one pass and two), within 0.5x PyTorch float32's (median of 8).
 
 usage: test_flex_python.py LIBATTN_SO   (seed: ATTN_TEST_SEED, else random)
 """
@@ -839,6 +842,71 @@ def shared_relative_bias_case(cases=8, T=128, D=64, c=40.0):
               "PyTorch float32's")
 
 
+def shared_key_weight_case(cases=8, T=128, D=16, d_in=64):
+    """W_key's gradient of q = x Wq, k = x Wk, v = x Wv on rows x = 30 x0 +
+    1e-3 n (one large component every key shares), through a relative
+    table that asks for its gradient (forward fused, backward flex: the
+    two passes) and a block mask of a window and global keys (not an
+    interval per row: flex both ways, one pass with 4 heads, two with 2).
+    delta's mismatch with
+    the tiles' own P and dP, resid_i, reaches the keys' dk unless they give
+    back the transpose of dq's mean-key estimate: their sum is then scale
+    sum_i resid_i q_i off, which x^T dk carries whole (x0 times it) while
+    the true gradient is made of the keys' small differences. The median
+    over the cases of attn's W_key error against float64 over PyTorch
+    float32's must stay within 0.5 (with it: below 0.01; without: 2-3 for
+    the table, 1.5-2.7 for the mask)."""
+    globals_, window = rng.randint(1, 12), rng.randint(8, 40)
+
+    def window_and_globals(b, h, q_idx, kv_idx):
+        return (kv_idx < globals_) | ((q_idx >= kv_idx) & (q_idx - kv_idx < window))
+
+    ii, jj = torch.arange(T).view(T, 1), torch.arange(T).view(1, T)
+    for name, H, with_table in (("relative table, 2 heads", 2, True),
+                                ("relative table, 4 heads", 4, True),
+                                ("window and global keys, 2 heads", 2, False),
+                                ("window and global keys, 4 heads", 4, False)):
+        ratios = []
+        for _ in range(cases):
+            x = (30 * torch.randn(1, 1, d_in, dtype=torch.float64) +
+                 1e-3 * torch.randn(1, T, d_in, dtype=torch.float64))
+            ws = [(torch.rand(d_in, H * D, dtype=torch.float64) * 2 - 1) / math.sqrt(d_in)
+                  for _ in range(3)]
+            dy = torch.randn(1, H, T, D, dtype=torch.float64)
+            table = torch.randn(H, 2 * T - 1, dtype=torch.float64)
+            grads = {}
+            for which, dtype in (("attn", torch.float32), ("torch", torch.float32),
+                                 ("float64", torch.float64)):
+                wq, wk, wv = (w.to(dtype).clone().requires_grad_() for w in ws)
+                tt = table.to(dtype).clone().requires_grad_()
+                q, k, v = ((x.to(dtype) @ w).view(1, T, H, D).transpose(1, 2)
+                           for w in (wq, wk, wv))
+                if which == "attn" and with_table:
+                    out = flex.flex_attention(q, k, v, score_mod=lambda s, b, h, qi, ki:
+                                              s + tt[h, qi - ki + T - 1])
+                elif which == "attn":
+                    bm = flex.create_block_mask(window_and_globals, None, None, T, T,
+                                                BLOCK_SIZE=16)
+                    out = flex.flex_attention(q, k, v, block_mask=bm)
+                else:
+                    s = (q @ k.transpose(-1, -2)) / math.sqrt(D)
+                    if with_table:
+                        s = s + tt[:, ii - jj + T - 1].unsqueeze(0)
+                    else:
+                        s = s.masked_fill(~window_and_globals(0, 0, ii, jj), float("-inf"))
+                    out = torch.softmax(s, -1) @ v
+                (out * dy.to(dtype)).sum().backward()
+                grads[which] = wk.grad
+            ratios.append(rel_l2(grads["attn"], grads["float64"]) /
+                          max(rel_l2(grads["torch"], grads["float64"]), 1e-30))
+        ratios.sort()
+        median = ratios[len(ratios) // 2]
+        print(f"shared component, {name}: W_key error / PyTorch float32's, median {median:.2f} "
+              f"(min {ratios[0]:.2f}, max {ratios[-1]:.2f})")
+        check(median < 0.5, f"shared component, {name}: W_key's median error ratio "
+              f"{median:.2f} to PyTorch float32's")
+
+
 if runs:
     W = rng.randint(1, 20)
     alibi_slopes = torch.rand(3)
@@ -888,6 +956,10 @@ if runs:
         shared_relative_bias_case()
     except _lib.AttnError as err:
         check(err.status == "ATTN_ERR_UNSUPPORTED", f"a shared component's relative bias: {err}")
+    try:
+        shared_key_weight_case()
+    except _lib.AttnError as err:
+        check(err.status == "ATTN_ERR_UNSUPPORTED", f"a shared component's W_key: {err}")
     try:
         row_bias_case()
     except _lib.AttnError as err:

@@ -87,10 +87,11 @@ typedef struct flex_tiles {
     size_t *peak_key;
     /* with sums: the keys of the tiles the rows' sweep visits, summed
      * (Dp) and counted, whose mean stands for each row's sum_j P_ij k_j
-     * in its consistent delta (consistent_dq) */
+     * in its consistent delta (consistent_dq); the keys' passes take
+     * ksum for the spread of a key block (spread_block) */
     float *ksum, *kcount;
     bool sums;
-    bool weighed; /* with sums: the last grad_tile gave some row a weight */
+    bool weighed; /* the last grad_tile gave some row a weight */
 } flex_tiles;
 
 /* Lays the tiles out from base (NULL: only counts); returns the floats. */
@@ -160,20 +161,25 @@ static size_t one_pass_floats(const flex_geom *g) {
     if (p->batch * p->kv_heads < ONE_PASS_ITEMS || head > ONE_PASS_FLOATS / (g->G * g->Dp))
         return 0;
     /* and the rows' sums of a consistent delta: resid, peak, its key;
-     * per query block, its sweep's keys summed and counted */
+     * per query block, its sweep's keys summed and counted, its rows'
+     * share for the keys (block_qsum), and per tile whether it weighed */
     size_t blocks = g->G * g->q_blocks;
     return round_up(g->bkvp * g->Dp, 16) + g->G * head * g->Dp + 2 * round_up(g->G * head, 16) +
            round_up(g->G * head * sizeof(size_t) / sizeof(float), 16) + blocks * g->Dp +
-           round_up(blocks, 16);
+           round_up(blocks, 16) + round_up(blocks * g->Dp, 16) +
+           round_up((blocks * g->kv_blocks + 3) / 4, 16);
 }
 
 /* The one pass's scratch past k's rows: dq sums (G x head rows of Dp),
  * then per row resid, peak and the peak's key, then per query block of
- * each head the keys' sum (Dp) and count (flex_tiles' fields). */
+ * each head the keys' sum (Dp) and count (flex_tiles' fields) and its
+ * rows' share qs (Dp), then per tile (query block of a head, key block)
+ * whether it gave some row a weight. */
 typedef struct one_pass_sums {
     float *dq, *resid, *peak;
     size_t *peak_key;
-    float *ksum, *kcount;
+    float *ksum, *kcount, *qs;
+    unsigned char *weighed;
 } one_pass_sums;
 
 static one_pass_sums one_pass_sums_at(const flex_geom *g, float *dq) {
@@ -184,6 +190,8 @@ static one_pass_sums one_pass_sums_at(const flex_geom *g, float *dq) {
     o.ksum = (float *)(void *)o.peak_key +
              round_up(g->G * head * sizeof(size_t) / sizeof(float), 16);
     o.kcount = o.ksum + g->G * g->q_blocks * g->Dp;
+    o.qs = o.kcount + round_up(g->G * g->q_blocks, 16);
+    o.weighed = (unsigned char *)(void *)(o.qs + round_up(g->G * g->q_blocks * g->Dp, 16));
     return o;
 }
 
@@ -551,9 +559,12 @@ static size_t key_block_floats(const flex_geom *g, bool backward) {
     return kt + round_up(p->v_head_dim * g->bkvp, 16) + round_up(g->bkvp * g->Dp, 16);
 }
 
+/* The backward's keys are followed by each (b, head, query block)'s
+ * share qs (Dp) that the rows pass leaves to the keys pass (block_qsum). */
 static size_t flex_keys_floats(const attn_attention_problem *p, bool backward) {
     flex_geom g = geom_of(p);
-    return p->batch * p->kv_heads * g.kv_blocks * key_block_floats(&g, backward);
+    return p->batch * p->kv_heads * g.kv_blocks * key_block_floats(&g, backward) +
+           (backward ? p->batch * p->q_heads * g.q_blocks * g.Dp : 0);
 }
 
 typedef struct keys_job {
@@ -565,6 +576,13 @@ typedef struct keys_job {
 static float *key_block(const flex_geom *g, float *keys, bool backward, size_t b, size_t kh,
                         size_t kb) {
     return keys + ((b * g->p->kv_heads + kh) * g->kv_blocks + kb) * key_block_floats(g, backward);
+}
+
+/* The two passes' qs of query block qb of head h of sequence b. */
+static float *keys_qs(const flex_geom *g, float *keys, size_t b, size_t h, size_t qb) {
+    const attn_attention_problem *p = g->p;
+    return key_block(g, keys, true, p->batch, 0, 0) +
+           ((b * p->q_heads + h) * g->q_blocks + qb) * g->Dp;
 }
 
 static void pack_keys_item(void *arg, size_t part, size_t item) {
@@ -929,15 +947,13 @@ static bool grad_tile(const flex_job *job, flex_tiles *t, const float *kt, const
             vec ds = v_mul(e, v_sub(v_load(dp + c), delta));
             v_store(pr + c, e);
             v_store(dp + c, ds);
-            if (t->sums) {
-                sum = v_add(sum, ds);
-                top = v_max(top, e);
-            }
+            top = v_max(top, e);
+            if (t->sums) sum = v_add(sum, ds);
         }
+        float most = v_hmax(top);
+        t->weighed |= most > 0.0f;
         if (t->sums) { /* padded columns weigh 0 and give dS 0 */
             t->resid[r] += v_hsum(sum);
-            float most = v_hmax(top);
-            t->weighed |= most > 0.0f;
             for (size_t c = 0; most > t->peak[r] && c < at->nc; c++)
                 if (pr[c] == most) {
                     t->peak[r] = most;
@@ -1018,13 +1034,53 @@ static void add_keys(const flex_tiles *t, float *ksum, float *kcount, const floa
  * dq: a forward of other rounding (the fused kernels', which take a
  * relative bias's forward but not its gradient) leaves each row's weights
  * summing to 1 only within a few roundings of the scores. */
-static void consistent_dq(const flex_job *job, const attn_attention_seq *s, size_t h, size_t i,
-                          float resid, const float *ksum, float kcount, float *sums) {
+static float consistent_dq(const flex_job *job, const attn_attention_seq *s, size_t h, size_t i,
+                           float resid, const float *ksum, float kcount, float *sums) {
     const attn_attention_problem *p = job->g->p;
-    if (resid == 0.0f || !isfinite(resid) || kcount == 0.0f) return;
+    if (resid == 0.0f || !isfinite(resid) || kcount == 0.0f) return 0.0f;
     float rest = (resid - job->one_hot[attn_lse_index(p, s->b, h, i)]) * scale_after(p, 0);
     float inv = 1.0f / kcount;
     for (size_t d = 0; d < p->head_dim; d++) sums[d] -= rest * (ksum[d] * inv);
+    return rest;
+}
+
+/* The transpose of consistent_dq's estimate, for the keys: row i took
+ * rest_i times the mean of its block's weighed keys from dq_i, as though
+ * it weighed each of them alike, so each of those keys gives back scale
+ * rest_i q_i / kcount. qs (D) sums that share over a query block's rows:
+ * qs += rest q_i per row in order (block_qsum), then qs *= scale /
+ * kcount (block_qsum_done). Without it the keys' dk sum to scale sum_i
+ * resid_i q_i off, a direction that keys sharing a large component carry
+ * whole into W_key's gradient (x^T dk). */
+static void block_qsum(const flex_job *job, const attn_attention_seq *s, size_t h, size_t i,
+                       float rest, float *qs) {
+    const attn_attention_problem *p = job->g->p;
+    if (rest == 0.0f) return;
+    const float *q = (const float *)p->q.data + attn_view_offset(p->q.st, s->b, s->q_start, h, i);
+    for (size_t d = 0; d < p->head_dim; d++) qs[d] += rest * q[d];
+}
+
+static void block_qsum_done(const flex_job *job, float kcount, float *qs) {
+    const attn_attention_problem *p = job->g->p;
+    float a = kcount == 0.0f ? 0.0f : (float)((double)p->scale / (double)kcount);
+    for (size_t d = 0; d < p->head_dim; d++) qs[d] *= a;
+}
+
+/* dk of keys [j0, j0 + nc) of KV head kh of sequence s, written, less
+ * corr (D): the sum of the qs of the query blocks whose tiles with the
+ * key block weighed (over the group's heads in order, each in its map
+ * column's order), the same for every key of the block. */
+static void spread_block(const flex_job *job, const attn_attention_seq *s, size_t kh, size_t j0,
+                         size_t nc, const float *corr) {
+    const attn_attention_problem *p = job->g->p;
+    for (size_t j = 0; j < nc; j++) {
+        float *kd = (float *)job->gr->dk + attn_view_offset(p->k.st, s->b, s->kv_start, kh, j0 + j);
+        for (size_t d = 0; d < p->head_dim; d++) kd[d] -= corr[d];
+    }
+}
+
+static void add_qs(const flex_job *job, const float *qs, float *corr) {
+    for (size_t d = 0; d < job->g->p->head_dim; d++) corr[d] += qs[d];
 }
 
 /* The gradients of the modifiers in mods at (i, j*) of row i of head h,
@@ -1080,7 +1136,10 @@ static void one_hot_dk_item(void *arg, size_t part, size_t item) {
  * group's heads in order and, per head, the query blocks of the map's
  * column in order. With sums (the one pass), each tile's dS also adds dS k
  * to its rows' dq sums: sums holds the group's heads, each q_blocks x bqp
- * rows of Dp, and kr takes k's rows (bkvp x Dp). */
+ * rows of Dp, and kr takes k's rows (bkvp x Dp); with a consistent delta
+ * it marks the tiles that weighed, for spread_one_pass. Without (the keys
+ * pass, after the rows pass), dk then takes spread_block of the qs the
+ * rows pass left for the tiles that weighed. */
 static bool key_block_backward(const flex_job *job, flex_tiles *t, const attn_attention_seq *s,
                                size_t kh, size_t kb, size_t item, float *sums, float *kr,
                                attn_flex_failure *f) {
@@ -1096,6 +1155,8 @@ static bool key_block_backward(const flex_job *job, flex_tiles *t, const attn_at
                   nc);
     memset(t->dk, 0, g->bkvp * g->Dp * sizeof(float));
     memset(t->dv, 0, g->bkvp * g->Dvp * sizeof(float));
+    float *corr = t->ksum; /* the tiles' own ksum: unused by the keys' passes */
+    memset(corr, 0, g->Dp * sizeof(float));
     for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) {
         flex_walk w = walk_column(g, b, h, kb);
         size_t qb, tile;
@@ -1120,6 +1181,11 @@ static bool key_block_backward(const flex_job *job, flex_tiles *t, const attn_at
             }
             if (!grad_tile(job, t, t->kt, t->vt, &at, f)) return false;
             if (ksum) add_keys(t, ksum, kcount, kr, g->Dp, nc);
+            if (ksum && t->weighed)
+                one_pass_sums_at(g, sums).weighed[((h - kh * g->G) * g->q_blocks + qb) *
+                                                      g->kv_blocks + kb] = 1;
+            if (!sums && job->consistent && t->weighed)
+                add_qs(job, keys_qs(g, job->a->keys, b, h, qb), corr);
             /* dv (keys x Dv) += P^T dO */
             tile_mm(t->pm, 1, ld, t->dout, g->Dvp, nr, t->dv, g->Dvp, krows, g->Dvp, true);
             if (!chain_backward(job, t, &at, f)) return false;
@@ -1139,7 +1205,31 @@ static bool key_block_backward(const flex_job *job, flex_tiles *t, const attn_at
         for (size_t d = 0; d < D; d++) kd[d] = t->dk[j * g->Dp + d] * scale;
         memcpy(vd, t->dv + j * g->Dvp, Dv * sizeof(float));
     }
+    if (!sums && job->consistent) spread_block(job, s, kh, j0, nc, corr);
     return true;
+}
+
+/* The one pass's spread_block of every key block of KV head kh of
+ * sequence s, once every row's qs is summed: corr over the tiles that
+ * key_block_backward marked, in the keys pass's order. */
+static void spread_one_pass(const flex_job *job, flex_tiles *t, const attn_attention_seq *s,
+                            size_t kh, const one_pass_sums *o) {
+    const flex_geom *g = job->g;
+    for (size_t kb = 0; kb < g->kv_blocks; kb++) {
+        size_t nc = seq_keys(g, s, kb);
+        if (!nc) continue;
+        memset(t->ksum, 0, g->Dp * sizeof(float));
+        for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++) {
+            flex_walk w = walk_column(g, s->b, h, kb);
+            size_t qb, tile;
+            while (walk_next(&w, &qb, &tile)) {
+                if (!seq_rows(g, s, qb)) continue; /* past the sequence (a longer map) */
+                size_t blk = (h - kh * g->G) * g->q_blocks + qb;
+                if (o->weighed[blk * g->kv_blocks + kb]) add_qs(job, o->qs + blk * g->Dp, t->ksum);
+            }
+        }
+        spread_block(job, s, kh, kb * g->bkv, nc, t->ksum);
+    }
 }
 
 /* Item (b, KV head, key block) of the two passes: dk, dv of the block. */
@@ -1179,6 +1269,8 @@ static void one_pass_item(void *arg, size_t part, size_t item) {
     }
     memset(o.ksum, 0, g->G * g->q_blocks * g->Dp * sizeof(float));
     memset(o.kcount, 0, g->G * g->q_blocks * sizeof(float));
+    memset(o.qs, 0, g->G * g->q_blocks * g->Dp * sizeof(float));
+    memset(o.weighed, 0, g->G * g->q_blocks * g->kv_blocks);
     for (size_t kb = 0; kb < g->kv_blocks; kb++) {
         if (!seq_keys(g, &s, kb)) continue; /* past the sequence: no keys */
         /* the failure's item is the two passes' (b, KV head, key block) */
@@ -1195,13 +1287,19 @@ static void one_pass_item(void *arg, size_t part, size_t item) {
                 size_t blk = (h - kh * g->G) * g->q_blocks + i / g->bq;
                 if (one_hot_of(job, b, h, i, o.resid[r], o.peak[r], o.peak_key[r]) != 0.0f)
                     one_hot_dq(job, &s, h, i, row);
-                consistent_dq(job, &s, h, i, o.resid[r], o.ksum + blk * g->Dp, o.kcount[blk],
-                              row);
+                float rest = consistent_dq(job, &s, h, i, o.resid[r], o.ksum + blk * g->Dp,
+                                           o.kcount[blk], row);
+                block_qsum(job, &s, h, i, rest, o.qs + blk * g->Dp);
+                if (i % g->bq == g->bq - 1 || i + 1 == s.q_len)
+                    block_qsum_done(job, o.kcount[blk], o.qs + blk * g->Dp);
             }
             for (size_t d = 0; d < p->head_dim; d++) dq[d] = row[d] * p->scale;
         }
     }
-    if (job->consistent) one_hot_dk(job, &s, kh);
+    if (job->consistent) {
+        spread_one_pass(job, &t, &s, kh, &o);
+        one_hot_dk(job, &s, kh);
+    }
 }
 
 /* dS of every tile of rows [i0, i0 + nr) of head h of sequence s (nr >
@@ -1255,6 +1353,8 @@ static void rows_item(void *arg, size_t part, size_t item) {
         }
         memset(t.ksum, 0, g->Dp * sizeof(float));
         *t.kcount = 0.0f;
+        float *qs = keys_qs(g, job->a->keys, b, h, qb); /* for the keys pass after */
+        memset(qs, 0, g->Dp * sizeof(float));
         if (!rows_backward(job, &t, &s, h, qb, item, true, f)) return;
         for (size_t r = 0; r < nr; r++) {
             float *dq =
@@ -1265,10 +1365,13 @@ static void rows_item(void *arg, size_t part, size_t item) {
                 one_hot_mods(job, &s, h, i0 + r, job->grad_mods);
             }
             if (t.sums)
-                consistent_dq(job, &s, h, i0 + r, t.resid[r], t.ksum, *t.kcount,
-                              t.acc + r * g->Dp);
+                block_qsum(job, &s, h, i0 + r,
+                           consistent_dq(job, &s, h, i0 + r, t.resid[r], t.ksum, *t.kcount,
+                                         t.acc + r * g->Dp),
+                           qs);
             for (size_t d = 0; d < p->head_dim; d++) dq[d] = t.acc[r * g->Dp + d] * p->scale;
         }
+        if (t.sums) block_qsum_done(job, *t.kcount, qs);
     }
 }
 
@@ -1388,7 +1491,9 @@ static void flex_backward(attn_workers w, const attn_flex_args *a, const attn_at
         backward_items(w, p->batch * p->kv_heads, one_pass_item, &job);
         return;
     }
-    backward_items(w, p->batch * p->kv_heads * g.kv_blocks, keys_item, &job);
+    /* without a consistent delta (a callback's chain among them) the keys
+     * pass first, as the one pass meets a failing tile */
+    if (!job.consistent) backward_items(w, p->batch * p->kv_heads * g.kv_blocks, keys_item, &job);
     if (any_failed(w, a)) return;
     unsigned separate = 0;
     for (size_t k = 0; k < p->score_mod_count; k++) {
@@ -1398,8 +1503,14 @@ static void flex_backward(attn_workers w, const attn_flex_args *a, const attn_at
         else separate |= 1u << k;
     }
     pack_keys(w, &g, a->keys, true);
+    /* with a consistent delta the rows pass first: it finds the nearly
+     * one-hot rows and each query block's share qs that the keys pass
+     * takes from dk (spread_block); then the one-hot rows' keys' dk */
     backward_items(w, p->batch * p->kv_heads * g.q_blocks, rows_item, &job);
-    /* the rows pass found the nearly one-hot rows: their keys' dk */
+    if (job.consistent && !any_failed(w, a)) {
+        job.grad_mods = 0; /* the rows pass summed its modifiers' gradients */
+        backward_items(w, p->batch * p->kv_heads * g.kv_blocks, keys_item, &job);
+    }
     if (job.consistent && !any_failed(w, a))
         attn_pool_dynamic(w.pool, w.threads, p->batch * p->kv_heads, one_hot_dk_item, &job);
     for (size_t k = 0; k < p->score_mod_count; k++) {
