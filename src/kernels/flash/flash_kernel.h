@@ -6,9 +6,9 @@
  *
  * The includer includes its instruction set's vector vocabulary
  * (kernels/vec/vec_*.h: VW floats per vector, vec, v_zero, v_set1, v_load,
- * v_store, v_fma, v_mul, v_sub, v_add, v_div, v_max, v_abs, v_exp2 for x <= 0
- * (exactly 0 at -inf), v_tanh (to a few ulp, +-1 for +-inf), v_hmax,
- * v_hsum), then defines:
+ * v_store, v_fma, v_nfma, v_mul, v_sub, v_add, v_div, v_max, v_abs, v_exp2
+ * for x <= 0 (exactly 0 at -inf), v_tanh (within 1.7 ulp, +-1 for +-inf),
+ * v_hmax, v_hsum), then defines:
  *   NV                 vectors per register-tile row
  *   LANE_QV, LANE_KT   the lane forward's tiles (flash_lanes.h): LANE_QV
  *                      vectors of rows x LANE_KT keys
@@ -1247,7 +1247,7 @@ static void note_peaks(const flash_shape *f, const backward_tiles *t, attn_row_p
         size_t c = 0;
         while (c + 1 < BC && P[c] != pk->weight) c++;
         float th = f->cap2 != 0.0f ? t->th[(r0 + r) * BC + c] : 0.0f;
-        pk->factor = 1.0f - th * th;
+        pk->factor = fmaf(-th, th, 1.0f); /* as the tiles' factor */
         pk->key = (uint32_t)(j0 + c);
     }
 }
@@ -1352,11 +1352,13 @@ static void gradient_tile(const backward_job *job, const backward_tiles *t, size
                 risen |= 1u << r;
             }
         }
-        /* s = cap tanh(x / cap): ds/dx = 1 - tanh^2 */
+        /* s = cap tanh(x / cap): ds/dx = 1 - tanh^2, rounded once (t^2
+         * rounded first would be an ulp of 1 off a factor that nears 0 as
+         * the cap saturates) */
         if (f->cap2 != 0.0f)
             for (int v = 0; v < NV; v++) {
                 vec tv = v_load(t->th + row * BC + v * VW);
-                ds[v] = v_mul(ds[v], v_sub(v_set1(1.0f), v_mul(tv, tv)));
+                ds[v] = v_mul(ds[v], v_nfma(tv, tv, v_set1(1.0f)));
             }
         for (int v = 0; v < NV; v++) v_store(dS + v * VW, ds[v]);
     }

@@ -18,6 +18,8 @@ static inline vec v_load(const float *p) { return _mm256_loadu_ps(p); }
 static inline void v_in_register(vec *x) { __asm__("" : "+x"(*x)); }
 static inline void v_store(float *p, vec v) { _mm256_storeu_ps(p, v); }
 static inline vec v_fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+/* c - a b, rounded once */
+static inline vec v_nfma(vec a, vec b, vec c) { return _mm256_fnmadd_ps(a, b, c); }
 static inline vec v_mul(vec a, vec b) { return _mm256_mul_ps(a, b); }
 static inline vec v_sub(vec a, vec b) { return _mm256_sub_ps(a, b); }
 static inline vec v_add(vec a, vec b) { return _mm256_add_ps(a, b); }
@@ -66,7 +68,7 @@ static inline vec v_exp2(vec x) {
     return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), live);
 }
 
-/* tanh(x) as in vec_avx512.h, with a true division. */
+/* tanh(x) as in vec_avx512.h, with a true division: 1 - e (2 / (1 + e)). */
 static inline vec v_tanh(vec x) {
     vec a = v_abs(x), z = _mm256_mul_ps(a, a);
     vec p = _mm256_set1_ps(-5.70498872745e-3f);
@@ -81,7 +83,8 @@ static inline vec v_tanh(vec x) {
     if (_mm256_movemask_ps(near0) == 0xFF) return _mm256_or_ps(small, sign);
     vec e = v_exp2(_mm256_mul_ps(a, _mm256_set1_ps(-2.8853900817779268f)));
     vec one = _mm256_set1_ps(1.0f);
-    vec large = _mm256_div_ps(_mm256_sub_ps(one, e), _mm256_add_ps(one, e));
+    vec r = _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(one, e));
+    vec large = _mm256_fnmadd_ps(e, r, one);
     vec t = _mm256_blendv_ps(large, small, near0);
     return _mm256_or_ps(t, sign);
 }

@@ -18,6 +18,8 @@ static inline vec v_load(const float *p) { return _mm512_loadu_ps(p); }
 static inline void v_in_register(vec *x) { __asm__("" : "+v"(*x)); }
 static inline void v_store(float *p, vec v) { _mm512_storeu_ps(p, v); }
 static inline vec v_fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+/* c - a b, rounded once */
+static inline vec v_nfma(vec a, vec b, vec c) { return _mm512_fnmadd_ps(a, b, c); }
 static inline vec v_mul(vec a, vec b) { return _mm512_mul_ps(a, b); }
 static inline vec v_sub(vec a, vec b) { return _mm512_sub_ps(a, b); }
 static inline vec v_add(vec a, vec b) { return _mm512_add_ps(a, b); }
@@ -54,10 +56,14 @@ static inline vec v_exp2(vec x) {
 }
 
 /* tanh(x), as Cephes' tanhf: x + x^3 P(x^2) below |x| = 0.625, else
- * (1 - e) / (1 + e), e = 2^(-2 |x| log2 e), its sign put back (relative
- * error a few ulp; +-inf gives +-1, and NaN +-1 too: v_exp2 gives 0 for
- * it, so a caller that must keep NaN puts it back). The reciprocal is
- * rcp14 and a Newton step: a vdivps costs as much as the rest. */
+ * 1 - 2 e r with e = 2^(-2 |x| log2 e) and r = 1 / (1 + e), its sign put
+ * back (within 1.7 ulp: softcap's gradient 1 - t^2 magnifies t's error
+ * where the cap saturates). r is rcp14 and a Newton step in the fma form
+ * r + r (1 - (1 + e) r), and 1 - 2 e r rounds once: (1 - e) r with r
+ * rounded above 1, or (1 - e) / (1 + e) rounded thrice, is off by up to 3
+ * ulp. +-inf gives +-1, and NaN +-1 too: v_exp2 gives 0 for it, so a
+ * caller that must keep NaN puts it back. A vdivps costs as much as the
+ * rest. */
 static inline vec v_tanh(vec x) {
     vec a = _mm512_abs_ps(x), z = _mm512_mul_ps(a, a);
     vec p = _mm512_set1_ps(-5.70498872745e-3f);
@@ -72,10 +78,9 @@ static inline vec v_tanh(vec x) {
      * the exp2 and the reciprocal would be blended away */
     if (near0 == 0xFFFF) return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(small), sign));
     vec e = v_exp2(_mm512_mul_ps(a, _mm512_set1_ps(-2.8853900817779268f)));
-    vec one = _mm512_set1_ps(1.0f), den = _mm512_add_ps(one, e);
-    vec r = _mm512_rcp14_ps(den);
-    r = _mm512_mul_ps(r, _mm512_fnmadd_ps(den, r, _mm512_set1_ps(2.0f)));
-    vec large = _mm512_mul_ps(_mm512_sub_ps(one, e), r);
+    vec one = _mm512_set1_ps(1.0f), den = _mm512_add_ps(one, e), r = _mm512_rcp14_ps(den);
+    r = _mm512_fmadd_ps(r, _mm512_fnmadd_ps(den, r, one), r);
+    vec large = _mm512_fnmadd_ps(_mm512_add_ps(e, e), r, one);
     vec t = _mm512_mask_blend_ps(near0, large, small);
     /* |t| with x's sign bit */
     return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(t), sign));

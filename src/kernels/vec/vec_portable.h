@@ -26,6 +26,12 @@ static inline vec v_fma(vec a, vec b, vec c) {
     return c;
 }
 
+/* c - a b, rounded once */
+static inline vec v_nfma(vec a, vec b, vec c) {
+    for (int i = 0; i < VW; i++) c.x[i] = fmaf(-a.x[i], b.x[i], c.x[i]);
+    return c;
+}
+
 static inline vec v_mul(vec a, vec b) {
     for (int i = 0; i < VW; i++) a.x[i] *= b.x[i];
     return a;
