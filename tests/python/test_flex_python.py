@@ -795,6 +795,15 @@ def row_bias_case():
     check(e < 1e-5, f"a bias per head, broadcast over queries and keys: dbias relative L2 {e}")
 
 
+def check_median_ratio(what, ratios, bound):
+    """Prints the median (and range) of the ratios of attn's error to
+    PyTorch float32's, and checks the median below bound."""
+    ratios = sorted(ratios)
+    median = ratios[len(ratios) // 2]
+    print(f"{what}: median {median:.2f} (min {ratios[0]:.2f}, max {ratios[-1]:.2f})")
+    check(median < bound, f"{what}: median {median:.2f}, bound {bound}")
+
+
 def shared_relative_bias_case(cases=8, T=128, D=64, c=40.0):
     """A relative table's or T5's bias whose gradient is asked, on q and k
     sharing a large component (c along one direction: scores near
@@ -834,12 +843,8 @@ def shared_relative_bias_case(cases=8, T=128, D=64, c=40.0):
                 grads[which] = qq.grad
             ratios.append(rel_l2(grads["attn"], grads["float64"]) /
                           max(rel_l2(grads["torch"], grads["float64"]), 1e-30))
-        ratios.sort()
-        median = ratios[len(ratios) // 2]
-        print(f"shared component, {name} with its gradient: dq error / PyTorch float32's, "
-              f"median {median:.2f} (min {ratios[0]:.2f}, max {ratios[-1]:.2f})")
-        check(median < 2.0, f"shared component, {name}: dq's median error ratio {median:.2f} to "
-              "PyTorch float32's")
+        check_median_ratio(f"shared component, {name} with its gradient: dq error / PyTorch "
+                           "float32's", ratios, 2.0)
 
 
 def shared_key_weight_case(cases=8, T=128, D=16, d_in=64):
@@ -899,12 +904,8 @@ def shared_key_weight_case(cases=8, T=128, D=16, d_in=64):
                 grads[which] = wk.grad
             ratios.append(rel_l2(grads["attn"], grads["float64"]) /
                           max(rel_l2(grads["torch"], grads["float64"]), 1e-30))
-        ratios.sort()
-        median = ratios[len(ratios) // 2]
-        print(f"shared component, {name}: W_key error / PyTorch float32's, median {median:.2f} "
-              f"(min {ratios[0]:.2f}, max {ratios[-1]:.2f})")
-        check(median < 0.5, f"shared component, {name}: W_key's median error ratio "
-              f"{median:.2f} to PyTorch float32's")
+        check_median_ratio(f"shared component, {name}: W_key error / PyTorch float32's",
+                           ratios, 0.5)
 
 
 if runs:
