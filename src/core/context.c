@@ -112,32 +112,46 @@ static size_t utf8_printable(const unsigned char *s, size_t n) {
     return cp >= 0xa0 ? len : 0;
 }
 
-/* Copies n bytes of text into dst (cap bytes, NUL-terminated) with control
- * characters, NUL and bytes that are not UTF-8 written as \n, \t, \r or
- * \xNN: messages quote paths and names from callers and files, and must be
- * safe to print. An escape that does not fit is left out whole; with
- * mark_cut, text that does not fit ends in "...". Whether text was cut. */
+/* The character at s (n > 0 bytes left) as a message writes it: well-formed
+ * printable UTF-8 and printable ASCII as they are, \n, \t and \r as such,
+ * any other byte (a control character, NUL, a byte that is not UTF-8) as
+ * \xNN. Sets *piece (into s or esc) and *len; returns the bytes of s it
+ * stands for. */
+static size_t escaped_char(const unsigned char *s, size_t n, char esc[8], const char **piece,
+                           size_t *len) {
+    size_t utf8 = s[0] >= 0x80 ? utf8_printable(s, n) : 0;
+    *piece = esc;
+    if (utf8) {
+        *piece = (const char *)s;
+        *len = utf8;
+        return utf8;
+    }
+    if (s[0] == '\n' || s[0] == '\t' || s[0] == '\r') {
+        snprintf(esc, 8, "\\%c", s[0] == '\n' ? 'n' : s[0] == '\t' ? 't' : 'r');
+        *len = 2;
+    } else if (s[0] < 0x20 || s[0] >= 0x7f) {
+        snprintf(esc, 8, "\\x%02x", (unsigned)s[0]);
+        *len = 4;
+    } else {
+        *piece = (const char *)s;
+        *len = 1;
+    }
+    return 1;
+}
+
+/* Copies n bytes of text into dst (cap bytes, NUL-terminated) as
+ * escaped_char writes each: messages quote paths and names from callers and
+ * files, and must be safe to print. An escape that does not fit is left out
+ * whole; with mark_cut, text that does not fit ends in "...". Whether text
+ * was cut. */
 static bool copy_escaped(char *dst, size_t cap, const char *text, size_t n, bool mark_cut) {
     const unsigned char *s = (const unsigned char *)text;
     size_t out = 0, room = mark_cut && cap > 4 ? cap - 3 : cap;
     size_t i = 0;
-    for (; i < n;) {
+    while (i < n) {
         char esc[8];
-        const char *piece = esc;
-        size_t len = s[i] >= 0x80 ? utf8_printable(s + i, n - i) : 0, advance = 1;
-        if (len) {
-            piece = (const char *)s + i;
-            advance = len;
-        } else if (s[i] == '\n' || s[i] == '\t' || s[i] == '\r') {
-            snprintf(esc, sizeof esc, "\\%c", s[i] == '\n' ? 'n' : s[i] == '\t' ? 't' : 'r');
-            len = 2;
-        } else if (s[i] < 0x20 || s[i] >= 0x7f) {
-            snprintf(esc, sizeof esc, "\\x%02x", (unsigned)s[i]);
-            len = 4;
-        } else {
-            piece = (const char *)s + i;
-            len = 1;
-        }
+        const char *piece;
+        size_t len, advance = escaped_char(s + i, n - i, esc, &piece, &len);
         if (out + len >= room) break;
         memcpy(dst + out, piece, len);
         out += len;
@@ -151,19 +165,75 @@ static bool copy_escaped(char *dst, size_t cap, const char *text, size_t n, bool
     return i < n;
 }
 
+/* The bytes text[from, n) take escaped. */
+static size_t escaped_length(const unsigned char *s, size_t from, size_t n) {
+    size_t total = 0;
+    for (size_t i = from; i < n;) {
+        char esc[8];
+        const char *piece;
+        size_t len;
+        i += escaped_char(s + i, n - i, esc, &piece, &len);
+        total += len;
+    }
+    return total;
+}
+
+/* copy_escaped for a message (cap > 16) that leaves out its middle, not its
+ * end, where it does not fit: its start, " ... ", then its end, about half
+ * the room each. A message that starts with a long path then keeps the
+ * reason it ends with. */
+static void copy_message(char *dst, size_t cap, const char *text, size_t n) {
+    const unsigned char *s = (const unsigned char *)text;
+    if (escaped_length(s, 0, n) < cap) {
+        copy_escaped(dst, cap, text, n, false);
+        return;
+    }
+    static const char mark[] = " ... ";
+    size_t room = cap - sizeof mark, head = room / 2, out = 0, i = 0;
+    while (i < n) { /* the start: whole characters up to head bytes */
+        char esc[8];
+        const char *piece;
+        size_t len, advance = escaped_char(s + i, n - i, esc, &piece, &len);
+        if (out + len > head) break;
+        memcpy(dst + out, piece, len);
+        out += len;
+        i += advance;
+    }
+    memcpy(dst + out, mark, sizeof mark - 1);
+    out += sizeof mark - 1;
+    /* the end: the fewest whole characters from i on that fit the rest */
+    size_t tail = escaped_length(s, i, n), left = room - head;
+    while (tail > left) {
+        char esc[8];
+        const char *piece;
+        size_t len;
+        i += escaped_char(s + i, n - i, esc, &piece, &len);
+        tail -= len;
+    }
+    copy_escaped(dst + out, cap - out, text + i, n - i, false);
+}
+
 bool attn_escape_text(char *dst, size_t cap, const char *text, size_t n) {
     return cap ? copy_escaped(dst, cap, text, n, true) : n > 0;
 }
 
 attn_status attn_fail(attn_ctx *ctx, attn_status status, const char *fmt, ...) {
-    if (ctx) {
-        char text[ATTN_ERROR_CAPACITY];
-        va_list args;
-        va_start(args, fmt);
-        vsnprintf(text, sizeof text, fmt, args);
-        va_end(args);
-        copy_escaped(ctx->error, sizeof ctx->error, text, strlen(text), false);
-    }
+    if (!ctx) return status;
+    char text[ATTN_ERROR_CAPACITY];
+    va_list args, again;
+    va_start(args, fmt);
+    va_copy(again, args);
+    int n = vsnprintf(text, sizeof text, fmt, args);
+    va_end(args);
+    if (n < 0) text[0] = '\0';
+    /* a message past the capacity is formatted whole, so that its end is
+     * kept (copy_message); where that cannot be had, its start is */
+    char *whole = n >= (int)sizeof text ? attn_malloc((size_t)n + 1) : NULL;
+    if (whole) vsnprintf(whole, (size_t)n + 1, fmt, again);
+    va_end(again);
+    const char *msg = whole ? whole : text;
+    copy_message(ctx->error, sizeof ctx->error, msg, strlen(msg));
+    attn_free(whole);
     return status;
 }
 

@@ -843,6 +843,45 @@ static void test_messages_escaped(void) {
     attn_module_free(m);
 }
 
+/* A message past the ctx's capacity leaves out its middle: a path of 700
+ * bytes keeps its start and its end, and the reason after it. */
+static void test_long_message_keeps_its_end(void) {
+    char path[800] = "/no_such_dir_";
+    size_t at = strlen(path);
+    for (; at < 690; at++) path[at] = at % 50 == 0 ? '/' : (char)('a' + at % 26);
+    strcpy(path + at, "/the_end.npy");
+    attn_npy npy;
+    CHECK_STATUS(attn_npy_read(g_ctx, path, &npy), ATTN_ERR_IO);
+    const char *msg = attn_ctx_last_error(g_ctx);
+    CHECK(strlen(msg) < 512 && strlen(msg) > 400);
+    CHECK(strncmp(msg, path, 100) == 0 || strstr(msg, "/no_such_dir_") != NULL);
+    CHECK_MESSAGE(g_ctx, " ... ");
+    CHECK_MESSAGE(g_ctx, "/the_end.npy");
+    CHECK_MESSAGE(g_ctx, "No such file or directory");
+    /* escapes are whole on both sides of the cut */
+    for (size_t i = 20; i < at; i += 7) path[i] = '\x1b';
+    CHECK_STATUS(attn_npy_read(g_ctx, path, &npy), ATTN_ERR_IO);
+    msg = attn_ctx_last_error(g_ctx);
+    CHECK(strlen(msg) < 512 && strchr(msg, '\x1b') == NULL);
+    CHECK_MESSAGE(g_ctx, " ... ");
+    CHECK_MESSAGE(g_ctx, "No such file or directory");
+    /* the message is the escaped text's start and end, cut between escapes */
+    char escaped[4 * sizeof path], *e = escaped;
+    for (const char *c = path; *c; c++)
+        e += *c == '\x1b' ? sprintf(e, "\\x1b") : sprintf(e, "%c", *c);
+    const char *cut = strstr(msg, " ... ");
+    CHECK(cut != NULL);
+    if (!cut) return;
+    size_t head = (size_t)(cut - msg), tail = strlen(cut + 5);
+    CHECK(head > 200 && strncmp(msg, escaped, head) == 0);
+    const char *end = strstr(cut + 5, ": ");
+    size_t tail_path = end ? (size_t)(end - (cut + 5)) : 0;
+    CHECK(tail > 200 && tail_path > 0 && strncmp(cut + 5, e - tail_path, tail_path) == 0);
+    CHECK(head < 3 || memchr(msg + head - 3, '\\', 3) == NULL); /* no escape cut short */
+    const char *from = e - tail_path; /* where the end starts in the escaped text */
+    CHECK(from - escaped < 3 || memchr(from - 3, '\\', 3) == NULL);
+}
+
 typedef struct shape_trace {
     int calls, with_data;
 } shape_trace;
@@ -1874,6 +1913,7 @@ int main(void) {
     test_scale_range();
     test_sdpa_scale_range();
     test_messages_escaped();
+    test_long_message_keeps_its_end();
     test_trace_shapes_only();
     test_constructor_values();
     test_constructor_overflow();
