@@ -18,7 +18,7 @@ Tables (B=1, H=12, hd=64, T=S; threads from --threads, 1 and 2 by default):
   attention  fp32: attn_sdpa_forward (+ attn_sdpa_backward) against
              F.scaled_dot_product_attention under no_grad (+ .backward()),
              T in {1024, 4096, 16384} (--quick: 1024, 4096), causal and not;
-             '<' marks a speedup under issue 14's target, 1.2.
+             '<' marks a speedup under the target, 1.2.
   bf16       the same on torch.bfloat16 tensors: attn_sdpa_forward_16 /
              attn_sdpa_backward_16 against PyTorch's bf16 SDPA, and attn's
              bf16 speedup over its own fp32 (the attention table's times);
@@ -68,8 +68,8 @@ sys.path.insert(0, os.path.join(HERE, "..", "python"))
 
 B, H, D, C = 1, 12, 64, 768
 LONG_T = 16384               # from here on: --long-runs runs, no warm-up
-TARGET_SPEEDUP = 1.2         # issue 14: attention at least 1.2x PyTorch
-TARGET_BF16_OVER_FP32 = 1.6  # issue 14: bf16 at least 1.6x attn's fp32
+TARGET_SPEEDUP = 1.2         # the target: attention at least 1.2x PyTorch
+TARGET_BF16_OVER_FP32 = 1.6  # the target: bf16 at least 1.6x attn's fp32
 FLAGS_OF_INTEREST = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_fp16", "amx_bf16",
                      "amx_tile")
 

@@ -814,7 +814,7 @@ def test_trace(r):
 
 
 # ---------------------------------------------------------------------------
-# f. issue 8: the defects a hostile test found, one regression each
+# f. the defects a hostile test found, one regression each
 # ---------------------------------------------------------------------------
 
 def test_scale_edges(r, rng):

@@ -448,7 +448,7 @@ static void test_ctx(void) {
 
 /* ---- rng ----------------------------------------------------------------- */
 
-/* Issue 8, defect 3: bounds beyond float32, and widths beyond FLT_MAX, are
+/* Bounds beyond float32, and widths beyond FLT_MAX, are
  * refused as PyTorch's uniform_ refuses them ("from is out of bounds for
  * float", "to - from ... max"), and the output is not touched. */
 static void test_rng_uniform_bounds(void) {
@@ -691,7 +691,7 @@ static void test_ops_byte_overflow(void) {
 
 /* ---- constructors -------------------------------------------------------- */
 
-/* Issue 8, defect 8: one rule for *out. Every constructor sets it to NULL on
+/* One rule for *out. Every constructor sets it to NULL on
  * every failure when out is not NULL: NULL ctx, NULL cfg, NULL rng, bad
  * values alike (before the fix, a NULL argument left it unchanged). */
 static void test_out_null_on_every_failure(void) {
@@ -755,7 +755,7 @@ static void test_out_null_on_every_failure(void) {
     attn_rng_free(rng);
 }
 
-/* Issue 8, defect 1: the scale is a double, 0 is the default and every other
+/* The scale is a double, 0 is the default and every other
  * finite value is used or refused by name. 1e-50 (0 in float32) gives
  * uniform attention, as PyTorch's scores * 1e-50 does; 3.5e38 (beyond
  * float32) is refused naming it; subnormal doubles are scales too. */
@@ -824,7 +824,7 @@ static void test_sdpa_scale_range(void) {
                  "scale (3.5e+38)", "beyond float32's range");
 }
 
-/* Issue 8, defect 8: messages quote caller text with its control characters
+/* Messages quote caller text with its control characters
  * escaped (a path with a newline and an ANSI escape, a parameter name). */
 static void test_messages_escaped(void) {
     attn_npy npy;
@@ -894,7 +894,7 @@ static void count_trace(void *user, const char *module, const char *name, size_t
     t->with_data += data != NULL;
 }
 
-/* Issue 8, defect 5: trace_shapes_only reports every tensor with data NULL. */
+/* trace_shapes_only reports every tensor with data NULL. */
 static void test_trace_shapes_only(void) {
     for (int shapes_only = 0; shapes_only < 2; shapes_only++) {
         shape_trace t = {0};
