@@ -200,7 +200,8 @@ def _what(x):
     return {_Lin: "an index expression", _Tens: "a captured tensor's elements",
             _FloorDiv: "a floor division of indices", _Abs: "an absolute value of indices",
             _Bucket: "T5 buckets", _RelIndex: "a distance index", _Score: "the score",
-            _Tanh: "a tanh of the score", _Term: "a score term"}.get(
+            _Tanh: "a tanh of the score", _Term: "a score term",
+            _MaskedScore: "where(mask, score, -inf)'s result"}.get(
                 type(x), type(x).__name__)
 
 
@@ -983,6 +984,30 @@ class _Tanh:
         return self.score.then({"kind": SCORE_SOFTCAP, "value": 1.0})
 
 
+class _MaskedScore:
+    """torch.where(mask, score, -inf) (or where(mask, -inf, score), mask
+    then negated) as a score_mod's result: the score, and a mask of the
+    scores it keeps. Taken only as the score_mod's last operation: tanh,
+    a negative scale or a bias after it would not keep -inf where it is."""
+
+    def __init__(self, score, mask):
+        self.score, self.mask = score, mask
+
+
+def _head_factor(x):
+    """x as a per-head factor (a captured tensor indexed by h alone), or None."""
+    if isinstance(x, _Tens) and x.dims == ("h",) and x.full():
+        return x.t
+    return None
+
+
+def _scales_only(score):
+    """Whether score is q . k * scale times factors alone (scales, per-head
+    factors): a per-head factor then multiplies the query instead."""
+    return isinstance(score, _Score) and \
+        all(m["kind"] in (SCORE_SCALE, "head_factor") for m in score.mods)
+
+
 class _Term:
     """A score-independent addend: kind "bias" (tensor, dims), "alibi"
     (slope, lin, absolute), "rel" (table, bucket, heads_first), "const"."""
@@ -1071,6 +1096,11 @@ def _slope_of(v):
 class _ScoreInterpreter(_Interpreter):
     def other(self, node, fn, args, kwargs):
         name = _node_name(node)
+        if any(isinstance(a, _MaskedScore) for a in list(args) + list(kwargs.values())):
+            raise _NotRecognised(f"{name} of where(mask, score, -inf)'s result (attn takes "
+                                 "that where as the score_mod's last operation)")
+        if fn is torch.where and len(args) == 3 and not kwargs:
+            return self.where(node, *args)
         if fn is t5_relative_bucket:
             lin = args[0]
             if not isinstance(lin, _Lin):
@@ -1082,6 +1112,9 @@ class _ScoreInterpreter(_Interpreter):
             if fn in _DIV:
                 if kwargs.get("rounding_mode") is not None:
                     raise _NotRecognised(f"{name} with rounding_mode={kwargs['rounding_mode']!r}")
+                if _scales_only(a) and _head_factor(b) is not None:
+                    return _Score(a.mods + [{"kind": "head_factor", "t": _head_factor(b),
+                                             "divide": True}])
                 if not isinstance(b, (int, float)) or isinstance(b, bool) or b == 0:
                     raise _NotRecognised(f"{name} by other than a nonzero number")
                 return self.scale(a, 1.0 / b, node)
@@ -1089,6 +1122,10 @@ class _ScoreInterpreter(_Interpreter):
                 a, b = b, a
             if isinstance(b, (int, float)) and not isinstance(b, bool):
                 return self.scale(a, float(b), node)
+            for x, y in ((a, b), (b, a)):
+                if _scales_only(x) and _head_factor(y) is not None:
+                    return _Score(x.mods + [{"kind": "head_factor", "t": _head_factor(y),
+                                             "divide": False}])
             for x, y in ((a, b), (b, a)):
                 slope = _slope_of(x)
                 if slope is not None and isinstance(y, _Lin):
@@ -1126,7 +1163,24 @@ class _ScoreInterpreter(_Interpreter):
             return _term_of(a, node) + terms_b
         raise _NotRecognised(name)
 
+    def where(self, node, cond, x, y):
+        """where(mask, score, -inf) and where(mask, -inf, score)."""
+        def minus_inf(v):
+            return isinstance(v, float) and v == -math.inf
+        if isinstance(cond, _Mask):
+            for keep, other, mask in ((x, y, cond), (y, x, _Not(cond))):
+                if isinstance(keep, _Tanh):
+                    keep = keep.as_score()
+                if isinstance(keep, _Score) and minus_inf(other):
+                    return _MaskedScore(keep, mask)
+        raise _NotRecognised(f"{_node_name(node)} of {_what(cond)}, {_what(x)} and {_what(y)} "
+                             "(attn takes where(mask, score, -inf), a mask over b, h, q_idx, "
+                             "kv_idx)")
+
     def scale(self, a, c, node):
+        if isinstance(a, _MaskedScore):
+            raise _NotRecognised(f"{_node_name(node)} of where(mask, score, -inf)'s result "
+                                 "(attn takes that where as the score_mod's last operation)")
         if isinstance(a, _Score):
             return a.then({"kind": SCORE_SCALE, "value": c})
         if isinstance(a, _Tanh):
@@ -1171,6 +1225,8 @@ def _trace_score(score_mod):
                          "q_idx - kv_idx + c and t5_relative_bucket tables)") from None
     if isinstance(result, _Tanh):
         result = result.as_score()
+    if isinstance(result, _MaskedScore):
+        return result.score.mods + [{"kind": "mask", "mask": result.mask}]
     if not isinstance(result, _Score):
         raise ValueError(f"flex_attention: the score_mod {what!r} does not return the score "
                          "modified (its result does not depend on score)")
@@ -1644,9 +1700,14 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=12
     block_size = _block_sizes(BLOCK_SIZE)
     if b_none or h_none:
         _check_broadcast(mask_mod, b_none, h_none, T, S)
+    return _block_mask_of(_trace_mask(mask_mod), mask_mod, B, H, T, S, block_size)
+
+
+def _block_mask_of(description, mask_mod, B, H, T, S, block_size):
+    """The BlockMask of a traced description (None: mask_mod evaluated on
+    the index grid)."""
     g = _Grid(B, H, T, S)
     ctx = _attn_torch()._context()
-    description = _trace_mask(mask_mod)
     if _lowers(description):
         cfg = BlockMaskConfig(batch=B, heads=H, q_len=T, kv_len=S, block_q=block_size[0],
                               block_kv=block_size[1])
@@ -1664,6 +1725,61 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=12
     else:
         keep = _dense_mask(mask_mod, g)
     return _from_bool(ctx, keep, block_size, mask_mod, description)
+
+
+def _with_where(block_mask, where, score_mod, B, H, T, S):
+    """The block map of a call whose score_mod ends in where(mask, score,
+    -inf): block_mask (None: every key) and that mask, for the call's (B,
+    H, T, S). A block_mask that broadcasts over the batch or the heads is
+    read at b = 0 (h = 0) for all of them, as flex_attention reads it."""
+    if block_mask is None:
+        return _block_mask_of(where, None, B, H, T, S, _block_sizes(128))
+    mB, mH = block_mask.shape[:2]
+    if block_mask.description is None and block_mask.mask_mod is None:
+        name = getattr(score_mod, "__name__", repr(score_mod))
+        raise ValueError(f"flex_attention: the score_mod {name!r} masks scores with "
+                         "torch.where and block_mask (from_kv_blocks without a mask_mod) has "
+                         "no mask to join it with: write the condition in a mask_mod, or pass "
+                         "the BlockMask's mask_mod")
+    if (mB, mH) == (B, H) and block_mask.description is not None:
+        return _block_mask_of(_And(block_mask.description, where), None, B, H, T, S,
+                              block_mask.BLOCK_SIZE)
+    mine = _Grid(mB, mH, T, S)
+    if block_mask.description is not None:
+        keep = block_mask.description.evaluate(mine)
+    else:
+        keep = _dense_mask(block_mask.mask_mod, mine)
+    keep = keep.expand(mB, mH, T, S).expand(B, H, T, S) & \
+        where.evaluate(_Grid(B, H, T, S)).expand(B, H, T, S)
+    return _from_bool(_attn_torch()._context(), keep, block_mask.BLOCK_SIZE, None, None)
+
+
+def _head_factors(query, mods, head_axis, H, who):
+    """The chain's per-head factors (head_factor mods, which come before any
+    other modifier but scales) taken into the query: (q . k * scale) * f[h]
+    is (q * f[h]) . k * scale, and PyTorch's autograd then gives the query
+    and a captured f their gradients. Returns the query and the other mods."""
+    rest = []
+    for m in mods:
+        if m["kind"] != "head_factor":
+            rest.append(m)
+            continue
+        t = m["t"]
+        if t.device.type != "cpu":
+            raise ValueError(f"{who}: attn runs on the CPU; a score_mod's captured tensor of "
+                             f"shape {tuple(t.shape)} is on {t.device}")
+        if t.is_complex() or t.dtype == torch.bool:
+            raise TypeError(f"{who}: a score_mod multiplies the score by a captured tensor of "
+                            f"shape {tuple(t.shape)} and dtype {t.dtype}")
+        if t.numel() < H:  # f[h] for h < H, as PyTorch's indexing reads it
+            raise IndexError(f"{who}: the score_mod reads head {H - 1} of a captured tensor "
+                             f"of shape {tuple(t.shape)}: out of range, as PyTorch's indexing "
+                             "would be")
+        shape = [1] * query.dim()
+        shape[head_axis] = H
+        f = t.reshape(-1)[:H].to(query.dtype).view(shape)
+        query = query / f if m["divide"] else query * f
+    return query, rest
 
 
 # ---- flex_attention ---------------------------------------------------------------------
@@ -1725,7 +1841,12 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     chain = None
     if score_mod is not None:
         mods = _trace_score(score_mod)
+        query, mods = _head_factors(query, mods, 1, H, "flex_attention")
+        where = [m["mask"] for m in mods if m["kind"] == "mask"]
+        mods = [m for m in mods if m["kind"] != "mask"]
         chain = _Chain(mods, B, H, T, S) if mods else None  # "return score": no chain
+        if where:
+            block_mask = _with_where(block_mask, where[0], score_mod, B, H, T, S)
     at = _attn_torch()
     if (block_mask is not None or chain is not None) and not at._runs_block_maps():
         raise AttnError("ATTN_ERR_UNSUPPORTED",

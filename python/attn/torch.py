@@ -1004,6 +1004,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                                  "alibi_slopes: write them in score_mod, where their order is "
                                  "said")
             mods = flex._trace_score(score_mod)
+            if any(m["kind"] == "mask" for m in mods):
+                raise ValueError("flash_attn_varlen_func: a score_mod that masks with "
+                                 "torch.where: write the condition in a block_mask's mask_mod")
+            q, mods = flex._head_factors(q, mods, 1, q.size(1), "flash_attn_varlen_func")
             chain = flex._Chain(mods, cu_q.numel() - 1, q.size(1), max_q, max_kv) \
                 if mods else None
         if not _runs_block_maps():

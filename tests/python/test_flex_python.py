@@ -615,7 +615,10 @@ for name, fn, kinds, *oracle_fn in score_cases:
 for name, fn, op in [
         ("sin", lambda s, b, h, q, kv: torch.sin(s), "sin"),
         ("score * score", lambda s, b, h, q, kv: s * s, "mul"),
-        ("per-head scale", lambda s, b, h, q, kv: s * slopes[h], "mul"),
+        # a factor per head runs on the query: not after another modifier
+        ("per-head scale after a bias", lambda s, b, h, q, kv: (s + 1.0) * slopes[h], "mul"),
+        ("where after which the score changes", lambda s, b, h, q, kv: torch.tanh(
+            torch.where(q >= kv, s, -float("inf"))), "tanh of where"),
         ("where", lambda s, b, h, q, kv: torch.where(q >= kv, s, s - 1.0), "where"),
         ("exp", lambda s, b, h, q, kv: s + torch.exp(bias_qk[q, kv]), "exp")]:
     try:
@@ -912,6 +915,7 @@ if runs:
     W = rng.randint(1, 20)
     alibi_slopes = torch.rand(3)
     doc = torch.sort(torch.randint(0, 5, (96,)))[0]
+    temperature = torch.rand(4) + 0.5
 
     def causal(b, h, q_idx, kv_idx):
         return q_idx >= kv_idx
@@ -952,6 +956,29 @@ if runs:
         ("relative table from the end, causal", lambda bias: (
             lambda s, b, h, q, kv: s + bias[kv - q]), lambda b, h, q_idx, kv_idx:
          kv_idx <= q_idx + 20, {"bias_shape": (91,)}),
+        # a mask written in the score_mod, as PyTorch's FlexAttention
+        # examples often write causal: where(mask, score, -inf), alone, after
+        # a softcap, with -inf first, and joined with a block_mask (one per
+        # head, one that broadcasts, one evaluated densely)
+        ("where causal", lambda bias: (lambda s, b, h, q, kv: torch.where(
+            q >= kv, s, -float("inf"))), None, {}),
+        ("where document after softcap", lambda bias: (lambda s, b, h, q, kv: torch.where(
+            doc[q] == doc[kv], 30.0 * torch.tanh(s / 30.0), -float("inf"))), None, {}),
+        ("where -inf first, with a bias", lambda bias: (lambda s, b, h, q, kv: torch.where(
+            q - kv > W, -float("inf"), s + bias[h, kv])), None, {"bias_shape": (3, 90)}),
+        ("where and a block mask", lambda bias: (lambda s, b, h, q, kv: torch.where(
+            (kv < 8) | (q >= kv), s, -float("inf"))), lambda b, h, q_idx, kv_idx:
+         q_idx - kv_idx < 40, {"Bm": 2, "Hm": 3}),
+        ("where and a broadcast block mask", lambda bias: (lambda s, b, h, q, kv: torch.where(
+            (kv < 8) | (q - kv < 30), s, -float("inf"))), causal, {}),
+        ("where and a dense block mask", lambda bias: (lambda s, b, h, q, kv: torch.where(
+            q >= kv, s, -float("inf"))), striped, {"Bm": 2, "Hm": 3}),
+        # a factor per head (a temperature), multiplied or divided, with its
+        # gradient, before other modifiers
+        ("a factor per head", lambda bias: (lambda s, b, h, q, kv: s * bias[h]), causal,
+         {"bias_shape": (3,)}),
+        ("a divisor per head, then ALiBi", lambda bias: (
+            lambda s, b, h, q, kv: 0.5 * s / temperature[h] + 0.1 * (kv - q)), None, {}),
     ]
     try:
         shared_relative_bias_case()
