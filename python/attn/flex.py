@@ -1466,6 +1466,9 @@ class BlockMask(HandleOwner):
         self.BLOCK_SIZE = tuple(block_size)
         self.mask_mod = mask_mod
         self.description = description  # the traced _Mask, or None (dense)
+        # whether the map was made with B (H) None: its mask_mod then seen
+        # not to read b (h), so that its description holds for every b (h)
+        self._same_for = (False, False)
         self.seq_lengths = self.shape[2:]
 
     @property
@@ -1700,7 +1703,9 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=12
     block_size = _block_sizes(BLOCK_SIZE)
     if b_none or h_none:
         _check_broadcast(mask_mod, b_none, h_none, T, S)
-    return _block_mask_of(_trace_mask(mask_mod), mask_mod, B, H, T, S, block_size)
+    bm = _block_mask_of(_trace_mask(mask_mod), mask_mod, B, H, T, S, block_size)
+    bm._same_for = (b_none, h_none)
+    return bm
 
 
 def _block_mask_of(description, mask_mod, B, H, T, S, block_size):
@@ -1731,7 +1736,9 @@ def _with_where(block_mask, where, score_mod, B, H, T, S):
     """The block map of a call whose score_mod ends in where(mask, score,
     -inf): block_mask (None: every key) and that mask, for the call's (B,
     H, T, S). A block_mask that broadcasts over the batch or the heads is
-    read at b = 0 (h = 0) for all of them, as flex_attention reads it."""
+    read at b = 0 (h = 0) for all of them, as flex_attention reads it: its
+    description serves every b (h) where create_block_mask was given B (H)
+    None, and is drawn at b = 0 (h = 0) otherwise."""
     if block_mask is None:
         return _block_mask_of(where, None, B, H, T, S, _block_sizes(128))
     mB, mH = block_mask.shape[:2]
@@ -1741,7 +1748,8 @@ def _with_where(block_mask, where, score_mod, B, H, T, S):
                          "torch.where and block_mask (from_kv_blocks without a mask_mod) has "
                          "no mask to join it with: write the condition in a mask_mod, or pass "
                          "the BlockMask's mask_mod")
-    if (mB, mH) == (B, H) and block_mask.description is not None:
+    same_b, same_h = block_mask._same_for
+    if block_mask.description is not None and (mB == B or same_b) and (mH == H or same_h):
         return _block_mask_of(_And(block_mask.description, where), None, B, H, T, S,
                               block_mask.BLOCK_SIZE)
     mine = _Grid(mB, mH, T, S)

@@ -971,6 +971,9 @@ if runs:
          q_idx - kv_idx < 40, {"Bm": 2, "Hm": 3}),
         ("where and a broadcast block mask", lambda bias: (lambda s, b, h, q, kv: torch.where(
             (kv < 8) | (q - kv < 30), s, -float("inf"))), causal, {}),
+        ("where and a block mask of B = H = 1", lambda bias: (
+            lambda s, b, h, q, kv: torch.where(kv < q + 3, s, -float("inf"))), causal,
+         {"Bm": 1, "Hm": 1}),
         ("where and a dense block mask", lambda bias: (lambda s, b, h, q, kv: torch.where(
             q >= kv, s, -float("inf"))), striped, {"Bm": 2, "Hm": 3}),
         # a factor per head (a temperature), multiplied or divided, with its
