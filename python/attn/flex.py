@@ -1093,14 +1093,38 @@ def _slope_of(v):
     return None
 
 
+class _Opaque:
+    """A value of indices and captured tensors alone that the tracer does not
+    recognise: an error where it meets the score, a mask drawn over the
+    index grid where it is where(mask, score, -inf)'s mask."""
+
+    def __init__(self, why):
+        self.why = why
+
+
 class _ScoreInterpreter(_Interpreter):
+    def apply(self, node, fn, args, kwargs):
+        values = list(args) + list(kwargs.values())
+        if fn is torch.where and len(args) == 3 and not kwargs:
+            return self.where(node, *args)
+        opaque = [a for a in values if isinstance(a, _Opaque)]
+        scored = any(isinstance(a, (_Score, _Tanh, _MaskedScore)) for a in values)
+        if opaque and scored:
+            raise _NotRecognised(opaque[0].why)
+        if opaque:
+            return opaque[0]
+        try:
+            return super().apply(node, fn, args, kwargs)
+        except _NotRecognised as err:
+            if scored:
+                raise
+            return _Opaque(str(err))
+
     def other(self, node, fn, args, kwargs):
         name = _node_name(node)
         if any(isinstance(a, _MaskedScore) for a in list(args) + list(kwargs.values())):
             raise _NotRecognised(f"{name} of where(mask, score, -inf)'s result (attn takes "
                                  "that where as the score_mod's last operation)")
-        if fn is torch.where and len(args) == 3 and not kwargs:
-            return self.where(node, *args)
         if fn is t5_relative_bucket:
             lin = args[0]
             if not isinstance(lin, _Lin):
@@ -1167,12 +1191,14 @@ class _ScoreInterpreter(_Interpreter):
         """where(mask, score, -inf) and where(mask, -inf, score)."""
         def minus_inf(v):
             return isinstance(v, float) and v == -math.inf
-        if isinstance(cond, _Mask):
-            for keep, other, mask in ((x, y, cond), (y, x, _Not(cond))):
+        if isinstance(cond, (_Mask, _Opaque)):
+            negated = cond if isinstance(cond, _Opaque) else _Not(cond)
+            for keep, other, mask in ((x, y, cond), (y, x, negated)):
                 if isinstance(keep, _Tanh):
                     keep = keep.as_score()
                 if isinstance(keep, _Score) and minus_inf(other):
-                    return _MaskedScore(keep, mask)
+                    # a mask not recognised is drawn from the score_mod itself
+                    return _MaskedScore(keep, None if isinstance(cond, _Opaque) else mask)
         raise _NotRecognised(f"{_node_name(node)} of {_what(cond)}, {_what(x)} and {_what(y)} "
                              "(attn takes where(mask, score, -inf), a mask over b, h, q_idx, "
                              "kv_idx)")
@@ -1223,6 +1249,9 @@ def _trace_score(score_mod):
                          "no score modifier for (it runs scales, softcaps, captured biases "
                          "indexed by b, h, q_idx, kv_idx, ALiBi, relative tables indexed by "
                          "q_idx - kv_idx + c and t5_relative_bucket tables)") from None
+    if isinstance(result, _Opaque):
+        raise ValueError(f"flex_attention: the score_mod {what!r} uses {result.why}, which "
+                         "attn has no score modifier for")
     if isinstance(result, _Tanh):
         result = result.as_score()
     if isinstance(result, _MaskedScore):
@@ -1739,6 +1768,24 @@ def _with_where(block_mask, where, score_mod, B, H, T, S):
     read at b = 0 (h = 0) for all of them, as flex_attention reads it: its
     description serves every b (h) where create_block_mask was given B (H)
     None, and is drawn at b = 0 (h = 0) otherwise."""
+    if where is None:  # the score_mod's own -inf over the index grid
+        g = _Grid(B, H, T, S)
+        try:
+            r = torch.as_tensor(score_mod(torch.zeros((), dtype=torch.float64), g.b, g.h, g.q,
+                                          g.kv))
+        except Exception as err:
+            name = getattr(score_mod, "__name__", repr(score_mod))
+            message = (f"flex_attention: the score_mod {name!r} raised on the (B, H, Q_LEN, "
+                       f"KV_LEN) = ({B}, {H}, {T}, {S}) index grid: {type(err).__name__}: {err}")
+            try:
+                wrapped = type(err)(message)
+            except Exception:
+                wrapped = RuntimeError(message)
+            raise wrapped from err
+        drawn = (r != -math.inf).expand(B, H, T, S)
+        if block_mask is None:
+            return _from_bool(_attn_torch()._context(), drawn, _block_sizes(128), None, None)
+        where = _Drawn(drawn)
     if block_mask is None:
         return _block_mask_of(where, None, B, H, T, S, _block_sizes(128))
     mB, mH = block_mask.shape[:2]
@@ -1749,7 +1796,8 @@ def _with_where(block_mask, where, score_mod, B, H, T, S):
                          "no mask to join it with: write the condition in a mask_mod, or pass "
                          "the BlockMask's mask_mod")
     same_b, same_h = block_mask._same_for
-    if block_mask.description is not None and (mB == B or same_b) and (mH == H or same_h):
+    if block_mask.description is not None and not isinstance(where, _Drawn) and \
+            (mB == B or same_b) and (mH == H or same_h):
         return _block_mask_of(_And(block_mask.description, where), None, B, H, T, S,
                               block_mask.BLOCK_SIZE)
     mine = _Grid(mB, mH, T, S)
@@ -1760,6 +1808,19 @@ def _with_where(block_mask, where, score_mod, B, H, T, S):
     keep = keep.expand(mB, mH, T, S).expand(B, H, T, S) & \
         where.evaluate(_Grid(B, H, T, S)).expand(B, H, T, S)
     return _from_bool(_attn_torch()._context(), keep, block_mask.BLOCK_SIZE, None, None)
+
+
+class _Drawn(_Mask):
+    """A mask given as its (B, H, T, S) bool tensor."""
+
+    def __init__(self, keep):
+        self.keep = keep
+
+    def __repr__(self):
+        return "drawn"
+
+    def evaluate(self, g):
+        return self.keep
 
 
 def _head_factors(query, mods, head_axis, H, who):

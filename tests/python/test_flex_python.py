@@ -976,6 +976,13 @@ if runs:
          {"Bm": 1, "Hm": 1}),
         ("where and a dense block mask", lambda bias: (lambda s, b, h, q, kv: torch.where(
             q >= kv, s, -float("inf"))), striped, {"Bm": 2, "Hm": 3}),
+        # a where-mask the tracer does not take apart (a condition in h, a
+        # remainder): drawn from the score_mod over the index grid
+        ("where of a condition in h", lambda bias: (lambda s, b, h, q, kv: torch.where(
+            q + 8 * h >= kv, s * 0.5, -float("inf"))), None, {}),
+        ("where of a remainder, a block mask", lambda bias: (
+            lambda s, b, h, q, kv: torch.where((q - kv) % 3 == 0, s, -float("inf"))), causal,
+         {}),
         # a factor per head (a temperature), multiplied or divided, with its
         # gradient, before other modifiers
         ("a factor per head", lambda bias: (lambda s, b, h, q, kv: s * bias[h]), causal,
