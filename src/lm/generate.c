@@ -53,7 +53,8 @@ static attn_status check_args(attn_ctx *ctx, const attn_lm_config *cfg,
                          "attn_lm_generate: stop_tokens[%zu] = %d is not a token id of the "
                          "vocabulary (0 .. %zu), so it could never stop the run",
                          at, (int)a->stop_tokens[at], cfg->vocab_size - 1);
-    return attn_sampling_check(ctx, &a->sampling, cfg->vocab_size, a->rng);
+    return attn_sampling_check(ctx, "attn_lm_generate", &a->sampling, cfg->vocab_size,
+                               a->rng);
 }
 
 /* The cache to use, reset: the caller's (checked against the model and the

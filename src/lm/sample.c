@@ -37,30 +37,28 @@ size_t attn_sample_scratch_bytes(size_t vocab_size) {
 
 /* ---- checks ------------------------------------------------------------- */
 
-attn_status attn_sampling_check(attn_ctx *ctx, const attn_sampling *s, size_t vocab_size,
-                                const attn_rng *rng) {
-    if (!s) return attn_fail(ctx, ATTN_ERR_NULL, "attn_sample: s (the sampling) is NULL");
-    if (vocab_size == 0) return attn_fail(ctx, ATTN_ERR_INVALID, "attn_sample: vocab_size is 0");
+attn_status attn_sampling_check(attn_ctx *ctx, const char *who, const attn_sampling *s,
+                                size_t vocab_size, const attn_rng *rng) {
+    if (!s) return attn_fail(ctx, ATTN_ERR_NULL, "%s: s (the sampling) is NULL", who);
+    if (vocab_size == 0) return attn_fail(ctx, ATTN_ERR_INVALID, "%s: vocab_size is 0", who);
     if (vocab_size > (size_t)INT32_MAX)
-        return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "attn_sample: vocab_size %zu does not fit an int32 token id",
-                         vocab_size);
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: vocab_size %zu does not fit an int32 token id",
+                         who, vocab_size);
     if (!(s->temperature >= 0.0) || isinf(s->temperature))
         return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "attn_sample: temperature %g must be finite and >= 0 (0: greedy)",
+                         "%s: temperature %g must be finite and >= 0 (0: greedy)", who,
                          s->temperature);
     char number[ATTN_NUMBER_CHARS];
     if (!(s->top_p >= 0.0 && s->top_p <= 1.0))
-        return attn_fail(ctx, ATTN_ERR_INVALID, "attn_sample: top_p %s must be in [0, 1] (0 or 1: "
-                         "all)", attn_number_text(s->top_p, number));
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: top_p %s must be in [0, 1] (0 or 1: all)",
+                         who, attn_number_text(s->top_p, number));
     if (s->top_k > vocab_size)
         return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "attn_sample: top_k %zu is more than vocab_size %zu (0: all)", s->top_k,
+                         "%s: top_k %zu is more than vocab_size %zu (0: all)", who, s->top_k,
                          vocab_size);
     if (s->temperature > 0.0 && !rng)
-        return attn_fail(ctx, ATTN_ERR_NULL,
-                         "attn_sample: temperature %g samples, so rng must not be NULL",
-                         s->temperature);
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: temperature %g samples, so rng must not be NULL",
+                         who, s->temperature);
     return ATTN_OK;
 }
 
@@ -70,11 +68,11 @@ static attn_status check_args(attn_ctx *ctx, const char *who, const float *logit
     if (!logits || !s || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
                          !logits ? "logits" : !out ? "out" : "s");
-    attn_status st = attn_sampling_check(ctx, s, vocab_size, rng);
+    attn_status st = attn_sampling_check(ctx, who, s, vocab_size, rng);
     if (st != ATTN_OK) return st;
     for (size_t i = 0; i < vocab_size; i++)
         if (isnan(logits[i]))
-            return attn_fail(ctx, ATTN_ERR_INVALID, "attn_sample: logits[%zu] is NaN", i);
+            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: logits[%zu] is NaN", who, i);
     return ATTN_OK;
 }
 

@@ -12,9 +12,10 @@
 size_t attn_sample_scratch_bytes(size_t vocab_size);
 
 /* The checks attn_sample makes of s, vocab_size and rng (not the logits):
- * for a caller that wants them before work that precedes the sampling. */
-attn_status attn_sampling_check(attn_ctx *ctx, const attn_sampling *s, size_t vocab_size,
-                                const attn_rng *rng);
+ * for a caller that wants them before work that precedes the sampling.
+ * Messages begin with who, the public function the caller called. */
+attn_status attn_sampling_check(attn_ctx *ctx, const char *who, const attn_sampling *s,
+                                size_t vocab_size, const attn_rng *rng);
 
 /* attn_sample, with scratch holding attn_sample_scratch_bytes(vocab_size)
  * bytes (suitably aligned for double), or NULL to allocate it for the call. */

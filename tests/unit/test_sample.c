@@ -337,6 +337,22 @@ static void test_errors(attn_rng *draws) {
     CHECK_STATUS(attn_sample(ctx, inf, 3, &s, NULL, &token), ATTN_OK);
     CHECK(token == 1);
     CHECK(attn_ctx_last_error(ctx)[0] == '\0');
+    /* attn_sample_book's refusals name attn_sample_book, the call made */
+    x[3] = 0.5f;
+    token = 77;
+    EXPECT(attn_sample_book(ctx, x, 0, 1.0, 0, draws, &token), ATTN_ERR_INVALID,
+           "attn_sample_book: vocab_size is 0");
+    EXPECT(attn_sample_book(ctx, x, 5, NAN, 0, draws, &token), ATTN_ERR_INVALID,
+           "attn_sample_book: temperature nan");
+    EXPECT(attn_sample_book(ctx, x, 5, 1.0, 6, draws, &token), ATTN_ERR_INVALID,
+           "attn_sample_book: top_k 6 is more than vocab_size 5");
+    EXPECT(attn_sample_book(ctx, x, 5, 1.0, 0, NULL, &token), ATTN_ERR_NULL,
+           "attn_sample_book: temperature 1 samples, so rng must not be NULL");
+    x[3] = NAN;
+    EXPECT(attn_sample_book(ctx, x, 5, 0.0, 0, draws, &token), ATTN_ERR_INVALID,
+           "attn_sample_book: logits[3] is NaN");
+    EXPECT(attn_sample(ctx, x, 5, &s, draws, &token), ATTN_ERR_INVALID,
+           "attn_sample: logits[3] is NaN");
 #undef EXPECT
 }
 
@@ -647,6 +663,7 @@ static void test_generate_errors(attn_lm *lm) {
     CHECK_STATUS(attn_lm_generate(lm, &a), ATTN_ERR_INVALID);
     a.sampling = (attn_sampling){.top_k = cfg.vocab_size + 1};
     CHECK_STATUS(attn_lm_generate(lm, &a), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "attn_lm_generate: top_k");
     CHECK(count == 0);
 }
 
