@@ -914,8 +914,7 @@ typedef struct attn_sa_v1 attn_sa_v1;
 attn_status attn_sa_v1_new(attn_ctx *ctx, const attn_sa_v1_config *cfg, attn_rng *init_rng,
                            attn_sa_v1 **out);
 /* y (B, T, d_out) = module(x (B, T, d_in)), B = batch, T = tokens.
- * ATTN_ERR_NULL, ATTN_ERR_SHAPE (zero batch or tokens, tokens past context_length),
- * ATTN_ERR_OVERFLOW. */
+ * ATTN_ERR_NULL, ATTN_ERR_SHAPE (zero batch or tokens), ATTN_ERR_OVERFLOW. */
 attn_status attn_sa_v1_forward(attn_sa_v1 *m, const float *x, size_t batch, size_t tokens,
                                float *y);
 /* attn_module_backward on this module: dy (B, T, d_out) in, dx (B, T, d_in)
@@ -941,8 +940,7 @@ typedef struct attn_sa_v2 attn_sa_v2;
 attn_status attn_sa_v2_new(attn_ctx *ctx, const attn_sa_v2_config *cfg, attn_rng *init_rng,
                            attn_sa_v2 **out);
 /* y (B, T, d_out) = module(x (B, T, d_in)), B = batch, T = tokens.
- * ATTN_ERR_NULL, ATTN_ERR_SHAPE (zero batch or tokens, tokens past context_length),
- * ATTN_ERR_OVERFLOW. */
+ * ATTN_ERR_NULL, ATTN_ERR_SHAPE (zero batch or tokens), ATTN_ERR_OVERFLOW. */
 attn_status attn_sa_v2_forward(attn_sa_v2 *m, const float *x, size_t batch, size_t tokens,
                                float *y);
 /* attn_module_backward on this module: dy (B, T, d_out) in, dx (B, T, d_in)
@@ -1223,7 +1221,10 @@ attn_status attn_gpt2_preset_at(size_t index, attn_gpt2_preset *out);
 /* By name; "small" and "gpt2-small" both work. */
 attn_status attn_gpt2_preset_find(attn_ctx *ctx, const char *name, attn_gpt2_preset *out);
 /* Scalars in a whole GPT-2 model of this preset (tied token embedding and
- * output head, as in the released checkpoints): 124,439,808 for small. */
+ * output head, as in the released checkpoints; c_attn's bias counted where
+ * qkv_bias says): 124,439,808 for small. ATTN_ERR_INVALID for a zero
+ * vocab_size, context_length, n_embd or n_head, or n_embd not a multiple of
+ * n_head; ATTN_ERR_OVERFLOW past size_t. */
 attn_status attn_gpt2_preset_model_params(attn_ctx *ctx, const attn_gpt2_preset *preset,
                                           size_t *out);
 

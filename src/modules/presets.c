@@ -49,20 +49,33 @@ attn_status attn_gpt2_preset_model_params(attn_ctx *ctx, const attn_gpt2_preset 
     if (!p || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_gpt2_preset_model_params: %s is NULL",
                          !p ? "preset" : "out");
+    const char *name = p->name ? p->name : "(unnamed)";
+    const char *zero = !p->vocab_size       ? "vocab_size"
+                       : !p->context_length ? "context_length"
+                       : !p->n_embd         ? "n_embd"
+                       : !p->n_head         ? "n_head"
+                                            : NULL;
+    if (zero) return attn_fail(ctx, ATTN_ERR_INVALID, "preset %s: %s is 0", name, zero);
+    if (p->n_embd % p->n_head)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "preset %s: n_embd (%zu) must be divisible by n_head (%zu)", name,
+                         p->n_embd, p->n_head);
     /* wte + wpe + n_layer blocks + ln_f; the output head shares wte.
-     * A block: ln_1 (2C) + c_attn (3C^2 + 3C) + c_proj (C^2 + C) + ln_2 (2C)
-     *          + mlp.c_fc (4C^2 + 4C) + mlp.c_proj (4C^2 + C) = 12C^2 + 13C. */
+     * A block: ln_1 (2C) + c_attn (3C^2, + 3C with qkv_bias) + c_proj (C^2 + C)
+     *          + ln_2 (2C) + mlp.c_fc (4C^2 + 4C) + mlp.c_proj (4C^2 + C)
+     *          = 12C^2 + 13C, or 12C^2 + 10C without the qkv bias. */
     size_t C = p->n_embd, embeddings, positions, per_layer, layers, total;
+    size_t linear = p->qkv_bias ? 13 : 10;
     bool ok = attn_mul_size(p->vocab_size, C, &embeddings) &&
               attn_mul_size(p->context_length, C, &positions) &&
-              attn_mul3_size(12, C, C, &per_layer) && C <= (size_t)-1 / 13 &&
-              attn_add_size(per_layer, 13 * C, &per_layer) &&
+              attn_mul3_size(12, C, C, &per_layer) && C <= (size_t)-1 / linear &&
+              attn_add_size(per_layer, linear * C, &per_layer) &&
               attn_mul_size(p->n_layer, per_layer, &layers) &&
               attn_add_size(embeddings, positions, &total) && attn_add_size(total, layers, &total) &&
               C <= (size_t)-1 / 2 && attn_add_size(total, 2 * C, &total);
     if (!ok)
-        return attn_fail(ctx, ATTN_ERR_OVERFLOW, "preset %s: parameter count overflows size_t (sum of terms)",
-                         p->name ? p->name : "(unnamed)");
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                         "preset %s: parameter count overflows size_t (sum of terms)", name);
     *out = total;
     return ATTN_OK;
 }

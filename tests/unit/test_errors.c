@@ -1604,7 +1604,8 @@ static void test_presets(void) {
     huge = (attn_gpt2_preset){.name = "wide", .vocab_size = 1, .context_length = 1,
                               .n_embd = POW2(31), .n_head = 1, .n_layer = 1};
     EXPECT_FAIL(attn_gpt2_preset_model_params(g_ctx, &huge, &total), ATTN_ERR_OVERFLOW, "wide");
-    huge = (attn_gpt2_preset){.vocab_size = SZ_MAX, .n_embd = 2, .n_layer = 1};
+    huge = (attn_gpt2_preset){.vocab_size = SZ_MAX, .context_length = 1, .n_embd = 2,
+                              .n_head = 1, .n_layer = 1};
     EXPECT_FAIL(attn_gpt2_preset_model_params(g_ctx, &huge, &total), ATTN_ERR_OVERFLOW,
                 "(unnamed)");
     /* Every term fits size_t but their sum does not: the sum must be checked
@@ -1621,6 +1622,20 @@ static void test_presets(void) {
     huge = (attn_gpt2_preset){.name = "layers", .vocab_size = 1, .context_length = 1,
                               .n_embd = 1024, .n_head = 16, .n_layer = SZ_MAX / 12582912 + 1};
     EXPECT_FAIL(attn_gpt2_preset_model_params(g_ctx, &huge, &total), ATTN_ERR_OVERFLOW, "layers");
+
+    /* c_attn's bias counted only with qkv_bias: 3 n_embd a layer */
+    CHECK_STATUS(attn_gpt2_preset_at(0, &p), ATTN_OK);
+    p.qkv_bias = false;
+    CHECK_STATUS(attn_gpt2_preset_model_params(g_ctx, &p, &total), ATTN_OK);
+    CHECK(total == 124439808 - 12 * 3 * 768);
+    /* a preset of zeros, or heads that do not divide the width: refused */
+    total = 7;
+    EXPECT_FAIL(attn_gpt2_preset_model_params(g_ctx, &(attn_gpt2_preset){0}, &total),
+                ATTN_ERR_INVALID, "vocab_size is 0");
+    p.n_head = 7;
+    EXPECT_FAIL(attn_gpt2_preset_model_params(g_ctx, &p, &total), ATTN_ERR_INVALID,
+                "n_embd (768) must be divisible by n_head (7)");
+    CHECK(total == 7);
 }
 
 /* ---- npy (the rest is test_npy.c's) --------------------------------------- */
