@@ -373,7 +373,8 @@ attn_status attn_linear(attn_ctx *ctx, const float *x, const float *weight, cons
  * where op(a) (m, k) is a, or with trans_a the transpose of a stored
  * (k, m); op(b) (k, n) is b, or with trans_b the transpose of b stored
  * (n, k). lda, ldb, ldc are the stored row strides (at least the stored
- * row lengths). beta == 0 never reads c. Runs on the ctx's kernels and
+ * row lengths). beta == 0 never reads c; alpha == 0 reads neither a nor b
+ * (c = beta * c, as BLAS's). Runs on the ctx's kernels and
  * threads: the reference sums in double; the fast kernels in float, with
  * results bitwise the same for any thread count.
  */

@@ -83,6 +83,12 @@ attn_status attn_gemm(attn_ctx *ctx, bool trans_a, bool trans_b, size_t m, size_
         !attn_floats_fit(end_c))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                          "attn_gemm: sizes m=%zu n=%zu with ldc=%zu overflow size_t", m, n, ldc);
+    if (alpha == 0.0f) { /* as BLAS: c = beta c, a and b unread (a NaN in them stays out) */
+        for (size_t i = 0; i < m; i++)
+            for (size_t j = 0; j < n; j++)
+                c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+        return ATTN_OK;
+    }
     attn_k_gemm(ctx, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return ATTN_OK;
 }

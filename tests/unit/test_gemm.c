@@ -633,6 +633,15 @@ static void public_gemm(attn_kernels kernels, uint64_t *seed) {
     CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 0, 1.0f, NULL, 0, NULL, 0, 0.5f, c, 2),
                  ATTN_OK);
     CHECK(c[0] == 2.0f && c[3] == 5.5f);
+    /* alpha = 0: a and b unread, as BLAS's (their NaN stays out), c = beta c */
+    float nan_a[6] = {NAN, NAN, NAN, NAN, NAN, NAN};
+    CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 3, 0.0f, nan_a, 3, b, 2, 2.0f, c, 2),
+                 ATTN_OK);
+    CHECK(c[0] == 4.0f && c[1] == 5.0f && c[2] == 10.0f && c[3] == 11.0f);
+    c[1] = NAN;
+    CHECK_STATUS(attn_gemm(ctx, true, true, 2, 2, 3, 0.0f, nan_a, 2, nan_a, 3, 0.0f, c, 2),
+                 ATTN_OK);
+    CHECK(c[0] == 0.0f && c[1] == 0.0f && c[2] == 0.0f && c[3] == 0.0f);
     CHECK_STATUS(attn_gemm(NULL, false, false, 2, 2, 3, 1.0f, a, 3, b, 2, 0.0f, c, 2),
                  ATTN_ERR_NULL);
     CHECK_STATUS(attn_gemm(ctx, false, false, 2, 2, 3, 1.0f, NULL, 3, b, 2, 0.0f, c, 2),
