@@ -6,7 +6,9 @@
  *   - Every function that can fail returns an attn_status. On failure a
  *     message naming the offending values is kept in the attn_ctx the object
  *     was made from: read it with attn_ctx_last_error(). The library never
- *     aborts, exits or prints.
+ *     aborts, exits or prints. The few calls with no ctx to write to (a
+ *     block map's queries, attn_gpt2_preset_at) say in their comments which
+ *     argument each status names.
  *   - Tensors are flat, row-major float32 arrays with their sizes passed
  *     explicitly. Shapes are given in comments as (B, T, C): batch, tokens,
  *     channels. Outputs are written into buffers the caller owns.
@@ -688,13 +690,18 @@ typedef struct attn_block_mask_info {
     double sparsity;                /* percent of (batch, heads) tiles skipped, as BlockMask.sparsity() */
     bool row_intervals;             /* each row sees one interval of keys, the same for every head */
 } attn_block_mask_info;
+/* The map's sizes and counts into *out; ATTN_ERR_NULL for a NULL m or out.
+ * This and attn_block_mask_to_string keep no message: a map may be shared
+ * read-only between threads, so it writes to no ctx; each status names its
+ * argument here. */
 attn_status attn_block_mask_get_info(const attn_block_mask *m, attn_block_mask_info *out);
 /* The map of (b, h) (below the map's batch and heads) as
  * BlockMask.to_string() draws it, a line per query block, a character per
  * key block ('#' full, '~' partial, '.' skipped), into buf (size bytes,
  * NUL-terminated); *needed (if not NULL) receives the bytes the whole
  * drawing takes, with its NUL: size 0 asks only that, a smaller size is
- * ATTN_ERR_INVALID. */
+ * ATTN_ERR_INVALID, as are b or h past the map's; ATTN_ERR_NULL for a NULL
+ * m, or a NULL buf with size above 0. No message (above). */
 attn_status attn_block_mask_to_string(const attn_block_mask *m, size_t b, size_t h, char *buf,
                                       size_t size, size_t *needed);
 
