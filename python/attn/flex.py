@@ -24,7 +24,10 @@ once with torch.fx and recognised as attn's primitives (include/attn.h,
               kv_idx + c], or kv_idx - q_idx + c; a negative index from the
               row's end, as PyTorch's indexing reads it), T5's relative bias
               (score + table[h, t5_relative_bucket(kv_idx - q_idx, ...)]), and
-              chains.
+              chains; before them score * t[h] or score / t[h] (a factor
+              per head, run on the query), and after them, as the last
+              operation, torch.where(mask, score, -inf) (a mask joined with
+              the block_mask).
 A mask_mod the tracer does not recognise is evaluated once, in torch, over
 the (B, H, Q_LEN, KV_LEN) index grid, and handed to attn as a dense boolean
 mask; a score_mod it does not recognise raises ValueError naming the
@@ -34,10 +37,13 @@ none.
 """
 import ctypes
 import functools
+import inspect
 import math
 import numbers
 import operator
 import weakref
+from collections.abc import Mapping
+from typing import NamedTuple, Optional
 from ctypes import POINTER, c_size_t, c_void_p
 
 import torch
@@ -52,6 +58,20 @@ __all__ = ["flex_attention", "create_block_mask", "BlockMask", "and_masks", "or_
            "noop_mask", "t5_relative_bucket"]
 
 _INT64_LIMIT = 2 ** 62
+
+
+try:  # PyTorch's own, where it has them (2.9 and later), so that either is taken
+    from torch.nn.attention.flex_attention import AuxOutput, AuxRequest
+except ImportError:
+    class AuxRequest(NamedTuple):
+        """Which auxiliary outputs flex_attention returns (PyTorch's)."""
+        lse: bool = False
+        max_scores: bool = False
+
+    class AuxOutput(NamedTuple):
+        """flex_attention's auxiliary outputs: None where not asked for."""
+        lse: Optional[torch.Tensor] = None
+        max_scores: Optional[torch.Tensor] = None
 
 
 def _attn_torch():
@@ -1539,6 +1559,33 @@ class BlockMask(HandleOwner):
                 parts.append(f"b={b}, h={h}\n" + self._draw(b, h))
         return "".join(parts)
 
+    def numel(self):
+        """Elements of the (B, H, Q_LEN, KV_LEN) mask it stands for, as
+        PyTorch's BlockMask.numel() (sparsity not counted)."""
+        return math.prod(self.shape)
+
+    def to(self, device):
+        """The map itself on the CPU (attn's maps live there); any other
+        device raises ValueError."""
+        if str(torch.device(device).type) != "cpu":
+            raise ValueError(f"BlockMask.to: attn runs on the CPU, not {device}")
+        return self
+
+    def to_dense(self):
+        """The key blocks each query block visits, as PyTorch's
+        BlockMask.to_dense(): an int32 tensor (B, H, query blocks, key
+        blocks), 1 for a block visited (full or partial), 0 for one
+        skipped."""
+        info = self.info()
+        B, H = self.shape[:2]
+        dense = torch.zeros(B, H, info.q_blocks, info.kv_blocks, dtype=torch.int32)
+        for b in range(B):
+            for h in range(H):
+                rows = self._draw(b, h).splitlines()
+                dense[b, h] = torch.tensor([[c != "." for c in row] for row in rows],
+                                           dtype=torch.int32).view(info.q_blocks, info.kv_blocks)
+        return dense
+
     def __repr__(self):
         return (f"BlockMask(shape={self.shape}, BLOCK_SIZE={self.BLOCK_SIZE}, "
                 f"sparsity={self.sparsity():.2f}%,\n{self.to_string(limit=1)})")
@@ -1709,17 +1756,21 @@ def _check_broadcast(mask_mod, b_none, h_none, T, S):
                              f"{index} = 0: pass {size}")
 
 
-def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=128,
-                      _compile=False):
+def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=None, BLOCK_SIZE=128,
+                      _compile=False, separate_full_blocks=True, compute_dq_write_order=False,
+                      dq_kv_order=True):
     """The BlockMask of mask_mod(b, h, q_idx, kv_idx) -> bool for (B, H,
     Q_LEN, KV_LEN) (B, H None: one map for every sequence / head, refused
     for a mask_mod seen to read b / h), as
     torch.nn.attention.flex_attention.create_block_mask. A mask_mod attn
     recognises becomes its closed-form description (no (Q_LEN, KV_LEN)
-    mask is built); any other is evaluated once on the index grid."""
+    mask is built); any other is evaluated once on the index grid. device
+    None is the CPU; separate_full_blocks, compute_dq_write_order and
+    dq_kv_order arrange PyTorch's GPU kernels' reads and change no result:
+    attn's maps always keep full blocks apart."""
     if not callable(mask_mod):
         raise TypeError(f"create_block_mask: mask_mod must be callable, got {mask_mod!r}")
-    if str(torch.device(device).type) != "cpu":
+    if device is not None and str(torch.device(device).type) != "cpu":
         raise ValueError(f"create_block_mask: attn runs on the CPU, not {device}")
     b_none, h_none = B is None, H is None
     B, H = _dims("B", B), _dims("H", H)
@@ -1851,11 +1902,36 @@ def _head_factors(query, mods, head_axis, H, who):
     return query, rest
 
 
+def create_mask(mod_fn, B, H, Q_LEN, KV_LEN, device=None):
+    """The dense bool mask (B, H, Q_LEN, KV_LEN) of a mask_mod (b, h, q_idx,
+    kv_idx), or of a score_mod (score, b, h, q_idx, kv_idx): where it does
+    not give -inf for a score of 0, as PyTorch's create_mask. B, H None: 1."""
+    if not callable(mod_fn):
+        raise TypeError(f"create_mask: mod_fn must be callable, got {mod_fn!r}")
+    if device is not None and str(torch.device(device).type) != "cpu":
+        raise ValueError(f"create_mask: attn runs on the CPU, not {device}")
+    B, H = _dims("B", B), _dims("H", H)
+    T, S = _dims("Q_LEN", Q_LEN, None), _dims("KV_LEN", KV_LEN, None)
+    if T is None or S is None:
+        raise ValueError("create_mask: Q_LEN and KV_LEN are needed")
+    g = _Grid(B, H, T, S)
+    try:
+        params = [p for p in inspect.signature(mod_fn).parameters.values()
+                  if p.default is inspect.Parameter.empty and
+                  p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    if len(params) == 5:  # a score_mod
+        r = torch.as_tensor(mod_fn(torch.zeros(B, H, T, S), g.b, g.h, g.q, g.kv))
+        return ~torch.isneginf(r).expand(B, H, T, S)
+    return _dense_mask(mod_fn, g).clone()
+
+
 # ---- flex_attention ---------------------------------------------------------------------
 
 
 def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=None,
-                   enable_gqa=False, return_lse=False):
+                   enable_gqa=False, return_lse=False, kernel_options=None, *, return_aux=None):
     """torch.nn.attention.flex_attention.flex_attention on attn's CPU kernels.
 
     query (B, H, T, D), key (B, H_kv, S, D), value (B, H_kv, S, Dv) ->
@@ -1865,7 +1941,26 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
     q . k * scale (None: 1 / sqrt(D)); block_mask (create_block_mask) says
     which keys each query sees. enable_gqa: H_kv divides H. float32 runs
     the fused kernels, float64 the reference ones (gradcheck). A query
-    that sees no key gives zeros and lse -inf."""
+    that sees no key gives zeros and lse -inf. return_aux=AuxRequest(lse=True)
+    returns (out, AuxOutput(lse=lse)) as PyTorch's (max_scores: not kept by
+    attn's kernels, NotImplementedError); kernel_options, which tune
+    PyTorch's generated kernels, are taken and change nothing here."""
+    if kernel_options is not None and not isinstance(kernel_options, Mapping):
+        raise TypeError(f"flex_attention: kernel_options must be a dict, got "
+                        f"{type(kernel_options).__name__}")
+    if return_aux is not None:
+        if return_lse:
+            raise ValueError("flex_attention: cannot specify both return_lse and return_aux "
+                             "(return_aux=AuxRequest(lse=True) replaces return_lse)")
+        if not hasattr(return_aux, "lse") or not hasattr(return_aux, "max_scores"):
+            raise TypeError(f"flex_attention: return_aux must be an AuxRequest, got "
+                            f"{type(return_aux).__name__}")
+        if return_aux.max_scores:
+            raise NotImplementedError("flex_attention: return_aux max_scores: attn's kernels "
+                                      "keep each row's logsumexp, not its largest score")
+        out = flex_attention(query, key, value, score_mod, block_mask, scale, enable_gqa,
+                             bool(return_aux.lse), kernel_options)
+        return (out[0], AuxOutput(lse=out[1])) if return_aux.lse else (out, AuxOutput())
     for name, t in (("query", query), ("key", key), ("value", value)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             raise ValueError(f"flex_attention: {name} must be a 4-D (B, H, T, D) tensor")

@@ -28,8 +28,9 @@ is_causal, a call torch.jit.trace records) goes to PyTorch's own SDPA (on
 torch < 2.0, which has none, to the same math written out in torch).
 supports(...) says which and why.
 
-FlexAttention: flex_attention, create_block_mask, BlockMask, and_masks,
-or_masks, noop_mask and t5_relative_bucket are attn.flex's (see there):
+FlexAttention: flex_attention, create_block_mask, create_mask, BlockMask,
+AuxRequest, AuxOutput, and_masks, or_masks, noop_mask and t5_relative_bucket
+are attn.flex's (see there):
 mask_mods and score_mods traced with torch.fx into attn's primitives.
 
 Zero copies: the C library reads q, k, v through their data pointers and
@@ -1069,8 +1070,9 @@ class patched:
 
 # ---- PyTorch's FlexAttention (attn.flex) ---------------------------------------------
 
-from .flex import (BlockMask, and_masks, create_block_mask, flex_attention,  # noqa: E402
-                   noop_mask, or_masks, t5_relative_bucket)
+from .flex import (AuxOutput, AuxRequest, BlockMask, and_masks,  # noqa: E402
+                   create_block_mask, create_mask, flex_attention, noop_mask, or_masks,
+                   t5_relative_bucket)
 
-__all__ += ["flex_attention", "create_block_mask", "BlockMask", "and_masks", "or_masks",
-            "noop_mask", "t5_relative_bucket"]
+__all__ += ["flex_attention", "create_block_mask", "create_mask", "BlockMask", "AuxRequest",
+            "AuxOutput", "and_masks", "or_masks", "noop_mask", "t5_relative_bucket"]

@@ -1210,5 +1210,71 @@ if runs:
     except ValueError as err:
         check("Q_LEN (1099511627776)" in str(err), f"create_block_mask of 2^40: message {err}")
 
+# ---- (c) the rest of PyTorch's FlexAttention API, as PyTorch spells it -------------------
+
+B, H, T, S = 2, 3, 70, 90
+
+
+def causal_plus(b, h, q_idx, kv_idx):
+    return q_idx + 10 >= kv_idx
+
+
+# create_mask: a mask_mod's bools; a score_mod's where it is not -inf at 0
+check(torch.equal(flex.create_mask(causal_plus, B, H, T, S), dense(causal_plus, B, H, T, S)),
+      "create_mask of a mask_mod: the mask on the grid")
+m = flex.create_mask(lambda s, b, h, q, kv: torch.where(q >= kv + h, s, -float("inf")), B, H,
+                     T, S)
+check(m.shape == (B, H, T, S) and torch.equal(
+    m, dense(lambda b, h, q, kv: q >= kv + h, B, H, T, S)),
+    "create_mask of a score_mod: where it is not -inf")
+check(flex.create_mask(causal_plus, None, None, T, S).shape == (1, 1, T, S),
+      "create_mask with B, H None: (1, 1, T, S)")
+if runs:
+    bm = flex.create_block_mask(causal_plus, B, H, T, S, device=None, BLOCK_SIZE=16,
+                                separate_full_blocks=False, compute_dq_write_order=False,
+                                dq_kv_order=True)
+    keep = dense(causal_plus, B, H, T, S)
+    nq, nkv = -(-T // 16), -(-S // 16)
+    want = torch.zeros(B, H, nq, nkv, dtype=torch.int32)
+    for i in range(nq):
+        for j in range(nkv):
+            want[:, :, i, j] = keep[:, :, 16 * i:16 * i + 16, 16 * j:16 * j + 16].flatten(2) \
+                .any(-1).to(torch.int32)
+    got = bm.to_dense()
+    check(got.dtype == torch.int32 and torch.equal(got, want),
+          "BlockMask.to_dense: the visited blocks of the mask")
+    check(bm.numel() == B * H * T * S, f"BlockMask.numel: {bm.numel()}")
+    check(bm.to("cpu") is bm, "BlockMask.to('cpu') is the map")
+    try:
+        bm.to("meta")
+        check(False, "BlockMask.to('meta'): no error")
+    except ValueError as err:
+        check("meta" in str(err), f"BlockMask.to('meta'): {err}")
+    # return_aux and kernel_options
+    q, k, v = (torch.randn(B, H, T, 16) for _ in range(3))
+    out, lse = flex.flex_attention(q, k, v, block_mask=None, return_lse=True)
+    out2, aux = flex.flex_attention(q, k, v, return_aux=flex.AuxRequest(lse=True),
+                                    kernel_options={"BLOCK_M": 32})
+    check(torch.equal(out, out2) and torch.equal(lse, aux.lse) and aux.max_scores is None,
+          "return_aux=AuxRequest(lse=True): the out and lse of return_lse")
+    out3, aux = flex.flex_attention(q, k, v, return_aux=flex.AuxRequest())
+    check(torch.equal(out, out3) and aux.lse is None, "return_aux=AuxRequest(): out alone")
+    for what, call, kind, word in (
+            ("max_scores", lambda: flex.flex_attention(
+                q, k, v, return_aux=flex.AuxRequest(lse=True, max_scores=True)),
+             NotImplementedError, "max_scores"),
+            ("return_lse and return_aux", lambda: flex.flex_attention(
+                q, k, v, return_lse=True, return_aux=flex.AuxRequest(lse=True)), ValueError,
+             "both"),
+            ("kernel_options of 3", lambda: flex.flex_attention(q, k, v, kernel_options=3),
+             TypeError, "kernel_options"),
+            ("return_aux of True", lambda: flex.flex_attention(q, k, v, return_aux=True),
+             TypeError, "AuxRequest")):
+        try:
+            call()
+            check(False, f"{what}: no error")
+        except kind as err:
+            check(word in str(err), f"{what}: message {err}")
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
