@@ -697,16 +697,32 @@ static int check_outputs(const pretrain_cli *o, cli_outputs *outs, size_t *plot_
     return CLI_OK;
 }
 
+/* Whether the library replaces path whole (absent, or a regular file):
+ * anything else (a FIFO, a device) is written in place, with no temporary. */
+static bool replaced_whole(const char *path) {
+    struct stat st;
+    return stat(path, &st) != 0 || S_ISREG(st.st_mode);
+}
+
 /* attn_pretrain_save with the signals held: a signal waits until both
  * files are in place, so that none leaves the library's temporaries behind
- * or a model without its state. Only once what the run printed is out
+ * or a model without its state. Where either file is written in place (a
+ * FIFO) the signals stay free: opening a FIFO waits for its reader, and a
+ * signal must end that wait. Only once what the run printed is out
  * (cli_stdout_flushed): a run whose printing failed fails, and leaves no
  * file new or changed. */
 static int save_run(pretrain_state *s, const char *path) {
     if (!cli_stdout_flushed()) return CLI_FAILED;
-    cli_interrupt_hold();
+    size_t n = strlen(path);
+    char *state = malloc(n + sizeof ".state");
+    if (!state) return cli_failure("--save: out of memory");
+    memcpy(state, path, n);
+    memcpy(state + n, ".state", sizeof ".state");
+    bool hold = replaced_whole(path) && replaced_whole(state);
+    free(state);
+    if (hold) cli_interrupt_hold();
     attn_status st = attn_pretrain_save(s->run, path);
-    cli_interrupt_release();
+    if (hold) cli_interrupt_release();
     return st == ATTN_OK ? CLI_OK : cli_library_error(s->ctx, "--save");
 }
 

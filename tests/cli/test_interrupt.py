@@ -34,6 +34,10 @@ behind:
   i. attn sdpa with --lse a FIFO that no one reads: opening it waits for a
      reader, and SIGINT or SIGTERM ends that wait: it dies of the signal,
      --output's temporary is removed and its existing file is as it was.
+  j. attn pretrain with --save a FIFO read once (at the start, when the
+     command tries its outputs) and not again: the end-of-epoch save waits
+     for a reader, and a second SIGINT (the first asks the run to stop where
+     it can) ends that wait and the process.
 Ends with "N passed, N failed".
 """
 import os
@@ -376,6 +380,28 @@ def fifo_case(attn):
                   os.listdir(work))
 
 
+def pretrain_fifo_case(attn):
+    with tempfile.TemporaryDirectory() as work:
+        fifo = os.path.join(work, "m.safetensors")
+        os.mkfifo(fifo)
+        reader = subprocess.Popen(["cat", fifo], stdout=subprocess.DEVNULL)
+        args = pretrain_args(work, "m.safetensors", "p.png")
+        proc = start(attn, args[:args.index("--plot")], work)
+        reader.wait(timeout=TIMEOUT)  # the outputs' check opened and closed it
+        # the sample line ends the epoch: the save comes next
+        early = read_until(proc, rb"Every effort moves you[^\n]*\n")
+        time.sleep(0.5)  # into the open of the FIFO, which waits for a reader
+        waiting = proc.poll() is None
+        for _ in range(2):
+            proc.send_signal(signal.SIGINT)
+            wait_delivered(proc, signal.SIGINT)
+            time.sleep(0.2)
+        rc, _, err = finish(proc, timeout=10)
+        check(waiting, "pretrain --save FIFO: waiting in the save", early)
+        check(rc == -signal.SIGINT, "pretrain --save FIFO: a second SIGINT ends the save's wait",
+              "returncode %s; stderr %r" % (rc, err))
+
+
 def train_case(attn):
     with tempfile.TemporaryDirectory() as work:
         old = b"weights saved before, kept byte for byte\n"
@@ -499,6 +525,7 @@ def main():
     pipe_case(attn)
     sdpa_case(attn)
     fifo_case(attn)
+    pretrain_fifo_case(attn)
     train_case(attn)
     train_eval_case(attn)
     train_long_case(attn)
