@@ -963,6 +963,8 @@ static attn_status refuse_past_float(attn_safetensors *st, const char *name,
 
 static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t numel,
                         bool weights);
+static attn_status read_tensor(attn_safetensors *st, const st_tensor *t, const char *name,
+                               float *dst, bool write, bool weights);
 
 attn_status attn_safetensors_load(attn_safetensors *st, size_t index, float *dst, size_t numel) {
     return load(st, index, dst, numel, true);
@@ -999,12 +1001,29 @@ static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t n
                          "%s: tensor '%s' has %zu elements; the destination holds %zu", st->label,
                          name, t->numel, numel);
     if (numel && !dst) return attn_fail(st->ctx, ATTN_ERR_NULL, "attn_safetensors_load: dst is NULL");
-    size_t size = dtype_size(t->dtype);
+    /* An F64 tensor is checked whole before dst is written: a refused load
+     * leaves the caller's buffer as it was. */
+    const bool check_first = weights && t->dtype == ATTN_DTYPE_F64;
     if (st->image) {
-        if (!convert(t->dtype, st->image + t->begin, numel, dst) && weights)
+        double value;
+        if (check_first && first_past_float(st->image + t->begin, numel, &value) != SIZE_MAX)
             return refuse_past_float(st, name, st->image + t->begin, numel, 0);
+        convert(t->dtype, st->image + t->begin, numel, dst);
         return ATTN_OK;
     }
+    if (check_first) {
+        attn_status s = read_tensor(st, t, name, dst, false, weights);
+        if (s != ATTN_OK) return s;
+    }
+    return read_tensor(st, t, name, dst, true, weights);
+}
+
+/* Reads tensor t from the file in chunks: with write, converted into dst
+ * (numel floats); without, only checked for an F64 element finite past
+ * float's range (refused naming it), dst untouched. weights as load's. */
+static attn_status read_tensor(attn_safetensors *st, const st_tensor *t, const char *name,
+                               float *dst, bool write, bool weights) {
+    size_t size = dtype_size(t->dtype), numel = t->numel;
     size_t at = st->data_start + t->begin;
     if (at > (size_t)LONG_MAX || fseek(st->file, (long)at, SEEK_SET) != 0)
         return attn_fail(st->ctx, ATTN_ERR_IO, "%s: cannot seek to byte %zu", st->label, at);
@@ -1015,8 +1034,14 @@ static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t n
         if (fread(chunk, size, n, st->file) != n)
             return attn_fail(st->ctx, ATTN_ERR_IO, "%s: read failed in tensor '%s'%s", st->label,
                              name, feof(st->file) ? " (the file shrank after it was opened)" : "");
-        if (!convert(t->dtype, chunk, n, dst + done) && weights)
+        double value;
+        if (!write) {
+            if (first_past_float(chunk, n, &value) != SIZE_MAX)
+                return refuse_past_float(st, name, chunk, n, done);
+        } else if (!convert(t->dtype, chunk, n, dst + done) && weights) {
+            /* the file changed between the check and this read */
             return refuse_past_float(st, name, chunk, n, done);
+        }
         done += n;
     }
     return ATTN_OK;

@@ -220,10 +220,45 @@ static void test_conversions(attn_ctx *ctx) {
     CHECK_STATUS(attn_safetensors_load(st, info.index, b, 2), ATTN_OK);
     CHECK(b[0] == 1.0f && b[1] == -2.0f);
     CHECK_STATUS(attn_safetensors_find(st, "d", &info), ATTN_OK);
-    /* 2e301: refused by element, not an infinity (tensor.float()'s) */
+    /* 2e301: refused by element, not an infinity (tensor.float()'s), and
+     * the destination left as it was */
+    d[0] = d[1] = d[2] = 7.0f;
     CHECK_STATUS(attn_safetensors_load(st, info.index, d, 3), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "tensor 'd' (F64) holds 2.0236997994750293e+301 at element 1, past "
                        "float32's range");
+    CHECK(d[0] == 7.0f && d[1] == 7.0f && d[2] == 7.0f);
+    {   /* the same from a file, the value past float's range in a later
+         * chunk of the read than the first: nothing written either */
+        enum { N = 5000, AT = 4500 };
+        unsigned char *bytes = malloc(N * 8);
+        for (size_t i = 0; i < N; i++) {
+            double v = i == AT ? 1e300 : (double)i;
+            uint64_t u;
+            memcpy(&u, &v, 8);
+            for (int k = 0; k < 8; k++) bytes[8 * i + k] = (unsigned char)(u >> (8 * k));
+        }
+        size_t n;
+        unsigned char *img2 =
+            image("{\"big\":{\"dtype\":\"F64\",\"shape\":[5000],\"data_offsets\":[0,40000]}}",
+                  bytes, N * 8, &n);
+        char path[512];
+        temp_path(path, sizeof path, "f64_past.safetensors");
+        write_all(path, img2, n);
+        free(img2);
+        free(bytes);
+        attn_safetensors *st2;
+        CHECK_STATUS(attn_safetensors_open(ctx, path, &st2), ATTN_OK);
+        float *dst = malloc(N * sizeof *dst);
+        for (size_t i = 0; i < N; i++) dst[i] = -3.0f;
+        CHECK_STATUS(attn_safetensors_load(st2, 0, dst, N), ATTN_ERR_INVALID);
+        CHECK_MESSAGE(ctx, "tensor 'big' (F64) holds 1.0000000000000001e+300 at element 4500");
+        size_t changed = 0;
+        for (size_t i = 0; i < N; i++) changed += dst[i] != -3.0f;
+        CHECK(changed == 0);
+        free(dst);
+        attn_safetensors_free(st2);
+        remove(path);
+    }
     {   /* the in-range ones round to nearest: 0.1, and 1e-50 to 0 */
         const unsigned char in_range[] = {0x9a, 0x99, 0x99, 0x99, 0x99, 0x99, 0xb9, 0x3f,
                                           0x4b, 0x95, 0xc4, 0x74, 0x13, 0x52, 0x98, 0x35};
