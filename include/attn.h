@@ -891,7 +891,8 @@ typedef struct attn_simple attn_simple;
  * *out. ATTN_ERR_NULL, ATTN_ERR_INVALID (d_in 0), ATTN_ERR_NO_MEMORY. */
 attn_status attn_simple_new(attn_ctx *ctx, const attn_simple_config *cfg, attn_simple **out);
 /* y (B, T, d_in) = softmax(x x^T) x for x (B, T, d_in), B = batch, T =
- * tokens. ATTN_ERR_NULL, ATTN_ERR_INVALID (zero sizes), ATTN_ERR_OVERFLOW. */
+ * tokens. ATTN_ERR_NULL, ATTN_ERR_SHAPE (zero batch or tokens),
+ * ATTN_ERR_OVERFLOW. */
 attn_status attn_simple_forward(attn_simple *m, const float *x, size_t batch, size_t tokens,
                                 float *y);
 /* attn_module_backward on this module: dy (B, T, d_in) in, dx (B, T, d_in)
@@ -1105,7 +1106,7 @@ void attn_gpt2_free(attn_gpt2 *m);
 
 /* 8. GroupedQueryAttention(d_in, d_out, dropout, num_heads, num_kv_groups,
  *    qkv_bias): W_query (d_out), W_key and W_value (num_kv_groups *
- *    head_dim), out_proj (with bias); num_heads / num_kv_groups query heads
+ *    head_dim), out_proj (no bias); num_heads / num_kv_groups query heads
  *    share each key/value head. */
 typedef struct attn_gqa_config {
     size_t d_in, d_out, num_heads, num_kv_groups;
@@ -1870,8 +1871,10 @@ typedef struct attn_kv_cache_config {
 
 typedef struct attn_kv_cache attn_kv_cache;
 
-/* Errors name the values: ATTN_ERR_NULL, ATTN_ERR_INVALID (a zero size),
- * ATTN_ERR_OVERFLOW, ATTN_ERR_NO_MEMORY. */
+/* Errors name the values: ATTN_ERR_NULL, ATTN_ERR_INVALID (a zero size, a
+ * layout or dtype not listed), ATTN_ERR_SHAPE (I4 with head_dim not a
+ * multiple of 32), ATTN_ERR_OVERFLOW (max_len past 2^62 among them),
+ * ATTN_ERR_NO_MEMORY. */
 attn_status attn_kv_cache_new(attn_ctx *ctx, const attn_kv_cache_config *cfg,
                               attn_kv_cache **out);
 void attn_kv_cache_free(attn_kv_cache *cache);
@@ -2254,7 +2257,8 @@ attn_status attn_sample(attn_ctx *ctx, const float *logits, size_t vocab_size,
  * the draw is from the softmax in double, from the same rng words: uniform
  * over the finite kept logits for a huge temperature, the largest logits
  * alone for a tiny one. A largest logit of +inf or -inf is
- * ATTN_ERR_INVALID at any temperature.
+ * ATTN_ERR_INVALID at any temperature > 0 (temperature 0 takes the
+ * argmax, as torch.argmax does).
  */
 attn_status attn_sample_book(attn_ctx *ctx, const float *logits, size_t vocab_size,
                              double temperature, size_t top_k, attn_rng *rng, int32_t *out);
