@@ -133,7 +133,10 @@ int cli_outputs_add_in_dir(cli_outputs *out, const char *opt, const char *dir, c
     size_t len = strlen(dir) + strlen(name) + 6;
     char *path = malloc(len);
     if (!path) return cli_failure("out of memory for a path");
-    snprintf(path, len, "%s/%s.npy", dir, name);
+    /* "DIR/" is joined as "DIR/NAME.npy": the path the command names has
+     * no "//" */
+    bool slash = *dir && dir[strlen(dir) - 1] == '/';
+    snprintf(path, len, "%s%s%s.npy", dir, slash ? "" : "/", name);
     int rc = cli_outputs_add(out, opt, path, index);
     free(path);
     return rc;

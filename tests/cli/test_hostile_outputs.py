@@ -439,6 +439,11 @@ def main():
               and sorted(os.listdir(os.path.join(work, "gg"))) == sorted(n + ".npy"
                                                                          for n in names),
               "grad says what it wrote, and wrote only that", res.stderr)
+        # a directory given with its trailing slash is joined without "//"
+        res = r.run(grad + ["--grad-output", "dy.npy", "--out", "gg3/"])
+        check(res.returncode == 0 and "//" not in res.stderr
+              and all("gg3/%s.npy" % n in res.stderr for n in names),
+              "grad --out DIR/ names its files DIR/NAME.npy", res.stderr)
         # --output /dev/stdout on a file the shell appends to (>>): written
         # after the file's bytes, which stay; a refused run leaves them alone;
         # /dev/stdin, the file < reads, is refused and stays as it was
