@@ -920,6 +920,26 @@ static attn_status parse_state(attn_pretrain *r, const char *fn, const char *spa
 }
 #undef SAME
 
+/* Where a model file misses the state's hash of the weights: a copy of
+ * the checkpoint converted to another dtype (bf16, f16) loads, rounded, and
+ * its hash differs for that reason, which the message then names; note is
+ * empty when every parameter is float32 as attn_pretrain_save writes it. */
+static void saved_dtype_note(attn_pretrain *r, const char *path, char *note, size_t size) {
+    note[0] = '\0';
+    attn_safetensors *file = NULL;
+    if (attn_safetensors_open(r->ctx, path, &file) != ATTN_OK) return;
+    for (size_t i = 0; i < r->param_count; i++) {
+        attn_safetensors_info info;
+        if (attn_safetensors_find(file, r->params[i].name, &info) == ATTN_OK &&
+            info.dtype != ATTN_DTYPE_F32) {
+            snprintf(note, size, "; it holds %s as %s, where attn_pretrain_save writes F32",
+                     r->params[i].name, attn_dtype_name(info.dtype));
+            break;
+        }
+    }
+    attn_safetensors_free(file);
+}
+
 attn_status attn_pretrain_resume(attn_pretrain *r, const char *path) {
     const char *fn = "attn_pretrain_resume";
     if (!r) return ATTN_ERR_NULL;
@@ -963,10 +983,12 @@ attn_status attn_pretrain_resume(attn_pretrain *r, const char *path) {
                 memcpy(r->params[i].data, backup + at, r->params[i].numel * sizeof(float));
                 at += r->params[i].numel;
             }
+            char dtype_note[160];
+            saved_dtype_note(r, path, dtype_note, sizeof dtype_note);
             st = attn_fail(r->ctx, ATTN_ERR_INVALID,
                            "%s: %s is not the model %s was saved with (its weights' hash "
-                           "differs)",
-                           fn, path, spath);
+                           "differs%s)",
+                           fn, path, spath, dtype_note);
         }
     }
     if (st == ATTN_OK) {

@@ -307,6 +307,72 @@ static uint64_t forge_state(const char *from, const char *to, size_t at, uint64_
     return old;
 }
 
+/* The safetensors file at from written to to with every tensor in BF16
+ * (each float's top half), its metadata kept: what a checkpoint converted
+ * with .to(torch.bfloat16) and saved again holds. */
+static void write_bf16_copy(attn_ctx *ctx, const char *from, const char *to) {
+    attn_safetensors *st = NULL;
+    CHECK_STATUS(attn_safetensors_open(ctx, from, &st), ATTN_OK);
+    if (!st) return;
+    size_t n = attn_safetensors_count(st), header_cap = 1 << 16, used = 0, data_bytes = 0;
+    char *header = malloc(header_cap);
+    CHECK(header != NULL);
+    if (!header) {
+        attn_safetensors_free(st);
+        return;
+    }
+    used += (size_t)snprintf(header + used, header_cap - used, "{\"__metadata__\":{");
+    for (size_t i = 0; i < attn_safetensors_metadata_count(st); i++) {
+        attn_metadata_entry e;
+        CHECK_STATUS(attn_safetensors_metadata_at(st, i, &e), ATTN_OK);
+        used += (size_t)snprintf(header + used, header_cap - used, "%s\"%s\":\"%s\"",
+                                 i ? "," : "", e.key, e.value);
+    }
+    used += (size_t)snprintf(header + used, header_cap - used, "}");
+    for (size_t i = 0; i < n; i++) {
+        attn_safetensors_info info;
+        CHECK_STATUS(attn_safetensors_info_at(st, i, &info), ATTN_OK);
+        used += (size_t)snprintf(header + used, header_cap - used,
+                                 ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[", info.name);
+        for (size_t d = 0; d < info.ndim; d++)
+            used += (size_t)snprintf(header + used, header_cap - used, "%s%zu", d ? "," : "",
+                                     info.shape[d]);
+        used += (size_t)snprintf(header + used, header_cap - used,
+                                 "],\"data_offsets\":[%zu,%zu]}", data_bytes,
+                                 data_bytes + 2 * info.numel);
+        data_bytes += 2 * info.numel;
+    }
+    used += (size_t)snprintf(header + used, header_cap - used, "}");
+    CHECK(used < header_cap);
+    while (used % 8 != 0 && used + 1 < header_cap) header[used++] = ' ';
+    FILE *out = fopen(to, "wb");
+    CHECK(out != NULL);
+    unsigned char len[8];
+    for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)used >> (8 * i));
+    if (out) {
+        fwrite(len, 1, 8, out);
+        fwrite(header, 1, used, out);
+    }
+    for (size_t i = 0; out && i < n; i++) {
+        attn_safetensors_info info;
+        CHECK_STATUS(attn_safetensors_info_at(st, i, &info), ATTN_OK);
+        float *x = malloc((info.numel ? info.numel : 1) * sizeof *x);
+        CHECK(x != NULL);
+        if (!x) break;
+        CHECK_STATUS(attn_safetensors_load(st, info.index, x, info.numel), ATTN_OK);
+        for (size_t k = 0; k < info.numel; k++) {
+            uint32_t bits;
+            memcpy(&bits, &x[k], sizeof bits);
+            unsigned char half[2] = {(unsigned char)(bits >> 16), (unsigned char)(bits >> 24)};
+            fwrite(half, 1, 2, out);
+        }
+        free(x);
+    }
+    if (out) fclose(out);
+    free(header);
+    attn_safetensors_free(st);
+}
+
 /* Byte offsets in a state file (save.c's order): the position after the
  * header's twelve 8-byte fields, then the loader order, the generator. */
 enum { STATE_PHASE = 108, STATE_BATCH = 120, STATE_BEGUN = 128, STATE_WINDOWS = 156 };
@@ -344,6 +410,13 @@ static void test_resume_refusals(fixture *f, uint64_t seed, const char *dir) {
     copy_file(other_state, state);
     CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_INVALID);
     CHECK_MESSAGE(f->ctx, "is not the model");
+    CHECK(p.data[5] == before);
+    /* its own state, but the model converted to bf16: refused, naming the
+     * dtype that changed the weights */
+    copy_file(other_state, state);
+    write_bf16_copy(f->ctx, other, path);
+    CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(f->ctx, "as BF16, where attn_pretrain_save writes F32");
     CHECK(p.data[5] == before);
     /* a damaged state */
     copy_file(other_state, state);
