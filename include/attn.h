@@ -1580,9 +1580,11 @@ void attn_optimizer_free(attn_optimizer *opt);
  * norm of all gradients together, total = ||(||g_1||, ..., ||g_n||)||, then
  * every gradient multiplied by min(1, max_norm / (total + 1e-6)), that
  * factor in float32 as PyTorch computes it. The squares are summed in
- * double (PyTorch sums in float32), so total can differ from PyTorch's in
- * its last bit; where float32's sum of squares overflows (gradients near
- * 1e19 or more) or underflows (near 1e-23 or less), total is the finite
+ * double, so total is the norm rounded once; PyTorch sums in float32, so
+ * its total carries that sum's rounding, which grows with the gradients'
+ * size, and the clipped gradients with it (docs/training.md). Where
+ * float32's sum of squares overflows (gradients near 1e19 or more) or
+ * underflows (near 1e-23 or less), total is the finite
  * norm, and clips by it, where PyTorch's is inf (every gradient zeroed) or
  * 0. total_norm (optional) receives the norm before clipping. max_norm
  * must be finite and >= 0. No parameters (count 0) is a norm of 0, as
