@@ -1549,8 +1549,9 @@ attn_optimizer_config attn_optimizer_defaults(attn_optimizer_kind kind);
 typedef struct attn_optimizer attn_optimizer;
 
 /* An optimizer over count parameters (every one needs data and grad, and a
- * numel that agrees with its shape). The configuration is checked as
- * PyTorch checks it, plus finiteness. Errors go to ctx. */
+ * numel that agrees with its shape; no two of the data and grad spans may
+ * share memory: ATTN_ERR_INVALID naming both). The configuration is
+ * checked as PyTorch checks it, plus finiteness. Errors go to ctx. */
 attn_status attn_optimizer_new(attn_ctx *ctx, const attn_optimizer_config *cfg,
                                const attn_param *params, size_t count, attn_optimizer **out);
 /* optimizer.step(): one update of every parameter from its grad. */

@@ -113,6 +113,12 @@ static attn_status check_param(attn_ctx *ctx, const char *what, const attn_param
     return ATTN_OK;
 }
 
+/* Whether [a, a + na) and [b, b + nb) share an element. */
+static bool floats_overlap(const float *a, size_t na, const float *b, size_t nb) {
+    uintptr_t x = (uintptr_t)a, y = (uintptr_t)b;
+    return na && nb && x < y + nb * sizeof(float) && y < x + na * sizeof(float);
+}
+
 static attn_status check_params(attn_ctx *ctx, const char *what, const attn_param *params,
                                 size_t count) {
     if (count == 0) return attn_fail(ctx, ATTN_ERR_INVALID, "%s: got an empty parameter list", what);
@@ -135,12 +141,34 @@ attn_status attn_optimizer_new(attn_ctx *ctx, const attn_optimizer_config *cfg,
     if (st == ATTN_OK) st = check_params(ctx, "attn_optimizer_new", params, count);
     if (st != ATTN_OK) return st;
     for (size_t i = 0; i < count; i++)
-        for (size_t k = 0; k < i; k++)
-            if (params[i].data == params[k].data)
+        for (size_t k = 0; k < i; k++) {
+            const attn_param *p = &params[k], *q = &params[i];
+            const char *pn = p->name ? p->name : "(unnamed)", *qn = q->name ? q->name : "(unnamed)";
+            if (p->data == q->data)
                 return attn_fail(ctx, ATTN_ERR_INVALID,
                                  "attn_optimizer_new: parameters %zu and %zu (%s) are the same "
                                  "tensor",
-                                 k, i, params[i].name ? params[i].name : "(unnamed)");
+                                 k, i, qn);
+            /* a step writes every data and reads every grad: one that another's
+             * span reaches would be changed under it (PyTorch's parameters are
+             * leaves, never views of one another) */
+            const char *what = floats_overlap(p->data, p->numel, q->data, q->numel) ? "data"
+                               : floats_overlap(p->grad, p->numel, q->grad, q->numel) ? "grad"
+                               : floats_overlap(p->data, p->numel, q->grad, q->numel) ||
+                                       floats_overlap(p->grad, p->numel, q->data, q->numel)
+                                   ? "data and grad"
+                                   : NULL;
+            if (what)
+                return attn_fail(ctx, ATTN_ERR_INVALID,
+                                 "attn_optimizer_new: parameters %zu (%s) and %zu (%s) share "
+                                 "memory (%s)",
+                                 k, pn, i, qn, what);
+        }
+    for (size_t i = 0; i < count; i++)
+        if (floats_overlap(params[i].data, params[i].numel, params[i].grad, params[i].numel))
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "attn_optimizer_new: parameter %zu (%s): data and grad share memory",
+                             i, params[i].name ? params[i].name : "(unnamed)");
 
     size_t per_param = cfg->kind == ATTN_OPTIMIZER_SGD ? (cfg->momentum != 0.0 ? 1 : 0)
                                                        : (cfg->amsgrad ? 3 : 2);

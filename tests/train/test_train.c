@@ -192,6 +192,31 @@ static void test_optimizer_errors(attn_ctx *ctx) {
     broken[1] = params[0];
     CHECK_STATUS(attn_optimizer_new(ctx, &adamw, broken, 2, &opt), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "parameters 0 and 1 (w) are the same tensor");
+    /* spans that share memory without the same start: views of one buffer */
+    float shared[12] = {0}, shared_grad[12] = {0};
+    attn_param views[2] = {
+        {.name = "a", .data = shared, .grad = shared_grad, .ndim = 1, .shape = {8}, .numel = 8},
+        {.name = "b", .data = shared + 4, .grad = shared_grad + 8, .ndim = 1, .shape = {4},
+         .numel = 4}};
+    CHECK_STATUS(attn_optimizer_new(ctx, &adamw, views, 2, &opt), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "parameters 0 (a) and 1 (b) share memory (data)");
+    views[1].data = shared + 8;
+    views[1].grad = shared_grad + 4;
+    CHECK_STATUS(attn_optimizer_new(ctx, &adamw, views, 2, &opt), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "share memory (grad)");
+    views[1].grad = shared + 4;
+    views[1].data = shared_grad + 8;
+    CHECK_STATUS(attn_optimizer_new(ctx, &adamw, views, 2, &opt), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "share memory (data and grad)");
+    views[0].grad = shared + 4;
+    views[1] = views[0];
+    CHECK_STATUS(attn_optimizer_new(ctx, &adamw, views, 1, &opt), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "parameter 0 (a): data and grad share memory");
+    views[0].grad = shared_grad;
+    views[1] = (attn_param){.name = "b", .data = shared + 8, .grad = shared_grad + 8, .ndim = 1,
+                            .shape = {4}, .numel = 4};
+    CHECK_STATUS(attn_optimizer_new(ctx, &adamw, views, 2, &opt), ATTN_OK);
+    attn_optimizer_free(opt);
 
     /* a good one: steps, lr, zero_grad */
     sgd.lr = 0.5;
