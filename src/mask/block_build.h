@@ -34,6 +34,11 @@ typedef struct block_source {
      * kv_blocks), ascending. */
     attn_status (*listed)(const void *self, attn_ctx *ctx, const char *who, size_t b, size_t h,
                           size_t qb, uint32_t *blocks, block_class *classes, size_t *count);
+    /* Keys [*lo, *hi) hold every key rows [q0, q1) of (b, h) may see (lo >=
+     * hi: none); NULL: any key. The builder asks no tile outside them, so a
+     * map of long rows that see few keys costs its tiles, not every tile. */
+    void (*keys_span)(const void *self, size_t b, size_t h, size_t q0, size_t q1, int64_t *lo,
+                      int64_t *hi);
     /* Whether every row of a (b, h) gives the same bits (a dense mask
      * broadcast over the queries, such as a key-padding mask): a tile's
      * first row then stands for the others. */

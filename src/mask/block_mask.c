@@ -292,6 +292,61 @@ none:
     return true;
 }
 
+/* The key blocks [*first, *end) that hold every key rows [q0, q1) of (b,
+ * h) may see, from the source's span of them; the others are empty. */
+static void key_blocks_spanned(const block_source *src, const attn_block_map *m, size_t b,
+                               size_t h, size_t q0, size_t q1, size_t *first, size_t *end) {
+    int64_t lo, hi;
+    src->keys_span(src->self, b, h, q0, q1, &lo, &hi);
+    if (lo < 0) lo = 0;
+    if (hi > (int64_t)m->kv_len) hi = (int64_t)m->kv_len; /* kv_len <= UINT32_MAX */
+    if (lo >= hi) {
+        *first = *end = 0;
+        return;
+    }
+    *first = (size_t)lo / m->block_kv;
+    *end = ((size_t)hi + m->block_kv - 1) / m->block_kv;
+}
+
+/* A source that classifies its tiles and spans its rows' keys (a mask
+ * description) may describe in a few bytes a map larger than the machine:
+ * its map's bytes, bounded from the classes (a partial tile may still turn
+ * out full or empty), are refused past this machine's memory before any is
+ * allocated, rather than allocated until the system kills the process. */
+static attn_status check_map_bytes(attn_ctx *ctx, const char *who, const block_source *src,
+                                   const attn_block_map *m) {
+    size_t limit = attn_physical_memory();
+    if (!limit || !src->classify || !src->keys_span) return ATTN_OK;
+    size_t planes = m->batch * m->heads; /* rows and columns: checked in check_config */
+    /* the offsets of the rows and of the columns, lists and transpose */
+    size_t bytes = 2 * sizeof(size_t) * (planes * m->q_blocks + planes * m->kv_blocks + 2);
+    /* a tile listed: its entries in the lists and the transpose; a partial
+     * one also its tile twice and its bits */
+    size_t full_cost = 2 * sizeof(uint32_t);
+    size_t part_cost = full_cost + 2 * sizeof(size_t) +
+                       m->block_q * m->words_per_row * sizeof(uint64_t);
+    for (size_t b = 0; b < m->batch; b++)
+        for (size_t h = 0; h < m->heads; h++)
+            for (size_t qb = 0; qb < m->q_blocks && bytes <= limit; qb++) {
+                size_t q0 = qb * m->block_q;
+                size_t q1 = q0 + m->block_q < m->q_len ? q0 + m->block_q : m->q_len;
+                size_t first, end;
+                key_blocks_spanned(src, m, b, h, q0, q1, &first, &end);
+                for (size_t kb = first; kb < end && bytes <= limit; kb++) {
+                    size_t k0 = kb * m->block_kv;
+                    size_t k1 = k0 + m->block_kv < m->kv_len ? k0 + m->block_kv : m->kv_len;
+                    block_class cls = src->classify(src->self, b, h, q0, q1, k0, k1);
+                    bytes += cls == BLOCK_FULL ? full_cost : cls == BLOCK_PARTIAL ? part_cost : 0;
+                }
+            }
+    if (bytes > limit)
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                         "%s: the block map of (%zu, %zu, %zu, %zu) in blocks of (%zu, %zu) "
+                         "takes more than this machine's memory (%zu bytes)", who, m->batch,
+                         m->heads, m->q_len, m->kv_len, m->block_q, m->block_kv, limit);
+    return ATTN_OK;
+}
+
 attn_status attn_block_mask_build(attn_ctx *ctx, const char *who,
                                   const attn_block_mask_config *cfg, const block_source *src,
                                   attn_block_mask **out) {
@@ -309,6 +364,10 @@ attn_status attn_block_mask_build(attn_ctx *ctx, const char *who,
                           .words_per_row = c.block_kv < 64 ? 1 : c.block_kv / 64};
     size_t rows = c.batch * c.heads * m->q_blocks, tile_words = c.block_q * m->words_per_row;
     size_t full_cap = 0, part_cap = 0, tiles_cap = 0, tiles = 0;
+    if ((st = check_map_bytes(ctx, who, src, m)) != ATTN_OK) {
+        attn_block_mask_free(bm);
+        return st;
+    }
     bm->full_at = attn_calloc(rows + 1, sizeof(size_t));
     bm->part_at = attn_calloc(rows + 1, sizeof(size_t));
     uint64_t *scratch = attn_malloc(tile_words * sizeof(uint64_t));
@@ -319,13 +378,15 @@ attn_status attn_block_mask_build(attn_ctx *ctx, const char *who,
     for (size_t b = 0; b < c.batch; b++)
         for (size_t h = 0; h < c.heads; h++)
             for (size_t qb = 0; qb < m->q_blocks; qb++) {
-                size_t r = attn_block_map_row(m, b, h, qb), count = m->kv_blocks;
+                size_t r = attn_block_map_row(m, b, h, qb), first = 0, count = m->kv_blocks;
                 if (src->listed &&
                     (st = src->listed(src->self, ctx, who, b, h, qb, listed, classes, &count)) !=
                         ATTN_OK)
                     goto fail;
                 size_t q0 = qb * c.block_q, q1 = q0 + c.block_q < c.q_len ? q0 + c.block_q : c.q_len;
-                for (size_t e = 0; e < count; e++) {
+                if (!listed && src->keys_span)
+                    key_blocks_spanned(src, m, b, h, q0, q1, &first, &count);
+                for (size_t e = first; e < count; e++) {
                     size_t kb = listed ? listed[e] : e;
                     size_t k0 = kb * c.block_kv;
                     size_t k1 = k0 + c.block_kv < c.kv_len ? k0 + c.block_kv : c.kv_len;

@@ -628,6 +628,56 @@ block_class attn_mask_classify(const void *self, size_t b, size_t h, size_t q0, 
     return classify(self, b, q0, q1, k0, k1);
 }
 
+/* A span [*lo, *hi) of keys that holds every key rows [q0, q1) of sequence
+ * b see under m (lo >= hi: none): the first row's lo and the last row's hi
+ * where rows are intervals whose ends never fall, combined for AND and OR;
+ * every key where that is not known (NOT, documents out of order). */
+static void keys_span(const attn_mask *m, size_t b, size_t q0, size_t q1, int64_t *lo,
+                      int64_t *hi) {
+    int64_t lo2, hi2, unused;
+    switch (m->kind) {
+    case MASK_AND:
+        keys_span(m->a, b, q0, q1, lo, hi);
+        keys_span(m->b, b, q0, q1, &lo2, &hi2);
+        if (lo2 > *lo) *lo = lo2;
+        if (hi2 < *hi) *hi = hi2;
+        return;
+    case MASK_OR:
+        keys_span(m->a, b, q0, q1, lo, hi);
+        keys_span(m->b, b, q0, q1, &lo2, &hi2);
+        if (lo2 >= hi2) return;
+        if (*lo >= *hi || lo2 < *lo) *lo = lo2;
+        if (hi2 > *hi) *hi = hi2;
+        return;
+    case MASK_GLOBAL:
+        *lo = 0;
+        *hi = (int64_t)q0 < m->size ? INT64_MAX : m->size;
+        return;
+    case MASK_NOT:
+        *lo = 0;
+        *hi = INT64_MAX;
+        return;
+    case MASK_DOCUMENT: {
+        size_t bb = seq(m->batch, b);
+        if (!m->q_sorted[bb] || !m->kv_sorted[bb]) {
+            *lo = 0;
+            *hi = INT64_MAX;
+            return;
+        }
+        break;
+    }
+    default: break;
+    }
+    row_interval(m, b, q0, lo, &unused);
+    row_interval(m, b, q1 - 1, &unused, hi);
+}
+
+static void mask_keys_span(const void *self, size_t b, size_t h, size_t q0, size_t q1,
+                           int64_t *lo, int64_t *hi) {
+    (void)h; /* no primitive depends on the head */
+    keys_span(self, b, q0, q1, lo, hi);
+}
+
 /* ---- rows of bits ------------------------------------------------------------- */
 
 /* Bits [from, to) of words set. */
@@ -715,6 +765,6 @@ attn_status attn_block_mask_from_mask(attn_ctx *ctx, const attn_block_mask_confi
     attn_status st = attn_mask_check_config(ctx, who, mask, cfg);
     if (st != ATTN_OK) return st;
     block_source src = {.self = mask, .classify = attn_mask_classify,
-                        .row_bits = attn_mask_row_bits};
+                        .row_bits = attn_mask_row_bits, .keys_span = mask_keys_span};
     return attn_block_mask_build(ctx, who, cfg, &src, out);
 }

@@ -947,6 +947,72 @@ static void test_speed(attn_ctx *ctx) {
     free(ids);
 }
 
+/* A sliding window over a long sequence: 2^17 x 2^17 tiles of 16 in
+ * principle, about eight a query block in fact. The map costs its tiles:
+ * the key blocks no row of a query block can reach are never asked about
+ * (a build that classified every tile would take minutes, past the test's
+ * timeout). Its counts equal those of every tile near the diagonal,
+ * element by element, and its rows are the window's intervals. */
+static void test_long_window(attn_ctx *ctx) {
+    const size_t T = (size_t)1 << 21, blk = 16, left = 100;
+    attn_mask *window = NULL;
+    CHECK_STATUS(attn_mask_new_window(ctx, (int64_t)left, 0, 0, &window), ATTN_OK);
+    attn_block_mask_config c = {1, 1, T, T, blk, blk};
+    attn_block_mask *bm = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_STATUS(attn_block_mask_from_mask(ctx, &c, window, &bm), ATTN_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    printf("from_mask, a window of %zu keys at T = S = %zu in blocks of %zu: %.3f s\n", left + 1,
+           T, blk, s);
+    size_t full = 0, partial = 0;
+    for (size_t q0 = 0; q0 < T; q0 += blk)
+        for (size_t k0 = q0 > left ? (q0 - left) / blk * blk : 0; k0 <= q0; k0 += blk) {
+            size_t seen = 0;
+            for (size_t i = q0; i < q0 + blk; i++)
+                for (size_t j = k0; j < k0 + blk; j++) seen += j <= i && i <= j + left;
+            full += seen == blk * blk;
+            partial += seen > 0 && seen < blk * blk;
+        }
+    if (bm) {
+        attn_block_mask_info info;
+        attn_block_mask_get_info(bm, &info);
+        CHECK(info.full_blocks == full);
+        CHECK(info.partial_blocks == partial);
+        CHECK(info.row_intervals);
+        const attn_block_map *m = attn_block_mask_map(bm);
+        bool ok = m->row_lo != NULL;
+        for (size_t i = 0; ok && i < T; i += 1 + rand_below(997))
+            ok = m->row_lo[i] == (int64_t)(i > left ? i - left : 0) &&
+                 m->row_hi[i] == (int64_t)i + 1;
+        CHECK(ok);
+    }
+    attn_block_mask_free(bm);
+    /* The same window at the longest lengths a map takes: two partial tiles
+     * of 8 KiB a query block of 256 make 256 GiB a sequence, and batch
+     * enough sequences to pass twice this machine's memory. The map is
+     * refused for memory, naming the limit, before any of it is allocated
+     * (not allocated until the system kills the process), and quickly. */
+    size_t limit = attn_physical_memory(), per_seq = ((size_t)1 << 25) * 8192;
+    attn_block_mask_config huge = {limit / per_seq * 2 + 1, 1, UINT32_MAX, UINT32_MAX, 256, 256};
+    bm = NULL;
+    if (limit) { /* else the machine's memory is unknown, and nothing is refused */
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        CHECK_STATUS(attn_block_mask_from_mask(ctx, &huge, window, &bm), ATTN_ERR_NO_MEMORY);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        printf("from_mask, the window at T = S = 2^32 - 1, batch %zu: refused in %.3f s: %s\n",
+               huge.batch, s, attn_ctx_last_error(ctx));
+        char want[32];
+        snprintf(want, sizeof want, "(%zu bytes)", limit);
+        CHECK(strstr(attn_ctx_last_error(ctx), want) != NULL);
+        CHECK(bm == NULL);
+        attn_block_mask_free(bm);
+    }
+    attn_mask_free(window);
+}
+
 /* ---- slices (attn_block_map_slice: context parallelism's rectangles) ---------- */
 
 /* A random edge in [lo, hi], on a block edge one time in three. */
@@ -1079,6 +1145,7 @@ int main(int argc, char **argv) {
     test_kv_blocks(ctx);
     test_slices(ctx, rounds / 10);
     test_speed(ctx);
+    test_long_window(ctx);
     attn_ctx_free(ctx);
     return check_summary();
 }
