@@ -325,6 +325,21 @@ static attn_status check_map_bytes(attn_ctx *ctx, const char *who, const block_s
     size_t full_cost = 2 * sizeof(uint32_t);
     size_t part_cost = full_cost + 2 * sizeof(size_t) +
                        m->block_q * m->words_per_row * sizeof(uint64_t);
+    /* first a bound from the spans alone, every tile in them partial: most
+     * maps are well within it, and their tiles are then classified once */
+    size_t bound = bytes;
+    for (size_t b = 0; b < m->batch && bound <= limit; b++)
+        for (size_t h = 0; h < m->heads && bound <= limit; h++)
+            for (size_t qb = 0; qb < m->q_blocks && bound <= limit; qb++) {
+                size_t q0 = qb * m->block_q;
+                size_t q1 = q0 + m->block_q < m->q_len ? q0 + m->block_q : m->q_len;
+                size_t first, end, spanned;
+                key_blocks_spanned(src, m, b, h, q0, q1, &first, &end);
+                if (!attn_mul_size(end - first, part_cost, &spanned) ||
+                    !attn_add_size(bound, spanned, &bound))
+                    bound = (size_t)-1;
+            }
+    if (bound <= limit) return ATTN_OK;
     for (size_t b = 0; b < m->batch; b++)
         for (size_t h = 0; h < m->heads; h++)
             for (size_t qb = 0; qb < m->q_blocks && bytes <= limit; qb++) {
