@@ -1852,8 +1852,9 @@ attn_status attn_model_load(attn_model *m, const char *path);
  * makes its query row NaN; an infinite value makes the outputs that weigh
  * it infinite or NaN. The attention reads
  * the stored type: the keys and values of earlier tokens as stored, and the
- * new tokens of a call as they will be stored (a prompt of 64 rows or
- * more into an empty cache, on the fast kernels, reads its own rows in
+ * new tokens of a call as they will be stored (a sequence's prompt of 64
+ * rows or more into its empty cache, on the fast kernels, whatever the
+ * batch's other sequences hold, reads its own rows in
  * float32, as prefill does in vLLM; not one whose keys or values hold NaN
  * or infinity, which reads them as stored, so that they reach only the
  * rows that see them; a shorter one runs as decode steps, as stored).
