@@ -961,24 +961,12 @@ static attn_status refuse_past_float(attn_safetensors *st, const char *name,
                      st->label, name, value, first + at);
 }
 
-static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t numel,
-                        bool weights);
 static attn_status read_tensor(attn_safetensors *st, const st_tensor *t, const char *name,
-                               float *dst, bool write, bool weights);
+                               float *dst, bool write);
 
+/* An F64 element finite past float's range is refused, where
+ * tensor.float() makes it an infinity. */
 attn_status attn_safetensors_load(attn_safetensors *st, size_t index, float *dst, size_t numel) {
-    return load(st, index, dst, numel, true);
-}
-
-attn_status attn_safetensors_load_weights(attn_safetensors *st, size_t index, float *dst,
-                                          size_t numel) {
-    return load(st, index, dst, numel, true);
-}
-
-/* weights: an F64 element finite past float's range is refused, where
- * tensor.float() makes it an infinity (every public load refuses it). */
-static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t numel,
-                        bool weights) {
     if (!st) return ATTN_ERR_NULL;
     attn_clear_error(st->ctx);
     if (index >= st->count)
@@ -987,7 +975,9 @@ static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t n
     const st_tensor *t = &st->tensors[index];
     if (st->shards) {
         attn_status s = open_shard(st, t->shard);
-        return s != ATTN_OK ? s : load(st->shards[t->shard], t->shard_index, dst, numel, weights);
+        return s != ATTN_OK ? s
+                            : attn_safetensors_load(st->shards[t->shard], t->shard_index, dst,
+                                                    numel);
     }
     char name[ST_TEXT_MAX];
     printable(name, sizeof name, t->name);
@@ -1003,7 +993,7 @@ static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t n
     if (numel && !dst) return attn_fail(st->ctx, ATTN_ERR_NULL, "attn_safetensors_load: dst is NULL");
     /* An F64 tensor is checked whole before dst is written: a refused load
      * leaves the caller's buffer as it was. */
-    const bool check_first = weights && t->dtype == ATTN_DTYPE_F64;
+    const bool check_first = t->dtype == ATTN_DTYPE_F64;
     if (st->image) {
         double value;
         if (check_first && first_past_float(st->image + t->begin, numel, &value) != SIZE_MAX)
@@ -1012,17 +1002,17 @@ static attn_status load(attn_safetensors *st, size_t index, float *dst, size_t n
         return ATTN_OK;
     }
     if (check_first) {
-        attn_status s = read_tensor(st, t, name, dst, false, weights);
+        attn_status s = read_tensor(st, t, name, dst, false);
         if (s != ATTN_OK) return s;
     }
-    return read_tensor(st, t, name, dst, true, weights);
+    return read_tensor(st, t, name, dst, true);
 }
 
 /* Reads tensor t from the file in chunks: with write, converted into dst
  * (numel floats); without, only checked for an F64 element finite past
- * float's range (refused naming it), dst untouched. weights as load's. */
+ * float's range (refused naming it), dst untouched. */
 static attn_status read_tensor(attn_safetensors *st, const st_tensor *t, const char *name,
-                               float *dst, bool write, bool weights) {
+                               float *dst, bool write) {
     size_t size = dtype_size(t->dtype), numel = t->numel;
     size_t at = st->data_start + t->begin;
     if (at > (size_t)LONG_MAX || fseek(st->file, (long)at, SEEK_SET) != 0)
@@ -1038,7 +1028,7 @@ static attn_status read_tensor(attn_safetensors *st, const st_tensor *t, const c
         if (!write) {
             if (first_past_float(chunk, n, &value) != SIZE_MAX)
                 return refuse_past_float(st, name, chunk, n, done);
-        } else if (!convert(t->dtype, chunk, n, dst + done) && weights) {
+        } else if (!convert(t->dtype, chunk, n, dst + done)) {
             /* the file changed between the check and this read */
             return refuse_past_float(st, name, chunk, n, done);
         }

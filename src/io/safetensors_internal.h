@@ -13,12 +13,6 @@ const char *attn_safetensors_label(const attn_safetensors *st);
 /* The index of the tensor of that name, or attn_safetensors_count(st) when
  * there is none; unlike attn_safetensors_find it leaves the ctx's message. */
 size_t attn_safetensors_index(const attn_safetensors *st, const char *name);
-/* attn_safetensors_load for a model's weights: an F64 element finite past
- * float32's range is refused (ATTN_ERR_INVALID naming the tensor, the
- * element and the value), where attn_safetensors_load rounds it to an
- * infinity as tensor.float() does. */
-attn_status attn_safetensors_load_weights(attn_safetensors *st, size_t index, float *dst,
-                                          size_t numel);
 /* Whether attn_safetensors_load converts dtype to float32. */
 bool attn_safetensors_dtype_loadable(attn_dtype dtype);
 /* Untrusted text (a tensor's name) for a message: control characters and

@@ -183,9 +183,9 @@ static attn_status load_plain(lm_source *s, const char *name, attn_lm_stored dst
     attn_status st = find_shaped(s, name, rows, cols, &info);
     if (st != ATTN_OK) return st;
     if (dst.dtype == ATTN_DTYPE_F32)
-        return attn_safetensors_load_weights(s->st, info.index, dst.data, info.numel);
+        return attn_safetensors_load(s->st, info.index, dst.data, info.numel);
     if ((st = grow_buffer(s, name, &s->scratch, &s->scratch_floats, info.numel)) != ATTN_OK ||
-        (st = attn_safetensors_load_weights(s->st, info.index, s->scratch, info.numel)) != ATTN_OK)
+        (st = attn_safetensors_load(s->st, info.index, s->scratch, info.numel)) != ATTN_OK)
         return st;
     return store(s, name, info.dtype, s->scratch, info.numel, dst, 0, 0, 1);
 }
@@ -199,7 +199,7 @@ static attn_status load_conv1d(lm_source *s, const char *name, attn_lm_stored ds
     if (st != ATTN_OK) return st;
     if ((st = grow_buffer(s, name, &s->scratch, &s->scratch_floats, info.numel)) != ATTN_OK ||
         (st = grow_buffer(s, name, &s->row, &s->row_floats, in)) != ATTN_OK ||
-        (st = attn_safetensors_load_weights(s->st, info.index, s->scratch, info.numel)) != ATTN_OK)
+        (st = attn_safetensors_load(s->st, info.index, s->scratch, info.numel)) != ATTN_OK)
         return st;
     for (size_t o = 0; o < out && st == ATTN_OK; o++) {
         for (size_t i = 0; i < in; i++) s->row[i] = s->scratch[i * total + first + o];
@@ -217,7 +217,7 @@ static attn_status load_slice(lm_source *s, const char *name, float *dst, size_t
     attn_status st = find_shaped(s, name, total, 0, &info);
     if (st != ATTN_OK) return st;
     if ((st = grow_buffer(s, name, &s->scratch, &s->scratch_floats, total)) != ATTN_OK ||
-        (st = attn_safetensors_load_weights(s->st, info.index, s->scratch, total)) != ATTN_OK)
+        (st = attn_safetensors_load(s->st, info.index, s->scratch, total)) != ATTN_OK)
         return st;
     memcpy(dst, s->scratch + first, n * sizeof *dst);
     return ATTN_OK;

@@ -123,7 +123,7 @@ attn_status attn_gpt2_load_hf_from(attn_safetensors *st, attn_module *m, size_t 
     for (size_t t = 0; t < NUM_TENSORS && s == ATTN_OK; t++) {
         float *dst = staged + m->params[t].offset;
         bool weight = t == C_ATTN_WEIGHT || t == C_PROJ_WEIGHT;
-        s = attn_safetensors_load_weights(st, info[t].index, weight ? raw : dst, info[t].numel);
+        s = attn_safetensors_load(st, info[t].index, weight ? raw : dst, info[t].numel);
         if (s == ATTN_OK && weight) transpose(raw, dst, want[t][0], want[t][1]);
     }
     if (s == ATTN_OK) {

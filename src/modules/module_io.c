@@ -140,7 +140,7 @@ static attn_status check_mask_buffer(attn_safetensors *st, const attn_module *m,
     }
     float *data = attn_alloc_floats(t->numel);
     if (!data) return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", label);
-    s = attn_safetensors_load_weights(st, index, data, t->numel);
+    s = attn_safetensors_load(st, index, data, t->numel);
     for (size_t i = 0; s == ATTN_OK && i < t->numel; i++) {
         size_t r = i / b->side, c = i % b->side;
         if (data[i] != ((b->lower ? c <= r : c > r) ? 1.0f : 0.0f))
@@ -279,7 +279,7 @@ attn_status attn_safetensors_load_module_from(attn_safetensors *st, attn_module 
                                    label, m->num_scalars);
     }
     for (size_t j = 0; j < m->num_params && s == ATTN_OK; j++)
-        s = attn_safetensors_load_weights(st, index[j], staged + m->params[j].offset,
+        s = attn_safetensors_load(st, index[j], staged + m->params[j].offset,
                                           m->params[j].numel);
     if (s == ATTN_OK && m->num_scalars) {
         memcpy(m->storage, staged, m->num_scalars * sizeof *staged);
