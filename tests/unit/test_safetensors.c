@@ -347,6 +347,13 @@ static void test_rejections(attn_ctx *ctx) {
     expect_reject(ctx, h, 4, ATTN_ERR_FORMAT, "tensor 'a': shape has more than 8 entries");
     snprintf(h, sizeof h, "{\"a\":{%s,\"shape\":[4294967296,4294967296],\"data_offsets\":[0,8]}}", f32);
     expect_reject(ctx, h, 8, ATTN_ERR_OVERFLOW, "tensor 'a': shape [4294967296, 4294967296] overflows size_t");
+    /* a zero dimension anywhere: the others' product still checked, as .npy's */
+    snprintf(h, sizeof h,
+             "{\"a\":{%s,\"shape\":[0,4294967296,4294967296],\"data_offsets\":[0,0]}}", f32);
+    expect_reject(ctx, h, 0, ATTN_ERR_OVERFLOW, "shape [0, 4294967296, 4294967296] overflows");
+    snprintf(h, sizeof h,
+             "{\"a\":{%s,\"shape\":[4294967296,4294967296,0],\"data_offsets\":[0,0]}}", f32);
+    expect_reject(ctx, h, 0, ATTN_ERR_OVERFLOW, "shape [4294967296, 4294967296, 0] overflows");
     snprintf(h, sizeof h, "{\"a\":{%s,\"shape\":[2],\"data_offsets\":[0]}}", f32);
     expect_reject(ctx, h, 8, ATTN_ERR_FORMAT, "data_offsets has 1 entries, expected 2");
     snprintf(h, sizeof h, "{\"a\":{%s,\"shape\":[2],\"data_offsets\":[8,0]}}", f32);
