@@ -320,6 +320,11 @@ static attn_status check_map_bytes(attn_ctx *ctx, const char *who, const block_s
     size_t planes = m->batch * m->heads; /* rows and columns: checked in check_config */
     /* the offsets of the rows and of the columns, lists and transpose */
     size_t bytes = 2 * sizeof(size_t) * (planes * m->q_blocks + planes * m->kv_blocks + 2);
+    /* and each row's interval of keys, which a map the same for every head keeps */
+    size_t intervals;
+    if (!attn_mul3_size(2 * sizeof(int64_t), m->batch, m->q_len, &intervals) ||
+        !attn_add_size(bytes, intervals, &bytes))
+        bytes = (size_t)-1;
     /* a tile listed: its entries in the lists and the transpose; a partial
      * one also its tile twice and its bits */
     size_t full_cost = 2 * sizeof(uint32_t);

@@ -1009,6 +1009,13 @@ static void test_long_window(attn_ctx *ctx) {
         CHECK(strstr(attn_ctx_last_error(ctx), want) != NULL);
         CHECK(bm == NULL);
         attn_block_mask_free(bm);
+        /* long rows over few keys: the rows' intervals (16 bytes a query)
+         * pass the memory where the tiles do not */
+        attn_block_mask_config rows = {limit / ((size_t)16 * UINT32_MAX) + 1, 1, UINT32_MAX, 16,
+                                       128, 16};
+        CHECK_STATUS(attn_block_mask_from_mask(ctx, &rows, window, &bm), ATTN_ERR_NO_MEMORY);
+        CHECK(strstr(attn_ctx_last_error(ctx), want) != NULL);
+        CHECK(bm == NULL);
     }
     attn_mask_free(window);
 }
