@@ -221,7 +221,8 @@ def _what(x):
             _FloorDiv: "a floor division of indices", _Abs: "an absolute value of indices",
             _Bucket: "T5 buckets", _RelIndex: "a distance index", _Score: "the score",
             _Tanh: "a tanh of the score", _Term: "a score term",
-            _MaskedScore: "where(mask, score, -inf)'s result"}.get(
+            _MaskedScore: "where(mask, score, -inf)'s result",
+            _Opaque: "an expression the tracer does not take apart"}.get(
                 type(x), type(x).__name__)
 
 
