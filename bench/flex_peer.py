@@ -29,9 +29,11 @@ Tables (--quick: T 1024 and 2048 in place of 4096 and 8192, one run):
            1024), sliding window 512 (causal), ALiBi (causal), softcap 30
            (causal), T5 relative bias (causal; 32 buckets, max_distance 128,
            one-directional), a relative table read by distance (causal,
-           table[h, q_idx - kv_idx + T - 1]). Target: attn >= 3x faster
-           (the issue's six rows; the relative table is measured beside
-           them). PyTorch has no CPU
+           table[h, q_idx - kv_idx + T - 1]), and causal written as
+           torch.where(q_idx >= kv_idx, score, -inf) in the score_mod with
+           no block_mask (PyTorch's docs' first example). Target: attn >= 3x
+           faster (the issue's six rows; the relative table and the where
+           are measured beside them). PyTorch has no CPU
            backward for flex, so attn's forward+backward is given as a
            multiple of its own forward (target <= 3.5x).
   padding  T=4096 SDPA with a boolean key-padding attn_mask (keys >= 3000
@@ -291,6 +293,9 @@ def make_cases(T):
 
     relative_table = torch.randn(H, 2 * T - 1, generator=torch.Generator().manual_seed(6)) * 0.5
 
+    def where_causal(score, b, h, q_idx, kv_idx):
+        return torch.where(q_idx >= kv_idx, score, -float("inf"))
+
     def relative(score, b, h, q_idx, kv_idx):
         return score + relative_table[h, q_idx - kv_idx + T - 1]
 
@@ -303,6 +308,8 @@ def make_cases(T):
         (f"T5 bias (causal, {T5_BUCKETS} buckets, max {T5_MAX_DISTANCE})", causal, t5_attn,
          t5_torch),
         ("relative table (causal, q - kv + T - 1)", causal, relative, relative),
+        # no block_mask (None): the mask is the score_mod's; its pairs are causal's
+        ("causal as where(..., -inf) in score_mod", None, where_causal, where_causal),
     ]
 
 
@@ -387,10 +394,11 @@ def flex_table(threads, compiled):
         # and PyTorch 2.15's CPU flex template then fails to compile the
         # relative table's index (an undeclared cur_kvSplitSize7)
         torch._dynamo.reset()
-        vis = visible_pairs(mask_mod, T, T)
+        vis = visible_pairs(mask_mod or causal, T, T)
         flop = 4.0 * D * vis * H * B
-        attn_bm = at.create_block_mask(mask_mod, None, None, T, T)
-        torch_bm = torch_flex_module.create_block_mask(mask_mod, None, None, T, T, device="cpu")
+        attn_bm = at.create_block_mask(mask_mod, None, None, T, T) if mask_mod else None
+        torch_bm = torch_flex_module.create_block_mask(mask_mod, None, None, T, T,
+                                                       device="cpu") if mask_mod else None
 
         def attn_fn(q_, k_, v_, bm=attn_bm, mod=attn_mod):
             return at.flex_attention(q_, k_, v_, score_mod=mod, block_mask=bm)
@@ -411,7 +419,7 @@ def flex_table(threads, compiled):
                                               forward_only(torch_fn, q, k, v), fb])
         speedup = torch_ms / attn_ms
         ratio = fb_ms / attn_ms
-        desc = attn_bm.description
+        desc = attn_bm.description if attn_bm else "the score_mod's where"
         out(f"{name:<44} {100.0 * vis / (T * T):5.1f} {attn_ms:9.1f} {torch_ms:9.1f} "
             f"{speedup:7.2f}x{mark(speedup >= TARGET_FLEX)} {gflops(flop, attn_ms):9.1f} "
             f"{gflops(flop, torch_ms):10.1f} | {fb_ms:11.1f} {ratio:7.2f}x"
