@@ -935,19 +935,26 @@ def _trace_mask(mask_mod):
     return result if isinstance(result, _Mask) else None
 
 
-def _dense_mask(mask_mod, g):
-    """mask_mod evaluated once on the (B, H, T, S) index grid: a bool tensor."""
+def _on_grid(who, role, fn, args, g):
+    """fn(*args), the index grid g's tensors among args, as a tensor; what it
+    raises passes on (of its type where that takes a message) naming who,
+    the function and the grid."""
     try:
-        r = torch.as_tensor(mask_mod(g.b, g.h, g.q, g.kv))
+        return torch.as_tensor(fn(*args))
     except Exception as err:
-        message = (f"create_block_mask: the mask_mod {getattr(mask_mod, '__name__', mask_mod)!r}"
-                   f" raised on the (B, H, Q_LEN, KV_LEN) = ({g.B}, {g.H}, {g.T}, {g.S}) index "
-                   f"grid: {type(err).__name__}: {err}")
+        message = (f"{who}: the {role} {getattr(fn, '__name__', fn)!r} raised on the (B, H, "
+                   f"Q_LEN, KV_LEN) = ({g.B}, {g.H}, {g.T}, {g.S}) index grid: "
+                   f"{type(err).__name__}: {err}")
         try:
             wrapped = type(err)(message)
         except Exception:
             wrapped = RuntimeError(message)
         raise wrapped from err
+
+
+def _dense_mask(mask_mod, g):
+    """mask_mod evaluated once on the (B, H, T, S) index grid: a bool tensor."""
+    r = _on_grid("create_block_mask", "mask_mod", mask_mod, (g.b, g.h, g.q, g.kv), g)
     if r.device.type != "cpu":  # a tensor it captured is elsewhere
         raise ValueError(f"create_block_mask: attn runs on the CPU; the mask_mod "
                          f"{getattr(mask_mod, '__name__', mask_mod)!r} returned a tensor on "
@@ -1822,18 +1829,8 @@ def _with_where(block_mask, where, score_mod, B, H, T, S):
     None, and is drawn at b = 0 (h = 0) otherwise."""
     if where is None:  # the score_mod's own -inf over the index grid
         g = _Grid(B, H, T, S)
-        try:
-            r = torch.as_tensor(score_mod(torch.zeros((), dtype=torch.float64), g.b, g.h, g.q,
-                                          g.kv))
-        except Exception as err:
-            name = getattr(score_mod, "__name__", repr(score_mod))
-            message = (f"flex_attention: the score_mod {name!r} raised on the (B, H, Q_LEN, "
-                       f"KV_LEN) = ({B}, {H}, {T}, {S}) index grid: {type(err).__name__}: {err}")
-            try:
-                wrapped = type(err)(message)
-            except Exception:
-                wrapped = RuntimeError(message)
-            raise wrapped from err
+        r = _on_grid("flex_attention", "score_mod", score_mod,
+                     (torch.zeros((), dtype=torch.float64), g.b, g.h, g.q, g.kv), g)
         drawn = (r != -math.inf).expand(B, H, T, S)
         if block_mask is None:
             return _from_bool(_attn_torch()._context(), drawn, _block_sizes(128), None, None)
@@ -1923,7 +1920,8 @@ def create_mask(mod_fn, B, H, Q_LEN, KV_LEN, device=None):
     except (TypeError, ValueError):
         params = []
     if len(params) == 5:  # a score_mod
-        r = torch.as_tensor(mod_fn(torch.zeros(B, H, T, S), g.b, g.h, g.q, g.kv))
+        r = _on_grid("create_mask", "score_mod", mod_fn,
+                     (torch.zeros(B, H, T, S), g.b, g.h, g.q, g.kv), g)
         return ~torch.isneginf(r).expand(B, H, T, S)
     return _dense_mask(mod_fn, g).clone()
 

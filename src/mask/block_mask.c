@@ -319,7 +319,8 @@ static attn_status check_map_bytes(attn_ctx *ctx, const char *who, const block_s
     if (!limit || !src->classify || !src->keys_span) return ATTN_OK;
     size_t planes = m->batch * m->heads; /* rows and columns: checked in check_config */
     /* the offsets of the rows and of the columns, lists and transpose */
-    size_t bytes = 2 * sizeof(size_t) * (planes * m->q_blocks + planes * m->kv_blocks + 2);
+    size_t bytes, offsets = planes * m->q_blocks + planes * m->kv_blocks + 2;
+    if (!attn_mul_size(2 * sizeof(size_t), offsets, &bytes)) bytes = (size_t)-1;
     /* and each row's interval of keys, which a map the same for every head keeps */
     size_t intervals;
     if (!attn_mul3_size(2 * sizeof(int64_t), m->batch, m->q_len, &intervals) ||
@@ -345,8 +346,8 @@ static attn_status check_map_bytes(attn_ctx *ctx, const char *who, const block_s
                     bound = (size_t)-1;
             }
     if (bound <= limit) return ATTN_OK;
-    for (size_t b = 0; b < m->batch; b++)
-        for (size_t h = 0; h < m->heads; h++)
+    for (size_t b = 0; b < m->batch && bytes <= limit; b++)
+        for (size_t h = 0; h < m->heads && bytes <= limit; h++)
             for (size_t qb = 0; qb < m->q_blocks && bytes <= limit; qb++) {
                 size_t q0 = qb * m->block_q;
                 size_t q1 = q0 + m->block_q < m->q_len ? q0 + m->block_q : m->q_len;
