@@ -134,7 +134,8 @@ attn_status attn_mpi_sdpa_backward(attn_mpi_group *g, const attn_mpi_sdpa_config
  * the attention across ranks. Every rank holds the same weights (built
  * from the same seed, or loaded alike). Without dropout (eval mode, or a
  * dropout of 0). With gradients enabled, the group keeps what the
- * backward needs. */
+ * backward needs; without, it drops what an earlier forward over m kept
+ * (as one process: nothing is left to differentiate). */
 attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const float *x_local,
                                     size_t batch, size_t tokens, float *y_local);
 /* dx_local (B, T_local, d_in; may be NULL) written, and every parameter's

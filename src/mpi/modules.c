@@ -187,6 +187,9 @@ attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const flo
             g->saved = next;
             return ATTN_OK;
         }
+        /* as one process: a forward without gradients leaves nothing to
+         * differentiate, not an earlier forward's activations */
+        if (g->saved.module == m) attn_mpi_saved_free(&g->saved);
     }
     attn_mpi_saved_free(&next);
     return st;

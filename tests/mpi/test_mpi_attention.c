@@ -606,6 +606,22 @@ static void test_failure(attn_ctx *ctx) {
          * every rank fails, naming the spans, nothing written */
         st = attn_mpi_module_forward(g, attn_mha_module(mha), x, 1, 32, rank == last ? x : y);
         expect_failure(ctx, "module forward in place on one rank", st, "overlaps", y, local * 8);
+        /* a forward without gradients after one with: nothing to
+         * differentiate, as in one process, not the earlier forward's
+         * activations (the module's 2 heads: Ulysses on 2 ranks only) */
+        if (modes[m] != ATTN_MPI_ULYSSES || 2 % nranks == 0) {
+            attn_module *mm = attn_mha_module(mha);
+            float *dxl = zeros(local * 8);
+            for (size_t i = 0; i < local * 8; i++) dxl[i] = 12345.0f;
+            need(ctx, attn_mpi_module_forward(g, mm, x, 1, 32, y));
+            need(ctx, attn_module_set_grad_enabled(mm, false));
+            need(ctx, attn_mpi_module_forward(g, mm, x, 1, 32, y));
+            need(ctx, attn_module_set_grad_enabled(mm, true));
+            st = attn_mpi_module_backward(g, mm, y, dxl);
+            expect_failure(ctx, "module backward after a forward without gradients", st,
+                           "no forward", dxl, local * 8);
+            free(dxl);
+        }
         float *k = random_floats(n, 2), *dq = zeros(n), *dk = zeros(n), *dv = zeros(n);
         for (size_t i = 0; i < n; i++) dq[i] = 12345.0f;
         st = attn_mpi_sdpa_backward(g, &mc, q, k, k, o, l, q, dq, dk, rank == last ? dk : dv);
