@@ -319,10 +319,9 @@ attn_status attn_mpi_group_agree(attn_mpi_group *g, const char *who, const attn_
         if (values[i].text) attn_mpi_record_text(&rec, name, values[i].text);
         else attn_mpi_record_int(&rec, name, values[i].number);
     }
-    /* the caller's own name for what is agreed leads its messages */
-    char label[ATTN_MPI_TEXT_MAX];
-    snprintf(label, sizeof label, "%s", who ? who : call);
-    return attn_mpi_agree(g, label, st, &rec);
+    /* the caller's own name for what is agreed leads its messages, and is
+     * compared whole: steps that differ past any length fail */
+    return attn_mpi_agree(g, who ? who : call, st, &rec);
 }
 
 int attn_mpi_row_type(size_t n, MPI_Datatype *type) {

@@ -272,6 +272,14 @@ static void test_agree(attn_ctx *ctx) {
     expect_disagreement(ctx, "group_agree: another step",
                         attn_mpi_group_agree(g, rank == last ? "prog grad" : "prog forward", v, 2),
                         want, NULL, 0);
+    /* a step named past what a field shows, differing at its end:
+     * compared whole */
+    const char *stem = "a program's step named at length, one of many steps alike, each of them: ";
+    char step[128];
+    snprintf(step, sizeof step, "%s%s", stem, rank == last ? "backward" : "forward");
+    snprintf(want, sizeof want, "the ranks disagree on the call: rank 0 ");
+    expect_disagreement(ctx, "group_agree: another step, named at length",
+                        attn_mpi_group_agree(g, step, v, 2), want, NULL, 0);
     attn_mpi_group_free(g);
 }
 
