@@ -186,7 +186,14 @@ void attn_mpi_record_text(attn_mpi_record *r, const char *name, const char *valu
     int64_t key;
     memcpy(&key, &h, sizeof key);
     attn_mpi_field *f = record_next(r, name, key);
-    if (f) snprintf(f->text, sizeof f->text, "%s", v);
+    if (!f) return;
+    /* a text too long to show whole keeps its end too: two paths that
+     * differ only there are shown apart */
+    size_t len = strlen(v), half = (sizeof f->text - 4) / 2;
+    if (len < sizeof f->text)
+        snprintf(f->text, sizeof f->text, "%s", v);
+    else
+        snprintf(f->text, sizeof f->text, "%.*s...%s", (int)half, v, v + len - half);
 }
 
 uint64_t attn_mpi_hash(uint64_t h, const void *data, size_t n) {

@@ -272,14 +272,22 @@ static void test_agree(attn_ctx *ctx) {
     expect_disagreement(ctx, "group_agree: another step",
                         attn_mpi_group_agree(g, rank == last ? "prog grad" : "prog forward", v, 2),
                         want, NULL, 0);
-    /* a step named past what a field shows, differing at its end:
-     * compared whole */
+    /* steps and texts longer than a field shows, differing at their ends:
+     * compared whole, and shown apart */
     const char *stem = "a program's step named at length, one of many steps alike, each of them: ";
-    char step[128];
+    char step[128], path[128];
     snprintf(step, sizeof step, "%s%s", stem, rank == last ? "backward" : "forward");
     snprintf(want, sizeof want, "the ranks disagree on the call: rank 0 ");
     expect_disagreement(ctx, "group_agree: another step, named at length",
                         attn_mpi_group_agree(g, step, v, 2), want, NULL, 0);
+    snprintf(path, sizeof path, "/data/runs/a-long-experiment-name/checkpoints/step-%s.safetensors",
+             rank == last ? "2000" : "1000");
+    v[1].text = path;
+    snprintf(want, sizeof want, "--module: rank 0 /data/runs/a-long-experiment-n...ckpoints/"
+                                "step-1000.safetensors, rank %d /data/runs/a-long-experiment-n"
+                                "...ckpoints/step-2000.safetensors (", last);
+    expect_disagreement(ctx, "group_agree: a long text differs at its end",
+                        attn_mpi_group_agree(g, "prog", v, 2), want, NULL, 0);
     attn_mpi_group_free(g);
 }
 
