@@ -83,7 +83,8 @@ static int run_forward(int argc, char **argv) {
     int rc = parse_args(argc, argv, &f);
     if (rc != CLI_OK) return rc;
     cli_run_options *o = &f.run;
-    if (o->module.dropout > 0.0 && !o->train)
+    /* under mpirun rank 0 says it, once (context_parallel.c) */
+    if (o->module.dropout > 0.0 && !o->train && !f.context_parallel)
         fprintf(stderr, "attn: note: --dropout has no effect without --train (eval mode)\n");
     if (f.context_parallel) {
 #ifdef ATTN_HAVE_MPI

@@ -98,7 +98,8 @@ static int run_grad(int argc, char **argv) {
     if (rc != CLI_OK) return rc;
     cli_run_options o = a.run;
     grad_paths paths = a.paths;
-    if (o.module.dropout > 0.0 && !o.train)
+    /* under mpirun rank 0 says it, once (context_parallel.c) */
+    if (o.module.dropout > 0.0 && !o.train && !paths.context_parallel)
         fprintf(stderr, "attn: note: --dropout has no effect without --train (eval mode)\n");
     if (paths.context_parallel) {
 #ifdef ATTN_HAVE_MPI

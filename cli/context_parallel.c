@@ -110,6 +110,9 @@ static int cp_open(cp_run *r, const char *command, cli_run_options *o, const cha
         return lib_error(r, "--context-parallel");
     if (agree_options(r, command, o, weights) != ATTN_OK)
         return lib_error(r, "--context-parallel");
+    /* the one process's note, once for the job */
+    if (r->rank == 0 && o->module.dropout > 0.0 && !o->train)
+        fprintf(stderr, "attn: note: --dropout has no effect without --train (eval mode)\n");
     /* rank 0 reads the input; its shape goes to everyone */
     unsigned long long shape[5] = {0};
     if (r->rank == 0) {

@@ -116,6 +116,13 @@ with tempfile.TemporaryDirectory() as tmp:
     # failure tests hold every rank to the message)
     check(r.returncode != 0 and "must be divisible by the 2 ranks" in r.stderr,
           f"Ulysses with 3 heads on 2 ranks: exit {r.returncode}, says why")
+    # a note of the one process's (--dropout without --train) is the job's: said once
+    r = run(["bash", run_mpi, "3", mpi_attn, "forward", "--module", "gpt2", "--heads", "6",
+             "--dropout", "0.5", "--input", os.path.join(tmp, "x_gpt2.npy"), "--output",
+             os.path.join(tmp, "o_note.npy"), "--context-parallel", "ring", "--threads", "1"])
+    notes = r.stderr.count("--dropout has no effect without --train")
+    check(r.returncode == 0 and notes == 1,
+          f"--dropout without --train on 3 ranks: noted {notes} times")
     r = run([attn, "forward", "--module", "mha", "--input", "x.npy", "--output", "y.npy",
              "--context-parallel", "spiral"])
     check(r.returncode == 2 and "expected ring, zigzag or ulysses" in r.stderr, "bad mode")
