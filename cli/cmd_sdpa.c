@@ -318,6 +318,18 @@ static int want_shape(const char *opt, const attn_npy *a, size_t rank, const siz
     return cli_usage_error("%s: shape %s must be %s: %s", opt, got, want, why);
 }
 
+/* CLI_OK when every value of a per-head array (--alibi, --sinks) is finite,
+ * else a failure naming the option, the file and the head: the library's
+ * own check names only its config field. */
+static int finite_per_head(const char *opt, const char *path, const attn_npy *a,
+                           const char *what) {
+    for (size_t i = 0; i < a->numel; i++)
+        if (!isfinite(a->data[i]))
+            return cli_failure("%s: '%s' holds %g at (%zu,): each query head's %s must be finite",
+                               opt, path, (double)a->data[i], i, what);
+    return CLI_OK;
+}
+
 typedef struct sdpa_run {
     attn_ctx *ctx;
     attn_rng *rng;
@@ -438,13 +450,15 @@ static int read_inputs(sdpa_run *r, const sdpa_options *o, attn_sdpa_config *cfg
     size_t heads[1] = {H};
     if (o->alibi) {
         if ((rc = read_floats(r->ctx, "--alibi", o->alibi, &r->alibi)) != CLI_OK ||
-            (rc = want_shape("--alibi", &r->alibi, 1, heads, "one per query head")) != CLI_OK)
+            (rc = want_shape("--alibi", &r->alibi, 1, heads, "one per query head")) != CLI_OK ||
+            (rc = finite_per_head("--alibi", o->alibi, &r->alibi, "slope")) != CLI_OK)
             return rc;
         cfg->alibi_slopes = r->alibi.data;
     }
     if (o->sinks) {
         if ((rc = read_floats(r->ctx, "--sinks", o->sinks, &r->sinks)) != CLI_OK ||
-            (rc = want_shape("--sinks", &r->sinks, 1, heads, "one per query head")) != CLI_OK)
+            (rc = want_shape("--sinks", &r->sinks, 1, heads, "one per query head")) != CLI_OK ||
+            (rc = finite_per_head("--sinks", o->sinks, &r->sinks, "sink logit")) != CLI_OK)
             return rc;
         cfg->sinks = r->sinks.data;
     }

@@ -1101,6 +1101,10 @@ def test_sdpa(r, rng):
     sinks_nan = data["sinks"].copy()
     sinks_nan[1] = np.nan
     sinks_nan = save(r, "sinks_nan.npy", sinks_nan)
+    sinks_ninf = data["sinks"].copy()
+    sinks_ninf[2] = -np.inf
+    sinks_ninf = save(r, "sinks_ninf.npy", sinks_ninf)
+    bias_zero = save(r, "bias_zero.npy", np.zeros((T, S), np.float32))
     # packed: q (10, H, D), k (14, H_kv, D), v (14, H_kv, Dv)
     pq = save(r, "pq.npy", data["q"].transpose(0, 2, 1, 3).reshape(B * T, H, D))
     pk = save(r, "pk.npy", data["k"].transpose(0, 2, 1, 3).reshape(B * S, Hkv, D))
@@ -1150,8 +1154,14 @@ def test_sdpa(r, rng):
         (ok_args + ["--softcap", "1e39"], [1], ["softcap (1e+39)", "beyond float32's range"]),
         (ok_args + ["--mask", mask_cut], [1], ["--mask", mask_cut, "truncated"]),
         (ok_args + ["--bias", bias_nan], [1], ["--bias", bias_nan, "nan at (2, 1)"]),
-        (ok_args + ["--sinks", sinks_nan], [1], ["sinks[1] is nan", "must be finite"]),
-        (ok_args + ["--alibi", sinks_nan], [1], ["alibi_slopes[1] is nan"]),
+        # per-head arrays named by option, file and head, not by the config's field
+        (ok_args + ["--sinks", sinks_nan], [1],
+         ["--sinks", "'%s' holds nan at (1,)" % sinks_nan, "must be finite"]),
+        (ok_args + ["--sinks", sinks_ninf], [1], ["--sinks", "'%s' holds -inf at (2,)" % sinks_ninf]),
+        (ok_args + ["--alibi", sinks_nan], [1], ["--alibi", "'%s' holds nan at (1,)" % sinks_nan]),
+        # ALiBi moved into a chain beside --bias: the same message
+        (ok_args + ["--alibi", sinks_nan, "--bias", bias_zero], [1],
+         ["--alibi", "'%s' holds nan at (1,)" % sinks_nan]),
         (packed + ["--cu-seqlens-q", cu_q], [2], ["--cu-seqlens-q", "--cu-seqlens-kv", "together"]),
         (packed + ["--cu-seqlens-q", cu("cu_dec", [0, 6, 5, 10]),
                    "--cu-seqlens-kv", cu("cu_kv3", [0, 7, 7, 14])], [2], ["must not decrease"]),
