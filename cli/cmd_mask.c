@@ -60,9 +60,8 @@ static int take_value(mask_cmd_options *o, const char *opt, const char *value) {
         o->window = true;
         return cli_parse_window(opt, value, &o->window_left, &o->window_right);
     } else if (strcmp(opt, "--offset") == 0) {
-        if (!cli_parse_ll(value, &o->offset))
-            return cli_usage_error("--offset: expected an integer, got '%s'", value);
         o->offset_given = true;
+        return cli_parse_offset(opt, value, &o->offset);
     } else {
         size_t *n = strcmp(opt, "--q-len") == 0    ? &o->q_len
                     : strcmp(opt, "--kv-len") == 0 ? &o->kv_len

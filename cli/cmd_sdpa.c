@@ -164,9 +164,8 @@ static int take_value(sdpa_options *o, const char *opt, const char *value) {
         else return cli_usage_error("--align: expected bottom-right or top-left, got '%s'", value);
         o->align_given = true;
     } else if (strcmp(opt, "--q-offset") == 0) {
-        if (!cli_parse_ll(value, &o->q_offset))
-            return cli_usage_error("--q-offset: expected an integer, got '%s'", value);
         o->offset_given = true;
+        return cli_parse_offset(opt, value, &o->q_offset);
     } else if (strcmp(opt, "--scale") == 0) {
         if (!cli_parse_double(value, &o->scale)) return cli_bad_number(opt, value, "a number");
         if (!isfinite(o->scale))
@@ -194,9 +193,8 @@ static int take_value(sdpa_options *o, const char *opt, const char *value) {
             return cli_usage_error("%s: expected a positive integer, got '%s'", opt, value);
         o->rel_given = true;
     } else if (strcmp(opt, "--rel-offset") == 0) {
-        if (!cli_parse_ll(value, &o->rel_offset))
-            return cli_usage_error("--rel-offset: expected an integer, got '%s'", value);
         o->rel_by_distance = true;
+        return cli_parse_offset(opt, value, &o->rel_offset);
     } else if (strcmp(opt, "--threads") == 0) {
         if (!cli_parse_size(value, &o->threads) || o->threads == 0)
             return cli_usage_error("--threads: expected a positive integer, got '%s'", value);

@@ -22,6 +22,13 @@ bool cli_parse_ll(const char *text, long long *out) {
     return true;
 }
 
+int cli_parse_offset(const char *opt, const char *text, long long *out) {
+    const long long limit = 1LL << 62;
+    if (!cli_parse_ll(text, out) || *out > limit || *out < -limit)
+        return cli_usage_error("%s: expected an integer within +-2^62, got '%s'", opt, text);
+    return CLI_OK;
+}
+
 int cli_parse_window(const char *opt, const char *text, long long *left, long long *right) {
     const char *comma = strchr(text, ',');
     char first[32];

@@ -66,6 +66,12 @@ typedef struct cli_mask_built {
 /* A signed decimal integer, the whole text. */
 bool cli_parse_ll(const char *text, long long *out);
 
+/* A position offset (--offset, --q-offset, --rel-offset): a signed integer
+ * within the library's bound on positions, +-2^62; a usage error naming opt
+ * and the text otherwise, so that a value past it is not refused later under
+ * the name of the mask or the field that reads it. */
+int cli_parse_offset(const char *opt, const char *text, long long *out);
+
 /* --window L,R: two integers, each -1 (unbounded) or more; a usage error
  * naming opt and the text otherwise. */
 int cli_parse_window(const char *opt, const char *text, long long *left, long long *right);

@@ -1184,6 +1184,11 @@ def test_sdpa(r, rng):
         (ok_args + ["--align", "middle"], [2], ["--align", "'middle'"]),
         (ok_args + ["--align", "top-left", "--q-offset", "2"], [2], ["--q-offset", "--align"]),
         (ok_args + ["--q-offset", "1.5"], [2], ["--q-offset", "'1.5'"]),
+        # past the library's bound on positions: named as --q-offset, not as the
+        # mask or the config field that reads it
+        (ok_args + ["--q-offset", str(2 ** 62 + 1), "--chunk", "2"], [2],
+         ["--q-offset", "+-2^62", "'%d'" % (2 ** 62 + 1)]),
+        (ok_args + ["--q-offset", str(-2 ** 63)], [2], ["--q-offset", "'%d'" % -2 ** 63]),
         (ok_args + ["--threads", "0"], [2], ["--threads"]),
         (ok_args + ["--kernels", "bogus"], [2], ["--kernels", "'bogus'"]),
         (ok_args + ["--frobnicate", "1"], [2], ["unknown option", "--frobnicate"]),
@@ -1432,6 +1437,8 @@ def test_sdpa_flex(r, rng):
         (base + ["--rel-buckets", "8"], [2], ["--rel-buckets", "--rel-bias-table"]),
         (base + ["--rel-signed"], [2], ["--rel-signed", "--rel-offset"]),
         (base + ["--rel-offset", "2"], [2], ["--rel-offset", "--rel-bias-table"]),
+        (base + ["--rel-bias-table", save(r, "t8e.npy", np.zeros((H, 8), np.float32)),
+                 "--rel-offset", str(2 ** 62 + 1)], [2], ["--rel-offset", "+-2^62"]),
         (base + ["--rel-bias-table", save(r, "t8b.npy", np.zeros((H, 8), np.float32)),
                  "--rel-offset", "2", "--rel-max-distance", "9"], [2],
          ["--rel-offset", "--rel-max-distance"]),
@@ -1636,6 +1643,11 @@ def test_mask_command(r, rng):
             (["mask", "--q-len", 8, "--mask", doc, "--chunk", 2], ["--mask", "--chunk"]),
             (["mask", "--q-len", 8, "--doc-ids", doc], ["--doc-ids", "(%d,)" % T, "(8,)"]),
             (["mask", "--q-len", 8, "--png", never, "--block-size", 8], ["--block-size", "'8'"]),
+            # past the library's bound on positions: named as --offset, not --causal
+            (["mask", "--q-len", 8, "--causal", "--offset", 2 ** 63 - 1, "--png", never],
+             ["--offset", "+-2^62", "'%d'" % (2 ** 63 - 1)]),
+            (["mask", "--q-len", 8, "--chunk", 2, "--offset", -2 ** 62 - 1],
+             ["--offset", "'%d'" % (-2 ** 62 - 1)]),
             # refused before the map is built (lengths of billions took minutes and gigabytes)
             (["mask", "--q-len", 2 ** 31], ["--show", "--q-len 2147483648", "33554432 x 33554432",
                                              "a larger --block-size (up to 256)"]),
