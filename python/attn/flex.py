@@ -952,21 +952,22 @@ def _on_grid(who, role, fn, args, g):
         raise wrapped from err
 
 
-def _dense_mask(mask_mod, g):
-    """mask_mod evaluated once on the (B, H, T, S) index grid: a bool tensor."""
-    r = _on_grid("create_block_mask", "mask_mod", mask_mod, (g.b, g.h, g.q, g.kv), g)
+def _dense_mask(mask_mod, g, who="create_block_mask"):
+    """mask_mod evaluated once on the (B, H, T, S) index grid: a bool tensor.
+    Errors begin with who, the public call."""
+    r = _on_grid(who, "mask_mod", mask_mod, (g.b, g.h, g.q, g.kv), g)
     if r.device.type != "cpu":  # a tensor it captured is elsewhere
-        raise ValueError(f"create_block_mask: attn runs on the CPU; the mask_mod "
+        raise ValueError(f"{who}: attn runs on the CPU; the mask_mod "
                          f"{getattr(mask_mod, '__name__', mask_mod)!r} returned a tensor on "
                          f"{r.device}")
     if r.dtype != torch.bool:  # as PyTorch: a number's truth would hide a mistake
-        raise TypeError(f"create_block_mask: the mask_mod "
+        raise TypeError(f"{who}: the mask_mod "
                         f"{getattr(mask_mod, '__name__', mask_mod)!r} must return a torch.bool "
                         f"tensor, got {r.dtype}")
     try:
         return r.expand(g.B, g.H, g.T, g.S)
     except RuntimeError:
-        raise ValueError(f"create_block_mask: the mask_mod "
+        raise ValueError(f"{who}: the mask_mod "
                          f"{getattr(mask_mod, '__name__', mask_mod)!r} returned a tensor of "
                          f"shape {tuple(r.shape)}, which does not broadcast to (B, H, Q_LEN, "
                          f"KV_LEN) = ({g.B}, {g.H}, {g.T}, {g.S})") from None
@@ -1473,17 +1474,19 @@ def _block_sizes(BLOCK_SIZE):
     return bq, bkv
 
 
-def _dims(name, value, default=1):
-    """A size: None (default) or an integer >= 1, a NumPy or 0-d torch integer too."""
+def _dims(name, value, default=1, who="create_block_mask", least=1):
+    """A size: None (default) or an integer >= least, a NumPy or 0-d torch
+    integer too. Errors begin with who, the public call."""
     if value is None:
         return default
     try:
         n = None if isinstance(value, bool) else operator.index(value)
     except TypeError:
         n = None
-    if n is None or n < 1:
-        raise ValueError(f"create_block_mask: {name} must be None or a positive int, got "
-                         f"{value!r} ({type(value).__name__})")
+    if n is None or n < least:
+        kind = "a positive int" if least == 1 else f"an int >= {least}"
+        raise ValueError(f"{who}: {name} must be None or {kind}, got {value!r} "
+                         f"({type(value).__name__})")
     return n
 
 
@@ -1679,7 +1682,7 @@ class BlockMask(HandleOwner):
         if mask_mod is not None:
             partial = _listed_dense(i32[:2], g, bq, bkv)
             inside = description.evaluate(g) if description is not None else \
-                _dense_mask(mask_mod, g)
+                _dense_mask(mask_mod, g, "from_kv_blocks")
             keep = (keep & ~partial) | (partial & inside.expand(B, H, T, S))
         return _from_bool(ctx, keep, (bq, bkv), mask_mod, None)
 
@@ -1853,7 +1856,7 @@ def _with_where(block_mask, where, score_mod, B, H, T, S):
     if block_mask.description is not None:
         keep = block_mask.description.evaluate(mine)
     else:
-        keep = _dense_mask(block_mask.mask_mod, mine)
+        keep = _dense_mask(block_mask.mask_mod, mine, "flex_attention")
     keep = keep.expand(mB, mH, T, S).expand(B, H, T, S) & \
         where.evaluate(_Grid(B, H, T, S)).expand(B, H, T, S)
     return _from_bool(_attn_torch()._context(), keep, block_mask.BLOCK_SIZE, None, None)
@@ -1908,8 +1911,10 @@ def create_mask(mod_fn, B, H, Q_LEN, KV_LEN, device=None):
         raise TypeError(f"create_mask: mod_fn must be callable, got {mod_fn!r}")
     if device is not None and str(torch.device(device).type) != "cpu":
         raise ValueError(f"create_mask: attn runs on the CPU, not {device}")
-    B, H = _dims("B", B), _dims("H", H)
-    T, S = _dims("Q_LEN", Q_LEN, None), _dims("KV_LEN", KV_LEN, None)
+    # zero sizes give an empty mask, as PyTorch's aranges do
+    B, H = (_dims(n, v, 1, "create_mask", 0) for n, v in (("B", B), ("H", H)))
+    T, S = (_dims(n, v, None, "create_mask", 0) for n, v in (("Q_LEN", Q_LEN),
+                                                              ("KV_LEN", KV_LEN)))
     if T is None or S is None:
         raise ValueError("create_mask: Q_LEN and KV_LEN are needed")
     g = _Grid(B, H, T, S)
@@ -1923,7 +1928,7 @@ def create_mask(mod_fn, B, H, Q_LEN, KV_LEN, device=None):
         r = _on_grid("create_mask", "score_mod", mod_fn,
                      (torch.zeros(B, H, T, S), g.b, g.h, g.q, g.kv), g)
         return ~torch.isneginf(r).expand(B, H, T, S)
-    return _dense_mask(mod_fn, g).clone()
+    return _dense_mask(mod_fn, g, "create_mask").clone()
 
 
 # ---- flex_attention ---------------------------------------------------------------------

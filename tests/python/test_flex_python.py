@@ -1229,6 +1229,30 @@ check(m.shape == (B, H, T, S) and torch.equal(
     "create_mask of a score_mod: where it is not -inf")
 check(flex.create_mask(causal_plus, None, None, T, S).shape == (1, 1, T, S),
       "create_mask with B, H None: (1, 1, T, S)")
+# zero sizes: an empty mask of that shape, as PyTorch's aranges give
+for sizes in ((0, H, T, S), (B, 0, T, S), (B, H, 0, S), (B, H, T, 0)):
+    for mod in (causal_plus, lambda s, b, h, q, kv: torch.where(q >= kv, s, -float("inf"))):
+        try:
+            m = flex.create_mask(mod, *sizes)
+            check(m.dtype == torch.bool and m.shape == sizes, f"create_mask{sizes}: {m.shape}")
+        except Exception as err:
+            check(False, f"create_mask{sizes}: {type(err).__name__}: {err}")
+
+
+def raising_mask(b, h, q_idx, kv_idx):
+    raise KeyError("no such document")
+
+
+# refusals name create_mask, the call made
+for what, args, kind in (("B of -1", (causal_plus, -1, H, T, S), ValueError),
+                         ("KV_LEN of 2.5", (causal_plus, B, H, T, 2.5), ValueError),
+                         ("a mask_mod that raises", (raising_mask, B, H, T, S), KeyError)):
+    try:
+        flex.create_mask(*args)
+        check(False, f"create_mask with {what}: no error")
+    except kind as err:
+        check(str(err).strip("'\"").startswith("create_mask:"),
+              f"create_mask with {what}: message {err}")
 if runs:
     bm = flex.create_block_mask(causal_plus, B, H, T, S, device=None, BLOCK_SIZE=16,
                                 separate_full_blocks=False, compute_dq_write_order=False,
