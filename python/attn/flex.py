@@ -1529,6 +1529,10 @@ class BlockMask(HandleOwner):
         # whether the map was made with B (H) None: its mask_mod then seen
         # not to read b (h), so that its description holds for every b (h)
         self._same_for = (False, False)
+        # from_kv_blocks: the (B, H, Q_LEN, KV_LEN) bools its lists and
+        # mask_mod draw (None for a map drawn from its mask_mod alone), which
+        # the description does not give: the lists choose the blocks
+        self._listed = None
         self.seq_lengths = self.shape[2:]
 
     @property
@@ -1671,20 +1675,31 @@ class BlockMask(HandleOwner):
                 out = lists_map(mask)
             finally:
                 lib.attn_mask_free(mask)
-            return cls(out, (B, H, T, S), (bq, bkv), mask_mod, description)
-        if has_lists:
-            # the lists checked as the library checks them (counts past max or
-            # negative, a block out of range, listed twice, partial and full),
-            # which drawing them out would pass over
-            lib.attn_block_mask_free(lists_map(None))
-        # the lists drawn out densely: the same map through the dense builder
-        keep = _listed_dense(i32, g, bq, bkv)
-        if mask_mod is not None:
-            partial = _listed_dense(i32[:2], g, bq, bkv)
-            inside = description.evaluate(g) if description is not None else \
-                _dense_mask(mask_mod, g, "from_kv_blocks")
-            keep = (keep & ~partial) | (partial & inside.expand(B, H, T, S))
-        return _from_bool(ctx, keep, (bq, bkv), mask_mod, None)
+            bm = cls(out, (B, H, T, S), (bq, bkv), mask_mod, description)
+        else:
+            if has_lists:
+                # the lists checked as the library checks them (counts past
+                # max or negative, a block out of range, listed twice, partial
+                # and full), which drawing them out would pass over
+                lib.attn_block_mask_free(lists_map(None))
+            # the lists drawn out densely: the same map through the dense builder
+            bm = _from_bool(ctx, _listed_keep(i32, g, bq, bkv, mask_mod, description),
+                            (bq, bkv), mask_mod, None)
+        # drawn again only where a call needs it, not kept: it is (B, H, T, S)
+        bm._listed = functools.partial(_listed_keep, i32, g, bq, bkv, mask_mod, description)
+        return bm
+
+
+def _listed_keep(i32, g, bq, bkv, mask_mod, description):
+    """The (B, H, T, S) bools of block lists i32: a full block's elements
+    all, a partial one's those mask_mod (None: all) leaves visible."""
+    keep = _listed_dense(i32, g, bq, bkv)
+    if mask_mod is not None:
+        partial = _listed_dense(i32[:2], g, bq, bkv)
+        inside = description.evaluate(g) if description is not None else \
+            _dense_mask(mask_mod, g, "from_kv_blocks")
+        keep = (keep & ~partial) | (partial & inside.expand(g.B, g.H, g.T, g.S))
+    return keep
 
 
 def _seq_lengths(seq_lengths):
@@ -1841,19 +1856,21 @@ def _with_where(block_mask, where, score_mod, B, H, T, S):
     if block_mask is None:
         return _block_mask_of(where, None, B, H, T, S, _block_sizes(128))
     mB, mH = block_mask.shape[:2]
-    if block_mask.description is None and block_mask.mask_mod is None:
+    if block_mask._listed is None and block_mask.description is None and \
+            block_mask.mask_mod is None:
         name = getattr(score_mod, "__name__", repr(score_mod))
         raise ValueError(f"flex_attention: the score_mod {name!r} masks scores with "
-                         "torch.where and block_mask (from_kv_blocks without a mask_mod) has "
-                         "no mask to join it with: write the condition in a mask_mod, or pass "
-                         "the BlockMask's mask_mod")
+                         "torch.where and block_mask has no mask to join it with: write the "
+                         "condition in a mask_mod")
     same_b, same_h = block_mask._same_for
-    if block_mask.description is not None and not isinstance(where, _Drawn) and \
-            (mB == B or same_b) and (mH == H or same_h):
+    if block_mask._listed is None and block_mask.description is not None and \
+            not isinstance(where, _Drawn) and (mB == B or same_b) and (mH == H or same_h):
         return _block_mask_of(_And(block_mask.description, where), None, B, H, T, S,
                               block_mask.BLOCK_SIZE)
     mine = _Grid(mB, mH, T, S)
-    if block_mask.description is not None:
+    if block_mask._listed is not None:  # from_kv_blocks: its lists choose the blocks
+        keep = block_mask._listed()
+    elif block_mask.description is not None:
         keep = block_mask.description.evaluate(mine)
     else:
         keep = _dense_mask(block_mask.mask_mod, mine, "flex_attention")

@@ -1274,6 +1274,32 @@ if runs:
         check(False, "BlockMask.to('meta'): no error")
     except ValueError as err:
         check("meta" in str(err), f"BlockMask.to('meta'): {err}")
+    # a where-mask joins a from_kv_blocks map as its lists draw it (the
+    # blocks listed: full ones whole, partial ones under mask_mod), not as
+    # every block its mask_mod allows
+    kvn = torch.ones(1, 2, 4, dtype=torch.int32)  # partial: the diagonal blocks
+    kvi = torch.arange(4, dtype=torch.int32).view(1, 1, 4, 1).repeat(1, 2, 1, 4)
+    fkn = torch.tensor([[[0, 0, 0, 1], [0, 0, 0, 0]]], dtype=torch.int32)  # full: (3, 0), h 0
+    fki = torch.zeros(1, 2, 4, 4, dtype=torch.int32)
+    qb, kb = torch.arange(64).view(64, 1) // 16, torch.arange(64).view(1, 64) // 16
+    full = torch.stack([(qb == 3) & (kb == 0), torch.zeros(64, 64, dtype=torch.bool)])
+    q2, k2, v2 = (torch.randn(1, 2, 64, 8, dtype=torch.float64) for _ in range(3))
+    for mm in (None, causal_plus):
+        bm = flex.BlockMask.from_kv_blocks(kvn, kvi, fkn, fki, BLOCK_SIZE=16, mask_mod=mm)
+        inside = (qb == kb) & (True if mm is None else dense(mm, 1, 1, 64, 64)[0, 0])
+        for how, sm, cond in (
+                ("traced", lambda s, b, h, q, kv: torch.where(kv % 3 != 1, s, -float("inf")),
+                 lambda q, kv: kv % 3 != 1),
+                ("drawn", lambda s, b, h, q, kv: torch.where((q * kv) % 3 != 1, s,
+                                                             -float("inf")),
+                 lambda q, kv: (q * kv) % 3 != 1)):
+            keep = (full | inside) & cond(torch.arange(64).view(64, 1), torch.arange(64))
+            scores = (q2 @ k2.transpose(-1, -2) / math.sqrt(8)).masked_fill(~keep, -math.inf)
+            want = torch.softmax(scores, -1).nan_to_num(0.0) @ v2
+            got = flex.flex_attention(q2, k2, v2, score_mod=sm, block_mask=bm)
+            check(torch.allclose(got, want, atol=1e-12),
+                  f"where ({how}) and from_kv_blocks (mask_mod {mm is not None}): "
+                  f"{(got - want).abs().max().item():.3g} off")
     # return_aux and kernel_options
     q, k, v = (torch.randn(B, H, T, 16) for _ in range(3))
     out, lse = flex.flex_attention(q, k, v, block_mask=None, return_lse=True)
