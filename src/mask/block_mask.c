@@ -317,10 +317,14 @@ static attn_status check_map_bytes(attn_ctx *ctx, const char *who, const block_s
                                    const attn_block_map *m) {
     size_t limit = attn_physical_memory();
     if (!limit || !src->classify || !src->keys_span) return ATTN_OK;
-    size_t planes = m->batch * m->heads; /* rows and columns: checked in check_config */
-    /* the offsets of the rows and of the columns, lists and transpose */
-    size_t bytes, offsets = planes * m->q_blocks + planes * m->kv_blocks + 2;
-    if (!attn_mul_size(2 * sizeof(size_t), offsets, &bytes)) bytes = (size_t)-1;
+    size_t planes = m->batch * m->heads; /* checked in check_config */
+    /* the offsets of the rows and of the columns, lists and transpose; past
+     * size_t, past any memory */
+    size_t offsets, bytes;
+    if (!attn_mul_size(planes, m->q_blocks + m->kv_blocks, &offsets) ||
+        !attn_add_size(offsets, 2, &offsets) ||
+        !attn_mul_size(offsets, 2 * sizeof(size_t), &bytes))
+        bytes = (size_t)-1;
     /* and each row's interval of keys, which a map the same for every head keeps */
     size_t intervals;
     if (!attn_mul3_size(2 * sizeof(int64_t), m->batch, m->q_len, &intervals) ||

@@ -1016,6 +1016,21 @@ static void test_long_window(attn_ctx *ctx) {
         CHECK_STATUS(attn_block_mask_from_mask(ctx, &rows, window, &bm), ATTN_ERR_NO_MEMORY);
         CHECK(strstr(attn_ctx_last_error(ctx), want) != NULL);
         CHECK(bm == NULL);
+        attn_block_mask_free(bm);
+        /* Maps past memory by their sequences' count alone: 2^40 of 4096
+         * tokens, and 2^61 of 16, whose row offsets' bytes pass size_t.
+         * Refused at once, not after a walk over every sequence (which
+         * would run past the test's timeout). */
+        attn_block_mask_config many[] = {{(size_t)1 << 40, 1, 4096, 4096, 128, 128},
+                                         {(size_t)1 << 61, 1, 16, 16, 16, 16}};
+        for (size_t i = 0; i < sizeof many / sizeof many[0]; i++) {
+            bm = NULL;
+            CHECK_STATUS(attn_block_mask_from_mask(ctx, &many[i], window, &bm),
+                         ATTN_ERR_NO_MEMORY);
+            CHECK(strstr(attn_ctx_last_error(ctx), want) != NULL);
+            CHECK(bm == NULL);
+            attn_block_mask_free(bm);
+        }
     }
     attn_mask_free(window);
 }
