@@ -699,9 +699,10 @@ attn_status attn_block_mask_get_info(const attn_block_mask *m, attn_block_mask_i
  * BlockMask.to_string() draws it, a line per query block, a character per
  * key block ('#' full, '~' partial, '.' skipped), into buf (size bytes,
  * NUL-terminated); *needed (if not NULL) receives the bytes the whole
- * drawing takes, with its NUL: size 0 asks only that, a smaller size is
- * ATTN_ERR_INVALID, as are b or h past the map's; ATTN_ERR_NULL for a NULL
- * m, or a NULL buf with size above 0. No message (above). */
+ * drawing takes, with its NUL, even where the size refuses: size 0 asks
+ * only that, a smaller size is ATTN_ERR_INVALID (buf untouched), as are b
+ * or h past the map's; ATTN_ERR_NULL for a NULL m, or a NULL buf with size
+ * above 0. No message (above). */
 attn_status attn_block_mask_to_string(const attn_block_mask *m, size_t b, size_t h, char *buf,
                                       size_t size, size_t *needed);
 

@@ -1842,9 +1842,10 @@ def _with_where(block_mask, where, score_mod, B, H, T, S):
     """The block map of a call whose score_mod ends in where(mask, score,
     -inf): block_mask (None: every key) and that mask, for the call's (B,
     H, T, S). A block_mask that broadcasts over the batch or the heads is
-    read at b = 0 (h = 0) for all of them, as flex_attention reads it: its
-    description serves every b (h) where create_block_mask was given B (H)
-    None, and is drawn at b = 0 (h = 0) otherwise."""
+    read at b = 0 (h = 0) for all of them, as attn runs such a map without a
+    where (PyTorch evaluates a partial block's mask_mod at the real b and
+    h): its description serves every b (h) where create_block_mask was
+    given B (H) None, and is drawn at b = 0 (h = 0) otherwise."""
     if where is None:  # the score_mod's own -inf over the index grid
         g = _Grid(B, H, T, S)
         r = _on_grid("flex_attention", "score_mod", score_mod,

@@ -606,10 +606,7 @@ attn_status attn_block_mask_to_string(const attn_block_mask *bm, size_t b, size_
     if (b >= m->batch || h >= m->heads) return ATTN_ERR_INVALID;
     size_t total = m->q_blocks * (m->kv_blocks + 1) + 1;
     if (needed) *needed = total;
-    if (size < total) {
-        if (size) buf[0] = '\0';
-        return size ? ATTN_ERR_INVALID : ATTN_OK;
-    }
+    if (size < total) return size ? ATTN_ERR_INVALID : ATTN_OK; /* buf untouched */
     char *c = buf;
     for (size_t qb = 0; qb < m->q_blocks; qb++) {
         size_t r = attn_block_map_row(m, b, h, qb);

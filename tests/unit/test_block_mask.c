@@ -887,7 +887,9 @@ static void test_to_string(attn_ctx *ctx) {
     CHECK(needed == strlen(want) + 1);
     CHECK_STATUS(attn_block_mask_to_string(bm, 0, 0, buf, sizeof buf, &needed), ATTN_OK);
     CHECK(strcmp(buf, want) == 0);
-    CHECK_STATUS(attn_block_mask_to_string(bm, 0, 0, buf, 5, NULL), ATTN_ERR_INVALID);
+    memset(buf, 'x', sizeof buf); /* a refused call writes nothing into buf */
+    CHECK_STATUS(attn_block_mask_to_string(bm, 0, 0, buf, 5, &needed), ATTN_ERR_INVALID);
+    CHECK(buf[0] == 'x' && buf[4] == 'x' && needed == strlen(want) + 1);
     CHECK_STATUS(attn_block_mask_to_string(bm, 1, 0, buf, sizeof buf, NULL), ATTN_ERR_INVALID);
     attn_block_mask_free(bm);
     attn_mask_free(causal);

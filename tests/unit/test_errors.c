@@ -854,7 +854,7 @@ static void test_long_message_keeps_its_end(void) {
     CHECK_STATUS(attn_npy_read(g_ctx, path, &npy), ATTN_ERR_IO);
     const char *msg = attn_ctx_last_error(g_ctx);
     CHECK(strlen(msg) < 512 && strlen(msg) > 400);
-    CHECK(strncmp(msg, path, 100) == 0 || strstr(msg, "/no_such_dir_") != NULL);
+    CHECK(strncmp(msg, path, 100) == 0); /* the start, as it is */
     CHECK_MESSAGE(g_ctx, " ... ");
     CHECK_MESSAGE(g_ctx, "/the_end.npy");
     CHECK_MESSAGE(g_ctx, "No such file or directory");
