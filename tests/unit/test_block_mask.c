@@ -895,6 +895,17 @@ static void test_to_string(attn_ctx *ctx) {
     attn_mask_free(causal);
 }
 
+/* attn_block_mask_from_mask of c and m into *bm, checked ATTN_OK; the
+ * seconds it took. */
+static double timed_from_mask(attn_ctx *ctx, const attn_block_mask_config *c, const attn_mask *m,
+                              attn_block_mask **bm) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_STATUS(attn_block_mask_from_mask(ctx, c, m, bm), ATTN_OK);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+}
+
 /* Four causal documents at T = S = 32768: the map from the description
  * alone, timed (printed, not asserted), and its counts from the geometry. */
 static void test_speed(attn_ctx *ctx) {
@@ -908,10 +919,7 @@ static void test_speed(attn_ctx *ctx) {
     attn_block_mask_config c = {1, 1, T, T, 0, 0};
     attn_block_mask *bm = NULL;
     struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    CHECK_STATUS(attn_block_mask_from_mask(ctx, &c, both, &bm), ATTN_OK);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    double s = timed_from_mask(ctx, &c, both, &bm);
     printf("from_mask, 4 causal documents at T = S = %zu: %.3f s\n", T, s);
     if (bm) {
         attn_block_mask_info info;
@@ -962,10 +970,7 @@ static void test_long_window(attn_ctx *ctx) {
     attn_block_mask_config c = {1, 1, T, T, blk, blk};
     attn_block_mask *bm = NULL;
     struct timespec t0, t1;
-    clock_gettime(CLOCK_MONOTONIC, &t0);
-    CHECK_STATUS(attn_block_mask_from_mask(ctx, &c, window, &bm), ATTN_OK);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    double s = timed_from_mask(ctx, &c, window, &bm);
     printf("from_mask, a window of %zu keys at T = S = %zu in blocks of %zu: %.3f s\n", left + 1,
            T, blk, s);
     size_t full = 0, partial = 0;
