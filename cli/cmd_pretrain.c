@@ -602,6 +602,7 @@ typedef struct pretrain_state {
     attn_tokenizer *tok;
     attn_pretrain *run;
     char *text;
+    const char *state_path; /* --save's FILE.state (check_outputs'), NULL without --save */
 } pretrain_state;
 
 static void state_free(pretrain_state *s) {
@@ -713,13 +714,7 @@ static bool replaced_whole(const char *path) {
  * file new or changed. */
 static int save_run(pretrain_state *s, const char *path) {
     if (!cli_stdout_flushed()) return CLI_FAILED;
-    size_t n = strlen(path);
-    char *state = malloc(n + sizeof ".state");
-    if (!state) return cli_failure("--save: out of memory");
-    memcpy(state, path, n);
-    memcpy(state + n, ".state", sizeof ".state");
-    bool hold = replaced_whole(path) && replaced_whole(state);
-    free(state);
+    bool hold = replaced_whole(path) && replaced_whole(s->state_path);
     if (hold) cli_interrupt_hold();
     attn_status st = attn_pretrain_save(s->run, path);
     if (hold) cli_interrupt_release();
@@ -870,6 +865,7 @@ static int run_pretrain(int argc, char **argv) {
     char *state_path = NULL;
     size_t length = 0;
     rc = check_outputs(&o, &outs, &plot_index, &state_path);
+    s.state_path = state_path;
     if (rc == CLI_OK) rc = read_texts(&o, &s.text, &length);
     if (rc == CLI_OK && attn_tokenizer_load(s.ctx, o.tokenizer, &s.tok) != ATTN_OK)
         rc = cli_library_error(s.ctx, "--tokenizer");
