@@ -132,6 +132,24 @@ static inline bool attn_mul3_size(size_t a, size_t b, size_t c, size_t *out) {
     return attn_mul_size(a, b, &ab) && attn_mul_size(ab, c, out);
 }
 
+/* The elements of a shape into *numel, and the product of its nonzero
+ * dimensions into *nonzero (NULL: not wanted); returns ndim, or the
+ * dimension at which that product overflows size_t. A zero dimension
+ * counts as one for the check, as NumPy's does, so the verdict does not
+ * depend on where the zero is. */
+static inline size_t attn_shape_numel(size_t ndim, const size_t *shape, size_t *nonzero,
+                                      size_t *numel) {
+    size_t product = 1;
+    bool empty = false;
+    for (size_t d = 0; d < ndim; d++) {
+        if (shape[d] == 0) empty = true;
+        else if (!attn_mul_size(product, shape[d], &product)) return d;
+    }
+    if (nonzero) *nonzero = product;
+    *numel = empty ? 0 : product;
+    return ndim;
+}
+
 /* a + b, or false on overflow. */
 static inline bool attn_add_size(size_t a, size_t b, size_t *out) {
     if (b > (size_t)-1 - a) return false;

@@ -247,26 +247,21 @@ static bool decode_descr(const char *descr, npy_header *h) {
     return true;
 }
 
-/* The shape's element count and byte size. Zero dimensions count as one
- * for the overflow check, as NumPy's does, so the verdict does not depend
- * on where the zero is. */
+/* The shape's element count and byte size (attn_shape_numel's overflow
+ * rule: a zero dimension counts as one for it). */
 static attn_status shape_size(attn_ctx *ctx, const char *label, size_t ndim, const size_t *shape,
                               size_t itemsize, size_t *numel, size_t *bytes) {
-    size_t product = 1;
-    bool empty = false;
-    for (size_t i = 0; i < ndim; i++) {
-        if (shape[i] == 0) empty = true;
-        else if (!attn_mul_size(product, shape[i], &product))
-            return attn_fail(ctx, ATTN_ERR_OVERFLOW,
-                             "%s: shape product overflows size_t at dimension %zu (%zu)", label, i,
-                             shape[i]);
-    }
+    size_t product = 0, count = 0, at = attn_shape_numel(ndim, shape, &product, &count);
+    if (at < ndim)
+        return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                         "%s: shape product overflows size_t at dimension %zu (%zu)", label, at,
+                         shape[at]);
     size_t total;
     if (!attn_mul_size(product, itemsize, &total))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                          "%s: %zu elements of %zu bytes overflow size_t", label, product, itemsize);
-    *numel = empty ? 0 : product;
-    *bytes = empty ? 0 : total;
+    *numel = count;
+    *bytes = count ? total : 0;
     return ATTN_OK;
 }
 

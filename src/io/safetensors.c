@@ -46,20 +46,6 @@ _Static_assert(sizeof(double) == 8, "double must be IEEE binary64");
 #define ST_TEXT_MAX 64     /* a name as quoted in a message */
 #define ST_CHUNK 16384     /* bytes read per step when converting */
 
-/* The elements of a shape, or false where the product of its nonzero
- * dimensions overflows size_t: a zero dimension counts as one for that
- * check, as NumPy's (and attn's .npy reader) does, so the verdict does not
- * depend on where the zero is. */
-static bool shape_numel(size_t ndim, const size_t *shape, size_t *numel) {
-    size_t product = 1;
-    bool empty = false;
-    for (size_t d = 0; d < ndim; d++) {
-        if (shape[d] == 0) empty = true;
-        else if (!attn_mul_size(product, shape[d], &product)) return false;
-    }
-    *numel = empty ? 0 : product;
-    return true;
-}
 static const char *const memory_label = "<memory>";
 
 /* ---- dtypes -------------------------------------------------------------- */
@@ -413,8 +399,8 @@ static attn_status check_tensors(attn_safetensors *st) {
         char name[ST_TEXT_MAX], shape[160];
         printable(name, sizeof name, t->name);
         format_shape(shape, sizeof shape, t->ndim, t->shape);
-        size_t numel;
-        if (!shape_numel(t->ndim, t->shape, &numel))
+        size_t numel = 0;
+        if (attn_shape_numel(t->ndim, t->shape, NULL, &numel) < t->ndim)
             return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                              "%s: tensor '%s': shape %s overflows size_t", st->label, name,
                              shape);
@@ -1173,8 +1159,8 @@ attn_status attn_safetensors_write_to(attn_ctx *ctx, attn_file *f, const char *p
             return attn_fail(ctx, ATTN_ERR_INVALID,
                              "%s: tensor '%s': ndim %zu exceeds ATTN_SAFETENSORS_MAX_DIMS (%d)",
                              path, name, t->ndim, ATTN_SAFETENSORS_MAX_DIMS);
-        size_t numel, bytes;
-        if (!shape_numel(t->ndim, t->shape, &numel))
+        size_t numel = 0, bytes;
+        if (attn_shape_numel(t->ndim, t->shape, NULL, &numel) < t->ndim)
             return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: tensor '%s': shape overflows size_t",
                              path, name);
         if (!attn_mul_size(numel, 4, &bytes) || !attn_add_size(total_bytes, bytes, &total_bytes))
