@@ -81,6 +81,10 @@ struct attn_module {
     attn_saved saved;
     void *work;        /* the attention workspace of the pass under way */
     size_t work_bytes; /* allocated */
+    /* The serial of the context-parallel forward whose activations a group
+     * keeps for this module (mpi/modules.c); 0: none. A module allocated
+     * where a freed one lay starts at 0, so it never claims those. */
+    uint64_t cp_forward;
 };
 
 /* Sets up the base; free it with attn_module_release. */

@@ -183,6 +183,7 @@ attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const flo
         if (attn_module_grad_enabled(m)) {
             memcpy(next.x, x_local, rows * cm.d_in * sizeof *next.x);
             next.valid = true;
+            next.serial = m->cp_forward = ++g->forwards;
             attn_mpi_saved_free(&g->saved);
             g->saved = next;
             return ATTN_OK;
@@ -216,7 +217,7 @@ attn_status attn_mpi_module_backward(attn_mpi_group *g, attn_module *m, const fl
     cp_module cm;
     attn_status st = ATTN_OK;
     if (!m || !dy_local) st = attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who, !m ? "m" : "dy_local");
-    else if (!s->valid || s->module != m)
+    else if (!s->valid || s->module != m || m->cp_forward != s->serial)
         st = attn_fail(ctx, ATTN_ERR_INVALID,
                        "%s: no forward of this module to differentiate (call "
                        "attn_mpi_module_forward first, with gradients enabled)",

@@ -622,6 +622,39 @@ static void test_failure(attn_ctx *ctx) {
                            "no forward", dxl, local * 8);
             free(dxl);
         }
+        /* a module allocated where a freed one lay, after that one's
+         * forward: nothing to differentiate, not the freed one's activations
+         * (glibc gives the freed block back to the next request of its size;
+         * each rank says whether it did) */
+        if (modes[m] != ATTN_MPI_ULYSSES || 2 % nranks == 0) {
+            attn_mha *gone = NULL, *again = NULL;
+            cfg.dropout = 0.0;
+            if (attn_mha_new(ctx, &cfg, rng, &gone) != ATTN_OK) MPI_Abort(MPI_COMM_WORLD, 2);
+            need(ctx, attn_mpi_module_forward(g, attn_mha_module(gone), x, 1, 32, y));
+            uintptr_t was = (uintptr_t)attn_mha_module(gone);
+            attn_mha_free(gone);
+            /* the allocator may hand the freed block to a later request:
+             * new modules until one lands there, or 32 of them */
+            attn_mha *tries[32] = {0};
+            size_t n_tries = 0;
+            for (; n_tries < 32; n_tries++) {
+                if (attn_mha_new(ctx, &cfg, rng, &tries[n_tries]) != ATTN_OK)
+                    MPI_Abort(MPI_COMM_WORLD, 2);
+                if ((uintptr_t)attn_mha_module(tries[n_tries]) == was) break;
+            }
+            int reused = n_tries < 32, all_reused = 0;
+            again = tries[reused ? n_tries : 0];
+            MPI_Allreduce(&reused, &all_reused, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+            float *dxl = zeros(local * 8);
+            for (size_t i = 0; i < local * 8; i++) dxl[i] = 12345.0f;
+            st = attn_mpi_module_backward(g, attn_mha_module(again), y, dxl);
+            expect_failure(ctx, "module backward of a module where a freed one lay", st,
+                           "no forward", dxl, local * 8);
+            if (rank == 0 && !all_reused)
+                printf("  (the allocator did not reuse the freed module's address on every rank)\n");
+            free(dxl);
+            for (size_t i = 0; i < n_tries + (size_t)reused; i++) attn_mha_free(tries[i]);
+        }
         float *k = random_floats(n, 2), *dq = zeros(n), *dk = zeros(n), *dv = zeros(n);
         for (size_t i = 0; i < n; i++) dq[i] = 12345.0f;
         st = attn_mpi_sdpa_backward(g, &mc, q, k, k, o, l, q, dq, dk, rank == last ? dk : dv);
