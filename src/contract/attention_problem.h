@@ -196,6 +196,11 @@ typedef struct attn_attention_problem {
      * q_idx and kv_idx, a bias's (b, h, q_idx, kv_idx), a callback's tile */
     const attn_score_mod *score_mods;
     size_t score_mod_count;
+    /* ---- context parallelism over heads: the KV heads of the whole
+     * problem this one holds a slice of (0: kv_heads). A backend whose
+     * choice of path counts heads counts these, so that each head's bits
+     * are the ones the whole problem gives it. */
+    size_t whole_kv_heads;
 } attn_attention_problem;
 
 /* Whether modifier kind reads a (heads, buckets) table by the distance

@@ -215,7 +215,7 @@ static attn_attention_problem heads_problem(const attn_mpi_group *g, const attn_
         .head_dim = D, .v_head_dim = D,
         .q.st = {H * T * D, D, T * D}, .out.st = {H * T * D, D, T * D},
         .k.st = {Hkv * T * D, D, T * D}, .v.st = {Hkv * T * D, D, T * D},
-        .scale = job->scale, .causal = job->causal};
+        .scale = job->scale, .causal = job->causal, .whole_kv_heads = job->kv_heads};
 }
 
 /* lse (B, H, T_local) as a part of width 1. */

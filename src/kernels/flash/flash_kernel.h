@@ -1028,8 +1028,9 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 /* Floats of one item's rows in the one-pass backward: for the group's heads
  * x its query blocks' rows, dq sums, q (times q_scale) and dO (Dp each) and
  * shift, log_sum, log_lo, delta, an attn_row_peak and VW resid lanes; 0 when the two
- * passes run. The choice depends on the problem alone, never on the
- * threads, so that every thread count gives the same bits.
+ * passes run. The choice depends on the problem alone (the whole one's
+ * heads where it is a slice of heads), never on the threads, so that every
+ * thread count, and every split of the heads, gives the same bits.
  *   One pass, per (batch, KV head): for each key block, for each query
  *     block that sees it: P, dP, dS once; dv, dk of the block, and dq of
  *     the rows summed over the key blocks in order. Five products per tile
@@ -1039,7 +1040,8 @@ static void accumulate_keys(float *acc, size_t Dp, const float *tile, const floa
 static size_t one_pass_floats(const attn_attention_problem *p) {
     size_t G = p->q_heads / p->kv_heads, Dp = padded(p->head_dim);
     size_t rows = (p->q_len + BR - 1) / BR * BR;
-    if (p->batch * p->kv_heads < ONE_PASS_ITEMS ||
+    size_t kv_heads = p->whole_kv_heads ? p->whole_kv_heads : p->kv_heads;
+    if (p->batch * kv_heads < ONE_PASS_ITEMS ||
         rows > ONE_PASS_FLOATS / (G * (3 * Dp + 7 + VW)))
         return 0;
     return G * rows * (3 * Dp + 7 + VW);
