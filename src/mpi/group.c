@@ -115,6 +115,7 @@ void attn_mpi_saved_free(attn_mpi_saved *s) {
     attn_free(s->x);
     attn_free(s->acts);
     attn_free(s->lse);
+    attn_free(s->head_stats);
     *s = (attn_mpi_saved){0};
 }
 

@@ -27,6 +27,7 @@ typedef struct attn_mpi_saved {
     float *x;                     /* (B, T_local, d_in) */
     float *acts;                  /* projections (B, T_local, 3C), context (B, T_local, C) */
     float *lse;                   /* (B, H, T_local) */
+    float *head_stats;            /* Ulysses: the job's head_stats; else NULL */
 } attn_mpi_saved;
 
 /* Frees what s holds and clears it. */
@@ -142,6 +143,11 @@ typedef struct attn_mpi_job {
     float *lse;
     const float *dout;
     float *dq, *dk, *dv;
+    /* Ulysses, optional: the rank's heads' lse_lo and row statistics
+     * (attention_problem.h), lse_lo (B, H / P, T) then row_stats (2 floats a
+     * row), written by the forward and read by the backward on the same
+     * rank, which then takes each weight as one process's module does */
+    float *head_stats;
 } attn_mpi_job;
 
 /* A 64-bit checksum of m's geometry and content (which tiles are full,

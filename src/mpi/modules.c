@@ -96,11 +96,11 @@ static void module_record(attn_mpi_record *rec, attn_module *m, const cp_module 
  * three (B, Tl, C) blocks; GPT-2: columns of (B, Tl, 3C)), context (B, Tl,
  * C). */
 static attn_mpi_job module_job(const cp_module *cm, size_t batch, size_t tokens, size_t Tl,
-                               float *acts, float *lse) {
+                               float *acts, float *lse, float *head_stats) {
     size_t C = cm->C, D = cm->att.head_dim, rows = batch * Tl;
     attn_mpi_job job = {.batch = batch, .heads = cm->att.heads, .kv_heads = cm->att.heads,
                         .tokens = tokens, .head_dim = D, .local = Tl, .scale = cm->att.scale,
-                        .causal = cm->att.causal, .lse = lse};
+                        .causal = cm->att.causal, .lse = lse, .head_stats = head_stats};
     if (cm->fused) {
         attn_view_strides in = {Tl * 3 * C, 3 * C, D};
         job.q = acts;
@@ -151,7 +151,12 @@ attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const flo
         next.x = attn_alloc_floats(rows * cm.d_in);
         next.acts = attn_alloc_floats(4 * rows * cm.C);
         next.lse = attn_alloc_floats(rows * cm.att.heads);
-        if (!next.x || !next.acts || !next.lse)
+        /* Ulysses: each rank's heads' row statistics, (B, H / P, T) x 3 */
+        if (g->mode == ATTN_MPI_ULYSSES)
+            next.head_stats = attn_alloc_floats(3 * batch * (cm.att.heads / (size_t)g->size) *
+                                                tokens);
+        if (!next.x || !next.acts || !next.lse ||
+            (g->mode == ATTN_MPI_ULYSSES && !next.head_stats))
             st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu activations", who,
                            rows * (4 * cm.C + cm.d_in));
     }
@@ -176,7 +181,7 @@ attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const flo
             attn_k_linear(ctx, x_local, cm.w[i].data, cm.b[i].data, acts + (size_t)i * rows * C,
                           rows, cm.d_in, C);
     }
-    attn_mpi_job job = module_job(&cm, batch, tokens, Tl, acts, next.lse);
+    attn_mpi_job job = module_job(&cm, batch, tokens, Tl, acts, next.lse, next.head_stats);
     st = attn_mpi_attention(g, who, &job, false);
     if (st == ATTN_OK) {
         attn_k_linear(ctx, acts + 3 * rows * C, cm.w[3].data, cm.b[3].data, y_local, rows, C, C);
@@ -265,8 +270,8 @@ attn_status attn_mpi_module_backward(attn_mpi_group *g, attn_module *m, const fl
     /* forward: y = context W_out^T + b_out */
     attn_k_linear_backward(ctx, context, cm.w[3].data, dy_local, dcontext, false, cm.w[3].grad,
                            cm.b[3].grad, rows, C, C);
-    attn_mpi_job job = module_job(&cm, B, s->tokens, Tl, s->acts, s->lse);
-    attn_mpi_job grads_at = module_job(&cm, B, s->tokens, Tl, dbuf, NULL);
+    attn_mpi_job job = module_job(&cm, B, s->tokens, Tl, s->acts, s->lse, s->head_stats);
+    attn_mpi_job grads_at = module_job(&cm, B, s->tokens, Tl, dbuf, NULL, NULL);
     job.dout = dcontext;
     job.dq = (float *)grads_at.q;
     job.dk = (float *)grads_at.k;

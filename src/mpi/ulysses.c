@@ -218,6 +218,15 @@ static attn_attention_problem heads_problem(const attn_mpi_group *g, const attn_
         .scale = job->scale, .causal = job->causal, .whole_kv_heads = job->kv_heads};
 }
 
+/* The job's head_stats as p's lse_lo and row_stats, laid out as p's lse
+ * (rows floats): the forward writes them, the backward on the same rank
+ * reads them. */
+static void set_head_stats(attn_attention_problem *p, const attn_mpi_job *job, size_t rows) {
+    if (!job->head_stats) return;
+    p->lse_lo = job->head_stats;
+    p->row_stats = job->head_stats + rows;
+}
+
 /* lse (B, H, T_local) as a part of width 1. */
 static attn_view_strides lse_strides(const attn_mpi_job *job) {
     return (attn_view_strides){job->heads * job->local, 1, job->local};
@@ -262,6 +271,7 @@ attn_status attn_mpi_ulysses_forward(attn_mpi_group *g, const char *who,
         p.v.data = full + qn + kn;
         p.out.data = full + qn + 2 * kn;
         p.lse = full + 2 * qn + 2 * kn;
+        set_head_stats(&p, job, B * Hq * T);
         st = attn_attention_check(ctx, who, &p);
     }
     if (st == ATTN_OK) {
@@ -337,6 +347,7 @@ attn_status attn_mpi_ulysses_backward(attn_mpi_group *g, const char *who,
         p.v.data = fv;
         p.out.data = fo;
         p.lse = fl;
+        set_head_stats(&p, job, ln);
         /* whole rows (every key of each of its heads): the backward's
          * consistent delta holds, as in one process */
         st = attn_attention_check(ctx, who, &p);
