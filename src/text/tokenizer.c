@@ -1222,8 +1222,8 @@ attn_status attn_tokenizer_decode(attn_tokenizer *t, const int32_t *ids, size_t 
     attn_ctx *ctx = t->ctx;
     attn_clear_error(ctx);
     if (!length) return attn_fail(ctx, ATTN_ERR_NULL, "attn_tokenizer_decode: length is NULL");
-    *length = 0;
-    if (!ids && n) return attn_fail(ctx, ATTN_ERR_NULL, "attn_tokenizer_decode: ids is NULL (n %zu)", n);
+    if (!ids && n)
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_tokenizer_decode: ids is NULL (n %zu)", n);
     if (!text && capacity)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_tokenizer_decode: text is NULL (capacity %zu)",
                          capacity);

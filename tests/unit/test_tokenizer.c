@@ -227,9 +227,10 @@ static void test_tiktoken(attn_ctx *ctx) {
     CHECK_STATUS(attn_tokenizer_decode(t, (const int32_t[]){104, 516}, 2, text, 64, &len),
                  ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "ids[1] = 516");
-    CHECK(text[0] == 'X' && text[63] == 'X');
+    CHECK(text[0] == 'X' && text[63] == 'X' && len == 7);
     CHECK_STATUS(attn_tokenizer_decode(t, (const int32_t[]){-1}, 1, text, 64, &len),
                  ATTN_ERR_INVALID);
+    CHECK(len == 7);
     attn_tokenizer_free(t);
     /* in a directory, as tokenizer.model */
     make_dir("llama");
@@ -266,12 +267,15 @@ static void test_capacity(attn_ctx *ctx) {
     memset(out, '#', sizeof(out));
     CHECK_STATUS(attn_tokenizer_decode(t, all, full, out, 5, &len), ATTN_ERR_SHAPE);
     CHECK(len == strlen(text) && memcmp(out, text, 5) == 0 && out[5] == '#');
-    /* NULL where a pointer is needed */
+    /* NULL where a pointer is needed: refused, the counts left as they were */
+    count = len = 99;
     CHECK_STATUS(attn_tokenizer_encode(t, NULL, 3, all, 32, &count), ATTN_ERR_NULL);
     CHECK_STATUS(attn_tokenizer_encode(t, text, 3, NULL, 32, &count), ATTN_ERR_NULL);
     CHECK_STATUS(attn_tokenizer_encode(t, text, 3, all, 32, NULL), ATTN_ERR_NULL);
     CHECK_STATUS(attn_tokenizer_encode(NULL, text, 3, all, 32, &count), ATTN_ERR_NULL);
     CHECK_STATUS(attn_tokenizer_decode(t, NULL, 2, out, 32, &len), ATTN_ERR_NULL);
+    CHECK_STATUS(attn_tokenizer_decode(t, all, 2, NULL, 32, &len), ATTN_ERR_NULL);
+    CHECK(count == 99 && len == 99);
     CHECK_STATUS(attn_tokenizer_decode(t, all, 2, out, 32, NULL), ATTN_ERR_NULL);
     attn_tokenizer *none = t;
     CHECK_STATUS(attn_tokenizer_load(ctx, NULL, &none), ATTN_ERR_NULL);
