@@ -86,7 +86,13 @@ class Tokenizer(HandleOwner):
         if isinstance(text, (bytes, bytearray, memoryview)):
             raise TypeError(f"encode: expected a str, got {type(text).__name__}; "
                             "encode_bytes(data) takes bytes")
-        return self.encode_bytes(as_str("encode", text).encode("utf-8"))
+        text = as_str("encode", text)
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as err:  # a lone surrogate: no UTF-8 text holds it
+            raise ValueError(f"encode: text: character {err.start} is a lone surrogate "
+                             f"(U+{ord(text[err.start]):04X}), which UTF-8 cannot encode") from None
+        return self.encode_bytes(data)
 
     def decode_bytes(self, ids):
         """The bytes of ids: integers (TypeError for floats, ValueError past

@@ -452,6 +452,9 @@ def messages():
         raises(lambda: tok.encode(b"Hi"), TypeError, ["encode", "str", "encode_bytes"],
                "encode(bytes)", T)
         raises(lambda: tok.encode(5), TypeError, ["encode", "str"], "encode(5)", T)
+        # a lone surrogate has no UTF-8: named with its character index, as pretrain names it
+        raises(lambda: tok.encode("Hi\ud800!"), ValueError,
+               ["encode: text", "character 2", "U+D800"], "encode(lone surrogate)", T)
         raises(lambda: tok.encode_bytes("Hi"), TypeError, ["encode_bytes", "str"],
                "encode_bytes(str)", T)
         # an int is not a length of NULs, an int32 array's buffer not its values
