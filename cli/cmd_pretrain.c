@@ -9,6 +9,7 @@
 #include "png_write.h"
 
 #include "io/json.h"
+#include "train/text_data.h"
 #include "utf8.h"
 
 #include <errno.h>
@@ -869,6 +870,13 @@ static int run_pretrain(int argc, char **argv) {
     if (rc == CLI_OK) rc = read_texts(&o, &s.text, &length);
     if (rc == CLI_OK && attn_tokenizer_load(s.ctx, o.tokenizer, &s.tok) != ATTN_OK)
         rc = cli_library_error(s.ctx, "--tokenizer");
+    /* the files are joined with <|endoftext|>: a tokenizer without that
+     * token would refuse the name as if a file held it */
+    if (rc == CLI_OK && o.n_texts > 1 && attn_endoftext_id(s.tok) < 0)
+        rc = cli_usage_error("--text: %zu files are joined with <|endoftext|>, and the "
+                             "--tokenizer '%s' has no such token (its last id is not it): give "
+                             "one --text file, or GPT-2's tokenizer",
+                             o.n_texts, o.tokenizer);
     if (rc == CLI_OK && attn_rng_new(s.ctx, o.seed, &s.rng) != ATTN_OK)
         rc = cli_library_error(s.ctx, "--seed");
     if (rc == CLI_OK) rc = pretrain_model_new(s.ctx, &o, s.rng, &s.model);

@@ -28,6 +28,7 @@ wrote" line (forward, grad, sdpa), and leaves no temporary; --output
 it as it was), --output /dev/stdin is refused.
 Ends with "N passed, N failed" and the number of cases per surface.
 """
+import base64
 import collections
 import hashlib
 import io
@@ -344,6 +345,16 @@ def main():
                               os.path.join(DATA, "gpt2-bpe")],
               ["--resume", "in.fifo", "not a regular file"], rc=1, timeout=10)
         os.remove(os.path.join(work, "in.fifo"))
+        # several --text files are joined with <|endoftext|>: a tokenizer without that
+        # token (a tiktoken file's, Llama 3's) is refused for it, not for a name no file holds
+        write(os.path.join(work, "bytes.tiktoken"), b"".join(
+            base64.b64encode(bytes([b])) + b" %d\n" % b for b in range(256)))
+        write(os.path.join(work, "a.txt"), b"one two three " * 40)
+        write(os.path.join(work, "v512.json"), b'{"vocab_size": 512, "context_length": 8, '
+              b'"emb_dim": 8, "n_heads": 2, "n_layers": 1, "drop_rate": 0.0, "qkv_bias": false}')
+        r.bad("pretrain inputs", ["pretrain", "--config", "v512.json", "--text", "a.txt",
+                                  "a.txt", "--tokenizer", "bytes.tiktoken"],
+              ["--text: 2 files are joined with <|endoftext|>", "bytes.tiktoken"], rc=2)
 
         # c. size limits: the earlier outputs survive byte for byte
         big = ["sdpa", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy"]
