@@ -2317,7 +2317,7 @@ attn_status attn_lm_generate(attn_lm *m, const attn_generate_args *args);
  * disallowed_special=()); they decode to their names. vocab_size is the
  * largest id + 1. Text need not be valid UTF-8: each invalid byte is a
  * character of its own, so decode(encode(text)) is text. The Unicode classes
- * are Unicode 14's (src/text/unicode_classes.c).
+ * are Unicode 16's, as tiktoken 0.9's (src/text/unicode_classes.c).
  * Errors: ATTN_ERR_IO (a file missing or unreadable), ATTN_ERR_FORMAT (the
  * message names the file and line, or line:column in JSON), ATTN_ERR_NULL,
  * ATTN_ERR_NO_MEMORY; on failure *out is NULL. A tokenizer is read-only

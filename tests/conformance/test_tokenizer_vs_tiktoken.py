@@ -126,6 +126,39 @@ SPECIAL_CHARS = ("\t\n\r\x0b\x0c \x1c\x1d\x1e\x1f\x85\xa0\u1680\u2000\u2005\u200
                  "\u2029\u202f\u205f\u3000\u180e\u200b\u200d\ufeff'sStTmMdDrReEvVlLſK\u0130")
 
 
+# Blocks (with their neighbours) where Unicode 15 and 16 made new letters
+# and digits: Cyrillic Extended-D, CJK Extensions H and I, Egyptian
+# Hieroglyphs Extended-A, Garay, Kawi, Todhri, Tulu-Tigalari, and others.
+UNICODE_15_16_BLOCKS = [
+    (0x1C80, 0x1C8F), (0xA7C0, 0xA7DF), (0x105C0, 0x105FF), (0x10D40, 0x10D8F),
+    (0x10EC0, 0x10EFF), (0x11230, 0x1124F), (0x11380, 0x113FF), (0x116C0, 0x116FF),
+    (0x11BC0, 0x11BFF), (0x11F00, 0x11F5F), (0x13420, 0x1343F), (0x13460, 0x143FF),
+    (0x16100, 0x1613F), (0x16D40, 0x16D7F), (0x18CF0, 0x18CFF), (0x1B130, 0x1B15F),
+    (0x1CCF0, 0x1CCFF), (0x1D2C0, 0x1D2DF), (0x1DF20, 0x1DF2F), (0x1E030, 0x1E08F),
+    (0x1E4D0, 0x1E4FF), (0x1E5D0, 0x1E5FF), (0x2B730, 0x2B73F), (0x2EBF0, 0x2EE5F),
+    (0x31350, 0x323AF),
+]
+
+
+def class_probe_text(cp):
+    """A letter and a digit either side of cp: Llama 3's pattern puts cp
+    in the letter's piece only if it is a letter, in the digits' only if it
+    is a digit."""
+    return "a" + chr(cp) + " 1" + chr(cp)
+
+
+def class_probe_ranks(cps):
+    """The bytes, then for each code point its UTF-8 prefixes and "a" and
+    "1" before it as merges: a piece "a<cp>" or "1<cp>" is one token, and
+    a boundary inside it is seen in the ids."""
+    tokens = [bytes([b]) for b in range(256)]
+    for cp in cps:
+        u = chr(cp).encode("utf-8")
+        tokens += [u[:n] for n in range(2, len(u) + 1)] + [b"a" + u, b"1" + u]
+    tokens = list(dict.fromkeys(tokens))
+    return {t: i for i, t in enumerate(tokens)}
+
+
 def assigned(cp):
     return unicodedata.category(chr(cp)) not in ("Cn", "Cs")
 
@@ -454,6 +487,23 @@ def main():
     t2 = time.time()
     check(got == book.encode(piece), "llama3 book: a piece of 200000 letters")
     check(t2 - t1 < 5, f"a piece of 200000 letters took {t2 - t1:.2f} s")
+
+    # the Unicode classes, code point by code point, where Unicode 15 and 16
+    # made letters and digits (tiktoken 0.9's tables are 16's), and at random
+    cps = [cp for lo, hi in UNICODE_15_16_BLOCKS for cp in range(lo, hi + 1)]
+    cps += [rng.randrange(0x110000) for _ in range(4000)]
+    cps = [cp for cp in dict.fromkeys(cps) if not 0xD800 <= cp < 0xE000]
+    ranks = class_probe_ranks(cps)
+    path = os.path.join(tmp.name, "classes.model")
+    write_tiktoken(path, ranks)
+    enc = tiktoken.Encoding(name="classes", pat_str=LLAMA3_PAT, mergeable_ranks=ranks,
+                            special_tokens=llama3_specials(len(ranks)))
+    ours = Tokenizer(path)
+    wrong = [f"U+{cp:04X}" for cp in cps
+             if ours.encode(class_probe_text(cp)) != enc.encode(class_probe_text(cp),
+                                                                disallowed_special=())]
+    check(not wrong, f"classes: {len(cps)} code points split as tiktoken splits them"
+          f"{': not ' + ', '.join(wrong[:8]) if wrong else ''}")
 
     # errors: missing files, malformed files
     expect_error("ATTN_ERR_IO", lambda: Tokenizer(os.path.join(tmp.name, "missing")), "a missing file")
