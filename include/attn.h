@@ -2274,8 +2274,9 @@ attn_status attn_sample_book(attn_ctx *ctx, const float *logits, size_t vocab_si
  * one of stop_tokens (not written) and feeds it back. out receives up to
  * max_new_tokens ids, *count how many. cache NULL: one made for
  * prompt_len + max_new_tokens and freed; a cache given is checked against
- * the model (ATTN_ERR_SHAPE, the cache unchanged) and the run's positions,
- * then reset.
+ * the model (ATTN_ERR_SHAPE, the cache unchanged) and the run's positions
+ * (max_len; paged, every layer's pages: ATTN_ERR_OVERFLOW, the cache
+ * unchanged), then reset.
  * rng is needed when temperature > 0. on_token, when given, is called
  * after each token (streaming); returning false stops. It must not free or
  * change the model, the cache, the rng or the arrays the call is using

@@ -475,6 +475,21 @@ static size_t pages_needed(const attn_kv_cache *c, const kv_layer *L, size_t s, 
     return need;
 }
 
+void attn_kv_cache_run_pages(const attn_kv_cache *cache, size_t layer, size_t seq, size_t prompt,
+                             size_t total, size_t *need, size_t *have) {
+    *need = *have = 0;
+    if (cache->cfg.layout != ATTN_KV_PAGED || !total || prompt > total) return;
+    const kv_layer *L = &cache->layers[layer];
+    size_t ps = cache->cfg.page_size, first = first_stored(L, 0, prompt) / ps;
+    /* the prompt stores its positions from first_stored on, each later
+     * token its own: one run of logical pages, entries modulo table_len */
+    *need = min_size((total - 1) / ps - first + 1, L->table_len);
+    const uint32_t *table = L->pages + seq * L->table_len;
+    size_t own = 0;
+    for (size_t j = 0; j < L->table_len; j++) own += table[j] != ATTN_DECODE_NO_PAGE;
+    *have = L->free_count + own;
+}
+
 /* The new rows of a call in the stored formats, packed as the caller's
  * k_new and v_new: codes and scales of K and of V (a float32 store reads
  * the caller's rows themselves). */

@@ -15,4 +15,13 @@ attn_ctx *attn_kv_cache_ctx(const attn_kv_cache *cache);
 attn_status attn_kv_cache_check_append(attn_kv_cache *cache, const char *who, size_t layer,
                                        const size_t *new_lens, size_t new_tokens);
 
+/* For a paged cache, the pages layer takes for sequence seq, emptied, to
+ * hold a prompt of `prompt` tokens and then tokens one at a time up to
+ * `total` positions (*need: a window layer's ring reuses its pages), and
+ * the pages it then has (*have: the free ones and seq's own, which the
+ * emptying gives back); 0 and 0 for a contiguous cache. For a caller that
+ * runs such steps and must refuse the run before the first of them. */
+void attn_kv_cache_run_pages(const attn_kv_cache *cache, size_t layer, size_t seq, size_t prompt,
+                             size_t total, size_t *need, size_t *have);
+
 #endif

@@ -9,6 +9,7 @@
  * P + max_new_tokens - 1 positions must fit context_length (and the
  * cache): checked before any work, so a run never stops half-way for it.
  */
+#include "generate/kv_cache.h"
 #include "lm/sample.h"
 #include "lm/lm_internal.h"
 
@@ -61,7 +62,8 @@ static attn_status check_args(attn_ctx *ctx, const attn_lm_config *cfg,
  * positions the run needs, before the reset) or a new one for them (*own
  * set). */
 static attn_status ready_cache(attn_lm *m, attn_ctx *ctx, const attn_generate_args *a,
-                               size_t positions, attn_kv_cache **cache, bool *own) {
+                               size_t prompt_len, size_t positions, attn_kv_cache **cache,
+                               bool *own) {
     *own = false;
     *cache = a->cache;
     if (!a->cache) {
@@ -84,6 +86,18 @@ static attn_status ready_cache(attn_lm *m, attn_ctx *ctx, const attn_generate_ar
                          "tokens) and max_new_tokens %zu need %zu",
                          kc.max_len, positions + 1 - a->max_new_tokens, a->max_new_tokens,
                          positions);
+    /* a paged pool too small for the run would fail it half-way, the
+     * cache reset and tokens written */
+    for (size_t l = 0; l < kc.num_layers; l++) {
+        size_t need, have;
+        attn_kv_cache_run_pages(a->cache, l, 0, prompt_len, positions, &need, &have);
+        if (need > have)
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW,
+                             "attn_lm_generate: the page pool of layer %zu is out of pages: the "
+                             "prompt (%zu tokens) and max_new_tokens %zu need %zu pages of %zu "
+                             "tokens, the pool holds %zu",
+                             l, prompt_len, a->max_new_tokens, need, kc.page_size, have);
+    }
     return attn_lm_cache_status(ctx, a->cache, attn_kv_cache_reset(a->cache));
 }
 
@@ -158,7 +172,7 @@ attn_status attn_lm_generate(attn_lm *m, const attn_generate_args *a) {
     }
     attn_kv_cache *cache;
     bool own_cache;
-    st = ready_cache(m, ctx, a, positions, &cache, &own_cache);
+    st = ready_cache(m, ctx, a, prompt_len, positions, &cache, &own_cache);
     if (st == ATTN_OK)
         st = run(m, ctx, a, prompt, prompt_len, cache, logits, scratch, cfg.vocab_size);
     if (own_cache) attn_kv_cache_free(cache);

@@ -18,7 +18,9 @@
  *   - caches refused before anything is written: a paged pool that a later
  *     layer lacks (every layer's length kept, the next call that fits
  *     right), another model's cache given to attn_lm_generate (its tokens
- *     kept); a page_size of 2^63 named;
+ *     kept), a paged pool too small for attn_lm_generate's run (its token
+ *     kept, no id written; a window's ring of pages taken); a page_size of
+ *     2^63 named;
  *   - NULLs and unknown flags.
  * Each refusal must come within a second: the old loader spent minutes.
  */
@@ -431,9 +433,11 @@ static void test_generate_message(attn_ctx *ctx) {
     CHECK_MESSAGE(ctx, "context_length 8: at most 6 new tokens do");
     free(prompt);
 
-    /* a cache made on another ctx: its failure (a paged pool of 2 pages of
-     * 2 tokens running out) is written there, and copied into the model's
-     * ctx, which the caller reads (it found an empty message) */
+    /* a paged pool of 2 pages of 2 tokens, on another ctx, holding one
+     * token: a run of 6 positions needs 3 pages, refused before the reset
+     * (the cache keeps its token, nothing is written); the pool's own
+     * failure (a forward past it) is written in the cache's ctx and copied
+     * into the model's, which the caller reads */
     attn_ctx *other = NULL;
     CHECK_STATUS(attn_ctx_new(NULL, &other), ATTN_OK);
     attn_kv_cache_config kc;
@@ -444,11 +448,38 @@ static void test_generate_message(attn_ctx *ctx) {
     attn_kv_cache *cache = NULL;
     CHECK_STATUS(attn_kv_cache_new(other, &kc, &cache), ATTN_OK);
     int32_t three[3] = {1, 2, 3};
+    float logits[4 * 11];
+    attn_lm_forward_args f = {.cache = cache, .tokens = three, .batch = 1, .tokens_per_seq = 1,
+                              .last_only = true, .logits = logits};
+    CHECK_STATUS(attn_lm_forward(m, &f), ATTN_OK);
     a = (attn_generate_args){.prompt = three, .prompt_len = 3, .max_new_tokens = 4,
                              .cache = cache, .out = out, .count = &count};
+    out[0] = -5;
+    count = 9;
     CHECK_STATUS(attn_lm_generate(m, &a), ATTN_ERR_OVERFLOW);
+    CHECK_MESSAGE(ctx, "attn_lm_generate: the page pool of layer 0 is out of pages");
+    CHECK_MESSAGE(ctx, "max_new_tokens 4 need 3 pages of 2 tokens, the pool holds 2");
+    CHECK(count == 0 && out[0] == -5);
+    size_t len = 0;
+    CHECK_STATUS(attn_kv_cache_length(cache, 0, 0, &len), ATTN_OK);
+    CHECK(len == 1);
+    /* 3 positions fit the 2 pages: the run goes on to its end */
+    a.max_new_tokens = 2;
+    CHECK_STATUS(attn_lm_generate(m, &a), ATTN_OK);
+    CHECK(count == 2);
+    f.tokens_per_seq = 3;
+    CHECK_STATUS(attn_lm_forward(m, &f), ATTN_ERR_OVERFLOW);
     CHECK_MESSAGE(ctx, "out of pages");
-    CHECK(count == 2); /* the tokens written before the pool ran out */
+    attn_kv_cache_free(cache);
+    /* a window layer's ring of pages (window 2, 2 pages of 2 tokens)
+     * takes any run the context holds */
+    const size_t window[1] = {2};
+    kc.windows = window;
+    CHECK_STATUS(attn_kv_cache_new(other, &kc, &cache), ATTN_OK);
+    a.cache = cache;
+    a.max_new_tokens = 6;
+    CHECK_STATUS(attn_lm_generate(m, &a), ATTN_OK);
+    CHECK(count == 6);
     attn_kv_cache_free(cache);
     attn_ctx_free(other);
     attn_lm_free(m);
