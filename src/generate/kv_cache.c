@@ -977,7 +977,12 @@ attn_status attn_kv_cache_attend_tree(attn_kv_cache *cache, const attn_kv_tree_a
                          "%zu tokens", who, n);
     }
     attn_status st = attn_tree_mask(ctx, args->parents, n, tree, words, NULL);
-    if (st == ATTN_OK) {
+    if (st != ATTN_OK) {
+        /* the mask names itself; the caller called this */
+        char why[ATTN_ERROR_CAPACITY];
+        snprintf(why, sizeof why, "%s", attn_ctx_last_error(ctx));
+        st = attn_fail(ctx, st, "%s: %s", who, why);
+    } else {
         lens[args->seq] = n;
         attn_kv_attend_args a = {.layer = args->layer, .new_lens = lens, .q_heads = args->q_heads,
                                  .scale = args->scale, .q = args->q, .k_new = args->k_new,

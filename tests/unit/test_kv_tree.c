@@ -12,7 +12,8 @@
  *     room for one more token only;
  *   the verified branch: appended, the cache then answers as one that
  *     appended those rows itself, bit for bit;
- *   refusals: a window layer, seq past the batch, rows not rising.
+ *   refusals: a window layer, seq past the batch, rows not rising, a
+ *     parent after its child (named by attn_kv_cache_attend_tree).
  * Inputs are fresh random numbers each run (the seed is printed).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -309,6 +310,12 @@ static void test_branch_of_tree(attn_ctx *ctx) {
                             .q_heads = s.q_heads, .q = q1, .k_new = k, .v_new = v, .out = o1};
     CHECK_STATUS(attn_kv_cache_attend_tree(a, &ta), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "seq 3 is past the cache's batch of 1");
+    /* a bad parent is named by the call the caller made */
+    int32_t late[3] = {-1, 2, 0};
+    attn_kv_tree_args bad = {.layer = 0, .seq = 0, .draft_tokens = 3, .parents = late,
+                             .q_heads = s.q_heads, .q = q1, .k_new = k, .v_new = v, .out = o1};
+    CHECK_STATUS(attn_kv_cache_attend_tree(a, &bad), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "attn_kv_cache_attend_tree: attn_tree_mask: parents[1] is 2");
     ta.seq = 0, ta.draft_tokens = SIZE_MAX - 62;
     CHECK_STATUS(attn_kv_cache_attend_tree(a, &ta), ATTN_ERR_OVERFLOW);
     CHECK_MESSAGE(ctx, "a tree of 18446744073709551553 tokens overflows");
