@@ -355,11 +355,16 @@ static attn_status run_fail(attn_pretrain *r, attn_status status) {
  * optimizer.step(), on the epoch's next batch. */
 static attn_status train_step(attn_pretrain *r) {
     size_t bs = r->o.batch_size, L = r->o.max_length;
-    attn_status st = ATTN_OK;
+    /* model.train() with gradients on, as PyTorch's steps run, before
+     * every step: the caller's model may come in eval mode or with
+     * gradients off, and a resumed run may begin in the middle of an epoch,
+     * where no epoch's beginning has set them */
+    attn_status st = attn_model_set_training(r->model, true);
+    if (st == ATTN_OK) st = attn_model_set_grad_enabled(r->model, true);
+    if (st != ATTN_OK) return st;
     if (!r->epoch_begun) {
         /* for input_batch, target_batch in train_loader: the pass's draws */
-        st = attn_model_set_training(r->model, true);
-        if (st == ATTN_OK) st = attn_data_loader_begin(r->train_loader, r->rng);
+        st = attn_data_loader_begin(r->train_loader, r->rng);
         for (size_t b = 0; st == ATTN_OK && b < r->steps_per_epoch; b++) {
             size_t rows = 0;
             st = attn_data_loader_batch(r->train_loader, b, r->indices, &rows);

@@ -377,6 +377,59 @@ static void write_bf16_copy(attn_ctx *ctx, const char *from, const char *to) {
  * header's twelve 8-byte fields, then the loader order, the generator. */
 enum { STATE_PHASE = 108, STATE_BATCH = 120, STATE_BEGUN = 128, STATE_WINDOWS = 156 };
 
+/* A runner whose model is in eval mode with gradients off (as a caller
+ * leaves it after evaluating it) when its run is made. */
+static void runner_new_in_eval(fixture *f, uint64_t seed, const attn_pretrain_options *o,
+                               runner *r) {
+    *r = (runner){0};
+    CHECK_STATUS(attn_rng_new(f->ctx, seed, &r->rng), ATTN_OK);
+    CHECK_STATUS(attn_model_new_gpt(f->ctx, &TINY, r->rng, &r->model), ATTN_OK);
+    CHECK_STATUS(attn_model_set_training(r->model, false), ATTN_OK);
+    CHECK_STATUS(attn_model_set_grad_enabled(r->model, false), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_new(f->ctx, r->model, f->tok, f->text, f->length, o, r->rng,
+                                   &r->run),
+                 ATTN_OK);
+}
+
+/* train_model_simple's steps run in training mode with gradients whatever
+ * mode the model came in: a fresh run, and a run resumed in the middle of
+ * an epoch (where no epoch's beginning sets the mode), give the events of
+ * the run made from a model as GPTModel(cfg) leaves it. */
+static void test_model_in_eval_mode(fixture *f, uint64_t seed, const recorded *all, size_t count,
+                                    const char *dir) {
+    attn_pretrain_options o = small_options();
+    runner r;
+    recorded got[MAX_EVENTS];
+    runner_new_in_eval(f, seed, &o, &r);
+    size_t n = run_all(r.run, got, 0);
+    bool same = n == count;
+    for (size_t i = 0; same && i < n; i++) same = same_event(&got[i], &all[i]);
+    CHECK(same);
+    runner_free(&r);
+
+    /* saved after the step of global_step 4 (mid-epoch: not due an EVAL) */
+    size_t at = 0;
+    while (at < count && !(all[at].kind == ATTN_PRETRAIN_STEP && all[at].step == 4)) at++;
+    CHECK(at < count && all[at].epoch == 1 && all[at + 1].kind == ATTN_PRETRAIN_STEP);
+    char path[512];
+    snprintf(path, sizeof path, "%s/eval_mode.safetensors", dir);
+    runner a, b;
+    CHECK_STATUS(runner_new(f, seed, &o, &a), ATTN_OK);
+    attn_pretrain_event ev;
+    for (size_t i = 0; i <= at; i++) CHECK_STATUS(attn_pretrain_next(a.run, &ev), ATTN_OK);
+    CHECK_STATUS(attn_pretrain_save(a.run, path), ATTN_OK);
+    runner_free(&a);
+    runner_new_in_eval(f, seed + 1, &o, &b);
+    CHECK_STATUS(attn_pretrain_resume(b.run, path), ATTN_OK);
+    n = run_all(b.run, got, at + 1);
+    same = n == count;
+    for (size_t i = at + 1; same && i < n; i++) same = same_event(&got[i], &all[i]);
+    CHECK(same);
+    runner_free(&b);
+    printf("  a model in eval mode with gradients off: fresh and resumed mid-epoch, the "
+           "events of the run from a new model\n");
+}
+
 static void test_resume_refusals(fixture *f, uint64_t seed, const char *dir) {
     char path[512], other[512], state[600], other_state[600];
     snprintf(path, sizeof path, "%s/a.safetensors", dir);
@@ -777,6 +830,7 @@ int main(void) {
     size_t count = 0;
     test_order(&f, seed, all, &count);
     test_resume(&f, seed, all, count, dir);
+    test_model_in_eval_mode(&f, seed, all, count, dir);
     test_resume_refusals(&f, seed, dir);
     test_refusals(&f);
     test_no_validation_and_nan(&f, seed, dir);
