@@ -887,8 +887,16 @@ static int run_pretrain(int argc, char **argv) {
         if (st == ATTN_ERR_INVALID) rc = cli_usage_error("pretrain: %s", attn_ctx_last_error(s.ctx));
         else if (st != ATTN_OK) rc = cli_library_error(s.ctx, "pretrain");
     }
-    if (rc == CLI_OK && o.resume && attn_pretrain_resume(s.run, o.resume) != ATTN_OK)
-        rc = cli_library_error(s.ctx, "--resume");
+    if (rc == CLI_OK && o.resume) {
+        attn_status st = attn_pretrain_resume(s.run, o.resume);
+        /* a checkpoint of another --batch-size, --max-length, --stride or
+         * --text, or a model and state that do not belong together, is
+         * refused as the run's own checks are; a file that cannot be read
+         * or is damaged is a failure */
+        if (st == ATTN_ERR_INVALID)
+            rc = cli_usage_error("--resume: %s", attn_ctx_last_error(s.ctx));
+        else if (st != ATTN_OK) rc = cli_library_error(s.ctx, "--resume");
+    }
     if (rc == CLI_OK) {
         if (o.run.max_length == 0) o.run.max_length = attn_model_get_config(s.model).context_length;
         /* A signal before this point ends the process (interrupt.h): the

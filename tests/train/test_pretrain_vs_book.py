@@ -22,7 +22,9 @@ data/gpt2-bpe) on data/the-verdict.txt, on a fresh seed every run:
      missing directory; and a loss that turns NaN mid-run (forced by
      resuming the 2-epoch checkpoint with --lr 1e30: the first step's
      update blows the weights up, the next loss is not finite) exits 1
-     naming the step and leaves the checkpoint as it was.
+     naming the step and leaves the checkpoint as it was; --resume with
+     another --batch-size, --stride or --max-length than the checkpoint's
+     is a usage error (exit 2) naming both values, nothing written.
 
     test_pretrain_vs_book.py ATTN_CLI [--seed N]     (or ATTN_TEST_SEED=N)
 """
@@ -346,6 +348,28 @@ def bad_inputs(attn, d, cfg_path, ckpt):
     after = {p: open(os.path.join(out, p), "rb").read() for p in os.listdir(out)}
     check(after == before, "NaN mid-run: the checkpoint changed (%s)" % sorted(after))
     print("  %-28s exit %d: %s" % ("loss NaN mid-run", r.returncode, err))
+
+    # a checkpoint of other --batch-size, --stride or --max-length values: a
+    # usage error (exit 2) naming the value and the checkpoint's, nothing written
+    other = os.path.join(out, "other.safetensors")
+    for flag, value, name, saved in (("--batch-size", "3", "batch_size", BATCH),
+                                     ("--stride", "64", "stride", STRIDE),
+                                     ("--max-length", "16", "max_length", MAX_LENGTH)):
+        args = {"--batch-size": str(BATCH), "--stride": str(STRIDE),
+                "--max-length": str(MAX_LENGTH)}
+        args[flag] = value
+        r = cli(attn, ["--resume", nan_ck, "--tokenizer", BPE, "--text", VERDICT, "--epochs",
+                       "3", "--eval-iter", str(EVAL_ITER), "--save", other] +
+                [a for kv in args.items() for a in kv])
+        err = r.stderr.strip()
+        check(r.returncode == 2 and len(err.splitlines()) == 1 and
+              re.search(r"^attn: --resume: .*the checkpoint's %s is %d, this run's %s$" %
+                        (name, saved, value), err) is not None and r.stdout == "",
+              "--resume with %s %s: exit %d %r" % (flag, value, r.returncode, err))
+        after = {p: open(os.path.join(out, p), "rb").read() for p in os.listdir(out)}
+        check(after == before, "--resume with %s %s: files changed (%s)" %
+              (flag, value, sorted(after)))
+        print("  %-28s exit %d: %s" % ("--resume, other " + flag, r.returncode, err))
 
     # the resumed checkpoint's two files are inputs: no output but --save FILE
     # of --resume FILE itself replaces them
