@@ -26,6 +26,37 @@ static size_t utf8_printable(const unsigned char *s, size_t n) {
     return cp >= 0xa0 ? len : 0;
 }
 
+size_t cli_write_text(FILE *out, const char *text, size_t n, bool final, bool newline_as_space) {
+    const unsigned char *s = (const unsigned char *)text;
+    size_t i = 0;
+    while (i < n) {
+        unsigned char b = s[i];
+        if (b < 0x80) {
+            fputc(b == '\n' && newline_as_space ? ' ' : b, out);
+            i++;
+            continue;
+        }
+        /* the character's length by its first byte, and the range of its
+         * second (Unicode's table of well-formed sequences) */
+        size_t len = b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3
+                     : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
+        unsigned char lo = 0x80, hi = 0xbf;
+        if (b == 0xe0) lo = 0xa0;
+        else if (b == 0xed) hi = 0x9f;
+        else if (b == 0xf0) lo = 0x90;
+        else if (b == 0xf4) hi = 0x8f;
+        size_t k = 1;
+        while (len && k < len && i + k < n &&
+               s[i + k] >= (k == 1 ? lo : 0x80) && s[i + k] <= (k == 1 ? hi : 0xbf))
+            k++;
+        if (len && k < len && i + k == n && !final) break; /* cut: its rest may come */
+        if (len && k == len) fwrite(s + i, 1, len, out);
+        else fputs("\xef\xbf\xbd", out);
+        i += k;
+    }
+    return i;
+}
+
 /* Writes text with every byte a terminal could act on escaped. */
 static void put_escaped(FILE *out, const char *text) {
     const unsigned char *s = (const unsigned char *)text;

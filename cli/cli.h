@@ -141,4 +141,11 @@ void cli_format_duration(double seconds, char *buf, size_t size);
  * version, the header of attn-bench): print_cpu.c. */
 void cli_print_cpu(FILE *out, const char *prefix);
 
+/* Writes s[0, n) to out as Python prints s.decode("utf-8", errors="replace")
+ * (tiktoken's decode, whose text the book prints): each maximal ill-formed
+ * subpart as U+FFFD; newline_as_space writes '\n' as ' '. With more bytes
+ * to come (final false) a character cut at the end is left for the next
+ * call. Returns the bytes of s it wrote. */
+size_t cli_write_text(FILE *out, const char *s, size_t n, bool final, bool newline_as_space);
+
 #endif /* ATTN_CLI_H */

@@ -35,8 +35,9 @@ static const char generate_help[] =
     "model's context_length: a longer run is refused before it starts.\n"
     "\n"
     "Output: the new token ids on the last line, comma separated; with\n"
-    "--tokenizer, the decoded new text first (then a newline). A stop token\n"
-    "ends the run and is not written.\n"
+    "--tokenizer, the decoded new text first (then a newline), as the book\n"
+    "prints it: bytes that are not UTF-8 as U+FFFD. A stop token ends the run\n"
+    "and is not written.\n"
     "\n"
     "  --weights P     a safetensors file (the book's state_dict names or Hugging\n"
     "                  Face's), a directory from save_pretrained (model.safetensors\n"
@@ -479,16 +480,15 @@ static bool on_token(void *user, int32_t token) {
         printf(s->count == 1 ? "%d" : ",%d", (int)token);
     } else {
         /* the text of everything so far, printed past what already was:
-         * a character cut between tokens comes out whole once both are in */
+         * a character cut between tokens waits for the next token */
         char *text;
         size_t length;
         if (decode(s->ctx, s->tok, s->ids, s->count, &text, &length) != CLI_OK) {
             s->failed = true;
             return false;
         }
-        if (length > s->printed_bytes)
-            fwrite(text + s->printed_bytes, 1, length - s->printed_bytes, stdout);
-        s->printed_bytes = length;
+        s->printed_bytes += cli_write_text(stdout, text + s->printed_bytes,
+                                           length - s->printed_bytes, false, false);
         free(text);
     }
     /* a reader gone under an ignored SIGPIPE: the run stops, and
@@ -506,14 +506,15 @@ static int print_ids(const int32_t *ids, size_t n) {
 /* Prints the run's result (what streaming has not printed yet). */
 static int print_result(attn_ctx *ctx, const stream_state *s) {
     if (s->tok) {
-        if (!s->stream) {
-            char *text;
-            size_t length;
-            int rc = decode(ctx, s->tok, s->ids, s->count, &text, &length);
-            if (rc != CLI_OK) return rc;
-            fwrite(text, 1, length, stdout);
-            free(text);
-        }
+        /* the text as the book prints it (tiktoken's decode replaces
+         * ill-formed UTF-8), what streaming has not printed */
+        char *text;
+        size_t length;
+        int rc = decode(ctx, s->tok, s->ids, s->count, &text, &length);
+        if (rc != CLI_OK) return rc;
+        size_t from = s->stream ? s->printed_bytes : 0;
+        cli_write_text(stdout, text + from, length - from, true, false);
+        free(text);
         putchar('\n');
         return print_ids(s->ids, s->count);
     }

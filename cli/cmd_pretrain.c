@@ -536,33 +536,9 @@ static void print_loss(double x) {
 }
 
 /* The sample as the book prints it: tiktoken's decode (UTF-8 with
- * errors="replace": each maximal ill-formed subpart as U+FFFD, as Python
- * decodes), then .replace("\n", " "). */
+ * errors="replace"), then .replace("\n", " "). */
 static void print_sample(const char *text, size_t n) {
-    const unsigned char *s = (const unsigned char *)text;
-    size_t i = 0;
-    while (i < n) {
-        unsigned char b = s[i];
-        if (b < 0x80) {
-            putchar(b == '\n' ? ' ' : b);
-            i++;
-            continue;
-        }
-        size_t len = b >= 0xc2 && b <= 0xdf ? 2 : b >= 0xe0 && b <= 0xef ? 3
-                     : b >= 0xf0 && b <= 0xf4 ? 4 : 0;
-        unsigned char lo = 0x80, hi = 0xbf; /* the second byte's range */
-        if (b == 0xe0) lo = 0xa0;
-        else if (b == 0xed) hi = 0x9f;
-        else if (b == 0xf0) lo = 0x90;
-        else if (b == 0xf4) hi = 0x8f;
-        size_t k = 1;
-        while (len && k < len && i + k < n &&
-               s[i + k] >= (k == 1 ? lo : 0x80) && s[i + k] <= (k == 1 ? hi : 0xbf))
-            k++;
-        if (len && k == len) fwrite(s + i, 1, len, stdout);
-        else fputs("\xef\xbf\xbd", stdout);
-        i += k;
-    }
+    cli_write_text(stdout, text, n, true, true);
     putchar('\n');
 }
 

@@ -385,18 +385,47 @@ def text_case(cli, r, tmp):
     want = cli_tokens(cli, "text", base + ["--prompt-ids", ",".join(map(str, ids))])
     byte_of = {c: b for b, c in byte_symbols().items()}
     inv = {i: t for t, i in vocab.items()}
-    want_bytes = b"".join(bytes(byte_of[c] for c in inv[i]) if inv[i] != "<|endoftext|>"
-                          else b"<|endoftext|>" for i in (want or []))
-    for extra in ([], ["--stream"]):
-        r2 = subprocess.run([cli, "generate", *base, "--prompt", prompt_text, "--tokenizer", d,
-                             *extra], capture_output=True, timeout=300)
+
+    def book_text(ids):
+        """The book's token_ids_to_text, printed: the tokens' bytes decoded
+        as tiktoken decodes them (errors="replace"), then UTF-8."""
+        raw = b"".join(bytes(byte_of[c] for c in inv[i]) if inv[i] != "<|endoftext|>"
+                       else b"<|endoftext|>" for i in (ids or []))
+        return raw, raw.decode("utf-8", errors="replace").encode("utf-8")
+
+    def text_and_ids(args, extra):
+        r2 = subprocess.run([cli, "generate", *args, "--tokenizer", d, *extra],
+                            capture_output=True, timeout=300)
         lines = r2.stdout.rsplit(b"\n", 2)
         ok = r2.returncode == 0 and len(lines) == 3 and lines[2] == b""
         got_ids = [int(t) for t in lines[1].split(b",")] if ok and lines[1] else None
-        R.check(ok and got_ids == want and lines[0] == want_bytes,
+        return r2, ok, got_ids, lines[0] if ok else r2.stdout
+
+    for extra in ([], ["--stream"]):
+        r2, ok, got_ids, text = text_and_ids(base + ["--prompt", prompt_text], extra)
+        want_text = book_text(want)[1]
+        R.check(ok and got_ids == want and text == want_text,
                 "--prompt %r --tokenizer %s: exit %d, ids %s (want %s), text %r (want %r) %s"
-                % (prompt_text, " ".join(extra), r2.returncode, got_ids, want,
-                   lines[0] if ok else r2.stdout, want_bytes, r2.stderr.decode(errors="replace")))
+                % (prompt_text, " ".join(extra), r2.returncode, got_ids, want, text, want_text,
+                   r2.stderr.decode(errors="replace")))
+    # sampled over a vocabulary of bytes, the new tokens' bytes are seldom
+    # UTF-8: the text is printed as the book prints it, streamed or not
+    sampled = base + ["--prompt-ids", ",".join(map(str, ids)), "--temperature", "1.0",
+                      "--top-k", "0", "--max-new-tokens", "24"]
+    invalid = 0
+    for seed in range(1, 4):
+        got = {}
+        for extra in ([], ["--stream"]):
+            r2, ok, got_ids, text = text_and_ids(sampled + ["--seed", str(seed)], extra)
+            raw, want_text = book_text(got_ids)
+            invalid += raw != want_text
+            got[bool(extra)] = (got_ids, text)
+            R.check(ok and text == want_text,
+                    "sampled, --seed %d %s: text %r, the book's %r (raw %r)"
+                    % (seed, " ".join(extra), text, want_text, raw))
+        R.check(got[False] == got[True], "sampled, --seed %d: streamed as printed at the end"
+                % seed)
+    R.check(invalid > 0, "sampled: some run's bytes are not UTF-8 (%d)" % invalid)
     r2 = run_cli(cli, base + ["--prompt", prompt_text])
     R.check(r2.returncode == 2 and "--tokenizer" in r2.stderr, "--prompt without --tokenizer")
 
