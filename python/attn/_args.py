@@ -169,6 +169,18 @@ def as_str(name, value):
     return value
 
 
+def as_utf8(name, value):
+    """The UTF-8 bytes of value, a str (TypeError otherwise); a lone
+    surrogate, which no UTF-8 text holds, is a ValueError naming its index
+    and code point."""
+    value = as_str(name, value)
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise ValueError(f"{name}: character {err.start} is a lone surrogate "
+                         f"(U+{ord(value[err.start]):04X}), which UTF-8 cannot encode") from None
+
+
 def as_choice(name, value, choices):
     """value when it is one of choices (a dict or sequence of names)."""
     try:

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_size_t, c_uint64,
                     c_void_p)
 
-from ._args import as_choice, as_flag, as_index, as_number, as_str, show
+from ._args import as_choice, as_flag, as_index, as_number, as_str, as_utf8, show
 from ._lib import Context, HandleOwner, encode_path, is_path, lib
 from . import modules as _modules
 from .tokenizer import Tokenizer
@@ -211,12 +211,7 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
         raise TypeError(f"config: expected the book's cfg dict, got {type(config).__name__}")
     llama = any(k in config for k in _LLAMA_KEYS)
     mcfg = _llama3_config(config) if llama else _gpt_config(config)
-    text = as_str("text", text)
-    try:
-        text = text.encode("utf-8")
-    except UnicodeEncodeError as err:  # a lone surrogate: no UTF-8 text holds it
-        raise ValueError(f"pretrain: text: character {err.start} is a lone surrogate "
-                         f"(U+{ord(text[err.start]):04X}), which UTF-8 cannot encode") from None
+    text = as_utf8("pretrain: text", text)
     if not isinstance(tokenizer, Tokenizer):
         if not is_path(tokenizer):
             raise TypeError(f"pretrain: tokenizer: expected an attn.Tokenizer or the path of "

@@ -12,7 +12,7 @@ encode(disallowed_special=())); special tokens come only by id.
 import ctypes
 from ctypes import POINTER, c_char_p, c_int, c_int32, c_size_t, c_void_p
 
-from ._args import as_ids, as_str
+from ._args import as_ids, as_utf8
 from ._lib import AttnError, Context, HandleOwner, encode_path, lib, status_name
 
 _SIGNATURES = {
@@ -86,13 +86,7 @@ class Tokenizer(HandleOwner):
         if isinstance(text, (bytes, bytearray, memoryview)):
             raise TypeError(f"encode: expected a str, got {type(text).__name__}; "
                             "encode_bytes(data) takes bytes")
-        text = as_str("encode", text)
-        try:
-            data = text.encode("utf-8")
-        except UnicodeEncodeError as err:  # a lone surrogate: no UTF-8 text holds it
-            raise ValueError(f"encode: text: character {err.start} is a lone surrogate "
-                             f"(U+{ord(text[err.start]):04X}), which UTF-8 cannot encode") from None
-        return self.encode_bytes(data)
+        return self.encode_bytes(as_utf8("encode: text", text))
 
     def decode_bytes(self, ids):
         """The bytes of ids: integers (TypeError for floats, ValueError past
