@@ -627,13 +627,10 @@ static attn_status read_hf_llama(attn_ctx *ctx, const char *path, const attn_jso
                        "attn_lm_load: %s: head_dim %zu is not hidden_size (%zu) / "
                        "num_attention_heads (%zu), which the book's model needs",
                        path, head_dim, c->emb_dim, c->n_heads);
-    int bias = 0;
-    if (st == ATTN_OK) st = opt_bool(ctx, path, j, "attention_bias", &bias);
-    if (st == ATTN_OK) st = opt_bool(ctx, path, j, "mlp_bias", &bias);
-    if (st == ATTN_OK && bias)
-        st = attn_fail(ctx, ATTN_ERR_INVALID,
-                       "attn_lm_load: %s: attention_bias/mlp_bias are not in the book's Llama 3",
-                       path);
+    /* each flag alone: a false one does not undo a true one, whose biases
+     * a non-strict load would leave out */
+    if (st == ATTN_OK) st = book_flag(ctx, path, j, "attention_bias", false);
+    if (st == ATTN_OK) st = book_flag(ctx, path, j, "mlp_bias", false);
     static const char *const silu[] = {"silu"};
     if (st == ATTN_OK)
         st = book_string(ctx, path, j, "hidden_act", silu, 1, "the book's SiLU (\"silu\")");

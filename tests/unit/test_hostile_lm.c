@@ -10,7 +10,8 @@
  *     its first layer the file's, bit for bit;
  *   - configs: a written norm eps of 0 is kept (exactly 0, -0.0), a zeroed
  *     one is 1e-5; a written rope_theta, rope_base or factor of 0 is
- *     refused naming it;
+ *     refused naming it; Llama's attention_bias or mlp_bias true is
+ *     refused whatever the other says;
  *   - a file of attn train --save (attn_model_save's "attn-lm" metadata) is
  *     named as such;
  *   - attn_lm_generate's message gives the prompt's length as given;
@@ -314,6 +315,27 @@ static void test_config_zeros(attn_ctx *ctx) {
                   "\"n_positions\": 0}");
     CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_FORMAT);
     CHECK_MESSAGE(ctx, "\"n_positions\" is 0, a context of no token");
+    /* Llama's biases, each flag read alone: attention_bias true with
+     * mlp_bias false is a model with q/k/v/o biases (Qwen2's), which a
+     * non-strict load would run without them */
+    static const char *const bias_flags[][2] = {{"true", "false"}, {"false", "true"},
+                                                {"true", "true"}};
+    for (size_t i = 0; i < 3; i++) {
+        char text[400];
+        snprintf(text, sizeof text,
+                 "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+                 "\"vocab_size\": 11, \"intermediate_size\": 24, "
+                 "\"max_position_embeddings\": 8, \"attention_bias\": %s, \"mlp_bias\": %s}",
+                 bias_flags[i][0], bias_flags[i][1]);
+        write_text(p, text);
+        CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_INVALID);
+        CHECK_MESSAGE(ctx, i == 1 ? "\"mlp_bias\": true" : "\"attention_bias\": true");
+        CHECK_MESSAGE(ctx, p);
+    }
+    write_text(p, "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+                  "\"vocab_size\": 11, \"intermediate_size\": 24, \"max_position_embeddings\": 8, "
+                  "\"attention_bias\": false, \"mlp_bias\": false}");
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_OK);
     /* rope_theta 0 makes 0^x frequencies: refused by name, not replaced */
     write_text(p, "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
                   "\"vocab_size\": 11, \"intermediate_size\": 24, \"max_position_embeddings\": 8, "
