@@ -150,7 +150,7 @@ static void add_tensor(param_builder *b, void **slot, bool typed, bool tied, siz
     char name[128];
     int len = vsnprintf(name, sizeof name, fmt, ap);
     if (b->visit) {
-        b->stop = !b->visit(b->user, name, tied);
+        b->stop = !b->visit(b->user, name, tied, rows, cols);
         return;
     }
     size_t numel = cols ? rows * cols : rows; /* checked by attn_lm_config_resolve */

@@ -91,10 +91,12 @@ struct attn_lm {
 attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,
                                    attn_lm_config *out);
 
-/* Called with each tensor name of a model, in state_dict order; tied says
+/* Called with each tensor name of a model, in state_dict order, with the
+ * shape the model needs, (rows, cols) or (rows) where cols is 0; tied says
  * the tensor is another's storage (out_head tied to tok_emb). Returning
  * false stops the listing. */
-typedef bool (*attn_lm_name_fn)(void *user, const char *name, bool tied);
+typedef bool (*attn_lm_name_fn)(void *user, const char *name, bool tied, size_t rows,
+                                size_t cols);
 
 /* The tensor names of a model of cfg (resolved), as attn_lm_param_at lists
  * them, without allocating: the listing stops when visit says so, so a

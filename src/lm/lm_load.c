@@ -65,6 +65,27 @@ static char *name_of(char *buf, size_t size, const char *fmt, ...) {
     return buf;
 }
 
+/* The tensor name (info) has shape (rows, cols) (cols 0: a vector of
+ * rows), else a refusal naming both. */
+static attn_status check_shape(lm_source *s, const char *name, const attn_safetensors_info *info,
+                               size_t rows, size_t cols) {
+    bool ok = cols ? info->ndim == 2 && info->shape[0] == rows && info->shape[1] == cols
+                   : info->ndim == 1 && info->shape[0] == rows;
+    if (ok) return ATTN_OK;
+    char got[96] = "(";
+    for (size_t d = 0; d < info->ndim && d < 4; d++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), d ? ", %zu" : "%zu",
+                 info->shape[d]);
+    snprintf(got + strlen(got), sizeof got - strlen(got), info->ndim > 4 ? ", ...)" : ")");
+    if (cols)
+        return attn_fail(s->ctx, ATTN_ERR_SHAPE,
+                         "attn_lm_load: %s: tensor '%s' is %s, the config needs (%zu, %zu)",
+                         s->path, name, got, rows, cols);
+    return attn_fail(s->ctx, ATTN_ERR_SHAPE,
+                     "attn_lm_load: %s: tensor '%s' is %s, the config needs (%zu)", s->path,
+                     name, got, rows);
+}
+
 /* The tensor called name, which must have shape (rows, cols) (cols 0: a
  * vector of rows). */
 static attn_status find_shaped(lm_source *s, const char *name, size_t rows, size_t cols,
@@ -72,23 +93,7 @@ static attn_status find_shaped(lm_source *s, const char *name, size_t rows, size
     if (attn_safetensors_find(s->st, name, info) != ATTN_OK)
         return attn_fail(s->ctx, ATTN_ERR_NOT_FOUND, "attn_lm_load: %s has no tensor '%s'",
                          s->path, name);
-    bool ok = cols ? info->ndim == 2 && info->shape[0] == rows && info->shape[1] == cols
-                   : info->ndim == 1 && info->shape[0] == rows;
-    if (!ok) {
-        char got[96] = "(";
-        for (size_t d = 0; d < info->ndim && d < 4; d++)
-            snprintf(got + strlen(got), sizeof got - strlen(got), d ? ", %zu" : "%zu",
-                     info->shape[d]);
-        snprintf(got + strlen(got), sizeof got - strlen(got), info->ndim > 4 ? ", ...)" : ")");
-        if (cols)
-            return attn_fail(s->ctx, ATTN_ERR_SHAPE,
-                             "attn_lm_load: %s: tensor '%s' is %s, the config needs (%zu, %zu)",
-                             s->path, name, got, rows, cols);
-        return attn_fail(s->ctx, ATTN_ERR_SHAPE,
-                         "attn_lm_load: %s: tensor '%s' is %s, the config needs (%zu)", s->path,
-                         name, got, rows);
-    }
-    return ATTN_OK;
+    return check_shape(s, name, info, rows, cols);
 }
 
 /* *buf holds at least n floats (grown, its contents lost). */
@@ -969,8 +974,8 @@ static attn_dtype file_dtype(lm_source *s) {
 /* ---- the file's tensors against the config ---------------------------------- */
 
 /* The file's tensor names the loader reads for c, in the file's naming,
- * each told to visit (tied: a head the file may leave out) until it
- * returns false. */
+ * each told to visit with the shape the loader reads it as (tied: a head
+ * the file may leave out) until it returns false. */
 static void list_file_names(lm_source *s, const attn_lm_config *c, attn_lm_name_fn visit,
                             void *user) {
     if (s->names == NAMES_BOOK) {
@@ -980,33 +985,44 @@ static void list_file_names(lm_source *s, const attn_lm_config *c, attn_lm_name_
     char n[160];
     bool gpt2 = s->names == NAMES_HF_GPT2;
     const char *x = gpt2 ? s->prefix : "model.";
-    static const char *const gpt2_block[] = {
-        "attn.c_attn.weight", "attn.c_attn.bias", "attn.c_proj.weight", "attn.c_proj.bias",
-        "mlp.c_fc.weight",    "mlp.c_fc.bias",    "mlp.c_proj.weight",  "mlp.c_proj.bias",
-        "ln_1.weight",        "ln_1.bias",        "ln_2.weight",        "ln_2.bias"};
-    static const char *const llama_block[] = {
-        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-        "self_attn.o_proj.weight", "mlp.gate_proj.weight",    "mlp.up_proj.weight",
-        "mlp.down_proj.weight",    "input_layernorm.weight",  "post_attention_layernorm.weight"};
-    const char *const *block = gpt2 ? gpt2_block : llama_block;
+    size_t C = c->emb_dim, H = c->hidden_dim, kvw = c->n_kv_groups * (C / c->n_heads);
+    typedef struct { const char *name; size_t rows, cols; } file_tensor;
+    /* GPT-2's Conv1D weights are stored (in, out) */
+    const file_tensor gpt2_block[] = {
+        {"attn.c_attn.weight", C, 3 * C}, {"attn.c_attn.bias", 3 * C, 0},
+        {"attn.c_proj.weight", C, C},     {"attn.c_proj.bias", C, 0},
+        {"mlp.c_fc.weight", C, H},        {"mlp.c_fc.bias", H, 0},
+        {"mlp.c_proj.weight", H, C},      {"mlp.c_proj.bias", C, 0},
+        {"ln_1.weight", C, 0},            {"ln_1.bias", C, 0},
+        {"ln_2.weight", C, 0},            {"ln_2.bias", C, 0}};
+    const file_tensor llama_block[] = {
+        {"self_attn.q_proj.weight", C, C},   {"self_attn.k_proj.weight", kvw, C},
+        {"self_attn.v_proj.weight", kvw, C}, {"self_attn.o_proj.weight", C, C},
+        {"mlp.gate_proj.weight", H, C},      {"mlp.up_proj.weight", H, C},
+        {"mlp.down_proj.weight", C, H},      {"input_layernorm.weight", C, 0},
+        {"post_attention_layernorm.weight", C, 0}};
+    const file_tensor *block = gpt2 ? gpt2_block : llama_block;
     size_t per_block = gpt2 ? sizeof gpt2_block / sizeof *gpt2_block
                             : sizeof llama_block / sizeof *llama_block;
     if (!visit(user, name_of(n, sizeof n, gpt2 ? "%swte.weight" : "%sembed_tokens.weight", x),
-               false))
+               false, c->vocab_size, C))
         return;
-    if (gpt2 && !visit(user, name_of(n, sizeof n, "%swpe.weight", x), false)) return;
+    if (gpt2 && !visit(user, name_of(n, sizeof n, "%swpe.weight", x), false, c->context_length,
+                       C))
+        return;
     for (size_t i = 0; i < c->n_layers; i++)
         for (size_t j = 0; j < per_block; j++) {
             if (gpt2 && j == 1 && !c->qkv_bias) continue;
             if (!visit(user, name_of(n, sizeof n, gpt2 ? "%sh.%zu.%s" : "%slayers.%zu.%s", x, i,
-                                     block[j]),
-                       false))
+                                     block[j].name),
+                       false, block[j].rows, block[j].cols))
                 return;
         }
-    if (!visit(user, name_of(n, sizeof n, gpt2 ? "%sln_f.weight" : "%snorm.weight", x), false) ||
-        (gpt2 && !visit(user, name_of(n, sizeof n, "%sln_f.bias", x), false)))
+    if (!visit(user, name_of(n, sizeof n, gpt2 ? "%sln_f.weight" : "%snorm.weight", x), false, C,
+               0) ||
+        (gpt2 && !visit(user, name_of(n, sizeof n, "%sln_f.bias", x), false, C, 0)))
         return;
-    visit(user, "lm_head.weight", c->tie_embeddings);
+    visit(user, "lm_head.weight", c->tie_embeddings, c->vocab_size, C);
 }
 
 /* Tensors a checkpoint carries that are not parameters, which
@@ -1035,14 +1051,17 @@ typedef struct tensor_check {
     bool *used;       /* per tensor of the file */
     char missing[160];
     bool found_all;
+    attn_status shape; /* the first tensor of another shape, refused */
 } tensor_check;
 
-static bool expect_tensor(void *user, const char *name, bool tied) {
+static bool expect_tensor(void *user, const char *name, bool tied, size_t rows, size_t cols) {
     tensor_check *t = user;
     attn_safetensors_info info;
     if (attn_safetensors_find(t->s->st, name, &info) == ATTN_OK) {
         t->used[info.index] = true;
-        return true;
+        /* a tied head the file holds anyway is not read */
+        if (!tied) t->shape = check_shape(t->s, name, &info, rows, cols);
+        return t->shape == ATTN_OK;
     }
     if (tied) return true;
     snprintf(t->missing, sizeof t->missing, "%s", name);
@@ -1050,13 +1069,14 @@ static bool expect_tensor(void *user, const char *name, bool tied) {
     return false;
 }
 
-/* Every tensor c needs is in the file, and (strict) the file holds no
- * other, but for the buffers above and a tied head: checked by name
- * before the model is allocated, so that a config or a file naming more
- * layers than the file holds is refused at once. The listing stops at
- * the first name missing, and each name found is a distinct tensor of the
- * file, so it visits at most the file's count plus two names, whatever
- * n_layers says. */
+/* Every tensor c needs is in the file, of the shape c gives it, and
+ * (strict) the file holds no other, but for the buffers above and a tied
+ * head: checked by name and shape before the model is allocated, so that
+ * a config or a file naming more layers than the file holds, or sizes
+ * that its tensors do not have, is refused at once. The listing stops at
+ * the first name missing or of another shape, and each name found is a
+ * distinct tensor of the file, so it visits at most the file's count plus
+ * two names, whatever n_layers says. */
 static attn_status check_tensors(lm_source *s, const attn_lm_config *c, bool strict) {
     size_t count = attn_safetensors_count(s->st);
     tensor_check t = {.s = s, .used = attn_calloc(count ? count : 1, sizeof(bool)),
@@ -1065,14 +1085,14 @@ static attn_status check_tensors(lm_source *s, const attn_lm_config *c, bool str
         return attn_fail(s->ctx, ATTN_ERR_NO_MEMORY, "attn_lm_load: out of memory for %zu "
                          "tensor names", count);
     list_file_names(s, c, expect_tensor, &t);
-    attn_status st = ATTN_OK;
-    if (!t.found_all) {
+    attn_status st = t.shape; /* a tensor of another shape: refused, named */
+    if (st == ATTN_OK && !t.found_all) {
         st = attn_fail(s->ctx, ATTN_ERR_NOT_FOUND,
                        "attn_lm_load: %s has no tensor '%s', which a %s model of n_layers %zu "
                        "needs (the file holds %zu tensors)",
                        s->path, t.missing, c->arch == ATTN_LM_GPT2 ? "GPT-2" : "Llama 3",
                        c->n_layers, count);
-    } else if (strict) {
+    } else if (st == ATTN_OK && strict) {
         size_t unused = 0;
         char names[256] = "";
         for (size_t i = 0; i < count; i++) {

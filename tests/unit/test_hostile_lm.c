@@ -4,7 +4,9 @@
  *   - sizes: n_layers 2^40 and a model past this machine's memory are
  *     refused at once (no loop over the layers, no allocation), naming the
  *     bytes and the limit; a config or a tensor name giving 10^9 layers to
- *     a 1-layer file is refused naming the first tensor missing;
+ *     a 1-layer file is refused naming the first tensor missing; a config
+ *     of 10^8 tokens, positions or feed-forward units over a file without
+ *     them, naming the tensor, before the model is allocated;
  *   - strictness: a 2-layer file under a 1-layer config is refused naming
  *     the unused tensors and their count; ATTN_LM_LOAD_NON_STRICT loads it,
  *     its first layer the file's, bit for bit;
@@ -37,6 +39,19 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#if defined(__linux__)
+#include <sys/resource.h>
+#endif
+
+/* AddressSanitizer reserves terabytes of address space: no limit fits. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
 
 static char dir[64];
 
@@ -421,6 +436,148 @@ static void test_config_zeros(attn_ctx *ctx) {
     CHECK(c.rope_factor == 0.0);
 }
 
+/* ---- sizes the file's tensors do not have ----------------------------------- */
+
+typedef struct zero_tensor {
+    const char *name;
+    size_t rows, cols; /* cols 0: a vector */
+} zero_tensor;
+
+/* A safetensors file of zero tensors of these names and shapes. */
+static attn_status write_zeros(attn_ctx *ctx, const char *path, const zero_tensor *z, size_t n) {
+    static const float zeros[1024];
+    attn_named_tensor t[32];
+    if (n > 32) return ATTN_ERR_INVALID;
+    for (size_t i = 0; i < n; i++) {
+        if (z[i].rows * (z[i].cols ? z[i].cols : 1) > 1024) return ATTN_ERR_INVALID;
+        t[i] = (attn_named_tensor){.name = z[i].name, .data = zeros, .ndim = z[i].cols ? 2 : 1,
+                                   .shape = {z[i].rows, z[i].cols}};
+    }
+    return attn_safetensors_write(ctx, path, t, n, NULL, 0);
+}
+
+#if defined(__linux__) && !defined(UNDER_ASAN)
+/* Bytes of address space this process maps now (/proc/self/statm), or 0. */
+static size_t mapped_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long pages = 0;
+    if (f) {
+        if (fscanf(f, "%lu", &pages) != 1) pages = 0;
+        fclose(f);
+    }
+    return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+#endif
+
+/* attn_lm_load of weights under the config at cfg_path, with at most 256
+ * MiB more address space than the process maps (where a limit can be set):
+ * a loader that allocates the config's model before it reads the file's
+ * shapes fails for memory, not for the shape. */
+static attn_status load_limited(attn_ctx *ctx, const char *weights, const char *cfg_path,
+                                attn_lm **m) {
+#if defined(__linux__) && !defined(UNDER_ASAN)
+    struct rlimit old, tight;
+    size_t now = mapped_bytes();
+    if (now && getrlimit(RLIMIT_AS, &old) == 0) {
+        tight = old;
+        tight.rlim_cur = (rlim_t)(now + ((size_t)256 << 20));
+        if (old.rlim_cur == RLIM_INFINITY || tight.rlim_cur < old.rlim_cur) {
+            if (setrlimit(RLIMIT_AS, &tight) == 0) {
+                attn_status st = attn_lm_load(ctx, weights, cfg_path, NULL, m);
+                setrlimit(RLIMIT_AS, &old);
+                return st;
+            }
+        }
+    }
+#endif
+    return attn_lm_load(ctx, weights, cfg_path, NULL, m);
+}
+
+/* A config whose vocab_size, context or feed-forward width the file's
+ * tensors do not have is refused naming the tensor and both shapes before
+ * the model is allocated (the loader made a model of 10^8 tokens, gigabytes
+ * written, then found the embedding 11 rows long), in the book's names and
+ * in Hugging Face's GPT-2 (Conv1D, stored (in, out)) and Llama; the same
+ * files under their own configs load. */
+static void test_sizes_the_file_lacks(attn_ctx *ctx) {
+    char weights[128], cfg_path[128];
+    attn_lm *book = saved_model(ctx, tiny_gpt2(1), 13,
+                                path_in(weights, sizeof weights, "sized.st"));
+    CHECK(book != NULL);
+    attn_lm_free(book);
+    attn_lm *m = (attn_lm *)&m;
+    write_text(path_in(cfg_path, sizeof cfg_path, "sized.json"),
+               "{\"vocab_size\": 100000000, \"context_length\": 8, \"emb_dim\": 8, "
+               "\"n_heads\": 2, \"n_layers\": 1, \"qkv_bias\": true}");
+    double t0 = now();
+    CHECK_STATUS(load_limited(ctx, weights, cfg_path, &m), ATTN_ERR_SHAPE);
+    CHECK(m == NULL);
+    CHECK_MESSAGE(ctx, "tensor 'tok_emb.weight' is (11, 8), the config needs (100000000, 8)");
+    CHECK(now() - t0 < 1.0);
+
+    /* Hugging Face's GPT-2, one block */
+    static const zero_tensor gpt2[] = {
+        {"wte.weight", 11, 8},       {"wpe.weight", 8, 8},
+        {"h.0.attn.c_attn.weight", 8, 24}, {"h.0.attn.c_attn.bias", 24, 0},
+        {"h.0.attn.c_proj.weight", 8, 8},  {"h.0.attn.c_proj.bias", 8, 0},
+        {"h.0.mlp.c_fc.weight", 8, 32},    {"h.0.mlp.c_fc.bias", 32, 0},
+        {"h.0.mlp.c_proj.weight", 32, 8},  {"h.0.mlp.c_proj.bias", 8, 0},
+        {"h.0.ln_1.weight", 8, 0},   {"h.0.ln_1.bias", 8, 0},
+        {"h.0.ln_2.weight", 8, 0},   {"h.0.ln_2.bias", 8, 0},
+        {"ln_f.weight", 8, 0},       {"ln_f.bias", 8, 0}};
+    CHECK_STATUS(write_zeros(ctx, path_in(weights, sizeof weights, "hf_gpt2.st"), gpt2,
+                             sizeof gpt2 / sizeof *gpt2),
+                 ATTN_OK);
+    write_text(cfg_path, "{\"n_embd\": 8, \"n_layer\": 1, \"n_head\": 2, \"vocab_size\": 11, "
+                         "\"n_positions\": 8}");
+    CHECK_STATUS(attn_lm_load(ctx, weights, cfg_path, NULL, &m), ATTN_OK);
+    attn_lm_free(m);
+    m = (attn_lm *)&m;
+    write_text(cfg_path, "{\"n_embd\": 8, \"n_layer\": 1, \"n_head\": 2, \"vocab_size\": 11, "
+                         "\"n_positions\": 100000000}");
+    t0 = now();
+    CHECK_STATUS(load_limited(ctx, weights, cfg_path, &m), ATTN_ERR_SHAPE);
+    CHECK(m == NULL);
+    CHECK_MESSAGE(ctx, "tensor 'wpe.weight' is (8, 8), the config needs (100000000, 8)");
+    CHECK(now() - t0 < 1.0);
+
+    /* Hugging Face's Llama, one block, one KV head of two */
+    static const zero_tensor llama[] = {
+        {"model.embed_tokens.weight", 11, 16},
+        {"model.layers.0.self_attn.q_proj.weight", 16, 16},
+        {"model.layers.0.self_attn.k_proj.weight", 8, 16},
+        {"model.layers.0.self_attn.v_proj.weight", 8, 16},
+        {"model.layers.0.self_attn.o_proj.weight", 16, 16},
+        {"model.layers.0.mlp.gate_proj.weight", 24, 16},
+        {"model.layers.0.mlp.up_proj.weight", 24, 16},
+        {"model.layers.0.mlp.down_proj.weight", 16, 24},
+        {"model.layers.0.input_layernorm.weight", 16, 0},
+        {"model.layers.0.post_attention_layernorm.weight", 16, 0},
+        {"model.norm.weight", 16, 0},
+        {"lm_head.weight", 11, 16}};
+    CHECK_STATUS(write_zeros(ctx, path_in(weights, sizeof weights, "hf_llama.st"), llama,
+                             sizeof llama / sizeof *llama),
+                 ATTN_OK);
+    static const char *const llama_cfg =
+        "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+        "\"num_key_value_heads\": 1, \"vocab_size\": 11, \"intermediate_size\": %s, "
+        "\"max_position_embeddings\": 8}";
+    char text[400];
+    snprintf(text, sizeof text, llama_cfg, "24");
+    write_text(cfg_path, text);
+    CHECK_STATUS(attn_lm_load(ctx, weights, cfg_path, NULL, &m), ATTN_OK);
+    attn_lm_free(m);
+    m = (attn_lm *)&m;
+    snprintf(text, sizeof text, llama_cfg, "100000000");
+    write_text(cfg_path, text);
+    t0 = now();
+    CHECK_STATUS(load_limited(ctx, weights, cfg_path, &m), ATTN_ERR_SHAPE);
+    CHECK(m == NULL);
+    CHECK_MESSAGE(ctx, "tensor 'model.layers.0.mlp.gate_proj.weight' is (24, 16), the config "
+                       "needs (100000000, 16)");
+    CHECK(now() - t0 < 1.0);
+}
+
 static void test_train_file(attn_ctx *ctx) {
     char p[128];
     float w[4] = {0};
@@ -707,6 +864,7 @@ int main(void) {
     if (attn_ctx_new(&cc, &ctx) != ATTN_OK) return 1;
     test_sizes(ctx);
     test_layers_the_file_lacks(ctx);
+    test_sizes_the_file_lacks(ctx);
     test_strict(ctx);
     test_config_zeros(ctx);
     test_train_file(ctx);
@@ -719,7 +877,8 @@ int main(void) {
     test_huge_page_size(ctx);
     attn_ctx_free(ctx);
     const char *names[] = {"one.st", "huge.json", "renamed.st", "wide.st", "two.st", "one.json", "tied.st",
-                           "eps0.json", "trained.st", "own.st", "plain.st", "config.json"};
+                           "eps0.json", "trained.st", "own.st", "plain.st", "config.json",
+                           "sized.st", "sized.json", "hf_gpt2.st", "hf_llama.st"};
     char p[128];
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         unlink(path_in(p, sizeof p, names[i]));
