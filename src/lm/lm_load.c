@@ -547,6 +547,12 @@ static attn_status read_hf_gpt2(attn_ctx *ctx, const char *path, const attn_json
     if (st == ATTN_OK)
         st = opt_count(ctx, path, j, "n_inner", &c->hidden_dim, "a feed-forward of no units",
                        "4 * n_embd");
+    /* the book's FeedForward is 4 * n_embd wide, as transformers' default */
+    if (st == ATTN_OK && c->hidden_dim &&
+        (c->hidden_dim % 4 != 0 || c->hidden_dim / 4 != c->emb_dim))
+        st = attn_fail(ctx, ATTN_ERR_INVALID,
+                       "attn_lm_load: %s: \"n_inner\" (%zu) is not 4 * n_embd (%zu): the book's "
+                       "GPT-2 has no other feed-forward width", path, c->hidden_dim, c->emb_dim);
     if (st == ATTN_OK) st = opt_eps(ctx, path, j, "layer_norm_epsilon", &c->norm_eps);
     if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_word_embeddings", &r->tie);
     if (st == ATTN_OK && c->context_length == 0)
@@ -932,21 +938,24 @@ static bool has_own_config(const lm_source *s) {
 /* The config and whether out_head is tied, the file's naming known: cfg,
  * else the JSON file at config_path, else the file's own metadata, else
  * the config.json beside the file (beside, or NULL), else the tensors'
- * shapes. */
+ * shapes. *from: the file it was read from (NULL for cfg). */
 static attn_status choose_config(lm_source *s, const char *config_path, const char *beside,
-                                 const attn_lm_config *cfg, attn_lm_config *out) {
+                                 const attn_lm_config *cfg, attn_lm_config *out,
+                                 const char **from) {
     lm_config_read r = {.tie = -1};
     attn_status st;
+    *from = NULL;
     if (cfg) {
         r.cfg = *cfg;
         r.tie = cfg->tie_embeddings ? 1 : 0;
         st = ATTN_OK;
     } else if (config_path) {
-        st = read_config(s->ctx, config_path, &r);
+        st = read_config(s->ctx, *from = config_path, &r);
     } else if (beside && !has_own_config(s)) {
         /* a file's shapes give neither GPT-2's heads nor Llama's config */
-        st = read_config(s->ctx, beside, &r);
+        st = read_config(s->ctx, *from = beside, &r);
     } else {
+        *from = s->path;
         st = infer_config(s, &r);
     }
     if (st != ATTN_OK) return st;
@@ -1137,6 +1146,14 @@ static attn_status refuse_train_model(lm_source *s) {
                      layers ? layers : "?");
 }
 
+/* st, the refusal of a config's values, which attn_lm_config_resolve
+ * names by attn_lm_config's fields, with the file they were read from. */
+static attn_status name_config_file(attn_ctx *ctx, attn_status st, const char *from) {
+    char said[ATTN_ERROR_CAPACITY];
+    snprintf(said, sizeof said, "%s", attn_ctx_last_error(ctx));
+    return attn_fail(ctx, st, "%s (the config read from %s)", said, from);
+}
+
 /* attn_lm_load (file_dtype: weights_dtype ignored, the file's taken) and
  * attn_lm_load_as. */
 static attn_status load(attn_ctx *ctx, const char *who, const char *path, const char *config_json,
@@ -1193,6 +1210,7 @@ static attn_status load(attn_ctx *ctx, const char *who, const char *path, const 
         }
     }
     lm_source s = {.ctx = ctx, .path = weights};
+    const char *from = NULL;
     attn_lm *m = NULL;
     attn_lm_config c;
     attn_status st = sharded ? attn_safetensors_open_index(ctx, weights, &s.st)
@@ -1200,11 +1218,12 @@ static attn_status load(attn_ctx *ctx, const char *who, const char *path, const 
     if (st == ATTN_OK) st = refuse_train_model(&s);
     if (st == ATTN_OK) st = detect_names(&s);
     if (st == ATTN_OK)
-        st = choose_config(&s, config_path, beside, cfg, &c);
+        st = choose_config(&s, config_path, beside, cfg, &c, &from);
     if (st == ATTN_OK) {
         c.weights_dtype = file_dtype_wanted ? file_dtype(&s) : weights_dtype;
         attn_lm_config resolved;
         st = attn_lm_config_resolve(ctx, who, &c, &resolved);
+        if (st != ATTN_OK && from) st = name_config_file(ctx, st, from);
         if (st == ATTN_OK) st = check_tensors(&s, &resolved, strict);
         if (st == ATTN_OK) st = attn_lm_create(ctx, who, &c, &m);
     }

@@ -540,6 +540,24 @@ static void test_sizes_the_file_lacks(attn_ctx *ctx) {
     CHECK(m == NULL);
     CHECK_MESSAGE(ctx, "tensor 'wpe.weight' is (8, 8), the config needs (100000000, 8)");
     CHECK(now() - t0 < 1.0);
+    /* values of the config that the model refuses: named with the file
+     * they were read from; n_inner by its own key */
+    write_text(cfg_path, "{\"n_embd\": 8, \"n_layer\": 1, \"n_head\": 2, \"vocab_size\": 11, "
+                         "\"n_positions\": 8, \"n_inner\": 33}");
+    CHECK_STATUS(attn_lm_load(ctx, weights, cfg_path, NULL, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "\"n_inner\" (33) is not 4 * n_embd (8)");
+    CHECK_MESSAGE(ctx, cfg_path);
+    write_text(cfg_path, "{\"n_embd\": 8, \"n_layer\": 1, \"n_head\": 2, \"vocab_size\": 11, "
+                         "\"n_positions\": 8, \"n_inner\": 32}");
+    CHECK_STATUS(attn_lm_load(ctx, weights, cfg_path, NULL, &m), ATTN_OK);
+    attn_lm_free(m);
+    m = (attn_lm *)&m;
+    write_text(cfg_path, "{\"n_embd\": 8, \"n_layer\": 1, \"n_head\": 3, \"vocab_size\": 11, "
+                         "\"n_positions\": 8}");
+    CHECK_STATUS(attn_lm_load(ctx, weights, cfg_path, NULL, &m), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "n_heads (3) must divide emb_dim (8)");
+    CHECK_MESSAGE(ctx, cfg_path);
+    CHECK(m == NULL);
 
     /* Hugging Face's Llama, one block, one KV head of two */
     static const zero_tensor llama[] = {
@@ -576,6 +594,14 @@ static void test_sizes_the_file_lacks(attn_ctx *ctx) {
     CHECK_MESSAGE(ctx, "tensor 'model.layers.0.mlp.gate_proj.weight' is (24, 16), the config "
                        "needs (100000000, 16)");
     CHECK(now() - t0 < 1.0);
+    snprintf(text, sizeof text,
+             "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+             "\"num_key_value_heads\": 1, \"vocab_size\": 11, \"intermediate_size\": 24, "
+             "\"max_position_embeddings\": 8, \"rope_theta\": 1e300}");
+    write_text(cfg_path, text);
+    CHECK_STATUS(attn_lm_load(ctx, weights, cfg_path, NULL, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "rope_base (1e+300)");
+    CHECK_MESSAGE(ctx, cfg_path);
 }
 
 static void test_train_file(attn_ctx *ctx) {
