@@ -323,6 +323,42 @@ static attn_status load_hf_llama(lm_source *s, attn_lm *m) {
     return st;
 }
 
+/* A tied model's head that the file holds anyway must be its embedding,
+ * element for element: transformers loads such a file with the head's
+ * values in both, the book's model with the embedding's, so a file where
+ * they differ is no tied model, and either reading of it gives other
+ * logits than the other. */
+static attn_status check_tied_head(lm_source *s, attn_lm *m) {
+    const char *head = s->names == NAMES_BOOK ? "out_head.weight" : "lm_head.weight";
+    attn_safetensors_info info;
+    if (!m->cfg.tie_embeddings || attn_safetensors_find(s->st, head, &info) != ATTN_OK)
+        return ATTN_OK;
+    attn_status st = grow_buffer(s, head, &s->scratch, &s->scratch_floats, info.numel);
+    if (st == ATTN_OK) st = attn_safetensors_load(s->st, info.index, s->scratch, info.numel);
+    if (st != ATTN_OK) return st;
+    attn_dtype dtype = m->cfg.weights_dtype;
+    for (size_t i = 0; i < info.numel; i++) {
+        float x = s->scratch[i], e;
+        bool same;
+        if (dtype == ATTN_DTYPE_F32) {
+            e = ((const float *)m->tok_emb)[i];
+            same = attn_bits_of_float(x) == attn_bits_of_float(e);
+        } else {
+            uint16_t h = ((const uint16_t *)m->tok_emb)[i];
+            e = attn_half_to_float(dtype, h);
+            same = attn_float_to_half(dtype, x) == h;
+        }
+        if (!same)
+            return attn_fail(s->ctx, ATTN_ERR_INVALID,
+                             "attn_lm_load: %s: the config ties the head to the embedding, but "
+                             "the file's '%s' holds %.9g at element %zu where the embedding "
+                             "holds %.9g: untie it (%s false) to use the file's head",
+                             s->path, head, (double)x, i, (double)e,
+                             s->names == NAMES_BOOK ? "tie_embeddings" : "tie_word_embeddings");
+    }
+    return ATTN_OK;
+}
+
 /* ---- the config --------------------------------------------------------------- */
 
 /* A config being read: tie is -1 until something says. */
@@ -1068,8 +1104,9 @@ static bool expect_tensor(void *user, const char *name, bool tied, size_t rows, 
     attn_safetensors_info info;
     if (attn_safetensors_find(t->s->st, name, &info) == ATTN_OK) {
         t->used[info.index] = true;
-        /* a tied head the file holds anyway is not read */
-        if (!tied) t->shape = check_shape(t->s, name, &info, rows, cols);
+        /* a tied head the file holds anyway must be the embedding
+         * (check_tied_head): of its shape first */
+        t->shape = check_shape(t->s, name, &info, rows, cols);
         return t->shape == ATTN_OK;
     }
     if (tied) return true;
@@ -1231,6 +1268,7 @@ static attn_status load(attn_ctx *ctx, const char *who, const char *path, const 
         st = s.names == NAMES_BOOK       ? load_book(&s, m)
              : s.names == NAMES_HF_GPT2 ? load_hf_gpt2(&s, m)
                                          : load_hf_llama(&s, m);
+        if (st == ATTN_OK) st = check_tied_head(&s, m);
     }
     attn_safetensors_free(s.st);
     attn_free(s.scratch);

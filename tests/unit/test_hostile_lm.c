@@ -6,7 +6,8 @@
  *     bytes and the limit; a config or a tensor name giving 10^9 layers to
  *     a 1-layer file is refused naming the first tensor missing; a config
  *     of 10^8 tokens, positions or feed-forward units over a file without
- *     them, naming the tensor, before the model is allocated;
+ *     them, naming the tensor, before the model is allocated; a tied
+ *     config over a file whose head is not its embedding;
  *   - strictness: a 2-layer file under a 1-layer config is refused naming
  *     the unused tensors and their count; ATTN_LM_LOAD_NON_STRICT loads it,
  *     its first layer the file's, bit for bit;
@@ -514,6 +515,21 @@ static void test_sizes_the_file_lacks(attn_ctx *ctx) {
     CHECK(m == NULL);
     CHECK_MESSAGE(ctx, "tensor 'tok_emb.weight' is (11, 8), the config needs (100000000, 8)");
     CHECK(now() - t0 < 1.0);
+    /* a config that ties the head over a file whose out_head is another
+     * tensor: refused naming the first element that differs, in float32
+     * and in bf16 (transformers reads such a file with the head's values
+     * in both places, the book's model with the embedding's) */
+    write_text(cfg_path, "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, "
+                         "\"n_heads\": 2, \"n_layers\": 1, \"qkv_bias\": true, "
+                         "\"tie_embeddings\": true}");
+    CHECK_STATUS(attn_lm_load(ctx, weights, cfg_path, NULL, &m), ATTN_ERR_INVALID);
+    CHECK(m == NULL);
+    CHECK_MESSAGE(ctx, "ties the head to the embedding, but the file's 'out_head.weight' holds");
+    CHECK_MESSAGE(ctx, "at element 0 where the embedding holds");
+    CHECK_STATUS(attn_lm_load_as(ctx, weights, cfg_path, NULL, ATTN_DTYPE_BF16, &m),
+                 ATTN_ERR_INVALID);
+    CHECK(m == NULL);
+    CHECK_MESSAGE(ctx, "'out_head.weight' holds");
 
     /* Hugging Face's GPT-2, one block */
     static const zero_tensor gpt2[] = {
