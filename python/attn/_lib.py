@@ -39,6 +39,10 @@ class AttnError(RuntimeError):
         self.status = status
 
 
+# attn_ctx_config's num_threads limit: attn_ctx_new refuses more.
+MAX_THREADS = 4096
+
+
 class CtxConfig(Structure):
     _fields_ = [("num_threads", c_size_t), ("trace", c_void_p), ("trace_user", c_void_p),
                 ("kernels", c_int), ("trace_shapes_only", c_bool)]
@@ -311,7 +315,7 @@ class Context(HandleOwner):
     parallel."""
 
     def __init__(self, num_threads=1):
-        num_threads = as_index("num_threads", num_threads, 1)
+        num_threads = as_index("num_threads", num_threads, 1, MAX_THREADS)
         self.lock = CallLock()
         handle = c_void_p()
         status = lib.attn_ctx_new(CtxConfig(num_threads=num_threads), ctypes.byref(handle))

@@ -122,7 +122,7 @@ class _Ctx(HandleOwner):
     """An attn_ctx with a thread count and kernels, freed with the object."""
 
     def __init__(self, num_threads, kernels):
-        num_threads = as_index("num_threads", num_threads, 1)
+        num_threads = as_index("num_threads", num_threads, 1, _lib.MAX_THREADS)
         as_choice("kernels", kernels, KERNELS)
         self.handle = c_void_p()
         self.rng = c_void_p()

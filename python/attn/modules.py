@@ -21,7 +21,7 @@ from ._lib import (F32P, AttnError, Context, HandleOwner, ModuleConfig, Param, e
 
 _MASKS = {"neg-inf": 0, "renormalize": 1, "none": 2}
 _BERNOULLI = {"mt19937": 0, "mkl": 1, "philox": 2}
-_num_threads = os.cpu_count() or 1
+_num_threads = min(os.cpu_count() or 1, _lib.MAX_THREADS)
 
 
 class _Generator(HandleOwner):
@@ -66,7 +66,7 @@ def set_bernoulli(method):
 def set_num_threads(n):
     """Threads used by modules created from now on (torch.set_num_threads)."""
     global _num_threads
-    _num_threads = as_index("set_num_threads: n", n, 1)
+    _num_threads = as_index("set_num_threads: n", n, 1, _lib.MAX_THREADS)
 
 
 def get_num_threads():

@@ -311,6 +311,20 @@ def wrapping():
                        (lambda: attn.set_num_threads(2.0), "n"),
                        (lambda: attn.manual_seed(2**64), "seed")):
         raises(make, (TypeError, ValueError), [word], f"module argument {word}", M)
+    # past attn_ctx_config's limit of 4096 threads: refused where the count is
+    # given, naming it and the limit, and the count in force kept
+    threads = attn.get_num_threads()
+    raises(lambda: attn.set_num_threads(4097), ValueError, ["set_num_threads", "4097", "4096"],
+           "set_num_threads(4097)", M)
+    check(attn.get_num_threads() == threads,
+          f"a refused set_num_threads keeps {threads}: {attn.get_num_threads()}")
+    raises(lambda: attn.LanguageModel(TINY, num_threads=4097), ValueError,
+           ["num_threads", "4097", "4096"], "LanguageModel num_threads 4097", M)
+    q = np.zeros((1, 2, 3, 4), np.float32)
+    raises(lambda: AF.scaled_dot_product_attention(q, q, q, num_threads=4097), ValueError,
+           ["num_threads", "4097", "4096"], "functional num_threads 4097", M)
+    check(AF.scaled_dot_product_attention(q, q, q, num_threads=4096).shape == q.shape,
+          "functional num_threads 4096 runs")
 
 
 # ---- callbacks ----------------------------------------------------------------------------
