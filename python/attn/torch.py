@@ -48,7 +48,8 @@ torch.manual_seed makes it reproducible); the backward redraws the same mask
 from the (seed, offset) the forward recorded. The mask is not PyTorch's (its
 CPU math path draws a different stream): same distribution, other bits.
 
-Threads: torch.get_num_threads() at the time of the call. Each Python
+Threads: torch.get_num_threads() at the time of the call, at most 4096 (the
+library's limit: a larger count runs as 4096, with the same bits). Each Python
 thread has its own attn context, so calls from several threads run in
 parallel.
 
@@ -178,7 +179,9 @@ _local = threading.local()
 
 
 def _context():
-    threads = torch.get_num_threads()
+    # torch takes any count; the library refuses more than MAX_THREADS, and
+    # its results do not depend on the count
+    threads = min(torch.get_num_threads(), _lib.MAX_THREADS)
     cache = getattr(_local, "ctxs", None)
     if cache is None:
         cache = _local.ctxs = {}

@@ -716,8 +716,38 @@ def test_transforms():
         check("torch.jit.trace" in str(e), f"flash_attn_func names torch.jit.trace: {e}")
 
 
+def test_thread_counts():
+    # torch takes any thread count; attn runs a count past its limit of 4096
+    # as 4096, which gives the same bits as 1 thread. torch.get_num_threads
+    # is stood in for: torch.set_num_threads(4097) starts 4097 OpenMP threads,
+    # which takes most of a minute on a small machine.
+    torch.manual_seed(11)
+    q, k, v = (torch.randn(2, 3, 70, 16) for _ in range(3))
+    dout = torch.randn(2, 3, 70, 16)
+
+    def fn(q, k, v):
+        return AT.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    get_num_threads = torch.get_num_threads
+    try:
+        torch.get_num_threads = lambda: 1
+        want, want_grads = grads_of(fn, (q, k, v), dout)
+        for n in (3, 4096, 4097, 10**6):
+            torch.get_num_threads = lambda n=n: n
+            try:
+                got, got_grads = grads_of(fn, (q, k, v), dout)
+            except Exception as e:  # noqa: BLE001 - the failure reported
+                check(False, f"{n} torch threads: {type(e).__name__}: {e}")
+                continue
+            check(torch.equal(got, want) and all(torch.equal(g, w) for g, w in
+                                                  zip(got_grads, want_grads)),
+                  f"{n} torch threads: out, dq, dk, dv as on 1 thread, bit for bit")
+    finally:
+        torch.get_num_threads = get_num_threads
+
+
 for test in (test_gradcheck, test_float32, test_layouts_and_fallbacks, test_dropout, test_patch,
-             test_training, test_transforms):
+             test_training, test_transforms, test_thread_counts):
     t = time.time()
     test()
     print(f"{test.__name__}: {time.time() - t:.1f} s")
