@@ -151,7 +151,8 @@ const char *attn_kernels_name(attn_kernels kernels);
 bool attn_kernels_supported(attn_kernels kernels);
 
 typedef struct attn_ctx_config {
-    size_t num_threads;  /* 0 or 1: single-threaded; at most 4096          */
+    size_t num_threads;  /* 0 or 1: single-threaded; at most 4096, of which
+                            at most 64 run (see below)                      */
     attn_trace_fn trace; /* optional                                       */
     void *trace_user;    /* passed to trace                                */
     attn_kernels kernels; /* 0: AUTO                                        */
@@ -170,15 +171,18 @@ void attn_ctx_free(attn_ctx *ctx);
  * a call that succeeded (each call clears it first). Read it before the next
  * call, cleanup's included. */
 const char *attn_ctx_last_error(const attn_ctx *ctx);
-/* The worker threads the ctx runs with (at least 1); 0 for a NULL ctx. */
+/* The thread count the ctx was made with (at least 1; a count past 64 runs
+ * as 64, below); 0 for a NULL ctx. */
 size_t attn_ctx_num_threads(const attn_ctx *ctx);
-/* A ctx also keeps its kernels' scratch memory (the SGEMM's packed panels,
+/* No loop runs in more than 64 parts at once, whatever the thread count: a
+ * ctx of more than 64 threads runs as one of 64, with the same bits. A ctx
+ * also keeps its kernels' scratch memory (the SGEMM's packed panels,
  * the attention's tiles) from call to call, as much as its largest call
- * needed, and, with more than one thread, num_threads - 1 worker threads
- * for its fast kernels (the fused attention, the matrix products, the KV
+ * needed, and, with more than one thread, min(num_threads, 64) - 1 worker
+ * threads for its fast kernels (the fused attention, the matrix products, the KV
  * cache's attend), started by the first such call, watching for the next
- * for up to 0.1 ms after each (yielding the processor; not where the ctx
- * has more threads than the machine has processors), then asleep;
+ * for up to 0.1 ms after each (yielding the processor; not where the
+ * workers are as many as the machine's processors or more), then asleep;
  * attn_ctx_free frees and joins them. (The reference kernels, and the lighter loops of
  * training, start threads per call.) */
 /* The kernels the ctx runs: never AUTO (resolved at attn_ctx_new, which

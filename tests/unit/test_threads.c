@@ -1,5 +1,5 @@
 /*
- * test_threads.c — every module on 1 and on 4 threads: the same forward
+ * test_threads.c — every module on 1 and on 2 to 4096 threads: the same forward
  * (training, with dropout), the same backward, bit for bit, and contexts
  * used from several threads at once (one ctx per thread, as attn.h allows);
  * the kernels run on the ctx's own workers, kept from call to call.
@@ -232,19 +232,62 @@ static void test_ctx_keeps_its_workers(void) {
     free(y);
 }
 
+/* attn.h: a ctx takes up to 4096 threads and runs no loop in more than 64
+ * parts, so a ctx of 65 or 4096 threads says the count it was given and
+ * keeps 63 workers (not 64 or 4095), joined by attn_ctx_free. */
+static void test_ctx_past_64_threads(void) {
+    size_t before = process_threads();
+    if (before == 0) return; /* test_ctx_keeps_its_workers said why */
+    enum { N = 256 };
+    float *a = malloc(N * N * sizeof *a), *y = malloc(N * N * sizeof *y);
+    if (!a || !y) abort();
+    for (size_t i = 0; i < N * N; i++) a[i] = 0.01f * (float)(i % 89) - 0.4f;
+    static const size_t counts[] = {64, 65, 4096};
+    for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
+        attn_ctx *ctx = NULL;
+        CHECK(attn_ctx_new(&(attn_ctx_config){.num_threads = counts[c]}, &ctx) == ATTN_OK);
+        CHECK(attn_ctx_num_threads(ctx) == counts[c]);
+        CHECK(attn_linear(ctx, a, a, NULL, y, N, N, N) == ATTN_OK);
+        size_t now = process_threads();
+        CHECK(now == before + 63);
+        if (now != before + 63)
+            fprintf(stderr, "%zu threads: %zu threads, not %zu + 63\n", counts[c], now, before);
+        attn_ctx_free(ctx);
+        size_t left = process_threads();
+        for (int wait = 0; wait < 100 && left != before; wait++) {
+            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+            left = process_threads();
+        }
+        CHECK(left == before);
+    }
+    free(a);
+    free(y);
+}
+
 int main(void) {
     test_ctx_keeps_its_workers();
+    test_ctx_past_64_threads();
+    /* counts that split the work unevenly, more threads than cores, and
+     * counts past the 64 parts a loop takes */
+    static const size_t counts[] = {2, 3, 4, 7, 16, 65, 4096};
     for (size_t k = 0; k < NUM_KINDS; k++) {
-        size_t n1 = 0, n4 = 0;
-        float *one = run(kinds[k], 1, &n1), *four = run(kinds[k], 4, &n4);
-        CHECK(one && four && n1 == n4);
-        if (one && four && n1 == n4) {
-            bool same = memcmp(one, four, n1 * sizeof *one) == 0;
-            if (!same) fprintf(stderr, "kind %d: 1 and 4 threads differ\n", (int)kinds[k]);
-            CHECK(same);
+        size_t n1 = 0;
+        float *one = run(kinds[k], 1, &n1);
+        CHECK(one != NULL);
+        for (size_t c = 0; one && c < sizeof counts / sizeof counts[0]; c++) {
+            size_t n = 0;
+            float *many = run(kinds[k], counts[c], &n);
+            CHECK(many && n == n1);
+            if (many && n == n1) {
+                bool same = memcmp(one, many, n1 * sizeof *one) == 0;
+                if (!same)
+                    fprintf(stderr, "kind %d: 1 and %zu threads differ\n", (int)kinds[k],
+                            counts[c]);
+                CHECK(same);
+            }
+            free(many);
         }
         free(one);
-        free(four);
     }
     job jobs[2] = {{.kind = ATTN_MODULE_MHA}, {.kind = ATTN_MODULE_GPT2}};
     pthread_t threads[2];
