@@ -3,9 +3,9 @@
 # `cmake --install BUILD --prefix P`, checks that attn is the one program
 # installed (no attn-bench), and builds a consumer against it both ways the
 # README gives: pkg-config (shared, and --static) and find_package(attn)
-# (attn::attn_static and attn::attn_shared); where the build has MPI, the
-# same for the MPI layer (attn-mpi, attn::attn_mpi). Then the uninstall
-# target removes every file it installed.
+# (attn::attn_static and attn::attn_shared), from the prefix and from the
+# build tree; where the build has MPI, the same for the MPI layer (attn-mpi,
+# attn::attn_mpi). Then the uninstall target removes every file it installed.
 #   test_install.sh BUILD_DIR CONSUMER_DIR
 set -euo pipefail
 build=$1
@@ -127,6 +127,20 @@ cmake --build "$work/build" >/dev/null
 "$work/build/consumer_shared" | grep -q "^attn .* ok$" \
   || { echo "FAIL: find_package consumer (attn::attn_shared)"; exit 1; }
 echo "find_package: ok (attn $major.$minor)"
+# The build tree itself, named in CMAKE_PREFIX_PATH: its attnConfig.cmake
+# gives the same targets, the build's own libraries.
+cmake -S "$consumer" -B "$work/build-tree" -DCMAKE_PREFIX_PATH="$build" \
+  -DCMAKE_BUILD_TYPE=Release -DATTN_WANTED_VERSION="$major.$minor" >"$work/tree.log" 2>&1 \
+  || { echo "FAIL: find_package(attn) from the build tree:"; cat "$work/tree.log"; exit 1; }
+found=$(sed -n 's/^attn_DIR:PATH=//p' "$work/build-tree/CMakeCache.txt")
+[ "$(realpath "$found")" = "$(realpath "$build")" ] \
+  || { echo "FAIL: find_package(attn) from the build tree found $found"; exit 1; }
+cmake --build "$work/build-tree" >/dev/null
+"$work/build-tree/consumer_static" | grep -q "^attn .* ok$" \
+  || { echo "FAIL: build-tree find_package consumer (attn::attn_static)"; exit 1; }
+"$work/build-tree/consumer_shared" | grep -q "^attn .* ok$" \
+  || { echo "FAIL: build-tree find_package consumer (attn::attn_shared)"; exit 1; }
+echo "find_package from the build tree: ok"
 
 # The MPI layer, where the build has it: pkg-config attn-mpi and
 # find_package(attn COMPONENTS mpi) (attn::attn_mpi), each consumer run on 2
@@ -163,4 +177,12 @@ cmake --build "$work/build-mpi" >/dev/null
 bash "$run_mpi" 2 "$work/build-mpi/consumer_mpi" | grep -q "^attn_mpi .* ok$" \
   || { echo "FAIL: find_package consumer (attn::attn_mpi)"; exit 1; }
 echo "find_package(attn COMPONENTS mpi): ok (attn::attn_mpi)"
+cmake -S "$mpi_consumer" -B "$work/build-tree-mpi" -DCMAKE_PREFIX_PATH="$build" \
+  -DCMAKE_BUILD_TYPE=Release >"$work/tree-mpi.log" 2>&1 \
+  || { echo "FAIL: find_package(attn COMPONENTS mpi) from the build tree:";
+       cat "$work/tree-mpi.log"; exit 1; }
+cmake --build "$work/build-tree-mpi" >/dev/null
+bash "$run_mpi" 2 "$work/build-tree-mpi/consumer_mpi" | grep -q "^attn_mpi .* ok$" \
+  || { echo "FAIL: build-tree find_package consumer (attn::attn_mpi)"; exit 1; }
+echo "find_package(attn COMPONENTS mpi) from the build tree: ok"
 uninstall
