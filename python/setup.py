@@ -90,7 +90,13 @@ class BuildWithLibattn(build_py):
                  if os.path.exists(os.path.join(build_dir, name))]
         if not built:
             raise RuntimeError(f"attn: CMake built no libattn in {build_dir}")
-        target = os.path.join(self.build_lib, "attn")
+        # An editable install (pip install -e) imports the package from this
+        # directory, not from build_lib, which setuptools then discards: the
+        # library goes beside the sources, as setuptools asks of editable builds.
+        if getattr(self, "editable_mode", False):
+            target = os.path.join(HERE, "attn")
+        else:
+            target = os.path.join(self.build_lib, "attn")
         os.makedirs(target, exist_ok=True)
         shutil.copyfile(built[0], os.path.join(target, "libattn.so"))
 

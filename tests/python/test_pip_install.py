@@ -103,6 +103,35 @@ if len(sys.argv) > 2:
         passed += 1
     else:
         failed += 1
+    # `pip install -e ./python`: the package is the checkout's python/attn,
+    # so libattn must land there for the import to find it. The library the
+    # install puts in the checkout is removed afterwards, unless one was there.
+    bundled = os.path.join(root, "python", "attn", "libattn.so")
+    had = os.path.exists(bundled)
+    print("$ ATTN_BUILD_DIR=" + build + " pip install -e ./python", flush=True)
+    r = subprocess.run([os.path.join(venv, "bin", "pip"), "install", "--no-build-isolation",
+                        "--no-index", "--no-deps", "--disable-pip-version-check", "-e",
+                        os.path.join(root, "python")],
+                       env=reuse_env, text=True, capture_output=True)
+    probe = subprocess.run([os.path.join(venv, "bin", "python"), "-c",
+                            "import attn, sys; sys.stdout.write(attn.__file__ + '\\n' + "
+                            "attn._lib.path + '\\n' + attn.__version__)"],
+                           env=env, text=True, capture_output=True, cwd=tmp)
+    lines = probe.stdout.split("\n")
+    package = os.path.realpath(os.path.join(root, "python", "attn"))
+    editable = (r.returncode == 0 and probe.returncode == 0 and len(lines) == 3
+                and os.path.realpath(os.path.dirname(lines[0])) == package
+                and os.path.realpath(os.path.dirname(lines[1])) == package
+                and open(lines[1], "rb").read() == open(lib, "rb").read())
+    if not had and os.path.exists(bundled):
+        os.remove(bundled)
+    print("editable install: " + ("imports the checkout's package, with the build's libattn"
+                                  if editable else "FAILED"))
+    if not editable:
+        print(r.stdout[-2000:], r.stderr[-2000:], probe.stdout, probe.stderr[-2000:])
+        failed += 1
+    else:
+        passed += 1
 shutil.rmtree(tmp)
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
