@@ -6,7 +6,10 @@
 Every symbol the shared library defines for the dynamic linker must be a
 function declared in attn.h (names the toolchain reserves, starting with an
 underscore, are let through), and every function of attn.h that the static
-library defines must be exported. Prints what is wrong; exits 1 if anything is.
+library defines must be exported. The static library hides nothing from a
+program linked with it, so every global it defines, internal ones included,
+must start with attn_: a consumer's own sgemm or utf8_decode must not clash.
+Prints what is wrong; exits 1 if anything is.
 """
 import re
 import subprocess
@@ -35,12 +38,18 @@ def main():
     header, shared, static = sys.argv[1:4]
     api = header_functions(header)
     exported = defined_symbols(["-D", "--defined-only", shared])
-    in_static = {name for name, kind in defined_symbols(["--defined-only", static]).items()
-                 if kind == "T"}
+    static_globals = defined_symbols(["-g", "--defined-only", static])
+    in_static = {name for name, kind in static_globals.items() if kind == "T"}
     failed = 0
     leaked = sorted(n for n in exported if not n.startswith("_") and n not in api)
     for name in leaked:
         print("FAIL: %s exports %s, which attn.h does not declare" % (shared, name))
+        failed += 1
+    unprefixed = sorted(n for n in static_globals
+                        if not n.startswith("attn_") and not n.startswith("_"))
+    for name in unprefixed:
+        print("FAIL: %s defines the global %s, which a program linked with it may define too"
+              % (static, name))
         failed += 1
     missing = sorted(n for n in api if n in in_static and n not in exported)
     for name in missing:
@@ -48,8 +57,10 @@ def main():
               % name)
         failed += 1
     ok = len(exported) - len(leaked)
-    print("%d exported symbols, all declared in attn.h; %d of attn.h's %d functions defined"
-          % (ok, len([n for n in api if n in exported]), len(api)) if not failed else
+    print("%d exported symbols, all declared in attn.h; %d of attn.h's %d functions defined;"
+          " %d globals in the static library, all attn_"
+          % (ok, len([n for n in api if n in exported]), len(api), len(static_globals))
+          if not failed else
           "%d problems" % failed)
     return 1 if failed else 0
 
