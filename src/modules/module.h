@@ -81,10 +81,12 @@ struct attn_module {
     attn_saved saved;
     void *work;        /* the attention workspace of the pass under way */
     size_t work_bytes; /* allocated */
-    /* The serial of the context-parallel forward whose activations a group
-     * keeps for this module (mpi/modules.c); 0: none. A module allocated
-     * where a freed one lay starts at 0, so it never claims those. */
-    uint64_t cp_forward;
+    /* The module's identity to the context-parallel groups (mpi/modules.c),
+     * drawn at its first forward with gradients from one count over all
+     * groups; 0: none yet. A group knows the module whose forward it keeps
+     * by address and this: a module allocated where a freed one lay starts
+     * at 0, so it never claims the freed one's forward, in any group. */
+    uint64_t cp_id;
 };
 
 /* Sets up the base; free it with attn_module_release. */

@@ -22,7 +22,7 @@
 typedef struct attn_mpi_saved {
     bool valid;
     attn_module *module;
-    uint64_t serial;              /* the forward's, as module->cp_forward holds it */
+    uint64_t module_id;           /* module->cp_id at the forward */
     size_t batch, tokens, local;  /* B, global T, T_local */
     float *x;                     /* (B, T_local, d_in) */
     float *acts;                  /* projections (B, T_local, 3C), context (B, T_local, C) */
@@ -56,7 +56,6 @@ struct attn_mpi_group {
     attn_mpi_step *steps; /* the last pass's timeline */
     size_t n_steps, steps_cap;
     attn_mpi_saved saved;
-    uint64_t forwards; /* module forwards run: the next one's serial less 1 */
     attn_mpi_maps maps;
 };
 

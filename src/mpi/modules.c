@@ -16,6 +16,7 @@
 #include "modules/module.h"
 
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -119,6 +120,12 @@ static attn_mpi_job module_job(const cp_module *cm, size_t batch, size_t tokens,
     return job;
 }
 
+/* The module identities given out in this process (module.h's cp_id),
+ * counted over every group, so that no two modules share one: a group
+ * holding a freed module's forward never takes a module allocated at its
+ * address for it, whichever group that module ran in. */
+static _Atomic uint64_t module_ids;
+
 attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const float *x_local,
                                     size_t batch, size_t tokens, float *y_local) {
     if (!g) return ATTN_ERR_NULL;
@@ -188,7 +195,8 @@ attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const flo
         if (attn_module_grad_enabled(m)) {
             memcpy(next.x, x_local, rows * cm.d_in * sizeof *next.x);
             next.valid = true;
-            next.serial = m->cp_forward = ++g->forwards;
+            if (!m->cp_id) m->cp_id = atomic_fetch_add(&module_ids, 1) + 1;
+            next.module_id = m->cp_id;
             attn_mpi_saved_free(&g->saved);
             g->saved = next;
             return ATTN_OK;
@@ -222,7 +230,7 @@ attn_status attn_mpi_module_backward(attn_mpi_group *g, attn_module *m, const fl
     cp_module cm;
     attn_status st = ATTN_OK;
     if (!m || !dy_local) st = attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who, !m ? "m" : "dy_local");
-    else if (!s->valid || s->module != m || m->cp_forward != s->serial)
+    else if (!s->valid || s->module != m || m->cp_id != s->module_id)
         st = attn_fail(ctx, ATTN_ERR_INVALID,
                        "%s: no forward of this module to differentiate (call "
                        "attn_mpi_module_forward first, with gradients enabled)",

@@ -561,6 +561,16 @@ static void expect_failure(attn_ctx *ctx, const char *what, attn_status st, cons
     if (!all) failures++;
 }
 
+/* The same weights on every rank, however many modules each rank drew
+ * before (the search for a freed module's address draws a rank's own
+ * count). */
+static void same_weights(attn_ctx *ctx, attn_module *m) {
+    attn_param w0;
+    need(ctx, attn_module_param_at(m, 0, &w0));
+    for (size_t i = 0; i < attn_module_num_scalars(m); i++)
+        w0.data[i] = 0.01f * (float)(i % 17) - 0.08f;
+}
+
 static void test_failure(attn_ctx *ctx) {
     if (rank == 0) printf("failure P=%d\n", nranks);
     const attn_mpi_mode modes[3] = {ATTN_MPI_RING, ATTN_MPI_ZIGZAG, ATTN_MPI_ULYSSES};
@@ -668,8 +678,42 @@ static void test_failure(attn_ctx *ctx) {
                            "no forward", dxl, local * 8);
             if (rank == 0 && !all_reused)
                 printf("  (the allocator did not reuse the freed module's address on every rank)\n");
+            for (size_t i = 0; i < n_tries + (size_t)reused; i++) attn_mha_free(tries[i]);
+            /* the same across two groups: the freed module's forward ran in
+             * one, the new module's in the other, each that group's first;
+             * the first group holds no forward of the new module */
+            attn_mpi_group *ga = NULL, *gb = NULL;
+            need(ctx, attn_mpi_group_new(ctx, MPI_COMM_WORLD, modes[m], &ga));
+            need(ctx, attn_mpi_group_new(ctx, MPI_COMM_WORLD, modes[m], &gb));
+            if (attn_mha_new(ctx, &cfg, rng, &gone) != ATTN_OK) MPI_Abort(MPI_COMM_WORLD, 2);
+            same_weights(ctx, attn_mha_module(gone));
+            need(ctx, attn_mpi_module_forward(ga, attn_mha_module(gone), x, 1, 32, y));
+            was = (uintptr_t)attn_mha_module(gone);
+            attn_mha_free(gone);
+            memset(tries, 0, sizeof tries);
+            for (n_tries = 0; n_tries < 32; n_tries++) {
+                if (attn_mha_new(ctx, &cfg, rng, &tries[n_tries]) != ATTN_OK)
+                    MPI_Abort(MPI_COMM_WORLD, 2);
+                if ((uintptr_t)attn_mha_module(tries[n_tries]) == was) break;
+            }
+            reused = n_tries < 32;
+            again = tries[reused ? n_tries : 0];
+            MPI_Allreduce(&reused, &all_reused, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+            same_weights(ctx, attn_mha_module(again));
+            float *yb = zeros(local * 8);
+            need(ctx, attn_mpi_module_forward(gb, attn_mha_module(again), x, 1, 32, yb));
+            for (size_t i = 0; i < local * 8; i++) dxl[i] = 12345.0f;
+            st = attn_mpi_module_backward(ga, attn_mha_module(again), y, dxl);
+            expect_failure(ctx, "module backward in a group that ran a freed one", st,
+                           "no forward", dxl, local * 8);
+            if (rank == 0 && !all_reused)
+                printf("  (the allocator did not reuse the freed module's address on every "
+                       "rank)\n");
+            free(yb);
             free(dxl);
             for (size_t i = 0; i < n_tries + (size_t)reused; i++) attn_mha_free(tries[i]);
+            attn_mpi_group_free(ga);
+            attn_mpi_group_free(gb);
         }
         float *k = random_floats(n, 2), *dq = zeros(n), *dk = zeros(n), *dv = zeros(n);
         for (size_t i = 0; i < n; i++) dq[i] = 12345.0f;
