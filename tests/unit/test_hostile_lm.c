@@ -496,8 +496,8 @@ static attn_status load_limited(attn_ctx *ctx, const char *weights, const char *
 
 /* A config whose vocab_size, context or feed-forward width the file's
  * tensors do not have is refused naming the tensor and both shapes before
- * the model is allocated (the loader made a model of 10^8 tokens, gigabytes
- * written, then found the embedding 11 rows long), in the book's names and
+ * the model is allocated (a model of 10^8 tokens is gigabytes written for
+ * an embedding the file holds 11 rows of), in the book's names and
  * in Hugging Face's GPT-2 (Conv1D, stored (in, out)) and Llama; the same
  * files under their own configs load. */
 static void test_sizes_the_file_lacks(attn_ctx *ctx) {
