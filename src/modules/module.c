@@ -9,6 +9,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,7 +105,23 @@ attn_status attn_module_init_linear(attn_module *m, attn_rng *rng, size_t *index
     return attn_rng_linear_init(rng, w, b, out, in);
 }
 
+attn_module_identity *attn_module_identity_of(attn_module *m) {
+    if (!m->cp_id && (m->cp_id = attn_malloc(sizeof *m->cp_id)))
+        atomic_init(&m->cp_id->holders, 1);
+    return m->cp_id;
+}
+
+void attn_module_identity_hold(attn_module_identity *id) {
+    atomic_fetch_add(&id->holders, 1);
+}
+
+void attn_module_identity_release(attn_module_identity *id) {
+    if (id && atomic_fetch_sub(&id->holders, 1) == 1) attn_free(id);
+}
+
 void attn_module_release(attn_module *m) {
+    attn_module_identity_release(m->cp_id);
+    m->cp_id = NULL;
     attn_free(m->params);
     attn_free(m->storage);
     attn_free(m->saved.x);

@@ -64,6 +64,22 @@ typedef struct attn_saved {
     size_t x_cap, acts_cap, bits_cap; /* floats, floats, bytes allocated */
 } attn_saved;
 
+/* A module's identity: a small block held by the module and by every
+ * group that keeps one of its forwards, freed when the last lets go. A
+ * group knows the module whose forward it keeps by address and identity;
+ * while the group holds the identity no other lies at its address, so a
+ * module allocated where a freed one lay (with another identity, or none)
+ * never claims the freed one's forward, in any group. */
+typedef struct attn_module_identity {
+    _Atomic size_t holders;
+} attn_module_identity;
+
+/* m's identity, made on the first ask (NULL: out of memory). */
+attn_module_identity *attn_module_identity_of(attn_module *m);
+/* One more holder of id; and one fewer (id NULL: nothing), the last freeing it. */
+void attn_module_identity_hold(attn_module_identity *id);
+void attn_module_identity_release(attn_module_identity *id);
+
 struct attn_module {
     const attn_module_ops *ops;
     attn_ctx *ctx;
@@ -82,11 +98,8 @@ struct attn_module {
     void *work;        /* the attention workspace of the pass under way */
     size_t work_bytes; /* allocated */
     /* The module's identity to the context-parallel groups (mpi/modules.c),
-     * drawn at its first forward with gradients from one count over all
-     * groups; 0: none yet. A group knows the module whose forward it keeps
-     * by address and this: a module allocated where a freed one lay starts
-     * at 0, so it never claims the freed one's forward, in any group. */
-    uint64_t cp_id;
+     * made at its first forward with gradients; NULL: none yet. */
+    attn_module_identity *cp_id;
 };
 
 /* Sets up the base; free it with attn_module_release. */

@@ -12,6 +12,7 @@
 #include "attn_mpi.h"
 #include "internal.h"
 #include "attention/attention.h"
+#include "modules/module.h"
 #include "mask/mask_internal.h"
 
 #include <stdbool.h>
@@ -22,7 +23,7 @@
 typedef struct attn_mpi_saved {
     bool valid;
     attn_module *module;
-    uint64_t module_id;           /* module->cp_id at the forward */
+    attn_module_identity *module_id; /* module->cp_id at the forward, held */
     size_t batch, tokens, local;  /* B, global T, T_local */
     float *x;                     /* (B, T_local, d_in) */
     float *acts;                  /* projections (B, T_local, 3C), context (B, T_local, C) */

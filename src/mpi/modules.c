@@ -16,7 +16,6 @@
 #include "modules/module.h"
 
 #include <limits.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -120,12 +119,6 @@ static attn_mpi_job module_job(const cp_module *cm, size_t batch, size_t tokens,
     return job;
 }
 
-/* The module identities given out in this process (module.h's cp_id),
- * counted over every group, so that no two modules share one: a group
- * holding a freed module's forward never takes a module allocated at its
- * address for it, whichever group that module ran in. */
-static _Atomic uint64_t module_ids;
-
 attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const float *x_local,
                                     size_t batch, size_t tokens, float *y_local) {
     if (!g) return ATTN_ERR_NULL;
@@ -163,7 +156,7 @@ attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const flo
             next.head_stats = attn_alloc_floats(3 * batch * (cm.att.heads / (size_t)g->size) *
                                                 tokens);
         if (!next.x || !next.acts || !next.lse ||
-            (g->mode == ATTN_MPI_ULYSSES && !next.head_stats))
+            (g->mode == ATTN_MPI_ULYSSES && !next.head_stats) || !attn_module_identity_of(m))
             st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu activations", who,
                            rows * (4 * cm.C + cm.d_in));
     }
@@ -195,7 +188,7 @@ attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const flo
         if (attn_module_grad_enabled(m)) {
             memcpy(next.x, x_local, rows * cm.d_in * sizeof *next.x);
             next.valid = true;
-            if (!m->cp_id) m->cp_id = atomic_fetch_add(&module_ids, 1) + 1;
+            attn_module_identity_hold(m->cp_id);
             next.module_id = m->cp_id;
             attn_mpi_saved_free(&g->saved);
             g->saved = next;
