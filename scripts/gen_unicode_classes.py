@@ -13,6 +13,10 @@ import sys
 
 import unicodedata2 as unicodedata
 
+# The Unicode version of tiktoken 0.9's regex tables, which the oracle of
+# tests/conformance/test_tokenizer_vs_tiktoken.py splits text by.
+TIKTOKEN_UNICODE = "16.0.0"
+
 # PropList.txt's White_Space: unicodedata lacks the property. It has not
 # changed since Unicode 6.3 (U+180E left it then).
 WHITE_SPACE = [(0x09, 0x0D), (0x20, 0x20), (0x85, 0x85), (0xA0, 0xA0), (0x1680, 0x1680),
@@ -48,6 +52,10 @@ def emit(name, rs, w):
 
 
 def main():
+    if unicodedata.unidata_version != TIKTOKEN_UNICODE:
+        sys.exit(f"gen_unicode_classes.py: unicodedata2 holds Unicode "
+                 f"{unicodedata.unidata_version}, tiktoken's tables {TIKTOKEN_UNICODE}: "
+                 f"pip install unicodedata2=={TIKTOKEN_UNICODE}")
     w = sys.stdout.write
     letters = ranges(lambda cp: unicodedata.category(chr(cp))[0] == "L")
     numbers = ranges(lambda cp: unicodedata.category(chr(cp))[0] == "N")
