@@ -51,8 +51,9 @@ attn_status attn_gemm_16(attn_ctx *ctx, attn_dtype dtype, bool trans_a, bool tra
         return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                          "attn_gemm_16: sizes m=%zu n=%zu with ldc=%zu overflow size_t", m, n, ldc);
 
-    if (k == 0) {
-        /* alpha times an empty sum: c = beta c, as BLAS */
+    if (k == 0 || alpha == 0.0f) {
+        /* alpha times an empty sum, or alpha 0: c = beta c, as BLAS and
+         * attn_gemm (a and b unread: a NaN or inf in them stays out) */
         for (size_t i = 0; i < m; i++)
             for (size_t j = 0; j < n; j++)
                 c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];

@@ -48,6 +48,7 @@
 #include "internal.h"
 #include "kernels/gemm/gemm16.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -427,6 +428,32 @@ static void errors(void) {
                               c, 2),
                  ATTN_OK);
     CHECK(c[0] == 1.5f && c[1] == -0.5f);
+    /* alpha 0 is c = beta c on every kernel set, as attn_gemm's: a NaN or
+     * inf in a and b stays out */
+    static const attn_kernels sets[] = {ATTN_KERNELS_REFERENCE, ATTN_KERNELS_PORTABLE,
+                                        ATTN_KERNELS_AVX2, ATTN_KERNELS_AVX512};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        if (!attn_kernels_supported(sets[i])) continue;
+        attn_ctx *kctx;
+        attn_ctx_config cfg = {.num_threads = 2, .kernels = sets[i]};
+        CHECK_STATUS(attn_ctx_new(&cfg, &kctx), ATTN_OK);
+        for (size_t d = 0; d < 2; d++) {
+            attn_dtype dtype = d ? ATTN_DTYPE_F16 : ATTN_DTYPE_BF16;
+            uint16_t na[6], nb[6];
+            for (size_t e = 0; e < 6; e++) na[e] = nan_half(dtype), nb[e] = nan_half(dtype);
+            float cz[4] = {3.0f, -1.0f, 0.25f, 8.0f};
+            CHECK_STATUS(attn_gemm_16(kctx, dtype, false, false, 2, 2, 3, 0.0f, na, 3, nb, 2,
+                                      0.5f, cz, 2),
+                         ATTN_OK);
+            CHECK(cz[0] == 1.5f && cz[1] == -0.5f && cz[2] == 0.125f && cz[3] == 4.0f);
+            float cn[4] = {NAN, NAN, NAN, NAN}; /* beta 0 never reads c */
+            CHECK_STATUS(attn_gemm_16(kctx, dtype, true, true, 2, 2, 3, 0.0f, na, 2, nb, 3, 0.0f,
+                                      cn, 2),
+                         ATTN_OK);
+            CHECK(cn[0] == 0.0f && cn[1] == 0.0f && cn[2] == 0.0f && cn[3] == 0.0f);
+        }
+        attn_ctx_free(kctx);
+    }
     attn_ctx_free(ctx);
 }
 
