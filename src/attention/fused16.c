@@ -8,9 +8,10 @@
  * It declines what those kernels lack (dropout, softcap, ALiBi, sinks,
  * v_head_dim != head_dim, a negative scale), a ctx whose kernel set has
  * no bf16 kernels, vdpbf16ps where it does not outrun the float FMA on
- * widened tensors (Intel's cores; the kernel set's bf16_dot_pays), and
- * values whose scores, sums or dP float tiles would not hold; the runner
- * then widens the problem to float32.
+ * widened tensors (Intel's cores; the kernel set's bf16_dot_pays),
+ * values whose scores, sums or dP float tiles would not hold, and values
+ * so small that the bf16 products, which flush below 2^-126, would lose
+ * them; the runner then widens the problem to float32.
  */
 #include "attention/attention.h"
 
@@ -162,6 +163,14 @@ static const char *fused16_declines_values(attn_ctx *ctx, const attn_attention_p
         return "scores past float32's range in its tiles";
     if (attn_values_past_weight_floor(p, vm, dm))
         return "values that the weights below 2^-125 it leaves out would carry";
+    /* AMX and vdpbf16ps flush a product below 2^-126 (and read denormals)
+     * as 0: a row's S weighted values (T for dv's sums of dO, D for dP's
+     * dO . v) may each lose 2^-126, which stays within 2^-24 of the values'
+     * own scale only above S 2^-102; float32's widened tiles keep them */
+    double T = (double)p->q_len, tiny = 0x1p-102;
+    if ((vm > 0.0f && vm < S * tiny) ||
+        (dm > 0.0f && (dm < T * tiny || (vm > 0.0f && (double)dm * vm < D * tiny))))
+        return "values so small that the bf16 products flush them to 0";
     /* the tiles subtract a row's max from its scores after scaling them
      * (s c - m): from 2^24 the rounding of s c and of m alone is a whole
      * exponent of 2 or more (a weight off by 2, then inf, NaN or 0) */

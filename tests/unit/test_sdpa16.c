@@ -476,13 +476,51 @@ static void check_widened_case(attn_ctx *fast, attn_dtype dt, tensors16 *t, cons
     free_case(t);
 }
 
+/* A dout so small that the bf16 products would flush its products: the
+ * forward runs where it may, the backward bitwise the float call on the
+ * widened tensors, the 16-bit out and the forward's lse. */
+static void check_tiny_dout(uint64_t *seed, attn_ctx *fast) {
+    case16 c = {"tiny dout", 2, 4, 2, 19, 23, 64, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0,
+                false, false, 1.0, 0.0};
+    attn_dtype dt = ATTN_DTYPE_BF16;
+    tensors16 t;
+    make_case(&c, dt, seed, &t);
+    for (size_t e = 0; e < t.nq; e++) t.dout[e] = round_to(dt, value_of(dt, t.dout[e]) * 1e-37f);
+    result16 r;
+    CHECK_STATUS(run16(fast, dt, &t, &r), ATTN_OK);
+    size_t nq = t.nq, nk = t.nk;
+    float *q = malloc(nq * 4), *k = malloc(nk * 4), *v = malloc(nk * 4), *dout = malloc(nq * 4);
+    float *o16 = malloc(nq * 4), *dq = calloc(nq, 4), *dk = calloc(nk, 4), *dv = calloc(nk, 4);
+    for (size_t e = 0; e < nq; e++) {
+        q[e] = value_of(dt, t.q[e]);
+        dout[e] = value_of(dt, t.dout[e]);
+        o16[e] = value_of(dt, r.out[e]);
+    }
+    for (size_t e = 0; e < nk; e++) {
+        k[e] = value_of(dt, t.k[e]);
+        v[e] = value_of(dt, t.v[e]);
+    }
+    CHECK_STATUS(attn_sdpa_backward(fast, &t.cfg, q, k, v, o16, r.lse, dout, dq, dk, dv, NULL),
+                 ATTN_OK);
+    bool ok = true;
+    for (size_t e = 0; e < nq; e++) ok = ok && r.dq[e] == round_to(dt, dq[e]);
+    for (size_t e = 0; e < nk; e++)
+        ok = ok && r.dk[e] == round_to(dt, dk[e]) && r.dv[e] == round_to(dt, dv[e]);
+    if (!ok) fprintf(stderr, "bf16 dout near 1e-37: backward != float call rounded\n");
+    CHECK(ok);
+    printf("  %-28s backward bitwise the float call rounded\n", "bf16 dout near 1e-37");
+    free(q), free(k), free(v), free(dout), free(o16), free(dq), free(dk), free(dv);
+    free_result(&r);
+    free_case(&t);
+}
+
 /* f16, and the features only the widened path has: bitwise the float calls. */
 static void check_widened_features(uint64_t *seed, attn_ctx *fast) {
     float slopes[4] = {0.5f, 0.25f, 0.125f, 0.0625f}, sinks[4] = {0.3f, -1.0f, 2.0f, 0.0f};
     float sinks_grad[4];
     case16 c = {"features", 2, 4, 2, 19, 23, 64, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0,
                 false, false, 1.0, 0.0};
-    for (int variant = 0; variant < 4; variant++) {
+    for (int variant = 0; variant < 5; variant++) {
         attn_dtype dt = variant == 0 ? ATTN_DTYPE_F16 : ATTN_DTYPE_BF16;
         tensors16 t;
         make_case(&c, dt, seed, &t);
@@ -499,6 +537,11 @@ static void check_widened_features(uint64_t *seed, attn_ctx *fast) {
         } else if (variant == 3) {
             name = "bf16 head_dim 64, v_head_dim 32";
             t.cfg.v_head_dim = 32;
+        } else {
+            /* normal bf16 values whose products with the weights fall
+             * below float32's normal range, which the bf16 products flush */
+            name = "bf16 v near 1e-37";
+            for (size_t e = 0; e < t.nk; e++) t.v[e] = round_to(dt, value_of(dt, t.v[e]) * 1e-37f);
         }
         check_widened_case(fast, dt, &t, name);
     }
@@ -715,6 +758,7 @@ int main(int argc, char **argv) {
         attn_ctx_free(amx);
     }
     check_widened_features(&seed, fast[1]);
+    check_tiny_dout(&seed, fast[1]);
     check_dropout(&seed, fast[0]);
     check_errors(fast[0]);
     attn_ctx_free(portable);
