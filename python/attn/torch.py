@@ -817,6 +817,16 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if supports(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         return _pytorch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale,
                              enable_gqa)
+    # A float32 mask's gradient with 16-bit queries is a float32 one, as
+    # PyTorch's: the 16-bit backward reads the rounded out, whose rounding
+    # its dS would carry, so such a call runs on float32 copies (the
+    # 16-bit call widens them too) and rounds out, and each gradient, once.
+    dtype = query.dtype
+    widen = (dtype in (torch.bfloat16, torch.float16) and attn_mask is not None
+             and attn_mask.dtype == torch.float32 and attn_mask.requires_grad
+             and torch.is_grad_enabled())
+    if widen:
+        query, key, value = query.float(), key.float(), value.float()
     squeeze = query.dim() == 3
     if squeeze:
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
@@ -830,6 +840,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                  scale=None if scale is None else float(scale), dropout=float(dropout_p),
                  block_mask=block_mask, chain=chain)
     out = _attend(spec, query, key, value)
+    if widen:
+        out = out.to(dtype)
     return out.squeeze(1) if squeeze else out
 
 

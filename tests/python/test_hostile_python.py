@@ -1215,6 +1215,21 @@ def mask_dtypes():
         got = AT.scaled_dot_product_attention(q, q, q, attn_mask=mask)
         check(got.dtype == q_dtype and close(got, want, 2e-2),
               f"attn_mask {mask_dtype} with {q_dtype} queries runs")
+    # a float32 mask's gradient with 16-bit queries is float32's (PyTorch's
+    # within 1e-6 of float64), not carried from the 16-bit out's rounding
+    for q_dtype in (torch.bfloat16, torch.float16):
+        gen = torch.Generator().manual_seed(5)
+        q, k, v, dout = (torch.randn(2, 2, 9, 16, generator=gen).to(q_dtype) for _ in range(4))
+        mask = torch.randn(9, 9, generator=gen).requires_grad_()
+        want_mask = mask.detach().double().requires_grad_()
+        want = torch_weights(q, k, 0.25, want_mask) @ v.double()
+        want.backward(dout.double())
+        got = AT.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        got.backward(dout)
+        count(S)
+        error = float((mask.grad.double() - want_mask.grad).norm() / want_mask.grad.norm())
+        check(got.dtype == q_dtype and mask.grad.dtype == torch.float32 and error <= 1e-5,
+              f"float32 attn_mask's gradient with {q_dtype} queries: relative error {error:.3g}")
 
 
 @section
