@@ -1030,6 +1030,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             raise AttnError("ATTN_ERR_UNSUPPORTED",
                             f"flash_attn_varlen_func: this libattn ({_lib.path}) runs no "
                             "attention with a block map and score modifiers (no flex backend)")
+    if q.dtype in (torch.bfloat16, torch.float16) and chain is not None and \
+            torch.is_grad_enabled() and any(t.requires_grad for t in chain.tensors):
+        # a captured tensor's float32 gradient, not one carried from the
+        # 16-bit out's rounding: float32 copies, as scaled_dot_product_attention
+        q, k, v = q.float(), k.float(), v.float()
     spec = _flash_spec("varlen", q, q.size(1), dropout_p, softmax_scale, causal, window_size,
                        softcap, alibi_slopes, cu_q=cu_q, cu_kv=cu_kv, max_q=max_q,
                        max_kv=max_kv, block_mask=block_mask, chain=chain)

@@ -1230,6 +1230,22 @@ def mask_dtypes():
         error = float((mask.grad.double() - want_mask.grad).norm() / want_mask.grad.norm())
         check(got.dtype == q_dtype and mask.grad.dtype == torch.float32 and error <= 1e-5,
               f"float32 attn_mask's gradient with {q_dtype} queries: relative error {error:.3g}")
+        # the same through flash_attn_varlen_func's score_mod, a captured bias
+        bias = torch.randn(1, 2, 9, 9, generator=gen).requires_grad_()
+        want_bias = bias.detach().double().requires_grad_()
+        pq, pk, pv, pd = (t[0].transpose(0, 1).contiguous() for t in (q, k, v, dout))
+        want = torch_weights(q[0], k[0], 0.25, want_bias[0]) @ v[0].double()
+        want.backward(dout[0].double())
+        cu = torch.tensor([0, 9], dtype=torch.int32)
+        got = AT.flash_attn_varlen_func(
+            pq, pk, pv, cu, cu, 9, 9,
+            score_mod=lambda score, b, h, qi, ki: score + bias[b, h, qi, ki])
+        got.backward(pd)
+        count(S)
+        error = float((bias.grad.double() - want_bias.grad).norm() / want_bias.grad.norm())
+        check(got.dtype == q_dtype and error <= 1e-5,
+              f"a score_mod's captured float32 bias with {q_dtype} queries: gradient relative "
+              f"error {error:.3g}")
 
 
 @section
