@@ -202,14 +202,16 @@ static int parse_options(int argc, char **argv, train_options *o) {
             o->save = value;
         } else {
             /* the real-valued options */
+            const char *expected = strcmp(opt, "--dropout") == 0 ? "a probability in [0, 1]"
+                                                                  : "a non-negative number";
             if (!cli_parse_double(value, &x) || !isfinite(x) || x < 0.0)
-                return cli_usage_error("%s: expected a non-negative number, got '%s'", opt, value);
+                return cli_bad_number(opt, value, expected);
             if (strcmp(opt, "--lr") == 0) o->lr = x, o->lr_set = true;
             else if (strcmp(opt, "--momentum") == 0) o->momentum = x, o->momentum_set = true;
             else if (strcmp(opt, "--weight-decay") == 0)
                 o->weight_decay = x, o->weight_decay_set = true;
             else if (strcmp(opt, "--clip") == 0) o->clip = x, o->clip_set = true;
-            else if (x > 1.0) rc = cli_usage_error("--dropout: expected a probability in [0, 1], got '%s'", value);
+            else if (x > 1.0) rc = cli_bad_number(opt, value, expected);
             else o->model.dropout = x;
         }
         if (rc != CLI_OK) return rc;

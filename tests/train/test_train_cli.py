@@ -123,6 +123,11 @@ def main():
         (["--lr", "-0.1"], "--lr: expected a non-negative number, got '-0.1'"),
         (["--lr", "nan"], "--lr: expected a non-negative number"),
         (["--dropout", "1.5"], "--dropout: expected a probability in [0, 1], got '1.5'"),
+        (["--dropout", "-0.5"], "--dropout: expected a probability in [0, 1], got '-0.5'"),
+        # out of a double's range, not a negative number: named as the other commands name it
+        (["--lr", "1e-400"], "--lr: '1e-400' is beyond the range of a double"),
+        (["--clip", "1e999"], "--clip: '1e999' is beyond the range of a double"),
+        (["--weight-decay", "-1e400"], "--weight-decay: '-1e400' is beyond the range of a double"),
         (["--optimizer", "adam"], "--optimizer: expected adamw or sgd, got 'adam'"),
         (["--attention", "sa1"], "--attention: expected mha or gpt2, got 'sa1'"),
         (["--momentum", "0.9"], "--momentum applies to --optimizer sgd only"),
