@@ -640,7 +640,7 @@ static void test_generate_message(attn_ctx *ctx) {
     attn_lm *m = NULL;
     CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_OK);
     if (!m) return;
-    int32_t *prompt = calloc(30000, sizeof *prompt), out[4];
+    int32_t *prompt = calloc(30000, sizeof *prompt), out[8];
     size_t count = 0;
     attn_generate_args a = {.prompt = prompt, .prompt_len = 30000, .max_new_tokens = 4,
                             .out = out, .count = &count};
