@@ -441,6 +441,17 @@ class _Attention(torch.autograd.Function):
     def backward(ctx, dout, dlse=None):
         q, k, v, out, lse, cu_q, cu_kv, alibi, *mod_tensors = ctx.saved_tensors
         spec = ctx.spec.with_tensors(cu_q, cu_kv, alibi)
+        # A saved-tensor hook (save_on_cpu(pin_memory=True), an offloading
+        # pack/unpack) may hand back copies in other layouts than the
+        # forward's: q, k and v are read through their own strides, but the
+        # config reads out (and dout) in the layout _alloc_out gives and lse
+        # contiguous, so copies in another layout are put back in those.
+        q, k, v = _readable(q), _readable(k), _readable(v)
+        laid_out, _ = _alloc_out(spec, q, v, out.dtype)
+        if out.stride() != laid_out.stride():
+            laid_out.copy_(out)
+            out = laid_out
+        lse = lse.contiguous()
         if dout is None:
             dout = torch.zeros_like(out)
         if dout.dtype != out.dtype:

@@ -716,6 +716,35 @@ def test_transforms():
         check("torch.jit.trace" in str(e), f"flash_attn_func names torch.jit.trace: {e}")
 
 
+def test_saved_tensor_hooks():
+    """Saved-tensor hooks (activation offloading, compression) may unpack
+    copies in other layouts than the forward saved: the gradients are the
+    same. save_on_cpu(pin_memory=True) copies into contiguous tensors, so
+    out comes back (B, H, T, D) in memory, not the forward's (B, T, H, D)."""
+    torch.manual_seed(13)
+    B, T, H, D = 2, 9, 4, 8
+    qkv = torch.randn(B, T, 3 * H * D)
+    dout = torch.randn(B, H, T, D)
+
+    def split(x):
+        q, k, v = x.split(H * D, dim=2)
+        return [t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v)]
+    y = qkv.double().requires_grad_(True)
+    ref = reference(*split(y), causal=True, top_left=True)
+    ref.backward(dout.double())
+    G = torch.autograd.graph
+    hooks = (("a contiguous copy", lambda: G.saved_tensors_hooks(
+                  lambda t: t.clone(memory_format=torch.contiguous_format), lambda t: t)),
+             ("save_on_cpu(pin_memory=True)", lambda: G.save_on_cpu(pin_memory=True)))
+    for name, hook in hooks:
+        x = qkv.clone().requires_grad_(True)
+        with hook():
+            out = AT.scaled_dot_product_attention(*split(x), is_causal=True)
+        out.backward(dout)
+        check(err(out, ref) <= 2e-5 and err(x.grad, y.grad) <= 2e-5,
+              f"saved tensors unpacked as {name}: dqkv off by {err(x.grad, y.grad):.3g}")
+
+
 def test_thread_counts():
     # torch takes any thread count; attn runs a count past its limit of 4096
     # as 4096, which gives the same bits as 1 thread. torch.get_num_threads
@@ -747,7 +776,7 @@ def test_thread_counts():
 
 
 for test in (test_gradcheck, test_float32, test_layouts_and_fallbacks, test_dropout, test_patch,
-             test_training, test_transforms, test_thread_counts):
+             test_training, test_transforms, test_saved_tensor_hooks, test_thread_counts):
     t = time.time()
     test()
     print(f"{test.__name__}: {time.time() - t:.1f} s")
