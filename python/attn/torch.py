@@ -24,8 +24,9 @@ float32 or the query's raises PyTorch's RuntimeError on every path.
 Importing this module asks the OS for AMX for the process
 (attn_cpu_request_amx), as PyTorch's oneDNN does on its first bf16 call.
 Everything else (CUDA tensors, ranks other than 3 and 4, an attn_mask with
-is_causal, a call torch.jit.trace records) goes to PyTorch's own SDPA (on
-torch < 2.0, which has none, to the same math written out in torch).
+is_causal, a call torch.jit.trace records or torch.compile traces) goes to
+PyTorch's own SDPA (on torch < 2.0, which has none, to the same math written
+out in torch).
 supports(...) says which and why.
 
 FlexAttention: flex_attention, create_block_mask, create_mask, BlockMask,
@@ -518,6 +519,15 @@ def _transform_problem(tensors):
     return None
 
 
+def _compiling():
+    """True while torch.compile (TorchDynamo) traces the call: it records
+    torch ops into a graph, and attn's kernels, called through ctypes, are
+    none; PyTorch's SDPA is one it can compile."""
+    compiler = getattr(torch, "compiler", None)
+    is_compiling = getattr(compiler, "is_compiling", None)
+    return bool(is_compiling()) if is_compiling is not None else False
+
+
 def _autocast_problem():
     """Why attn does not run a call under CPU autocast, or None: PyTorch casts
     its inputs to the autocast dtype there, and its output has that dtype."""
@@ -631,6 +641,8 @@ def supports(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, 
     ts = (query, key, value)
     if not all(isinstance(t, torch.Tensor) for t in ts):
         return "query, key and value are not all tensors"
+    if _compiling():
+        return "torch.compile traces the call (attn's kernels are not torch ops it can compile)"
     if any(t.device.type != "cpu" for t in ts):
         return "not on the CPU"
     if query.dtype not in (torch.float32, torch.float64, torch.bfloat16, torch.float16):

@@ -709,6 +709,24 @@ def test_transforms():
         traced = torch.jit.trace(fn, (x,), check_trace=False)
         check(torch.allclose(traced(y), fn(y), atol=1e-6),
               f"a torch.jit.trace of the drop-in ({what}) runs PyTorch's on new inputs")
+    # torch.compile traces the drop-in into PyTorch's SDPA, which it can
+    # compile, with fullgraph=True too (attn's ctypes calls are no torch ops)
+    if hasattr(getattr(torch, "compiler", None), "is_compiling"):
+        xg = x.clone().requires_grad_(True)
+        for what, kw in (("is_causal", {"is_causal": True}), ("attn_mask", {"attn_mask": keep})):
+            torch._dynamo.reset()
+            fn = lambda a, kw=kw: AT.scaled_dot_product_attention(a, a * 2, a + 1, **kw)  # noqa
+            try:
+                got = torch.compile(fn, backend="eager", fullgraph=True)(xg)
+            except Exception as e:  # noqa: BLE001 - the failure reported
+                check(False, f"torch.compile(fullgraph=True) of the drop-in ({what}): "
+                      f"{type(e).__name__}: {str(e).splitlines()[0]}")
+                continue
+            want = AT._pytorch_sdpa(xg, xg * 2, xg + 1, **kw)
+            g, = torch.autograd.grad(got.sum(), xg)
+            w, = torch.autograd.grad(want.sum(), xg)
+            check(torch.equal(got, want) and torch.equal(g, w),
+                  f"torch.compile of the drop-in ({what}) runs PyTorch's SDPA")
     try:
         torch.jit.trace(lambda a: AT.flash_attn_func(a, a, a), (x,), check_trace=False)
         check(False, "torch.jit.trace of flash_attn_func raises")
