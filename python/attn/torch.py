@@ -420,6 +420,23 @@ def _once_differentiable(backward):
     return run
 
 
+_BATCHED_GRADS = ("attn.torch: the backward of attn's attention got an incoming gradient with no "
+                  "memory of its own, a batched one (autograd.grad(..., is_grads_batched=True), "
+                  "jacobian(vectorize=True) or another vmap over the backward); attn's kernels "
+                  "read memory, so run it unbatched (is_grads_batched=False, vectorize=False) "
+                  "or on PyTorch's SDPA (attn.torch.unpatch(), or outside patched())")
+
+
+def _has_storage(t):
+    """False for a tensor with no memory of its own (vmap's batched tensors,
+    which autograd hands a backward under is_grads_batched=True)."""
+    try:
+        t.data_ptr()
+    except RuntimeError:
+        return False
+    return True
+
+
 class _Attention(torch.autograd.Function):
     """out (and lse) = attn(q, k, v); the backward is attn_sdpa_backward.
 
@@ -440,6 +457,8 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     @_once_differentiable
     def backward(ctx, dout, dlse=None):
+        if not all(_has_storage(g) for g in (dout, dlse) if g is not None):
+            raise NotImplementedError(_BATCHED_GRADS)
         q, k, v, out, lse, cu_q, cu_kv, alibi, *mod_tensors = ctx.saved_tensors
         spec = ctx.spec.with_tensors(cu_q, cu_kv, alibi)
         # A saved-tensor hook (save_on_cpu(pin_memory=True), an offloading

@@ -162,6 +162,17 @@ def second_order():
     g, = torch.autograd.grad(out, q, w, create_graph=True)
     raises(lambda: torch.autograd.grad(g.sum(), w), RuntimeError, ["not differentiable"],
            "flash_attn_func: differentiating its gradient", "autograd")
+    # a batched incoming gradient (vmap over the backward) has no memory for
+    # attn's kernels to read: an error that says so, and how to go on
+    out = AT.scaled_dot_product_attention(x, x, x)
+    rows = torch.eye(out.numel(), dtype=out.dtype).view(-1, *out.shape)
+    raises(lambda: torch.autograd.grad(out, x, rows, is_grads_batched=True),
+           NotImplementedError, ["is_grads_batched=True", "unbatched"],
+           "autograd.grad(..., is_grads_batched=True) through attn", "autograd")
+    raises(lambda: torch.autograd.functional.jacobian(
+               lambda a: AT.flash_attn_func(a, a, a), q.detach(), vectorize=True),
+           NotImplementedError, ["vectorize=False"], "jacobian(vectorize=True) of flash_attn_func",
+           "autograd")
     # without create_graph nothing changes: the gradient is the math's
     x.grad = None
     AT.scaled_dot_product_attention(x, x, x).sum().backward()
