@@ -71,4 +71,14 @@ static inline int check_summary(void) {
     return check_failed ? 1 : 0;
 }
 
+/* UNDER_ASAN: AddressSanitizer reserves terabytes of address space, so no
+ * address-space limit (setrlimit RLIMIT_AS) fits a test under it. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
 #endif /* ATTN_CHECK_H */

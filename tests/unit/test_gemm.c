@@ -46,15 +46,6 @@
 #include <sys/resource.h>
 #endif
 
-/* AddressSanitizer reserves terabytes of address space: no limit fits. */
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-
 #define TOLERANCE 1e-5
 #define MAX_SIZE 300
 

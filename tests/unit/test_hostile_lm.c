@@ -45,15 +45,6 @@
 #include <sys/resource.h>
 #endif
 
-/* AddressSanitizer reserves terabytes of address space: no limit fits. */
-#if defined(__SANITIZE_ADDRESS__)
-#define UNDER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define UNDER_ASAN 1
-#endif
-#endif
-
 static char dir[64];
 
 static const char *path_in(char *buf, size_t size, const char *name) {
