@@ -1593,7 +1593,9 @@ void attn_optimizer_free(attn_optimizer *opt);
  * underflows (near 1e-23 or less), total is the finite
  * norm, and clips by it, where PyTorch's is inf (every gradient zeroed) or
  * 0. total_norm (optional) receives the norm before clipping. max_norm
- * must be finite and >= 0. No parameters (count 0) is a norm of 0, as
+ * must be >= 0; inf clips nothing (PyTorch's way to read the norm; every
+ * gradient multiplied by 1, or by NaN where the norm is inf or NaN, as
+ * PyTorch's). No parameters (count 0) is a norm of 0, as
  * clip_grad_norm_([]) gives.
  */
 attn_status attn_clip_grad_norm(attn_ctx *ctx, const attn_param *params, size_t count,

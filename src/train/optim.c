@@ -443,9 +443,13 @@ attn_status attn_clip_grad_norm(attn_ctx *ctx, const attn_param *params, size_t 
                                 double max_norm, float *total_norm) {
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
-    if (!(max_norm >= 0.0) || !isfinite(max_norm))
+    /* inf is PyTorch's way to read the norm without clipping: the factor
+     * below is then inf, clamped to 1 (NaN where the norm is inf, as
+     * PyTorch's) */
+    if (!(max_norm >= 0.0))
         return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "attn_clip_grad_norm: max_norm (%g) must be finite and >= 0", max_norm);
+                         "attn_clip_grad_norm: max_norm (%g) must be >= 0 (inf: no clipping)",
+                         max_norm);
     if (count == 0) { /* clip_grad_norm_([]) is 0, and clips nothing */
         if (total_norm) *total_norm = 0.0f;
         return ATTN_OK;

@@ -247,6 +247,20 @@ static void test_optimizer_errors(attn_ctx *ctx) {
     CHECK_STATUS(attn_clip_grad_norm(ctx, params, 2, -1.0, &total), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "max_norm (-1)");
     CHECK_STATUS(attn_clip_grad_norm(ctx, params, 2, NAN, &total), ATTN_ERR_INVALID);
+    /* max_norm inf: the norm read, nothing clipped (clip_grad_norm_(p, inf)) */
+    float before_w = gw[0], before_b = gb[2];
+    total = -1.0f;
+    CHECK_STATUS(attn_clip_grad_norm(ctx, params, 2, INFINITY, &total), ATTN_OK);
+    CHECK_NEAR(total, 1.0, 1e-6);
+    CHECK(gw[0] == before_w && gb[2] == before_b);
+    CHECK_STATUS(attn_clip_grad_norm(ctx, params, 2, -INFINITY, &total), ATTN_ERR_INVALID);
+    /* an infinite gradient under max_norm inf: NaN everywhere, as PyTorch's
+     * inf / (inf + 1e-6) */
+    gw[0] = INFINITY;
+    CHECK_STATUS(attn_clip_grad_norm(ctx, params, 2, INFINITY, &total), ATTN_OK);
+    CHECK(isinf(total) && isnan(gw[0]) && isnan(gb[2]));
+    gw[0] = before_w;
+    gb[2] = before_b;
     /* no parameters: a norm of 0, as clip_grad_norm_([]) gives */
     total = -1.0f;
     CHECK_STATUS(attn_clip_grad_norm(ctx, NULL, 0, 1.0, &total), ATTN_OK);
