@@ -175,6 +175,18 @@ static size_t process_threads(void) {
     return n;
 }
 
+/* The process's thread count once it equals want, or after a second: a
+ * joined thread may stay listed in /proc/self/task for a moment after
+ * pthread_join returns. */
+static size_t threads_settled_to(size_t want) {
+    size_t now = process_threads();
+    for (int wait = 0; wait < 100 && now != want; wait++) {
+        nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
+        now = process_threads();
+    }
+    return now;
+}
+
 static void *nothing(void *arg) { return arg; }
 
 /* The fused attention's forward, its backward (and the scan before it) and
@@ -217,14 +229,7 @@ static void test_ctx_keeps_its_workers(void) {
                 fprintf(stderr, "call %d: %zu threads, not %zu + 3\n", call, now, before);
         }
         attn_ctx_free(ctx);
-        /* a joined thread may stay listed in /proc/self/task for a moment
-         * after pthread_join returns: up to a second for the count to settle */
-        size_t left = process_threads();
-        for (int wait = 0; wait < 100 && left != before; wait++) {
-            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-            left = process_threads();
-        }
-        CHECK(left == before);
+        CHECK(threads_settled_to(before) == before);
     }
     free(x);
     free(grads);
@@ -253,12 +258,7 @@ static void test_ctx_past_64_threads(void) {
         if (now != before + 63)
             fprintf(stderr, "%zu threads: %zu threads, not %zu + 63\n", counts[c], now, before);
         attn_ctx_free(ctx);
-        size_t left = process_threads();
-        for (int wait = 0; wait < 100 && left != before; wait++) {
-            nanosleep(&(struct timespec){0, 10 * 1000 * 1000}, NULL);
-            left = process_threads();
-        }
-        CHECK(left == before);
+        CHECK(threads_settled_to(before) == before);
     }
     free(a);
     free(y);
