@@ -19,7 +19,7 @@ static const char generate_help[] =
     "usage: attn generate (--weights FILE|DIR [--config config.json] |\n"
     "                      --random-init SEED (--preset NAME | --config config.json))\n"
     "                     (--prompt-ids 1,2,3 | --prompt TEXT --tokenizer PATH)\n"
-    "                     --max-new-tokens N [--model gpt2|llama3]\n"
+    "                     --max-new-tokens N [--model gpt2|gpt-gqa|llama3]\n"
     "                     [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "                     [--stop-ids ID,...] [--cache contiguous|paged] [--page-size N]\n"
     "                     [--kv-dtype T | --k-dtype T --v-dtype T]\n"
@@ -47,7 +47,9 @@ static const char generate_help[] =
     "                  cfg dict); without it, the config.json beside the weights;\n"
     "                  without either, a file of GPT-2 weights takes its sizes\n"
     "                  from the tensors (n_heads = emb_dim / 64)\n"
-    "  --model M       gpt2 or llama3: the architecture the weights must have\n"
+    "  --model M       gpt2, gpt-gqa (the book's GPT with grouped-query\n"
+    "                  attention, gpt_with_kv_gqa.py) or llama3: the\n"
+    "                  architecture the weights must have\n"
     "  --non-strict    load a file holding tensors the model does not use\n"
     "                  (load_state_dict(strict=False)), with a warning naming\n"
     "                  them; without it such a file is refused\n"
@@ -167,6 +169,13 @@ static const preset presets[] = {
 };
 #define NUM_PRESETS (sizeof presets / sizeof presets[0])
 
+static const char *arch_name(attn_lm_arch arch) {
+    return arch == ATTN_LM_GPT2      ? "gpt2"
+           : arch == ATTN_LM_GPT_GQA ? "gpt-gqa"
+           : arch == ATTN_LM_LLAMA3  ? "llama3"
+                                     : "unknown";
+}
+
 static const preset *find_preset(const char *name) {
     for (size_t i = 0; i < NUM_PRESETS; i++)
         if (strcmp(name, presets[i].name) == 0) return &presets[i];
@@ -237,8 +246,9 @@ static int take_value(generate_options *o, const char *opt, const char *value) {
     }
     if (strcmp(opt, "--model") == 0) {
         if (strcmp(value, "gpt2") == 0) o->model = ATTN_LM_GPT2;
+        else if (strcmp(value, "gpt-gqa") == 0) o->model = ATTN_LM_GPT_GQA;
         else if (strcmp(value, "llama3") == 0) o->model = ATTN_LM_LLAMA3;
-        else return cli_usage_error("--model: expected gpt2 or llama3, got '%s'", value);
+        else return cli_usage_error("--model: expected gpt2, gpt-gqa or llama3, got '%s'", value);
     } else if (strcmp(opt, "--random-init") == 0 || strcmp(opt, "--seed") == 0) {
         bool init = strcmp(opt, "--random-init") == 0;
         if (!cli_parse_u64(value, init ? &o->init_seed : &o->seed))
@@ -340,7 +350,7 @@ static int parse_args(int argc, char **argv, generate_options *o) {
         return cli_usage_error("generate: --page-size sizes the paged cache: add --cache paged");
     if (o->preset && o->model && find_preset(o->preset)->cfg.arch != o->model)
         return cli_usage_error("generate: --preset %s is not a %s model", o->preset,
-                               o->model == ATTN_LM_GPT2 ? "gpt2" : "llama3");
+                               arch_name(o->model));
     return CLI_OK;
 }
 
@@ -350,10 +360,6 @@ static int parse_generate(int argc, char **argv) {
 }
 
 /* ---- running -------------------------------------------------------------- */
-
-static const char *arch_name(attn_lm_arch arch) {
-    return arch == ATTN_LM_GPT2 ? "gpt2" : arch == ATTN_LM_LLAMA3 ? "llama3" : "unknown";
-}
 
 static int load_model(attn_ctx *ctx, const generate_options *o, attn_lm **out) {
     *out = NULL;

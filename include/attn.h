@@ -2018,8 +2018,8 @@ attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size
                                         const float *v_new);
 
 /*
- * The book's two generating models (llms-from-scratch 1.0.19), inference
- * only, with or without a KV cache:
+ * The book's generating models (llms-from-scratch 1.0.19 and the chapter-4
+ * bonus code), inference only, with or without a KV cache:
  *
  * ATTN_LM_GPT2    ch04's GPTModel (kv_cache/gpt2.py): tok_emb + pos_emb,
  *                 blocks of LayerNorm (eps 1e-5, scale/shift) ->
@@ -2027,6 +2027,12 @@ attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size
  *                 out_proj) -> residual -> LayerNorm -> FeedForward
  *                 (emb -> 4 emb, GELU tanh form, -> emb) -> residual;
  *                 final_norm, out_head (no bias).
+ * ATTN_LM_GPT_GQA ch04/04_gqa's GPTModel (gpt_with_kv_gqa.py): GPT-2's
+ *                 model with GroupedQueryAttention in its blocks:
+ *                 n_kv_groups KV heads (W_key, W_value of n_kv_groups
+ *                 head_dim rows, with qkv_bias), query head h reading KV
+ *                 head h / (n_heads / n_kv_groups) (repeat_interleave), an
+ *                 out_proj without bias.
  * ATTN_LM_LLAMA3  kv_cache/llama3.py's Llama3Model: tok_emb, blocks of
  *                 RMSNorm -> GroupedQueryAttention (n_kv_groups KV heads,
  *                 no biases, RoPE on q and k: split halves, base rope_base,
@@ -2041,6 +2047,9 @@ attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size
  *           and .bias, trf_blocks.<i>.ff.layers.0.weight/.bias,
  *           trf_blocks.<i>.ff.layers.2.weight/.bias, trf_blocks.<i>.norm1.scale
  *           /.shift, ...norm2..., final_norm.scale/.shift, out_head.weight
+ *   gpt-gqa: as gpt2 but trf_blocks.<i>.att.W_key.weight (.bias), W_value,
+ *           W_query in that order (the module registers them so), and no
+ *           out_proj.bias
  *   llama3: tok_emb.weight, trf_blocks.<i>.att.W_query.weight, W_key, W_value,
  *           out_proj, trf_blocks.<i>.ff.fc1.weight, fc2, fc3,
  *           trf_blocks.<i>.norm1.weight, norm2, final_norm.weight,
@@ -2052,14 +2061,18 @@ attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size
  * q_proj/k_proj/v_proj/o_proj, mlp.gate_proj/up_proj/down_proj,
  * input_layernorm, post_attention_layernorm, model.norm, lm_head (or tied)).
  */
-typedef enum attn_lm_arch { ATTN_LM_GPT2 = 1, ATTN_LM_LLAMA3 = 2 } attn_lm_arch;
+typedef enum attn_lm_arch {
+    ATTN_LM_GPT2 = 1,
+    ATTN_LM_LLAMA3 = 2,
+    ATTN_LM_GPT_GQA = 3
+} attn_lm_arch;
 
 typedef struct attn_lm_config {
     attn_lm_arch arch;
     size_t vocab_size, context_length, emb_dim, n_heads, n_layers;
-    size_t n_kv_groups;     /* llama3: KV heads (0 means n_heads); gpt2: n_heads */
+    size_t n_kv_groups;     /* llama3, gpt-gqa: KV heads (0: n_heads); gpt2: n_heads */
     size_t hidden_dim;      /* llama3: FeedForward width; gpt2: 0 (4 emb_dim)  */
-    bool qkv_bias;          /* gpt2 */
+    bool qkv_bias;          /* gpt2, gpt-gqa */
     bool tie_embeddings;    /* out_head is tok_emb (Hugging Face's tying)      */
     double norm_eps;        /* 0 means 1e-5; -0.0 (ATTN_LM_EPS_ZERO): exactly 0 */
     double rope_base;       /* llama3: RoPE theta; 0 means 500000              */

@@ -34,7 +34,7 @@ from ._lib import F32P, AttnError, Context, HandleOwner, Param, encode_path, is_
 I32P = POINTER(c_int32)
 SIZEP = POINTER(c_size_t)
 
-ARCHS = {"gpt2": 1, "llama3": 2}
+ARCHS = {"gpt2": 1, "llama3": 2, "gpt-gqa": 3}
 # attn_dtype values a model's weights may take (attn_lm_config's weights_dtype)
 WEIGHTS_DTYPES = {"f32": 0, "f16": 1, "bf16": 2}
 # attn_lm_load_flags
@@ -125,7 +125,9 @@ _ROPE_FREQ = ("factor", "low_freq_factor", "high_freq_factor", "original_context
 
 def config_struct(cfg):
     """An attn_lm_config from the book's cfg dict (Llama 3 when it has
-    hidden_dim, n_kv_groups or rope_base; "arch" may say "gpt2" or "llama3")."""
+    hidden_dim or rope_base, else the GPT with GroupedQueryAttention of
+    gpt_with_kv_gqa.py when it has n_kv_groups, else GPT-2; "arch" may say
+    "gpt2", "gpt-gqa" or "llama3")."""
     if not isinstance(cfg, Mapping):
         raise TypeError(f"config: expected a dict of the book's cfg keys (or a JSON path), "
                         f"got {type(cfg).__name__}")
@@ -133,8 +135,9 @@ def config_struct(cfg):
     if missing:
         raise ValueError(f"config: missing key(s) {', '.join(missing)}; the book's cfg needs "
                          f"{', '.join(_REQUIRED)}")
-    llama = any(k in cfg for k in ("hidden_dim", "n_kv_groups", "rope_base"))
-    arch = as_choice("config['arch']", cfg.get("arch", "llama3" if llama else "gpt2"), ARCHS)
+    llama = any(k in cfg for k in ("hidden_dim", "rope_base"))
+    default = "llama3" if llama else "gpt-gqa" if "n_kv_groups" in cfg else "gpt2"
+    arch = as_choice("config['arch']", cfg.get("arch", default), ARCHS)
     dtype = as_choice("config['weights_dtype']", cfg.get("weights_dtype", "f32"),
                       WEIGHTS_DTYPES)
 
@@ -185,14 +188,17 @@ def config_struct(cfg):
 
 def config_dict(c):
     """The book's cfg dict of an attn_lm_config."""
-    d = {"arch": "gpt2" if c.arch == 1 else "llama3", "vocab_size": c.vocab_size,
+    arch = next((name for name, n in ARCHS.items() if n == c.arch), str(c.arch))
+    d = {"arch": arch, "vocab_size": c.vocab_size,
          "context_length": c.context_length, "emb_dim": c.emb_dim, "n_heads": c.n_heads,
          "n_layers": c.n_layers, "qkv_bias": bool(c.qkv_bias),
          "tie_embeddings": bool(c.tie_embeddings), "norm_eps": c.norm_eps}
     names = {v: k for k, v in WEIGHTS_DTYPES.items()}
     if c.weights_dtype != 0:
         d["weights_dtype"] = names.get(c.weights_dtype, str(c.weights_dtype))
-    if c.arch == 2:
+    if c.arch == ARCHS["gpt-gqa"]:
+        d["n_kv_groups"] = c.n_kv_groups
+    if c.arch == ARCHS["llama3"]:
         d.update(hidden_dim=c.hidden_dim, n_kv_groups=c.n_kv_groups, rope_base=c.rope_base)
         if c.rope_factor > 0:
             d["rope_freq"] = {"factor": c.rope_factor, "low_freq_factor": c.rope_low_freq_factor,

@@ -1,19 +1,21 @@
 /*
- * lm.c — the book's GPT-2 (kv_cache/gpt2.py's GPTModel) and Llama 3
- * (kv_cache/llama3.py's Llama3Model) for inference: the model's tensors,
+ * lm.c — the book's GPT-2 (kv_cache/gpt2.py's GPTModel, and ch04's with
+ * GroupedQueryAttention) and Llama 3 (kv_cache/llama3.py's Llama3Model) for
+ * inference: the model's tensors,
  * their initialisation, and the forward with and without a KV cache.
  *
  * Forward, for the packed rows of a batch (x is (rows, C)):
- *   x = tok_emb[ids] (+ pos_emb[position], gpt2)
+ *   x = tok_emb[ids] (+ pos_emb[position], gpt2 and gpt-gqa: "gpt" below)
  *   per block:
- *     h = norm1(x)                         LayerNorm (gpt2) / RMSNorm (llama3)
- *     q, k, v = h Wq^T (+bq), h Wk^T, h Wv^T  (rows, C), (rows, kv_heads * head_dim)
+ *     h = norm1(x)                         LayerNorm (gpt) / RMSNorm (llama3)
+ *     q, k, v = h Wq^T (+bq), h Wk^T (+bk), h Wv^T (+bv)
+ *                                          (rows, C), (rows, kv_heads * head_dim)
  *     q, k = rope(q), rope(k)              llama3, at each row's position
  *     a = attention(q, k, v)               causal within each sequence, or
  *                                          against the cache (then appended)
- *     x = x + a Wo^T (+bo)
+ *     x = x + a Wo^T (+bo, gpt2)
  *     h = norm2(x)
- *     x = x + fc2(gelu(fc1(h)))            gpt2
+ *     x = x + fc2(gelu(fc1(h)))            gpt
  *     x = x + fc3(silu(fc1(h)) * fc2(h))   llama3
  *   logits = out_head(final_norm(x))       (only each sequence's last row
  *                                           with last_only)
@@ -42,10 +44,10 @@ _Static_assert(sizeof(size_t) <= 2 * sizeof(float), "a size_t fits in two floats
 attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,
                                    attn_lm_config *out) {
     attn_lm_config c = *cfg;
-    if (c.arch != ATTN_LM_GPT2 && c.arch != ATTN_LM_LLAMA3)
-        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: arch (%d) is neither ATTN_LM_GPT2 (1) nor "
-                         "ATTN_LM_LLAMA3 (2)", who, (int)c.arch);
-    bool gpt2 = c.arch == ATTN_LM_GPT2;
+    if (c.arch != ATTN_LM_GPT2 && c.arch != ATTN_LM_LLAMA3 && c.arch != ATTN_LM_GPT_GQA)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: arch (%d) is not ATTN_LM_GPT2 (1), "
+                         "ATTN_LM_LLAMA3 (2) or ATTN_LM_GPT_GQA (3)", who, (int)c.arch);
+    bool gpt = attn_lm_is_gpt(c.arch);
     if (!c.vocab_size || !c.context_length || !c.emb_dim || !c.n_heads || !c.n_layers)
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: vocab_size (%zu), context_length (%zu), emb_dim (%zu), n_heads "
@@ -54,27 +56,25 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
     if (c.emb_dim % c.n_heads != 0)
         return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: n_heads (%zu) must divide emb_dim (%zu)", who,
                          c.n_heads, c.emb_dim);
-    if (gpt2) {
-        if (c.n_kv_groups != 0 && c.n_kv_groups != c.n_heads)
-            return attn_fail(ctx, ATTN_ERR_INVALID,
-                             "%s: gpt2 has one KV head per head: n_kv_groups (%zu) must be 0 or "
-                             "n_heads (%zu)", who, c.n_kv_groups, c.n_heads);
-        c.n_kv_groups = c.n_heads;
+    if (c.arch == ATTN_LM_GPT2 && c.n_kv_groups != 0 && c.n_kv_groups != c.n_heads)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: gpt2 has one KV head per head: n_kv_groups (%zu) must be 0 or "
+                         "n_heads (%zu)", who, c.n_kv_groups, c.n_heads);
+    if (c.n_kv_groups == 0) c.n_kv_groups = c.n_heads;
+    if (c.n_heads % c.n_kv_groups != 0)
+        return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: n_kv_groups (%zu) must divide n_heads (%zu)",
+                         who, c.n_kv_groups, c.n_heads);
+    if (gpt) {
         if (c.hidden_dim == 0 && !attn_mul_size(4, c.emb_dim, &c.hidden_dim))
             return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: 4 emb_dim (%zu) overflows", who,
                              c.emb_dim);
         if (c.hidden_dim != 4 * c.emb_dim)
             return attn_fail(ctx, ATTN_ERR_INVALID,
-                             "%s: gpt2's FeedForward is 4 emb_dim wide: hidden_dim (%zu) must be "
+                             "%s: the GPT FeedForward is 4 emb_dim wide: hidden_dim (%zu) must be "
                              "0 or %zu", who, c.hidden_dim, 4 * c.emb_dim);
         c.rope_base = c.rope_factor = c.rope_low_freq_factor = c.rope_high_freq_factor = 0.0;
         c.rope_original_context_length = 0;
     } else {
-        if (c.n_kv_groups == 0) c.n_kv_groups = c.n_heads;
-        if (c.n_heads % c.n_kv_groups != 0)
-            return attn_fail(ctx, ATTN_ERR_SHAPE,
-                             "%s: n_kv_groups (%zu) must divide n_heads (%zu)", who,
-                             c.n_kv_groups, c.n_heads);
         if ((c.emb_dim / c.n_heads) % 2 != 0)
             return attn_fail(ctx, ATTN_ERR_SHAPE,
                              "%s: RoPE needs an even head_dim: emb_dim (%zu) / n_heads (%zu) is "
@@ -205,20 +205,25 @@ static void list_params(param_builder *b) {
     attn_lm *m = b->m;
     const attn_lm_config *c = &m->cfg;
     size_t C = c->emb_dim, V = c->vocab_size, H = m->hidden, kvw = m->kv_heads * m->head_dim;
-    bool gpt2 = c->arch == ATTN_LM_GPT2;
+    bool gpt = attn_lm_is_gpt(c->arch), gqa = c->arch == ATTN_LM_GPT_GQA;
     add_weight(b, &m->tok_emb, false, V, C, "tok_emb.weight");
-    if (gpt2) add_param(b, &m->pos_emb, c->context_length, C, "pos_emb.weight");
+    if (gpt) add_param(b, &m->pos_emb, c->context_length, C, "pos_emb.weight");
     for (size_t i = 0; i < c->n_layers && !b->stop; i++) {
         attn_lm_block *k = b->place ? &m->blocks[i] : &(attn_lm_block){0};
-        if (gpt2) {
-            add_weight(b, &k->wq, false, C, C, "trf_blocks.%zu.att.W_query.weight", i);
-            if (c->qkv_bias) add_param(b, &k->bq, C, 0, "trf_blocks.%zu.att.W_query.bias", i);
-            add_weight(b, &k->wk, false, C, C, "trf_blocks.%zu.att.W_key.weight", i);
-            if (c->qkv_bias) add_param(b, &k->bk, C, 0, "trf_blocks.%zu.att.W_key.bias", i);
-            add_weight(b, &k->wv, false, C, C, "trf_blocks.%zu.att.W_value.weight", i);
-            if (c->qkv_bias) add_param(b, &k->bv, C, 0, "trf_blocks.%zu.att.W_value.bias", i);
+        if (gpt) {
+            /* GroupedQueryAttention registers W_key and W_value first */
+            for (int part = gqa ? 1 : 0; part < (gqa ? 4 : 3); part++) {
+                static const char *const names[] = {"W_query", "W_key", "W_value"};
+                void **w = part % 3 == 0 ? &k->wq : part == 1 ? &k->wk : &k->wv;
+                float **bias = part % 3 == 0 ? &k->bq : part == 1 ? &k->bk : &k->bv;
+                size_t rows = part % 3 == 0 ? C : kvw;
+                add_weight(b, w, false, rows, C, "trf_blocks.%zu.att.%s.weight", i,
+                           names[part % 3]);
+                if (c->qkv_bias)
+                    add_param(b, bias, rows, 0, "trf_blocks.%zu.att.%s.bias", i, names[part % 3]);
+            }
             add_weight(b, &k->wo, false, C, C, "trf_blocks.%zu.att.out_proj.weight", i);
-            add_param(b, &k->bo, C, 0, "trf_blocks.%zu.att.out_proj.bias", i);
+            if (!gqa) add_param(b, &k->bo, C, 0, "trf_blocks.%zu.att.out_proj.bias", i);
             add_weight(b, &k->fc1_w, false, H, C, "trf_blocks.%zu.ff.layers.0.weight", i);
             add_param(b, &k->fc1_b, H, 0, "trf_blocks.%zu.ff.layers.0.bias", i);
             add_weight(b, &k->fc2_w, false, C, H, "trf_blocks.%zu.ff.layers.2.weight", i);
@@ -239,7 +244,7 @@ static void list_params(param_builder *b) {
             add_param(b, &k->norm2_w, C, 0, "trf_blocks.%zu.norm2.weight", i);
         }
     }
-    if (gpt2) {
+    if (gpt) {
         add_param(b, &m->final_w, C, 0, "final_norm.scale");
         add_param(b, &m->final_b, C, 0, "final_norm.shift");
     } else {
@@ -280,29 +285,29 @@ static bool add_product(size_t *total, size_t a, size_t b) {
 static attn_status check_budget(attn_ctx *ctx, const char *who, const attn_lm_config *c) {
     size_t C = c->emb_dim, V = c->vocab_size, H = c->hidden_dim, T = c->context_length;
     size_t kvw = c->n_kv_groups * (C / c->n_heads); /* <= C */
-    bool gpt2 = c->arch == ATTN_LM_GPT2;
+    bool gpt = attn_lm_is_gpt(c->arch); /* gpt-gqa's narrower W_key, W_value: within it */
     size_t w = c->weights_dtype == ATTN_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
     size_t f = sizeof(float);
     /* one block: its linear weights (weights dtype), norms and biases
      * (float), its tensors' records */
     size_t block = sizeof(attn_lm_block);
     /* every factor below fits: resolve bounds V C, H C and T C by size_t / 4 */
-    bool ok = gpt2 ? add_product(&block, C * w, 4 * C) &&    /* W_query .. out_proj */
-                         add_product(&block, H * w, 2 * C) &&    /* the FeedForward */
-                         add_product(&block, f * C, c->qkv_bias ? 9 : 6) &&
-                         add_product(&block, f, H) &&
-                         add_product(&block, c->qkv_bias ? 15 : 12, RECORD_BYTES)
-                   : add_product(&block, kvw * w, 2 * C) &&  /* W_key, W_value */
-                         add_product(&block, C * w, 2 * C) &&    /* W_query, out_proj */
-                         add_product(&block, H * w, C) && add_product(&block, H * w, C) &&
-                         add_product(&block, H * w, C) &&        /* fc1, fc2, fc3 */
-                         add_product(&block, f * C, 2) && add_product(&block, 9, RECORD_BYTES);
+    bool ok = gpt ? add_product(&block, C * w, 4 * C) &&    /* W_query .. out_proj */
+                        add_product(&block, H * w, 2 * C) &&    /* the FeedForward */
+                        add_product(&block, f * C, c->qkv_bias ? 9 : 6) &&
+                        add_product(&block, f, H) &&
+                        add_product(&block, c->qkv_bias ? 15 : 12, RECORD_BYTES)
+                  : add_product(&block, kvw * w, 2 * C) &&  /* W_key, W_value */
+                        add_product(&block, C * w, 2 * C) &&    /* W_query, out_proj */
+                        add_product(&block, H * w, C) && add_product(&block, H * w, C) &&
+                        add_product(&block, H * w, C) &&        /* fc1, fc2, fc3 */
+                        add_product(&block, f * C, 2) && add_product(&block, 9, RECORD_BYTES);
     size_t total = 0;
     /* the blocks; the embedding, the head unless tied, pos_emb or RoPE's
      * frequencies, the final norm and their records */
     ok = ok && add_product(&total, block, c->n_layers) && add_product(&total, V * w, C) &&
          (c->tie_embeddings || add_product(&total, V * w, C)) &&
-         add_product(&total, f, gpt2 ? T * C : C / 2 + 1) && add_product(&total, f * C, 2) &&
+         add_product(&total, f, gpt ? T * C : C / 2 + 1) && add_product(&total, f * C, 2) &&
          add_product(&total, 5, RECORD_BYTES);
     if (!ok)
         return attn_fail(ctx, ATTN_ERR_OVERFLOW,
@@ -411,12 +416,18 @@ static attn_status init_weights(init_state *s) {
         st = attn_rng_randn(s->rng, m->pos_emb, c->context_length * C);
     for (size_t i = 0; i < c->n_layers && st == ATTN_OK; i++) {
         attn_lm_block *k = &m->blocks[i];
-        if (c->arch == ATTN_LM_GPT2) {
+        if (attn_lm_is_gpt(c->arch)) {
+            /* construction order: GroupedQueryAttention makes W_key and
+             * W_value before W_query (and its out_proj has no bias) */
+            bool gqa = c->arch == ATTN_LM_GPT_GQA;
             const struct { void *w; float *b; size_t out, in; } lin[] = {
-                {k->wq, k->bq, C, C}, {k->wk, k->bk, C, C}, {k->wv, k->bv, C, C},
+                {k->wq, k->bq, C, C}, {k->wk, k->bk, kvw, C}, {k->wv, k->bv, kvw, C},
                 {k->wo, k->bo, C, C}, {k->fc1_w, k->fc1_b, H, C}, {k->fc2_w, k->fc2_b, C, H}};
-            for (size_t j = 0; j < 6 && st == ATTN_OK; j++)
-                st = init_linear(s, lin[j].w, lin[j].b, lin[j].out, lin[j].in);
+            static const size_t mha_order[] = {0, 1, 2, 3, 4, 5}, gqa_order[] = {1, 2, 0, 3, 4, 5};
+            for (size_t j = 0; j < 6 && st == ATTN_OK; j++) {
+                size_t at = gqa ? gqa_order[j] : mha_order[j];
+                st = init_linear(s, lin[at].w, lin[at].b, lin[at].out, lin[at].in);
+            }
             fill(k->norm1_b, C, 0.0f);
             fill(k->norm2_b, C, 0.0f);
         } else {
@@ -559,7 +570,7 @@ attn_status attn_lm_param(attn_lm *m, const char *name, attn_param *out) {
             return ATTN_OK;
         }
     return attn_fail(m->ctx, ATTN_ERR_NOT_FOUND, "attn_lm_param: the %s model has no parameter "
-                     "'%s'", m->cfg.arch == ATTN_LM_GPT2 ? "gpt2" : "llama3", name);
+                     "'%s'", attn_lm_arch_name(m->cfg.arch), name);
 }
 
 attn_status attn_lm_cache_config(const attn_lm *m, size_t batch, size_t max_len,
@@ -683,7 +694,7 @@ static void rms_norm(float *out, const float *x, const float *weight, size_t row
 
 static void norm(const attn_lm *m, float *out, const float *x, const float *w, const float *b,
                  size_t rows) {
-    if (m->cfg.arch == ATTN_LM_GPT2)
+    if (attn_lm_is_gpt(m->cfg.arch))
         layer_norm(out, x, w, b, rows, m->cfg.emb_dim, m->cfg.norm_eps);
     else
         rms_norm(out, x, w, rows, m->cfg.emb_dim, m->cfg.norm_eps);
@@ -926,7 +937,7 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
                                  const attn_lm_forward_args *args, size_t rows, size_t longest) {
     const attn_lm_block *k = &m->blocks[layer];
     size_t C = m->cfg.emb_dim, H = m->hidden, kvw = m->kv_heads * m->head_dim;
-    bool gpt2 = m->cfg.arch == ATTN_LM_GPT2;
+    bool gpt = attn_lm_is_gpt(m->cfg.arch);
 
     run_rows(m, (row_step){.kind = STEP_NORM, .m = m, .x = a->h, .a = a->x, .w = k->norm1_w,
                            .b = k->norm1_b, .width = C},
@@ -934,7 +945,7 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
     const lm_part qkv[3] = {
         {k->wq, k->bq, a->q, C}, {k->wk, k->bk, a->k, kvw}, {k->wv, k->bv, a->v, kvw}};
     linear_n(m, a->h, rows, C, qkv, 3);
-    if (!gpt2) {
+    if (!gpt) {
         size_t nh = m->cfg.n_heads;
         run_rows(m, (row_step){.kind = STEP_ROPE, .m = m, .x = a->q, .width = nh * m->head_dim,
                                .heads = nh, .cosines = a->cosines, .sines = a->sines},
@@ -963,7 +974,7 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
     run_rows(m, (row_step){.kind = STEP_NORM, .m = m, .x = a->h, .a = a->x, .w = k->norm2_w,
                            .b = k->norm2_b, .width = C},
              rows);
-    if (gpt2) {
+    if (gpt) {
         linear(m, a->h, k->fc1_w, k->fc1_b, a->f1, rows, C, H);
         run_rows(m, (row_step){.kind = STEP_GELU, .m = m, .x = a->f1, .width = H}, rows);
         linear(m, a->f1, k->fc2_w, k->fc2_b, a->h, rows, H, C);

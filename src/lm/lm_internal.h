@@ -10,6 +10,8 @@
  *           out_proj (+bias), ff.layers.0 (+bias), ff.layers.2 (+bias),
  *           norm1.scale/.shift, norm2.scale/.shift; final_norm.scale/.shift,
  *           out_head
+ *   gpt-gqa: as gpt2, but per block att.W_key (+bias), W_value (+bias),
+ *           W_query (+bias), out_proj (no bias), then as gpt2
  *   llama3: tok_emb, per block att.W_key, W_value, W_query, out_proj, ff.fc1,
  *           fc2, fc3, norm1.weight, norm2.weight; final_norm.weight, out_head
  * (GroupedQueryAttention registers W_key and W_value before W_query.) With
@@ -84,6 +86,20 @@ struct attn_lm {
     attn_dtype matmul_dtype;            /* the products' activations: F32 or BF16 */
     attn_lm_buffers buf;
 };
+
+/* Whether arch is one of the book's GPT models (pos_emb, LayerNorm, GELU):
+ * GPT-2's, or the one with GroupedQueryAttention. */
+static inline bool attn_lm_is_gpt(attn_lm_arch arch) {
+    return arch == ATTN_LM_GPT2 || arch == ATTN_LM_GPT_GQA;
+}
+
+/* arch as the CLI and messages name it. */
+static inline const char *attn_lm_arch_name(attn_lm_arch arch) {
+    return arch == ATTN_LM_GPT2      ? "gpt2"
+           : arch == ATTN_LM_GPT_GQA ? "gpt-gqa"
+           : arch == ATTN_LM_LLAMA3  ? "llama3"
+                                     : "unknown";
+}
 
 /* cfg with its zero fields given their defaults (norm_eps: +0.0 only;
  * -0.0 is an epsilon of 0), checked: a message names the wrong values

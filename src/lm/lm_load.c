@@ -112,6 +112,13 @@ static attn_status grow_buffer(lm_source *s, const char *name, float **buf, size
 
 static bool is_half(attn_dtype d) { return d == ATTN_DTYPE_BF16 || d == ATTN_DTYPE_F16; }
 
+/* arch as the messages name the model. */
+static const char *model_label(attn_lm_arch arch) {
+    return arch == ATTN_LM_GPT2      ? "GPT-2"
+           : arch == ATTN_LM_GPT_GQA ? "GPT (GroupedQueryAttention)"
+                                     : "Llama 3";
+}
+
 /* The refusal of x, element at of the tensor name (the file's dtype from),
  * which the 16-bit dtype to cannot hold: exactly (exact), or within its
  * range. */
@@ -703,13 +710,15 @@ static attn_status read_hf_llama(attn_ctx *ctx, const char *path, const attn_jso
 }
 
 /* The book's cfg dict (GPT_CONFIG_124M, LLAMA32_CONFIG_1B, ...): Llama 3
- * when it has hidden_dim, n_kv_groups or rope_base. */
+ * when it has hidden_dim or rope_base, else the GPT with
+ * GroupedQueryAttention (gpt_with_kv_gqa.py's) when it has n_kv_groups,
+ * else GPT-2. */
 static attn_status read_book(attn_ctx *ctx, const char *path, const attn_json *j,
                              lm_config_read *r) {
     attn_lm_config *c = &r->cfg;
-    bool llama = attn_json_get(j, "hidden_dim") || attn_json_get(j, "n_kv_groups") ||
-                 attn_json_get(j, "rope_base");
-    c->arch = llama ? ATTN_LM_LLAMA3 : ATTN_LM_GPT2;
+    bool llama = attn_json_get(j, "hidden_dim") || attn_json_get(j, "rope_base");
+    bool gqa = !llama && attn_json_get(j, "n_kv_groups");
+    c->arch = llama ? ATTN_LM_LLAMA3 : gqa ? ATTN_LM_GPT_GQA : ATTN_LM_GPT2;
     attn_status st = need_size(ctx, path, j, "vocab_size", &c->vocab_size);
     if (st == ATTN_OK) st = need_size(ctx, path, j, "context_length", &c->context_length);
     if (st == ATTN_OK) st = need_size(ctx, path, j, "emb_dim", &c->emb_dim);
@@ -720,6 +729,7 @@ static attn_status read_book(attn_ctx *ctx, const char *path, const attn_json *j
     c->qkv_bias = qkv_bias;
     if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_embeddings", &r->tie);
     if (st == ATTN_OK) st = opt_eps(ctx, path, j, "norm_eps", &c->norm_eps);
+    if (st == ATTN_OK && gqa) st = opt_groups(ctx, path, j, "n_kv_groups", &c->n_kv_groups);
     if (llama) {
         if (st == ATTN_OK) st = need_size(ctx, path, j, "hidden_dim", &c->hidden_dim);
         if (st == ATTN_OK) st = opt_groups(ctx, path, j, "n_kv_groups", &c->n_kv_groups);
@@ -896,6 +906,13 @@ static attn_status infer_config(lm_source *s, lm_config_read *r) {
     c->emb_dim = ti.shape[1];
     c->context_length = pi.shape[0];
     if (book) {
+        attn_safetensors_info ki;
+        if (attn_safetensors_find(s->st, "trf_blocks.0.att.W_key.weight", &ki) == ATTN_OK &&
+            ki.ndim == 2 && ki.shape[0] != c->emb_dim)
+            return attn_fail(s->ctx, ATTN_ERR_INVALID,
+                             "attn_lm_load: %s holds a GPT whose W_key has %zu rows, not emb_dim "
+                             "%zu (GroupedQueryAttention): its n_heads and n_kv_groups are not in "
+                             "its shapes; pass a config", s->path, ki.shape[0], c->emb_dim);
         c->n_layers = count_layers(s, "trf_blocks.", ".att.W_query.weight");
         c->qkv_bias = has(s, "trf_blocks.0.att.W_query.bias");
     } else {
@@ -930,11 +947,15 @@ static attn_status infer_config(lm_source *s, lm_config_read *r) {
 static attn_status check_names(lm_source *s, const attn_lm_config *c) {
     bool gpt2_names = s->names == NAMES_HF_GPT2 ||
                       (s->names == NAMES_BOOK && has(s, "pos_emb.weight"));
-    if ((c->arch == ATTN_LM_GPT2) != gpt2_names)
+    if (attn_lm_is_gpt(c->arch) != gpt2_names)
         return attn_fail(s->ctx, ATTN_ERR_FORMAT,
-                         "attn_lm_load: the config is %s's but %s holds a %s model", 
-                         c->arch == ATTN_LM_GPT2 ? "GPT-2" : "Llama 3", s->path,
-                         gpt2_names ? "GPT-2" : "Llama");
+                         "attn_lm_load: the config is %s's but %s holds a %s model",
+                         model_label(c->arch), s->path, gpt2_names ? "GPT-2" : "Llama");
+    if (c->arch == ATTN_LM_GPT_GQA && s->names != NAMES_BOOK)
+        return attn_fail(s->ctx, ATTN_ERR_FORMAT,
+                         "attn_lm_load: the config is the GPT with GroupedQueryAttention's, "
+                         "which has the book's names only, but %s holds Hugging Face's GPT-2",
+                         s->path);
     return ATTN_OK;
 }
 
@@ -1136,7 +1157,7 @@ static attn_status check_tensors(lm_source *s, const attn_lm_config *c, bool str
         st = attn_fail(s->ctx, ATTN_ERR_NOT_FOUND,
                        "attn_lm_load: %s has no tensor '%s', which a %s model of n_layers %zu "
                        "needs (the file holds %zu tensors)",
-                       s->path, t.missing, c->arch == ATTN_LM_GPT2 ? "GPT-2" : "Llama 3",
+                       s->path, t.missing, model_label(c->arch),
                        c->n_layers, count);
     } else if (st == ATTN_OK && strict) {
         size_t unused = 0;
@@ -1160,7 +1181,7 @@ static attn_status check_tensors(lm_source *s, const attn_lm_config *c, bool str
                            "attn_lm_load: %s holds %zu tensor%s the %s model of n_layers %zu "
                            "does not use: %s (non-strict loading ignores them)",
                            s->path, unused, unused > 1 ? "s" : "",
-                           c->arch == ATTN_LM_GPT2 ? "GPT-2" : "Llama 3", c->n_layers, names);
+                           model_label(c->arch), c->n_layers, names);
     }
     attn_free(t.used);
     return st;

@@ -8,9 +8,13 @@ models made fresh each run (the seed is printed):
      model's cached decoding fails in PyTorch, see gpt2_book_generate) and,
      on the same weights, ../shared/reference/llms-from-scratch/
      gpt_with_kv_cache.py's GPTModel with its generate_text_simple_cached;
-  2. the book's Llama 3 (kv_cache.llama3.Llama3Model with kv_cache.generate.
+  2. the chapter-4 bonus GPTModel with GroupedQueryAttention
+     (gpt_with_kv_gqa.py, its generate_text_simple_cached), from its saved
+     weights and from the seed alone (--random-init: attn draws the weights
+     in the module's construction order);
+  3. the book's Llama 3 (kv_cache.llama3.Llama3Model with kv_cache.generate.
      generate_text_simple), with and without Llama 3's RoPE frequency scaling;
-  3. transformers' GPT2LMHeadModel and LlamaForCausalLM (save_pretrained,
+  4. transformers' GPT2LMHeadModel and LlamaForCausalLM (save_pretrained,
      then model.generate(do_sample=False)).
 Each writes 64 greedy tokens in float64; attn (float32, contiguous and paged
 caches) must write the same ones. Where float32 rounding meets a near-tie
@@ -36,8 +40,9 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-REFERENCE = os.path.join(os.path.dirname(ROOT), "shared", "reference", "llms-from-scratch",
-                         "gpt_with_kv_cache.py")
+BOOK_CH04 = os.path.join(os.path.dirname(ROOT), "shared", "reference", "llms-from-scratch")
+REFERENCE = os.path.join(BOOK_CH04, "gpt_with_kv_cache.py")
+REFERENCE_GQA = os.path.join(BOOK_CH04, "gpt_with_kv_gqa.py")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
@@ -179,9 +184,10 @@ def gpt2_book_generate(model, prompt, n, context):
     return out[0, len(prompt):].tolist()
 
 
-def reference_module():
+def reference_module(path=REFERENCE):
     import importlib.util
-    spec = importlib.util.spec_from_file_location("gpt_with_kv_cache", REFERENCE)
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -252,6 +258,46 @@ def book_gpt2_case(cli, r, tmp, i):
     logits64 = logits_fn(model)
     attn_runs(cli, label, weights, config, "gpt2", prompt, r, want, logits64)
     return weights, config, cfg, prompt, want, logits64
+
+
+def book_gqa_case(cli, r, tmp):
+    """gpt_with_kv_gqa.py's GPTModel: KV heads shared by groups of query heads,
+    W_key and W_value made before W_query, an out_proj without bias."""
+    if not os.path.exists(REFERENCE_GQA):
+        R.notes.append("%s not there: the GQA GPT unchecked" % REFERENCE_GQA)
+        return
+    ref = reference_module(REFERENCE_GQA)
+    cfg = book_gpt2_cfg(r)
+    cfg["n_heads"] = r.choice([2, 4, 8])
+    cfg["emb_dim"] = cfg["n_heads"] * r.choice([8, 16])
+    cfg["n_kv_groups"] = r.choice([g for g in (1, 2, 4) if cfg["n_heads"] % g == 0])
+    seed = r.randrange(1 << 30)
+    label = "book GPT with GQA %s seed %d" % ({k: cfg[k] for k in cfg if k != "drop_rate"}, seed)
+    torch.manual_seed(seed)
+    model = ref.GPTModel(cfg).eval()
+    d = os.path.join(tmp, "gqa")
+    os.makedirs(d)
+    weights, config = save_book(model, cfg, d)
+    prompt = [r.randrange(cfg["vocab_size"]) for _ in range(r.randrange(1, 24))]
+    idx = torch.tensor([prompt])
+    want32 = ref.generate_text_simple_cached(model, idx, NEW_TOKENS)[0, len(prompt):].tolist()
+    model.double()
+    want = ref.generate_text_simple_cached(model, idx, NEW_TOKENS)[0, len(prompt):].tolist()
+    uncached = ref.generate_text_simple_cached(model, idx, NEW_TOKENS, use_cache=False)
+    logits64 = logits_fn(model)
+    compare(label + " generate_text_simple_cached(use_cache=False)",
+            uncached[0, len(prompt):].tolist(), want, prompt, logits64)
+    print("%s: prompt %d tokens; the book in float32 agrees with float64 on %d of %d tokens"
+          % (label, len(prompt), prefix_agreement(want32, want), NEW_TOKENS), flush=True)
+    attn_runs(cli, label, weights, config, "gpt-gqa", prompt, r, want, logits64)
+    args = ["--random-init", str(seed), "--config", config, "--model", "gpt-gqa",
+            "--max-new-tokens", str(NEW_TOKENS), "--prompt-ids", ",".join(map(str, prompt))]
+    compare(label + " attn generate --random-init (the seed alone)",
+            cli_tokens(cli, label, args), want, prompt, logits64)
+    from attn.lm import LanguageModel
+    ours = LanguageModel(cfg, seed=seed).generate(prompt, max_new_tokens=NEW_TOKENS)
+    compare(label + " attn.LanguageModel(cfg, seed) (the book's dict)",
+            [int(t) for t in ours], want, prompt, logits64)
 
 
 def book_llama3_case(cli, r, tmp, i, scaled):
@@ -584,6 +630,7 @@ def main():
         for i in range(2):
             case = book_gpt2_case(a.cli, r, tmp, i)
             first = first or case
+        book_gqa_case(a.cli, r, tmp)
         book_llama3_case(a.cli, r, tmp, 0, scaled=False)
         book_llama3_case(a.cli, r, tmp, 1, scaled=True)
         hf_case(a.cli, r, tmp, "gpt2")

@@ -32,6 +32,13 @@ static attn_lm_config gpt2_cfg(void) {
                             .emb_dim = 64, .n_heads = 4, .n_layers = 2, .qkv_bias = true};
 }
 
+/* gpt_with_kv_gqa.py's GPTModel: 8 heads over 2 KV heads */
+static attn_lm_config gqa_cfg(void) {
+    return (attn_lm_config){.arch = ATTN_LM_GPT_GQA, .vocab_size = 59, .context_length = 40,
+                            .emb_dim = 64, .n_heads = 8, .n_layers = 2, .n_kv_groups = 2,
+                            .qkv_bias = true};
+}
+
 static attn_lm_config llama_cfg(void) {
     return (attn_lm_config){.arch = ATTN_LM_LLAMA3, .vocab_size = 67, .context_length = 48,
                             .emb_dim = 64, .n_heads = 8, .n_layers = 2, .n_kv_groups = 2,
@@ -90,6 +97,18 @@ static void check_config_errors(attn_ctx *ctx) {
     c.n_kv_groups = 3;
     CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_SHAPE);
     CHECK_MESSAGE(ctx, "n_kv_groups (3) must divide n_heads (8)");
+    c = gqa_cfg();
+    c.n_kv_groups = 3;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "n_kv_groups (3) must divide n_heads (8)");
+    c = gpt2_cfg();
+    c.n_kv_groups = 2;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "gpt2 has one KV head per head: n_kv_groups (2)");
+    c = gpt2_cfg();
+    c.arch = 4;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "arch (4) is not ATTN_LM_GPT2 (1), ATTN_LM_LLAMA3 (2) or ATTN_LM_GPT_GQA");
     c = llama_cfg();
     c.emb_dim = 72; /* head_dim 9 */
     CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_SHAPE);
@@ -134,6 +153,27 @@ static void check_params(attn_ctx *ctx) {
     CHECK_STATUS(attn_lm_param(mg, "nope", &p), ATTN_ERR_NOT_FOUND);
     CHECK_MESSAGE(ctx, "'nope'");
     CHECK_STATUS(attn_lm_param_at(mg, 999, &p), ATTN_ERR_NOT_FOUND);
+    /* GroupedQueryAttention's order: W_key, W_value, W_query, out_proj
+     * without bias */
+    attn_lm_config q = gqa_cfg();
+    attn_lm *mq = new_model(ctx, &q, 1);
+    CHECK(mq != NULL);
+    if (mq) {
+        /* tok_emb, pos_emb, 15 a block, final_norm scale/shift, out_head */
+        CHECK(attn_lm_param_count(mq) == 2 + 15 * 2 + 3);
+        static const char *const order[] = {
+            "trf_blocks.0.att.W_key.weight",   "trf_blocks.0.att.W_key.bias",
+            "trf_blocks.0.att.W_value.weight", "trf_blocks.0.att.W_value.bias",
+            "trf_blocks.0.att.W_query.weight", "trf_blocks.0.att.W_query.bias",
+            "trf_blocks.0.att.out_proj.weight", "trf_blocks.0.ff.layers.0.weight"};
+        for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+            CHECK(attn_lm_param_at(mq, 2 + i, &p) == ATTN_OK && strcmp(p.name, order[i]) == 0);
+        CHECK(attn_lm_param(mq, "trf_blocks.1.att.W_value.weight", &p) == ATTN_OK &&
+              p.shape[0] == 16 && p.shape[1] == 64);
+        CHECK_STATUS(attn_lm_param(mq, "trf_blocks.0.att.out_proj.bias", &p), ATTN_ERR_NOT_FOUND);
+        CHECK_MESSAGE(ctx, "the gpt-gqa model has no parameter");
+        attn_lm_free(mq);
+    }
     attn_lm_config got = attn_lm_get_config(ml);
     CHECK(got.norm_eps == 1e-5 && got.n_kv_groups == 2 && got.rope_factor == 8.0);
     /* tied: out_head is tok_emb's storage */
@@ -235,10 +275,12 @@ static void check_save_load(attn_ctx *ctx, const attn_lm_config *cfg, uint64_t s
         attn_lm_config c = attn_lm_get_config(back);
         CHECK(c.n_heads == cfg->n_heads && c.n_layers == cfg->n_layers);
     }
-    if (cfg->arch == ATTN_LM_LLAMA3) {
+    if (cfg->arch != ATTN_LM_GPT2) {
+        /* neither Llama's config nor GQA's heads are in the shapes */
         attn_lm *none = (attn_lm *)1;
         CHECK_STATUS(attn_lm_load(ctx, path, NULL, NULL, &none), ATTN_ERR_INVALID);
         CHECK_MESSAGE(ctx, "pass a config");
+        CHECK(none == NULL);
     }
     free(a), free(b);
     attn_lm_free(back);
@@ -348,8 +390,9 @@ int main(int argc, char **argv) {
                                  ATTN_KERNELS_AVX2, ATTN_KERNELS_AVX512};
     for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
         if (!attn_kernels_supported(sets[s])) continue;
-        attn_lm_config g = gpt2_cfg(), l = llama_cfg();
+        attn_lm_config g = gpt2_cfg(), l = llama_cfg(), q = gqa_cfg();
         check_forward(&g, sets[s], seed);
+        check_forward(&q, sets[s], seed + 5);
         check_forward(&l, sets[s], seed + 1);
         l.tie_embeddings = true;
         l.n_kv_groups = 1;
@@ -357,8 +400,9 @@ int main(int argc, char **argv) {
         check_row_split(&g, sets[s], seed + 3);
         check_row_split(&l, sets[s], seed + 4);
     }
-    attn_lm_config g = gpt2_cfg(), l = llama_cfg();
+    attn_lm_config g = gpt2_cfg(), l = llama_cfg(), q = gqa_cfg();
     check_save_load(ctx, &g, seed, false);
+    check_save_load(ctx, &q, seed, true);
     check_save_load(ctx, &l, seed, true);
 #ifdef ATTN_ALLOC_FAILURE_INJECTION
     sweep(ctx, &g, seed);
