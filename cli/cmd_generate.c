@@ -19,7 +19,7 @@ static const char generate_help[] =
     "usage: attn generate (--weights FILE|DIR [--config config.json] |\n"
     "                      --random-init SEED (--preset NAME | --config config.json))\n"
     "                     (--prompt-ids 1,2,3 | --prompt TEXT --tokenizer PATH)\n"
-    "                     --max-new-tokens N [--model gpt2|gpt-gqa|llama3]\n"
+    "                     --max-new-tokens N [--model gpt2|gpt-gqa|gpt-mla|llama3]\n"
     "                     [--temperature T] [--top-k K] [--top-p P] [--seed S]\n"
     "                     [--stop-ids ID,...] [--cache contiguous|paged] [--page-size N]\n"
     "                     [--kv-dtype T | --k-dtype T --v-dtype T]\n"
@@ -47,9 +47,10 @@ static const char generate_help[] =
     "                  cfg dict); without it, the config.json beside the weights;\n"
     "                  without either, a file of GPT-2 weights takes its sizes\n"
     "                  from the tensors (n_heads = emb_dim / 64)\n"
-    "  --model M       gpt2, gpt-gqa (the book's GPT with grouped-query\n"
-    "                  attention, gpt_with_kv_gqa.py) or llama3: the\n"
-    "                  architecture the weights must have\n"
+    "  --model M       gpt2, gpt-gqa or gpt-mla (the book's GPT with grouped-\n"
+    "                  query or latent attention, gpt_with_kv_gqa.py and\n"
+    "                  gpt_with_kv_mla.py) or llama3: the architecture the\n"
+    "                  weights must have\n"
     "  --non-strict    load a file holding tensors the model does not use\n"
     "                  (load_state_dict(strict=False)), with a warning naming\n"
     "                  them; without it such a file is refused\n"
@@ -172,6 +173,7 @@ static const preset presets[] = {
 static const char *arch_name(attn_lm_arch arch) {
     return arch == ATTN_LM_GPT2      ? "gpt2"
            : arch == ATTN_LM_GPT_GQA ? "gpt-gqa"
+           : arch == ATTN_LM_GPT_MLA ? "gpt-mla"
            : arch == ATTN_LM_LLAMA3  ? "llama3"
                                      : "unknown";
 }
@@ -247,8 +249,10 @@ static int take_value(generate_options *o, const char *opt, const char *value) {
     if (strcmp(opt, "--model") == 0) {
         if (strcmp(value, "gpt2") == 0) o->model = ATTN_LM_GPT2;
         else if (strcmp(value, "gpt-gqa") == 0) o->model = ATTN_LM_GPT_GQA;
+        else if (strcmp(value, "gpt-mla") == 0) o->model = ATTN_LM_GPT_MLA;
         else if (strcmp(value, "llama3") == 0) o->model = ATTN_LM_LLAMA3;
-        else return cli_usage_error("--model: expected gpt2, gpt-gqa or llama3, got '%s'", value);
+        else return cli_usage_error("--model: expected gpt2, gpt-gqa, gpt-mla or llama3, got "
+                                    "'%s'", value);
     } else if (strcmp(opt, "--random-init") == 0 || strcmp(opt, "--seed") == 0) {
         bool init = strcmp(opt, "--random-init") == 0;
         if (!cli_parse_u64(value, init ? &o->init_seed : &o->seed))

@@ -51,9 +51,9 @@ extern "C" {
 #endif
 
 #define ATTN_VERSION_MAJOR 0
-#define ATTN_VERSION_MINOR 6
+#define ATTN_VERSION_MINOR 7
 #define ATTN_VERSION_PATCH 0
-#define ATTN_VERSION_STRING "0.6.0"
+#define ATTN_VERSION_STRING "0.7.0"
 
 /* The version of the library linked in, e.g. "0.1.0". */
 const char *attn_version(void);
@@ -68,7 +68,7 @@ const char *attn_version(void);
  * guard, compares attn_abi_version() with the ATTN_ABI_VERSION it was built
  * with. docs/abi.md gives the whole policy.
  */
-#define ATTN_ABI_VERSION 6
+#define ATTN_ABI_VERSION 7
 
 /* The ATTN_ABI_VERSION the library linked in was built with. */
 int attn_abi_version(void);
@@ -2033,6 +2033,13 @@ attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size
  *                 head_dim rows, with qkv_bias), query head h reading KV
  *                 head h / (n_heads / n_kv_groups) (repeat_interleave), an
  *                 out_proj without bias.
+ * ATTN_LM_GPT_MLA ch04/05_mla's GPTModel (gpt_with_kv_mla.py): GPT-2's
+ *                 model with MultiHeadLatentAttention: q = x W_query^T,
+ *                 c = x W_DKV^T (latent_dim wide), k = c W_UK^T,
+ *                 v = c W_UV^T (each with qkv_bias), out_proj with bias.
+ *                 The cache holds k and v, each row as the book's up-
+ *                 projection of the cached latents gives it (the same
+ *                 numbers; not the latent's smaller cache).
  * ATTN_LM_LLAMA3  kv_cache/llama3.py's Llama3Model: tok_emb, blocks of
  *                 RMSNorm -> GroupedQueryAttention (n_kv_groups KV heads,
  *                 no biases, RoPE on q and k: split halves, base rope_base,
@@ -2050,6 +2057,17 @@ attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size
  *   gpt-gqa: as gpt2 but trf_blocks.<i>.att.W_key.weight (.bias), W_value,
  *           W_query in that order (the module registers them so), and no
  *           out_proj.bias
+ *   gpt-mla: as gpt2 but trf_blocks.<i>.att.W_query.weight (.bias), W_DKV,
+ *           W_UK, W_UV in place of W_query, W_key, W_value
+ * Any of them may give some layers a sliding window, as ch04/06_swa's
+ * GPTModel (gpt_with_kv_swa.py) does: sliding_window_size W > 0 makes a
+ * layer's query at position p see positions p - W + 1 .. p, and
+ * sliding_window_stride K chooses the layers: with K > 0, layer i has the
+ * window where i % (K + 1) < K (K windowed layers, then one without);
+ * with K = 0 every layer has it. (The book's cfg dict says "no window" by
+ * a stride of 0 and "every layer" by a negative one; the config readers
+ * translate.) attn_lm_cache_config gives such a layer's cache the window
+ * (a ring of W slots, as the book's trimmed cache).
  *   llama3: tok_emb.weight, trf_blocks.<i>.att.W_query.weight, W_key, W_value,
  *           out_proj, trf_blocks.<i>.ff.fc1.weight, fc2, fc3,
  *           trf_blocks.<i>.norm1.weight, norm2, final_norm.weight,
@@ -2064,7 +2082,8 @@ attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size
 typedef enum attn_lm_arch {
     ATTN_LM_GPT2 = 1,
     ATTN_LM_LLAMA3 = 2,
-    ATTN_LM_GPT_GQA = 3
+    ATTN_LM_GPT_GQA = 3,
+    ATTN_LM_GPT_MLA = 4
 } attn_lm_arch;
 
 typedef struct attn_lm_config {
@@ -2072,7 +2091,7 @@ typedef struct attn_lm_config {
     size_t vocab_size, context_length, emb_dim, n_heads, n_layers;
     size_t n_kv_groups;     /* llama3, gpt-gqa: KV heads (0: n_heads); gpt2: n_heads */
     size_t hidden_dim;      /* llama3: FeedForward width; gpt2: 0 (4 emb_dim)  */
-    bool qkv_bias;          /* gpt2, gpt-gqa */
+    bool qkv_bias;          /* gpt2, gpt-gqa, gpt-mla */
     bool tie_embeddings;    /* out_head is tok_emb (Hugging Face's tying)      */
     double norm_eps;        /* 0 means 1e-5; -0.0 (ATTN_LM_EPS_ZERO): exactly 0 */
     double rope_base;       /* llama3: RoPE theta; 0 means 500000              */
@@ -2088,6 +2107,9 @@ typedef struct attn_lm_config {
      * drawn weights to it (nearest even); attn_lm_load takes the file's
      * (attn_lm_load_as: the caller's). */
     attn_dtype weights_dtype;
+    size_t sliding_window_size;   /* W: windowed layers' width; 0 = no window   */
+    size_t sliding_window_stride; /* K: layers i % (K + 1) < K; 0 = every one   */
+    size_t latent_dim;            /* gpt-mla: 0 means max(16, emb_dim / 8)      */
 } attn_lm_config;
 
 typedef struct attn_lm attn_lm;
@@ -2210,13 +2232,16 @@ attn_status attn_lm_param_data(attn_lm *m, size_t index, attn_dtype *dtype, cons
 /* Bytes the model's parameters take in memory (a tied head counted once). */
 size_t attn_lm_weight_bytes(const attn_lm *m);
 
-/* A cache fitting m: its layers, KV heads and head_dim, for batch sequences
- * of up to max_len tokens (0: context_length), K and V in float32. */
+/* A cache fitting m: its layers, KV heads, head_dim and windows, for batch
+ * sequences of up to max_len tokens (0: context_length), K and V in float32.
+ * A windowed model (sliding_window_size) refuses, ATTN_ERR_SHAPE, a cache
+ * of other windows; a model without windows takes the cache's. */
 attn_status attn_lm_cache_new(attn_lm *m, size_t batch, size_t max_len, attn_kv_layout layout,
                               size_t page_size, attn_kv_cache **out);
 /* The configuration attn_lm_cache_new makes (contiguous, float32), for the
  * caller to change (layout, k_dtype, v_dtype, ...) before attn_kv_cache_new:
- * ATTN_ERR_INVALID for max_len past context_length. */
+ * ATTN_ERR_INVALID for max_len past context_length. Its windows point into
+ * m (valid while m lives). */
 attn_status attn_lm_cache_config(const attn_lm *m, size_t batch, size_t max_len,
                                  attn_kv_cache_config *out);
 

@@ -19,7 +19,7 @@ from ctypes import (CFUNCTYPE, POINTER, Structure, c_bool, c_char_p, c_double, c
 from ._args import as_index, show
 
 # attn.h's ATTN_ABI_VERSION that the structures below mirror.
-ABI_VERSION = 6
+ABI_VERSION = 7
 
 F32P = POINTER(c_float)
 I32P = POINTER(c_int32)

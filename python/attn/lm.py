@@ -34,7 +34,7 @@ from ._lib import F32P, AttnError, Context, HandleOwner, Param, encode_path, is_
 I32P = POINTER(c_int32)
 SIZEP = POINTER(c_size_t)
 
-ARCHS = {"gpt2": 1, "llama3": 2, "gpt-gqa": 3}
+ARCHS = {"gpt2": 1, "llama3": 2, "gpt-gqa": 3, "gpt-mla": 4}
 # attn_dtype values a model's weights may take (attn_lm_config's weights_dtype)
 WEIGHTS_DTYPES = {"f32": 0, "f16": 1, "bf16": 2}
 # attn_lm_load_flags
@@ -51,7 +51,9 @@ class LmConfig(Structure):  # attn_lm_config
                 ("tie_embeddings", c_bool), ("norm_eps", c_double), ("rope_base", c_double),
                 ("rope_factor", c_double), ("rope_low_freq_factor", c_double),
                 ("rope_high_freq_factor", c_double),
-                ("rope_original_context_length", c_size_t), ("weights_dtype", c_int)]
+                ("rope_original_context_length", c_size_t), ("weights_dtype", c_int),
+                ("sliding_window_size", c_size_t), ("sliding_window_stride", c_size_t),
+                ("latent_dim", c_size_t)]
 
 
 class ForwardArgs(Structure):
@@ -125,9 +127,12 @@ _ROPE_FREQ = ("factor", "low_freq_factor", "high_freq_factor", "original_context
 
 def config_struct(cfg):
     """An attn_lm_config from the book's cfg dict (Llama 3 when it has
-    hidden_dim or rope_base, else the GPT with GroupedQueryAttention of
-    gpt_with_kv_gqa.py when it has n_kv_groups, else GPT-2; "arch" may say
-    "gpt2", "gpt-gqa" or "llama3")."""
+    hidden_dim or rope_base, else the GPT with MultiHeadLatentAttention of
+    gpt_with_kv_mla.py when it has latent_dim (None: the module's default),
+    or with GroupedQueryAttention of gpt_with_kv_gqa.py when it has
+    n_kv_groups, else GPT-2; "arch" may say "gpt2", "gpt-gqa", "gpt-mla" or
+    "llama3"; gpt_with_kv_swa.py's sliding_window_size and
+    sliding_window_stride give layers a window)."""
     if not isinstance(cfg, Mapping):
         raise TypeError(f"config: expected a dict of the book's cfg keys (or a JSON path), "
                         f"got {type(cfg).__name__}")
@@ -136,7 +141,8 @@ def config_struct(cfg):
         raise ValueError(f"config: missing key(s) {', '.join(missing)}; the book's cfg needs "
                          f"{', '.join(_REQUIRED)}")
     llama = any(k in cfg for k in ("hidden_dim", "rope_base"))
-    default = "llama3" if llama else "gpt-gqa" if "n_kv_groups" in cfg else "gpt2"
+    default = ("llama3" if llama else "gpt-mla" if "latent_dim" in cfg
+               else "gpt-gqa" if "n_kv_groups" in cfg else "gpt2")
     arch = as_choice("config['arch']", cfg.get("arch", default), ARCHS)
     dtype = as_choice("config['weights_dtype']", cfg.get("weights_dtype", "f32"),
                       WEIGHTS_DTYPES)
@@ -156,7 +162,31 @@ def config_struct(cfg):
                  tie_embeddings=as_flag("config['tie_embeddings']",
                                       cfg.get("tie_embeddings", False)),
                  norm_eps=number("norm_eps"), rope_base=number("rope_base"),
-                 weights_dtype=WEIGHTS_DTYPES[dtype])
+                 weights_dtype=WEIGHTS_DTYPES[dtype],
+                 latent_dim=0 if cfg.get("latent_dim") is None else size("latent_dim"))
+    if cfg.get("latent_dim") is not None and c.latent_dim == 0:
+        raise ValueError("config['latent_dim']: 0 is a latent of no width; leave it out (or "
+                         "None) for the module's max(16, emb_dim // 8)")
+    window, stride = cfg.get("sliding_window_size"), cfg.get("sliding_window_stride")
+    if window is not None:
+        c.sliding_window_size = size("sliding_window_size")
+        if c.sliding_window_size == 0:
+            raise ValueError("config['sliding_window_size']: 0 holds no position; leave it "
+                             "out (or None) for no window")
+        if stride is None:
+            raise ValueError("config['sliding_window_size'] needs config['sliding_window_stride'] "
+                             "(the book's K: K windowed layers then one without; 0 none; "
+                             "negative every layer)")
+        name = "config['sliding_window_stride']"
+        k = (stride if isinstance(stride, int) and not isinstance(stride, bool)
+             else as_number(name, stride))
+        if k != int(k) or k > SIZE_MAX:
+            raise ValueError(f"{name}: {stride!r} is not an integer of size_t's range")
+        if k == 0:
+            c.sliding_window_size = 0
+        c.sliding_window_stride = int(k) if k > 0 else 0
+    elif stride is not None:
+        raise ValueError("config['sliding_window_stride'] without config['sliding_window_size']")
     # A given 0 is kept: the C config reads +0.0 as "not given" (1e-5) and
     # -0.0 (ATTN_LM_EPS_ZERO) as exactly 0; RoPE's 0^x has no meaning.
     if "norm_eps" in cfg and c.norm_eps == 0.0:
@@ -198,6 +228,11 @@ def config_dict(c):
         d["weights_dtype"] = names.get(c.weights_dtype, str(c.weights_dtype))
     if c.arch == ARCHS["gpt-gqa"]:
         d["n_kv_groups"] = c.n_kv_groups
+    if c.arch == ARCHS["gpt-mla"]:
+        d["latent_dim"] = c.latent_dim
+    if c.sliding_window_size:
+        d["sliding_window_size"] = c.sliding_window_size
+        d["sliding_window_stride"] = c.sliding_window_stride or -1
     if c.arch == ARCHS["llama3"]:
         d.update(hidden_dim=c.hidden_dim, n_kv_groups=c.n_kv_groups, rope_base=c.rope_base)
         if c.rope_factor > 0:

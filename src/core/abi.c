@@ -265,7 +265,8 @@ static const attn_abi_field attn_lm_config_fields[] = {
     F(arch), F(vocab_size), F(context_length), F(emb_dim), F(n_heads), F(n_layers),
     F(n_kv_groups), F(hidden_dim), F(qkv_bias), F(tie_embeddings), F(norm_eps), F(rope_base),
     F(rope_factor), F(rope_low_freq_factor), F(rope_high_freq_factor),
-    F(rope_original_context_length), F(weights_dtype)
+    F(rope_original_context_length), F(weights_dtype), F(sliding_window_size),
+    F(sliding_window_stride), F(latent_dim)
 };
 #undef T
 

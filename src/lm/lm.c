@@ -44,9 +44,11 @@ _Static_assert(sizeof(size_t) <= 2 * sizeof(float), "a size_t fits in two floats
 attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,
                                    attn_lm_config *out) {
     attn_lm_config c = *cfg;
-    if (c.arch != ATTN_LM_GPT2 && c.arch != ATTN_LM_LLAMA3 && c.arch != ATTN_LM_GPT_GQA)
+    if (c.arch != ATTN_LM_GPT2 && c.arch != ATTN_LM_LLAMA3 && c.arch != ATTN_LM_GPT_GQA &&
+        c.arch != ATTN_LM_GPT_MLA)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: arch (%d) is not ATTN_LM_GPT2 (1), "
-                         "ATTN_LM_LLAMA3 (2) or ATTN_LM_GPT_GQA (3)", who, (int)c.arch);
+                         "ATTN_LM_LLAMA3 (2), ATTN_LM_GPT_GQA (3) or ATTN_LM_GPT_MLA (4)", who,
+                         (int)c.arch);
     bool gpt = attn_lm_is_gpt(c.arch);
     if (!c.vocab_size || !c.context_length || !c.emb_dim || !c.n_heads || !c.n_layers)
         return attn_fail(ctx, ATTN_ERR_INVALID,
@@ -56,10 +58,22 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
     if (c.emb_dim % c.n_heads != 0)
         return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: n_heads (%zu) must divide emb_dim (%zu)", who,
                          c.n_heads, c.emb_dim);
-    if (c.arch == ATTN_LM_GPT2 && c.n_kv_groups != 0 && c.n_kv_groups != c.n_heads)
+    if ((c.arch == ATTN_LM_GPT2 || c.arch == ATTN_LM_GPT_MLA) && c.n_kv_groups != 0 &&
+        c.n_kv_groups != c.n_heads)
         return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "%s: gpt2 has one KV head per head: n_kv_groups (%zu) must be 0 or "
-                         "n_heads (%zu)", who, c.n_kv_groups, c.n_heads);
+                         "%s: %s has one KV head per head: n_kv_groups (%zu) must be 0 or "
+                         "n_heads (%zu)", who, attn_lm_arch_name(c.arch), c.n_kv_groups,
+                         c.n_heads);
+    if (c.arch == ATTN_LM_GPT_MLA && c.latent_dim == 0)
+        c.latent_dim = c.emb_dim / 8 > 16 ? c.emb_dim / 8 : 16; /* the module's default */
+    if (c.arch != ATTN_LM_GPT_MLA && c.latent_dim != 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: latent_dim (%zu) is gpt-mla's; %s has none (0)", who, c.latent_dim,
+                         attn_lm_arch_name(c.arch));
+    if (c.sliding_window_size == 0 && c.sliding_window_stride != 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: sliding_window_stride (%zu) without a sliding_window_size (0)", who,
+                         c.sliding_window_stride);
     if (c.n_kv_groups == 0) c.n_kv_groups = c.n_heads;
     if (c.n_heads % c.n_kv_groups != 0)
         return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: n_kv_groups (%zu) must divide n_heads (%zu)",
@@ -113,15 +127,17 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
                          "%s: norm_eps (%g) must be positive, or -0.0 for an epsilon of 0", who,
                          c.norm_eps);
     /* every tensor's size, and positions, fit in size_t and int32 rows */
-    size_t vc, hc, pc;
+    size_t vc, hc, pc, lc;
     if (!attn_mul_size(c.vocab_size, c.emb_dim, &vc) || !attn_mul_size(c.hidden_dim, c.emb_dim, &hc) ||
-        !attn_mul_size(c.context_length, c.emb_dim, &pc) || !attn_floats_fit(vc) ||
-        !attn_floats_fit(hc) || !attn_floats_fit(pc) || c.context_length > INT32_MAX ||
-        c.vocab_size > INT32_MAX)
+        !attn_mul_size(c.context_length, c.emb_dim, &pc) ||
+        !attn_mul_size(c.latent_dim, c.emb_dim, &lc) || !attn_floats_fit(vc) ||
+        !attn_floats_fit(hc) || !attn_floats_fit(pc) || !attn_floats_fit(lc) ||
+        c.context_length > INT32_MAX || c.vocab_size > INT32_MAX)
         return attn_fail(ctx, ATTN_ERR_OVERFLOW,
                          "%s: vocab_size (%zu), context_length (%zu), emb_dim (%zu), hidden_dim "
-                         "(%zu) make tensors too large",
-                         who, c.vocab_size, c.context_length, c.emb_dim, c.hidden_dim);
+                         "(%zu), latent_dim (%zu) make tensors too large",
+                         who, c.vocab_size, c.context_length, c.emb_dim, c.hidden_dim,
+                         c.latent_dim);
     *out = c;
     return ATTN_OK;
 }
@@ -205,14 +221,30 @@ static void list_params(param_builder *b) {
     attn_lm *m = b->m;
     const attn_lm_config *c = &m->cfg;
     size_t C = c->emb_dim, V = c->vocab_size, H = m->hidden, kvw = m->kv_heads * m->head_dim;
+    size_t L = m->latent;
     bool gpt = attn_lm_is_gpt(c->arch), gqa = c->arch == ATTN_LM_GPT_GQA;
+    bool mla = c->arch == ATTN_LM_GPT_MLA;
     add_weight(b, &m->tok_emb, false, V, C, "tok_emb.weight");
     if (gpt) add_param(b, &m->pos_emb, c->context_length, C, "pos_emb.weight");
     for (size_t i = 0; i < c->n_layers && !b->stop; i++) {
         attn_lm_block *k = b->place ? &m->blocks[i] : &(attn_lm_block){0};
+        if (mla) {
+            /* MultiHeadLatentAttention: queries, the latent's down
+             * projection, its two up projections */
+            const struct { void **w; float **b; size_t out, in; const char *name; } lin[] = {
+                {&k->wq, &k->bq, C, C, "W_query"},      {&k->wdkv, &k->bdkv, L, C, "W_DKV"},
+                {&k->wuk, &k->buk, C, L, "W_UK"},       {&k->wuv, &k->buv, C, L, "W_UV"}};
+            for (size_t j = 0; j < 4; j++) {
+                add_weight(b, lin[j].w, false, lin[j].out, lin[j].in,
+                           "trf_blocks.%zu.att.%s.weight", i, lin[j].name);
+                if (c->qkv_bias)
+                    add_param(b, lin[j].b, lin[j].out, 0, "trf_blocks.%zu.att.%s.bias", i,
+                              lin[j].name);
+            }
+        }
         if (gpt) {
             /* GroupedQueryAttention registers W_key and W_value first */
-            for (int part = gqa ? 1 : 0; part < (gqa ? 4 : 3); part++) {
+            for (int part = gqa ? 1 : 0; part < (mla ? 0 : gqa ? 4 : 3); part++) {
                 static const char *const names[] = {"W_query", "W_key", "W_value"};
                 void **w = part % 3 == 0 ? &k->wq : part == 1 ? &k->wk : &k->wv;
                 float **bias = part % 3 == 0 ? &k->bq : part == 1 ? &k->bk : &k->bv;
@@ -263,7 +295,8 @@ static void rope_frequencies(const attn_lm_config *c, size_t head_dim, float *in
 void attn_lm_list_names(const attn_lm_config *cfg, attn_lm_name_fn visit, void *user) {
     /* a model that is only its config: enough for list_params to name */
     attn_lm m = {.cfg = *cfg, .head_dim = cfg->emb_dim / cfg->n_heads,
-                 .kv_heads = cfg->n_kv_groups, .hidden = cfg->hidden_dim};
+                 .kv_heads = cfg->n_kv_groups, .hidden = cfg->hidden_dim,
+                 .latent = cfg->latent_dim};
     param_builder b = {.m = &m, .visit = visit, .user = user};
     list_params(&b);
 }
@@ -285,17 +318,20 @@ static bool add_product(size_t *total, size_t a, size_t b) {
 static attn_status check_budget(attn_ctx *ctx, const char *who, const attn_lm_config *c) {
     size_t C = c->emb_dim, V = c->vocab_size, H = c->hidden_dim, T = c->context_length;
     size_t kvw = c->n_kv_groups * (C / c->n_heads); /* <= C */
-    bool gpt = attn_lm_is_gpt(c->arch); /* gpt-gqa's narrower W_key, W_value: within it */
+    bool gpt = attn_lm_is_gpt(c->arch); /* gpt-gqa's narrower W_key, W_value: within it;
+                                         * gpt-mla's W_query and out_proj, besides its three */
     size_t w = c->weights_dtype == ATTN_DTYPE_F32 ? sizeof(float) : sizeof(uint16_t);
     size_t f = sizeof(float);
     /* one block: its linear weights (weights dtype), norms and biases
      * (float), its tensors' records */
     size_t block = sizeof(attn_lm_block);
     /* every factor below fits: resolve bounds V C, H C and T C by size_t / 4 */
+    size_t L = c->latent_dim; /* 0 but for gpt-mla */
     bool ok = gpt ? add_product(&block, C * w, 4 * C) &&    /* W_query .. out_proj */
+                        add_product(&block, L * w, 3 * C) &&    /* W_DKV, W_UK, W_UV */
                         add_product(&block, H * w, 2 * C) &&    /* the FeedForward */
                         add_product(&block, f * C, c->qkv_bias ? 9 : 6) &&
-                        add_product(&block, f, H) &&
+                        add_product(&block, f, H + L) &&
                         add_product(&block, c->qkv_bias ? 15 : 12, RECORD_BYTES)
                   : add_product(&block, kvw * w, 2 * C) &&  /* W_key, W_value */
                         add_product(&block, C * w, 2 * C) &&    /* W_query, out_proj */
@@ -323,6 +359,13 @@ static attn_status check_budget(attn_ctx *ctx, const char *who, const attn_lm_co
     return ATTN_OK;
 }
 
+/* The widest input of m's linear layers: emb_dim, the FeedForward's, or
+ * the latent's. */
+static size_t widest_in(const attn_lm *m) {
+    size_t in = m->hidden > m->cfg.emb_dim ? m->hidden : m->cfg.emb_dim;
+    return m->latent > in ? m->latent : in;
+}
+
 attn_status attn_lm_create(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,
                            attn_lm **out) {
     attn_lm_config c;
@@ -337,6 +380,7 @@ attn_status attn_lm_create(attn_ctx *ctx, const char *who, const attn_lm_config 
     m->head_dim = c.emb_dim / c.n_heads;
     m->kv_heads = c.n_kv_groups;
     m->hidden = c.hidden_dim;
+    m->latent = c.latent_dim;
     param_builder count = {.m = m};
     list_params(&count);
     if (count.overflow || !attn_floats_fit(count.floats) || !attn_floats_fit(count.halves)) {
@@ -353,21 +397,22 @@ attn_status attn_lm_create(attn_ctx *ctx, const char *who, const attn_lm_config 
     m->weights = attn_floats_fit(count.floats) ? attn_calloc_large(count.floats, sizeof(float))
                                                : NULL;
     m->inv_freq = attn_alloc_floats(m->head_dim / 2 + 1);
+    m->windows = attn_calloc(c.n_layers, sizeof *m->windows);
     bool half = c.weights_dtype != ATTN_DTYPE_F32;
     if (half) {
-        /* the widest in of a linear layer: emb_dim, or the FeedForward's */
-        size_t in = m->hidden > c.emb_dim ? m->hidden : c.emb_dim;
+        size_t in = widest_in(m);
         m->weights16 = attn_calloc_large(count.halves, sizeof *m->weights16);
         m->buf.panel = attn_alloc_floats(attn_k_linear16_panel_floats(in));
     }
     if (!m->params || !m->stored || !m->names || !m->blocks || !m->weights || !m->inv_freq ||
-        (half && (!m->weights16 || !m->buf.panel))) {
+        !m->windows || (half && (!m->weights16 || !m->buf.panel))) {
         attn_lm_free(m);
         return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu weights", who,
                          count.floats + count.halves);
     }
     param_builder place = {.m = m, .place = true};
     list_params(&place);
+    for (size_t i = 0; i < c.n_layers; i++) m->windows[i] = attn_lm_layer_window(&c, i);
     if (c.arch == ATTN_LM_LLAMA3) rope_frequencies(&m->cfg, m->head_dim, m->inv_freq);
     *out = m;
     return ATTN_OK;
@@ -419,15 +464,23 @@ static attn_status init_weights(init_state *s) {
         if (attn_lm_is_gpt(c->arch)) {
             /* construction order: GroupedQueryAttention makes W_key and
              * W_value before W_query (and its out_proj has no bias) */
-            bool gqa = c->arch == ATTN_LM_GPT_GQA;
+            bool gqa = c->arch == ATTN_LM_GPT_GQA, mla = c->arch == ATTN_LM_GPT_MLA;
+            size_t L = m->latent;
             const struct { void *w; float *b; size_t out, in; } lin[] = {
-                {k->wq, k->bq, C, C}, {k->wk, k->bk, kvw, C}, {k->wv, k->bv, kvw, C},
-                {k->wo, k->bo, C, C}, {k->fc1_w, k->fc1_b, H, C}, {k->fc2_w, k->fc2_b, C, H}};
-            static const size_t mha_order[] = {0, 1, 2, 3, 4, 5}, gqa_order[] = {1, 2, 0, 3, 4, 5};
-            for (size_t j = 0; j < 6 && st == ATTN_OK; j++) {
-                size_t at = gqa ? gqa_order[j] : mha_order[j];
-                st = init_linear(s, lin[at].w, lin[at].b, lin[at].out, lin[at].in);
-            }
+                {k->wq, k->bq, C, C},          {k->wk, k->bk, kvw, C},
+                {k->wv, k->bv, kvw, C},        {k->wo, k->bo, C, C},
+                {k->fc1_w, k->fc1_b, H, C},    {k->fc2_w, k->fc2_b, C, H},
+                {k->wdkv, k->bdkv, L, C},      {k->wuk, k->buk, C, L},
+                {k->wuv, k->buv, C, L}};
+            /* MultiHeadLatentAttention makes W_query, W_DKV, W_UK, W_UV,
+             * out_proj; MultiHeadAttention W_query, W_key, W_value */
+            static const size_t mha[] = {0, 1, 2, 3, 4, 5}, gqa_order[] = {1, 2, 0, 3, 4, 5},
+                                mla_order[] = {0, 6, 7, 8, 3, 4, 5};
+            const size_t *order = mla ? mla_order : gqa ? gqa_order : mha;
+            size_t n = mla ? 7 : 6;
+            for (size_t j = 0; j < n && st == ATTN_OK; j++)
+                st = init_linear(s, lin[order[j]].w, lin[order[j]].b, lin[order[j]].out,
+                                 lin[order[j]].in);
             fill(k->norm1_b, C, 0.0f);
             fill(k->norm2_b, C, 0.0f);
         } else {
@@ -493,6 +546,7 @@ void attn_lm_free(attn_lm *m) {
     attn_free(m->names);
     attn_free(m->blocks);
     attn_free(m->inv_freq);
+    attn_free(m->windows);
     attn_free(m->buf.rounded);
     attn_free(m->buf.floats);
     attn_free(m->buf.attention);
@@ -584,9 +638,10 @@ attn_status attn_lm_cache_config(const attn_lm *m, size_t batch, size_t max_len,
         return attn_fail(m->ctx, ATTN_ERR_INVALID,
                          "attn_lm_cache_config: max_len (%zu) is past the model's "
                          "context_length (%zu)", max_len, m->cfg.context_length);
+    bool windowed = m->cfg.sliding_window_size != 0;
     *out = (attn_kv_cache_config){.num_layers = m->cfg.n_layers, .batch = batch,
                                   .kv_heads = m->kv_heads, .head_dim = m->head_dim,
-                                  .max_len = max_len};
+                                  .max_len = max_len, .windows = windowed ? m->windows : NULL};
     return ATTN_OK;
 }
 
@@ -601,6 +656,18 @@ attn_status attn_lm_check_cache(attn_lm *m, const char *who, const attn_kv_cache
                          "%zu, head_dim %zu)",
                          who, c.num_layers, c.batch, c.kv_heads, c.head_dim, m->cfg.n_layers,
                          batch, m->kv_heads, m->head_dim);
+    /* the cache's windows decide what a layer attends to: a windowed
+     * model's must be its own (a window at or past max_len sees everything,
+     * as none does); a model without windows takes the caller's */
+    for (size_t i = 0; m->cfg.sliding_window_size && i < c.num_layers; i++) {
+        size_t have = c.windows && c.windows[i] < c.max_len ? c.windows[i] : 0;
+        size_t want = m->windows[i] < c.max_len ? m->windows[i] : 0;
+        if (have != want)
+            return attn_fail(m->ctx, ATTN_ERR_SHAPE,
+                             "%s: layer %zu of the cache has window %zu, the model's has %zu "
+                             "(attn_lm_cache_config gives the model's windows)",
+                             who, i, have, want);
+    }
     return ATTN_OK;
 }
 
@@ -800,14 +867,15 @@ static void run_rows(const attn_lm *m, row_step s, size_t rows) {
 
 /* The activations of one forward, carved from the model's buffer. */
 typedef struct lm_acts {
-    float *x, *h, *q, *k, *v, *att, *f1, *f2, *cosines, *sines, *last;
+    float *x, *h, *q, *k, *v, *att, *f1, *f2, *lat, *cosines, *sines, *last;
     size_t *positions;
 } lm_acts;
 
 static size_t acts_floats(const attn_lm *m, size_t rows, size_t batch, bool *overflow) {
     size_t C = m->cfg.emb_dim, kvw = m->kv_heads * m->head_dim;
-    /* per row: x, h, q, att (C each), k, v, f1, f2, cos, sin, a position */
-    size_t per_row = 4 * C + 2 * kvw + 2 * m->hidden + m->head_dim + 2;
+    /* per row: x, h, q, att (C each), k, v, f1, f2, the latent, cos, sin, a
+     * position */
+    size_t per_row = 4 * C + 2 * kvw + 2 * m->hidden + m->latent + m->head_dim + 2;
     size_t a = 0, b = 0, total = 0;
     *overflow = !attn_mul_size(rows, per_row, &a) || !attn_mul_size(batch, C, &b) ||
                 !attn_add_size(a, b, &total) || !attn_floats_fit(total);
@@ -826,7 +894,8 @@ static lm_acts acts_at(const attn_lm *m, float *f, size_t rows) {
     a.v = a.k + rows * kvw;
     a.f1 = a.v + rows * kvw;
     a.f2 = a.f1 + rows * m->hidden;
-    a.cosines = a.f2 + rows * m->hidden;
+    a.lat = a.f2 + rows * m->hidden;
+    a.cosines = a.lat + rows * m->latent;
     a.sines = a.cosines + rows * half;
     a.last = a.sines + rows * half;
     return a;
@@ -855,7 +924,7 @@ static attn_status grow_floats(attn_lm *m, size_t rows, size_t batch) {
 /* With bf16 products, room for rows rows of the widest input rounded. */
 static attn_status grow_rounded(attn_lm *m, size_t rows) {
     attn_lm_buffers *b = &m->buf;
-    size_t in = m->hidden > m->cfg.emb_dim ? m->hidden : m->cfg.emb_dim, elements = 0;
+    size_t in = widest_in(m), elements = 0;
     if (m->matmul_dtype != ATTN_DTYPE_BF16) return ATTN_OK;
     if (!attn_mul_size(rows, in, &elements) || !attn_floats_fit(elements))
         return attn_fail(m->ctx, ATTN_ERR_OVERFLOW,
@@ -900,9 +969,9 @@ static size_t seq_len(const attn_lm_forward_args *a, size_t s) {
 
 /* Without a cache: each sequence attends causally within its own rows
  * (packed, cu_seqlens), through the attention runner. */
-static attn_attention_problem within_problem(const attn_lm *m, const lm_acts *a, size_t batch,
-                                             size_t rows, size_t longest) {
-    size_t C = m->cfg.emb_dim, hd = m->head_dim, kvw = m->kv_heads * hd;
+static attn_attention_problem within_problem(const attn_lm *m, const lm_acts *a, size_t layer,
+                                             size_t batch, size_t rows, size_t longest) {
+    size_t C = m->cfg.emb_dim, hd = m->head_dim, kvw = m->kv_heads * hd, W = m->windows[layer];
     return (attn_attention_problem){
         .batch = batch, .q_heads = m->cfg.n_heads, .kv_heads = m->kv_heads, .q_len = longest,
         .kv_len = longest, .head_dim = hd, .v_head_dim = hd,
@@ -912,7 +981,9 @@ static attn_attention_problem within_problem(const attn_lm *m, const lm_acts *a,
         .out = attn_view_f32(a->att, (attn_view_strides){0, C, hd}),
         .scale = (float)(1.0 / sqrt((double)hd)), .causal = true,
         .diagonal = ATTN_DIAGONAL_TOP_LEFT, .cu_seqlens_q = m->buf.cu_seqlens,
-        .cu_seqlens_kv = m->buf.cu_seqlens, .total_q = rows};
+        .cu_seqlens_kv = m->buf.cu_seqlens, .total_q = rows,
+        /* a windowed layer: positions p - W + 1 .. p */
+        .window = W != 0, .window_left = W ? (int64_t)(W - 1) : -1, .window_right = -1};
 }
 
 /* The attention's workspace, in hand before anything is computed (so that
@@ -942,9 +1013,17 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
     run_rows(m, (row_step){.kind = STEP_NORM, .m = m, .x = a->h, .a = a->x, .w = k->norm1_w,
                            .b = k->norm1_b, .width = C},
              rows);
-    const lm_part qkv[3] = {
-        {k->wq, k->bq, a->q, C}, {k->wk, k->bk, a->k, kvw}, {k->wv, k->bv, a->v, kvw}};
-    linear_n(m, a->h, rows, C, qkv, 3);
+    if (m->latent) {
+        /* latent attention: q and the latent from h, k and v from the latent */
+        const lm_part down[2] = {{k->wq, k->bq, a->q, C}, {k->wdkv, k->bdkv, a->lat, m->latent}};
+        linear_n(m, a->h, rows, C, down, 2);
+        const lm_part up[2] = {{k->wuk, k->buk, a->k, kvw}, {k->wuv, k->buv, a->v, kvw}};
+        linear_n(m, a->lat, rows, m->latent, up, 2);
+    } else {
+        const lm_part qkv[3] = {
+            {k->wq, k->bq, a->q, C}, {k->wk, k->bk, a->k, kvw}, {k->wv, k->bv, a->v, kvw}};
+        linear_n(m, a->h, rows, C, qkv, 3);
+    }
     if (!gpt) {
         size_t nh = m->cfg.n_heads;
         run_rows(m, (row_step){.kind = STEP_ROPE, .m = m, .x = a->q, .width = nh * m->head_dim,
@@ -962,7 +1041,7 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
                                   .k_new = a->k, .v_new = a->v, .out = a->att};
         st = attn_lm_cache_status(m->ctx, args->cache, attn_kv_cache_attend(args->cache, &at));
     } else {
-        attn_attention_problem p = within_problem(m, a, args->batch, rows, longest);
+        attn_attention_problem p = within_problem(m, a, layer, args->batch, rows, longest);
         st = attn_attention_forward(m->ctx, "attn_lm_forward", &p, NULL, NULL, NULL, NULL,
                                     m->buf.attention);
     }
@@ -1128,8 +1207,10 @@ attn_status attn_lm_forward(attn_lm *m, const attn_lm_forward_args *args) {
         return ATTN_OK;
     }
     lm_acts a = acts_at(m, m->buf.floats, rows);
-    if (!args->cache) {
-        attn_attention_problem p = within_problem(m, &a, args->batch, rows, longest);
+    /* each distinct window's problem checked, its workspace in hand */
+    for (size_t layer = 0; !args->cache && layer < m->cfg.n_layers; layer++) {
+        if (layer && m->windows[layer] == m->windows[layer - 1]) continue;
+        attn_attention_problem p = within_problem(m, &a, layer, args->batch, rows, longest);
         if ((st = attn_attention_check(m->ctx, "attn_lm_forward", &p)) != ATTN_OK ||
             (st = reserve_attention(m, &p)) != ATTN_OK)
             return st;

@@ -12,6 +12,8 @@
  *           out_head
  *   gpt-gqa: as gpt2, but per block att.W_key (+bias), W_value (+bias),
  *           W_query (+bias), out_proj (no bias), then as gpt2
+ *   gpt-mla: as gpt2, but per block att.W_query (+bias), W_DKV (+bias),
+ *           W_UK (+bias), W_UV (+bias), out_proj (+bias), then as gpt2
  *   llama3: tok_emb, per block att.W_key, W_value, W_query, out_proj, ff.fc1,
  *           fc2, fc3, norm1.weight, norm2.weight; final_norm.weight, out_head
  * (GroupedQueryAttention registers W_key and W_value before W_query.) With
@@ -33,8 +35,10 @@
 typedef struct attn_lm_block {
     void *wq, *wk, *wv;                 /* (C, C) / (kv_width, C)                */
     float *bq, *bk, *bv;                /* gpt2 with qkv_bias: (out)             */
+    void *wdkv, *wuk, *wuv;             /* gpt-mla: (L, C), (C, L), (C, L)       */
+    float *bdkv, *buk, *buv;            /* gpt-mla with qkv_bias: (out)          */
     void *wo;                           /* out_proj (C, C)                       */
-    float *bo;                          /* gpt2: (C)                             */
+    float *bo;                          /* gpt2, gpt-mla: (C)                    */
     float *norm1_w, *norm1_b;           /* (C): LayerNorm scale/shift, RMSNorm weight */
     float *norm2_w, *norm2_b;
     void *fc1_w;                        /* gpt2 layers.0 (4C, C); llama fc1 (H, C) */
@@ -69,6 +73,8 @@ struct attn_lm {
     attn_ctx *ctx;
     attn_lm_config cfg;                 /* defaults filled in (attn_lm_config_resolve) */
     size_t head_dim, kv_heads, hidden;  /* hidden: the FeedForward width        */
+    size_t latent;                      /* gpt-mla: latent_dim; else 0           */
+    size_t *windows;                    /* per layer: its window W, or 0         */
     float *weights;                     /* the float tensors but a tied out_head */
     size_t num_weights;                 /* floats */
     uint16_t *weights16;                /* the 16-bit ones (cfg.weights_dtype)   */
@@ -88,15 +94,24 @@ struct attn_lm {
 };
 
 /* Whether arch is one of the book's GPT models (pos_emb, LayerNorm, GELU):
- * GPT-2's, or the one with GroupedQueryAttention. */
+ * GPT-2's, or the one with GroupedQueryAttention or latent attention. */
 static inline bool attn_lm_is_gpt(attn_lm_arch arch) {
-    return arch == ATTN_LM_GPT2 || arch == ATTN_LM_GPT_GQA;
+    return arch == ATTN_LM_GPT2 || arch == ATTN_LM_GPT_GQA || arch == ATTN_LM_GPT_MLA;
+}
+
+/* The window of layer i of c (resolved): sliding_window_size where the
+ * stride gives layer i one, else 0. */
+static inline size_t attn_lm_layer_window(const attn_lm_config *c, size_t i) {
+    size_t K = c->sliding_window_stride, W = c->sliding_window_size;
+    if (K == 0 || K == SIZE_MAX) return W; /* SIZE_MAX: K + 1 wraps, and i < K anyway */
+    return i % (K + 1) < K ? W : 0;
 }
 
 /* arch as the CLI and messages name it. */
 static inline const char *attn_lm_arch_name(attn_lm_arch arch) {
     return arch == ATTN_LM_GPT2      ? "gpt2"
            : arch == ATTN_LM_GPT_GQA ? "gpt-gqa"
+           : arch == ATTN_LM_GPT_MLA ? "gpt-mla"
            : arch == ATTN_LM_LLAMA3  ? "llama3"
                                      : "unknown";
 }

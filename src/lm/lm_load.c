@@ -116,6 +116,7 @@ static bool is_half(attn_dtype d) { return d == ATTN_DTYPE_BF16 || d == ATTN_DTY
 static const char *model_label(attn_lm_arch arch) {
     return arch == ATTN_LM_GPT2      ? "GPT-2"
            : arch == ATTN_LM_GPT_GQA ? "GPT (GroupedQueryAttention)"
+           : arch == ATTN_LM_GPT_MLA ? "GPT (MultiHeadLatentAttention)"
                                      : "Llama 3";
 }
 
@@ -709,16 +710,52 @@ static attn_status read_hf_llama(attn_ctx *ctx, const char *path, const attn_jso
     return st;
 }
 
+/* The book's sliding-window keys (gpt_with_kv_swa.py's cfg): the window
+ * size, and the stride K whose 0 means no window (the C config's 0 size)
+ * and whose negative values mean every layer (the C config's 0 stride). */
+static attn_status read_book_window(attn_ctx *ctx, const char *path, const attn_json *j,
+                                    attn_lm_config *c) {
+    const attn_json *size = attn_json_get(j, "sliding_window_size");
+    const attn_json *stride = attn_json_get(j, "sliding_window_stride");
+    if (!size || size->type == ATTN_JSON_NULL) {
+        if (stride && stride->type != ATTN_JSON_NULL)
+            return attn_fail(ctx, ATTN_ERR_INVALID,
+                             "attn_lm_load: %s: \"sliding_window_stride\" without a "
+                             "\"sliding_window_size\"", path);
+        return ATTN_OK;
+    }
+    attn_status st = opt_count(ctx, path, j, "sliding_window_size", &c->sliding_window_size,
+                               "a window that holds no position", "no window");
+    if (st != ATTN_OK) return st;
+    double K = 0.0;
+    if (!stride || stride->type == ATTN_JSON_NULL || !attn_json_as_double(stride, &K) ||
+        K != floor(K) || !(fabs(K) <= 9007199254740992.0))
+        return attn_fail(ctx, ATTN_ERR_FORMAT,
+                         "attn_lm_load: %s: \"sliding_window_size\" needs an integer "
+                         "\"sliding_window_stride\" (the book's GPTModel reads it: K > 0, K "
+                         "windowed layers then one without; 0 none; negative every layer)",
+                         path);
+    if (K == 0.0) c->sliding_window_size = 0;
+    c->sliding_window_stride = K > 0.0 ? (size_t)K : 0;
+    return ATTN_OK;
+}
+
 /* The book's cfg dict (GPT_CONFIG_124M, LLAMA32_CONFIG_1B, ...): Llama 3
  * when it has hidden_dim or rope_base, else the GPT with
- * GroupedQueryAttention (gpt_with_kv_gqa.py's) when it has n_kv_groups,
- * else GPT-2. */
+ * MultiHeadLatentAttention (gpt_with_kv_mla.py's) when it has latent_dim
+ * (null for the module's default), or with GroupedQueryAttention
+ * (gpt_with_kv_gqa.py's) when it has n_kv_groups, else GPT-2; any of them
+ * with gpt_with_kv_swa.py's sliding window keys. */
 static attn_status read_book(attn_ctx *ctx, const char *path, const attn_json *j,
                              lm_config_read *r) {
     attn_lm_config *c = &r->cfg;
     bool llama = attn_json_get(j, "hidden_dim") || attn_json_get(j, "rope_base");
-    bool gqa = !llama && attn_json_get(j, "n_kv_groups");
-    c->arch = llama ? ATTN_LM_LLAMA3 : gqa ? ATTN_LM_GPT_GQA : ATTN_LM_GPT2;
+    bool mla = !llama && attn_json_get(j, "latent_dim");
+    bool gqa = !llama && !mla && attn_json_get(j, "n_kv_groups");
+    c->arch = llama ? ATTN_LM_LLAMA3
+              : mla ? ATTN_LM_GPT_MLA
+              : gqa ? ATTN_LM_GPT_GQA
+                    : ATTN_LM_GPT2;
     attn_status st = need_size(ctx, path, j, "vocab_size", &c->vocab_size);
     if (st == ATTN_OK) st = need_size(ctx, path, j, "context_length", &c->context_length);
     if (st == ATTN_OK) st = need_size(ctx, path, j, "emb_dim", &c->emb_dim);
@@ -730,6 +767,10 @@ static attn_status read_book(attn_ctx *ctx, const char *path, const attn_json *j
     if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_embeddings", &r->tie);
     if (st == ATTN_OK) st = opt_eps(ctx, path, j, "norm_eps", &c->norm_eps);
     if (st == ATTN_OK && gqa) st = opt_groups(ctx, path, j, "n_kv_groups", &c->n_kv_groups);
+    if (st == ATTN_OK && mla)
+        st = opt_count(ctx, path, j, "latent_dim", &c->latent_dim, "a latent of no width",
+                       "the module's max(16, emb_dim / 8)");
+    if (st == ATTN_OK) st = read_book_window(ctx, path, j, c);
     if (llama) {
         if (st == ATTN_OK) st = need_size(ctx, path, j, "hidden_dim", &c->hidden_dim);
         if (st == ATTN_OK) st = opt_groups(ctx, path, j, "n_kv_groups", &c->n_kv_groups);
@@ -915,6 +956,10 @@ static attn_status infer_config(lm_source *s, lm_config_read *r) {
                              "its shapes; pass a config", s->path, ki.shape[0], c->emb_dim);
         c->n_layers = count_layers(s, "trf_blocks.", ".att.W_query.weight");
         c->qkv_bias = has(s, "trf_blocks.0.att.W_query.bias");
+        if (has(s, "trf_blocks.0.att.W_DKV.weight"))
+            return attn_fail(s->ctx, ATTN_ERR_INVALID,
+                             "attn_lm_load: %s holds a GPT with MultiHeadLatentAttention (W_DKV), "
+                             "whose n_heads is not in its shapes; pass a config", s->path);
     } else {
         char before[32];
         c->n_layers = count_layers(s, name_of(before, sizeof before, "%sh.", x), ".attn.c_attn.weight");
@@ -951,11 +996,11 @@ static attn_status check_names(lm_source *s, const attn_lm_config *c) {
         return attn_fail(s->ctx, ATTN_ERR_FORMAT,
                          "attn_lm_load: the config is %s's but %s holds a %s model",
                          model_label(c->arch), s->path, gpt2_names ? "GPT-2" : "Llama");
-    if (c->arch == ATTN_LM_GPT_GQA && s->names != NAMES_BOOK)
+    if ((c->arch == ATTN_LM_GPT_GQA || c->arch == ATTN_LM_GPT_MLA) && s->names != NAMES_BOOK)
         return attn_fail(s->ctx, ATTN_ERR_FORMAT,
-                         "attn_lm_load: the config is the GPT with GroupedQueryAttention's, "
-                         "which has the book's names only, but %s holds Hugging Face's GPT-2",
-                         s->path);
+                         "attn_lm_load: the config is the %s's, which has the book's names "
+                         "only, but %s holds Hugging Face's GPT-2",
+                         model_label(c->arch), s->path);
     return ATTN_OK;
 }
 

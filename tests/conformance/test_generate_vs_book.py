@@ -8,10 +8,13 @@ models made fresh each run (the seed is printed):
      model's cached decoding fails in PyTorch, see gpt2_book_generate) and,
      on the same weights, ../shared/reference/llms-from-scratch/
      gpt_with_kv_cache.py's GPTModel with its generate_text_simple_cached;
-  2. the chapter-4 bonus GPTModel with GroupedQueryAttention
-     (gpt_with_kv_gqa.py, its generate_text_simple_cached), from its saved
-     weights and from the seed alone (--random-init: attn draws the weights
-     in the module's construction order);
+  2. the chapter-4 bonus GPTModels with GroupedQueryAttention
+     (gpt_with_kv_gqa.py), MultiHeadLatentAttention (gpt_with_kv_mla.py) and
+     sliding windows (gpt_with_kv_swa.py: windows shorter than the run, the
+     stride drawn from none, every layer and K:1 schedules), each with its
+     generate_text_simple_cached, from the saved weights and from the seed
+     alone (--random-init: attn draws the weights in the modules'
+     construction order);
   3. the book's Llama 3 (kv_cache.llama3.Llama3Model with kv_cache.generate.
      generate_text_simple), with and without Llama 3's RoPE frequency scaling;
   4. transformers' GPT2LMHeadModel and LlamaForCausalLM (save_pretrained,
@@ -43,6 +46,8 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 BOOK_CH04 = os.path.join(os.path.dirname(ROOT), "shared", "reference", "llms-from-scratch")
 REFERENCE = os.path.join(BOOK_CH04, "gpt_with_kv_cache.py")
 REFERENCE_GQA = os.path.join(BOOK_CH04, "gpt_with_kv_gqa.py")
+REFERENCE_MLA = os.path.join(BOOK_CH04, "gpt_with_kv_mla.py")
+REFERENCE_SWA = os.path.join(BOOK_CH04, "gpt_with_kv_swa.py")
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "python"))
 
@@ -260,22 +265,36 @@ def book_gpt2_case(cli, r, tmp, i):
     return weights, config, cfg, prompt, want, logits64
 
 
-def book_gqa_case(cli, r, tmp):
-    """gpt_with_kv_gqa.py's GPTModel: KV heads shared by groups of query heads,
-    W_key and W_value made before W_query, an out_proj without bias."""
-    if not os.path.exists(REFERENCE_GQA):
-        R.notes.append("%s not there: the GQA GPT unchecked" % REFERENCE_GQA)
+def book_variant_case(cli, r, tmp, variant):
+    """A chapter-4 bonus GPTModel: gqa (KV heads shared by groups of query
+    heads, W_key and W_value made before W_query, an out_proj without bias),
+    mla (a latent_dim-wide down projection, keys and values up-projected from
+    it) or swa (windows of a few positions on the layers the stride picks)."""
+    path = {"gqa": REFERENCE_GQA, "mla": REFERENCE_MLA, "swa": REFERENCE_SWA}[variant]
+    if not os.path.exists(path):
+        R.notes.append("%s not there: the %s GPT unchecked" % (path, variant))
         return
-    ref = reference_module(REFERENCE_GQA)
+    ref = reference_module(path)
     cfg = book_gpt2_cfg(r)
     cfg["n_heads"] = r.choice([2, 4, 8])
     cfg["emb_dim"] = cfg["n_heads"] * r.choice([8, 16])
-    cfg["n_kv_groups"] = r.choice([g for g in (1, 2, 4) if cfg["n_heads"] % g == 0])
+    arch = "gpt2"
+    if variant == "gqa":
+        cfg["n_kv_groups"] = r.choice([g for g in (1, 2, 4) if cfg["n_heads"] % g == 0])
+        arch = "gpt-gqa"
+    elif variant == "mla":
+        cfg["latent_dim"] = r.choice([None, 4, 8, 24])
+        arch = "gpt-mla"
+    else:
+        cfg["n_layers"] = r.choice([2, 3, 4])
+        cfg["sliding_window_size"] = r.choice([1, 3, 5, 12])
+        cfg["sliding_window_stride"] = r.choice([-1, 0, 1, 2, 3])
     seed = r.randrange(1 << 30)
-    label = "book GPT with GQA %s seed %d" % ({k: cfg[k] for k in cfg if k != "drop_rate"}, seed)
+    label = "book GPT (%s) %s seed %d" % (variant, {k: cfg[k] for k in cfg if k != "drop_rate"},
+                                          seed)
     torch.manual_seed(seed)
     model = ref.GPTModel(cfg).eval()
-    d = os.path.join(tmp, "gqa")
+    d = os.path.join(tmp, variant)
     os.makedirs(d)
     weights, config = save_book(model, cfg, d)
     prompt = [r.randrange(cfg["vocab_size"]) for _ in range(r.randrange(1, 24))]
@@ -289,8 +308,8 @@ def book_gqa_case(cli, r, tmp):
             uncached[0, len(prompt):].tolist(), want, prompt, logits64)
     print("%s: prompt %d tokens; the book in float32 agrees with float64 on %d of %d tokens"
           % (label, len(prompt), prefix_agreement(want32, want), NEW_TOKENS), flush=True)
-    attn_runs(cli, label, weights, config, "gpt-gqa", prompt, r, want, logits64)
-    args = ["--random-init", str(seed), "--config", config, "--model", "gpt-gqa",
+    attn_runs(cli, label, weights, config, arch, prompt, r, want, logits64)
+    args = ["--random-init", str(seed), "--config", config, "--model", arch,
             "--max-new-tokens", str(NEW_TOKENS), "--prompt-ids", ",".join(map(str, prompt))]
     compare(label + " attn generate --random-init (the seed alone)",
             cli_tokens(cli, label, args), want, prompt, logits64)
@@ -630,7 +649,8 @@ def main():
         for i in range(2):
             case = book_gpt2_case(a.cli, r, tmp, i)
             first = first or case
-        book_gqa_case(a.cli, r, tmp)
+        for variant in ("gqa", "mla", "swa"):
+            book_variant_case(a.cli, r, tmp, variant)
         book_llama3_case(a.cli, r, tmp, 0, scaled=False)
         book_llama3_case(a.cli, r, tmp, 1, scaled=True)
         hf_case(a.cli, r, tmp, "gpt2")

@@ -39,6 +39,23 @@ static attn_lm_config gqa_cfg(void) {
                             .qkv_bias = true};
 }
 
+/* gpt_with_kv_mla.py's GPTModel: a latent of 24 */
+static attn_lm_config mla_cfg(void) {
+    return (attn_lm_config){.arch = ATTN_LM_GPT_MLA, .vocab_size = 53, .context_length = 40,
+                            .emb_dim = 64, .n_heads = 4, .n_layers = 2, .latent_dim = 24,
+                            .qkv_bias = true};
+}
+
+/* gpt_with_kv_swa.py's GPTModel: windows of 3 on layers 0 and 1, none on
+ * layer 2 (stride 2) */
+static attn_lm_config swa_cfg(void) {
+    attn_lm_config c = gpt2_cfg();
+    c.n_layers = 3;
+    c.sliding_window_size = 3;
+    c.sliding_window_stride = 2;
+    return c;
+}
+
 static attn_lm_config llama_cfg(void) {
     return (attn_lm_config){.arch = ATTN_LM_LLAMA3, .vocab_size = 67, .context_length = 48,
                             .emb_dim = 64, .n_heads = 8, .n_layers = 2, .n_kv_groups = 2,
@@ -106,9 +123,21 @@ static void check_config_errors(attn_ctx *ctx) {
     CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "gpt2 has one KV head per head: n_kv_groups (2)");
     c = gpt2_cfg();
-    c.arch = 4;
+    c.arch = 5;
     CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_INVALID);
-    CHECK_MESSAGE(ctx, "arch (4) is not ATTN_LM_GPT2 (1), ATTN_LM_LLAMA3 (2) or ATTN_LM_GPT_GQA");
+    CHECK_MESSAGE(ctx, "arch (5) is not ATTN_LM_GPT2 (1), ATTN_LM_LLAMA3 (2), ATTN_LM_GPT_GQA");
+    c = gpt2_cfg();
+    c.latent_dim = 8;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "latent_dim (8) is gpt-mla's; gpt2 has none");
+    c = mla_cfg();
+    c.n_kv_groups = 2;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "gpt-mla has one KV head per head: n_kv_groups (2)");
+    c = swa_cfg();
+    c.sliding_window_size = 0;
+    CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "sliding_window_stride (2) without a sliding_window_size (0)");
     c = llama_cfg();
     c.emb_dim = 72; /* head_dim 9 */
     CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &m), ATTN_ERR_SHAPE);
@@ -174,6 +203,27 @@ static void check_params(attn_ctx *ctx) {
         CHECK_MESSAGE(ctx, "the gpt-gqa model has no parameter");
         attn_lm_free(mq);
     }
+    /* MultiHeadLatentAttention's order, its latent's default width */
+    attn_lm_config a = mla_cfg();
+    a.latent_dim = 0;
+    attn_lm *ma = new_model(ctx, &a, 1);
+    CHECK(ma != NULL);
+    if (ma) {
+        CHECK(attn_lm_get_config(ma).latent_dim == 16); /* max(16, 64 / 8) */
+        /* tok_emb, pos_emb, 18 a block, final_norm scale/shift, out_head */
+        CHECK(attn_lm_param_count(ma) == 2 + 18 * 2 + 3);
+        static const char *const order[] = {
+            "trf_blocks.0.att.W_query.weight", "trf_blocks.0.att.W_query.bias",
+            "trf_blocks.0.att.W_DKV.weight",   "trf_blocks.0.att.W_DKV.bias",
+            "trf_blocks.0.att.W_UK.weight",    "trf_blocks.0.att.W_UK.bias",
+            "trf_blocks.0.att.W_UV.weight",    "trf_blocks.0.att.W_UV.bias",
+            "trf_blocks.0.att.out_proj.weight", "trf_blocks.0.att.out_proj.bias"};
+        for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+            CHECK(attn_lm_param_at(ma, 2 + i, &p) == ATTN_OK && strcmp(p.name, order[i]) == 0);
+        CHECK(attn_lm_param(ma, "trf_blocks.1.att.W_UK.weight", &p) == ATTN_OK &&
+              p.shape[0] == 64 && p.shape[1] == 16);
+        attn_lm_free(ma);
+    }
     attn_lm_config got = attn_lm_get_config(ml);
     CHECK(got.norm_eps == 1e-5 && got.n_kv_groups == 2 && got.rope_factor == 8.0);
     /* tied: out_head is tok_emb's storage */
@@ -234,6 +284,44 @@ static void check_forward(const attn_lm_config *cfg, attn_kernels kernels, uint6
         attn_ctx_free(ctx);
     }
     free(base), free(other), free(step);
+}
+
+/* A windowed model: a position past the window no longer moves a windowed
+ * layer (the logits of the last token are the same for any token before
+ * its window where every layer has one), and a cache without the model's
+ * windows is refused. */
+static void check_windows(attn_ctx *ctx, const attn_lm_config *cfg, uint64_t seed) {
+    attn_lm_config every = *cfg;
+    every.sliding_window_stride = 0; /* a window on every layer */
+    enum { T = 9 };
+    size_t V = cfg->vocab_size;
+    int32_t a[T] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, b[T];
+    memcpy(b, a, sizeof a);
+    b[0] = 11; /* 8 positions before the last: past every window of 3 ... */
+    float *la = malloc(V * sizeof(float)), *lb = malloc(V * sizeof(float));
+    attn_lm *m = new_model(ctx, &every, seed), *mixed = new_model(ctx, cfg, seed);
+    CHECK(m && mixed && la && lb);
+    if (m && mixed && la && lb) {
+        CHECK_STATUS(forward(m, NULL, a, 1, T, true, la), ATTN_OK);
+        CHECK_STATUS(forward(m, NULL, b, 1, T, true, lb), ATTN_OK);
+        CHECK(memcmp(la, lb, V * sizeof(float)) == 0);
+        /* ... but within layer 2's reach, which has none */
+        CHECK_STATUS(forward(mixed, NULL, a, 1, T, true, la), ATTN_OK);
+        CHECK_STATUS(forward(mixed, NULL, b, 1, T, true, lb), ATTN_OK);
+        CHECK(memcmp(la, lb, V * sizeof(float)) != 0);
+        attn_kv_cache_config c;
+        attn_kv_cache *cache = NULL;
+        CHECK_STATUS(attn_lm_cache_config(mixed, 1, 0, &c), ATTN_OK);
+        CHECK(c.windows && c.windows[0] == 3 && c.windows[1] == 3 && c.windows[2] == 0);
+        c.windows = NULL;
+        CHECK_STATUS(attn_kv_cache_new(ctx, &c, &cache), ATTN_OK);
+        CHECK_STATUS(forward(mixed, cache, a, 1, T, true, la), ATTN_ERR_SHAPE);
+        CHECK_MESSAGE(ctx, "layer 0 of the cache has window 0, the model's has 3");
+        attn_kv_cache_free(cache);
+    }
+    attn_lm_free(m);
+    attn_lm_free(mixed);
+    free(la), free(lb);
 }
 
 /* Saved and loaded back: the same logits, bit for bit. */
@@ -393,6 +481,9 @@ int main(int argc, char **argv) {
         attn_lm_config g = gpt2_cfg(), l = llama_cfg(), q = gqa_cfg();
         check_forward(&g, sets[s], seed);
         check_forward(&q, sets[s], seed + 5);
+        attn_lm_config a = mla_cfg(), w = swa_cfg();
+        check_forward(&a, sets[s], seed + 6);
+        check_forward(&w, sets[s], seed + 7);
         check_forward(&l, sets[s], seed + 1);
         l.tie_embeddings = true;
         l.n_kv_groups = 1;
@@ -403,6 +494,9 @@ int main(int argc, char **argv) {
     attn_lm_config g = gpt2_cfg(), l = llama_cfg(), q = gqa_cfg();
     check_save_load(ctx, &g, seed, false);
     check_save_load(ctx, &q, seed, true);
+    attn_lm_config a = mla_cfg(), w = swa_cfg();
+    check_save_load(ctx, &a, seed, true);
+    check_windows(ctx, &w, seed);
     check_save_load(ctx, &l, seed, true);
 #ifdef ATTN_ALLOC_FAILURE_INJECTION
     sweep(ctx, &g, seed);
