@@ -41,8 +41,16 @@ _Static_assert(sizeof(size_t) <= 2 * sizeof(float), "a size_t fits in two floats
 
 /* ---- configuration ------------------------------------------------------ */
 
+const attn_lm_config_keys attn_lm_config_fields = {
+    .vocab_size = "vocab_size", .context_length = "context_length", .emb_dim = "emb_dim",
+    .n_heads = "n_heads", .n_layers = "n_layers", .hidden_dim = "hidden_dim",
+    .n_kv_groups = "n_kv_groups", .qkv_bias = "qkv_bias", .rope_base = "rope_base",
+    .rope_scaling = "rope_freq", .rope_original_context_length = "original_context_length",
+    .norm_eps = "norm_eps"};
+
 attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,
-                                   attn_lm_config *out) {
+                                   const attn_lm_config_keys *keys, attn_lm_config *out) {
+    const attn_lm_config_keys *k = keys ? keys : &attn_lm_config_fields;
     attn_lm_config c = *cfg;
     if (c.arch != ATTN_LM_GPT2 && c.arch != ATTN_LM_LLAMA3 && c.arch != ATTN_LM_GPT_GQA &&
         c.arch != ATTN_LM_GPT_MLA)
@@ -52,17 +60,18 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
     bool gpt = attn_lm_is_gpt(c.arch);
     if (!c.vocab_size || !c.context_length || !c.emb_dim || !c.n_heads || !c.n_layers)
         return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "%s: vocab_size (%zu), context_length (%zu), emb_dim (%zu), n_heads "
-                         "(%zu) and n_layers (%zu) must be positive",
-                         who, c.vocab_size, c.context_length, c.emb_dim, c.n_heads, c.n_layers);
+                         "%s: %s (%zu), %s (%zu), %s (%zu), %s (%zu) and %s (%zu) must be "
+                         "positive", who, k->vocab_size, c.vocab_size, k->context_length,
+                         c.context_length, k->emb_dim, c.emb_dim, k->n_heads, c.n_heads,
+                         k->n_layers, c.n_layers);
     if (c.emb_dim % c.n_heads != 0)
-        return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: n_heads (%zu) must divide emb_dim (%zu)", who,
-                         c.n_heads, c.emb_dim);
+        return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: %s (%zu) must divide %s (%zu)", who,
+                         k->n_heads, c.n_heads, k->emb_dim, c.emb_dim);
     if ((c.arch == ATTN_LM_GPT2 || c.arch == ATTN_LM_GPT_MLA) && c.n_kv_groups != 0 &&
         c.n_kv_groups != c.n_heads)
         return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "%s: %s has one KV head per head: n_kv_groups (%zu) must be 0 or "
-                         "n_heads (%zu)", who, attn_lm_arch_name(c.arch), c.n_kv_groups,
+                         "%s: %s has one KV head per head: %s (%zu) must be 0 or %s (%zu)", who,
+                         attn_lm_arch_name(c.arch), k->n_kv_groups, c.n_kv_groups, k->n_heads,
                          c.n_heads);
     if (c.arch == ATTN_LM_GPT_MLA && c.latent_dim == 0)
         c.latent_dim = c.emb_dim / 8 > 16 ? c.emb_dim / 8 : 16; /* the module's default */
@@ -76,29 +85,31 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
                          c.sliding_window_stride);
     if (c.n_kv_groups == 0) c.n_kv_groups = c.n_heads;
     if (c.n_heads % c.n_kv_groups != 0)
-        return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: n_kv_groups (%zu) must divide n_heads (%zu)",
-                         who, c.n_kv_groups, c.n_heads);
+        return attn_fail(ctx, ATTN_ERR_SHAPE, "%s: %s (%zu) must divide %s (%zu)", who,
+                         k->n_kv_groups, c.n_kv_groups, k->n_heads, c.n_heads);
     if (gpt) {
         if (c.hidden_dim == 0 && !attn_mul_size(4, c.emb_dim, &c.hidden_dim))
-            return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: 4 emb_dim (%zu) overflows", who,
+            return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: 4 %s (%zu) overflows", who, k->emb_dim,
                              c.emb_dim);
         if (c.hidden_dim != 4 * c.emb_dim)
             return attn_fail(ctx, ATTN_ERR_INVALID,
-                             "%s: the GPT FeedForward is 4 emb_dim wide: hidden_dim (%zu) must be "
-                             "0 or %zu", who, c.hidden_dim, 4 * c.emb_dim);
+                             "%s: the GPT FeedForward is 4 %s wide: %s (%zu) must be 0 or "
+                             "%zu", who, k->emb_dim, k->hidden_dim, c.hidden_dim, 4 * c.emb_dim);
         c.rope_base = c.rope_factor = c.rope_low_freq_factor = c.rope_high_freq_factor = 0.0;
         c.rope_original_context_length = 0;
     } else {
         if ((c.emb_dim / c.n_heads) % 2 != 0)
             return attn_fail(ctx, ATTN_ERR_SHAPE,
-                             "%s: RoPE needs an even head_dim: emb_dim (%zu) / n_heads (%zu) is "
-                             "%zu", who, c.emb_dim, c.n_heads, c.emb_dim / c.n_heads);
+                             "%s: RoPE needs an even head_dim: %s (%zu) / %s (%zu) is %zu", who,
+                             k->emb_dim, c.emb_dim, k->n_heads, c.n_heads,
+                             c.emb_dim / c.n_heads);
         if (c.hidden_dim == 0)
-            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: llama3 needs hidden_dim (0 given)", who);
-        if (c.qkv_bias)
-            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: llama3 has no qkv_bias", who);
+            return attn_fail(ctx, ATTN_ERR_INVALID, "%s: llama3 needs %s (0 given)", who,
+                             k->hidden_dim);
+        if (c.qkv_bias) return attn_fail(ctx, ATTN_ERR_INVALID, "%s: llama3 has no %s", who,
+                                         k->qkv_bias);
         if (c.rope_base == 0.0) c.rope_base = 500000.0;
-        attn_status st = attn_rope_check_base(ctx, who, c.rope_base);
+        attn_status st = attn_rope_check_base(ctx, who, k->rope_base, c.rope_base);
         if (st != ATTN_OK) return st;
         if (c.rope_factor != 0.0 &&
             (!(c.rope_factor > 0.0) || !isfinite(c.rope_factor) ||
@@ -107,10 +118,11 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
              c.rope_high_freq_factor == c.rope_low_freq_factor ||
              c.rope_original_context_length == 0))
             return attn_fail(ctx, ATTN_ERR_INVALID,
-                             "%s: the Llama 3 RoPE scaling needs factor (%g) > 0, positive "
+                             "%s: the Llama 3 RoPE scaling (%s) needs factor (%g) > 0, positive "
                              "low_freq_factor (%g) and high_freq_factor (%g) that differ, and "
-                             "original_context_length (%zu) > 0",
-                             who, c.rope_factor, c.rope_low_freq_factor, c.rope_high_freq_factor,
+                             "%s (%zu) > 0",
+                             who, k->rope_scaling, c.rope_factor, c.rope_low_freq_factor,
+                             c.rope_high_freq_factor, k->rope_original_context_length,
                              c.rope_original_context_length);
     }
     if (c.weights_dtype != ATTN_DTYPE_F32 && c.weights_dtype != ATTN_DTYPE_BF16 &&
@@ -124,8 +136,8 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
     if (c.norm_eps == 0.0 && !signbit(c.norm_eps)) c.norm_eps = 1e-5;
     if (!(c.norm_eps >= 0.0) || !isfinite(c.norm_eps))
         return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "%s: norm_eps (%g) must be positive, or -0.0 for an epsilon of 0", who,
-                         c.norm_eps);
+                         "%s: %s (%g) must be positive, or -0.0 for an epsilon of 0", who,
+                         k->norm_eps, c.norm_eps);
     /* every tensor's size, and positions, fit in size_t and int32 rows */
     size_t vc, hc, pc, lc;
     if (!attn_mul_size(c.vocab_size, c.emb_dim, &vc) || !attn_mul_size(c.hidden_dim, c.emb_dim, &hc) ||
@@ -134,10 +146,10 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
         !attn_floats_fit(hc) || !attn_floats_fit(pc) || !attn_floats_fit(lc) ||
         c.context_length > INT32_MAX || c.vocab_size > INT32_MAX)
         return attn_fail(ctx, ATTN_ERR_OVERFLOW,
-                         "%s: vocab_size (%zu), context_length (%zu), emb_dim (%zu), hidden_dim "
-                         "(%zu), latent_dim (%zu) make tensors too large",
-                         who, c.vocab_size, c.context_length, c.emb_dim, c.hidden_dim,
-                         c.latent_dim);
+                         "%s: %s (%zu), %s (%zu), %s (%zu), %s (%zu), latent_dim (%zu) make "
+                         "tensors too large",
+                         who, k->vocab_size, c.vocab_size, k->context_length, c.context_length,
+                         k->emb_dim, c.emb_dim, k->hidden_dim, c.hidden_dim, c.latent_dim);
     *out = c;
     return ATTN_OK;
 }
@@ -369,7 +381,7 @@ static size_t widest_in(const attn_lm *m) {
 attn_status attn_lm_create(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,
                            attn_lm **out) {
     attn_lm_config c;
-    attn_status st = attn_lm_config_resolve(ctx, who, cfg, &c);
+    attn_status st = attn_lm_config_resolve(ctx, who, cfg, NULL, &c);
     if (st == ATTN_OK) st = check_budget(ctx, who, &c);
     if (st != ATTN_OK) return st;
     attn_lm *m = attn_calloc(1, sizeof *m);

@@ -116,11 +116,24 @@ static inline const char *attn_lm_arch_name(attn_lm_arch arch) {
                                      : "unknown";
 }
 
+/* What a message calls each of attn_lm_config's fields: their own names
+ * (attn_lm_config_fields, also the book's cfg keys), or the keys of the
+ * config file they were read from (hidden_size, n_embd, ...), so that a
+ * refused value is named as the file writes it. rope_scaling names the
+ * object holding the RoPE scaling's factors. */
+typedef struct attn_lm_config_keys {
+    const char *vocab_size, *context_length, *emb_dim, *n_heads, *n_layers, *hidden_dim,
+        *n_kv_groups, *qkv_bias, *rope_base, *rope_scaling, *rope_original_context_length,
+        *norm_eps;
+} attn_lm_config_keys;
+extern const attn_lm_config_keys attn_lm_config_fields;
+
 /* cfg with its zero fields given their defaults (norm_eps: +0.0 only;
- * -0.0 is an epsilon of 0), checked: a message names the wrong values
- * (ATTN_ERR_INVALID, ATTN_ERR_SHAPE, ATTN_ERR_OVERFLOW). */
+ * -0.0 is an epsilon of 0), checked: a message names the wrong values by
+ * keys (NULL: attn_lm_config_fields) (ATTN_ERR_INVALID, ATTN_ERR_SHAPE,
+ * ATTN_ERR_OVERFLOW). */
 attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm_config *cfg,
-                                   attn_lm_config *out);
+                                   const attn_lm_config_keys *keys, attn_lm_config *out);
 
 /* Called with each tensor name of a model, in state_dict order, with the
  * shape the model needs, (rows, cols) or (rows) where cols is 0; tied says

@@ -373,7 +373,25 @@ static attn_status check_tied_head(lm_source *s, attn_lm *m) {
 typedef struct lm_config_read {
     attn_lm_config cfg;
     int tie;
+    attn_lm_config_keys keys; /* the keys its values were read under */
 } lm_config_read;
+
+/* Hugging Face's GPT2Config and LlamaConfig keys, for messages on their
+ * values (the book's cfg keys are attn_lm_config's field names). */
+static const attn_lm_config_keys hf_gpt2_keys = {
+    .vocab_size = "vocab_size", .context_length = "n_positions", .emb_dim = "n_embd",
+    .n_heads = "n_head", .n_layers = "n_layer", .hidden_dim = "n_inner",
+    .n_kv_groups = "n_kv_groups", .qkv_bias = "qkv_bias", .rope_base = "rope_base",
+    .rope_scaling = "rope_freq", .rope_original_context_length = "original_context_length",
+    .norm_eps = "layer_norm_epsilon"};
+static const attn_lm_config_keys hf_llama_keys = {
+    .vocab_size = "vocab_size", .context_length = "max_position_embeddings",
+    .emb_dim = "hidden_size", .n_heads = "num_attention_heads",
+    .n_layers = "num_hidden_layers", .hidden_dim = "intermediate_size",
+    .n_kv_groups = "num_key_value_heads", .qkv_bias = "attention_bias",
+    .rope_base = "rope_theta", .rope_scaling = "rope_scaling",
+    .rope_original_context_length = "original_max_position_embeddings",
+    .norm_eps = "rms_norm_eps"};
 
 /* A size that attn_json_as_size refused, named with its value. */
 static attn_status size_refused(attn_ctx *ctx, const char *path, const char *key,
@@ -576,6 +594,10 @@ static attn_status read_hf_gpt2(attn_ctx *ctx, const char *path, const attn_json
     c->arch = ATTN_LM_GPT2;
     c->qkv_bias = true;
     r->tie = 1; /* GPT2LMHeadModel ties lm_head to wte unless told not to */
+    r->keys = hf_gpt2_keys;
+    /* the context is n_positions' where both are written */
+    if (attn_json_get(j, "n_ctx") && !attn_json_get(j, "n_positions"))
+        r->keys.context_length = "n_ctx";
     attn_status st = need_size(ctx, path, j, "n_embd", &c->emb_dim);
     if (st == ATTN_OK) st = need_size(ctx, path, j, "n_layer", &c->n_layers);
     if (st == ATTN_OK) st = need_size(ctx, path, j, "n_head", &c->n_heads);
@@ -617,7 +639,8 @@ static attn_status read_hf_gpt2(attn_ctx *ctx, const char *path, const attn_json
  * type "llama3" or "default"), or transformers 5's "rope_parameters", which
  * holds rope_theta and the same fields in one object. */
 static attn_status read_rope_object(attn_ctx *ctx, const char *path, const attn_json *j,
-                                    const char *key, attn_lm_config *c) {
+                                    const char *key, lm_config_read *r) {
+    attn_lm_config *c = &r->cfg;
     const attn_json *rs = attn_json_get(j, key);
     if (!rs || rs->type == ATTN_JSON_NULL) return ATTN_OK;
     if (rs->type != ATTN_JSON_OBJECT)
@@ -629,6 +652,7 @@ static attn_status read_rope_object(attn_ctx *ctx, const char *path, const attn_
     if (st == ATTN_OK) st = opt_string(ctx, path, rs, "rope_type", &type);
     if (st == ATTN_OK && !type) st = opt_string(ctx, path, rs, "type", &type);
     if (st != ATTN_OK || (type && strcmp(type, "default") == 0)) return st;
+    if (type && strcmp(type, "llama3") == 0) r->keys.rope_scaling = key;
     if (!type || strcmp(type, "llama3") != 0) {
         char shown[64];
         attn_safetensors_printable(shown, sizeof shown, type ? type : "(none)");
@@ -660,6 +684,7 @@ static attn_status read_hf_llama(attn_ctx *ctx, const char *path, const attn_jso
     attn_lm_config *c = &r->cfg;
     c->arch = ATTN_LM_LLAMA3;
     r->tie = 0;               /* LlamaConfig's defaults */
+    r->keys = hf_llama_keys;
     c->rope_base = 10000.0;
     c->norm_eps = 1e-6;
     attn_status st = need_size(ctx, path, j, "hidden_size", &c->emb_dim);
@@ -672,8 +697,8 @@ static attn_status read_hf_llama(attn_ctx *ctx, const char *path, const attn_jso
     if (st == ATTN_OK) st = opt_positive(ctx, path, j, "rope_theta", &c->rope_base);
     if (st == ATTN_OK) st = opt_eps(ctx, path, j, "rms_norm_eps", &c->norm_eps);
     if (st == ATTN_OK) st = opt_bool(ctx, path, j, "tie_word_embeddings", &r->tie);
-    if (st == ATTN_OK) st = read_rope_object(ctx, path, j, "rope_scaling", c);
-    if (st == ATTN_OK) st = read_rope_object(ctx, path, j, "rope_parameters", c);
+    if (st == ATTN_OK) st = read_rope_object(ctx, path, j, "rope_scaling", r);
+    if (st == ATTN_OK) st = read_rope_object(ctx, path, j, "rope_parameters", r);
     if (st == ATTN_OK) st = no_softcap_or_partial_rope(ctx, path, j);
     size_t head_dim = 0;
     if (st == ATTN_OK) st = opt_size(ctx, path, j, "head_dim", &head_dim);
@@ -806,7 +831,7 @@ static attn_status read_config(attn_ctx *ctx, const char *path, lm_config_read *
     attn_json *root;
     attn_status st = attn_json_read_file(ctx, path, &root);
     if (st != ATTN_OK) return st;
-    *r = (lm_config_read){.tie = -1};
+    *r = (lm_config_read){.tie = -1, .keys = attn_lm_config_fields};
     if (root->type != ATTN_JSON_OBJECT)
         st = attn_fail(ctx, ATTN_ERR_FORMAT, "attn_lm_load: %s is not a JSON object", path);
     else if (attn_json_get(root, "emb_dim"))
@@ -920,7 +945,7 @@ static attn_status read_llama3_metadata(lm_source *s, lm_config_read *r) {
  * head size); Llama cannot be guessed (heads, KV heads, RoPE base), unless
  * attn_model_save wrote the file with its config. */
 static attn_status infer_config(lm_source *s, lm_config_read *r) {
-    *r = (lm_config_read){.tie = -1};
+    *r = (lm_config_read){.tie = -1, .keys = attn_lm_config_fields};
     attn_lm_config *c = &r->cfg;
     const char *format = attn_safetensors_metadata_get(s->st, "format");
     if (s->names == NAMES_BOOK && !has(s, "pos_emb.weight") && format &&
@@ -1040,11 +1065,12 @@ static bool has_own_config(const lm_source *s) {
 /* The config and whether out_head is tied, the file's naming known: cfg,
  * else the JSON file at config_path, else the file's own metadata, else
  * the config.json beside the file (beside, or NULL), else the tensors'
- * shapes. *from: the file it was read from (NULL for cfg). */
+ * shapes. *from: the file it was read from (NULL for cfg); *keys: the
+ * names its values were read under. */
 static attn_status choose_config(lm_source *s, const char *config_path, const char *beside,
                                  const attn_lm_config *cfg, attn_lm_config *out,
-                                 const char **from) {
-    lm_config_read r = {.tie = -1};
+                                 const char **from, attn_lm_config_keys *keys) {
+    lm_config_read r = {.tie = -1, .keys = attn_lm_config_fields};
     attn_status st;
     *from = NULL;
     if (cfg) {
@@ -1066,6 +1092,7 @@ static attn_status choose_config(lm_source *s, const char *config_path, const ch
     if (r.tie < 0) r.tie = !has(s, head); /* no head stored: tied (save_pretrained drops it) */
     r.cfg.tie_embeddings = r.tie == 1;
     *out = r.cfg;
+    *keys = r.keys;
     return ATTN_OK;
 }
 
@@ -1189,7 +1216,8 @@ static bool expect_tensor(void *user, const char *name, bool tied, size_t rows, 
  * the first name missing or of another shape, and each name found is a
  * distinct tensor of the file, so it visits at most the file's count plus
  * two names, whatever n_layers says. */
-static attn_status check_tensors(lm_source *s, const attn_lm_config *c, bool strict) {
+static attn_status check_tensors(lm_source *s, const attn_lm_config *c,
+                                 const attn_lm_config_keys *keys, bool strict) {
     size_t count = attn_safetensors_count(s->st);
     tensor_check t = {.s = s, .used = attn_calloc(count ? count : 1, sizeof(bool)),
                       .found_all = true};
@@ -1200,9 +1228,9 @@ static attn_status check_tensors(lm_source *s, const attn_lm_config *c, bool str
     attn_status st = t.shape; /* a tensor of another shape: refused, named */
     if (st == ATTN_OK && !t.found_all) {
         st = attn_fail(s->ctx, ATTN_ERR_NOT_FOUND,
-                       "attn_lm_load: %s has no tensor '%s', which a %s model of n_layers %zu "
+                       "attn_lm_load: %s has no tensor '%s', which a %s model of %s %zu "
                        "needs (the file holds %zu tensors)",
-                       s->path, t.missing, model_label(c->arch),
+                       s->path, t.missing, model_label(c->arch), keys->n_layers,
                        c->n_layers, count);
     } else if (st == ATTN_OK && strict) {
         size_t unused = 0;
@@ -1223,10 +1251,10 @@ static attn_status check_tensors(lm_source *s, const attn_lm_config *c, bool str
                      unused - 3);
         if (unused)
             st = attn_fail(s->ctx, ATTN_ERR_FORMAT,
-                           "attn_lm_load: %s holds %zu tensor%s the %s model of n_layers %zu "
+                           "attn_lm_load: %s holds %zu tensor%s the %s model of %s %zu "
                            "does not use: %s (non-strict loading ignores them)",
                            s->path, unused, unused > 1 ? "s" : "",
-                           model_label(c->arch), c->n_layers, names);
+                           model_label(c->arch), keys->n_layers, c->n_layers, names);
     }
     attn_free(t.used);
     return st;
@@ -1250,7 +1278,7 @@ static attn_status refuse_train_model(lm_source *s) {
 }
 
 /* st, the refusal of a config's values, which attn_lm_config_resolve
- * names by attn_lm_config's fields, with the file they were read from. */
+ * names by the file's keys, with the file they were read from. */
 static attn_status name_config_file(attn_ctx *ctx, attn_status st, const char *from) {
     char said[ATTN_ERROR_CAPACITY];
     snprintf(said, sizeof said, "%s", attn_ctx_last_error(ctx));
@@ -1316,18 +1344,19 @@ static attn_status load(attn_ctx *ctx, const char *who, const char *path, const 
     const char *from = NULL;
     attn_lm *m = NULL;
     attn_lm_config c;
+    attn_lm_config_keys keys = attn_lm_config_fields;
     attn_status st = sharded ? attn_safetensors_open_index(ctx, weights, &s.st)
                              : attn_safetensors_open(ctx, weights, &s.st);
     if (st == ATTN_OK) st = refuse_train_model(&s);
     if (st == ATTN_OK) st = detect_names(&s);
     if (st == ATTN_OK)
-        st = choose_config(&s, config_path, beside, cfg, &c, &from);
+        st = choose_config(&s, config_path, beside, cfg, &c, &from, &keys);
     if (st == ATTN_OK) {
         c.weights_dtype = file_dtype_wanted ? file_dtype(&s) : weights_dtype;
         attn_lm_config resolved;
-        st = attn_lm_config_resolve(ctx, who, &c, &resolved);
+        st = attn_lm_config_resolve(ctx, who, &c, &keys, &resolved);
         if (st != ATTN_OK && from) st = name_config_file(ctx, st, from);
-        if (st == ATTN_OK) st = check_tensors(&s, &resolved, strict);
+        if (st == ATTN_OK) st = check_tensors(&s, &resolved, &keys, strict);
         if (st == ATTN_OK) st = attn_lm_create(ctx, who, &c, &m);
     }
     if (st == ATTN_OK) {

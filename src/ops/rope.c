@@ -37,13 +37,14 @@ void attn_rope_inv_freq(double rope_base, const attn_rope_scaling *scaling, size
     }
 }
 
-attn_status attn_rope_check_base(attn_ctx *ctx, const char *who, double rope_base) {
+attn_status attn_rope_check_base(attn_ctx *ctx, const char *who, const char *name,
+                                 double rope_base) {
     if (!(rope_base > 0.0) || !isfinite(rope_base))
-        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: rope_base (%g) must be positive and finite",
-                         who, rope_base);
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: %s (%g) must be positive and finite", who,
+                         name, rope_base);
     if ((float)rope_base == 0.0f || isinf((float)rope_base))
         return attn_fail(ctx, ATTN_ERR_INVALID,
-                         "%s: rope_base (%g) is outside float32's range (%g to %g)", who,
+                         "%s: %s (%g) is outside float32's range (%g to %g)", who, name,
                          rope_base, (double)FLT_TRUE_MIN, (double)FLT_MAX);
     return ATTN_OK;
 }

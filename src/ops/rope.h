@@ -25,7 +25,8 @@ void attn_rope_inv_freq(double rope_base, const attn_rope_scaling *scaling, size
 /* ATTN_OK where rope_base is positive and finite and stays so in float32,
  * where RoPE's frequencies are computed from it (one that rounds to 0 or
  * to infinity makes them infinite or 0); else ATTN_ERR_INVALID, "who:
- * rope_base (...) ...". */
-attn_status attn_rope_check_base(attn_ctx *ctx, const char *who, double rope_base);
+ * name (...) ...", name what the caller calls it (rope_base, rope_theta). */
+attn_status attn_rope_check_base(attn_ctx *ctx, const char *who, const char *name,
+                                 double rope_base);
 
 #endif /* ATTN_OPS_ROPE_H */

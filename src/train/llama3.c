@@ -108,7 +108,7 @@ attn_status attn_llama3_check_config(attn_ctx *ctx, const char *who,
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: n_kv_groups (%zu) must be positive and divide n_heads (%zu)", who,
                          c->n_kv_groups, c->n_heads);
-    attn_status st = attn_rope_check_base(ctx, who, c->rope_base);
+    attn_status st = attn_rope_check_base(ctx, who, "rope_base", c->rope_base);
     if (st != ATTN_OK) return st;
     if (c->rope_factor != 0.0 &&
         (!(c->rope_factor > 0.0) || !isfinite(c->rope_factor) ||

@@ -14,7 +14,9 @@
  *   - configs: a written norm eps of 0 is kept (exactly 0, -0.0), a zeroed
  *     one is 1e-5; a written rope_theta, rope_base or factor of 0 is
  *     refused naming it; Llama's attention_bias or mlp_bias true is
- *     refused whatever the other says;
+ *     refused whatever the other says; a value the model refuses (hidden_size
+ *     0, heads that do not divide it, rope_theta past float32) is named by
+ *     the file's key, with the file;
  *   - a file of attn train --save (attn_model_save's "attn-lm" metadata) is
  *     named as such;
  *   - attn_lm_generate's message gives the prompt's length as given;
@@ -562,9 +564,15 @@ static void test_sizes_the_file_lacks(attn_ctx *ctx) {
     write_text(cfg_path, "{\"n_embd\": 8, \"n_layer\": 1, \"n_head\": 3, \"vocab_size\": 11, "
                          "\"n_positions\": 8}");
     CHECK_STATUS(attn_lm_load(ctx, weights, cfg_path, NULL, &m), ATTN_ERR_SHAPE);
-    CHECK_MESSAGE(ctx, "n_heads (3) must divide emb_dim (8)");
+    CHECK_MESSAGE(ctx, "n_head (3) must divide n_embd (8)");
     CHECK_MESSAGE(ctx, cfg_path);
     CHECK(m == NULL);
+    write_text(cfg_path, "{\"n_embd\": 0, \"n_layer\": 1, \"n_head\": 2, \"vocab_size\": 11, "
+                         "\"n_ctx\": 8}");
+    CHECK_STATUS(attn_lm_load(ctx, weights, cfg_path, NULL, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "vocab_size (11), n_ctx (8), n_embd (0), n_head (2) and n_layer (1) must "
+                       "be positive");
+    CHECK_MESSAGE(ctx, cfg_path);
 
     /* Hugging Face's Llama, one block, one KV head of two */
     static const zero_tensor llama[] = {
@@ -607,7 +615,61 @@ static void test_sizes_the_file_lacks(attn_ctx *ctx) {
              "\"max_position_embeddings\": 8, \"rope_theta\": 1e300}");
     write_text(cfg_path, text);
     CHECK_STATUS(attn_lm_load(ctx, weights, cfg_path, NULL, &m), ATTN_ERR_INVALID);
-    CHECK_MESSAGE(ctx, "rope_base (1e+300)");
+    CHECK_MESSAGE(ctx, "rope_theta (1e+300) is outside float32's range");
+    CHECK_MESSAGE(ctx, cfg_path);
+    /* each refused value by its key in the file (Hugging Face's), not by
+     * attn_lm_config's field; the book's cfg keys are the fields' names */
+    static const struct {
+        const char *fields, *says;
+    } refused[] = {
+        {"\"hidden_size\": 0, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
+         "\"intermediate_size\": 24",
+         "hidden_size (0), num_attention_heads (2) and num_hidden_layers (1) must be positive"},
+        {"\"hidden_size\": 16, \"num_attention_heads\": 3, \"num_key_value_heads\": 1, "
+         "\"intermediate_size\": 24",
+         "num_attention_heads (3) must divide hidden_size (16)"},
+        {"\"hidden_size\": 16, \"num_attention_heads\": 2, \"num_key_value_heads\": 3, "
+         "\"intermediate_size\": 24",
+         "num_key_value_heads (3) must divide num_attention_heads (2)"},
+        {"\"hidden_size\": 16, \"num_attention_heads\": 16, \"num_key_value_heads\": 1, "
+         "\"intermediate_size\": 24",
+         "hidden_size (16) / num_attention_heads (16) is 1"},
+        {"\"hidden_size\": 16, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
+         "\"intermediate_size\": 0",
+         "llama3 needs intermediate_size (0 given)"},
+        {"\"hidden_size\": 16, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
+         "\"intermediate_size\": 24, \"rope_scaling\": {\"rope_type\": \"llama3\", "
+         "\"factor\": 8, \"low_freq_factor\": 1, \"high_freq_factor\": 1, "
+         "\"original_max_position_embeddings\": 8}",
+         "RoPE scaling (rope_scaling) needs factor (8) > 0, positive low_freq_factor (1) and "
+         "high_freq_factor (1) that differ, and original_max_position_embeddings (8) > 0"},
+        {"\"hidden_size\": 16, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
+         "\"intermediate_size\": 24, \"rope_parameters\": {\"rope_type\": \"llama3\", "
+         "\"rope_theta\": 1e-300, \"factor\": 8, \"low_freq_factor\": 1, "
+         "\"high_freq_factor\": 4, \"original_max_position_embeddings\": 8}",
+         "rope_theta (1e-300) is outside float32's range"},
+        {"\"hidden_size\": 16, \"num_attention_heads\": 2, \"num_key_value_heads\": 1, "
+         "\"intermediate_size\": 24, \"rope_theta\": -1",
+         "\"rope_theta\" (-1) must be a finite number > 0"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        snprintf(text, sizeof text,
+                 "{%s, \"num_hidden_layers\": 1, \"vocab_size\": 11, "
+                 "\"max_position_embeddings\": 8}", refused[i].fields);
+        write_text(cfg_path, text);
+        m = (attn_lm *)&m;
+        CHECK_STATUS(attn_lm_load(ctx, weights, cfg_path, NULL, &m),
+                     i == 1 || i == 2 || i == 3 ? ATTN_ERR_SHAPE : ATTN_ERR_INVALID);
+        CHECK(m == NULL);
+        CHECK_MESSAGE(ctx, refused[i].says);
+        CHECK_MESSAGE(ctx, cfg_path);
+    }
+    /* the book's keys: attn_lm_config's names */
+    write_text(cfg_path, "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, "
+                         "\"n_heads\": 3, \"n_layers\": 1, \"qkv_bias\": true}");
+    CHECK_STATUS(attn_lm_load(ctx, path_in(weights, sizeof weights, "sized.st"), cfg_path, NULL,
+                              &m), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "n_heads (3) must divide emb_dim (8)");
     CHECK_MESSAGE(ctx, cfg_path);
 }
 
