@@ -1288,6 +1288,11 @@ attn_status attn_safetensors_write_params(attn_ctx *ctx, const char *path,
 
 const char *attn_safetensors_label(const attn_safetensors *st) { return st->label; }
 
+const char *attn_safetensors_file_of(const attn_safetensors *st, size_t index) {
+    if (st->shards && index < st->count) return st->shards[st->tensors[index].shard]->label;
+    return st->label;
+}
+
 size_t attn_safetensors_index(const attn_safetensors *st, const char *name) {
     return find_index(st, name);
 }

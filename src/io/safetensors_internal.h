@@ -10,6 +10,9 @@
 attn_ctx *attn_safetensors_ctx(const attn_safetensors *st);
 /* The file's name in messages: its path, or "<memory>". */
 const char *attn_safetensors_label(const attn_safetensors *st);
+/* The file holding tensor index: a sharded checkpoint's shard (its path),
+ * else attn_safetensors_label's. */
+const char *attn_safetensors_file_of(const attn_safetensors *st, size_t index);
 /* The index of the tensor of that name, or attn_safetensors_count(st) when
  * there is none; unlike attn_safetensors_find it leaves the ctx's message. */
 size_t attn_safetensors_index(const attn_safetensors *st, const char *name);

@@ -67,6 +67,16 @@ static char *name_of(char *buf, size_t size, const char *fmt, ...) {
 
 /* The tensor name (info) has shape (rows, cols) (cols 0: a vector of
  * rows), else a refusal naming both. */
+/* Where the tensor called name lies, for a message: the file, or in a
+ * sharded checkpoint the shard with the index it was found through. */
+static const char *file_of(lm_source *s, const char *name, char *buf, size_t cap) {
+    size_t index = attn_safetensors_index(s->st, name);
+    const char *file = attn_safetensors_file_of(s->st, index);
+    if (file == attn_safetensors_label(s->st)) return s->path;
+    snprintf(buf, cap, "%s (a shard of %s)", file, s->path);
+    return buf;
+}
+
 static attn_status check_shape(lm_source *s, const char *name, const attn_safetensors_info *info,
                                size_t rows, size_t cols) {
     bool ok = cols ? info->ndim == 2 && info->shape[0] == rows && info->shape[1] == cols
@@ -77,13 +87,15 @@ static attn_status check_shape(lm_source *s, const char *name, const attn_safete
         snprintf(got + strlen(got), sizeof got - strlen(got), d ? ", %zu" : "%zu",
                  info->shape[d]);
     snprintf(got + strlen(got), sizeof got - strlen(got), info->ndim > 4 ? ", ...)" : ")");
+    char where[ATTN_ERROR_CAPACITY];
+    const char *file = file_of(s, name, where, sizeof where);
     if (cols)
         return attn_fail(s->ctx, ATTN_ERR_SHAPE,
                          "attn_lm_load: %s: tensor '%s' is %s, the config needs (%zu, %zu)",
-                         s->path, name, got, rows, cols);
+                         file, name, got, rows, cols);
     return attn_fail(s->ctx, ATTN_ERR_SHAPE,
-                     "attn_lm_load: %s: tensor '%s' is %s, the config needs (%zu)", s->path,
-                     name, got, rows);
+                     "attn_lm_load: %s: tensor '%s' is %s, the config needs (%zu)", file, name,
+                     got, rows);
 }
 
 /* The tensor called name, which must have shape (rows, cols) (cols 0: a
@@ -131,10 +143,12 @@ static attn_status refuse_element(lm_source *s, const char *name, attn_dtype fro
                         : from == ATTN_DTYPE_F16                      ? "f16 or f32"
                         : to == ATTN_DTYPE_F16 && fabsf(x) <= 3.38e38f ? "bf16 or f32"
                                                                       : "f32";
+    char where[ATTN_ERROR_CAPACITY];
     return attn_fail(s->ctx, ATTN_ERR_INVALID,
                      "attn_lm_load: %s: tensor '%s' (%s) holds %.9g at element %zu, "
                      "which %s cannot hold %s: load it as %s",
-                     s->path, name, attn_dtype_name(from), (double)x, at,
+                     file_of(s, name, where, sizeof where), name, attn_dtype_name(from),
+                     (double)x, at,
                      to == ATTN_DTYPE_BF16 ? "bf16" : "f16",
                      exact ? "exactly" : "(past its range)", holds);
 }
@@ -356,13 +370,16 @@ static attn_status check_tied_head(lm_source *s, attn_lm *m) {
             e = attn_half_to_float(dtype, h);
             same = attn_float_to_half(dtype, x) == h;
         }
-        if (!same)
+        if (!same) {
+            char where[ATTN_ERROR_CAPACITY];
             return attn_fail(s->ctx, ATTN_ERR_INVALID,
                              "attn_lm_load: %s: the config ties the head to the embedding, but "
                              "the file's '%s' holds %.9g at element %zu where the embedding "
                              "holds %.9g: untie it (%s false) to use the file's head",
-                             s->path, head, (double)x, i, (double)e,
+                             file_of(s, head, where, sizeof where), head, (double)x, i,
+                             (double)e,
                              s->names == NAMES_BOOK ? "tie_embeddings" : "tie_word_embeddings");
+        }
     }
     return ATTN_OK;
 }

@@ -17,6 +17,8 @@
  *     refused whatever the other says; a value the model refuses (hidden_size
  *     0, heads that do not divide it, rope_theta past float32) is named by
  *     the file's key, with the file;
+ *   - a sharded checkpoint's tensor of another shape, or past f16's range,
+ *     is named with the shard holding it;
  *   - a file of attn train --save (attn_model_save's "attn-lm" metadata) is
  *     named as such;
  *   - attn_lm_generate's message gives the prompt's length as given;
@@ -508,6 +510,10 @@ static void test_sizes_the_file_lacks(attn_ctx *ctx) {
     CHECK(m == NULL);
     CHECK_MESSAGE(ctx, "tensor 'tok_emb.weight' is (11, 8), the config needs (100000000, 8)");
     CHECK(now() - t0 < 1.0);
+    /* one file: named alone, as no shard of anything */
+    char alone[200];
+    snprintf(alone, sizeof alone, "attn_lm_load: %s: tensor 'tok_emb.weight'", weights);
+    CHECK_MESSAGE(ctx, alone);
     /* a config that ties the head over a file whose out_head is another
      * tensor: refused naming the first element that differs, in float32
      * and in bf16 (transformers reads such a file with the head's values
@@ -671,6 +677,72 @@ static void test_sizes_the_file_lacks(attn_ctx *ctx) {
                               &m), ATTN_ERR_SHAPE);
     CHECK_MESSAGE(ctx, "n_heads (3) must divide emb_dim (8)");
     CHECK_MESSAGE(ctx, cfg_path);
+}
+
+/* A sharded checkpoint (model.safetensors.index.json and its shards): a
+ * tensor of another shape, or one a 16-bit load cannot hold, is named
+ * with the shard holding it, not only the index it was found through. */
+static void test_sharded_names_the_shard(attn_ctx *ctx) {
+    char shard1[128], shard2[128], index[128], cfg_path[128];
+    static const zero_tensor first[] = {
+        {"model.embed_tokens.weight", 11, 16},
+        {"model.layers.0.self_attn.q_proj.weight", 16, 16},
+        {"model.layers.0.self_attn.k_proj.weight", 8, 16},
+        {"model.layers.0.self_attn.v_proj.weight", 8, 16},
+        {"model.layers.0.self_attn.o_proj.weight", 16, 16},
+        {"model.layers.0.mlp.gate_proj.weight", 24, 16}};
+    zero_tensor second[] = {
+        {"model.layers.0.mlp.up_proj.weight", 24, 16},
+        {"model.layers.0.mlp.down_proj.weight", 16, 24},
+        {"model.layers.0.input_layernorm.weight", 16, 0},
+        {"model.layers.0.post_attention_layernorm.weight", 16, 0},
+        {"model.norm.weight", 15, 0}, /* the config's hidden_size is 16 */
+        {"lm_head.weight", 11, 16}};
+    CHECK_STATUS(write_zeros(ctx, path_in(shard1, sizeof shard1, "shard-1.st"), first, 6),
+                 ATTN_OK);
+    CHECK_STATUS(write_zeros(ctx, path_in(shard2, sizeof shard2, "shard-2.st"), second, 6),
+                 ATTN_OK);
+    char map[2048] = "{\"weight_map\": {";
+    for (size_t i = 0; i < 12; i++)
+        snprintf(map + strlen(map), sizeof map - strlen(map), "%s\"%s\": \"%s\"",
+                 i ? ", " : "", i < 6 ? first[i].name : second[i - 6].name,
+                 i < 6 ? "shard-1.st" : "shard-2.st");
+    snprintf(map + strlen(map), sizeof map - strlen(map), "}}");
+    write_text(path_in(index, sizeof index, "sharded.safetensors.index.json"), map);
+    write_text(path_in(cfg_path, sizeof cfg_path, "sharded.json"),
+               "{\"hidden_size\": 16, \"num_hidden_layers\": 1, \"num_attention_heads\": 2, "
+               "\"num_key_value_heads\": 1, \"vocab_size\": 11, \"intermediate_size\": 24, "
+               "\"max_position_embeddings\": 8}");
+    attn_lm *m = (attn_lm *)&m;
+    CHECK_STATUS(attn_lm_load(ctx, index, cfg_path, NULL, &m), ATTN_ERR_SHAPE);
+    CHECK(m == NULL);
+    char want[400];
+    snprintf(want, sizeof want, "%s (a shard of %s): tensor 'model.norm.weight' is (15)",
+             shard2, index);
+    CHECK_MESSAGE(ctx, want);
+    /* the right shape, but past f16's range in the second shard */
+    second[4].rows = 16;
+    static const float big[16 * 24] = {[5] = 1e5f};
+    attn_named_tensor t[6];
+    for (size_t i = 0; i < 6; i++)
+        t[i] = (attn_named_tensor){.name = second[i].name, .data = big,
+                                   .ndim = second[i].cols ? 2 : 1,
+                                   .shape = {second[i].rows, second[i].cols}};
+    CHECK_STATUS(attn_safetensors_write(ctx, shard2, t, 6, NULL, 0), ATTN_OK);
+    CHECK_STATUS(attn_lm_load_as(ctx, index, cfg_path, NULL, ATTN_DTYPE_BF16, &m), ATTN_OK);
+    attn_lm_free(m);
+    m = (attn_lm *)&m;
+    CHECK_STATUS(attn_lm_load_as(ctx, index, cfg_path, NULL, ATTN_DTYPE_F16, &m),
+                 ATTN_ERR_INVALID);
+    CHECK(m == NULL);
+    snprintf(want, sizeof want,
+             "%s (a shard of %s): tensor 'model.layers.0.mlp.up_proj.weight' (F32) holds 100000 "
+             "at element 5", shard2, index);
+    CHECK_MESSAGE(ctx, want);
+    unlink(shard1);
+    unlink(shard2);
+    unlink(index);
+    unlink(cfg_path);
 }
 
 static void test_train_file(attn_ctx *ctx) {
@@ -962,6 +1034,7 @@ int main(void) {
     test_sizes_the_file_lacks(ctx);
     test_strict(ctx);
     test_config_zeros(ctx);
+    test_sharded_names_the_shard(ctx);
     test_train_file(ctx);
     test_generate_message(ctx);
     test_config_beside(ctx);
