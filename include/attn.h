@@ -36,6 +36,15 @@
 #ifndef ATTN_H
 #define ATTN_H
 
+/* The header is C99 (bool, int32_t, long long in its structs) and C++11:
+ * under an older standard it gives one error, with the fix, and declares
+ * nothing (the layout those types give is the ABI, see below). */
+#if !defined(__cplusplus) && (!defined(__STDC_VERSION__) || __STDC_VERSION__ < 199901L)
+#error "attn.h needs C99 or later (bool, stdint.h, long long): compile with -std=c99 or later"
+#elif defined(__cplusplus) && __cplusplus < 201103L && !defined(_MSC_VER)
+#error "attn.h needs C++11 or later (long long): compile with -std=c++11 or later"
+#else /* a standard the declarations below are written in */
+
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -2621,4 +2630,5 @@ attn_status attn_task_batch(attn_ctx *ctx, attn_task_kind kind, size_t vocab_siz
 }
 #endif
 
+#endif /* a standard the declarations are written in */
 #endif /* ATTN_H */
