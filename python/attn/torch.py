@@ -36,12 +36,21 @@ mask_mods and score_mods traced with torch.fx into attn's primitives.
 
 Zero copies: the C library reads q, k, v through their data pointers and
 (batch, token, head) element strides, so transposed and sliced views are
-read in place, and the gradients are written with the inputs' strides. A
-tensor whose last axis is not contiguous, or whose elements overlap (an
-expand() along tokens, heads or batch), is copied once. The output is
-allocated (B, T, H, D) in memory and returned as the (B, H, T, D) view, as
-PyTorch's CPU flash kernel does, so y.transpose(1, 2).reshape(B, T, C)
-copies nothing; an incoming gradient with other strides is copied once.
+read in place. A tensor whose last axis is not contiguous, or whose
+elements overlap (an expand() along tokens, heads or batch), is copied
+once. scaled_dot_product_attention's output and gradients have PyTorch
+2.15's strides: where its CPU flash kernel would run the call, out is laid
+out as empty_like(query) (contiguous for contiguous inputs; for the usual
+x.view(B, T, H, D).transpose(1, 2), (B, T, H, D) in memory, so
+y.transpose(1, 2).reshape(B, T, C) copies nothing) and the gradients
+(B, T, H, D) in memory; where it would take its math path (dropout, v's
+head dim not q's, an attn_mask that requires grad or is 3-D with 4-D
+tensors, a last axis not contiguous), out and the gradients are
+contiguous, k's (B, H, E, S) in memory without GQA. The kernels write out
+in that layout and each gradient in its input's, copied once where
+PyTorch's differs; an incoming gradient with other strides than out's is
+copied once. flash_attn_func's output is (B, T, H, D) and its gradients
+have the inputs' strides.
 
 Dropout (dropout_p > 0) draws attn's counter-based Philox mask inside the
 kernels, keyed by a seed drawn from torch's default generator (so
@@ -233,21 +242,24 @@ def _bth(t, b, tok, h):
     """(batch, token, head) element strides of dims b, tok, h of t (None: the
     dim is absent). Dims of size 1 get stride 1: never stepped, and never
     three zeros, which the library reads as 'contiguous'."""
-    out = []
-    for d in (b, tok, h):
-        out.append(1 if d is None or t.size(d) == 1 else t.stride(d))
-    return out
+    return _bth_of(t.shape, t.stride(), b, tok, h)
+
+
+def _bth_of(sizes, strides, b, tok, h):
+    """_bth of a tensor of these sizes and strides."""
+    return [1 if d is None or sizes[d] == 1 else strides[d] for d in (b, tok, h)]
 
 
 class _Spec:
     """Everything of a call but the tensors: the attn_sdpa_config without
     its pointers, built once per call."""
     __slots__ = ("layout", "causal", "align", "scale", "dropout", "window", "softcap",
-                 "alibi", "cu_q", "cu_kv", "max_q", "max_kv", "block_mask", "chain")
+                 "alibi", "cu_q", "cu_kv", "max_q", "max_kv", "block_mask", "chain",
+                 "out_strides", "grad_strides")
 
     def __init__(self, layout, causal=False, align=ALIGN_BOTTOM_RIGHT, scale=None, dropout=0.0,
                  window=None, softcap=0.0, alibi=None, cu_q=None, cu_kv=None, max_q=0,
-                 max_kv=0, block_mask=None, chain=None):
+                 max_kv=0, block_mask=None, chain=None, out_strides=None, grad_strides=None):
         self.layout = layout  # "bhtd" (SDPA), "bthd" (flash), "varlen" (total, H, D)
         self.causal, self.align, self.scale, self.dropout = causal, align, scale, dropout
         self.window, self.softcap, self.alibi = window, softcap, alibi
@@ -255,6 +267,9 @@ class _Spec:
         # programmable attention: a flex.BlockMask and a flex._Chain of score
         # mods, whose tensors travel beside q, k, v as autograd inputs
         self.block_mask, self.chain = block_mask, chain
+        # "bhtd" only: out's strides (None: (B, T, H, Dv) in memory) and those
+        # of the gradients of q, k, v (None: each its input's)
+        self.out_strides, self.grad_strides = out_strides, grad_strides
 
     def mod_tensors(self):
         return list(self.chain.tensors) if self.chain is not None else []
@@ -281,7 +296,8 @@ def _config(spec, q, k, v, mod_tensors=(), mod_grads=None):
         c.q_strides[:] = _bth(q, 0, 2, 1)
         c.kv_strides[:] = _bth(k, 0, 2, 1)
         c.v_strides[:] = _bth(v, 0, 2, 1)
-        c.out_strides[:] = [T * H * Dv, H * Dv, Dv]
+        c.out_strides[:] = ([T * H * Dv, H * Dv, Dv] if spec.out_strides is None else
+                            _bth_of((B, H, T, Dv), spec.out_strides, 0, 2, 1))
     elif spec.layout == "bthd":
         B, T, H, D = q.shape
         S, Hkv, Dv = k.size(1), k.size(2), v.size(3)
@@ -325,9 +341,11 @@ def _alloc_out(spec, q, v, dtype):
     if spec.layout == "bhtd":
         B, H, T, _ = q.shape
         Dv = v.size(3)
-        # (B, T, H, Dv) in memory, (B, H, T, Dv) in shape: a tensor of its own,
-        # not a view (autograd refuses in-place ops on a custom Function's views)
-        out = torch.empty_strided((B, H, T, Dv), (T * H * Dv, Dv, H * Dv, 1), dtype=dtype)
+        # (B, T, H, Dv) in memory unless the spec says, (B, H, T, Dv) in shape:
+        # a tensor of its own, not a view (autograd refuses in-place ops on a
+        # custom Function's views)
+        strides = spec.out_strides or (T * H * Dv, Dv, H * Dv, 1)
+        out = torch.empty_strided((B, H, T, Dv), strides, dtype=dtype)
         lse = torch.empty(B, H, T, dtype=lse_dtype)
     elif spec.layout == "bthd":
         B, T, H, _ = q.shape
@@ -369,6 +387,15 @@ def _like(t):
     if t.is_contiguous():
         return torch.empty(t.shape, dtype=t.dtype)
     return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype)
+
+
+def _with_strides(t, strides):
+    """t, or a copy of it with these strides."""
+    if t.stride() == tuple(strides):
+        return t
+    out = torch.empty_strided(t.shape, strides, dtype=t.dtype)
+    out.copy_(t)
+    return out
 
 
 _NOT_TWICE = ("attn.torch: the backward of attn's attention is not differentiable (attn has "
@@ -506,6 +533,9 @@ class _Attention(torch.autograd.Function):
                                        dout.data_ptr(), dq.data_ptr(), dk.data_ptr(),
                                        dv.data_ptr(), drawn),
                     "attn_sdpa_backward")
+        if spec.grad_strides is not None:
+            # the kernels write each gradient in its input's layout
+            dq, dk, dv = (_with_strides(g, st) for g, st in zip((dq, dk, dv), spec.grad_strides))
         return (dq, dk, dv, None, None, None, None, None, *mod_grads)
 
 
@@ -840,6 +870,60 @@ def _mask_spec(attn_mask, shape, B, H, T, S):
     return bm, flex._Chain.bias(values, strides)
 
 
+def _contiguous_strides(sizes):
+    strides, step = [], 1
+    for n in reversed(sizes):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def _permuted_strides(sizes, order):
+    """Strides of a dense tensor of these sizes whose dims lie in memory in
+    this order, outermost first (torch.empty_permuted's)."""
+    strides = [0] * len(sizes)
+    for d, st in zip(order, _contiguous_strides([sizes[d] for d in order])):
+        strides[d] = st
+    return tuple(strides)
+
+
+def _sdpa_strides(query, key, value, attn_mask, dropout_p):
+    """The strides PyTorch's CPU SDPA gives its output and the gradients of
+    query, key and value, as (out, (dq, dk, dv)), for these tensors as the
+    caller gave them (rank 3 or 4). Its flash kernel, which runs a call
+    with head dims alike, no dropout, a mask that wants no gradient (and is
+    not 3-D with 4-D tensors) and each last axis contiguous, allocates out
+    as empty_like(query) and the
+    gradients (B, T, H, D) in memory, a 3-D call's (N, L, E) read as
+    (1, N, L, E); its math path returns them from matmuls: contiguous, but
+    key's (B, H, E, S) in memory when no heads are shared."""
+    Dv = value.size(-1)
+    out_shape = tuple(query.shape[:-1]) + (Dv,)
+    flash = (dropout_p == 0.0 and query.size(-1) == Dv
+             and all(t.stride(-1) == 1 for t in (query, key, value))
+             and not (attn_mask is not None and (attn_mask.requires_grad or
+                                                 (query.dim() == 4 and attn_mask.dim() == 3))))
+    if flash:
+        out = torch.empty_like(query, device="meta").stride()
+        # (B, T, H, D) in memory: a 4-D (B, H, T, D) in the order 0, 2, 1, 3;
+        # a 3-D (N, L, E), PyTorch's (1, N, L, E), in the order 1, 0, 2
+        order = (0, 2, 1, 3) if query.dim() == 4 else (1, 0, 2)
+        grads = tuple(_permuted_strides(tuple(t.shape), order) for t in (query, key, value))
+        return out, grads
+    shared = query.dim() == 4 and key.size(1) != query.size(1)
+    k_order = tuple(range(key.dim() - 2)) + (key.dim() - 1, key.dim() - 2)
+    dk = _contiguous_strides(key.shape) if shared else _permuted_strides(tuple(key.shape),
+                                                                        k_order)
+    return _contiguous_strides(out_shape), (_contiguous_strides(query.shape), dk,
+                                            _contiguous_strides(value.shape))
+
+
+def _unsqueezed_strides(strides):
+    """3-D strides as those of the 4-D view unsqueeze(1) gives, whose dim 1
+    (of size 1) is never stepped."""
+    return (strides[0], strides[1]) + tuple(strides[1:])
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
                                  is_causal=False, scale=None, enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention, on attn's kernels
@@ -863,6 +947,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     # PyTorch's: the 16-bit backward reads the rounded out, whose rounding
     # its dS would carry, so such a call runs on float32 copies (the
     # 16-bit call widens them too) and rounds out, and each gradient, once.
+    out_strides, grad_strides = _sdpa_strides(query, key, value, attn_mask, dropout_p)
     dtype = query.dtype
     widen = (dtype in (torch.bfloat16, torch.float16) and attn_mask is not None
              and attn_mask.dtype == torch.float32 and attn_mask.requires_grad
@@ -872,6 +957,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     squeeze = query.dim() == 3
     if squeeze:
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
+        out_strides = _unsqueezed_strides(out_strides)
+        grad_strides = tuple(_unsqueezed_strides(st) for st in grad_strides)
     block_mask, chain = None, None
     if attn_mask is not None:
         shape = _mask_shape(attn_mask, query.squeeze(1) if squeeze else query,
@@ -880,7 +967,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                        query.size(2), key.size(2))
     spec = _Spec("bhtd", causal=bool(is_causal), align=ALIGN_TOP_LEFT,
                  scale=None if scale is None else float(scale), dropout=float(dropout_p),
-                 block_mask=block_mask, chain=chain)
+                 block_mask=block_mask, chain=chain, out_strides=out_strides,
+                 grad_strides=grad_strides)
     out = _attend(spec, query, key, value)
     if widen:
         out = out.to(dtype)

@@ -7,8 +7,8 @@
   - float32 against an explicit float64 computation in torch (forward and
     every gradient) on random shapes and every option, and against
     PyTorch's own float32 SDPA where it has the option (is_causal, scale,
-    T != S; GQA from torch 2.5); strided views read in place, the
-    gradients written with the inputs' strides; an attn_mask gives
+    T != S; GQA from torch 2.5); strided views read in place; out and
+    the gradients with PyTorch 2.15's strides; an attn_mask gives
     PyTorch's result (on attn's block maps, or falling back to PyTorch);
   - dropout: the keep rate, the 1 / (1 - p) scaling, reproducible under
     torch.manual_seed, and the backward using the forward's mask;
@@ -328,9 +328,9 @@ def test_layouts_and_fallbacks():
     seen = []
     q.register_hook(lambda g: seen.append(g.stride()))
     out = AT.scaled_dot_product_attention(q, k, v, is_causal=True)
-    check(out.stride() == (T * H * D, D, H * D, 1), "out is (B, T, H, D) in memory")
+    check(out.stride() == (T * H * D, D, H * D, 1), "out is (B, T, H, D) in memory, as q")
     out.backward(dout)
-    check(seen == [q.stride()], f"dq written with q's strides {q.stride()}: {seen}")
+    check(seen == [(T * H * D, D, H * D, 1)], f"dq (B, T, H, D) in memory, as PyTorch's: {seen}")
     y = qkv.double().requires_grad_(True)
     ref = reference(*split(y), causal=True, top_left=True)
     ref.backward(dout.double())
@@ -450,10 +450,155 @@ def test_layouts_and_fallbacks():
     out = AT.scaled_dot_product_attention(qg, qg, qg)
     try:
         out.add_(1)
-        check(out._base is None and out.stride() == (64, 8, 16, 1),
+        check(out._base is None and out.stride() == (64, 32, 8, 1),
               f"scaled_dot_product_attention's output changed in place (strides {out.stride()})")
     except RuntimeError as e:
         check(False, f"scaled_dot_product_attention's output changed in place: {e}")
+
+
+def test_pytorch_strides():
+    # out and the gradients of q, k, v have PyTorch 2.15's strides (its CPU
+    # flash kernel: out empty_like(query), the gradients (B, T, H, D) in
+    # memory; its math path, for dropout, head dims that differ, a mask that
+    # wants a gradient or is 3-D with 4-D inputs, or a last axis not
+    # contiguous: matmul results), so
+    # out.view(B * H, T, D) works where it works on PyTorch's. The table is
+    # PyTorch 2.15's, checked against it where the torch running is 2.15.
+    B, H, T, S, D = 2, 3, 5, 7, 4
+
+    def laid(shape, order, g):
+        """A tensor of this shape whose dims lie in memory in this order."""
+        t = torch.randn([shape[d] for d in order], generator=g)
+        return t.permute([order.index(d) for d in range(len(order))])
+
+    def bthd(b, h, t, d, g):
+        return laid((b, h, t, d), (0, 2, 1, 3), g)
+
+    def contiguous(*shape, g):
+        return torch.randn(*shape, generator=g)
+
+    C = (60, 20, 4, 1)                         # (B, H, T, D) contiguous
+    QG, KG = (60, 4, 12, 1), (84, 4, 12, 1)    # (B, T, H, D) in memory
+    KT = (84, 28, 1, 7)                        # the math path's dk: (B, H, D, S) in memory
+    cases = [  # name, inputs, kwargs, out, (dq, dk, dv) or None
+        ("contiguous", lambda g: (contiguous(B, H, T, D, g=g), contiguous(B, H, S, D, g=g),
+                                  contiguous(B, H, S, D, g=g)), {}, C, (QG, KG, KG)),
+        ("causal, scale", lambda g: (contiguous(B, H, T, D, g=g), contiguous(B, H, S, D, g=g),
+                                     contiguous(B, H, S, D, g=g)),
+         {"is_causal": True, "scale": 0.3}, C, (QG, KG, KG)),
+        ("(B, T, H, D) views", lambda g: (bthd(B, H, T, D, g), bthd(B, H, S, D, g),
+                                          bthd(B, H, S, D, g)), {}, QG, (QG, KG, KG)),
+        ("(H, B, T, D) in memory", lambda g: (laid((B, H, T, D), (1, 0, 2, 3), g),
+                                              contiguous(B, H, S, D, g=g),
+                                              contiguous(B, H, S, D, g=g)),
+         {}, (20, 40, 4, 1), (QG, KG, KG)),
+        ("(T, B, H, D) in memory", lambda g: (laid((B, H, T, D), (2, 0, 1, 3), g),
+                                              contiguous(B, H, S, D, g=g),
+                                              contiguous(B, H, S, D, g=g)),
+         {}, (12, 4, 24, 1), (QG, KG, KG)),
+        ("q of a fused qkv", lambda g: (torch.randn(B, T, 3, H, D, generator=g)[:, :, 0]
+                                        .transpose(1, 2), bthd(B, H, S, D, g),
+                                        bthd(B, H, S, D, g)), {}, QG, (QG, KG, KG)),
+        ("q sliced in its head dim", lambda g: (contiguous(B, H, T, 2 * D, g=g)[..., :D],
+                                                contiguous(B, H, S, D, g=g),
+                                                contiguous(B, H, S, D, g=g)),
+         {}, C, (QG, KG, KG)),
+        ("q expanded over batch", lambda g: (contiguous(1, H, T, D, g=g).expand(B, H, T, D),
+                                             contiguous(B, H, S, D, g=g),
+                                             contiguous(B, H, S, D, g=g)), {}, C, None),
+        ("one query token", lambda g: (bthd(B, H, 1, D, g), contiguous(B, H, S, D, g=g),
+                                       contiguous(B, H, S, D, g=g)),
+         {}, (12, 4, 12, 1), ((12, 4, 12, 1), KG, KG)),
+        ("GQA", lambda g: (contiguous(B, H, T, D, g=g), contiguous(B, 1, S, D, g=g),
+                           contiguous(B, 1, S, D, g=g)),
+         {"enable_gqa": True}, C, (QG, (28, 4, 4, 1), (28, 4, 4, 1))),
+        ("3-D", lambda g: (contiguous(H, T, D, g=g), contiguous(H, S, D, g=g),
+                           contiguous(H, S, D, g=g)), {}, (20, 4, 1),
+         ((4, 12, 1), (4, 12, 1), (4, 12, 1))),
+        ("3-D (T, N, E) in memory", lambda g: (laid((H, T, D), (1, 0, 2), g),
+                                               contiguous(H, S, D, g=g),
+                                               contiguous(H, S, D, g=g)), {}, (4, 12, 1),
+         ((4, 12, 1), (4, 12, 1), (4, 12, 1))),
+        ("dropout", lambda g: (bthd(B, H, T, D, g), bthd(B, H, S, D, g), bthd(B, H, S, D, g)),
+         {"dropout_p": 0.25}, C, (C, KT, (84, 28, 4, 1))),
+        ("v's head dim 6", lambda g: (bthd(B, H, T, D, g), bthd(B, H, S, D, g),
+                                      bthd(B, H, S, 6, g)), {}, (90, 30, 6, 1),
+         (C, KT, (126, 42, 6, 1))),
+        ("v's last axis strided", lambda g: (bthd(B, H, T, D, g), bthd(B, H, S, D, g),
+                                             contiguous(B, H, D, S, g=g).transpose(2, 3)),
+         {}, C, (C, KT, (84, 28, 4, 1))),
+        ("dropout, GQA", lambda g: (bthd(B, H, T, D, g), contiguous(B, 1, S, D, g=g),
+                                    contiguous(B, 1, S, D, g=g)),
+         {"dropout_p": 0.25, "enable_gqa": True}, C, (C, (28, 28, 4, 1), (28, 28, 4, 1))),
+        ("3-D, dropout", lambda g: (contiguous(H, T, D, g=g), contiguous(H, S, D, g=g),
+                                    contiguous(H, S, D, g=g)), {"dropout_p": 0.25},
+         (20, 4, 1), ((20, 4, 1), (28, 1, 7), (28, 4, 1))),
+    ]
+    if AT._runs_block_maps():
+        cases += [
+            ("bool mask", lambda g: (bthd(B, H, T, D, g), bthd(B, H, S, D, g),
+                                     bthd(B, H, S, D, g)),
+             {"attn_mask": torch.rand(T, S, generator=torch.Generator().manual_seed(3)) > 0.3},
+             QG, (QG, KG, KG)),
+            ("3-D mask, 4-D inputs", lambda g: (bthd(B, H, T, D, g), bthd(B, H, S, D, g),
+                                                bthd(B, H, S, D, g)),
+             {"attn_mask": torch.rand(H, T, S, generator=torch.Generator().manual_seed(4)) > 0.3},
+             C, (C, KT, (84, 28, 4, 1))),
+            ("additive mask that wants a gradient",
+             lambda g: (bthd(B, H, T, D, g), bthd(B, H, S, D, g), bthd(B, H, S, D, g)),
+             {"attn_mask": torch.randn(T, S).requires_grad_(True)}, C, (C, KT, (84, 28, 4, 1))),
+        ]
+    on_215 = AT._torch_sdpa is not None and TORCH == (2, 15)
+    for dtype in (torch.float32, torch.bfloat16):
+        for name, make, kw, want_out, want_grads in cases:
+            name = f"{name} ({dtype})"
+            q, k, v = (t.to(dtype).requires_grad_(True) for t in make(torch.Generator()
+                                                                    .manual_seed(5)))
+            torch.manual_seed(9)
+            out = AT.scaled_dot_product_attention(q, k, v, **kw)
+            grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+            got = (out.stride(), tuple(g.stride() for g in grads))
+            check(out.stride() == want_out, f"{name}: out strides {out.stride()}, PyTorch's "
+                  f"{want_out}")
+            if want_grads is not None:
+                check(got[1] == want_grads, f"{name}: gradient strides {got[1]}, PyTorch's "
+                      f"{want_grads}")
+            if on_215:
+                torch.manual_seed(9)
+                theirs = AT._torch_sdpa(q, k, v, **kw)
+                their_grads = torch.autograd.grad(theirs, (q, k, v), torch.ones_like(theirs))
+                theirs = (theirs.stride(), tuple(g.stride() for g in their_grads))
+                check(theirs[0] == want_out and want_grads in (None, theirs[1]),
+                      f"{name}: the table is not PyTorch {torch.__version__}'s: {theirs}")
+            if kw.get("dropout_p") or dtype != torch.float32:
+                continue
+            # the values, written through those strides
+            k2, v2 = k, v
+            if q.size(-3) != k.size(-3) and q.dim() == 4:
+                k2, v2 = (t.repeat_interleave(q.size(1) // t.size(1), 1) for t in (k, v))
+            mask = kw.get("attn_mask")
+            qd, kd, vd = (t.detach().double().requires_grad_(True) for t in (q, k2, v2))
+            if q.dim() == 3:
+                ref = reference(qd[None], kd[None], vd[None], causal=kw.get("is_causal", False),
+                                top_left=True, scale=kw.get("scale"))[0]
+            elif mask is not None and mask.dtype == torch.bool:
+                ref = AT._math_sdpa(qd, kd, vd, attn_mask=mask)
+            elif mask is not None:
+                ref = AT._math_sdpa(qd, kd, vd, attn_mask=mask.detach().double())
+            else:
+                ref = reference(qd, kd, vd, causal=kw.get("is_causal", False), top_left=True,
+                                scale=kw.get("scale"))
+            ref_grads = torch.autograd.grad(ref, (qd, kd, vd), torch.ones_like(ref))
+            worst = max([err(out, ref)] + [err(g, r) for g, r in zip(grads, ref_grads)
+                                           if g.shape == r.shape])
+            check(worst <= 2e-5, f"{name}: out and gradients off by {worst:.3g}")
+    # what the strides are for: PyTorch's out of contiguous inputs is contiguous
+    q = torch.randn(B, H, T, D)
+    try:
+        AT.scaled_dot_product_attention(q, q, q).view(B * H, T, D)
+        check(True, "out.view(B * H, T, D) of contiguous inputs")
+    except RuntimeError as e:
+        check(False, f"out.view(B * H, T, D) of contiguous inputs: {e}")
 
 
 # ---- 3. dropout ----------------------------------------------------------------------------
@@ -793,7 +938,8 @@ def test_thread_counts():
         torch.get_num_threads = get_num_threads
 
 
-for test in (test_gradcheck, test_float32, test_layouts_and_fallbacks, test_dropout, test_patch,
+for test in (test_gradcheck, test_float32, test_layouts_and_fallbacks, test_pytorch_strides,
+             test_dropout, test_patch,
              test_training, test_transforms, test_saved_tensor_hooks, test_thread_counts):
     t = time.time()
     test()
