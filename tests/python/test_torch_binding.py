@@ -938,9 +938,64 @@ def test_thread_counts():
         torch.get_num_threads = get_num_threads
 
 
+def test_thread_contexts():
+    # each Python thread has its own attn contexts (and Philox rng): those of
+    # a thread that has finished are freed with it, so 200 short threads
+    # leave no context, worker thread, descriptor or workspace behind
+    import gc
+    import threading
+    q = torch.randn(1, 2, 40, 16, requires_grad=True)
+    mask = torch.randn(40, 40, requires_grad=True)
+
+    def work():
+        out = AT.scaled_dot_product_attention(q, q, q, attn_mask=mask)
+        out = out + AT.scaled_dot_product_attention(q, q, q, is_causal=True, dropout_p=0.1)
+        out = out + AT.flash_attn_func(q, q, q, causal=True)
+        out.sum().backward()
+
+    def live():
+        return sum(isinstance(o, AT._Ctx) for o in gc.get_objects())
+
+    def tasks():
+        return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 0
+
+    def resident_kib():
+        try:
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+        except OSError:
+            return 0
+
+    def threads(n):
+        for _ in range(n):
+            t = threading.Thread(target=work)
+            t.start()
+            t.join()
+        gc.collect()
+
+    threads_before = torch.get_num_threads()
+    torch.set_num_threads(2)  # contexts with a worker thread of their own
+    try:
+        threads(20)  # torch's and the allocator's own first-use memory
+        ctxs, fds = live(), len(os.listdir("/proc/self/fd"))
+        task_count, kib = tasks(), resident_kib()
+        threads(200)
+        deadline = time.time() + 5
+        while tasks() > task_count and time.time() < deadline:
+            time.sleep(0.01)  # joined workers leave /proc/self/task a moment later
+        check(live() == ctxs, f"200 threads: {live() - ctxs} contexts outlive their threads")
+        check(tasks() <= task_count, f"200 threads: {tasks() - task_count} threads left")
+        check(len(os.listdir("/proc/self/fd")) <= fds, "200 threads: descriptors left open")
+        grew = resident_kib() - kib
+        check(grew < 32 * 1024, f"200 threads: resident memory grew {grew} KiB")
+    finally:
+        torch.set_num_threads(threads_before)
+
+
 for test in (test_gradcheck, test_float32, test_layouts_and_fallbacks, test_pytorch_strides,
              test_dropout, test_patch,
-             test_training, test_transforms, test_saved_tensor_hooks, test_thread_counts):
+             test_training, test_transforms, test_saved_tensor_hooks, test_thread_counts,
+             test_thread_contexts):
     t = time.time()
     test()
     print(f"{test.__name__}: {time.time() - t:.1f} s")
