@@ -7,10 +7,12 @@ CMake build type), ATTN_BUILD_JOBS jobs. An existing build of the checkout
 is reused: the directory in ATTN_BUILD_DIR, or else the checkout's `build/`
 (what `make` builds) when it is of the same build type and carries no
 sanitizer; CMake then rebuilds only what changed since, nothing when the
-sources match. Otherwise the build goes to python/build/cmake. Without the
-sources (or with ATTN_SKIP_BUILD=1) nothing is built, and the package finds
-libattn at run time: ATTN_LIBRARY, then the system's (`cmake --install`,
-ldconfig).
+sources match. Otherwise the build goes to python/build/cmake. With
+ATTN_SKIP_BUILD=1 nothing is built, and the package finds libattn at run
+time: ATTN_LIBRARY, then the system's (`cmake --install`, ldconfig).
+Without the sources beside it (an sdist carries none, and `python -m build`
+builds its wheel from the sdist it has just made) the build refuses, saying
+what to run, where it would make a wheel without libattn.
 """
 import os
 import shutil
@@ -28,8 +30,21 @@ def _sources_present():
         os.path.join(ROOT, "include", "attn.h"))
 
 
+def _skip_build():
+    return os.environ.get("ATTN_SKIP_BUILD") == "1"
+
+
 def _want_build():
-    return _sources_present() and os.environ.get("ATTN_SKIP_BUILD") != "1"
+    return _sources_present() and not _skip_build()
+
+
+def _no_sources_message():
+    return (f"attn: no libattn sources beside this package ({ROOT} has no CMakeLists.txt and "
+            "include/attn.h: an sdist carries none), so the wheel would hold no libattn. "
+            "`python -m build ./python` builds the wheel from the sdist it has just made: run "
+            "`python -m build --wheel ./python` (or `pip wheel ./python`) in the repository "
+            "instead; or set ATTN_SKIP_BUILD=1 for a package without libattn that loads "
+            "ATTN_LIBRARY or the system's (cmake --install) at import")
 
 
 def _cache_entries(build_dir):
@@ -68,6 +83,8 @@ def _reusable_build(build_type):
 
 class BuildWithLibattn(build_py):
     def run(self):
+        if not _skip_build() and not _sources_present():
+            raise RuntimeError(_no_sources_message())
         super().run()
         if not _want_build():
             return
