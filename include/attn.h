@@ -555,7 +555,10 @@ attn_status attn_sdpa_backward_f64(attn_ctx *ctx, const attn_sdpa_config *cfg, c
  * PyTorch's bf16 SDPA does; elsewhere (Intel's cores issue vdpbf16ps at
  * half the float FMA's rate), and for f16, the tensors are widened to
  * float and run on the float kernels. Conformance: within PyTorch bf16's
- * own error against float64 on the same inputs.
+ * own error against float64 on the same inputs. A backward whose score
+ * modifiers take a gradient (a bias's, a table's, a callback's) runs the
+ * float forward again on the widened tensors and reads its float32 out,
+ * not the rounded one, so that gradient is float32's, as PyTorch's is.
  */
 attn_status attn_sdpa_forward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, attn_dtype dtype,
                                  const void *q, const void *k, const void *v, void *out,

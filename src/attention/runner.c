@@ -300,6 +300,19 @@ static attn_attention_problem widened_shape(const attn_attention_problem *p) {
     return w;
 }
 
+/* Whether a 16-bit backward runs the float32 forward again for the out it
+ * reads: a score modifier's gradient (a bias's, a table's, a callback's dS)
+ * is float32's, and delta_i = dout_i . out_i from the rounded 16-bit out
+ * would carry out's rounding into every dS_ij of its row, where PyTorch's
+ * comes from float32 internals. */
+static bool recomputes_out(const attn_attention_problem *p) {
+    if (!is_16bit(p)) return false;
+    for (size_t k = 0; k < p->score_mod_count; k++)
+        if (p->score_mods[k].tensor_grad || p->score_mods[k].kind == ATTN_SCORE_CALLBACK)
+            return true;
+    return false;
+}
+
 /* Workspace of a pass: the largest any candidate needs (a backend that
  * measures values in its pass may leave the problem to the next one), and
  * for a 16-bit problem that of its widened float32 one. */
@@ -402,7 +415,14 @@ size_t attn_attention_backward_bytes(const attn_ctx *ctx, const attn_attention_p
     attn_attention_problem said;
     p = fixed_features(ctx, p, &said);
     attn_pass plain = {.backward = true}, dropped = {.backward = true, .dropout = true};
-    return max_size(pass_bytes(ctx, p, plain), pass_bytes(ctx, p, dropped));
+    size_t bytes = max_size(pass_bytes(ctx, p, plain), pass_bytes(ctx, p, dropped));
+    if (recomputes_out(p)) {
+        attn_attention_problem w = widened_shape(p);
+        attn_pass fwd = {.backward = false}, fwd_dropped = {.dropout = true};
+        bytes = max_size(bytes, pass_bytes(ctx, &w, fwd));
+        bytes = max_size(bytes, pass_bytes(ctx, &w, fwd_dropped));
+    }
+    return bytes;
 }
 
 /* Refuses p when no backend runs it in this pass and the runner cannot
@@ -489,19 +509,43 @@ static attn_status pass_failed(attn_ctx *ctx, const char *who) {
     return attn_fail(ctx, ATTN_ERR_INVALID, "%s: %s", who, message);
 }
 
-/* p (16-bit) on float32 copies: widened, run, rounded back. */
+/* p (16-bit) on float32 copies: widened, run, rounded back. A backward
+ * that recomputes_out first runs the float forward on the copies, for the
+ * float32 out it reads (the same kernels, dropout and values as the
+ * forward whose out was rounded), its lse into a buffer of its own: the
+ * caller's is an input. */
 static attn_status run_widened(attn_ctx *ctx, const char *who, const attn_attention_problem *p,
                                const attn_attention_dropout *drop,
                                const attn_attention_grads *g, void *workspace) {
     attn_attention_problem wide;
     attn_attention_grads wide_g;
-    float *buffer;
+    float *buffer, *lse = NULL;
     attn_status st = attn_widen16(ctx, who, p, g ? g->dout : NULL, &wide, &wide_g, &buffer);
     if (st != ATTN_OK) return st;
+    bool recompute = g && recomputes_out(p);
+    size_t rows = attn_lse_rows(p);
+    if (recompute && !(lse = attn_malloc((rows ? rows : 1) * sizeof *lse))) {
+        attn_free(buffer);
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                         "%s: cannot allocate %zu floats for the float32 forward's lse", who, rows);
+    }
     attn_explain_note(ctx, "widened to float32", NULL);
+    run_result ran = RUN_DONE;
+    if (recompute) {
+        attn_attention_problem fwd = wide;
+        fwd.lse = lse;
+        fwd.lse_lo = NULL;
+        fwd.row_stats = NULL;
+        fwd.dlse = NULL;
+        fwd.backward_from_lse = false;
+        attn_explain_note(ctx, "the float32 forward again, for its out", NULL);
+        ran = run_candidates(ctx, &fwd, drop, NULL, NULL, workspace);
+    }
     if (g) wide_g.dsinks = g->dsinks;
-    run_result ran = run_candidates(ctx, &wide, drop, NULL, g ? &wide_g : NULL, workspace);
+    if (ran != RUN_FAILED)
+        ran = run_candidates(ctx, &wide, drop, NULL, g ? &wide_g : NULL, workspace);
     if (ran != RUN_FAILED) attn_narrow16(ctx, p, &wide, g ? &wide_g : NULL, g);
+    attn_free(lse);
     attn_free(buffer);
     return ran == RUN_FAILED ? pass_failed(ctx, who) : ATTN_OK;
 }

@@ -30,8 +30,11 @@
  * large scores (q, k up to 24: scaled scores in the hundreds). f16 and the
  * features the bf16 kernels leave to the widened path (dropout, softcap,
  * ALiBi, sinks, NaN or inf inputs, also past the scan's first 256 tokens
- * and in (B, H, T, D) strides) are checked bitwise against the float calls.
- * Then the argument errors, with the values named.
+ * and in (B, H, T, D) strides) are checked bitwise against the float calls,
+ * and so is a bias whose gradient the backward writes, which comes from the
+ * float32 forward's out (not the rounded one) and must be within float32's
+ * error of the float64 call's. Then the argument errors, with the values
+ * named.
  *
  * Fresh random inputs each run: the seed is printed; argv[1] replays it.
  */
@@ -600,6 +603,95 @@ static void check_dropout(uint64_t *seed, attn_ctx *fast) {
     free_case(&t);
 }
 
+/* A bias (ATTN_SCORE_BIAS, broadcast over batch) whose gradient the
+ * backward writes: float32's, from the float32 forward's out, as PyTorch
+ * computes it; the 16-bit out's rounding would reach every dS_ij of a row
+ * through delta_i = dout_i . out_i. The bias gradient, and dq, dk, dv
+ * rounded, must be the float calls' on the widened tensors bit for bit,
+ * and the bias gradient within float32's error of the float64 call's. */
+static void check_bias_grad(uint64_t *seed, attn_ctx *fast) {
+    case16 c = {"bias", 2, 4, 2, 19, 23, 64, true, ATTN_ALIGN_BOTTOM_RIGHT, 0, false, 0, 0,
+                false, false, 1.0, 0.0};
+    size_t H = c.H, T = c.T, S = c.S, nb = H * T * S;
+    for (int variant = 0; variant < 2; variant++) {
+        attn_dtype dt = variant == 0 ? ATTN_DTYPE_BF16 : ATTN_DTYPE_F16;
+        tensors16 t;
+        make_case(&c, dt, seed, &t);
+        size_t nq = t.nq, nk = t.nk, rows = t.rows_q;
+        float *bias = malloc(nb * 4), *g16 = calloc(nb, 4), *g32 = calloc(nb, 4);
+        for (size_t e = 0; e < nb; e++) bias[e] = (float)(2.0 * uniform(seed));
+        attn_score_mod mod = {.kind = ATTN_SCORE_BIAS, .tensor = bias,
+                              .strides = {0, T * S, S, 1}};
+        t.cfg.score_mods = &mod;
+        t.cfg.score_mod_count = 1;
+        /* the 16-bit calls */
+        uint16_t *out = calloc(nq, 2), *dq = calloc(nq, 2), *dk = calloc(nk, 2);
+        uint16_t *dv = calloc(nk, 2);
+        float *lse = calloc(rows, 4);
+        CHECK_STATUS(attn_sdpa_forward_16(fast, &t.cfg, dt, t.q, t.k, t.v, out, lse, NULL, NULL),
+                     ATTN_OK);
+        mod.tensor_grad = g16;
+        CHECK_STATUS(attn_sdpa_backward_16(fast, &t.cfg, dt, t.q, t.k, t.v, out, lse, t.dout, dq,
+                                           dk, dv, NULL),
+                     ATTN_OK);
+        /* the float calls on the widened tensors */
+        float *qf = malloc(nq * 4), *kf = malloc(nk * 4), *vf = malloc(nk * 4);
+        float *doutf = malloc(nq * 4), *outf = calloc(nq, 4), *lsef = calloc(rows, 4);
+        float *dqf = calloc(nq, 4), *dkf = calloc(nk, 4), *dvf = calloc(nk, 4);
+        for (size_t e = 0; e < nq; e++) {
+            qf[e] = value_of(dt, t.q[e]);
+            doutf[e] = value_of(dt, t.dout[e]);
+        }
+        for (size_t e = 0; e < nk; e++) {
+            kf[e] = value_of(dt, t.k[e]);
+            vf[e] = value_of(dt, t.v[e]);
+        }
+        mod.tensor_grad = NULL;
+        CHECK_STATUS(attn_sdpa_forward(fast, &t.cfg, qf, kf, vf, outf, lsef, NULL, NULL), ATTN_OK);
+        mod.tensor_grad = g32;
+        CHECK_STATUS(attn_sdpa_backward(fast, &t.cfg, qf, kf, vf, outf, lsef, doutf, dqf, dkf, dvf,
+                                        NULL),
+                     ATTN_OK);
+        bool same = same_lse(lse, lsef, rows) && memcmp(g16, g32, nb * 4) == 0;
+        for (size_t e = 0; e < nq; e++)
+            same = same && out[e] == round_to(dt, outf[e]) && dq[e] == round_to(dt, dqf[e]);
+        for (size_t e = 0; e < nk; e++)
+            same = same && dk[e] == round_to(dt, dkf[e]) && dv[e] == round_to(dt, dvf[e]);
+        CHECK(same);
+        /* the float64 call's bias gradient (its bias stays float) */
+        double *q64 = widened64(dt, t.q, nq), *k64 = widened64(dt, t.k, nk);
+        double *v64 = widened64(dt, t.v, nk), *d64 = widened64(dt, t.dout, nq);
+        double *o64 = calloc(nq, 8), *l64 = calloc(rows, 8), *dq64 = calloc(nq, 8);
+        double *dk64 = calloc(nk, 8), *dv64 = calloc(nk, 8);
+        float *g64f = calloc(nb, 4);
+        mod.tensor_grad = NULL;
+        CHECK_STATUS(attn_sdpa_forward_f64(fast, &t.cfg, q64, k64, v64, o64, l64, NULL, NULL),
+                     ATTN_OK);
+        mod.tensor_grad = g64f;
+        CHECK_STATUS(attn_sdpa_backward_f64(fast, &t.cfg, q64, k64, v64, o64, l64, d64, dq64, dk64,
+                                            dv64, NULL),
+                     ATTN_OK);
+        double num = 0.0, den = 0.0;
+        for (size_t e = 0; e < nb; e++) {
+            double d = (double)g16[e] - (double)g64f[e];
+            num += d * d;
+            den += (double)g64f[e] * g64f[e];
+        }
+        double rel = sqrt(num / (den > 0.0 ? den : 1.0));
+        CHECK(den > 0.0 && rel <= 1e-5);
+        printf("  %-28s bias gradient the float calls' bitwise, %.2e from float64\n",
+               dt == ATTN_DTYPE_BF16 ? "bf16 bias with its gradient" : "f16 bias with its gradient",
+               rel);
+        free(bias), free(g16), free(g32), free(g64f);
+        free(out), free(dq), free(dk), free(dv), free(lse);
+        free(qf), free(kf), free(vf), free(doutf), free(outf), free(lsef), free(dqf), free(dkf),
+            free(dvf);
+        free(q64), free(k64), free(v64), free(d64), free(o64), free(l64), free(dq64), free(dk64),
+            free(dv64);
+        free_case(&t);
+    }
+}
+
 static void check_errors(attn_ctx *ctx) {
     uint16_t q[64] = {0}, k[64] = {0}, v[64] = {0}, out[64], dq[64], dk[64], dv[64];
     float lse[8];
@@ -760,6 +852,7 @@ int main(int argc, char **argv) {
     check_widened_features(&seed, fast[1]);
     check_tiny_dout(&seed, fast[1]);
     check_dropout(&seed, fast[0]);
+    check_bias_grad(&seed, fast[0]);
     check_errors(fast[0]);
     attn_ctx_free(portable);
     attn_ctx_free(ref);
