@@ -943,17 +943,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if supports(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
         return _pytorch_sdpa(query, key, value, attn_mask, dropout_p, is_causal, scale,
                              enable_gqa)
-    # A float32 mask's gradient with 16-bit queries is a float32 one, as
-    # PyTorch's: the 16-bit backward reads the rounded out, whose rounding
-    # its dS would carry, so such a call runs on float32 copies (the
-    # 16-bit call widens them too) and rounds out, and each gradient, once.
     out_strides, grad_strides = _sdpa_strides(query, key, value, attn_mask, dropout_p)
-    dtype = query.dtype
-    widen = (dtype in (torch.bfloat16, torch.float16) and attn_mask is not None
-             and attn_mask.dtype == torch.float32 and attn_mask.requires_grad
-             and torch.is_grad_enabled())
-    if widen:
-        query, key, value = query.float(), key.float(), value.float()
     squeeze = query.dim() == 3
     if squeeze:
         query, key, value = query.unsqueeze(1), key.unsqueeze(1), value.unsqueeze(1)
@@ -970,8 +960,6 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                  block_mask=block_mask, chain=chain, out_strides=out_strides,
                  grad_strides=grad_strides)
     out = _attend(spec, query, key, value)
-    if widen:
-        out = out.to(dtype)
     return out.squeeze(1) if squeeze else out
 
 
@@ -1160,11 +1148,6 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
             raise AttnError("ATTN_ERR_UNSUPPORTED",
                             f"flash_attn_varlen_func: this libattn ({_lib.path}) runs no "
                             "attention with a block map and score modifiers (no flex backend)")
-    if q.dtype in (torch.bfloat16, torch.float16) and chain is not None and \
-            torch.is_grad_enabled() and any(t.requires_grad for t in chain.tensors):
-        # a captured tensor's float32 gradient, not one carried from the
-        # 16-bit out's rounding: float32 copies, as scaled_dot_product_attention
-        q, k, v = q.float(), k.float(), v.float()
     spec = _flash_spec("varlen", q, q.size(1), dropout_p, softmax_scale, causal, window_size,
                        softcap, alibi_slopes, cu_q=cu_q, cu_kv=cu_kv, max_q=max_q,
                        max_kv=max_kv, block_mask=block_mask, chain=chain)
