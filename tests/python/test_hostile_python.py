@@ -1464,6 +1464,25 @@ def copies():
     # an explicit 0 KV groups holds no head: refused, not read as "one a head"
     raises(lambda: attn.LanguageModel(dict(TINY, hidden_dim=16, n_kv_groups=0), seed=1),
            ValueError, ["n_kv_groups", "0"], "n_kv_groups 0", S)
+    # the chapter-4 variants' keys: read as the book's GPTModel reads them, or
+    # refused by name
+    swa = dict(TINY, sliding_window_size=3, sliding_window_stride=-1)
+    got = attn.LanguageModel(swa, seed=1).config
+    check(got["sliding_window_size"] == 3 and got["sliding_window_stride"] == -1,
+          "a negative stride (every layer) comes back as the book writes it: %r" % (got,))
+    got = attn.LanguageModel(dict(swa, sliding_window_stride=0), seed=1).config
+    check("sliding_window_size" not in got, "a stride of 0 is the book's no window: %r" % (got,))
+    raises(lambda: attn.LanguageModel(dict(TINY, sliding_window_size=3), seed=1), ValueError,
+           ["sliding_window_stride"], "a window without its stride", S)
+    raises(lambda: attn.LanguageModel(dict(TINY, sliding_window_stride=2), seed=1), ValueError,
+           ["sliding_window_stride", "without"], "a stride without its window", S)
+    raises(lambda: attn.LanguageModel(dict(swa, sliding_window_stride=1.5), seed=1), ValueError,
+           ["sliding_window_stride", "1.5"], "a stride of 1.5", S)
+    raises(lambda: attn.LanguageModel(dict(TINY, latent_dim=0), seed=1), ValueError,
+           ["latent_dim", "0"], "latent_dim 0", S)
+    got = attn.LanguageModel(dict(TINY, latent_dim=None), seed=1).config
+    check(got["arch"] == "gpt-mla" and got["latent_dim"] == 16,
+          "latent_dim None is the module's max(16, emb_dim // 8): %r" % (got,))
 
 
 print(f"{passed} passed, {failed} failed in {time.time() - T0:.1f} s")
