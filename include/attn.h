@@ -2049,9 +2049,10 @@ attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size
  *                 model with MultiHeadLatentAttention: q = x W_query^T,
  *                 c = x W_DKV^T (latent_dim wide), k = c W_UK^T,
  *                 v = c W_UV^T (each with qkv_bias), out_proj with bias.
- *                 The cache holds k and v, each row as the book's up-
- *                 projection of the cached latents gives it (the same
- *                 numbers; not the latent's smaller cache).
+ *                 The cache holds each token's k and v, up-projected once
+ *                 as it is appended (the book caches the latent and
+ *                 up-projects it all again at each step: the same values,
+ *                 without the latent's smaller cache).
  * ATTN_LM_LLAMA3  kv_cache/llama3.py's Llama3Model: tok_emb, blocks of
  *                 RMSNorm -> GroupedQueryAttention (n_kv_groups KV heads,
  *                 no biases, RoPE on q and k: split halves, base rope_base,
