@@ -654,7 +654,9 @@ attn_status attn_mask_visible(attn_ctx *ctx, const attn_mask *m, size_t b, size_
  * every sequence or head (flex's B=None, H=None). Built once, used by any
  * number of calls and layers of the same lengths; the backward reads its
  * transpose (built with it). A map of a closed-form mask whose rows are
- * single key intervals also runs on the fixed-feature kernels.
+ * single key intervals also runs on the fixed-feature kernels. Every
+ * builder refuses a map past this machine's memory (ATTN_ERR_NO_MEMORY,
+ * naming the bytes it takes at least and the memory) before allocating it.
  */
 typedef struct attn_block_mask attn_block_mask;
 

@@ -43,6 +43,11 @@ typedef struct block_source {
      * broadcast over the queries, such as a key-padding mask): a tile's
      * first row then stands for the others. */
     bool same_rows;
+    /* Whether row_bits may be asked twice for a tile, reading what it reads
+     * and calling nothing of the caller's (a dense mask, not a callback
+     * called once per element): the memory check may then read tiles ahead
+     * of the build. */
+    bool rereadable;
 } block_source;
 
 /* The block map of cfg (checked here, by name) read from src. */

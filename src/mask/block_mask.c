@@ -308,15 +308,42 @@ static void key_blocks_spanned(const block_source *src, const attn_block_map *m,
     *end = ((size_t)hi + m->block_kv - 1) / m->block_kv;
 }
 
-/* A source that classifies its tiles and spans its rows' keys (a mask
- * description) may describe in a few bytes a map larger than the machine:
- * its map's bytes, bounded from the classes (a partial tile may still turn
- * out full or empty), are refused past this machine's memory before any is
- * allocated, rather than allocated until the system kills the process. */
+/* A map past this machine's memory (limit), at least bytes of it. */
+static attn_status past_memory(attn_ctx *ctx, const char *who, const attn_block_map *m,
+                               size_t bytes, size_t limit) {
+    return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
+                     "%s: the block map of (%zu, %zu, %zu, %zu) in blocks of (%zu, %zu) takes "
+                     "at least %zu bytes, more than this machine's memory (%zu bytes)", who,
+                     m->batch, m->heads, m->q_len, m->kv_len, m->block_q, m->block_kv, bytes,
+                     limit);
+}
+
+/* The bytes a listed tile adds to a map: its entries in the lists and the
+ * transpose; a partial one also its tile twice and its bits. */
+static size_t tile_cost(const attn_block_map *m, block_class cls) {
+    size_t full_cost = 2 * sizeof(uint32_t);
+    if (cls != BLOCK_PARTIAL) return cls == BLOCK_FULL ? full_cost : 0;
+    return full_cost + 2 * sizeof(size_t) + m->block_q * m->words_per_row * sizeof(uint64_t);
+}
+
+/* A map's bytes are refused past this machine's memory before they are
+ * allocated, rather than allocated until the system kills the process. Every
+ * source's map is checked here for what does not depend on its tiles (the
+ * offsets of its rows and columns and its rows' intervals: a dense mask
+ * broadcast by strides, or a callback, describes a map of any size in a few
+ * bytes), and the builder counts each tile's bytes against the limit before
+ * it keeps the tile. A source that classifies its tiles and spans its rows'
+ * keys (a mask description) is checked for its tiles too: its map's bytes,
+ * bounded from the classes (a partial tile may still turn out full or
+ * empty), before any tile is built. *fixed receives the bytes that do not
+ * depend on the tiles, limit the machine's memory (0: unknown, nothing is
+ * refused). */
 static attn_status check_map_bytes(attn_ctx *ctx, const char *who, const block_source *src,
-                                   const attn_block_map *m) {
+                                   const attn_block_map *m, size_t *fixed, size_t *limit_out) {
     size_t limit = attn_physical_memory();
-    if (!limit || !src->classify || !src->keys_span) return ATTN_OK;
+    *fixed = 0;
+    *limit_out = limit;
+    if (!limit) return ATTN_OK;
     size_t planes = m->batch * m->heads; /* checked in check_config */
     /* the offsets of the rows and of the columns, lists and transpose; past
      * size_t, past any memory */
@@ -330,46 +357,50 @@ static attn_status check_map_bytes(attn_ctx *ctx, const char *who, const block_s
     if (!attn_mul3_size(2 * sizeof(int64_t), m->batch, m->q_len, &intervals) ||
         !attn_add_size(bytes, intervals, &bytes))
         bytes = (size_t)-1;
-    /* a tile listed: its entries in the lists and the transpose; a partial
-     * one also its tile twice and its bits */
-    size_t full_cost = 2 * sizeof(uint32_t);
-    size_t part_cost = full_cost + 2 * sizeof(size_t) +
-                       m->block_q * m->words_per_row * sizeof(uint64_t);
+    *fixed = bytes;
+    if (bytes > limit) return past_memory(ctx, who, m, bytes, limit);
+    if (src->listed || (!src->classify && !src->rereadable)) return ATTN_OK;
+    size_t part_cost = tile_cost(m, BLOCK_PARTIAL);
     /* first a bound from the spans alone, every tile in them partial: most
      * maps are well within it, and their tiles are then classified once */
-    size_t bound = bytes;
+    size_t bound = bytes, first = 0, end = m->kv_blocks;
     for (size_t b = 0; b < m->batch && bound <= limit; b++)
         for (size_t h = 0; h < m->heads && bound <= limit; h++)
             for (size_t qb = 0; qb < m->q_blocks && bound <= limit; qb++) {
                 size_t q0 = qb * m->block_q;
                 size_t q1 = q0 + m->block_q < m->q_len ? q0 + m->block_q : m->q_len;
-                size_t first, end, spanned;
-                key_blocks_spanned(src, m, b, h, q0, q1, &first, &end);
+                size_t spanned;
+                if (src->keys_span) key_blocks_spanned(src, m, b, h, q0, q1, &first, &end);
                 if (!attn_mul_size(end - first, part_cost, &spanned) ||
                     !attn_add_size(bound, spanned, &bound))
                     bound = (size_t)-1;
             }
     if (bound <= limit) return ATTN_OK;
-    for (size_t b = 0; b < m->batch && bytes <= limit; b++)
-        for (size_t h = 0; h < m->heads && bytes <= limit; h++)
-            for (size_t qb = 0; qb < m->q_blocks && bytes <= limit; qb++) {
+    /* then each tile's class: in closed form, or read from the source's bits
+     * where it has none (a dense mask, which reading leaves as it was) */
+    uint64_t *scratch = NULL;
+    if (!src->classify &&
+        !(scratch = attn_malloc(m->block_q * m->words_per_row * sizeof(uint64_t))))
+        return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for a tile's bits", who);
+    attn_status st = ATTN_OK;
+    for (size_t b = 0; b < m->batch && bytes <= limit && st == ATTN_OK; b++)
+        for (size_t h = 0; h < m->heads && bytes <= limit && st == ATTN_OK; h++)
+            for (size_t qb = 0; qb < m->q_blocks && bytes <= limit && st == ATTN_OK; qb++) {
                 size_t q0 = qb * m->block_q;
                 size_t q1 = q0 + m->block_q < m->q_len ? q0 + m->block_q : m->q_len;
-                size_t first, end;
-                key_blocks_spanned(src, m, b, h, q0, q1, &first, &end);
-                for (size_t kb = first; kb < end && bytes <= limit; kb++) {
+                if (src->keys_span) key_blocks_spanned(src, m, b, h, q0, q1, &first, &end);
+                for (size_t kb = first; kb < end && bytes <= limit && st == ATTN_OK; kb++) {
                     size_t k0 = kb * m->block_kv;
                     size_t k1 = k0 + m->block_kv < m->kv_len ? k0 + m->block_kv : m->kv_len;
-                    block_class cls = src->classify(src->self, b, h, q0, q1, k0, k1);
-                    bytes += cls == BLOCK_FULL ? full_cost : cls == BLOCK_PARTIAL ? part_cost : 0;
+                    block_class cls = BLOCK_PARTIAL;
+                    if (src->classify) cls = src->classify(src->self, b, h, q0, q1, k0, k1);
+                    else st = tile_bits(ctx, who, src, m, b, h, qb, kb, scratch, &cls);
+                    bytes += tile_cost(m, cls);
                 }
             }
-    if (bytes > limit)
-        return attn_fail(ctx, ATTN_ERR_NO_MEMORY,
-                         "%s: the block map of (%zu, %zu, %zu, %zu) in blocks of (%zu, %zu) "
-                         "takes more than this machine's memory (%zu bytes)", who, m->batch,
-                         m->heads, m->q_len, m->kv_len, m->block_q, m->block_kv, limit);
-    return ATTN_OK;
+    attn_free(scratch);
+    if (st != ATTN_OK) return st;
+    return bytes > limit ? past_memory(ctx, who, m, bytes, limit) : ATTN_OK;
 }
 
 attn_status attn_block_mask_build(attn_ctx *ctx, const char *who,
@@ -388,8 +419,8 @@ attn_status attn_block_mask_build(attn_ctx *ctx, const char *who,
                           .kv_blocks = (c.kv_len + c.block_kv - 1) / c.block_kv,
                           .words_per_row = c.block_kv < 64 ? 1 : c.block_kv / 64};
     size_t rows = c.batch * c.heads * m->q_blocks, tile_words = c.block_q * m->words_per_row;
-    size_t full_cap = 0, part_cap = 0, tiles_cap = 0, tiles = 0;
-    if ((st = check_map_bytes(ctx, who, src, m)) != ATTN_OK) {
+    size_t full_cap = 0, part_cap = 0, tiles_cap = 0, tiles = 0, bytes, limit;
+    if ((st = check_map_bytes(ctx, who, src, m, &bytes, &limit)) != ATTN_OK) {
         attn_block_mask_free(bm);
         return st;
     }
@@ -421,6 +452,10 @@ attn_status attn_block_mask_build(attn_ctx *ctx, const char *who,
                     if (cls == BLOCK_PARTIAL &&
                         (st = tile_bits(ctx, who, src, m, b, h, qb, kb, scratch, &cls)) != ATTN_OK)
                         goto fail;
+                    if (limit && (bytes += tile_cost(m, cls)) > limit) {
+                        st = past_memory(ctx, who, m, bytes, limit);
+                        goto fail;
+                    }
                     if (cls == BLOCK_FULL) {
                         if (!grow((void **)&bm->full, &full_cap, bm->full_count + 1, sizeof(uint32_t)))
                             goto oom;
@@ -538,7 +573,8 @@ static attn_status from_dense(attn_ctx *ctx, const char *who, const attn_block_m
                              dims[1], dims[2], dims[3]);
     }
     dense_source d = {mask, {strides[0], strides[1], strides[2], strides[3]}, additive};
-    block_source src = {.self = &d, .row_bits = dense_row_bits, .same_rows = strides[2] == 0};
+    block_source src = {.self = &d, .row_bits = dense_row_bits, .same_rows = strides[2] == 0,
+                        .rereadable = true};
     return attn_block_mask_build(ctx, who, cfg, &src, out);
 }
 

@@ -1042,6 +1042,62 @@ static void test_long_window(attn_ctx *ctx) {
     attn_mask_free(window);
 }
 
+static int counting_fn(void *user, size_t b, size_t h, size_t q, size_t kv) {
+    (void)b, (void)h;
+    ++*(size_t *)user;
+    return (q + kv) % 2 == 0;
+}
+
+/* Maps from a dense mask broadcast by strides, and from a callback, of
+ * 2^40 sequences: their rows' offsets alone pass this machine's memory.
+ * Each is refused at once for memory, naming the bytes and the limit, as a
+ * description's map is, before any of it is allocated or the callback is
+ * called (not an allocation that fails without the limit, or one that
+ * succeeds and is filled until the system kills the process). */
+static void test_dense_past_memory(attn_ctx *ctx) {
+    size_t limit = attn_physical_memory();
+    if (!limit) return; /* the machine's memory is unknown, and nothing is refused */
+    char want[64];
+    snprintf(want, sizeof want, "more than this machine's memory (%zu bytes)", limit);
+    attn_block_mask_config c = {(size_t)1 << 40, 1, 4096, 4096, 128, 128};
+    uint8_t one = 1;
+    float zero = 0.0f;
+    size_t strides[4] = {0, 0, 0, 0}, calls = 0;
+    for (int source = 0; source < 3; source++) {
+        attn_block_mask *bm = NULL;
+        attn_status st = source == 0 ? attn_block_mask_from_bool(ctx, &c, &one, strides, &bm)
+                         : source == 1 ? attn_block_mask_from_additive(ctx, &c, &zero, strides, &bm)
+                                       : attn_block_mask_from_fn(ctx, &c, counting_fn, &calls, &bm);
+        CHECK_STATUS(st, ATTN_ERR_NO_MEMORY);
+        printf("source %d past memory: %s\n", source, attn_ctx_last_error(ctx));
+        CHECK(strstr(attn_ctx_last_error(ctx), want) != NULL);
+        CHECK(strstr(attn_ctx_last_error(ctx), "takes at least ") != NULL);
+        CHECK(bm == NULL);
+        attn_block_mask_free(bm);
+    }
+    CHECK(calls == 0);
+    /* One sequence of 2^20 queries over a key row of alternate bytes: its
+     * offsets fit, but every tile is partial, 8 KiB of bits each, 137 GB in
+     * all. Refused once its tiles' bytes pass the limit, before they are
+     * allocated. The check reads tiles until they pass the limit, which
+     * takes longer the larger the memory: machines past 32 GiB skip it. */
+    if (limit > ((size_t)32 << 30)) return;
+    size_t S = (size_t)1 << 20;
+    uint8_t *row = malloc(S);
+    if (!row) return;
+    for (size_t j = 0; j < S; j++) row[j] = (uint8_t)(j % 2);
+    attn_block_mask_config single = {1, 1, S, S, 256, 256};
+    size_t row_strides[4] = {0, 0, 0, 1};
+    attn_block_mask *bm = NULL;
+    CHECK_STATUS(attn_block_mask_from_bool(ctx, &single, row, row_strides, &bm),
+                 ATTN_ERR_NO_MEMORY);
+    printf("a row of alternate bytes over 2^20 queries: %s\n", attn_ctx_last_error(ctx));
+    CHECK(strstr(attn_ctx_last_error(ctx), want) != NULL);
+    CHECK(bm == NULL);
+    attn_block_mask_free(bm);
+    free(row);
+}
+
 /* ---- slices (attn_block_map_slice: context parallelism's rectangles) ---------- */
 
 /* A random edge in [lo, hi], on a block edge one time in three. */
@@ -1175,6 +1231,7 @@ int main(int argc, char **argv) {
     test_slices(ctx, rounds / 10);
     test_speed(ctx);
     test_long_window(ctx);
+    test_dense_past_memory(ctx);
     attn_ctx_free(ctx);
     return check_summary();
 }
