@@ -599,6 +599,22 @@ class _Doc(_Mask):
                             ctypes.cast(kvd.data_ptr(), _lib.I32P), rows, g.T, g.S)
 
 
+def _reads(description):
+    """Which of "b", "h" a traced mask description reads (both where it is
+    not one of the primitives here)."""
+    if isinstance(description, (_All, _Band, _Chunk, _QLess, _Global)):
+        return set()
+    if isinstance(description, (_KvLess, _Prefix)):
+        n = description.length if isinstance(description, _KvLess) else description.prefix
+        return {"b"} if torch.as_tensor(n).dim() > 0 else set()
+    if isinstance(description, _Doc):
+        return {"b"} if 2 in (len(description.q_doc.dims), len(description.kv_doc.dims)) \
+            else set()
+    if isinstance(description, _Combine):
+        return set().union(*(_reads(p) for p in description.parts))
+    return {"b", "h"}
+
+
 class _Combine(_Mask):
     def __init__(self, op, *parts):
         self.op, self.parts = op, parts
@@ -1534,6 +1550,8 @@ class BlockMask(HandleOwner):
         # the description does not give: the lists choose the blocks
         self._listed = None
         self.seq_lengths = self.shape[2:]
+        # {(B, H): the map a call of batch B and H heads runs} (_for_call)
+        self._calls = {}
 
     @property
     def handle(self):
@@ -1578,6 +1596,63 @@ class BlockMask(HandleOwner):
         """Elements of the (B, H, Q_LEN, KV_LEN) mask it stands for, as
         PyTorch's BlockMask.numel() (sparsity not counted)."""
         return math.prod(self.shape)
+
+    def _for_call(self, B, H, who="flex_attention"):
+        """The map a call of batch B and H heads runs. PyTorch serves every
+        sequence (head) from a map made with B=1 or None (H) with the block
+        classes of b = 0 (h = 0), but tests elements with the mask_mod at
+        the real b (h): its compiled kernels those of partial blocks, its
+        eager ones every element. Where the mask_mod reads b (h) the call
+        runs the map of its own (B, H): the answer of both wherever a
+        sequence's (head's) blocks are full where b = 0's are full and empty
+        where b = 0's are empty; elsewhere the two differ, and ValueError
+        names the block. Built once per (B, H); a map from block lists
+        keeps its own."""
+        mB, mH, T, S = self.shape
+        wide = {d for d, m, n in (("b", mB, B), ("h", mH, H)) if m == 1 < n}
+        if not wide or self._listed is not None or self.mask_mod is None:
+            return self
+        if (B, H) in self._calls:
+            return self._calls[(B, H)]
+        if self.description is not None:
+            reads = _reads(self.description) & wide
+            cB, cH = (B if "b" in reads else mB), (H if "h" in reads else mH)
+            if reads:
+                call = _block_mask_of(self.description, self.mask_mod, cB, cH, T, S,
+                                      self.BLOCK_SIZE)
+        else:
+            keep = _dense_mask(self.mask_mod, _Grid(B if "b" in wide else mB,
+                                                    H if "h" in wide else mH, T, S), who)
+            reads = {d for i, d in ((0, "b"), (1, "h")) if d in wide and keep.stride(i) != 0}
+            keep = keep[:B if "b" in reads else mB, :H if "h" in reads else mH]
+            cB, cH = keep.shape[:2]
+            if reads:
+                call = _from_bool(_attn_torch()._context(), keep, self.BLOCK_SIZE,
+                                  self.mask_mod, None)
+        if not reads:
+            self._calls[(B, H)] = self
+            return self
+        for b in range(cB):
+            for h in range(cH):
+                mine = self._draw(b if mB > 1 else 0, h if mH > 1 else 0).splitlines()
+                real = call._draw(b, h).splitlines()
+                for qb, (row, want) in enumerate(zip(mine, real)):
+                    for kb, (c, w) in enumerate(zip(row, want)):
+                        if c != "~" and c != w:
+                            name = getattr(self.mask_mod, "__name__", self.mask_mod)
+                            at = ", ".join(f"{d} = 0" for d in ("b", "h") if d in reads)
+                            raise ValueError(
+                                f"{who}: block_mask of shape {self.shape} serves a call of "
+                                f"(B, H) = ({B}, {H}) with the block classes of {at}, and its "
+                                f"mask_mod {name!r} at (b, h) = ({b}, {h}) "
+                                f"{'shows keys in' if c == '.' else 'hides keys in'} key block "
+                                f"{kb} of query block {qb}, which that map "
+                                f"{'skips' if c == '.' else 'has full'}: PyTorch's compiled "
+                                f"flex_attention {'skips' if c == '.' else 'shows'} them there "
+                                f"and its eager one does not; pass create_block_mask the "
+                                f"call's {' and '.join(sorted(d.upper() for d in reads))}")
+        self._calls[(B, H)] = call
+        return call
 
     def to(self, device):
         """The map itself on the CPU (attn's maps live there); any other
@@ -1841,11 +1916,11 @@ def _block_mask_of(description, mask_mod, B, H, T, S, block_size):
 def _with_where(block_mask, where, score_mod, B, H, T, S):
     """The block map of a call whose score_mod ends in where(mask, score,
     -inf): block_mask (None: every key) and that mask, for the call's (B,
-    H, T, S). A block_mask that broadcasts over the batch or the heads is
-    read at b = 0 (h = 0) for all of them, as attn runs such a map without a
-    where (PyTorch evaluates a partial block's mask_mod at the real b and
-    h): its description serves every b (h) where create_block_mask was
-    given B (H) None, and is drawn at b = 0 (h = 0) otherwise."""
+    H, T, S). A block_mask that still broadcasts over the batch or the
+    heads here has a mask_mod that reads neither (BlockMask._for_call), so
+    b = 0's (h = 0's) serves all of them: its description serves every b
+    (h) where create_block_mask was given B (H) None, and is drawn at b = 0
+    (h = 0) otherwise."""
     if where is None:  # the score_mod's own -inf over the index grid
         g = _Grid(B, H, T, S)
         r = _on_grid("flex_attention", "score_mod", score_mod,
@@ -2024,6 +2099,8 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
         if return_lse:
             return out, torch.full((B, H, T), -math.inf, dtype=query.dtype) + tie
         return out
+    if block_mask is not None:
+        block_mask = block_mask._for_call(B, H)
     chain = None
     if score_mod is not None:
         mods = _trace_score(score_mod)

@@ -29,7 +29,10 @@ descriptions but its attention ignores maps): flex_attention and SDPA's
 attn_mask (bool and additive) against a float64 torch oracle (dense masked
 softmax under autograd): out, lse, dq, dk, dv and the captured bias's and
 the additive mask's gradients within 1e-5 relative L2 in float32,
-gradcheck in float64, GQA, fully masked rows (zeros, lse -inf), NaN or +inf
+gradcheck in float64, GQA, maps made for one sequence or head (B=1, H=1)
+whose mask_mod reads b or h on a call of more (the call's own map, as
+PyTorch's eager kernels; refused, naming the block, where its compiled
+ones would differ), fully masked rows (zeros, lse -inf), NaN or +inf
 in an additive mask (PyTorch's answer: NaN rows), and maps from the mask
 descriptions equal to the dense ones; flash_attn_varlen_func with a
 block_mask and a score_mod over packed sequences (in each sequence's own
@@ -743,7 +746,7 @@ def rel_l2(got, want):
 
 
 def end_to_end(name, B, H, Hkv, T, S, D, score_mod_of, mask_mod, Bm=None, Hm=None,
-               scale=None, bias_shape=None):
+               scale=None, bias_shape=None, block_size=None):
     bias = torch.randn(*bias_shape) if bias_shape else None
     q = torch.randn(B, H, T, D, requires_grad=True)
     k = torch.randn(B, Hkv, S, D, requires_grad=True)
@@ -751,7 +754,8 @@ def end_to_end(name, B, H, Hkv, T, S, D, score_mod_of, mask_mod, Bm=None, Hm=Non
     dout, dlse = torch.randn(B, H, T, D), torch.randn(B, H, T)
     ba = bias.clone().requires_grad_() if bias is not None else None
     bo = bias.clone().requires_grad_() if bias is not None else None
-    bm = flex.create_block_mask(mask_mod, Bm, Hm, T, S, BLOCK_SIZE=rng.choice([16, 32, 64])) \
+    bm = flex.create_block_mask(mask_mod, Bm, Hm, T, S,
+                                BLOCK_SIZE=block_size or rng.choice([16, 32, 64])) \
         if mask_mod is not None else None
     out, lse = flex.flex_attention(q, k, v, score_mod=score_mod_of(ba) if score_mod_of else None,
                                    block_mask=bm, scale=scale, enable_gqa=Hkv != H,
@@ -796,6 +800,45 @@ def row_bias_case():
     # the exactness asked of every gradient, 1e-5
     e = rel_l2(ba.grad, bo.grad)
     check(e < 1e-5, f"a bias per head, broadcast over queries and keys: dbias relative L2 {e}")
+
+
+def one_map_for_many_cases():
+    """A map made for one sequence (B=1) or head (H=1) whose mask_mod reads
+    b (h), on a call of more: PyTorch tests the elements with the real b
+    (h), the eager kernels every one, the compiled ones those of b = 0's
+    partial blocks. Where each sequence's blocks are classed as b = 0's, or
+    hide no more, both give the dense oracle's answer, and so does attn; a
+    sequence that shows keys in a block b = 0's map skips is refused, naming
+    the block."""
+    T = 200
+    prefix = torch.tensor([5, 40])
+    lens = torch.tensor([50, 55, 60])
+
+    def plm(b, h, q_idx, kv_idx):
+        return (q_idx >= kv_idx) | (kv_idx < prefix[b])
+
+    def plm_even(b, h, q_idx, kv_idx):  # not recognised: drawn on the index grid
+        return (q_idx >= kv_idx) | ((kv_idx < prefix[b]) & (kv_idx % 2 == 0))
+
+    def padded(b, h, q_idx, kv_idx):
+        return kv_idx < lens[h]
+
+    for name, fn, Bm, Hm in (("a prefix per sequence", plm, 1, None),
+                             ("a prefix per sequence, drawn", plm_even, 1, 1),
+                             ("a key length per head", padded, None, 1)):
+        end_to_end(f"{name}, a map made for one", 2, 3, 3, T, T, 16, None, fn, Bm=Bm, Hm=Hm,
+                   block_size=64)
+    prefix[1] = 150  # b = 1 sees keys of key block 1 in query block 0, which b = 0 skips
+    q = torch.randn(2, 3, T, 16)
+    for fn in (plm, plm_even):
+        try:
+            flex.flex_attention(q, q, q, block_mask=flex.create_block_mask(fn, 1, None, T, T,
+                                                                           BLOCK_SIZE=64))
+            check(False, f"{fn.__name__}: b = 1 past b = 0's blocks: no error")
+        except ValueError as err:
+            check("(b, h) = (1, 0) shows keys in key block 1 of query block 0" in str(err) and
+                  "pass create_block_mask the call's B" in str(err),
+                  f"{fn.__name__}: b = 1 past b = 0's blocks: {err}")
 
 
 def check_median_ratio(what, ratios, bound):
@@ -1002,6 +1045,10 @@ if runs:
         row_bias_case()
     except _lib.AttnError as err:
         check(err.status == "ATTN_ERR_UNSUPPORTED", f"a bias per head: {err}")
+    try:
+        one_map_for_many_cases()
+    except _lib.AttnError as err:
+        check(err.status == "ATTN_ERR_UNSUPPORTED", f"a map made for one sequence: {err}")
     for name, smod, mmod, kw in cases:
         try:
             end_to_end(name, 2, 3, 3, 70, 90, 16, smod, mmod, **kw)
