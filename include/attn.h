@@ -576,7 +576,11 @@ attn_status attn_sdpa_backward_16(attn_ctx *ctx, const attn_sdpa_config *cfg, at
  * ATTN_DTYPE_F32, F64, BF16 or F16, the tensors typed as attn_sdpa_backward's,
  * _f64's or _16's; the same semantics otherwise. dlse may not be NULL.
  * Nearly one-hot rows keep delta from out here (no consistent delta,
- * docs/exactness.md), as PyTorch's kernels do. */
+ * docs/exactness.md), as PyTorch's kernels do. A row that sees no key
+ * (out 0, lse -inf) passes its dlse to nothing but its sink's gradient:
+ * its dq is 0 and it adds nothing to dk and dv, as PyTorch's
+ * flex_attention gives (not the NaN of autograd through a logsumexp over
+ * -inf alone). */
 attn_status attn_sdpa_backward_dlse(attn_ctx *ctx, const attn_sdpa_config *cfg, attn_dtype dtype,
                                     const void *q, const void *k, const void *v, const void *out,
                                     const void *lse, const void *dout, const void *dlse,

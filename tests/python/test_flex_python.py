@@ -841,6 +841,52 @@ def one_map_for_many_cases():
                   f"{fn.__name__}: b = 1 past b = 0's blocks: {err}")
 
 
+def empty_rows_with_dlse():
+    """Rows that see no key (by the mask, in a partial tile and in a whole
+    query block, and by a score_mod's -inf), under a loss that reads lse
+    itself, -inf there: PyTorch 2.15's flex_attention (its eager kernels
+    under autograd) gives them out 0 and lse -inf, and their lse's gradient
+    reaches nothing (dq 0 in those rows, dk and dv from the other rows
+    alone), never NaN. float32 and float64, GQA and not."""
+    T = 45
+
+    def mask(b, h, q_idx, kv_idx):
+        return (kv_idx <= q_idx) & (q_idx != 1) & ((q_idx < 16) | (q_idx >= 32)) & \
+            (kv_idx % 3 != 1)
+
+    def where(s, b, h, q_idx, kv_idx):
+        return torch.where(q_idx == 40, float("-inf"), s)
+
+    bm = flex.create_block_mask(mask, None, None, T, T, BLOCK_SIZE=16)
+    for dtype, Hkv in ((torch.float32, 4), (torch.float32, 2), (torch.float64, 2)):
+        q = torch.randn(2, 4, T, 8, dtype=dtype, requires_grad=True)
+        k, v = (torch.randn(2, Hkv, T, 8, dtype=dtype, requires_grad=True) for _ in range(2))
+        dout, dlse = torch.randn(2, 4, T, 8, dtype=dtype), torch.randn(2, 4, T, dtype=dtype)
+        out, lse = flex.flex_attention(q, k, v, score_mod=where, block_mask=bm,
+                                       enable_gqa=Hkv != 4, return_lse=True)
+        ((out * dout).sum() + (lse * dlse).sum()).backward()
+        qo, ko, vo = (t.detach().double().requires_grad_() for t in (q, k, v))
+        s = qo @ ko.repeat_interleave(4 // Hkv, 1).transpose(-1, -2) / math.sqrt(8)
+        s = where(s, *grid(2, 4, T, T)).masked_fill(~dense(mask, 2, 4, T, T), float("-inf"))
+        empty = torch.isneginf(s).all(-1)
+        s = s.masked_fill(empty.unsqueeze(-1), 0.0)
+        want_lse = torch.logsumexp(s, -1).masked_fill(empty, float("-inf"))
+        want = (s.softmax(-1) @ vo.repeat_interleave(4 // Hkv, 1)).masked_fill(
+            empty.unsqueeze(-1), 0.0)
+        ((want * dout.double()).sum() +
+         (want_lse.masked_fill(empty, 0.0) * dlse.double()).sum()).backward()
+        name = f"rows that see no key, a loss in lse ({dtype}, {Hkv} KV heads)"
+        check(bool(empty[:, :, [1, 16, 31, 40]].all()) and int(empty.sum()) == 2 * 4 * 18,
+              f"{name}: the oracle's empty rows")
+        check(bool((out.detach()[empty] == 0).all()) and bool(torch.isneginf(lse[empty]).all()),
+              f"{name}: out 0 and lse -inf")
+        check(bool((q.grad[empty] == 0).all()), f"{name}: dq 0 in those rows")
+        for label, a, w in (("out", out, want), ("lse", lse, want_lse), ("dq", q.grad, qo.grad),
+                            ("dk", k.grad, ko.grad), ("dv", v.grad, vo.grad)):
+            e = rel_l2(a, w)
+            check(e < 1e-5, f"{name}: {label} relative L2 error {e}")
+
+
 def check_median_ratio(what, ratios, bound):
     """Prints the median (and range) of the ratios of attn's error to
     PyTorch float32's, and checks the median below bound."""
@@ -1067,6 +1113,7 @@ if runs:
         check(bool((out[:, :, 0] == 0).all()) and bool(torch.isneginf(lse[:, :, 0]).all()),
               "a row that sees no key: zeros and lse -inf")
         check(not bool(torch.isnan(out).any()), "no NaN")
+        empty_rows_with_dlse()
         # a mask the same for every head, given with B and H set (as PyTorch's
         # examples often build it): the fixed features' row intervals, as the
         # broadcast map gets, and the same numbers as it
