@@ -1542,9 +1542,6 @@ class BlockMask(HandleOwner):
         self.BLOCK_SIZE = tuple(block_size)
         self.mask_mod = mask_mod
         self.description = description  # the traced _Mask, or None (dense)
-        # whether the map was made with B (H) None: its mask_mod then seen
-        # not to read b (h), so that its description holds for every b (h)
-        self._same_for = (False, False)
         # from_kv_blocks: the (B, H, Q_LEN, KV_LEN) bools its lists and
         # mask_mod draw (None for a map drawn from its mask_mod alone), which
         # the description does not give: the lists choose the blocks
@@ -1829,40 +1826,12 @@ def _from_bool(ctx, keep, block_size, mask_mod, description):
     return BlockMask(out, (B, H, T, S), block_size, mask_mod, description)
 
 
-def _check_broadcast(mask_mod, b_none, h_none, T, S):
-    """Where B (H) is None the map is b = 0's (h = 0's) for every sequence
-    (head), so a mask_mod that reads b (h) would be silently wrong for the
-    others: it is called at b = 0 and 1 (h = 0 and 1) on up to 128 query
-    rows spread over Q_LEN and 2048 keys over KV_LEN, and answers that
-    differ are an error. A mask_mod that raises there (lengths of one
-    sequence) is taken as it is."""
-    def spread(n, most):
-        return torch.arange(n) if n <= most else torch.linspace(0, n - 1, most).long()
-    nb, nh = (2 if b_none else 1), (2 if h_none else 1)
-    q, kv = spread(T, 128).view(1, 1, -1, 1), spread(S, 2048).view(1, 1, 1, -1)
-    try:
-        r = torch.as_tensor(mask_mod(torch.arange(nb).view(nb, 1, 1, 1),
-                                     torch.arange(nh).view(1, nh, 1, 1), q, kv))
-        r = r.expand(nb, nh, q.size(2), kv.size(3))
-    except Exception:
-        return
-    if r.device.type != "cpu":  # _dense_mask or the tracer names it
-        return
-    name = getattr(mask_mod, "__name__", mask_mod)
-    for dim, (none, index, size) in enumerate(((b_none, "b", "B"), (h_none, "h", "H"))):
-        if none and not torch.equal(r.select(dim, 0), r.select(dim, 1)):
-            raise ValueError(f"create_block_mask: the mask_mod {name!r} reads {index} (its "
-                             f"answers at {index} = 0 and 1 differ), but {size} is None, which "
-                             f"gives every {'sequence' if index == 'b' else 'head'} the map of "
-                             f"{index} = 0: pass {size}")
-
-
 def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=None, BLOCK_SIZE=128,
                       _compile=False, separate_full_blocks=True, compute_dq_write_order=False,
                       dq_kv_order=True):
     """The BlockMask of mask_mod(b, h, q_idx, kv_idx) -> bool for (B, H,
-    Q_LEN, KV_LEN) (B, H None: one map for every sequence / head, refused
-    for a mask_mod seen to read b / h), as
+    Q_LEN, KV_LEN) (B, H None: 1, one map for every sequence / head; a call
+    of more runs it as BlockMask._for_call says), as
     torch.nn.attention.flex_attention.create_block_mask. A mask_mod attn
     recognises becomes its closed-form description (no (Q_LEN, KV_LEN)
     mask is built); any other is evaluated once on the index grid. device
@@ -1873,7 +1842,6 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=None, BLOCK_SIZE=128
         raise TypeError(f"create_block_mask: mask_mod must be callable, got {mask_mod!r}")
     if device is not None and str(torch.device(device).type) != "cpu":
         raise ValueError(f"create_block_mask: attn runs on the CPU, not {device}")
-    b_none, h_none = B is None, H is None
     B, H = _dims("B", B), _dims("H", H)
     T, S = _dims("Q_LEN", Q_LEN, None), _dims("KV_LEN", KV_LEN, None)
     if T is None or S is None:
@@ -1882,11 +1850,7 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device=None, BLOCK_SIZE=128
         raise ValueError(f"create_block_mask: Q_LEN ({T}) and KV_LEN ({S}) must be at most "
                          f"2^32 - 1")
     block_size = _block_sizes(BLOCK_SIZE)
-    if b_none or h_none:
-        _check_broadcast(mask_mod, b_none, h_none, T, S)
-    bm = _block_mask_of(_trace_mask(mask_mod), mask_mod, B, H, T, S, block_size)
-    bm._same_for = (b_none, h_none)
-    return bm
+    return _block_mask_of(_trace_mask(mask_mod), mask_mod, B, H, T, S, block_size)
 
 
 def _block_mask_of(description, mask_mod, B, H, T, S, block_size):
@@ -1918,9 +1882,7 @@ def _with_where(block_mask, where, score_mod, B, H, T, S):
     -inf): block_mask (None: every key) and that mask, for the call's (B,
     H, T, S). A block_mask that still broadcasts over the batch or the
     heads here has a mask_mod that reads neither (BlockMask._for_call), so
-    b = 0's (h = 0's) serves all of them: its description serves every b
-    (h) where create_block_mask was given B (H) None, and is drawn at b = 0
-    (h = 0) otherwise."""
+    that its description serves every b (h)."""
     if where is None:  # the score_mod's own -inf over the index grid
         g = _Grid(B, H, T, S)
         r = _on_grid("flex_attention", "score_mod", score_mod,
@@ -1938,9 +1900,8 @@ def _with_where(block_mask, where, score_mod, B, H, T, S):
         raise ValueError(f"flex_attention: the score_mod {name!r} masks scores with "
                          "torch.where and block_mask has no mask to join it with: write the "
                          "condition in a mask_mod")
-    same_b, same_h = block_mask._same_for
     if block_mask._listed is None and block_mask.description is not None and \
-            not isinstance(where, _Drawn) and (mB == B or same_b) and (mH == H or same_h):
+            not isinstance(where, _Drawn):
         return _block_mask_of(_And(block_mask.description, where), None, B, H, T, S,
                               block_mask.BLOCK_SIZE)
     mine = _Grid(mB, mH, T, S)

@@ -302,15 +302,7 @@ for name, fn, _ in mask_cases(2, 2, T2, S2)[::3] + [("striped", striped, None),
                                                       ("per-head", per_head, None)]:
     for Bm, Hm in ((None, None), (2, 2)):
         bs = rng.choice([16, 32, 64, 128, (16, 64), (128, 32)])
-        try:
-            bm = flex.create_block_mask(fn, Bm, Hm, T2, S2, BLOCK_SIZE=bs)
-        except ValueError as err:
-            # B, H None with a mask_mod that reads b or h: refused, naming it
-            full = dense(fn, 2, 2, T2, S2)
-            check(Bm is None and "is None, which gives every" in str(err) and
-                  (not torch.equal(full[0], full[1]) or not torch.equal(full[:, 0], full[:, 1])),
-                  f"create_block_mask {name} B={Bm}: refused ({err})")
-            continue
+        bm = flex.create_block_mask(fn, Bm, Hm, T2, S2, BLOCK_SIZE=bs)
         keep = dense(fn, Bm or 1, Hm or 1, T2, S2)
         check_map(bm, keep, f"create_block_mask {name} B={Bm} BLOCK_SIZE={bs}")
 # PyTorch's keyword forms (torch.ge(q, other=kv), q.ge(other=kv)) trace as their positional
@@ -333,14 +325,28 @@ for what, fn, same in (("torch.ge(q_idx, other=kv_idx)",
     except Exception as err:  # the tracer raised on a keyword argument
         check(False, f"{what}: {type(err).__name__}: {err}")
 lens2 = torch.tensor([T2 // 3, T2])
+# B (H) None with a mask_mod that reads b (h): b = 0's (h = 0's) map, as
+# PyTorch's; a call of two sequences and heads runs the map of its own (2, 2)
+# where every (b, h)'s blocks are full and empty where that map's are (what
+# PyTorch's eager and compiled kernels then both give), and is refused
+# naming the block elsewhere
 for Bm, Hm, fn, index in ((None, 2, lambda b, h, q_idx, kv_idx: kv_idx < lens2[b], "b"),
                           (2, None, per_head, "h")):
+    what = f"a mask_mod that reads {index} with its size None"
+    bm = flex.create_block_mask(fn, Bm, Hm, T2, T2, BLOCK_SIZE=rng.choice([16, 64, 128]))
+    check_map(bm, dense(fn, Bm or 1, Hm or 1, T2, T2), f"{what}: the map of {index} = 0")
+    full = dense(fn, 2, 2, T2, T2)
+    mine, _ = python_drawing(dense(fn, Bm or 1, Hm or 1, T2, T2), *bm.BLOCK_SIZE)
+    real, _ = python_drawing(full, *bm.BLOCK_SIZE)
+    agree = all(c == "~" or c == w for (b, h), d in real.items()
+                for c, w in zip(mine[(b if Bm else 0, h if Hm else 0)], d))
     try:
-        flex.create_block_mask(fn, Bm, Hm, T2, T2)
-        check(False, f"a mask_mod that reads {index} with its size None: refused")
+        call = bm._for_call(2, 2)
+        check(agree, f"{what}: a call of (2, 2) past its blocks: no error")
+        check_map(call, full, f"{what}: the map of a call of (2, 2)")
     except ValueError as err:
-        check(f"reads {index} (its answers at {index} = 0 and 1 differ)" in str(err),
-              f"a mask_mod that reads {index} with its size None: {err}")
+        check(not agree and "pass create_block_mask the call's " + index.upper() in str(err),
+              f"{what}: a call of (2, 2): {err}")
 
 # the library's tree limits (4096 nodes, 256 deep; each combinator copies its
 # operands, so a mask ANDed with itself doubles): a traced description past
