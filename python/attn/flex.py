@@ -1546,6 +1546,7 @@ class BlockMask(HandleOwner):
         # mask_mod draw (None for a map drawn from its mask_mod alone), which
         # the description does not give: the lists choose the blocks
         self._listed = None
+        self._lists = None  # from_kv_blocks: its int32 lists and block sizes
         self.seq_lengths = self.shape[2:]
         # {(B, H): the map a call of batch B and H heads runs} (_for_call)
         self._calls = {}
@@ -1603,14 +1604,17 @@ class BlockMask(HandleOwner):
         runs the map of its own (B, H): the answer of both wherever a
         sequence's (head's) blocks are full where b = 0's are full and empty
         where b = 0's are empty; elsewhere the two differ, and ValueError
-        names the block. Built once per (B, H); a map from block lists
-        keeps its own."""
+        names the block. A map from block lists runs its lists of b = 0
+        (h = 0) with the mask_mod at the real b (h) in their partial blocks,
+        as PyTorch's kernels both do. Built once per (B, H)."""
         mB, mH, T, S = self.shape
         wide = {d for d, m, n in (("b", mB, B), ("h", mH, H)) if m == 1 < n}
-        if not wide or self._listed is not None or self.mask_mod is None:
+        if not wide or self.mask_mod is None:
             return self
         if (B, H) in self._calls:
             return self._calls[(B, H)]
+        if self._listed is not None:
+            return self._lists_for_call(B, H, wide, who)
         if self.description is not None:
             reads = _reads(self.description) & wide
             cB, cH = (B if "b" in reads else mB), (H if "h" in reads else mH)
@@ -1648,6 +1652,32 @@ class BlockMask(HandleOwner):
                                 f"flex_attention {'skips' if c == '.' else 'shows'} them there "
                                 f"and its eager one does not; pass create_block_mask the "
                                 f"call's {' and '.join(sorted(d.upper() for d in reads))}")
+        self._calls[(B, H)] = call
+        return call
+
+    def _lists_for_call(self, B, H, wide, who):
+        """_for_call of a map from block lists made for one sequence (head):
+        the lists broadcast, their partial blocks' elements those the
+        mask_mod leaves visible at the real b (h)."""
+        mB, mH, T, S = self.shape
+        if self.description is not None:
+            reads = _reads(self.description) & wide
+        else:
+            keep = _dense_mask(self.mask_mod, _Grid(B if "b" in wide else mB,
+                                                    H if "h" in wide else mH, T, S), who)
+            reads = {d for i, d in ((0, "b"), (1, "h")) if d in wide and keep.stride(i) != 0}
+        if not reads:
+            self._calls[(B, H)] = self
+            return self
+        cB, cH = (B if "b" in reads else mB), (H if "h" in reads else mH)
+        i32, bq, bkv = self._lists
+        lists = [None if t is None else t.expand(cB, cH, *t.shape[2:]) for t in i32]
+        g = _Grid(cB, cH, T, S)
+        call = _from_bool(_attn_torch()._context(),
+                          _listed_keep(lists, g, bq, bkv, self.mask_mod, self.description),
+                          self.BLOCK_SIZE, self.mask_mod, None)
+        call._listed = functools.partial(_listed_keep, lists, g, bq, bkv, self.mask_mod,
+                                         self.description)
         self._calls[(B, H)] = call
         return call
 
@@ -1759,6 +1789,7 @@ class BlockMask(HandleOwner):
                             (bq, bkv), mask_mod, None)
         # drawn again only where a call needs it, not kept: it is (B, H, T, S)
         bm._listed = functools.partial(_listed_keep, i32, g, bq, bkv, mask_mod, description)
+        bm._lists = (i32, bq, bkv)
         return bm
 
 

@@ -752,7 +752,8 @@ def rel_l2(got, want):
 
 
 def end_to_end(name, B, H, Hkv, T, S, D, score_mod_of, mask_mod, Bm=None, Hm=None,
-               scale=None, bias_shape=None, block_size=None):
+               scale=None, bias_shape=None, block_size=None, block_mask=None):
+    """block_mask: the call's map where given, mask_mod then the oracle's mask."""
     bias = torch.randn(*bias_shape) if bias_shape else None
     q = torch.randn(B, H, T, D, requires_grad=True)
     k = torch.randn(B, Hkv, S, D, requires_grad=True)
@@ -760,9 +761,9 @@ def end_to_end(name, B, H, Hkv, T, S, D, score_mod_of, mask_mod, Bm=None, Hm=Non
     dout, dlse = torch.randn(B, H, T, D), torch.randn(B, H, T)
     ba = bias.clone().requires_grad_() if bias is not None else None
     bo = bias.clone().requires_grad_() if bias is not None else None
-    bm = flex.create_block_mask(mask_mod, Bm, Hm, T, S,
-                                BLOCK_SIZE=block_size or rng.choice([16, 32, 64])) \
-        if mask_mod is not None else None
+    bm = block_mask or (flex.create_block_mask(mask_mod, Bm, Hm, T, S,
+                                               BLOCK_SIZE=block_size or rng.choice([16, 32, 64]))
+                        if mask_mod is not None else None)
     out, lse = flex.flex_attention(q, k, v, score_mod=score_mod_of(ba) if score_mod_of else None,
                                    block_mask=bm, scale=scale, enable_gqa=Hkv != H,
                                    return_lse=True)
@@ -834,6 +835,25 @@ def one_map_for_many_cases():
                              ("a key length per head", padded, None, 1)):
         end_to_end(f"{name}, a map made for one", 2, 3, 3, T, T, 16, None, fn, Bm=Bm, Hm=Hm,
                    block_size=64)
+    # block lists of one sequence, (1, 1, 4 query blocks of 64): the call
+    # runs them for every sequence, their partial blocks cut by the mask_mod
+    # at the real b (PyTorch's eager and compiled kernels alike)
+    num = torch.tensor([[[1, 1, 1, 2]]], dtype=torch.int32)
+    idx = torch.tensor([[[[0, 0], [1, 0], [2, 0], [0, 3]]]], dtype=torch.int32)
+    fnum = torch.tensor([[[0, 1, 0, 1]]], dtype=torch.int32)
+    fidx = torch.tensor([[[[0, 0], [0, 0], [0, 0], [2, 0]]]], dtype=torch.int32)
+    full = torch.zeros(T, T, dtype=torch.bool)
+    part = torch.zeros(T, T, dtype=torch.bool)
+    for qb, kbs in enumerate(([0], [1], [2], [0, 3])):
+        for kb in kbs:
+            part[qb * 64:(qb + 1) * 64, kb * 64:(kb + 1) * 64] = True
+    full[64:128, 0:64] = full[192:, 128:192] = True
+    for fn in (plm, plm_even):
+        bm = flex.BlockMask.from_kv_blocks(num, idx, fnum, fidx, BLOCK_SIZE=64, mask_mod=fn,
+                                           seq_lengths=(T, T))
+        end_to_end(f"block lists of one sequence, {fn.__name__}", 2, 3, 3, T, T, 16, None,
+                   lambda b, h, q_idx, kv_idx, fn=fn: full[q_idx, kv_idx] |
+                   (part[q_idx, kv_idx] & fn(b, h, q_idx, kv_idx)), block_mask=bm)
     prefix[1] = 150  # b = 1 sees keys of key block 1 in query block 0, which b = 0 skips
     q = torch.randn(2, 3, T, 16)
     for fn in (plm, plm_even):
