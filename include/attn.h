@@ -16,9 +16,10 @@
  *     in_features) and y = x W^T + b. Parameters are found by their PyTorch
  *     state_dict names ("W_query.weight", "c_attn.bias", ...).
  *   - Functions that give an object through an out pointer (the _new
- *     constructors, attn_npy_read and attn_npy_parse) set *out to NULL (an
- *     attn_npy to all zeros) on every failure, whenever out itself is not
- *     NULL, so a failed call leaves nothing to free and nothing stale.
+ *     constructors, the attn_block_mask_from_* builders, attn_npy_read and
+ *     attn_npy_parse) set *out to NULL (an attn_npy to all zeros) on every
+ *     failure, whenever out itself is not NULL, so a failed call leaves
+ *     nothing to free and nothing stale.
  *   - An output never shares memory with an input or another output,
  *     unless the function's comment says it may ("y may equal x"). The
  *     attention calls (attn_sdpa_*, attn_kv_cache_attend) and the modules'

@@ -97,12 +97,12 @@ attn_status attn_block_mask_from_kv_blocks(attn_ctx *ctx, const attn_block_mask_
                                            const int32_t *full_indices, size_t full_max,
                                            const attn_mask *mask, attn_block_mask **out) {
     const char *who = "attn_block_mask_from_kv_blocks";
+    if (out) *out = NULL; /* on any failure, as the constructors promise */
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
     if (!cfg || !num || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
                          !cfg ? "cfg" : !num ? "num" : "out");
-    *out = NULL; /* on any failure, as the constructors promise */
     if (max && !indices)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: indices is NULL with max %zu", who, max);
     if (full_num && full_max && !full_indices)

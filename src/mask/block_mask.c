@@ -555,6 +555,7 @@ static attn_status dense_row_bits(const void *self, attn_ctx *ctx, const char *w
 static attn_status from_dense(attn_ctx *ctx, const char *who, const attn_block_mask_config *cfg,
                               const void *mask, const size_t strides[4], bool additive,
                               attn_block_mask **out) {
+    if (out) *out = NULL; /* on any failure, as the constructors promise */
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
     if (!mask || !strides || !out)
@@ -612,6 +613,7 @@ static attn_status fn_row_bits(const void *self, attn_ctx *ctx, const char *who,
 attn_status attn_block_mask_from_fn(attn_ctx *ctx, const attn_block_mask_config *cfg,
                                     attn_mask_fn fn, void *user, attn_block_mask **out) {
     const char *who = "attn_block_mask_from_fn";
+    if (out) *out = NULL; /* on any failure, as the constructors promise */
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
     if (!fn || !out) return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who, !fn ? "fn" : "out");

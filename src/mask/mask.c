@@ -756,12 +756,12 @@ attn_status attn_mask_row_bits(const void *self, attn_ctx *ctx, const char *who,
 attn_status attn_block_mask_from_mask(attn_ctx *ctx, const attn_block_mask_config *cfg,
                                       const attn_mask *mask, attn_block_mask **out) {
     const char *who = "attn_block_mask_from_mask";
+    if (out) *out = NULL; /* on any failure, as the constructors promise */
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
     if (!cfg || !mask || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
                          !cfg ? "cfg" : !mask ? "mask" : "out");
-    *out = NULL; /* on any failure, as the constructors promise */
     attn_status st = attn_mask_check_config(ctx, who, mask, cfg);
     if (st != ATTN_OK) return st;
     block_source src = {.self = mask, .classify = attn_mask_classify,

@@ -811,6 +811,29 @@ static void test_constructor_errors(attn_ctx *ctx) {
     CHECK_STATUS(attn_mask_new_or(ctx, docs, prefix, &either), ATTN_OK);
     attn_block_mask *bm = NULL;
     attn_block_mask_config c = {3, 1, 4, 4, 16, 16};
+    /* every builder sets *out to NULL on any failure, a NULL argument too */
+    attn_block_mask *stale = (attn_block_mask *)&stale;
+    uint8_t one = 1;
+    size_t zeros[4] = {0, 0, 0, 0};
+    int32_t none = 0;
+    for (int i = 0; i < 9; i++) {
+        bm = stale;
+        attn_status st =
+            i == 0 ? attn_block_mask_from_mask(ctx, &c, NULL, &bm)
+            : i == 1 ? attn_block_mask_from_mask(NULL, &c, either, &bm)
+            : i == 2 ? attn_block_mask_from_bool(ctx, &c, NULL, zeros, &bm)
+            : i == 3 ? attn_block_mask_from_bool(ctx, &c, &one, NULL, &bm)
+            : i == 4 ? attn_block_mask_from_additive(NULL, &c, NULL, zeros, &bm)
+            : i == 5 ? attn_block_mask_from_fn(ctx, &c, NULL, NULL, &bm)
+            : i == 6 ? attn_block_mask_from_fn(NULL, &c, visible_fn, NULL, &bm)
+            : i == 7 ? attn_block_mask_from_kv_blocks(ctx, &c, NULL, &none, 1, NULL, NULL, 0,
+                                                      NULL, &bm)
+                     : attn_block_mask_from_kv_blocks(ctx, NULL, &none, &none, 1, NULL, NULL, 0,
+                                                      NULL, &bm);
+        CHECK_STATUS(st, ATTN_ERR_NULL);
+        if (bm != NULL) printf("builder %d left *out stale\n", i);
+        CHECK(bm == NULL);
+    }
     CHECK_STATUS(attn_block_mask_from_mask(ctx, &c, either, &bm), ATTN_ERR_SHAPE);
     CHECK_MESSAGE(ctx, "2 lengths for a batch of 3");
     c.batch = 2;
