@@ -1524,9 +1524,10 @@ attn_status attn_gpt2_save_hf(attn_ctx *ctx, attn_module *m, const char *path, s
 /* ------------------------------------------------------------------------ */
 
 /*
- * torch.optim.SGD and torch.optim.AdamW (PyTorch 1.13, the single-tensor
- * path, foreach=False), with the same update order and float32 arithmetic,
- * fused multiply-adds where PyTorch's CPU kernels fuse them:
+ * torch.optim.SGD and torch.optim.AdamW (the single-tensor path, which
+ * PyTorch runs for CPU tensors by default; AdamW's first moment as PyTorch
+ * 2 updates it, with lerp), with the same update order and float32
+ * arithmetic, fused multiply-adds where PyTorch's CPU kernels fuse them:
  *
  * SGD, per parameter p with gradient g:
  *   g = g + weight_decay * p                          (if weight_decay != 0)
@@ -1536,10 +1537,11 @@ attn_status attn_gpt2_save_hf(attn_ctx *ctx, attn_module *m, const char *path, s
  *   p = p - lr * g
  * AdamW, at step t (1, 2, ...):
  *   p = p * (1 - lr * weight_decay)
- *   m = beta1 * m + (1 - beta1) * g
+ *   m = m.lerp(g, w), w = 1 - beta1: m + w * (g - m) for w < 0.5,
+ *       else g + (w - 1) * (g - m)
  *   v = beta2 * v + (1 - beta2) * g * g
  *   vmax = max(vmax, v)                               (amsgrad)
- *   denom = sqrt(amsgrad ? vmax : v) / sqrt(1 - beta2^t) + eps
+ *   denom = sqrt(amsgrad ? vmax : v) / (1 - beta2^t)^0.5 + eps
  *   p = p - (lr / (1 - beta1^t)) * m / denom
  *
  * The optimizer keeps pointers to the parameters' data and grad: they must

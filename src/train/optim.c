@@ -1,7 +1,8 @@
 /*
  * optim.c — torch.optim.SGD, torch.optim.AdamW and clip_grad_norm_, as
- * PyTorch 1.13 computes them on the CPU (torch/optim/sgd.py and adamw.py,
- * the single-tensor path).
+ * PyTorch computes them on the CPU by default (torch/optim/sgd.py and
+ * adam.py, the single-tensor path); AdamW's step is PyTorch 2's, whose
+ * first moment is a lerp.
  *
  * Every update is float32 arithmetic in PyTorch's order. Python scalars
  * (lr, betas, ...) become float when they meet a float tensor; a.add(b,
@@ -223,8 +224,8 @@ typedef struct update_job {
     /* scalars, already float as PyTorch makes them */
     float weight_decay, momentum, one_minus_dampening, neg_lr;
     bool use_weight_decay, use_momentum, first_step, nesterov;
-    float decay, beta1, one_minus_beta1, beta2, one_minus_beta2, bias_correction2_sqrt, eps,
-        neg_step_size;
+    float decay, lerp_coeff, beta2, one_minus_beta2, bias_correction2_sqrt, eps, neg_step_size;
+    bool lerp_small; /* the lerp weight 1 - beta1 is below 0.5 */
     bool amsgrad;
 } update_job;
 
@@ -253,7 +254,16 @@ static float maximum_nan(float a, float b) {
     return a > b ? a : b;
 }
 
-/* AdamW (adamw.py, _single_tensor_adamw, capturable=False) on [begin, end). */
+/* exp_avg.lerp_(grad, w), w = 1 - beta1, as ATen's CPU kernel computes it:
+ * m + w (g - m) for |w| < 0.5, else g + (w - 1) (g - m), each one fused
+ * multiply-add (lerp_coeff is w or w - 1). */
+static inline __attribute__((always_inline)) float lerp_moment(const update_job *j, float m,
+                                                               float g) {
+    return fmaf(j->lerp_coeff, g - m, j->lerp_small ? m : g);
+}
+
+/* AdamW (adam.py, _single_tensor_adam with decoupled weight decay,
+ * capturable=False) on [begin, end). */
 static inline __attribute__((always_inline)) void adamw_elements(const update_job *j,
                                                                  size_t begin, size_t end) {
     float *exp_avg = j->s0, *exp_avg_sq = j->s1, *max_exp_avg_sq = j->s2;
@@ -261,8 +271,8 @@ static inline __attribute__((always_inline)) void adamw_elements(const update_jo
         float g = j->g[i];
         /* param.mul_(1 - lr * weight_decay) */
         float p = j->p[i] * j->decay;
-        /* exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1) */
-        exp_avg[i] = fmaf(g, j->one_minus_beta1, exp_avg[i] * j->beta1);
+        /* exp_avg.lerp_(grad, 1 - beta1) */
+        exp_avg[i] = lerp_moment(j, exp_avg[i], g);
         /* exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2) */
         exp_avg_sq[i] = fmaf(j->one_minus_beta2 * g, g, exp_avg_sq[i] * j->beta2);
         float second = exp_avg_sq[i];
@@ -302,8 +312,7 @@ __attribute__((target("avx2,fma"))) static void adamw_range_avx2(void *arg, size
     const update_job *j = arg;
     float *p = j->p, *exp_avg = j->s0, *exp_avg_sq = j->s1;
     const float *g = j->g;
-    const __m256 decay = _mm256_set1_ps(j->decay), beta1 = _mm256_set1_ps(j->beta1);
-    const __m256 one_minus_beta1 = _mm256_set1_ps(j->one_minus_beta1);
+    const __m256 decay = _mm256_set1_ps(j->decay), lerp_coeff = _mm256_set1_ps(j->lerp_coeff);
     const __m256 beta2 = _mm256_set1_ps(j->beta2);
     const __m256 one_minus_beta2 = _mm256_set1_ps(j->one_minus_beta2);
     const __m256 bc2_sqrt = _mm256_set1_ps(j->bias_correction2_sqrt);
@@ -312,8 +321,8 @@ __attribute__((target("avx2,fma"))) static void adamw_range_avx2(void *arg, size
     for (; i + 8 <= end; i += 8) {
         __m256 gv = _mm256_loadu_ps(g + i);
         __m256 pv = _mm256_mul_ps(_mm256_loadu_ps(p + i), decay);
-        __m256 m = _mm256_fmadd_ps(gv, one_minus_beta1,
-                                   _mm256_mul_ps(_mm256_loadu_ps(exp_avg + i), beta1));
+        __m256 m0 = _mm256_loadu_ps(exp_avg + i);
+        __m256 m = _mm256_fmadd_ps(lerp_coeff, _mm256_sub_ps(gv, m0), j->lerp_small ? m0 : gv);
         __m256 v = _mm256_fmadd_ps(_mm256_mul_ps(one_minus_beta2, gv), gv,
                                    _mm256_mul_ps(_mm256_loadu_ps(exp_avg_sq + i), beta2));
         _mm256_storeu_ps(exp_avg + i, m);
@@ -348,11 +357,14 @@ attn_status attn_optimizer_step(attn_optimizer *opt) {
         double bias_correction2 = 1.0 - pow(c->beta2, step);
         double step_size = c->lr / bias_correction1;
         base.decay = (float)(1.0 - c->lr * c->weight_decay);
-        base.beta1 = (float)c->beta1;
-        base.one_minus_beta1 = (float)(1.0 - c->beta1);
+        /* the lerp's weight, a float as it meets the tensor; w - 1 is exact */
+        float weight = (float)(1.0 - c->beta1);
+        base.lerp_small = fabsf(weight) < 0.5f;
+        base.lerp_coeff = base.lerp_small ? weight : weight - 1.0f;
         base.beta2 = (float)c->beta2;
         base.one_minus_beta2 = (float)(1.0 - c->beta2);
-        base.bias_correction2_sqrt = (float)sqrt(bias_correction2);
+        /* bias_correction2 ** 0.5: Python's float power, libm's pow */
+        base.bias_correction2_sqrt = (float)pow(bias_correction2, 0.5);
         base.eps = (float)c->eps;
         base.neg_step_size = (float)-step_size;
         base.amsgrad = c->amsgrad;

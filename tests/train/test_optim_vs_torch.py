@@ -3,14 +3,28 @@
 For every option of SGD (momentum, dampening, nesterov, weight_decay) and
 AdamW (betas, eps, weight_decay, amsgrad off and on): the same initial
 parameters and the same random gradients at every step go to torch.optim
-(foreach=False, PyTorch 1.13's single-tensor path) and to attn_optimizer_step;
-after every step the parameters must agree to MAX_ULPS units in the last place
-(on this project's machines they are bit-identical; the count is printed).
+(foreach=False, the single-tensor path PyTorch runs for CPU tensors) and to
+attn_optimizer_step; after every step the parameters must agree to MAX_ULPS
+units in the last place (on this project's machines they are bit-identical;
+the count is printed). attn's AdamW is PyTorch 2's, whose first moment is
+exp_avg.lerp_(grad, 1 - beta1): against a PyTorch that updates it so, the
+moments (exp_avg, exp_avg_sq, max_exp_avg_sq) must be bit-identical after
+every step. Its parameters go through the square root of exp_avg_sq, which
+PyTorch 2.15's CPU build (MKL's vectorised sqrt) rounds to within 1 ulp,
+not correctly as attn and PyTorch 1.13 do (about 15% of float32 inputs
+differ), so the parameters agree within ADAMW_ULPS or, for values near 0,
+ADAMW_STEP_RTOL x lr per step taken; PyTorch 1.13's AdamW, whose first
+moment is mul_(beta1).add_(grad), is held to the same bound.
+test_train's committed steps hold attn to PyTorch 2.15's moments bit for bit
+where only 1.13 is installed.
 clip_grad_norm_: the total norm and the clipped gradients (see test_clip).
 
 Usage: test_optim_vs_torch.py LIBATTN.so [--seed N]
 """
 import argparse
+import ctypes
+import importlib
+import inspect
 import random
 import sys
 
@@ -20,6 +34,8 @@ import torch
 from train_ctypes import ATTN_OPTIMIZER_ADAMW, ATTN_OPTIMIZER_SGD, AttnTrain
 
 MAX_ULPS = 2
+ADAMW_ULPS = 4
+ADAMW_STEP_RTOL = 2.0 ** -20
 STEPS = 25
 CLIP_RTOL = 1e-6
 
@@ -39,6 +55,13 @@ ADAMW_CASES = [
     dict(lr=1e-3, weight_decay=0.0),
     dict(lr=5e-3, betas=(0.5, 0.9), weight_decay=0.05, amsgrad=True),
 ]
+
+
+def adamw_lerps():
+    """Whether this torch's AdamW step updates the first moment with lerp_, as
+    attn's does (PyTorch 2's adam.py; 1.13's adamw.py has mul_ and add_)."""
+    module = importlib.import_module(torch.optim.AdamW.step.__module__)
+    return "exp_avg.lerp_(grad" in inspect.getsource(module)
 
 
 def ulps(a, b):
@@ -74,6 +97,9 @@ def run_case(lib, ctx, kind, opts, rng, np_rng):
             attn_opts["beta1"], attn_opts["beta2"] = opts["betas"]
     opt = lib.optimizer_new(ctx, table, kind, **attn_opts)
     worst, identical, total = 0, 0, 0
+    adamw = kind == ATTN_OPTIMIZER_ADAMW
+    lerps = adamw and adamw_lerps()
+    state = (ctypes.c_float * max(1, lib.lib.attn_optimizer_state_size(opt)))()
     try:
         for step in range(STEPS):
             scale = 10.0 ** rng.uniform(-3, 1)
@@ -84,12 +110,18 @@ def run_case(lib, ctx, kind, opts, rng, np_rng):
                 tp.grad = torch.tensor(g.copy())
             topt.step()
             lib.optimizer_step(ctx, opt)
+            if lerps:
+                check_moments(lib, opt, state, topt, tparams, opts, step)
             for (name, data, _), tp in zip(arrays, tparams):
                 d = ulps(data, tp.detach().numpy())
                 worst = max(worst, int(d.max()))
                 identical += int((d == 0).sum())
                 total += d.size
-                if d.max() > MAX_ULPS:
+                if adamw:  # the square root's rounding (see the top)
+                    near = np.abs(data - tp.detach().numpy()) <= (
+                        ADAMW_STEP_RTOL * opts.get("lr", 1e-3) * (step + 1))
+                    d = np.where(near, 0, np.maximum(d - ADAMW_ULPS, 0))
+                if d.max() > (0 if adamw else MAX_ULPS):
                     i = int(d.argmax())
                     raise AssertionError("%s step %d, %s[%d]: attn %r, torch %r (%d ulps)" % (
                         describe(kind, opts), step + 1, name, i, data.flat[i],
@@ -99,6 +131,27 @@ def run_case(lib, ctx, kind, opts, rng, np_rng):
     print("  %-66s %d steps, bit-identical %d/%d, worst %d ulps" % (
         describe(kind, opts), STEPS, identical, total, worst))
     return identical, total
+
+
+def check_moments(lib, opt, state, topt, tparams, opts, step):
+    """attn's AdamW state (per parameter exp_avg, exp_avg_sq and, with amsgrad,
+    max_exp_avg_sq) bit-identical to torch's."""
+    steps = ctypes.c_size_t()
+    n = len(state)
+    lib.lib.attn_optimizer_get_state(opt, state, n, ctypes.byref(steps))
+    got = np.frombuffer(state, np.float32)
+    keys = ["exp_avg", "exp_avg_sq"] + (["max_exp_avg_sq"] if opts.get("amsgrad") else [])
+    at = 0
+    for i, tp in enumerate(tparams):
+        for key in keys:
+            want = topt.state[tp][key].numpy().ravel()
+            mine = got[at:at + want.size]
+            at += want.size
+            d = ulps(mine, want)
+            if d.max() > 0:
+                k = int(d.argmax())
+                raise AssertionError("AdamW(%s) step %d, p%d's %s[%d]: attn %r, torch %r" % (
+                    opts, step + 1, i, key, k, mine[k], want[k]))
 
 
 def describe(kind, opts):
@@ -153,7 +206,9 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2 ** 31)
-    print("test_optim_vs_torch seed %d (replay with --seed %d)" % (seed, seed))
+    print("test_optim_vs_torch seed %d (replay with --seed %d), torch %s, AdamW %s" % (
+        seed, seed, torch.__version__, "lerp: moments bit-identical" if adamw_lerps()
+        else "mul_ and add_"))
     rng = random.Random(seed)
     np_rng = np.random.default_rng(seed)
     torch.set_num_threads(1)

@@ -270,6 +270,150 @@ static void test_optimizer_errors(attn_ctx *ctx) {
     CHECK_STATUS(attn_clip_grad_norm(NULL, params, 2, 1.0, &total), ATTN_ERR_NULL);
 }
 
+/* AdamW against PyTorch 2.15's torch.optim.AdamW (the CPU default, the
+ * single-tensor path, exp_avg.lerp_), committed as float bits after 20
+ * steps on exactly representable data, for a lerp weight below 0.5 (beta1
+ * 0.9), above it (0.3) and at it (0.5, with amsgrad); sizes 19 and 5 run
+ * the vector loop and its tail. The moments, exp_avg and exp_avg_sq, are
+ * PyTorch's bit for bit (PyTorch 1.13's mul_ and add_ differ from these
+ * exp_avg in 2 to 18 of each config's 24 values). The parameters pass
+ * through sqrt(exp_avg_sq), which PyTorch 2.15's CPU build rounds within 1
+ * ulp rather than correctly, so they agree within 4 ulps, or 2^-20 lr a
+ * step for values near 0. */
+static void test_adamw_pytorch2(attn_ctx *ctx) {
+    enum { N0 = 19, N1 = 5, N = N0 + N1, STEPS = 20 };
+    static const uint32_t want[3][3][N] = { /* exp_avg, exp_avg_sq, the parameters */
+        {
+            {
+              0xbf3e9346, 0x3e431b74, 0x3d706fc1, 0x3f2a4bc2, 0xbf03581d, 0xbeb92659,
+              0x3f065f77, 0x3e029754, 0x3f670339, 0xbf2cc392, 0xbe66dbfc, 0xbc6f198a,
+              0x3ea7eecb, 0xbe8dae1e, 0xbf19d1cf, 0x3dc236b8, 0x3ebc8768, 0x3f11cbbb,
+              0x3d9eaf8a, 0xbeea2666, 0x3edbbee0, 0x3d025ce6, 0x3f4e8333, 0xbf41f7ce,
+            },
+            {
+              0x3daaa819, 0x3d9fa680, 0x3df77c7f, 0x3de501b9, 0x3df3dfd6, 0x3d918094,
+              0x3dc6f48b, 0x3df0ac2f, 0x3df7f661, 0x3dd4bd68, 0x3d8bb438, 0x3ddceb25,
+              0x3de6fbeb, 0x3df6fb67, 0x3db265e7, 0x3d98ff32, 0x3df104ac, 0x3de31464,
+              0x3df36bca, 0x3d95c2c3, 0x3dbb210a, 0x3df61d5d, 0x3df1d2ca, 0x3de05045,
+            },
+            {
+              0xbf19f5b3, 0xbd068a72, 0x3f0a527b, 0xbee847ca, 0x3e00dd22, 0x3f34ec1f,
+              0xbe99f03d, 0x3e8f4af3, 0xbf37a37a, 0xbe07ae58, 0x3ee163a7, 0xbf10d583,
+              0x3c5774e1, 0x3f17e93f, 0xbecd5be5, 0x3e2f484a, 0x3f3e3376, 0xbe7ff971,
+              0x3ea8580d, 0xbf06c419, 0x3d3377bd, 0x3f1fc474, 0xbebf001d, 0x3e54cce3,
+            },
+        },
+        {
+            {
+              0xc045b3d8, 0xbee53f5e, 0x400d2218, 0x409c65a7, 0xc09698d3, 0xc010df4c,
+              0x3ec164f8, 0x4041f6a3, 0x40b6cf35, 0xc0785e24, 0xbfbcb21f, 0x3f96b053,
+              0x4076c19f, 0xc084603a, 0xc052e8d3, 0xbf27743b, 0x40002cb5, 0x4095cb15,
+              0xc053ebe9, 0xc01e146f, 0x3e2f77c2, 0x4034c180, 0x40b034a3, 0xc082c9a3,
+            },
+            {
+              0x403e4e1b, 0x4028a991, 0x4073f973, 0x4082952a, 0x408f21aa, 0x401f6d69,
+              0x40517bf1, 0x407017d4, 0x4096648d, 0x40734b61, 0x4015f429, 0x4062c4b6,
+              0x40717129, 0x4096b83f, 0x40480188, 0x40220081, 0x406f5a91, 0x407e8420,
+              0x40905828, 0x4024eac4, 0x404512ca, 0x407312a0, 0x40908a59, 0x4080a63e,
+            },
+            {
+              0xbf164b65, 0xbd18cd5e, 0x3f076944, 0xbeebbd02, 0x3e02da40, 0x3f34f2c7,
+              0xbe9e8bde, 0x3e8aad30, 0xbf38a120, 0xbdfc881b, 0x3ee2bc3b, 0xbf116591,
+              0x3ba54c25, 0x3f167c96, 0xbeca2f58, 0x3e2bdd90, 0x3f39e093, 0xbe835f97,
+              0x3ea53e0d, 0xbf047fe9, 0x3d0e2805, 0x3f1d3c25, 0xbec14c9b, 0x3e5af15e,
+            },
+        },
+        {
+            {
+              0xc0212655, 0xbeddaff0, 0x3fc06f2e, 0x406e3eca, 0xc0650dcb, 0xbfea4cb0,
+              0x3e8240ba, 0x400c33c4, 0x408d00c5, 0xc03987d2, 0xbfa19bf5, 0x3f341e6a,
+              0x40373fc2, 0xc0220db8, 0xc02c07d4, 0xbf1ad7f5, 0x3fb20f30, 0x40633ecb,
+              0xbfec1b94, 0xc0002657, 0x3da90300, 0x400133c5, 0x408780c6, 0xc04487cd,
+            },
+            {
+              0x408cded4, 0x40677a1a, 0x40a1d26b, 0x40cf52c1, 0x40e310fa, 0x4065acff,
+              0x408fd1cc, 0x40a4257c, 0x40fb4132, 0x40ba9ad8, 0x4051c7de, 0x4099866f,
+              0x40af8b84, 0x40fb274f, 0x40953009, 0x405ecca1, 0x409f3f10, 0x40c6de1f,
+              0x40e7e24c, 0x406f5f60, 0x408726d2, 0x40a3ca1b, 0x40eecaa2, 0x40c64178,
+            },
+            {
+              0xbf0ca9a4, 0xbd3b0eae, 0x3f01395a, 0xbef4862f, 0x3e0a9492, 0x3f3aa03c,
+              0xbeac1905, 0x3e85aa18, 0xbf3b49a6, 0xbda7b87c, 0x3eed36d3, 0xbf158f4b,
+              0xbc3ea277, 0x3f15fb66, 0xbebed33c, 0x3e2ac072, 0x3f3225e6, 0xbe89734f,
+              0x3ea58f16, 0xbefea16c, 0x3c81141f, 0x3f1c1f02, 0xbec3ae60, 0x3e771e4c,
+            },
+        },
+    };
+    const struct {
+        double lr, beta1, beta2, eps, weight_decay;
+        bool amsgrad;
+    } configs[3] = {{1e-3, 0.9, 0.999, 1e-8, 1e-2, false},
+                    {3e-3, 0.3, 0.95, 1e-6, 0.1, false},
+                    {1e-2, 0.5, 0.9, 1e-8, 0.0, true}};
+    const size_t sizes[2] = {N0, N1}, offsets[2] = {0, N0};
+    for (int c = 0; c < 3; c++) {
+        float data[N], grad[N], state[3 * N];
+        for (int t = 0; t < 2; t++)
+            for (size_t i = 0; i < sizes[t]; i++)
+                data[offsets[t] + i] =
+                    (float)((int)((i * 37 + 11 + 5 * (size_t)t) % 101) - 50) / 64.0f;
+        attn_param params[2] = {
+            {.name = "p0", .data = data, .grad = grad, .ndim = 1, .shape = {N0}, .numel = N0},
+            {.name = "p1", .data = data + N0, .grad = grad + N0, .ndim = 1, .shape = {N1},
+             .numel = N1}};
+        attn_optimizer_config oc = attn_optimizer_defaults(ATTN_OPTIMIZER_ADAMW);
+        oc.lr = configs[c].lr;
+        oc.beta1 = configs[c].beta1;
+        oc.beta2 = configs[c].beta2;
+        oc.eps = configs[c].eps;
+        oc.weight_decay = configs[c].weight_decay;
+        oc.amsgrad = configs[c].amsgrad;
+        attn_optimizer *opt = NULL;
+        CHECK_STATUS(attn_optimizer_new(ctx, &oc, params, 2, &opt), ATTN_OK);
+        if (!opt) continue;
+        for (size_t s = 0; s < STEPS; s++) {
+            float scale = ldexpf(1.0f, (int)(s % 5) - 2);
+            for (int t = 0; t < 2; t++)
+                for (size_t i = 0; i < sizes[t]; i++)
+                    grad[offsets[t] + i] =
+                        (float)((int)((i * 13 + s * 7 + 5 + 3 * (size_t)t) % 61) - 30) / 16.0f *
+                        scale;
+            CHECK_STATUS(attn_optimizer_step(opt), ATTN_OK);
+        }
+        size_t n_state = attn_optimizer_state_size(opt), steps = 0;
+        CHECK(n_state == (configs[c].amsgrad ? 3u : 2u) * N);
+        CHECK_STATUS(attn_optimizer_get_state(opt, state, n_state, &steps), ATTN_OK);
+        attn_optimizer_free(opt);
+        /* the state: per parameter exp_avg, exp_avg_sq (and max_exp_avg_sq) */
+        int differ = 0;
+        size_t at = 0;
+        for (int t = 0; t < 2; t++) {
+            for (int k = 0; k < 2; k++)
+                for (size_t i = 0; i < sizes[t]; i++) {
+                    uint32_t bits;
+                    memcpy(&bits, &state[at + k * sizes[t] + i], sizeof bits);
+                    if (bits != want[c][k][offsets[t] + i] && differ++ < 3)
+                        fprintf(stderr, "AdamW config %d, %s[%zu]: 0x%08x, PyTorch 2.15 0x%08x\n",
+                                c, k ? "exp_avg_sq" : "exp_avg", offsets[t] + i, (unsigned)bits,
+                                (unsigned)want[c][k][offsets[t] + i]);
+                }
+            at += (configs[c].amsgrad ? 3 : 2) * sizes[t];
+        }
+        CHECK(differ == 0);
+        for (size_t i = 0; i < N; i++) {
+            float torch;
+            memcpy(&torch, &want[c][2][i], sizeof torch);
+            double ulp = ldexp(1.0, ilogb(torch) - 23);
+            double tol = fmax(4.0 * ulp, ldexp(configs[c].lr * STEPS, -20));
+            if (!(fabs((double)data[i] - torch) <= tol)) {
+                fprintf(stderr, "AdamW config %d, parameter %zu: %.9g, PyTorch 2.15 %.9g\n", c,
+                        i, (double)data[i], (double)torch);
+                CHECK(false);
+            }
+        }
+    }
+}
+
 /* ---- the model -------------------------------------------------------------- */
 
 static attn_model_config small_config(void) {
@@ -745,6 +889,7 @@ int main(void) {
         return 1;
     test_tasks(ctx);
     test_optimizer_errors(ctx);
+    test_adamw_pytorch2(ctx);
     test_model_config_errors(ctx, rng);
     test_model_params(ctx, rng);
     test_gpt_model(ctx, rng);

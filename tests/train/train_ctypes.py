@@ -94,6 +94,9 @@ class AttnTrain(Attn):
         fn("attn_optimizer_zero_grad", c_int, c_void_p)
         fn("attn_optimizer_set_lr", c_int, c_void_p, c_double)
         fn("attn_optimizer_free", None, c_void_p)
+        fn("attn_optimizer_state_size", c_size_t, c_void_p)
+        fn("attn_optimizer_get_state", c_int, c_void_p, POINTER(c_float), c_size_t,
+           POINTER(c_size_t))
         fn("attn_clip_grad_norm", c_int, c_void_p, POINTER(Param), c_size_t, c_double,
            POINTER(c_float))
         fn("attn_model_new", c_int, c_void_p, POINTER(ModelConfig), c_void_p, POINTER(c_void_p))
