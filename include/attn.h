@@ -881,8 +881,11 @@ attn_status attn_module_zero_grad(attn_module *m);
  * parameter's dL/dW is added to its grad (+=). batch and tokens must be
  * those of the last forward. Calling it again adds the same gradients
  * again (as retain_graph=True would). Fails with ATTN_ERR_INVALID before
- * any forward or when gradients were disabled for it, and when dx overlaps
- * dy.
+ * any forward or when gradients were disabled for it, when dx overlaps dy,
+ * and where a parameter changed since the forward (an optimizer step, a
+ * load, a write through its data), naming it and its versions (the count
+ * of changes the module has seen) at the forward and now, as PyTorch
+ * refuses a tensor "modified by an inplace operation".
  */
 attn_status attn_module_backward(attn_module *m, const float *dy, size_t batch, size_t tokens,
                                  float *dx);
@@ -1799,10 +1802,11 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
                                size_t batch, size_t tokens_per_row, float *logits, float *loss,
                                attn_rng *dropout_rng);
 /* loss.backward() for the last forward (which had targets and gradients
- * enabled): every parameter's dloss/dW is added to its grad. Unlike a
- * module's backward, a failure here (ATTN_ERR_NO_MEMORY in a layer's
- * attention) may leave the later layers' gradients added: zero them before
- * trying again. */
+ * enabled): every parameter's dloss/dW is added to its grad. Refused
+ * (ATTN_ERR_INVALID, before anything is written) where a parameter changed
+ * since that forward, as a module's backward is. Unlike a module's
+ * backward, a failure here (ATTN_ERR_NO_MEMORY in a layer's attention) may
+ * leave the later layers' gradients added: zero them before trying again. */
 attn_status attn_model_backward(attn_model *m);
 /*
  * Saves every parameter to path as a safetensors file (see "safetensors

@@ -317,10 +317,11 @@ class Module(HandleOwner):
     def load_state_dict(self, state_dict, strict=True):
         """Copies arrays into the parameters. strict: the keys must match
         exactly (else RuntimeError naming them, as PyTorch); shapes always
-        must. Nothing changes unless everything fits. The last forward is
-        dropped (its activations belong to the old weights): backward then
-        needs a new forward, where PyTorch raises for weights changed in
-        place since the forward."""
+        must. Nothing changes unless everything fits. A parameter whose
+        values change moves to a new version: the last forward's backward
+        is then refused, naming it and its versions (its activations belong
+        to the old weights), as PyTorch raises for weights changed in place
+        since the forward."""
         params = {p.name.decode(): p for p in self._params()}
         buffers = set(self._buffers)
         missing = [k for k in params if k not in state_dict]
@@ -355,8 +356,6 @@ class Module(HandleOwner):
             staged[name] = value
         for name, value in staged.items():
             np.copyto(self._view(params[name].data, params[name]), value)
-        if staged:  # the last forward's activations belong to the old weights
-            self._last_shape = None
         return self
 
     # ---- safetensors ----

@@ -2,6 +2,7 @@
  * dispatch, and the checks every variant shares. */
 #include "modules/module.h"
 
+#include "fingerprint.h"
 #include "kernels/dispatch.h"
 
 #include "overlap.h"
@@ -82,10 +83,46 @@ attn_status attn_module_alloc(attn_module *m) {
                          "%s: %zu parameters and as many gradients overflow size_t bytes",
                          m->ops->class_name, m->num_scalars);
     m->storage = attn_alloc_floats(2 * m->num_scalars);
-    if (!m->storage)
+    m->versions = attn_calloc(3 * (m->num_params ? m->num_params : 1), sizeof *m->versions);
+    if (!m->storage || !m->versions) {
+        attn_free(m->storage);
+        attn_free(m->versions);
+        m->storage = NULL;
+        m->versions = NULL;
         return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
                          "%s: cannot allocate %zu parameters and their gradients",
                          m->ops->class_name, m->num_scalars);
+    }
+    return ATTN_OK;
+}
+
+/* Brings every parameter's version up to date: one more for each whose
+ * data differs from the fingerprint of its version. The first call only
+ * takes the fingerprints. A write through a pointer leaves no trace but
+ * the data, so the data's fingerprint is what tells that it changed. */
+static void observe_versions(attn_module *m) {
+    size_t n = m->num_params;
+    uint64_t *version = m->versions, *fingerprint = m->versions + n;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t f = attn_fingerprint_floats(attn_module_data(m, i), m->params[i].numel);
+        if (m->versions_seen && f != fingerprint[i]) version[i]++;
+        fingerprint[i] = f;
+    }
+    m->versions_seen = true;
+}
+
+attn_status attn_module_check_versions(attn_module *m, const char *who) {
+    size_t n = m->num_params;
+    observe_versions(m);
+    const uint64_t *version = m->versions, *at_forward = m->versions + 2 * n;
+    for (size_t i = 0; i < n; i++)
+        if (version[i] != at_forward[i])
+            return attn_fail(m->ctx, ATTN_ERR_INVALID,
+                             "%s: parameter %s was modified after the forward (version %llu at "
+                             "the forward, %llu now): its gradient would mix the new weights with "
+                             "the old activations; run the forward again",
+                             who, m->params[i].name, (unsigned long long)at_forward[i],
+                             (unsigned long long)version[i]);
     return ATTN_OK;
 }
 
@@ -124,6 +161,8 @@ void attn_module_release(attn_module *m) {
     m->cp_id = NULL;
     attn_free(m->params);
     attn_free(m->storage);
+    attn_free(m->versions);
+    m->versions = NULL;
     attn_free(m->saved.x);
     attn_free(m->saved.acts);
     attn_free(m->saved.keep_bits);
@@ -231,6 +270,7 @@ attn_status attn_module_backward(attn_module *m, const float *dy, size_t batch, 
     char who[96];
     snprintf(who, sizeof who, "%s backward", name);
     attn_status st = attn_module_check_spans(m, who, true, "dy", dy, "dx", dx, batch * tokens);
+    if (st == ATTN_OK) st = attn_module_check_versions(m, who);
     if (st != ATTN_OK) return st;
     return m->ops->backward(m, dy, dx);
 }
@@ -402,6 +442,9 @@ attn_status attn_forward_keep(attn_module *m, const float *x, size_t batch, size
         return attn_fail(m->ctx, ATTN_ERR_NO_MEMORY, "%s: cannot keep the input (%zu floats)",
                          m->ops->class_name, n);
     memcpy(s->x, x, n * sizeof *x);
+    /* the versions of the weights this forward read, for its backward */
+    observe_versions(m);
+    memcpy(m->versions + 2 * m->num_params, m->versions, m->num_params * sizeof *m->versions);
     s->batch = batch;
     s->tokens = tokens;
     s->kept_scale = kept_scale;

@@ -95,6 +95,13 @@ struct attn_module {
     size_t num_scalars;
     float *storage; /* every parameter in state_dict order, then every gradient */
     attn_saved saved;
+    /* Per parameter, num_params each (NULL before attn_module_alloc): its
+     * version, the count of changes to its data the module has seen
+     * (PyTorch's _version); the fingerprint of the data at that version;
+     * and the version the saved forward read. A backward whose parameters
+     * moved on since its forward is refused, as PyTorch refuses it. */
+    uint64_t *versions;
+    bool versions_seen; /* the fingerprints have been taken once */
     void *work;        /* the attention workspace of the pass under way */
     size_t work_bytes; /* allocated */
     /* The module's identity to the context-parallel groups (mpi/modules.c),
@@ -127,6 +134,10 @@ static inline const float *attn_module_bias(attn_module *m, size_t weight_index,
 static inline float *attn_module_bias_grad(attn_module *m, size_t weight_index, bool bias) {
     return bias ? attn_module_grad(m, weight_index + 1) : NULL;
 }
+/* Refuses (ATTN_ERR_INVALID, "<who>: parameter <name> was modified after
+ * the forward (version <v> at the forward, <w> now) ...") when a parameter
+ * the saved forward read has changed since; brings the versions up to date. */
+attn_status attn_module_check_versions(attn_module *m, const char *who);
 /* Frees what the base owns (not the module struct itself). */
 void attn_module_release(attn_module *m);
 

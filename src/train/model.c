@@ -28,6 +28,7 @@
  * for the largest B * T seen; the backward walks the same steps in reverse
  * with one dresidual buffer (B, T, C) that each branch adds into.
  */
+#include "fingerprint.h"
 #include "kernels/dispatch.h"
 #include "overlap.h"
 #include "modules/module.h"
@@ -105,6 +106,13 @@ struct attn_model {
     size_t batch, seq;
     double dropout_p; /* the dropout it applied (0 in eval mode) */
     bool backward_ready;
+    /* Per parameter, count each (NULL before the first forward): its
+     * version, its data's fingerprint at that version, the version the
+     * last forward read, and room for fresh fingerprints; as the modules
+     * keep theirs (module.h): the backward is refused where a parameter
+     * changed since the forward. */
+    uint64_t *versions;
+    bool versions_seen;
 };
 
 /* ---- construction ---------------------------------------------------------- */
@@ -480,6 +488,7 @@ void attn_model_free(attn_model *m) {
     if (!m) return;
     if (m->llama) {
         attn_llama3_free(m->llama); /* its params with it */
+        attn_free(m->versions);
         attn_free(m);
         return;
     }
@@ -492,6 +501,7 @@ void attn_model_free(attn_model *m) {
     attn_free(m->own);
     attn_free(m->storage);
     attn_free(m->grad_storage);
+    attn_free(m->versions);
     attn_free(m);
 }
 
@@ -728,6 +738,40 @@ static attn_status check_outputs(attn_model *m, const int32_t *tokens, const int
     return st;
 }
 
+/* The parameters' fingerprints, a share of them per thread. */
+typedef struct versions_job {
+    const attn_param *params;
+    uint64_t *fingerprints;
+} versions_job;
+
+static void fingerprint_params(void *arg, size_t begin, size_t end) {
+    const versions_job *j = arg;
+    for (size_t i = begin; i < end; i++)
+        j->fingerprints[i] = attn_fingerprint_floats(j->params[i].data, j->params[i].numel);
+}
+
+/* Brings every parameter's version up to date: one more for each whose
+ * data differs from its version's fingerprint (the first call takes the
+ * fingerprints). */
+static void observe_versions(attn_model *m) {
+    size_t n = m->count;
+    uint64_t *version = m->versions, *fingerprint = m->versions + n, *fresh = m->versions + 3 * n;
+    attn_workers w = attn_ctx_workers(m->ctx);
+    versions_job job = {m->params, fresh};
+    attn_pool_for(w.pool, w.threads, n, 1, fingerprint_params, &job);
+    for (size_t i = 0; i < n; i++) {
+        if (m->versions_seen && fresh[i] != fingerprint[i]) version[i]++;
+        fingerprint[i] = fresh[i];
+    }
+    m->versions_seen = true;
+}
+
+/* The versions of the parameters a forward read, for its backward. */
+static void keep_versions(attn_model *m) {
+    observe_versions(m);
+    memcpy(m->versions + 2 * m->count, m->versions, m->count * sizeof *m->versions);
+}
+
 attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32_t *targets,
                                size_t batch, size_t seq, float *logits, float *loss,
                                attn_rng *dropout_rng) {
@@ -759,11 +803,16 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
     attn_status st = check_ids(m, "tokens", tokens, batch, seq, false);
     if (st == ATTN_OK && targets) st = check_ids(m, "targets", targets, batch, seq, true);
     if (st == ATTN_OK) st = check_outputs(m, tokens, targets, N, logits, loss);
+    if (st == ATTN_OK && !m->versions &&
+        !(m->versions = attn_calloc(4 * m->count, sizeof *m->versions)))
+        st = attn_fail(m->ctx, ATTN_ERR_NO_MEMORY,
+                       "attn_model_forward: out of memory for %zu parameter versions", m->count);
     if (st != ATTN_OK) return st; /* refused: the last forward's backward stands */
     m->backward_ready = false;    /* from here its buffers change */
     if (m->llama) {
         st = attn_llama3_forward(m->llama, tokens, targets, batch, seq, logits, loss);
         m->backward_ready = st == ATTN_OK && targets && m->grad_enabled;
+        if (m->backward_ready) keep_versions(m);
         return st;
     }
     st = ensure_rows(m, N);
@@ -826,6 +875,7 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
     m->seq = seq;
     m->dropout_p = p;
     m->backward_ready = targets && m->grad_enabled;
+    if (m->backward_ready) keep_versions(m);
     attn_rng_free(rng_before);
     return ATTN_OK;
 }
@@ -841,6 +891,17 @@ attn_status attn_model_backward(attn_model *m) {
         return attn_fail(m->ctx, ATTN_ERR_INVALID,
                          "attn_model_backward: needs a forward with targets and gradients enabled "
                          "first (and after any load of the weights)");
+    observe_versions(m);
+    for (size_t i = 0; i < m->count; i++) {
+        uint64_t now = m->versions[i], then = m->versions[2 * m->count + i];
+        if (now != then)
+            return attn_fail(m->ctx, ATTN_ERR_INVALID,
+                             "attn_model_backward: parameter %s was modified after the forward "
+                             "(version %llu at the forward, %llu now): its gradient would mix "
+                             "the new weights with the old activations; run the forward again",
+                             m->params[i].name, (unsigned long long)then,
+                             (unsigned long long)now);
+    }
     if (m->llama) return attn_llama3_backward(m->llama);
     const attn_model_config *c = &m->cfg;
     size_t B = m->batch, T = m->seq, N = B * T, C = c->d_model, V = c->vocab_size;

@@ -1300,7 +1300,8 @@ def dropout_one():
 def load_drops_forward():
     # weights loaded after a forward: the forward's activations belong to
     # the old weights, so backward is refused until a new forward (PyTorch
-    # raises for weights changed in place since the forward)
+    # raises for weights changed in place since the forward); load_state_dict
+    # moves the parameters to a new version, which the backward names
     S = "load after forward"
     attn.manual_seed(2)
     m = attn.MultiHeadAttention(4, 4, 5, 0.0, 2)
@@ -1309,7 +1310,12 @@ def load_drops_forward():
     state = {k: v * 2 for k, v in m.state_dict().items() if k != "mask"}
     m(x)
     m.load_state_dict(state)
-    raises(lambda: m.backward(dy), RuntimeError, ["no forward"], "load_state_dict", S)
+    raises(lambda: m.backward(dy), RuntimeError,
+           ["parameter W_query.weight was modified after the forward",
+            "(version 0 at the forward, 1 now)"], "load_state_dict", S)
+    m(x)
+    m.load_state_dict(m.state_dict())  # the same values: the forward's weights still
+    check(np.all(np.isfinite(m.backward(dy))), "load_state_dict of the same values")
     with tempfile.TemporaryDirectory() as d:
         path = os.path.join(d, "m.safetensors")
         m.save(path)

@@ -767,6 +767,27 @@ static void test_model_calls(attn_ctx *ctx, attn_rng *rng) {
     CHECK_NEAR(head.grad[5], 3.0 * once_head, 1e-6 * fabs(once_head));
     CHECK_STATUS(attn_model_zero_grad(m), ATTN_OK);
     CHECK(head.grad[5] == 0.0f && wq.grad[3] == 0.0f);
+    /* an optimizer step between a forward and its backward: refused before
+     * any gradient is written, naming the first parameter it changed */
+    {
+        const attn_param *all;
+        size_t n_all;
+        CHECK_STATUS(attn_model_params(m, &all, &n_all), ATTN_OK);
+        attn_optimizer_config ac = attn_optimizer_defaults(ATTN_OPTIMIZER_ADAMW);
+        attn_optimizer *step_opt = NULL;
+        CHECK_STATUS(attn_optimizer_new(ctx, &ac, all, n_all, &step_opt), ATTN_OK);
+        CHECK_STATUS(attn_model_forward(m, tokens, targets, B, T, logits, &loss, rng), ATTN_OK);
+        CHECK_STATUS(attn_optimizer_step(step_opt), ATTN_OK); /* weight decay moves them all */
+        CHECK_STATUS(attn_model_backward(m), ATTN_ERR_INVALID);
+        CHECK_MESSAGE(ctx, "attn_model_backward: parameter tok_emb.weight was modified after the "
+                           "forward (version 0 at the forward, 1 now)");
+        CHECK(head.grad[5] == 0.0f && wq.grad[3] == 0.0f);
+        CHECK_STATUS(attn_model_forward(m, tokens, targets, B, T, logits, &loss, rng), ATTN_OK);
+        CHECK_STATUS(attn_model_backward(m), ATTN_OK);
+        CHECK(head.grad[5] != 0.0f && wq.grad[3] != 0.0f);
+        attn_optimizer_free(step_opt);
+        CHECK_STATUS(attn_model_zero_grad(m), ATTN_OK);
+    }
 
     /* eval mode: no rng needed, deterministic; no grad: no backward */
     CHECK_STATUS(attn_model_set_training(m, false), ATTN_OK);

@@ -239,6 +239,42 @@ static void errors(attn_ctx *ctx) {
     CHECK_STATUS(attn_module_forward(m, x, 2, 3, y, NULL), ATTN_OK);
     CHECK_STATUS(attn_module_backward(m, dy, 2, 3, dx), ATTN_OK);
 
+    /* an optimizer step between a forward and its backward: refused, as
+     * PyTorch's version counter refuses it, naming the parameter and the
+     * versions, and nothing written */
+    size_t count = attn_module_param_count(m);
+    attn_param params[8];
+    for (size_t i = 0; i < count && i < 8; i++) attn_module_param_at(m, i, &params[i]);
+    attn_optimizer_config sgd = attn_optimizer_defaults(ATTN_OPTIMIZER_SGD);
+    sgd.lr = 0.1;
+    attn_optimizer *opt = NULL;
+    CHECK_STATUS(attn_optimizer_new(ctx, &sgd, params, count, &opt), ATTN_OK);
+    CHECK_STATUS(attn_module_forward(m, x, 2, 3, y, NULL), ATTN_OK);
+    CHECK_STATUS(attn_optimizer_step(opt), ATTN_OK);
+    float grad_before = w.grad[1], dx_before = dx[2];
+    CHECK_STATUS(attn_module_backward(m, dy, 2, 3, dx), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "MultiHeadAttention backward: parameter W_query.weight was modified after "
+                       "the forward (version 0 at the forward, 1 now)");
+    CHECK(w.grad[1] == grad_before && dx[2] == dx_before);
+    /* a new forward reads the new weights: its backward runs */
+    CHECK_STATUS(attn_module_forward(m, x, 2, 3, y, NULL), ATTN_OK);
+    CHECK_STATUS(attn_module_backward(m, dy, 2, 3, dx), ATTN_OK);
+    /* a write through the data pointer counts too; one put back does not */
+    CHECK_STATUS(attn_module_forward(m, x, 2, 3, y, NULL), ATTN_OK);
+    float kept = w.data[3];
+    w.data[3] = kept + 1.0f;
+    CHECK_STATUS(attn_module_backward(m, dy, 2, 3, dx), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "parameter out_proj.weight was modified after the forward (version 1 at "
+                       "the forward, 2 now)");
+    w.data[3] = kept; /* the forward's weights again, at a later version */
+    CHECK_STATUS(attn_module_backward(m, dy, 2, 3, dx), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "(version 1 at the forward, 3 now)");
+    CHECK_STATUS(attn_module_forward(m, x, 2, 3, y, NULL), ATTN_OK);
+    w.data[3] = kept + 1.0f;
+    w.data[3] = kept;
+    CHECK_STATUS(attn_module_backward(m, dy, 2, 3, dx), ATTN_OK);
+    attn_optimizer_free(opt);
+
     /* gradients disabled: forward keeps nothing, backward refuses */
     CHECK(attn_module_grad_enabled(m));
     CHECK_STATUS(attn_module_set_grad_enabled(m, false), ATTN_OK);
