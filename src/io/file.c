@@ -412,6 +412,75 @@ attn_status attn_file_commit(attn_ctx *ctx, attn_file *file) {
     return s;
 }
 
+attn_status attn_file_commit_pair(attn_ctx *ctx, attn_file *first, attn_file *second) {
+    attn_clear_error(ctx);
+    if (!first || !second) {
+        attn_file_discard(first);
+        attn_file_discard(second);
+        return attn_fail(ctx, ATTN_ERR_NULL, "attn_file_commit_pair: %s is NULL",
+                         !first ? "first" : "second");
+    }
+    attn_status s = attn_file_close(ctx, first);
+    if (s == ATTN_OK) s = attn_file_close(ctx, second);
+    if (s != ATTN_OK) {
+        attn_file_discard(first);
+        attn_file_discard(second);
+        return s;
+    }
+    /* first's present file, kept under a second name until second is in
+     * place; where the file system cannot link it, the pair is committed
+     * as two files */
+    char *kept = NULL, *target = NULL;
+    bool was_absent = false, no_memory = false;
+    if (first->temp && second->temp) {
+        target = copy_string(first->target);
+        struct stat st;
+        if (!target) {
+            no_memory = true;
+        } else if (lstat(target, &st) != 0) {
+            was_absent = errno == ENOENT;
+        } else {
+            for (int attempt = 0; attempt < TEMP_ATTEMPTS && !kept && !no_memory; attempt++) {
+                kept = temp_name(target, mix((uint64_t)(uintptr_t)first + (uint64_t)attempt));
+                no_memory = !kept;
+                if (kept && link(target, kept) != 0) {
+                    int err = errno;
+                    attn_free(kept);
+                    kept = NULL;
+                    if (err != EEXIST) break;
+                }
+            }
+        }
+    }
+    if (no_memory) {
+        s = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory", first->path);
+        attn_file_discard(first);
+        attn_file_discard(second);
+        attn_free(target);
+        return s;
+    }
+    s = attn_file_commit(ctx, first);
+    if (s != ATTN_OK) {
+        attn_file_discard(second);
+    } else if ((s = attn_file_commit(ctx, second)) != ATTN_OK && (kept || was_absent)) {
+        /* second could not be put in place: first's destination goes back
+         * to what it held, so that the two still belong together */
+        bool restored = kept ? rename(kept, target) == 0 : unlink(target) == 0;
+        if (restored) {
+            if (kept) attn_free(kept);
+            kept = NULL;
+            sync_directory(target);
+            char message[ATTN_ERROR_CAPACITY];
+            snprintf(message, sizeof message, "%s", attn_ctx_last_error(ctx));
+            s = attn_fail(ctx, s, "%s (%s is as it was)", message, target);
+        }
+    }
+    if (kept) unlink(kept);
+    attn_free(kept);
+    attn_free(target);
+    return s;
+}
+
 void attn_file_discard(attn_file *file) {
     if (!file) return;
     abandon(file);

@@ -22,6 +22,14 @@ struct attn_file {
     bool failed;  /* a write or the close failed: only discarding remains  */
 };
 
+/* Commits two files as a pair (each closed first): first is put in place,
+ * then second; where second cannot be, first's destination gets back the
+ * file it held (kept under a hard link meanwhile), or loses the new one
+ * where it held none, so that a failure leaves both as they were. A file
+ * system without hard links gets the two commits alone; out of memory,
+ * neither is committed. Both are freed. */
+attn_status attn_file_commit_pair(attn_ctx *ctx, attn_file *first, attn_file *second);
+
 /* The whole file at path in a new buffer (attn_free it) with a NUL after
  * its *size bytes; messages start "who: " (who NULL: none). Only a regular
  * file is read: a device, a pipe or a directory is refused (ATTN_ERR_IO),

@@ -764,14 +764,11 @@ attn_status attn_pretrain_save(attn_pretrain *r, const char *path) {
         w_u64(w, w->hash);
         w_flush(w);
         st = w->st;
-        if (st == ATTN_OK) st = attn_file_close(r->ctx, model_file);
-        if (st == ATTN_OK) st = attn_file_close(r->ctx, w->file);
+        /* the model put in place, then the state; where the state cannot
+         * be, the model goes back to the last checkpoint's */
         if (st == ATTN_OK) {
-            st = attn_file_commit(r->ctx, model_file);
+            st = attn_file_commit_pair(r->ctx, model_file, w->file);
             model_file = NULL;
-        }
-        if (st == ATTN_OK) {
-            st = attn_file_commit(r->ctx, w->file);
             w->file = NULL;
         }
     }

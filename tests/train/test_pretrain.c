@@ -12,7 +12,9 @@
  *   - the generator's and the optimizer's state round trips;
  *   - a save whose state file cannot be written whole (a file size limit
  *     between the model's size and the state's) leaves the last pair as it
- *     was, resumable: the model is not put in place alone;
+ *     was, resumable: the model is not put in place alone; nor does one
+ *     whose state cannot be renamed into place after the model was (the
+ *     model is put back, byte for byte);
  *   - a sample that fits the context (generated with a KV cache) is the
  *     text generate_text_simple's recomputation of every position gives,
  *     with the model's weights after the epoch.
@@ -23,6 +25,9 @@
 #include "check.h"
 #include "train/model.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -38,6 +43,31 @@
 #ifndef ATTN_TEST_DATA_DIR
 #error "ATTN_TEST_DATA_DIR (the repository's data/) must be defined"
 #endif
+
+/* rename as the C library's, except that it fails (EIO) for a destination
+ * ending in fail_rename_suffix: the test's way to make a commit fail after
+ * every write succeeded. The library, linked in statically, calls this one. */
+static const char *fail_rename_suffix;
+
+int rename(const char *from, const char *to) {
+    size_t n = strlen(to), k = fail_rename_suffix ? strlen(fail_rename_suffix) : 0;
+    if (k && n >= k && strcmp(to + n - k, fail_rename_suffix) == 0) {
+        errno = EIO;
+        return -1;
+    }
+    return renameat(AT_FDCWD, from, AT_FDCWD, to);
+}
+
+/* The whole file at path (malloc'd, *size bytes), or NULL. */
+static unsigned char *read_all(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    struct stat st;
+    unsigned char *buf = fstat(fileno(f), &st) == 0 ? malloc((size_t)st.st_size + 1) : NULL;
+    *size = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
+    fclose(f);
+    return buf;
+}
 
 static const attn_gpt_config TINY = {.vocab_size = 50257, .context_length = 8, .emb_dim = 8,
                                      .n_heads = 2, .n_layers = 1, .drop_rate = 0.1,
@@ -727,6 +757,26 @@ static void test_save_is_a_pair(fixture *f, uint64_t seed, const char *dir) {
         signal(SIGXFSZ, kept);
         CHECK_MESSAGE(f->ctx, "pair.safetensors.state");
     }
+    /* every byte written, the model put in place, then the state's rename
+     * fails: the model goes back to the pair's, byte for byte */
+    size_t model_size = 0, after_size = 0;
+    unsigned char *model_bytes = read_all(path, &model_size);
+    fail_rename_suffix = ".state";
+    CHECK_STATUS(attn_pretrain_save(a.run, path), ATTN_ERR_IO);
+    fail_rename_suffix = NULL;
+    CHECK_MESSAGE(f->ctx, "pair.safetensors.state: cannot put the written file in place");
+    CHECK_MESSAGE(f->ctx, "pair.safetensors is as it was)");
+    unsigned char *after = read_all(path, &after_size);
+    CHECK(model_bytes && after && after_size == model_size &&
+          memcmp(after, model_bytes, model_size) == 0);
+    free(model_bytes);
+    free(after);
+    DIR *listing = opendir(dir); /* no temporary, and no second link of the model, left */
+    int leftovers = 0;
+    for (struct dirent *e; listing && (e = readdir(listing));)
+        leftovers += strncmp(e->d_name, ".pair.safetensors", 17) == 0;
+    if (listing) closedir(listing);
+    CHECK(listing && leftovers == 0);
     runner_free(&a);
     /* the first save's pair resumes: its model's hash is its state's */
     CHECK_STATUS(runner_new(f, seed + 5, &o, &b), ATTN_OK);
