@@ -111,10 +111,19 @@ static void observe_versions(attn_module *m) {
     m->versions_seen = true;
 }
 
-attn_status attn_module_check_versions(attn_module *m, const char *who) {
-    size_t n = m->num_params;
+const uint64_t *attn_module_versions(attn_module *m) {
     observe_versions(m);
-    const uint64_t *version = m->versions, *at_forward = m->versions + 2 * n;
+    return m->versions;
+}
+
+attn_status attn_module_check_versions(attn_module *m, const char *who) {
+    return attn_module_check_versions_at(m, who, m->versions + 2 * m->num_params);
+}
+
+attn_status attn_module_check_versions_at(attn_module *m, const char *who,
+                                          const uint64_t *at_forward) {
+    size_t n = m->num_params;
+    const uint64_t *version = attn_module_versions(m);
     for (size_t i = 0; i < n; i++)
         if (version[i] != at_forward[i])
             return attn_fail(m->ctx, ATTN_ERR_INVALID,

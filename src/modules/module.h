@@ -138,6 +138,12 @@ static inline float *attn_module_bias_grad(attn_module *m, size_t weight_index, 
  * the forward (version <v> at the forward, <w> now) ...") when a parameter
  * the saved forward read has changed since; brings the versions up to date. */
 attn_status attn_module_check_versions(attn_module *m, const char *who);
+/* The same for a forward kept elsewhere (the MPI layer's): its versions,
+ * num_params of them, taken from attn_module_versions at that forward,
+ * which brings the versions up to date and gives them. */
+attn_status attn_module_check_versions_at(attn_module *m, const char *who,
+                                          const uint64_t *at_forward);
+const uint64_t *attn_module_versions(attn_module *m);
 /* Frees what the base owns (not the module struct itself). */
 void attn_module_release(attn_module *m);
 

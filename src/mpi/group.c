@@ -116,6 +116,7 @@ void attn_mpi_saved_free(attn_mpi_saved *s) {
     attn_free(s->acts);
     attn_free(s->lse);
     attn_free(s->head_stats);
+    attn_free(s->versions);
     attn_module_identity_release(s->module_id);
     *s = (attn_mpi_saved){0};
 }

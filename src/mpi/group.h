@@ -29,6 +29,7 @@ typedef struct attn_mpi_saved {
     float *acts;                  /* projections (B, T_local, 3C), context (B, T_local, C) */
     float *lse;                   /* (B, H, T_local) */
     float *head_stats;            /* Ulysses: the job's head_stats; else NULL */
+    uint64_t *versions;           /* the module's parameters' versions at the forward */
 } attn_mpi_saved;
 
 /* Frees what s holds and clears it. */

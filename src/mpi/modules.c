@@ -151,11 +151,12 @@ attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const flo
         next.x = attn_alloc_floats(rows * cm.d_in);
         next.acts = attn_alloc_floats(4 * rows * cm.C);
         next.lse = attn_alloc_floats(rows * cm.att.heads);
+        next.versions = attn_calloc(m->num_params ? m->num_params : 1, sizeof *next.versions);
         /* Ulysses: each rank's heads' row statistics, (B, H / P, T) x 3 */
         if (g->mode == ATTN_MPI_ULYSSES)
             next.head_stats = attn_alloc_floats(3 * batch * (cm.att.heads / (size_t)g->size) *
                                                 tokens);
-        if (!next.x || !next.acts || !next.lse ||
+        if (!next.x || !next.acts || !next.lse || !next.versions ||
             (g->mode == ATTN_MPI_ULYSSES && !next.head_stats) || !attn_module_identity_of(m))
             st = attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for %zu activations", who,
                            rows * (4 * cm.C + cm.d_in));
@@ -187,6 +188,8 @@ attn_status attn_mpi_module_forward(attn_mpi_group *g, attn_module *m, const flo
         attn_k_linear(ctx, acts + 3 * rows * C, cm.w[3].data, cm.b[3].data, y_local, rows, C, C);
         if (attn_module_grad_enabled(m)) {
             memcpy(next.x, x_local, rows * cm.d_in * sizeof *next.x);
+            /* the versions of the weights this forward read, for its backward */
+            memcpy(next.versions, attn_module_versions(m), m->num_params * sizeof *next.versions);
             next.valid = true;
             attn_module_identity_hold(m->cp_id);
             next.module_id = m->cp_id;
@@ -250,6 +253,10 @@ attn_status attn_mpi_module_backward(attn_mpi_group *g, attn_module *m, const fl
                             attn_module_check_spans(m, who, true, "dy_local", dy_local,
                                                     "dx_local", dx_local, rows),
                             NULL);
+    /* weights changed since the forward alike on every rank (an optimizer
+     * step; a change on some ranks only is the disagreement above) */
+    if (st == ATTN_OK)
+        st = attn_mpi_agree(g, who, attn_module_check_versions_at(m, who, s->versions), NULL);
     if (st != ATTN_OK) {
         attn_free(before);
         attn_free(dbuf);

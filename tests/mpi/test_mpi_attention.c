@@ -11,7 +11,8 @@
  *           y, dx and every parameter's gradient (Ulysses: y and dx the same
  *           bits).
  *   failure a rank with a bad value: every rank fails with its message,
- *           none hangs; the outputs are untouched.
+ *           none hangs; the outputs are untouched. Also a module's
+ *           weights written on every rank between its forward and backward.
  *   maps    attn_mpi_sdpa_* with a block map over the whole sequence
  *           (documents, prefix-LM, from_kv_blocks per head, dense random
  *           bool with empty rows, dense per head; GQA; causal and not;
@@ -646,6 +647,18 @@ static void test_failure(attn_ctx *ctx) {
             st = attn_mpi_module_backward(g, mm, y, dxl);
             expect_failure(ctx, "module backward after a forward without gradients", st,
                            "no forward", dxl, local * 8);
+            /* a weight written on every rank alike between a forward and
+             * its backward (an optimizer step): the ranks agree on the
+             * weights, and every rank refuses them */
+            need(ctx, attn_mpi_module_forward(g, mm, x, 1, 32, y));
+            attn_param w0;
+            need(ctx, attn_module_param_at(mm, 0, &w0));
+            float kept = w0.data[0];
+            w0.data[0] = kept + 1.0f;
+            st = attn_mpi_module_backward(g, mm, y, dxl);
+            expect_failure(ctx, "module backward after a step between", st,
+                           "was modified after the forward (version", dxl, local * 8);
+            w0.data[0] = kept;
             free(dxl);
         }
         /* a module allocated where a freed one lay, after that one's
