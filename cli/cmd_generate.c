@@ -50,7 +50,7 @@ static const char generate_help[] =
     "  --model M       gpt2, gpt-gqa or gpt-mla (the book's GPT with grouped-\n"
     "                  query or latent attention, gpt_with_kv_gqa.py and\n"
     "                  gpt_with_kv_mla.py) or llama3: the architecture the\n"
-    "                  weights must have\n"
+    "                  weights (or --random-init's --config) must have\n"
     "  --non-strict    load a file holding tensors the model does not use\n"
     "                  (load_state_dict(strict=False)), with a warning naming\n"
     "                  them; without it such a file is refused\n"
@@ -377,6 +377,11 @@ static int load_model(attn_ctx *ctx, const generate_options *o, attn_lm **out) {
             cfg = find_preset(o->preset)->cfg;
         else
             st = attn_lm_config_read(ctx, o->config, &cfg);
+        if (st == ATTN_OK && o->model && cfg.arch != o->model) {
+            attn_rng_free(rng);
+            return cli_failure("--model: the config '%s' is %s's, not %s", o->config,
+                               arch_name(cfg.arch), arch_name(o->model));
+        }
         cfg.weights_dtype = o->weights_dtype_given ? o->weights_dtype : ATTN_DTYPE_F32;
         if (st == ATTN_OK) st = attn_lm_new(ctx, &cfg, rng, out);
         attn_rng_free(rng);

@@ -318,6 +318,19 @@ def main():
         refused("config", ["--random-init", "1", "--config", write_json(name + ".json", cfg)]
                 + gen, fragment, cwd)
 
+    # ---- --model: the architecture the weights, or --random-init's config, must have
+    gqa_cfg = write_json("gqa.json", book_cfg(n_kv_groups=2))
+    mla_cfg = write_json("mla.json", book_cfg(latent_dim=None))
+    for cfg, arch, model in [(gqa_cfg, "gpt-gqa", "gpt-mla"), (gqa_cfg, "gpt-gqa", "gpt2"),
+                             (mla_cfg, "gpt-mla", "gpt-gqa"), (mla_cfg, "gpt-mla", "llama3"),
+                             (cfg1, "gpt2", "gpt-gqa")]:
+        refused("model", ["--random-init", "1", "--config", cfg, "--model", model] + gen,
+                "--model: the config '%s' is %s's, not %s" % (cfg, arch, model), cwd)
+        out, _ = succeeded(["--random-init", "1", "--config", cfg, "--model", arch] + gen, cwd)
+        check(re.fullmatch(r"\d+,\d+,\d+,\d+\n", out), "--model %s: 4 ids, got %r" % (arch, out))
+    refused("model", ["--weights", f("one.safetensors"), "--model", "gpt-mla"] + gen,
+            "--model: the weights in '%s' are gpt2, not gpt-mla" % f("one.safetensors"), cwd)
+
     # ---- flags
     base = ["--random-init", "1", "--preset", "gpt2-tiny"]
     bad_flags = [
