@@ -984,6 +984,9 @@ static size_t seq_len(const attn_lm_forward_args *a, size_t s) {
 static attn_attention_problem within_problem(const attn_lm *m, const lm_acts *a, size_t layer,
                                              size_t batch, size_t rows, size_t longest) {
     size_t C = m->cfg.emb_dim, hd = m->head_dim, kvw = m->kv_heads * hd, W = m->windows[layer];
+    /* a window of context_length or more already sees every position a
+     * sequence reaches: none, rather than a window_left past int64 */
+    if (W >= m->cfg.context_length) W = 0;
     return (attn_attention_problem){
         .batch = batch, .q_heads = m->cfg.n_heads, .kv_heads = m->kv_heads, .q_len = longest,
         .kv_len = longest, .head_dim = hd, .v_head_dim = hd,

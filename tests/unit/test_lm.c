@@ -319,6 +319,34 @@ static void check_windows(attn_ctx *ctx, const attn_lm_config *cfg, uint64_t see
         CHECK_MESSAGE(ctx, "layer 0 of the cache has window 0, the model's has 3");
         attn_kv_cache_free(cache);
     }
+    /* windows at or past context_length (up to SIZE_MAX, past int64) see
+     * every position: the logits of the model without windows, bit for
+     * bit, with and without a cache */
+    attn_lm_config none = *cfg;
+    none.sliding_window_size = 0;
+    none.sliding_window_stride = 0;
+    attn_lm *plain = new_model(ctx, &none, seed);
+    float *want = malloc(T * V * sizeof(float)), *got = malloc(T * V * sizeof(float));
+    CHECK(plain && want && got);
+    const size_t wide[] = {cfg->context_length, (size_t)1 << 63, SIZE_MAX};
+    for (size_t i = 0; plain && want && got && i < sizeof wide / sizeof wide[0]; i++) {
+        attn_lm_config w = every;
+        w.sliding_window_size = wide[i];
+        attn_lm *mw = new_model(ctx, &w, seed);
+        attn_kv_cache *cache = NULL;
+        CHECK(mw != NULL);
+        if (!mw) continue;
+        CHECK_STATUS(forward(plain, NULL, a, 1, T, false, want), ATTN_OK);
+        CHECK_STATUS(forward(mw, NULL, a, 1, T, false, got), ATTN_OK);
+        CHECK(memcmp(want, got, T * V * sizeof(float)) == 0);
+        CHECK_STATUS(attn_lm_cache_new(mw, 1, 0, ATTN_KV_CONTIGUOUS, 0, &cache), ATTN_OK);
+        CHECK_STATUS(forward(mw, cache, a, 1, T, false, got), ATTN_OK);
+        CHECK(rel_l2(got, want, T * V) <= 1e-5);
+        attn_kv_cache_free(cache);
+        attn_lm_free(mw);
+    }
+    attn_lm_free(plain);
+    free(want), free(got);
     attn_lm_free(m);
     attn_lm_free(mixed);
     free(la), free(lb);
