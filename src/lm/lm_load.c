@@ -996,6 +996,15 @@ static attn_status infer_config(lm_source *s, lm_config_read *r) {
                              "attn_lm_load: %s holds a GPT whose W_key has %zu rows, not emb_dim "
                              "%zu (GroupedQueryAttention): its n_heads and n_kv_groups are not in "
                              "its shapes; pass a config", s->path, ki.shape[0], c->emb_dim);
+        /* GroupedQueryAttention's out_proj has no bias (MultiHeadAttention's
+         * has): with n_kv_groups = n_heads its shapes are GPT-2's */
+        if (has(s, "trf_blocks.0.att.W_key.weight") &&
+            has(s, "trf_blocks.0.att.out_proj.weight") &&
+            !has(s, "trf_blocks.0.att.out_proj.bias"))
+            return attn_fail(s->ctx, ATTN_ERR_INVALID,
+                             "attn_lm_load: %s holds a GPT whose out_proj has no bias "
+                             "(GroupedQueryAttention): its n_heads and n_kv_groups are not in its "
+                             "shapes; pass a config", s->path);
         c->n_layers = count_layers(s, "trf_blocks.", ".att.W_query.weight");
         c->qkv_bias = has(s, "trf_blocks.0.att.W_query.bias");
         if (has(s, "trf_blocks.0.att.W_DKV.weight"))

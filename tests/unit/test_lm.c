@@ -522,6 +522,8 @@ int main(int argc, char **argv) {
     attn_lm_config g = gpt2_cfg(), l = llama_cfg(), q = gqa_cfg();
     check_save_load(ctx, &g, seed, false);
     check_save_load(ctx, &q, seed, true);
+    q.n_kv_groups = q.n_heads; /* GPT-2's shapes, but out_proj has no bias */
+    check_save_load(ctx, &q, seed, true);
     attn_lm_config a = mla_cfg(), w = swa_cfg();
     check_save_load(ctx, &a, seed, true);
     check_windows(ctx, &w, seed);
