@@ -240,31 +240,26 @@ static void list_params(param_builder *b) {
     if (gpt) add_param(b, &m->pos_emb, c->context_length, C, "pos_emb.weight");
     for (size_t i = 0; i < c->n_layers && !b->stop; i++) {
         attn_lm_block *k = b->place ? &m->blocks[i] : &(attn_lm_block){0};
-        if (mla) {
-            /* MultiHeadLatentAttention: queries, the latent's down
-             * projection, its two up projections */
-            const struct { void **w; float **b; size_t out, in; const char *name; } lin[] = {
-                {&k->wq, &k->bq, C, C, "W_query"},      {&k->wdkv, &k->bdkv, L, C, "W_DKV"},
-                {&k->wuk, &k->buk, C, L, "W_UK"},       {&k->wuv, &k->buv, C, L, "W_UV"}};
-            for (size_t j = 0; j < 4; j++) {
-                add_weight(b, lin[j].w, false, lin[j].out, lin[j].in,
-                           "trf_blocks.%zu.att.%s.weight", i, lin[j].name);
-                if (c->qkv_bias)
-                    add_param(b, lin[j].b, lin[j].out, 0, "trf_blocks.%zu.att.%s.bias", i,
-                              lin[j].name);
-            }
-        }
         if (gpt) {
-            /* GroupedQueryAttention registers W_key and W_value first */
-            for (int part = gqa ? 1 : 0; part < (mla ? 0 : gqa ? 4 : 3); part++) {
-                static const char *const names[] = {"W_query", "W_key", "W_value"};
-                void **w = part % 3 == 0 ? &k->wq : part == 1 ? &k->wk : &k->wv;
-                float **bias = part % 3 == 0 ? &k->bq : part == 1 ? &k->bk : &k->bv;
-                size_t rows = part % 3 == 0 ? C : kvw;
-                add_weight(b, w, false, rows, C, "trf_blocks.%zu.att.%s.weight", i,
-                           names[part % 3]);
+            /* the attention's projections in the order its module registers
+             * them: MultiHeadAttention W_query, W_key, W_value;
+             * GroupedQueryAttention W_key and W_value first;
+             * MultiHeadLatentAttention W_query, then the latent's down
+             * projection and its two up projections */
+            const struct { void **w; float **b; size_t out, in; const char *name; } lin[] = {
+                {&k->wq, &k->bq, C, C, "W_query"},    {&k->wk, &k->bk, kvw, C, "W_key"},
+                {&k->wv, &k->bv, kvw, C, "W_value"},  {&k->wdkv, &k->bdkv, L, C, "W_DKV"},
+                {&k->wuk, &k->buk, C, L, "W_UK"},     {&k->wuv, &k->buv, C, L, "W_UV"}};
+            static const size_t mha[] = {0, 1, 2}, gqa_order[] = {1, 2, 0},
+                                mla_order[] = {0, 3, 4, 5};
+            const size_t *order = mla ? mla_order : gqa ? gqa_order : mha;
+            for (size_t j = 0; j < (mla ? 4u : 3u); j++) {
+                size_t at = order[j];
+                add_weight(b, lin[at].w, false, lin[at].out, lin[at].in,
+                           "trf_blocks.%zu.att.%s.weight", i, lin[at].name);
                 if (c->qkv_bias)
-                    add_param(b, bias, rows, 0, "trf_blocks.%zu.att.%s.bias", i, names[part % 3]);
+                    add_param(b, lin[at].b, lin[at].out, 0, "trf_blocks.%zu.att.%s.bias", i,
+                              lin[at].name);
             }
             add_weight(b, &k->wo, false, C, C, "trf_blocks.%zu.att.out_proj.weight", i);
             if (!gqa) add_param(b, &k->bo, C, 0, "trf_blocks.%zu.att.out_proj.bias", i);
