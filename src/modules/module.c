@@ -453,7 +453,9 @@ attn_status attn_forward_keep(attn_module *m, const float *x, size_t batch, size
     memcpy(s->x, x, n * sizeof *x);
     /* the versions of the weights this forward read, for its backward */
     observe_versions(m);
-    memcpy(m->versions + 2 * m->num_params, m->versions, m->num_params * sizeof *m->versions);
+    if (m->num_params) /* a module without parameters has no versions */
+        memcpy(m->versions + 2 * m->num_params, m->versions,
+               m->num_params * sizeof *m->versions);
     s->batch = batch;
     s->tokens = tokens;
     s->kept_scale = kept_scale;
