@@ -325,6 +325,14 @@ static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rn
         attn_lm_config lc;
         if (attn_lm_config_read(ctx, o->config, &lc) != ATTN_OK)
             return cli_library_error(ctx, "--config");
+        if (lc.arch == ATTN_LM_GPT_GQA || lc.arch == ATTN_LM_GPT_MLA || lc.sliding_window_size)
+            return cli_usage_error("--config: '%s' is chapter 4's bonus GPT with %s, which "
+                                   "attn generate runs but attn pretrain does not train (it "
+                                   "trains the book's GPTModel and Llama3Model)",
+                                   o->config,
+                                   lc.arch == ATTN_LM_GPT_GQA   ? "grouped-query attention"
+                                   : lc.arch == ATTN_LM_GPT_MLA ? "latent attention"
+                                                                : "sliding windows");
         if (lc.arch == ATTN_LM_LLAMA3) {
             attn_llama3_config l;
             int rc = llama3_config_of(&lc, o->config, &l);

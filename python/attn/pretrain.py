@@ -85,6 +85,7 @@ _GPT_KEYS = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers")
 
 
 _LLAMA_KEYS = ("hidden_dim", "n_kv_groups", "rope_base")
+_CH04_KEYS = ("latent_dim", "sliding_window_size", "sliding_window_stride")
 _ROPE_FREQ = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
 
 
@@ -209,6 +210,11 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
     "sample"); verbose prints the book's lines."""
     if not isinstance(config, Mapping):
         raise TypeError(f"config: expected the book's cfg dict, got {type(config).__name__}")
+    variant = [k for k in _CH04_KEYS if k in config]
+    if variant:
+        raise ValueError(f"config: {', '.join(variant)}: chapter 4's bonus GPTs (latent "
+                         "attention, sliding windows) generate (attn.LanguageModel) but are "
+                         "not pretrained; pretraining runs the book's GPTModel and Llama3Model")
     llama = any(k in config for k in _LLAMA_KEYS)
     mcfg = _llama3_config(config) if llama else _gpt_config(config)
     text = as_utf8("pretrain: text", text)

@@ -84,6 +84,27 @@ def main():
                   "%s: drop_rate %s, not %s" % (what, rate, meta.get("drop_rate")))
             check(meta.get("n_heads") == heads,
                   "%s: n_heads %s, not %s" % (what, heads, meta.get("n_heads")))
+        # chapter 4's bonus GPTs generate but do not pretrain: refused by name,
+        # not trained as the plain GPTModel with their keys dropped
+        variants = [("GQA", '{%s, "n_heads": 2, "drop_rate": 0.0, "n_kv_groups": 1}' % book,
+                     "grouped-query attention"),
+                    ("MLA", '{%s, "n_heads": 2, "drop_rate": 0.0, "latent_dim": 4}' % book,
+                     "latent attention"),
+                    ("SWA", '{%s, "n_heads": 2, "drop_rate": 0.0, "sliding_window_size": 3, '
+                            '"sliding_window_stride": 1}' % book, "sliding windows")]
+        for i, (what, config, named) in enumerate(variants):
+            cfg = os.path.join(work, "variant%d.json" % i)
+            with open(cfg, "w") as f:
+                f.write(config)
+            save = os.path.join(work, "v%d.safetensors" % i)
+            r = subprocess.run([attn, "pretrain", "--config", cfg, "--text", text,
+                                "--tokenizer", os.path.join(DATA, "gpt2-bpe"), "--epochs", "1",
+                                "--max-length", "8", "--stride", "8", "--sample", "",
+                                "--threads", "1", "--save", save],
+                               capture_output=True, text=True, timeout=120)
+            check(r.returncode == 2 and named in r.stderr and not os.path.exists(save),
+                  "%s: refused naming %s" % (what, named),
+                  "rc=%s stderr=%r" % (r.returncode, r.stderr[:300]))
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 

@@ -1489,6 +1489,12 @@ def copies():
     got = attn.LanguageModel(dict(TINY, latent_dim=None), seed=1).config
     check(got["arch"] == "gpt-mla" and got["latent_dim"] == 16,
           "latent_dim None is the module's max(16, emb_dim // 8): %r" % (got,))
+    # ... which generate but do not pretrain: refused by name, not trained as
+    # the plain GPTModel with their keys dropped
+    for key, value in (("latent_dim", 4), ("sliding_window_size", 3)):
+        raises(lambda: attn.pretrain(dict(TINY, drop_rate=0.0, **{key: value}),
+                                     "some text " * 40, None, epochs=0),
+               ValueError, [key, "not pretrained"], f"pretrain with {key}", S)
 
 
 print(f"{passed} passed, {failed} failed in {time.time() - T0:.1f} s")
