@@ -194,7 +194,7 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
              sample_tokens=50, max_length=None, stride=None, train_ratio=0.9,
              bernoulli="mt19937", num_threads=None, resume=None, on_event=None, verbose=False):
     """Trains the book's GPTModel(config) (or Llama3Model(config), when config
-    has Llama 3's keys hidden_dim, n_kv_groups or rope_base) on text as
+    has Llama 3's keys hidden_dim or rope_base) on text as
     chapter 5 does
     (train_model_simple with AdamW, evaluate_model every eval_freq steps
     over eval_iter batches, a greedy sample after each epoch) and returns
@@ -210,11 +210,15 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
     "sample"); verbose prints the book's lines."""
     if not isinstance(config, Mapping):
         raise TypeError(f"config: expected the book's cfg dict, got {type(config).__name__}")
-    variant = [k for k in _CH04_KEYS if k in config]
+    # n_kv_groups without Llama 3's other keys is gpt_with_kv_gqa.py's cfg
+    # (the C config readers tell them apart alike)
+    gqa = "n_kv_groups" in config and not any(k in config for k in ("hidden_dim", "rope_base"))
+    variant = (["n_kv_groups"] if gqa else []) + [k for k in _CH04_KEYS if k in config]
     if variant:
-        raise ValueError(f"config: {', '.join(variant)}: chapter 4's bonus GPTs (latent "
-                         "attention, sliding windows) generate (attn.LanguageModel) but are "
-                         "not pretrained; pretraining runs the book's GPTModel and Llama3Model")
+        raise ValueError(f"config: {', '.join(variant)}: chapter 4's bonus GPTs (grouped-query "
+                         "or latent attention, sliding windows) generate (attn.LanguageModel) "
+                         "but are not pretrained; pretraining runs the book's GPTModel and "
+                         "Llama3Model")
     llama = any(k in config for k in _LLAMA_KEYS)
     mcfg = _llama3_config(config) if llama else _gpt_config(config)
     text = as_utf8("pretrain: text", text)

@@ -1491,7 +1491,7 @@ def copies():
           "latent_dim None is the module's max(16, emb_dim // 8): %r" % (got,))
     # ... which generate but do not pretrain: refused by name, not trained as
     # the plain GPTModel with their keys dropped
-    for key, value in (("latent_dim", 4), ("sliding_window_size", 3)):
+    for key, value in (("latent_dim", 4), ("sliding_window_size", 3), ("n_kv_groups", 1)):
         raises(lambda: attn.pretrain(dict(TINY, drop_rate=0.0, **{key: value}),
                                      "some text " * 40, None, epochs=0),
                ValueError, [key, "not pretrained"], f"pretrain with {key}", S)
