@@ -339,7 +339,7 @@ static attn_status check_budget(attn_ctx *ctx, const char *who, const attn_lm_co
                         add_product(&block, H * w, 2 * C) &&    /* the FeedForward */
                         add_product(&block, f * C, c->qkv_bias ? 9 : 6) &&
                         add_product(&block, f, H + L) &&
-                        add_product(&block, c->qkv_bias ? 15 : 12, RECORD_BYTES)
+                        add_product(&block, c->qkv_bias ? 18 : 14, RECORD_BYTES)
                   : add_product(&block, kvw * w, 2 * C) &&  /* W_key, W_value */
                         add_product(&block, C * w, 2 * C) &&    /* W_query, out_proj */
                         add_product(&block, H * w, C) && add_product(&block, H * w, C) &&
