@@ -466,13 +466,19 @@ attn_status attn_file_commit_pair(attn_ctx *ctx, attn_file *first, attn_file *se
         /* second could not be put in place: first's destination goes back
          * to what it held, so that the two still belong together */
         bool restored = kept ? rename(kept, target) == 0 : unlink(target) == 0;
+        char message[ATTN_ERROR_CAPACITY];
+        snprintf(message, sizeof message, "%s", attn_ctx_last_error(ctx));
         if (restored) {
             if (kept) attn_free(kept);
             kept = NULL;
             sync_directory(target);
-            char message[ATTN_ERROR_CAPACITY];
-            snprintf(message, sizeof message, "%s", attn_ctx_last_error(ctx));
             s = attn_fail(ctx, s, "%s (%s is as it was)", message, target);
+        } else if (kept) {
+            /* the previous first stays where the caller can take it back */
+            s = attn_fail(ctx, s, "%s (%s is new; its previous contents are kept as %s)",
+                          message, target, kept);
+            attn_free(kept);
+            kept = NULL;
         }
     }
     if (kept) unlink(kept);

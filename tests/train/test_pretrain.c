@@ -48,10 +48,19 @@
  * ending in fail_rename_suffix: the test's way to make a commit fail after
  * every write succeeded. The library, linked in statically, calls this one. */
 static const char *fail_rename_suffix;
+/* and, when set, for every rename to a destination ending in it after the
+ * first: the model's commit goes through, putting the old model back fails */
+static const char *fail_again_suffix;
+static int renames_to_again;
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = suffix ? strlen(suffix) : 0;
+    return k && n >= k && strcmp(s + n - k, suffix) == 0;
+}
 
 int rename(const char *from, const char *to) {
-    size_t n = strlen(to), k = fail_rename_suffix ? strlen(fail_rename_suffix) : 0;
-    if (k && n >= k && strcmp(to + n - k, fail_rename_suffix) == 0) {
+    if (ends_with(to, fail_rename_suffix) ||
+        (ends_with(to, fail_again_suffix) && renames_to_again++ > 0)) {
         errno = EIO;
         return -1;
     }
@@ -777,6 +786,25 @@ static void test_save_is_a_pair(fixture *f, uint64_t seed, const char *dir) {
         leftovers += strncmp(e->d_name, ".pair.safetensors", 17) == 0;
     if (listing) closedir(listing);
     CHECK(listing && leftovers == 0);
+    /* and where putting the old model back fails too: the new model stays,
+     * and the message names the link that keeps the old one */
+    fail_rename_suffix = ".state";
+    fail_again_suffix = "pair.safetensors";
+    renames_to_again = 0;
+    CHECK_STATUS(attn_pretrain_save(a.run, path), ATTN_ERR_IO);
+    fail_rename_suffix = fail_again_suffix = NULL;
+    CHECK_MESSAGE(f->ctx, "pair.safetensors is new; its previous contents are kept as");
+    const char *kept_at = strstr(attn_ctx_last_error(f->ctx), "kept as ");
+    char kept_path[4096] = "";
+    if (kept_at) snprintf(kept_path, sizeof kept_path, "%s", kept_at + 8);
+    if (kept_at && strlen(kept_path)) kept_path[strlen(kept_path) - 1] = '\0'; /* its ")" */
+    size_t kept_size = 0;
+    unsigned char *kept_bytes = kept_at ? read_all(kept_path, &kept_size) : NULL;
+    model_bytes = read_all(path, &model_size);
+    CHECK(kept_bytes && model_bytes && kept_size == after_size); /* the old model, whole */
+    if (kept_bytes && kept_at) CHECK(rename(kept_path, path) == 0); /* taken back */
+    free(kept_bytes);
+    free(model_bytes);
     runner_free(&a);
     /* the first save's pair resumes: its model's hash is its state's */
     CHECK_STATUS(runner_new(f, seed + 5, &o, &b), ATTN_OK);
