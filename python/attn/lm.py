@@ -125,6 +125,15 @@ _REQUIRED = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers")
 _ROPE_FREQ = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
 
 
+def book_arch(cfg):
+    """The model a book's cfg dict describes, by its keys, as the C config
+    readers tell them: llama3 with hidden_dim or rope_base, else gpt-mla with
+    latent_dim, gpt-gqa with n_kv_groups, else gpt2."""
+    if any(k in cfg for k in ("hidden_dim", "rope_base")):
+        return "llama3"
+    return "gpt-mla" if "latent_dim" in cfg else "gpt-gqa" if "n_kv_groups" in cfg else "gpt2"
+
+
 def config_struct(cfg):
     """An attn_lm_config from the book's cfg dict (Llama 3 when it has
     hidden_dim or rope_base, else the GPT with MultiHeadLatentAttention of
@@ -140,10 +149,7 @@ def config_struct(cfg):
     if missing:
         raise ValueError(f"config: missing key(s) {', '.join(missing)}; the book's cfg needs "
                          f"{', '.join(_REQUIRED)}")
-    llama = any(k in cfg for k in ("hidden_dim", "rope_base"))
-    default = ("llama3" if llama else "gpt-mla" if "latent_dim" in cfg
-               else "gpt-gqa" if "n_kv_groups" in cfg else "gpt2")
-    arch = as_choice("config['arch']", cfg.get("arch", default), ARCHS)
+    arch = as_choice("config['arch']", cfg.get("arch", book_arch(cfg)), ARCHS)
     dtype = as_choice("config['weights_dtype']", cfg.get("weights_dtype", "f32"),
                       WEIGHTS_DTYPES)
 

@@ -22,6 +22,7 @@ from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_siz
 from ._args import as_choice, as_flag, as_index, as_number, as_str, as_utf8, show
 from ._lib import Context, HandleOwner, encode_path, is_path, lib
 from . import modules as _modules
+from .lm import book_arch
 from .tokenizer import Tokenizer
 
 
@@ -210,9 +211,7 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
     "sample"); verbose prints the book's lines."""
     if not isinstance(config, Mapping):
         raise TypeError(f"config: expected the book's cfg dict, got {type(config).__name__}")
-    # n_kv_groups without Llama 3's other keys is gpt_with_kv_gqa.py's cfg
-    # (the C config readers tell them apart alike)
-    gqa = "n_kv_groups" in config and not any(k in config for k in ("hidden_dim", "rope_base"))
+    gqa = book_arch(config) == "gpt-gqa"
     variant = (["n_kv_groups"] if gqa else []) + [k for k in _CH04_KEYS if k in config]
     if variant:
         raise ValueError(f"config: {', '.join(variant)}: chapter 4's bonus GPTs (grouped-query "

@@ -45,6 +45,15 @@ def metadata(path):
         return json.loads(f.read(n)).get("__metadata__", {})
 
 
+def pretrain(attn, cfg, text, save):
+    """One epoch of attn pretrain on cfg, saved to save."""
+    return subprocess.run([attn, "pretrain", "--config", cfg, "--text", text,
+                           "--tokenizer", os.path.join(DATA, "gpt2-bpe"), "--epochs", "1",
+                           "--max-length", "8", "--stride", "8", "--sample", "",
+                           "--threads", "1", "--save", save],
+                          capture_output=True, text=True, timeout=120)
+
+
 def main():
     attn = os.path.abspath(sys.argv[1])
     book = '"vocab_size": 50257, "context_length": 8, "emb_dim": 8, "n_layers": 1, ' \
@@ -71,11 +80,7 @@ def main():
             with open(cfg, "w") as f:
                 f.write(config)
             save = os.path.join(work, "m%d.safetensors" % i)
-            r = subprocess.run([attn, "pretrain", "--config", cfg, "--text", text,
-                                "--tokenizer", os.path.join(DATA, "gpt2-bpe"), "--epochs", "1",
-                                "--max-length", "8", "--stride", "8", "--sample", "",
-                                "--threads", "1", "--save", save],
-                               capture_output=True, text=True, timeout=120)
+            r = pretrain(attn, cfg, text, save)
             if not check(r.returncode == 0 and os.path.exists(save), "%s: trains" % what,
                          "rc=%s stderr=%r" % (r.returncode, r.stderr[:300])):
                 continue
@@ -97,11 +102,7 @@ def main():
             with open(cfg, "w") as f:
                 f.write(config)
             save = os.path.join(work, "v%d.safetensors" % i)
-            r = subprocess.run([attn, "pretrain", "--config", cfg, "--text", text,
-                                "--tokenizer", os.path.join(DATA, "gpt2-bpe"), "--epochs", "1",
-                                "--max-length", "8", "--stride", "8", "--sample", "",
-                                "--threads", "1", "--save", save],
-                               capture_output=True, text=True, timeout=120)
+            r = pretrain(attn, cfg, text, save)
             check(r.returncode == 2 and named in r.stderr and not os.path.exists(save),
                   "%s: refused naming %s" % (what, named),
                   "rc=%s stderr=%r" % (r.returncode, r.stderr[:300]))
