@@ -685,6 +685,10 @@ static int make_cache(attn_ctx *ctx, attn_lm *m, const generate_options *o, size
         return cli_library_error(ctx, "--cache");
     cfg.layout = o->layout;
     cfg.page_size = o->page_size;
+    if (cfg.values_are_keys && o->k_dtype != o->v_dtype)
+        return cli_usage_error("--k-dtype %s, --v-dtype %s: this model caches one latent a "
+                               "token, read as keys and as values: one type (--kv-dtype)",
+                               cli_kv_dtype_name(o->k_dtype), cli_kv_dtype_name(o->v_dtype));
     cfg.k_dtype = o->k_dtype;
     cfg.v_dtype = o->v_dtype;
     if (attn_kv_cache_new(ctx, &cfg, out) != ATTN_OK)

@@ -1903,6 +1903,10 @@ typedef struct attn_kv_cache_config {
     const size_t *windows;   /* num_layers entries, 0 = keep all; NULL = none */
     attn_dtype k_dtype, v_dtype; /* how K and V are stored: ATTN_DTYPE_F32 (0),
                                     BF16, F16, F8_E4M3, I8 or I4 (see above) */
+    bool values_are_keys;    /* one array, read as K and as V (a latent
+                                cache, as gpt-mla's): v_dtype is k_dtype,
+                                a token costs K's bytes alone, and v_new is
+                                NULL or k_new in every call */
 } attn_kv_cache_config;
 
 typedef struct attn_kv_cache attn_kv_cache;
@@ -2062,10 +2066,14 @@ attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size
  *                 model with MultiHeadLatentAttention: q = x W_query^T,
  *                 c = x W_DKV^T (latent_dim wide), k = c W_UK^T,
  *                 v = c W_UV^T (each with qkv_bias), out_proj with bias.
- *                 The cache holds each token's k and v, up-projected once
- *                 as it is appended (the book caches the latent and
- *                 up-projects it all again at each step: the same values,
- *                 without the latent's smaller cache).
+ *                 The cache holds each token's latent c, as the book's
+ *                 does: one KV head of latent_dim, values_are_keys. Against
+ *                 it each head's query is taken down to the latent
+ *                 (W_UK_h^T q_h; q_h . b_UK_h, the same for every key, is
+ *                 left to the softmax) and its output up again
+ *                 (W_UV_h sum_j p_j c_j + b_UV_h), where the book
+ *                 up-projects the whole cache at each step: the same
+ *                 values, rounded in another order (docs/generation.md).
  * ATTN_LM_LLAMA3  kv_cache/llama3.py's Llama3Model: tok_emb, blocks of
  *                 RMSNorm -> GroupedQueryAttention (n_kv_groups KV heads,
  *                 no biases, RoPE on q and k: split halves, base rope_base,
@@ -2258,8 +2266,9 @@ attn_status attn_lm_param_data(attn_lm *m, size_t index, attn_dtype *dtype, cons
 /* Bytes the model's parameters take in memory (a tied head counted once). */
 size_t attn_lm_weight_bytes(const attn_lm *m);
 
-/* A cache fitting m: its layers, KV heads, head_dim and windows, for batch
- * sequences of up to max_len tokens (0: context_length), K and V in float32.
+/* A cache fitting m: its layers, KV heads, head_dim and windows (gpt-mla:
+ * one KV head of latent_dim, values_are_keys), for batch sequences of up
+ * to max_len tokens (0: context_length), K and V in float32.
  * A windowed model (sliding_window_size) refuses, ATTN_ERR_SHAPE, a cache
  * of other windows; a model without windows takes the cache's. */
 attn_status attn_lm_cache_new(attn_lm *m, size_t batch, size_t max_len, attn_kv_layout layout,

@@ -80,7 +80,7 @@ class KvCacheConfig(Structure):  # attn_kv_cache_config
     _fields_ = [("num_layers", c_size_t), ("batch", c_size_t), ("kv_heads", c_size_t),
                 ("head_dim", c_size_t), ("max_len", c_size_t), ("layout", c_int),
                 ("page_size", c_size_t), ("num_pages", c_size_t), ("windows", SIZEP),
-                ("k_dtype", c_int), ("v_dtype", c_int)]
+                ("k_dtype", c_int), ("v_dtype", c_int), ("values_are_keys", ctypes.c_bool)]
 
 
 _SIGNATURES = {
@@ -289,7 +289,8 @@ class KVCache(HandleOwner):
                 "head_dim": c.head_dim, "max_len": c.max_len,
                 "layout": "paged" if c.layout == 1 else "contiguous",
                 "page_size": c.page_size, "num_pages": c.num_pages,
-                "k_dtype": _kv_dtype_name(c.k_dtype), "v_dtype": _kv_dtype_name(c.v_dtype)}
+                "k_dtype": _kv_dtype_name(c.k_dtype), "v_dtype": _kv_dtype_name(c.v_dtype),
+                "values_are_keys": bool(c.values_are_keys)}
 
     def length(self, seq=0, layer=0):
         seq, layer = as_index("seq", seq, 0, SIZE_MAX), as_index("layer", layer, 0, SIZE_MAX)

@@ -242,7 +242,7 @@ static const attn_abi_field attn_pretrain_event_fields[] = {
 #define T attn_kv_cache_config
 static const attn_abi_field attn_kv_cache_config_fields[] = {
     F(num_layers), F(batch), F(kv_heads), F(head_dim), F(max_len), F(layout), F(page_size),
-    F(num_pages), F(windows), F(k_dtype), F(v_dtype)
+    F(num_pages), F(windows), F(k_dtype), F(v_dtype), F(values_are_keys)
 };
 #undef T
 

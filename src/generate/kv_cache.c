@@ -30,6 +30,10 @@
  * problem to the split-KV decode backend (attention/decode.c) or the
  * reference. Positions turn into rows by one function for both layouts,
  * so the layouts agree bit for bit.
+ *
+ * A cache whose values are its keys (values_are_keys: a latent cache)
+ * stores K alone; its layers' v and vs are their k and ks, and a call's
+ * values are its keys (values_of).
  */
 #include "generate/kv_cache.h"
 
@@ -80,9 +84,14 @@ struct attn_kv_cache {
     attn_kv_cache_config cfg; /* page_size and num_pages resolved; windows our copy */
     size_t *windows;
     size_t row; /* elements of one token: kv_heads * head_dim */
-    kv_store k, v;
+    kv_store k, v; /* values_are_keys: v is k's format, stored nowhere */
     kv_layer *layers;
 };
+
+/* The values of a call whose keys are k_new. */
+static const float *values_of(const attn_kv_cache *c, const float *k_new, const float *v_new) {
+    return c->cfg.values_are_keys ? k_new : v_new;
+}
 
 static kv_store store_of(attn_dtype dtype, size_t kv_heads, size_t head_dim) {
     attn_kv_format f = attn_kv_format_of(dtype, head_dim);
@@ -115,10 +124,12 @@ static void free_layers(attn_kv_cache *c) {
     if (!c->layers) return;
     for (size_t i = 0; i < c->cfg.num_layers; i++) {
         kv_layer *L = &c->layers[i];
+        if (!c->cfg.values_are_keys) {
+            attn_free(L->v);
+            attn_free(L->vs);
+        }
         attn_free(L->k);
-        attn_free(L->v);
         attn_free(L->ks);
-        attn_free(L->vs);
         attn_free(L->length);
         attn_free(L->pages);
         attn_free(L->free);
@@ -158,6 +169,7 @@ static attn_status layer_new(attn_kv_cache *c, size_t i) {
     const attn_kv_cache_config *cfg = &c->cfg;
     kv_layer *L = &c->layers[i];
     size_t tokens = 0; /* per pool or block */
+    bool shared = cfg->values_are_keys;
     L->window = layer_window(cfg, i);
     L->length = attn_calloc(cfg->batch, sizeof(size_t));
     if (!L->length) goto no_memory;
@@ -174,10 +186,16 @@ static attn_status layer_new(attn_kv_cache *c, size_t i) {
     }
     /* never read before written: no need to zero */
     L->k = attn_malloc_large(tokens * c->k.row_bytes);
-    L->v = attn_malloc_large(tokens * c->v.row_bytes);
-    if (!L->k || !L->v) goto no_memory;
+    if (!L->k) goto no_memory;
     if (c->k.row_scales && !(L->ks = attn_malloc_large(tokens * c->k.row_scales * sizeof(float))))
         goto no_memory;
+    if (shared) {
+        L->v = L->k;
+        L->vs = L->ks;
+        return ATTN_OK;
+    }
+    L->v = attn_malloc_large(tokens * c->v.row_bytes);
+    if (!L->v) goto no_memory;
     if (c->v.row_scales && !(L->vs = attn_malloc_large(tokens * c->v.row_scales * sizeof(float))))
         goto no_memory;
     return ATTN_OK;
@@ -186,7 +204,14 @@ no_memory:
                      "attn_kv_cache_new: cannot allocate layer %zu (%zu tokens of %zu bytes "
                      "for K and %zu for V)",
                      i, tokens, c->k.row_bytes + c->k.row_scales * sizeof(float),
-                     c->v.row_bytes + c->v.row_scales * sizeof(float));
+                     shared ? 0 : c->v.row_bytes + c->v.row_scales * sizeof(float));
+}
+
+/* What V adds to a token's bytes: its store, or none where the values are
+ * the keys. */
+static kv_store stored_values(const attn_kv_cache_config *cfg, const kv_store *v) {
+    kv_store none = {v->fmt, 0, 0};
+    return cfg->values_are_keys ? none : *v;
 }
 
 /* Bytes one token takes in one layer: K's and V's codes and scales. */
@@ -226,6 +251,10 @@ static attn_status check_dtypes(attn_ctx *ctx, const attn_kv_cache_config *cfg) 
                              "head_dim %zu is not a multiple of %d", who, name, ATTN_KV_I4_GROUP,
                              cfg->head_dim, ATTN_KV_I4_GROUP);
     }
+    if (cfg->values_are_keys && cfg->v_dtype != cfg->k_dtype)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: values_are_keys stores one array: v_dtype "
+                         "%s is not k_dtype %s", who, attn_dtype_name(cfg->v_dtype),
+                         attn_dtype_name(cfg->k_dtype));
     return ATTN_OK;
 }
 
@@ -318,8 +347,9 @@ static attn_status resolve_config(attn_ctx *ctx, attn_kv_cache_config *cfg, size
     }
     /* what the layers take, refused before allocating when past the
      * machine's memory */
-    kv_store k = store_of(cfg->k_dtype, cfg->kv_heads, cfg->head_dim),
-             v = store_of(cfg->v_dtype, cfg->kv_heads, cfg->head_dim);
+    kv_store k = store_of(cfg->k_dtype, cfg->kv_heads, cfg->head_dim), v_format =
+             store_of(cfg->v_dtype, cfg->kv_heads, cfg->head_dim),
+             v = stored_values(cfg, &v_format);
     size_t per_token = 0, slots = 0, tables = 0, all;
     st = check_records(ctx, cfg, limit, &all_meta);
     if (st != ATTN_OK) return st;
@@ -446,13 +476,16 @@ size_t attn_kv_cache_bytes(const attn_kv_cache *cache) {
         size_t tokens = cache->cfg.layout == ATTN_KV_CONTIGUOUS
                             ? cache->cfg.batch * L->capacity
                             : cache->cfg.num_pages * cache->cfg.page_size;
-        total += tokens * token_bytes(&cache->k, &cache->v);
+        kv_store v = stored_values(&cache->cfg, &cache->v);
+        total += tokens * token_bytes(&cache->k, &v);
     }
     return total;
 }
 
 size_t attn_kv_cache_token_bytes(const attn_kv_cache *cache) {
-    return cache ? cache->cfg.num_layers * token_bytes(&cache->k, &cache->v) : 0;
+    if (!cache) return 0;
+    kv_store v = stored_values(&cache->cfg, &cache->v);
+    return cache->cfg.num_layers * token_bytes(&cache->k, &v);
 }
 
 /* ---- append ---------------------------------------------------------------------- */
@@ -514,8 +547,10 @@ static void code_rows(const attn_kv_cache *c, const kv_store *store, const float
 static bool stage_rows(const attn_kv_cache *c, size_t rows, const float *k_new,
                        const float *v_new, staged_rows *out) {
     const kv_store *K = &c->k, *V = &c->v;
-    bool code_k = K->fmt.dtype != ATTN_DTYPE_F32, code_v = V->fmt.dtype != ATTN_DTYPE_F32;
-    *out = (staged_rows){(const uint8_t *)k_new, (const uint8_t *)v_new, NULL, NULL, NULL};
+    bool shared = c->cfg.values_are_keys;
+    bool code_k = K->fmt.dtype != ATTN_DTYPE_F32, code_v = !shared && V->fmt.dtype != ATTN_DTYPE_F32;
+    *out = (staged_rows){(const uint8_t *)k_new, (const uint8_t *)values_of(c, k_new, v_new), NULL,
+                         NULL, NULL};
     if (!rows || (!code_k && !code_v)) return true;
     /* scales first (float aligned), then codes, V's from a line's start:
      * K's one-byte codes may end at an odd byte, where V's 16-bit ones
@@ -533,6 +568,10 @@ static bool stage_rows(const attn_kv_cache *c, size_t rows, const float *k_new,
         code_rows(c, K, k_new, rows, kc, ks);
         out->k = kc;
         out->ks = K->row_scales ? ks : NULL;
+        if (shared) {
+            out->v = out->k;
+            out->vs = out->ks;
+        }
     }
     if (code_v) {
         code_rows(c, V, v_new, rows, vc, vs);
@@ -568,7 +607,8 @@ static void append_rows(const attn_kv_cache *c, kv_layer *L, size_t s, size_t n,
             slot = s * L->capacity + pos % L->capacity;
         }
         store_row(&c->k, L->k, L->ks, slot, rows->k, rows->ks, at + pos - len);
-        store_row(&c->v, L->v, L->vs, slot, rows->v, rows->vs, at + pos - len);
+        if (!c->cfg.values_are_keys)
+            store_row(&c->v, L->v, L->vs, slot, rows->v, rows->vs, at + pos - len);
     }
     L->length[s] = len + n;
 }
@@ -626,6 +666,22 @@ attn_status attn_kv_cache_check_append(attn_kv_cache *cache, const char *who, si
     return check_append(cache, who, layer, new_lens, new_tokens, true, &rows);
 }
 
+/* A call's k_new and v_new (of rows rows): both given, or where the values
+ * are the keys, v_new NULL or k_new (other values would be dropped
+ * unseen). */
+static attn_status check_new_rows(const attn_kv_cache *c, const char *who, size_t rows,
+                                  const float *k_new, const float *v_new) {
+    bool shared = c->cfg.values_are_keys;
+    if (rows && (!k_new || (!v_new && !shared)))
+        return attn_fail(c->ctx, ATTN_ERR_NULL, "%s: k_new%s must not be NULL", who,
+                         shared ? "" : " and v_new");
+    if (rows && shared && v_new && v_new != k_new)
+        return attn_fail(c->ctx, ATTN_ERR_INVALID, "%s: the cache's values are its keys "
+                         "(values_are_keys): v_new [%p] must be NULL or k_new [%p]", who,
+                         (const void *)v_new, (const void *)k_new);
+    return ATTN_OK;
+}
+
 /* Appends every sequence's rows (the limits checked). */
 static void append_all(attn_kv_cache *c, kv_layer *L, const size_t *new_lens, size_t new_tokens,
                        const staged_rows *rows) {
@@ -644,9 +700,8 @@ attn_status attn_kv_cache_append(attn_kv_cache *cache, size_t layer, const size_
     attn_status st = check_append(cache, "attn_kv_cache_append", layer, new_lens, new_tokens, true,
                                   &rows);
     if (st != ATTN_OK || rows == 0) return st;
-    if (!k_new || !v_new)
-        return attn_fail(cache->ctx, ATTN_ERR_NULL,
-                         "attn_kv_cache_append: k_new and v_new must not be NULL");
+    if ((st = check_new_rows(cache, "attn_kv_cache_append", rows, k_new, v_new)) != ATTN_OK)
+        return st;
     staged_rows staged;
     if (!stage_rows(cache, rows, k_new, v_new, &staged))
         return attn_fail(cache->ctx, ATTN_ERR_NO_MEMORY, "attn_kv_cache_append: cannot allocate "
@@ -679,8 +734,11 @@ static attn_status check_args(attn_kv_cache *c, const char *who, const attn_kv_a
     if (!attn_mul3_size(rows, a->q_heads, cfg->head_dim, &qrow) || !attn_floats_fit(qrow))
         return attn_fail(ctx, ATTN_ERR_OVERFLOW, "%s: %zu rows x %zu heads x %zu overflows",
                          who, rows, a->q_heads, cfg->head_dim);
-    if (rows && (!a->q || !a->k_new || !a->v_new || !a->out))
-        return attn_fail(ctx, ATTN_ERR_NULL, "%s: q, k_new, v_new and out must not be NULL", who);
+    bool shared = cfg->values_are_keys;
+    if (rows && (!a->q || !a->k_new || (!a->v_new && !shared) || !a->out))
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s must not be NULL", who,
+                         shared ? "q, k_new and out" : "q, k_new, v_new and out");
+    if ((st = check_new_rows(c, who, rows, a->k_new, a->v_new)) != ATTN_OK) return st;
     /* the attention reads k_new and v_new (or their coded copies) while
      * it writes out, and the append copies them after */
     if (a->block_mask) {
@@ -706,7 +764,7 @@ static attn_status check_args(attn_kv_cache *c, const char *who, const attn_kv_a
     size_t head_bytes = a->q_heads * sizeof(float);
     attn_span ins[6] = {{"q", a->q, qrow * sizeof(float)},
                         {"k_new", a->k_new, kv_floats * sizeof(float)},
-                        {"v_new", a->v_new, kv_floats * sizeof(float)},
+                        {"v_new", a->v_new, a->v_new ? kv_floats * sizeof(float) : 0},
                         {"new_lens", a->new_lens, a->new_lens ? cfg->batch * sizeof(size_t) : 0},
                         {"alibi_slopes", a->alibi_slopes, a->alibi_slopes ? head_bytes : 0},
                         {"sinks", a->sinks, a->sinks ? head_bytes : 0}};
@@ -746,7 +804,7 @@ static bool is_prompt(const attn_kv_cache *c, const kv_layer *L, const attn_kv_a
     if (a->block_mask && (a->softcap > 0.0f || a->alibi_slopes)) return false;
     if (!c->ctx->ks.decode || L->length[s] != 0 || n < PREFILL_ROWS) return false;
     size_t row = c->cfg.kv_heads * c->cfg.head_dim;
-    const float *k = a->k_new + at * row, *v = a->v_new + at * row;
+    const float *k = a->k_new + at * row, *v = values_of(c, a->k_new, a->v_new) + at * row;
     uint32_t not_finite = 0; /* an exponent of all ones: NaN or an infinity */
     for (size_t i = 0; i < n * row; i++) {
         uint32_t kb, vb;
@@ -769,7 +827,8 @@ static attn_attention_problem prompt_problem(const attn_kv_cache *c, const kv_la
         .head_dim = D, .v_head_dim = D,
         .q = attn_view_f32(a->q + at * H * D, (attn_view_strides){0, H * D, D}),
         .k = attn_view_f32(a->k_new + at * KH * D, (attn_view_strides){0, KH * D, D}),
-        .v = attn_view_f32(a->v_new + at * KH * D, (attn_view_strides){0, KH * D, D}),
+        .v = attn_view_f32(values_of(c, a->k_new, a->v_new) + at * KH * D,
+                           (attn_view_strides){0, KH * D, D}),
         .out = attn_view_f32(a->out + at * H * D, (attn_view_strides){0, H * D, D}),
         .scale = (float)scale, .scale_f64 = scale, .causal = true,
         .block_map = map ? attn_block_mask_map(map) : NULL};
@@ -793,7 +852,7 @@ static attn_attention_problem cache_problem(const attn_kv_cache *c, const kv_lay
         .head_dim = D, .v_head_dim = D,
         .q = attn_view_f32(a->q, (attn_view_strides){0, H * D, D}),
         .k = attn_view_f32(a->k_new, (attn_view_strides){0, KH * D, D}),
-        .v = attn_view_f32(a->v_new, (attn_view_strides){0, KH * D, D}),
+        .v = attn_view_f32(values_of(c, a->k_new, a->v_new), (attn_view_strides){0, KH * D, D}),
         .out = attn_view_f32(a->out, (attn_view_strides){0, H * D, D}),
         .scale = (float)scale, .scale_f64 = scale, .causal = true, .kv_cache = view,
         .block_map = a->block_mask ? attn_block_mask_map(a->block_mask) : NULL};
@@ -1003,9 +1062,10 @@ attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size
     attn_ctx *ctx = cache->ctx;
     attn_clear_error(ctx);
     if (!count) return ATTN_OK;
-    if (!rows || !k_new || !v_new)
-        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL", who,
-                         !rows ? "rows" : !k_new ? "k_new" : "v_new");
+    if (!rows) return attn_fail(ctx, ATTN_ERR_NULL, "%s: rows is NULL", who);
+    attn_status st = check_new_rows(cache, who, count, k_new, v_new);
+    if (st != ATTN_OK) return st;
+    v_new = values_of(cache, k_new, v_new);
     if (seq >= cache->cfg.batch)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: seq %zu is past the cache's batch of %zu",
                          who, seq, cache->cfg.batch);
@@ -1029,7 +1089,7 @@ attn_status attn_kv_cache_append_branch(attn_kv_cache *cache, size_t layer, size
         memcpy(v + i * cache->row, v_new + (size_t)rows[i] * cache->row, cache->row * sizeof(float));
     }
     lens[seq] = count;
-    attn_status st = attn_kv_cache_append(cache, layer, lens, 0, k, v);
+    st = attn_kv_cache_append(cache, layer, lens, 0, k, cache->cfg.values_are_keys ? NULL : v);
     /* the append names itself; the caller called this */
     if (st != ATTN_OK) {
         char why[ATTN_ERROR_CAPACITY];

@@ -634,6 +634,15 @@ attn_status attn_lm_param(attn_lm *m, const char *name, attn_param *out) {
                      "'%s'", attn_lm_arch_name(m->cfg.arch), name);
 }
 
+/* The KV heads and head_dim of m's cache: gpt-mla caches its latent, one
+ * row of latent_dim a token, read as keys and as values (values_are_keys),
+ * as the book's model caches it (latent_attend); the others their keys and
+ * values. */
+static void cache_shape(const attn_lm *m, size_t *kv_heads, size_t *head_dim) {
+    *kv_heads = m->latent ? 1 : m->kv_heads;
+    *head_dim = m->latent ? m->latent : m->head_dim;
+}
+
 attn_status attn_lm_cache_config(const attn_lm *m, size_t batch, size_t max_len,
                                  attn_kv_cache_config *out) {
     if (!m || !out)
@@ -646,23 +655,28 @@ attn_status attn_lm_cache_config(const attn_lm *m, size_t batch, size_t max_len,
                          "attn_lm_cache_config: max_len (%zu) is past the model's "
                          "context_length (%zu)", max_len, m->cfg.context_length);
     bool windowed = m->cfg.sliding_window_size != 0;
+    size_t kv_heads, head_dim;
+    cache_shape(m, &kv_heads, &head_dim);
     *out = (attn_kv_cache_config){.num_layers = m->cfg.n_layers, .batch = batch,
-                                  .kv_heads = m->kv_heads, .head_dim = m->head_dim,
-                                  .max_len = max_len, .windows = windowed ? m->windows : NULL};
+                                  .kv_heads = kv_heads, .head_dim = head_dim,
+                                  .max_len = max_len, .windows = windowed ? m->windows : NULL,
+                                  .values_are_keys = m->latent != 0};
     return ATTN_OK;
 }
 
 attn_status attn_lm_check_cache(attn_lm *m, const char *who, const attn_kv_cache *cache,
                                 size_t batch) {
     attn_kv_cache_config c = attn_kv_cache_get_config(cache);
-    if (c.num_layers != m->cfg.n_layers || c.kv_heads != m->kv_heads ||
-        c.head_dim != m->head_dim || c.batch != batch)
+    size_t kv_heads, head_dim;
+    cache_shape(m, &kv_heads, &head_dim);
+    if (c.num_layers != m->cfg.n_layers || c.kv_heads != kv_heads || c.head_dim != head_dim ||
+        c.batch != batch)
         return attn_fail(m->ctx, ATTN_ERR_SHAPE,
                          "%s: the cache (layers %zu, batch %zu, kv_heads %zu, head_dim %zu) "
                          "does not fit the model and call (layers %zu, batch %zu, kv_heads "
-                         "%zu, head_dim %zu)",
+                         "%zu, head_dim %zu%s)",
                          who, c.num_layers, c.batch, c.kv_heads, c.head_dim, m->cfg.n_layers,
-                         batch, m->kv_heads, m->head_dim);
+                         batch, kv_heads, head_dim, m->latent ? ": gpt-mla's latent" : "");
     /* the cache's windows decide what a layer attends to: a windowed
      * model's must be its own (a window at or past max_len sees everything,
      * as none does); a model without windows takes the caller's */
@@ -875,14 +889,16 @@ static void run_rows(const attn_lm *m, row_step s, size_t rows) {
 /* The activations of one forward, carved from the model's buffer. */
 typedef struct lm_acts {
     float *x, *h, *q, *k, *v, *att, *f1, *f2, *lat, *cosines, *sines, *last;
+    float *q_lat, *att_lat; /* gpt-mla with a cache: (rows, n_heads * latent) */
     size_t *positions;
 } lm_acts;
 
 static size_t acts_floats(const attn_lm *m, size_t rows, size_t batch, bool *overflow) {
     size_t C = m->cfg.emb_dim, kvw = m->kv_heads * m->head_dim;
-    /* per row: x, h, q, att (C each), k, v, f1, f2, the latent, cos, sin, a
-     * position */
-    size_t per_row = 4 * C + 2 * kvw + 2 * m->hidden + m->latent + m->head_dim + 2;
+    /* per row: x, h, q, att (C each), k, v, f1, f2, the latent, the heads'
+     * latent queries and outputs, cos, sin, a position */
+    size_t per_row = 4 * C + 2 * kvw + 2 * m->hidden + (1 + 2 * m->cfg.n_heads) * m->latent +
+                     m->head_dim + 2;
     size_t a = 0, b = 0, total = 0;
     *overflow = !attn_mul_size(rows, per_row, &a) || !attn_mul_size(batch, C, &b) ||
                 !attn_add_size(a, b, &total) || !attn_floats_fit(total);
@@ -902,7 +918,9 @@ static lm_acts acts_at(const attn_lm *m, float *f, size_t rows) {
     a.f1 = a.v + rows * kvw;
     a.f2 = a.f1 + rows * m->hidden;
     a.lat = a.f2 + rows * m->hidden;
-    a.cosines = a.lat + rows * m->latent;
+    a.q_lat = a.lat + rows * m->latent;
+    a.att_lat = a.q_lat + rows * m->cfg.n_heads * m->latent;
+    a.cosines = a.att_lat + rows * m->cfg.n_heads * m->latent;
     a.sines = a.cosines + rows * half;
     a.last = a.sines + rows * half;
     return a;
@@ -1013,6 +1031,109 @@ static attn_status reserve_attention(attn_lm *m, const attn_attention_problem *p
     return ATTN_OK;
 }
 
+/*
+ * gpt-mla against its cache of latents. The book's model caches the latent
+ * c of each token and up-projects all of them at every step; per head h of
+ * head_dim, with W_UK_h and W_UV_h its rows of W_UK and W_UV (head_dim,
+ * latent):
+ *   q_h . (W_UK_h c + b_UK_h) = (W_UK_h^T q_h) . c + q_h . b_UK_h
+ * whose last term is the same for every key of the row, so the softmax
+ * drops it, and, the weights p_j of a row summing to 1,
+ *   sum_j p_j (W_UV_h c_j + b_UV_h) = W_UV_h (sum_j p_j c_j) + b_UV_h.
+ * So each head's query goes down to the latent (latent_queries), attends
+ * to the cached latents as one KV head of latent_dim, keys and values
+ * alike, at 1 / sqrt(head_dim), and its output comes back up
+ * (latent_outputs): the cache keeps latent_dim floats a token and layer,
+ * and a step reads them, where keys and values take 2 emb_dim. A cache
+ * that stores the latent twice (not values_are_keys) runs the same.
+ */
+typedef struct latent_heads {
+    const attn_lm *m;
+    const void *w;      /* W_UK or W_UV (emb_dim, latent) in the weights dtype */
+    const float *bias;  /* b_UV or NULL */
+    const float *in;    /* q (rows, emb_dim), or the heads' latent outputs */
+    float *out;         /* the heads' latent queries (rows, n_heads latent), or (rows, emb_dim) */
+    size_t rows;
+} latent_heads;
+
+/* Weights [at, at + n) of w, widened to float32 into buf (n <= LATENT_TILE)
+ * unless they are float32 already. */
+#define LATENT_TILE 64
+static const float *weights_at(const attn_lm *m, const void *w, size_t at, size_t n, float *buf) {
+    attn_dtype dt = m->cfg.weights_dtype;
+    if (dt == ATTN_DTYPE_F32) return (const float *)w + at;
+    const uint16_t *h = (const uint16_t *)w + at;
+    for (size_t i = 0; i < n; i++) buf[i] = attn_half_to_float(dt, h[i]);
+    return buf;
+}
+
+/* Heads [h0, h1): q_lat[r, h, :] = W_UK_h^T q[r, h] (a sum over head_dim in
+ * order). */
+static void latent_queries(void *arg, size_t h0, size_t h1) {
+    const latent_heads *a = arg;
+    size_t hd = a->m->head_dim, L = a->m->latent, C = a->m->cfg.emb_dim, HL = a->m->cfg.n_heads * L;
+    float buf[LATENT_TILE];
+    for (size_t h = h0; h < h1; h++)
+        for (size_t l0 = 0; l0 < L; l0 += LATENT_TILE) {
+            size_t n = L - l0 < LATENT_TILE ? L - l0 : LATENT_TILE;
+            for (size_t r = 0; r < a->rows; r++)
+                memset(a->out + r * HL + h * L + l0, 0, n * sizeof(float));
+            for (size_t i = 0; i < hd; i++) {
+                const float *w = weights_at(a->m, a->w, (h * hd + i) * L + l0, n, buf);
+                for (size_t r = 0; r < a->rows; r++) {
+                    float x = a->in[r * C + h * hd + i], *y = a->out + r * HL + h * L + l0;
+                    for (size_t l = 0; l < n; l++) y[l] += x * w[l];
+                }
+            }
+        }
+}
+
+/* Heads [h0, h1): att[r, h] = W_UV_h att_lat[r, h] + b_UV_h (a sum over the
+ * latent in order). */
+static void latent_outputs(void *arg, size_t h0, size_t h1) {
+    const latent_heads *a = arg;
+    size_t hd = a->m->head_dim, L = a->m->latent, C = a->m->cfg.emb_dim, HL = a->m->cfg.n_heads * L;
+    float buf[LATENT_TILE];
+    for (size_t h = h0; h < h1; h++)
+        for (size_t i = 0; i < hd; i++) {
+            size_t o = h * hd + i;
+            for (size_t r = 0; r < a->rows; r++) a->out[r * C + o] = 0.0f;
+            for (size_t l0 = 0; l0 < L; l0 += LATENT_TILE) {
+                size_t n = L - l0 < LATENT_TILE ? L - l0 : LATENT_TILE;
+                const float *w = weights_at(a->m, a->w, o * L + l0, n, buf);
+                for (size_t r = 0; r < a->rows; r++) {
+                    const float *x = a->in + r * HL + h * L + l0;
+                    float s = a->out[r * C + o];
+                    for (size_t l = 0; l < n; l++) s += w[l] * x[l];
+                    a->out[r * C + o] = s;
+                }
+            }
+            if (a->bias)
+                for (size_t r = 0; r < a->rows; r++) a->out[r * C + o] += a->bias[o];
+        }
+}
+
+/* The attention of a gpt-mla block against args->cache: a->q and a->lat in,
+ * a->att out (the latents appended). */
+static attn_status latent_attend(attn_lm *m, size_t layer, const lm_acts *a,
+                                 const attn_lm_forward_args *args, size_t rows) {
+    const attn_lm_block *k = &m->blocks[layer];
+    size_t H = m->cfg.n_heads;
+    attn_pool *pool = attn_ctx_pool(m->ctx);
+    latent_heads down = {m, k->wuk, NULL, a->q, a->q_lat, rows};
+    attn_pool_for(pool, m->ctx->num_threads, H, 1, latent_queries, &down);
+    attn_kv_attend_args at = {.layer = layer, .new_lens = args->lens,
+                              .new_tokens = args->tokens_per_seq, .q_heads = H,
+                              .scale = 1.0 / sqrt((double)m->head_dim), .q = a->q_lat,
+                              .k_new = a->lat, .v_new = a->lat, .out = a->att_lat};
+    attn_status st =
+        attn_lm_cache_status(m->ctx, args->cache, attn_kv_cache_attend(args->cache, &at));
+    if (st != ATTN_OK) return st;
+    latent_heads up = {m, k->wuv, k->buv, a->att_lat, a->att, rows};
+    attn_pool_for(pool, m->ctx->num_threads, H, 1, latent_outputs, &up);
+    return ATTN_OK;
+}
+
 /* One transformer block on x (rows, C), in place. */
 static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
                                  const attn_lm_forward_args *args, size_t rows, size_t longest) {
@@ -1024,11 +1145,14 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
                            .b = k->norm1_b, .width = C},
              rows);
     if (m->latent) {
-        /* latent attention: q and the latent from h, k and v from the latent */
+        /* latent attention: q and the latent from h; without a cache, k and
+         * v from the latent (with one, latent_attend) */
         const lm_part down[2] = {{k->wq, k->bq, a->q, C}, {k->wdkv, k->bdkv, a->lat, m->latent}};
         linear_n(m, a->h, rows, C, down, 2);
-        const lm_part up[2] = {{k->wuk, k->buk, a->k, kvw}, {k->wuv, k->buv, a->v, kvw}};
-        linear_n(m, a->lat, rows, m->latent, up, 2);
+        if (!args->cache) {
+            const lm_part up[2] = {{k->wuk, k->buk, a->k, kvw}, {k->wuv, k->buv, a->v, kvw}};
+            linear_n(m, a->lat, rows, m->latent, up, 2);
+        }
     } else {
         const lm_part qkv[3] = {
             {k->wq, k->bq, a->q, C}, {k->wk, k->bk, a->k, kvw}, {k->wv, k->bv, a->v, kvw}};
@@ -1044,7 +1168,9 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
                  rows);
     }
     attn_status st;
-    if (args->cache) {
+    if (args->cache && m->latent) {
+        st = latent_attend(m, layer, a, args, rows);
+    } else if (args->cache) {
         attn_kv_attend_args at = {.layer = layer, .new_lens = args->lens,
                                   .new_tokens = args->tokens_per_seq,
                                   .q_heads = m->cfg.n_heads, .scale = 0.0, .q = a->q,

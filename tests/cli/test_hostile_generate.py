@@ -330,6 +330,14 @@ def main():
         check(re.fullmatch(r"\d+,\d+,\d+,\d+\n", out), "--model %s: 4 ids, got %r" % (arch, out))
     refused("model", ["--weights", f("one.safetensors"), "--model", "gpt-mla"] + gen,
             "--model: the weights in '%s' are gpt2, not gpt-mla" % f("one.safetensors"), cwd)
+    # gpt-mla caches one latent a token, read as keys and values: one type for both
+    refused("model", ["--random-init", "1", "--config", mla_cfg, "--k-dtype", "int8",
+                      "--v-dtype", "bf16"] + gen,
+            "--k-dtype int8, --v-dtype bf16: this model caches one latent a token", cwd)
+    out, err = succeeded(["--random-init", "1", "--config", mla_cfg, "--kv-dtype", "int8",
+                          "--stats"] + gen, cwd)
+    check("kv cache %d bytes/token (K int8, V int8" % (16 + 4) in err,
+          "gpt-mla --kv-dtype int8: the latent's bytes alone, got %r" % err[:300])
 
     # ---- flags
     base = ["--random-init", "1", "--preset", "gpt2-tiny"]

@@ -48,7 +48,8 @@ class KvCacheConfig(Structure):
     _fields_ = [("num_layers", c_size_t), ("batch", c_size_t), ("kv_heads", c_size_t),
                 ("head_dim", c_size_t), ("max_len", c_size_t), ("layout", c_int),
                 ("page_size", c_size_t), ("num_pages", c_size_t),
-                ("windows", POINTER(c_size_t)), ("k_dtype", c_int), ("v_dtype", c_int)]
+                ("windows", POINTER(c_size_t)), ("k_dtype", c_int), ("v_dtype", c_int),
+                ("values_are_keys", ctypes.c_bool)]
 
 
 class KvAttendArgs(Structure):

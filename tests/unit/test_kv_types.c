@@ -15,6 +15,8 @@
  *   fp8 and int8 keys of tiny scale under huge queries, whose float sums
  *     with the raw codes overflow though every score is finite: the fast
  *     kernels give the reference's output, not NaN;
+ *   a cache whose values are its keys: the bits of one given the same rows
+ *   as K and V, half its bytes, and what it refuses;
  *   the sizes (attn_kv_cache_token_bytes, attn_kv_cache_bytes) and the
  *   refusals: an unknown type, int4 with head_dim not a multiple of 32, a
  *   cache past the machine's memory.
@@ -529,6 +531,107 @@ static void test_odd_code_bytes(void) {
     }
 }
 
+/* A cache whose values are its keys (values_are_keys) against a cache of
+ * the same type given the same rows as K and as V: the same bits from
+ * prompts, chunks, single tokens, a draft tree and its appended branch, on a
+ * full and a window layer, contiguous on 1 thread and paged on 3, while it
+ * holds half the bytes, and on the reference kernels; v_new NULL or k_new,
+ * anything else refused, and a v_dtype other than k_dtype. */
+static void test_values_are_keys(void) {
+    static const size_t windows[2] = {0, 24};
+    for (size_t i = 0; i < NUM_TYPES; i++)
+        for (int setup = 0; setup < 3; setup++) { /* contiguous, paged, the reference kernels */
+            bool paged = setup == 1;
+            attn_ctx_config cc = {.num_threads = paged ? 3 : 1,
+                                  .kernels = setup == 2 ? ATTN_KERNELS_REFERENCE : ATTN_KERNELS_AUTO};
+            attn_ctx *ctx;
+            CHECK_STATUS(attn_ctx_new(&cc, &ctx), ATTN_OK);
+            attn_kv_cache_config cfg = {.num_layers = 2, .batch = BATCH, .kv_heads = KH,
+                                        .head_dim = D, .max_len = MAX_LEN,
+                                        .layout = paged ? ATTN_KV_PAGED : ATTN_KV_CONTIGUOUS,
+                                        .page_size = 7, .windows = windows,
+                                        .k_dtype = TYPES[i], .v_dtype = TYPES[i]};
+            attn_kv_cache *two = NULL, *one = NULL;
+            CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &two), ATTN_OK);
+            cfg.values_are_keys = true;
+            CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &one), ATTN_OK);
+            if (!two || !one) break;
+            CHECK(attn_kv_cache_get_config(one).values_are_keys);
+            CHECK(2 * attn_kv_cache_token_bytes(one) == attn_kv_cache_token_bytes(two));
+            CHECK(2 * attn_kv_cache_bytes(one) == attn_kv_cache_bytes(two));
+            for (int t = 0; t < 6; t++) {
+                size_t lens[BATCH] = {t == 0 ? 90 : t < 3 ? 1 + rand_below(12) : 1,
+                                      t == 0 ? 9 : rand_below(3)};
+                size_t rows = lens[0] + lens[1];
+                float *q = malloc(rows * H * D * sizeof(float)),
+                      *k = malloc(rows * KH * D * sizeof(float)),
+                      *out = malloc(2 * rows * H * D * sizeof(float));
+                fill(q, rows * H * D);
+                fill(k, rows * KH * D);
+                for (size_t layer = 0; layer < 2; layer++) {
+                    attn_kv_attend_args a = {.layer = layer, .new_lens = lens, .q_heads = H,
+                                             .q = q, .k_new = k, .v_new = k, .out = out};
+                    CHECK_STATUS(attn_kv_cache_attend(two, &a), ATTN_OK);
+                    a.out = out + rows * H * D;
+                    a.v_new = t % 2 ? k : NULL;
+                    CHECK_STATUS(attn_kv_cache_attend(one, &a), ATTN_OK);
+                    CHECK(memcmp(out, out + rows * H * D, rows * H * D * sizeof(float)) == 0);
+                }
+                free(q), free(k), free(out);
+            }
+            /* a tree of 3 drafts on layer 0, then its branch 0 -> 2 */
+            int32_t parents[3] = {-1, 0, 0}, branch[2] = {0, 2};
+            float q[3 * H * D], k[3 * KH * D], out[2][3 * H * D];
+            fill(q, sizeof q / sizeof q[0]);
+            fill(k, sizeof k / sizeof k[0]);
+            attn_kv_tree_args ta = {.seq = 1, .draft_tokens = 3, .parents = parents,
+                                    .q_heads = H, .q = q, .k_new = k, .v_new = k, .out = out[0]};
+            CHECK_STATUS(attn_kv_cache_attend_tree(two, &ta), ATTN_OK);
+            ta.v_new = NULL;
+            ta.out = out[1];
+            CHECK_STATUS(attn_kv_cache_attend_tree(one, &ta), ATTN_OK);
+            CHECK(memcmp(out[0], out[1], sizeof out[0]) == 0);
+            CHECK_STATUS(attn_kv_cache_append_branch(two, 0, 1, branch, 2, k, k), ATTN_OK);
+            CHECK_STATUS(attn_kv_cache_append_branch(one, 0, 1, branch, 2, k, NULL), ATTN_OK);
+            size_t ones[BATCH] = {1, 1};
+            attn_kv_attend_args a = {.new_lens = ones, .q_heads = H, .q = q, .k_new = k,
+                                     .v_new = k, .out = out[0]};
+            CHECK_STATUS(attn_kv_cache_attend(two, &a), ATTN_OK);
+            a.out = out[1];
+            CHECK_STATUS(attn_kv_cache_attend(one, &a), ATTN_OK);
+            CHECK(memcmp(out[0], out[1], 2 * H * D * sizeof(float)) == 0);
+            /* values other than the keys would be dropped unseen: refused,
+             * nothing appended */
+            size_t before = 0, after = 0;
+            CHECK_STATUS(attn_kv_cache_length(one, 0, 0, &before), ATTN_OK);
+            a.v_new = k + KH * D;
+            CHECK_STATUS(attn_kv_cache_attend(one, &a), ATTN_ERR_INVALID);
+            CHECK_MESSAGE(ctx, "attn_kv_cache_attend: the cache's values are its keys "
+                               "(values_are_keys): v_new [");
+            CHECK_STATUS(attn_kv_cache_append(one, 0, ones, 0, k, k + 1), ATTN_ERR_INVALID);
+            CHECK_MESSAGE(ctx, "attn_kv_cache_append: the cache's values are its keys");
+            CHECK_STATUS(attn_kv_cache_append(one, 0, ones, 0, NULL, NULL), ATTN_ERR_NULL);
+            CHECK_MESSAGE(ctx, "attn_kv_cache_append: k_new must not be NULL");
+            CHECK_STATUS(attn_kv_cache_length(one, 0, 0, &after), ATTN_OK);
+            CHECK(before == after);
+            CHECK_STATUS(attn_kv_cache_append(two, 0, ones, 0, k, NULL), ATTN_ERR_NULL);
+            CHECK_MESSAGE(ctx, "attn_kv_cache_append: k_new and v_new must not be NULL");
+            attn_kv_cache_free(two);
+            attn_kv_cache_free(one);
+            if (i + 1 < NUM_TYPES || setup < 2) {
+                attn_ctx_free(ctx);
+                continue;
+            }
+            attn_kv_cache *c = (attn_kv_cache *)&cfg;
+            cfg.v_dtype = TYPES[0];
+            CHECK_STATUS(attn_kv_cache_new(ctx, &cfg, &c), ATTN_ERR_INVALID);
+            CHECK_MESSAGE(ctx, "attn_kv_cache_new: values_are_keys stores one array: v_dtype "
+                               "F32 is not k_dtype I4");
+            CHECK(c == NULL);
+            attn_ctx_free(ctx);
+        }
+}
+
 int main(void) {
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
     const char *env = getenv("ATTN_TEST_SEED");
@@ -543,6 +646,7 @@ int main(void) {
     test_nan_carried();
     test_sizes_and_refusals();
     test_odd_code_bytes();
+    test_values_are_keys();
     test_scaled_key_extremes();
     test_pairs();
     test_amx_keys();

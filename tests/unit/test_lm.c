@@ -8,7 +8,8 @@
  *   - decoding with a cache (matrix-vector kernels, split-KV attention)
  *     agrees with the no-cache forward of the whole sequence (SGEMM, fused
  *     attention) within 1e-5 relative L2, step after step, on every kernel
- *     set; tied embeddings read tok_emb;
+ *     set; tied embeddings read tok_emb; gpt-mla's cache holds its latent
+ *     once, the bytes of the latent alone;
  *   - attn_lm_save then attn_lm_load give back the same logits bit for
  *     bit; GPT-2's config from the shapes; Llama's needs one;
  *   - with -DATTN_ALLOC_FAILURE_INJECTION=ON: attn_lm_new, attn_lm_load and
@@ -286,6 +287,52 @@ static void check_forward(const attn_lm_config *cfg, attn_kernels kernels, uint6
     free(base), free(other), free(step);
 }
 
+/* gpt-mla's cache holds the latent once (one KV head of latent_dim, values
+ * the keys): its bytes are the latent's; a cache storing the latent twice
+ * gives the same bits; a cache of its keys' and values' shape is refused,
+ * naming the latent. (Its logits against the forward without a cache:
+ * check_forward.) */
+static void check_latent_cache(attn_ctx *ctx, const attn_lm_config *cfg, uint64_t seed) {
+    enum { T = 7 };
+    size_t V = cfg->vocab_size;
+    attn_lm *m = new_model(ctx, cfg, seed);
+    float *logits = malloc(2 * T * V * sizeof(float));
+    CHECK(m && logits);
+    if (!m || !logits) {
+        attn_lm_free(m);
+        free(logits);
+        return;
+    }
+    attn_kv_cache_config c;
+    CHECK_STATUS(attn_lm_cache_config(m, 1, 0, &c), ATTN_OK);
+    CHECK(c.kv_heads == 1 && c.head_dim == cfg->latent_dim && c.values_are_keys);
+    int32_t ids[T] = {3, 1, 4, 1, 5, 9, 2};
+    for (int twice = 0; twice < 2; twice++) {
+        attn_kv_cache *cache = NULL;
+        c.values_are_keys = !twice;
+        CHECK_STATUS(attn_kv_cache_new(ctx, &c, &cache), ATTN_OK);
+        size_t latent_bytes = cfg->n_layers * cfg->latent_dim * sizeof(float);
+        CHECK(attn_kv_cache_token_bytes(cache) == (twice ? 2 : 1) * latent_bytes);
+        CHECK_STATUS(forward(m, cache, ids, 1, 3, false, logits + twice * T * V), ATTN_OK);
+        for (size_t t = 3; t < T; t++)
+            CHECK_STATUS(forward(m, cache, ids + t, 1, 1, false, logits + (twice * T + t) * V),
+                         ATTN_OK);
+        attn_kv_cache_free(cache);
+    }
+    CHECK(memcmp(logits, logits + T * V, T * V * sizeof(float)) == 0);
+    attn_kv_cache *cache = NULL;
+    c.kv_heads = cfg->n_heads;
+    c.head_dim = cfg->emb_dim / cfg->n_heads;
+    c.values_are_keys = false;
+    CHECK_STATUS(attn_kv_cache_new(ctx, &c, &cache), ATTN_OK);
+    CHECK_STATUS(forward(m, cache, ids, 1, 3, false, logits), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "does not fit the model and call (layers 2, batch 1, kv_heads 1, "
+                       "head_dim 24: gpt-mla's latent)");
+    attn_kv_cache_free(cache);
+    attn_lm_free(m);
+    free(logits);
+}
+
 /* A windowed model: a position past the window no longer moves a windowed
  * layer (the logits of the last token are the same for any token before
  * its window where every layer has one), and a cache without the model's
@@ -526,6 +573,7 @@ int main(int argc, char **argv) {
     check_save_load(ctx, &q, seed, true);
     attn_lm_config a = mla_cfg(), w = swa_cfg();
     check_save_load(ctx, &a, seed, true);
+    check_latent_cache(ctx, &a, seed);
     check_windows(ctx, &w, seed);
     check_save_load(ctx, &l, seed, true);
 #ifdef ATTN_ALLOC_FAILURE_INJECTION
