@@ -1113,6 +1113,26 @@ static void latent_outputs(void *arg, size_t h0, size_t h1) {
         }
 }
 
+/* Whether a gpt-mla call against a cache is a prompt: every sequence with
+ * new tokens starts at position 0 (m->buf.starts, check_forward), so that
+ * its keys are its own rows. It then runs as the forward without a cache
+ * (keys and values up-projected, the fused attention among the rows, in
+ * float32), and its latents are appended after. */
+static bool latent_prompt(const attn_lm *m, const attn_lm_forward_args *args) {
+    if (!m->latent || !args->cache) return false;
+    for (size_t s = 0; s < args->batch; s++)
+        if (seq_len(args, s) && m->buf.starts[s] != 0) return false;
+    /* the forward without a cache takes the model's windows; a model
+     * without any attends with the cache's, which must then be none */
+    attn_kv_cache_config c = attn_kv_cache_get_config(args->cache);
+    for (size_t i = 0; c.windows && i < c.num_layers; i++) {
+        size_t have = c.windows[i] < c.max_len ? c.windows[i] : 0;
+        size_t want = m->windows[i] < c.max_len ? m->windows[i] : 0;
+        if (have != want) return false;
+    }
+    return true;
+}
+
 /* The attention of a gpt-mla block against args->cache: a->q and a->lat in,
  * a->att out (the latents appended). */
 static attn_status latent_attend(attn_lm *m, size_t layer, const lm_acts *a,
@@ -1145,11 +1165,11 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
                            .b = k->norm1_b, .width = C},
              rows);
     if (m->latent) {
-        /* latent attention: q and the latent from h; without a cache, k and
-         * v from the latent (with one, latent_attend) */
+        /* latent attention: q and the latent from h; without a cache or
+         * for a prompt, k and v from the latent (else latent_attend) */
         const lm_part down[2] = {{k->wq, k->bq, a->q, C}, {k->wdkv, k->bdkv, a->lat, m->latent}};
         linear_n(m, a->h, rows, C, down, 2);
-        if (!args->cache) {
+        if (!args->cache || latent_prompt(m, args)) {
             const lm_part up[2] = {{k->wuk, k->buk, a->k, kvw}, {k->wuv, k->buv, a->v, kvw}};
             linear_n(m, a->lat, rows, m->latent, up, 2);
         }
@@ -1168,7 +1188,15 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
                  rows);
     }
     attn_status st;
-    if (args->cache && m->latent) {
+    if (latent_prompt(m, args)) {
+        attn_attention_problem p = within_problem(m, a, layer, args->batch, rows, longest);
+        st = attn_attention_forward(m->ctx, "attn_lm_forward", &p, NULL, NULL, NULL, NULL,
+                                    m->buf.attention);
+        if (st == ATTN_OK)
+            st = attn_lm_cache_status(m->ctx, args->cache,
+                                      attn_kv_cache_append(args->cache, layer, args->lens,
+                                                           args->tokens_per_seq, a->lat, a->lat));
+    } else if (args->cache && m->latent) {
         st = latent_attend(m, layer, a, args, rows);
     } else if (args->cache) {
         attn_kv_attend_args at = {.layer = layer, .new_lens = args->lens,
@@ -1344,7 +1372,8 @@ attn_status attn_lm_forward(attn_lm *m, const attn_lm_forward_args *args) {
     }
     lm_acts a = acts_at(m, m->buf.floats, rows);
     /* each distinct window's problem checked, its workspace in hand */
-    for (size_t layer = 0; !args->cache && layer < m->cfg.n_layers; layer++) {
+    bool within = !args->cache || latent_prompt(m, args);
+    for (size_t layer = 0; within && layer < m->cfg.n_layers; layer++) {
         if (layer && m->windows[layer] == m->windows[layer - 1]) continue;
         attn_attention_problem p = within_problem(m, &a, layer, args->batch, rows, longest);
         if ((st = attn_attention_check(m->ctx, "attn_lm_forward", &p)) != ATTN_OK ||

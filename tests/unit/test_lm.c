@@ -289,9 +289,10 @@ static void check_forward(const attn_lm_config *cfg, attn_kernels kernels, uint6
 
 /* gpt-mla's cache holds the latent once (one KV head of latent_dim, values
  * the keys): its bytes are the latent's; a cache storing the latent twice
- * gives the same bits; a cache of its keys' and values' shape is refused,
- * naming the latent. (Its logits against the forward without a cache:
- * check_forward.) */
+ * gives the same bits; a prompt into it, the bits of the forward without a
+ * cache; a cache's windows hold for a model without (its prompt too); a
+ * cache of its keys' and values' shape is refused, naming the latent. (Its
+ * decode steps against the forward without a cache: check_forward.) */
 static void check_latent_cache(attn_ctx *ctx, const attn_lm_config *cfg, uint64_t seed) {
     enum { T = 7 };
     size_t V = cfg->vocab_size;
@@ -320,6 +321,31 @@ static void check_latent_cache(attn_ctx *ctx, const attn_lm_config *cfg, uint64_
         attn_kv_cache_free(cache);
     }
     CHECK(memcmp(logits, logits + T * V, T * V * sizeof(float)) == 0);
+    /* a prompt into an empty cache runs as the forward without one */
+    CHECK_STATUS(forward(m, NULL, ids, 1, 3, false, logits + T * V), ATTN_OK);
+    CHECK(memcmp(logits, logits + T * V, 3 * V * sizeof(float)) == 0);
+    /* a cache with windows of 2 on a model without: its windows rule, the
+     * prompt's too, as the same model with windows of 2 on its layers */
+    attn_lm_config wcfg = *cfg;
+    wcfg.sliding_window_size = 2;
+    wcfg.sliding_window_stride = 0;
+    attn_lm *w = new_model(ctx, &wcfg, seed);
+    CHECK(w != NULL);
+    for (int windowed = 0; w && windowed < 2; windowed++) {
+        attn_kv_cache_config wc;
+        CHECK_STATUS(attn_lm_cache_config(w, 1, 0, &wc), ATTN_OK);
+        CHECK(wc.windows && wc.windows[0] == 2);
+        attn_kv_cache *cache = NULL;
+        CHECK_STATUS(attn_kv_cache_new(ctx, &wc, &cache), ATTN_OK);
+        attn_lm *run = windowed ? w : m;
+        float *out = logits + windowed * T * V;
+        CHECK_STATUS(forward(run, cache, ids, 1, 3, false, out), ATTN_OK);
+        for (size_t t = 3; t < T; t++)
+            CHECK_STATUS(forward(run, cache, ids + t, 1, 1, false, out + t * V), ATTN_OK);
+        attn_kv_cache_free(cache);
+    }
+    CHECK(rel_l2(logits, logits + T * V, T * V) <= 1e-6);
+    attn_lm_free(w);
     attn_kv_cache *cache = NULL;
     c.kv_heads = cfg->n_heads;
     c.head_dim = cfg->emb_dim / cfg->n_heads;
