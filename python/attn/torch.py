@@ -614,6 +614,9 @@ def _math_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False
     if attn_mask is not None and is_causal:
         raise RuntimeError("scaled_dot_product_attention: attn_mask should not be set when "
                            "is_causal=True (give the causal mask in attn_mask)")
+    if attn_mask is not None and _mask_rank_refused(attn_mask, query):
+        raise IndexError(f"scaled_dot_product_attention: attn_mask of {attn_mask.dim()} "
+                         f"dimensions with 4-D queries: PyTorch takes 2 to 4 there")
     if attn_mask is not None:
         scores_shape = tuple(query.shape[:-1]) + (S,)
         try:
@@ -764,6 +767,9 @@ def _mask_problem(attn_mask, query, key, is_causal):
         # the library reads an additive mask's values in float32: a float64
         # call (gradcheck) would lose their low bits
         return "a float additive attn_mask with float64 queries"
+    if _mask_rank_refused(attn_mask, query):
+        return (f"attn_mask of {attn_mask.dim()} dimensions with 4-D queries (PyTorch refuses "
+                "it)")
     if attn_mask.numel() == 0 or _mask_shape(attn_mask, query, key) is None:
         return (f"attn_mask of shape {tuple(attn_mask.shape)} does not broadcast to the "
                 "scores")
@@ -775,6 +781,13 @@ def _mask_problem(attn_mask, query, key, is_causal):
         # only, so PyTorch runs the call and its NaN rows are the answer
         return "an additive attn_mask holding +inf or NaN (its rows are NaN in PyTorch)"
     return None
+
+
+def _mask_rank_refused(attn_mask, query):
+    """Whether PyTorch 2's SDPA refuses attn_mask's rank: with 4-D queries
+    it reads the mask's last two dimensions, and a 0-D or 1-D mask raises
+    IndexError there (3-D queries take any rank that broadcasts)."""
+    return query.dim() == 4 and attn_mask.dim() < 2
 
 
 def _mask_dtype_refused(attn_mask, query):

@@ -1174,6 +1174,20 @@ def mask_shapes_and_hidden_rows():
     raises(lambda: AT.scaled_dot_product_attention(q, k, v, attn_mask=torch.ones(
         6, 7, dtype=torch.bool), is_causal=True), RuntimeError, words, "attn_mask with is_causal",
         S)
+    # a 0-D or 1-D mask: PyTorch 2 raises IndexError with 4-D queries (it reads the
+    # mask's last two dimensions) and runs it with 3-D ones, as attn.torch does
+    for mask in (torch.arange(7) < 5, torch.randn(7, generator=g), torch.tensor(True)):
+        raises(lambda: AT.scaled_dot_product_attention(q, k, v, attn_mask=mask), IndexError,
+               [], f"a {mask.dim()}-D attn_mask with 4-D queries", S)
+        count(S)
+        check(AT.supports(q, k, v, attn_mask=mask) is not None,
+              f"supports() passes a {mask.dim()}-D attn_mask with 4-D queries")
+        additive = (torch.zeros(7).masked_fill(~mask, float("-inf"))
+                    if mask.dtype == torch.bool else mask)
+        want = torch_weights(q[0], k[0], 0.5, additive) @ v[0].double()
+        count(S)
+        check(close(AT.scaled_dot_product_attention(q[0], k[0], v[0], attn_mask=mask), want,
+                    1e-5), f"a {mask.dim()}-D attn_mask with 3-D queries runs")
     for dtype in (torch.float64, torch.float32):
         for kind in ("additive", "bool"):
             qq, kk, vv = (t.to(dtype).requires_grad_(True) for t in (q, k, v))
