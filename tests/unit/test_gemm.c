@@ -30,7 +30,10 @@
  * Fresh random inputs each run: the seed is printed; pass it as argv[1] to
  * replay.
  */
+#define _POSIX_C_SOURCE 200809L /* sysconf */
+
 #include "attn.h"
+#include "address_space.h"
 #include "check.h"
 #include "internal.h"
 #include "kernels/dispatch.h"
@@ -510,18 +513,6 @@ static void kernel_calls(attn_kernels kernels, call_sizes s, uint64_t *seed) {
 
 /* ---- allocation failure --------------------------------------------------- */
 
-#if defined(__linux__) && !defined(UNDER_ASAN)
-/* Bytes of address space this process maps now (/proc/self/statm), or 0. */
-static size_t mapped_bytes(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long pages = 0;
-    if (f) {
-        if (fscanf(f, "%lu", &pages) != 1) pages = 0;
-        fclose(f);
-    }
-    return (size_t)pages * 4096u;
-}
-#endif
 
 /* Run first, on a fresh heap: the workspace (about in x out floats) must be
  * new address space, which the limit refuses. */

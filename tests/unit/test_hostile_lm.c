@@ -35,6 +35,7 @@
 #define _POSIX_C_SOURCE 200809L /* mkdtemp */
 
 #include "attn.h"
+#include "address_space.h"
 #include "check.h"
 
 #include <math.h>
@@ -452,18 +453,6 @@ static attn_status write_zeros(attn_ctx *ctx, const char *path, const zero_tenso
     return attn_safetensors_write(ctx, path, t, n, NULL, 0);
 }
 
-#if defined(__linux__) && !defined(UNDER_ASAN)
-/* Bytes of address space this process maps now (/proc/self/statm), or 0. */
-static size_t mapped_bytes(void) {
-    FILE *f = fopen("/proc/self/statm", "r");
-    unsigned long pages = 0;
-    if (f) {
-        if (fscanf(f, "%lu", &pages) != 1) pages = 0;
-        fclose(f);
-    }
-    return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
-}
-#endif
 
 /* attn_lm_load of weights under the config at cfg_path, with at most 256
  * MiB more address space than the process maps (where a limit can be set):
