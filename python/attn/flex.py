@@ -1595,7 +1595,7 @@ class BlockMask(HandleOwner):
         PyTorch's BlockMask.numel() (sparsity not counted)."""
         return math.prod(self.shape)
 
-    def _for_call(self, B, H, who="flex_attention"):
+    def _for_call(self, B, H, who="flex_attention", pytorch_classes=True):
         """The map a call of batch B and H heads runs. PyTorch serves every
         sequence (head) from a map made with B=1 or None (H) with the block
         classes of b = 0 (h = 0), but tests elements with the mask_mod at
@@ -1606,13 +1606,18 @@ class BlockMask(HandleOwner):
         where b = 0's are empty; elsewhere the two differ, and ValueError
         names the block. A map from block lists runs its lists of b = 0
         (h = 0) with the mask_mod at the real b (h) in their partial blocks,
-        as PyTorch's kernels both do. Built once per (B, H)."""
+        as PyTorch's kernels both do. Built once per (B, H). Without
+        pytorch_classes (attn's own functions, which PyTorch has no answer
+        for) the map of the call's (B, H) runs as it is, unchecked."""
         mB, mH, T, S = self.shape
         wide = {d for d, m, n in (("b", mB, B), ("h", mH, H)) if m == 1 < n}
         if not wide or self.mask_mod is None:
             return self
-        if (B, H) in self._calls:
-            return self._calls[(B, H)]
+        # a map that skipped the check is kept apart from the checked ones
+        key = (B, H) if pytorch_classes else (B, H, "unchecked")
+        for k in {(B, H), key}:
+            if k in self._calls:
+                return self._calls[k]
         if self._listed is not None:
             return self._lists_for_call(B, H, wide, who)
         if self.description is not None:
@@ -1633,7 +1638,7 @@ class BlockMask(HandleOwner):
         if not reads:
             self._calls[(B, H)] = self
             return self
-        for b in range(cB):
+        for b in range(cB if pytorch_classes else 0):
             for h in range(cH):
                 mine = self._draw(b if mB > 1 else 0, h if mH > 1 else 0).splitlines()
                 real = call._draw(b, h).splitlines()
@@ -1652,7 +1657,7 @@ class BlockMask(HandleOwner):
                                 f"flex_attention {'skips' if c == '.' else 'shows'} them there "
                                 f"and its eager one does not; pass create_block_mask the "
                                 f"call's {' and '.join(sorted(d.upper() for d in reads))}")
-        self._calls[(B, H)] = call
+        self._calls[key] = call
         return call
 
     def _lists_for_call(self, B, H, wide, who):

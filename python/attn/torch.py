@@ -1115,8 +1115,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     query i and key j are the mask's (b, h, i, j) (its B 1 or the number of
     sequences, its Q_LEN and KV_LEN at least the longest sequence's) and
     score_mod's (b, h, q_idx=i, kv_idx=j); a captured tensor is indexed
-    alike, up to (B, H, max_seqlen_q, max_seqlen_k). With score_mod, softcap
-    and alibi_slopes go into it.
+    alike, up to (B, H, max_seqlen_q, max_seqlen_k). A mask made with B 1
+    (or H 1) whose mask_mod reads b (h) gives each sequence (head) its own
+    blocks. With score_mod, softcap and alibi_slopes go into it.
     """
     if block_table is not None:
         raise ValueError("block_table: paged KV caches are not supported by attn")
@@ -1145,6 +1146,11 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         if block_mask is not None and not isinstance(block_mask, flex.BlockMask):
             raise TypeError("flash_attn_varlen_func: block_mask must be a BlockMask "
                             "(create_block_mask)")
+        if block_mask is not None:
+            # a map made for one sequence (head) whose mask_mod reads b (h):
+            # each sequence's (head's) own blocks
+            block_mask = block_mask._for_call(cu_q.numel() - 1, q.size(1),
+                                              "flash_attn_varlen_func", pytorch_classes=False)
         if score_mod is not None:
             if softcap or alibi_slopes is not None:
                 raise ValueError("flash_attn_varlen_func: score_mod with softcap or "

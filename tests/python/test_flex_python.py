@@ -1263,10 +1263,11 @@ def varlen_end_to_end(name, lens_q, lens_kv, H, D, mask_mod, Bm, score_mod_of, b
         rq, rk = slice(int(cu_q[b]), int(cu_q[b + 1])), slice(int(cu_kv[b]), int(cu_kv[b + 1]))
         one = [t[r].transpose(0, 1)[None] for t, r in ((qo, rq), (ko, rk), (vo, rk))]
         smod = score_mod_of(bo) if score_mod_of else None
-        # the score_mod and mask_mod of sequence b at batch index 0
+        # the score_mod and mask_mod of sequence b at batch index 0 (a map made
+        # with B 1 too: its mask_mod at each sequence's own b)
         o, l = oracle(*one, (lambda s, bb, h, qi, kv: smod(s, bb + b, h, qi, kv))
                       if smod else None,
-                      (lambda bb, h, qi, kv: mask_mod(bb + (b if Bm != 1 else 0), h, qi, kv))
+                      (lambda bb, h, qi, kv: mask_mod(bb + b, h, qi, kv))
                       if mask_mod else None)
         want_out.append(o[0].transpose(0, 1))
         want_lse.append(l[0])
@@ -1292,6 +1293,10 @@ if runs:
         ("causal (one map) + softcap + T5", lambda b, h, q_idx, kv_idx: kv_idx <= q_idx + 5, 1,
          lambda bias: (lambda s, b, h, q, kv: 5.0 * torch.tanh(s / 5.0) + bias[
              h, flex.t5_relative_bucket(kv - q, True, 16, 32)]), (H, 16)),
+        # a map made with B 1 and H None whose mask_mod reads b and h: each
+        # sequence and head its own blocks, not b = 0's and h = 0's
+        ("prefix per sequence, offset per head (one map)", lambda b, h, q_idx, kv_idx:
+         (kv_idx <= q_idx + 3 * h) | (kv_idx < prefix[b]), 1, None, None),
     ]
     for name, mmod, Bm, smod, shape in varlen_cases:
         try:
