@@ -618,10 +618,22 @@ static void print_stats(const stream_state *s, size_t prompt_len, const model_st
                                                   : "f32",
             (double)ms->weight_bytes / (1024.0 * 1024.0),
             ms->matmul_dtype == ATTN_DTYPE_BF16 ? "bf16" : "f32");
-    fprintf(stderr, "attn generate: kv cache %zu bytes/token (K %s, V %s; all layers, scales "
-            "included)\n", attn_kv_cache_token_bytes(cache), cli_kv_dtype_name(c.k_dtype),
-            cli_kv_dtype_name(c.v_dtype));
-    print_kv_accuracy(c.k_dtype, c.v_dtype);
+    if (c.values_are_keys) {
+        /* a latent cache: the accuracy table measures caches of keys and
+         * values, whose rounding reaches the scores otherwise */
+        const char *t = cli_kv_dtype_name(c.k_dtype);
+        fprintf(stderr, "attn generate: kv cache %zu bytes/token (the latent in %s, read as K "
+                "and V; all layers, scales included)\n", attn_kv_cache_token_bytes(cache), t);
+        fprintf(stderr, "attn generate: kv cache %s: %s\n", t,
+                c.k_dtype == ATTN_DTYPE_F32 ? "exact"
+                                            : "not measured (docs/generation.md's accuracy "
+                                              "table is of caches of keys and values)");
+    } else {
+        fprintf(stderr, "attn generate: kv cache %zu bytes/token (K %s, V %s; all layers, "
+                "scales included)\n", attn_kv_cache_token_bytes(cache),
+                cli_kv_dtype_name(c.k_dtype), cli_kv_dtype_name(c.v_dtype));
+        print_kv_accuracy(c.k_dtype, c.v_dtype);
+    }
     /* the last step's attention: the backend (and kernel) that ran, the
      * explain record's "NAME: ran" among "NAME: declined (...)" */
     const char *explain = attn_ctx_last_explain(s->ctx);
