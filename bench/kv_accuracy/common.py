@@ -14,6 +14,8 @@ BPE = os.path.join(BOOK, "data", "gpt2-bpe")
 OUT_DIR = os.path.join(ROOT, "build", "kv_accuracy")
 WEIGHTS = os.path.join(OUT_DIR, "verdict-gpt.safetensors")
 CONFIG = os.path.join(OUT_DIR, "verdict-gpt.json")
+MLA_WEIGHTS = os.path.join(OUT_DIR, "verdict-gpt-mla.safetensors")
+MLA_CONFIG = os.path.join(OUT_DIR, "verdict-gpt-mla.json")
 
 # The book's GPT_CONFIG_124M with the width, depth and heads cut so that it
 # trains in minutes on two cores; the vocabulary and context are the book's
@@ -27,6 +29,9 @@ CFG = {
     "drop_rate": 0.1,
     "qkv_bias": False,
 }
+# The same model with chapter 4's latent attention (gpt_with_kv_mla.py's
+# GPTModel), its latent the module's default width, max(16, emb_dim // 8).
+MLA_CFG = dict(CFG, latent_dim=32)
 # The book's split: the first 90% of the characters train, the rest validate.
 TRAIN_RATIO = 0.90
 
@@ -56,6 +61,6 @@ def tokenizer():
     return Tokenizer(BPE)
 
 
-def write_config(path):
+def write_config(path, cfg=None):
     with open(path, "w") as f:
-        json.dump(CFG, f, indent=1)
+        json.dump(CFG if cfg is None else cfg, f, indent=1)

@@ -3,7 +3,7 @@ the next-token distributions of teacher-forced decoding against those of
 the float32 cache on the same tokens.
 
     ATTN_LIBRARY=build/libattn.so .venv/bin/python bench/kv_accuracy/kv_accuracy.py \
-        [--model trained|llama|both] [--llama-layers 8] [--llama-prompt 3584] \
+        [--model trained|llama|both|mla] [--llama-layers 8] [--llama-prompt 3584] \
         [--llama-steps 512] [--products] [--json OUT]
 
 trained: the small chapter-5 GPT of train_verdict.py (run that first; its
@@ -14,6 +14,11 @@ from "Every effort moves you", float32 cache). Each is prefilled with its
 first 128 tokens and then decoded one token at a time through the other
 128: 512 decode steps at cache lengths 129 to 256, the four sequences as
 one batch of a cache.
+
+mla: the same model with chapter 4's latent attention, trained alike
+(train_verdict.py --arch mla), on the same kind of sequences: its cache holds
+the latent once, read as keys and as values, so each type rounds the latent
+and K and V share it (the K=V pairs alone).
 
 llama: a Llama-3-shaped model with random weights (hidden 2048, 32 query
 heads over 8 KV heads, head_dim 64, intermediate 8192, vocab 32000, context
@@ -74,7 +79,7 @@ def teacher_forced(lm, seqs, prompt_len, k_dtype, v_dtype):
     yield cache.token_bytes()
 
 
-def measure(lm, seqs, prompt_len, label):
+def measure(lm, seqs, prompt_len, label, pairs=PAIRS):
     """Rows of the table: the f32 cache, then each pair against it."""
     seqs = np.ascontiguousarray(seqs, dtype=np.int32)
     start = time.time()
@@ -88,7 +93,7 @@ def measure(lm, seqs, prompt_len, label):
              np.log(ref[0].shape[-1])), flush=True)
     rows = [{"k": "f32", "v": "f32", "token_bytes": f32_bytes, "mean_kl": 0.0, "max_kl": 0.0,
              "top1": 100.0}]
-    for k, v in PAIRS:
+    for k, v in pairs:
         start = time.time()
         kls, agree = [], 0
         gen = teacher_forced(lm, seqs, prompt_len, k, v)
@@ -179,7 +184,7 @@ def table(result):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", choices=("trained", "llama", "both"), default="both")
+    ap.add_argument("--model", choices=("trained", "llama", "both", "mla"), default="both")
     ap.add_argument("--weights", default=common.WEIGHTS)
     ap.add_argument("--llama-layers", type=int, default=8)
     ap.add_argument("--llama-prompt", type=int, default=3584)
@@ -207,6 +212,16 @@ def main():
                 seqs, 128, label)
         else:
             result = measure(lm, seqs, 128, label)
+        results["results"].append(result)
+        print(table(result))
+        del lm
+    if args.model == "mla":
+        lm = attn.LanguageModel.load(common.MLA_WEIGHTS, config=common.MLA_CONFIG,
+                                     num_threads=threads)
+        seqs = trained_sequences(lm, common.tokenizer())
+        label = "trained chapter-5 GPT with latent attention (%s)" % ", ".join(
+            "%s %s" % kv for kv in common.MLA_CFG.items())
+        result = measure(lm, seqs, 128, label, [(k, v) for k, v in PAIRS if k == v])
         results["results"].append(result)
         print(table(result))
         del lm

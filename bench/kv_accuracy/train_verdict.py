@@ -13,6 +13,11 @@ KL divergences there a meaning.
 The same torch build and thread count (--threads) give the same weights
 run after run. At the end attn loads the file and its logits on a
 validation window are checked against PyTorch's (eval mode).
+
+--arch mla trains the same model with chapter 4's latent attention instead
+(gpt_with_kv_mla.py's GPTModel, common.MLA_CFG), into
+build/kv_accuracy/verdict-gpt-mla.safetensors: kv_accuracy.py --model mla
+measures its latent cache's types.
 """
 import argparse
 import os
@@ -61,12 +66,15 @@ def main():
     ap.add_argument("--epochs", type=int, default=12)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--out", default=common.WEIGHTS)
+    ap.add_argument("--arch", choices=("gpt", "mla"), default="gpt")
+    ap.add_argument("--out", help="default: build/kv_accuracy/verdict-gpt[-mla].safetensors")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = common.MLA_WEIGHTS if args.arch == "mla" else common.WEIGHTS
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(123)
-    cfg = common.CFG
+    cfg = common.MLA_CFG if args.arch == "mla" else common.CFG
     tok = BookTokenizer(common.tokenizer())
     train_text, val_text = common.text_splits()
     ctx = cfg["context_length"]
@@ -77,7 +85,12 @@ def main():
         generator=torch.Generator().manual_seed(123))
     val_loader = torch.utils.data.DataLoader(val_set, batch_size=2, shuffle=False)
 
-    model = GPTModel(cfg)
+    if args.arch == "mla":
+        sys.path.insert(0, common.BOOK)
+        from gpt_with_kv_mla import GPTModel as MlaGPTModel
+        model = MlaGPTModel(cfg)
+    else:
+        model = GPTModel(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1)
     print("train: %d windows, validation: %d windows of %d tokens; %d parameters"
           % (len(train_set), len(val_set), ctx, sum(p.numel() for p in model.parameters())))
@@ -103,7 +116,7 @@ def main():
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     save_file(state, args.out)
     config_path = os.path.splitext(args.out)[0] + ".json"
-    common.write_config(config_path)
+    common.write_config(config_path, cfg)
     print("saved %s and %s" % (args.out, config_path))
 
     # attn's logits of the saved file against PyTorch's on a validation window
