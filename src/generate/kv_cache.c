@@ -548,7 +548,8 @@ static bool stage_rows(const attn_kv_cache *c, size_t rows, const float *k_new,
                        const float *v_new, staged_rows *out) {
     const kv_store *K = &c->k, *V = &c->v;
     bool shared = c->cfg.values_are_keys;
-    bool code_k = K->fmt.dtype != ATTN_DTYPE_F32, code_v = !shared && V->fmt.dtype != ATTN_DTYPE_F32;
+    bool code_k = K->fmt.dtype != ATTN_DTYPE_F32;
+    bool code_v = !shared && V->fmt.dtype != ATTN_DTYPE_F32;
     *out = (staged_rows){(const uint8_t *)k_new, (const uint8_t *)values_of(c, k_new, v_new), NULL,
                          NULL, NULL};
     if (!rows || (!code_k && !code_v)) return true;
