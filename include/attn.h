@@ -2270,7 +2270,8 @@ size_t attn_lm_weight_bytes(const attn_lm *m);
  * one KV head of latent_dim, values_are_keys), for batch sequences of up
  * to max_len tokens (0: context_length), K and V in float32.
  * A windowed model (sliding_window_size) refuses, ATTN_ERR_SHAPE, a cache
- * of other windows; a model without windows takes the cache's. */
+ * of other windows; a model without windows takes the cache's. A model
+ * other than gpt-mla refuses a values_are_keys cache (ATTN_ERR_SHAPE). */
 attn_status attn_lm_cache_new(attn_lm *m, size_t batch, size_t max_len, attn_kv_layout layout,
                               size_t page_size, attn_kv_cache **out);
 /* The configuration attn_lm_cache_new makes (contiguous, float32), for the

@@ -677,6 +677,13 @@ attn_status attn_lm_check_cache(attn_lm *m, const char *who, const attn_kv_cache
                          "%zu, head_dim %zu%s)",
                          who, c.num_layers, c.batch, c.kv_heads, c.head_dim, m->cfg.n_layers,
                          batch, kv_heads, head_dim, m->latent ? ": gpt-mla's latent" : "");
+    /* such a cache takes one array of rows, where this model's keys and
+     * values differ: every attend would refuse its values */
+    if (c.values_are_keys && !m->latent)
+        return attn_fail(m->ctx, ATTN_ERR_SHAPE,
+                         "%s: the cache's values are its keys (values_are_keys), where %s's "
+                         "values are not its keys (attn_lm_cache_config gives its cache)",
+                         who, attn_lm_arch_name(m->cfg.arch));
     /* the cache's windows decide what a layer attends to: a windowed
      * model's must be its own (a window at or past max_len sees everything,
      * as none does); a model without windows takes the caller's */

@@ -153,7 +153,8 @@ void attn_lm_list_names(const attn_lm_config *cfg, attn_lm_name_fn visit, void *
 attn_status attn_lm_cache_status(attn_ctx *ctx, const attn_kv_cache *cache, attn_status st);
 
 /* ATTN_ERR_SHAPE, named for who, where cache does not fit m (its layers,
- * kv_heads and head_dim) and a call of batch sequences; it reads the cache
+ * kv_heads, head_dim, and values_are_keys on a model whose values are not
+ * its keys) and a call of batch sequences; it reads the cache
  * alone, so a caller checks it before it changes the cache. */
 attn_status attn_lm_check_cache(attn_lm *m, const char *who, const attn_kv_cache *cache,
                                 size_t batch);

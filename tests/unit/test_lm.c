@@ -359,6 +359,62 @@ static void check_latent_cache(attn_ctx *ctx, const attn_lm_config *cfg, uint64_
     free(logits);
 }
 
+/* A cache whose values are its keys (gpt-mla's shape of cache) on a model
+ * whose values are not: attn_lm_forward and attn_lm_generate refuse it as a
+ * cache that does not fit, before the generate resets it, its tokens kept. */
+static void check_values_are_keys_refused(attn_ctx *ctx, const attn_lm_config *cfg,
+                                          uint64_t seed) {
+    attn_lm *m = new_model(ctx, cfg, seed);
+    CHECK(m != NULL);
+    if (!m) return;
+    attn_kv_cache_config c;
+    CHECK_STATUS(attn_lm_cache_config(m, 1, 0, &c), ATTN_OK);
+    CHECK(!c.values_are_keys);
+    attn_kv_cache *good = NULL, *cache = NULL;
+    CHECK_STATUS(attn_kv_cache_new(ctx, &c, &good), ATTN_OK);
+    c.values_are_keys = true;
+    CHECK_STATUS(attn_kv_cache_new(ctx, &c, &cache), ATTN_OK);
+    int32_t ids[3] = {1, 2, 3}, out[2] = {-1, -1};
+    float *logits = malloc(3 * cfg->vocab_size * sizeof(float));
+    CHECK(logits && good && cache);
+    if (!logits || !good || !cache) {
+        free(logits);
+        attn_kv_cache_free(good);
+        attn_kv_cache_free(cache);
+        attn_lm_free(m);
+        return;
+    }
+    /* its tokens put there by hand: what a refused call must keep */
+    const size_t kv = c.kv_heads * c.head_dim;
+    float *rows = calloc(2 * kv, sizeof(float));
+    size_t two[1] = {2}, len = 0;
+    for (size_t l = 0; rows && l < c.num_layers; l++)
+        CHECK_STATUS(attn_kv_cache_append(cache, l, two, 0, rows, NULL), ATTN_OK);
+    free(rows);
+    const char *why = "the cache's values are its keys (values_are_keys), where ";
+    CHECK_STATUS(forward(m, cache, ids, 1, 3, false, logits), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "attn_lm_forward: ");
+    CHECK_MESSAGE(ctx, why);
+    CHECK_MESSAGE(ctx, "'s values are not its keys (attn_lm_cache_config gives its cache)");
+    size_t count = 7;
+    attn_generate_args g = {.prompt = ids, .prompt_len = 3, .max_new_tokens = 2,
+                            .cache = cache, .out = out, .count = &count};
+    CHECK_STATUS(attn_lm_generate(m, &g), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "attn_lm_generate: ");
+    CHECK_MESSAGE(ctx, why);
+    CHECK(count == 0 && out[0] == -1);
+    for (size_t l = 0; l < c.num_layers; l++) {
+        CHECK_STATUS(attn_kv_cache_length(cache, l, 0, &len), ATTN_OK);
+        CHECK(len == 2);
+    }
+    /* the model's own cache runs */
+    CHECK_STATUS(forward(m, good, ids, 1, 3, false, logits), ATTN_OK);
+    free(logits);
+    attn_kv_cache_free(good);
+    attn_kv_cache_free(cache);
+    attn_lm_free(m);
+}
+
 /* A windowed model: a position past the window no longer moves a windowed
  * layer (the logits of the last token are the same for any token before
  * its window where every layer has one), and a cache without the model's
@@ -600,6 +656,10 @@ int main(int argc, char **argv) {
     attn_lm_config a = mla_cfg(), w = swa_cfg();
     check_save_load(ctx, &a, seed, true);
     check_latent_cache(ctx, &a, seed);
+    attn_lm_config gq = gqa_cfg();
+    check_values_are_keys_refused(ctx, &g, seed);
+    check_values_are_keys_refused(ctx, &gq, seed);
+    check_values_are_keys_refused(ctx, &l, seed);
     check_windows(ctx, &w, seed);
     check_save_load(ctx, &l, seed, true);
 #ifdef ATTN_ALLOC_FAILURE_INJECTION
