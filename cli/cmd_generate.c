@@ -723,9 +723,13 @@ static int make_cache(attn_ctx *ctx, attn_lm *m, const generate_options *o, size
                                cli_kv_dtype_name(o->k_dtype), cli_kv_dtype_name(o->v_dtype));
     cfg.k_dtype = o->k_dtype;
     cfg.v_dtype = o->v_dtype;
-    if (attn_kv_cache_new(ctx, &cfg, out) != ATTN_OK)
-        return cli_library_error(ctx, cache_option(o, attn_ctx_last_error(ctx)));
-    return CLI_OK;
+    if (attn_kv_cache_new(ctx, &cfg, out) == ATTN_OK) return CLI_OK;
+    const char *why = attn_ctx_last_error(ctx);
+    /* the cache's head_dim is then the latent's, not the model's heads' */
+    if (cfg.values_are_keys)
+        return cli_failure("%s: %s (this model caches its latent: one KV head of latent_dim "
+                           "%zu)", cache_option(o, why), why, cfg.head_dim);
+    return cli_library_error(ctx, cache_option(o, why));
 }
 
 static int generate(attn_ctx *ctx, attn_lm *m, const generate_options *o, attn_tokenizer *tok,

@@ -334,6 +334,12 @@ def main():
     refused("model", ["--random-init", "1", "--config", mla_cfg, "--k-dtype", "int8",
                       "--v-dtype", "bf16"] + gen,
             "--k-dtype int8, --v-dtype bf16: this model caches one latent a token", cwd)
+    # its cache's head_dim is the latent's (24 here, its heads' 16): named as such
+    refused("model", ["--random-init", "1", "--config",
+                      write_json("mla24.json", book_cfg(latent_dim=24)), "--kv-dtype", "int4"]
+            + gen, "--kv-dtype: attn_kv_cache_new: k_dtype I4 stores groups of 32 elements; "
+            "head_dim 24 is not a multiple of 32 (this model caches its latent: one KV head of "
+            "latent_dim 24)", cwd)
     out, err = succeeded(["--random-init", "1", "--config", mla_cfg, "--kv-dtype", "int8",
                           "--stats"] + gen, cwd)
     check("kv cache %d bytes/token (the latent in int8, read as K and V" % (16 + 4) in err
