@@ -2251,7 +2251,9 @@ void attn_lm_free(attn_lm *m);
  *                    by the rounding: docs/generation.md measures it.
  * Other dtypes, or BF16 on a model of f32 or f16 weights: ATTN_ERR_INVALID
  * naming them, the model unchanged. Norms, attention, the KV cache and the
- * softmax are not affected.
+ * softmax are not affected, nor are gpt-mla's per-head products with its
+ * cached latent (each head's query taken down to the latent, its output up:
+ * float32 inputs, the weights widened).
  */
 attn_status attn_lm_set_matmul_dtype(attn_lm *m, attn_dtype dtype);
 attn_dtype attn_lm_get_matmul_dtype(const attn_lm *m);
