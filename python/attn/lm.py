@@ -495,7 +495,8 @@ class LanguageModel(HandleOwner):
                   k_dtype=None, v_dtype=None):
         """A KV cache for this model: dtype is how it stores K and V: "f32", "bf16",
         "f16", "fp8" (e4m3), "int8" or "int4"; k_dtype or v_dtype, where given, is
-        that side's instead (dtype None: both given)."""
+        that side's instead (dtype None: both given). A gpt-mla model caches its
+        latent, one array read as K and as V: one type (ValueError otherwise)."""
         batch = as_index("batch", batch, 0, SIZE_MAX)
         max_len = as_index("max_len", max_len, 0, SIZE_MAX)
         page_size = as_index("page_size", page_size, 0, SIZE_MAX)
@@ -511,8 +512,13 @@ class LanguageModel(HandleOwner):
             self._ctx.check(lib.attn_lm_cache_config(self._handle, batch, max_len,
                                                      ctypes.byref(cfg)))
             cfg.layout, cfg.page_size = LAYOUTS[layout], page_size
-            cfg.k_dtype = KV_DTYPES[k_dtype if k_dtype is not None else dtype]
-            cfg.v_dtype = KV_DTYPES[v_dtype if v_dtype is not None else dtype]
+            k_name = k_dtype if k_dtype is not None else dtype
+            v_name = v_dtype if v_dtype is not None else dtype
+            if cfg.values_are_keys and k_name != v_name:
+                raise ValueError(f"new_cache: k_dtype {k_name!r}, v_dtype {v_name!r}: this "
+                                 "model caches one latent a token, read as keys and as "
+                                 "values: give one type (dtype)")
+            cfg.k_dtype, cfg.v_dtype = KV_DTYPES[k_name], KV_DTYPES[v_name]
             self._ctx.check(lib.attn_kv_cache_new(self._ctx.handle, ctypes.byref(cfg),
                                                   ctypes.byref(handle)))
         return KVCache(handle, self._ctx)

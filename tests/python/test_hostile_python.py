@@ -1503,6 +1503,13 @@ def copies():
     got = attn.LanguageModel(dict(TINY, latent_dim=None), seed=1).config
     check(got["arch"] == "gpt-mla" and got["latent_dim"] == 16,
           "latent_dim None is the module's max(16, emb_dim // 8): %r" % (got,))
+    # its cache holds the latent once, read as K and V: one type, two refused
+    mla = attn.LanguageModel(dict(TINY, latent_dim=None), seed=1)
+    c = mla.new_cache(dtype="int8").config()
+    check(c["values_are_keys"] and c["kv_heads"] == 1 and c["head_dim"] == 16 and
+          c["k_dtype"] == c["v_dtype"] == "int8", "gpt-mla's cache: %r" % (c,))
+    raises(lambda: mla.new_cache(k_dtype="int8"), ValueError,
+           ["k_dtype 'int8'", "v_dtype 'f32'", "one type"], "gpt-mla k_dtype alone", S)
     # ... which generate but do not pretrain: refused by name, not trained as
     # the plain GPTModel with their keys dropped
     for key, value in (("latent_dim", 4), ("sliding_window_size", 3), ("n_kv_groups", 1)):
