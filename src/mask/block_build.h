@@ -48,6 +48,12 @@ typedef struct block_source {
      * called once per element): the memory check may then read tiles ahead
      * of the build. */
     bool rereadable;
+    /* Whether the map keeps no row intervals whatever its rows: a slice of
+     * heads of a map that keeps none (attn_block_map_heads), which then
+     * runs on the kernels its parent runs on (heads alike can have
+     * intervals their parent lacks, and the kernels that read them round
+     * otherwise). */
+    bool no_row_intervals;
 } block_source;
 
 /* The block map of cfg (checked here, by name) read from src. */

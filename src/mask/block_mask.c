@@ -487,7 +487,7 @@ attn_status attn_block_mask_build(attn_ctx *ctx, const char *who,
     m->part = bm->part;
     m->part_tile = bm->part_tile;
     m->bits = bm->bits;
-    if (!transpose(bm) || !find_row_intervals(bm)) goto oom;
+    if (!transpose(bm) || (!src->no_row_intervals && !find_row_intervals(bm))) goto oom;
     attn_free(scratch);
     attn_free(listed);
     attn_free(classes);

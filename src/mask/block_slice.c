@@ -120,7 +120,7 @@ static attn_status slice_row_bits(const void *self, attn_ctx *ctx, const char *w
  * attn_block_map_slice's rectangle. */
 static attn_status slice(attn_ctx *ctx, const char *who, const attn_block_map *m, size_t b0,
                          size_t nb, size_t h0, size_t h1, size_t q0, size_t q1, size_t k0,
-                         size_t k1, attn_block_mask **out) {
+                         size_t k1, bool parents_kernels, attn_block_mask **out) {
     *out = NULL;
     if (h0 >= h1 || q0 >= q1 || k0 >= k1 || q1 > m->q_len || k1 > m->kv_len ||
         (m->heads != 1 && h1 > m->heads))
@@ -133,14 +133,20 @@ static attn_status slice(attn_ctx *ctx, const char *who, const attn_block_map *m
                                   .heads = m->heads == 1 ? 1 : h1 - h0,
                                   .q_len = q1 - q0, .kv_len = k1 - k0,
                                   .block_q = m->block_q, .block_kv = m->block_kv};
-    block_source src = {.self = &s, .classify = slice_classify, .row_bits = slice_row_bits};
+    block_source src = {.self = &s, .classify = slice_classify, .row_bits = slice_row_bits,
+                        .no_row_intervals = parents_kernels && m->row_lo == NULL};
     return attn_block_mask_build(ctx, who, &cfg, &src, out);
 }
 
 attn_status attn_block_map_slice(attn_ctx *ctx, const char *who, const attn_block_map *m,
                                  size_t h0, size_t h1, size_t q0, size_t q1, size_t k0, size_t k1,
                                  attn_block_mask **out) {
-    return slice(ctx, who, m, 0, m->batch, h0, h1, q0, q1, k0, k1, out);
+    return slice(ctx, who, m, 0, m->batch, h0, h1, q0, q1, k0, k1, false, out);
+}
+
+attn_status attn_block_map_heads(attn_ctx *ctx, const char *who, const attn_block_map *m,
+                                 size_t h0, size_t h1, attn_block_mask **out) {
+    return slice(ctx, who, m, 0, m->batch, h0, h1, 0, m->q_len, 0, m->kv_len, true, out);
 }
 
 attn_status attn_block_map_sequence(attn_ctx *ctx, const char *who, const attn_block_map *m,
@@ -151,5 +157,5 @@ attn_status attn_block_map_sequence(attn_ctx *ctx, const char *who, const attn_b
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: sequence %zu of a block map of batch %zu",
                          who, b, m->batch);
     }
-    return slice(ctx, who, m, b, 1, 0, m->heads, 0, q_len, 0, kv_len, out);
+    return slice(ctx, who, m, b, 1, 0, m->heads, 0, q_len, 0, kv_len, false, out);
 }

@@ -21,6 +21,14 @@ attn_status attn_block_map_slice(attn_ctx *ctx, const char *who, const attn_bloc
                                  size_t h0, size_t h1, size_t q0, size_t q1, size_t k0, size_t k1,
                                  attn_block_mask **out);
 
+/* Heads [h0, h1) of m, every query and key, as a map that runs on the
+ * kernels m runs on (block_slice.c): where m keeps no row intervals (its
+ * heads differ), neither does the slice, though its own heads may be
+ * alike, so that each head's attention takes the same path and gives the
+ * same bits as in m (Ulysses's split of the heads). */
+attn_status attn_block_map_heads(attn_ctx *ctx, const char *who, const attn_block_map *m,
+                                 size_t h0, size_t h1, attn_block_mask **out);
+
 /* Sequence b of m (any b where m's batch is 1), every head, queries
  * [0, q_len) x keys [0, kv_len), as a map of batch 1 (block_slice.c). */
 attn_status attn_block_map_sequence(attn_ctx *ctx, const char *who, const attn_block_map *m,

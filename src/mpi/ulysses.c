@@ -193,8 +193,7 @@ static attn_status heads_map(attn_mpi_group *g, const char *who, const attn_mpi_
         if (!sub)
             return attn_fail(g->ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for a block map",
                              who);
-        attn_status st = attn_block_map_slice(g->ctx, who, m, h0, h0 + hp, 0, m->q_len, 0,
-                                              m->kv_len, sub);
+        attn_status st = attn_block_map_heads(g->ctx, who, m, h0, h0 + hp, sub);
         if (st != ATTN_OK) {
             attn_free(sub);
             return st;

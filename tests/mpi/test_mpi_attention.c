@@ -408,6 +408,8 @@ static attn_block_mask *make_map(attn_ctx *ctx, int kind, size_t B, size_t H, si
  * follow the map and the pairs causality skipped. */
 static void test_maps(attn_ctx *ctx) {
     map_seed = (uint64_t)MPI_Wtime() * 1000003u ^ (uint64_t)clock();
+    const char *replay = getenv("ATTN_TEST_SEED"); /* the printed seed, to repeat a run */
+    if (replay) map_seed = strtoull(replay, NULL, 10);
     MPI_Bcast(&map_seed, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
     if (rank == 0) printf("maps: seed %llu\n", (unsigned long long)map_seed);
     size_t P = (size_t)nranks, H = 2 * P, T = 2 * P * 24 + 3, D = 16;

@@ -1233,6 +1233,65 @@ static void test_slices(attn_ctx *ctx, int rounds) {
 }
 
 /* usage: test_block_mask [rounds] (random trees, 300; each primitive a tenth) */
+/* A slice of heads (attn_block_map_heads) runs as its parent runs
+ * (Ulysses's premise: each rank's heads give the single process's bits).
+ * Heads 0 and 1 see every key and heads 2 and 3 a random part: the
+ * parent's heads differ, so it keeps no row intervals, while its slice of
+ * heads 0 and 1 alone is the same for both heads; out and lse of each
+ * slice's heads are the parent's, bit for bit, over random inputs (the
+ * kernels that read row intervals round otherwise). The backward's path
+ * is the MPI layer's to choose (test_mpi_attention). */
+static void test_slice_kernels(attn_ctx *ctx) {
+    enum { H = 4, D = 16 };
+    static const size_t lengths[] = {3, 40};
+    for (size_t li = 0; li < 2; li++) {
+        size_t T = lengths[li], n = H * T * D;
+        uint8_t *vis = malloc(H * T * T);
+        float *x = malloc(6 * n * sizeof(float));
+        float *q = x, *k = q + n, *v = k + n, *out = v + n, *o2 = out + n, *lse = o2 + n;
+        float lse2[H * 40];
+        bool same = true;
+        for (int trial = 0; trial < 64; trial++) {
+            for (size_t i = 0; i < H * T * T; i++) vis[i] = i < 2 * T * T || rand_below(10) < 8;
+            for (size_t i = 0; i < 3 * n; i++)
+                x[i] = (float)((double)(next_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+            attn_block_mask_config c = {.batch = 1, .heads = H, .q_len = T, .kv_len = T,
+                                        .block_q = 32, .block_kv = 16};
+            size_t st[4] = {0, T * T, T, 1};
+            attn_block_mask *bm = NULL;
+            CHECK_STATUS(attn_block_mask_from_bool(ctx, &c, vis, st, &bm), ATTN_OK);
+            attn_sdpa_config cfg = {.batch = 1, .heads = H, .kv_heads = H, .q_tokens = T,
+                                    .kv_tokens = T, .head_dim = D, .causal = true,
+                                    .q_strides = {H * T * D, D, T * D},
+                                    .kv_strides = {H * T * D, D, T * D},
+                                    .out_strides = {H * T * D, D, T * D}, .block_mask = bm};
+            CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+            for (size_t h0 = 0; h0 < H; h0 += 2) {
+                attn_block_mask *half = NULL;
+                CHECK_STATUS(attn_block_map_heads(ctx, "test", attn_block_mask_map(bm), h0,
+                                                  h0 + 2, &half),
+                             ATTN_OK);
+                attn_sdpa_config g = cfg;
+                g.heads = g.kv_heads = 2;
+                g.q_strides[0] = g.kv_strides[0] = g.out_strides[0] = 2 * T * D;
+                g.block_mask = half;
+                size_t at = h0 * T * D;
+                CHECK_STATUS(attn_sdpa_forward(ctx, &g, q + at, k + at, v + at, o2 + at,
+                                               lse2 + h0 * T, NULL, NULL),
+                             ATTN_OK);
+                attn_block_mask_free(half);
+            }
+            size_t bytes = n * sizeof(float);
+            same = same && !memcmp(out, o2, bytes) && !memcmp(lse, lse2, H * T * sizeof(float));
+            attn_block_mask_free(bm);
+        }
+        if (!same) printf("FAIL: T %zu: a slice of heads gives other bits than its map\n", T);
+        CHECK(same);
+        free(vis);
+        free(x);
+    }
+}
+
 int main(int argc, char **argv) {
     int rounds = argc > 1 ? atoi(argv[1]) : 300;
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)clock() << 20);
@@ -1252,6 +1311,7 @@ int main(int argc, char **argv) {
     test_fn_errors(ctx);
     test_kv_blocks(ctx);
     test_slices(ctx, rounds / 10);
+    test_slice_kernels(ctx);
     test_speed(ctx);
     test_long_window(ctx);
     test_dense_past_memory(ctx);
