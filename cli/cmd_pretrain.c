@@ -63,7 +63,10 @@ static const char pretrain_help[] =
     "                  absent, attn_pdrop and embd_pdrop the same); with the\n"
     "                  book's Llama 3 keys (hidden_dim, n_kv_groups, rope_base,\n"
     "                  rope_freq) or Hugging Face Llama's, the book's Llama3Model\n"
-    "                  (float32, no dropout)\n"
+    "                  (float32, no dropout); with chapter 4's bonus keys, that\n"
+    "                  script's GPTModel: n_kv_groups (gpt_with_kv_gqa.py),\n"
+    "                  latent_dim (gpt_with_kv_mla.py) or sliding_window_size and\n"
+    "                  sliding_window_stride (gpt_with_kv_swa.py)\n"
     "  --resume FILE   continue the run saved with --save FILE (FILE and\n"
     "                  FILE.state): the model's config is the checkpoint's; give the\n"
     "                  same --text, --tokenizer, --batch-size, --max-length and\n"
@@ -261,6 +264,32 @@ static bool metadata_double(attn_safetensors *st, const char *key, double *out) 
     return v && cli_parse_double(v, out);
 }
 
+/* Chapter 4's bonus GPT a checkpoint's metadata names by its keys, as
+ * attn_model_save writes them (none: the book's GPTModel); false where a
+ * value is not one it writes. */
+static bool checkpoint_gpt_variant(attn_safetensors *st, attn_gpt_config *g) {
+    const char *latent = attn_safetensors_metadata_get(st, "latent_dim");
+    const char *window = attn_safetensors_metadata_get(st, "sliding_window_size");
+    if (attn_safetensors_metadata_get(st, "n_kv_groups")) {
+        g->attention = ATTN_GPT_GQA;
+        return metadata_size(st, "n_kv_groups", &g->n_kv_groups);
+    }
+    if (latent) {
+        g->attention = ATTN_GPT_MLA;
+        return strcmp(latent, "null") == 0 || metadata_size(st, "latent_dim", &g->latent_dim);
+    }
+    if (window) {
+        double stride = 0.0;
+        g->attention = ATTN_GPT_SWA;
+        if (!metadata_size(st, "sliding_window_size", &g->sliding_window_size) ||
+            !metadata_double(st, "sliding_window_stride", &stride) || stride != floor(stride) ||
+            !(fabs(stride) <= 9007199254740992.0))
+            return false;
+        g->sliding_window_stride = (int64_t)stride;
+    }
+    return true;
+}
+
 /* The model a --resume checkpoint's metadata describes ("format":
  * "attn-gpt" or "attn-llama3", as attn_model_save writes them). */
 static int checkpoint_model_new(attn_ctx *ctx, const char *path, attn_rng *rng,
@@ -276,7 +305,8 @@ static int checkpoint_model_new(attn_ctx *ctx, const char *path, attn_rng *rng,
               metadata_size(st, "context_length", &context) &&
               metadata_size(st, "emb_dim", &emb) && metadata_size(st, "n_heads", &heads) &&
               metadata_size(st, "n_layers", &layers);
-    attn_gpt_config g = {vocab, context, emb, heads, layers, 0.0, false};
+    attn_gpt_config g = {.vocab_size = vocab, .context_length = context, .emb_dim = emb,
+                         .n_heads = heads, .n_layers = layers};
     attn_llama3_config l = {.vocab_size = vocab, .context_length = context, .emb_dim = emb,
                             .n_heads = heads, .n_layers = layers};
     if (ok && gpt) {
@@ -284,6 +314,7 @@ static int checkpoint_model_new(attn_ctx *ctx, const char *path, attn_rng *rng,
         ok = metadata_double(st, "drop_rate", &g.drop_rate) && bias &&
              (strcmp(bias, "true") == 0 || strcmp(bias, "false") == 0);
         if (ok) g.qkv_bias = strcmp(bias, "true") == 0;
+        if (ok) ok = checkpoint_gpt_variant(st, &g);
     } else if (ok) {
         const char *freq = attn_safetensors_metadata_get(st, "rope_freq");
         ok = metadata_size(st, "hidden_dim", &l.hidden_dim) &&
@@ -325,14 +356,6 @@ static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rn
         attn_lm_config lc;
         if (attn_lm_config_read(ctx, o->config, &lc) != ATTN_OK)
             return cli_library_error(ctx, "--config");
-        if (lc.arch == ATTN_LM_GPT_GQA || lc.arch == ATTN_LM_GPT_MLA || lc.sliding_window_size)
-            return cli_usage_error("--config: '%s' is chapter 4's bonus GPT with %s, which "
-                                   "attn generate runs but attn pretrain does not train (it "
-                                   "trains the book's GPTModel and Llama3Model)",
-                                   o->config,
-                                   lc.arch == ATTN_LM_GPT_GQA   ? "grouped-query attention"
-                                   : lc.arch == ATTN_LM_GPT_MLA ? "latent attention"
-                                                                : "sliding windows");
         if (lc.arch == ATTN_LM_LLAMA3) {
             attn_llama3_config l;
             int rc = llama3_config_of(&lc, o->config, &l);
@@ -368,6 +391,15 @@ static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rn
                 differs = others[i];
             }
         }
+        /* gpt_with_kv_swa.py's keys as its cfg has them (attn_lm_config_read
+         * checked them: a positive window, an integer stride): the config
+         * read drops the window where the stride is 0, a model whose
+         * layers have none but whose module is still the script's */
+        double window = 0.0, stride = 0.0;
+        const attn_json *w = attn_json_get(root, "sliding_window_size");
+        bool swa = w && w->type != ATTN_JSON_NULL && json_value(root, "sliding_window_size",
+                                                                &window) == 1 &&
+                   json_value(root, "sliding_window_stride", &stride) == 1;
         attn_json_free(root);
         if (found < 0)
             return cli_usage_error("--config: \"%s\" in '%s' must be a number (a probability)",
@@ -386,6 +418,23 @@ static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rn
                               .emb_dim = lc.emb_dim, .n_heads = lc.n_heads,
                               .n_layers = lc.n_layers, .drop_rate = drop,
                               .qkv_bias = lc.qkv_bias};
+        if (swa && lc.arch != ATTN_LM_GPT2)
+            return cli_usage_error("--config: '%s' has sliding windows and %s; the book's "
+                                   "bonus GPTs have one or the other (gpt_with_kv_swa.py's "
+                                   "MultiHeadAttentionWithSWA)",
+                                   o->config, lc.arch == ATTN_LM_GPT_GQA ? "n_kv_groups"
+                                                                         : "latent_dim");
+        if (lc.arch == ATTN_LM_GPT_GQA) {
+            g.attention = ATTN_GPT_GQA;
+            g.n_kv_groups = lc.n_kv_groups;
+        } else if (lc.arch == ATTN_LM_GPT_MLA) {
+            g.attention = ATTN_GPT_MLA;
+            g.latent_dim = lc.latent_dim;
+        } else if (swa) {
+            g.attention = ATTN_GPT_SWA;
+            g.sliding_window_size = (size_t)window;
+            g.sliding_window_stride = (int64_t)stride;
+        }
     } else {
         attn_gpt2_preset p;
         const char *name = o->preset ? o->preset : "gpt2-small";

@@ -1686,14 +1686,49 @@ typedef struct attn_model_config {
  * forward draws its dropout masks in the order of the book's forward
  * (drop_emb; per block the attention weights', drop_shortcut after att and
  * after ff). Everything else is attn_model's: attn_model_get_config gives
- * (emb_dim as d_model, ATTN_MODULE_MHA, mlp, drop_rate as dropout);
+ * (emb_dim as d_model, ATTN_MODULE_MHA (the bonus GPTs' module kind below),
+ * mlp, drop_rate as dropout);
  * attn_model_save writes the book's names with "format": "attn-gpt" and
  * these keys as metadata, which attn_lm_load reads as the config.
+ *
+ * attention picks one of chapter 4's bonus GPTs instead (llms-from-scratch
+ * ch04/04_gqa, 05_mla, 06_swa: gpt_with_kv_*.py's GPTModel, trained with
+ * use_cache False): the same model but for att, the script's module, with
+ * its parameters under att. in its registration order, drawn in its
+ * construction order, its dropout on the attention weights, and no mask
+ * buffers (the scripts make their masks in the forward):
+ *   ATTN_GPT_GQA  GroupedQueryAttention (ATTN_MODULE_GQA): W_key, W_value
+ *                 (n_kv_groups * head_dim wide), W_query (qkv_bias each),
+ *                 out_proj without bias;
+ *   ATTN_GPT_MLA  MultiHeadLatentAttention (ATTN_MODULE_MLA): W_query,
+ *                 W_DKV (down to latent_dim), W_UK, W_UV (qkv_bias each),
+ *                 out_proj with bias;
+ *   ATTN_GPT_SWA  MultiHeadAttentionWithSWA (ATTN_MODULE_SWA):
+ *                 MultiHeadAttention's parameters; the layers the stride
+ *                 picks see the last sliding_window_size positions only.
+ * attn_model_save adds the variant's cfg keys to the metadata (n_kv_groups;
+ * latent_dim, "null" for 0; sliding_window_size and sliding_window_stride),
+ * and attn_lm_load reads the file as the same model.
  */
+typedef enum attn_gpt_attention {
+    ATTN_GPT_MHA = 0, /* ch04's GPTModel: MultiHeadAttention                 */
+    ATTN_GPT_GQA = 1, /* gpt_with_kv_gqa.py: GroupedQueryAttention          */
+    ATTN_GPT_MLA = 2, /* gpt_with_kv_mla.py: MultiHeadLatentAttention       */
+    ATTN_GPT_SWA = 3  /* gpt_with_kv_swa.py: MultiHeadAttentionWithSWA      */
+} attn_gpt_attention;
+
 typedef struct attn_gpt_config {
     size_t vocab_size, context_length, emb_dim, n_heads, n_layers;
     double drop_rate; /* in [0, 1] */
     bool qkv_bias;
+    /* Chapter 4's bonus GPTs (see above); each field belongs to one
+     * attention and is 0 for the others. */
+    attn_gpt_attention attention;
+    size_t n_kv_groups;            /* GQA: the cfg's n_kv_groups, dividing n_heads */
+    size_t latent_dim;             /* MLA: 0 is the cfg's None, max(16, emb_dim / 8) */
+    size_t sliding_window_size;    /* SWA: the cfg's W, at least 1 */
+    int64_t sliding_window_stride; /* SWA: the cfg's K: K > 0 windows layer i where
+                                      i % (K + 1) < K; 0 none; below 0 every layer */
 } attn_gpt_config;
 
 /*
@@ -2173,7 +2208,8 @@ attn_status attn_lm_new(attn_ctx *ctx, const attn_lm_config *cfg, attn_rng *init
  * given, is the config (config_json is then ignored); else config_json
  * (a path) or the config.json in the directory (or beside the index);
  * else, for a file, the metadata attn_model_save wrote ("format":
- * "attn-gpt": n_heads; "attn-llama3": the whole config), else the
+ * "attn-gpt": n_heads, and the whole config for chapter 4's bonus GPTs;
+ * "attn-llama3": the whole config), else the
  * config.json beside it, else the config the tensors' shapes give (n_heads
  * = emb_dim / 64 for GPT-2; Llama needs a config). Every tensor must be there
  * with its shape: ATTN_ERR_NOT_FOUND / ATTN_ERR_SHAPE / ATTN_ERR_FORMAT

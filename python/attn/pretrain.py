@@ -16,8 +16,8 @@ losses are the book's for the same seed.
 import ctypes
 import os
 from collections.abc import Mapping
-from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_size_t, c_uint64,
-                    c_void_p)
+from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_int64, c_size_t,
+                    c_uint64, c_void_p)
 
 from ._args import as_choice, as_flag, as_index, as_number, as_str, as_utf8, show
 from ._lib import Context, HandleOwner, encode_path, is_path, lib
@@ -29,7 +29,13 @@ from .tokenizer import Tokenizer
 class GptConfig(Structure):  # attn_gpt_config
     _fields_ = [("vocab_size", c_size_t), ("context_length", c_size_t), ("emb_dim", c_size_t),
                 ("n_heads", c_size_t), ("n_layers", c_size_t), ("drop_rate", c_double),
-                ("qkv_bias", c_bool)]
+                ("qkv_bias", c_bool), ("attention", c_int), ("n_kv_groups", c_size_t),
+                ("latent_dim", c_size_t), ("sliding_window_size", c_size_t),
+                ("sliding_window_stride", c_int64)]
+
+
+# attn_gpt_attention: the book's GPTModel and chapter 4's bonus GPTs
+GPT_MHA, GPT_GQA, GPT_MLA, GPT_SWA = 0, 1, 2, 3
 
 
 class Llama3Config(Structure):  # attn_llama3_config
@@ -85,8 +91,6 @@ for _name, (_restype, *_argtypes) in _SIGNATURES.items():
 _GPT_KEYS = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers")
 
 
-_LLAMA_KEYS = ("hidden_dim", "n_kv_groups", "rope_base")
-_CH04_KEYS = ("latent_dim", "sliding_window_size", "sliding_window_stride")
 _ROPE_FREQ = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
 
 
@@ -123,17 +127,51 @@ def _llama3_config(cfg):
     return c
 
 
-def _gpt_config(cfg):
-    """attn_gpt_config from the book's cfg dict (GPT_CONFIG_124M's keys)."""
+def _gpt_config(cfg, arch):
+    """attn_gpt_config from the book's cfg dict (GPT_CONFIG_124M's keys), or
+    from a chapter-4 bonus GPT's (arch "gpt-gqa": n_kv_groups; "gpt-mla":
+    latent_dim, None for the module's max(16, emb_dim // 8); sliding_window_size
+    with sliding_window_stride: gpt_with_kv_swa.py's)."""
     missing = [k for k in _GPT_KEYS if k not in cfg]
     if missing:
         raise ValueError(f"config: missing key(s) {', '.join(missing)}; the book's GPT cfg "
                          f"needs {', '.join(_GPT_KEYS)} (drop_rate and qkv_bias optional)")
     qkv_bias = as_flag("config['qkv_bias']", cfg.get("qkv_bias", False))
-    return GptConfig(**{k: as_index(f"config['{k}']", cfg[k], 1) for k in _GPT_KEYS},
-                     drop_rate=as_number("config['drop_rate']", cfg.get("drop_rate", 0.0),
-                                         0.0, 1.0),
-                     qkv_bias=qkv_bias)
+    c = GptConfig(**{k: as_index(f"config['{k}']", cfg[k], 1) for k in _GPT_KEYS},
+                  drop_rate=as_number("config['drop_rate']", cfg.get("drop_rate", 0.0),
+                                      0.0, 1.0),
+                  qkv_bias=qkv_bias)
+    window, stride = cfg.get("sliding_window_size"), cfg.get("sliding_window_stride")
+    if window is None and stride is not None:
+        raise ValueError("config['sliding_window_stride'] without config['sliding_window_size']")
+    if window is not None and arch != "gpt2":
+        raise ValueError(f"config: sliding_window_size with "
+                         f"{'n_kv_groups' if arch == 'gpt-gqa' else 'latent_dim'}: the book's "
+                         f"bonus GPTs have one or the other (gpt_with_kv_swa.py's "
+                         f"MultiHeadAttentionWithSWA)")
+    if arch == "gpt-gqa":
+        c.attention = GPT_GQA
+        c.n_kv_groups = as_index("config['n_kv_groups']", cfg["n_kv_groups"], 1, c.n_heads)
+    elif arch == "gpt-mla":
+        c.attention = GPT_MLA
+        latent = cfg["latent_dim"]
+        c.latent_dim = 0 if latent is None else as_index("config['latent_dim']", latent, 1)
+    elif window is not None:
+        c.attention = GPT_SWA
+        c.sliding_window_size = as_index("config['sliding_window_size']", window, 1)
+        if stride is None:
+            raise ValueError("config['sliding_window_size'] needs config['sliding_window_stride'] "
+                             "(the book's K: K windowed layers then one without; 0 none; "
+                             "negative every layer)")
+        # read as LanguageModel reads it: an integer, or a float of one (the
+        # script's int(stride) takes 2.0)
+        name = "config['sliding_window_stride']"
+        k = (stride if isinstance(stride, int) and not isinstance(stride, bool)
+             else as_number(name, stride))
+        if k != int(k) or abs(k) > 2**53:
+            raise ValueError(f"{name}: {stride!r} is not an integer within 2**53")
+        c.sliding_window_stride = int(k)
+    return c
 
 
 class Pretraining(HandleOwner):
@@ -195,7 +233,9 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
              sample_tokens=50, max_length=None, stride=None, train_ratio=0.9,
              bernoulli="mt19937", num_threads=None, resume=None, on_event=None, verbose=False):
     """Trains the book's GPTModel(config) (or Llama3Model(config), when config
-    has Llama 3's keys hidden_dim or rope_base) on text as
+    has Llama 3's keys hidden_dim or rope_base; or chapter 4's bonus GPTModel
+    of gpt_with_kv_gqa.py, gpt_with_kv_mla.py or gpt_with_kv_swa.py, when it
+    has n_kv_groups, latent_dim or sliding_window_size) on text as
     chapter 5 does
     (train_model_simple with AdamW, evaluate_model every eval_freq steps
     over eval_iter batches, a greedy sample after each epoch) and returns
@@ -211,15 +251,9 @@ def pretrain(config, text, tokenizer, *, epochs=10, batch_size=2, lr=0.0004, wei
     "sample"); verbose prints the book's lines."""
     if not isinstance(config, Mapping):
         raise TypeError(f"config: expected the book's cfg dict, got {type(config).__name__}")
-    gqa = book_arch(config) == "gpt-gqa"
-    variant = (["n_kv_groups"] if gqa else []) + [k for k in _CH04_KEYS if k in config]
-    if variant:
-        raise ValueError(f"config: {', '.join(variant)}: chapter 4's bonus GPTs (grouped-query "
-                         "or latent attention, sliding windows) generate (attn.LanguageModel) "
-                         "but are not pretrained; pretraining runs the book's GPTModel and "
-                         "Llama3Model")
-    llama = any(k in config for k in _LLAMA_KEYS)
-    mcfg = _llama3_config(config) if llama else _gpt_config(config)
+    arch = book_arch(config)
+    llama = arch == "llama3"
+    mcfg = _llama3_config(config) if llama else _gpt_config(config, arch)
     text = as_utf8("pretrain: text", text)
     if not isinstance(tokenizer, Tokenizer):
         if not is_path(tokenizer):

@@ -213,7 +213,8 @@ static const attn_abi_field attn_model_config_fields[] = {
 #define T attn_gpt_config
 static const attn_abi_field attn_gpt_config_fields[] = {
     F(vocab_size), F(context_length), F(emb_dim), F(n_heads), F(n_layers), F(drop_rate),
-    F(qkv_bias)
+    F(qkv_bias), F(attention), F(n_kv_groups), F(latent_dim), F(sliding_window_size),
+    F(sliding_window_stride)
 };
 #undef T
 

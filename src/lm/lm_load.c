@@ -915,22 +915,22 @@ static size_t count_layers(lm_source *s, const char *before, const char *after) 
 }
 
 /* The config of a file attn_model_save wrote for the book's Llama3Model
- * ("format": "attn-llama3"): its metadata holds the cfg dict's keys, each a
- * JSON value (rope_freq the dict, or null), read as a book's config.json.
- * Each value is parsed alone first, so that the object they are put
- * together into has exactly these keys. */
-static attn_status read_llama3_metadata(lm_source *s, lm_config_read *r) {
-    static const char *const keys[] = {"vocab_size", "context_length", "emb_dim",
-                                       "n_heads",    "n_layers",       "hidden_dim",
-                                       "n_kv_groups", "rope_base",     "rope_freq"};
-    enum { KEYS = sizeof keys / sizeof keys[0] };
+ * ("format": "attn-llama3") or for one of chapter 4's bonus GPTs
+ * ("attn-gpt" with their keys): its metadata holds the cfg dict's keys,
+ * each a JSON value (rope_freq the dict, or null), read as a book's
+ * config.json. keys[0 .. needed) must be there, the rest are taken where
+ * they are. Each value is parsed alone first, so that the object they are
+ * put together into has exactly these keys. */
+static attn_status read_metadata_config(lm_source *s, lm_config_read *r, const char *format,
+                                        const char *const *keys, size_t needed, size_t count) {
     size_t length = 3; /* {, }, NUL */
-    for (size_t i = 0; i < KEYS; i++) {
+    for (size_t i = 0; i < count; i++) {
         const char *text = attn_safetensors_metadata_get(s->st, keys[i]);
+        if (!text && i >= needed) continue;
         if (!text)
             return attn_fail(s->ctx, ATTN_ERR_FORMAT,
-                             "attn_lm_load: %s: its metadata (\"format\": \"attn-llama3\") has "
-                             "no \"%s\"", s->path, keys[i]);
+                             "attn_lm_load: %s: its metadata (\"format\": \"%s\") has "
+                             "no \"%s\"", s->path, format, keys[i]);
         char label[512];
         snprintf(label, sizeof label, "attn_lm_load: %.400s: metadata \"%s\"", s->path,
                  keys[i]);
@@ -945,9 +945,12 @@ static attn_status read_llama3_metadata(lm_source *s, lm_config_read *r) {
         return attn_fail(s->ctx, ATTN_ERR_NO_MEMORY,
                          "attn_lm_load: out of memory for %s's metadata", s->path);
     size_t used = (size_t)snprintf(json, length, "{");
-    for (size_t i = 0; i < KEYS; i++)
-        used += (size_t)snprintf(json + used, length - used, "%s\"%s\": %s", i ? ", " : "",
-                                 keys[i], attn_safetensors_metadata_get(s->st, keys[i]));
+    for (size_t i = 0; i < count; i++) {
+        const char *text = attn_safetensors_metadata_get(s->st, keys[i]);
+        if (text)
+            used += (size_t)snprintf(json + used, length - used, "%s\"%s\": %s",
+                                     used > 1 ? ", " : "", keys[i], text);
+    }
     snprintf(json + used, length - used, "}");
     attn_json *root;
     attn_status st = attn_json_parse(s->ctx, json, strlen(json), "the metadata", &root);
@@ -956,6 +959,33 @@ static attn_status read_llama3_metadata(lm_source *s, lm_config_read *r) {
     st = read_book(s->ctx, s->path, root, r);
     attn_json_free(root);
     return st;
+}
+
+static attn_status read_llama3_metadata(lm_source *s, lm_config_read *r) {
+    static const char *const keys[] = {"vocab_size", "context_length", "emb_dim",
+                                       "n_heads",    "n_layers",       "hidden_dim",
+                                       "n_kv_groups", "rope_base",     "rope_freq"};
+    enum { KEYS = sizeof keys / sizeof keys[0] };
+    return read_metadata_config(s, r, "attn-llama3", keys, KEYS, KEYS);
+}
+
+/* The keys chapter 4's bonus GPTs add to an "attn-gpt" file's metadata. */
+static const char *const gpt_variant_keys[] = {"n_kv_groups", "latent_dim", "sliding_window_size",
+                                               "sliding_window_stride"};
+enum { GPT_VARIANT_KEYS = sizeof gpt_variant_keys / sizeof gpt_variant_keys[0] };
+
+static bool has_gpt_variant_metadata(const lm_source *s) {
+    for (size_t i = 0; i < GPT_VARIANT_KEYS; i++)
+        if (attn_safetensors_metadata_get(s->st, gpt_variant_keys[i])) return true;
+    return false;
+}
+
+static attn_status read_gpt_variant_metadata(lm_source *s, lm_config_read *r) {
+    static const char *const keys[] = {"vocab_size", "context_length", "emb_dim", "n_heads",
+                                       "n_layers", "qkv_bias", "n_kv_groups", "latent_dim",
+                                       "sliding_window_size", "sliding_window_stride"};
+    enum { KEYS = sizeof keys / sizeof keys[0] };
+    return read_metadata_config(s, r, "attn-gpt", keys, KEYS - GPT_VARIANT_KEYS, KEYS);
 }
 
 /* A GPT-2 config from the tensors alone: n_heads = emb_dim / 64 (GPT-2's
@@ -968,6 +998,9 @@ static attn_status infer_config(lm_source *s, lm_config_read *r) {
     if (s->names == NAMES_BOOK && !has(s, "pos_emb.weight") && format &&
         strcmp(format, "attn-llama3") == 0)
         return read_llama3_metadata(s, r);
+    if (s->names == NAMES_BOOK && has(s, "pos_emb.weight") && format &&
+        strcmp(format, "attn-gpt") == 0 && has_gpt_variant_metadata(s))
+        return read_gpt_variant_metadata(s, r);
     if (s->names == NAMES_HF_LLAMA ||
         (s->names == NAMES_BOOK && !has(s, "pos_emb.weight")))
         return attn_fail(s->ctx, ATTN_ERR_INVALID,

@@ -20,7 +20,10 @@
  *   loss             = cross_entropy(logits, targets, ignore_index=-100)
  *
  * The book's GPTModel (attn_model_new_gpt) is this model with mha and the
- * MLP under the book's names and state_dict order, its GELU the tanh form.
+ * MLP under the book's names and state_dict order, its GELU the tanh form;
+ * chapter 4's bonus GPTs put GroupedQueryAttention, MultiHeadLatentAttention
+ * or MultiHeadAttentionWithSWA (a window per layer) where mha is, the
+ * shortcut dropout as mha's.
  *
  * The linear layers (mlp.fc, mlp.proj, head) run on the library's kernels
  * (dispatch.h: the ctx's choice, reference or fast); the other layers are
@@ -66,7 +69,7 @@ struct attn_model {
     attn_model_config cfg;
     /* The book's GPTModel (attn_model_new_gpt): its names, its state_dict
      * order and its tanh GELU; the layers and dropout sites are the mha
-     * model's with an MLP. */
+     * model's with an MLP (gpt_cfg.attention: the module in mha's place). */
     bool gpt;
     attn_gpt_config gpt_cfg;
     /* The book's Llama3Model (attn_model_new_llama3): the whole body is
@@ -117,7 +120,9 @@ struct attn_model {
 
 /* ---- construction ---------------------------------------------------------- */
 
-static attn_status check_config(attn_ctx *ctx, const attn_model_config *c) {
+/* book: the attention may also be one of chapter 4's bonus modules (GQA,
+ * MLA, SWA), which attn_model_new_gpt alone builds. */
+static attn_status check_config(attn_ctx *ctx, const attn_model_config *c, bool book) {
     const char *who = "attn_model";
     if (c->vocab_size == 0 || c->vocab_size > (size_t)INT32_MAX)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: vocab_size (%zu) must be in [1, %d]", who,
@@ -133,7 +138,9 @@ static attn_status check_config(attn_ctx *ctx, const attn_model_config *c) {
     if (c->d_model % c->n_heads != 0)
         return attn_fail(ctx, ATTN_ERR_INVALID, "%s: d_model (%zu) must be divisible by n_heads (%zu)",
                          who, c->d_model, c->n_heads);
-    if (c->attention != ATTN_MODULE_MHA && c->attention != ATTN_MODULE_GPT2)
+    bool bonus = c->attention == ATTN_MODULE_GQA || c->attention == ATTN_MODULE_MLA ||
+                 c->attention == ATTN_MODULE_SWA;
+    if (c->attention != ATTN_MODULE_MHA && c->attention != ATTN_MODULE_GPT2 && !(book && bonus))
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: attention must be ATTN_MODULE_MHA or ATTN_MODULE_GPT2, got %d", who,
                          (int)c->attention);
@@ -158,6 +165,10 @@ static attn_status check_config(attn_ctx *ctx, const attn_model_config *c) {
 /* The number of parameter tensors of one attention module. */
 static size_t attention_params(const attn_model_config *c) {
     if (c->attention == ATTN_MODULE_GPT2) return 4;  /* c_attn, c_proj: weight, bias */
+    if (c->attention == ATTN_MODULE_GQA)             /* W_key, W_value, W_query; out_proj */
+        return (c->qkv_bias ? 6 : 3) + 1;            /* without bias */
+    if (c->attention == ATTN_MODULE_MLA)             /* W_query, W_DKV, W_UK, W_UV, out_proj */
+        return (c->qkv_bias ? 8 : 4) + 2;
     return (c->qkv_bias ? 6 : 3) + 2;                /* W_query, W_key, W_value, out_proj */
 }
 
@@ -227,11 +238,26 @@ static void fill(float *x, size_t n, float value) {
     for (size_t i = 0; i < n; i++) x[i] = value;
 }
 
-static attn_status new_attention(attn_model *m, attn_rng *rng, attn_module **out) {
+/* The window of layer l of gpt_with_kv_swa.py's GPTModel (0: none): with
+ * the stride K > 0, K windowed layers then one without; K < 0 every layer;
+ * K = 0 none. */
+static size_t gpt_layer_window(const attn_gpt_config *g, size_t layer) {
+    if (g->attention != ATTN_GPT_SWA || g->sliding_window_stride == 0) return 0;
+    if (g->sliding_window_stride < 0) return g->sliding_window_size;
+    uint64_t k = (uint64_t)g->sliding_window_stride;
+    return (uint64_t)layer % (k + 1) < k ? g->sliding_window_size : 0;
+}
+
+static attn_status new_attention(attn_model *m, size_t layer, attn_rng *rng, attn_module **out) {
     const attn_model_config *c = &m->cfg;
     attn_module_config mc = {.d_in = c->d_model, .d_out = c->d_model,
                              .context_length = c->context_length, .num_heads = c->n_heads,
                              .dropout = c->dropout, .qkv_bias = c->qkv_bias};
+    if (m->gpt) {
+        mc.num_kv_groups = m->gpt_cfg.n_kv_groups;
+        mc.latent_dim = m->gpt_cfg.latent_dim;
+        mc.sliding_window_size = gpt_layer_window(&m->gpt_cfg, layer);
+    }
     return attn_module_new(m->ctx, c->attention, &mc, rng, out);
 }
 
@@ -339,7 +365,7 @@ static attn_status model_new(attn_ctx *ctx, const attn_model_config *cfg,
     for (size_t l = 0; l < cfg->n_layers; l++) {
         block *b = &m->blocks[l];
         fill(pdata(m, b->ln1_w), C, 1.0f);
-        if ((st = new_attention(m, init_rng, &b->attn)) != ATTN_OK ||
+        if ((st = new_attention(m, l, init_rng, &b->attn)) != ATTN_OK ||
             (st = adopt_module_params(m, b->attn, l, b->attn_first, n_attn)) != ATTN_OK)
             goto fail;
         if (cfg->mlp) {
@@ -373,17 +399,74 @@ attn_status attn_model_new(attn_ctx *ctx, const attn_model_config *cfg, attn_rng
     if (!cfg || !init_rng || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_model_new: %s is NULL",
                          !cfg ? "cfg" : !init_rng ? "init_rng" : "out");
-    attn_status st = check_config(ctx, cfg);
+    attn_status st = check_config(ctx, cfg, false);
     if (st != ATTN_OK) return st;
     return model_new(ctx, cfg, NULL, init_rng, out);
 }
 
 attn_model_config attn_model_config_of_gpt(const attn_gpt_config *g) {
+    attn_module_kind kind = g->attention == ATTN_GPT_GQA   ? ATTN_MODULE_GQA
+                            : g->attention == ATTN_GPT_MLA ? ATTN_MODULE_MLA
+                            : g->attention == ATTN_GPT_SWA ? ATTN_MODULE_SWA
+                                                           : ATTN_MODULE_MHA;
     attn_model_config c = {.vocab_size = g->vocab_size, .context_length = g->context_length,
                            .d_model = g->emb_dim, .n_layers = g->n_layers, .n_heads = g->n_heads,
-                           .attention = ATTN_MODULE_MHA, .mlp = true, .dropout = g->drop_rate,
+                           .attention = kind, .mlp = true, .dropout = g->drop_rate,
                            .qkv_bias = g->qkv_bias};
     return c;
+}
+
+attn_lm_config attn_model_lm_config_of_gpt(const attn_gpt_config *g) {
+    attn_lm_config c = {.arch = g->attention == ATTN_GPT_GQA   ? ATTN_LM_GPT_GQA
+                                : g->attention == ATTN_GPT_MLA ? ATTN_LM_GPT_MLA
+                                                               : ATTN_LM_GPT2,
+                        .vocab_size = g->vocab_size,
+                        .context_length = g->context_length,
+                        .emb_dim = g->emb_dim,
+                        .n_heads = g->n_heads,
+                        .n_layers = g->n_layers,
+                        .n_kv_groups = g->attention == ATTN_GPT_GQA ? g->n_kv_groups : g->n_heads,
+                        .qkv_bias = g->qkv_bias,
+                        .weights_dtype = ATTN_DTYPE_F32,
+                        .latent_dim = g->attention == ATTN_GPT_MLA ? g->latent_dim : 0};
+    /* attn_lm_config's stride 0 is every layer; the book's is none */
+    if (g->attention == ATTN_GPT_SWA && g->sliding_window_stride != 0) {
+        c.sliding_window_size = g->sliding_window_size;
+        c.sliding_window_stride =
+            g->sliding_window_stride > 0 ? (size_t)g->sliding_window_stride : 0;
+    }
+    return c;
+}
+
+/* The variant's fields: each attention's own in range, the others' 0. */
+static attn_status check_gpt_variant(attn_ctx *ctx, const attn_gpt_config *cfg) {
+    const char *who = "attn_model_new_gpt";
+    static const char *const names[] = {"ATTN_GPT_MHA", "ATTN_GPT_GQA", "ATTN_GPT_MLA",
+                                        "ATTN_GPT_SWA"};
+    if ((unsigned)cfg->attention > ATTN_GPT_SWA)
+        return attn_fail(ctx, ATTN_ERR_INVALID,
+                         "%s: attention (%d) must be ATTN_GPT_MHA, ATTN_GPT_GQA, ATTN_GPT_MLA or "
+                         "ATTN_GPT_SWA", who, (int)cfg->attention);
+    const char *name = names[cfg->attention];
+    attn_gpt_attention a = cfg->attention;
+    if (a != ATTN_GPT_GQA && cfg->n_kv_groups != 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: n_kv_groups (%zu) is ATTN_GPT_GQA's; "
+                         "attention is %s", who, cfg->n_kv_groups, name);
+    if (a != ATTN_GPT_MLA && cfg->latent_dim != 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: latent_dim (%zu) is ATTN_GPT_MLA's; "
+                         "attention is %s", who, cfg->latent_dim, name);
+    if (a != ATTN_GPT_SWA && (cfg->sliding_window_size != 0 || cfg->sliding_window_stride != 0))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: sliding_window_size (%zu) and "
+                         "sliding_window_stride (%lld) are ATTN_GPT_SWA's; attention is %s",
+                         who, cfg->sliding_window_size, (long long)cfg->sliding_window_stride,
+                         name);
+    if (a == ATTN_GPT_GQA && (cfg->n_kv_groups == 0 || cfg->n_heads % cfg->n_kv_groups != 0))
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: n_kv_groups (%zu) must be a positive "
+                         "divisor of n_heads (%zu)", who, cfg->n_kv_groups, cfg->n_heads);
+    if (a == ATTN_GPT_SWA && cfg->sliding_window_size == 0)
+        return attn_fail(ctx, ATTN_ERR_INVALID, "%s: sliding_window_size (0) must be at least 1 "
+                         "(ATTN_GPT_SWA)", who);
+    return ATTN_OK;
 }
 
 attn_status attn_model_new_gpt(attn_ctx *ctx, const attn_gpt_config *cfg, attn_rng *init_rng,
@@ -403,9 +486,10 @@ attn_status attn_model_new_gpt(attn_ctx *ctx, const attn_gpt_config *cfg, attn_r
     if (!(cfg->drop_rate >= 0.0 && cfg->drop_rate <= 1.0))
         return attn_fail(ctx, ATTN_ERR_INVALID, "attn_model_new_gpt: drop_rate (%s) must be in "
                          "[0, 1]", attn_number_text(cfg->drop_rate, number));
-    attn_model_config c = attn_model_config_of_gpt(cfg);
-    attn_status st = check_config(ctx, &c);
+    attn_status st = check_gpt_variant(ctx, cfg);
     if (st != ATTN_OK) return st;
+    attn_model_config c = attn_model_config_of_gpt(cfg);
+    if ((st = check_config(ctx, &c, true)) != ATTN_OK) return st;
     return model_new(ctx, &c, cfg, init_rng, out);
 }
 
@@ -840,7 +924,7 @@ attn_status attn_model_forward(attn_model *m, const int32_t *tokens, const int32
             attn_rng_free(rng_before);
             return st;
         }
-        if (p > 0.0 && c->attention == ATTN_MODULE_MHA)
+        if (p > 0.0 && c->attention != ATTN_MODULE_GPT2)
             dropout_forward(dropout_rng, p, b->attn_out, b->attn_keep, N * C);
         attn_layer_residual_forward(w, b->resid_mid, b->resid_in, b->attn_out, N * C);
         if (!c->mlp) continue;
@@ -945,7 +1029,7 @@ attn_status attn_model_backward(attn_model *m) {
         }
         /* resid_mid = resid_in + shortcut_dropout(attn(ln1(resid_in))) */
         const float *dattn = m->dres;
-        if (p > 0.0 && c->attention == ATTN_MODULE_MHA) {
+        if (p > 0.0 && c->attention != ATTN_MODULE_GPT2) {
             dropout_backward(m->dbranch, m->dres, b->attn_keep, p, N * C);
             dattn = m->dbranch;
         }

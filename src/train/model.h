@@ -32,6 +32,11 @@ void attn_model_forget_forward(attn_model *m);
 attn_model_config attn_model_config_of_gpt(const attn_gpt_config *g);
 attn_model_config attn_model_config_of_llama3(const attn_llama3_config *l);
 
+/* The attn_lm_config of the same model as a book's GPT config (chapter 4's
+ * bonus GPTs as gpt-gqa, gpt-mla, or gpt2 with windows), float32: attn_lm
+ * takes its weights under the same names. */
+attn_lm_config attn_model_lm_config_of_gpt(const attn_gpt_config *g);
+
 /* ATTN_ERR_NO_MEMORY (naming who, the parameters and the bytes) where
  * params' weights, gradients and AdamW's two moments alone, 16 bytes a
  * parameter, pass limit bytes (0: no limit); checked before AdamW's state

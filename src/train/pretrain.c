@@ -489,17 +489,11 @@ static attn_status decode_sample(attn_pretrain *r, size_t n) {
 static bool sampler_ready(attn_pretrain *r) {
     if (r->sampler_failed || !attn_model_is_gpt(r->model)) return false;
     if (!r->sampler) {
-        attn_model_config mc = attn_model_get_config(r->model);
-        attn_lm_config cfg = {.arch = ATTN_LM_GPT2,
-                              .vocab_size = mc.vocab_size,
-                              .context_length = mc.context_length,
-                              .emb_dim = mc.d_model,
-                              .n_heads = mc.n_heads,
-                              .n_layers = mc.n_layers,
-                              .n_kv_groups = mc.n_heads,
-                              .qkv_bias = mc.qkv_bias,
-                              .weights_dtype = ATTN_DTYPE_F32};
-        if (attn_lm_new(r->ctx, &cfg, NULL, &r->sampler) != ATTN_OK) {
+        attn_gpt_config g;
+        attn_lm_config cfg = {0};
+        bool made = attn_model_get_gpt_config(r->model, &g) == ATTN_OK;
+        if (made) cfg = attn_model_lm_config_of_gpt(&g);
+        if (!made || attn_lm_new(r->ctx, &cfg, NULL, &r->sampler) != ATTN_OK) {
             r->sampler = NULL;
             r->sampler_failed = true;
             attn_clear_error(r->ctx);

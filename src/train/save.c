@@ -11,7 +11,10 @@
  *             drop_rate, qkv_bias), which src/lm's loader reads as the config,
  *             and the book's mask buffers (trf_blocks.N.att.mask (T, T),
  *             ones above the diagonal), which GPTModel's state_dict holds
- *             and load_state_dict(strict=True) wants; for the book's
+ *             and load_state_dict(strict=True) wants; chapter 4's bonus
+ *             GPTs add their cfg keys (n_kv_groups; latent_dim, null for
+ *             the module's default; sliding_window_size and
+ *             sliding_window_stride) and have no mask buffers; for the book's
  *             Llama3Model "format": "attn-llama3" and its cfg keys
  *             (vocab_size, context_length, emb_dim, n_heads, n_layers,
  *             hidden_dim, n_kv_groups, rope_base, rope_freq: the book's dict
@@ -28,8 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { META_COUNT = 10, GPT_META_COUNT = 8, LLAMA3_META_COUNT = 10, META_MAX = 10 };
-_Static_assert(META_COUNT <= META_MAX && GPT_META_COUNT <= META_MAX &&
+enum { META_COUNT = 10, GPT_META_COUNT = 8, GPT_VARIANT_META = 2, LLAMA3_META_COUNT = 10,
+       META_MAX = 10 };
+_Static_assert(META_COUNT <= META_MAX && GPT_META_COUNT + GPT_VARIANT_META <= META_MAX &&
                    LLAMA3_META_COUNT <= META_MAX,
                "META_MAX holds every kind's metadata");
 
@@ -37,6 +41,7 @@ typedef struct meta_values {
     char vocab_size[24], context_length[24], d_model[24], n_layers[24], n_heads[24];
     char dropout[32];
     char hidden_dim[24], n_kv_groups[24], rope_base[32], rope_freq[256];
+    char latent_dim[24], window[24], stride[24];
 } meta_values;
 
 /* The numbers both kinds of file carry, as the metadata's strings. */
@@ -65,7 +70,23 @@ static size_t describe_gpt(const attn_gpt_config *c, meta_values *v, attn_metada
         {"qkv_bias", c->qkv_bias ? "true" : "false"},
     };
     memcpy(out, entries, sizeof entries);
-    return GPT_META_COUNT;
+    size_t n = GPT_META_COUNT;
+    if (c->attention == ATTN_GPT_GQA) {
+        snprintf(v->n_kv_groups, sizeof v->n_kv_groups, "%zu", c->n_kv_groups);
+        out[n++] = (attn_metadata_entry){"n_kv_groups", v->n_kv_groups};
+    } else if (c->attention == ATTN_GPT_MLA) {
+        if (c->latent_dim)
+            snprintf(v->latent_dim, sizeof v->latent_dim, "%zu", c->latent_dim);
+        else
+            snprintf(v->latent_dim, sizeof v->latent_dim, "null");
+        out[n++] = (attn_metadata_entry){"latent_dim", v->latent_dim};
+    } else if (c->attention == ATTN_GPT_SWA) {
+        snprintf(v->window, sizeof v->window, "%zu", c->sliding_window_size);
+        snprintf(v->stride, sizeof v->stride, "%lld", (long long)c->sliding_window_stride);
+        out[n++] = (attn_metadata_entry){"sliding_window_size", v->window};
+        out[n++] = (attn_metadata_entry){"sliding_window_stride", v->stride};
+    }
+    return n;
 }
 
 /* The metadata entries of the book's Llama3Model; their strings live in v. */
@@ -146,6 +167,17 @@ static float *new_causal_mask(size_t T) {
     return mask;
 }
 
+/* How many mask buffers m's file holds: one a block for the book's
+ * GPTModel with MultiHeadAttention, whose mask is a persistent buffer; the
+ * bonus GPTs make theirs in the forward. */
+static size_t mask_buffers(const attn_model *m) {
+    attn_gpt_config g;
+    if (!attn_model_is_gpt(m) || attn_model_get_gpt_config(m, &g) != ATTN_OK ||
+        g.attention != ATTN_GPT_MHA)
+        return 0;
+    return g.n_layers;
+}
+
 /* The name of layer l's mask buffer. */
 static void mask_name(char *buf, size_t size, size_t layer) {
     snprintf(buf, size, "trf_blocks.%zu.att.mask", layer);
@@ -167,7 +199,7 @@ attn_status attn_model_save_to(attn_model *m, attn_file *file, const char *path)
     attn_status st = attn_model_params(m, &params, &count);
     if (st != ATTN_OK) return st;
     attn_model_config cfg = attn_model_get_config(m);
-    size_t masks = attn_model_is_gpt(m) ? cfg.n_layers : 0, T = cfg.context_length;
+    size_t masks = mask_buffers(m), T = cfg.context_length;
     attn_named_tensor *tensors = attn_calloc(count + masks, sizeof *tensors);
     char (*names)[MASK_NAME_MAX] = attn_calloc(masks ? masks : 1, sizeof *names);
     float *mask = masks ? new_causal_mask(T) : NULL;
@@ -253,7 +285,7 @@ static attn_status load(attn_model *m, const char *path, bool dropout_too) {
      * load_state_dict would copy in: one that is not the causal mask would
      * make PyTorch's model attend otherwise than this one */
     attn_model_config mc = attn_model_get_config(m);
-    size_t masks = attn_model_is_gpt(m) ? mc.n_layers : 0, T = mc.context_length, TT = 0;
+    size_t masks = mask_buffers(m), T = mc.context_length, TT = 0;
     if (masks && (!attn_mul_size(T, T, &TT) || !attn_floats_fit(TT)))
         st = attn_fail(ctx, ATTN_ERR_OVERFLOW,
                        "attn_model_load: the mask buffers (%zu, %zu) overflow size_t", T, T);

@@ -14,6 +14,13 @@ trained with is the checkpoint's "drop_rate" metadata:
   c. GPT-2's config with resid_pdrop 0.5 (and attn_pdrop, embd_pdrop) only
      in a nested object: GPT2Config's default 0.1;
   d. a string drop_rate nested, a number at the top level: trains.
+Chapter 4's bonus GPTs train as their scripts' GPTModel: each cfg below
+trains one epoch, its checkpoint's metadata holds the variant's keys as the
+cfg has them (latent_dim None as null, the stride's sign kept), its tensors
+are the script's state_dict (GQA's out_proj without bias, MLA's W_DKV, no
+mask buffers, which only ch04's GPTModel keeps), and `attn generate
+--weights` runs it; a cfg with windows and n_kv_groups, and n_kv_groups that
+do not divide n_heads, are refused naming the values, nothing saved.
 Ends with "N passed, N failed".
 """
 import json
@@ -39,10 +46,18 @@ def check(ok, what, detail=""):
     return ok
 
 
-def metadata(path):
+def header(path):
     with open(path, "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
-        return json.loads(f.read(n)).get("__metadata__", {})
+        return json.loads(f.read(n))
+
+
+def metadata(path):
+    return header(path).get("__metadata__", {})
+
+
+def tensor_names(path):
+    return sorted(k for k in header(path) if k != "__metadata__")
 
 
 def pretrain(attn, cfg, text, save):
@@ -89,22 +104,65 @@ def main():
                   "%s: drop_rate %s, not %s" % (what, rate, meta.get("drop_rate")))
             check(meta.get("n_heads") == heads,
                   "%s: n_heads %s, not %s" % (what, heads, meta.get("n_heads")))
-        # chapter 4's bonus GPTs generate but do not pretrain: refused by name,
-        # not trained as the plain GPTModel with their keys dropped
-        variants = [("GQA", '{%s, "n_heads": 2, "drop_rate": 0.0, "n_kv_groups": 1}' % book,
-                     "grouped-query attention"),
-                    ("MLA", '{%s, "n_heads": 2, "drop_rate": 0.0, "latent_dim": 4}' % book,
-                     "latent attention"),
-                    ("SWA", '{%s, "n_heads": 2, "drop_rate": 0.0, "sliding_window_size": 3, '
-                            '"sliding_window_stride": 1}' % book, "sliding windows")]
-        for i, (what, config, named) in enumerate(variants):
+        # chapter 4's bonus GPTs: (what, extra cfg keys, metadata they save as,
+        # a tensor the script's state_dict has, one it has not)
+        base = '{%s, "n_heads": 2, "drop_rate": 0.0' % book
+        variants = [
+            ("GQA", '"n_kv_groups": 1', {"n_kv_groups": "1"}, "trf_blocks.0.att.W_key.weight",
+             "trf_blocks.0.att.out_proj.bias"),
+            ("MLA", '"latent_dim": 4', {"latent_dim": "4"}, "trf_blocks.0.att.W_DKV.weight",
+             "trf_blocks.0.att.W_key.weight"),
+            ("MLA None", '"latent_dim": null', {"latent_dim": "null"},
+             "trf_blocks.0.att.W_UV.weight", "trf_blocks.0.att.mask"),
+            ("SWA", '"sliding_window_size": 3, "sliding_window_stride": 1',
+             {"sliding_window_size": "3", "sliding_window_stride": "1"},
+             "trf_blocks.0.att.out_proj.bias", "trf_blocks.0.att.mask"),
+            ("SWA every layer", '"sliding_window_size": 3, "sliding_window_stride": -1',
+             {"sliding_window_size": "3", "sliding_window_stride": "-1"},
+             "trf_blocks.0.att.W_key.weight", "trf_blocks.0.att.mask"),
+            ("SWA no layer", '"sliding_window_size": 3, "sliding_window_stride": 0',
+             {"sliding_window_size": "3", "sliding_window_stride": "0"},
+             "trf_blocks.0.att.W_key.weight", "trf_blocks.0.att.mask")]
+        for i, (what, keys, meta_want, has, lacks) in enumerate(variants):
             cfg = os.path.join(work, "variant%d.json" % i)
             with open(cfg, "w") as f:
-                f.write(config)
+                f.write('%s, %s}' % (base, keys))
             save = os.path.join(work, "v%d.safetensors" % i)
             r = pretrain(attn, cfg, text, save)
-            check(r.returncode == 2 and named in r.stderr and not os.path.exists(save),
-                  "%s: refused naming %s" % (what, named),
+            if not check(r.returncode == 0 and os.path.exists(save), "%s: trains" % what,
+                         "rc=%s stderr=%r" % (r.returncode, r.stderr[:300])):
+                continue
+            meta = metadata(save)
+            got = {k: meta.get(k) for k in meta_want}
+            check(got == meta_want and meta.get("format") == "attn-gpt",
+                  "%s: metadata %s, not %s" % (what, got, meta_want))
+            names = tensor_names(save)
+            check(has in names and lacks not in names,
+                  "%s: tensors %s should hold %s and not %s" % (what, names, has, lacks))
+            g = subprocess.run([attn, "generate", "--weights", save, "--prompt-ids", "1,2,3",
+                                "--max-new-tokens", "3", "--threads", "1"],
+                               capture_output=True, text=True, timeout=120)
+            check(g.returncode == 0 and len(g.stdout.strip().splitlines()[-1].split(",")) >= 3,
+                  "%s: attn generate --weights" % what,
+                  "rc=%s stderr=%r" % (g.returncode, g.stderr[:300]))
+        plain = os.path.join(work, "m0.safetensors")
+        if os.path.exists(plain):
+            check("trf_blocks.0.att.mask" in tensor_names(plain),
+                  "ch04's GPTModel keeps its mask buffer", str(tensor_names(plain)))
+        refused = [("windows with n_kv_groups", '"n_kv_groups": 1, "sliding_window_size": 3, '
+                                                '"sliding_window_stride": 1', 2,
+                    "sliding windows and n_kv_groups"),
+                   ("n_kv_groups not dividing n_heads", '"n_kv_groups": 3', 1,
+                    "n_kv_groups (3) must be a positive divisor of n_heads (2)")]
+        for i, (what, keys, code, named) in enumerate(refused):
+            cfg = os.path.join(work, "refused%d.json" % i)
+            with open(cfg, "w") as f:
+                f.write('%s, %s}' % (base, keys))
+            save = os.path.join(work, "r%d.safetensors" % i)
+            r = pretrain(attn, cfg, text, save)
+            check(r.returncode == code and named in r.stderr and
+                  len(r.stderr.strip().splitlines()) == 1 and not os.path.exists(save),
+                  "%s: refused naming %r" % (what, named),
                   "rc=%s stderr=%r" % (r.returncode, r.stderr[:300]))
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0

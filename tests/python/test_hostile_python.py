@@ -1510,12 +1510,32 @@ def copies():
           c["k_dtype"] == c["v_dtype"] == "int8", "gpt-mla's cache: %r" % (c,))
     raises(lambda: mla.new_cache(k_dtype="int8"), ValueError,
            ["k_dtype 'int8'", "v_dtype 'f32'", "one type"], "gpt-mla k_dtype alone", S)
-    # ... which generate but do not pretrain: refused by name, not trained as
-    # the plain GPTModel with their keys dropped
-    for key, value in (("latent_dim", 4), ("sliding_window_size", 3), ("n_kv_groups", 1)):
-        raises(lambda: attn.pretrain(dict(TINY, drop_rate=0.0, **{key: value}),
-                                     "some text " * 40, None, epochs=0),
-               ValueError, [key, "not pretrained"], f"pretrain with {key}", S)
+    # ... which pretrain too: their keys read as the LanguageModel reads them
+    # (a config taken gets as far as the tokenizer, None here), a bad value
+    # refused naming it
+    for extra in ({"latent_dim": 4}, {"latent_dim": None}, {"n_kv_groups": 1},
+                  {"sliding_window_size": 3, "sliding_window_stride": -2},
+                  {"sliding_window_size": 3, "sliding_window_stride": 2.0}):
+        raises(lambda: attn.pretrain(dict(TINY, drop_rate=0.0, **extra), "some text " * 40,
+                                     None, epochs=0),
+               TypeError, ["tokenizer"], f"pretrain with {extra}", S)
+    for extra, kind, words in (
+            ({"sliding_window_size": 3, "sliding_window_stride": 1.5}, ValueError,
+             ["sliding_window_stride", "1.5"]),
+            ({"sliding_window_size": 3, "sliding_window_stride": 2**60}, ValueError,
+             ["sliding_window_stride", str(2**60)]),
+            ({"sliding_window_size": 3, "sliding_window_stride": True}, TypeError,
+             ["sliding_window_stride", "True"]),
+            ({"sliding_window_size": 0, "sliding_window_stride": 1}, ValueError,
+             ["sliding_window_size", "0"]),
+            ({"sliding_window_stride": 1}, ValueError, ["sliding_window_stride", "without"]),
+            ({"latent_dim": "4"}, TypeError, ["latent_dim", "'4'"]),
+            ({"n_kv_groups": 3}, ValueError, ["n_kv_groups", "3"]),
+            ({"n_kv_groups": 1, "sliding_window_size": 3, "sliding_window_stride": 1},
+             ValueError, ["sliding_window_size", "n_kv_groups"])):
+        raises(lambda: attn.pretrain(dict(TINY, drop_rate=0.0, **extra), "some text " * 40,
+                                     None, epochs=0),
+               kind, words, f"pretrain with {extra}", S)
 
 
 print(f"{passed} passed, {failed} failed in {time.time() - T0:.1f} s")

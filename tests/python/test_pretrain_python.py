@@ -1,7 +1,8 @@
 """attn.pretrain (the Python binding of attn_pretrain_*) against `attn
 pretrain`, whose lines pretrain_vs_book holds to the book's own run: on a
-fresh seed each run, a small GPTModel and a small Llama3Model on
-data/the-verdict.txt give, through Python, the command's printed lines
+fresh seed each run, a small GPTModel, chapter 4's three bonus GPTModels
+(n_kv_groups, latent_dim None, windows on every layer) and a small
+Llama3Model on data/the-verdict.txt give, through Python, the command's printed lines
 (verbose), the same history (train_model_simple's three lists), the same
 samples and a saved model `attn generate` reads; resume= continues a saved
 run to the history of the run never stopped; bad arguments raise naming
@@ -26,6 +27,10 @@ GPT = {"vocab_size": 50257, "context_length": 32, "emb_dim": 64, "n_heads": 4, "
 LLAMA = {"vocab_size": 50257, "context_length": 32, "emb_dim": 64, "n_heads": 4,
          "n_layers": 2, "hidden_dim": 128, "n_kv_groups": 2, "rope_base": 500000.0,
          "rope_freq": None}
+# chapter 4's bonus GPTs (gpt_with_kv_gqa.py, _mla.py, _swa.py)
+BONUS = [("GQA GPTModel", dict(GPT, n_kv_groups=2)),
+         ("MLA GPTModel", dict(GPT, latent_dim=None)),
+         ("SWA GPTModel", dict(GPT, sliding_window_size=8, sliding_window_stride=-1))]
 OPTS = ["--epochs", "2", "--stride", "128", "--eval-freq", "5", "--eval-iter", "2"]
 failed = 0
 
@@ -74,7 +79,7 @@ def main():
         text = f.read()
     kw = dict(epochs=2, stride=128, eval_freq=5, eval_iter=2, seed=seed, num_threads=2)
     with tempfile.TemporaryDirectory() as tmp:
-        for name, cfg in (("GPTModel", GPT), ("Llama3Model", LLAMA)):
+        for name, cfg in [("GPTModel", GPT)] + BONUS + [("Llama3Model", LLAMA)]:
             want = cli_lines(a.cli, cfg, seed, tmp)
             out, events = io.StringIO(), []
             with contextlib.redirect_stdout(out):
@@ -152,6 +157,21 @@ def main():
             check(False, f"{args} raises {kind.__name__}")
         except kind as err:
             check(words in str(err), f"{args}: {kind.__name__} naming {words}: {err}")
+    for cfg, kind, words in ((dict(GPT, n_kv_groups=3), attn.AttnError,
+                              "n_kv_groups (3) must be a positive divisor of n_heads (4)"),
+                             (dict(GPT, n_kv_groups=0), ValueError, "config['n_kv_groups']"),
+                             (dict(GPT, latent_dim=0), ValueError, "config['latent_dim']"),
+                             (dict(GPT, sliding_window_stride=1), ValueError,
+                              "sliding_window_stride'] without"),
+                             (dict(GPT, sliding_window_size=4), ValueError,
+                              "needs config['sliding_window_stride']"),
+                             (dict(GPT, sliding_window_size=4, sliding_window_stride=1,
+                                   latent_dim=8), ValueError, "one or the other")):
+        try:
+            attn.pretrain(cfg, text, bpe, epochs=0)
+            check(False, f"{cfg} raises {kind.__name__}")
+        except kind as err:
+            check(words in str(err), f"{cfg}: {kind.__name__} naming {words}: {err}")
     try:
         attn.pretrain(GPT, "too short", bpe)
         check(False, "a text shorter than a window raises")

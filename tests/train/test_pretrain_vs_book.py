@@ -24,7 +24,16 @@ data/gpt2-bpe) on data/the-verdict.txt, on a fresh seed every run:
      update blows the weights up, the next loss is not finite) exits 1
      naming the step and leaves the checkpoint as it was; --resume with
      another --batch-size, --stride or --max-length than the checkpoint's
-     is a usage error (exit 2) naming both values, nothing written.
+     is a usage error (exit 2) naming both values, nothing written;
+  5. chapter 4's bonus GPTs (../shared/reference/llms-from-scratch, or
+     $ATTN_BOOK_REFERENCE: gpt_with_kv_gqa.py with n_kv_groups 2,
+     gpt_with_kv_mla.py with latent_dim 24, gpt_with_kv_swa.py with 3
+     layers, windows of 8 on layers 0 and 2), the same run for 2 epochs
+     with the script's GPTModel: every evaluation's losses within LOSS_TOL
+     of the book's, the lines as in 1; the saved file in the script's
+     load_state_dict(strict=True) and in attn generate (greedy, against
+     generate_text_simple on the trained script model); 1 epoch + --resume
+     for the second gives the same weights bit for bit.
 
     test_pretrain_vs_book.py ATTN_CLI [--seed N]     (or ATTN_TEST_SEED=N)
 """
@@ -66,6 +75,14 @@ MAX_LENGTH, STRIDE = 32, 128
 # as plain text.
 START = "Every effort moves<|endoftext|> you"
 LOSS_TOL = 1e-4     # |attn - book| for every evaluated loss, float32 training against float32
+BOOK_CH04 = os.environ.get("ATTN_BOOK_REFERENCE", os.path.join(
+    os.path.dirname(ROOT), "shared", "reference", "llms-from-scratch"))
+# chapter 4's bonus GPTs: (name, script, cfg)
+VARIANTS = [("GQA", "gpt_with_kv_gqa.py", dict(CFG, n_kv_groups=2)),
+            ("MLA", "gpt_with_kv_mla.py", dict(CFG, latent_dim=24)),
+            ("SWA", "gpt_with_kv_swa.py", dict(CFG, n_layers=3, sliding_window_size=8,
+                                               sliding_window_stride=1))]
+VARIANT_EPOCHS = 2
 GREEDY_TIE = 1e-4   # a sample may part from the book's only where its top-two logits are this close
 
 FAILED = []
@@ -101,15 +118,26 @@ def stub_matplotlib():
     sys.modules.update({"matplotlib": mpl, "matplotlib.pyplot": plt, "matplotlib.ticker": ticker})
 
 
-def book_run(seed, enc):
+def script_module(script):
+    """A chapter-4 bonus script (gpt_with_kv_*.py) as a module."""
+    import importlib.util
+    path = os.path.join(BOOK_CH04, script)
+    spec = importlib.util.spec_from_file_location(os.path.splitext(script)[0], path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def book_run(seed, enc, cfg=CFG, gpt_model=None, epochs=EPOCHS):
     """The book's notebook cell, with this test's config: printed lines,
-    the losses, the weights of each sample, the final model."""
+    the losses, the weights of each sample, the final model. gpt_model:
+    the GPTModel class (ch04's by default)."""
     from llms_from_scratch import ch02, ch04, ch05
     ch02.tiktoken.get_encoding = lambda name: enc
     with open(VERDICT, "r", encoding="utf-8") as f:
         text = f.read()
     torch.manual_seed(seed)
-    model = ch04.GPTModel(CFG)
+    model = (gpt_model or ch04.GPTModel)(cfg)
     optimizer = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD)
     split = int(0.90 * len(text))
     train_loader = ch02.create_dataloader_v1(text[:split], batch_size=BATCH,
@@ -133,7 +161,7 @@ def book_run(seed, enc):
     try:
         with contextlib.redirect_stdout(out):
             train_losses, val_losses, tokens = ch05.train_model_simple(
-                model, train_loader, val_loader, optimizer, "cpu", num_epochs=EPOCHS,
+                model, train_loader, val_loader, optimizer, "cpu", num_epochs=epochs,
                 eval_freq=EVAL_FREQ, eval_iter=EVAL_ITER, start_context=START, tokenizer=enc)
     finally:
         ch05.generate_and_print_sample = original
@@ -164,20 +192,21 @@ def rounding_boundary_near(x, tol):
         abs(scaled - (int(scaled) - 0.5)) * 1e-3 <= tol
 
 
-def near_tie_gap(state, ids):
+def near_tie_gap(state, ids, cfg=CFG, gpt_model=None):
     """The gap between the top two logits of the book's model (weights
     state) after ids: where greedy decoding could go either way."""
     from llms_from_scratch.ch04 import GPTModel
-    m = GPTModel(CFG)
+    m = (gpt_model or GPTModel)(cfg)
     m.load_state_dict(state)
     m.eval()
     with torch.no_grad():
-        logits = m(torch.tensor([ids[-CFG["context_length"]:]]))[0, -1]
+        logits = m(torch.tensor([ids[-cfg["context_length"]:]]))[0, -1]
     top = torch.topk(logits, 2).values
     return float(top[0] - top[1])
 
 
-def compare_lines(attn_lines, book_lines, train_losses, val_losses, snapshots, enc):
+def compare_lines(attn_lines, book_lines, train_losses, val_losses, snapshots, enc, cfg=CFG,
+                  gpt_model=None):
     check(len(attn_lines) == len(book_lines),
           "attn printed %d lines, the book %d" % (len(attn_lines), len(book_lines)))
     k = s = 0
@@ -201,7 +230,7 @@ def compare_lines(attn_lines, book_lines, train_losses, val_losses, snapshots, e
                 b = enc.encode(want, allowed_special={"<|endoftext|>"})
                 first = next((i for i in range(min(len(a), len(b))) if a[i] != b[i]),
                              min(len(a), len(b)))
-                gap = near_tie_gap(snapshots[s], b[:first])
+                gap = near_tie_gap(snapshots[s], b[:first], cfg, gpt_model)
                 check(gap < GREEDY_TIE,
                       "sample %d: %r, the book's %r (parting at token %d, top-2 gap %g)" %
                       (s, got, want, first, gap))
@@ -210,11 +239,11 @@ def compare_lines(attn_lines, book_lines, train_losses, val_losses, snapshots, e
             s += 1
 
 
-def check_generate(attn, weights, book_state, enc):
+def check_generate(attn, weights, book_state, enc, cfg=CFG, gpt_model=None):
     """The saved model in PyTorch (strict) and in `attn generate`."""
     from safetensors.torch import load_file
     from llms_from_scratch.ch04 import GPTModel, generate_text_simple
-    m = GPTModel(CFG)
+    m = (gpt_model or GPTModel)(cfg)
     state = load_file(weights)
     missing = m.load_state_dict(state, strict=True)
     check(not missing.missing_keys and not missing.unexpected_keys, "strict load")
@@ -223,7 +252,7 @@ def check_generate(attn, weights, book_state, enc):
     prompt = enc.encode(START, allowed_special={"<|endoftext|>"})
     new = 20
     with torch.no_grad():
-        want = generate_text_simple(m, torch.tensor([prompt]), new, CFG["context_length"])[0]
+        want = generate_text_simple(m, torch.tensor([prompt]), new, cfg["context_length"])[0]
     want = want[len(prompt):].tolist()
     r = subprocess.run([attn, "generate", "--weights", weights, "--prompt-ids",
                         ",".join(map(str, prompt)), "--max-new-tokens", str(new),
@@ -233,7 +262,7 @@ def check_generate(attn, weights, book_state, enc):
     for i in range(min(len(got), len(want))):
         if got[i] != want[i]:
             with torch.no_grad():
-                logits = m(torch.tensor([(prompt + want[:i])[-CFG["context_length"]:]]))[0, -1]
+                logits = m(torch.tensor([(prompt + want[:i])[-cfg["context_length"]:]]))[0, -1]
             top = torch.topk(logits, 2).values
             gap = float(top[0] - top[1])
             check(gap < GREEDY_TIE, "attn generate token %d: %d, generate_text_simple %d "
@@ -393,6 +422,63 @@ def bad_inputs(attn, d, cfg_path, ckpt):
     os.remove(png_link)
 
 
+def variant_runs(attn, d, seed, enc):
+    """Chapter 4's bonus GPTs trained by attn pretrain and by the book's
+    loop on the script's GPTModel, from the same seed."""
+    if not os.path.isdir(BOOK_CH04):
+        check(False, "chapter 4's bonus scripts are not in %s: set ATTN_BOOK_REFERENCE to "
+              "llms-from-scratch's ch04 scripts (gpt_with_kv_gqa.py, ...)" % BOOK_CH04)
+        return
+    for name, script, cfg in VARIANTS:
+        gpt_model = script_module(script).GPTModel
+        cfg_path = os.path.join(d, "cfg_%s.json" % name)
+        with open(cfg_path, "w") as f:
+            json.dump(cfg, f)
+        common = ["--config", cfg_path, "--tokenizer", BPE, "--text", VERDICT,
+                  "--eval-iter", str(EVAL_ITER), "--eval-freq", str(EVAL_FREQ),
+                  "--max-length", str(MAX_LENGTH), "--stride", str(STRIDE),
+                  "--seed", str(seed), "--threads", "2", "--sample", START]
+        full = os.path.join(d, "%s.safetensors" % name)
+        p_full = subprocess.Popen([attn, "pretrain"] + common +
+                                  ["--epochs", str(VARIANT_EPOCHS), "--save", full],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        book_lines, train_losses, val_losses, tokens, snapshots, model = book_run(
+            seed, enc, cfg, gpt_model, VARIANT_EPOCHS)
+        out, err = (text.decode("utf-8") for text in p_full.communicate())
+        check(p_full.returncode == 0, "%s: attn pretrain: exit %d %s" %
+              (name, p_full.returncode, err))
+        if p_full.returncode != 0:
+            continue
+        attn_lines = output_lines(out)
+        compare_lines(attn_lines, book_lines, train_losses, val_losses, snapshots, enc, cfg,
+                      gpt_model)
+        hist = history_from_state(full + ".state", len(train_losses))
+        worst = 0.0
+        for i, (t, a_train, a_val) in enumerate(hist):
+            check(t == tokens[i], "%s: eval %d: tokens seen %d, the book's %d" %
+                  (name, i, t, tokens[i]))
+            worst = max(worst, abs(a_train - train_losses[i]), abs(a_val - val_losses[i]))
+        check(worst <= LOSS_TOL, "%s: the losses part from the book's by %.3g" % (name, worst))
+        drift = check_generate(attn, full, model.state_dict(), enc, cfg, gpt_model)
+
+        first = os.path.join(d, "%s-first.safetensors" % name)
+        resumed = os.path.join(d, "%s-resumed.safetensors" % name)
+        r1 = cli(attn, common + ["--epochs", "1", "--save", first])
+        r2 = cli(attn, ["--resume", first] + common[2:] +
+                 ["--epochs", str(VARIANT_EPOCHS), "--save", resumed])
+        check(r1.returncode == 0 and r2.returncode == 0,
+              "%s: 1 epoch + resume: exit %d, %d: %s %s" % (name, r1.returncode, r2.returncode,
+                                                           r1.stderr, r2.stderr))
+        check(output_lines(r1.stdout) + output_lines(r2.stdout) == attn_lines,
+              "%s: 1 epoch + resume printed other lines than %d epochs" % (name, VARIANT_EPOCHS))
+        check(os.path.exists(resumed) and
+              open(resumed, "rb").read() == open(full, "rb").read(),
+              "%s: the resumed run's weights differ" % name)
+        print("  %s (%s): %d lines, %d evaluations within %.2g of the book's; the saved model "
+              "in load_state_dict(strict=True) and attn generate (weights within %.2g); "
+              "resume bit for bit" % (name, script, len(attn_lines), len(hist), worst, drift))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("cli")
@@ -461,6 +547,7 @@ def main():
               "bit for bit" % len(split_lines))
 
         bad_inputs(attn, d, cfg_path, first)
+        variant_runs(attn, d, seed, enc)
     finally:
         shutil.rmtree(d, ignore_errors=True)
     if FAILED:

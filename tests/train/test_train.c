@@ -573,6 +573,133 @@ static void test_gpt_model(attn_ctx *ctx, attn_rng *rng) {
     CHECK_STATUS(attn_model_get_gpt_config(NULL, &back), ATTN_ERR_NULL);
 }
 
+/* The next draw of rng, to tell whether a refused call drew from it. */
+static uint32_t next_draw(attn_rng *rng) {
+    uint32_t v = 0;
+    CHECK_STATUS(attn_rng_next_u32(rng, &v), ATTN_OK);
+    return v;
+}
+
+/* attn_model_new_gpt with one refused variant config: nothing made, the
+ * message names the values, no draw taken. */
+static void expect_variant_refused(attn_ctx *ctx, const attn_gpt_config *cfg, const char *words) {
+    attn_rng *a, *b;
+    CHECK_STATUS(attn_rng_new(ctx, 99, &a), ATTN_OK);
+    CHECK_STATUS(attn_rng_new(ctx, 99, &b), ATTN_OK);
+    attn_model *m = (attn_model *)ctx;
+    CHECK_STATUS(attn_model_new_gpt(ctx, cfg, a, &m), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, words);
+    CHECK(m == NULL);
+    CHECK(next_draw(a) == next_draw(b));
+    attn_rng_free(a);
+    attn_rng_free(b);
+}
+
+/* The name and shape of parameter index of m. */
+static void expect_param(attn_model *m, size_t index, const char *name, size_t rows,
+                         size_t cols) {
+    attn_param p;
+    CHECK_STATUS(attn_model_param_at(m, index, &p), ATTN_OK);
+    CHECK(strcmp(p.name, name) == 0);
+    CHECK(p.shape[0] == rows && p.shape[1] == cols);
+    if (strcmp(p.name, name) != 0) fprintf(stderr, "  param %zu is %s, not %s\n", index, p.name,
+                                           name);
+}
+
+/* Chapter 4's bonus GPTs: refused configs name their values; each
+ * attention's parameters in its script's state_dict order; the saved file
+ * has no mask buffers, its metadata the cfg's keys, and attn_lm_load reads
+ * it as the same model (the values against the scripts: pretrain_vs_book). */
+static void test_gpt_variants(attn_ctx *ctx, attn_rng *rng) {
+    attn_gpt_config g = {.vocab_size = 11, .context_length = 8, .emb_dim = 8, .n_heads = 2,
+                         .n_layers = 3, .drop_rate = 0.1};
+    attn_gpt_config bad = g;
+    bad.attention = (attn_gpt_attention)7;
+    expect_variant_refused(ctx, &bad, "attention (7) must be ATTN_GPT_MHA");
+    bad = g, bad.n_kv_groups = 2;
+    expect_variant_refused(ctx, &bad, "n_kv_groups (2) is ATTN_GPT_GQA's; attention is "
+                                      "ATTN_GPT_MHA");
+    bad = g, bad.attention = ATTN_GPT_GQA, bad.n_kv_groups = 0;
+    expect_variant_refused(ctx, &bad, "n_kv_groups (0) must be a positive divisor of n_heads (2)");
+    bad.n_kv_groups = 3;
+    expect_variant_refused(ctx, &bad, "n_kv_groups (3) must be a positive divisor of n_heads (2)");
+    bad = g, bad.attention = ATTN_GPT_GQA, bad.n_kv_groups = 1, bad.latent_dim = 4;
+    expect_variant_refused(ctx, &bad, "latent_dim (4) is ATTN_GPT_MLA's; attention is "
+                                      "ATTN_GPT_GQA");
+    bad = g, bad.attention = ATTN_GPT_MLA, bad.sliding_window_stride = -1;
+    expect_variant_refused(ctx, &bad, "sliding_window_size (0) and sliding_window_stride (-1) "
+                                      "are ATTN_GPT_SWA's; attention is ATTN_GPT_MLA");
+    bad = g, bad.attention = ATTN_GPT_SWA, bad.sliding_window_stride = 1;
+    expect_variant_refused(ctx, &bad, "sliding_window_size (0) must be at least 1");
+
+    /* GroupedQueryAttention: W_key, W_value (one KV head of 4), W_query,
+     * out_proj without bias, then ff and the norms */
+    attn_model *m;
+    attn_gpt_config gqa = g;
+    gqa.attention = ATTN_GPT_GQA, gqa.n_kv_groups = 1;
+    CHECK_STATUS(attn_model_new_gpt(ctx, &gqa, rng, &m), ATTN_OK);
+    CHECK(attn_model_param_count(m) == 2 + 3 * 12 + 3);
+    expect_param(m, 2, "trf_blocks.0.att.W_key.weight", 4, 8);
+    expect_param(m, 3, "trf_blocks.0.att.W_value.weight", 4, 8);
+    expect_param(m, 4, "trf_blocks.0.att.W_query.weight", 8, 8);
+    expect_param(m, 5, "trf_blocks.0.att.out_proj.weight", 8, 8);
+    expect_param(m, 6, "trf_blocks.0.ff.layers.0.weight", 32, 8);
+    attn_model_config mc = attn_model_get_config(m);
+    CHECK(mc.attention == ATTN_MODULE_GQA);
+    attn_gpt_config back;
+    CHECK_STATUS(attn_model_get_gpt_config(m, &back), ATTN_OK);
+    CHECK(back.attention == ATTN_GPT_GQA && back.n_kv_groups == 1);
+    attn_model_free(m);
+
+    /* MultiHeadLatentAttention, latent_dim 0: the module's max(16, 8 / 8) */
+    attn_gpt_config mla = g;
+    mla.attention = ATTN_GPT_MLA, mla.qkv_bias = true;
+    CHECK_STATUS(attn_model_new_gpt(ctx, &mla, rng, &m), ATTN_OK);
+    CHECK(attn_model_param_count(m) == 2 + 3 * (10 + 8) + 3);
+    expect_param(m, 2, "trf_blocks.0.att.W_query.weight", 8, 8);
+    expect_param(m, 4, "trf_blocks.0.att.W_DKV.weight", 16, 8);
+    expect_param(m, 6, "trf_blocks.0.att.W_UK.weight", 8, 16);
+    expect_param(m, 8, "trf_blocks.0.att.W_UV.weight", 8, 16);
+    expect_param(m, 11, "trf_blocks.0.att.out_proj.bias", 8, 0);
+    CHECK(attn_model_get_config(m).attention == ATTN_MODULE_MLA);
+    attn_model_free(m);
+
+    /* MultiHeadAttentionWithSWA, windows of 3 on layers 0 and 2 (stride 1):
+     * the file holds no mask buffer, attn_lm_load reads the windows back */
+    attn_gpt_config swa = g;
+    swa.attention = ATTN_GPT_SWA, swa.sliding_window_size = 3, swa.sliding_window_stride = 1;
+    CHECK_STATUS(attn_model_new_gpt(ctx, &swa, rng, &m), ATTN_OK);
+    CHECK(attn_model_param_count(m) == 2 + 3 * 13 + 3);
+    expect_param(m, 2, "trf_blocks.0.att.W_query.weight", 8, 8);
+    CHECK(attn_model_get_config(m).attention == ATTN_MODULE_SWA);
+    char path[64];
+    snprintf(path, sizeof path, "/tmp/attn_test_gpt_swa_%ld.safetensors", (long)getpid());
+    CHECK_STATUS(attn_model_save(m, path), ATTN_OK);
+    attn_safetensors *file;
+    CHECK_STATUS(attn_safetensors_open(ctx, path, &file), ATTN_OK);
+    CHECK(attn_safetensors_count(file) == attn_model_param_count(m));
+    const char *w = attn_safetensors_metadata_get(file, "sliding_window_size");
+    const char *k = attn_safetensors_metadata_get(file, "sliding_window_stride");
+    CHECK(w && strcmp(w, "3") == 0 && k && strcmp(k, "1") == 0);
+    attn_safetensors_free(file);
+    attn_lm *lm;
+    CHECK_STATUS(attn_lm_load(ctx, path, NULL, NULL, &lm), ATTN_OK);
+    attn_lm_config lc = attn_lm_get_config(lm);
+    CHECK(lc.arch == ATTN_LM_GPT2 && lc.sliding_window_size == 3 &&
+          lc.sliding_window_stride == 1 && lc.n_layers == 3 && lc.n_heads == 2);
+    attn_lm_free(lm);
+    /* attn_model_load takes it back; a model of another window refuses it */
+    CHECK_STATUS(attn_model_load(m, path), ATTN_OK);
+    attn_model *other;
+    swa.sliding_window_stride = -1;
+    CHECK_STATUS(attn_model_new_gpt(ctx, &swa, rng, &other), ATTN_OK);
+    CHECK_STATUS(attn_model_load(other, path), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "sliding_window_stride 1, this model has -1");
+    attn_model_free(other);
+    remove(path);
+    attn_model_free(m);
+}
+
 /* attn_model_new_llama3 refuses by the book's names; the config comes
  * back; the generic calls run on it (the values: book_llama3_vs_torch). */
 static void test_llama3_model(attn_ctx *ctx, attn_rng *rng) {
@@ -914,6 +1041,7 @@ int main(void) {
     test_model_config_errors(ctx, rng);
     test_model_params(ctx, rng);
     test_gpt_model(ctx, rng);
+    test_gpt_variants(ctx, rng);
     test_llama3_model(ctx, rng);
     test_model_calls(ctx, rng);
     attn_rng_free(rng);

@@ -15,7 +15,7 @@ import ctypes
 import os
 import sys
 from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_float, c_int, c_int32,
-                    c_size_t, c_void_p)
+                    c_int64, c_size_t, c_void_p)
 
 import numpy as np
 
@@ -47,7 +47,9 @@ class ModelConfig(Structure):
 class GptConfig(Structure):
     _fields_ = [("vocab_size", c_size_t), ("context_length", c_size_t), ("emb_dim", c_size_t),
                 ("n_heads", c_size_t), ("n_layers", c_size_t), ("drop_rate", c_double),
-                ("qkv_bias", c_bool)]
+                ("qkv_bias", c_bool), ("attention", c_int), ("n_kv_groups", c_size_t),
+                ("latent_dim", c_size_t), ("sliding_window_size", c_size_t),
+                ("sliding_window_stride", c_int64)]
 
 class Llama3Config(Structure):
     _fields_ = [("vocab_size", c_size_t), ("context_length", c_size_t), ("emb_dim", c_size_t),

@@ -1330,15 +1330,25 @@ static void sweep_model(void) {
         .hidden_dim = 12, .n_kv_groups = 1, .rope_base = 500000.0, .rope_factor = 8.0,
         .rope_low_freq_factor = 1.0, .rope_high_freq_factor = 4.0,
         .rope_original_context_length = 16};
-    for (int a = 0; a < 4; a++) {
+    /* chapter 4's bonus GPTs: GQA, MLA, SWA (windows on layer 0) */
+    attn_gpt_config bonus[3] = {book, book, book};
+    bonus[0].attention = ATTN_GPT_GQA, bonus[0].n_kv_groups = 1;
+    bonus[1].attention = ATTN_GPT_MLA, bonus[1].latent_dim = 4;
+    bonus[2].attention = ATTN_GPT_SWA, bonus[2].sliding_window_size = 2;
+    bonus[2].sliding_window_stride = 1;
+    static const char *const bonus_kind[3] = {"model (the GQA GPTModel)",
+                                              "model (the MLA GPTModel)",
+                                              "model (the SWA GPTModel)"};
+    for (int a = 0; a < 7; a++) {
         model_state *ms = calloc(1, sizeof *ms);
         ms->cfg = (attn_model_config){.vocab_size = 11, .context_length = MT, .d_model = 8,
                                       .n_layers = 2, .n_heads = 2, .mlp = true, .dropout = 0.1,
                                       .attention = a == 1 ? ATTN_MODULE_GPT2 : ATTN_MODULE_MHA};
-        ms->gpt = a == 2 ? &book : NULL;
+        ms->gpt = a == 2 ? &book : a >= 4 ? &bonus[a - 4] : NULL;
         ms->llama = a == 3 ? &llama : NULL;
         attn_rng_new(g_ctx, 1, &ms->rng);
-        const char *kind = a == 3   ? "model (the book's Llama3Model)"
+        const char *kind = a >= 4   ? bonus_kind[a - 4]
+                           : a == 3 ? "model (the book's Llama3Model)"
                            : a == 2 ? "model (the book's GPTModel)"
                            : a == 1 ? "model (gpt2 blocks)"
                                     : "model (mha blocks)";
