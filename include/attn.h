@@ -2262,7 +2262,9 @@ attn_status attn_lm_load_ex(attn_ctx *ctx, const char *path, const char *config_
                             attn_lm **out);
 /* The config a config.json gives, read as attn_lm_load reads it (any of
  * the three dialects; tie_embeddings as the file says, else false): for a
- * model of random weights (attn_lm_new) of a published shape. */
+ * model of random weights (attn_lm_new) of a published shape. Its values
+ * are checked as attn_lm_new checks them, a refusal naming the file's keys
+ * (hidden_size, ...) and the file. */
 attn_status attn_lm_config_read(attn_ctx *ctx, const char *config_json, attn_lm_config *out);
 /* The book's names, float32 (safetensors.torch.load_file + load_state_dict).
  * A model of 16-bit weights writes them widened (exactly) to float32:

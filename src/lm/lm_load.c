@@ -866,6 +866,8 @@ static attn_status read_config(attn_ctx *ctx, const char *path, lm_config_read *
     return st;
 }
 
+static attn_status name_config_file(attn_ctx *ctx, attn_status st, const char *from);
+
 attn_status attn_lm_config_read(attn_ctx *ctx, const char *config_json, attn_lm_config *out) {
     if (!ctx || !config_json || !out)
         return attn_fail(ctx, ATTN_ERR_NULL, "attn_lm_config_read: %s is NULL",
@@ -875,6 +877,11 @@ attn_status attn_lm_config_read(attn_ctx *ctx, const char *config_json, attn_lm_
     attn_status st = read_config(ctx, config_json, &r);
     if (st != ATTN_OK) return st;
     r.cfg.tie_embeddings = r.tie == 1;
+    /* its values checked as attn_lm_load checks them, named by the file's
+     * keys (hidden_size, ...), not by the struct's fields later */
+    attn_lm_config resolved;
+    st = attn_lm_config_resolve(ctx, "attn_lm_config_read", &r.cfg, &r.keys, &resolved);
+    if (st != ATTN_OK) return name_config_file(ctx, st, config_json);
     *out = r.cfg;
     return ATTN_OK;
 }

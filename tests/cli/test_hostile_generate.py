@@ -310,8 +310,9 @@ def main():
     refused("config", w1 + ["/dev/zero"] + gen, "/dev/zero: more than 16777216 bytes", cwd)
     for name, cfg, fragment in [
             ("r_theta_neg", llama_hf_cfg(rope_theta=-1), '"rope_theta" (-1)'),
-            ("r_heads0", llama_hf_cfg(num_attention_heads=0), "n_heads (0)"),
-            ("r_kv3", llama_hf_cfg(num_key_value_heads=3), "n_kv_groups (3)"),
+            # named by the file's keys, as attn_lm_load names them
+            ("r_heads0", llama_hf_cfg(num_attention_heads=0), "num_attention_heads (0)"),
+            ("r_kv3", llama_hf_cfg(num_key_value_heads=3), "num_key_value_heads (3)"),
             ("r_scaling", llama_hf_cfg(rope_scaling={"rope_type": "yarn"}), '"yarn"'),
             ("r_layers_neg", llama_hf_cfg(num_hidden_layers=-1),
              '"num_hidden_layers" (-1) must be a whole number from 0 to 2^64 - 1')]:

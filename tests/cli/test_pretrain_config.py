@@ -153,7 +153,7 @@ def main():
                                                 '"sliding_window_stride": 1', 2,
                     "sliding windows and n_kv_groups"),
                    ("n_kv_groups not dividing n_heads", '"n_kv_groups": 3', 1,
-                    "n_kv_groups (3) must be a positive divisor of n_heads (2)")]
+                    "n_kv_groups (3) must divide n_heads (2) (the config read from")]
         for i, (what, keys, code, named) in enumerate(refused):
             cfg = os.path.join(work, "refused%d.json" % i)
             with open(cfg, "w") as f:

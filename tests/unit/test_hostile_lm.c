@@ -362,7 +362,10 @@ static void test_config_zeros(attn_ctx *ctx) {
      * would be infinite, and every logit NaN */
     write_text(p, "{\"vocab_size\": 11, \"context_length\": 8, \"emb_dim\": 8, \"n_heads\": 2, "
                   "\"n_layers\": 1, \"hidden_dim\": 24, \"rope_base\": 1e-300}");
-    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_OK);
+    CHECK_STATUS(attn_lm_config_read(ctx, p, &c), ATTN_ERR_INVALID);
+    CHECK_MESSAGE(ctx, "rope_base (1e-300) is outside float32's range");
+    CHECK_MESSAGE(ctx, "(the config read from ");
+    c.rope_base = 1e-300; /* and from the struct */
     attn_lm *tiny_base = NULL;
     CHECK_STATUS(attn_lm_new(ctx, &c, NULL, &tiny_base), ATTN_ERR_INVALID);
     CHECK_MESSAGE(ctx, "rope_base (1e-300) is outside float32's range");
