@@ -7,6 +7,8 @@
 #ifndef ATTN_TEST_ADDRESS_SPACE_H
 #define ATTN_TEST_ADDRESS_SPACE_H
 
+#include "check.h" /* UNDER_ASAN */
+
 #if defined(__linux__) && !defined(UNDER_ASAN)
 #include <stdio.h>
 #include <unistd.h>

@@ -513,7 +513,6 @@ static void kernel_calls(attn_kernels kernels, call_sizes s, uint64_t *seed) {
 
 /* ---- allocation failure --------------------------------------------------- */
 
-
 /* Run first, on a fresh heap: the workspace (about in x out floats) must be
  * new address space, which the limit refuses. */
 static void allocation_failure(attn_kernels kernels, uint64_t *seed) {
