@@ -125,6 +125,23 @@ _REQUIRED = ("vocab_size", "context_length", "emb_dim", "n_heads", "n_layers")
 _ROPE_FREQ = ("factor", "low_freq_factor", "high_freq_factor", "original_context_length")
 
 
+def book_window_stride(stride, limit, within):
+    """The book's cfg['sliding_window_stride'] K (K windowed layers then one
+    without; 0 none; negative every layer) of a cfg with a window: an
+    integer, or a float of one (the script's int(stride) takes 2.0), at
+    most limit (said as within) in size."""
+    if stride is None:
+        raise ValueError("config['sliding_window_size'] needs config['sliding_window_stride'] "
+                         "(the book's K: K windowed layers then one without; 0 none; "
+                         "negative every layer)")
+    name = "config['sliding_window_stride']"
+    k = (stride if isinstance(stride, int) and not isinstance(stride, bool)
+         else as_number(name, stride))
+    if k != int(k) or abs(k) > limit:
+        raise ValueError(f"{name}: {stride!r} is not an integer of {within}")
+    return int(k)
+
+
 def book_arch(cfg):
     """The model a book's cfg dict describes, by its keys, as the C config
     readers tell them: llama3 with hidden_dim or rope_base, else gpt-mla with
@@ -179,15 +196,7 @@ def config_struct(cfg):
         if c.sliding_window_size == 0:
             raise ValueError("config['sliding_window_size']: 0 holds no position; leave it "
                              "out (or None) for no window")
-        if stride is None:
-            raise ValueError("config['sliding_window_size'] needs config['sliding_window_stride'] "
-                             "(the book's K: K windowed layers then one without; 0 none; "
-                             "negative every layer)")
-        name = "config['sliding_window_stride']"
-        k = (stride if isinstance(stride, int) and not isinstance(stride, bool)
-             else as_number(name, stride))
-        if k != int(k) or k > SIZE_MAX:
-            raise ValueError(f"{name}: {stride!r} is not an integer of size_t's range")
+        k = book_window_stride(stride, SIZE_MAX, "size_t's range")
         if k == 0:
             c.sliding_window_size = 0
         c.sliding_window_stride = int(k) if k > 0 else 0

@@ -22,7 +22,7 @@ from ctypes import (POINTER, Structure, c_bool, c_char_p, c_double, c_int, c_int
 from ._args import as_choice, as_flag, as_index, as_number, as_str, as_utf8, show
 from ._lib import Context, HandleOwner, encode_path, is_path, lib
 from . import modules as _modules
-from .lm import book_arch
+from .lm import book_arch, book_window_stride
 from .tokenizer import Tokenizer
 
 
@@ -159,18 +159,8 @@ def _gpt_config(cfg, arch):
     elif window is not None:
         c.attention = GPT_SWA
         c.sliding_window_size = as_index("config['sliding_window_size']", window, 1)
-        if stride is None:
-            raise ValueError("config['sliding_window_size'] needs config['sliding_window_stride'] "
-                             "(the book's K: K windowed layers then one without; 0 none; "
-                             "negative every layer)")
-        # read as LanguageModel reads it: an integer, or a float of one (the
-        # script's int(stride) takes 2.0)
-        name = "config['sliding_window_stride']"
-        k = (stride if isinstance(stride, int) and not isinstance(stride, bool)
-             else as_number(name, stride))
-        if k != int(k) or abs(k) > 2**53:
-            raise ValueError(f"{name}: {stride!r} is not an integer within 2**53")
-        c.sliding_window_stride = int(k)
+        # read as LanguageModel reads it, within the C field's int64
+        c.sliding_window_stride = book_window_stride(stride, 2**53, "within 2**53")
     return c
 
 
