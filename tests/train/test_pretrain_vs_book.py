@@ -423,6 +423,14 @@ def bad_inputs(attn, d, cfg_path, ckpt):
     os.remove(png_link)
 
 
+def pretrain_args(cfg_path, seed):
+    """attn pretrain's options of every run here but --save and --epochs."""
+    return ["--config", cfg_path, "--tokenizer", BPE, "--text", VERDICT,
+            "--eval-iter", str(EVAL_ITER), "--eval-freq", str(EVAL_FREQ),
+            "--max-length", str(MAX_LENGTH), "--stride", str(STRIDE),
+            "--seed", str(seed), "--threads", "2", "--sample", START]
+
+
 def variant_runs(attn, d, seed, enc):
     """Chapter 4's bonus GPTs trained by attn pretrain and by the book's
     loop on the script's GPTModel, from the same seed."""
@@ -437,10 +445,7 @@ def variant_runs(attn, d, seed, enc):
         cfg_path = os.path.join(d, "cfg_%s.json" % name)
         with open(cfg_path, "w") as f:
             json.dump(cfg, f)
-        common = ["--config", cfg_path, "--tokenizer", BPE, "--text", VERDICT,
-                  "--eval-iter", str(EVAL_ITER), "--eval-freq", str(EVAL_FREQ),
-                  "--max-length", str(MAX_LENGTH), "--stride", str(STRIDE),
-                  "--seed", str(seed), "--threads", "2", "--sample", START]
+        common = pretrain_args(cfg_path, seed)
         full = os.path.join(d, "%s.safetensors" % name)
         p_full = subprocess.Popen([attn, "pretrain"] + common +
                                   ["--epochs", str(VARIANT_EPOCHS), "--save", full],
@@ -504,10 +509,7 @@ def main():
         cfg_path = os.path.join(d, "cfg.json")
         with open(cfg_path, "w") as f:
             json.dump(CFG, f)
-        common = ["--config", cfg_path, "--tokenizer", BPE, "--text", VERDICT,
-                  "--eval-iter", str(EVAL_ITER), "--eval-freq", str(EVAL_FREQ),
-                  "--max-length", str(MAX_LENGTH), "--stride", str(STRIDE),
-                  "--seed", str(seed), "--threads", "2", "--sample", START]
+        common = pretrain_args(cfg_path, seed)
         full = os.path.join(d, "full.safetensors")
         first = os.path.join(d, "first.safetensors")
         resumed = os.path.join(d, "resumed.safetensors")
