@@ -1161,9 +1161,11 @@ static attn_status latent_attend(attn_lm *m, size_t layer, const lm_acts *a,
     return ATTN_OK;
 }
 
-/* One transformer block on x (rows, C), in place. */
+/* One transformer block on x (rows, C), in place; prompt: latent_prompt's
+ * answer for the call. */
 static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
-                                 const attn_lm_forward_args *args, size_t rows, size_t longest) {
+                                 const attn_lm_forward_args *args, size_t rows, size_t longest,
+                                 bool prompt) {
     const attn_lm_block *k = &m->blocks[layer];
     size_t C = m->cfg.emb_dim, H = m->hidden, kvw = m->kv_heads * m->head_dim;
     bool gpt = attn_lm_is_gpt(m->cfg.arch);
@@ -1176,7 +1178,7 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
          * for a prompt, k and v from the latent (else latent_attend) */
         const lm_part down[2] = {{k->wq, k->bq, a->q, C}, {k->wdkv, k->bdkv, a->lat, m->latent}};
         linear_n(m, a->h, rows, C, down, 2);
-        if (!args->cache || latent_prompt(m, args)) {
+        if (!args->cache || prompt) {
             const lm_part up[2] = {{k->wuk, k->buk, a->k, kvw}, {k->wuv, k->buv, a->v, kvw}};
             linear_n(m, a->lat, rows, m->latent, up, 2);
         }
@@ -1195,7 +1197,7 @@ static attn_status block_forward(attn_lm *m, size_t layer, const lm_acts *a,
                  rows);
     }
     attn_status st;
-    if (latent_prompt(m, args)) {
+    if (prompt) {
         attn_attention_problem p = within_problem(m, a, layer, args->batch, rows, longest);
         st = attn_attention_forward(m->ctx, "attn_lm_forward", &p, NULL, NULL, NULL, NULL,
                                     m->buf.attention);
@@ -1379,7 +1381,7 @@ attn_status attn_lm_forward(attn_lm *m, const attn_lm_forward_args *args) {
     }
     lm_acts a = acts_at(m, m->buf.floats, rows);
     /* each distinct window's problem checked, its workspace in hand */
-    bool within = !args->cache || latent_prompt(m, args);
+    bool prompt = latent_prompt(m, args), within = !args->cache || prompt;
     for (size_t layer = 0; within && layer < m->cfg.n_layers; layer++) {
         if (layer && m->windows[layer] == m->windows[layer - 1]) continue;
         attn_attention_problem p = within_problem(m, &a, layer, args->batch, rows, longest);
@@ -1390,7 +1392,8 @@ attn_status attn_lm_forward(attn_lm *m, const attn_lm_forward_args *args) {
     embed(m, &a, args);
     if (m->cfg.arch == ATTN_LM_LLAMA3) rope_tables(m, a.positions, rows, a.cosines, a.sines);
     for (size_t layer = 0; layer < m->cfg.n_layers; layer++)
-        if ((st = block_forward(m, layer, &a, args, rows, longest)) != ATTN_OK) return st;
+        if ((st = block_forward(m, layer, &a, args, rows, longest, prompt)) != ATTN_OK)
+            return st;
     head(m, &a, args, rows);
     return ATTN_OK;
 }

@@ -69,6 +69,22 @@ def pretrain(attn, cfg, text, save):
                           capture_output=True, text=True, timeout=120)
 
 
+def pretrain_config(attn, work, tag, config, text):
+    """attn pretrain on the config text written to work/tag.json, saving to
+    work/tag.safetensors: (the run, the save path)."""
+    cfg = os.path.join(work, tag + ".json")
+    with open(cfg, "w") as f:
+        f.write(config)
+    save = os.path.join(work, tag + ".safetensors")
+    return pretrain(attn, cfg, text, save), save
+
+
+def trained(r, save, what):
+    """Whether run r trained and saved (a failed check otherwise)."""
+    return check(r.returncode == 0 and os.path.exists(save), "%s: trains" % what,
+                 "rc=%s stderr=%r" % (r.returncode, r.stderr[:300]))
+
+
 def main():
     attn = os.path.abspath(sys.argv[1])
     book = '"vocab_size": 50257, "context_length": 8, "emb_dim": 8, "n_layers": 1, ' \
@@ -91,13 +107,8 @@ def main():
         with open(text, "w", encoding="utf-8") as f:
             f.write(head)
         for i, (what, config, rate, heads) in enumerate(cases):
-            cfg = os.path.join(work, "cfg%d.json" % i)
-            with open(cfg, "w") as f:
-                f.write(config)
-            save = os.path.join(work, "m%d.safetensors" % i)
-            r = pretrain(attn, cfg, text, save)
-            if not check(r.returncode == 0 and os.path.exists(save), "%s: trains" % what,
-                         "rc=%s stderr=%r" % (r.returncode, r.stderr[:300])):
+            r, save = pretrain_config(attn, work, "m%d" % i, config, text)
+            if not trained(r, save, what):
                 continue
             meta = metadata(save)
             check(float(meta.get("drop_rate", "nan")) == rate,
@@ -124,13 +135,8 @@ def main():
              {"sliding_window_size": "3", "sliding_window_stride": "0"},
              "trf_blocks.0.att.W_key.weight", "trf_blocks.0.att.mask")]
         for i, (what, keys, meta_want, has, lacks) in enumerate(variants):
-            cfg = os.path.join(work, "variant%d.json" % i)
-            with open(cfg, "w") as f:
-                f.write('%s, %s}' % (base, keys))
-            save = os.path.join(work, "v%d.safetensors" % i)
-            r = pretrain(attn, cfg, text, save)
-            if not check(r.returncode == 0 and os.path.exists(save), "%s: trains" % what,
-                         "rc=%s stderr=%r" % (r.returncode, r.stderr[:300])):
+            r, save = pretrain_config(attn, work, "v%d" % i, '%s, %s}' % (base, keys), text)
+            if not trained(r, save, what):
                 continue
             meta = metadata(save)
             got = {k: meta.get(k) for k in meta_want}
@@ -155,11 +161,7 @@ def main():
                    ("n_kv_groups not dividing n_heads", '"n_kv_groups": 3', 1,
                     "n_kv_groups (3) must divide n_heads (2) (the config read from")]
         for i, (what, keys, code, named) in enumerate(refused):
-            cfg = os.path.join(work, "refused%d.json" % i)
-            with open(cfg, "w") as f:
-                f.write('%s, %s}' % (base, keys))
-            save = os.path.join(work, "r%d.safetensors" % i)
-            r = pretrain(attn, cfg, text, save)
+            r, save = pretrain_config(attn, work, "r%d" % i, '%s, %s}' % (base, keys), text)
             check(r.returncode == code and named in r.stderr and
                   len(r.stderr.strip().splitlines()) == 1 and not os.path.exists(save),
                   "%s: refused naming %r" % (what, named),
