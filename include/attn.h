@@ -1856,7 +1856,8 @@ attn_status attn_model_backward(attn_model *m);
 attn_status attn_model_save(attn_model *m, const char *path);
 /* load_state_dict(strict=True) from such a file into a model of the same
  * config: every parameter with its shape and nothing else (a file of the
- * model's own format must also agree in its metadata, dropout aside; the
+ * model's own format must also agree in its metadata, dropout aside, a
+ * latent_dim of null agreeing with the width it stands for; the
  * book's GPTModel's also holds its mask buffers, which must be the causal
  * mask: ATTN_ERR_FORMAT naming the element otherwise).
  * Nothing changes unless all of it loads; a load drops the last forward,

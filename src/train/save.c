@@ -238,6 +238,31 @@ static void shape_text(char *buf, size_t size, size_t ndim, const size_t *shape)
     if (used < size) snprintf(buf + used, size - used, ")");
 }
 
+/* The width a "latent_dim" entry stands for: null is the book's default,
+ * max(16, emb_dim / 8), which a model built with latent_dim 0 also takes. */
+static bool latent_width(const char *value, size_t emb_dim, size_t *width) {
+    if (strcmp(value, "null") == 0) {
+        *width = emb_dim / 8 > 16 ? emb_dim / 8 : 16;
+        return true;
+    }
+    char *end;
+    unsigned long long n = strtoull(value, &end, 10);
+    if (end == value || *end != '\0' || value[0] == '-') return false;
+    *width = (size_t)n;
+    return *width == n;
+}
+
+/* Whether the file's metadata value got says what this model's want says:
+ * the same string, or for latent_dim the same width (the book's cfg may name
+ * the default as null or as its number). */
+static bool metadata_agrees(const attn_model *m, const char *key, const char *got,
+                            const char *want) {
+    if (strcmp(got, want) == 0) return true;
+    if (strcmp(key, "latent_dim") != 0) return false;
+    size_t emb_dim = attn_model_get_config(m).d_model, a, b;
+    return latent_width(got, emb_dim, &a) && latent_width(want, emb_dim, &b) && a == b;
+}
+
 /* attn_model_load, and where dropout_too the dropout rate must agree as
  * well (attn_model_load_run). */
 static attn_status load(attn_model *m, const char *path, bool dropout_too) {
@@ -264,7 +289,7 @@ static attn_status load(attn_model *m, const char *path, bool dropout_too) {
         if (!dropout_too &&
             (strcmp(want[i].key, "dropout") == 0 || strcmp(want[i].key, "drop_rate") == 0))
             continue;
-        if (got && strcmp(got, want[i].value) != 0) {
+        if (got && !metadata_agrees(m, want[i].key, got, want[i].value)) {
             /* the message first: got belongs to the file */
             st = attn_fail(ctx, ATTN_ERR_SHAPE,
                            "attn_model_load: '%s' holds a model with %s %s, this model has %s",

@@ -662,6 +662,28 @@ static void test_gpt_variants(attn_ctx *ctx, attn_rng *rng) {
     expect_param(m, 8, "trf_blocks.0.att.W_UV.weight", 8, 16);
     expect_param(m, 11, "trf_blocks.0.att.out_proj.bias", 8, 0);
     CHECK(attn_model_get_config(m).attention == ATTN_MODULE_MLA);
+    /* its file says latent_dim null, the book's None: a model built with the
+     * width that stands for loads it, and its file loads back into this one;
+     * another width is refused */
+    char mla_path[64], named_path[64];
+    snprintf(mla_path, sizeof mla_path, "/tmp/attn_test_gpt_mla_%ld.safetensors", (long)getpid());
+    snprintf(named_path, sizeof named_path, "/tmp/attn_test_gpt_mla16_%ld.safetensors",
+             (long)getpid());
+    CHECK_STATUS(attn_model_save(m, mla_path), ATTN_OK);
+    attn_model *named;
+    mla.latent_dim = 16;
+    CHECK_STATUS(attn_model_new_gpt(ctx, &mla, rng, &named), ATTN_OK);
+    CHECK_STATUS(attn_model_save(named, named_path), ATTN_OK);
+    CHECK_STATUS(attn_model_load(named, mla_path), ATTN_OK);
+    CHECK_STATUS(attn_model_load(m, named_path), ATTN_OK);
+    attn_model_free(named);
+    mla.latent_dim = 24;
+    CHECK_STATUS(attn_model_new_gpt(ctx, &mla, rng, &named), ATTN_OK);
+    CHECK_STATUS(attn_model_load(named, mla_path), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, "latent_dim null, this model has 24");
+    attn_model_free(named);
+    remove(mla_path);
+    remove(named_path);
     attn_model_free(m);
 
     /* MultiHeadAttentionWithSWA, windows of 3 on layers 0 and 2 (stride 1):
