@@ -2085,6 +2085,11 @@ def flex_attention(query, key, value, score_mod=None, block_mask=None, scale=Non
             scale = float(scale)
         except (TypeError, ValueError):
             raise TypeError(f"flex_attention: scale must be a number, got {scale!r}") from None
+        # refused here as an argument out of range, before the library would
+        # refuse it with a RuntimeError naming one of its own calls
+        problem = _attn_torch()._scale_problem(scale)
+        if problem is not None:
+            raise ValueError(f"flex_attention: {problem}")
     if D == 0:
         raise ValueError(f"flex_attention: query {tuple(query.shape)} has head dimension 0")
     if 0 in (B, H, T, S, value.size(3)):

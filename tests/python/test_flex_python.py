@@ -1328,6 +1328,17 @@ if runs:
             check(False, f"{what}: no error")
         except (TypeError, ValueError) as err:
             check(word in str(err), f"{what}: message {err}")
+    # a scale out of range is a ValueError naming flex_attention and the
+    # scale (the docs' promise for flex_attention), not the library's error
+    for bad in (math.inf, -math.inf, math.nan, 1e39, -1e39):
+        try:
+            flex.flex_attention(q, q, q, scale=bad)
+            check(False, f"flex_attention scale {bad}: no error")
+        except ValueError as err:
+            check(str(err).startswith("flex_attention:") and repr(bad) in str(err),
+                  f"flex_attention scale {bad}: message {err}")
+        except Exception as err:
+            check(False, f"flex_attention scale {bad}: {type(err).__name__}: {err}")
     try:  # refused before its index grid (8 TB of int64 positions) is made
         flex.create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, None, None,
                                2 ** 40, 2 ** 40)
