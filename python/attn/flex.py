@@ -1564,7 +1564,17 @@ class BlockMask(HandleOwner):
 
     def sparsity(self):
         """Percent of the (B, H) tiles skipped, as BlockMask.sparsity()."""
+        if self._lists is not None:
+            listed = self._listed_blocks()
+            return 100.0 * (1.0 - int(listed.sum()) / listed.numel())
         return float(self.info().sparsity)
+
+    def _listed_blocks(self):
+        """from_kv_blocks: its lists' blocks (B, H, query blocks, key
+        blocks), each listed one visited as in PyTorch's map, though the
+        C map skips a partial one whose mask_mod shows no key there."""
+        i32, bq, bkv = self._lists
+        return _listed_blocks(i32, _Grid(*self.shape), bq, bkv)
 
     def _draw(self, b, h):
         needed = c_size_t()
@@ -1698,6 +1708,8 @@ class BlockMask(HandleOwner):
         BlockMask.to_dense(): an int32 tensor (B, H, query blocks, key
         blocks), 1 for a block visited (full or partial), 0 for one
         skipped."""
+        if self._lists is not None:
+            return self._listed_blocks().to(torch.int32)
         info = self.info()
         B, H = self.shape[:2]
         dense = torch.zeros(B, H, info.q_blocks, info.kv_blocks, dtype=torch.int32)
@@ -1827,6 +1839,15 @@ def _seq_lengths(seq_lengths):
 def _listed_dense(i32, g, bq, bkv):
     """The elements of the listed blocks (partial, then full if given) as a
     (B, H, T, S) bool tensor; a block out of range is refused by name."""
+    keep = _listed_blocks(i32, g, bq, bkv)
+    dense = keep.repeat_interleave(bq, 2).repeat_interleave(bkv, 3)
+    return dense[:, :, :g.T, :g.S]
+
+
+def _listed_blocks(i32, g, bq, bkv):
+    """The listed blocks (partial, then full if given) as a (B, H, query
+    blocks, key blocks) bool tensor; a block out of range is refused by
+    name."""
     keep = torch.zeros(g.B, g.H, (g.T + bq - 1) // bq, (g.S + bkv - 1) // bkv, dtype=torch.bool)
     kvb = keep.size(-1)
     for num, idx in zip(i32[0::2], i32[1::2]):
@@ -1841,8 +1862,7 @@ def _listed_dense(i32, g, bq, bkv):
         flat_listed = listed.reshape(-1, idx.size(-1))
         for r in range(rows.size(0)):
             rows[r, flat_idx[r][flat_listed[r]]] = True
-    dense = keep.repeat_interleave(bq, 2).repeat_interleave(bkv, 3)
-    return dense[:, :, :g.T, :g.S]
+    return keep
 
 
 def _from_bool(ctx, keep, block_size, mask_mod, description):

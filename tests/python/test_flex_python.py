@@ -282,9 +282,17 @@ def python_drawing(keep, bq, bkv):
     return drawings, 100.0 * (1.0 - used / (B * H * qb * kb))
 
 
-def check_map(bm, keep, what):
+def check_map(bm, keep, what, listed=None):
+    """listed: a from_kv_blocks map's listed blocks (B, H, query blocks, key
+    blocks), which its sparsity counts as PyTorch's does, a partial block
+    that its mask_mod leaves empty too (drawn '.': the kernels skip it)."""
     bq, bkv = bm.BLOCK_SIZE
     drawings, sparsity = python_drawing(keep, bq, bkv)
+    if listed is not None:
+        sparsity = 100.0 * (1.0 - int(listed.sum()) / listed.numel())
+        check(torch.equal(bm.to_dense(), listed.to(torch.int32)),
+              f"{what}: to_dense {bm.to_dense().tolist()} vs the listed blocks "
+              f"{listed.int().tolist()}")
     check(tuple(bm.shape) == tuple(keep.shape), f"{what}: shape {bm.shape}")
     for (b, h), want in drawings.items():
         got = bm._draw(b, h)
@@ -398,6 +406,7 @@ for mm in (None, band, striped):
                                        mask_mod=mm)
     T3, S3 = QB * bq, KB * bq
     keep = torch.zeros(Bk, Hk, T3, S3, dtype=torch.bool)
+    listed = torch.zeros(Bk, Hk, QB, KB, dtype=torch.bool)
     inside = dense(mm, Bk, Hk, T3, S3) if mm else torch.ones(Bk, Hk, T3, S3, dtype=torch.bool)
     for b in range(Bk):
         for h in range(Hk):
@@ -406,10 +415,20 @@ for mm in (None, band, striped):
                 for e in range(int(num[b, h, i])):
                     j = int(kv_indices[b, h, i, e])
                     keep[b, h, rows, j * bq:(j + 1) * bq] = inside[b, h, rows, j * bq:(j + 1) * bq]
+                    listed[b, h, i, j] = True
                 for e in range(int(full_num[b, h, i])):
                     j = int(full_indices[b, h, i, e])
                     keep[b, h, rows, j * bq:(j + 1) * bq] = True
-    check_map(bm, keep, f"from_kv_blocks mask_mod={getattr(mm, '__name__', None)}")
+                    listed[b, h, i, j] = True
+    check_map(bm, keep, f"from_kv_blocks mask_mod={getattr(mm, '__name__', None)}", listed)
+# a partial block listed where the mask_mod shows no key is still listed:
+# PyTorch's to_dense() and sparsity() count it (the kernels skip it)
+one = torch.ones(1, 1, 1, dtype=torch.int32)
+bm = flex.BlockMask.from_kv_blocks(one * 2, torch.tensor([[[[0, 1]]]], dtype=torch.int32),
+                                   BLOCK_SIZE=16, mask_mod=lambda b, h, q, kv: q >= kv)
+check(bm.to_dense().tolist() == [[[[1, 1]]]] and bm.sparsity() == 0.0,
+      f"from_kv_blocks, a listed block the mask_mod empties: to_dense "
+      f"{bm.to_dense().tolist()}, sparsity {bm.sparsity()} (PyTorch: [[[[1, 1]]]], 0.0)")
 # seq_lengths past the lists' query blocks, or not two ints >= 0, and list
 # values past int32, refused by name (the lists were read past their end, and
 # the values cast silently); query blocks past Q_LEN are never read, as in
