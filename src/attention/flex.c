@@ -84,7 +84,7 @@ static size_t rows_bytes(const attn_attention_problem *p) {
 }
 
 static size_t delta_bytes(const attn_attention_problem *p) {
-    return lines(3 * attn_flex_rows(p) * sizeof(float));
+    return lines(attn_flex_delta_floats(p) * sizeof(float));
 }
 
 static size_t flex_forward_bytes(const attn_ctx *ctx, const attn_attention_problem *p,
@@ -115,7 +115,7 @@ static bool may_take_own_rows(const attn_attention_problem *p) {
     return !p->lse || (!p->lse_lo && !p->backward_from_lse);
 }
 
-/* delta's three arrays (attn_flex_kernels.backward), then, where it may
+/* delta's scratch (attn_flex_delta_floats), then, where it may
  * take its own, an lse and lse_lo. */
 static size_t flex_backward_bytes(const attn_ctx *ctx, const attn_attention_problem *p) {
     return parts_bytes(ctx, p, true) + bucket_bytes(p) + delta_bytes(p) +

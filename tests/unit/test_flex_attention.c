@@ -1257,6 +1257,137 @@ static void test_one_hot_rows(attn_ctx *ctx) {
     attn_ctx_free(ref);
 }
 
+/* Only the first query and the first key see the others: (q_idx < 1) |
+ * (kv_idx < 1), flex_attention's blocks of 16. */
+static int first_row_or_key(void *user, size_t b, size_t h, size_t i, size_t j) {
+    (void)user, (void)b, (void)h;
+    return i < 1 || j < 1;
+}
+
+/* Rows that see one key with a softcap in the chain: their softmax is
+ * constant, so their dq is exactly 0 (the float64 reference's, and
+ * PyTorch float32's), and the key's dk takes nothing from them. The
+ * consistent delta carries the softcap's factor at the row's one key into
+ * its fix-ups, as the fused kernels do; without it each row kept delta's
+ * rounding residue (dq and dk 1e-5 off float64 at T 64, S 129). Variants:
+ * cap 1, cap 30 (two passes), cap 1 with items enough for the one pass, a
+ * bias with its gradient then cap 1 (the rows pass's fix-up of the bias's
+ * gradient), and a relative table with its gradient, cap 1, a scale and
+ * cap 30. dq, dk, dv and the tensor's gradient within 1e-5 relative L2 of
+ * the float64 call; dq of the one-key rows, and the bias's gradient
+ * there, exactly 0 where the chain has one factor; 1 and 2 threads
+ * bitwise. */
+static void test_softcap_one_key_rows(attn_ctx *ctx) {
+    attn_ctx *ref, *one;
+    attn_ctx_config rc = {.kernels = ATTN_KERNELS_REFERENCE}, c1 = {.num_threads = 1};
+    CHECK_STATUS(attn_ctx_new(&rc, &ref), ATTN_OK);
+    CHECK_STATUS(attn_ctx_new(&c1, &one), ATTN_OK);
+    const size_t T = 64, S = 129, D = 40;
+    attn_block_mask_config mc = {1, 1, T, S, 16, 16};
+    attn_block_mask *mask = NULL;
+    CHECK_STATUS(attn_block_mask_from_fn(ctx, &mc, first_row_or_key, NULL, &mask), ATTN_OK);
+    for (int variant = 0; variant < 5; variant++) {
+        size_t B = variant == 2 ? 2 : 1, H = variant == 2 ? 2 : 1;
+        size_t qn = B * H * T * D, kn = B * H * S * D;
+        size_t tn = variant == 3 ? B * H * T * S : variant == 4 ? H * (T + S - 1) : 0;
+        float *q = alloc_randn(qn, 1), *k = alloc_randn(kn, 1), *v = alloc_randn(kn, 1);
+        float *dout = alloc_randn(qn, 1), *tensor = alloc_randn(tn, 0.3f);
+        float *tg = calloc(tn + 1, sizeof(float)), *tg1 = calloc(tn + 1, sizeof(float));
+        float *tgd = calloc(tn + 1, sizeof(float));
+        attn_score_mod cap1 = {.kind = ATTN_SCORE_SOFTCAP, .value = 1.0};
+        attn_score_mod cap30 = {.kind = ATTN_SCORE_SOFTCAP, .value = 30.0};
+        attn_score_mod mods[4];
+        size_t nmods = 0;
+        if (variant == 3)
+            mods[nmods++] = (attn_score_mod){.kind = ATTN_SCORE_BIAS, .tensor = tensor,
+                                             .strides = {H * T * S, T * S, S, 1}};
+        if (variant == 4)
+            mods[nmods++] = (attn_score_mod){.kind = ATTN_SCORE_REL_TABLE, .tensor = tensor,
+                                             .buckets = T + S - 1, .offset = (int64_t)S - 1};
+        mods[nmods++] = variant == 1 ? cap30 : cap1;
+        if (variant == 4) {
+            mods[nmods++] = (attn_score_mod){.kind = ATTN_SCORE_SCALE, .value = 0.7};
+            mods[nmods++] = cap30;
+        }
+        attn_sdpa_config cfg = {.batch = B, .heads = H, .q_tokens = T, .kv_tokens = S,
+                                .head_dim = D, .block_mask = mask, .score_mods = mods,
+                                .score_mod_count = nmods};
+        double *x[4];
+        const float *xf[4] = {q, k, v, dout};
+        size_t xn[4] = {qn, kn, kn, qn}, gn[3] = {qn, kn, kn};
+        for (int t = 0; t < 4; t++) {
+            x[t] = malloc(xn[t] * sizeof(double));
+            for (size_t e = 0; e < xn[t]; e++) x[t][e] = xf[t][e];
+        }
+        float *out = calloc(qn, sizeof(float)), *lse = calloc(B * H * T, sizeof(float));
+        double *outd = calloc(qn, sizeof(double)), *lsed = calloc(B * H * T, sizeof(double));
+        float *got[3], *got1[3];
+        double *want[3];
+        for (int t = 0; t < 3; t++) {
+            got[t] = calloc(gn[t], sizeof(float));
+            got1[t] = calloc(gn[t], sizeof(float));
+            want[t] = calloc(gn[t], sizeof(double));
+        }
+        if (tn) mods[0].tensor_grad = tg;
+        CHECK_STATUS(attn_sdpa_forward(ctx, &cfg, q, k, v, out, lse, NULL, NULL), ATTN_OK);
+        CHECK_STATUS(attn_sdpa_backward(ctx, &cfg, q, k, v, out, lse, dout, got[0], got[1],
+                                        got[2], NULL),
+                     ATTN_OK);
+        CHECK(strstr(attn_ctx_last_explain(ctx), "flex [") != NULL);
+        if (tn) mods[0].tensor_grad = tg1;
+        CHECK_STATUS(attn_sdpa_backward(one, &cfg, q, k, v, out, lse, dout, got1[0], got1[1],
+                                        got1[2], NULL),
+                     ATTN_OK);
+        bool same = memcmp(tg, tg1, tn * sizeof(float)) == 0;
+        for (int t = 0; t < 3; t++) same &= memcmp(got[t], got1[t], gn[t] * sizeof(float)) == 0;
+        CHECK(same);
+        if (!same) printf("FAIL softcap one-key rows variant %d: threads differ\n", variant);
+        if (tn) mods[0].tensor_grad = tgd;
+        CHECK_STATUS(attn_sdpa_forward_f64(ref, &cfg, x[0], x[1], x[2], outd, lsed, NULL, NULL),
+                     ATTN_OK);
+        CHECK_STATUS(attn_sdpa_backward_f64(ref, &cfg, x[0], x[1], x[2], outd, lsed, x[3],
+                                            want[0], want[1], want[2], NULL),
+                     ATTN_OK);
+        for (int t = 0; t < 4; t++) {
+            if (t == 3 && !tn) continue;
+            size_t len = t == 3 ? tn : gn[t];
+            double num = 0, den = 0;
+            for (size_t e = 0; e < len; e++) {
+                double w = t == 3 ? tgd[e] : want[t][e], g = t == 3 ? tg[e] : got[t][e];
+                num += (g - w) * (g - w);
+                den += w * w;
+            }
+            double err = den > 0 ? sqrt(num / den) : sqrt(num);
+            CHECK(err <= TOL);
+            if (err > TOL)
+                printf("FAIL softcap one-key rows variant %d, %s: rel L2 %.3g\n", variant,
+                       (const char *[]){"dq", "dk", "dv", "tensor grad"}[t], err);
+        }
+        if (variant != 4) { /* one factor at the key: exactly what the tiles added */
+            double worst = 0;
+            for (size_t b = 0; b < B; b++) /* q, dq: (B, T, H, D); the bias (B, H, T, S) */
+                for (size_t i = 1; i < T; i++)
+                    for (size_t h = 0; h < H; h++) {
+                        for (size_t d = 0; d < D; d++)
+                            worst = check_worse(worst, fabs(got[0][((b * T + i) * H + h) * D + d]));
+                        if (variant == 3)
+                            worst = check_worse(worst, fabs(tg[((b * H + h) * T + i) * S]));
+                    }
+            CHECK(worst == 0.0);
+            if (worst != 0.0)
+                printf("FAIL softcap one-key rows variant %d: one-key rows' |dq| %.3g\n", variant,
+                       worst);
+        }
+        for (int t = 0; t < 3; t++) free(got[t]), free(got1[t]), free(want[t]);
+        for (int t = 0; t < 4; t++) free(x[t]);
+        free(q), free(k), free(v), free(dout), free(tensor), free(tg), free(tg1), free(tgd);
+        free(out), free(lse), free(outd), free(lsed);
+    }
+    attn_block_mask_free(mask);
+    attn_ctx_free(one);
+    attn_ctx_free(ref);
+}
+
 /* ---- timing -------------------------------------------------------------------- */
 
 /* A chain of softcap then ALiBi at the problem's own positions is the
@@ -1550,6 +1681,7 @@ int main(int argc, char **argv) {
         test_minus_inf_rows(two);
         test_huge_tied_scores(two);
         test_one_hot_rows(two);
+        test_softcap_one_key_rows(two);
         test_fixed_features(two);
         for (int round = 0; round < 3; round++) test_one_pass_bits(two);
 #if defined(__OPTIMIZE__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)

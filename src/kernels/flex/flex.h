@@ -68,6 +68,16 @@ static inline size_t attn_flex_rows(const attn_attention_problem *p) {
     return p->batch * p->q_heads * p->q_len;
 }
 
+/* Floats of the backward's delta scratch: 3 x attn_flex_rows(p), and per
+ * row a float for each softcap or callback of the chain. */
+static inline size_t attn_flex_delta_floats(const attn_attention_problem *p) {
+    size_t kept = 0;
+    for (size_t k = 0; k < p->score_mod_count; k++)
+        kept += p->score_mods[k].kind == ATTN_SCORE_SOFTCAP ||
+                p->score_mods[k].kind == ATTN_SCORE_CALLBACK;
+    return (3 + kept) * attn_flex_rows(p);
+}
+
 typedef struct attn_flex_kernels {
     const char *name;
     /* Floats of workspace per parallel part (the backward's may be more). */
@@ -79,8 +89,9 @@ typedef struct attn_flex_kernels {
     void (*forward)(attn_workers w, const attn_flex_args *a, float *parts);
     /* g's dq, dk, dv and the BIAS/REL_BIAS tensor_grads (zeroed by the
      * caller) from g->dout, p->out, lse and lse_lo (p->lse's layout, or
-     * NULL); delta holds 3 x attn_flex_rows(p) floats: dO . O in the first
-     * (the same layout), then the kernels' own per-row scratch. */
+     * NULL); delta holds attn_flex_delta_floats(p): dO . O in the first
+     * attn_flex_rows(p) (the same layout), then the kernels' own per-row
+     * scratch. */
     void (*backward)(attn_workers w, const attn_flex_args *a, const attn_attention_grads *g,
                      const float *lse, const float *lse_lo, float *delta, float *parts);
 } attn_flex_kernels;

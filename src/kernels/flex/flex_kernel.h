@@ -85,6 +85,10 @@ typedef struct flex_tiles {
      * consistent delta): sum_j dS_ij, the largest weight, its key */
     float *resid, *peak;
     size_t *peak_key;
+    /* with sums, per row (stored floats, a row's together): each softcap's
+     * factor d cap tanh(x / cap) / dx at the largest weight's key, as
+     * chain_backward takes it there */
+    float *peak_factor;
     /* with sums: the keys of the tiles the rows' sweep visits, summed
      * (Dp) and counted, whose mean stands for each row's sum_j P_ij k_j
      * in its consistent delta (consistent_dq); the keys' passes take
@@ -124,6 +128,7 @@ static size_t carve(const flex_geom *g, float *base, flex_tiles *t) {
     PIECE(resid, g->bqp);
     PIECE(peak, g->bqp);
     PIECE(peak_key, g->bqp * sizeof(size_t) / sizeof(float));
+    PIECE(peak_factor, g->bqp * g->stored);
     PIECE(ksum, g->Dp);
     PIECE(kcount, 1);
 #undef PIECE
@@ -162,23 +167,25 @@ static size_t one_pass_floats(const flex_geom *g) {
         return 0;
     /* and the rows' sums of a consistent delta: resid, peak, its key;
      * per query block, its sweep's keys summed and counted, its rows'
-     * share for the keys (block_qsum), and per tile whether it weighed */
+     * share for the keys (block_qsum); per row the softcaps' factors at
+     * its peak; and per tile whether it weighed */
     size_t blocks = g->G * g->q_blocks;
     return round_up(g->bkvp * g->Dp, 16) + g->G * head * g->Dp + 2 * round_up(g->G * head, 16) +
            round_up(g->G * head * sizeof(size_t) / sizeof(float), 16) + blocks * g->Dp +
            round_up(blocks, 16) + round_up(blocks * g->Dp, 16) +
-           round_up((blocks * g->kv_blocks + 3) / 4, 16);
+           round_up(g->G * head * g->stored, 16) + round_up((blocks * g->kv_blocks + 3) / 4, 16);
 }
 
 /* The one pass's scratch past k's rows: dq sums (G x head rows of Dp),
  * then per row resid, peak and the peak's key, then per query block of
  * each head the keys' sum (Dp) and count (flex_tiles' fields) and its
- * rows' share qs (Dp), then per tile (query block of a head, key block)
+ * rows' share qs (Dp), then per row the softcaps' factors at its peak
+ * (stored floats), then per tile (query block of a head, key block)
  * whether it gave some row a weight. */
 typedef struct one_pass_sums {
     float *dq, *resid, *peak;
     size_t *peak_key;
-    float *ksum, *kcount, *qs;
+    float *ksum, *kcount, *qs, *peak_factor;
     unsigned char *weighed;
 } one_pass_sums;
 
@@ -191,7 +198,8 @@ static one_pass_sums one_pass_sums_at(const flex_geom *g, float *dq) {
              round_up(g->G * head * sizeof(size_t) / sizeof(float), 16);
     o.kcount = o.ksum + g->G * g->q_blocks * g->Dp;
     o.qs = o.kcount + round_up(g->G * g->q_blocks, 16);
-    o.weighed = (unsigned char *)(void *)(o.qs + round_up(g->G * g->q_blocks * g->Dp, 16));
+    o.peak_factor = o.qs + round_up(g->G * g->q_blocks * g->Dp, 16);
+    o.weighed = (unsigned char *)(void *)(o.peak_factor + round_up(g->G * head * g->stored, 16));
     return o;
 }
 
@@ -631,10 +639,12 @@ typedef struct flex_job {
     unsigned grad_mods; /* bit k: modifier k's tensor_grad is summed in this pass */
     size_t target;      /* the mods pass: its modifier */
     /* nearly one-hot rows take a consistent delta (one_hot_of): per row
-     * of the lse layout, c = P_ij* resid (0: none) and the key j* */
+     * of the lse layout, c = P_ij* resid (0: none), the key j* and the
+     * softcaps' factors there (g->stored floats a row, a row's together) */
     bool consistent;
     float *one_hot;
     uint32_t *one_hot_key;
+    float *one_hot_factor;
 } flex_job;
 
 static flex_tiles tiles_of(const flex_job *job, size_t part) {
@@ -807,6 +817,15 @@ static inline void softcap_grad(const float *in, float *ds, float inv) {
     v_store(ds, out);
 }
 
+/* softcap_grad's factor at one input x: the bits chain_backward
+ * multiplies dS by at that score. */
+static float softcap_factor(float x, float inv) {
+    float in[VW], d[VW];
+    for (size_t i = 0; i < VW; i++) in[i] = x, d[i] = 1.0f;
+    softcap_grad(in, d, inv);
+    return d[0];
+}
+
 /* Hidden scores (final -inf: the mask's, or the chain's own) keep a zero
  * gradient whatever a callback's backward made of it: the input it kept
  * there may be NaN or inf (an earlier modifier's of a key the mask hides
@@ -915,6 +934,20 @@ static bool chain_backward(const flex_job *job, flex_tiles *t, const flex_at *at
     return true;
 }
 
+/* Row r's peak_factor: each kept modifier's factor at tile column c
+ * (softcap's; 1 for a callback, whose chain takes no consistent delta). */
+static void note_peak_factors(const flex_geom *g, flex_tiles *t, size_t r, size_t c) {
+    const attn_attention_problem *p = g->p;
+    size_t slot = 0, score = g->bqp * g->bkvp;
+    for (size_t k = 0; k < p->score_mod_count; k++) {
+        const attn_score_mod *m = &p->score_mods[k];
+        if (!keeps_input(m->kind)) continue;
+        float x = t->inputs[slot * score + r * g->bkvp + c];
+        t->peak_factor[r * g->stored + slot++] =
+            m->kind == ATTN_SCORE_SOFTCAP ? softcap_factor(x, (float)(1.0 / m->value)) : 1.0f;
+    }
+}
+
 /* The tile's P (t->pm) and dS (t->dp, before the chain's backward): needs
  * t->q, t->dout and the rows' statistics packed, and the key block's k^T
  * and v^T. */
@@ -958,6 +991,7 @@ static bool grad_tile(const flex_job *job, flex_tiles *t, const float *kt, const
                 if (pr[c] == most) {
                     t->peak[r] = most;
                     t->peak_key[r] = at->j0 + c;
+                    note_peak_factors(g, t, r, c);
                 }
         }
     }
@@ -978,30 +1012,54 @@ static float scale_after(const attn_attention_problem *p, size_t from) {
     return a;
 }
 
+/* scale_after at the peak key of row `at` (lse layout), where softcaps
+ * are in the chain too: each one's factor there (one_hot_factor) joins
+ * the product, in the chain's order. */
+static float factor_after(const flex_job *job, size_t at, size_t from) {
+    const attn_attention_problem *p = job->g->p;
+    const float *caps = job->one_hot_factor + at * job->g->stored;
+    float a = 1.0f;
+    size_t slot = 0;
+    for (size_t k = 0; k < p->score_mod_count; k++) {
+        const attn_score_mod *m = &p->score_mods[k];
+        float f;
+        if (m->kind == ATTN_SCORE_SCALE) f = (float)m->value;
+        else if (keeps_input(m->kind)) f = caps[slot++];
+        else continue;
+        if (k >= from) a *= f;
+    }
+    return a;
+}
+
 /* Row i of head h (tile row r of t's sums, summed by grad_tile over all
  * its keys) as the consistent delta takes it: where one weight P_ij*
  * passes ATTN_ONE_HOT_WEIGHT, delta + resid (resid = sum_j dS_ij) is the
  * delta of the tiles' own P and dP (attention_problem.h), and dS_ij falls
  * by P_ij resid, which to within a rounding only j* carries: c = P_ij*
- * resid there, kept with j* in the row's one_hot entry (0: none) for the
- * fix-ups. Returns c. */
+ * resid there, kept with j* in the row's one_hot entry (0: none) and the
+ * softcaps' factors there (factors, g->stored of them) for the fix-ups,
+ * which take c back through the chain (factor_after). Returns c. */
 static float one_hot_of(const flex_job *job, size_t b, size_t h, size_t i, float resid,
-                        float peak, size_t key) {
+                        float peak, size_t key, const float *factors) {
     size_t at = attn_lse_index(job->g->p, b, h, i);
     float c = 0.0f;
     if (peak > ATTN_ONE_HOT_WEIGHT && resid != 0.0f && isfinite(resid)) c = peak * resid;
     job->one_hot[at] = c;
     job->one_hot_key[at] = (uint32_t)key;
+    if (c != 0.0f)
+        memcpy(job->one_hot_factor + at * job->g->stored, factors,
+               job->g->stored * sizeof(float));
     return c;
 }
 
 /* dq's sums of row i of head h (D floats, before the scale) less c k_j*,
- * through the chain's scales. */
+ * through the chain's scales and softcaps. */
 static void one_hot_dq(const flex_job *job, const attn_attention_seq *s, size_t h, size_t i,
                        float *sums) {
     const attn_attention_problem *p = job->g->p;
     size_t at = attn_lse_index(p, s->b, h, i);
-    float c = job->one_hot[at] * scale_after(p, 0);
+    if (job->one_hot[at] == 0.0f) return; /* its factors unwritten */
+    float c = job->one_hot[at] * factor_after(job, at, 0);
     if (c == 0.0f) return;
     const float *k = (const float *)p->k.data +
                      attn_view_offset(p->k.st, s->b, s->kv_start, h / job->g->G,
@@ -1033,11 +1091,15 @@ static void add_keys(const flex_tiles *t, float *ksum, float *kcount, const floa
  * error that delta's mismatch with the tiles' own P and dP would put into
  * dq: a forward of other rounding (the fused kernels', which take a
  * relative bias's forward but not its gradient) leaves each row's weights
- * summing to 1 only within a few roundings of the scores. */
+ * summing to 1 only within a few roundings of the scores. Not with a
+ * softcap in the chain (g->stored, no callback being there): its factor
+ * differs from key to key, which a mean of the keys cannot stand for (the
+ * fused kernels' mean_key is zero there too); its rows take one_hot_dq's
+ * part alone. */
 static float consistent_dq(const flex_job *job, const attn_attention_seq *s, size_t h, size_t i,
                            float resid, const float *ksum, float kcount, float *sums) {
     const attn_attention_problem *p = job->g->p;
-    if (resid == 0.0f || !isfinite(resid) || kcount == 0.0f) return 0.0f;
+    if (resid == 0.0f || !isfinite(resid) || kcount == 0.0f || job->g->stored) return 0.0f;
     float rest = (resid - job->one_hot[attn_lse_index(p, s->b, h, i)]) * scale_after(p, 0);
     float inv = 1.0f / kcount;
     for (size_t d = 0; d < p->head_dim; d++) sums[d] -= rest * (ksum[d] * inv);
@@ -1084,7 +1146,7 @@ static void add_qs(const flex_job *job, const float *qs, float *corr) {
 }
 
 /* The gradients of the modifiers in mods at (i, j*) of row i of head h,
- * less c through the scales after each. */
+ * less c through the scales and softcaps after each. */
 static void one_hot_mods(const flex_job *job, const attn_attention_seq *s, size_t h, size_t i,
                          unsigned mods) {
     const attn_attention_problem *p = job->g->p;
@@ -1094,7 +1156,7 @@ static void one_hot_mods(const flex_job *job, const attn_attention_seq *s, size_
     for (size_t k = 0; k < p->score_mod_count; k++) {
         const attn_score_mod *m = &p->score_mods[k];
         if (!((mods >> k) & 1u) || !m->tensor_grad) continue;
-        float ck = c * scale_after(p, k + 1);
+        float ck = c * factor_after(job, at, k + 1);
         if (m->kind == ATTN_SCORE_BIAS)
             m->tensor_grad[s->b * m->strides[0] + h * m->strides[1] + i * m->strides[2] +
                            j * m->strides[3]] -= ck;
@@ -1104,17 +1166,17 @@ static void one_hot_mods(const flex_job *job, const attn_attention_seq *s, size_
 }
 
 /* dk of KV head kh of sequence s, written: each key j* of a nearly
- * one-hot row less scale c q_i through the chain's scales, the group's
- * heads and their rows in order. */
+ * one-hot row less scale c q_i through the chain's scales and softcaps,
+ * the group's heads and their rows in order. */
 static void one_hot_dk(const flex_job *job, const attn_attention_seq *s, size_t kh) {
     const flex_geom *g = job->g;
     const attn_attention_problem *p = g->p;
-    float a = scale_after(p, 0) * p->scale;
     for (size_t h = kh * g->G; h < (kh + 1) * g->G; h++)
         for (size_t i = 0; i < s->q_len; i++) {
             size_t at = attn_lse_index(p, s->b, h, i);
             float c = job->one_hot[at];
             if (c == 0.0f) continue;
+            float a = factor_after(job, at, 0) * p->scale;
             const float *q = (const float *)p->q.data +
                              attn_view_offset(p->q.st, s->b, s->q_start, h, i);
             float *dk = (float *)job->gr->dk + attn_view_offset(p->k.st, s->b, s->kv_start, kh,
@@ -1176,6 +1238,7 @@ static bool key_block_backward(const flex_job *job, flex_tiles *t, const attn_at
                 t->resid = o.resid + row0;
                 t->peak = o.peak + row0;
                 t->peak_key = o.peak_key + row0;
+                t->peak_factor = o.peak_factor + row0 * g->stored;
                 ksum = o.ksum + blk * g->Dp;
                 kcount = o.kcount + blk;
             }
@@ -1285,7 +1348,8 @@ static void one_pass_item(void *arg, size_t part, size_t item) {
             float *dq = (float *)job->gr->dq + attn_view_offset(p->q.st, b, s.q_start, h, i);
             if (job->consistent) {
                 size_t blk = (h - kh * g->G) * g->q_blocks + i / g->bq;
-                if (one_hot_of(job, b, h, i, o.resid[r], o.peak[r], o.peak_key[r]) != 0.0f)
+                if (one_hot_of(job, b, h, i, o.resid[r], o.peak[r], o.peak_key[r],
+                               o.peak_factor + r * g->stored) != 0.0f)
                     one_hot_dq(job, &s, h, i, row);
                 float rest = consistent_dq(job, &s, h, i, o.resid[r], o.ksum + blk * g->Dp,
                                            o.kcount[blk], row);
@@ -1360,7 +1424,8 @@ static void rows_item(void *arg, size_t part, size_t item) {
             float *dq =
                 (float *)job->gr->dq + attn_view_offset(p->q.st, b, s.q_start, h, i0 + r);
             if (t.sums &&
-                one_hot_of(job, b, h, i0 + r, t.resid[r], t.peak[r], t.peak_key[r]) != 0.0f) {
+                one_hot_of(job, b, h, i0 + r, t.resid[r], t.peak[r], t.peak_key[r],
+                           t.peak_factor + r * g->stored) != 0.0f) {
                 one_hot_dq(job, &s, h, i0 + r, t.acc + r * g->Dp);
                 one_hot_mods(job, &s, h, i0 + r, job->grad_mods);
             }
@@ -1442,12 +1507,15 @@ static bool rows_pass_owns(const flex_geom *g, const attn_score_mod *m) {
 
 /* Whether the rows pass gives nearly one-hot rows a consistent delta
  * (one_hot_of): as the fused kernels do (attn_consistent_delta), and
- * where the chain's backward is linear in dS (scales, ALiBi, biases), so
- * that a change of dS at one key is a change of each gradient there. */
+ * where the kernel can take a change of dS at one key back through the
+ * chain: scales, ALiBi and biases pass it as it is (or scaled), a softcap
+ * times its factor at that key (note_peak_factors). Not with a callback:
+ * its grad_fn multiplies whole tiles in place and gives no factor at one
+ * score that the fix-ups could take. */
 static bool consistent_delta(const attn_attention_problem *p) {
     if (!attn_consistent_delta(p)) return false;
     for (size_t k = 0; k < p->score_mod_count; k++)
-        if (keeps_input(p->score_mods[k].kind)) return false; /* softcap, callback */
+        if (p->score_mods[k].kind == ATTN_SCORE_CALLBACK) return false;
     return true;
 }
 
@@ -1485,7 +1553,8 @@ static void flex_backward(attn_workers w, const attn_flex_args *a, const attn_at
     flex_job job = {.g = &g, .a = a, .parts = parts, .part_floats = tiles + one_pass,
                     .tile_floats = tiles, .gr = gr, .lse = lse, .lse_lo = lse_lo,
                     .delta = delta, .consistent = consistent_delta(p),
-                    .one_hot = delta + rows, .one_hot_key = (uint32_t *)(delta + 2 * rows)};
+                    .one_hot = delta + rows, .one_hot_key = (uint32_t *)(delta + 2 * rows),
+                    .one_hot_factor = delta + 3 * rows};
     attn_pool_dynamic(w.pool, w.threads, p->batch * p->q_heads, delta_item, &job);
     if (one_pass) {
         backward_items(w, p->batch * p->kv_heads, one_pass_item, &job);
