@@ -130,16 +130,22 @@ static inline void tile_4(int kind, size_t in, const float *x, const void *w, co
 /* Outputs o and o + 1 for one row of x where W's rows are long, read
  * streamed: tile_4's sums (one accumulator a row, the same bits), the two
  * rows side by side, each asked for into L2 STREAM_AHEAD bytes ahead of
- * its reads, short of byte end of W (the end of the rows the call reads). */
+ * its reads, short of byte end of W (the end of the rows the call reads).
+ * Past a row's end each stream goes on into the row the next pair reads in
+ * its place (o + 2 for row o, o + 3 for row o + 1), so that neither of the
+ * next pair's rows starts cold: the next row in memory, o + 1's
+ * continuation, is one this pair reads already. */
 static inline void tile_2(int kind, size_t in, const float *x, const void *w, const float *bias,
                           float *y, size_t o, size_t end) {
-    size_t eb = elem_bytes(kind), w0 = o * in, w1 = w0 + in;
+    size_t eb = elem_bytes(kind), w0 = o * in, w1 = w0 + in, row_bytes = in * eb;
     __m512 a0 = _mm512_setzero_ps(), a1 = a0;
     for (size_t i = 0; i < in; i += 16) {
-        size_t ask = (w1 + i) * eb + STREAM_AHEAD; /* row o + 1's; row o's is a row before */
-        if (i * eb % 64 == 0 && ask < end) {       /* once a line */
-            _mm_prefetch((const char *)w + ask - in * eb, _MM_HINT_T2);
-            _mm_prefetch((const char *)w + ask, _MM_HINT_T2);
+        size_t at = i * eb + STREAM_AHEAD; /* within a row, or past its end */
+        if (i * eb % 64 == 0) {            /* once a line */
+            size_t ask0 = at < row_bytes ? w0 * eb + at : (w0 + 2 * in) * eb + (at - row_bytes);
+            size_t ask1 = ask0 + row_bytes;
+            if (ask0 < end) _mm_prefetch((const char *)w + ask0, _MM_HINT_T2);
+            if (ask1 < end) _mm_prefetch((const char *)w + ask1, _MM_HINT_T2);
         }
         size_t n = in - i >= 16 ? 16 : in - i;
         __mmask16 k = n == 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);

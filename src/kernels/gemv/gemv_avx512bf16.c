@@ -77,7 +77,9 @@ static inline void row_2(size_t in, const uint16_t *x, const uint16_t *w, const 
  * ahead, and four rows in flight keep the memory busier. Streamed (ahead
  * NULL, end not 0), the two rows themselves are asked for into L2
  * STREAM_AHEAD bytes ahead, short of element end of W (the end of the
- * rows the call reads). */
+ * rows the call reads), each stream going on past its row's end into the
+ * row the next pair reads in its place (o + 2, o + 3), as gemv_avx512.c's
+ * tile_2 does. */
 static inline void row_pair(size_t in, const uint16_t *x, const uint16_t *w, const float *bias,
                             float *y, size_t o, const uint16_t *ahead, size_t end) {
     const uint16_t *wa = w + o * in, *wb = wa + in;
@@ -92,9 +94,11 @@ static inline void row_pair(size_t in, const uint16_t *x, const uint16_t *w, con
                 _mm_prefetch((const char *)(ahead + i + l), _MM_HINT_T0);
                 _mm_prefetch((const char *)(ahead + in + i + l), _MM_HINT_T0);
             }
-        for (size_t l = 0; end && l < 256 && (o + 1) * in + i + l + far < end; l += 32) {
-            _mm_prefetch((const char *)(wa + i + l + far), _MM_HINT_T2);
-            _mm_prefetch((const char *)(wb + i + l + far), _MM_HINT_T2);
+        for (size_t l = 0; end && l < 256; l += 32) {
+            size_t at = i + l + far; /* within a row, or past its end */
+            size_t ask_a = at < in ? o * in + at : (o + 2) * in + (at - in), ask_b = ask_a + in;
+            if (ask_a < end) _mm_prefetch((const char *)(w + ask_a), _MM_HINT_T2);
+            if (ask_b < end) _mm_prefetch((const char *)(w + ask_b), _MM_HINT_T2);
         }
         for (int c = 0; c < 8; c++) {
             size_t at = i + 32 * (size_t)c;
