@@ -15,8 +15,8 @@
  * For one row of x (a token's step) two readings of W give the same sums:
  * paired (row_pair, tile_4) reads several rows side by side and asks for
  * them into L1 ahead, which Intel's cores want; streamed reads a short row
- * start to end alone and long rows two side by side, asked for into L2
- * well ahead, which AMD's want: their prefetchers follow one stream, and
+ * start to end alone and long rows two (float: four) side by side, asked
+ * for into L2 well ahead, which AMD's want: their prefetchers follow one stream, and
  * x, no longer in L1 beside long rows, is best loaded once for two
  * (docs/tuning.md has the measurements).
  */
@@ -37,7 +37,7 @@ enum { READ_PAIRED, READ_STREAMED }; /* the readings above */
 /* How far ahead (elements of W) tile_4 asks for its rows. */
 #define TILE_AHEAD 1024
 
-/* How far ahead (bytes) tile_2 asks for its rows, into L2. */
+/* How far ahead (bytes) tile_streamed asks for its rows, into L2. */
 #define STREAM_AHEAD 4096
 
 /* n (<= 16) elements of W from element idx, as floats, zeros past n (k:
@@ -127,34 +127,33 @@ static inline void tile_4(int kind, size_t in, const float *x, const void *w, co
     }
 }
 
-/* Outputs o and o + 1 for one row of x where W's rows are long, read
- * streamed: tile_4's sums (one accumulator a row, the same bits), the two
- * rows side by side, each asked for into L2 STREAM_AHEAD bytes ahead of
- * its reads, short of byte end of W (the end of the rows the call reads).
- * Past a row's end each stream goes on into the row the next pair reads in
- * its place (o + 2 for row o, o + 3 for row o + 1), so that neither of the
- * next pair's rows starts cold: the next row in memory, o + 1's
- * continuation, is one this pair reads already. */
-static inline void tile_2(int kind, size_t in, const float *x, const void *w, const float *bias,
-                          float *y, size_t o, size_t end) {
-    size_t eb = elem_bytes(kind), w0 = o * in, w1 = w0 + in, row_bytes = in * eb;
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+/* Outputs o .. o + side - 1 (side 2 or 4) for one row of x where W's rows
+ * are long, read streamed: tile_4's sums (one accumulator a row, the same
+ * bits), the rows side by side, x loaded once for them, each asked for
+ * into L2 STREAM_AHEAD bytes ahead of its reads, short of byte end of W
+ * (the end of the rows the call reads). Past a row's end each stream goes
+ * on into the row the next tile reads in its place (o + side + r for row
+ * o + r), so that none of the next tile's rows starts cold: the next row
+ * in memory is one this tile reads already. */
+static inline void tile_streamed(int kind, int side, size_t in, const float *x, const void *w,
+                                 const float *bias, float *y, size_t o, size_t end) {
+    size_t eb = elem_bytes(kind), w0 = o * in, row_bytes = in * eb;
+    __m512 a[4];
+    for (int r = 0; r < side; r++) a[r] = _mm512_setzero_ps();
     for (size_t i = 0; i < in; i += 16) {
         size_t at = i * eb + STREAM_AHEAD; /* within a row, or past its end */
         if (i * eb % 64 == 0) {            /* once a line */
-            size_t ask0 = at < row_bytes ? w0 * eb + at : (w0 + 2 * in) * eb + (at - row_bytes);
-            size_t ask1 = ask0 + row_bytes;
-            if (ask0 < end) _mm_prefetch((const char *)w + ask0, _MM_HINT_T2);
-            if (ask1 < end) _mm_prefetch((const char *)w + ask1, _MM_HINT_T2);
+            size_t ask = at < row_bytes ? w0 * eb + at : (w0 + side * in) * eb + (at - row_bytes);
+            for (int r = 0; r < side; r++, ask += row_bytes)
+                if (ask < end) _mm_prefetch((const char *)w + ask, _MM_HINT_T2);
         }
         size_t n = in - i >= 16 ? 16 : in - i;
         __mmask16 k = n == 16 ? (__mmask16)0xffff : (__mmask16)((1u << n) - 1);
         __m512 v = _mm512_maskz_loadu_ps(k, x + i);
-        a0 = _mm512_fmadd_ps(v, load16(kind, k, n, w, w0 + i), a0);
-        a1 = _mm512_fmadd_ps(v, load16(kind, k, n, w, w1 + i), a1);
+        for (int r = 0; r < side; r++)
+            a[r] = _mm512_fmadd_ps(v, load16(kind, k, n, w, w0 + (size_t)r * in + i), a[r]);
     }
-    y[o] = with_bias(hsum(a0), bias, o);
-    y[o + 1] = with_bias(hsum(a1), bias, o + 1);
+    for (int r = 0; r < side; r++) y[o + r] = with_bias(hsum(a[r]), bias, o + r);
 }
 
 /*
@@ -264,9 +263,14 @@ static inline void gemv(int kind, int read, size_t rows, size_t in, const float 
         return;
     }
     size_t o = o_begin;
+    /* float rows four side by side, x loaded once for four: 16-bit ones
+     * measure faster two side by side */
+    if (rows == 1 && read == READ_STREAMED && kind == W_F32)
+        for (; o + 4 <= o_end; o += 4)
+            tile_streamed(kind, 4, in, x, w, bias, y, o, o_end * in * elem_bytes(kind));
     if (rows == 1 && read == READ_STREAMED)
         for (; o + 2 <= o_end; o += 2)
-            tile_2(kind, in, x, w, bias, y, o, o_end * in * elem_bytes(kind));
+            tile_streamed(kind, 2, in, x, w, bias, y, o, o_end * in * elem_bytes(kind));
     for (; o + 4 <= o_end; o += 4)
         for (size_t r = 0; r < rows; r += 2) {
             /* constant arguments: the one-row tile is compiled apart */
