@@ -610,6 +610,16 @@ static void expect_param(attn_model *m, size_t index, const char *name, size_t r
  * attention's parameters in its script's state_dict order; the saved file
  * has no mask buffers, its metadata the cfg's keys, and attn_lm_load reads
  * it as the same model (the values against the scripts: pretrain_vs_book). */
+/* A model of cfg refuses path's file by its metadata, with message. */
+static void expect_load_refused(attn_ctx *ctx, attn_rng *rng, const attn_gpt_config *cfg,
+                                const char *path, const char *message) {
+    attn_model *m;
+    CHECK_STATUS(attn_model_new_gpt(ctx, cfg, rng, &m), ATTN_OK);
+    CHECK_STATUS(attn_model_load(m, path), ATTN_ERR_SHAPE);
+    CHECK_MESSAGE(ctx, message);
+    attn_model_free(m);
+}
+
 static void test_gpt_variants(attn_ctx *ctx, attn_rng *rng) {
     attn_gpt_config g = {.vocab_size = 11, .context_length = 8, .emb_dim = 8, .n_heads = 2,
                          .n_layers = 3, .drop_rate = 0.1};
@@ -678,10 +688,7 @@ static void test_gpt_variants(attn_ctx *ctx, attn_rng *rng) {
     CHECK_STATUS(attn_model_load(m, named_path), ATTN_OK);
     attn_model_free(named);
     mla.latent_dim = 24;
-    CHECK_STATUS(attn_model_new_gpt(ctx, &mla, rng, &named), ATTN_OK);
-    CHECK_STATUS(attn_model_load(named, mla_path), ATTN_ERR_SHAPE);
-    CHECK_MESSAGE(ctx, "latent_dim null, this model has 24");
-    attn_model_free(named);
+    expect_load_refused(ctx, rng, &mla, mla_path, "latent_dim null, this model has 24");
     remove(mla_path);
     remove(named_path);
     attn_model_free(m);
@@ -712,12 +719,8 @@ static void test_gpt_variants(attn_ctx *ctx, attn_rng *rng) {
     attn_lm_free(lm);
     /* attn_model_load takes it back; a model of another window refuses it */
     CHECK_STATUS(attn_model_load(m, path), ATTN_OK);
-    attn_model *other;
     swa.sliding_window_stride = -1;
-    CHECK_STATUS(attn_model_new_gpt(ctx, &swa, rng, &other), ATTN_OK);
-    CHECK_STATUS(attn_model_load(other, path), ATTN_ERR_SHAPE);
-    CHECK_MESSAGE(ctx, "sliding_window_stride 1, this model has -1");
-    attn_model_free(other);
+    expect_load_refused(ctx, rng, &swa, path, "sliding_window_stride 1, this model has -1");
     remove(path);
     attn_model_free(m);
 }

@@ -1002,6 +1002,16 @@ static void test_non_finite(attn_ctx *ctx) {
 }
 
 /* The relative L2 distance of got from want over n floats (0 where both are 0). */
+/* Relative L2 of got from want; the absolute L2 where want is all zero. */
+static double rel_l2_of(const float *got, const double *want, size_t n) {
+    double num = 0, den = 0;
+    for (size_t e = 0; e < n; e++) {
+        num += ((double)got[e] - want[e]) * ((double)got[e] - want[e]);
+        den += want[e] * want[e];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
 static double rel_l2_floats(const float *got, const float *want, size_t n) {
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
@@ -1237,14 +1247,7 @@ static void test_one_hot_rows(attn_ctx *ctx) {
                      ATTN_OK);
         for (int t = 2; t < 6; t++) {
             if (t == 5 && variant == 2) continue;
-            size_t len = t == 5 ? tn : n;
-            double num = 0, den = 0;
-            for (size_t e = 0; e < len; e++) {
-                double w = t == 5 ? tgd[e] : want[t][e], g = t == 5 ? tg[e] : got[t][e];
-                num += (g - w) * (g - w);
-                den += w * w;
-            }
-            double err = den > 0 ? sqrt(num / den) : sqrt(num);
+            double err = t == 5 ? rel_l2_floats(tg, tgd, tn) : rel_l2_of(got[t], want[t], n);
             CHECK(err <= 1e-5);
             if (err > 1e-5)
                 printf("FAIL one-hot rows variant %d, %s: rel L2 %.3g\n", variant,
@@ -1350,14 +1353,8 @@ static void test_softcap_one_key_rows(attn_ctx *ctx) {
                      ATTN_OK);
         for (int t = 0; t < 4; t++) {
             if (t == 3 && !tn) continue;
-            size_t len = t == 3 ? tn : gn[t];
-            double num = 0, den = 0;
-            for (size_t e = 0; e < len; e++) {
-                double w = t == 3 ? tgd[e] : want[t][e], g = t == 3 ? tg[e] : got[t][e];
-                num += (g - w) * (g - w);
-                den += w * w;
-            }
-            double err = den > 0 ? sqrt(num / den) : sqrt(num);
+            double err = t == 3 ? rel_l2_floats(tg, tgd, tn)
+                                 : rel_l2_of(got[t], want[t], gn[t]);
             CHECK(err <= TOL);
             if (err > TOL)
                 printf("FAIL softcap one-key rows variant %d, %s: rel L2 %.3g\n", variant,
