@@ -16,9 +16,9 @@
  * paired (row_pair, tile_4) reads several rows side by side and asks for
  * them into L1 ahead, which Intel's cores want; streamed reads a short row
  * start to end alone and long rows two (float: four) side by side, asked
- * for into L2 well ahead, which AMD's want: their prefetchers follow one stream, and
- * x, no longer in L1 beside long rows, is best loaded once for two
- * (docs/tuning.md has the measurements).
+ * for into L2 well ahead, which AMD's want: their prefetchers follow one
+ * stream, and x, no longer in L1 beside long rows, is best loaded once for
+ * two or four (docs/tuning.md has the measurements).
  */
 #include "kernels/gemv/gemv.h"
 

@@ -79,7 +79,7 @@ static inline void row_2(size_t in, const uint16_t *x, const uint16_t *w, const 
  * STREAM_AHEAD bytes ahead, short of element end of W (the end of the
  * rows the call reads), each stream going on past its row's end into the
  * row the next pair reads in its place (o + 2, o + 3), as gemv_avx512.c's
- * tile_2 does. */
+ * tile_streamed does. */
 static inline void row_pair(size_t in, const uint16_t *x, const uint16_t *w, const float *bias,
                             float *y, size_t o, const uint16_t *ahead, size_t end) {
     const uint16_t *wa = w + o * in, *wb = wa + in;
