@@ -908,6 +908,38 @@ def test_saved_tensor_hooks():
               f"saved tensors unpacked as {name}: dqkv off by {err(x.grad, y.grad):.3g}")
 
 
+def test_mask_one_hot_rows():
+    """A boolean attn_mask runs on the block-map kernels, whose scores stay
+    unscaled in the forward: with a scale that makes every row one-hot
+    (scores near 1e10 and 1e30), the backward's weights must still be the
+    forward's, so out and the gradients are float64's, finite, not the
+    exp of the scaled scores' rounding (inf and NaN)."""
+    if not AT._runs_block_maps():
+        return
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, 2, 8, 8, generator=g) for _ in range(3))
+    keep = torch.rand(8, 8, generator=g) < 0.7
+    keep[:, 0] = True
+    dout = torch.randn(1, 2, 8, 8, generator=g)
+
+    def masked(a, b, c, scale):
+        s = (a @ b.transpose(-1, -2) * scale).masked_fill(~keep, float("-inf"))
+        return torch.softmax(s, -1) @ c
+
+    for scale in (1e3, 1e10, 1e30):
+        out, grads = grads_of(lambda a, b, c: AT.scaled_dot_product_attention(
+            a, b, c, attn_mask=keep, scale=scale), [q, k, v], dout)
+        want, wgrads = grads_of(lambda a, b, c: masked(a, b, c, scale),
+                                [t.double() for t in (q, k, v)], dout.double())
+        for name, got, ref in zip(("out", "dq", "dk", "dv"), [out] + grads, [want] + wgrads):
+            finite = bool(torch.isfinite(got).all())
+            # dq and dk are 0 (one-hot rows) plus the scale times a rounding:
+            # at 1e30 only their finiteness is asked
+            check(finite and (err(got, ref) < 1e-5 or (scale > 1e20 and name in ("dq", "dk"))),
+                  f"bool attn_mask, scale {scale:g}: {name} "
+                  f"{'off by %.3g' % err(got, ref) if finite else 'not finite'}")
+
+
 def test_thread_counts():
     # torch takes any thread count; attn runs a count past its limit of 4096
     # as 4096, which gives the same bits as 1 thread. torch.get_num_threads
@@ -994,7 +1026,8 @@ def test_thread_contexts():
 
 for test in (test_gradcheck, test_float32, test_layouts_and_fallbacks, test_pytorch_strides,
              test_dropout, test_patch,
-             test_training, test_transforms, test_saved_tensor_hooks, test_thread_counts,
+             test_training, test_transforms, test_saved_tensor_hooks, test_mask_one_hot_rows,
+             test_thread_counts,
              test_thread_contexts):
     t = time.time()
     test()

@@ -736,7 +736,11 @@ static void forward_rows(const flex_job *job, flex_tiles *t, const attn_attentio
             float inv = l > 0.0f ? 1.0f / l : 0.0f;
             for (size_t d = 0; d < Dv; d++) o[d] = l != l ? NAN : l > 0.0f ? acc[d] * inv : 0.0f;
         }
-        double m = raw ? (double)t->m[r] * (double)p->scale : (double)t->m[r];
+        /* raw: the row max scaled and rounded to float as the backward's
+         * scores are (s * scale in float), so that the backward's s - lse -
+         * lse_lo is the forward's exponent and not that rounding, half an
+         * ulp of s, which past |s| 2^24 is a unit or more of the exponent */
+        double m = raw ? (double)(float)((double)t->m[r] * (double)p->scale) : (double)t->m[r];
         double lse = l != l ? NAN : l > 0.0f ? m + log((double)l) : -INFINITY;
         size_t at = attn_lse_index(p, b, h, i);
         if (p->lse) p->lse[at] = (float)lse;
