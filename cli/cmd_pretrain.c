@@ -229,6 +229,12 @@ static int json_value(const attn_json *obj, const char *key, double *out) {
 /* The book's Llama3Model of a config.json's attn_lm_config: its RMSNorm
  * has eps 1e-5 and its output head is a weight of its own. */
 static int llama3_config_of(const attn_lm_config *lc, const char *path, attn_llama3_config *out) {
+    /* the config read keeps gpt_with_kv_swa.py's window on any model (attn
+     * generate --config applies it), but the book's Llama3Model has none */
+    if (lc->sliding_window_size != 0)
+        return cli_usage_error("--config: '%s' has a sliding_window_size (%zu) and Llama 3's "
+                               "keys; the book's Llama3Model has no sliding window",
+                               path, lc->sliding_window_size);
     if (lc->tie_embeddings)
         return cli_usage_error("--config: '%s' ties the output head to the embedding; the "
                                "book's Llama3Model keeps out_head apart",

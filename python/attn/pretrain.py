@@ -106,6 +106,12 @@ def _llama3_config(cfg):
         raise ValueError(f"config['dtype']: pretraining runs in float32, got {dtype!r}")
     c = Llama3Config(**{k: as_index(f"config['{k}']", cfg[k], 1)
                         for k in _GPT_KEYS + ("hidden_dim",)})
+    # LanguageModel(cfg) gives such a cfg its window; the book's Llama3Model has none
+    window = cfg.get("sliding_window_size")
+    if window is not None and book_window_stride(cfg.get("sliding_window_stride"), 2**53,
+                                                 "within 2**53") != 0:
+        raise ValueError(f"config['sliding_window_size']: {window!r} with Llama 3's keys; the "
+                         f"book's Llama3Model has no sliding window")
     c.n_kv_groups = as_index("config['n_kv_groups']", cfg.get("n_kv_groups", c.n_heads), 1)
     c.rope_base = as_number("config['rope_base']", cfg.get("rope_base", 500000.0), 0.0,
                             lo_open=True)

@@ -20,7 +20,9 @@ cfg has them (latent_dim None as null, the stride's sign kept), its tensors
 are the script's state_dict (GQA's out_proj without bias, MLA's W_DKV, no
 mask buffers, which only ch04's GPTModel keeps), and `attn generate
 --weights` runs it; a cfg with windows and n_kv_groups, and n_kv_groups that
-do not divide n_heads, are refused naming the values, nothing saved.
+do not divide n_heads, are refused naming the values, nothing saved; so is a
+Llama 3 cfg with a window (attn generate --config would window the model the
+book's Llama3Model trains without one).
 Ends with "N passed, N failed".
 """
 import json
@@ -159,7 +161,10 @@ def main():
                                                 '"sliding_window_stride": 1', 2,
                     "sliding windows and n_kv_groups"),
                    ("n_kv_groups not dividing n_heads", '"n_kv_groups": 3', 1,
-                    "n_kv_groups (3) must divide n_heads (2) (the config read from")]
+                    "n_kv_groups (3) must divide n_heads (2) (the config read from"),
+                   ("windows with Llama 3's keys", '"hidden_dim": 16, "sliding_window_size": 3, '
+                                                   '"sliding_window_stride": 1', 2,
+                    "sliding_window_size (3) and Llama 3's keys")]
         for i, (what, keys, code, named) in enumerate(refused):
             r, save = pretrain_config(attn, work, "r%d" % i, '%s, %s}' % (base, keys), text)
             check(r.returncode == code and named in r.stderr and

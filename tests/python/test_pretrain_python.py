@@ -166,7 +166,9 @@ def main():
                              (dict(GPT, sliding_window_size=4), ValueError,
                               "needs config['sliding_window_stride']"),
                              (dict(GPT, sliding_window_size=4, sliding_window_stride=1,
-                                   latent_dim=8), ValueError, "one or the other")):
+                                   latent_dim=8), ValueError, "one or the other"),
+                             (dict(LLAMA, sliding_window_size=4, sliding_window_stride=1),
+                              ValueError, "no sliding window")):
         try:
             attn.pretrain(cfg, text, bpe, epochs=0)
             check(False, f"{cfg} raises {kind.__name__}")
