@@ -528,8 +528,15 @@ class LanguageModel(HandleOwner):
                                  "model caches one latent a token, read as keys and as "
                                  "values: give one type (dtype)")
             cfg.k_dtype, cfg.v_dtype = KV_DTYPES[k_name], KV_DTYPES[v_name]
-            self._ctx.check(lib.attn_kv_cache_new(self._ctx.handle, ctypes.byref(cfg),
-                                                  ctypes.byref(handle)))
+            try:
+                self._ctx.check(lib.attn_kv_cache_new(self._ctx.handle, ctypes.byref(cfg),
+                                                      ctypes.byref(handle)))
+            except AttnError as err:
+                if not cfg.values_are_keys:
+                    raise
+                # the cache's head_dim is then the latent's, which the cfg names latent_dim
+                raise AttnError(err.status, f"{err} (this model caches its latent: one KV "
+                                f"head of latent_dim {cfg.head_dim})") from None
         return KVCache(handle, self._ctx)
 
     def forward(self, ids, cache=None, last_only=False):

@@ -1510,6 +1510,9 @@ def copies():
           c["k_dtype"] == c["v_dtype"] == "int8", "gpt-mla's cache: %r" % (c,))
     raises(lambda: mla.new_cache(k_dtype="int8"), ValueError,
            ["k_dtype 'int8'", "v_dtype 'f32'", "one type"], "gpt-mla k_dtype alone", S)
+    # int4 stores groups of 32: a latent of 16 is refused naming it as the cfg does
+    raises(lambda: mla.new_cache(dtype="int4"), attn.AttnError,
+           ["groups of 32", "latent_dim 16"], "gpt-mla int4 cache of latent_dim 16", S)
     # ... which pretrain too: their keys read as the LanguageModel reads them
     # (a config taken gets as far as the tokenizer, None here), a bad value
     # refused naming it
