@@ -167,6 +167,11 @@ def config_struct(cfg):
         raise ValueError(f"config: missing key(s) {', '.join(missing)}; the book's cfg needs "
                          f"{', '.join(_REQUIRED)}")
     arch = as_choice("config['arch']", cfg.get("arch", book_arch(cfg)), ARCHS)
+    # told by its keys, the model reads only its own, as the C reader of the
+    # same cfg in a JSON file does (latent_dim wins over n_kv_groups)
+    by_keys = "arch" not in cfg
+    groups_key = not by_keys or arch in ("gpt-gqa", "llama3")
+    latent_key = not by_keys or arch == "gpt-mla"
     dtype = as_choice("config['weights_dtype']", cfg.get("weights_dtype", "f32"),
                       WEIGHTS_DTYPES)
 
@@ -180,14 +185,16 @@ def config_struct(cfg):
     c = LmConfig(arch=ARCHS[arch], vocab_size=size("vocab_size"),
                  context_length=size("context_length"), emb_dim=size("emb_dim"),
                  n_heads=size("n_heads"), n_layers=size("n_layers"),
-                 n_kv_groups=size("n_kv_groups", 0), hidden_dim=size("hidden_dim", 0),
+                 n_kv_groups=size("n_kv_groups", 0) if groups_key else 0,
+                 hidden_dim=size("hidden_dim", 0),
                  qkv_bias=as_flag("config['qkv_bias']", cfg.get("qkv_bias", False)),
                  tie_embeddings=as_flag("config['tie_embeddings']",
                                       cfg.get("tie_embeddings", False)),
                  norm_eps=number("norm_eps"), rope_base=number("rope_base"),
                  weights_dtype=WEIGHTS_DTYPES[dtype],
-                 latent_dim=0 if cfg.get("latent_dim") is None else size("latent_dim"))
-    if cfg.get("latent_dim") is not None and c.latent_dim == 0:
+                 latent_dim=0 if cfg.get("latent_dim") is None or not latent_key
+                 else size("latent_dim"))
+    if latent_key and cfg.get("latent_dim") is not None and c.latent_dim == 0:
         raise ValueError("config['latent_dim']: 0 is a latent of no width; leave it out (or "
                          "None) for the module's max(16, emb_dim // 8)")
     window, stride = cfg.get("sliding_window_size"), cfg.get("sliding_window_stride")
@@ -206,7 +213,7 @@ def config_struct(cfg):
     # -0.0 (ATTN_LM_EPS_ZERO) as exactly 0; RoPE's 0^x has no meaning.
     if "norm_eps" in cfg and c.norm_eps == 0.0:
         c.norm_eps = -0.0
-    if cfg.get("n_kv_groups") is not None and c.n_kv_groups == 0:
+    if groups_key and cfg.get("n_kv_groups") is not None and c.n_kv_groups == 0:
         raise ValueError("config['n_kv_groups']: 0 holds no head; give a count that divides "
                          "n_heads, or leave it out for one a head")
     if "rope_base" in cfg and c.rope_base == 0.0:

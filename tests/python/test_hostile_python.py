@@ -1503,6 +1503,18 @@ def copies():
     got = attn.LanguageModel(dict(TINY, latent_dim=None), seed=1).config
     check(got["arch"] == "gpt-mla" and got["latent_dim"] == 16,
           "latent_dim None is the module's max(16, emb_dim // 8): %r" % (got,))
+    # keys of two variants at once: the model the keys name reads its own only,
+    # as attn generate --config and attn.pretrain read the same cfg
+    got = attn.LanguageModel(dict(TINY, latent_dim=4, n_kv_groups=1), seed=1).config
+    check(got["arch"] == "gpt-mla" and got["latent_dim"] == 4 and "n_kv_groups" not in got,
+          "latent_dim with n_kv_groups 1 is gpt_with_kv_mla.py's model: %r" % (got,))
+    got = attn.LanguageModel(dict(TINY, qkv_bias=False, hidden_dim=32, n_kv_groups=1,
+                                  latent_dim=4), seed=1).config
+    check(got["arch"] == "llama3" and got["n_kv_groups"] == 1 and "latent_dim" not in got,
+          "Llama 3's keys with latent_dim are the Llama3Model: %r" % (got,))
+    raises(lambda: attn.LanguageModel(dict(TINY, arch="gpt-mla", latent_dim=4, n_kv_groups=1),
+                                      seed=1), attn.AttnError, ["n_kv_groups (1)"],
+           "an explicit arch gpt-mla with n_kv_groups 1", S)
     # its cache holds the latent once, read as K and V: one type, two refused
     mla = attn.LanguageModel(dict(TINY, latent_dim=None), seed=1)
     c = mla.new_cache(dtype="int8").config()
