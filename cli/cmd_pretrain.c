@@ -430,6 +430,13 @@ static int pretrain_model_new(attn_ctx *ctx, const pretrain_cli *o, attn_rng *rn
                                    "MultiHeadAttentionWithSWA)",
                                    o->config, lc.arch == ATTN_LM_GPT_GQA ? "n_kv_groups"
                                                                          : "latent_dim");
+        if (lc.arch == ATTN_LM_GPT_GQA && lc.n_kv_groups == 0)
+            /* the config read takes null for "one a head", which the script's
+             * num_heads % num_kv_groups cannot take */
+            return cli_usage_error("--config: '%s' has \"n_kv_groups\": null; "
+                                   "gpt_with_kv_gqa.py's GroupedQueryAttention needs a count "
+                                   "that divides n_heads (%zu)",
+                                   o->config, lc.n_heads);
         if (lc.arch == ATTN_LM_GPT_GQA) {
             g.attention = ATTN_GPT_GQA;
             g.n_kv_groups = lc.n_kv_groups;

@@ -22,7 +22,7 @@ mask buffers, which only ch04's GPTModel keeps), and `attn generate
 --weights` runs it; a cfg with windows and n_kv_groups, and n_kv_groups that
 do not divide n_heads, are refused naming the values, nothing saved; so is a
 Llama 3 cfg with a window (attn generate --config would window the model the
-book's Llama3Model trains without one).
+book's Llama3Model trains without one), and n_kv_groups null, named as null.
 Ends with "N passed, N failed".
 """
 import json
@@ -162,6 +162,8 @@ def main():
                     "sliding windows and n_kv_groups"),
                    ("n_kv_groups not dividing n_heads", '"n_kv_groups": 3', 1,
                     "n_kv_groups (3) must divide n_heads (2) (the config read from"),
+                   ("n_kv_groups null", '"n_kv_groups": null', 2,
+                    "\"n_kv_groups\": null; gpt_with_kv_gqa.py's GroupedQueryAttention needs"),
                    ("windows with Llama 3's keys", '"hidden_dim": 16, "sliding_window_size": 3, '
                                                    '"sliding_window_stride": 1', 2,
                     "sliding_window_size (3) and Llama 3's keys")]
