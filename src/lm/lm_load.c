@@ -770,8 +770,19 @@ static attn_status read_book_window(attn_ctx *ctx, const char *path, const attn_
                                "a window that holds no position", "no window");
     if (st != ATTN_OK) return st;
     double K = 0.0;
-    if (!stride || stride->type == ATTN_JSON_NULL || !attn_json_as_double(stride, &K) ||
-        K != floor(K) || !(fabs(K) <= 9007199254740992.0))
+    bool given = stride && stride->type != ATTN_JSON_NULL;
+    if (given && stride->type != ATTN_JSON_NUMBER)
+        return attn_fail(ctx, ATTN_ERR_FORMAT,
+                         "attn_lm_load: %s: \"sliding_window_stride\" must be an integer, not "
+                         "a %s", path, stride->type == ATTN_JSON_STRING ? "string"
+                                       : stride->type == ATTN_JSON_BOOL ? "boolean"
+                                                                        : "list or object");
+    if (given && (!attn_json_as_double(stride, &K) || K != floor(K) ||
+                  !(fabs(K) <= 9007199254740992.0)))
+        return attn_fail(ctx, ATTN_ERR_FORMAT,
+                         "attn_lm_load: %s: \"sliding_window_stride\" (%.17g) must be a whole "
+                         "number from -2^53 to 2^53", path, stride->number);
+    if (!given)
         return attn_fail(ctx, ATTN_ERR_FORMAT,
                          "attn_lm_load: %s: \"sliding_window_size\" needs an integer "
                          "\"sliding_window_stride\" (the book's GPTModel reads it: K > 0, K "

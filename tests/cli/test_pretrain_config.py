@@ -22,7 +22,8 @@ mask buffers, which only ch04's GPTModel keeps), and `attn generate
 --weights` runs it; a cfg with windows and n_kv_groups, and n_kv_groups that
 do not divide n_heads, are refused naming the values, nothing saved; so is a
 Llama 3 cfg with a window (attn generate --config would window the model the
-book's Llama3Model trains without one), and n_kv_groups null, named as null.
+book's Llama3Model trains without one), n_kv_groups null, named as null, and a
+stride that is not an integer, named with its value or type.
 Ends with "N passed, N failed".
 """
 import json
@@ -164,6 +165,13 @@ def main():
                     "n_kv_groups (3) must divide n_heads (2) (the config read from"),
                    ("n_kv_groups null", '"n_kv_groups": null', 2,
                     "\"n_kv_groups\": null; gpt_with_kv_gqa.py's GroupedQueryAttention needs"),
+                   ("a stride of 1.5", '"sliding_window_size": 3, "sliding_window_stride": 1.5',
+                    1, '"sliding_window_stride" (1.5) must be a whole number'),
+                   ("a stride past 2^53", '"sliding_window_size": 3, '
+                                          '"sliding_window_stride": 36028797018963968', 1,
+                    '"sliding_window_stride" (36028797018963968) must be a whole number'),
+                   ("a stride as a string", '"sliding_window_size": 3, '
+                                            '"sliding_window_stride": "1"', 1, '"sliding_window_stride" must be an integer, not a string'),
                    ("windows with Llama 3's keys", '"hidden_dim": 16, "sliding_window_size": 3, '
                                                    '"sliding_window_stride": 1', 2,
                     "sliding_window_size (3) and Llama 3's keys")]
