@@ -138,7 +138,7 @@ def book_window_stride(stride, limit, within):
     k = (stride if isinstance(stride, int) and not isinstance(stride, bool)
          else as_number(name, stride))
     if k != int(k) or abs(k) > limit:
-        raise ValueError(f"{name}: {stride!r} is not an integer of {within}")
+        raise ValueError(f"{name}: {stride!r} is not an integer {within}")
     return int(k)
 
 
@@ -203,7 +203,7 @@ def config_struct(cfg):
         if c.sliding_window_size == 0:
             raise ValueError("config['sliding_window_size']: 0 holds no position; leave it "
                              "out (or None) for no window")
-        k = book_window_stride(stride, SIZE_MAX, "size_t's range")
+        k = book_window_stride(stride, SIZE_MAX, "in size_t's range")
         if k == 0:
             c.sliding_window_size = 0
         c.sliding_window_stride = int(k) if k > 0 else 0
