@@ -185,7 +185,9 @@ def config_struct(cfg):
     c = LmConfig(arch=ARCHS[arch], vocab_size=size("vocab_size"),
                  context_length=size("context_length"), emb_dim=size("emb_dim"),
                  n_heads=size("n_heads"), n_layers=size("n_layers"),
-                 n_kv_groups=size("n_kv_groups", 0) if groups_key else 0,
+                 # None is left out, one a head, as the C reader takes null
+                 n_kv_groups=(size("n_kv_groups", 0)
+                              if groups_key and cfg.get("n_kv_groups") is not None else 0),
                  hidden_dim=size("hidden_dim", 0),
                  qkv_bias=as_flag("config['qkv_bias']", cfg.get("qkv_bias", False)),
                  tie_embeddings=as_flag("config['tie_embeddings']",

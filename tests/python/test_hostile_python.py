@@ -1515,6 +1515,10 @@ def copies():
     raises(lambda: attn.LanguageModel(dict(TINY, arch="gpt-mla", latent_dim=4, n_kv_groups=1),
                                       seed=1), attn.AttnError, ["n_kv_groups (1)"],
            "an explicit arch gpt-mla with n_kv_groups 1", S)
+    # n_kv_groups None is one KV head a head, as attn generate --config reads a null
+    got = attn.LanguageModel(dict(TINY, n_kv_groups=None), seed=1).config
+    check(got["arch"] == "gpt-gqa" and got["n_kv_groups"] == TINY["n_heads"],
+          "n_kv_groups None is one KV head a head: %r" % (got,))
     # its cache holds the latent once, read as K and V: one type, two refused
     mla = attn.LanguageModel(dict(TINY, latent_dim=None), seed=1)
     c = mla.new_cache(dtype="int8").config()
