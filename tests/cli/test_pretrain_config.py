@@ -171,7 +171,8 @@ def main():
                                           '"sliding_window_stride": 36028797018963968', 1,
                     '"sliding_window_stride" (36028797018963968) must be a whole number'),
                    ("a stride as a string", '"sliding_window_size": 3, '
-                                            '"sliding_window_stride": "1"', 1, '"sliding_window_stride" must be an integer, not a string'),
+                                            '"sliding_window_stride": "1"', 1,
+                    '"sliding_window_stride" must be an integer, not a string'),
                    ("windows with Llama 3's keys", '"hidden_dim": 16, "sliding_window_size": 3, '
                                                    '"sliding_window_stride": 1', 2,
                     "sliding_window_size (3) and Llama 3's keys")]
