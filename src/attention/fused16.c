@@ -15,13 +15,13 @@
  */
 #include "attention/attention.h"
 
-#include "half.h"
 #include "parallel.h"
 #if defined(ATTN_HAVE_X86_KERNELS)
 #include "kernels/flash16/flash16.h"
 #endif
 
 #include <float.h>
+#include <math.h>
 
 #if defined(ATTN_HAVE_X86_KERNELS)
 
@@ -65,97 +65,14 @@ static const char *fused16_kernel_name(const attn_ctx *ctx, const attn_attention
     return flash16_kernels(ctx, p)->name;
 }
 
-/* ---- the scan for values the bf16 kernels must not take ----------------------
- *
- * The largest |x| of q, k, v (and dout) on the ctx's threads. A unit is
- * SCAN16_ROWS tokens of every head where a token's heads lie side by side
- * (h stride = width: rows read in memory order, as fused.c's scan), else
- * one head's rows. */
-
-#define SCAN16_PARTS 64
-#define SCAN16_ROWS 256
-
-typedef struct scan16_view {
-    const uint16_t *x; /* NULL: not scanned */
-    attn_view_strides st;
-    bool keys;
-    size_t heads, width;
-    size_t units; /* per batch */
-    bool flat;    /* heads side by side */
-} scan16_view;
-
-typedef struct scan16 {
-    const attn_attention_problem *p;
-    scan16_view views[4];                /* q, k, v, dout */
-    uint16_t part_max[SCAN16_PARTS][4]; /* largest |x| (bf16 bits) per part */
-} scan16;
-
-static scan16_view scan16_view_of(const attn_attention_problem *p, const void *x,
-                                  attn_view_strides st, bool keys, size_t heads) {
-    size_t len = keys ? p->kv_len : p->q_len; /* the longest, with cu_seqlens */
-    bool flat = st.h == p->head_dim;
-    return (scan16_view){.x = x, .st = st, .keys = keys, .heads = heads, .width = p->head_dim,
-                         .flat = flat,
-                         .units = !x ? 0 : flat ? (len + SCAN16_ROWS - 1) / SCAN16_ROWS : heads};
-}
-
-/* Units [begin, end), numbered through the views in order, batch by batch. */
-static void scan16_units(void *arg, size_t part, size_t begin, size_t end) {
-    scan16 *job = arg;
-    const attn_attention_problem *p = job->p;
-    uint16_t *top = job->part_max[part];
-    for (size_t i = begin; i < end; i++) {
-        size_t t = 0, u = i;
-        while (u >= p->batch * job->views[t].units) u -= p->batch * job->views[t++].units;
-        const scan16_view *x = &job->views[t];
-        size_t b = u / x->units;
-        u %= x->units;
-        attn_attention_seq s = attn_attention_seq_of(p, b);
-        size_t start = x->keys ? s.kv_start : s.q_start, len = x->keys ? s.kv_len : s.q_len;
-        size_t r0 = x->flat ? u * SCAN16_ROWS : 0, h = x->flat ? 0 : u;
-        if (r0 >= len) continue;
-        size_t rows = x->flat && len - r0 > SCAN16_ROWS ? SCAN16_ROWS : len - r0;
-        uint16_t m = attn_flash16_max_magnitude(x->x + attn_view_offset(x->st, b, start, h, r0),
-                                                rows, x->st.t,
-                                                x->flat ? x->heads * x->width : x->width);
-        top[t] = m > top[t] ? m : top[t];
-    }
-}
-
-/* top[t] = the largest |x| of q, k, v, dout (0 for dout NULL), or false
- * when some element is inf or NaN. */
-static bool scan_magnitudes(attn_ctx *ctx, const attn_attention_problem *p, const void *dout,
-                            float top[4]) {
-    scan16 job = {.p = p,
-                  .views = {scan16_view_of(p, p->q.data, p->q.st, false, p->q_heads),
-                            scan16_view_of(p, p->k.data, p->k.st, true, p->kv_heads),
-                            scan16_view_of(p, p->v.data, p->v.st, true, p->kv_heads),
-                            scan16_view_of(p, dout, p->out.st, false, p->q_heads)}};
-    size_t units = 0;
-    for (int t = 0; t < 4; t++) units += p->batch * job.views[t].units;
-    /* parts of at least 64 Ki elements, a unit counted as its fewest */
-    size_t rows = p->q_len < p->kv_len ? p->q_len : p->kv_len;
-    rows = rows < SCAN16_ROWS ? rows : SCAN16_ROWS;
-    size_t min_units = ((size_t)1 << 16) / (rows * p->head_dim + 1) + 1;
-    attn_workers w = attn_ctx_workers(ctx);
-    size_t threads = w.threads < SCAN16_PARTS ? w.threads : SCAN16_PARTS;
-    attn_pool_for_parts(w.pool, threads, units, min_units, scan16_units, &job);
-    for (int t = 0; t < 4; t++) {
-        uint16_t largest = 0;
-        for (size_t part = 0; part < SCAN16_PARTS; part++)
-            largest = job.part_max[part][t] > largest ? job.part_max[part][t] : largest;
-        if (largest >= 0x7F80u) return false; /* magnitudes order as their bits */
-        top[t] = attn_bf16_to_float(largest);
-    }
-    return true;
-}
-
 /* Scores, sums and dP that float tiles hold (as the float kernels' own
  * scan, fused.c), or why not. */
 static const char *fused16_declines_values(attn_ctx *ctx, const attn_attention_problem *p,
                                            const void *dout) {
     float top[4];
-    if (!scan_magnitudes(ctx, p, dout, top)) return "a non-finite input";
+    attn_value_tops(ctx, p, true, dout, top);
+    for (int t = 0; t < 4; t++)
+        if (isinf(top[t])) return "a non-finite input";
     float qm = top[0], km = top[1], vm = top[2], dm = top[3];
     double D = (double)p->head_dim, S = (double)p->kv_len, limit = FLT_MAX / 16.0;
     double raw = 1.4426950408889634 * (double)p->scale * D * qm * km;
