@@ -84,12 +84,13 @@ static attn_status no_memory(attn_ctx *ctx, const char *who) {
     return attn_fail(ctx, ATTN_ERR_NO_MEMORY, "%s: out of memory for the mask", who);
 }
 
-/* The common start of a constructor: ctx and out present, *out cleared. */
+/* The common start of a constructor: *out cleared first (a failure for a
+ * NULL ctx too leaves nothing stale), then ctx and out present. */
 static attn_status begin(attn_ctx *ctx, const char *who, attn_mask **out) {
+    if (out) *out = NULL;
     if (!ctx) return ATTN_ERR_NULL;
     attn_clear_error(ctx);
     if (!out) return attn_fail(ctx, ATTN_ERR_NULL, "%s: out is NULL", who);
-    *out = NULL;
     return ATTN_OK;
 }
 

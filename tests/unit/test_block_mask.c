@@ -798,8 +798,29 @@ static void test_constructor_errors(attn_ctx *ctx) {
     CHECK_STATUS(attn_mask_new_and(ctx, NULL, NULL, &m), ATTN_ERR_NULL);
     CHECK_STATUS(attn_mask_new_not(ctx, NULL, &m), ATTN_ERR_NULL);
     CHECK_STATUS(attn_mask_new_all(ctx, NULL), ATTN_ERR_NULL);
-    CHECK_STATUS(attn_mask_new_all(NULL, &m), ATTN_ERR_NULL);
-    CHECK(m == NULL);
+    /* a NULL ctx too: *out comes back NULL from every constructor */
+    int64_t one_length = 2;
+    int32_t one_doc[2] = {0, 1};
+    attn_mask *operand = NULL;
+    CHECK_STATUS(attn_mask_new_all(ctx, &operand), ATTN_OK);
+    for (int i = 0; i < 11; i++) {
+        m = (attn_mask *)&m;
+        attn_status st =
+            i == 0 ? attn_mask_new_all(NULL, &m)
+            : i == 1 ? attn_mask_new_causal(NULL, 0, &m)
+            : i == 2 ? attn_mask_new_window(NULL, 1, 0, 0, &m)
+            : i == 3 ? attn_mask_new_chunked(NULL, 4, 0, &m)
+            : i == 4 ? attn_mask_new_prefix_lm(NULL, &one_length, 1, &m)
+            : i == 5 ? attn_mask_new_document(NULL, one_doc, NULL, 1, 2, 2, &m)
+            : i == 6 ? attn_mask_new_global(NULL, 1, &m)
+            : i == 7 ? attn_mask_new_kv_length(NULL, &one_length, 1, &m)
+            : i == 8 ? attn_mask_new_and(NULL, operand, operand, &m)
+            : i == 9 ? attn_mask_new_or(NULL, operand, operand, &m)
+                     : attn_mask_new_not(NULL, operand, &m);
+        CHECK_STATUS(st, ATTN_ERR_NULL);
+        CHECK(m == NULL);
+    }
+    attn_mask_free(operand);
     attn_mask_free(NULL);
 
     /* descriptions that do not fit the map, and points past them */
