@@ -620,8 +620,9 @@ attn_status attn_mask_new_causal(attn_ctx *ctx, int64_t offset, attn_mask **out)
  * is unbounded on that side (FlashAttention-2's window_size). */
 attn_status attn_mask_new_window(attn_ctx *ctx, int64_t left, int64_t right, int64_t offset,
                                  attn_mask **out);
-/* (q_idx + offset) / chunk == kv_idx / chunk: Llama 4's chunked (local)
- * attention, with causal ANDed by the caller. */
+/* (q_idx + offset) / chunk == kv_idx / chunk, the division floored as
+ * Python's // (a negative q_idx + offset sees no key): Llama 4's chunked
+ * (local) attention, with causal ANDed by the caller. */
 attn_status attn_mask_new_chunked(attn_ctx *ctx, size_t chunk, int64_t offset, attn_mask **out);
 /* Prefix-LM: kv_idx <= q_idx or kv_idx < prefix[b] (a bidirectional prefix
  * and a causal rest); count 1 gives every sequence prefix[0], else count is
@@ -682,9 +683,10 @@ attn_status attn_block_mask_from_mask(attn_ctx *ctx, const attn_block_mask_confi
 attn_status attn_block_mask_from_bool(attn_ctx *ctx, const attn_block_mask_config *cfg,
                                       const uint8_t *mask, const size_t strides[4],
                                       attn_block_mask **out);
-/* From a dense additive float mask: -inf hides an element; NaN is refused
- * (naming where); the finite values are scores to add, which the caller
- * passes as an ATTN_SCORE_BIAS modifier over the same tensor. */
+/* From a dense additive float mask: -inf hides an element; NaN and +inf are
+ * refused (ATTN_ERR_INVALID naming where); the finite values are scores to
+ * add, which the caller passes as an ATTN_SCORE_BIAS modifier over the same
+ * tensor. */
 attn_status attn_block_mask_from_additive(attn_ctx *ctx, const attn_block_mask_config *cfg,
                                           const float *mask, const size_t strides[4],
                                           attn_block_mask **out);
