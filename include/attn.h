@@ -2587,7 +2587,10 @@ attn_status attn_text_dataset_batch(const attn_text_dataset *d, const attn_data_
  * load_state_dict) and the run's state at path + ".state": the optimizer's
  * moments and step count, the generator's state, the epoch, the position
  * in it and its loader order, tokens seen, the loss history, and what
- * identifies the data (token counts and hashes) and the weights (a hash).
+ * identifies the data (token counts and hashes), the weights (a hash) and
+ * what the weights do not show of the model (its config's dropout rate,
+ * window, attention kind or RoPE constants, by name: a model made from a
+ * checkpoint's edited metadata is refused, naming the value that moved).
  * Each file is written whole or not at all; the state is written after
  * the model, so a pair that a failure left mismatched is refused on
  * resume. attn_pretrain_resume, on a run made by attn_pretrain_new over

@@ -24,11 +24,12 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define DEFAULT_START_CONTEXT "Every effort moves you"
 #define STATE_MAGIC "ATTNPRT1"
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u
 #define STATE_SUFFIX ".state"
 
 enum { PHASE_STEP = 0, PHASE_EVAL = 1, PHASE_SAMPLE = 2, PHASE_FAILED = 3 };
@@ -109,6 +110,63 @@ static uint64_t weights_hash(const attn_pretrain *r) {
     for (size_t i = 0; i < r->param_count; i++)
         h = fnv_words(h, r->params[i].data, r->params[i].numel);
     return h;
+}
+
+/* What the weights do not show of the model (a window, a dropout rate,
+ * the attention's kind, RoPE's constants), as named numbers. The state
+ * keeps them and resume finds them as the state saw them, or names the one
+ * that moved: a model made from a checkpoint's metadata (attn pretrain
+ * --resume) would otherwise train on with an edited window or rate, its
+ * weights' hash unchanged. */
+#define ARCH_FIELDS 12
+typedef struct arch_field {
+    const char *name;
+    double value;
+} arch_field;
+
+static size_t architecture_of(const attn_model *m, arch_field f[ARCH_FIELDS]) {
+    size_t n = 0;
+#define FIELD(key, v) (f[n++] = (arch_field){key, (double)(v)})
+    if (attn_model_is_gpt(m)) {
+        attn_gpt_config g;
+        (void)attn_model_get_gpt_config(m, &g);
+        /* latent_dim 0 is the book's None: the width it stands for */
+        size_t latent = g.latent_dim ? g.latent_dim : g.emb_dim / 8 > 16 ? g.emb_dim / 8 : 16;
+        FIELD("emb_dim", g.emb_dim);
+        FIELD("n_heads", g.n_heads);
+        FIELD("n_layers", g.n_layers);
+        FIELD("drop_rate", g.drop_rate);
+        FIELD("qkv_bias", g.qkv_bias);
+        FIELD("attention", g.attention);
+        FIELD("n_kv_groups", g.n_kv_groups);
+        FIELD("latent_dim", g.attention == ATTN_GPT_MLA ? latent : 0);
+        FIELD("sliding_window_size", g.sliding_window_size);
+        FIELD("sliding_window_stride", g.sliding_window_stride);
+    } else if (attn_model_is_llama3(m)) {
+        attn_llama3_config l;
+        (void)attn_model_get_llama3_config(m, &l);
+        FIELD("emb_dim", l.emb_dim);
+        FIELD("n_heads", l.n_heads);
+        FIELD("n_layers", l.n_layers);
+        FIELD("hidden_dim", l.hidden_dim);
+        FIELD("n_kv_groups", l.n_kv_groups);
+        FIELD("rope_base", l.rope_base);
+        FIELD("rope_factor", l.rope_factor);
+        FIELD("rope_low_freq_factor", l.rope_low_freq_factor);
+        FIELD("rope_high_freq_factor", l.rope_high_freq_factor);
+        FIELD("rope_original_context_length", l.rope_original_context_length);
+    } else {
+        attn_model_config c = attn_model_get_config(m);
+        FIELD("d_model", c.d_model);
+        FIELD("n_layers", c.n_layers);
+        FIELD("n_heads", c.n_heads);
+        FIELD("attention", c.attention);
+        FIELD("mlp", c.mlp);
+        FIELD("dropout", c.dropout);
+        FIELD("qkv_bias", c.qkv_bias);
+    }
+#undef FIELD
+    return n;
 }
 
 void attn_pretrain_free(attn_pretrain *r) {
@@ -697,6 +755,15 @@ static void write_header(state_writer *w, const attn_pretrain *r, uint64_t model
     w_u64(w, r->context_length);
     w_u64(w, attn_model_num_scalars(r->model));
     w_u64(w, model_hash);
+    arch_field arch[ARCH_FIELDS];
+    size_t fields = architecture_of(r->model, arch);
+    w_u32(w, (uint32_t)fields);
+    for (size_t i = 0; i < fields; i++) {
+        size_t len = strlen(arch[i].name);
+        w_u32(w, (uint32_t)len);
+        w_bytes(w, arch[i].name, len);
+        w_f64(w, arch[i].value);
+    }
     w_u32(w, (uint32_t)r->phase);
     w_u64(w, r->epoch);
     w_u64(w, r->batch);
@@ -806,6 +873,13 @@ static double r_f64(state_reader *s) {
     return x;
 }
 
+/* x in the fewest digits that read back as x (buf: 32 chars). */
+static const char *shortest(double x, char buf[32]) {
+    snprintf(buf, 32, "%.15g", x);
+    if (strtod(buf, NULL) != x) snprintf(buf, 32, "%.17g", x);
+    return buf;
+}
+
 /* Compares a saved value with the run's: the message names both. */
 #define SAME(what, saved, now)                                                                 \
     do {                                                                                       \
@@ -859,6 +933,28 @@ static attn_status parse_state(attn_pretrain *r, const char *fn, const char *spa
     SAME("context_length", r_u(s, 8), r->context_length);
     SAME("parameter count", r_u(s, 8), attn_model_num_scalars(r->model));
     out->model_hash = r_u(s, 8);
+    arch_field arch[ARCH_FIELDS];
+    size_t fields = architecture_of(r->model, arch);
+    SAME("count of architecture fields", r_u(s, 4), fields);
+    for (size_t i = 0; i < fields; i++) {
+        size_t len = strlen(arch[i].name);
+        uint64_t saved_len = r_u(s, 4);
+        const unsigned char *name = saved_len == len ? r_take(s, len) : NULL;
+        if (!name || memcmp(name, arch[i].name, len) != 0)
+            return attn_fail(r->ctx, ATTN_ERR_INVALID,
+                             "%s: %s: the checkpoint's architecture field %zu is not %s, this "
+                             "run's (another kind of model)",
+                             fn, spath, i, arch[i].name);
+        double saved = r_f64(s);
+        if (saved != arch[i].value && !s->short_read) {
+            char was[32], now[32];
+            return attn_fail(r->ctx, ATTN_ERR_INVALID,
+                             "%s: %s: the checkpoint was saved with %s %s, this run's model "
+                             "has %s",
+                             fn, spath, arch[i].name, shortest(saved, was),
+                             shortest(arch[i].value, now));
+        }
+    }
     uint64_t phase = r_u(s, 4);
     out->epoch = (size_t)r_u(s, 8);
     out->batch = (size_t)r_u(s, 8);

@@ -23,7 +23,9 @@ mask buffers, which only ch04's GPTModel keeps), and `attn generate
 do not divide n_heads, are refused naming the values, nothing saved; so is a
 Llama 3 cfg with a window (attn generate --config would window the model the
 book's Llama3Model trains without one), n_kv_groups null, named as null, and a
-stride that is not an integer, named with its value or type.
+stride that is not an integer, named with its value or type. --resume of the
+SWA checkpoint with its window edited in the metadata is refused, naming the
+window the state saved; the unedited checkpoint resumes.
 Ends with "N passed, N failed".
 """
 import json
@@ -154,6 +156,35 @@ def main():
             check(g.returncode == 0 and len(g.stdout.strip().splitlines()[-1].split(",")) >= 3,
                   "%s: attn generate --weights" % what,
                   "rc=%s stderr=%r" % (g.returncode, g.stderr[:300]))
+        # --resume makes the model as the checkpoint's metadata says: a window
+        # edited there (the same length, the tensors in place) agrees with
+        # the tensors and the state's hash of them; the state keeps the
+        # run's and refuses it by name (before, the run went on windowed
+        # otherwise). The unedited pair resumes.
+        swa = os.path.join(work, "v3.safetensors")
+        if os.path.exists(swa):
+            with open(swa, "rb") as f:
+                raw = f.read()
+            edited = raw.replace(b'"sliding_window_size":"3"', b'"sliding_window_size":"2"', 1)
+            check(edited != raw, "SWA: the metadata holds sliding_window_size \"3\"")
+            copy = os.path.join(work, "edited.safetensors")
+            with open(copy, "wb") as f:
+                f.write(edited)
+            with open(swa + ".state", "rb") as f, open(copy + ".state", "wb") as g:
+                g.write(f.read())
+            for path, code, named in [
+                    (copy, 2, "saved with sliding_window_size 3, this run's model has 2"),
+                    (swa, 0, "")]:
+                r = subprocess.run([attn, "pretrain", "--resume", path, "--text", text,
+                                    "--tokenizer", os.path.join(DATA, "gpt2-bpe"),
+                                    "--epochs", "2", "--max-length", "8", "--stride", "8",
+                                    "--sample", "", "--threads", "1"],
+                                   capture_output=True, text=True, timeout=120)
+                check(r.returncode == code and named in r.stderr and
+                      (code == 0 or len(r.stderr.strip().splitlines()) == 1),
+                      "SWA: --resume %s: exit %d naming %r" % (os.path.basename(path), code,
+                                                                 named),
+                      "rc=%s stderr=%r" % (r.returncode, r.stderr[:300]))
         plain = os.path.join(work, "m0.safetensors")
         if os.path.exists(plain):
             check("trf_blocks.0.att.mask" in tensor_names(plain),

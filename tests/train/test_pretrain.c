@@ -117,14 +117,19 @@ static attn_pretrain_options small_options(void) {
     return o;
 }
 
-static attn_status runner_new(fixture *f, uint64_t seed, const attn_pretrain_options *o,
-                              runner *r) {
+static attn_status runner_new_of(fixture *f, const attn_gpt_config *cfg, uint64_t seed,
+                                 const attn_pretrain_options *o, runner *r) {
     *r = (runner){0};
     attn_status st = attn_rng_new(f->ctx, seed, &r->rng);
-    if (st == ATTN_OK) st = attn_model_new_gpt(f->ctx, &TINY, r->rng, &r->model);
+    if (st == ATTN_OK) st = attn_model_new_gpt(f->ctx, cfg, r->rng, &r->model);
     if (st == ATTN_OK)
         st = attn_pretrain_new(f->ctx, r->model, f->tok, f->text, f->length, o, r->rng, &r->run);
     return st;
+}
+
+static attn_status runner_new(fixture *f, uint64_t seed, const attn_pretrain_options *o,
+                              runner *r) {
+    return runner_new_of(f, &TINY, seed, o, r);
 }
 
 static void runner_free(runner *r) {
@@ -412,9 +417,18 @@ static void write_bf16_copy(attn_ctx *ctx, const char *from, const char *to) {
     attn_safetensors_free(st);
 }
 
-/* Byte offsets in a state file (save.c's order): the position after the
- * header's twelve 8-byte fields, then the loader order, the generator. */
-enum { STATE_PHASE = 108, STATE_BATCH = 120, STATE_BEGUN = 128, STATE_WINDOWS = 156 };
+/* Byte offsets in a state file (pretrain.c's order): after the header's
+ * twelve 8-byte fields the model's architecture (for TINY, a GPT: a count,
+ * then ten fields of a 4-byte name length, the name and a double; the
+ * names 109 bytes in all), then the position, the loader order, the
+ * generator. */
+enum {
+    STATE_ARCH = 108,
+    STATE_PHASE = STATE_ARCH + 4 + 10 * (4 + 8) + 109,
+    STATE_BATCH = STATE_PHASE + 12,
+    STATE_BEGUN = STATE_PHASE + 20,
+    STATE_WINDOWS = STATE_PHASE + 48
+};
 
 /* A runner whose model is in eval mode with gradients off (as a caller
  * leaves it after evaluating it) when its run is made. */
@@ -494,6 +508,40 @@ static void test_resume_refusals(fixture *f, uint64_t seed, const char *dir) {
     runner_free(&b);
     o.batch_size = 4;
 
+    /* the checkpoint's metadata edited to another dropout rate (the same
+     * length, the tensors in place) and a model made as that metadata
+     * says, as attn pretrain --resume makes it: the metadata agrees with
+     * the model, the weights with the state's hash, and only the state
+     * knows the run's rate. Refused by name, the weights as they were */
+    char edited[600], edited_state[700];
+    snprintf(edited, sizeof edited, "%s/edited.safetensors", dir);
+    snprintf(edited_state, sizeof edited_state, "%s.state", edited);
+    size_t size = 0;
+    unsigned char *bytes = read_all(path, &size);
+    const char *rate = "\"drop_rate\":\"0.10000000000000001\"";
+    unsigned char *at = NULL;
+    for (size_t i = 0; bytes && !at && i + strlen(rate) <= size; i++)
+        if (memcmp(bytes + i, rate, strlen(rate)) == 0) at = bytes + i;
+    CHECK(at != NULL);
+    if (at) {
+        memcpy(at, "\"drop_rate\":\"0.20000000000000001\"", strlen(rate));
+        FILE *out = fopen(edited, "wb");
+        CHECK(out && fwrite(bytes, 1, size, out) == size);
+        if (out) fclose(out);
+        copy_file(state, edited_state);
+        attn_gpt_config other_rate = TINY;
+        other_rate.drop_rate = 0.2;
+        CHECK_STATUS(runner_new_of(f, &other_rate, seed, &o, &b), ATTN_OK);
+        attn_param w;
+        CHECK_STATUS(attn_model_param_at(b.model, 1, &w), ATTN_OK);
+        float kept = w.data[3];
+        CHECK_STATUS(attn_pretrain_resume(b.run, edited), ATTN_ERR_INVALID);
+        CHECK_MESSAGE(f->ctx, "saved with drop_rate 0.1, this run's model has 0.2");
+        CHECK(w.data[3] == kept);
+        runner_free(&b);
+    }
+    free(bytes);
+
     CHECK_STATUS(runner_new(f, seed + 3, &o, &b), ATTN_OK);
     attn_param p;
     CHECK_STATUS(attn_model_param_at(b.model, 0, &p), ATTN_OK);
@@ -559,8 +607,8 @@ static void test_resume_refusals(fixture *f, uint64_t seed, const char *dir) {
     CHECK_STATUS(attn_pretrain_resume(b.run, other), ATTN_ERR_INVALID);
     CHECK_MESSAGE(f->ctx, "token count");
     runner_free(&b);
-    printf("  resume refuses another batch_size, a mismatched pair, a damaged or missing "
-           "state, other text\n");
+    printf("  resume refuses another batch_size, an edited dropout rate, a mismatched pair, a "
+           "damaged or missing state, other text\n");
 }
 
 static void expect_refused(fixture *f, const attn_gpt_config *cfg, const attn_pretrain_options *o,
