@@ -26,6 +26,11 @@ typedef struct attn_pass {
 void attn_value_tops(attn_ctx *ctx, const attn_attention_problem *p, bool scores,
                      const void *dout, float top[4]);
 
+/* top (as attn_value_tops gives it) raised to p's whole_tops, where p has
+ * them, for each tensor read (top above 0, or scanned: read) */
+void attn_value_tops_whole(const attn_attention_problem *p, bool scores, bool dout,
+                           float top[4]);
+
 /* The floats a score modifier's tensor (and its tensor_grad) spans over
  * p: the slopes of ALiBi, the tables of the relative ones, a bias's
  * largest element read plus one; 0 for the kinds that hold none. For a

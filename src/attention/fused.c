@@ -133,6 +133,7 @@ static bool magnitudes_fit(const attn_flash_kernels *fk, const attn_attention_pr
  * finite, dq 0); the reference spreads the NaN as PyTorch does. */
 static bool given_lse_has_nan(const attn_attention_problem *p) {
     if (!p->lse) return false;
+    if (p->whole_tops && p->whole_tops[4] != 0.0f) return true; /* another slice's */
     for (size_t i = 0, n = attn_lse_rows(p); i < n; i++)
         if (p->lse[i] != p->lse[i]) return true;
     return false;
@@ -312,6 +313,7 @@ static const char *fused_forward(attn_ctx *ctx, const attn_attention_problem *p,
      * what they wrote */
     float top[4] = {0, 0, 0, 0};
     fk->forward(w, flash_fit(ctx), p, drop, bias, workspace, top);
+    attn_value_tops_whole(p, true, false, top);
     return magnitudes_fit(fk, p, top) ? NULL : VALUES_OUT_OF_RANGE;
 }
 
@@ -356,6 +358,7 @@ static const char *fused_backward(attn_ctx *ctx, const attn_attention_problem *p
      * path, which any values leave in bounds) */
     float top[4] = {0, 0, 0, 0};
     fk->backward(w, p, drop, bias, g, rows, delta, ws, top);
+    attn_value_tops_whole(p, true, true, top);
     return magnitudes_fit(fk, p, top) ? NULL : VALUES_OUT_OF_RANGE;
 }
 

@@ -121,4 +121,13 @@ void attn_value_tops(attn_ctx *ctx, const attn_attention_problem *p, bool scores
     for (size_t part = 0; part < SCAN_PARTS; part++)
         for (int t = 0; t < 4; t++)
             top[t] = job.part_max[part][t] > top[t] ? job.part_max[part][t] : top[t];
+    attn_value_tops_whole(p, scores, dout != NULL, top);
+}
+
+void attn_value_tops_whole(const attn_attention_problem *p, bool scores, bool dout,
+                           float top[4]) {
+    if (!p->whole_tops) return;
+    const bool read[4] = {scores, scores, true, dout};
+    for (int t = 0; t < 4; t++)
+        if (read[t] && p->whole_tops[t] > top[t]) top[t] = p->whole_tops[t];
 }

@@ -226,6 +226,25 @@ static void set_head_stats(attn_attention_problem *p, const attn_mpi_job *job, s
     p->row_stats = job->head_stats + rows;
 }
 
+/* The whole problem's values as the backends judge them (p's whole_tops,
+ * tops (5)): each rank's max |x| of q, k, v (and dout) over its heads, and
+ * whether its given lse holds a NaN, the largest over the ranks. A value
+ * past the fused kernels' range in one head sends the whole problem to
+ * the reference in one process; so it does every rank's heads. */
+static int agree_tops(attn_mpi_group *g, attn_attention_problem *p, const float *dout,
+                      float tops[5]) {
+    for (int t = 0; t < 5; t++) tops[t] = 0.0f;
+    if (g->ctx->ks.flash) attn_value_tops(g->ctx, p, true, dout, tops); /* else: none scans */
+    for (size_t r = 0, n = dout && p->lse ? attn_lse_rows(p) : 0; r < n; r++)
+        if (p->lse[r] != p->lse[r]) {
+            tops[4] = INFINITY;
+            break;
+        }
+    int rc = MPI_Allreduce(MPI_IN_PLACE, tops, 5, MPI_FLOAT, MPI_MAX, g->comm);
+    if (rc == MPI_SUCCESS) p->whole_tops = tops;
+    return rc;
+}
+
 /* lse (B, H, T_local) as a part of width 1. */
 static attn_view_strides lse_strides(const attn_mpi_job *job) {
     return (attn_view_strides){job->heads * job->local, 1, job->local};
@@ -283,7 +302,9 @@ attn_status attn_mpi_ulysses_forward(attn_mpi_group *g, const char *who,
     if (st == ATTN_OK) {
         attn_mpi_step *step = &g->steps[0];
         step->begin = MPI_Wtime();
+        float tops[5];
         int rc = to_heads(&pl, in, 3);
+        if (rc == MPI_SUCCESS) rc = agree_tops(g, &p, NULL, tops);
         step->posted = MPI_Wtime();
         /* checked and its workspace in hand; were it to fail, the
          * collective below still runs (every rank takes part) and the
@@ -293,7 +314,8 @@ attn_status attn_mpi_ulysses_forward(attn_mpi_group *g, const char *who,
         if (rc == MPI_SUCCESS) rc = from_heads(&pl, out, 2);
         step->arrived = MPI_Wtime();
         g->n_steps = 1;
-        if (rc != MPI_SUCCESS) st = attn_mpi_error(g, who, "MPI_Alltoallv", rc);
+        if (rc != MPI_SUCCESS)
+            st = attn_mpi_error(g, who, "the exchange (MPI_Alltoallv, MPI_Allreduce)", rc);
     }
     plan_free(&pl);
     attn_free(full);
@@ -361,7 +383,9 @@ attn_status attn_mpi_ulysses_backward(attn_mpi_group *g, const char *who,
     if (st == ATTN_OK) {
         attn_mpi_step *step = &g->steps[0];
         step->begin = MPI_Wtime();
+        float tops[5];
         int rc = to_heads(&pl, in, 6);
+        if (rc == MPI_SUCCESS) rc = agree_tops(g, &p, fdo, tops);
         step->posted = MPI_Wtime();
         attn_attention_grads gr = {.dout = fdo, .dq = fdq, .dk = fdk, .dv = fdv};
         if (rc == MPI_SUCCESS) st = attn_attention_backward(ctx, who, &p, NULL, &gr, ws);
@@ -369,7 +393,8 @@ attn_status attn_mpi_ulysses_backward(attn_mpi_group *g, const char *who,
         if (rc == MPI_SUCCESS) rc = from_heads(&pl, out, 3);
         step->arrived = MPI_Wtime();
         g->n_steps = 1;
-        if (rc != MPI_SUCCESS) st = attn_mpi_error(g, who, "MPI_Alltoallv", rc);
+        if (rc != MPI_SUCCESS)
+            st = attn_mpi_error(g, who, "the exchange (MPI_Alltoallv, MPI_Allreduce)", rc);
     }
     plan_free(&pl);
     attn_free(full);

@@ -20,7 +20,9 @@
  *           dv within the sdpa part's bounds of attn_sdpa_* with the same
  *           map.
  *   nonfinite  a NaN key and infinite values, in every mode: NaN and inf
- *           where the single process has them, the rest within the bounds.
+ *           where the single process has them, the rest within the bounds;
+ *           Ulysses with one head's value past the fused kernels' range:
+ *           every head the single process's bits.
  * usage: test_mpi_attention [sdpa|modules|failure|maps|nonfinite]... (default: all)
  */
 #include "attn.h"
@@ -276,6 +278,61 @@ static void nonfinite_run(attn_ctx *ctx, attn_mpi_mode mode, bool causal, bool i
     for (size_t i = 0; i < sizeof all / sizeof *all; i++) free(all[i]);
 }
 
+/* Ulysses with one element of one head past the fused kernels' range (in
+ * q, k, v or dout): one process runs every head on the reference then, and
+ * so must every rank, whose heads are clean on all but one: out, lse, dq,
+ * dk and dv the same bits (NaN where it is NaN). */
+static void ulysses_one_head_run(attn_ctx *ctx, int which, float value) {
+    size_t B = 1, H = 2 * (size_t)nranks, T = 2 * (size_t)nranks * 4 + 5, D = 16;
+    size_t nq = B * H * T * D;
+    float *x[4] = {random_floats(nq, 81), random_floats(nq, 82), random_floats(nq, 83),
+                   random_floats(nq, 84)}; /* q, k, v, dout */
+    x[which][(0 * T + 3) * D + 5] = value; /* head 0, token 3, element 5 */
+    float *want[5] = {zeros(nq), zeros(B * H * T), zeros(nq), zeros(nq), zeros(nq)};
+    attn_sdpa_config cfg = {.batch = B, .heads = H, .q_tokens = T, .kv_tokens = T,
+                            .head_dim = D, .causal = true,
+                            .q_strides = {H * T * D, D, T * D}, .kv_strides = {H * T * D, D, T * D},
+                            .out_strides = {H * T * D, D, T * D}};
+    need(ctx, attn_sdpa_forward(ctx, &cfg, x[0], x[1], x[2], want[0], want[1], NULL, NULL));
+    need(ctx, attn_sdpa_backward(ctx, &cfg, x[0], x[1], x[2], want[0], want[1], x[3], want[2],
+                                 want[3], want[4], NULL));
+    size_t Tl, bb[2], ee[2];
+    attn_mpi_local_ranges(ATTN_MPI_ULYSSES, T, (size_t)nranks, (size_t)rank, bb, ee, &Tl);
+    size_t nl = B * H * Tl * D;
+    float *l[4];
+    for (int i = 0; i < 4; i++) l[i] = local_of(ATTN_MPI_ULYSSES, x[i], B * H, T, D);
+    float *got[5] = {zeros(nl), zeros(B * H * Tl), zeros(nl), zeros(nl), zeros(nl)};
+    attn_mpi_group *g = NULL;
+    attn_mpi_sdpa_config mc = {.batch = B, .heads = H, .tokens = T, .head_dim = D,
+                               .causal = true};
+    need(ctx, attn_mpi_group_new(ctx, MPI_COMM_WORLD, ATTN_MPI_ULYSSES, &g));
+    need(ctx, attn_mpi_sdpa_forward(g, &mc, l[0], l[1], l[2], got[0], got[1]));
+    need(ctx, attn_mpi_sdpa_backward(g, &mc, l[0], l[1], l[2], got[0], got[1], l[3], got[2],
+                                     got[3], got[4]));
+    static const char *const inputs[4] = {"q", "k", "v", "dout"};
+    static const char *const names[5] = {"out", "lse", "dq", "dk", "dv"};
+    if (rank == 0)
+        printf("ulysses P=%d T=%zu causal, %s[head 0, token 3] = %g: the same bits\n", nranks, T,
+               inputs[which], (double)value);
+    for (int i = 0; i < 5; i++) {
+        size_t n = i == 1 ? B * H * Tl : nl;
+        float *w = local_of(ATTN_MPI_ULYSSES, want[i], B * H, T, i == 1 ? 1 : D);
+        long apart = 0;
+        for (size_t j = 0; j < n; j++)
+            if (memcmp(&got[i][j], &w[j], sizeof *w) && !(isnan(got[i][j]) && isnan(w[j])))
+                apart++;
+        MPI_Allreduce(MPI_IN_PLACE, &apart, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        if (apart) failures++;
+        if (rank == 0)
+            printf("  %-6s %ld elements of other bits%s\n", names[i], apart,
+                   apart ? "   FAILED" : "");
+        free(w);
+    }
+    attn_mpi_group_free(g);
+    for (int i = 0; i < 4; i++) free(x[i]), free(l[i]);
+    for (int i = 0; i < 5; i++) free(want[i]), free(got[i]);
+}
+
 /* NaN and infinities in K and V reach the same rows and elements as in one
  * process: a NaN key, whose rows' weights are NaN in blocks that do not
  * hold it too (their dv), and an infinite value, whose rows stay infinite
@@ -288,6 +345,10 @@ static void test_nonfinite(attn_ctx *ctx) {
         nonfinite_run(ctx, modes[m], false, true, 1, INFINITY, false);
         nonfinite_run(ctx, modes[m], false, true, T - 2, -INFINITY, false);
     }
+    ulysses_one_head_run(ctx, 0, NAN);
+    ulysses_one_head_run(ctx, 1, 1e37f);
+    ulysses_one_head_run(ctx, 2, 1e37f);
+    ulysses_one_head_run(ctx, 3, INFINITY);
     /* a scale past FLT_MAX that rounds to it is taken, as attn_sdpa_* take it;
      * one that rounds to infinity is refused on every rank */
     size_t H = (size_t)nranks, D = 8, Tl, bb[2], ee[2];
