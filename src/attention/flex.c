@@ -105,6 +105,7 @@ static size_t flex_forward_bytes(const attn_ctx *ctx, const attn_attention_probl
 static bool takes_own_rows(const attn_attention_problem *p) {
     if (!p->lse) return true;
     if (p->lse_lo || p->backward_from_lse) return false;
+    if (p->whole_tops) return p->whole_tops[5] > LSE_ALONE_LIMIT; /* the whole problem's */
     for (size_t r = 0; r < attn_lse_rows(p); r++)
         if (isfinite(p->lse[r]) && fabsf(p->lse[r]) > LSE_ALONE_LIMIT) return true;
     return false;

@@ -203,11 +203,13 @@ typedef struct attn_attention_problem {
     size_t whole_kv_heads;
     /* What the backends that decide by the values read of that whole
      * problem, or NULL: max |x| of its q, k, v and dout (inf where one is
-     * not finite; 0 for a tensor the pass does not read), then whether its
-     * given lse holds a NaN (nonzero). A backend takes or declines this
-     * slice as it would the whole problem, so that each head's bits are
-     * the whole problem's for any values. */
-    const float *whole_tops; /* (5) */
+     * not finite; 0 for a tensor the pass does not read), whether its
+     * given lse holds a NaN (nonzero), and the largest |lse| of its rows
+     * that see a key (0 without lse). A backend takes or declines this
+     * slice, and takes its own lse or the given one, as it would for the
+     * whole problem, so that each head's bits are the whole problem's for
+     * any values. */
+    const float *whole_tops; /* (6) */
 } attn_attention_problem;
 
 /* Whether modifier kind reads a (heads, buckets) table by the distance

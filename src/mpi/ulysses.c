@@ -227,20 +227,22 @@ static void set_head_stats(attn_attention_problem *p, const attn_mpi_job *job, s
 }
 
 /* The whole problem's values as the backends judge them (p's whole_tops,
- * tops (5)): each rank's max |x| of q, k, v (and dout) over its heads, and
- * whether its given lse holds a NaN, the largest over the ranks. A value
- * past the fused kernels' range in one head sends the whole problem to
- * the reference in one process; so it does every rank's heads. */
+ * tops (6)): each rank's max |x| of q, k, v (and dout) over its heads,
+ * whether its given lse holds a NaN, and its largest finite |lse|, the
+ * largest over the ranks. A value past the fused kernels' range in one
+ * head sends the whole problem to the reference in one process, and an
+ * lse too large to weigh with alone has the backward take its own for
+ * every row; so each does every rank's heads. */
 static int agree_tops(attn_mpi_group *g, attn_attention_problem *p, const float *dout,
-                      float tops[5]) {
-    for (int t = 0; t < 5; t++) tops[t] = 0.0f;
+                      float tops[6]) {
+    for (int t = 0; t < 6; t++) tops[t] = 0.0f;
     if (g->ctx->ks.flash) attn_value_tops(g->ctx, p, true, dout, tops); /* else: none scans */
-    for (size_t r = 0, n = dout && p->lse ? attn_lse_rows(p) : 0; r < n; r++)
-        if (p->lse[r] != p->lse[r]) {
-            tops[4] = INFINITY;
-            break;
-        }
-    int rc = MPI_Allreduce(MPI_IN_PLACE, tops, 5, MPI_FLOAT, MPI_MAX, g->comm);
+    for (size_t r = 0, n = dout && p->lse ? attn_lse_rows(p) : 0; r < n; r++) {
+        float x = p->lse[r];
+        if (x != x) tops[4] = INFINITY;
+        else if (isfinite(x) && fabsf(x) > tops[5]) tops[5] = fabsf(x);
+    }
+    int rc = MPI_Allreduce(MPI_IN_PLACE, tops, 6, MPI_FLOAT, MPI_MAX, g->comm);
     if (rc == MPI_SUCCESS) p->whole_tops = tops;
     return rc;
 }
@@ -302,7 +304,7 @@ attn_status attn_mpi_ulysses_forward(attn_mpi_group *g, const char *who,
     if (st == ATTN_OK) {
         attn_mpi_step *step = &g->steps[0];
         step->begin = MPI_Wtime();
-        float tops[5];
+        float tops[6];
         int rc = to_heads(&pl, in, 3);
         if (rc == MPI_SUCCESS) rc = agree_tops(g, &p, NULL, tops);
         step->posted = MPI_Wtime();
@@ -383,7 +385,7 @@ attn_status attn_mpi_ulysses_backward(attn_mpi_group *g, const char *who,
     if (st == ATTN_OK) {
         attn_mpi_step *step = &g->steps[0];
         step->begin = MPI_Wtime();
-        float tops[5];
+        float tops[6];
         int rc = to_heads(&pl, in, 6);
         if (rc == MPI_SUCCESS) rc = agree_tops(g, &p, fdo, tops);
         step->posted = MPI_Wtime();

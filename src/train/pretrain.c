@@ -127,9 +127,9 @@ typedef struct arch_field {
 static size_t architecture_of(const attn_model *m, arch_field f[ARCH_FIELDS]) {
     size_t n = 0;
 #define FIELD(key, v) (f[n++] = (arch_field){key, (double)(v)})
-    if (attn_model_is_gpt(m)) {
-        attn_gpt_config g;
-        (void)attn_model_get_gpt_config(m, &g);
+    attn_gpt_config g;
+    attn_llama3_config l;
+    if (attn_model_is_gpt(m) && attn_model_get_gpt_config(m, &g) == ATTN_OK) {
         /* latent_dim 0 is the book's None: the width it stands for */
         size_t latent = g.latent_dim ? g.latent_dim : g.emb_dim / 8 > 16 ? g.emb_dim / 8 : 16;
         FIELD("emb_dim", g.emb_dim);
@@ -142,9 +142,7 @@ static size_t architecture_of(const attn_model *m, arch_field f[ARCH_FIELDS]) {
         FIELD("latent_dim", g.attention == ATTN_GPT_MLA ? latent : 0);
         FIELD("sliding_window_size", g.sliding_window_size);
         FIELD("sliding_window_stride", g.sliding_window_stride);
-    } else if (attn_model_is_llama3(m)) {
-        attn_llama3_config l;
-        (void)attn_model_get_llama3_config(m, &l);
+    } else if (attn_model_is_llama3(m) && attn_model_get_llama3_config(m, &l) == ATTN_OK) {
         FIELD("emb_dim", l.emb_dim);
         FIELD("n_heads", l.n_heads);
         FIELD("n_layers", l.n_layers);

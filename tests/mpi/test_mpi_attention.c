@@ -349,6 +349,10 @@ static void test_nonfinite(attn_ctx *ctx) {
     ulysses_one_head_run(ctx, 1, 1e37f);
     ulysses_one_head_run(ctx, 2, 1e37f);
     ulysses_one_head_run(ctx, 3, INFINITY);
+    /* scores of a few hundred in head 0 alone: its rows' lse is too large
+     * to weigh with alone, and one process's backward takes its own lse
+     * for every row; so does every rank's */
+    ulysses_one_head_run(ctx, 1, 1e3f);
     /* a scale past FLT_MAX that rounds to it is taken, as attn_sdpa_* take it;
      * one that rounds to infinity is refused on every rank */
     size_t H = (size_t)nranks, D = 8, Tl, bb[2], ee[2];
