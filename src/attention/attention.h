@@ -21,8 +21,9 @@ typedef struct attn_pass {
 } attn_pass;
 
 /* max |x| of p's q and k (scores false: 0), v, and dout (NULL: 0; out's
- * type and layout), inf where one holds NaN or inf: the fused backends'
- * scan (scan.c) of float32 or bf16 views, on the ctx's threads. */
+ * type and layout), inf where one holds NaN or inf, raised to p's
+ * whole_tops where p has them: the fused backends' scan (scan.c) of
+ * float32 or bf16 views, on the ctx's threads. */
 void attn_value_tops(attn_ctx *ctx, const attn_attention_problem *p, bool scores,
                      const void *dout, float top[4]);
 
