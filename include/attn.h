@@ -1925,9 +1925,10 @@ attn_status attn_model_load(attn_model *m, const char *path);
  * new tokens of a call as they will be stored (a sequence's prompt of 64
  * rows or more into its empty cache, on the fast kernels, whatever the
  * batch's other sequences hold, reads its own rows in
- * float32, as prefill does in vLLM; not one whose keys or values hold NaN
- * or infinity, which reads them as stored, so that they reach only the
- * rows that see them; a shorter one runs as decode steps, as stored).
+ * float32, as prefill does in vLLM; not one whose queries, keys or values
+ * hold NaN or infinity, which reads them as stored, so that they reach
+ * only the rows that see them; a shorter one runs as decode steps, as
+ * stored).
  */
 typedef enum attn_kv_layout { ATTN_KV_CONTIGUOUS = 0, ATTN_KV_PAGED = 1 } attn_kv_layout;
 

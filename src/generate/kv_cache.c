@@ -789,32 +789,39 @@ static void set_window(attn_attention_problem *p, size_t W) {
     p->window_right = 0;
 }
 
+/* Whether the n floats at x are all finite (none has an exponent of all
+ * ones: NaN or an infinity). */
+static bool all_finite(const float *x, size_t n) {
+    uint32_t not_finite = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, x + i, sizeof b);
+        not_finite |= (b & 0x7f800000u) == 0x7f800000u;
+    }
+    return !not_finite;
+}
+
 /* Sequence s is a prompt: an empty cache and at least PREFILL_ROWS new
  * rows, whose keys are its own rows alone: a dense problem (the reference
  * ctx keeps every row on the cache problem's oracle). With a block map it
  * takes the map's first n positions of sequence s (its rows and columns
  * are then the prompt's own), on the kernels that run maps, which take no
  * softcap or ALiBi of their own: with those the rows stay on the cache
- * problem. So do rows whose keys or values (from packed row at) are not all
- * finite: a dense problem follows PyTorch's matmul there, where a hidden
- * key's zero weight times an infinite value is NaN in every row, and the
- * cache promises NaN only in the rows that see it, as the decode kernels
+ * problem. So do rows whose queries, keys or values (from packed row at)
+ * are not all finite: a dense problem follows PyTorch's matmul there,
+ * where a hidden key's zero weight times an infinite value is NaN in every
+ * row, and a score of -inf (an infinite query) hides its key, or is
+ * softcapped to a finite one, where the cache promises NaN in the rows
+ * whose scores are not finite, and only in those, as the decode kernels
  * give. */
 static bool is_prompt(const attn_kv_cache *c, const kv_layer *L, const attn_kv_attend_args *a,
                       size_t s, size_t at, size_t n) {
     if (a->block_mask && (a->softcap > 0.0f || a->alibi_slopes)) return false;
     if (!c->ctx->ks.decode || L->length[s] != 0 || n < PREFILL_ROWS) return false;
-    size_t row = c->cfg.kv_heads * c->cfg.head_dim;
-    const float *k = a->k_new + at * row, *v = values_of(c, a->k_new, a->v_new) + at * row;
-    uint32_t not_finite = 0; /* an exponent of all ones: NaN or an infinity */
-    for (size_t i = 0; i < n * row; i++) {
-        uint32_t kb, vb;
-        memcpy(&kb, k + i, sizeof kb);
-        memcpy(&vb, v + i, sizeof vb);
-        not_finite |= (kb & 0x7f800000u) == 0x7f800000u;
-        not_finite |= (vb & 0x7f800000u) == 0x7f800000u;
-    }
-    return !not_finite;
+    size_t row = c->cfg.kv_heads * c->cfg.head_dim, qrow = a->q_heads * c->cfg.head_dim;
+    return all_finite(a->k_new + at * row, n * row) &&
+           all_finite(values_of(c, a->k_new, a->v_new) + at * row, n * row) &&
+           all_finite(a->q + at * qrow, n * qrow);
 }
 
 /* The attention of prompt s's n rows (from packed row at) among themselves,

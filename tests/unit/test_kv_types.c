@@ -11,7 +11,8 @@
  *     a paged cache and 3 threads as on a contiguous one and 1 thread;
  *   a NaN key, in a float32 or an int8 cache, makes the rows that see it
  *     NaN, on the fast kernels and the reference, a row that sees it alone
- *     too;
+ *     too; a prompt's NaN or infinite query makes its row NaN, softcap or
+ *     not, and the rest of the call reads the cache as the reference does;
  *   fp8 and int8 keys of tiny scale under huge queries, whose float sums
  *     with the raw codes overflow though every score is finite: the fast
  *     kernels give the reference's output, not NaN;
@@ -440,6 +441,62 @@ static void test_nan_carried(void) {
     }
 }
 
+/* A prompt (an empty cache, 64 rows or more) whose query holds NaN or an
+ * infinity: the row with it is NaN on the fast kernels as on the reference,
+ * softcap or not (a softcapped infinite score is not a finite one), and the
+ * rest of the call reads the stored keys and values as the reference does.
+ * The fused kernels decline such a query, and the dense problem they leave
+ * would hide a -inf score's key or softcap it to a finite one. */
+static void test_prompt_query_not_finite(void) {
+    static const float bad[3] = {NAN, INFINITY, -INFINITY};
+    enum { ROWS = 74, BAD_ROW = 5, BAD_HEAD = 1 };
+    size_t lens[BATCH] = {70, 4};
+    float *q = malloc(ROWS * H * D * sizeof(float)), *k = malloc(ROWS * KH * D * sizeof(float)),
+          *v = malloc(ROWS * KH * D * sizeof(float)), *out[2];
+    for (size_t t = 0; t < 2; t++)
+        for (size_t b = 0; b < 3; b++)
+            for (int capped = 0; capped < 2; capped++) {
+                attn_dtype dt = t ? ATTN_DTYPE_I8 : ATTN_DTYPE_F32;
+                fill(q, ROWS * H * D);
+                fill(k, ROWS * KH * D);
+                fill(v, ROWS * KH * D);
+                q[(BAD_ROW * H + BAD_HEAD) * D + 3] = bad[b];
+                for (int ref = 0; ref < 2; ref++) {
+                    run r;
+                    run_new(&r, ref ? ATTN_KERNELS_REFERENCE : ATTN_KERNELS_AUTO, 2,
+                            ATTN_KV_CONTIGUOUS, dt, dt, NULL);
+                    out[ref] = malloc(ROWS * H * D * sizeof(float));
+                    attn_kv_attend_args a = {.layer = 0, .new_lens = lens, .q_heads = H, .q = q,
+                                             .k_new = k, .v_new = v, .out = out[ref],
+                                             .softcap = capped ? 5.0f : 0.0f};
+                    CHECK_STATUS(attn_kv_cache_attend(r.cache, &a), ATTN_OK);
+                    run_free(&r);
+                }
+                double worst = 0.0;
+                size_t nan_rows = 0;
+                for (size_t row = 0; row < ROWS; row++)
+                    for (size_t h = 0; h < H; h++) {
+                        const float *f = out[0] + (row * H + h) * D;
+                        const float *g = out[1] + (row * H + h) * D;
+                        bool nan_row = row == BAD_ROW && h == BAD_HEAD;
+                        for (size_t e = 0; e < D; e++) {
+                            nan_rows += nan_row && isnan(f[e]);
+                            if (nan_row) continue;
+                            double err = fabs((double)f[e] - g[e]);
+                            if (!(err <= worst)) worst = err;
+                        }
+                    }
+                if (nan_rows != D || !(worst <= 2e-5))
+                    printf("FAIL prompt query %g, %s cache, softcap %d: %zu of %d NaN in its row, "
+                           "|fast - reference| elsewhere %.3g\n", (double)bad[b],
+                           attn_dtype_name(dt), capped ? 5 : 0, nan_rows, (int)D, worst);
+                CHECK(nan_rows == D);
+                CHECK(worst <= 2e-5);
+                free(out[0]), free(out[1]);
+            }
+    free(q), free(k), free(v);
+}
+
 static void test_sizes_and_refusals(void) {
     attn_ctx *ctx;
     CHECK_STATUS(attn_ctx_new(NULL, &ctx), ATTN_OK);
@@ -644,6 +701,7 @@ int main(void) {
         test_row_bounds(TYPES[i], 128);
     }
     test_nan_carried();
+    test_prompt_query_not_finite();
     test_sizes_and_refusals();
     test_odd_code_bytes();
     test_values_are_keys();
