@@ -674,8 +674,8 @@ static attn_status check_new_rows(const attn_kv_cache *c, const char *who, size_
                                   const float *k_new, const float *v_new) {
     bool shared = c->cfg.values_are_keys;
     if (rows && (!k_new || (!v_new && !shared)))
-        return attn_fail(c->ctx, ATTN_ERR_NULL, "%s: k_new%s must not be NULL", who,
-                         shared ? "" : " and v_new");
+        return attn_fail(c->ctx, ATTN_ERR_NULL, "%s: %s is NULL (k_new%s must not be NULL)",
+                         who, !k_new ? "k_new" : "v_new", shared ? "" : " and v_new");
     if (rows && shared && v_new && v_new != k_new)
         return attn_fail(c->ctx, ATTN_ERR_INVALID, "%s: the cache's values are its keys "
                          "(values_are_keys): v_new [%p] must be NULL or k_new [%p]", who,
@@ -737,7 +737,8 @@ static attn_status check_args(attn_kv_cache *c, const char *who, const attn_kv_a
                          who, rows, a->q_heads, cfg->head_dim);
     bool shared = cfg->values_are_keys;
     if (rows && (!a->q || !a->k_new || (!a->v_new && !shared) || !a->out))
-        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s must not be NULL", who,
+        return attn_fail(ctx, ATTN_ERR_NULL, "%s: %s is NULL (%s must not be NULL)", who,
+                         !a->q ? "q" : !a->k_new ? "k_new" : !a->out ? "out" : "v_new",
                          shared ? "q, k_new and out" : "q, k_new, v_new and out");
     if ((st = check_new_rows(c, who, rows, a->k_new, a->v_new)) != ATTN_OK) return st;
     /* the attention reads k_new and v_new (or their coded copies) while

@@ -545,10 +545,10 @@ static int sweep_attend(attn_kv_layout layout) {
     ADD("scale -1", ATTN_ERR_INVALID, "scale -1", A->scale = -1.0);
     ADD("scale 1e300", ATTN_ERR_INVALID, "scale 1e+300", A->scale = 1e300);
     ADD("scale 3.5e38", ATTN_ERR_INVALID, "scale 3.5e+38", A->scale = 3.5e38);
-    ADD("q NULL", ATTN_ERR_NULL, "q, k_new, v_new and out", A->q = NULL);
-    ADD("k_new NULL", ATTN_ERR_NULL, "q, k_new, v_new and out", A->k_new = NULL);
-    ADD("v_new NULL", ATTN_ERR_NULL, "q, k_new, v_new and out", A->v_new = NULL);
-    ADD("out NULL", ATTN_ERR_NULL, "q, k_new, v_new and out", A->out = NULL);
+    ADD("q NULL", ATTN_ERR_NULL, "q is NULL (q, k_new, v_new and out", A->q = NULL);
+    ADD("k_new NULL", ATTN_ERR_NULL, "k_new is NULL (q, k_new, v_new and out", A->k_new = NULL);
+    ADD("v_new NULL", ATTN_ERR_NULL, "v_new is NULL (q, k_new, v_new and out", A->v_new = NULL);
+    ADD("out NULL", ATTN_ERR_NULL, "out is NULL (q, k_new, v_new and out", A->out = NULL);
     ADD("new_tokens SIZE_MAX", ATTN_ERR_OVERFLOW, "overflow", A->new_tokens = SIZE_MAX);
     ADD("new_tokens past max_len", ATTN_ERR_OVERFLOW, "126 new would pass max_len 128",
         A->new_tokens = MAX_LEN - 2);

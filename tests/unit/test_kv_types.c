@@ -668,11 +668,12 @@ static void test_values_are_keys(void) {
             CHECK_STATUS(attn_kv_cache_append(one, 0, ones, 0, k, k + 1), ATTN_ERR_INVALID);
             CHECK_MESSAGE(ctx, "attn_kv_cache_append: the cache's values are its keys");
             CHECK_STATUS(attn_kv_cache_append(one, 0, ones, 0, NULL, NULL), ATTN_ERR_NULL);
-            CHECK_MESSAGE(ctx, "attn_kv_cache_append: k_new must not be NULL");
+            CHECK_MESSAGE(ctx, "attn_kv_cache_append: k_new is NULL (k_new must not be NULL)");
             CHECK_STATUS(attn_kv_cache_length(one, 0, 0, &after), ATTN_OK);
             CHECK(before == after);
             CHECK_STATUS(attn_kv_cache_append(two, 0, ones, 0, k, NULL), ATTN_ERR_NULL);
-            CHECK_MESSAGE(ctx, "attn_kv_cache_append: k_new and v_new must not be NULL");
+            CHECK_MESSAGE(ctx, "attn_kv_cache_append: v_new is NULL (k_new and v_new must not be "
+                               "NULL)");
             attn_kv_cache_free(two);
             attn_kv_cache_free(one);
             if (i + 1 < NUM_TYPES || setup < 2) {
