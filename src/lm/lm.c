@@ -28,6 +28,7 @@
 #include "half.h"
 #include "kernels/dispatch.h"
 #include "kernels/gemv/linear16.h"
+#include "modules/module.h"
 #include "ops/rope.h"
 
 #include <float.h>
@@ -74,7 +75,7 @@ attn_status attn_lm_config_resolve(attn_ctx *ctx, const char *who, const attn_lm
                          attn_lm_arch_name(c.arch), k->n_kv_groups, c.n_kv_groups, k->n_heads,
                          c.n_heads);
     if (c.arch == ATTN_LM_GPT_MLA && c.latent_dim == 0)
-        c.latent_dim = c.emb_dim / 8 > 16 ? c.emb_dim / 8 : 16; /* the module's default */
+        c.latent_dim = attn_mla_latent_width(c.emb_dim, 0);
     if (c.arch != ATTN_LM_GPT_MLA && c.latent_dim != 0)
         return attn_fail(ctx, ATTN_ERR_INVALID,
                          "%s: latent_dim (%zu) is gpt-mla's; %s has none (0)", who, c.latent_dim,

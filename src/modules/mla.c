@@ -92,8 +92,7 @@ attn_status attn_mla_new(attn_ctx *ctx, const attn_mla_config *cfg, attn_rng *in
     if (!h) return ATTN_ERR_NO_MEMORY;
     attn_mla *a = (attn_mla *)h;
     attn_module *m = &h->base;
-    /* the book's default: latent_dim if given, else max(16, d_out // 8) */
-    size_t L = cfg->latent_dim ? cfg->latent_dim : attn_max_size(16, cfg->d_out / 8);
+    size_t L = attn_mla_latent_width(cfg->d_out, cfg->latent_dim);
     a->latent_dim = L;
     size_t hd = cfg->d_out / cfg->num_heads;
     size_t per = cfg->qkv_bias ? 2 : 1; /* tensors per biased projection */

@@ -157,6 +157,12 @@ attn_status attn_module_init_linear(attn_module *m, attn_rng *rng, size_t *index
 
 static inline size_t attn_max_size(size_t a, size_t b) { return a > b ? a : b; }
 
+/* MultiHeadLatentAttention's latent width: latent_dim, or where it is 0
+ * (the book's None) the module's default, max(16, d_out // 8). */
+static inline size_t attn_mla_latent_width(size_t d_out, size_t latent_dim) {
+    return latent_dim ? latent_dim : attn_max_size(16, d_out / 8);
+}
+
 /* Config checks shared by the variants; each names the offending values. */
 attn_status attn_check_width(attn_ctx *ctx, const char *module, const char *name, size_t value);
 attn_status attn_check_dropout(attn_ctx *ctx, const char *module, double p);

@@ -19,6 +19,7 @@
  */
 #include "internal.h"
 #include "io/file.h"
+#include "modules/module.h"
 #include "train/model.h"
 #include "train/text_data.h"
 
@@ -130,8 +131,6 @@ static size_t architecture_of(const attn_model *m, arch_field f[ARCH_FIELDS]) {
     attn_gpt_config g;
     attn_llama3_config l;
     if (attn_model_is_gpt(m) && attn_model_get_gpt_config(m, &g) == ATTN_OK) {
-        /* latent_dim 0 is the book's None: the width it stands for */
-        size_t latent = g.latent_dim ? g.latent_dim : g.emb_dim / 8 > 16 ? g.emb_dim / 8 : 16;
         FIELD("emb_dim", g.emb_dim);
         FIELD("n_heads", g.n_heads);
         FIELD("n_layers", g.n_layers);
@@ -139,7 +138,10 @@ static size_t architecture_of(const attn_model *m, arch_field f[ARCH_FIELDS]) {
         FIELD("qkv_bias", g.qkv_bias);
         FIELD("attention", g.attention);
         FIELD("n_kv_groups", g.n_kv_groups);
-        FIELD("latent_dim", g.attention == ATTN_GPT_MLA ? latent : 0);
+        /* latent_dim 0 is the book's None: the width it stands for */
+        FIELD("latent_dim", g.attention == ATTN_GPT_MLA
+                                ? attn_mla_latent_width(g.emb_dim, g.latent_dim)
+                                : 0);
         FIELD("sliding_window_size", g.sliding_window_size);
         FIELD("sliding_window_stride", g.sliding_window_stride);
     } else if (attn_model_is_llama3(m) && attn_model_get_llama3_config(m, &l) == ATTN_OK) {

@@ -25,6 +25,7 @@
 #include "internal.h"
 #include "io/json.h"
 #include "io/safetensors_internal.h"
+#include "modules/module.h"
 #include "train/model.h"
 
 #include <stdio.h>
@@ -242,7 +243,7 @@ static void shape_text(char *buf, size_t size, size_t ndim, const size_t *shape)
  * max(16, emb_dim / 8), which a model built with latent_dim 0 also takes. */
 static bool latent_width(const char *value, size_t emb_dim, size_t *width) {
     if (strcmp(value, "null") == 0) {
-        *width = emb_dim / 8 > 16 ? emb_dim / 8 : 16;
+        *width = attn_mla_latent_width(emb_dim, 0);
         return true;
     }
     char *end;
